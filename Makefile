@@ -1,0 +1,38 @@
+# The README's two commands: `make demo` and `make test`. Both work offline on a fresh machine.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+PIP := $(BIN)/python -m pip
+
+.PHONY: demo test lint typecheck unit bench clean install-dev install-demo
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+
+install-demo: $(BIN)/python
+	$(PIP) install --quiet -e .
+
+install-dev: $(BIN)/python
+	$(PIP) install --quiet -e '.[dev,local]'
+
+demo: install-demo
+	$(BIN)/llmguard demo
+
+lint:
+	$(BIN)/ruff check src tests bench examples tools
+	$(BIN)/ruff format --check src tests bench examples tools
+
+typecheck:
+	$(BIN)/mypy --strict src/llmguard_sdk
+
+unit:
+	$(BIN)/python tools/with_redis.py -- $(BIN)/python -m pytest -q
+
+test: install-dev lint typecheck unit
+
+bench: install-dev
+	$(BIN)/python bench/overhead.py --json
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis build dist

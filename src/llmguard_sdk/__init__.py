@@ -1,0 +1,92 @@
+"""llmguard-sdk: keep LLM calls fast, available and affordable.
+
+The public surface is this module's ``__all__``; everything in a module whose name starts with
+an underscore is private. Start with :class:`Guard`.
+"""
+
+from ._version import __version__
+from .client import AsyncGuardedClient, ChatCompletion, ChatCompletionChunk, GuardedClient
+from .config import GuardSettings
+from .context import CallContext, CallEvent, Scope, current_scope, scoped
+from .errors import (
+    AllRoutesFailedError,
+    AuthenticationError,
+    BadRequestError,
+    BudgetExceededError,
+    ConfigurationError,
+    ContextLengthExceededError,
+    GuardrailRejectedError,
+    InputTooLargeError,
+    LLMGuardError,
+    MalformedResponseError,
+    ProviderError,
+    ProviderTimeoutError,
+    ProviderUnavailableError,
+    RateLimitedError,
+    RateLimitExceededError,
+    RefusedError,
+    RequestValidationError,
+    StreamInterruptedError,
+)
+from .guard import Guard
+from .models import ChatRequest, ChatResponse, Message, StreamChunk, Timings, Usage
+from .pipeline import Hook, InputFilter, OutputFilter
+from .protect import classify_exception, usage_from_result
+from .providers import OpenAICompatibleProvider, Provider
+from .store import MemoryStore, RedisStore, Store
+from .streaming import AsyncChatStream, ChatStream
+from .tokens import TokenCount, count_request_tokens, count_text_tokens
+
+__all__ = [
+    "AllRoutesFailedError",
+    "AsyncChatStream",
+    "AsyncGuardedClient",
+    "AuthenticationError",
+    "BadRequestError",
+    "BudgetExceededError",
+    "CallContext",
+    "CallEvent",
+    "ChatCompletion",
+    "ChatCompletionChunk",
+    "ChatRequest",
+    "ChatResponse",
+    "ChatStream",
+    "ConfigurationError",
+    "ContextLengthExceededError",
+    "Guard",
+    "GuardSettings",
+    "GuardedClient",
+    "GuardrailRejectedError",
+    "Hook",
+    "InputFilter",
+    "InputTooLargeError",
+    "LLMGuardError",
+    "MalformedResponseError",
+    "MemoryStore",
+    "Message",
+    "OpenAICompatibleProvider",
+    "OutputFilter",
+    "Provider",
+    "ProviderError",
+    "ProviderTimeoutError",
+    "ProviderUnavailableError",
+    "RateLimitExceededError",
+    "RateLimitedError",
+    "RedisStore",
+    "RefusedError",
+    "RequestValidationError",
+    "Scope",
+    "Store",
+    "StreamChunk",
+    "StreamInterruptedError",
+    "Timings",
+    "TokenCount",
+    "Usage",
+    "__version__",
+    "classify_exception",
+    "count_request_tokens",
+    "count_text_tokens",
+    "current_scope",
+    "scoped",
+    "usage_from_result",
+]

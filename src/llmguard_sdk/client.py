@@ -1,0 +1,266 @@
+"""A drop-in for openai-python's client: ``client = guard.client()`` instead of ``OpenAI()``.
+
+``client.chat.completions.create(...)`` takes the same arguments and gives back objects of
+the same shape (``resp.choices[0].message.content``, ``resp.usage.prompt_tokens``, chunks with
+``choices[0].delta.content``), so the rest of the application does not change. Parameters the
+SDK has no field for (``frequency_penalty``, ``logprobs`` ...) are passed to the provider as
+they are. The scope of a call comes from :func:`llmguard_sdk.scoped`.
+
+Each completion also carries the Guard's own view as ``completion.llmguard`` (route,
+attempts, timings, cost), left out of ``model_dump()`` so dumps match openai's.
+
+.. versionadded:: 0.1.0
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .errors import RequestValidationError
+from .models import ChatRequest, ChatResponse, StreamChunk, Usage
+
+if TYPE_CHECKING:
+    from .guard import Guard
+    from .streaming import AsyncChatStream, ChatStream
+
+__all__ = [
+    "AsyncGuardedClient",
+    "ChatCompletion",
+    "ChatCompletionChunk",
+    "GuardedClient",
+]
+
+_REQUEST_FIELDS = frozenset(ChatRequest.model_fields) - {"extra_body", "messages", "model"}
+
+
+class _Open(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class CompletionUsage(_Open):
+    """openai-shaped usage."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+    prompt_tokens_details: dict[str, int] = Field(default_factory=dict)
+
+
+class ChatCompletionMessage(_Open):
+    """openai-shaped assistant message."""
+
+    role: Literal["assistant"] = "assistant"
+    content: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+
+
+class Choice(_Open):
+    """openai-shaped choice of a completion."""
+
+    index: int = 0
+    message: ChatCompletionMessage
+    finish_reason: str | None = None
+
+
+class ChatCompletion(_Open):
+    """openai-shaped ``chat.completion`` object."""
+
+    id: str
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int
+    model: str
+    choices: list[Choice]
+    usage: CompletionUsage | None = None
+    llmguard: ChatResponse | None = Field(default=None, exclude=True)
+
+
+class ChoiceDelta(_Open):
+    """openai-shaped delta of a stream chunk."""
+
+    role: Literal["assistant"] | None = None
+    content: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+
+
+class ChunkChoice(_Open):
+    """openai-shaped choice of a stream chunk."""
+
+    index: int = 0
+    delta: ChoiceDelta
+    finish_reason: str | None = None
+
+
+class ChatCompletionChunk(_Open):
+    """openai-shaped ``chat.completion.chunk`` object."""
+
+    id: str
+    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
+    created: int
+    model: str
+    choices: list[ChunkChoice]
+    usage: CompletionUsage | None = None
+
+
+def _openai_usage(usage: Usage | None) -> CompletionUsage | None:
+    if usage is None:
+        return None
+    return CompletionUsage(
+        prompt_tokens=usage.input_tokens,
+        completion_tokens=usage.output_tokens,
+        total_tokens=usage.total_tokens,
+        prompt_tokens_details={"cached_tokens": usage.cached_input_tokens},
+    )
+
+
+def to_completion(response: ChatResponse) -> ChatCompletion:
+    """A :class:`ChatResponse` in openai's ``ChatCompletion`` shape."""
+    return ChatCompletion(
+        id=response.id or f"chatcmpl-llmguard-{time.time_ns()}",
+        created=int(time.time()),
+        model=response.model,
+        choices=[
+            Choice(
+                message=ChatCompletionMessage(
+                    content=response.text if response.text or not response.tool_calls else None,
+                    tool_calls=response.tool_calls,
+                ),
+                finish_reason=response.finish_reason,
+            )
+        ],
+        usage=_openai_usage(response.usage),
+        llmguard=response,
+    )
+
+
+def to_chunk(chunk: StreamChunk, created: int) -> ChatCompletionChunk:
+    """A :class:`StreamChunk` in openai's ``ChatCompletionChunk`` shape."""
+    is_usage_only = chunk.usage is not None and not (
+        chunk.text or chunk.finish_reason or chunk.tool_calls
+    )
+    choices = (
+        []
+        if is_usage_only
+        else [
+            ChunkChoice(
+                delta=ChoiceDelta(
+                    role="assistant", content=chunk.text, tool_calls=chunk.tool_calls
+                ),
+                finish_reason=chunk.finish_reason,
+            )
+        ]
+    )
+    return ChatCompletionChunk(
+        id=chunk.id or "chatcmpl-llmguard",
+        created=created,
+        model=chunk.model,
+        choices=choices,
+        usage=_openai_usage(chunk.usage),
+    )
+
+
+def _call_arguments(
+    messages: Sequence[Mapping[str, Any]],
+    model: str | None,
+    params: dict[str, Any],
+) -> dict[str, Any]:
+    """Split openai keyword arguments into Guard.chat arguments."""
+    n = params.pop("n", None)
+    if n not in (None, 1):
+        raise RequestValidationError("n must be 1: the Guard returns one choice per call")
+    params.pop("stream_options", None)  # the Guard always asks for usage
+    params.pop("extra_headers", None)
+    params.pop("extra_query", None)
+    timeout = params.pop("timeout", None)
+    if "max_completion_tokens" in params and "max_tokens" not in params:
+        params["max_tokens"] = params.pop("max_completion_tokens")
+    extra = dict(params.pop("extra_body", None) or {})
+    known = {k: v for k, v in params.items() if k in _REQUEST_FIELDS and v is not None}
+    extra.update({k: v for k, v in params.items() if k not in _REQUEST_FIELDS and v is not None})
+    user = extra.get("user")
+    arguments: dict[str, Any] = {
+        "messages": list(messages),
+        "model": model,
+        "timeout": timeout if isinstance(timeout, (int, float)) else None,
+        "user": user if isinstance(user, str) else None,
+        **known,
+    }
+    if extra:
+        arguments["extra_body"] = extra
+    return arguments
+
+
+class _Completions:
+    def __init__(self, guard: Guard) -> None:
+        self._guard = guard
+
+    def create(
+        self,
+        *,
+        messages: Sequence[Mapping[str, Any]],
+        model: str | None = None,
+        stream: bool = False,
+        **params: Any,
+    ) -> ChatCompletion | Iterator[ChatCompletionChunk]:
+        """Like ``openai.OpenAI().chat.completions.create``, through the Guard."""
+        arguments = _call_arguments(messages, model, params)
+        if stream:
+            return _chunks(self._guard.chat(stream=True, **arguments))
+        return to_completion(self._guard.chat(**arguments))
+
+
+class _AsyncCompletions:
+    def __init__(self, guard: Guard) -> None:
+        self._guard = guard
+
+    async def create(
+        self,
+        *,
+        messages: Sequence[Mapping[str, Any]],
+        model: str | None = None,
+        stream: bool = False,
+        **params: Any,
+    ) -> ChatCompletion | AsyncIterator[ChatCompletionChunk]:
+        """Like ``openai.AsyncOpenAI().chat.completions.create``, through the Guard."""
+        arguments = _call_arguments(messages, model, params)
+        if stream:
+            return _achunks(await self._guard.achat(stream=True, **arguments))
+        return to_completion(await self._guard.achat(**arguments))
+
+
+def _chunks(stream: ChatStream) -> Iterator[ChatCompletionChunk]:
+    created = int(time.time())
+    with stream:
+        for chunk in stream:
+            yield to_chunk(chunk, created)
+
+
+async def _achunks(stream: AsyncChatStream) -> AsyncIterator[ChatCompletionChunk]:
+    created = int(time.time())
+    async with stream:
+        async for chunk in stream:
+            yield to_chunk(chunk, created)
+
+
+class _Chat:
+    def __init__(self, completions: _Completions | _AsyncCompletions) -> None:
+        self.completions = completions
+
+
+class GuardedClient:
+    """Sync drop-in for ``openai.OpenAI``: ``client.chat.completions.create(...)``."""
+
+    def __init__(self, guard: Guard) -> None:
+        self.guard = guard
+        self.chat = _Chat(_Completions(guard))
+
+
+class AsyncGuardedClient:
+    """Async drop-in for ``openai.AsyncOpenAI``: ``await client.chat.completions.create(...)``."""
+
+    def __init__(self, guard: Guard) -> None:
+        self.guard = guard
+        self.chat = _Chat(_AsyncCompletions(guard))

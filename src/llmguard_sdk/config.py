@@ -1,0 +1,77 @@
+"""Guard settings, from code or from ``LLMGUARD_*`` environment variables.
+
+=========================== ===================================================== ===========
+variable                    meaning                                               default
+=========================== ===================================================== ===========
+``LLMGUARD_STORE``          ``memory`` or a Redis URL (``redis://host:6379/0``)    ``memory``
+``LLMGUARD_KEY_PREFIX``     prefix of every Redis key the SDK writes               ``llmguard``
+``LLMGUARD_TIMEOUT``        total seconds a call may take, retries included        ``60``
+``LLMGUARD_MAX_INPUT_TOKENS`` refuse requests with more input tokens than this     no limit
+``LLMGUARD_BASE_URL``       OpenAI-compatible API root for a default provider      none
+``LLMGUARD_API_KEY``        its API key                                            none
+``LLMGUARD_MODEL``          its model                                              none
+=========================== ===================================================== ===========
+
+Values given in code win over the environment.
+
+.. versionadded:: 0.1.0
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from .errors import ConfigurationError
+
+__all__ = ["ENV_PREFIX", "GuardSettings"]
+
+ENV_PREFIX = "LLMGUARD_"
+
+
+class GuardSettings(BaseModel):
+    """The settings a :class:`~llmguard_sdk.Guard` is built from (see the module table)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    store: str = "memory"
+    key_prefix: str = Field(default="llmguard", min_length=1, pattern=r"^[A-Za-z0-9_.:-]+$")
+    timeout: float = Field(default=60.0, gt=0)
+    max_input_tokens: int | None = Field(default=None, gt=0)
+    base_url: str | None = None
+    api_key: str | None = None
+    model: str | None = None
+
+    @classmethod
+    def from_env(
+        cls, environ: Mapping[str, str] | None = None, **overrides: object
+    ) -> GuardSettings:
+        """Settings from ``LLMGUARD_*`` variables, with ``overrides`` (not ``None``) on top.
+
+        Raises :class:`~llmguard_sdk.errors.ConfigurationError` naming the variable or
+        argument that holds a bad value.
+        """
+        env = os.environ if environ is None else environ
+        values: dict[str, object] = {}
+        sources: dict[str, str] = {}
+        for name in cls.model_fields:
+            raw = env.get(ENV_PREFIX + name.upper())
+            if raw is not None and raw.strip() != "":
+                values[name] = raw.strip()
+                sources[name] = f"environment variable {ENV_PREFIX}{name.upper()}"
+        for name, value in overrides.items():
+            if name not in cls.model_fields:
+                raise ConfigurationError(f"unknown setting {name!r}")
+            if value is not None:
+                values[name] = value
+                sources[name] = f"argument {name}="
+        try:
+            return cls.model_validate(values)
+        except ValidationError as exc:
+            problems = []
+            for err in exc.errors():
+                field = str(err["loc"][0]) if err["loc"] else "settings"
+                problems.append(f"{sources.get(field, field)}: {err['msg']}")
+            raise ConfigurationError("invalid settings: " + "; ".join(problems)) from None

@@ -1,0 +1,126 @@
+"""The object that flows through the pipeline: one :class:`CallContext` per guarded call.
+
+.. versionadded:: 0.1.0
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+from .models import ChatRequest, Usage
+
+__all__ = ["CallContext", "CallEvent", "Scope", "current_scope", "scoped"]
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Who a call is for: tenant, feature and end user (each optional).
+
+    Budgets, rate limits and caches are keyed by scope; tenant ids are hashed before they go
+    into any shared key.
+    """
+
+    tenant: str | None = None
+    feature: str | None = None
+    user: str | None = None
+
+    def merged(self, tenant: str | None, feature: str | None, user: str | None) -> Scope:
+        """This scope with the given non-``None`` values taking precedence."""
+        return Scope(
+            tenant=tenant if tenant is not None else self.tenant,
+            feature=feature if feature is not None else self.feature,
+            user=user if user is not None else self.user,
+        )
+
+
+_NO_SCOPE = Scope()
+_SCOPE: contextvars.ContextVar[Scope | None] = contextvars.ContextVar(
+    "llmguard_scope", default=None
+)
+
+
+def current_scope() -> Scope:
+    """The scope set by the innermost :func:`scoped` block (empty outside any)."""
+    return _SCOPE.get() or _NO_SCOPE
+
+
+@contextlib.contextmanager
+def scoped(
+    *, tenant: str | None = None, feature: str | None = None, user: str | None = None
+) -> Iterator[Scope]:
+    """Set the scope of every guarded call made inside the block (threads and tasks alike).
+
+    Handy where calls go through :meth:`Guard.client` or :meth:`Guard.protect`, whose
+    signatures have no room for a tenant::
+
+        with llmguard_sdk.scoped(tenant="acme", feature="support"):
+            client.chat.completions.create(...)
+
+    Explicit keywords on a call win over the block's values; nested blocks merge.
+    """
+    scope = current_scope().merged(tenant, feature, user)
+    token = _SCOPE.set(scope)
+    try:
+        yield scope
+    finally:
+        _SCOPE.reset(token)
+
+
+@dataclass
+class CallContext:
+    """Everything one guarded call carries through the pipeline's stages.
+
+    ``deadline`` is a :func:`time.monotonic` instant; ``route_errors`` collects the error of
+    each route that failed before one served the call.
+    """
+
+    request: ChatRequest
+    scope: Scope
+    deadline: float
+    started: float = field(default_factory=time.monotonic)
+    input_tokens: int = 0
+    input_tokens_estimated: bool = True
+    attempts: int = 0
+    route: str | None = None
+    first_token_at: float | None = None
+    route_errors: dict[str, BaseException] = field(default_factory=dict)
+
+    def remaining(self) -> float:
+        """Seconds left before the deadline (negative once it has passed)."""
+        return self.deadline - time.monotonic()
+
+    def elapsed(self) -> float:
+        """Seconds since the call started."""
+        return time.monotonic() - self.started
+
+
+@dataclass(frozen=True)
+class CallEvent:
+    """What happened in one guarded call; every hook of the Guard receives one.
+
+    ``kind`` is ``"chat"``, ``"stream"`` or ``"protect"``; ``outcome`` is ``"ok"``, ``"error"``
+    or ``"cancelled"`` (a stream closed before its end). ``route`` is the route that served the
+    call (``None`` when none did); ``route_errors`` names the error type of each route that
+    failed first.
+    """
+
+    kind: Literal["chat", "stream", "protect"]
+    outcome: Literal["ok", "error", "cancelled"]
+    scope: Scope
+    model: str | None
+    route: str | None
+    attempts: int
+    latency_s: float
+    first_token_s: float | None = None
+    usage: Usage | None = None
+    error: BaseException | None = None
+    route_errors: tuple[tuple[str, str], ...] = ()
+
+    def with_error(self, error: BaseException) -> CallEvent:
+        """A copy of this event that records ``error``."""
+        return replace(self, outcome="error", error=error)

@@ -1,0 +1,238 @@
+"""The exceptions llmguard-sdk raises, as one tree.
+
+Catch :class:`LLMGuardError` to catch everything the SDK raises itself::
+
+    LLMGuardError
+    ├── ConfigurationError          bad Guard / provider configuration (raised before any call)
+    ├── RequestValidationError      the request itself is invalid (raised before any network call)
+    │   ├── InputTooLargeError      more input tokens than the Guard's max_input_tokens
+    │   └── GuardrailRejectedError  an input or output filter refused the call
+    ├── ProviderError               a provider answered badly or not at all
+    │   ├── RateLimitedError            429 (carries retry_after from Retry-After / retry-after-ms)
+    │   ├── ProviderUnavailableError    5xx, 529, connection refused / reset
+    │   ├── ProviderTimeoutError        no answer within the call's deadline
+    │   ├── BadRequestError             400, 404, 409, 422: the provider refused the request
+    │   │   └── ContextLengthExceededError
+    │   ├── AuthenticationError         401, 403
+    │   ├── MalformedResponseError      bad JSON, wrong content type, missing fields
+    │   └── StreamInterruptedError      a stream broke after it started (never replayed)
+    ├── RefusedError                the SDK refused to send the call (carries retry_after)
+    │   ├── RateLimitExceededError      no rate-limit capacity within the allowed wait
+    │   └── BudgetExceededError         a spend budget is exhausted
+    └── AllRoutesFailedError        every route of the fallback chain failed (carries each error)
+
+Every :class:`ProviderError` knows the ``route`` that raised it, the HTTP ``status_code`` (if
+any), the response ``headers`` (Retry-After, ``x-ratelimit-*`` ...), and whether it is
+``retryable`` by the SDK's rules. Nothing here is ever raised for a caller's own bug: an
+exception raised inside a user callback propagates unchanged.
+
+.. versionadded:: 0.1.0
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+__all__ = [
+    "AllRoutesFailedError",
+    "AuthenticationError",
+    "BadRequestError",
+    "BudgetExceededError",
+    "ConfigurationError",
+    "ContextLengthExceededError",
+    "GuardrailRejectedError",
+    "InputTooLargeError",
+    "LLMGuardError",
+    "MalformedResponseError",
+    "ProviderError",
+    "ProviderTimeoutError",
+    "ProviderUnavailableError",
+    "RateLimitExceededError",
+    "RateLimitedError",
+    "RefusedError",
+    "RequestValidationError",
+    "StreamInterruptedError",
+]
+
+
+class LLMGuardError(Exception):
+    """Base class of every exception llmguard-sdk raises itself."""
+
+
+class ConfigurationError(LLMGuardError, ValueError):
+    """The Guard, a provider or an environment variable is configured wrongly."""
+
+
+class RequestValidationError(LLMGuardError, ValueError):
+    """The request is invalid; it was refused before any network call.
+
+    ``details`` holds the individual problems (pydantic's error dicts when a model failed).
+    """
+
+    def __init__(self, message: str, details: Sequence[Mapping[str, Any]] = ()) -> None:
+        super().__init__(message)
+        self.details: list[Mapping[str, Any]] = list(details)
+
+
+class InputTooLargeError(RequestValidationError):
+    """The request has more input tokens than the Guard allows per request."""
+
+    def __init__(self, tokens: int, limit: int, *, estimated: bool) -> None:
+        kind = "about " if estimated else ""
+        super().__init__(f"request has {kind}{tokens} input tokens, the limit is {limit}")
+        self.tokens = tokens
+        self.limit = limit
+        self.estimated = estimated
+
+
+class GuardrailRejectedError(RequestValidationError):
+    """An input or output filter refused the call.
+
+    Raise it from your own filter to refuse a call with a reason; ``stage`` is ``"input"`` or
+    ``"output"`` (the Guard fills it in when a filter left it empty).
+    """
+
+    def __init__(self, reason: str, *, stage: str = "") -> None:
+        super().__init__(f"guardrail rejected the call: {reason}")
+        self.reason = reason
+        self.stage = stage
+
+
+class ProviderError(LLMGuardError):
+    """A provider failed to give a usable answer.
+
+    Attributes:
+        route: name of the route (provider) that failed.
+        status_code: HTTP status, or ``None`` when there was no HTTP answer.
+        headers: the response headers, lower-case keys (empty when there was no answer).
+        retry_after: seconds the provider asked us to wait, when it said so.
+        retryable: whether the SDK's retry rules allow another attempt.
+    """
+
+    retryable: bool = False
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        route: str = "",
+        status_code: int | None = None,
+        headers: Mapping[str, str] | None = None,
+        retry_after: float | None = None,
+        body: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.route = route
+        self.status_code = status_code
+        self.headers: dict[str, str] = {k.lower(): v for k, v in (headers or {}).items()}
+        self.retry_after = retry_after
+        self.body = body
+
+    def __str__(self) -> str:
+        where = f" [route={self.route}]" if self.route else ""
+        status = f" (HTTP {self.status_code})" if self.status_code is not None else ""
+        return f"{self.args[0]}{status}{where}"
+
+
+class RateLimitedError(ProviderError):
+    """The provider answered 429 Too Many Requests."""
+
+    retryable = True
+
+
+class ProviderUnavailableError(ProviderError):
+    """The provider is down: 5xx, 529, 408, connection refused or reset."""
+
+    retryable = True
+
+
+class ProviderTimeoutError(ProviderError):
+    """The provider did not answer within the call's deadline."""
+
+    retryable = True
+
+
+class BadRequestError(ProviderError):
+    """The provider refused the request itself (400, 404, 409, 422); retrying will not help."""
+
+
+class ContextLengthExceededError(BadRequestError):
+    """The prompt is longer than the model's context window."""
+
+
+class AuthenticationError(ProviderError):
+    """The provider refused our credentials (401, 403)."""
+
+
+class MalformedResponseError(ProviderError):
+    """The provider's answer could not be understood (bad JSON, wrong type, missing fields)."""
+
+    retryable = True
+
+
+class StreamInterruptedError(ProviderError):
+    """A stream broke after content had been delivered to the caller.
+
+    It is never retried or replayed automatically: the caller has seen ``partial_text``
+    already, and a replay would show it twice.
+    """
+
+    def __init__(self, message: str, *, partial_text: str = "", **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        self.partial_text = partial_text
+
+
+class RefusedError(LLMGuardError):
+    """The SDK itself refused to send the call; ``retry_after`` says when to try again."""
+
+    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class RateLimitExceededError(RefusedError):
+    """No rate-limit capacity was available within the call's allowed wait."""
+
+    def __init__(self, message: str, *, key: str = "", retry_after: float | None = None) -> None:
+        super().__init__(message, retry_after=retry_after)
+        self.key = key
+
+
+class BudgetExceededError(RefusedError):
+    """A spend budget has no room for this call."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        scope: str,
+        limit_usd: float,
+        spent_usd: float,
+        resets_at: float | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message, retry_after=retry_after)
+        self.scope = scope
+        self.limit_usd = limit_usd
+        self.spent_usd = spent_usd
+        self.resets_at = resets_at
+
+
+class AllRoutesFailedError(LLMGuardError):
+    """Every route of the fallback chain failed; ``errors`` maps each route to its error."""
+
+    def __init__(self, errors: Mapping[str, BaseException]) -> None:
+        self.errors: dict[str, BaseException] = dict(errors)
+        summary = "; ".join(f"{route}: {type(e).__name__}: {e}" for route, e in errors.items())
+        super().__init__(f"all routes failed ({summary})")
+
+    @property
+    def retry_after(self) -> float | None:
+        """The smallest ``retry_after`` any route asked for, if any did."""
+        hints = [
+            e.retry_after
+            for e in self.errors.values()
+            if isinstance(e, (ProviderError, RefusedError)) and e.retry_after is not None
+        ]
+        return min(hints) if hints else None

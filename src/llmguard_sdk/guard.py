@@ -1,0 +1,393 @@
+"""The :class:`Guard`: one object that puts every LLM call of an application behind the pipeline.
+
+.. versionadded:: 0.1.0
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
+
+from . import pipeline
+from .config import GuardSettings
+from .context import CallContext
+from .errors import ConfigurationError, ProviderError, RequestValidationError
+from .models import ChatRequest, ChatResponse, Message
+from .pipeline import Hook, InputFilter, OutputFilter, Stages
+from .providers.base import Provider
+from .providers.openai_compat import OpenAICompatibleProvider
+from .store import Store, open_store
+from .streaming import AsyncChatStream, ChatStream
+
+if TYPE_CHECKING:
+    from .client import AsyncGuardedClient, GuardedClient
+
+__all__ = ["Guard"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+MessagesArg = Sequence[Message | Mapping[str, Any]]
+
+
+class Guard:
+    """Wraps LLM calls with the SDK's pipeline; build one per application and share it.
+
+    Args:
+        providers: the routes of the fallback chain, tried in order (one provider or a list).
+            Without one, ``LLMGUARD_BASE_URL`` / ``LLMGUARD_API_KEY`` / ``LLMGUARD_MODEL``
+            configure an :class:`~llmguard_sdk.OpenAICompatibleProvider`.
+        store: ``"memory"`` (default) or a Redis URL: where shared state lives.
+        timeout: total seconds a call may take, every route and retry included (default 60).
+        max_input_tokens: refuse requests with more input tokens than this.
+        input_filters: guardrails run on each validated request, in order.
+        output_filters: guardrails run on each response, in order.
+        hooks: callables that receive a :class:`~llmguard_sdk.CallEvent` after every call.
+        key_prefix: prefix of every Redis key (default ``llmguard``).
+        environ: the environment to read ``LLMGUARD_*`` from (default ``os.environ``).
+
+    Arguments given here win over the environment. A bad value raises
+    :class:`~llmguard_sdk.errors.ConfigurationError` at once, before any call.
+
+    Example::
+
+        guard = Guard(OpenAICompatibleProvider("https://api.openai.com/v1",
+                                               api_key=key, model="gpt-4o-mini"))
+        answer = guard.chat([{"role": "user", "content": "Hello"}], tenant="acme")
+        print(answer.text, answer.usage, answer.route)
+    """
+
+    def __init__(
+        self,
+        providers: Provider | Sequence[Provider] | None = None,
+        *,
+        store: str | Store | None = None,
+        timeout: float | None = None,
+        max_input_tokens: int | None = None,
+        input_filters: Sequence[InputFilter] = (),
+        output_filters: Sequence[OutputFilter] = (),
+        hooks: Sequence[Hook] = (),
+        key_prefix: str | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        self.settings = GuardSettings.from_env(
+            environ,
+            store=store if isinstance(store, str) else None,
+            timeout=timeout,
+            max_input_tokens=max_input_tokens,
+            key_prefix=key_prefix,
+        )
+        routes = _routes(providers, self.settings)
+        for fn, what in (
+            [(f, "input filter") for f in input_filters]
+            + [(f, "output filter") for f in output_filters]
+            + [(h, "hook") for h in hooks]
+        ):
+            if not callable(fn):
+                raise ConfigurationError(f"{what} {fn!r} is not callable")
+        self.store: Store = open_store(
+            store if isinstance(store, Store) else self.settings.store,
+            key_prefix=self.settings.key_prefix,
+        )
+        self._stages = Stages(
+            routes=routes,
+            timeout=self.settings.timeout,
+            max_input_tokens=self.settings.max_input_tokens,
+            input_filters=tuple(input_filters),
+            output_filters=tuple(output_filters),
+            hooks=tuple(hooks),
+        )
+
+    def __repr__(self) -> str:
+        names = ", ".join(route.name for route in self.routes)
+        return f"Guard(routes=[{names}], store={self.store!r})"
+
+    @property
+    def routes(self) -> tuple[Provider, ...]:
+        """The routes of the fallback chain, in the order they are tried."""
+        return self._stages.routes
+
+    # -- chat ---------------------------------------------------------------------------------
+
+    @overload
+    def chat(
+        self,
+        messages: MessagesArg | None = ...,
+        *,
+        stream: Literal[False] = ...,
+        request: ChatRequest | None = ...,
+        model: str | None = ...,
+        tenant: str | None = ...,
+        feature: str | None = ...,
+        user: str | None = ...,
+        timeout: float | None = ...,
+        **params: Any,
+    ) -> ChatResponse: ...
+
+    @overload
+    def chat(
+        self,
+        messages: MessagesArg | None = ...,
+        *,
+        stream: Literal[True],
+        request: ChatRequest | None = ...,
+        model: str | None = ...,
+        tenant: str | None = ...,
+        feature: str | None = ...,
+        user: str | None = ...,
+        timeout: float | None = ...,
+        **params: Any,
+    ) -> ChatStream: ...
+
+    def chat(
+        self,
+        messages: MessagesArg | None = None,
+        *,
+        stream: bool = False,
+        request: ChatRequest | None = None,
+        model: str | None = None,
+        tenant: str | None = None,
+        feature: str | None = None,
+        user: str | None = None,
+        timeout: float | None = None,
+        **params: Any,
+    ) -> ChatResponse | ChatStream:
+        """Send a chat completion through the pipeline.
+
+        Pass ``messages`` (dicts or :class:`~llmguard_sdk.Message`) with request parameters
+        as keywords (``max_tokens=``, ``temperature=``, ``tools=`` ...), or a ready
+        :class:`~llmguard_sdk.ChatRequest` as ``request=``. ``tenant``, ``feature`` and
+        ``user`` set the call's scope; ``timeout`` its total time in seconds.
+
+        With ``stream=True`` it returns a :class:`~llmguard_sdk.ChatStream` of chunks.
+        Raises :class:`~llmguard_sdk.errors.RequestValidationError` before any network call
+        when the request is invalid, and a
+        :class:`~llmguard_sdk.errors.ProviderError` (one route) or
+        :class:`~llmguard_sdk.errors.AllRoutesFailedError` when no route could answer.
+        """
+        ctx = pipeline.prepare(
+            self._stages,
+            _request_data(messages, request, model, params),
+            scope=pipeline.resolve_scope(tenant, feature, user),
+            timeout=timeout,
+        )
+        if stream:
+            return ChatStream(ctx, self._stages)
+        try:
+            for route in self._stages.routes:
+                ctx.attempts += 1
+                try:
+                    response = route.complete(
+                        ctx.request,
+                        model=pipeline.route_model(route, ctx.request),
+                        deadline=ctx.deadline,
+                    )
+                except ProviderError as exc:
+                    pipeline.fall_through(ctx, route, exc, delivered=False)
+                    continue
+                ctx.route = route.name
+                return self._finish(ctx, response)
+            raise pipeline.failure(ctx, self._stages)
+        except Exception as exc:
+            pipeline.emit(self._stages.hooks, pipeline.event(ctx, "chat", error=exc))
+            raise
+
+    @overload
+    async def achat(
+        self,
+        messages: MessagesArg | None = ...,
+        *,
+        stream: Literal[False] = ...,
+        request: ChatRequest | None = ...,
+        model: str | None = ...,
+        tenant: str | None = ...,
+        feature: str | None = ...,
+        user: str | None = ...,
+        timeout: float | None = ...,
+        **params: Any,
+    ) -> ChatResponse: ...
+
+    @overload
+    async def achat(
+        self,
+        messages: MessagesArg | None = ...,
+        *,
+        stream: Literal[True],
+        request: ChatRequest | None = ...,
+        model: str | None = ...,
+        tenant: str | None = ...,
+        feature: str | None = ...,
+        user: str | None = ...,
+        timeout: float | None = ...,
+        **params: Any,
+    ) -> AsyncChatStream: ...
+
+    async def achat(
+        self,
+        messages: MessagesArg | None = None,
+        *,
+        stream: bool = False,
+        request: ChatRequest | None = None,
+        model: str | None = None,
+        tenant: str | None = None,
+        feature: str | None = None,
+        user: str | None = None,
+        timeout: float | None = None,
+        **params: Any,
+    ) -> ChatResponse | AsyncChatStream:
+        """Async twin of :meth:`chat`; ``stream=True`` gives an :class:`AsyncChatStream`."""
+        ctx = pipeline.prepare(
+            self._stages,
+            _request_data(messages, request, model, params),
+            scope=pipeline.resolve_scope(tenant, feature, user),
+            timeout=timeout,
+        )
+        if stream:
+            return AsyncChatStream(ctx, self._stages)
+        try:
+            for route in self._stages.routes:
+                ctx.attempts += 1
+                try:
+                    response = await route.acomplete(
+                        ctx.request,
+                        model=pipeline.route_model(route, ctx.request),
+                        deadline=ctx.deadline,
+                    )
+                except ProviderError as exc:
+                    pipeline.fall_through(ctx, route, exc, delivered=False)
+                    continue
+                ctx.route = route.name
+                return self._finish(ctx, response)
+            raise pipeline.failure(ctx, self._stages)
+        except Exception as exc:
+            pipeline.emit(self._stages.hooks, pipeline.event(ctx, "chat", error=exc))
+            raise
+
+    def _finish(self, ctx: CallContext, response: ChatResponse) -> ChatResponse:
+        response = pipeline.finish(ctx, self._stages, response)
+        pipeline.emit(self._stages.hooks, pipeline.event(ctx, "chat", response=response))
+        return response
+
+    # -- adoption helpers -------------------------------------------------------------------
+
+    def protect(
+        self,
+        func: F | None = None,
+        *,
+        route: str = "protected",
+        tenant: str | None = None,
+        feature: str | None = None,
+        user: str | None = None,
+        timeout: float | None = None,
+    ) -> Any:
+        """Decorate an existing function that calls an LLM, sync or async.
+
+        Use as ``@guard.protect`` or ``@guard.protect(feature="search")``. The function runs
+        unchanged and returns what it returned; the Guard reads the usage from the result
+        (openai objects and plain dicts), reports a :class:`~llmguard_sdk.CallEvent` to its
+        hooks, and bounds async functions by ``timeout`` (raising
+        :class:`~llmguard_sdk.errors.ProviderTimeoutError`). Exceptions the function raises
+        propagate unchanged; the event records how the SDK classified them.
+        """
+        from .protect import protect_function
+
+        def decorate(fn: F) -> F:
+            return protect_function(
+                fn,
+                hooks=self._stages.hooks,
+                route=route,
+                scope_keywords=(tenant, feature, user),
+                timeout=self._stages.timeout if timeout is None else timeout,
+            )
+
+        return decorate(func) if func is not None else decorate
+
+    def client(self) -> GuardedClient:
+        """An openai-python look-alike: ``client.chat.completions.create(...)`` via this Guard."""
+        from .client import GuardedClient
+
+        return GuardedClient(self)
+
+    def aclient(self) -> AsyncGuardedClient:
+        """The async twin of :meth:`client` (like ``openai.AsyncOpenAI``)."""
+        from .client import AsyncGuardedClient
+
+        return AsyncGuardedClient(self)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close every route's connections and the store's."""
+        for route in self.routes:
+            route.close()
+        self.store.close()
+
+    async def aclose(self) -> None:
+        """Close every route's async and sync connections and the store's."""
+        for route in self.routes:
+            await route.aclose()
+        await self.store.aclose()
+
+    def __enter__(self) -> Guard:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Guard:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
+def _routes(
+    providers: Provider | Sequence[Provider] | None, settings: GuardSettings
+) -> tuple[Provider, ...]:
+    if providers is None:
+        if settings.base_url is None:
+            return ()
+        return (
+            OpenAICompatibleProvider(
+                settings.base_url, api_key=settings.api_key, model=settings.model
+            ),
+        )
+    routes = (providers,) if isinstance(providers, Provider) else tuple(providers)
+    for route in routes:
+        if not isinstance(route, Provider):
+            raise ConfigurationError(f"{route!r} is not a Provider")
+    names = [route.name for route in routes]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise ConfigurationError(f"route names must be unique; repeated: {duplicates}")
+    return routes
+
+
+def _request_data(
+    messages: MessagesArg | None,
+    request: ChatRequest | None,
+    model: str | None,
+    params: dict[str, Any],
+) -> ChatRequest | dict[str, Any]:
+    if request is not None:
+        if messages is not None or params:
+            raise RequestValidationError(
+                "pass either request= or messages and parameters, not both"
+            )
+        return request if model is None else request.model_copy(update={"model": model})
+    data: dict[str, Any] = dict(params)
+    data["messages"] = [
+        m.model_dump(exclude_none=True) if isinstance(m, Message) else m for m in messages or ()
+    ]
+    if model is not None:
+        data["model"] = model
+    return data

@@ -1,0 +1,196 @@
+"""Pydantic models of what flows through a Guard: requests, responses, stream chunks, usage.
+
+The shapes follow the OpenAI chat-completions API, which most providers and local servers speak,
+with the provider-neutral names the rest of the SDK uses (``input_tokens`` rather than
+``prompt_tokens``).
+
+.. versionadded:: 0.1.0
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from .errors import RequestValidationError
+
+__all__ = [
+    "ChatRequest",
+    "ChatResponse",
+    "Message",
+    "Role",
+    "StreamChunk",
+    "Timings",
+    "Usage",
+    "validate_request",
+]
+
+Role = Literal["system", "developer", "user", "assistant", "tool"]
+"""The roles a chat message can have."""
+
+
+class Message(BaseModel):
+    """One chat message.
+
+    ``content`` is a string, or a list of content parts (``{"type": "text", "text": ...}``,
+    images and so on) passed through unchanged. An assistant message may carry ``tool_calls``
+    instead of content; a tool message must name the ``tool_call_id`` it answers.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    role: Role
+    content: str | list[dict[str, Any]] | None = None
+    name: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
+
+    @model_validator(mode="after")
+    def _check_shape(self) -> Message:
+        if self.role == "tool" and not self.tool_call_id:
+            raise ValueError("a tool message needs tool_call_id")
+        if self.content is None and not (self.role == "assistant" and self.tool_calls):
+            raise ValueError(f"a {self.role} message needs content")
+        return self
+
+    @property
+    def text(self) -> str:
+        """The message's text: the content string, or its text parts joined."""
+        if isinstance(self.content, str):
+            return self.content
+        if not self.content:
+            return ""
+        return "".join(str(p.get("text", "")) for p in self.content if p.get("type") == "text")
+
+
+class ChatRequest(BaseModel):
+    """A chat-completion request, provider-neutral.
+
+    ``model`` may be left out when the route that serves the call names its own model.
+    ``extra_body`` carries provider-specific parameters through unchanged.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    messages: list[Message] = Field(min_length=1)
+    model: str | None = Field(default=None, min_length=1)
+    max_tokens: int | None = Field(default=None, gt=0)
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    response_format: dict[str, Any] | None = None
+    metadata: dict[str, str] | None = None
+    extra_body: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _check_stop(self) -> ChatRequest:
+        if isinstance(self.stop, list) and len(self.stop) > 4:
+            raise ValueError("stop takes at most 4 sequences")
+        return self
+
+    def last_user_text(self) -> str:
+        """Text of the last user message ('' when there is none)."""
+        for message in reversed(self.messages):
+            if message.role == "user":
+                return message.text
+        return ""
+
+
+def validate_request(data: ChatRequest | dict[str, Any]) -> ChatRequest:
+    """Build a :class:`ChatRequest`, turning pydantic's errors into :class:`RequestValidationError`.
+
+    The error message lists every problem with its location, e.g.
+    ``messages.0.role: Input should be 'system', 'developer', 'user', 'assistant' or 'tool'``.
+    """
+    if isinstance(data, ChatRequest):
+        return data
+    try:
+        return ChatRequest.model_validate(data)
+    except ValidationError as exc:
+        problems = [
+            f"{'.'.join(str(p) for p in err['loc']) or 'request'}: {err['msg']}"
+            for err in exc.errors()
+        ]
+        details = [dict(err) for err in exc.errors(include_url=False, include_context=False)]
+        raise RequestValidationError(
+            "invalid chat request: " + "; ".join(problems), details
+        ) from None
+
+
+class Usage(BaseModel):
+    """Token usage of one call.
+
+    ``estimated`` is true when the SDK counted the tokens itself because the provider did not
+    report them.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    input_tokens: int = Field(default=0, ge=0)
+    output_tokens: int = Field(default=0, ge=0)
+    cached_input_tokens: int = Field(default=0, ge=0)
+    estimated: bool = False
+
+    @property
+    def total_tokens(self) -> int:
+        """Input plus output tokens."""
+        return self.input_tokens + self.output_tokens
+
+
+class Timings(BaseModel):
+    """How long a call took, in seconds, measured from the caller's call.
+
+    ``first_token_s`` is the time to the first non-empty content delta (streams only).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    total_s: float = 0.0
+    first_token_s: float | None = None
+
+
+class ChatResponse(BaseModel):
+    """The answer of a guarded call.
+
+    ``route`` names the route (provider) that served it; ``attempts`` counts the provider calls
+    made for it. ``cost_source`` says whether ``cost_usd`` was ``"reported"`` by the provider or
+    ``"estimated"`` from a price table; both are ``None`` when the cost is unknown.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    text: str
+    finish_reason: str | None = None
+    usage: Usage | None = None
+    model: str = ""
+    route: str = ""
+    id: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    cost_usd: float | None = None
+    cost_source: Literal["reported", "estimated"] | None = None
+    timings: Timings = Field(default_factory=Timings)
+    attempts: int = 1
+    headers: dict[str, str] = Field(default_factory=dict)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class StreamChunk(BaseModel):
+    """One piece of a streamed answer.
+
+    ``text`` is the content delta ('' for role-only, finish and usage chunks). The last chunk of
+    a stream that asked for usage carries ``usage``.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    text: str = ""
+    finish_reason: str | None = None
+    usage: Usage | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    model: str = ""
+    route: str = ""
+    id: str | None = None

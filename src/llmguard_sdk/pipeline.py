@@ -1,0 +1,215 @@
+"""The pipeline's stages as small functions over a :class:`~llmguard_sdk.context.CallContext`.
+
+The sync and async entry points of :class:`~llmguard_sdk.Guard` run the same stages in the
+same order; only the provider I/O differs between them. Stages, outermost first::
+
+    validate + input guardrails + size check   (prepare)
+      -> for each route of the chain: provider call     (route_model, fall_through)
+    -> usage accounting + output guardrails + hooks     (finish / failure)
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from .context import CallContext, CallEvent, Scope, current_scope
+from .errors import (
+    AllRoutesFailedError,
+    AuthenticationError,
+    ConfigurationError,
+    ContextLengthExceededError,
+    GuardrailRejectedError,
+    InputTooLargeError,
+    ProviderError,
+    RequestValidationError,
+    StreamInterruptedError,
+)
+from .models import ChatRequest, ChatResponse, Timings, Usage, validate_request
+from .providers.base import Provider
+from .tokens import count_request_tokens, count_text_tokens
+
+__all__ = ["Hook", "InputFilter", "OutputFilter"]
+
+logger = logging.getLogger("llmguard_sdk")
+
+InputFilter = Callable[[ChatRequest], "ChatRequest | None"]
+"""Sees the validated request; returns a replacement request, or ``None`` to keep it.
+
+Raise :class:`~llmguard_sdk.errors.GuardrailRejectedError` to refuse the call."""
+
+OutputFilter = Callable[[ChatResponse], "ChatResponse | None"]
+"""Sees the response; returns a replacement, or ``None`` to keep it; may raise
+:class:`~llmguard_sdk.errors.GuardrailRejectedError`. For streams it sees the assembled
+response after the last chunk (the caller has already read the text by then)."""
+
+Hook = Callable[[CallEvent], None]
+"""Receives a frozen :class:`~llmguard_sdk.context.CallEvent` after every guarded call."""
+
+
+@dataclass(frozen=True)
+class Stages:
+    """The configured stages of one Guard (everything prepare and finish need)."""
+
+    routes: tuple[Provider, ...]
+    timeout: float
+    max_input_tokens: int | None
+    input_filters: tuple[InputFilter, ...]
+    output_filters: tuple[OutputFilter, ...]
+    hooks: tuple[Hook, ...]
+
+
+def prepare(
+    stages: Stages,
+    request: ChatRequest | Mapping[str, Any],
+    *,
+    scope: Scope,
+    timeout: float | None,
+) -> CallContext:
+    """Validate the request, run input guardrails and the size check; start the clock."""
+    started = time.monotonic()
+    if not stages.routes:
+        raise ConfigurationError(
+            "this Guard has no provider: pass providers=[...] or set LLMGUARD_BASE_URL"
+        )
+    budget = stages.timeout if timeout is None else timeout
+    if not (isinstance(budget, (int, float)) and budget > 0):
+        raise RequestValidationError(
+            f"timeout must be a positive number of seconds, got {budget!r}"
+        )
+    checked = validate_request(request if isinstance(request, ChatRequest) else dict(request))
+    for input_filter in stages.input_filters:
+        checked = _apply_filter(input_filter, checked, ChatRequest, "input")
+    if checked.model is None and any(route.model is None for route in stages.routes):
+        raise RequestValidationError("no model: pass model=... or give every provider a model")
+    count = count_request_tokens(checked, model=checked.model or stages.routes[0].model)
+    if stages.max_input_tokens is not None and count.tokens > stages.max_input_tokens:
+        raise InputTooLargeError(count.tokens, stages.max_input_tokens, estimated=count.estimated)
+    return CallContext(
+        request=checked,
+        scope=scope,
+        deadline=started + budget,
+        started=started,
+        input_tokens=count.tokens,
+        input_tokens_estimated=count.estimated,
+    )
+
+
+def resolve_scope(tenant: str | None, feature: str | None, user: str | None) -> Scope:
+    """The call's scope: explicit keywords over the enclosing :func:`scoped` block."""
+    return current_scope().merged(tenant, feature, user)
+
+
+def route_model(route: Provider, request: ChatRequest) -> str:
+    """The model a route serves this request with: the route's own, else the request's."""
+    model = route.model or request.model
+    assert model is not None  # prepare() checked it
+    return model
+
+
+def fall_through(
+    ctx: CallContext, route: Provider, error: ProviderError, *, delivered: bool
+) -> None:
+    """Record a route's failure, or re-raise it when the next route must not be tried.
+
+    The chain moves on after errors that belong to the route (unavailable, timeouts, 429,
+    malformed answers, bad credentials, a context window too small). It stops on a request
+    the provider refused as wrong, and on a stream that already delivered text.
+    """
+    ctx.route_errors[route.name] = error
+    if delivered or isinstance(error, StreamInterruptedError):
+        raise error
+    route_specific = error.retryable or isinstance(
+        error, (AuthenticationError, ContextLengthExceededError)
+    )
+    if not route_specific:
+        raise error
+
+
+def failure(ctx: CallContext, stages: Stages) -> Exception:
+    """The error to raise when no route served the call."""
+    if len(stages.routes) == 1 and len(ctx.route_errors) == 1:
+        (only,) = ctx.route_errors.values()
+        if isinstance(only, Exception):
+            return only
+    return AllRoutesFailedError(ctx.route_errors)
+
+
+def finish(ctx: CallContext, stages: Stages, response: ChatResponse) -> ChatResponse:
+    """Stamp route, attempts, timings and (estimated when missing) usage; run output filters."""
+    usage = response.usage
+    if usage is None:
+        usage = Usage(
+            input_tokens=ctx.input_tokens,
+            output_tokens=count_text_tokens(response.text, response.model or None).tokens,
+            estimated=True,
+        )
+    first_token = None if ctx.first_token_at is None else ctx.first_token_at - ctx.started
+    response = response.model_copy(
+        update={
+            "route": ctx.route or response.route,
+            "attempts": ctx.attempts,
+            "usage": usage,
+            "timings": Timings(total_s=ctx.elapsed(), first_token_s=first_token),
+        }
+    )
+    for output_filter in stages.output_filters:
+        response = _apply_filter(output_filter, response, ChatResponse, "output")
+    return response
+
+
+def event(
+    ctx: CallContext,
+    kind: Literal["chat", "stream", "protect"],
+    *,
+    response: ChatResponse | None = None,
+    error: BaseException | None = None,
+    cancelled: bool = False,
+) -> CallEvent:
+    """The :class:`CallEvent` describing a finished call."""
+    outcome: Literal["ok", "error", "cancelled"] = (
+        "error" if error is not None else "cancelled" if cancelled else "ok"
+    )
+    first_token = None if ctx.first_token_at is None else ctx.first_token_at - ctx.started
+    return CallEvent(
+        kind=kind,
+        outcome=outcome,
+        scope=ctx.scope,
+        model=(response.model if response else None) or ctx.request.model,
+        route=ctx.route if error is None else None,
+        attempts=ctx.attempts,
+        latency_s=ctx.elapsed(),
+        first_token_s=first_token,
+        usage=response.usage if response else None,
+        error=error,
+        route_errors=tuple((name, type(e).__name__) for name, e in ctx.route_errors.items()),
+    )
+
+
+def emit(hooks: Sequence[Hook], call_event: CallEvent) -> None:
+    """Give ``call_event`` to every hook; a failing hook is logged, never breaks the call."""
+    for hook in hooks:
+        try:
+            hook(call_event)
+        except Exception:
+            logger.exception("llmguard hook %r failed", hook)
+
+
+def _apply_filter(fn: Callable[[Any], Any], value: Any, kind: type[Any], stage: str) -> Any:
+    try:
+        result = fn(value)
+    except GuardrailRejectedError as exc:
+        if not exc.stage:
+            exc.stage = stage
+        raise
+    if result is None:
+        return value
+    if not isinstance(result, kind):
+        raise ConfigurationError(
+            f"{stage} filter {fn!r} returned {type(result).__name__}, "
+            f"expected {kind.__name__} or None"
+        )
+    return result

@@ -1,0 +1,222 @@
+"""Guarded streams: iterate chunks as they arrive, get the assembled response at the end.
+
+A stream walks the fallback chain like a plain call, but only until the first content reaches
+the caller: after that, a broken stream raises
+:class:`~llmguard_sdk.errors.StreamInterruptedError` and is never replayed (the caller would see
+the text twice).
+
+.. versionadded:: 0.1.0
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterator
+from types import TracebackType
+from typing import Any
+
+from . import pipeline
+from .context import CallContext
+from .errors import ProviderError
+from .models import ChatResponse, StreamChunk, Usage
+from .pipeline import Stages
+
+__all__ = ["AsyncChatStream", "ChatStream"]
+
+
+class _Assembler:
+    """Collects one route's chunks into the response they add up to."""
+
+    def __init__(self, ctx: CallContext) -> None:
+        self._ctx = ctx
+        self._text: list[str] = []
+        self._tool_calls: list[dict[str, Any]] = []
+        self.finish_reason: str | None = None
+        self.usage: Usage | None = None
+        self.model = ""
+        self.id: str | None = None
+
+    @property
+    def delivered(self) -> bool:
+        """Whether any content (text or tool call) has gone to the caller."""
+        return bool(self._text or self._tool_calls)
+
+    def add(self, chunk: StreamChunk) -> None:
+        if chunk.text:
+            if self._ctx.first_token_at is None:
+                self._ctx.first_token_at = time.monotonic()
+            self._text.append(chunk.text)
+        if chunk.tool_calls:
+            self._tool_calls.extend(chunk.tool_calls)
+        self.finish_reason = chunk.finish_reason or self.finish_reason
+        self.usage = chunk.usage or self.usage
+        self.model = chunk.model or self.model
+        self.id = chunk.id or self.id
+
+    def response(self, route: str) -> ChatResponse:
+        return ChatResponse(
+            text="".join(self._text),
+            finish_reason=self.finish_reason,
+            usage=self.usage,
+            model=self.model,
+            route=route,
+            id=self.id,
+            tool_calls=self._tool_calls or None,
+        )
+
+
+class _StreamBase:
+    """What both stream twins share: the final response and the one event they emit."""
+
+    def __init__(self, ctx: CallContext, stages: Stages) -> None:
+        self._ctx = ctx
+        self._stages = stages
+        self._response: ChatResponse | None = None
+        self._ended = False
+
+    @property
+    def response(self) -> ChatResponse:
+        """The assembled response, once the stream has been read to its end."""
+        if self._response is None:
+            raise RuntimeError("the stream has not been read to its end yet")
+        return self._response
+
+    def _end(self, *, error: BaseException | None = None, cancelled: bool = False) -> None:
+        if self._ended:
+            return
+        self._ended = True
+        pipeline.emit(
+            self._stages.hooks,
+            pipeline.event(
+                self._ctx, "stream", response=self._response, error=error, cancelled=cancelled
+            ),
+        )
+
+    def _start_route(self, route_name: str) -> _Assembler:
+        self._ctx.attempts += 1
+        self._ctx.route = route_name
+        return _Assembler(self._ctx)
+
+    def _finish_route(self, assembler: _Assembler, route_name: str) -> None:
+        self._response = pipeline.finish(self._ctx, self._stages, assembler.response(route_name))
+
+
+class ChatStream(_StreamBase):
+    """An iterator of :class:`~llmguard_sdk.models.StreamChunk` from :meth:`Guard.chat`.
+
+    Use it in a ``with`` block (or call :meth:`close`) so that a stream you stop reading
+    early releases its connection. :attr:`response` holds the assembled answer, with usage and
+    timings, after the last chunk.
+    """
+
+    def __init__(self, ctx: CallContext, stages: Stages) -> None:
+        super().__init__(ctx, stages)
+        self._chunks = self._run()
+
+    def _run(self) -> Generator[StreamChunk, None, None]:
+        for route in self._stages.routes:
+            assembler = self._start_route(route.name)
+            model = pipeline.route_model(route, self._ctx.request)
+            chunks = route.stream(self._ctx.request, model=model, deadline=self._ctx.deadline)
+            try:
+                for chunk in chunks:
+                    assembler.add(chunk)
+                    yield chunk
+            except ProviderError as exc:
+                self._ctx.route = None
+                pipeline.fall_through(self._ctx, route, exc, delivered=assembler.delivered)
+                continue
+            finally:
+                chunks.close()
+            self._finish_route(assembler, route.name)
+            return
+        raise pipeline.failure(self._ctx, self._stages)
+
+    def __iter__(self) -> Iterator[StreamChunk]:
+        return self
+
+    def __next__(self) -> StreamChunk:
+        try:
+            return next(self._chunks)
+        except StopIteration:
+            self._end()
+            raise
+        except BaseException as exc:
+            self._end(error=exc)
+            raise
+
+    def close(self) -> None:
+        """Stop the stream and release its connection."""
+        self._chunks.close()
+        self._end(cancelled=self._response is None)
+
+    def __enter__(self) -> ChatStream:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class AsyncChatStream(_StreamBase):
+    """The async twin of :class:`ChatStream`, from :meth:`Guard.achat`.
+
+    Iterate it with ``async for``; use ``async with`` (or ``await stream.aclose()``) to
+    release the connection of a stream you stop reading early.
+    """
+
+    def __init__(self, ctx: CallContext, stages: Stages) -> None:
+        super().__init__(ctx, stages)
+        self._chunks = self._run()
+
+    async def _run(self) -> AsyncGenerator[StreamChunk, None]:
+        for route in self._stages.routes:
+            assembler = self._start_route(route.name)
+            model = pipeline.route_model(route, self._ctx.request)
+            chunks = route.astream(self._ctx.request, model=model, deadline=self._ctx.deadline)
+            try:
+                async for chunk in chunks:
+                    assembler.add(chunk)
+                    yield chunk
+            except ProviderError as exc:
+                self._ctx.route = None
+                pipeline.fall_through(self._ctx, route, exc, delivered=assembler.delivered)
+                continue
+            finally:
+                await chunks.aclose()
+            self._finish_route(assembler, route.name)
+            return
+        raise pipeline.failure(self._ctx, self._stages)
+
+    def __aiter__(self) -> AsyncIterator[StreamChunk]:
+        return self
+
+    async def __anext__(self) -> StreamChunk:
+        try:
+            return await self._chunks.__anext__()
+        except StopAsyncIteration:
+            self._end()
+            raise
+        except BaseException as exc:
+            self._end(error=exc)
+            raise
+
+    async def aclose(self) -> None:
+        """Stop the stream and release its connection."""
+        await self._chunks.aclose()
+        self._end(cancelled=self._response is None)
+
+    async def __aenter__(self) -> AsyncChatStream:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()

@@ -1,0 +1,85 @@
+"""Shared fixtures: FakeProvider servers, Guards around them, and a real Redis."""
+
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from llmguard_sdk import Guard, OpenAICompatibleProvider
+from llmguard_sdk.testing import FakeProvider
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+import with_redis  # noqa: E402
+
+USER = [{"role": "user", "content": "hello there"}]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeProvider]:
+    with FakeProvider(model="fake-model", name="primary") as server:
+        yield server
+
+
+@pytest.fixture
+def fake2() -> Iterator[FakeProvider]:
+    with FakeProvider(model="backup-model", name="backup") as server:
+        yield server
+
+
+@pytest.fixture
+def make_guard() -> Iterator[Callable[..., Guard]]:
+    """Build Guards over FakeProviders; every one is closed after the test."""
+    guards: list[Guard] = []
+
+    def build(*servers: FakeProvider, **options: Any) -> Guard:
+        providers = [
+            OpenAICompatibleProvider(s.base_url, model=s.model, name=s.name) for s in servers
+        ]
+        options.setdefault("environ", {})
+        guard = Guard(providers, **options)
+        guards.append(guard)
+        return guard
+
+    yield build
+    for guard in guards:
+        guard.close()
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    """A real Redis: REDIS_URL, else 127.0.0.1:6379, else a throwaway redis-server."""
+    url = os.environ.get("REDIS_URL") or with_redis.DEFAULT_URL
+    if with_redis.answers(url):
+        yield url
+        return
+    process, url, workdir = with_redis.start_throwaway()
+    try:
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+@pytest.fixture
+def redis_prefix(redis_url: str) -> Iterator[str]:
+    """A key prefix of this test's own; its keys are deleted afterwards."""
+    import redis
+
+    prefix = f"llmguard-test-{uuid.uuid4().hex[:12]}"
+    yield prefix
+    client = redis.Redis.from_url(redis_url)
+    keys = list(client.scan_iter(match=f"{prefix}:*", count=500))
+    if keys:
+        client.delete(*keys)
+    client.close()

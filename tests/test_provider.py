@@ -1,0 +1,248 @@
+"""Every FakeProvider fault becomes its typed error, through httpx, sync and async."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import pytest
+
+from llmguard_sdk import (
+    AuthenticationError,
+    BadRequestError,
+    ChatRequest,
+    ChatResponse,
+    ConfigurationError,
+    ContextLengthExceededError,
+    MalformedResponseError,
+    OpenAICompatibleProvider,
+    ProviderError,
+    ProviderTimeoutError,
+    ProviderUnavailableError,
+    RateLimitedError,
+    StreamChunk,
+    StreamInterruptedError,
+)
+from llmguard_sdk.testing import FakeProvider, Fault
+
+REQUEST = ChatRequest.model_validate(
+    {"messages": [{"role": "user", "content": "tell me four words"}], "max_tokens": 50}
+)
+MODES = ["sync", "async"]
+
+
+def complete(provider: OpenAICompatibleProvider, mode: str, timeout: float = 5.0) -> ChatResponse:
+    deadline = time.monotonic() + timeout
+    if mode == "sync":
+        return provider.complete(REQUEST, model="m", deadline=deadline)
+
+    async def run() -> ChatResponse:
+        try:
+            return await provider.acomplete(REQUEST, model="m", deadline=deadline)
+        finally:
+            await provider.aclose()
+
+    return anyio.run(run)
+
+
+def stream(provider: OpenAICompatibleProvider, mode: str, timeout: float = 5.0) -> list[StreamChunk]:
+    deadline = time.monotonic() + timeout
+    if mode == "sync":
+        return list(provider.stream(REQUEST, model="m", deadline=deadline))
+
+    async def run() -> list[StreamChunk]:
+        try:
+            return [c async for c in provider.astream(REQUEST, model="m", deadline=deadline)]
+        finally:
+            await provider.aclose()
+
+    return anyio.run(run)
+
+
+@pytest.fixture
+def provider(fake: FakeProvider) -> OpenAICompatibleProvider:
+    return OpenAICompatibleProvider(fake.base_url, api_key="sk-test", name="primary")
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_plain_answer_with_usage_and_headers(
+    fake: FakeProvider, provider: OpenAICompatibleProvider, mode: str
+) -> None:
+    response = complete(provider, mode)
+    assert response.text == "Echo: tell me four words"
+    assert response.finish_reason == "stop"
+    assert response.usage is not None
+    assert (response.usage.input_tokens, response.usage.output_tokens) == (8, 5)
+    assert not response.usage.estimated
+    assert response.route == "primary"
+    assert response.headers["x-request-id"].startswith("req-")
+    sent = fake.requests[-1]
+    assert sent.headers["authorization"] == "Bearer sk-test"
+    assert sent.body is not None
+    assert sent.body["model"] == "m"
+    assert sent.body["max_tokens"] == 50
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_stream_asks_for_usage_and_gets_it_in_the_final_chunk(
+    fake: FakeProvider, provider: OpenAICompatibleProvider, mode: str
+) -> None:
+    chunks = stream(provider, mode)
+    assert "".join(c.text for c in chunks) == "Echo: tell me four words"
+    assert chunks[-1].usage is not None
+    assert chunks[-1].usage.output_tokens == 5
+    assert all(c.usage is None for c in chunks[:-1])
+    assert any(c.finish_reason == "stop" for c in chunks)
+    body = fake.requests[-1].body
+    assert body is not None
+    assert body["stream_options"] == {"include_usage": True}
+
+
+STATUS_CASES: list[tuple[Fault, type[ProviderError]]] = [
+    (Fault(status=429, retry_after=2), RateLimitedError),
+    (Fault(status=500), ProviderUnavailableError),
+    (Fault(status=502), ProviderUnavailableError),
+    (Fault(status=503), ProviderUnavailableError),
+    (Fault(status=504), ProviderUnavailableError),
+    (Fault(status=529), ProviderUnavailableError),
+    (Fault(status=408), ProviderTimeoutError),
+    (Fault(status=400), BadRequestError),
+    (Fault(status=400, error_code="context_length_exceeded"), ContextLengthExceededError),
+    (Fault(status=401), AuthenticationError),
+    (Fault(status=403), AuthenticationError),
+    (Fault(status=404), BadRequestError),
+    (Fault(status=422), BadRequestError),
+]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("streaming", [False, True])
+@pytest.mark.parametrize(("fault", "error"), STATUS_CASES)
+def test_http_errors_map_to_typed_errors(
+    fake: FakeProvider,
+    provider: OpenAICompatibleProvider,
+    mode: str,
+    streaming: bool,
+    fault: Fault,
+    error: type[ProviderError],
+) -> None:
+    fake.script(fault)
+    call: Callable[..., Any] = stream if streaming else complete
+    with pytest.raises(error) as info:
+        call(provider, mode)
+    assert type(info.value) is error
+    assert info.value.status_code == fault.status
+    assert info.value.route == "primary"
+    assert info.value.headers["x-request-id"].startswith("req-")
+    if fault.retry_after is not None:
+        assert info.value.retry_after == 2.0
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_retry_after_ms_is_read(
+    fake: FakeProvider, provider: OpenAICompatibleProvider, mode: str
+) -> None:
+    fake.script(Fault(status=429, retry_after_ms=1500))
+    with pytest.raises(RateLimitedError) as info:
+        complete(provider, mode)
+    assert info.value.retry_after == 1.5
+    assert info.value.retryable
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("streaming", [False, True])
+@pytest.mark.parametrize(
+    ("fault", "error"),
+    [
+        (Fault(reset=True), ProviderUnavailableError),
+        (Fault(malformed_json=True), MalformedResponseError),
+        (Fault(wrong_content_type=True), MalformedResponseError),
+        (Fault(hang=True), ProviderTimeoutError),
+    ],
+)
+def test_transport_and_body_faults_map_to_typed_errors(
+    fake: FakeProvider,
+    provider: OpenAICompatibleProvider,
+    mode: str,
+    streaming: bool,
+    fault: Fault,
+    error: type[ProviderError],
+) -> None:
+    fake.script(fault)
+    call: Callable[..., Any] = stream if streaming else complete
+    with pytest.raises(error) as info:
+        call(provider, mode, timeout=0.5)
+    assert type(info.value) is error
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_missing_fields_is_malformed(
+    fake: FakeProvider, provider: OpenAICompatibleProvider, mode: str
+) -> None:
+    fake.script(Fault(missing_fields=True))
+    with pytest.raises(MalformedResponseError, match="no choices"):
+        complete(provider, mode)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_stream_cut_after_content_is_interrupted_with_the_partial_text(
+    fake: FakeProvider, provider: OpenAICompatibleProvider, mode: str
+) -> None:
+    fake.script(Fault(cut_stream_after=2))
+    with pytest.raises(StreamInterruptedError) as info:
+        stream(provider, mode)
+    assert info.value.partial_text == "Echo: tell"
+    assert not info.value.retryable
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_stream_cut_before_content_is_a_retryable_failure(
+    fake: FakeProvider, provider: OpenAICompatibleProvider, mode: str
+) -> None:
+    fake.script(Fault(cut_stream_after=0))
+    with pytest.raises(ProviderUnavailableError) as info:
+        stream(provider, mode)
+    assert info.value.retryable
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_slow_first_token_past_the_deadline_times_out(
+    fake: FakeProvider, provider: OpenAICompatibleProvider, mode: str
+) -> None:
+    fake.script(Fault(first_token_delay=2.0))
+    with pytest.raises(ProviderTimeoutError):
+        stream(provider, mode, timeout=0.3)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_connection_refused_is_unavailable(mode: str) -> None:
+    server = FakeProvider()
+    server.start()
+    base_url = server.base_url
+    server.stop()
+    provider = OpenAICompatibleProvider(base_url)
+    with pytest.raises(ProviderUnavailableError):
+        complete(provider, mode)
+
+
+def test_deadline_already_passed_raises_without_a_request(
+    fake: FakeProvider, provider: OpenAICompatibleProvider
+) -> None:
+    with pytest.raises(ProviderTimeoutError):
+        provider.complete(REQUEST, model="m", deadline=time.monotonic() - 1)
+    assert fake.stats.requests == 0
+
+
+def test_connections_are_reused(fake: FakeProvider, provider: OpenAICompatibleProvider) -> None:
+    for _ in range(5):
+        complete(provider, "sync")
+    assert fake.stats.requests == 5
+    assert fake.stats.connections == 1
+
+
+@pytest.mark.parametrize("bad", ["api.openai.com/v1", "ftp://x", "", "http://"])
+def test_bad_base_url_is_a_configuration_error(bad: str) -> None:
+    with pytest.raises(ConfigurationError):
+        OpenAICompatibleProvider(bad)

