@@ -1,0 +1,159 @@
+"""Adopting the SDK without rewriting calls: @guard.protect and the drop-in client."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import openai
+import pytest
+from openai.types.chat import ChatCompletion as OpenAIChatCompletion
+from openai.types.chat import ChatCompletionChunk as OpenAIChatCompletionChunk
+
+from llmguard_sdk import (
+    CallEvent,
+    Guard,
+    ProviderTimeoutError,
+    RateLimitedError,
+    RequestValidationError,
+    classify_exception,
+    scoped,
+    usage_from_result,
+)
+from llmguard_sdk.testing import FakeProvider, Fault
+
+from .conftest import USER
+
+MakeGuard = Callable[..., Guard]
+
+
+def test_protect_reads_usage_from_the_real_openai_client(fake: FakeProvider) -> None:
+    events: list[CallEvent] = []
+    guard = Guard(hooks=[events.append], environ={})
+    client = openai.OpenAI(base_url=fake.base_url, api_key="sk-x", max_retries=0)
+
+    @guard.protect(feature="faq")
+    def ask(question: str) -> Any:
+        return client.chat.completions.create(
+            model="gpt-test", messages=[{"role": "user", "content": question}]
+        )
+
+    with scoped(tenant="acme"):
+        completion = ask("what is up")
+    assert completion.choices[0].message.content == "Echo: what is up"  # returned unchanged
+    event = events[-1]
+    assert event.kind == "protect"
+    assert event.outcome == "ok"
+    assert event.model == "gpt-test"
+    assert event.usage is not None
+    assert event.usage.input_tokens == completion.usage.prompt_tokens
+    assert event.usage.output_tokens == completion.usage.completion_tokens == 4
+    assert (event.scope.tenant, event.scope.feature) == ("acme", "faq")
+    client.close()
+
+
+def test_protect_lets_provider_errors_through_and_classifies_them(fake: FakeProvider) -> None:
+    events: list[CallEvent] = []
+    guard = Guard(hooks=[events.append], environ={})
+    client = openai.OpenAI(base_url=fake.base_url, api_key="sk-x", max_retries=0)
+
+    @guard.protect
+    def ask() -> Any:
+        return client.chat.completions.create(model="m", messages=USER)
+
+    fake.script(Fault(status=429, retry_after=7))
+    with pytest.raises(openai.RateLimitError):
+        ask()
+    error = events[-1].error
+    assert isinstance(error, RateLimitedError)
+    assert error.retry_after == 7.0
+    assert events[-1].outcome == "error"
+    client.close()
+
+
+@pytest.mark.anyio
+async def test_protect_bounds_an_async_call_by_its_timeout(fake: FakeProvider) -> None:
+    events: list[CallEvent] = []
+    guard = Guard(hooks=[events.append], environ={})
+    client = openai.AsyncOpenAI(base_url=fake.base_url, api_key="sk-x", max_retries=0)
+
+    @guard.protect(timeout=0.3)
+    async def ask() -> Any:
+        return await client.chat.completions.create(model="m", messages=USER)
+
+    answer = await ask()
+    assert answer.choices[0].message.content == "Echo: hello there"
+    assert events[-1].usage is not None
+    fake.script(Fault(latency=3))
+    with pytest.raises(ProviderTimeoutError):
+        await ask()
+    assert isinstance(events[-1].error, ProviderTimeoutError)
+    await client.close()
+
+
+def test_usage_from_plain_dicts_and_anthropic_shapes() -> None:
+    openai_like = {"usage": {"prompt_tokens": 10, "completion_tokens": 2,
+                             "prompt_tokens_details": {"cached_tokens": 4}}}
+    usage = usage_from_result(openai_like)
+    assert usage is not None
+    assert (usage.input_tokens, usage.output_tokens, usage.cached_input_tokens) == (10, 2, 4)
+    anthropic_like = {"usage": {"input_tokens": 6, "output_tokens": 3,
+                                "cache_read_input_tokens": 4}}
+    usage = usage_from_result(anthropic_like)
+    assert usage is not None
+    assert (usage.input_tokens, usage.cached_input_tokens) == (10, 4)
+    assert usage_from_result({"no": "usage"}) is None
+    assert usage_from_result("text") is None
+
+
+def test_classify_exception_leaves_bugs_alone() -> None:
+    assert classify_exception(KeyError("x")) is None
+    assert isinstance(classify_exception(TimeoutError()), ProviderTimeoutError)
+
+
+def test_drop_in_client_matches_openais_shape(fake: FakeProvider, make_guard: MakeGuard) -> None:
+    client = make_guard(fake).client()
+    completion = client.chat.completions.create(
+        model="ignored-by-pinned-route", messages=USER, max_tokens=20, frequency_penalty=0.5
+    )
+    assert isinstance(completion, object)
+    parsed = OpenAIChatCompletion.model_validate(completion.model_dump())  # type: ignore[union-attr]
+    assert parsed.choices[0].message.content == "Echo: hello there"
+    assert parsed.usage is not None and parsed.usage.completion_tokens == 3
+    assert completion.llmguard is not None  # type: ignore[union-attr]
+    assert completion.llmguard.route == "primary"  # type: ignore[union-attr]
+    body = fake.requests[-1].body
+    assert body is not None
+    assert body["frequency_penalty"] == 0.5  # unknown parameters pass through
+
+
+def test_drop_in_client_streams_openai_shaped_chunks(
+    fake: FakeProvider, make_guard: MakeGuard
+) -> None:
+    client = make_guard(fake).client()
+    chunks = list(client.chat.completions.create(model="m", messages=USER, stream=True))  # type: ignore[call-overload]
+    parsed = [OpenAIChatCompletionChunk.model_validate(c.model_dump()) for c in chunks]
+    text = "".join(c.choices[0].delta.content or "" for c in parsed if c.choices)
+    assert text == "Echo: hello there"
+    assert parsed[-1].choices == []
+    assert parsed[-1].usage is not None and parsed[-1].usage.completion_tokens == 3
+
+
+def test_drop_in_client_refuses_n_above_one(fake: FakeProvider, make_guard: MakeGuard) -> None:
+    with pytest.raises(RequestValidationError, match="n must be 1"):
+        make_guard(fake).client().chat.completions.create(model="m", messages=USER, n=2)
+
+
+def test_async_drop_in_client(fake: FakeProvider, make_guard: MakeGuard) -> None:
+    guard = make_guard(fake)
+
+    async def run() -> tuple[str, str]:
+        client = guard.aclient()
+        completion = await client.chat.completions.create(model="m", messages=USER)
+        stream = await client.chat.completions.create(model="m", messages=USER, stream=True)
+        pieces = [c.choices[0].delta.content async for c in stream if c.choices]  # type: ignore[union-attr]
+        await guard.aclose()
+        return completion.choices[0].message.content, "".join(p or "" for p in pieces)  # type: ignore[union-attr,return-value]
+
+    assert anyio.run(run) == ("Echo: hello there", "Echo: hello there")

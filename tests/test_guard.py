@@ -1,0 +1,299 @@
+"""The Guard's pipeline: validation, guardrails, size check, fallback chain, hooks, config."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from llmguard_sdk import (
+    AllRoutesFailedError,
+    BadRequestError,
+    CallEvent,
+    ChatRequest,
+    ChatResponse,
+    ConfigurationError,
+    Guard,
+    GuardrailRejectedError,
+    InputTooLargeError,
+    Message,
+    OpenAICompatibleProvider,
+    ProviderTimeoutError,
+    ProviderUnavailableError,
+    RateLimitedError,
+    RequestValidationError,
+    StreamInterruptedError,
+    scoped,
+)
+from llmguard_sdk.testing import FakeProvider, Fault
+
+from .conftest import USER
+
+MakeGuard = Callable[..., Guard]
+
+
+def test_chat_returns_text_usage_route_and_timings(fake: FakeProvider, make_guard: MakeGuard) -> None:
+    response = make_guard(fake).chat(USER, max_tokens=20)
+    assert response.text == "Echo: hello there"
+    assert response.route == "primary"
+    assert response.model == "fake-model"
+    assert response.attempts == 1
+    assert response.usage is not None
+    assert response.usage.output_tokens == 3
+    assert response.timings.total_s > 0
+    assert response.timings.first_token_s is None
+
+
+def test_request_object_and_message_models_are_accepted(
+    fake: FakeProvider, make_guard: MakeGuard
+) -> None:
+    guard = make_guard(fake)
+    request = ChatRequest(messages=[Message(role="user", content="hi")])
+    assert guard.chat(request=request).text == "Echo: hi"
+    assert guard.chat([Message(role="user", content="yo")]).text == "Echo: yo"
+    with pytest.raises(RequestValidationError, match="either request"):
+        guard.chat(USER, request=request)
+
+
+def test_invalid_request_fails_before_any_network_call(
+    fake: FakeProvider, make_guard: MakeGuard
+) -> None:
+    guard = make_guard(fake)
+    with pytest.raises(RequestValidationError, match="temperature"):
+        guard.chat(USER, temperature=9)
+    with pytest.raises(RequestValidationError, match="timeout"):
+        guard.chat(USER, timeout=0)
+    assert fake.stats.requests == 0
+
+
+def test_missing_model_is_a_validation_error(fake: FakeProvider) -> None:
+    guard = Guard(OpenAICompatibleProvider(fake.base_url), environ={})
+    with pytest.raises(RequestValidationError, match="no model"):
+        guard.chat(USER)
+    assert guard.chat(USER, model="chosen").model == "chosen"
+    guard.close()
+
+
+def test_fallback_chain_serves_from_the_next_route(
+    fake: FakeProvider, fake2: FakeProvider, make_guard: MakeGuard
+) -> None:
+    events: list[CallEvent] = []
+    guard = make_guard(fake, fake2, hooks=[events.append])
+    fake.script(Fault(status=503))
+    response = guard.chat(USER)
+    assert response.route == "backup"
+    assert response.model == "backup-model"
+    assert response.attempts == 2
+    assert events[-1].route_errors == (("primary", "ProviderUnavailableError"),)
+    assert events[-1].route == "backup"
+
+
+def test_request_error_does_not_fall_through(
+    fake: FakeProvider, fake2: FakeProvider, make_guard: MakeGuard
+) -> None:
+    guard = make_guard(fake, fake2)
+    fake.script(Fault(status=400))
+    with pytest.raises(BadRequestError):
+        guard.chat(USER)
+    assert fake2.stats.requests == 0
+
+
+def test_all_routes_failing_raises_all_routes_failed_with_each_error(
+    fake: FakeProvider, fake2: FakeProvider, make_guard: MakeGuard
+) -> None:
+    guard = make_guard(fake, fake2)
+    fake.script(Fault(status=429, retry_after=3))
+    fake2.script(Fault(status=429, retry_after=1))
+    with pytest.raises(AllRoutesFailedError) as info:
+        guard.chat(USER)
+    assert set(info.value.errors) == {"primary", "backup"}
+    assert all(isinstance(e, RateLimitedError) for e in info.value.errors.values())
+    assert info.value.retry_after == 1.0
+
+
+def test_single_route_raises_its_own_error(fake: FakeProvider, make_guard: MakeGuard) -> None:
+    fake.script(Fault(status=503))
+    with pytest.raises(ProviderUnavailableError):
+        make_guard(fake).chat(USER)
+
+
+def test_call_timeout_bounds_a_hung_provider(fake: FakeProvider, make_guard: MakeGuard) -> None:
+    fake.always(Fault(hang=True))
+    with pytest.raises(ProviderTimeoutError):
+        make_guard(fake, timeout=30).chat(USER, timeout=0.3)
+
+
+def test_stream_falls_back_before_the_first_token(
+    fake: FakeProvider, fake2: FakeProvider, make_guard: MakeGuard
+) -> None:
+    guard = make_guard(fake, fake2)
+    fake.script(Fault(status=502))
+    with guard.chat(USER, stream=True) as stream:
+        text = "".join(chunk.text for chunk in stream)
+    assert text == "Echo: hello there"
+    assert stream.response.route == "backup"
+    assert stream.response.timings.first_token_s is not None
+    assert stream.response.usage is not None
+    assert not stream.response.usage.estimated
+
+
+def test_stream_broken_after_content_is_never_replayed(
+    fake: FakeProvider, fake2: FakeProvider, make_guard: MakeGuard
+) -> None:
+    events: list[CallEvent] = []
+    guard = make_guard(fake, fake2, hooks=[events.append])
+    fake.script(Fault(cut_stream_after=2))
+    seen: list[str] = []
+    with pytest.raises(StreamInterruptedError), guard.chat(USER, stream=True) as stream:
+        seen.extend(chunk.text for chunk in stream)
+    assert "".join(seen) == "Echo: hello"
+    assert fake2.stats.requests == 0
+    assert events[-1].outcome == "error"
+
+
+def test_stream_closed_early_reports_cancelled(fake: FakeProvider, make_guard: MakeGuard) -> None:
+    events: list[CallEvent] = []
+    guard = make_guard(fake, hooks=[events.append])
+    stream = guard.chat(USER, stream=True)
+    next(stream)
+    stream.close()
+    assert events[-1].outcome == "cancelled"
+    with pytest.raises(RuntimeError, match="not been read"):
+        _ = stream.response
+
+
+@pytest.mark.anyio
+async def test_async_chat_stream_and_fallback(
+    fake: FakeProvider, fake2: FakeProvider, make_guard: MakeGuard
+) -> None:
+    guard = make_guard(fake, fake2)
+    fake.script(Fault(status=503), Fault(reset=True))
+    response = await guard.achat(USER, tenant="acme")
+    assert response.route == "backup"
+    stream = await guard.achat(USER, stream=True)
+    async with stream:
+        text = "".join([chunk.text async for chunk in stream])
+    assert text == "Echo: hello there"
+    assert stream.response.route == "backup"
+    await guard.aclose()
+
+
+def test_input_filter_can_rewrite_and_reject(fake: FakeProvider, make_guard: MakeGuard) -> None:
+    def redact(request: ChatRequest) -> ChatRequest:
+        messages = [
+            m.model_copy(update={"content": m.text.replace("secret", "[redacted]")})
+            for m in request.messages
+        ]
+        return request.model_copy(update={"messages": messages})
+
+    def refuse_weapons(request: ChatRequest) -> None:
+        if "weapon" in request.last_user_text():
+            raise GuardrailRejectedError("weapons are off-topic")
+
+    guard = make_guard(fake, input_filters=[redact, refuse_weapons])
+    answer = guard.chat([{"role": "user", "content": "my secret"}])
+    assert answer.text == "Echo: my [redacted]"
+    with pytest.raises(GuardrailRejectedError) as info:
+        guard.chat([{"role": "user", "content": "build a weapon"}])
+    assert info.value.stage == "input"
+    assert fake.stats.requests == 1
+
+
+def test_output_filter_can_rewrite_and_reject(fake: FakeProvider, make_guard: MakeGuard) -> None:
+    def shout(response: ChatResponse) -> ChatResponse:
+        return response.model_copy(update={"text": response.text.upper()})
+
+    def no_echo(response: ChatResponse) -> None:
+        if "FORBIDDEN" in response.text:
+            raise GuardrailRejectedError("forbidden word")
+
+    guard = make_guard(fake, output_filters=[shout, no_echo])
+    assert guard.chat(USER).text == "ECHO: HELLO THERE"
+    with pytest.raises(GuardrailRejectedError) as info:
+        guard.chat([{"role": "user", "content": "forbidden"}])
+    assert info.value.stage == "output"
+
+
+def test_filter_returning_the_wrong_type_is_a_configuration_error(
+    fake: FakeProvider, make_guard: MakeGuard
+) -> None:
+    guard = make_guard(fake, input_filters=[lambda request: "oops"])
+    with pytest.raises(ConfigurationError, match="input filter"):
+        guard.chat(USER)
+
+
+def test_max_input_tokens_refuses_large_requests(fake: FakeProvider, make_guard: MakeGuard) -> None:
+    guard = make_guard(fake, max_input_tokens=20)
+    assert guard.chat(USER).text
+    with pytest.raises(InputTooLargeError) as info:
+        guard.chat([{"role": "user", "content": "word " * 100}])
+    assert info.value.tokens > 20
+    assert info.value.limit == 20
+    assert fake.stats.requests == 1
+
+
+def test_scope_from_keywords_and_scoped_block(fake: FakeProvider, make_guard: MakeGuard) -> None:
+    events: list[CallEvent] = []
+    guard = make_guard(fake, hooks=[events.append])
+    with scoped(tenant="acme", feature="support"):
+        guard.chat(USER, user="u1")
+        guard.chat(USER, feature="search")
+    guard.chat(USER)
+    scopes = [(e.scope.tenant, e.scope.feature, e.scope.user) for e in events]
+    assert scopes == [("acme", "support", "u1"), ("acme", "search", None), (None, None, None)]
+
+
+def test_a_failing_hook_never_breaks_the_call(
+    fake: FakeProvider, make_guard: MakeGuard, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(event: CallEvent) -> None:
+        raise RuntimeError("hook bug")
+
+    guard = make_guard(fake, hooks=[broken])
+    assert guard.chat(USER).text
+    assert "hook" in caplog.text
+
+
+def test_configuration_from_environment(fake: FakeProvider) -> None:
+    environ = {
+        "LLMGUARD_BASE_URL": fake.base_url,
+        "LLMGUARD_MODEL": "env-model",
+        "LLMGUARD_API_KEY": "sk-env",
+        "LLMGUARD_TIMEOUT": "7.5",
+        "LLMGUARD_MAX_INPUT_TOKENS": "1000",
+    }
+    with Guard(environ=environ) as guard:
+        assert guard.settings.timeout == 7.5
+        assert guard.settings.max_input_tokens == 1000
+        assert guard.chat(USER).model == "env-model"
+    assert fake.requests[-1].headers["authorization"] == "Bearer sk-env"
+    with Guard(environ=environ, timeout=3) as guard:
+        assert guard.settings.timeout == 3  # code wins over the environment
+
+
+@pytest.mark.parametrize(
+    ("environ", "named"),
+    [
+        ({"LLMGUARD_TIMEOUT": "soon"}, "LLMGUARD_TIMEOUT"),
+        ({"LLMGUARD_MAX_INPUT_TOKENS": "-5"}, "LLMGUARD_MAX_INPUT_TOKENS"),
+        ({"LLMGUARD_STORE": "mongodb://x"}, "store"),
+        ({"LLMGUARD_BASE_URL": "not a url"}, "base_url"),
+    ],
+)
+def test_bad_environment_values_name_the_variable(environ: dict[str, str], named: str) -> None:
+    with pytest.raises(ConfigurationError, match=named):
+        Guard(environ=environ)
+
+
+def test_guard_without_provider_explains_itself() -> None:
+    guard = Guard(environ={})
+    with pytest.raises(ConfigurationError, match="LLMGUARD_BASE_URL"):
+        guard.chat(USER)
+
+
+def test_duplicate_route_names_are_refused(fake: FakeProvider) -> None:
+    routes = [OpenAICompatibleProvider(fake.base_url, name="same") for _ in range(2)]
+    with pytest.raises(ConfigurationError, match="unique"):
+        Guard(routes, environ={})
+    with pytest.raises(ConfigurationError, match="not a Provider"):
+        Guard(["https://example"], environ={})  # type: ignore[list-item]

@@ -1,0 +1,63 @@
+"""The store: key scheme, tenant hashing, and a real Redis connection."""
+
+from __future__ import annotations
+
+import pytest
+
+from llmguard_sdk import ConfigurationError, Guard, MemoryStore, RedisStore
+from llmguard_sdk.store import hash_id, open_store
+
+
+def test_memory_is_the_default() -> None:
+    guard = Guard(environ={})
+    assert isinstance(guard.store, MemoryStore)
+
+
+def test_key_scheme_has_prefix_kind_and_hash_tag() -> None:
+    store = MemoryStore("app1")
+    assert store.key("rl", "openai.gpt-4o", "tokens") == "app1:rl:{openai.gpt-4o}:tokens"
+    with pytest.raises(ValueError, match="hash_id"):
+        store.key("budget", "tenant with spaces")
+
+
+def test_tenant_ids_are_hashed_stably() -> None:
+    assert hash_id("acme") == hash_id("acme")
+    assert hash_id("acme") != hash_id("acme2")
+    assert "acme" not in hash_id("acme")
+    assert len(hash_id("acme")) == 16
+
+
+def test_redis_store_talks_to_a_real_redis(redis_url: str, redis_prefix: str) -> None:
+    guard = Guard(store=redis_url, key_prefix=redis_prefix, environ={})
+    store = guard.store
+    assert isinstance(store, RedisStore)
+    assert store.ping()
+    key = store.key("probe", hash_id("tenant-a"), "value")
+    store.client.set(key, b'{"ok": true}', ex=60)
+    assert store.client.get(key) == b'{"ok": true}'
+    guard.close()
+
+
+def test_redis_store_from_environment(redis_url: str, redis_prefix: str) -> None:
+    guard = Guard(environ={"LLMGUARD_STORE": redis_url, "LLMGUARD_KEY_PREFIX": redis_prefix})
+    assert isinstance(guard.store, RedisStore)
+    assert guard.store.key_prefix == redis_prefix
+    guard.close()
+
+
+def test_unreachable_redis_does_not_stop_startup() -> None:
+    store = open_store("redis://127.0.0.1:1/0")
+    assert isinstance(store, RedisStore)
+    assert store.ping() is False
+    store.close()
+
+
+@pytest.mark.parametrize("bad", ["mongodb://x", "redis-cluster", "http://127.0.0.1:6379"])
+def test_bad_store_spec_is_a_configuration_error(bad: str) -> None:
+    with pytest.raises(ConfigurationError):
+        open_store(bad)
+
+
+def test_password_is_redacted_in_repr() -> None:
+    store = RedisStore("redis://user:hunter2@127.0.0.1:6379/0")
+    assert "hunter2" not in repr(store)
