@@ -1,0 +1,225 @@
+"""The ``llmguard`` command.
+
+``llmguard demo`` needs no network and no configuration: it starts local fake providers,
+sends a burst of traffic through a Guard and prints what happened.
+
+.. versionadded:: 0.1.0
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import anyio
+
+from ._version import __version__
+from .context import CallEvent
+from .errors import LLMGuardError
+from .guard import Guard
+from .providers.openai_compat import OpenAICompatibleProvider
+from .testing import FakeProvider, Fault
+
+__all__ = ["main"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``llmguard`` command line; returns the exit status."""
+    parser = argparse.ArgumentParser(
+        prog="llmguard",
+        description="llmguard-sdk: keep LLM calls fast, available and affordable.",
+    )
+    parser.add_argument("--version", action="version", version=f"llmguard-sdk {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    demo = commands.add_parser(
+        "demo",
+        help="send a burst of traffic through a Guard to local fake providers (no network)",
+        description="Start two local fake providers, make the first one flaky, send a burst "
+        "of chat calls through a Guard and print a summary.",
+    )
+    demo.add_argument("--requests", type=_positive, default=60, help="calls to send (60)")
+    demo.add_argument("--concurrency", type=_positive, default=8, help="calls in flight (8)")
+    demo.add_argument("--json", action="store_true", help="print the summary as JSON")
+    args = parser.parse_args(argv)
+    if args.command == "demo":
+        summary = run_demo(requests=args.requests, concurrency=args.concurrency)
+        print(json.dumps(summary.as_dict(), indent=2) if args.json else summary.render())
+        return 0 if summary.failed == 0 else 1
+    parser.print_help()
+    return 0
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+@dataclass
+class DemoSummary:
+    """What the demo saw; ``render()`` prints it as a table."""
+
+    requests: int = 0
+    concurrency: int = 0
+    routes: list[str] = field(default_factory=list)
+    served_by: Counter[str] = field(default_factory=Counter)
+    route_failures: dict[str, Counter[str]] = field(default_factory=dict)
+    failed: int = 0
+    errors: Counter[str] = field(default_factory=Counter)
+    latencies_ms: list[float] = field(default_factory=list)
+    stream_first_token_ms: float | None = None
+    stream_text: str = ""
+    tokens_in: int = 0
+    tokens_out: int = 0
+
+    def percentile(self, q: float) -> float:
+        """The q-th percentile (0..100) of call latencies, in milliseconds."""
+        if not self.latencies_ms:
+            return 0.0
+        ordered = sorted(self.latencies_ms)
+        index = min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))
+        return ordered[index]
+
+    def as_dict(self) -> dict[str, object]:
+        """The summary as plain JSON-able data."""
+        return {
+            "requests": self.requests,
+            "concurrency": self.concurrency,
+            "routes": self.routes,
+            "served_by": dict(self.served_by),
+            "route_failures": {r: dict(c) for r, c in self.route_failures.items()},
+            "failed": self.failed,
+            "errors": dict(self.errors),
+            "latency_ms": {
+                "p50": round(self.percentile(50), 2),
+                "p95": round(self.percentile(95), 2),
+                "max": round(max(self.latencies_ms, default=0.0), 2),
+            },
+            "tokens": {"input": self.tokens_in, "output": self.tokens_out},
+            "stream_first_token_ms": self.stream_first_token_ms,
+        }
+
+    def render(self) -> str:
+        """A human-readable table."""
+        served = sum(self.served_by.values())
+        lines = [
+            f"llmguard demo: {self.requests} chat calls, {self.concurrency} at a time, "
+            f"through a Guard with routes {' -> '.join(self.routes)} (in-memory state)",
+            "",
+            f"  {'route':<10} {'served':>7} {'failed':>7}  errors the route gave",
+        ]
+        for route in self.routes:
+            failures = self.route_failures.get(route, Counter())
+            detail = ", ".join(f"{name} x{n}" for name, n in failures.most_common()) or "-"
+            lines.append(
+                f"  {route:<10} {self.served_by.get(route, 0):>7} "
+                f"{sum(failures.values()):>7}  {detail}"
+            )
+        lines += [
+            "",
+            f"  answered      {served} of {self.requests}"
+            + (f"  (failed: {dict(self.errors)})" if self.failed else ""),
+            f"  latency       p50 {self.percentile(50):.1f} ms   p95 {self.percentile(95):.1f} ms"
+            f"   max {max(self.latencies_ms, default=0.0):.1f} ms",
+            f"  tokens        {self.tokens_in} in, {self.tokens_out} out",
+        ]
+        if self.stream_first_token_ms is not None:
+            lines.append(
+                f"  one stream    first token after {self.stream_first_token_ms:.1f} ms: "
+                f"{self.stream_text!r}"
+            )
+        lines += [
+            "",
+            "The primary route was made flaky on purpose (503s, 429s with Retry-After, "
+            "connection resets);",
+            "the Guard moved those calls to the backup route, so every call was answered.",
+        ]
+        return "\n".join(lines)
+
+
+def _flaky_script(count: int) -> list[Fault | None]:
+    faults: list[Fault | None] = []
+    for i in range(count):
+        if i % 7 == 3:
+            faults.append(Fault(status=503))
+        elif i % 11 == 5:
+            faults.append(Fault(status=429, retry_after=1))
+        elif i % 13 == 8:
+            faults.append(Fault(reset=True))
+        elif i % 5 == 0:
+            faults.append(Fault(latency=0.02))
+        else:
+            faults.append(None)
+    return faults
+
+
+def run_demo(*, requests: int = 60, concurrency: int = 8) -> DemoSummary:
+    """Run the demo traffic and return its summary."""
+    summary = DemoSummary(requests=requests, concurrency=concurrency)
+    events: list[CallEvent] = []
+    with (
+        FakeProvider(model="primary-model", name="primary") as primary,
+        FakeProvider(model="backup-model", name="backup") as backup,
+    ):
+        primary.script(*_flaky_script(requests))
+        backup.always(Fault(latency=0.005))
+        guard = Guard(
+            [
+                OpenAICompatibleProvider(primary.base_url, model="primary-model", name="primary"),
+                OpenAICompatibleProvider(backup.base_url, model="backup-model", name="backup"),
+            ],
+            timeout=10,
+            hooks=[events.append],
+            environ={},
+        )
+        summary.routes = [route.name for route in guard.routes]
+        anyio.run(_burst, guard, requests, concurrency)
+        primary.script(Fault(first_token_delay=0.05, inter_token_delay=0.01))
+        with guard.chat(
+            [{"role": "user", "content": "stream a short answer"}], stream=True
+        ) as stream:
+            summary.stream_text = "".join(chunk.text for chunk in stream)
+        summary.stream_first_token_ms = (stream.response.timings.first_token_s or 0) * 1000
+        guard.close()
+    for event in events[:requests]:
+        for route, error in event.route_errors:
+            summary.route_failures.setdefault(route, Counter())[error] += 1
+        if event.outcome == "ok" and event.route:
+            summary.served_by[event.route] += 1
+            summary.latencies_ms.append(event.latency_s * 1000)
+            if event.usage:
+                summary.tokens_in += event.usage.input_tokens
+                summary.tokens_out += event.usage.output_tokens
+        else:
+            summary.failed += 1
+            summary.errors[type(event.error).__name__] += 1
+    return summary
+
+
+async def _burst(guard: Guard, requests: int, concurrency: int) -> None:
+    limiter = anyio.Semaphore(concurrency)
+
+    async def one(i: int) -> None:
+        async with limiter:
+            try:
+                await guard.achat(
+                    [{"role": "user", "content": f"question number {i}"}],
+                    tenant=f"tenant-{i % 3}",
+                    feature="demo",
+                )
+            except LLMGuardError:
+                pass  # counted from the call events
+
+    async with anyio.create_task_group() as tasks:
+        for i in range(requests):
+            tasks.start_soon(one, i)
+    await guard.aclose()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,54 @@
+"""The ``llmguard`` command: --help, --version and the offline demo."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from llmguard_sdk import __version__
+from llmguard_sdk.cli import main, run_demo
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "llmguard_sdk.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_version_and_help() -> None:
+    assert run_cli("--version").stdout.strip() == f"llmguard-sdk {__version__}"
+    help_text = run_cli("--help").stdout
+    assert "demo" in help_text
+
+
+def test_demo_answers_every_call_through_the_fallback_route() -> None:
+    result = run_cli("demo", "--json", "--requests", "30", "--concurrency", "4")
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["failed"] == 0
+    assert sum(summary["served_by"].values()) == 30
+    primary_failures = sum(summary["route_failures"]["primary"].values())
+    assert primary_failures > 0
+    assert summary["served_by"]["backup"] == primary_failures
+    assert summary["tokens"]["output"] > 0
+    assert summary["stream_first_token_ms"] > 0
+
+
+def test_demo_table_names_the_routes() -> None:
+    summary = run_demo(requests=12, concurrency=3)
+    table = summary.render()
+    assert "primary" in table and "backup" in table
+    assert "answered      12 of 12" in table
+
+
+def test_bad_arguments_exit_with_usage() -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["demo", "--requests", "0"])
+    assert info.value.code == 2
