@@ -15,7 +15,7 @@ from llmguard_sdk import Guard, OpenAICompatibleProvider
 from llmguard_sdk.testing import FakeProvider
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
-import with_redis  # noqa: E402
+import with_redis
 
 USER = [{"role": "user", "content": "hello there"}]
 
@@ -63,7 +63,7 @@ def redis_url() -> Iterator[str]:
     if with_redis.answers(url):
         yield url
         return
-    process, url, workdir = with_redis.start_throwaway()
+    process, url, _workdir = with_redis.start_throwaway()
     try:
         yield url
     finally:

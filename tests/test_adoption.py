@@ -93,13 +93,19 @@ async def test_protect_bounds_an_async_call_by_its_timeout(fake: FakeProvider) -
 
 
 def test_usage_from_plain_dicts_and_anthropic_shapes() -> None:
-    openai_like = {"usage": {"prompt_tokens": 10, "completion_tokens": 2,
-                             "prompt_tokens_details": {"cached_tokens": 4}}}
+    openai_like = {
+        "usage": {
+            "prompt_tokens": 10,
+            "completion_tokens": 2,
+            "prompt_tokens_details": {"cached_tokens": 4},
+        }
+    }
     usage = usage_from_result(openai_like)
     assert usage is not None
     assert (usage.input_tokens, usage.output_tokens, usage.cached_input_tokens) == (10, 2, 4)
-    anthropic_like = {"usage": {"input_tokens": 6, "output_tokens": 3,
-                                "cache_read_input_tokens": 4}}
+    anthropic_like = {
+        "usage": {"input_tokens": 6, "output_tokens": 3, "cache_read_input_tokens": 4}
+    }
     usage = usage_from_result(anthropic_like)
     assert usage is not None
     assert (usage.input_tokens, usage.cached_input_tokens) == (10, 4)
@@ -120,7 +126,8 @@ def test_drop_in_client_matches_openais_shape(fake: FakeProvider, make_guard: Ma
     assert isinstance(completion, object)
     parsed = OpenAIChatCompletion.model_validate(completion.model_dump())  # type: ignore[union-attr]
     assert parsed.choices[0].message.content == "Echo: hello there"
-    assert parsed.usage is not None and parsed.usage.completion_tokens == 3
+    assert parsed.usage is not None
+    assert parsed.usage.completion_tokens == 3
     assert completion.llmguard is not None  # type: ignore[union-attr]
     assert completion.llmguard.route == "primary"  # type: ignore[union-attr]
     body = fake.requests[-1].body
@@ -137,7 +144,8 @@ def test_drop_in_client_streams_openai_shaped_chunks(
     text = "".join(c.choices[0].delta.content or "" for c in parsed if c.choices)
     assert text == "Echo: hello there"
     assert parsed[-1].choices == []
-    assert parsed[-1].usage is not None and parsed[-1].usage.completion_tokens == 3
+    assert parsed[-1].usage is not None
+    assert parsed[-1].usage.completion_tokens == 3
 
 
 def test_drop_in_client_refuses_n_above_one(fake: FakeProvider, make_guard: MakeGuard) -> None:

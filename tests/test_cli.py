@@ -44,7 +44,8 @@ def test_demo_answers_every_call_through_the_fallback_route() -> None:
 def test_demo_table_names_the_routes() -> None:
     summary = run_demo(requests=12, concurrency=3)
     table = summary.render()
-    assert "primary" in table and "backup" in table
+    assert "primary" in table
+    assert "backup" in table
     assert "answered      12 of 12" in table
 
 

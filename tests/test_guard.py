@@ -32,7 +32,9 @@ from .conftest import USER
 MakeGuard = Callable[..., Guard]
 
 
-def test_chat_returns_text_usage_route_and_timings(fake: FakeProvider, make_guard: MakeGuard) -> None:
+def test_chat_returns_text_usage_route_and_timings(
+    fake: FakeProvider, make_guard: MakeGuard
+) -> None:
     response = make_guard(fake).chat(USER, max_tokens=20)
     assert response.text == "Echo: hello there"
     assert response.route == "primary"

@@ -47,7 +47,9 @@ def complete(provider: OpenAICompatibleProvider, mode: str, timeout: float = 5.0
     return anyio.run(run)
 
 
-def stream(provider: OpenAICompatibleProvider, mode: str, timeout: float = 5.0) -> list[StreamChunk]:
+def stream(
+    provider: OpenAICompatibleProvider, mode: str, timeout: float = 5.0
+) -> list[StreamChunk]:
     deadline = time.monotonic() + timeout
     if mode == "sync":
         return list(provider.stream(REQUEST, model="m", deadline=deadline))

@@ -74,9 +74,7 @@ def test_every_exported_name_exists_and_is_documented() -> None:
 
 
 def test_every_error_is_an_llmguard_error() -> None:
-    errors = [
-        getattr(llmguard_sdk, n) for n in llmguard_sdk.__all__ if n.endswith("Error")
-    ]
+    errors = [getattr(llmguard_sdk, n) for n in llmguard_sdk.__all__ if n.endswith("Error")]
     assert len(errors) == 18
     for error in errors:
         assert issubclass(error, llmguard_sdk.LLMGuardError)

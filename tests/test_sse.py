@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
+
 from hypothesis import given
 from hypothesis import strategies as st
 
-from llmguard_sdk.providers.sse import SSEDecoder, ServerSentEvent
+from llmguard_sdk.providers.sse import ServerSentEvent, SSEDecoder
 
 
 def decode(pieces: list[bytes]) -> tuple[list[ServerSentEvent], bool]:
@@ -17,21 +19,21 @@ def decode(pieces: list[bytes]) -> tuple[list[ServerSentEvent], bool]:
 def split(data: bytes, cuts: list[int]) -> list[bytes]:
     points = sorted({c % (len(data) + 1) for c in cuts})
     bounds = [0, *points, len(data)]
-    return [data[a:b] for a, b in zip(bounds, bounds[1:])]
+    return [data[a:b] for a, b in itertools.pairwise(bounds)]
 
 
 payloads = st.lists(
-    st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\r\n"),
-            max_size=30),
+    st.text(
+        alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\r\n"),
+        max_size=30,
+    ),
     min_size=1,
     max_size=5,
 )
 
 
 @given(payloads, st.sampled_from(["\n", "\r\n", "\r"]), st.lists(st.integers(0, 10_000)))
-def test_any_split_gives_the_same_events(
-    datas: list[str], newline: str, cuts: list[int]
-) -> None:
+def test_any_split_gives_the_same_events(datas: list[str], newline: str, cuts: list[int]) -> None:
     stream = "".join(f"data: {d}{newline}{newline}" for d in datas).encode()
     events, pending = decode(split(stream, cuts))
     assert [e.data for e in events] == datas
@@ -48,7 +50,7 @@ def test_multiline_data_comments_event_and_id() -> None:
 
 
 def test_unfinished_event_is_pending_not_dispatched() -> None:
-    events, pending = decode([b"data: {\"a\": 1}\n\ndata: {\"cut"])
+    events, pending = decode([b'data: {"a": 1}\n\ndata: {"cut'])
     assert [e.data for e in events] == ['{"a": 1}']
     assert pending
     events, pending = decode([b"data: x\n"])
