@@ -44,7 +44,7 @@ def make_guard() -> Iterator[Callable[..., Guard]]:
 
     def build(*servers: FakeProvider, **options: Any) -> Guard:
         providers = [
-            OpenAICompatibleProvider(s.base_url, model=s._model, name=s.name) for s in servers
+            OpenAICompatibleProvider(s.base_url, model=s.model, name=s.name) for s in servers
         ]
         options.setdefault("environ", {})
         guard = Guard(providers, **options)

@@ -23,6 +23,7 @@ from llmguard_sdk import (
     RateLimitedError,
     RequestValidationError,
     StreamInterruptedError,
+    count_text_tokens,
     scoped,
 )
 from llmguard_sdk.testing import FakeProvider, Fault
@@ -299,3 +300,28 @@ def test_duplicate_route_names_are_refused(fake: FakeProvider) -> None:
         Guard(routes, environ={})
     with pytest.raises(ConfigurationError, match="not a Provider"):
         Guard(["https://example"], environ={})  # type: ignore[list-item]
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_missing_usage_is_counted_by_the_guard_and_marked_estimated(
+    fake: FakeProvider, make_guard: MakeGuard, streaming: bool
+) -> None:
+    guard = make_guard(fake)
+    fake.script(Fault(omit_usage=True), Fault())
+    if streaming:
+        with guard.chat(USER, stream=True) as stream:
+            for _ in stream:
+                pass
+        first = stream.response
+        with guard.chat(USER, stream=True) as stream:
+            for _ in stream:
+                pass
+        reported = stream.response
+    else:
+        first, reported = guard.chat(USER), guard.chat(USER)
+    assert first.usage is not None
+    assert reported.usage is not None
+    assert first.usage.estimated
+    assert not reported.usage.estimated
+    assert first.usage.output_tokens == count_text_tokens(first.text).tokens
+    assert first.usage.input_tokens > 0

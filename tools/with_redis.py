@@ -55,8 +55,19 @@ def start_throwaway() -> tuple[subprocess.Popen[bytes], str, str]:
     port = free_port()
     workdir = tempfile.mkdtemp(prefix="llmguard-redis-")
     process = subprocess.Popen(
-        [redis_binary(), "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-         "--appendonly", "no", "--dir", workdir],
+        [
+            redis_binary(),
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            workdir,
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
