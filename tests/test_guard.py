@@ -325,3 +325,15 @@ def test_missing_usage_is_counted_by_the_guard_and_marked_estimated(
     assert not reported.usage.estimated
     assert first.usage.output_tokens == count_text_tokens(first.text).tokens
     assert first.usage.input_tokens > 0
+
+
+def test_attempt_timeout_lets_the_next_route_answer(
+    fake: FakeProvider, fake2: FakeProvider, make_guard: MakeGuard
+) -> None:
+    guard = make_guard(fake, fake2, timeout=10, attempt_timeout=0.3)
+    fake.script(Fault(hang=True), Fault(first_token_delay=3))
+    assert guard.chat(USER).route == "backup"
+    with guard.chat(USER, stream=True) as stream:
+        assert "".join(chunk.text for chunk in stream) == "Echo: hello there"
+    assert stream.response.route == "backup"
+    assert stream.response.attempts == 2

@@ -6,6 +6,7 @@ variable                    meaning                                             
 ``LLMGUARD_STORE``          ``memory`` or a Redis URL (``redis://host:6379/0``)    ``memory``
 ``LLMGUARD_KEY_PREFIX``     prefix of every Redis key the SDK writes               ``llmguard``
 ``LLMGUARD_TIMEOUT``        total seconds a call may take, retries included        ``60``
+``LLMGUARD_ATTEMPT_TIMEOUT`` seconds one route may stay silent (see Guard)         none
 ``LLMGUARD_MAX_INPUT_TOKENS`` refuse requests with more input tokens than this     no limit
 ``LLMGUARD_BASE_URL``       OpenAI-compatible API root for a default provider      none
 ``LLMGUARD_API_KEY``        its API key                                            none
@@ -39,6 +40,7 @@ class GuardSettings(BaseModel):
     store: str = "memory"
     key_prefix: str = Field(default="llmguard", min_length=1, pattern=r"^[A-Za-z0-9_.:-]+$")
     timeout: float = Field(default=60.0, gt=0)
+    attempt_timeout: float | None = Field(default=None, gt=0)
     max_input_tokens: int | None = Field(default=None, gt=0)
     base_url: str | None = None
     api_key: str | None = None

@@ -38,6 +38,10 @@ class Guard:
             configure an :class:`~llmguard_sdk.OpenAICompatibleProvider`.
         store: ``"memory"`` (default) or a Redis URL: where shared state lives.
         timeout: total seconds a call may take, every route and retry included (default 60).
+        attempt_timeout: seconds one route may stay silent before the chain moves on: the
+            whole answer of a plain call, the first and every later chunk of a stream.
+            Default: no limit of its own (only ``timeout``), so a hung first route can use
+            up the whole call; set it when the chain has more than one route.
         max_input_tokens: refuse requests with more input tokens than this.
         input_filters: guardrails run on each validated request, in order.
         output_filters: guardrails run on each response, in order.
@@ -62,6 +66,7 @@ class Guard:
         *,
         store: str | Store | None = None,
         timeout: float | None = None,
+        attempt_timeout: float | None = None,
         max_input_tokens: int | None = None,
         input_filters: Sequence[InputFilter] = (),
         output_filters: Sequence[OutputFilter] = (),
@@ -73,6 +78,7 @@ class Guard:
             environ,
             store=store if isinstance(store, str) else None,
             timeout=timeout,
+            attempt_timeout=attempt_timeout,
             max_input_tokens=max_input_tokens,
             key_prefix=key_prefix,
         )
@@ -91,6 +97,7 @@ class Guard:
         self._stages = Stages(
             routes=routes,
             timeout=self.settings.timeout,
+            attempt_timeout=self.settings.attempt_timeout,
             max_input_tokens=self.settings.max_input_tokens,
             input_filters=tuple(input_filters),
             output_filters=tuple(output_filters),
@@ -179,7 +186,7 @@ class Guard:
                     response = route.complete(
                         ctx.request,
                         model=pipeline.route_model(route, ctx.request),
-                        deadline=ctx.deadline,
+                        deadline=pipeline.attempt_deadline(ctx, self._stages),
                     )
                 except ProviderError as exc:
                     pipeline.fall_through(ctx, route, exc, delivered=False)
@@ -250,7 +257,7 @@ class Guard:
                     response = await route.acomplete(
                         ctx.request,
                         model=pipeline.route_model(route, ctx.request),
-                        deadline=ctx.deadline,
+                        deadline=pipeline.attempt_deadline(ctx, self._stages),
                     )
                 except ProviderError as exc:
                     pipeline.fall_through(ctx, route, exc, delivered=False)

@@ -56,6 +56,7 @@ class Stages:
 
     routes: tuple[Provider, ...]
     timeout: float
+    attempt_timeout: float | None
     max_input_tokens: int | None
     input_filters: tuple[InputFilter, ...]
     output_filters: tuple[OutputFilter, ...]
@@ -108,6 +109,13 @@ def route_model(route: Provider, request: ChatRequest) -> str:
     model = route.model or request.model
     assert model is not None  # prepare() checked it
     return model
+
+
+def attempt_deadline(ctx: CallContext, stages: Stages) -> float:
+    """When one non-streaming attempt must end: the call's deadline or the attempt timeout."""
+    if stages.attempt_timeout is None:
+        return ctx.deadline
+    return min(ctx.deadline, time.monotonic() + stages.attempt_timeout)
 
 
 def fall_through(

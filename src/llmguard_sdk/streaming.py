@@ -117,7 +117,12 @@ class ChatStream(_StreamBase):
         for route in self._stages.routes:
             assembler = self._start_route(route.name)
             model = pipeline.route_model(route, self._ctx.request)
-            chunks = route.stream(self._ctx.request, model=model, deadline=self._ctx.deadline)
+            chunks = route.stream(
+                self._ctx.request,
+                model=model,
+                deadline=self._ctx.deadline,
+                idle_timeout=self._stages.attempt_timeout,
+            )
             try:
                 for chunk in chunks:
                     assembler.add(chunk)
@@ -177,7 +182,12 @@ class AsyncChatStream(_StreamBase):
         for route in self._stages.routes:
             assembler = self._start_route(route.name)
             model = pipeline.route_model(route, self._ctx.request)
-            chunks = route.astream(self._ctx.request, model=model, deadline=self._ctx.deadline)
+            chunks = route.astream(
+                self._ctx.request,
+                model=model,
+                deadline=self._ctx.deadline,
+                idle_timeout=self._stages.attempt_timeout,
+            )
             try:
                 async for chunk in chunks:
                     assembler.add(chunk)

@@ -6,7 +6,8 @@ A provider turns a :class:`~llmguard_sdk.models.ChatRequest` into a
 :class:`~llmguard_sdk.errors.ProviderError` subclasses for the provider's failures.
 
 ``deadline`` is a :func:`time.monotonic` instant: the provider must give up by then and raise
-:class:`~llmguard_sdk.errors.ProviderTimeoutError`.
+:class:`~llmguard_sdk.errors.ProviderTimeoutError`. Streams also take ``idle_timeout``: the
+longest silence allowed before the first piece and between later ones.
 
 Streams are generators: the consumer must close them (the Guard does). A stream fails with a
 retryable error while nothing has been yielded yet, and with
@@ -43,13 +44,23 @@ class Provider(Protocol):
         ...
 
     def stream(
-        self, request: ChatRequest, *, model: str, deadline: float
+        self,
+        request: ChatRequest,
+        *,
+        model: str,
+        deadline: float,
+        idle_timeout: float | None = None,
     ) -> Generator[StreamChunk, None, None]:
         """Answer ``request`` as a stream of chunks; the last one carries usage when known."""
         ...
 
     def astream(
-        self, request: ChatRequest, *, model: str, deadline: float
+        self,
+        request: ChatRequest,
+        *,
+        model: str,
+        deadline: float,
+        idle_timeout: float | None = None,
     ) -> AsyncGenerator[StreamChunk, None]:
         """Async twin of :meth:`stream`."""
         ...

@@ -35,6 +35,7 @@ from .sse import SSEDecoder
 
 __all__ = ["OpenAICompatibleProvider", "error_from_status", "usage_from_payload"]
 
+_MAX_BODY_BYTES = 32 * 1024 * 1024
 _CONTEXT_LENGTH_MARKERS = (
     "context_length_exceeded",
     "maximum context length",
@@ -129,31 +130,51 @@ class OpenAICompatibleProvider:
     # -- calls -------------------------------------------------------------------------------
 
     def complete(self, request: ChatRequest, *, model: str, deadline: float) -> ChatResponse:
-        """Send one non-streaming chat completion and parse its answer."""
+        """Send one non-streaming chat completion and parse its answer.
+
+        The body is read in pieces with the deadline checked between them, so a server that
+        trickles bytes cannot hold the call past its deadline.
+        """
         payload = build_payload(request, model=model, stream=False)
         timeout = _timeout_until(deadline, self.name)
+        client = self._sync_client()
         try:
-            response = self._sync_client().post(self._url, json=payload, timeout=timeout)
+            with client.stream("POST", self._url, json=payload, timeout=timeout) as response:
+                body = _Body(self.name, deadline)
+                for piece in response.iter_bytes():
+                    body.add(piece)
         except httpx.HTTPError as exc:
             raise _transport_error(exc, self.name) from exc
-        return parse_completion(response, route=self.name)
+        return parse_completion(response, body.data, route=self.name)
 
     async def acomplete(self, request: ChatRequest, *, model: str, deadline: float) -> ChatResponse:
         """Async twin of :meth:`complete`."""
         payload = build_payload(request, model=model, stream=False)
         timeout = _timeout_until(deadline, self.name)
+        client = self._async_client()
         try:
-            response = await self._async_client().post(self._url, json=payload, timeout=timeout)
+            async with client.stream("POST", self._url, json=payload, timeout=timeout) as response:
+                body = _Body(self.name, deadline)
+                async for piece in response.aiter_bytes():
+                    body.add(piece)
         except httpx.HTTPError as exc:
             raise _transport_error(exc, self.name) from exc
-        return parse_completion(response, route=self.name)
+        return parse_completion(response, body.data, route=self.name)
 
     def stream(
-        self, request: ChatRequest, *, model: str, deadline: float
+        self,
+        request: ChatRequest,
+        *,
+        model: str,
+        deadline: float,
+        idle_timeout: float | None = None,
     ) -> Generator[StreamChunk, None, None]:
-        """Stream a chat completion (server-sent events), asking for usage in the last chunk."""
+        """Stream a chat completion (server-sent events), asking for usage in the last chunk.
+
+        ``idle_timeout`` bounds the silence before the first and between later pieces.
+        """
         payload = build_payload(request, model=model, stream=True)
-        timeout = _timeout_until(deadline, self.name)
+        timeout = _timeout_until(deadline, self.name, idle_timeout)
         state = _StreamState(self.name, deadline)
         client = self._sync_client()
         try:
@@ -170,11 +191,16 @@ class OpenAICompatibleProvider:
         state.check_ended()
 
     async def astream(
-        self, request: ChatRequest, *, model: str, deadline: float
+        self,
+        request: ChatRequest,
+        *,
+        model: str,
+        deadline: float,
+        idle_timeout: float | None = None,
     ) -> AsyncGenerator[StreamChunk, None]:
         """Async twin of :meth:`stream`."""
         payload = build_payload(request, model=model, stream=True)
-        timeout = _timeout_until(deadline, self.name)
+        timeout = _timeout_until(deadline, self.name, idle_timeout)
         state = _StreamState(self.name, deadline)
         client = self._async_client()
         try:
@@ -223,24 +249,25 @@ def build_payload(request: ChatRequest, *, model: str, stream: bool) -> dict[str
     return payload
 
 
-def parse_completion(response: httpx.Response, *, route: str) -> ChatResponse:
-    """Turn an HTTP response into a :class:`ChatResponse` or raise the matching error."""
+def parse_completion(response: httpx.Response, body: bytes, *, route: str) -> ChatResponse:
+    """Turn an HTTP response and its body into a :class:`ChatResponse`, or raise its error."""
     headers = dict(response.headers)
     if response.status_code != 200:
-        raise error_from_status(response.status_code, headers, response.text, route=route)
-    data = _json_body(response, route)
+        text = body.decode("utf-8", errors="replace")
+        raise error_from_status(response.status_code, headers, text, route=route)
+    data = _json_body(response, body, route)
     choices = data.get("choices")
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-        raise _malformed("response has no choices", response, route)
+        raise _malformed("response has no choices", response, body, route)
     message = choices[0].get("message")
     if not isinstance(message, dict):
-        raise _malformed("response choice has no message", response, route)
+        raise _malformed("response choice has no message", response, body, route)
     content = message.get("content")
     tool_calls = message.get("tool_calls")
     if content is not None and not isinstance(content, str):
-        raise _malformed("message content is not a string", response, route)
+        raise _malformed("message content is not a string", response, body, route)
     if content is None and not tool_calls:
-        raise _malformed("message has neither content nor tool_calls", response, route)
+        raise _malformed("message has neither content nor tool_calls", response, body, route)
     usage, cost = usage_from_payload(data.get("usage"))
     return ChatResponse(
         text=content or "",
@@ -432,11 +459,38 @@ class _StreamState:
 # -- helpers -------------------------------------------------------------------------------
 
 
-def _timeout_until(deadline: float, route: str) -> httpx.Timeout:
+def _timeout_until(deadline: float, route: str, idle: float | None = None) -> httpx.Timeout:
+    """httpx timeouts for one request: nothing may wait past the deadline (or ``idle``)."""
     remaining = deadline - time.monotonic()
     if remaining <= 0:
         raise ProviderTimeoutError("the call's deadline passed before the request", route=route)
-    return httpx.Timeout(remaining)
+    return httpx.Timeout(remaining if idle is None else min(remaining, idle))
+
+
+class _Body:
+    """Collects a response body, enforcing the deadline and a size cap between pieces."""
+
+    def __init__(self, route: str, deadline: float) -> None:
+        self.route = route
+        self.deadline = deadline
+        self._pieces: list[bytes] = []
+        self._size = 0
+
+    def add(self, piece: bytes) -> None:
+        self._pieces.append(piece)
+        self._size += len(piece)
+        if self._size > _MAX_BODY_BYTES:
+            raise MalformedResponseError(
+                f"response body is larger than {_MAX_BODY_BYTES} bytes", route=self.route
+            )
+        if time.monotonic() > self.deadline:
+            raise ProviderTimeoutError(
+                "the call's deadline passed while reading the answer", route=self.route
+            )
+
+    @property
+    def data(self) -> bytes:
+        return b"".join(self._pieces)
 
 
 def _transport_error(exc: httpx.HTTPError, route: str) -> ProviderError:
@@ -447,26 +501,28 @@ def _transport_error(exc: httpx.HTTPError, route: str) -> ProviderError:
     return ProviderUnavailableError(f"connection failed: {exc!r}", route=route)
 
 
-def _json_body(response: httpx.Response, route: str) -> dict[str, Any]:
+def _json_body(response: httpx.Response, body: bytes, route: str) -> dict[str, Any]:
     content_type = response.headers.get("content-type", "")
     if "json" not in content_type:
-        raise _malformed(f"content type {content_type!r} is not JSON", response, route)
+        raise _malformed(f"content type {content_type!r} is not JSON", response, body, route)
     try:
-        data = response.json()
+        data = json.loads(body)
     except (json.JSONDecodeError, UnicodeDecodeError):
-        raise _malformed("response body is not valid JSON", response, route) from None
+        raise _malformed("response body is not valid JSON", response, body, route) from None
     if not isinstance(data, dict):
-        raise _malformed("response body is not a JSON object", response, route)
+        raise _malformed("response body is not a JSON object", response, body, route)
     return data
 
 
-def _malformed(message: str, response: httpx.Response, route: str) -> MalformedResponseError:
+def _malformed(
+    message: str, response: httpx.Response, body: bytes, route: str
+) -> MalformedResponseError:
     return MalformedResponseError(
         message,
         route=route,
         status_code=response.status_code,
         headers=dict(response.headers),
-        body=response.text[:2000],
+        body=body[:2000].decode("utf-8", errors="replace"),
     )
 
 

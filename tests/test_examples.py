@@ -1,0 +1,52 @@
+"""Every example runs, offline, and prints what its docstring promises."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+EXPECTED = {
+    "quickstart.py": ["text:    Echo: What is a circuit breaker?", "estimated=False"],
+    "fallback_chain.py": [
+        "served by backup after 2 attempt(s) (primary: ProviderUnavailableError)",
+        "(primary: RateLimitedError)",
+        "(primary: ProviderTimeoutError)",
+        "400 is not a route failure: BadRequestError from primary",
+    ],
+    "streaming.py": ["first token after", "stream broke after: 'Echo: count to'", "async: Echo"],
+    "drop_in_client.py": ["Echo: Hello!", "tokens: 5 in, 2 out", "Echo: Stream it"],
+    "protect_openai.py": [
+        "[protect] ok feature=titles",
+        "error=RateLimitedError",
+        "openai.RateLimitError still reaches your code",
+    ],
+    "guardrails.py": [
+        "Echo: mail me at [email]",
+        "asks for a password",
+        "the limit is 200",
+        "requests the provider saw: 1",
+    ],
+}
+
+
+def test_every_example_is_checked() -> None:
+    assert sorted(p.name for p in EXAMPLES.glob("*.py")) == sorted(EXPECTED)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_example_runs(name: str) -> None:
+    result = subprocess.run(
+        [sys.executable, str(EXAMPLES / name)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    for expected in EXPECTED[name]:
+        assert expected in result.stdout
