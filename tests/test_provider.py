@@ -27,6 +27,8 @@ from llmguard_sdk import (
 )
 from llmguard_sdk.testing import FakeProvider, Fault
 
+from .rawserver import RawServer
+
 REQUEST = ChatRequest.model_validate(
     {"messages": [{"role": "user", "content": "tell me four words"}], "max_tokens": 50}
 )
@@ -250,51 +252,12 @@ def test_bad_base_url_is_a_configuration_error(bad: str) -> None:
         OpenAICompatibleProvider(bad)
 
 
-class _Trickler:
-    """A loopback server that sends a 200 header, then one body byte every 50 ms, forever."""
-
-    def __init__(self) -> None:
-        import socket
-        import threading
-
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen()
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-        self.thread.start()
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.sock.getsockname()[1]}/v1"
-
-    def _serve(self) -> None:
-        conn, _ = self.sock.accept()
-        with conn:
-            conn.recv(65536)
-            conn.sendall(
-                b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
-                b"content-length: 100000\r\n\r\n"
-            )
-            while not self.stop.wait(0.05):
-                try:
-                    conn.sendall(b" ")
-                except OSError:
-                    return
-
-    def close(self) -> None:
-        self.stop.set()
-        self.sock.close()
-
-
 @pytest.mark.parametrize("mode", MODES)
 def test_a_trickling_body_cannot_hold_the_call_past_its_deadline(mode: str) -> None:
-    server = _Trickler()
-    provider = OpenAICompatibleProvider(server.base_url)
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 100000\r\n\r\n"
     started = time.monotonic()
-    try:
+    with RawServer(head, (b" ",) * 1000, gap=0.05) as server:  # one byte every 50 ms
+        provider = OpenAICompatibleProvider(server.base_url)
         with pytest.raises(ProviderTimeoutError, match="deadline"):
             complete(provider, mode, timeout=0.5)
-    finally:
-        server.close()
     assert time.monotonic() - started < 5  # bounded (generous: shared CI machines)

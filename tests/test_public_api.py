@@ -9,6 +9,7 @@ import llmguard_sdk
 EXPECTED = [
     "AllRoutesFailedError",
     "AsyncChatStream",
+    "AsyncChunkStream",
     "AsyncGuardedClient",
     "AuthenticationError",
     "BadRequestError",
@@ -20,6 +21,7 @@ EXPECTED = [
     "ChatRequest",
     "ChatResponse",
     "ChatStream",
+    "ChunkStream",
     "ConfigurationError",
     "ContextLengthExceededError",
     "Guard",

@@ -5,7 +5,14 @@ an underscore is private. Start with :class:`Guard`.
 """
 
 from ._version import __version__
-from .client import AsyncGuardedClient, ChatCompletion, ChatCompletionChunk, GuardedClient
+from .client import (
+    AsyncChunkStream,
+    AsyncGuardedClient,
+    ChatCompletion,
+    ChatCompletionChunk,
+    ChunkStream,
+    GuardedClient,
+)
 from .config import GuardSettings
 from .context import CallContext, CallEvent, Scope, current_scope, scoped
 from .errors import (
@@ -40,6 +47,7 @@ from .tokens import TokenCount, count_request_tokens, count_text_tokens
 __all__ = [
     "AllRoutesFailedError",
     "AsyncChatStream",
+    "AsyncChunkStream",
     "AsyncGuardedClient",
     "AuthenticationError",
     "BadRequestError",
@@ -51,6 +59,7 @@ __all__ = [
     "ChatRequest",
     "ChatResponse",
     "ChatStream",
+    "ChunkStream",
     "ConfigurationError",
     "ContextLengthExceededError",
     "Guard",

@@ -28,13 +28,18 @@ if TYPE_CHECKING:
     from .streaming import AsyncChatStream, ChatStream
 
 __all__ = [
+    "AsyncChunkStream",
     "AsyncGuardedClient",
     "ChatCompletion",
     "ChatCompletionChunk",
+    "ChunkStream",
     "GuardedClient",
 ]
 
+# ChatRequest fields taken from create()'s keywords; ``metadata`` is forwarded to the provider
+# (openai's meaning) as well as kept as the SDK's own tags.
 _REQUEST_FIELDS = frozenset(ChatRequest.model_fields) - {"extra_body", "messages", "model"}
+_FORWARDED = frozenset({"metadata"})
 
 
 class _Open(BaseModel):
@@ -172,19 +177,23 @@ def _call_arguments(
     if n not in (None, 1):
         raise RequestValidationError("n must be 1: the Guard returns one choice per call")
     params.pop("stream_options", None)  # the Guard always asks for usage
-    params.pop("extra_headers", None)
-    params.pop("extra_query", None)
     timeout = params.pop("timeout", None)
-    if "max_completion_tokens" in params and "max_tokens" not in params:
-        params["max_tokens"] = params.pop("max_completion_tokens")
+    if timeout is not None and not isinstance(timeout, (int, float)):
+        raise RequestValidationError("timeout must be a number of seconds")
     extra = dict(params.pop("extra_body", None) or {})
     known = {k: v for k, v in params.items() if k in _REQUEST_FIELDS and v is not None}
-    extra.update({k: v for k, v in params.items() if k not in _REQUEST_FIELDS and v is not None})
+    extra.update(
+        {
+            k: v
+            for k, v in params.items()
+            if (k not in _REQUEST_FIELDS or k in _FORWARDED) and v is not None
+        }
+    )
     user = extra.get("user")
     arguments: dict[str, Any] = {
         "messages": list(messages),
         "model": model,
-        "timeout": timeout if isinstance(timeout, (int, float)) else None,
+        "timeout": timeout,
         "user": user if isinstance(user, str) else None,
         **known,
     }
@@ -204,11 +213,11 @@ class _Completions:
         model: str | None = None,
         stream: bool = False,
         **params: Any,
-    ) -> ChatCompletion | Iterator[ChatCompletionChunk]:
+    ) -> ChatCompletion | ChunkStream:
         """Like ``openai.OpenAI().chat.completions.create``, through the Guard."""
         arguments = _call_arguments(messages, model, params)
         if stream:
-            return _chunks(self._guard.chat(stream=True, **arguments))
+            return ChunkStream(self._guard.chat(stream=True, **arguments))
         return to_completion(self._guard.chat(**arguments))
 
 
@@ -223,26 +232,77 @@ class _AsyncCompletions:
         model: str | None = None,
         stream: bool = False,
         **params: Any,
-    ) -> ChatCompletion | AsyncIterator[ChatCompletionChunk]:
+    ) -> ChatCompletion | AsyncChunkStream:
         """Like ``openai.AsyncOpenAI().chat.completions.create``, through the Guard."""
         arguments = _call_arguments(messages, model, params)
         if stream:
-            return _achunks(await self._guard.achat(stream=True, **arguments))
+            return AsyncChunkStream(await self._guard.achat(stream=True, **arguments))
         return to_completion(await self._guard.achat(**arguments))
 
 
-def _chunks(stream: ChatStream) -> Iterator[ChatCompletionChunk]:
-    created = int(time.time())
-    with stream:
-        for chunk in stream:
-            yield to_chunk(chunk, created)
+class ChunkStream:
+    """openai-shaped stream: iterate ``ChatCompletionChunk`` objects; ``close()`` or ``with``.
+
+    ``response`` gives the Guard's assembled :class:`ChatResponse` after the last chunk.
+    """
+
+    def __init__(self, stream: ChatStream) -> None:
+        self._stream = stream
+        self._created = int(time.time())
+
+    @property
+    def response(self) -> ChatResponse:
+        """The assembled answer, once the stream has been read to its end."""
+        return self._stream.response
+
+    def __iter__(self) -> Iterator[ChatCompletionChunk]:
+        return self
+
+    def __next__(self) -> ChatCompletionChunk:
+        return to_chunk(next(self._stream), self._created)
+
+    def close(self) -> None:
+        """Stop the stream and release its connection."""
+        self._stream.close()
+
+    def __enter__(self) -> ChunkStream:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
 
-async def _achunks(stream: AsyncChatStream) -> AsyncIterator[ChatCompletionChunk]:
-    created = int(time.time())
-    async with stream:
-        async for chunk in stream:
-            yield to_chunk(chunk, created)
+class AsyncChunkStream:
+    """Async twin of :class:`ChunkStream`: ``async for``, ``await close()``, ``async with``."""
+
+    def __init__(self, stream: AsyncChatStream) -> None:
+        self._stream = stream
+        self._created = int(time.time())
+
+    @property
+    def response(self) -> ChatResponse:
+        """The assembled answer, once the stream has been read to its end."""
+        return self._stream.response
+
+    def __aiter__(self) -> AsyncIterator[ChatCompletionChunk]:
+        return self
+
+    async def __anext__(self) -> ChatCompletionChunk:
+        return to_chunk(await self._stream.__anext__(), self._created)
+
+    async def close(self) -> None:
+        """Stop the stream and release its connection (openai's name)."""
+        await self._stream.aclose()
+
+    async def aclose(self) -> None:
+        """Same as :meth:`close`."""
+        await self._stream.aclose()
+
+    async def __aenter__(self) -> AsyncChunkStream:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self._stream.aclose()
 
 
 class _Chat:

@@ -39,8 +39,8 @@ class GuardSettings(BaseModel):
 
     store: str = "memory"
     key_prefix: str = Field(default="llmguard", min_length=1, pattern=r"^[A-Za-z0-9_.:-]+$")
-    timeout: float = Field(default=60.0, gt=0)
-    attempt_timeout: float | None = Field(default=None, gt=0)
+    timeout: float = Field(default=60.0, gt=0, allow_inf_nan=False)
+    attempt_timeout: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     max_input_tokens: int | None = Field(default=None, gt=0)
     base_url: str | None = None
     api_key: str | None = None

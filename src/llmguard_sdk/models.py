@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, model_validator
 
 from .errors import RequestValidationError
 
@@ -41,9 +41,9 @@ class Message(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     role: Role
-    content: str | list[dict[str, Any]] | None = None
+    content: str | list[dict[str, JsonValue]] | None = None
     name: str | None = None
-    tool_calls: list[dict[str, Any]] | None = None
+    tool_calls: list[dict[str, JsonValue]] | None = None
     tool_call_id: str | None = None
 
     @model_validator(mode="after")
@@ -68,7 +68,12 @@ class ChatRequest(BaseModel):
     """A chat-completion request, provider-neutral.
 
     ``model`` may be left out when the route that serves the call names its own model.
-    ``extra_body`` carries provider-specific parameters through unchanged.
+    ``max_completion_tokens`` (OpenAI's newer name, required by its reasoning models) is sent as
+    given; the SDK's token accounting uses whichever of the two limits is set.
+    ``metadata`` is for the SDK's own use (tags for logs, budgets and caches) and is not sent to
+    the provider. ``extra_body`` carries provider-specific parameters through unchanged, and
+    ``extra_headers`` / ``extra_query`` add HTTP headers and query parameters to the request.
+    Every free-form field must hold JSON values (no sets, no arbitrary objects).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -76,21 +81,32 @@ class ChatRequest(BaseModel):
     messages: list[Message] = Field(min_length=1)
     model: str | None = Field(default=None, min_length=1)
     max_tokens: int | None = Field(default=None, gt=0)
+    max_completion_tokens: int | None = Field(default=None, gt=0)
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
     stop: str | list[str] | None = None
     seed: int | None = None
-    tools: list[dict[str, Any]] | None = None
-    tool_choice: str | dict[str, Any] | None = None
-    response_format: dict[str, Any] | None = None
+    tools: list[dict[str, JsonValue]] | None = None
+    tool_choice: str | dict[str, JsonValue] | None = None
+    response_format: dict[str, JsonValue] | None = None
     metadata: dict[str, str] | None = None
-    extra_body: dict[str, Any] | None = None
+    extra_body: dict[str, JsonValue] | None = None
+    extra_headers: dict[str, str] | None = None
+    extra_query: dict[str, str] | None = None
 
     @model_validator(mode="after")
     def _check_stop(self) -> ChatRequest:
         if isinstance(self.stop, list) and len(self.stop) > 4:
             raise ValueError("stop takes at most 4 sequences")
+        for name, value in (self.extra_headers or {}).items():
+            if not _is_header_text(name) or not _is_header_text(value):
+                raise ValueError(f"extra_headers: {name!r} must be ASCII without line breaks")
         return self
+
+    @property
+    def output_limit(self) -> int | None:
+        """The most output tokens the call may produce (``max_completion_tokens`` first)."""
+        return self.max_completion_tokens or self.max_tokens
 
     def last_user_text(self) -> str:
         """Text of the last user message ('' when there is none)."""
@@ -98,6 +114,10 @@ class ChatRequest(BaseModel):
             if message.role == "user":
                 return message.text
         return ""
+
+
+def _is_header_text(text: str) -> bool:
+    return text.isascii() and "\r" not in text and "\n" not in text
 
 
 def validate_request(data: ChatRequest | dict[str, Any]) -> ChatRequest:

@@ -11,6 +11,7 @@ same order; only the provider I/O differs between them. Stages, outermost first:
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -35,6 +36,8 @@ from .tokens import count_request_tokens, count_text_tokens
 __all__ = ["Hook", "InputFilter", "OutputFilter"]
 
 logger = logging.getLogger("llmguard_sdk")
+
+_ROUTE_STATUSES = frozenset({402, 404})  # no credit here; this route lacks the model or path
 
 InputFilter = Callable[[ChatRequest], "ChatRequest | None"]
 """Sees the validated request; returns a replacement request, or ``None`` to keep it.
@@ -77,7 +80,7 @@ def prepare(
             "this Guard has no provider: pass providers=[...] or set LLMGUARD_BASE_URL"
         )
     budget = stages.timeout if timeout is None else timeout
-    if not (isinstance(budget, (int, float)) and budget > 0):
+    if not (isinstance(budget, (int, float)) and 0 < budget < math.inf):
         raise RequestValidationError(
             f"timeout must be a positive number of seconds, got {budget!r}"
         )
@@ -123,18 +126,25 @@ def fall_through(
 ) -> None:
     """Record a route's failure, or re-raise it when the next route must not be tried.
 
-    The chain moves on after errors that belong to the route (unavailable, timeouts, 429,
-    malformed answers, bad credentials, a context window too small). It stops on a request
-    the provider refused as wrong, and on a stream that already delivered text.
+    The chain moves on after errors that belong to the route: unavailable, timeouts, 429,
+    malformed answers, bad credentials, no credit (402), an unknown model or path (404), a
+    context window too small. It stops on a request the provider refused as wrong (400, 422
+    ...), which would fail everywhere, and on a stream that already delivered text.
     """
     ctx.route_errors[route.name] = error
     if delivered or isinstance(error, StreamInterruptedError):
         raise error
-    route_specific = error.retryable or isinstance(
-        error, (AuthenticationError, ContextLengthExceededError)
-    )
-    if not route_specific:
+    if not is_route_failure(error):
         raise error
+
+
+def is_route_failure(error: ProviderError) -> bool:
+    """Whether ``error`` says something about the route rather than about the request."""
+    return (
+        error.retryable
+        or isinstance(error, (AuthenticationError, ContextLengthExceededError))
+        or error.status_code in _ROUTE_STATUSES
+    )
 
 
 def failure(ctx: CallContext, stages: Stages) -> Exception:

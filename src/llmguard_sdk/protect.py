@@ -22,7 +22,7 @@ from .errors import (
 )
 from .models import Usage
 from .pipeline import Hook, emit
-from .providers.openai_compat import error_from_status, usage_from_payload
+from .providers.wire import error_from_status, usage_from_payload
 
 __all__ = ["classify_exception", "protect_function", "usage_from_result"]
 

@@ -30,7 +30,7 @@ class _Assembler:
     def __init__(self, ctx: CallContext) -> None:
         self._ctx = ctx
         self._text: list[str] = []
-        self._tool_calls: list[dict[str, Any]] = []
+        self._tool_calls: dict[int, dict[str, Any]] = {}
         self.finish_reason: str | None = None
         self.usage: Usage | None = None
         self.model = ""
@@ -47,7 +47,7 @@ class _Assembler:
                 self._ctx.first_token_at = time.monotonic()
             self._text.append(chunk.text)
         if chunk.tool_calls:
-            self._tool_calls.extend(chunk.tool_calls)
+            merge_tool_call_deltas(self._tool_calls, chunk.tool_calls)
         self.finish_reason = chunk.finish_reason or self.finish_reason
         self.usage = chunk.usage or self.usage
         self.model = chunk.model or self.model
@@ -61,8 +61,30 @@ class _Assembler:
             model=self.model,
             route=route,
             id=self.id,
-            tool_calls=self._tool_calls or None,
+            tool_calls=[self._tool_calls[i] for i in sorted(self._tool_calls)] or None,
         )
+
+
+def merge_tool_call_deltas(calls: dict[int, dict[str, Any]], deltas: list[dict[str, Any]]) -> None:
+    """Fold streamed tool-call pieces into whole calls, keyed by their ``index``.
+
+    A stream sends each call's ``id``, ``type`` and ``function.name`` once and its
+    ``function.arguments`` in pieces to be joined, as OpenAI's streaming format does.
+    """
+    for position, delta in enumerate(deltas):
+        index = delta.get("index")
+        key = index if isinstance(index, int) else position
+        call = calls.setdefault(key, {"id": None, "type": "function", "function": {}})
+        for field in ("id", "type"):
+            if isinstance(delta.get(field), str) and delta[field]:
+                call[field] = delta[field]
+        function = delta.get("function")
+        if isinstance(function, dict):
+            merged = call["function"]
+            if isinstance(function.get("name"), str) and function["name"]:
+                merged["name"] = function["name"]
+            if isinstance(function.get("arguments"), str):
+                merged["arguments"] = merged.get("arguments", "") + function["arguments"]
 
 
 class _StreamBase:
@@ -73,6 +95,7 @@ class _StreamBase:
         self._stages = stages
         self._response: ChatResponse | None = None
         self._ended = False
+        self._close_requested = False
 
     @property
     def response(self) -> ChatResponse:
@@ -142,16 +165,27 @@ class ChatStream(_StreamBase):
 
     def __next__(self) -> StreamChunk:
         try:
-            return next(self._chunks)
+            chunk = next(self._chunks)
         except StopIteration:
             self._end()
             raise
         except BaseException as exc:
             self._end(error=exc)
             raise
+        if self._close_requested:  # close() came from another thread while we waited
+            self.close()
+            raise StopIteration
+        return chunk
 
     def close(self) -> None:
-        """Stop the stream and release its connection."""
+        """Stop the stream and release its connection.
+
+        Called from another thread while a reader waits for the next chunk, it takes effect
+        when that chunk arrives (or the deadline passes): the reader's loop then ends.
+        """
+        if getattr(self._chunks, "gi_running", False):
+            self._close_requested = True
+            return
         self._chunks.close()
         self._end(cancelled=self._response is None)
 
@@ -207,16 +241,28 @@ class AsyncChatStream(_StreamBase):
 
     async def __anext__(self) -> StreamChunk:
         try:
-            return await self._chunks.__anext__()
+            chunk = await self._chunks.__anext__()
         except StopAsyncIteration:
             self._end()
             raise
         except BaseException as exc:
             self._end(error=exc)
             raise
+        if self._close_requested:  # aclose() came from another task while we waited
+            await self.aclose()
+            raise StopAsyncIteration
+        return chunk
 
     async def aclose(self) -> None:
-        """Stop the stream and release its connection."""
+        """Stop the stream and release its connection.
+
+        Called from another task while the reader waits for the next chunk, it takes effect
+        when that chunk arrives (or the deadline passes): the reader's loop then ends. To stop
+        at once, cancel the reading task instead.
+        """
+        if getattr(self._chunks, "ag_running", False):
+            self._close_requested = True
+            return
         await self._chunks.aclose()
         self._end(cancelled=self._response is None)
 

@@ -1,47 +1,52 @@
 """A provider for any OpenAI-compatible chat-completions endpoint, over httpx.
 
 OpenAI itself, Azure OpenAI, OpenRouter, Together, Groq, vLLM, llama.cpp's server, Ollama and
-LiteLLM's proxy all speak this protocol. Requests and responses are turned into the SDK's
-models by pure functions; the sync and async classes only do the I/O, so both behave alike.
+LiteLLM's proxy all speak this protocol. :mod:`~llmguard_sdk.providers.wire` turns bytes into
+models and errors; this module does only the I/O, so the sync and async twins behave alike.
+
+Deadlines are exact: async calls run under an anyio cancel scope; sync calls register their
+socket with a watchdog thread that shuts it down when the deadline passes, so neither a slow
+server nor one that trickles bytes can hold a call past its deadline.
 
 .. versionadded:: 0.1.0
 """
 
 from __future__ import annotations
 
-import json
+import asyncio
+import contextlib
+import socket
+import threading
 import time
-from collections.abc import AsyncGenerator, Generator, Mapping
+import warnings
+from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterator, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
+import anyio
 import httpx
 
 from ..errors import (
-    AuthenticationError,
-    BadRequestError,
     ConfigurationError,
-    ContextLengthExceededError,
     MalformedResponseError,
     ProviderError,
     ProviderTimeoutError,
     ProviderUnavailableError,
-    RateLimitedError,
-    StreamInterruptedError,
 )
-from ..models import ChatRequest, ChatResponse, StreamChunk, Usage
-from .headers import retry_after_seconds
-from .sse import SSEDecoder
-
-__all__ = ["OpenAICompatibleProvider", "error_from_status", "usage_from_payload"]
-
-_MAX_BODY_BYTES = 32 * 1024 * 1024
-_CONTEXT_LENGTH_MARKERS = (
-    "context_length_exceeded",
-    "maximum context length",
-    "context window",
-    "too many tokens",
+from ..models import ChatRequest, ChatResponse, StreamChunk
+from ._watchdog import watchdog
+from .wire import (
+    MAX_BODY_BYTES,
+    MAX_ERROR_BODY_BYTES,
+    StreamState,
+    build_payload,
+    encode_payload,
+    parse_completion,
 )
+
+__all__ = ["OpenAICompatibleProvider"]
+
+_NO_ASYNCIO_LOOP = "no-asyncio-loop"
 
 
 class OpenAICompatibleProvider:
@@ -53,11 +58,12 @@ class OpenAICompatibleProvider:
         model: the model this route serves; ``None`` uses each request's ``model``.
         name: the route name shown in responses and errors (default: the URL's host:port).
         headers: extra headers sent with every request.
-        max_connections: size of the connection pool (one pool per client, kept between calls).
+        max_connections: size of each connection pool (kept between calls).
         transport, async_transport: httpx transports, for tests or custom networking.
 
-    Connections are pooled and reused; call :meth:`close` / :meth:`aclose` (or let the
-    :class:`~llmguard_sdk.Guard` do it) when you are done.
+    Connections are pooled and reused: one pool for sync calls, and one per event loop for
+    async calls. Close them with :meth:`aclose` in async code (or :meth:`close` in sync code),
+    or let :class:`~llmguard_sdk.Guard` do it.
     """
 
     def __init__(
@@ -73,27 +79,37 @@ class OpenAICompatibleProvider:
         async_transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         parts = urlsplit(base_url)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
+        try:
+            port_ok = parts.port is None or parts.port > 0
+        except ValueError:
+            port_ok = False
+        if parts.scheme not in ("http", "https") or not parts.hostname or not port_ok:
             raise ConfigurationError(
                 f"base_url must be an http(s) URL such as https://api.openai.com/v1, "
                 f"got {base_url!r}"
             )
         if max_connections < 1:
             raise ConfigurationError("max_connections must be at least 1")
+        self._headers = {"accept": "application/json", **dict(headers or {})}
+        if api_key is not None:
+            if not api_key or api_key != api_key.strip():
+                raise ConfigurationError("api_key is empty or has surrounding whitespace")
+            self._headers["authorization"] = f"Bearer {api_key}"
+        for key, value in self._headers.items():
+            if not _header_safe(key) or not _header_safe(value):
+                raise ConfigurationError(f"header {key!r} must be ASCII without line breaks")
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.name = name or parts.netloc
         self._url = self.base_url + "/chat/completions"
-        self._headers = {"accept": "application/json", **dict(headers or {})}
-        if api_key:
-            self._headers["authorization"] = f"Bearer {api_key}"
         self._limits = httpx.Limits(
             max_connections=max_connections, max_keepalive_connections=max_connections
         )
         self._transport = transport
         self._async_transport = async_transport
+        self._lock = threading.Lock()
         self._client: httpx.Client | None = None
-        self._aclient: httpx.AsyncClient | None = None
+        self._aclients: dict[object, httpx.AsyncClient] = {}
 
     def __repr__(self) -> str:
         return f"OpenAICompatibleProvider(name={self.name!r}, base_url={self.base_url!r})"
@@ -101,65 +117,117 @@ class OpenAICompatibleProvider:
     # -- clients -------------------------------------------------------------------------
 
     def _sync_client(self) -> httpx.Client:
-        if self._client is None:
-            self._client = httpx.Client(
-                headers=self._headers, limits=self._limits, transport=self._transport
-            )
-        return self._client
+        client = self._client
+        if client is None:
+            with self._lock:
+                if self._client is None:
+                    self._client = httpx.Client(
+                        headers=self._headers, limits=self._limits, transport=self._transport
+                    )
+                client = self._client
+        return client
 
     def _async_client(self) -> httpx.AsyncClient:
-        if self._aclient is None:
-            self._aclient = httpx.AsyncClient(
-                headers=self._headers, limits=self._limits, transport=self._async_transport
-            )
-        return self._aclient
+        key = _loop_key()
+        client = self._aclients.get(key)
+        if client is None:
+            with self._lock:
+                for stale in [k for k in self._aclients if _loop_closed(k)]:
+                    del self._aclients[stale]  # its loop is gone, and its sockets with it
+                client = self._aclients.get(key)
+                if client is None:
+                    client = httpx.AsyncClient(
+                        headers=self._headers,
+                        limits=self._limits,
+                        transport=self._async_transport,
+                    )
+                    self._aclients[key] = client
+        return client
 
     def close(self) -> None:
-        """Close the sync connection pool."""
-        if self._client is not None:
-            self._client.close()
-            self._client = None
+        """Close the sync connection pool.
+
+        Async pools cannot be closed from sync code: a warning says so when one is still
+        open on a running event loop (use :meth:`aclose` there).
+        """
+        with self._lock:
+            client, self._client = self._client, None
+            for stale in [k for k in self._aclients if _loop_closed(k)]:
+                del self._aclients[stale]
+            still_open = bool(self._aclients)
+        if client is not None:
+            client.close()
+        if still_open:
+            warnings.warn(
+                f"{self!r}: async connections are still open; call `await aclose()` "
+                "from their event loop",
+                ResourceWarning,
+                stacklevel=2,
+            )
 
     async def aclose(self) -> None:
-        """Close the async connection pool (and the sync one)."""
-        if self._aclient is not None:
-            await self._aclient.aclose()
-            self._aclient = None
-        self.close()
+        """Close this event loop's async pool and the sync pool."""
+        with self._lock:
+            aclient = self._aclients.pop(_loop_key(), None)
+            client, self._client = self._client, None
+        if aclient is not None:
+            await aclient.aclose()
+        if client is not None:
+            client.close()
 
     # -- calls -------------------------------------------------------------------------------
 
-    def complete(self, request: ChatRequest, *, model: str, deadline: float) -> ChatResponse:
-        """Send one non-streaming chat completion and parse its answer.
+    def _request(
+        self,
+        request: ChatRequest,
+        model: str,
+        *,
+        stream: bool,
+        deadline: float,
+        idle_timeout: float | None = None,
+    ) -> dict[str, Any]:
+        """httpx request arguments: the encoded body, per-request headers, deadline timeouts."""
+        return {
+            "method": "POST",
+            "url": self._url,
+            "content": encode_payload(build_payload(request, model=model, stream=stream)),
+            "headers": {"content-type": "application/json", **(request.extra_headers or {})},
+            "params": request.extra_query,
+            "timeout": _timeout_until(deadline, self.name, idle_timeout),
+        }
 
-        The body is read in pieces with the deadline checked between them, so a server that
-        trickles bytes cannot hold the call past its deadline.
-        """
-        payload = build_payload(request, model=model, stream=False)
-        timeout = _timeout_until(deadline, self.name)
+    def complete(self, request: ChatRequest, *, model: str, deadline: float) -> ChatResponse:
+        """Send one non-streaming chat completion and parse its answer."""
+        args = self._request(request, model, stream=False, deadline=deadline)
         client = self._sync_client()
         try:
-            with client.stream("POST", self._url, json=payload, timeout=timeout) as response:
-                body = _Body(self.name, deadline)
+            with client.stream(**args) as response, _deadline_watch(response, deadline):
+                collected = _Collector(self.name, deadline, _limit(response))
                 for piece in response.iter_bytes():
-                    body.add(piece)
+                    collected.add(piece)
         except httpx.HTTPError as exc:
-            raise _transport_error(exc, self.name) from exc
-        return parse_completion(response, body.data, route=self.name)
+            raise _transport_error(exc, self.name, deadline) from exc
+        return parse_completion(
+            response.status_code, response.headers, collected.data, route=self.name
+        )
 
     async def acomplete(self, request: ChatRequest, *, model: str, deadline: float) -> ChatResponse:
         """Async twin of :meth:`complete`."""
-        payload = build_payload(request, model=model, stream=False)
-        timeout = _timeout_until(deadline, self.name)
+        args = self._request(request, model, stream=False, deadline=deadline)
         client = self._async_client()
         try:
-            async with client.stream("POST", self._url, json=payload, timeout=timeout) as response:
-                body = _Body(self.name, deadline)
-                async for piece in response.aiter_bytes():
-                    body.add(piece)
+            with anyio.fail_after(max(0.0, deadline - time.monotonic())):
+                async with client.stream(**args) as response:
+                    collected = _Collector(self.name, deadline, _limit(response))
+                    async for piece in response.aiter_bytes():
+                        collected.add(piece)
+        except TimeoutError:
+            raise _deadline_passed(self.name) from None
         except httpx.HTTPError as exc:
-            raise _transport_error(exc, self.name) from exc
-        return parse_completion(response, body.data, route=self.name)
+            raise _transport_error(exc, self.name, deadline) from exc
+        return parse_completion(
+            response.status_code, response.headers, collected.data, route=self.name
+        )
 
     def stream(
         self,
@@ -173,21 +241,24 @@ class OpenAICompatibleProvider:
 
         ``idle_timeout`` bounds the silence before the first and between later pieces.
         """
-        payload = build_payload(request, model=model, stream=True)
-        timeout = _timeout_until(deadline, self.name, idle_timeout)
-        state = _StreamState(self.name, deadline)
+        args = self._request(
+            request, model, stream=True, deadline=deadline, idle_timeout=idle_timeout
+        )
+        state = StreamState(self.name, deadline)
         client = self._sync_client()
         try:
-            with client.stream("POST", self._url, json=payload, timeout=timeout) as response:
-                if not state.accept(response):
-                    response.read()
-                    raise state.http_error(response)
+            with client.stream(**args) as response, _deadline_watch(response, deadline):
+                if not state.accept(response.status_code, response.headers):
+                    error = _Collector(self.name, deadline, MAX_ERROR_BODY_BYTES, truncate=True)
+                    for piece in response.iter_bytes():
+                        error.add(piece)
+                    raise state.http_error(error.data)
                 for raw in response.iter_bytes():
                     yield from state.feed(raw)
                     if state.done:
                         return
         except httpx.HTTPError as exc:
-            raise state.broken(exc) from exc
+            raise state.broken(exc, timed_out=isinstance(exc, httpx.TimeoutException)) from exc
         state.check_ended()
 
     async def astream(
@@ -199,301 +270,119 @@ class OpenAICompatibleProvider:
         idle_timeout: float | None = None,
     ) -> AsyncGenerator[StreamChunk, None]:
         """Async twin of :meth:`stream`."""
-        payload = build_payload(request, model=model, stream=True)
-        timeout = _timeout_until(deadline, self.name, idle_timeout)
-        state = _StreamState(self.name, deadline)
+        args = self._request(
+            request, model, stream=True, deadline=deadline, idle_timeout=idle_timeout
+        )
+        state = StreamState(self.name, deadline)
         client = self._async_client()
+        built = client.build_request(**args)
         try:
-            async with client.stream("POST", self._url, json=payload, timeout=timeout) as response:
-                if not state.accept(response):
-                    await response.aread()
-                    raise state.http_error(response)
-                async for raw in response.aiter_bytes():
-                    for chunk in state.feed(raw):
-                        yield chunk
-                    if state.done:
-                        return
+            with anyio.fail_after(max(0.0, deadline - time.monotonic())):
+                response = await client.send(built, stream=True)
+        except TimeoutError:
+            raise _deadline_passed(self.name) from None
         except httpx.HTTPError as exc:
-            raise state.broken(exc) from exc
-        state.check_ended()
-
-
-# -- pure request / response mapping ------------------------------------------------------
-
-
-def build_payload(request: ChatRequest, *, model: str, stream: bool) -> dict[str, Any]:
-    """The JSON body of a chat-completions call for ``request``."""
-    payload: dict[str, Any] = {
-        "model": model,
-        "messages": [m.model_dump(exclude_none=True) for m in request.messages],
-    }
-    optional = request.model_dump(
-        include={
-            "max_tokens",
-            "temperature",
-            "top_p",
-            "stop",
-            "seed",
-            "tools",
-            "tool_choice",
-            "response_format",
-        },
-        exclude_none=True,
-    )
-    payload.update(optional)
-    if stream:
-        payload["stream"] = True
-        payload["stream_options"] = {"include_usage": True}
-    if request.extra_body:
-        payload.update(request.extra_body)
-    return payload
-
-
-def parse_completion(response: httpx.Response, body: bytes, *, route: str) -> ChatResponse:
-    """Turn an HTTP response and its body into a :class:`ChatResponse`, or raise its error."""
-    headers = dict(response.headers)
-    if response.status_code != 200:
-        text = body.decode("utf-8", errors="replace")
-        raise error_from_status(response.status_code, headers, text, route=route)
-    data = _json_body(response, body, route)
-    choices = data.get("choices")
-    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-        raise _malformed("response has no choices", response, body, route)
-    message = choices[0].get("message")
-    if not isinstance(message, dict):
-        raise _malformed("response choice has no message", response, body, route)
-    content = message.get("content")
-    tool_calls = message.get("tool_calls")
-    if content is not None and not isinstance(content, str):
-        raise _malformed("message content is not a string", response, body, route)
-    if content is None and not tool_calls:
-        raise _malformed("message has neither content nor tool_calls", response, body, route)
-    usage, cost = usage_from_payload(data.get("usage"))
-    return ChatResponse(
-        text=content or "",
-        finish_reason=_str_or_none(choices[0].get("finish_reason")),
-        usage=usage,
-        model=str(data.get("model") or ""),
-        route=route,
-        id=_str_or_none(data.get("id")),
-        tool_calls=tool_calls if isinstance(tool_calls, list) else None,
-        cost_usd=cost,
-        cost_source="reported" if cost is not None else None,
-        headers=headers,
-    )
-
-
-def usage_from_payload(raw: object) -> tuple[Usage | None, float | None]:
-    """Read a usage object, OpenAI-shaped or Anthropic-shaped, and any reported cost.
-
-    OpenAI reports ``prompt_tokens`` (cached tokens included) with
-    ``prompt_tokens_details.cached_tokens``; Anthropic reports ``input_tokens`` *without* the
-    ``cache_read_input_tokens``, so those are added to make ``input_tokens`` mean the same
-    thing for both. Returns ``(None, None)`` when there is no usable usage.
-    """
-    if not isinstance(raw, dict):
-        return None, None
-    cost = raw.get("cost")
-    reported_cost = float(cost) if isinstance(cost, (int, float)) and cost >= 0 else None
-    if "prompt_tokens" in raw or "completion_tokens" in raw:
-        details = raw.get("prompt_tokens_details") or {}
-        cached = details.get("cached_tokens", 0) if isinstance(details, dict) else 0
-        fields = (raw.get("prompt_tokens", 0), raw.get("completion_tokens", 0), cached or 0)
-        anthropic_cache = 0
-    elif "input_tokens" in raw or "output_tokens" in raw:
-        cached = raw.get("cache_read_input_tokens") or 0
-        fields = (raw.get("input_tokens", 0), raw.get("output_tokens", 0), cached)
-        anthropic_cache = cached if isinstance(cached, int) else 0
-    else:
-        return None, reported_cost
-    if not all(isinstance(v, int) and v >= 0 for v in fields):
-        return None, reported_cost
-    input_tokens, output_tokens, cached_tokens = (int(v) for v in fields)
-    usage = Usage(
-        input_tokens=input_tokens + anthropic_cache,
-        output_tokens=output_tokens,
-        cached_input_tokens=cached_tokens,
-    )
-    return usage, reported_cost
-
-
-def error_from_status(
-    status: int, headers: Mapping[str, str], body: str, *, route: str
-) -> ProviderError:
-    """The typed error for an HTTP error answer (429, 5xx, 4xx ...)."""
-    message = _error_message(body) or f"provider answered HTTP {status}"
-    common: dict[str, Any] = {
-        "route": route,
-        "status_code": status,
-        "headers": headers,
-        "retry_after": retry_after_seconds(headers),
-        "body": body[:2000],
-    }
-    if status == 429:
-        return RateLimitedError(message, **common)
-    if status in (401, 403):
-        return AuthenticationError(message, **common)
-    if status == 408:
-        return ProviderTimeoutError(message, **common)
-    if status >= 500:
-        return ProviderUnavailableError(message, **common)
-    if 400 <= status < 500:
-        lowered = body.lower()
-        if any(marker in lowered for marker in _CONTEXT_LENGTH_MARKERS):
-            return ContextLengthExceededError(message, **common)
-        return BadRequestError(message, **common)
-    return MalformedResponseError(f"unexpected HTTP status {status}", **common)
-
-
-# -- streaming ----------------------------------------------------------------------------
-
-
-class _StreamState:
-    """What the sync and async stream loops share: decoding, chunk mapping, end checks."""
-
-    def __init__(self, route: str, deadline: float) -> None:
-        self.route = route
-        self.deadline = deadline
-        self.decoder = SSEDecoder()
-        self.done = False
-        self.partial: list[str] = []
-        self.headers: dict[str, str] = {}
-        self.finished = False
-
-    def accept(self, response: httpx.Response) -> bool:
-        """Whether ``response`` is a 200 event stream (else read it and raise http_error)."""
-        self.headers = dict(response.headers)
-        if response.status_code != 200:
-            return False
-        content_type = response.headers.get("content-type", "")
-        if "text/event-stream" not in content_type:
-            raise MalformedResponseError(
-                f"stream answered with content type {content_type!r}, not text/event-stream",
-                route=self.route,
-                status_code=200,
-                headers=self.headers,
-            )
-        return True
-
-    def http_error(self, response: httpx.Response) -> ProviderError:
-        return error_from_status(
-            response.status_code, self.headers, response.text, route=self.route
-        )
-
-    def feed(self, raw: bytes) -> Generator[StreamChunk, None, None]:
-        for event in self.decoder.feed(raw):
-            if event.data.strip() == "[DONE]":
-                self.done = True
-                return
-            chunk = self._chunk(event.data)
-            if chunk.text:
-                self.partial.append(chunk.text)
-            if chunk.finish_reason:
-                self.finished = True
-            yield chunk
-        if time.monotonic() > self.deadline:
-            raise self._failure(
-                ProviderTimeoutError, "the call's deadline passed during the stream"
-            )
-
-    def _chunk(self, data: str) -> StreamChunk:
+            raise state.broken(exc, timed_out=isinstance(exc, httpx.TimeoutException)) from exc
         try:
-            event = json.loads(data)
-        except json.JSONDecodeError:
-            raise self._failure(MalformedResponseError, "stream event is not JSON") from None
-        if not isinstance(event, dict):
-            raise self._failure(MalformedResponseError, "stream event is not a JSON object")
-        if "error" in event:
-            message = _error_message(data) or "provider reported an error in the stream"
-            raise self._failure(ProviderUnavailableError, message)
-        usage, _cost = usage_from_payload(event.get("usage"))
-        choices = event.get("choices")
-        if not isinstance(choices, list):
-            raise self._failure(MalformedResponseError, "stream event has no choices list")
-        text, finish, tool_calls = "", None, None
-        if choices:
-            choice = choices[0] if isinstance(choices[0], dict) else {}
-            delta = choice.get("delta") or {}
-            if not isinstance(delta, dict):
-                raise self._failure(MalformedResponseError, "stream delta is not an object")
-            content = delta.get("content")
-            text = content if isinstance(content, str) else ""
-            finish = _str_or_none(choice.get("finish_reason"))
-            tool_calls = (
-                delta.get("tool_calls") if isinstance(delta.get("tool_calls"), list) else None
-            )
-        return StreamChunk(
-            text=text,
-            finish_reason=finish,
-            usage=usage,
-            tool_calls=tool_calls,
-            model=str(event.get("model") or ""),
-            route=self.route,
-            id=_str_or_none(event.get("id")),
-        )
-
-    def check_ended(self) -> None:
-        """The body ended: fine after [DONE] (or a finish with nothing pending), else a cut."""
-        if self.done or (self.finished and not self.decoder.pending):
-            return
-        raise self._failure(ProviderUnavailableError, "stream ended before it was complete")
-
-    def broken(self, exc: httpx.HTTPError) -> ProviderError:
-        if isinstance(exc, httpx.TimeoutException):
-            return self._failure(ProviderTimeoutError, f"stream timed out: {exc!r}")
-        return self._failure(ProviderUnavailableError, f"stream broke: {exc!r}")
-
-    def _failure(self, kind: type[ProviderError], message: str) -> ProviderError:
-        """``kind`` before any content was delivered; StreamInterruptedError after."""
-        if self.partial:
-            return StreamInterruptedError(
-                message,
-                partial_text="".join(self.partial),
-                route=self.route,
-                status_code=200,
-                headers=self.headers,
-            )
-        return kind(message, route=self.route, status_code=200, headers=self.headers)
+            pieces = response.aiter_bytes()
+            if not state.accept(response.status_code, response.headers):
+                error = _Collector(self.name, deadline, MAX_ERROR_BODY_BYTES, truncate=True)
+                while (piece := await _next_before(pieces, deadline, state)) is not None:
+                    error.add(piece)
+                raise state.http_error(error.data)
+            while (raw := await _next_before(pieces, deadline, state)) is not None:
+                for chunk in state.feed(raw):
+                    yield chunk
+                if state.done:
+                    return
+            state.check_ended()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await response.aclose()
 
 
 # -- helpers -------------------------------------------------------------------------------
 
 
-def _timeout_until(deadline: float, route: str, idle: float | None = None) -> httpx.Timeout:
-    """httpx timeouts for one request: nothing may wait past the deadline (or ``idle``)."""
-    remaining = deadline - time.monotonic()
-    if remaining <= 0:
-        raise ProviderTimeoutError("the call's deadline passed before the request", route=route)
-    return httpx.Timeout(remaining if idle is None else min(remaining, idle))
+async def _next_before(
+    pieces: AsyncIterator[bytes], deadline: float, state: StreamState
+) -> bytes | None:
+    """The next piece of an async body, or None at its end; the deadline is exact."""
+    try:
+        with anyio.fail_after(max(0.0, deadline - time.monotonic())):
+            return await pieces.__anext__()
+    except StopAsyncIteration:
+        return None
+    except TimeoutError:
+        raise state.timed_out() from None
+    except httpx.HTTPError as exc:
+        raise state.broken(exc, timed_out=isinstance(exc, httpx.TimeoutException)) from exc
 
 
-class _Body:
-    """Collects a response body, enforcing the deadline and a size cap between pieces."""
+class _Collector:
+    """Collects a body, enforcing the deadline and a size cap between pieces."""
 
-    def __init__(self, route: str, deadline: float) -> None:
+    def __init__(self, route: str, deadline: float, limit: int, *, truncate: bool = False) -> None:
         self.route = route
         self.deadline = deadline
+        self.limit = limit
+        self.truncate = truncate
         self._pieces: list[bytes] = []
         self._size = 0
 
     def add(self, piece: bytes) -> None:
+        if self._size + len(piece) > self.limit:
+            if not self.truncate:
+                raise MalformedResponseError(
+                    f"response body is larger than {self.limit} bytes", route=self.route
+                )
+            piece = piece[: max(0, self.limit - self._size)]
         self._pieces.append(piece)
         self._size += len(piece)
-        if self._size > _MAX_BODY_BYTES:
-            raise MalformedResponseError(
-                f"response body is larger than {_MAX_BODY_BYTES} bytes", route=self.route
-            )
         if time.monotonic() > self.deadline:
-            raise ProviderTimeoutError(
-                "the call's deadline passed while reading the answer", route=self.route
-            )
+            raise _deadline_passed(self.route)
 
     @property
     def data(self) -> bytes:
         return b"".join(self._pieces)
 
 
-def _transport_error(exc: httpx.HTTPError, route: str) -> ProviderError:
+def _limit(response: httpx.Response) -> int:
+    return MAX_BODY_BYTES if response.status_code == 200 else MAX_ERROR_BODY_BYTES
+
+
+@contextlib.contextmanager
+def _deadline_watch(response: httpx.Response, deadline: float) -> Iterator[None]:
+    """Shut the response's socket down if it is still being read at ``deadline``."""
+    stream = response.extensions.get("network_stream")
+    sock = stream.get_extra_info("socket") if stream is not None else None
+    if not isinstance(sock, socket.socket):
+        yield
+        return
+    token = watchdog.watch(sock, deadline)
+    try:
+        yield
+    finally:
+        watchdog.cancel(token)
+
+
+def _timeout_until(deadline: float, route: str, idle: float | None = None) -> httpx.Timeout:
+    """httpx timeouts for one request: no single wait may outlast the deadline (or ``idle``)."""
+    remaining = deadline - time.monotonic()
+    if remaining <= 0:
+        raise ProviderTimeoutError("the call's deadline passed before the request", route=route)
+    return httpx.Timeout(remaining if idle is None else min(remaining, idle))
+
+
+def _deadline_passed(route: str) -> ProviderTimeoutError:
+    return ProviderTimeoutError(
+        "the call's deadline passed while waiting for the answer", route=route
+    )
+
+
+def _transport_error(exc: httpx.HTTPError, route: str, deadline: float) -> ProviderError:
+    if time.monotonic() >= deadline:
+        return _deadline_passed(route)
     if isinstance(exc, httpx.TimeoutException):
         return ProviderTimeoutError(f"no answer in time: {exc!r}", route=route)
     if isinstance(exc, httpx.DecodingError):
@@ -501,43 +390,16 @@ def _transport_error(exc: httpx.HTTPError, route: str) -> ProviderError:
     return ProviderUnavailableError(f"connection failed: {exc!r}", route=route)
 
 
-def _json_body(response: httpx.Response, body: bytes, route: str) -> dict[str, Any]:
-    content_type = response.headers.get("content-type", "")
-    if "json" not in content_type:
-        raise _malformed(f"content type {content_type!r} is not JSON", response, body, route)
+def _header_safe(text: str) -> bool:
+    return text.isascii() and "\r" not in text and "\n" not in text
+
+
+def _loop_key() -> object:
     try:
-        data = json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise _malformed("response body is not valid JSON", response, body, route) from None
-    if not isinstance(data, dict):
-        raise _malformed("response body is not a JSON object", response, body, route)
-    return data
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return _NO_ASYNCIO_LOOP  # another async library (trio): one pool for it
 
 
-def _malformed(
-    message: str, response: httpx.Response, body: bytes, route: str
-) -> MalformedResponseError:
-    return MalformedResponseError(
-        message,
-        route=route,
-        status_code=response.status_code,
-        headers=dict(response.headers),
-        body=body[:2000].decode("utf-8", errors="replace"),
-    )
-
-
-def _error_message(body: str) -> str | None:
-    try:
-        data = json.loads(body)
-    except (json.JSONDecodeError, TypeError):
-        return None
-    error = data.get("error") if isinstance(data, dict) else None
-    if isinstance(error, dict) and isinstance(error.get("message"), str):
-        return str(error["message"])
-    if isinstance(error, str):
-        return error
-    return None
-
-
-def _str_or_none(value: object) -> str | None:
-    return value if isinstance(value, str) else None
+def _loop_closed(key: object) -> bool:
+    return isinstance(key, asyncio.AbstractEventLoop) and key.is_closed()

@@ -1,0 +1,71 @@
+"""A deadline watchdog for blocking sockets: one daemon thread for the whole process.
+
+httpx's sync timeouts bound each socket operation, not a whole response: a server that sends
+a byte just before each read timeout can hold a call far past its deadline. The watchdog closes
+that gap. A sync call registers its socket with its deadline; if the call is still reading when
+the deadline comes, the watchdog shuts the socket down, the blocked read returns at once, and
+the provider reports a timeout. Registering and cancelling cost a heap push and a dict update.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import itertools
+import socket
+import threading
+import time
+
+__all__ = ["watchdog"]
+
+
+class _Watchdog:
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._heap: list[tuple[float, int]] = []
+        self._sockets: dict[int, socket.socket] = {}
+        self._ids = itertools.count()
+        self._thread: threading.Thread | None = None
+
+    def watch(self, sock: socket.socket, deadline: float) -> int:
+        """Shut ``sock`` down at ``deadline`` (monotonic) unless :meth:`cancel` comes first."""
+        token = next(self._ids)
+        with self._cond:
+            self._sockets[token] = sock
+            earliest = not self._heap or deadline < self._heap[0][0]
+            heapq.heappush(self._heap, (deadline, token))
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="llmguard-deadline-watchdog", daemon=True
+                )
+                self._thread.start()
+            elif earliest:
+                self._cond.notify()
+        return token
+
+    def cancel(self, token: int) -> None:
+        """Forget a socket whose call finished in time."""
+        with self._cond:
+            self._sockets.pop(token, None)
+
+    def _run(self) -> None:
+        while True:
+            due: list[socket.socket] = []
+            with self._cond:
+                while self._heap and self._heap[0][1] not in self._sockets:
+                    heapq.heappop(self._heap)  # cancelled
+                if not self._heap:
+                    self._cond.wait()
+                    continue
+                delay = self._heap[0][0] - time.monotonic()
+                if delay > 0:
+                    self._cond.wait(delay)
+                    continue
+                _, token = heapq.heappop(self._heap)
+                due.append(self._sockets.pop(token))
+            for sock in due:
+                with contextlib.suppress(OSError):  # already closed: nothing to interrupt
+                    sock.shutdown(socket.SHUT_RDWR)
+
+
+watchdog = _Watchdog()

@@ -1,0 +1,371 @@
+"""The OpenAI chat-completions wire format: pure functions from bytes to models and errors.
+
+Nothing here does I/O, so the sync and async provider share every decision, and every
+provider answer, however broken, becomes either a model or a
+:class:`~llmguard_sdk.errors.ProviderError` (never a ``KeyError`` deep inside).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Generator, Mapping
+from typing import Any
+
+from pydantic import ValidationError
+
+from ..errors import (
+    AuthenticationError,
+    BadRequestError,
+    ContextLengthExceededError,
+    MalformedResponseError,
+    ProviderError,
+    ProviderTimeoutError,
+    ProviderUnavailableError,
+    RateLimitedError,
+    RequestValidationError,
+    StreamInterruptedError,
+)
+from ..models import ChatRequest, ChatResponse, StreamChunk, Usage
+from .headers import retry_after_seconds
+from .sse import SSEDecoder
+
+__all__ = [
+    "StreamState",
+    "build_payload",
+    "encode_payload",
+    "error_from_status",
+    "parse_completion",
+    "usage_from_payload",
+]
+
+MAX_BODY_BYTES = 32 * 1024 * 1024
+"""Largest answer body accepted; anything bigger is a malformed answer."""
+MAX_ERROR_BODY_BYTES = 64 * 1024
+"""How much of an error answer is read (enough for any provider's error JSON)."""
+
+_PAYLOAD_FIELDS = set(
+    {
+        "max_tokens",
+        "max_completion_tokens",
+        "temperature",
+        "top_p",
+        "stop",
+        "seed",
+        "tools",
+        "tool_choice",
+        "response_format",
+    }
+)
+_CONTEXT_LENGTH_MARKERS = (
+    "context_length_exceeded",
+    "maximum context length",
+    "context window",
+    "too many tokens",
+)
+# Parsing untrusted JSON can fail in more ways than JSONDecodeError: 100k nested brackets
+# raise RecursionError, a 5,000-digit integer raises ValueError.
+_JSON_ERRORS = (ValueError, RecursionError)
+
+
+def build_payload(request: ChatRequest, *, model: str, stream: bool) -> dict[str, Any]:
+    """The JSON body of a chat-completions call for ``request``."""
+    payload: dict[str, Any] = {
+        "model": model,
+        "messages": [m.model_dump(exclude_none=True) for m in request.messages],
+    }
+    payload.update(request.model_dump(include=_PAYLOAD_FIELDS, exclude_none=True))
+    if stream:
+        payload["stream"] = True
+        payload["stream_options"] = {"include_usage": True}
+    if request.extra_body:
+        payload.update(request.extra_body)
+    return payload
+
+
+def encode_payload(payload: Mapping[str, Any]) -> bytes:
+    """``payload`` as compact JSON; NaN, infinity or unencodable values are a request error."""
+    try:
+        return json.dumps(payload, allow_nan=False, separators=(",", ":")).encode("utf-8")
+    except (TypeError, ValueError) as exc:
+        raise RequestValidationError(f"request cannot be sent as JSON: {exc}") from None
+
+
+def parse_completion(
+    status: int, headers: Mapping[str, str], body: bytes, *, route: str
+) -> ChatResponse:
+    """Turn a non-streaming answer into a :class:`ChatResponse`, or raise its typed error."""
+    if status != 200:
+        text = body[:MAX_ERROR_BODY_BYTES].decode("utf-8", errors="replace")
+        raise error_from_status(status, headers, text, route=route)
+    problem = _Problem(route, headers, body)
+    content_type = headers.get("content-type", "")
+    if "json" not in content_type:
+        raise problem(f"content type {content_type!r} is not JSON")
+    try:
+        data = json.loads(body)
+    except _JSON_ERRORS:
+        raise problem("response body is not valid JSON") from None
+    if not isinstance(data, dict):
+        raise problem("response body is not a JSON object")
+    choices = data.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise problem("response has no choices")
+    message = choices[0].get("message")
+    if not isinstance(message, dict):
+        raise problem("response choice has no message")
+    content = message.get("content")
+    tool_calls = _tool_calls(message.get("tool_calls"), problem)
+    if content is not None and not isinstance(content, str):
+        raise problem("message content is not a string")
+    if content is None and not tool_calls:
+        raise problem("message has neither content nor tool_calls")
+    usage, cost = usage_from_payload(data.get("usage"))
+    try:
+        return ChatResponse(
+            text=content or "",
+            finish_reason=_str_or_none(choices[0].get("finish_reason")),
+            usage=usage,
+            model=_str_or_none(data.get("model")) or "",
+            route=route,
+            id=_str_or_none(data.get("id")),
+            tool_calls=tool_calls,
+            cost_usd=cost,
+            cost_source="reported" if cost is not None else None,
+            headers=dict(headers),
+        )
+    except ValidationError as exc:
+        raise problem(f"response does not fit the model: {exc.errors()[0]['msg']}") from None
+
+
+def usage_from_payload(raw: object) -> tuple[Usage | None, float | None]:
+    """Read a usage object, OpenAI-shaped or Anthropic-shaped, and any reported cost.
+
+    OpenAI reports ``prompt_tokens`` (cached tokens included) with
+    ``prompt_tokens_details.cached_tokens``; Anthropic reports ``input_tokens`` *without* the
+    ``cache_read_input_tokens``, so those are added to make ``input_tokens`` mean the same
+    thing for both. Returns ``(None, None)`` when there is no usable usage.
+    """
+    if not isinstance(raw, dict):
+        return None, None
+    cost = raw.get("cost")
+    reported_cost = (
+        float(cost) if isinstance(cost, (int, float)) and 0 <= cost < float("inf") else None
+    )
+    if "prompt_tokens" in raw or "completion_tokens" in raw:
+        details = raw.get("prompt_tokens_details") or {}
+        cached = details.get("cached_tokens", 0) if isinstance(details, dict) else 0
+        fields = (raw.get("prompt_tokens", 0), raw.get("completion_tokens", 0), cached or 0)
+        cache_read_extra = 0
+    elif "input_tokens" in raw or "output_tokens" in raw:
+        cached = raw.get("cache_read_input_tokens") or 0
+        fields = (raw.get("input_tokens", 0), raw.get("output_tokens", 0), cached)
+        cache_read_extra = cached if isinstance(cached, int) else 0
+    else:
+        return None, reported_cost
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in fields):
+        return None, reported_cost
+    input_tokens, output_tokens, cached_tokens = (int(v) for v in fields)
+    usage = Usage(
+        input_tokens=input_tokens + cache_read_extra,
+        output_tokens=output_tokens,
+        cached_input_tokens=cached_tokens,
+    )
+    return usage, reported_cost
+
+
+def error_from_status(
+    status: int, headers: Mapping[str, str], body: str, *, route: str
+) -> ProviderError:
+    """The typed error for an HTTP error answer (429, 5xx, 4xx ...)."""
+    message = _error_message(body) or f"provider answered HTTP {status}"
+    common: dict[str, Any] = {
+        "route": route,
+        "status_code": status,
+        "headers": headers,
+        "retry_after": retry_after_seconds(headers),
+        "body": body[:2000],
+    }
+    if status == 429:
+        return RateLimitedError(message, **common)
+    if status in (401, 403):
+        return AuthenticationError(message, **common)
+    if status == 408:
+        return ProviderTimeoutError(message, **common)
+    if status >= 500:
+        return ProviderUnavailableError(message, **common)
+    if 400 <= status < 500:
+        lowered = body.lower()
+        if any(marker in lowered for marker in _CONTEXT_LENGTH_MARKERS):
+            return ContextLengthExceededError(message, **common)
+        return BadRequestError(message, **common)
+    return MalformedResponseError(f"unexpected HTTP status {status}", **common)
+
+
+class StreamState:
+    """What the sync and async stream loops share: decoding, chunk mapping, end checks.
+
+    Failures before any content reached the caller are retryable errors; after content they
+    are :class:`StreamInterruptedError` carrying the text delivered so far.
+    """
+
+    def __init__(self, route: str, deadline: float) -> None:
+        self.route = route
+        self.deadline = deadline
+        self.decoder = SSEDecoder()
+        self.done = False
+        self.finished = False
+        self.partial: list[str] = []
+        self.status = 0
+        self.headers: dict[str, str] = {}
+
+    def accept(self, status: int, headers: Mapping[str, str]) -> bool:
+        """Whether the answer is a 200 event stream; False means: read the error body."""
+        self.status = status
+        self.headers = dict(headers)
+        if status != 200:
+            return False
+        content_type = self.headers.get("content-type", "")
+        if "text/event-stream" not in content_type:
+            raise self.failure(
+                MalformedResponseError,
+                f"stream answered with content type {content_type!r}, not text/event-stream",
+            )
+        return True
+
+    def http_error(self, body: bytes) -> ProviderError:
+        """The typed error of a non-200 answer to a stream request."""
+        text = body[:MAX_ERROR_BODY_BYTES].decode("utf-8", errors="replace")
+        return error_from_status(self.status, self.headers, text, route=self.route)
+
+    def feed(self, raw: bytes) -> Generator[StreamChunk, None, None]:
+        """The chunks ``raw`` completes; checks the deadline afterwards."""
+        for event in self.decoder.feed(raw):
+            if event.data.strip() == "[DONE]":
+                self.done = True
+                return
+            chunk = self._chunk(event.data)
+            if chunk.text:
+                self.partial.append(chunk.text)
+            if chunk.finish_reason:
+                self.finished = True
+            yield chunk
+        if time.monotonic() > self.deadline:
+            raise self.timed_out()
+
+    def _chunk(self, data: str) -> StreamChunk:
+        try:
+            event = json.loads(data)
+        except _JSON_ERRORS:
+            raise self.failure(MalformedResponseError, "stream event is not JSON") from None
+        if not isinstance(event, dict):
+            raise self.failure(MalformedResponseError, "stream event is not a JSON object")
+        if "error" in event:
+            message = _error_message(data) or "provider reported an error in the stream"
+            raise self.failure(ProviderUnavailableError, message)
+        usage, _cost = usage_from_payload(event.get("usage"))
+        choices = event.get("choices")
+        if not isinstance(choices, list):
+            raise self.failure(MalformedResponseError, "stream event has no choices list")
+        text, finish, tool_calls = "", None, None
+        if choices:
+            choice = choices[0] if isinstance(choices[0], dict) else {}
+            delta = choice.get("delta") or {}
+            if not isinstance(delta, dict):
+                raise self.failure(MalformedResponseError, "stream delta is not an object")
+            content = delta.get("content")
+            text = content if isinstance(content, str) else ""
+            finish = _str_or_none(choice.get("finish_reason"))
+            tool_calls = _tool_calls(delta.get("tool_calls"), self._malformed)
+        try:
+            return StreamChunk(
+                text=text,
+                finish_reason=finish,
+                usage=usage,
+                tool_calls=tool_calls,
+                model=_str_or_none(event.get("model")) or "",
+                route=self.route,
+                id=_str_or_none(event.get("id")),
+            )
+        except ValidationError:
+            raise self.failure(MalformedResponseError, "stream event does not fit") from None
+
+    def check_ended(self) -> None:
+        """The body ended: fine after [DONE] (or a finish with nothing pending), else a cut."""
+        if self.done or (self.finished and not self.decoder.pending):
+            return
+        if time.monotonic() >= self.deadline:  # the watchdog ended it
+            raise self.timed_out()
+        raise self.failure(ProviderUnavailableError, "stream ended before it was complete")
+
+    def broken(self, exc: Exception, *, timed_out: bool) -> ProviderError:
+        """The typed error for a transport failure (``timed_out``: a read timeout)."""
+        if time.monotonic() >= self.deadline:
+            return self.timed_out()
+        if timed_out:
+            return self.failure(ProviderTimeoutError, f"stream timed out: {exc!r}")
+        return self.failure(ProviderUnavailableError, f"stream broke: {exc!r}")
+
+    def timed_out(self) -> ProviderError:
+        """The error for a stream that ran past the call's deadline."""
+        return self.failure(ProviderTimeoutError, "the call's deadline passed during the stream")
+
+    def failure(self, kind: type[ProviderError], message: str) -> ProviderError:
+        """``kind`` before any content was delivered; StreamInterruptedError after."""
+        if self.partial:
+            return StreamInterruptedError(
+                message,
+                partial_text="".join(self.partial),
+                route=self.route,
+                status_code=self.status or None,
+                headers=self.headers,
+            )
+        return kind(
+            message, route=self.route, status_code=self.status or None, headers=self.headers
+        )
+
+    def _malformed(self, message: str) -> ProviderError:
+        return self.failure(MalformedResponseError, message)
+
+
+class _Problem:
+    """Builds the MalformedResponseError of one answer, with its status, headers and body."""
+
+    def __init__(self, route: str, headers: Mapping[str, str], body: bytes) -> None:
+        self.route = route
+        self.headers = headers
+        self.body = body
+
+    def __call__(self, message: str) -> MalformedResponseError:
+        return MalformedResponseError(
+            message,
+            route=self.route,
+            status_code=200,
+            headers=self.headers,
+            body=self.body[:2000].decode("utf-8", errors="replace"),
+        )
+
+
+def _tool_calls(raw: object, problem: Any) -> list[dict[str, Any]] | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, list) or not all(isinstance(call, dict) for call in raw):
+        raise problem("tool_calls is not a list of objects")
+    return raw or None
+
+
+def _error_message(body: str) -> str | None:
+    try:
+        data = json.loads(body)
+    except (*_JSON_ERRORS, TypeError):
+        return None
+    error = data.get("error") if isinstance(data, dict) else None
+    if isinstance(error, dict) and isinstance(error.get("message"), str):
+        return str(error["message"])
+    if isinstance(error, str):
+        return error
+    return None
+
+
+def _str_or_none(value: object) -> str | None:
+    return value if isinstance(value, str) else None

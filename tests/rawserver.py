@@ -1,0 +1,101 @@
+"""A loopback server that answers every request with canned raw bytes, for odd providers."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from types import TracebackType
+
+
+class RawServer:
+    """Accepts connections; on each request sends ``head`` then each of ``parts`` after
+    ``gap`` seconds; ``hold`` keeps the connection open (silent) until closed."""
+
+    def __init__(
+        self, head: bytes, parts: tuple[bytes, ...] = (), *, gap: float = 0.0, hold: bool = False
+    ) -> None:
+        self.head, self.parts, self.gap, self.hold = head, parts, gap, hold
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen()
+        self.stop = threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.sock.getsockname()[1]}/v1"
+
+    def _accept(self) -> None:
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
+
+    def _answer(self, conn: socket.socket) -> None:
+        with conn:
+            try:
+                _read_request(conn)
+                conn.sendall(self.head)
+                for part in self.parts:
+                    if self.stop.wait(self.gap):
+                        return
+                    conn.sendall(part)
+                if self.hold:
+                    self.stop.wait(30)
+            except OSError:
+                return
+
+    def close(self) -> None:
+        self.stop.set()
+        self.sock.close()
+
+    def __enter__(self) -> RawServer:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def _read_request(conn: socket.socket) -> None:
+    """Read one whole request (headers and Content-Length body): unread bytes at close
+    would make the kernel answer with a reset instead of our response."""
+    conn.settimeout(10)
+    data = b""
+    while b"\r\n\r\n" not in data:
+        piece = conn.recv(65536)
+        if not piece:
+            return
+        data += piece
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n"):
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value.strip())
+    while len(body) < length:
+        piece = conn.recv(65536)
+        if not piece:
+            return
+        body += piece
+
+
+def http_response(
+    body: bytes, *, status: str = "200 OK", content_type: str = "application/json"
+) -> bytes:
+    """A whole HTTP/1.1 response with a Content-Length."""
+    return (
+        f"HTTP/1.1 {status}\r\ncontent-type: {content_type}\r\n"
+        f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
+    ).encode() + body
+
+
+def sse_head() -> bytes:
+    """Headers of an event stream that ends when the connection closes."""
+    return b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n"
