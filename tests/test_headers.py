@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import email.utils
+import math
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from llmguard_sdk.providers.headers import rate_limit_headers, retry_after_seconds
+from llmguard_sdk.providers.headers import (
+    parse_duration,
+    rate_limit_headers,
+    rate_limit_reset_seconds,
+    retry_after_seconds,
+    server_wait_hint,
+)
 
 
 @given(st.floats(min_value=0, max_value=1e6, allow_nan=False))
@@ -36,3 +44,56 @@ def test_garbage_and_missing_give_none() -> None:
 def test_rate_limit_headers_are_collected() -> None:
     headers = {"X-RateLimit-Remaining-Requests": "4", "content-type": "x"}
     assert rate_limit_headers(headers) == {"x-ratelimit-remaining-requests": "4"}
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("1s", 1.0),
+        ("6m0s", 360.0),
+        ("20ms", 0.02),
+        ("1h2m3.5s", 3723.5),
+        ("0.5s", 0.5),
+        ("2.5", 2.5),
+        ("150us", 0.00015),
+        ("7m12.123s", 432.123),
+    ],
+)
+def test_durations(text: str, seconds: float) -> None:
+    assert parse_duration(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("text", ["", "s", "1x", "1s2", "-1s", "1 s", "ms", "1e999", "nan"])
+def test_bad_durations_give_none(text: str) -> None:
+    assert parse_duration(text) is None
+
+
+@given(st.text(max_size=80))
+def test_every_parser_takes_any_string(text: str) -> None:
+    for value in (
+        parse_duration(text),
+        retry_after_seconds({"retry-after": text}),
+        retry_after_seconds({"retry-after-ms": text}),
+        rate_limit_reset_seconds({"x-ratelimit-reset-tokens": text}),
+        server_wait_hint({"retry-after": text, "x-ratelimit-reset-requests": text}),
+    ):
+        assert value is None or (isinstance(value, float) and 0 <= value < math.inf)
+
+
+def test_reset_of_the_exhausted_limit_is_the_hint() -> None:
+    headers = {
+        "x-ratelimit-remaining-requests": "12",
+        "x-ratelimit-reset-requests": "1s",
+        "x-ratelimit-remaining-tokens": "0",
+        "x-ratelimit-reset-tokens": "6m0s",
+    }
+    assert rate_limit_reset_seconds(headers) == 360.0
+    headers["x-ratelimit-remaining-tokens"] = "40"
+    assert rate_limit_reset_seconds(headers) is None
+    assert rate_limit_reset_seconds({"x-ratelimit-reset-requests": "20ms"}) == 0.02
+
+
+def test_retry_after_wins_over_rate_limit_resets() -> None:
+    headers = {"retry-after": "3", "x-ratelimit-reset-requests": "9s"}
+    assert server_wait_hint(headers) == 3.0
+    assert server_wait_hint({"x-ratelimit-reset-requests": "9s"}) == 9.0

@@ -220,17 +220,6 @@ def test_slow_first_token_past_the_deadline_times_out(
         stream(provider, mode, timeout=0.3)
 
 
-@pytest.mark.parametrize("mode", MODES)
-def test_connection_refused_is_unavailable(mode: str) -> None:
-    server = FakeProvider()
-    server.start()
-    base_url = server.base_url
-    server.stop()
-    provider = OpenAICompatibleProvider(base_url)
-    with pytest.raises(ProviderUnavailableError):
-        complete(provider, mode)
-
-
 def test_deadline_already_passed_raises_without_a_request(
     fake: FakeProvider, provider: OpenAICompatibleProvider
 ) -> None:
@@ -261,3 +250,39 @@ def test_a_trickling_body_cannot_hold_the_call_past_its_deadline(mode: str) -> N
         with pytest.raises(ProviderTimeoutError, match="deadline"):
             complete(provider, mode, timeout=0.5)
     assert time.monotonic() - started < 5  # bounded (generous: shared CI machines)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("streaming", [False, True])
+def test_connection_refused_says_the_request_was_never_sent(mode: str, streaming: bool) -> None:
+    server = FakeProvider()
+    server.start()
+    base_url = server.base_url
+    server.stop()
+    call: Callable[..., Any] = stream if streaming else complete
+    with pytest.raises(ProviderUnavailableError) as info:
+        call(OpenAICompatibleProvider(base_url), mode)
+    assert info.value.request_sent is False
+
+
+def test_an_answered_failure_says_the_request_was_sent(
+    fake: FakeProvider, provider: OpenAICompatibleProvider
+) -> None:
+    fake.script(Fault(status=503))
+    with pytest.raises(ProviderUnavailableError) as info:
+        complete(provider, "sync")
+    assert info.value.request_sent is True
+
+
+def test_rate_limit_reset_headers_become_retry_after(
+    fake: FakeProvider, provider: OpenAICompatibleProvider
+) -> None:
+    fake.script(
+        Fault(
+            status=429,
+            headers={"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "1m30s"},
+        )
+    )
+    with pytest.raises(RateLimitedError) as info:
+        complete(provider, "sync")
+    assert info.value.retry_after == 90.0

@@ -108,6 +108,9 @@ class ProviderError(LLMGuardError):
         headers: the response headers, lower-case keys (empty when there was no answer).
         retry_after: seconds the provider asked us to wait, when it said so.
         retryable: whether the SDK's retry rules allow another attempt.
+        request_sent: ``False`` when the request provably never reached the provider
+            (connection refused, no connection in time), so even a non-idempotent call may be
+            sent again.
     """
 
     retryable: bool = False
@@ -121,6 +124,7 @@ class ProviderError(LLMGuardError):
         headers: Mapping[str, str] | None = None,
         retry_after: float | None = None,
         body: str | None = None,
+        request_sent: bool = True,
     ) -> None:
         super().__init__(message)
         self.route = route
@@ -128,6 +132,7 @@ class ProviderError(LLMGuardError):
         self.headers: dict[str, str] = {k.lower(): v for k, v in (headers or {}).items()}
         self.retry_after = retry_after
         self.body = body
+        self.request_sent = request_sent
 
     def __str__(self) -> str:
         where = f" [route={self.route}]" if self.route else ""

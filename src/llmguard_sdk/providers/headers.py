@@ -1,12 +1,36 @@
-"""Reading what a provider's response headers say about waiting and limits."""
+"""Reading what a provider's response headers say about waiting and limits.
+
+Every parser here takes any string and returns a finite, non-negative number of seconds or
+``None``; none of them raises, whatever a server sends.
+"""
 
 from __future__ import annotations
 
 import email.utils
+import math
+import re
 import time
 from collections.abc import Mapping
 
-__all__ = ["rate_limit_headers", "retry_after_seconds"]
+__all__ = [
+    "parse_duration",
+    "rate_limit_headers",
+    "rate_limit_reset_seconds",
+    "retry_after_seconds",
+    "server_wait_hint",
+]
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|\u00b5s|ms|s|m|h)")
+_UNIT_SECONDS = {
+    "ns": 1e-9,
+    "us": 1e-6,
+    "\u00b5s": 1e-6,
+    "ms": 1e-3,
+    "s": 1.0,
+    "m": 60.0,
+    "h": 3600.0,
+}
+_LIMIT_KINDS = ("requests", "tokens", "input-tokens", "output-tokens")
 
 
 def retry_after_seconds(headers: Mapping[str, str], *, now: float | None = None) -> float | None:
@@ -48,6 +72,56 @@ def _number(raw: str | None) -> float | None:
         value = float(raw.strip())
     except ValueError:
         return None
-    if value != value or value < 0 or value == float("inf"):
+    if not math.isfinite(value) or value < 0:
         return None
     return value
+
+
+def parse_duration(text: str) -> float | None:
+    """Seconds in a duration such as ``"1s"``, ``"6m0s"``, ``"20ms"``, ``"1h2m3.5s"`` or ``"2.5"``.
+
+    This is the Go-style format of OpenAI's ``x-ratelimit-reset-*`` headers; a bare number is
+    seconds. Anything else gives ``None``.
+    """
+    cleaned = text.strip()
+    plain = _number(cleaned)
+    if plain is not None:
+        return plain
+    if not cleaned or len(cleaned) > 64:
+        return None
+    total, position = 0.0, 0
+    for match in _DURATION_PART.finditer(cleaned):
+        if match.start() != position:
+            return None
+        total += float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+        position = match.end()
+    if position != len(cleaned) or not math.isfinite(total):
+        return None
+    return total
+
+
+def rate_limit_reset_seconds(headers: Mapping[str, str]) -> float | None:
+    """Seconds until an exhausted rate limit resets, from ``x-ratelimit-reset-*``.
+
+    Limits whose ``x-ratelimit-remaining-*`` is 0 count; when no remaining counts are given,
+    every reset counts. The longest applicable reset is returned (all must have reset).
+    """
+    lowered = {k.lower(): v for k, v in headers.items()}
+    resets: dict[str, float] = {}
+    for kind in _LIMIT_KINDS:
+        raw = lowered.get(f"x-ratelimit-reset-{kind}")
+        seconds = parse_duration(raw) if raw is not None else None
+        if seconds is not None:
+            resets[kind] = seconds
+    remaining = {kind: _number(lowered.get(f"x-ratelimit-remaining-{kind}")) for kind in resets}
+    if any(left is not None for left in remaining.values()):
+        waits = [resets[k] for k, left in remaining.items() if left is not None and left < 1]
+    else:
+        waits = list(resets.values())
+    return max(waits) if waits else None
+
+
+def server_wait_hint(headers: Mapping[str, str], *, now: float | None = None) -> float | None:
+    """How long the server asked us to wait: Retry-After first, else the rate-limit reset."""
+    explicit = retry_after_seconds(headers, now=now)
+    return explicit if explicit is not None else rate_limit_reset_seconds(headers)

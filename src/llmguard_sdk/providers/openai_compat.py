@@ -47,6 +47,8 @@ from .wire import (
 __all__ = ["OpenAICompatibleProvider"]
 
 _NO_ASYNCIO_LOOP = "no-asyncio-loop"
+# Failures that happen before a single byte of the request left: safe to send again.
+_NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 
 
 class OpenAICompatibleProvider:
@@ -258,6 +260,8 @@ class OpenAICompatibleProvider:
                     if state.done:
                         return
         except httpx.HTTPError as exc:
+            if not state.status:  # no answer yet: the request may never have left
+                raise _transport_error(exc, self.name, deadline) from exc
             raise state.broken(exc, timed_out=isinstance(exc, httpx.TimeoutException)) from exc
         state.check_ended()
 
@@ -282,7 +286,7 @@ class OpenAICompatibleProvider:
         except TimeoutError:
             raise _deadline_passed(self.name) from None
         except httpx.HTTPError as exc:
-            raise state.broken(exc, timed_out=isinstance(exc, httpx.TimeoutException)) from exc
+            raise _transport_error(exc, self.name, deadline) from exc
         try:
             pieces = response.aiter_bytes()
             if not state.accept(response.status_code, response.headers):
@@ -370,7 +374,9 @@ def _timeout_until(deadline: float, route: str, idle: float | None = None) -> ht
     """httpx timeouts for one request: no single wait may outlast the deadline (or ``idle``)."""
     remaining = deadline - time.monotonic()
     if remaining <= 0:
-        raise ProviderTimeoutError("the call's deadline passed before the request", route=route)
+        raise ProviderTimeoutError(
+            "the call's deadline passed before the request", route=route, request_sent=False
+        )
     return httpx.Timeout(remaining if idle is None else min(remaining, idle))
 
 
@@ -381,13 +387,16 @@ def _deadline_passed(route: str) -> ProviderTimeoutError:
 
 
 def _transport_error(exc: httpx.HTTPError, route: str, deadline: float) -> ProviderError:
+    sent = not isinstance(exc, _NOT_SENT)
     if time.monotonic() >= deadline:
-        return _deadline_passed(route)
+        error = _deadline_passed(route)
+        error.request_sent = sent
+        return error
     if isinstance(exc, httpx.TimeoutException):
-        return ProviderTimeoutError(f"no answer in time: {exc!r}", route=route)
+        return ProviderTimeoutError(f"no answer in time: {exc!r}", route=route, request_sent=sent)
     if isinstance(exc, httpx.DecodingError):
         return MalformedResponseError(f"undecodable response: {exc!r}", route=route)
-    return ProviderUnavailableError(f"connection failed: {exc!r}", route=route)
+    return ProviderUnavailableError(f"connection failed: {exc!r}", route=route, request_sent=sent)
 
 
 def _header_safe(text: str) -> bool:

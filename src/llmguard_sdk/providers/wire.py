@@ -27,7 +27,7 @@ from ..errors import (
     StreamInterruptedError,
 )
 from ..models import ChatRequest, ChatResponse, StreamChunk, Usage
-from .headers import retry_after_seconds
+from .headers import server_wait_hint
 from .sse import SSEDecoder
 
 __all__ = [
@@ -183,7 +183,7 @@ def error_from_status(
         "route": route,
         "status_code": status,
         "headers": headers,
-        "retry_after": retry_after_seconds(headers),
+        "retry_after": server_wait_hint(headers),
         "body": body[:2000],
     }
     if status == 429:
