@@ -7,14 +7,26 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from .models import ChatRequest, Usage
 
-__all__ = ["CallContext", "CallEvent", "Scope", "current_scope", "scoped"]
+__all__ = [
+    "CallContext",
+    "CallEvent",
+    "Hook",
+    "RetryDetails",
+    "Scope",
+    "current_scope",
+    "emit",
+    "scoped",
+]
+
+logger = logging.getLogger("llmguard_sdk")
 
 
 @dataclass(frozen=True)
@@ -71,6 +83,23 @@ def scoped(
         _SCOPE.reset(token)
 
 
+@dataclass(frozen=True)
+class RetryDetails:
+    """What a retry hook receives, once per retry, before the wait.
+
+    ``attempt`` is the number of the attempt that failed (1-based), ``wait`` the seconds until
+    the next one, ``cause`` the exception, ``elapsed`` the seconds since the first attempt,
+    ``hinted`` whether the wait came from the server (Retry-After and friends).
+    """
+
+    name: str
+    attempt: int
+    wait: float
+    cause: BaseException
+    elapsed: float
+    hinted: bool = False
+
+
 @dataclass
 class CallContext:
     """Everything one guarded call carries through the pipeline's stages.
@@ -89,6 +118,7 @@ class CallContext:
     route: str | None = None
     first_token_at: float | None = None
     route_errors: dict[str, BaseException] = field(default_factory=dict)
+    retries: list[RetryDetails] = field(default_factory=list)
 
     def remaining(self) -> float:
         """Seconds left before the deadline (negative once it has passed)."""
@@ -106,7 +136,7 @@ class CallEvent:
     ``kind`` is ``"chat"``, ``"stream"`` or ``"protect"``; ``outcome`` is ``"ok"``, ``"error"``
     or ``"cancelled"`` (a stream closed before its end). ``route`` is the route that served the
     call (``None`` when none did); ``route_errors`` names the error type of each route that
-    failed first.
+    failed first; ``retries`` holds one :class:`RetryDetails` per retry the Guard made.
     """
 
     kind: Literal["chat", "stream", "protect"]
@@ -120,7 +150,21 @@ class CallEvent:
     usage: Usage | None = None
     error: BaseException | None = None
     route_errors: tuple[tuple[str, str], ...] = ()
+    retries: tuple[RetryDetails, ...] = ()
 
     def with_error(self, error: BaseException) -> CallEvent:
         """A copy of this event that records ``error``."""
         return replace(self, outcome="error", error=error)
+
+
+Hook = Callable[[CallEvent], None]
+"""Receives a frozen :class:`CallEvent` after every guarded call."""
+
+
+def emit(hooks: Sequence[Hook], call_event: CallEvent) -> None:
+    """Give ``call_event`` to every hook; a failing hook is logged, never breaks the call."""
+    for hook in hooks:
+        try:
+            hook(call_event)
+        except Exception:
+            logger.exception("llmguard hook %r failed", hook)

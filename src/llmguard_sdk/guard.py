@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 from . import pipeline
 from .config import GuardSettings
-from .context import CallContext
+from .context import CallContext, emit
 from .errors import ConfigurationError, ProviderError, RequestValidationError
 from .models import ChatRequest, ChatResponse, Message
 from .pipeline import Hook, InputFilter, OutputFilter, Stages
@@ -195,7 +195,7 @@ class Guard:
                 return self._finish(ctx, response)
             raise pipeline.failure(ctx, self._stages)
         except Exception as exc:
-            pipeline.emit(self._stages.hooks, pipeline.event(ctx, "chat", error=exc))
+            emit(self._stages.hooks, pipeline.event(ctx, "chat", error=exc))
             raise
 
     @overload
@@ -266,12 +266,12 @@ class Guard:
                 return self._finish(ctx, response)
             raise pipeline.failure(ctx, self._stages)
         except Exception as exc:
-            pipeline.emit(self._stages.hooks, pipeline.event(ctx, "chat", error=exc))
+            emit(self._stages.hooks, pipeline.event(ctx, "chat", error=exc))
             raise
 
     def _finish(self, ctx: CallContext, response: ChatResponse) -> ChatResponse:
         response = pipeline.finish(ctx, self._stages, response)
-        pipeline.emit(self._stages.hooks, pipeline.event(ctx, "chat", response=response))
+        emit(self._stages.hooks, pipeline.event(ctx, "chat", response=response))
         return response
 
     # -- adoption helpers -------------------------------------------------------------------

@@ -13,11 +13,11 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .context import CallContext, CallEvent, Scope, current_scope
+from .context import CallContext, CallEvent, Hook, Scope, current_scope
 from .errors import (
     AllRoutesFailedError,
     AuthenticationError,
@@ -48,9 +48,6 @@ OutputFilter = Callable[[ChatResponse], "ChatResponse | None"]
 """Sees the response; returns a replacement, or ``None`` to keep it; may raise
 :class:`~llmguard_sdk.errors.GuardrailRejectedError`. For streams it sees the assembled
 response after the last chunk (the caller has already read the text by then)."""
-
-Hook = Callable[[CallEvent], None]
-"""Receives a frozen :class:`~llmguard_sdk.context.CallEvent` after every guarded call."""
 
 
 @dataclass(frozen=True)
@@ -205,15 +202,6 @@ def event(
         error=error,
         route_errors=tuple((name, type(e).__name__) for name, e in ctx.route_errors.items()),
     )
-
-
-def emit(hooks: Sequence[Hook], call_event: CallEvent) -> None:
-    """Give ``call_event`` to every hook; a failing hook is logged, never breaks the call."""
-    for hook in hooks:
-        try:
-            hook(call_event)
-        except Exception:
-            logger.exception("llmguard hook %r failed", hook)
 
 
 def _apply_filter(fn: Callable[[Any], Any], value: Any, kind: type[Any], stage: str) -> Any:

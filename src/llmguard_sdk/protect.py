@@ -13,7 +13,7 @@ from typing import Any, TypeVar, cast
 
 import anyio
 
-from .context import CallEvent, current_scope
+from .context import CallEvent, Hook, current_scope, emit
 from .errors import (
     MalformedResponseError,
     ProviderError,
@@ -21,7 +21,6 @@ from .errors import (
     ProviderUnavailableError,
 )
 from .models import Usage
-from .pipeline import Hook, emit
 from .providers.wire import error_from_status, usage_from_payload
 
 __all__ = ["classify_exception", "protect_function", "usage_from_result"]

@@ -20,12 +20,14 @@ from __future__ import annotations
 
 import hashlib
 import re
+import threading
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
 import redis
 import redis.asyncio
 
+from ._loops import PerLoop
 from .errors import ConfigurationError
 
 __all__ = ["MemoryStore", "RedisStore", "Store", "hash_id", "open_store"]
@@ -114,8 +116,9 @@ class RedisStore(Store):
             self._pool = redis.ConnectionPool.from_url(url, **self._options)
         except ValueError as exc:
             raise ConfigurationError(f"bad Redis URL {url!r}: {exc}") from None
+        self._lock = threading.Lock()
         self._client: redis.Redis | None = None
-        self._aclient: redis.asyncio.Redis | None = None
+        self._aclients = PerLoop(self._new_async_client)
 
     def __repr__(self) -> str:
         return f"RedisStore(url={_redacted(self.url)!r}, key_prefix={self.key_prefix!r})"
@@ -123,16 +126,21 @@ class RedisStore(Store):
     @property
     def client(self) -> redis.Redis:
         """The sync Redis client (connection pool shared by every stage)."""
-        if self._client is None:
-            self._client = redis.Redis(connection_pool=self._pool)
-        return self._client
+        client = self._client
+        if client is None:
+            with self._lock:
+                if self._client is None:
+                    self._client = redis.Redis(connection_pool=self._pool)
+                client = self._client
+        return client
 
     @property
     def aclient(self) -> redis.asyncio.Redis:
-        """The async Redis client; use it from one event loop."""
-        if self._aclient is None:
-            self._aclient = redis.asyncio.Redis.from_url(self.url, **self._options)
-        return self._aclient
+        """The async Redis client of the running event loop (one per loop)."""
+        return self._aclients.get()
+
+    def _new_async_client(self) -> redis.asyncio.Redis:
+        return redis.asyncio.Redis.from_url(self.url, **self._options)
 
     def ping(self) -> bool:
         """True when Redis answers; False (never an exception) when it does not."""
@@ -143,16 +151,17 @@ class RedisStore(Store):
 
     def close(self) -> None:
         """Close the sync connection pool."""
-        if self._client is not None:
-            self._client.close()
-            self._client = None
+        with self._lock:
+            client, self._client = self._client, None
+        if client is not None:
+            client.close()
         self._pool.disconnect()
 
     async def aclose(self) -> None:
         """Close the async client and the sync pool."""
-        if self._aclient is not None:
-            await self._aclient.aclose()
-            self._aclient = None
+        aclient = self._aclients.pop_current()
+        if aclient is not None:
+            await aclient.aclose()
         self.close()
 
 

@@ -16,7 +16,7 @@ from types import TracebackType
 from typing import Any
 
 from . import pipeline
-from .context import CallContext
+from .context import CallContext, emit
 from .errors import ProviderError
 from .models import ChatResponse, StreamChunk, Usage
 from .pipeline import Stages
@@ -108,7 +108,7 @@ class _StreamBase:
         if self._ended:
             return
         self._ended = True
-        pipeline.emit(
+        emit(
             self._stages.hooks,
             pipeline.event(
                 self._ctx, "stream", response=self._response, error=error, cancelled=cancelled

@@ -13,7 +13,6 @@ server nor one that trickles bytes can hold a call past its deadline.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import socket
 import threading
@@ -26,6 +25,7 @@ from urllib.parse import urlsplit
 import anyio
 import httpx
 
+from .._loops import PerLoop
 from ..errors import (
     ConfigurationError,
     MalformedResponseError,
@@ -46,7 +46,6 @@ from .wire import (
 
 __all__ = ["OpenAICompatibleProvider"]
 
-_NO_ASYNCIO_LOOP = "no-asyncio-loop"
 # Failures that happen before a single byte of the request left: safe to send again.
 _NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 
@@ -111,7 +110,7 @@ class OpenAICompatibleProvider:
         self._async_transport = async_transport
         self._lock = threading.Lock()
         self._client: httpx.Client | None = None
-        self._aclients: dict[object, httpx.AsyncClient] = {}
+        self._aclients = PerLoop(self._new_async_client)
 
     def __repr__(self) -> str:
         return f"OpenAICompatibleProvider(name={self.name!r}, base_url={self.base_url!r})"
@@ -130,21 +129,12 @@ class OpenAICompatibleProvider:
         return client
 
     def _async_client(self) -> httpx.AsyncClient:
-        key = _loop_key()
-        client = self._aclients.get(key)
-        if client is None:
-            with self._lock:
-                for stale in [k for k in self._aclients if _loop_closed(k)]:
-                    del self._aclients[stale]  # its loop is gone, and its sockets with it
-                client = self._aclients.get(key)
-                if client is None:
-                    client = httpx.AsyncClient(
-                        headers=self._headers,
-                        limits=self._limits,
-                        transport=self._async_transport,
-                    )
-                    self._aclients[key] = client
-        return client
+        return self._aclients.get()
+
+    def _new_async_client(self) -> httpx.AsyncClient:
+        return httpx.AsyncClient(
+            headers=self._headers, limits=self._limits, transport=self._async_transport
+        )
 
     def close(self) -> None:
         """Close the sync connection pool.
@@ -154,12 +144,9 @@ class OpenAICompatibleProvider:
         """
         with self._lock:
             client, self._client = self._client, None
-            for stale in [k for k in self._aclients if _loop_closed(k)]:
-                del self._aclients[stale]
-            still_open = bool(self._aclients)
         if client is not None:
             client.close()
-        if still_open:
+        if self._aclients.open_elsewhere():
             warnings.warn(
                 f"{self!r}: async connections are still open; call `await aclose()` "
                 "from their event loop",
@@ -169,8 +156,8 @@ class OpenAICompatibleProvider:
 
     async def aclose(self) -> None:
         """Close this event loop's async pool and the sync pool."""
+        aclient = self._aclients.pop_current()
         with self._lock:
-            aclient = self._aclients.pop(_loop_key(), None)
             client, self._client = self._client, None
         if aclient is not None:
             await aclient.aclose()
@@ -401,14 +388,3 @@ def _transport_error(exc: httpx.HTTPError, route: str, deadline: float) -> Provi
 
 def _header_safe(text: str) -> bool:
     return text.isascii() and "\r" not in text and "\n" not in text
-
-
-def _loop_key() -> object:
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        return _NO_ASYNCIO_LOOP  # another async library (trio): one pool for it
-
-
-def _loop_closed(key: object) -> bool:
-    return isinstance(key, asyncio.AbstractEventLoop) and key.is_closed()

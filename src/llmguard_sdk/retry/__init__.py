@@ -1,0 +1,43 @@
+"""Retries: full-jitter backoff, server hints, deadlines, retry budgets, streaming safety.
+
+The Guard retries each route with its :class:`RetryPolicy`; the same machinery retries any
+function through :func:`retry` and :func:`retry_context`, no Guard needed.
+
+.. versionadded:: 0.1.0
+"""
+
+from .api import (
+    Attempt,
+    RetryDetails,
+    RetryHook,
+    Retrying,
+    is_retryable,
+    is_testing,
+    retry,
+    retry_context,
+    set_testing,
+)
+from .budget import MemoryRetryBudget, RetryBudget, RetryBudgetPolicy
+from .policy import Decision, Jitter, RetryPolicy, backoff, decide
+from .redis import RedisRetryBudget
+
+__all__ = [
+    "Attempt",
+    "Decision",
+    "Jitter",
+    "MemoryRetryBudget",
+    "RedisRetryBudget",
+    "RetryBudget",
+    "RetryBudgetPolicy",
+    "RetryDetails",
+    "RetryHook",
+    "RetryPolicy",
+    "Retrying",
+    "backoff",
+    "decide",
+    "is_retryable",
+    "is_testing",
+    "retry",
+    "retry_context",
+    "set_testing",
+]

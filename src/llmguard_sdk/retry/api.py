@@ -1,0 +1,327 @@
+"""Retrying any function, sync or async, with the SDK's policy: a decorator and a context.
+
+::
+
+    from llmguard_sdk.retry import retry, retry_context
+
+    @retry(attempts=4, timeout=20)
+    def fetch():                      # or: async def fetch(): ...
+        return client.chat.completions.create(...)
+
+    for attempt in retry_context(on=httpx.TransportError):
+        with attempt:
+            do_something()
+
+By default an exception is retried when the SDK classifies it as a retryable provider failure
+(429, 5xx, timeouts, connection errors, from this SDK, openai-python, httpx or anything shaped
+like them), and a server's ``Retry-After`` is honoured. :func:`set_testing` turns waits off.
+
+.. versionadded:: 0.1.0
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+import random
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from types import TracebackType
+from typing import Any, TypeVar, cast
+
+import anyio
+
+from ..context import RetryDetails
+from ..errors import ConfigurationError, ProviderError
+from ..protect import classify_exception
+from .budget import RetryBudget
+from .policy import Decision, RetryPolicy, decide
+
+__all__ = [
+    "Attempt",
+    "RetryDetails",
+    "RetryHook",
+    "Retrying",
+    "is_retryable",
+    "is_testing",
+    "retry",
+    "retry_context",
+    "set_testing",
+]
+
+F = TypeVar("F", bound=Callable[..., Any])
+RetryOn = type[BaseException] | tuple[type[BaseException], ...] | Callable[[BaseException], Any]
+
+
+RetryHook = Callable[[RetryDetails], None]
+"""A callable receiving :class:`RetryDetails`."""
+
+
+class _Testing:
+    lock = threading.Lock()
+    enabled = False
+    attempts: int | None = None
+
+
+def set_testing(enabled: bool, *, attempts: int | None = None) -> None:
+    """Turn waits off (``enabled=True``) in tests; optionally cap attempts too.
+
+    While on, every wait of :func:`retry`, :func:`retry_context` *and* the Guard's retry stage
+    is zero, so tests run fast without changing the code under test.
+    """
+    if attempts is not None and attempts < 1:
+        raise ConfigurationError("attempts must be at least 1")
+    with _Testing.lock:
+        _Testing.enabled = enabled
+        _Testing.attempts = attempts if enabled else None
+
+
+def is_testing() -> bool:
+    """Whether :func:`set_testing` turned waits off."""
+    return _Testing.enabled
+
+
+def testing_wait(wait: float) -> float:
+    """``wait``, or 0 while testing mode is on."""
+    return 0.0 if _Testing.enabled else wait
+
+
+def testing_attempts(attempts: int) -> int:
+    """``attempts``, capped while testing mode says so."""
+    cap = _Testing.attempts
+    return min(attempts, cap) if cap is not None else attempts
+
+
+def is_retryable(exc: BaseException) -> bool | float:
+    """The default ``on=``: retry provider failures the SDK classifies as retryable.
+
+    Returns the server's wait hint (seconds) when there is one, ``True`` to retry with
+    backoff, ``False`` not to retry.
+    """
+    error = classify_exception(exc)
+    if error is None or not error.retryable:
+        return False
+    return error.retry_after if error.retry_after is not None else True
+
+
+def _judge(on: RetryOn, exc: BaseException) -> tuple[bool, float | None]:
+    if isinstance(on, (type, tuple)):
+        return isinstance(exc, on), _hint_of(exc)
+    verdict = on(exc)
+    if isinstance(verdict, bool) or verdict is None:
+        return bool(verdict), _hint_of(exc) if verdict else None
+    if isinstance(verdict, (int, float)):
+        return True, float(verdict)
+    raise ConfigurationError(f"on= callable returned {verdict!r}: expected bool or seconds")
+
+
+def _hint_of(exc: BaseException) -> float | None:
+    error = exc if isinstance(exc, ProviderError) else classify_exception(exc)
+    return error.retry_after if error is not None else None
+
+
+class Attempt:
+    """One attempt of a :class:`Retrying` loop; use it as a context manager."""
+
+    def __init__(self, retrying: Retrying, number: int) -> None:
+        self._retrying = retrying
+        self.number = number
+        self.decision: Decision | None = None
+
+    def __enter__(self) -> Attempt:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        if exc is None or not isinstance(exc, Exception):
+            return False
+        self.decision = self._retrying.judge(self.number, exc)
+        return self.decision.retry  # swallow the exception only when another attempt follows
+
+
+class Retrying:
+    """The engine behind :func:`retry` and :func:`retry_context`: iterate it, sync or async."""
+
+    def __init__(
+        self,
+        *,
+        on: RetryOn = is_retryable,
+        policy: RetryPolicy | None = None,
+        attempts: int | None = None,
+        timeout: float | None = None,
+        hooks: Sequence[RetryHook] = (),
+        name: str = "",
+        budget: RetryBudget | None = None,
+        budget_key: str = "",
+        rng: random.Random | None = None,
+    ) -> None:
+        policy = policy or RetryPolicy()
+        overrides: dict[str, Any] = {}
+        if attempts is not None:
+            overrides["attempts"] = attempts
+        if timeout is not None:
+            overrides["timeout"] = timeout
+        if overrides:
+            policy = dataclasses.replace(policy, **overrides)
+        self.policy = policy
+        self.on = on
+        self.hooks = tuple(hooks)
+        self.name = name
+        self.budget = budget
+        self.budget_key = budget_key or name
+        self.rng = rng
+        self._started = 0.0
+        self._previous_wait = 0.0
+
+    def judge(self, number: int, exc: Exception) -> Decision:
+        """Decide after attempt ``number`` failed with ``exc``; run hooks when retrying."""
+        retryable, hint = _judge(self.on, exc)
+        remaining = self.policy.timeout - (time.monotonic() - self._started)
+        policy = self.policy
+        attempts = testing_attempts(policy.attempts)
+        if attempts != policy.attempts:
+            policy = dataclasses.replace(policy, attempts=attempts)
+        decision = decide(
+            policy,
+            attempt=number,
+            retryable=retryable,
+            hint=hint,
+            remaining=remaining,
+            previous_wait=self._previous_wait,
+            rng=self.rng,
+        )
+        if (
+            decision.retry
+            and self.budget is not None
+            and not self.budget.try_spend(self.budget_key)
+        ):
+            decision = Decision(False, 0.0, "budget-exhausted")
+        if decision.retry:
+            self._previous_wait = decision.wait
+            details = RetryDetails(
+                name=self.name,
+                attempt=number,
+                wait=decision.wait,
+                cause=exc,
+                elapsed=time.monotonic() - self._started,
+                hinted=decision.hinted,
+            )
+            for hook in self.hooks:
+                hook(details)
+        return decision
+
+    def __iter__(self) -> Iterator[Attempt]:
+        self._started = time.monotonic()
+        if self.budget is not None:
+            self.budget.record_request(self.budget_key)
+        number = 1
+        while True:
+            attempt = Attempt(self, number)
+            yield attempt
+            if attempt.decision is None or not attempt.decision.retry:
+                return
+            time.sleep(testing_wait(attempt.decision.wait))
+            number += 1
+
+    async def __aiter__(self) -> AsyncIterator[Attempt]:
+        self._started = time.monotonic()
+        if self.budget is not None:
+            await self.budget.arecord_request(self.budget_key)
+        number = 1
+        while True:
+            attempt = Attempt(self, number)
+            yield attempt
+            if attempt.decision is None or not attempt.decision.retry:
+                return
+            await anyio.sleep(testing_wait(attempt.decision.wait))
+            number += 1
+
+
+def retry_context(
+    *,
+    on: RetryOn = is_retryable,
+    policy: RetryPolicy | None = None,
+    attempts: int | None = None,
+    timeout: float | None = None,
+    hooks: Sequence[RetryHook] = (),
+    name: str = "",
+    budget: RetryBudget | None = None,
+) -> Retrying:
+    """Retry a block: ``for attempt in retry_context(...): with attempt: ...``.
+
+    Also ``async for`` in async code. Arguments as for :func:`retry`.
+    """
+    return Retrying(
+        on=on,
+        policy=policy,
+        attempts=attempts,
+        timeout=timeout,
+        hooks=hooks,
+        name=name,
+        budget=budget,
+    )
+
+
+def retry(
+    func: F | None = None,
+    *,
+    on: RetryOn = is_retryable,
+    policy: RetryPolicy | None = None,
+    attempts: int | None = None,
+    timeout: float | None = None,
+    hooks: Sequence[RetryHook] = (),
+    budget: RetryBudget | None = None,
+) -> Any:
+    """Decorate a sync or async function so that its failures are retried.
+
+    Args:
+        on: an exception type, a tuple of types, or a callable ``exc -> bool | seconds``
+            (a number is a server wait hint). Default: :func:`is_retryable`.
+        policy: a :class:`RetryPolicy` (full jitter, 3 attempts, 60 s by default).
+        attempts, timeout: shortcuts that override the policy's.
+        hooks: callables receiving :class:`RetryDetails` before each wait.
+        budget: a :class:`~llmguard_sdk.retry.budget.RetryBudget` keyed by the function name.
+
+    Use as ``@retry`` or ``@retry(attempts=5)``.
+    """
+
+    def decorate(fn: F) -> F:
+        name = getattr(fn, "__qualname__", repr(fn))
+        options: dict[str, Any] = {
+            "on": on,
+            "policy": policy,
+            "attempts": attempts,
+            "timeout": timeout,
+            "hooks": hooks,
+            "name": name,
+            "budget": budget,
+        }
+        Retrying(**options)  # validate the options now, not at the first call
+
+        if inspect.iscoroutinefunction(fn):
+
+            @functools.wraps(fn)
+            async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+                async for attempt in Retrying(**options):
+                    with attempt:
+                        return await fn(*args, **kwargs)
+                raise AssertionError("unreachable: the last attempt re-raises")
+
+            return cast(F, async_wrapper)
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            for attempt in Retrying(**options):
+                with attempt:
+                    return fn(*args, **kwargs)
+            raise AssertionError("unreachable: the last attempt re-raises")
+
+        return cast(F, wrapper)
+
+    return decorate(func) if func is not None else decorate

@@ -1,0 +1,146 @@
+"""Retry budgets: retries may add at most a share of a route's traffic.
+
+A budget keeps two exponentially decaying counts per route, requests and retries, with time
+constant ``window``. A retry is allowed when, after it, the retries stay within
+``ratio * requests + min_per_second * window``. In steady traffic that means: retries per second
+at most ``ratio`` times the requests per second, plus ``min_per_second``. A dead provider thus
+gets at most about 10 % more calls than the application sends (the default), however many
+processes retry, when they share the budget through Redis.
+
+The maths is one pure function, :func:`spend`, mirrored line by line by the Redis script.
+
+.. versionadded:: 0.1.0
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import NamedTuple, Protocol
+
+from ..errors import ConfigurationError
+
+__all__ = [
+    "BudgetState",
+    "MemoryRetryBudget",
+    "RetryBudget",
+    "RetryBudgetPolicy",
+    "deposit",
+    "spend",
+]
+
+
+@dataclass(frozen=True)
+class RetryBudgetPolicy:
+    """How much retrying a route's traffic may carry.
+
+    Args:
+        ratio: retries allowed per request, on average (0.1: at most 10 % extra calls).
+        min_per_second: retries always allowed per second, so low traffic can still retry.
+        window: seconds over which requests and retries are counted (the decay constant).
+    """
+
+    ratio: float = 0.1
+    min_per_second: float = 1.0
+    window: float = 10.0
+
+    def __post_init__(self) -> None:
+        if not (0 <= self.ratio < math.inf and 0 <= self.min_per_second < math.inf):
+            raise ConfigurationError("ratio and min_per_second must be finite and >= 0")
+        if not 0 < self.window < math.inf:
+            raise ConfigurationError("window must be a positive number of seconds")
+
+
+class BudgetState(NamedTuple):
+    """Decayed request and retry counts of one route, as of ``at`` (seconds)."""
+
+    requests: float = 0.0
+    retries: float = 0.0
+    at: float | None = None
+
+
+def _decayed(state: BudgetState, now: float, window: float) -> tuple[float, float]:
+    if state.at is None:
+        return state.requests, state.retries
+    factor = math.exp(-max(0.0, now - state.at) / window)
+    return state.requests * factor, state.retries * factor
+
+
+def deposit(state: BudgetState, now: float, policy: RetryBudgetPolicy) -> BudgetState:
+    """The state after one more request."""
+    requests, retries = _decayed(state, now, policy.window)
+    return BudgetState(requests + 1.0, retries, now)
+
+
+def spend(state: BudgetState, now: float, policy: RetryBudgetPolicy) -> tuple[bool, BudgetState]:
+    """Whether one more retry fits, and the state after it (unchanged counts if refused)."""
+    requests, retries = _decayed(state, now, policy.window)
+    allowed = retries + 1.0 <= policy.ratio * requests + policy.min_per_second * policy.window
+    return allowed, BudgetState(requests, retries + 1.0 if allowed else retries, now)
+
+
+class RetryBudget(Protocol):
+    """Where budgets live: this process, or Redis for the whole fleet."""
+
+    policy: RetryBudgetPolicy
+
+    def record_request(self, route: str) -> None:
+        """Count one call sent to ``route`` (once per call, not per attempt)."""
+        ...
+
+    def try_spend(self, route: str) -> bool:
+        """Take one retry from ``route``'s budget; False when there is none left."""
+        ...
+
+    async def arecord_request(self, route: str) -> None:
+        """Async twin of :meth:`record_request`."""
+        ...
+
+    async def atry_spend(self, route: str) -> bool:
+        """Async twin of :meth:`try_spend`."""
+        ...
+
+
+class MemoryRetryBudget:
+    """Budgets of this process, one per route; ``clock`` is injectable for tests."""
+
+    def __init__(
+        self,
+        policy: RetryBudgetPolicy | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.policy = policy or RetryBudgetPolicy()
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._states: dict[str, BudgetState] = {}
+
+    def record_request(self, route: str) -> None:
+        """Count one call sent to ``route``."""
+        with self._lock:
+            self._states[route] = deposit(self._state(route), self._clock(), self.policy)
+
+    def try_spend(self, route: str) -> bool:
+        """Take one retry from ``route``'s budget; False when there is none left."""
+        with self._lock:
+            allowed, self._states[route] = spend(self._state(route), self._clock(), self.policy)
+            return allowed
+
+    async def arecord_request(self, route: str) -> None:
+        """Same as :meth:`record_request` (no I/O, so it never blocks a loop)."""
+        self.record_request(route)
+
+    async def atry_spend(self, route: str) -> bool:
+        """Same as :meth:`try_spend`."""
+        return self.try_spend(route)
+
+    def state(self, route: str) -> BudgetState:
+        """The current counts of ``route`` (for inspection)."""
+        with self._lock:
+            return self._state(route)
+
+    def _state(self, route: str) -> BudgetState:
+        return self._states.get(route, BudgetState())
