@@ -1,11 +1,12 @@
-"""The fallback chain: when the first route fails, the next one answers.
+"""Retries and the fallback chain: retry what is worth retrying, move on when it is not.
 
-The primary provider answers 503, then 429 with Retry-After, then hangs; each call is served
-by the backup route instead. A request the provider refuses as wrong (400) is not retried
-elsewhere.
+Each route is retried with full-jitter backoff (Retry-After honoured); a route that keeps
+failing, or asks for a wait beyond the retry cap, hands the call to the next route. A request
+the provider refuses as wrong (400) is neither retried nor sent elsewhere.
 """
 
 from llmguard_sdk import BadRequestError, CallEvent, Guard, OpenAICompatibleProvider
+from llmguard_sdk.retry import RetryPolicy
 from llmguard_sdk.testing import FakeProvider, Fault
 
 events: list[CallEvent] = []
@@ -17,20 +18,35 @@ with FakeProvider(name="primary") as primary, FakeProvider(name="backup") as bac
             OpenAICompatibleProvider(backup.base_url, model="small-model", name="backup"),
         ],
         timeout=5,
-        attempt_timeout=0.3,  # a silent route loses the call to the next one
+        attempt_timeout=0.3,  # a silent route loses the attempt
+        retry=RetryPolicy(attempts=3, base=0.05, cap=2.0),
         hooks=[events.append],
     )
-    primary.script(Fault(status=503), Fault(status=429, retry_after=5), Fault(hang=True))
-    for question in ["first", "second", "third"]:
-        answer = guard.chat([{"role": "user", "content": question}])
-        failed = ", ".join(f"{route}: {error}" for route, error in events[-1].route_errors)
+    cases = {
+        "one 503": [Fault(status=503)],
+        "429, wait 30 s": [Fault(status=429, retry_after=30)],
+        "down": [Fault(status=503), Fault(reset=True), Fault(hang=True)],
+    }
+    for label, faults in cases.items():
+        primary.script(*faults)
+        answer = guard.chat([{"role": "user", "content": label}])
+        event = events[-1]
+        retried = ", ".join(type(r.cause).__name__ for r in event.retries) or "no retry"
+        moved = ", ".join(f"{route}: {error}" for route, error in event.route_errors) or "-"
         print(
-            f"{question:>6}: served by {answer.route} after {answer.attempts} attempt(s) ({failed})"
+            f"{label:>15}: served by {answer.route} after {answer.attempts} attempt(s); "
+            f"retried after: {retried}; moved on after: {moved}"
         )
 
     primary.script(Fault(status=400))
     try:
         guard.chat([{"role": "user", "content": "bad"}])
     except BadRequestError as error:
-        print("400 is not a route failure:", type(error).__name__, "from", error.route)
+        print(
+            "400 is not a route failure:",
+            type(error).__name__,
+            "from",
+            error.route,
+            f"after {events[-1].attempts} attempt",
+        )
     guard.close()

@@ -13,10 +13,12 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 EXPECTED = {
     "quickstart.py": ["text:    Echo: What is a circuit breaker?", "estimated=False"],
     "fallback_chain.py": [
-        "served by backup after 2 attempt(s) (primary: ProviderUnavailableError)",
-        "(primary: RateLimitedError)",
-        "(primary: ProviderTimeoutError)",
-        "400 is not a route failure: BadRequestError from primary",
+        "one 503: served by primary after 2 attempt(s); retried after: ProviderUnavailableError",
+        "429, wait 30 s: served by backup after 2 attempt(s); retried after: no retry; "
+        "moved on after: primary: RateLimitedError",
+        "down: served by backup after 4 attempt(s)",
+        "moved on after: primary: ProviderTimeoutError",
+        "400 is not a route failure: BadRequestError from primary after 1 attempt",
     ],
     "streaming.py": ["first token after", "stream broke after: 'Echo: count to'", "async: Echo"],
     "drop_in_client.py": ["Echo: Hello!", "tokens: 5 in, 2 out", "Echo: Stream it"],

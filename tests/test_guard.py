@@ -81,7 +81,7 @@ def test_fallback_chain_serves_from_the_next_route(
     fake: FakeProvider, fake2: FakeProvider, make_guard: MakeGuard
 ) -> None:
     events: list[CallEvent] = []
-    guard = make_guard(fake, fake2, hooks=[events.append])
+    guard = make_guard(fake, fake2, hooks=[events.append], retry=None)
     fake.script(Fault(status=503))
     response = guard.chat(USER)
     assert response.route == "backup"
@@ -104,7 +104,7 @@ def test_request_error_does_not_fall_through(
 def test_all_routes_failing_raises_all_routes_failed_with_each_error(
     fake: FakeProvider, fake2: FakeProvider, make_guard: MakeGuard
 ) -> None:
-    guard = make_guard(fake, fake2)
+    guard = make_guard(fake, fake2, retry=None)
     fake.script(Fault(status=429, retry_after=3))
     fake2.script(Fault(status=429, retry_after=1))
     with pytest.raises(AllRoutesFailedError) as info:
@@ -117,7 +117,7 @@ def test_all_routes_failing_raises_all_routes_failed_with_each_error(
 def test_single_route_raises_its_own_error(fake: FakeProvider, make_guard: MakeGuard) -> None:
     fake.script(Fault(status=503))
     with pytest.raises(ProviderUnavailableError):
-        make_guard(fake).chat(USER)
+        make_guard(fake, retry=None).chat(USER)
 
 
 def test_call_timeout_bounds_a_hung_provider(fake: FakeProvider, make_guard: MakeGuard) -> None:
@@ -169,7 +169,7 @@ def test_stream_closed_early_reports_cancelled(fake: FakeProvider, make_guard: M
 async def test_async_chat_stream_and_fallback(
     fake: FakeProvider, fake2: FakeProvider, make_guard: MakeGuard
 ) -> None:
-    guard = make_guard(fake, fake2)
+    guard = make_guard(fake, fake2, retry=None)
     fake.script(Fault(status=503), Fault(reset=True))
     response = await guard.achat(USER, tenant="acme")
     assert response.route == "backup"
@@ -330,7 +330,7 @@ def test_missing_usage_is_counted_by_the_guard_and_marked_estimated(
 def test_attempt_timeout_lets_the_next_route_answer(
     fake: FakeProvider, fake2: FakeProvider, make_guard: MakeGuard
 ) -> None:
-    guard = make_guard(fake, fake2, timeout=10, attempt_timeout=0.3)
+    guard = make_guard(fake, fake2, timeout=10, attempt_timeout=0.3, retry=None)
     fake.script(Fault(hang=True), Fault(first_token_delay=3))
     assert guard.chat(USER).route == "backup"
     with guard.chat(USER, stream=True) as stream:

@@ -23,6 +23,7 @@ from .context import CallEvent
 from .errors import LLMGuardError
 from .guard import Guard
 from .providers.openai_compat import OpenAICompatibleProvider
+from .retry import RetryPolicy
 from .testing import FakeProvider, Fault
 
 __all__ = ["main"]
@@ -70,6 +71,8 @@ class DemoSummary:
     routes: list[str] = field(default_factory=list)
     served_by: Counter[str] = field(default_factory=Counter)
     route_failures: dict[str, Counter[str]] = field(default_factory=dict)
+    retries: Counter[str] = field(default_factory=Counter)
+    retry_causes: dict[str, Counter[str]] = field(default_factory=dict)
     failed: int = 0
     errors: Counter[str] = field(default_factory=Counter)
     latencies_ms: list[float] = field(default_factory=list)
@@ -94,6 +97,8 @@ class DemoSummary:
             "routes": self.routes,
             "served_by": dict(self.served_by),
             "route_failures": {r: dict(c) for r, c in self.route_failures.items()},
+            "retries": dict(self.retries),
+            "retry_causes": {r: dict(c) for r, c in self.retry_causes.items()},
             "failed": self.failed,
             "errors": dict(self.errors),
             "latency_ms": {
@@ -112,14 +117,24 @@ class DemoSummary:
             f"llmguard demo: {self.requests} chat calls, {self.concurrency} at a time, "
             f"through a Guard with routes {' -> '.join(self.routes)} (in-memory state)",
             "",
-            f"  {'route':<10} {'served':>7} {'failed':>7}  errors the route gave",
+            f"  {'route':<10} {'served':>7} {'retried':>8} {'moved on':>9}  why",
         ]
         for route in self.routes:
             failures = self.route_failures.get(route, Counter())
-            detail = ", ".join(f"{name} x{n}" for name, n in failures.most_common()) or "-"
+            causes = self.retry_causes.get(route, Counter())
+            retried = ", ".join(f"{name} x{n}" for name, n in causes.most_common())
+            moved = ", ".join(f"{name} x{n}" for name, n in failures.most_common())
+            why = "; ".join(
+                part
+                for part in (
+                    f"retried after {retried}" if retried else "",
+                    f"moved on after {moved}" if moved else "",
+                )
+                if part
+            )
             lines.append(
-                f"  {route:<10} {self.served_by.get(route, 0):>7} "
-                f"{sum(failures.values()):>7}  {detail}"
+                f"  {route:<10} {self.served_by.get(route, 0):>7} {self.retries.get(route, 0):>8} "
+                f"{sum(failures.values()):>9}  {why or '-'}"
             )
         lines += [
             "",
@@ -136,9 +151,10 @@ class DemoSummary:
             )
         lines += [
             "",
-            "The primary route was made flaky on purpose (503s, 429s with Retry-After, "
-            "connection resets);",
-            "the Guard moved those calls to the backup route, so every call was answered.",
+            "The primary route was made flaky on purpose: 503s and connection resets were "
+            "retried with full-jitter",
+            "backoff; 429s asking for a 30 s wait (beyond the retry cap) moved straight to the "
+            "backup route.",
         ]
         return "\n".join(lines)
 
@@ -149,7 +165,7 @@ def _flaky_script(count: int) -> list[Fault | None]:
         if i % 7 == 3:
             faults.append(Fault(status=503))
         elif i % 11 == 5:
-            faults.append(Fault(status=429, retry_after=1))
+            faults.append(Fault(status=429, retry_after=30))
         elif i % 13 == 8:
             faults.append(Fault(reset=True))
         elif i % 5 == 0:
@@ -175,6 +191,7 @@ def run_demo(*, requests: int = 60, concurrency: int = 8) -> DemoSummary:
                 OpenAICompatibleProvider(backup.base_url, model="backup-model", name="backup"),
             ],
             timeout=10,
+            retry=RetryPolicy(attempts=3, base=0.02, cap=1.0),  # short waits for a quick demo
             hooks=[events.append],
             environ={},
         )
@@ -188,6 +205,9 @@ def run_demo(*, requests: int = 60, concurrency: int = 8) -> DemoSummary:
         summary.stream_first_token_ms = (stream.response.timings.first_token_s or 0) * 1000
         guard.close()
     for event in events[:requests]:
+        for retry in event.retries:
+            summary.retries[retry.name] += 1
+            summary.retry_causes.setdefault(retry.name, Counter())[type(retry.cause).__name__] += 1
         for route, error in event.route_errors:
             summary.route_failures.setdefault(route, Counter())[error] += 1
         if event.outcome == "ok" and event.route:

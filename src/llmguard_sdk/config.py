@@ -8,6 +8,7 @@ variable                    meaning                                             
 ``LLMGUARD_TIMEOUT``        total seconds a call may take, retries included        ``60``
 ``LLMGUARD_ATTEMPT_TIMEOUT`` seconds one route may stay silent (see Guard)         none
 ``LLMGUARD_MAX_INPUT_TOKENS`` refuse requests with more input tokens than this     no limit
+``LLMGUARD_RETRY_ATTEMPTS`` attempts per route, the first included (1: no retries)  ``3``
 ``LLMGUARD_BASE_URL``       OpenAI-compatible API root for a default provider      none
 ``LLMGUARD_API_KEY``        its API key                                            none
 ``LLMGUARD_MODEL``          its model                                              none
@@ -42,6 +43,7 @@ class GuardSettings(BaseModel):
     timeout: float = Field(default=60.0, gt=0, allow_inf_nan=False)
     attempt_timeout: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     max_input_tokens: int | None = Field(default=None, gt=0)
+    retry_attempts: int | None = Field(default=None, ge=1)
     base_url: str | None = None
     api_key: str | None = None
     model: str | None = None

@@ -5,9 +5,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+import time
 from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
+
+import anyio
 
 from . import pipeline
 from .config import GuardSettings
@@ -17,13 +21,23 @@ from .models import ChatRequest, ChatResponse, Message
 from .pipeline import Hook, InputFilter, OutputFilter, Stages
 from .providers.base import Provider
 from .providers.openai_compat import OpenAICompatibleProvider
-from .store import Store, open_store
+from .retry import (
+    MemoryRetryBudget,
+    RedisRetryBudget,
+    RetryBudget,
+    RetryBudgetPolicy,
+    RetryPolicy,
+)
+from .store import RedisStore, Store, open_store
 from .streaming import AsyncChatStream, ChatStream
 
 if TYPE_CHECKING:
     from .client import AsyncGuardedClient, GuardedClient
 
 __all__ = ["Guard"]
+
+DEFAULT_RETRY = RetryPolicy()
+DEFAULT_RETRY_BUDGET = RetryBudgetPolicy()
 
 F = TypeVar("F", bound=Callable[..., Any])
 MessagesArg = Sequence[Message | Mapping[str, Any]]
@@ -38,6 +52,14 @@ class Guard:
             configure an :class:`~llmguard_sdk.OpenAICompatibleProvider`.
         store: ``"memory"`` (default) or a Redis URL: where shared state lives.
         timeout: total seconds a call may take, every route and retry included (default 60).
+        retry: how each route is retried (:class:`~llmguard_sdk.retry.RetryPolicy`: full
+            jitter, 3 attempts, Retry-After honoured, an idempotency key per call); ``None``
+            turns retries off.
+        retry_budget: the share of traffic retries may add per route
+            (:class:`~llmguard_sdk.retry.RetryBudgetPolicy`, default 10 % plus 1 per second),
+            shared through Redis when ``store`` is Redis; ``None``: no budget.
+        continue_interrupted_streams: when a stream breaks after delivering text, ask the next
+            route to continue from that text (instead of raising StreamInterruptedError).
         attempt_timeout: seconds one route may stay silent before the chain moves on: the
             whole answer of a plain call, the first and every later chunk of a stream.
             Default: no limit of its own (only ``timeout``), so a hung first route can use
@@ -67,6 +89,9 @@ class Guard:
         store: str | Store | None = None,
         timeout: float | None = None,
         attempt_timeout: float | None = None,
+        retry: RetryPolicy | None = DEFAULT_RETRY,
+        retry_budget: RetryBudgetPolicy | None = DEFAULT_RETRY_BUDGET,
+        continue_interrupted_streams: bool = False,
         max_input_tokens: int | None = None,
         input_filters: Sequence[InputFilter] = (),
         output_filters: Sequence[OutputFilter] = (),
@@ -82,6 +107,8 @@ class Guard:
             max_input_tokens=max_input_tokens,
             key_prefix=key_prefix,
         )
+        if retry is not None and self.settings.retry_attempts is not None:
+            retry = dataclasses.replace(retry, attempts=self.settings.retry_attempts)
         routes = _routes(providers, self.settings)
         for fn, what in (
             [(f, "input filter") for f in input_filters]
@@ -102,6 +129,9 @@ class Guard:
             input_filters=tuple(input_filters),
             output_filters=tuple(output_filters),
             hooks=tuple(hooks),
+            retry=retry,
+            budget=_budget(retry_budget, self.store) if retry is not None else None,
+            continue_streams=continue_interrupted_streams,
         )
 
     def __repr__(self) -> str:
@@ -180,23 +210,42 @@ class Guard:
         if stream:
             return ChatStream(ctx, self._stages)
         try:
-            for route in self._stages.routes:
+            return self._finish(ctx, self._complete(ctx))
+        except Exception as exc:
+            emit(self._stages.hooks, pipeline.event(ctx, "chat", error=exc))
+            raise
+
+    def _complete(self, ctx: CallContext) -> ChatResponse:
+        """The route loop: each route with its retries, then the next route."""
+        stages = self._stages
+        for route in stages.routes:
+            if stages.budget is not None:
+                stages.budget.record_request(route.name)
+            attempt, previous_wait = 0, 0.0
+            while True:
+                attempt += 1
                 ctx.attempts += 1
                 try:
                     response = route.complete(
                         ctx.request,
                         model=pipeline.route_model(route, ctx.request),
-                        deadline=pipeline.attempt_deadline(ctx, self._stages),
+                        deadline=pipeline.attempt_deadline(ctx, stages),
                     )
                 except ProviderError as exc:
+                    decision = pipeline.retry_after_failure(
+                        ctx, stages, exc, attempt=attempt, previous_wait=previous_wait
+                    )
+                    if decision.retry and (
+                        stages.budget is None or stages.budget.try_spend(route.name)
+                    ):
+                        time.sleep(pipeline.note_retry(ctx, route, exc, attempt, decision))
+                        previous_wait = decision.wait
+                        continue
                     pipeline.fall_through(ctx, route, exc, delivered=False)
-                    continue
+                    break
                 ctx.route = route.name
-                return self._finish(ctx, response)
-            raise pipeline.failure(ctx, self._stages)
-        except Exception as exc:
-            emit(self._stages.hooks, pipeline.event(ctx, "chat", error=exc))
-            raise
+                return response
+        raise pipeline.failure(ctx, stages)
 
     @overload
     async def achat(
@@ -251,23 +300,42 @@ class Guard:
         if stream:
             return AsyncChatStream(ctx, self._stages)
         try:
-            for route in self._stages.routes:
+            return self._finish(ctx, await self._acomplete(ctx))
+        except Exception as exc:
+            emit(self._stages.hooks, pipeline.event(ctx, "chat", error=exc))
+            raise
+
+    async def _acomplete(self, ctx: CallContext) -> ChatResponse:
+        """Async twin of :meth:`_complete`."""
+        stages = self._stages
+        for route in stages.routes:
+            if stages.budget is not None:
+                await stages.budget.arecord_request(route.name)
+            attempt, previous_wait = 0, 0.0
+            while True:
+                attempt += 1
                 ctx.attempts += 1
                 try:
                     response = await route.acomplete(
                         ctx.request,
                         model=pipeline.route_model(route, ctx.request),
-                        deadline=pipeline.attempt_deadline(ctx, self._stages),
+                        deadline=pipeline.attempt_deadline(ctx, stages),
                     )
                 except ProviderError as exc:
+                    decision = pipeline.retry_after_failure(
+                        ctx, stages, exc, attempt=attempt, previous_wait=previous_wait
+                    )
+                    if decision.retry and (
+                        stages.budget is None or await stages.budget.atry_spend(route.name)
+                    ):
+                        await anyio.sleep(pipeline.note_retry(ctx, route, exc, attempt, decision))
+                        previous_wait = decision.wait
+                        continue
                     pipeline.fall_through(ctx, route, exc, delivered=False)
-                    continue
+                    break
                 ctx.route = route.name
-                return self._finish(ctx, response)
-            raise pipeline.failure(ctx, self._stages)
-        except Exception as exc:
-            emit(self._stages.hooks, pipeline.event(ctx, "chat", error=exc))
-            raise
+                return response
+        raise pipeline.failure(ctx, stages)
 
     def _finish(self, ctx: CallContext, response: ChatResponse) -> ChatResponse:
         response = pipeline.finish(ctx, self._stages, response)
@@ -355,6 +423,14 @@ class Guard:
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+
+def _budget(policy: RetryBudgetPolicy | None, store: Store) -> RetryBudget | None:
+    if policy is None:
+        return None
+    if isinstance(store, RedisStore):
+        return RedisRetryBudget(store, policy)
+    return MemoryRetryBudget(policy)
 
 
 def _routes(

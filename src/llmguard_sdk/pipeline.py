@@ -3,21 +3,24 @@
 The sync and async entry points of :class:`~llmguard_sdk.Guard` run the same stages in the
 same order; only the provider I/O differs between them. Stages, outermost first::
 
-    validate + input guardrails + size check   (prepare)
-      -> for each route of the chain: provider call     (route_model, fall_through)
-    -> usage accounting + output guardrails + hooks     (finish / failure)
+    validate + input guardrails + size check + idempotency key      (prepare)
+      -> for each route of the chain:
+           retry( provider call )          (retry_after_failure, note_retry, fall_through)
+    -> usage accounting + output guardrails + hooks                  (finish / failure)
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import time
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .context import CallContext, CallEvent, Hook, Scope, current_scope
+from .context import CallContext, CallEvent, Hook, RetryDetails, Scope, current_scope
 from .errors import (
     AllRoutesFailedError,
     AuthenticationError,
@@ -29,8 +32,11 @@ from .errors import (
     RequestValidationError,
     StreamInterruptedError,
 )
-from .models import ChatRequest, ChatResponse, Timings, Usage, validate_request
+from .models import ChatRequest, ChatResponse, Message, Timings, Usage, validate_request
 from .providers.base import Provider
+from .retry.api import testing_attempts, testing_wait
+from .retry.budget import RetryBudget
+from .retry.policy import Decision, RetryPolicy, decide_for_error
 from .tokens import count_request_tokens, count_text_tokens
 
 __all__ = ["Hook", "InputFilter", "OutputFilter"]
@@ -61,6 +67,9 @@ class Stages:
     input_filters: tuple[InputFilter, ...]
     output_filters: tuple[OutputFilter, ...]
     hooks: tuple[Hook, ...]
+    retry: RetryPolicy | None = None
+    budget: RetryBudget | None = None
+    continue_streams: bool = False
 
 
 def prepare(
@@ -86,6 +95,7 @@ def prepare(
         checked = _apply_filter(input_filter, checked, ChatRequest, "input")
     if checked.model is None and any(route.model is None for route in stages.routes):
         raise RequestValidationError("no model: pass model=... or give every provider a model")
+    checked = _with_idempotency_key(checked, stages.retry)
     count = count_request_tokens(checked, model=checked.model or stages.routes[0].model)
     if stages.max_input_tokens is not None and count.tokens > stages.max_input_tokens:
         raise InputTooLargeError(count.tokens, stages.max_input_tokens, estimated=count.estimated)
@@ -116,6 +126,65 @@ def attempt_deadline(ctx: CallContext, stages: Stages) -> float:
     if stages.attempt_timeout is None:
         return ctx.deadline
     return min(ctx.deadline, time.monotonic() + stages.attempt_timeout)
+
+
+def retry_after_failure(
+    ctx: CallContext,
+    stages: Stages,
+    error: ProviderError,
+    *,
+    attempt: int,
+    previous_wait: float,
+    delivered: bool = False,
+) -> Decision:
+    """Whether to retry the same route after ``error`` (before the retry budget is asked)."""
+    policy = stages.retry
+    if policy is None:
+        return Decision(False, 0.0, "attempts-exhausted")
+    attempts = testing_attempts(policy.attempts)
+    if attempts != policy.attempts:
+        policy = dataclasses.replace(policy, attempts=attempts)
+    return decide_for_error(
+        policy,
+        error,
+        attempt=attempt,
+        remaining=ctx.remaining(),
+        previous_wait=previous_wait,
+        delivered=delivered,
+    )
+
+
+def note_retry(
+    ctx: CallContext, route: Provider, error: ProviderError, attempt: int, decision: Decision
+) -> float:
+    """Record a retry in the context; returns the seconds to sleep before it."""
+    ctx.retries.append(
+        RetryDetails(
+            name=route.name,
+            attempt=attempt,
+            wait=decision.wait,
+            cause=error,
+            elapsed=ctx.elapsed(),
+            hinted=decision.hinted,
+        )
+    )
+    return testing_wait(decision.wait)
+
+
+def continuation_request(request: ChatRequest, partial_text: str) -> ChatRequest:
+    """A request asking the next route to continue an answer that broke after ``partial_text``."""
+    messages = [
+        *request.messages,
+        Message(role="assistant", content=partial_text),
+        Message(role="user", content=CONTINUE_PROMPT),
+    ]
+    return request.model_copy(update={"messages": messages})
+
+
+CONTINUE_PROMPT = (
+    "Your previous answer was cut off. Continue it exactly where it stopped, "
+    "without repeating anything and without any preamble."
+)
 
 
 def fall_through(
@@ -201,7 +270,20 @@ def event(
         usage=response.usage if response else None,
         error=error,
         route_errors=tuple((name, type(e).__name__) for name, e in ctx.route_errors.items()),
+        retries=tuple(ctx.retries),
     )
+
+
+def _with_idempotency_key(request: ChatRequest, policy: RetryPolicy | None) -> ChatRequest:
+    """Give the call one key, sent unchanged on every attempt (unless the caller set one)."""
+    header = policy.idempotency_header if policy is not None else None
+    if header is None:
+        return request
+    headers = request.extra_headers or {}
+    if any(name.lower() == header.lower() for name in headers):
+        return request
+    key = f"llmguard-{uuid.uuid4().hex}"
+    return request.model_copy(update={"extra_headers": {**headers, header: key}})
 
 
 def _apply_filter(fn: Callable[[Any], Any], value: Any, kind: type[Any], stage: str) -> Any:
