@@ -62,13 +62,15 @@ def test_protect_lets_provider_errors_through_and_classifies_them(fake: FakeProv
     def ask() -> Any:
         return client.chat.completions.create(model="m", messages=USER)
 
-    fake.script(Fault(status=429, retry_after=7))
+    fake.script(Fault(status=429, retry_after=30))  # beyond the retry cap: not retried
     with pytest.raises(openai.RateLimitError):
         ask()
     error = events[-1].error
     assert isinstance(error, RateLimitedError)
-    assert error.retry_after == 7.0
+    assert error.retry_after == 30.0
     assert events[-1].outcome == "error"
+    assert events[-1].attempts == 1
+    assert fake.stats.requests == 1
     client.close()
 
 

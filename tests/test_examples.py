@@ -23,8 +23,8 @@ EXPECTED = {
     "streaming.py": ["first token after", "stream broke after: 'Echo: count to'", "async: Echo"],
     "drop_in_client.py": ["Echo: Hello!", "tokens: 5 in, 2 out", "Echo: Stream it"],
     "protect_openai.py": [
-        "[protect] ok feature=titles",
-        "error=RateLimitedError",
+        "[protect] ok feature=titles attempts=2",
+        "[protect] error feature=titles attempts=1 usage=None error=RateLimitedError",
         "openai.RateLimitError still reaches your code",
     ],
     "guardrails.py": [

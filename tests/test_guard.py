@@ -129,7 +129,7 @@ def test_call_timeout_bounds_a_hung_provider(fake: FakeProvider, make_guard: Mak
 def test_stream_falls_back_before_the_first_token(
     fake: FakeProvider, fake2: FakeProvider, make_guard: MakeGuard
 ) -> None:
-    guard = make_guard(fake, fake2)
+    guard = make_guard(fake, fake2, retry=None)
     fake.script(Fault(status=502))
     with guard.chat(USER, stream=True) as stream:
         text = "".join(chunk.text for chunk in stream)

@@ -46,6 +46,7 @@ EXPECTED = [
     "RedisStore",
     "RefusedError",
     "RequestValidationError",
+    "RetryMultiplicationWarning",
     "Scope",
     "Store",
     "StreamChunk",

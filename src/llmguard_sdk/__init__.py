@@ -5,6 +5,7 @@ an underscore is private. Start with :class:`Guard`.
 """
 
 from ._version import __version__
+from .classify import classify_exception, usage_from_result
 from .client import (
     AsyncChunkStream,
     AsyncGuardedClient,
@@ -33,12 +34,12 @@ from .errors import (
     RateLimitExceededError,
     RefusedError,
     RequestValidationError,
+    RetryMultiplicationWarning,
     StreamInterruptedError,
 )
 from .guard import Guard
 from .models import ChatRequest, ChatResponse, Message, StreamChunk, Timings, Usage
 from .pipeline import Hook, InputFilter, OutputFilter
-from .protect import classify_exception, usage_from_result
 from .providers import OpenAICompatibleProvider, Provider
 from .store import MemoryStore, RedisStore, Store
 from .streaming import AsyncChatStream, ChatStream
@@ -84,6 +85,7 @@ __all__ = [
     "RedisStore",
     "RefusedError",
     "RequestValidationError",
+    "RetryMultiplicationWarning",
     "Scope",
     "Store",
     "StreamChunk",

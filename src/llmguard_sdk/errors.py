@@ -21,6 +21,9 @@ Catch :class:`LLMGuardError` to catch everything the SDK raises itself::
     │   └── BudgetExceededError         a spend budget is exhausted
     └── AllRoutesFailedError        every route of the fallback chain failed (carries each error)
 
+One warning stands outside the tree: :class:`RetryMultiplicationWarning`, issued when retries
+would stack on retries (an openai client retrying inside ``guard.protect``).
+
 Every :class:`ProviderError` knows the ``route`` that raised it, the HTTP ``status_code`` (if
 any), the response ``headers`` (Retry-After, ``x-ratelimit-*`` ...), and whether it is
 ``retryable`` by the SDK's rules. Nothing here is ever raised for a caller's own bug: an
@@ -52,6 +55,7 @@ __all__ = [
     "RateLimitedError",
     "RefusedError",
     "RequestValidationError",
+    "RetryMultiplicationWarning",
     "StreamInterruptedError",
 ]
 
@@ -222,6 +226,10 @@ class BudgetExceededError(RefusedError):
         self.limit_usd = limit_usd
         self.spent_usd = spent_usd
         self.resets_at = resets_at
+
+
+class RetryMultiplicationWarning(UserWarning):
+    """Two retry layers are stacked, so the attempts multiply; turn the inner one off."""
 
 
 class AllRoutesFailedError(LLMGuardError):

@@ -357,11 +357,15 @@ class Guard:
         """Decorate an existing function that calls an LLM, sync or async.
 
         Use as ``@guard.protect`` or ``@guard.protect(feature="search")``. The function runs
-        unchanged and returns what it returned; the Guard reads the usage from the result
-        (openai objects and plain dicts), reports a :class:`~llmguard_sdk.CallEvent` to its
-        hooks, and bounds async functions by ``timeout`` (raising
-        :class:`~llmguard_sdk.errors.ProviderTimeoutError`). Exceptions the function raises
-        propagate unchanged; the event records how the SDK classified them.
+        unchanged and returns what it returned; the Guard retries it with its retry policy
+        and budget when it fails with a retryable provider error (429, 5xx, timeouts, from
+        openai-python, httpx or this SDK; Retry-After honoured), reads the usage from the
+        result (openai objects and plain dicts), reports a :class:`~llmguard_sdk.CallEvent` to
+        its hooks, and bounds async functions by ``timeout`` (raising
+        :class:`~llmguard_sdk.errors.ProviderTimeoutError`). The last exception propagates
+        unchanged; the event records how the SDK classified it. A
+        :class:`~llmguard_sdk.errors.RetryMultiplicationWarning` says when the function uses
+        an openai client that retries on its own.
         """
         from .protect import protect_function
 
@@ -372,6 +376,8 @@ class Guard:
                 route=route,
                 scope_keywords=(tenant, feature, user),
                 timeout=self._stages.timeout if timeout is None else timeout,
+                retry=self._stages.retry,
+                budget=self._stages.budget,
             )
 
         return decorate(func) if func is not None else decorate

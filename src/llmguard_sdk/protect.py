@@ -1,5 +1,11 @@
 """``@guard.protect``: put an existing LLM-calling function behind the Guard without rewriting it.
 
+The function is retried with the Guard's retry policy and budget (when the SDK classifies its
+exception as retryable), bounded by a timeout, and reported to the Guard's hooks with the
+usage read from its result. Retries stacked on retries multiply (LiteLLM's router times the
+provider SDK's own retries gave 6 attempts instead of 3), so the decorator warns when the
+function uses an openai client that retries on its own.
+
 .. versionadded:: 0.1.0
 """
 
@@ -8,62 +14,23 @@ from __future__ import annotations
 import functools
 import inspect
 import time
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar, cast
 
 import anyio
 
-from .context import CallEvent, Hook, current_scope, emit
-from .errors import (
-    MalformedResponseError,
-    ProviderError,
-    ProviderTimeoutError,
-    ProviderUnavailableError,
-)
-from .models import Usage
-from .providers.wire import error_from_status, usage_from_payload
+from .classify import classify_exception, usage_from_result
+from .context import CallEvent, Hook, RetryDetails, current_scope, emit
+from .errors import ProviderTimeoutError, RetryMultiplicationWarning
+from .retry.api import Retrying
+from .retry.budget import RetryBudget
+from .retry.policy import RetryPolicy
 
-__all__ = ["classify_exception", "protect_function", "usage_from_result"]
+__all__ = ["protect_function"]
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-def usage_from_result(result: object) -> Usage | None:
-    """The token usage in an LLM call's result: openai-python objects or plain dicts."""
-    usage = result.get("usage") if isinstance(result, Mapping) else getattr(result, "usage", None)
-    if usage is not None and not isinstance(usage, Mapping):
-        dump = getattr(usage, "model_dump", None)
-        usage = dump() if callable(dump) else getattr(usage, "__dict__", None)
-    return usage_from_payload(usage)[0]
-
-
-def classify_exception(exc: BaseException, *, route: str = "") -> ProviderError | None:
-    """The SDK's view of an exception raised by a provider SDK (openai, httpx ...).
-
-    Returns the matching :class:`~llmguard_sdk.errors.ProviderError` (itself when it already
-    is one), or ``None`` when the exception is not a provider failure (a bug in the caller's
-    code, say). Works by duck typing, so no provider SDK needs to be installed.
-    """
-    if isinstance(exc, ProviderError):
-        return exc
-    status = getattr(exc, "status_code", None)
-    if isinstance(status, int):
-        response = getattr(exc, "response", None)
-        headers = dict(getattr(response, "headers", None) or {})
-        body = getattr(response, "text", None)
-        error = error_from_status(
-            status, headers, body if isinstance(body, str) else str(exc), route=route
-        )
-        error.__cause__ = exc
-        return error
-    name = type(exc).__name__.lower()
-    if isinstance(exc, TimeoutError) or "timeout" in name:
-        return ProviderTimeoutError(str(exc) or name, route=route)
-    if isinstance(exc, ConnectionError) or "connection" in name or "network" in name:
-        return ProviderUnavailableError(str(exc) or name, route=route)
-    if "decod" in name or "json" in name:
-        return MalformedResponseError(str(exc) or name, route=route)
-    return None
+_NO_RETRY = RetryPolicy(attempts=1)
 
 
 def protect_function(
@@ -73,11 +40,33 @@ def protect_function(
     route: str,
     scope_keywords: tuple[str | None, str | None, str | None],
     timeout: float,
+    retry: RetryPolicy | None = None,
+    budget: RetryBudget | None = None,
 ) -> F:
     """Wrap ``fn`` (sync or async); see :meth:`llmguard_sdk.Guard.protect`."""
+    policy = retry or _NO_RETRY
+    if policy.attempts > 1:
+        _warn_if_client_retries(fn)
 
-    def report(started: float, result: object = None, error: BaseException | None = None) -> None:
+    def attempts(retries: list[RetryDetails]) -> Retrying:
+        return Retrying(
+            policy=policy,
+            timeout=timeout,
+            hooks=[retries.append],
+            name=route,
+            budget=budget,
+            budget_key=route,
+        )
+
+    def report(
+        started: float,
+        retries: list[RetryDetails],
+        result: object = None,
+        error: BaseException | None = None,
+    ) -> None:
         classified = classify_exception(error, route=route) if error is not None else None
+        if error is not None:
+            _warn_if_sdk_retried(error)
         emit(
             hooks,
             CallEvent(
@@ -86,11 +75,12 @@ def protect_function(
                 scope=current_scope().merged(*scope_keywords),
                 model=_model_of(result),
                 route=route if error is None else None,
-                attempts=1,
+                attempts=len(retries) + 1,
                 latency_s=time.monotonic() - started,
                 usage=usage_from_result(result) if error is None else None,
                 error=classified or error,
                 route_errors=((route, type(classified or error).__name__),) if error else (),
+                retries=tuple(retries),
             ),
         )
 
@@ -99,20 +89,23 @@ def protect_function(
         @functools.wraps(fn)
         async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
             started = time.monotonic()
+            retries: list[RetryDetails] = []
             scope = anyio.CancelScope(deadline=anyio.current_time() + timeout)
             try:
                 with scope:
-                    result = await fn(*args, **kwargs)
+                    async for attempt in attempts(retries):
+                        with attempt:
+                            result = await fn(*args, **kwargs)
             except BaseException as exc:
-                report(started, error=exc)
+                report(started, retries, error=exc)
                 raise
             if scope.cancelled_caught:
                 error = ProviderTimeoutError(
                     f"protected call took longer than {timeout} s", route=route
                 )
-                report(started, error=error)
+                report(started, retries, error=error)
                 raise error
-            report(started, result)
+            report(started, retries, result)
             return result
 
         return cast(F, async_wrapper)
@@ -120,15 +113,72 @@ def protect_function(
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         started = time.monotonic()
+        retries: list[RetryDetails] = []
         try:
-            result = fn(*args, **kwargs)
+            for attempt in attempts(retries):
+                with attempt:
+                    result = fn(*args, **kwargs)
         except BaseException as exc:
-            report(started, error=exc)
+            report(started, retries, error=exc)
             raise
-        report(started, result)
+        report(started, retries, result)
         return result
 
     return cast(F, wrapper)
+
+
+def _warn_if_client_retries(fn: Callable[..., Any]) -> None:
+    """Warn when ``fn`` reaches an openai client whose own retries are on."""
+    for client in _objects_reachable_from(fn):
+        retries = getattr(client, "max_retries", None)
+        if type(client).__module__.startswith("openai") and isinstance(retries, int) and retries:
+            warnings.warn(
+                f"{fn.__qualname__} uses an openai client with max_retries={retries}; with "
+                "guard.protect retrying too, attempts multiply. Create the client with "
+                "max_retries=0 (or use client.with_options(max_retries=0)).",
+                RetryMultiplicationWarning,
+                stacklevel=4,
+            )
+            return
+
+
+def _objects_reachable_from(fn: Callable[..., Any]) -> list[object]:
+    """The objects ``fn`` can reach by name: closure cells, globals it names, defaults."""
+    found: list[object] = []
+    inner = inspect.unwrap(fn)
+    code = getattr(inner, "__code__", None)
+    for cell in getattr(inner, "__closure__", None) or ():
+        try:
+            found.append(cell.cell_contents)
+        except ValueError:  # an empty cell
+            continue
+    namespace = getattr(inner, "__globals__", {})
+    for name in getattr(code, "co_names", ()):
+        if name in namespace:
+            found.append(namespace[name])
+    found.extend(getattr(inner, "__defaults__", None) or ())
+    return found
+
+
+_warned_sdk_retries = False
+
+
+def _warn_if_sdk_retried(error: BaseException) -> None:
+    """Warn once when an openai error says the client had retried the request itself."""
+    global _warned_sdk_retries
+    response = getattr(error, "response", None)
+    request = getattr(response, "request", None)
+    headers = getattr(request, "headers", None)
+    count = headers.get("x-stainless-retry-count") if headers is not None else None
+    if _warned_sdk_retries or count in (None, "0"):
+        return
+    _warned_sdk_retries = True
+    warnings.warn(
+        f"the provider SDK retried this request itself ({count} retries) inside "
+        "guard.protect: attempts multiply. Turn the client's retries off (max_retries=0).",
+        RetryMultiplicationWarning,
+        stacklevel=4,
+    )
 
 
 def _model_of(result: object) -> str | None:

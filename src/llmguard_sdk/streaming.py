@@ -15,20 +15,29 @@ from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterator
 from types import TracebackType
 from typing import Any
 
+import anyio
+
 from . import pipeline
 from .context import CallContext, emit
-from .errors import ProviderError
+from .errors import ProviderError, StreamInterruptedError
 from .models import ChatResponse, StreamChunk, Usage
 from .pipeline import Stages
+from .providers.base import Provider
+from .retry.policy import Decision
 
 __all__ = ["AsyncChatStream", "ChatStream"]
 
 
 class _Assembler:
-    """Collects one route's chunks into the response they add up to."""
+    """Collects one route's chunks into the response they add up to.
 
-    def __init__(self, ctx: CallContext) -> None:
+    ``carried`` is text an interrupted earlier route already delivered; this route continues
+    it, and ``delivered`` counts only this route's own content.
+    """
+
+    def __init__(self, ctx: CallContext, carried: str = "") -> None:
         self._ctx = ctx
+        self._carried = carried
         self._text: list[str] = []
         self._tool_calls: dict[int, dict[str, Any]] = {}
         self.finish_reason: str | None = None
@@ -53,9 +62,14 @@ class _Assembler:
         self.model = chunk.model or self.model
         self.id = chunk.id or self.id
 
+    @property
+    def text(self) -> str:
+        """Everything the caller has received: carried text and this route's."""
+        return self._carried + "".join(self._text)
+
     def response(self, route: str) -> ChatResponse:
         return ChatResponse(
-            text="".join(self._text),
+            text=self.text,
             finish_reason=self.finish_reason,
             usage=self.usage,
             model=self.model,
@@ -96,6 +110,9 @@ class _StreamBase:
         self._response: ChatResponse | None = None
         self._ended = False
         self._close_requested = False
+        self._request = ctx.request  # replaced by a continuation request after an interruption
+        self._carried = ""
+        self._interrupted: StreamInterruptedError | None = None
 
     @property
     def response(self) -> ChatResponse:
@@ -115,13 +132,54 @@ class _StreamBase:
             ),
         )
 
-    def _start_route(self, route_name: str) -> _Assembler:
+    def _start_attempt(self, route_name: str) -> _Assembler:
         self._ctx.attempts += 1
         self._ctx.route = route_name
-        return _Assembler(self._ctx)
+        return _Assembler(self._ctx, self._carried)
+
+    def _plan_retry(
+        self, exc: ProviderError, assembler: _Assembler, attempt: int, previous_wait: float
+    ) -> Decision:
+        self._ctx.route = None
+        return pipeline.retry_after_failure(
+            self._ctx,
+            self._stages,
+            exc,
+            attempt=attempt,
+            previous_wait=previous_wait,
+            delivered=assembler.delivered,
+        )
+
+    def _leave_route(self, route: Provider, exc: ProviderError, assembler: _Assembler) -> None:
+        """After a route's last attempt: continue on the next route, or fall through."""
+        if (
+            self._stages.continue_streams
+            and assembler.delivered
+            and isinstance(exc, StreamInterruptedError)
+        ):
+            self._ctx.route_errors[route.name] = exc
+            exc.partial_text = assembler.text
+            self._interrupted = exc
+            self._carried = assembler.text
+            self._request = pipeline.continuation_request(self._ctx.request, self._carried)
+            return
+        pipeline.fall_through(self._ctx, route, exc, delivered=assembler.delivered)
+
+    def _no_route_left(self) -> Exception:
+        if self._interrupted is not None:
+            return self._interrupted  # the caller has text: say so, with all of it
+        return pipeline.failure(self._ctx, self._stages)
 
     def _finish_route(self, assembler: _Assembler, route_name: str) -> None:
-        self._response = pipeline.finish(self._ctx, self._stages, assembler.response(route_name))
+        response = assembler.response(route_name)
+        if self._carried:
+            continued = [
+                name
+                for name, e in self._ctx.route_errors.items()
+                if isinstance(e, StreamInterruptedError)
+            ]
+            response = response.model_copy(update={"metadata": {"continued_after": continued}})
+        self._response = pipeline.finish(self._ctx, self._stages, response)
 
 
 class ChatStream(_StreamBase):
@@ -137,28 +195,37 @@ class ChatStream(_StreamBase):
         self._chunks = self._run()
 
     def _run(self) -> Generator[StreamChunk, None, None]:
+        budget = self._stages.budget
         for route in self._stages.routes:
-            assembler = self._start_route(route.name)
-            model = pipeline.route_model(route, self._ctx.request)
-            chunks = route.stream(
-                self._ctx.request,
-                model=model,
-                deadline=self._ctx.deadline,
-                idle_timeout=self._stages.attempt_timeout,
-            )
-            try:
-                for chunk in chunks:
-                    assembler.add(chunk)
-                    yield chunk
-            except ProviderError as exc:
-                self._ctx.route = None
-                pipeline.fall_through(self._ctx, route, exc, delivered=assembler.delivered)
-                continue
-            finally:
-                chunks.close()
-            self._finish_route(assembler, route.name)
-            return
-        raise pipeline.failure(self._ctx, self._stages)
+            if budget is not None:
+                budget.record_request(route.name)
+            attempt, previous_wait = 0, 0.0
+            while True:
+                attempt += 1
+                assembler = self._start_attempt(route.name)
+                chunks = route.stream(
+                    self._request,
+                    model=pipeline.route_model(route, self._request),
+                    deadline=self._ctx.deadline,
+                    idle_timeout=self._stages.attempt_timeout,
+                )
+                try:
+                    for chunk in chunks:
+                        assembler.add(chunk)
+                        yield chunk
+                except ProviderError as exc:
+                    decision = self._plan_retry(exc, assembler, attempt, previous_wait)
+                    if decision.retry and (budget is None or budget.try_spend(route.name)):
+                        time.sleep(pipeline.note_retry(self._ctx, route, exc, attempt, decision))
+                        previous_wait = decision.wait
+                        continue
+                    self._leave_route(route, exc, assembler)
+                    break
+                finally:
+                    chunks.close()
+                self._finish_route(assembler, route.name)
+                return
+        raise self._no_route_left()
 
     def __iter__(self) -> Iterator[StreamChunk]:
         return self
@@ -213,28 +280,38 @@ class AsyncChatStream(_StreamBase):
         self._chunks = self._run()
 
     async def _run(self) -> AsyncGenerator[StreamChunk, None]:
+        budget = self._stages.budget
         for route in self._stages.routes:
-            assembler = self._start_route(route.name)
-            model = pipeline.route_model(route, self._ctx.request)
-            chunks = route.astream(
-                self._ctx.request,
-                model=model,
-                deadline=self._ctx.deadline,
-                idle_timeout=self._stages.attempt_timeout,
-            )
-            try:
-                async for chunk in chunks:
-                    assembler.add(chunk)
-                    yield chunk
-            except ProviderError as exc:
-                self._ctx.route = None
-                pipeline.fall_through(self._ctx, route, exc, delivered=assembler.delivered)
-                continue
-            finally:
-                await chunks.aclose()
-            self._finish_route(assembler, route.name)
-            return
-        raise pipeline.failure(self._ctx, self._stages)
+            if budget is not None:
+                await budget.arecord_request(route.name)
+            attempt, previous_wait = 0, 0.0
+            while True:
+                attempt += 1
+                assembler = self._start_attempt(route.name)
+                chunks = route.astream(
+                    self._request,
+                    model=pipeline.route_model(route, self._request),
+                    deadline=self._ctx.deadline,
+                    idle_timeout=self._stages.attempt_timeout,
+                )
+                try:
+                    async for chunk in chunks:
+                        assembler.add(chunk)
+                        yield chunk
+                except ProviderError as exc:
+                    decision = self._plan_retry(exc, assembler, attempt, previous_wait)
+                    if decision.retry and (budget is None or await budget.atry_spend(route.name)):
+                        wait = pipeline.note_retry(self._ctx, route, exc, attempt, decision)
+                        await anyio.sleep(wait)
+                        previous_wait = decision.wait
+                        continue
+                    self._leave_route(route, exc, assembler)
+                    break
+                finally:
+                    await chunks.aclose()
+                self._finish_route(assembler, route.name)
+                return
+        raise self._no_route_left()
 
     def __aiter__(self) -> AsyncIterator[StreamChunk]:
         return self

@@ -33,9 +33,9 @@ from typing import Any, TypeVar, cast
 
 import anyio
 
+from ..classify import classify_exception
 from ..context import RetryDetails
 from ..errors import ConfigurationError, ProviderError
-from ..protect import classify_exception
 from .budget import RetryBudget
 from .policy import Decision, RetryPolicy, decide
 

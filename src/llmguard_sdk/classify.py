@@ -1,0 +1,59 @@
+"""Reading the results and exceptions of code the SDK did not write (openai-python, httpx...).
+
+Works by duck typing, so no provider SDK needs to be installed.
+
+.. versionadded:: 0.1.0
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from .errors import (
+    MalformedResponseError,
+    ProviderError,
+    ProviderTimeoutError,
+    ProviderUnavailableError,
+)
+from .models import Usage
+from .providers.wire import error_from_status, usage_from_payload
+
+__all__ = ["classify_exception", "usage_from_result"]
+
+
+def usage_from_result(result: object) -> Usage | None:
+    """The token usage in an LLM call's result: openai-python objects or plain dicts."""
+    usage = result.get("usage") if isinstance(result, Mapping) else getattr(result, "usage", None)
+    if usage is not None and not isinstance(usage, Mapping):
+        dump = getattr(usage, "model_dump", None)
+        usage = dump() if callable(dump) else getattr(usage, "__dict__", None)
+    return usage_from_payload(usage)[0]
+
+
+def classify_exception(exc: BaseException, *, route: str = "") -> ProviderError | None:
+    """The SDK's view of an exception raised by a provider SDK (openai, httpx ...).
+
+    Returns the matching :class:`~llmguard_sdk.errors.ProviderError` (itself when it already
+    is one), or ``None`` when the exception is not a provider failure (a bug in the caller's
+    code, say). Works by duck typing, so no provider SDK needs to be installed.
+    """
+    if isinstance(exc, ProviderError):
+        return exc
+    status = getattr(exc, "status_code", None)
+    if isinstance(status, int):
+        response = getattr(exc, "response", None)
+        headers = dict(getattr(response, "headers", None) or {})
+        body = getattr(response, "text", None)
+        error = error_from_status(
+            status, headers, body if isinstance(body, str) else str(exc), route=route
+        )
+        error.__cause__ = exc
+        return error
+    name = type(exc).__name__.lower()
+    if isinstance(exc, TimeoutError) or "timeout" in name:
+        return ProviderTimeoutError(str(exc) or name, route=route)
+    if isinstance(exc, ConnectionError) or "connection" in name or "network" in name:
+        return ProviderUnavailableError(str(exc) or name, route=route)
+    if "decod" in name or "json" in name:
+        return MalformedResponseError(str(exc) or name, route=route)
+    return None
