@@ -715,3 +715,19 @@ def test_cli_serve_stops_at_stdin_eof() -> None:
             proc.wait(timeout=5)
         if proc.stdout is not None:
             proc.stdout.close()
+
+
+def test_short_limit_window_and_exact_retry_after_ms() -> None:
+    with FakeProvider(rpm=2, limit_window=0.5) as fake, httpx.Client() as client:
+        url = fake.base_url + "/chat/completions"
+        body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+        assert client.post(url, json=body).status_code == 200
+        assert client.post(url, json=body).status_code == 200
+        refused = client.post(url, json=body)
+        assert refused.status_code == 429
+        assert refused.headers["retry-after"] == "1"
+        assert 0 < int(refused.headers["retry-after-ms"]) <= 500
+        deadline = time.monotonic() + 5
+        while client.post(url, json=body).status_code == 429:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)

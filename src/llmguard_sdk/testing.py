@@ -59,7 +59,6 @@ from typing import Any, cast
 
 __all__ = ["FakeProvider", "Fault", "ProviderStats", "ReceivedRequest"]
 
-_WINDOW_S = 60.0  # sliding window of the provider-side rate limits
 _POLL_S = 0.05  # how often the accept loop checks for stop()
 _IDLE_TIMEOUT_S = 120.0  # an idle keep-alive connection (or a stalled client) is dropped after this
 _STOP_WAIT_S = 1.0  # how long stop() waits for in-flight handlers to finish
@@ -619,15 +618,17 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if retry_after is not None:
             provider._note_rate_limited()
+            seconds = max(1, math.ceil(retry_after))
             err = _error_body(
                 f"Rate limit reached for {req.model} on the fake provider; "
-                f"retry after {retry_after} seconds",
+                f"retry after {seconds} seconds",
                 "rate_limit_error",
                 "rate_limit_exceeded",
             )
             provider._note_status(429)
-            if not any(name.lower() == "retry-after" for name, _ in extra):
-                headers.append(("Retry-After", str(retry_after)))
+            if not any(name.lower().startswith("retry-after") for name, _ in extra):
+                headers.append(("Retry-After", str(seconds)))
+                headers.append(("retry-after-ms", str(math.ceil(retry_after * 1000))))
             self._send(429, _dumps(err), "application/json", headers)
             return
         usage: dict[str, Any] | None = {
@@ -852,6 +853,10 @@ class FakeProvider:
         rpm: requests per minute the fake provider allows (``None``: unlimited).
         tpm: tokens per minute it allows; a request costs its input tokens plus its
             ``max_tokens`` (or the reply's token count when no ``max_tokens`` is given).
+        limit_window: the sliding window of ``rpm`` / ``tpm`` in seconds (60 by default;
+            shorter windows make quick drills: ``rpm=10, limit_window=1`` is 10 per second).
+            A 429 from these limits carries ``Retry-After`` (whole seconds, at least 1) and
+            the exact wait in ``retry-after-ms``.
         host: interface to bind, loopback by default.
         port: port to bind; 0 picks a free one (kept across :meth:`stop` / :meth:`start`).
         hang_limit: seconds a ``Fault(hang=True)`` request hangs at most.
@@ -865,6 +870,7 @@ class FakeProvider:
         reply: Callable[[dict[str, Any]], str] | None = None,
         rpm: int | None = None,
         tpm: int | None = None,
+        limit_window: float = 60.0,
         host: str = "127.0.0.1",
         port: int = 0,
         hang_limit: float = 30.0,
@@ -880,8 +886,11 @@ class FakeProvider:
         """A label for this provider (used in thread names)."""
         self._model = model
         self._reply = reply
+        if not 0 < limit_window < math.inf:
+            raise ValueError("limit_window must be a positive number of seconds")
         self._rpm = rpm
         self._tpm = tpm
+        self._limit_window = limit_window
         self._host = host
         self._port = port
         self._hang_limit = hang_limit
@@ -1096,13 +1105,13 @@ class FakeProvider:
 
     def _prune_locked(self, now: float) -> None:
         window = self._rate_window
-        while window and window[0][0] <= now - _WINDOW_S:
+        while window and window[0][0] <= now - self._limit_window:
             self._rate_tokens -= window.popleft()[1]
 
     def _rate_headers_locked(self, now: float) -> list[tuple[str, str]]:
         out: list[tuple[str, str]] = []
         window = self._rate_window
-        reset = _format_duration(window[0][0] + _WINDOW_S - now) if window else "0s"
+        reset = _format_duration(window[0][0] + self._limit_window - now) if window else "0s"
         if self._rpm is not None:
             out += [
                 ("x-ratelimit-limit-requests", str(self._rpm)),
@@ -1126,8 +1135,8 @@ class FakeProvider:
             self._prune_locked(now)
             return headers + self._rate_headers_locked(now)
 
-    def _admit(self, cost: int) -> tuple[int | None, list[tuple[str, str]]]:
-        """Apply rpm/tpm: ``(None, headers)`` when admitted, else ``(retry_after_s, headers)``."""
+    def _admit(self, cost: int) -> tuple[float | None, list[tuple[str, str]]]:
+        """Apply rpm/tpm: ``(None, headers)`` when admitted, else ``(wait_s, headers)``."""
         if self._rpm is None and self._tpm is None:
             return None, []
         with self._lock:
@@ -1136,19 +1145,21 @@ class FakeProvider:
             window = self._rate_window
             wait = 0.0
             if self._rpm is not None and len(window) + 1 > self._rpm:
-                wait = max(wait, window[len(window) - self._rpm][0] + _WINDOW_S - now)
+                wait = max(wait, window[len(window) - self._rpm][0] + self._limit_window - now)
             if self._tpm is not None and self._rate_tokens + cost > self._tpm:
                 if cost > self._tpm:
-                    wait = max(wait, _WINDOW_S)  # can never fit; tell the client to back off
+                    wait = max(
+                        wait, self._limit_window
+                    )  # can never fit; tell the client to back off
                 else:
                     freed = 0
                     for stamp, tokens in window:
                         freed += tokens
                         if self._rate_tokens - freed + cost <= self._tpm:
-                            wait = max(wait, stamp + _WINDOW_S - now)
+                            wait = max(wait, stamp + self._limit_window - now)
                             break
             if wait > 0.0:
-                return max(1, math.ceil(wait)), self._rate_headers_locked(now)
+                return wait, self._rate_headers_locked(now)
             window.append((now, cost))
             self._rate_tokens += cost
             return None, self._rate_headers_locked(now)
