@@ -292,7 +292,7 @@ def retry(
     """
 
     def decorate(fn: F) -> F:
-        name = getattr(fn, "__qualname__", repr(fn))
+        name = getattr(fn, "__qualname__", type(fn).__qualname__)
         options: dict[str, Any] = {
             "on": on,
             "policy": policy,

@@ -54,6 +54,11 @@ class RetryBudgetPolicy:
             raise ConfigurationError("window must be a positive number of seconds")
 
 
+# Decay shaves a hair off exact counts between calls made microseconds apart; this keeps
+# "10 % of 10 requests" at 1 retry rather than 0.
+_TOLERANCE = 1e-6
+
+
 class BudgetState(NamedTuple):
     """Decayed request and retry counts of one route, as of ``at`` (seconds)."""
 
@@ -78,7 +83,8 @@ def deposit(state: BudgetState, now: float, policy: RetryBudgetPolicy) -> Budget
 def spend(state: BudgetState, now: float, policy: RetryBudgetPolicy) -> tuple[bool, BudgetState]:
     """Whether one more retry fits, and the state after it (unchanged counts if refused)."""
     requests, retries = _decayed(state, now, policy.window)
-    allowed = retries + 1.0 <= policy.ratio * requests + policy.min_per_second * policy.window
+    limit = policy.ratio * requests + policy.min_per_second * policy.window
+    allowed = retries + 1.0 <= limit + _TOLERANCE
     return allowed, BudgetState(requests, retries + 1.0 if allowed else retries, now)
 
 

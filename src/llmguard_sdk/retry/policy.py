@@ -31,6 +31,7 @@ Jitter = Literal["full", "equal", "decorrelated", "none"]
 """The backoff strategies :class:`RetryPolicy` can use."""
 
 _JITTERS = ("full", "equal", "decorrelated", "none")
+_MAX_EXPONENT = 1000  # 2.0 ** 1024 overflows; any cap is reached long before this
 
 
 def backoff(
@@ -48,7 +49,7 @@ def backoff(
     ``0`` means there was none). The result always lies in ``[0, cap]``.
     """
     draw = (rng or random).uniform
-    ceiling = min(cap, base * 2.0 ** min(retry, 1024))
+    ceiling = min(cap, base * 2.0 ** min(retry, _MAX_EXPONENT))
     if jitter == "full":
         return draw(0.0, ceiling)
     if jitter == "equal":

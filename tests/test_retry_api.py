@@ -1,0 +1,182 @@
+"""The standalone retry decorator and context, sync and async, with hooks and a test switch."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import anyio
+import openai
+import pytest
+
+from llmguard_sdk import ProviderUnavailableError, RateLimitedError
+from llmguard_sdk.context import RetryDetails
+from llmguard_sdk.retry import (
+    MemoryRetryBudget,
+    RetryBudgetPolicy,
+    RetryPolicy,
+    is_retryable,
+    is_testing,
+    retry,
+    retry_context,
+    set_testing,
+)
+from llmguard_sdk.testing import FakeProvider, Fault
+
+from .conftest import USER
+
+
+@pytest.fixture
+def no_waits() -> Iterator[None]:
+    set_testing(True)
+    yield
+    set_testing(False)
+
+
+class Flaky:
+    """Fails ``failures`` times with ``error``, then returns 'ok'."""
+
+    def __init__(self, failures: int, error: BaseException) -> None:
+        self.failures, self.error, self.calls = failures, error, 0
+
+    def __call__(self) -> str:
+        self.calls += 1
+        if self.calls <= self.failures:
+            raise self.error
+        return "ok"
+
+
+def test_decorator_retries_until_success_and_reports_each_retry(no_waits: None) -> None:
+    seen: list[RetryDetails] = []
+    flaky = Flaky(2, ProviderUnavailableError("down"))
+    wrapped = retry(flaky, attempts=3, hooks=[seen.append])
+    assert wrapped() == "ok"
+    assert flaky.calls == 3
+    assert [d.attempt for d in seen] == [1, 2]
+    assert all(isinstance(d.cause, ProviderUnavailableError) for d in seen)
+    assert seen[0].name.endswith("Flaky")
+
+
+def test_the_last_failure_propagates_unchanged(no_waits: None) -> None:
+    flaky = Flaky(5, ProviderUnavailableError("down"))
+    with pytest.raises(ProviderUnavailableError, match="down"):
+        retry(flaky, attempts=3)()
+    assert flaky.calls == 3
+
+
+def test_errors_not_worth_retrying_are_raised_at_once(no_waits: None) -> None:
+    flaky = Flaky(1, KeyError("bug"))
+    with pytest.raises(KeyError):
+        retry(flaky)()
+    assert flaky.calls == 1
+
+
+def test_on_accepts_types_and_predicates_that_return_a_wait(no_waits: None) -> None:
+    flaky = Flaky(1, ValueError("x"))
+    assert retry(flaky, on=ValueError)() == "ok"
+    seen: list[RetryDetails] = []
+    hinted = Flaky(1, ValueError("x"))
+    assert retry(hinted, on=lambda exc: 0.25, hooks=[seen.append])() == "ok"
+    assert seen[0].wait == 0.25
+    assert seen[0].hinted
+
+
+def test_retry_after_of_a_rate_limit_is_the_wait(no_waits: None) -> None:
+    seen: list[RetryDetails] = []
+    flaky = Flaky(1, RateLimitedError("slow down", retry_after=1.5))
+    assert retry(flaky, hooks=[seen.append])() == "ok"
+    assert seen[0].wait == 1.5
+
+
+def test_waits_really_happen_outside_testing_mode() -> None:
+    assert not is_testing()
+    flaky = Flaky(1, RateLimitedError("slow down", retry_after=0.2))
+    started = time.monotonic()
+    assert retry(flaky)() == "ok"
+    assert time.monotonic() - started >= 0.2
+
+
+def test_testing_mode_can_cap_attempts() -> None:
+    set_testing(True, attempts=1)
+    try:
+        flaky = Flaky(1, ProviderUnavailableError("down"))
+        with pytest.raises(ProviderUnavailableError):
+            retry(flaky, attempts=5)()
+        assert flaky.calls == 1
+    finally:
+        set_testing(False)
+
+
+def test_total_timeout_bounds_the_retries() -> None:
+    seen: list[RetryDetails] = []
+    flaky = Flaky(100, RateLimitedError("slow", retry_after=0.4))
+    with pytest.raises(RateLimitedError):
+        retry(flaky, attempts=50, timeout=1.0, hooks=[seen.append])()
+    # Calls at about 0, 0.4 and 0.8 s; a third wait would end past the 1 s timeout.
+    assert flaky.calls == 3
+    assert all(d.elapsed + d.wait < 1.0 for d in seen)
+
+
+def test_context_manager_sync_and_async(no_waits: None) -> None:
+    flaky = Flaky(2, ProviderUnavailableError("down"))
+    for attempt in retry_context(attempts=3):
+        with attempt:
+            result = flaky()
+    assert result == "ok"
+    assert flaky.calls == 3
+
+    async def run() -> int:
+        async_flaky = Flaky(1, ProviderUnavailableError("down"))
+        async for attempt in retry_context(attempts=3):
+            with attempt:
+                async_flaky()
+        return async_flaky.calls
+
+    assert anyio.run(run) == 2
+
+
+def test_async_decorator(no_waits: None) -> None:
+    flaky = Flaky(1, ProviderUnavailableError("down"))
+
+    @retry(attempts=2)
+    async def call() -> str:
+        return flaky()
+
+    assert anyio.run(call) == "ok"
+
+
+def test_a_budget_stops_a_retry_storm(no_waits: None) -> None:
+    budget = MemoryRetryBudget(RetryBudgetPolicy(ratio=0.1, min_per_second=0.0, window=1e5))
+    calls = 0
+
+    @retry(attempts=5, budget=budget)
+    def dead() -> None:
+        nonlocal calls
+        calls += 1
+        raise ProviderUnavailableError("dead")
+
+    for _ in range(100):
+        with pytest.raises(ProviderUnavailableError):
+            dead()
+    assert calls <= 100 + 10  # without the budget: 500
+
+
+def test_is_retryable_understands_openai_errors(fake: FakeProvider, no_waits: None) -> None:
+    client = openai.OpenAI(base_url=fake.base_url, api_key="x", max_retries=0)
+    fake.script(Fault(status=503), Fault(status=429, retry_after=3), Fault(status=400))
+    verdicts: list[Any] = []
+    for _ in range(3):
+        try:
+            client.chat.completions.create(model="m", messages=USER)
+        except openai.APIError as exc:
+            verdicts.append(is_retryable(exc))
+    assert verdicts == [True, 3.0, False]
+
+    @retry(policy=RetryPolicy(attempts=3))
+    def ask() -> Any:
+        return client.chat.completions.create(model="m", messages=USER)
+
+    fake.script(Fault(status=502), Fault(reset=True))
+    assert ask().choices[0].message.content == "Echo: hello there"
+    client.close()

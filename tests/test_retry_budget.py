@@ -1,0 +1,134 @@
+"""Retry budgets: the pure maths, and the same contract in memory and in a real Redis."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from llmguard_sdk import Guard
+from llmguard_sdk.retry import MemoryRetryBudget, RedisRetryBudget, RetryBudgetPolicy
+from llmguard_sdk.retry.budget import BudgetState, deposit, spend
+from llmguard_sdk.store import RedisStore
+
+# A long window makes decay negligible over a test, so counts are time-independent.
+STEADY = RetryBudgetPolicy(ratio=0.1, min_per_second=0.0, window=100_000.0)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_retries_are_a_share_of_requests() -> None:
+    state = BudgetState()
+    for _ in range(100):
+        state = deposit(state, 0.0, STEADY)
+    allowed = 0
+    for _ in range(50):
+        ok, state = spend(state, 0.0, STEADY)
+        allowed += ok
+    assert allowed == 10
+
+
+def test_the_floor_allows_retries_without_traffic() -> None:
+    policy = RetryBudgetPolicy(ratio=0.1, min_per_second=1.0, window=10.0)
+    state, allowed = BudgetState(), 0
+    for _ in range(30):
+        ok, state = spend(state, 0.0, policy)
+        allowed += ok
+    assert allowed == 10  # min_per_second * window
+
+
+def test_counts_decay_so_the_budget_refills() -> None:
+    clock = Clock()
+    budget = MemoryRetryBudget(
+        RetryBudgetPolicy(ratio=0.0, min_per_second=1.0, window=10.0), clock=clock
+    )
+    spent = sum(budget.try_spend("r") for _ in range(20))
+    assert spent == 10
+    assert not budget.try_spend("r")
+    clock.now += 30.0  # three windows: retries decay to about 5 % of what they were
+    assert budget.try_spend("r")
+    assert budget.state("r").retries < 2
+
+
+def test_routes_have_their_own_budgets() -> None:
+    budget = MemoryRetryBudget(STEADY)
+    for _ in range(10):
+        budget.record_request("a")
+    assert budget.try_spend("a")
+    assert not budget.try_spend("b")
+
+
+def run_contract(budget: MemoryRetryBudget | RedisRetryBudget) -> list[bool]:
+    outcomes = []
+    for _ in range(40):
+        budget.record_request("route-1")
+    for _ in range(8):
+        outcomes.append(budget.try_spend("route-1"))
+    outcomes.append(budget.try_spend("route-2"))
+    return outcomes
+
+
+def test_memory_and_redis_budgets_agree(redis_url: str, redis_prefix: str) -> None:
+    store = RedisStore(redis_url, key_prefix=redis_prefix)
+    expected = [True] * 4 + [False] * 4 + [False]
+    assert run_contract(MemoryRetryBudget(STEADY)) == expected
+    assert run_contract(RedisRetryBudget(store, STEADY)) == expected
+    keys = list(store.client.scan_iter(match=f"{redis_prefix}:rb:*"))
+    assert len(keys) == 2
+    assert all(0 < store.client.ttl(k) <= 1_000_000 for k in keys)
+    store.close()
+
+
+def test_two_processes_share_one_redis_budget(redis_url: str, redis_prefix: str) -> None:
+    first = RedisRetryBudget(RedisStore(redis_url, key_prefix=redis_prefix), STEADY)
+    second = RedisRetryBudget(RedisStore(redis_url, key_prefix=redis_prefix), STEADY)
+    for _ in range(20):
+        first.record_request("shared")
+        second.record_request("shared")
+    spent = [first.try_spend("shared") for _ in range(3)] + [
+        second.try_spend("shared") for _ in range(3)
+    ]
+    assert sum(spent) == 4  # 10 % of the 40 requests both sent
+
+
+def test_async_redis_budget(redis_url: str, redis_prefix: str) -> None:
+    store = RedisStore(redis_url, key_prefix=redis_prefix)
+    budget = RedisRetryBudget(store, STEADY)
+
+    async def run() -> list[bool]:
+        for _ in range(20):
+            await budget.arecord_request("a")
+        results = [await budget.atry_spend("a") for _ in range(4)]
+        await store.aclose()
+        return results
+
+    assert anyio.run(run) == [True, True, False, False]
+
+
+def test_a_dead_redis_falls_back_to_a_local_budget() -> None:
+    store = RedisStore("redis://127.0.0.1:1/0", socket_timeout=0.2)
+    budget = RedisRetryBudget(store, RetryBudgetPolicy(ratio=0.0, min_per_second=0.2, window=10))
+    for _ in range(5):
+        budget.record_request("r")
+    assert [budget.try_spend("r") for _ in range(3)] == [True, True, False]
+
+
+def test_guard_uses_a_redis_budget_with_a_redis_store(redis_url: str, redis_prefix: str) -> None:
+    guard = Guard(store=redis_url, key_prefix=redis_prefix, environ={})
+    assert isinstance(guard._stages.budget, RedisRetryBudget)
+    assert isinstance(Guard(environ={})._stages.budget, MemoryRetryBudget)
+    assert Guard(retry_budget=None, environ={})._stages.budget is None
+    guard.close()
+
+
+@pytest.mark.parametrize("bad", [{"ratio": -1}, {"window": 0}, {"min_per_second": float("inf")}])
+def test_bad_budget_policies(bad: dict[str, float]) -> None:
+    from llmguard_sdk import ConfigurationError
+
+    with pytest.raises(ConfigurationError):
+        RetryBudgetPolicy(**bad)
