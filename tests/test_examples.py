@@ -27,6 +27,14 @@ EXPECTED = {
         "[protect] error feature=titles attempts=1 usage=None error=RateLimitedError",
         "openai.RateLimitError still reaches your code",
     ],
+    "retry_standalone.py": [
+        "retry 1 of ask: InternalServerError",
+        "retry 2 of ask: RateLimitError, waiting 0.30 s (server hint)",
+        "retry 3 of ask: APIConnectionError",
+        "Echo: still there?",
+        "retry 1 of block: InternalServerError",
+        "Echo: once more",
+    ],
     "guardrails.py": [
         "Echo: mail me at [email]",
         "asks for a password",

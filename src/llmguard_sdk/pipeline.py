@@ -14,8 +14,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import os
 import time
-import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -282,7 +282,7 @@ def _with_idempotency_key(request: ChatRequest, policy: RetryPolicy | None) -> C
     headers = request.extra_headers or {}
     if any(name.lower() == header.lower() for name in headers):
         return request
-    key = f"llmguard-{uuid.uuid4().hex}"
+    key = f"llmguard-{os.urandom(16).hex()}"
     return request.model_copy(update={"extra_headers": {**headers, header: key}})
 
 
