@@ -1,0 +1,47 @@
+"""The benchmarks keep running and print what the README says they print.
+
+These tests check the JSON shape and the one claim the backoff simulation is built to show;
+they make no timing claims of their own (those live in the benchmarks' output).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+
+
+def run(name: str, *args: str) -> dict[str, Any]:
+    result = subprocess.run(
+        [sys.executable, str(BENCH / name), "--json", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    parsed: dict[str, Any] = json.loads(result.stdout)
+    return parsed
+
+
+def test_overhead_reports_both_sides_and_the_stages() -> None:
+    result = run("overhead.py", "--calls", "20", "--rounds", "1")
+    for key in ("bare_us", "guard_us", "overhead_us", "stages"):
+        assert key in result
+    assert result["bare_us"] > 0
+    assert "retry" in result["stages"]
+
+
+def test_backoff_simulation_shows_the_aws_shape() -> None:
+    result = run("backoff_sim.py", "--quick")
+    strategies = {row["strategy"] for row in result["occ"]}
+    assert strategies == {"none", "exponential", "equal", "full", "decorrelated"}
+    assert {row["clients"] for row in result["occ"]} == {10, 50, 100}
+    assert result["occ_shape_holds"] is True
+    assert {row["strategy"] for row in result["provider"]} >= {"full+budget", "openai-style"}
+    for row in result["provider"]:
+        assert set(row) >= {"strategy", "calls", "provider_429", "time_s"}
