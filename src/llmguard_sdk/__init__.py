@@ -27,6 +27,7 @@ from .errors import (
     InputTooLargeError,
     LLMGuardError,
     MalformedResponseError,
+    ProviderBusyError,
     ProviderError,
     ProviderTimeoutError,
     ProviderUnavailableError,
@@ -40,7 +41,7 @@ from .errors import (
 from .guard import Guard
 from .models import ChatRequest, ChatResponse, Message, StreamChunk, Timings, Usage
 from .pipeline import Hook, InputFilter, OutputFilter
-from .providers import OpenAICompatibleProvider, Provider
+from .providers import LocalProvider, OpenAICompatibleProvider, Provider
 from .store import MemoryStore, RedisStore, Store
 from .streaming import AsyncChatStream, ChatStream
 from .tokens import TokenCount, count_request_tokens, count_text_tokens
@@ -71,12 +72,14 @@ __all__ = [
     "InputFilter",
     "InputTooLargeError",
     "LLMGuardError",
+    "LocalProvider",
     "MalformedResponseError",
     "MemoryStore",
     "Message",
     "OpenAICompatibleProvider",
     "OutputFilter",
     "Provider",
+    "ProviderBusyError",
     "ProviderError",
     "ProviderTimeoutError",
     "ProviderUnavailableError",

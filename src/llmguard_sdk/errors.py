@@ -11,6 +11,7 @@ Catch :class:`LLMGuardError` to catch everything the SDK raises itself::
     │   ├── RateLimitedError            429 (carries retry_after from Retry-After / retry-after-ms)
     │   ├── ProviderUnavailableError    5xx, 529, connection refused / reset
     │   ├── ProviderTimeoutError        no answer within the call's deadline
+    │   ├── ProviderBusyError           a local model's queue is full: refused at once
     │   ├── BadRequestError             400, 404, 409, 422: the provider refused the request
     │   │   └── ContextLengthExceededError
     │   ├── AuthenticationError         401, 403
@@ -48,6 +49,7 @@ __all__ = [
     "InputTooLargeError",
     "LLMGuardError",
     "MalformedResponseError",
+    "ProviderBusyError",
     "ProviderError",
     "ProviderTimeoutError",
     "ProviderUnavailableError",
@@ -160,6 +162,11 @@ class ProviderTimeoutError(ProviderError):
     """The provider did not answer within the call's deadline."""
 
     retryable = True
+
+
+class ProviderBusyError(ProviderError):
+    """The route refused the call at once because it is at capacity (a local model's full
+    queue). Not retried on the same route: the chain moves on without waiting."""
 
 
 class BadRequestError(ProviderError):

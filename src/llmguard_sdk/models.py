@@ -202,7 +202,8 @@ class StreamChunk(BaseModel):
     """One piece of a streamed answer.
 
     ``text`` is the content delta ('' for role-only, finish and usage chunks). The last chunk of
-    a stream that asked for usage carries ``usage``.
+    a stream that asked for usage carries ``usage``; ``metadata`` carries what a provider wants
+    the assembled response's metadata to hold (a local model's context trimming, say).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -214,3 +215,4 @@ class StreamChunk(BaseModel):
     model: str = ""
     route: str = ""
     id: str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)

@@ -28,6 +28,7 @@ from .errors import (
     ContextLengthExceededError,
     GuardrailRejectedError,
     InputTooLargeError,
+    ProviderBusyError,
     ProviderError,
     RequestValidationError,
     StreamInterruptedError,
@@ -208,7 +209,7 @@ def is_route_failure(error: ProviderError) -> bool:
     """Whether ``error`` says something about the route rather than about the request."""
     return (
         error.retryable
-        or isinstance(error, (AuthenticationError, ContextLengthExceededError))
+        or isinstance(error, (AuthenticationError, ContextLengthExceededError, ProviderBusyError))
         or error.status_code in _ROUTE_STATUSES
     )
 

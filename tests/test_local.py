@@ -1,0 +1,245 @@
+"""The local fallback: the real bundled SmolLM2 model through llama-cpp-python, at temperature 0."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+
+import anyio
+import httpx
+import llama_cpp
+import pytest
+
+from llmguard_sdk import (
+    ConfigurationError,
+    Guard,
+    LocalProvider,
+    OpenAICompatibleProvider,
+    ProviderBusyError,
+)
+from llmguard_sdk.providers.local import bundled_model_path
+from llmguard_sdk.testing import FakeProvider, Fault
+
+QUESTION = [
+    {"role": "system", "content": "Answer in one short sentence."},
+    {"role": "user", "content": "What is the capital of France?"},
+]
+
+
+@pytest.fixture(scope="module")
+def local() -> Iterator[LocalProvider]:
+    provider = LocalProvider(n_ctx=1024, warm_up=True)
+    assert provider.wait_loaded(60)
+    yield provider
+    provider.close()
+
+
+@pytest.fixture(scope="module")
+def guard(local: LocalProvider) -> Guard:
+    return Guard(local, timeout=60, environ={})
+
+
+def test_answers_match_raw_llama_cpp_with_exact_usage(guard: Guard) -> None:
+    answer = guard.chat(QUESTION, temperature=0, max_tokens=30)
+    raw = llama_cpp.Llama(model_path=str(bundled_model_path()), n_ctx=1024, verbose=False)
+    expected = raw.create_chat_completion(messages=QUESTION, temperature=0, max_tokens=30)
+    assert answer.text == expected["choices"][0]["message"]["content"]
+    assert answer.text.strip()
+    assert answer.usage is not None
+    assert not answer.usage.estimated
+    assert answer.usage.input_tokens == expected["usage"]["prompt_tokens"]
+    assert answer.usage.output_tokens == expected["usage"]["completion_tokens"]
+    assert answer.route == "local"
+    assert answer.cost_usd == 0.0
+
+
+def test_streaming_gives_the_same_answer_and_usage(guard: Guard) -> None:
+    plain = guard.chat(QUESTION, temperature=0, max_tokens=30)
+    with guard.chat(QUESTION, temperature=0, max_tokens=30, stream=True) as stream:
+        pieces = [chunk.text for chunk in stream]
+    assert "".join(pieces) == plain.text
+    assert len([p for p in pieces if p]) > 1
+    assert stream.response.usage == plain.usage
+    assert stream.response.timings.first_token_s is not None
+
+
+def test_max_tokens_and_stop_strings(guard: Guard) -> None:
+    long = guard.chat(
+        [{"role": "user", "content": "Count from 1 to 50."}], temperature=0, max_tokens=8
+    )
+    assert long.usage is not None
+    assert long.usage.output_tokens == 8
+    assert long.finish_reason == "length"
+    full = guard.chat(QUESTION, temperature=0, max_tokens=30)
+    cut = guard.chat(QUESTION, temperature=0, max_tokens=30, stop=["Paris"])
+    assert "Paris" in full.text
+    assert cut.text == full.text[: full.text.index("Paris")]
+    assert cut.finish_reason == "stop"
+
+
+def test_an_over_long_prompt_keeps_system_and_latest_turns(guard: Guard) -> None:
+    history = []
+    for i in range(30):
+        history.append({"role": "user", "content": f"Old question {i}: " + "filler " * 40})
+        history.append({"role": "assistant", "content": "Old answer " + "filler " * 40})
+    messages = [QUESTION[0], *history, QUESTION[1]]
+    answer = guard.chat(messages, temperature=0, max_tokens=20)
+    trimmed = answer.metadata["context_trimmed"]
+    assert trimmed["dropped_messages"] > 0
+    assert trimmed["prompt_tokens"] <= 1024 - 20
+    assert answer.usage is not None
+    assert answer.usage.input_tokens == trimmed["prompt_tokens"]
+    huge = [{"role": "user", "content": "filler " * 3000 + " What is 2+2?"}]
+    answer = guard.chat(huge, temperature=0, max_tokens=10)
+    assert answer.metadata["context_trimmed"]["truncated"]
+
+
+def test_a_full_queue_refuses_at_once() -> None:
+    provider = LocalProvider(n_ctx=512, max_queue=0, warm_up=True)
+    assert provider.wait_loaded(60)
+    guard = Guard(provider, timeout=60, retry=None, environ={})
+    busy = threading.Thread(
+        target=guard.chat,
+        args=([{"role": "user", "content": "Write a long story about a cat."}],),
+        kwargs={"max_tokens": 400, "temperature": 0},
+    )
+    busy.start()
+    deadline = time.monotonic() + 30
+    while not provider._busy.locked():
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+    started = time.monotonic()
+    with pytest.raises(ProviderBusyError):
+        guard.chat(QUESTION, max_tokens=5)
+    assert time.monotonic() - started < 1.0  # refused, not queued behind the story
+    busy.join(60)
+    provider.close()
+
+
+def test_the_chain_falls_back_to_the_local_model(local: LocalProvider) -> None:
+    with FakeProvider(name="primary") as primary:
+        primary.always(Fault(status=503))
+        remote = OpenAICompatibleProvider(primary.base_url, model="gpt-x", name="primary")
+        guard = Guard([remote, local], retry=None, timeout=60, environ={})
+        answer = guard.chat(QUESTION, temperature=0, max_tokens=20)
+        assert answer.route == "local"
+        assert answer.text
+        guard.close()
+
+
+def test_the_model_and_its_kv_cache_live_across_calls(guard: Guard, local: LocalProvider) -> None:
+    guard.chat(QUESTION, temperature=0, max_tokens=5)
+    engine = local._engine
+    guard.chat(QUESTION, temperature=0, max_tokens=5)
+    assert local._engine is engine  # one llama context, reused: prefix-stable prompts start fast
+
+
+def test_async_streaming_does_not_block_the_event_loop(guard: Guard) -> None:
+    async def run() -> tuple[str, int]:
+        ticks = 0
+        done = anyio.Event()
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while not done.is_set():
+                ticks += 1
+                await anyio.sleep(0.005)
+
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(ticker)
+            stream = await guard.achat(
+                [{"role": "user", "content": "Count from 1 to 30."}],
+                temperature=0,
+                max_tokens=60,
+                stream=True,
+            )
+            async with stream:
+                text = "".join([chunk.text async for chunk in stream])
+            done.set()
+        return text, ticks
+
+    text, ticks = anyio.run(run)
+    assert text
+    assert ticks >= 5  # the loop kept running while the model generated
+
+
+def test_without_the_extra_the_error_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "llama_cpp", None)
+    with pytest.raises(ConfigurationError, match=r"llmguard-sdk\[local\]"):
+        LocalProvider()
+
+
+def test_a_missing_model_file_is_a_configuration_error(tmp_path: os.PathLike[str]) -> None:
+    with pytest.raises(ConfigurationError, match="no GGUF"):
+        LocalProvider(os.path.join(tmp_path, "absent.gguf"))
+
+
+@pytest.fixture(scope="module")
+def llama_server() -> Iterator[str]:
+    """llama-cpp-python's own OpenAI-compatible server on a loopback port, same GGUF."""
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tools"))
+    import with_redis
+
+    port = with_redis.free_port()
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "llama_cpp.server",
+            "--model",
+            str(bundled_model_path()),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--n_ctx",
+            "1024",
+            "--model_alias",
+            "smollm2",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    base_url = f"http://127.0.0.1:{port}/v1"
+    deadline = time.monotonic() + 90
+    while True:
+        assert process.poll() is None, "llama_cpp.server exited"
+        try:
+            if httpx.get(base_url + "/models", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        assert time.monotonic() < deadline, "llama_cpp.server did not start"
+        time.sleep(0.2)
+    yield base_url
+    process.terminate()
+    process.wait(timeout=20)
+
+
+def test_a_real_openai_compatible_server_we_did_not_write(llama_server: str) -> None:
+    guard = Guard(
+        OpenAICompatibleProvider(llama_server, model="smollm2", name="llama-server"),
+        timeout=60,
+        environ={},
+    )
+    answer = guard.chat(QUESTION, temperature=0, max_tokens=20)
+    assert answer.text
+    assert answer.usage is not None
+    assert not answer.usage.estimated  # the server reported it
+    assert answer.usage.input_tokens > 10
+    with guard.chat(QUESTION, temperature=0, max_tokens=20, stream=True) as stream:
+        streamed = "".join(chunk.text for chunk in stream)
+    assert streamed == answer.text
+    assert stream.response.usage is not None
+    assert stream.response.usage.output_tokens > 0
+
+    async def run() -> str:
+        result = await guard.achat(QUESTION, temperature=0, max_tokens=20)
+        await guard.aclose()
+        return result.text
+
+    assert anyio.run(run) == answer.text
