@@ -11,7 +11,7 @@ $(BIN)/python:
 	$(PIP) install --quiet --upgrade pip
 
 install-demo: $(BIN)/python
-	$(PIP) install --quiet -e .
+	$(PIP) install --quiet -e '.[local]'
 
 install-dev: $(BIN)/python
 	$(PIP) install --quiet -e '.[dev,local]'

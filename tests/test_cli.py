@@ -41,6 +41,9 @@ def test_demo_answers_every_call_through_the_fallback_route() -> None:
     assert summary["served_by"]["backup"] == sum(moved_on.values())
     assert summary["tokens"]["output"] > 0
     assert summary["stream_first_token_ms"] > 0
+    # During the outage of both remote routes the bundled local model answers.
+    assert [answer["route"] for answer in summary["outage"]] == ["local", "local"]
+    assert all(answer["text"] for answer in summary["outage"])
 
 
 def test_demo_table_names_the_routes() -> None:
@@ -48,6 +51,7 @@ def test_demo_table_names_the_routes() -> None:
     table = summary.render()
     assert "primary" in table
     assert "backup" in table
+    assert "-> local in" in table
     assert "answered      12 of 12" in table
 
 

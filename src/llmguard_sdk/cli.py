@@ -20,8 +20,9 @@ import anyio
 
 from ._version import __version__
 from .context import CallEvent
-from .errors import LLMGuardError
+from .errors import ConfigurationError, LLMGuardError
 from .guard import Guard
+from .providers.base import Provider
 from .providers.openai_compat import OpenAICompatibleProvider
 from .retry import RetryPolicy
 from .testing import FakeProvider, Fault
@@ -78,6 +79,8 @@ class DemoSummary:
     latencies_ms: list[float] = field(default_factory=list)
     stream_first_token_ms: float | None = None
     stream_text: str = ""
+    outage: list[dict[str, object]] = field(default_factory=list)
+    local_note: str = ""
     tokens_in: int = 0
     tokens_out: int = 0
 
@@ -108,6 +111,8 @@ class DemoSummary:
             },
             "tokens": {"input": self.tokens_in, "output": self.tokens_out},
             "stream_first_token_ms": self.stream_first_token_ms,
+            "outage": self.outage,
+            "local_note": self.local_note,
         }
 
     def render(self) -> str:
@@ -155,8 +160,30 @@ class DemoSummary:
             "retried with full-jitter",
             "backoff; 429s asking for a 30 s wait (beyond the retry cap) moved straight to the "
             "backup route.",
+            "",
+            "Outage: both remote providers down (503s, then connection resets).",
         ]
+        for answer in self.outage:
+            lines.append(
+                f"  {answer['question']!s:<34} -> {answer['route']} in {answer['ms']} ms: "
+                f"{answer['text']!r}"
+            )
+        if self.local_note:
+            lines.append(f"  {self.local_note}")
         return "\n".join(lines)
+
+
+OUTAGE_QUESTIONS = ("What is the capital of France?", "Give me one tip for better sleep.")
+
+
+def _local_model() -> Provider | str:
+    """The bundled local model, warming up in the background; or why it is not there."""
+    try:
+        from .providers.local import LocalProvider
+
+        return LocalProvider(n_ctx=1024, warm_up=True)
+    except ConfigurationError as missing:
+        return f"no local fallback: {missing}"
 
 
 def _flaky_script(count: int) -> list[Fault | None]:
@@ -185,12 +212,18 @@ def run_demo(*, requests: int = 60, concurrency: int = 8) -> DemoSummary:
     ):
         primary.script(*_flaky_script(requests))
         backup.always(Fault(latency=0.005))
+        routes: list[Provider] = [
+            OpenAICompatibleProvider(primary.base_url, model="primary-model", name="primary"),
+            OpenAICompatibleProvider(backup.base_url, model="backup-model", name="backup"),
+        ]
+        local = _local_model()
+        if isinstance(local, str):
+            summary.local_note = local
+        else:
+            routes.append(local)
         guard = Guard(
-            [
-                OpenAICompatibleProvider(primary.base_url, model="primary-model", name="primary"),
-                OpenAICompatibleProvider(backup.base_url, model="backup-model", name="backup"),
-            ],
-            timeout=10,
+            routes,
+            timeout=30,
             retry=RetryPolicy(attempts=3, base=0.02, cap=1.0),  # short waits for a quick demo
             hooks=[events.append],
             environ={},
@@ -203,13 +236,38 @@ def run_demo(*, requests: int = 60, concurrency: int = 8) -> DemoSummary:
         ) as stream:
             summary.stream_text = "".join(chunk.text for chunk in stream)
         summary.stream_first_token_ms = (stream.response.timings.first_token_s or 0) * 1000
+        primary.always(Fault(status=503))
+        backup.always(Fault(reset=True))
+        for question in OUTAGE_QUESTIONS:
+            try:
+                answer = guard.chat(
+                    [
+                        {"role": "system", "content": "Answer in one short sentence."},
+                        {"role": "user", "content": question},
+                    ],
+                    max_tokens=24,
+                    temperature=0,
+                )
+            except LLMGuardError as error:
+                summary.outage.append(
+                    {"question": question, "route": "-", "ms": 0, "text": type(error).__name__}
+                )
+                continue
+            summary.outage.append(
+                {
+                    "question": question,
+                    "route": answer.route,
+                    "ms": round(answer.timings.total_s * 1000),
+                    "text": answer.text.strip(),
+                }
+            )
         guard.close()
     for event in events[:requests]:
         for retry in event.retries:
             summary.retries[retry.name] += 1
             summary.retry_causes.setdefault(retry.name, Counter())[type(retry.cause).__name__] += 1
-        for route, error in event.route_errors:
-            summary.route_failures.setdefault(route, Counter())[error] += 1
+        for route, error_type in event.route_errors:
+            summary.route_failures.setdefault(route, Counter())[error_type] += 1
         if event.outcome == "ok" and event.route:
             summary.served_by[event.route] += 1
             summary.latencies_ms.append(event.latency_s * 1000)
