@@ -11,7 +11,7 @@ from llmguard_sdk.retry.budget import BudgetState, deposit, spend
 from llmguard_sdk.store import RedisStore
 
 # A long window makes decay negligible over a test, so counts are time-independent.
-STEADY = RetryBudgetPolicy(ratio=0.1, min_per_second=0.0, window=100_000.0)
+STEADY = RetryBudgetPolicy(ratio=0.1, min_per_second=0.0, window=1e9)
 
 
 class Clock:
@@ -80,7 +80,7 @@ def test_memory_and_redis_budgets_agree(redis_url: str, redis_prefix: str) -> No
     assert run_contract(RedisRetryBudget(store, STEADY)) == expected
     keys = list(store.client.scan_iter(match=f"{redis_prefix}:rb:*"))
     assert len(keys) == 2
-    assert all(0 < store.client.ttl(k) <= 1_000_000 for k in keys)
+    assert all(store.client.ttl(k) > 0 for k in keys)
     store.close()
 
 

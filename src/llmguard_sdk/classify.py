@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+import httpx
+
 from .errors import (
     MalformedResponseError,
     ProviderError,
@@ -39,6 +41,19 @@ def classify_exception(exc: BaseException, *, route: str = "") -> ProviderError 
     """
     if isinstance(exc, ProviderError):
         return exc
+    if isinstance(exc, httpx.HTTPStatusError):
+        answer = exc.response
+        return error_from_status(
+            answer.status_code, dict(answer.headers), _text(answer), route=route
+        )
+    if isinstance(exc, httpx.TimeoutException):
+        sent = not isinstance(exc, (httpx.ConnectTimeout, httpx.PoolTimeout))
+        return ProviderTimeoutError(str(exc) or repr(exc), route=route, request_sent=sent)
+    if isinstance(exc, httpx.TransportError):
+        sent = not isinstance(exc, httpx.ConnectError)
+        return ProviderUnavailableError(str(exc) or repr(exc), route=route, request_sent=sent)
+    if isinstance(exc, httpx.DecodingError):
+        return MalformedResponseError(str(exc) or repr(exc), route=route)
     status = getattr(exc, "status_code", None)
     if isinstance(status, int):
         response = getattr(exc, "response", None)
@@ -57,3 +72,10 @@ def classify_exception(exc: BaseException, *, route: str = "") -> ProviderError 
     if "decod" in name or "json" in name:
         return MalformedResponseError(str(exc) or name, route=route)
     return None
+
+
+def _text(response: httpx.Response) -> str:
+    try:
+        return response.text
+    except httpx.ResponseNotRead:
+        return ""

@@ -221,7 +221,7 @@ class Guard:
         for route in stages.routes:
             if stages.budget is not None:
                 stages.budget.record_request(route.name)
-            attempt, previous_wait = 0, 0.0
+            attempt, previous_wait, previous = 0, 0.0, None
             while True:
                 attempt += 1
                 ctx.attempts += 1
@@ -231,12 +231,15 @@ class Guard:
                         model=pipeline.route_model(route, ctx.request),
                         deadline=pipeline.attempt_deadline(ctx, stages),
                     )
-                except ProviderError as exc:
+                except ProviderError as failure:
+                    exc = previous = pipeline.real_error(failure, previous)
                     decision = pipeline.retry_after_failure(
                         ctx, stages, exc, attempt=attempt, previous_wait=previous_wait
                     )
-                    if decision.retry and (
-                        stages.budget is None or stages.budget.try_spend(route.name)
+                    if (
+                        decision.retry
+                        and (stages.budget is None or stages.budget.try_spend(route.name))
+                        and pipeline.still_fits(ctx, decision)
                     ):
                         time.sleep(pipeline.note_retry(ctx, route, exc, attempt, decision))
                         previous_wait = decision.wait
@@ -311,7 +314,7 @@ class Guard:
         for route in stages.routes:
             if stages.budget is not None:
                 await stages.budget.arecord_request(route.name)
-            attempt, previous_wait = 0, 0.0
+            attempt, previous_wait, previous = 0, 0.0, None
             while True:
                 attempt += 1
                 ctx.attempts += 1
@@ -321,12 +324,15 @@ class Guard:
                         model=pipeline.route_model(route, ctx.request),
                         deadline=pipeline.attempt_deadline(ctx, stages),
                     )
-                except ProviderError as exc:
+                except ProviderError as failure:
+                    exc = previous = pipeline.real_error(failure, previous)
                     decision = pipeline.retry_after_failure(
                         ctx, stages, exc, attempt=attempt, previous_wait=previous_wait
                     )
-                    if decision.retry and (
-                        stages.budget is None or await stages.budget.atry_spend(route.name)
+                    if (
+                        decision.retry
+                        and (stages.budget is None or await stages.budget.atry_spend(route.name))
+                        and pipeline.still_fits(ctx, decision)
                     ):
                         await anyio.sleep(pipeline.note_retry(ctx, route, exc, attempt, decision))
                         previous_wait = decision.wait

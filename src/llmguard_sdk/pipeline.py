@@ -30,6 +30,7 @@ from .errors import (
     InputTooLargeError,
     ProviderBusyError,
     ProviderError,
+    ProviderTimeoutError,
     RequestValidationError,
     StreamInterruptedError,
 )
@@ -37,7 +38,7 @@ from .models import ChatRequest, ChatResponse, Message, Timings, Usage, validate
 from .providers.base import Provider
 from .retry.api import testing_attempts, testing_wait
 from .retry.budget import RetryBudget
-from .retry.policy import Decision, RetryPolicy, decide_for_error
+from .retry.policy import MIN_ATTEMPT_SECONDS, Decision, RetryPolicy, decide_for_error
 from .tokens import count_request_tokens, count_text_tokens
 
 __all__ = ["Hook", "InputFilter", "OutputFilter"]
@@ -155,6 +156,19 @@ def retry_after_failure(
     )
 
 
+def still_fits(ctx: CallContext, decision: Decision) -> bool:
+    """Whether the retry's wait still leaves the next attempt time (the budget took some)."""
+    return decision.wait + MIN_ATTEMPT_SECONDS <= ctx.remaining()
+
+
+def real_error(error: ProviderError, previous: ProviderError | None) -> ProviderError:
+    """``error``, unless it only says the deadline ran out before a retry could be sent:
+    then the previous attempt's error is the one worth reporting."""
+    if previous is not None and isinstance(error, ProviderTimeoutError) and not error.request_sent:
+        return previous
+    return error
+
+
 def note_retry(
     ctx: CallContext, route: Provider, error: ProviderError, attempt: int, decision: Decision
 ) -> float:
@@ -179,7 +193,12 @@ def continuation_request(request: ChatRequest, partial_text: str) -> ChatRequest
         Message(role="assistant", content=partial_text),
         Message(role="user", content=CONTINUE_PROMPT),
     ]
-    return request.model_copy(update={"messages": messages})
+    # A new body needs a new idempotency key, or the provider may answer with the old one.
+    headers = {
+        name: _new_idempotency_key() if value.startswith(IDEMPOTENCY_PREFIX) else value
+        for name, value in (request.extra_headers or {}).items()
+    }
+    return request.model_copy(update={"messages": messages, "extra_headers": headers or None})
 
 
 CONTINUE_PROMPT = (
@@ -283,8 +302,15 @@ def _with_idempotency_key(request: ChatRequest, policy: RetryPolicy | None) -> C
     headers = request.extra_headers or {}
     if any(name.lower() == header.lower() for name in headers):
         return request
-    key = f"llmguard-{os.urandom(16).hex()}"
+    key = _new_idempotency_key()
     return request.model_copy(update={"extra_headers": {**headers, header: key}})
+
+
+IDEMPOTENCY_PREFIX = "llmguard-"
+
+
+def _new_idempotency_key() -> str:
+    return IDEMPOTENCY_PREFIX + os.urandom(16).hex()
 
 
 def _apply_filter(fn: Callable[[Any], Any], value: Any, kind: type[Any], stage: str) -> Any:

@@ -11,11 +11,14 @@ function uses an openai client that retries on its own.
 
 from __future__ import annotations
 
+import contextlib
+import dis
 import functools
 import inspect
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
+from types import CodeType
 from typing import Any, TypeVar, cast
 
 import anyio
@@ -133,7 +136,8 @@ def _warn_if_client_retries(fn: Callable[..., Any]) -> None:
         retries = getattr(client, "max_retries", None)
         if type(client).__module__.startswith("openai") and isinstance(retries, int) and retries:
             warnings.warn(
-                f"{fn.__qualname__} uses an openai client with max_retries={retries}; with "
+                f"{getattr(fn, '__qualname__', fn)!s} uses an openai client with "
+                f"max_retries={retries}; with "
                 "guard.protect retrying too, attempts multiply. Create the client with "
                 "max_retries=0 (or use client.with_options(max_retries=0)).",
                 RetryMultiplicationWarning,
@@ -143,21 +147,53 @@ def _warn_if_client_retries(fn: Callable[..., Any]) -> None:
 
 
 def _objects_reachable_from(fn: Callable[..., Any]) -> list[object]:
-    """The objects ``fn`` can reach by name: closure cells, globals it names, defaults."""
+    """What ``fn`` can reach by name: closure cells, globals it loads (nested code too),
+    defaults, and the attributes of the object a bound method or partial is bound to.
+
+    A function that calls ``with_options`` sets its client's options inline: nothing is
+    reported for it (``client.with_options(max_retries=0)`` is the advice we give).
+    """
     found: list[object] = []
-    inner = inspect.unwrap(fn)
-    code = getattr(inner, "__code__", None)
-    for cell in getattr(inner, "__closure__", None) or ():
-        try:
-            found.append(cell.cell_contents)
-        except ValueError:  # an empty cell
+    pending: list[Any] = [fn]
+    while pending:
+        target = pending.pop()
+        if isinstance(target, functools.partial):
+            pending.append(target.func)
+            found.extend([*target.args, *target.keywords.values()])
             continue
-    namespace = getattr(inner, "__globals__", {})
-    for name in getattr(code, "co_names", ()):
-        if name in namespace:
-            found.append(namespace[name])
-    found.extend(getattr(inner, "__defaults__", None) or ())
+        bound_to = getattr(target, "__self__", None)
+        if bound_to is not None and not isinstance(bound_to, type(functools)):
+            found.extend(vars(bound_to).values() if hasattr(bound_to, "__dict__") else ())
+            target = getattr(target, "__func__", target)
+        target = inspect.unwrap(target)
+        code = getattr(target, "__code__", None)
+        if code is None:
+            continue
+        codes = _nested_codes(code)
+        if any("with_options" in c.co_names for c in codes):
+            return []
+        namespace = getattr(target, "__globals__", {})
+        for nested in codes:
+            for instruction in dis.get_instructions(nested):
+                if instruction.opname in ("LOAD_GLOBAL", "LOAD_NAME"):
+                    name = instruction.argval
+                    if name in namespace:
+                        found.append(namespace[name])
+        for cell in getattr(target, "__closure__", None) or ():
+            with contextlib.suppress(ValueError):  # an empty cell
+                found.append(cell.cell_contents)
+        found.extend(getattr(target, "__defaults__", None) or ())
     return found
+
+
+def _nested_codes(code: CodeType) -> list[CodeType]:
+    """``code`` and every code object defined inside it (lambdas, inner functions)."""
+    codes, pending = [], [code]
+    while pending:
+        current = pending.pop()
+        codes.append(current)
+        pending.extend(c for c in current.co_consts if isinstance(c, CodeType))
+    return codes
 
 
 _warned_sdk_retries = False

@@ -117,6 +117,7 @@ class _StreamBase:
         self._request = ctx.request  # replaced by a continuation request after an interruption
         self._carried = ""
         self._interrupted: StreamInterruptedError | None = None
+        self._yielded = False
 
     @property
     def response(self) -> ChatResponse:
@@ -135,6 +136,14 @@ class _StreamBase:
                 self._ctx, "stream", response=self._response, error=error, cancelled=cancelled
             ),
         )
+
+    def _worth_yielding(self, chunk: StreamChunk) -> bool:
+        """Skip chunks that carry nothing (a retry's second role-only opening chunk)."""
+        empty = not (chunk.text or chunk.tool_calls or chunk.finish_reason or chunk.usage)
+        if empty and self._yielded:
+            return False
+        self._yielded = True
+        return True
 
     def _start_attempt(self, route_name: str) -> _Assembler:
         self._ctx.attempts += 1
@@ -156,6 +165,13 @@ class _StreamBase:
 
     def _leave_route(self, route: Provider, exc: ProviderError, assembler: _Assembler) -> None:
         """After a route's last attempt: continue on the next route, or fall through."""
+        if self._interrupted is not None and not assembler.delivered:
+            # A continuation failed: the caller has text, so the error to raise stays the
+            # interruption; try the next route only when this failure was the route's fault.
+            self._ctx.route_errors[route.name] = exc
+            if not pipeline.is_route_failure(exc):
+                raise self._interrupted from exc
+            return
         if (
             self._stages.continue_streams
             and assembler.delivered
@@ -204,7 +220,7 @@ class ChatStream(_StreamBase):
         for route in self._stages.routes:
             if budget is not None:
                 budget.record_request(route.name)
-            attempt, previous_wait = 0, 0.0
+            attempt, previous_wait, previous = 0, 0.0, None
             while True:
                 attempt += 1
                 assembler = self._start_attempt(route.name)
@@ -217,10 +233,16 @@ class ChatStream(_StreamBase):
                 try:
                     for chunk in chunks:
                         assembler.add(chunk)
-                        yield chunk
-                except ProviderError as exc:
+                        if self._worth_yielding(chunk):
+                            yield chunk
+                except ProviderError as failure:
+                    exc = previous = pipeline.real_error(failure, previous)
                     decision = self._plan_retry(exc, assembler, attempt, previous_wait)
-                    if decision.retry and (budget is None or budget.try_spend(route.name)):
+                    if (
+                        decision.retry
+                        and (budget is None or budget.try_spend(route.name))
+                        and pipeline.still_fits(self._ctx, decision)
+                    ):
                         time.sleep(pipeline.note_retry(self._ctx, route, exc, attempt, decision))
                         previous_wait = decision.wait
                         continue
@@ -289,7 +311,7 @@ class AsyncChatStream(_StreamBase):
         for route in self._stages.routes:
             if budget is not None:
                 await budget.arecord_request(route.name)
-            attempt, previous_wait = 0, 0.0
+            attempt, previous_wait, previous = 0, 0.0, None
             while True:
                 attempt += 1
                 assembler = self._start_attempt(route.name)
@@ -302,10 +324,16 @@ class AsyncChatStream(_StreamBase):
                 try:
                     async for chunk in chunks:
                         assembler.add(chunk)
-                        yield chunk
-                except ProviderError as exc:
+                        if self._worth_yielding(chunk):
+                            yield chunk
+                except ProviderError as failure:
+                    exc = previous = pipeline.real_error(failure, previous)
                     decision = self._plan_retry(exc, assembler, attempt, previous_wait)
-                    if decision.retry and (budget is None or await budget.atry_spend(route.name)):
+                    if (
+                        decision.retry
+                        and (budget is None or await budget.atry_spend(route.name))
+                        and pipeline.still_fits(self._ctx, decision)
+                    ):
                         wait = pipeline.note_retry(self._ctx, route, exc, attempt, decision)
                         await anyio.sleep(wait)
                         previous_wait = decision.wait

@@ -216,6 +216,7 @@ class StreamState:
         self.done = False
         self.finished = False
         self.partial: list[str] = []
+        self.delivered_tool_calls = False
         self.status = 0
         self.headers: dict[str, str] = {}
 
@@ -247,6 +248,8 @@ class StreamState:
             chunk = self._chunk(event.data)
             if chunk.text:
                 self.partial.append(chunk.text)
+            if chunk.tool_calls:
+                self.delivered_tool_calls = True
             if chunk.finish_reason:
                 self.finished = True
             yield chunk
@@ -312,7 +315,7 @@ class StreamState:
 
     def failure(self, kind: type[ProviderError], message: str) -> ProviderError:
         """``kind`` before any content was delivered; StreamInterruptedError after."""
-        if self.partial:
+        if self.partial or self.delivered_tool_calls:
             return StreamInterruptedError(
                 message,
                 partial_text="".join(self.partial),

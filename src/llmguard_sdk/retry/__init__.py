@@ -16,6 +16,7 @@ from .api import (
     retry,
     retry_context,
     set_testing,
+    waits_off,
 )
 from .budget import MemoryRetryBudget, RetryBudget, RetryBudgetPolicy
 from .policy import Decision, Jitter, RetryPolicy, backoff, decide
@@ -40,4 +41,5 @@ __all__ = [
     "retry",
     "retry_context",
     "set_testing",
+    "waits_off",
 ]

@@ -21,6 +21,7 @@ like them), and a server's ``Retry-After`` is honoured. :func:`set_testing` turn
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import inspect
@@ -49,6 +50,7 @@ __all__ = [
     "retry",
     "retry_context",
     "set_testing",
+    "waits_off",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -76,6 +78,22 @@ def set_testing(enabled: bool, *, attempts: int | None = None) -> None:
     with _Testing.lock:
         _Testing.enabled = enabled
         _Testing.attempts = attempts if enabled else None
+
+
+@contextlib.contextmanager
+def waits_off(*, attempts: int | None = None) -> Iterator[None]:
+    """Turn waits off (and optionally cap attempts) for a block, then restore the setting.
+
+    The switch is process-wide (it reaches code running in other threads too), as stamina's.
+    """
+    with _Testing.lock:
+        saved = (_Testing.enabled, _Testing.attempts)
+    set_testing(True, attempts=attempts)
+    try:
+        yield
+    finally:
+        with _Testing.lock:
+            _Testing.enabled, _Testing.attempts = saved
 
 
 def is_testing() -> bool:
@@ -129,6 +147,7 @@ class Attempt:
         self._retrying = retrying
         self.number = number
         self.decision: Decision | None = None
+        self.cause: Exception | None = None  # set when a failure was swallowed for a retry
 
     def __enter__(self) -> Attempt:
         return self
@@ -142,7 +161,9 @@ class Attempt:
         if exc is None or not isinstance(exc, Exception):
             return False
         self.decision = self._retrying.judge(self.number, exc)
-        return self.decision.retry  # swallow the exception only when another attempt follows
+        if self.decision.retry:
+            self.cause = exc  # swallowed: the loop asks the budget, then waits and goes on
+        return self.decision.retry
 
 
 class Retrying:
@@ -180,41 +201,49 @@ class Retrying:
         self._previous_wait = 0.0
 
     def judge(self, number: int, exc: Exception) -> Decision:
-        """Decide after attempt ``number`` failed with ``exc``; run hooks when retrying."""
+        """The policy's decision after attempt ``number`` failed with ``exc``.
+
+        The retry budget is asked afterwards, by the iterator (sync or async as it runs), so
+        an async loop never blocks on a sync Redis call.
+        """
         retryable, hint = _judge(self.on, exc)
         remaining = self.policy.timeout - (time.monotonic() - self._started)
         policy = self.policy
         attempts = testing_attempts(policy.attempts)
         if attempts != policy.attempts:
             policy = dataclasses.replace(policy, attempts=attempts)
-        decision = decide(
+        error = exc if isinstance(exc, ProviderError) else classify_exception(exc)
+        return decide(
             policy,
             attempt=number,
             retryable=retryable,
             hint=hint,
             remaining=remaining,
             previous_wait=self._previous_wait,
+            idempotent=policy.idempotent,
+            request_sent=error.request_sent if error is not None else True,
             rng=self.rng,
         )
-        if (
-            decision.retry
-            and self.budget is not None
-            and not self.budget.try_spend(self.budget_key)
-        ):
-            decision = Decision(False, 0.0, "budget-exhausted")
-        if decision.retry:
-            self._previous_wait = decision.wait
-            details = RetryDetails(
-                name=self.name,
-                attempt=number,
-                wait=decision.wait,
-                cause=exc,
-                elapsed=time.monotonic() - self._started,
-                hinted=decision.hinted,
-            )
-            for hook in self.hooks:
-                hook(details)
-        return decision
+
+    def _go_on(self, attempt: Attempt, budget_granted: bool) -> float:
+        """After a swallowed failure: the wait before the next attempt, or re-raise."""
+        decision, cause = attempt.decision, attempt.cause
+        assert decision is not None
+        assert cause is not None
+        if not budget_granted:
+            raise cause  # no retry budget left: the failure stands
+        self._previous_wait = decision.wait
+        details = RetryDetails(
+            name=self.name,
+            attempt=attempt.number,
+            wait=decision.wait,
+            cause=cause,
+            elapsed=time.monotonic() - self._started,
+            hinted=decision.hinted,
+        )
+        for hook in self.hooks:
+            hook(details)
+        return testing_wait(decision.wait)
 
     def __iter__(self) -> Iterator[Attempt]:
         self._started = time.monotonic()
@@ -224,9 +253,10 @@ class Retrying:
         while True:
             attempt = Attempt(self, number)
             yield attempt
-            if attempt.decision is None or not attempt.decision.retry:
+            if attempt.cause is None:
                 return
-            time.sleep(testing_wait(attempt.decision.wait))
+            granted = self.budget is None or self.budget.try_spend(self.budget_key)
+            time.sleep(self._go_on(attempt, granted))
             number += 1
 
     async def __aiter__(self) -> AsyncIterator[Attempt]:
@@ -237,9 +267,10 @@ class Retrying:
         while True:
             attempt = Attempt(self, number)
             yield attempt
-            if attempt.decision is None or not attempt.decision.retry:
+            if attempt.cause is None:
                 return
-            await anyio.sleep(testing_wait(attempt.decision.wait))
+            granted = self.budget is None or await self.budget.atry_spend(self.budget_key)
+            await anyio.sleep(self._go_on(attempt, granted))
             number += 1
 
 
@@ -303,6 +334,11 @@ def retry(
             "budget": budget,
         }
         Retrying(**options)  # validate the options now, not at the first call
+        if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
+            raise ConfigurationError(
+                f"retry cannot wrap the generator {name}: its failures happen while it is "
+                "iterated, after the call returned; retry the code that consumes it instead"
+            )
 
         if inspect.iscoroutinefunction(fn):
 

@@ -54,8 +54,8 @@ class RetryBudgetPolicy:
             raise ConfigurationError("window must be a positive number of seconds")
 
 
-# Decay shaves a hair off exact counts between calls made microseconds apart; this keeps
-# "10 % of 10 requests" at 1 retry rather than 0.
+# Decay shaves a hair off exact counts between calls made moments apart; this relative
+# tolerance keeps "10 % of 10 requests" at 1 retry rather than 0.
 _TOLERANCE = 1e-6
 
 
@@ -84,7 +84,7 @@ def spend(state: BudgetState, now: float, policy: RetryBudgetPolicy) -> tuple[bo
     """Whether one more retry fits, and the state after it (unchanged counts if refused)."""
     requests, retries = _decayed(state, now, policy.window)
     limit = policy.ratio * requests + policy.min_per_second * policy.window
-    allowed = retries + 1.0 <= limit + _TOLERANCE
+    allowed = retries + 1.0 <= limit * (1.0 + _TOLERANCE) + _TOLERANCE
     return allowed, BudgetState(requests, retries + 1.0 if allowed else retries, now)
 
 

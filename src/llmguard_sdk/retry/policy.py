@@ -25,13 +25,16 @@ from typing import Literal
 
 from ..errors import ConfigurationError, ProviderError, StreamInterruptedError
 
-__all__ = ["Decision", "Jitter", "RetryPolicy", "backoff", "decide"]
+__all__ = ["MIN_ATTEMPT_SECONDS", "Decision", "Jitter", "RetryPolicy", "backoff", "decide"]
 
 Jitter = Literal["full", "equal", "decorrelated", "none"]
 """The backoff strategies :class:`RetryPolicy` can use."""
 
 _JITTERS = ("full", "equal", "decorrelated", "none")
 _MAX_EXPONENT = 1000  # 2.0 ** 1024 overflows; any cap is reached long before this
+
+MIN_ATTEMPT_SECONDS = 0.05
+"""Time an attempt needs at least: a retry whose wait leaves less is not taken."""
 
 
 def backoff(
@@ -147,9 +150,12 @@ def decide(
     """Decide after failed attempt number ``attempt`` (1-based), ``remaining`` seconds left.
 
     A server ``hint`` within the cap replaces the computed wait; one beyond the cap or the
-    remaining time means: do not sleep, hand over at once. A wait that would end past the
-    deadline is never taken.
+    remaining time means: do not sleep, hand over at once. A wait is taken only when the next
+    attempt still has :data:`MIN_ATTEMPT_SECONDS` after it, so a retry never turns the real
+    error into a timeout. A hint that is not a finite, non-negative number is ignored.
     """
+    if hint is not None and not (0.0 <= hint < math.inf):
+        hint = None
     if not retryable:
         return Decision(False, 0.0, "not-retryable")
     if not idempotent and request_sent:
@@ -159,7 +165,7 @@ def decide(
     if hint is not None:
         if hint > policy.cap:
             return Decision(False, hint, "hint-beyond-cap", hinted=True)
-        if hint >= remaining:
+        if hint + MIN_ATTEMPT_SECONDS > remaining:
             return Decision(False, hint, "deadline", hinted=True)
         return Decision(True, hint, "retry", hinted=True)
     wait = backoff(
@@ -170,7 +176,7 @@ def decide(
         previous=previous_wait,
         rng=rng,
     )
-    if wait >= remaining:
+    if wait + MIN_ATTEMPT_SECONDS > remaining:
         return Decision(False, wait, "deadline")
     return Decision(True, wait, "retry")
 

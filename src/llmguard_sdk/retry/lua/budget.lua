@@ -18,7 +18,7 @@ end
 local allowed = 1
 if ARGV[1] == 'deposit' then
   q = q + 1
-elseif r + 1 <= ratio * q + floor * window + 1e-6 then
+elseif r + 1 <= (ratio * q + floor * window) * (1 + 1e-6) + 1e-6 then
   r = r + 1
 else
   allowed = 0

@@ -1,0 +1,237 @@
+"""Edge cases of the retry stage found in review: each one a behaviour that could regress."""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import warnings
+from typing import Any
+
+import anyio
+import httpx
+import openai
+import pytest
+
+from llmguard_sdk import (
+    BadRequestError,
+    ConfigurationError,
+    Guard,
+    OpenAICompatibleProvider,
+    ProviderUnavailableError,
+    RetryMultiplicationWarning,
+    StreamChunk,
+    StreamInterruptedError,
+)
+from llmguard_sdk.retry import (
+    MemoryRetryBudget,
+    RedisRetryBudget,
+    RetryBudgetPolicy,
+    RetryPolicy,
+    is_retryable,
+    is_testing,
+    retry,
+    retry_context,
+    waits_off,
+)
+from llmguard_sdk.store import RedisStore
+from llmguard_sdk.testing import FakeProvider, Fault
+
+from .conftest import USER
+from .rawserver import RawServer, sse_head
+
+
+def test_httpx_errors_are_classified_for_retries() -> None:
+    request = httpx.Request("POST", "http://127.0.0.1/v1/chat/completions")
+    assert is_retryable(httpx.ConnectError("refused", request=request)) is True
+    assert is_retryable(httpx.ReadError("reset", request=request)) is True
+    assert is_retryable(httpx.RemoteProtocolError("cut", request=request)) is True
+    assert is_retryable(httpx.ReadTimeout("slow", request=request)) is True
+    busy = httpx.Response(503, request=request, text="{}")
+    assert is_retryable(httpx.HTTPStatusError("503", request=request, response=busy)) is True
+    bad = httpx.Response(400, request=request, text="{}")
+    assert is_retryable(httpx.HTTPStatusError("400", request=request, response=bad)) is False
+
+
+def test_negative_or_nan_hints_are_ignored() -> None:
+    calls = 0
+
+    def flaky() -> str:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise ValueError("x")
+        return "ok"
+
+    with waits_off():
+        assert retry(flaky, on=lambda exc: -1.0)() == "ok"
+        calls = 0
+        assert retry(flaky, on=lambda exc: float("nan"))() == "ok"
+
+
+def test_generators_cannot_be_wrapped() -> None:
+    def numbers() -> Any:
+        yield 1
+
+    with pytest.raises(ConfigurationError, match="generator"):
+        retry(numbers)
+
+
+def test_waits_off_restores_the_previous_setting() -> None:
+    assert not is_testing()
+    with waits_off():
+        assert is_testing()
+        with waits_off(attempts=1):
+            assert is_testing()
+        assert is_testing()
+    assert not is_testing()
+
+
+class CountingBudget(MemoryRetryBudget):
+    """A real memory budget that also counts which twin was called."""
+
+    def __init__(self) -> None:
+        super().__init__(RetryBudgetPolicy())
+        self.calls: list[str] = []
+
+    def try_spend(self, route: str) -> bool:
+        self.calls.append("sync")
+        return super().try_spend(route)
+
+    async def atry_spend(self, route: str) -> bool:
+        self.calls.append("async")
+        return super().try_spend(route)
+
+
+def test_async_retries_ask_the_async_budget() -> None:
+    budget = CountingBudget()
+    calls = 0
+
+    async def flaky() -> str:
+        nonlocal calls
+        calls += 1
+        if calls < 3:
+            raise ProviderUnavailableError("down")
+        return "ok"
+
+    async def run() -> str:
+        async for attempt in retry_context(attempts=3, budget=budget):
+            with attempt:
+                return await flaky()
+        raise AssertionError
+
+    with waits_off():
+        assert anyio.run(run) == "ok"
+    assert budget.calls == ["async", "async"]
+
+
+def test_protect_does_not_resend_without_idempotency(fake: FakeProvider) -> None:
+    guard = Guard(retry=RetryPolicy(attempts=3, base=0.01, idempotency_header=None), environ={})
+    client = openai.OpenAI(base_url=fake.base_url, api_key="x", max_retries=0)
+
+    @guard.protect
+    def ask() -> Any:
+        return client.chat.completions.create(model="m", messages=USER)
+
+    fake.script(Fault(status=503))
+    with pytest.raises(openai.InternalServerError):
+        ask()
+    assert fake.stats.requests == 1
+    client.close()
+
+
+class Holder:
+    def __init__(self, client: object) -> None:
+        self.client = client
+
+    def ask(self) -> Any:
+        return self.client.chat.completions.create(model="m", messages=USER)  # type: ignore[attr-defined]
+
+
+def test_protect_finds_clients_through_methods_and_partials(fake: FakeProvider) -> None:
+    guard = Guard(environ={})
+    retrying = openai.OpenAI(base_url=fake.base_url, api_key="x")
+    with pytest.warns(RetryMultiplicationWarning):
+        guard.protect(Holder(retrying).ask)
+
+    def ask(client: Any) -> Any:
+        return client.chat.completions.create(model="m", messages=USER)
+
+    with pytest.warns(RetryMultiplicationWarning):
+        guard.protect(functools.partial(ask, retrying))
+
+    def inline() -> Any:
+        return retrying.with_options(max_retries=0).chat.completions.create(
+            model="m", messages=USER
+        )
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RetryMultiplicationWarning)
+        guard.protect(inline)  # the advice we give: no warning for it
+    retrying.close()
+
+
+def test_a_stream_cut_after_tool_call_deltas_is_an_interruption() -> None:
+    delta = {
+        "tool_calls": [
+            {
+                "index": 0,
+                "id": "c1",
+                "type": "function",
+                "function": {"name": "f", "arguments": "{"},
+            }
+        ]
+    }
+    event = {"choices": [{"index": 0, "delta": delta, "finish_reason": None}]}
+    with RawServer(sse_head(), (b"data: " + json.dumps(event).encode() + b"\n\n",)) as server:
+        guard = Guard(OpenAICompatibleProvider(server.base_url, model="m"), environ={})
+        with pytest.raises(StreamInterruptedError), guard.chat(USER, stream=True) as stream:
+            list(stream)
+        guard.close()
+
+
+def test_a_refused_continuation_still_raises_the_interruption(
+    fake: FakeProvider, fake2: FakeProvider, make_guard: Any
+) -> None:
+    guard = make_guard(fake, fake2, retry=None, continue_interrupted_streams=True)
+    fake.script(Fault(cut_stream_after=2))
+    fake2.script(Fault(status=400))
+    seen: list[str] = []
+    with pytest.raises(StreamInterruptedError) as info, guard.chat(USER, stream=True) as stream:
+        seen.extend(chunk.text for chunk in stream)
+    assert info.value.partial_text == "".join(seen) == "Echo: hello"
+    assert isinstance(info.value.__cause__, BadRequestError)
+
+
+def test_a_continuation_gets_a_new_idempotency_key(
+    fake: FakeProvider, fake2: FakeProvider, make_guard: Any
+) -> None:
+    guard = make_guard(fake, fake2, retry=RetryPolicy(), continue_interrupted_streams=True)
+    fake.script(Fault(cut_stream_after=2))
+    with guard.chat(USER, stream=True) as stream:
+        list(stream)
+    first = fake.requests[-1].headers["idempotency-key"]
+    second = fake2.requests[-1].headers["idempotency-key"]
+    assert first != second
+
+
+def test_a_retried_stream_opens_once(fake: FakeProvider, make_guard: Any) -> None:
+    guard = make_guard(fake, retry=RetryPolicy(base=0.01))
+    fake.script(Fault(cut_stream_after=0), Fault(cut_stream_after=0))
+    with waits_off(), guard.chat(USER, stream=True) as stream:
+        chunks: list[StreamChunk] = list(stream)
+    empty = [c for c in chunks if not (c.text or c.finish_reason or c.usage or c.tool_calls)]
+    assert len(empty) == 1  # one role-only opening, not one per attempt
+    assert stream.response.attempts == 3
+
+
+def test_a_dead_redis_is_skipped_after_its_first_failure(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    store = RedisStore("redis://127.0.0.1:1/0", socket_timeout=0.2)
+    budget = RedisRetryBudget(store, RetryBudgetPolicy())
+    with caplog.at_level(logging.WARNING, logger="llmguard_sdk"):
+        for _ in range(10):
+            budget.record_request("r")
+            budget.try_spend("r")
+    assert len([r for r in caplog.records if "Redis unavailable" in r.message]) == 1
