@@ -39,10 +39,13 @@ then of the same prompt with only the last user message changed ("warm": only th
 computed). Medians over the repeats; answers are cut at 8 tokens.
 
 ``lookup_*``: prompt-lookup (n-gram) speculative decoding on a copy-heavy prompt (copy a
-~190-word paragraph with one word changed): decode tokens/s of ``LocalProvider()`` (the ``sdk``
+~160-word paragraph with one word changed): decode tokens/s of ``LocalProvider()`` (the ``sdk``
 worker) against ``LocalProvider(prompt_lookup_tokens=10)`` (a third worker), both through a
 Guard, warmed up once, then alternated; ``lookup_speedup`` is the ratio of the medians and
-``lookup_same_output`` whether both wrote the same text every round. The prompt plus
+``lookup_same_output`` whether both wrote the same text every round (it may be false: the
+drafted tokens are verified from one batched decode, whose logits differ from single-token
+decodes in the last bits, enough to flip a near-tie; raw llama-cpp-python with the same draft
+model does the same). The prompt plus
 ``max_tokens`` plus a draft stays under 512 tokens on purpose: llama-cpp-python 0.3.x sizes
 ``Llama.scores`` by ``n_batch`` (512 rows) unless ``logits_all=True`` is passed, although a draft
 model turns ``logits_all`` on, and ``LocalProvider`` does not pass it; past position 512 every
@@ -54,7 +57,12 @@ process's peak resident set (``getrusage(RUSAGE_SELF).ru_maxrss``): the Python i
 imports (the SDK worker imports the SDK and its dependencies, the raw worker only llama_cpp and
 NumPy), one loaded model and its KV cache. The SDK worker's figure also covers the prefix and
 copy prompts it served. ``peak_rss_mb`` is the SDK worker's figure: the peak of a process that
-serves the SDK path. The parent process loads no model and is not counted.
+serves the SDK path (it includes tiktoken's cl100k table, about 40 MiB, which the Guard loads
+to count every request's input tokens). The parent process loads no model and is not counted.
+
+Noise: ``n_threads`` defaults to every CPU, so any other busy process on the machine slows
+generation a lot and unevenly; alternation and medians spread it over both sides, but compare
+runs of this script only on a quiet machine.
 
 Usage: python bench/local_model.py [--json] [--quick]
 """
@@ -69,10 +77,10 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from types import TracebackType
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
 Messages = list[dict[str, str]]
 
@@ -90,7 +98,7 @@ PREFIX_MAX_TOKENS = 8  # only the time to the first token matters here
 LOOKUP_TOKENS = 10  # prompt_lookup_tokens: tokens drafted per step
 LOOKUP_RUNS = 3
 LOOKUP_RUNS_QUICK = 1
-LOOKUP_MAX_TOKENS = 200  # ~270 prompt tokens + 200 + a 10-token draft < 512 (see the docstring)
+LOOKUP_MAX_TOKENS = 200  # ~245 prompt tokens + 200 + a 10-token draft < 512 (see the docstring)
 LOOKUP_MAX_TOKENS_QUICK = 100
 
 EXPLAIN_MESSAGES: Messages = [
@@ -220,7 +228,8 @@ def sdk_worker(lookup: int | None) -> tuple[Generate, dict[str, Any]]:
                 pieces.append(chunk.text)
         end = time.perf_counter()
         response = stream.response
-        assert response is not None and response.usage is not None
+        assert response is not None
+        assert response.usage is not None
         return Run(
             total_s=end - start,
             ttft_s=(first or end) - start,
@@ -246,14 +255,18 @@ def raw_worker(model_path: str, n_threads: int) -> tuple[Generate, dict[str, Any
         first: float | None = None
         finish: str | None = None
         start = time.perf_counter()
-        stream = llm.create_chat_completion(
-            messages,  # type: ignore[arg-type]
-            temperature=0,
-            max_tokens=max_tokens,
-            stream=True,
+        # With stream=True this is an iterator of OpenAI-style chunk dicts.
+        stream = cast(
+            "Iterator[dict[str, Any]]",
+            llm.create_chat_completion(
+                messages,  # type: ignore[arg-type]
+                temperature=0,
+                max_tokens=max_tokens,
+                stream=True,
+            ),
         )
         for chunk in stream:
-            choice = chunk["choices"][0]  # type: ignore[index]
+            choice = chunk["choices"][0]
             content = choice["delta"].get("content")
             if content:
                 if first is None:
@@ -324,7 +337,8 @@ class Worker:
         self.facts = self._request(None)  # wait for {"ready": true, ...}
 
     def _request(self, payload: dict[str, Any] | None) -> dict[str, Any]:
-        assert self.process.stdin is not None and self.process.stdout is not None
+        assert self.process.stdin is not None
+        assert self.process.stdout is not None
         if payload is not None:
             self.process.stdin.write(json.dumps(payload) + "\n")
             self.process.stdin.flush()
@@ -400,9 +414,9 @@ def compare(sdk: Worker, raw: Worker, runs: int, max_tokens: int) -> dict[str, A
         "sdk_reported_ttft_ms": median(reported, 1000) if reported else None,
         "sdk_total_ms": median([r.total_s for r in sdk_runs], 1000),
         "raw_total_ms": median([r.total_s for r in raw_runs], 1000),
-        "sdk_output_tokens": median([r.output_tokens for r in sdk_runs], digits=0),
-        "raw_output_tokens": median([r.output_tokens for r in raw_runs], digits=0),
-        "same_output": all(s.text == r.text for s, r in zip(sdk_runs, raw_runs)),
+        "sdk_output_tokens": round(statistics.median(r.output_tokens for r in sdk_runs)),
+        "raw_output_tokens": round(statistics.median(r.output_tokens for r in raw_runs)),
+        "same_output": all(s.text == r.text for s, r in zip(sdk_runs, raw_runs, strict=True)),
     }
 
 
@@ -445,9 +459,11 @@ def prompt_lookup(plain: Worker, lookup: Worker, runs: int, max_tokens: int) -> 
         "lookup_tok_s": round(lookup_tok_s, 1),
         "no_lookup_tok_s": round(plain_tok_s, 1),
         "lookup_speedup": round(lookup_tok_s / plain_tok_s, 3),
-        "lookup_same_output": all(a.text == b.text for a, b in zip(plain_runs, lookup_runs)),
-        "lookup_output_tokens": median([r.output_tokens for r in lookup_runs], digits=0),
-        "no_lookup_output_tokens": median([r.output_tokens for r in plain_runs], digits=0),
+        "lookup_same_output": all(
+            a.text == b.text for a, b in zip(plain_runs, lookup_runs, strict=True)
+        ),
+        "lookup_output_tokens": round(statistics.median(r.output_tokens for r in lookup_runs)),
+        "no_lookup_output_tokens": round(statistics.median(r.output_tokens for r in plain_runs)),
         "lookup_prompt_tokens": plain_runs[0].input_tokens,
     }
 
@@ -458,8 +474,9 @@ def print_table(result: dict[str, Any]) -> None:
         f"{result['model']}, n_threads={result['n_threads']}, n_ctx={result['n_ctx']}, "
         f"{result['runs']} rounds of {result['max_tokens']} tokens, medians"
     )
+    header = ("decode tok/s", 14), ("e2e tok/s", 11), ("ttft ms", 9), ("total ms", 10)
     print(
-        f"{'side':<6}{'decode tok/s':>14}{'e2e tok/s':>11}{'ttft ms':>9}{'total ms':>10}{'rss MiB':>9}"
+        f"{'side':<6}" + "".join(f"{name:>{width}}" for name, width in header) + f"{'rss MiB':>9}"
     )
     for side, ttft in (("sdk", "ttft_ms"), ("raw", "raw_ttft_ms")):
         print(

@@ -45,3 +45,12 @@ def test_backoff_simulation_shows_the_aws_shape() -> None:
     assert {row["strategy"] for row in result["provider"]} >= {"full+budget", "openai-style"}
     for row in result["provider"]:
         assert set(row) >= {"strategy", "calls", "provider_429", "time_s"}
+
+
+def test_local_model_bench_compares_sdk_and_raw() -> None:
+    result = run("local_model.py", "--quick")
+    for key in ("sdk_tok_s", "raw_tok_s", "ratio", "ttft_ms", "peak_rss_mb", "lookup_speedup"):
+        assert key in result
+    assert result["sdk_tok_s"] > 0
+    assert result["raw_tok_s"] > 0
+    assert result["same_output"] is True  # greedy decoding: the SDK changes nothing

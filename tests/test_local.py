@@ -243,3 +243,20 @@ def test_a_real_openai_compatible_server_we_did_not_write(llama_server: str) -> 
         return result.text
 
     assert anyio.run(run) == answer.text
+
+
+def test_prompt_lookup_decoding_past_512_tokens() -> None:
+    paragraph = " ".join(
+        f"Item {i} in the warehouse list is a box of {i % 7 + 2} blue pens." for i in range(40)
+    )
+    provider = LocalProvider(n_ctx=1024, prompt_lookup_tokens=10)
+    guard = Guard(provider, timeout=120, environ={})
+    answer = guard.chat(
+        [{"role": "user", "content": f"Repeat this text exactly:\n\n{paragraph}"}],
+        temperature=0,
+        max_tokens=200,
+    )
+    assert answer.usage is not None
+    assert answer.usage.input_tokens + answer.usage.output_tokens > 512
+    assert "warehouse" in answer.text
+    provider.close()

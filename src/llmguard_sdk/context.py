@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from .models import ChatRequest, Usage
+from .tokens import TokenCount, count_request_tokens
 
 __all__ = [
     "CallContext",
@@ -112,13 +113,18 @@ class CallContext:
     scope: Scope
     deadline: float
     started: float = field(default_factory=time.monotonic)
-    input_tokens: int = 0
-    input_tokens_estimated: bool = True
+    input_count: TokenCount | None = None
     attempts: int = 0
     route: str | None = None
     first_token_at: float | None = None
     route_errors: dict[str, BaseException] = field(default_factory=dict)
     retries: list[RetryDetails] = field(default_factory=list)
+
+    def input_tokens(self) -> TokenCount:
+        """The request's input tokens, counted once, when a stage first needs them."""
+        if self.input_count is None:
+            self.input_count = count_request_tokens(self.request)
+        return self.input_count
 
     def remaining(self) -> float:
         """Seconds left before the deadline (negative once it has passed)."""

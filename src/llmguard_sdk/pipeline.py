@@ -98,17 +98,16 @@ def prepare(
     if checked.model is None and any(route.model is None for route in stages.routes):
         raise RequestValidationError("no model: pass model=... or give every provider a model")
     checked = _with_idempotency_key(checked, stages.retry)
-    count = count_request_tokens(checked, model=checked.model or stages.routes[0].model)
-    if stages.max_input_tokens is not None and count.tokens > stages.max_input_tokens:
-        raise InputTooLargeError(count.tokens, stages.max_input_tokens, estimated=count.estimated)
-    return CallContext(
-        request=checked,
-        scope=scope,
-        deadline=started + budget,
-        started=started,
-        input_tokens=count.tokens,
-        input_tokens_estimated=count.estimated,
-    )
+    ctx = CallContext(request=checked, scope=scope, deadline=started + budget, started=started)
+    if stages.max_input_tokens is not None:
+        count = ctx.input_count = count_request_tokens(
+            checked, model=checked.model or stages.routes[0].model
+        )
+        if count.tokens > stages.max_input_tokens:
+            raise InputTooLargeError(
+                count.tokens, stages.max_input_tokens, estimated=count.estimated
+            )
+    return ctx
 
 
 def resolve_scope(tenant: str | None, feature: str | None, user: str | None) -> Scope:
@@ -247,7 +246,7 @@ def finish(ctx: CallContext, stages: Stages, response: ChatResponse) -> ChatResp
     usage = response.usage
     if usage is None:
         usage = Usage(
-            input_tokens=ctx.input_tokens,
+            input_tokens=ctx.input_tokens().tokens,
             output_tokens=count_text_tokens(response.text, response.model or None).tokens,
             estimated=True,
         )

@@ -325,6 +325,9 @@ class _Engine:
             n_gpu_layers=owner.n_gpu_layers,
             seed=owner.seed,
             draft_model=draft,
+            # A draft model needs the logits of every token; llama-cpp-python sizes that
+            # buffer from this argument, so it must be set when drafting (else > 512 fails).
+            logits_all=draft is not None,
             verbose=False,
         )
         template = self.llm.metadata.get("tokenizer.chat_template")
