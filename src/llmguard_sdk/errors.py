@@ -18,6 +18,7 @@ Catch :class:`LLMGuardError` to catch everything the SDK raises itself::
     │   ├── MalformedResponseError      bad JSON, wrong content type, missing fields
     │   └── StreamInterruptedError      a stream broke after it started (never replayed)
     ├── RefusedError                the SDK refused to send the call (carries retry_after)
+    │   ├── CircuitOpenError            the route's circuit breaker is open
     │   ├── RateLimitExceededError      no rate-limit capacity within the allowed wait
     │   └── BudgetExceededError         a spend budget is exhausted
     └── AllRoutesFailedError        every route of the fallback chain failed (carries each error)
@@ -43,6 +44,7 @@ __all__ = [
     "AuthenticationError",
     "BadRequestError",
     "BudgetExceededError",
+    "CircuitOpenError",
     "ConfigurationError",
     "ContextLengthExceededError",
     "GuardrailRejectedError",
@@ -205,6 +207,20 @@ class RefusedError(LLMGuardError):
     def __init__(self, message: str, *, retry_after: float | None = None) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+
+
+class CircuitOpenError(RefusedError):
+    """The route's circuit breaker refused the call without sending it.
+
+    ``state`` is ``"open"`` (``retry_after`` says when a probe may go), ``"half_open"`` (every
+    probe permit is taken) or ``"isolated"`` (opened by hand until reset).
+    """
+
+    def __init__(self, route: str, state: str, *, retry_after: float | None = None) -> None:
+        when = f"; next probe in {retry_after:.1f} s" if retry_after else ""
+        super().__init__(f"circuit {state} for route {route!r}{when}", retry_after=retry_after)
+        self.route = route
+        self.state = state
 
 
 class RateLimitExceededError(RefusedError):

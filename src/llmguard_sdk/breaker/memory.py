@@ -1,0 +1,65 @@
+"""Breaker state in this process: one :class:`BreakerState` per route, behind a lock.
+
+.. versionadded:: 0.1.0
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+from .policy import BreakerPolicy, BreakerState, Outcome, Permit, State, acquire, record
+
+__all__ = ["MemoryBreakerBackend"]
+
+
+class MemoryBreakerBackend:
+    """Per-route breakers of this process; ``clock`` is injectable for tests."""
+
+    def __init__(
+        self, policy: BreakerPolicy, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.policy = policy
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._states: dict[str, BreakerState] = {}
+
+    def acquire(self, route: str) -> Permit:
+        """A permit for one call to ``route`` (or a refusal with ``retry_after``)."""
+        with self._lock:
+            permit, self._states[route] = acquire(self._get(route), self._clock(), self.policy)
+            return permit
+
+    def record(self, route: str, outcome: Outcome, hint: float | None = None) -> State:
+        """Record a finished call; returns the breaker's state afterwards."""
+        with self._lock:
+            state = record(self._get(route), self._clock(), self.policy, outcome, hint=hint)
+            self._states[route] = state
+            return state.state
+
+    async def aacquire(self, route: str) -> Permit:
+        """Same as :meth:`acquire` (no I/O)."""
+        return self.acquire(route)
+
+    async def arecord(self, route: str, outcome: Outcome, hint: float | None = None) -> State:
+        """Same as :meth:`record` (no I/O)."""
+        return self.record(route, outcome, hint)
+
+    def state(self, route: str) -> State:
+        """The breaker's current state (an expired OPEN reads as OPEN until the next call)."""
+        with self._lock:
+            return self._get(route).state
+
+    def isolate(self, route: str) -> None:
+        """Open ``route``'s breaker until :meth:`reset`."""
+        with self._lock:
+            self._states[route] = BreakerState(state="isolated")
+
+    def reset(self, route: str) -> None:
+        """Close ``route``'s breaker and forget its window."""
+        with self._lock:
+            self._states[route] = BreakerState()
+
+    def _get(self, route: str) -> BreakerState:
+        return self._states.get(route, BreakerState())

@@ -1,0 +1,206 @@
+"""Circuit-breaker state machine: pure functions of (state, now, event), in the Resilience4j mould.
+
+* **CLOSED** records each call's outcome in a sliding window (the last ``window`` calls, or the
+  calls of the last ``window`` seconds). Once the window holds ``minimum_calls``, the breaker
+  opens when the share of failures reaches ``failure_rate`` or the share of slow calls reaches
+  ``slow_call_rate``.
+* **OPEN** refuses calls at once until ``open_until``. The open duration grows by
+  ``backoff_factor`` on each consecutive trip, up to ``max_open_seconds``. A 429 opens the
+  breaker for the provider's Retry-After.
+* **HALF_OPEN** hands out ``half_open_permits`` probe permits; a failed probe reopens the
+  breaker (for longer), and that many successful probes close it.
+* **ISOLATED** (manual) refuses every call until reset.
+
+Client errors (4xx) say nothing about the provider's health and are not recorded.
+
+.. versionadded:: 0.1.0
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from ..errors import (
+    ConfigurationError,
+    MalformedResponseError,
+    ProviderError,
+    ProviderTimeoutError,
+    ProviderUnavailableError,
+    RateLimitedError,
+)
+
+__all__ = [
+    "BreakerPolicy",
+    "BreakerState",
+    "Outcome",
+    "Permit",
+    "State",
+    "acquire",
+    "outcome_of",
+    "record",
+]
+
+State = Literal["closed", "open", "half_open", "isolated"]
+Outcome = Literal["ok", "slow", "fail", "rate_limited"]
+"""How a call went, for the breaker: ``rate_limited`` opens it for the server's hint."""
+
+
+@dataclass(frozen=True)
+class BreakerPolicy:
+    """When a route's breaker opens, how long it stays open, and how it probes.
+
+    Args:
+        window_type: ``"count"`` (the last ``window`` calls) or ``"time"`` (the last
+            ``window`` seconds).
+        window: size of the sliding window, in calls or seconds.
+        minimum_calls: outcomes needed in the window before rates are judged.
+        failure_rate: share of failures (0..1) that opens the breaker.
+        slow_call_rate: share of slow calls (0..1) that opens it.
+        slow_call_seconds: a call slower than this (to its first token, for streams) is slow;
+            ``None`` turns slow-call tracking off.
+        open_seconds: how long the first trip keeps the breaker open.
+        backoff_factor: growth of the open duration per consecutive trip.
+        max_open_seconds: the longest open duration.
+        half_open_permits: probe calls let through in half-open; as many successes close it.
+    """
+
+    window_type: Literal["count", "time"] = "count"
+    window: float = 20
+    minimum_calls: int = 10
+    failure_rate: float = 0.5
+    slow_call_rate: float = 1.0
+    slow_call_seconds: float | None = None
+    open_seconds: float = 30.0
+    backoff_factor: float = 2.0
+    max_open_seconds: float = 600.0
+    half_open_permits: int = 2
+
+    def __post_init__(self) -> None:
+        if self.window_type not in ("count", "time"):
+            raise ConfigurationError("window_type must be 'count' or 'time'")
+        if not (0 < self.window < math.inf) or self.minimum_calls < 1:
+            raise ConfigurationError("window must be positive and minimum_calls at least 1")
+        if not (0 < self.failure_rate <= 1 and 0 < self.slow_call_rate <= 1):
+            raise ConfigurationError("failure_rate and slow_call_rate must be in (0, 1]")
+        if not (0 < self.open_seconds <= self.max_open_seconds < math.inf):
+            raise ConfigurationError("need 0 < open_seconds <= max_open_seconds (finite)")
+        if self.backoff_factor < 1 or self.half_open_permits < 1:
+            raise ConfigurationError("backoff_factor must be >= 1, half_open_permits >= 1")
+        if self.slow_call_seconds is not None and not self.slow_call_seconds > 0:
+            raise ConfigurationError("slow_call_seconds must be positive")
+
+    def open_duration(self, trips: int) -> float:
+        """How long trip number ``trips`` (1-based, consecutive) keeps the breaker open."""
+        growth = self.backoff_factor ** min(max(trips - 1, 0), 64)
+        return min(self.max_open_seconds, self.open_seconds * growth)
+
+
+@dataclass(frozen=True)
+class BreakerState:
+    """One route's breaker. ``outcomes`` holds ``(time, outcome)`` pairs of the window."""
+
+    state: State = "closed"
+    outcomes: tuple[tuple[float, Outcome], ...] = ()
+    open_until: float = 0.0
+    trips: int = 0
+    permits: int = 0
+    probes_ok: int = 0
+
+
+@dataclass(frozen=True)
+class Permit:
+    """The answer to "may a call go to this route now?".
+
+    ``retry_after`` says when an open breaker will let a probe through; ``probe`` marks a
+    half-open probe call.
+    """
+
+    allowed: bool
+    state: State
+    retry_after: float = 0.0
+    probe: bool = False
+
+
+def acquire(state: BreakerState, now: float, policy: BreakerPolicy) -> tuple[Permit, BreakerState]:
+    """Ask for a permit; an expired OPEN state turns HALF_OPEN here."""
+    if state.state == "isolated":
+        return Permit(False, "isolated", retry_after=math.inf), state
+    if state.state == "open":
+        if now < state.open_until:
+            return Permit(False, "open", retry_after=state.open_until - now), state
+        state = replace(state, state="half_open", permits=0, probes_ok=0)
+    if state.state == "half_open":
+        if state.permits >= policy.half_open_permits:
+            return Permit(False, "half_open", retry_after=0.0), state
+        return Permit(True, "half_open", probe=True), replace(state, permits=state.permits + 1)
+    return Permit(True, "closed"), state
+
+
+def record(
+    state: BreakerState,
+    now: float,
+    policy: BreakerPolicy,
+    outcome: Outcome,
+    *,
+    hint: float | None = None,
+) -> BreakerState:
+    """The state after a call's ``outcome`` (``hint``: a 429's Retry-After, seconds)."""
+    if state.state in ("open", "isolated"):
+        return state  # a late answer from before the breaker opened
+    if outcome == "rate_limited" and hint is not None and hint > 0:
+        until = max(state.open_until, now + min(hint, policy.max_open_seconds))
+        return replace(state, state="open", open_until=until, outcomes=(), permits=0)
+    failed = outcome in ("fail", "rate_limited")
+    if state.state == "half_open":
+        if failed:
+            return _trip(state, now, policy)
+        probes_ok = state.probes_ok + 1
+        if probes_ok >= policy.half_open_permits:
+            return BreakerState()  # closed, fresh window, trips forgiven
+        return replace(state, probes_ok=probes_ok)
+    outcomes = _window((*state.outcomes, (now, outcome)), now, policy)
+    state = replace(state, outcomes=outcomes)
+    if len(outcomes) < policy.minimum_calls:
+        return state
+    failures = sum(1 for _, o in outcomes if o in ("fail", "rate_limited"))
+    slow = sum(1 for _, o in outcomes if o == "slow")
+    if failures / len(outcomes) >= policy.failure_rate or slow / len(outcomes) >= (
+        policy.slow_call_rate
+    ):
+        return _trip(state, now, policy)
+    return state
+
+
+def _trip(state: BreakerState, now: float, policy: BreakerPolicy) -> BreakerState:
+    trips = state.trips + 1
+    return BreakerState(state="open", open_until=now + policy.open_duration(trips), trips=trips)
+
+
+def _window(
+    outcomes: tuple[tuple[float, Outcome], ...], now: float, policy: BreakerPolicy
+) -> tuple[tuple[float, Outcome], ...]:
+    if policy.window_type == "count":
+        return outcomes[-int(policy.window) :]
+    return tuple(item for item in outcomes if item[0] > now - policy.window)
+
+
+def outcome_of(
+    error: BaseException | None, *, seconds: float, policy: BreakerPolicy
+) -> Outcome | None:
+    """How a finished call counts for the breaker; ``None``: not recorded (client errors).
+
+    5xx, timeouts, connection failures and malformed answers are failures; a 429 is
+    ``rate_limited``; a success slower than ``slow_call_seconds`` is ``slow``.
+    """
+    if error is None:
+        slow = policy.slow_call_seconds is not None and seconds >= policy.slow_call_seconds
+        return "slow" if slow else "ok"
+    if isinstance(error, RateLimitedError):
+        return "rate_limited"
+    if isinstance(error, (ProviderUnavailableError, ProviderTimeoutError, MalformedResponseError)):
+        return "fail"
+    if isinstance(error, ProviderError) and error.status_code is not None:
+        return "fail" if error.status_code >= 500 else None
+    return None

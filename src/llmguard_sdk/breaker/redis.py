@@ -1,0 +1,186 @@
+"""Breaker state shared by every process through Redis: one Lua script per decision.
+
+When one process trips a breaker, every process sees it on its next call. Keys of one route
+share a hash tag, so the scripts work on Redis Cluster; Redis ``TIME`` is the clock. If Redis
+cannot be reached, each process falls back to its own in-memory breakers for a few seconds
+(and logs it once), so a dead Redis never stops the calls.
+
+.. versionadded:: 0.1.0
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+import weakref
+from importlib import resources
+from typing import Any
+
+import redis
+import redis.asyncio
+from redis.commands.core import AsyncScript
+
+from ..store import RedisStore, hash_id
+from .memory import MemoryBreakerBackend
+from .policy import BreakerPolicy, Outcome, Permit, State
+
+__all__ = ["RedisBreakerBackend"]
+
+logger = logging.getLogger("llmguard_sdk")
+_DOWN_SECONDS = 5.0
+_LUA = resources.files(__package__).joinpath("lua")
+_ACQUIRE = _LUA.joinpath("acquire.lua").read_text(encoding="utf-8")
+_RECORD = _LUA.joinpath("record.lua").read_text(encoding="utf-8")
+_STATES: dict[str, State] = {
+    "closed": "closed",
+    "open": "open",
+    "half_open": "half_open",
+    "isolated": "isolated",
+}
+
+
+class RedisBreakerBackend:
+    """Per-route breakers in Redis: ``{prefix}:cb:{<route hash>}:s`` (state) and ``:w`` (window).
+
+    ``clock_offset`` shifts the script's clock (Redis ``TIME``) for tests that drive time; it
+    is 0 in production.
+    """
+
+    def __init__(self, store: RedisStore, policy: BreakerPolicy) -> None:
+        self.policy = policy
+        self.clock_offset = 0.0
+        self._store = store
+        self._acquire = store.client.register_script(_ACQUIRE)
+        self._record = store.client.register_script(_RECORD)
+        self._async_scripts: weakref.WeakKeyDictionary[
+            redis.asyncio.Redis, tuple[AsyncScript, AsyncScript]
+        ] = weakref.WeakKeyDictionary()
+        self._fallback = MemoryBreakerBackend(policy)
+        self._down_until = 0.0
+        self._ttl = int(max(3600.0, policy.max_open_seconds * 2, policy.window * 2))
+
+    def _keys(self, route: str) -> list[str]:
+        tag = hash_id(route)
+        return [self._store.key("cb", tag, "s"), self._store.key("cb", tag, "w")]
+
+    def _acquire_args(self) -> list[Any]:
+        return [self.policy.half_open_permits, self.clock_offset, self._ttl]
+
+    def _record_args(self, outcome: Outcome, hint: float | None) -> list[Any]:
+        p = self.policy
+        return [
+            outcome,
+            "" if hint is None else repr(float(hint)),
+            p.window_type,
+            p.window,
+            p.minimum_calls,
+            p.failure_rate,
+            p.slow_call_rate,
+            p.open_seconds,
+            p.backoff_factor,
+            p.max_open_seconds,
+            p.half_open_permits,
+            self.clock_offset,
+            self._ttl,
+        ]
+
+    def _ascripts(self) -> tuple[AsyncScript, AsyncScript]:
+        client = self._store.aclient
+        scripts = self._async_scripts.get(client)
+        if scripts is None:
+            scripts = (client.register_script(_ACQUIRE), client.register_script(_RECORD))
+            self._async_scripts[client] = scripts
+        return scripts
+
+    def _up(self) -> bool:
+        return time.monotonic() >= self._down_until
+
+    def _went_down(self, exc: redis.RedisError) -> None:
+        if self._up():
+            logger.warning(
+                "breakers: Redis unavailable (%s); using local breakers for %.0f s",
+                exc,
+                _DOWN_SECONDS,
+            )
+        self._down_until = time.monotonic() + _DOWN_SECONDS
+
+    def acquire(self, route: str) -> Permit:
+        """A permit for one call to ``route``, decided in Redis."""
+        if self._up():
+            try:
+                reply = self._acquire(keys=self._keys(route)[:1], args=self._acquire_args())
+                return _permit(reply)
+            except redis.RedisError as exc:
+                self._went_down(exc)
+        return self._fallback.acquire(route)
+
+    def record(self, route: str, outcome: Outcome, hint: float | None = None) -> State:
+        """Record a finished call in Redis; returns the state afterwards."""
+        if self._up():
+            try:
+                return _state(
+                    self._record(keys=self._keys(route), args=self._record_args(outcome, hint))
+                )
+            except redis.RedisError as exc:
+                self._went_down(exc)
+        return self._fallback.record(route, outcome, hint)
+
+    async def aacquire(self, route: str) -> Permit:
+        """Async twin of :meth:`acquire`."""
+        if self._up():
+            try:
+                script = self._ascripts()[0]
+                return _permit(await script(keys=self._keys(route)[:1], args=self._acquire_args()))
+            except redis.RedisError as exc:
+                self._went_down(exc)
+        return self._fallback.acquire(route)
+
+    async def arecord(self, route: str, outcome: Outcome, hint: float | None = None) -> State:
+        """Async twin of :meth:`record`."""
+        if self._up():
+            try:
+                script = self._ascripts()[1]
+                return _state(
+                    await script(keys=self._keys(route), args=self._record_args(outcome, hint))
+                )
+            except redis.RedisError as exc:
+                self._went_down(exc)
+        return self._fallback.record(route, outcome, hint)
+
+    def state(self, route: str) -> State:
+        """The state stored in Redis (``closed`` when it holds none)."""
+        raw = self._store.client.hget(self._keys(route)[0], "s")
+        return _state(raw or b"closed")
+
+    def isolate(self, route: str) -> None:
+        """Open ``route``'s breaker in every process until :meth:`reset`."""
+        state_key, window_key = self._keys(route)
+        pipe = self._store.client.pipeline(transaction=True)
+        pipe.delete(window_key)
+        pipe.hset(state_key, mapping={"s": "isolated"})
+        pipe.execute()
+
+    def reset(self, route: str) -> None:
+        """Close ``route``'s breaker in every process and forget its window."""
+        self._store.client.delete(*self._keys(route))
+
+
+def _text(raw: object) -> str:
+    return raw.decode() if isinstance(raw, bytes) else str(raw)
+
+
+def _state(raw: object) -> State:
+    return _STATES.get(_text(raw), "closed")
+
+
+def _permit(reply: Any) -> Permit:
+    allowed, state, retry_after = reply
+    seconds = math.inf if _text(retry_after) == "inf" else float(_text(retry_after))
+    state_name = _state(state)
+    return Permit(
+        bool(int(allowed)),
+        state_name,
+        retry_after=seconds,
+        probe=bool(int(allowed)) and state_name == "half_open",
+    )

@@ -1,0 +1,252 @@
+"""Circuit breakers: the pure state machine with an injected clock, and the same contract
+against the memory backend and a real Redis (time driven, never slept)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from llmguard_sdk import ConfigurationError
+from llmguard_sdk.breaker import (
+    BreakerPolicy,
+    Breakers,
+    BreakerState,
+    BreakerTransition,
+    MemoryBreakerBackend,
+    RedisBreakerBackend,
+)
+from llmguard_sdk.breaker.policy import acquire, outcome_of, record
+from llmguard_sdk.errors import (
+    BadRequestError,
+    ProviderTimeoutError,
+    ProviderUnavailableError,
+    RateLimitedError,
+)
+from llmguard_sdk.store import RedisStore
+
+POLICY = BreakerPolicy(
+    window=10,
+    minimum_calls=4,
+    failure_rate=0.5,
+    open_seconds=10,
+    backoff_factor=2,
+    max_open_seconds=35,
+    half_open_permits=2,
+)
+
+
+def feed(
+    state: BreakerState, now: float, outcomes: list[Any], policy: BreakerPolicy = POLICY
+) -> BreakerState:
+    for outcome in outcomes:
+        state = record(state, now, policy, outcome)
+    return state
+
+
+def test_stays_closed_below_minimum_calls_then_opens_at_the_failure_rate() -> None:
+    state = feed(BreakerState(), 0.0, ["fail", "fail", "fail"])
+    assert state.state == "closed"  # 3 < minimum_calls, however bad
+    state = feed(state, 0.0, ["ok"])
+    assert state.state == "open"  # 3 of 4 failed >= 50 %
+    assert state.open_until == 10.0
+
+
+def test_a_healthy_window_stays_closed() -> None:
+    state = feed(BreakerState(), 0.0, ["ok", "fail", "ok", "ok", "fail", "ok", "ok"])
+    assert state.state == "closed"
+
+
+def test_the_count_window_forgets_old_outcomes() -> None:
+    state = feed(BreakerState(), 0.0, ["ok"] * 4 + ["fail"] * 3 + ["ok"] * 10)
+    assert state.state == "closed"  # 3 of 7, then 3 of 10: below 50 %, and then forgotten
+    assert len(state.outcomes) == 10
+    assert all(o == "ok" for _, o in state.outcomes)
+
+
+def test_the_time_window_forgets_old_outcomes() -> None:
+    policy = BreakerPolicy(window_type="time", window=5, minimum_calls=4)
+    state = feed(BreakerState(), 0.0, ["fail"] * 3, policy)
+    state = feed(state, 10.0, ["ok"], policy)  # the failures are 10 s old: out of the window
+    assert state.state == "closed"
+    assert len(state.outcomes) == 1
+
+
+def test_slow_calls_open_the_breaker() -> None:
+    policy = BreakerPolicy(minimum_calls=4, slow_call_rate=0.75, slow_call_seconds=2.0)
+    outcomes = [outcome_of(None, seconds=s, policy=policy) for s in (3.0, 2.5, 0.1, 4.0)]
+    assert outcomes == ["slow", "slow", "ok", "slow"]
+    assert feed(BreakerState(), 0.0, outcomes, policy).state == "open"
+
+
+def test_open_refuses_then_half_open_probes_then_closes() -> None:
+    state = feed(BreakerState(), 0.0, ["fail"] * 4)
+    permit, state = acquire(state, 5.0, POLICY)
+    assert not permit.allowed
+    assert permit.retry_after == 5.0
+    first, state = acquire(state, 10.0, POLICY)
+    second, state = acquire(state, 10.0, POLICY)
+    third, state = acquire(state, 10.0, POLICY)
+    assert (first.allowed, first.probe, second.allowed, third.allowed) == (True, True, True, False)
+    state = record(state, 10.5, POLICY, "ok")
+    assert state.state == "half_open"
+    state = record(state, 10.6, POLICY, "ok")
+    assert state.state == "closed"
+    assert state.trips == 0
+
+
+def test_a_failed_probe_reopens_for_longer_each_time_up_to_the_cap() -> None:
+    state, now, durations = feed(BreakerState(), 0.0, ["fail"] * 4), 0.0, []
+    for _ in range(4):
+        durations.append(state.open_until - now)
+        now = state.open_until
+        _, state = acquire(state, now, POLICY)
+        state = record(state, now, POLICY, "fail")
+    assert durations == [10.0, 20.0, 35.0, 35.0]
+
+
+def test_a_429_opens_for_its_retry_after() -> None:
+    state = record(BreakerState(), 100.0, POLICY, "rate_limited", hint=7.0)
+    assert state.state == "open"
+    assert state.open_until == 107.0
+    assert state.trips == 0  # the provider asked for a pause; it is not sick
+
+
+def test_client_errors_are_not_recorded() -> None:
+    assert outcome_of(BadRequestError("bad", status_code=400), seconds=1, policy=POLICY) is None
+    assert outcome_of(ProviderUnavailableError("x"), seconds=1, policy=POLICY) == "fail"
+    assert outcome_of(ProviderTimeoutError("x"), seconds=1, policy=POLICY) == "fail"
+    assert outcome_of(RateLimitedError("x"), seconds=1, policy=POLICY) == "rate_limited"
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"window_type": "hours"},
+        {"minimum_calls": 0},
+        {"failure_rate": 0},
+        {"open_seconds": 100, "max_open_seconds": 10},
+        {"half_open_permits": 0},
+    ],
+)
+def test_bad_policies(bad: dict[str, Any]) -> None:
+    with pytest.raises(ConfigurationError):
+        BreakerPolicy(**bad)
+
+
+class Driven:
+    """A backend whose clock the test moves: memory (injected clock) or Redis (clock offset)."""
+
+    def __init__(self, backend: Any, advance: Any) -> None:
+        self.backend, self.advance = backend, advance
+
+
+@pytest.fixture(params=["memory", "redis"])
+def driven(request: pytest.FixtureRequest, redis_url: str, redis_prefix: str) -> Iterator[Driven]:
+    if request.param == "memory":
+        now = [1000.0]
+
+        def advance(seconds: float) -> None:
+            now[0] += seconds
+
+        yield Driven(MemoryBreakerBackend(POLICY, clock=lambda: now[0]), advance)
+        return
+    store = RedisStore(redis_url, key_prefix=redis_prefix)
+    backend = RedisBreakerBackend(store, POLICY)
+
+    def shift(seconds: float) -> None:
+        backend.clock_offset += seconds
+
+    yield Driven(backend, shift)
+    store.close()
+
+
+def test_contract_trip_probe_close(driven: Driven) -> None:
+    b = driven.backend
+    for outcome in ["fail", "ok", "fail", "fail"]:
+        assert b.acquire("r").allowed
+        b.record("r", outcome)
+    assert b.state("r") == "open"
+    refused = b.acquire("r")
+    assert not refused.allowed
+    assert 9.0 < refused.retry_after <= 10.0
+    assert b.acquire("other").allowed  # routes are independent
+    driven.advance(10.5)
+    probes = [b.acquire("r") for _ in range(3)]
+    assert [p.allowed for p in probes] == [True, True, False]
+    assert probes[0].state == "half_open"
+    assert b.record("r", "ok") == "half_open"
+    assert b.record("r", "ok") == "closed"
+    assert b.acquire("r").allowed
+
+
+def test_contract_failed_probe_reopens_longer(driven: Driven) -> None:
+    b = driven.backend
+    for _ in range(4):
+        b.record("r", "fail")
+    driven.advance(10.5)
+    assert b.acquire("r").allowed
+    assert b.record("r", "fail") == "open"
+    refused = b.acquire("r")
+    assert 19.0 < refused.retry_after <= 20.0
+
+
+def test_contract_rate_limit_and_manual_control(driven: Driven) -> None:
+    b = driven.backend
+    assert b.record("r", "rate_limited", 3.0) == "open"
+    assert 2.0 < b.acquire("r").retry_after <= 3.0
+    b.isolate("r")
+    driven.advance(1000)
+    assert b.acquire("r").state == "isolated"
+    b.reset("r")
+    assert b.acquire("r").allowed
+
+
+def test_half_open_permits_are_atomic_under_concurrency(driven: Driven) -> None:
+    b = driven.backend
+    for _ in range(4):
+        b.record("r", "fail")
+    driven.advance(10.5)
+    granted: list[bool] = []
+    barrier = threading.Barrier(12)
+
+    def ask() -> None:
+        barrier.wait()
+        granted.append(b.acquire("r").allowed)
+
+    threads = [threading.Thread(target=ask) for _ in range(12)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert sorted(granted) == [False] * 10 + [True] * 2
+
+
+def test_two_processes_see_one_breaker(redis_url: str, redis_prefix: str) -> None:
+    first = RedisBreakerBackend(RedisStore(redis_url, key_prefix=redis_prefix), POLICY)
+    second = RedisBreakerBackend(RedisStore(redis_url, key_prefix=redis_prefix), POLICY)
+    for _ in range(4):
+        first.record("shared", "fail")
+    assert not second.acquire("shared").allowed
+    second.reset("shared")
+    assert first.acquire("shared").allowed
+
+
+def test_transitions_are_reported_once() -> None:
+    seen: list[BreakerTransition] = []
+    now = [0.0]
+    breakers = Breakers(MemoryBreakerBackend(POLICY, clock=lambda: now[0]), [seen.append])
+    for _ in range(4):
+        breakers.record("r", ProviderUnavailableError("down"), seconds=0.1)
+    breakers.record("r", BadRequestError("ignored", status_code=400), seconds=0.1)
+    now[0] = 11
+    breakers.permit("r")
+    breakers.record("r", None, seconds=0.1)
+    breakers.record("r", None, seconds=0.1)
+    assert [(t.before, t.after) for t in seen] == [
+        ("closed", "open"),
+        ("open", "half_open"),
+        ("half_open", "closed"),
+    ]
