@@ -1,8 +1,9 @@
-"""Retries and the fallback chain: retry what is worth retrying, move on when it is not.
+"""Retries, circuit breakers and the fallback chain.
 
 Each route is retried with full-jitter backoff (Retry-After honoured); a route that keeps
-failing, or asks for a wait beyond the retry cap, hands the call to the next route. A request
-the provider refuses as wrong (400) is neither retried nor sent elsewhere.
+failing, or asks for a wait beyond the retry cap, hands the call to the next route. A 429 opens
+the route's circuit breaker for its Retry-After, so the next calls skip it without waiting. A
+request the provider refuses as wrong (400) is neither retried nor sent elsewhere.
 """
 
 from llmguard_sdk import BadRequestError, CallEvent, Guard, OpenAICompatibleProvider
@@ -25,9 +26,12 @@ with FakeProvider(name="primary") as primary, FakeProvider(name="backup") as bac
     cases = {
         "one 503": [Fault(status=503)],
         "429, wait 30 s": [Fault(status=429, retry_after=30)],
+        "breaker open": [],
         "down": [Fault(status=503), Fault(reset=True), Fault(hang=True)],
     }
     for label, faults in cases.items():
+        if label == "down":
+            guard.breakers.reset("primary")  # by hand: put the primary back in service
         primary.script(*faults)
         answer = guard.chat([{"role": "user", "content": label}])
         event = events[-1]

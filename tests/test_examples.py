@@ -16,6 +16,8 @@ EXPECTED = {
         "one 503: served by primary after 2 attempt(s); retried after: ProviderUnavailableError",
         "429, wait 30 s: served by backup after 2 attempt(s); retried after: no retry; "
         "moved on after: primary: RateLimitedError",
+        "breaker open: served by backup after 1 attempt(s); retried after: no retry; "
+        "moved on after: primary: CircuitOpenError",
         "down: served by backup after 4 attempt(s)",
         "moved on after: primary: ProviderTimeoutError",
         "400 is not a route failure: BadRequestError from primary after 1 attempt",

@@ -14,6 +14,14 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 import anyio
 
 from . import pipeline
+from .breaker import (
+    BreakerBackend,
+    BreakerHook,
+    BreakerPolicy,
+    Breakers,
+    MemoryBreakerBackend,
+    RedisBreakerBackend,
+)
 from .config import GuardSettings
 from .context import CallContext, emit
 from .errors import ConfigurationError, ProviderError, RequestValidationError
@@ -38,6 +46,7 @@ __all__ = ["Guard"]
 
 DEFAULT_RETRY = RetryPolicy()
 DEFAULT_RETRY_BUDGET = RetryBudgetPolicy()
+DEFAULT_BREAKER = BreakerPolicy()
 
 F = TypeVar("F", bound=Callable[..., Any])
 MessagesArg = Sequence[Message | Mapping[str, Any]]
@@ -60,6 +69,16 @@ class Guard:
             shared through Redis when ``store`` is Redis; ``None``: no budget.
         continue_interrupted_streams: when a stream breaks after delivering text, ask the next
             route to continue from that text (instead of raising StreamInterruptedError).
+        breaker: the circuit breaker of every route (:class:`~llmguard_sdk.breaker.
+            BreakerPolicy`: opens at 50 % failures of the last 20 calls, at least 10 of them,
+            for 30 s growing on repeated trips, probes with 2 calls); shared through Redis when
+            ``store`` is Redis; ``None`` turns breakers off.
+        breaker_hooks: callables receiving each :class:`~llmguard_sdk.breaker.
+            BreakerTransition`.
+        moves_on: which provider errors hand the call to the next route (default:
+            :func:`~llmguard_sdk.pipeline.is_route_failure`).
+        degraded: text answered (``route="degraded"``) when no route can serve a call,
+            instead of raising; ``None`` raises.
         attempt_timeout: seconds one route may stay silent before the chain moves on: the
             whole answer of a plain call, the first and every later chunk of a stream.
             Default: no limit of its own (only ``timeout``), so a hung first route can use
@@ -92,6 +111,10 @@ class Guard:
         retry: RetryPolicy | None = DEFAULT_RETRY,
         retry_budget: RetryBudgetPolicy | None = DEFAULT_RETRY_BUDGET,
         continue_interrupted_streams: bool = False,
+        breaker: BreakerPolicy | None = DEFAULT_BREAKER,
+        breaker_hooks: Sequence[BreakerHook] = (),
+        moves_on: Callable[[ProviderError], bool] | None = None,
+        degraded: str | None = None,
         max_input_tokens: int | None = None,
         input_filters: Sequence[InputFilter] = (),
         output_filters: Sequence[OutputFilter] = (),
@@ -132,11 +155,19 @@ class Guard:
             retry=retry,
             budget=_budget(retry_budget, self.store) if retry is not None else None,
             continue_streams=continue_interrupted_streams,
+            breakers=_breakers(breaker, breaker_hooks, self.store),
+            moves_on=moves_on,
+            degraded_text=degraded,
         )
 
     def __repr__(self) -> str:
         names = ", ".join(route.name for route in self.routes)
         return f"Guard(routes=[{names}], store={self.store!r})"
+
+    @property
+    def breakers(self) -> Breakers | None:
+        """The routes' circuit breakers (``isolate``, ``reset``, ``state``), if on."""
+        return self._stages.breakers
 
     @property
     def routes(self) -> tuple[Provider, ...]:
@@ -216,15 +247,24 @@ class Guard:
             raise
 
     def _complete(self, ctx: CallContext) -> ChatResponse:
-        """The route loop: each route with its retries, then the next route."""
+        """The route loop: each route behind its breaker, with its retries; then the next."""
         stages = self._stages
+        breakers = stages.breakers
         for route in stages.routes:
+            if pipeline.too_small_for(ctx, route):
+                continue
             if stages.budget is not None:
                 stages.budget.record_request(route.name)
             attempt, previous_wait, previous = 0, 0.0, None
             while True:
+                if breakers is not None:
+                    permit = breakers.permit(route.name)
+                    if not permit.allowed:
+                        pipeline.route_refused(ctx, stages, route, permit)
+                        break
                 attempt += 1
                 ctx.attempts += 1
+                started = time.monotonic()
                 try:
                     response = route.complete(
                         ctx.request,
@@ -232,6 +272,8 @@ class Guard:
                         deadline=pipeline.attempt_deadline(ctx, stages),
                     )
                 except ProviderError as failure:
+                    if breakers is not None:
+                        breakers.record(route.name, failure, seconds=time.monotonic() - started)
                     exc = previous = pipeline.real_error(failure, previous)
                     decision = pipeline.retry_after_failure(
                         ctx, stages, exc, attempt=attempt, previous_wait=previous_wait
@@ -244,10 +286,17 @@ class Guard:
                         time.sleep(pipeline.note_retry(ctx, route, exc, attempt, decision))
                         previous_wait = decision.wait
                         continue
-                    pipeline.fall_through(ctx, route, exc, delivered=False)
+                    pipeline.fall_through(
+                        ctx, route, exc, delivered=False, moves_on=stages.moves_on
+                    )
                     break
+                if breakers is not None:
+                    breakers.record(route.name, None, seconds=time.monotonic() - started)
                 ctx.route = route.name
                 return response
+        degraded = pipeline.degraded_response(ctx, stages)
+        if degraded is not None:
+            return degraded
         raise pipeline.failure(ctx, stages)
 
     @overload
@@ -311,13 +360,22 @@ class Guard:
     async def _acomplete(self, ctx: CallContext) -> ChatResponse:
         """Async twin of :meth:`_complete`."""
         stages = self._stages
+        breakers = stages.breakers
         for route in stages.routes:
+            if pipeline.too_small_for(ctx, route):
+                continue
             if stages.budget is not None:
                 await stages.budget.arecord_request(route.name)
             attempt, previous_wait, previous = 0, 0.0, None
             while True:
+                if breakers is not None:
+                    permit = await breakers.apermit(route.name)
+                    if not permit.allowed:
+                        pipeline.route_refused(ctx, stages, route, permit)
+                        break
                 attempt += 1
                 ctx.attempts += 1
+                started = time.monotonic()
                 try:
                     response = await route.acomplete(
                         ctx.request,
@@ -325,6 +383,10 @@ class Guard:
                         deadline=pipeline.attempt_deadline(ctx, stages),
                     )
                 except ProviderError as failure:
+                    if breakers is not None:
+                        await breakers.arecord(
+                            route.name, failure, seconds=time.monotonic() - started
+                        )
                     exc = previous = pipeline.real_error(failure, previous)
                     decision = pipeline.retry_after_failure(
                         ctx, stages, exc, attempt=attempt, previous_wait=previous_wait
@@ -337,10 +399,17 @@ class Guard:
                         await anyio.sleep(pipeline.note_retry(ctx, route, exc, attempt, decision))
                         previous_wait = decision.wait
                         continue
-                    pipeline.fall_through(ctx, route, exc, delivered=False)
+                    pipeline.fall_through(
+                        ctx, route, exc, delivered=False, moves_on=stages.moves_on
+                    )
                     break
+                if breakers is not None:
+                    await breakers.arecord(route.name, None, seconds=time.monotonic() - started)
                 ctx.route = route.name
                 return response
+        degraded = pipeline.degraded_response(ctx, stages)
+        if degraded is not None:
+            return degraded
         raise pipeline.failure(ctx, stages)
 
     def _finish(self, ctx: CallContext, response: ChatResponse) -> ChatResponse:
@@ -435,6 +504,19 @@ class Guard:
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+
+def _breakers(
+    policy: BreakerPolicy | None, hooks: Sequence[BreakerHook], store: Store
+) -> Breakers | None:
+    if policy is None:
+        return None
+    backend: BreakerBackend
+    if isinstance(store, RedisStore):
+        backend = RedisBreakerBackend(store, policy)
+    else:
+        backend = MemoryBreakerBackend(policy)
+    return Breakers(backend, hooks)
 
 
 def _budget(policy: RetryBudgetPolicy | None, store: Store) -> RetryBudget | None:

@@ -20,10 +20,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from .breaker import Breakers, Permit
 from .context import CallContext, CallEvent, Hook, RetryDetails, Scope, current_scope
 from .errors import (
     AllRoutesFailedError,
     AuthenticationError,
+    CircuitOpenError,
     ConfigurationError,
     ContextLengthExceededError,
     GuardrailRejectedError,
@@ -72,6 +74,9 @@ class Stages:
     retry: RetryPolicy | None = None
     budget: RetryBudget | None = None
     continue_streams: bool = False
+    breakers: Breakers | None = None
+    moves_on: Callable[[ProviderError], bool] | None = None
+    degraded_text: str | None = None
 
 
 def prepare(
@@ -207,7 +212,12 @@ CONTINUE_PROMPT = (
 
 
 def fall_through(
-    ctx: CallContext, route: Provider, error: ProviderError, *, delivered: bool
+    ctx: CallContext,
+    route: Provider,
+    error: ProviderError,
+    *,
+    delivered: bool,
+    moves_on: Callable[[ProviderError], bool] | None = None,
 ) -> None:
     """Record a route's failure, or re-raise it when the next route must not be tried.
 
@@ -215,12 +225,58 @@ def fall_through(
     malformed answers, bad credentials, no credit (402), an unknown model or path (404), a
     context window too small. It stops on a request the provider refused as wrong (400, 422
     ...), which would fail everywhere, and on a stream that already delivered text.
+    ``moves_on`` replaces :func:`is_route_failure` when the Guard was given one.
     """
     ctx.route_errors[route.name] = error
     if delivered or isinstance(error, StreamInterruptedError):
         raise error
-    if not is_route_failure(error):
+    if not (moves_on or is_route_failure)(error):
         raise error
+
+
+def route_refused(ctx: CallContext, stages: Stages, route: Provider, permit: Permit) -> None:
+    """Record that ``route``'s breaker refused the call (the chain moves on at once)."""
+    retry_after = None if permit.retry_after == math.inf else permit.retry_after
+    ctx.route_errors[route.name] = CircuitOpenError(
+        route.name, permit.state, retry_after=retry_after
+    )
+
+
+def too_small_for(ctx: CallContext, route: Provider) -> bool:
+    """Skip a route whose known context window cannot hold the request (and say why)."""
+    window = getattr(route, "context_window", None)
+    if window is None:
+        return False
+    need = ctx.input_tokens().tokens + (ctx.request.output_limit or 0)
+    if need <= window:
+        return False
+    ctx.route_errors[route.name] = ContextLengthExceededError(
+        f"the request needs about {need} tokens; this route's context holds {window}",
+        route=route.name,
+        request_sent=False,
+    )
+    return True
+
+
+def degraded_response(ctx: CallContext, stages: Stages) -> ChatResponse | None:
+    """The configured degraded answer when no route could serve the call (else None)."""
+    if stages.degraded_text is None:
+        return None
+    ctx.route = DEGRADED
+    return ChatResponse(
+        text=stages.degraded_text,
+        finish_reason=DEGRADED,
+        usage=Usage(),
+        route=DEGRADED,
+        metadata={
+            "degraded": True,
+            "route_errors": {name: type(e).__name__ for name, e in ctx.route_errors.items()},
+        },
+    )
+
+
+DEGRADED = "degraded"
+"""``route`` and ``finish_reason`` of a degraded answer."""
 
 
 def is_route_failure(error: ProviderError) -> bool:
