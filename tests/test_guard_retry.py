@@ -219,6 +219,7 @@ def test_a_storm_from_two_processes_shares_one_redis_budget(
             key_prefix=redis_prefix,
             retry=RetryPolicy(attempts=5),
             retry_budget=STORM_BUDGET,
+            breaker=None,
             environ={},
         )
 
