@@ -182,7 +182,7 @@ def test_the_deadline_is_never_exceeded(
     events: list[CallEvent] = []
     fake.always(Fault(status=503))
     policy = RetryPolicy(attempts=50, base=0.1, cap=0.4)
-    guard = make_guard(fake, retry=policy, retry_budget=None, hooks=[events.append])
+    guard = make_guard(fake, retry=policy, retry_budget=None, breaker=None, hooks=[events.append])
     with pytest.raises(ProviderUnavailableError):
         call(guard, mode, timeout=1.0)
     event = events[-1]

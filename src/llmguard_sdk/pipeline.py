@@ -235,10 +235,14 @@ def fall_through(
 
 
 def route_refused(ctx: CallContext, stages: Stages, route: Provider, permit: Permit) -> None:
-    """Record that ``route``'s breaker refused the call (the chain moves on at once)."""
+    """Record that ``route``'s breaker refused the call (the chain moves on at once).
+
+    When the breaker opened during this call's own retries, the provider error that opened
+    it stays the one reported for the route.
+    """
     retry_after = None if permit.retry_after == math.inf else permit.retry_after
-    ctx.route_errors[route.name] = CircuitOpenError(
-        route.name, permit.state, retry_after=retry_after
+    ctx.route_errors.setdefault(
+        route.name, CircuitOpenError(route.name, permit.state, retry_after=retry_after)
     )
 
 

@@ -38,6 +38,8 @@ class _Assembler:
     def __init__(self, ctx: CallContext, carried: str = "") -> None:
         self._ctx = ctx
         self._carried = carried
+        self._started = time.monotonic()
+        self._first_token_at: float | None = None
         self._text: list[str] = []
         self._tool_calls: dict[int, dict[str, Any]] = {}
         self.finish_reason: str | None = None
@@ -53,8 +55,10 @@ class _Assembler:
 
     def add(self, chunk: StreamChunk) -> None:
         if chunk.text:
-            if self._ctx.first_token_at is None:
-                self._ctx.first_token_at = time.monotonic()
+            if self._first_token_at is None:
+                self._first_token_at = time.monotonic()
+                if self._ctx.first_token_at is None:
+                    self._ctx.first_token_at = self._first_token_at
             self._text.append(chunk.text)
         if chunk.tool_calls:
             merge_tool_call_deltas(self._tool_calls, chunk.tool_calls)
@@ -64,6 +68,10 @@ class _Assembler:
         self.id = chunk.id or self.id
         if chunk.metadata:
             self.metadata.update(chunk.metadata)
+
+    def seconds(self) -> float:
+        """How long this attempt took to its first token (or until now, without one)."""
+        return (self._first_token_at or time.monotonic()) - self._started
 
     @property
     def text(self) -> str:
@@ -185,6 +193,22 @@ class _StreamBase:
             return
         pipeline.fall_through(self._ctx, route, exc, delivered=assembler.delivered)
 
+    def _degraded(self) -> StreamChunk | None:
+        """The degraded answer as one chunk (and the response), when one is configured."""
+        if self._interrupted is not None:
+            return None
+        response = pipeline.degraded_response(self._ctx, self._stages)
+        if response is None:
+            return None
+        self._response = pipeline.finish(self._ctx, self._stages, response)
+        return StreamChunk(
+            text=response.text,
+            finish_reason=response.finish_reason,
+            usage=response.usage,
+            route=response.route,
+            metadata=response.metadata,
+        )
+
     def _no_route_left(self) -> Exception:
         if self._interrupted is not None:
             return self._interrupted  # the caller has text: say so, with all of it
@@ -216,12 +240,19 @@ class ChatStream(_StreamBase):
         self._chunks = self._run()
 
     def _run(self) -> Generator[StreamChunk, None, None]:
-        budget = self._stages.budget
+        budget, breakers = self._stages.budget, self._stages.breakers
         for route in self._stages.routes:
+            if pipeline.too_small_for(self._ctx, route):
+                continue
             if budget is not None:
                 budget.record_request(route.name)
             attempt, previous_wait, previous = 0, 0.0, None
             while True:
+                if breakers is not None:
+                    permit = breakers.permit(route.name)
+                    if not permit.allowed:
+                        pipeline.route_refused(self._ctx, self._stages, route, permit)
+                        break
                 attempt += 1
                 assembler = self._start_attempt(route.name)
                 chunks = route.stream(
@@ -236,6 +267,8 @@ class ChatStream(_StreamBase):
                         if self._worth_yielding(chunk):
                             yield chunk
                 except ProviderError as failure:
+                    if breakers is not None:
+                        breakers.record(route.name, failure, seconds=assembler.seconds())
                     exc = previous = pipeline.real_error(failure, previous)
                     decision = self._plan_retry(exc, assembler, attempt, previous_wait)
                     if (
@@ -250,9 +283,14 @@ class ChatStream(_StreamBase):
                     break
                 finally:
                     chunks.close()
+                if breakers is not None:
+                    breakers.record(route.name, None, seconds=assembler.seconds())
                 self._finish_route(assembler, route.name)
                 return
-        raise self._no_route_left()
+        degraded = self._degraded()
+        if degraded is None:
+            raise self._no_route_left()
+        yield degraded
 
     def __iter__(self) -> Iterator[StreamChunk]:
         return self
@@ -307,12 +345,19 @@ class AsyncChatStream(_StreamBase):
         self._chunks = self._run()
 
     async def _run(self) -> AsyncGenerator[StreamChunk, None]:
-        budget = self._stages.budget
+        budget, breakers = self._stages.budget, self._stages.breakers
         for route in self._stages.routes:
+            if pipeline.too_small_for(self._ctx, route):
+                continue
             if budget is not None:
                 await budget.arecord_request(route.name)
             attempt, previous_wait, previous = 0, 0.0, None
             while True:
+                if breakers is not None:
+                    permit = await breakers.apermit(route.name)
+                    if not permit.allowed:
+                        pipeline.route_refused(self._ctx, self._stages, route, permit)
+                        break
                 attempt += 1
                 assembler = self._start_attempt(route.name)
                 chunks = route.astream(
@@ -327,6 +372,8 @@ class AsyncChatStream(_StreamBase):
                         if self._worth_yielding(chunk):
                             yield chunk
                 except ProviderError as failure:
+                    if breakers is not None:
+                        await breakers.arecord(route.name, failure, seconds=assembler.seconds())
                     exc = previous = pipeline.real_error(failure, previous)
                     decision = self._plan_retry(exc, assembler, attempt, previous_wait)
                     if (
@@ -342,9 +389,14 @@ class AsyncChatStream(_StreamBase):
                     break
                 finally:
                     await chunks.aclose()
+                if breakers is not None:
+                    await breakers.arecord(route.name, None, seconds=assembler.seconds())
                 self._finish_route(assembler, route.name)
                 return
-        raise self._no_route_left()
+        degraded = self._degraded()
+        if degraded is None:
+            raise self._no_route_left()
+        yield degraded
 
     def __aiter__(self) -> AsyncIterator[StreamChunk]:
         return self
