@@ -72,7 +72,8 @@ class Guard:
         breaker: the circuit breaker of every route (:class:`~llmguard_sdk.breaker.
             BreakerPolicy`: opens at 50 % failures of the last 20 calls, at least 10 of them,
             for 30 s growing on repeated trips, probes with 2 calls); shared through Redis when
-            ``store`` is Redis; ``None`` turns breakers off.
+            ``store`` is Redis; a ready :class:`~llmguard_sdk.breaker.Breakers` to share one
+            set between Guards; ``None`` turns breakers off.
         breaker_hooks: callables receiving each :class:`~llmguard_sdk.breaker.
             BreakerTransition`.
         moves_on: which provider errors hand the call to the next route (default:
@@ -111,7 +112,7 @@ class Guard:
         retry: RetryPolicy | None = DEFAULT_RETRY,
         retry_budget: RetryBudgetPolicy | None = DEFAULT_RETRY_BUDGET,
         continue_interrupted_streams: bool = False,
-        breaker: BreakerPolicy | None = DEFAULT_BREAKER,
+        breaker: BreakerPolicy | Breakers | None = DEFAULT_BREAKER,
         breaker_hooks: Sequence[BreakerHook] = (),
         moves_on: Callable[[ProviderError], bool] | None = None,
         degraded: str | None = None,
@@ -507,10 +508,10 @@ class Guard:
 
 
 def _breakers(
-    policy: BreakerPolicy | None, hooks: Sequence[BreakerHook], store: Store
+    policy: BreakerPolicy | Breakers | None, hooks: Sequence[BreakerHook], store: Store
 ) -> Breakers | None:
-    if policy is None:
-        return None
+    if policy is None or isinstance(policy, Breakers):
+        return policy
     backend: BreakerBackend
     if isinstance(store, RedisStore):
         backend = RedisBreakerBackend(store, policy)

@@ -60,6 +60,8 @@ class OpenAICompatibleProvider:
         name: the route name shown in responses and errors (default: the URL's host:port).
         headers: extra headers sent with every request.
         max_connections: size of each connection pool (kept between calls).
+        context_window: the model's context in tokens, when known: the Guard then skips this
+            route for requests that cannot fit (moving to a route with a larger context).
         transport, async_transport: httpx transports, for tests or custom networking.
 
     Connections are pooled and reused: one pool for sync calls, and one per event loop for
@@ -76,6 +78,7 @@ class OpenAICompatibleProvider:
         name: str | None = None,
         headers: Mapping[str, str] | None = None,
         max_connections: int = 100,
+        context_window: int | None = None,
         transport: httpx.BaseTransport | None = None,
         async_transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
@@ -101,6 +104,7 @@ class OpenAICompatibleProvider:
                 raise ConfigurationError(f"header {key!r} must be ASCII without line breaks")
         self.base_url = base_url.rstrip("/")
         self.model = model
+        self.context_window = context_window
         self.name = name or parts.netloc
         self._url = self.base_url + "/chat/completions"
         self._limits = httpx.Limits(

@@ -1,0 +1,221 @@
+"""Breakers inside the Guard: skipping open routes, probing, sharing, degraded answers."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import pytest
+
+from llmguard_sdk import (
+    AllRoutesFailedError,
+    CircuitOpenError,
+    ContextLengthExceededError,
+    Guard,
+    OpenAICompatibleProvider,
+    ProviderError,
+)
+from llmguard_sdk.breaker import (
+    BreakerPolicy,
+    Breakers,
+    BreakerTransition,
+    MemoryBreakerBackend,
+)
+from llmguard_sdk.retry import waits_off
+from llmguard_sdk.testing import FakeProvider, Fault
+
+from .conftest import USER
+
+MakeGuard = Callable[..., Guard]
+POLICY = BreakerPolicy(window=10, minimum_calls=4, failure_rate=0.5, open_seconds=10)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def driven(clock: Clock, hooks: Any = ()) -> Breakers:
+    return Breakers(MemoryBreakerBackend(POLICY, clock=clock), hooks)
+
+
+def test_an_open_breaker_skips_the_route_without_calling_it(
+    fake: FakeProvider, fake2: FakeProvider, make_guard: MakeGuard
+) -> None:
+    clock = Clock()
+    transitions: list[BreakerTransition] = []
+    guard = make_guard(fake, fake2, retry=None, breaker=driven(clock, [transitions.append]))
+    fake.always(Fault(status=503))
+    for _ in range(4):
+        assert guard.chat(USER).route == "backup"
+    assert fake.stats.requests == 4
+    assert guard.breakers is not None
+    assert guard.breakers.state("primary") == "open"
+    for _ in range(5):
+        response = guard.chat(USER)
+        assert response.route == "backup"
+        assert response.attempts == 1
+    assert fake.stats.requests == 4  # no call reached the dead primary while open
+    assert transitions == [BreakerTransition("primary", "closed", "open")]
+
+
+def test_half_open_probes_then_recovery(
+    fake: FakeProvider, fake2: FakeProvider, make_guard: MakeGuard
+) -> None:
+    clock = Clock()
+    guard = make_guard(fake, fake2, retry=None, breaker=driven(clock))
+    fake.always(Fault(status=503))
+    for _ in range(4):
+        guard.chat(USER)
+    fake.always(None)  # the primary comes back
+    clock.now = 10.5  # the open duration has passed
+    assert guard.chat(USER).route == "primary"  # first probe
+    assert guard.chat(USER).route == "primary"  # second probe closes it
+    assert guard.breakers is not None
+    assert guard.breakers.state("primary") == "closed"
+    assert fake.stats.requests == 6
+
+
+def test_a_429_opens_the_breaker_for_its_retry_after(
+    fake: FakeProvider, fake2: FakeProvider, make_guard: MakeGuard
+) -> None:
+    clock = Clock()
+    guard = make_guard(fake, fake2, retry=None, breaker=driven(clock))
+    fake.script(Fault(status=429, retry_after=5))
+    assert guard.chat(USER).route == "backup"
+    assert guard.chat(USER).route == "backup"
+    assert fake.stats.requests == 1
+    clock.now = 5.5
+    assert guard.chat(USER).route == "primary"
+
+
+def test_client_errors_do_not_count(fake: FakeProvider, make_guard: MakeGuard) -> None:
+    guard = make_guard(fake, retry=None, breaker=driven(Clock()))
+    fake.always(Fault(status=400))
+    for _ in range(8):
+        with pytest.raises(ProviderError):
+            guard.chat(USER)
+    assert guard.breakers is not None
+    assert guard.breakers.state("primary") == "closed"
+
+
+def test_a_single_open_route_raises_circuit_open_with_retry_after(
+    fake: FakeProvider, make_guard: MakeGuard
+) -> None:
+    guard = make_guard(fake, retry=None, breaker=driven(Clock()))
+    assert guard.breakers is not None
+    guard.breakers.isolate("primary")
+    with pytest.raises(CircuitOpenError) as info:
+        guard.chat(USER)
+    assert info.value.state == "isolated"
+    assert fake.stats.requests == 0
+    guard.breakers.reset("primary")
+    assert guard.chat(USER).route == "primary"
+
+
+def test_degraded_answer_when_every_route_is_down(
+    fake: FakeProvider, fake2: FakeProvider, make_guard: MakeGuard
+) -> None:
+    degraded = "Answers are limited right now; please try again shortly."
+    guard = make_guard(fake, fake2, retry=None, degraded=degraded)
+    fake.always(Fault(status=503))
+    fake2.always(Fault(reset=True))
+    answer = guard.chat(USER)
+    assert answer.text == degraded
+    assert answer.route == "degraded"
+    assert answer.metadata["route_errors"] == {
+        "primary": "ProviderUnavailableError",
+        "backup": "ProviderUnavailableError",
+    }
+    with guard.chat(USER, stream=True) as stream:
+        assert "".join(chunk.text for chunk in stream) == degraded
+    assert stream.response.route == "degraded"
+
+    async def run() -> str:
+        result = await guard.achat(USER)
+        await guard.aclose()
+        return result.route
+
+    assert anyio.run(run) == "degraded"
+
+
+def test_without_a_degraded_text_every_failure_is_raised(
+    fake: FakeProvider, fake2: FakeProvider, make_guard: MakeGuard
+) -> None:
+    guard = make_guard(fake, fake2, retry=None)
+    fake.always(Fault(status=503))
+    fake2.always(Fault(status=503))
+    with pytest.raises(AllRoutesFailedError):
+        guard.chat(USER)
+
+
+def test_two_processes_share_breakers_through_redis(
+    fake: FakeProvider, fake2: FakeProvider, redis_url: str, redis_prefix: str
+) -> None:
+    def process() -> Guard:
+        return Guard(
+            [
+                OpenAICompatibleProvider(fake.base_url, model="m", name="primary"),
+                OpenAICompatibleProvider(fake2.base_url, model="m", name="backup"),
+            ],
+            store=redis_url,
+            key_prefix=redis_prefix,
+            retry=None,
+            breaker=POLICY,
+            environ={},
+        )
+
+    first, second = process(), process()
+    fake.always(Fault(status=503))
+    for _ in range(4):
+        first.chat(USER)
+    seen = fake.stats.requests
+    assert second.chat(USER).route == "backup"
+    assert fake.stats.requests == seen  # the other process skipped the primary at once
+    first.close()
+    second.close()
+
+
+def test_routes_with_too_small_a_context_are_skipped(
+    fake: FakeProvider, fake2: FakeProvider
+) -> None:
+    small = OpenAICompatibleProvider(fake.base_url, model="m", name="small", context_window=50)
+    big = OpenAICompatibleProvider(fake2.base_url, model="m", name="big")
+    guard = Guard([small, big], environ={})
+    long_question = [{"role": "user", "content": "word " * 200}]
+    assert guard.chat(long_question).route == "big"
+    assert fake.stats.requests == 0
+    assert guard.chat(USER).route == "small"
+    guard.close()
+
+
+def test_context_window_is_a_provider_option(fake: FakeProvider) -> None:
+    provider = OpenAICompatibleProvider(fake.base_url, model="m", context_window=50)
+    guard = Guard(provider, environ={})
+    with pytest.raises(ContextLengthExceededError):
+        guard.chat([{"role": "user", "content": "word " * 200}])
+    assert fake.stats.requests == 0
+
+
+def test_moves_on_is_configurable(
+    fake: FakeProvider, fake2: FakeProvider, make_guard: MakeGuard
+) -> None:
+    guard = make_guard(fake, fake2, retry=None, moves_on=lambda error: True)
+    fake.script(Fault(status=400))
+    assert guard.chat(USER).route == "backup"  # this application wants every error moved on
+
+
+def test_streams_record_slow_first_tokens(fake: FakeProvider, make_guard: MakeGuard) -> None:
+    policy = BreakerPolicy(window=4, minimum_calls=2, slow_call_rate=1.0, slow_call_seconds=0.1)
+    guard = make_guard(fake, retry=None, breaker=policy)
+    fake.always(Fault(first_token_delay=0.15))
+    with waits_off():
+        for _ in range(2):
+            with guard.chat(USER, stream=True) as stream:
+                list(stream)
+    assert guard.breakers is not None
+    assert guard.breakers.state("primary") == "open"
