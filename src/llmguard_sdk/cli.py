@@ -12,6 +12,7 @@ import argparse
 import contextlib
 import json
 import sys
+import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 import anyio
 
 from ._version import __version__
+from .breaker import BreakerPolicy, BreakerTransition
 from .context import CallEvent
 from .errors import ConfigurationError, LLMGuardError
 from .guard import Guard
@@ -80,6 +82,8 @@ class DemoSummary:
     stream_first_token_ms: float | None = None
     stream_text: str = ""
     outage: list[dict[str, object]] = field(default_factory=list)
+    recovery: list[dict[str, object]] = field(default_factory=list)
+    transitions: list[dict[str, object]] = field(default_factory=list)
     local_note: str = ""
     tokens_in: int = 0
     tokens_out: int = 0
@@ -112,6 +116,8 @@ class DemoSummary:
             "tokens": {"input": self.tokens_in, "output": self.tokens_out},
             "stream_first_token_ms": self.stream_first_token_ms,
             "outage": self.outage,
+            "recovery": self.recovery,
+            "breaker_transitions": self.transitions,
             "local_note": self.local_note,
         }
 
@@ -158,22 +164,66 @@ class DemoSummary:
             "",
             "The primary route was made flaky on purpose: 503s and connection resets were "
             "retried with full-jitter",
-            "backoff; 429s asking for a 30 s wait (beyond the retry cap) moved straight to the "
-            "backup route.",
+            "backoff, 429s after the 50 ms their retry-after-ms asked for; a call whose retries "
+            "ran out moved on to the backup.",
             "",
             "Outage: both remote providers down (503s, then connection resets).",
         ]
-        for answer in self.outage:
-            lines.append(
-                f"  {answer['question']!s:<34} -> {answer['route']} in {answer['ms']} ms: "
-                f"{answer['text']!r}"
-            )
+        lines += [_answer_line(answer) for answer in self.outage]
         if self.local_note:
             lines.append(f"  {self.local_note}")
+        lines += ["", "Recovery: both providers back; the breakers probe and close."]
+        lines += [_answer_line(answer) for answer in self.recovery]
+        lines += [
+            "",
+            "Circuit breakers (seconds from the outage's start; before 0: the burst above):",
+        ]
+        lines += [
+            f"  {t['t']:>6.2f} s  {t['route']:<8} {t['before']} -> {t['after']}"
+            for t in self.transitions
+        ]
         return "\n".join(lines)
 
 
-OUTAGE_QUESTIONS = ("What is the capital of France?", "Give me one tip for better sleep.")
+OUTAGE_QUESTIONS = (
+    "What is the capital of France?",
+    "Give me one tip for better sleep.",
+    "Name a primary colour.",
+    "What is 2 + 2?",
+)
+RECOVERY_QUESTIONS = ("Are you back?", "Still there?")
+# Quick to trip and quick to probe, so the demo shows a whole outage in a few seconds.
+DEMO_BREAKER = BreakerPolicy(
+    window=10, minimum_calls=5, failure_rate=0.8, open_seconds=1.0, half_open_permits=1
+)
+
+
+def _answer_line(answer: dict[str, object]) -> str:
+    return (
+        f"  {answer['question']!s:<34} -> {answer['route']} in {answer['ms']} ms: "
+        f"{answer['text']!r}"
+    )
+
+
+def _ask(guard: Guard, question: str) -> dict[str, object]:
+    """One short question through the Guard, as a summary row."""
+    try:
+        answer = guard.chat(
+            [
+                {"role": "system", "content": "Answer in one short sentence."},
+                {"role": "user", "content": question},
+            ],
+            max_tokens=24,
+            temperature=0,
+        )
+    except LLMGuardError as error:
+        return {"question": question, "route": "-", "ms": 0, "text": type(error).__name__}
+    return {
+        "question": question,
+        "route": answer.route,
+        "ms": round(answer.timings.total_s * 1000),
+        "text": answer.text.strip(),
+    }
 
 
 def _local_model() -> Provider | str:
@@ -186,13 +236,26 @@ def _local_model() -> Provider | str:
         return f"no local fallback: {missing}"
 
 
+class _TimedTransitions:
+    """A breaker hook that keeps each transition with the time it was seen."""
+
+    def __init__(self) -> None:
+        self.timed: list[tuple[float, BreakerTransition]] = []
+
+    def append(self, transition: BreakerTransition) -> None:
+        self.timed.append((time.monotonic(), transition))
+
+    def clear(self) -> None:
+        self.timed.clear()
+
+
 def _flaky_script(count: int) -> list[Fault | None]:
     faults: list[Fault | None] = []
     for i in range(count):
         if i % 7 == 3:
             faults.append(Fault(status=503))
         elif i % 11 == 5:
-            faults.append(Fault(status=429, retry_after=30))
+            faults.append(Fault(status=429, retry_after_ms=50))
         elif i % 13 == 8:
             faults.append(Fault(reset=True))
         elif i % 5 == 0:
@@ -206,6 +269,7 @@ def run_demo(*, requests: int = 60, concurrency: int = 8) -> DemoSummary:
     """Run the demo traffic and return its summary."""
     summary = DemoSummary(requests=requests, concurrency=concurrency)
     events: list[CallEvent] = []
+    transitions = _TimedTransitions()
     with (
         FakeProvider(model="primary-model", name="primary") as primary,
         FakeProvider(model="backup-model", name="backup") as backup,
@@ -225,6 +289,8 @@ def run_demo(*, requests: int = 60, concurrency: int = 8) -> DemoSummary:
             routes,
             timeout=30,
             retry=RetryPolicy(attempts=3, base=0.02, cap=1.0),  # short waits for a quick demo
+            breaker=DEMO_BREAKER,
+            breaker_hooks=[transitions.append],
             hooks=[events.append],
             environ={},
         )
@@ -236,31 +302,24 @@ def run_demo(*, requests: int = 60, concurrency: int = 8) -> DemoSummary:
         ) as stream:
             summary.stream_text = "".join(chunk.text for chunk in stream)
         summary.stream_first_token_ms = (stream.response.timings.first_token_s or 0) * 1000
+        primary.reset_faults()  # drop what is left of the flaky script
         primary.always(Fault(status=503))
         backup.always(Fault(reset=True))
-        for question in OUTAGE_QUESTIONS:
-            try:
-                answer = guard.chat(
-                    [
-                        {"role": "system", "content": "Answer in one short sentence."},
-                        {"role": "user", "content": question},
-                    ],
-                    max_tokens=24,
-                    temperature=0,
-                )
-            except LLMGuardError as error:
-                summary.outage.append(
-                    {"question": question, "route": "-", "ms": 0, "text": type(error).__name__}
-                )
-                continue
-            summary.outage.append(
-                {
-                    "question": question,
-                    "route": answer.route,
-                    "ms": round(answer.timings.total_s * 1000),
-                    "text": answer.text.strip(),
-                }
-            )
+        outage_started = time.monotonic()
+        summary.outage = [_ask(guard, question) for question in OUTAGE_QUESTIONS]
+        primary.always(None)
+        backup.always(Fault(latency=0.005))
+        time.sleep(DEMO_BREAKER.open_seconds + 0.1)  # the open breakers may now probe
+        summary.recovery = [_ask(guard, question) for question in RECOVERY_QUESTIONS]
+        summary.transitions = [
+            {
+                "t": round(when - outage_started, 2),
+                "route": t.route,
+                "before": t.before,
+                "after": t.after,
+            }
+            for when, t in transitions.timed
+        ]
         guard.close()
     for event in events[:requests]:
         for retry in event.retries:
