@@ -32,6 +32,7 @@ STAGES = [
     "max_input_tokens",
     "idempotency_key",
     "fallback_chain",
+    "circuit_breaker",
     "retry",
     "retry_budget",
     "usage_accounting",

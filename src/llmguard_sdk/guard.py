@@ -6,14 +6,11 @@
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
-import anyio
-
-from . import pipeline
+from . import chain, pipeline
 from .breaker import (
     BreakerBackend,
     BreakerHook,
@@ -242,63 +239,10 @@ class Guard:
         if stream:
             return ChatStream(ctx, self._stages)
         try:
-            return self._finish(ctx, self._complete(ctx))
+            return self._finish(ctx, chain.run(ctx, self._stages))
         except Exception as exc:
             emit(self._stages.hooks, pipeline.event(ctx, "chat", error=exc))
             raise
-
-    def _complete(self, ctx: CallContext) -> ChatResponse:
-        """The route loop: each route behind its breaker, with its retries; then the next."""
-        stages = self._stages
-        breakers = stages.breakers
-        for route in stages.routes:
-            if pipeline.too_small_for(ctx, route):
-                continue
-            if stages.budget is not None:
-                stages.budget.record_request(route.name)
-            attempt, previous_wait, previous = 0, 0.0, None
-            while True:
-                if breakers is not None:
-                    permit = breakers.permit(route.name)
-                    if not permit.allowed:
-                        pipeline.route_refused(ctx, stages, route, permit)
-                        break
-                attempt += 1
-                ctx.attempts += 1
-                started = time.monotonic()
-                try:
-                    response = route.complete(
-                        ctx.request,
-                        model=pipeline.route_model(route, ctx.request),
-                        deadline=pipeline.attempt_deadline(ctx, stages),
-                    )
-                except ProviderError as failure:
-                    if breakers is not None:
-                        breakers.record(route.name, failure, seconds=time.monotonic() - started)
-                    exc = previous = pipeline.real_error(failure, previous)
-                    decision = pipeline.retry_after_failure(
-                        ctx, stages, exc, attempt=attempt, previous_wait=previous_wait
-                    )
-                    if (
-                        decision.retry
-                        and (stages.budget is None or stages.budget.try_spend(route.name))
-                        and pipeline.still_fits(ctx, decision)
-                    ):
-                        time.sleep(pipeline.note_retry(ctx, route, exc, attempt, decision))
-                        previous_wait = decision.wait
-                        continue
-                    pipeline.fall_through(
-                        ctx, route, exc, delivered=False, moves_on=stages.moves_on
-                    )
-                    break
-                if breakers is not None:
-                    breakers.record(route.name, None, seconds=time.monotonic() - started)
-                ctx.route = route.name
-                return response
-        degraded = pipeline.degraded_response(ctx, stages)
-        if degraded is not None:
-            return degraded
-        raise pipeline.failure(ctx, stages)
 
     @overload
     async def achat(
@@ -353,65 +297,10 @@ class Guard:
         if stream:
             return AsyncChatStream(ctx, self._stages)
         try:
-            return self._finish(ctx, await self._acomplete(ctx))
+            return self._finish(ctx, await chain.arun(ctx, self._stages))
         except Exception as exc:
             emit(self._stages.hooks, pipeline.event(ctx, "chat", error=exc))
             raise
-
-    async def _acomplete(self, ctx: CallContext) -> ChatResponse:
-        """Async twin of :meth:`_complete`."""
-        stages = self._stages
-        breakers = stages.breakers
-        for route in stages.routes:
-            if pipeline.too_small_for(ctx, route):
-                continue
-            if stages.budget is not None:
-                await stages.budget.arecord_request(route.name)
-            attempt, previous_wait, previous = 0, 0.0, None
-            while True:
-                if breakers is not None:
-                    permit = await breakers.apermit(route.name)
-                    if not permit.allowed:
-                        pipeline.route_refused(ctx, stages, route, permit)
-                        break
-                attempt += 1
-                ctx.attempts += 1
-                started = time.monotonic()
-                try:
-                    response = await route.acomplete(
-                        ctx.request,
-                        model=pipeline.route_model(route, ctx.request),
-                        deadline=pipeline.attempt_deadline(ctx, stages),
-                    )
-                except ProviderError as failure:
-                    if breakers is not None:
-                        await breakers.arecord(
-                            route.name, failure, seconds=time.monotonic() - started
-                        )
-                    exc = previous = pipeline.real_error(failure, previous)
-                    decision = pipeline.retry_after_failure(
-                        ctx, stages, exc, attempt=attempt, previous_wait=previous_wait
-                    )
-                    if (
-                        decision.retry
-                        and (stages.budget is None or await stages.budget.atry_spend(route.name))
-                        and pipeline.still_fits(ctx, decision)
-                    ):
-                        await anyio.sleep(pipeline.note_retry(ctx, route, exc, attempt, decision))
-                        previous_wait = decision.wait
-                        continue
-                    pipeline.fall_through(
-                        ctx, route, exc, delivered=False, moves_on=stages.moves_on
-                    )
-                    break
-                if breakers is not None:
-                    await breakers.arecord(route.name, None, seconds=time.monotonic() - started)
-                ctx.route = route.name
-                return response
-        degraded = pipeline.degraded_response(ctx, stages)
-        if degraded is not None:
-            return degraded
-        raise pipeline.failure(ctx, stages)
 
     def _finish(self, ctx: CallContext, response: ChatResponse) -> ChatResponse:
         response = pipeline.finish(ctx, self._stages, response)
