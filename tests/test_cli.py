@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
@@ -66,3 +67,29 @@ def test_bad_arguments_exit_with_usage() -> None:
     with pytest.raises(SystemExit) as info:
         main(["demo", "--requests", "0"])
     assert info.value.code == 2
+
+
+def test_drill_reports_an_outage_and_its_recovery(tmp_path: Any) -> None:
+    picture = tmp_path / "timeline.png"
+    result = run_cli(
+        "drill",
+        "--json",
+        "--rate",
+        "10",
+        "--before",
+        "1",
+        "--outage",
+        "1",
+        "--after",
+        "3",
+        "--no-local",
+        "--png",
+        str(picture),
+    )
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["answered_share"] == 1.0
+    changes = [(t["before"], t["after"]) for t in report["breaker_transitions"]]
+    assert ("closed", "open") in changes
+    assert changes[-1] == ("half_open", "closed")
+    assert picture.read_bytes().startswith(b"\x89PNG")

@@ -49,7 +49,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     demo.add_argument("--requests", type=_positive, default=60, help="calls to send (60)")
     demo.add_argument("--concurrency", type=_positive, default=8, help="calls in flight (8)")
     demo.add_argument("--json", action="store_true", help="print the summary as JSON")
+    drill = commands.add_parser(
+        "drill",
+        help="an outage drill: steady traffic while the primary goes down and comes back",
+        description="Send steady traffic through a Guard (primary, backup, local model) while "
+        "the primary refuses connections, then answers 503, then hangs, then returns; report "
+        "answered share, latency before/during/after, calls that reached the dead primary and "
+        "the time to recover.",
+    )
+    drill.add_argument("--rate", type=float, default=20.0, help="requests per second (20)")
+    drill.add_argument("--before", type=float, default=3.0, help="seconds before the outage")
+    drill.add_argument("--outage", type=float, default=2.0, help="seconds of each down phase")
+    drill.add_argument("--after", type=float, default=4.0, help="seconds after the return")
+    drill.add_argument("--no-local", action="store_true", help="leave the local model out")
+    drill.add_argument("--png", metavar="FILE", help="write a timeline picture")
+    drill.add_argument("--json", action="store_true", help="print the report as JSON")
     args = parser.parse_args(argv)
+    if args.command == "drill":
+        from .drill import run_drill
+
+        report = run_drill(
+            rate=args.rate,
+            before=args.before,
+            outage=args.outage,
+            after=args.after,
+            local=not args.no_local,
+            png=args.png,
+        )
+        print(json.dumps(report.as_dict(), indent=2) if args.json else report.render())
+        return 0 if report.as_dict()["answered_share"] == 1.0 else 1
     if args.command == "demo":
         summary = run_demo(requests=args.requests, concurrency=args.concurrency)
         print(json.dumps(summary.as_dict(), indent=2) if args.json else summary.render())
