@@ -250,3 +250,17 @@ def test_transitions_are_reported_once() -> None:
         ("open", "half_open"),
         ("half_open", "closed"),
     ]
+
+
+def test_lost_probes_do_not_hold_the_breaker_half_open_forever(driven: Driven) -> None:
+    b = driven.backend
+    for _ in range(4):
+        b.record("r", "fail")
+    driven.advance(10.5)
+    assert [b.acquire("r").allowed for _ in range(3)] == [True, True, False]
+    # The two probes' callers were cancelled: no outcome ever comes back.
+    driven.advance(5)
+    assert not b.acquire("r").allowed  # still waiting for them
+    driven.advance(6)  # open_seconds after turning half-open: probe again
+    assert b.acquire("r").allowed
+    assert b.record("r", "ok") == "half_open"

@@ -8,7 +8,9 @@
   ``backoff_factor`` on each consecutive trip, up to ``max_open_seconds``. A 429 opens the
   breaker for the provider's Retry-After.
 * **HALF_OPEN** hands out ``half_open_permits`` probe permits; a failed probe reopens the
-  breaker (for longer), and that many successful probes close it.
+  breaker (for longer), and that many successful probes close it. A probe whose outcome never
+  comes back (its caller was cancelled, or stopped reading a stream) does not hold its permit
+  forever: after ``open_seconds`` without an outcome, the permits are handed out again.
 * **ISOLATED** (manual) refuses every call until reset.
 
 Client errors (4xx) say nothing about the provider's health and are not recorded.
@@ -107,6 +109,7 @@ class BreakerState:
     trips: int = 0
     permits: int = 0
     probes_ok: int = 0
+    half_open_at: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -130,10 +133,12 @@ def acquire(state: BreakerState, now: float, policy: BreakerPolicy) -> tuple[Per
     if state.state == "open":
         if now < state.open_until:
             return Permit(False, "open", retry_after=state.open_until - now), state
-        state = replace(state, state="half_open", permits=0, probes_ok=0)
+        state = replace(state, state="half_open", permits=0, probes_ok=0, half_open_at=now)
     if state.state == "half_open":
         if state.permits >= policy.half_open_permits:
-            return Permit(False, "half_open", retry_after=0.0), state
+            if now - state.half_open_at < policy.open_seconds:
+                return Permit(False, "half_open", retry_after=0.0), state
+            state = replace(state, permits=0, probes_ok=0, half_open_at=now)  # lost probes
         return Permit(True, "half_open", probe=True), replace(state, permits=state.permits + 1)
     return Permit(True, "closed"), state
 

@@ -65,7 +65,8 @@ class RedisBreakerBackend:
         return [self._store.key("cb", tag, "s"), self._store.key("cb", tag, "w")]
 
     def _acquire_args(self) -> list[Any]:
-        return [self.policy.half_open_permits, self.clock_offset, self._ttl]
+        p = self.policy
+        return [p.half_open_permits, self.clock_offset, self._ttl, p.open_seconds]
 
     def _record_args(self, outcome: Outcome, hint: float | None) -> list[Any]:
         p = self.policy
