@@ -219,3 +219,39 @@ def test_streams_record_slow_first_tokens(fake: FakeProvider, make_guard: MakeGu
                 list(stream)
     assert guard.breakers is not None
     assert guard.breakers.state("primary") == "open"
+
+
+def test_probes_that_end_without_an_outcome_give_their_permit_back(
+    fake: FakeProvider, make_guard: MakeGuard
+) -> None:
+    clock = Clock()
+    policy = BreakerPolicy(window=10, minimum_calls=4, open_seconds=10, half_open_permits=1)
+    guard = make_guard(
+        fake, retry=None, breaker=Breakers(MemoryBreakerBackend(policy, clock=clock))
+    )
+    fake.always(Fault(status=503))
+    for _ in range(4):
+        with pytest.raises(ProviderError):
+            guard.chat(USER)
+    fake.always(None)
+    clock.now = 10.5
+    fake.script(Fault(status=400))  # the probe's request is refused as wrong: no outcome
+    with pytest.raises(ProviderError):
+        guard.chat(USER)
+    with guard.chat(USER, stream=True) as stream:  # the next probe is closed early
+        next(stream)
+    assert guard.chat(USER).route == "primary"  # a third probe still gets through, and closes
+    assert guard.breakers is not None
+    assert guard.breakers.state("primary") == "closed"
+
+
+def test_streams_cut_mid_answer_count_as_failures(
+    fake: FakeProvider, make_guard: MakeGuard
+) -> None:
+    guard = make_guard(fake, retry=None, breaker=driven(Clock()))
+    fake.always(Fault(cut_stream_after=1))
+    for _ in range(4):
+        with pytest.raises(ProviderError), guard.chat(USER, stream=True) as stream:
+            list(stream)
+    assert guard.breakers is not None
+    assert guard.breakers.state("primary") == "open"

@@ -20,6 +20,8 @@ from llmguard_sdk import (
     LocalProvider,
     OpenAICompatibleProvider,
     ProviderBusyError,
+    ProviderTimeoutError,
+    ProviderUnavailableError,
 )
 from llmguard_sdk.providers.local import bundled_model_path
 from llmguard_sdk.testing import FakeProvider, Fault
@@ -128,7 +130,7 @@ def test_the_chain_falls_back_to_the_local_model(local: LocalProvider) -> None:
         answer = guard.chat(QUESTION, temperature=0, max_tokens=20)
         assert answer.route == "local"
         assert answer.text
-        guard.close()
+        remote.close()  # the shared local model stays open for the other tests
 
 
 def test_the_model_and_its_kv_cache_live_across_calls(guard: Guard, local: LocalProvider) -> None:
@@ -260,3 +262,36 @@ def test_prompt_lookup_decoding_past_512_tokens() -> None:
     assert answer.usage.input_tokens + answer.usage.output_tokens > 512
     assert "warehouse" in answer.text
     provider.close()
+
+
+def test_callers_that_gave_up_free_their_queue_slot() -> None:
+    provider = LocalProvider(n_ctx=512, max_queue=1, warm_up=True)
+    assert provider.wait_loaded(60)
+    guard = Guard(provider, timeout=60, retry=None, environ={})
+    story = [{"role": "user", "content": "Write a long story about a cat."}]
+    busy = threading.Thread(
+        target=guard.chat, args=(story,), kwargs={"max_tokens": 300, "temperature": 0}
+    )
+    busy.start()
+    deadline = time.monotonic() + 30
+    while not provider._busy.locked():
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+    with pytest.raises(ProviderTimeoutError):
+        guard.chat(QUESTION, max_tokens=5, timeout=0.2)  # waits, then gives up
+    waiter = threading.Thread(target=guard.chat, args=(QUESTION,), kwargs={"max_tokens": 5})
+    waiter.start()  # takes the freed slot instead of being refused
+    busy.join(60)
+    waiter.join(60)
+    provider.close()
+
+
+def test_close_refuses_new_calls_and_frees_the_model() -> None:
+    provider = LocalProvider(n_ctx=512, warm_up=True)
+    assert provider.wait_loaded(60)
+    guard = Guard(provider, timeout=60, retry=None, environ={})
+    assert guard.chat(QUESTION, max_tokens=5).text
+    provider.close()
+    assert provider._engine is None
+    with pytest.raises(ProviderUnavailableError, match="closed"):
+        guard.chat(QUESTION, max_tokens=5)

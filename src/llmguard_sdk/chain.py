@@ -103,6 +103,10 @@ def run(ctx: CallContext, stages: Stages) -> ChatResponse:
             result = _perform(op, ctx, stages)
         except ProviderError as failure:
             error = failure
+        except BaseException:
+            if op.kind == "call" and op.route is not None and stages.breakers is not None:
+                stages.breakers.release(op.route.name)  # no outcome: give the permit back
+            raise
 
 
 async def arun(ctx: CallContext, stages: Stages) -> ChatResponse:
@@ -121,6 +125,10 @@ async def arun(ctx: CallContext, stages: Stages) -> ChatResponse:
             result = await _aperform(op, ctx, stages)
         except ProviderError as failure:
             error = failure
+        except BaseException:  # cancelled, or not a provider failure
+            if op.kind == "call" and op.route is not None and stages.breakers is not None:
+                await stages.breakers.arelease(op.route.name)
+            raise
 
 
 def _perform(op: Op, ctx: CallContext, stages: Stages) -> Any:

@@ -261,14 +261,17 @@ class ChatStream(_StreamBase):
                     deadline=self._ctx.deadline,
                     idle_timeout=self._stages.attempt_timeout,
                 )
+                finished = recorded = False
                 try:
                     for chunk in chunks:
                         assembler.add(chunk)
                         if self._worth_yielding(chunk):
                             yield chunk
+                    finished = True
                 except ProviderError as failure:
                     if breakers is not None:
                         breakers.record(route.name, failure, seconds=assembler.seconds())
+                        recorded = True
                     exc = previous = pipeline.real_error(failure, previous)
                     decision = self._plan_retry(exc, assembler, attempt, previous_wait)
                     if (
@@ -283,6 +286,8 @@ class ChatStream(_StreamBase):
                     break
                 finally:
                     chunks.close()
+                    if breakers is not None and not (finished or recorded):
+                        breakers.release(route.name)  # closed early: no outcome to record
                 if breakers is not None:
                     breakers.record(route.name, None, seconds=assembler.seconds())
                 self._finish_route(assembler, route.name)
@@ -366,14 +371,17 @@ class AsyncChatStream(_StreamBase):
                     deadline=self._ctx.deadline,
                     idle_timeout=self._stages.attempt_timeout,
                 )
+                finished = recorded = False
                 try:
                     async for chunk in chunks:
                         assembler.add(chunk)
                         if self._worth_yielding(chunk):
                             yield chunk
+                    finished = True
                 except ProviderError as failure:
                     if breakers is not None:
                         await breakers.arecord(route.name, failure, seconds=assembler.seconds())
+                        recorded = True
                     exc = previous = pipeline.real_error(failure, previous)
                     decision = self._plan_retry(exc, assembler, attempt, previous_wait)
                     if (
@@ -389,6 +397,8 @@ class AsyncChatStream(_StreamBase):
                     break
                 finally:
                     await chunks.aclose()
+                    if breakers is not None and not (finished or recorded):
+                        await breakers.arelease(route.name)  # closed early: no outcome
                 if breakers is not None:
                     await breakers.arecord(route.name, None, seconds=assembler.seconds())
                 self._finish_route(assembler, route.name)

@@ -16,6 +16,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+import anyio
+
 from ..errors import ProviderError, RateLimitedError
 from .memory import MemoryBreakerBackend
 from .policy import BreakerPolicy, BreakerState, Outcome, Permit, State, outcome_of
@@ -52,6 +54,14 @@ class BreakerBackend(Protocol):
 
     async def aacquire(self, route: str) -> Permit:
         """Async twin of :meth:`acquire`."""
+        ...
+
+    def release(self, route: str) -> None:
+        """Give back a permit whose call has no outcome."""
+        ...
+
+    async def arelease(self, route: str) -> None:
+        """Async twin of :meth:`release`."""
         ...
 
     async def arecord(self, route: str, outcome: Outcome, hint: float | None = None) -> State:
@@ -115,16 +125,29 @@ class Breakers:
         return permit
 
     def record(self, route: str, error: BaseException | None, *, seconds: float) -> None:
-        """Record how a call to ``route`` went (client errors are not recorded)."""
+        """Record how a call to ``route`` went; a client error only gives its permit back."""
         outcome = outcome_of(error, seconds=seconds, policy=self.policy)
-        if outcome is not None:
+        if outcome is None:
+            self.backend.release(route)
+        else:
             self._saw(route, self.backend.record(route, outcome, _hint(error)))
 
     async def arecord(self, route: str, error: BaseException | None, *, seconds: float) -> None:
         """Async twin of :meth:`record`."""
         outcome = outcome_of(error, seconds=seconds, policy=self.policy)
-        if outcome is not None:
+        if outcome is None:
+            await self.backend.arelease(route)
+        else:
             self._saw(route, await self.backend.arecord(route, outcome, _hint(error)))
+
+    def release(self, route: str) -> None:
+        """Give back a permit whose call ended with no outcome (cancelled, abandoned)."""
+        self.backend.release(route)
+
+    async def arelease(self, route: str) -> None:
+        """Async twin of :meth:`release`; runs even inside a cancelled scope."""
+        with anyio.CancelScope(shield=True):
+            await self.backend.arelease(route)
 
     def state(self, route: str) -> State:
         """The breaker state of ``route``."""

@@ -9,7 +9,16 @@ import threading
 import time
 from collections.abc import Callable
 
-from .policy import BreakerPolicy, BreakerState, Outcome, Permit, State, acquire, record
+from .policy import (
+    BreakerPolicy,
+    BreakerState,
+    Outcome,
+    Permit,
+    State,
+    acquire,
+    record,
+    release,
+)
 
 __all__ = ["MemoryBreakerBackend"]
 
@@ -37,6 +46,15 @@ class MemoryBreakerBackend:
             state = record(self._get(route), self._clock(), self.policy, outcome, hint=hint)
             self._states[route] = state
             return state.state
+
+    def release(self, route: str) -> None:
+        """Give back a permit whose call has no outcome to record."""
+        with self._lock:
+            self._states[route] = release(self._get(route))
+
+    async def arelease(self, route: str) -> None:
+        """Same as :meth:`release` (no I/O)."""
+        self.release(route)
 
     async def aacquire(self, route: str) -> Permit:
         """Same as :meth:`acquire` (no I/O)."""

@@ -31,6 +31,7 @@ from ..errors import (
     ProviderTimeoutError,
     ProviderUnavailableError,
     RateLimitedError,
+    StreamInterruptedError,
 )
 
 __all__ = [
@@ -42,6 +43,7 @@ __all__ = [
     "acquire",
     "outcome_of",
     "record",
+    "release",
 ]
 
 State = Literal["closed", "open", "half_open", "isolated"]
@@ -84,6 +86,8 @@ class BreakerPolicy:
             raise ConfigurationError("window_type must be 'count' or 'time'")
         if not (0 < self.window < math.inf) or self.minimum_calls < 1:
             raise ConfigurationError("window must be positive and minimum_calls at least 1")
+        if self.window_type == "count" and (self.window < 1 or self.window != int(self.window)):
+            raise ConfigurationError("a count window is a whole number of calls (>= 1)")
         if not (0 < self.failure_rate <= 1 and 0 < self.slow_call_rate <= 1):
             raise ConfigurationError("failure_rate and slow_call_rate must be in (0, 1]")
         if not (0 < self.open_seconds <= self.max_open_seconds < math.inf):
@@ -178,6 +182,14 @@ def record(
     return state
 
 
+def release(state: BreakerState) -> BreakerState:
+    """Give back a permit whose call ended without an outcome to record (a client error,
+    a cancelled caller, a stream closed early): a half-open breaker may probe again."""
+    if state.state == "half_open" and state.permits > 0:
+        return replace(state, permits=state.permits - 1)
+    return state
+
+
 def _trip(state: BreakerState, now: float, policy: BreakerPolicy) -> BreakerState:
     trips = state.trips + 1
     return BreakerState(state="open", open_until=now + policy.open_duration(trips), trips=trips)
@@ -204,7 +216,13 @@ def outcome_of(
         return "slow" if slow else "ok"
     if isinstance(error, RateLimitedError):
         return "rate_limited"
-    if isinstance(error, (ProviderUnavailableError, ProviderTimeoutError, MalformedResponseError)):
+    failures = (
+        ProviderUnavailableError,
+        ProviderTimeoutError,
+        MalformedResponseError,
+        StreamInterruptedError,  # a stream cut mid-answer: HTTP said 200, the route failed
+    )
+    if isinstance(error, failures):
         return "fail"
     if isinstance(error, ProviderError) and error.status_code is not None:
         return "fail" if error.status_code >= 500 else None

@@ -32,6 +32,7 @@ _DOWN_SECONDS = 5.0
 _LUA = resources.files(__package__).joinpath("lua")
 _ACQUIRE = _LUA.joinpath("acquire.lua").read_text(encoding="utf-8")
 _RECORD = _LUA.joinpath("record.lua").read_text(encoding="utf-8")
+_RELEASE = _LUA.joinpath("release.lua").read_text(encoding="utf-8")
 _STATES: dict[str, State] = {
     "closed": "closed",
     "open": "open",
@@ -53,8 +54,9 @@ class RedisBreakerBackend:
         self._store = store
         self._acquire = store.client.register_script(_ACQUIRE)
         self._record = store.client.register_script(_RECORD)
+        self._release = store.client.register_script(_RELEASE)
         self._async_scripts: weakref.WeakKeyDictionary[
-            redis.asyncio.Redis, tuple[AsyncScript, AsyncScript]
+            redis.asyncio.Redis, tuple[AsyncScript, AsyncScript, AsyncScript]
         ] = weakref.WeakKeyDictionary()
         self._fallback = MemoryBreakerBackend(policy)
         self._down_until = 0.0
@@ -86,11 +88,15 @@ class RedisBreakerBackend:
             self._ttl,
         ]
 
-    def _ascripts(self) -> tuple[AsyncScript, AsyncScript]:
+    def _ascripts(self) -> tuple[AsyncScript, AsyncScript, AsyncScript]:
         client = self._store.aclient
         scripts = self._async_scripts.get(client)
         if scripts is None:
-            scripts = (client.register_script(_ACQUIRE), client.register_script(_RECORD))
+            scripts = (
+                client.register_script(_ACQUIRE),
+                client.register_script(_RECORD),
+                client.register_script(_RELEASE),
+            )
             self._async_scripts[client] = scripts
         return scripts
 
@@ -149,6 +155,26 @@ class RedisBreakerBackend:
                 self._went_down(exc)
         return self._fallback.record(route, outcome, hint)
 
+    def release(self, route: str) -> None:
+        """Give back a permit whose call has no outcome to record."""
+        if self._up():
+            try:
+                self._release(keys=self._keys(route)[:1])
+                return
+            except redis.RedisError as exc:
+                self._went_down(exc)
+        self._fallback.release(route)
+
+    async def arelease(self, route: str) -> None:
+        """Async twin of :meth:`release`."""
+        if self._up():
+            try:
+                await self._ascripts()[2](keys=self._keys(route)[:1])
+                return
+            except redis.RedisError as exc:
+                self._went_down(exc)
+        self._fallback.release(route)
+
     def state(self, route: str) -> State:
         """The state stored in Redis (``closed`` when it holds none)."""
         raw = self._store.client.hget(self._keys(route)[0], "s")
@@ -160,6 +186,7 @@ class RedisBreakerBackend:
         pipe = self._store.client.pipeline(transaction=True)
         pipe.delete(window_key)
         pipe.hset(state_key, mapping={"s": "isolated"})
+        pipe.persist(state_key)  # isolated means until reset, not until a TTL runs out
         pipe.execute()
 
     def reset(self, route: str) -> None:

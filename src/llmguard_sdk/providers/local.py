@@ -31,7 +31,8 @@ import os
 import queue
 import threading
 import time
-from collections.abc import AsyncGenerator, Generator, Iterator
+from collections import deque
+from collections.abc import AsyncGenerator, Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -132,9 +133,11 @@ class LocalProvider:
         self.n_gpu_layers = (-1 if gpu else 0) if n_gpu_layers is None else n_gpu_layers
         self.prompt_lookup_tokens = prompt_lookup_tokens
         self.seed = seed
-        self._jobs: queue.Queue[_Job | None] = queue.Queue(maxsize=max(1, max_queue))
+        self._pending: deque[_Job] = deque()
         self._max_queue = max_queue
         self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._closed = False
         self._worker: threading.Thread | None = None
         self._engine: _Engine | None = None
         self._load_error: BaseException | None = None
@@ -150,6 +153,8 @@ class LocalProvider:
 
     def _ensure_worker(self) -> None:
         with self._lock:
+            if self._closed:
+                raise ProviderUnavailableError("the local model was closed", route=self.name)
             if self._worker is None:
                 self._worker = threading.Thread(
                     target=self._run, name=f"llmguard-local-{self.name}", daemon=True
@@ -162,11 +167,18 @@ class LocalProvider:
         return self._loaded.wait(timeout)
 
     def close(self) -> None:
-        """Stop the worker after the current generation (the model is freed with it)."""
-        with self._lock:
-            worker, self._worker = self._worker, None
+        """Refuse new calls, cancel the waiting ones, stop the current generation at its next
+        token, and free the model. Bounded: waits at most 10 s for the worker."""
+        with self._wake:
+            self._closed = True
+            waiting = list(self._pending)
+            self._pending.clear()
+            worker = self._worker
+            self._wake.notify_all()
+        for job in waiting:
+            job.cancelled.set()
+            job.out.put(ProviderUnavailableError("the local model was closed", route=self.name))
         if worker is not None:
-            self._jobs.put(None)
             worker.join(timeout=10)
 
     async def aclose(self) -> None:
@@ -175,6 +187,18 @@ class LocalProvider:
 
     # -- the worker --------------------------------------------------------------------------
 
+    def _next_job(self) -> _Job | None:
+        """The next live job, or None once the provider is closed."""
+        with self._wake:
+            while True:
+                if self._closed:
+                    return None
+                while self._pending and self._pending[0].cancelled.is_set():
+                    self._pending.popleft()
+                if self._pending:
+                    return self._pending.popleft()
+                self._wake.wait()
+
     def _run(self) -> None:
         try:
             self._engine = _Engine(self)
@@ -182,38 +206,41 @@ class LocalProvider:
             self._load_error = exc
         finally:
             self._loaded.set()
-        while True:
-            job = self._jobs.get()
-            if job is None:
-                return
-            if job.cancelled.is_set():
-                continue
-            if self._engine is None:
-                job.out.put(
-                    ProviderUnavailableError(
-                        f"local model failed to load: {self._load_error!r}", route=self.name
-                    )
-                )
-                continue
-            with self._busy:
-                try:
-                    self._engine.generate(job)
-                except Exception as exc:
+        try:
+            while (job := self._next_job()) is not None:
+                if self._engine is None:
                     job.out.put(
-                        ProviderUnavailableError(f"local model failed: {exc!r}", route=self.name)
+                        ProviderUnavailableError(
+                            f"local model failed to load: {self._load_error!r}", route=self.name
+                        )
                     )
+                    continue
+                with self._busy:
+                    try:
+                        self._engine.generate(job, stop=lambda: self._closed)
+                    except Exception as exc:
+                        job.out.put(
+                            ProviderUnavailableError(
+                                f"local model failed: {exc!r}", route=self.name
+                            )
+                        )
+        finally:
+            self._engine = None  # the model is freed with the worker
 
     def _submit(self, request: ChatRequest, deadline: float) -> _Job:
         self._ensure_worker()
         job = _Job(request, deadline)
-        if self._max_queue == 0 and self._busy.locked():
-            raise ProviderBusyError("the local model is busy", route=self.name)
-        try:
-            self._jobs.put_nowait(job)
-        except queue.Full:
-            raise ProviderBusyError(
-                f"the local model's queue is full ({self._max_queue} waiting)", route=self.name
-            ) from None
+        with self._wake:
+            live = [j for j in self._pending if not j.cancelled.is_set()]
+            self._pending = deque(live)
+            idle = not live and not self._busy.locked()
+            if not idle and len(live) >= self._max_queue:
+                raise ProviderBusyError(
+                    f"the local model is busy ({len(live)} waiting, at most {self._max_queue})",
+                    route=self.name,
+                )
+            self._pending.append(job)
+            self._wake.notify()
         return job
 
     # -- calls -------------------------------------------------------------------------------
@@ -235,7 +262,7 @@ class LocalProvider:
                     return
                 yield item
         finally:
-            job.cancelled.set()
+            _abandon(job)
 
     async def astream(
         self,
@@ -256,7 +283,7 @@ class LocalProvider:
                     return
                 yield item
         finally:
-            job.cancelled.set()
+            _abandon(job)
 
     def complete(self, request: ChatRequest, *, model: str, deadline: float) -> ChatResponse:
         """Answer in one response."""
@@ -266,6 +293,12 @@ class LocalProvider:
         """Async twin of :meth:`complete`."""
         chunks = [c async for c in self.astream(request, model=model, deadline=deadline)]
         return _assemble(iter(chunks), self.name)
+
+
+def _abandon(job: _Job) -> None:
+    """The caller is gone: stop the generation, and wake a thread still waiting for it."""
+    job.cancelled.set()
+    job.out.put(None)
 
 
 def _take(job: _Job, route: str, deadline: float, idle_timeout: float | None) -> StreamChunk | None:
@@ -387,7 +420,7 @@ class _Engine:
             "n_ctx": self.owner.n_ctx,
         }
 
-    def generate(self, job: _Job) -> None:
+    def generate(self, job: _Job, stop: Callable[[], bool]) -> None:
         request, owner = job.request, self.owner
         tokens, trimmed = self.fit(request)
         limit = min(request.output_limit or owner.n_ctx, owner.n_ctx - len(tokens))
@@ -406,6 +439,11 @@ class _Engine:
             reset=True,
         ):
             if job.cancelled.is_set():
+                return  # the caller is gone
+            if stop():
+                job.out.put(
+                    ProviderUnavailableError("the local model was closed", route=owner.name)
+                )
                 return
             if token in self.stop_ids:
                 finish = "stop"
