@@ -382,7 +382,9 @@ async def _burst(guard: Guard, requests: int, concurrency: int) -> None:
     async with anyio.create_task_group() as tasks:
         for i in range(requests):
             tasks.start_soon(one, i)
-    await guard.aclose()
+    for route in guard.routes:  # this event loop's connections; the local model stays loaded
+        if isinstance(route, OpenAICompatibleProvider):
+            await route.aclose()
 
 
 if __name__ == "__main__":
