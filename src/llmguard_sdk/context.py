@@ -114,6 +114,7 @@ class CallContext:
     deadline: float
     started: float = field(default_factory=time.monotonic)
     input_count: TokenCount | None = None
+    hedge_after: float | None = None
     attempts: int = 0
     route: str | None = None
     first_token_at: float | None = None

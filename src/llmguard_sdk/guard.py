@@ -77,6 +77,10 @@ class Guard:
             :func:`~llmguard_sdk.pipeline.is_route_failure`).
         degraded: text answered (``route="degraded"``) when no route can serve a call,
             instead of raising; ``None`` raises.
+        hedge_after: hedge non-streaming calls: when the first route has not answered within
+            this many seconds, the second starts too and the first answer wins (the other is
+            cancelled in async code, abandoned to its deadline in sync code). A hedged pair is
+            not retried. Per call: ``chat(..., hedge_after=...)``. Streams are not hedged yet.
         attempt_timeout: seconds one route may stay silent before the chain moves on: the
             whole answer of a plain call, the first and every later chunk of a stream.
             Default: no limit of its own (only ``timeout``), so a hung first route can use
@@ -113,6 +117,7 @@ class Guard:
         breaker_hooks: Sequence[BreakerHook] = (),
         moves_on: Callable[[ProviderError], bool] | None = None,
         degraded: str | None = None,
+        hedge_after: float | None = None,
         max_input_tokens: int | None = None,
         input_filters: Sequence[InputFilter] = (),
         output_filters: Sequence[OutputFilter] = (),
@@ -156,6 +161,7 @@ class Guard:
             breakers=_breakers(breaker, breaker_hooks, self.store),
             moves_on=moves_on,
             degraded_text=degraded,
+            hedge_after=hedge_after,
         )
 
     def __repr__(self) -> str:
@@ -186,6 +192,7 @@ class Guard:
         feature: str | None = ...,
         user: str | None = ...,
         timeout: float | None = ...,
+        hedge_after: float | None = ...,
         **params: Any,
     ) -> ChatResponse: ...
 
@@ -201,6 +208,7 @@ class Guard:
         feature: str | None = ...,
         user: str | None = ...,
         timeout: float | None = ...,
+        hedge_after: float | None = ...,
         **params: Any,
     ) -> ChatStream: ...
 
@@ -215,6 +223,7 @@ class Guard:
         feature: str | None = None,
         user: str | None = None,
         timeout: float | None = None,
+        hedge_after: float | None = None,
         **params: Any,
     ) -> ChatResponse | ChatStream:
         """Send a chat completion through the pipeline.
@@ -235,6 +244,7 @@ class Guard:
             _request_data(messages, request, model, params),
             scope=pipeline.resolve_scope(tenant, feature, user),
             timeout=timeout,
+            hedge_after=hedge_after,
         )
         if stream:
             return ChatStream(ctx, self._stages)
@@ -256,6 +266,7 @@ class Guard:
         feature: str | None = ...,
         user: str | None = ...,
         timeout: float | None = ...,
+        hedge_after: float | None = ...,
         **params: Any,
     ) -> ChatResponse: ...
 
@@ -271,6 +282,7 @@ class Guard:
         feature: str | None = ...,
         user: str | None = ...,
         timeout: float | None = ...,
+        hedge_after: float | None = ...,
         **params: Any,
     ) -> AsyncChatStream: ...
 
@@ -285,6 +297,7 @@ class Guard:
         feature: str | None = None,
         user: str | None = None,
         timeout: float | None = None,
+        hedge_after: float | None = None,
         **params: Any,
     ) -> ChatResponse | AsyncChatStream:
         """Async twin of :meth:`chat`; ``stream=True`` gives an :class:`AsyncChatStream`."""
@@ -293,6 +306,7 @@ class Guard:
             _request_data(messages, request, model, params),
             scope=pipeline.resolve_scope(tenant, feature, user),
             timeout=timeout,
+            hedge_after=hedge_after,
         )
         if stream:
             return AsyncChatStream(ctx, self._stages)

@@ -77,6 +77,7 @@ class Stages:
     breakers: Breakers | None = None
     moves_on: Callable[[ProviderError], bool] | None = None
     degraded_text: str | None = None
+    hedge_after: float | None = None
 
 
 def prepare(
@@ -85,6 +86,7 @@ def prepare(
     *,
     scope: Scope,
     timeout: float | None,
+    hedge_after: float | None = None,
 ) -> CallContext:
     """Validate the request, run input guardrails and the size check; start the clock."""
     started = time.monotonic()
@@ -103,7 +105,16 @@ def prepare(
     if checked.model is None and any(route.model is None for route in stages.routes):
         raise RequestValidationError("no model: pass model=... or give every provider a model")
     checked = _with_idempotency_key(checked, stages.retry)
-    ctx = CallContext(request=checked, scope=scope, deadline=started + budget, started=started)
+    hedge = stages.hedge_after if hedge_after is None else hedge_after
+    if hedge is not None and not (isinstance(hedge, (int, float)) and 0 <= hedge < math.inf):
+        raise RequestValidationError(f"hedge_after must be seconds >= 0, got {hedge!r}")
+    ctx = CallContext(
+        request=checked,
+        scope=scope,
+        deadline=started + budget,
+        started=started,
+        hedge_after=hedge,
+    )
     if stages.max_input_tokens is not None:
         count = ctx.input_count = count_request_tokens(
             checked, model=checked.model or stages.routes[0].model

@@ -1,0 +1,105 @@
+"""Hedged calls: when the first route is slow, the second starts too and the first answer wins."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import pytest
+
+from llmguard_sdk import (
+    AllRoutesFailedError,
+    ChatResponse,
+    Guard,
+    OpenAICompatibleProvider,
+    RequestValidationError,
+)
+from llmguard_sdk.testing import FakeProvider, Fault
+
+from .conftest import USER
+
+MakeGuard = Callable[..., Guard]
+MODES = ["sync", "async"]
+
+
+def call(guard: Guard, mode: str, **kwargs: Any) -> ChatResponse:
+    if mode == "sync":
+        return guard.chat(USER, **kwargs)
+
+    async def run() -> ChatResponse:
+        try:
+            return await guard.achat(USER, **kwargs)
+        finally:
+            await guard.aclose()
+
+    return anyio.run(run)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_slow_first_route_is_overtaken_by_the_hedge(
+    fake: FakeProvider, fake2: FakeProvider, make_guard: MakeGuard, mode: str
+) -> None:
+    guard = make_guard(fake, fake2, hedge_after=0.05, timeout=10)
+    fake.script(Fault(latency=2.0))  # slow, but it would answer: only a hedge beats it
+    response = call(guard, mode)
+    assert response.route == "backup"
+    assert response.attempts == 2
+    assert fake2.stats.requests == 1
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_fast_first_route_needs_no_hedge(
+    fake: FakeProvider, fake2: FakeProvider, make_guard: MakeGuard, mode: str
+) -> None:
+    guard = make_guard(fake, fake2, hedge_after=1.0)
+    response = call(guard, mode)
+    assert response.route == "primary"
+    assert response.attempts == 1
+    assert fake2.stats.requests == 0
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_first_route_failing_early_starts_the_second_at_once(
+    fake: FakeProvider, fake2: FakeProvider, make_guard: MakeGuard, mode: str
+) -> None:
+    guard = make_guard(fake, fake2, hedge_after=5.0, timeout=10)
+    fake.script(Fault(status=503))
+    response = call(guard, mode)
+    assert response.route == "backup"  # without waiting the 5 s hedge delay
+    assert fake.stats.requests == 1  # a hedged pair is not retried
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_when_both_hedged_routes_fail_the_chain_goes_on(
+    fake: FakeProvider, fake2: FakeProvider, make_guard: MakeGuard, mode: str
+) -> None:
+    with FakeProvider(name="third") as third:
+        guard = make_guard(fake, fake2, third, hedge_after=0.05, timeout=10)
+        fake.script(Fault(status=503))
+        fake2.script(Fault(status=502))
+        response = call(guard, mode)
+        assert response.route == "third"
+        assert third.stats.requests == 1
+    guard = make_guard(fake, fake2, hedge_after=0.05, timeout=10, retry=None)
+    fake.script(Fault(status=503))
+    fake2.script(Fault(status=503))
+    with pytest.raises(AllRoutesFailedError) as info:
+        call(guard, mode)
+    assert set(info.value.errors) == {"primary", "backup"}
+
+
+def test_hedging_per_call_and_its_validation(
+    fake: FakeProvider, fake2: FakeProvider, make_guard: MakeGuard
+) -> None:
+    guard = make_guard(fake, fake2)
+    fake.script(Fault(latency=2.0))
+    assert guard.chat(USER, hedge_after=0.05, timeout=10).route == "backup"
+    with pytest.raises(RequestValidationError, match="hedge_after"):
+        guard.chat(USER, hedge_after=-1)
+
+
+def test_a_single_route_is_not_hedged(fake: FakeProvider) -> None:
+    guard = Guard(OpenAICompatibleProvider(fake.base_url, model="m"), hedge_after=0.01, environ={})
+    assert guard.chat(USER).text == "Echo: hello there"
+    guard.close()
