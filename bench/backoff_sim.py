@@ -2,7 +2,7 @@
 
 Scenario 1, ``occ``: a reproduction of the AWS Architecture Blog post "Exponential Backoff And
 Jitter" (Marc Brooker, 2015), modelled like the blog's own simulator
-(github.com/aws-samples/aws-arch-backoff-simulator), in simulated time with a heapq event queue
+(aws-samples/aws-arch-backoff-simulator), in simulated time with a heapq event queue
 (nothing sleeps):
 
 * One server holds one row with a version number. N clients each want to write the row once.

@@ -1,8 +1,8 @@
 """Quick start: one Guard around an OpenAI-compatible provider.
 
-Runs offline: a local FakeProvider stands in for the real API. For OpenAI itself, use
-``OpenAICompatibleProvider("https://api.openai.com/v1", api_key=..., model="gpt-4o-mini")``,
-or set LLMGUARD_BASE_URL / LLMGUARD_API_KEY / LLMGUARD_MODEL and call ``Guard()``.
+Runs offline: a local FakeProvider stands in for the real API. For a real provider, give
+``OpenAICompatibleProvider`` its API root, key and model (``base_url`` ends in ``/v1``), or set
+LLMGUARD_BASE_URL / LLMGUARD_API_KEY / LLMGUARD_MODEL and call ``Guard()``.
 """
 
 from llmguard_sdk import Guard, OpenAICompatibleProvider

@@ -299,7 +299,7 @@ def test_duplicate_route_names_are_refused(fake: FakeProvider) -> None:
     with pytest.raises(ConfigurationError, match="unique"):
         Guard(routes, environ={})
     with pytest.raises(ConfigurationError, match="not a Provider"):
-        Guard(["https://example"], environ={})  # type: ignore[list-item]
+        Guard(["not a provider"], environ={})  # type: ignore[list-item]
 
 
 @pytest.mark.parametrize("streaming", [False, True])

@@ -235,7 +235,7 @@ def test_connections_are_reused(fake: FakeProvider, provider: OpenAICompatiblePr
     assert fake.stats.connections == 1
 
 
-@pytest.mark.parametrize("bad", ["api.openai.com/v1", "ftp://x", "", "http://"])
+@pytest.mark.parametrize("bad", ["no-scheme/v1", "ftp://x", "", "http://"])
 def test_bad_base_url_is_a_configuration_error(bad: str) -> None:
     with pytest.raises(ConfigurationError):
         OpenAICompatibleProvider(bad)

@@ -97,8 +97,7 @@ class Guard:
 
     Example::
 
-        guard = Guard(OpenAICompatibleProvider("https://api.openai.com/v1",
-                                               api_key=key, model="gpt-4o-mini"))
+        guard = Guard(OpenAICompatibleProvider(base_url, api_key=key, model="gpt-4o-mini"))
         answer = guard.chat([{"role": "user", "content": "Hello"}], tenant="acme")
         print(answer.text, answer.usage, answer.route)
     """

@@ -54,7 +54,7 @@ class OpenAICompatibleProvider:
     """Chat completions against an OpenAI-compatible HTTP API, sync and async.
 
     Args:
-        base_url: the API root including its version path, e.g. ``https://api.openai.com/v1``.
+        base_url: the API root including its version path, e.g. ``https://<provider host>/v1``.
         api_key: sent as ``Authorization: Bearer ...`` when given.
         model: the model this route serves; ``None`` uses each request's ``model``.
         name: the route name shown in responses and errors (default: the URL's host:port).
@@ -89,7 +89,7 @@ class OpenAICompatibleProvider:
             port_ok = False
         if parts.scheme not in ("http", "https") or not parts.hostname or not port_ok:
             raise ConfigurationError(
-                f"base_url must be an http(s) URL such as https://api.openai.com/v1, "
+                f"base_url must be an http(s) URL such as https://<provider host>/v1, "
                 f"got {base_url!r}"
             )
         if max_connections < 1:
