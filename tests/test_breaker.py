@@ -264,3 +264,25 @@ def test_lost_probes_do_not_hold_the_breaker_half_open_forever(driven: Driven) -
     driven.advance(6)  # open_seconds after turning half-open: probe again
     assert b.acquire("r").allowed
     assert b.record("r", "ok") == "half_open"
+
+
+def test_a_breaker_tripped_in_another_os_process_is_open_here(
+    redis_url: str, redis_prefix: str
+) -> None:
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\n"
+        "from llmguard_sdk.breaker import BreakerPolicy, RedisBreakerBackend\n"
+        "from llmguard_sdk.store import RedisStore\n"
+        "policy = BreakerPolicy(window=10, minimum_calls=4, open_seconds=10)\n"
+        "backend = RedisBreakerBackend(RedisStore(sys.argv[1], key_prefix=sys.argv[2]), policy)\n"
+        "for _ in range(4):\n"
+        "    backend.record('shared-route', 'fail')\n"
+    )
+    subprocess.run([sys.executable, "-c", script, redis_url, redis_prefix], check=True, timeout=60)
+    here = RedisBreakerBackend(RedisStore(redis_url, key_prefix=redis_prefix), POLICY)
+    permit = here.acquire("shared-route")
+    assert not permit.allowed
+    assert permit.state == "open"

@@ -103,3 +103,60 @@ def test_a_single_route_is_not_hedged(fake: FakeProvider) -> None:
     guard = Guard(OpenAICompatibleProvider(fake.base_url, model="m"), hedge_after=0.01, environ={})
     assert guard.chat(USER).text == "Echo: hello there"
     guard.close()
+
+
+def read(guard: Guard, mode: str, **kwargs: Any) -> tuple[str, ChatResponse]:
+    """Read a whole hedged stream (sync or async)."""
+    if mode == "sync":
+        with guard.chat(USER, stream=True, **kwargs) as stream:
+            text = "".join(chunk.text for chunk in stream)
+        return text, stream.response
+
+    async def run() -> tuple[str, ChatResponse]:
+        stream = await guard.achat(USER, stream=True, **kwargs)
+        async with stream:
+            text = "".join([chunk.text async for chunk in stream])
+        await guard.aclose()
+        return text, stream.response
+
+    return anyio.run(run)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_stream_slow_to_its_first_token_is_overtaken(
+    fake: FakeProvider, fake2: FakeProvider, make_guard: MakeGuard, mode: str
+) -> None:
+    guard = make_guard(fake, fake2, hedge_after=0.05, timeout=10)
+    fake.script(Fault(first_token_delay=2.0))
+    text, response = read(guard, mode)
+    assert text == "Echo: hello there"
+    assert response.route == "backup"
+    assert response.attempts == 2
+    assert response.usage is not None
+    assert response.usage.output_tokens == 3
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_fast_stream_is_not_hedged(
+    fake: FakeProvider, fake2: FakeProvider, make_guard: MakeGuard, mode: str
+) -> None:
+    guard = make_guard(fake, fake2, hedge_after=1.0)
+    text, response = read(guard, mode)
+    assert (text, response.route, response.attempts) == ("Echo: hello there", "primary", 1)
+    assert fake2.stats.requests == 0
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_stream_failing_before_its_first_token_hands_over_at_once(
+    fake: FakeProvider, fake2: FakeProvider, make_guard: MakeGuard, mode: str
+) -> None:
+    with FakeProvider(name="third") as third:
+        guard = make_guard(fake, fake2, third, hedge_after=5.0, timeout=10)
+        fake.script(Fault(status=503))
+        text, response = read(guard, mode)
+        assert response.route == "backup"
+        fake.script(Fault(status=503))
+        fake2.script(Fault(status=502))
+        text, response = read(guard, mode)
+        assert text == "Echo: hello there"
+        assert response.route == "third"

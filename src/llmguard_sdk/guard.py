@@ -77,10 +77,11 @@ class Guard:
             :func:`~llmguard_sdk.pipeline.is_route_failure`).
         degraded: text answered (``route="degraded"``) when no route can serve a call,
             instead of raising; ``None`` raises.
-        hedge_after: hedge non-streaming calls: when the first route has not answered within
-            this many seconds, the second starts too and the first answer wins (the other is
-            cancelled in async code, abandoned to its deadline in sync code). A hedged pair is
-            not retried. Per call: ``chat(..., hedge_after=...)``. Streams are not hedged yet.
+        hedge_after: hedge calls: when the first route has not answered (streams: produced
+            its first token) within this many seconds, or has failed, the second route starts
+            too and the first to answer wins; the other is cancelled in async code, abandoned
+            to its deadline in sync code. A hedged pair is not retried. Per call:
+            ``chat(..., hedge_after=...)``.
         attempt_timeout: seconds one route may stay silent before the chain moves on: the
             whole answer of a plain call, the first and every later chunk of a stream.
             Default: no limit of its own (only ``timeout``), so a hung first route can use

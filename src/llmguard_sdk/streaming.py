@@ -10,14 +10,20 @@ the text twice).
 
 from __future__ import annotations
 
+import math
+import queue
+import threading
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterator
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
 import anyio
+import anyio.abc
 
 from . import pipeline
+from .breaker import Permit
 from .context import CallContext, emit
 from .errors import ProviderError, StreamInterruptedError
 from .models import ChatResponse, StreamChunk, Usage
@@ -101,9 +107,9 @@ def merge_tool_call_deltas(calls: dict[int, dict[str, Any]], deltas: list[dict[s
         index = delta.get("index")
         key = index if isinstance(index, int) else position
         call = calls.setdefault(key, {"id": None, "type": "function", "function": {}})
-        for field in ("id", "type"):
-            if isinstance(delta.get(field), str) and delta[field]:
-                call[field] = delta[field]
+        for key_name in ("id", "type"):
+            if isinstance(delta.get(key_name), str) and delta[key_name]:
+                call[key_name] = delta[key_name]
         function = delta.get("function")
         if isinstance(function, dict):
             merged = call["function"]
@@ -126,6 +132,8 @@ class _StreamBase:
         self._carried = ""
         self._interrupted: StreamInterruptedError | None = None
         self._yielded = False
+        self._tried: set[str] = set()  # routes a hedge race already used up
+        self._winner_first: Provider | None = None
 
     @property
     def response(self) -> ChatResponse:
@@ -144,6 +152,44 @@ class _StreamBase:
                 self._ctx, "stream", response=self._response, error=error, cancelled=cancelled
             ),
         )
+
+    def _hedge_pair(self) -> tuple[Provider, Provider] | None:
+        """The first two usable routes, when this call hedges and has them."""
+        if self._ctx.hedge_after is None:
+            return None
+        usable = [r for r in self._stages.routes if not pipeline.too_small_for(self._ctx, r)]
+        return (usable[0], usable[1]) if len(usable) >= 2 else None
+
+    def _may_start(self, route: Provider, permit: Permit | None) -> bool:
+        """Whether the breaker let the race's first route go (if not, it is skipped)."""
+        if permit is None or permit.allowed:
+            return True
+        pipeline.route_refused(self._ctx, self._stages, route, permit)
+        self._tried.add(route.name)
+        return False
+
+    def _after_race(self, race: _Race) -> dict[str, Any]:
+        """Record what the race decided; the winner's stream, keyed by its route, if any."""
+        self._ctx.attempts += race.started - (1 if race.winner is not None else 0)
+        by_name = {route.name: route for route in self._stages.routes}
+        for name, error in race.errors.items():
+            self._tried.add(name)
+            pipeline.fall_through(
+                self._ctx, by_name[name], error, delivered=False, moves_on=self._stages.moves_on
+            )
+        self._tried.update(loser.name for loser in race.losers)
+        if race.winner is None:
+            return {}
+        self._winner_first = race.winner
+        return {race.winner.name: race.chunks}
+
+    def _route_order(self, preopened: dict[str, Any]) -> list[Provider]:
+        """The routes still to try: a race's winner first, without the routes it used up."""
+        routes = [r for r in self._stages.routes if r.name not in self._tried]
+        winner = self._winner_first
+        if winner is not None and winner.name in preopened:
+            routes = [winner] + [r for r in routes if r is not winner]
+        return routes
 
     def _worth_yielding(self, chunk: StreamChunk) -> bool:
         """Skip chunks that carry nothing (a retry's second role-only opening chunk)."""
@@ -241,21 +287,28 @@ class ChatStream(_StreamBase):
 
     def _run(self) -> Generator[StreamChunk, None, None]:
         budget, breakers = self._stages.budget, self._stages.breakers
-        for route in self._stages.routes:
+        preopened: dict[str, Generator[StreamChunk, None, None]] = {}
+        pair = self._hedge_pair()
+        if pair is not None and self._may_start(
+            pair[0], breakers.permit(pair[0].name) if breakers is not None else None
+        ):
+            preopened = self._after_race(race_sync(self._ctx, self._stages, self._request, pair))
+        for route in self._route_order(preopened):
             if pipeline.too_small_for(self._ctx, route):
                 continue
             if budget is not None:
                 budget.record_request(route.name)
             attempt, previous_wait, previous = 0, 0.0, None
             while True:
-                if breakers is not None:
+                raced = preopened.pop(route.name, None)
+                if raced is None and breakers is not None:
                     permit = breakers.permit(route.name)
                     if not permit.allowed:
                         pipeline.route_refused(self._ctx, self._stages, route, permit)
                         break
                 attempt += 1
                 assembler = self._start_attempt(route.name)
-                chunks = route.stream(
+                chunks = raced or route.stream(
                     self._request,
                     model=pipeline.route_model(route, self._request),
                     deadline=self._ctx.deadline,
@@ -351,21 +404,29 @@ class AsyncChatStream(_StreamBase):
 
     async def _run(self) -> AsyncGenerator[StreamChunk, None]:
         budget, breakers = self._stages.budget, self._stages.breakers
-        for route in self._stages.routes:
+        preopened: dict[str, AsyncGenerator[StreamChunk, None]] = {}
+        pair = self._hedge_pair()
+        if pair is not None and self._may_start(
+            pair[0], await breakers.apermit(pair[0].name) if breakers is not None else None
+        ):
+            race = await race_async(self._ctx, self._stages, self._request, pair)
+            preopened = self._after_race(race)
+        for route in self._route_order(preopened):
             if pipeline.too_small_for(self._ctx, route):
                 continue
             if budget is not None:
                 await budget.arecord_request(route.name)
             attempt, previous_wait, previous = 0, 0.0, None
             while True:
-                if breakers is not None:
+                raced = preopened.pop(route.name, None)
+                if raced is None and breakers is not None:
                     permit = await breakers.apermit(route.name)
                     if not permit.allowed:
                         pipeline.route_refused(self._ctx, self._stages, route, permit)
                         break
                 attempt += 1
                 assembler = self._start_attempt(route.name)
-                chunks = route.astream(
+                chunks = raced or route.astream(
                     self._request,
                     model=pipeline.route_model(route, self._request),
                     deadline=self._ctx.deadline,
@@ -448,3 +509,214 @@ class AsyncChatStream(_StreamBase):
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+
+# -- hedged streams: race two routes to their first content, then stream the winner ---------
+
+
+def _has_content(chunk: StreamChunk) -> bool:
+    return bool(chunk.text or chunk.tool_calls or chunk.finish_reason)
+
+
+@dataclass
+class _Runner:
+    """One route's stream while it races: its chunks so far, and how it ended."""
+
+    route: Provider
+    buffered: list[StreamChunk] = field(default_factory=list)
+    error: ProviderError | None = None
+    ready: bool = False
+
+
+@dataclass
+class _Race:
+    """The outcome of a race: the winner's stream (buffered chunks first), or the errors."""
+
+    winner: Provider | None = None
+    chunks: Any = None
+    errors: dict[str, ProviderError] = field(default_factory=dict)
+    losers: list[Provider] = field(default_factory=list)
+    started: int = 0
+
+
+def _replay(
+    buffered: list[StreamChunk], rest: Generator[StreamChunk, None, None]
+) -> Generator[StreamChunk, None, None]:
+    try:
+        yield from buffered
+        yield from rest
+    finally:
+        rest.close()
+
+
+async def _areplay(
+    buffered: list[StreamChunk], rest: AsyncGenerator[StreamChunk, None]
+) -> AsyncGenerator[StreamChunk, None]:
+    try:
+        for chunk in buffered:
+            yield chunk
+        async for chunk in rest:
+            yield chunk
+    finally:
+        await rest.aclose()
+
+
+def _second_allowed(ctx: CallContext, stages: Stages, second: Provider) -> bool:
+    if stages.breakers is None:
+        return True
+    permit = stages.breakers.permit(second.name)
+    if not permit.allowed:
+        pipeline.route_refused(ctx, stages, second, permit)
+    return permit.allowed
+
+
+def race_sync(
+    ctx: CallContext, stages: Stages, request: Any, pair: tuple[Provider, Provider]
+) -> _Race:
+    """Race ``pair`` to the first content (the second starts after ``ctx.hedge_after``)."""
+    delay = ctx.hedge_after or 0.0
+    events: queue.SimpleQueue[_Runner] = queue.SimpleQueue()
+    runners: dict[str, tuple[_Runner, Generator[StreamChunk, None, None], threading.Thread]] = {}
+    stop = threading.Event()
+
+    def prefetch(runner: _Runner, chunks: Generator[StreamChunk, None, None]) -> None:
+        try:
+            for chunk in chunks:
+                runner.buffered.append(chunk)
+                if _has_content(chunk) or stop.is_set():
+                    break
+            runner.ready = not stop.is_set()
+        except ProviderError as error:
+            runner.error = error
+        finally:
+            if stop.is_set() and not runner.ready:
+                chunks.close()  # lost the race while waiting: this thread ends it
+            events.put(runner)
+
+    def start(route: Provider) -> None:
+        chunks = route.stream(
+            request,
+            model=pipeline.route_model(route, request),
+            deadline=ctx.deadline,
+            idle_timeout=stages.attempt_timeout,
+        )
+        runner = _Runner(route)
+        thread = threading.Thread(target=prefetch, args=(runner, chunks), daemon=True)
+        runners[route.name] = (runner, chunks, thread)
+        race.started += 1
+        thread.start()
+
+    race, hedged, waiting = _Race(), False, 1
+    start(pair[0])
+    while waiting:
+        timeout = min(delay if not hedged else math.inf, ctx.remaining())
+        try:
+            runner = events.get(timeout=max(0.0, timeout))
+        except queue.Empty:
+            if hedged or ctx.remaining() <= 0:
+                break
+            hedged = True
+            if _second_allowed(ctx, stages, pair[1]):
+                start(pair[1])
+                waiting += 1
+            continue
+        waiting -= 1
+        if runner.ready:
+            race.winner = runner.route
+            break
+        assert runner.error is not None
+        race.errors[runner.route.name] = runner.error
+        if stages.breakers is not None:
+            stages.breakers.record(runner.route.name, runner.error, seconds=0.0)
+        if not hedged:
+            hedged = True
+            if _second_allowed(ctx, stages, pair[1]):
+                start(pair[1])
+                waiting += 1
+    stop.set()
+    for name, (runner, chunks, thread) in runners.items():
+        if race.winner is not None and name == race.winner.name:
+            race.chunks = _replay(runner.buffered, chunks)
+        elif runner.error is None:
+            race.losers.append(runner.route)
+            if not thread.is_alive() and runner.ready:
+                chunks.close()  # it had content too, a moment late: end it here
+            if stages.breakers is not None:
+                stages.breakers.release(name)
+    return race
+
+
+async def race_async(
+    ctx: CallContext, stages: Stages, request: Any, pair: tuple[Provider, Provider]
+) -> _Race:
+    """Async twin of :func:`race_sync`; the loser is cancelled."""
+    delay = ctx.hedge_after or 0.0
+    race = _Race()
+    settled = anyio.Event()
+    waiting = 0
+    streams: dict[str, tuple[_Runner, AsyncGenerator[StreamChunk, None]]] = {}
+
+    async def prefetch(runner: _Runner, chunks: AsyncGenerator[StreamChunk, None]) -> None:
+        nonlocal waiting
+        try:
+            async for chunk in chunks:
+                runner.buffered.append(chunk)
+                if _has_content(chunk):
+                    break
+            runner.ready = True
+            if race.winner is None:
+                race.winner = runner.route
+        except ProviderError as error:
+            runner.error = error
+            race.errors[runner.route.name] = error
+            if stages.breakers is not None:
+                await stages.breakers.arecord(runner.route.name, error, seconds=0.0)
+        waiting -= 1
+        if race.winner is not None or waiting == 0:
+            settled.set()
+
+    def start(tasks: anyio.abc.TaskGroup, route: Provider) -> None:
+        nonlocal waiting
+        chunks = route.astream(
+            request,
+            model=pipeline.route_model(route, request),
+            deadline=ctx.deadline,
+            idle_timeout=stages.attempt_timeout,
+        )
+        runner = _Runner(route)
+        streams[route.name] = (runner, chunks)
+        race.started += 1
+        waiting += 1
+        tasks.start_soon(prefetch, runner, chunks)
+
+    with anyio.move_on_after(max(0.0, ctx.remaining())):
+        async with anyio.create_task_group() as tasks:
+            start(tasks, pair[0])
+            with anyio.move_on_after(delay):
+                await settled.wait()
+            if race.winner is None and (
+                stages.breakers is None or await _asecond_allowed(ctx, stages, pair[1])
+            ):
+                settled = anyio.Event()
+                start(tasks, pair[1])
+            if waiting:
+                await settled.wait()
+            tasks.cancel_scope.cancel()
+    for name, (runner, chunks) in streams.items():
+        if race.winner is not None and name == race.winner.name:
+            race.chunks = _areplay(runner.buffered, chunks)
+        elif runner.error is None:
+            race.losers.append(runner.route)
+            with anyio.CancelScope(shield=True):
+                await chunks.aclose()
+            if stages.breakers is not None:
+                await stages.breakers.arelease(name)
+    return race
+
+
+async def _asecond_allowed(ctx: CallContext, stages: Stages, second: Provider) -> bool:
+    assert stages.breakers is not None
+    permit = await stages.breakers.apermit(second.name)
+    if not permit.allowed:
+        pipeline.route_refused(ctx, stages, second, permit)
+    return permit.allowed
