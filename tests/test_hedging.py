@@ -10,11 +10,14 @@ import pytest
 
 from llmguard_sdk import (
     AllRoutesFailedError,
+    BadRequestError,
     ChatResponse,
     Guard,
     OpenAICompatibleProvider,
+    ProviderUnavailableError,
     RequestValidationError,
 )
+from llmguard_sdk.breaker import BreakerPolicy, Breakers, MemoryBreakerBackend
 from llmguard_sdk.testing import FakeProvider, Fault
 
 from .conftest import USER
@@ -160,3 +163,90 @@ def test_a_stream_failing_before_its_first_token_hands_over_at_once(
         text, response = read(guard, mode)
         assert text == "Echo: hello there"
         assert response.route == "third"
+
+
+def test_a_request_error_is_not_hedged(
+    fake: FakeProvider, fake2: FakeProvider, make_guard: MakeGuard
+) -> None:
+    guard = make_guard(fake, fake2, hedge_after=5.0, timeout=10)
+    for attempt in (lambda: guard.chat(USER), lambda: read(guard, "sync")):
+        fake.script(Fault(status=400))
+        with pytest.raises(BadRequestError):
+            attempt()
+    assert fake2.stats.requests == 0  # a wrong request would fail everywhere
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("streaming", [False, True])
+def test_both_hedged_routes_hanging_end_by_the_deadline_with_typed_errors(
+    fake: FakeProvider, fake2: FakeProvider, make_guard: MakeGuard, mode: str, streaming: bool
+) -> None:
+    guard = make_guard(fake, fake2, hedge_after=0.05, retry=None)
+    fake.always(Fault(hang=True))
+    fake2.always(Fault(hang=True))
+    send = read if streaming else call
+    with pytest.raises(AllRoutesFailedError) as info:
+        send(guard, mode, timeout=0.5)
+    assert set(info.value.errors) == {"primary", "backup"}
+    assert fake.stats.requests == 1  # not tried again after the deadline
+    assert fake2.stats.requests == 1
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_an_open_first_route_moves_the_race_to_the_next_pair(
+    fake: FakeProvider, fake2: FakeProvider, make_guard: MakeGuard, streaming: bool
+) -> None:
+    with FakeProvider(name="third") as third:
+        guard = make_guard(fake, fake2, third, hedge_after=0.05, timeout=10)
+        assert guard.breakers is not None
+        guard.breakers.isolate("primary")
+        fake2.always(Fault(latency=2.0, first_token_delay=2.0))
+        route = read(guard, "sync")[1].route if streaming else guard.chat(USER).route
+        assert route == "third"
+        assert fake.stats.requests == 0
+
+
+def test_cancelling_an_async_hedged_stream_gives_the_permits_back(
+    fake: FakeProvider, fake2: FakeProvider, make_guard: MakeGuard
+) -> None:
+    clock = [0.0]
+    policy = BreakerPolicy(window=10, minimum_calls=2, open_seconds=10, half_open_permits=1)
+    breakers = Breakers(MemoryBreakerBackend(policy, clock=lambda: clock[0]))
+    guard = make_guard(fake, fake2, hedge_after=0.05, timeout=10, retry=None, breaker=breakers)
+    for route in ("primary", "backup"):
+        breakers.record(route, ProviderUnavailableError("down"), seconds=0)
+        breakers.record(route, ProviderUnavailableError("down"), seconds=0)
+    clock[0] = 10.5  # both may send one probe now
+    fake.always(Fault(first_token_delay=2.0))
+    fake2.always(Fault(first_token_delay=2.0))
+
+    async def run() -> None:
+        with anyio.move_on_after(0.3):
+            stream = await guard.achat(USER, stream=True)
+            async with stream:
+                async for _chunk in stream:
+                    pass
+        await guard.aclose()
+
+    anyio.run(run)
+    assert breakers.permit("primary").allowed  # the cancelled probes gave their permits back
+    assert breakers.permit("backup").allowed
+
+
+class Broken(OpenAICompatibleProvider):
+    """A provider with a bug: not a provider failure, so it must reach the caller as it is."""
+
+    def complete(self, *args: Any, **kwargs: Any) -> Any:
+        raise ValueError("bug in a custom provider")
+
+    async def acomplete(self, *args: Any, **kwargs: Any) -> Any:
+        raise ValueError("bug in a custom provider")
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_bug_in_a_hedged_provider_is_raised_as_it_is(fake: FakeProvider, mode: str) -> None:
+    broken = Broken(fake.base_url, model="m", name="broken")
+    backup = OpenAICompatibleProvider(fake.base_url, model="m", name="backup")
+    guard = Guard([broken, backup], hedge_after=1.0, environ={})
+    with pytest.raises(ValueError, match="bug"):
+        call(guard, mode)

@@ -22,7 +22,7 @@ import anyio
 
 from . import pipeline
 from .context import CallContext
-from .errors import ProviderError
+from .errors import ProviderError, ProviderTimeoutError
 from .models import ChatResponse
 from .pipeline import Stages
 from .providers.base import Provider
@@ -49,6 +49,7 @@ class HedgeResult:
     response: ChatResponse | None = None
     errors: dict[str, ProviderError] = field(default_factory=dict)
     attempts: int = 1
+    unexpected: BaseException | None = None  # not a provider failure: re-raised as it is
 
 
 Plan = Generator[Op, Any, ChatResponse]
@@ -112,32 +113,44 @@ def plan(ctx: CallContext, stages: Stages) -> Plan:
 def _hedged(
     ctx: CallContext, stages: Stages, delay: float, tried: set[str]
 ) -> Generator[Op, Any, ChatResponse | None]:
-    """Race the first two usable routes: the second starts when the first has not answered
-    within ``delay`` (or failed first). The first answer wins; the other attempt is cancelled
-    (async) or abandoned to finish by its deadline (sync). A hedged pair is not retried; if
-    both fail, the chain goes on with the routes after them.
+    """Race two routes: the first usable one its breaker lets through, and the next one, which
+    starts when the first has not answered within ``delay`` (or failed in a way that moves
+    the call on). The first answer wins; the other attempt is cancelled (async) or abandoned
+    to its deadline (sync). A hedged pair is not retried; if both fail, the chain goes on.
     """
     usable = [r for r in stages.routes if not pipeline.too_small_for(ctx, r)]
-    if len(usable) < 2:
+    first: Provider | None = None
+    for index, route in enumerate(usable[:-1]):
+        if stages.breakers is not None:
+            permit = yield Op("permit", route)
+            if not permit.allowed:
+                pipeline.route_refused(ctx, stages, route, permit)
+                tried.add(route.name)
+                continue
+        first, second = route, usable[index + 1]
+        break
+    if first is None:
         return None
-    first, second = usable[0], usable[1]
-    if stages.breakers is not None:
-        permit = yield Op("permit", first)
-        if not permit.allowed:
-            pipeline.route_refused(ctx, stages, first, permit)
-            tried.add(first.name)
-            return None
     result: HedgeResult = yield Op("hedge", first, seconds=delay, hedge=second)
+    if result.unexpected is not None:
+        raise result.unexpected
     ctx.attempts += result.attempts
+    for route in (first, second):
+        if route.name in result.errors:
+            tried.add(route.name)
     if result.winner is not None and result.response is not None:
+        ctx.route_errors.update(result.errors)
         ctx.route = result.winner.name
         return result.response
     for route in (first, second):
         error = result.errors.get(route.name)
         if error is not None:
-            tried.add(route.name)
             pipeline.fall_through(ctx, route, error, delivered=False, moves_on=stages.moves_on)
     return None
+
+
+def _moves_on(stages: Stages, error: ProviderError) -> bool:
+    return (stages.moves_on or pipeline.is_route_failure)(error)
 
 
 def run(ctx: CallContext, stages: Stages) -> ChatResponse:
@@ -240,8 +253,11 @@ async def _aperform(op: Op, ctx: CallContext, stages: Stages) -> Any:
     return await stages.budget.arecord_request(route.name)
 
 
-def _attempt(ctx: CallContext, stages: Stages, route: Provider) -> ChatResponse:
-    """One sync attempt on ``route``, its outcome recorded by the route's breaker."""
+def _attempt(
+    ctx: CallContext, stages: Stages, route: Provider, decided: threading.Event | None = None
+) -> ChatResponse:
+    """One sync attempt on ``route``, its outcome recorded by the route's breaker, unless a
+    hedge race was ``decided`` without it: then its permit is only given back."""
     started = time.monotonic()
     try:
         response = route.complete(
@@ -250,25 +266,43 @@ def _attempt(ctx: CallContext, stages: Stages, route: Provider) -> ChatResponse:
             deadline=pipeline.attempt_deadline(ctx, stages),
         )
     except ProviderError as error:
-        if stages.breakers is not None:
-            stages.breakers.record(route.name, error, seconds=time.monotonic() - started)
+        _settle(stages, route, error, time.monotonic() - started, decided)
         raise
-    if stages.breakers is not None:
-        stages.breakers.record(route.name, None, seconds=time.monotonic() - started)
+    except BaseException:
+        if stages.breakers is not None:
+            stages.breakers.release(route.name)
+        raise
+    _settle(stages, route, None, time.monotonic() - started, decided)
     return response
+
+
+def _settle(
+    stages: Stages,
+    route: Provider,
+    error: ProviderError | None,
+    seconds: float,
+    decided: threading.Event | None,
+) -> None:
+    if stages.breakers is None:
+        return
+    if decided is not None and decided.is_set():
+        stages.breakers.release(route.name)  # a hedge loser: its outcome is not evidence
+    else:
+        stages.breakers.record(route.name, error, seconds=seconds)
 
 
 def _hedge_sync(
     ctx: CallContext, stages: Stages, first: Provider, second: Provider, delay: float
 ) -> HedgeResult:
     """The sync hedge: each attempt in its own thread; the loser is abandoned (it ends by the
-    call's deadline and still reports to its breaker)."""
-    results: queue.SimpleQueue[tuple[Provider, ChatResponse | ProviderError]] = queue.SimpleQueue()
+    call's deadline, and only gives its breaker permit back)."""
+    results: queue.SimpleQueue[tuple[Provider, ChatResponse | BaseException]] = queue.SimpleQueue()
+    decided = threading.Event()
 
     def attempt(route: Provider) -> None:
         try:
-            results.put((route, _attempt(ctx, stages, route)))
-        except ProviderError as error:
+            results.put((route, _attempt(ctx, stages, route, decided)))
+        except BaseException as error:  # handed to the caller, whatever it is
             results.put((route, error))
 
     def start(route: Provider) -> None:
@@ -276,53 +310,64 @@ def _hedge_sync(
 
     outcome = HedgeResult()
     start(first)
-    running, hedged = 1, False
+    running: set[str] = {first.name}
+    hedged = False
     while running:
         wait = min(delay if not hedged else math.inf, ctx.remaining())
         try:
             route, result = results.get(timeout=max(0.0, wait))
         except queue.Empty:
             if hedged or ctx.remaining() <= 0:
-                break  # the deadline: the attempts end by themselves
+                break
             hedged = True
-            started = _start_hedge(ctx, stages, second, start)
-            running += started
-            outcome.attempts += started
+            if _start_hedge(ctx, stages, second, start):
+                running.add(second.name)
+                outcome.attempts += 1
             continue
-        running -= 1
+        running.discard(route.name)
         if isinstance(result, ChatResponse):
+            decided.set()
             outcome.winner, outcome.response = route, result
             return outcome
+        if not isinstance(result, ProviderError):
+            decided.set()
+            outcome.unexpected = result
+            return outcome
         outcome.errors[route.name] = result
-        if not hedged:  # the first failed before the delay: start the second now
+        if not hedged and _moves_on(stages, result):  # failed early: start the second now
             hedged = True
-            started = _start_hedge(ctx, stages, second, start)
-            running += started
-            outcome.attempts += started
+            if _start_hedge(ctx, stages, second, start):
+                running.add(second.name)
+                outcome.attempts += 1
+    decided.set()
+    for name in running:  # still running at the deadline
+        outcome.errors[name] = ProviderTimeoutError(
+            "no answer before the call's deadline (hedged)", route=name
+        )
     return outcome
 
 
-def _start_hedge(ctx: CallContext, stages: Stages, second: Provider, start: Any) -> int:
-    """Start the second route if its breaker allows; 1 if started, else 0."""
+def _start_hedge(ctx: CallContext, stages: Stages, second: Provider, start: Any) -> bool:
+    """Start the second route if its breaker allows."""
     if stages.breakers is not None:
         permit = stages.breakers.permit(second.name)
         if not permit.allowed:
             pipeline.route_refused(ctx, stages, second, permit)
-            return 0
+            return False
     start(second)
-    return 1
+    return True
 
 
 async def _hedge_async(
     ctx: CallContext, stages: Stages, first: Provider, second: Provider, delay: float
 ) -> HedgeResult:
-    """The async hedge: both attempts in one task group; the loser is cancelled."""
+    """The async hedge: both attempts in one task group; the loser is cancelled and gives its
+    breaker permit back."""
     outcome = HedgeResult()
     settled = anyio.Event()
-    running = 0
+    running: set[str] = set()
 
     async def attempt(route: Provider) -> None:
-        nonlocal running
         started = time.monotonic()
         try:
             response = await route.acomplete(
@@ -338,21 +383,31 @@ async def _hedge_async(
             if stages.breakers is not None:
                 await stages.breakers.arelease(route.name)  # cancelled: no outcome
             raise
+        except Exception as error:  # not a provider failure: re-raised as it is
+            if stages.breakers is not None:
+                await stages.breakers.arelease(route.name)
+            outcome.unexpected = error
         else:
             if stages.breakers is not None:
                 await stages.breakers.arecord(route.name, None, seconds=time.monotonic() - started)
             if outcome.winner is None:
                 outcome.winner, outcome.response = route, response
-        running -= 1
-        if outcome.winner is not None or running == 0:
+        running.discard(route.name)
+        if outcome.winner is not None or outcome.unexpected is not None or not running:
             settled.set()
 
     async with anyio.create_task_group() as tasks:
-        running = 1
+        running.add(first.name)
         tasks.start_soon(attempt, first)
         with anyio.move_on_after(delay):
             await settled.wait()
-        if outcome.winner is None:  # no answer within the delay (or the first failed): hedge
+        first_error = outcome.errors.get(first.name)
+        may_hedge = (
+            outcome.winner is None
+            and outcome.unexpected is None
+            and (first_error is None or _moves_on(stages, first_error))
+        )
+        if may_hedge:
             allowed = True
             if stages.breakers is not None:
                 permit = await stages.breakers.apermit(second.name)
@@ -361,10 +416,10 @@ async def _hedge_async(
                     pipeline.route_refused(ctx, stages, second, permit)
             if allowed:
                 settled = anyio.Event()  # now wait for a winner, or for both to fail
-                running += 1
+                running.add(second.name)
                 outcome.attempts += 1
                 tasks.start_soon(attempt, second)
-            if running:
-                await settled.wait()
+        if running:
+            await settled.wait()
         tasks.cancel_scope.cancel()
     return outcome

@@ -25,7 +25,7 @@ import anyio.abc
 from . import pipeline
 from .breaker import Permit
 from .context import CallContext, emit
-from .errors import ProviderError, StreamInterruptedError
+from .errors import ProviderError, ProviderTimeoutError, StreamInterruptedError
 from .models import ChatResponse, StreamChunk, Usage
 from .pipeline import Stages
 from .providers.base import Provider
@@ -153,35 +153,34 @@ class _StreamBase:
             ),
         )
 
-    def _hedge_pair(self) -> tuple[Provider, Provider] | None:
-        """The first two usable routes, when this call hedges and has them."""
+    def _hedge_candidates(self) -> list[Provider]:
+        """The usable routes, when this call hedges and has two of them (else none)."""
         if self._ctx.hedge_after is None:
-            return None
+            return []
         usable = [r for r in self._stages.routes if not pipeline.too_small_for(self._ctx, r)]
-        return (usable[0], usable[1]) if len(usable) >= 2 else None
+        return usable if len(usable) >= 2 else []
 
-    def _may_start(self, route: Provider, permit: Permit | None) -> bool:
-        """Whether the breaker let the race's first route go (if not, it is skipped)."""
-        if permit is None or permit.allowed:
-            return True
+    def _refused(self, route: Provider, permit: Permit) -> None:
         pipeline.route_refused(self._ctx, self._stages, route, permit)
         self._tried.add(route.name)
-        return False
 
     def _after_race(self, race: _Race) -> dict[str, Any]:
         """Record what the race decided; the winner's stream, keyed by its route, if any."""
+        if race.unexpected is not None:
+            raise race.unexpected
         self._ctx.attempts += race.started - (1 if race.winner is not None else 0)
+        self._tried.update(race.errors)
+        self._tried.update(loser.name for loser in race.losers)
+        if race.winner is not None:
+            self._ctx.route_errors.update(race.errors)
+            self._winner_first = race.winner
+            return {race.winner.name: race.chunks}
         by_name = {route.name: route for route in self._stages.routes}
         for name, error in race.errors.items():
-            self._tried.add(name)
             pipeline.fall_through(
                 self._ctx, by_name[name], error, delivered=False, moves_on=self._stages.moves_on
             )
-        self._tried.update(loser.name for loser in race.losers)
-        if race.winner is None:
-            return {}
-        self._winner_first = race.winner
-        return {race.winner.name: race.chunks}
+        return {}
 
     def _route_order(self, preopened: dict[str, Any]) -> list[Provider]:
         """The routes still to try: a race's winner first, without the routes it used up."""
@@ -288,11 +287,15 @@ class ChatStream(_StreamBase):
     def _run(self) -> Generator[StreamChunk, None, None]:
         budget, breakers = self._stages.budget, self._stages.breakers
         preopened: dict[str, Generator[StreamChunk, None, None]] = {}
-        pair = self._hedge_pair()
-        if pair is not None and self._may_start(
-            pair[0], breakers.permit(pair[0].name) if breakers is not None else None
-        ):
+        usable = self._hedge_candidates()
+        for index, first in enumerate(usable[:-1]):
+            permit = breakers.permit(first.name) if breakers is not None else None
+            if permit is not None and not permit.allowed:
+                self._refused(first, permit)
+                continue
+            pair = (first, usable[index + 1])
             preopened = self._after_race(race_sync(self._ctx, self._stages, self._request, pair))
+            break
         for route in self._route_order(preopened):
             if pipeline.too_small_for(self._ctx, route):
                 continue
@@ -405,12 +408,16 @@ class AsyncChatStream(_StreamBase):
     async def _run(self) -> AsyncGenerator[StreamChunk, None]:
         budget, breakers = self._stages.budget, self._stages.breakers
         preopened: dict[str, AsyncGenerator[StreamChunk, None]] = {}
-        pair = self._hedge_pair()
-        if pair is not None and self._may_start(
-            pair[0], await breakers.apermit(pair[0].name) if breakers is not None else None
-        ):
+        usable = self._hedge_candidates()
+        for index, first in enumerate(usable[:-1]):
+            permit = await breakers.apermit(first.name) if breakers is not None else None
+            if permit is not None and not permit.allowed:
+                self._refused(first, permit)
+                continue
+            pair = (first, usable[index + 1])
             race = await race_async(self._ctx, self._stages, self._request, pair)
             preopened = self._after_race(race)
+            break
         for route in self._route_order(preopened):
             if pipeline.too_small_for(self._ctx, route):
                 continue
@@ -525,6 +532,7 @@ class _Runner:
     route: Provider
     buffered: list[StreamChunk] = field(default_factory=list)
     error: ProviderError | None = None
+    unexpected: BaseException | None = None
     ready: bool = False
 
 
@@ -537,6 +545,7 @@ class _Race:
     errors: dict[str, ProviderError] = field(default_factory=dict)
     losers: list[Provider] = field(default_factory=list)
     started: int = 0
+    unexpected: BaseException | None = None
 
 
 def _replay(
@@ -570,6 +579,17 @@ def _second_allowed(ctx: CallContext, stages: Stages, second: Provider) -> bool:
     return permit.allowed
 
 
+def _hedge_on(stages: Stages, runner: _Runner) -> bool:
+    """After the first route failed early: is it a failure that moves the call on?"""
+    return runner.error is not None and (stages.moves_on or pipeline.is_route_failure)(runner.error)
+
+
+def _timed_out(route: Provider) -> ProviderTimeoutError:
+    return ProviderTimeoutError(
+        "no first token before the call's deadline (hedged)", route=route.name
+    )
+
+
 def race_sync(
     ctx: CallContext, stages: Stages, request: Any, pair: tuple[Provider, Provider]
 ) -> _Race:
@@ -578,6 +598,7 @@ def race_sync(
     events: queue.SimpleQueue[_Runner] = queue.SimpleQueue()
     runners: dict[str, tuple[_Runner, Generator[StreamChunk, None, None], threading.Thread]] = {}
     stop = threading.Event()
+    lock = threading.Lock()  # who ends a losing stream: its thread, or this one
 
     def prefetch(runner: _Runner, chunks: Generator[StreamChunk, None, None]) -> None:
         try:
@@ -585,12 +606,15 @@ def race_sync(
                 runner.buffered.append(chunk)
                 if _has_content(chunk) or stop.is_set():
                     break
-            runner.ready = not stop.is_set()
+            with lock:
+                runner.ready = not stop.is_set()
+                if not runner.ready:
+                    chunks.close()  # lost the race while waiting: this thread ends it
         except ProviderError as error:
             runner.error = error
+        except BaseException as error:  # not a provider failure: re-raised by the caller
+            runner.unexpected = error
         finally:
-            if stop.is_set() and not runner.ready:
-                chunks.close()  # lost the race while waiting: this thread ends it
             events.put(runner)
 
     def start(route: Provider) -> None:
@@ -606,8 +630,9 @@ def race_sync(
         race.started += 1
         thread.start()
 
-    race, hedged, waiting = _Race(), False, 1
+    race, hedged = _Race(), False
     start(pair[0])
+    waiting = 1
     while waiting:
         timeout = min(delay if not hedged else math.inf, ctx.remaining())
         try:
@@ -621,6 +646,9 @@ def race_sync(
                 waiting += 1
             continue
         waiting -= 1
+        if runner.unexpected is not None:
+            race.unexpected = runner.unexpected
+            break
         if runner.ready:
             race.winner = runner.route
             break
@@ -628,21 +656,31 @@ def race_sync(
         race.errors[runner.route.name] = runner.error
         if stages.breakers is not None:
             stages.breakers.record(runner.route.name, runner.error, seconds=0.0)
-        if not hedged:
+        if not hedged and _hedge_on(stages, runner):
             hedged = True
             if _second_allowed(ctx, stages, pair[1]):
                 start(pair[1])
                 waiting += 1
-    stop.set()
-    for name, (runner, chunks, thread) in runners.items():
+    with lock:
+        stop.set()
+        finished = {name: (r.ready, r.error, r.unexpected) for name, (r, _, _) in runners.items()}
+    for name, (runner, chunks, _thread) in runners.items():
+        ready, error, unexpected = finished[name]
         if race.winner is not None and name == race.winner.name:
             race.chunks = _replay(runner.buffered, chunks)
-        elif runner.error is None:
-            race.losers.append(runner.route)
-            if not thread.is_alive() and runner.ready:
-                chunks.close()  # it had content too, a moment late: end it here
+            continue
+        if error is not None or unexpected is not None:
+            continue
+        if ready:
+            chunks.close()  # it had content too, a moment late: end it here
+        if race.winner is None and race.unexpected is None and ctx.remaining() <= 0:
+            race.errors[name] = _timed_out(runner.route)  # still waiting at the deadline
             if stages.breakers is not None:
-                stages.breakers.release(name)
+                stages.breakers.record(name, race.errors[name], seconds=0.0)
+            continue
+        race.losers.append(runner.route)
+        if stages.breakers is not None:
+            stages.breakers.release(name)
     return race
 
 
@@ -671,8 +709,10 @@ async def race_async(
             race.errors[runner.route.name] = error
             if stages.breakers is not None:
                 await stages.breakers.arecord(runner.route.name, error, seconds=0.0)
+        except Exception as error:  # not a provider failure: re-raised by the caller
+            runner.unexpected = race.unexpected = error
         waiting -= 1
-        if race.winner is not None or waiting == 0:
+        if race.winner is not None or race.unexpected is not None or waiting == 0:
             settled.set()
 
     def start(tasks: anyio.abc.TaskGroup, route: Provider) -> None:
@@ -689,29 +729,46 @@ async def race_async(
         waiting += 1
         tasks.start_soon(prefetch, runner, chunks)
 
-    with anyio.move_on_after(max(0.0, ctx.remaining())):
-        async with anyio.create_task_group() as tasks:
-            start(tasks, pair[0])
-            with anyio.move_on_after(delay):
-                await settled.wait()
-            if race.winner is None and (
-                stages.breakers is None or await _asecond_allowed(ctx, stages, pair[1])
-            ):
-                settled = anyio.Event()
-                start(tasks, pair[1])
-            if waiting:
-                await settled.wait()
-            tasks.cancel_scope.cancel()
-    for name, (runner, chunks) in streams.items():
-        if race.winner is not None and name == race.winner.name:
+    handed_over = False
+    try:
+        with anyio.move_on_after(max(0.0, ctx.remaining())):
+            async with anyio.create_task_group() as tasks:
+                start(tasks, pair[0])
+                with anyio.move_on_after(delay):
+                    await settled.wait()
+                first = streams[pair[0].name][0]
+                if (
+                    race.winner is None
+                    and race.unexpected is None
+                    and (first.error is None or _hedge_on(stages, first))
+                    and (stages.breakers is None or await _asecond_allowed(ctx, stages, pair[1]))
+                ):
+                    settled = anyio.Event()
+                    start(tasks, pair[1])
+                if waiting:
+                    await settled.wait()
+                tasks.cancel_scope.cancel()
+        if race.winner is not None and race.unexpected is None:
+            runner, chunks = streams[race.winner.name]
             race.chunks = _areplay(runner.buffered, chunks)
-        elif runner.error is None:
-            race.losers.append(runner.route)
-            with anyio.CancelScope(shield=True):
+            handed_over = True
+        return race
+    finally:
+        with anyio.CancelScope(shield=True):
+            for name, (runner, chunks) in streams.items():
+                if handed_over and race.winner is not None and name == race.winner.name:
+                    continue
                 await chunks.aclose()
-            if stages.breakers is not None:
-                await stages.breakers.arelease(name)
-    return race
+                if runner.error is not None or runner.unexpected is not None:
+                    continue
+                if race.winner is None and race.unexpected is None and ctx.remaining() <= 0:
+                    race.errors[name] = _timed_out(runner.route)
+                    if stages.breakers is not None:
+                        await stages.breakers.arecord(name, race.errors[name], seconds=0.0)
+                    continue
+                race.losers.append(runner.route)
+                if stages.breakers is not None:
+                    await stages.breakers.arelease(name)
 
 
 async def _asecond_allowed(ctx: CallContext, stages: Stages, second: Provider) -> bool:
