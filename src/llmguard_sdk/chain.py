@@ -34,11 +34,23 @@ __all__ = ["Op", "arun", "plan", "run"]
 class Op:
     """One piece of I/O the chain needs: what, for which route, with which arguments."""
 
-    kind: Literal["record_request", "permit", "call", "record", "spend", "sleep", "hedge"]
+    kind: Literal[
+        "record_request",
+        "permit",
+        "release",
+        "reserve",
+        "settle",
+        "call",
+        "record",
+        "spend",
+        "sleep",
+        "hedge",
+    ]
     route: Provider | None = None
     error: ProviderError | None = None
     seconds: float = 0.0
     hedge: Provider | None = None
+    tokens: float = 0.0
 
 
 @dataclass
@@ -77,12 +89,22 @@ def plan(ctx: CallContext, stages: Stages) -> Plan:
                 if not permit.allowed:
                     pipeline.route_refused(ctx, stages, route, permit)
                     break
+            reserved = pipeline.token_reservation(ctx, stages, route)
+            if reserved is not None:
+                grant = yield Op("reserve", route, tokens=reserved)
+                if not grant.allowed:
+                    pipeline.route_rate_limited(ctx, route, grant)
+                    if stages.breakers is not None:
+                        yield Op("release", route)
+                    break
             attempt += 1
             ctx.attempts += 1
             started = time.monotonic()
             try:
                 response: ChatResponse = yield Op("call", route)
             except ProviderError as failure:
+                if reserved is not None:  # nothing was generated: give the tokens back
+                    yield Op("settle", route, tokens=-reserved)
                 if stages.breakers is not None:
                     yield Op("record", route, failure, time.monotonic() - started)
                 exc = previous = pipeline.real_error(failure, previous)
@@ -102,6 +124,8 @@ def plan(ctx: CallContext, stages: Stages) -> Plan:
                 break
             if stages.breakers is not None:
                 yield Op("record", route, None, time.monotonic() - started)
+            if reserved is not None:
+                yield Op("settle", route, tokens=pipeline.used_tokens(ctx, response) - reserved)
             ctx.route = route.name
             return response
     degraded = pipeline.degraded_response(ctx, stages)
@@ -216,6 +240,15 @@ def _perform(op: Op, ctx: CallContext, stages: Stages) -> Any:
     if op.kind == "permit":
         assert stages.breakers is not None
         return stages.breakers.permit(route.name)
+    if op.kind == "release":
+        assert stages.breakers is not None
+        return stages.breakers.release(route.name)
+    if op.kind == "reserve":
+        assert stages.limiter is not None
+        return stages.limiter.reserve(route.name, tokens=op.tokens)
+    if op.kind == "settle":
+        assert stages.limiter is not None
+        return stages.limiter.settle(route.name, token_delta=op.tokens)
     if op.kind == "record":
         assert stages.breakers is not None
         return stages.breakers.record(route.name, op.error, seconds=op.seconds)
@@ -244,6 +277,15 @@ async def _aperform(op: Op, ctx: CallContext, stages: Stages) -> Any:
     if op.kind == "permit":
         assert stages.breakers is not None
         return await stages.breakers.apermit(route.name)
+    if op.kind == "release":
+        assert stages.breakers is not None
+        return await stages.breakers.arelease(route.name)
+    if op.kind == "reserve":
+        assert stages.limiter is not None
+        return await stages.limiter.areserve(route.name, tokens=op.tokens)
+    if op.kind == "settle":
+        assert stages.limiter is not None
+        return await stages.limiter.asettle(route.name, token_delta=op.tokens)
     if op.kind == "record":
         assert stages.breakers is not None
         return await stages.breakers.arecord(route.name, op.error, seconds=op.seconds)

@@ -26,6 +26,7 @@ from .models import ChatRequest, ChatResponse, Message
 from .pipeline import Hook, InputFilter, OutputFilter, Stages
 from .providers.base import Provider
 from .providers.openai_compat import OpenAICompatibleProvider
+from .ratelimit import MemoryRateLimiter, RateLimit
 from .retry import (
     MemoryRetryBudget,
     RedisRetryBudget,
@@ -77,6 +78,12 @@ class Guard:
             :func:`~llmguard_sdk.pipeline.is_route_failure`).
         degraded: text answered (``route="degraded"``) when no route can serve a call,
             instead of raising; ``None`` raises.
+        rate_limits: requests and tokens per minute per route name
+            (:class:`~llmguard_sdk.ratelimit.RateLimit`), kept in this process: each attempt
+            reserves its estimated tokens first (input plus ``max_tokens``), settles to the real
+            usage afterwards, and a route without room is skipped at once
+            (:class:`~llmguard_sdk.errors.RateLimitExceededError` with ``retry_after``).
+            Non-streaming, unhedged calls only, for now.
         hedge_after: hedge calls: when the first route has not answered (streams: produced
             its first token) within this many seconds, or has failed, the second route starts
             too and the first to answer wins; the other is cancelled in async code, abandoned
@@ -118,6 +125,7 @@ class Guard:
         moves_on: Callable[[ProviderError], bool] | None = None,
         degraded: str | None = None,
         hedge_after: float | None = None,
+        rate_limits: Mapping[str, RateLimit] | None = None,
         max_input_tokens: int | None = None,
         input_filters: Sequence[InputFilter] = (),
         output_filters: Sequence[OutputFilter] = (),
@@ -162,6 +170,7 @@ class Guard:
             moves_on=moves_on,
             degraded_text=degraded,
             hedge_after=hedge_after,
+            limiter=MemoryRateLimiter(dict(rate_limits)) if rate_limits else None,
         )
 
     def __repr__(self) -> str:

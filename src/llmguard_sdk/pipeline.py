@@ -33,11 +33,13 @@ from .errors import (
     ProviderBusyError,
     ProviderError,
     ProviderTimeoutError,
+    RateLimitExceededError,
     RequestValidationError,
     StreamInterruptedError,
 )
 from .models import ChatRequest, ChatResponse, Message, Timings, Usage, validate_request
 from .providers.base import Provider
+from .ratelimit import Grant, MemoryRateLimiter
 from .retry.api import testing_attempts, testing_wait
 from .retry.budget import RetryBudget
 from .retry.policy import MIN_ATTEMPT_SECONDS, Decision, RetryPolicy, decide_for_error
@@ -78,6 +80,7 @@ class Stages:
     moves_on: Callable[[ProviderError], bool] | None = None
     degraded_text: str | None = None
     hedge_after: float | None = None
+    limiter: MemoryRateLimiter | None = None
 
 
 def prepare(
@@ -254,6 +257,34 @@ def route_refused(ctx: CallContext, stages: Stages, route: Provider, permit: Per
     retry_after = None if permit.retry_after == math.inf else permit.retry_after
     ctx.route_errors.setdefault(
         route.name, CircuitOpenError(route.name, permit.state, retry_after=retry_after)
+    )
+
+
+def token_reservation(ctx: CallContext, stages: Stages, route: Provider) -> float | None:
+    """Tokens to reserve for a call on ``route`` (None: the route has no rate limit)."""
+    limiter = stages.limiter
+    limit = limiter.limits.get(route.name) if limiter is not None else None
+    if limit is None:
+        return None
+    output = ctx.request.output_limit or limit.reserve_output_tokens
+    return float(ctx.input_tokens().tokens + output)
+
+
+def used_tokens(ctx: CallContext, response: ChatResponse) -> float:
+    """What a call really used (counted by the SDK when the provider did not say)."""
+    if response.usage is not None:
+        return float(response.usage.total_tokens)
+    return float(ctx.input_tokens().tokens)
+
+
+def route_rate_limited(ctx: CallContext, route: Provider, grant: Grant) -> None:
+    """Record that the route's own rate limit had no room (the chain moves on at once)."""
+    retry_after = None if grant.retry_after == math.inf else grant.retry_after
+    ctx.route_errors.setdefault(
+        route.name,
+        RateLimitExceededError(
+            f"no rate-limit room on route {route.name!r}", key=route.name, retry_after=retry_after
+        ),
     )
 
 
