@@ -4,12 +4,21 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import Any
 
+import anyio
 import pytest
 
-from llmguard_sdk import ConfigurationError, Guard, RateLimitExceededError
-from llmguard_sdk.ratelimit import MemoryRateLimiter, RateLimit, reserve, settle
+from llmguard_sdk import ConfigurationError, Guard, OpenAICompatibleProvider, RateLimitExceededError
+from llmguard_sdk.ratelimit import (
+    MemoryRateLimiter,
+    RateLimit,
+    RedisRateLimiter,
+    reserve,
+    settle,
+)
+from llmguard_sdk.store import RedisStore
 from llmguard_sdk.testing import FakeProvider
 
 from .conftest import USER
@@ -105,3 +114,96 @@ def test_settling_returns_unused_tokens(fake: FakeProvider, make_guard: MakeGuar
     guard = make_guard(fake, rate_limits={"primary": RateLimit(tpm=250)})
     for _ in range(5):
         assert guard.chat(USER, max_tokens=100).route == "primary"
+
+
+class Limiters:
+    """The same limiter contract in memory (injected clock) or Redis (clock offset)."""
+
+    def __init__(self, limiter: Any, advance: Callable[[float], None]) -> None:
+        self.limiter, self.advance = limiter, advance
+
+
+@pytest.fixture(params=["memory", "redis"])
+def limiters(
+    request: pytest.FixtureRequest, redis_url: str, redis_prefix: str
+) -> Iterator[Limiters]:
+    limits = {"r": RateLimit(rpm=10, tpm=1000)}
+    if request.param == "memory":
+        now = [0.0]
+
+        def move(seconds: float) -> None:
+            now[0] += seconds
+
+        yield Limiters(MemoryRateLimiter(limits, clock=lambda: now[0]), move)
+        return
+    store = RedisStore(redis_url, key_prefix=redis_prefix)
+    limiter = RedisRateLimiter(store, limits)
+
+    def shift(seconds: float) -> None:
+        limiter.clock_offset += seconds
+
+    yield Limiters(limiter, shift)
+    store.close()
+
+
+def test_contract_limits_hold_and_refill(limiters: Limiters) -> None:
+    limiter = limiters.limiter
+    assert [limiter.reserve("r", tokens=10).allowed for _ in range(11)] == [True] * 10 + [False]
+    refused = limiter.reserve("r", tokens=10)
+    assert 5.9 < refused.retry_after <= 6.0  # one request every 6 s at 10 per minute
+    limiters.advance(6.1)
+    assert limiter.reserve("r", tokens=10).allowed
+    assert limiter.reserve("unlimited", tokens=10**9).allowed
+
+
+def test_contract_tokens_settle_and_all_or_nothing(limiters: Limiters) -> None:
+    limiter = limiters.limiter
+    assert limiter.reserve("r", tokens=900).allowed
+    assert not limiter.reserve("r", tokens=200).allowed  # tokens short: no request taken
+    limiter.settle("r", token_delta=-800)  # it used 100
+    assert limiter.reserve("r", tokens=800).allowed
+    assert limiter.reserve("r", tokens=5000).retry_after == math.inf
+
+
+def test_contract_async_twins(limiters: Limiters) -> None:
+    limiter = limiters.limiter
+
+    async def run() -> list[bool]:
+        grants = [(await limiter.areserve("r", tokens=400)).allowed for _ in range(3)]
+        await limiter.asettle("r", token_delta=-400)
+        grants.append((await limiter.areserve("r", tokens=400)).allowed)
+        return grants
+
+    assert anyio.run(run) == [True, True, False, True]
+
+
+def test_two_processes_share_one_redis_limit(redis_url: str, redis_prefix: str) -> None:
+    limits = {"shared": RateLimit(rpm=6)}
+    first = RedisRateLimiter(RedisStore(redis_url, key_prefix=redis_prefix), limits)
+    second = RedisRateLimiter(RedisStore(redis_url, key_prefix=redis_prefix), limits)
+    grants = [first.reserve("shared").allowed for _ in range(4)]
+    grants += [second.reserve("shared").allowed for _ in range(4)]
+    assert sum(grants) == 6
+
+
+def test_the_guard_shares_limits_through_a_redis_store(
+    fake: FakeProvider, redis_url: str, redis_prefix: str
+) -> None:
+    def process() -> Guard:
+        return Guard(
+            OpenAICompatibleProvider(fake.base_url, model="m", name="primary"),
+            store=redis_url,
+            key_prefix=redis_prefix,
+            rate_limits={"primary": RateLimit(rpm=3)},
+            environ={},
+        )
+
+    first, second = process(), process()
+    first.chat(USER)
+    first.chat(USER)
+    second.chat(USER)
+    with pytest.raises(RateLimitExceededError):
+        second.chat(USER)
+    assert fake.stats.requests == 3
+    first.close()
+    second.close()

@@ -26,7 +26,7 @@ from .models import ChatRequest, ChatResponse, Message
 from .pipeline import Hook, InputFilter, OutputFilter, Stages
 from .providers.base import Provider
 from .providers.openai_compat import OpenAICompatibleProvider
-from .ratelimit import MemoryRateLimiter, RateLimit
+from .ratelimit import MemoryRateLimiter, RateLimit, RateLimiter, RedisRateLimiter
 from .retry import (
     MemoryRetryBudget,
     RedisRetryBudget,
@@ -79,7 +79,8 @@ class Guard:
         degraded: text answered (``route="degraded"``) when no route can serve a call,
             instead of raising; ``None`` raises.
         rate_limits: requests and tokens per minute per route name
-            (:class:`~llmguard_sdk.ratelimit.RateLimit`), kept in this process: each attempt
+            (:class:`~llmguard_sdk.ratelimit.RateLimit`), shared through Redis when ``store``
+            is Redis: each attempt
             reserves its estimated tokens first (input plus ``max_tokens``), settles to the real
             usage afterwards, and a route without room is skipped at once
             (:class:`~llmguard_sdk.errors.RateLimitExceededError` with ``retry_after``).
@@ -170,7 +171,7 @@ class Guard:
             moves_on=moves_on,
             degraded_text=degraded,
             hedge_after=hedge_after,
-            limiter=MemoryRateLimiter(dict(rate_limits)) if rate_limits else None,
+            limiter=_limiter(rate_limits, self.store),
         )
 
     def __repr__(self) -> str:
@@ -417,6 +418,14 @@ class Guard:
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+
+def _limiter(limits: Mapping[str, RateLimit] | None, store: Store) -> RateLimiter | None:
+    if not limits:
+        return None
+    if isinstance(store, RedisStore):
+        return RedisRateLimiter(store, dict(limits))
+    return MemoryRateLimiter(dict(limits))
 
 
 def _breakers(

@@ -39,7 +39,7 @@ from .errors import (
 )
 from .models import ChatRequest, ChatResponse, Message, Timings, Usage, validate_request
 from .providers.base import Provider
-from .ratelimit import Grant, MemoryRateLimiter
+from .ratelimit import Grant, RateLimiter
 from .retry.api import testing_attempts, testing_wait
 from .retry.budget import RetryBudget
 from .retry.policy import MIN_ATTEMPT_SECONDS, Decision, RetryPolicy, decide_for_error
@@ -80,7 +80,7 @@ class Stages:
     moves_on: Callable[[ProviderError], bool] | None = None
     degraded_text: str | None = None
     hedge_after: float | None = None
-    limiter: MemoryRateLimiter | None = None
+    limiter: RateLimiter | None = None
 
 
 def prepare(
