@@ -207,3 +207,20 @@ def test_the_guard_shares_limits_through_a_redis_store(
     assert fake.stats.requests == 3
     first.close()
     second.close()
+
+
+def test_streams_reserve_and_settle_too(
+    fake: FakeProvider, fake2: FakeProvider, make_guard: MakeGuard
+) -> None:
+    guard = make_guard(fake, fake2, rate_limits={"primary": RateLimit(rpm=60, tpm=250)})
+    for _ in range(4):  # settled to ~15 tokens each: all fit in 250
+        with guard.chat(USER, stream=True, max_tokens=100) as stream:
+            list(stream)
+        assert stream.response.route == "primary"
+    limited = make_guard(fake, fake2, rate_limits={"primary": RateLimit(rpm=1)})
+    routes = []
+    for _ in range(2):
+        with limited.chat(USER, stream=True) as stream:
+            list(stream)
+        routes.append(stream.response.route)
+    assert routes == ["primary", "backup"]

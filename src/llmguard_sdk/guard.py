@@ -84,7 +84,7 @@ class Guard:
             reserves its estimated tokens first (input plus ``max_tokens``), settles to the real
             usage afterwards, and a route without room is skipped at once
             (:class:`~llmguard_sdk.errors.RateLimitExceededError` with ``retry_after``).
-            Non-streaming, unhedged calls only, for now.
+            Hedged pairs are not rate-limited yet.
         hedge_after: hedge calls: when the first route has not answered (streams: produced
             its first token) within this many seconds, or has failed, the second route starts
             too and the first to answer wins; the other is cancelled in async code, abandoned

@@ -190,6 +190,14 @@ class _StreamBase:
             routes = [winner] + [r for r in routes if r is not winner]
         return routes
 
+    def _used(self, assembler: _Assembler) -> float:
+        """Tokens an attempt used: the provider's usage, else what reached the caller."""
+        if assembler.usage is not None:
+            return float(assembler.usage.total_tokens)
+        if not assembler.delivered:
+            return 0.0  # nothing generated: the whole reservation goes back
+        return float(self._ctx.input_tokens().tokens)
+
     def _worth_yielding(self, chunk: StreamChunk) -> bool:
         """Skip chunks that carry nothing (a retry's second role-only opening chunk)."""
         empty = not (chunk.text or chunk.tool_calls or chunk.finish_reason or chunk.usage)
@@ -285,7 +293,7 @@ class ChatStream(_StreamBase):
         self._chunks = self._run()
 
     def _run(self) -> Generator[StreamChunk, None, None]:
-        budget, breakers = self._stages.budget, self._stages.breakers
+        budget, breakers, limiter = self._stages.budget, self._stages.breakers, self._stages.limiter
         preopened: dict[str, Generator[StreamChunk, None, None]] = {}
         usable = self._hedge_candidates()
         for index, first in enumerate(usable[:-1]):
@@ -309,6 +317,16 @@ class ChatStream(_StreamBase):
                     if not permit.allowed:
                         pipeline.route_refused(self._ctx, self._stages, route, permit)
                         break
+                reserved = (
+                    None if raced else pipeline.token_reservation(self._ctx, self._stages, route)
+                )
+                if reserved is not None and limiter is not None:
+                    grant = limiter.reserve(route.name, tokens=reserved)
+                    if not grant.allowed:
+                        pipeline.route_rate_limited(self._ctx, route, grant)
+                        if breakers is not None:
+                            breakers.release(route.name)
+                        break
                 attempt += 1
                 assembler = self._start_attempt(route.name)
                 chunks = raced or route.stream(
@@ -325,6 +343,8 @@ class ChatStream(_StreamBase):
                             yield chunk
                     finished = True
                 except ProviderError as failure:
+                    if reserved is not None and limiter is not None:
+                        limiter.settle(route.name, token_delta=self._used(assembler) - reserved)
                     if breakers is not None:
                         breakers.record(route.name, failure, seconds=assembler.seconds())
                         recorded = True
@@ -346,6 +366,8 @@ class ChatStream(_StreamBase):
                         breakers.release(route.name)  # closed early: no outcome to record
                 if breakers is not None:
                     breakers.record(route.name, None, seconds=assembler.seconds())
+                if reserved is not None and limiter is not None:
+                    limiter.settle(route.name, token_delta=self._used(assembler) - reserved)
                 self._finish_route(assembler, route.name)
                 return
         degraded = self._degraded()
@@ -406,7 +428,7 @@ class AsyncChatStream(_StreamBase):
         self._chunks = self._run()
 
     async def _run(self) -> AsyncGenerator[StreamChunk, None]:
-        budget, breakers = self._stages.budget, self._stages.breakers
+        budget, breakers, limiter = self._stages.budget, self._stages.breakers, self._stages.limiter
         preopened: dict[str, AsyncGenerator[StreamChunk, None]] = {}
         usable = self._hedge_candidates()
         for index, first in enumerate(usable[:-1]):
@@ -431,6 +453,16 @@ class AsyncChatStream(_StreamBase):
                     if not permit.allowed:
                         pipeline.route_refused(self._ctx, self._stages, route, permit)
                         break
+                reserved = (
+                    None if raced else pipeline.token_reservation(self._ctx, self._stages, route)
+                )
+                if reserved is not None and limiter is not None:
+                    grant = await limiter.areserve(route.name, tokens=reserved)
+                    if not grant.allowed:
+                        pipeline.route_rate_limited(self._ctx, route, grant)
+                        if breakers is not None:
+                            await breakers.arelease(route.name)
+                        break
                 attempt += 1
                 assembler = self._start_attempt(route.name)
                 chunks = raced or route.astream(
@@ -447,6 +479,10 @@ class AsyncChatStream(_StreamBase):
                             yield chunk
                     finished = True
                 except ProviderError as failure:
+                    if reserved is not None and limiter is not None:
+                        await limiter.asettle(
+                            route.name, token_delta=self._used(assembler) - reserved
+                        )
                     if breakers is not None:
                         await breakers.arecord(route.name, failure, seconds=assembler.seconds())
                         recorded = True
@@ -469,6 +505,8 @@ class AsyncChatStream(_StreamBase):
                         await breakers.arelease(route.name)  # closed early: no outcome
                 if breakers is not None:
                     await breakers.arecord(route.name, None, seconds=assembler.seconds())
+                if reserved is not None and limiter is not None:
+                    await limiter.asettle(route.name, token_delta=self._used(assembler) - reserved)
                 self._finish_route(assembler, route.name)
                 return
         degraded = self._degraded()
