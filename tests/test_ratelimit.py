@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -224,3 +225,85 @@ def test_streams_reserve_and_settle_too(
             list(stream)
         routes.append(stream.response.route)
     assert routes == ["primary", "backup"]
+
+
+def test_waiting_takes_the_next_slot_in_arrival_order() -> None:
+    limit = RateLimit(rpm=60, max_wait=2.5)
+    tats = (0.0, 0.0)
+    for _ in range(60):
+        tats = reserve(tats, 0.0, limit)[1]
+    waits = []
+    for _ in range(2):
+        grant, tats = reserve(tats, 0.0, limit)
+        waits.append(grant.wait)
+    assert waits == pytest.approx([1.0, 2.0])  # the next slots, one second apart
+    refused, _ = reserve(tats, 0.0, limit)
+    assert not refused.allowed  # a third would wait 3 s: the queue is as long as the wait bound
+    assert refused.retry_after == pytest.approx(3.0)
+
+
+def test_large_requests_are_not_starved_by_small_ones() -> None:
+    limit = RateLimit(tpm=1000, max_wait=60)
+    tats = reserve((0.0, 0.0), 0.0, limit, tokens=900)[1]
+    big, tats = reserve(tats, 0.0, limit, tokens=800)
+    small, tats = reserve(tats, 0.0, limit, tokens=10)
+    assert big.allowed
+    assert small.allowed
+    assert big.wait > 0
+    assert small.wait >= big.wait  # first come, first served, whatever the size
+
+
+def test_batch_calls_leave_headroom_to_interactive_ones() -> None:
+    limit = RateLimit(rpm=10, batch_headroom=0.2)
+    tats = (0.0, 0.0)
+    batch = 0
+    for _ in range(10):
+        grant, tats = reserve(tats, 0.0, limit, priority="batch")
+        batch += grant.allowed
+    interactive = 0
+    for _ in range(10):
+        grant, tats = reserve(tats, 0.0, limit)
+        interactive += grant.allowed
+    assert (batch, interactive) == (8, 2)
+
+
+def test_contract_provider_counters_and_429s_bring_the_state_down(limiters: Limiters) -> None:
+    limiter = limiters.limiter
+    limiter.learn("r", remaining_requests=1)
+    assert [limiter.reserve("r").allowed for _ in range(2)] == [True, False]
+    limiters.advance(120)
+    limiter.learn("r", pause=5)
+    refused = limiter.reserve("r")
+    assert not refused.allowed
+    assert refused.retry_after >= 5
+
+
+def test_contract_waiting(limiters: Limiters) -> None:
+    limiter = limiters.limiter
+    limiter.limits["w"] = RateLimit(rpm=60, max_wait=2.5)
+    for _ in range(60):
+        assert limiter.reserve("w").allowed
+    grant = limiter.reserve("w")
+    assert grant.allowed
+    assert grant.wait == pytest.approx(1.0, abs=0.05)
+    assert not limiter.reserve("w", max_wait=0.5).allowed  # this caller cannot wait that long
+
+
+def test_the_guard_waits_for_a_slot_within_the_deadline(
+    fake: FakeProvider, make_guard: MakeGuard
+) -> None:
+    guard = make_guard(fake, rate_limits={"primary": RateLimit(rpm=2, period=1.0, max_wait=2)})
+    started = time.monotonic()
+    routes = [guard.chat(USER).route for _ in range(3)]
+    assert routes == ["primary"] * 3
+    assert time.monotonic() - started >= 0.4  # the third call waited for its slot
+
+
+def test_the_guard_learns_from_the_providers_counters(make_guard: MakeGuard) -> None:
+    with FakeProvider(name="primary", rpm=2) as strict:  # the provider allows 2 a minute
+        guard = make_guard(strict, rate_limits={"primary": RateLimit(rpm=100)}, breaker=None)
+        guard.chat(USER)
+        guard.chat(USER)  # the provider says: 0 requests remaining
+        with pytest.raises(RateLimitExceededError):
+            guard.chat(USER)
+        assert strict.stats.rate_limited == 0  # refused here, not by a 429 over there

@@ -22,7 +22,7 @@ import anyio
 
 from . import pipeline
 from .context import CallContext
-from .errors import ProviderError, ProviderTimeoutError
+from .errors import ProviderError, ProviderTimeoutError, RateLimitedError
 from .models import ChatResponse
 from .pipeline import Stages
 from .providers.base import Provider
@@ -40,6 +40,7 @@ class Op:
         "release",
         "reserve",
         "settle",
+        "learn",
         "call",
         "record",
         "spend",
@@ -51,6 +52,7 @@ class Op:
     seconds: float = 0.0
     hedge: Provider | None = None
     tokens: float = 0.0
+    counters: tuple[float | None, float | None] = (None, None)
 
 
 @dataclass
@@ -97,6 +99,8 @@ def plan(ctx: CallContext, stages: Stages) -> Plan:
                     if stages.breakers is not None:
                         yield Op("release", route)
                     break
+                if grant.wait > 0:  # our slot lies a little ahead: wait for it
+                    yield Op("sleep", seconds=grant.wait)
             attempt += 1
             ctx.attempts += 1
             started = time.monotonic()
@@ -105,6 +109,8 @@ def plan(ctx: CallContext, stages: Stages) -> Plan:
             except ProviderError as failure:
                 if reserved is not None:  # nothing was generated: give the tokens back
                     yield Op("settle", route, tokens=-reserved)
+                    if isinstance(failure, RateLimitedError):  # the provider says: no room
+                        yield Op("learn", route, failure, seconds=failure.retry_after or 0.0)
                 if stages.breakers is not None:
                     yield Op("record", route, failure, time.monotonic() - started)
                 exc = previous = pipeline.real_error(failure, previous)
@@ -126,6 +132,9 @@ def plan(ctx: CallContext, stages: Stages) -> Plan:
                 yield Op("record", route, None, time.monotonic() - started)
             if reserved is not None:
                 yield Op("settle", route, tokens=pipeline.used_tokens(ctx, response) - reserved)
+                counters = pipeline.provider_counters(response.headers)
+                if counters != (None, None):  # the provider's own counters correct ours
+                    yield Op("learn", route, counters=counters)
             ctx.route = route.name
             return response
     degraded = pipeline.degraded_response(ctx, stages)
@@ -175,6 +184,13 @@ def _hedged(
 
 def _moves_on(stages: Stages, error: ProviderError) -> bool:
     return (stages.moves_on or pipeline.is_route_failure)(error)
+
+
+def _learned(op: Op, ctx: CallContext) -> dict[str, float | None]:
+    """What a "learn" op tells the limiter: a 429's pause, or the provider's counters."""
+    if op.error is not None:
+        return {"pause": op.seconds}
+    return {"remaining_requests": op.counters[0], "remaining_tokens": op.counters[1]}
 
 
 def run(ctx: CallContext, stages: Stages) -> ChatResponse:
@@ -245,10 +261,18 @@ def _perform(op: Op, ctx: CallContext, stages: Stages) -> Any:
         return stages.breakers.release(route.name)
     if op.kind == "reserve":
         assert stages.limiter is not None
-        return stages.limiter.reserve(route.name, tokens=op.tokens)
+        return stages.limiter.reserve(
+            route.name,
+            tokens=op.tokens,
+            priority=ctx.priority,
+            max_wait=pipeline.rate_wait_allowed(ctx),
+        )
     if op.kind == "settle":
         assert stages.limiter is not None
         return stages.limiter.settle(route.name, token_delta=op.tokens)
+    if op.kind == "learn":
+        assert stages.limiter is not None
+        return stages.limiter.learn(route.name, **_learned(op, ctx))
     if op.kind == "record":
         assert stages.breakers is not None
         return stages.breakers.record(route.name, op.error, seconds=op.seconds)
@@ -282,10 +306,18 @@ async def _aperform(op: Op, ctx: CallContext, stages: Stages) -> Any:
         return await stages.breakers.arelease(route.name)
     if op.kind == "reserve":
         assert stages.limiter is not None
-        return await stages.limiter.areserve(route.name, tokens=op.tokens)
+        return await stages.limiter.areserve(
+            route.name,
+            tokens=op.tokens,
+            priority=ctx.priority,
+            max_wait=pipeline.rate_wait_allowed(ctx),
+        )
     if op.kind == "settle":
         assert stages.limiter is not None
         return await stages.limiter.asettle(route.name, token_delta=op.tokens)
+    if op.kind == "learn":
+        assert stages.limiter is not None
+        return await stages.limiter.alearn(route.name, **_learned(op, ctx))
     if op.kind == "record":
         assert stages.breakers is not None
         return await stages.breakers.arecord(route.name, op.error, seconds=op.seconds)

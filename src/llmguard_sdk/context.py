@@ -115,6 +115,7 @@ class CallContext:
     started: float = field(default_factory=time.monotonic)
     input_count: TokenCount | None = None
     hedge_after: float | None = None
+    priority: Literal["interactive", "batch"] = "interactive"
     attempts: int = 0
     route: str | None = None
     first_token_at: float | None = None

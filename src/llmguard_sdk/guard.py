@@ -84,7 +84,10 @@ class Guard:
             reserves its estimated tokens first (input plus ``max_tokens``), settles to the real
             usage afterwards, and a route without room is skipped at once
             (:class:`~llmguard_sdk.errors.RateLimitExceededError` with ``retry_after``).
-            Hedged pairs are not rate-limited yet.
+            A call may wait for a slot up to the limit's ``max_wait`` (first come, first
+            served); ``chat(..., priority="batch")`` leaves ``batch_headroom`` of each period to
+            interactive calls. The provider's ``x-ratelimit-remaining-*`` and 429s correct the
+            state. Hedged pairs are not rate-limited yet.
         hedge_after: hedge calls: when the first route has not answered (streams: produced
             its first token) within this many seconds, or has failed, the second route starts
             too and the first to answer wins; the other is cancelled in async code, abandoned
@@ -203,6 +206,7 @@ class Guard:
         user: str | None = ...,
         timeout: float | None = ...,
         hedge_after: float | None = ...,
+        priority: Literal["interactive", "batch"] = ...,
         **params: Any,
     ) -> ChatResponse: ...
 
@@ -219,6 +223,7 @@ class Guard:
         user: str | None = ...,
         timeout: float | None = ...,
         hedge_after: float | None = ...,
+        priority: Literal["interactive", "batch"] = ...,
         **params: Any,
     ) -> ChatStream: ...
 
@@ -234,6 +239,7 @@ class Guard:
         user: str | None = None,
         timeout: float | None = None,
         hedge_after: float | None = None,
+        priority: Literal["interactive", "batch"] = "interactive",
         **params: Any,
     ) -> ChatResponse | ChatStream:
         """Send a chat completion through the pipeline.
@@ -255,6 +261,7 @@ class Guard:
             scope=pipeline.resolve_scope(tenant, feature, user),
             timeout=timeout,
             hedge_after=hedge_after,
+            priority=priority,
         )
         if stream:
             return ChatStream(ctx, self._stages)
@@ -277,6 +284,7 @@ class Guard:
         user: str | None = ...,
         timeout: float | None = ...,
         hedge_after: float | None = ...,
+        priority: Literal["interactive", "batch"] = ...,
         **params: Any,
     ) -> ChatResponse: ...
 
@@ -293,6 +301,7 @@ class Guard:
         user: str | None = ...,
         timeout: float | None = ...,
         hedge_after: float | None = ...,
+        priority: Literal["interactive", "batch"] = ...,
         **params: Any,
     ) -> AsyncChatStream: ...
 
@@ -308,6 +317,7 @@ class Guard:
         user: str | None = None,
         timeout: float | None = None,
         hedge_after: float | None = None,
+        priority: Literal["interactive", "batch"] = "interactive",
         **params: Any,
     ) -> ChatResponse | AsyncChatStream:
         """Async twin of :meth:`chat`; ``stream=True`` gives an :class:`AsyncChatStream`."""
@@ -317,6 +327,7 @@ class Guard:
             scope=pipeline.resolve_scope(tenant, feature, user),
             timeout=timeout,
             hedge_after=hedge_after,
+            priority=priority,
         )
         if stream:
             return AsyncChatStream(ctx, self._stages)

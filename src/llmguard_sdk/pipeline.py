@@ -90,6 +90,7 @@ def prepare(
     scope: Scope,
     timeout: float | None,
     hedge_after: float | None = None,
+    priority: Literal["interactive", "batch"] = "interactive",
 ) -> CallContext:
     """Validate the request, run input guardrails and the size check; start the clock."""
     started = time.monotonic()
@@ -108,6 +109,8 @@ def prepare(
     if checked.model is None and any(route.model is None for route in stages.routes):
         raise RequestValidationError("no model: pass model=... or give every provider a model")
     checked = _with_idempotency_key(checked, stages.retry)
+    if priority not in ("interactive", "batch"):
+        raise RequestValidationError(f"priority must be 'interactive' or 'batch', got {priority!r}")
     hedge = stages.hedge_after if hedge_after is None else hedge_after
     if hedge is not None and not (isinstance(hedge, (int, float)) and 0 <= hedge < math.inf):
         raise RequestValidationError(f"hedge_after must be seconds >= 0, got {hedge!r}")
@@ -117,6 +120,7 @@ def prepare(
         deadline=started + budget,
         started=started,
         hedge_after=hedge,
+        priority=priority,
     )
     if stages.max_input_tokens is not None:
         count = ctx.input_count = count_request_tokens(
@@ -268,6 +272,24 @@ def token_reservation(ctx: CallContext, stages: Stages, route: Provider) -> floa
         return None
     output = ctx.request.output_limit or limit.reserve_output_tokens
     return float(ctx.input_tokens().tokens + output)
+
+
+def rate_wait_allowed(ctx: CallContext) -> float:
+    """How long a call may wait for a rate-limit slot: what its deadline leaves an attempt."""
+    return max(0.0, ctx.remaining() - MIN_ATTEMPT_SECONDS)
+
+
+def provider_counters(headers: Mapping[str, str]) -> tuple[float | None, float | None]:
+    """``x-ratelimit-remaining-requests`` and ``-tokens`` of an answer, when present."""
+    found: list[float | None] = []
+    for kind in ("requests", "tokens"):
+        raw = headers.get(f"x-ratelimit-remaining-{kind}")
+        try:
+            value = float(raw) if raw is not None else None
+        except ValueError:
+            value = None
+        found.append(value if value is not None and 0 <= value < math.inf else None)
+    return found[0], found[1]
 
 
 def used_tokens(ctx: CallContext, response: ChatResponse) -> float:

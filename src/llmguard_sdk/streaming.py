@@ -321,12 +321,18 @@ class ChatStream(_StreamBase):
                     None if raced else pipeline.token_reservation(self._ctx, self._stages, route)
                 )
                 if reserved is not None and limiter is not None:
-                    grant = limiter.reserve(route.name, tokens=reserved)
+                    grant = limiter.reserve(
+                        route.name,
+                        tokens=reserved,
+                        priority=self._ctx.priority,
+                        max_wait=pipeline.rate_wait_allowed(self._ctx),
+                    )
                     if not grant.allowed:
                         pipeline.route_rate_limited(self._ctx, route, grant)
                         if breakers is not None:
                             breakers.release(route.name)
                         break
+                    time.sleep(grant.wait)
                 attempt += 1
                 assembler = self._start_attempt(route.name)
                 chunks = raced or route.stream(
@@ -457,12 +463,18 @@ class AsyncChatStream(_StreamBase):
                     None if raced else pipeline.token_reservation(self._ctx, self._stages, route)
                 )
                 if reserved is not None and limiter is not None:
-                    grant = await limiter.areserve(route.name, tokens=reserved)
+                    grant = await limiter.areserve(
+                        route.name,
+                        tokens=reserved,
+                        priority=self._ctx.priority,
+                        max_wait=pipeline.rate_wait_allowed(self._ctx),
+                    )
                     if not grant.allowed:
                         pipeline.route_rate_limited(self._ctx, route, grant)
                         if breakers is not None:
                             await breakers.arelease(route.name)
                         break
+                    await anyio.sleep(grant.wait)
                 attempt += 1
                 assembler = self._start_attempt(route.name)
                 chunks = raced or route.astream(

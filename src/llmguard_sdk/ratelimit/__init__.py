@@ -6,15 +6,17 @@
 from typing import Protocol
 
 from .memory import MemoryRateLimiter
-from .policy import Grant, RateLimit, reserve, settle
+from .policy import Grant, Priority, RateLimit, learn, reserve, settle
 from .redis import RedisRateLimiter
 
 __all__ = [
     "Grant",
     "MemoryRateLimiter",
+    "Priority",
     "RateLimit",
     "RateLimiter",
     "RedisRateLimiter",
+    "learn",
     "reserve",
     "settle",
 ]
@@ -25,16 +27,54 @@ class RateLimiter(Protocol):
 
     limits: dict[str, RateLimit]
 
-    def reserve(self, key: str, *, requests: float = 1.0, tokens: float = 0.0) -> Grant:
+    def reserve(
+        self,
+        key: str,
+        *,
+        requests: float = 1.0,
+        tokens: float = 0.0,
+        priority: Priority = "interactive",
+        max_wait: float | None = None,
+    ) -> Grant:
         """Reserve a call on ``key``."""
+        ...
+
+    def learn(
+        self,
+        key: str,
+        *,
+        remaining_requests: float | None = None,
+        remaining_tokens: float | None = None,
+        pause: float | None = None,
+    ) -> None:
+        """Bring the state down to what the provider reported."""
         ...
 
     def settle(self, key: str, *, token_delta: float) -> None:
         """Correct a reservation."""
         ...
 
-    async def areserve(self, key: str, *, requests: float = 1.0, tokens: float = 0.0) -> Grant:
+    async def areserve(
+        self,
+        key: str,
+        *,
+        requests: float = 1.0,
+        tokens: float = 0.0,
+        priority: Priority = "interactive",
+        max_wait: float | None = None,
+    ) -> Grant:
         """Async twin of :meth:`reserve`."""
+        ...
+
+    async def alearn(
+        self,
+        key: str,
+        *,
+        remaining_requests: float | None = None,
+        remaining_tokens: float | None = None,
+        pause: float | None = None,
+    ) -> None:
+        """Async twin of :meth:`learn`."""
         ...
 
     async def asettle(self, key: str, *, token_delta: float) -> None:

@@ -9,7 +9,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from .policy import Grant, RateLimit, reserve, settle
+from .policy import Grant, Priority, RateLimit, learn, reserve, settle
 
 __all__ = ["MemoryRateLimiter"]
 
@@ -34,8 +34,17 @@ class MemoryRateLimiter:
         self._lock = threading.Lock()
         self._tats: dict[str, tuple[float, float]] = {}
 
-    def reserve(self, key: str, *, requests: float = 1.0, tokens: float = 0.0) -> Grant:
-        """Reserve a call on ``key`` (keys without a limit always pass)."""
+    def reserve(
+        self,
+        key: str,
+        *,
+        requests: float = 1.0,
+        tokens: float = 0.0,
+        priority: Priority = "interactive",
+        max_wait: float | None = None,
+    ) -> Grant:
+        """Reserve a call on ``key`` (keys without a limit always pass); see
+        :func:`~llmguard_sdk.ratelimit.reserve` for waiting and priorities."""
         limit = self.limits.get(key)
         if limit is None:
             return Grant(True)
@@ -46,8 +55,32 @@ class MemoryRateLimiter:
                 limit,
                 requests=requests,
                 tokens=tokens,
+                priority=priority,
+                max_wait=max_wait,
             )
             return grant
+
+    def learn(
+        self,
+        key: str,
+        *,
+        remaining_requests: float | None = None,
+        remaining_tokens: float | None = None,
+        pause: float | None = None,
+    ) -> None:
+        """Bring ``key``'s state down to what the provider reported."""
+        limit = self.limits.get(key)
+        if limit is None:
+            return
+        with self._lock:
+            self._tats[key] = learn(
+                self._tats.get(key, (0.0, 0.0)),
+                self._clock(),
+                limit,
+                remaining_requests=remaining_requests,
+                remaining_tokens=remaining_tokens,
+                pause=pause,
+            )
 
     def settle(self, key: str, *, token_delta: float) -> None:
         """Correct ``key``'s reservation to what the call really used."""
@@ -59,9 +92,35 @@ class MemoryRateLimiter:
                 self._tats.get(key, (0.0, 0.0)), self._clock(), limit, token_delta=token_delta
             )
 
-    async def areserve(self, key: str, *, requests: float = 1.0, tokens: float = 0.0) -> Grant:
+    async def areserve(
+        self,
+        key: str,
+        *,
+        requests: float = 1.0,
+        tokens: float = 0.0,
+        priority: Priority = "interactive",
+        max_wait: float | None = None,
+    ) -> Grant:
         """Same as :meth:`reserve` (no I/O)."""
-        return self.reserve(key, requests=requests, tokens=tokens)
+        return self.reserve(
+            key, requests=requests, tokens=tokens, priority=priority, max_wait=max_wait
+        )
+
+    async def alearn(
+        self,
+        key: str,
+        *,
+        remaining_requests: float | None = None,
+        remaining_tokens: float | None = None,
+        pause: float | None = None,
+    ) -> None:
+        """Same as :meth:`learn` (no I/O)."""
+        self.learn(
+            key,
+            remaining_requests=remaining_requests,
+            remaining_tokens=remaining_tokens,
+            pause=pause,
+        )
 
     async def asettle(self, key: str, *, token_delta: float) -> None:
         """Same as :meth:`settle` (no I/O)."""

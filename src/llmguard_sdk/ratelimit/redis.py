@@ -23,7 +23,7 @@ from redis.commands.core import AsyncScript
 
 from ..store import RedisStore, hash_id
 from .memory import MemoryRateLimiter
-from .policy import Grant, RateLimit
+from .policy import Grant, Priority, RateLimit
 
 __all__ = ["RedisRateLimiter"]
 
@@ -32,6 +32,7 @@ _DOWN_SECONDS = 5.0
 _LUA = resources.files(__package__).joinpath("lua")
 _RESERVE = _LUA.joinpath("reserve.lua").read_text(encoding="utf-8")
 _SETTLE = _LUA.joinpath("settle.lua").read_text(encoding="utf-8")
+_LEARN = _LUA.joinpath("learn.lua").read_text(encoding="utf-8")
 
 
 class RedisRateLimiter:
@@ -46,8 +47,9 @@ class RedisRateLimiter:
         self._store = store
         self._reserve = store.client.register_script(_RESERVE)
         self._settle = store.client.register_script(_SETTLE)
+        self._learn = store.client.register_script(_LEARN)
         self._async: weakref.WeakKeyDictionary[
-            redis.asyncio.Redis, tuple[AsyncScript, AsyncScript]
+            redis.asyncio.Redis, tuple[AsyncScript, AsyncScript, AsyncScript]
         ] = weakref.WeakKeyDictionary()
         self._fallback = MemoryRateLimiter(limits)
         self._down_until = 0.0
@@ -55,7 +57,16 @@ class RedisRateLimiter:
     def _key(self, key: str) -> list[str]:
         return [self._store.key("rl", hash_id(key))]
 
-    def _reserve_args(self, limit: RateLimit, requests: float, tokens: float) -> list[Any]:
+    def _reserve_args(
+        self,
+        limit: RateLimit,
+        requests: float,
+        tokens: float,
+        priority: Priority,
+        max_wait: float | None,
+    ) -> list[Any]:
+        share = 1.0 - (limit.batch_headroom if priority == "batch" else 0.0)
+        patience = limit.max_wait if max_wait is None else max(0.0, min(max_wait, limit.max_wait))
         return [
             "" if limit.rpm is None else limit.rpm,
             "" if limit.tpm is None else limit.tpm,
@@ -63,16 +74,39 @@ class RedisRateLimiter:
             requests,
             tokens,
             self.clock_offset,
+            share,
+            patience,
+        ]
+
+    def _learn_args(
+        self,
+        limit: RateLimit,
+        remaining_requests: float | None,
+        remaining_tokens: float | None,
+        pause: float | None,
+    ) -> list[Any]:
+        return [
+            "" if limit.rpm is None else limit.rpm,
+            "" if limit.tpm is None else limit.tpm,
+            limit.period,
+            "" if remaining_requests is None else remaining_requests,
+            "" if remaining_tokens is None else remaining_tokens,
+            "" if pause is None else pause,
+            self.clock_offset,
         ]
 
     def _settle_args(self, limit: RateLimit, delta: float) -> list[Any]:
         return [limit.tpm, limit.period, delta, self.clock_offset]
 
-    def _scripts(self) -> tuple[AsyncScript, AsyncScript]:
+    def _scripts(self) -> tuple[AsyncScript, AsyncScript, AsyncScript]:
         client = self._store.aclient
         scripts = self._async.get(client)
         if scripts is None:
-            scripts = (client.register_script(_RESERVE), client.register_script(_SETTLE))
+            scripts = (
+                client.register_script(_RESERVE),
+                client.register_script(_SETTLE),
+                client.register_script(_LEARN),
+            )
             self._async[client] = scripts
         return scripts
 
@@ -88,20 +122,54 @@ class RedisRateLimiter:
             )
         self._down_until = time.monotonic() + _DOWN_SECONDS
 
-    def reserve(self, key: str, *, requests: float = 1.0, tokens: float = 0.0) -> Grant:
+    def reserve(
+        self,
+        key: str,
+        *,
+        requests: float = 1.0,
+        tokens: float = 0.0,
+        priority: Priority = "interactive",
+        max_wait: float | None = None,
+    ) -> Grant:
         """Reserve a call on ``key`` in Redis (keys without a limit always pass)."""
         limit = self.limits.get(key)
         if limit is None:
             return Grant(True)
         if self._up():
             try:
-                reply = self._reserve(
-                    keys=self._key(key), args=self._reserve_args(limit, requests, tokens)
-                )
-                return _grant(reply)
+                args = self._reserve_args(limit, requests, tokens, priority, max_wait)
+                return _grant(self._reserve(keys=self._key(key), args=args))
             except redis.RedisError as exc:
                 self._went_down(exc)
-        return self._fallback.reserve(key, requests=requests, tokens=tokens)
+        return self._fallback.reserve(
+            key, requests=requests, tokens=tokens, priority=priority, max_wait=max_wait
+        )
+
+    def learn(
+        self,
+        key: str,
+        *,
+        remaining_requests: float | None = None,
+        remaining_tokens: float | None = None,
+        pause: float | None = None,
+    ) -> None:
+        """Bring ``key``'s shared state down to what the provider reported."""
+        limit = self.limits.get(key)
+        if limit is None:
+            return
+        if self._up():
+            try:
+                args = self._learn_args(limit, remaining_requests, remaining_tokens, pause)
+                self._learn(keys=self._key(key), args=args)
+                return
+            except redis.RedisError as exc:
+                self._went_down(exc)
+        self._fallback.learn(
+            key,
+            remaining_requests=remaining_requests,
+            remaining_tokens=remaining_tokens,
+            pause=pause,
+        )
 
     def settle(self, key: str, *, token_delta: float) -> None:
         """Correct ``key``'s reservation in Redis."""
@@ -116,20 +184,54 @@ class RedisRateLimiter:
                 self._went_down(exc)
         self._fallback.settle(key, token_delta=token_delta)
 
-    async def areserve(self, key: str, *, requests: float = 1.0, tokens: float = 0.0) -> Grant:
+    async def areserve(
+        self,
+        key: str,
+        *,
+        requests: float = 1.0,
+        tokens: float = 0.0,
+        priority: Priority = "interactive",
+        max_wait: float | None = None,
+    ) -> Grant:
         """Async twin of :meth:`reserve`."""
         limit = self.limits.get(key)
         if limit is None:
             return Grant(True)
         if self._up():
             try:
-                reply = await self._scripts()[0](
-                    keys=self._key(key), args=self._reserve_args(limit, requests, tokens)
-                )
-                return _grant(reply)
+                args = self._reserve_args(limit, requests, tokens, priority, max_wait)
+                return _grant(await self._scripts()[0](keys=self._key(key), args=args))
             except redis.RedisError as exc:
                 self._went_down(exc)
-        return self._fallback.reserve(key, requests=requests, tokens=tokens)
+        return self._fallback.reserve(
+            key, requests=requests, tokens=tokens, priority=priority, max_wait=max_wait
+        )
+
+    async def alearn(
+        self,
+        key: str,
+        *,
+        remaining_requests: float | None = None,
+        remaining_tokens: float | None = None,
+        pause: float | None = None,
+    ) -> None:
+        """Async twin of :meth:`learn`."""
+        limit = self.limits.get(key)
+        if limit is None:
+            return
+        if self._up():
+            try:
+                args = self._learn_args(limit, remaining_requests, remaining_tokens, pause)
+                await self._scripts()[2](keys=self._key(key), args=args)
+                return
+            except redis.RedisError as exc:
+                self._went_down(exc)
+        self._fallback.learn(
+            key,
+            remaining_requests=remaining_requests,
+            remaining_tokens=remaining_tokens,
+            pause=pause,
+        )
 
     async def asettle(self, key: str, *, token_delta: float) -> None:
         """Async twin of :meth:`settle`."""
@@ -148,6 +250,11 @@ class RedisRateLimiter:
 
 
 def _grant(reply: Any) -> Grant:
-    allowed, retry_after = reply
-    text = retry_after.decode() if isinstance(retry_after, bytes) else str(retry_after)
-    return Grant(bool(int(allowed)), math.inf if text == "inf" else float(text))
+    allowed, retry_after, wait = (
+        part.decode() if isinstance(part, bytes) else str(part) for part in reply
+    )
+    return Grant(
+        bool(int(allowed)),
+        math.inf if retry_after == "inf" else float(retry_after),
+        wait=float(wait),
+    )
