@@ -54,3 +54,19 @@ def test_local_model_bench_compares_sdk_and_raw() -> None:
     assert result["sdk_tok_s"] > 0
     assert result["raw_tok_s"] > 0
     assert result["same_output"] is True  # greedy decoding: the SDK changes nothing
+
+
+def test_ratelimit_multiproc_bench_reports_shared_and_unshared_runs() -> None:
+    result = run("ratelimit_multiproc.py", "--quick")
+    for key in (
+        "requests",
+        "provider_429",
+        "token_share",
+        "acquire_p50_us",
+        "acquire_p99_us",
+        "unshared_provider_429",
+        "limits_lib_ratio",
+    ):
+        assert key in result
+    assert set(result["acquire_p50_us"]) == {"memory", "redis"}
+    assert result["requests"] > 0
