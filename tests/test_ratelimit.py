@@ -304,6 +304,9 @@ def test_the_guard_learns_from_the_providers_counters(make_guard: MakeGuard) -> 
         guard = make_guard(strict, rate_limits={"primary": RateLimit(rpm=100)}, breaker=None)
         guard.chat(USER)
         guard.chat(USER)  # the provider says: 0 requests remaining
-        with pytest.raises(RateLimitExceededError):
+        with pytest.raises(RateLimitExceededError) as info:
             guard.chat(USER)
         assert strict.stats.rate_limited == 0  # refused here, not by a 429 over there
+        # "0 remaining, resets in about 60 s": no room here until then either
+        assert info.value.retry_after is not None
+        assert info.value.retry_after > 50

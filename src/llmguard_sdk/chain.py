@@ -26,6 +26,7 @@ from .errors import ProviderError, ProviderTimeoutError, RateLimitedError
 from .models import ChatResponse
 from .pipeline import Stages
 from .providers.base import Provider
+from .providers.headers import rate_limit_reset_seconds
 
 __all__ = ["Op", "arun", "plan", "run"]
 
@@ -134,7 +135,8 @@ def plan(ctx: CallContext, stages: Stages) -> Plan:
                 yield Op("settle", route, tokens=pipeline.used_tokens(ctx, response) - reserved)
                 counters = pipeline.provider_counters(response.headers)
                 if counters != (None, None):  # the provider's own counters correct ours
-                    yield Op("learn", route, counters=counters)
+                    pause = rate_limit_reset_seconds(response.headers) or 0.0
+                    yield Op("learn", route, counters=counters, seconds=pause)
             ctx.route = route.name
             return response
     degraded = pipeline.degraded_response(ctx, stages)
@@ -190,7 +192,14 @@ def _learned(op: Op, ctx: CallContext) -> dict[str, float | None]:
     """What a "learn" op tells the limiter: a 429's pause, or the provider's counters."""
     if op.error is not None:
         return {"pause": op.seconds}
-    return {"remaining_requests": op.counters[0], "remaining_tokens": op.counters[1]}
+    exhausted = any(left is not None and left < 1 for left in op.counters)
+    return {
+        "remaining_requests": op.counters[0],
+        "remaining_tokens": op.counters[1],
+        # "none left, resets in N s": no room until then (the counters alone would let
+        # GCRA refill at once, while the provider's window stays full until its reset)
+        "pause": op.seconds if exhausted and op.seconds > 0 else None,
+    }
 
 
 def run(ctx: CallContext, stages: Stages) -> ChatResponse:
