@@ -19,19 +19,24 @@ application starts does not stop it from starting.
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 import threading
+import time
+import weakref
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
 import redis
 import redis.asyncio
+from redis.commands.core import AsyncScript, Script
 
 from ._loops import PerLoop
 from .errors import ConfigurationError
 
-__all__ = ["MemoryStore", "RedisStore", "Store", "hash_id", "open_store"]
+__all__ = ["MemoryStore", "Outage", "RedisScripts", "RedisStore", "Store", "hash_id", "open_store"]
 
+logger = logging.getLogger("llmguard_sdk")
 _SAFE_PART = re.compile(r"^[A-Za-z0-9_.-]+$")
 _REDIS_SCHEMES = ("redis", "rediss", "unix")
 
@@ -163,6 +168,58 @@ class RedisStore(Store):
         if aclient is not None:
             await aclient.aclose()
         self.close()
+
+
+class RedisScripts:
+    """Lua scripts registered once on the sync client, and once per event loop's async client."""
+
+    def __init__(self, store: RedisStore, *sources: str) -> None:
+        self._store = store
+        self._sources = sources
+        self._sync = [store.client.register_script(source) for source in sources]
+        self._async: weakref.WeakKeyDictionary[redis.asyncio.Redis, list[AsyncScript]] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def sync(self, index: int) -> Script:
+        """Script number ``index`` for the sync client."""
+        return self._sync[index]
+
+    def aio(self, index: int) -> AsyncScript:
+        """Script number ``index`` for the running event loop's async client."""
+        client = self._store.aclient
+        scripts = self._async.get(client)
+        if scripts is None:
+            scripts = self._async[client] = [client.register_script(s) for s in self._sources]
+        return scripts[index]
+
+
+class Outage:
+    """After a Redis failure, leave Redis alone for ``seconds`` (the caller decides locally),
+    and say so once per outage: a dead or hung Redis costs one socket timeout per window, not
+    one per call."""
+
+    def __init__(self, what: str, instead: str, seconds: float = 5.0) -> None:
+        self.what = what
+        self.instead = instead
+        self.seconds = seconds
+        self._down_until = 0.0
+
+    def up(self) -> bool:
+        """Whether Redis may be tried now."""
+        return time.monotonic() >= self._down_until
+
+    def failed(self, exc: redis.RedisError) -> None:
+        """Redis just failed: log (once per outage) and skip it for a while."""
+        if self.up():
+            logger.warning(
+                "%s: Redis unavailable (%s); %s for %.0f s",
+                self.what,
+                exc,
+                self.instead,
+                self.seconds,
+            )
+        self._down_until = time.monotonic() + self.seconds
 
 
 def open_store(spec: str | Store, *, key_prefix: str = "llmguard") -> Store:

@@ -10,25 +10,18 @@ cannot be reached, each process falls back to its own in-memory breakers for a f
 
 from __future__ import annotations
 
-import logging
 import math
-import time
-import weakref
 from importlib import resources
 from typing import Any
 
 import redis
-import redis.asyncio
-from redis.commands.core import AsyncScript
 
-from ..store import RedisStore, hash_id
+from ..store import Outage, RedisScripts, RedisStore, hash_id
 from .memory import MemoryBreakerBackend
 from .policy import BreakerPolicy, Outcome, Permit, State
 
 __all__ = ["RedisBreakerBackend"]
 
-logger = logging.getLogger("llmguard_sdk")
-_DOWN_SECONDS = 5.0
 _LUA = resources.files(__package__).joinpath("lua")
 _ACQUIRE = _LUA.joinpath("acquire.lua").read_text(encoding="utf-8")
 _RECORD = _LUA.joinpath("record.lua").read_text(encoding="utf-8")
@@ -52,14 +45,9 @@ class RedisBreakerBackend:
         self.policy = policy
         self.clock_offset = 0.0
         self._store = store
-        self._acquire = store.client.register_script(_ACQUIRE)
-        self._record = store.client.register_script(_RECORD)
-        self._release = store.client.register_script(_RELEASE)
-        self._async_scripts: weakref.WeakKeyDictionary[
-            redis.asyncio.Redis, tuple[AsyncScript, AsyncScript, AsyncScript]
-        ] = weakref.WeakKeyDictionary()
+        self._scripts = RedisScripts(store, _ACQUIRE, _RECORD, _RELEASE)
         self._fallback = MemoryBreakerBackend(policy)
-        self._down_until = 0.0
+        self._outage = Outage("breakers", "using local breakers")
         self._ttl = int(max(3600.0, policy.max_open_seconds * 2, policy.window * 2))
 
     def _keys(self, route: str) -> list[str]:
@@ -88,91 +76,69 @@ class RedisBreakerBackend:
             self._ttl,
         ]
 
-    def _ascripts(self) -> tuple[AsyncScript, AsyncScript, AsyncScript]:
-        client = self._store.aclient
-        scripts = self._async_scripts.get(client)
-        if scripts is None:
-            scripts = (
-                client.register_script(_ACQUIRE),
-                client.register_script(_RECORD),
-                client.register_script(_RELEASE),
-            )
-            self._async_scripts[client] = scripts
-        return scripts
-
-    def _up(self) -> bool:
-        return time.monotonic() >= self._down_until
-
-    def _went_down(self, exc: redis.RedisError) -> None:
-        if self._up():
-            logger.warning(
-                "breakers: Redis unavailable (%s); using local breakers for %.0f s",
-                exc,
-                _DOWN_SECONDS,
-            )
-        self._down_until = time.monotonic() + _DOWN_SECONDS
-
     def acquire(self, route: str) -> Permit:
         """A permit for one call to ``route``, decided in Redis."""
-        if self._up():
+        if self._outage.up():
             try:
-                reply = self._acquire(keys=self._keys(route)[:1], args=self._acquire_args())
+                reply = self._scripts.sync(0)(keys=self._keys(route)[:1], args=self._acquire_args())
                 return _permit(reply)
             except redis.RedisError as exc:
-                self._went_down(exc)
+                self._outage.failed(exc)
         return self._fallback.acquire(route)
 
     def record(self, route: str, outcome: Outcome, hint: float | None = None) -> State:
         """Record a finished call in Redis; returns the state afterwards."""
-        if self._up():
+        if self._outage.up():
             try:
                 return _state(
-                    self._record(keys=self._keys(route), args=self._record_args(outcome, hint))
+                    self._scripts.sync(1)(
+                        keys=self._keys(route), args=self._record_args(outcome, hint)
+                    )
                 )
             except redis.RedisError as exc:
-                self._went_down(exc)
+                self._outage.failed(exc)
         return self._fallback.record(route, outcome, hint)
 
     async def aacquire(self, route: str) -> Permit:
         """Async twin of :meth:`acquire`."""
-        if self._up():
+        if self._outage.up():
             try:
-                script = self._ascripts()[0]
+                script = self._scripts.aio(0)
                 return _permit(await script(keys=self._keys(route)[:1], args=self._acquire_args()))
             except redis.RedisError as exc:
-                self._went_down(exc)
+                self._outage.failed(exc)
         return self._fallback.acquire(route)
 
     async def arecord(self, route: str, outcome: Outcome, hint: float | None = None) -> State:
         """Async twin of :meth:`record`."""
-        if self._up():
+        if self._outage.up():
             try:
-                script = self._ascripts()[1]
+                script = self._scripts.aio(1)
                 return _state(
                     await script(keys=self._keys(route), args=self._record_args(outcome, hint))
                 )
             except redis.RedisError as exc:
-                self._went_down(exc)
+                self._outage.failed(exc)
         return self._fallback.record(route, outcome, hint)
 
     def release(self, route: str) -> None:
         """Give back a permit whose call has no outcome to record."""
-        if self._up():
+        if self._outage.up():
             try:
-                self._release(keys=self._keys(route)[:1])
+                self._scripts.sync(2)(keys=self._keys(route)[:1])
                 return
             except redis.RedisError as exc:
-                self._went_down(exc)
+                self._outage.failed(exc)
         self._fallback.release(route)
 
     async def arelease(self, route: str) -> None:
         """Async twin of :meth:`release`."""
-        if self._up():
+        if self._outage.up():
             try:
-                await self._ascripts()[2](keys=self._keys(route)[:1])
+                await self._scripts.aio(2)(keys=self._keys(route)[:1])
                 return
             except redis.RedisError as exc:
-                self._went_down(exc)
+                self._outage.failed(exc)
         self._fallback.release(route)
 
     def state(self, route: str) -> State:

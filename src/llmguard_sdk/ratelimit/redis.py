@@ -10,25 +10,18 @@ in-memory limiter for a few seconds and logs it once: calls go on, limited per p
 
 from __future__ import annotations
 
-import logging
 import math
-import time
-import weakref
 from importlib import resources
 from typing import Any
 
 import redis
-import redis.asyncio
-from redis.commands.core import AsyncScript
 
-from ..store import RedisStore, hash_id
+from ..store import Outage, RedisScripts, RedisStore, hash_id
 from .memory import MemoryRateLimiter
 from .policy import Grant, Priority, RateLimit
 
 __all__ = ["RedisRateLimiter"]
 
-logger = logging.getLogger("llmguard_sdk")
-_DOWN_SECONDS = 5.0
 _LUA = resources.files(__package__).joinpath("lua")
 _RESERVE = _LUA.joinpath("reserve.lua").read_text(encoding="utf-8")
 _SETTLE = _LUA.joinpath("settle.lua").read_text(encoding="utf-8")
@@ -45,14 +38,9 @@ class RedisRateLimiter:
         self.limits = dict(limits)
         self.clock_offset = 0.0
         self._store = store
-        self._reserve = store.client.register_script(_RESERVE)
-        self._settle = store.client.register_script(_SETTLE)
-        self._learn = store.client.register_script(_LEARN)
-        self._async: weakref.WeakKeyDictionary[
-            redis.asyncio.Redis, tuple[AsyncScript, AsyncScript, AsyncScript]
-        ] = weakref.WeakKeyDictionary()
+        self._scripts = RedisScripts(store, _RESERVE, _SETTLE, _LEARN)
         self._fallback = MemoryRateLimiter(limits)
-        self._down_until = 0.0
+        self._outage = Outage("rate limits", "limiting per process")
 
     def _key(self, key: str) -> list[str]:
         return [self._store.key("rl", hash_id(key))]
@@ -98,30 +86,6 @@ class RedisRateLimiter:
     def _settle_args(self, limit: RateLimit, delta: float) -> list[Any]:
         return [limit.tpm, limit.period, delta, self.clock_offset]
 
-    def _scripts(self) -> tuple[AsyncScript, AsyncScript, AsyncScript]:
-        client = self._store.aclient
-        scripts = self._async.get(client)
-        if scripts is None:
-            scripts = (
-                client.register_script(_RESERVE),
-                client.register_script(_SETTLE),
-                client.register_script(_LEARN),
-            )
-            self._async[client] = scripts
-        return scripts
-
-    def _up(self) -> bool:
-        return time.monotonic() >= self._down_until
-
-    def _went_down(self, exc: redis.RedisError) -> None:
-        if self._up():
-            logger.warning(
-                "rate limits: Redis unavailable (%s); limiting per process for %.0f s",
-                exc,
-                _DOWN_SECONDS,
-            )
-        self._down_until = time.monotonic() + _DOWN_SECONDS
-
     def reserve(
         self,
         key: str,
@@ -135,12 +99,12 @@ class RedisRateLimiter:
         limit = self.limits.get(key)
         if limit is None:
             return Grant(True)
-        if self._up():
+        if self._outage.up():
             try:
                 args = self._reserve_args(limit, requests, tokens, priority, max_wait)
-                return _grant(self._reserve(keys=self._key(key), args=args))
+                return _grant(self._scripts.sync(0)(keys=self._key(key), args=args))
             except redis.RedisError as exc:
-                self._went_down(exc)
+                self._outage.failed(exc)
         return self._fallback.reserve(
             key, requests=requests, tokens=tokens, priority=priority, max_wait=max_wait
         )
@@ -157,13 +121,13 @@ class RedisRateLimiter:
         limit = self.limits.get(key)
         if limit is None:
             return
-        if self._up():
+        if self._outage.up():
             try:
                 args = self._learn_args(limit, remaining_requests, remaining_tokens, pause)
-                self._learn(keys=self._key(key), args=args)
+                self._scripts.sync(2)(keys=self._key(key), args=args)
                 return
             except redis.RedisError as exc:
-                self._went_down(exc)
+                self._outage.failed(exc)
         self._fallback.learn(
             key,
             remaining_requests=remaining_requests,
@@ -176,12 +140,14 @@ class RedisRateLimiter:
         limit = self.limits.get(key)
         if limit is None or limit.tpm is None or token_delta == 0:
             return
-        if self._up():
+        if self._outage.up():
             try:
-                self._settle(keys=self._key(key), args=self._settle_args(limit, token_delta))
+                self._scripts.sync(1)(
+                    keys=self._key(key), args=self._settle_args(limit, token_delta)
+                )
                 return
             except redis.RedisError as exc:
-                self._went_down(exc)
+                self._outage.failed(exc)
         self._fallback.settle(key, token_delta=token_delta)
 
     async def areserve(
@@ -197,12 +163,12 @@ class RedisRateLimiter:
         limit = self.limits.get(key)
         if limit is None:
             return Grant(True)
-        if self._up():
+        if self._outage.up():
             try:
                 args = self._reserve_args(limit, requests, tokens, priority, max_wait)
-                return _grant(await self._scripts()[0](keys=self._key(key), args=args))
+                return _grant(await self._scripts.aio(0)(keys=self._key(key), args=args))
             except redis.RedisError as exc:
-                self._went_down(exc)
+                self._outage.failed(exc)
         return self._fallback.reserve(
             key, requests=requests, tokens=tokens, priority=priority, max_wait=max_wait
         )
@@ -219,13 +185,13 @@ class RedisRateLimiter:
         limit = self.limits.get(key)
         if limit is None:
             return
-        if self._up():
+        if self._outage.up():
             try:
                 args = self._learn_args(limit, remaining_requests, remaining_tokens, pause)
-                await self._scripts()[2](keys=self._key(key), args=args)
+                await self._scripts.aio(2)(keys=self._key(key), args=args)
                 return
             except redis.RedisError as exc:
-                self._went_down(exc)
+                self._outage.failed(exc)
         self._fallback.learn(
             key,
             remaining_requests=remaining_requests,
@@ -238,14 +204,14 @@ class RedisRateLimiter:
         limit = self.limits.get(key)
         if limit is None or limit.tpm is None or token_delta == 0:
             return
-        if self._up():
+        if self._outage.up():
             try:
-                await self._scripts()[1](
+                await self._scripts.aio(1)(
                     keys=self._key(key), args=self._settle_args(limit, token_delta)
                 )
                 return
             except redis.RedisError as exc:
-                self._went_down(exc)
+                self._outage.failed(exc)
         self._fallback.settle(key, token_delta=token_delta)
 
 
