@@ -106,11 +106,17 @@ def test_usage_from_plain_dicts_and_anthropic_shapes() -> None:
     assert usage is not None
     assert (usage.input_tokens, usage.output_tokens, usage.cached_input_tokens) == (10, 2, 4)
     anthropic_like = {
-        "usage": {"input_tokens": 6, "output_tokens": 3, "cache_read_input_tokens": 4}
+        "usage": {
+            "input_tokens": 6,
+            "output_tokens": 3,
+            "cache_read_input_tokens": 4,
+            "cache_creation_input_tokens": 5,
+        }
     }
     usage = usage_from_result(anthropic_like)
     assert usage is not None
-    assert (usage.input_tokens, usage.cached_input_tokens) == (10, 4)
+    assert (usage.input_tokens, usage.cached_input_tokens) == (15, 4)
+    assert usage.cache_write_input_tokens == 5
     assert usage_from_result({"no": "usage"}) is None
     assert usage_from_result("text") is None
 

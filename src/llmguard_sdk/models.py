@@ -144,8 +144,10 @@ def validate_request(data: ChatRequest | dict[str, Any]) -> ChatRequest:
 class Usage(BaseModel):
     """Token usage of one call.
 
-    ``estimated`` is true when the SDK counted the tokens itself because the provider did not
-    report them.
+    ``input_tokens`` counts every input token, including ``cached_input_tokens`` (read from a
+    provider's prefix cache) and ``cache_write_input_tokens`` (written to it, Anthropic's
+    ``cache_creation_input_tokens``). ``estimated`` is true when the SDK counted the tokens
+    itself because the provider did not report them.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -153,6 +155,7 @@ class Usage(BaseModel):
     input_tokens: int = Field(default=0, ge=0)
     output_tokens: int = Field(default=0, ge=0)
     cached_input_tokens: int = Field(default=0, ge=0)
+    cache_write_input_tokens: int = Field(default=0, ge=0)
     estimated: bool = False
 
     @property

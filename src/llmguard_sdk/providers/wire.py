@@ -143,8 +143,9 @@ def usage_from_payload(raw: object) -> tuple[Usage | None, float | None]:
 
     OpenAI reports ``prompt_tokens`` (cached tokens included) with
     ``prompt_tokens_details.cached_tokens``; Anthropic reports ``input_tokens`` *without* the
-    ``cache_read_input_tokens``, so those are added to make ``input_tokens`` mean the same
-    thing for both. Returns ``(None, None)`` when there is no usable usage.
+    ``cache_read_input_tokens`` and ``cache_creation_input_tokens``, so those are added to make
+    ``input_tokens`` mean the same thing for both. Returns ``(None, None)`` when there is no
+    usable usage.
     """
     if not isinstance(raw, dict):
         return None, None
@@ -155,21 +156,28 @@ def usage_from_payload(raw: object) -> tuple[Usage | None, float | None]:
     if "prompt_tokens" in raw or "completion_tokens" in raw:
         details = raw.get("prompt_tokens_details") or {}
         cached = details.get("cached_tokens", 0) if isinstance(details, dict) else 0
-        fields = (raw.get("prompt_tokens", 0), raw.get("completion_tokens", 0), cached or 0)
-        cache_read_extra = 0
+        fields = (raw.get("prompt_tokens", 0), raw.get("completion_tokens", 0), cached or 0, 0)
+        anthropic_shaped = False
     elif "input_tokens" in raw or "output_tokens" in raw:
-        cached = raw.get("cache_read_input_tokens") or 0
-        fields = (raw.get("input_tokens", 0), raw.get("output_tokens", 0), cached)
-        cache_read_extra = cached if isinstance(cached, int) else 0
+        fields = (
+            raw.get("input_tokens", 0),
+            raw.get("output_tokens", 0),
+            raw.get("cache_read_input_tokens") or 0,
+            raw.get("cache_creation_input_tokens") or 0,
+        )
+        anthropic_shaped = True
     else:
         return None, reported_cost
     if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in fields):
         return None, reported_cost
-    input_tokens, output_tokens, cached_tokens = (int(v) for v in fields)
+    input_tokens, output_tokens, cached_tokens, written_tokens = (int(v) for v in fields)
+    if anthropic_shaped:
+        input_tokens += cached_tokens + written_tokens
     usage = Usage(
-        input_tokens=input_tokens + cache_read_extra,
+        input_tokens=input_tokens,
         output_tokens=output_tokens,
         cached_input_tokens=cached_tokens,
+        cache_write_input_tokens=written_tokens,
     )
     return usage, reported_cost
 
