@@ -6,7 +6,8 @@ Catch :class:`LLMGuardError` to catch everything the SDK raises itself::
     ├── ConfigurationError          bad Guard / provider configuration (raised before any call)
     ├── RequestValidationError      the request itself is invalid (raised before any network call)
     │   ├── InputTooLargeError      more input tokens than the Guard's max_input_tokens
-    │   └── GuardrailRejectedError  an input or output filter refused the call
+    │   ├── GuardrailRejectedError  an input or output filter refused the call
+    │   └── PromptLintError         a strict PromptBuilder found cache-breaking static text
     ├── ProviderError               a provider answered badly or not at all
     │   ├── RateLimitedError            429 (carries retry_after from Retry-After / retry-after-ms)
     │   ├── ProviderUnavailableError    5xx, 529, connection refused / reset
@@ -51,6 +52,7 @@ __all__ = [
     "InputTooLargeError",
     "LLMGuardError",
     "MalformedResponseError",
+    "PromptLintError",
     "ProviderBusyError",
     "ProviderError",
     "ProviderTimeoutError",
@@ -105,6 +107,30 @@ class GuardrailRejectedError(RequestValidationError):
         super().__init__(f"guardrail rejected the call: {reason}")
         self.reason = reason
         self.stage = stage
+
+
+class PromptLintError(RequestValidationError):
+    """A strict :class:`~llmguard_sdk.prompts.PromptBuilder` found text in the static part of
+    its prompt that would break a provider's prefix cache (a timestamp, a random id ...).
+
+    ``warnings`` holds the :class:`~llmguard_sdk.prompts.LintWarning` findings, each with its
+    section and span; ``details`` has the same as dicts.
+
+    .. versionadded:: 0.1.0
+    """
+
+    def __init__(self, template: str, warnings: Sequence[Any]) -> None:
+        shown = "; ".join(str(w) for w in warnings[:5])
+        more = f" (and {len(warnings) - 5} more)" if len(warnings) > 5 else ""
+        super().__init__(
+            f"prompt template {template!r} has cache-breaking static text: {shown}{more}",
+            [
+                {"rule": w.rule, "section": w.section, "start": w.start, "end": w.end}
+                for w in warnings
+            ],
+        )
+        self.template = template
+        self.warnings = list(warnings)
 
 
 class ProviderError(LLMGuardError):

@@ -27,6 +27,24 @@ Deterministic token counting (documented so tests can assert exact numbers):
 Only chat-completion requests are subject to faults, rate limits and :class:`ProviderStats`;
 ``GET /v1/models`` and ``GET /health`` always answer normally.
 
+It also speaks Anthropic's Messages API: ``POST /v1/messages`` (it requires the
+``anthropic-version`` header and ``max_tokens``), plain and streamed (``message_start``,
+``content_block_*``, ``message_delta``, ``message_stop`` events), with Anthropic's error bodies
+and the same faults and limits.  Its input tokens count the same way, the ``system`` prompt
+counting as one message and each tool as one message holding its JSON.
+
+With ``prefix_cache=True`` it emulates a provider's prefix cache, on the same deterministic
+tokens (each message is its words framed by 4 tokens, so the counts above hold):
+
+* OpenAI-style: ``prompt_tokens_details.cached_tokens`` is the longest prefix the request
+  shares with any earlier request (tools, hashed, count as part of the first message).
+* Anthropic-style: only prefixes that end at a ``cache_control`` breakpoint are cached.
+  ``cache_read_input_tokens`` is the longest breakpoint prefix written by an earlier request,
+  ``cache_creation_input_tokens`` what this request writes up to its last breakpoint, and
+  ``input_tokens`` the rest.
+
+Prefixes shorter than ``prefix_cache_min_tokens`` are never cached (real providers: 1024).
+
 The module is also runnable for benchmarks in a separate process::
 
     python -m llmguard_sdk.testing serve [--port N] [--model M]
@@ -38,6 +56,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import json
 import math
 import os
@@ -50,7 +69,7 @@ import struct
 import sys
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -66,6 +85,18 @@ _MAX_BODY = 32 * 1024 * 1024
 _MAX_RECORDED = 1000
 _CHAT_PATHS = frozenset({"/v1/chat/completions", "/chat/completions"})
 _MODELS_PATHS = frozenset({"/v1/models", "/models"})
+_MESSAGES_PATHS = frozenset({"/v1/messages", "/messages"})
+_PREFIX_MEMORY = 4096  # prefixes (OpenAI-style: requests) the emulated cache remembers
+_ANTHROPIC_ERRORS = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    529: "overloaded_error",
+}
+_STOP_REASONS = {"stop": "end_turn", "length": "max_tokens"}
 _WORD_RE = re.compile(r"\s*\S+")
 _HTML_BODY = (
     b"<!DOCTYPE html>\n<html><head><title>502 Bad Gateway</title></head>"
@@ -171,6 +202,10 @@ class ProviderStats:
     """Sum of completion tokens over successful answers."""
     connections: int = 0
     """TCP connections accepted (any endpoint); shows whether clients keep connections alive."""
+    cached_input_tokens: int = 0
+    """Of ``input_tokens``, those read from the emulated prefix cache (``prefix_cache=True``)."""
+    cache_write_input_tokens: int = 0
+    """Of ``input_tokens``, those written to the emulated Anthropic-style prefix cache."""
 
 
 @dataclass(frozen=True)
@@ -324,6 +359,115 @@ def _echo_reply(body: dict[str, Any]) -> str:
         if isinstance(message, dict) and message.get("role") == "user":
             text = _content_text(message.get("content"))
     return "Echo: " + text
+
+
+def _framed(role: str, words: list[str], tag: str = "") -> list[str]:
+    """One message's fake tokens: its words framed by 4 tokens (see the module docs)."""
+    return [f"<{role}{tag}>", "<s>", *words, "</s>", "<eot>"]
+
+
+def _openai_tokens(body: dict[str, Any]) -> list[str]:
+    """The fake tokens of a chat-completions request (tools hashed into the first message)."""
+    tools = body.get("tools")
+    tag = ""
+    if tools:
+        canonical = json.dumps(tools, sort_keys=True, separators=(",", ":"), default=str)
+        tag = "|" + hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:12]
+    tokens: list[str] = []
+    for i, message in enumerate(body.get("messages") or []):
+        if isinstance(message, dict):
+            words = _content_text(message.get("content")).split()
+            tokens += _framed(str(message.get("role")), words, tag if i == 0 else "")
+    return tokens
+
+
+def _block_words(block: Any) -> list[str]:
+    """The words of one Anthropic content block (text, tool use, tool result, image)."""
+    if isinstance(block, str):
+        return block.split()
+    if not isinstance(block, dict):
+        return []
+    kind = block.get("type")
+    if kind == "text" and isinstance(block.get("text"), str):
+        return str(block["text"]).split()
+    if kind == "tool_use":
+        return json.dumps(block.get("input"), sort_keys=True, default=str).split()
+    if kind == "tool_result":
+        content = block.get("content")
+        if isinstance(content, list):
+            return [w for part in content for w in _block_words(part)]
+        return str(content or "").split()
+    return [f"<{kind}>"]
+
+
+def _anthropic_tokens(body: dict[str, Any]) -> tuple[list[str], list[int]]:
+    """The fake tokens of a Messages request, and the positions just after each
+    ``cache_control`` breakpoint (tools, then the system prompt, then the messages)."""
+    tokens: list[str] = []
+    breakpoints: list[int] = []
+    for tool in body.get("tools") or []:
+        if isinstance(tool, dict):
+            bare = {k: v for k, v in tool.items() if k != "cache_control"}
+            tokens += _framed("tool", json.dumps(bare, sort_keys=True, default=str).split())
+            if "cache_control" in tool:
+                breakpoints.append(len(tokens))
+    parts: list[tuple[str, Any]] = []
+    system = body.get("system")
+    if isinstance(system, (str, list)) and system:
+        parts.append(("system", system))
+    parts += [
+        (str(m.get("role")), m.get("content")) for m in body["messages"] if isinstance(m, dict)
+    ]
+    for role, content in parts:
+        blocks = content if isinstance(content, list) else [content]
+        tokens += [f"<{role}>", "<s>"]
+        for block in blocks:
+            tokens += _block_words(block)
+            if isinstance(block, dict) and "cache_control" in block:
+                breakpoints.append(len(tokens))
+        tokens += ["</s>", "<eot>"]
+    return tokens, breakpoints
+
+
+def _prefix_key(tokens: list[str], length: int) -> str:
+    return hashlib.sha256("\x1f".join(tokens[:length]).encode("utf-8")).hexdigest()
+
+
+_TEXT_BLOCK: dict[str, Any] = {"type": "text", "text": ""}
+
+
+def _messages_problem(body: Any, version: str | None) -> str | None:
+    """Why a Messages request is invalid (Anthropic answers 400), or None."""
+    if not version:
+        return "anthropic-version: header is required"
+    if not isinstance(body, dict):
+        return "request body must be a JSON object"
+    if not isinstance(body.get("model"), str) or not body["model"]:
+        return "model: Field required"
+    max_tokens = body.get("max_tokens")
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+        return "max_tokens: Field required (an integer >= 1)"
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        return "messages: at least one message is required"
+    for message in messages:
+        if not isinstance(message, dict) or message.get("role") not in ("user", "assistant"):
+            return "messages: each message needs role 'user' or 'assistant'"
+        if not isinstance(message.get("content"), (str, list)):
+            return "messages: each message needs content"
+    system = body.get("system")
+    if system is not None and not isinstance(system, (str, list)):
+        return "system: must be a string or a list of text blocks"
+    return None
+
+
+def _anthropic_error(status: int, message: str) -> bytes:
+    kind = _ANTHROPIC_ERRORS.get(status, "api_error" if status >= 500 else "invalid_request_error")
+    return _dumps({"type": "error", "error": {"type": kind, "message": message}})
+
+
+def _sse(kind: str, data: dict[str, Any]) -> bytes:
+    return b"event: " + kind.encode() + b"\ndata: " + _dumps({"type": kind, **data}) + b"\n\n"
 
 
 # --------------------------------------------------------------------------- server
@@ -548,6 +692,9 @@ class _Handler(BaseHTTPRequestHandler):
         if self.command == "POST" and path in _CHAT_PATHS:
             self._chat(raw, n)
             return
+        if self.command == "POST" and path in _MESSAGES_PATHS:
+            self._messages(raw, n)
+            return
         common = provider._common_headers(n)
         if self.command == "GET" and path in _MODELS_PATHS:
             payload = {
@@ -631,11 +778,12 @@ class _Handler(BaseHTTPRequestHandler):
                 headers.append(("retry-after-ms", str(math.ceil(retry_after * 1000))))
             self._send(429, _dumps(err), "application/json", headers)
             return
+        cached = provider._openai_cached(_openai_tokens(req.body)) if provider.prefix_cache else 0
         usage: dict[str, Any] | None = {
             "prompt_tokens": req.input_tokens,
             "completion_tokens": len(pieces),
             "total_tokens": req.input_tokens + len(pieces),
-            "prompt_tokens_details": {"cached_tokens": 0},
+            "prompt_tokens_details": {"cached_tokens": cached},
         }
         if fault is not None and fault.omit_usage:
             usage = None
@@ -667,16 +815,22 @@ class _Handler(BaseHTTPRequestHandler):
             provider._note_success(req.input_tokens, len(pieces), undo=True)
             raise
 
-    def _answer_fault(self, req: _ChatRequest, fault: Fault, n: int) -> None:
-        provider = self._srv.provider
+    def _silent_fault(self, fault: Fault) -> bool:
+        """Sleep the fault's latency, then hang or reset; True when nothing more is sent."""
         if not self._pause(fault.latency):
-            return
+            return True
         if fault.hang:
-            self._srv.stopping.wait(provider._hang_limit)
+            self._srv.stopping.wait(self._srv.provider._hang_limit)
             self.close_connection = True
-            return
+            return True
         if fault.reset:
             self._abort()
+            return True
+        return False
+
+    def _answer_fault(self, req: _ChatRequest, fault: Fault, n: int) -> None:
+        provider = self._srv.provider
+        if self._silent_fault(fault):
             return
         headers = provider._common_headers(n) + _fault_headers(fault)
         if fault.status is not None:
@@ -750,6 +904,180 @@ class _Handler(BaseHTTPRequestHandler):
             )
             self._send(
                 200, payload[: len(payload) // 2], "application/json", headers, length=len(payload)
+            )
+        self.close_connection = True
+
+    # ---- Anthropic messages
+
+    def _messages(self, raw: bytes, n: int) -> None:
+        provider = self._srv.provider
+        try:
+            body = json.loads(raw)
+        except (ValueError, UnicodeDecodeError):
+            body = None
+        stream = isinstance(body, dict) and body.get("stream") is True
+        provider._note_chat(stream=stream)
+        problem = _messages_problem(body, self.headers.get("anthropic-version"))
+        if problem is not None or not isinstance(body, dict):
+            provider._note_status(400)
+            error = _anthropic_error(400, problem or "bad request")
+            self._send(400, error, "application/json", provider._common_headers(n))
+            return
+        fault = provider._choose_fault()
+        if fault is not None and not fault.is_delay_only:
+            provider._note_fault()
+            self._messages_fault(body, stream, fault, n)
+            return
+        self._messages_normal(body, stream, fault, n)
+
+    def _messages_normal(
+        self, body: dict[str, Any], stream: bool, fault: Fault | None, n: int
+    ) -> None:
+        provider = self._srv.provider
+        extra = _fault_headers(fault)
+        try:
+            reply = provider._make_reply(body)
+        except Exception as exc:
+            if not self._pause(fault.latency if fault else 0.0):
+                return
+            provider._note_status(500)
+            error = _anthropic_error(500, f"reply callback failed: {exc!r}")
+            self._send(500, error, "application/json", provider._common_headers(n) + extra)
+            return
+        pieces = _split_pieces(reply)
+        max_tokens: int = body["max_tokens"]
+        finish = "stop"
+        if max_tokens < len(pieces):
+            pieces, finish = pieces[:max_tokens], "length"
+        tokens, breakpoints = _anthropic_tokens(body)
+        retry_after, rate_headers = provider._admit(len(tokens) + max_tokens)
+        headers = [("request-id", f"req-{n}"), *rate_headers, *extra]
+        if not self._pause(fault.latency if fault else 0.0):
+            return
+        if retry_after is not None:
+            provider._note_rate_limited()
+            provider._note_status(429)
+            seconds = max(1, math.ceil(retry_after))
+            if not any(name.lower().startswith("retry-after") for name, _ in extra):
+                headers.append(("Retry-After", str(seconds)))
+            error = _anthropic_error(429, f"rate limit reached; retry after {seconds} seconds")
+            self._send(429, error, "application/json", headers)
+            return
+        read, written = provider._anthropic_cached(tokens, breakpoints)
+        usage: dict[str, Any] | None = {
+            "input_tokens": len(tokens) - read - written,
+            "cache_creation_input_tokens": written,
+            "cache_read_input_tokens": read,
+            "output_tokens": len(pieces),
+        }
+        if fault is not None and fault.omit_usage:
+            usage = None
+        message: dict[str, Any] = {
+            "id": f"msg_fake_{n}",
+            "type": "message",
+            "role": "assistant",
+            "model": body["model"],
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+        }
+        if stream:
+            if usage is not None:
+                message["usage"] = {**usage, "output_tokens": 0}
+            provider._note_status(200)
+            self._start_stream(headers)
+            self._event(_sse("message_start", {"message": message}))
+            self._event(_sse("content_block_start", {"index": 0, "content_block": _TEXT_BLOCK}))
+            self._event(_sse("ping", {}))
+            for i, piece in enumerate(pieces):
+                delay = (
+                    (fault.first_token_delay if i == 0 else fault.inter_token_delay) if fault else 0
+                )
+                if not self._pause(delay):
+                    return
+                delta = {"type": "text_delta", "text": piece}
+                self._event(_sse("content_block_delta", {"index": 0, "delta": delta}))
+            self._event(_sse("content_block_stop", {"index": 0}))
+            end: dict[str, Any] = {
+                "delta": {"stop_reason": _STOP_REASONS[finish], "stop_sequence": None}
+            }
+            if usage is not None:
+                end["usage"] = {"output_tokens": len(pieces)}
+            self._event(_sse("message_delta", end))
+            provider._note_success(len(tokens), len(pieces))
+            try:
+                self._event(_sse("message_stop", {}), last=True)
+            except OSError:
+                provider._note_success(len(tokens), len(pieces), undo=True)
+                raise
+            if not self._chunked:
+                self.close_connection = True
+            return
+        message["content"] = [{"type": "text", "text": "".join(pieces)}]
+        message["stop_reason"] = _STOP_REASONS[finish]
+        if usage is not None:
+            message["usage"] = usage
+        provider._note_status(200)
+        provider._note_success(len(tokens), len(pieces))
+        try:
+            self._send(200, _dumps(message), "application/json", headers)
+        except OSError:
+            provider._note_success(len(tokens), len(pieces), undo=True)
+            raise
+
+    def _messages_fault(self, body: dict[str, Any], stream: bool, fault: Fault, n: int) -> None:
+        provider = self._srv.provider
+        if self._silent_fault(fault):
+            return
+        headers = provider._common_headers(n) + _fault_headers(fault)
+        if fault.status is not None:
+            provider._note_status(fault.status)
+            error = _anthropic_error(fault.status, f"fake error {fault.status}")
+            self._send(fault.status, error, "application/json", headers)
+            return
+        provider._note_status(200)
+        if fault.wrong_content_type:
+            self._send(200, _HTML_BODY, "text/html; charset=utf-8", headers)
+            return
+        start = {"id": f"msg_fake_{n}", "type": "message", "role": "assistant"}
+        start["model"] = body["model"]
+        if fault.malformed_json:
+            broken = b'{"id":"msg_fake_%d","type":"message","content":[' % n
+            if stream:
+                self._start_stream(headers)
+                self._event(b"event: message_start\ndata: " + broken + b"\n\n")
+                self._event(_sse("message_stop", {}), last=True)
+            else:
+                self._send(200, broken, "application/json", headers)
+            return
+        if fault.missing_fields:
+            if stream:
+                self._start_stream(headers)
+                self._event(_sse("message_start", {}))
+                self._event(_sse("message_stop", {}), last=True)
+            else:
+                self._send(200, _dumps(start), "application/json", headers)
+            return
+        # cut_stream_after
+        try:
+            reply = provider._make_reply(body)
+        except Exception:
+            reply = "Echo:"
+        pieces = _split_pieces(reply)
+        if stream:
+            self._start_stream(headers)
+            self._event(_sse("message_start", {"message": {**start, "content": []}}))
+            self._event(_sse("content_block_start", {"index": 0, "content_block": _TEXT_BLOCK}))
+            for i, piece in enumerate(pieces[: fault.cut_stream_after or 0]):
+                if not self._pause(fault.first_token_delay if i == 0 else fault.inter_token_delay):
+                    return
+                delta = {"type": "text_delta", "text": piece}
+                self._event(_sse("content_block_delta", {"index": 0, "delta": delta}))
+            self._event(b'event: content_block_delta\ndata: {"type":"content_bl')
+        else:
+            whole = _dumps({**start, "content": [{"type": "text", "text": reply}]})
+            self._send(
+                200, whole[: len(whole) // 2], "application/json", headers, length=len(whole)
             )
         self.close_connection = True
 
@@ -861,6 +1189,9 @@ class FakeProvider:
         port: port to bind; 0 picks a free one (kept across :meth:`stop` / :meth:`start`).
         hang_limit: seconds a ``Fault(hang=True)`` request hangs at most.
         name: a label for logs and thread names.
+        prefix_cache: emulate a provider prefix cache and report cached tokens in usage
+            (see the module docs).
+        prefix_cache_min_tokens: shortest prefix the emulated cache keeps.
     """
 
     def __init__(
@@ -875,6 +1206,8 @@ class FakeProvider:
         port: int = 0,
         hang_limit: float = 30.0,
         name: str = "fake",
+        prefix_cache: bool = False,
+        prefix_cache_min_tokens: int = 0,
     ) -> None:
         if rpm is not None and rpm < 1:
             raise ValueError("rpm must be >= 1 or None")
@@ -882,6 +1215,13 @@ class FakeProvider:
             raise ValueError("tpm must be >= 1 or None")
         if not hang_limit >= 0 or math.isinf(hang_limit):
             raise ValueError("hang_limit must be a finite number >= 0")
+        if prefix_cache_min_tokens < 0:
+            raise ValueError("prefix_cache_min_tokens must be >= 0")
+        self.prefix_cache = prefix_cache
+        """Whether the emulated prefix cache is on."""
+        self._prefix_min = prefix_cache_min_tokens
+        self._seen_prompts: deque[list[str]] = deque(maxlen=256)
+        self._written: OrderedDict[str, None] = OrderedDict()
         self.name = name
         """A label for this provider (used in thread names)."""
         self._model = model
@@ -1035,6 +1375,8 @@ class FakeProvider:
                 input_tokens=s.get("input_tokens", 0),
                 output_tokens=s.get("output_tokens", 0),
                 connections=s.get("connections", 0),
+                cached_input_tokens=s.get("cached_input_tokens", 0),
+                cache_write_input_tokens=s.get("cache_write_input_tokens", 0),
             )
 
     def reset_stats(self) -> None:
@@ -1042,6 +1384,12 @@ class FakeProvider:
         with self._lock:
             self._stats.clear()
             self._by_status.clear()
+
+    def clear_prefix_cache(self) -> None:
+        """Forget every prefix the emulated cache holds."""
+        with self._lock:
+            self._seen_prompts.clear()
+            self._written.clear()
 
     @property
     def requests(self) -> list[ReceivedRequest]:
@@ -1081,6 +1429,49 @@ class FakeProvider:
             s["succeeded"] = s.get("succeeded", 0) + sign
             s["input_tokens"] = s.get("input_tokens", 0) + sign * input_tokens
             s["output_tokens"] = s.get("output_tokens", 0) + sign * output_tokens
+
+    def _openai_cached(self, tokens: list[str]) -> int:
+        """Tokens of ``tokens`` the emulated cache holds: the longest prefix shared with an
+        earlier request; remembers this one."""
+        if not self.prefix_cache:
+            return 0
+        with self._lock:
+            best = 0
+            for earlier in self._seen_prompts:
+                shared = 0
+                for a, b in zip(earlier, tokens, strict=False):
+                    if a != b:
+                        break
+                    shared += 1
+                best = max(best, shared)
+            self._seen_prompts.append(tokens)
+            cached = best if best >= max(1, self._prefix_min) else 0
+            self._stats["cached_input_tokens"] = self._stats.get("cached_input_tokens", 0) + cached
+            return cached
+
+    def _anthropic_cached(self, tokens: list[str], breakpoints: list[int]) -> tuple[int, int]:
+        """``(read, written)`` tokens of an Anthropic-style request: breakpoint prefixes only."""
+        if not self.prefix_cache:
+            return 0, 0
+        usable = [p for p in breakpoints if p >= max(1, self._prefix_min)]
+        with self._lock:
+            read = 0
+            for position in usable:
+                key = _prefix_key(tokens, position)
+                if key in self._written:
+                    self._written.move_to_end(key)
+                    read = max(read, position)
+            written = 0
+            for position in usable:
+                if position > read:
+                    self._written[_prefix_key(tokens, position)] = None
+                    written = max(written, position - read)
+            while len(self._written) > _PREFIX_MEMORY:
+                self._written.popitem(last=False)
+            s = self._stats
+            s["cached_input_tokens"] = s.get("cached_input_tokens", 0) + read
+            s["cache_write_input_tokens"] = s.get("cache_write_input_tokens", 0) + written
+            return read, written
 
     def _record_request(self, method: str, path: str, headers: dict[str, str], body: Any) -> int:
         with self._lock:

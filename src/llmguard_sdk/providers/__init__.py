@@ -1,7 +1,8 @@
 """Model backends behind one seam: :class:`Provider`."""
 
+from .anthropic import AnthropicProvider
 from .base import Provider
 from .local import LocalProvider
 from .openai_compat import OpenAICompatibleProvider
 
-__all__ = ["LocalProvider", "OpenAICompatibleProvider", "Provider"]
+__all__ = ["AnthropicProvider", "LocalProvider", "OpenAICompatibleProvider", "Provider"]

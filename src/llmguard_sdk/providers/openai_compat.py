@@ -168,6 +168,20 @@ class OpenAICompatibleProvider:
         if client is not None:
             client.close()
 
+    # -- the wire format (a subclass may speak another one) -----------------------------------
+
+    def _payload(self, request: ChatRequest, model: str, *, stream: bool) -> dict[str, Any]:
+        """The JSON body of a call."""
+        return build_payload(request, model=model, stream=stream)
+
+    def _parse(self, status: int, headers: Mapping[str, str], body: bytes) -> ChatResponse:
+        """A non-streaming answer as a response, or its typed error."""
+        return parse_completion(status, headers, body, route=self.name)
+
+    def _stream_state(self, deadline: float) -> StreamState:
+        """The decoder of one streamed answer."""
+        return StreamState(self.name, deadline)
+
     # -- calls -------------------------------------------------------------------------------
 
     def _request(
@@ -183,7 +197,7 @@ class OpenAICompatibleProvider:
         return {
             "method": "POST",
             "url": self._url,
-            "content": encode_payload(build_payload(request, model=model, stream=stream)),
+            "content": encode_payload(self._payload(request, model, stream=stream)),
             "headers": {"content-type": "application/json", **(request.extra_headers or {})},
             "params": request.extra_query,
             "timeout": _timeout_until(deadline, self.name, idle_timeout),
@@ -200,9 +214,7 @@ class OpenAICompatibleProvider:
                     collected.add(piece)
         except httpx.HTTPError as exc:
             raise _transport_error(exc, self.name, deadline) from exc
-        return parse_completion(
-            response.status_code, response.headers, collected.data, route=self.name
-        )
+        return self._parse(response.status_code, response.headers, collected.data)
 
     async def acomplete(self, request: ChatRequest, *, model: str, deadline: float) -> ChatResponse:
         """Async twin of :meth:`complete`."""
@@ -218,9 +230,7 @@ class OpenAICompatibleProvider:
             raise _deadline_passed(self.name) from None
         except httpx.HTTPError as exc:
             raise _transport_error(exc, self.name, deadline) from exc
-        return parse_completion(
-            response.status_code, response.headers, collected.data, route=self.name
-        )
+        return self._parse(response.status_code, response.headers, collected.data)
 
     def stream(
         self,
@@ -237,7 +247,7 @@ class OpenAICompatibleProvider:
         args = self._request(
             request, model, stream=True, deadline=deadline, idle_timeout=idle_timeout
         )
-        state = StreamState(self.name, deadline)
+        state = self._stream_state(deadline)
         client = self._sync_client()
         try:
             with client.stream(**args) as response, _deadline_watch(response, deadline):
@@ -268,7 +278,7 @@ class OpenAICompatibleProvider:
         args = self._request(
             request, model, stream=True, deadline=deadline, idle_timeout=idle_timeout
         )
-        state = StreamState(self.name, deadline)
+        state = self._stream_state(deadline)
         client = self._async_client()
         built = client.build_request(**args)
         try:

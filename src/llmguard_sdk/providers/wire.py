@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Generator, Mapping
+from collections.abc import Callable, Generator, Mapping
 from typing import Any
 
 from pydantic import ValidationError
@@ -35,6 +35,8 @@ __all__ = [
     "build_payload",
     "encode_payload",
     "error_from_status",
+    "json_answer",
+    "malformed_answer",
     "parse_completion",
     "usage_from_payload",
 ]
@@ -62,6 +64,7 @@ _CONTEXT_LENGTH_MARKERS = (
     "maximum context length",
     "context window",
     "too many tokens",
+    "prompt is too long",  # Anthropic
 )
 # Parsing untrusted JSON can fail in more ways than JSONDecodeError: 100k nested brackets
 # raise RecursionError, a 5,000-digit integer raises ValueError.
@@ -99,15 +102,7 @@ def parse_completion(
         text = body[:MAX_ERROR_BODY_BYTES].decode("utf-8", errors="replace")
         raise error_from_status(status, headers, text, route=route)
     problem = _Problem(route, headers, body)
-    content_type = headers.get("content-type", "")
-    if "json" not in content_type:
-        raise problem(f"content type {content_type!r} is not JSON")
-    try:
-        data = json.loads(body)
-    except _JSON_ERRORS:
-        raise problem("response body is not valid JSON") from None
-    if not isinstance(data, dict):
-        raise problem("response body is not a JSON object")
+    data = json_answer(headers, body, problem)
     choices = data.get("choices")
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
         raise problem("response has no choices")
@@ -136,6 +131,22 @@ def parse_completion(
         )
     except ValidationError as exc:
         raise problem(f"response does not fit the model: {exc.errors()[0]['msg']}") from None
+
+
+def json_answer(
+    headers: Mapping[str, str], body: bytes, problem: Callable[[str], MalformedResponseError]
+) -> dict[str, Any]:
+    """The JSON object of a 200 answer; ``problem(message)`` makes the error when it is not."""
+    content_type = headers.get("content-type", "")
+    if "json" not in content_type:
+        raise problem(f"content type {content_type!r} is not JSON")
+    try:
+        data = json.loads(body)
+    except _JSON_ERRORS:
+        raise problem("response body is not valid JSON") from None
+    if not isinstance(data, dict):
+        raise problem("response body is not a JSON object")
+    return data
 
 
 def usage_from_payload(raw: object) -> tuple[Usage | None, float | None]:
@@ -337,6 +348,14 @@ class StreamState:
 
     def _malformed(self, message: str) -> ProviderError:
         return self.failure(MalformedResponseError, message)
+
+
+def malformed_answer(
+    route: str, headers: Mapping[str, str], body: bytes
+) -> Callable[[str], MalformedResponseError]:
+    """A function making the :class:`MalformedResponseError` of one 200 answer (with its
+    headers and the start of its body) from a message."""
+    return _Problem(route, headers, body)
 
 
 class _Problem:

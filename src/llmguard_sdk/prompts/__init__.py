@@ -1,0 +1,52 @@
+"""Prefix-cache-friendly prompt assembly: static sections first, per-call data last.
+
+* :class:`PromptBuilder` assembles a template's prompts in a fixed order (instructions, tools
+  as canonical JSON, few-shot examples, reference documents, then the history and the user's
+  content), so that every call of a template shares its whole static prefix.
+* :func:`lint_text` (and :meth:`PromptBuilder.lint`) find what would break that prefix:
+  timestamps, random ids, unsorted JSON, whitespace drift, per-user values.
+* :class:`DriftMonitor` reports a :class:`PrefixDrift` when the static prefix of a template
+  changes between calls.
+* :func:`prompt_cache_key`, :func:`add_cache_breakpoints` and :class:`PrefixCacheStats` speak
+  to the providers' caches and measure their hit ratio per feature.
+
+.. versionadded:: 0.1.0
+"""
+
+from .adapters import (
+    CACHE_HISTORY_KEY,
+    PREFIX_HASH_KEY,
+    STATIC_MESSAGES_KEY,
+    TEMPLATE_KEY,
+    FeatureCacheStats,
+    PrefixCacheStats,
+    add_cache_breakpoints,
+    prompt_cache_key,
+)
+from .builder import Document, Example, Prompt, PromptBuilder, canonical_json
+from .drift import DriftHook, DriftMonitor, PrefixDrift, default_drift_monitor
+from .lint import RULES, LintRule, LintWarning, lint_text
+
+__all__ = [
+    "CACHE_HISTORY_KEY",
+    "PREFIX_HASH_KEY",
+    "RULES",
+    "STATIC_MESSAGES_KEY",
+    "TEMPLATE_KEY",
+    "Document",
+    "DriftHook",
+    "DriftMonitor",
+    "Example",
+    "FeatureCacheStats",
+    "LintRule",
+    "LintWarning",
+    "PrefixCacheStats",
+    "PrefixDrift",
+    "Prompt",
+    "PromptBuilder",
+    "add_cache_breakpoints",
+    "canonical_json",
+    "default_drift_monitor",
+    "lint_text",
+    "prompt_cache_key",
+]

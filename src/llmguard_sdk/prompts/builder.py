@@ -1,0 +1,524 @@
+"""Assemble prompts so that providers' prefix caches hit: static first, per-call data last.
+
+Providers and engines (OpenAI, Anthropic, vLLM, llama.cpp) reuse the computed prefix of a
+prompt only when it is byte-identical to an earlier one. :class:`PromptBuilder` keeps a
+template's sections in a fixed order, from the most static to the most dynamic:
+
+1. instructions (the system prompt),
+2. tool definitions, as canonical JSON (sorted keys) in a stable order (sorted by name),
+3. few-shot examples,
+4. reference documents, in a stable order,
+5. the conversation history,
+6. per-call context (the current time, the user's account ...) and the user's content, last.
+
+Sections 1-4 are the *static part*: one system message whose text, with the tools, has a
+``prefix_hash``. Sections 5-6 are the dynamic tail. :meth:`PromptBuilder.build` gives a
+:class:`Prompt`, whose :meth:`Prompt.request` is a :class:`~llmguard_sdk.ChatRequest` for
+``guard.chat(request=...)``.
+
+.. versionadded:: 0.1.0
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from ..context import current_scope
+from ..errors import ConfigurationError, PromptLintError, RequestValidationError
+from ..models import ChatRequest, Message
+from .adapters import (
+    CACHE_HISTORY_KEY,
+    PREFIX_HASH_KEY,
+    STATIC_MESSAGES_KEY,
+    TEMPLATE_KEY,
+    prompt_cache_key,
+)
+from .drift import DriftMonitor, default_drift_monitor
+from .lint import RULES, LintWarning, lint_text
+
+__all__ = ["Document", "Example", "Prompt", "PromptBuilder", "canonical_json"]
+
+logger = logging.getLogger("llmguard_sdk")
+
+_LINT_MEMORY = 64  # prefixes whose lint results a builder remembers
+
+
+def canonical_json(value: Any) -> str:
+    """``value`` as canonical JSON: sorted keys, no spaces, UTF-8 kept, no NaN.
+
+    Two equal values always give the same text, whatever order their keys were built in.
+    """
+    try:
+        return json.dumps(
+            value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+        )
+    except (TypeError, ValueError) as exc:
+        raise ConfigurationError(f"not JSON-serialisable: {exc}") from None
+
+
+@dataclass(frozen=True)
+class Example:
+    """A few-shot example: what a user asked and what the assistant answered."""
+
+    user: str
+    assistant: str
+
+
+@dataclass(frozen=True)
+class Document:
+    """A reference document; ``id`` (else ``title``, else the text) fixes its place."""
+
+    text: str
+    title: str | None = None
+    id: str | None = None
+
+    @property
+    def sort_key(self) -> tuple[str, str, str]:
+        """Documents are ordered by this key."""
+        return (self.id or "", self.title or "", self.text)
+
+
+@dataclass(frozen=True)
+class _Static:
+    """The static part, rendered once per change."""
+
+    instructions: str = ""
+    tools: tuple[dict[str, Any], ...] = ()
+    examples: tuple[Example, ...] = ()
+    documents: tuple[Document, ...] = ()
+    examples_heading: str = "## Examples"
+    documents_heading: str = "## Reference documents"
+    sections: dict[str, str] = field(init=False, repr=False)
+    text: str = field(init=False, repr=False)
+    prefix_hash: str = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        sections: dict[str, str] = {}
+        if self.instructions:
+            sections["instructions"] = self.instructions
+        if self.tools:
+            sections["tools"] = canonical_json(list(self.tools))
+        if self.examples:
+            shots = [f"User: {e.user}\nAssistant: {e.assistant}" for e in self.examples]
+            sections["examples"] = "\n\n".join([self.examples_heading, *shots])
+        if self.documents:
+            docs = [
+                f"### {d.title or d.id or f'Document {i}'}\n{d.text}"
+                for i, d in enumerate(self.documents, 1)
+            ]
+            sections["documents"] = "\n\n".join([self.documents_heading, *docs])
+        text = "\n\n".join(v for k, v in sections.items() if k != "tools")
+        digest = hashlib.sha256(
+            canonical_json({"system": text, "tools": sections.get("tools", "")}).encode()
+        ).hexdigest()[:16]
+        object.__setattr__(self, "sections", sections)
+        object.__setattr__(self, "text", text)
+        object.__setattr__(self, "prefix_hash", digest)
+
+    @property
+    def lint_sections(self) -> dict[str, str]:
+        """What the linter reads: each section's own text (tools as canonical JSON)."""
+        out = dict(self.sections)
+        out.pop("examples", None)
+        out.pop("documents", None)
+        for i, example in enumerate(self.examples):
+            out[f"examples[{i}].user"] = example.user
+            out[f"examples[{i}].assistant"] = example.assistant
+        for i, document in enumerate(self.documents):
+            if document.title:
+                out[f"documents[{i}].title"] = document.title
+            out[f"documents[{i}]"] = document.text
+        return out
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """An assembled prompt: the messages (static system message first, the user's content
+    last) and tools of one call, with what caches need to know about it.
+
+    ``static_messages`` counts the leading messages that belong to the static part (0 or 1);
+    ``prefix_hash`` identifies that part (with the tools); ``cache_key`` is the OpenAI
+    ``prompt_cache_key`` for the template and the call's tenant.
+    """
+
+    template: str
+    messages: tuple[Message, ...]
+    tools: tuple[dict[str, Any], ...] | None
+    static_messages: int
+    history_messages: int
+    prefix_hash: str
+    static_text: str
+    cache_key: str
+
+    def request(
+        self,
+        *,
+        send_cache_key: bool = True,
+        cache_history: bool = False,
+        **params: Any,
+    ) -> ChatRequest:
+        """A :class:`~llmguard_sdk.ChatRequest` for ``guard.chat(request=...)``.
+
+        ``params`` are further request fields (``max_tokens=``, ``temperature=`` ...). The
+        request's ``metadata`` names the template, its prefix hash and the static part, so
+        that :class:`~llmguard_sdk.providers.AnthropicProvider` puts ``cache_control``
+        breakpoints after it (and after the history, with ``cache_history=True``); with
+        ``send_cache_key`` the ``extra_body`` carries OpenAI's ``prompt_cache_key``
+        (AnthropicProvider leaves it out). Raises
+        :class:`~llmguard_sdk.errors.RequestValidationError` for bad parameters.
+        """
+        metadata = {
+            **(params.pop("metadata", None) or {}),
+            TEMPLATE_KEY: self.template,
+            PREFIX_HASH_KEY: self.prefix_hash,
+            STATIC_MESSAGES_KEY: str(self.static_messages),
+        }
+        if cache_history and self.history_messages:
+            metadata[CACHE_HISTORY_KEY] = str(self.static_messages + self.history_messages)
+        extra_body = dict(params.pop("extra_body", None) or {})
+        if send_cache_key:
+            extra_body.setdefault("prompt_cache_key", self.cache_key)
+        data: dict[str, Any] = {
+            "messages": list(self.messages),
+            "tools": [dict(t) for t in self.tools] if self.tools else params.pop("tools", None),
+            "metadata": metadata,
+            "extra_body": extra_body or None,
+            **params,
+        }
+        try:
+            return ChatRequest.model_validate(data)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
+            )
+            raise RequestValidationError(f"invalid prompt request: {problems}") from None
+
+    def openai_params(self) -> dict[str, Any]:
+        """Keyword arguments for openai-python's ``chat.completions.create``: ``messages``,
+        ``tools`` (when there are any) and ``prompt_cache_key``."""
+        params: dict[str, Any] = {
+            "messages": [m.model_dump(exclude_none=True) for m in self.messages],
+            "prompt_cache_key": self.cache_key,
+        }
+        if self.tools:
+            params["tools"] = [dict(t) for t in self.tools]
+        return params
+
+    def anthropic_params(self, *, cache_history: bool = False) -> dict[str, Any]:
+        """Keyword arguments for the Anthropic SDK's ``messages.create``: ``system`` blocks,
+        ``messages`` and ``tools`` in Anthropic's shape, with ``cache_control`` breakpoints at
+        the end of the static part (and of the history, with ``cache_history=True``)."""
+        from ..providers.anthropic import anthropic_params
+
+        request = self.request(send_cache_key=False, cache_history=cache_history)
+        return anthropic_params(request)
+
+
+class PromptBuilder:
+    """Builds the prompts of one template, static sections first (see the module docs).
+
+    Args:
+        name: the template's name: drift is tracked, and cache keys are made, per name.
+        instructions: the system prompt.
+        tools: tool definitions (OpenAI's ``{"type": "function", "function": {...}}`` or
+            Anthropic's ``{"name": ..., "input_schema": ...}``), stored as canonical JSON and
+            sorted by name.
+        examples: few-shot examples: :class:`Example` objects, ``(user, assistant)`` pairs or
+            ``{"user": ..., "assistant": ...}`` dicts.
+        documents: reference documents: :class:`Document` objects, strings, or dicts with
+            ``text`` (and ``title`` / ``id``); sorted by id, title, then text.
+        strict: raise :class:`~llmguard_sdk.errors.PromptLintError` from :meth:`build` when
+            the linter finds cache-breaking text in the static part (otherwise such findings
+            are logged once per static prefix).
+        lint_ignore: lint rules not to apply (see :mod:`llmguard_sdk.prompts.lint`).
+        drift: the :class:`DriftMonitor` told about every build (default: the process-wide
+            :data:`~llmguard_sdk.prompts.default_drift_monitor`); ``None`` turns drift
+            tracking off.
+
+    The setters (:meth:`set_instructions` ...) return the builder, so they chain. Building is
+    thread-safe; configure the builder before sharing it.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        instructions: str = "",
+        tools: Iterable[Mapping[str, Any]] = (),
+        examples: Iterable[Example | tuple[str, str] | Mapping[str, str]] = (),
+        documents: Iterable[Document | str | Mapping[str, str]] = (),
+        strict: bool = False,
+        lint_ignore: Iterable[str] = (),
+        drift: DriftMonitor | None = default_drift_monitor,
+        examples_heading: str = "## Examples",
+        documents_heading: str = "## Reference documents",
+    ) -> None:
+        if not isinstance(name, str) or not name.strip():
+            raise ConfigurationError("a prompt template needs a non-empty name")
+        self.name = name
+        self.strict = strict
+        self.lint_ignore = frozenset(lint_ignore)
+        lint_text("", ignore=self.lint_ignore)  # unknown rule names fail here
+        self.drift = drift
+        self._lock = threading.Lock()
+        self._linted: dict[str, list[LintWarning]] = {}
+        self._static = _Static(
+            examples_heading=examples_heading, documents_heading=documents_heading
+        )
+        self.set_instructions(instructions)
+        self.set_tools(tools)
+        self.set_examples(examples)
+        self.set_documents(documents)
+
+    def __repr__(self) -> str:
+        return f"PromptBuilder(name={self.name!r}, prefix_hash={self.prefix_hash!r})"
+
+    # -- the static part ---------------------------------------------------------------------
+
+    def _replace(self, **changes: Any) -> PromptBuilder:
+        current = self._static
+        fields = {
+            "instructions": current.instructions,
+            "tools": current.tools,
+            "examples": current.examples,
+            "documents": current.documents,
+            "examples_heading": current.examples_heading,
+            "documents_heading": current.documents_heading,
+            **changes,
+        }
+        self._static = _Static(**fields)
+        return self
+
+    def set_instructions(self, text: str) -> PromptBuilder:
+        """Set the instructions (the system prompt)."""
+        if not isinstance(text, str):
+            raise ConfigurationError("instructions must be a string")
+        return self._replace(instructions=text)
+
+    def set_tools(self, tools: Iterable[Mapping[str, Any]]) -> PromptBuilder:
+        """Set the tool definitions: canonical JSON, sorted by name; names must be unique."""
+        given = [dict(t) for t in tools]
+        named: dict[str, dict[str, Any]] = {}
+        for tool in given:
+            if not isinstance(tool, dict):
+                raise ConfigurationError("each tool must be a JSON object")
+            canonical = json.loads(canonical_json(tool))
+            name = _tool_name(canonical)
+            if name in named:
+                raise ConfigurationError(f"two tools are named {name!r}")
+            named[name] = canonical
+        ordered = tuple(named[k] for k in sorted(named))
+        return self._replace(tools=ordered)
+
+    def set_examples(
+        self, examples: Iterable[Example | tuple[str, str] | Mapping[str, str]]
+    ) -> PromptBuilder:
+        """Set the few-shot examples (kept in the order given)."""
+        return self._replace(examples=tuple(_example(e) for e in examples))
+
+    def set_documents(
+        self, documents: Iterable[Document | str | Mapping[str, str]], *, sort: bool = True
+    ) -> PromptBuilder:
+        """Set the reference documents, sorted by id, title and text unless ``sort=False``."""
+        docs = [_document(d) for d in documents]
+        if sort:
+            docs.sort(key=lambda d: d.sort_key)
+        return self._replace(documents=tuple(docs))
+
+    @property
+    def static_text(self) -> str:
+        """The static system message's text (instructions, examples, documents)."""
+        return self._static.text
+
+    @property
+    def tools(self) -> tuple[dict[str, Any], ...]:
+        """The tools, canonical and sorted."""
+        return self._static.tools
+
+    @property
+    def prefix_hash(self) -> str:
+        """A hash of the static part (text and tools): equal hashes, equal prefixes."""
+        return self._static.prefix_hash
+
+    def lint(self, known_values: Iterable[str] = ()) -> list[LintWarning]:
+        """What the linter finds in the static part, section by section.
+
+        ``known_values`` are values that differ per user or tenant (the build's tenant and
+        user ids are added by :meth:`build`).
+        """
+        static = self._static
+        found: list[LintWarning] = []
+        values = list(known_values)
+        for section, text in static.lint_sections.items():
+            found.extend(
+                lint_text(text, section=section, known_values=values, ignore=self.lint_ignore)
+            )
+        return found
+
+    # -- building ------------------------------------------------------------------------------
+
+    def build(
+        self,
+        content: str | Sequence[Mapping[str, Any]],
+        *,
+        history: Iterable[Message | Mapping[str, Any]] = (),
+        context: str | Mapping[str, Any] | None = None,
+        tenant: str | None = None,
+        user: str | None = None,
+    ) -> Prompt:
+        """Assemble one call's prompt.
+
+        Args:
+            content: the user's message (text, or content parts such as images).
+            history: earlier turns, oldest first (messages or dicts).
+            context: per-call data (the current time, the user's plan ...): a string, or a
+                mapping rendered as sorted ``key: value`` lines; it goes into the last user
+                message, before ``content``, never into the static part.
+            tenant, user: the call's tenant and user (default: :func:`~llmguard_sdk.scoped`'s);
+                the tenant picks the cache key, and both are checked not to appear in the
+                static part.
+
+        Raises :class:`~llmguard_sdk.errors.RequestValidationError` for bad messages, and
+        :class:`~llmguard_sdk.errors.PromptLintError` when the builder is strict and the
+        static part has cache-breaking text.
+        """
+        static = self._static
+        scope = current_scope()
+        tenant = tenant if tenant is not None else scope.tenant
+        user = user if user is not None else scope.user
+        self._check_lint(static, [v for v in (tenant, user) if v])
+        if self.drift is not None:
+            self.drift.observe(self.name, static.prefix_hash, static.text, static.sections)
+        messages: list[Message] = []
+        if static.text:
+            messages.append(Message(role="system", content=static.text))
+        turns = [_message(m) for m in history]
+        messages.extend(turns)
+        messages.append(Message(role="user", content=_with_context(content, context)))
+        return Prompt(
+            template=self.name,
+            messages=tuple(messages),
+            tools=static.tools or None,
+            static_messages=1 if static.text else 0,
+            history_messages=len(turns),
+            prefix_hash=static.prefix_hash,
+            static_text=static.text,
+            cache_key=prompt_cache_key(self.name, tenant),
+        )
+
+    def _check_lint(self, static: _Static, per_call: list[str]) -> None:
+        with self._lock:
+            found = self._linted.get(static.prefix_hash)
+            first = found is None
+            if found is None:
+                found = self.lint()
+                self._linted[static.prefix_hash] = found
+                while len(self._linted) > _LINT_MEMORY:
+                    del self._linted[next(iter(self._linted))]
+        values = [v for v in per_call if len(v.strip()) >= 3]
+        leaks: list[LintWarning] = []
+        if "per-user" not in self.lint_ignore and any(
+            v in text for v in values for text in static.sections.values()
+        ):
+            others = set(RULES) - {"per-user"}
+            leaks = [
+                w
+                for section, text in static.lint_sections.items()
+                for w in lint_text(text, section=section, known_values=values, ignore=others)
+                if w.text in values
+            ]
+        problems = [*found, *leaks]
+        if not problems:
+            return
+        if self.strict:
+            raise PromptLintError(self.name, problems)
+        if first or leaks:
+            logger.warning(
+                "prompt template %r: cache-breaking text in the static part: %s",
+                self.name,
+                "; ".join(str(w) for w in problems[:5]),
+            )
+
+
+def _tool_name(tool: Mapping[str, Any]) -> str:
+    function = tool.get("function")
+    if isinstance(function, dict) and isinstance(function.get("name"), str):
+        return str(function["name"])
+    if isinstance(tool.get("name"), str):
+        return str(tool["name"])
+    raise ConfigurationError(f"a tool needs a name: {canonical_json(tool)[:80]}")
+
+
+def _example(value: Example | tuple[str, str] | Mapping[str, str]) -> Example:
+    if isinstance(value, Example):
+        example = value
+    elif isinstance(value, tuple) and len(value) == 2:
+        example = Example(user=value[0], assistant=value[1])
+    elif isinstance(value, Mapping) and set(value) == {"user", "assistant"}:
+        example = Example(user=value["user"], assistant=value["assistant"])
+    else:
+        raise ConfigurationError(
+            "an example is an Example, a (user, assistant) pair or a dict with those keys"
+        )
+    if not isinstance(example.user, str) or not isinstance(example.assistant, str):
+        raise ConfigurationError("an example's user and assistant texts must be strings")
+    return example
+
+
+def _document(value: Document | str | Mapping[str, str]) -> Document:
+    if isinstance(value, Document):
+        document = value
+    elif isinstance(value, str):
+        document = Document(text=value)
+    elif isinstance(value, Mapping) and isinstance(value.get("text"), str):
+        unknown = set(value) - {"text", "title", "id"}
+        if unknown:
+            raise ConfigurationError(f"unknown document fields {sorted(unknown)}")
+        document = Document(text=value["text"], title=value.get("title"), id=value.get("id"))
+    else:
+        raise ConfigurationError("a document is a Document, a string or a dict with 'text'")
+    if not document.text.strip():
+        raise ConfigurationError("a reference document has no text")
+    return document
+
+
+def _message(value: Message | Mapping[str, Any]) -> Message:
+    if isinstance(value, Message):
+        return value
+    try:
+        return Message.model_validate(value)
+    except ValidationError as exc:
+        raise RequestValidationError(f"invalid history message: {exc.errors()[0]['msg']}") from None
+
+
+def _with_context(
+    content: str | Sequence[Mapping[str, Any]], context: str | Mapping[str, Any] | None
+) -> str | list[dict[str, Any]]:
+    if isinstance(content, str):
+        if not content:
+            raise RequestValidationError("the user's content is empty")
+        parts: str | list[dict[str, Any]] = content
+    elif content and all(isinstance(p, Mapping) for p in content):
+        parts = [dict(p) for p in content]
+    else:
+        raise RequestValidationError("the user's content must be text or a list of content parts")
+    if context is None:
+        return parts
+    if isinstance(context, Mapping):
+        rendered = "\n".join(f"{k}: {context[k]}" for k in sorted(context))
+    elif isinstance(context, str):
+        rendered = context
+    else:
+        raise RequestValidationError("context must be a string or a mapping")
+    lead = f"<context>\n{rendered}\n</context>\n\n"
+    if isinstance(parts, str):
+        return lead + parts
+    return [{"type": "text", "text": lead}, *parts]

@@ -1,0 +1,160 @@
+"""Prefix drift: the static part of a prompt template changed between two calls.
+
+A template whose static part changes on every call (a timestamp in the system prompt, tools
+serialised in another order, a tenant's name in the instructions) never hits a provider's
+prefix cache, and nothing fails: the bill silently doubles. :class:`DriftMonitor` keeps the
+prefix hash of each template's last call and reports a :class:`PrefixDrift` event when the
+next call of the same template has another prefix. A call whose dynamic tail (history, per-call
+context, the user's message) alone changed is not drift.
+
+.. versionadded:: 0.1.0
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+__all__ = ["DriftHook", "DriftMonitor", "PrefixDrift", "default_drift_monitor"]
+
+logger = logging.getLogger("llmguard_sdk")
+
+
+@dataclass(frozen=True)
+class PrefixDrift:
+    """The static prefix of ``template`` changed since its previous call.
+
+    ``sections`` names the static sections whose text changed (``"instructions"``,
+    ``"tools"``, ``"examples"``, ``"documents"``); ``offset`` is the first character where the
+    static texts differ, ``before`` and ``after`` show a few characters around it;
+    ``changes`` counts the drifts of this template so far.
+    """
+
+    template: str
+    previous_hash: str
+    prefix_hash: str
+    sections: tuple[str, ...]
+    offset: int
+    before: str
+    after: str
+    changes: int
+
+
+DriftHook = Callable[[PrefixDrift], None]
+"""Receives each :class:`PrefixDrift` event."""
+
+
+@dataclass
+class _Last:
+    prefix_hash: str
+    text: str
+    sections: Mapping[str, str]
+    changes: int = 0
+
+
+class DriftMonitor:
+    """Remembers the static prefix of each template's last call and reports changes.
+
+    Args:
+        hooks: callables receiving each :class:`PrefixDrift`; a failing hook is logged and
+            never breaks the call. Without hooks, each drift is logged as a warning on the
+            ``llmguard_sdk`` logger.
+        max_templates: templates remembered at most (the oldest are forgotten beyond it).
+
+    Thread-safe; share one monitor between the builders of a process (the default one,
+    :data:`default_drift_monitor`, is shared already).
+    """
+
+    def __init__(
+        self, hooks: tuple[DriftHook, ...] | list[DriftHook] = (), *, max_templates: int = 10_000
+    ) -> None:
+        if max_templates < 1:
+            raise ValueError("max_templates must be at least 1")
+        self._hooks = list(hooks)
+        self._max = max_templates
+        self._last: dict[str, _Last] = {}
+        self._lock = threading.Lock()
+
+    def add_hook(self, hook: DriftHook) -> None:
+        """Also give every later event to ``hook``."""
+        with self._lock:
+            self._hooks.append(hook)
+
+    def remove_hook(self, hook: DriftHook) -> None:
+        """Stop giving events to ``hook`` (no error if it was not added)."""
+        with self._lock:
+            if hook in self._hooks:
+                self._hooks.remove(hook)
+
+    def observe(
+        self, template: str, prefix_hash: str, text: str, sections: Mapping[str, str]
+    ) -> PrefixDrift | None:
+        """Record a call of ``template``; the :class:`PrefixDrift` it caused (and reported),
+        or None when its prefix is the same as last time (or it is the first call)."""
+        with self._lock:
+            last = self._last.pop(template, None)
+            if last is None or last.prefix_hash == prefix_hash:
+                changes = last.changes if last is not None else 0
+                self._remember(template, _Last(prefix_hash, text, dict(sections), changes))
+                return None
+            changes = last.changes + 1
+            self._remember(template, _Last(prefix_hash, text, dict(sections), changes))
+            hooks = list(self._hooks)
+        offset = _first_difference(last.text, text)
+        event = PrefixDrift(
+            template=template,
+            previous_hash=last.prefix_hash,
+            prefix_hash=prefix_hash,
+            sections=tuple(
+                name
+                for name in dict.fromkeys([*last.sections, *sections])
+                if last.sections.get(name) != sections.get(name)
+            ),
+            offset=offset,
+            before=last.text[max(0, offset - 20) : offset + 40],
+            after=text[max(0, offset - 20) : offset + 40],
+            changes=changes,
+        )
+        if not hooks:
+            logger.warning(
+                "prompt template %r: its static prefix changed (%s at character %d: %r -> %r); "
+                "the provider's prefix cache misses",
+                template,
+                ", ".join(event.sections) or "text",
+                offset,
+                event.before,
+                event.after,
+            )
+        for hook in hooks:
+            try:
+                hook(event)
+            except Exception:
+                logger.exception("llmguard drift hook %r failed", hook)
+        return event
+
+    def _remember(self, template: str, last: _Last) -> None:
+        self._last[template] = last  # re-inserted: the dict's order is least recent first
+        while len(self._last) > self._max:
+            del self._last[next(iter(self._last))]
+
+    def forget(self, template: str | None = None) -> None:
+        """Forget one template's last prefix (or every template's)."""
+        with self._lock:
+            if template is None:
+                self._last.clear()
+            else:
+                self._last.pop(template, None)
+
+
+def _first_difference(a: str, b: str) -> int:
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return i
+    return min(len(a), len(b))
+
+
+default_drift_monitor = DriftMonitor()
+"""The process-wide monitor every :class:`~llmguard_sdk.prompts.PromptBuilder` uses unless
+given another; add hooks to it with :meth:`DriftMonitor.add_hook`."""

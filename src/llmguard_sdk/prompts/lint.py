@@ -1,0 +1,249 @@
+"""A linter for the static part of a prompt: what would break a provider's prefix cache.
+
+A provider reuses the computed prefix of a prompt only when it is byte-identical to an earlier
+one. The static part of a prompt (instructions, tools, examples, reference documents) should
+therefore hold nothing that changes from call to call, or from deploy to deploy. The rules:
+
+``timestamp``
+    Dates and times (``2025-03-01``, ``14:05``, ``March 3, 2025``, ``03/01/2025``, Unix
+    epochs): they change every day, or every second.
+``random-id``
+    UUIDs, long hex strings, and long tokens mixing letters and digits (request ids, nonces).
+``unsorted-json``
+    A JSON object whose keys are not sorted: its key order depends on whoever serialised it.
+``whitespace``
+    Trailing spaces, carriage returns, tabs, runs of blank lines, unusual Unicode spaces and
+    leading or trailing whitespace: invisible, and the first thing to drift between editors and
+    deploys.
+``per-user``
+    Values that differ per user or tenant: e-mail addresses, phone numbers, ``user id: ...``
+    style labels, and any of the ``known_values`` given (the call's tenant and user ids).
+
+Each finding is a :class:`LintWarning` with the offending span. The rules are heuristics that
+favour precision: clean prose, code and sorted JSON pass.
+
+.. versionadded:: 0.1.0
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any, Literal
+
+__all__ = ["RULES", "LintRule", "LintWarning", "lint_text"]
+
+LintRule = Literal["timestamp", "random-id", "unsorted-json", "whitespace", "per-user"]
+"""The names of the lint rules."""
+
+RULES: tuple[LintRule, ...] = ("timestamp", "random-id", "unsorted-json", "whitespace", "per-user")
+"""Every rule, in the order findings are reported."""
+
+
+@dataclass(frozen=True)
+class LintWarning:
+    """One finding: ``text[start:end]`` of ``section`` breaks ``rule``."""
+
+    rule: LintRule
+    message: str
+    section: str
+    start: int
+    end: int
+    text: str
+
+    def __str__(self) -> str:
+        return (
+            f"{self.section}[{self.start}:{self.end}] {self.rule}: {self.message} ({self.text!r})"
+        )
+
+
+_MONTHS = (
+    r"(?:Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|June?|July?|Aug(?:ust)?|"
+    r"Sep(?:t(?:ember)?)?|Oct(?:ober)?|Nov(?:ember)?|Dec(?:ember)?)"
+)
+_TIMESTAMPS = [
+    (
+        re.compile(
+            r"\b\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?"
+            r"(?:Z|[+-]\d{2}:?\d{2})?)?(?![\w-])"
+        ),
+        "a date",
+    ),
+    (
+        re.compile(
+            r"(?<![\w:])\d{1,2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:\s?[AaPp]\.?[Mm]\.?)?(?![\w:])"
+        ),
+        "a time of day",
+    ),
+    (re.compile(r"\b\d{1,2}/\d{1,2}/\d{2,4}\b"), "a date"),
+    (re.compile(rf"\b{_MONTHS}\.?\s+\d{{1,2}}(?:st|nd|rd|th)?,?\s+\d{{4}}\b"), "a date"),
+    (re.compile(rf"\b\d{{1,2}}(?:st|nd|rd|th)?\s+{_MONTHS}\.?,?\s+\d{{4}}\b"), "a date"),
+    (re.compile(r"(?<![\w.])1\d{9}(?:\d{3})?(?![\w.])"), "a Unix timestamp"),
+]
+_UUID = re.compile(
+    r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b"
+)
+_HEX = re.compile(r"(?<![\w-])[0-9a-fA-F]{16,}(?![\w-])")
+_TOKEN = re.compile(r"(?<![\w-])[A-Za-z0-9_-]{20,}(?![\w-])")
+_EMAIL = re.compile(r"\b[\w.+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b")
+_PHONE = re.compile(r"(?<![\w+])(?:\+\d{1,3}[\s.-]?)?\(?\d{3}\)?[\s.-]\d{3}[\s.-]\d{4}(?!\w)")
+_LABEL = re.compile(
+    r"\b(?:user|customer|tenant|account|client|session|member|order)[ _-]?"
+    r"(?:id|name|number|no\.?)\s*[:=#]\s*[\w.@+-]+",
+    re.IGNORECASE,
+)
+_WHITESPACE = [
+    (re.compile(r"[ \t]+(?=\r?\n|\Z)"), "trailing whitespace"),
+    (re.compile(r"\r"), "a carriage return (CRLF line ends)"),
+    (re.compile(r"\t"), "a tab"),
+    (re.compile(r"\n[ \t]*\n(?:[ \t]*\n)+"), "more than one blank line in a row"),
+    (re.compile("[\u00a0\u2000-\u200b\u202f\u205f\u3000\ufeff]"), "an unusual Unicode space"),
+]
+
+
+def _timestamps(text: str, section: str) -> Iterator[LintWarning]:
+    for pattern, what in _TIMESTAMPS:
+        for match in pattern.finditer(text):
+            yield _found("timestamp", f"{what} changes between calls", section, match)
+
+
+def _random_ids(text: str, section: str) -> Iterator[LintWarning]:
+    taken: list[tuple[int, int]] = []
+    for match in _UUID.finditer(text):
+        taken.append(match.span())
+        yield _found("random-id", "a UUID is usually per call or per object", section, match)
+    for pattern, what in ((_HEX, "a long hex string"), (_TOKEN, "a random-looking token")):
+        for match in pattern.finditer(text):
+            word = match.group()
+            if any(s <= match.start() < e for s, e in taken):
+                continue
+            digits = sum(c.isdigit() for c in word)
+            letters = sum(c.isalpha() for c in word)
+            if pattern is _TOKEN and (digits < 3 or letters < 3):
+                continue
+            if pattern is _HEX and (digits == 0 or letters == 0):
+                continue
+            taken.append(match.span())
+            yield _found("random-id", f"{what} looks like an id or a nonce", section, match)
+
+
+def _unsorted_json(text: str, section: str) -> Iterator[LintWarning]:
+    decoder = json.JSONDecoder()
+    position = text.find("{")
+    while position >= 0:
+        try:
+            value, end = decoder.raw_decode(text, position)
+        except (ValueError, RecursionError):
+            position = text.find("{", position + 1)
+            continue
+        path = _unsorted_path(value)
+        if path is not None:
+            yield LintWarning(
+                "unsorted-json",
+                f"JSON object keys are not sorted (at {path or 'the top level'})",
+                section,
+                position,
+                end,
+                text[position:end],
+            )
+        position = text.find("{", end)
+
+
+def _unsorted_path(value: Any, path: str = "") -> str | None:
+    """The path of the first object whose keys are not sorted, or None when all are."""
+    if isinstance(value, dict):
+        keys = list(value)
+        if keys != sorted(keys):
+            return path
+        items: Iterable[tuple[str, Any]] = value.items()
+    elif isinstance(value, list):
+        items = ((f"[{i}]", v) for i, v in enumerate(value))
+    else:
+        return None
+    for key, item in items:
+        step = key if key.startswith("[") else (f".{key}" if path else key)
+        found = _unsorted_path(item, path + step)
+        if found is not None:
+            return found
+    return None
+
+
+def _whitespace(text: str, section: str) -> Iterator[LintWarning]:
+    if text != text.strip():
+        lead = len(text) - len(text.lstrip())
+        if lead:
+            yield LintWarning("whitespace", "leading whitespace", section, 0, lead, text[:lead])
+        tail = len(text.rstrip())
+        if tail < len(text):
+            yield LintWarning(
+                "whitespace",
+                "trailing whitespace at the end",
+                section,
+                tail,
+                len(text),
+                text[tail:],
+            )
+    for pattern, what in _WHITESPACE:
+        for match in pattern.finditer(text):
+            if what == "trailing whitespace" and match.end() == len(text):
+                continue  # reported above
+            yield _found("whitespace", what, section, match)
+
+
+def _per_user(text: str, section: str, known_values: Iterable[str]) -> Iterator[LintWarning]:
+    for pattern, what in (
+        (_EMAIL, "an e-mail address"),
+        (_PHONE, "a phone number"),
+        (_LABEL, "a per-user or per-tenant value"),
+    ):
+        for match in pattern.finditer(text):
+            yield _found("per-user", f"{what} differs per user or tenant", section, match)
+    for value in {v for v in known_values if v and len(v.strip()) >= 3}:
+        for match in re.finditer(rf"(?<!\w){re.escape(value)}(?!\w)", text):
+            yield _found(
+                "per-user", "this call's tenant or user id is in the static part", section, match
+            )
+
+
+def _found(rule: LintRule, message: str, section: str, match: re.Match[str]) -> LintWarning:
+    return LintWarning(rule, message, section, match.start(), match.end(), match.group())
+
+
+_CHECKS: dict[LintRule, Callable[[str, str], Iterator[LintWarning]]] = {
+    "timestamp": _timestamps,
+    "random-id": _random_ids,
+    "unsorted-json": _unsorted_json,
+    "whitespace": _whitespace,
+}
+
+
+def lint_text(
+    text: str,
+    *,
+    section: str = "text",
+    known_values: Iterable[str] = (),
+    ignore: Iterable[str] = (),
+) -> list[LintWarning]:
+    """The findings of every rule (but those in ``ignore``) in ``text``, ordered by rule, then
+    position.
+
+    ``known_values`` are strings that differ per user or tenant (their ids, names): any of
+    them in ``text`` is a ``per-user`` finding. ``section`` names the text in the findings.
+    An unknown rule name in ``ignore`` raises :class:`ValueError`.
+    """
+    skipped = set(ignore)
+    unknown = skipped - set(RULES)
+    if unknown:
+        raise ValueError(f"unknown lint rules {sorted(unknown)}; the rules are {list(RULES)}")
+    found: list[LintWarning] = []
+    for rule in RULES:
+        if rule in skipped:
+            continue
+        if rule == "per-user":
+            hits = list(_per_user(text, section, known_values))
+        else:
+            hits = list(_CHECKS[rule](text, section))
+        found.extend(sorted(hits, key=lambda w: (w.start, w.end)))
+    return found

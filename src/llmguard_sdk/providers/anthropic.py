@@ -1,0 +1,467 @@
+"""A provider for Anthropic's Messages API (``POST /v1/messages``), over httpx.
+
+:class:`AnthropicProvider` shares the HTTP machinery of
+:class:`~llmguard_sdk.providers.OpenAICompatibleProvider` (connection pools, exact deadlines,
+the sync watchdog, typed transport errors); only the wire format differs, and it is written
+here as pure functions:
+
+* requests: system messages become ``system`` blocks, OpenAI-style image parts, tool calls,
+  tool results, tools and ``tool_choice`` are translated, ``max_tokens`` (which Anthropic
+  requires) defaults to ``default_max_tokens``, ``stop`` becomes ``stop_sequences``.
+  ``seed`` and ``response_format`` have no Anthropic counterpart and are not sent; neither is
+  OpenAI's ``prompt_cache_key`` in ``extra_body``. Everything else in ``extra_body`` is sent.
+* prompt caching: requests built by a :class:`~llmguard_sdk.prompts.PromptBuilder` get
+  ``cache_control`` breakpoints at the end of their static part (see
+  :func:`~llmguard_sdk.prompts.add_cache_breakpoints`); breakpoints already in a request's
+  content parts or tools are sent as they are.
+* answers: text and ``tool_use`` blocks (as OpenAI-shaped ``tool_calls``), ``stop_reason``
+  mapped to OpenAI's finish reasons, and usage with ``cache_read_input_tokens`` and
+  ``cache_creation_input_tokens`` (``Usage.input_tokens`` counts them too).
+* streams: the ``message_start`` / ``content_block_*`` / ``message_delta`` / ``message_stop``
+  events; an ``error`` event is a provider error (retryable before the first text).
+
+.. versionadded:: 0.1.0
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Generator, Mapping
+from typing import Any
+
+from pydantic import ValidationError
+
+from ..errors import ConfigurationError, MalformedResponseError, ProviderUnavailableError
+from ..models import ChatRequest, ChatResponse, Message, StreamChunk
+from ..prompts.adapters import CACHE_HISTORY_KEY, STATIC_MESSAGES_KEY, add_cache_breakpoints
+from .openai_compat import OpenAICompatibleProvider
+from .wire import (
+    MAX_ERROR_BODY_BYTES,
+    StreamState,
+    error_from_status,
+    json_answer,
+    malformed_answer,
+    usage_from_payload,
+)
+
+__all__ = [
+    "ANTHROPIC_VERSION",
+    "AnthropicProvider",
+    "anthropic_params",
+    "build_anthropic_payload",
+    "parse_anthropic_message",
+]
+
+ANTHROPIC_VERSION = "2023-06-01"
+"""The ``anthropic-version`` header sent by default."""
+
+_FINISH = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "max_tokens": "length",
+    "tool_use": "tool_calls",
+    "pause_turn": "stop",
+    "refusal": "content_filter",
+}
+_NOT_SENT = ("prompt_cache_key",)
+_JSON_ERRORS = (ValueError, RecursionError)
+
+
+class AnthropicProvider(OpenAICompatibleProvider):
+    """Anthropic's Messages API, sync and async, streaming and not.
+
+    Args:
+        base_url: the API root including its version path, ``https://api.anthropic.com/v1``
+            by default.
+        api_key: sent as ``x-api-key``.
+        model: the model this route serves; ``None`` uses each request's ``model``.
+        name: the route name (default ``"anthropic"``).
+        default_max_tokens: ``max_tokens`` of requests that set no output limit (Anthropic
+            requires one).
+        anthropic_version: the ``anthropic-version`` header.
+        headers, max_connections, context_window, transport, async_transport: as for
+            :class:`~llmguard_sdk.providers.OpenAICompatibleProvider`.
+    """
+
+    def __init__(
+        self,
+        base_url: str = "https://api.anthropic.com/v1",
+        *,
+        api_key: str | None = None,
+        model: str | None = None,
+        name: str = "anthropic",
+        default_max_tokens: int = 1024,
+        anthropic_version: str = ANTHROPIC_VERSION,
+        headers: Mapping[str, str] | None = None,
+        max_connections: int = 100,
+        context_window: int | None = None,
+        transport: Any = None,
+        async_transport: Any = None,
+    ) -> None:
+        if default_max_tokens < 1:
+            raise ConfigurationError("default_max_tokens must be at least 1")
+        extra = {"anthropic-version": anthropic_version, **dict(headers or {})}
+        if api_key is not None:
+            if not api_key or api_key != api_key.strip():
+                raise ConfigurationError("api_key is empty or has surrounding whitespace")
+            extra["x-api-key"] = api_key
+        super().__init__(
+            base_url,
+            model=model,
+            name=name,
+            headers=extra,
+            max_connections=max_connections,
+            context_window=context_window,
+            transport=transport,
+            async_transport=async_transport,
+        )
+        self.default_max_tokens = default_max_tokens
+        self._url = self.base_url + "/messages"
+
+    def __repr__(self) -> str:
+        return f"AnthropicProvider(name={self.name!r}, base_url={self.base_url!r})"
+
+    def _payload(self, request: ChatRequest, model: str, *, stream: bool) -> dict[str, Any]:
+        return build_anthropic_payload(
+            request, model=model, stream=stream, default_max_tokens=self.default_max_tokens
+        )
+
+    def _parse(self, status: int, headers: Mapping[str, str], body: bytes) -> ChatResponse:
+        return parse_anthropic_message(status, headers, body, route=self.name)
+
+    def _stream_state(self, deadline: float) -> StreamState:
+        return AnthropicStreamState(self.name, deadline)
+
+
+# -- requests ------------------------------------------------------------------------------
+
+
+def anthropic_params(request: ChatRequest) -> dict[str, Any]:
+    """``system``, ``messages`` and ``tools`` (and ``tool_choice``) of ``request`` in
+    Anthropic's shape, with cache breakpoints after a PromptBuilder's static part."""
+    system: list[dict[str, Any]] = []
+    messages: list[dict[str, Any]] = []
+    position: dict[int, int] = {}  # request message index -> Anthropic message index
+    static = _int(request.metadata, STATIC_MESSAGES_KEY)
+    static_blocks = 0
+    for index, turn in enumerate(request.messages):
+        if turn.role in ("system", "developer"):
+            system.extend(_blocks(turn))
+            if static is not None and index < static:
+                static_blocks = len(system)
+            continue
+        role, blocks = _turn(turn)
+        if messages and messages[-1]["role"] == role and role == "user" and turn.role == "tool":
+            messages[-1]["content"].extend(blocks)  # tool results answer one assistant turn
+        else:
+            messages.append({"role": role, "content": blocks})
+        position[index] = len(messages)
+    for message in messages:  # plain single-text turns stay plain strings
+        content = message["content"]
+        if (
+            len(content) == 1
+            and content[0].get("type") == "text"
+            and set(content[0])
+            == {
+                "type",
+                "text",
+            }
+        ):
+            message["content"] = content[0]["text"]
+    tools = [_tool(t) for t in request.tools] if request.tools else None
+    history = _int(request.metadata, CACHE_HISTORY_KEY)
+    if static is not None:
+        add_cache_breakpoints(
+            system,
+            messages,
+            tools,
+            static_system_blocks=static_blocks,
+            history_end=position.get(history - 1) if history else None,
+        )
+    params: dict[str, Any] = {"messages": messages}
+    if system:
+        params["system"] = system
+    if tools:
+        params["tools"] = tools
+    if request.tool_choice is not None:
+        params["tool_choice"] = _tool_choice(request.tool_choice)
+    return params
+
+
+def build_anthropic_payload(
+    request: ChatRequest, *, model: str, stream: bool, default_max_tokens: int = 1024
+) -> dict[str, Any]:
+    """The JSON body of a Messages API call for ``request``."""
+    payload: dict[str, Any] = {
+        "model": model,
+        "max_tokens": request.output_limit or default_max_tokens,
+        **anthropic_params(request),
+    }
+    if request.temperature is not None:
+        payload["temperature"] = min(request.temperature, 1.0)  # Anthropic's range is 0-1
+    if request.top_p is not None:
+        payload["top_p"] = request.top_p
+    if request.stop is not None:
+        payload["stop_sequences"] = (
+            [request.stop] if isinstance(request.stop, str) else request.stop
+        )
+    if stream:
+        payload["stream"] = True
+    for key, value in (request.extra_body or {}).items():
+        if key not in _NOT_SENT:
+            payload[key] = value
+    return payload
+
+
+def _int(metadata: Mapping[str, str] | None, key: str) -> int | None:
+    raw = (metadata or {}).get(key)
+    return int(raw) if raw is not None and raw.isdigit() else None
+
+
+def _blocks(message: Message) -> list[dict[str, Any]]:
+    """A message's content as Anthropic content blocks."""
+    content = message.content
+    if content is None:
+        return []
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}] if content else []
+    return [_part(dict(part)) for part in content]
+
+
+def _part(part: dict[str, Any]) -> dict[str, Any]:
+    if part.get("type") != "image_url":
+        return part  # text (with any cache_control), or already Anthropic-shaped
+    image = part.get("image_url")
+    url = image.get("url") if isinstance(image, dict) else image
+    if not isinstance(url, str):
+        return part
+    if url.startswith("data:") and ";base64," in url:
+        media_type, data = url[5:].split(";base64,", 1)
+        source: dict[str, Any] = {"type": "base64", "media_type": media_type, "data": data}
+    else:
+        source = {"type": "url", "url": url}
+    block: dict[str, Any] = {"type": "image", "source": source}
+    if "cache_control" in part:
+        block["cache_control"] = part["cache_control"]
+    return block
+
+
+def _turn(message: Message) -> tuple[str, list[dict[str, Any]]]:
+    if message.role == "tool":
+        result: dict[str, Any] = {
+            "type": "tool_result",
+            "tool_use_id": message.tool_call_id,
+            "content": message.text,
+        }
+        return "user", [result]
+    blocks = _blocks(message)
+    for call in message.tool_calls or []:
+        function = call.get("function")
+        function = function if isinstance(function, dict) else {}
+        arguments = function.get("arguments")
+        try:
+            data = json.loads(arguments) if isinstance(arguments, str) and arguments else {}
+        except _JSON_ERRORS:
+            data = {}
+        blocks.append(
+            {
+                "type": "tool_use",
+                "id": call.get("id"),
+                "name": function.get("name"),
+                "input": data if isinstance(data, dict) else {},
+            }
+        )
+    return message.role, blocks
+
+
+def _tool(tool: Mapping[str, Any]) -> dict[str, Any]:
+    function = tool.get("function")
+    if tool.get("type") != "function" or not isinstance(function, dict):
+        return dict(tool)  # Anthropic-shaped already (or a server tool)
+    converted: dict[str, Any] = {"name": function.get("name")}
+    if function.get("description") is not None:
+        converted["description"] = function["description"]
+    converted["input_schema"] = function.get("parameters") or {"type": "object"}
+    if "cache_control" in tool:
+        converted["cache_control"] = tool["cache_control"]
+    return converted
+
+
+def _tool_choice(choice: str | Mapping[str, Any]) -> dict[str, Any]:
+    if isinstance(choice, str):
+        return {"type": {"required": "any"}.get(choice, choice)}
+    function = choice.get("function")
+    if choice.get("type") == "function" and isinstance(function, dict):
+        return {"type": "tool", "name": function.get("name")}
+    return dict(choice)
+
+
+# -- answers -------------------------------------------------------------------------------
+
+
+def parse_anthropic_message(
+    status: int, headers: Mapping[str, str], body: bytes, *, route: str
+) -> ChatResponse:
+    """Turn a non-streaming Messages answer into a :class:`ChatResponse`, or raise its typed
+    error (Anthropic's error bodies carry ``error.message`` as OpenAI's do)."""
+    if status != 200:
+        text = body[:MAX_ERROR_BODY_BYTES].decode("utf-8", errors="replace")
+        raise error_from_status(status, headers, text, route=route)
+
+    problem = malformed_answer(route, headers, body)
+    data = json_answer(headers, body, problem)
+    if data.get("type") != "message":
+        raise problem("response is not a message object")
+    blocks = data.get("content")
+    if not isinstance(blocks, list) or not all(isinstance(b, dict) for b in blocks):
+        raise problem("message has no content list")
+    text = "".join(b["text"] for b in blocks if b.get("type") == "text" and _is_str(b.get("text")))
+    uses = [b for b in blocks if b.get("type") == "tool_use"]
+    tool_calls = [{k: v for k, v in _tool_call(b, 0).items() if k != "index"} for b in uses]
+    usage, cost = usage_from_payload(data.get("usage"))
+    try:
+        return ChatResponse(
+            text=text,
+            finish_reason=_finish(data.get("stop_reason")),
+            usage=usage,
+            model=data["model"] if _is_str(data.get("model")) else "",
+            route=route,
+            id=data["id"] if _is_str(data.get("id")) else None,
+            tool_calls=tool_calls or None,
+            cost_usd=cost,
+            cost_source="reported" if cost is not None else None,
+            headers=dict(headers),
+        )
+    except ValidationError as exc:
+        raise problem(f"response does not fit the model: {exc.errors()[0]['msg']}") from None
+
+
+def _tool_call(
+    block: Mapping[str, Any], index: int, arguments: str | None = None
+) -> dict[str, Any]:
+    if arguments is None:
+        arguments = json.dumps(block.get("input") or {}, separators=(",", ":"))
+    return {
+        "index": index,
+        "id": block.get("id"),
+        "type": "function",
+        "function": {"name": block.get("name"), "arguments": arguments},
+    }
+
+
+def _finish(raw: object) -> str | None:
+    return _FINISH.get(raw, raw) if isinstance(raw, str) else None
+
+
+def _is_str(value: object) -> bool:
+    return isinstance(value, str)
+
+
+class AnthropicStreamState(StreamState):
+    """Decodes Anthropic's stream events into chunks (the error rules are
+    :class:`~llmguard_sdk.providers.wire.StreamState`'s)."""
+
+    def __init__(self, route: str, deadline: float) -> None:
+        super().__init__(route, deadline)
+        self.model = ""
+        self.message_id: str | None = None
+        self.usage: dict[str, Any] = {}
+        self.tools: dict[int, int] = {}  # content block index -> tool call index
+
+    def feed(self, raw: bytes) -> Generator[StreamChunk, None, None]:
+        """The chunks ``raw`` completes; checks the deadline afterwards."""
+        for event in self.decoder.feed(raw):
+            chunk = self._event(event.data)
+            if chunk is None:
+                continue
+            if chunk.text:
+                self.partial.append(chunk.text)
+            if chunk.tool_calls:
+                self.delivered_tool_calls = True
+            yield chunk
+            if self.done:
+                return
+        if time.monotonic() > self.deadline:
+            raise self.timed_out()
+
+    def _event(self, data: str) -> StreamChunk | None:
+        try:
+            event = json.loads(data)
+        except _JSON_ERRORS:
+            raise self.failure(MalformedResponseError, "stream event is not JSON") from None
+        if not isinstance(event, dict):
+            raise self.failure(MalformedResponseError, "stream event is not a JSON object")
+        kind = event.get("type")
+        if kind == "error":
+            error = event.get("error")
+            message = error.get("message") if isinstance(error, dict) else None
+            raise self.failure(
+                ProviderUnavailableError,
+                message if isinstance(message, str) else "provider reported an error in the stream",
+            )
+        if kind == "message_start":
+            message = event.get("message")
+            if not isinstance(message, dict):
+                raise self.failure(MalformedResponseError, "message_start has no message")
+            self.model = message["model"] if _is_str(message.get("model")) else ""
+            self.message_id = message["id"] if _is_str(message.get("id")) else None
+            self._add_usage(message.get("usage"))
+            return self._make()
+        if kind == "content_block_start":
+            block = event.get("content_block")
+            index = event.get("index")
+            if not isinstance(block, dict) or not isinstance(index, int):
+                raise self.failure(MalformedResponseError, "content_block_start is malformed")
+            if block.get("type") == "tool_use":
+                self.tools[index] = len(self.tools)
+                return self._make(tool_calls=[_tool_call(block, self.tools[index], "")])
+            text = block.get("text")
+            return self._make(text=text) if _is_str(text) and text else None
+        if kind == "content_block_delta":
+            delta = event.get("delta")
+            if not isinstance(delta, dict):
+                raise self.failure(MalformedResponseError, "content_block_delta has no delta")
+            if delta.get("type") == "text_delta" and _is_str(delta.get("text")):
+                return self._make(text=delta["text"])
+            if delta.get("type") == "input_json_delta" and event.get("index") in self.tools:
+                part = delta.get("partial_json")
+                call = {
+                    "index": self.tools[event["index"]],
+                    "function": {"arguments": part if _is_str(part) else ""},
+                }
+                return self._make(tool_calls=[call])
+            return None  # thinking, signatures: not part of the answer's text
+        if kind == "message_delta":
+            delta = event.get("delta")
+            self._add_usage(event.get("usage"))
+            finish = _finish(delta.get("stop_reason")) if isinstance(delta, dict) else None
+            self.finished = True
+            usage, _cost = usage_from_payload(self.usage)
+            return self._make(finish=finish or "stop", usage=usage)
+        if kind == "message_stop":
+            self.done = True
+            return None
+        return None  # ping, content_block_stop, and event types added later
+
+    def _add_usage(self, raw: object) -> None:
+        if isinstance(raw, dict):
+            self.usage.update({k: v for k, v in raw.items() if v is not None})
+
+    def _make(
+        self,
+        *,
+        text: str = "",
+        finish: str | None = None,
+        usage: Any = None,
+        tool_calls: list[dict[str, Any]] | None = None,
+    ) -> StreamChunk:
+        return StreamChunk(
+            text=text,
+            finish_reason=finish,
+            usage=usage,
+            tool_calls=tool_calls,
+            model=self.model,
+            route=self.route,
+            id=self.message_id,
+        )
