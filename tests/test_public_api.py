@@ -8,6 +8,7 @@ import llmguard_sdk
 
 EXPECTED = [
     "AllRoutesFailedError",
+    "AnthropicProvider",
     "AsyncChatStream",
     "AsyncChunkStream",
     "AsyncGuardedClient",
@@ -39,6 +40,8 @@ EXPECTED = [
     "Message",
     "OpenAICompatibleProvider",
     "OutputFilter",
+    "PromptBuilder",
+    "PromptLintError",
     "Provider",
     "ProviderBusyError",
     "ProviderError",
@@ -81,7 +84,7 @@ def test_every_exported_name_exists_and_is_documented() -> None:
 
 def test_every_error_is_an_llmguard_error() -> None:
     errors = [getattr(llmguard_sdk, n) for n in llmguard_sdk.__all__ if n.endswith("Error")]
-    assert len(errors) == 20
+    assert len(errors) == 21
     for error in errors:
         assert issubclass(error, llmguard_sdk.LLMGuardError)
         assert error.__name__ in llmguard_sdk.errors.__doc__  # the documented tree is complete

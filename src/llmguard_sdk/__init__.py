@@ -28,6 +28,7 @@ from .errors import (
     InputTooLargeError,
     LLMGuardError,
     MalformedResponseError,
+    PromptLintError,
     ProviderBusyError,
     ProviderError,
     ProviderTimeoutError,
@@ -42,13 +43,15 @@ from .errors import (
 from .guard import Guard
 from .models import ChatRequest, ChatResponse, Message, StreamChunk, Timings, Usage
 from .pipeline import Hook, InputFilter, OutputFilter
-from .providers import LocalProvider, OpenAICompatibleProvider, Provider
+from .prompts import PromptBuilder
+from .providers import AnthropicProvider, LocalProvider, OpenAICompatibleProvider, Provider
 from .store import MemoryStore, RedisStore, Store
 from .streaming import AsyncChatStream, ChatStream
 from .tokens import TokenCount, count_request_tokens, count_text_tokens
 
 __all__ = [
     "AllRoutesFailedError",
+    "AnthropicProvider",
     "AsyncChatStream",
     "AsyncChunkStream",
     "AsyncGuardedClient",
@@ -80,6 +83,8 @@ __all__ = [
     "Message",
     "OpenAICompatibleProvider",
     "OutputFilter",
+    "PromptBuilder",
+    "PromptLintError",
     "Provider",
     "ProviderBusyError",
     "ProviderError",

@@ -13,7 +13,9 @@ How it behaves under load and failure:
   piling up. Nothing runs on the caller's event loop.
 * The model is loaded on first use, or at once in the background with ``warm_up=True``.
 * The context (and its KV cache) lives as long as the provider: a prompt that shares its prefix
-  with the previous one only computes the new tokens.
+  with the previous one only computes the new tokens, and its usage says how many it reused
+  (``cached_input_tokens``). Prompts assembled by a
+  :class:`~llmguard_sdk.prompts.PromptBuilder` share their whole static part.
 * A prompt longer than the context keeps the system messages and the latest turns, drops the
   oldest ones (and, if it must, the start of the last message), and says so in
   ``response.metadata["context_trimmed"]``.
@@ -420,9 +422,22 @@ class _Engine:
             "n_ctx": self.owner.n_ctx,
         }
 
+    def reused(self, tokens: list[int]) -> int:
+        """How many of ``tokens`` llama.cpp keeps from the previous call's KV cache.
+
+        ``Llama.generate`` keeps the longest common prefix of the cached tokens and the new
+        prompt, less one token when the whole prompt matches (its logits are computed again).
+        """
+        llm = self.llm
+        if llm.n_tokens <= 0:
+            return 0
+        shared = int(llm.longest_token_prefix(llm.input_ids[: llm.n_tokens].tolist(), tokens))
+        return shared - 1 if shared == len(tokens) else shared
+
     def generate(self, job: _Job, stop: Callable[[], bool]) -> None:
         request, owner = job.request, self.owner
         tokens, trimmed = self.fit(request)
+        cached = self.reused(tokens)
         limit = min(request.output_limit or owner.n_ctx, owner.n_ctx - len(tokens))
         stops = [request.stop] if isinstance(request.stop, str) else list(request.stop or [])
         emitter = _Emitter(job, owner.model or owner.name, owner.name, stops)
@@ -464,7 +479,11 @@ class _Engine:
         emitter.emit(
             StreamChunk(
                 finish_reason=finish,
-                usage=Usage(input_tokens=len(tokens), output_tokens=len(generated)),
+                usage=Usage(
+                    input_tokens=len(tokens),
+                    output_tokens=len(generated),
+                    cached_input_tokens=cached,
+                ),
                 model=emitter.model,
                 route=owner.name,
                 metadata={"context_trimmed": trimmed} if trimmed is not None else {},
