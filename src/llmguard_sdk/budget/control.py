@@ -1,0 +1,559 @@
+"""The Guard's spend stage: reserve before the route loop, settle after it, stamp costs.
+
+Before a call, :class:`SpendControl` works out every budget counter the call touches (from
+its scope and tags), prices the call's worst case on the routes it may take (input tokens
+counted, plus its ``max_tokens`` at the output price) and holds it on all those counters in
+one atomic step. A call that does not fit gets what the refusing budget says: refused,
+downgraded to the cheaper routes, or sent to the local model only. After the call the hold is
+settled to the served response's cost (the provider's reported cost, else the price table's
+estimate) and alerts fire; a failed call releases it.
+
+The reservation logic is written once, as a generator of backend steps, and driven by a
+sync and an async twin (as :mod:`llmguard_sdk.chain` does for the route loop).
+
+.. versionadded:: 0.2.0
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import os
+import time
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from ..context import CallContext
+from ..errors import BudgetExceededError, ConfigurationError
+from ..models import ChatResponse, Usage
+from ..providers.base import Provider
+from ..store import RedisStore, Store, hash_id
+from ..tokens import count_text_tokens
+from .memory import BudgetBackend, MemoryBudgetBackend, Status
+from .policy import (
+    NANO,
+    Budget,
+    BudgetEvent,
+    CounterSpec,
+    ReserveResult,
+    RunawayDetector,
+    SettleResult,
+    nano,
+)
+from .prices import Cost, PriceTable, cost_of_response
+from .redis import RedisBudgetBackend
+
+if TYPE_CHECKING:
+    from ..pipeline import Stages
+
+__all__ = ["BudgetUnavailableError", "Budgets", "EventHook", "Held", "SpendControl"]
+
+logger = logging.getLogger("llmguard_sdk")
+
+EventHook = Callable[[BudgetEvent], None]
+"""Receives each :class:`~llmguard_sdk.budget.BudgetEvent` (alerts, exhaustion, runaways)."""
+
+Level = Literal["all", "downgrade", "local"]
+_DEGRADED = "degraded"
+
+
+class BudgetUnavailableError(BudgetExceededError):
+    """The shared budget store (Redis) could not be reached and the budgets fail closed.
+
+    ``spent_usd`` is NaN (unknown); ``retry_after`` is when Redis is tried again.
+    """
+
+
+@dataclass(frozen=True)
+class Budgets:
+    """The spend budgets of a Guard and how they act: ``Guard(budgets=Budgets([...]))``.
+
+    Args:
+        budgets: the :class:`Budget` limits; a call is counted by every one that applies.
+        prices: the :class:`PriceTable` (default: the shipped one). A budgeted route whose
+            model has no price is a :class:`~llmguard_sdk.budget.UnknownModelPriceError`
+            before any call.
+        downgrade_to: the cheaper routes (names) a call moves to when a budget with
+            ``on_exhausted="downgrade"`` has no room for the full chain.
+        local_routes: routes counted as free local models for ``"local_only"`` (every
+            :class:`~llmguard_sdk.LocalProvider` route is one already).
+        on_event: callables receiving each :class:`BudgetEvent`.
+        fail_open: when Redis cannot be reached, count in each process's memory instead of
+            refusing budgeted calls (the default fails closed: hard caps hold).
+        clamp_max_tokens: lower a call's ``max_tokens`` to what the budgets still allow
+            (down to ``min_output_tokens``) instead of refusing it.
+        min_output_tokens: the fewest output tokens a clamped call is given.
+        default_output_tokens: the ``max_tokens`` given to a budgeted call that set none (its
+            worst case must be bounded for the cap to hold).
+        input_margin: the reserved input is the counted input times ``1 + input_margin``
+            (the SDK's count is an estimate for most models).
+        hold_seconds: how long a reservation outlives its call's deadline before it expires
+            by itself (a process that died mid-call leaks nothing).
+        runaway_factor: raise a ``"runaway"`` event when a call's tokens exceed this many
+            times its feature's rolling p95 (``None``: off).
+        name: the budget set's name: every Redis key of the set shares its hash tag.
+    """
+
+    budgets: Sequence[Budget] = ()
+    prices: PriceTable | None = None
+    downgrade_to: Sequence[str] = ()
+    local_routes: Sequence[str] = ()
+    on_event: Sequence[EventHook] = ()
+    fail_open: bool = False
+    clamp_max_tokens: bool = False
+    min_output_tokens: int = 16
+    default_output_tokens: int = 1024
+    input_margin: float = 0.1
+    hold_seconds: float = 60.0
+    runaway_factor: float | None = 5.0
+    name: str = "default"
+
+    def __post_init__(self) -> None:
+        for name in ("budgets", "downgrade_to", "local_routes", "on_event"):
+            value = getattr(self, name)
+            if isinstance(value, (str, Budget)) or callable(value):
+                value = (value,)
+            object.__setattr__(self, name, tuple(value))
+        for budget in self.budgets:
+            if not isinstance(budget, Budget):
+                raise ConfigurationError(f"{budget!r} is not a Budget")
+        names = [b.key_name for b in self.budgets]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise ConfigurationError(f"budgets share a name {repeated}: give them name=...")
+        for hook in self.on_event:
+            if not callable(hook):
+                raise ConfigurationError(f"on_event {hook!r} is not callable")
+        if self.prices is not None and not isinstance(self.prices, PriceTable):
+            raise ConfigurationError("prices must be a PriceTable")
+        for name, low in (("min_output_tokens", 1), ("default_output_tokens", 1)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ConfigurationError(f"{name} must be an integer >= {low}")
+        if not (isinstance(self.input_margin, (int, float)) and 0 <= self.input_margin <= 10):
+            raise ConfigurationError("input_margin must be between 0 and 10")
+        if not (isinstance(self.hold_seconds, (int, float)) and 1 <= self.hold_seconds < 1e7):
+            raise ConfigurationError("hold_seconds must be at least 1")
+        if self.runaway_factor is not None and not self.runaway_factor > 1:
+            raise ConfigurationError("runaway_factor must be over 1 (or None)")
+        if not self.name or not all(c.isalnum() or c in "_.-" for c in self.name):
+            raise ConfigurationError("the budget set's name must be letters, digits, _.-")
+
+
+@dataclass
+class Held:
+    """One call's reservation: its id, counters, amount held (nano-dollars), the stages
+    (routes) the call may use, and whether it was settled."""
+
+    rid: str
+    specs: tuple[CounterSpec, ...]
+    amount: int
+    stages: Stages
+    level: Level = "all"
+    done: bool = False
+    notes: list[BudgetEvent] = field(default_factory=list)
+
+
+Step = tuple[str, dict[str, Any]]
+
+
+class SpendControl:
+    """The spend stage of one Guard (built by the Guard from :class:`Budgets`).
+
+    Usable on its own for inspection: :meth:`status` tells a scope's spend.
+    """
+
+    def __init__(
+        self,
+        config: Budgets,
+        routes: Sequence[Provider],
+        store: Store,
+        *,
+        backend: BudgetBackend | None = None,
+    ) -> None:
+        from ..providers.local import LocalProvider
+
+        self.config = config
+        self.prices = config.prices or PriceTable.default_table()
+        self.backend: BudgetBackend
+        if backend is not None:
+            self.backend = backend
+        elif isinstance(store, RedisStore):
+            self.backend = RedisBudgetBackend(store, name=config.name, fail_open=config.fail_open)
+        else:
+            self.backend = MemoryBudgetBackend()
+        names = {route.name for route in routes}
+        for what, chosen in (
+            ("downgrade_to", config.downgrade_to),
+            ("local_routes", config.local_routes),
+        ):
+            unknown = sorted(set(chosen) - names)
+            if unknown:
+                raise ConfigurationError(f"{what} names routes the Guard does not have: {unknown}")
+        self.local = frozenset(config.local_routes) | {
+            route.name for route in routes if isinstance(route, LocalProvider)
+        }
+        policies = {b.on_exhausted for b in config.budgets}
+        if "downgrade" in policies and not config.downgrade_to:
+            raise ConfigurationError('on_exhausted="downgrade" needs Budgets(downgrade_to=[...])')
+        if "local_only" in policies and not self.local:
+            raise ConfigurationError('on_exhausted="local_only" needs a local route')
+        if config.budgets:
+            for route in routes:  # an unknown price fails here, before any call
+                if route.model is not None and route.name not in self.local:
+                    self.prices.price(route.model, provider=route.name)
+        self.runaway = (
+            RunawayDetector(config.runaway_factor) if config.runaway_factor is not None else None
+        )
+
+    # -- what a call touches -----------------------------------------------------------------
+
+    def counters(
+        self,
+        *,
+        tenant: str | None = None,
+        feature: str | None = None,
+        user: str | None = None,
+        tags: Sequence[str] = (),
+    ) -> tuple[CounterSpec, ...]:
+        """The counters a call with this scope and these tags is counted by."""
+        found: list[CounterSpec] = []
+        values = {"tenant": tenant, "feature": feature, "user": user}
+        for index, budget in enumerate(self.config.budgets):
+            if budget.scope == "global":
+                value: str | None = ""
+            elif budget.scope == "tag":
+                value = budget.id if budget.id in tags else None
+            else:
+                value = values[budget.scope]
+                if budget.id is not None and value != budget.id:
+                    value = None
+            if value is None:
+                continue
+            key = budget.key_name if not value else f"{budget.key_name}.{hash_id(value)}"
+            found.append(
+                CounterSpec(
+                    key=key,
+                    limit=nano(budget.limit_usd),
+                    window=budget.window,
+                    rolling_seconds=float(budget.rolling_seconds),
+                    alerts=budget.alerts,
+                    scope=f"{budget.scope}:{value}" if value else "global",
+                    budget_index=index,
+                )
+            )
+        return tuple(found)
+
+    def _call_counters(self, ctx: CallContext) -> tuple[CounterSpec, ...]:
+        tags = (ctx.request.metadata or {}).get("tags", "")
+        return self.counters(
+            tenant=ctx.scope.tenant,
+            feature=ctx.scope.feature,
+            user=ctx.scope.user,
+            tags=[t.strip() for t in tags.split(",") if t.strip()],
+        )
+
+    def status(self, **scope: Any) -> list[dict[str, Any]]:
+        """Each counter of a scope (``tenant=``, ``feature=``, ``user=``, ``tags=``): its
+        limit, settled spend, amount held by calls in flight and reset time, in USD."""
+        specs = self.counters(**scope)
+        return [
+            _row(spec, found) for spec, found in zip(specs, self.backend.status(specs), strict=True)
+        ]
+
+    async def astatus(self, **scope: Any) -> list[dict[str, Any]]:
+        """Async twin of :meth:`status`."""
+        specs = self.counters(**scope)
+        found = await self.backend.astatus(specs)
+        return [_row(spec, status) for spec, status in zip(specs, found, strict=True)]
+
+    # -- prices ------------------------------------------------------------------------------
+
+    def _route_price_args(self, ctx: CallContext, routes: Sequence[Provider]) -> tuple[int, float]:
+        """(base, per output token), nano-dollars: the worst case over ``routes``."""
+        input_tokens = ctx.input_tokens().tokens * (1.0 + self.config.input_margin)
+        base, per = 0, 0.0
+        for route in routes:
+            if route.name in self.local:
+                continue
+            model = route.model or ctx.request.model
+            assert model is not None  # prepare() checked it
+            price = self.prices.price(model, provider=route.name)
+            base = max(base, nano(price.worst_case(input_tokens, 0)))
+            per = max(per, price.output * NANO / 1_000_000)
+        return base, per
+
+    def cost(
+        self,
+        ctx: CallContext,
+        stages: Stages,
+        response: ChatResponse,
+        usage: Usage | None = None,
+    ) -> Cost | None:
+        """The served response's cost: the provider's, else the price table's estimate from
+        ``usage`` (default: the response's)."""
+        if response.cost_source == "reported" and response.cost_usd is not None:
+            return Cost(response.cost_usd, "reported")
+        usage = usage or response.usage
+        name = ctx.route or response.route
+        if name == _DEGRADED or usage is None:
+            return None
+        if name in self.local:
+            return Cost(0.0, "estimated")
+        route = next((r for r in stages.routes if r.name == name), None)
+        model = (route.model if route is not None else None) or ctx.request.model
+        if model is None:
+            model = response.model
+        if not model:
+            return None
+        return cost_of_response(response, self.prices, model=model, provider=name, usage=usage)
+
+    # -- reserve -----------------------------------------------------------------------------
+
+    def _steps(self, ctx: CallContext, stages: Stages) -> Generator[Step, Any, Held]:
+        rid = os.urandom(12).hex()
+        specs = self._call_counters(ctx)
+        if not specs:
+            return Held(rid, (), 0, stages)
+        config = self.config
+        if ctx.request.output_limit is None:
+            ctx.request = ctx.request.model_copy(
+                update={"max_tokens": config.default_output_tokens}
+            )
+        want = ctx.request.output_limit or config.default_output_tokens
+        level: Level = "all"
+        ttl = max(0.0, ctx.remaining()) + config.hold_seconds
+        notes: list[BudgetEvent] = []
+        while True:
+            routes = self._routes(stages, level)
+            base, per = self._route_price_args(ctx, routes)
+            chosen = stages if level == "all" else dataclasses.replace(stages, routes=routes)
+            if base == 0 and per == 0:  # free routes: nothing to hold
+                return Held(rid, (), 0, chosen, level, notes=notes)
+            minimum = min(config.min_output_tokens, want) if config.clamp_max_tokens else want
+            result: ReserveResult = yield (
+                "reserve",
+                {
+                    "rid": rid,
+                    "specs": specs,
+                    "base": base,
+                    "per_token": per,
+                    "want": want,
+                    "minimum": minimum,
+                    "ttl": ttl,
+                },
+            )
+            if result.allowed:
+                if result.tokens < want:
+                    limit_name = (
+                        "max_completion_tokens"
+                        if ctx.request.max_completion_tokens is not None
+                        else "max_tokens"
+                    )
+                    ctx.request = ctx.request.model_copy(update={limit_name: result.tokens})
+                return Held(rid, specs, result.amount, chosen, level, notes=notes)
+            if result.unavailable:
+                self._emit([BudgetEvent("unavailable", config.name, "*", action="refused")])
+                raise BudgetUnavailableError(
+                    "spend budgets are unavailable (Redis cannot be reached); budgeted calls "
+                    "are refused until it answers (Budgets(fail_open=True) counts per process)",
+                    scope="*",
+                    limit_usd=specs[0].limit / NANO,
+                    spent_usd=math.nan,
+                    retry_after=5.0,
+                )
+            spec = specs[result.refused_index]
+            budget = config.budgets[spec.budget_index]
+            following = self._next_level(level, budget.on_exhausted)
+            note = BudgetEvent(
+                "exhausted",
+                budget.key_name,
+                spec.scope,
+                limit_usd=spec.limit / NANO,
+                spent_usd=result.spent / NANO,
+                resets_at=result.resets_at,
+                action={"downgrade": "downgraded", "local": "local_only", None: "refused"}[
+                    following
+                ],
+            )
+            notes.append(note)
+            if following is None:
+                self._emit(notes)
+                held = (result.reserved / NANO) if result.reserved else 0.0
+                raise BudgetExceededError(
+                    f"budget {budget.key_name!r} of {spec.scope} has no room for this call: "
+                    f"${result.spent / NANO:.6f} spent of ${spec.limit / NANO:.6f}"
+                    + (f" (and ${held:.6f} held by calls in flight)" if held else ""),
+                    scope=spec.scope,
+                    limit_usd=spec.limit / NANO,
+                    spent_usd=result.spent / NANO,
+                    resets_at=result.resets_at,
+                    retry_after=max(0.0, result.resets_at - time.time()),
+                )
+            level = following
+
+    def _routes(self, stages: Stages, level: Level) -> tuple[Provider, ...]:
+        if level == "all":
+            return stages.routes
+        wanted = set(self.config.downgrade_to) if level == "downgrade" else self.local
+        return tuple(route for route in stages.routes if route.name in wanted)
+
+    def _next_level(self, level: Level, policy: str) -> Level | None:
+        if policy == "downgrade" and level == "all":
+            return "downgrade"
+        if policy == "local_only" and level != "local":
+            return "local"
+        return None
+
+    def reserve(self, ctx: CallContext, stages: Stages) -> Held:
+        """Hold the call's worst case on its counters (raises BudgetExceededError)."""
+        steps = self._steps(ctx, stages)
+        result: Any = None
+        while True:
+            try:
+                _, kwargs = steps.send(result)
+            except StopIteration as done:
+                held: Held = done.value
+                self._emit(held.notes)
+                return held
+            result = self.backend.reserve(**kwargs)
+
+    async def areserve(self, ctx: CallContext, stages: Stages) -> Held:
+        """Async twin of :meth:`reserve`."""
+        steps = self._steps(ctx, stages)
+        result: Any = None
+        while True:
+            try:
+                _, kwargs = steps.send(result)
+            except StopIteration as done:
+                held: Held = done.value
+                self._emit(held.notes)
+                return held
+            result = await self.backend.areserve(**kwargs)
+
+    # -- settle ------------------------------------------------------------------------------
+
+    def _actual(self, held: Held, ctx: CallContext, response: ChatResponse | None) -> int:
+        if response is None:
+            return 0
+        if response.cost_usd is not None:
+            return nano(response.cost_usd)
+        if _DEGRADED in (ctx.route, response.route):
+            return 0
+        cost = self.cost(ctx, held.stages, response)
+        return held.amount if cost is None else nano(cost.usd)  # unknown: the worst case
+
+    def _settle_args(self, held: Held, actual: int) -> dict[str, Any]:
+        held.done = True
+        return {
+            "rid": held.rid,
+            "specs": held.specs,
+            "actual": actual,
+            "ttl": self.config.hold_seconds + 86400,
+        }
+
+    def _after(
+        self, ctx: CallContext, held: Held, result: SettleResult, usage: Usage | None
+    ) -> None:
+        events: list[BudgetEvent] = []
+        if result.applied:
+            for spec, spent, resets, fired in zip(
+                held.specs, result.spent, result.resets_at, result.fired, strict=True
+            ):
+                budget = self.config.budgets[spec.budget_index]
+                for threshold in fired:
+                    events.append(
+                        BudgetEvent(
+                            "alert",
+                            budget.key_name,
+                            spec.scope,
+                            limit_usd=spec.limit / NANO,
+                            spent_usd=spent / NANO,
+                            threshold=threshold,
+                            resets_at=resets,
+                        )
+                    )
+        if self.runaway is not None and usage is not None:
+            feature = ctx.scope.feature or ""
+            p95 = self.runaway.observe(feature, usage.total_tokens)
+            if p95 is not None:
+                events.append(
+                    BudgetEvent(
+                        "runaway",
+                        "runaway",
+                        f"feature:{feature}" if feature else "feature:",
+                        tokens=usage.total_tokens,
+                        p95=p95,
+                        factor=self.runaway.factor,
+                    )
+                )
+        self._emit(events)
+
+    def settle(self, held: Held, ctx: CallContext, response: ChatResponse | None) -> None:
+        """Settle the hold to the response's cost (``None``: nothing served, release)."""
+        if held.done:
+            return
+        if held.specs:
+            result = self.backend.settle(
+                **self._settle_args(held, self._actual(held, ctx, response))
+            )
+        else:
+            held.done, result = True, SettleResult(False)
+        self._after(ctx, held, result, response.usage if response is not None else None)
+
+    async def asettle(self, held: Held, ctx: CallContext, response: ChatResponse | None) -> None:
+        """Async twin of :meth:`settle`."""
+        if held.done:
+            return
+        if held.specs:
+            kwargs = self._settle_args(held, self._actual(held, ctx, response))
+            result = await self.backend.asettle(**kwargs)
+        else:
+            held.done, result = True, SettleResult(False)
+        self._after(ctx, held, result, response.usage if response is not None else None)
+
+    def partial(
+        self, ctx: CallContext, stages: Stages, text: str, usage: Usage | None
+    ) -> ChatResponse | None:
+        """What a stream that ended early cost, as a response to settle with: its usage if
+        the provider sent one, else its input and the text delivered, counted here."""
+        if not text and usage is None:
+            return None
+        if usage is None:
+            usage = Usage(
+                input_tokens=ctx.input_tokens().tokens,
+                output_tokens=count_text_tokens(text, ctx.request.model).tokens,
+                estimated=True,
+            )
+        response = ChatResponse(text=text, usage=usage, route=ctx.route or "")
+        cost = self.cost(ctx, stages, response)
+        if cost is None:
+            return response
+        return response.model_copy(update={"cost_usd": cost.usd, "cost_source": cost.source})
+
+    # -- events ------------------------------------------------------------------------------
+
+    def _emit(self, events: Sequence[BudgetEvent]) -> None:
+        for event in events:
+            if event.kind in ("alert", "runaway", "unavailable"):
+                logger.warning("llmguard budget event: %s", event)
+            for hook in self.config.on_event:
+                try:
+                    hook(event)
+                except Exception:
+                    logger.exception("llmguard budget hook %r failed", hook)
+
+
+def _row(spec: CounterSpec, found: Status) -> dict[str, Any]:
+    spent, reserved, resets = found
+    return {
+        "scope": spec.scope,
+        "counter": spec.key,
+        "window": spec.window,
+        "limit_usd": spec.limit / NANO,
+        "spent_usd": spent / NANO,
+        "held_usd": reserved / NANO,
+        "resets_at": resets,
+    }

@@ -1,0 +1,45 @@
+-- Reserve a call's worst case on every counter, all or nothing (mirrors policy.decide).
+-- ARGV: 1 clock offset, 2 reservation id, 3 hold seconds (TTL), 4 base (nano-dollars),
+--       5 nano-dollars per output token, 6 wanted output tokens, 7 fewest output tokens,
+--       8 number of counters, then 5 arguments per counter (see common.lua).
+-- Returns {1, tokens, amount} or {0, refused counter (0-based), spent, reserved, resets_at}.
+local hold = tonumber(ARGV[3])
+local base, per, want, minimum = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]),
+  tonumber(ARGV[7])
+local n = tonumber(ARGV[8])
+local counters, smallest = {}, nil
+for i = 1, n do
+  local c = counter(i, 9)
+  bring(c)
+  c.room = c.limit - c.spent - c.reserved
+  counters[i] = c
+  if smallest == nil or c.room < smallest then smallest = c.room end
+end
+local tokens = want
+if base + want * per > smallest then
+  if per > 0 then tokens = math.floor((smallest - base) / per) else tokens = -1 end
+end
+if tokens < minimum or tokens < 0 then
+  local need = base + math.max(minimum, 0) * per
+  local refused = nil
+  for i = 1, n do
+    if refused == nil and counters[i].room < need then refused = i end
+  end
+  if refused == nil then
+    for i = 1, n do
+      if refused == nil and counters[i].room == smallest then refused = i end
+    end
+  end
+  local c = counters[refused]
+  return {0, refused - 1, string.format('%d', c.spent), string.format('%d', c.reserved),
+    string.format('%.6f', c.resets)}
+end
+local amount = math.ceil(base + tokens * per)
+for i = 1, n do
+  local c = counters[i]
+  redis.call('HSET', c.h, 'r', string.format('%d', c.reserved + amount),
+    'h:' .. ARGV[2], string.format('%d', amount))
+  redis.call('ZADD', c.e, string.format('%.6f', now + hold), ARGV[2])
+  keep(c, hold)
+end
+return {1, tokens, string.format('%d', amount)}

@@ -1,0 +1,11 @@
+-- Each counter's settled spend, reserved amount and reset time (expired holds dropped).
+-- ARGV: 1 clock offset, 2 number of counters, then 5 per counter (see common.lua).
+local out = {}
+for i = 1, tonumber(ARGV[2]) do
+  local c = counter(i, 3)
+  bring(c)
+  out[#out + 1] = string.format('%d', c.spent)
+  out[#out + 1] = string.format('%d', c.reserved)
+  out[#out + 1] = string.format('%.6f', c.resets)
+end
+return out

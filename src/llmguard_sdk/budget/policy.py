@@ -1,0 +1,335 @@
+"""Budget maths, pure: windows, counters, reservations and alerts; the clock is passed in.
+
+A budget's counter holds what was spent in its current window (settled), what is reserved by
+calls in flight (each reservation with an expiry), and which alert thresholds already fired
+this window. Money is counted in whole nano-dollars (``1e-9`` USD), so sums are exact in
+Python and in Redis Lua alike (up to about $9 million per counter). The Lua scripts of
+:mod:`llmguard_sdk.budget.redis` mirror these functions line for line.
+
+.. versionadded:: 0.2.0
+"""
+
+from __future__ import annotations
+
+import calendar
+import datetime as dt
+import math
+import re
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from ..errors import ConfigurationError
+
+__all__ = [
+    "ROLLING_BUCKETS",
+    "Budget",
+    "BudgetEvent",
+    "CounterSpec",
+    "CounterState",
+    "ExhaustionPolicy",
+    "NANO",
+    "ReserveResult",
+    "RunawayDetector",
+    "ScopeKind",
+    "SettleResult",
+    "WindowKind",
+    "bring_to_now",
+    "decide",
+    "fire_alerts",
+    "nano",
+    "window_bounds",
+]
+
+NANO = 1_000_000_000
+"""Nano-dollars per USD: the unit of every counter."""
+ROLLING_BUCKETS = 60
+"""A rolling window is kept as this many buckets (a 1-hour window: one per minute)."""
+_MAX_NANO = 2**53 - 1
+_SAFE = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+WindowKind = Literal["minute", "hour", "day", "month", "rolling"]
+ScopeKind = Literal["global", "tenant", "feature", "user", "tag"]
+ExhaustionPolicy = Literal["refuse", "downgrade", "local_only"]
+_WINDOWS = ("minute", "hour", "day", "month", "rolling")
+_SCOPES = ("global", "tenant", "feature", "user", "tag")
+_POLICIES = ("refuse", "downgrade", "local_only")
+_SECONDS = {"minute": 60, "hour": 3600, "day": 86400}
+
+
+def nano(usd: float) -> int:
+    """USD as whole nano-dollars, rounded up (a reservation never comes out short)."""
+    return math.ceil(round(usd * NANO, 3))
+
+
+@dataclass(frozen=True)
+class Budget:
+    """A USD limit on one scope over one window.
+
+    Args:
+        limit_usd: what the scope may spend per window.
+        scope: ``"global"`` (every call), ``"tenant"``, ``"feature"``, ``"user"`` or ``"tag"``
+            (calls whose ``metadata={"tags": "a,b"}`` names the tag).
+        id: the one tenant / feature / user / tag this budget is for; ``None`` gives *each*
+            value its own counter with this limit (every tenant $50 a day). A call without
+            a value for the scope (no tenant given) is not counted by that budget.
+            ``tag`` budgets need an ``id``.
+        window: calendar ``"minute"``, ``"hour"``, ``"day"`` or ``"month"`` in UTC (the
+            counter starts again at 0 at each boundary), or ``"rolling"`` over
+            ``rolling_seconds``.
+        rolling_seconds: the length of a rolling window.
+        on_exhausted: what a call that does not fit gets: ``"refuse"``
+            (:class:`~llmguard_sdk.errors.BudgetExceededError`), ``"downgrade"`` (the
+            cheaper routes of ``Budgets(downgrade_to=...)``) or ``"local_only"`` (the local
+            model routes).
+        alerts: fractions of the limit at which a :class:`BudgetEvent` fires, once per
+            threshold per window, when the *settled* spend reaches them.
+        name: the counter's name in keys and events (default: from scope, id and window).
+    """
+
+    limit_usd: float
+    scope: ScopeKind = "global"
+    id: str | None = None
+    window: WindowKind = "day"
+    rolling_seconds: float = 3600.0
+    on_exhausted: ExhaustionPolicy = "refuse"
+    alerts: tuple[float, ...] = (0.5, 0.8, 1.0)
+    name: str | None = None
+
+    def __post_init__(self) -> None:
+        limit = self.limit_usd
+        if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not limit >= 0:
+            raise ConfigurationError(f"limit_usd must be a number >= 0, got {limit!r}")
+        if nano(limit) > _MAX_NANO:
+            raise ConfigurationError("limit_usd is over the largest budget ($9 million)")
+        if self.scope not in _SCOPES:
+            raise ConfigurationError(f"scope must be one of {_SCOPES}, got {self.scope!r}")
+        if self.window not in _WINDOWS:
+            raise ConfigurationError(f"window must be one of {_WINDOWS}, got {self.window!r}")
+        if self.on_exhausted not in _POLICIES:
+            raise ConfigurationError(
+                f"on_exhausted must be one of {_POLICIES}, got {self.on_exhausted!r}"
+            )
+        if self.window == "rolling" and not (
+            isinstance(self.rolling_seconds, (int, float)) and 1 <= self.rolling_seconds < 1e9
+        ):
+            raise ConfigurationError("rolling_seconds must be at least 1")
+        if self.scope == "global" and self.id is not None:
+            raise ConfigurationError("a global budget has no id")
+        if self.scope == "tag" and not self.id:
+            raise ConfigurationError("a tag budget needs id= (the tag)")
+        if self.id is not None and (not isinstance(self.id, str) or not self.id):
+            raise ConfigurationError("id must be a non-empty string or None")
+        if not all(isinstance(a, (int, float)) and 0 < a <= 1 for a in self.alerts):
+            raise ConfigurationError("alerts are fractions of the limit in (0, 1]")
+        object.__setattr__(self, "alerts", tuple(sorted(set(float(a) for a in self.alerts))))
+        if self.name is not None and not _SAFE.match(self.name):
+            raise ConfigurationError(f"budget name {self.name!r} must be letters, digits, _.-")
+
+    @property
+    def key_name(self) -> str:
+        """The counter's name: ``name``, or one made of scope, id and window."""
+        if self.name is not None:
+            return self.name
+        from ..store import hash_id
+
+        who = "each" if self.id is None else hash_id(self.id)
+        window: str = self.window
+        if window == "rolling":
+            window = f"rolling{int(self.rolling_seconds)}"
+        return f"{self.scope}.{who}.{window}"
+
+
+@dataclass(frozen=True)
+class CounterSpec:
+    """One counter a call touches: ``key`` (budget name and hashed scope value), its limit
+    in nano-dollars, its window and alert thresholds; ``scope`` describes it for people
+    (``"tenant:acme"``)."""
+
+    key: str
+    limit: int
+    window: WindowKind
+    rolling_seconds: float
+    alerts: tuple[float, ...]
+    scope: str
+    budget_index: int
+
+
+@dataclass
+class CounterState:
+    """One counter's stored state (what the Redis hash and sorted set hold)."""
+
+    window_id: int | None = None
+    spent: int = 0
+    reserved: int = 0
+    holds: dict[str, tuple[int, float]] = field(default_factory=dict)  # id: (amount, expiry)
+    fired: set[float] = field(default_factory=set)
+    buckets: dict[int, int] = field(default_factory=dict)  # rolling windows
+
+
+@dataclass(frozen=True)
+class ReserveResult:
+    """The answer to a reservation: granted output tokens and the amount held, or the
+    counter that had no room (its index, settled spend, reserved amount, reset time);
+    ``unavailable`` when the shared store could not be reached (fail closed)."""
+
+    allowed: bool
+    tokens: int = 0
+    amount: int = 0
+    refused_index: int = -1
+    spent: int = 0
+    reserved: int = 0
+    resets_at: float = 0.0
+    unavailable: bool = False
+
+
+@dataclass(frozen=True)
+class SettleResult:
+    """The answer to a settle: whether it applied (False: already settled), and per counter
+    the settled spend, the window's reset time and the alert thresholds it newly reached."""
+
+    applied: bool
+    spent: tuple[int, ...] = ()
+    resets_at: tuple[float, ...] = ()
+    fired: tuple[tuple[float, ...], ...] = ()
+
+
+@dataclass(frozen=True)
+class BudgetEvent:
+    """What a budget reports to its ``on_event`` callbacks.
+
+    ``kind``:
+
+    * ``"alert"``: the settled spend of ``scope`` reached ``threshold`` of its limit (once
+      per threshold per window);
+    * ``"exhausted"``: a call did not fit and was ``action`` (``"refused"``,
+      ``"downgraded"`` or ``"local_only"``);
+    * ``"runaway"``: a call of feature ``scope`` used ``tokens`` tokens, over ``factor``
+      times the feature's rolling p95 (``p95``);
+    * ``"unavailable"``: Redis could not be reached and ``action`` says what was done.
+    """
+
+    kind: Literal["alert", "exhausted", "runaway", "unavailable"]
+    budget: str
+    scope: str
+    limit_usd: float = 0.0
+    spent_usd: float = 0.0
+    threshold: float | None = None
+    resets_at: float | None = None
+    action: str | None = None
+    tokens: int | None = None
+    p95: float | None = None
+    factor: float | None = None
+
+
+def _month_bounds(now: float) -> tuple[int, float]:
+    day = dt.datetime.fromtimestamp(math.floor(now), tz=dt.timezone.utc)
+    year, month = (day.year, day.month + 1) if day.month < 12 else (day.year + 1, 1)
+    return day.year * 12 + day.month - 1, float(calendar.timegm((year, month, 1, 0, 0, 0)))
+
+
+def window_bounds(window: WindowKind, now: float) -> tuple[int, float]:
+    """(window id, when the window ends) for a calendar window at ``now`` (epoch seconds,
+    UTC); rolling windows have id 0 and no end of their own."""
+    if window == "month":
+        return _month_bounds(now)
+    seconds = _SECONDS.get(window)
+    if seconds is None:
+        return 0, now
+    index = math.floor(now / seconds)
+    return index, float((index + 1) * seconds)
+
+
+def bring_to_now(state: CounterState, spec: CounterSpec, now: float) -> tuple[int, float]:
+    """Roll the window, drop expired reservations and old buckets; (spent, resets_at).
+
+    A calendar window that ended starts again at 0 with its alerts re-armed; reservations
+    made in it stay held (their calls are still running). A rolling window sums its live
+    buckets; it "resets" (frees room) when its oldest bucket leaves the window, and its
+    alerts re-arm when the spend falls back under them.
+    """
+    for rid, (amount, expiry) in list(state.holds.items()):
+        if expiry <= now:
+            del state.holds[rid]
+            state.reserved -= amount
+    if spec.window == "rolling":
+        width = spec.rolling_seconds / ROLLING_BUCKETS
+        current = math.floor(now / width)
+        for index in [i for i in state.buckets if i <= current - ROLLING_BUCKETS]:
+            del state.buckets[index]
+        state.spent = sum(state.buckets.values())
+        oldest = min(state.buckets) if state.buckets else None
+        resets = (oldest + ROLLING_BUCKETS) * width if oldest is not None else now
+        state.fired = {a for a in state.fired if state.spent >= a * spec.limit}
+        return state.spent, resets
+    window_id, resets = window_bounds(spec.window, now)
+    if state.window_id != window_id:
+        state.window_id = window_id
+        state.spent = 0
+        state.fired = set()
+    return state.spent, resets
+
+
+def decide(
+    rooms: Sequence[int], base: int, per_token: float, want: int, minimum: int
+) -> tuple[int, int]:
+    """(output tokens granted, -1) when a call of ``base`` + tokens x ``per_token`` fits the
+    smallest room, clamped between ``minimum`` and ``want`` tokens; else (-1, index of the
+    first counter without room for the minimum)."""
+    smallest = min(rooms)
+    tokens = want
+    if base + want * per_token > smallest:
+        tokens = math.floor((smallest - base) / per_token) if per_token > 0 else -1
+    if tokens < minimum or tokens < 0:
+        need = base + max(minimum, 0) * per_token
+        for index, room in enumerate(rooms):
+            if room < need:
+                return -1, index
+        return -1, rooms.index(smallest)
+    return tokens, -1
+
+
+def fire_alerts(state: CounterState, spec: CounterSpec) -> tuple[float, ...]:
+    """The thresholds the settled spend reached for the first time this window (marked)."""
+    fired = tuple(
+        a for a in spec.alerts if a not in state.fired and 0 < state.spent >= a * spec.limit
+    )
+    state.fired.update(fired)
+    return fired
+
+
+class RunawayDetector:
+    """Flags calls whose tokens are over ``factor`` times their feature's rolling p95.
+
+    Keeps the last ``window`` token counts per feature (in this process); once it has
+    ``min_samples`` of them, a call over ``factor`` x p95 returns the p95 it broke. The p95
+    is recomputed every 16 observations.
+    """
+
+    def __init__(self, factor: float = 5.0, window: int = 500, min_samples: int = 50) -> None:
+        if not factor > 1 or window < 10 or not 1 <= min_samples <= window:
+            raise ConfigurationError("runaway detection: factor > 1, window >= 10, samples >= 1")
+        self.factor, self.window, self.min_samples = factor, window, min_samples
+        self._seen: dict[str, deque[int]] = {}
+        self._p95: dict[str, tuple[int, float]] = {}  # feature: (observations since, p95)
+
+    def observe(self, feature: str, tokens: int) -> float | None:
+        """Record a call's tokens; the p95 it exceeded ``factor`` times, else None."""
+        seen = self._seen.get(feature)
+        if seen is None:
+            if len(self._seen) >= 10_000:
+                return None  # bounded memory, whatever the number of features
+            seen = self._seen[feature] = deque(maxlen=self.window)
+        broke: float | None = None
+        if len(seen) >= self.min_samples:
+            since, p95 = self._p95.get(feature, (16, 0.0))
+            if since >= 16:
+                ordered = sorted(seen)
+                p95 = float(ordered[math.ceil(0.95 * len(ordered)) - 1])
+                since = 0
+            self._p95[feature] = (since + 1, p95)
+            if tokens > self.factor * max(p95, 1.0):
+                broke = p95
+        seen.append(tokens)
+        return broke

@@ -1,0 +1,270 @@
+"""Budget counters shared by every process through Redis: one Lua script per step.
+
+A reservation checks and holds the worst case on every counter of a call in one script
+(all or nothing), with Redis ``TIME`` as the clock; settling is another script, made
+idempotent by a marker key per reservation id. Every key of one budget set shares one hash
+tag (the set's name, hashed), because one call's counters (global, its tenant, its user...)
+must be touched atomically by one script: on Redis Cluster all of a set's counters live on
+one slot. Reservations carry an expiry in a sorted set per counter, so the holds of a process
+that died come back by themselves.
+
+When Redis cannot be reached, calls fail closed (the reply says ``unavailable``) unless the
+backend was built with ``fail_open=True``: then each process counts on its own, in memory,
+until Redis answers again. Settles that could not reach Redis are kept (bounded) and sent
+again with the next script that reaches it; the marker makes a repeat harmless.
+
+.. versionadded:: 0.2.0
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Sequence
+from importlib import resources
+from typing import Any
+
+import redis
+
+from ..store import Outage, RedisScripts, RedisStore, hash_id
+from .memory import MemoryBudgetBackend, Status
+from .policy import CounterSpec, ReserveResult, SettleResult
+
+__all__ = ["RedisBudgetBackend"]
+
+_LUA = resources.files(__package__).joinpath("lua")
+_COMMON = _LUA.joinpath("common.lua").read_text(encoding="utf-8")
+_RESERVE, _SETTLE, _STATUS = (
+    _COMMON + "\n" + _LUA.joinpath(f"{name}.lua").read_text(encoding="utf-8")
+    for name in ("reserve", "settle", "status")
+)
+_KEEP_SECONDS = 3600  # keys outlive their window (and holds) by an hour
+_PENDING = 10_000
+
+
+class RedisBudgetBackend:
+    """:class:`~llmguard_sdk.budget.MemoryBudgetBackend`'s contract, shared through Redis.
+
+    Keys: ``{prefix}:budget:{<set hash>}:c:<counter>`` (hash), ``:e:<counter>`` (expiries),
+    ``:b:<counter>`` (rolling buckets) and ``:d:<reservation id>`` (settled marker).
+    ``clock_offset`` shifts the scripts' clock (Redis ``TIME``) for tests.
+
+    Args:
+        store: the Redis store.
+        name: the budget set's name; its hash is the hash tag of every key.
+        fail_open: count in this process's memory while Redis is unreachable (default:
+            reserve replies ``unavailable`` and the caller refuses the call).
+    """
+
+    def __init__(
+        self, store: RedisStore, *, name: str = "default", fail_open: bool = False
+    ) -> None:
+        self.clock_offset = 0.0
+        self.fail_open = fail_open
+        self._store = store
+        self._tag = hash_id(name)
+        self._scripts = RedisScripts(store, _RESERVE, _SETTLE, _STATUS)
+        self._fallback = MemoryBudgetBackend()
+        self._local: collections.OrderedDict[str, None] = collections.OrderedDict()
+        self._pending: collections.deque[tuple[list[str], list[Any]]] = collections.deque(
+            maxlen=_PENDING
+        )
+        self._outage = Outage(
+            "budgets", "counting per process" if fail_open else "refusing budgeted calls"
+        )
+
+    # -- arguments -------------------------------------------------------------------------
+
+    def _keys(self, specs: Sequence[CounterSpec]) -> list[str]:
+        keys: list[str] = []
+        for spec in specs:
+            keys += [self._store.key("budget", self._tag, part, spec.key) for part in "ceb"]
+        return keys
+
+    def _spec_args(self, specs: Sequence[CounterSpec]) -> list[Any]:
+        args: list[Any] = []
+        for spec in specs:
+            args += [
+                spec.limit,
+                spec.window,
+                repr(float(spec.rolling_seconds)),
+                ",".join(repr(a) for a in spec.alerts) or ",",
+                _KEEP_SECONDS,
+            ]
+        return args
+
+    def _reserve_call(
+        self,
+        rid: str,
+        specs: Sequence[CounterSpec],
+        base: int,
+        per_token: float,
+        want: int,
+        minimum: int,
+        ttl: float,
+    ) -> tuple[list[str], list[Any]]:
+        args = [self.clock_offset, rid, repr(float(ttl)), base, repr(float(per_token))]
+        args += [want, minimum, len(specs), *self._spec_args(specs)]
+        return self._keys(specs), args
+
+    def _settle_call(
+        self, rid: str, specs: Sequence[CounterSpec], actual: int, ttl: float
+    ) -> tuple[list[str], list[Any]]:
+        keys = [*self._keys(specs), self._store.key("budget", self._tag, "d", rid)]
+        args = [self.clock_offset, rid, actual, repr(float(ttl)), len(specs)]
+        return keys, args + self._spec_args(specs)
+
+    def _note_local(self, rid: str) -> None:
+        self._local[rid] = None
+        while len(self._local) > _PENDING:
+            self._local.popitem(last=False)
+
+    def _unavailable(self) -> ReserveResult:
+        return ReserveResult(False, refused_index=-1, unavailable=True)
+
+    # -- sync -------------------------------------------------------------------------------
+
+    def _flush(self) -> None:
+        while self._pending:
+            keys, args = self._pending[0]
+            self._scripts.sync(1)(keys=keys, args=args)
+            self._pending.popleft()
+
+    def reserve(
+        self,
+        rid: str,
+        specs: Sequence[CounterSpec],
+        *,
+        base: int,
+        per_token: float,
+        want: int,
+        minimum: int,
+        ttl: float,
+    ) -> ReserveResult:
+        """Hold a call's worst case on every counter in one script, all or nothing."""
+        if self._outage.up():
+            try:
+                self._flush()
+                keys, args = self._reserve_call(rid, specs, base, per_token, want, minimum, ttl)
+                return _reserved(self._scripts.sync(0)(keys=keys, args=args))
+            except redis.RedisError as exc:
+                self._outage.failed(exc)
+        if not self.fail_open:
+            return self._unavailable()
+        self._note_local(rid)
+        return self._fallback.reserve(
+            rid, specs, base=base, per_token=per_token, want=want, minimum=minimum, ttl=ttl
+        )
+
+    def settle(
+        self, rid: str, specs: Sequence[CounterSpec], *, actual: int, ttl: float
+    ) -> SettleResult:
+        """Turn reservation ``rid`` into ``actual`` spend, once."""
+        if rid in self._local:
+            return self._fallback.settle(rid, specs, actual=actual, ttl=ttl)
+        keys, args = self._settle_call(rid, specs, actual, ttl)
+        if self._outage.up():
+            try:
+                self._flush()
+                return _settled(self._scripts.sync(1)(keys=keys, args=args))
+            except redis.RedisError as exc:
+                self._outage.failed(exc)
+        self._pending.append((keys, args))
+        return SettleResult(False)
+
+    def status(self, specs: Sequence[CounterSpec]) -> list[Status]:
+        """Each counter's settled spend, reserved amount and reset time (raises
+        ``redis.RedisError`` when Redis cannot be reached)."""
+        args = [self.clock_offset, len(specs), *self._spec_args(specs)]
+        return _statuses(self._scripts.sync(2)(keys=self._keys(specs), args=args))
+
+    # -- async ------------------------------------------------------------------------------
+
+    async def _aflush(self) -> None:
+        while self._pending:
+            keys, args = self._pending[0]
+            await self._scripts.aio(1)(keys=keys, args=args)
+            self._pending.popleft()
+
+    async def areserve(
+        self,
+        rid: str,
+        specs: Sequence[CounterSpec],
+        *,
+        base: int,
+        per_token: float,
+        want: int,
+        minimum: int,
+        ttl: float,
+    ) -> ReserveResult:
+        """Async twin of :meth:`reserve`."""
+        if self._outage.up():
+            try:
+                await self._aflush()
+                keys, args = self._reserve_call(rid, specs, base, per_token, want, minimum, ttl)
+                return _reserved(await self._scripts.aio(0)(keys=keys, args=args))
+            except redis.RedisError as exc:
+                self._outage.failed(exc)
+        if not self.fail_open:
+            return self._unavailable()
+        self._note_local(rid)
+        return self._fallback.reserve(
+            rid, specs, base=base, per_token=per_token, want=want, minimum=minimum, ttl=ttl
+        )
+
+    async def asettle(
+        self, rid: str, specs: Sequence[CounterSpec], *, actual: int, ttl: float
+    ) -> SettleResult:
+        """Async twin of :meth:`settle`."""
+        if rid in self._local:
+            return self._fallback.settle(rid, specs, actual=actual, ttl=ttl)
+        keys, args = self._settle_call(rid, specs, actual, ttl)
+        if self._outage.up():
+            try:
+                await self._aflush()
+                return _settled(await self._scripts.aio(1)(keys=keys, args=args))
+            except redis.RedisError as exc:
+                self._outage.failed(exc)
+        self._pending.append((keys, args))
+        return SettleResult(False)
+
+    async def astatus(self, specs: Sequence[CounterSpec]) -> list[Status]:
+        """Async twin of :meth:`status`."""
+        args = [self.clock_offset, len(specs), *self._spec_args(specs)]
+        return _statuses(await self._scripts.aio(2)(keys=self._keys(specs), args=args))
+
+
+def _text(part: Any) -> str:
+    return part.decode() if isinstance(part, bytes) else str(part)
+
+
+def _reserved(reply: Any) -> ReserveResult:
+    parts = [_text(p) for p in reply]
+    if parts[0] == "1":
+        return ReserveResult(True, tokens=int(parts[1]), amount=int(parts[2]))
+    return ReserveResult(
+        False,
+        refused_index=int(parts[1]),
+        spent=int(parts[2]),
+        reserved=int(parts[3]),
+        resets_at=float(parts[4]),
+    )
+
+
+def _settled(reply: Any) -> SettleResult:
+    parts = [_text(p) for p in reply]
+    if parts[0] != "1":
+        return SettleResult(False)
+    rows = [parts[i : i + 3] for i in range(1, len(parts), 3)]
+    return SettleResult(
+        True,
+        tuple(int(spent) for spent, _, _ in rows),
+        tuple(float(resets) for _, resets, _ in rows),
+        tuple(tuple(float(a) for a in fired.split(",") if a) for _, _, fired in rows),
+    )
+
+
+def _statuses(reply: Any) -> list[Status]:
+    parts = [_text(p) for p in reply]
+    return [
+        (int(parts[i]), int(parts[i + 1]), float(parts[i + 2])) for i in range(0, len(parts), 3)
+    ]

@@ -1,0 +1,428 @@
+"""Spend budgets: prices and costs, window maths, and one backend contract run against the
+in-memory counters and a real Redis (the Lua scripts)."""
+
+from __future__ import annotations
+
+import calendar
+import datetime as dt
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import anyio
+import pytest
+
+from llmguard_sdk import ChatResponse, ConfigurationError, Usage
+from llmguard_sdk.budget import (
+    Budget,
+    CounterSpec,
+    MemoryBudgetBackend,
+    Price,
+    PriceTable,
+    RedisBudgetBackend,
+    RunawayDetector,
+    UnknownModelPriceError,
+    cost_of_response,
+)
+from llmguard_sdk.budget.policy import NANO, decide, nano, window_bounds
+from llmguard_sdk.providers.wire import usage_from_payload
+from llmguard_sdk.store import RedisStore
+
+# -- prices and costs: golden fixtures ---------------------------------------------------------
+
+MINI = PriceTable.default_table().price("gpt-4o-mini", at=dt.date(2025, 6, 1))
+HAIKU = PriceTable.default_table().price("claude-3-5-haiku", at=dt.date(2025, 6, 1))
+
+
+def test_openai_shaped_usage_prices_cached_tokens_at_their_rate() -> None:
+    usage, reported = usage_from_payload(
+        {
+            "prompt_tokens": 10_000,
+            "completion_tokens": 1_000,
+            "prompt_tokens_details": {"cached_tokens": 8_000},
+        }
+    )
+    assert usage is not None
+    assert reported is None
+    # 2,000 plain input at $0.15/M, 8,000 cached at $0.075/M, 1,000 output at $0.60/M
+    assert MINI.cost(usage) == pytest.approx(0.0003 + 0.0006 + 0.0006)
+
+
+def test_anthropic_shaped_usage_counts_cache_reads_and_writes_once() -> None:
+    usage, _ = usage_from_payload(
+        {
+            "input_tokens": 1_000,
+            "output_tokens": 500,
+            "cache_read_input_tokens": 20_000,
+            "cache_creation_input_tokens": 4_000,
+        }
+    )
+    assert usage is not None
+    assert usage.input_tokens == 25_000  # every input token, counted once
+    # 1,000 at $0.80/M + 20,000 reads at $0.08/M + 4,000 writes at $1.00/M + 500 at $4/M
+    assert HAIKU.cost(usage) == pytest.approx(0.0008 + 0.0016 + 0.004 + 0.002)
+
+
+def test_a_reported_cost_wins_and_estimates_say_so() -> None:
+    usage = Usage(input_tokens=1_000_000, output_tokens=0)
+    table = PriceTable.default_table()
+    reported = ChatResponse(text="x", usage=usage, cost_usd=0.01, cost_source="reported")
+    cost = cost_of_response(reported, table, model="gpt-4o-mini")
+    assert cost is not None
+    assert (cost.usd, cost.source) == (0.01, "reported")
+    estimated = cost_of_response(ChatResponse(text="x", usage=usage), table, model="gpt-4o-mini")
+    assert estimated is not None
+    assert estimated.source == "estimated"
+    assert estimated.usd == pytest.approx(MINI.input)
+
+
+def test_effective_dates_and_dated_model_names() -> None:
+    table = PriceTable.default_table()
+    assert table.price("gpt-4o", at=dt.date(2024, 6, 1)).input == 5.0
+    assert table.price("gpt-4o", at=dt.date(2025, 1, 1)).input == 2.5
+    assert table.price("gpt-4o-mini-2024-07-18", at=dt.date(2025, 1, 1)) == MINI
+    assert table.price("claude-3-5-haiku-20241022", at=dt.date(2025, 1, 1)) == HAIKU
+    assert table.find("gpt-4o-mini", at=dt.date(2020, 1, 1)) is None  # before its first price
+
+
+def test_an_unknown_model_is_an_error_or_the_configured_default_never_zero() -> None:
+    table = PriceTable.default_table()
+    with pytest.raises(UnknownModelPriceError, match="no-such-model"):
+        table.price("no-such-model")
+    assert isinstance(UnknownModelPriceError(None, "m"), ConfigurationError)
+    fallback = table.with_prices({}, default=Price(input=1.0, output=2.0))
+    assert fallback.price("no-such-model").output == 2.0
+    usage = Usage(input_tokens=100, output_tokens=100)
+    assert cost_of_response(ChatResponse(text="", usage=usage), table, model="nope") is None
+
+
+def test_user_prices_override_by_route_or_model() -> None:
+    table = PriceTable.default_table().with_prices(
+        {"cheap-route/gpt-4o-mini": Price(input=0.01, output=0.02), "my-model": Price(1, 2)}
+    )
+    assert table.price("gpt-4o-mini", provider="cheap-route").input == 0.01
+    assert table.price("gpt-4o-mini", provider="other", at=dt.date(2025, 1, 1)) == MINI
+    assert table.price("my-model").output == 2
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"input": -1, "output": 1},
+        {"input": float("inf"), "output": 1},
+        {"input": "1", "output": 1},
+        {"input": 1, "output": 1, "cached_input": -0.5},
+    ],
+)
+def test_bad_prices(bad: dict[str, Any]) -> None:
+    with pytest.raises(ConfigurationError):
+        Price(**bad)
+
+
+def test_a_price_table_file_round_trips(tmp_path: Any) -> None:
+    path = tmp_path / "prices.json"
+    path.write_text(
+        '{"schema": 1, "version": "test", "prices": [{"provider": "acme", "model": "m1",'
+        ' "input": 3, "output": 4, "effective_from": "2024-01-01"}]}'
+    )
+    table = PriceTable.from_json(path)
+    assert table.version == "test"
+    assert table.price("m1", provider="acme").output == 4
+    with pytest.raises(ConfigurationError):
+        PriceTable.from_json(tmp_path / "missing.json")
+    with pytest.raises(ConfigurationError):
+        PriceTable.from_json({"prices": [{"model": "m"}]})
+
+
+# -- policy ------------------------------------------------------------------------------------
+
+
+def _epoch(*parts: int) -> float:
+    return float(calendar.timegm((*parts, 0, 0, 0)[:6]))
+
+
+def test_calendar_windows_end_on_utc_boundaries() -> None:
+    now = _epoch(2024, 2, 29, 23, 59, 30)
+    assert window_bounds("minute", now)[1] == _epoch(2024, 3, 1, 0, 0, 0)
+    assert window_bounds("hour", now)[1] == _epoch(2024, 3, 1, 0, 0, 0)
+    assert window_bounds("day", now)[1] == _epoch(2024, 3, 1, 0, 0, 0)
+    assert window_bounds("month", now)[1] == _epoch(2024, 3, 1, 0, 0, 0)
+    december = window_bounds("month", _epoch(2025, 12, 31, 12, 0, 0))
+    assert december[1] == _epoch(2026, 1, 1, 0, 0, 0)
+    assert window_bounds("month", _epoch(2026, 1, 1, 0, 0, 0))[0] == december[0] + 1
+
+
+def test_decide_clamps_between_the_minimum_and_the_wish() -> None:
+    assert decide([1000, 5000], base=100, per_token=1.0, want=500, minimum=500) == (500, -1)
+    assert decide([400, 5000], base=100, per_token=1.0, want=500, minimum=16) == (300, -1)
+    assert decide([5000, 110], base=100, per_token=1.0, want=500, minimum=16) == (-1, 1)
+    assert decide([50], base=100, per_token=0.0, want=500, minimum=500) == (-1, 0)
+
+
+def test_nano_rounds_up_so_holds_are_never_short() -> None:
+    assert nano(1.0) == NANO
+    assert nano(1e-10) == 1
+    assert nano(0.0) == 0
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"limit_usd": -1},
+        {"limit_usd": 1, "scope": "planet"},
+        {"limit_usd": 1, "window": "week"},
+        {"limit_usd": 1, "on_exhausted": "panic"},
+        {"limit_usd": 1, "scope": "tag"},
+        {"limit_usd": 1, "id": "x"},
+        {"limit_usd": 1, "alerts": (0,)},
+        {"limit_usd": 1, "name": "no spaces"},
+        {"limit_usd": 1e12},
+        {"limit_usd": 1, "window": "rolling", "rolling_seconds": 0},
+    ],
+)
+def test_bad_budgets(bad: dict[str, Any]) -> None:
+    with pytest.raises(ConfigurationError):
+        Budget(**bad)
+
+
+def test_runaway_detector_flags_a_spike_over_five_times_p95() -> None:
+    detector = RunawayDetector(factor=5, window=100, min_samples=20)
+    for tokens in [100, 120, 90, 110] * 10:
+        assert detector.observe("summaries", tokens) is None
+    assert detector.observe("summaries", 500) is None  # under 5 x p95 (120)
+    assert detector.observe("summaries", 700) == 120.0
+    assert detector.observe("other", 10_000) is None  # no history yet: no verdict
+
+
+# -- the backend contract: memory and a real Redis -----------------------------------------------
+
+
+class Backends:
+    """One backend and a way to set its clock (epoch seconds)."""
+
+    def __init__(self, backend: Any, set_clock: Callable[[float], None]) -> None:
+        self.backend = backend
+        self.set_clock = set_clock
+        self.now = time.time()
+
+    def at(self, when: float) -> None:
+        self.now = when
+        self.set_clock(when)
+
+    def advance(self, seconds: float) -> None:
+        self.at(self.now + seconds)
+
+
+@pytest.fixture(params=["memory", "redis"])
+def backends(
+    request: pytest.FixtureRequest, redis_url: str, redis_prefix: str
+) -> Iterator[Backends]:
+    if request.param == "memory":
+        now = [time.time()]
+        memory = MemoryBudgetBackend(clock=lambda: now[0])
+
+        def put(when: float) -> None:
+            now[0] = when
+
+        yield Backends(memory, put)
+        return
+    store = RedisStore(redis_url, key_prefix=redis_prefix)
+    backend = RedisBudgetBackend(store, name="contract")
+
+    def shift(when: float) -> None:
+        backend.clock_offset = when - time.time()
+
+    yield Backends(backend, shift)
+    store.close()
+
+
+def spec(
+    key: str,
+    limit_usd: float,
+    window: Any = "day",
+    *,
+    alerts: tuple[float, ...] = (0.5, 0.8, 1.0),
+    rolling: float = 3600.0,
+    index: int = 0,
+) -> CounterSpec:
+    return CounterSpec(key, nano(limit_usd), window, rolling, alerts, f"test:{key}", index)
+
+
+def hold(backend: Any, rid: str, specs: list[CounterSpec], usd: float, **kw: Any) -> Any:
+    """Reserve a fixed ``usd`` (no output tokens to clamp)."""
+    return backend.reserve(
+        rid, specs, base=nano(usd), per_token=0.0, want=0, minimum=0, ttl=kw.get("ttl", 60)
+    )
+
+
+def test_contract_reserve_is_all_or_nothing_across_scopes(backends: Backends) -> None:
+    backend = backends.backend
+    backends.at(_epoch(2030, 5, 10, 12, 0, 0))
+    tenant, user = spec("tenant", 1.0), spec("user", 0.3, index=1)
+    assert hold(backend, "a", [tenant, user], 0.25).allowed
+    refused = hold(backend, "b", [tenant, user], 0.25)
+    assert not refused.allowed
+    assert refused.refused_index == 1  # the user budget is the one without room
+    assert refused.reserved == nano(0.25)
+    assert refused.resets_at == _epoch(2030, 5, 11, 0, 0, 0)
+    # nothing was taken from the tenant by the refused call
+    assert backend.status([tenant]) == [(0, nano(0.25), _epoch(2030, 5, 11, 0, 0, 0))]
+    assert hold(backend, "c", [tenant], 0.75).allowed
+    assert not hold(backend, "d", [tenant], 0.01).allowed
+
+
+def test_contract_settle_replaces_the_hold_once(backends: Backends) -> None:
+    backend = backends.backend
+    budget = spec("t", 1.0)
+    assert hold(backend, "r1", [budget], 0.6).allowed
+    first = backend.settle("r1", [budget], actual=nano(0.2), ttl=600)
+    assert first.applied
+    assert first.spent == (nano(0.2),)
+    again = backend.settle("r1", [budget], actual=nano(0.2), ttl=600)
+    assert not again.applied  # idempotent: a retry of the same settle changes nothing
+    spent, reserved, _ = backend.status([budget])[0]
+    assert (spent, reserved) == (nano(0.2), 0)
+    assert hold(backend, "r2", [budget], 0.5).allowed
+    assert backend.settle("r2", [budget], actual=0, ttl=600).applied  # a release
+    assert backend.status([budget])[0][:2] == (nano(0.2), 0)
+
+
+def test_contract_holds_expire_so_a_dead_process_leaks_nothing(backends: Backends) -> None:
+    backend = backends.backend
+    budget = spec("t", 1.0)
+    backends.at(_epoch(2030, 5, 10, 12, 0, 0))
+    assert hold(backend, "crashed", [budget], 0.9, ttl=30).allowed
+    assert not hold(backend, "x", [budget], 0.2).allowed
+    backends.advance(31)
+    assert backend.status([budget])[0][1] == 0
+    assert hold(backend, "y", [budget], 0.9).allowed
+    late = backend.settle("crashed", [budget], actual=nano(0.05), ttl=600)
+    assert late.applied  # a late settle still counts what was really spent
+    assert backend.status([budget])[0][:2] == (nano(0.05), nano(0.9))
+
+
+def test_contract_calendar_windows_roll_over(backends: Backends) -> None:
+    backend = backends.backend
+    month = spec("m", 1.0, "month")
+    minute = spec("min", 0.5, "minute", index=1)
+    backends.at(_epoch(2031, 12, 31, 23, 59, 10))
+    assert hold(backend, "a", [month, minute], 0.4).allowed
+    backend.settle("a", [month, minute], actual=nano(0.4), ttl=600)
+    refused = hold(backend, "b", [month, minute], 0.2)
+    assert not refused.allowed
+    assert refused.refused_index == 1
+    assert refused.resets_at == _epoch(2032, 1, 1, 0, 0, 0)
+    backends.at(_epoch(2032, 1, 1, 0, 0, 20))  # a new minute, a new month
+    assert backend.status([month, minute]) == [
+        (0, 0, _epoch(2032, 2, 1, 0, 0, 0)),
+        (0, 0, _epoch(2032, 1, 1, 0, 1, 0)),
+    ]
+    assert hold(backend, "c", [month, minute], 0.45).allowed
+
+
+def test_contract_rolling_windows_free_room_as_spend_ages(backends: Backends) -> None:
+    backend = backends.backend
+    rolling = spec("r", 1.0, "rolling", rolling=600)
+    backends.at(_epoch(2030, 5, 10, 12, 0, 5))
+    assert hold(backend, "a", [rolling], 0.7).allowed
+    backend.settle("a", [rolling], actual=nano(0.7), ttl=600)
+    backends.advance(300)
+    assert hold(backend, "b", [rolling], 0.3).allowed
+    backend.settle("b", [rolling], actual=nano(0.3), ttl=600)
+    refused = hold(backend, "c", [rolling], 0.1)
+    assert not refused.allowed
+    assert refused.resets_at == pytest.approx(_epoch(2030, 5, 10, 12, 10, 0))  # a bucket leaves
+    backends.advance(301)  # the first 0.70 is out of the last 600 s
+    assert backend.status([rolling])[0][0] == nano(0.3)
+    assert hold(backend, "d", [rolling], 0.6).allowed
+
+
+def test_contract_alerts_fire_once_per_threshold_per_window(backends: Backends) -> None:
+    backend = backends.backend
+    budget = spec("a", 1.0, "hour")
+    backends.at(_epoch(2030, 5, 10, 12, 0, 0))
+    fired: list[tuple[float, ...]] = []
+    for index, usd in enumerate([0.3, 0.3, 0.1, 0.25, 0.05]):
+        rid = f"x{index}"
+        assert hold(backend, rid, [budget], usd).allowed
+        fired.append(backend.settle(rid, [budget], actual=nano(usd), ttl=600).fired[0])
+    assert fired == [(), (0.5,), (), (0.8,), (1.0,)]
+    backends.at(_epoch(2030, 5, 10, 13, 0, 1))  # next hour: re-armed
+    assert hold(backend, "y", [budget], 0.9).allowed
+    assert backend.settle("y", [budget], actual=nano(0.9), ttl=600).fired == ((0.5, 0.8),)
+
+
+def test_contract_clamps_output_tokens_to_the_room_left(backends: Backends) -> None:
+    backend = backends.backend
+    budget = spec("c", 0.001)  # 1,000,000 nano-dollars
+    args = {"base": 200_000, "per_token": 1_000.0, "ttl": 60}
+    full = backend.reserve("a", [budget], want=500, minimum=16, **args)
+    assert (full.allowed, full.tokens, full.amount) == (True, 500, 700_000)
+    clamped = backend.reserve("b", [budget], want=500, minimum=16, **args)
+    assert (clamped.allowed, clamped.tokens, clamped.amount) == (True, 100, 300_000)
+    assert not backend.reserve("c", [budget], want=500, minimum=16, **args).allowed
+
+
+def test_contract_async_twins(backends: Backends) -> None:
+    backend = backends.backend
+    budget = spec("as", 1.0)
+
+    async def run() -> list[Any]:
+        got = [
+            await backend.areserve(
+                "a", [budget], base=nano(0.8), per_token=0.0, want=0, minimum=0, ttl=60
+            )
+        ]
+        got.append(await backend.asettle("a", [budget], actual=nano(0.1), ttl=60))
+        got.append(await backend.astatus([budget]))
+        return got
+
+    reserved, settled, status = anyio.run(run)
+    assert reserved.allowed
+    assert settled.spent == (nano(0.1),)
+    assert status[0][:2] == (nano(0.1), 0)
+
+
+def test_contract_concurrent_reservations_never_overspend(backends: Backends) -> None:
+    backend = backends.backend
+    budget = spec("race", 1.0)
+    granted: list[bool] = []
+    barrier = threading.Barrier(8)
+
+    def worker(number: int) -> None:
+        barrier.wait(timeout=10)
+        for call in range(25):
+            rid = f"w{number}-{call}"
+            if hold(backend, rid, [budget], 0.01).allowed:
+                granted.append(True)
+                backend.settle(rid, [budget], actual=nano(0.0075), ttl=60)
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    spent, reserved, _ = backend.status([budget])[0]
+    assert reserved == 0
+    assert spent <= nano(1.0)
+    assert spent == len(granted) * nano(0.0075)
+    assert len(granted) >= 132  # at most one hold short of the limit: 0.99 / 0.0075
+
+
+def test_redis_keys_of_one_set_share_a_hash_tag(redis_url: str, redis_prefix: str) -> None:
+    import redis
+
+    store = RedisStore(redis_url, key_prefix=redis_prefix)
+    backend = RedisBudgetBackend(store, name="tagged")
+    specs = [spec("global", 1.0), spec("tenant.abc", 1.0, index=1)]
+    assert hold(backend, "r", specs, 0.1).allowed
+    backend.settle("r", specs, actual=1, ttl=60)
+    client = redis.Redis.from_url(redis_url)
+    keys = [k.decode() for k in client.scan_iter(match=f"{redis_prefix}:*")]
+    client.close()
+    tags = {key.split("{")[1].split("}")[0] for key in keys}
+    assert len(keys) == 3  # two counters and the settled marker (the holds are gone)
+    assert len(tags) == 1
+    assert all(":budget:" in key for key in keys)
+    store.close()
