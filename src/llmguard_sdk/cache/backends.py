@@ -1,0 +1,215 @@
+"""Where cache entries live: this process's memory, or Redis shared by every process.
+
+Both backends keep entries with a time to live and evict the least recently used beyond
+``max_entries``. The semantic index itself always lives in each process's memory (a lookup
+searches it without a network round trip); a backend reports the changes other processes
+made through :meth:`changes`, which the Redis backend reads from a stream.
+
+.. versionadded:: 0.1.0
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from importlib import resources
+from typing import Literal, Protocol
+
+import redis
+
+from ..store import Outage, RedisScripts, RedisStore, hash_id
+from .entry import CacheEntry
+
+__all__ = ["CacheBackend", "Change", "MemoryCacheBackend", "RedisCacheBackend"]
+
+_LUA = resources.files(__package__).joinpath("lua")
+_PUT = _LUA.joinpath("put.lua").read_text(encoding="utf-8")
+_GET = _LUA.joinpath("get.lua").read_text(encoding="utf-8")
+_CLEAR = _LUA.joinpath("clear.lua").read_text(encoding="utf-8")
+
+
+@dataclass(frozen=True)
+class Change:
+    """One change to the entries, as another process made it."""
+
+    op: Literal["put", "del", "clear"]
+    entry_id: str = ""
+    index_key: str = ""
+    vector: str = ""
+    stale_until: float = 0.0
+
+
+class CacheBackend(Protocol):
+    """Storage of cache entries (see the module docs)."""
+
+    def get(self, entry_id: str) -> CacheEntry | None:
+        """The live entry (not past ``stale_until``), marked as recently used; else None."""
+        ...
+
+    def put(self, entry: CacheEntry) -> list[str]:
+        """Store ``entry``; returns the ids evicted to make room."""
+        ...
+
+    def clear(self) -> None:
+        """Delete every entry."""
+        ...
+
+    def changes(self) -> list[Change]:
+        """Changes since the last call (made by any process); empty where none are shared."""
+        ...
+
+
+class MemoryCacheBackend:
+    """Entries in a dict, least recently used first, for one process."""
+
+    def __init__(self, max_entries: int) -> None:
+        self._max = max_entries
+        self._entries: OrderedDict[str, CacheEntry] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, entry_id: str) -> CacheEntry | None:
+        """See :class:`CacheBackend`."""
+        with self._lock:
+            entry = self._entries.get(entry_id)
+            if entry is None:
+                return None
+            if entry.stale_until <= time.time():
+                del self._entries[entry_id]
+                return None
+            self._entries.move_to_end(entry_id)
+            return entry
+
+    def put(self, entry: CacheEntry) -> list[str]:
+        """See :class:`CacheBackend`."""
+        with self._lock:
+            self._entries[entry.entry_id] = entry
+            self._entries.move_to_end(entry.entry_id)
+            evicted = []
+            while len(self._entries) > self._max:
+                evicted.append(self._entries.popitem(last=False)[0])
+            return evicted
+
+    def clear(self) -> None:
+        """See :class:`CacheBackend`."""
+        with self._lock:
+            self._entries.clear()
+
+    def changes(self) -> list[Change]:
+        """Nothing is shared: this process made every change itself."""
+        return []
+
+
+class RedisCacheBackend:
+    """Entries as JSON strings with a TTL, an LRU sorted set and a change stream, in Redis.
+
+    Keys: ``{prefix}:cache:{<namespace hash>}:e:<id>`` (an entry), ``...:lru`` (ids, least
+    recently used first), ``...:uses`` (the LRU's clock) and ``...:log`` (the change stream);
+    one hash tag per namespace, so every script runs on one Redis Cluster slot. When Redis
+    cannot be reached, reads are misses and writes are dropped for a few seconds (logged once).
+    """
+
+    def __init__(self, store: RedisStore, namespace: str, max_entries: int) -> None:
+        self._store = store
+        tag = hash_id(namespace)
+        self._entry_prefix = store.key("cache", tag, "e") + ":"
+        self._lru = store.key("cache", tag, "lru")
+        self._log = store.key("cache", tag, "log")
+        self._uses = store.key("cache", tag, "uses")
+        self._max = max_entries
+        self._stream_length = max(1000, 2 * max_entries)
+        self._scripts = RedisScripts(store, _PUT, _GET, _CLEAR)
+        self._cursor = "0-0"
+        self._outage = Outage("response cache", "serving misses")
+
+    def get(self, entry_id: str) -> CacheEntry | None:
+        """See :class:`CacheBackend`."""
+        if not self._outage.up():
+            return None
+        try:
+            raw = self._scripts.sync(1)(
+                keys=[self._entry_prefix + entry_id, self._lru, self._uses], args=[entry_id]
+            )
+        except redis.RedisError as exc:
+            self._outage.failed(exc)
+            return None
+        if raw is None:
+            return None
+        entry = CacheEntry.model_validate_json(raw)
+        return entry if entry.stale_until > time.time() else None
+
+    def put(self, entry: CacheEntry) -> list[str]:
+        """See :class:`CacheBackend`."""
+        if not self._outage.up():
+            return []
+        ttl_ms = max(1, int((entry.stale_until - time.time()) * 1000))
+        try:
+            evicted = self._scripts.sync(0)(
+                keys=[self._entry_prefix + entry.entry_id, self._lru, self._log, self._uses],
+                args=[
+                    entry.entry_id,
+                    entry.model_dump_json(),
+                    ttl_ms,
+                    self._max,
+                    self._entry_prefix,
+                    entry.index_key,
+                    entry.vector or "",
+                    entry.stale_until,
+                    self._stream_length,
+                ],
+            )
+        except redis.RedisError as exc:
+            self._outage.failed(exc)
+            return []
+        return [_text(item) for item in evicted]
+
+    def clear(self) -> None:
+        """See :class:`CacheBackend`."""
+        try:
+            self._scripts.sync(2)(
+                keys=[self._lru, self._log, self._uses],
+                args=[self._entry_prefix, self._stream_length],
+            )
+        except redis.RedisError as exc:
+            self._outage.failed(exc)
+
+    def changes(self) -> list[Change]:
+        """Read the change stream from where this process stopped (loads everything at first)."""
+        if not self._outage.up():
+            return []
+        found: list[Change] = []
+        try:
+            while True:
+                batch = self._store.client.xread({self._log: self._cursor}, count=1000)
+                if not batch:
+                    return found
+                messages = batch[0][1]  # type: ignore[index]
+                for message_id, fields in messages:
+                    self._cursor = _text(message_id)
+                    found.append(_change(fields))
+                if len(messages) < 1000:
+                    return found
+        except redis.RedisError as exc:
+            self._outage.failed(exc)
+            return found
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode("utf-8") if isinstance(value, bytes) else value
+
+
+def _change(fields: dict[bytes, bytes]) -> Change:
+    data = {_text(k): _text(v) for k, v in fields.items()}
+    op = data.get("op", "")
+    if op == "put":
+        return Change(
+            "put",
+            data.get("id", ""),
+            data.get("ix", ""),
+            data.get("v", ""),
+            float(data.get("until", "0") or 0),
+        )
+    if op == "del":
+        return Change("del", data.get("id", ""))
+    return Change("clear")

@@ -1,0 +1,404 @@
+"""The response cache: exact and semantic lookups, scoped per tenant, with false-hit guards.
+
+.. versionadded:: 0.1.0
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+
+import anyio.to_thread
+import numpy as np
+import numpy.typing as npt
+
+from ..context import Scope, current_scope
+from ..errors import ConfigurationError
+from ..models import ChatRequest, ChatResponse
+from ..store import RedisStore, Store, hash_id, open_store
+from .backends import CacheBackend, MemoryCacheBackend, RedisCacheBackend
+from .embedders import Embedder, HashingEmbedder
+from .entry import CacheEntry, CacheHit, CacheStats, decode_vector, encode_vector
+from .guards import Verifier, guard_rejection
+from .index import VectorIndex
+from .keys import CacheKeys, request_keys
+
+__all__ = ["DEFAULT_THRESHOLD", "ResponseCache"]
+
+logger = logging.getLogger("llmguard_sdk")
+
+DEFAULT_THRESHOLD = 0.6
+"""The zero-configuration similarity threshold of the default :class:`HashingEmbedder`
+(see ``bench/semantic_cache.py`` for the whole sweep on GPTCache's public benchmark)."""
+
+_NEAR_MISS_BAND = 0.1
+_SERVABLE_FINISH = frozenset({"stop", "end_turn", "stop_sequence"})
+
+
+class ResponseCache:
+    """Exact and semantic response cache, in memory or shared through Redis.
+
+    A lookup first tries the **exact** key (the whole canonical request plus its partition),
+    then, with ``semantic=True``, the closest earlier query with the same partition and the
+    same context (everything but the last user turn) whose cosine similarity reaches
+    ``threshold`` and that no false-hit guard refuses (numbers, negation, entities, a single
+    key-term swap; see :mod:`llmguard_sdk.cache.guards`). With a ``verifier``, matches scoring
+    below ``threshold + verify_band`` are only served when it agrees.
+
+    Partitions: the tenant, the permissions ``tags`` of a call, ``namespace`` and ``version``
+    (bump it to invalidate everything cached under an older prompt template); the end user
+    too with ``per_user=True``. Calls for an end user (``scope.user``) are personalised and not
+    cached unless ``per_user=True``; calls with ``temperature > 0`` are not cached unless
+    ``cache_sampled=True`` (a request that leaves temperature unset is cached). Errors, tool
+    calls, truncated and degraded answers are never stored.
+
+    Entries are fresh for ``ttl`` seconds, then kept ``stale_ttl`` more seconds for
+    stale-if-error reads (:meth:`lookup_stale`, used by the Guard when every route failed).
+
+    Args:
+        store: ``"memory"``, a Redis URL, or a :class:`~llmguard_sdk.store.Store`.
+        embedder: any :class:`~llmguard_sdk.cache.Embedder`; default :class:`HashingEmbedder`.
+        margin: refuse a semantic match when another entry with a different answer scores
+            within ``margin`` of it (an ambiguous question); 0 turns the check off.
+        sync_interval: seconds between reads of other processes' changes (Redis only).
+    """
+
+    def __init__(
+        self,
+        store: str | Store = "memory",
+        *,
+        namespace: str = "default",
+        version: str = "1",
+        ttl: float = 3600.0,
+        stale_ttl: float = 86400.0,
+        max_entries: int = 10_000,
+        semantic: bool = True,
+        embedder: Embedder | None = None,
+        threshold: float = DEFAULT_THRESHOLD,
+        margin: float = 0.0,
+        guards: bool = True,
+        verifier: Verifier | None = None,
+        verify_band: float = 0.05,
+        cache_sampled: bool = False,
+        per_user: bool = False,
+        key_prefix: str = "llmguard",
+        sync_interval: float = 0.5,
+    ) -> None:
+        if ttl <= 0 or stale_ttl < 0:
+            raise ConfigurationError("ttl must be positive and stale_ttl not negative")
+        if max_entries < 1:
+            raise ConfigurationError("max_entries must be at least 1")
+        if not -1.0 <= threshold <= 1.0 or not 0.0 <= margin < 1.0 or verify_band < 0:
+            raise ConfigurationError("threshold must be in [-1, 1], margin in [0, 1)")
+        if not namespace or not version:
+            raise ConfigurationError("namespace and version must not be empty")
+        self.state = open_store(store, key_prefix=key_prefix)
+        self.namespace = namespace
+        self.version = version
+        self.ttl = ttl
+        self.stale_ttl = stale_ttl
+        self.semantic = semantic
+        self.embedder: Embedder = embedder if embedder is not None else HashingEmbedder()
+        self.threshold = threshold
+        self.margin = margin
+        self.guards = guards
+        self.verifier = verifier
+        self.verify_band = verify_band
+        self.cache_sampled = cache_sampled
+        self.per_user = per_user
+        self.stats = CacheStats()
+        self._sync_interval = sync_interval
+        self._synced_at = -float("inf")
+        self._backend: CacheBackend = (
+            RedisCacheBackend(self.state, namespace, max_entries)
+            if isinstance(self.state, RedisStore)
+            else MemoryCacheBackend(max_entries)
+        )
+        self._indexes: dict[str, VectorIndex] = {}
+        self._index_of: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return (
+            f"ResponseCache(store={self.state!r}, namespace={self.namespace!r}, "
+            f"semantic={self.semantic}, threshold={self.threshold})"
+        )
+
+    # -- what may be cached ---------------------------------------------------------------
+
+    def skip_reason(
+        self, request: ChatRequest, scope: Scope | None = None, *, cacheable: bool = True
+    ) -> str | None:
+        """Why this call must not use the cache (``None`` when it may)."""
+        scope = scope or current_scope()
+        if not cacheable:
+            return "opted_out"
+        if request.temperature and not self.cache_sampled:
+            return "sampled"
+        if scope.user is not None and not self.per_user:
+            return "personalised"
+        return None
+
+    def keys(
+        self, request: ChatRequest, scope: Scope | None = None, tags: Sequence[str] = ()
+    ) -> CacheKeys:
+        """The partition, exact and context hashes of a call."""
+        scope = scope or current_scope()
+        partition = (
+            self.namespace,
+            self.version,
+            hash_id(scope.tenant) if scope.tenant is not None else "",
+            hash_id(scope.user) if self.per_user and scope.user is not None else "",
+            ",".join(sorted(set(tags))),
+            self.embedder.name if self.semantic else "",
+        )
+        return request_keys(request, partition)
+
+    # -- lookups ----------------------------------------------------------------------------
+
+    def lookup(
+        self,
+        request: ChatRequest,
+        scope: Scope | None = None,
+        *,
+        tags: Sequence[str] = (),
+        cacheable: bool = True,
+    ) -> CacheHit | None:
+        """The cached answer for this call, or ``None`` (counted in :attr:`stats`)."""
+        if self.skip_reason(request, scope, cacheable=cacheable) is not None:
+            self.stats.skipped += 1
+            return None
+        hit = self._find(self.keys(request, scope, tags), stale=False)
+        if hit is None:
+            self.stats.misses += 1
+        elif hit.kind == "exact":
+            self.stats.exact_hits += 1
+        else:
+            self.stats.semantic_hits += 1
+        return hit
+
+    def lookup_stale(
+        self,
+        request: ChatRequest,
+        scope: Scope | None = None,
+        *,
+        tags: Sequence[str] = (),
+        cacheable: bool = True,
+    ) -> CacheHit | None:
+        """A fresh *or expired* answer (within ``stale_ttl``), for when every route failed."""
+        if self.skip_reason(request, scope, cacheable=cacheable) is not None:
+            return None
+        hit = self._find(self.keys(request, scope, tags), stale=True)
+        if hit is not None:
+            self.stats.stale_hits += 1
+            return CacheHit("stale", hit.entry_id, hit.similarity, hit.response, hit.query)
+        return None
+
+    async def alookup(
+        self,
+        request: ChatRequest,
+        scope: Scope | None = None,
+        *,
+        tags: Sequence[str] = (),
+        cacheable: bool = True,
+    ) -> CacheHit | None:
+        """:meth:`lookup` in a worker thread (embedding is CPU work; Redis I/O blocks)."""
+        scope = scope or current_scope()
+        return await anyio.to_thread.run_sync(
+            lambda: self.lookup(request, scope, tags=tags, cacheable=cacheable)
+        )
+
+    async def alookup_stale(
+        self,
+        request: ChatRequest,
+        scope: Scope | None = None,
+        *,
+        tags: Sequence[str] = (),
+        cacheable: bool = True,
+    ) -> CacheHit | None:
+        """:meth:`lookup_stale` in a worker thread."""
+        scope = scope or current_scope()
+        return await anyio.to_thread.run_sync(
+            lambda: self.lookup_stale(request, scope, tags=tags, cacheable=cacheable)
+        )
+
+    def _find(self, keys: CacheKeys, *, stale: bool) -> CacheHit | None:
+        now = time.time()
+        entry = self._backend.get(keys.exact)
+        if entry is not None and (stale or entry.fresh_until > now):
+            return CacheHit("exact", entry.entry_id, 1.0, entry.chat_response(), entry.query)
+        if not self.semantic or not keys.query.strip():
+            return None
+        self._sync()
+        index = self._indexes.get(self._index_key(keys))
+        if index is None:
+            return None
+        vector = self.embedder.embed([keys.query])[0]
+        for match in index.search(vector, k=4):
+            if match.similarity < self.threshold:
+                if match.similarity >= self.threshold - _NEAR_MISS_BAND:
+                    self.stats.near_misses += 1
+                return None
+            entry = self._backend.get(match.entry_id)
+            if entry is None:  # expired or evicted meanwhile: forget it, try the next one
+                self._forget(match.entry_id)
+                continue
+            if not stale and entry.fresh_until <= now:
+                continue
+            refusal = self._refusal(keys.query, entry, match.similarity, index, vector)
+            if refusal is not None:
+                self.stats.guard_rejections[refusal] = (
+                    self.stats.guard_rejections.get(refusal, 0) + 1
+                )
+                return None
+            return CacheHit(
+                "semantic", entry.entry_id, match.similarity, entry.chat_response(), entry.query
+            )
+        return None
+
+    def _refusal(
+        self,
+        query: str,
+        entry: CacheEntry,
+        similarity: float,
+        index: VectorIndex,
+        vector: npt.NDArray[np.float32],
+    ) -> str | None:
+        if self.guards:
+            reason = guard_rejection(query, entry.query)
+            if reason is not None:
+                return reason
+        if self.margin:
+            for other in index.search(vector, k=3):
+                if other.entry_id != entry.entry_id and other.similarity > similarity - self.margin:
+                    rival = self._backend.get(other.entry_id)
+                    if rival is not None and rival.response.get("text") != entry.response.get(
+                        "text"
+                    ):
+                        return "ambiguous"
+        if self.verifier is not None and similarity < self.threshold + self.verify_band:
+            try:
+                if not self.verifier(query, entry.query):
+                    return "verifier"
+            except Exception:
+                logger.exception("cache verifier failed; refusing the match")
+                return "verifier"
+        return None
+
+    # -- stores -----------------------------------------------------------------------------
+
+    def store(
+        self,
+        request: ChatRequest,
+        response: ChatResponse,
+        scope: Scope | None = None,
+        *,
+        tags: Sequence[str] = (),
+        cacheable: bool = True,
+    ) -> bool:
+        """Cache ``response`` for this call; returns whether it was stored.
+
+        Answers with tool calls, truncated (``finish_reason`` other than a natural stop),
+        degraded or already-cached answers are not stored.
+        """
+        if self.skip_reason(request, scope, cacheable=cacheable) is not None:
+            return False
+        if response.tool_calls or response.finish_reason not in _SERVABLE_FINISH:
+            return False
+        if response.metadata.get("degraded") or response.metadata.get("cache"):
+            return False
+        keys = self.keys(request, scope, tags)
+        now = time.time()
+        vector = None
+        if self.semantic and keys.query.strip():
+            vector = self.embedder.embed([keys.query])[0]
+        entry = CacheEntry(
+            entry_id=keys.exact,
+            index_key=self._index_key(keys),
+            query=keys.query,
+            response=response.model_dump(mode="json", exclude={"headers", "timings", "attempts"}),
+            created_at=now,
+            fresh_until=now + self.ttl,
+            stale_until=now + self.ttl + self.stale_ttl,
+            embedder=self.embedder.name if vector is not None else None,
+            vector=encode_vector(vector) if vector is not None else None,
+        )
+        evicted = self._backend.put(entry)
+        if vector is not None:
+            self._remember(entry.entry_id, entry.index_key, vector)
+        for entry_id in evicted:
+            self._forget(entry_id)
+        self.stats.stores += 1
+        return True
+
+    async def astore(
+        self,
+        request: ChatRequest,
+        response: ChatResponse,
+        scope: Scope | None = None,
+        *,
+        tags: Sequence[str] = (),
+        cacheable: bool = True,
+    ) -> bool:
+        """:meth:`store` in a worker thread."""
+        scope = scope or current_scope()
+        return await anyio.to_thread.run_sync(
+            lambda: self.store(request, response, scope, tags=tags, cacheable=cacheable)
+        )
+
+    def clear(self) -> None:
+        """Delete every entry of this cache's namespace (in every process sharing it)."""
+        self._backend.clear()
+        with self._lock:
+            self._indexes.clear()
+            self._index_of.clear()
+
+    def report_false_hit(self, hit: CacheHit) -> None:
+        """Record that ``hit`` answered the wrong question (feeds ``stats.false_hit_rate``)."""
+        if hit.kind != "exact":
+            self.stats.false_hits += 1
+
+    # -- the in-memory index ------------------------------------------------------------------
+
+    def _index_key(self, keys: CacheKeys) -> str:
+        return hash_id(keys.partition + keys.context)
+
+    def _remember(self, entry_id: str, index_key: str, vector: npt.NDArray[np.float32]) -> None:
+        with self._lock:
+            index = self._indexes.get(index_key)
+            if index is None:
+                index = self._indexes[index_key] = VectorIndex(self.embedder.dimension)
+            index.add(entry_id, vector)
+            self._index_of[entry_id] = index_key
+
+    def _forget(self, entry_id: str) -> None:
+        with self._lock:
+            index_key = self._index_of.pop(entry_id, None)
+            index = self._indexes.get(index_key) if index_key else None
+            if index is not None:
+                index.remove(entry_id)
+                if not len(index):
+                    del self._indexes[index_key]  # type: ignore[arg-type]
+
+    def _sync(self) -> None:
+        if time.monotonic() - self._synced_at < self._sync_interval:
+            return
+        self._synced_at = time.monotonic()
+        now = time.time()
+        for change in self._backend.changes():
+            if change.op == "put" and change.vector and change.stale_until > now:
+                vector = decode_vector(change.vector)
+                if vector.shape == (self.embedder.dimension,):
+                    self._remember(change.entry_id, change.index_key, vector)
+            elif change.op == "del":
+                self._forget(change.entry_id)
+            elif change.op == "clear":
+                with self._lock:
+                    self._indexes.clear()
+                    self._index_of.clear()
+
+    def close(self) -> None:
+        """Close the store's connections."""
+        self.state.close()

@@ -1,0 +1,262 @@
+"""Embedders turn texts into unit vectors for the semantic cache, behind one protocol.
+
+* :class:`HashingEmbedder` (the default): no model, no download, numpy only. Words (lightly
+  stemmed), word pairs and character n-grams are hashed into a fixed number of dimensions;
+  each word is weighted by how rare it is, read off the rank of its token in tiktoken's
+  ``cl100k_base`` table (byte-pair ranks follow corpus frequency: " the" is token 279, rare
+  words take several tokens), so function words count for little without any fitting.
+* :class:`OpenAIEmbedder`: any OpenAI-compatible ``/v1/embeddings`` endpoint, over httpx.
+* :class:`LlamaCppEmbedder`: any GGUF *embedding* model through llama-cpp-python.
+
+A chat model's embeddings are poor at similarity (the bundled SmolLM2 is one): the SDK never
+uses one as an embedder by default.
+
+.. versionadded:: 0.1.0
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+import unicodedata
+import zlib
+from collections.abc import Sequence
+from functools import lru_cache
+from typing import Any, Protocol, runtime_checkable
+
+import httpx
+import numpy as np
+import numpy.typing as npt
+
+from ..errors import ConfigurationError, MalformedResponseError, ProviderUnavailableError
+from ..tokens import cl100k_encoding
+
+__all__ = ["Embedder", "HashingEmbedder", "LlamaCppEmbedder", "OpenAIEmbedder", "normalise"]
+
+Vectors = npt.NDArray[np.float32]
+
+_ROUTE = "embeddings"
+_WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Turns texts into vectors (one row per text) of a fixed dimension.
+
+    ``name`` identifies the embedder and its settings: entries embedded by another embedder
+    are never compared with this one's vectors.
+    """
+
+    name: str
+    dimension: int
+
+    def embed(self, texts: Sequence[str]) -> Vectors:
+        """Unit-length float32 vectors, shape ``(len(texts), dimension)``."""
+        ...
+
+
+def normalise(vectors: Vectors) -> Vectors:
+    """Scale each row to unit length (rows of zeros stay zero)."""
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+    unit: Vectors = (vectors / norms).astype(np.float32, copy=False)
+    return unit
+
+
+@lru_cache(maxsize=65536)
+def _rarity(word: str) -> float:
+    """About 0.1 for the commonest words, 1 for rare ones (several tokens)."""
+    encoding = cl100k_encoding()
+    if encoding is None:
+        return 1.0 if len(word) > 3 else 0.3
+    tokens = encoding.encode(" " + word, disallowed_special=())
+    if len(tokens) != 1:
+        return 1.0 + 0.1 * (len(tokens) - 1)
+    return max(0.05, math.log1p(tokens[0]) / math.log(100_000))
+
+
+def _stem(word: str) -> str:
+    for suffix in ("ingly", "edly", "ing", "ed", "es", "s", "ly"):
+        if len(word) > len(suffix) + 3 and word.endswith(suffix):
+            return word[: -len(suffix)]
+    return word
+
+
+class HashingEmbedder:
+    """The dependency-free default embedder (see the module docs).
+
+    Args:
+        dimension: number of hashed dimensions (1024 keeps collisions rare for sentences).
+        ngram_sizes: character n-gram lengths taken inside each word (spelling variants,
+            inflections and compounds still overlap).
+        char_weight / pair_weight: weight of a word's character n-grams and of adjacent word
+            pairs, relative to the word itself.
+    """
+
+    def __init__(
+        self,
+        dimension: int = 1024,
+        *,
+        ngram_sizes: Sequence[int] = (3, 4, 5),
+        char_weight: float = 0.5,
+        pair_weight: float = 0.5,
+    ) -> None:
+        if dimension < 16:
+            raise ConfigurationError("HashingEmbedder dimension must be at least 16")
+        if not ngram_sizes or min(ngram_sizes) < 2:
+            raise ConfigurationError("ngram_sizes must be lengths of 2 or more")
+        self.dimension = dimension
+        self._sizes = tuple(sorted(set(ngram_sizes)))
+        self._char_weight = char_weight
+        self._pair_weight = pair_weight
+        sizes = "".join(str(n) for n in self._sizes)
+        self.name = f"hashing-v1-d{dimension}-n{sizes}-c{char_weight:g}-p{pair_weight:g}"
+
+    def __repr__(self) -> str:
+        return f"HashingEmbedder({self.name})"
+
+    def _features(self, text: str) -> dict[str, float]:
+        words = _WORD.findall(unicodedata.normalize("NFKC", text).lower())
+        weights = [_rarity(w) for w in words]
+        features: dict[str, float] = {}
+        for word, weight in zip(words, weights, strict=True):
+            key = "w" + _stem(word)
+            features[key] = features.get(key, 0.0) + weight
+            if self._char_weight:
+                padded = f"<{word}>"
+                grams = [padded[i : i + n] for n in self._sizes for i in range(len(padded) - n + 1)]
+                share = weight * self._char_weight / math.sqrt(len(grams) or 1)
+                for gram in grams:
+                    features["c" + gram] = features.get("c" + gram, 0.0) + share
+        if self._pair_weight:
+            for i in range(len(words) - 1):
+                key = f"b{_stem(words[i])} {_stem(words[i + 1])}"
+                pair = min(weights[i], weights[i + 1]) * self._pair_weight
+                features[key] = features.get(key, 0.0) + pair
+        return features
+
+    def embed(self, texts: Sequence[str]) -> Vectors:
+        """Hash each text into a unit vector (see the class docs)."""
+        out = np.zeros((len(texts), self.dimension), dtype=np.float32)
+        for row, text in enumerate(texts):
+            for feature, weight in self._features(text).items():
+                h = zlib.crc32(feature.encode("utf-8"))
+                out[row, h % self.dimension] += weight if h & 0x80000000 else -weight
+        return normalise(out)
+
+
+class OpenAIEmbedder:
+    """Embeddings from an OpenAI-compatible ``/v1/embeddings`` endpoint.
+
+    Args:
+        base_url: the API root, e.g. ``http://127.0.0.1:8080/v1``.
+        model: the embedding model to ask for.
+        dimension: the model's vector size (checked on every answer).
+        api_key: sent as a bearer token when given.
+        timeout: seconds for each request.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        dimension: int,
+        *,
+        api_key: str | None = None,
+        timeout: float = 10.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._client = httpx.Client(
+            base_url=base_url.rstrip("/") + "/",
+            headers=headers,
+            timeout=timeout,
+            transport=transport,
+        )
+        self._model = model
+        self.dimension = dimension
+        self.name = f"openai:{model}:{dimension}"
+
+    def __repr__(self) -> str:
+        return f"OpenAIEmbedder(model={self._model!r})"
+
+    def embed(self, texts: Sequence[str]) -> Vectors:
+        """Ask the endpoint for the vectors of ``texts`` (one request)."""
+        try:
+            answer = self._client.post(
+                "embeddings", json={"model": self._model, "input": list(texts)}
+            )
+        except httpx.HTTPError as exc:
+            raise ProviderUnavailableError(
+                f"embeddings request failed: {exc}", route="embeddings"
+            ) from exc
+        if answer.status_code != 200:
+            raise ProviderUnavailableError(
+                f"embeddings endpoint answered HTTP {answer.status_code}",
+                route="embeddings",
+                status_code=answer.status_code,
+            )
+        return _vectors_from_payload(answer.json(), len(texts), self.dimension)
+
+    def close(self) -> None:
+        """Close the HTTP connection pool."""
+        self._client.close()
+
+
+def _vectors_from_payload(payload: Any, count: int, dimension: int) -> Vectors:
+    data = payload.get("data") if isinstance(payload, dict) else None
+    if not isinstance(data, list) or len(data) != count:
+        raise MalformedResponseError(
+            "embeddings answer lacks one vector per input", route="embeddings"
+        )
+    rows = sorted(data, key=lambda item: item.get("index", 0) if isinstance(item, dict) else 0)
+    try:
+        vectors = np.array([row["embedding"] for row in rows], dtype=np.float32)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise MalformedResponseError(
+            f"embeddings answer is malformed: {exc}", route="embeddings"
+        ) from None
+    if vectors.shape != (count, dimension):
+        raise MalformedResponseError(
+            f"embeddings have shape {vectors.shape}, expected {(count, dimension)}",
+            route="embeddings",
+        )
+    return normalise(vectors)
+
+
+class LlamaCppEmbedder:
+    """Embeddings from a GGUF embedding model (e.g. a bge or nomic-embed GGUF) on llama.cpp.
+
+    Needs the ``local`` extra (llama-cpp-python). Do not point it at a chat model: their
+    embeddings are poor at similarity.
+    """
+
+    def __init__(
+        self, model_path: str, *, n_threads: int | None = None, **llama_options: Any
+    ) -> None:
+        try:
+            from llama_cpp import Llama
+        except ImportError as exc:  # pragma: no cover - the local extra is missing
+            raise ConfigurationError(
+                "LlamaCppEmbedder needs llama-cpp-python (pip install 'llmguard-sdk[local]')"
+            ) from exc
+        self._llama = Llama(
+            model_path=model_path,
+            embedding=True,
+            n_threads=n_threads,
+            verbose=False,
+            **llama_options,
+        )
+        self._lock = threading.Lock()
+        self.dimension = int(self._llama.n_embd())
+        self.name = f"llama.cpp:{model_path.rsplit('/', 1)[-1]}:{self.dimension}"
+
+    def embed(self, texts: Sequence[str]) -> Vectors:
+        """Embed each text with the model (pooled), one after the other."""
+        with self._lock:
+            rows = [self._llama.embed(text) for text in texts]
+        vectors = np.array(rows, dtype=np.float32)
+        if vectors.ndim != 2 or vectors.shape[1] != self.dimension:
+            raise ConfigurationError("the model returned token embeddings: load it with pooling on")
+        return normalise(vectors)

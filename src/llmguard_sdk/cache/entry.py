@@ -1,0 +1,94 @@
+"""What the response cache stores and reports: entries, hits and counters.
+
+.. versionadded:: 0.1.0
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+from pydantic import BaseModel, ConfigDict
+
+from ..models import ChatResponse
+
+__all__ = ["CacheEntry", "CacheHit", "CacheStats", "decode_vector", "encode_vector"]
+
+
+class CacheEntry(BaseModel):
+    """One cached answer, stored as JSON (never pickle).
+
+    ``index_key`` is the hash of the partition and the context: semantic candidates are only
+    searched among entries with the same one. Times are Unix seconds; the entry is served as
+    fresh until ``fresh_until`` and, for stale-if-error reads only, until ``stale_until``.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    entry_id: str
+    index_key: str
+    query: str
+    response: dict[str, Any]
+    created_at: float
+    fresh_until: float
+    stale_until: float
+    embedder: str | None = None
+    vector: str | None = None
+    """The query's embedding: float16 bytes, base64-encoded."""
+
+    def chat_response(self) -> ChatResponse:
+        """The cached answer as a :class:`~llmguard_sdk.ChatResponse`."""
+        return ChatResponse.model_validate(self.response)
+
+
+def encode_vector(vector: npt.NDArray[np.float32]) -> str:
+    """A vector as base64 of its float16 bytes (compact and JSON-safe)."""
+    return base64.b64encode(vector.astype("<f2").tobytes()).decode("ascii")
+
+
+def decode_vector(text: str) -> npt.NDArray[np.float32]:
+    """The inverse of :func:`encode_vector`."""
+    return np.frombuffer(base64.b64decode(text), dtype="<f2").astype(np.float32)
+
+
+@dataclass(frozen=True)
+class CacheHit:
+    """A cached answer chosen for a request.
+
+    ``kind`` is ``"exact"``, ``"semantic"`` or ``"stale"`` (an expired entry served because
+    every route failed); ``similarity`` is 1.0 for exact hits.
+    """
+
+    kind: Literal["exact", "semantic", "stale"]
+    entry_id: str
+    similarity: float
+    response: ChatResponse
+    query: str
+
+
+@dataclass
+class CacheStats:
+    """Counters of one cache since it was built (this process only).
+
+    ``near_misses`` counts the best semantic candidates that scored within 0.1 below the
+    threshold; ``guard_rejections`` counts candidates above it refused by a false-hit guard
+    (by reason); ``false_hits`` counts :meth:`ResponseCache.report_false_hit` calls.
+    """
+
+    exact_hits: int = 0
+    semantic_hits: int = 0
+    stale_hits: int = 0
+    misses: int = 0
+    near_misses: int = 0
+    stores: int = 0
+    skipped: int = 0
+    false_hits: int = 0
+    guard_rejections: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def false_hit_rate(self) -> float:
+        """Reported false hits over semantic hits (0 when there were none)."""
+        return self.false_hits / self.semantic_hits if self.semantic_hits else 0.0

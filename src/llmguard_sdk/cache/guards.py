@@ -1,0 +1,182 @@
+"""False-hit guards: reasons to refuse a semantic match that the similarity alone would accept.
+
+Embeddings place "cancel my order" next to "cancel my subscription", "is it safe?" next to
+"is it not safe?", and "version 2.9" next to "version 2.10". Each guard compares the query
+with the cached entry's query and names what differs; any named difference refuses the hit.
+
+.. versionadded:: 0.1.0
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+__all__ = ["Verifier", "content_words", "guard_rejection"]
+
+Verifier = Callable[[str, str], bool]
+"""Decides a borderline match: gets (query, cached query) and returns True to accept it."""
+
+_NUMBER = re.compile(r"\d+(?:[.,:/-]\d+)*")
+_NEGATION = re.compile(
+    r"\b(?:not|no|never|none|nobody|nothing|neither|nor|cannot|without)\b|n't\b", re.IGNORECASE
+)
+# Identifier-like tokens: `code`, CamelCase / ALLCAPS / snake_case / digits-inside words.
+_CODE = re.compile(r"`([^`]+)`")
+_IDENTIFIER = re.compile(r"\b[A-Za-z_]*(?:[a-z][A-Z]|[A-Z]{2}|_|[A-Za-z]\d|\d[A-Za-z])[\w.]*\b")
+# Capitalised words that do not start a sentence: names of people, places, products.
+_NAME = re.compile(r"(?<![.!?:]\s)(?<!^)(?<![.!?:])\b[A-Z][a-z]{2,}\b")
+_WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
+_STOP = frozenset(
+    {
+        "a",
+        "an",
+        "the",
+        "and",
+        "or",
+        "but",
+        "if",
+        "of",
+        "to",
+        "in",
+        "on",
+        "at",
+        "by",
+        "for",
+        "with",
+        "from",
+        "into",
+        "about",
+        "as",
+        "is",
+        "are",
+        "was",
+        "were",
+        "be",
+        "been",
+        "being",
+        "do",
+        "does",
+        "did",
+        "have",
+        "has",
+        "had",
+        "i",
+        "me",
+        "my",
+        "we",
+        "our",
+        "you",
+        "your",
+        "he",
+        "him",
+        "his",
+        "she",
+        "her",
+        "it",
+        "its",
+        "they",
+        "them",
+        "their",
+        "this",
+        "that",
+        "these",
+        "those",
+        "what",
+        "which",
+        "who",
+        "whom",
+        "how",
+        "why",
+        "when",
+        "where",
+        "can",
+        "could",
+        "would",
+        "should",
+        "will",
+        "shall",
+        "may",
+        "might",
+        "must",
+        "please",
+        "tell",
+        "show",
+        "give",
+        "get",
+        "make",
+        "let",
+        "there",
+        "here",
+        "so",
+        "than",
+        "then",
+        "also",
+        "just",
+        "any",
+        "some",
+        "all",
+        "each",
+        "more",
+        "most",
+        "other",
+        "such",
+        "only",
+        "own",
+        "same",
+        "too",
+        "very",
+        "s",
+        "t",
+    }
+)
+
+
+def _numbers(text: str) -> set[str]:
+    return set(_NUMBER.findall(text))
+
+
+def _negated(text: str) -> bool:
+    return _NEGATION.search(text) is not None
+
+
+def _entities(text: str) -> set[str]:
+    found = {m.lower() for m in _CODE.findall(text)}
+    found |= {m.lower() for m in _IDENTIFIER.findall(text)}
+    found |= {m.lower() for m in _NAME.findall(text)}
+    return {e for e in found if not e.isdigit()}
+
+
+def _stem(word: str) -> str:
+    for suffix in ("ing", "ed", "es", "s"):
+        if len(word) > len(suffix) + 3 and word.endswith(suffix):
+            return word[: -len(suffix)]
+    return word
+
+
+def content_words(text: str) -> set[str]:
+    """Lower-cased, lightly stemmed words of ``text`` without function words."""
+    return {_stem(w) for w in _WORD.findall(text.lower()) if w not in _STOP}
+
+
+def guard_rejection(query: str, cached: str) -> str | None:
+    """Why a semantic match of ``query`` to ``cached`` must be refused, or ``None``.
+
+    The reasons: ``"number"`` (the numbers differ), ``"negation"`` (one is negated, the other
+    not), ``"entity"`` (each names something the other does not: identifiers, code, proper
+    names), ``"key_term"`` (short queries that differ in exactly one content word each, as in
+    "cancel my order" / "cancel my subscription").
+    """
+    if _numbers(query) != _numbers(cached):
+        return "number"
+    if _negated(query) != _negated(cached):
+        return "negation"
+    ours, theirs = _entities(query), _entities(cached)
+    if ours - theirs and theirs - ours:
+        return "entity"
+    words, cached_words = content_words(query), content_words(cached)
+    if len(words | cached_words) <= 6 and len(words - cached_words) == 1 == len(
+        cached_words - words
+    ):
+        return "key_term"
+    return None

@@ -1,0 +1,66 @@
+"""Cache keys: the canonical form of a request, its context, and the partition it lives in.
+
+Three hashes decide what a cached answer may be served for:
+
+* the **partition** (tenant, user when the flow is personalised, permissions tag, namespace,
+  template version): entries of different partitions never meet, not even as candidates;
+* the **exact key**: every field that shapes the answer (model, every message including the
+  system prompt, tool schemas as canonical JSON, sampling parameters, response format);
+* the **context hash**: the exact key without the last user turn's text. A semantic hit needs
+  the same context, so a follow-up such as "how old is he?" only matches inside the same
+  conversation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from ..models import ChatRequest
+
+__all__ = ["CacheKeys", "canonical_json", "request_keys"]
+
+# Fields of a request that never change the answer (or are sent only to the SDK).
+_NOT_ANSWER_SHAPING = frozenset({"metadata", "extra_headers", "extra_query"})
+
+
+def canonical_json(value: Any) -> str:
+    """JSON with sorted keys and no insignificant whitespace: equal values, equal text."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _digest(text: str) -> str:
+    return hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest()
+
+
+@dataclass(frozen=True)
+class CacheKeys:
+    """The hashes of one request: see the module docs."""
+
+    partition: str
+    exact: str
+    context: str
+    query: str
+    """The text the semantic cache embeds: the last user turn."""
+
+
+def _last_user_index(request: ChatRequest) -> int | None:
+    for index in range(len(request.messages) - 1, -1, -1):
+        if request.messages[index].role == "user":
+            return index
+    return None
+
+
+def request_keys(request: ChatRequest, partition: tuple[str, ...]) -> CacheKeys:
+    """The partition, exact and context hashes of ``request`` (see the module docs)."""
+    shaped = request.model_dump(mode="json", exclude=set(_NOT_ANSWER_SHAPING), exclude_none=True)
+    partition_hash = _digest(canonical_json(list(partition)))
+    exact = _digest(partition_hash + canonical_json(shaped))
+    last = _last_user_index(request)
+    query = request.messages[last].text if last is not None else ""
+    if last is not None:
+        shaped["messages"][last] = {"role": "user", "content": "<query>"}
+    context = _digest(partition_hash + canonical_json(shaped))
+    return CacheKeys(partition=partition_hash, exact=exact, context=context, query=query)

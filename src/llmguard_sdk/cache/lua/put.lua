@@ -1,0 +1,22 @@
+-- Store one cache entry, mark it most recently used, log it, evict the least recently used.
+-- KEYS[1] entry key, KEYS[2] LRU sorted set (score: a use counter, KEYS[4]), KEYS[3] change
+-- log (stream); one hash tag.
+-- ARGV: entry id, entry JSON, time to live (ms), max entries, entry key prefix,
+--       index key, vector (base64), stale_until (s), stream length
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+redis.call('ZADD', KEYS[2], redis.call('INCR', KEYS[4]), ARGV[1])
+local maxlen = tonumber(ARGV[9])
+redis.call('XADD', KEYS[3], 'MAXLEN', '~', maxlen, '*',
+  'op', 'put', 'id', ARGV[1], 'ix', ARGV[6], 'v', ARGV[7], 'until', ARGV[8])
+local evicted = {}
+local extra = redis.call('ZCARD', KEYS[2]) - tonumber(ARGV[4])
+if extra > 0 then
+  local oldest = redis.call('ZPOPMIN', KEYS[2], extra)
+  for i = 1, #oldest, 2 do
+    local id = oldest[i]
+    redis.call('DEL', ARGV[5] .. id)
+    redis.call('XADD', KEYS[3], 'MAXLEN', '~', maxlen, '*', 'op', 'del', 'id', id)
+    evicted[#evicted + 1] = id
+  end
+end
+return evicted

@@ -1,0 +1,383 @@
+"""The response cache: one contract over memory and a real Redis, guards, keys, policy."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from llmguard_sdk.cache import (
+    HashingEmbedder,
+    ResponseCache,
+    guard_rejection,
+    request_keys,
+)
+from llmguard_sdk.context import Scope, scoped
+from llmguard_sdk.errors import ConfigurationError
+from llmguard_sdk.models import ChatRequest, ChatResponse, Message
+
+FAQ = "How do I reset my password on the mobile app?"
+PARAPHRASE = "How can I reset my password in the mobile app?"
+
+
+def ask(text: str, *, system: str | None = None, **fields: Any) -> ChatRequest:
+    messages = [Message(role="system", content=system)] if system else []
+    messages.append(Message(role="user", content=text))
+    return ChatRequest(messages=messages, model=fields.pop("model", "m"), **fields)
+
+
+def answer(text: str, **fields: Any) -> ChatResponse:
+    return ChatResponse(text=text, finish_reason=fields.pop("finish_reason", "stop"), **fields)
+
+
+@pytest.fixture(params=["memory", "redis"])
+def make_cache(request: pytest.FixtureRequest) -> Iterator[Any]:
+    caches: list[ResponseCache] = []
+
+    def build(**options: Any) -> ResponseCache:
+        if request.param == "redis":
+            url = request.getfixturevalue("redis_url")
+            prefix = request.getfixturevalue("redis_prefix")
+            options.setdefault("sync_interval", 0.0)
+            cache = ResponseCache(url, key_prefix=prefix, **options)
+        else:
+            cache = ResponseCache(**options)
+        caches.append(cache)
+        return cache
+
+    yield build
+    for cache in caches:
+        cache.close()
+
+
+# -- the contract -------------------------------------------------------------------------------
+
+
+def test_exact_hit_needs_the_whole_request_to_match(make_cache: Any) -> None:
+    cache = make_cache(semantic=False)
+    assert cache.lookup(ask(FAQ)) is None
+    assert cache.store(ask(FAQ), answer("Settings > Account > Reset."))
+    hit = cache.lookup(ask(FAQ))
+    assert hit is not None
+    assert hit.kind == "exact"
+    assert hit.similarity == 1.0
+    assert hit.response.text == "Settings > Account > Reset."
+    assert cache.lookup(ask(FAQ, model="other")) is None
+    assert cache.lookup(ask(FAQ, system="Answer in French.")) is None
+    assert cache.lookup(ask(FAQ, max_tokens=5)) is None
+    assert cache.lookup(ask(FAQ, response_format={"type": "json_object"})) is None
+    assert cache.lookup(ask(PARAPHRASE)) is None  # semantic off
+    # metadata and extra headers do not shape the answer
+    assert cache.lookup(ask(FAQ, metadata={"trace": "x"}, extra_headers={"X-A": "1"})) is not None
+    assert (cache.stats.exact_hits, cache.stats.misses) == (2, 6)
+
+
+def test_tool_schemas_are_keyed_canonically(make_cache: Any) -> None:
+    cache = make_cache(semantic=False)
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"a": 1, "b": 2}}}
+    reordered = {"function": {"parameters": {"b": 2, "a": 1}, "name": "f"}, "type": "function"}
+    cache.store(ask(FAQ, tools=[tool]), answer("ok"))
+    assert cache.lookup(ask(FAQ, tools=[reordered])) is not None
+    assert cache.lookup(ask(FAQ)) is None
+
+
+def test_semantic_hit_on_a_paraphrase_and_miss_on_another_question(make_cache: Any) -> None:
+    cache = make_cache()
+    cache.store(ask(FAQ), answer("Settings > Account > Reset."))
+    hit = cache.lookup(ask(PARAPHRASE))
+    assert hit is not None
+    assert hit.kind == "semantic"
+    assert cache.threshold <= hit.similarity < 1.0
+    assert hit.query == FAQ
+    assert cache.lookup(ask("What are your opening hours on public holidays?")) is None
+    assert cache.stats.semantic_hits == 1
+
+
+def test_semantic_hits_need_the_same_context(make_cache: Any) -> None:
+    cache = make_cache()
+    about_ada = [
+        Message(role="user", content="Who was Ada Lovelace?"),
+        Message(role="assistant", content="A mathematician."),
+        Message(role="user", content="How old was she when she died?"),
+    ]
+    about_marie = [
+        Message(role="user", content="Who was Marie Curie?"),
+        Message(role="assistant", content="A physicist and chemist."),
+        Message(role="user", content="How old was she when she died?"),
+    ]
+    cache.store(ChatRequest(messages=about_ada, model="m"), answer("36"))
+    assert cache.lookup(ChatRequest(messages=about_marie, model="m")) is None
+    again = [*about_ada[:2], Message(role="user", content="how old was she when she died")]
+    hit = cache.lookup(ChatRequest(messages=again, model="m"))
+    assert hit is not None
+    assert hit.response.text == "36"
+
+
+def test_guards_refuse_numbers_negation_entities_and_a_swapped_key_term(make_cache: Any) -> None:
+    cache = make_cache(threshold=0.3)
+    cache.store(ask("What is the refund policy for orders over 50 dollars?"), answer("a"))
+    cache.store(ask("Is it safe to run the migration on production?"), answer("b"))
+    cache.store(ask("How do I install PyTorch on Windows?"), answer("c"))
+    cache.store(ask("cancel my order"), answer("d"))
+    assert cache.lookup(ask("What is the refund policy for orders over 500 dollars?")) is None
+    assert cache.lookup(ask("Is it not safe to run the migration on production?")) is None
+    assert cache.lookup(ask("How do I install TensorFlow on Windows?")) is None
+    assert cache.lookup(ask("cancel my subscription")) is None
+    assert set(cache.stats.guard_rejections) == {"number", "negation", "entity", "key_term"}
+    assert cache.lookup(ask("Is it safe to run this migration on production?")) is not None
+
+
+def test_ttl_and_stale_if_error(make_cache: Any) -> None:
+    cache = make_cache(ttl=0.3, stale_ttl=30)
+    cache.store(ask(FAQ), answer("fresh"))
+    assert cache.lookup(ask(FAQ)) is not None
+    time.sleep(0.4)
+    assert cache.lookup(ask(FAQ)) is None
+    assert cache.lookup(ask(PARAPHRASE)) is None
+    stale = cache.lookup_stale(ask(FAQ))
+    assert stale is not None
+    assert stale.kind == "stale"
+    assert stale.response.text == "fresh"
+    gone = make_cache(ttl=0.2, stale_ttl=0.0, namespace="gone")
+    gone.store(ask(FAQ), answer("x"))
+    time.sleep(0.3)
+    assert gone.lookup_stale(ask(FAQ)) is None
+
+
+def test_least_recently_used_entry_is_evicted(make_cache: Any) -> None:
+    cache = make_cache(max_entries=2)
+    cache.store(ask("first question about billing"), answer("1"))
+    cache.store(ask("second question about shipping"), answer("2"))
+    assert cache.lookup(ask("first question about billing")) is not None  # now most recent
+    cache.store(ask("third question about returns"), answer("3"))
+    assert cache.lookup(ask("second question about shipping")) is None
+    assert cache.lookup(ask("first question about billing")) is not None
+    assert cache.lookup(ask("third question about returns")) is not None
+
+
+def test_version_bump_and_clear_invalidate(make_cache: Any) -> None:
+    cache = make_cache(version="1")
+    cache.store(ask(FAQ), answer("v1"))
+    cache.version = "2"  # a new prompt template: nothing cached before it applies
+    assert cache.lookup(ask(FAQ)) is None
+    assert cache.lookup(ask(PARAPHRASE)) is None
+    cache.version = "1"
+    assert cache.lookup(ask(FAQ)) is not None
+    cache.clear()
+    assert cache.lookup(ask(FAQ)) is None
+    assert cache.lookup(ask(PARAPHRASE)) is None
+
+
+def test_what_is_never_cached(make_cache: Any) -> None:
+    cache = make_cache()
+    call = [{"id": "1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]
+    assert not cache.store(ask(FAQ), answer("", tool_calls=call, finish_reason="tool_calls"))
+    assert not cache.store(ask(FAQ), answer("cut", finish_reason="length"))
+    assert not cache.store(ask(FAQ), answer("sorry", metadata={"degraded": True}))
+    assert not cache.store(ask(FAQ, temperature=0.7), answer("x"))
+    assert not cache.store(ask(FAQ), answer("x"), cacheable=False)
+    assert not cache.store(ask(FAQ), answer("x"), Scope(user="u1"))
+    assert cache.lookup(ask(FAQ)) is None
+    assert cache.stats.stores == 0
+    assert make_cache(cache_sampled=True).store(ask(FAQ, temperature=0.7), answer("x"))
+
+
+def test_per_user_partitions_when_opted_in(make_cache: Any) -> None:
+    cache = make_cache(per_user=True)
+    cache.store(ask(FAQ), answer("for u1"), Scope(tenant="t", user="u1"))
+    assert cache.lookup(ask(FAQ), Scope(tenant="t", user="u1")) is not None
+    assert cache.lookup(ask(FAQ), Scope(tenant="t", user="u2")) is None
+    assert cache.lookup(ask(FAQ), Scope(tenant="t")) is None
+
+
+def test_tenants_and_permission_tags_never_share(make_cache: Any) -> None:
+    cache = make_cache()
+    cache.store(ask(FAQ), answer("acme"), Scope(tenant="acme"), tags=["staff"])
+    assert cache.lookup(ask(FAQ), Scope(tenant="globex"), tags=["staff"]) is None
+    assert cache.lookup(ask(PARAPHRASE), Scope(tenant="globex"), tags=["staff"]) is None
+    assert cache.lookup(ask(FAQ), Scope(tenant="acme")) is None
+    with scoped(tenant="acme"):
+        assert cache.lookup(ask(PARAPHRASE), tags=["staff"]) is not None
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    ops=st.lists(
+        st.tuples(
+            st.sampled_from(["store", "lookup"]),
+            st.sampled_from(["t1", "t2", "t3", None]),
+            st.sampled_from(
+                ["reset password", "reset my password", "billing address", "change billing"]
+            ),
+        ),
+        min_size=20,
+        max_size=120,
+    )
+)
+def test_scope_isolation_property(ops: list[tuple[str, str | None, str]]) -> None:
+    cache = ResponseCache(threshold=0.0, guards=False)
+    for op, tenant, text in ops:
+        scope = Scope(tenant=tenant)
+        if op == "store":
+            cache.store(ask(text), answer(f"{tenant}|{text}"), scope)
+        else:
+            hit = cache.lookup(ask(text), scope)
+            assert hit is None or hit.response.text.split("|")[0] == str(tenant)
+
+
+def test_near_misses_and_false_hits_are_counted(make_cache: Any) -> None:
+    cache = make_cache(threshold=0.99)
+    cache.store(ask(FAQ), answer("a"))
+    assert cache.lookup(ask(PARAPHRASE)) is None
+    assert cache.stats.near_misses + cache.stats.misses >= 1
+    loose = make_cache(threshold=0.3, namespace="loose")
+    loose.store(ask(FAQ), answer("a"))
+    hit = loose.lookup(ask(PARAPHRASE))
+    assert hit is not None
+    loose.report_false_hit(hit)
+    assert loose.stats.false_hits == 1
+    assert loose.stats.false_hit_rate == 1.0
+
+
+def test_verifier_decides_the_borderline_band(make_cache: Any) -> None:
+    seen: list[tuple[str, str]] = []
+
+    def refuse(query: str, cached: str) -> bool:
+        seen.append((query, cached))
+        return False
+
+    cache = make_cache(threshold=0.3, verifier=refuse, verify_band=0.7)
+    cache.store(ask(FAQ), answer("a"))
+    assert cache.lookup(ask(PARAPHRASE)) is None
+    assert seen == [(PARAPHRASE, FAQ)]
+    assert cache.stats.guard_rejections == {"verifier": 1}
+
+
+def test_ambiguous_matches_are_refused_with_a_margin(make_cache: Any) -> None:
+    cache = make_cache(threshold=0.3, margin=0.5)
+    cache.store(ask("How do I reset my password on the web?"), answer("web"))
+    cache.store(ask("How do I reset my password on the phone?"), answer("phone"))
+    assert cache.lookup(ask("How do I reset my password?")) is None
+    assert cache.stats.guard_rejections.get("ambiguous") == 1
+
+
+@pytest.mark.anyio
+async def test_async_lookups_and_stores(make_cache: Any) -> None:
+    cache = make_cache()
+    assert await cache.astore(ask(FAQ), answer("a"), Scope(tenant="t"))
+    with scoped(tenant="t"):
+        hit = await cache.alookup(ask(PARAPHRASE))
+    assert hit is not None
+    assert hit.response.text == "a"
+    assert await cache.alookup_stale(ask(FAQ), Scope(tenant="t")) is not None
+
+
+# -- pieces -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("query", "cached", "reason"),
+    [
+        ("refund for 3 items", "refund for 4 items", "number"),
+        ("python 3.11 support", "python 3.12 support", "number"),
+        ("I can't log in", "I can log in", "negation"),
+        ("Is it safe?", "Is it never safe?", "negation"),
+        ("Call `load_dataset` with a path", "Call `load_from_disk` with a path", "entity"),
+        ("Flights from Paris to Rome", "Flights from Berlin to Rome", "entity"),
+        ("cancel my order", "cancel my subscription", "key_term"),
+        ("How do I reset my password?", "How can I reset my password?", None),
+        ("What does the Datasets library do?", "What is the Datasets library for?", None),
+    ],
+)
+def test_guard_rejection_reasons(query: str, cached: str, reason: str | None) -> None:
+    assert guard_rejection(query, cached) == reason
+
+
+def test_hashing_embedder_is_deterministic_and_unit_length() -> None:
+    embedder = HashingEmbedder()
+    vectors = embedder.embed([FAQ, PARAPHRASE, "", "completely different topic about cooking"])
+    again = HashingEmbedder().embed([FAQ])
+    assert (vectors[0] == again[0]).all()
+    assert abs(float((vectors[0] ** 2).sum()) - 1.0) < 1e-5
+    assert float((vectors[2] ** 2).sum()) == 0.0
+    assert vectors[0] @ vectors[1] > 0.6 > vectors[0] @ vectors[3]
+    with pytest.raises(ConfigurationError):
+        HashingEmbedder(dimension=8)
+
+
+def test_request_keys_split_the_last_user_turn_from_its_context() -> None:
+    one = request_keys(ask("question one", system="S"), ("p",))
+    two = request_keys(ask("question two", system="S"), ("p",))
+    other_system = request_keys(ask("question one", system="T"), ("p",))
+    other_partition = request_keys(ask("question one", system="S"), ("q",))
+    assert one.context == two.context
+    assert one.exact != two.exact
+    assert other_system.context != one.context
+    assert other_partition.exact != one.exact
+    assert other_partition.partition != one.partition
+    assert one.query == "question one"
+
+
+def test_bad_configuration_is_refused() -> None:
+    for options in (
+        {"ttl": 0},
+        {"max_entries": 0},
+        {"threshold": 1.5},
+        {"margin": 1.0},
+        {"namespace": ""},
+    ):
+        with pytest.raises(ConfigurationError):
+            ResponseCache(**options)
+
+
+def test_two_processes_share_one_redis_cache(redis_url: str, redis_prefix: str) -> None:
+    writer = f"""
+import sys
+from llmguard_sdk.cache import ResponseCache
+from llmguard_sdk.models import ChatRequest, ChatResponse, Message
+cache = ResponseCache({redis_url!r}, key_prefix={redis_prefix!r})
+request = ChatRequest(messages=[Message(role="user", content={FAQ!r})], model="m")
+assert cache.store(request, ChatResponse(text="from the other process", finish_reason="stop"))
+cache.close()
+"""
+    reader = ResponseCache(redis_url, key_prefix=redis_prefix, sync_interval=0.0)
+    assert reader.lookup(ask(PARAPHRASE)) is None  # loads the (empty) log first
+    subprocess.run([sys.executable, "-c", writer], check=True, timeout=60)
+    hit = reader.lookup(ask(PARAPHRASE))
+    assert hit is not None
+    assert hit.kind == "semantic"
+    assert hit.response.text == "from the other process"
+    late = ResponseCache(redis_url, key_prefix=redis_prefix)  # a process started afterwards
+    assert late.lookup(ask(PARAPHRASE)) is not None
+    reader.close()
+    late.close()
+
+
+def test_redis_entries_are_json_with_a_ttl(redis_url: str, redis_prefix: str) -> None:
+    import redis
+
+    cache = ResponseCache(redis_url, key_prefix=redis_prefix, ttl=60, stale_ttl=60)
+    cache.store(ask(FAQ), answer("a"))
+    client = redis.Redis.from_url(redis_url)
+    keys = [k for k in client.scan_iter(match=f"{redis_prefix}:cache:*:e:*")]
+    assert len(keys) == 1
+    assert json.loads(client.get(keys[0]))["query"] == FAQ  # type: ignore[arg-type]
+    assert 0 < client.pttl(keys[0]) <= 120_000
+    client.close()
+    cache.close()
+
+
+def test_a_dead_redis_means_misses_not_errors() -> None:
+    cache = ResponseCache("redis://127.0.0.1:1/0")
+    assert cache.store(ask(FAQ), answer("a"))  # dropped, logged once
+    assert cache.lookup(ask(FAQ)) is None
+    cache.close()
