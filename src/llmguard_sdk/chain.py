@@ -24,9 +24,8 @@ from . import pipeline
 from .context import CallContext
 from .errors import ProviderError, ProviderTimeoutError, RateLimitedError
 from .models import ChatResponse
-from .pipeline import Stages
+from .pipeline import Reservation, Stages
 from .providers.base import Provider
-from .providers.headers import rate_limit_reset_seconds
 
 __all__ = ["Op", "arun", "plan", "run"]
 
@@ -54,6 +53,8 @@ class Op:
     hedge: Provider | None = None
     tokens: float = 0.0
     counters: tuple[float | None, float | None] = (None, None)
+    reservation: Reservation | None = None  # the rate-limit reservation the op belongs to
+    learned: dict[str, float] | None = None  # what the provider's counters taught
 
 
 @dataclass
@@ -92,24 +93,24 @@ def plan(ctx: CallContext, stages: Stages) -> Plan:
                 if not permit.allowed:
                     pipeline.route_refused(ctx, stages, route, permit)
                     break
-            reserved = pipeline.token_reservation(ctx, stages, route)
-            if reserved is not None:
-                grant = yield Op("reserve", route, tokens=reserved)
+            reservation = pipeline.token_reservation(ctx, stages, route)
+            if reservation is not None:
+                grant = yield Op("reserve", route, reservation=reservation)
                 if not grant.allowed:
                     pipeline.route_rate_limited(ctx, route, grant)
                     if stages.breakers is not None:
                         yield Op("release", route)
                     break
                 if grant.wait > 0:  # our slot lies a little ahead: wait for it
-                    yield Op("sleep", seconds=grant.wait)
+                    yield Op("sleep", seconds=grant.wait, reservation=reservation)
             attempt += 1
             ctx.attempts += 1
             started = time.monotonic()
             try:
-                response: ChatResponse = yield Op("call", route)
+                response: ChatResponse = yield Op("call", route, reservation=reservation)
             except ProviderError as failure:
-                if reserved is not None:  # nothing was generated: give the tokens back
-                    yield Op("settle", route, tokens=-reserved)
+                if reservation is not None:  # nothing was generated: give the tokens back
+                    yield Op("settle", route, reservation=reservation)
                     if isinstance(failure, RateLimitedError):  # the provider says: no room
                         yield Op("learn", route, failure, seconds=failure.retry_after or 0.0)
                 if stages.breakers is not None:
@@ -131,12 +132,12 @@ def plan(ctx: CallContext, stages: Stages) -> Plan:
                 break
             if stages.breakers is not None:
                 yield Op("record", route, None, time.monotonic() - started)
-            if reserved is not None:
-                yield Op("settle", route, tokens=pipeline.used_tokens(ctx, response) - reserved)
-                counters = pipeline.provider_counters(response.headers)
-                if counters != (None, None):  # the provider's own counters correct ours
-                    pause = rate_limit_reset_seconds(response.headers) or 0.0
-                    yield Op("learn", route, counters=counters, seconds=pause)
+            if reservation is not None:
+                reservation.used = pipeline.response_usage(ctx, reservation, response)
+                yield Op("settle", route, reservation=reservation)
+                taught = pipeline.learned(response.headers)
+                if taught is not None:  # the provider's own counters correct ours
+                    yield Op("learn", route, learned=taught)
             ctx.route = route.name
             return response
     degraded = pipeline.degraded_response(ctx, stages)
@@ -155,6 +156,7 @@ def _hedged(
     """
     usable = [r for r in stages.routes if not pipeline.too_small_for(ctx, r)]
     first: Provider | None = None
+    reservation: Reservation | None = None
     for index, route in enumerate(usable[:-1]):
         if stages.breakers is not None:
             permit = yield Op("permit", route)
@@ -162,11 +164,24 @@ def _hedged(
                 pipeline.route_refused(ctx, stages, route, permit)
                 tried.add(route.name)
                 continue
+        reservation = pipeline.token_reservation(ctx, stages, route)
+        if reservation is not None:  # the first leg is rate-limited like any attempt
+            grant = yield Op("reserve", route, reservation=reservation)
+            if not grant.allowed:
+                pipeline.route_rate_limited(ctx, route, grant)
+                if stages.breakers is not None:
+                    yield Op("release", route)
+                tried.add(route.name)
+                continue
+            if grant.wait > 0:
+                yield Op("sleep", seconds=grant.wait, reservation=reservation)
         first, second = route, usable[index + 1]
         break
     if first is None:
         return None
-    result: HedgeResult = yield Op("hedge", first, seconds=delay, hedge=second)
+    result: HedgeResult = yield Op(
+        "hedge", first, seconds=delay, hedge=second, reservation=reservation
+    )
     if result.unexpected is not None:
         raise result.unexpected
     ctx.attempts += result.attempts
@@ -188,18 +203,33 @@ def _moves_on(stages: Stages, error: ProviderError) -> bool:
     return (stages.moves_on or pipeline.is_route_failure)(error)
 
 
-def _learned(op: Op, ctx: CallContext) -> dict[str, float | None]:
+def _learned(op: Op) -> dict[str, float]:
     """What a "learn" op tells the limiter: a 429's pause, or the provider's counters."""
     if op.error is not None:
         return {"pause": op.seconds}
-    exhausted = any(left is not None and left < 1 for left in op.counters)
-    return {
-        "remaining_requests": op.counters[0],
-        "remaining_tokens": op.counters[1],
-        # "none left, resets in N s": no room until then (the counters alone would let
-        # GCRA refill at once, while the provider's window stays full until its reset)
-        "pause": op.seconds if exhausted and op.seconds > 0 else None,
-    }
+    return dict(op.learned or {})
+
+
+def _give_back(stages: Stages, op: Op) -> None:
+    """An op ended without an outcome (cancelled, a bug): free its rate-limit reservation.
+    A call that may have reached the provider keeps its tokens; a wait gives them back."""
+    reservation = op.reservation
+    if reservation is None or stages.limiter is None:
+        return
+    args = pipeline.settle_args(reservation, refund=op.kind != "call")
+    if args is not None:
+        stages.limiter.settle(reservation.route, **args)
+
+
+async def _agive_back(stages: Stages, op: Op) -> None:
+    """Async twin of :func:`_give_back` (shielded: it runs while being cancelled)."""
+    reservation = op.reservation
+    if reservation is None or stages.limiter is None:
+        return
+    args = pipeline.settle_args(reservation, refund=op.kind != "call")
+    if args is not None:
+        with anyio.CancelScope(shield=True):
+            await stages.limiter.asettle(reservation.route, **args)
 
 
 def run(ctx: CallContext, stages: Stages) -> ChatResponse:
@@ -221,6 +251,7 @@ def run(ctx: CallContext, stages: Stages) -> ChatResponse:
         except BaseException:
             if op.kind == "call" and op.route is not None and stages.breakers is not None:
                 stages.breakers.release(op.route.name)  # no outcome: give the permit back
+            _give_back(stages, op)
             raise
 
 
@@ -243,6 +274,7 @@ async def arun(ctx: CallContext, stages: Stages) -> ChatResponse:
         except BaseException:  # cancelled, or not a provider failure
             if op.kind == "call" and op.route is not None and stages.breakers is not None:
                 await stages.breakers.arelease(op.route.name)
+            await _agive_back(stages, op)
             raise
 
 
@@ -254,7 +286,7 @@ def _perform(op: Op, ctx: CallContext, stages: Stages) -> Any:
     if op.kind == "hedge":
         assert route is not None
         assert op.hedge is not None
-        return _hedge_sync(ctx, stages, route, op.hedge, op.seconds)
+        return _hedge_sync(ctx, stages, route, op.hedge, op.seconds, op.reservation)
     assert route is not None
     if op.kind == "call":
         return route.complete(
@@ -270,18 +302,18 @@ def _perform(op: Op, ctx: CallContext, stages: Stages) -> Any:
         return stages.breakers.release(route.name)
     if op.kind == "reserve":
         assert stages.limiter is not None
-        return stages.limiter.reserve(
-            route.name,
-            tokens=op.tokens,
-            priority=ctx.priority,
-            max_wait=pipeline.rate_wait_allowed(ctx),
-        )
+        assert op.reservation is not None
+        grant = stages.limiter.reserve(route.name, **pipeline.reserve_args(ctx, op.reservation))
+        pipeline.granted(op.reservation, grant)
+        return grant
     if op.kind == "settle":
         assert stages.limiter is not None
-        return stages.limiter.settle(route.name, token_delta=op.tokens)
+        assert op.reservation is not None
+        args = pipeline.settle_args(op.reservation)
+        return None if args is None else stages.limiter.settle(route.name, **args)
     if op.kind == "learn":
         assert stages.limiter is not None
-        return stages.limiter.learn(route.name, **_learned(op, ctx))
+        return stages.limiter.learn(route.name, **_learned(op))
     if op.kind == "record":
         assert stages.breakers is not None
         return stages.breakers.record(route.name, op.error, seconds=op.seconds)
@@ -299,7 +331,7 @@ async def _aperform(op: Op, ctx: CallContext, stages: Stages) -> Any:
     if op.kind == "hedge":
         assert route is not None
         assert op.hedge is not None
-        return await _hedge_async(ctx, stages, route, op.hedge, op.seconds)
+        return await _hedge_async(ctx, stages, route, op.hedge, op.seconds, op.reservation)
     assert route is not None
     if op.kind == "call":
         return await route.acomplete(
@@ -315,18 +347,20 @@ async def _aperform(op: Op, ctx: CallContext, stages: Stages) -> Any:
         return await stages.breakers.arelease(route.name)
     if op.kind == "reserve":
         assert stages.limiter is not None
-        return await stages.limiter.areserve(
-            route.name,
-            tokens=op.tokens,
-            priority=ctx.priority,
-            max_wait=pipeline.rate_wait_allowed(ctx),
+        assert op.reservation is not None
+        grant = await stages.limiter.areserve(
+            route.name, **pipeline.reserve_args(ctx, op.reservation)
         )
+        pipeline.granted(op.reservation, grant)
+        return grant
     if op.kind == "settle":
         assert stages.limiter is not None
-        return await stages.limiter.asettle(route.name, token_delta=op.tokens)
+        assert op.reservation is not None
+        args = pipeline.settle_args(op.reservation)
+        return None if args is None else await stages.limiter.asettle(route.name, **args)
     if op.kind == "learn":
         assert stages.limiter is not None
-        return await stages.limiter.alearn(route.name, **_learned(op, ctx))
+        return await stages.limiter.alearn(route.name, **_learned(op))
     if op.kind == "record":
         assert stages.breakers is not None
         return await stages.breakers.arecord(route.name, op.error, seconds=op.seconds)
@@ -337,10 +371,15 @@ async def _aperform(op: Op, ctx: CallContext, stages: Stages) -> Any:
 
 
 def _attempt(
-    ctx: CallContext, stages: Stages, route: Provider, decided: threading.Event | None = None
+    ctx: CallContext,
+    stages: Stages,
+    route: Provider,
+    decided: threading.Event | None = None,
+    reservation: Reservation | None = None,
 ) -> ChatResponse:
     """One sync attempt on ``route``, its outcome recorded by the route's breaker, unless a
-    hedge race was ``decided`` without it: then its permit is only given back."""
+    hedge race was ``decided`` without it: then its permit is only given back. Its
+    rate-limit ``reservation`` is settled either way (a loser's tokens were spent too)."""
     started = time.monotonic()
     try:
         response = route.complete(
@@ -350,13 +389,67 @@ def _attempt(
         )
     except ProviderError as error:
         _settle(stages, route, error, time.monotonic() - started, decided)
+        _settle_limit(ctx, stages, reservation, error=error)
         raise
     except BaseException:
         if stages.breakers is not None:
             stages.breakers.release(route.name)
+        _settle_limit(ctx, stages, reservation, sent=True)
         raise
     _settle(stages, route, None, time.monotonic() - started, decided)
+    _settle_limit(ctx, stages, reservation, response=response)
     return response
+
+
+def _limit_steps(
+    ctx: CallContext,
+    reservation: Reservation,
+    *,
+    response: ChatResponse | None = None,
+    error: ProviderError | None = None,
+    sent: bool = False,
+) -> tuple[dict[str, Any] | None, dict[str, float] | None]:
+    """(settle arguments, learn arguments) for a hedge leg's reservation: corrected to the
+    usage of an answer, refunded after a failure (learning a 429's pause), or, for a call
+    that ended without an outcome after being ``sent``, only its lease given back."""
+    taught: dict[str, float] | None = None
+    if response is not None:
+        reservation.used = pipeline.response_usage(ctx, reservation, response)
+        taught = pipeline.learned(response.headers)
+    elif isinstance(error, RateLimitedError):
+        taught = {"pause": error.retry_after or 0.0}
+    return pipeline.settle_args(reservation, refund=not sent), taught
+
+
+def _settle_limit(
+    ctx: CallContext,
+    stages: Stages,
+    reservation: Reservation | None,
+    **outcome: Any,
+) -> None:
+    if reservation is None or stages.limiter is None:
+        return
+    args, taught = _limit_steps(ctx, reservation, **outcome)
+    if args is not None:
+        stages.limiter.settle(reservation.route, **args)
+    if taught is not None:
+        stages.limiter.learn(reservation.route, **taught)
+
+
+async def _asettle_limit(
+    ctx: CallContext,
+    stages: Stages,
+    reservation: Reservation | None,
+    **outcome: Any,
+) -> None:
+    if reservation is None or stages.limiter is None:
+        return
+    args, taught = _limit_steps(ctx, reservation, **outcome)
+    with anyio.CancelScope(shield=True):  # also runs while a loser is being cancelled
+        if args is not None:
+            await stages.limiter.asettle(reservation.route, **args)
+        if taught is not None:
+            await stages.limiter.alearn(reservation.route, **taught)
 
 
 def _settle(
@@ -375,16 +468,24 @@ def _settle(
 
 
 def _hedge_sync(
-    ctx: CallContext, stages: Stages, first: Provider, second: Provider, delay: float
+    ctx: CallContext,
+    stages: Stages,
+    first: Provider,
+    second: Provider,
+    delay: float,
+    reservation: Reservation | None = None,
 ) -> HedgeResult:
     """The sync hedge: each attempt in its own thread; the loser is abandoned (it ends by the
-    call's deadline, and only gives its breaker permit back)."""
+    call's deadline, only gives its breaker permit back, and settles its rate-limit
+    reservation when it ends)."""
     results: queue.SimpleQueue[tuple[Provider, ChatResponse | BaseException]] = queue.SimpleQueue()
     decided = threading.Event()
+    reservations = {first.name: reservation}
 
     def attempt(route: Provider) -> None:
+        leg = reservations.get(route.name)
         try:
-            results.put((route, _attempt(ctx, stages, route, decided)))
+            results.put((route, _attempt(ctx, stages, route, decided, leg)))
         except BaseException as error:  # handed to the caller, whatever it is
             results.put((route, error))
 
@@ -403,7 +504,7 @@ def _hedge_sync(
             if hedged or ctx.remaining() <= 0:
                 break
             hedged = True
-            if _start_hedge(ctx, stages, second, start):
+            if _start_hedge(ctx, stages, second, start, reservations):
                 running.add(second.name)
                 outcome.attempts += 1
             continue
@@ -419,7 +520,7 @@ def _hedge_sync(
         outcome.errors[route.name] = result
         if not hedged and _moves_on(stages, result):  # failed early: start the second now
             hedged = True
-            if _start_hedge(ctx, stages, second, start):
+            if _start_hedge(ctx, stages, second, start, reservations):
                 running.add(second.name)
                 outcome.attempts += 1
     decided.set()
@@ -430,27 +531,74 @@ def _hedge_sync(
     return outcome
 
 
-def _start_hedge(ctx: CallContext, stages: Stages, second: Provider, start: Any) -> bool:
-    """Start the second route if its breaker allows."""
+def _start_hedge(
+    ctx: CallContext,
+    stages: Stages,
+    second: Provider,
+    start: Any,
+    reservations: dict[str, Reservation | None],
+) -> bool:
+    """Start the second route if its breaker allows and its rate limit has room now (a
+    hedge that waited for a slot would defeat its purpose)."""
     if stages.breakers is not None:
         permit = stages.breakers.permit(second.name)
         if not permit.allowed:
             pipeline.route_refused(ctx, stages, second, permit)
             return False
+    leg = pipeline.token_reservation(ctx, stages, second)
+    if leg is not None:
+        assert stages.limiter is not None
+        grant = stages.limiter.reserve(second.name, **pipeline.reserve_args(ctx, leg, wait=False))
+        pipeline.granted(leg, grant)
+        if not grant.allowed:
+            pipeline.route_rate_limited(ctx, second, grant)
+            if stages.breakers is not None:
+                stages.breakers.release(second.name)
+            return False
+    reservations[second.name] = leg
     start(second)
     return True
 
 
+async def _astart_hedge(
+    ctx: CallContext, stages: Stages, second: Provider
+) -> tuple[bool, Reservation | None]:
+    """Async twin of :func:`_start_hedge`'s checks: (may start, its reservation)."""
+    if stages.breakers is not None:
+        permit = await stages.breakers.apermit(second.name)
+        if not permit.allowed:
+            pipeline.route_refused(ctx, stages, second, permit)
+            return False, None
+    leg = pipeline.token_reservation(ctx, stages, second)
+    if leg is not None:
+        assert stages.limiter is not None
+        grant = await stages.limiter.areserve(
+            second.name, **pipeline.reserve_args(ctx, leg, wait=False)
+        )
+        pipeline.granted(leg, grant)
+        if not grant.allowed:
+            pipeline.route_rate_limited(ctx, second, grant)
+            if stages.breakers is not None:
+                await stages.breakers.arelease(second.name)
+            return False, None
+    return True, leg
+
+
 async def _hedge_async(
-    ctx: CallContext, stages: Stages, first: Provider, second: Provider, delay: float
+    ctx: CallContext,
+    stages: Stages,
+    first: Provider,
+    second: Provider,
+    delay: float,
+    reservation: Reservation | None = None,
 ) -> HedgeResult:
     """The async hedge: both attempts in one task group; the loser is cancelled and gives its
-    breaker permit back."""
+    breaker permit and its concurrency lease back (its tokens stay reserved: it was sent)."""
     outcome = HedgeResult()
     settled = anyio.Event()
     running: set[str] = set()
 
-    async def attempt(route: Provider) -> None:
+    async def attempt(route: Provider, leg: Reservation | None) -> None:
         started = time.monotonic()
         try:
             response = await route.acomplete(
@@ -461,18 +609,22 @@ async def _hedge_async(
         except ProviderError as error:
             if stages.breakers is not None:
                 await stages.breakers.arecord(route.name, error, seconds=time.monotonic() - started)
+            await _asettle_limit(ctx, stages, leg, error=error)
             outcome.errors[route.name] = error
         except anyio.get_cancelled_exc_class():
             if stages.breakers is not None:
                 await stages.breakers.arelease(route.name)  # cancelled: no outcome
+            await _asettle_limit(ctx, stages, leg, sent=True)
             raise
         except Exception as error:  # not a provider failure: re-raised as it is
             if stages.breakers is not None:
                 await stages.breakers.arelease(route.name)
+            await _asettle_limit(ctx, stages, leg, sent=True)
             outcome.unexpected = error
         else:
             if stages.breakers is not None:
                 await stages.breakers.arecord(route.name, None, seconds=time.monotonic() - started)
+            await _asettle_limit(ctx, stages, leg, response=response)
             if outcome.winner is None:
                 outcome.winner, outcome.response = route, response
         running.discard(route.name)
@@ -481,7 +633,7 @@ async def _hedge_async(
 
     async with anyio.create_task_group() as tasks:
         running.add(first.name)
-        tasks.start_soon(attempt, first)
+        tasks.start_soon(attempt, first, reservation)
         with anyio.move_on_after(delay):
             await settled.wait()
         first_error = outcome.errors.get(first.name)
@@ -491,17 +643,12 @@ async def _hedge_async(
             and (first_error is None or _moves_on(stages, first_error))
         )
         if may_hedge:
-            allowed = True
-            if stages.breakers is not None:
-                permit = await stages.breakers.apermit(second.name)
-                allowed = permit.allowed
-                if not allowed:
-                    pipeline.route_refused(ctx, stages, second, permit)
+            allowed, leg = await _astart_hedge(ctx, stages, second)
             if allowed:
                 settled = anyio.Event()  # now wait for a winner, or for both to fail
                 running.add(second.name)
                 outcome.attempts += 1
-                tasks.start_soon(attempt, second)
+                tasks.start_soon(attempt, second, leg)
         if running:
             await settled.wait()
         tasks.cancel_scope.cancel()

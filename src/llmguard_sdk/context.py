@@ -114,6 +114,7 @@ class CallContext:
     deadline: float
     started: float = field(default_factory=time.monotonic)
     input_count: TokenCount | None = None
+    route_counts: dict[str, TokenCount] = field(default_factory=dict)  # per route's model
     hedge_after: float | None = None
     priority: Literal["interactive", "batch"] = "interactive"
     attempts: int = 0

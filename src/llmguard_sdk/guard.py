@@ -26,7 +26,7 @@ from .models import ChatRequest, ChatResponse, Message
 from .pipeline import Hook, InputFilter, OutputFilter, Stages
 from .providers.base import Provider
 from .providers.openai_compat import OpenAICompatibleProvider
-from .ratelimit import MemoryRateLimiter, RateLimit, RateLimiter, RedisRateLimiter
+from .ratelimit import LimitsConfig, MemoryRateLimiter, RateLimiter, RedisRateLimiter
 from .retry import (
     MemoryRetryBudget,
     RedisRetryBudget,
@@ -78,16 +78,19 @@ class Guard:
             :func:`~llmguard_sdk.pipeline.is_route_failure`).
         degraded: text answered (``route="degraded"``) when no route can serve a call,
             instead of raising; ``None`` raises.
-        rate_limits: requests and tokens per minute per route name
-            (:class:`~llmguard_sdk.ratelimit.RateLimit`), shared through Redis when ``store``
-            is Redis: each attempt
-            reserves its estimated tokens first (input plus ``max_tokens``), settles to the real
-            usage afterwards, and a route without room is skipped at once
+        rate_limits: per route name, a :class:`~llmguard_sdk.ratelimit.RateLimit` (requests,
+            tokens, input and output tokens per minute, a concurrency cap) or a list of them
+            that all apply, such as the route's own and one with ``per_tenant=True`` that
+            each tenant gets separately; shared through Redis when ``store`` is Redis. Each
+            attempt reserves its estimated tokens first (input as the route's model counts
+            it, plus ``max_tokens``), settles to the real usage afterwards and gives its
+            concurrency slot back; a route without room is skipped at once
             (:class:`~llmguard_sdk.errors.RateLimitExceededError` with ``retry_after``).
-            A call may wait for a slot up to the limit's ``max_wait`` (first come, first
-            served); ``chat(..., priority="batch")`` leaves ``batch_headroom`` of each period to
-            interactive calls. The provider's ``x-ratelimit-remaining-*`` and 429s correct the
-            state. Hedged pairs are not rate-limited yet.
+            A call may wait for room up to the limit's ``max_wait`` (first come, first
+            served; ``max_queue`` bounds the waiting calls); ``chat(..., priority="batch")``
+            leaves ``batch_headroom`` to interactive calls. The provider's
+            ``x-ratelimit-remaining-*`` (of streams too) and 429s correct the state. Both
+            legs of a hedged call are limited (the second starts only if it has room now).
         hedge_after: hedge calls: when the first route has not answered (streams: produced
             its first token) within this many seconds, or has failed, the second route starts
             too and the first to answer wins; the other is cancelled in async code, abandoned
@@ -129,7 +132,7 @@ class Guard:
         moves_on: Callable[[ProviderError], bool] | None = None,
         degraded: str | None = None,
         hedge_after: float | None = None,
-        rate_limits: Mapping[str, RateLimit] | None = None,
+        rate_limits: LimitsConfig | None = None,
         max_input_tokens: int | None = None,
         input_filters: Sequence[InputFilter] = (),
         output_filters: Sequence[OutputFilter] = (),
@@ -431,12 +434,15 @@ class Guard:
         await self.aclose()
 
 
-def _limiter(limits: Mapping[str, RateLimit] | None, store: Store) -> RateLimiter | None:
-    if not limits:
+def _limiter(limits: LimitsConfig | None, store: Store) -> RateLimiter | None:
+    if limits is None:
         return None
-    if isinstance(store, RedisStore):
-        return RedisRateLimiter(store, dict(limits))
-    return MemoryRateLimiter(dict(limits))
+    limiter: MemoryRateLimiter | RedisRateLimiter = (
+        RedisRateLimiter(store, limits)
+        if isinstance(store, RedisStore)
+        else MemoryRateLimiter(limits)
+    )
+    return limiter if limiter.limits else None
 
 
 def _breakers(

@@ -207,6 +207,8 @@ class StreamChunk(BaseModel):
     ``text`` is the content delta ('' for role-only, finish and usage chunks). The last chunk of
     a stream that asked for usage carries ``usage``; ``metadata`` carries what a provider wants
     the assembled response's metadata to hold (a local model's context trimming, say).
+    ``headers``: the HTTP response headers, on a stream's first chunk only (empty on the
+    others), so rate-limit counters can be read from streams too.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -219,3 +221,4 @@ class StreamChunk(BaseModel):
     route: str = ""
     id: str | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
+    headers: dict[str, str] = Field(default_factory=dict)

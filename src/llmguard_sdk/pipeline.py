@@ -39,11 +39,12 @@ from .errors import (
 )
 from .models import ChatRequest, ChatResponse, Message, Timings, Usage, validate_request
 from .providers.base import Provider
+from .providers.headers import rate_limit_reset_seconds
 from .ratelimit import Grant, RateLimiter
 from .retry.api import testing_attempts, testing_wait
 from .retry.budget import RetryBudget
 from .retry.policy import MIN_ATTEMPT_SECONDS, Decision, RetryPolicy, decide_for_error
-from .tokens import count_request_tokens, count_text_tokens
+from .tokens import TokenCount, count_request_tokens, count_text_tokens
 
 __all__ = ["Hook", "InputFilter", "OutputFilter"]
 
@@ -264,14 +265,57 @@ def route_refused(ctx: CallContext, stages: Stages, route: Provider, permit: Per
     )
 
 
-def token_reservation(ctx: CallContext, stages: Stages, route: Provider) -> float | None:
-    """Tokens to reserve for a call on ``route`` (None: the route has no rate limit)."""
+@dataclass
+class Reservation:
+    """One attempt's rate-limit reservation on a route: what it reserved (input tokens as
+    counted for the route's model, output tokens as ``max_tokens``), its concurrency lease,
+    and whether it has been settled (settling twice does nothing)."""
+
+    route: str
+    tenant: str | None
+    input: float
+    output: float
+    estimated: bool = True
+    lease: str | None = None
+    granted: bool = False
+    done: bool = False
+    used: Usage | None = None  # what the call used, once known
+
+    @property
+    def tokens(self) -> float:
+        """Input plus output tokens reserved."""
+        return self.input + self.output
+
+
+def route_input_tokens(ctx: CallContext, route: Provider) -> TokenCount:
+    """The request's input tokens as ``route`` counts them: a local model with its own
+    tokenizer (a ``count_tokens(request)`` method), else tiktoken with the encoding of the
+    route's model (an estimate where that encoding is not available offline)."""
+    counter = getattr(route, "count_tokens", None)
+    if callable(counter):
+        counted = counter(ctx.request)
+        if isinstance(counted, int):
+            return TokenCount(counted, estimated=False, method=f"{route.name} tokenizer")
+    model = route.model or ctx.request.model
+    if model is None or model == ctx.request.model:
+        return ctx.input_tokens()
+    count = ctx.route_counts.get(model)
+    if count is None:
+        count = ctx.route_counts[model] = count_request_tokens(ctx.request, model=model)
+    return count
+
+
+def token_reservation(ctx: CallContext, stages: Stages, route: Provider) -> Reservation | None:
+    """What a call on ``route`` reserves (None: the route has no rate limit)."""
     limiter = stages.limiter
-    limit = limiter.limits.get(route.name) if limiter is not None else None
-    if limit is None:
+    rules = limiter.rules(route.name) if limiter is not None else ()
+    if not rules:
         return None
-    output = ctx.request.output_limit or limit.reserve_output_tokens
-    return float(ctx.input_tokens().tokens + output)
+    count = route_input_tokens(ctx, route)
+    output = ctx.request.output_limit or max(limit.reserve_output_tokens for limit in rules)
+    return Reservation(
+        route.name, ctx.scope.tenant, float(count.tokens), float(output), count.estimated
+    )
 
 
 def rate_wait_allowed(ctx: CallContext) -> float:
@@ -279,17 +323,108 @@ def rate_wait_allowed(ctx: CallContext) -> float:
     return max(0.0, ctx.remaining() - MIN_ATTEMPT_SECONDS)
 
 
-def provider_counters(headers: Mapping[str, str]) -> tuple[float | None, float | None]:
-    """``x-ratelimit-remaining-requests`` and ``-tokens`` of an answer, when present."""
-    found: list[float | None] = []
-    for kind in ("requests", "tokens"):
-        raw = headers.get(f"x-ratelimit-remaining-{kind}")
-        try:
-            value = float(raw) if raw is not None else None
-        except ValueError:
-            value = None
-        found.append(value if value is not None and 0 <= value < math.inf else None)
-    return found[0], found[1]
+_LEASE_GRACE_S = 5.0  # a concurrency lease outlives its call's deadline by this much at most
+
+
+def reserve_args(
+    ctx: CallContext, reservation: Reservation, *, wait: bool = True
+) -> dict[str, Any]:
+    """The limiter's ``reserve`` arguments for ``reservation`` (``wait=False``: no waiting,
+    as for the second leg of a hedged call)."""
+    return {
+        "tenant": reservation.tenant,
+        "input_tokens": reservation.input,
+        "output_tokens": reservation.output,
+        "priority": ctx.priority,
+        "max_wait": rate_wait_allowed(ctx) if wait else 0.0,
+        "lease_seconds": max(0.0, ctx.remaining()) + _LEASE_GRACE_S,
+    }
+
+
+def granted(reservation: Reservation, grant: Grant) -> None:
+    """Note what the limiter granted (its lease)."""
+    reservation.granted = grant.allowed
+    reservation.lease = grant.lease
+
+
+def settle_args(reservation: Reservation, *, refund: bool = True) -> dict[str, Any] | None:
+    """The limiter's ``settle`` arguments, once (None when already settled or never
+    granted); marks the reservation settled.
+
+    With its ``used`` usage known, the reservation is corrected to it. Without: ``refund``
+    gives all the tokens back (nothing was generated), else only the lease goes back (the
+    call was sent and its cost is unknown, so the reservation stands).
+    """
+    if not reservation.granted or reservation.done:
+        return None
+    reservation.done = True
+    args: dict[str, Any] = {"tenant": reservation.tenant, "lease": reservation.lease}
+    usage = reservation.used
+    if usage is not None:
+        args["input_delta"] = usage.input_tokens - reservation.input
+        args["output_delta"] = usage.output_tokens - reservation.output
+    elif refund:
+        args["input_delta"] = -reservation.input
+        args["output_delta"] = -reservation.output
+    return args
+
+
+def response_usage(ctx: CallContext, reservation: Reservation, response: ChatResponse) -> Usage:
+    """What a call used: the provider's usage, else the SDK's own count of it."""
+    if response.usage is not None:
+        return response.usage
+    output = count_text_tokens(response.text, reservation.route).tokens if response.text else 0
+    return Usage(input_tokens=int(reservation.input), output_tokens=output, estimated=True)
+
+
+_REMAINING = (
+    (
+        "remaining_requests",
+        ("x-ratelimit-remaining-requests", "anthropic-ratelimit-requests-remaining"),
+    ),
+    ("remaining_tokens", ("x-ratelimit-remaining-tokens", "anthropic-ratelimit-tokens-remaining")),
+    (
+        "remaining_input_tokens",
+        ("x-ratelimit-remaining-input-tokens", "anthropic-ratelimit-input-tokens-remaining"),
+    ),
+    (
+        "remaining_output_tokens",
+        ("x-ratelimit-remaining-output-tokens", "anthropic-ratelimit-output-tokens-remaining"),
+    ),
+)
+
+
+def provider_counters(headers: Mapping[str, str]) -> dict[str, float]:
+    """The provider's remaining counts in an answer's headers (``x-ratelimit-remaining-*``,
+    Anthropic's ``anthropic-ratelimit-*-remaining``), keyed as the limiter's ``learn``
+    takes them; empty when there are none."""
+    lowered = {k.lower(): v for k, v in headers.items()}
+    found: dict[str, float] = {}
+    for name, header_names in _REMAINING:
+        for header in header_names:
+            raw = lowered.get(header)
+            try:
+                value = float(raw) if raw is not None else None
+            except ValueError:
+                value = None
+            if value is not None and 0 <= value < math.inf:
+                found[name] = value
+                break
+    return found
+
+
+def learned(headers: Mapping[str, str]) -> dict[str, float] | None:
+    """What an answer's headers teach the limiter (None: nothing). "None left, resets in
+    N s" becomes a pause: the counters alone would let GCRA refill at once, while the
+    provider's window stays full until its reset."""
+    counters = provider_counters(headers)
+    if not counters:
+        return None
+    if any(left < 1 for left in counters.values()):
+        pause = rate_limit_reset_seconds(headers)
+        if pause is not None and pause > 0:
+            counters["pause"] = pause
+    return counters
 
 
 def used_tokens(ctx: CallContext, response: ChatResponse) -> float:
@@ -302,10 +437,17 @@ def used_tokens(ctx: CallContext, response: ChatResponse) -> float:
 def route_rate_limited(ctx: CallContext, route: Provider, grant: Grant) -> None:
     """Record that the route's own rate limit had no room (the chain moves on at once)."""
     retry_after = None if grant.retry_after == math.inf else grant.retry_after
+    why = {
+        "never": "the call is larger than the limit allows at once",
+        "concurrency": "every concurrency slot is taken",
+        "queue": "the wait queue is full",
+    }.get(grant.reason, "no room in time")
     ctx.route_errors.setdefault(
         route.name,
         RateLimitExceededError(
-            f"no rate-limit room on route {route.name!r}", key=route.name, retry_after=retry_after
+            f"no rate-limit room on route {route.name!r}: {why}",
+            key=route.name,
+            retry_after=retry_after,
         ),
     )
 
@@ -414,6 +556,8 @@ def event(
         error=error,
         route_errors=tuple((name, type(e).__name__) for name, e in ctx.route_errors.items()),
         retries=tuple(ctx.retries),
+        cost_usd=response.cost_usd if response else None,
+        cost_source=response.cost_source if response else None,
     )
 
 

@@ -25,11 +25,12 @@ import anyio.abc
 from . import pipeline
 from .breaker import Permit
 from .context import CallContext, emit
-from .errors import ProviderError, ProviderTimeoutError, StreamInterruptedError
+from .errors import ProviderError, ProviderTimeoutError, RateLimitedError, StreamInterruptedError
 from .models import ChatResponse, StreamChunk, Usage
-from .pipeline import Stages
+from .pipeline import Reservation, Stages
 from .providers.base import Provider
 from .retry.policy import Decision
+from .tokens import count_text_tokens
 
 __all__ = ["AsyncChatStream", "ChatStream"]
 
@@ -53,6 +54,7 @@ class _Assembler:
         self.model = ""
         self.id: str | None = None
         self.metadata: dict[str, Any] = {}
+        self.headers: dict[str, str] = {}
 
     @property
     def delivered(self) -> bool:
@@ -74,6 +76,8 @@ class _Assembler:
         self.id = chunk.id or self.id
         if chunk.metadata:
             self.metadata.update(chunk.metadata)
+        if chunk.headers:
+            self.headers.update(chunk.headers)
 
     def seconds(self) -> float:
         """How long this attempt took to its first token (or until now, without one)."""
@@ -93,8 +97,36 @@ class _Assembler:
             route=route,
             id=self.id,
             tool_calls=[self._tool_calls[i] for i in sorted(self._tool_calls)] or None,
+            headers=dict(self.headers),
             metadata=dict(self.metadata),
         )
+
+    def limit_steps(
+        self, reservation: Reservation, error: ProviderError | None = None
+    ) -> tuple[dict[str, Any] | None, dict[str, float] | None]:
+        """(settle arguments, learn arguments) for this attempt's rate-limit reservation.
+
+        It settles to the provider's usage, else to the SDK's count of what was delivered;
+        a failure before any content gives everything back; a stream closed before its
+        first content keeps its input tokens (the prompt was sent). A 429 teaches its pause,
+        an answer's headers the provider's counters.
+        """
+        if reservation.done:
+            return None, None
+        own = "".join(self._text)
+        if self.usage is not None:
+            reservation.used = self.usage
+        elif self.delivered or error is None:
+            output = count_text_tokens(own, reservation.route).tokens if own else 0
+            reservation.used = Usage(
+                input_tokens=int(reservation.input), output_tokens=output, estimated=True
+            )
+        taught: dict[str, float] | None = None
+        if isinstance(error, RateLimitedError):
+            taught = {"pause": error.retry_after or 0.0}
+        elif error is None:
+            taught = pipeline.learned(self.headers)
+        return pipeline.settle_args(reservation), taught
 
 
 def merge_tool_call_deltas(calls: dict[int, dict[str, Any]], deltas: list[dict[str, Any]]) -> None:
@@ -134,6 +166,7 @@ class _StreamBase:
         self._yielded = False
         self._tried: set[str] = set()  # routes a hedge race already used up
         self._winner_first: Provider | None = None
+        self._winner_reservation: Reservation | None = None
 
     @property
     def response(self) -> ChatResponse:
@@ -171,9 +204,11 @@ class _StreamBase:
         self._ctx.attempts += race.started - (1 if race.winner is not None else 0)
         self._tried.update(race.errors)
         self._tried.update(loser.name for loser in race.losers)
+        self._tried.update(refused.name for refused in race.refused)
         if race.winner is not None:
             self._ctx.route_errors.update(race.errors)
             self._winner_first = race.winner
+            self._winner_reservation = race.reservations.get(race.winner.name)
             return {race.winner.name: race.chunks}
         by_name = {route.name: route for route in self._stages.routes}
         for name, error in race.errors.items():
@@ -190,13 +225,45 @@ class _StreamBase:
             routes = [winner] + [r for r in routes if r is not winner]
         return routes
 
-    def _used(self, assembler: _Assembler) -> float:
-        """Tokens an attempt used: the provider's usage, else what reached the caller."""
-        if assembler.usage is not None:
-            return float(assembler.usage.total_tokens)
-        if not assembler.delivered:
-            return 0.0  # nothing generated: the whole reservation goes back
-        return float(self._ctx.input_tokens().tokens)
+    def _settle_limit(
+        self,
+        reservation: Reservation | None,
+        assembler: _Assembler | None,
+        error: ProviderError | None = None,
+    ) -> None:
+        """Settle an attempt's rate-limit reservation once (see
+        :meth:`_Assembler.limit_steps`; without an assembler nothing was sent)."""
+        limiter = self._stages.limiter
+        if reservation is None or limiter is None or reservation.done:
+            return
+        if assembler is None:
+            args, taught = pipeline.settle_args(reservation), None
+        else:
+            args, taught = assembler.limit_steps(reservation, error)
+        if args is not None:
+            limiter.settle(reservation.route, **args)
+        if taught is not None:
+            limiter.learn(reservation.route, **taught)
+
+    async def _asettle_limit(
+        self,
+        reservation: Reservation | None,
+        assembler: _Assembler | None,
+        error: ProviderError | None = None,
+    ) -> None:
+        """Async twin of :meth:`_settle_limit` (shielded: it also runs when cancelled)."""
+        limiter = self._stages.limiter
+        if reservation is None or limiter is None or reservation.done:
+            return
+        if assembler is None:
+            args, taught = pipeline.settle_args(reservation), None
+        else:
+            args, taught = assembler.limit_steps(reservation, error)
+        with anyio.CancelScope(shield=True):
+            if args is not None:
+                await limiter.asettle(reservation.route, **args)
+            if taught is not None:
+                await limiter.alearn(reservation.route, **taught)
 
     def _worth_yielding(self, chunk: StreamChunk) -> bool:
         """Skip chunks that carry nothing (a retry's second role-only opening chunk)."""
@@ -317,16 +384,16 @@ class ChatStream(_StreamBase):
                     if not permit.allowed:
                         pipeline.route_refused(self._ctx, self._stages, route, permit)
                         break
-                reserved = (
-                    None if raced else pipeline.token_reservation(self._ctx, self._stages, route)
+                reservation = (
+                    self._winner_reservation
+                    if raced
+                    else pipeline.token_reservation(self._ctx, self._stages, route)
                 )
-                if reserved is not None and limiter is not None:
+                if reservation is not None and limiter is not None and not reservation.granted:
                     grant = limiter.reserve(
-                        route.name,
-                        tokens=reserved,
-                        priority=self._ctx.priority,
-                        max_wait=pipeline.rate_wait_allowed(self._ctx),
+                        route.name, **pipeline.reserve_args(self._ctx, reservation)
                     )
+                    pipeline.granted(reservation, grant)
                     if not grant.allowed:
                         pipeline.route_rate_limited(self._ctx, route, grant)
                         if breakers is not None:
@@ -349,8 +416,7 @@ class ChatStream(_StreamBase):
                             yield chunk
                     finished = True
                 except ProviderError as failure:
-                    if reserved is not None and limiter is not None:
-                        limiter.settle(route.name, token_delta=self._used(assembler) - reserved)
+                    self._settle_limit(reservation, assembler, failure)
                     if breakers is not None:
                         breakers.record(route.name, failure, seconds=assembler.seconds())
                         recorded = True
@@ -370,10 +436,9 @@ class ChatStream(_StreamBase):
                     chunks.close()
                     if breakers is not None and not (finished or recorded):
                         breakers.release(route.name)  # closed early: no outcome to record
+                    self._settle_limit(reservation, assembler)  # closed early, or the end
                 if breakers is not None:
                     breakers.record(route.name, None, seconds=assembler.seconds())
-                if reserved is not None and limiter is not None:
-                    limiter.settle(route.name, token_delta=self._used(assembler) - reserved)
                 self._finish_route(assembler, route.name)
                 return
         degraded = self._degraded()
@@ -459,22 +524,26 @@ class AsyncChatStream(_StreamBase):
                     if not permit.allowed:
                         pipeline.route_refused(self._ctx, self._stages, route, permit)
                         break
-                reserved = (
-                    None if raced else pipeline.token_reservation(self._ctx, self._stages, route)
+                reservation = (
+                    self._winner_reservation
+                    if raced
+                    else pipeline.token_reservation(self._ctx, self._stages, route)
                 )
-                if reserved is not None and limiter is not None:
+                if reservation is not None and limiter is not None and not reservation.granted:
                     grant = await limiter.areserve(
-                        route.name,
-                        tokens=reserved,
-                        priority=self._ctx.priority,
-                        max_wait=pipeline.rate_wait_allowed(self._ctx),
+                        route.name, **pipeline.reserve_args(self._ctx, reservation)
                     )
+                    pipeline.granted(reservation, grant)
                     if not grant.allowed:
                         pipeline.route_rate_limited(self._ctx, route, grant)
                         if breakers is not None:
                             await breakers.arelease(route.name)
                         break
-                    await anyio.sleep(grant.wait)
+                    try:
+                        await anyio.sleep(grant.wait)
+                    except BaseException:  # cancelled while waiting: nothing was sent
+                        await self._asettle_limit(reservation, None)
+                        raise
                 attempt += 1
                 assembler = self._start_attempt(route.name)
                 chunks = raced or route.astream(
@@ -491,10 +560,7 @@ class AsyncChatStream(_StreamBase):
                             yield chunk
                     finished = True
                 except ProviderError as failure:
-                    if reserved is not None and limiter is not None:
-                        await limiter.asettle(
-                            route.name, token_delta=self._used(assembler) - reserved
-                        )
+                    await self._asettle_limit(reservation, assembler, failure)
                     if breakers is not None:
                         await breakers.arecord(route.name, failure, seconds=assembler.seconds())
                         recorded = True
@@ -515,10 +581,9 @@ class AsyncChatStream(_StreamBase):
                     await chunks.aclose()
                     if breakers is not None and not (finished or recorded):
                         await breakers.arelease(route.name)  # closed early: no outcome
+                    await self._asettle_limit(reservation, assembler)  # closed early, or the end
                 if breakers is not None:
                     await breakers.arecord(route.name, None, seconds=assembler.seconds())
-                if reserved is not None and limiter is not None:
-                    await limiter.asettle(route.name, token_delta=self._used(assembler) - reserved)
                 self._finish_route(assembler, route.name)
                 return
         degraded = self._degraded()
@@ -596,6 +661,8 @@ class _Race:
     losers: list[Provider] = field(default_factory=list)
     started: int = 0
     unexpected: BaseException | None = None
+    refused: list[Provider] = field(default_factory=list)  # no rate-limit room: not started
+    reservations: dict[str, Reservation | None] = field(default_factory=dict)
 
 
 def _replay(
@@ -618,6 +685,77 @@ async def _areplay(
             yield chunk
     finally:
         await rest.aclose()
+
+
+def _reserve_leg(
+    ctx: CallContext, stages: Stages, route: Provider, *, wait: bool
+) -> tuple[bool, Reservation | None]:
+    """A race leg's rate-limit reservation: (may start, the reservation). The first leg may
+    wait for its slot; the second may not (a hedge that waited would defeat its purpose).
+    A leg without room gives its breaker permit back."""
+    leg = pipeline.token_reservation(ctx, stages, route)
+    if leg is None or stages.limiter is None:
+        return True, None
+    grant = stages.limiter.reserve(route.name, **pipeline.reserve_args(ctx, leg, wait=wait))
+    pipeline.granted(leg, grant)
+    if not grant.allowed:
+        pipeline.route_rate_limited(ctx, route, grant)
+        if stages.breakers is not None:
+            stages.breakers.release(route.name)
+        return False, None
+    time.sleep(grant.wait)
+    return True, leg
+
+
+async def _areserve_leg(
+    ctx: CallContext, stages: Stages, route: Provider, *, wait: bool
+) -> tuple[bool, Reservation | None]:
+    """Async twin of :func:`_reserve_leg`."""
+    leg = pipeline.token_reservation(ctx, stages, route)
+    if leg is None or stages.limiter is None:
+        return True, None
+    grant = await stages.limiter.areserve(route.name, **pipeline.reserve_args(ctx, leg, wait=wait))
+    pipeline.granted(leg, grant)
+    if not grant.allowed:
+        pipeline.route_rate_limited(ctx, route, grant)
+        if stages.breakers is not None:
+            await stages.breakers.arelease(route.name)
+        return False, None
+    try:
+        await anyio.sleep(grant.wait)
+    except BaseException:
+        await _asettle_leg(stages, leg)
+        raise
+    return True, leg
+
+
+def _settle_leg(
+    stages: Stages, leg: Reservation | None, error: ProviderError | None = None
+) -> None:
+    """Settle a race leg that will not be streamed: a failed one gives its tokens back (and
+    teaches a 429's pause); a loser or a leg cut at the deadline was sent, so it keeps them
+    and only gives its concurrency lease back."""
+    if leg is None or stages.limiter is None:
+        return
+    args = pipeline.settle_args(leg, refund=error is not None)
+    if args is not None:
+        stages.limiter.settle(leg.route, **args)
+    if isinstance(error, RateLimitedError):
+        stages.limiter.learn(leg.route, pause=error.retry_after or 0.0)
+
+
+async def _asettle_leg(
+    stages: Stages, leg: Reservation | None, error: ProviderError | None = None
+) -> None:
+    """Async twin of :func:`_settle_leg` (shielded)."""
+    if leg is None or stages.limiter is None:
+        return
+    args = pipeline.settle_args(leg, refund=error is not None)
+    with anyio.CancelScope(shield=True):
+        if args is not None:
+            await stages.limiter.asettle(leg.route, **args)
+        if isinstance(error, RateLimitedError):
+            await stages.limiter.alearn(leg.route, pause=error.retry_after or 0.0)
 
 
 def _second_allowed(ctx: CallContext, stages: Stages, second: Provider) -> bool:
@@ -667,7 +805,12 @@ def race_sync(
         finally:
             events.put(runner)
 
-    def start(route: Provider) -> None:
+    def start(route: Provider, *, wait: bool) -> bool:
+        allowed, leg = _reserve_leg(ctx, stages, route, wait=wait)
+        if not allowed:
+            race.refused.append(route)
+            return False
+        race.reservations[route.name] = leg
         chunks = route.stream(
             request,
             model=pipeline.route_model(route, request),
@@ -679,9 +822,11 @@ def race_sync(
         runners[route.name] = (runner, chunks, thread)
         race.started += 1
         thread.start()
+        return True
 
     race, hedged = _Race(), False
-    start(pair[0])
+    if not start(pair[0], wait=True):
+        return race
     waiting = 1
     while waiting:
         timeout = min(delay if not hedged else math.inf, ctx.remaining())
@@ -691,8 +836,7 @@ def race_sync(
             if hedged or ctx.remaining() <= 0:
                 break
             hedged = True
-            if _second_allowed(ctx, stages, pair[1]):
-                start(pair[1])
+            if _second_allowed(ctx, stages, pair[1]) and start(pair[1], wait=False):
                 waiting += 1
             continue
         waiting -= 1
@@ -706,10 +850,10 @@ def race_sync(
         race.errors[runner.route.name] = runner.error
         if stages.breakers is not None:
             stages.breakers.record(runner.route.name, runner.error, seconds=0.0)
+        _settle_leg(stages, race.reservations.get(runner.route.name), runner.error)
         if not hedged and _hedge_on(stages, runner):
             hedged = True
-            if _second_allowed(ctx, stages, pair[1]):
-                start(pair[1])
+            if _second_allowed(ctx, stages, pair[1]) and start(pair[1], wait=False):
                 waiting += 1
     with lock:
         stop.set()
@@ -719,8 +863,11 @@ def race_sync(
         if race.winner is not None and name == race.winner.name:
             race.chunks = _replay(runner.buffered, chunks)
             continue
+        if unexpected is not None:
+            _settle_leg(stages, race.reservations.get(name))
         if error is not None or unexpected is not None:
             continue
+        _settle_leg(stages, race.reservations.get(name))  # a loser, or cut at the deadline
         if ready:
             chunks.close()  # it had content too, a moment late: end it here
         if race.winner is None and race.unexpected is None and ctx.remaining() <= 0:
@@ -759,14 +906,16 @@ async def race_async(
             race.errors[runner.route.name] = error
             if stages.breakers is not None:
                 await stages.breakers.arecord(runner.route.name, error, seconds=0.0)
+            await _asettle_leg(stages, race.reservations.get(runner.route.name), error)
         except Exception as error:  # not a provider failure: re-raised by the caller
             runner.unexpected = race.unexpected = error
         waiting -= 1
         if race.winner is not None or race.unexpected is not None or waiting == 0:
             settled.set()
 
-    def start(tasks: anyio.abc.TaskGroup, route: Provider) -> None:
+    def start(tasks: anyio.abc.TaskGroup, route: Provider, leg: Reservation | None) -> None:
         nonlocal waiting
+        race.reservations[route.name] = leg
         chunks = route.astream(
             request,
             model=pipeline.route_model(route, request),
@@ -779,11 +928,15 @@ async def race_async(
         waiting += 1
         tasks.start_soon(prefetch, runner, chunks)
 
+    allowed, first_leg = await _areserve_leg(ctx, stages, pair[0], wait=True)
+    if not allowed:
+        race.refused.append(pair[0])
+        return race
     handed_over = False
     try:
         with anyio.move_on_after(max(0.0, ctx.remaining())):
             async with anyio.create_task_group() as tasks:
-                start(tasks, pair[0])
+                start(tasks, pair[0], first_leg)
                 with anyio.move_on_after(delay):
                     await settled.wait()
                 first = streams[pair[0].name][0]
@@ -793,8 +946,10 @@ async def race_async(
                     and (first.error is None or _hedge_on(stages, first))
                     and (stages.breakers is None or await _asecond_allowed(ctx, stages, pair[1]))
                 ):
-                    settled = anyio.Event()
-                    start(tasks, pair[1])
+                    allowed, second_leg = await _areserve_leg(ctx, stages, pair[1], wait=False)
+                    if allowed:
+                        settled = anyio.Event()
+                        start(tasks, pair[1], second_leg)
                 if waiting:
                     await settled.wait()
                 tasks.cancel_scope.cancel()
@@ -809,6 +964,8 @@ async def race_async(
                 if handed_over and race.winner is not None and name == race.winner.name:
                     continue
                 await chunks.aclose()
+                if runner.error is None:  # a loser, cut at the deadline, or a bug: it was sent
+                    await _asettle_leg(stages, race.reservations.get(name))
                 if runner.error is not None or runner.unexpected is not None:
                     continue
                 if race.winner is None and race.unexpected is None and ctx.remaining() <= 0:

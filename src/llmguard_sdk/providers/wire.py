@@ -238,6 +238,7 @@ class StreamState:
         self.delivered_tool_calls = False
         self.status = 0
         self.headers: dict[str, str] = {}
+        self._headers_given = False  # the first chunk carries the response headers
 
     def accept(self, status: int, headers: Mapping[str, str]) -> bool:
         """Whether the answer is a 200 event stream; False means: read the error body."""
@@ -308,9 +309,16 @@ class StreamState:
                 model=_str_or_none(event.get("model")) or "",
                 route=self.route,
                 id=_str_or_none(event.get("id")),
+                headers=self._first_headers(),
             )
         except ValidationError:
             raise self.failure(MalformedResponseError, "stream event does not fit") from None
+
+    def _first_headers(self) -> dict[str, str]:
+        if self._headers_given:
+            return {}
+        self._headers_given = True
+        return self.headers
 
     def check_ended(self) -> None:
         """The body ended: fine after [DONE] (or a finish with nothing pending), else a cut."""

@@ -1,174 +1,506 @@
 """Rate-limit maths: the generic cell rate algorithm (GCRA) with a cost per call.
 
-One state per key, a *theoretical arrival time* (TAT), whatever the traffic: a limit of
-``limit`` units per ``period`` seconds emits one unit every ``period / limit`` seconds and lets
-a burst of up to ``limit`` units through. A call costing ``n`` units moves the TAT forward by
-``n`` emission intervals; it fits when the new TAT is at most one ``period`` ahead of now.
-There are no window boundaries, so no double bursts at a minute's edge.
+One state per key, a *theoretical arrival time* (TAT) per measured quantity, whatever the
+traffic: a limit of ``limit`` units per ``period`` seconds emits one unit every
+``period / limit`` seconds and lets a burst of up to ``burst`` x ``limit`` units through. A
+call costing ``n`` units moves the TAT forward by ``n`` emission intervals; it fits when the
+new TAT is at most ``burst`` periods ahead of now. There are no window boundaries, so no
+double bursts at a minute's edge.
 
-Requests and tokens are two limits of one key; a call reserves both or neither. Tokens are
-reserved before the call (estimated input plus the output limit) and settled afterwards to
-what the call really used (:func:`settle`: a refund moves the TAT back, a debit forward).
+A key's quantities are requests, tokens (input plus output), input tokens and output tokens,
+each optional; a call reserves all of them or none. Tokens are reserved before the call
+(estimated input plus the output limit) and settled afterwards to what the call really used
+(:func:`settle`: a refund moves a TAT back, a debit forward). A concurrency cap counts the
+calls in flight as *leases* that expire, so a crashed process leaks nothing: a lease is
+given back by :func:`settle` or :func:`release`, or lapses after ``lease_seconds``.
 
 Waiting is scheduling: a call that may wait ``max_wait`` seconds takes the next free slot even
 when it lies in the future, and is told to wait until then. Slots are handed out in arrival
 order, so waiting calls are served first-in first-out whatever their size, and the wait bound
-is the queue bound. A ``batch`` call leaves ``batch_headroom`` of each period to interactive
-calls: it only gets a slot that keeps that share free. Providers' own counters correct the
-state (:func:`learn`): fewer remaining units than ours, or a 429, move the TATs forward.
+is a bound on the queue's length in time; ``max_queue`` also bounds it in calls (further
+calls are shed at once). A call refused for want of a free concurrency slot may wait too: it
+joins the queue and asks again (see the limiters). A ``batch`` call leaves ``batch_headroom``
+of the burst to interactive calls: it only gets a slot that keeps that share free. Providers'
+own counters correct the state (:func:`learn`): fewer remaining units than ours, or a 429,
+move the TATs forward.
+
+Several limits can apply to one call (a route's and its tenant's): :func:`reserve_all`
+checks and debits them together, all or nothing. Each limit's state is a :class:`CellState`;
+the functions here never mutate one, they return the next.
 
 .. versionadded:: 0.1.0
+.. versionchanged:: 0.2.0
+   Input and output token limits, concurrency caps with leases, ``max_queue``, ``burst``,
+   per-tenant limits, and :func:`reserve_all` / :func:`release`.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Literal
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeVar
 
 from ..errors import ConfigurationError
 
-__all__ = ["Grant", "Priority", "RateLimit", "learn", "reserve", "settle"]
+__all__ = [
+    "CellState",
+    "Grant",
+    "Priority",
+    "RateLimit",
+    "learn",
+    "release",
+    "reserve",
+    "reserve_all",
+    "settle",
+]
+
+Priority = Literal["interactive", "batch"]
+"""``interactive`` calls may use the whole burst; ``batch`` calls leave ``batch_headroom``."""
+
+Refusal = Literal["", "rate", "concurrency", "queue", "never"]
+
+CONCURRENCY_POLL = 0.05
+"""Seconds a call refused for want of a concurrency slot is told to wait before asking again
+(when a slot frees is not known in advance)."""
+
+_EPSILON = 1e-9
+_QUANTITIES = ("rpm", "tpm", "input_tpm", "output_tpm")
+
+
+def _positive(value: object) -> bool:
+    return (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and 0 < float(value) < math.inf
+    )
 
 
 @dataclass(frozen=True)
 class RateLimit:
-    """Limits of one route (or tenant): requests and tokens per minute, either optional.
+    """Limits of one route (or of each tenant on it), every one optional.
 
     Args:
-        rpm: requests per minute.
-        tpm: tokens (input plus output) per minute.
-        period: the period the limits are stated for, in seconds (60).
+        rpm: requests per ``period``.
+        tpm: tokens (input plus output) per ``period``.
+        input_tpm: input tokens per ``period``.
+        output_tpm: output tokens per ``period`` (reserved as ``max_tokens``, settled to the
+            real count).
+        concurrency: calls in flight at once.
+        period: the period the limits are stated for, in seconds (60: per minute).
+        burst: the share of a period's allowance that may go out at once (1: a whole
+            period, as a token-bucket provider allows). A provider that counts a sliding
+            window lets any window hold one period's allowance: with ``burst`` b the limiter
+            keeps every window under (1 + b) x the limit, so set the limit to
+            ``provider limit / (1 + b)`` against such a provider, or a small ``burst``.
+            A single call larger than ``burst`` x the limit never fits.
         reserve_output_tokens: output tokens reserved for a call that sets no ``max_tokens``
             (settled to the real count afterwards).
-        max_wait: seconds a call may wait for a slot (within its deadline); 0 refuses at once.
-        batch_headroom: share of each period that ``batch`` calls leave to interactive ones.
+        max_wait: seconds a call may wait for room in this limit (within its deadline);
+            0 refuses at once.
+        max_queue: calls that may wait for this limit at once; more are refused at once
+            (``None``: only ``max_wait`` bounds the queue).
+        batch_headroom: share of the burst that ``batch`` calls leave to interactive ones.
+        per_tenant: the limit applies to each tenant of the route separately (calls without
+            a tenant share one state); otherwise to the route as a whole.
+        lease_seconds: longest a concurrency slot is held when its call never gives it back
+            (a crashed process); the Guard holds one no longer than the call's deadline.
+
+    Raises:
+        ConfigurationError: a value out of range, or no limit at all.
     """
 
     rpm: float | None = None
     tpm: float | None = None
+    input_tpm: float | None = None
+    output_tpm: float | None = None
+    concurrency: int | None = None
     period: float = 60.0
+    burst: float = 1.0
     reserve_output_tokens: int = 1024
     max_wait: float = 0.0
+    max_queue: int | None = None
     batch_headroom: float = 0.2
+    per_tenant: bool = False
+    lease_seconds: float = 600.0
 
     def __post_init__(self) -> None:
-        for name in ("rpm", "tpm"):
+        for name in _QUANTITIES:
             value = getattr(self, name)
-            if value is not None and not (0 < value < math.inf):
+            if value is not None and not _positive(value):
                 raise ConfigurationError(f"RateLimit.{name} must be a positive number")
-        if not (0 < self.period < math.inf):
+        if self.concurrency is not None and (
+            not isinstance(self.concurrency, int)
+            or isinstance(self.concurrency, bool)
+            or self.concurrency < 1
+        ):
+            raise ConfigurationError("RateLimit.concurrency must be a whole number >= 1")
+        if all(getattr(self, name) is None for name in (*_QUANTITIES, "concurrency")):
+            raise ConfigurationError(
+                "a RateLimit needs rpm, tpm, input_tpm, output_tpm or concurrency"
+            )
+        if not _positive(self.period):
             raise ConfigurationError("RateLimit.period must be a positive number of seconds")
-        if self.rpm is None and self.tpm is None:
-            raise ConfigurationError("a RateLimit needs rpm, tpm or both")
-        if not (0 <= self.max_wait < math.inf) or not (0 <= self.batch_headroom < 1):
-            raise ConfigurationError("max_wait must be >= 0 and batch_headroom in [0, 1)")
+        if not (_positive(self.burst) and self.burst <= 1):
+            raise ConfigurationError("RateLimit.burst must be in (0, 1]")
+        if not isinstance(self.max_wait, (int, float)) or not (0 <= self.max_wait < math.inf):
+            raise ConfigurationError("RateLimit.max_wait must be a number of seconds >= 0")
+        if not isinstance(self.batch_headroom, (int, float)) or not (0 <= self.batch_headroom < 1):
+            raise ConfigurationError("RateLimit.batch_headroom must be in [0, 1)")
+        if self.max_queue is not None and (
+            not isinstance(self.max_queue, int)
+            or isinstance(self.max_queue, bool)
+            or self.max_queue < 0
+        ):
+            raise ConfigurationError("RateLimit.max_queue must be a whole number >= 0 or None")
+        if not isinstance(self.reserve_output_tokens, int) or self.reserve_output_tokens < 0:
+            raise ConfigurationError("RateLimit.reserve_output_tokens must be a whole number >= 0")
+        if not isinstance(self.per_tenant, bool):
+            raise ConfigurationError("RateLimit.per_tenant must be True or False")
+        if not _positive(self.lease_seconds):
+            raise ConfigurationError("RateLimit.lease_seconds must be a positive number")
+
+    def limits(self) -> tuple[float | None, float | None, float | None, float | None]:
+        """(rpm, tpm, input_tpm, output_tpm): the order of :attr:`CellState.tats`."""
+        return self.rpm, self.tpm, self.input_tpm, self.output_tpm
+
+    def capacity(self, priority: Priority = "interactive") -> float:
+        """Seconds of allowance a call of ``priority`` may use ahead of now."""
+        share = 1.0 - (self.batch_headroom if priority == "batch" else 0.0)
+        return self.period * self.burst * share
+
+    def patience(self, max_wait: float | None) -> float:
+        """How long a call allowed ``max_wait`` may wait for this limit."""
+        if max_wait is None:
+            return float(self.max_wait)
+        return max(0.0, min(float(max_wait), float(self.max_wait)))
 
 
 @dataclass(frozen=True)
 class Grant:
     """The answer to a reservation.
 
-    ``allowed`` with ``wait`` seconds to wait before sending (0: now); or refused, with
-    ``retry_after`` seconds until the call would fit.
+    ``allowed`` with ``wait`` seconds to wait before sending (0: now) and, under a
+    concurrency cap, the ``lease`` to give back; or refused, with ``retry_after`` seconds
+    until the call would fit and the ``reason``: ``"rate"`` (no room in time), ``"never"``
+    (larger than a burst allows), ``"concurrency"`` (no slot free), ``"queue"`` (the queue is
+    full). ``queued``: a refusal for want of a concurrency slot that joined the queue; ask
+    again after ``retry_after``.
     """
 
     allowed: bool
     retry_after: float = 0.0
     wait: float = 0.0
+    lease: str | None = None
+    reason: Refusal = ""
+    queued: bool = False
 
 
-def _interval(limit: float, period: float) -> float:
-    return period / limit
+@dataclass(frozen=True)
+class CellState:
+    """The state of one limit: a TAT per quantity (requests, tokens, input, output), the
+    leases of the calls in flight and the calls waiting, each id with the instant it lapses.
+    """
+
+    tats: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
+    leases: Mapping[str, float] = field(default_factory=dict)
+    queue: Mapping[str, float] = field(default_factory=dict)
+
+    def idle(self, now: float) -> bool:
+        """True when forgetting this state changes nothing (every TAT passed, nothing held)."""
+        return (
+            all(tat <= now for tat in self.tats)
+            and not any(until > now for until in self.leases.values())
+            and not any(until > now for until in self.queue.values())
+        )
 
 
-def _fits(
-    tat: float, now: float, cost: float, interval: float, capacity: float
-) -> tuple[float, float]:
-    """(new TAT, seconds over) for ``cost`` units, when the call may use ``capacity`` seconds
-    of the period ahead."""
-    new_tat = max(tat, now) + cost * interval
-    return new_tat, new_tat - now - capacity
+def _live(entries: Mapping[str, float], now: float) -> dict[str, float]:
+    return {key: until for key, until in entries.items() if until > now}
 
 
-Priority = Literal["interactive", "batch"]
+@dataclass(frozen=True)
+class _Costs:
+    requests: float
+    tokens: float
+    input: float
+    output: float
+
+    def of(self, index: int) -> float:
+        return (self.requests, self.tokens, self.input, self.output)[index]
+
+
+def _costs(
+    requests: float, tokens: float, input_tokens: float | None, output_tokens: float | None
+) -> _Costs:
+    """The four costs; an unknown split counts the whole of ``tokens`` (the safe side)."""
+    if not tokens and (input_tokens is not None or output_tokens is not None):
+        tokens = (input_tokens or 0.0) + (output_tokens or 0.0)
+    return _Costs(
+        requests,
+        tokens,
+        tokens if input_tokens is None else input_tokens,
+        tokens if output_tokens is None else output_tokens,
+    )
+
+
+def _evaluate(
+    state: CellState, now: float, limit: RateLimit, costs: _Costs, priority: Priority
+) -> tuple[float, tuple[float, float, float, float]]:
+    """(seconds the call must wait for this limit, or inf; the TATs after it)."""
+    capacity = limit.capacity(priority)
+    over = 0.0
+    tats = list(state.tats)
+    for index, per_period in enumerate(limit.limits()):
+        if per_period is None:
+            continue
+        cost = costs.of(index)
+        interval = limit.period / per_period
+        if cost * interval > capacity + _EPSILON:
+            return math.inf, state.tats
+        tats[index] = max(state.tats[index], now) + cost * interval
+        over = max(over, tats[index] - now - capacity)
+    return over, (tats[0], tats[1], tats[2], tats[3])
+
+
+def reserve_all(
+    cells: Sequence[tuple[CellState, RateLimit]],
+    now: float,
+    *,
+    requests: float = 1.0,
+    tokens: float = 0.0,
+    input_tokens: float | None = None,
+    output_tokens: float | None = None,
+    priority: Priority = "interactive",
+    max_wait: float | None = None,
+    call_id: str = "",
+    lease_seconds: float | None = None,
+) -> tuple[Grant, list[CellState]]:
+    """Reserve one call on every limit of ``cells``, all or none.
+
+    ``call_id`` names the call in leases and the queue (needed with ``concurrency`` or
+    ``max_queue``; a call asking again after ``queued`` passes the same id).
+    ``lease_seconds`` (at most each limit's own) bounds how long a concurrency slot is held.
+    A refusal changes nothing, except that a call refused for a concurrency slot joins the
+    queue when it may wait (``queued``).
+    """
+    costs = _costs(requests, tokens, input_tokens, output_tokens)
+    fresh = [
+        CellState(state.tats, _live(state.leases, now), _live(state.queue, now))
+        for state, _ in cells
+    ]
+    wait, planned, full = 0.0, [], []
+    for state, (_, limit) in zip(fresh, cells, strict=True):
+        over, tats = _evaluate(state, now, limit, costs, priority)
+        if over == math.inf:
+            return Grant(False, math.inf, reason="never"), [s for s, _ in cells]
+        if over > limit.patience(max_wait) + _EPSILON:
+            return Grant(False, over, reason="rate"), [s for s, _ in cells]
+        wait = max(wait, over)
+        planned.append(tats)
+        if limit.concurrency is not None:
+            held = sum(1 for lease in state.leases if lease != call_id)
+            full.append(held >= limit.concurrency)
+        else:
+            full.append(False)
+    if any(full):
+        return _no_slot(fresh, cells, full, now, max_wait, call_id)
+    for state, (_, limit) in zip(fresh, cells, strict=True):
+        if limit.max_queue is not None and wait > _EPSILON:
+            waiting = sum(1 for other in state.queue if other != call_id)
+            if waiting >= limit.max_queue:
+                return Grant(False, wait, reason="queue"), [s for s, _ in cells]
+    lease = None
+    result = []
+    for state, (_, limit), tats in zip(fresh, cells, planned, strict=True):
+        leases, queue = dict(state.leases), dict(state.queue)
+        queue.pop(call_id, None)
+        if wait > _EPSILON and limit.max_queue is not None:
+            queue[call_id] = now + wait  # waiting for its slot: in the queue until then
+        if limit.concurrency is not None:
+            hold = limit.lease_seconds if lease_seconds is None else lease_seconds
+            leases[call_id] = now + wait + min(hold, limit.lease_seconds)
+            lease = call_id
+        result.append(CellState(tats, leases, queue))
+    return Grant(True, wait=max(0.0, wait), lease=lease), result
+
+
+def _no_slot(
+    fresh: list[CellState],
+    cells: Sequence[tuple[CellState, RateLimit]],
+    full: list[bool],
+    now: float,
+    max_wait: float | None,
+    call_id: str,
+) -> tuple[Grant, list[CellState]]:
+    """Every concurrency slot is taken: join the queue to ask again, or be shed."""
+    limits = [limit for _, limit in cells]
+    patience = min(
+        limit.patience(max_wait) for limit, busy in zip(limits, full, strict=True) if busy
+    )
+    if patience <= _EPSILON or not call_id:
+        return Grant(False, CONCURRENCY_POLL, reason="concurrency"), [s for s, _ in cells]
+    for state, limit, busy in zip(fresh, limits, full, strict=True):
+        queue_full = limit.max_queue is not None and len(state.queue) >= limit.max_queue
+        if busy and queue_full and call_id not in state.queue:
+            return Grant(False, CONCURRENCY_POLL, reason="queue"), [s for s, _ in cells]
+    result = []
+    for state, busy in zip(fresh, full, strict=True):
+        queue = dict(state.queue)
+        if busy:
+            queue[call_id] = max(queue.get(call_id, 0.0), now + patience)
+        result.append(CellState(state.tats, state.leases, queue))
+    return Grant(False, CONCURRENCY_POLL, reason="concurrency", queued=True), result
+
+
+_State = TypeVar("_State", CellState, tuple[float, ...])
+
+
+def _as_cell(state: CellState | tuple[float, ...], limit: RateLimit) -> CellState:
+    if isinstance(state, CellState):
+        return state
+    if len(state) < 4 and (
+        limit.input_tpm is not None
+        or limit.output_tpm is not None
+        or limit.concurrency is not None
+        or limit.max_queue is not None
+    ):
+        raise ValueError("this limit needs a CellState (input/output tokens, leases, queue)")
+    padded = (*state, 0.0, 0.0, 0.0, 0.0)[:4]
+    return CellState((padded[0], padded[1], padded[2], padded[3]))
+
+
+def _like(state: CellState | tuple[float, ...], cell: CellState) -> Any:
+    """``cell`` in the form ``state`` came in: a CellState, or a tuple of TATs."""
+    if isinstance(state, CellState):
+        return cell
+    return cell.tats[: max(2, len(state))]
 
 
 def reserve(
-    tats: tuple[float, float],
+    state: _State,
     now: float,
     limit: RateLimit,
     *,
     requests: float = 1.0,
     tokens: float = 0.0,
+    input_tokens: float | None = None,
+    output_tokens: float | None = None,
     priority: Priority = "interactive",
     max_wait: float | None = None,
-) -> tuple[Grant, tuple[float, float]]:
-    """Reserve ``requests`` and ``tokens`` on the (request TAT, token TAT) pair, all or none.
+    call_id: str = "",
+    lease_seconds: float | None = None,
+) -> tuple[Grant, _State]:
+    """:func:`reserve_all` for one limit.
 
-    The call may wait up to ``max_wait`` (at most the limit's own ``max_wait``) for a slot.
-    A call needing more tokens than one period allows can never fit: it is refused with
+    ``state`` is a :class:`CellState`, or for limits of requests and tokens only, the
+    (request TAT, token TAT) pair of 0.1.0; the next state comes back in the same form.
+    A call needing more than a burst allows can never fit: it is refused with
     ``retry_after`` infinity.
     """
-    request_tat, token_tat = tats
-    share = 1.0 - (limit.batch_headroom if priority == "batch" else 0.0)
-    capacity = limit.period * share
-    patience = limit.max_wait if max_wait is None else max(0.0, min(max_wait, limit.max_wait))
-    over = 0.0
-    new_request_tat, new_token_tat = request_tat, token_tat
-    if limit.rpm is not None:
-        new_request_tat, late = _fits(
-            request_tat, now, requests, _interval(limit.rpm, limit.period), capacity
-        )
-        over = max(over, late)
-    if limit.tpm is not None:
-        if tokens > limit.tpm * share:
-            return Grant(False, math.inf), tats
-        new_token_tat, late = _fits(
-            token_tat, now, tokens, _interval(limit.tpm, limit.period), capacity
-        )
-        over = max(over, late)
-    if over > patience + 1e-9:
-        return Grant(False, over), tats
-    return Grant(True, wait=max(0.0, over)), (new_request_tat, new_token_tat)
+    grant, (cell,) = reserve_all(
+        [(_as_cell(state, limit), limit)],
+        now,
+        requests=requests,
+        tokens=tokens,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        priority=priority,
+        max_wait=max_wait,
+        call_id=call_id,
+        lease_seconds=lease_seconds,
+    )
+    after: _State = _like(state, cell)
+    return grant, after
 
 
 def learn(
-    tats: tuple[float, float],
+    state: _State,
     now: float,
     limit: RateLimit,
     *,
     remaining_requests: float | None = None,
     remaining_tokens: float | None = None,
+    remaining_input_tokens: float | None = None,
+    remaining_output_tokens: float | None = None,
     pause: float | None = None,
-) -> tuple[float, float]:
+) -> _State:
     """Bring the state down to what the provider says remains (never up).
 
     ``remaining_*`` come from ``x-ratelimit-remaining-*``; ``pause`` is a 429's wait: no
     room at all until it has passed.
     """
-    request_tat, token_tat = tats
-    if limit.rpm is not None:
-        interval = _interval(limit.rpm, limit.period)
-        if remaining_requests is not None:
-            request_tat = max(request_tat, now + limit.period - remaining_requests * interval)
+    cell = _as_cell(state, limit)
+    remaining = (
+        remaining_requests,
+        remaining_tokens,
+        remaining_input_tokens,
+        remaining_output_tokens,
+    )
+    capacity = limit.capacity()
+    tats = list(cell.tats)
+    for index, per_period in enumerate(limit.limits()):
+        if per_period is None:
+            continue
+        interval = limit.period / per_period
+        left = remaining[index]
+        if left is not None:
+            tats[index] = max(tats[index], now + capacity - left * interval)
         if pause is not None:
-            request_tat = max(request_tat, now + limit.period + pause)
-    if limit.tpm is not None:
-        interval = _interval(limit.tpm, limit.period)
-        if remaining_tokens is not None:
-            token_tat = max(token_tat, now + limit.period - remaining_tokens * interval)
-        if pause is not None:
-            token_tat = max(token_tat, now + limit.period + pause)
-    return request_tat, token_tat
+            tats[index] = max(tats[index], now + capacity + pause)
+    learned: _State = _like(
+        state, CellState((tats[0], tats[1], tats[2], tats[3]), cell.leases, cell.queue)
+    )
+    return learned
 
 
 def settle(
-    tats: tuple[float, float], now: float, limit: RateLimit, *, token_delta: float
-) -> tuple[float, float]:
-    """Correct a reservation by ``token_delta`` tokens (negative: a refund)."""
-    if limit.tpm is None or token_delta == 0:
-        return tats
-    request_tat, token_tat = tats
-    token_tat += token_delta * _interval(limit.tpm, limit.period)
-    return request_tat, max(token_tat, now) if token_delta < 0 else token_tat
+    state: _State,
+    now: float,
+    limit: RateLimit,
+    *,
+    token_delta: float = 0.0,
+    input_delta: float | None = None,
+    output_delta: float | None = None,
+    lease: str | None = None,
+) -> _State:
+    """Correct a reservation by what the call really used (negative: a refund), and give
+    its ``lease`` back.
+
+    ``token_delta`` is the change of input plus output tokens; ``input_delta`` and
+    ``output_delta`` correct the separate limits. When only ``token_delta`` is known, a
+    debit moves each of them by all of it and a refund moves neither (the safe side).
+    """
+    cell = _as_cell(state, limit)
+    if not token_delta and (input_delta is not None or output_delta is not None):
+        token_delta = (input_delta or 0.0) + (output_delta or 0.0)
+    deltas = (
+        0.0,
+        token_delta,
+        max(token_delta, 0.0) if input_delta is None else input_delta,
+        max(token_delta, 0.0) if output_delta is None else output_delta,
+    )
+    tats = list(cell.tats)
+    for index, per_period in enumerate(limit.limits()):
+        delta = deltas[index]
+        if per_period is None or not delta:
+            continue
+        tats[index] += delta * limit.period / per_period
+        if delta < 0:
+            tats[index] = max(tats[index], now)
+    leases = cell.leases
+    if lease is not None and lease in leases:
+        leases = {key: until for key, until in leases.items() if key != lease}
+    settled: _State = _like(
+        state, CellState((tats[0], tats[1], tats[2], tats[3]), leases, cell.queue)
+    )
+    return settled
+
+
+def release(state: CellState, now: float, lease: str) -> CellState:
+    """Give a concurrency lease back (the call ended without anything to settle)."""
+    if lease not in state.leases:
+        return state
+    return CellState(
+        state.tats, {k: v for k, v in _live(state.leases, now).items() if k != lease}, state.queue
+    )

@@ -1,9 +1,14 @@
 """Rate limits shared by every process through Redis: one Lua script per decision.
 
-A reservation checks and debits the request and token budgets of a key together (all or
-nothing) with Redis ``TIME`` as the clock; the key's hash lives under its own hash tag, so it
-works on Redis Cluster. If Redis cannot be reached, each process falls back to its own
-in-memory limiter for a few seconds and logs it once: calls go on, limited per process.
+A reservation checks and debits every limit of a route, and of the call's tenant, together
+(all or nothing: requests, tokens, input and output tokens, a concurrency slot, a place in
+the queue) with Redis ``TIME`` as the clock. Every key of a route, its per-tenant keys
+included, lives under the route's hash tag, so one script touches one slot and works on
+Redis Cluster. Tenant ids are hashed into the keys. Concurrency slots are leases that lapse
+on their own, so a crashed process leaks none.
+
+If Redis cannot be reached, each process falls back to its own in-memory limiter for a few
+seconds and logs it once: calls go on, limited per process.
 
 .. versionadded:: 0.1.0
 """
@@ -11,14 +16,18 @@ in-memory limiter for a few seconds and logs it once: calls go on, limited per p
 from __future__ import annotations
 
 import math
+import random
+import time
 from importlib import resources
-from typing import Any
+from typing import Any, cast
 
+import anyio
 import redis
 
 from ..store import Outage, RedisScripts, RedisStore, hash_id
+from ._rules import LimitsConfig, Rules, new_call_id, normalize, wait_bound
 from .memory import MemoryRateLimiter
-from .policy import Grant, Priority, RateLimit
+from .policy import CONCURRENCY_POLL, Grant, Priority, RateLimit
 
 __all__ = ["RedisRateLimiter"]
 
@@ -28,86 +37,198 @@ _SETTLE = _LUA.joinpath("settle.lua").read_text(encoding="utf-8")
 _LEARN = _LUA.joinpath("learn.lua").read_text(encoding="utf-8")
 
 
+def _opt(value: float | None) -> float | str:
+    return "" if value is None else value
+
+
 class RedisRateLimiter:
     """:class:`~llmguard_sdk.ratelimit.MemoryRateLimiter`'s contract, shared through Redis.
 
-    Keys: ``{prefix}:rl:{<key hash>}``. ``clock_offset`` shifts the scripts' clock for tests.
+    Keys of a route: ``{prefix}:rl:{<route hash>}:<limit index>`` (a hash of TATs), plus
+    ``:q`` (the queue) and ``:c`` (concurrency leases); a per-tenant limit adds
+    ``:t:<tenant hash>`` before those. ``clock_offset`` shifts the scripts' clock for tests.
     """
 
-    def __init__(self, store: RedisStore, limits: dict[str, RateLimit]) -> None:
-        self.limits = dict(limits)
+    def __init__(self, store: RedisStore, limits: LimitsConfig) -> None:
+        self.limits: Rules = normalize(limits)
         self.clock_offset = 0.0
         self._store = store
         self._scripts = RedisScripts(store, _RESERVE, _SETTLE, _LEARN)
-        self._fallback = MemoryRateLimiter(limits)
+        self._fallback = MemoryRateLimiter(self.limits)
         self._outage = Outage("rate limits", "limiting per process")
 
-    def _key(self, key: str) -> list[str]:
-        return [self._store.key("rl", hash_id(key))]
+    def rules(self, key: str) -> tuple[RateLimit, ...]:
+        """The limits that apply on ``key`` (empty: none)."""
+        return self.limits.get(key, ())
 
-    def _reserve_args(
+    def _cells(
+        self, key: str, tenant: str | None, *, route_only: bool = False
+    ) -> list[tuple[list[str], RateLimit]]:
+        tag = hash_id(key)
+        found = []
+        for index, limit in enumerate(self.rules(key)):
+            if limit.per_tenant and route_only:
+                continue
+            parts = [str(index)]
+            if limit.per_tenant:
+                parts += ["t", hash_id(tenant or "")]
+            base = self._store.key("rl", tag, *parts)
+            found.append(([base, base + ":q", base + ":c"], limit))
+        return found
+
+    def _reserve_call(
         self,
-        limit: RateLimit,
+        cells: list[tuple[list[str], RateLimit]],
+        call_id: str,
         requests: float,
         tokens: float,
+        input_tokens: float | None,
+        output_tokens: float | None,
         priority: Priority,
         max_wait: float | None,
-    ) -> list[Any]:
-        share = 1.0 - (limit.batch_headroom if priority == "batch" else 0.0)
-        patience = limit.max_wait if max_wait is None else max(0.0, min(max_wait, limit.max_wait))
-        return [
-            "" if limit.rpm is None else limit.rpm,
-            "" if limit.tpm is None else limit.tpm,
-            limit.period,
+        lease_seconds: float | None,
+    ) -> tuple[list[str], list[Any]]:
+        if not tokens and (input_tokens is not None or output_tokens is not None):
+            tokens = (input_tokens or 0.0) + (output_tokens or 0.0)
+        keys: list[str] = []
+        args: list[Any] = [
+            self.clock_offset,
             requests,
             tokens,
-            self.clock_offset,
-            share,
-            patience,
+            tokens if input_tokens is None else input_tokens,
+            tokens if output_tokens is None else output_tokens,
+            call_id,
+            CONCURRENCY_POLL,
         ]
-
-    def _learn_args(
-        self,
-        limit: RateLimit,
-        remaining_requests: float | None,
-        remaining_tokens: float | None,
-        pause: float | None,
-    ) -> list[Any]:
-        return [
-            "" if limit.rpm is None else limit.rpm,
-            "" if limit.tpm is None else limit.tpm,
-            limit.period,
-            "" if remaining_requests is None else remaining_requests,
-            "" if remaining_tokens is None else remaining_tokens,
-            "" if pause is None else pause,
-            self.clock_offset,
-        ]
-
-    def _settle_args(self, limit: RateLimit, delta: float) -> list[Any]:
-        return [limit.tpm, limit.period, delta, self.clock_offset]
+        for names, limit in cells:
+            keys += names
+            held = limit.lease_seconds if lease_seconds is None else lease_seconds
+            args += [
+                *(_opt(v) for v in limit.limits()),
+                limit.period,
+                limit.capacity(priority),
+                limit.patience(max_wait),
+                _opt(limit.concurrency),
+                _opt(limit.max_queue),
+                min(held, limit.lease_seconds),
+            ]
+        return keys, args
 
     def reserve(
         self,
         key: str,
         *,
+        tenant: str | None = None,
         requests: float = 1.0,
         tokens: float = 0.0,
+        input_tokens: float | None = None,
+        output_tokens: float | None = None,
         priority: Priority = "interactive",
         max_wait: float | None = None,
+        lease_seconds: float | None = None,
     ) -> Grant:
-        """Reserve a call on ``key`` in Redis (keys without a limit always pass)."""
-        limit = self.limits.get(key)
-        if limit is None:
+        """Reserve a call on ``key`` in Redis (keys without a limit always pass); a call
+        that finds every concurrency slot taken asks again every few tens of milliseconds
+        while it may wait."""
+        cells = self._cells(key, tenant)
+        if not cells:
             return Grant(True)
-        if self._outage.up():
+        call_id = new_call_id()
+        keys, args = self._reserve_call(
+            cells,
+            call_id,
+            requests,
+            tokens,
+            input_tokens,
+            output_tokens,
+            priority,
+            max_wait,
+            lease_seconds,
+        )
+        until = time.monotonic() + wait_bound([limit for _, limit in cells], max_wait)
+        while self._outage.up():
             try:
-                args = self._reserve_args(limit, requests, tokens, priority, max_wait)
-                return _grant(self._scripts.sync(0)(keys=self._key(key), args=args))
+                grant = _grant(self._scripts.sync(0)(keys=keys, args=args))
             except redis.RedisError as exc:
                 self._outage.failed(exc)
+                break
+            left = until - time.monotonic()
+            if not grant.queued or left <= 0:
+                return _final(grant)
+            time.sleep(min(left, _poll(grant)))
         return self._fallback.reserve(
-            key, requests=requests, tokens=tokens, priority=priority, max_wait=max_wait
+            key,
+            tenant=tenant,
+            requests=requests,
+            tokens=tokens,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            priority=priority,
+            max_wait=max(0.0, until - time.monotonic()),
+            lease_seconds=lease_seconds,
         )
+
+    async def areserve(
+        self,
+        key: str,
+        *,
+        tenant: str | None = None,
+        requests: float = 1.0,
+        tokens: float = 0.0,
+        input_tokens: float | None = None,
+        output_tokens: float | None = None,
+        priority: Priority = "interactive",
+        max_wait: float | None = None,
+        lease_seconds: float | None = None,
+    ) -> Grant:
+        """Async twin of :meth:`reserve`."""
+        cells = self._cells(key, tenant)
+        if not cells:
+            return Grant(True)
+        call_id = new_call_id()
+        keys, args = self._reserve_call(
+            cells,
+            call_id,
+            requests,
+            tokens,
+            input_tokens,
+            output_tokens,
+            priority,
+            max_wait,
+            lease_seconds,
+        )
+        until = time.monotonic() + wait_bound([limit for _, limit in cells], max_wait)
+        while self._outage.up():
+            try:
+                grant = _grant(await self._scripts.aio(0)(keys=keys, args=args))
+            except redis.RedisError as exc:
+                self._outage.failed(exc)
+                break
+            left = until - time.monotonic()
+            if not grant.queued or left <= 0:
+                return _final(grant)
+            await anyio.sleep(min(left, _poll(grant)))
+        return await self._fallback.areserve(
+            key,
+            tenant=tenant,
+            requests=requests,
+            tokens=tokens,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            priority=priority,
+            max_wait=max(0.0, until - time.monotonic()),
+            lease_seconds=lease_seconds,
+        )
+
+    def _learn_call(
+        self, key: str, remaining: tuple[float | None, ...], pause: float | None
+    ) -> tuple[list[str], list[Any]]:
+        keys: list[str] = []
+        args: list[Any] = [self.clock_offset, *(_opt(v) for v in remaining), _opt(pause)]
+        for names, limit in self._cells(key, None, route_only=True):
+            keys += names
+            args += [*(_opt(v) for v in limit.limits()), limit.period, limit.capacity()]
+        return keys, args
 
     def learn(
         self,
@@ -115,16 +236,23 @@ class RedisRateLimiter:
         *,
         remaining_requests: float | None = None,
         remaining_tokens: float | None = None,
+        remaining_input_tokens: float | None = None,
+        remaining_output_tokens: float | None = None,
         pause: float | None = None,
     ) -> None:
-        """Bring ``key``'s shared state down to what the provider reported."""
-        limit = self.limits.get(key)
-        if limit is None:
+        """Bring ``key``'s shared route-wide state down to what the provider reported."""
+        remaining = (
+            remaining_requests,
+            remaining_tokens,
+            remaining_input_tokens,
+            remaining_output_tokens,
+        )
+        keys, args = self._learn_call(key, remaining, pause)
+        if not keys:
             return
         if self._outage.up():
             try:
-                args = self._learn_args(limit, remaining_requests, remaining_tokens, pause)
-                self._scripts.sync(2)(keys=self._key(key), args=args)
+                self._scripts.sync(2)(keys=keys, args=args)
                 return
             except redis.RedisError as exc:
                 self._outage.failed(exc)
@@ -132,45 +260,9 @@ class RedisRateLimiter:
             key,
             remaining_requests=remaining_requests,
             remaining_tokens=remaining_tokens,
+            remaining_input_tokens=remaining_input_tokens,
+            remaining_output_tokens=remaining_output_tokens,
             pause=pause,
-        )
-
-    def settle(self, key: str, *, token_delta: float) -> None:
-        """Correct ``key``'s reservation in Redis."""
-        limit = self.limits.get(key)
-        if limit is None or limit.tpm is None or token_delta == 0:
-            return
-        if self._outage.up():
-            try:
-                self._scripts.sync(1)(
-                    keys=self._key(key), args=self._settle_args(limit, token_delta)
-                )
-                return
-            except redis.RedisError as exc:
-                self._outage.failed(exc)
-        self._fallback.settle(key, token_delta=token_delta)
-
-    async def areserve(
-        self,
-        key: str,
-        *,
-        requests: float = 1.0,
-        tokens: float = 0.0,
-        priority: Priority = "interactive",
-        max_wait: float | None = None,
-    ) -> Grant:
-        """Async twin of :meth:`reserve`."""
-        limit = self.limits.get(key)
-        if limit is None:
-            return Grant(True)
-        if self._outage.up():
-            try:
-                args = self._reserve_args(limit, requests, tokens, priority, max_wait)
-                return _grant(await self._scripts.aio(0)(keys=self._key(key), args=args))
-            except redis.RedisError as exc:
-                self._outage.failed(exc)
-        return self._fallback.reserve(
-            key, requests=requests, tokens=tokens, priority=priority, max_wait=max_wait
         )
 
     async def alearn(
@@ -179,16 +271,23 @@ class RedisRateLimiter:
         *,
         remaining_requests: float | None = None,
         remaining_tokens: float | None = None,
+        remaining_input_tokens: float | None = None,
+        remaining_output_tokens: float | None = None,
         pause: float | None = None,
     ) -> None:
         """Async twin of :meth:`learn`."""
-        limit = self.limits.get(key)
-        if limit is None:
+        remaining = (
+            remaining_requests,
+            remaining_tokens,
+            remaining_input_tokens,
+            remaining_output_tokens,
+        )
+        keys, args = self._learn_call(key, remaining, pause)
+        if not keys:
             return
         if self._outage.up():
             try:
-                args = self._learn_args(limit, remaining_requests, remaining_tokens, pause)
-                await self._scripts.aio(2)(keys=self._key(key), args=args)
+                await self._scripts.aio(2)(keys=keys, args=args)
                 return
             except redis.RedisError as exc:
                 self._outage.failed(exc)
@@ -196,31 +295,135 @@ class RedisRateLimiter:
             key,
             remaining_requests=remaining_requests,
             remaining_tokens=remaining_tokens,
+            remaining_input_tokens=remaining_input_tokens,
+            remaining_output_tokens=remaining_output_tokens,
             pause=pause,
         )
 
-    async def asettle(self, key: str, *, token_delta: float) -> None:
-        """Async twin of :meth:`settle`."""
-        limit = self.limits.get(key)
-        if limit is None or limit.tpm is None or token_delta == 0:
+    def _settle_call(
+        self,
+        key: str,
+        tenant: str | None,
+        token_delta: float,
+        input_delta: float | None,
+        output_delta: float | None,
+        lease: str | None,
+    ) -> tuple[list[str], list[Any]] | None:
+        if not token_delta and (input_delta is not None or output_delta is not None):
+            token_delta = (input_delta or 0.0) + (output_delta or 0.0)
+        deltas = (
+            token_delta,
+            max(token_delta, 0.0) if input_delta is None else input_delta,
+            max(token_delta, 0.0) if output_delta is None else output_delta,
+        )
+        if lease is None and not any(deltas):
+            return None
+        keys: list[str] = []
+        args: list[Any] = [self.clock_offset, *deltas, lease or ""]
+        for names, limit in self._cells(key, tenant):
+            keys += names
+            args += [*(_opt(v) for v in limit.limits()), limit.period]
+        return (keys, args) if keys else None
+
+    def settle(
+        self,
+        key: str,
+        *,
+        tenant: str | None = None,
+        token_delta: float = 0.0,
+        input_delta: float | None = None,
+        output_delta: float | None = None,
+        lease: str | None = None,
+    ) -> None:
+        """Correct a reservation in Redis, and give its concurrency ``lease`` back."""
+        call = self._settle_call(key, tenant, token_delta, input_delta, output_delta, lease)
+        if call is None:
             return
         if self._outage.up():
             try:
-                await self._scripts.aio(1)(
-                    keys=self._key(key), args=self._settle_args(limit, token_delta)
-                )
+                self._scripts.sync(1)(keys=call[0], args=call[1])
                 return
             except redis.RedisError as exc:
                 self._outage.failed(exc)
-        self._fallback.settle(key, token_delta=token_delta)
+        self._fallback.settle(
+            key,
+            tenant=tenant,
+            token_delta=token_delta,
+            input_delta=input_delta,
+            output_delta=output_delta,
+            lease=lease,
+        )
+
+    async def asettle(
+        self,
+        key: str,
+        *,
+        tenant: str | None = None,
+        token_delta: float = 0.0,
+        input_delta: float | None = None,
+        output_delta: float | None = None,
+        lease: str | None = None,
+    ) -> None:
+        """Async twin of :meth:`settle`."""
+        call = self._settle_call(key, tenant, token_delta, input_delta, output_delta, lease)
+        if call is None:
+            return
+        if self._outage.up():
+            try:
+                await self._scripts.aio(1)(keys=call[0], args=call[1])
+                return
+            except redis.RedisError as exc:
+                self._outage.failed(exc)
+        self._fallback.settle(
+            key,
+            tenant=tenant,
+            token_delta=token_delta,
+            input_delta=input_delta,
+            output_delta=output_delta,
+            lease=lease,
+        )
+
+    def release(self, key: str, *, tenant: str | None = None, lease: str) -> None:
+        """Give a concurrency lease back without settling tokens."""
+        self.settle(key, tenant=tenant, lease=lease)
+
+    async def arelease(self, key: str, *, tenant: str | None = None, lease: str) -> None:
+        """Async twin of :meth:`release`."""
+        await self.asettle(key, tenant=tenant, lease=lease)
+
+    def in_flight(self, key: str, *, tenant: str | None = None) -> int:
+        """Calls holding a concurrency lease on ``key`` now (the most of any of its limits);
+        by Redis's clock."""
+        client = self._store.client
+        seconds, micros = cast(tuple[int, int], client.time())
+        now = seconds + micros / 1e6 + self.clock_offset
+        counts = [
+            int(cast(int, client.zcount(names[2], f"({now}", math.inf)))
+            for names, _ in self._cells(key, tenant)
+        ]
+        return max(counts, default=0)
+
+
+def _poll(grant: Grant) -> float:
+    """How long a queued call waits before asking again (jittered, so pollers spread)."""
+    return grant.retry_after * (0.5 + random.random())
+
+
+def _final(grant: Grant) -> Grant:
+    if grant.queued:
+        return Grant(False, grant.retry_after, reason=grant.reason)
+    return grant
 
 
 def _grant(reply: Any) -> Grant:
-    allowed, retry_after, wait = (
+    allowed, retry_after, wait, reason, lease, queued = (
         part.decode() if isinstance(part, bytes) else str(part) for part in reply
     )
     return Grant(
         bool(int(allowed)),
         math.inf if retry_after == "inf" else float(retry_after),
         wait=float(wait),
+        lease=lease or None,
+        reason=reason,  # type: ignore[arg-type]
+        queued=bool(int(queued)),
     )

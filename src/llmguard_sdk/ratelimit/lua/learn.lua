@@ -1,25 +1,32 @@
--- Bring a key's state down to what the provider reported. Mirrors ratelimit.policy.learn.
--- KEYS[1] the key's hash; ARGV: 1 rpm (''), 2 tpm (''), 3 period, 4 remaining requests (''),
--- 5 remaining tokens (''), 6 pause seconds (''), 7 clock offset
+-- Bring a route's limits down to what the provider reported (never up).
+-- Mirrors ratelimit.policy.learn.
+-- KEYS: three per limit (state hash, queue, leases; see reserve.lua).
+-- ARGV: 1 clock offset, 2-5 remaining requests, tokens, input tokens, output tokens ('' for
+--   unknown), 6 pause seconds (''); then 6 per limit: rpm, tpm, input tpm, output tpm ('' for
+--   none), period, capacity.
 local clock = redis.call('TIME')
-local now = tonumber(clock[1]) + tonumber(clock[2]) / 1000000 + tonumber(ARGV[7])
-local rpm, tpm, period = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local left_requests, left_tokens, pause = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
-local saved = redis.call('HMGET', KEYS[1], 'r', 't')
-local request_tat, token_tat = tonumber(saved[1]) or 0, tonumber(saved[2]) or 0
-if rpm then
-  if left_requests then
-    request_tat = math.max(request_tat, now + period - left_requests * period / rpm)
+local now = tonumber(clock[1]) + tonumber(clock[2]) / 1000000 + tonumber(ARGV[1])
+local left = {tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])}
+local pause = tonumber(ARGV[6])
+local fields = {'r', 't', 'i', 'o'}
+for c = 1, #KEYS / 3 do
+  local a = 6 + (c - 1) * 6
+  local period, capacity = tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6])
+  local state = KEYS[3 * c - 2]
+  local saved = redis.call('HMGET', state, 'r', 't', 'i', 'o')
+  local tats = {}
+  for q = 1, 4 do
+    tats[q] = tonumber(saved[q]) or 0
+    local limit = tonumber(ARGV[a + q])
+    if limit then
+      if left[q] then
+        tats[q] = math.max(tats[q], now + capacity - left[q] * period / limit)
+      end
+      if pause then tats[q] = math.max(tats[q], now + capacity + pause) end
+    end
   end
-  if pause then request_tat = math.max(request_tat, now + period + pause) end
+  for q = 1, 4 do redis.call('HSET', state, fields[q], string.format('%.6f', tats[q])) end
+  local last = math.max(tats[1], tats[2], tats[3], tats[4])
+  redis.call('EXPIRE', state, math.max(1, math.ceil(last - now) + 1))
 end
-if tpm then
-  if left_tokens then
-    token_tat = math.max(token_tat, now + period - left_tokens * period / tpm)
-  end
-  if pause then token_tat = math.max(token_tat, now + period + pause) end
-end
-redis.call('HSET', KEYS[1], 'r', string.format('%.6f', request_tat),
-  't', string.format('%.6f', token_tat))
-redis.call('EXPIRE', KEYS[1], math.ceil(period * 2 + (pause or 0)))
 return 1

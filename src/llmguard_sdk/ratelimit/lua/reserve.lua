@@ -1,34 +1,127 @@
--- Reserve requests and tokens on one key, all or nothing. Mirrors ratelimit.policy.reserve.
--- KEYS[1]  the key's hash (r = request TAT, t = token TAT)
--- ARGV: 1 rpm ('' if none), 2 tpm ('' if none), 3 period, 4 requests, 5 tokens,
---       6 clock offset (0 outside tests), 7 share of the period this call may use,
---       8 seconds the call may wait for a slot
--- Returns {allowed (0/1), retry_after as a string, wait as a string}.
+-- Reserve one call on every limit of a route (and its tenant), all or nothing.
+-- Mirrors ratelimit.policy.reserve_all.
+-- KEYS: three per limit: its state hash (r, t, i, o = the TATs of requests, tokens, input
+--   and output tokens), its queue (zset: call id -> instant it stops waiting), its leases
+--   (zset: call id -> instant the lease lapses).
+-- ARGV: 1 clock offset (0 outside tests), 2 requests, 3 tokens, 4 input tokens, 5 output
+--   tokens, 6 call id, 7 seconds a queued call waits before asking again; then 10 per limit:
+--   rpm, tpm, input tpm, output tpm ('' for none), period, capacity (seconds of allowance
+--   this call may use), patience (seconds it may wait), concurrency (''), max queue (''),
+--   lease seconds.
+-- Returns {allowed 0/1, retry_after, wait, reason, lease ('' for none), queued 0/1}.
 local clock = redis.call('TIME')
-local now = tonumber(clock[1]) + tonumber(clock[2]) / 1000000 + tonumber(ARGV[6])
-local rpm, tpm, period = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local requests, tokens = tonumber(ARGV[4]), tonumber(ARGV[5])
-local share, patience = tonumber(ARGV[7]), tonumber(ARGV[8])
-local capacity = period * share
-local saved = redis.call('HMGET', KEYS[1], 'r', 't')
-local request_tat, token_tat = tonumber(saved[1]) or 0, tonumber(saved[2]) or 0
-local over = 0
-local new_request_tat, new_token_tat = request_tat, token_tat
-if rpm then
-  new_request_tat = math.max(request_tat, now) + requests * period / rpm
-  over = math.max(over, new_request_tat - now - capacity)
-end
-if tpm then
-  if tokens > tpm * share then
-    return {0, 'inf', '0'}
+local now = tonumber(clock[1]) + tonumber(clock[2]) / 1000000 + tonumber(ARGV[1])
+local costs = {tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])}
+local call, poll = ARGV[6], ARGV[7]
+local cells, width, eps = #KEYS / 3, 10, 1e-9
+local function fmt(x) return string.format('%.6f', x) end
+local function arg(c, i) return ARGV[7 + (c - 1) * width + i] end
+local function expire_zset(key)
+  local top = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+  if top[2] then
+    redis.call('EXPIRE', key, math.max(1, math.ceil(tonumber(top[2]) - now) + 1))
   end
-  new_token_tat = math.max(token_tat, now) + tokens * period / tpm
-  over = math.max(over, new_token_tat - now - capacity)
 end
-if over > patience + 1e-9 then
-  return {0, string.format('%.6f', over), '0'}
+local wait, plans, full, any_full = 0, {}, {}, false
+for c = 1, cells do
+  local period, capacity = tonumber(arg(c, 5)), tonumber(arg(c, 6))
+  local saved = redis.call('HMGET', KEYS[3 * c - 2], 'r', 't', 'i', 'o')
+  local tats, over = {}, 0
+  for q = 1, 4 do
+    tats[q] = tonumber(saved[q]) or 0
+    local limit = tonumber(arg(c, q))
+    if limit then
+      local interval = period / limit
+      if costs[q] * interval > capacity + eps then
+        return {0, 'inf', '0', 'never', '', 0}
+      end
+      tats[q] = math.max(tats[q], now) + costs[q] * interval
+      over = math.max(over, tats[q] - now - capacity)
+    end
+  end
+  if over > tonumber(arg(c, 7)) + eps then
+    return {0, fmt(over), '0', 'rate', '', 0}
+  end
+  wait = math.max(wait, over)
+  plans[c] = tats
+  full[c] = false
+  local concurrency = tonumber(arg(c, 8))
+  if concurrency then
+    local leases = KEYS[3 * c]
+    redis.call('ZREMRANGEBYSCORE', leases, '-inf', now)
+    local held = redis.call('ZCARD', leases)
+    if redis.call('ZSCORE', leases, call) then held = held - 1 end
+    if held >= concurrency then
+      full[c] = true
+      any_full = true
+    end
+  end
 end
-redis.call('HSET', KEYS[1], 'r', string.format('%.6f', new_request_tat),
-  't', string.format('%.6f', new_token_tat))
-redis.call('EXPIRE', KEYS[1], math.ceil(period * 2 + patience))
-return {1, '0', string.format('%.6f', math.max(0, over))}
+if any_full then
+  -- every slot taken: join the queue to ask again, or be shed
+  local patience = math.huge
+  for c = 1, cells do
+    if full[c] then patience = math.min(patience, tonumber(arg(c, 7))) end
+  end
+  if patience <= eps or call == '' then
+    return {0, poll, '0', 'concurrency', '', 0}
+  end
+  for c = 1, cells do
+    local max_queue = tonumber(arg(c, 9))
+    if full[c] and max_queue then
+      local queue = KEYS[3 * c - 1]
+      redis.call('ZREMRANGEBYSCORE', queue, '-inf', now)
+      if not redis.call('ZSCORE', queue, call) and redis.call('ZCARD', queue) >= max_queue then
+        return {0, poll, '0', 'queue', '', 0}
+      end
+    end
+  end
+  for c = 1, cells do
+    if full[c] then
+      local queue = KEYS[3 * c - 1]
+      local till = now + patience
+      local before = tonumber(redis.call('ZSCORE', queue, call))
+      if before and before > till then till = before end
+      redis.call('ZADD', queue, till, call)
+      expire_zset(queue)
+    end
+  end
+  return {0, poll, '0', 'concurrency', '', 1}
+end
+if wait > eps then
+  for c = 1, cells do
+    local max_queue = tonumber(arg(c, 9))
+    if max_queue then
+      local queue = KEYS[3 * c - 1]
+      redis.call('ZREMRANGEBYSCORE', queue, '-inf', now)
+      local waiting = redis.call('ZCARD', queue)
+      if redis.call('ZSCORE', queue, call) then waiting = waiting - 1 end
+      if waiting >= max_queue then
+        return {0, fmt(wait), '0', 'queue', '', 0}
+      end
+    end
+  end
+end
+local lease = ''
+for c = 1, cells do
+  local tats = plans[c]
+  local state, queue, leases = KEYS[3 * c - 2], KEYS[3 * c - 1], KEYS[3 * c]
+  redis.call('HSET', state, 'r', fmt(tats[1]), 't', fmt(tats[2]), 'i', fmt(tats[3]),
+    'o', fmt(tats[4]))
+  local last = math.max(tats[1], tats[2], tats[3], tats[4])
+  redis.call('EXPIRE', state, math.max(1, math.ceil(last - now) + 1))
+  local max_queue = tonumber(arg(c, 9))
+  if max_queue then
+    redis.call('ZREM', queue, call)
+    if wait > eps then
+      redis.call('ZADD', queue, now + wait, call)
+      expire_zset(queue)
+    end
+  end
+  if tonumber(arg(c, 8)) then
+    redis.call('ZADD', leases, now + wait + tonumber(arg(c, 10)), call)
+    expire_zset(leases)
+    lease = call
+  end
+end
+return {1, '0', fmt(math.max(0, wait)), '', lease, 0}

@@ -1,13 +1,33 @@
--- Correct a reservation by a number of tokens (negative: a refund). Mirrors policy.settle.
--- KEYS[1]  the key's hash; ARGV: 1 tpm, 2 period, 3 token delta, 4 clock offset
+-- Correct a reservation by what the call used (negative: a refund) and give its lease back.
+-- Mirrors ratelimit.policy.settle.
+-- KEYS: three per limit (state hash, queue, leases; see reserve.lua).
+-- ARGV: 1 clock offset, 2 token delta, 3 input delta, 4 output delta, 5 lease ('' for none);
+--   then 5 per limit: rpm, tpm, input tpm, output tpm ('' for none), period.
 local clock = redis.call('TIME')
-local now = tonumber(clock[1]) + tonumber(clock[2]) / 1000000 + tonumber(ARGV[4])
-local delta = tonumber(ARGV[3])
-local token_tat = tonumber(redis.call('HGET', KEYS[1], 't')) or 0
-token_tat = token_tat + delta * tonumber(ARGV[2]) / tonumber(ARGV[1])
-if delta < 0 then
-  token_tat = math.max(token_tat, now)
+local now = tonumber(clock[1]) + tonumber(clock[2]) / 1000000 + tonumber(ARGV[1])
+local deltas = {0, tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])}
+local lease = ARGV[5]
+local fields = {'r', 't', 'i', 'o'}
+for c = 1, #KEYS / 3 do
+  local a = 5 + (c - 1) * 5
+  local period = tonumber(ARGV[a + 5])
+  local state = KEYS[3 * c - 2]
+  local saved = redis.call('HMGET', state, 'r', 't', 'i', 'o')
+  local tats, changed = {}, false
+  for q = 1, 4 do
+    tats[q] = tonumber(saved[q]) or 0
+    local limit = tonumber(ARGV[a + q])
+    if limit and deltas[q] ~= 0 then
+      tats[q] = tats[q] + deltas[q] * period / limit
+      if deltas[q] < 0 then tats[q] = math.max(tats[q], now) end
+      changed = true
+    end
+  end
+  if changed then
+    for q = 1, 4 do redis.call('HSET', state, fields[q], string.format('%.6f', tats[q])) end
+    local last = math.max(tats[1], tats[2], tats[3], tats[4])
+    redis.call('EXPIRE', state, math.max(1, math.ceil(last - now) + 1))
+  end
+  if lease ~= '' then redis.call('ZREM', KEYS[3 * c], lease) end
 end
-redis.call('HSET', KEYS[1], 't', string.format('%.6f', token_tat))
-redis.call('EXPIRE', KEYS[1], math.ceil(tonumber(ARGV[2]) * 2))
 return 1

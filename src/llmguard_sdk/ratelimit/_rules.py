@@ -1,0 +1,46 @@
+"""What both limiters share: the limits configuration and how a call's limits are found.
+
+.. versionadded:: 0.2.0
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Mapping, Sequence
+
+from ..errors import ConfigurationError
+from .policy import RateLimit
+
+__all__ = ["LimitsConfig", "Rules", "new_call_id", "normalize", "wait_bound"]
+
+LimitsConfig = Mapping[str, "RateLimit | Sequence[RateLimit]"]
+"""Per key (a route name): one :class:`RateLimit`, or several that all apply."""
+
+Rules = dict[str, tuple[RateLimit, ...]]
+
+
+def normalize(limits: LimitsConfig) -> Rules:
+    """Every key's limits as a tuple; a typed error for anything else."""
+    if not isinstance(limits, Mapping):
+        raise ConfigurationError("rate limits must be a mapping of route name to RateLimit")
+    rules: Rules = {}
+    for key, value in limits.items():
+        if not isinstance(key, str) or not key:
+            raise ConfigurationError(f"rate limit keys must be route names, got {key!r}")
+        found = (value,) if isinstance(value, RateLimit) else tuple(value)
+        if not found or not all(isinstance(limit, RateLimit) for limit in found):
+            raise ConfigurationError(
+                f"rate_limits[{key!r}] must be a RateLimit or a list of them, got {value!r}"
+            )
+        rules[key] = found
+    return rules
+
+
+def new_call_id() -> str:
+    """A random id naming one call in leases and the queue."""
+    return secrets.token_hex(8)
+
+
+def wait_bound(rules: Sequence[RateLimit], max_wait: float | None) -> float:
+    """The longest any of ``rules`` lets a call allowed ``max_wait`` wait."""
+    return max((limit.patience(max_wait) for limit in rules), default=0.0)
