@@ -426,3 +426,18 @@ def test_redis_keys_of_one_set_share_a_hash_tag(redis_url: str, redis_prefix: st
     assert len(tags) == 1
     assert all(":budget:" in key for key in keys)
     store.close()
+
+
+def test_contract_the_first_refusal_of_a_window_is_its_100_percent_alert(
+    backends: Backends,
+) -> None:
+    backend = backends.backend
+    budget = spec("x", 1.0, "hour")
+    backends.at(_epoch(2030, 5, 10, 12, 0, 0))
+    assert hold(backend, "a", [budget], 0.9).allowed
+    assert backend.settle("a", [budget], actual=nano(0.9), ttl=600).fired == ((0.5, 0.8),)
+    assert [hold(backend, r, [budget], 0.2).alerted for r in "bc"] == [True, False]
+    backends.at(_epoch(2030, 5, 10, 13, 0, 0))
+    assert not hold(backend, "d", [budget], 1.5).alerted  # over the limit, 0 %: no alert
+    assert hold(backend, "e", [budget], 0.95).allowed
+    assert hold(backend, "f", [budget], 0.2).alerted

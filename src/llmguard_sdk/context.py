@@ -146,6 +146,7 @@ class CallEvent:
     or ``"cancelled"`` (a stream closed before its end). ``route`` is the route that served the
     call (``None`` when none did); ``route_errors`` names the error type of each route that
     failed first; ``retries`` holds one :class:`RetryDetails` per retry the Guard made.
+    ``cost_usd`` / ``cost_source`` are the served response's (see :class:`ChatResponse`).
     """
 
     kind: Literal["chat", "stream", "protect"]
@@ -160,6 +161,8 @@ class CallEvent:
     error: BaseException | None = None
     route_errors: tuple[tuple[str, str], ...] = ()
     retries: tuple[RetryDetails, ...] = ()
+    cost_usd: float | None = None
+    cost_source: Literal["reported", "estimated"] | None = None
 
     def with_error(self, error: BaseException) -> CallEvent:
         """A copy of this event that records ``error``."""

@@ -10,6 +10,8 @@ from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
+import anyio
+
 from . import chain, pipeline
 from .breaker import (
     BreakerBackend,
@@ -19,6 +21,7 @@ from .breaker import (
     MemoryBreakerBackend,
     RedisBreakerBackend,
 )
+from .budget import Budget, Budgets, PriceTable, SpendControl
 from .config import GuardSettings
 from .context import CallContext, emit
 from .errors import ConfigurationError, ProviderError, RequestValidationError
@@ -104,6 +107,16 @@ class Guard:
         input_filters: guardrails run on each validated request, in order.
         output_filters: guardrails run on each response, in order.
         hooks: callables that receive a :class:`~llmguard_sdk.CallEvent` after every call.
+        budgets: spend budgets (:class:`~llmguard_sdk.budget.Budgets`, or a list of
+            :class:`~llmguard_sdk.budget.Budget`): each call's worst-case cost is reserved on
+            every budget that applies before the route loop (all or nothing, shared through
+            Redis with a Redis store), settled to the served response's cost afterwards and
+            released when the call fails; a call that does not fit is refused
+            (:class:`~llmguard_sdk.errors.BudgetExceededError`), downgraded or sent to the
+            local model, as the budget says.
+        prices: the :class:`~llmguard_sdk.budget.PriceTable` that prices responses whose
+            provider reported no cost (``cost_usd``, ``cost_source="estimated"``); default:
+            the table shipped with the package (or the one in ``budgets``).
         key_prefix: prefix of every Redis key (default ``llmguard``).
         environ: the environment to read ``LLMGUARD_*`` from (default ``os.environ``).
 
@@ -139,6 +152,8 @@ class Guard:
         hooks: Sequence[Hook] = (),
         key_prefix: str | None = None,
         environ: Mapping[str, str] | None = None,
+        budgets: Budgets | Sequence[Budget] | None = None,
+        prices: PriceTable | None = None,
     ) -> None:
         self.settings = GuardSettings.from_env(
             environ,
@@ -178,6 +193,7 @@ class Guard:
             degraded_text=degraded,
             hedge_after=hedge_after,
             limiter=_limiter(rate_limits, self.store),
+            spend=_spend(budgets, prices, routes, self.store),
         )
 
     def __repr__(self) -> str:
@@ -268,8 +284,19 @@ class Guard:
         )
         if stream:
             return ChatStream(ctx, self._stages)
+        spend = self._stages.spend
         try:
-            return self._finish(ctx, chain.run(ctx, self._stages))
+            if spend is None:
+                return self._finish(ctx, chain.run(ctx, self._stages))
+            held = spend.reserve(ctx, self._stages)
+            raw = response = None
+            try:
+                raw = chain.run(ctx, held.stages)
+                response = self._finish(ctx, raw, emit_event=False)
+            finally:  # settle to what was served; nothing served: release the hold
+                spend.settle(held, ctx, response or raw)
+            emit(self._stages.hooks, pipeline.event(ctx, "chat", response=response))
+            return response
         except Exception as exc:
             emit(self._stages.hooks, pipeline.event(ctx, "chat", error=exc))
             raise
@@ -334,15 +361,30 @@ class Guard:
         )
         if stream:
             return AsyncChatStream(ctx, self._stages)
+        spend = self._stages.spend
         try:
-            return self._finish(ctx, await chain.arun(ctx, self._stages))
+            if spend is None:
+                return self._finish(ctx, await chain.arun(ctx, self._stages))
+            held = await spend.areserve(ctx, self._stages)
+            raw = response = None
+            try:
+                raw = await chain.arun(ctx, held.stages)
+                response = self._finish(ctx, raw, emit_event=False)
+            finally:  # settle to what was served; nothing served (or cancelled): release
+                with anyio.CancelScope(shield=True):
+                    await spend.asettle(held, ctx, response or raw)
+            emit(self._stages.hooks, pipeline.event(ctx, "chat", response=response))
+            return response
         except Exception as exc:
             emit(self._stages.hooks, pipeline.event(ctx, "chat", error=exc))
             raise
 
-    def _finish(self, ctx: CallContext, response: ChatResponse) -> ChatResponse:
+    def _finish(
+        self, ctx: CallContext, response: ChatResponse, *, emit_event: bool = True
+    ) -> ChatResponse:
         response = pipeline.finish(ctx, self._stages, response)
-        emit(self._stages.hooks, pipeline.event(ctx, "chat", response=response))
+        if emit_event:
+            emit(self._stages.hooks, pipeline.event(ctx, "chat", response=response))
         return response
 
     # -- adoption helpers -------------------------------------------------------------------
@@ -432,6 +474,23 @@ class Guard:
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+
+def _spend(
+    budgets: Budgets | Sequence[Budget] | None,
+    prices: PriceTable | None,
+    routes: Sequence[Provider],
+    store: Store,
+) -> SpendControl:
+    if budgets is None:
+        config = Budgets(prices=prices)
+    elif isinstance(budgets, Budgets):
+        config = budgets if prices is None else dataclasses.replace(budgets, prices=prices)
+    elif isinstance(budgets, Budget) or all(isinstance(b, Budget) for b in budgets):
+        config = Budgets(budgets, prices=prices)
+    else:
+        raise ConfigurationError("budgets must be a Budgets or a list of Budget")
+    return SpendControl(config, routes, store)
 
 
 def _limiter(limits: LimitsConfig | None, store: Store) -> RateLimiter | None:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from .breaker import Breakers, Permit
+from .budget.control import SpendControl
 from .context import CallContext, CallEvent, Hook, RetryDetails, Scope, current_scope
 from .errors import (
     AllRoutesFailedError,
@@ -82,6 +83,7 @@ class Stages:
     degraded_text: str | None = None
     hedge_after: float | None = None
     limiter: RateLimiter | None = None
+    spend: SpendControl | None = None  # spend budgets and costs (not the retry budget)
 
 
 def prepare(
@@ -517,14 +519,17 @@ def finish(ctx: CallContext, stages: Stages, response: ChatResponse) -> ChatResp
             estimated=True,
         )
     first_token = None if ctx.first_token_at is None else ctx.first_token_at - ctx.started
-    response = response.model_copy(
-        update={
-            "route": ctx.route or response.route,
-            "attempts": ctx.attempts,
-            "usage": usage,
-            "timings": Timings(total_s=ctx.elapsed(), first_token_s=first_token),
-        }
-    )
+    update: dict[str, Any] = {
+        "route": ctx.route or response.route,
+        "attempts": ctx.attempts,
+        "usage": usage,
+        "timings": Timings(total_s=ctx.elapsed(), first_token_s=first_token),
+    }
+    if stages.spend is not None:  # the provider's reported cost, else the price table's
+        cost = stages.spend.cost(ctx, stages, response, usage)
+        if cost is not None:
+            update["cost_usd"], update["cost_source"] = cost.usd, cost.source
+    response = response.model_copy(update=update)
     for output_filter in stages.output_filters:
         response = _apply_filter(output_filter, response, ChatResponse, "output")
     return response

@@ -24,6 +24,7 @@ import anyio.abc
 
 from . import pipeline
 from .breaker import Permit
+from .budget.control import Held, SpendControl
 from .context import CallContext, emit
 from .errors import ProviderError, ProviderTimeoutError, RateLimitedError, StreamInterruptedError
 from .models import ChatResponse, StreamChunk, Usage
@@ -149,6 +150,22 @@ def merge_tool_call_deltas(calls: dict[int, dict[str, Any]], deltas: list[dict[s
                 merged["name"] = function["name"]
             if isinstance(function.get("arguments"), str):
                 merged["arguments"] = merged.get("arguments", "") + function["arguments"]
+
+
+class _Seen:
+    """What a budgeted stream delivered, for settling one that ended early."""
+
+    def __init__(self) -> None:
+        self.text: list[str] = []
+        self.usage: Usage | None = None
+
+    def add(self, chunk: StreamChunk) -> None:
+        if chunk.text:
+            self.text.append(chunk.text)
+        self.usage = chunk.usage or self.usage
+
+    def partial(self, spend: SpendControl, ctx: CallContext, held: Held) -> ChatResponse | None:
+        return spend.partial(ctx, held.stages, "".join(self.text), self.usage)
 
 
 class _StreamBase:
@@ -357,7 +374,25 @@ class ChatStream(_StreamBase):
 
     def __init__(self, ctx: CallContext, stages: Stages) -> None:
         super().__init__(ctx, stages)
-        self._chunks = self._run()
+        self._chunks = self._run() if stages.spend is None else self._spending(self._run())
+
+    def _spending(
+        self, chunks: Generator[StreamChunk, None, None]
+    ) -> Generator[StreamChunk, None, None]:
+        """The spend budget around the stream: reserve first, settle at the end (to the final
+        usage, or to what was delivered when the stream ended early), release on failure."""
+        spend = self._stages.spend
+        assert spend is not None
+        held = spend.reserve(self._ctx, self._stages)
+        self._stages, self._request = held.stages, self._ctx.request
+        seen = _Seen()
+        try:
+            for chunk in chunks:
+                seen.add(chunk)
+                yield chunk
+        finally:
+            chunks.close()
+            spend.settle(held, self._ctx, self._response or seen.partial(spend, self._ctx, held))
 
     def _run(self) -> Generator[StreamChunk, None, None]:
         budget, breakers, limiter = self._stages.budget, self._stages.breakers, self._stages.limiter
@@ -496,7 +531,26 @@ class AsyncChatStream(_StreamBase):
 
     def __init__(self, ctx: CallContext, stages: Stages) -> None:
         super().__init__(ctx, stages)
-        self._chunks = self._run()
+        self._chunks = self._run() if stages.spend is None else self._spending(self._run())
+
+    async def _spending(
+        self, chunks: AsyncGenerator[StreamChunk, None]
+    ) -> AsyncGenerator[StreamChunk, None]:
+        """Async twin of :meth:`ChatStream._spending`."""
+        spend = self._stages.spend
+        assert spend is not None
+        held = await spend.areserve(self._ctx, self._stages)
+        self._stages, self._request = held.stages, self._ctx.request
+        seen = _Seen()
+        try:
+            async for chunk in chunks:
+                seen.add(chunk)
+                yield chunk
+        finally:
+            with anyio.CancelScope(shield=True):
+                await chunks.aclose()
+                served = self._response or seen.partial(spend, self._ctx, held)
+                await spend.asettle(held, self._ctx, served)
 
     async def _run(self) -> AsyncGenerator[StreamChunk, None]:
         budget, breakers, limiter = self._stages.budget, self._stages.breakers, self._stages.limiter

@@ -378,6 +378,8 @@ class SpendControl:
                     following
                 ],
             )
+            if result.alerted:
+                notes.append(dataclasses.replace(note, kind="alert", threshold=1.0, action=None))
             notes.append(note)
             if following is None:
                 self._emit(notes)

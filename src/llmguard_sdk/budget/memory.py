@@ -19,6 +19,7 @@ from .policy import (
     SettleResult,
     bring_to_now,
     decide,
+    exhausted_alert,
     fire_alerts,
 )
 
@@ -129,6 +130,9 @@ class MemoryBudgetBackend:
                     spent=state.spent,
                     reserved=state.reserved,
                     resets_at=brought[refused][1],
+                    alerted=exhausted_alert(
+                        state, specs[refused], base + max(minimum, 0) * per_token
+                    ),
                 )
             amount = -int(-(base + tokens * per_token) // 1)  # ceil
             for state in states:

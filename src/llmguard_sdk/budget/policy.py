@@ -37,6 +37,7 @@ __all__ = [
     "WindowKind",
     "bring_to_now",
     "decide",
+    "exhausted_alert",
     "fire_alerts",
     "nano",
     "window_bounds",
@@ -84,7 +85,9 @@ class Budget:
             cheaper routes of ``Budgets(downgrade_to=...)``) or ``"local_only"`` (the local
             model routes).
         alerts: fractions of the limit at which a :class:`BudgetEvent` fires, once per
-            threshold per window, when the *settled* spend reaches them.
+            threshold per window, when the *settled* spend reaches them. Holds keep the
+            settled spend from touching the limit, so 1.0 also fires at the window's first
+            refused (or downgraded) call.
         name: the counter's name in keys and events (default: from scope, id and window).
     """
 
@@ -172,7 +175,8 @@ class CounterState:
 class ReserveResult:
     """The answer to a reservation: granted output tokens and the amount held, or the
     counter that had no room (its index, settled spend, reserved amount, reset time);
-    ``unavailable`` when the shared store could not be reached (fail closed)."""
+    ``unavailable`` when the shared store could not be reached (fail closed); ``alerted``
+    when this refusal is the window's 100 % alert (see :func:`exhausted_alert`)."""
 
     allowed: bool
     tokens: int = 0
@@ -182,6 +186,7 @@ class ReserveResult:
     reserved: int = 0
     resets_at: float = 0.0
     unavailable: bool = False
+    alerted: bool = False
 
 
 @dataclass(frozen=True)
@@ -297,6 +302,16 @@ def fire_alerts(state: CounterState, spec: CounterSpec) -> tuple[float, ...]:
     )
     state.fired.update(fired)
     return fired
+
+
+def exhausted_alert(state: CounterState, spec: CounterSpec, need: float) -> bool:
+    """A refusal is the window's 100 % alert, once: holds keep the settled spend from ever
+    touching the limit, so "100 %" means "the budget refused a call that would have fit an
+    empty window" (a call of ``need``; when 1.0 is one of the thresholds, not yet fired)."""
+    if 1.0 in spec.alerts and 1.0 not in state.fired and need <= spec.limit:
+        state.fired.add(1.0)
+        return True
+    return False
 
 
 class RunawayDetector:

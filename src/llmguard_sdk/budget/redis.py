@@ -247,6 +247,7 @@ def _reserved(reply: Any) -> ReserveResult:
         spent=int(parts[2]),
         reserved=int(parts[3]),
         resets_at=float(parts[4]),
+        alerted=parts[5] == "1",
     )
 
 

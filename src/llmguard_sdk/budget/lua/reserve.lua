@@ -2,7 +2,8 @@
 -- ARGV: 1 clock offset, 2 reservation id, 3 hold seconds (TTL), 4 base (nano-dollars),
 --       5 nano-dollars per output token, 6 wanted output tokens, 7 fewest output tokens,
 --       8 number of counters, then 5 arguments per counter (see common.lua).
--- Returns {1, tokens, amount} or {0, refused counter (0-based), spent, reserved, resets_at}.
+-- Returns {1, tokens, amount} or {0, refused counter (0-based), spent, reserved, resets_at,
+-- 1 when this refusal is the window's 100 % alert (a call that would fit an empty window)}.
 local hold = tonumber(ARGV[3])
 local base, per, want, minimum = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]),
   tonumber(ARGV[7])
@@ -31,8 +32,16 @@ if tokens < minimum or tokens < 0 then
     end
   end
   local c = counters[refused]
+  -- holds keep the settled spend from touching the limit: the first refusal of a window is
+  -- its 100 % alert (when that threshold is configured and has not fired)
+  local alerted = 0
+  for _, a in ipairs(c.alerts) do
+    if tonumber(a) == 1 and need <= c.limit and redis.call('HSETNX', c.h, 'a:' .. a, 1) == 1 then
+      alerted = 1
+    end
+  end
   return {0, refused - 1, string.format('%d', c.spent), string.format('%d', c.reserved),
-    string.format('%.6f', c.resets)}
+    string.format('%.6f', c.resets), alerted}
 end
 local amount = math.ceil(base + tokens * per)
 for i = 1, n do

@@ -1,0 +1,338 @@
+"""Spend budgets in the Guard: costs on responses, reserve before the route loop, settle after,
+release on failure, every exhaustion policy, streams, Redis shared and unreachable."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import pytest
+
+from llmguard_sdk import (
+    BadRequestError,
+    BudgetExceededError,
+    CallEvent,
+    Guard,
+    OpenAICompatibleProvider,
+)
+from llmguard_sdk.budget import (
+    Budget,
+    BudgetEvent,
+    Budgets,
+    BudgetUnavailableError,
+    Price,
+    PriceTable,
+    UnknownModelPriceError,
+)
+from llmguard_sdk.testing import FakeProvider, Fault
+
+from .conftest import USER
+
+MakeGuard = Callable[..., Guard]
+
+# $100 / $200 per million tokens: "hello there" costs 6 input and 3 output tokens at the
+# fake provider, $0.0012; the backup is ten times cheaper.
+PRICES = PriceTable.default_table().with_prices(
+    {
+        "fake-model": Price(input=100.0, output=200.0),
+        "backup-model": Price(input=10.0, output=20.0),
+    }
+)
+CALL_USD = (6 * 100 + 3 * 200) / 1e6
+
+
+def spend_of(guard: Guard, **scope: Any) -> list[dict[str, Any]]:
+    spend = guard._stages.spend
+    assert spend is not None
+    return spend.status(**scope)
+
+
+def test_responses_and_events_carry_their_cost(fake: FakeProvider, make_guard: MakeGuard) -> None:
+    events: list[CallEvent] = []
+    guard = make_guard(fake, prices=PRICES, hooks=[events.append])
+    answer = guard.chat(USER, max_tokens=10)
+    assert answer.cost_usd == pytest.approx(CALL_USD)
+    assert answer.cost_source == "estimated"
+    with guard.chat(USER, stream=True, max_tokens=10) as stream:
+        list(stream)
+    assert stream.response.cost_usd == pytest.approx(CALL_USD)  # from the final usage chunk
+    assert [e.cost_usd for e in events] == pytest.approx([CALL_USD, CALL_USD])
+    assert {e.cost_source for e in events} == {"estimated"}
+
+
+def test_an_unpriced_model_has_no_cost_and_cannot_be_budgeted(
+    fake: FakeProvider, make_guard: MakeGuard
+) -> None:
+    answer = make_guard(fake).chat(USER)
+    assert answer.cost_usd is None  # "fake-model" is not in the shipped table: not $0
+    with pytest.raises(UnknownModelPriceError):
+        make_guard(fake, budgets=[Budget(limit_usd=1.0)])
+
+
+def test_refuse_never_sends_the_call_and_says_why(
+    fake: FakeProvider, make_guard: MakeGuard
+) -> None:
+    guard = make_guard(
+        fake, budgets=Budgets([Budget(limit_usd=0.01, scope="tenant")], prices=PRICES)
+    )
+    served, refused = 0, None
+    for _ in range(20):
+        try:
+            guard.chat(USER, max_tokens=10, tenant="acme")
+        except BudgetExceededError as exc:
+            refused = exc
+            break
+        served += 1
+    error = refused
+    assert error is not None
+    assert error.scope == "tenant:acme"
+    assert error.limit_usd == 0.01
+    assert error.spent_usd == pytest.approx(served * CALL_USD)
+    assert error.resets_at is not None
+    assert error.resets_at > time.time()
+    assert error.retry_after is not None
+    assert 0 < error.retry_after <= 86400
+    assert fake.stats.requests == served  # the refused call never reached the provider
+    (row,) = spend_of(guard, tenant="acme")
+    assert row["spent_usd"] <= 0.01
+    assert row["held_usd"] == 0
+    assert guard.chat(USER, max_tokens=10, tenant="other").text  # each tenant its own
+
+
+def test_a_failed_call_releases_its_hold(fake: FakeProvider, make_guard: MakeGuard) -> None:
+    guard = make_guard(fake, budgets=Budgets([Budget(limit_usd=1.0)], prices=PRICES))
+    fake.script(Fault(status=400))
+    with pytest.raises(BadRequestError):
+        guard.chat(USER, max_tokens=10)
+    assert spend_of(guard) == [pytest.approx(spend_of(guard)[0])]
+    (row,) = spend_of(guard)
+    assert (row["spent_usd"], row["held_usd"]) == (0, 0)
+    guard.chat(USER, max_tokens=10)
+    assert spend_of(guard)[0]["spent_usd"] == pytest.approx(CALL_USD)
+
+
+def test_downgrade_moves_the_call_to_the_cheaper_route(
+    fake: FakeProvider, fake2: FakeProvider, make_guard: MakeGuard
+) -> None:
+    events: list[BudgetEvent] = []
+    guard = make_guard(
+        fake,
+        fake2,
+        budgets=Budgets(
+            [Budget(limit_usd=0.01, on_exhausted="downgrade")],
+            prices=PRICES,
+            downgrade_to=["backup"],
+            on_event=events.append,
+        ),
+    )
+    routes = []
+    for _ in range(12):
+        routes.append(guard.chat(USER, max_tokens=10).route)
+    assert routes[0] == "primary"
+    assert "backup" in routes
+    first_backup = routes.index("backup")
+    assert set(routes[first_backup:]) == {"backup"}  # the primary no longer fits
+    downgrades = [e for e in events if e.kind == "exhausted"]
+    assert downgrades
+    assert downgrades[0].action == "downgraded"
+    assert spend_of(guard)[0]["spent_usd"] <= 0.01
+
+
+def test_local_only_sends_the_call_to_the_free_local_route(
+    fake: FakeProvider, make_guard: MakeGuard
+) -> None:
+    with FakeProvider(model="local-model", name="local") as local:
+        guard = make_guard(
+            fake,
+            local,
+            budgets=Budgets(
+                [Budget(limit_usd=0.0045, scope="user", on_exhausted="local_only")],
+                prices=PRICES,
+                local_routes=["local"],
+            ),
+        )
+        answers = [guard.chat(USER, max_tokens=10, user="u1") for _ in range(4)]
+        assert [a.route for a in answers] == ["primary", "primary", "local", "local"]
+        assert answers[-1].cost_usd == 0.0
+        assert local.stats.requests == 2
+
+
+def test_budgeted_calls_get_a_bounded_max_tokens_and_can_be_clamped(
+    fake: FakeProvider, make_guard: MakeGuard
+) -> None:
+    guard = make_guard(
+        fake,
+        budgets=Budgets(
+            [Budget(limit_usd=0.01)],
+            prices=PRICES,
+            clamp_max_tokens=True,
+            default_output_tokens=20,
+        ),
+    )
+    guard.chat(USER)
+    assert fake.requests[-1].body["max_tokens"] == 20  # a worst case must be bounded
+    # room left: 0.01 - 0.0012 = 0.0088; the input holds about 0.0009, leaving ~39 tokens
+    guard.chat(USER, max_tokens=1000)
+    sent = fake.requests[-1].body["max_tokens"]
+    assert 16 <= sent < 50
+    (row,) = spend_of(guard)
+    assert row["spent_usd"] <= 0.01
+
+
+def test_alerts_fire_once_per_threshold_through_the_guard(
+    fake: FakeProvider, make_guard: MakeGuard
+) -> None:
+    events: list[BudgetEvent] = []
+    guard = make_guard(
+        fake,
+        budgets=Budgets(
+            [Budget(limit_usd=CALL_USD * 10, scope="feature", window="hour")],
+            prices=PRICES,
+            on_event=events.append,
+        ),
+    )
+    for _ in range(9):
+        guard.chat(USER, max_tokens=3, feature="faq")
+    for _ in range(2):
+        with pytest.raises(BudgetExceededError):  # holds keep the spend under the limit
+            guard.chat(USER, max_tokens=3, feature="faq")
+    alerts = [(e.threshold, e.scope) for e in events if e.kind == "alert"]
+    assert alerts == [(0.5, "feature:faq"), (0.8, "feature:faq"), (1.0, "feature:faq")]
+    assert [e.action for e in events if e.kind == "exhausted"] == ["refused", "refused"]
+
+
+def test_tag_budgets_count_only_tagged_calls(fake: FakeProvider, make_guard: MakeGuard) -> None:
+    guard = make_guard(
+        fake,
+        budgets=Budgets([Budget(limit_usd=CALL_USD * 1.5, scope="tag", id="exp")], prices=PRICES),
+    )
+    guard.chat(USER, max_tokens=3, metadata={"tags": "exp, other"})
+    with pytest.raises(BudgetExceededError, match="tag:exp"):
+        guard.chat(USER, max_tokens=3, metadata={"tags": "exp"})
+    guard.chat(USER, max_tokens=3)  # untagged: not counted by it
+
+
+def test_runaway_calls_raise_an_event(fake: FakeProvider, make_guard: MakeGuard) -> None:
+    events: list[BudgetEvent] = []
+    guard = make_guard(
+        fake,
+        budgets=Budgets([Budget(limit_usd=100.0)], prices=PRICES, on_event=events.append),
+    )
+    for _ in range(50):
+        guard.chat(USER, max_tokens=3, feature="search")
+    assert not [e for e in events if e.kind == "runaway"]
+    huge = [{"role": "user", "content": "word " * 500}]
+    guard.chat(huge, max_tokens=3, feature="search")
+    (runaway,) = [e for e in events if e.kind == "runaway"]
+    assert runaway.scope == "feature:search"
+    assert runaway.tokens is not None
+    assert runaway.p95 is not None
+    assert runaway.tokens > 5 * runaway.p95
+
+
+def test_streams_settle_to_the_final_usage_or_what_was_delivered(
+    fake: FakeProvider, make_guard: MakeGuard
+) -> None:
+    guard = make_guard(fake, budgets=Budgets([Budget(limit_usd=1.0)], prices=PRICES))
+    with guard.chat(USER, stream=True, max_tokens=10) as stream:
+        list(stream)
+    assert spend_of(guard)[0]["spent_usd"] == pytest.approx(CALL_USD)
+    long = [{"role": "user", "content": "one two three four five six seven eight"}]
+    with guard.chat(long, stream=True, max_tokens=50) as stream:
+        for chunk in stream:
+            if chunk.text:
+                break  # stop reading early: the provider generated something
+    (row,) = spend_of(guard)
+    assert row["held_usd"] == 0
+    assert row["spent_usd"] > CALL_USD  # the early stop was counted, not released
+    fake.script(Fault(status=503), Fault(status=503), Fault(status=503))
+    with pytest.raises(Exception), guard.chat(USER, stream=True, max_tokens=10) as stream:  # noqa: B017, PT011
+        list(stream)
+    assert spend_of(guard)[0]["held_usd"] == 0
+
+
+def test_async_calls_and_streams_reserve_and_settle(
+    fake: FakeProvider, make_guard: MakeGuard
+) -> None:
+    guard = make_guard(fake, budgets=Budgets([Budget(limit_usd=CALL_USD * 2.5)], prices=PRICES))
+
+    async def run() -> None:
+        answer = await guard.achat(USER, max_tokens=3)
+        assert answer.cost_usd == pytest.approx(CALL_USD)
+        stream = await guard.achat(USER, stream=True, max_tokens=3)
+        async with stream:
+            async for _ in stream:
+                pass
+        with pytest.raises(BudgetExceededError):
+            await guard.achat(USER, max_tokens=3)
+
+    anyio.run(run)
+    (row,) = spend_of(guard)
+    assert row["spent_usd"] == pytest.approx(2 * CALL_USD)
+    assert row["held_usd"] == 0
+
+
+def test_guards_share_a_budget_through_redis(
+    fake: FakeProvider, redis_url: str, redis_prefix: str
+) -> None:
+    def process() -> Guard:
+        return Guard(
+            OpenAICompatibleProvider(fake.base_url, model="fake-model", name="primary"),
+            store=redis_url,
+            key_prefix=redis_prefix,
+            budgets=Budgets([Budget(limit_usd=CALL_USD * 3.5, scope="tenant")], prices=PRICES),
+            environ={},
+        )
+
+    first, second = process(), process()
+    try:
+        first.chat(USER, max_tokens=3, tenant="acme")
+        second.chat(USER, max_tokens=3, tenant="acme")
+        first.chat(USER, max_tokens=3, tenant="acme")
+        with pytest.raises(BudgetExceededError):
+            second.chat(USER, max_tokens=3, tenant="acme")
+        assert fake.stats.requests == 3
+        assert spend_of(second, tenant="acme")[0]["spent_usd"] == pytest.approx(3 * CALL_USD)
+    finally:
+        first.close()
+        second.close()
+
+
+def test_an_unreachable_redis_fails_closed_unless_told_otherwise(fake: FakeProvider) -> None:
+    def guard(fail_open: bool) -> Guard:
+        return Guard(
+            OpenAICompatibleProvider(fake.base_url, model="fake-model", name="primary"),
+            store="redis://127.0.0.1:1/0",  # nothing listens there
+            budgets=Budgets([Budget(limit_usd=1.0)], prices=PRICES, fail_open=fail_open),
+            breaker=None,
+            retry_budget=None,
+            environ={},
+        )
+
+    closed = guard(fail_open=False)
+    with pytest.raises(BudgetUnavailableError) as info:
+        closed.chat(USER, max_tokens=3)
+    assert isinstance(info.value, BudgetExceededError)
+    assert fake.stats.requests == 0
+    opened = guard(fail_open=True)
+    assert opened.chat(USER, max_tokens=3).cost_usd == pytest.approx(CALL_USD)
+    closed.close()
+    opened.close()
+
+
+@pytest.mark.parametrize(
+    "budgets",
+    [
+        Budgets([Budget(limit_usd=1, on_exhausted="downgrade")]),
+        Budgets([Budget(limit_usd=1, on_exhausted="local_only")]),
+        Budgets([Budget(limit_usd=1)], downgrade_to=["nowhere"]),
+        "not budgets",
+    ],
+)
+def test_bad_budget_configuration(fake: FakeProvider, make_guard: MakeGuard, budgets: Any) -> None:
+    from llmguard_sdk import ConfigurationError
+
+    with pytest.raises(ConfigurationError):
+        make_guard(fake, budgets=budgets, prices=PRICES)
