@@ -61,6 +61,40 @@ _INSTALL_HINT = (
 )
 _DEFAULT_TEMPERATURE = 0.2
 _MIN_REPLY_TOKENS = 16
+_LOAD_LOCK = threading.Lock()
+
+
+def _cpu_has_amx() -> bool:
+    """Whether this CPU advertises AMX (Linux; False where it cannot be read)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as info:
+            return any(line.startswith("flags") and " amx_int8" in line for line in info)
+    except OSError:
+        return False
+
+
+def _load_llama(*, extra_buffers: bool, **kwargs: Any) -> Any:
+    """``llama_cpp.Llama(**kwargs)``, with llama.cpp's extra weight buffers turned off unless
+    ``extra_buffers`` (llama-cpp-python has no argument for it: its default model parameters
+    are patched while the model loads, under a lock)."""
+    import llama_cpp
+
+    if extra_buffers:
+        return llama_cpp.Llama(**kwargs)
+    module = llama_cpp.llama_cpp
+    with _LOAD_LOCK:
+        default = module.llama_model_default_params
+
+        def without_extra_buffers() -> Any:
+            params = default()
+            params.use_extra_bufts = False
+            return params
+
+        module.llama_model_default_params = without_extra_buffers
+        try:
+            return llama_cpp.Llama(**kwargs)
+        finally:
+            module.llama_model_default_params = default
 
 
 def bundled_model_path() -> Path:
@@ -99,6 +133,9 @@ class LocalProvider:
         warm_up: load the model now, in the background, instead of on first use.
         prompt_lookup_tokens: tokens drafted per step by prompt-lookup decoding (off: None).
         seed: sampling seed, so answers at a given temperature are repeatable.
+        extra_buffers: let llama.cpp repack the weights into its extra CPU buffer types (AMX,
+            ...). Default: on, except on CPUs with AMX, where llama.cpp 0.3.x's AMX path
+            crashes (a segmentation fault at the first decode) with the bundled model.
     """
 
     def __init__(
@@ -114,6 +151,7 @@ class LocalProvider:
         warm_up: bool = False,
         prompt_lookup_tokens: int | None = None,
         seed: int = 0,
+        extra_buffers: bool | None = None,
     ) -> None:
         try:
             import llama_cpp
@@ -135,6 +173,7 @@ class LocalProvider:
         self.n_gpu_layers = (-1 if gpu else 0) if n_gpu_layers is None else n_gpu_layers
         self.prompt_lookup_tokens = prompt_lookup_tokens
         self.seed = seed
+        self.extra_buffers = not _cpu_has_amx() if extra_buffers is None else extra_buffers
         self._pending: deque[_Job] = deque()
         self._max_queue = max_queue
         self._lock = threading.Lock()
@@ -245,6 +284,18 @@ class LocalProvider:
             self._wake.notify()
         return job
 
+    def count_tokens(self, request: ChatRequest) -> int | None:
+        """The request's prompt tokens as this model counts them (its own tokenizer and chat
+        template, before any trimming); ``None`` while the model is not loaded yet. Rate
+        limits use it for their estimates.
+
+        .. versionadded:: 0.2.0
+        """
+        engine = self._engine
+        if engine is None:
+            return None
+        return len(engine.tokens([{"role": m.role, "content": m.text} for m in request.messages]))
+
     # -- calls -------------------------------------------------------------------------------
 
     def stream(
@@ -353,7 +404,8 @@ class _Engine:
 
             draft = LlamaPromptLookupDecoding(num_pred_tokens=owner.prompt_lookup_tokens)
         self.owner = owner
-        self.llm = llama_cpp.Llama(
+        self.llm: llama_cpp.Llama = _load_llama(
+            extra_buffers=owner.extra_buffers,
             model_path=str(owner.path),
             n_ctx=owner.n_ctx,
             n_threads=owner.n_threads,
