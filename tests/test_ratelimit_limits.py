@@ -1,0 +1,314 @@
+"""Rate limits beyond requests and tokens: tenants, input/output tokens, concurrency, the queue,
+burst. Contract tests run the same cases on the memory limiter (injected clock) and on a real
+Redis (clock offset); concurrency from threads and from several processes."""
+
+from __future__ import annotations
+
+import math
+import multiprocessing
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import anyio
+import pytest
+import redis
+
+from llmguard_sdk import ConfigurationError
+from llmguard_sdk.ratelimit import (
+    CellState,
+    LimitsConfig,
+    MemoryRateLimiter,
+    RateLimit,
+    RedisRateLimiter,
+    reserve,
+    reserve_all,
+    settle,
+)
+from llmguard_sdk.store import RedisStore, hash_id
+
+Make = Callable[[LimitsConfig], Any]
+
+
+class Backend:
+    """Builds limiters of one backend; ``advance`` moves their clock."""
+
+    def __init__(self, kind: str, redis_url: str, prefix: str) -> None:
+        self.kind, self.redis_url, self.prefix = kind, redis_url, prefix
+        self.now = [1000.0]
+        self.made: list[Any] = []
+        self.stores: list[RedisStore] = []
+
+    def make(self, limits: LimitsConfig) -> Any:
+        if self.kind == "memory":
+            limiter: Any = MemoryRateLimiter(limits, clock=lambda: self.now[0])
+        else:
+            store = RedisStore(self.redis_url, key_prefix=self.prefix)
+            self.stores.append(store)
+            limiter = RedisRateLimiter(store, limits)
+        self.made.append(limiter)
+        return limiter
+
+    def advance(self, seconds: float) -> None:
+        self.now[0] += seconds
+        for limiter in self.made:
+            if isinstance(limiter, RedisRateLimiter):
+                limiter.clock_offset += seconds
+
+
+@pytest.fixture(params=["memory", "redis"])
+def backend(request: pytest.FixtureRequest, redis_url: str, redis_prefix: str) -> Iterator[Backend]:
+    made = Backend(request.param, redis_url, redis_prefix)
+    yield made
+    for store in made.stores:
+        store.close()
+
+
+# -- configuration ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"concurrency": 0},
+        {"concurrency": 1.5},
+        {"rpm": 10, "burst": 0},
+        {"rpm": 10, "burst": 1.5},
+        {"rpm": 10, "max_queue": -1},
+        {"rpm": 10, "per_tenant": "yes"},
+        {"rpm": 10, "lease_seconds": 0},
+        {"input_tpm": -5},
+        {"rpm": True},
+        {"rpm": 10, "max_wait": -1},
+    ],
+)
+def test_bad_limits_raise_typed_errors(bad: dict[str, Any]) -> None:
+    with pytest.raises(ConfigurationError):
+        RateLimit(**bad)
+
+
+@pytest.mark.parametrize("bad", [{"r": "fast"}, {"r": []}, {"": RateLimit(rpm=1)}, ["r"]])
+def test_bad_limit_maps_raise_typed_errors(bad: Any) -> None:
+    with pytest.raises(ConfigurationError):
+        MemoryRateLimiter(bad)
+
+
+def test_a_concurrency_cap_alone_is_a_limit() -> None:
+    assert RateLimit(concurrency=3).concurrency == 3
+
+
+# -- pure policy --------------------------------------------------------------------------
+
+
+def test_burst_limits_what_goes_out_at_once() -> None:
+    limit = RateLimit(rpm=60, burst=0.1)
+    state, granted = CellState(), 0
+    for _ in range(20):
+        grant, state = reserve(state, 0.0, limit)
+        granted += grant.allowed
+    assert granted == 6  # a tenth of the minute's 60
+    assert not reserve(state, 0.0, limit, tokens=0)[0].allowed
+    assert reserve(state, 1.0, limit)[0].allowed  # then one a second, as before
+    big = RateLimit(tpm=1000, burst=0.1)
+    refused, _ = reserve(CellState(), 0.0, big, tokens=200)
+    assert (refused.allowed, refused.retry_after, refused.reason) == (False, math.inf, "never")
+
+
+def test_all_limits_of_a_call_or_none() -> None:
+    route, tenant = RateLimit(rpm=100), RateLimit(rpm=1, per_tenant=True)
+    cells = [(CellState(), route), (CellState(), tenant)]
+    grant, after = reserve_all(cells, 0.0)
+    assert grant.allowed
+    refused, unchanged = reserve_all(list(zip(after, (route, tenant), strict=True)), 0.0)
+    assert not refused.allowed
+    assert unchanged == after  # the route's request was not taken either
+
+
+def test_a_refund_of_unknown_split_leaves_input_and_output_limits_alone() -> None:
+    limit = RateLimit(tpm=1000, input_tpm=500)
+    _, state = reserve(CellState(), 0.0, limit, input_tokens=400, output_tokens=100)
+    refunded = settle(state, 0.0, limit, token_delta=-400)
+    assert refunded.tats[1] < state.tats[1]
+    assert refunded.tats[2] == state.tats[2]  # which part was unused is unknown: kept
+
+
+# -- contract: memory and Redis -----------------------------------------------------------
+
+
+def test_contract_per_tenant_limits(backend: Backend) -> None:
+    limiter = backend.make({"r": [RateLimit(rpm=5), RateLimit(rpm=2, per_tenant=True)]})
+    assert [limiter.reserve("r", tenant="acme").allowed for _ in range(3)] == [True, True, False]
+    assert [limiter.reserve("r", tenant="globex").allowed for _ in range(2)] == [True, True]
+    assert limiter.reserve("r").allowed  # no tenant: one shared state of its own
+    refused = limiter.reserve("r", tenant="initech")  # the route's 5 are used up
+    assert not refused.allowed
+    assert 11.9 < refused.retry_after <= 12.0
+
+
+def test_contract_input_and_output_tokens(backend: Backend) -> None:
+    limiter = backend.make({"r": RateLimit(tpm=10_000, input_tpm=1000, output_tpm=500)})
+    assert limiter.reserve("r", input_tokens=800, output_tokens=400).allowed
+    refused = limiter.reserve("r", input_tokens=100, output_tokens=200)
+    assert not refused.allowed  # output short; the input was not taken either
+    assert limiter.reserve("r", input_tokens=200, output_tokens=0).allowed
+    assert not limiter.reserve("r", input_tokens=1, output_tokens=200).allowed
+    limiter.settle("r", input_delta=0, output_delta=-350)  # it wrote 50 of its 400
+    assert limiter.reserve("r", input_tokens=0, output_tokens=300).allowed
+
+
+def test_contract_concurrency_leases(backend: Backend) -> None:
+    limiter = backend.make({"r": RateLimit(concurrency=2, lease_seconds=30)})
+    first, second = limiter.reserve("r"), limiter.reserve("r")
+    assert first.lease
+    assert second.lease
+    assert first.lease != second.lease
+    refused = limiter.reserve("r")
+    assert (refused.allowed, refused.reason) == (False, "concurrency")
+    assert limiter.in_flight("r") == 2
+    limiter.settle("r", lease=first.lease)
+    third = limiter.reserve("r")
+    assert third.allowed
+    limiter.release("r", lease=third.lease)
+    assert limiter.in_flight("r") == 1
+    backend.advance(31)  # the second's process crashed: its lease lapses
+    assert limiter.in_flight("r") == 0
+    assert limiter.reserve("r").allowed
+
+
+def test_contract_per_tenant_concurrency(backend: Backend) -> None:
+    limiter = backend.make({"r": RateLimit(concurrency=1, per_tenant=True)})
+    held = limiter.reserve("r", tenant="acme")
+    assert held.allowed
+    assert not limiter.reserve("r", tenant="acme").allowed
+    assert limiter.reserve("r", tenant="globex").allowed
+
+
+def test_contract_the_queue_is_bounded(backend: Backend) -> None:
+    limiter = backend.make({"r": RateLimit(rpm=60, max_wait=10, max_queue=2)})
+    for _ in range(60):
+        assert limiter.reserve("r").allowed
+    waits = [limiter.reserve("r") for _ in range(2)]
+    assert all(g.allowed and g.wait > 0 for g in waits)
+    shed = limiter.reserve("r")
+    assert (shed.allowed, shed.reason) == (False, "queue")
+    assert shed.retry_after == pytest.approx(3.0, abs=0.05)
+    backend.advance(1.5)  # the first waiter has started: a place is free
+    assert limiter.reserve("r").allowed
+
+
+def test_contract_provider_counters_of_each_kind(backend: Backend) -> None:
+    limiter = backend.make(
+        {"r": [RateLimit(tpm=10_000, output_tpm=1000), RateLimit(rpm=5, per_tenant=True)]}
+    )
+    limiter.learn("r", remaining_output_tokens=100, remaining_tokens=5000)
+    assert limiter.reserve("r", tenant="a", input_tokens=10, output_tokens=100).allowed
+    assert not limiter.reserve("r", tenant="a", input_tokens=10, output_tokens=10).allowed
+
+
+def test_contract_waiting_for_a_concurrency_slot(backend: Backend) -> None:
+    limiter = backend.make({"r": RateLimit(concurrency=1, max_wait=5)})
+    held = limiter.reserve("r")
+    got: list[Any] = []
+    waiter = threading.Thread(target=lambda: got.append(limiter.reserve("r")))
+    waiter.start()
+    waiter.join(0.2)
+    assert waiter.is_alive()  # waiting for the slot
+    limiter.settle("r", lease=held.lease)
+    waiter.join(10)
+    assert got
+    assert got[0].allowed
+    assert not limiter.reserve("r", max_wait=0).allowed  # the waiter holds it now
+
+
+def test_contract_async_waiting_for_a_concurrency_slot(backend: Backend) -> None:
+    limiter = backend.make({"r": RateLimit(concurrency=1, max_wait=5)})
+
+    async def run() -> bool:
+        held = await limiter.areserve("r")
+        async with anyio.create_task_group() as tasks:
+            got: list[Any] = []
+
+            async def wait_for_slot() -> None:
+                got.append(await limiter.areserve("r"))
+
+            tasks.start_soon(wait_for_slot)
+            await anyio.sleep(0.1)
+            assert not got
+            await limiter.asettle("r", lease=held.lease)
+        return bool(got[0].allowed)
+
+    assert anyio.run(run)
+
+
+def test_contract_threads_never_exceed_the_concurrency_cap(backend: Backend) -> None:
+    limiter = backend.make({"r": RateLimit(concurrency=3, max_wait=5)})
+    inside, most, lock = [0], [0], threading.Lock()
+    granted: list[bool] = []
+
+    def worker() -> None:
+        for _ in range(15):
+            grant = limiter.reserve("r")
+            granted.append(grant.allowed)
+            if not grant.allowed:
+                continue
+            with lock:
+                inside[0] += 1
+                most[0] = max(most[0], inside[0])
+            with lock:
+                inside[0] -= 1
+            limiter.settle("r", lease=grant.lease)
+
+    threads = [threading.Thread(target=worker) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert most[0] <= 3
+    assert all(granted)  # every call got a slot within its wait
+    assert limiter.in_flight("r") == 0
+
+
+def test_redis_keys_share_the_route_tag_and_hide_the_tenant(
+    redis_url: str, redis_prefix: str
+) -> None:
+    store = RedisStore(redis_url, key_prefix=redis_prefix)
+    limiter = RedisRateLimiter(
+        store,
+        {"openai": [RateLimit(rpm=10, max_queue=1), RateLimit(concurrency=2, per_tenant=True)]},
+    )
+    grant = limiter.reserve("openai", tenant="acme-corp")
+    assert grant.allowed
+    client = redis.Redis.from_url(redis_url)
+    keys = [k.decode() for k in client.scan_iter(match=f"{redis_prefix}:*")]
+    client.close()
+    store.close()
+    assert keys
+    assert all("{" + hash_id("openai") + "}" in key for key in keys)  # one slot
+    assert not any("acme" in key for key in keys)
+    assert any(hash_id("acme-corp") in key for key in keys)
+
+
+def _process_reserves(redis_url: str, prefix: str, results: Any) -> None:
+    store = RedisStore(redis_url, key_prefix=prefix)
+    limiter = RedisRateLimiter(
+        store, {"shared": [RateLimit(rpm=30), RateLimit(rpm=4, per_tenant=True)]}
+    )
+    granted = sum(limiter.reserve("shared", tenant=f"t{i % 10}").allowed for i in range(40))
+    store.close()
+    results.put(granted)
+
+
+def test_several_processes_share_route_and_tenant_limits(redis_url: str, redis_prefix: str) -> None:
+    context = multiprocessing.get_context("spawn")
+    results = context.Queue()
+    processes = [
+        context.Process(target=_process_reserves, args=(redis_url, redis_prefix, results))
+        for _ in range(3)
+    ]
+    for process in processes:
+        process.start()
+    counts = [results.get(timeout=60) for _ in processes]
+    for process in processes:
+        process.join(30)
+    # 120 attempts over 10 tenants allowed 4 each would pass 40; the route allows 30
+    assert sum(counts) == 30
