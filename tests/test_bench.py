@@ -70,3 +70,35 @@ def test_ratelimit_multiproc_bench_reports_shared_and_unshared_runs() -> None:
         assert key in result
     assert set(result["acquire_p50_us"]) == {"memory", "redis"}
     assert result["requests"] > 0
+
+
+def test_budget_race_bench_never_overspends_and_shows_the_naive_race() -> None:
+    result = run("budget_race.py", "--quick")
+    for key in (
+        "limit_usd",
+        "settled_usd",
+        "overspend_usd",
+        "utilisation",
+        "refused",
+        "naive_overspend_usd",
+    ):
+        assert key in result
+    assert result["overspend_usd"] == 0.0
+    assert result["settled_usd"] <= result["limit_usd"]
+    assert abs(result["guard"]["budget_counter_usd"] - result["settled_usd"]) < 1e-6
+    assert result["refused"] > 0
+
+
+def test_prefix_cache_bench_compares_builder_and_naive_assembly() -> None:
+    result = run("prefix_cache.py", "--quick")
+    for key in (
+        "ttft_builder_ms",
+        "ttft_naive_ms",
+        "ratio",
+        "cached_share_builder",
+        "cached_share_naive",
+    ):
+        assert key in result
+    assert result["ttft_builder_ms"] > 0
+    assert result["local_cached_share_builder"] > result["local_cached_share_naive"]
+    assert result["cached_share_builder"] > 0.5 > result["cached_share_naive"]
