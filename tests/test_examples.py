@@ -37,6 +37,15 @@ EXPECTED = {
         "retry 1 of block: InternalServerError",
         "Echo: once more",
     ],
+    "prompt_builder.py": [
+        "openai: 248 input tokens, 0 cached",
+        "openai: 248 input tokens, 241 cached",
+        "anthropic: 266 input tokens, 0 cached, 250 written",
+        "anthropic: 266 input tokens, 250 cached, 0 written",
+        "hit ratio openai: 0.49",
+        "lint: timestamp in instructions at 9: '2025-03-01'",
+        "drift: support-bot changed in instructions",
+    ],
     "guardrails.py": [
         "Echo: mail me at [email]",
         "asks for a password",
