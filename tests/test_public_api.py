@@ -52,6 +52,7 @@ EXPECTED = [
     "RedisStore",
     "RefusedError",
     "RequestValidationError",
+    "ResponseCache",
     "RetryMultiplicationWarning",
     "Scope",
     "Store",

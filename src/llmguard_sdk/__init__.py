@@ -5,6 +5,7 @@ an underscore is private. Start with :class:`Guard`.
 """
 
 from ._version import __version__
+from .cache import ResponseCache
 from .classify import classify_exception, usage_from_result
 from .client import (
     AsyncChunkStream,
@@ -95,6 +96,7 @@ __all__ = [
     "RedisStore",
     "RefusedError",
     "RequestValidationError",
+    "ResponseCache",
     "RetryMultiplicationWarning",
     "Scope",
     "Store",

@@ -122,6 +122,8 @@ class CallContext:
     first_token_at: float | None = None
     route_errors: dict[str, BaseException] = field(default_factory=dict)
     retries: list[RetryDetails] = field(default_factory=list)
+    cacheable: bool = True
+    cache_tags: tuple[str, ...] = ()
 
     def input_tokens(self) -> TokenCount:
         """The request's input tokens, counted once, when a stage first needs them."""

@@ -22,6 +22,7 @@ from .breaker import (
     RedisBreakerBackend,
 )
 from .budget import Budget, Budgets, PriceTable, SpendControl
+from .cache import ResponseCache
 from .config import GuardSettings
 from .context import CallContext, emit
 from .errors import ConfigurationError, ProviderError, RequestValidationError
@@ -117,6 +118,13 @@ class Guard:
         prices: the :class:`~llmguard_sdk.budget.PriceTable` that prices responses whose
             provider reported no cost (``cost_usd``, ``cost_source="estimated"``); default:
             the table shipped with the package (or the one in ``budgets``).
+        cache: a :class:`~llmguard_sdk.cache.ResponseCache` (exact and semantic answers,
+            partitioned by tenant), or ``True`` for one with default settings in the Guard's
+            store. A hit answers without any provider call (``route="cache"``, no tokens, no
+            spend); provider answers are stored after the call; when every route fails, a
+            stale entry is served before the ``degraded`` answer. Per call:
+            ``chat(..., cacheable=False)`` skips it, ``cache_tags=[...]`` adds permission
+            tags to the partition.
         key_prefix: prefix of every Redis key (default ``llmguard``).
         environ: the environment to read ``LLMGUARD_*`` from (default ``os.environ``).
 
@@ -154,6 +162,7 @@ class Guard:
         environ: Mapping[str, str] | None = None,
         budgets: Budgets | Sequence[Budget] | None = None,
         prices: PriceTable | None = None,
+        cache: ResponseCache | bool | None = None,
     ) -> None:
         self.settings = GuardSettings.from_env(
             environ,
@@ -194,6 +203,7 @@ class Guard:
             hedge_after=hedge_after,
             limiter=_limiter(rate_limits, self.store),
             spend=_spend(budgets, prices, routes, self.store),
+            cache=_cache(cache, self.store),
         )
 
     def __repr__(self) -> str:
@@ -235,6 +245,8 @@ class Guard:
         timeout: float | None = ...,
         hedge_after: float | None = ...,
         priority: Literal["interactive", "batch"] = ...,
+        cacheable: bool = ...,
+        cache_tags: Sequence[str] = ...,
         **params: Any,
     ) -> ChatResponse: ...
 
@@ -252,6 +264,8 @@ class Guard:
         timeout: float | None = ...,
         hedge_after: float | None = ...,
         priority: Literal["interactive", "batch"] = ...,
+        cacheable: bool = ...,
+        cache_tags: Sequence[str] = ...,
         **params: Any,
     ) -> ChatStream: ...
 
@@ -268,6 +282,8 @@ class Guard:
         timeout: float | None = None,
         hedge_after: float | None = None,
         priority: Literal["interactive", "batch"] = "interactive",
+        cacheable: bool = True,
+        cache_tags: Sequence[str] = (),
         **params: Any,
     ) -> ChatResponse | ChatStream:
         """Send a chat completion through the pipeline.
@@ -276,6 +292,8 @@ class Guard:
         as keywords (``max_tokens=``, ``temperature=``, ``tools=`` ...), or a ready
         :class:`~llmguard_sdk.ChatRequest` as ``request=``. ``tenant``, ``feature`` and
         ``user`` set the call's scope; ``timeout`` its total time in seconds.
+        With a ``cache``, ``cacheable=False`` skips it for this call and ``cache_tags``
+        (permission tags) further partition what this call may read and write.
 
         With ``stream=True`` it returns a :class:`~llmguard_sdk.ChatStream` of chunks.
         Raises :class:`~llmguard_sdk.errors.RequestValidationError` before any network call
@@ -291,12 +309,18 @@ class Guard:
             hedge_after=hedge_after,
             priority=priority,
         )
+        ctx.cacheable, ctx.cache_tags = cacheable, tuple(cache_tags)
         if stream:
             return ChatStream(ctx, self._stages)
         spend = self._stages.spend
         try:
+            cached = pipeline.cached_response(ctx, self._stages)
+            if cached is not None:
+                return self._finish(ctx, cached)
             if spend is None:
-                return self._finish(ctx, chain.run(ctx, self._stages))
+                served = self._finish(ctx, chain.run(ctx, self._stages))
+                pipeline.remember(ctx, self._stages, served)
+                return served
             held = spend.reserve(ctx, self._stages)
             raw = response = None
             try:
@@ -305,6 +329,7 @@ class Guard:
             finally:  # settle to what was served; nothing served: release the hold
                 spend.settle(held, ctx, response or raw)
             emit(self._stages.hooks, pipeline.event(ctx, "chat", response=response))
+            pipeline.remember(ctx, self._stages, response)
             return response
         except Exception as exc:
             emit(self._stages.hooks, pipeline.event(ctx, "chat", error=exc))
@@ -324,6 +349,8 @@ class Guard:
         timeout: float | None = ...,
         hedge_after: float | None = ...,
         priority: Literal["interactive", "batch"] = ...,
+        cacheable: bool = ...,
+        cache_tags: Sequence[str] = ...,
         **params: Any,
     ) -> ChatResponse: ...
 
@@ -341,6 +368,8 @@ class Guard:
         timeout: float | None = ...,
         hedge_after: float | None = ...,
         priority: Literal["interactive", "batch"] = ...,
+        cacheable: bool = ...,
+        cache_tags: Sequence[str] = ...,
         **params: Any,
     ) -> AsyncChatStream: ...
 
@@ -357,6 +386,8 @@ class Guard:
         timeout: float | None = None,
         hedge_after: float | None = None,
         priority: Literal["interactive", "batch"] = "interactive",
+        cacheable: bool = True,
+        cache_tags: Sequence[str] = (),
         **params: Any,
     ) -> ChatResponse | AsyncChatStream:
         """Async twin of :meth:`chat`; ``stream=True`` gives an :class:`AsyncChatStream`."""
@@ -368,12 +399,18 @@ class Guard:
             hedge_after=hedge_after,
             priority=priority,
         )
+        ctx.cacheable, ctx.cache_tags = cacheable, tuple(cache_tags)
         if stream:
             return AsyncChatStream(ctx, self._stages)
         spend = self._stages.spend
         try:
+            cached = await pipeline.acached_response(ctx, self._stages)
+            if cached is not None:
+                return self._finish(ctx, cached)
             if spend is None:
-                return self._finish(ctx, await chain.arun(ctx, self._stages))
+                served = self._finish(ctx, await chain.arun(ctx, self._stages))
+                await pipeline.aremember(ctx, self._stages, served)
+                return served
             held = await spend.areserve(ctx, self._stages)
             raw = response = None
             try:
@@ -383,6 +420,7 @@ class Guard:
                 with anyio.CancelScope(shield=True):
                     await spend.asettle(held, ctx, response or raw)
             emit(self._stages.hooks, pipeline.event(ctx, "chat", response=response))
+            await pipeline.aremember(ctx, self._stages, response)
             return response
         except Exception as exc:
             emit(self._stages.hooks, pipeline.event(ctx, "chat", error=exc))
@@ -511,6 +549,16 @@ def _limiter(limits: LimitsConfig | None, store: Store) -> RateLimiter | None:
         else MemoryRateLimiter(limits)
     )
     return limiter if limiter.limits else None
+
+
+def _cache(cache: ResponseCache | bool | None, store: Store) -> ResponseCache | None:
+    if cache is None or cache is False:
+        return None
+    if cache is True:
+        return ResponseCache(store)
+    if not isinstance(cache, ResponseCache):
+        raise ConfigurationError(f"cache must be a ResponseCache or True, got {cache!r}")
+    return cache
 
 
 def _breakers(

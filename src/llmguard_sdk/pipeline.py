@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 from .breaker import Breakers, Permit
 from .budget.control import SpendControl
+from .cache import CacheHit, ResponseCache
 from .context import CallContext, CallEvent, Hook, RetryDetails, Scope, current_scope
 from .errors import (
     AllRoutesFailedError,
@@ -84,6 +85,7 @@ class Stages:
     hedge_after: float | None = None
     limiter: RateLimiter | None = None
     spend: SpendControl | None = None  # spend budgets and costs (not the retry budget)
+    cache: ResponseCache | None = None
 
 
 def prepare(
@@ -470,8 +472,93 @@ def too_small_for(ctx: CallContext, route: Provider) -> bool:
     return True
 
 
+def _cache_request(ctx: CallContext, stages: Stages) -> ChatRequest:
+    """The request as the cache keys it: with the model the first route would use."""
+    if ctx.request.model is None and stages.routes and stages.routes[0].model:
+        return ctx.request.model_copy(update={"model": stages.routes[0].model})
+    return ctx.request
+
+
+def _from_cache(ctx: CallContext, hit: CacheHit) -> ChatResponse:
+    """A cached answer as this call's response: no tokens used, nothing spent."""
+    ctx.route = CACHE
+    cached = hit.response
+    metadata = {
+        **cached.metadata,
+        "cache": hit.kind,
+        "similarity": round(hit.similarity, 4),
+        "cached_route": cached.route,
+    }
+    return cached.model_copy(
+        update={"route": CACHE, "usage": Usage(), "cost_usd": 0.0, "metadata": metadata}
+    )
+
+
+def cached_response(ctx: CallContext, stages: Stages) -> ChatResponse | None:
+    """The cache's answer for this call (exact or semantic), or None on a miss."""
+    if stages.cache is None:
+        return None
+    hit = stages.cache.lookup(
+        _cache_request(ctx, stages), ctx.scope, tags=ctx.cache_tags, cacheable=ctx.cacheable
+    )
+    return None if hit is None else _from_cache(ctx, hit)
+
+
+async def acached_response(ctx: CallContext, stages: Stages) -> ChatResponse | None:
+    """Async twin of :func:`cached_response`."""
+    if stages.cache is None:
+        return None
+    hit = await stages.cache.alookup(
+        _cache_request(ctx, stages), ctx.scope, tags=ctx.cache_tags, cacheable=ctx.cacheable
+    )
+    return None if hit is None else _from_cache(ctx, hit)
+
+
+def remember(ctx: CallContext, stages: Stages, response: ChatResponse) -> None:
+    """Store a provider's answer in the cache (a failure to store never fails the call)."""
+    if stages.cache is None or response.route in (CACHE, DEGRADED):
+        return
+    try:
+        stages.cache.store(
+            _cache_request(ctx, stages),
+            response,
+            ctx.scope,
+            tags=ctx.cache_tags,
+            cacheable=ctx.cacheable,
+        )
+    except Exception:
+        logger.exception("response cache: storing an answer failed")
+
+
+async def aremember(ctx: CallContext, stages: Stages, response: ChatResponse) -> None:
+    """Async twin of :func:`remember`."""
+    if stages.cache is None or response.route in (CACHE, DEGRADED):
+        return
+    try:
+        await stages.cache.astore(
+            _cache_request(ctx, stages),
+            response,
+            ctx.scope,
+            tags=ctx.cache_tags,
+            cacheable=ctx.cacheable,
+        )
+    except Exception:
+        logger.exception("response cache: storing an answer failed")
+
+
 def degraded_response(ctx: CallContext, stages: Stages) -> ChatResponse | None:
-    """The configured degraded answer when no route could serve the call (else None)."""
+    """When no route could serve the call: a stale cached answer (stale-if-error), else the
+    configured degraded answer, else None."""
+    if stages.cache is not None:
+        hit = stages.cache.lookup_stale(
+            _cache_request(ctx, stages), ctx.scope, tags=ctx.cache_tags, cacheable=ctx.cacheable
+        )
+        if hit is not None:
+            response = _from_cache(ctx, hit)
+            errors = {name: type(e).__name__ for name, e in ctx.route_errors.items()}
+            return response.model_copy(
+                update={"metadata": {**response.metadata, "route_errors": errors}}
+            )
     if stages.degraded_text is None:
         return None
     ctx.route = DEGRADED
@@ -488,6 +575,7 @@ def degraded_response(ctx: CallContext, stages: Stages) -> ChatResponse | None:
 
 
 DEGRADED = "degraded"
+CACHE = "cache"
 """``route`` and ``finish_reason`` of a degraded answer."""
 
 

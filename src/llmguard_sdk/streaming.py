@@ -331,12 +331,15 @@ class _StreamBase:
         pipeline.fall_through(self._ctx, route, exc, delivered=assembler.delivered)
 
     def _degraded(self) -> StreamChunk | None:
-        """The degraded answer as one chunk (and the response), when one is configured."""
+        """The stale cached or degraded answer as one chunk (and the response), if any."""
         if self._interrupted is not None:
             return None
         response = pipeline.degraded_response(self._ctx, self._stages)
-        if response is None:
-            return None
+        return None if response is None else self._as_chunk(response)
+
+    def _as_chunk(self, response: ChatResponse) -> StreamChunk:
+        """A whole answer not from a provider stream (degraded, cached) as one chunk; it
+        becomes the stream's response."""
         self._response = pipeline.finish(self._ctx, self._stages, response)
         return StreamChunk(
             text=response.text,
@@ -374,7 +377,22 @@ class ChatStream(_StreamBase):
 
     def __init__(self, ctx: CallContext, stages: Stages) -> None:
         super().__init__(ctx, stages)
-        self._chunks = self._run() if stages.spend is None else self._spending(self._run())
+        chunks = self._run() if stages.spend is None else self._spending(self._run())
+        self._chunks = chunks if stages.cache is None else self._caching(chunks)
+
+    def _caching(
+        self, chunks: Generator[StreamChunk, None, None]
+    ) -> Generator[StreamChunk, None, None]:
+        """The response cache around the stream: a hit is replayed as one chunk (nothing is
+        reserved or sent); a provider's complete answer is stored at the end."""
+        cached = pipeline.cached_response(self._ctx, self._stages)
+        if cached is not None:
+            chunks.close()
+            yield self._as_chunk(cached)
+            return
+        yield from chunks
+        if self._response is not None:
+            pipeline.remember(self._ctx, self._stages, self._response)
 
     def _spending(
         self, chunks: Generator[StreamChunk, None, None]
@@ -531,7 +549,22 @@ class AsyncChatStream(_StreamBase):
 
     def __init__(self, ctx: CallContext, stages: Stages) -> None:
         super().__init__(ctx, stages)
-        self._chunks = self._run() if stages.spend is None else self._spending(self._run())
+        chunks = self._run() if stages.spend is None else self._spending(self._run())
+        self._chunks = chunks if stages.cache is None else self._caching(chunks)
+
+    async def _caching(
+        self, chunks: AsyncGenerator[StreamChunk, None]
+    ) -> AsyncGenerator[StreamChunk, None]:
+        """Async twin of :meth:`ChatStream._caching`."""
+        cached = await pipeline.acached_response(self._ctx, self._stages)
+        if cached is not None:
+            await chunks.aclose()
+            yield self._as_chunk(cached)
+            return
+        async for chunk in chunks:
+            yield chunk
+        if self._response is not None:
+            await pipeline.aremember(self._ctx, self._stages, self._response)
 
     async def _spending(
         self, chunks: AsyncGenerator[StreamChunk, None]

@@ -29,7 +29,7 @@ __all__ = ["DEFAULT_THRESHOLD", "ResponseCache"]
 
 logger = logging.getLogger("llmguard_sdk")
 
-DEFAULT_THRESHOLD = 0.6
+DEFAULT_THRESHOLD = 0.55
 """The zero-configuration similarity threshold of the default :class:`HashingEmbedder`
 (see ``bench/semantic_cache.py`` for the whole sweep on GPTCache's public benchmark)."""
 
@@ -77,7 +77,7 @@ class ResponseCache:
         semantic: bool = True,
         embedder: Embedder | None = None,
         threshold: float = DEFAULT_THRESHOLD,
-        margin: float = 0.0,
+        margin: float = 0.01,
         guards: bool = True,
         verifier: Verifier | None = None,
         verify_band: float = 0.05,

@@ -18,15 +18,20 @@ Verifier = Callable[[str, str], bool]
 """Decides a borderline match: gets (query, cached query) and returns True to accept it."""
 
 _NUMBER = re.compile(r"\d+(?:[.,:/-]\d+)*")
-_NEGATION = re.compile(
-    r"\b(?:not|no|never|none|nobody|nothing|neither|nor|cannot|without)\b|n't\b", re.IGNORECASE
-)
+# Sentence negation only: "without" or "none of" are too often paraphrases of positive text.
+_NEGATION = re.compile(r"\b(?:not|no(?!-)|never|neither|nor|cannot)\b|n['\u2019]t\b", re.IGNORECASE)
 # Identifier-like tokens: `code`, CamelCase / ALLCAPS / snake_case / digits-inside words.
 _CODE = re.compile(r"`([^`]+)`")
 _IDENTIFIER = re.compile(r"\b[A-Za-z_]*(?:[a-z][A-Z]|[A-Z]{2}|_|[A-Za-z]\d|\d[A-Za-z])[\w.]*\b")
 # Capitalised words that do not start a sentence: names of people, places, products.
 _NAME = re.compile(r"(?<![.!?:]\s)(?<!^)(?<![.!?:])\b[A-Z][a-z]{2,}\b")
 _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
+# A single swapped word decides the meaning of a short query ("cancel my order" /
+# "cancel my subscription"); in longer text it is usually a synonym.
+_SHORT_QUERY_WORDS = 5
+# Negation flips a question or a short statement; in a paragraph it sits in one clause among
+# many and is paraphrased freely ("without waiting" / "you don't have to wait").
+_NEGATION_SCOPE_WORDS = 15
 _STOP = frozenset(
     {
         "a",
@@ -148,10 +153,25 @@ def _entities(text: str) -> set[str]:
 
 
 def _stem(word: str) -> str:
-    for suffix in ("ing", "ed", "es", "s"):
+    """A light suffix stripper: "preprocessed", "preprocesses", "preprocess" agree."""
+    if len(word) > 5 and word.endswith(("sses", "shes", "ches", "xes", "zes")):
+        return word[:-2]
+    if len(word) > 4 and word.endswith("s") and not word.endswith(("ss", "us", "is")):
+        word = word[:-1]
+    for suffix in ("ing", "ed"):
         if len(word) > len(suffix) + 3 and word.endswith(suffix):
             return word[: -len(suffix)]
     return word
+
+
+def _squashed(text: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", text.lower())
+
+
+def _foreign(entities: set[str], other_text: str) -> set[str]:
+    """The entities that do not occur in ``other_text`` (ignoring case, spaces, punctuation)."""
+    squashed = _squashed(other_text)
+    return {e for e in entities if _squashed(e) not in squashed}
 
 
 def content_words(text: str) -> set[str]:
@@ -163,20 +183,20 @@ def guard_rejection(query: str, cached: str) -> str | None:
     """Why a semantic match of ``query`` to ``cached`` must be refused, or ``None``.
 
     The reasons: ``"number"`` (the numbers differ), ``"negation"`` (one is negated, the other
-    not), ``"entity"`` (each names something the other does not: identifiers, code, proper
-    names), ``"key_term"`` (short queries that differ in exactly one content word each, as in
-    "cancel my order" / "cancel my subscription").
+    not; for texts of up to 15 content words), ``"entity"`` (each names something that does
+    not occur in the other: identifiers, code, proper names), ``"key_term"`` (short queries
+    that differ in exactly one content word each, as in "cancel my order" / "cancel my
+    subscription").
     """
     if _numbers(query) != _numbers(cached):
         return "number"
-    if _negated(query) != _negated(cached):
-        return "negation"
-    ours, theirs = _entities(query), _entities(cached)
-    if ours - theirs and theirs - ours:
-        return "entity"
     words, cached_words = content_words(query), content_words(cached)
-    if len(words | cached_words) <= 6 and len(words - cached_words) == 1 == len(
-        cached_words - words
-    ):
+    short = len(words | cached_words) <= _NEGATION_SCOPE_WORDS
+    if short and _negated(query) != _negated(cached):
+        return "negation"
+    if _foreign(_entities(query), cached) and _foreign(_entities(cached), query):
+        return "entity"
+    swapped = len(words - cached_words) == 1 == len(cached_words - words)
+    if swapped and len(words | cached_words) <= _SHORT_QUERY_WORDS:
         return "key_term"
     return None

@@ -1,0 +1,142 @@
+"""The response cache as a Guard stage: hits skip the providers, misses are stored, streams
+replay, tenants stay apart, and a stale answer comes before the degraded one."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import anyio
+import pytest
+
+from llmguard_sdk import CallEvent, Guard, ProviderError
+from llmguard_sdk.cache import ResponseCache
+from llmguard_sdk.retry import waits_off
+from llmguard_sdk.testing import FakeProvider, Fault
+
+MakeGuard = Callable[..., Guard]
+QUESTION = [{"role": "user", "content": "How do I reset my password on the mobile app?"}]
+PARAPHRASE = [{"role": "user", "content": "How can I reset my password in the mobile app?"}]
+
+
+def test_a_repeated_question_is_answered_from_the_cache(
+    fake: FakeProvider, make_guard: MakeGuard
+) -> None:
+    events: list[CallEvent] = []
+    guard = make_guard(fake, cache=True, hooks=[events.append])
+    first = guard.chat(QUESTION)
+    assert first.route == "primary"
+    again = guard.chat(QUESTION)
+    similar = guard.chat(PARAPHRASE)
+    assert fake.stats.requests == 1
+    assert (again.route, again.metadata["cache"]) == ("cache", "exact")
+    assert (similar.route, similar.metadata["cache"]) == ("cache", "semantic")
+    assert again.text == similar.text == first.text
+    assert again.usage is not None
+    assert again.usage.total_tokens == 0
+    assert again.cost_usd == 0.0
+    assert again.attempts == 0
+    assert again.metadata["cached_route"] == "primary"
+    assert [e.route for e in events] == ["primary", "cache", "cache"]
+
+
+def test_tenants_and_opt_outs_reach_the_provider(fake: FakeProvider, make_guard: MakeGuard) -> None:
+    guard = make_guard(fake, cache=ResponseCache())
+    guard.chat(QUESTION, tenant="acme")
+    assert guard.chat(QUESTION, tenant="acme").route == "cache"
+    assert guard.chat(QUESTION, tenant="globex").route == "primary"
+    assert guard.chat(QUESTION, tenant="acme", cacheable=False).route == "primary"
+    assert guard.chat(QUESTION, tenant="acme", cache_tags=["admin"]).route == "primary"
+    assert guard.chat(QUESTION, tenant="acme", temperature=0.9).route == "primary"
+    assert fake.stats.requests == 5
+
+
+def test_streams_are_stored_and_replayed(fake: FakeProvider, make_guard: MakeGuard) -> None:
+    guard = make_guard(fake, cache=True)
+    with guard.chat(QUESTION, stream=True) as stream:
+        streamed = "".join(chunk.text for chunk in stream)
+    assert stream.response.route == "primary"
+    with guard.chat(PARAPHRASE, stream=True) as replay:
+        chunks = list(replay)
+    assert "".join(c.text for c in chunks) == streamed
+    assert replay.response.route == "cache"
+    assert replay.response.metadata["cache"] == "semantic"
+    assert fake.stats.requests == 1
+
+
+def test_async_calls_and_streams_use_the_cache(fake: FakeProvider, make_guard: MakeGuard) -> None:
+    guard = make_guard(fake, cache=True)
+
+    async def main() -> None:
+        first = await guard.achat(QUESTION)
+        hit = await guard.achat(PARAPHRASE)
+        assert hit.route == "cache"
+        assert hit.text == first.text
+        stream = await guard.achat(QUESTION, stream=True)
+        async with stream:
+            text = "".join([chunk.text async for chunk in stream])
+        assert text == first.text
+        assert stream.response.route == "cache"
+
+    anyio.run(main)
+    assert fake.stats.requests == 1
+
+
+def test_a_stale_answer_comes_before_the_degraded_one(
+    fake: FakeProvider, make_guard: MakeGuard
+) -> None:
+    import time
+
+    cache = ResponseCache(ttl=0.2, stale_ttl=60)
+    guard = make_guard(fake, cache=cache, degraded="Try again later.", breaker=None)
+    fresh = guard.chat(QUESTION)
+    time.sleep(0.3)
+    fake.always(Fault(status=503))
+    with waits_off():
+        stale = guard.chat(QUESTION)
+        other = guard.chat([{"role": "user", "content": "Where is my parcel?"}])
+        with guard.chat(PARAPHRASE, stream=True) as stream:
+            streamed = "".join(chunk.text for chunk in stream)
+    assert (stale.route, stale.metadata["cache"], stale.text) == ("cache", "stale", fresh.text)
+    assert stale.metadata["route_errors"] == {"primary": "ProviderUnavailableError"}
+    assert streamed == fresh.text
+    assert stream.response.metadata["cache"] == "stale"
+    assert other.route == "degraded"
+
+
+def test_without_a_degraded_answer_a_failed_call_still_raises(
+    fake: FakeProvider, make_guard: MakeGuard
+) -> None:
+    guard = make_guard(fake, cache=True, breaker=None, retry=None)
+    fake.always(Fault(status=503))
+    with pytest.raises(ProviderError):
+        guard.chat(QUESTION)
+    fake.reset_faults()
+    guard.chat(QUESTION)
+    assert guard.chat(QUESTION).route == "cache"
+
+
+def test_failed_and_tool_call_answers_are_not_stored(
+    fake: FakeProvider, make_guard: MakeGuard
+) -> None:
+    guard = make_guard(fake, cache=True, retry=None, breaker=None)
+    fake.script(Fault(status=500))
+    with pytest.raises(ProviderError):
+        guard.chat(QUESTION)
+    assert guard.chat(QUESTION).route == "primary"
+    assert guard.chat(QUESTION).route == "cache"
+
+
+def test_redis_cache_is_shared_between_guards(
+    fake: FakeProvider, make_guard: MakeGuard, redis_url: str, redis_prefix: str
+) -> None:
+    one = make_guard(fake, store=redis_url, key_prefix=redis_prefix, cache=True)
+    two = make_guard(
+        fake,
+        store=redis_url,
+        key_prefix=redis_prefix,
+        cache=ResponseCache(redis_url, key_prefix=redis_prefix, sync_interval=0.0),
+    )
+    one.chat(QUESTION, tenant="acme")
+    assert two.chat(QUESTION, tenant="acme").route == "cache"
+    assert two.chat(PARAPHRASE, tenant="acme").route == "cache"
+    assert two.chat(PARAPHRASE, tenant="globex").route == "primary"
