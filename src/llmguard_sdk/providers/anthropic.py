@@ -30,8 +30,6 @@ import time
 from collections.abc import Generator, Mapping
 from typing import Any
 
-from pydantic import ValidationError
-
 from ..errors import ConfigurationError, MalformedResponseError, ProviderUnavailableError
 from ..models import ChatRequest, ChatResponse, Message, StreamChunk
 from ..prompts.adapters import CACHE_HISTORY_KEY, STATIC_MESSAGES_KEY, add_cache_breakpoints
@@ -39,6 +37,7 @@ from .openai_compat import OpenAICompatibleProvider
 from .wire import (
     MAX_ERROR_BODY_BYTES,
     StreamState,
+    answer_response,
     error_from_status,
     json_answer,
     malformed_answer,
@@ -319,22 +318,15 @@ def parse_anthropic_message(
     text = "".join(b["text"] for b in blocks if b.get("type") == "text" and _is_str(b.get("text")))
     uses = [b for b in blocks if b.get("type") == "tool_use"]
     tool_calls = [{k: v for k, v in _tool_call(b, 0).items() if k != "index"} for b in uses]
-    usage, cost = usage_from_payload(data.get("usage"))
-    try:
-        return ChatResponse(
-            text=text,
-            finish_reason=_finish(data.get("stop_reason")),
-            usage=usage,
-            model=data["model"] if _is_str(data.get("model")) else "",
-            route=route,
-            id=data["id"] if _is_str(data.get("id")) else None,
-            tool_calls=tool_calls or None,
-            cost_usd=cost,
-            cost_source="reported" if cost is not None else None,
-            headers=dict(headers),
-        )
-    except ValidationError as exc:
-        raise problem(f"response does not fit the model: {exc.errors()[0]['msg']}") from None
+    return answer_response(
+        data,
+        text=text,
+        finish_reason=_finish(data.get("stop_reason")),
+        tool_calls=tool_calls or None,
+        route=route,
+        headers=headers,
+        problem=problem,
+    )
 
 
 def _tool_call(

@@ -32,6 +32,7 @@ from .sse import SSEDecoder
 
 __all__ = [
     "StreamState",
+    "answer_response",
     "build_payload",
     "encode_payload",
     "error_from_status",
@@ -115,11 +116,34 @@ def parse_completion(
         raise problem("message content is not a string")
     if content is None and not tool_calls:
         raise problem("message has neither content nor tool_calls")
+    return answer_response(
+        data,
+        text=content or "",
+        finish_reason=_str_or_none(choices[0].get("finish_reason")),
+        tool_calls=tool_calls,
+        route=route,
+        headers=headers,
+        problem=problem,
+    )
+
+
+def answer_response(
+    data: Mapping[str, Any],
+    *,
+    text: str,
+    finish_reason: str | None,
+    tool_calls: list[dict[str, Any]] | None,
+    route: str,
+    headers: Mapping[str, str],
+    problem: Callable[[str], MalformedResponseError],
+) -> ChatResponse:
+    """The :class:`ChatResponse` of a parsed answer: its usage, reported cost, model and id
+    are read from ``data``; a value that does not fit is ``problem(message)``."""
     usage, cost = usage_from_payload(data.get("usage"))
     try:
         return ChatResponse(
-            text=content or "",
-            finish_reason=_str_or_none(choices[0].get("finish_reason")),
+            text=text,
+            finish_reason=finish_reason,
             usage=usage,
             model=_str_or_none(data.get("model")) or "",
             route=route,
