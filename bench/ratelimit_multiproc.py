@@ -59,13 +59,15 @@ plus ``max_tokens`` before sending, and settles to the provider's reported usage
   sliding window agree on the long-run rate but not on every window: requests reach the
   provider a few milliseconds after their reservation, in a slightly different order, so a
   limit set exactly at the provider's would overrun some windows by a little.
-* The start-up burst: GCRA, like the provider, lets one period's worth through at once, but it
-  then refills continuously, while the provider's window only frees as the burst leaves it, one
-  period later. Right after the start the Guards therefore send into a full window: the first
-  429 teaches every Guard the provider's pause (through Redis), and the requests reserved or
-  queued (up to ``max_wait_s`` ahead) before that get 429 too. ``provider_429_steady`` counts
-  the 429s after the first ``steady_skip_periods`` periods. A short ``max_wait_s`` keeps that
-  queue short; its price is more local refusals (workers poll with ``retry_after``).
+* The start-up burst: with a full burst (``burst=1``) GCRA, like the provider, lets one
+  period's worth through at once, but then refills continuously, while the provider's sliding
+  window only frees as the burst leaves it, one period later: right after the start the Guards
+  sent into a full window (6-15 provider 429s per cold start). A sliding window holds at most
+  (1 + ``burst``) x the GCRA limit, so the Guards run with ``burst`` = 0.045: 0.95 x 1.045 stays
+  just under the provider's limit, and the largest call (about 2,530 tokens) still fits in a
+  burst. ``provider_429_steady`` counts the 429s after the first ``steady_skip_periods``
+  periods. A short ``max_wait_s`` keeps the queue short; its price is more local refusals
+  (workers poll with ``retry_after``).
 
 Why the FakeProvider runs in the parent
 ---------------------------------------
@@ -145,6 +147,7 @@ class Setup:
     period_s: float = 2.0  # our RateLimit(period=) and the provider's limit_window
     guard_share: float = 0.95  # the Guards' limits as a share of the provider's
     max_wait_s: float = 0.1  # RateLimit(max_wait=): how far ahead a call may take a slot
+    burst: float = 0.045  # RateLimit(burst=): the share of a period that may go out at once
     duration_s: float = 30.0
     steady_skip_periods: int = 2  # token_share leaves out the first periods (start-up burst)
     sample_s: float = 0.25
@@ -164,6 +167,7 @@ class Setup:
             tpm=self.tokens_per_period * self.guard_share,
             period=self.period_s,
             max_wait=self.max_wait_s,
+            burst=self.burst,
         )
 
 
