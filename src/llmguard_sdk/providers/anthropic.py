@@ -7,7 +7,8 @@ here as pure functions:
 
 * requests: system messages become ``system`` blocks, OpenAI-style image parts, tool calls,
   tool results, tools and ``tool_choice`` are translated, ``max_tokens`` (which Anthropic
-  requires) defaults to ``default_max_tokens``, ``stop`` becomes ``stop_sequences``.
+  requires) defaults to ``default_max_tokens``, ``stop`` becomes ``stop_sequences``, and a
+  ``temperature`` above 1 is sent as 1 (Anthropic's range is 0-1).
   ``seed`` and ``response_format`` have no Anthropic counterpart and are not sent; neither is
   OpenAI's ``prompt_cache_key`` in ``extra_body``. Everything else in ``extra_body`` is sent.
 * prompt caching: requests built by a :class:`~llmguard_sdk.prompts.PromptBuilder` get
