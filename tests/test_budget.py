@@ -440,4 +440,16 @@ def test_contract_the_first_refusal_of_a_window_is_its_100_percent_alert(
     backends.at(_epoch(2030, 5, 10, 13, 0, 0))
     assert not hold(backend, "d", [budget], 1.5).alerted  # over the limit, 0 %: no alert
     assert hold(backend, "e", [budget], 0.95).allowed
-    assert hold(backend, "f", [budget], 0.2).alerted
+    assert not hold(backend, "f", [budget], 0.2).alerted  # only held, not spent yet
+    backend.settle("e", [budget], actual=nano(0.95), ttl=600)
+    assert hold(backend, "g", [budget], 0.2).alerted
+
+
+def test_contract_refusals_caused_by_holds_in_flight_are_no_alert(backends: Backends) -> None:
+    backend = backends.backend
+    budget = spec("y", 1.0, "hour")
+    backends.at(_epoch(2030, 5, 10, 12, 0, 0))
+    assert hold(backend, "a", [budget], 0.7).allowed  # in flight, nothing settled yet
+    refused = hold(backend, "b", [budget], 0.5)
+    assert not refused.allowed
+    assert not refused.alerted

@@ -21,6 +21,7 @@ import anyio
 
 from ._version import __version__
 from .breaker import BreakerPolicy, BreakerTransition
+from .budget.cli import add_cost_command, run_cost_command
 from .context import CallEvent
 from .errors import ConfigurationError, LLMGuardError
 from .guard import Guard
@@ -64,7 +65,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     drill.add_argument("--no-local", action="store_true", help="leave the local model out")
     drill.add_argument("--png", metavar="FILE", help="write a timeline picture")
     drill.add_argument("--json", action="store_true", help="print the report as JSON")
+    add_cost_command(commands)
     args = parser.parse_args(argv)
+    if args.command == "cost":
+        return run_cost_command(args)
     if args.command == "drill":
         from .drill import run_drill
 

@@ -306,9 +306,15 @@ def fire_alerts(state: CounterState, spec: CounterSpec) -> tuple[float, ...]:
 
 def exhausted_alert(state: CounterState, spec: CounterSpec, need: float) -> bool:
     """A refusal is the window's 100 % alert, once: holds keep the settled spend from ever
-    touching the limit, so "100 %" means "the budget refused a call that would have fit an
-    empty window" (a call of ``need``; when 1.0 is one of the thresholds, not yet fired)."""
-    if 1.0 in spec.alerts and 1.0 not in state.fired and need <= spec.limit:
+    touching the limit, so "100 %" means "the settled spend alone leaves no room for a call
+    (of ``need``) that would fit an empty window" (when 1.0 is a threshold, not yet fired).
+    Refusals caused by other calls' holds in flight do not count."""
+    if (
+        1.0 in spec.alerts
+        and 1.0 not in state.fired
+        and need <= spec.limit
+        and state.spent + need > spec.limit
+    ):
         state.fired.add(1.0)
         return True
     return False

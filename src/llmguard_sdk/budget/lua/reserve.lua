@@ -3,7 +3,8 @@
 --       5 nano-dollars per output token, 6 wanted output tokens, 7 fewest output tokens,
 --       8 number of counters, then 5 arguments per counter (see common.lua).
 -- Returns {1, tokens, amount} or {0, refused counter (0-based), spent, reserved, resets_at,
--- 1 when this refusal is the window's 100 % alert (a call that would fit an empty window)}.
+-- 1 when this refusal is the window's 100 % alert: the settled spend alone leaves no room
+-- for a call that would fit an empty window}.
 local hold = tonumber(ARGV[3])
 local base, per, want, minimum = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]),
   tonumber(ARGV[7])
@@ -32,11 +33,12 @@ if tokens < minimum or tokens < 0 then
     end
   end
   local c = counters[refused]
-  -- holds keep the settled spend from touching the limit: the first refusal of a window is
-  -- its 100 % alert (when that threshold is configured and has not fired)
+  -- holds keep the settled spend from touching the limit: the first refusal of a window that
+  -- the settled spend alone explains is its 100 % alert (when configured and not yet fired)
   local alerted = 0
   for _, a in ipairs(c.alerts) do
-    if tonumber(a) == 1 and need <= c.limit and redis.call('HSETNX', c.h, 'a:' .. a, 1) == 1 then
+    if tonumber(a) == 1 and need <= c.limit and c.spent + need > c.limit
+      and redis.call('HSETNX', c.h, 'a:' .. a, 1) == 1 then
       alerted = 1
     end
   end

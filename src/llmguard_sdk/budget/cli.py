@@ -1,0 +1,219 @@
+"""``llmguard cost``: estimate a monthly bill, and report one from recorded usage.
+
+``llmguard cost estimate`` prices a workload under each option (one model, or a routing
+split such as 70 % small / 30 % large)::
+
+    monthly = requests/day x days x (1 - cache hit rate) x (1 + retry rate)
+              x (input tokens x input price + output tokens x output price)
+
+at the p50 and the p95 token counts; input read from a provider's prompt cache
+(``--cached-input-share``) is priced at the cached rate.
+
+``llmguard cost report FILE`` reads a :class:`~llmguard_sdk.budget.UsageRecorder` file and
+prints calls, cost and cost per successful call per tenant and feature.
+
+.. versionadded:: 0.2.0
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from ..errors import ConfigurationError
+from .prices import Price, PriceTable
+from .recorder import read_usage, usage_report
+
+__all__ = ["Option", "add_cost_command", "estimate", "run_cost_command"]
+
+
+@dataclass(frozen=True)
+class Option:
+    """One priced option of an estimate: per request and per month, at p50 and p95."""
+
+    name: str
+    per_request_p50_usd: float
+    per_request_p95_usd: float
+    monthly_p50_usd: float
+    monthly_p95_usd: float
+
+
+def _request_cost(price: Price, input_tokens: float, output_tokens: float, cached: float) -> float:
+    plain = input_tokens * (1.0 - cached)
+    return (
+        plain * price.input
+        + input_tokens * cached * price.cached_rate
+        + output_tokens * price.output
+    ) / 1_000_000
+
+
+def _price(table: PriceTable, name: str) -> Price:
+    provider, _, model = name.rpartition("/")
+    return table.price(model, provider=provider or None)
+
+
+def estimate(
+    table: PriceTable,
+    *,
+    requests_per_day: float,
+    input_tokens: tuple[float, float],
+    output_tokens: tuple[float, float],
+    options: list[tuple[str, dict[str, float]]],
+    cache_hit_rate: float = 0.0,
+    cached_input_share: float = 0.0,
+    retry_rate: float = 0.0,
+    days: float = 30.0,
+) -> list[Option]:
+    """Price each option: ``(name, {model: share})`` with shares summing to 1."""
+    billed = requests_per_day * days * (1.0 - cache_hit_rate) * (1.0 + retry_rate)
+    found: list[Option] = []
+    for name, split in options:
+        prices = [(_price(table, model), share) for model, share in split.items()]
+        p50 = sum(
+            share * _request_cost(p, input_tokens[0], output_tokens[0], cached_input_share)
+            for p, share in prices
+        )
+        p95 = sum(
+            share * _request_cost(p, input_tokens[1], output_tokens[1], cached_input_share)
+            for p, share in prices
+        )
+        found.append(Option(name, p50, p95, p50 * billed, p95 * billed))
+    return found
+
+
+def _split(text: str) -> tuple[str, dict[str, float]]:
+    shares: dict[str, float] = {}
+    for part in text.split(","):
+        model, sep, share = part.strip().rpartition("=")
+        if not sep or not model:
+            raise argparse.ArgumentTypeError(f"a split is model=share,...; got {text!r}")
+        try:
+            shares[model] = float(share.rstrip("%"))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"bad share in {text!r}") from None
+    total = sum(shares.values())
+    if total <= 0 or any(s < 0 for s in shares.values()):
+        raise argparse.ArgumentTypeError(f"shares must be positive: {text!r}")
+    name = " / ".join(f"{s / total:.0%} {m}" for m, s in shares.items())
+    return name, {m: s / total for m, s in shares.items()}
+
+
+def _fraction(text: str) -> float:
+    value = float(text.rstrip("%")) / (100.0 if text.endswith("%") else 1.0)
+    if not 0.0 <= value < 1.0:
+        raise argparse.ArgumentTypeError("must be a fraction in [0, 1), or a percentage")
+    return value
+
+
+def _positive(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError("must be positive")
+    return value
+
+
+def add_cost_command(commands: Any) -> None:
+    """Register ``llmguard cost`` on the ``llmguard`` command's subparsers."""
+    cost = commands.add_parser(
+        "cost",
+        help="estimate monthly LLM cost, or report it from recorded usage",
+        description="Estimate what a workload costs per month under each option, or report "
+        "the cost of recorded usage per tenant and feature.",
+    )
+    steps = cost.add_subparsers(dest="cost_command", metavar="ACTION")
+    est = steps.add_parser("estimate", help="monthly cost per model or routing split")
+    est.add_argument("--requests-per-day", type=_positive, required=True)
+    est.add_argument("--input-tokens", type=_positive, required=True, help="input tokens, p50")
+    est.add_argument("--input-tokens-p95", type=_positive, help="input tokens, p95 (= p50)")
+    est.add_argument("--output-tokens", type=_positive, required=True, help="output, p50")
+    est.add_argument("--output-tokens-p95", type=_positive, help="output tokens, p95 (= p50)")
+    est.add_argument(
+        "--model", action="append", default=[], help="a model to price alone (repeatable)"
+    )
+    est.add_argument(
+        "--split",
+        action="append",
+        type=_split,
+        default=[],
+        help="a routing split, e.g. gpt-4o-mini=70,gpt-4o=30 (repeatable)",
+    )
+    est.add_argument("--cache-hit-rate", type=_fraction, default=0.0, help="answered by cache")
+    est.add_argument(
+        "--cached-input-share", type=_fraction, default=0.0, help="input read from prompt cache"
+    )
+    est.add_argument("--retry-rate", type=_fraction, default=0.0, help="billed extra attempts")
+    est.add_argument("--days", type=_positive, default=30.0, help="days in a month (30)")
+    est.add_argument("--prices", help="a price table JSON file (default: the shipped one)")
+    est.add_argument("--json", action="store_true", help="print JSON")
+    rep = steps.add_parser("report", help="cost per tenant and feature from a usage file")
+    rep.add_argument("file", help="a JSON Lines file written by UsageRecorder")
+    rep.add_argument("--json", action="store_true", help="print JSON")
+
+
+def run_cost_command(args: argparse.Namespace) -> int:
+    """Carry out ``llmguard cost ...``; returns the exit status."""
+    try:
+        if args.cost_command == "estimate":
+            return _run_estimate(args)
+        if args.cost_command == "report":
+            return _run_report(args)
+    except ConfigurationError as exc:
+        print(f"llmguard cost: {exc}")
+        return 2
+    print("usage: llmguard cost {estimate,report} ... (see llmguard cost --help)")
+    return 2
+
+
+def _run_estimate(args: argparse.Namespace) -> int:
+    table = PriceTable.from_json(args.prices) if args.prices else PriceTable.default_table()
+    options = [(model, {model: 1.0}) for model in args.model] + list(args.split)
+    if not options:
+        raise ConfigurationError("name at least one --model or --split")
+    found = estimate(
+        table,
+        requests_per_day=args.requests_per_day,
+        input_tokens=(args.input_tokens, args.input_tokens_p95 or args.input_tokens),
+        output_tokens=(args.output_tokens, args.output_tokens_p95 or args.output_tokens),
+        options=options,
+        cache_hit_rate=args.cache_hit_rate,
+        cached_input_share=args.cached_input_share,
+        retry_rate=args.retry_rate,
+        days=args.days,
+    )
+    if args.json:
+        print(json.dumps({"prices": table.version, "options": [asdict(o) for o in found]}))
+        return 0
+    width = max(len(o.name) for o in found)
+    print(f"{'option':<{width}}  {'per call p50':>12}  {'month p50':>12}  {'month p95':>12}")
+    for o in found:
+        cells = [
+            f"${o.per_request_p50_usd:.6f}",
+            f"${o.monthly_p50_usd:,.2f}",
+            f"${o.monthly_p95_usd:,.2f}",
+        ]
+        print(f"{o.name:<{width}}  " + "  ".join(f"{cell:>12}" for cell in cells))
+    print(f"prices: {table.version}")
+    return 0
+
+
+def _run_report(args: argparse.Namespace) -> int:
+    report = usage_report(read_usage(args.file))
+    if args.json:
+        print(json.dumps(report))
+        return 0
+    print(f"{'tenant':<16} {'feature':<16} {'calls':>7} {'ok':>7} {'cost':>12} {'per success':>12}")
+    for row in report["groups"]:
+        each = row["cost_per_success_usd"]
+        print(
+            f"{row['tenant'][:16]:<16} {row['feature'][:16]:<16} {row['calls']:>7} "
+            f"{row['ok']:>7} ${row['cost_usd']:>11.6f} "
+            + (f"${each:>11.6f}" if each is not None else f"{'-':>12}")
+        )
+    total = report["total"]
+    print(
+        f"total: {total['calls']} calls, {total['ok']} ok, ${total['cost_usd']:.6f}"
+        + (f", {total['unpriced_calls']} without a price" if total["unpriced_calls"] else "")
+    )
+    return 0
