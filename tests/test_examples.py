@@ -46,6 +46,14 @@ EXPECTED = {
         "lint: timestamp in instructions at 9: '2025-03-01'",
         "drift: support-bot changed in instructions",
     ],
+    "budgets.py": [
+        "call 1: large cost $0.000810 (estimated)",
+        "alert: tenant:acme reached 50%",
+        "tenant:acme: no room for this call, downgraded",
+        "call 7: small cost $0.000027 (estimated)",
+        "refused: scope=user:u-trial limit=$0.003 spent=$0.001620",
+        "estimate: gpt-4o-mini $128/month, 70/30 split $731/month",
+    ],
     "guardrails.py": [
         "Echo: mail me at [email]",
         "asks for a password",

@@ -539,8 +539,10 @@ class SpendControl:
 
     def _emit(self, events: Sequence[BudgetEvent]) -> None:
         for event in events:
-            if event.kind in ("alert", "runaway", "unavailable"):
+            if event.kind in ("runaway", "unavailable"):
                 logger.warning("llmguard budget event: %s", event)
+            elif event.kind == "alert":
+                logger.info("llmguard budget event: %s", event)
             for hook in self.config.on_event:
                 try:
                     hook(event)
