@@ -5,6 +5,7 @@ an underscore is private. Start with :class:`Guard`.
 """
 
 from ._version import __version__
+from .budget import Budget, Budgets, PriceTable
 from .cache import ResponseCache
 from .classify import classify_exception, usage_from_result
 from .client import (
@@ -58,7 +59,9 @@ __all__ = [
     "AsyncGuardedClient",
     "AuthenticationError",
     "BadRequestError",
+    "Budget",
     "BudgetExceededError",
+    "Budgets",
     "CallContext",
     "CallEvent",
     "ChatCompletion",
@@ -84,6 +87,7 @@ __all__ = [
     "Message",
     "OpenAICompatibleProvider",
     "OutputFilter",
+    "PriceTable",
     "PromptBuilder",
     "PromptLintError",
     "Provider",
