@@ -102,3 +102,15 @@ def test_prefix_cache_bench_compares_builder_and_naive_assembly() -> None:
     assert result["ttft_builder_ms"] > 0
     assert result["local_cached_share_builder"] > result["local_cached_share_naive"]
     assert result["cached_share_builder"] > 0.5 > result["cached_share_naive"]
+
+
+def test_semantic_cache_bench_sweeps_thresholds_and_times_lookups() -> None:
+    result = run("semantic_cache.py", "--quick")
+    assert set(result["lookup_p50_ms"]) == {"1000", "10000"}
+    assert all(v > 0 for v in result["lookup_p99_ms"].values())
+    if result["mock_sweep"] is not None:  # GPTCache's data file sits beside the checkout
+        rows = result["mock_sweep"]
+        assert all(r["positive"] + r["negative"] + r["miss"] == result["pairs"] for r in rows)
+        hits = [r["positive"] + r["negative"] for r in rows]
+        assert hits == sorted(hits, reverse=True)  # a higher threshold never hits more
+        assert result["default"] in rows

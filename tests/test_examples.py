@@ -46,6 +46,14 @@ EXPECTED = {
         "lint: timestamp in instructions at 9: '2025-03-01'",
         "drift: support-bot changed in instructions",
     ],
+    "response_cache.py": [
+        "'How can I reset my password in the mobile app?'        -> cache    semantic",
+        "'How do I reset my password on the web site?'           -> openai   provider",
+        "'cancel my subscription'                                -> openai   provider",
+        "requests the provider saw: 5",
+        "stats: 1 exact, 1 semantic",
+        "provider down:",
+    ],
     "budgets.py": [
         "call 1: large cost $0.000810 (estimated)",
         "alert: tenant:acme reached 50%",

@@ -22,6 +22,7 @@ import anyio
 from ._version import __version__
 from .breaker import BreakerPolicy, BreakerTransition
 from .budget.cli import add_cost_command, run_cost_command
+from .cache.cli import add_cache_command, run_cache_command
 from .context import CallEvent
 from .errors import ConfigurationError, LLMGuardError
 from .guard import Guard
@@ -66,9 +67,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     drill.add_argument("--png", metavar="FILE", help="write a timeline picture")
     drill.add_argument("--json", action="store_true", help="print the report as JSON")
     add_cost_command(commands)
+    add_cache_command(commands)
     args = parser.parse_args(argv)
     if args.command == "cost":
         return run_cost_command(args)
+    if args.command == "cache":
+        return run_cache_command(args)
     if args.command == "drill":
         from .drill import run_drill
 

@@ -16,7 +16,7 @@ or as a Guard stage: ``Guard(providers, cache=ResponseCache(...))``.
 """
 
 from .backends import CacheBackend, MemoryCacheBackend, RedisCacheBackend
-from .calibrate import CalibrationRow, calibrate
+from .calibrate import CalibrationRow, Pair, calibrate, pick_threshold, read_pairs
 from .core import DEFAULT_THRESHOLD, ResponseCache
 from .embedders import Embedder, HashingEmbedder, LlamaCppEmbedder, OpenAIEmbedder
 from .entry import CacheEntry, CacheHit, CacheStats
@@ -38,6 +38,7 @@ __all__ = [
     "Match",
     "MemoryCacheBackend",
     "OpenAIEmbedder",
+    "Pair",
     "RedisCacheBackend",
     "ResponseCache",
     "VectorIndex",
@@ -45,5 +46,7 @@ __all__ = [
     "calibrate",
     "canonical_json",
     "guard_rejection",
+    "pick_threshold",
+    "read_pairs",
     "request_keys",
 ]

@@ -241,6 +241,12 @@ class LlamaCppEmbedder:
             raise ConfigurationError(
                 "LlamaCppEmbedder needs llama-cpp-python (pip install 'llmguard-sdk[local]')"
             ) from exc
+        import llama_cpp
+
+        # Mean pooling unless told otherwise: one vector per text, whatever the model's
+        # metadata says (decoder models declare none, and llama.cpp then returns one vector
+        # per token).
+        llama_options.setdefault("pooling_type", llama_cpp.LLAMA_POOLING_TYPE_MEAN)
         self._llama = Llama(
             model_path=model_path,
             embedding=True,

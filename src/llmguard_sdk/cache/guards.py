@@ -26,9 +26,11 @@ _IDENTIFIER = re.compile(r"\b[A-Za-z_]*(?:[a-z][A-Z]|[A-Z]{2}|_|[A-Za-z]\d|\d[A-
 # Capitalised words that do not start a sentence: names of people, places, products.
 _NAME = re.compile(r"(?<![.!?:]\s)(?<!^)(?<![.!?:])\b[A-Z][a-z]{2,}\b")
 _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
-# A single swapped word decides the meaning of a short query ("cancel my order" /
-# "cancel my subscription"); in longer text it is usually a synonym.
-_SHORT_QUERY_WORDS = 5
+# In a short query every content word carries the meaning: "cancel my order" / "cancel my
+# subscription", "reset my password on the mobile app" / "... on the web site". There, any
+# word of one side replaced by another word is a different question; in longer text such
+# swaps are usually synonyms.
+_SHORT_QUERY_WORDS = 6
 # Negation flips a question or a short statement; in a paragraph it sits in one clause among
 # many and is paraphrased freely ("without waiting" / "you don't have to wait").
 _NEGATION_SCOPE_WORDS = 15
@@ -184,9 +186,9 @@ def guard_rejection(query: str, cached: str) -> str | None:
 
     The reasons: ``"number"`` (the numbers differ), ``"negation"`` (one is negated, the other
     not; for texts of up to 15 content words), ``"entity"`` (each names something that does
-    not occur in the other: identifiers, code, proper names), ``"key_term"`` (short queries
-    that differ in exactly one content word each, as in "cancel my order" / "cancel my
-    subscription").
+    not occur in the other: identifiers, code, proper names), ``"key_term"`` (short queries,
+    up to 6 content words, where each side has a content word the other lacks, as in
+    "cancel my order" / "cancel my subscription").
     """
     if _numbers(query) != _numbers(cached):
         return "number"
@@ -196,7 +198,7 @@ def guard_rejection(query: str, cached: str) -> str | None:
         return "negation"
     if _foreign(_entities(query), cached) and _foreign(_entities(cached), query):
         return "entity"
-    swapped = len(words - cached_words) == 1 == len(cached_words - words)
-    if swapped and len(words | cached_words) <= _SHORT_QUERY_WORDS:
+    substituted = bool(words - cached_words) and bool(cached_words - words)
+    if substituted and len(words | cached_words) <= _SHORT_QUERY_WORDS:
         return "key_term"
     return None
