@@ -317,7 +317,7 @@ class Guard:
             cached = pipeline.cached_response(ctx, self._stages)
             if cached is not None:
                 return self._finish(ctx, cached)
-            if spend is None:
+            if spend is None or not spend.active:  # no budgets: only prices
                 served = self._finish(ctx, chain.run(ctx, self._stages))
                 pipeline.remember(ctx, self._stages, served)
                 return served
@@ -407,7 +407,7 @@ class Guard:
             cached = await pipeline.acached_response(ctx, self._stages)
             if cached is not None:
                 return self._finish(ctx, cached)
-            if spend is None:
+            if spend is None or not spend.active:  # no budgets: only prices
                 served = self._finish(ctx, await chain.arun(ctx, self._stages))
                 await pipeline.aremember(ctx, self._stages, served)
                 return served

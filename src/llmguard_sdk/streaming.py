@@ -377,7 +377,8 @@ class ChatStream(_StreamBase):
 
     def __init__(self, ctx: CallContext, stages: Stages) -> None:
         super().__init__(ctx, stages)
-        chunks = self._run() if stages.spend is None else self._spending(self._run())
+        spending = stages.spend is not None and stages.spend.active
+        chunks = self._spending(self._run()) if spending else self._run()
         self._chunks = chunks if stages.cache is None else self._caching(chunks)
 
     def _caching(
@@ -549,7 +550,8 @@ class AsyncChatStream(_StreamBase):
 
     def __init__(self, ctx: CallContext, stages: Stages) -> None:
         super().__init__(ctx, stages)
-        chunks = self._run() if stages.spend is None else self._spending(self._run())
+        spending = stages.spend is not None and stages.spend.active
+        chunks = self._spending(self._run()) if spending else self._run()
         self._chunks = chunks if stages.cache is None else self._caching(chunks)
 
     async def _caching(

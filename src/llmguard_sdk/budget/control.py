@@ -207,6 +207,9 @@ class SpendControl:
         self.runaway = (
             RunawayDetector(config.runaway_factor) if config.runaway_factor is not None else None
         )
+        self.active = bool(config.budgets or config.on_event)
+        """Whether calls go through reserve and settle (budgets or event callbacks are set);
+        otherwise this stage only prices responses."""
 
     # -- what a call touches -----------------------------------------------------------------
 
