@@ -301,6 +301,19 @@ def _flaky_script(count: int) -> list[Fault | None]:
     return faults
 
 
+def _wait_until_probing(guard: Guard, route: str) -> None:
+    """Sleep until the route's breaker lets a probe through (bounded: a slow outage phase
+    may have re-opened it for a grown open duration)."""
+    breakers = guard.breakers
+    give_up = time.monotonic() + 8 * DEMO_BREAKER.open_seconds
+    while breakers is not None and time.monotonic() < give_up:
+        permit = breakers.permit(route)
+        if permit.allowed:
+            breakers.release(route)  # only asked; the recovery call takes the probe
+            return
+        time.sleep(min(max(permit.retry_after or 0.0, 0.02), 1.0) + 0.02)
+
+
 def run_demo(*, requests: int = 60, concurrency: int = 8) -> DemoSummary:
     """Run the demo traffic and return its summary."""
     summary = DemoSummary(requests=requests, concurrency=concurrency)
@@ -345,7 +358,7 @@ def run_demo(*, requests: int = 60, concurrency: int = 8) -> DemoSummary:
         summary.outage = [_ask(guard, question) for question in OUTAGE_QUESTIONS]
         primary.always(None)
         backup.always(Fault(latency=0.005))
-        time.sleep(DEMO_BREAKER.open_seconds + 0.1)  # the open breakers may now probe
+        _wait_until_probing(guard, "primary")
         summary.recovery = [_ask(guard, question) for question in RECOVERY_QUESTIONS]
         summary.transitions = [
             {
