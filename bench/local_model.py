@@ -8,7 +8,8 @@ process may use).
   ``guard.chat(messages, stream=True, temperature=0, max_tokens=N)``. The provider formats the
   prompt with the GGUF's chat template and runs ``Llama.generate`` in its worker thread; the
   chunks reach the caller through a queue and the Guard's stream pipeline.
-* ``raw``: ``llama_cpp.Llama(model_path=..., n_ctx=2048, n_threads=..., verbose=False)`` and
+* ``raw``: ``llama_cpp.Llama(model_path=..., n_ctx=2048, n_threads=..., verbose=False)`` (through
+  ``load_llama``, which only keeps llama.cpp's extra weight buffers off on AMX CPUs) and
   ``create_chat_completion(messages, temperature=0, max_tokens=N, stream=True)`` in the calling
   thread (it formats the prompt with the same GGUF chat template).
 
@@ -244,10 +245,10 @@ def sdk_worker(lookup: int | None) -> tuple[Generate, dict[str, Any]]:
 
 def raw_worker(model_path: str, n_threads: int) -> tuple[Generate, dict[str, Any]]:
     """Load a bare ``llama_cpp.Llama``; return its generate function and facts."""
-    import llama_cpp
+    from llmguard_sdk.providers.local import load_llama  # llama_cpp.Llama, AMX-safe
 
     started = time.perf_counter()
-    llm = llama_cpp.Llama(model_path=model_path, n_ctx=N_CTX, n_threads=n_threads, verbose=False)
+    llm = load_llama(model_path=model_path, n_ctx=N_CTX, n_threads=n_threads, verbose=False)
     facts = {"load_s": time.perf_counter() - started, "n_threads": n_threads}
 
     def generate(messages: Messages, max_tokens: int) -> Run:

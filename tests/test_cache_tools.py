@@ -164,10 +164,8 @@ def test_llama_cpp_embedder_runs_a_gguf_model() -> None:
 
     # The bundled chat model stands in for a GGUF embedding model: only the mechanics are
     # checked here (its vectors are poor at similarity, which is why nothing defaults to it).
-    # One-token texts: llama-cpp-python 0.3.36 crashes (SIGSEGV in llama_decode) when this
-    # decoder-only model embeds several tokens; encoder embedding models take another path.
     embedder = LlamaCppEmbedder(str(bundled_model_path()), n_ctx=256)
-    vectors = embedder.embed(["hello", "hi"])
+    vectors = embedder.embed(["hello", "a longer second text"])
     assert vectors.shape == (2, embedder.dimension)
     assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-4)
     assert embedder.name.startswith("llama.cpp:")

@@ -11,7 +11,6 @@ from collections.abc import Iterator
 
 import anyio
 import httpx
-import llama_cpp
 import pytest
 
 from llmguard_sdk import (
@@ -23,7 +22,7 @@ from llmguard_sdk import (
     ProviderTimeoutError,
     ProviderUnavailableError,
 )
-from llmguard_sdk.providers.local import bundled_model_path
+from llmguard_sdk.providers.local import bundled_model_path, load_llama
 from llmguard_sdk.testing import FakeProvider, Fault
 
 QUESTION = [
@@ -47,7 +46,7 @@ def guard(local: LocalProvider) -> Guard:
 
 def test_answers_match_raw_llama_cpp_with_exact_usage(guard: Guard) -> None:
     answer = guard.chat(QUESTION, temperature=0, max_tokens=30)
-    raw = llama_cpp.Llama(model_path=str(bundled_model_path()), n_ctx=1024, verbose=False)
+    raw = load_llama(model_path=str(bundled_model_path()), n_ctx=1024, verbose=False)
     expected = raw.create_chat_completion(messages=QUESTION, temperature=0, max_tokens=30)
     assert answer.text == expected["choices"][0]["message"]["content"]
     assert answer.text.strip()
@@ -180,6 +179,24 @@ def test_a_missing_model_file_is_a_configuration_error(tmp_path: os.PathLike[str
         LocalProvider(os.path.join(tmp_path, "absent.gguf"))
 
 
+# llama_cpp.server as is, except that on AMX CPUs llama.cpp's extra weight buffers stay off
+# (llama.cpp 0.3.x crashes at the first decode there; LocalProvider does the same).
+_SERVER_ON_ANY_CPU = """
+import runpy, sys
+import llama_cpp
+from llmguard_sdk.providers import local
+if local._cpu_has_amx():
+    default = llama_cpp.llama_cpp.llama_model_default_params
+    def without_extra_buffers():
+        params = default()
+        params.use_extra_bufts = False
+        return params
+    llama_cpp.llama_cpp.llama_model_default_params = without_extra_buffers
+sys.argv = ["llama_cpp.server", *sys.argv[1:]]
+runpy.run_module("llama_cpp.server", run_name="__main__")
+"""
+
+
 @pytest.fixture(scope="module")
 def llama_server() -> Iterator[str]:
     """llama-cpp-python's own OpenAI-compatible server on a loopback port, same GGUF."""
@@ -190,8 +207,8 @@ def llama_server() -> Iterator[str]:
     process = subprocess.Popen(
         [
             sys.executable,
-            "-m",
-            "llama_cpp.server",
+            "-c",
+            _SERVER_ON_ANY_CPU,
             "--model",
             str(bundled_model_path()),
             "--host",

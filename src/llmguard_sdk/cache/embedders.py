@@ -236,18 +236,18 @@ class LlamaCppEmbedder:
         self, model_path: str, *, n_threads: int | None = None, **llama_options: Any
     ) -> None:
         try:
-            from llama_cpp import Llama
+            import llama_cpp
         except ImportError as exc:  # pragma: no cover - the local extra is missing
             raise ConfigurationError(
-                "LlamaCppEmbedder needs llama-cpp-python (pip install 'llmguard-sdk[local]')"
+                "LlamaCppEmbedder needs llama-cpp-python: pip install 'llmguard-sdk[local]'"
             ) from exc
-        import llama_cpp
+        from ..providers.local import load_llama
 
         # Mean pooling unless told otherwise: one vector per text, whatever the model's
         # metadata says (decoder models declare none, and llama.cpp then returns one vector
         # per token).
         llama_options.setdefault("pooling_type", llama_cpp.LLAMA_POOLING_TYPE_MEAN)
-        self._llama = Llama(
+        self._llama = load_llama(
             model_path=model_path,
             embedding=True,
             n_threads=n_threads,

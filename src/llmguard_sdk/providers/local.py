@@ -97,6 +97,16 @@ def _load_llama(*, extra_buffers: bool, **kwargs: Any) -> Any:
             module.llama_model_default_params = default
 
 
+def load_llama(*, extra_buffers: bool | None = None, **kwargs: Any) -> Any:
+    """``llama_cpp.Llama(**kwargs)`` that loads safely on every CPU: llama.cpp's extra weight
+    buffers stay off on CPUs with AMX (where llama.cpp 0.3.x crashes at the first decode)
+    unless ``extra_buffers`` says otherwise. For raw models beside the provider (embedders,
+    benchmarks, tests)."""
+    if extra_buffers is None:
+        extra_buffers = not _cpu_has_amx()
+    return _load_llama(extra_buffers=extra_buffers, **kwargs)
+
+
 def bundled_model_path() -> Path:
     """Where the bundled SmolLM2-135M-Instruct GGUF lies (raises ConfigurationError if absent)."""
     try:
