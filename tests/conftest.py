@@ -15,7 +15,10 @@ from llmguard_sdk import Guard, OpenAICompatibleProvider
 from llmguard_sdk.testing import FakeProvider
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+import redis_cluster
 import with_redis
+
+from llmguard_sdk.store import RedisClusterStore, RedisStore
 
 USER = [{"role": "user", "content": "hello there"}]
 
@@ -83,3 +86,56 @@ def redis_prefix(redis_url: str) -> Iterator[str]:
     if keys:
         client.delete(*keys)
     client.close()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster_url() -> Iterator[str]:
+    """A throwaway 3-master Redis Cluster on loopback ports, started once per session (from
+    the same redis-server binary as the rest of the suite) and stopped afterwards."""
+    cluster = redis_cluster.RedisCluster().start()
+    try:
+        yield cluster.url
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def cluster_prefix(redis_cluster_url: str) -> Iterator[str]:
+    """A key prefix of this test's own on the cluster; its keys are deleted afterwards."""
+    import redis
+
+    prefix = f"llmguard-test-{uuid.uuid4().hex[:12]}"
+    yield prefix
+    store = RedisClusterStore(redis_cluster_url, key_prefix=prefix)
+    client = store.client
+    for node in client.get_primaries():  # type: ignore[attr-defined]
+        node_client = redis.Redis(host=node.host, port=node.port)
+        for key in node_client.scan_iter(match=f"{prefix}:*", count=500):
+            node_client.delete(key)
+        node_client.close()
+    store.close()
+
+
+RedisTarget = Callable[[str], tuple[str, str]]
+
+
+@pytest.fixture
+def redis_target(request: pytest.FixtureRequest) -> RedisTarget:
+    """``redis_target(kind)``: (URL, key prefix) of a real standalone Redis (``"redis"``) or
+    of the 3-master cluster (``"cluster"``), with the prefix's keys cleaned up afterwards."""
+
+    def target(kind: str) -> tuple[str, str]:
+        if kind == "cluster":
+            return request.getfixturevalue("redis_cluster_url"), request.getfixturevalue(
+                "cluster_prefix"
+            )
+        return request.getfixturevalue("redis_url"), request.getfixturevalue("redis_prefix")
+
+    return target
+
+
+def redis_store(url: str, prefix: str, **options: Any) -> RedisStore:
+    """A store for ``url``: a :class:`RedisClusterStore` for ``redis+cluster://`` URLs."""
+    if url.startswith("redis+cluster://"):
+        return RedisClusterStore(url, key_prefix=prefix, **options)
+    return RedisStore(url, key_prefix=prefix, **options)

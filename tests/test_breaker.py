@@ -26,6 +26,7 @@ from llmguard_sdk.errors import (
     RateLimitedError,
 )
 from llmguard_sdk.store import RedisStore
+from tests.conftest import RedisTarget, redis_store
 
 POLICY = BreakerPolicy(
     window=10,
@@ -143,8 +144,8 @@ class Driven:
         self.backend, self.advance = backend, advance
 
 
-@pytest.fixture(params=["memory", "redis"])
-def driven(request: pytest.FixtureRequest, redis_url: str, redis_prefix: str) -> Iterator[Driven]:
+@pytest.fixture(params=["memory", "redis", "cluster"])
+def driven(request: pytest.FixtureRequest, redis_target: RedisTarget) -> Iterator[Driven]:
     if request.param == "memory":
         now = [1000.0]
 
@@ -153,7 +154,7 @@ def driven(request: pytest.FixtureRequest, redis_url: str, redis_prefix: str) ->
 
         yield Driven(MemoryBreakerBackend(POLICY, clock=lambda: now[0]), advance)
         return
-    store = RedisStore(redis_url, key_prefix=redis_prefix)
+    store = redis_store(*redis_target(request.param))
     backend = RedisBreakerBackend(store, POLICY)
 
     def shift(seconds: float) -> None:

@@ -28,6 +28,7 @@ from llmguard_sdk.budget import (
 from llmguard_sdk.budget.policy import NANO, decide, nano, window_bounds
 from llmguard_sdk.providers.wire import usage_from_payload
 from llmguard_sdk.store import RedisStore
+from tests.conftest import RedisTarget, redis_store
 
 # -- prices and costs: golden fixtures ---------------------------------------------------------
 
@@ -214,10 +215,8 @@ class Backends:
         self.at(self.now + seconds)
 
 
-@pytest.fixture(params=["memory", "redis"])
-def backends(
-    request: pytest.FixtureRequest, redis_url: str, redis_prefix: str
-) -> Iterator[Backends]:
+@pytest.fixture(params=["memory", "redis", "cluster"])
+def backends(request: pytest.FixtureRequest, redis_target: RedisTarget) -> Iterator[Backends]:
     if request.param == "memory":
         now = [time.time()]
         memory = MemoryBudgetBackend(clock=lambda: now[0])
@@ -227,7 +226,7 @@ def backends(
 
         yield Backends(memory, put)
         return
-    store = RedisStore(redis_url, key_prefix=redis_prefix)
+    store = redis_store(*redis_target(request.param))
     backend = RedisBudgetBackend(store, name="contract")
 
     def shift(when: float) -> None:

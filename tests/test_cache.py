@@ -22,6 +22,7 @@ from llmguard_sdk.cache import (
 from llmguard_sdk.context import Scope, scoped
 from llmguard_sdk.errors import ConfigurationError
 from llmguard_sdk.models import ChatRequest, ChatResponse, Message
+from tests.conftest import RedisTarget
 
 FAQ = "How do I reset my password on the mobile app?"
 PARAPHRASE = "How can I reset my password in the mobile app?"
@@ -37,14 +38,13 @@ def answer(text: str, **fields: Any) -> ChatResponse:
     return ChatResponse(text=text, finish_reason=fields.pop("finish_reason", "stop"), **fields)
 
 
-@pytest.fixture(params=["memory", "redis"])
-def make_cache(request: pytest.FixtureRequest) -> Iterator[Any]:
+@pytest.fixture(params=["memory", "redis", "cluster"])
+def make_cache(request: pytest.FixtureRequest, redis_target: RedisTarget) -> Iterator[Any]:
     caches: list[ResponseCache] = []
 
     def build(**options: Any) -> ResponseCache:
-        if request.param == "redis":
-            url = request.getfixturevalue("redis_url")
-            prefix = request.getfixturevalue("redis_prefix")
+        if request.param != "memory":
+            url, prefix = redis_target(request.param)
             options.setdefault("sync_interval", 0.0)
             cache = ResponseCache(url, key_prefix=prefix, **options)
         else:
@@ -344,6 +344,7 @@ def test_two_processes_share_one_redis_cache(redis_url: str, redis_prefix: str) 
 import sys
 from llmguard_sdk.cache import ResponseCache
 from llmguard_sdk.models import ChatRequest, ChatResponse, Message
+from tests.conftest import RedisTarget
 cache = ResponseCache({redis_url!r}, key_prefix={redis_prefix!r})
 request = ChatRequest(messages=[Message(role="user", content={FAQ!r})], model="m")
 assert cache.store(request, ChatResponse(text="from the other process", finish_reason="stop"))

@@ -21,6 +21,7 @@ from llmguard_sdk.ratelimit import (
 )
 from llmguard_sdk.store import RedisStore
 from llmguard_sdk.testing import FakeProvider
+from tests.conftest import RedisTarget, redis_store
 
 from .conftest import USER
 
@@ -124,10 +125,8 @@ class Limiters:
         self.limiter, self.advance = limiter, advance
 
 
-@pytest.fixture(params=["memory", "redis"])
-def limiters(
-    request: pytest.FixtureRequest, redis_url: str, redis_prefix: str
-) -> Iterator[Limiters]:
+@pytest.fixture(params=["memory", "redis", "cluster"])
+def limiters(request: pytest.FixtureRequest, redis_target: RedisTarget) -> Iterator[Limiters]:
     limits = {"r": RateLimit(rpm=10, tpm=1000)}
     if request.param == "memory":
         now = [0.0]
@@ -137,7 +136,7 @@ def limiters(
 
         yield Limiters(MemoryRateLimiter(limits, clock=lambda: now[0]), move)
         return
-    store = RedisStore(redis_url, key_prefix=redis_prefix)
+    store = redis_store(*redis_target(request.param))
     limiter = RedisRateLimiter(store, limits)
 
     def shift(seconds: float) -> None:

@@ -26,6 +26,7 @@ from llmguard_sdk.ratelimit import (
     settle,
 )
 from llmguard_sdk.store import RedisStore, hash_id
+from tests.conftest import RedisTarget, redis_store
 
 Make = Callable[[LimitsConfig], Any]
 
@@ -43,7 +44,7 @@ class Backend:
         if self.kind == "memory":
             limiter: Any = MemoryRateLimiter(limits, clock=lambda: self.now[0])
         else:
-            store = RedisStore(self.redis_url, key_prefix=self.prefix)
+            store = redis_store(self.redis_url, self.prefix)
             self.stores.append(store)
             limiter = RedisRateLimiter(store, limits)
         self.made.append(limiter)
@@ -56,9 +57,10 @@ class Backend:
                 limiter.clock_offset += seconds
 
 
-@pytest.fixture(params=["memory", "redis"])
-def backend(request: pytest.FixtureRequest, redis_url: str, redis_prefix: str) -> Iterator[Backend]:
-    made = Backend(request.param, redis_url, redis_prefix)
+@pytest.fixture(params=["memory", "redis", "cluster"])
+def backend(request: pytest.FixtureRequest, redis_target: RedisTarget) -> Iterator[Backend]:
+    url, prefix = redis_target(request.param) if request.param != "memory" else ("", "")
+    made = Backend(request.param, url, prefix)
     yield made
     for store in made.stores:
         store.close()

@@ -9,6 +9,7 @@ from llmguard_sdk import Guard
 from llmguard_sdk.retry import MemoryRetryBudget, RedisRetryBudget, RetryBudgetPolicy
 from llmguard_sdk.retry.budget import BudgetState, deposit, spend
 from llmguard_sdk.store import RedisStore
+from tests.conftest import RedisTarget, redis_store
 
 # A long window makes decay negligible over a test, so counts are time-independent.
 STEADY = RetryBudgetPolicy(ratio=0.1, min_per_second=0.0, window=1e9)
@@ -73,12 +74,14 @@ def run_contract(budget: MemoryRetryBudget | RedisRetryBudget) -> list[bool]:
     return outcomes
 
 
-def test_memory_and_redis_budgets_agree(redis_url: str, redis_prefix: str) -> None:
-    store = RedisStore(redis_url, key_prefix=redis_prefix)
+@pytest.mark.parametrize("kind", ["redis", "cluster"])
+def test_memory_and_redis_budgets_agree(kind: str, redis_target: RedisTarget) -> None:
+    url, prefix = redis_target(kind)
+    store = redis_store(url, prefix)
     expected = [True] * 4 + [False] * 4 + [False]
     assert run_contract(MemoryRetryBudget(STEADY)) == expected
     assert run_contract(RedisRetryBudget(store, STEADY)) == expected
-    keys = list(store.client.scan_iter(match=f"{redis_prefix}:rb:*"))
+    keys = list(store.client.scan_iter(match=f"{prefix}:rb:*"))
     assert len(keys) == 2
     assert all(store.client.ttl(k) > 0 for k in keys)
     store.close()
@@ -96,8 +99,9 @@ def test_two_processes_share_one_redis_budget(redis_url: str, redis_prefix: str)
     assert sum(spent) == 4  # 10 % of the 40 requests both sent
 
 
-def test_async_redis_budget(redis_url: str, redis_prefix: str) -> None:
-    store = RedisStore(redis_url, key_prefix=redis_prefix)
+@pytest.mark.parametrize("kind", ["redis", "cluster"])
+def test_async_redis_budget(kind: str, redis_target: RedisTarget) -> None:
+    store = redis_store(*redis_target(kind))
     budget = RedisRetryBudget(store, STEADY)
 
     async def run() -> list[bool]:
@@ -111,7 +115,8 @@ def test_async_redis_budget(redis_url: str, redis_prefix: str) -> None:
 
 
 def test_a_dead_redis_falls_back_to_a_local_budget() -> None:
-    store = RedisStore("redis://127.0.0.1:1/0", socket_timeout=0.2)
+    # local_share=1: the process alone keeps the whole floor (the default keeps a quarter)
+    store = RedisStore("redis://127.0.0.1:1/0", socket_timeout=0.2, local_share=1.0)
     budget = RedisRetryBudget(store, RetryBudgetPolicy(ratio=0.0, min_per_second=0.2, window=10))
     for _ in range(5):
         budget.record_request("r")

@@ -14,9 +14,7 @@ import math
 from importlib import resources
 from typing import Any
 
-import redis
-
-from ..store import Outage, RedisScripts, RedisStore, hash_id
+from ..store import REDIS_ERRORS, Outage, RedisScripts, RedisStore, hash_id
 from .memory import MemoryBreakerBackend
 from .policy import BreakerPolicy, Outcome, Permit, State
 
@@ -47,7 +45,7 @@ class RedisBreakerBackend:
         self._store = store
         self._scripts = RedisScripts(store, _ACQUIRE, _RECORD, _RELEASE)
         self._fallback = MemoryBreakerBackend(policy)
-        self._outage = Outage("breakers", "using local breakers")
+        self._outage = Outage("breakers", "using local breakers", store)
         self._ttl = int(max(3600.0, policy.max_open_seconds * 2, policy.window * 2))
 
     def _keys(self, route: str) -> list[str]:
@@ -82,7 +80,7 @@ class RedisBreakerBackend:
             try:
                 reply = self._scripts.sync(0)(keys=self._keys(route)[:1], args=self._acquire_args())
                 return _permit(reply)
-            except redis.RedisError as exc:
+            except REDIS_ERRORS as exc:
                 self._outage.failed(exc)
         return self._fallback.acquire(route)
 
@@ -95,7 +93,7 @@ class RedisBreakerBackend:
                         keys=self._keys(route), args=self._record_args(outcome, hint)
                     )
                 )
-            except redis.RedisError as exc:
+            except REDIS_ERRORS as exc:
                 self._outage.failed(exc)
         return self._fallback.record(route, outcome, hint)
 
@@ -105,7 +103,7 @@ class RedisBreakerBackend:
             try:
                 script = self._scripts.aio(0)
                 return _permit(await script(keys=self._keys(route)[:1], args=self._acquire_args()))
-            except redis.RedisError as exc:
+            except REDIS_ERRORS as exc:
                 self._outage.failed(exc)
         return self._fallback.acquire(route)
 
@@ -117,7 +115,7 @@ class RedisBreakerBackend:
                 return _state(
                     await script(keys=self._keys(route), args=self._record_args(outcome, hint))
                 )
-            except redis.RedisError as exc:
+            except REDIS_ERRORS as exc:
                 self._outage.failed(exc)
         return self._fallback.record(route, outcome, hint)
 
@@ -127,7 +125,7 @@ class RedisBreakerBackend:
             try:
                 self._scripts.sync(2)(keys=self._keys(route)[:1])
                 return
-            except redis.RedisError as exc:
+            except REDIS_ERRORS as exc:
                 self._outage.failed(exc)
         self._fallback.release(route)
 
@@ -137,7 +135,7 @@ class RedisBreakerBackend:
             try:
                 await self._scripts.aio(2)(keys=self._keys(route)[:1])
                 return
-            except redis.RedisError as exc:
+            except REDIS_ERRORS as exc:
                 self._outage.failed(exc)
         self._fallback.release(route)
 

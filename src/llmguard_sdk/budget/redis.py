@@ -10,8 +10,13 @@ that died come back by themselves.
 
 When Redis cannot be reached, calls fail closed (the reply says ``unavailable``) unless the
 backend was built with ``fail_open=True``: then each process counts on its own, in memory,
-until Redis answers again. Settles that could not reach Redis are kept (bounded) and sent
-again with the next script that reaches it; the marker makes a repeat harmless.
+against the store's ``local_share`` of each limit (so N processes overspend by at most N
+times that share of a limit per window), until Redis answers again. Spend that could not
+reach Redis (settles of calls reserved in Redis, and every call counted locally) goes into
+the :class:`~llmguard_sdk.budget.journal.SpendJournal`, a file, before the call returns; the
+journal is replayed into Redis by the next script that reaches it, and the settled marker of
+each reservation id makes a replay count once. Spend replayed after its window ended counts
+in the window that is current when Redis answers again.
 
 .. versionadded:: 0.2.0
 """
@@ -19,13 +24,16 @@ again with the next script that reaches it; the marker makes a repeat harmless.
 from __future__ import annotations
 
 import collections
-from collections.abc import Sequence
+import dataclasses
+import threading
+import time
+import weakref
+from collections.abc import Generator, Sequence
 from importlib import resources
 from typing import Any
 
-import redis
-
-from ..store import Outage, RedisScripts, RedisStore, hash_id
+from ..store import REDIS_ERRORS, Outage, RedisScripts, RedisStore, hash_id
+from .journal import JournalRecord, SpendJournal, record, specs_of
 from .memory import MemoryBudgetBackend, Status
 from .policy import CounterSpec, ReserveResult, SettleResult
 
@@ -38,7 +46,7 @@ _RESERVE, _SETTLE, _STATUS = (
     for name in ("reserve", "settle", "status")
 )
 _KEEP_SECONDS = 3600  # keys outlive their window (and holds) by an hour
-_PENDING = 10_000
+_LOCAL = 10_000  # reservation ids counted locally that are remembered
 
 
 class RedisBudgetBackend:
@@ -53,23 +61,34 @@ class RedisBudgetBackend:
         name: the budget set's name; its hash is the hash tag of every key.
         fail_open: count in this process's memory while Redis is unreachable (default:
             reserve replies ``unavailable`` and the caller refuses the call).
+        journal_dir: where the spend journal lives (default: the store's ``journal_dir``,
+            else a per-user cache directory).
     """
 
     def __init__(
-        self, store: RedisStore, *, name: str = "default", fail_open: bool = False
+        self,
+        store: RedisStore,
+        *,
+        name: str = "default",
+        fail_open: bool = False,
+        journal_dir: str | None = None,
     ) -> None:
         self.clock_offset = 0.0
         self.fail_open = fail_open
         self._store = store
         self._tag = hash_id(name)
+        self._share = store.local_share
         self._scripts = RedisScripts(store, _RESERVE, _SETTLE, _STATUS)
         self._fallback = MemoryBudgetBackend()
         self._local: collections.OrderedDict[str, None] = collections.OrderedDict()
-        self._pending: collections.deque[tuple[list[str], list[Any]]] = collections.deque(
-            maxlen=_PENDING
+        prefix = "".join(c if c.isalnum() or c in "_-" else "_" for c in store.key_prefix)
+        self.journal = SpendJournal(
+            journal_dir or store.journal_dir, f"{prefix}-{hash_id(store.url)}-{self._tag}"
         )
+        self._replaying = threading.Lock()
+        weakref.finalize(self, self.journal.close)
         self._outage = Outage(
-            "budgets", "counting per process" if fail_open else "refusing budgeted calls"
+            "budgets", "counting per process" if fail_open else "refusing budgeted calls", store
         )
 
     # -- arguments -------------------------------------------------------------------------
@@ -115,19 +134,92 @@ class RedisBudgetBackend:
 
     def _note_local(self, rid: str) -> None:
         self._local[rid] = None
-        while len(self._local) > _PENDING:
+        while len(self._local) > _LOCAL:
             self._local.popitem(last=False)
 
-    def _unavailable(self) -> ReserveResult:
-        return ReserveResult(False, refused_index=-1, unavailable=True)
+    def _local_specs(self, specs: Sequence[CounterSpec]) -> tuple[CounterSpec, ...]:
+        """The counters as this process enforces them alone: ``local_share`` of each limit."""
+        return tuple(dataclasses.replace(s, limit=int(s.limit * self._share)) for s in specs)
+
+    def _locally(
+        self,
+        rid: str,
+        specs: Sequence[CounterSpec],
+        base: int,
+        per_token: float,
+        want: int,
+        minimum: int,
+        ttl: float,
+    ) -> ReserveResult:
+        """Redis is unreachable: refuse (fail closed), or reserve on this process's share."""
+        if not self.fail_open:
+            return ReserveResult(False, refused_index=-1, unavailable=True)
+        self._note_local(rid)
+        return self._fallback.reserve(
+            rid,
+            self._local_specs(specs),
+            base=base,
+            per_token=per_token,
+            want=want,
+            minimum=minimum,
+            ttl=ttl,
+        )
+
+    def _failed(self, exc: BaseException) -> None:
+        self._outage.failed(exc)
+        self.journal.orphans_checked = False  # other processes may have died meanwhile
+
+    def _journal(self, rid: str, specs: Sequence[CounterSpec], actual: int, ttl: float) -> None:
+        self.journal.append(record(rid, tuple(specs), actual, ttl, time.time()))
+
+    def _replay_call(self, entry: JournalRecord) -> tuple[list[str], list[Any]]:
+        ttl = max(float(entry["ttl"]), float(_KEEP_SECONDS))
+        return self._settle_call(entry["rid"], specs_of(entry), int(entry["actual"]), ttl)
 
     # -- sync -------------------------------------------------------------------------------
 
+    def _replay_steps(self) -> Generator[tuple[list[str], list[Any]], None, None]:
+        """The settle scripts that replay the journal (own records, then dead processes'
+        files); the caller runs each one it is given, and stops at the first failure."""
+        journal = self.journal
+        if not journal.has_work() or not self._replaying.acquire(blocking=False):
+            return
+        try:
+            done = 0
+            try:
+                for entry in journal.own_records():
+                    yield self._replay_call(entry)
+                    done += 1
+            finally:
+                if done:
+                    journal.own_replayed(done)
+            if not journal.orphans_checked:
+                with journal.orphans() as found:
+                    for path, entries in found:
+                        for entry in entries:
+                            yield self._replay_call(entry)
+                        journal.finished(path)
+                journal.orphans_checked = True
+        finally:
+            self._replaying.release()
+
     def _flush(self) -> None:
-        while self._pending:
-            keys, args = self._pending[0]
-            self._scripts.sync(1)(keys=keys, args=args)
-            self._pending.popleft()
+        """Replay the journal into Redis (raises the Redis error that stopped it)."""
+        steps = self._replay_steps()
+        try:
+            for keys, args in steps:
+                self._scripts.sync(1)(keys=keys, args=args)
+        finally:
+            steps.close()
+
+    def replay(self) -> bool:
+        """Replay the journal now; True when nothing is left in it (False: Redis failed)."""
+        try:
+            self._flush()
+        except REDIS_ERRORS as exc:
+            self._failed(exc)
+            return False
+        return self.journal.pending == 0
 
     def reserve(
         self,
@@ -146,29 +238,30 @@ class RedisBudgetBackend:
                 self._flush()
                 keys, args = self._reserve_call(rid, specs, base, per_token, want, minimum, ttl)
                 return _reserved(self._scripts.sync(0)(keys=keys, args=args))
-            except redis.RedisError as exc:
-                self._outage.failed(exc)
-        if not self.fail_open:
-            return self._unavailable()
-        self._note_local(rid)
-        return self._fallback.reserve(
-            rid, specs, base=base, per_token=per_token, want=want, minimum=minimum, ttl=ttl
-        )
+            except REDIS_ERRORS as exc:
+                self._failed(exc)
+        return self._locally(rid, specs, base, per_token, want, minimum, ttl)
 
     def settle(
         self, rid: str, specs: Sequence[CounterSpec], *, actual: int, ttl: float
     ) -> SettleResult:
-        """Turn reservation ``rid`` into ``actual`` spend, once."""
-        if rid in self._local:
-            return self._fallback.settle(rid, specs, actual=actual, ttl=ttl)
-        keys, args = self._settle_call(rid, specs, actual, ttl)
+        """Turn reservation ``rid`` into ``actual`` spend, once; spend that cannot reach
+        Redis now is journaled and replayed later."""
+        if rid in self._local:  # counted locally: the journal carries it to Redis
+            result = self._fallback.settle(rid, self._local_specs(specs), actual=actual, ttl=ttl)
+            if result.applied and actual > 0:
+                self._journal(rid, specs, actual, ttl)
+                if self._outage.up():
+                    self.replay()
+            return result
         if self._outage.up():
             try:
                 self._flush()
+                keys, args = self._settle_call(rid, specs, actual, ttl)
                 return _settled(self._scripts.sync(1)(keys=keys, args=args))
-            except redis.RedisError as exc:
-                self._outage.failed(exc)
-        self._pending.append((keys, args))
+            except REDIS_ERRORS as exc:
+                self._failed(exc)
+        self._journal(rid, specs, actual, ttl)
         return SettleResult(False)
 
     def status(self, specs: Sequence[CounterSpec]) -> list[Status]:
@@ -180,10 +273,22 @@ class RedisBudgetBackend:
     # -- async ------------------------------------------------------------------------------
 
     async def _aflush(self) -> None:
-        while self._pending:
-            keys, args = self._pending[0]
-            await self._scripts.aio(1)(keys=keys, args=args)
-            self._pending.popleft()
+        """Async twin of :meth:`_flush`."""
+        steps = self._replay_steps()
+        try:
+            for keys, args in steps:
+                await self._scripts.aio(1)(keys=keys, args=args)
+        finally:
+            steps.close()
+
+    async def areplay(self) -> bool:
+        """Async twin of :meth:`replay`."""
+        try:
+            await self._aflush()
+        except REDIS_ERRORS as exc:
+            self._failed(exc)
+            return False
+        return self.journal.pending == 0
 
     async def areserve(
         self,
@@ -202,29 +307,29 @@ class RedisBudgetBackend:
                 await self._aflush()
                 keys, args = self._reserve_call(rid, specs, base, per_token, want, minimum, ttl)
                 return _reserved(await self._scripts.aio(0)(keys=keys, args=args))
-            except redis.RedisError as exc:
-                self._outage.failed(exc)
-        if not self.fail_open:
-            return self._unavailable()
-        self._note_local(rid)
-        return self._fallback.reserve(
-            rid, specs, base=base, per_token=per_token, want=want, minimum=minimum, ttl=ttl
-        )
+            except REDIS_ERRORS as exc:
+                self._failed(exc)
+        return self._locally(rid, specs, base, per_token, want, minimum, ttl)
 
     async def asettle(
         self, rid: str, specs: Sequence[CounterSpec], *, actual: int, ttl: float
     ) -> SettleResult:
         """Async twin of :meth:`settle`."""
         if rid in self._local:
-            return self._fallback.settle(rid, specs, actual=actual, ttl=ttl)
-        keys, args = self._settle_call(rid, specs, actual, ttl)
+            result = self._fallback.settle(rid, self._local_specs(specs), actual=actual, ttl=ttl)
+            if result.applied and actual > 0:
+                self._journal(rid, specs, actual, ttl)
+                if self._outage.up():
+                    await self.areplay()
+            return result
         if self._outage.up():
             try:
                 await self._aflush()
+                keys, args = self._settle_call(rid, specs, actual, ttl)
                 return _settled(await self._scripts.aio(1)(keys=keys, args=args))
-            except redis.RedisError as exc:
-                self._outage.failed(exc)
-        self._pending.append((keys, args))
+            except REDIS_ERRORS as exc:
+                self._failed(exc)
+        self._journal(rid, specs, actual, ttl)
         return SettleResult(False)
 
     async def astatus(self, specs: Sequence[CounterSpec]) -> list[Status]:

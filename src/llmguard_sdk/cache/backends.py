@@ -17,9 +17,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Literal, Protocol
 
-import redis
-
-from ..store import Outage, RedisScripts, RedisStore, hash_id
+from ..store import REDIS_ERRORS, Outage, RedisScripts, RedisStore, hash_id
 from .entry import CacheEntry
 
 __all__ = ["CacheBackend", "Change", "MemoryCacheBackend", "RedisCacheBackend"]
@@ -121,7 +119,7 @@ class RedisCacheBackend:
         self._stream_length = max(1000, 2 * max_entries)
         self._scripts = RedisScripts(store, _PUT, _GET, _CLEAR)
         self._cursor = "0-0"
-        self._outage = Outage("response cache", "serving misses")
+        self._outage = Outage("response cache", "serving misses", store)
 
     def get(self, entry_id: str) -> CacheEntry | None:
         """See :class:`CacheBackend`."""
@@ -131,7 +129,7 @@ class RedisCacheBackend:
             raw = self._scripts.sync(1)(
                 keys=[self._entry_prefix + entry_id, self._lru, self._uses], args=[entry_id]
             )
-        except redis.RedisError as exc:
+        except REDIS_ERRORS as exc:
             self._outage.failed(exc)
             return None
         if raw is None:
@@ -159,7 +157,7 @@ class RedisCacheBackend:
                     self._stream_length,
                 ],
             )
-        except redis.RedisError as exc:
+        except REDIS_ERRORS as exc:
             self._outage.failed(exc)
             return []
         return [_text(item) for item in evicted]
@@ -171,7 +169,7 @@ class RedisCacheBackend:
                 keys=[self._lru, self._log, self._uses],
                 args=[self._entry_prefix, self._stream_length],
             )
-        except redis.RedisError as exc:
+        except REDIS_ERRORS as exc:
             self._outage.failed(exc)
 
     def changes(self) -> list[Change]:
@@ -190,7 +188,7 @@ class RedisCacheBackend:
                     found.append(_change(fields))
                 if len(messages) < 1000:
                     return found
-        except redis.RedisError as exc:
+        except REDIS_ERRORS as exc:
             self._outage.failed(exc)
             return found
 

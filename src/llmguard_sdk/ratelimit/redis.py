@@ -7,14 +7,16 @@ included, lives under the route's hash tag, so one script touches one slot and w
 Redis Cluster. Tenant ids are hashed into the keys. Concurrency slots are leases that lapse
 on their own, so a crashed process leaks none.
 
-If Redis cannot be reached, each process falls back to its own in-memory limiter for a few
-seconds and logs it once: calls go on, limited per process.
+If Redis cannot be reached, each process falls back to its own in-memory limiter, holding
+the store's ``local_share`` of every limit (so N processes together stay near N times that
+share), until the store's breaker lets Redis be tried again; it logs that once per outage.
 
 .. versionadded:: 0.1.0
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 import time
@@ -22,9 +24,8 @@ from importlib import resources
 from typing import Any, cast
 
 import anyio
-import redis
 
-from ..store import Outage, RedisScripts, RedisStore, hash_id
+from ..store import REDIS_ERRORS, Outage, RedisScripts, RedisStore, hash_id
 from ._rules import LimitsConfig, Rules, new_call_id, normalize, wait_bound
 from .memory import MemoryRateLimiter
 from .policy import CONCURRENCY_POLL, Grant, Priority, RateLimit
@@ -54,8 +55,13 @@ class RedisRateLimiter:
         self.clock_offset = 0.0
         self._store = store
         self._scripts = RedisScripts(store, _RESERVE, _SETTLE, _LEARN)
-        self._fallback = MemoryRateLimiter(self.limits)
-        self._outage = Outage("rate limits", "limiting per process")
+        self._fallback = MemoryRateLimiter(
+            {
+                key: tuple(share_of(limit, store.local_share) for limit in rules)
+                for key, rules in self.limits.items()
+            }
+        )
+        self._outage = Outage("rate limits", "limiting per process", store)
 
     def rules(self, key: str) -> tuple[RateLimit, ...]:
         """The limits that apply on ``key`` (empty: none)."""
@@ -149,7 +155,7 @@ class RedisRateLimiter:
         while self._outage.up():
             try:
                 grant = _grant(self._scripts.sync(0)(keys=keys, args=args))
-            except redis.RedisError as exc:
+            except REDIS_ERRORS as exc:
                 self._outage.failed(exc)
                 break
             left = until - time.monotonic()
@@ -201,7 +207,7 @@ class RedisRateLimiter:
         while self._outage.up():
             try:
                 grant = _grant(await self._scripts.aio(0)(keys=keys, args=args))
-            except redis.RedisError as exc:
+            except REDIS_ERRORS as exc:
                 self._outage.failed(exc)
                 break
             left = until - time.monotonic()
@@ -254,7 +260,7 @@ class RedisRateLimiter:
             try:
                 self._scripts.sync(2)(keys=keys, args=args)
                 return
-            except redis.RedisError as exc:
+            except REDIS_ERRORS as exc:
                 self._outage.failed(exc)
         self._fallback.learn(
             key,
@@ -289,7 +295,7 @@ class RedisRateLimiter:
             try:
                 await self._scripts.aio(2)(keys=keys, args=args)
                 return
-            except redis.RedisError as exc:
+            except REDIS_ERRORS as exc:
                 self._outage.failed(exc)
         self._fallback.learn(
             key,
@@ -343,7 +349,7 @@ class RedisRateLimiter:
             try:
                 self._scripts.sync(1)(keys=call[0], args=call[1])
                 return
-            except redis.RedisError as exc:
+            except REDIS_ERRORS as exc:
                 self._outage.failed(exc)
         self._fallback.settle(
             key,
@@ -372,7 +378,7 @@ class RedisRateLimiter:
             try:
                 await self._scripts.aio(1)(keys=call[0], args=call[1])
                 return
-            except redis.RedisError as exc:
+            except REDIS_ERRORS as exc:
                 self._outage.failed(exc)
         self._fallback.settle(
             key,
@@ -402,6 +408,23 @@ class RedisRateLimiter:
             for names, _ in self._cells(key, tenant)
         ]
         return max(counts, default=0)
+
+
+def share_of(limit: RateLimit, share: float) -> RateLimit:
+    """``limit`` with ``share`` of its rates and concurrency (at least one call's worth), for a
+    process that limits on its own while the shared state cannot be reached."""
+    if share >= 1:
+        return limit
+    changes: dict[str, Any] = {
+        name: getattr(limit, name) * share
+        for name in ("rpm", "tpm", "input_tpm", "output_tpm")
+        if getattr(limit, name) is not None
+    }
+    if "rpm" in changes:
+        changes["rpm"] = max(1.0, changes["rpm"])
+    if limit.concurrency is not None:
+        changes["concurrency"] = max(1, math.floor(limit.concurrency * share))
+    return dataclasses.replace(limit, **changes)
 
 
 def _poll(grant: Grant) -> float:

