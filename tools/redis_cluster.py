@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -142,6 +143,99 @@ class RedisCluster:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class RedisServer:
+    """One standalone ``redis-server`` on a fixed loopback port that a drill can kill, restart
+    (empty, or from its append-only file with ``persist=True``) and slow down (``DEBUG
+    SLEEP`` is enabled)."""
+
+    def __init__(self, *, persist: bool = False) -> None:
+        self.port = _free_cluster_port(set())
+        self.persist = persist
+        self.workdir = tempfile.mkdtemp(prefix="llmguard-redis-fault-")
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        """``redis://127.0.0.1:PORT/0``."""
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self, *, empty: bool = False) -> RedisServer:
+        """Start (or restart) the server; ``empty`` first deletes what it persisted."""
+        if self.process is not None and self.process.poll() is None:
+            raise RuntimeError("the server is running")
+        if empty:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+            Path(self.workdir).mkdir()
+        args = [
+            with_redis.redis_binary(),
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "yes" if self.persist else "no",
+            "--appendfsync",
+            "always",
+            "--dir",
+            self.workdir,
+        ]
+        if _major_version() >= 7:
+            args += ["--enable-debug-command", "local"]
+        self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 15
+        while not with_redis.answers(self.url, timeout=0.2):
+            if self.process.poll() is not None:
+                raise RuntimeError(f"redis-server exited with {self.process.returncode}")
+            if time.monotonic() > deadline:
+                raise RuntimeError("redis-server did not answer within 15 s")
+            time.sleep(0.02)
+        return self
+
+    def kill(self) -> None:
+        """Kill the server at once (SIGKILL), as a crash would."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=10)
+
+    def sleep(self, seconds: float) -> None:
+        """Make the server hang for ``seconds`` (``DEBUG SLEEP``), without waiting for it."""
+        import redis
+
+        client = redis.Redis(port=self.port, socket_timeout=seconds + 10)
+        try:
+            client.execute_command("DEBUG", "SLEEP", 0)  # fails fast when DEBUG is off
+            thread = threading.Thread(
+                target=client.execute_command, args=("DEBUG", "SLEEP", seconds), daemon=True
+            )
+            thread.start()
+        except redis.RedisError:
+            client.close()
+            raise
+
+    def stop(self) -> None:
+        """Stop the server and remove its directory."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def _major_version() -> int:
+    out = subprocess.run(
+        [with_redis.redis_binary(), "--version"], capture_output=True, text=True, timeout=10
+    ).stdout
+    for part in out.split():
+        if part.startswith("v="):
+            return int(part[2:].split(".")[0])
+    return 0
 
 
 def _free_cluster_port(taken: set[int]) -> int:

@@ -71,6 +71,7 @@ class SpendJournal:
         self._file: IO[str] | None = None
         self._lock = threading.Lock()
         self.pending = 0  # records of this process not yet replayed
+        self.appended = 0  # records this process wrote
         self.orphans_checked = False
 
     @property
@@ -91,6 +92,7 @@ class SpendJournal:
             self._file.flush()
             os.fsync(self._file.fileno())
             self.pending += 1
+            self.appended += 1
 
     def has_work(self) -> bool:
         """Whether a replay may find anything (own records, or unchecked orphans)."""

@@ -25,8 +25,10 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import logging
 import threading
 import time
+import uuid
 import weakref
 from collections.abc import Generator, Sequence
 from importlib import resources
@@ -45,6 +47,7 @@ _RESERVE, _SETTLE, _STATUS = (
     _COMMON + "\n" + _LUA.joinpath(f"{name}.lua").read_text(encoding="utf-8")
     for name in ("reserve", "settle", "status")
 )
+logger = logging.getLogger("llmguard_sdk")
 _KEEP_SECONDS = 3600  # keys outlive their window (and holds) by an hour
 _LOCAL = 10_000  # reservation ids counted locally that are remembered
 
@@ -173,8 +176,13 @@ class RedisBudgetBackend:
         self.journal.append(record(rid, tuple(specs), actual, ttl, time.time()))
 
     def _replay_call(self, entry: JournalRecord) -> tuple[list[str], list[Any]]:
-        ttl = max(float(entry["ttl"]), float(_KEEP_SECONDS))
-        return self._settle_call(entry["rid"], specs_of(entry), int(entry["actual"]), ttl)
+        """The settle script call of a journal record (a no-op call for a broken record)."""
+        try:
+            ttl = max(float(entry["ttl"]), float(_KEEP_SECONDS))
+            return self._settle_call(entry["rid"], specs_of(entry), int(entry["actual"]), ttl)
+        except (KeyError, TypeError, ValueError) as exc:
+            logger.error("budgets: a broken spend journal record was skipped (%s): %r", exc, entry)
+            return self._settle_call(str(uuid.uuid4()), (), 0, 1.0)
 
     # -- sync -------------------------------------------------------------------------------
 

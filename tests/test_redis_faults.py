@@ -1,0 +1,272 @@
+"""Redis faults with traffic from several processes: down at start, killed mid-run, restarted
+empty, hung (``DEBUG SLEEP``). The SDK keeps serving, and every spend record reaches Redis
+once: afterwards the budget's settled spend in Redis equals the sum of what the processes
+recorded.
+
+Each test runs its own redis-server (tools/redis_cluster.RedisServer) on a free loopback port,
+and real FakeProvider servers; every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tools.redis_cluster import RedisServer
+
+from llmguard_sdk import Guard, OpenAICompatibleProvider
+from llmguard_sdk.budget import Budget, Budgets, BudgetUnavailableError, Price, PriceTable
+from llmguard_sdk.budget.journal import SpendJournal, record, specs_of
+from llmguard_sdk.budget.policy import CounterSpec
+from llmguard_sdk.budget.redis import RedisBudgetBackend
+from llmguard_sdk.ratelimit import RateLimit
+from llmguard_sdk.ratelimit.redis import RedisRateLimiter
+from llmguard_sdk.store import RedisHealth, RedisStore
+from llmguard_sdk.testing import FakeProvider
+
+PRICES = PriceTable.default_table().with_prices({"fake-model": Price(input=100.0, output=200.0)})
+LIMIT_USD = 1000.0
+USER = [{"role": "user", "content": "hello there"}]
+
+
+def _guard(base_url: str, redis_url: str, journal: str, *, fail_open: bool = True) -> Guard:
+    store = RedisStore(
+        redis_url,
+        key_prefix="faults",
+        socket_timeout=0.25,
+        journal_dir=journal,
+        retry_pause=0.2,
+    )
+    return Guard(
+        OpenAICompatibleProvider(base_url, model="fake-model", name="primary"),
+        store=store,
+        rate_limits={"primary": RateLimit(rpm=100_000, tpm=100_000_000)},
+        budgets=Budgets([Budget(LIMIT_USD)], prices=PRICES, fail_open=fail_open),
+        cache=True,
+        retry=None,
+        environ={},
+    )
+
+
+def _worker(
+    base_url: str, redis_url: str, journal: str, calls: int, gap: float, out: Any, started: Any
+) -> None:
+    """One process of traffic: ``calls`` uncached calls; reports what it answered and spent,
+    after replaying its journal (bounded: 20 s)."""
+    guard = _guard(base_url, redis_url, journal)
+    answered = spent = 0.0
+    errors: list[str] = []
+    for index in range(calls):
+        try:
+            answer = guard.chat(USER, max_tokens=8, cacheable=index % 2 == 0)
+            answered += 1
+            spent += answer.cost_usd or 0.0
+            if index == 5:
+                started.put(True)
+        except Exception as exc:
+            errors.append(type(exc).__name__)
+        time.sleep(gap)
+    spend = guard._stages.spend
+    assert spend is not None
+    backend = spend.backend
+    assert isinstance(backend, RedisBudgetBackend)
+    deadline = time.monotonic() + 20
+    while not backend.replay() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    journal_ = backend.journal
+    out.put(
+        {
+            "answered": answered,
+            "spent": spent,
+            "errors": errors,
+            "left": journal_.pending,
+            "journaled": journal_.appended,
+        }
+    )
+    guard.close()
+
+
+def _traffic(
+    fake: FakeProvider, server: RedisServer, journal: Path, processes: int, calls: int
+) -> list[multiprocessing.Process | Any]:
+    """Start ``processes`` workers; returns once each has answered a few calls (bounded)."""
+    context = multiprocessing.get_context("spawn")
+    out, started = context.Queue(), context.Queue()
+    workers = [
+        context.Process(
+            target=_worker,
+            args=(fake.base_url, server.url, str(journal), calls, 0.02, out, started),
+        )
+        for _ in range(processes)
+    ]
+    for worker in workers:
+        worker.start()
+    for _ in workers:
+        started.get(timeout=60)
+    return [out, *workers]
+
+
+def _results(handles: list[Any], processes: int) -> list[dict[str, Any]]:
+    out, *workers = handles
+    results = [out.get(timeout=90) for _ in range(processes)]
+    for worker in workers:
+        worker.join(timeout=30)
+        assert worker.exitcode == 0
+    return results
+
+
+def _spent_in_redis(redis_url: str, journal: Path) -> float:
+    """The budget's settled spend in Redis, after replaying any journal left behind."""
+    store = RedisStore(redis_url, key_prefix="faults", journal_dir=str(journal))
+    try:
+        backend = RedisBudgetBackend(store)
+        assert backend.replay()
+        from llmguard_sdk.budget.control import SpendControl
+
+        control = SpendControl(Budgets([Budget(LIMIT_USD)], prices=PRICES), (), store)
+        control.backend = backend
+        (row,) = control.status()
+        return float(row["spent_usd"])
+    finally:
+        store.close()
+
+
+@pytest.fixture
+def server() -> Iterator[RedisServer]:
+    made = RedisServer(persist=True)
+    try:
+        yield made
+    finally:
+        made.stop()
+
+
+def test_down_at_start_then_up(fake: FakeProvider, server: RedisServer, tmp_path: Path) -> None:
+    """Two processes start while Redis is down: every call is answered (budgets fail open,
+    on a local share), and their spend reaches Redis once it is started."""
+    handles = _traffic(fake, server, tmp_path, processes=2, calls=40)
+    server.start()
+    results = _results(handles, 2)
+    assert all(r["journaled"] > 0 for r in results)
+    assert sum(r["answered"] for r in results) == 80
+    assert all(r["left"] == 0 for r in results)
+    recorded = sum(r["spent"] for r in results)
+    assert recorded > 0
+    assert _spent_in_redis(server.url, tmp_path) == pytest.approx(recorded, rel=1e-9)
+
+
+def test_killed_mid_run_and_restarted(
+    fake: FakeProvider, server: RedisServer, tmp_path: Path
+) -> None:
+    server.start()
+    handles = _traffic(fake, server, tmp_path, processes=3, calls=60)
+    server.kill()
+    time.sleep(0.5)
+    server.start()  # from its append-only file: what was settled before the crash is kept
+    results = _results(handles, 3)
+    assert sum(r["journaled"] for r in results) > 0
+    assert sum(r["answered"] for r in results) == 180
+    recorded = sum(r["spent"] for r in results)
+    assert _spent_in_redis(server.url, tmp_path) == pytest.approx(recorded, rel=1e-9)
+
+
+def test_restarted_empty(fake: FakeProvider, tmp_path: Path) -> None:
+    """Redis comes back without its data: calls go on and the counters start again from
+    what is recorded after the restart (journaled spend included); nothing raises."""
+    server = RedisServer(persist=False)
+    try:
+        server.start()
+        guard = _guard(fake.base_url, server.url, str(tmp_path))
+        assert guard.chat(USER, max_tokens=8).route == "primary"
+        server.kill()
+        down = guard.chat(USER, max_tokens=8, cacheable=False)  # counted locally, journaled
+        server.start(empty=True)
+        time.sleep(0.5)  # the store's pause (0.2 s, jittered) runs out
+        up = guard.chat(USER, max_tokens=8, cacheable=False)
+        assert _spent_in_redis(server.url, tmp_path) == pytest.approx(
+            (down.cost_usd or 0) + (up.cost_usd or 0), rel=1e-9
+        )
+        guard.close()
+    finally:
+        server.stop()
+
+
+def test_a_hung_redis_costs_no_waiting_per_call(
+    fake: FakeProvider, server: RedisServer, tmp_path: Path
+) -> None:
+    """While Redis sleeps, the first operation times out and the store pauses Redis for every
+    stage; spend settled meanwhile (even a settle that ran after its client gave up) counts
+    once when Redis is back."""
+    server.start()
+    handles = _traffic(fake, server, tmp_path, processes=2, calls=40)
+    server.sleep(1.0)
+    results = _results(handles, 2)
+    assert sum(r["answered"] for r in results) == 80
+    recorded = sum(r["spent"] for r in results)
+    assert _spent_in_redis(server.url, tmp_path) == pytest.approx(recorded, rel=1e-9)
+
+
+def test_fail_closed_refuses_while_redis_is_down(fake: FakeProvider, tmp_path: Path) -> None:
+    guard = _guard(fake.base_url, "redis://127.0.0.1:1/0", str(tmp_path), fail_open=False)
+    with pytest.raises(BudgetUnavailableError):
+        guard.chat(USER, max_tokens=8)
+    assert fake.requests == []  # refused before any provider call
+    guard.close()
+
+
+def test_a_rate_limit_falls_back_to_its_local_share(tmp_path: Path) -> None:
+    store = RedisStore("redis://127.0.0.1:1/0", socket_timeout=0.2, local_share=0.25)
+    limiter = RedisRateLimiter(store, {"r": RateLimit(rpm=40, burst=1.0)})
+    allowed = sum(limiter.reserve("r").allowed for _ in range(40))
+    assert allowed == 10  # a quarter of the shared limit, in this process alone
+
+
+def test_the_breaker_around_redis_grows_its_pause() -> None:
+    health = RedisHealth(base=1.0, cap=4.0)
+    first = health.failed()
+    assert 0.8 <= first <= 1.2
+    assert not health.up()
+    health.down_until = time.monotonic() - 0.01  # the pause ran out; the probe fails too
+    second = health.failed()
+    assert 1.6 <= second <= 2.4
+    health.down_until = time.monotonic() - 0.01
+    health.failed()
+    health.down_until = time.monotonic() - 0.01
+    assert health.failed() <= 4.0 * 1.2  # capped
+    assert health.outages == 1
+
+
+def test_the_journal_replays_once_and_adopts_dead_processes_files(
+    redis_url: str, redis_prefix: str, tmp_path: Path
+) -> None:
+    spec = CounterSpec("global-x", 10**12, "day", 3600.0, (), "global", 0)
+    store = RedisStore(redis_url, key_prefix=redis_prefix, journal_dir=str(tmp_path))
+    backend = RedisBudgetBackend(store, name="journal")
+    dead = SpendJournal(tmp_path, backend.journal.name)  # a process that died with records
+    dead.append(record("rid-1", (spec,), 5000, 60.0, time.time()))
+    dead.append(record("rid-2", (spec,), 7000, 60.0, time.time()))
+    lines = [json.loads(line) for line in dead.path.read_text().splitlines()]
+    assert [specs_of(line) for line in lines] == [(spec,), (spec,)]
+    dead._file.close()  # type: ignore[union-attr]  # its lock goes with it
+    dead._file = None
+    backend.journal.append(record("rid-1", (spec,), 5000, 60.0, time.time()))  # a repeat
+    backend.journal.append({"rid": "broken"})  # a record it cannot replay is skipped
+    assert backend.replay()
+    assert not dead.path.exists()
+    assert backend.status([spec])[0][0] == 12000  # rid-1 once, rid-2 once
+    store.close()
+
+
+def test_a_live_processes_journal_is_left_to_it(tmp_path: Path) -> None:
+    spec = CounterSpec("global-x", 10**12, "day", 3600.0, (), "global", 0)
+    live = SpendJournal(tmp_path, "set")
+    live.append(record("rid-1", (spec,), 5000, 60.0, time.time()))
+    other = SpendJournal(tmp_path, "set")
+    with other.orphans() as found:
+        assert found == []  # its writer holds the lock
+    live.close()
+    assert live.path.exists()  # a record is pending: the file stays for a replay
