@@ -114,3 +114,21 @@ def test_semantic_cache_bench_sweeps_thresholds_and_times_lookups() -> None:
         hits = [r["positive"] + r["negative"] for r in rows]
         assert hits == sorted(hits, reverse=True)  # a higher threshold never hits more
         assert result["default"] in rows
+
+
+def test_redis_roundtrips_bench_counts_per_store_kind() -> None:
+    result = run("redis_roundtrips.py", "--quick")
+    for key in ("round_trips_per_call", "commands_per_call", "added_ms"):
+        assert set(result[key]) == {"standalone", "cluster"}
+    assert result["round_trips_per_call"]["standalone"] > 0
+    assert result["commands_per_call"]["cluster"] >= result["round_trips_per_call"]["cluster"]
+
+
+def test_redis_faults_bench_loses_no_spend_record() -> None:
+    result = run("redis_faults.py", "--quick")
+    for key in ("answered_share", "lost_spend_records", "overspend_usd", "resync_s"):
+        assert key in result
+    assert result["answered_share"] == 1.0
+    assert result["lost_spend_records"] == 0
+    assert result["journaled_records"] > 0  # the outage really happened under traffic
+    assert abs(result["settled_usd"] - result["recorded_usd"]) < 1e-9

@@ -1,0 +1,181 @@
+"""Round trips and commands a guarded call sends to Redis, and the latency Redis adds.
+
+What is measured
+----------------
+A :class:`~llmguard_sdk.testing.FakeProvider` on loopback answers every call. A Guard with
+every Redis stage on (rate limits with tokens, circuit breakers, the retry budget, a spend
+budget per tenant and the response cache) sends ``calls`` calls, each with a new prompt, so
+the exact cache misses and every stage does its work: cache lookup, budget reserve, breaker
+permit, rate-limit reserve, the provider call, then the settles, records and the cache store.
+
+Round trips are counted by wrapping redis-py's connections in this process: every packed
+write to a socket is one round trip (a pipeline is one write), every command packed is one
+command. Calls run after ``warmup`` calls, so scripts are loaded and the cache's change stream
+is read; its periodic re-read (``sync_interval``) is counted when it falls into the run.
+
+* ``round_trips_per_call`` / ``commands_per_call``: per store kind (``standalone``, a local
+  Redis; ``cluster``, a throwaway 3-master cluster from tools/redis_cluster.py).
+* ``added_ms``: median latency of a call with that store minus the median with
+  ``store="memory"`` (same provider, same stages); loopback Redis, so this is the SDK's
+  client-side cost plus loopback latency, not a network's.
+* ``memory_ms``: the median call latency in memory mode.
+
+Usage: python bench/redis_roundtrips.py [--json] [--quick] [--redis-url URL]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import redis
+import redis.connection
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+import redis_cluster
+import with_redis
+
+from llmguard_sdk import Guard, OpenAICompatibleProvider
+from llmguard_sdk.budget import Budget, Budgets, Price, PriceTable
+from llmguard_sdk.ratelimit import RateLimit
+from llmguard_sdk.store import RedisStore
+from llmguard_sdk.testing import FakeProvider
+
+PRICES = PriceTable.default_table().with_prices({"fake-model": Price(input=1.0, output=2.0)})
+
+
+class Counter:
+    """Counts writes (round trips) and commands on every redis-py connection."""
+
+    def __init__(self) -> None:
+        self.writes = 0
+        self.commands = 0
+        self.on = False
+        connection = redis.connection.AbstractConnection
+        send_packed, send_one, pack_many = (
+            connection.send_packed_command,
+            connection.send_command,
+            connection.pack_commands,
+        )
+        counter = self
+
+        def counted_packed(self: Any, command: Any, check_health: bool = True) -> None:
+            if counter.on:
+                counter.writes += 1
+            send_packed(self, command, check_health)
+
+        def counted_one(self: Any, *args: Any, **options: Any) -> None:
+            if counter.on:
+                counter.commands += 1
+            send_one(self, *args, **options)
+
+        def counted_many(self: Any, commands: Any) -> Any:
+            commands = list(commands)
+            if counter.on:
+                counter.commands += len(commands)
+            return pack_many(self, commands)
+
+        connection.send_packed_command = counted_packed  # type: ignore[method-assign]
+        connection.send_command = counted_one  # type: ignore[method-assign]
+        connection.pack_commands = counted_many  # type: ignore[method-assign]
+
+
+def guard_for(fake: FakeProvider, store: str, prefix: str) -> Guard:
+    """A Guard with every stage that keeps state in the store."""
+    return Guard(
+        OpenAICompatibleProvider(fake.base_url, model="fake-model", name="primary"),
+        store=store,
+        key_prefix=prefix,
+        rate_limits={"primary": RateLimit(rpm=1_000_000, tpm=1_000_000_000)},
+        budgets=Budgets([Budget(1_000_000.0, scope="tenant")], prices=PRICES),
+        cache=True,
+        environ={},
+    )
+
+
+def measure(
+    fake: FakeProvider, store: str, calls: int, warmup: int, counter: Counter
+) -> dict[str, float]:
+    """Latency (ms, median) and Redis round trips/commands per call for one store."""
+    prefix = f"bench-rt-{uuid.uuid4().hex[:8]}"
+    guard = guard_for(fake, store, prefix)
+    run = uuid.uuid4().hex[:6]
+    for index in range(warmup):
+        guard.chat([{"role": "user", "content": f"warm {run} {index}"}], tenant="t", max_tokens=8)
+    latencies = []
+    counter.writes = counter.commands = 0
+    for index in range(calls):
+        counter.on = True
+        started = time.perf_counter()
+        guard.chat([{"role": "user", "content": f"ask {run} {index}"}], tenant="t", max_tokens=8)
+        latencies.append((time.perf_counter() - started) * 1000)
+        counter.on = False
+    found = {
+        "ms": statistics.median(latencies),
+        "round_trips": counter.writes / calls,
+        "commands": counter.commands / calls,
+    }
+    if isinstance(guard.store, RedisStore):
+        client = guard.store.client
+        for key in client.scan_iter(match=f"{prefix}:*", count=500):
+            client.delete(key)
+    guard.close()
+    return found
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--quick", action="store_true", help="a few calls (a smoke test)")
+    parser.add_argument("--redis-url", default=os.environ.get("REDIS_URL"))
+    args = parser.parse_args(argv)
+    calls, warmup = (20, 3) if args.quick else (300, 20)
+    counter = Counter()
+    url = args.redis_url or with_redis.DEFAULT_URL
+    throwaway = None
+    if not with_redis.answers(url):
+        throwaway, url, _ = with_redis.start_throwaway()
+    result: dict[str, Any] = {"calls": calls}
+    try:
+        with (
+            FakeProvider(model="fake-model", name="primary") as fake,
+            redis_cluster.RedisCluster() as cluster,
+        ):
+            memory = measure(fake, "memory", calls, warmup, counter)
+            standalone = measure(fake, url, calls, warmup, counter)
+            clustered = measure(fake, cluster.url, calls, warmup, counter)
+    finally:
+        if throwaway is not None:
+            throwaway.terminate()
+            throwaway.wait(timeout=10)
+    result["round_trips_per_call"] = {
+        "standalone": round(standalone["round_trips"], 2),
+        "cluster": round(clustered["round_trips"], 2),
+    }
+    result["commands_per_call"] = {
+        "standalone": round(standalone["commands"], 2),
+        "cluster": round(clustered["commands"], 2),
+    }
+    result["added_ms"] = {
+        "standalone": round(standalone["ms"] - memory["ms"], 3),
+        "cluster": round(clustered["ms"] - memory["ms"], 3),
+    }
+    result["memory_ms"] = round(memory["ms"], 3)
+    result["target_round_trips"] = 2
+    if args.json:
+        print(json.dumps(result))
+    else:
+        for key, value in result.items():
+            print(f"{key}: {value}")
+    return result
+
+
+if __name__ == "__main__":
+    main()
