@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Sequence
 
 import anyio.to_thread
@@ -34,6 +35,7 @@ DEFAULT_THRESHOLD = 0.55
 (see ``bench/semantic_cache.py`` for the whole sweep on GPTCache's public benchmark)."""
 
 _NEAR_MISS_BAND = 0.1
+_RECENT_VECTORS = 256
 _SERVABLE_FINISH = frozenset({"stop", "end_turn", "stop_sequence"})
 
 
@@ -118,6 +120,7 @@ class ResponseCache:
         )
         self._indexes: dict[str, VectorIndex] = {}
         self._index_of: dict[str, str] = {}
+        self._recent: OrderedDict[str, npt.NDArray[np.float32]] = OrderedDict()
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -235,7 +238,7 @@ class ResponseCache:
         index = self._indexes.get(self._index_key(keys))
         if index is None:
             return None
-        vector = self.embedder.embed([keys.query])[0]
+        vector = self._vector(keys.query)
         for match in index.search(vector, k=4):
             if match.similarity < self.threshold:
                 if match.similarity >= self.threshold - _NEAR_MISS_BAND:
@@ -313,7 +316,7 @@ class ResponseCache:
         now = time.time()
         vector = None
         if self.semantic and keys.query.strip():
-            vector = self.embedder.embed([keys.query])[0]
+            vector = self._vector(keys.query)
         entry = CacheEntry(
             entry_id=keys.exact,
             index_key=self._index_key(keys),
@@ -361,6 +364,20 @@ class ResponseCache:
             self.stats.false_hits += 1
 
     # -- the in-memory index ------------------------------------------------------------------
+
+    def _vector(self, query: str) -> npt.NDArray[np.float32]:
+        """The query's embedding; the last few are kept, so the store after a miss does not
+        embed the same question again."""
+        with self._lock:
+            vector = self._recent.get(query)
+            if vector is not None:
+                return vector
+        vector = np.asarray(self.embedder.embed([query])[0], dtype=np.float32)
+        with self._lock:
+            self._recent[query] = vector
+            if len(self._recent) > _RECENT_VECTORS:
+                self._recent.popitem(last=False)
+        return vector
 
     def _index_key(self, keys: CacheKeys) -> str:
         return hash_id(keys.partition + keys.context)

@@ -16,6 +16,7 @@ uses one as an embedder by default.
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 import threading
@@ -37,6 +38,7 @@ __all__ = ["Embedder", "HashingEmbedder", "LlamaCppEmbedder", "OpenAIEmbedder", 
 Vectors = npt.NDArray[np.float32]
 
 _ROUTE = "embeddings"
+_WORD_CACHE_SIZE = 50_000
 _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
 
 
@@ -76,6 +78,7 @@ def _rarity(word: str) -> float:
     return max(0.05, math.log1p(tokens[0]) / math.log(100_000))
 
 
+@lru_cache(maxsize=65536)
 def _stem(word: str) -> str:
     for suffix in ("ingly", "edly", "ing", "ed", "es", "s", "ly"):
         if len(word) > len(suffix) + 3 and word.endswith(suffix):
@@ -110,39 +113,56 @@ class HashingEmbedder:
         self._sizes = tuple(sorted(set(ngram_sizes)))
         self._char_weight = char_weight
         self._pair_weight = pair_weight
+        self._words: dict[str, tuple[npt.NDArray[np.intp], npt.NDArray[np.float32]]] = {}
         sizes = "".join(str(n) for n in self._sizes)
         self.name = f"hashing-v1-d{dimension}-n{sizes}-c{char_weight:g}-p{pair_weight:g}"
 
     def __repr__(self) -> str:
         return f"HashingEmbedder({self.name})"
 
-    def _features(self, text: str) -> dict[str, float]:
-        words = _WORD.findall(unicodedata.normalize("NFKC", text).lower())
-        weights = [_rarity(w) for w in words]
-        features: dict[str, float] = {}
-        for word, weight in zip(words, weights, strict=True):
-            key = "w" + _stem(word)
-            features[key] = features.get(key, 0.0) + weight
-            if self._char_weight:
-                padded = f"<{word}>"
-                grams = [padded[i : i + n] for n in self._sizes for i in range(len(padded) - n + 1)]
-                share = weight * self._char_weight / math.sqrt(len(grams) or 1)
-                for gram in grams:
-                    features["c" + gram] = features.get("c" + gram, 0.0) + share
-        if self._pair_weight:
-            for i in range(len(words) - 1):
-                key = f"b{_stem(words[i])} {_stem(words[i + 1])}"
-                pair = min(weights[i], weights[i + 1]) * self._pair_weight
-                features[key] = features.get(key, 0.0) + pair
-        return features
+    def _bucket(self, feature: str) -> tuple[int, float]:
+        """The dimension a feature hashes to, and its sign."""
+        h = zlib.crc32(feature.encode("utf-8"))
+        return h % self.dimension, 1.0 if h & 0x80000000 else -1.0
+
+    def _word(self, word: str) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.float32]]:
+        """A word's own contributions (the word, its character n-grams), computed once."""
+        known = self._words.get(word)
+        if known is not None:
+            return known
+        weight = _rarity(word)
+        parts = [(f"w{_stem(word)}", weight)]
+        if self._char_weight:
+            padded = f"<{word}>"
+            grams = [padded[i : i + n] for n in self._sizes for i in range(len(padded) - n + 1)]
+            share = weight * self._char_weight / math.sqrt(len(grams) or 1)
+            parts += [(f"c{gram}", share) for gram in grams]
+        buckets = [self._bucket(feature) for feature, _ in parts]
+        found = (
+            np.array([b for b, _ in buckets], dtype=np.intp),
+            np.array(
+                [sign * w for (_, sign), (_, w) in zip(buckets, parts, strict=True)],
+                dtype=np.float32,
+            ),
+        )
+        if len(self._words) >= _WORD_CACHE_SIZE:
+            self._words.clear()
+        self._words[word] = found
+        return found
 
     def embed(self, texts: Sequence[str]) -> Vectors:
         """Hash each text into a unit vector (see the class docs)."""
         out = np.zeros((len(texts), self.dimension), dtype=np.float32)
         for row, text in enumerate(texts):
-            for feature, weight in self._features(text).items():
-                h = zlib.crc32(feature.encode("utf-8"))
-                out[row, h % self.dimension] += weight if h & 0x80000000 else -weight
+            words = _WORD.findall(unicodedata.normalize("NFKC", text).lower())
+            for word in words:
+                buckets, values = self._word(word)
+                np.add.at(out[row], buckets, values)
+            if self._pair_weight:
+                for first, second in itertools.pairwise(words):
+                    bucket, sign = self._bucket(f"b{_stem(first)} {_stem(second)}")
+                    weight = min(_rarity(first), _rarity(second)) * self._pair_weight
+                    out[row, bucket] += sign * weight
         return normalise(out)
 
 
