@@ -7,6 +7,13 @@ exists so far, state in memory. CPU time is this process's ``time.process_time()
 is ``time.perf_counter()``. Rounds of bare and guard calls alternate, and the median round is
 reported, so drift on a shared machine hits both sides alike.
 
+The default Guard has telemetry on with no OpenTelemetry SDK configured (the API's no-op
+providers, as in an application that does not export telemetry): ``overhead_us``. Variants,
+measured in the same rounds: ``telemetry_off_us`` (``telemetry=False``), ``telemetry_sdk_us``
+(the real SDK recording every span and metric, exported to memory and dropped), and
+``all_stages_us``: telemetry with the SDK plus rate limits, a spend budget and the response
+cache (every call a new question: an exact miss, a semantic search and a store).
+
 Usage: python bench/overhead.py [--json] [--calls N] [--rounds R]
 """
 
@@ -19,13 +26,23 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from typing import Any
 
-from llmguard_sdk import ChatRequest, Guard, OpenAICompatibleProvider
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from llmguard_sdk import ChatRequest, Guard, OpenAICompatibleProvider, ResponseCache, Telemetry
+from llmguard_sdk.budget import Budget, Budgets, Price, PriceTable
+from llmguard_sdk.ratelimit import RateLimit
 
 MESSAGES = [
     {"role": "system", "content": "You are a terse assistant for an online shop."},
     {"role": "user", "content": "Where is my order 4417? It was due on Monday."},
 ]
+QUESTION = "Where is my order 4417? It was due on Monday."
 STAGES = [
     "validate",
     "input_guardrails",
@@ -39,6 +56,20 @@ STAGES = [
     "output_guardrails",
     "hooks",
 ]
+
+
+class _Dropping(InMemorySpanExporter):
+    """Receives every finished span (the SDK's whole path runs) and keeps none."""
+
+    def export(self, spans: Any) -> Any:
+        return super().export(())
+
+
+def _recording_telemetry() -> Telemetry:
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(_Dropping()))
+    meter_provider = MeterProvider(metric_readers=[InMemoryMetricReader()])
+    return Telemetry(tracer_provider=tracer_provider, meter_provider=meter_provider)
 
 
 def start_server() -> tuple[subprocess.Popen[str], str]:
@@ -78,43 +109,73 @@ def main() -> None:
         bare_provider = OpenAICompatibleProvider(base_url, model="fake-model", name="bare")
         guard_provider = OpenAICompatibleProvider(base_url, model="fake-model", name="fake")
         events: list[object] = []
-        guard = Guard(
-            guard_provider,
-            max_input_tokens=4000,
-            input_filters=[lambda request: None],
-            output_filters=[lambda response: None],
-            hooks=[events.append],
-            environ={},
-        )
+        sdk = _recording_telemetry()
+        common: dict[str, Any] = {
+            "max_input_tokens": 4000,
+            "input_filters": [lambda request: None],
+            "output_filters": [lambda response: None],
+            "hooks": [events.append],
+            "environ": {},
+        }
+        guards = {
+            "guard": Guard(guard_provider, **common),
+            "telemetry_off": Guard(guard_provider, telemetry=False, **common),
+            "telemetry_sdk": Guard(guard_provider, telemetry=sdk, **common),
+            "all_stages": Guard(
+                guard_provider,
+                telemetry=sdk,
+                rate_limits={"fake": RateLimit(rpm=10_000_000, tpm=10_000_000_000)},
+                budgets=Budgets(
+                    [Budget(limit_usd=1e6, scope="tenant")],
+                    prices=PriceTable.default_table().with_prices(
+                        {"fake-model": Price(input=0.1, output=0.4)}
+                    ),
+                ),
+                cache=ResponseCache(max_entries=1_000_000),
+                **common,
+            ),
+        }
         request = ChatRequest.model_validate({"messages": MESSAGES, "max_tokens": 64})
+        counter = iter(range(10**9))
 
         def bare() -> object:
             return bare_provider.complete(
                 request, model="fake-model", deadline=time.monotonic() + 60
             )
 
-        def guarded() -> object:
-            events.clear()
-            return guard.chat(MESSAGES, max_tokens=64, tenant="acme", feature="support")
+        def through(guard: Guard) -> Callable[[], object]:
+            def call() -> object:
+                events.clear()
+                question = [
+                    MESSAGES[0],
+                    {"role": "user", "content": f"{QUESTION} #{next(counter)}"},
+                ]
+                return guard.chat(question, max_tokens=64, tenant="acme", feature="support")
 
-        for call in (bare, guarded):  # warm up connections, encodings, code paths
+            return call
+
+        sides: dict[str, Callable[[], object]] = {"bare": bare}
+        sides.update({name: through(guard) for name, guard in guards.items()})
+        for call in sides.values():  # warm up connections, encodings, code paths
             measure(call, 50)
-        bare_cpu, bare_wall, guard_cpu, guard_wall = [], [], [], []
+        cpu: dict[str, list[float]] = {name: [] for name in sides}
+        wall: dict[str, list[float]] = {name: [] for name in sides}
         for _ in range(args.rounds):
-            cpu, wall = measure(bare, args.calls)
-            bare_cpu.append(cpu)
-            bare_wall.append(wall)
-            cpu, wall = measure(guarded, args.calls)
-            guard_cpu.append(cpu)
-            guard_wall.append(wall)
-        guard.close()
+            for name, call in sides.items():
+                used, took = measure(call, args.calls)
+                cpu[name].append(used)
+                wall[name].append(took)
+        for guard in guards.values():
+            guard.close()
         bare_provider.close()
     finally:
         process.terminate()
         process.wait(timeout=10)
 
-    bare_us = statistics.median(bare_cpu)
-    guard_us = statistics.median(guard_cpu)
+    median = {name: statistics.median(values) for name, values in cpu.items()}
+    bare_us, guard_us = median["bare"], median["guard"]
+    bare_wall_us = statistics.median(wall["bare"])
+    guard_wall_us = statistics.median(wall["guard"])
     result = {
         "benchmark": "overhead",
         "what": "client CPU time per non-streaming call, provider in another process",
@@ -123,10 +184,14 @@ def main() -> None:
         "guard_us": round(guard_us, 1),
         "overhead_us": round(guard_us - bare_us, 1),
         "ratio": round(guard_us / bare_us, 3),
-        "bare_wall_us": round(statistics.median(bare_wall), 1),
-        "guard_wall_us": round(statistics.median(guard_wall), 1),
-        "overhead_wall_us": round(statistics.median(guard_wall) - statistics.median(bare_wall), 1),
+        "bare_wall_us": round(bare_wall_us, 1),
+        "guard_wall_us": round(guard_wall_us, 1),
+        "overhead_wall_us": round(guard_wall_us - bare_wall_us, 1),
+        "telemetry_off_us": round(median["telemetry_off"] - bare_us, 1),
+        "telemetry_sdk_us": round(median["telemetry_sdk"] - bare_us, 1),
+        "all_stages_us": round(median["all_stages"] - bare_us, 1),
         "stages": STAGES,
+        "all_stages": [*STAGES, "telemetry_sdk", "rate_limits", "spend_budget", "cache"],
         "state": "memory",
         "target_overhead_us": 100,
     }

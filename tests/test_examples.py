@@ -46,6 +46,15 @@ EXPECTED = {
         "lint: timestamp in instructions at 9: '2025-03-01'",
         "drift: support-bot changed in instructions",
     ],
+    "otel_console.py": [
+        "streamed: Echo: Stream this",
+        "cache: exact",
+        '"name": "chat gpt-4o-mini"',
+        '"llmguard.served_by": "openai"',
+        '"llmguard.cache": "exact"',
+        '"name": "gen_ai.client.operation.duration"',
+        '"name": "gen_ai.client.operation.time_to_first_chunk"',
+    ],
     "response_cache.py": [
         "'How can I reset my password in the mobile app?'        -> cache    semantic",
         "'How do I reset my password on the web site?'           -> openai   provider",

@@ -61,6 +61,7 @@ EXPECTED = [
     "Store",
     "StreamChunk",
     "StreamInterruptedError",
+    "Telemetry",
     "Timings",
     "TokenCount",
     "Usage",

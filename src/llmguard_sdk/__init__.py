@@ -49,6 +49,7 @@ from .prompts import PromptBuilder
 from .providers import AnthropicProvider, LocalProvider, OpenAICompatibleProvider, Provider
 from .store import MemoryStore, RedisStore, Store
 from .streaming import AsyncChatStream, ChatStream
+from .telemetry import Telemetry
 from .tokens import TokenCount, count_request_tokens, count_text_tokens
 
 __all__ = [
@@ -106,6 +107,7 @@ __all__ = [
     "Store",
     "StreamChunk",
     "StreamInterruptedError",
+    "Telemetry",
     "Timings",
     "TokenCount",
     "Usage",

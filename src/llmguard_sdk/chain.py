@@ -102,13 +102,16 @@ def plan(ctx: CallContext, stages: Stages) -> Plan:
                         yield Op("release", route)
                     break
                 if grant.wait > 0:  # our slot lies a little ahead: wait for it
+                    ctx.rate_wait_s += grant.wait
                     yield Op("sleep", seconds=grant.wait, reservation=reservation)
             attempt += 1
             ctx.attempts += 1
             started = time.monotonic()
+            record = ctx.begin_attempt(route.name)
             try:
                 response: ChatResponse = yield Op("call", route, reservation=reservation)
             except ProviderError as failure:
+                record.end(failure)
                 if reservation is not None:  # nothing was generated: give the tokens back
                     yield Op("settle", route, reservation=reservation)
                     if isinstance(failure, RateLimitedError):  # the provider says: no room
@@ -130,6 +133,7 @@ def plan(ctx: CallContext, stages: Stages) -> Plan:
                     continue
                 pipeline.fall_through(ctx, route, exc, delivered=False, moves_on=stages.moves_on)
                 break
+            record.end()
             if stages.breakers is not None:
                 yield Op("record", route, None, time.monotonic() - started)
             if reservation is not None:
@@ -174,6 +178,7 @@ def _hedged(
                 tried.add(route.name)
                 continue
             if grant.wait > 0:
+                ctx.rate_wait_s += grant.wait
                 yield Op("sleep", seconds=grant.wait, reservation=reservation)
         first, second = route, usable[index + 1]
         break

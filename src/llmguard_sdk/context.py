@@ -17,6 +17,7 @@ from .models import ChatRequest, Usage
 from .tokens import TokenCount, count_request_tokens
 
 __all__ = [
+    "AttemptRecord",
     "CallContext",
     "CallEvent",
     "Hook",
@@ -102,6 +103,28 @@ class RetryDetails:
 
 
 @dataclass
+class AttemptRecord:
+    """One provider attempt of a call, for telemetry: which route, when (``time.monotonic``
+    instants), how it ended (``error`` None = success; ``ended`` None = abandoned or
+    cancelled), the first content token and the gaps between content chunks of a stream,
+    and the wait before the retry that followed it."""
+
+    route: str
+    started: float = field(default_factory=time.monotonic)
+    ended: float | None = None
+    error: BaseException | None = None
+    first_token_at: float | None = None
+    chunk_gaps: list[float] = field(default_factory=list)
+    retry_wait: float | None = None
+
+    def end(self, error: BaseException | None = None) -> None:
+        """Mark the attempt finished (the first call wins)."""
+        if self.ended is None:
+            self.ended = time.monotonic()
+            self.error = error
+
+
+@dataclass
 class CallContext:
     """Everything one guarded call carries through the pipeline's stages.
 
@@ -124,6 +147,16 @@ class CallContext:
     retries: list[RetryDetails] = field(default_factory=list)
     cacheable: bool = True
     cache_tags: tuple[str, ...] = ()
+    started_ns: int = field(default_factory=time.time_ns)
+    attempt_log: list[AttemptRecord] = field(default_factory=list)
+    rate_wait_s: float = 0.0
+    trace_parent: object = None
+
+    def begin_attempt(self, route: str) -> AttemptRecord:
+        """Start recording one provider attempt (see :class:`AttemptRecord`)."""
+        record = AttemptRecord(route)
+        self.attempt_log.append(record)
+        return record
 
     def input_tokens(self) -> TokenCount:
         """The request's input tokens, counted once, when a stage first needs them."""

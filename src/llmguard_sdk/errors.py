@@ -40,6 +40,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .redaction import redact_secrets
+
 __all__ = [
     "AllRoutesFailedError",
     "AuthenticationError",
@@ -160,12 +162,13 @@ class ProviderError(LLMGuardError):
         body: str | None = None,
         request_sent: bool = True,
     ) -> None:
-        super().__init__(message)
+        # Providers echo credentials in error texts ("Incorrect API key provided: sk-...").
+        super().__init__(redact_secrets(message))
         self.route = route
         self.status_code = status_code
         self.headers: dict[str, str] = {k.lower(): v for k, v in (headers or {}).items()}
         self.retry_after = retry_after
-        self.body = body
+        self.body = redact_secrets(body) if body is not None else None
         self.request_sent = request_sent
 
     def __str__(self) -> str:

@@ -24,7 +24,7 @@ from .breaker import (
 from .budget import Budget, Budgets, PriceTable, SpendControl
 from .cache import ResponseCache
 from .config import GuardSettings
-from .context import CallContext, emit
+from .context import CallContext
 from .errors import ConfigurationError, ProviderError, RequestValidationError
 from .models import ChatRequest, ChatResponse, Message
 from .pipeline import Hook, InputFilter, OutputFilter, Stages
@@ -40,6 +40,7 @@ from .retry import (
 )
 from .store import RedisStore, Store, open_store
 from .streaming import AsyncChatStream, ChatStream
+from .telemetry import Telemetry
 
 if TYPE_CHECKING:
     from .client import AsyncGuardedClient, GuardedClient
@@ -125,6 +126,10 @@ class Guard:
             stale entry is served before the ``degraded`` answer. Per call:
             ``chat(..., cacheable=False)`` skips it, ``cache_tags=[...]`` adds permission
             tags to the partition.
+        telemetry: OpenTelemetry spans and metrics and a log record per call
+            (:class:`~llmguard_sdk.telemetry.Telemetry`); ``True`` (default) uses the global
+            tracer and meter providers, which are no-ops until the application configures
+            the OpenTelemetry SDK; ``False`` turns it off.
         key_prefix: prefix of every Redis key (default ``llmguard``).
         environ: the environment to read ``LLMGUARD_*`` from (default ``os.environ``).
 
@@ -163,6 +168,7 @@ class Guard:
         budgets: Budgets | Sequence[Budget] | None = None,
         prices: PriceTable | None = None,
         cache: ResponseCache | bool | None = None,
+        telemetry: Telemetry | bool = True,
     ) -> None:
         self.settings = GuardSettings.from_env(
             environ,
@@ -186,6 +192,9 @@ class Guard:
             store if isinstance(store, Store) else self.settings.store,
             key_prefix=self.settings.key_prefix,
         )
+        observer = _telemetry(telemetry)
+        if observer is not None:
+            breaker_hooks = [*breaker_hooks, observer.on_breaker_transition]
         self._stages = Stages(
             routes=routes,
             timeout=self.settings.timeout,
@@ -204,6 +213,7 @@ class Guard:
             limiter=_limiter(rate_limits, self.store),
             spend=_spend(budgets, prices, routes, self.store),
             cache=_cache(cache, self.store),
+            telemetry=observer,
         )
 
     def __repr__(self) -> str:
@@ -328,11 +338,11 @@ class Guard:
                 response = self._finish(ctx, raw, emit_event=False)
             finally:  # settle to what was served; nothing served: release the hold
                 spend.settle(held, ctx, response or raw)
-            emit(self._stages.hooks, pipeline.event(ctx, "chat", response=response))
+            pipeline.report(ctx, self._stages, "chat", response=response)
             pipeline.remember(ctx, self._stages, response)
             return response
         except Exception as exc:
-            emit(self._stages.hooks, pipeline.event(ctx, "chat", error=exc))
+            pipeline.report(ctx, self._stages, "chat", error=exc)
             raise
 
     @overload
@@ -419,11 +429,11 @@ class Guard:
             finally:  # settle to what was served; nothing served (or cancelled): release
                 with anyio.CancelScope(shield=True):
                     await spend.asettle(held, ctx, response or raw)
-            emit(self._stages.hooks, pipeline.event(ctx, "chat", response=response))
+            pipeline.report(ctx, self._stages, "chat", response=response)
             await pipeline.aremember(ctx, self._stages, response)
             return response
         except Exception as exc:
-            emit(self._stages.hooks, pipeline.event(ctx, "chat", error=exc))
+            pipeline.report(ctx, self._stages, "chat", error=exc)
             raise
 
     def _finish(
@@ -431,7 +441,7 @@ class Guard:
     ) -> ChatResponse:
         response = pipeline.finish(ctx, self._stages, response)
         if emit_event:
-            emit(self._stages.hooks, pipeline.event(ctx, "chat", response=response))
+            pipeline.report(ctx, self._stages, "chat", response=response)
         return response
 
     # -- adoption helpers -------------------------------------------------------------------
@@ -549,6 +559,16 @@ def _limiter(limits: LimitsConfig | None, store: Store) -> RateLimiter | None:
         else MemoryRateLimiter(limits)
     )
     return limiter if limiter.limits else None
+
+
+def _telemetry(telemetry: Telemetry | bool) -> Telemetry | None:
+    if telemetry is False:
+        return None
+    if telemetry is True:
+        return Telemetry()
+    if not isinstance(telemetry, Telemetry):
+        raise ConfigurationError(f"telemetry must be a Telemetry or a bool, got {telemetry!r}")
+    return telemetry
 
 
 def _cache(cache: ResponseCache | bool | None, store: Store) -> ResponseCache | None:

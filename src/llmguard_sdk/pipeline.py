@@ -23,7 +23,7 @@ from typing import Any, Literal
 from .breaker import Breakers, Permit
 from .budget.control import SpendControl
 from .cache import CacheHit, ResponseCache
-from .context import CallContext, CallEvent, Hook, RetryDetails, Scope, current_scope
+from .context import CallContext, CallEvent, Hook, RetryDetails, Scope, current_scope, emit
 from .errors import (
     AllRoutesFailedError,
     AuthenticationError,
@@ -46,6 +46,7 @@ from .ratelimit import Grant, RateLimiter
 from .retry.api import testing_attempts, testing_wait
 from .retry.budget import RetryBudget
 from .retry.policy import MIN_ATTEMPT_SECONDS, Decision, RetryPolicy, decide_for_error
+from .telemetry import Telemetry
 from .tokens import TokenCount, count_request_tokens, count_text_tokens
 
 __all__ = ["Hook", "InputFilter", "OutputFilter"]
@@ -86,6 +87,7 @@ class Stages:
     limiter: RateLimiter | None = None
     spend: SpendControl | None = None  # spend budgets and costs (not the retry budget)
     cache: ResponseCache | None = None
+    telemetry: Telemetry | None = None
 
 
 def prepare(
@@ -98,7 +100,7 @@ def prepare(
     priority: Literal["interactive", "batch"] = "interactive",
 ) -> CallContext:
     """Validate the request, run input guardrails and the size check; start the clock."""
-    started = time.monotonic()
+    started, started_ns = time.monotonic(), time.time_ns()
     if not stages.routes:
         raise ConfigurationError(
             "this Guard has no provider: pass providers=[...] or set LLMGUARD_BASE_URL"
@@ -124,9 +126,12 @@ def prepare(
         scope=scope,
         deadline=started + budget,
         started=started,
+        started_ns=started_ns,
         hedge_after=hedge,
         priority=priority,
     )
+    if stages.telemetry is not None:
+        ctx.trace_parent = stages.telemetry.parent()
     if stages.max_input_tokens is not None:
         count = ctx.input_count = count_request_tokens(
             checked, model=checked.model or stages.routes[0].model
@@ -210,6 +215,8 @@ def note_retry(
             hinted=decision.hinted,
         )
     )
+    if ctx.attempt_log:
+        ctx.attempt_log[-1].retry_wait = decision.wait
     return testing_wait(decision.wait)
 
 
@@ -652,6 +659,34 @@ def event(
         cost_usd=response.cost_usd if response else None,
         cost_source=response.cost_source if response else None,
     )
+
+
+def report(
+    ctx: CallContext,
+    stages: Stages,
+    kind: Literal["chat", "stream", "protect"],
+    *,
+    response: ChatResponse | None = None,
+    error: BaseException | None = None,
+    cancelled: bool = False,
+) -> None:
+    """The end of a call: export its telemetry, then give its :class:`CallEvent` to the
+    hooks. Neither can break the call."""
+    if stages.telemetry is not None:
+        try:
+            stages.telemetry.record(
+                ctx,
+                stages.routes,
+                kind,
+                response=response,
+                error=error,
+                cancelled=cancelled,
+                cache_on=stages.cache is not None,
+            )
+        except Exception:
+            logger.exception("llmguard telemetry failed")
+    if stages.hooks:
+        emit(stages.hooks, event(ctx, kind, response=response, error=error, cancelled=cancelled))
 
 
 def _with_idempotency_key(request: ChatRequest, policy: RetryPolicy | None) -> ChatRequest:

@@ -25,7 +25,7 @@ import anyio.abc
 from . import pipeline
 from .breaker import Permit
 from .budget.control import Held, SpendControl
-from .context import CallContext, emit
+from .context import AttemptRecord, CallContext
 from .errors import ProviderError, ProviderTimeoutError, RateLimitedError, StreamInterruptedError
 from .models import ChatResponse, StreamChunk, Usage
 from .pipeline import Reservation, Stages
@@ -43,11 +43,15 @@ class _Assembler:
     it, and ``delivered`` counts only this route's own content.
     """
 
-    def __init__(self, ctx: CallContext, carried: str = "") -> None:
+    def __init__(
+        self, ctx: CallContext, carried: str = "", record: AttemptRecord | None = None
+    ) -> None:
         self._ctx = ctx
         self._carried = carried
-        self._started = time.monotonic()
+        self.record = record or AttemptRecord("")
+        self._started = self.record.started
         self._first_token_at: float | None = None
+        self._last_content_at = 0.0
         self._text: list[str] = []
         self._tool_calls: dict[int, dict[str, Any]] = {}
         self.finish_reason: str | None = None
@@ -64,10 +68,14 @@ class _Assembler:
 
     def add(self, chunk: StreamChunk) -> None:
         if chunk.text:
+            now = time.monotonic()
             if self._first_token_at is None:
-                self._first_token_at = time.monotonic()
+                self._first_token_at = self.record.first_token_at = now
                 if self._ctx.first_token_at is None:
                     self._ctx.first_token_at = self._first_token_at
+            else:
+                self.record.chunk_gaps.append(now - self._last_content_at)
+            self._last_content_at = now
             self._text.append(chunk.text)
         if chunk.tool_calls:
             merge_tool_call_deltas(self._tool_calls, chunk.tool_calls)
@@ -196,11 +204,13 @@ class _StreamBase:
         if self._ended:
             return
         self._ended = True
-        emit(
-            self._stages.hooks,
-            pipeline.event(
-                self._ctx, "stream", response=self._response, error=error, cancelled=cancelled
-            ),
+        pipeline.report(
+            self._ctx,
+            self._stages,
+            "stream",
+            response=self._response,
+            error=error,
+            cancelled=cancelled,
         )
 
     def _hedge_candidates(self) -> list[Provider]:
@@ -293,12 +303,13 @@ class _StreamBase:
     def _start_attempt(self, route_name: str) -> _Assembler:
         self._ctx.attempts += 1
         self._ctx.route = route_name
-        return _Assembler(self._ctx, self._carried)
+        return _Assembler(self._ctx, self._carried, self._ctx.begin_attempt(route_name))
 
     def _plan_retry(
         self, exc: ProviderError, assembler: _Assembler, attempt: int, previous_wait: float
     ) -> Decision:
         self._ctx.route = None
+        assembler.record.end(exc)
         return pipeline.retry_after_failure(
             self._ctx,
             self._stages,
@@ -355,6 +366,7 @@ class _StreamBase:
         return pipeline.failure(self._ctx, self._stages)
 
     def _finish_route(self, assembler: _Assembler, route_name: str) -> None:
+        assembler.record.end()
         response = assembler.response(route_name)
         if self._carried:
             continued = [
@@ -453,6 +465,7 @@ class ChatStream(_StreamBase):
                         if breakers is not None:
                             breakers.release(route.name)
                         break
+                    self._ctx.rate_wait_s += grant.wait
                     time.sleep(grant.wait)
                 attempt += 1
                 assembler = self._start_attempt(route.name)
@@ -628,6 +641,7 @@ class AsyncChatStream(_StreamBase):
                         if breakers is not None:
                             await breakers.arelease(route.name)
                         break
+                    self._ctx.rate_wait_s += grant.wait
                     try:
                         await anyio.sleep(grant.wait)
                     except BaseException:  # cancelled while waiting: nothing was sent

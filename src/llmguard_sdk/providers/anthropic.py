@@ -34,6 +34,7 @@ from typing import Any
 from ..errors import ConfigurationError, MalformedResponseError, ProviderUnavailableError
 from ..models import ChatRequest, ChatResponse, Message, StreamChunk
 from ..prompts.adapters import CACHE_HISTORY_KEY, STATIC_MESSAGES_KEY, add_cache_breakpoints
+from ..redaction import register_secret
 from .openai_compat import OpenAICompatibleProvider
 from .wire import (
     MAX_ERROR_BODY_BYTES,
@@ -106,6 +107,7 @@ class AnthropicProvider(OpenAICompatibleProvider):
             if not api_key or api_key != api_key.strip():
                 raise ConfigurationError("api_key is empty or has surrounding whitespace")
             extra["x-api-key"] = api_key
+            register_secret(api_key)  # masked in every error message and telemetry export
         super().__init__(
             base_url,
             model=model,

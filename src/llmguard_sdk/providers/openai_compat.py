@@ -34,6 +34,7 @@ from ..errors import (
     ProviderUnavailableError,
 )
 from ..models import ChatRequest, ChatResponse, StreamChunk
+from ..redaction import register_secret
 from ._watchdog import watchdog
 from .wire import (
     MAX_BODY_BYTES,
@@ -99,6 +100,7 @@ class OpenAICompatibleProvider:
             if not api_key or api_key != api_key.strip():
                 raise ConfigurationError("api_key is empty or has surrounding whitespace")
             self._headers["authorization"] = f"Bearer {api_key}"
+            register_secret(api_key)  # masked in every error message and telemetry export
         for key, value in self._headers.items():
             if not _header_safe(key) or not _header_safe(value):
                 raise ConfigurationError(f"header {key!r} must be ASCII without line breaks")

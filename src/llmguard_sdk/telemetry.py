@@ -1,0 +1,453 @@
+"""OpenTelemetry traces and metrics for guarded calls, and one structured log record each.
+
+Only ``opentelemetry-api`` is needed at run time: without an SDK configured by the
+application every span and instrument is a no-op. ``Guard(telemetry=True)`` (the default)
+uses the global tracer and meter providers; ``Guard(telemetry=Telemetry(...))`` takes
+explicit ones and the content and logging options.
+
+**Spans.** One ``CLIENT`` span per guarded call, named ``chat {model}``, with the GenAI
+semantic-convention attributes (``gen_ai.operation.name``, ``gen_ai.provider.name``,
+``gen_ai.request.model``, ``gen_ai.response.model``, ``gen_ai.usage.input_tokens`` /
+``output_tokens``, ``gen_ai.request.max_tokens``, ``gen_ai.response.finish_reasons``,
+``error.type``) and ours under ``llmguard.*``: ``feature``, ``tenant`` (hashed),
+``served_by``, ``attempts``, ``cache`` (``exact`` / ``semantic`` / ``stale`` / ``miss``) and
+``cache.similarity``, ``cost_usd`` and ``cost_source``, ``retry_wait_s``,
+``rate_limit_wait_s``, ``time_to_first_token_s`` (streams), ``degraded``. A child span per
+provider attempt carries ``llmguard.route``, ``llmguard.attempt``, ``llmguard.retry_wait_s``
+(the wait that followed it) and, for streams, ``gen_ai.response.time_to_first_chunk``;
+routes that were skipped or failed (an open breaker, no rate-limit room ...) are events on
+the call span. Spans are written when the call ends, with the times the call and each
+attempt really started and ended, under the span that was current when the call began.
+
+**Metrics.** ``gen_ai.client.operation.duration`` (s) and ``gen_ai.client.token.usage``
+({token}, ``gen_ai.token.type`` input / output) as the conventions define them;
+``gen_ai.client.operation.time_to_first_chunk`` (per attempt: from the request to the first
+non-empty content delta) and ``gen_ai.client.operation.time_per_output_chunk`` (each gap
+between content chunks) for streams; ``llmguard.time_to_first_token`` (end to end, from the
+caller's call: queueing, rate-limit waits and retries included); ``llmguard.output_tokens_per_
+second``; ``llmguard.cost`` (USD); ``llmguard.cache.lookups`` (by result);
+``llmguard.breaker.transitions``; ``llmguard.retries``. Answers from the cache carry
+``llmguard.cache`` on the duration metric, so they never mix into provider latency, and
+report no token usage.
+
+**Logs and redaction.** One record per call on the ``llmguard_sdk.calls`` logger (DEBUG by
+default) with the same fields under ``record.llmguard``. Credentials never appear in spans,
+metrics, logs or exception messages (:func:`~llmguard_sdk.redaction.redact_secrets`); prompt
+and answer text is captured only with ``capture_content=True``, passed through ``redact``
+(default: :func:`~llmguard_sdk.redaction.redact`, which masks e-mail addresses, phone and card
+numbers too) and truncated to ``max_content_chars``.
+
+.. versionadded:: 0.2.0
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Literal
+
+from opentelemetry import context as otel_context
+from opentelemetry import metrics, trace
+from opentelemetry.trace import SpanKind, Status, StatusCode
+
+from ._version import __version__
+from .redaction import redact, redact_secrets
+from .store import hash_id
+
+if TYPE_CHECKING:
+    from .breaker import BreakerTransition
+    from .context import AttemptRecord, CallContext
+    from .models import ChatResponse
+    from .providers.base import Provider
+
+__all__ = ["Telemetry"]
+
+_SCOPE = "llmguard_sdk"
+_PROVIDER_NAMES = {
+    "AnthropicProvider": "anthropic",
+    "LocalProvider": "llama.cpp",
+    "OpenAICompatibleProvider": "openai",
+}
+_TOKEN_BUCKETS = [1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304]
+_DURATION_BUCKETS = [0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48]
+_CALL_LOG = logging.getLogger("llmguard_sdk.calls")
+_PROXIES = frozenset(
+    {"ProxyTracerProvider", "NoOpTracerProvider", "_ProxyMeterProvider", "NoOpMeterProvider"}
+)
+
+Attributes = dict[str, Any]
+
+
+def provider_name(route: Provider | None) -> str:
+    """The ``gen_ai.provider.name`` of a route (``openai`` for any OpenAI-compatible one)."""
+    if route is None:
+        return "unknown"
+    named = getattr(route, "provider_name", None)
+    if isinstance(named, str):
+        return named
+    for cls in type(route).__mro__:
+        if cls.__name__ in _PROVIDER_NAMES:
+            return _PROVIDER_NAMES[cls.__name__]
+    return type(route).__name__.lower()
+
+
+class Telemetry:
+    """Traces, metrics and logs of guarded calls (see the module docs).
+
+    Args:
+        tracer_provider / meter_provider: default: the global ones (no-ops until the
+            application configures the OpenTelemetry SDK).
+        capture_content: add the last user message and the answer to spans and logs
+            (``gen_ai.input.messages`` / ``gen_ai.output.messages`` as text), redacted.
+        redact: the function applied to captured content (default masks credentials,
+            e-mail addresses, phone and card numbers).
+        max_content_chars: captured content is cut to this many characters.
+        log_level: the level of the per-call log record (``None``: no record).
+    """
+
+    def __init__(
+        self,
+        *,
+        tracer_provider: trace.TracerProvider | None = None,
+        meter_provider: metrics.MeterProvider | None = None,
+        capture_content: bool = False,
+        redact: Callable[[str], str] = redact,
+        max_content_chars: int = 1000,
+        log_level: int | None = logging.DEBUG,
+    ) -> None:
+        self.capture_content = capture_content
+        self._explicit = tracer_provider is not None or meter_provider is not None
+        self._redact = redact
+        self._max_chars = max_content_chars
+        self._log_level = log_level
+        self._tracer = trace.get_tracer(_SCOPE, __version__, tracer_provider=tracer_provider)
+        meter = metrics.get_meter(_SCOPE, __version__, meter_provider=meter_provider)
+        self._duration = meter.create_histogram(
+            "gen_ai.client.operation.duration",
+            unit="s",
+            description="GenAI operation duration",
+            explicit_bucket_boundaries_advisory=_DURATION_BUCKETS,
+        )
+        self._tokens = meter.create_histogram(
+            "gen_ai.client.token.usage",
+            unit="{token}",
+            description="Measures number of input and output tokens used",
+            explicit_bucket_boundaries_advisory=_TOKEN_BUCKETS,
+        )
+        self._first_chunk = meter.create_histogram(
+            "gen_ai.client.operation.time_to_first_chunk",
+            unit="s",
+            description="Time from the request to the first content chunk of a stream",
+            explicit_bucket_boundaries_advisory=_DURATION_BUCKETS,
+        )
+        self._chunk_gap = meter.create_histogram(
+            "gen_ai.client.operation.time_per_output_chunk",
+            unit="s",
+            description="Time between consecutive content chunks of a stream",
+        )
+        self._ttft = meter.create_histogram(
+            "llmguard.time_to_first_token",
+            unit="s",
+            description="From the caller's call to the first content token (end to end)",
+            explicit_bucket_boundaries_advisory=_DURATION_BUCKETS,
+        )
+        self._speed = meter.create_histogram(
+            "llmguard.output_tokens_per_second",
+            unit="{token}/s",
+            description="Output tokens per second of a stream after its first token",
+        )
+        self._cost = meter.create_counter(
+            "llmguard.cost", unit="USD", description="Cost of answered calls"
+        )
+        self._cache = meter.create_counter(
+            "llmguard.cache.lookups", description="Response cache lookups by result"
+        )
+        self._transitions = meter.create_counter(
+            "llmguard.breaker.transitions", description="Circuit breaker state changes"
+        )
+        self._retries = meter.create_counter(
+            "llmguard.retries", description="Retries made by guarded calls"
+        )
+
+    def __repr__(self) -> str:
+        return f"Telemetry(capture_content={self.capture_content})"
+
+    # -- called by the pipeline -------------------------------------------------------------
+
+    def parent(self) -> object:
+        """The context a call's span will be a child of (captured when the call starts)."""
+        return otel_context.get_current()
+
+    def on_breaker_transition(self, transition: BreakerTransition) -> None:
+        """A breaker hook: counts transitions by route and new state."""
+        self._transitions.add(
+            1,
+            {
+                "llmguard.route": transition.route,
+                "llmguard.breaker.from": transition.before,
+                "llmguard.breaker.to": transition.after,
+            },
+        )
+
+    def record(
+        self,
+        ctx: CallContext,
+        routes: tuple[Provider, ...],
+        kind: Literal["chat", "stream", "protect"],
+        *,
+        response: ChatResponse | None,
+        error: BaseException | None,
+        cancelled: bool,
+        cache_on: bool,
+    ) -> None:
+        """Export one finished call: its span and attempt spans, metric points, a log record."""
+        exporting = self._exporting()
+        if not exporting and not self._logging():
+            return  # nothing would see the work: keep the no-SDK path cheap
+        by_name = {route.name: route for route in routes}
+        end = ctx.started + ctx.elapsed()
+        served = by_name.get(ctx.route or "") if error is None else None
+        request_model = ctx.request.model or (routes[0].model if routes else None) or ""
+        common: Attributes = {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.provider.name": provider_name(served or (routes[0] if routes else None)),
+            "gen_ai.request.model": request_model,
+        }
+        call = dict(common)
+        call.update(self._call_attributes(ctx, kind, response, error, cancelled, cache_on))
+        if exporting:
+            self._export_spans(ctx, by_name, call, end, error, cancelled)
+            self._export_metrics(ctx, kind, common, call, response, error)
+        self._log(ctx, call, response)
+
+    def _exporting(self) -> bool:
+        """False while only the API's proxies exist (no SDK configured): spans and metric
+        points would go nowhere. Checked per call, so an SDK configured later is used."""
+        if self._explicit:
+            return True
+        return not (
+            type(trace.get_tracer_provider()).__name__ in _PROXIES
+            and type(metrics.get_meter_provider()).__name__ in _PROXIES
+        )
+
+    def _logging(self) -> bool:
+        return self._log_level is not None and _CALL_LOG.isEnabledFor(self._log_level)
+
+    # -- pieces -----------------------------------------------------------------------------
+
+    def _call_attributes(
+        self,
+        ctx: CallContext,
+        kind: str,
+        response: ChatResponse | None,
+        error: BaseException | None,
+        cancelled: bool,
+        cache_on: bool,
+    ) -> Attributes:
+        attributes: Attributes = {
+            "llmguard.kind": kind,
+            "llmguard.attempts": ctx.attempts,
+            "llmguard.outcome": "error" if error else "cancelled" if cancelled else "ok",
+        }
+        request = ctx.request
+        if request.output_limit is not None:
+            attributes["gen_ai.request.max_tokens"] = request.output_limit
+        if request.temperature is not None:
+            attributes["gen_ai.request.temperature"] = request.temperature
+        if ctx.scope.feature is not None:
+            attributes["llmguard.feature"] = ctx.scope.feature
+        if ctx.scope.tenant is not None:
+            attributes["llmguard.tenant"] = hash_id(ctx.scope.tenant)
+        if ctx.retries:
+            attributes["llmguard.retry_wait_s"] = round(sum(r.wait for r in ctx.retries), 6)
+        if ctx.rate_wait_s:
+            attributes["llmguard.rate_limit_wait_s"] = round(ctx.rate_wait_s, 6)
+        if ctx.hedge_after is not None:
+            attributes["llmguard.hedge_after_s"] = ctx.hedge_after
+        if ctx.first_token_at is not None:
+            attributes["llmguard.time_to_first_token_s"] = ctx.first_token_at - ctx.started
+        if error is not None:
+            attributes["error.type"] = type(error).__name__
+        if response is not None:
+            attributes["llmguard.served_by"] = response.route
+            if response.model:
+                attributes["gen_ai.response.model"] = response.model
+            if response.id:
+                attributes["gen_ai.response.id"] = redact_secrets(response.id)
+            if response.finish_reason:
+                attributes["gen_ai.response.finish_reasons"] = [response.finish_reason]
+            if response.usage is not None:
+                attributes["gen_ai.usage.input_tokens"] = response.usage.input_tokens
+                attributes["gen_ai.usage.output_tokens"] = response.usage.output_tokens
+                if response.usage.cached_input_tokens:
+                    attributes["llmguard.usage.cached_input_tokens"] = (
+                        response.usage.cached_input_tokens
+                    )
+                attributes["llmguard.usage.estimated"] = response.usage.estimated
+            if response.cost_usd is not None:
+                attributes["llmguard.cost_usd"] = response.cost_usd
+                attributes["llmguard.cost_source"] = response.cost_source or "unknown"
+            if response.metadata.get("degraded"):
+                attributes["llmguard.degraded"] = True
+        if cache_on:
+            hit = response.metadata.get("cache") if response is not None else None
+            attributes["llmguard.cache"] = hit or "miss"
+            if hit and "similarity" in response.metadata:  # type: ignore[union-attr]
+                attributes["llmguard.cache.similarity"] = response.metadata["similarity"]  # type: ignore[union-attr]
+        return attributes
+
+    def _export_spans(
+        self,
+        ctx: CallContext,
+        by_name: Mapping[str, Provider],
+        call: Attributes,
+        end: float,
+        error: BaseException | None,
+        cancelled: bool,
+    ) -> None:
+        parent = ctx.trace_parent if ctx.trace_parent is not None else self.parent()
+        span = self._tracer.start_span(
+            f"chat {call['gen_ai.request.model']}".strip(),
+            context=parent,  # type: ignore[arg-type]
+            kind=SpanKind.CLIENT,
+            attributes=call,
+            start_time=ctx.started_ns,
+        )
+        if not span.is_recording():
+            span.end()
+            return
+        for name, failure in ctx.route_errors.items():
+            span.add_event(
+                "llmguard.route_failed",
+                {"llmguard.route": name, "error.type": type(failure).__name__},
+                timestamp=_wall_ns(ctx, end),
+            )
+        if self.capture_content:
+            span.set_attribute("gen_ai.input.messages", self._content(ctx.request.last_user_text()))
+        inside = trace.set_span_in_context(span)
+        for number, attempt in enumerate(ctx.attempt_log, 1):
+            self._attempt_span(ctx, attempt, number, by_name.get(attempt.route), inside, end)
+        if error is not None:
+            span.set_status(Status(StatusCode.ERROR, redact_secrets(str(error))[:500]))
+        elif cancelled:
+            span.set_attribute("llmguard.cancelled", True)
+        span.end(end_time=_wall_ns(ctx, end))
+
+    def _attempt_span(
+        self,
+        ctx: CallContext,
+        attempt: AttemptRecord,
+        number: int,
+        route: Provider | None,
+        parent: otel_context.Context,
+        call_end: float,
+    ) -> None:
+        attributes: Attributes = {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.provider.name": provider_name(route),
+            "gen_ai.request.model": (route.model if route is not None else None)
+            or ctx.request.model
+            or "",
+            "llmguard.route": attempt.route,
+            "llmguard.attempt": number,
+        }
+        if attempt.retry_wait is not None:
+            attributes["llmguard.retry_wait_s"] = attempt.retry_wait
+        if attempt.first_token_at is not None:
+            attributes["gen_ai.response.time_to_first_chunk"] = (
+                attempt.first_token_at - attempt.started
+            )
+        if attempt.error is not None:
+            attributes["error.type"] = type(attempt.error).__name__
+        elif attempt.ended is None:
+            attributes["llmguard.cancelled"] = True
+        span = self._tracer.start_span(
+            f"chat {attributes['gen_ai.request.model']}".strip(),
+            context=parent,
+            kind=SpanKind.CLIENT,
+            attributes=attributes,
+            start_time=_wall_ns(ctx, attempt.started),
+        )
+        if attempt.error is not None:
+            span.set_status(Status(StatusCode.ERROR, redact_secrets(str(attempt.error))[:500]))
+        span.end(end_time=_wall_ns(ctx, attempt.ended or call_end))
+
+    def _export_metrics(
+        self,
+        ctx: CallContext,
+        kind: str,
+        common: Attributes,
+        call: Attributes,
+        response: ChatResponse | None,
+        error: BaseException | None,
+    ) -> None:
+        labels = dict(common)
+        for key in ("gen_ai.response.model", "error.type", "llmguard.served_by"):
+            if key in call:
+                labels[key] = call[key]
+        cache = call.get("llmguard.cache")
+        if cache is not None:
+            self._cache.add(1, {"llmguard.cache": cache})
+            if cache != "miss":
+                labels["llmguard.cache"] = cache  # never mixed into provider latency
+        if ctx.scope.feature is not None:
+            labels["llmguard.feature"] = ctx.scope.feature
+        self._duration.record(ctx.elapsed(), labels)
+        if ctx.retries:
+            self._retries.add(len(ctx.retries), {"llmguard.kind": kind})
+        served_by_provider = response is not None and cache in (None, "miss")
+        if served_by_provider and response is not None and response.usage is not None:
+            for token_type, count in (
+                ("input", response.usage.input_tokens),
+                ("output", response.usage.output_tokens),
+            ):
+                self._tokens.record(count, {**labels, "gen_ai.token.type": token_type})
+        if response is not None and response.cost_usd:
+            cost_labels: Attributes = {"llmguard.cost_source": response.cost_source or "unknown"}
+            if ctx.scope.feature is not None:
+                cost_labels["llmguard.feature"] = ctx.scope.feature
+            self._cost.add(response.cost_usd, cost_labels)
+        if kind != "stream" or not served_by_provider:
+            return
+        if ctx.first_token_at is not None:
+            self._ttft.record(ctx.first_token_at - ctx.started, labels)
+        for attempt in ctx.attempt_log:
+            attempt_labels = {**common, "llmguard.route": attempt.route}
+            if attempt.first_token_at is not None:
+                self._first_chunk.record(attempt.first_token_at - attempt.started, attempt_labels)
+            for gap in attempt.chunk_gaps:
+                self._chunk_gap.record(gap, attempt_labels)
+        last = ctx.attempt_log[-1] if ctx.attempt_log else None
+        if last and last.first_token_at and last.ended and response and response.usage:
+            streaming_s = last.ended - last.first_token_at
+            if streaming_s > 0 and response.usage.output_tokens > 1:
+                self._speed.record((response.usage.output_tokens - 1) / streaming_s, labels)
+
+    def _log(self, ctx: CallContext, call: Attributes, response: ChatResponse | None) -> None:
+        if not self._logging():
+            return
+        fields = {key: value for key, value in call.items()}
+        if self.capture_content:
+            fields["prompt"] = self._content(ctx.request.last_user_text())
+            if response is not None:
+                fields["answer"] = self._content(response.text)
+        error = call.get("error.type")
+        _CALL_LOG.log(
+            self._log_level,
+            "llmguard %s %s: %s in %.0f ms, %d attempt(s)%s",
+            call.get("llmguard.kind"),
+            call.get("gen_ai.request.model"),
+            call.get("llmguard.served_by", "no route"),
+            ctx.elapsed() * 1000,
+            ctx.attempts,
+            f", {error}" if error else "",
+            extra={"llmguard": fields},
+        )
+
+    def _content(self, text: str) -> str:
+        return self._redact(redact_secrets(text))[: self._max_chars]
+
+
+def _wall_ns(ctx: CallContext, instant: float) -> int:
+    """A ``time.monotonic`` instant of this call as Unix nanoseconds (for span times)."""
+    return ctx.started_ns + int((instant - ctx.started) * 1e9)

@@ -1,0 +1,393 @@
+"""Telemetry against the real OpenTelemetry SDK with in-memory exporters."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind, StatusCode
+
+from llmguard_sdk import BudgetExceededError, Guard, OpenAICompatibleProvider, ProviderError
+from llmguard_sdk.budget import Budget, Budgets, Price, PriceTable
+from llmguard_sdk.retry import waits_off
+from llmguard_sdk.telemetry import Telemetry
+from llmguard_sdk.testing import FakeProvider, Fault
+
+from .conftest import USER
+from .rawserver import RawServer
+
+MakeGuard = Callable[..., Guard]
+PRICES = PriceTable.default_table().with_prices({"fake-model": Price(input=100.0, output=200.0)})
+
+
+@dataclass
+class Exported:
+    spans: InMemorySpanExporter
+    reader: InMemoryMetricReader
+    telemetry: Telemetry
+    tracer_provider: TracerProvider
+
+    def finished(self) -> list[ReadableSpan]:
+        return list(self.spans.get_finished_spans())
+
+    def calls(self) -> list[ReadableSpan]:
+        return [s for s in self.finished() if s.parent is None or _is_user_span(s)]
+
+    def by(self, name: str, label: str, field: str) -> dict[Any, Any]:
+        return {p.attributes.get(label): getattr(p, field) for p in self.points(name)}
+
+    def points(self, name: str) -> list[Any]:
+        data = self.reader.get_metrics_data()
+        found = []
+        for resource in data.resource_metrics if data else []:
+            for scope in resource.scope_metrics:
+                for metric in scope.metrics:
+                    if metric.name == name:
+                        found.extend(metric.data.data_points)
+        return found
+
+
+def _is_user_span(span: ReadableSpan) -> bool:
+    return span.name == "user-request"
+
+
+@pytest.fixture
+def otel() -> Iterator[Exported]:
+    spans = InMemorySpanExporter()
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(spans))
+    reader = InMemoryMetricReader()
+    meter_provider = MeterProvider(metric_readers=[reader])
+    telemetry = Telemetry(
+        tracer_provider=tracer_provider, meter_provider=meter_provider, log_level=logging.INFO
+    )
+    yield Exported(spans, reader, telemetry, tracer_provider)
+    meter_provider.shutdown()
+    tracer_provider.shutdown()
+
+
+def call_span(otel: Exported) -> ReadableSpan:
+    (span,) = [s for s in otel.finished() if "llmguard.kind" in (s.attributes or {})]
+    return span
+
+
+def attempts_of(otel: Exported, call: ReadableSpan) -> list[ReadableSpan]:
+    children = [
+        s
+        for s in otel.finished()
+        if s.parent is not None and s.parent.span_id == call.context.span_id
+    ]
+    return sorted(children, key=lambda s: s.start_time or 0)
+
+
+def test_a_plain_call(fake: FakeProvider, make_guard: MakeGuard, otel: Exported) -> None:
+    guard = make_guard(fake, telemetry=otel.telemetry, prices=PRICES)
+    answer = guard.chat(USER, max_tokens=10, tenant="acme", feature="faq")
+    span = call_span(otel)
+    attributes = dict(span.attributes or {})
+    assert span.name == "chat fake-model"
+    assert span.kind == SpanKind.CLIENT
+    assert attributes["gen_ai.operation.name"] == "chat"
+    assert attributes["gen_ai.provider.name"] == "openai"
+    assert attributes["gen_ai.request.model"] == "fake-model"
+    assert attributes["gen_ai.response.model"] == answer.model
+    assert attributes["gen_ai.request.max_tokens"] == 10
+    assert answer.usage is not None
+    assert attributes["gen_ai.usage.input_tokens"] == answer.usage.input_tokens
+    assert attributes["gen_ai.usage.output_tokens"] == answer.usage.output_tokens
+    assert attributes["gen_ai.response.finish_reasons"] == ("stop",)
+    assert attributes["llmguard.served_by"] == "primary"
+    assert attributes["llmguard.feature"] == "faq"
+    assert attributes["llmguard.tenant"] != "acme"  # hashed
+    assert attributes["llmguard.attempts"] == 1
+    assert attributes["llmguard.cost_usd"] == pytest.approx(answer.cost_usd)
+    assert attributes["llmguard.cost_source"] == "estimated"
+    assert "llmguard.cache" not in attributes  # no cache configured
+    (attempt,) = attempts_of(otel, span)
+    assert attempt.attributes is not None
+    assert attempt.attributes["llmguard.route"] == "primary"
+    assert span.start_time is not None
+    assert attempt.start_time is not None
+    assert span.end_time is not None
+    assert attempt.end_time is not None
+    assert span.start_time <= attempt.start_time <= attempt.end_time <= span.end_time
+    (duration,) = otel.points("gen_ai.client.operation.duration")
+    assert duration.count == 1
+    assert duration.attributes["gen_ai.request.model"] == "fake-model"
+    tokens = {
+        p.attributes["gen_ai.token.type"]: p.sum for p in otel.points("gen_ai.client.token.usage")
+    }
+    assert tokens == {"input": answer.usage.input_tokens, "output": answer.usage.output_tokens}
+    (cost,) = otel.points("llmguard.cost")
+    assert cost.value == pytest.approx(answer.cost_usd)
+
+
+def test_a_retried_call(fake: FakeProvider, make_guard: MakeGuard, otel: Exported) -> None:
+    guard = make_guard(fake, telemetry=otel.telemetry)
+    fake.script(Fault(status=503))
+    with waits_off():
+        guard.chat(USER)
+    span = call_span(otel)
+    first, second = attempts_of(otel, span)
+    assert first.attributes is not None
+    assert second.attributes is not None
+    assert first.attributes["error.type"] == "ProviderUnavailableError"
+    assert first.status.status_code == StatusCode.ERROR
+    assert "llmguard.retry_wait_s" in first.attributes
+    assert "error.type" not in second.attributes
+    assert span.attributes is not None
+    assert span.attributes["llmguard.attempts"] == 2
+    assert "llmguard.retry_wait_s" in span.attributes
+    assert span.status.status_code == StatusCode.UNSET
+    (retries,) = otel.points("llmguard.retries")
+    assert retries.value == 1
+
+
+def test_a_fallback(
+    fake: FakeProvider, fake2: FakeProvider, make_guard: MakeGuard, otel: Exported
+) -> None:
+    guard = make_guard(fake, fake2, telemetry=otel.telemetry, retry=None)
+    fake.always(Fault(status=503))
+    guard.chat(USER)
+    span = call_span(otel)
+    assert span.attributes is not None
+    assert span.attributes["llmguard.served_by"] == "backup"
+    assert [e.name for e in span.events] == ["llmguard.route_failed"]
+    assert span.events[0].attributes == {
+        "llmguard.route": "primary",
+        "error.type": "ProviderUnavailableError",
+    }
+    routes = [a.attributes["llmguard.route"] for a in attempts_of(otel, span) if a.attributes]
+    assert routes == ["primary", "backup"]
+    (duration,) = otel.points("gen_ai.client.operation.duration")
+    assert duration.attributes["llmguard.served_by"] == "backup"
+
+
+def test_a_cache_hit(fake: FakeProvider, make_guard: MakeGuard, otel: Exported) -> None:
+    guard = make_guard(fake, telemetry=otel.telemetry, cache=True)
+    guard.chat(USER)
+    guard.chat(USER)
+    first, hit = sorted(
+        (s for s in otel.finished() if "llmguard.kind" in (s.attributes or {})),
+        key=lambda s: s.start_time or 0,
+    )
+    assert first.attributes is not None
+    assert hit.attributes is not None
+    assert first.attributes["llmguard.cache"] == "miss"
+    assert hit.attributes["llmguard.cache"] == "exact"
+    assert hit.attributes["llmguard.cache.similarity"] == 1.0
+    assert hit.attributes["llmguard.served_by"] == "cache"
+    assert attempts_of(otel, hit) == []  # no provider attempt
+    durations = {
+        p.attributes.get("llmguard.cache"): p.count
+        for p in otel.points("gen_ai.client.operation.duration")
+    }
+    assert durations == {None: 1, "exact": 1}  # hits are labelled, not mixed in
+    assert {
+        p.attributes["gen_ai.token.type"]: p.count for p in otel.points("gen_ai.client.token.usage")
+    } == {"input": 1, "output": 1}
+    lookups = {
+        p.attributes["llmguard.cache"]: p.value for p in otel.points("llmguard.cache.lookups")
+    }
+    assert lookups == {"miss": 1, "exact": 1}
+
+
+def test_a_budget_refusal(fake: FakeProvider, make_guard: MakeGuard, otel: Exported) -> None:
+    guard = make_guard(
+        fake,
+        telemetry=otel.telemetry,
+        budgets=Budgets([Budget(limit_usd=0.000001)], prices=PRICES),
+    )
+    with pytest.raises(BudgetExceededError):
+        guard.chat(USER, max_tokens=10)
+    span = call_span(otel)
+    assert span.attributes is not None
+    assert span.attributes["error.type"] == "BudgetExceededError"
+    assert span.attributes["llmguard.outcome"] == "error"
+    assert span.status.status_code == StatusCode.ERROR
+    assert attempts_of(otel, span) == []
+    assert fake.stats.requests == 0
+    (duration,) = otel.points("gen_ai.client.operation.duration")
+    assert duration.attributes["error.type"] == "BudgetExceededError"
+
+
+def test_a_stream_measures_first_token_and_gaps_honestly(
+    fake: FakeProvider, make_guard: MakeGuard, otel: Exported
+) -> None:
+    first_delay, gap, words = 0.3, 0.05, 12
+    guard = make_guard(fake, telemetry=otel.telemetry)
+    fake.script(Fault(first_token_delay=first_delay, inter_token_delay=gap))
+    question = [{"role": "user", "content": " ".join(["w"] * words)}]
+    with guard.chat(question, stream=True, max_tokens=words) as stream:
+        chunks = [c for c in stream if c.text]
+    assert len(chunks) >= 8
+    whole_stream = first_delay + len(chunks) * gap
+    (ttft,) = otel.points("llmguard.time_to_first_token")
+    (first_chunk,) = otel.points("gen_ai.client.operation.time_to_first_chunk")
+    for point in (ttft, first_chunk):
+        assert first_delay <= point.sum < first_delay + 0.25 < whole_stream
+    gaps = otel.points("gen_ai.client.operation.time_per_output_chunk")
+    (gap_point,) = gaps
+    assert gap_point.count == len(chunks) - 1
+    mean_gap = gap_point.sum / gap_point.count
+    assert gap * 0.6 <= mean_gap <= gap + 0.05
+    span = call_span(otel)
+    assert span.attributes is not None
+    assert span.attributes["llmguard.kind"] == "stream"
+    assert first_delay <= span.attributes["llmguard.time_to_first_token_s"] < first_delay + 0.25
+    (attempt,) = attempts_of(otel, span)
+    assert attempt.attributes is not None
+    assert first_delay <= attempt.attributes["gen_ai.response.time_to_first_chunk"]
+    (speed,) = otel.points("llmguard.output_tokens_per_second")
+    assert speed.sum > 0
+
+
+def test_spans_nest_under_the_callers_span(
+    fake: FakeProvider, make_guard: MakeGuard, otel: Exported
+) -> None:
+    guard = make_guard(fake, telemetry=otel.telemetry)
+    tracer = otel.tracer_provider.get_tracer("app")
+    with tracer.start_as_current_span("user-request") as outer:
+        guard.chat(USER)
+    span = call_span(otel)
+    assert span.parent is not None
+    assert span.parent.span_id == outer.get_span_context().span_id
+    assert span.context.trace_id == outer.get_span_context().trace_id
+
+
+def test_breaker_transitions_are_counted(
+    fake: FakeProvider, make_guard: MakeGuard, otel: Exported
+) -> None:
+    from llmguard_sdk.breaker import BreakerPolicy
+
+    policy = BreakerPolicy(window=4, minimum_calls=2, failure_rate=0.5, open_seconds=30)
+    guard = make_guard(fake, telemetry=otel.telemetry, retry=None, breaker=policy)
+    fake.always(Fault(status=503))
+    for _ in range(2):
+        with pytest.raises(ProviderError):
+            guard.chat(USER)
+    (opened,) = otel.points("llmguard.breaker.transitions")
+    assert opened.attributes == {
+        "llmguard.route": "primary",
+        "llmguard.breaker.from": "closed",
+        "llmguard.breaker.to": "open",
+    }
+
+
+def test_telemetry_off_and_bad_values(fake: FakeProvider, make_guard: MakeGuard) -> None:
+    from llmguard_sdk.errors import ConfigurationError
+
+    assert make_guard(fake, telemetry=False).chat(USER).text
+    with pytest.raises(ConfigurationError):
+        make_guard(fake, telemetry="yes")
+
+
+# -- secrets and personal data ----------------------------------------------------------------
+
+API_KEY = "sk-test-0123456789abcdefSECRET"
+EMAIL = "jane.doe@example.com"
+PHONE = "+1 415 555 0100"
+CARD = "4111 1111 1111 1111"
+
+
+def _everything_exported(otel: Exported, records: list[logging.LogRecord]) -> str:
+    texts: list[str] = []
+    for span in otel.finished():
+        texts.append(span.name)
+        texts.append(json.dumps(dict(span.attributes or {}), default=str))
+        texts.append(str(span.status.description))
+        for event in span.events:
+            texts.append(event.name + json.dumps(dict(event.attributes or {}), default=str))
+    data = otel.reader.get_metrics_data()
+    for resource in data.resource_metrics if data else []:
+        for scope in resource.scope_metrics:
+            for metric in scope.metrics:
+                for point in metric.data.data_points:
+                    texts.append(json.dumps(dict(point.attributes or {}), default=str))
+    for record in records:
+        texts.append(record.getMessage())
+        texts.append(json.dumps(getattr(record, "llmguard", {}), default=str))
+        if record.exc_info:
+            texts.append(str(record.exc_info[1]))
+    return "\n".join(texts)
+
+
+def test_no_secret_or_personal_data_leaves_through_any_path(
+    fake: FakeProvider, caplog: pytest.LogCaptureFixture
+) -> None:
+    spans = InMemorySpanExporter()
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(spans))
+    reader = InMemoryMetricReader()
+    otel = Exported(
+        spans,
+        reader,
+        Telemetry(
+            tracer_provider=tracer_provider,
+            meter_provider=MeterProvider(metric_readers=[reader]),
+            capture_content=True,
+            log_level=logging.INFO,
+        ),
+        tracer_provider,
+    )
+    # A provider that echoes the key in its 401 body, as real ones do.
+    body = json.dumps({"error": {"message": f"Incorrect API key provided: {API_KEY}"}})
+    head = (
+        "HTTP/1.1 401 Unauthorized\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n{body}"
+    ).encode()
+    leaky = RawServer(head)
+    prompt = f"My e-mail is {EMAIL}, phone {PHONE}, card {CARD}. Key {API_KEY}."
+    guard = Guard(
+        [
+            OpenAICompatibleProvider(leaky.base_url, api_key=API_KEY, model="m", name="leaky"),
+            OpenAICompatibleProvider(fake.base_url, api_key=API_KEY, model="m", name="good"),
+        ],
+        telemetry=otel.telemetry,
+        environ={},
+    )
+    caplog.set_level(logging.DEBUG, logger="llmguard_sdk")
+    fake.script(Fault(status=503))  # a retry on the good route
+    errors: list[BaseException] = []
+    with waits_off():
+        answer = guard.chat([{"role": "user", "content": prompt}], tenant="acme")
+        with guard.chat([{"role": "user", "content": prompt}], stream=True) as stream:
+            list(stream)
+        try:
+            Guard(
+                OpenAICompatibleProvider(leaky.base_url, api_key=API_KEY, model="m"),
+                telemetry=otel.telemetry,
+                environ={},
+            ).chat([{"role": "user", "content": prompt}])
+        except ProviderError as exc:
+            errors.append(exc)
+    leaky.close()
+    assert answer.route == "good"
+    assert len(errors) == 1
+    exported = _everything_exported(otel, caplog.records)
+    exported += "\n" + str(errors[0]) + repr(errors[0].args) + str(errors[0].body)  # type: ignore[attr-defined]
+    assert "[email]" in exported  # content was captured, masked
+    for secret in (API_KEY, EMAIL, PHONE, CARD, "acme"):
+        assert secret not in exported, secret
+    assert "Incorrect API key provided: [secret]" in str(errors[0])
+
+
+def test_content_is_not_captured_unless_asked(
+    fake: FakeProvider, make_guard: MakeGuard, otel: Exported, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="llmguard_sdk.calls")
+    guard = make_guard(fake, telemetry=otel.telemetry)
+    guard.chat([{"role": "user", "content": "a private question"}])
+    exported = _everything_exported(otel, caplog.records)
+    assert "private question" not in exported
+    (record,) = [r for r in caplog.records if r.name == "llmguard_sdk.calls"]
+    assert record.llmguard["llmguard.served_by"] == "primary"  # type: ignore[attr-defined]
