@@ -424,7 +424,7 @@ class Telemetry:
                 self._speed.record((response.usage.output_tokens - 1) / streaming_s, labels)
 
     def _log(self, ctx: CallContext, call: Attributes, response: ChatResponse | None) -> None:
-        if not self._logging():
+        if self._log_level is None or not self._logging():
             return
         fields = {key: value for key, value in call.items()}
         if self.capture_content:
