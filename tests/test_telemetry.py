@@ -220,6 +220,26 @@ def test_a_budget_refusal(fake: FakeProvider, make_guard: MakeGuard, otel: Expor
     assert duration.attributes["error.type"] == "BudgetExceededError"
 
 
+def test_budget_events_are_counted_with_hashed_scopes(
+    fake: FakeProvider, make_guard: MakeGuard, otel: Exported
+) -> None:
+    budgets = Budgets(
+        [Budget(limit_usd=0.002, scope="tenant")],
+        prices=PRICES,
+        on_event=[otel.telemetry.on_budget_event],
+    )
+    guard = make_guard(fake, telemetry=otel.telemetry, budgets=budgets)
+    with pytest.raises(BudgetExceededError):
+        for _ in range(10):
+            guard.chat(USER, max_tokens=10, tenant="acme")
+    events = otel.by("llmguard.budget.events", "llmguard.budget.event", "value")
+    assert events.get("exhausted") == 1
+    (left,) = otel.points("llmguard.budget.remaining")
+    assert 0 <= left.value <= 0.002
+    assert left.attributes["llmguard.budget.scope"].startswith("tenant:")
+    assert "acme" not in str(left.attributes)
+
+
 def test_a_stream_measures_first_token_and_gaps_honestly(
     fake: FakeProvider, make_guard: MakeGuard, otel: Exported
 ) -> None:

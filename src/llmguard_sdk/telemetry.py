@@ -26,9 +26,10 @@ non-empty content delta) and ``gen_ai.client.operation.time_per_output_chunk`` (
 between content chunks) for streams; ``llmguard.time_to_first_token`` (end to end, from the
 caller's call: queueing, rate-limit waits and retries included); ``llmguard.output_tokens_per_
 second``; ``llmguard.cost`` (USD); ``llmguard.cache.lookups`` (by result);
-``llmguard.breaker.transitions``; ``llmguard.retries``. Answers from the cache carry
-``llmguard.cache`` on the duration metric, so they never mix into provider latency, and
-report no token usage.
+``llmguard.breaker.transitions``; ``llmguard.retries``; ``llmguard.budget.events`` and
+``llmguard.budget.remaining`` (at each alert or refusal, scope ids hashed). Answers from the
+cache carry ``llmguard.cache`` on the duration metric, so they never mix into provider
+latency, and report no token usage.
 
 **Logs and redaction.** One record per call on the ``llmguard_sdk.calls`` logger (DEBUG by
 default) with the same fields under ``record.llmguard``. Credentials never appear in spans,
@@ -56,6 +57,7 @@ from .store import hash_id
 
 if TYPE_CHECKING:
     from .breaker import BreakerTransition
+    from .budget import BudgetEvent
     from .context import AttemptRecord, CallContext
     from .models import ChatResponse
     from .providers.base import Provider
@@ -168,6 +170,14 @@ class Telemetry:
         self._retries = meter.create_counter(
             "llmguard.retries", description="Retries made by guarded calls"
         )
+        self._budget_events = meter.create_counter(
+            "llmguard.budget.events", description="Budget alerts, exhaustion, runaway calls"
+        )
+        self._budget_left = meter.create_gauge(
+            "llmguard.budget.remaining",
+            unit="USD",
+            description="What a budget scope had left at its last alert or refusal",
+        )
 
     def __repr__(self) -> str:
         return f"Telemetry(capture_content={self.capture_content})"
@@ -188,6 +198,23 @@ class Telemetry:
                 "llmguard.breaker.to": transition.after,
             },
         )
+
+    def on_budget_event(self, event: BudgetEvent) -> None:
+        """A budget hook: counts events and records what the scope has left (scope ids
+        hashed)."""
+        scope = _hashed_scope(event.scope)
+        labels: Attributes = {
+            "llmguard.budget": event.budget,
+            "llmguard.budget.event": event.kind,
+        }
+        if event.action:
+            labels["llmguard.budget.action"] = event.action
+        self._budget_events.add(1, labels)
+        if event.kind in ("alert", "exhausted") and event.limit_usd:
+            self._budget_left.set(
+                max(0.0, event.limit_usd - event.spent_usd),
+                {"llmguard.budget": event.budget, "llmguard.budget.scope": scope},
+            )
 
     def record(
         self,
@@ -446,6 +473,12 @@ class Telemetry:
 
     def _content(self, text: str) -> str:
         return self._redact(redact_secrets(text))[: self._max_chars]
+
+
+def _hashed_scope(scope: str) -> str:
+    """``"tenant:acme"`` -> ``"tenant:<hash>"``: ids never leave in clear."""
+    kind, _, value = scope.partition(":")
+    return f"{kind}:{hash_id(value)}" if value else kind
 
 
 def _wall_ns(ctx: CallContext, instant: float) -> int:
