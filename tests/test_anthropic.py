@@ -119,6 +119,7 @@ def test_streams_yield_text_and_end_with_usage(api: FakeProvider, guard: Guard) 
     assert response.usage.input_tokens == 9
     assert response.timings.first_token_s is not None
     assert api.requests[-1].body["stream"] is True
+    assert "content-type" in response.headers  # the first chunk carries the HTTP headers
 
 
 def test_async_calls_and_streams(api: FakeProvider) -> None:

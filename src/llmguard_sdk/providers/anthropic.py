@@ -459,4 +459,5 @@ class AnthropicStreamState(StreamState):
             model=self.model,
             route=self.route,
             id=self.message_id,
+            headers=self._first_headers(),  # rate-limit counters for the limiter
         )
