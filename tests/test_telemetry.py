@@ -229,9 +229,8 @@ def test_budget_events_are_counted_with_hashed_scopes(
         on_event=[otel.telemetry.on_budget_event],
     )
     guard = make_guard(fake, telemetry=otel.telemetry, budgets=budgets)
-    with pytest.raises(BudgetExceededError):
-        for _ in range(10):
-            guard.chat(USER, max_tokens=10, tenant="acme")
+    with pytest.raises(BudgetExceededError):  # its worst case does not fit
+        guard.chat(USER, max_tokens=10, tenant="acme")
     events = otel.by("llmguard.budget.events", "llmguard.budget.event", "value")
     assert events.get("exhausted") == 1
     (left,) = otel.points("llmguard.budget.remaining")
