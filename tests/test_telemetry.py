@@ -410,3 +410,27 @@ def test_content_is_not_captured_unless_asked(
     assert "private question" not in exported
     (record,) = [r for r in caplog.records if r.name == "llmguard_sdk.calls"]
     assert record.llmguard["llmguard.served_by"] == "primary"  # type: ignore[attr-defined]
+
+
+def test_protected_vendor_calls_get_a_span_and_metrics(fake: FakeProvider, otel: Exported) -> None:
+    import openai
+
+    guard = Guard(hooks=[otel.telemetry.on_protect_event], telemetry=False, environ={})
+    client = openai.OpenAI(base_url=fake.base_url, api_key="sk-x", max_retries=0)
+
+    @guard.protect(feature="faq")
+    def ask(question: str) -> Any:
+        return client.chat.completions.create(
+            model="gpt-test", messages=[{"role": "user", "content": question}]
+        )
+
+    completion = ask("what is up")
+    client.close()
+    (span,) = otel.finished()
+    assert span.name == "chat gpt-test"
+    assert span.attributes is not None
+    assert span.attributes["llmguard.kind"] == "protect"
+    assert span.attributes["llmguard.feature"] == "faq"
+    assert span.attributes["gen_ai.usage.output_tokens"] == completion.usage.completion_tokens
+    (duration,) = otel.points("gen_ai.client.operation.duration")
+    assert duration.attributes["gen_ai.request.model"] == "gpt-test"

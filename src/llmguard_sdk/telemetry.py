@@ -44,6 +44,7 @@ numbers too) and truncated to ``max_content_chars``.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -58,7 +59,7 @@ from .store import hash_id
 if TYPE_CHECKING:
     from .breaker import BreakerTransition
     from .budget import BudgetEvent
-    from .context import AttemptRecord, CallContext
+    from .context import AttemptRecord, CallContext, CallEvent
     from .models import ChatResponse
     from .providers.base import Provider
 
@@ -198,6 +199,54 @@ class Telemetry:
                 "llmguard.breaker.to": transition.after,
             },
         )
+
+    def on_protect_event(self, event: CallEvent) -> None:
+        """A Guard hook for ``@guard.protect`` calls (a vendor SDK call inside): one span
+        and the duration and token metrics, from the :class:`~llmguard_sdk.CallEvent`."""
+        if event.kind != "protect" or not self._exporting():
+            return
+        end_ns = time.time_ns()
+        attributes: Attributes = {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.provider.name": event.route or "unknown",
+            "gen_ai.request.model": event.model or "",
+            "llmguard.kind": "protect",
+            "llmguard.attempts": event.attempts,
+            "llmguard.outcome": event.outcome,
+        }
+        if event.scope.feature is not None:
+            attributes["llmguard.feature"] = event.scope.feature
+        if event.scope.tenant is not None:
+            attributes["llmguard.tenant"] = hash_id(event.scope.tenant)
+        if event.retries:
+            attributes["llmguard.retry_wait_s"] = round(sum(r.wait for r in event.retries), 6)
+        if event.error is not None:
+            attributes["error.type"] = type(event.error).__name__
+        if event.usage is not None:
+            attributes["gen_ai.usage.input_tokens"] = event.usage.input_tokens
+            attributes["gen_ai.usage.output_tokens"] = event.usage.output_tokens
+        span = self._tracer.start_span(
+            f"chat {event.model or ''}".strip(),
+            kind=SpanKind.CLIENT,
+            attributes=attributes,
+            start_time=end_ns - int(event.latency_s * 1e9),
+        )
+        if event.error is not None:
+            span.set_status(Status(StatusCode.ERROR, redact_secrets(str(event.error))[:500]))
+        span.end(end_time=end_ns)
+        labels = {
+            key: attributes[key]
+            for key in ("gen_ai.operation.name", "gen_ai.provider.name", "gen_ai.request.model")
+        }
+        if "error.type" in attributes:
+            labels["error.type"] = attributes["error.type"]
+        self._duration.record(event.latency_s, labels)
+        if event.usage is not None:
+            for token_type, count in (
+                ("input", event.usage.input_tokens),
+                ("output", event.usage.output_tokens),
+            ):
+                self._tokens.record(count, {**labels, "gen_ai.token.type": token_type})
 
     def on_budget_event(self, event: BudgetEvent) -> None:
         """A budget hook: counts events and records what the scope has left (scope ids
