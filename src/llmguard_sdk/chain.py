@@ -5,6 +5,12 @@ generator that *yields* each piece of I/O it needs (an :class:`Op`) and receives
 :func:`run` performs those ops synchronously, :func:`arun` with ``await``: the decisions live
 in one place, and neither twin wraps the other.
 
+The drivers save round trips to the shared state: an op whose answer the plan does not use
+(a breaker record, a rate-limit settle ...) waits in the call's
+:class:`~llmguard_sdk.pipeline.Tail` and goes out with the next op that needs Redis (or
+after the call), and the first route's permit and reservation may have been taken ahead,
+in the call's first round trip (:class:`~llmguard_sdk.pipeline.Ahead`).
+
 .. versionadded:: 0.1.0
 """
 
@@ -24,8 +30,9 @@ from . import pipeline
 from .context import CallContext
 from .errors import ProviderError, ProviderTimeoutError, RateLimitedError
 from .models import ChatResponse
-from .pipeline import Reservation, Stages
+from .pipeline import Ahead, Reservation, Stages, Tail
 from .providers.base import Provider
+from .store import Step, delegate, done
 
 __all__ = ["Op", "arun", "plan", "run"]
 
@@ -215,164 +222,196 @@ def _learned(op: Op) -> dict[str, float]:
     return dict(op.learned or {})
 
 
-def _give_back(stages: Stages, op: Op) -> None:
-    """An op ended without an outcome (cancelled, a bug): free its rate-limit reservation.
-    A call that may have reached the provider keeps its tokens; a wait gives them back."""
+_DEFERRED = frozenset({"record_request", "record", "settle", "learn", "release"})
+"""Ops whose answer the plan does not use: they wait in the call's :class:`Tail` and go
+out with the next round trip (the happy path's: after the provider call)."""
+
+
+def _step(op: Op, ctx: CallContext, stages: Stages) -> Step[Any]:
+    """The stage decision of a state op, as a step of a :class:`~llmguard_sdk.store.Batch`."""
+    route = op.route
+    assert route is not None
+    if op.kind in ("permit", "release", "record"):
+        breakers = stages.breakers
+        assert breakers is not None
+        if op.kind == "permit":
+            return breakers.permit_steps(route.name)
+        if op.kind == "release":
+            return breakers.release_steps(route.name)
+        return breakers.record_steps(route.name, op.error, seconds=op.seconds)
+    if op.kind in ("reserve", "settle", "learn"):
+        assert stages.limiter is not None
+        if op.kind == "reserve":
+            assert op.reservation is not None
+            return pipeline.reserve_steps(ctx, stages, op.reservation)
+        if op.kind == "learn":
+            return delegate(stages.limiter, "learn", route.name, **_learned(op))
+        assert op.reservation is not None
+        args = pipeline.settle_args(op.reservation)
+        return (
+            done(None) if args is None else delegate(stages.limiter, "settle", route.name, **args)
+        )
+    assert stages.budget is not None
+    if op.kind == "spend":
+        return delegate(stages.budget, "try_spend", route.name)
+    return delegate(stages.budget, "record_request", route.name)
+
+
+def _give_back(stages: Stages, op: Op, tail: Tail) -> None:
+    """An op ended without an outcome (cancelled, a bug): queue the give-back of its
+    breaker permit (a call) and its rate-limit reservation. A call that may have reached
+    the provider keeps its tokens; a wait gives them back."""
+    if op.kind == "call" and op.route is not None and stages.breakers is not None:
+        tail.add(stages.breakers.release_steps(op.route.name))
     reservation = op.reservation
     if reservation is None or stages.limiter is None:
         return
     args = pipeline.settle_args(reservation, refund=op.kind != "call")
     if args is not None:
-        stages.limiter.settle(reservation.route, **args)
+        tail.add(delegate(stages.limiter, "settle", reservation.route, **args))
 
 
-async def _agive_back(stages: Stages, op: Op) -> None:
-    """Async twin of :func:`_give_back` (shielded: it runs while being cancelled)."""
-    reservation = op.reservation
-    if reservation is None or stages.limiter is None:
-        return
-    args = pipeline.settle_args(reservation, refund=op.kind != "call")
-    if args is not None:
-        with anyio.CancelScope(shield=True):
-            await stages.limiter.asettle(reservation.route, **args)
+def _from_ahead(op: Op, ahead: Ahead | None, stages: Stages, tail: Tail) -> tuple[bool, Any]:
+    """(found, answer): the answer taken ahead for ``op``, if any. An op for another route
+    means the plan left the first route: what it did not take is given back."""
+    if ahead is None or op.route is None:
+        return False, None
+    if op.route.name != ahead.route:
+        tail.steps.extend(ahead.leftovers(stages))
+        return False, None
+    if op.kind == "permit":
+        permit = ahead.take_permit()
+        return permit is not None, permit
+    if op.kind == "reserve":
+        grant = ahead.take_grant(op.reservation)
+        return grant is not None, grant
+    return False, None
 
 
-def run(ctx: CallContext, stages: Stages) -> ChatResponse:
-    """Carry out :func:`plan` with blocking I/O."""
+def run(
+    ctx: CallContext, stages: Stages, *, ahead: Ahead | None = None, tail: Tail | None = None
+) -> ChatResponse:
+    """Carry out :func:`plan` with blocking I/O.
+
+    ``ahead``: the first route's permit and reservation, taken in the call's first round
+    trip; ``tail``: where decisions that need no answer wait (without one, they are sent
+    before this returns).
+    """
+    own = tail is None
+    queue_ = Tail() if tail is None else tail
     steps = plan(ctx, stages)
     result: Any = None
     error: ProviderError | None = None
-    while True:
-        try:
-            op = steps.throw(error) if error is not None else steps.send(result)
-        except StopIteration as done:
-            response: ChatResponse = done.value
-            return response
-        result, error = None, None
-        try:
-            result = _perform(op, ctx, stages)
-        except ProviderError as failure:
-            error = failure
-        except BaseException:
-            if op.kind == "call" and op.route is not None and stages.breakers is not None:
-                stages.breakers.release(op.route.name)  # no outcome: give the permit back
-            _give_back(stages, op)
-            raise
+    try:
+        while True:
+            try:
+                op = steps.throw(error) if error is not None else steps.send(result)
+            except StopIteration as finished:
+                response: ChatResponse = finished.value
+                return response
+            result, error = None, None
+            try:
+                result = _perform(op, ctx, stages, ahead, queue_)
+            except ProviderError as failure:
+                error = failure
+            except BaseException:
+                _give_back(stages, op, queue_)
+                raise
+    finally:
+        if ahead is not None:
+            queue_.steps.extend(ahead.leftovers(stages))
+        if own:
+            queue_.flush()
 
 
-async def arun(ctx: CallContext, stages: Stages) -> ChatResponse:
-    """Carry out :func:`plan` with async I/O."""
+async def arun(
+    ctx: CallContext, stages: Stages, *, ahead: Ahead | None = None, tail: Tail | None = None
+) -> ChatResponse:
+    """Carry out :func:`plan` with async I/O (see :func:`run`)."""
+    own = tail is None
+    queue_ = Tail() if tail is None else tail
     steps = plan(ctx, stages)
     result: Any = None
     error: ProviderError | None = None
-    while True:
-        try:
-            op = steps.throw(error) if error is not None else steps.send(result)
-        except StopIteration as done:
-            response: ChatResponse = done.value
-            return response
-        result, error = None, None
-        try:
-            result = await _aperform(op, ctx, stages)
-        except ProviderError as failure:
-            error = failure
-        except BaseException:  # cancelled, or not a provider failure
-            if op.kind == "call" and op.route is not None and stages.breakers is not None:
-                await stages.breakers.arelease(op.route.name)
-            await _agive_back(stages, op)
-            raise
+    try:
+        while True:
+            try:
+                op = steps.throw(error) if error is not None else steps.send(result)
+            except StopIteration as finished:
+                response: ChatResponse = finished.value
+                return response
+            result, error = None, None
+            try:
+                result = await _aperform(op, ctx, stages, ahead, queue_)
+            except ProviderError as failure:
+                error = failure
+            except BaseException:  # cancelled, or not a provider failure
+                _give_back(stages, op, queue_)
+                raise
+    finally:
+        if ahead is not None:
+            queue_.steps.extend(ahead.leftovers(stages))
+        if own:
+            with anyio.CancelScope(shield=True):
+                await queue_.aflush()
 
 
-def _perform(op: Op, ctx: CallContext, stages: Stages) -> Any:
+def _perform(op: Op, ctx: CallContext, stages: Stages, ahead: Ahead | None, tail: Tail) -> Any:
+    found, answer = _from_ahead(op, ahead, stages, tail)
+    if found:
+        return answer
+    if op.kind in _DEFERRED:
+        tail.add(_step(op, ctx, stages))
+        return None
     route = op.route
     if op.kind == "sleep":
+        tail.flush()
         time.sleep(op.seconds)
         return None
     if op.kind == "hedge":
         assert route is not None
         assert op.hedge is not None
+        tail.flush()
         return _hedge_sync(ctx, stages, route, op.hedge, op.seconds, op.reservation)
-    assert route is not None
     if op.kind == "call":
+        assert route is not None
         return route.complete(
             ctx.request,
             model=pipeline.route_model(route, ctx.request),
             deadline=pipeline.attempt_deadline(ctx, stages),
         )
-    if op.kind == "permit":
-        assert stages.breakers is not None
-        return stages.breakers.permit(route.name)
-    if op.kind == "release":
-        assert stages.breakers is not None
-        return stages.breakers.release(route.name)
-    if op.kind == "reserve":
-        assert stages.limiter is not None
-        assert op.reservation is not None
-        grant = stages.limiter.reserve(route.name, **pipeline.reserve_args(ctx, op.reservation))
-        pipeline.granted(op.reservation, grant)
-        return grant
-    if op.kind == "settle":
-        assert stages.limiter is not None
-        assert op.reservation is not None
-        args = pipeline.settle_args(op.reservation)
-        return None if args is None else stages.limiter.settle(route.name, **args)
-    if op.kind == "learn":
-        assert stages.limiter is not None
-        return stages.limiter.learn(route.name, **_learned(op))
-    if op.kind == "record":
-        assert stages.breakers is not None
-        return stages.breakers.record(route.name, op.error, seconds=op.seconds)
-    assert stages.budget is not None
-    if op.kind == "spend":
-        return stages.budget.try_spend(route.name)
-    return stages.budget.record_request(route.name)
+    (outcome,) = tail.flush(_step(op, ctx, stages))  # with what waits: one round trip
+    return outcome.result()
 
 
-async def _aperform(op: Op, ctx: CallContext, stages: Stages) -> Any:
+async def _aperform(
+    op: Op, ctx: CallContext, stages: Stages, ahead: Ahead | None, tail: Tail
+) -> Any:
+    found, answer = _from_ahead(op, ahead, stages, tail)
+    if found:
+        return answer
+    if op.kind in _DEFERRED:
+        tail.add(_step(op, ctx, stages))
+        return None
     route = op.route
     if op.kind == "sleep":
+        await tail.aflush()
         await anyio.sleep(op.seconds)
         return None
     if op.kind == "hedge":
         assert route is not None
         assert op.hedge is not None
+        await tail.aflush()
         return await _hedge_async(ctx, stages, route, op.hedge, op.seconds, op.reservation)
-    assert route is not None
     if op.kind == "call":
+        assert route is not None
         return await route.acomplete(
             ctx.request,
             model=pipeline.route_model(route, ctx.request),
             deadline=pipeline.attempt_deadline(ctx, stages),
         )
-    if op.kind == "permit":
-        assert stages.breakers is not None
-        return await stages.breakers.apermit(route.name)
-    if op.kind == "release":
-        assert stages.breakers is not None
-        return await stages.breakers.arelease(route.name)
-    if op.kind == "reserve":
-        assert stages.limiter is not None
-        assert op.reservation is not None
-        grant = await stages.limiter.areserve(
-            route.name, **pipeline.reserve_args(ctx, op.reservation)
-        )
-        pipeline.granted(op.reservation, grant)
-        return grant
-    if op.kind == "settle":
-        assert stages.limiter is not None
-        assert op.reservation is not None
-        args = pipeline.settle_args(op.reservation)
-        return None if args is None else await stages.limiter.asettle(route.name, **args)
-    if op.kind == "learn":
-        assert stages.limiter is not None
-        return await stages.limiter.alearn(route.name, **_learned(op))
-    if op.kind == "record":
-        assert stages.breakers is not None
-        return await stages.breakers.arecord(route.name, op.error, seconds=op.seconds)
-    assert stages.budget is not None
-    if op.kind == "spend":
-        return await stages.budget.atry_spend(route.name)
-    return await stages.budget.arecord_request(route.name)
+    (outcome,) = await tail.aflush(_step(op, ctx, stages))
+    return outcome.result()
 
 
 def _attempt(

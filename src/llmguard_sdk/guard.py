@@ -322,28 +322,38 @@ class Guard:
         ctx.cacheable, ctx.cache_tags = cacheable, tuple(cache_tags)
         if stream:
             return ChatStream(ctx, self._stages)
-        spend = self._stages.spend
         try:
-            cached = pipeline.cached_response(ctx, self._stages)
-            if cached is not None:
-                return self._finish(ctx, cached)
-            if spend is None or not spend.active:  # no budgets: only prices
-                served = self._finish(ctx, chain.run(ctx, self._stages))
-                pipeline.remember(ctx, self._stages, served)
-                return served
-            held = spend.reserve(ctx, self._stages)
-            raw = response = None
-            try:
-                raw = chain.run(ctx, held.stages)
-                response = self._finish(ctx, raw, emit_event=False)
-            finally:  # settle to what was served; nothing served: release the hold
-                spend.settle(held, ctx, response or raw)
-            pipeline.report(ctx, self._stages, "chat", response=response)
-            pipeline.remember(ctx, self._stages, response)
-            return response
+            response = self._complete(ctx)
         except Exception as exc:
             pipeline.report(ctx, self._stages, "chat", error=exc)
             raise
+        pipeline.report(ctx, self._stages, "chat", response=response)
+        return response
+
+    def _complete(self, ctx: CallContext) -> ChatResponse:
+        """One non-streaming call in two round trips to the shared state when all goes
+        well: the opening batch (cache, spend, first permit and reservation), the chain,
+        then the tail batch (records, settles, spend settle, cache store)."""
+        stages = self._stages
+        opening = pipeline.open_call(ctx, stages)
+        try:
+            cached = opening.begin(ctx, stages)
+            if cached is not None:
+                return pipeline.finish(ctx, stages, cached)
+            held = opening.held
+            raw = response = None
+            try:
+                raw = chain.run(
+                    ctx, held.stages if held else stages, ahead=opening.ahead, tail=opening.tail
+                )
+                response = pipeline.finish(ctx, stages, raw)
+            finally:  # settle to what was served; nothing served: release the hold
+                if held is not None and stages.spend is not None:
+                    opening.tail.add(stages.spend.settle_steps(held, ctx, response or raw))
+            pipeline.remember_later(ctx, stages, response, opening.tail)
+            return response
+        finally:
+            opening.tail.flush()
 
     @overload
     async def achat(
@@ -412,29 +422,37 @@ class Guard:
         ctx.cacheable, ctx.cache_tags = cacheable, tuple(cache_tags)
         if stream:
             return AsyncChatStream(ctx, self._stages)
-        spend = self._stages.spend
         try:
-            cached = await pipeline.acached_response(ctx, self._stages)
-            if cached is not None:
-                return self._finish(ctx, cached)
-            if spend is None or not spend.active:  # no budgets: only prices
-                served = self._finish(ctx, await chain.arun(ctx, self._stages))
-                await pipeline.aremember(ctx, self._stages, served)
-                return served
-            held = await spend.areserve(ctx, self._stages)
-            raw = response = None
-            try:
-                raw = await chain.arun(ctx, held.stages)
-                response = self._finish(ctx, raw, emit_event=False)
-            finally:  # settle to what was served; nothing served (or cancelled): release
-                with anyio.CancelScope(shield=True):
-                    await spend.asettle(held, ctx, response or raw)
-            pipeline.report(ctx, self._stages, "chat", response=response)
-            await pipeline.aremember(ctx, self._stages, response)
-            return response
+            response = await self._acomplete(ctx)
         except Exception as exc:
             pipeline.report(ctx, self._stages, "chat", error=exc)
             raise
+        pipeline.report(ctx, self._stages, "chat", response=response)
+        return response
+
+    async def _acomplete(self, ctx: CallContext) -> ChatResponse:
+        """Async twin of :meth:`_complete`."""
+        stages = self._stages
+        opening = await pipeline.aopen_call(ctx, stages)
+        try:
+            cached = opening.begin(ctx, stages)
+            if cached is not None:
+                return pipeline.finish(ctx, stages, cached)
+            held = opening.held
+            raw = response = None
+            try:
+                raw = await chain.arun(
+                    ctx, held.stages if held else stages, ahead=opening.ahead, tail=opening.tail
+                )
+                response = pipeline.finish(ctx, stages, raw)
+            finally:  # settle to what was served; nothing served (or cancelled): release
+                if held is not None and stages.spend is not None:
+                    opening.tail.add(stages.spend.settle_steps(held, ctx, response or raw))
+            await pipeline.aremember_later(ctx, stages, response, opening.tail)
+            return response
+        finally:
+            with anyio.CancelScope(shield=True):
+                await opening.tail.aflush()
 
     def _finish(
         self, ctx: CallContext, response: ChatResponse, *, emit_event: bool = True

@@ -31,16 +31,20 @@ import re
 import threading
 import time
 import weakref
-from typing import Any, Literal, cast
+from collections.abc import Awaitable, Callable, Generator, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, TypeAlias, TypeVar, cast
 from urllib.parse import parse_qs, unquote, urlsplit
 
+import anyio
+import anyio.to_thread
 import redis
 import redis.asyncio
 import redis.asyncio.cluster
 import redis.cluster
 from redis.backoff import NoBackoff
 from redis.commands.core import AsyncScript, Script
-from redis.exceptions import RedisClusterException
+from redis.exceptions import NoScriptError, RedisClusterException
 from redis.retry import Retry
 
 from ._loops import PerLoop
@@ -48,15 +52,26 @@ from .errors import ConfigurationError
 
 __all__ = [
     "REDIS_ERRORS",
+    "Batch",
+    "Call",
+    "Command",
     "MemoryStore",
     "Outage",
+    "Outcome",
+    "Pause",
     "RedisClusterStore",
     "RedisHealth",
     "RedisScripts",
     "RedisStore",
+    "Step",
     "Store",
+    "arun",
+    "delegate",
+    "done",
     "hash_id",
     "open_store",
+    "run",
+    "work",
 ]
 
 logger = logging.getLogger("llmguard_sdk")
@@ -354,6 +369,7 @@ class RedisScripts:
     def __init__(self, store: RedisStore, *sources: str) -> None:
         self._store = store
         self._sources = sources
+        self._shas = [hashlib.sha1(s.encode("utf-8")).hexdigest() for s in sources]
         self._sync: tuple[redis.Redis, list[Script]] | None = None
         self._async: weakref.WeakKeyDictionary[redis.asyncio.Redis, list[AsyncScript]] = (
             weakref.WeakKeyDictionary()
@@ -374,6 +390,13 @@ class RedisScripts:
         if scripts is None:
             scripts = self._async[client] = [client.register_script(s) for s in self._sources]
         return scripts[index]
+
+    def command(self, index: int, keys: Sequence[str], args: Sequence[Any] = ()) -> Command:
+        """Script number ``index`` with ``keys`` and ``args``, as a :class:`Command` for a
+        :class:`Batch` (nothing is sent yet)."""
+        return Command(
+            self._store, self._sources[index], self._shas[index], tuple(keys), tuple(args)
+        )
 
 
 class Outage:
@@ -412,6 +435,326 @@ class Outage:
                 self.instead,
                 pause,
             )
+
+
+# -- decisions as steps, run together ---------------------------------------------------------
+
+T = TypeVar("T")
+
+Step: TypeAlias = Generator[Any, Any, T]
+"""One decision of a stage, written as a generator: it yields what it needs (a
+:class:`Command`, a tuple of them, a :class:`Pause` or a :class:`Call`), receives the answer
+(a Redis error is thrown into it) and returns its result. :class:`Batch` runs many at once."""
+
+
+@dataclass(frozen=True)
+class Command:
+    """One Lua script call of a decision: EVALSHA of ``source`` on ``store``, with ``keys``
+    (one hash tag) and ``args``. Built by :meth:`RedisScripts.command`."""
+
+    store: RedisStore
+    source: str
+    sha: str
+    keys: tuple[str, ...]
+    args: tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class Pause:
+    """Wait ``seconds`` before the step goes on (bounded by the step itself)."""
+
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Call:
+    """Work outside Redis with a sync and an async way to do it (a memory backend's method
+    and its async twin; blocking work, run in a worker thread by async code)."""
+
+    sync: Callable[[], Any]
+    aio: Callable[[], Awaitable[Any]]
+
+
+def work(fn: Callable[[], T]) -> Call:
+    """A :class:`Call` for blocking work: inline in sync code, in a worker thread in async."""
+
+    async def in_thread() -> T:
+        return await anyio.to_thread.run_sync(fn)
+
+    return Call(fn, in_thread)
+
+
+def done(value: T) -> Step[T]:
+    """A step that needs nothing: it returns ``value``."""
+    return value
+    yield  # pragma: no cover - makes this a generator
+
+
+def delegate(owner: object, name: str, *args: Any, **kwargs: Any) -> Step[Any]:
+    """The step of ``owner.name(*args, **kwargs)``: its ``name_steps`` when it has one (the
+    Redis backends), else a :class:`Call` of ``name`` and its async twin ``aname`` (memory
+    backends and backends of the application's own)."""
+    steps = getattr(owner, f"{name}_steps", None)
+    if steps is not None:
+        made: Step[Any] = steps(*args, **kwargs)
+        return made
+    return _called(owner, name, args, kwargs)
+
+
+def _called(owner: object, name: str, args: Any, kwargs: Any) -> Step[Any]:
+    return (
+        yield Call(
+            lambda: getattr(owner, name)(*args, **kwargs),
+            lambda: getattr(owner, f"a{name}")(*args, **kwargs),
+        )
+    )
+
+
+@dataclass
+class Outcome:
+    """How one step of a :class:`Batch` ended: its ``value``, or the ``error`` it raised."""
+
+    value: Any = None
+    error: BaseException | None = None
+
+    def result(self) -> Any:
+        """The value, or the error raised."""
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+
+class Batch:
+    """Runs decision steps together, round by round: in each round every step's Redis
+    commands go out in **one pipeline per store** (EVALSHA; a script Redis lacks is loaded
+    and its commands sent again), its :class:`Call` s run, and the longest :class:`Pause`
+    is waited. On Redis Cluster the pipeline writes each node's commands before reading any
+    answer, so one round costs one round trip of latency however many nodes it touches.
+
+    A Redis failure is thrown into every step whose commands it hit (each falls back the
+    way its stage does); a step's own exception ends that step only (:class:`Outcome`).
+    """
+
+    def __init__(self, steps: Iterable[Step[Any]] = ()) -> None:
+        self.steps: list[Step[Any]] = list(steps)
+
+    def add(self, step: Step[Any]) -> int:
+        """Add a step; returns its index in the outcomes."""
+        self.steps.append(step)
+        return len(self.steps) - 1
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    def run(self) -> list[Outcome]:
+        """Run every step to its end with blocking I/O."""
+        outcomes = [Outcome() for _ in self.steps]
+        live = self._start(outcomes)
+        try:
+            while live:
+                live = self._resume(live, self._round(live), outcomes)
+        except BaseException:
+            self._abandon(live)
+            raise
+        return outcomes
+
+    async def arun(self) -> list[Outcome]:
+        """Async twin of :meth:`run`."""
+        outcomes = [Outcome() for _ in self.steps]
+        live = self._start(outcomes)
+        try:
+            while live:
+                live = self._resume(live, await self._around(live), outcomes)
+        except BaseException:
+            self._abandon(live)
+            raise
+        return outcomes
+
+    # -- the steps' side ---------------------------------------------------------------------
+
+    def _start(self, outcomes: list[Outcome]) -> dict[int, Any]:
+        live: dict[int, Any] = {}
+        for index in range(len(self.steps)):
+            self._advance(index, (None, None), live, outcomes)
+        return live
+
+    def _advance(
+        self,
+        index: int,
+        reply: tuple[Any, BaseException | None],
+        live: dict[int, Any],
+        outcomes: list[Outcome],
+    ) -> None:
+        step = self.steps[index]
+        value, error = reply
+        try:
+            live[index] = step.throw(error) if error is not None else step.send(value)
+        except StopIteration as finished:
+            outcomes[index].value = finished.value
+        except Exception as exc:
+            outcomes[index].error = exc
+
+    def _resume(
+        self,
+        live: dict[int, Any],
+        replies: dict[int, tuple[Any, BaseException | None]],
+        outcomes: list[Outcome],
+    ) -> dict[int, Any]:
+        following: dict[int, Any] = {}
+        for index in live:
+            self._advance(index, replies[index], following, outcomes)
+        return following
+
+    def _abandon(self, live: dict[int, Any]) -> None:
+        for index in live:
+            self.steps[index].close()
+
+    # -- one round ---------------------------------------------------------------------------
+
+    @staticmethod
+    def _sort(
+        live: dict[int, Any],
+    ) -> tuple[dict[RedisStore, list[tuple[int, int, Command]]], dict[int, Call], float]:
+        commands: dict[RedisStore, list[tuple[int, int, Command]]] = {}
+        calls: dict[int, Call] = {}
+        pause = 0.0
+        for index, request in live.items():
+            if isinstance(request, Command):
+                commands.setdefault(request.store, []).append((index, -1, request))
+            elif isinstance(request, tuple):
+                for position, command in enumerate(request):
+                    commands.setdefault(command.store, []).append((index, position, command))
+            elif isinstance(request, Call):
+                calls[index] = request
+            elif isinstance(request, Pause):
+                pause = max(pause, request.seconds)
+            else:
+                raise TypeError(f"a step yielded {request!r}, not a Command, Pause or Call")
+        return commands, calls, pause
+
+    @staticmethod
+    def _gather(
+        live: dict[int, Any],
+        answers: dict[tuple[int, int], Any],
+        called: dict[int, tuple[Any, BaseException | None]],
+    ) -> dict[int, tuple[Any, BaseException | None]]:
+        replies: dict[int, tuple[Any, BaseException | None]] = {}
+        for index, request in live.items():
+            if isinstance(request, Command):
+                answer = answers[(index, -1)]
+                failed = answer if isinstance(answer, Exception) else None
+                replies[index] = (None, failed) if failed is not None else (answer, None)
+            elif isinstance(request, tuple):
+                found = [answers[(index, position)] for position in range(len(request))]
+                failure = next((a for a in found if isinstance(a, Exception)), None)
+                replies[index] = (None, failure) if failure is not None else (tuple(found), None)
+            else:
+                replies[index] = called.get(index, (None, None))
+        return replies
+
+    def _round(self, live: dict[int, Any]) -> dict[int, tuple[Any, BaseException | None]]:
+        commands, calls, pause = self._sort(live)
+        answers: dict[tuple[int, int], Any] = {}
+        for store, items in commands.items():
+            for (index, position, _), answer in zip(
+                items, _execute(store, [c for _, _, c in items]), strict=True
+            ):
+                answers[(index, position)] = answer
+        called: dict[int, tuple[Any, BaseException | None]] = {}
+        for index, call in calls.items():
+            try:
+                called[index] = (call.sync(), None)
+            except Exception as exc:
+                called[index] = (None, exc)
+        if pause > 0:
+            time.sleep(pause)
+        return self._gather(live, answers, called)
+
+    async def _around(self, live: dict[int, Any]) -> dict[int, tuple[Any, BaseException | None]]:
+        commands, calls, pause = self._sort(live)
+        answers: dict[tuple[int, int], Any] = {}
+        for store, items in commands.items():
+            found = await _aexecute(store, [c for _, _, c in items])
+            for (index, position, _), answer in zip(items, found, strict=True):
+                answers[(index, position)] = answer
+        called: dict[int, tuple[Any, BaseException | None]] = {}
+        for index, call in calls.items():
+            try:
+                called[index] = (await call.aio(), None)
+            except Exception as exc:
+                called[index] = (None, exc)
+        if pause > 0:
+            await anyio.sleep(pause)
+        return self._gather(live, answers, called)
+
+
+def run(step: Step[T]) -> T:
+    """Run one step with blocking I/O; its result (or its exception)."""
+    value: T = Batch([step]).run()[0].result()
+    return value
+
+
+async def arun(step: Step[T]) -> T:
+    """Async twin of :func:`run`."""
+    value: T = (await Batch([step]).arun())[0].result()
+    return value
+
+
+def _pack(pipe: Any, commands: Sequence[Command], client: Any, cluster: bool) -> None:
+    for command in commands:
+        options: dict[str, Any] = {}
+        if cluster and command.keys:  # its node, from the client's slot map (no lookup sent)
+            options["target_nodes"] = client.get_node_from_key(command.keys[0])
+        pipe.execute_command(
+            "EVALSHA", command.sha, len(command.keys), *command.keys, *command.args, **options
+        )
+
+
+def _missing(replies: Sequence[Any]) -> list[int]:
+    return [index for index, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+
+
+def _execute(store: RedisStore, commands: Sequence[Command]) -> list[Any]:
+    """Send ``commands`` in one pipeline; each answer, or the exception in its place."""
+    try:
+        client = store.client
+        pipe = client.pipeline(transaction=False)
+        _pack(pipe, commands, client, store.cluster)
+        replies = list(pipe.execute(raise_on_error=False))
+        missing = _missing(replies)
+        if missing:  # Redis restarted or flushed its scripts: load them, send those again
+            for source in {commands[index].source for index in missing}:
+                client.script_load(source)
+            pipe = client.pipeline(transaction=False)
+            _pack(pipe, [commands[index] for index in missing], client, store.cluster)
+            for index, reply in zip(missing, pipe.execute(raise_on_error=False), strict=True):
+                replies[index] = reply
+        return replies
+    except Exception as exc:  # Redis failed as a whole: every command gets the error
+        return [exc] * len(commands)
+
+
+async def _aexecute(store: RedisStore, commands: Sequence[Command]) -> list[Any]:
+    """Async twin of :func:`_execute`."""
+    try:
+        client = store.aclient
+        if store.cluster:  # the slot map (fetched once, on first use)
+            await cast(redis.asyncio.RedisCluster, client).initialize()
+        pipe = client.pipeline(transaction=False)
+        _pack(pipe, commands, client, store.cluster)
+        replies = list(await pipe.execute(raise_on_error=False))
+        missing = _missing(replies)
+        if missing:
+            for source in {commands[index].source for index in missing}:
+                await client.script_load(source)
+            pipe = client.pipeline(transaction=False)
+            _pack(pipe, [commands[index] for index in missing], client, store.cluster)
+            again = await pipe.execute(raise_on_error=False)
+            for index, reply in zip(missing, again, strict=True):
+                replies[index] = reply
+        return replies
+    except Exception as exc:
+        return [exc] * len(commands)
 
 
 def open_store(spec: str | Store, *, key_prefix: str = "llmguard", **options: Any) -> Store:

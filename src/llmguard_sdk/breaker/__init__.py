@@ -19,6 +19,7 @@ from typing import Protocol
 import anyio
 
 from ..errors import ProviderError, RateLimitedError
+from ..store import Step, delegate
 from .memory import MemoryBreakerBackend
 from .policy import BreakerPolicy, BreakerState, Outcome, Permit, State, outcome_of
 from .redis import RedisBreakerBackend
@@ -140,6 +141,27 @@ class Breakers:
         else:
             self._saw(route, await self.backend.arecord(route, outcome, _hint(error)))
 
+    def permit_steps(self, route: str) -> Step[Permit]:
+        """:meth:`permit` as a step of a :class:`~llmguard_sdk.store.Batch`."""
+        permit: Permit = yield from delegate(self.backend, "acquire", route)
+        self._saw(route, permit.state)
+        return permit
+
+    def record_steps(
+        self, route: str, error: BaseException | None, *, seconds: float
+    ) -> Step[None]:
+        """:meth:`record` as a step of a :class:`~llmguard_sdk.store.Batch`."""
+        outcome = outcome_of(error, seconds=seconds, policy=self.policy)
+        if outcome is None:
+            yield from delegate(self.backend, "release", route)
+        else:
+            state: State = yield from delegate(self.backend, "record", route, outcome, _hint(error))
+            self._saw(route, state)
+
+    def release_steps(self, route: str) -> Step[None]:
+        """:meth:`release` as a step of a :class:`~llmguard_sdk.store.Batch`."""
+        yield from delegate(self.backend, "release", route)
+
     def release(self, route: str) -> None:
         """Give back a permit whose call ended with no outcome (cancelled, abandoned)."""
         self.backend.release(route)
@@ -164,6 +186,11 @@ class Breakers:
         """Force ``route``'s breaker closed, forgetting its history."""
         self.backend.reset(route)
         self._saw(route, "closed")
+
+    def last_seen(self, route: str) -> State:
+        """The state this process last saw ``route``'s breaker in (no I/O)."""
+        with self._lock:
+            return self._seen.get(route, "closed")
 
     def _saw(self, route: str, state: State) -> None:
         with self._lock:

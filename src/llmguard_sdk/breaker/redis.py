@@ -1,5 +1,8 @@
 """Breaker state shared by every process through Redis: one Lua script per decision.
 
+Each decision is also a step (``acquire_steps``, ``record_steps``, ``release_steps``) that a
+:class:`~llmguard_sdk.store.Batch` sends in one pipeline with the other stages' decisions.
+
 When one process trips a breaker, every process sees it on its next call. Keys of one route
 share a hash tag, so the scripts work on Redis Cluster; Redis ``TIME`` is the clock. If Redis
 cannot be reached, each process falls back to its own in-memory breakers for a few seconds
@@ -14,7 +17,7 @@ import math
 from importlib import resources
 from typing import Any
 
-from ..store import REDIS_ERRORS, Outage, RedisScripts, RedisStore, hash_id
+from ..store import REDIS_ERRORS, Outage, RedisScripts, RedisStore, Step, arun, hash_id, run
 from .memory import MemoryBreakerBackend
 from .policy import BreakerPolicy, Outcome, Permit, State
 
@@ -74,70 +77,59 @@ class RedisBreakerBackend:
             self._ttl,
         ]
 
-    def acquire(self, route: str) -> Permit:
-        """A permit for one call to ``route``, decided in Redis."""
+    def acquire_steps(self, route: str) -> Step[Permit]:
+        """:meth:`acquire` as a step of a :class:`~llmguard_sdk.store.Batch`."""
         if self._outage.up():
             try:
-                reply = self._scripts.sync(0)(keys=self._keys(route)[:1], args=self._acquire_args())
+                reply = yield self._scripts.command(0, self._keys(route)[:1], self._acquire_args())
                 return _permit(reply)
             except REDIS_ERRORS as exc:
                 self._outage.failed(exc)
         return self._fallback.acquire(route)
 
-    def record(self, route: str, outcome: Outcome, hint: float | None = None) -> State:
-        """Record a finished call in Redis; returns the state afterwards."""
+    def record_steps(self, route: str, outcome: Outcome, hint: float | None = None) -> Step[State]:
+        """:meth:`record` as a step of a :class:`~llmguard_sdk.store.Batch`."""
         if self._outage.up():
             try:
-                return _state(
-                    self._scripts.sync(1)(
-                        keys=self._keys(route), args=self._record_args(outcome, hint)
-                    )
-                )
+                args = self._record_args(outcome, hint)
+                return _state((yield self._scripts.command(1, self._keys(route), args)))
             except REDIS_ERRORS as exc:
                 self._outage.failed(exc)
         return self._fallback.record(route, outcome, hint)
+
+    def release_steps(self, route: str) -> Step[None]:
+        """:meth:`release` as a step of a :class:`~llmguard_sdk.store.Batch`."""
+        if self._outage.up():
+            try:
+                yield self._scripts.command(2, self._keys(route)[:1])
+                return
+            except REDIS_ERRORS as exc:
+                self._outage.failed(exc)
+        self._fallback.release(route)
+
+    def acquire(self, route: str) -> Permit:
+        """A permit for one call to ``route``, decided in Redis."""
+        return run(self.acquire_steps(route))
+
+    def record(self, route: str, outcome: Outcome, hint: float | None = None) -> State:
+        """Record a finished call in Redis; returns the state afterwards."""
+        return run(self.record_steps(route, outcome, hint))
 
     async def aacquire(self, route: str) -> Permit:
         """Async twin of :meth:`acquire`."""
-        if self._outage.up():
-            try:
-                script = self._scripts.aio(0)
-                return _permit(await script(keys=self._keys(route)[:1], args=self._acquire_args()))
-            except REDIS_ERRORS as exc:
-                self._outage.failed(exc)
-        return self._fallback.acquire(route)
+        return await arun(self.acquire_steps(route))
 
     async def arecord(self, route: str, outcome: Outcome, hint: float | None = None) -> State:
         """Async twin of :meth:`record`."""
-        if self._outage.up():
-            try:
-                script = self._scripts.aio(1)
-                return _state(
-                    await script(keys=self._keys(route), args=self._record_args(outcome, hint))
-                )
-            except REDIS_ERRORS as exc:
-                self._outage.failed(exc)
-        return self._fallback.record(route, outcome, hint)
+        return await arun(self.record_steps(route, outcome, hint))
 
     def release(self, route: str) -> None:
         """Give back a permit whose call has no outcome to record."""
-        if self._outage.up():
-            try:
-                self._scripts.sync(2)(keys=self._keys(route)[:1])
-                return
-            except REDIS_ERRORS as exc:
-                self._outage.failed(exc)
-        self._fallback.release(route)
+        run(self.release_steps(route))
 
     async def arelease(self, route: str) -> None:
         """Async twin of :meth:`release`."""
-        if self._outage.up():
-            try:
-                await self._scripts.aio(2)(keys=self._keys(route)[:1])
-                return
-            except REDIS_ERRORS as exc:
-                self._outage.failed(exc)
-        self._fallback.release(route)
+        await arun(self.release_steps(route))
 
     def state(self, route: str) -> State:
         """The state stored in Redis (``closed`` when it holds none)."""

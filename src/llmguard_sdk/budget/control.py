@@ -25,6 +25,7 @@ from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from .. import store as store_steps
 from ..context import CallContext
 from ..errors import BudgetExceededError, ConfigurationError
 from ..models import ChatResponse, Usage
@@ -156,7 +157,7 @@ class Held:
     notes: list[BudgetEvent] = field(default_factory=list)
 
 
-Step = tuple[str, dict[str, Any]]
+BackendStep = tuple[str, dict[str, Any]]
 
 
 class SpendControl:
@@ -315,20 +316,29 @@ class SpendControl:
 
     # -- reserve -----------------------------------------------------------------------------
 
-    def _steps(self, ctx: CallContext, stages: Stages) -> Generator[Step, Any, Held]:
+    def prepare(self, ctx: CallContext) -> None:
+        """Give a budgeted call without ``max_tokens`` the default one (its worst case must
+        be bounded); done before any other stage sees the request, so the cache keys and
+        rate-limit reservation of the call see the same request as its provider."""
+        if self.active and ctx.request.output_limit is None and self._call_counters(ctx):
+            ctx.request = ctx.request.model_copy(
+                update={"max_tokens": self.config.default_output_tokens}
+            )
+
+    def _steps(
+        self, ctx: CallContext, stages: Stages, notes: list[BudgetEvent]
+    ) -> Generator[BackendStep, Any, Held]:
+        """The reservation logic; events to emit are appended to ``notes`` (the caller emits
+        them, also when this raises)."""
         rid = os.urandom(12).hex()
         specs = self._call_counters(ctx)
         if not specs:
             return Held(rid, (), 0, stages)
         config = self.config
-        if ctx.request.output_limit is None:
-            ctx.request = ctx.request.model_copy(
-                update={"max_tokens": config.default_output_tokens}
-            )
+        self.prepare(ctx)
         want = ctx.request.output_limit or config.default_output_tokens
         level: Level = "all"
         ttl = max(0.0, ctx.remaining()) + config.hold_seconds
-        notes: list[BudgetEvent] = []
         while True:
             routes = self._routes(stages, level)
             base, per = self._route_price_args(ctx, routes)
@@ -358,7 +368,7 @@ class SpendControl:
                     ctx.request = ctx.request.model_copy(update={limit_name: result.tokens})
                 return Held(rid, specs, result.amount, chosen, level, notes=notes)
             if result.unavailable:
-                self._emit([BudgetEvent("unavailable", config.name, "*", action="refused")])
+                notes.append(BudgetEvent("unavailable", config.name, "*", action="refused"))
                 raise BudgetUnavailableError(
                     "spend budgets are unavailable (Redis cannot be reached); budgeted calls "
                     "are refused until it answers (Budgets(fail_open=True) counts per process)",
@@ -385,7 +395,6 @@ class SpendControl:
                 notes.append(dataclasses.replace(note, kind="alert", threshold=1.0, action=None))
             notes.append(note)
             if following is None:
-                self._emit(notes)
                 held = (result.reserved / NANO) if result.reserved else 0.0
                 raise BudgetExceededError(
                     f"budget {budget.key_name!r} of {spec.scope} has no room for this call: "
@@ -412,31 +421,36 @@ class SpendControl:
             return "local"
         return None
 
-    def reserve(self, ctx: CallContext, stages: Stages) -> Held:
-        """Hold the call's worst case on its counters (raises BudgetExceededError)."""
-        steps = self._steps(ctx, stages)
+    def reserve_steps(
+        self, ctx: CallContext, stages: Stages, notes: list[BudgetEvent]
+    ) -> store_steps.Step[Held]:
+        """The reservation as a step of a :class:`~llmguard_sdk.store.Batch` (a downgrade
+        asks the backend again); its events go to ``notes``, for the caller to emit."""
+        steps = self._steps(ctx, stages, notes)
         result: Any = None
         while True:
             try:
                 _, kwargs = steps.send(result)
             except StopIteration as done:
                 held: Held = done.value
-                self._emit(held.notes)
                 return held
-            result = self.backend.reserve(**kwargs)
+            result = yield from store_steps.delegate(self.backend, "reserve", **kwargs)
+
+    def reserve(self, ctx: CallContext, stages: Stages) -> Held:
+        """Hold the call's worst case on its counters (raises BudgetExceededError)."""
+        notes: list[BudgetEvent] = []
+        try:
+            return store_steps.run(self.reserve_steps(ctx, stages, notes))
+        finally:
+            self._emit(notes)
 
     async def areserve(self, ctx: CallContext, stages: Stages) -> Held:
         """Async twin of :meth:`reserve`."""
-        steps = self._steps(ctx, stages)
-        result: Any = None
-        while True:
-            try:
-                _, kwargs = steps.send(result)
-            except StopIteration as done:
-                held: Held = done.value
-                self._emit(held.notes)
-                return held
-            result = await self.backend.areserve(**kwargs)
+        notes: list[BudgetEvent] = []
+        try:
+            return await store_steps.arun(self.reserve_steps(ctx, stages, notes))
+        finally:
+            self._emit(notes)
 
     # -- settle ------------------------------------------------------------------------------
 
@@ -496,28 +510,26 @@ class SpendControl:
                 )
         self._emit(events)
 
-    def settle(self, held: Held, ctx: CallContext, response: ChatResponse | None) -> None:
-        """Settle the hold to the response's cost (``None``: nothing served, release)."""
-        if held.done:
-            return
-        if held.specs:
-            result = self.backend.settle(
-                **self._settle_args(held, self._actual(held, ctx, response))
-            )
-        else:
-            held.done, result = True, SettleResult(False)
-        self._after(ctx, held, result, response.usage if response is not None else None)
-
-    async def asettle(self, held: Held, ctx: CallContext, response: ChatResponse | None) -> None:
-        """Async twin of :meth:`settle`."""
+    def settle_steps(
+        self, held: Held, ctx: CallContext, response: ChatResponse | None
+    ) -> store_steps.Step[None]:
+        """:meth:`settle` as a step of a :class:`~llmguard_sdk.store.Batch`."""
         if held.done:
             return
         if held.specs:
             kwargs = self._settle_args(held, self._actual(held, ctx, response))
-            result = await self.backend.asettle(**kwargs)
+            result: SettleResult = yield from store_steps.delegate(self.backend, "settle", **kwargs)
         else:
             held.done, result = True, SettleResult(False)
         self._after(ctx, held, result, response.usage if response is not None else None)
+
+    def settle(self, held: Held, ctx: CallContext, response: ChatResponse | None) -> None:
+        """Settle the hold to the response's cost (``None``: nothing served, release)."""
+        store_steps.run(self.settle_steps(held, ctx, response))
+
+    async def asettle(self, held: Held, ctx: CallContext, response: ChatResponse | None) -> None:
+        """Async twin of :meth:`settle`."""
+        await store_steps.arun(self.settle_steps(held, ctx, response))
 
     def partial(
         self, ctx: CallContext, stages: Stages, text: str, usage: Usage | None
@@ -539,6 +551,10 @@ class SpendControl:
         return response.model_copy(update={"cost_usd": cost.usd, "cost_source": cost.source})
 
     # -- events ------------------------------------------------------------------------------
+
+    def emit(self, events: Sequence[BudgetEvent]) -> None:
+        """Log ``events`` and hand them to the ``on_event`` callables."""
+        self._emit(events)
 
     def _emit(self, events: Sequence[BudgetEvent]) -> None:
         for event in events:

@@ -34,7 +34,7 @@ from collections.abc import Generator, Sequence
 from importlib import resources
 from typing import Any
 
-from ..store import REDIS_ERRORS, Outage, RedisScripts, RedisStore, hash_id
+from ..store import REDIS_ERRORS, Outage, RedisScripts, RedisStore, Step, arun, hash_id, run
 from .journal import JournalRecord, SpendJournal, record, specs_of
 from .memory import MemoryBudgetBackend, Status
 from .policy import CounterSpec, ReserveResult, SettleResult
@@ -211,23 +211,75 @@ class RedisBudgetBackend:
         finally:
             self._replaying.release()
 
-    def _flush(self) -> None:
-        """Replay the journal into Redis (raises the Redis error that stopped it)."""
+    def _flush_steps(self) -> Step[None]:
+        """Replay the journal into Redis, one settle script at a time (raises the Redis error
+        that stopped it); nothing to send when the journal is empty."""
         steps = self._replay_steps()
         try:
             for keys, args in steps:
-                self._scripts.sync(1)(keys=keys, args=args)
+                yield self._scripts.command(1, keys, args)
         finally:
             steps.close()
 
-    def replay(self) -> bool:
-        """Replay the journal now; True when nothing is left in it (False: Redis failed)."""
+    def replay_steps(self) -> Step[bool]:
+        """:meth:`replay` as a step of a :class:`~llmguard_sdk.store.Batch`."""
         try:
-            self._flush()
+            yield from self._flush_steps()
         except REDIS_ERRORS as exc:
             self._failed(exc)
             return False
         return self.journal.pending == 0
+
+    def replay(self) -> bool:
+        """Replay the journal now; True when nothing is left in it (False: Redis failed)."""
+        return run(self.replay_steps())
+
+    async def areplay(self) -> bool:
+        """Async twin of :meth:`replay`."""
+        return await arun(self.replay_steps())
+
+    def reserve_steps(
+        self,
+        rid: str,
+        specs: Sequence[CounterSpec],
+        *,
+        base: int,
+        per_token: float,
+        want: int,
+        minimum: int,
+        ttl: float,
+    ) -> Step[ReserveResult]:
+        """:meth:`reserve` as a step of a :class:`~llmguard_sdk.store.Batch` (a journal
+        to replay first costs round trips of its own)."""
+        if self._outage.up():
+            try:
+                yield from self._flush_steps()
+                keys, args = self._reserve_call(rid, specs, base, per_token, want, minimum, ttl)
+                return _reserved((yield self._scripts.command(0, keys, args)))
+            except REDIS_ERRORS as exc:
+                self._failed(exc)
+        return self._locally(rid, specs, base, per_token, want, minimum, ttl)
+
+    def settle_steps(
+        self, rid: str, specs: Sequence[CounterSpec], *, actual: int, ttl: float
+    ) -> Step[SettleResult]:
+        """:meth:`settle` as a step of a :class:`~llmguard_sdk.store.Batch`."""
+        if rid in self._local:  # counted locally: the journal carries it to Redis
+            result = self._fallback.settle(rid, self._local_specs(specs), actual=actual, ttl=ttl)
+            if result.applied and actual > 0:
+                self._journal(rid, specs, actual, ttl)
+                if self._outage.up():
+                    yield from self.replay_steps()
+            return result
+        if self._outage.up():
+            try:
+                yield from self._flush_steps()
+                keys, args = self._settle_call(rid, specs, actual, ttl)
+                return _settled((yield self._scripts.command(1, keys, args)))
+            except REDIS_ERRORS as exc:
+                self._failed(exc)
+        self._journal(rid, specs, actual, ttl)
+        return SettleResult(False)
 
     def reserve(
         self,
@@ -241,36 +293,18 @@ class RedisBudgetBackend:
         ttl: float,
     ) -> ReserveResult:
         """Hold a call's worst case on every counter in one script, all or nothing."""
-        if self._outage.up():
-            try:
-                self._flush()
-                keys, args = self._reserve_call(rid, specs, base, per_token, want, minimum, ttl)
-                return _reserved(self._scripts.sync(0)(keys=keys, args=args))
-            except REDIS_ERRORS as exc:
-                self._failed(exc)
-        return self._locally(rid, specs, base, per_token, want, minimum, ttl)
+        return run(
+            self.reserve_steps(
+                rid, specs, base=base, per_token=per_token, want=want, minimum=minimum, ttl=ttl
+            )
+        )
 
     def settle(
         self, rid: str, specs: Sequence[CounterSpec], *, actual: int, ttl: float
     ) -> SettleResult:
         """Turn reservation ``rid`` into ``actual`` spend, once; spend that cannot reach
         Redis now is journaled and replayed later."""
-        if rid in self._local:  # counted locally: the journal carries it to Redis
-            result = self._fallback.settle(rid, self._local_specs(specs), actual=actual, ttl=ttl)
-            if result.applied and actual > 0:
-                self._journal(rid, specs, actual, ttl)
-                if self._outage.up():
-                    self.replay()
-            return result
-        if self._outage.up():
-            try:
-                self._flush()
-                keys, args = self._settle_call(rid, specs, actual, ttl)
-                return _settled(self._scripts.sync(1)(keys=keys, args=args))
-            except REDIS_ERRORS as exc:
-                self._failed(exc)
-        self._journal(rid, specs, actual, ttl)
-        return SettleResult(False)
+        return run(self.settle_steps(rid, specs, actual=actual, ttl=ttl))
 
     def status(self, specs: Sequence[CounterSpec]) -> list[Status]:
         """Each counter's settled spend, reserved amount and reset time (raises
@@ -279,24 +313,6 @@ class RedisBudgetBackend:
         return _statuses(self._scripts.sync(2)(keys=self._keys(specs), args=args))
 
     # -- async ------------------------------------------------------------------------------
-
-    async def _aflush(self) -> None:
-        """Async twin of :meth:`_flush`."""
-        steps = self._replay_steps()
-        try:
-            for keys, args in steps:
-                await self._scripts.aio(1)(keys=keys, args=args)
-        finally:
-            steps.close()
-
-    async def areplay(self) -> bool:
-        """Async twin of :meth:`replay`."""
-        try:
-            await self._aflush()
-        except REDIS_ERRORS as exc:
-            self._failed(exc)
-            return False
-        return self.journal.pending == 0
 
     async def areserve(
         self,
@@ -310,35 +326,17 @@ class RedisBudgetBackend:
         ttl: float,
     ) -> ReserveResult:
         """Async twin of :meth:`reserve`."""
-        if self._outage.up():
-            try:
-                await self._aflush()
-                keys, args = self._reserve_call(rid, specs, base, per_token, want, minimum, ttl)
-                return _reserved(await self._scripts.aio(0)(keys=keys, args=args))
-            except REDIS_ERRORS as exc:
-                self._failed(exc)
-        return self._locally(rid, specs, base, per_token, want, minimum, ttl)
+        return await arun(
+            self.reserve_steps(
+                rid, specs, base=base, per_token=per_token, want=want, minimum=minimum, ttl=ttl
+            )
+        )
 
     async def asettle(
         self, rid: str, specs: Sequence[CounterSpec], *, actual: int, ttl: float
     ) -> SettleResult:
         """Async twin of :meth:`settle`."""
-        if rid in self._local:
-            result = self._fallback.settle(rid, self._local_specs(specs), actual=actual, ttl=ttl)
-            if result.applied and actual > 0:
-                self._journal(rid, specs, actual, ttl)
-                if self._outage.up():
-                    await self.areplay()
-            return result
-        if self._outage.up():
-            try:
-                await self._aflush()
-                keys, args = self._settle_call(rid, specs, actual, ttl)
-                return _settled(await self._scripts.aio(1)(keys=keys, args=args))
-            except REDIS_ERRORS as exc:
-                self._failed(exc)
-        self._journal(rid, specs, actual, ttl)
-        return SettleResult(False)
+        return await arun(self.settle_steps(rid, specs, actual=actual, ttl=ttl))
 
     async def astatus(self, specs: Sequence[CounterSpec]) -> list[Status]:
         """Async twin of :meth:`status`."""

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Literal, Protocol
 
-from ..store import REDIS_ERRORS, Outage, RedisScripts, RedisStore, hash_id
+from ..store import REDIS_ERRORS, Outage, RedisScripts, RedisStore, Step, hash_id, run
 from .entry import CacheEntry
 
 __all__ = ["CacheBackend", "Change", "MemoryCacheBackend", "RedisCacheBackend"]
@@ -26,6 +26,8 @@ _LUA = resources.files(__package__).joinpath("lua")
 _PUT = _LUA.joinpath("put.lua").read_text(encoding="utf-8")
 _GET = _LUA.joinpath("get.lua").read_text(encoding="utf-8")
 _CLEAR = _LUA.joinpath("clear.lua").read_text(encoding="utf-8")
+_READ = _LUA.joinpath("read.lua").read_text(encoding="utf-8")
+_BATCH = 1000  # change-stream messages read at once
 
 
 @dataclass(frozen=True)
@@ -117,17 +119,17 @@ class RedisCacheBackend:
         self._uses = store.key("cache", tag, "uses")
         self._max = max_entries
         self._stream_length = max(1000, 2 * max_entries)
-        self._scripts = RedisScripts(store, _PUT, _GET, _CLEAR)
+        self._scripts = RedisScripts(store, _PUT, _GET, _CLEAR, _READ)
         self._cursor = "0-0"
         self._outage = Outage("response cache", "serving misses", store)
 
-    def get(self, entry_id: str) -> CacheEntry | None:
-        """See :class:`CacheBackend`."""
+    def get_steps(self, entry_id: str) -> Step[CacheEntry | None]:
+        """:meth:`get` as a step of a :class:`~llmguard_sdk.store.Batch`."""
         if not self._outage.up():
             return None
         try:
-            raw = self._scripts.sync(1)(
-                keys=[self._entry_prefix + entry_id, self._lru, self._uses], args=[entry_id]
+            raw = yield self._scripts.command(
+                1, [self._entry_prefix + entry_id, self._lru, self._uses], [entry_id]
             )
         except REDIS_ERRORS as exc:
             self._outage.failed(exc)
@@ -137,15 +139,16 @@ class RedisCacheBackend:
         entry = CacheEntry.model_validate_json(raw)
         return entry if entry.stale_until > time.time() else None
 
-    def put(self, entry: CacheEntry) -> list[str]:
-        """See :class:`CacheBackend`."""
+    def put_steps(self, entry: CacheEntry) -> Step[list[str]]:
+        """:meth:`put` as a step of a :class:`~llmguard_sdk.store.Batch`."""
         if not self._outage.up():
             return []
         ttl_ms = max(1, int((entry.stale_until - time.time()) * 1000))
         try:
-            evicted = self._scripts.sync(0)(
-                keys=[self._entry_prefix + entry.entry_id, self._lru, self._log, self._uses],
-                args=[
+            evicted = yield self._scripts.command(
+                0,
+                [self._entry_prefix + entry.entry_id, self._lru, self._log, self._uses],
+                [
                     entry.entry_id,
                     entry.model_dump_json(),
                     ttl_ms,
@@ -162,6 +165,32 @@ class RedisCacheBackend:
             return []
         return [_text(item) for item in evicted]
 
+    def changes_steps(self) -> Step[list[Change]]:
+        """:meth:`changes` as a step of a :class:`~llmguard_sdk.store.Batch` (a backlog of
+        more than a thousand changes is read in further round trips)."""
+        if not self._outage.up():
+            return []
+        found: list[Change] = []
+        try:
+            while True:
+                messages = yield self._scripts.command(3, [self._log], [self._cursor, _BATCH])
+                for message_id, fields in messages:
+                    self._cursor = _text(message_id)
+                    found.append(_change(dict(zip(fields[::2], fields[1::2], strict=True))))
+                if len(messages) < _BATCH:
+                    return found
+        except REDIS_ERRORS as exc:
+            self._outage.failed(exc)
+            return found
+
+    def get(self, entry_id: str) -> CacheEntry | None:
+        """See :class:`CacheBackend`."""
+        return run(self.get_steps(entry_id))
+
+    def put(self, entry: CacheEntry) -> list[str]:
+        """See :class:`CacheBackend`."""
+        return run(self.put_steps(entry))
+
     def clear(self) -> None:
         """See :class:`CacheBackend`."""
         try:
@@ -174,30 +203,14 @@ class RedisCacheBackend:
 
     def changes(self) -> list[Change]:
         """Read the change stream from where this process stopped (loads everything at first)."""
-        if not self._outage.up():
-            return []
-        found: list[Change] = []
-        try:
-            while True:
-                batch = self._store.client.xread({self._log: self._cursor}, count=1000)
-                if not batch:
-                    return found
-                messages = batch[0][1]  # type: ignore[index]
-                for message_id, fields in messages:
-                    self._cursor = _text(message_id)
-                    found.append(_change(fields))
-                if len(messages) < 1000:
-                    return found
-        except REDIS_ERRORS as exc:
-            self._outage.failed(exc)
-            return found
+        return run(self.changes_steps())
 
 
 def _text(value: bytes | str) -> str:
     return value.decode("utf-8") if isinstance(value, bytes) else value
 
 
-def _change(fields: dict[bytes, bytes]) -> Change:
+def _change(fields: dict[bytes, bytes] | dict[str, str]) -> Change:
     data = {_text(k): _text(v) for k, v in fields.items()}
     op = data.get("op", "")
     if op == "put":

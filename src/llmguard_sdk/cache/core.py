@@ -10,6 +10,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
+from typing import Any
 
 import anyio.to_thread
 import numpy as np
@@ -18,8 +19,8 @@ import numpy.typing as npt
 from ..context import Scope, current_scope
 from ..errors import ConfigurationError
 from ..models import ChatRequest, ChatResponse
-from ..store import RedisStore, Store, hash_id, open_store
-from .backends import CacheBackend, MemoryCacheBackend, RedisCacheBackend
+from ..store import Batch, RedisStore, Step, Store, arun, hash_id, open_store, run, work
+from .backends import CacheBackend, Change, MemoryCacheBackend, RedisCacheBackend
 from .embedders import Embedder, HashingEmbedder
 from .entry import CacheEntry, CacheHit, CacheStats, decode_vector, encode_vector
 from .guards import Verifier, guard_rejection
@@ -36,6 +37,7 @@ DEFAULT_THRESHOLD = 0.55
 
 _NEAR_MISS_BAND = 0.1
 _RECENT_VECTORS = 256
+_KNOWN_QUERY_CHARS = 2048  # longer queries are not kept in memory (the entry is read instead)
 _SERVABLE_FINISH = frozenset({"stop", "end_turn", "stop_sequence"})
 
 
@@ -120,6 +122,7 @@ class ResponseCache:
         )
         self._indexes: dict[str, VectorIndex] = {}
         self._index_of: dict[str, str] = {}
+        self._queries: dict[str, str] = {}  # entry id -> its query, when known and short
         self._recent: OrderedDict[str, npt.NDArray[np.float32]] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -161,6 +164,48 @@ class ResponseCache:
 
     # -- lookups ----------------------------------------------------------------------------
 
+    def lookup_steps(
+        self,
+        request: ChatRequest,
+        scope: Scope | None = None,
+        *,
+        tags: Sequence[str] = (),
+        cacheable: bool = True,
+    ) -> Step[CacheHit | None]:
+        """:meth:`lookup` as a step of a :class:`~llmguard_sdk.store.Batch`: the exact read
+        goes out with the batch; after a miss the semantic search runs in this process (in
+        a worker thread for async code). Run :meth:`sync_steps` in the same batch first to
+        see the other processes' recent entries."""
+        if self.skip_reason(request, scope, cacheable=cacheable) is not None:
+            self.stats.skipped += 1
+            return None
+        keys = self.keys(request, scope, tags)
+        entry: CacheEntry | None = yield from self._backend_step("get", keys.exact)
+        if entry is not None and entry.fresh_until > time.time():
+            hit: CacheHit | None = CacheHit(
+                "exact", entry.entry_id, 1.0, entry.chat_response(), entry.query
+            )
+        elif self.semantic and keys.query.strip() and self._indexes:
+            hit = yield work(lambda: self._semantic(keys, stale=False))
+        else:
+            hit = None
+        if hit is None:
+            self.stats.misses += 1
+        elif hit.kind == "exact":
+            self.stats.exact_hits += 1
+        else:
+            self.stats.semantic_hits += 1
+        return hit
+
+    def sync_steps(self) -> Step[None]:
+        """Apply the changes other processes made (read at most every ``sync_interval``
+        seconds), as a step of a :class:`~llmguard_sdk.store.Batch`."""
+        if not self.semantic or time.monotonic() - self._synced_at < self._sync_interval:
+            return
+        self._synced_at = time.monotonic()
+        changes: list[Change] = yield from self._backend_step("changes")
+        self._apply(changes)
+
     def lookup(
         self,
         request: ChatRequest,
@@ -170,16 +215,8 @@ class ResponseCache:
         cacheable: bool = True,
     ) -> CacheHit | None:
         """The cached answer for this call, or ``None`` (counted in :attr:`stats`)."""
-        if self.skip_reason(request, scope, cacheable=cacheable) is not None:
-            self.stats.skipped += 1
-            return None
-        hit = self._find(self.keys(request, scope, tags), stale=False)
-        if hit is None:
-            self.stats.misses += 1
-        elif hit.kind == "exact":
-            self.stats.exact_hits += 1
-        else:
-            self.stats.semantic_hits += 1
+        lookup = self.lookup_steps(request, scope, tags=tags, cacheable=cacheable)
+        hit: CacheHit | None = Batch([self.sync_steps(), lookup]).run()[1].result()
         return hit
 
     def lookup_stale(
@@ -207,11 +244,11 @@ class ResponseCache:
         tags: Sequence[str] = (),
         cacheable: bool = True,
     ) -> CacheHit | None:
-        """:meth:`lookup` in a worker thread (embedding is CPU work; Redis I/O blocks)."""
+        """Async twin of :meth:`lookup` (the embedding and search run in a worker thread)."""
         scope = scope or current_scope()
-        return await anyio.to_thread.run_sync(
-            lambda: self.lookup(request, scope, tags=tags, cacheable=cacheable)
-        )
+        lookup = self.lookup_steps(request, scope, tags=tags, cacheable=cacheable)
+        hit: CacheHit | None = (await Batch([self.sync_steps(), lookup]).arun())[1].result()
+        return hit
 
     async def alookup_stale(
         self,
@@ -235,6 +272,14 @@ class ResponseCache:
         if not self.semantic or not keys.query.strip():
             return None
         self._sync()
+        return self._semantic(keys, stale=stale)
+
+    def _semantic(self, keys: CacheKeys, *, stale: bool) -> CacheHit | None:
+        """The closest earlier query's answer that passes every check, or None. A candidate
+        whose query this process knows is checked by the guards before it is read."""
+        if not self.semantic or not keys.query.strip():
+            return None
+        now = time.time()
         index = self._indexes.get(self._index_key(keys))
         if index is None:
             return None
@@ -244,22 +289,30 @@ class ResponseCache:
                 if match.similarity >= self.threshold - _NEAR_MISS_BAND:
                     self.stats.near_misses += 1
                 return None
+            known = self._queries.get(match.entry_id)
+            if known is not None and self.guards:
+                reason = guard_rejection(keys.query, known)
+                if reason is not None:
+                    self._count_rejection(reason)
+                    return None
             entry = self._backend.get(match.entry_id)
             if entry is None:  # expired or evicted meanwhile: forget it, try the next one
                 self._forget(match.entry_id)
                 continue
+            self._know(entry.entry_id, entry.query)
             if not stale and entry.fresh_until <= now:
                 continue
             refusal = self._refusal(keys.query, entry, match.similarity, index, vector)
             if refusal is not None:
-                self.stats.guard_rejections[refusal] = (
-                    self.stats.guard_rejections.get(refusal, 0) + 1
-                )
+                self._count_rejection(refusal)
                 return None
             return CacheHit(
                 "semantic", entry.entry_id, match.similarity, entry.chat_response(), entry.query
             )
         return None
+
+    def _count_rejection(self, reason: str) -> None:
+        self.stats.guard_rejections[reason] = self.stats.guard_rejections.get(reason, 0) + 1
 
     def _refusal(
         self,
@@ -292,6 +345,52 @@ class ResponseCache:
 
     # -- stores -----------------------------------------------------------------------------
 
+    def entry_for(
+        self,
+        request: ChatRequest,
+        response: ChatResponse,
+        scope: Scope | None = None,
+        *,
+        tags: Sequence[str] = (),
+        cacheable: bool = True,
+    ) -> CacheEntry | None:
+        """The entry :meth:`store` would write for this call (``None``: not cacheable); the
+        embedding is computed here (CPU work), the write is :meth:`put_steps`."""
+        if self.skip_reason(request, scope, cacheable=cacheable) is not None:
+            return None
+        if response.tool_calls or response.finish_reason not in _SERVABLE_FINISH:
+            return None
+        if response.metadata.get("degraded") or response.metadata.get("cache"):
+            return None
+        keys = self.keys(request, scope, tags)
+        now = time.time()
+        vector = None
+        if self.semantic and keys.query.strip():
+            vector = self._vector(keys.query)
+        return CacheEntry(
+            entry_id=keys.exact,
+            index_key=self._index_key(keys),
+            query=keys.query,
+            response=response.model_dump(mode="json", exclude={"headers", "timings", "attempts"}),
+            created_at=now,
+            fresh_until=now + self.ttl,
+            stale_until=now + self.ttl + self.stale_ttl,
+            embedder=self.embedder.name if vector is not None else None,
+            vector=encode_vector(vector) if vector is not None else None,
+        )
+
+    def put_steps(self, entry: CacheEntry) -> Step[bool]:
+        """Write ``entry`` (from :meth:`entry_for`), as a step of a
+        :class:`~llmguard_sdk.store.Batch`."""
+        evicted: list[str] = yield from self._backend_step("put", entry)
+        if entry.vector is not None:
+            self._remember(entry.entry_id, entry.index_key, decode_vector(entry.vector))
+            self._know(entry.entry_id, entry.query)
+        for entry_id in evicted:
+            self._forget(entry_id)
+        self.stats.stores += 1
+        return True
+
     def store(
         self,
         request: ChatRequest,
@@ -306,35 +405,8 @@ class ResponseCache:
         Answers with tool calls, truncated (``finish_reason`` other than a natural stop),
         degraded or already-cached answers are not stored.
         """
-        if self.skip_reason(request, scope, cacheable=cacheable) is not None:
-            return False
-        if response.tool_calls or response.finish_reason not in _SERVABLE_FINISH:
-            return False
-        if response.metadata.get("degraded") or response.metadata.get("cache"):
-            return False
-        keys = self.keys(request, scope, tags)
-        now = time.time()
-        vector = None
-        if self.semantic and keys.query.strip():
-            vector = self._vector(keys.query)
-        entry = CacheEntry(
-            entry_id=keys.exact,
-            index_key=self._index_key(keys),
-            query=keys.query,
-            response=response.model_dump(mode="json", exclude={"headers", "timings", "attempts"}),
-            created_at=now,
-            fresh_until=now + self.ttl,
-            stale_until=now + self.ttl + self.stale_ttl,
-            embedder=self.embedder.name if vector is not None else None,
-            vector=encode_vector(vector) if vector is not None else None,
-        )
-        evicted = self._backend.put(entry)
-        if vector is not None:
-            self._remember(entry.entry_id, entry.index_key, vector)
-        for entry_id in evicted:
-            self._forget(entry_id)
-        self.stats.stores += 1
-        return True
+        entry = self.entry_for(request, response, scope, tags=tags, cacheable=cacheable)
+        return entry is not None and run(self.put_steps(entry))
 
     async def astore(
         self,
@@ -345,11 +417,12 @@ class ResponseCache:
         tags: Sequence[str] = (),
         cacheable: bool = True,
     ) -> bool:
-        """:meth:`store` in a worker thread."""
+        """Async twin of :meth:`store` (the embedding runs in a worker thread)."""
         scope = scope or current_scope()
-        return await anyio.to_thread.run_sync(
-            lambda: self.store(request, response, scope, tags=tags, cacheable=cacheable)
+        entry = await anyio.to_thread.run_sync(
+            lambda: self.entry_for(request, response, scope, tags=tags, cacheable=cacheable)
         )
+        return entry is not None and await arun(self.put_steps(entry))
 
     def clear(self) -> None:
         """Delete every entry of this cache's namespace (in every process sharing it)."""
@@ -357,6 +430,7 @@ class ResponseCache:
         with self._lock:
             self._indexes.clear()
             self._index_of.clear()
+            self._queries.clear()
 
     def report_false_hit(self, hit: CacheHit) -> None:
         """Record that ``hit`` answered the wrong question (feeds ``stats.false_hit_rate``)."""
@@ -390,8 +464,17 @@ class ResponseCache:
             index.add(entry_id, vector)
             self._index_of[entry_id] = index_key
 
+    def _know(self, entry_id: str, query: str) -> None:
+        """Keep an indexed entry's query (short ones), so the guards can refuse a candidate
+        without reading it."""
+        if len(query) <= _KNOWN_QUERY_CHARS:
+            with self._lock:
+                if entry_id in self._index_of:
+                    self._queries[entry_id] = query
+
     def _forget(self, entry_id: str) -> None:
         with self._lock:
+            self._queries.pop(entry_id, None)
             index_key = self._index_of.pop(entry_id, None)
             index = self._indexes.get(index_key) if index_key else None
             if index is not None:
@@ -400,11 +483,11 @@ class ResponseCache:
                     del self._indexes[index_key]  # type: ignore[arg-type]
 
     def _sync(self) -> None:
-        if time.monotonic() - self._synced_at < self._sync_interval:
-            return
-        self._synced_at = time.monotonic()
+        run(self.sync_steps())
+
+    def _apply(self, changes: list[Change]) -> None:
         now = time.time()
-        for change in self._backend.changes():
+        for change in changes:
             if change.op == "put" and change.vector and change.stale_until > now:
                 vector = decode_vector(change.vector)
                 if vector.shape == (self.embedder.dimension,):
@@ -415,6 +498,16 @@ class ResponseCache:
                 with self._lock:
                     self._indexes.clear()
                     self._index_of.clear()
+                    self._queries.clear()
+
+    def _backend_step(self, name: str, *args: Any) -> Step[Any]:
+        """The backend's step for ``name`` (a Redis backend's own), else its method as
+        blocking work."""
+        steps = getattr(self._backend, f"{name}_steps", None)
+        if steps is not None:
+            return (yield from steps(*args))
+        method = getattr(self._backend, name)
+        return (yield work(lambda: method(*args)))
 
     def close(self) -> None:
         """Close the store's connections."""

@@ -83,8 +83,10 @@ class RateLimiter(Protocol):
         input_delta: float | None = None,
         output_delta: float | None = None,
         lease: str | None = None,
+        request_delta: float = 0.0,
     ) -> None:
-        """Correct a reservation, and give its concurrency lease back."""
+        """Correct a reservation, and give its concurrency lease back (``request_delta=-1``:
+        and its request, for a call never sent)."""
         ...
 
     def release(self, key: str, *, tenant: str | None = None, lease: str) -> None:
@@ -129,6 +131,7 @@ class RateLimiter(Protocol):
         input_delta: float | None = None,
         output_delta: float | None = None,
         lease: str | None = None,
+        request_delta: float = 0.0,
     ) -> None:
         """Async twin of :meth:`settle`."""
         ...

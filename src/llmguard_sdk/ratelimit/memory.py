@@ -199,9 +199,10 @@ class MemoryRateLimiter:
         input_delta: float | None = None,
         output_delta: float | None = None,
         lease: str | None = None,
+        request_delta: float = 0.0,
     ) -> None:
         """Correct a reservation on ``key`` to what the call really used, and give its
-        concurrency ``lease`` back."""
+        concurrency ``lease`` back (``request_delta=-1``: and its request)."""
         with self._freed:
             now = self._clock()
             for name, limit in self._keys(key, tenant):
@@ -213,6 +214,7 @@ class MemoryRateLimiter:
                     input_delta=input_delta,
                     output_delta=output_delta,
                     lease=lease,
+                    request_delta=request_delta,
                 )
             if lease is not None:
                 self._freed.notify_all()
@@ -272,6 +274,7 @@ class MemoryRateLimiter:
         input_delta: float | None = None,
         output_delta: float | None = None,
         lease: str | None = None,
+        request_delta: float = 0.0,
     ) -> None:
         """Same as :meth:`settle` (no I/O)."""
         self.settle(
@@ -281,6 +284,7 @@ class MemoryRateLimiter:
             input_delta=input_delta,
             output_delta=output_delta,
             lease=lease,
+            request_delta=request_delta,
         )
 
     async def arelease(self, key: str, *, tenant: str | None = None, lease: str) -> None:

@@ -463,9 +463,11 @@ def settle(
     input_delta: float | None = None,
     output_delta: float | None = None,
     lease: str | None = None,
+    request_delta: float = 0.0,
 ) -> _State:
     """Correct a reservation by what the call really used (negative: a refund), and give
-    its ``lease`` back.
+    its ``lease`` back; ``request_delta=-1`` gives the request back too (a reservation made
+    ahead for a call that was never sent).
 
     ``token_delta`` is the change of input plus output tokens; ``input_delta`` and
     ``output_delta`` correct the separate limits. When only ``token_delta`` is known, a
@@ -475,7 +477,7 @@ def settle(
     if not token_delta and (input_delta is not None or output_delta is not None):
         token_delta = (input_delta or 0.0) + (output_delta or 0.0)
     deltas = (
-        0.0,
+        request_delta,
         token_delta,
         max(token_delta, 0.0) if input_delta is None else input_delta,
         max(token_delta, 0.0) if output_delta is None else output_delta,

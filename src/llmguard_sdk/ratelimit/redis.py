@@ -23,9 +23,18 @@ import time
 from importlib import resources
 from typing import Any, cast
 
-import anyio
-
-from ..store import REDIS_ERRORS, Outage, RedisScripts, RedisStore, hash_id
+from ..store import (
+    REDIS_ERRORS,
+    Outage,
+    Pause,
+    RedisScripts,
+    RedisStore,
+    Step,
+    arun,
+    delegate,
+    hash_id,
+    run,
+)
 from ._rules import LimitsConfig, Rules, new_call_id, normalize, wait_bound
 from .memory import MemoryRateLimiter
 from .policy import CONCURRENCY_POLL, Grant, Priority, RateLimit
@@ -120,6 +129,62 @@ class RedisRateLimiter:
             ]
         return keys, args
 
+    def reserve_steps(
+        self,
+        key: str,
+        *,
+        tenant: str | None = None,
+        requests: float = 1.0,
+        tokens: float = 0.0,
+        input_tokens: float | None = None,
+        output_tokens: float | None = None,
+        priority: Priority = "interactive",
+        max_wait: float | None = None,
+        lease_seconds: float | None = None,
+    ) -> Step[Grant]:
+        """:meth:`reserve` as a step of a :class:`~llmguard_sdk.store.Batch`: the first ask
+        goes out with the batch; a call queued for a concurrency slot asks again alone."""
+        cells = self._cells(key, tenant)
+        if not cells:
+            return Grant(True)
+        call_id = new_call_id()
+        keys, args = self._reserve_call(
+            cells,
+            call_id,
+            requests,
+            tokens,
+            input_tokens,
+            output_tokens,
+            priority,
+            max_wait,
+            lease_seconds,
+        )
+        until = time.monotonic() + wait_bound([limit for _, limit in cells], max_wait)
+        while self._outage.up():
+            try:
+                grant = _grant((yield self._scripts.command(0, keys, args)))
+            except REDIS_ERRORS as exc:
+                self._outage.failed(exc)
+                break
+            left = until - time.monotonic()
+            if not grant.queued or left <= 0:
+                return _final(grant)
+            yield Pause(min(left, _poll(grant)))
+        fallback: Grant = yield from delegate(
+            self._fallback,
+            "reserve",
+            key,
+            tenant=tenant,
+            requests=requests,
+            tokens=tokens,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            priority=priority,
+            max_wait=max(0.0, until - time.monotonic()),
+            lease_seconds=lease_seconds,
+        )
+        return fallback
+
     def reserve(
         self,
         key: str,
@@ -136,42 +201,18 @@ class RedisRateLimiter:
         """Reserve a call on ``key`` in Redis (keys without a limit always pass); a call
         that finds every concurrency slot taken asks again every few tens of milliseconds
         while it may wait."""
-        cells = self._cells(key, tenant)
-        if not cells:
-            return Grant(True)
-        call_id = new_call_id()
-        keys, args = self._reserve_call(
-            cells,
-            call_id,
-            requests,
-            tokens,
-            input_tokens,
-            output_tokens,
-            priority,
-            max_wait,
-            lease_seconds,
-        )
-        until = time.monotonic() + wait_bound([limit for _, limit in cells], max_wait)
-        while self._outage.up():
-            try:
-                grant = _grant(self._scripts.sync(0)(keys=keys, args=args))
-            except REDIS_ERRORS as exc:
-                self._outage.failed(exc)
-                break
-            left = until - time.monotonic()
-            if not grant.queued or left <= 0:
-                return _final(grant)
-            time.sleep(min(left, _poll(grant)))
-        return self._fallback.reserve(
-            key,
-            tenant=tenant,
-            requests=requests,
-            tokens=tokens,
-            input_tokens=input_tokens,
-            output_tokens=output_tokens,
-            priority=priority,
-            max_wait=max(0.0, until - time.monotonic()),
-            lease_seconds=lease_seconds,
+        return run(
+            self.reserve_steps(
+                key,
+                tenant=tenant,
+                requests=requests,
+                tokens=tokens,
+                input_tokens=input_tokens,
+                output_tokens=output_tokens,
+                priority=priority,
+                max_wait=max_wait,
+                lease_seconds=lease_seconds,
+            )
         )
 
     async def areserve(
@@ -188,42 +229,18 @@ class RedisRateLimiter:
         lease_seconds: float | None = None,
     ) -> Grant:
         """Async twin of :meth:`reserve`."""
-        cells = self._cells(key, tenant)
-        if not cells:
-            return Grant(True)
-        call_id = new_call_id()
-        keys, args = self._reserve_call(
-            cells,
-            call_id,
-            requests,
-            tokens,
-            input_tokens,
-            output_tokens,
-            priority,
-            max_wait,
-            lease_seconds,
-        )
-        until = time.monotonic() + wait_bound([limit for _, limit in cells], max_wait)
-        while self._outage.up():
-            try:
-                grant = _grant(await self._scripts.aio(0)(keys=keys, args=args))
-            except REDIS_ERRORS as exc:
-                self._outage.failed(exc)
-                break
-            left = until - time.monotonic()
-            if not grant.queued or left <= 0:
-                return _final(grant)
-            await anyio.sleep(min(left, _poll(grant)))
-        return await self._fallback.areserve(
-            key,
-            tenant=tenant,
-            requests=requests,
-            tokens=tokens,
-            input_tokens=input_tokens,
-            output_tokens=output_tokens,
-            priority=priority,
-            max_wait=max(0.0, until - time.monotonic()),
-            lease_seconds=lease_seconds,
+        return await arun(
+            self.reserve_steps(
+                key,
+                tenant=tenant,
+                requests=requests,
+                tokens=tokens,
+                input_tokens=input_tokens,
+                output_tokens=output_tokens,
+                priority=priority,
+                max_wait=max_wait,
+                lease_seconds=lease_seconds,
+            )
         )
 
     def _learn_call(
@@ -236,7 +253,7 @@ class RedisRateLimiter:
             args += [*(_opt(v) for v in limit.limits()), limit.period, limit.capacity()]
         return keys, args
 
-    def learn(
+    def learn_steps(
         self,
         key: str,
         *,
@@ -245,8 +262,8 @@ class RedisRateLimiter:
         remaining_input_tokens: float | None = None,
         remaining_output_tokens: float | None = None,
         pause: float | None = None,
-    ) -> None:
-        """Bring ``key``'s shared route-wide state down to what the provider reported."""
+    ) -> Step[None]:
+        """:meth:`learn` as a step of a :class:`~llmguard_sdk.store.Batch`."""
         remaining = (
             remaining_requests,
             remaining_tokens,
@@ -258,7 +275,7 @@ class RedisRateLimiter:
             return
         if self._outage.up():
             try:
-                self._scripts.sync(2)(keys=keys, args=args)
+                yield self._scripts.command(2, keys, args)
                 return
             except REDIS_ERRORS as exc:
                 self._outage.failed(exc)
@@ -269,6 +286,28 @@ class RedisRateLimiter:
             remaining_input_tokens=remaining_input_tokens,
             remaining_output_tokens=remaining_output_tokens,
             pause=pause,
+        )
+
+    def learn(
+        self,
+        key: str,
+        *,
+        remaining_requests: float | None = None,
+        remaining_tokens: float | None = None,
+        remaining_input_tokens: float | None = None,
+        remaining_output_tokens: float | None = None,
+        pause: float | None = None,
+    ) -> None:
+        """Bring ``key``'s shared route-wide state down to what the provider reported."""
+        run(
+            self.learn_steps(
+                key,
+                remaining_requests=remaining_requests,
+                remaining_tokens=remaining_tokens,
+                remaining_input_tokens=remaining_input_tokens,
+                remaining_output_tokens=remaining_output_tokens,
+                pause=pause,
+            )
         )
 
     async def alearn(
@@ -282,28 +321,15 @@ class RedisRateLimiter:
         pause: float | None = None,
     ) -> None:
         """Async twin of :meth:`learn`."""
-        remaining = (
-            remaining_requests,
-            remaining_tokens,
-            remaining_input_tokens,
-            remaining_output_tokens,
-        )
-        keys, args = self._learn_call(key, remaining, pause)
-        if not keys:
-            return
-        if self._outage.up():
-            try:
-                await self._scripts.aio(2)(keys=keys, args=args)
-                return
-            except REDIS_ERRORS as exc:
-                self._outage.failed(exc)
-        self._fallback.learn(
-            key,
-            remaining_requests=remaining_requests,
-            remaining_tokens=remaining_tokens,
-            remaining_input_tokens=remaining_input_tokens,
-            remaining_output_tokens=remaining_output_tokens,
-            pause=pause,
+        await arun(
+            self.learn_steps(
+                key,
+                remaining_requests=remaining_requests,
+                remaining_tokens=remaining_tokens,
+                remaining_input_tokens=remaining_input_tokens,
+                remaining_output_tokens=remaining_output_tokens,
+                pause=pause,
+            )
         )
 
     def _settle_call(
@@ -314,6 +340,7 @@ class RedisRateLimiter:
         input_delta: float | None,
         output_delta: float | None,
         lease: str | None,
+        request_delta: float = 0.0,
     ) -> tuple[list[str], list[Any]] | None:
         if not token_delta and (input_delta is not None or output_delta is not None):
             token_delta = (input_delta or 0.0) + (output_delta or 0.0)
@@ -322,16 +349,16 @@ class RedisRateLimiter:
             max(token_delta, 0.0) if input_delta is None else input_delta,
             max(token_delta, 0.0) if output_delta is None else output_delta,
         )
-        if lease is None and not any(deltas):
+        if lease is None and not any(deltas) and not request_delta:
             return None
         keys: list[str] = []
-        args: list[Any] = [self.clock_offset, *deltas, lease or ""]
+        args: list[Any] = [self.clock_offset, *deltas, lease or "", request_delta]
         for names, limit in self._cells(key, tenant):
             keys += names
             args += [*(_opt(v) for v in limit.limits()), limit.period]
         return (keys, args) if keys else None
 
-    def settle(
+    def settle_steps(
         self,
         key: str,
         *,
@@ -340,14 +367,17 @@ class RedisRateLimiter:
         input_delta: float | None = None,
         output_delta: float | None = None,
         lease: str | None = None,
-    ) -> None:
-        """Correct a reservation in Redis, and give its concurrency ``lease`` back."""
-        call = self._settle_call(key, tenant, token_delta, input_delta, output_delta, lease)
+        request_delta: float = 0.0,
+    ) -> Step[None]:
+        """:meth:`settle` as a step of a :class:`~llmguard_sdk.store.Batch`."""
+        call = self._settle_call(
+            key, tenant, token_delta, input_delta, output_delta, lease, request_delta
+        )
         if call is None:
             return
         if self._outage.up():
             try:
-                self._scripts.sync(1)(keys=call[0], args=call[1])
+                yield self._scripts.command(1, call[0], call[1])
                 return
             except REDIS_ERRORS as exc:
                 self._outage.failed(exc)
@@ -358,6 +388,32 @@ class RedisRateLimiter:
             input_delta=input_delta,
             output_delta=output_delta,
             lease=lease,
+            request_delta=request_delta,
+        )
+
+    def settle(
+        self,
+        key: str,
+        *,
+        tenant: str | None = None,
+        token_delta: float = 0.0,
+        input_delta: float | None = None,
+        output_delta: float | None = None,
+        lease: str | None = None,
+        request_delta: float = 0.0,
+    ) -> None:
+        """Correct a reservation in Redis, and give its concurrency ``lease`` back;
+        ``request_delta=-1`` also gives back the request (a call never sent)."""
+        run(
+            self.settle_steps(
+                key,
+                tenant=tenant,
+                token_delta=token_delta,
+                input_delta=input_delta,
+                output_delta=output_delta,
+                lease=lease,
+                request_delta=request_delta,
+            )
         )
 
     async def asettle(
@@ -369,24 +425,19 @@ class RedisRateLimiter:
         input_delta: float | None = None,
         output_delta: float | None = None,
         lease: str | None = None,
+        request_delta: float = 0.0,
     ) -> None:
         """Async twin of :meth:`settle`."""
-        call = self._settle_call(key, tenant, token_delta, input_delta, output_delta, lease)
-        if call is None:
-            return
-        if self._outage.up():
-            try:
-                await self._scripts.aio(1)(keys=call[0], args=call[1])
-                return
-            except REDIS_ERRORS as exc:
-                self._outage.failed(exc)
-        self._fallback.settle(
-            key,
-            tenant=tenant,
-            token_delta=token_delta,
-            input_delta=input_delta,
-            output_delta=output_delta,
-            lease=lease,
+        await arun(
+            self.settle_steps(
+                key,
+                tenant=tenant,
+                token_delta=token_delta,
+                input_delta=input_delta,
+                output_delta=output_delta,
+                lease=lease,
+                request_delta=request_delta,
+            )
         )
 
     def release(self, key: str, *, tenant: str | None = None, lease: str) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 from importlib import resources
 
-from ..store import REDIS_ERRORS, Outage, RedisScripts, RedisStore, hash_id
+from ..store import REDIS_ERRORS, Outage, RedisScripts, RedisStore, Step, arun, hash_id, run
 from .budget import MemoryRetryBudget, RetryBudgetPolicy
 
 __all__ = ["RedisRetryBudget"]
@@ -48,43 +48,37 @@ class RedisRetryBudget:
         p = self.policy
         return [op, p.ratio, p.min_per_second, p.window, self._ttl]
 
-    def record_request(self, route: str) -> None:
-        """Count one call sent to ``route``."""
+    def record_request_steps(self, route: str) -> Step[None]:
+        """:meth:`record_request` as a step of a :class:`~llmguard_sdk.store.Batch`."""
         if self._outage.up():
             try:
-                self._scripts.sync(0)(keys=self._key(route), args=self._args("deposit"))
+                yield self._scripts.command(0, self._key(route), self._args("deposit"))
                 return
             except REDIS_ERRORS as exc:
                 self._outage.failed(exc)
         self._fallback.record_request(route)
+
+    def try_spend_steps(self, route: str) -> Step[bool]:
+        """:meth:`try_spend` as a step of a :class:`~llmguard_sdk.store.Batch`."""
+        if self._outage.up():
+            try:
+                return bool((yield self._scripts.command(0, self._key(route), self._args("spend"))))
+            except REDIS_ERRORS as exc:
+                self._outage.failed(exc)
+        return self._fallback.try_spend(route)
+
+    def record_request(self, route: str) -> None:
+        """Count one call sent to ``route``."""
+        run(self.record_request_steps(route))
 
     def try_spend(self, route: str) -> bool:
         """Take one retry from ``route``'s shared budget."""
-        if self._outage.up():
-            try:
-                return bool(self._scripts.sync(0)(keys=self._key(route), args=self._args("spend")))
-            except REDIS_ERRORS as exc:
-                self._outage.failed(exc)
-        return self._fallback.try_spend(route)
+        return run(self.try_spend_steps(route))
 
     async def arecord_request(self, route: str) -> None:
         """Async twin of :meth:`record_request`."""
-        if self._outage.up():
-            try:
-                await self._scripts.aio(0)(keys=self._key(route), args=self._args("deposit"))
-                return
-            except REDIS_ERRORS as exc:
-                self._outage.failed(exc)
-        self._fallback.record_request(route)
+        await arun(self.record_request_steps(route))
 
     async def atry_spend(self, route: str) -> bool:
         """Async twin of :meth:`try_spend`."""
-        if self._outage.up():
-            try:
-                allowed = await self._scripts.aio(0)(
-                    keys=self._key(route), args=self._args("spend")
-                )
-                return bool(allowed)
-            except REDIS_ERRORS as exc:
-                self._outage.failed(exc)
-        return self._fallback.try_spend(route)
+        return await arun(self.try_spend_steps(route))

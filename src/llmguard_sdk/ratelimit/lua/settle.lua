@@ -1,15 +1,16 @@
 -- Correct a reservation by what the call used (negative: a refund) and give its lease back.
 -- Mirrors ratelimit.policy.settle.
 -- KEYS: three per limit (state hash, queue, leases; see reserve.lua).
--- ARGV: 1 clock offset, 2 token delta, 3 input delta, 4 output delta, 5 lease ('' for none);
+-- ARGV: 1 clock offset, 2 token delta, 3 input delta, 4 output delta, 5 lease ('' for none),
+--   6 request delta (-1: the call was never sent, its request is given back);
 --   then 5 per limit: rpm, tpm, input tpm, output tpm ('' for none), period.
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) + tonumber(clock[2]) / 1000000 + tonumber(ARGV[1])
-local deltas = {0, tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])}
+local deltas = {tonumber(ARGV[6]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])}
 local lease = ARGV[5]
 local fields = {'r', 't', 'i', 'o'}
 for c = 1, #KEYS / 3 do
-  local a = 5 + (c - 1) * 5
+  local a = 6 + (c - 1) * 5
   local period = tonumber(ARGV[a + 5])
   local state = KEYS[3 * c - 2]
   local saved = redis.call('HMGET', state, 'r', 't', 'i', 'o')
