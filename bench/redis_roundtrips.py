@@ -8,13 +8,17 @@ budget per tenant and the response cache) sends ``calls`` calls, each with a new
 the exact cache misses and every stage does its work: cache lookup, budget reserve, breaker
 permit, rate-limit reserve, the provider call, then the settles, records and the cache store.
 
-Round trips are counted by wrapping redis-py's connections in this process: every packed
-write to a socket is one round trip (a pipeline is one write), every command packed is one
-command. Calls run after ``warmup`` calls, so scripts are loaded and the cache's change stream
-is read; its periodic re-read (``sync_interval``) is counted when it falls into the run.
+Round trips are counted by wrapping redis-py's connections in this process
+(tools/roundtrips.py): a round trip is a wait for Redis, one or more packed writes sent
+before any answer is read (a pipeline to one node is one write; a Cluster pipeline writes to
+each node it touches, then reads them all: one round trip, several writes); every command
+packed is one command. Calls run after ``warmup`` calls, so scripts are loaded and the
+cache's change stream is read; its periodic re-read (``sync_interval``) rides along with a
+call's first round trip.
 
-* ``round_trips_per_call`` / ``commands_per_call``: per store kind (``standalone``, a local
-  Redis; ``cluster``, a throwaway 3-master cluster from tools/redis_cluster.py).
+* ``round_trips_per_call`` / ``writes_per_call`` / ``commands_per_call``: per store kind
+  (``standalone``, a local Redis; ``cluster``, a throwaway 3-master cluster from
+  tools/redis_cluster.py; its writes are one per node a round trip touches).
 * ``added_ms``: median latency of a call with that store minus the median with
   ``store="memory"`` (same provider, same stages); loopback Redis, so this is the SDK's
   client-side cost plus loopback latency, not a network's.
@@ -35,12 +39,10 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import redis
-import redis.connection
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 import redis_cluster
 import with_redis
+from roundtrips import RoundTrips
 
 from llmguard_sdk import Guard, OpenAICompatibleProvider
 from llmguard_sdk.budget import Budget, Budgets, Price, PriceTable
@@ -49,42 +51,6 @@ from llmguard_sdk.store import RedisStore
 from llmguard_sdk.testing import FakeProvider
 
 PRICES = PriceTable.default_table().with_prices({"fake-model": Price(input=1.0, output=2.0)})
-
-
-class Counter:
-    """Counts writes (round trips) and commands on every redis-py connection."""
-
-    def __init__(self) -> None:
-        self.writes = 0
-        self.commands = 0
-        self.on = False
-        connection = redis.connection.AbstractConnection
-        send_packed, send_one, pack_many = (
-            connection.send_packed_command,
-            connection.send_command,
-            connection.pack_commands,
-        )
-        counter = self
-
-        def counted_packed(self: Any, command: Any, check_health: bool = True) -> None:
-            if counter.on:
-                counter.writes += 1
-            send_packed(self, command, check_health)
-
-        def counted_one(self: Any, *args: Any, **options: Any) -> None:
-            if counter.on:
-                counter.commands += 1
-            send_one(self, *args, **options)
-
-        def counted_many(self: Any, commands: Any) -> Any:
-            commands = list(commands)
-            if counter.on:
-                counter.commands += len(commands)
-            return pack_many(self, commands)
-
-        connection.send_packed_command = counted_packed  # type: ignore[method-assign]
-        connection.send_command = counted_one  # type: ignore[method-assign]
-        connection.pack_commands = counted_many  # type: ignore[method-assign]
 
 
 def guard_for(fake: FakeProvider, store: str, prefix: str) -> Guard:
@@ -100,27 +66,31 @@ def guard_for(fake: FakeProvider, store: str, prefix: str) -> Guard:
     )
 
 
-def measure(
-    fake: FakeProvider, store: str, calls: int, warmup: int, counter: Counter
-) -> dict[str, float]:
-    """Latency (ms, median) and Redis round trips/commands per call for one store."""
+def measure(fake: FakeProvider, store: str, calls: int, warmup: int) -> dict[str, float]:
+    """Latency (ms, median) and Redis round trips, writes and commands per call for one
+    store."""
     prefix = f"bench-rt-{uuid.uuid4().hex[:8]}"
     guard = guard_for(fake, store, prefix)
     run = uuid.uuid4().hex[:6]
     for index in range(warmup):
         guard.chat([{"role": "user", "content": f"warm {run} {index}"}], tenant="t", max_tokens=8)
     latencies = []
-    counter.writes = counter.commands = 0
+    rounds = writes = commands = 0
     for index in range(calls):
-        counter.on = True
-        started = time.perf_counter()
-        guard.chat([{"role": "user", "content": f"ask {run} {index}"}], tenant="t", max_tokens=8)
-        latencies.append((time.perf_counter() - started) * 1000)
-        counter.on = False
+        with RoundTrips() as counted:
+            started = time.perf_counter()
+            guard.chat(
+                [{"role": "user", "content": f"ask {run} {index}"}], tenant="t", max_tokens=8
+            )
+            latencies.append((time.perf_counter() - started) * 1000)
+        rounds += counted.round_trips
+        writes += counted.writes
+        commands += counted.commands
     found = {
         "ms": statistics.median(latencies),
-        "round_trips": counter.writes / calls,
-        "commands": counter.commands / calls,
+        "round_trips": rounds / calls,
+        "writes": writes / calls,
+        "commands": commands / calls,
     }
     if isinstance(guard.store, RedisStore):
         client = guard.store.client
@@ -137,7 +107,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--redis-url", default=os.environ.get("REDIS_URL"))
     args = parser.parse_args(argv)
     calls, warmup = (20, 3) if args.quick else (300, 20)
-    counter = Counter()
     url = args.redis_url or with_redis.DEFAULT_URL
     throwaway = None
     if not with_redis.answers(url):
@@ -148,9 +117,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             FakeProvider(model="fake-model", name="primary") as fake,
             redis_cluster.RedisCluster() as cluster,
         ):
-            memory = measure(fake, "memory", calls, warmup, counter)
-            standalone = measure(fake, url, calls, warmup, counter)
-            clustered = measure(fake, cluster.url, calls, warmup, counter)
+            memory = measure(fake, "memory", calls, warmup)
+            standalone = measure(fake, url, calls, warmup)
+            clustered = measure(fake, cluster.url, calls, warmup)
     finally:
         if throwaway is not None:
             throwaway.terminate()
@@ -158,6 +127,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     result["round_trips_per_call"] = {
         "standalone": round(standalone["round_trips"], 2),
         "cluster": round(clustered["round_trips"], 2),
+    }
+    result["writes_per_call"] = {
+        "standalone": round(standalone["writes"], 2),
+        "cluster": round(clustered["writes"], 2),
     }
     result["commands_per_call"] = {
         "standalone": round(standalone["commands"], 2),
