@@ -32,7 +32,7 @@ from .errors import ProviderError, ProviderTimeoutError, RateLimitedError
 from .models import ChatResponse
 from .pipeline import Ahead, Reservation, Stages, Tail
 from .providers.base import Provider
-from .store import Step, delegate, done
+from .store import Step, delegate, done, start
 
 __all__ = ["Op", "arun", "plan", "run"]
 
@@ -277,7 +277,8 @@ def _from_ahead(op: Op, ahead: Ahead | None, stages: Stages, tail: Tail) -> tupl
     if ahead is None or op.route is None:
         return False, None
     if op.route.name != ahead.route:
-        tail.steps.extend(ahead.leftovers(stages))
+        for step in ahead.leftovers(stages):
+            tail.add(step)
         return False, None
     if op.kind == "permit":
         permit = ahead.take_permit()
@@ -319,7 +320,8 @@ def run(
                 raise
     finally:
         if ahead is not None:
-            queue_.steps.extend(ahead.leftovers(stages))
+            for step in ahead.leftovers(stages):
+                queue_.add(step)
         if own:
             queue_.flush()
 
@@ -350,7 +352,8 @@ async def arun(
                 raise
     finally:
         if ahead is not None:
-            queue_.steps.extend(ahead.leftovers(stages))
+            for step in ahead.leftovers(stages):
+                queue_.add(step)
         if own:
             with anyio.CancelScope(shield=True):
                 await queue_.aflush()
@@ -380,7 +383,10 @@ def _perform(op: Op, ctx: CallContext, stages: Stages, ahead: Ahead | None, tail
             model=pipeline.route_model(route, ctx.request),
             deadline=pipeline.attempt_deadline(ctx, stages),
         )
-    (outcome,) = tail.flush(_step(op, ctx, stages))  # with what waits: one round trip
+    ended, answer, rest = start(_step(op, ctx, stages))
+    if ended:  # in-process state: decided in place
+        return answer
+    (outcome,) = tail.flush(rest)  # with what waits: one round trip
     return outcome.result()
 
 
@@ -410,7 +416,10 @@ async def _aperform(
             model=pipeline.route_model(route, ctx.request),
             deadline=pipeline.attempt_deadline(ctx, stages),
         )
-    (outcome,) = await tail.aflush(_step(op, ctx, stages))
+    ended, answer, rest = start(_step(op, ctx, stages))
+    if ended:
+        return answer
+    (outcome,) = await tail.aflush(rest)
     return outcome.result()
 
 

@@ -62,7 +62,7 @@ from .ratelimit import Grant, RateLimiter
 from .retry.api import testing_attempts, testing_wait
 from .retry.budget import RetryBudget
 from .retry.policy import MIN_ATTEMPT_SECONDS, Decision, RetryPolicy, decide_for_error
-from .store import Batch, Outcome, Step, delegate
+from .store import Batch, Outcome, Step, delegate, start
 from .telemetry import Telemetry
 from .tokens import TokenCount, count_request_tokens, count_text_tokens
 
@@ -597,8 +597,11 @@ class Tail:
         self.steps: list[Step[Any]] = []
 
     def add(self, step: Step[Any]) -> None:
-        """Send ``step`` with the next round trip."""
-        self.steps.append(step)
+        """Send ``step`` with the next round trip (one that needs no round trip, such as a
+        memory backend's, is done at once)."""
+        ended, _, rest = start(step)
+        if not ended:
+            self.steps.append(rest)
 
     def _batch(self, more: tuple[Step[Any], ...]) -> Batch:
         batch = Batch([*self.steps, *more])
@@ -705,7 +708,8 @@ class OpeningOutcome:
         if self.held is not None and stages.spend is not None:
             self.tail.add(stages.spend.settle_steps(self.held, ctx, None))
         if self.ahead is not None:
-            self.tail.steps.extend(self.ahead.leftovers(stages))
+            for step in self.ahead.leftovers(stages):
+                self.tail.add(step)
 
     def _emit(self, stages: Stages) -> None:
         if self.notes and stages.spend is not None:
@@ -716,6 +720,14 @@ class OpeningOutcome:
 def first_route(ctx: CallContext, stages: Stages) -> Provider | None:
     """The route the chain tries first (the first one whose context holds the request)."""
     return next((route for route in stages.routes if not too_small_for(ctx, route)), None)
+
+
+def _shared(stage: Breakers | RateLimiter | None) -> bool:
+    """Whether ``stage`` keeps its state in Redis (in-process state gains nothing from being
+    asked ahead)."""
+    if isinstance(stage, Breakers):
+        return hasattr(stage.backend, "acquire_steps")
+    return hasattr(stage, "reserve_steps")
 
 
 def _opening(ctx: CallContext, stages: Stages) -> tuple[Batch, dict[str, int], OpeningOutcome]:
@@ -735,14 +747,16 @@ def _opening(ctx: CallContext, stages: Stages) -> tuple[Batch, dict[str, int], O
         )
     if spend is not None:
         where["spend"] = batch.add(spend.reserve_steps(ctx, stages, opened.notes))
-    route = first_route(ctx, stages)
-    if route is not None and (stages.breakers is not None or stages.limiter is not None):
+    breakers = stages.breakers if _shared(stages.breakers) else None
+    limiter = stages.limiter if _shared(stages.limiter) else None
+    route = first_route(ctx, stages) if breakers is not None or limiter is not None else None
+    if route is not None:  # taken ahead only where it saves a round trip
         ahead = opened.ahead = Ahead(route.name)
         seen = "closed"
-        if stages.breakers is not None:
-            where["permit"] = batch.add(stages.breakers.permit_steps(route.name))
-            seen = stages.breakers.last_seen(route.name)
-        reservation = token_reservation(ctx, stages, route)
+        if breakers is not None:
+            where["permit"] = batch.add(breakers.permit_steps(route.name))
+            seen = breakers.last_seen(route.name)
+        reservation = token_reservation(ctx, stages, route) if limiter is not None else None
         if reservation is not None and seen not in ("open", "isolated"):
             ahead.reservation = reservation
             where["reserve"] = batch.add(reserve_steps(ctx, stages, reservation))
@@ -777,13 +791,13 @@ def open_call(ctx: CallContext, stages: Stages) -> OpeningOutcome:
     """The call's first round trip: cache lookup, spend reserve, and the first route's
     permit and rate-limit reservation, in one batch (see the module docs)."""
     batch, where, opened = _opening(ctx, stages)
-    return _opened(ctx, where, batch.run(), opened)
+    return _opened(ctx, where, batch.run() if len(batch) else [], opened)
 
 
 async def aopen_call(ctx: CallContext, stages: Stages) -> OpeningOutcome:
     """Async twin of :func:`open_call`."""
     batch, where, opened = _opening(ctx, stages)
-    return _opened(ctx, where, await batch.arun(), opened)
+    return _opened(ctx, where, await batch.arun() if len(batch) else [], opened)
 
 
 def _logged(step: Step[Any]) -> Step[Any]:

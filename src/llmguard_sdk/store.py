@@ -71,6 +71,7 @@ __all__ = [
     "hash_id",
     "open_store",
     "run",
+    "start",
     "work",
 ]
 
@@ -492,13 +493,27 @@ def done(value: T) -> Step[T]:
 
 def delegate(owner: object, name: str, *args: Any, **kwargs: Any) -> Step[Any]:
     """The step of ``owner.name(*args, **kwargs)``: its ``name_steps`` when it has one (the
-    Redis backends), else a :class:`Call` of ``name`` and its async twin ``aname`` (memory
-    backends and backends of the application's own)."""
-    steps = getattr(owner, f"{name}_steps", None)
-    if steps is not None:
-        made: Step[Any] = steps(*args, **kwargs)
+    Redis backends); the call itself, made now, when ``name`` is in the owner's
+    ``inline_steps`` (memory backends' methods that never wait); else a :class:`Call` of
+    ``name`` and its async twin ``aname`` (backends of the application's own)."""
+    kind = _KINDS.get((type(owner), name))
+    if kind is None:
+        kind = _KINDS[(type(owner), name)] = (
+            "steps"
+            if hasattr(owner, f"{name}_steps")
+            else "inline"
+            if name in getattr(owner, "inline_steps", ())
+            else "call"
+        )
+    if kind == "steps":
+        made: Step[Any] = getattr(owner, f"{name}_steps")(*args, **kwargs)
         return made
+    if kind == "inline":  # in-process state that never waits
+        return done(getattr(owner, name)(*args, **kwargs))
     return _called(owner, name, args, kwargs)
+
+
+_KINDS: dict[tuple[type, str], str] = {}  # how delegate() runs a method of a class
 
 
 def _called(owner: object, name: str, args: Any, kwargs: Any) -> Step[Any]:
@@ -508,6 +523,33 @@ def _called(owner: object, name: str, args: Any, kwargs: Any) -> Step[Any]:
             lambda: getattr(owner, f"a{name}")(*args, **kwargs),
         )
     )
+
+
+def start(step: Step[T]) -> tuple[bool, Any, Step[T]]:
+    """Run ``step`` up to its first request: ``(True, value, step)`` when it ended without
+    one (in-process state, decided in place), else ``(False, None, rest)`` where ``rest``
+    goes on from that request when a :class:`Batch` runs it."""
+    try:
+        request = step.send(None)
+    except StopIteration as finished:
+        return True, finished.value, step
+    return False, None, _going_on(step, request)
+
+
+def _going_on(step: Step[T], request: Any) -> Step[T]:
+    try:
+        while True:
+            try:
+                reply = yield request
+            except Exception as exc:  # a Redis error the batch throws in
+                request = step.throw(exc)
+            else:
+                request = step.send(reply)
+    except StopIteration as finished:
+        value: T = finished.value
+        return value
+    finally:
+        step.close()
 
 
 @dataclass
@@ -527,9 +569,10 @@ class Outcome:
 class Batch:
     """Runs decision steps together, round by round: in each round every step's Redis
     commands go out in **one pipeline per store** (EVALSHA; a script Redis lacks is loaded
-    and its commands sent again), its :class:`Call` s run, and the longest :class:`Pause`
-    is waited. On Redis Cluster the pipeline writes each node's commands before reading any
-    answer, so one round costs one round trip of latency however many nodes it touches.
+    and its commands sent again) and the longest :class:`Pause` is waited; a :class:`Call`
+    is made as soon as a step asks for it. On Redis Cluster the pipeline writes each node's
+    commands before reading any answer, so one round costs one round trip of latency however
+    many nodes it touches.
 
     A Redis failure is thrown into every step whose commands it hit (each falls back the
     way its stage does); a step's own exception ends that step only (:class:`Outcome`).
@@ -549,10 +592,16 @@ class Batch:
     def run(self) -> list[Outcome]:
         """Run every step to its end with blocking I/O."""
         outcomes = [Outcome() for _ in self.steps]
-        live = self._start(outcomes)
+        live: dict[int, Any] = {}
         try:
+            for index in range(len(self.steps)):
+                self._advance(index, None, None, live, outcomes)
             while live:
-                live = self._resume(live, self._round(live), outcomes)
+                replies = self._round(live)
+                following: dict[int, Any] = {}
+                for index in live:
+                    self._advance(index, *replies[index], following, outcomes)
+                live = following
         except BaseException:
             self._abandon(live)
             raise
@@ -561,10 +610,16 @@ class Batch:
     async def arun(self) -> list[Outcome]:
         """Async twin of :meth:`run`."""
         outcomes = [Outcome() for _ in self.steps]
-        live = self._start(outcomes)
+        live: dict[int, Any] = {}
         try:
+            for index in range(len(self.steps)):
+                await self._aadvance(index, None, None, live, outcomes)
             while live:
-                live = self._resume(live, await self._around(live), outcomes)
+                replies = await self._around(live)
+                following: dict[int, Any] = {}
+                for index in live:
+                    await self._aadvance(index, *replies[index], following, outcomes)
+                live = following
         except BaseException:
             self._abandon(live)
             raise
@@ -572,38 +627,60 @@ class Batch:
 
     # -- the steps' side ---------------------------------------------------------------------
 
-    def _start(self, outcomes: list[Outcome]) -> dict[int, Any]:
-        live: dict[int, Any] = {}
-        for index in range(len(self.steps)):
-            self._advance(index, (None, None), live, outcomes)
-        return live
-
     def _advance(
         self,
         index: int,
-        reply: tuple[Any, BaseException | None],
+        value: Any,
+        error: BaseException | None,
         live: dict[int, Any],
         outcomes: list[Outcome],
     ) -> None:
+        """Resume step ``index`` with its answer until it needs Redis (or a pause) or ends;
+        a :class:`Call` it asks for is made at once (no round trip to wait for)."""
         step = self.steps[index]
-        value, error = reply
-        try:
-            live[index] = step.throw(error) if error is not None else step.send(value)
-        except StopIteration as finished:
-            outcomes[index].value = finished.value
-        except Exception as exc:
-            outcomes[index].error = exc
+        while True:
+            try:
+                request = step.throw(error) if error is not None else step.send(value)
+            except StopIteration as finished:
+                outcomes[index].value = finished.value
+                return
+            except Exception as exc:
+                outcomes[index].error = exc
+                return
+            if not isinstance(request, Call):
+                live[index] = request
+                return
+            try:
+                value, error = request.sync(), None
+            except Exception as exc:
+                value, error = None, exc
 
-    def _resume(
+    async def _aadvance(
         self,
+        index: int,
+        value: Any,
+        error: BaseException | None,
         live: dict[int, Any],
-        replies: dict[int, tuple[Any, BaseException | None]],
         outcomes: list[Outcome],
-    ) -> dict[int, Any]:
-        following: dict[int, Any] = {}
-        for index in live:
-            self._advance(index, replies[index], following, outcomes)
-        return following
+    ) -> None:
+        """Async twin of :meth:`_advance`."""
+        step = self.steps[index]
+        while True:
+            try:
+                request = step.throw(error) if error is not None else step.send(value)
+            except StopIteration as finished:
+                outcomes[index].value = finished.value
+                return
+            except Exception as exc:
+                outcomes[index].error = exc
+                return
+            if not isinstance(request, Call):
+                live[index] = request
+                return
+            try:
+                value, error = await request.aio(), None
+            except Exception as exc:
+                value, error = None, exc
 
     def _abandon(self, live: dict[int, Any]) -> None:
         for index in live:
@@ -614,9 +691,8 @@ class Batch:
     @staticmethod
     def _sort(
         live: dict[int, Any],
-    ) -> tuple[dict[RedisStore, list[tuple[int, int, Command]]], dict[int, Call], float]:
+    ) -> tuple[dict[RedisStore, list[tuple[int, int, Command]]], float]:
         commands: dict[RedisStore, list[tuple[int, int, Command]]] = {}
-        calls: dict[int, Call] = {}
         pause = 0.0
         for index, request in live.items():
             if isinstance(request, Command):
@@ -624,19 +700,15 @@ class Batch:
             elif isinstance(request, tuple):
                 for position, command in enumerate(request):
                     commands.setdefault(command.store, []).append((index, position, command))
-            elif isinstance(request, Call):
-                calls[index] = request
             elif isinstance(request, Pause):
                 pause = max(pause, request.seconds)
             else:
                 raise TypeError(f"a step yielded {request!r}, not a Command, Pause or Call")
-        return commands, calls, pause
+        return commands, pause
 
     @staticmethod
     def _gather(
-        live: dict[int, Any],
-        answers: dict[tuple[int, int], Any],
-        called: dict[int, tuple[Any, BaseException | None]],
+        live: dict[int, Any], answers: dict[tuple[int, int], Any]
     ) -> dict[int, tuple[Any, BaseException | None]]:
         replies: dict[int, tuple[Any, BaseException | None]] = {}
         for index, request in live.items():
@@ -648,44 +720,32 @@ class Batch:
                 found = [answers[(index, position)] for position in range(len(request))]
                 failure = next((a for a in found if isinstance(a, Exception)), None)
                 replies[index] = (None, failure) if failure is not None else (tuple(found), None)
-            else:
-                replies[index] = called.get(index, (None, None))
+            else:  # a pause
+                replies[index] = (None, None)
         return replies
 
     def _round(self, live: dict[int, Any]) -> dict[int, tuple[Any, BaseException | None]]:
-        commands, calls, pause = self._sort(live)
+        commands, pause = self._sort(live)
         answers: dict[tuple[int, int], Any] = {}
         for store, items in commands.items():
             for (index, position, _), answer in zip(
                 items, _execute(store, [c for _, _, c in items]), strict=True
             ):
                 answers[(index, position)] = answer
-        called: dict[int, tuple[Any, BaseException | None]] = {}
-        for index, call in calls.items():
-            try:
-                called[index] = (call.sync(), None)
-            except Exception as exc:
-                called[index] = (None, exc)
         if pause > 0:
             time.sleep(pause)
-        return self._gather(live, answers, called)
+        return self._gather(live, answers)
 
     async def _around(self, live: dict[int, Any]) -> dict[int, tuple[Any, BaseException | None]]:
-        commands, calls, pause = self._sort(live)
+        commands, pause = self._sort(live)
         answers: dict[tuple[int, int], Any] = {}
         for store, items in commands.items():
             found = await _aexecute(store, [c for _, _, c in items])
             for (index, position, _), answer in zip(items, found, strict=True):
                 answers[(index, position)] = answer
-        called: dict[int, tuple[Any, BaseException | None]] = {}
-        for index, call in calls.items():
-            try:
-                called[index] = (await call.aio(), None)
-            except Exception as exc:
-                called[index] = (None, exc)
         if pause > 0:
             await anyio.sleep(pause)
-        return self._gather(live, answers, called)
+        return self._gather(live, answers)
 
 
 def run(step: Step[T]) -> T:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from typing import ClassVar
 
 from .policy import (
     BreakerPolicy,
@@ -25,6 +26,9 @@ __all__ = ["MemoryBreakerBackend"]
 
 class MemoryBreakerBackend:
     """Per-route breakers of this process; ``clock`` is injectable for tests."""
+
+    inline_steps: ClassVar[frozenset[str]] = frozenset({"acquire", "record", "release"})
+    """Methods that never wait: a :class:`~llmguard_sdk.store.Batch` calls them in place."""
 
     def __init__(
         self, policy: BreakerPolicy, *, clock: Callable[[], float] = time.monotonic

@@ -9,7 +9,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 from .policy import (
     ROLLING_BUCKETS,
@@ -89,6 +89,9 @@ class BudgetBackend(Protocol):
 
 class MemoryBudgetBackend:
     """Counters in this process's memory; ``clock`` (epoch seconds, UTC) is injectable."""
+
+    inline_steps: ClassVar[frozenset[str]] = frozenset({"reserve", "settle"})
+    """Methods that never wait: a :class:`~llmguard_sdk.store.Batch` calls them in place."""
 
     def __init__(self, *, clock: Callable[[], float] = time.time) -> None:
         self._clock = clock

@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from typing import ClassVar
 
 import anyio
 
@@ -46,6 +47,9 @@ class MemoryRateLimiter:
     ``limits`` maps a key to one :class:`~llmguard_sdk.ratelimit.RateLimit` or several that
     all apply (a route's own and a per-tenant one, say). Keys without limits always pass.
     """
+
+    inline_steps: ClassVar[frozenset[str]] = frozenset({"settle", "learn", "release"})
+    """Methods that never wait: a :class:`~llmguard_sdk.store.Batch` calls them in place."""
 
     def __init__(
         self, limits: LimitsConfig, *, clock: Callable[[], float] = time.monotonic

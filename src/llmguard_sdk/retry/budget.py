@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NamedTuple, Protocol
+from typing import ClassVar, NamedTuple, Protocol
 
 from ..errors import ConfigurationError
 
@@ -112,6 +112,9 @@ class RetryBudget(Protocol):
 
 class MemoryRetryBudget:
     """Budgets of this process, one per route; ``clock`` is injectable for tests."""
+
+    inline_steps: ClassVar[frozenset[str]] = frozenset({"record_request", "try_spend"})
+    """Methods that never wait: a :class:`~llmguard_sdk.store.Batch` calls them in place."""
 
     def __init__(
         self,
