@@ -262,3 +262,17 @@ def test_an_unreachable_redis_is_one_failed_round_per_call_at_most() -> None:
     outcomes = Batch([step(), step()]).run()
     assert [o.result() for o in outcomes] == ["ConnectionError", "ConnectionError"]
     store.close()
+
+
+def test_a_budgeted_call_without_max_tokens_hits_the_cache(
+    fake: FakeProvider, make_guard: Callable[..., Guard]
+) -> None:
+    """The budget gives the call its default ``max_tokens`` before the cache looks it up, so
+    the lookup sees the request that was stored."""
+    guard = make_guard(
+        fake, cache=True, budgets=Budgets([Budget(100.0, scope="tenant")], prices=PRICES)
+    )
+    first = guard.chat(ask("what is the capital of France"), tenant="acme")
+    again = guard.chat(ask("what is the capital of France"), tenant="acme")
+    assert (first.route, again.route) == ("primary", "cache")
+    assert len(fake.requests) == 1

@@ -14,6 +14,11 @@ A ``redis+cluster://host:port[,host:port...]`` URL (``rediss+cluster://`` for TL
 :class:`RedisClusterStore`: the same stages on Redis Cluster, each script sent to the node
 that serves its keys' slot, MOVED and ASK redirections followed by the client.
 
+Each stage's decision is also a *step* (a generator that yields the Lua script
+:class:`Command` it needs and receives the answer); a :class:`Batch` runs the steps of many
+stages together, one pipeline per round, so a guarded call waits for Redis twice: once
+before its provider call and once after (see :mod:`llmguard_sdk.pipeline`).
+
 Connections are opened lazily, with short socket timeouts, so a Redis that is down when the
 application starts does not stop it from starting. Every store has one :class:`RedisHealth`,
 a breaker around Redis itself: after a failure every stage leaves Redis alone for a while
