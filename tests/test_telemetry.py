@@ -223,16 +223,16 @@ def test_a_budget_refusal(fake: FakeProvider, make_guard: MakeGuard, otel: Expor
 def test_budget_events_are_counted_with_hashed_scopes(
     fake: FakeProvider, make_guard: MakeGuard, otel: Exported
 ) -> None:
+    seen: list[object] = []
     budgets = Budgets(
-        [Budget(limit_usd=0.002, scope="tenant")],
-        prices=PRICES,
-        on_event=[otel.telemetry.on_budget_event],
+        [Budget(limit_usd=0.002, scope="tenant")], prices=PRICES, on_event=[seen.append]
     )
     guard = make_guard(fake, telemetry=otel.telemetry, budgets=budgets)
     with pytest.raises(BudgetExceededError):  # its worst case does not fit
         guard.chat(USER, max_tokens=10, tenant="acme")
     events = otel.by("llmguard.budget.events", "llmguard.budget.event", "value")
-    assert events.get("exhausted") == 1
+    assert events.get("exhausted") == 1  # the Guard wires its telemetry to the budgets
+    assert len(seen) == 1  # beside the application's own hook
     (left,) = otel.points("llmguard.budget.remaining")
     assert 0 <= left.value <= 0.002
     assert left.attributes["llmguard.budget.scope"].startswith("tenant:")
@@ -415,7 +415,7 @@ def test_content_is_not_captured_unless_asked(
 def test_protected_vendor_calls_get_a_span_and_metrics(fake: FakeProvider, otel: Exported) -> None:
     import openai
 
-    guard = Guard(hooks=[otel.telemetry.on_protect_event], telemetry=False, environ={})
+    guard = Guard(telemetry=otel.telemetry, environ={})
     client = openai.OpenAI(base_url=fake.base_url, api_key="sk-x", max_retries=0)
 
     @guard.protect(feature="faq")

@@ -211,7 +211,7 @@ class Guard:
             degraded_text=degraded,
             hedge_after=hedge_after,
             limiter=_limiter(rate_limits, self.store),
-            spend=_spend(budgets, prices, routes, self.store),
+            spend=_spend(budgets, prices, routes, self.store, observer),
             cache=_cache(cache, self.store),
             telemetry=observer,
         )
@@ -464,6 +464,12 @@ class Guard:
 
     # -- adoption helpers -------------------------------------------------------------------
 
+    def _protect_hooks(self) -> tuple[Hook, ...]:
+        telemetry = self._stages.telemetry
+        if telemetry is None:
+            return self._stages.hooks
+        return (*self._stages.hooks, telemetry.on_protect_event)
+
     def protect(
         self,
         func: F | None = None,
@@ -492,7 +498,7 @@ class Guard:
         def decorate(fn: F) -> F:
             return protect_function(
                 fn,
-                hooks=self._stages.hooks,
+                hooks=self._protect_hooks(),
                 route=route,
                 scope_keywords=(tenant, feature, user),
                 timeout=self._stages.timeout if timeout is None else timeout,
@@ -556,6 +562,7 @@ def _spend(
     prices: PriceTable | None,
     routes: Sequence[Provider],
     store: Store,
+    observer: Telemetry | None = None,
 ) -> SpendControl:
     if budgets is None:
         config = Budgets(prices=prices)
@@ -565,6 +572,8 @@ def _spend(
         config = Budgets(budgets, prices=prices)
     else:
         raise ConfigurationError("budgets must be a Budgets or a list of Budget")
+    if observer is not None and config.budgets:  # budget events reach the telemetry too
+        config = dataclasses.replace(config, on_event=(*config.on_event, observer.on_budget_event))
     return SpendControl(config, routes, store)
 
 
