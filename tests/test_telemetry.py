@@ -434,3 +434,27 @@ def test_protected_vendor_calls_get_a_span_and_metrics(fake: FakeProvider, otel:
     assert span.attributes["gen_ai.usage.output_tokens"] == completion.usage.completion_tokens
     (duration,) = otel.points("gen_ai.client.operation.duration")
     assert duration.attributes["gen_ai.request.model"] == "gpt-test"
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_both_legs_of_a_hedged_call_are_attempt_spans(
+    fake: FakeProvider, fake2: FakeProvider, make_guard: MakeGuard, otel: Exported, mode: str
+) -> None:
+    import anyio
+
+    guard = make_guard(fake, fake2, telemetry=otel.telemetry, hedge_after=0.05, timeout=5)
+    fake.script(Fault(latency=1.0))  # the primary is slow: the backup wins
+    answer = guard.chat(USER) if mode == "sync" else anyio.run(lambda: guard.achat(USER))
+    assert answer.route == "backup"
+    span = call_span(otel)
+    legs = {
+        a.attributes["llmguard.route"]: a.attributes
+        for a in attempts_of(otel, span)
+        if a.attributes
+    }
+    assert set(legs) == {"primary", "backup"}
+    assert legs["primary"].get("llmguard.cancelled") is True  # lost the race, no outcome
+    assert "error.type" not in legs["backup"]
+    assert "llmguard.cancelled" not in legs["backup"]
+    assert span.attributes is not None
+    assert span.attributes["llmguard.hedge_after_s"] == 0.05

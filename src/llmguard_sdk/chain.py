@@ -434,6 +434,7 @@ def _attempt(
     hedge race was ``decided`` without it: then its permit is only given back. Its
     rate-limit ``reservation`` is settled either way (a loser's tokens were spent too)."""
     started = time.monotonic()
+    record = ctx.begin_attempt(route.name)
     try:
         response = route.complete(
             ctx.request,
@@ -441,6 +442,7 @@ def _attempt(
             deadline=pipeline.attempt_deadline(ctx, stages),
         )
     except ProviderError as error:
+        record.end(error)
         _settle(stages, route, error, time.monotonic() - started, decided)
         _settle_limit(ctx, stages, reservation, error=error)
         raise
@@ -449,6 +451,7 @@ def _attempt(
             stages.breakers.release(route.name)
         _settle_limit(ctx, stages, reservation, sent=True)
         raise
+    record.end()
     _settle(stages, route, None, time.monotonic() - started, decided)
     _settle_limit(ctx, stages, reservation, response=response)
     return response
@@ -653,6 +656,7 @@ async def _hedge_async(
 
     async def attempt(route: Provider, leg: Reservation | None) -> None:
         started = time.monotonic()
+        record = ctx.begin_attempt(route.name)  # a cancelled loser stays open: "cancelled"
         try:
             response = await route.acomplete(
                 ctx.request,
@@ -660,6 +664,7 @@ async def _hedge_async(
                 deadline=pipeline.attempt_deadline(ctx, stages),
             )
         except ProviderError as error:
+            record.end(error)
             if stages.breakers is not None:
                 await stages.breakers.arecord(route.name, error, seconds=time.monotonic() - started)
             await _asettle_limit(ctx, stages, leg, error=error)
@@ -675,6 +680,7 @@ async def _hedge_async(
             await _asettle_limit(ctx, stages, leg, sent=True)
             outcome.unexpected = error
         else:
+            record.end()
             if stages.breakers is not None:
                 await stages.breakers.arecord(route.name, None, seconds=time.monotonic() - started)
             await _asettle_limit(ctx, stages, leg, response=response)
