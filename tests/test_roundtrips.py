@@ -99,6 +99,128 @@ def test_an_async_call_waits_for_redis_twice(
     assert anyio.run(main) == [(2, 9), (2, 9)]
 
 
+def _read(stream: Any) -> tuple[int, str]:
+    """Read a stream to its end: (round trips while the first chunk came, text)."""
+    chunks = iter(stream)
+    with RoundTrips() as before_first:
+        first = next(chunks)
+    return before_first.round_trips, first.text + "".join(c.text for c in chunks)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_stream_with_every_stage_waits_for_redis_twice(
+    kind: str, fake: FakeProvider, make_guard: Callable[..., Guard], redis_target: RedisTarget
+) -> None:
+    """A stream opens with the same batch as a plain call, before its first chunk, and
+    sends its records, settles and cache store in one batch after its last chunk."""
+    guard = make_guard(fake, **every_stage(redis_target(kind)))
+    for index in range(3):  # scripts loaded, the change stream read
+        with guard.chat(ask(f"warm up {index}"), stream=True, tenant="acme", max_tokens=8) as s:
+            _read(s)
+    for question in ("what is the capital of France", "how tall is Mont Blanc"):
+        with (
+            RoundTrips() as counted,
+            guard.chat(ask(question), stream=True, tenant="acme", max_tokens=8) as stream,
+        ):
+            before_first, text = _read(stream)
+        assert text
+        assert stream.response.route == "primary"
+        assert before_first == 1  # the opening batch only: nothing waits between chunks
+        assert counted.round_trips == 2
+        assert counted.commands == 9  # as a plain call's
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_an_async_stream_waits_for_redis_twice(
+    kind: str, fake: FakeProvider, make_guard: Callable[..., Guard], redis_target: RedisTarget
+) -> None:
+    guard = make_guard(fake, **every_stage(redis_target(kind)))
+
+    async def read(question: str) -> tuple[int, int, str]:
+        with RoundTrips() as counted:
+            stream = await guard.achat(ask(question), stream=True, tenant="acme", max_tokens=8)
+            async with stream:
+                with RoundTrips() as before_first:
+                    text = (await stream.__anext__()).text
+                text += "".join([chunk.text async for chunk in stream])
+        assert stream.response.route == "primary"
+        return counted.round_trips, counted.commands, text and str(before_first.round_trips)
+
+    async def main() -> list[tuple[int, int, str]]:
+        try:
+            for index in range(3):
+                await read(f"warm up {index}")
+            return [await read(q) for q in ("the capital of France", "how tall is Mont Blanc")]
+        finally:
+            await guard.aclose()
+
+    assert anyio.run(main) == [(2, 9, "1"), (2, 9, "1")]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_stream_closed_early_settles_in_one_round_trip(
+    kind: str, fake: FakeProvider, make_guard: Callable[..., Guard], redis_target: RedisTarget
+) -> None:
+    """A stream closed after its first chunk gives its concurrency lease and breaker permit
+    back and settles its spend to what was delivered, in one round trip."""
+    guard = make_guard(
+        fake,
+        **every_stage(
+            redis_target(kind), rate_limits={"primary": RateLimit(rpm=100_000, concurrency=1)}
+        ),
+    )
+    for index in range(4):
+        stream = guard.chat(ask(f"question {index}"), stream=True, tenant="acme", max_tokens=8)
+        assert any(chunk.text for chunk in stream)  # up to the first text
+        with RoundTrips() as counted:
+            stream.close()
+        if index:
+            assert counted.round_trips == 1
+    limiter = guard.rate_limiter
+    assert isinstance(limiter, RedisRateLimiter)
+    assert limiter.in_flight("primary") == 0
+    spend = guard._stages.spend
+    assert spend is not None
+    (row,) = spend.status(tenant="acme")
+    assert row["held_usd"] == 0
+    assert row["spent_usd"] > 0
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_streamed_cache_hit_gives_back_what_the_opening_took(
+    kind: str, fake: FakeProvider, make_guard: Callable[..., Guard], redis_target: RedisTarget
+) -> None:
+    """A stream answered by the cache gives back the reservation and the spend hold of its
+    opening batch in one more round trip, as a plain call does (and settles nothing twice)."""
+    guard = make_guard(
+        fake,
+        **every_stage(redis_target(kind), rate_limits={"primary": RateLimit(rpm=2, concurrency=5)}),
+    )
+    guard.chat(ask("what is the capital of France"), tenant="acme", max_tokens=8)
+    for attempt in range(3):
+        with (
+            RoundTrips() as counted,
+            guard.chat(
+                ask("what is the capital of France"), stream=True, tenant="acme", max_tokens=8
+            ) as stream,
+        ):
+            chunks = list(stream)
+        assert len(chunks) == 1
+        assert stream.response.route == "cache"
+        if attempt:
+            assert counted.round_trips == 2  # the batch, then the give-back
+            assert counted.commands == 7  # 4 asked; 3 given back (lease, permit, hold)
+    limiter = guard.rate_limiter
+    assert isinstance(limiter, RedisRateLimiter)
+    assert limiter.in_flight("primary") == 0
+    assert limiter.reserve("primary").allowed  # the first call's request, and one left
+    spend = guard._stages.spend
+    assert spend is not None
+    (row,) = spend.status(tenant="acme")
+    assert row["held_usd"] == 0
+    assert len(fake.requests) == 1
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_the_cache_change_stream_rides_along_with_the_first_round_trip(
     kind: str, fake: FakeProvider, make_guard: Callable[..., Guard], redis_target: RedisTarget

@@ -32,9 +32,9 @@ from .errors import ProviderError, ProviderTimeoutError, RateLimitedError
 from .models import ChatResponse
 from .pipeline import Ahead, Reservation, Stages, Tail
 from .providers.base import Provider
-from .store import Step, delegate, done, start
+from .store import Step, delegate, done
 
-__all__ = ["Op", "arun", "plan", "run"]
+__all__ = ["Op", "arun", "from_ahead", "plan", "run"]
 
 
 @dataclass(frozen=True)
@@ -271,7 +271,7 @@ def _give_back(stages: Stages, op: Op, tail: Tail) -> None:
         tail.add(delegate(stages.limiter, "settle", reservation.route, **args))
 
 
-def _from_ahead(op: Op, ahead: Ahead | None, stages: Stages, tail: Tail) -> tuple[bool, Any]:
+def from_ahead(op: Op, ahead: Ahead | None, stages: Stages, tail: Tail) -> tuple[bool, Any]:
     """(found, answer): the answer taken ahead for ``op``, if any. An op for another route
     means the plan left the first route: what it did not take is given back."""
     if ahead is None or op.route is None:
@@ -360,7 +360,7 @@ async def arun(
 
 
 def _perform(op: Op, ctx: CallContext, stages: Stages, ahead: Ahead | None, tail: Tail) -> Any:
-    found, answer = _from_ahead(op, ahead, stages, tail)
+    found, answer = from_ahead(op, ahead, stages, tail)
     if found:
         return answer
     if op.kind in _DEFERRED:
@@ -383,17 +383,13 @@ def _perform(op: Op, ctx: CallContext, stages: Stages, ahead: Ahead | None, tail
             model=pipeline.route_model(route, ctx.request),
             deadline=pipeline.attempt_deadline(ctx, stages),
         )
-    ended, answer, rest = start(_step(op, ctx, stages))
-    if ended:  # in-process state: decided in place
-        return answer
-    (outcome,) = tail.flush(rest)  # with what waits: one round trip
-    return outcome.result()
+    return tail.ask(_step(op, ctx, stages))  # in place, or one round trip with what waits
 
 
 async def _aperform(
     op: Op, ctx: CallContext, stages: Stages, ahead: Ahead | None, tail: Tail
 ) -> Any:
-    found, answer = _from_ahead(op, ahead, stages, tail)
+    found, answer = from_ahead(op, ahead, stages, tail)
     if found:
         return answer
     if op.kind in _DEFERRED:
@@ -416,11 +412,7 @@ async def _aperform(
             model=pipeline.route_model(route, ctx.request),
             deadline=pipeline.attempt_deadline(ctx, stages),
         )
-    ended, answer, rest = start(_step(op, ctx, stages))
-    if ended:
-        return answer
-    (outcome,) = await tail.aflush(rest)
-    return outcome.result()
+    return await tail.aask(_step(op, ctx, stages))
 
 
 def _attempt(

@@ -19,7 +19,9 @@ have room. When an earlier stage says no (a cache hit, a budget refusal, an open
 what was taken ahead is given back (one more round trip, off the happy path). What needs no
 answer (breaker records, rate-limit settles, the retry budget's request count, the spend
 settle, the cache store) waits in the call's :class:`Tail` and goes out together after the
-provider call: two round trips per call when everything goes well.
+provider call: two round trips per call when everything goes well. Streams do the same:
+the opening batch before the provider call, the tail after the last chunk
+(:mod:`llmguard_sdk.streaming`).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import anyio.to_thread
 
@@ -69,6 +71,8 @@ from .tokens import TokenCount, count_request_tokens, count_text_tokens
 __all__ = ["Ahead", "Hook", "InputFilter", "OpeningOutcome", "OutputFilter", "Tail"]
 
 logger = logging.getLogger("llmguard_sdk")
+
+T = TypeVar("T")
 
 _ROUTE_STATUSES = frozenset({402, 404})  # no credit here; this route lacks the model or path
 
@@ -531,58 +535,6 @@ def _from_cache(ctx: CallContext, hit: CacheHit) -> ChatResponse:
     )
 
 
-def cached_response(ctx: CallContext, stages: Stages) -> ChatResponse | None:
-    """The cache's answer for this call (exact or semantic), or None on a miss."""
-    if stages.cache is None:
-        return None
-    hit = stages.cache.lookup(
-        _cache_request(ctx, stages), ctx.scope, tags=ctx.cache_tags, cacheable=ctx.cacheable
-    )
-    return None if hit is None else _from_cache(ctx, hit)
-
-
-async def acached_response(ctx: CallContext, stages: Stages) -> ChatResponse | None:
-    """Async twin of :func:`cached_response`."""
-    if stages.cache is None:
-        return None
-    hit = await stages.cache.alookup(
-        _cache_request(ctx, stages), ctx.scope, tags=ctx.cache_tags, cacheable=ctx.cacheable
-    )
-    return None if hit is None else _from_cache(ctx, hit)
-
-
-def remember(ctx: CallContext, stages: Stages, response: ChatResponse) -> None:
-    """Store a provider's answer in the cache (a failure to store never fails the call)."""
-    if stages.cache is None or response.route in (CACHE, DEGRADED):
-        return
-    try:
-        stages.cache.store(
-            _cache_request(ctx, stages),
-            response,
-            ctx.scope,
-            tags=ctx.cache_tags,
-            cacheable=ctx.cacheable,
-        )
-    except Exception:
-        logger.exception("response cache: storing an answer failed")
-
-
-async def aremember(ctx: CallContext, stages: Stages, response: ChatResponse) -> None:
-    """Async twin of :func:`remember`."""
-    if stages.cache is None or response.route in (CACHE, DEGRADED):
-        return
-    try:
-        await stages.cache.astore(
-            _cache_request(ctx, stages),
-            response,
-            ctx.scope,
-            tags=ctx.cache_tags,
-            cacheable=ctx.cacheable,
-        )
-    except Exception:
-        logger.exception("response cache: storing an answer failed")
-
-
 class Tail:
     """What a call still has to tell the stages, sent together: decisions whose answer the
     call does not wait for (breaker records, rate-limit settles, the retry budget's request
@@ -614,6 +566,23 @@ class Tail:
             if outcome.error is not None:
                 raise outcome.error
         return outcomes[len(pending) :]
+
+    def ask(self, step: Step[T]) -> T:
+        """The answer of ``step``: decided in place when it needs no round trip, else in one
+        round trip that takes what waits along."""
+        ended, answer, rest = start(step)
+        if ended:
+            return answer  # type: ignore[no-any-return]
+        (outcome,) = self.flush(rest)
+        return outcome.result()  # type: ignore[no-any-return]
+
+    async def aask(self, step: Step[T]) -> T:
+        """Async twin of :meth:`ask`."""
+        ended, answer, rest = start(step)
+        if ended:
+            return answer  # type: ignore[no-any-return]
+        (outcome,) = await self.aflush(rest)
+        return outcome.result()  # type: ignore[no-any-return]
 
     def flush(self, *more: Step[Any]) -> list[Outcome]:
         """Send what waits, and ``more``, in one batch; the outcomes of ``more``."""

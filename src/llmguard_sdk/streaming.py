@@ -5,6 +5,14 @@ the caller: after that, a broken stream raises
 :class:`~llmguard_sdk.errors.StreamInterruptedError` and is never replayed (the caller would see
 the text twice).
 
+Round trips: a stream opens with the batch of a plain call (:func:`pipeline.open_call
+<llmguard_sdk.pipeline.open_call>`: cache lookup, spend reserve, the first route's permit and
+rate-limit reservation taken ahead) before its provider call, and its decisions that need no
+answer (breaker records, rate-limit settles and learning, the retry budget's request count,
+the spend settle, the cache store, the give-backs) wait in the call's
+:class:`~llmguard_sdk.pipeline.Tail`, sent in one batch after the last chunk (or when the
+stream is closed): two round trips when all goes well, none between chunks.
+
 .. versionadded:: 0.1.0
 """
 
@@ -22,15 +30,17 @@ from typing import Any
 import anyio
 import anyio.abc
 
-from . import pipeline
+from . import chain, pipeline
 from .breaker import Permit
 from .budget.control import Held, SpendControl
 from .context import AttemptRecord, CallContext
 from .errors import ProviderError, ProviderTimeoutError, RateLimitedError, StreamInterruptedError
 from .models import ChatResponse, StreamChunk, Usage
-from .pipeline import Reservation, Stages
+from .pipeline import Ahead, OpeningOutcome, Reservation, Stages, Tail
 from .providers.base import Provider
+from .ratelimit import Grant
 from .retry.policy import Decision
+from .store import delegate
 from .tokens import count_text_tokens
 
 __all__ = ["AsyncChatStream", "ChatStream"]
@@ -192,6 +202,10 @@ class _StreamBase:
         self._tried: set[str] = set()  # routes a hedge race already used up
         self._winner_first: Provider | None = None
         self._winner_reservation: Reservation | None = None
+        self._tail = Tail()  # decisions that need no answer: sent after the last chunk
+        self._ahead: Ahead | None = None  # the first route's permit and reservation
+        self._opening: OpeningOutcome | None = None
+        self._seen = _Seen()
 
     @property
     def response(self) -> ChatResponse:
@@ -268,29 +282,65 @@ class _StreamBase:
         else:
             args, taught = assembler.limit_steps(reservation, error)
         if args is not None:
-            limiter.settle(reservation.route, **args)
+            self._tail.add(delegate(limiter, "settle", reservation.route, **args))
         if taught is not None:
-            limiter.learn(reservation.route, **taught)
+            self._tail.add(delegate(limiter, "learn", reservation.route, **taught))
 
-    async def _asettle_limit(
-        self,
-        reservation: Reservation | None,
-        assembler: _Assembler | None,
-        error: ProviderError | None = None,
-    ) -> None:
-        """Async twin of :meth:`_settle_limit` (shielded: it also runs when cancelled)."""
-        limiter = self._stages.limiter
-        if reservation is None or limiter is None or reservation.done:
+    # -- the call's shared state: taken ahead, asked with what waits, or deferred ---------
+
+    def _opened(self, opening: OpeningOutcome) -> ChatResponse | None:
+        """Take over the opening batch's decisions (see :meth:`OpeningOutcome.begin`): a
+        cached answer, or None when the stream goes to its routes (under the spend hold's
+        stages, when a budget holds it). A hit or a refusal has queued its give-backs
+        already; only a stream that goes to its routes owes :meth:`_closing` anything."""
+        self._tail, self._ahead = opening.tail, opening.ahead
+        cached = opening.begin(self._ctx, self._stages)
+        if cached is None:
+            self._opening = opening
+            if opening.held is not None:
+                self._stages, self._request = opening.held.stages, self._ctx.request
+        return cached
+
+    def _watch(self, chunk: StreamChunk) -> None:
+        """Note what a budgeted stream delivered (to settle one that ends early)."""
+        if self._opening is not None and self._opening.held is not None:
+            self._seen.add(chunk)
+
+    def _closing(self, stages: Stages) -> None:
+        """Queue what the stream's end still owes: the give-back of what was taken ahead
+        and not used, and the spend settle (to the final response, else to what was
+        delivered; nothing delivered: the hold is released)."""
+        opening = self._opening
+        if opening is None:
             return
-        if assembler is None:
-            args, taught = pipeline.settle_args(reservation), None
-        else:
-            args, taught = assembler.limit_steps(reservation, error)
-        with anyio.CancelScope(shield=True):
-            if args is not None:
-                await limiter.asettle(reservation.route, **args)
-            if taught is not None:
-                await limiter.alearn(reservation.route, **taught)
+        self._give_back_ahead()
+        held, spend = opening.held, stages.spend
+        if held is not None and spend is not None and not held.done:
+            served = self._response or self._seen.partial(spend, self._ctx, held)
+            self._tail.add(spend.settle_steps(held, self._ctx, served))
+
+    def _give_back_ahead(self) -> None:
+        if self._ahead is not None:
+            for step in self._ahead.leftovers(self._stages):
+                self._tail.add(step)
+
+    def _from_ahead(self, op: chain.Op) -> tuple[bool, Any]:
+        return chain.from_ahead(op, self._ahead, self._stages, self._tail)
+
+    def _count_request(self, route: Provider) -> None:
+        """The retry budget's request count for ``route`` (deferred: it needs no answer)."""
+        if self._stages.budget is not None:
+            self._tail.add(delegate(self._stages.budget, "record_request", route.name))
+
+    def _record(self, route: Provider, error: ProviderError | None, seconds: float) -> None:
+        """The breaker's record of an attempt's outcome (deferred)."""
+        if self._stages.breakers is not None:
+            self._tail.add(self._stages.breakers.record_steps(route.name, error, seconds=seconds))
+
+    def _release(self, route: Provider) -> None:
+        """Give back a breaker permit whose attempt has no outcome (deferred)."""
+        if self._stages.breakers is not None:
+            self._tail.add(self._stages.breakers.release_steps(route.name))
 
     def _worth_yielding(self, chunk: StreamChunk) -> bool:
         """Skip chunks that carry nothing (a retry's second role-only opening chunk)."""
@@ -389,64 +439,75 @@ class ChatStream(_StreamBase):
 
     def __init__(self, ctx: CallContext, stages: Stages) -> None:
         super().__init__(ctx, stages)
-        spending = stages.spend is not None and stages.spend.active
-        chunks = self._spending(self._run()) if spending else self._run()
-        self._chunks = chunks if stages.cache is None else self._caching(chunks)
+        self._chunks = self._guarded()
 
-    def _caching(
-        self, chunks: Generator[StreamChunk, None, None]
-    ) -> Generator[StreamChunk, None, None]:
-        """The response cache around the stream: a hit is replayed as one chunk (nothing is
-        reserved or sent); a provider's complete answer is stored at the end."""
-        cached = pipeline.cached_response(self._ctx, self._stages)
-        if cached is not None:
-            chunks.close()
-            yield self._as_chunk(cached)
-            return
-        yield from chunks
-        if self._response is not None:
-            pipeline.remember(self._ctx, self._stages, self._response)
-
-    def _spending(
-        self, chunks: Generator[StreamChunk, None, None]
-    ) -> Generator[StreamChunk, None, None]:
-        """The spend budget around the stream: reserve first, settle at the end (to the final
-        usage, or to what was delivered when the stream ended early), release on failure."""
-        spend = self._stages.spend
-        assert spend is not None
-        held = spend.reserve(self._ctx, self._stages)
-        self._stages, self._request = held.stages, self._ctx.request
-        seen = _Seen()
+    def _guarded(self) -> Generator[StreamChunk, None, None]:
+        """The stream between its two round trips: the opening batch (a cache hit is
+        replayed as one chunk, a refusal raised), the routes' chunks as they come, then one
+        batch with the tail: records, settles, the spend settle and the cache store (also
+        when the stream ends early or fails)."""
+        stages = self._stages
+        chunks: Generator[StreamChunk, None, None] | None = None
         try:
+            cached = self._opened(pipeline.open_call(self._ctx, stages))
+            if cached is not None:
+                yield self._as_chunk(cached)
+                return
+            chunks = self._run()
             for chunk in chunks:
-                seen.add(chunk)
+                self._watch(chunk)
                 yield chunk
+            if self._response is not None:
+                pipeline.remember_later(self._ctx, stages, self._response, self._tail)
         finally:
-            chunks.close()
-            spend.settle(held, self._ctx, self._response or seen.partial(spend, self._ctx, held))
+            if chunks is not None:
+                chunks.close()
+            self._closing(stages)
+            self._tail.flush()
+
+    def _permit(self, route: Provider) -> Permit:
+        """``route``'s breaker permit: taken ahead, else asked with what waits."""
+        found, permit = self._from_ahead(chain.Op("permit", route))
+        if found:
+            return permit  # type: ignore[no-any-return]
+        assert self._stages.breakers is not None
+        return self._tail.ask(self._stages.breakers.permit_steps(route.name))
+
+    def _reserve(self, route: Provider, reservation: Reservation) -> Grant:
+        """``route``'s rate-limit reservation: taken ahead, else asked with what waits."""
+        found, grant = self._from_ahead(chain.Op("reserve", route, reservation=reservation))
+        if found:
+            return grant  # type: ignore[no-any-return]
+        return self._tail.ask(pipeline.reserve_steps(self._ctx, self._stages, reservation))
+
+    def _sleep(self, seconds: float) -> None:
+        """Wait (what waits in the tail goes out first)."""
+        self._tail.flush()
+        time.sleep(seconds)
 
     def _run(self) -> Generator[StreamChunk, None, None]:
         budget, breakers, limiter = self._stages.budget, self._stages.breakers, self._stages.limiter
         preopened: dict[str, Generator[StreamChunk, None, None]] = {}
         usable = self._hedge_candidates()
         for index, first in enumerate(usable[:-1]):
-            permit = breakers.permit(first.name) if breakers is not None else None
+            permit = self._permit(first) if breakers is not None else None
             if permit is not None and not permit.allowed:
                 self._refused(first, permit)
                 continue
+            self._give_back_ahead()  # the race reserves its own legs
+            self._tail.flush()
             pair = (first, usable[index + 1])
             preopened = self._after_race(race_sync(self._ctx, self._stages, self._request, pair))
             break
         for route in self._route_order(preopened):
             if pipeline.too_small_for(self._ctx, route):
                 continue
-            if budget is not None:
-                budget.record_request(route.name)
+            self._count_request(route)
             attempt, previous_wait, previous = 0, 0.0, None
             while True:
                 raced = preopened.pop(route.name, None)
                 if raced is None and breakers is not None:
-                    permit = breakers.permit(route.name)
+                    permit = self._permit(route)
                     if not permit.allowed:
                         pipeline.route_refused(self._ctx, self._stages, route, permit)
                         break
@@ -456,17 +517,14 @@ class ChatStream(_StreamBase):
                     else pipeline.token_reservation(self._ctx, self._stages, route)
                 )
                 if reservation is not None and limiter is not None and not reservation.granted:
-                    grant = limiter.reserve(
-                        route.name, **pipeline.reserve_args(self._ctx, reservation)
-                    )
-                    pipeline.granted(reservation, grant)
+                    grant = self._reserve(route, reservation)
                     if not grant.allowed:
                         pipeline.route_rate_limited(self._ctx, route, grant)
-                        if breakers is not None:
-                            breakers.release(route.name)
+                        self._release(route)
                         break
-                    self._ctx.rate_wait_s += grant.wait
-                    time.sleep(grant.wait)
+                    if grant.wait > 0:  # our slot lies a little ahead: wait for it
+                        self._ctx.rate_wait_s += grant.wait
+                        self._sleep(grant.wait)
                 attempt += 1
                 assembler = self._start_attempt(route.name)
                 chunks = raced or route.stream(
@@ -484,28 +542,29 @@ class ChatStream(_StreamBase):
                     finished = True
                 except ProviderError as failure:
                     self._settle_limit(reservation, assembler, failure)
-                    if breakers is not None:
-                        breakers.record(route.name, failure, seconds=assembler.seconds())
-                        recorded = True
+                    self._record(route, failure, assembler.seconds())
+                    recorded = True
                     exc = previous = pipeline.real_error(failure, previous)
                     decision = self._plan_retry(exc, assembler, attempt, previous_wait)
                     if (
                         decision.retry
-                        and (budget is None or budget.try_spend(route.name))
+                        and (
+                            budget is None
+                            or self._tail.ask(delegate(budget, "try_spend", route.name))
+                        )
                         and pipeline.still_fits(self._ctx, decision)
                     ):
-                        time.sleep(pipeline.note_retry(self._ctx, route, exc, attempt, decision))
+                        self._sleep(pipeline.note_retry(self._ctx, route, exc, attempt, decision))
                         previous_wait = decision.wait
                         continue
                     self._leave_route(route, exc, assembler)
                     break
                 finally:
                     chunks.close()
-                    if breakers is not None and not (finished or recorded):
-                        breakers.release(route.name)  # closed early: no outcome to record
+                    if not (finished or recorded):
+                        self._release(route)  # closed early: no outcome to record
                     self._settle_limit(reservation, assembler)  # closed early, or the end
-                if breakers is not None:
-                    breakers.record(route.name, None, seconds=assembler.seconds())
+                self._record(route, None, assembler.seconds())
                 self._finish_route(assembler, route.name)
                 return
         degraded = self._degraded()
@@ -563,52 +622,62 @@ class AsyncChatStream(_StreamBase):
 
     def __init__(self, ctx: CallContext, stages: Stages) -> None:
         super().__init__(ctx, stages)
-        spending = stages.spend is not None and stages.spend.active
-        chunks = self._spending(self._run()) if spending else self._run()
-        self._chunks = chunks if stages.cache is None else self._caching(chunks)
+        self._chunks = self._guarded()
 
-    async def _caching(
-        self, chunks: AsyncGenerator[StreamChunk, None]
-    ) -> AsyncGenerator[StreamChunk, None]:
-        """Async twin of :meth:`ChatStream._caching`."""
-        cached = await pipeline.acached_response(self._ctx, self._stages)
-        if cached is not None:
-            await chunks.aclose()
-            yield self._as_chunk(cached)
-            return
-        async for chunk in chunks:
-            yield chunk
-        if self._response is not None:
-            await pipeline.aremember(self._ctx, self._stages, self._response)
-
-    async def _spending(
-        self, chunks: AsyncGenerator[StreamChunk, None]
-    ) -> AsyncGenerator[StreamChunk, None]:
-        """Async twin of :meth:`ChatStream._spending`."""
-        spend = self._stages.spend
-        assert spend is not None
-        held = await spend.areserve(self._ctx, self._stages)
-        self._stages, self._request = held.stages, self._ctx.request
-        seen = _Seen()
+    async def _guarded(self) -> AsyncGenerator[StreamChunk, None]:
+        """Async twin of :meth:`ChatStream._guarded` (its end is shielded from
+        cancellation)."""
+        stages = self._stages
+        chunks: AsyncGenerator[StreamChunk, None] | None = None
         try:
+            cached = self._opened(await pipeline.aopen_call(self._ctx, stages))
+            if cached is not None:
+                yield self._as_chunk(cached)
+                return
+            chunks = self._run()
             async for chunk in chunks:
-                seen.add(chunk)
+                self._watch(chunk)
                 yield chunk
+            if self._response is not None:
+                await pipeline.aremember_later(self._ctx, stages, self._response, self._tail)
         finally:
             with anyio.CancelScope(shield=True):
-                await chunks.aclose()
-                served = self._response or seen.partial(spend, self._ctx, held)
-                await spend.asettle(held, self._ctx, served)
+                if chunks is not None:
+                    await chunks.aclose()
+                self._closing(stages)
+                await self._tail.aflush()
+
+    async def _permit(self, route: Provider) -> Permit:
+        """Async twin of :meth:`ChatStream._permit`."""
+        found, permit = self._from_ahead(chain.Op("permit", route))
+        if found:
+            return permit  # type: ignore[no-any-return]
+        assert self._stages.breakers is not None
+        return await self._tail.aask(self._stages.breakers.permit_steps(route.name))
+
+    async def _reserve(self, route: Provider, reservation: Reservation) -> Grant:
+        """Async twin of :meth:`ChatStream._reserve`."""
+        found, grant = self._from_ahead(chain.Op("reserve", route, reservation=reservation))
+        if found:
+            return grant  # type: ignore[no-any-return]
+        return await self._tail.aask(pipeline.reserve_steps(self._ctx, self._stages, reservation))
+
+    async def _sleep(self, seconds: float) -> None:
+        """Async twin of :meth:`ChatStream._sleep`."""
+        await self._tail.aflush()
+        await anyio.sleep(seconds)
 
     async def _run(self) -> AsyncGenerator[StreamChunk, None]:
         budget, breakers, limiter = self._stages.budget, self._stages.breakers, self._stages.limiter
         preopened: dict[str, AsyncGenerator[StreamChunk, None]] = {}
         usable = self._hedge_candidates()
         for index, first in enumerate(usable[:-1]):
-            permit = await breakers.apermit(first.name) if breakers is not None else None
+            permit = await self._permit(first) if breakers is not None else None
             if permit is not None and not permit.allowed:
                 self._refused(first, permit)
                 continue
+            self._give_back_ahead()  # the race reserves its own legs
+            await self._tail.aflush()
             pair = (first, usable[index + 1])
             race = await race_async(self._ctx, self._stages, self._request, pair)
             preopened = self._after_race(race)
@@ -616,13 +685,12 @@ class AsyncChatStream(_StreamBase):
         for route in self._route_order(preopened):
             if pipeline.too_small_for(self._ctx, route):
                 continue
-            if budget is not None:
-                await budget.arecord_request(route.name)
+            self._count_request(route)
             attempt, previous_wait, previous = 0, 0.0, None
             while True:
                 raced = preopened.pop(route.name, None)
                 if raced is None and breakers is not None:
-                    permit = await breakers.apermit(route.name)
+                    permit = await self._permit(route)
                     if not permit.allowed:
                         pipeline.route_refused(self._ctx, self._stages, route, permit)
                         break
@@ -632,21 +700,19 @@ class AsyncChatStream(_StreamBase):
                     else pipeline.token_reservation(self._ctx, self._stages, route)
                 )
                 if reservation is not None and limiter is not None and not reservation.granted:
-                    grant = await limiter.areserve(
-                        route.name, **pipeline.reserve_args(self._ctx, reservation)
-                    )
-                    pipeline.granted(reservation, grant)
+                    grant = await self._reserve(route, reservation)
                     if not grant.allowed:
                         pipeline.route_rate_limited(self._ctx, route, grant)
-                        if breakers is not None:
-                            await breakers.arelease(route.name)
+                        self._release(route)
                         break
-                    self._ctx.rate_wait_s += grant.wait
-                    try:
-                        await anyio.sleep(grant.wait)
-                    except BaseException:  # cancelled while waiting: nothing was sent
-                        await self._asettle_limit(reservation, None)
-                        raise
+                    if grant.wait > 0:  # our slot lies a little ahead: wait for it
+                        self._ctx.rate_wait_s += grant.wait
+                        try:
+                            await self._sleep(grant.wait)
+                        except BaseException:  # cancelled while waiting: nothing was sent
+                            self._settle_limit(reservation, None)
+                            self._release(route)
+                            raise
                 attempt += 1
                 assembler = self._start_attempt(route.name)
                 chunks = raced or route.astream(
@@ -663,30 +729,32 @@ class AsyncChatStream(_StreamBase):
                             yield chunk
                     finished = True
                 except ProviderError as failure:
-                    await self._asettle_limit(reservation, assembler, failure)
-                    if breakers is not None:
-                        await breakers.arecord(route.name, failure, seconds=assembler.seconds())
-                        recorded = True
+                    self._settle_limit(reservation, assembler, failure)
+                    self._record(route, failure, assembler.seconds())
+                    recorded = True
                     exc = previous = pipeline.real_error(failure, previous)
                     decision = self._plan_retry(exc, assembler, attempt, previous_wait)
                     if (
                         decision.retry
-                        and (budget is None or await budget.atry_spend(route.name))
+                        and (
+                            budget is None
+                            or await self._tail.aask(delegate(budget, "try_spend", route.name))
+                        )
                         and pipeline.still_fits(self._ctx, decision)
                     ):
                         wait = pipeline.note_retry(self._ctx, route, exc, attempt, decision)
-                        await anyio.sleep(wait)
+                        await self._sleep(wait)
                         previous_wait = decision.wait
                         continue
                     self._leave_route(route, exc, assembler)
                     break
                 finally:
-                    await chunks.aclose()
-                    if breakers is not None and not (finished or recorded):
-                        await breakers.arelease(route.name)  # closed early: no outcome
-                    await self._asettle_limit(reservation, assembler)  # closed early, or the end
-                if breakers is not None:
-                    await breakers.arecord(route.name, None, seconds=assembler.seconds())
+                    with anyio.CancelScope(shield=True):
+                        await chunks.aclose()
+                    if not (finished or recorded):
+                        self._release(route)  # closed early: no outcome
+                    self._settle_limit(reservation, assembler)  # closed early, or the end
+                self._record(route, None, assembler.seconds())
                 self._finish_route(assembler, route.name)
                 return
         degraded = self._degraded()
