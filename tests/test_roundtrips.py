@@ -187,6 +187,39 @@ def test_a_stream_closed_early_settles_in_one_round_trip(
 
 
 @pytest.mark.parametrize("kind", KINDS)
+def test_a_hedged_stream_races_on_what_the_opening_took(
+    kind: str,
+    fake: FakeProvider,
+    fake2: FakeProvider,
+    make_guard: Callable[..., Guard],
+    redis_target: RedisTarget,
+) -> None:
+    """A hedged stream's first leg runs on the permit and reservation of the opening batch;
+    the first route answers before the hedge, so nothing more is asked, and the leases go
+    back with the tail."""
+    limits = {
+        "primary": RateLimit(rpm=100_000, concurrency=1),
+        "backup": RateLimit(rpm=100_000, concurrency=1),
+    }
+    guard = make_guard(
+        fake, fake2, hedge_after=30.0, **every_stage(redis_target(kind), rate_limits=limits)
+    )
+    for index in range(4):
+        with (
+            RoundTrips() as counted,
+            guard.chat(ask(f"question {index}"), stream=True, tenant="acme", max_tokens=8) as s,
+        ):
+            assert "".join(chunk.text for chunk in s)
+        assert s.response.route == "primary"
+        if index:
+            assert counted.round_trips == 2
+    limiter = guard.rate_limiter
+    assert isinstance(limiter, RedisRateLimiter)
+    assert (limiter.in_flight("primary"), limiter.in_flight("backup")) == (0, 0)
+    assert not fake2.requests
+
+
+@pytest.mark.parametrize("kind", KINDS)
 def test_a_streamed_cache_hit_gives_back_what_the_opening_took(
     kind: str, fake: FakeProvider, make_guard: Callable[..., Guard], redis_target: RedisTarget
 ) -> None:

@@ -327,6 +327,21 @@ class _StreamBase:
     def _from_ahead(self, op: chain.Op) -> tuple[bool, Any]:
         return chain.from_ahead(op, self._ahead, self._stages, self._tail)
 
+    def _first_leg(self, route: Provider) -> tuple[Reservation | None, Grant | None]:
+        """A hedge race's first leg, when its reservation was taken ahead: (the
+        reservation, its grant); (None, None) and the race reserves it itself."""
+        reservation = pipeline.token_reservation(self._ctx, self._stages, route)
+        if reservation is None:
+            return None, None
+        found, grant = self._from_ahead(chain.Op("reserve", route, reservation=reservation))
+        return (reservation, grant) if found else (None, None)
+
+    def _leg_refused(self, route: Provider, grant: Grant) -> None:
+        """The first leg's rate limit had no room: as a race whose first leg was refused."""
+        pipeline.route_rate_limited(self._ctx, route, grant)
+        self._release(route)
+        self._tried.add(route.name)
+
     def _count_request(self, route: Provider) -> None:
         """The retry budget's request count for ``route`` (deferred: it needs no answer)."""
         if self._stages.budget is not None:
@@ -483,7 +498,8 @@ class ChatStream(_StreamBase):
     def _sleep(self, seconds: float) -> None:
         """Wait (what waits in the tail goes out first)."""
         self._tail.flush()
-        time.sleep(seconds)
+        if seconds > 0:
+            time.sleep(seconds)
 
     def _run(self) -> Generator[StreamChunk, None, None]:
         budget, breakers, limiter = self._stages.budget, self._stages.breakers, self._stages.limiter
@@ -494,10 +510,15 @@ class ChatStream(_StreamBase):
             if permit is not None and not permit.allowed:
                 self._refused(first, permit)
                 continue
-            self._give_back_ahead()  # the race reserves its own legs
-            self._tail.flush()
+            leg, grant = self._first_leg(first)
+            self._give_back_ahead()  # the rest: the race reserves its other leg itself
+            if grant is not None and not grant.allowed:
+                self._leg_refused(first, grant)
+                break
+            self._sleep(grant.wait if grant is not None else 0.0)
             pair = (first, usable[index + 1])
-            preopened = self._after_race(race_sync(self._ctx, self._stages, self._request, pair))
+            race = race_sync(self._ctx, self._stages, self._request, pair, first_leg=leg)
+            preopened = self._after_race(race)
             break
         for route in self._route_order(preopened):
             if pipeline.too_small_for(self._ctx, route):
@@ -665,7 +686,8 @@ class AsyncChatStream(_StreamBase):
     async def _sleep(self, seconds: float) -> None:
         """Async twin of :meth:`ChatStream._sleep`."""
         await self._tail.aflush()
-        await anyio.sleep(seconds)
+        if seconds > 0:
+            await anyio.sleep(seconds)
 
     async def _run(self) -> AsyncGenerator[StreamChunk, None]:
         budget, breakers, limiter = self._stages.budget, self._stages.breakers, self._stages.limiter
@@ -676,10 +698,19 @@ class AsyncChatStream(_StreamBase):
             if permit is not None and not permit.allowed:
                 self._refused(first, permit)
                 continue
-            self._give_back_ahead()  # the race reserves its own legs
-            await self._tail.aflush()
+            leg, grant = self._first_leg(first)
+            self._give_back_ahead()  # the rest: the race reserves its other leg itself
+            if grant is not None and not grant.allowed:
+                self._leg_refused(first, grant)
+                break
+            try:
+                await self._sleep(grant.wait if grant is not None else 0.0)
+            except BaseException:  # cancelled while waiting: nothing was sent
+                self._settle_limit(leg, None)
+                self._release(first)
+                raise
             pair = (first, usable[index + 1])
-            race = await race_async(self._ctx, self._stages, self._request, pair)
+            race = await race_async(self._ctx, self._stages, self._request, pair, first_leg=leg)
             preopened = self._after_race(race)
             break
         for route in self._route_order(preopened):
@@ -950,9 +981,17 @@ def _timed_out(route: Provider) -> ProviderTimeoutError:
 
 
 def race_sync(
-    ctx: CallContext, stages: Stages, request: Any, pair: tuple[Provider, Provider]
+    ctx: CallContext,
+    stages: Stages,
+    request: Any,
+    pair: tuple[Provider, Provider],
+    *,
+    first_leg: Reservation | None = None,
 ) -> _Race:
-    """Race ``pair`` to the first content (the second starts after ``ctx.hedge_after``)."""
+    """Race ``pair`` to the first content (the second starts after ``ctx.hedge_after``).
+
+    ``first_leg``: the first route's rate-limit reservation, already granted (taken ahead,
+    in the call's first round trip); without it the race reserves it."""
     delay = ctx.hedge_after or 0.0
     events: queue.SimpleQueue[_Runner] = queue.SimpleQueue()
     runners: dict[str, tuple[_Runner, Generator[StreamChunk, None, None], threading.Thread]] = {}
@@ -977,7 +1016,11 @@ def race_sync(
             events.put(runner)
 
     def start(route: Provider, *, wait: bool) -> bool:
-        allowed, leg = _reserve_leg(ctx, stages, route, wait=wait)
+        leg: Reservation | None
+        if route is pair[0] and first_leg is not None:
+            allowed, leg = True, first_leg
+        else:
+            allowed, leg = _reserve_leg(ctx, stages, route, wait=wait)
         if not allowed:
             race.refused.append(route)
             return False
@@ -1053,7 +1096,12 @@ def race_sync(
 
 
 async def race_async(
-    ctx: CallContext, stages: Stages, request: Any, pair: tuple[Provider, Provider]
+    ctx: CallContext,
+    stages: Stages,
+    request: Any,
+    pair: tuple[Provider, Provider],
+    *,
+    first_leg: Reservation | None = None,
 ) -> _Race:
     """Async twin of :func:`race_sync`; the loser is cancelled."""
     delay = ctx.hedge_after or 0.0
@@ -1099,7 +1147,9 @@ async def race_async(
         waiting += 1
         tasks.start_soon(prefetch, runner, chunks)
 
-    allowed, first_leg = await _areserve_leg(ctx, stages, pair[0], wait=True)
+    allowed = True
+    if first_leg is None:
+        allowed, first_leg = await _areserve_leg(ctx, stages, pair[0], wait=True)
     if not allowed:
         race.refused.append(pair[0])
         return race
