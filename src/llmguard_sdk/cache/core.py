@@ -5,12 +5,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 import anyio.to_thread
 import numpy as np
@@ -182,9 +183,7 @@ class ResponseCache:
         keys = self.keys(request, scope, tags)
         entry: CacheEntry | None = yield from self._backend_step("get", keys.exact)
         if entry is not None and entry.fresh_until > time.time():
-            hit: CacheHit | None = CacheHit(
-                "exact", entry.entry_id, 1.0, entry.chat_response(), entry.query
-            )
+            hit: CacheHit | None = _hit("exact", entry, 1.0)
         elif self.semantic and keys.query.strip() and self._indexes:
             hit = yield work(lambda: self._semantic(keys, stale=False))
         else:
@@ -233,7 +232,7 @@ class ResponseCache:
         hit = self._find(self.keys(request, scope, tags), stale=True)
         if hit is not None:
             self.stats.stale_hits += 1
-            return CacheHit("stale", hit.entry_id, hit.similarity, hit.response, hit.query)
+            return dataclasses.replace(hit, kind="stale")
         return None
 
     async def alookup(
@@ -268,7 +267,7 @@ class ResponseCache:
         now = time.time()
         entry = self._backend.get(keys.exact)
         if entry is not None and (stale or entry.fresh_until > now):
-            return CacheHit("exact", entry.entry_id, 1.0, entry.chat_response(), entry.query)
+            return _hit("exact", entry, 1.0)
         if not self.semantic or not keys.query.strip():
             return None
         self._sync()
@@ -276,9 +275,8 @@ class ResponseCache:
 
     def _semantic(self, keys: CacheKeys, *, stale: bool) -> CacheHit | None:
         """The closest earlier query's answer that passes every check, or None. A candidate
-        whose query this process knows is checked by the guards before it is read."""
-        if not self.semantic or not keys.query.strip():
-            return None
+        whose query this process knows is checked by the guards before it is read. Callers
+        check that the cache is semantic and the query not blank."""
         now = time.time()
         index = self._indexes.get(self._index_key(keys))
         if index is None:
@@ -306,9 +304,7 @@ class ResponseCache:
             if refusal is not None:
                 self._count_rejection(refusal)
                 return None
-            return CacheHit(
-                "semantic", entry.entry_id, match.similarity, entry.chat_response(), entry.query
-            )
+            return _hit("semantic", entry, match.similarity)
         return None
 
     def _count_rejection(self, reason: str) -> None:
@@ -512,3 +508,7 @@ class ResponseCache:
     def close(self) -> None:
         """Close the store's connections."""
         self.state.close()
+
+
+def _hit(kind: Literal["exact", "semantic"], entry: CacheEntry, similarity: float) -> CacheHit:
+    return CacheHit(kind, entry.entry_id, similarity, entry.chat_response(), entry.query)
