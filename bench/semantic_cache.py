@@ -27,11 +27,12 @@ import json
 import random
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
-from llmguard_sdk.cache import DEFAULT_THRESHOLD, ResponseCache
+from llmguard_sdk.cache import DEFAULT_THRESHOLD, Embedder, ResponseCache
 from llmguard_sdk.models import ChatRequest, ChatResponse, Message
 
 _DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "gptcache_mock_data.json"
@@ -45,10 +46,29 @@ def _answer(text: str) -> ChatResponse:
     return ChatResponse(text=text, finish_reason="stop")
 
 
+class _Remembering:
+    """Wraps an embedder and remembers its vectors, so a sweep embeds each text once."""
+
+    def __init__(self, embedder: Embedder) -> None:
+        self.inner = embedder
+        self.name = embedder.name
+        self.dimension = embedder.dimension
+        self._known: dict[str, np.ndarray] = {}
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        missing = [t for t in dict.fromkeys(texts) if t not in self._known]
+        if missing:
+            self._known.update(zip(missing, self.inner.embed(missing), strict=True))
+        return np.stack([self._known[t] for t in texts])
+
+
 def sweep(
-    pairs: list[dict[str, str]], thresholds: list[float], guards: bool = True
+    pairs: list[dict[str, str]],
+    thresholds: list[float],
+    guards: bool = True,
+    embedder: Embedder | None = None,
 ) -> list[dict[str, float]]:
-    cache = ResponseCache(max_entries=100_000, guards=guards)
+    cache = ResponseCache(max_entries=100_000, guards=guards, embedder=embedder)
     for pair in pairs:
         cache.store(_request(pair["origin"]), _answer(pair["origin"]))
     rows = []

