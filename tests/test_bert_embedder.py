@@ -25,6 +25,7 @@ from llmguard_sdk.cache import (
     suggested_threshold,
 )
 from llmguard_sdk.cache.bert import MINILM_PACKAGE, read_safetensors
+from llmguard_sdk.cli import main
 from llmguard_sdk.errors import ConfigurationError
 from llmguard_sdk.models import ChatRequest, ChatResponse, Message
 
@@ -198,3 +199,27 @@ def test_cache_with_the_minilm_hybrid_serves_paraphrases_and_refuses_swaps() -> 
     assert hit.response.text == "Use the link."
     assert cache.lookup(_request("How do I cancel my subscription?")) is None
     assert cache.lookup(_request("What is the capital of France?")) is None
+
+
+def test_calibrate_cli_with_the_hybrid_embedder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rows = [
+        ("How do I reset my password?", "What are the steps to reset a password?", True),
+        ("How do I cancel my order?", "What's the way to cancel an order I placed?", True),
+        ("How do I cancel my order?", "How do I cancel my subscription?", False),
+        ("What is the capital of France?", "How do I reset my password?", False),
+    ]
+    path = tmp_path / "pairs.jsonl"
+    path.write_text(
+        "".join(json.dumps({"query": q, "cached": c, "duplicate": d}) + "\n" for q, c, d in rows),
+        encoding="utf-8",
+    )
+    assert main(["cache", "calibrate", str(path), "--embedder", "hybrid", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["embedder"].startswith("hybrid(0.7*bert:all-MiniLM-L6-v2")
+    chosen = next(r for r in report["table"] if r["threshold"] == report["threshold"])
+    assert chosen["tp"] == 2
+    assert chosen["fp"] == 0
+    assert main(["cache", "calibrate", str(path), "--embedder", "minilm"]) == 0
+    assert "embedder=BertEmbedder.all_minilm_l6_v2(), threshold=" in capsys.readouterr().out

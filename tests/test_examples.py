@@ -63,6 +63,13 @@ EXPECTED = {
         "stats: 1 exact, 1 semantic",
         "provider down:",
     ],
+    "minilm_cache.py": [
+        "  default        (threshold 0.55): miss",
+        "  minilm hybrid  (threshold 0.7): 0.74 -> Use the 'Forgot password' link",
+        "  minilm hybrid  (threshold 0.7): 0.77 -> Open Orders, pick the order, press Cancel.",
+        "How do I cancel my subscription?\n  default        (threshold 0.55): miss\n"
+        "  minilm hybrid  (threshold 0.7): miss",
+    ],
     "budgets.py": [
         "call 1: large cost $0.000810 (estimated)",
         "alert: tenant:acme reached 50%",

@@ -1,9 +1,11 @@
 """``llmguard cache calibrate PAIRS.jsonl --precision 0.99``: choose a similarity threshold.
 
 Scores every labelled pair (see :mod:`llmguard_sdk.cache.calibrate` for the file format)
-with the default embedder and the false-hit guards, prints the trade-off table (threshold,
-precision, recall, right and wrong hits) and the lowest threshold that meets the precision
-target; exits with 1 when no threshold does.
+with an embedder (``--embedder``: ``hashing``, the default; ``minilm``, all-MiniLM-L6-v2 in
+numpy; ``hybrid``, the two side by side as :meth:`HybridEmbedder.minilm
+<llmguard_sdk.cache.HybridEmbedder.minilm>`) and the false-hit guards, prints the trade-off
+table (threshold, precision, recall, right and wrong hits) and the lowest threshold that meets
+the precision target; exits with 1 when no threshold does.
 
 .. versionadded:: 0.2.0
 """
@@ -17,7 +19,9 @@ from typing import Any
 
 from ..errors import ConfigurationError
 from .calibrate import calibrate, pick_threshold, read_pairs
-from .embedders import HashingEmbedder
+from .embedders import Embedder, HashingEmbedder, HybridEmbedder
+
+EMBEDDERS = ("hashing", "minilm", "hybrid")
 
 __all__ = ["add_cache_command", "run_cache_command"]
 
@@ -36,7 +40,18 @@ def add_cache_command(commands: Any) -> None:
     calibrate_parser.add_argument(
         "--no-guards", action="store_true", help="score similarity alone (guards off)"
     )
+    calibrate_parser.add_argument(
+        "--embedder", choices=EMBEDDERS, default="hashing", help="what embeds the texts (hashing)"
+    )
     calibrate_parser.add_argument("--json", action="store_true", help="print JSON")
+
+
+def _embedder(name: str) -> Embedder:
+    if name == "minilm":
+        from .bert import BertEmbedder
+
+        return BertEmbedder.all_minilm_l6_v2()
+    return HybridEmbedder.minilm() if name == "hybrid" else HashingEmbedder()
 
 
 def run_cache_command(args: argparse.Namespace) -> int:
@@ -44,7 +59,8 @@ def run_cache_command(args: argparse.Namespace) -> int:
     if not 0.0 < args.precision <= 1.0:
         raise ConfigurationError("--precision must be in (0, 1]")
     pairs = read_pairs(args.pairs)
-    rows = calibrate(pairs, embedder=HashingEmbedder(), guards=not args.no_guards)
+    embedder = _embedder(args.embedder)
+    rows = calibrate(pairs, embedder=embedder, guards=not args.no_guards)
     chosen = pick_threshold(rows, args.precision)
     if args.json:
         table = [
@@ -55,6 +71,7 @@ def run_cache_command(args: argparse.Namespace) -> int:
             json.dumps(
                 {
                     "pairs": len(pairs),
+                    "embedder": embedder.name,
                     "precision_target": args.precision,
                     "threshold": None if chosen is None else chosen.threshold,
                     "table": table,
@@ -73,5 +90,8 @@ def run_cache_command(args: argparse.Namespace) -> int:
         if chosen is None:
             print("no threshold meets the target: label more pairs or use a stronger embedder")
         else:
-            print(f"use ResponseCache(threshold={chosen.threshold})")
+            how = {"hashing": "", "minilm": "embedder=BertEmbedder.all_minilm_l6_v2(), "}.get(
+                args.embedder, "embedder=HybridEmbedder.minilm(), "
+            )
+            print(f"use ResponseCache({how}threshold={chosen.threshold})")
     return 0 if chosen is not None else 1
