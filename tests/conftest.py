@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import uuid
 from collections.abc import Callable, Iterator
@@ -116,19 +117,48 @@ def cluster_prefix(redis_cluster_url: str) -> Iterator[str]:
     store.close()
 
 
+def redis8_binary() -> str | None:
+    """A Redis 8 server (vector sets), as ``tools/redis8.py`` builds it, or None."""
+    configured = os.environ.get("LLMGUARD_REDIS8_SERVER")
+    if configured:
+        return configured
+    built = Path(__file__).resolve().parents[1] / ".venv" / "redis8" / "redis-server"
+    return str(built) if built.exists() else None
+
+
+@pytest.fixture(scope="session")
+def redis8_url() -> Iterator[str]:
+    """A throwaway Redis 8 (with vector sets) on a free loopback port, for server-side vector
+    search; skips where ``tools/redis8.py`` could not build one."""
+    binary = redis8_binary()
+    if binary is None:
+        pytest.skip("no Redis 8 server: run python tools/redis8.py (make install-dev does)")
+    process, url, workdir = with_redis.start_throwaway(binary)
+    try:
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
 RedisTarget = Callable[[str], tuple[str, str]]
 
 
 @pytest.fixture
 def redis_target(request: pytest.FixtureRequest) -> RedisTarget:
-    """``redis_target(kind)``: (URL, key prefix) of a real standalone Redis (``"redis"``) or
-    of the 3-master cluster (``"cluster"``), with the prefix's keys cleaned up afterwards."""
+    """``redis_target(kind)``: (URL, key prefix) of a real standalone Redis (``"redis"``), of
+    the 3-master cluster (``"cluster"``) or of a Redis 8 with vector sets (``"redis8"``; a
+    throwaway server, so the prefix is only unique), with the prefix's keys cleaned up
+    afterwards."""
 
     def target(kind: str) -> tuple[str, str]:
         if kind == "cluster":
             return request.getfixturevalue("redis_cluster_url"), request.getfixturevalue(
                 "cluster_prefix"
             )
+        if kind == "redis8":
+            return request.getfixturevalue("redis8_url"), f"llmguard-test-{uuid.uuid4().hex[:12]}"
         return request.getfixturevalue("redis_url"), request.getfixturevalue("redis_prefix")
 
     return target

@@ -38,12 +38,17 @@ def answer(text: str, **fields: Any) -> ChatResponse:
     return ChatResponse(text=text, finish_reason=fields.pop("finish_reason", "stop"), **fields)
 
 
-@pytest.fixture(params=["memory", "redis", "cluster"])
+@pytest.fixture(params=["memory", "redis", "cluster", "server_search"])
 def make_cache(request: pytest.FixtureRequest, redis_target: RedisTarget) -> Iterator[Any]:
+    """Caches in memory, in Redis, in a Redis Cluster, and in a Redis 8 with the vectors
+    searched on the server (``vector_search="server"``)."""
     caches: list[ResponseCache] = []
 
     def build(**options: Any) -> ResponseCache:
-        if request.param != "memory":
+        if request.param == "server_search":
+            url, prefix = redis_target("redis8")
+            cache = ResponseCache(url, key_prefix=prefix, vector_search="server", **options)
+        elif request.param != "memory":
             url, prefix = redis_target(request.param)
             options.setdefault("sync_interval", 0.0)
             cache = ResponseCache(url, key_prefix=prefix, **options)

@@ -50,13 +50,14 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def start_throwaway() -> tuple[subprocess.Popen[bytes], str, str]:
-    """Start a redis-server on a free loopback port; return (process, url, workdir)."""
+def start_throwaway(binary: str | None = None) -> tuple[subprocess.Popen[bytes], str, str]:
+    """Start a redis-server (``binary``, default :func:`redis_binary`) on a free loopback
+    port; return (process, url, workdir)."""
     port = free_port()
     workdir = tempfile.mkdtemp(prefix="llmguard-redis-")
     process = subprocess.Popen(
         [
-            redis_binary(),
+            binary or redis_binary(),
             "--port",
             str(port),
             "--bind",

@@ -1,9 +1,11 @@
 """Where cache entries live: this process's memory, or Redis shared by every process.
 
 Both backends keep entries with a time to live and evict the least recently used beyond
-``max_entries``. The semantic index itself always lives in each process's memory (a lookup
+``max_entries``. The semantic index lives in each process's memory by default (a lookup
 searches it without a network round trip); a backend reports the changes other processes
-made through :meth:`changes`, which the Redis backend reads from a stream.
+made through :meth:`changes`, which the Redis backend reads from a stream. With Redis 8 (or
+any server with vector sets) the Redis backend can keep the vectors on the server instead:
+one vector set per partition, searched with ``VSIM`` (:meth:`RedisCacheBackend.search`).
 
 .. versionadded:: 0.1.0
 """
@@ -17,8 +19,14 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Literal, Protocol
 
+import numpy as np
+import numpy.typing as npt
+import redis
+
+from ..errors import ConfigurationError
 from ..store import REDIS_ERRORS, Outage, RedisScripts, RedisStore, Step, hash_id, run
-from .entry import CacheEntry
+from .entry import CacheEntry, decode_vector
+from .index import Match
 
 __all__ = ["CacheBackend", "Change", "MemoryCacheBackend", "RedisCacheBackend"]
 
@@ -27,6 +35,7 @@ _PUT = _LUA.joinpath("put.lua").read_text(encoding="utf-8")
 _GET = _LUA.joinpath("get.lua").read_text(encoding="utf-8")
 _CLEAR = _LUA.joinpath("clear.lua").read_text(encoding="utf-8")
 _READ = _LUA.joinpath("read.lua").read_text(encoding="utf-8")
+_SEARCH = _LUA.joinpath("search.lua").read_text(encoding="utf-8")
 _BATCH = 1000  # change-stream messages read at once
 
 
@@ -108,18 +117,28 @@ class RedisCacheBackend:
     recently used first), ``...:uses`` (the LRU's clock) and ``...:log`` (the change stream);
     one hash tag per namespace, so every script runs on one Redis Cluster slot. When Redis
     cannot be reached, reads are misses and writes are dropped for a few seconds (logged once).
+
+    With ``vector_search=True`` the vectors also go to the server: ``...:v:<index key>`` is
+    one partition's vector set (``VADD`` ... ``NOQUANT``: exact float32 cosine) and
+    ``...:vix`` maps entry ids to their partition, so eviction and :meth:`clear` remove them.
+    An entry that expired leaves its vector set when a search meets it.
     """
 
-    def __init__(self, store: RedisStore, namespace: str, max_entries: int) -> None:
+    def __init__(
+        self, store: RedisStore, namespace: str, max_entries: int, *, vector_search: bool = False
+    ) -> None:
         self._store = store
         tag = hash_id(namespace)
+        self.vector_search = vector_search
+        self._vector_sets = store.key("cache", tag, "v") + ":"
+        self._vector_index = store.key("cache", tag, "vix")
         self._entry_prefix = store.key("cache", tag, "e") + ":"
         self._lru = store.key("cache", tag, "lru")
         self._log = store.key("cache", tag, "log")
         self._uses = store.key("cache", tag, "uses")
         self._max = max_entries
         self._stream_length = max(1000, 2 * max_entries)
-        self._scripts = RedisScripts(store, _PUT, _GET, _CLEAR, _READ)
+        self._scripts = RedisScripts(store, _PUT, _GET, _CLEAR, _READ, _SEARCH)
         self._cursor = "0-0"
         self._outage = Outage("response cache", "serving misses", store)
 
@@ -144,10 +163,19 @@ class RedisCacheBackend:
         if not self._outage.up():
             return []
         ttl_ms = max(1, int((entry.stale_until - time.time()) * 1000))
+        server_vector = b""
+        if self.vector_search and entry.vector:
+            server_vector = decode_vector(entry.vector).astype(np.float32).tobytes()
         try:
             evicted = yield self._scripts.command(
                 0,
-                [self._entry_prefix + entry.entry_id, self._lru, self._log, self._uses],
+                [
+                    self._entry_prefix + entry.entry_id,
+                    self._lru,
+                    self._log,
+                    self._uses,
+                    self._vector_index,
+                ],
                 [
                     entry.entry_id,
                     entry.model_dump_json(),
@@ -158,12 +186,55 @@ class RedisCacheBackend:
                     entry.vector or "",
                     entry.stale_until,
                     self._stream_length,
+                    self._vector_sets if self.vector_search else "",
+                    server_vector,
                 ],
             )
         except REDIS_ERRORS as exc:
             self._outage.failed(exc)
             return []
         return [_text(item) for item in evicted]
+
+    def search_steps(
+        self, index_key: str, vector: npt.NDArray[np.float32], k: int
+    ) -> Step[list[Match]]:
+        """The ``k`` entries of partition ``index_key`` nearest to ``vector``, searched on
+        the server (``VSIM``), best first; expired entries are dropped on the way."""
+        if not self._outage.up():
+            return []
+        try:
+            found = yield self._scripts.command(
+                4,
+                [self._vector_sets + index_key, self._vector_index],
+                [vector.astype(np.float32).tobytes(), k, self._entry_prefix],
+            )
+        except REDIS_ERRORS as exc:
+            self._outage.failed(exc)
+            return []
+        # VSIM scores are (1 + cosine) / 2.
+        return [
+            Match(_text(found[i]), 2.0 * float(found[i + 1]) - 1.0) for i in range(0, len(found), 2)
+        ]
+
+    def search(self, index_key: str, vector: npt.NDArray[np.float32], k: int) -> list[Match]:
+        """See :meth:`search_steps`."""
+        return run(self.search_steps(index_key, vector, k))
+
+    def check_vector_search(self) -> bool:
+        """Whether the server has vector sets; raises :class:`ConfigurationError` when it
+        answers without them, returns False when it cannot be reached (checked later)."""
+        try:
+            self._store.client.execute_command(  # type: ignore[no-untyped-call]
+                "VCARD", self._vector_sets + "probe"
+            )
+        except redis.ResponseError as exc:
+            raise ConfigurationError(
+                "vector_search='server' needs a Redis with vector sets (VADD / VSIM, Redis 8 "
+                f"or later); this server answered: {exc}"
+            ) from None
+        except REDIS_ERRORS:
+            return False
+        return True
 
     def changes_steps(self) -> Step[list[Change]]:
         """:meth:`changes` as a step of a :class:`~llmguard_sdk.store.Batch` (a backlog of
@@ -195,8 +266,8 @@ class RedisCacheBackend:
         """See :class:`CacheBackend`."""
         try:
             self._scripts.sync(2)(
-                keys=[self._lru, self._log, self._uses],
-                args=[self._entry_prefix, self._stream_length],
+                keys=[self._lru, self._log, self._uses, self._vector_index],
+                args=[self._entry_prefix, self._stream_length, self._vector_sets],
             )
         except REDIS_ERRORS as exc:
             self._outage.failed(exc)

@@ -25,7 +25,7 @@ from .backends import CacheBackend, Change, MemoryCacheBackend, RedisCacheBacken
 from .embedders import DEFAULT_THRESHOLD, Embedder, HashingEmbedder, suggested_threshold
 from .entry import CacheEntry, CacheHit, CacheStats, decode_vector, encode_vector
 from .guards import Verifier, guard_rejection
-from .index import VectorIndex
+from .index import Match, VectorIndex
 from .keys import CacheKeys, request_keys
 
 __all__ = ["DEFAULT_THRESHOLD", "ResponseCache"]
@@ -33,6 +33,7 @@ __all__ = ["DEFAULT_THRESHOLD", "ResponseCache"]
 logger = logging.getLogger("llmguard_sdk")
 
 _NEAR_MISS_BAND = 0.1
+_CANDIDATES = 4  # nearest entries read per semantic search
 _RECENT_VECTORS = 256
 _KNOWN_QUERY_CHARS = 2048  # longer queries are not kept in memory (the entry is read instead)
 _SERVABLE_FINISH = frozenset({"stop", "end_turn", "stop_sequence"})
@@ -67,6 +68,12 @@ class ResponseCache:
         margin: refuse a semantic match when another entry with a different answer scores
             within ``margin`` of it (an ambiguous question); 0 turns the check off.
         sync_interval: seconds between reads of other processes' changes (Redis only).
+        vector_search: ``"local"`` (default): every process searches its own in-memory
+            index, kept in step through the change stream, no round trip per search;
+            ``"server"``: the vectors live in Redis vector sets (Redis 8: ``VADD`` /
+            ``VSIM``), one per partition, and each semantic search is one round trip — for
+            caches too large to hold in every process. Needs a Redis store whose server has
+            vector sets (:class:`~llmguard_sdk.errors.ConfigurationError` otherwise).
     """
 
     def __init__(
@@ -89,6 +96,7 @@ class ResponseCache:
         per_user: bool = False,
         key_prefix: str = "llmguard",
         sync_interval: float = 0.5,
+        vector_search: Literal["local", "server"] = "local",
     ) -> None:
         if ttl <= 0 or stale_ttl < 0:
             raise ConfigurationError("ttl must be positive and stale_ttl not negative")
@@ -101,6 +109,8 @@ class ResponseCache:
             raise ConfigurationError("threshold must be in [-1, 1], margin in [0, 1)")
         if not namespace or not version:
             raise ConfigurationError("namespace and version must not be empty")
+        if vector_search not in ("local", "server"):
+            raise ConfigurationError("vector_search must be 'local' or 'server'")
         self.state = open_store(store, key_prefix=key_prefix)
         self.namespace = namespace
         self.version = version
@@ -117,11 +127,21 @@ class ResponseCache:
         self.stats = CacheStats()
         self._sync_interval = sync_interval
         self._synced_at = -float("inf")
-        self._backend: CacheBackend = (
-            RedisCacheBackend(self.state, namespace, max_entries)
-            if isinstance(self.state, RedisStore)
-            else MemoryCacheBackend(max_entries)
-        )
+        self.vector_search = vector_search
+        self._server: RedisCacheBackend | None = None
+        self._backend: CacheBackend
+        if isinstance(self.state, RedisStore):
+            self._backend = RedisCacheBackend(
+                self.state, namespace, max_entries, vector_search=vector_search == "server"
+            )
+            if vector_search == "server":
+                self._server = self._backend
+                if not self._backend.check_vector_search():
+                    logger.warning("Redis unreachable: vector search support not checked yet")
+        elif vector_search == "server":
+            raise ConfigurationError("vector_search='server' needs a Redis store")
+        else:
+            self._backend = MemoryCacheBackend(max_entries)
         self._indexes: dict[str, VectorIndex] = {}
         self._index_of: dict[str, str] = {}
         self._queries: dict[str, str] = {}  # entry id -> its query, when known and short
@@ -185,7 +205,7 @@ class ResponseCache:
         entry: CacheEntry | None = yield from self._backend_step("get", keys.exact)
         if entry is not None and entry.fresh_until > time.time():
             hit: CacheHit | None = _hit("exact", entry, 1.0)
-        elif self.semantic and keys.query.strip() and self._indexes:
+        elif self.semantic and keys.query.strip() and (self._indexes or self._server):
             hit = yield work(lambda: self._semantic(keys, stale=False))
         else:
             hit = None
@@ -200,7 +220,11 @@ class ResponseCache:
     def sync_steps(self) -> Step[None]:
         """Apply the changes other processes made (read at most every ``sync_interval``
         seconds), as a step of a :class:`~llmguard_sdk.store.Batch`."""
-        if not self.semantic or time.monotonic() - self._synced_at < self._sync_interval:
+        if (
+            not self.semantic
+            or self._server
+            or time.monotonic() - self._synced_at < self._sync_interval
+        ):
             return
         self._synced_at = time.monotonic()
         changes: list[Change] = yield from self._backend_step("changes")
@@ -279,11 +303,9 @@ class ResponseCache:
         whose query this process knows is checked by the guards before it is read. Callers
         check that the cache is semantic and the query not blank."""
         now = time.time()
-        index = self._indexes.get(self._index_key(keys))
-        if index is None:
-            return None
         vector = self._vector(keys.query)
-        for match in index.search(vector, k=4):
+        matches = self._candidates(self._index_key(keys), vector)
+        for match in matches:
             if match.similarity < self.threshold:
                 if match.similarity >= self.threshold - _NEAR_MISS_BAND:
                     self.stats.near_misses += 1
@@ -301,30 +323,33 @@ class ResponseCache:
             self._know(entry.entry_id, entry.query)
             if not stale and entry.fresh_until <= now:
                 continue
-            refusal = self._refusal(keys.query, entry, match.similarity, index, vector)
+            refusal = self._refusal(keys.query, entry, match.similarity, matches)
             if refusal is not None:
                 self._count_rejection(refusal)
                 return None
             return _hit("semantic", entry, match.similarity)
         return None
 
+    def _candidates(self, index_key: str, vector: npt.NDArray[np.float32]) -> list[Match]:
+        """The nearest entries of one partition, best first: from this process's index, or
+        from the server's vector set (one round trip)."""
+        if self._server is not None:
+            return self._server.search(index_key, vector, _CANDIDATES)
+        index = self._indexes.get(index_key)
+        return index.search(vector, k=_CANDIDATES) if index is not None else []
+
     def _count_rejection(self, reason: str) -> None:
         self.stats.guard_rejections[reason] = self.stats.guard_rejections.get(reason, 0) + 1
 
     def _refusal(
-        self,
-        query: str,
-        entry: CacheEntry,
-        similarity: float,
-        index: VectorIndex,
-        vector: npt.NDArray[np.float32],
+        self, query: str, entry: CacheEntry, similarity: float, matches: list[Match]
     ) -> str | None:
         if self.guards:
             reason = guard_rejection(query, entry.query)
             if reason is not None:
                 return reason
         if self.margin:
-            for other in index.search(vector, k=3):
+            for other in matches:
                 if other.entry_id != entry.entry_id and other.similarity > similarity - self.margin:
                     rival = self._backend.get(other.entry_id)
                     if rival is not None and rival.response.get("text") != entry.response.get(
@@ -380,7 +405,7 @@ class ResponseCache:
         """Write ``entry`` (from :meth:`entry_for`), as a step of a
         :class:`~llmguard_sdk.store.Batch`."""
         evicted: list[str] = yield from self._backend_step("put", entry)
-        if entry.vector is not None:
+        if entry.vector is not None and self._server is None:
             self._remember(entry.entry_id, entry.index_key, decode_vector(entry.vector))
             self._know(entry.entry_id, entry.query)
         for entry_id in evicted:

@@ -1,9 +1,15 @@
 -- Store one cache entry, mark it most recently used, log it, evict the least recently used.
 -- KEYS[1] entry key, KEYS[2] LRU sorted set (score: a use counter, KEYS[4]), KEYS[3] change
--- log (stream); one hash tag.
+-- log (stream), KEYS[5] hash: entry id -> index key (server-side search only); one hash tag.
 -- ARGV: entry id, entry JSON, time to live (ms), max entries, entry key prefix,
---       index key, vector (base64), stale_until (s), stream length
+--       index key, vector (base64), stale_until (s), stream length,
+--       vector-set key prefix ('' unless server-side search is on), vector (FP32 blob)
+local vsets = ARGV[10]
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+if vsets ~= '' and ARGV[11] ~= '' then
+  redis.call('VADD', vsets .. ARGV[6], 'FP32', ARGV[11], ARGV[1], 'NOQUANT')
+  redis.call('HSET', KEYS[5], ARGV[1], ARGV[6])
+end
 redis.call('ZADD', KEYS[2], redis.call('INCR', KEYS[4]), ARGV[1])
 local maxlen = tonumber(ARGV[9])
 redis.call('XADD', KEYS[3], 'MAXLEN', '~', maxlen, '*',
@@ -15,6 +21,13 @@ if extra > 0 then
   for i = 1, #oldest, 2 do
     local id = oldest[i]
     redis.call('DEL', ARGV[5] .. id)
+    if vsets ~= '' then
+      local index_key = redis.call('HGET', KEYS[5], id)
+      if index_key then
+        redis.call('VREM', vsets .. index_key, id)
+        redis.call('HDEL', KEYS[5], id)
+      end
+    end
     redis.call('XADD', KEYS[3], 'MAXLEN', '~', maxlen, '*', 'op', 'del', 'id', id)
     evicted[#evicted + 1] = id
   end

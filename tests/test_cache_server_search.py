@@ -1,0 +1,133 @@
+"""Server-side vector search (``vector_search="server"``) on a real Redis 8 with vector sets.
+
+The whole cache contract also runs in this mode (``tests/test_cache.py``, ``server_search``);
+these tests pin what is particular to it: vectors kept in the server's vector sets, found by
+another process without the change stream, and removed on eviction, expiry and clear.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from typing import Any
+
+import pytest
+import redis
+
+from llmguard_sdk.cache import ResponseCache
+from llmguard_sdk.context import scoped
+from llmguard_sdk.errors import ConfigurationError
+from llmguard_sdk.models import ChatRequest, ChatResponse, Message
+
+FAQ = "How do I reset my password on the mobile app?"
+PARAPHRASE = "How can I reset my password in the mobile app?"
+
+
+def ask(text: str) -> ChatRequest:
+    return ChatRequest(messages=[Message(role="user", content=text)], model="m")
+
+
+def answer(text: str) -> ChatResponse:
+    return ChatResponse(text=text, finish_reason="stop")
+
+
+def vector_sets(client: redis.Redis, prefix: str) -> dict[str, int]:
+    """Each vector set of the cache under ``prefix`` and how many vectors it holds."""
+    return {
+        key.decode(): int(client.execute_command("VCARD", key))
+        for key in client.scan_iter(match=f"{prefix}:cache:*:v:*")
+    }
+
+
+@pytest.fixture
+def server(redis8_url: str) -> Any:
+    client = redis.Redis.from_url(redis8_url)
+    yield client
+    client.close()
+
+
+def test_vectors_live_in_one_vector_set_per_partition(redis8_url: str, server: Any) -> None:
+    cache = ResponseCache(redis8_url, key_prefix="vs-a", vector_search="server", max_entries=2)
+    cache.store(ask(FAQ), answer("acme"))
+    with scoped(tenant="globex"):
+        cache.store(ask(FAQ), answer("globex"))
+        hit = cache.lookup(ask(PARAPHRASE))
+        assert hit is not None
+        assert hit.response.text == "globex"  # tenants: separate sets, never by distance
+    assert sorted(vector_sets(server, "vs-a").values()) == [1, 1]
+    assert cache._indexes == {}  # nothing searched in this process's memory
+    cache.store(ask("How do I change the e-mail address of my account?"), answer("3"))
+    # max_entries=2: the least recently used entry left its vector set with it.
+    assert sum(vector_sets(server, "vs-a").values()) == 2
+    cache.clear()
+    assert vector_sets(server, "vs-a") == {}
+    assert list(server.scan_iter(match="vs-a:cache:*:vix")) == []
+    cache.close()
+
+
+def test_expired_entries_leave_the_vector_set_when_a_search_meets_them(
+    redis8_url: str, server: Any
+) -> None:
+    cache = ResponseCache(
+        redis8_url, key_prefix="vs-b", vector_search="server", ttl=0.2, stale_ttl=0.0
+    )
+    cache.store(ask(FAQ), answer("short-lived"))
+    assert cache.lookup(ask(PARAPHRASE)) is not None
+    time.sleep(0.35)
+    assert cache.lookup(ask(PARAPHRASE)) is None
+    assert vector_sets(server, "vs-b") == {}
+    cache.close()
+
+
+def test_another_process_finds_entries_without_reading_the_change_stream(
+    redis8_url: str,
+) -> None:
+    reader = ResponseCache(
+        redis8_url, key_prefix="vs-c", vector_search="server", sync_interval=3600
+    )
+    assert reader.lookup(ask(PARAPHRASE)) is None
+    writer = f"""
+from llmguard_sdk.cache import ResponseCache
+from llmguard_sdk.context import scoped
+from llmguard_sdk.models import ChatRequest, ChatResponse, Message
+cache = ResponseCache({redis8_url!r}, key_prefix="vs-c", vector_search="server")
+request = ChatRequest(messages=[Message(role="user", content={FAQ!r})], model="m")
+assert cache.store(request, ChatResponse(text="from the other process", finish_reason="stop"))
+cache.close()
+"""
+    subprocess.run([sys.executable, "-c", writer], check=True, timeout=60)
+    hit = reader.lookup(ask(PARAPHRASE))  # sync_interval=3600: the stream is not read again
+    assert hit is not None
+    assert hit.kind == "semantic"
+    assert hit.response.text == "from the other process"
+    reader.close()
+
+
+def test_server_search_needs_a_server_with_vector_sets(redis_url: str, redis_prefix: str) -> None:
+    client = redis.Redis.from_url(redis_url)
+    try:
+        client.execute_command("VCARD", f"{redis_prefix}:probe")
+        has_vector_sets = True
+    except redis.ResponseError:
+        has_vector_sets = False
+    finally:
+        client.close()
+    if has_vector_sets:
+        pytest.skip("the suite's Redis has vector sets: nothing to refuse")
+    with pytest.raises(ConfigurationError, match="VADD / VSIM"):
+        ResponseCache(redis_url, key_prefix=redis_prefix, vector_search="server")
+
+
+def test_server_search_configuration_errors() -> None:
+    with pytest.raises(ConfigurationError, match="needs a Redis store"):
+        ResponseCache(vector_search="server")
+    with pytest.raises(ConfigurationError, match="'local' or 'server'"):
+        ResponseCache(vector_search="faiss")  # type: ignore[arg-type]
+
+
+def test_an_unreachable_server_means_misses() -> None:
+    cache = ResponseCache("redis://127.0.0.1:1/0", vector_search="server")
+    assert cache.store(ask(FAQ), answer("a"))  # dropped, logged once
+    assert cache.lookup(ask(PARAPHRASE)) is None
+    cache.close()
