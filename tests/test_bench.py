@@ -107,6 +107,11 @@ def test_prefix_cache_bench_compares_builder_and_naive_assembly() -> None:
 def test_semantic_cache_bench_sweeps_thresholds_and_times_lookups() -> None:
     result = run("semantic_cache.py", "--quick")
     assert set(result["lookup_p50_ms"]) == {"1000", "10000"}
+    server = result["server_search"]
+    if "note" not in server:  # a Redis 8 was built (tools/redis8.py)
+        for key in ("local_p50_ms", "local_p99_ms", "server_p50_ms", "server_p99_ms"):
+            assert set(server[key]) == {"1000"}
+            assert server[key]["1000"] > 0
     assert all(v > 0 for v in result["lookup_p99_ms"].values())
     if result["mock_sweep"] is not None:  # GPTCache's data file sits beside the checkout
         rows = result["mock_sweep"]
