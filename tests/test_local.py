@@ -312,3 +312,25 @@ def test_close_refuses_new_calls_and_frees_the_model() -> None:
     assert provider._engine is None
     with pytest.raises(ProviderUnavailableError, match="closed"):
         guard.chat(QUESTION, max_tokens=5)
+
+
+def test_models_loading_at_once_leave_stdout_and_stderr_alone() -> None:
+    # A quiet llama.cpp load points fds 1 and 2 at /dev/null and back; two loads racing in
+    # two threads used to leave them there, so the process printed nothing afterwards.
+    script = """
+import sys
+from llmguard_sdk import LocalProvider
+providers = [LocalProvider(name=f"m{i}", warm_up=True, n_ctx=512) for i in range(3)]
+assert all(p.wait_loaded(120) for p in providers)
+print("stdout still here", flush=True)
+print("stderr still here", file=sys.stderr, flush=True)
+for p in providers:
+    p.close()
+"""
+    for _ in range(3):
+        result = subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, timeout=300
+        )
+        assert result.returncode == 0, result.stderr
+        assert "stdout still here" in result.stdout
+        assert "stderr still here" in result.stderr

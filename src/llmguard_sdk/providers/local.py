@@ -76,13 +76,17 @@ def _cpu_has_amx() -> bool:
 def _load_llama(*, extra_buffers: bool, **kwargs: Any) -> Any:
     """``llama_cpp.Llama(**kwargs)``, with llama.cpp's extra weight buffers turned off unless
     ``extra_buffers`` (llama-cpp-python has no argument for it: its default model parameters
-    are patched while the model loads, under a lock)."""
+    are patched while the model loads).
+
+    Loads run one at a time, under a lock: a quiet load (``verbose=False``) points the
+    process's stdout and stderr at /dev/null and back, and two at once in two threads can
+    leave them there for good (every later print of the process lost)."""
     import llama_cpp
 
-    if extra_buffers:
-        return llama_cpp.Llama(**kwargs)
-    module = llama_cpp.llama_cpp
     with _LOAD_LOCK:
+        if extra_buffers:
+            return llama_cpp.Llama(**kwargs)
+        module = llama_cpp.llama_cpp
         default = module.llama_model_default_params
 
         def without_extra_buffers() -> Any:
