@@ -205,7 +205,7 @@ class ResponseCache:
         entry: CacheEntry | None = yield from self._backend_step("get", keys.exact)
         if entry is not None and entry.fresh_until > time.time():
             hit: CacheHit | None = _hit("exact", entry, 1.0)
-        elif self.semantic and keys.query.strip() and (self._indexes or self._server):
+        elif self.semantic and keys.query.strip() and (self._indexes or self._server is not None):
             hit = yield work(lambda: self._semantic(keys, stale=False))
         else:
             hit = None
@@ -220,11 +220,9 @@ class ResponseCache:
     def sync_steps(self) -> Step[None]:
         """Apply the changes other processes made (read at most every ``sync_interval``
         seconds), as a step of a :class:`~llmguard_sdk.store.Batch`."""
-        if (
-            not self.semantic
-            or self._server
-            or time.monotonic() - self._synced_at < self._sync_interval
-        ):
+        if not self.semantic or self._server is not None:
+            return  # with server-side search there is no local index to keep in step
+        if time.monotonic() - self._synced_at < self._sync_interval:
             return
         self._synced_at = time.monotonic()
         changes: list[Change] = yield from self._backend_step("changes")
