@@ -62,6 +62,7 @@ _INSTALL_HINT = (
 _DEFAULT_TEMPERATURE = 0.2
 _MIN_REPLY_TOKENS = 16
 _LOAD_LOCK = threading.Lock()
+_SUPPRESSOR = "suppress_stdout_stderr"  # llama-cpp-python's fd-level silencer (see _load_llama)
 
 
 def _cpu_has_amx() -> bool:
@@ -73,32 +74,54 @@ def _cpu_has_amx() -> bool:
         return False
 
 
+class _Unsuppressed:
+    """Stands in for llama-cpp-python's ``suppress_stdout_stderr`` while a model loads."""
+
+    def __init__(self, disable: bool = True) -> None:
+        pass
+
+    def __enter__(self) -> _Unsuppressed:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        return None
+
+
 def _load_llama(*, extra_buffers: bool, **kwargs: Any) -> Any:
-    """``llama_cpp.Llama(**kwargs)``, with llama.cpp's extra weight buffers turned off unless
-    ``extra_buffers`` (llama-cpp-python has no argument for it: its default model parameters
-    are patched while the model loads).
+    """``llama_cpp.Llama(**kwargs)``, one load at a time, under a lock.
 
-    Loads run one at a time, under a lock: a quiet load (``verbose=False``) points the
-    process's stdout and stderr at /dev/null and back, and two at once in two threads can
-    leave them there for good (every later print of the process lost)."""
+    Two things of llama-cpp-python are replaced while the model loads. Its default model
+    parameters, to turn llama.cpp's extra weight buffers off unless ``extra_buffers``
+    (there is no argument for it). And its quiet load (``verbose=False``), which points the
+    process's stdout and stderr at /dev/null and back: every other thread's output in that
+    time was lost, and two loads at once could leave them there for good. A quiet load
+    prints nothing without it: llama.cpp's messages go through llama-cpp-python's log
+    callback, which keeps only errors when ``verbose`` is off."""
     import llama_cpp
+    import llama_cpp._internals as internals
+    import llama_cpp.llama as llama_module
 
+    params = llama_cpp.llama_cpp
+    quieted = (llama_module, internals)  # the modules that use the suppressor while loading
     with _LOAD_LOCK:
-        if extra_buffers:
-            return llama_cpp.Llama(**kwargs)
-        module = llama_cpp.llama_cpp
-        default = module.llama_model_default_params
+        default = params.llama_model_default_params
+        suppressors = [getattr(module, _SUPPRESSOR) for module in quieted]
 
         def without_extra_buffers() -> Any:
-            params = default()
-            params.use_extra_bufts = False
-            return params
+            found = default()
+            found.use_extra_bufts = False
+            return found
 
-        module.llama_model_default_params = without_extra_buffers
+        if not extra_buffers:
+            params.llama_model_default_params = without_extra_buffers
+        for module in quieted:
+            setattr(module, _SUPPRESSOR, _Unsuppressed)
         try:
             return llama_cpp.Llama(**kwargs)
         finally:
-            module.llama_model_default_params = default
+            params.llama_model_default_params = default
+            for module, suppressor in zip(quieted, suppressors, strict=True):
+                setattr(module, _SUPPRESSOR, suppressor)
 
 
 def load_llama(*, extra_buffers: bool | None = None, **kwargs: Any) -> Any:
