@@ -12,6 +12,11 @@ Use it on its own::
 
 or as a Guard stage: ``Guard(providers, cache=ResponseCache(...))``.
 
+The default embedder needs no model (:class:`HashingEmbedder`);
+``ResponseCache(embedder=HybridEmbedder.minilm())`` adds all-MiniLM-L6-v2, run in numpy, for
+better matches. ``vector_search="server"`` keeps the vectors in Redis 8 vector sets instead
+of every process's memory.
+
 .. versionadded:: 0.1.0
 """
 
