@@ -57,6 +57,10 @@ def test_vectors_live_in_one_vector_set_per_partition(redis8_url: str, server: A
         assert hit.response.text == "globex"  # tenants: separate sets, never by distance
     assert sorted(vector_sets(server, "vs-a").values()) == [1, 1]
     assert cache._indexes == {}  # nothing searched in this process's memory
+    (log,) = list(server.scan_iter(match="vs-a:cache:*:log"))
+    changes = server.xrange(log)
+    assert [fields[b"op"] for _, fields in changes] == [b"put", b"put"]
+    assert all(fields[b"v"] == b"" for _, fields in changes)  # vectors live in the sets only
     cache.store(ask("How do I change the e-mail address of my account?"), answer("3"))
     # max_entries=2: the least recently used entry left its vector set with it.
     assert sum(vector_sets(server, "vs-a").values()) == 2

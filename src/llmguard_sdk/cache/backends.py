@@ -121,7 +121,8 @@ class RedisCacheBackend:
     With ``vector_search=True`` the vectors also go to the server: ``...:v:<index key>`` is
     one partition's vector set (``VADD`` ... ``NOQUANT``: exact float32 cosine) and
     ``...:vix`` maps entry ids to their partition, so eviction and :meth:`clear` remove them.
-    An entry that expired leaves its vector set when a search meets it.
+    An entry that expired leaves its vector set when a search meets it. The change stream
+    then carries no vectors (nothing reads them: no process keeps a local index).
     """
 
     def __init__(
@@ -163,9 +164,12 @@ class RedisCacheBackend:
         if not self._outage.up():
             return []
         ttl_ms = max(1, int((entry.stale_until - time.time()) * 1000))
-        server_vector = b""
-        if self.vector_search and entry.vector:
-            server_vector = decode_vector(entry.vector).astype(np.float32).tobytes()
+        # The vector goes to the server's vector set, or into the stream for local indexes.
+        server_vector, stream_vector = b"", entry.vector or ""
+        if self.vector_search:
+            stream_vector = ""
+            if entry.vector:
+                server_vector = decode_vector(entry.vector).astype(np.float32).tobytes()
         try:
             evicted = yield self._scripts.command(
                 0,
@@ -183,7 +187,7 @@ class RedisCacheBackend:
                     self._max,
                     self._entry_prefix,
                     entry.index_key,
-                    entry.vector or "",
+                    stream_vector,
                     entry.stale_until,
                     self._stream_length,
                     self._vector_sets if self.vector_search else "",
