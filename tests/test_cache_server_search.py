@@ -7,6 +7,7 @@ another process without the change stream, and removed on eviction, expiry and c
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import time
@@ -19,6 +20,7 @@ from llmguard_sdk.cache import ResponseCache
 from llmguard_sdk.context import scoped
 from llmguard_sdk.errors import ConfigurationError
 from llmguard_sdk.models import ChatRequest, ChatResponse, Message
+from tests.conftest import with_redis
 
 FAQ = "How do I reset my password on the mobile app?"
 PARAPHRASE = "How can I reset my password in the mobile app?"
@@ -95,6 +97,7 @@ def test_another_process_finds_entries_without_reading_the_change_stream(
 from llmguard_sdk.cache import ResponseCache
 from llmguard_sdk.context import scoped
 from llmguard_sdk.models import ChatRequest, ChatResponse, Message
+from tests.conftest import with_redis
 cache = ResponseCache({redis8_url!r}, key_prefix="vs-c", vector_search="server")
 request = ChatRequest(messages=[Message(role="user", content={FAQ!r})], model="m")
 assert cache.store(request, ChatResponse(text="from the other process", finish_reason="stop"))
@@ -135,3 +138,27 @@ def test_an_unreachable_server_means_misses() -> None:
     assert cache.store(ask(FAQ), answer("a"))  # dropped, logged once
     assert cache.lookup(ask(PARAPHRASE)) is None
     cache.close()
+
+
+def test_a_server_without_vector_sets_found_late_pauses_nothing_else(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Redis is down when the cache is built (the check cannot run), then a server without
+    # vector sets answers: its script errors are logged once and served as misses; they are
+    # not an outage, so the other stages sharing the store keep using Redis.
+    port = with_redis.free_port()
+    cache = ResponseCache(f"redis://127.0.0.1:{port}/0", vector_search="server")
+    process, _url, workdir = with_redis.start_throwaway(port=port)
+    try:
+        assert cache.store(ask(FAQ), answer("a"))
+        assert cache.lookup(ask(PARAPHRASE)) is None
+        assert cache.lookup(ask(FAQ)) is None  # nothing was written: VADD failed first
+        assert cache.state.health.up()
+        assert cache.state.health.failures == 0
+        errors = [r for r in caplog.records if "needs a Redis with vector sets" in r.message]
+        assert len(errors) == 1
+    finally:
+        cache.close()
+        process.terminate()
+        process.wait(timeout=10)
+        shutil.rmtree(workdir, ignore_errors=True)

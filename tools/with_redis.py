@@ -50,10 +50,12 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def start_throwaway(binary: str | None = None) -> tuple[subprocess.Popen[bytes], str, str]:
-    """Start a redis-server (``binary``, default :func:`redis_binary`) on a free loopback
-    port; return (process, url, workdir)."""
-    port = free_port()
+def start_throwaway(
+    binary: str | None = None, port: int | None = None
+) -> tuple[subprocess.Popen[bytes], str, str]:
+    """Start a redis-server (``binary``, default :func:`redis_binary`) on ``port`` (default:
+    a free loopback port); return (process, url, workdir)."""
+    port = port or free_port()
     workdir = tempfile.mkdtemp(prefix="llmguard-redis-")
     process = subprocess.Popen(
         [

@@ -12,6 +12,7 @@ one vector set per partition, searched with ``VSIM`` (:meth:`RedisCacheBackend.s
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import OrderedDict
@@ -37,6 +38,12 @@ _CLEAR = _LUA.joinpath("clear.lua").read_text(encoding="utf-8")
 _READ = _LUA.joinpath("read.lua").read_text(encoding="utf-8")
 _SEARCH = _LUA.joinpath("search.lua").read_text(encoding="utf-8")
 _BATCH = 1000  # change-stream messages read at once
+_NO_VECTOR_SETS = (
+    "vector_search='server' needs a Redis with vector sets (VADD / VSIM, Redis 8 or later); "
+    "the server answered: {}"
+)
+
+logger = logging.getLogger("llmguard_sdk")
 
 
 @dataclass(frozen=True)
@@ -119,7 +126,8 @@ class RedisCacheBackend:
     cannot be reached, reads are misses and writes are dropped for a few seconds (logged once).
 
     With ``vector_search=True`` the vectors also go to the server: ``...:v:<index key>`` is
-    one partition's vector set (``VADD`` ... ``NOQUANT``: exact float32 cosine) and
+    one partition's vector set (``VADD`` ... ``NOQUANT``: an approximate, HNSW search with
+    exact float32 scores) and
     ``...:vix`` maps entry ids to their partition, so eviction and :meth:`clear` remove them.
     An entry that expired leaves its vector set when a search meets it. The change stream
     then carries no vectors (nothing reads them: no process keeps a local index).
@@ -133,6 +141,7 @@ class RedisCacheBackend:
         self.vector_search = vector_search
         self._vector_sets = store.key("cache", tag, "v") + ":"
         self._vector_index = store.key("cache", tag, "vix")
+        self._script_failed = False
         self._entry_prefix = store.key("cache", tag, "e") + ":"
         self._lru = store.key("cache", tag, "lru")
         self._log = store.key("cache", tag, "log")
@@ -195,7 +204,7 @@ class RedisCacheBackend:
                 ],
             )
         except REDIS_ERRORS as exc:
-            self._outage.failed(exc)
+            self._failed(exc)
             return []
         return [_text(item) for item in evicted]
 
@@ -213,7 +222,7 @@ class RedisCacheBackend:
                 [vector.astype(np.float32).tobytes(), k, self._entry_prefix],
             )
         except REDIS_ERRORS as exc:
-            self._outage.failed(exc)
+            self._failed(exc)
             return []
         # VSIM scores are (1 + cosine) / 2.
         return [
@@ -226,19 +235,28 @@ class RedisCacheBackend:
 
     def check_vector_search(self) -> bool:
         """Whether the server has vector sets; raises :class:`ConfigurationError` when it
-        answers without them, returns False when it cannot be reached (checked later)."""
+        answers without them, returns False when it cannot be reached (then a script that
+        fails for want of them later logs an error, and the cache misses)."""
         try:
-            self._store.client.execute_command(  # type: ignore[no-untyped-call]
-                "VCARD", self._vector_sets + "probe"
+            self._store.client.eval(
+                "return redis.call('VCARD', KEYS[1])", 1, self._vector_sets + "probe"
             )
         except redis.ResponseError as exc:
-            raise ConfigurationError(
-                "vector_search='server' needs a Redis with vector sets (VADD / VSIM, Redis 8 "
-                f"or later); this server answered: {exc}"
-            ) from None
+            raise ConfigurationError(_NO_VECTOR_SETS.format(exc)) from None
         except REDIS_ERRORS:
             return False
         return True
+
+    def _failed(self, exc: Exception) -> None:
+        """Redis failed a write or a search. With server-side search, a script error is the
+        server lacking vector sets, not an outage: logged once, and every lookup misses
+        (the script fails before it writes); other stages on the store carry on."""
+        if self.vector_search and isinstance(exc, redis.ResponseError):
+            if not self._script_failed:
+                self._script_failed = True
+                logger.error(_NO_VECTOR_SETS.format(exc) + "; serving misses")
+            return
+        self._outage.failed(exc)
 
     def changes_steps(self) -> Step[list[Change]]:
         """:meth:`changes` as a step of a :class:`~llmguard_sdk.store.Batch` (a backlog of

@@ -71,9 +71,10 @@ class ResponseCache:
         vector_search: ``"local"`` (default): every process searches its own in-memory
             index, kept in step through the change stream, no round trip per search;
             ``"server"``: the vectors live in Redis vector sets (Redis 8: ``VADD`` /
-            ``VSIM``), one per partition, and each semantic search is one round trip — for
-            caches too large to hold in every process. Needs a Redis store whose server has
-            vector sets (:class:`~llmguard_sdk.errors.ConfigurationError` otherwise).
+            ``VSIM``), one per partition, and each semantic search adds a round trip (the
+            ``VSIM``) — for caches too large to hold in every process. Needs a Redis store
+            whose server has vector sets (:class:`~llmguard_sdk.errors.ConfigurationError`
+            when it answers without them at construction).
     """
 
     def __init__(
@@ -137,7 +138,7 @@ class ResponseCache:
             if vector_search == "server":
                 self._server = self._backend
                 if not self._backend.check_vector_search():
-                    logger.warning("Redis unreachable: vector search support not checked yet")
+                    logger.warning("Redis unreachable: whether it has vector sets is not known yet")
         elif vector_search == "server":
             raise ConfigurationError("vector_search='server' needs a Redis store")
         else:

@@ -5,11 +5,12 @@
 --       index key, vector (base64), stale_until (s), stream length,
 --       vector-set key prefix ('' unless server-side search is on), vector (FP32 blob)
 local vsets = ARGV[10]
-redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
 if vsets ~= '' and ARGV[11] ~= '' then
+  -- First, so that a server without vector sets fails the script before it writes anything.
   redis.call('VADD', vsets .. ARGV[6], 'FP32', ARGV[11], ARGV[1], 'NOQUANT')
   redis.call('HSET', KEYS[5], ARGV[1], ARGV[6])
 end
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
 redis.call('ZADD', KEYS[2], redis.call('INCR', KEYS[4]), ARGV[1])
 local maxlen = tonumber(ARGV[9])
 redis.call('XADD', KEYS[3], 'MAXLEN', '~', maxlen, '*',
