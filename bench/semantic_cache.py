@@ -34,9 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
-import shutil
 import sys
 import time
 from collections.abc import Sequence
@@ -46,6 +44,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+import redis8
 import with_redis
 
 from llmguard_sdk.cache import (
@@ -59,7 +58,6 @@ from llmguard_sdk.cache import (
 from llmguard_sdk.errors import ConfigurationError
 from llmguard_sdk.models import ChatRequest, ChatResponse, Message
 
-_REDIS8 = Path(__file__).resolve().parents[1] / ".venv" / "redis8" / "redis-server"
 _DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "gptcache_mock_data.json"
 
 
@@ -154,22 +152,17 @@ def latency(
 def server_search_latency(sizes: list[int], queries: int) -> dict[str, object]:
     """Lookup latency with ``vector_search="server"`` on a throwaway Redis 8 (vector sets),
     beside the default in-process search against the same server."""
-    binary = os.environ.get("LLMGUARD_REDIS8_SERVER") or str(_REDIS8)
-    if not Path(binary).exists():
+    binary = redis8.binary()
+    if binary is None:
         return {"note": "no Redis 8 server: run python tools/redis8.py"}
-    process, url, workdir = with_redis.start_throwaway(binary)
-    try:
-        found: dict[str, object] = {}
+    found: dict[str, object] = {}
+    with with_redis.throwaway(binary) as url:
         for mode in ("local", "server"):
             p50, p99 = latency(
                 sizes, queries, store=url, key_prefix=f"bench-{mode}", vector_search=mode
             )
             found[f"{mode}_p50_ms"], found[f"{mode}_p99_ms"] = p50, p99
-        return found
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
-        shutil.rmtree(workdir, ignore_errors=True)
+    return found
 
 
 def _thresholds(default: float, low: float, high: float) -> list[float]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 import uuid
 from collections.abc import Callable, Iterator
@@ -16,6 +15,7 @@ from llmguard_sdk import Guard, OpenAICompatibleProvider
 from llmguard_sdk.testing import FakeProvider
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+import redis8
 import redis_cluster
 import with_redis
 
@@ -67,12 +67,8 @@ def redis_url() -> Iterator[str]:
     if with_redis.answers(url):
         yield url
         return
-    process, url, _workdir = with_redis.start_throwaway()
-    try:
+    with with_redis.throwaway() as url:
         yield url
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
 
 
 @pytest.fixture
@@ -117,29 +113,15 @@ def cluster_prefix(redis_cluster_url: str) -> Iterator[str]:
     store.close()
 
 
-def redis8_binary() -> str | None:
-    """A Redis 8 server (vector sets), as ``tools/redis8.py`` builds it, or None."""
-    configured = os.environ.get("LLMGUARD_REDIS8_SERVER")
-    if configured:
-        return configured
-    built = Path(__file__).resolve().parents[1] / ".venv" / "redis8" / "redis-server"
-    return str(built) if built.exists() else None
-
-
 @pytest.fixture(scope="session")
 def redis8_url() -> Iterator[str]:
     """A throwaway Redis 8 (with vector sets) on a free loopback port, for server-side vector
     search; skips where ``tools/redis8.py`` could not build one."""
-    binary = redis8_binary()
+    binary = redis8.binary()
     if binary is None:
         pytest.skip("no Redis 8 server: run python tools/redis8.py (make install-dev does)")
-    process, url, workdir = with_redis.start_throwaway(binary)
-    try:
+    with with_redis.throwaway(binary) as url:
         yield url
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
-        shutil.rmtree(workdir, ignore_errors=True)
 
 
 RedisTarget = Callable[[str], tuple[str, str]]

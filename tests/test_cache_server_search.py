@@ -7,7 +7,6 @@ another process without the change stream, and removed on eviction, expiry and c
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 import time
@@ -148,8 +147,7 @@ def test_a_server_without_vector_sets_found_late_pauses_nothing_else(
     # not an outage, so the other stages sharing the store keep using Redis.
     port = with_redis.free_port()
     cache = ResponseCache(f"redis://127.0.0.1:{port}/0", vector_search="server")
-    process, _url, workdir = with_redis.start_throwaway(port=port)
-    try:
+    with with_redis.throwaway(port=port):
         assert cache.store(ask(FAQ), answer("a"))
         assert cache.lookup(ask(PARAPHRASE)) is None
         assert cache.lookup(ask(FAQ)) is None  # nothing was written: VADD failed first
@@ -157,8 +155,4 @@ def test_a_server_without_vector_sets_found_late_pauses_nothing_else(
         assert cache.state.health.failures == 0
         errors = [r for r in caplog.records if "needs a Redis with vector sets" in r.message]
         assert len(errors) == 1
-    finally:
-        cache.close()
-        process.terminate()
-        process.wait(timeout=10)
-        shutil.rmtree(workdir, ignore_errors=True)
+    cache.close()

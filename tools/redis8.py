@@ -14,6 +14,7 @@ Usage: python tools/redis8.py [--force]
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import shutil
 import subprocess
@@ -30,6 +31,15 @@ TARGET = Path(__file__).resolve().parents[1] / ".venv" / "redis8" / "redis-serve
 _APT_SOURCES = [Path("/etc/apt/sources.list"), *Path("/etc/apt/sources.list.d").glob("*")]
 
 
+def binary() -> str | None:
+    """The Redis 8 server to test with: ``LLMGUARD_REDIS8_SERVER``, else the one this script
+    built, else None."""
+    configured = os.environ.get("LLMGUARD_REDIS8_SERVER")
+    if configured:
+        return configured
+    return str(TARGET) if TARGET.exists() else None
+
+
 def mirror() -> str | None:
     """The first Debian archive URI in this machine's apt sources (not the security one)."""
     for path in _APT_SOURCES:
@@ -37,7 +47,7 @@ def mirror() -> str | None:
             text = path.read_text(encoding="utf-8", errors="replace")
         except OSError:
             continue
-        for uri in re.findall(r"(?:URIs:\s*|^deb\s+(?:\[[^\]]*\]\s+)?)(\S+)", text, re.M):
+        for uri in re.findall(r"^(?:URIs:\s*|deb\s+(?:\[[^\]]*\]\s+)?)(\S+)", text, re.M):
             if uri.startswith("http") and uri.rstrip("/").endswith("/debian"):
                 return uri.rstrip("/")
     return None
@@ -64,7 +74,10 @@ def build(force: bool = False) -> int:
             print(f"redis8: the source's SHA-256 is {digest}, expected {SHA256}", file=sys.stderr)
             return 1
         with tarfile.open(archive) as tar:
-            tar.extractall(work, filter="data")
+            if hasattr(tarfile, "data_filter"):  # Python 3.11.4 and later
+                tar.extractall(work, filter="data")
+            else:  # the archive's digest was checked above
+                tar.extractall(work)
         tree = Path(work) / f"redis-{VERSION}"
         result = subprocess.run(
             ["make", "-j2", "MALLOC=libc", "BUILD_TLS=no", "redis-server"],

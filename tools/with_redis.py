@@ -10,6 +10,7 @@ Usage: python tools/with_redis.py -- COMMAND [ARGS...]
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -17,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
@@ -86,6 +88,22 @@ def start_throwaway(
     raise SystemExit("throwaway redis-server did not answer within 15 s")
 
 
+@contextlib.contextmanager
+def throwaway(binary: str | None = None, port: int | None = None) -> Iterator[str]:
+    """A throwaway redis-server (see :func:`start_throwaway`) for the ``with`` block; yields
+    its URL, then stops it and removes its folder."""
+    process, url, workdir = start_throwaway(binary, port)
+    try:
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
 def main(argv: list[str]) -> int:
     if argv and argv[0] == "--":
         argv = argv[1:]
@@ -93,30 +111,20 @@ def main(argv: list[str]) -> int:
         print(__doc__, file=sys.stderr)
         return 2
     env = dict(os.environ)
-    process = None
-    workdir = ""
-    if env.get("REDIS_URL"):
-        if not answers(env["REDIS_URL"]):
-            print(f"REDIS_URL={env['REDIS_URL']} does not answer", file=sys.stderr)
-            return 1
-        print(f"with_redis: using REDIS_URL={env['REDIS_URL']}", file=sys.stderr)
-    elif answers(DEFAULT_URL):
-        env["REDIS_URL"] = DEFAULT_URL
-        print(f"with_redis: using the Redis at {DEFAULT_URL}", file=sys.stderr)
-    else:
-        process, env["REDIS_URL"], workdir = start_throwaway()
-        print(f"with_redis: started a throwaway Redis at {env['REDIS_URL']}", file=sys.stderr)
-    env.setdefault("LLMGUARD_REDIS_SERVER", redis_binary())
-    try:
+    with contextlib.ExitStack() as stack:
+        if env.get("REDIS_URL"):
+            if not answers(env["REDIS_URL"]):
+                print(f"REDIS_URL={env['REDIS_URL']} does not answer", file=sys.stderr)
+                return 1
+            print(f"with_redis: using REDIS_URL={env['REDIS_URL']}", file=sys.stderr)
+        elif answers(DEFAULT_URL):
+            env["REDIS_URL"] = DEFAULT_URL
+            print(f"with_redis: using the Redis at {DEFAULT_URL}", file=sys.stderr)
+        else:
+            env["REDIS_URL"] = stack.enter_context(throwaway())
+            print(f"with_redis: started a throwaway Redis at {env['REDIS_URL']}", file=sys.stderr)
+        env.setdefault("LLMGUARD_REDIS_SERVER", redis_binary())
         return subprocess.call(argv, env=env)
-    finally:
-        if process is not None:
-            process.terminate()
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-            shutil.rmtree(workdir, ignore_errors=True)
 
 
 if __name__ == "__main__":
