@@ -83,6 +83,8 @@ def test_tokenizer_cuts_long_texts_and_keeps_the_end_marker(minilm: BertEmbedder
     assert ids[-1] == minilm.tokenizer.sep_id
     with pytest.raises(ConfigurationError):
         minilm.tokenizer.encode("text", max_tokens=1)
+    with pytest.raises(ConfigurationError, match="max_tokens"):
+        BertEmbedder.all_minilm_l6_v2(max_tokens=1)  # refused when built, not at a lookup
 
 
 def test_vectors_match_sentence_transformers(minilm: BertEmbedder) -> None:
@@ -172,6 +174,8 @@ def test_hybrid_thresholds_and_bad_weights(minilm: BertEmbedder) -> None:
     unsuggested = BertEmbedder(Path(minilm.model_dir))
     assert unsuggested.default_threshold is None
     assert suggested_threshold(unsuggested) == DEFAULT_THRESHOLD
+    unsuggested.default_threshold = np.float32(0.75)  # type: ignore[assignment]
+    assert suggested_threshold(unsuggested) == pytest.approx(0.75)
     with pytest.raises(ConfigurationError):
         HybridEmbedder([(minilm, 0.0)])
     with pytest.raises(ConfigurationError):

@@ -48,7 +48,7 @@ def read_safetensors(path: str | Path) -> tuple[dict[str, npt.NDArray[Any]], int
         with open(path, "rb") as handle:
             (header_size,) = struct.unpack("<Q", handle.read(8))
             header_bytes = handle.read(header_size)
-            data = handle.read()
+            data = memoryview(handle.read())  # tensors are views of it, not copies
         header = json.loads(header_bytes)
     except (OSError, struct.error, ValueError) as exc:
         raise ConfigurationError(f"cannot read {Path(path).name}: {exc}") from None
@@ -64,7 +64,7 @@ def read_safetensors(path: str | Path) -> tuple[dict[str, npt.NDArray[Any]], int
         if spec["dtype"] == "BF16":  # bfloat16 is the top half of a float32
             array = (array.astype(np.uint32) << 16).view(np.float32)
         elif spec["dtype"] != "I64":
-            array = array.astype(np.float32)
+            array = array.astype(np.float32, copy=False)
         tensors[name] = array
     return tensors, zlib.crc32(header_bytes)
 
@@ -161,6 +161,8 @@ class BertEmbedder:
         if max_tokens is None and st_path.exists():
             max_tokens = int(_read_json(st_path).get("max_seq_length", model_max))
         self.max_tokens = min(max_tokens or model_max, model_max)
+        if self.max_tokens < 2:
+            raise ConfigurationError("max_tokens must leave room for [CLS] and [SEP]")
         if batch_size < 1:
             raise ConfigurationError("batch_size must be at least 1")
         self.batch_size = batch_size
@@ -174,7 +176,7 @@ class BertEmbedder:
             found = tensors.get(key)
             if found is None:
                 raise ConfigurationError(f"model.safetensors lacks {key}")
-            return np.ascontiguousarray(found, dtype=np.float32)
+            return np.array(found, dtype=np.float32)  # a copy: the file buffer can go
 
         def norm(prefix: str) -> tuple[Array, Array]:
             return weight(f"{prefix}.LayerNorm.weight"), weight(f"{prefix}.LayerNorm.bias")
@@ -211,6 +213,7 @@ class BertEmbedder:
         self.model_dir = root
         label = name or root.resolve().name
         self.name = f"bert:{label}:{self.dimension}:{header_crc:08x}:t{self.max_tokens}"
+        # One forward pass at a time: numpy's BLAS already uses every core for each one.
         self._lock = threading.Lock()
 
     @classmethod

@@ -18,6 +18,7 @@ from dataclasses import asdict
 from typing import Any
 
 from ..errors import ConfigurationError
+from .bert import BertEmbedder
 from .calibrate import calibrate, pick_threshold, read_pairs
 from .embedders import Embedder, HashingEmbedder, HybridEmbedder
 
@@ -48,8 +49,6 @@ def add_cache_command(commands: Any) -> None:
 
 def _embedder(name: str) -> Embedder:
     if name == "minilm":
-        from .bert import BertEmbedder
-
         return BertEmbedder.all_minilm_l6_v2()
     return HybridEmbedder.minilm() if name == "hybrid" else HashingEmbedder()
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import numbers
 import re
 import threading
 import unicodedata
@@ -82,7 +83,9 @@ def suggested_threshold(embedder: Embedder) -> float:
     """The threshold ``embedder`` suggests (its ``default_threshold``), else
     :data:`DEFAULT_THRESHOLD`."""
     suggested = getattr(embedder, "default_threshold", None)
-    return float(suggested) if isinstance(suggested, int | float) else DEFAULT_THRESHOLD
+    if isinstance(suggested, numbers.Real) and not isinstance(suggested, bool):
+        return float(suggested)
+    return DEFAULT_THRESHOLD
 
 
 def normalise(vectors: Vectors) -> Vectors:
@@ -247,7 +250,7 @@ class HybridEmbedder:
     def embed(self, texts: Sequence[str]) -> Vectors:
         """Each part's vectors, weighted and side by side (unit length overall)."""
         blocks = [
-            embedder.embed(texts) * scale
+            np.asarray(embedder.embed(texts), dtype=np.float32) * scale
             for (embedder, _), scale in zip(self.parts, self._scales, strict=True)
         ]
         return normalise(np.concatenate(blocks, axis=1))

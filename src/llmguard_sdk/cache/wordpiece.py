@@ -11,7 +11,9 @@ continues a word; a word that cannot be cut becomes ``[UNK]``).
 
 from __future__ import annotations
 
+import re
 import unicodedata
+from collections.abc import Iterator
 from functools import lru_cache
 from pathlib import Path
 
@@ -20,6 +22,9 @@ from ..errors import ConfigurationError
 __all__ = ["WordPieceTokenizer"]
 
 _MAX_WORD_CHARS = 100
+# Runs of what the cleaning does not turn into a space (tab, newline, carriage return and
+# Unicode's Zs are spaces), found one at a time.
+_UNSPACED = re.compile("[^ \t\n\r\u00a0\u1680\u2000-\u200a\u202f\u205f\u3000]+")
 
 
 def _is_punctuation(char: str) -> bool:
@@ -86,22 +91,22 @@ class WordPieceTokenizer:
         self.unk_id = self.vocab["[UNK]"]
         self._word_ids = lru_cache(maxsize=50_000)(self._pieces)
 
-    def words(self, text: str) -> list[str]:
-        """The text split into words and punctuation marks, normalised as the model expects."""
-        words: list[str] = []
-        for chunk in _clean(text).split():
-            if self.lowercase:
-                chunk = _strip_accents(chunk.lower())
-            start = 0
-            for i, char in enumerate(chunk):
-                if _is_punctuation(char):
-                    if start < i:
-                        words.append(chunk[start:i])
-                    words.append(char)
-                    start = i + 1
-            if start < len(chunk):
-                words.append(chunk[start:])
-        return words
+    def words(self, text: str) -> Iterator[str]:
+        """The text's words and punctuation marks, normalised as the model expects, in order
+        (lazily: a caller that stops early leaves the rest of a long text unread)."""
+        for unspaced in _UNSPACED.finditer(text):
+            for chunk in _clean(unspaced.group()).split():
+                if self.lowercase:
+                    chunk = _strip_accents(chunk.lower())
+                start = 0
+                for i, char in enumerate(chunk):
+                    if _is_punctuation(char):
+                        if start < i:
+                            yield chunk[start:i]
+                        yield char
+                        start = i + 1
+                if start < len(chunk):
+                    yield chunk[start:]
 
     def _pieces(self, word: str) -> tuple[int, ...]:
         """Greedy longest-match-first pieces of one word, or ``[UNK]``."""
