@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import logging
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -458,3 +460,37 @@ def test_both_legs_of_a_hedged_call_are_attempt_spans(
     assert "llmguard.cancelled" not in legs["backup"]
     assert span.attributes is not None
     assert span.attributes["llmguard.hedge_after_s"] == 0.05
+
+
+def test_an_sdk_configured_after_the_guard_is_used_within_a_second() -> None:
+    # Without an SDK the Guard builds no spans (a fast path); it looks for one again at most
+    # every second, so an application that configures OpenTelemetry later is still traced.
+    # The global providers can be set once per process: this runs in its own.
+    script = """
+import time
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from llmguard_sdk import Guard, OpenAICompatibleProvider
+from llmguard_sdk.testing import FakeProvider
+
+with FakeProvider() as api:
+    provider = OpenAICompatibleProvider(api.base_url, model="fake-model", name="fake")
+    with Guard(provider, environ={}) as guard:
+        guard.chat([{"role": "user", "content": "before"}])
+        exporter = InMemorySpanExporter()
+        sdk = TracerProvider()
+        sdk.add_span_processor(SimpleSpanProcessor(exporter))
+        trace.set_tracer_provider(sdk)
+        deadline = time.monotonic() + 5
+        while not exporter.get_finished_spans() and time.monotonic() < deadline:
+            guard.chat([{"role": "user", "content": "after"}])
+            time.sleep(0.05)
+        print(len(exporter.get_finished_spans()) > 0)
+"""
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "True"

@@ -74,6 +74,7 @@ _PROVIDER_NAMES = {
 _TOKEN_BUCKETS = [1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304]
 _DURATION_BUCKETS = [0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48]
 _CALL_LOG = logging.getLogger("llmguard_sdk.calls")
+_SDK_CHECK_SECONDS = 1.0
 _PROXIES = frozenset(
     {"ProxyTracerProvider", "NoOpTracerProvider", "_ProxyMeterProvider", "NoOpMeterProvider"}
 )
@@ -120,6 +121,8 @@ class Telemetry:
     ) -> None:
         self.capture_content = capture_content
         self._explicit = tracer_provider is not None or meter_provider is not None
+        self._sdk_configured = False
+        self._sdk_checked_until = -float("inf")
         self._redact = redact
         self._max_chars = max_content_chars
         self._log_level = log_level
@@ -298,13 +301,18 @@ class Telemetry:
 
     def _exporting(self) -> bool:
         """False while only the API's proxies exist (no SDK configured): spans and metric
-        points would go nowhere. Checked per call, so an SDK configured later is used."""
+        points would go nowhere. Looked up at most every ``_SDK_CHECK_SECONDS`` (the lookup
+        reads the environment), so an SDK configured later is used within that time."""
         if self._explicit:
             return True
-        return not (
-            type(trace.get_tracer_provider()).__name__ in _PROXIES
-            and type(metrics.get_meter_provider()).__name__ in _PROXIES
-        )
+        now = time.monotonic()
+        if now >= self._sdk_checked_until:
+            self._sdk_checked_until = now + _SDK_CHECK_SECONDS
+            self._sdk_configured = not (
+                type(trace.get_tracer_provider()).__name__ in _PROXIES
+                and type(metrics.get_meter_provider()).__name__ in _PROXIES
+            )
+        return self._sdk_configured
 
     def _logging(self) -> bool:
         return self._log_level is not None and _CALL_LOG.isEnabledFor(self._log_level)

@@ -15,6 +15,7 @@ with its own tokenizer (:meth:`~llmguard_sdk.LocalProvider.count_tokens`).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import tempfile
@@ -81,6 +82,7 @@ def cl100k_encoding() -> _Encoding | None:
     return _cl100k()
 
 
+@functools.lru_cache(maxsize=1024)
 def encoding_for_model(model: str | None) -> str | None:
     """The tiktoken encoding ``model`` uses (``"o200k_base"`` for gpt-4o ...), from
     tiktoken's own table (no download); ``None`` for models tiktoken does not know.
