@@ -5,6 +5,7 @@ from __future__ import annotations
 import tiktoken
 
 from llmguard_sdk import ChatRequest, count_request_tokens, count_text_tokens
+from llmguard_sdk.models import Message
 
 
 def test_cl100k_models_are_exact_and_match_tiktoken() -> None:
@@ -43,3 +44,24 @@ def test_tools_make_the_count_an_estimate() -> None:
     count = count_request_tokens(request)
     assert count.estimated
     assert count.tokens > without_tools.tokens
+
+
+def test_a_repeated_system_prompt_is_encoded_once() -> None:
+    from llmguard_sdk.tokens import _remembered_count
+
+    system = "You are the support assistant of an online shop. Answer briefly. " * 40
+    first = count_request_tokens(
+        [Message(role="system", content=system), Message(role="user", content="Hi")], "gpt-4"
+    )
+    hits = _remembered_count.cache_info().hits
+    again = count_request_tokens(
+        [Message(role="system", content=system), Message(role="user", content="Where?")], "gpt-4"
+    )
+    assert _remembered_count.cache_info().hits > hits  # the system prompt was not re-encoded
+    assert again.tokens - first.tokens == count_text_tokens("Where?", "gpt-4").tokens - (
+        count_text_tokens("Hi", "gpt-4").tokens
+    )
+    huge = " token" * 10_000  # longer texts are counted afresh, not kept
+    misses = _remembered_count.cache_info().misses
+    assert count_text_tokens(huge, "gpt-4").tokens == 10_000
+    assert _remembered_count.cache_info().misses == misses

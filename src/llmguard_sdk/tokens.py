@@ -41,6 +41,8 @@ _CL100K_EXCLUDED = ("gpt-4o", "gpt-4.1", "gpt-4.5")
 class _Encoding(Protocol):
     def encode(self, text: str, *, disallowed_special: Any = ...) -> list[int]: ...
 
+    def __hash__(self) -> int: ...
+
 
 @dataclass(frozen=True)
 class TokenCount:
@@ -105,6 +107,7 @@ def encoding_for_model(model: str | None) -> str | None:
 
 # tiktoken keeps a downloaded encoding file under the SHA-1 of its public URL; these are
 # those digests, so an encoding is used only when it is already there (never downloaded).
+_REMEMBERED_TEXT_CHARS = 16_384  # longer texts are counted afresh (bounds the memory kept)
 _CACHED_FILES = {
     "o200k_base": "fb374d419588a4632f3f557e76b4b70aebbca790",
     "o200k_harmony": "fb374d419588a4632f3f557e76b4b70aebbca790",
@@ -158,6 +161,15 @@ def _counter(model: str | None) -> tuple[_Encoding | None, str, bool]:
 def _count_with(text: str, encoding: _Encoding | None) -> int:
     if encoding is None:
         return -(-len(text) // _CHARS_PER_TOKEN)
+    if len(text) <= _REMEMBERED_TEXT_CHARS:
+        return _remembered_count(encoding, text)
+    return len(encoding.encode(text, disallowed_special=()))
+
+
+@functools.lru_cache(maxsize=1024)
+def _remembered_count(encoding: _Encoding, text: str) -> int:
+    """Token counts of recent texts: a system prompt or a template sent with every call is
+    encoded once, not per call (byte-pair encoding costs far more than hashing the text)."""
     return len(encoding.encode(text, disallowed_special=()))
 
 
