@@ -124,23 +124,38 @@ def redis8_url() -> Iterator[str]:
         yield url
 
 
+@pytest.fixture(scope="session")
+def redis8_cluster_url() -> Iterator[str]:
+    """A throwaway 3-master Redis Cluster of Redis 8 nodes (vector sets); skips like
+    :func:`redis8_url`."""
+    binary = redis8.binary()
+    if binary is None:
+        pytest.skip("no Redis 8 server: run python tools/redis8.py (make install-dev does)")
+    cluster = redis_cluster.RedisCluster(binary=binary).start()
+    try:
+        yield cluster.url
+    finally:
+        cluster.stop()
+
+
 RedisTarget = Callable[[str], tuple[str, str]]
 
 
 @pytest.fixture
 def redis_target(request: pytest.FixtureRequest) -> RedisTarget:
     """``redis_target(kind)``: (URL, key prefix) of a real standalone Redis (``"redis"``), of
-    the 3-master cluster (``"cluster"``) or of a Redis 8 with vector sets (``"redis8"``; a
-    throwaway server, so the prefix is only unique), with the prefix's keys cleaned up
-    afterwards."""
+    the 3-master cluster (``"cluster"``) or of a Redis 8 with vector sets (``"redis8"``, or a
+    cluster of them, ``"redis8_cluster"``: throwaway servers, so the prefix is only unique),
+    with the prefix's keys cleaned up afterwards."""
 
     def target(kind: str) -> tuple[str, str]:
         if kind == "cluster":
             return request.getfixturevalue("redis_cluster_url"), request.getfixturevalue(
                 "cluster_prefix"
             )
-        if kind == "redis8":
-            return request.getfixturevalue("redis8_url"), f"llmguard-test-{uuid.uuid4().hex[:12]}"
+        if kind in ("redis8", "redis8_cluster"):  # throwaway servers: a unique prefix is enough
+            url = request.getfixturevalue(f"{kind}_url")
+            return url, f"llmguard-test-{uuid.uuid4().hex[:12]}"
         return request.getfixturevalue("redis_url"), request.getfixturevalue("redis_prefix")
 
     return target

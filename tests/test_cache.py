@@ -38,15 +38,16 @@ def answer(text: str, **fields: Any) -> ChatResponse:
     return ChatResponse(text=text, finish_reason=fields.pop("finish_reason", "stop"), **fields)
 
 
-@pytest.fixture(params=["memory", "redis", "cluster", "server_search"])
+@pytest.fixture(params=["memory", "redis", "cluster", "server_search", "server_search_cluster"])
 def make_cache(request: pytest.FixtureRequest, redis_target: RedisTarget) -> Iterator[Any]:
-    """Caches in memory, in Redis, in a Redis Cluster, and in a Redis 8 with the vectors
-    searched on the server (``vector_search="server"``)."""
+    """Caches in memory, in Redis, in a Redis Cluster, and in a Redis 8 (and a cluster of
+    them) with the vectors searched on the server (``vector_search="server"``)."""
     caches: list[ResponseCache] = []
 
     def build(**options: Any) -> ResponseCache:
-        if request.param == "server_search":
-            url, prefix = redis_target("redis8")
+        if request.param.startswith("server_search"):
+            kind = "redis8_cluster" if request.param.endswith("cluster") else "redis8"
+            url, prefix = redis_target(kind)
             cache = ResponseCache(url, key_prefix=prefix, vector_search="server", **options)
         elif request.param != "memory":
             url, prefix = redis_target(request.param)

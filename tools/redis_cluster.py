@@ -31,14 +31,22 @@ SLOTS = 16384
 
 
 class RedisCluster:
-    """A running local cluster: ``url`` (``redis+cluster://``), ``ports``, ``stop()``.
+    """A running local cluster: ``url`` (``redis+cluster://``), ``ports``, ``stop()``; its
+    nodes run ``binary`` (default: :func:`with_redis.redis_binary`).
 
     With ``replicas=N`` each master gets N replicas (nodes ``masters`` and up, the replicas
     of master ``i`` following in turn), so that :meth:`kill` of a master is a failover:
     after ``node_timeout_ms`` a replica takes its slots (:meth:`wait_failover`).
     """
 
-    def __init__(self, masters: int = 3, *, replicas: int = 0, node_timeout_ms: int = 2000) -> None:
+    def __init__(
+        self,
+        masters: int = 3,
+        *,
+        replicas: int = 0,
+        node_timeout_ms: int = 2000,
+        binary: str | None = None,
+    ) -> None:
         if masters < 1:
             raise ValueError("a cluster needs at least one master")
         if replicas < 0:
@@ -49,6 +57,7 @@ class RedisCluster:
         self._masters = masters
         self._replicas = replicas
         self._node_timeout_ms = node_timeout_ms
+        self._binary = binary or with_redis.redis_binary()
 
     @property
     def url(self) -> str:
@@ -80,7 +89,7 @@ class RedisCluster:
         nodedir.mkdir()
         process = subprocess.Popen(
             [
-                with_redis.redis_binary(),
+                self._binary,
                 "--port",
                 str(port),
                 "--bind",
