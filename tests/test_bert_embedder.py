@@ -142,6 +142,15 @@ def test_safetensors_reader_converts_half_precision(tmp_path: Path) -> None:
     path = tmp_path / "t.safetensors"
     path.write_bytes(len(raw).to_bytes(8, "little") + raw + half + brain)
     tensors, crc = read_safetensors(path)
+    broken = tmp_path / "broken.safetensors"
+    bad = json.dumps({"t": {"dtype": "F32", "shape": [3, 3], "data_offsets": [0, 8]}}).encode()
+    broken.write_bytes(len(bad).to_bytes(8, "little") + bad + b"\0" * 8)
+    with pytest.raises(ConfigurationError, match=r"tensor t of broken\.safetensors"):
+        read_safetensors(broken)  # 8 bytes cannot be a 3x3 float32 tensor
+    odd = json.dumps({"t": {"dtype": "F64", "shape": [1], "data_offsets": [0, 8]}}).encode()
+    broken.write_bytes(len(odd).to_bytes(8, "little") + odd + b"\0" * 8)
+    with pytest.raises(ConfigurationError, match="unsupported dtype F64"):
+        read_safetensors(broken)
     np.testing.assert_array_equal(tensors["h"], values)
     np.testing.assert_array_equal(tensors["b"], values)
     assert tensors["h"].dtype == np.float32

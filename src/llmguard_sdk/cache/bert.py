@@ -56,17 +56,25 @@ def read_safetensors(path: str | Path) -> tuple[dict[str, npt.NDArray[Any]], int
     for name, spec in header.items():
         if name == "__metadata__":
             continue
-        dtype = _DTYPES.get(spec.get("dtype"))
-        if dtype is None:
-            raise ConfigurationError(f"tensor {name} has unsupported dtype {spec.get('dtype')}")
-        begin, end = spec["data_offsets"]
-        array = np.frombuffer(data[begin:end], dtype=dtype).reshape(spec["shape"])
-        if spec["dtype"] == "BF16":  # bfloat16 is the top half of a float32
-            array = (array.astype(np.uint32) << 16).view(np.float32)
-        elif spec["dtype"] != "I64":
-            array = array.astype(np.float32, copy=False)
-        tensors[name] = array
+        try:
+            tensors[name] = _tensor(data, spec)
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
+            raise ConfigurationError(f"tensor {name} of {Path(path).name}: {exc!r}") from None
     return tensors, zlib.crc32(header_bytes)
+
+
+def _tensor(data: memoryview, spec: dict[str, Any]) -> npt.NDArray[Any]:
+    """One tensor described by its header entry (float tensors as float32)."""
+    dtype = _DTYPES.get(spec["dtype"])
+    if dtype is None:
+        raise ValueError(f"unsupported dtype {spec['dtype']}")
+    begin, end = spec["data_offsets"]
+    array: npt.NDArray[Any] = np.frombuffer(data[begin:end], dtype=dtype).reshape(spec["shape"])
+    if spec["dtype"] == "BF16":  # bfloat16 is the top half of a float32
+        return (array.astype(np.uint32) << 16).view(np.float32)
+    if spec["dtype"] != "I64":
+        return array.astype(np.float32, copy=False)
+    return array
 
 
 def _layer_norm(x: Array, weight: Array, bias: Array, eps: float) -> Array:
