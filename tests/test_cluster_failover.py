@@ -108,15 +108,6 @@ def _spent(url: str) -> float:
         store.close()
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason=(
-        "open: on some machines about 2 runs in 3 the promoted replica is empty right after "
-        "the failover (DBSIZE 0), so the 12 settles made before the kill are gone with the "
-        "dead master (even when WAIT had confirmed the replica held them); the SDK's part "
-        "holds (every call answered, every journal replayed once). See the session-3 note."
-    ),
-)
 def test_a_master_failing_over_loses_no_spend(fake: FakeProvider, tmp_path: Path) -> None:
     with RedisCluster(replicas=1, node_timeout_ms=1000) as cluster:
         context = multiprocessing.get_context("spawn")

@@ -30,6 +30,25 @@ import with_redis
 SLOTS = 16384
 
 
+def _key_on(client: Any) -> str:
+    """A key that hashes to one of the slots the master behind ``client`` serves."""
+    from redis.crc import key_slot
+
+    myid = client.execute_command("CLUSTER MYID")
+    myid = myid.decode() if isinstance(myid, bytes) else myid
+    ranges = [
+        (start, end)
+        for start, end, master, *_ in client.execute_command("CLUSTER SLOTS")
+        if (master[2].decode() if isinstance(master[2], bytes) else master[2]) == myid
+    ]
+    for n in range(100_000):
+        key = f"{{llmguard-probe-{n}}}"
+        slot = key_slot(key.encode())
+        if any(start <= slot <= end for start, end in ranges):
+            return key
+    raise RuntimeError("no probe key found for this master's slots")
+
+
 class RedisCluster:
     """A running local cluster: ``url`` (``redis+cluster://``), ``ports``, ``stop()``; its
     nodes run ``binary`` (default: :func:`with_redis.redis_binary`).
@@ -108,6 +127,8 @@ class RedisCluster:
                 "no",
                 "--dir",
                 str(nodedir),
+                "--logfile",
+                "redis.log",  # in the node's directory, for reading after a failure
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -155,6 +176,18 @@ class RedisCluster:
                 if time.monotonic() > deadline:
                     raise RuntimeError("the replicas did not sync within 30 s")
                 time.sleep(0.1)
+            # A replica's link is up once it has loaded the master's snapshot, but after a
+            # diskless sync the master streams writes to it only from the replica's first
+            # acknowledgement (up to a second later): a master killed before then takes
+            # its latest writes with it. A write that every replica acknowledges (WAIT)
+            # proves the stream flows.
+            for client in clients[: self._masters]:
+                probe = _key_on(client)
+                client.set(probe, "1")
+                acked = client.execute_command("WAIT", self._replicas, 30_000)
+                client.delete(probe)
+                if acked < self._replicas:
+                    raise RuntimeError("the replicas did not acknowledge a write within 30 s")
 
     def wait_failover(self, index: int, timeout: float = 30.0) -> int:
         """After master ``index`` was killed: wait (bounded) until another node is a master
