@@ -30,6 +30,7 @@ Usage: python bench/redis_roundtrips.py [--json] [--quick] [--redis-url URL]
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -108,22 +109,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parser.parse_args(argv)
     calls, warmup = (20, 3) if args.quick else (300, 20)
     url = args.redis_url or with_redis.DEFAULT_URL
-    throwaway = None
-    if not with_redis.answers(url):
-        throwaway, url, _ = with_redis.start_throwaway()
     result: dict[str, Any] = {"calls": calls}
-    try:
-        with (
-            FakeProvider(model="fake-model", name="primary") as fake,
-            redis_cluster.RedisCluster() as cluster,
-        ):
-            memory = measure(fake, "memory", calls, warmup)
-            standalone = measure(fake, url, calls, warmup)
-            clustered = measure(fake, cluster.url, calls, warmup)
-    finally:
-        if throwaway is not None:
-            throwaway.terminate()
-            throwaway.wait(timeout=10)
+    with contextlib.ExitStack() as stack:
+        if not with_redis.answers(url):
+            url = stack.enter_context(with_redis.throwaway())
+        fake = stack.enter_context(FakeProvider(model="fake-model", name="primary"))
+        cluster = stack.enter_context(redis_cluster.RedisCluster())
+        memory = measure(fake, "memory", calls, warmup)
+        standalone = measure(fake, url, calls, warmup)
+        clustered = measure(fake, cluster.url, calls, warmup)
     result["round_trips_per_call"] = {
         "standalone": round(standalone["round_trips"], 2),
         "cluster": round(clustered["round_trips"], 2),
