@@ -32,7 +32,7 @@ typecheck:
 	$(BIN)/mypy --strict src/llmguard_sdk
 
 unit:
-	$(BIN)/python tools/with_redis.py -- $(BIN)/python -m pytest -q
+	$(BIN)/python tools/leftovers.py -- $(BIN)/python tools/with_redis.py -- $(BIN)/python -m pytest -q
 
 test: install-dev lint typecheck unit
 
