@@ -31,6 +31,11 @@ flight, so concurrent calls all pass the check before any of them is recorded.
   tasks that stopped because of refusals.
 * ``naive_settled_usd`` / ``naive_overspend_usd``: the same for the naive phase.
 
+Redis: ``--redis-url``, else ``REDIS_URL``, else a throwaway ``redis-server`` started for the
+run; every key the run writes is under a random prefix that is deleted at the end, whatever the
+end. The worker processes are stopped on every exit path (SIGTERM included; a watchdog stops
+them if this process is killed outright).
+
 Usage: python bench/budget_race.py [--json] [--quick] [--seed N] [--redis-url URL]
 """
 
@@ -50,6 +55,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import redis
+from _benchkit import delete_prefix, exit_on_signals, given_redis, start_processes, stop_processes
 
 from llmguard_sdk import BudgetExceededError, Guard, OpenAICompatibleProvider
 from llmguard_sdk.budget import Budget, Budgets, Price, PriceTable
@@ -255,34 +261,38 @@ def run_phase(mode: str, config: Config, redis_url: str) -> dict[str, Any]:
     context = multiprocessing.get_context("spawn")
     out = context.Queue()
     started = time.monotonic()
-    with FakeProvider(model=MODEL, name="fake", reply=_reply(config)) as api:
-        processes = [
-            context.Process(
-                target=worker, args=(mode, n, config, api.base_url, redis_url, prefix, out)
-            )
-            for n in range(config.processes)
-        ]
-        for process in processes:
-            process.start()
-        results = []
-        deadline = time.monotonic() + config.timeout_s
-        for _ in processes:
-            results.append(out.get(timeout=max(1.0, deadline - time.monotonic())))
-        for process in processes:
-            process.join(timeout=30)
-            if process.is_alive():
-                process.terminate()
-        stats = api.stats
+    client = redis.Redis.from_url(redis_url, socket_timeout=5)
+    processes: list[Any] = []
+    finished = False
+    try:
+        with FakeProvider(model=MODEL, name="fake", reply=_reply(config)) as api:
+            try:
+                processes = [
+                    context.Process(
+                        target=worker,
+                        args=(mode, n, config, api.base_url, redis_url, prefix, out),
+                        daemon=True,
+                    )
+                    for n in range(config.processes)
+                ]
+                start_processes(processes)
+                results = []
+                deadline = time.monotonic() + config.timeout_s
+                for _ in processes:
+                    results.append(out.get(timeout=max(1.0, deadline - time.monotonic())))
+                finished = True
+            finally:
+                stop_processes(processes, 30.0 if finished else 0.5)
+            stats = api.stats
+        counter = None
+        if mode == "guard":
+            for key in client.scan_iter(match=f"{prefix}:budget:*:c:*"):
+                counter = int(client.hget(key, "s") or 0) / 1e9
+    finally:
+        delete_prefix(client, f"{prefix}:")
+        client.close()
     billed = stats.input_tokens * config.input_per_m + stats.output_tokens * config.output_per_m
     billed /= 1e6
-    client = redis.Redis.from_url(redis_url)
-    counter = None
-    if mode == "guard":
-        for key in client.scan_iter(match=f"{prefix}:budget:*:c:*"):
-            counter = int(client.hget(key, "s") or 0) / 1e9
-    for key in client.scan_iter(match=f"{prefix}:*"):
-        client.delete(key)
-    client.close()
     return {
         "settled_usd": billed,
         "budget_counter_usd": counter,
@@ -321,15 +331,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--quick", action="store_true", help="2 processes x 10 calls, $0.10")
     parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
+    parser.add_argument(
+        "--redis-url", default=None, help="the Redis to use (default: REDIS_URL, else a throwaway)"
+    )
     args = parser.parse_args(argv)
+    exit_on_signals()
     config = Config(seed=args.seed)
     if args.quick:
         config = Config(processes=2, concurrency=10, limit_usd=0.1, seed=args.seed, timeout_s=90)
-    if not redis.Redis.from_url(args.redis_url, socket_timeout=1).ping():
-        print(f"no Redis at {args.redis_url}", file=sys.stderr)
-        return 2
-    result = run(config, args.redis_url)
+    with given_redis(args.redis_url) as redis_url:
+        try:
+            redis.Redis.from_url(redis_url, socket_timeout=1).ping()
+        except redis.RedisError as exc:
+            print(f"no Redis at {redis_url}: {exc}", file=sys.stderr)
+            return 2
+        result = run(config, redis_url)
     if args.json:
         print(json.dumps(result))
     else:

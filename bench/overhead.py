@@ -1,11 +1,23 @@
-"""Per-call overhead of a Guard against a bare call of the same provider.
+"""Per-call overhead of a Guard against bare calls of the same loopback server.
 
-Both sides send the same request to the same FakeProvider, which runs in a *separate process*
-so that its CPU time is not counted. "bare" calls the provider object directly (the same httpx
-client and parsing the Guard uses); "guard" goes through ``Guard.chat`` with every stage that
-exists so far, state in memory. CPU time is this process's ``time.process_time()``; wall time
-is ``time.perf_counter()``. Rounds of bare and guard calls alternate, and the median round is
-reported, so drift on a shared machine hits both sides alike.
+Every side sends the same request to the same FakeProvider, which runs in a *separate process*
+so that its CPU time is not counted. Three baselines:
+
+* ``httpx_us``: a plain ``httpx.Client`` POSTing the JSON body and parsing the JSON answer
+  (``client.post(...).json()``), what a hand-written integration does;
+* ``openai_sdk_us``: the ``openai`` package's client as its README shows it,
+  ``OpenAI(base_url=..., api_key=...)`` with its defaults, and
+  ``client.chat.completions.create(...)`` (the server answers every call, so its default
+  retries never run);
+* ``bare_us``: our own provider object called directly (the same httpx client and parsing the
+  Guard uses), so ``overhead_us`` is the pipeline alone.
+
+"guard" goes through ``Guard.chat`` with every stage that exists so far, state in memory.
+``overhead_vs_httpx_us`` / ``overhead_vs_openai_sdk_us`` are what a Guard costs against an
+application's own httpx or openai SDK call. CPU time is this process's
+``time.process_time()``; wall time is ``time.perf_counter()``. Rounds of every side
+alternate (each round in a rotated order), and the median round is reported, so drift on a
+shared machine hits every side alike.
 
 The default Guard has telemetry on with no OpenTelemetry SDK configured (the API's no-op
 providers, as in an application that does not export telemetry): ``overhead_us``. Variants,
@@ -30,6 +42,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import httpx
+from _benchkit import exit_on_signals, popen_group, stop_group
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
@@ -77,17 +91,20 @@ def _recording_telemetry() -> Telemetry:
 
 
 def start_server() -> tuple[subprocess.Popen[str], str]:
-    """Start FakeProvider in its own process; return it and its base URL."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "llmguard_sdk.testing", "serve", "--ignore-stdin"],
+    """Start FakeProvider in its own process group; return it and its base URL.
+
+    Its stdin is a pipe from this process: the server stops at the pipe's end, so it ends with
+    this process however this process ends (and the bench's reaper stops its group too)."""
+    process = popen_group(
+        [sys.executable, "-m", "llmguard_sdk.testing", "serve"],
         stdout=subprocess.PIPE,
-        stdin=subprocess.DEVNULL,
+        stdin=subprocess.PIPE,
         text=True,
     )
     assert process.stdout is not None
     base_url = process.stdout.readline().strip()
     if not base_url.startswith("http://127.0.0.1:"):
-        process.kill()
+        stop_group(process)
         raise SystemExit(f"fake provider did not start: {base_url!r}")
     return process, base_url
 
@@ -127,11 +144,20 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=300, help="calls per round (300)")
     parser.add_argument("--rounds", type=int, default=7, help="rounds per side (7)")
     args = parser.parse_args()
+    exit_on_signals()
+
+    import openai  # the bench extra; imported here so --help works without it
 
     process, base_url = start_server()
+    closers: list[Callable[[], object]] = []
     try:
         bare_provider = OpenAICompatibleProvider(base_url, model="fake-model", name="bare")
+        closers.append(bare_provider.close)
         guard_provider = OpenAICompatibleProvider(base_url, model="fake-model", name="fake")
+        http = httpx.Client(base_url=base_url, timeout=60)
+        closers.append(http.close)
+        sdk_client = openai.OpenAI(base_url=base_url, api_key="bench")
+        closers.append(sdk_client.close)
         events: list[object] = []
         sdk = _recording_telemetry()
         common: dict[str, Any] = {
@@ -159,13 +185,28 @@ def main() -> None:
                 **common,
             ),
         }
+        closers.extend(guard.close for guard in guards.values())
         request = ChatRequest.model_validate({"messages": MESSAGES, "max_tokens": 64})
+        body = {"model": "fake-model", "messages": MESSAGES, "max_tokens": 64}
         counter = iter(range(10**9))
 
         def bare() -> object:
             return bare_provider.complete(
                 request, model="fake-model", deadline=time.monotonic() + 60
             )
+
+        def plain_httpx() -> object:
+            response = http.post("/chat/completions", json=body)
+            response.raise_for_status()
+            return response.json()["choices"][0]["message"]["content"]
+
+        def openai_sdk() -> object:
+            completion = sdk_client.chat.completions.create(
+                model="fake-model",
+                messages=MESSAGES,  # type: ignore[arg-type]
+                max_tokens=64,
+            )
+            return completion.choices[0].message.content
 
         def through(guard: Guard) -> Callable[[], object]:
             def call() -> object:
@@ -178,39 +219,57 @@ def main() -> None:
 
             return call
 
-        sides: dict[str, Callable[[], object]] = {"bare": bare}
+        sides: dict[str, Callable[[], object]] = {
+            "httpx": plain_httpx,
+            "openai_sdk": openai_sdk,
+            "bare": bare,
+        }
         sides.update({name: through(guard) for name, guard in guards.items()})
         for call in sides.values():  # warm up connections, encodings, code paths
             measure(call, 50)
         cpu: dict[str, list[float]] = {name: [] for name in sides}
         wall: dict[str, list[float]] = {name: [] for name in sides}
-        for _ in range(args.rounds):
-            for name, call in sides.items():
-                used, took = measure(call, args.calls)
+        names = list(sides)
+        for round_index in range(args.rounds):
+            shift = round_index % len(names)  # no side always runs first or last
+            for name in names[shift:] + names[:shift]:
+                used, took = measure(sides[name], args.calls)
                 cpu[name].append(used)
                 wall[name].append(took)
-        for guard in guards.values():
-            guard.close()
-        bare_provider.close()
     finally:
-        process.terminate()
-        process.wait(timeout=10)
+        for close in closers:
+            close()
+        stop_group(process)
 
     median = {name: statistics.median(values) for name, values in cpu.items()}
+    wall_median = {name: statistics.median(values) for name, values in wall.items()}
     bare_us, guard_us = median["bare"], median["guard"]
-    bare_wall_us = statistics.median(wall["bare"])
-    guard_wall_us = statistics.median(wall["guard"])
+    httpx_us, openai_us = median["httpx"], median["openai_sdk"]
     result = {
         "benchmark": "overhead",
-        "what": "client CPU time per non-streaming call, provider in another process",
+        "what": (
+            "client CPU time per non-streaming call, provider in another process; "
+            "baselines: plain httpx, the openai SDK, our provider object (bare)"
+        ),
         "calls_per_side": args.calls * args.rounds,
+        "rounds": args.rounds,
+        "statistic": "median of per-round means",
+        "httpx_us": round(httpx_us, 1),
+        "openai_sdk_us": round(openai_us, 1),
+        "openai_version": openai.__version__,
+        "httpx_version": httpx.__version__,
         "bare_us": round(bare_us, 1),
         "guard_us": round(guard_us, 1),
         "overhead_us": round(guard_us - bare_us, 1),
+        "overhead_vs_httpx_us": round(guard_us - httpx_us, 1),
+        "overhead_vs_openai_sdk_us": round(guard_us - openai_us, 1),
         "ratio": round(guard_us / bare_us, 3),
-        "bare_wall_us": round(bare_wall_us, 1),
-        "guard_wall_us": round(guard_wall_us, 1),
-        "overhead_wall_us": round(guard_wall_us - bare_wall_us, 1),
+        "ratio_vs_openai_sdk": round(guard_us / openai_us, 3),
+        "httpx_wall_us": round(wall_median["httpx"], 1),
+        "openai_sdk_wall_us": round(wall_median["openai_sdk"], 1),
+        "bare_wall_us": round(wall_median["bare"], 1),
+        "guard_wall_us": round(wall_median["guard"], 1),
+        "overhead_wall_us": round(wall_median["guard"] - wall_median["bare"], 1),
         "telemetry_off_us": round(median["telemetry_off"] - bare_us, 1),
         "telemetry_sdk_us": round(median["telemetry_sdk"] - bare_us, 1),
         "all_stages_us": round(median["all_stages"] - bare_us, 1),
@@ -224,7 +283,7 @@ def main() -> None:
         print(json.dumps(result))
     else:
         for key, value in result.items():
-            print(f"{key:>20}: {value}")
+            print(f"{key:>26}: {value}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,240 @@
+"""What every bench shares: the Redis it was given, cleanup on every exit path, and
+latency summaries that claim a p99 only where there are enough samples for one.
+
+Not a benchmark itself (the leading underscore); the benches import it as ``_benchkit``
+(their own folder is first on ``sys.path`` when they run as scripts).
+
+* :func:`given_redis`: the URL of ``--redis-url``, else ``REDIS_URL``, else a throwaway
+  ``redis-server`` started for the run (``tools/with_redis.py``). A bench never falls back
+  to ``127.0.0.1:6379`` on its own: it writes only into the Redis it was given.
+* :func:`exit_on_signals`: SIGTERM (and SIGHUP) raise ``SystemExit``, so ``finally`` blocks
+  and ``with`` exits run when a bench is stopped, as they do on Ctrl-C.
+* :class:`Reaper`: a watchdog process, in its own session, holding the read end of a pipe.
+  The bench registers each child it starts; when the bench ends by any means, SIGKILL
+  included, the pipe closes and the watchdog stops every registered child still alive (by
+  process group where the child leads one). Children are matched by pid *and* start time,
+  so a recycled pid is never hit. Children that are stopped normally are unregistered.
+* :func:`popen_group`: ``subprocess.Popen`` in a new process group (session), registered
+  with the reaper; :func:`stop_group` stops the whole group (SIGTERM, then SIGKILL).
+* :func:`latency_summary`: ``samples``, ``p50``, ``max`` and, from
+  :data:`P99_MIN_SAMPLES` samples on, ``p99`` (nearest rank). With fewer samples the
+  nearest-rank p99 is one of the slowest few calls, so it is not reported as a p99.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+_TOOLS = Path(__file__).resolve().parents[1] / "tools"
+
+P99_MIN_SAMPLES = 1000
+"""The fewest samples over which a p99 is reported (10 calls beyond it)."""
+
+
+# ------------------------------------------------------------------------------- Redis
+
+
+def redis_url_given(flag: str | None) -> str | None:
+    """``--redis-url`` if given, else ``REDIS_URL`` if set, else ``None``."""
+    return flag or os.environ.get("REDIS_URL") or None
+
+
+@contextlib.contextmanager
+def given_redis(flag: str | None) -> Iterator[str]:
+    """The Redis a bench uses (see the module docs); a throwaway one is stopped and its folder
+    removed when the block ends."""
+    url = redis_url_given(flag)
+    if url is not None:
+        yield url
+        return
+    if str(_TOOLS) not in sys.path:
+        sys.path.insert(0, str(_TOOLS))
+    import with_redis
+
+    print("no --redis-url or REDIS_URL: starting a throwaway redis-server", file=sys.stderr)
+    with with_redis.throwaway() as url:
+        yield url
+
+
+def delete_prefix(client: Any, prefix: str) -> int:
+    """Delete every key of ``client`` (a redis-py client) matching ``prefix*``; how many."""
+    deleted = 0
+    for key in client.scan_iter(match=f"{prefix}*", count=1000):
+        deleted += int(client.delete(key))
+    return deleted
+
+
+# ---------------------------------------------------------------------------- cleanup
+
+
+def _raise_exit(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
+def exit_on_signals() -> None:
+    """SIGTERM and SIGHUP raise ``SystemExit(128 + signum)`` in the main thread."""
+    for name in ("SIGTERM", "SIGHUP"):
+        number = getattr(signal, name, None)
+        if number is not None:
+            signal.signal(number, _raise_exit)
+
+
+def _start_time(pid: int) -> str | None:
+    """The kernel's start time of ``pid`` (``/proc/PID/stat`` field 22), or None."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+_WATCHDOG = r"""
+import os, signal, sys, time
+def start(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except OSError:
+        return None
+children = {}
+for line in sys.stdin:
+    op, pid, group, started = line.split()
+    if op == "+":
+        children[int(pid)] = (group == "1", started)
+    else:
+        children.pop(int(pid), None)
+def send(sig):
+    alive = 0
+    for pid, (group, started) in children.items():
+        if start(pid) != started:
+            continue
+        alive += 1
+        try:
+            os.killpg(pid, sig) if group else os.kill(pid, sig)
+        except OSError:
+            pass
+    return alive
+if send(signal.SIGTERM):
+    time.sleep(3)
+    send(signal.SIGKILL)
+"""
+
+
+class Reaper:
+    """Stops registered children when this process ends, however it ends (see module docs).
+
+    Linux only (it reads ``/proc``); elsewhere registering does nothing.
+    """
+
+    def __init__(self) -> None:
+        self._process: subprocess.Popen[str] | None = None
+
+    def _pipe(self) -> Any:
+        if self._process is None:
+            self._process = subprocess.Popen(
+                [sys.executable, "-c", _WATCHDOG],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                text=True,
+                start_new_session=True,  # outlives a kill of the bench's process group
+            )
+        return self._process.stdin
+
+    def add(self, pid: int, *, group: bool = False) -> None:
+        """Stop ``pid`` (its process group if ``group``) when this process ends."""
+        started = _start_time(pid)
+        if started is None:
+            return
+        pipe = self._pipe()
+        pipe.write(f"+ {pid} {int(group)} {started}\n")
+        pipe.flush()
+
+    def remove(self, pid: int) -> None:
+        """``pid`` was stopped: forget it."""
+        if self._process is not None and self._process.stdin is not None:
+            with contextlib.suppress(OSError, ValueError):
+                self._process.stdin.write(f"- {pid} 0 0\n")
+                self._process.stdin.flush()
+
+
+REAPER = Reaper()
+
+
+def popen_group(args: Sequence[str], **kwargs: Any) -> subprocess.Popen[Any]:
+    """``subprocess.Popen`` leading a new process group (session), registered with the
+    reaper so it is stopped with this process whatever happens."""
+    process: subprocess.Popen[Any] = subprocess.Popen(args, start_new_session=True, **kwargs)
+    REAPER.add(process.pid, group=True)
+    return process
+
+
+def stop_group(process: subprocess.Popen[Any], timeout: float = 5.0) -> None:
+    """Stop a child started by :func:`popen_group` and everything in its group."""
+    for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, timeout)):
+        if process.poll() is not None:
+            break
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, sig)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=wait)
+    with contextlib.suppress(ProcessLookupError):  # a grandchild left behind in the group
+        os.killpg(process.pid, signal.SIGKILL)
+    REAPER.remove(process.pid)
+
+
+def stop_processes(processes: Sequence[Any], grace: float = 5.0) -> None:
+    """Join ``multiprocessing`` processes for up to ``grace`` seconds, then terminate and kill
+    the ones still alive."""
+    deadline = time.monotonic() + grace
+    for process in processes:
+        if process.pid is not None:
+            process.join(timeout=max(0.0, deadline - time.monotonic()))
+    for process in processes:
+        if process.pid is not None and process.is_alive():
+            process.terminate()
+            process.join(timeout=3.0)
+        if process.pid is not None and process.is_alive():
+            process.kill()
+            process.join(timeout=3.0)
+        if process.pid is not None:
+            REAPER.remove(process.pid)
+
+
+def start_processes(processes: Sequence[Any]) -> None:
+    """Start ``multiprocessing`` processes and register them with the reaper."""
+    for process in processes:
+        process.start()
+        REAPER.add(process.pid)
+
+
+# ------------------------------------------------------------------------ percentiles
+
+
+def nearest_rank(ordered: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile ``q`` (0-100) of sorted values."""
+    return ordered[max(1, math.ceil(q / 100.0 * len(ordered))) - 1]
+
+
+def latency_summary(values: Sequence[float], digits: int = 3) -> dict[str, float | int | None]:
+    """``{"samples", "p50", "max"}`` and ``"p99"`` from :data:`P99_MIN_SAMPLES` samples on."""
+    ordered = sorted(values)
+    if not ordered:
+        return {"samples": 0, "p50": None, "max": None}
+    found: dict[str, float | int | None] = {
+        "samples": len(ordered),
+        "p50": round(nearest_rank(ordered, 50), digits),
+        "max": round(ordered[-1], digits),
+    }
+    if len(ordered) >= P99_MIN_SAMPLES:
+        found["p99"] = round(nearest_rank(ordered, 99), digits)
+    return found
