@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import importlib
 import os
+import shutil
 import sys
+import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -22,6 +26,68 @@ import with_redis
 from llmguard_sdk.store import RedisClusterStore, RedisStore
 
 USER = [{"role": "user", "content": "hello there"}]
+
+# -- CI: a skip CI would hit is a failure there -------------------------------------------------
+
+
+def in_ci() -> bool:
+    """True under ``CI=true`` (also ``1`` / ``yes``): the environment CI runs ``make test`` in."""
+    return os.environ.get("CI", "").strip().lower() in ("true", "1", "yes")
+
+
+def require(condition: object, reason: str) -> None:
+    """Go on when ``condition`` holds; otherwise skip the calling test or fixture, saying
+    ``reason``, except under ``CI=true``, where the missing part is a failure (CI installs
+    everything ``make install-dev`` does, so a skip there would hide an untested feature)."""
+    if condition:
+        return
+    if in_ci():
+        pytest.fail(f"CI=true and a test needs what is missing here: {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+def require_module(name: str, reason: str) -> ModuleType:
+    """:func:`pytest.importorskip`, through :func:`require`: the module, or a skip (a failure
+    under ``CI=true``) saying ``reason``."""
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:
+        require(False, f"{reason} (import {name}: {exc})")
+        raise  # not reached: require() skipped or failed
+
+
+# -- no test writes into the user's cache directory ---------------------------------------------
+
+_CACHE_ENV: dict[str, str | None] = {}
+_CACHE_DIR: list[str] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Point ``XDG_CACHE_HOME`` (what every ``~/.cache`` default derives from, the budgets'
+    spend journal included) at a temp dir for the whole run, subprocesses included, so no
+    test can leave spend or anything else in the user's cache; the folder goes afterwards.
+    Read-only model caches that live under the user's cache keep their place."""
+    if _CACHE_DIR:
+        return
+    user_cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    for variable, folder in (("HF_HOME", "huggingface"), ("TORCH_HOME", "torch")):
+        _CACHE_ENV[variable] = os.environ.get(variable)
+        if variable not in os.environ and os.path.isdir(os.path.join(user_cache, folder)):
+            os.environ[variable] = os.path.join(user_cache, folder)
+    _CACHE_ENV["XDG_CACHE_HOME"] = os.environ.get("XDG_CACHE_HOME")
+    _CACHE_DIR.append(tempfile.mkdtemp(prefix="llmguard-test-cache-"))
+    os.environ["XDG_CACHE_HOME"] = _CACHE_DIR[0]
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    for variable, value in _CACHE_ENV.items():
+        if value is None:
+            os.environ.pop(variable, None)
+        else:
+            os.environ[variable] = value
+    _CACHE_ENV.clear()
+    while _CACHE_DIR:
+        shutil.rmtree(_CACHE_DIR.pop(), ignore_errors=True)
 
 
 @pytest.fixture
@@ -116,10 +182,10 @@ def cluster_prefix(redis_cluster_url: str) -> Iterator[str]:
 @pytest.fixture(scope="session")
 def redis8_url() -> Iterator[str]:
     """A throwaway Redis 8 (with vector sets) on a free loopback port, for server-side vector
-    search; skips where ``tools/redis8.py`` could not build one."""
+    search; skips (fails under ``CI=true``) where ``tools/redis8.py`` could not build one."""
     binary = redis8.binary()
-    if binary is None:
-        pytest.skip("no Redis 8 server: run python tools/redis8.py (make install-dev does)")
+    require(binary is not None, redis8.missing_reason())
+    assert binary is not None
     with with_redis.throwaway(binary) as url:
         yield url
 
@@ -129,8 +195,8 @@ def redis8_cluster_url() -> Iterator[str]:
     """A throwaway 3-master Redis Cluster of Redis 8 nodes (vector sets); skips like
     :func:`redis8_url`."""
     binary = redis8.binary()
-    if binary is None:
-        pytest.skip("no Redis 8 server: run python tools/redis8.py (make install-dev does)")
+    require(binary is not None, redis8.missing_reason())
+    assert binary is not None
     cluster = redis_cluster.RedisCluster(binary=binary).start()
     try:
         yield cluster.url

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -26,6 +27,7 @@ from llmguard_sdk.budget import (
     PriceTable,
     UnknownModelPriceError,
 )
+from llmguard_sdk.store import RedisStore
 from llmguard_sdk.testing import FakeProvider, Fault
 
 from .conftest import USER
@@ -300,11 +302,14 @@ def test_guards_share_a_budget_through_redis(
         second.close()
 
 
-def test_an_unreachable_redis_fails_closed_unless_told_otherwise(fake: FakeProvider) -> None:
+def test_an_unreachable_redis_fails_closed_unless_told_otherwise(
+    fake: FakeProvider, tmp_path: Path
+) -> None:
     def guard(fail_open: bool) -> Guard:
         return Guard(
             OpenAICompatibleProvider(fake.base_url, model="fake-model", name="primary"),
-            store="redis://127.0.0.1:1/0",  # nothing listens there
+            # nothing listens there; the spend it cannot record goes to this test's journal
+            store=RedisStore("redis://127.0.0.1:1/0", journal_dir=str(tmp_path)),
             budgets=Budgets([Budget(limit_usd=1.0)], prices=PRICES, fail_open=fail_open),
             breaker=None,
             retry_budget=None,
@@ -318,6 +323,7 @@ def test_an_unreachable_redis_fails_closed_unless_told_otherwise(fake: FakeProvi
     assert fake.stats.requests == 0
     opened = guard(fail_open=True)
     assert opened.chat(USER, max_tokens=3).cost_usd == pytest.approx(CALL_USD)
+    assert list(tmp_path.glob("*.jsonl"))  # the spend was journaled here, in the temp dir
     closed.close()
     opened.close()
 

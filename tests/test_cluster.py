@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -51,14 +52,17 @@ def test_a_cluster_store_rejects_a_plain_url() -> None:
 
 
 def test_an_unreachable_cluster_does_not_stop_the_guard(
-    fake: FakeProvider, caplog: pytest.LogCaptureFixture
+    fake: FakeProvider, caplog: pytest.LogCaptureFixture, tmp_path: Path
 ) -> None:
     """Nothing connects at start; the first call finds the cluster down and every stage
-    decides locally (budgets fail open here), without raising."""
+    decides locally (budgets fail open here, their spend journaled in the temp dir), without
+    raising."""
     from llmguard_sdk import OpenAICompatibleProvider
 
     caplog.set_level(logging.WARNING, logger="llmguard_sdk")
-    store = RedisClusterStore("redis+cluster://127.0.0.1:1", socket_timeout=0.2)
+    store = RedisClusterStore(
+        "redis+cluster://127.0.0.1:1", socket_timeout=0.2, journal_dir=str(tmp_path)
+    )
     with Guard(
         OpenAICompatibleProvider(fake.base_url, model=fake.model, name="primary"),
         store=store,
@@ -71,6 +75,7 @@ def test_an_unreachable_cluster_does_not_stop_the_guard(
         assert guard.chat(USER, tenant="acme", cacheable=False).text
     assert any("Redis unavailable" in r.getMessage() for r in caplog.records)
     assert not store.ping()
+    assert list(tmp_path.glob("*.jsonl"))  # the spend it could not send stayed in the temp dir
 
 
 def test_a_guarded_call_with_every_stage_on_a_cluster(
