@@ -52,9 +52,9 @@ from opentelemetry import context as otel_context
 from opentelemetry import metrics, trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
+from ._state.stores import hash_id
 from ._version import __version__
 from .redaction import redact, redact_secrets
-from .store import hash_id
 
 if TYPE_CHECKING:
     from .breaker import BreakerTransition

@@ -18,8 +18,8 @@ from typing import Protocol
 
 import anyio
 
+from .._state.steps import Step, delegate
 from ..errors import ProviderError, RateLimitedError
-from ..store import Step, delegate
 from .memory import MemoryBreakerBackend
 from .policy import BreakerPolicy, BreakerState, Outcome, Permit, State, outcome_of
 from .redis import RedisBreakerBackend
@@ -142,7 +142,7 @@ class Breakers:
             self._saw(route, await self.backend.arecord(route, outcome, _hint(error)))
 
     def permit_steps(self, route: str) -> Step[Permit]:
-        """:meth:`permit` as a step of a :class:`~llmguard_sdk.store.Batch`."""
+        """:meth:`permit` as a step of a :class:`~llmguard_sdk._state.steps.Batch`."""
         permit: Permit = yield from delegate(self.backend, "acquire", route)
         self._saw(route, permit.state)
         return permit
@@ -150,7 +150,7 @@ class Breakers:
     def record_steps(
         self, route: str, error: BaseException | None, *, seconds: float
     ) -> Step[None]:
-        """:meth:`record` as a step of a :class:`~llmguard_sdk.store.Batch`."""
+        """:meth:`record` as a step of a :class:`~llmguard_sdk._state.steps.Batch`."""
         outcome = outcome_of(error, seconds=seconds, policy=self.policy)
         if outcome is None:
             yield from delegate(self.backend, "release", route)
@@ -159,7 +159,7 @@ class Breakers:
             self._saw(route, state)
 
     def release_steps(self, route: str) -> Step[None]:
-        """:meth:`release` as a step of a :class:`~llmguard_sdk.store.Batch`."""
+        """:meth:`release` as a step of a :class:`~llmguard_sdk._state.steps.Batch`."""
         yield from delegate(self.backend, "release", route)
 
     def release(self, route: str) -> None:

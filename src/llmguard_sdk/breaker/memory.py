@@ -28,7 +28,7 @@ class MemoryBreakerBackend:
     """Per-route breakers of this process; ``clock`` is injectable for tests."""
 
     inline_steps: ClassVar[frozenset[str]] = frozenset({"acquire", "record", "release"})
-    """Methods that never wait: a :class:`~llmguard_sdk.store.Batch` calls them in place."""
+    """Methods that never wait: a :class:`~llmguard_sdk._state.steps.Batch` calls them in place."""
 
     def __init__(
         self, policy: BreakerPolicy, *, clock: Callable[[], float] = time.monotonic

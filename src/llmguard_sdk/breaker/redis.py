@@ -1,7 +1,7 @@
 """Breaker state shared by every process through Redis: one Lua script per decision.
 
 Each decision is also a step (``acquire_steps``, ``record_steps``, ``release_steps``) that a
-:class:`~llmguard_sdk.store.Batch` sends in one pipeline with the other stages' decisions.
+:class:`~llmguard_sdk._state.steps.Batch` sends in one pipeline with the other stages' decisions.
 
 When one process trips a breaker, every process sees it on its next call. Keys of one route
 share a hash tag, so the scripts work on Redis Cluster; Redis ``TIME`` is the clock. If Redis
@@ -17,7 +17,8 @@ import math
 from importlib import resources
 from typing import Any
 
-from ..store import REDIS_ERRORS, Outage, RedisScripts, RedisStore, Step, arun, hash_id, run
+from .._state.steps import Step, arun, run
+from .._state.stores import Outage, RedisScripts, RedisStore, hash_id, redis_errors
 from .memory import MemoryBreakerBackend
 from .policy import BreakerPolicy, Outcome, Permit, State
 
@@ -78,32 +79,32 @@ class RedisBreakerBackend:
         ]
 
     def acquire_steps(self, route: str) -> Step[Permit]:
-        """:meth:`acquire` as a step of a :class:`~llmguard_sdk.store.Batch`."""
+        """:meth:`acquire` as a step of a :class:`~llmguard_sdk._state.steps.Batch`."""
         if self._outage.up():
             try:
                 reply = yield self._scripts.command(0, self._keys(route)[:1], self._acquire_args())
                 return _permit(reply)
-            except REDIS_ERRORS as exc:
+            except redis_errors() as exc:
                 self._outage.failed(exc)
         return self._fallback.acquire(route)
 
     def record_steps(self, route: str, outcome: Outcome, hint: float | None = None) -> Step[State]:
-        """:meth:`record` as a step of a :class:`~llmguard_sdk.store.Batch`."""
+        """:meth:`record` as a step of a :class:`~llmguard_sdk._state.steps.Batch`."""
         if self._outage.up():
             try:
                 args = self._record_args(outcome, hint)
                 return _state((yield self._scripts.command(1, self._keys(route), args)))
-            except REDIS_ERRORS as exc:
+            except redis_errors() as exc:
                 self._outage.failed(exc)
         return self._fallback.record(route, outcome, hint)
 
     def release_steps(self, route: str) -> Step[None]:
-        """:meth:`release` as a step of a :class:`~llmguard_sdk.store.Batch`."""
+        """:meth:`release` as a step of a :class:`~llmguard_sdk._state.steps.Batch`."""
         if self._outage.up():
             try:
                 yield self._scripts.command(2, self._keys(route)[:1])
                 return
-            except REDIS_ERRORS as exc:
+            except redis_errors() as exc:
                 self._outage.failed(exc)
         self._fallback.release(route)
 

@@ -91,7 +91,7 @@ class MemoryBudgetBackend:
     """Counters in this process's memory; ``clock`` (epoch seconds, UTC) is injectable."""
 
     inline_steps: ClassVar[frozenset[str]] = frozenset({"reserve", "settle"})
-    """Methods that never wait: a :class:`~llmguard_sdk.store.Batch` calls them in place."""
+    """Methods that never wait: a :class:`~llmguard_sdk._state.steps.Batch` calls them in place."""
 
     def __init__(self, *, clock: Callable[[], float] = time.time) -> None:
         self._clock = clock

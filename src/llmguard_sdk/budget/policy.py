@@ -135,7 +135,7 @@ class Budget:
         """The counter's name: ``name``, or one made of scope, id and window."""
         if self.name is not None:
             return self.name
-        from ..store import hash_id
+        from .._state.stores import hash_id
 
         who = "each" if self.id is None else hash_id(self.id)
         window: str = self.window

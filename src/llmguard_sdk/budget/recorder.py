@@ -53,7 +53,7 @@ class UsageRecorder:
 
     def record(self, event: CallEvent) -> dict[str, Any]:
         """The JSON object written for ``event``."""
-        from ..store import hash_id
+        from .._state.stores import hash_id
 
         def who(value: str | None) -> str | None:
             return hash_id(value) if (self._hashed and value is not None) else value

@@ -34,7 +34,8 @@ from collections.abc import Generator, Sequence
 from importlib import resources
 from typing import Any
 
-from ..store import REDIS_ERRORS, Outage, RedisScripts, RedisStore, Step, arun, hash_id, run
+from .._state.steps import Step, arun, run
+from .._state.stores import Outage, RedisScripts, RedisStore, hash_id, redis_errors
 from .journal import JournalRecord, SpendJournal, record, specs_of
 from .memory import MemoryBudgetBackend, Status
 from .policy import CounterSpec, ReserveResult, SettleResult
@@ -222,10 +223,10 @@ class RedisBudgetBackend:
             steps.close()
 
     def replay_steps(self) -> Step[bool]:
-        """:meth:`replay` as a step of a :class:`~llmguard_sdk.store.Batch`."""
+        """:meth:`replay` as a step of a :class:`~llmguard_sdk._state.steps.Batch`."""
         try:
             yield from self._flush_steps()
-        except REDIS_ERRORS as exc:
+        except redis_errors() as exc:
             self._failed(exc)
             return False
         return self.journal.pending == 0
@@ -233,10 +234,6 @@ class RedisBudgetBackend:
     def replay(self) -> bool:
         """Replay the journal now; True when nothing is left in it (False: Redis failed)."""
         return run(self.replay_steps())
-
-    async def areplay(self) -> bool:
-        """Async twin of :meth:`replay`."""
-        return await arun(self.replay_steps())
 
     def reserve_steps(
         self,
@@ -249,21 +246,21 @@ class RedisBudgetBackend:
         minimum: int,
         ttl: float,
     ) -> Step[ReserveResult]:
-        """:meth:`reserve` as a step of a :class:`~llmguard_sdk.store.Batch` (a journal
+        """:meth:`reserve` as a step of a :class:`~llmguard_sdk._state.steps.Batch` (a journal
         to replay first costs round trips of its own)."""
         if self._outage.up():
             try:
                 yield from self._flush_steps()
                 keys, args = self._reserve_call(rid, specs, base, per_token, want, minimum, ttl)
                 return _reserved((yield self._scripts.command(0, keys, args)))
-            except REDIS_ERRORS as exc:
+            except redis_errors() as exc:
                 self._failed(exc)
         return self._locally(rid, specs, base, per_token, want, minimum, ttl)
 
     def settle_steps(
         self, rid: str, specs: Sequence[CounterSpec], *, actual: int, ttl: float
     ) -> Step[SettleResult]:
-        """:meth:`settle` as a step of a :class:`~llmguard_sdk.store.Batch`."""
+        """:meth:`settle` as a step of a :class:`~llmguard_sdk._state.steps.Batch`."""
         if rid in self._local:  # counted locally: the journal carries it to Redis
             result = self._fallback.settle(rid, self._local_specs(specs), actual=actual, ttl=ttl)
             if result.applied and actual > 0:
@@ -276,7 +273,7 @@ class RedisBudgetBackend:
                 yield from self._flush_steps()
                 keys, args = self._settle_call(rid, specs, actual, ttl)
                 return _settled((yield self._scripts.command(1, keys, args)))
-            except REDIS_ERRORS as exc:
+            except redis_errors() as exc:
                 self._failed(exc)
         self._journal(rid, specs, actual, ttl)
         return SettleResult(False)

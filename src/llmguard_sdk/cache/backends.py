@@ -18,14 +18,16 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from importlib import resources
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
-import numpy as np
-import numpy.typing as npt
-import redis
+from .._lazy import np
 
+if TYPE_CHECKING:
+    import numpy.typing as npt
+
+from .._state.steps import Step, run
+from .._state.stores import Outage, RedisScripts, RedisStore, hash_id, redis_errors
 from ..errors import ConfigurationError
-from ..store import REDIS_ERRORS, Outage, RedisScripts, RedisStore, Step, hash_id, run
 from .entry import CacheEntry, decode_vector
 from .index import Match
 
@@ -153,14 +155,14 @@ class RedisCacheBackend:
         self._outage = Outage("response cache", "serving misses", store)
 
     def get_steps(self, entry_id: str) -> Step[CacheEntry | None]:
-        """:meth:`get` as a step of a :class:`~llmguard_sdk.store.Batch`."""
+        """:meth:`get` as a step of a :class:`~llmguard_sdk._state.steps.Batch`."""
         if not self._outage.up():
             return None
         try:
             raw = yield self._scripts.command(
                 1, [self._entry_prefix + entry_id, self._lru, self._uses], [entry_id]
             )
-        except REDIS_ERRORS as exc:
+        except redis_errors() as exc:
             self._outage.failed(exc)
             return None
         if raw is None:
@@ -169,7 +171,7 @@ class RedisCacheBackend:
         return entry if entry.stale_until > time.time() else None
 
     def put_steps(self, entry: CacheEntry) -> Step[list[str]]:
-        """:meth:`put` as a step of a :class:`~llmguard_sdk.store.Batch`."""
+        """:meth:`put` as a step of a :class:`~llmguard_sdk._state.steps.Batch`."""
         if not self._outage.up():
             return []
         ttl_ms = max(1, int((entry.stale_until - time.time()) * 1000))
@@ -203,7 +205,7 @@ class RedisCacheBackend:
                     server_vector,
                 ],
             )
-        except REDIS_ERRORS as exc:
+        except redis_errors() as exc:
             self._failed(exc)
             return []
         return [_text(item) for item in evicted]
@@ -221,7 +223,7 @@ class RedisCacheBackend:
                 [self._vector_sets + index_key, self._vector_index],
                 [vector.astype(np.float32).tobytes(), k, self._entry_prefix],
             )
-        except REDIS_ERRORS as exc:
+        except redis_errors() as exc:
             self._failed(exc)
             return []
         # VSIM scores are (1 + cosine) / 2.
@@ -237,13 +239,15 @@ class RedisCacheBackend:
         """Whether the server has vector sets; raises :class:`ConfigurationError` when it
         answers without them, returns False when it cannot be reached (then a script that
         fails for want of them later logs an error, and the cache misses)."""
+        import redis
+
         try:
             self._store.client.eval(
                 "return redis.call('VCARD', KEYS[1])", 1, self._vector_sets + "probe"
             )
         except redis.ResponseError as exc:
             raise ConfigurationError(_NO_VECTOR_SETS.format(exc)) from None
-        except REDIS_ERRORS:
+        except redis_errors():
             return False
         return True
 
@@ -251,6 +255,8 @@ class RedisCacheBackend:
         """Redis failed a write or a search. With server-side search, a script error is the
         server lacking vector sets, not an outage: logged once, and every lookup misses
         (the script fails before it writes); other stages on the store carry on."""
+        import redis
+
         if self.vector_search and isinstance(exc, redis.ResponseError):
             if not self._script_failed:
                 self._script_failed = True
@@ -259,7 +265,7 @@ class RedisCacheBackend:
         self._outage.failed(exc)
 
     def changes_steps(self) -> Step[list[Change]]:
-        """:meth:`changes` as a step of a :class:`~llmguard_sdk.store.Batch` (a backlog of
+        """:meth:`changes` as a step of a :class:`~llmguard_sdk._state.steps.Batch` (a backlog of
         more than a thousand changes is read in further round trips)."""
         if not self._outage.up():
             return []
@@ -272,7 +278,7 @@ class RedisCacheBackend:
                     found.append(_change(dict(zip(fields[::2], fields[1::2], strict=True))))
                 if len(messages) < _BATCH:
                     return found
-        except REDIS_ERRORS as exc:
+        except redis_errors() as exc:
             self._outage.failed(exc)
             return found
 
@@ -291,7 +297,7 @@ class RedisCacheBackend:
                 keys=[self._lru, self._log, self._uses, self._vector_index],
                 args=[self._entry_prefix, self._stream_length, self._vector_sets],
             )
-        except REDIS_ERRORS as exc:
+        except redis_errors() as exc:
             self._outage.failed(exc)
 
     def changes(self) -> list[Change]:

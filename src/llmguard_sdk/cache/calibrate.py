@@ -16,8 +16,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
+from .._lazy import np
 from ..errors import ConfigurationError
 from .embedders import Embedder, HashingEmbedder
 from .guards import guard_rejection

@@ -11,22 +11,25 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import anyio.to_thread
-import numpy as np
-import numpy.typing as npt
 
+from .._lazy import np
+from .._state.steps import Batch, Step, arun, run, work
+from .._state.stores import RedisStore, Store, hash_id, open_store
 from ..context import Scope, current_scope
 from ..errors import ConfigurationError
 from ..models import ChatRequest, ChatResponse
-from ..store import Batch, RedisStore, Step, Store, arun, hash_id, open_store, run, work
 from .backends import CacheBackend, Change, MemoryCacheBackend, RedisCacheBackend
 from .embedders import DEFAULT_THRESHOLD, Embedder, HashingEmbedder, suggested_threshold
 from .entry import CacheEntry, CacheHit, CacheStats, decode_vector, encode_vector
 from .guards import Verifier, guard_rejection
 from .index import Match, VectorIndex
 from .keys import CacheKeys, request_keys
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
 
 __all__ = ["DEFAULT_THRESHOLD", "ResponseCache"]
 
@@ -195,7 +198,7 @@ class ResponseCache:
         tags: Sequence[str] = (),
         cacheable: bool = True,
     ) -> Step[CacheHit | None]:
-        """:meth:`lookup` as a step of a :class:`~llmguard_sdk.store.Batch`: the exact read
+        """:meth:`lookup` as a step of a :class:`~llmguard_sdk._state.steps.Batch`: the exact read
         goes out with the batch; after a miss the semantic search runs in this process (in
         a worker thread for async code). Run :meth:`sync_steps` in the same batch first to
         see the other processes' recent entries."""
@@ -220,7 +223,7 @@ class ResponseCache:
 
     def sync_steps(self) -> Step[None]:
         """Apply the changes other processes made (read at most every ``sync_interval``
-        seconds), as a step of a :class:`~llmguard_sdk.store.Batch`."""
+        seconds), as a step of a :class:`~llmguard_sdk._state.steps.Batch`."""
         if not self.semantic or self._server is not None:
             return  # with server-side search there is no local index to keep in step
         if time.monotonic() - self._synced_at < self._sync_interval:
@@ -402,7 +405,7 @@ class ResponseCache:
 
     def put_steps(self, entry: CacheEntry) -> Step[bool]:
         """Write ``entry`` (from :meth:`entry_for`), as a step of a
-        :class:`~llmguard_sdk.store.Batch`."""
+        :class:`~llmguard_sdk._state.steps.Batch`."""
         evicted: list[str] = yield from self._backend_step("put", entry)
         if entry.vector is not None and self._server is None:
             self._remember(entry.entry_id, entry.index_key, decode_vector(entry.vector))

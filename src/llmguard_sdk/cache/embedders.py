@@ -33,12 +33,11 @@ import unicodedata
 import zlib
 from collections.abc import Sequence
 from functools import lru_cache
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, runtime_checkable
 
 import httpx
-import numpy as np
-import numpy.typing as npt
 
+from .._lazy import np
 from ..errors import ConfigurationError, MalformedResponseError, ProviderUnavailableError
 from ..tokens import cl100k_encoding
 
@@ -52,7 +51,10 @@ __all__ = [
     "suggested_threshold",
 ]
 
-Vectors = npt.NDArray[np.float32]
+if TYPE_CHECKING:
+    import numpy.typing as npt
+
+    Vectors: TypeAlias = npt.NDArray[np.float32]
 
 DEFAULT_THRESHOLD = 0.55
 """The zero-configuration similarity threshold of the default :class:`HashingEmbedder`

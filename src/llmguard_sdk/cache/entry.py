@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import base64
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import numpy as np
-import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict
 
+from .._lazy import np
 from ..models import ChatResponse
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
 
 __all__ = ["CacheEntry", "CacheHit", "CacheStats", "decode_vector", "encode_vector"]
 

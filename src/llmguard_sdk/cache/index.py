@@ -16,9 +16,12 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
-import numpy as np
-import numpy.typing as npt
+from .._lazy import np
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
 
 __all__ = ["Match", "VectorIndex"]
 

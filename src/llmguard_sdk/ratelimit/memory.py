@@ -13,7 +13,7 @@ from typing import ClassVar
 
 import anyio
 
-from ..store import hash_id
+from .._state.stores import hash_id
 from ._rules import LimitsConfig, Rules, new_call_id, normalize, wait_bound
 from .policy import (
     CellState,
@@ -49,7 +49,7 @@ class MemoryRateLimiter:
     """
 
     inline_steps: ClassVar[frozenset[str]] = frozenset({"settle", "learn", "release"})
-    """Methods that never wait: a :class:`~llmguard_sdk.store.Batch` calls them in place."""
+    """Methods that never wait: a :class:`~llmguard_sdk._state.steps.Batch` calls them in place."""
 
     def __init__(
         self, limits: LimitsConfig, *, clock: Callable[[], float] = time.monotonic

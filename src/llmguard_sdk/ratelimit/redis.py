@@ -23,18 +23,8 @@ import time
 from importlib import resources
 from typing import Any, cast
 
-from ..store import (
-    REDIS_ERRORS,
-    Outage,
-    Pause,
-    RedisScripts,
-    RedisStore,
-    Step,
-    arun,
-    delegate,
-    hash_id,
-    run,
-)
+from .._state.steps import Pause, Step, arun, delegate, run
+from .._state.stores import Outage, RedisScripts, RedisStore, hash_id, redis_errors
 from ._rules import LimitsConfig, Rules, new_call_id, normalize, wait_bound
 from .memory import MemoryRateLimiter
 from .policy import CONCURRENCY_POLL, Grant, Priority, RateLimit
@@ -142,7 +132,7 @@ class RedisRateLimiter:
         max_wait: float | None = None,
         lease_seconds: float | None = None,
     ) -> Step[Grant]:
-        """:meth:`reserve` as a step of a :class:`~llmguard_sdk.store.Batch`: the first ask
+        """:meth:`reserve` as a step of a :class:`~llmguard_sdk._state.steps.Batch`: the first ask
         goes out with the batch; a call queued for a concurrency slot asks again alone."""
         cells = self._cells(key, tenant)
         if not cells:
@@ -163,7 +153,7 @@ class RedisRateLimiter:
         while self._outage.up():
             try:
                 grant = _grant((yield self._scripts.command(0, keys, args)))
-            except REDIS_ERRORS as exc:
+            except redis_errors() as exc:
                 self._outage.failed(exc)
                 break
             left = until - time.monotonic()
@@ -263,7 +253,7 @@ class RedisRateLimiter:
         remaining_output_tokens: float | None = None,
         pause: float | None = None,
     ) -> Step[None]:
-        """:meth:`learn` as a step of a :class:`~llmguard_sdk.store.Batch`."""
+        """:meth:`learn` as a step of a :class:`~llmguard_sdk._state.steps.Batch`."""
         remaining = (
             remaining_requests,
             remaining_tokens,
@@ -277,7 +267,7 @@ class RedisRateLimiter:
             try:
                 yield self._scripts.command(2, keys, args)
                 return
-            except REDIS_ERRORS as exc:
+            except redis_errors() as exc:
                 self._outage.failed(exc)
         self._fallback.learn(
             key,
@@ -369,7 +359,7 @@ class RedisRateLimiter:
         lease: str | None = None,
         request_delta: float = 0.0,
     ) -> Step[None]:
-        """:meth:`settle` as a step of a :class:`~llmguard_sdk.store.Batch`."""
+        """:meth:`settle` as a step of a :class:`~llmguard_sdk._state.steps.Batch`."""
         call = self._settle_call(
             key, tenant, token_delta, input_delta, output_delta, lease, request_delta
         )
@@ -379,7 +369,7 @@ class RedisRateLimiter:
             try:
                 yield self._scripts.command(1, call[0], call[1])
                 return
-            except REDIS_ERRORS as exc:
+            except redis_errors() as exc:
                 self._outage.failed(exc)
         self._fallback.settle(
             key,

@@ -114,7 +114,7 @@ class MemoryRetryBudget:
     """Budgets of this process, one per route; ``clock`` is injectable for tests."""
 
     inline_steps: ClassVar[frozenset[str]] = frozenset({"record_request", "try_spend"})
-    """Methods that never wait: a :class:`~llmguard_sdk.store.Batch` calls them in place."""
+    """Methods that never wait: a :class:`~llmguard_sdk._state.steps.Batch` calls them in place."""
 
     def __init__(
         self,

@@ -14,7 +14,8 @@ from __future__ import annotations
 import dataclasses
 from importlib import resources
 
-from ..store import REDIS_ERRORS, Outage, RedisScripts, RedisStore, Step, arun, hash_id, run
+from .._state.steps import Step, arun, run
+from .._state.stores import Outage, RedisScripts, RedisStore, hash_id, redis_errors
 from .budget import MemoryRetryBudget, RetryBudgetPolicy
 
 __all__ = ["RedisRetryBudget"]
@@ -49,21 +50,21 @@ class RedisRetryBudget:
         return [op, p.ratio, p.min_per_second, p.window, self._ttl]
 
     def record_request_steps(self, route: str) -> Step[None]:
-        """:meth:`record_request` as a step of a :class:`~llmguard_sdk.store.Batch`."""
+        """:meth:`record_request` as a step of a :class:`~llmguard_sdk._state.steps.Batch`."""
         if self._outage.up():
             try:
                 yield self._scripts.command(0, self._key(route), self._args("deposit"))
                 return
-            except REDIS_ERRORS as exc:
+            except redis_errors() as exc:
                 self._outage.failed(exc)
         self._fallback.record_request(route)
 
     def try_spend_steps(self, route: str) -> Step[bool]:
-        """:meth:`try_spend` as a step of a :class:`~llmguard_sdk.store.Batch`."""
+        """:meth:`try_spend` as a step of a :class:`~llmguard_sdk._state.steps.Batch`."""
         if self._outage.up():
             try:
                 return bool((yield self._scripts.command(0, self._key(route), self._args("spend"))))
-            except REDIS_ERRORS as exc:
+            except redis_errors() as exc:
                 self._outage.failed(exc)
         return self._fallback.try_spend(route)
 

@@ -1,0 +1,418 @@
+"""Decisions as steps, run together: what every stage's state operation is made of.
+
+Each stage's decision is a *step* (a generator that yields the Lua script :class:`Command`
+it needs and receives the answer); a :class:`Batch` runs the steps of many stages together,
+one pipeline per round, so a guarded call waits for Redis twice: once before its provider
+call and once after.
+
+Private: the machinery behind every backend. Nothing here imports redis until a
+:class:`Batch` sends commands to a Redis store.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Generator, Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar, cast
+
+import anyio
+import anyio.to_thread
+
+if TYPE_CHECKING:
+    import redis.asyncio
+
+    from .stores import RedisStore
+
+__all__ = [
+    "Batch",
+    "Call",
+    "Command",
+    "Outcome",
+    "Pause",
+    "Step",
+    "arun",
+    "delegate",
+    "done",
+    "run",
+    "start",
+    "work",
+]
+
+T = TypeVar("T")
+
+Step: TypeAlias = Generator[Any, Any, T]
+"""One decision of a stage, written as a generator: it yields what it needs (a
+:class:`Command`, a tuple of them, a :class:`Pause` or a :class:`Call`), receives the answer
+(a Redis error is thrown into it) and returns its result. :class:`Batch` runs many at once."""
+
+
+@dataclass(frozen=True)
+class Command:
+    """One Lua script call of a decision: EVALSHA of ``source`` on ``store``, with ``keys``
+    (one hash tag) and ``args``. Built by :meth:`RedisScripts.command`."""
+
+    store: RedisStore
+    source: str
+    sha: str
+    keys: tuple[str, ...]
+    args: tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class Pause:
+    """Wait ``seconds`` before the step goes on (bounded by the step itself)."""
+
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Call:
+    """Work outside Redis with a sync and an async way to do it (a memory backend's method
+    and its async twin; blocking work, run in a worker thread by async code)."""
+
+    sync: Callable[[], Any]
+    aio: Callable[[], Awaitable[Any]]
+
+
+def work(fn: Callable[[], T]) -> Call:
+    """A :class:`Call` for blocking work: inline in sync code, in a worker thread in async."""
+
+    async def in_thread() -> T:
+        return await anyio.to_thread.run_sync(fn)
+
+    return Call(fn, in_thread)
+
+
+def done(value: T) -> Step[T]:
+    """A step that needs nothing: it returns ``value``."""
+    return value
+    yield  # pragma: no cover - makes this a generator
+
+
+def delegate(owner: object, name: str, *args: Any, **kwargs: Any) -> Step[Any]:
+    """The step of ``owner.name(*args, **kwargs)``: its ``name_steps`` when it has one (the
+    Redis backends); the call itself, made now, when ``name`` is in the owner's
+    ``inline_steps`` (memory backends' methods that never wait); else a :class:`Call` of
+    ``name`` and its async twin ``aname`` (backends of the application's own)."""
+    kind = _KINDS.get((type(owner), name))
+    if kind is None:
+        kind = _KINDS[(type(owner), name)] = (
+            "steps"
+            if hasattr(owner, f"{name}_steps")
+            else "inline"
+            if name in getattr(owner, "inline_steps", ())
+            else "call"
+        )
+    if kind == "steps":
+        made: Step[Any] = getattr(owner, f"{name}_steps")(*args, **kwargs)
+        return made
+    if kind == "inline":  # in-process state that never waits
+        return done(getattr(owner, name)(*args, **kwargs))
+    return _called(owner, name, args, kwargs)
+
+
+_KINDS: dict[tuple[type, str], str] = {}  # how delegate() runs a method of a class
+
+
+def _called(owner: object, name: str, args: Any, kwargs: Any) -> Step[Any]:
+    return (
+        yield Call(
+            lambda: getattr(owner, name)(*args, **kwargs),
+            lambda: getattr(owner, f"a{name}")(*args, **kwargs),
+        )
+    )
+
+
+def start(step: Step[T]) -> tuple[bool, Any, Step[T]]:
+    """Run ``step`` up to its first request: ``(True, value, step)`` when it ended without
+    one (in-process state, decided in place), else ``(False, None, rest)`` where ``rest``
+    goes on from that request when a :class:`Batch` runs it."""
+    try:
+        request = step.send(None)
+    except StopIteration as finished:
+        return True, finished.value, step
+    return False, None, _going_on(step, request)
+
+
+def _going_on(step: Step[T], request: Any) -> Step[T]:
+    try:
+        while True:
+            try:
+                reply = yield request
+            except Exception as exc:  # a Redis error the batch throws in
+                request = step.throw(exc)
+            else:
+                request = step.send(reply)
+    except StopIteration as finished:
+        value: T = finished.value
+        return value
+    finally:
+        step.close()
+
+
+@dataclass
+class Outcome:
+    """How one step of a :class:`Batch` ended: its ``value``, or the ``error`` it raised."""
+
+    value: Any = None
+    error: BaseException | None = None
+
+    def result(self) -> Any:
+        """The value, or the error raised."""
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+
+class Batch:
+    """Runs decision steps together, round by round: in each round every step's Redis
+    commands go out in **one pipeline per store** (EVALSHA; a script Redis lacks is loaded
+    and its commands sent again) and the longest :class:`Pause` is waited; a :class:`Call`
+    is made as soon as a step asks for it. On Redis Cluster the pipeline writes each node's
+    commands before reading any answer, so one round costs one round trip of latency however
+    many nodes it touches.
+
+    A Redis failure is thrown into every step whose commands it hit (each falls back the
+    way its stage does); a step's own exception ends that step only (:class:`Outcome`).
+    """
+
+    def __init__(self, steps: Iterable[Step[Any]] = ()) -> None:
+        self.steps: list[Step[Any]] = list(steps)
+
+    def add(self, step: Step[Any]) -> int:
+        """Add a step; returns its index in the outcomes."""
+        self.steps.append(step)
+        return len(self.steps) - 1
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    def run(self) -> list[Outcome]:
+        """Run every step to its end with blocking I/O."""
+        outcomes = [Outcome() for _ in self.steps]
+        live: dict[int, Any] = {}
+        try:
+            for index in range(len(self.steps)):
+                self._advance(index, None, None, live, outcomes)
+            while live:
+                replies = self._round(live)
+                following: dict[int, Any] = {}
+                for index in live:
+                    self._advance(index, *replies[index], following, outcomes)
+                live = following
+        except BaseException:
+            self._abandon(live)
+            raise
+        return outcomes
+
+    async def arun(self) -> list[Outcome]:
+        """Async twin of :meth:`run`."""
+        outcomes = [Outcome() for _ in self.steps]
+        live: dict[int, Any] = {}
+        try:
+            for index in range(len(self.steps)):
+                await self._aadvance(index, None, None, live, outcomes)
+            while live:
+                replies = await self._around(live)
+                following: dict[int, Any] = {}
+                for index in live:
+                    await self._aadvance(index, *replies[index], following, outcomes)
+                live = following
+        except BaseException:
+            self._abandon(live)
+            raise
+        return outcomes
+
+    # -- the steps' side ---------------------------------------------------------------------
+
+    def _advance(
+        self,
+        index: int,
+        value: Any,
+        error: BaseException | None,
+        live: dict[int, Any],
+        outcomes: list[Outcome],
+    ) -> None:
+        """Resume step ``index`` with its answer until it needs Redis (or a pause) or ends;
+        a :class:`Call` it asks for is made at once (no round trip to wait for)."""
+        step = self.steps[index]
+        while True:
+            try:
+                request = step.throw(error) if error is not None else step.send(value)
+            except StopIteration as finished:
+                outcomes[index].value = finished.value
+                return
+            except Exception as exc:
+                outcomes[index].error = exc
+                return
+            if not isinstance(request, Call):
+                live[index] = request
+                return
+            try:
+                value, error = request.sync(), None
+            except Exception as exc:
+                value, error = None, exc
+
+    async def _aadvance(
+        self,
+        index: int,
+        value: Any,
+        error: BaseException | None,
+        live: dict[int, Any],
+        outcomes: list[Outcome],
+    ) -> None:
+        """Async twin of :meth:`_advance`."""
+        step = self.steps[index]
+        while True:
+            try:
+                request = step.throw(error) if error is not None else step.send(value)
+            except StopIteration as finished:
+                outcomes[index].value = finished.value
+                return
+            except Exception as exc:
+                outcomes[index].error = exc
+                return
+            if not isinstance(request, Call):
+                live[index] = request
+                return
+            try:
+                value, error = await request.aio(), None
+            except Exception as exc:
+                value, error = None, exc
+
+    def _abandon(self, live: dict[int, Any]) -> None:
+        for index in live:
+            self.steps[index].close()
+
+    # -- one round ---------------------------------------------------------------------------
+
+    @staticmethod
+    def _sort(
+        live: dict[int, Any],
+    ) -> tuple[dict[RedisStore, list[tuple[int, int, Command]]], float]:
+        commands: dict[RedisStore, list[tuple[int, int, Command]]] = {}
+        pause = 0.0
+        for index, request in live.items():
+            if isinstance(request, Command):
+                commands.setdefault(request.store, []).append((index, -1, request))
+            elif isinstance(request, tuple):
+                for position, command in enumerate(request):
+                    commands.setdefault(command.store, []).append((index, position, command))
+            elif isinstance(request, Pause):
+                pause = max(pause, request.seconds)
+            else:
+                raise TypeError(f"a step yielded {request!r}, not a Command, Pause or Call")
+        return commands, pause
+
+    @staticmethod
+    def _gather(
+        live: dict[int, Any], answers: dict[tuple[int, int], Any]
+    ) -> dict[int, tuple[Any, BaseException | None]]:
+        replies: dict[int, tuple[Any, BaseException | None]] = {}
+        for index, request in live.items():
+            if isinstance(request, Command):
+                answer = answers[(index, -1)]
+                failed = answer if isinstance(answer, Exception) else None
+                replies[index] = (None, failed) if failed is not None else (answer, None)
+            elif isinstance(request, tuple):
+                found = [answers[(index, position)] for position in range(len(request))]
+                failure = next((a for a in found if isinstance(a, Exception)), None)
+                replies[index] = (None, failure) if failure is not None else (tuple(found), None)
+            else:  # a pause
+                replies[index] = (None, None)
+        return replies
+
+    def _round(self, live: dict[int, Any]) -> dict[int, tuple[Any, BaseException | None]]:
+        commands, pause = self._sort(live)
+        answers: dict[tuple[int, int], Any] = {}
+        for store, items in commands.items():
+            for (index, position, _), answer in zip(
+                items, _execute(store, [c for _, _, c in items]), strict=True
+            ):
+                answers[(index, position)] = answer
+        if pause > 0:
+            time.sleep(pause)
+        return self._gather(live, answers)
+
+    async def _around(self, live: dict[int, Any]) -> dict[int, tuple[Any, BaseException | None]]:
+        commands, pause = self._sort(live)
+        answers: dict[tuple[int, int], Any] = {}
+        for store, items in commands.items():
+            found = await _aexecute(store, [c for _, _, c in items])
+            for (index, position, _), answer in zip(items, found, strict=True):
+                answers[(index, position)] = answer
+        if pause > 0:
+            await anyio.sleep(pause)
+        return self._gather(live, answers)
+
+
+def run(step: Step[T]) -> T:
+    """Run one step with blocking I/O; its result (or its exception)."""
+    value: T = Batch([step]).run()[0].result()
+    return value
+
+
+async def arun(step: Step[T]) -> T:
+    """Async twin of :func:`run`."""
+    value: T = (await Batch([step]).arun())[0].result()
+    return value
+
+
+def _pack(pipe: Any, commands: Sequence[Command], client: Any, cluster: bool) -> None:
+    for command in commands:
+        options: dict[str, Any] = {}
+        if cluster and command.keys:  # its node, from the client's slot map (no lookup sent)
+            options["target_nodes"] = client.get_node_from_key(command.keys[0])
+        pipe.execute_command(
+            "EVALSHA", command.sha, len(command.keys), *command.keys, *command.args, **options
+        )
+
+
+def _missing(replies: Sequence[Any]) -> list[int]:
+    from redis.exceptions import NoScriptError
+
+    return [index for index, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+
+
+def _execute(store: RedisStore, commands: Sequence[Command]) -> list[Any]:
+    """Send ``commands`` in one pipeline; each answer, or the exception in its place."""
+    try:
+        client = store.client
+        pipe = client.pipeline(transaction=False)
+        _pack(pipe, commands, client, store.cluster)
+        replies = list(pipe.execute(raise_on_error=False))
+        missing = _missing(replies)
+        if missing:  # Redis restarted or flushed its scripts: load them, send those again
+            for source in {commands[index].source for index in missing}:
+                client.script_load(source)
+            pipe = client.pipeline(transaction=False)
+            _pack(pipe, [commands[index] for index in missing], client, store.cluster)
+            for index, reply in zip(missing, pipe.execute(raise_on_error=False), strict=True):
+                replies[index] = reply
+        return replies
+    except Exception as exc:  # Redis failed as a whole: every command gets the error
+        return [exc] * len(commands)
+
+
+async def _aexecute(store: RedisStore, commands: Sequence[Command]) -> list[Any]:
+    """Async twin of :func:`_execute`."""
+    try:
+        client = store.aclient
+        if store.cluster:  # the slot map (fetched once, on first use)
+            await cast("redis.asyncio.RedisCluster", client).initialize()
+        pipe = client.pipeline(transaction=False)
+        _pack(pipe, commands, client, store.cluster)
+        replies = list(await pipe.execute(raise_on_error=False))
+        missing = _missing(replies)
+        if missing:
+            for source in {commands[index].source for index in missing}:
+                await client.script_load(source)
+            pipe = client.pipeline(transaction=False)
+            _pack(pipe, [commands[index] for index in missing], client, store.cluster)
+            again = await pipe.execute(raise_on_error=False)
+            for index, reply in zip(missing, again, strict=True):
+                replies[index] = reply
+        return replies
+    except Exception as exc:
+        return [exc] * len(commands)

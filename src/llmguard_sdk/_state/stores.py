@@ -1,0 +1,449 @@
+"""The stores: where shared state lives (this process's memory, or Redis), and the key
+scheme every Redis-backed stage uses (see :mod:`llmguard_sdk.store`, which re-exports the
+store classes users name).
+
+Private. redis is imported when a Redis store is built, never before.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import logging
+import random
+import re
+import threading
+import time
+import weakref
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Literal, cast
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from .._loops import PerLoop
+from ..errors import ConfigurationError
+from .steps import Command
+
+if TYPE_CHECKING:
+    import redis
+    import redis.asyncio
+    from redis.commands.core import AsyncScript, Script
+
+__all__ = [
+    "MemoryStore",
+    "Outage",
+    "RedisClusterStore",
+    "RedisHealth",
+    "RedisScripts",
+    "RedisStore",
+    "Store",
+    "hash_id",
+    "open_store",
+    "redis_errors",
+]
+
+logger = logging.getLogger("llmguard_sdk")
+_SAFE_PART = re.compile(r"^[A-Za-z0-9_.-]+$")
+_REDIS_SCHEMES = ("redis", "rediss", "unix")
+_CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
+
+
+@functools.cache
+def redis_errors() -> tuple[type[Exception], ...]:
+    """What a Redis operation raises when Redis (standalone or Cluster) cannot serve it, for
+    ``except redis_errors():`` (redis is imported at the first call)."""
+    import redis
+    from redis.exceptions import RedisClusterException
+
+    return (redis.RedisError, RedisClusterException)
+
+
+def hash_id(value: str) -> str:
+    """A short, stable digest of an id (tenant, user ...) for use inside keys."""
+    return hashlib.blake2b(value.encode("utf-8"), digest_size=8).hexdigest()
+
+
+class Store:
+    """Base of the state stores; it owns the key scheme."""
+
+    kind: Literal["memory", "redis"]
+
+    def __init__(self, key_prefix: str = "llmguard") -> None:
+        if not key_prefix or not _SAFE_PART.match(key_prefix.replace(":", "")):
+            raise ConfigurationError(f"key_prefix {key_prefix!r} must be letters, digits, _.-:")
+        self.key_prefix = key_prefix
+
+    def key(self, kind: str, tag: str, *parts: str) -> str:
+        """The key for stage ``kind``, hash tag ``tag`` and further ``parts``.
+
+        ``tag`` and ``parts`` must be safe key text (letters, digits, ``_.-``); pass user
+        supplied ids through :func:`hash_id` first.
+        """
+        for piece in (kind, tag, *parts):
+            if not _SAFE_PART.match(piece):
+                raise ValueError(f"unsafe key part {piece!r}: hash it with hash_id() first")
+        return ":".join((self.key_prefix, kind, "{" + tag + "}", *parts))
+
+    def close(self) -> None:
+        """Release connections (nothing to do for memory)."""
+
+    async def aclose(self) -> None:
+        """Release async connections (nothing to do for memory)."""
+
+
+class MemoryStore(Store):
+    """State lives in this process only; the default."""
+
+    kind: Literal["memory", "redis"] = "memory"
+
+    def __repr__(self) -> str:
+        return "MemoryStore()"
+
+
+class RedisHealth:
+    """The breaker around Redis itself, shared by every stage of one store.
+
+    After a failure, Redis is left alone for ``base`` seconds; each failure of the first
+    attempt after such a pause doubles it (up to ``cap``, jittered), and a failure long after
+    the last pause starts again from ``base``. While it is down, stages decide locally, so a
+    dead Redis costs one connection attempt (or one socket timeout) per pause, not per call.
+
+    .. versionadded:: 0.3.0
+    """
+
+    def __init__(self, base: float = 1.0, cap: float = 30.0) -> None:
+        if not (0 < base <= cap):
+            raise ConfigurationError("Redis retry pauses need 0 < base <= cap")
+        self.base = base
+        self.cap = cap
+        self.failures = 0
+        self.outages = 0  # outages so far (a failure long after the last pause starts one)
+        self.down_until = 0.0
+        self._pause = 0.0
+
+    def up(self) -> bool:
+        """Whether Redis may be tried now."""
+        return time.monotonic() >= self.down_until
+
+    def failed(self) -> float:
+        """Redis just failed: pause it; returns the pause in seconds."""
+        now = time.monotonic()
+        if now < self.down_until:  # another caller already paused it
+            return self.down_until - now
+        probing = self.failures and now - self.down_until < max(self._pause, self.base)
+        self.failures = self.failures + 1 if probing else 1
+        if self.failures == 1:
+            self.outages += 1
+        pause = min(self.cap, self.base * 2 ** (self.failures - 1))
+        self._pause = pause * (0.8 + 0.4 * random.random())
+        self.down_until = now + self._pause
+        return self._pause
+
+
+class RedisStore(Store):
+    """State shared through Redis by every process that uses the same URL and prefix.
+
+    Args:
+        url: ``redis://[user:password@]host:port/db``, ``rediss://`` for TLS, or ``unix://``.
+        key_prefix: prefix of every key the SDK writes.
+        socket_timeout: seconds any single Redis operation may take (short by design: a slow
+            Redis must not stall LLM calls).
+        local_share: while Redis cannot be reached, each process enforces this share of every
+            shared limit on its own (rate limits, fail-open budgets, the retry budget's
+            floor): with N processes, at most N times this share gets through.
+        journal_dir: the directory of the budgets' spend journal (spend recorded while Redis
+            was unreachable, replayed when it answers again); default: a per-user cache
+            directory.
+        retry_pause: the first pause after Redis failed (it doubles while failures go on,
+            up to 30 s).
+    """
+
+    kind: Literal["memory", "redis"] = "redis"
+    cluster = False
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        key_prefix: str = "llmguard",
+        socket_timeout: float = 0.5,
+        max_connections: int = 50,
+        local_share: float = 0.25,
+        journal_dir: str | None = None,
+        retry_pause: float = 1.0,
+    ) -> None:
+        super().__init__(key_prefix)
+        self._check_url(url)
+        if not (isinstance(socket_timeout, (int, float)) and socket_timeout > 0):
+            raise ConfigurationError("socket_timeout must be positive")
+        if not (isinstance(local_share, (int, float)) and 0 < local_share <= 1):
+            raise ConfigurationError("local_share must be in (0, 1]")
+        if not (isinstance(retry_pause, (int, float)) and 0 < retry_pause <= 30):
+            raise ConfigurationError("retry_pause must be in (0, 30] seconds")
+        self.url = url
+        self.local_share = float(local_share)
+        self.journal_dir = journal_dir
+        self.health = RedisHealth(base=float(retry_pause))
+        self._options: dict[str, Any] = {
+            "socket_timeout": socket_timeout,
+            "socket_connect_timeout": socket_timeout,
+            "max_connections": max_connections,
+            "health_check_interval": 30,
+        }
+        self._lock = threading.Lock()
+        self._client: redis.Redis | None = None
+        self._aclients = PerLoop(self._new_async_client)
+        self._setup()
+
+    def _check_url(self, url: str) -> None:
+        if urlsplit(url).scheme not in _REDIS_SCHEMES:
+            raise ConfigurationError(
+                "store must be 'memory', a redis://, rediss:// or unix:// URL, or a "
+                f"redis+cluster:// URL, got {_redacted(url)!r}"
+            )
+
+    def _setup(self) -> None:
+        # One immediate retry on a broken connection (a pooled socket of a Redis that has
+        # restarted), none on a timeout: a slow Redis must not cost two timeouts.
+        import redis
+        from redis.backoff import NoBackoff
+        from redis.retry import Retry
+
+        self._options["retry"] = Retry(NoBackoff(), 1, supported_errors=(redis.ConnectionError,))
+        try:
+            self._pool = redis.ConnectionPool.from_url(self.url, **self._options)
+        except ValueError as exc:
+            raise ConfigurationError(f"bad Redis URL {_redacted(self.url)!r}: {exc}") from None
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(url={_redacted(self.url)!r}, key_prefix={self.key_prefix!r})"
+
+    @property
+    def client(self) -> redis.Redis:
+        """The sync Redis client (connection pool shared by every stage)."""
+        client = self._client
+        if client is None:
+            with self._lock:
+                if self._client is None:
+                    self._client = self._connect()
+                client = self._client
+        return client
+
+    def _connect(self) -> redis.Redis:
+        import redis
+
+        return redis.Redis(connection_pool=self._pool)
+
+    @property
+    def aclient(self) -> redis.asyncio.Redis:
+        """The async Redis client of the running event loop (one per loop)."""
+        return self._aclients.get()
+
+    def _new_async_client(self) -> redis.asyncio.Redis:
+        import redis.asyncio
+
+        return redis.asyncio.Redis.from_url(self.url, **self._options)
+
+    def ping(self) -> bool:
+        """True when Redis answers; False (never an exception) when it does not."""
+        try:
+            return bool(self.client.ping())
+        except redis_errors():
+            return False
+
+    def close(self) -> None:
+        """Close the sync connection pool."""
+        with self._lock:
+            client, self._client = self._client, None
+        if client is not None:
+            client.close()
+        self._disconnect()
+
+    def _disconnect(self) -> None:
+        self._pool.disconnect()
+
+    async def aclose(self) -> None:
+        """Close the async client and the sync pool."""
+        aclient = self._aclients.pop_current()
+        if aclient is not None:
+            await aclient.aclose()
+        self.close()
+
+
+class RedisClusterStore(RedisStore):
+    """State shared through a Redis Cluster: ``redis+cluster://host:port[,host:port...]``.
+
+    Takes the options of :class:`RedisStore`. The nodes listed are where the client starts;
+    it discovers the others and which slots each serves. Each Lua script runs on the node of
+    its keys' slot (every key of one decision shares a hash tag); MOVED and ASK redirections
+    are followed by the client. The client is created on first use, so an unreachable
+    cluster does not stop the application from starting.
+
+    .. versionadded:: 0.3.0
+    """
+
+    cluster = True
+
+    def _check_url(self, url: str) -> None:
+        if urlsplit(url).scheme not in _CLUSTER_SCHEMES:
+            raise ConfigurationError(
+                f"a cluster store needs a redis+cluster:// URL, got {_redacted(url)!r}"
+            )
+
+    def _setup(self) -> None:
+        parts = urlsplit(self.url)
+        hosts = parts.netloc.rpartition("@")[2]
+        nodes: list[tuple[str, int]] = []
+        for item in hosts.split(","):
+            host, _, port = item.strip().rpartition(":")
+            if not host or not port.isdigit():
+                raise ConfigurationError(
+                    f"bad Redis Cluster URL {_redacted(self.url)!r}: nodes are host:port"
+                )
+            nodes.append((host.strip("[]"), int(port)))
+        if parts.path.strip("/") not in ("", "0"):
+            raise ConfigurationError("Redis Cluster has only database 0")
+        self._nodes = nodes
+        options = self._options
+        options.pop("health_check_interval", None)
+        if parts.username:
+            options["username"] = unquote(parts.username)
+        if parts.password:
+            options["password"] = unquote(parts.password)
+        if parts.scheme == "rediss+cluster":
+            options["ssl"] = True
+            for name, values in parse_qs(parts.query).items():
+                if name in ("ssl_cert_reqs", "ssl_ca_certs", "ssl_certfile", "ssl_keyfile"):
+                    options[name] = values[-1]
+
+    def _cluster_options(self) -> dict[str, Any]:
+        # One retry (a refreshed slot map after a failover), no backoff: the store's own
+        # breaker paces a dead cluster.
+        from redis.backoff import NoBackoff
+        from redis.retry import Retry
+
+        return {**self._options, "retry": Retry(NoBackoff(), 1), "dynamic_startup_nodes": True}
+
+    def _connect(self) -> redis.Redis:
+        import redis
+        import redis.cluster
+        from redis.exceptions import RedisClusterException
+
+        nodes = [
+            redis.cluster.ClusterNode(host, port)  # type: ignore[no-untyped-call]
+            for host, port in self._nodes
+        ]
+        try:
+            client = redis.RedisCluster(startup_nodes=nodes, **self._cluster_options())
+        except RedisClusterException as exc:  # no node answered: as a connection error
+            raise redis.ConnectionError(f"Redis Cluster unreachable: {exc}") from exc
+        return cast(redis.Redis, client)  # the same command API as redis.Redis
+
+    def _new_async_client(self) -> redis.asyncio.Redis:
+        import redis.asyncio
+        import redis.asyncio.cluster
+
+        nodes = [redis.asyncio.cluster.ClusterNode(host, port) for host, port in self._nodes]
+        options = self._cluster_options()
+        options.pop("max_connections", None)
+        client = redis.asyncio.RedisCluster(
+            startup_nodes=nodes, max_connections=self._options["max_connections"], **options
+        )
+        return cast(redis.asyncio.Redis, client)  # connects on its first command
+
+    def _disconnect(self) -> None:
+        pass  # the cluster client owns its node pools; close() released them
+
+
+class RedisScripts:
+    """Lua scripts of one backend, registered on the store's sync client on first use, and
+    once per event loop's async client (creating no connection before a script runs)."""
+
+    def __init__(self, store: RedisStore, *sources: str) -> None:
+        self._store = store
+        self._sources = sources
+        self._shas = [hashlib.sha1(s.encode("utf-8")).hexdigest() for s in sources]
+        self._sync: tuple[redis.Redis, list[Script]] | None = None
+        self._async: weakref.WeakKeyDictionary[redis.asyncio.Redis, list[AsyncScript]] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def sync(self, index: int) -> Script:
+        """Script number ``index`` for the sync client."""
+        client = self._store.client
+        registered = self._sync
+        if registered is None or registered[0] is not client:
+            registered = self._sync = (client, [client.register_script(s) for s in self._sources])
+        return registered[1][index]
+
+    def aio(self, index: int) -> AsyncScript:
+        """Script number ``index`` for the running event loop's async client."""
+        client = self._store.aclient
+        scripts = self._async.get(client)
+        if scripts is None:
+            scripts = self._async[client] = [client.register_script(s) for s in self._sources]
+        return scripts[index]
+
+    def command(self, index: int, keys: Sequence[str], args: Sequence[Any] = ()) -> Command:
+        """Script number ``index`` with ``keys`` and ``args``, as a :class:`Command` for a
+        :class:`Batch` (nothing is sent yet)."""
+        return Command(
+            self._store, self._sources[index], self._shas[index], tuple(keys), tuple(args)
+        )
+
+
+class Outage:
+    """One stage's view of its store's :class:`RedisHealth`: while Redis is paused the stage
+    decides locally, and it says so once per outage (``instead`` says how).
+
+    Without a store (``store=None``), the outage is this object's own, ``seconds`` long.
+    """
+
+    def __init__(
+        self,
+        what: str,
+        instead: str,
+        store: RedisStore | None = None,
+        *,
+        seconds: float = 5.0,
+    ) -> None:
+        self.what = what
+        self.instead = instead
+        self.health = store.health if store is not None else RedisHealth(seconds, seconds)
+        self._logged = 0  # the outage last logged
+
+    def up(self) -> bool:
+        """Whether Redis may be tried now."""
+        return self.health.up()
+
+    def failed(self, exc: BaseException) -> None:
+        """Redis just failed: pause it (for every stage of the store) and log once."""
+        pause = self.health.failed()
+        if self._logged != self.health.outages:
+            self._logged = self.health.outages
+            logger.warning(
+                "%s: Redis unavailable (%s); %s, trying Redis again in %.1f s",
+                self.what,
+                exc,
+                self.instead,
+                pause,
+            )
+
+
+def open_store(spec: str | Store, *, key_prefix: str = "llmguard", **options: Any) -> Store:
+    """A store from ``"memory"``, a Redis URL (``redis+cluster://`` for Redis Cluster), or an
+    existing :class:`Store`; ``options`` go to :class:`RedisStore`."""
+    if isinstance(spec, Store):
+        return spec
+    if spec.strip().lower() == "memory":
+        return MemoryStore(key_prefix)
+    url = spec.strip()
+    if urlsplit(url).scheme in _CLUSTER_SCHEMES:
+        return RedisClusterStore(url, key_prefix=key_prefix, **options)
+    return RedisStore(url, key_prefix=key_prefix, **options)
+
+
+def _redacted(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.password:
+        return url.replace(f":{parts.password}@", ":***@")
+    return url
