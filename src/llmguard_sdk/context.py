@@ -10,7 +10,7 @@ import contextvars
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Literal
 
 from .models import ChatRequest, Usage
@@ -198,10 +198,6 @@ class CallEvent:
     retries: tuple[RetryDetails, ...] = ()
     cost_usd: float | None = None
     cost_source: Literal["reported", "estimated"] | None = None
-
-    def with_error(self, error: BaseException) -> CallEvent:
-        """A copy of this event that records ``error``."""
-        return replace(self, outcome="error", error=error)
 
 
 Hook = Callable[[CallEvent], None]

@@ -4,6 +4,7 @@ Catch :class:`LLMGuardError` to catch everything the SDK raises itself::
 
     LLMGuardError
     ├── ConfigurationError          bad Guard / provider configuration (raised before any call)
+    │   └── UnknownModelPriceError  a budgeted route's model has no price and no default
     ├── RequestValidationError      the request itself is invalid (raised before any network call)
     │   ├── InputTooLargeError      more input tokens than the Guard's max_input_tokens
     │   ├── GuardrailRejectedError  an input or output filter refused the call
@@ -22,6 +23,7 @@ Catch :class:`LLMGuardError` to catch everything the SDK raises itself::
     │   ├── CircuitOpenError            the route's circuit breaker is open
     │   ├── RateLimitExceededError      no rate-limit capacity within the allowed wait
     │   └── BudgetExceededError         a spend budget is exhausted
+    │       └── BudgetUnavailableError  the budgets' Redis is unreachable (fail closed)
     └── AllRoutesFailedError        every route of the fallback chain failed (carries each error)
 
 One warning stands outside the tree: :class:`RetryMultiplicationWarning`, issued when retries
@@ -47,6 +49,7 @@ __all__ = [
     "AuthenticationError",
     "BadRequestError",
     "BudgetExceededError",
+    "BudgetUnavailableError",
     "CircuitOpenError",
     "ConfigurationError",
     "ContextLengthExceededError",
@@ -65,6 +68,7 @@ __all__ = [
     "RequestValidationError",
     "RetryMultiplicationWarning",
     "StreamInterruptedError",
+    "UnknownModelPriceError",
 ]
 
 
@@ -74,6 +78,24 @@ class LLMGuardError(Exception):
 
 class ConfigurationError(LLMGuardError, ValueError):
     """The Guard, a provider or an environment variable is configured wrongly."""
+
+
+class UnknownModelPriceError(ConfigurationError):
+    """The price table has no price for this model and no default price.
+
+    ``provider`` and ``model`` name what was looked up.
+
+    .. versionadded:: 0.2.0
+    """
+
+    def __init__(self, provider: str | None, model: str) -> None:
+        where = f"{provider}/{model}" if provider else model
+        super().__init__(
+            f"no price for model {where!r}: add it with PriceTable.with_prices(...) or give "
+            "the table a default price (PriceTable(default=Price(...)))"
+        )
+        self.provider = provider
+        self.model = model
 
 
 class RequestValidationError(LLMGuardError, ValueError):
@@ -278,6 +300,15 @@ class BudgetExceededError(RefusedError):
         self.limit_usd = limit_usd
         self.spent_usd = spent_usd
         self.resets_at = resets_at
+
+
+class BudgetUnavailableError(BudgetExceededError):
+    """The shared budget store (Redis) could not be reached and the budgets fail closed.
+
+    ``spent_usd`` is NaN (unknown); ``retry_after`` is when Redis is tried again.
+
+    .. versionadded:: 0.2.0
+    """
 
 
 class RetryMultiplicationWarning(UserWarning):

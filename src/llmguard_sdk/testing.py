@@ -76,6 +76,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import FrameType, TracebackType
 from typing import Any, cast
 
+from ._json import canonical_json
+
 __all__ = ["FakeProvider", "Fault", "ProviderStats", "ReceivedRequest"]
 
 _POLL_S = 0.05  # how often the accept loop checks for stop()
@@ -371,7 +373,7 @@ def _openai_tokens(body: dict[str, Any]) -> list[str]:
     tools = body.get("tools")
     tag = ""
     if tools:
-        canonical = json.dumps(tools, sort_keys=True, separators=(",", ":"), default=str)
+        canonical = canonical_json(tools, default=str)
         tag = "|" + hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:12]
     tokens: list[str] = []
     for i, message in enumerate(body.get("messages") or []):

@@ -18,7 +18,9 @@
 .. versionadded:: 0.2.0
 """
 
-from .control import Budgets, BudgetUnavailableError, EventHook, Held, SpendControl
+from .control import Budgets, BudgetUnavailableError, EventHook
+from .control import Held as Held  # the Guard's internals, not part of the API
+from .control import SpendControl as SpendControl
 from .memory import BudgetBackend, MemoryBudgetBackend
 from .policy import (
     Budget,
@@ -43,14 +45,12 @@ __all__ = [
     "CounterSpec",
     "EventHook",
     "ExhaustionPolicy",
-    "Held",
     "MemoryBudgetBackend",
     "Price",
     "PriceTable",
     "RedisBudgetBackend",
     "RunawayDetector",
     "ScopeKind",
-    "SpendControl",
     "UnknownModelPriceError",
     "UsageRecorder",
     "WindowKind",

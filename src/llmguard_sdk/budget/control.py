@@ -25,12 +25,12 @@ from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from .. import store as store_steps
+from .._state import steps as store_steps
+from .._state.stores import RedisStore, Store, hash_id
 from ..context import CallContext
-from ..errors import BudgetExceededError, ConfigurationError
+from ..errors import BudgetExceededError, BudgetUnavailableError, ConfigurationError
 from ..models import ChatResponse, Usage
-from ..providers.base import Provider
-from ..store import RedisStore, Store, hash_id
+from ..providers.base import Provider, is_local
 from ..tokens import count_text_tokens
 from .memory import BudgetBackend, MemoryBudgetBackend, Status
 from .policy import (
@@ -60,13 +60,6 @@ Level = Literal["all", "downgrade", "local"]
 _DEGRADED = "degraded"
 
 
-class BudgetUnavailableError(BudgetExceededError):
-    """The shared budget store (Redis) could not be reached and the budgets fail closed.
-
-    ``spent_usd`` is NaN (unknown); ``retry_after`` is when Redis is tried again.
-    """
-
-
 @dataclass(frozen=True)
 class Budgets:
     """The spend budgets of a Guard and how they act: ``Guard(budgets=Budgets([...]))``.
@@ -79,7 +72,8 @@ class Budgets:
         downgrade_to: the cheaper routes (names) a call moves to when a budget with
             ``on_exhausted="downgrade"`` has no room for the full chain.
         local_routes: routes counted as free local models for ``"local_only"`` (every
-            :class:`~llmguard_sdk.LocalProvider` route is one already).
+            :class:`~llmguard_sdk.LocalProvider` route, and every route that declares
+            ``is_local``, is one already).
         on_event: callables receiving each :class:`BudgetEvent`.
         fail_open: when Redis cannot be reached, count in each process's memory instead of
             refusing budgeted calls (the default fails closed: hard caps hold).
@@ -174,8 +168,6 @@ class SpendControl:
         *,
         backend: BudgetBackend | None = None,
     ) -> None:
-        from ..providers.local import LocalProvider
-
         self.config = config
         self.prices = config.prices or PriceTable.default_table()
         self.backend: BudgetBackend
@@ -194,7 +186,7 @@ class SpendControl:
             if unknown:
                 raise ConfigurationError(f"{what} names routes the Guard does not have: {unknown}")
         self.local = frozenset(config.local_routes) | {
-            route.name for route in routes if isinstance(route, LocalProvider)
+            route.name for route in routes if is_local(route)
         }
         policies = {b.on_exhausted for b in config.budgets}
         if "downgrade" in policies and not config.downgrade_to:
@@ -424,7 +416,7 @@ class SpendControl:
     def reserve_steps(
         self, ctx: CallContext, stages: Stages, notes: list[BudgetEvent]
     ) -> store_steps.Step[Held]:
-        """The reservation as a step of a :class:`~llmguard_sdk.store.Batch` (a downgrade
+        """The reservation as a step of a :class:`~llmguard_sdk._state.steps.Batch` (a downgrade
         asks the backend again); its events go to ``notes``, for the caller to emit."""
         steps = self._steps(ctx, stages, notes)
         result: Any = None
@@ -513,7 +505,7 @@ class SpendControl:
     def settle_steps(
         self, held: Held, ctx: CallContext, response: ChatResponse | None
     ) -> store_steps.Step[None]:
-        """:meth:`settle` as a step of a :class:`~llmguard_sdk.store.Batch`."""
+        """:meth:`settle` as a step of a :class:`~llmguard_sdk._state.steps.Batch`."""
         if held.done:
             return
         if held.specs:

@@ -25,6 +25,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import IO, Any
 
+from .._json import canonical_json
 from .policy import CounterSpec
 
 try:  # POSIX: locks tell a live writer from a dead one
@@ -81,7 +82,7 @@ class SpendJournal:
 
     def append(self, entry: JournalRecord) -> None:
         """Write one record durably (flushed and fsynced)."""
-        line = json.dumps(entry, separators=(",", ":"), sort_keys=True) + "\n"
+        line = canonical_json(entry) + "\n"
         with self._lock:
             if self._file is None:
                 self.directory.mkdir(parents=True, exist_ok=True)
@@ -115,7 +116,7 @@ class SpendJournal:
             self._file.seek(0)
             self._file.truncate()
             for entry in left:
-                self._file.write(json.dumps(entry, separators=(",", ":"), sort_keys=True) + "\n")
+                self._file.write(canonical_json(entry) + "\n")
             self._file.flush()
             os.fsync(self._file.fileno())
             self.pending = len(left)

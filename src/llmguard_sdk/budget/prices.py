@@ -31,7 +31,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, UnknownModelPriceError
 from ..models import ChatResponse, Usage
 
 __all__ = [
@@ -45,22 +45,6 @@ __all__ = [
 _MILLION = 1_000_000.0
 _DATED = re.compile(r"(-\d{4}-\d{2}-\d{2}|-\d{8}|-latest)$")
 _EPOCH = dt.date(1970, 1, 1)
-
-
-class UnknownModelPriceError(ConfigurationError):
-    """The price table has no price for this model and no default price.
-
-    ``provider`` and ``model`` name what was looked up.
-    """
-
-    def __init__(self, provider: str | None, model: str) -> None:
-        where = f"{provider}/{model}" if provider else model
-        super().__init__(
-            f"no price for model {where!r}: add it with PriceTable.with_prices(...) or give "
-            "the table a default price (PriceTable(default=Price(...)))"
-        )
-        self.provider = provider
-        self.model = model
 
 
 @dataclass(frozen=True)

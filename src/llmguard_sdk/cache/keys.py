@@ -14,21 +14,15 @@ Three hashes decide what a cached answer may be served for:
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass
-from typing import Any
 
+from .._json import canonical_json
 from ..models import ChatRequest
 
 __all__ = ["CacheKeys", "canonical_json", "request_keys"]
 
 # Fields of a request that never change the answer (or are sent only to the SDK).
 _NOT_ANSWER_SHAPING = frozenset({"metadata", "extra_headers", "extra_query"})
-
-
-def canonical_json(value: Any) -> str:
-    """JSON with sorted keys and no insignificant whitespace: equal values, equal text."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 def _digest(text: str) -> str:

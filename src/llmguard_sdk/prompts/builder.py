@@ -31,6 +31,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from .._json import canonical_json
 from ..context import current_scope
 from ..errors import ConfigurationError, PromptLintError, RequestValidationError
 from ..models import ChatRequest, Message
@@ -49,19 +50,6 @@ __all__ = ["Document", "Example", "Prompt", "PromptBuilder", "canonical_json"]
 logger = logging.getLogger("llmguard_sdk")
 
 _LINT_MEMORY = 64  # prefixes whose lint results a builder remembers
-
-
-def canonical_json(value: Any) -> str:
-    """``value`` as canonical JSON: sorted keys, no spaces, UTF-8 kept, no NaN.
-
-    Two equal values always give the same text, whatever order their keys were built in.
-    """
-    try:
-        return json.dumps(
-            value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-        )
-    except (TypeError, ValueError) as exc:
-        raise ConfigurationError(f"not JSON-serialisable: {exc}") from None
 
 
 @dataclass(frozen=True)

@@ -12,16 +12,27 @@ longest silence allowed before the first piece and between later ones.
 Streams are generators: the consumer must close them (the Guard does). A stream fails with a
 retryable error while nothing has been yielded yet, and with
 :class:`~llmguard_sdk.errors.StreamInterruptedError` once content has been yielded.
+
+Capabilities a provider may declare, read through the functions below (a provider that
+declares none of them is still a :class:`Provider`, with the defaults):
+
+- ``is_local`` (``bool``, default ``False``): the model runs on this machine, costs nothing
+  and needs no network (budgets send ``on_exhausted="local_only"`` calls to such routes);
+  :class:`~llmguard_sdk.LocalProvider` declares it.
+- ``context_window`` (``int | None``, default ``None``): the model's context in tokens; the
+  Guard skips a route that cannot hold the request.
+- ``count_tokens(request) -> int | None``: the request's input tokens as the model counts
+  them (its own tokenizer); rate limits and budgets use it instead of tiktoken's estimate.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Generator
+from collections.abc import AsyncGenerator, Callable, Generator
 from typing import Protocol, runtime_checkable
 
 from ..models import ChatRequest, ChatResponse, StreamChunk
 
-__all__ = ["Provider"]
+__all__ = ["Provider", "context_window", "is_local", "token_counter"]
 
 
 @runtime_checkable
@@ -72,3 +83,30 @@ class Provider(Protocol):
     async def aclose(self) -> None:
         """Release async resources."""
         ...
+
+
+def is_local(provider: object) -> bool:
+    """Whether ``provider`` declares that it runs on this machine (``is_local = True``): free,
+    no network. Providers that declare nothing are remote.
+
+    .. versionadded:: 0.2.0
+    """
+    return getattr(provider, "is_local", False) is True
+
+
+def context_window(provider: object) -> int | None:
+    """The context window ``provider`` declares, in tokens (``None``: unknown).
+
+    .. versionadded:: 0.2.0
+    """
+    window = getattr(provider, "context_window", None)
+    return window if isinstance(window, int) and not isinstance(window, bool) else None
+
+
+def token_counter(provider: object) -> Callable[[ChatRequest], int | None] | None:
+    """The provider's own ``count_tokens(request)`` (``None`` when it has none).
+
+    .. versionadded:: 0.2.0
+    """
+    counter = getattr(provider, "count_tokens", None)
+    return counter if callable(counter) else None

@@ -175,6 +175,9 @@ class LocalProvider:
             crashes (a segmentation fault at the first decode) with the bundled model.
     """
 
+    is_local = True
+    """Runs on this machine: free, no network (:func:`~llmguard_sdk.providers.base.is_local`)."""
+
     def __init__(
         self,
         model_path: str | os.PathLike[str] | None = None,
