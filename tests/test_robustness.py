@@ -26,8 +26,8 @@ from llmguard_sdk import (
     ProviderTimeoutError,
     RequestValidationError,
 )
+from llmguard_sdk._core.assembly import merge_tool_call_deltas
 from llmguard_sdk.providers.wire import StreamState, parse_completion
-from llmguard_sdk.streaming import merge_tool_call_deltas
 from llmguard_sdk.testing import FakeProvider, Fault
 
 from .conftest import USER

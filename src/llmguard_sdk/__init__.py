@@ -4,6 +4,7 @@ The public surface is this module's ``__all__``; everything in a module whose na
 an underscore is private. Start with :class:`Guard`.
 """
 
+from ._core.streams import AsyncChatStream, ChatStream
 from ._version import __version__
 from .budget import Budget, Budgets, PriceTable
 from .cache import ResponseCache
@@ -48,7 +49,6 @@ from .pipeline import Hook, InputFilter, OutputFilter
 from .prompts import PromptBuilder
 from .providers import AnthropicProvider, LocalProvider, OpenAICompatibleProvider, Provider
 from .store import MemoryStore, RedisStore, Store
-from .streaming import AsyncChatStream, ChatStream
 from .telemetry import Telemetry
 from .tokens import TokenCount, count_request_tokens, count_text_tokens
 

@@ -24,8 +24,8 @@ from .errors import RequestValidationError
 from .models import ChatRequest, ChatResponse, StreamChunk, Usage
 
 if TYPE_CHECKING:
+    from ._core.streams import AsyncChatStream, ChatStream
     from .guard import Guard
-    from .streaming import AsyncChatStream, ChatStream
 
 __all__ = [
     "AsyncChunkStream",

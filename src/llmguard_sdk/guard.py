@@ -12,7 +12,10 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 import anyio
 
-from . import chain, pipeline
+from . import pipeline
+from ._core.drive import acomplete, complete
+from ._core.run import Run
+from ._core.streams import AsyncChatStream, ChatStream
 from .breaker import (
     BreakerBackend,
     BreakerHook,
@@ -39,7 +42,6 @@ from .retry import (
     RetryPolicy,
 )
 from .store import RedisStore, Store, open_store
-from .streaming import AsyncChatStream, ChatStream
 from .telemetry import Telemetry
 
 if TYPE_CHECKING:
@@ -343,9 +345,7 @@ class Guard:
             held = opening.held
             raw = response = None
             try:
-                raw = chain.run(
-                    ctx, held.stages if held else stages, ahead=opening.ahead, tail=opening.tail
-                )
+                raw = complete(self._run(ctx, opening))
                 response = pipeline.finish(ctx, stages, raw)
             finally:  # settle to what was served; nothing served: release the hold
                 if held is not None and stages.spend is not None:
@@ -441,9 +441,7 @@ class Guard:
             held = opening.held
             raw = response = None
             try:
-                raw = await chain.arun(
-                    ctx, held.stages if held else stages, ahead=opening.ahead, tail=opening.tail
-                )
+                raw = await acomplete(self._run(ctx, opening))
                 response = pipeline.finish(ctx, stages, raw)
             finally:  # settle to what was served; nothing served (or cancelled): release
                 if held is not None and stages.spend is not None:
@@ -454,13 +452,12 @@ class Guard:
             with anyio.CancelScope(shield=True):
                 await opening.tail.aflush()
 
-    def _finish(
-        self, ctx: CallContext, response: ChatResponse, *, emit_event: bool = True
-    ) -> ChatResponse:
-        response = pipeline.finish(ctx, self._stages, response)
-        if emit_event:
-            pipeline.report(ctx, self._stages, "chat", response=response)
-        return response
+    def _run(self, ctx: CallContext, opening: pipeline.OpeningOutcome) -> Run:
+        """The route loop's state for a plain call that the opening sent to its routes
+        (under the spend hold's stages, when a budget holds it)."""
+        held = opening.held
+        stages = held.stages if held is not None else self._stages
+        return Run(ctx, stages, streaming=False, tail=opening.tail, ahead=opening.ahead)
 
     # -- adoption helpers -------------------------------------------------------------------
 

@@ -1,0 +1,125 @@
+"""A stream's chunks assembled into the response they add up to."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ..context import AttemptRecord, CallContext
+from ..errors import ProviderError
+from ..models import ChatResponse, StreamChunk, Usage
+from ..tokens import count_text_tokens
+
+__all__ = ["Assembler", "has_content", "merge_tool_call_deltas"]
+
+
+def has_content(chunk: StreamChunk) -> bool:
+    """Whether ``chunk`` carries content (what a hedge race waits for)."""
+    return bool(chunk.text or chunk.tool_calls or chunk.finish_reason)
+
+
+class Assembler:
+    """Collects one attempt's chunks into the response they add up to.
+
+    ``carried`` is text an interrupted earlier route already delivered; this route continues
+    it, and ``delivered`` counts only this route's own content.
+    """
+
+    def __init__(self, ctx: CallContext, carried: str, record: AttemptRecord) -> None:
+        self._ctx = ctx
+        self._carried = carried
+        self.record = record
+        self._first_token_at: float | None = None
+        self._last_content_at = 0.0
+        self._text: list[str] = []
+        self._tool_calls: dict[int, dict[str, Any]] = {}
+        self.finish_reason: str | None = None
+        self.usage: Usage | None = None
+        self.model = ""
+        self.id: str | None = None
+        self.metadata: dict[str, Any] = {}
+        self.headers: dict[str, str] = {}
+
+    @property
+    def delivered(self) -> bool:
+        """Whether any content (text or tool call) has gone to the caller."""
+        return bool(self._text or self._tool_calls)
+
+    def add(self, chunk: StreamChunk) -> None:
+        if chunk.text:
+            now = time.monotonic()
+            if self._first_token_at is None:
+                self._first_token_at = self.record.first_token_at = now
+                if self._ctx.first_token_at is None:
+                    self._ctx.first_token_at = self._first_token_at
+            else:
+                self.record.chunk_gaps.append(now - self._last_content_at)
+            self._last_content_at = now
+            self._text.append(chunk.text)
+        if chunk.tool_calls:
+            merge_tool_call_deltas(self._tool_calls, chunk.tool_calls)
+        self.finish_reason = chunk.finish_reason or self.finish_reason
+        self.usage = chunk.usage or self.usage
+        self.model = chunk.model or self.model
+        self.id = chunk.id or self.id
+        if chunk.metadata:
+            self.metadata.update(chunk.metadata)
+        if chunk.headers:
+            self.headers.update(chunk.headers)
+
+    def seconds(self) -> float:
+        """How long this attempt took to its first token (or until now, without one)."""
+        return (self._first_token_at or time.monotonic()) - self.record.started
+
+    @property
+    def text(self) -> str:
+        """Everything the caller has received: carried text and this route's."""
+        return self._carried + "".join(self._text)
+
+    def used(self, route: str, input_tokens: float, error: ProviderError | None) -> Usage | None:
+        """What the attempt used, for settling its rate-limit reservation: the provider's
+        usage, else the SDK's count of what was delivered; None after a failure before any
+        content (everything goes back). A stream closed before its first content keeps its
+        input tokens: the prompt was sent."""
+        if self.usage is not None:
+            return self.usage
+        if not (self.delivered or error is None):
+            return None
+        own = "".join(self._text)
+        output = count_text_tokens(own, route).tokens if own else 0
+        return Usage(input_tokens=int(input_tokens), output_tokens=output, estimated=True)
+
+    def response(self, route: str) -> ChatResponse:
+        return ChatResponse(
+            text=self.text,
+            finish_reason=self.finish_reason,
+            usage=self.usage,
+            model=self.model,
+            route=route,
+            id=self.id,
+            tool_calls=[self._tool_calls[i] for i in sorted(self._tool_calls)] or None,
+            headers=dict(self.headers),
+            metadata=dict(self.metadata),
+        )
+
+
+def merge_tool_call_deltas(calls: dict[int, dict[str, Any]], deltas: list[dict[str, Any]]) -> None:
+    """Fold streamed tool-call pieces into whole calls, keyed by their ``index``.
+
+    A stream sends each call's ``id``, ``type`` and ``function.name`` once and its
+    ``function.arguments`` in pieces to be joined, as OpenAI's streaming format does.
+    """
+    for position, delta in enumerate(deltas):
+        index = delta.get("index")
+        key = index if isinstance(index, int) else position
+        call = calls.setdefault(key, {"id": None, "type": "function", "function": {}})
+        for key_name in ("id", "type"):
+            if isinstance(delta.get(key_name), str) and delta[key_name]:
+                call[key_name] = delta[key_name]
+        function = delta.get("function")
+        if isinstance(function, dict):
+            merged = call["function"]
+            if isinstance(function.get("name"), str) and function["name"]:
+                merged["name"] = function["name"]
+            if isinstance(function.get("arguments"), str):
+                merged["arguments"] = merged.get("arguments", "") + function["arguments"]

@@ -1,0 +1,455 @@
+"""The two drivers of the plan: blocking I/O (:func:`drive`) and ``await`` (:func:`adrive`).
+
+They decide nothing. Each takes the plan's ops (:mod:`.ops`) one by one, performs them and
+sends the answer back (a provider's failure is thrown in); an :class:`~.ops.Emit` becomes a
+chunk the driver yields to the stream's reader. A plan left mid-way (the reader closed the
+stream, the task was cancelled, a bug) is closed, so its own handlers queue the give-backs;
+the driver then closes the provider streams it opened.
+
+A hedge race's legs run in threads (sync; a loser that cannot be stopped is abandoned to its
+deadline and gives its permit and lease back when it ends) or in tasks (async; a loser is
+cancelled).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import AsyncGenerator, Generator
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import anyio.abc
+
+from ..errors import ProviderError
+from ..models import ChatResponse, StreamChunk
+from ..store import Batch, Step
+from .assembly import has_content
+from .ops import (
+    Ask,
+    AwaitLeg,
+    Complete,
+    Emit,
+    LegEvent,
+    Next,
+    Open,
+    Preopened,
+    Race,
+    Sleep,
+    StartLeg,
+    StopLegs,
+)
+from .plan import plan
+from .run import Run
+
+__all__ = ["acomplete", "adrive", "complete", "drive"]
+
+logger = logging.getLogger("llmguard_sdk")
+
+
+# -- blocking ---------------------------------------------------------------------------------
+
+
+def complete(run: Run) -> ChatResponse:
+    """A plain call's response, the plan carried out with blocking I/O."""
+    for _chunk in drive(run):
+        raise AssertionError("a plain call emits no chunk")  # pragma: no cover
+    assert run.response is not None
+    return run.response
+
+
+def drive(run: Run) -> Generator[StreamChunk, None, None]:
+    """Carry out the plan with blocking I/O: the chunks it emits; its response in
+    ``run.response``."""
+    steps = plan(run)
+    streams = _Streams()
+    answer: Any = None
+    error: ProviderError | None = None
+    try:
+        while True:
+            try:
+                op = steps.throw(error) if error is not None else steps.send(answer)
+            except StopIteration as finished:
+                run.response = finished.value
+                return
+            answer, error = None, None
+            if isinstance(op, Emit):
+                yield op.chunk
+                continue
+            try:
+                answer = _perform(op, run, streams)
+            except ProviderError as failure:
+                error = failure
+    finally:
+        steps.close()  # left mid-way: the plan's handlers queue the give-backs
+        streams.close_all()
+        run.give_back_ahead()
+
+
+def _perform(op: Any, run: Run, streams: _Streams) -> Any:
+    if isinstance(op, Ask):
+        return run.tail.ask(op.step)
+    if isinstance(op, Next):
+        return streams.next(op.chunks)
+    if isinstance(op, Complete):
+        return op.route.complete(op.request, model=op.model, deadline=op.deadline)
+    if isinstance(op, Open):
+        return streams.add(
+            op.route.stream(
+                op.request, model=op.model, deadline=op.deadline, idle_timeout=op.idle_timeout
+            )
+        )
+    if isinstance(op, Sleep):
+        run.tail.flush()
+        if op.seconds > 0:
+            time.sleep(op.seconds)
+        return None
+    if isinstance(op, Race):
+        run.tail.flush()
+        return _race(op, run, streams)
+    raise TypeError(f"unknown op {op!r}")
+
+
+class _Streams:
+    """The provider streams a driver opened and has not closed yet."""
+
+    def __init__(self) -> None:
+        self.open: list[Any] = []
+
+    def add(self, chunks: Any) -> Any:
+        self.open.append(chunks)
+        return chunks
+
+    def _forget(self, chunks: Any) -> None:
+        self.open = [c for c in self.open if c is not chunks]
+
+    def next(self, chunks: Generator[StreamChunk, None, None]) -> StreamChunk | None:
+        try:
+            return next(chunks)
+        except BaseException as ended:
+            self._forget(chunks)
+            if isinstance(ended, StopIteration):
+                return None
+            chunks.close()  # ended already, unless interrupted from outside
+            raise
+
+    def close_all(self) -> None:
+        for chunks in self.open:
+            chunks.close()
+        self.open = []
+
+    async def anext(self, chunks: Any) -> StreamChunk | None:
+        try:
+            chunk: StreamChunk = await chunks.__anext__()
+        except BaseException as ended:
+            self._forget(chunks)
+            if isinstance(ended, StopAsyncIteration):
+                return None
+            if not isinstance(ended, Exception):
+                with anyio.CancelScope(shield=True):
+                    await chunks.aclose()
+            raise
+        return chunk
+
+    async def aclose_all(self) -> None:
+        for chunks in self.open:
+            await chunks.aclose()
+        self.open = []
+
+
+def _race(op: Race, run: Run, streams: _Streams) -> Any:
+    """Carry out a hedge race with each leg in a thread."""
+    steps, legs = op.steps, _ThreadLegs()
+    answer: Any = None
+    try:
+        while True:
+            try:
+                race_op = steps.send(answer)
+            except StopIteration as finished:
+                outcome = finished.value
+                break
+            answer = None
+            if isinstance(race_op, Ask):
+                answer = run.tail.ask(race_op.step)
+            elif isinstance(race_op, StartLeg):
+                legs.start(race_op)
+            elif isinstance(race_op, AwaitLeg):
+                answer = legs.wait(race_op.timeout)
+            elif isinstance(race_op, StopLegs):
+                legs.stop(race_op, run)
+    except BaseException:
+        steps.close()  # the race plan gives back what its legs hold
+        legs.stop(StopLegs(None), run)
+        raise
+    if isinstance(outcome, Preopened):
+        streams.add(outcome.chunks)
+    return outcome
+
+
+@dataclass
+class _Leg:
+    op: StartLeg
+    chunks: Any = None
+    finished: bool = False
+    stopped: bool = False
+    after: list[Step[Any]] = field(default_factory=list)
+
+
+class _ThreadLegs:
+    """Race legs in threads; a lock decides who ends a loser's stream: its own thread (still
+    reading) or the race (it had finished)."""
+
+    def __init__(self) -> None:
+        self.events: queue.SimpleQueue[LegEvent] = queue.SimpleQueue()
+        self.lock = threading.Lock()
+        self.legs: dict[str, _Leg] = {}
+
+    def start(self, op: StartLeg) -> None:
+        leg = self.legs[op.route.name] = _Leg(op)
+        if op.streaming:
+            leg.chunks = op.route.stream(
+                op.request, model=op.model, deadline=op.deadline, idle_timeout=op.idle_timeout
+            )
+        threading.Thread(target=self._run, args=(leg,), daemon=True).start()
+
+    def _run(self, leg: _Leg) -> None:
+        op, name = leg.op, leg.op.route.name
+        event: LegEvent
+        try:
+            if leg.chunks is None:
+                response = op.route.complete(op.request, model=op.model, deadline=op.deadline)
+                event = LegEvent(name, value=response)
+            else:
+                buffered: list[StreamChunk] = []
+                for chunk in leg.chunks:
+                    buffered.append(chunk)
+                    if has_content(chunk) or leg.stopped:
+                        break
+                event = LegEvent(name, value=(buffered, leg.chunks))
+        except ProviderError as error:
+            event = LegEvent(name, error=error)
+        except BaseException as error:  # not a provider failure: raised to the caller
+            event = LegEvent(name, unexpected=error)
+        with self.lock:
+            leg.finished = True
+            stopped = leg.stopped
+        if not stopped:
+            self.events.put(event)
+            return
+        if leg.chunks is not None:  # lost the race while reading: this thread ends it
+            leg.chunks.close()
+        _send_now(leg.after)
+
+    def wait(self, timeout: float) -> LegEvent | None:
+        try:
+            return self.events.get(timeout=timeout)
+        except queue.Empty:
+            return None
+
+    def stop(self, op: StopLegs, run: Run) -> None:
+        ended: list[_Leg] = []
+        with self.lock:
+            for name, leg in self.legs.items():
+                if name == op.keep or leg.stopped:
+                    continue
+                leg.stopped = True
+                if leg.finished:
+                    ended.append(leg)
+                    run.queue(op.after.get(name, []))
+                else:  # still running: it gives back when it ends
+                    leg.after = op.after.get(name, [])
+        for leg in ended:
+            if leg.chunks is not None:
+                leg.chunks.close()
+
+
+def _send_now(steps: list[Step[Any]]) -> None:
+    """Send an abandoned leg's give-backs from its own thread (the call has moved on)."""
+    if not steps:
+        return
+    try:
+        for outcome in Batch(steps).run():
+            if outcome.error is not None:
+                raise outcome.error
+    except Exception:
+        logger.exception("giving back a hedge loser's permit or lease failed")
+
+
+# -- async ------------------------------------------------------------------------------------
+
+
+async def acomplete(run: Run) -> ChatResponse:
+    """A plain call's response, the plan carried out with ``await``."""
+    async for _chunk in adrive(run):
+        raise AssertionError("a plain call emits no chunk")  # pragma: no cover
+    assert run.response is not None
+    return run.response
+
+
+async def adrive(run: Run) -> AsyncGenerator[StreamChunk, None]:
+    """Async twin of :func:`drive`."""
+    steps = plan(run)
+    streams = _Streams()
+    answer: Any = None
+    error: ProviderError | None = None
+    try:
+        while True:
+            try:
+                op = steps.throw(error) if error is not None else steps.send(answer)
+            except StopIteration as finished:
+                run.response = finished.value
+                return
+            answer, error = None, None
+            if isinstance(op, Emit):
+                yield op.chunk
+                continue
+            try:
+                answer = await _aperform(op, run, streams)
+            except ProviderError as failure:
+                error = failure
+    finally:
+        steps.close()
+        with anyio.CancelScope(shield=True):
+            await streams.aclose_all()
+        run.give_back_ahead()
+
+
+async def _aperform(op: Any, run: Run, streams: _Streams) -> Any:
+    if isinstance(op, Ask):
+        return await run.tail.aask(op.step)
+    if isinstance(op, Next):
+        return await streams.anext(op.chunks)
+    if isinstance(op, Complete):
+        return await op.route.acomplete(op.request, model=op.model, deadline=op.deadline)
+    if isinstance(op, Open):
+        return streams.add(
+            op.route.astream(
+                op.request, model=op.model, deadline=op.deadline, idle_timeout=op.idle_timeout
+            )
+        )
+    if isinstance(op, Sleep):
+        await run.tail.aflush()
+        if op.seconds > 0:
+            await anyio.sleep(op.seconds)
+        return None
+    if isinstance(op, Race):
+        await run.tail.aflush()
+        return await _arace(op, run, streams)
+    raise TypeError(f"unknown op {op!r}")
+
+
+async def _arace(op: Race, run: Run, streams: _Streams) -> Any:
+    """Carry out a hedge race with each leg in a task of one task group. An error of the
+    race itself is raised after the group has ended (as it is, not in an exception group)."""
+    steps = op.steps
+    outcome: Any = None
+    failure: Exception | None = None
+    legs = _TaskLegs()
+    try:
+        async with anyio.create_task_group() as tasks:
+            legs.tasks = tasks
+            answer: Any = None
+            while True:
+                try:
+                    race_op = steps.send(answer)
+                    answer = None
+                    if isinstance(race_op, Ask):
+                        answer = await run.tail.aask(race_op.step)
+                    elif isinstance(race_op, StartLeg):
+                        legs.start(race_op)
+                    elif isinstance(race_op, AwaitLeg):
+                        answer = await legs.wait(race_op.timeout)
+                    elif isinstance(race_op, StopLegs):
+                        legs.stop(race_op, run)
+                except StopIteration as finished:
+                    outcome = finished.value
+                    break
+                except Exception as error:
+                    failure = error
+                    break
+            tasks.cancel_scope.cancel()  # every leg but a kept winner has ended; make sure
+    except BaseException:
+        steps.close()  # cancelled: the race plan gives back what its legs hold
+        raise
+    finally:
+        keep = outcome.chunks if isinstance(outcome, Preopened) else None
+        with anyio.CancelScope(shield=True):
+            await legs.aclose_streams(keep)
+    if failure is not None:
+        steps.close()
+        raise failure
+    if keep is not None:
+        streams.add(keep)
+    return outcome
+
+
+@dataclass
+class _TaskLeg:
+    op: StartLeg
+    scope: anyio.CancelScope
+    chunks: Any = None
+
+
+class _TaskLegs:
+    """Race legs in tasks; a loser's task is cancelled."""
+
+    def __init__(self) -> None:
+        self.tasks: anyio.abc.TaskGroup | None = None
+        self.legs: dict[str, _TaskLeg] = {}
+        self.events: deque[LegEvent] = deque()
+        self.arrived = anyio.Event()
+
+    def start(self, op: StartLeg) -> None:
+        assert self.tasks is not None
+        leg = self.legs[op.route.name] = _TaskLeg(op, anyio.CancelScope())
+        if op.streaming:
+            leg.chunks = op.route.astream(
+                op.request, model=op.model, deadline=op.deadline, idle_timeout=op.idle_timeout
+            )
+        self.tasks.start_soon(self._run, leg)
+
+    async def _run(self, leg: _TaskLeg) -> None:
+        op, name = leg.op, leg.op.route.name
+        event: LegEvent
+        with leg.scope:
+            try:
+                if leg.chunks is None:
+                    response = await op.route.acomplete(
+                        op.request, model=op.model, deadline=op.deadline
+                    )
+                    event = LegEvent(name, value=response)
+                else:
+                    buffered: list[StreamChunk] = []
+                    async for chunk in leg.chunks:
+                        buffered.append(chunk)
+                        if has_content(chunk):
+                            break
+                    event = LegEvent(name, value=(buffered, leg.chunks))
+            except ProviderError as error:
+                event = LegEvent(name, error=error)
+            except Exception as error:  # not a provider failure: raised to the caller
+                event = LegEvent(name, unexpected=error)
+            self.events.append(event)
+            self.arrived.set()
+
+    async def wait(self, timeout: float) -> LegEvent | None:
+        if not self.events:
+            self.arrived = anyio.Event()
+            with anyio.move_on_after(timeout):
+                await self.arrived.wait()
+        return self.events.popleft() if self.events else None
+
+    def stop(self, op: StopLegs, run: Run) -> None:
+        for name, leg in self.legs.items():
+            if name != op.keep:
+                leg.scope.cancel()
+                run.queue(op.after.get(name, []))
+
+    async def aclose_streams(self, keep: Any) -> None:
+        for leg in self.legs.values():
+            if leg.chunks is not None and leg.chunks is not keep:
+                await leg.chunks.aclose()

@@ -1,0 +1,151 @@
+"""The ops of the plan: each piece of I/O it needs, as a small typed value.
+
+The plan (:mod:`.plan`) yields them; a driver (:mod:`.drive`) performs them and sends the
+answer back. Decisions that need no answer never become ops: they wait in the call's tail.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from dataclasses import dataclass, field
+from typing import Any, TypeAlias
+
+from ..context import AttemptRecord
+from ..errors import ProviderError
+from ..models import ChatRequest, ChatResponse, StreamChunk
+from ..providers.base import Provider
+from ..store import Step
+
+__all__ = [
+    "Ask",
+    "AwaitLeg",
+    "Complete",
+    "Emit",
+    "LegEvent",
+    "Next",
+    "Op",
+    "Open",
+    "Preopened",
+    "Race",
+    "RaceOp",
+    "Sleep",
+    "StartLeg",
+    "StopLegs",
+]
+
+
+@dataclass(frozen=True)
+class Ask:
+    """A stage decision whose answer the plan needs (a permit, a rate-limit grant, a retry
+    token): decided in place in memory, else in one round trip with what waits in the tail."""
+
+    step: Step[Any]
+
+
+@dataclass(frozen=True)
+class Sleep:
+    """Wait ``seconds`` (what waits in the tail goes out first)."""
+
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Complete:
+    """One non-streaming attempt on ``route``: its :class:`ChatResponse`."""
+
+    route: Provider
+    request: ChatRequest
+    model: str
+    deadline: float
+
+
+@dataclass(frozen=True)
+class Open:
+    """Open a stream on ``route``: its chunk iterator (sync or async, as the driver is)."""
+
+    route: Provider
+    request: ChatRequest
+    model: str
+    deadline: float
+    idle_timeout: float | None
+
+
+@dataclass(frozen=True)
+class Next:
+    """The next chunk of an open stream, or None at its end (the driver closes a stream
+    that ended or failed)."""
+
+    chunks: Any
+
+
+@dataclass(frozen=True)
+class Emit:
+    """Hand ``chunk`` to the caller of a stream."""
+
+    chunk: StreamChunk
+
+
+@dataclass(frozen=True)
+class StartLeg:
+    """Start one leg of a hedge race: run ``route`` until it is ready (a whole answer, or a
+    stream's first content) in the background."""
+
+    route: Provider
+    request: ChatRequest
+    model: str
+    deadline: float
+    idle_timeout: float | None
+    streaming: bool
+
+
+@dataclass(frozen=True)
+class AwaitLeg:
+    """The next leg to end (ready or failed), or None after ``timeout`` seconds."""
+
+    timeout: float
+
+
+@dataclass(frozen=True)
+class StopLegs:
+    """The race is decided: end every leg but ``keep``; once a leg has ended, send its
+    give-backs (``after``: its breaker permit, its rate-limit lease)."""
+
+    keep: str | None
+    after: dict[str, list[Step[Any]]] = field(default_factory=dict)
+
+
+@dataclass
+class Preopened:
+    """A stream that won a race: its route, reservation and attempt record, the chunks read
+    while racing and the live rest."""
+
+    route: Provider
+    reservation: Any
+    record: AttemptRecord
+    buffered: list[StreamChunk]
+    chunks: Any
+
+
+@dataclass(frozen=True)
+class LegEvent:
+    """How a race leg ended: ready (``value``: a response, or a :class:`Preopened` without
+    route details: buffered chunks and the rest), failed (``error``), or with a bug
+    (``unexpected``, raised to the caller as it is)."""
+
+    route: str
+    value: ChatResponse | tuple[list[StreamChunk], Any] | None = None
+    error: ProviderError | None = None
+    unexpected: BaseException | None = None
+
+
+RaceOp: TypeAlias = "Ask | StartLeg | AwaitLeg | StopLegs"
+
+
+@dataclass(frozen=True)
+class Race:
+    """Run a hedge race: ``steps`` decides it (:func:`.plan.race`), the driver runs the legs."""
+
+    steps: Generator[Any, Any, Any]
+
+
+Op: TypeAlias = "Ask | Sleep | Complete | Open | Next | Emit | Race"

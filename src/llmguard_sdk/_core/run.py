@@ -1,0 +1,201 @@
+"""One guarded call on its way through the routes: its state and its bookkeeping.
+
+:class:`Run` is what the plan reads and writes besides the :class:`CallContext`: the request
+it sends (a continuation replaces it after an interrupted stream), the routes a hedge race
+used up, what the opening batch took ahead, and the call's :class:`Tail`. Everything whose
+answer the plan does not wait for (breaker records and give-backs, rate-limit settles and
+learning, the retry budget's request count) is queued in the tail here, never sent as an op.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from .. import pipeline
+from ..breaker import Permit
+from ..context import CallContext
+from ..errors import ProviderError, RateLimitedError, StreamInterruptedError
+from ..models import ChatRequest, ChatResponse, StreamChunk, Usage
+from ..pipeline import Ahead, Reservation, Stages, Tail
+from ..providers.base import Provider
+from ..ratelimit import Grant
+from ..store import Step, delegate
+
+__all__ = ["Run"]
+
+
+class Run:
+    """The state of one call's route loop (plain or streamed)."""
+
+    def __init__(
+        self,
+        ctx: CallContext,
+        stages: Stages,
+        *,
+        streaming: bool,
+        tail: Tail | None = None,
+        ahead: Ahead | None = None,
+    ) -> None:
+        self.ctx = ctx
+        self.stages = stages
+        self.streaming = streaming
+        self.tail = Tail() if tail is None else tail
+        self.ahead = ahead
+        self.request: ChatRequest = ctx.request
+        self.tried: set[str] = set()  # routes a hedge race used up
+        self.response: ChatResponse | None = None  # what the plan returned
+        # streams only: what the last attempt delivered, and an interruption carried on
+        self.delivered = False
+        self.delivered_text = ""
+        self.carried = ""
+        self.interrupted: StreamInterruptedError | None = None
+        self._emitted = False
+
+    # -- what the opening batch took ahead --------------------------------------------------
+
+    def _ahead_for(self, route: Provider) -> Ahead | None:
+        ahead = self.ahead
+        if ahead is not None and ahead.route != route.name:
+            self.give_back_ahead()  # the plan left the first route: return what it took
+            return None
+        return ahead
+
+    def permit_ahead(self, route: Provider) -> Permit | None:
+        """``route``'s breaker permit if the opening batch took it (once)."""
+        ahead = self._ahead_for(route)
+        return None if ahead is None else ahead.take_permit()
+
+    def grant_ahead(self, route: Provider, reservation: Reservation) -> Grant | None:
+        """``route``'s rate-limit grant if the opening batch took it (once)."""
+        ahead = self._ahead_for(route)
+        return None if ahead is None else ahead.take_grant(reservation)
+
+    def give_back_ahead(self) -> None:
+        """Queue the give-back of what was taken ahead and not used."""
+        if self.ahead is not None:
+            for step in self.ahead.leftovers(self.stages):
+                self.tail.add(step)
+
+    # -- bookkeeping queued in the tail -----------------------------------------------------
+
+    def queue(self, steps: list[Step[Any]]) -> None:
+        """Send ``steps`` with the call's next round trip."""
+        for step in steps:
+            self.tail.add(step)
+
+    def count_request(self, route: Provider) -> None:
+        """The retry budget's request count for ``route``."""
+        if self.stages.budget is not None:
+            self.tail.add(delegate(self.stages.budget, "record_request", route.name))
+
+    def record(self, route: Provider, error: ProviderError | None, seconds: float) -> None:
+        """The breaker's record of an attempt's outcome."""
+        if self.stages.breakers is not None:
+            self.tail.add(self.stages.breakers.record_steps(route.name, error, seconds=seconds))
+
+    def release_steps(self, route: Provider) -> list[Step[Any]]:
+        """Give back a breaker permit whose attempt has no outcome."""
+        breakers = self.stages.breakers
+        return [] if breakers is None else [breakers.release_steps(route.name)]
+
+    def release(self, route: Provider) -> None:
+        self.queue(self.release_steps(route))
+
+    def settle_steps(
+        self,
+        reservation: Reservation | None,
+        *,
+        used: Usage | None = None,
+        error: ProviderError | None = None,
+        sent: bool = False,
+        headers: dict[str, str] | None = None,
+    ) -> list[Step[Any]]:
+        """Settle a rate-limit reservation once: to what was ``used`` when known, else all
+        tokens back after a failure or a wait that ended early, or (``sent``: the request
+        may have reached the provider) only the concurrency lease back. A 429 teaches its
+        pause, an answer's ``headers`` the provider's own counters."""
+        limiter = self.stages.limiter
+        if reservation is None or limiter is None:
+            return []
+        if used is not None:
+            reservation.used = used
+        steps: list[Step[Any]] = []
+        args = pipeline.settle_args(reservation, refund=not sent)
+        if args is not None:
+            steps.append(delegate(limiter, "settle", reservation.route, **args))
+        taught: dict[str, float] | None = None
+        if isinstance(error, RateLimitedError):
+            taught = {"pause": error.retry_after or 0.0}
+        elif headers is not None:
+            taught = pipeline.learned(headers)
+        if taught is not None:
+            steps.append(delegate(limiter, "learn", reservation.route, **taught))
+        return steps
+
+    def settle(self, reservation: Reservation | None, **outcome: Any) -> None:
+        self.queue(self.settle_steps(reservation, **outcome))
+
+    def give_back_steps(self, route: Provider, reservation: Reservation | None) -> list[Step[Any]]:
+        """An attempt that ended without an outcome after its request was sent: its permit
+        back, its tokens kept, its lease back."""
+        return self.release_steps(route) + self.settle_steps(reservation, sent=True)
+
+    # -- streams ------------------------------------------------------------------------------
+
+    def worth_emitting(self, chunk: StreamChunk) -> bool:
+        """Skip chunks that carry nothing (a retry's second role-only opening chunk)."""
+        empty = not (chunk.text or chunk.tool_calls or chunk.finish_reason or chunk.usage)
+        if empty and self._emitted:
+            return False
+        self._emitted = True
+        return True
+
+    # -- leaving a route ------------------------------------------------------------------------
+
+    def leave_route(self, route: Provider, error: ProviderError) -> None:
+        """After a route's last attempt: continue an interrupted stream on the next route,
+        or fall through to it (raising when the next route must not be tried)."""
+        ctx = self.ctx
+        if self.interrupted is not None and not self.delivered:
+            # A continuation failed: the caller has text, so the error to raise stays the
+            # interruption; try the next route only when this failure was the route's fault.
+            ctx.route_errors[route.name] = error
+            if not pipeline.is_route_failure(error):
+                raise self.interrupted from error
+            return
+        if (
+            self.stages.continue_streams
+            and self.delivered
+            and isinstance(error, StreamInterruptedError)
+        ):
+            ctx.route_errors[route.name] = error
+            error.partial_text = self.delivered_text
+            self.interrupted = error
+            self.carried = self.delivered_text
+            self.request = pipeline.continuation_request(ctx.request, self.carried)
+            return
+        pipeline.fall_through(
+            ctx, route, error, delivered=self.delivered, moves_on=self.stages.moves_on
+        )
+
+    def no_route_left(self) -> ChatResponse:
+        """A stale or degraded answer when no route served the call, else the error."""
+        if self.interrupted is not None:
+            raise self.interrupted  # the caller has text: say so, with all of it
+        degraded = pipeline.degraded_response(self.ctx, self.stages)
+        if degraded is None:
+            raise pipeline.failure(self.ctx, self.stages)
+        return degraded
+
+    def route_order(self, winner: Provider | None) -> list[Provider]:
+        """The routes still to try: a race's winner first, without the routes it used up."""
+        routes = [r for r in self.stages.routes if r.name not in self.tried]
+        if winner is not None:
+            routes = [winner] + [r for r in routes if r is not winner]
+        return routes
+
+
+def elapsed_since(started: float) -> float:
+    """Seconds since ``started`` (a :func:`time.monotonic` reading)."""
+    return time.monotonic() - started

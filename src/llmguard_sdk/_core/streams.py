@@ -1,0 +1,299 @@
+"""Guarded streams: iterate chunks as they arrive, get the assembled response at the end.
+
+A stream walks the fallback chain like a plain call (the same plan, :mod:`.plan`), but only
+until the first content reaches the caller: after that, a broken stream raises
+:class:`~llmguard_sdk.errors.StreamInterruptedError` and is never replayed (the caller would
+see the text twice), unless the Guard continues interrupted streams on the next route.
+
+Round trips: a stream opens with the batch of a plain call (cache lookup, spend reserve, the
+first route's permit and rate-limit reservation taken ahead) before its provider call; its
+decisions that need no answer wait in the call's tail, sent in one batch after the last chunk
+(or when the stream is closed): two round trips when all goes well, none between chunks.
+
+.. versionadded:: 0.1.0
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterator
+from types import TracebackType
+
+import anyio
+
+from .. import pipeline
+from ..budget.control import Held, SpendControl
+from ..context import CallContext
+from ..models import ChatResponse, StreamChunk, Usage
+from ..pipeline import CACHE, DEGRADED, Ahead, OpeningOutcome, Stages, Tail
+from .drive import adrive, drive
+from .run import Run
+
+__all__ = ["AsyncChatStream", "ChatStream"]
+
+
+class _Seen:
+    """What a budgeted stream delivered, for settling one that ended early."""
+
+    def __init__(self) -> None:
+        self.text: list[str] = []
+        self.usage: Usage | None = None
+
+    def add(self, chunk: StreamChunk) -> None:
+        if chunk.text:
+            self.text.append(chunk.text)
+        self.usage = chunk.usage or self.usage
+
+    def partial(self, spend: SpendControl, ctx: CallContext, held: Held) -> ChatResponse | None:
+        return spend.partial(ctx, held.stages, "".join(self.text), self.usage)
+
+
+class _StreamBase:
+    """What both stream twins share: the opening, the end of the route loop, the tail."""
+
+    def __init__(self, ctx: CallContext, stages: Stages) -> None:
+        self._ctx = ctx
+        self._guard_stages = stages
+        self._stages = stages  # the spend hold's stages, once a budget holds the call
+        self._response: ChatResponse | None = None
+        self._ended = False
+        self._close_requested = False
+        self._tail = Tail()  # decisions that need no answer: sent after the last chunk
+        self._ahead: Ahead | None = None  # the first route's permit and reservation
+        self._opening: OpeningOutcome | None = None
+        self._seen = _Seen()
+
+    @property
+    def response(self) -> ChatResponse:
+        """The assembled response, once the stream has been read to its end."""
+        if self._response is None:
+            raise RuntimeError("the stream has not been read to its end yet")
+        return self._response
+
+    def _end(self, *, error: BaseException | None = None, cancelled: bool = False) -> None:
+        if self._ended:
+            return
+        self._ended = True
+        pipeline.report(
+            self._ctx,
+            self._stages,
+            "stream",
+            response=self._response,
+            error=error,
+            cancelled=cancelled,
+        )
+
+    def _opened(self, opening: OpeningOutcome) -> ChatResponse | None:
+        """Take over the opening batch's decisions (see :meth:`OpeningOutcome.begin`): a
+        cached answer, or None when the stream goes to its routes (under the spend hold's
+        stages, when a budget holds it). A hit or a refusal has queued its give-backs
+        already; only a stream that goes to its routes owes :meth:`_closing` anything."""
+        self._tail, self._ahead = opening.tail, opening.ahead
+        cached = opening.begin(self._ctx, self._stages)
+        if cached is None:
+            self._opening = opening
+            if opening.held is not None:
+                self._stages = opening.held.stages
+        return cached
+
+    def _run(self) -> Run:
+        return Run(self._ctx, self._stages, streaming=True, tail=self._tail, ahead=self._ahead)
+
+    def _watch(self, chunk: StreamChunk) -> None:
+        """Note what a budgeted stream delivered (to settle one that ends early)."""
+        if self._opening is not None and self._opening.held is not None:
+            self._seen.add(chunk)
+
+    def _ended_with(self, response: ChatResponse | None) -> StreamChunk | None:
+        """The route loop's answer becomes the stream's response; a whole answer that no
+        stream delivered (stale or degraded) is also the last chunk."""
+        assert response is not None
+        if response.route in (CACHE, DEGRADED):
+            return self._as_chunk(response)
+        self._response = pipeline.finish(self._ctx, self._stages, response)
+        return None
+
+    def _as_chunk(self, response: ChatResponse) -> StreamChunk:
+        """A whole answer not from a provider stream (degraded, cached) as one chunk; it
+        becomes the stream's response."""
+        self._response = pipeline.finish(self._ctx, self._stages, response)
+        return StreamChunk(
+            text=response.text,
+            finish_reason=response.finish_reason,
+            usage=response.usage,
+            route=response.route,
+            metadata=response.metadata,
+        )
+
+    def _closing(self) -> None:
+        """Queue what the stream's end still owes: the give-back of what was taken ahead
+        and not used, and the spend settle (to the final response, else to what was
+        delivered; nothing delivered: the hold is released)."""
+        opening = self._opening
+        if opening is None:
+            return
+        if self._ahead is not None:
+            for step in self._ahead.leftovers(self._stages):
+                self._tail.add(step)
+        held, spend = opening.held, self._guard_stages.spend
+        if held is not None and spend is not None and not held.done:
+            served = self._response or self._seen.partial(spend, self._ctx, held)
+            self._tail.add(spend.settle_steps(held, self._ctx, served))
+
+
+class ChatStream(_StreamBase):
+    """An iterator of :class:`~llmguard_sdk.models.StreamChunk` from :meth:`Guard.chat`.
+
+    Use it in a ``with`` block (or call :meth:`close`) so that a stream you stop reading
+    early releases its connection. :attr:`response` holds the assembled answer, with usage and
+    timings, after the last chunk.
+    """
+
+    def __init__(self, ctx: CallContext, stages: Stages) -> None:
+        super().__init__(ctx, stages)
+        self._chunks = self._guarded()
+
+    def _guarded(self) -> Generator[StreamChunk, None, None]:
+        """The stream between its two round trips: the opening batch (a cache hit is
+        replayed as one chunk, a refusal raised), the routes' chunks as they come, then one
+        batch with the tail: records, settles, the spend settle and the cache store (also
+        when the stream ends early or fails)."""
+        ctx, stages = self._ctx, self._guard_stages
+        chunks: Generator[StreamChunk, None, None] | None = None
+        try:
+            cached = self._opened(pipeline.open_call(ctx, stages))
+            if cached is not None:
+                yield self._as_chunk(cached)
+                return
+            run = self._run()
+            chunks = drive(run)
+            for chunk in chunks:
+                self._watch(chunk)
+                yield chunk
+            last = self._ended_with(run.response)
+            if last is not None:
+                yield last
+            pipeline.remember_later(ctx, stages, self.response, self._tail)
+        finally:
+            if chunks is not None:
+                chunks.close()
+            self._closing()
+            self._tail.flush()
+
+    def __iter__(self) -> Iterator[StreamChunk]:
+        return self
+
+    def __next__(self) -> StreamChunk:
+        try:
+            chunk = next(self._chunks)
+        except StopIteration:
+            self._end()
+            raise
+        except BaseException as exc:
+            self._end(error=exc)
+            raise
+        if self._close_requested:  # close() came from another thread while we waited
+            self.close()
+            raise StopIteration
+        return chunk
+
+    def close(self) -> None:
+        """Stop the stream and release its connection.
+
+        Called from another thread while a reader waits for the next chunk, it takes effect
+        when that chunk arrives (or the deadline passes): the reader's loop then ends.
+        """
+        if getattr(self._chunks, "gi_running", False):
+            self._close_requested = True
+            return
+        self._chunks.close()
+        self._end(cancelled=self._response is None)
+
+    def __enter__(self) -> ChatStream:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class AsyncChatStream(_StreamBase):
+    """The async twin of :class:`ChatStream`, from :meth:`Guard.achat`.
+
+    Iterate it with ``async for``; use ``async with`` (or ``await stream.aclose()``) to
+    release the connection of a stream you stop reading early.
+    """
+
+    def __init__(self, ctx: CallContext, stages: Stages) -> None:
+        super().__init__(ctx, stages)
+        self._chunks = self._guarded()
+
+    async def _guarded(self) -> AsyncGenerator[StreamChunk, None]:
+        """Async twin of :meth:`ChatStream._guarded` (its end is shielded from
+        cancellation)."""
+        ctx, stages = self._ctx, self._guard_stages
+        chunks: AsyncGenerator[StreamChunk, None] | None = None
+        try:
+            cached = self._opened(await pipeline.aopen_call(ctx, stages))
+            if cached is not None:
+                yield self._as_chunk(cached)
+                return
+            run = self._run()
+            chunks = adrive(run)
+            async for chunk in chunks:
+                self._watch(chunk)
+                yield chunk
+            last = self._ended_with(run.response)
+            if last is not None:
+                yield last
+            await pipeline.aremember_later(ctx, stages, self.response, self._tail)
+        finally:
+            with anyio.CancelScope(shield=True):
+                if chunks is not None:
+                    await chunks.aclose()
+                self._closing()
+                await self._tail.aflush()
+
+    def __aiter__(self) -> AsyncIterator[StreamChunk]:
+        return self
+
+    async def __anext__(self) -> StreamChunk:
+        try:
+            chunk = await self._chunks.__anext__()
+        except StopAsyncIteration:
+            self._end()
+            raise
+        except BaseException as exc:
+            self._end(error=exc)
+            raise
+        if self._close_requested:  # aclose() came from another task while we waited
+            await self.aclose()
+            raise StopAsyncIteration
+        return chunk
+
+    async def aclose(self) -> None:
+        """Stop the stream and release its connection.
+
+        Called from another task while the reader waits for the next chunk, it takes effect
+        when that chunk arrives (or the deadline passes): the reader's loop then ends. To stop
+        at once, cancel the reading task instead.
+        """
+        if getattr(self._chunks, "ag_running", False):
+            self._close_requested = True
+            return
+        await self._chunks.aclose()
+        self._end(cancelled=self._response is None)
+
+    async def __aenter__(self) -> AsyncChatStream:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
