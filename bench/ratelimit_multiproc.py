@@ -28,11 +28,16 @@ both log-uniform, so a call costs between about 30 and 2,500 tokens.
   and sends the same call again (so does a worker whose call got a 429). These are
   ``refused_locally``, not requests.
 
-Phase ``unshared``: the same processes, workers and draws, but each Guard with
-``store="memory"``: every process limits itself alone to the full limits, which is what
-replicas get without shared state. A fresh FakeProvider with the same limits answers them;
-``unshared_requests``, ``unshared_provider_429`` and ``unshared_token_share`` are counted the
-same way.
+Phase ``unshared`` (the fair baseline without shared state): the same processes, workers and
+draws, but each Guard with ``store="memory"`` and a quarter (1 / ``processes``) of the limits,
+which is how replicas are configured when they cannot share state. Its ``burst`` is
+``processes`` x the shared one, so each process's burst holds the same number of tokens as the
+shared Guards' (the largest call must fit in a burst, or it is never sent). A fresh
+FakeProvider with the same limits answers them; ``unshared_requests``,
+``unshared_provider_429`` and ``unshared_token_share`` are counted the same way.
+
+Phase ``unshared_whole_limit`` (a second row, the naive configuration): each process limits
+itself alone to the *whole* limits; ``unshared_whole_limit_*`` keys.
 
 Micro-benchmark (parent, after both phases, single-threaded): the wall time of one
 ``reserve()`` call (``time.perf_counter_ns``) for :class:`~llmguard_sdk.ratelimit.
@@ -41,7 +46,8 @@ tokens), and of one ``MovingWindowRateLimiter.hit`` of the ``limits`` library (o
 hit) on a ``RedisStorage`` built on *the same* redis-py connection pool as our limiter, on the
 same Redis. Every limit is far from full (no call is refused), every variant is warmed up first
 (its Lua script loaded, its connection open), and the variants alternate in rounds so drift hits
-all alike. ``acquire_p50_us`` / ``acquire_p99_us`` are keyed ``memory`` / ``redis``;
+all alike. ``acquire_p50_us`` / ``acquire_max_us`` (and ``acquire_p99_us`` when every
+variant has at least 1,000 samples, ``acquire_samples`` each) are keyed ``memory`` / ``redis``;
 ``limits_lib_ratio`` is our Redis p50 over the ``limits`` library's p50.
 
 How the two token counts are made comparable
@@ -78,6 +84,10 @@ a run covers 15 periods (4 in ``--quick``). The provider is a threaded server; i
 it shares a process only with the sampling loop, which sleeps between samples. The worker
 processes are where the Guards, and their CPU time, live.
 
+Redis: ``--redis-url``, else ``REDIS_URL``, else a throwaway ``redis-server`` started for the
+run; the run's keys (one random prefix) are deleted at the end, whatever the end, and the
+worker processes are stopped on every exit path.
+
 Usage: python bench/ratelimit_multiproc.py [--json] [--quick] [--seed N] [--redis-url URL]
 """
 
@@ -100,6 +110,14 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, TypedDict
 
 import redis
+from _benchkit import (
+    P99_MIN_SAMPLES,
+    REAPER,
+    exit_on_signals,
+    given_redis,
+    latency_summary,
+    nearest_rank,
+)
 from limits import RateLimitItemPerMinute
 from limits.storage import RedisStorage
 from limits.strategies import MovingWindowRateLimiter
@@ -159,15 +177,17 @@ class Setup:
     acquire_rounds: int = 5
     acquire_warmup: int = 300
     seed: int = 0
+    split: int = 1  # each Guard gets 1/split of the limits (unshared phase: processes)
 
     def guard_limit(self) -> RateLimit:
-        """The RateLimit every Guard gets (a share of the provider's limits)."""
+        """The RateLimit every Guard gets (a share of the provider's limits, divided by
+        ``split``; the burst grows by ``split`` so it holds as many tokens as the shared one)."""
         return RateLimit(
-            rpm=self.requests_per_period * self.guard_share,
-            tpm=self.tokens_per_period * self.guard_share,
+            rpm=self.requests_per_period * self.guard_share / self.split,
+            tpm=self.tokens_per_period * self.guard_share / self.split,
             period=self.period_s,
             max_wait=self.max_wait_s,
-            burst=self.burst,
+            burst=min(1.0, self.burst * self.split),
         )
 
 
@@ -434,6 +454,8 @@ def stop_processes(processes: Sequence[multiprocessing.process.BaseProcess], gra
         if process.is_alive():
             process.kill()
             process.join(timeout=3.0)
+        if process.pid is not None:
+            REAPER.remove(process.pid)
 
 
 def run_phase(setup: Setup, store: str, key_prefix: str) -> PhaseResult:
@@ -463,6 +485,8 @@ def run_phase(setup: Setup, store: str, key_prefix: str) -> PhaseResult:
                 )
                 process.start()
                 processes.append(process)
+                if process.pid is not None:
+                    REAPER.add(process.pid)  # stopped even if this process is killed
             deadline = time.monotonic() + READY_TIMEOUT_S
             for _ in processes:
                 try:
@@ -537,12 +561,6 @@ def run_phase(setup: Setup, store: str, key_prefix: str) -> PhaseResult:
 # ---------------------------------------------------------------------- acquire micro-bench
 
 
-def percentile(sorted_us: Sequence[float], q: float) -> float:
-    """Nearest-rank percentile ``q`` (0-100) of sorted values."""
-    rank = max(1, math.ceil(q / 100.0 * len(sorted_us)))
-    return sorted_us[rank - 1]
-
-
 def acquire_times(setup: Setup, redis_url: str, key_prefix: str) -> dict[str, list[float]]:
     """Microseconds per acquire call of each variant, single-threaded, limits far from full."""
     roomy = {"bench": RateLimit(rpm=1e9, tpm=1e12)}
@@ -606,15 +624,17 @@ def delete_keys(url: str, key_prefix: str) -> int:
 
 
 def summarize(values: Sequence[float]) -> tuple[float, float]:
-    """(p50, p99) rounded to 0.01."""
+    """(p50, nearest-rank p99) rounded to 0.01 (callers report the p99 only from
+    ``P99_MIN_SAMPLES`` samples on)."""
     ordered = sorted(values)
-    return round(percentile(ordered, 50), 2), round(percentile(ordered, 99), 2)
+    return round(nearest_rank(ordered, 50), 2), round(nearest_rank(ordered, 99), 2)
 
 
 def build_result(
     setup: Setup,
     shared: PhaseResult,
     unshared: PhaseResult,
+    whole: PhaseResult,
     times: Mapping[str, Sequence[float]],
     gaps: Sequence[int],
     mean_cost: float,
@@ -623,13 +643,22 @@ def build_result(
 ) -> dict[str, Any]:
     """The one JSON object."""
     p = {name: summarize(values) for name, values in times.items()}
+    full = {name: latency_summary(values, 2) for name, values in times.items()}
+    enough = all(len(values) >= P99_MIN_SAMPLES for values in times.values())
+    p99: dict[str, Any] = {}
+    if enough:
+        p99 = {
+            "acquire_p99_us": {"memory": p["memory"][1], "redis": p["redis"][1]},
+            "limits_lib_p99_us": p["limits_moving_window"][1],
+        }
     ratio = p["redis"][0] / p["limits_moving_window"][0]
     share_429 = shared["provider_429"] / max(1, shared["requests"])
     return {
         "benchmark": "ratelimit_multiproc",
         "what": (
             "processes x worker threads share one RPM+TPM limit via Redis against a FakeProvider "
-            "enforcing the same limits; vs per-process memory limits; reserve() latency"
+            "enforcing the same limits; vs per-process memory limits of 1/processes each "
+            "(unshared) and of the whole limit each (unshared_whole_limit); reserve() latency"
         ),
         "setup": {
             **asdict(setup),
@@ -647,16 +676,25 @@ def build_result(
         "token_share": shared["token_share"],
         "token_share_of_guard_limit": round(shared["token_share"] / setup.guard_share, 4),
         "acquire_p50_us": {"memory": p["memory"][0], "redis": p["redis"][0]},
-        "acquire_p99_us": {"memory": p["memory"][1], "redis": p["redis"][1]},
+        "acquire_max_us": {"memory": full["memory"]["max"], "redis": full["redis"]["max"]},
+        "acquire_samples": {name: len(values) for name, values in times.items()},
+        "unshared_limit_share": round(1 / setup.processes, 4),
         "unshared_requests": unshared["requests"],
         "unshared_provider_429": unshared["provider_429"],
         "unshared_provider_429_share": round(
             unshared["provider_429"] / max(1, unshared["requests"]), 4
         ),
         "unshared_token_share": unshared["token_share"],
+        "unshared_whole_limit_requests": whole["requests"],
+        "unshared_whole_limit_provider_429": whole["provider_429"],
+        "unshared_whole_limit_provider_429_share": round(
+            whole["provider_429"] / max(1, whole["requests"]), 4
+        ),
+        "unshared_whole_limit_token_share": whole["token_share"],
         "limits_lib_ratio": round(ratio, 3),
         "limits_lib_p50_us": p["limits_moving_window"][0],
-        "limits_lib_p99_us": p["limits_moving_window"][1],
+        "limits_lib_max_us": full["limits_moving_window"]["max"],
+        **p99,
         "redis_rpm_only_p50_us": p["redis_rpm_only"][0],
         "acquire_calls_per_variant": len(times["redis"]),
         "targets": {
@@ -665,6 +703,7 @@ def build_result(
         },
         "shared": shared,
         "unshared": unshared,
+        "unshared_whole_limit": whole,
         "estimate_minus_provider_tokens": list(gaps),
         "drawn_mean_tokens_per_call": round(mean_cost, 1),
         "token_accounting": (
@@ -688,29 +727,46 @@ def print_table(result: Mapping[str, Any]) -> None:
         f"{setup['max_wait_s']} s; {setup['duration_s']} s per phase"
     )
     print(
-        f"{'phase':<18}{'requests':>9}{'429s':>7}{'429 %':>8}{'429 steady':>11}"
+        f"{'phase':<30}{'requests':>9}{'429s':>7}{'429 %':>8}{'429 steady':>11}"
         f"{'token_share':>12}{'tokens/call':>12}{'refused':>9}"
     )
-    for name in ("shared", "unshared"):
+    for name in ("shared", "unshared", "unshared_whole_limit"):
         row = result[name]
         rate = row["provider_429"] / max(1, row["requests"])
         print(
-            f"{name + ' (' + row['store'] + ')':<18}{row['requests']:>9}{row['provider_429']:>7}"
+            f"{name + ' (' + row['store'] + ')':<30}{row['requests']:>9}{row['provider_429']:>7}"
             f"{rate:>8.2%}{row['provider_429_steady']:>11}{row['token_share']:>12.3f}"
             f"{row['mean_tokens_per_call']:>12.0f}{row['refused_locally']:>9}"
         )
-    for name in ("shared", "unshared"):
+    for name in ("shared", "unshared", "unshared_whole_limit"):
         series = " ".join(f"{v:.2f}" for v in result[name]["per_period_token_share"])
-        print(f"  {name:<8} tokens per period / T: {series}")
+        print(f"  {name:<20} tokens per period / T: {series}")
         series = " ".join(str(v) for v in result[name]["per_period_429"])
-        print(f"  {name:<8} 429s per period:        {series}")
-    print(f"\n{'reserve()':<24}{'p50 us':>9}{'p99 us':>9}")
-    for label, p50, p99 in (
-        ("memory", result["acquire_p50_us"]["memory"], result["acquire_p99_us"]["memory"]),
-        ("redis (ours)", result["acquire_p50_us"]["redis"], result["acquire_p99_us"]["redis"]),
-        ("limits moving window", result["limits_lib_p50_us"], result["limits_lib_p99_us"]),
+        print(f"  {name:<20} 429s per period:        {series}")
+    print(f"\n{'reserve()':<24}{'p50 us':>9}{'max us':>9}   samples")
+    for label, p50, most, samples in (
+        (
+            "memory",
+            result["acquire_p50_us"]["memory"],
+            result["acquire_max_us"]["memory"],
+            result["acquire_samples"]["memory"],
+        ),
+        (
+            "redis (ours)",
+            result["acquire_p50_us"]["redis"],
+            result["acquire_max_us"]["redis"],
+            result["acquire_samples"]["redis"],
+        ),
+        (
+            "limits moving window",
+            result["limits_lib_p50_us"],
+            result["limits_lib_max_us"],
+            result["acquire_samples"]["limits_moving_window"],
+        ),
     ):
-        print(f"{label:<24}{p50:>9.1f}{p99:>9.1f}")
+        print(f"{label:<24}{p50:>9.1f}{most:>9.1f}   {samples}")
+    if "acquire_p99_us" in result:
+        print(f"p99 us: {result['acquire_p99_us']}, limits {result['limits_lib_p99_us']}")
     print(f"limits_lib_ratio (ours / theirs, p50): {result['limits_lib_ratio']}")
     print(f"targets: {result['targets']}")
     print(f"runtime: {result['runtime_s']}")
@@ -721,18 +777,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--quick", action="store_true", help="smoke run: 8 s phases, 1000 calls")
     parser.add_argument("--seed", type=int, default=0, help="seed of every random draw (0)")
-    parser.add_argument("--redis-url", default="redis://127.0.0.1:6379", help="the Redis to use")
+    parser.add_argument(
+        "--redis-url", default=None, help="the Redis to use (default: REDIS_URL, else a throwaway)"
+    )
     args = parser.parse_args(argv)
+    exit_on_signals()
 
     setup = Setup(seed=args.seed)
     if args.quick:
         setup = replace(setup, **QUICK)
+    with given_redis(args.redis_url) as redis_url:
+        return run(setup, redis_url, args.json)
+
+
+def run(setup: Setup, redis_url: str, as_json: bool) -> int:
+    """Every phase against ``redis_url``; print the result."""
     key_prefix = f"bench-rl-{secrets.token_hex(6)}"
-    client = redis_client(args.redis_url)
+    client = redis_client(redis_url)
     try:
         client.ping()
     except redis.RedisError as exc:
-        print(f"Redis at {args.redis_url} is not reachable: {exc}", file=sys.stderr)
+        print(f"Redis at {redis_url} is not reachable: {exc}", file=sys.stderr)
         return 2
     finally:
         client.close()
@@ -741,24 +806,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     keys_deleted = 0
     try:
         gaps = estimate_gap(setup)
-        shared = run_phase(setup, args.redis_url, key_prefix)
-        unshared = run_phase(setup, "memory", key_prefix)
+        shared = run_phase(setup, redis_url, key_prefix)
+        unshared = run_phase(replace(setup, split=setup.processes), "memory", key_prefix)
+        whole = run_phase(setup, "memory", key_prefix)
         bench_start = time.perf_counter()
-        times = acquire_times(setup, args.redis_url, key_prefix)
+        times = acquire_times(setup, redis_url, key_prefix)
         acquire_s = time.perf_counter() - bench_start
     finally:
         with contextlib.suppress(redis.RedisError):
-            keys_deleted = delete_keys(args.redis_url, key_prefix)
+            keys_deleted = delete_keys(redis_url, key_prefix)
     runtime = {
         "shared": shared["runtime_s"],
         "unshared": unshared["runtime_s"],
+        "unshared_whole_limit": whole["runtime_s"],
         "acquire": round(acquire_s, 2),
         "total": round(time.perf_counter() - started, 2),
     }
     result = build_result(
-        setup, shared, unshared, times, gaps, drawn_mean_cost(setup), runtime, keys_deleted
+        setup, shared, unshared, whole, times, gaps, drawn_mean_cost(setup), runtime, keys_deleted
     )
-    if args.json:
+    if as_json:
         print(json.dumps(result))
     else:
         print_table(result)
