@@ -2,12 +2,17 @@
 
 A support bot's prompt: instructions, two tools and a handbook of policy articles (the static
 part, about 2,000 tokens of the bundled model's tokenizer), then one of 20 different customer
-questions. Two assemblies of the same content:
+questions. Three assemblies of the same content:
 
 * ``builder``: :class:`~llmguard_sdk.PromptBuilder` keeps the static part first and
   byte-identical; the current time goes into the per-call context, in the last user message.
-* ``naive``: the system message starts with ``Current time: <ISO time with microseconds>``,
-  then the same instructions and handbook; the question follows as the user message.
+* ``static`` (the fair baseline): no builder; a plain hand-written request with the same
+  static text as its system message and ``Current time: ...`` before the question in the user
+  message, the tools passed as they are. For the Anthropic-style API its system message
+  carries one ``cache_control`` breakpoint, as Anthropic's prompt-caching docs show.
+* ``naive`` (a second baseline, the cache-breaking case): the system message starts with
+  ``Current time: <ISO time with microseconds>``, then the same instructions and handbook; the
+  question follows as the user message.
 
 Local model (``ttft_*``): the bundled SmolLM2-135M through ``LocalProvider`` behind a Guard,
 one provider (with its own llama.cpp context) per assembly, ``temperature=0``, answers cut at 8
@@ -15,9 +20,11 @@ tokens; the questions alternate between the two. TTFT is measured by the caller,
 before ``guard.chat(..., stream=True)`` to the first non-empty text chunk. The builder's
 first call computes the static part once (a deployment's first call): it is reported as
 ``ttft_builder_cold_ms`` and not counted in ``ttft_builder_ms``. Figures are medians over the
-questions; ``ratio`` is ``ttft_naive_ms / ttft_builder_ms`` (target: at least 20).
+questions; ``ratio`` is ``ttft_naive_ms / ttft_builder_ms`` (target: at least 20) and
+``ratio_vs_static`` is ``ttft_static_ms / ttft_builder_ms``. The static assembly's first call
+also computes its static part: ``ttft_static_cold_ms``, not counted in ``ttft_static_ms``.
 ``local_cached_share_*`` is the share of prompt tokens llama.cpp reused from its KV cache
-(``Usage.cached_input_tokens``).
+(``Usage.cached_input_tokens``). The questions rotate the order of the three assemblies.
 
 FakeProvider (``cached_share_*``): the same prompts through an
 ``OpenAICompatibleProvider`` to a ``FakeProvider(prefix_cache=True)``, which counts the common
@@ -25,9 +32,14 @@ prefix with its earlier requests on its own deterministic tokens; the share is c
 tokens over input tokens, over all questions (the first request of each assembly finds an empty
 cache). ``anthropic_cached_share_*``: the same through ``AnthropicProvider`` to the
 FakeProvider's ``/v1/messages``, which caches only up to ``cache_control`` breakpoints (the
-builder's requests get them at the end of the static part; the naive ones have none).
+builder's requests get them at the end of the static part, the static ones have the one their
+author wrote; the naive ones have none). Real providers cache only prefixes of at least 1,024
+tokens (OpenAI; Anthropic's Sonnet and Opus models), so the FakeProvider runs with
+``prefix_cache_min_tokens=1024`` (``min_prefix_tokens``) and always with the full handbook
+(``fake_static_tokens``: the static part in the FakeProvider's own token count).
 
-``--quick`` (for the smoke test) uses 4 questions and a static part of about 500 tokens.
+``--quick`` (for the smoke test) uses 4 questions and, for the local model, a static part of
+about 500 tokens.
 Timings need a quiet machine: every CPU runs the model, and any other load slows it.
 
 Usage: python bench/prefix_cache.py [--json] [--quick]
@@ -42,6 +54,8 @@ import statistics
 import time
 from typing import Any
 
+from _benchkit import exit_on_signals
+
 from llmguard_sdk import (
     AnthropicProvider,
     Guard,
@@ -54,6 +68,7 @@ from llmguard_sdk.testing import FakeProvider
 
 TARGET_RATIO = 20.0
 MAX_TOKENS = 8
+MIN_PREFIX_TOKENS = 1024  # the shortest prefix OpenAI and Anthropic (Sonnet, Opus) cache
 ARTICLES = 26  # about 2,000 static tokens with SmolLM2's tokenizer
 ARTICLES_QUICK = 5
 QUESTIONS_QUICK = 4
@@ -173,6 +188,21 @@ def naive_messages(builder: PromptBuilder, question: str) -> list[dict[str, str]
     ]
 
 
+def static_messages(
+    builder: PromptBuilder, question: str, *, breakpoint: bool = False
+) -> list[dict[str, Any]]:
+    """A hand-written request without the builder: a static system prompt, the current time
+    with the question; ``breakpoint`` marks the system prompt for Anthropic's cache."""
+    now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="microseconds")
+    system: Any = builder.static_text
+    if breakpoint:
+        system = [{"type": "text", "text": system, "cache_control": {"type": "ephemeral"}}]
+    return [
+        {"role": "system", "content": system},
+        {"role": "user", "content": f"Current time: {now}\n\n{question}"},
+    ]
+
+
 def builder_messages(builder: PromptBuilder, question: str) -> list[dict[str, Any]]:
     """The builder's assembly; the current time is per-call context."""
     now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="microseconds")
@@ -196,25 +226,34 @@ def ttft(guard: Guard, messages: list[dict[str, Any]]) -> tuple[float, int, int]
     return (first or end) - start, usage.input_tokens, usage.cached_input_tokens
 
 
+ASSEMBLIES = {"builder": builder_messages, "static": static_messages, "naive": naive_messages}
+
+
 def local_run(builder: PromptBuilder, questions: list[str]) -> dict[str, Any]:
-    """TTFT of both assemblies on the bundled model."""
-    providers = [LocalProvider(n_ctx=4096, name=n, warm_up=True) for n in ("builder", "naive")]
-    for provider in providers:
-        if not provider.wait_loaded(120):
-            raise SystemExit("the local model did not load within 120 s")
-    guards = [Guard(p, timeout=300, retry=None, environ={}) for p in providers]
-    built, naive = guards
+    """TTFT of the three assemblies on the bundled model, each with its own context."""
+    providers = [LocalProvider(n_ctx=4096, name=n, warm_up=True) for n in ASSEMBLIES]
+    guards: dict[str, Guard] = {}
     try:
-        cold_s, static_tokens, _ = ttft(built, builder_messages(builder, "Hello!"))
-        runs: dict[str, list[tuple[float, int, int]]] = {"builder": [], "naive": []}
+        for provider in providers:
+            if not provider.wait_loaded(120):
+                raise SystemExit("the local model did not load within 120 s")
+        guards = {
+            name: Guard(p, timeout=300, retry=None, environ={})
+            for name, p in zip(ASSEMBLIES, providers, strict=True)
+        }
+        cold_s, static_tokens, _ = ttft(guards["builder"], builder_messages(builder, "Hello!"))
+        static_cold_s, _, _ = ttft(guards["static"], static_messages(builder, "Hello!"))
+        runs: dict[str, list[tuple[float, int, int]]] = {name: [] for name in ASSEMBLIES}
+        names = list(ASSEMBLIES)
         for i, question in enumerate(questions):
-            order = [("builder", built), ("naive", naive)]
-            for name, guard in order if i % 2 == 0 else order[::-1]:
-                make = builder_messages if name == "builder" else naive_messages
-                runs[name].append(ttft(guard, make(builder, question)))
+            shift = i % len(names)
+            for name in names[shift:] + names[:shift]:
+                runs[name].append(ttft(guards[name], ASSEMBLIES[name](builder, question)))
     finally:
-        for guard in guards:
+        for guard in guards.values():
             guard.close()
+        for provider in providers[len(guards) :]:
+            provider.close()
 
     def median_ms(name: str) -> float:
         return round(statistics.median(r[0] for r in runs[name]) * 1000, 1)
@@ -223,25 +262,36 @@ def local_run(builder: PromptBuilder, questions: list[str]) -> dict[str, Any]:
         return round(sum(r[2] for r in runs[name]) / sum(r[1] for r in runs[name]), 3)
 
     builder_ms, naive_ms = median_ms("builder"), median_ms("naive")
+    static_ms = median_ms("static")
     return {
         "ttft_builder_ms": builder_ms,
+        "ttft_static_ms": static_ms,
         "ttft_naive_ms": naive_ms,
+        "ttft_samples": len(questions),
+        "ttft_statistic": "median over the questions",
         "ratio": round(naive_ms / builder_ms, 1),
+        "ratio_vs_static": round(static_ms / builder_ms, 2),
         "target_ratio": TARGET_RATIO,
         "ttft_builder_cold_ms": round(cold_s * 1000, 1),
+        "ttft_static_cold_ms": round(static_cold_s * 1000, 1),
         "ttft_builder_max_ms": round(max(r[0] for r in runs["builder"]) * 1000, 1),
+        "ttft_static_max_ms": round(max(r[0] for r in runs["static"]) * 1000, 1),
         "ttft_naive_min_ms": round(min(r[0] for r in runs["naive"]) * 1000, 1),
         "prompt_tokens_median": statistics.median(r[1] for r in runs["naive"]),
         "static_tokens_approx": static_tokens,
         "local_cached_share_builder": share("builder"),
+        "local_cached_share_static": share("static"),
         "local_cached_share_naive": share("naive"),
     }
 
 
 def fake_run(builder: PromptBuilder, questions: list[str]) -> dict[str, Any]:
-    """Cached-token shares that FakeProvider's emulated prefix caches report."""
-    out: dict[str, Any] = {}
-    with FakeProvider(prefix_cache=True, model="fake-model") as api:
+    """Cached-token shares that FakeProvider's emulated prefix caches report, caching only
+    prefixes of at least ``MIN_PREFIX_TOKENS`` tokens."""
+    out: dict[str, Any] = {"min_prefix_tokens": MIN_PREFIX_TOKENS}
+    with FakeProvider(
+        prefix_cache=True, prefix_cache_min_tokens=MIN_PREFIX_TOKENS, model="fake-model"
+    ) as api:
         routes = {
             "": OpenAICompatibleProvider(api.base_url, model="fake-model", name="openai"),
             "anthropic_": AnthropicProvider(api.base_url, model="fake-claude", name="anthropic"),
@@ -256,14 +306,34 @@ def fake_run(builder: PromptBuilder, questions: list[str]) -> dict[str, Any]:
                 api.clear_prefix_cache()
                 for question in questions:
                     guard.chat(
+                        static_messages(builder, question, breakpoint=prefix == "anthropic_"),
+                        tools=list(TOOLS),
+                        max_tokens=MAX_TOKENS,
+                        feature="static",
+                    )
+                api.clear_prefix_cache()
+                for question in questions:
+                    guard.chat(
                         naive_messages(builder, question),
                         tools=list(builder.tools),
                         max_tokens=MAX_TOKENS,
                         feature="naive",
                     )
                 api.clear_prefix_cache()
-            out[f"{prefix}cached_share_builder"] = round(stats.hit_ratio("builder"), 3)
-            out[f"{prefix}cached_share_naive"] = round(stats.hit_ratio("naive"), 3)
+            for name in ASSEMBLIES:
+                out[f"{prefix}cached_share_{name}"] = round(stats.hit_ratio(name), 3)
+        before = api.stats.input_tokens
+        route = OpenAICompatibleProvider(api.base_url, model="fake-model", name="count")
+        with Guard(route, environ={}) as guard:
+            guard.chat(
+                [
+                    {"role": "system", "content": builder.static_text},
+                    {"role": "user", "content": ""},
+                ],
+                tools=list(builder.tools),
+                max_tokens=1,
+            )
+        out["fake_static_tokens"] = api.stats.input_tokens - before - 4  # less the user frame
     return out
 
 
@@ -272,11 +342,20 @@ def main() -> int:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--quick", action="store_true", help="4 questions, a short prompt")
     args = parser.parse_args()
+    exit_on_signals()
     builder = make_builder(ARTICLES_QUICK if args.quick else ARTICLES)
     questions = list(QUESTIONS[:QUESTIONS_QUICK] if args.quick else QUESTIONS)
-    result: dict[str, Any] = {"quick": args.quick, "questions": len(questions)}
+    result: dict[str, Any] = {
+        "quick": args.quick,
+        "questions": len(questions),
+        "assemblies": {
+            "builder": "PromptBuilder: static part first, the time in the last user message",
+            "static": "no builder: a static system prompt, the time with the question",
+            "naive": "no builder: the system prompt starts with a microsecond timestamp",
+        },
+    }
     result.update(local_run(builder, questions))
-    result.update(fake_run(builder, questions))
+    result.update(fake_run(make_builder(ARTICLES), questions))
     if args.json:
         print(json.dumps(result))
     else:
