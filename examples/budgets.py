@@ -6,8 +6,16 @@ $30 / $60 and $1 / $2 per million tokens so that a few calls move the budgets. W
 store (``Guard(..., store="redis://...")``) the same budgets hold across every process.
 """
 
-from llmguard_sdk import BudgetExceededError, Guard, OpenAICompatibleProvider
-from llmguard_sdk.budget import Budget, BudgetEvent, Budgets, Price, PriceTable
+from llmguard_sdk import (
+    Budget,
+    BudgetEvent,
+    BudgetExceededError,
+    Budgets,
+    Guard,
+    OpenAICompatibleProvider,
+    Price,
+    PriceTable,
+)
 from llmguard_sdk.budget.cli import estimate
 from llmguard_sdk.testing import FakeProvider
 

@@ -6,8 +6,7 @@ the route's circuit breaker for its Retry-After, so the next calls skip it witho
 request the provider refuses as wrong (400) is neither retried nor sent elsewhere.
 """
 
-from llmguard_sdk import BadRequestError, CallEvent, Guard, OpenAICompatibleProvider
-from llmguard_sdk.retry import RetryPolicy
+from llmguard_sdk import BadRequestError, CallEvent, Guard, OpenAICompatibleProvider, RetryPolicy
 from llmguard_sdk.testing import FakeProvider, Fault
 
 events: list[CallEvent] = []

@@ -7,10 +7,14 @@ run time) next to the default hashing embedder. Install the model once with
 
 import sys
 
-from llmguard_sdk import ResponseCache
-from llmguard_sdk.cache import HybridEmbedder
-from llmguard_sdk.errors import ConfigurationError
-from llmguard_sdk.models import ChatRequest, ChatResponse, Message
+from llmguard_sdk import (
+    ChatRequest,
+    ChatResponse,
+    ConfigurationError,
+    HybridEmbedder,
+    Message,
+    ResponseCache,
+)
 
 
 def request(text: str) -> ChatRequest:

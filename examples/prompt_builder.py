@@ -18,10 +18,11 @@ from llmguard_sdk import (
     AnthropicProvider,
     Guard,
     OpenAICompatibleProvider,
+    PrefixCacheStats,
     PromptBuilder,
     PromptLintError,
 )
-from llmguard_sdk.prompts import DriftMonitor, PrefixCacheStats, PrefixDrift
+from llmguard_sdk.prompts import DriftMonitor, PrefixDrift
 from llmguard_sdk.testing import FakeProvider
 
 HANDBOOK = [

@@ -10,8 +10,7 @@ warns about that). Needs the ``openai`` package.
 
 import openai
 
-from llmguard_sdk import CallEvent, Guard
-from llmguard_sdk.retry import RetryPolicy
+from llmguard_sdk import CallEvent, Guard, RetryPolicy
 from llmguard_sdk.testing import FakeProvider, Fault
 
 

@@ -7,10 +7,10 @@ turns the waits off in your tests.
 
 import openai
 
-from llmguard_sdk.context import RetryDetails
 from llmguard_sdk.retry import (
     MemoryRetryBudget,
     RetryBudgetPolicy,
+    RetryDetails,
     RetryPolicy,
     retry,
     retry_context,

@@ -1,13 +1,30 @@
 """llmguard-sdk: keep LLM calls fast, available and affordable.
 
-The public surface is this module's ``__all__``; everything in a module whose name starts with
-an underscore is private. Start with :class:`Guard`.
+The public surface is this module's ``__all__``: the :class:`Guard` and everything you
+configure it with (providers, policies, limits, budgets, caches, stores, telemetry), what
+it returns, and the errors it raises. A stage used on its own has its own package
+(:mod:`llmguard_sdk.retry`'s ``@retry``, :mod:`llmguard_sdk.ratelimit`'s limiters,
+:mod:`llmguard_sdk.prompts`' linter, :mod:`llmguard_sdk.testing`'s ``FakeProvider``);
+everything in a module whose name starts with an underscore is private. Start with
+:class:`Guard`.
+
+``import llmguard_sdk`` imports neither redis nor numpy: they are imported when a Redis
+store or a semantic cache is first used.
 """
 
 from ._core.streams import AsyncChatStream, ChatStream
 from ._version import __version__
-from .budget import Budget, Budgets, PriceTable
-from .cache import ResponseCache
+from .breaker import BreakerPolicy, Breakers, BreakerTransition
+from .budget import Budget, BudgetEvent, Budgets, Price, PriceTable, UsageRecorder
+from .cache import (
+    BertEmbedder,
+    Embedder,
+    HashingEmbedder,
+    HybridEmbedder,
+    LlamaCppEmbedder,
+    OpenAIEmbedder,
+    ResponseCache,
+)
 from .classify import classify_exception, usage_from_result
 from .client import (
     AsyncChunkStream,
@@ -18,12 +35,13 @@ from .client import (
     GuardedClient,
 )
 from .config import GuardSettings
-from .context import CallContext, CallEvent, Scope, current_scope, scoped
+from .context import CallEvent, RetryDetails, Scope, current_scope, scoped
 from .errors import (
     AllRoutesFailedError,
     AuthenticationError,
     BadRequestError,
     BudgetExceededError,
+    BudgetUnavailableError,
     CircuitOpenError,
     ConfigurationError,
     ContextLengthExceededError,
@@ -42,13 +60,16 @@ from .errors import (
     RequestValidationError,
     RetryMultiplicationWarning,
     StreamInterruptedError,
+    UnknownModelPriceError,
 )
 from .guard import Guard
 from .models import ChatRequest, ChatResponse, Message, StreamChunk, Timings, Usage
 from .pipeline import Hook, InputFilter, OutputFilter
-from .prompts import PromptBuilder
+from .prompts import PrefixCacheStats, PromptBuilder
 from .providers import AnthropicProvider, LocalProvider, OpenAICompatibleProvider, Provider
-from .store import MemoryStore, RedisStore, Store
+from .ratelimit import RateLimit
+from .retry import RetryBudgetPolicy, RetryPolicy
+from .store import MemoryStore, RedisClusterStore, RedisStore, Store
 from .telemetry import Telemetry
 from .tokens import TokenCount, count_request_tokens, count_text_tokens
 
@@ -60,10 +81,15 @@ __all__ = [
     "AsyncGuardedClient",
     "AuthenticationError",
     "BadRequestError",
+    "BertEmbedder",
+    "BreakerPolicy",
+    "BreakerTransition",
+    "Breakers",
     "Budget",
+    "BudgetEvent",
     "BudgetExceededError",
+    "BudgetUnavailableError",
     "Budgets",
-    "CallContext",
     "CallEvent",
     "ChatCompletion",
     "ChatCompletionChunk",
@@ -74,20 +100,27 @@ __all__ = [
     "CircuitOpenError",
     "ConfigurationError",
     "ContextLengthExceededError",
+    "Embedder",
     "Guard",
     "GuardSettings",
     "GuardedClient",
     "GuardrailRejectedError",
+    "HashingEmbedder",
     "Hook",
+    "HybridEmbedder",
     "InputFilter",
     "InputTooLargeError",
     "LLMGuardError",
+    "LlamaCppEmbedder",
     "LocalProvider",
     "MalformedResponseError",
     "MemoryStore",
     "Message",
     "OpenAICompatibleProvider",
+    "OpenAIEmbedder",
     "OutputFilter",
+    "PrefixCacheStats",
+    "Price",
     "PriceTable",
     "PromptBuilder",
     "PromptLintError",
@@ -96,13 +129,18 @@ __all__ = [
     "ProviderError",
     "ProviderTimeoutError",
     "ProviderUnavailableError",
+    "RateLimit",
     "RateLimitExceededError",
     "RateLimitedError",
+    "RedisClusterStore",
     "RedisStore",
     "RefusedError",
     "RequestValidationError",
     "ResponseCache",
+    "RetryBudgetPolicy",
+    "RetryDetails",
     "RetryMultiplicationWarning",
+    "RetryPolicy",
     "Scope",
     "Store",
     "StreamChunk",
@@ -110,7 +148,9 @@ __all__ = [
     "Telemetry",
     "Timings",
     "TokenCount",
+    "UnknownModelPriceError",
     "Usage",
+    "UsageRecorder",
     "__version__",
     "classify_exception",
     "count_request_tokens",
