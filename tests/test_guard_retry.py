@@ -24,7 +24,7 @@ from llmguard_sdk import (
     RetryMultiplicationWarning,
     StreamInterruptedError,
 )
-from llmguard_sdk.pipeline import CONTINUE_PROMPT
+from llmguard_sdk._core.routes import CONTINUE_PROMPT
 from llmguard_sdk.retry import RetryBudgetPolicy, RetryPolicy, set_testing
 from llmguard_sdk.testing import FakeProvider, Fault
 

@@ -13,8 +13,8 @@ import anyio
 import pytest
 
 from llmguard_sdk import Guard, ProviderUnavailableError, RateLimitExceededError
+from llmguard_sdk._core.limits import provider_counters
 from llmguard_sdk.models import ChatRequest, Message
-from llmguard_sdk.pipeline import provider_counters
 from llmguard_sdk.ratelimit import RateLimit
 from llmguard_sdk.testing import FakeProvider, Fault
 from llmguard_sdk.tokens import count_request_tokens
@@ -229,8 +229,8 @@ def test_models_count_with_their_own_encoding_or_say_it_is_an_estimate() -> None
 def test_the_local_route_counts_with_its_own_tokenizer() -> None:
     pytest.importorskip("llama_cpp")
     from llmguard_sdk import LocalProvider
+    from llmguard_sdk._core.limits import route_input_tokens
     from llmguard_sdk.context import CallContext, Scope
-    from llmguard_sdk.pipeline import route_input_tokens
 
     local = LocalProvider(n_ctx=512, warm_up=True)
     try:

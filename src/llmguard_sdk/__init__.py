@@ -12,6 +12,7 @@ everything in a module whose name starts with an underscore is private. Start wi
 store or a semantic cache is first used.
 """
 
+from ._core.stages import InputFilter, OutputFilter
 from ._core.streams import AsyncChatStream, ChatStream
 from ._version import __version__
 from .breaker import BreakerPolicy, Breakers, BreakerTransition
@@ -35,7 +36,7 @@ from .client import (
     GuardedClient,
 )
 from .config import GuardSettings
-from .context import CallEvent, RetryDetails, Scope, current_scope, scoped
+from .context import CallEvent, Hook, RetryDetails, Scope, current_scope, scoped
 from .errors import (
     AllRoutesFailedError,
     AuthenticationError,
@@ -64,7 +65,6 @@ from .errors import (
 )
 from .guard import Guard
 from .models import ChatRequest, ChatResponse, Message, StreamChunk, Timings, Usage
-from .pipeline import Hook, InputFilter, OutputFilter
 from .prompts import PrefixCacheStats, PromptBuilder
 from .providers import AnthropicProvider, LocalProvider, OpenAICompatibleProvider, Provider
 from .ratelimit import RateLimit

@@ -12,9 +12,10 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 import anyio
 
-from . import pipeline
 from ._core.drive import acomplete, complete
+from ._core.opening import OpeningOutcome, aopen_call, aremember_later, open_call, remember_later
 from ._core.run import Run
+from ._core.stages import InputFilter, OutputFilter, Stages, finish, prepare, report, resolve_scope
 from ._core.streams import AsyncChatStream, ChatStream
 from .breaker import (
     BreakerBackend,
@@ -27,10 +28,9 @@ from .breaker import (
 from .budget import Budget, Budgets, PriceTable, SpendControl
 from .cache import ResponseCache
 from .config import GuardSettings
-from .context import CallContext
+from .context import CallContext, Hook
 from .errors import ConfigurationError, ProviderError, RequestValidationError
 from .models import ChatRequest, ChatResponse, Message
-from .pipeline import Hook, InputFilter, OutputFilter, Stages
 from .providers.base import Provider
 from .providers.openai_compat import OpenAICompatibleProvider
 from .ratelimit import LimitsConfig, MemoryRateLimiter, RateLimiter, RedisRateLimiter
@@ -81,8 +81,10 @@ class Guard:
             set between Guards; ``None`` turns breakers off.
         breaker_hooks: callables receiving each :class:`~llmguard_sdk.breaker.
             BreakerTransition`.
-        moves_on: which provider errors hand the call to the next route (default:
-            :func:`~llmguard_sdk.pipeline.is_route_failure`).
+        moves_on: which provider errors hand the call to the next route, for plain calls and
+            streams alike (default: errors that belong to the route: unavailable, timeouts,
+            429, malformed answers, bad credentials, 402, 404, a context window too small;
+            not a request the provider refused as wrong, which would fail everywhere).
         degraded: text answered (``route="degraded"``) when no route can serve a call,
             instead of raising; ``None`` raises.
         rate_limits: per route name, a :class:`~llmguard_sdk.ratelimit.RateLimit` (requests,
@@ -313,10 +315,10 @@ class Guard:
         :class:`~llmguard_sdk.errors.ProviderError` (one route) or
         :class:`~llmguard_sdk.errors.AllRoutesFailedError` when no route could answer.
         """
-        ctx = pipeline.prepare(
+        ctx = prepare(
             self._stages,
             _request_data(messages, request, model, params),
-            scope=pipeline.resolve_scope(tenant, feature, user),
+            scope=resolve_scope(tenant, feature, user),
             timeout=timeout,
             hedge_after=hedge_after,
             priority=priority,
@@ -327,9 +329,9 @@ class Guard:
         try:
             response = self._complete(ctx)
         except Exception as exc:
-            pipeline.report(ctx, self._stages, "chat", error=exc)
+            report(ctx, self._stages, "chat", error=exc)
             raise
-        pipeline.report(ctx, self._stages, "chat", response=response)
+        report(ctx, self._stages, "chat", response=response)
         return response
 
     def _complete(self, ctx: CallContext) -> ChatResponse:
@@ -337,20 +339,20 @@ class Guard:
         well: the opening batch (cache, spend, first permit and reservation), the chain,
         then the tail batch (records, settles, spend settle, cache store)."""
         stages = self._stages
-        opening = pipeline.open_call(ctx, stages)
+        opening = open_call(ctx, stages)
         try:
             cached = opening.begin(ctx, stages)
             if cached is not None:
-                return pipeline.finish(ctx, stages, cached)
+                return finish(ctx, stages, cached)
             held = opening.held
             raw = response = None
             try:
                 raw = complete(self._run(ctx, opening))
-                response = pipeline.finish(ctx, stages, raw)
+                response = finish(ctx, stages, raw)
             finally:  # settle to what was served; nothing served: release the hold
                 if held is not None and stages.spend is not None:
                     opening.tail.add(stages.spend.settle_steps(held, ctx, response or raw))
-            pipeline.remember_later(ctx, stages, response, opening.tail)
+            remember_later(ctx, stages, response, opening.tail)
             return response
         finally:
             opening.tail.flush()
@@ -411,10 +413,10 @@ class Guard:
         **params: Any,
     ) -> ChatResponse | AsyncChatStream:
         """Async twin of :meth:`chat`; ``stream=True`` gives an :class:`AsyncChatStream`."""
-        ctx = pipeline.prepare(
+        ctx = prepare(
             self._stages,
             _request_data(messages, request, model, params),
-            scope=pipeline.resolve_scope(tenant, feature, user),
+            scope=resolve_scope(tenant, feature, user),
             timeout=timeout,
             hedge_after=hedge_after,
             priority=priority,
@@ -425,34 +427,34 @@ class Guard:
         try:
             response = await self._acomplete(ctx)
         except Exception as exc:
-            pipeline.report(ctx, self._stages, "chat", error=exc)
+            report(ctx, self._stages, "chat", error=exc)
             raise
-        pipeline.report(ctx, self._stages, "chat", response=response)
+        report(ctx, self._stages, "chat", response=response)
         return response
 
     async def _acomplete(self, ctx: CallContext) -> ChatResponse:
         """Async twin of :meth:`_complete`."""
         stages = self._stages
-        opening = await pipeline.aopen_call(ctx, stages)
+        opening = await aopen_call(ctx, stages)
         try:
             cached = opening.begin(ctx, stages)
             if cached is not None:
-                return pipeline.finish(ctx, stages, cached)
+                return finish(ctx, stages, cached)
             held = opening.held
             raw = response = None
             try:
                 raw = await acomplete(self._run(ctx, opening))
-                response = pipeline.finish(ctx, stages, raw)
+                response = finish(ctx, stages, raw)
             finally:  # settle to what was served; nothing served (or cancelled): release
                 if held is not None and stages.spend is not None:
                     opening.tail.add(stages.spend.settle_steps(held, ctx, response or raw))
-            await pipeline.aremember_later(ctx, stages, response, opening.tail)
+            await aremember_later(ctx, stages, response, opening.tail)
             return response
         finally:
             with anyio.CancelScope(shield=True):
                 await opening.tail.aflush()
 
-    def _run(self, ctx: CallContext, opening: pipeline.OpeningOutcome) -> Run:
+    def _run(self, ctx: CallContext, opening: OpeningOutcome) -> Run:
         """The route loop's state for a plain call that the opening sent to its routes
         (under the spend hold's stages, when a budget holds it)."""
         held = opening.held

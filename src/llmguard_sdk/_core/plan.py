@@ -29,13 +29,13 @@ import time
 from collections.abc import Generator
 from typing import Any
 
-from .. import pipeline
 from ..errors import ProviderError, ProviderTimeoutError, StreamInterruptedError
 from ..models import ChatResponse, StreamChunk
-from ..pipeline import Reservation
 from ..providers.base import Provider
 from ..store import delegate
+from . import limits, routes
 from .assembly import Assembler
+from .limits import Reservation
 from .ops import (
     Ask,
     AwaitLeg,
@@ -67,7 +67,7 @@ def plan(run: Run) -> Plan:
             return won
         raced = won
     for route in run.route_order(raced.route if raced is not None else None):
-        if pipeline.too_small_for(ctx, route):
+        if routes.too_small_for(ctx, route):
             continue
         run.count_request(route)
         attempt, previous_wait, previous = 0, 0.0, None
@@ -88,7 +88,7 @@ def plan(run: Run) -> Plan:
                 else:
                     response = yield from _complete(run, route, reservation)
             except ProviderError as failure:
-                exc = previous = pipeline.real_error(failure, previous)
+                exc = previous = routes.real_error(failure, previous)
                 waited = yield from _retry(run, route, exc, attempt, previous_wait)
                 if waited is not None:
                     previous_wait = waited
@@ -106,7 +106,7 @@ def _retry(
     """Whether to retry ``route`` after ``error`` (the policy, the retry budget, the time
     left); when so, wait the backoff first and return the policy's wait (None: no retry)."""
     ctx, stages = run.ctx, run.stages
-    decision = pipeline.retry_after_failure(
+    decision = routes.retry_after_failure(
         ctx, stages, error, attempt=attempt, previous_wait=previous_wait, delivered=run.delivered
     )
     if not decision.retry:
@@ -115,9 +115,9 @@ def _retry(
         yield Ask(delegate(stages.budget, "try_spend", route.name))
     ):
         return None
-    if not pipeline.still_fits(ctx, decision):
+    if not routes.still_fits(ctx, decision):
         return None
-    yield Sleep(pipeline.note_retry(ctx, route, error, attempt, decision))
+    yield Sleep(routes.note_retry(ctx, route, error, attempt, decision))
     return decision.wait
 
 
@@ -130,16 +130,16 @@ def _admit(run: Run, route: Provider) -> Generator[Any, Any, tuple[bool, Reserva
         if permit is None:
             permit = yield Ask(stages.breakers.permit_steps(route.name))
         if not permit.allowed:
-            pipeline.route_refused(ctx, stages, route, permit)
+            routes.route_refused(ctx, stages, route, permit)
             return False, None
-    reservation = pipeline.token_reservation(ctx, stages, route)
+    reservation = limits.token_reservation(ctx, stages, route)
     if reservation is None:
         return True, None
     grant = run.grant_ahead(route, reservation)
     if grant is None:
-        grant = yield Ask(pipeline.reserve_steps(ctx, stages, reservation))
+        grant = yield Ask(limits.reserve_steps(ctx, stages, reservation))
     if not grant.allowed:
-        pipeline.route_rate_limited(ctx, route, grant)
+        routes.route_rate_limited(ctx, route, grant)
         run.release(route)
         return False, None
     if grant.wait > 0:  # our slot lies a little ahead: wait for it
@@ -164,8 +164,8 @@ def _complete(
         response: ChatResponse = yield Complete(
             route,
             run.request,
-            pipeline.route_model(route, run.request),
-            pipeline.attempt_deadline(ctx, stages),
+            routes.route_model(route, run.request),
+            routes.attempt_deadline(ctx, stages),
         )
     except ProviderError as failure:
         record.end(failure)
@@ -178,7 +178,7 @@ def _complete(
     record.end()
     run.record(route, None, elapsed_since(started))
     if reservation is not None:
-        used = pipeline.response_usage(ctx, reservation, response)
+        used = limits.response_usage(ctx, reservation, response)
         run.settle(reservation, used=used, headers=response.headers)
     return response
 
@@ -201,7 +201,7 @@ def _stream(
                     yield Open(
                         route,
                         run.request,
-                        pipeline.route_model(route, run.request),
+                        routes.route_model(route, run.request),
                         ctx.deadline,
                         stages.attempt_timeout,
                     )
@@ -252,7 +252,7 @@ def _hedge(run: Run) -> Generator[Any, Any, ChatResponse | Preopened | None]:
     the winner's answer (a plain call) or its opened stream; None when there was no race
     or no winner (the routes it used up are in ``run.tried``)."""
     ctx = run.ctx
-    usable = [r for r in run.stages.routes if not pipeline.too_small_for(ctx, r)]
+    usable = [r for r in run.stages.routes if not routes.too_small_for(ctx, r)]
     for index, first in enumerate(usable[:-1]):
         admitted, reservation = yield from _admit(run, first)
         if not admitted:
@@ -284,8 +284,8 @@ def _start(run: Run, leg: _Leg) -> StartLeg:
     return StartLeg(
         route,
         run.request,
-        pipeline.route_model(route, run.request),
-        ctx.deadline if run.streaming else pipeline.attempt_deadline(ctx, stages),
+        routes.route_model(route, run.request),
+        ctx.deadline if run.streaming else routes.attempt_deadline(ctx, stages),
         stages.attempt_timeout,
         run.streaming,
     )
@@ -298,13 +298,13 @@ def _admit_now(run: Run, route: Provider) -> Generator[Any, Any, tuple[bool, Res
     if stages.breakers is not None:
         permit = yield Ask(stages.breakers.permit_steps(route.name))
         if not permit.allowed:
-            pipeline.route_refused(ctx, stages, route, permit)
+            routes.route_refused(ctx, stages, route, permit)
             return False, None
-    reservation = pipeline.token_reservation(ctx, stages, route)
+    reservation = limits.token_reservation(ctx, stages, route)
     if reservation is not None:
-        grant = yield Ask(pipeline.reserve_steps(ctx, stages, reservation, wait=False))
+        grant = yield Ask(limits.reserve_steps(ctx, stages, reservation, wait=False))
         if not grant.allowed:
-            pipeline.route_rate_limited(ctx, route, grant)
+            routes.route_rate_limited(ctx, route, grant)
             run.release(route)
             return False, None
     return True, reservation
@@ -342,7 +342,7 @@ def race(
                 leg.record.end(event.error)
                 run.settle(leg.reservation, error=event.error)
                 run.record(leg.route, event.error, elapsed_since(leg.started))
-                moves_on = stages.moves_on or pipeline.is_route_failure
+                moves_on = stages.moves_on or routes.is_route_failure
                 if hedged or not moves_on(event.error):
                     continue
             if not hedged:  # the delay passed, or the first failed early: start the second
@@ -379,7 +379,7 @@ def race(
         raise unexpected
     if winner is None:
         for name, error in errors.items():
-            pipeline.fall_through(
+            routes.fall_through(
                 ctx, legs[name].route, error, delivered=False, moves_on=stages.moves_on
             )
         return None
@@ -395,7 +395,7 @@ def _won(run: Run, leg: _Leg, event: LegEvent) -> ChatResponse | Preopened:
         leg.record.end()
         run.record(leg.route, None, elapsed_since(leg.started))
         if leg.reservation is not None:
-            used = pipeline.response_usage(run.ctx, leg.reservation, response)
+            used = limits.response_usage(run.ctx, leg.reservation, response)
             run.settle(leg.reservation, used=used, headers=response.headers)
         run.ctx.route = leg.route.name
         return response

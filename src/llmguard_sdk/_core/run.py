@@ -12,15 +12,17 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from .. import pipeline
 from ..breaker import Permit
 from ..context import CallContext
 from ..errors import ProviderError, RateLimitedError, StreamInterruptedError
 from ..models import ChatRequest, ChatResponse, StreamChunk, Usage
-from ..pipeline import Ahead, Reservation, Stages, Tail
 from ..providers.base import Provider
 from ..ratelimit import Grant
 from ..store import Step, delegate
+from . import limits, routes
+from .limits import Reservation
+from .opening import Ahead, Tail
+from .stages import Stages
 
 __all__ = ["Run"]
 
@@ -121,14 +123,14 @@ class Run:
         if used is not None:
             reservation.used = used
         steps: list[Step[Any]] = []
-        args = pipeline.settle_args(reservation, refund=not sent)
+        args = limits.settle_args(reservation, refund=not sent)
         if args is not None:
             steps.append(delegate(limiter, "settle", reservation.route, **args))
         taught: dict[str, float] | None = None
         if isinstance(error, RateLimitedError):
             taught = {"pause": error.retry_after or 0.0}
         elif headers is not None:
-            taught = pipeline.learned(headers)
+            taught = limits.learned(headers)
         if taught is not None:
             steps.append(delegate(limiter, "learn", reservation.route, **taught))
         return steps
@@ -161,7 +163,7 @@ class Run:
             # A continuation failed: the caller has text, so the error to raise stays the
             # interruption; try the next route only when this failure was the route's fault.
             ctx.route_errors[route.name] = error
-            if not pipeline.is_route_failure(error):
+            if not routes.is_route_failure(error):
                 raise self.interrupted from error
             return
         if (
@@ -173,9 +175,9 @@ class Run:
             error.partial_text = self.delivered_text
             self.interrupted = error
             self.carried = self.delivered_text
-            self.request = pipeline.continuation_request(ctx.request, self.carried)
+            self.request = routes.continuation_request(ctx.request, self.carried)
             return
-        pipeline.fall_through(
+        routes.fall_through(
             ctx, route, error, delivered=self.delivered, moves_on=self.stages.moves_on
         )
 
@@ -183,9 +185,9 @@ class Run:
         """A stale or degraded answer when no route served the call, else the error."""
         if self.interrupted is not None:
             raise self.interrupted  # the caller has text: say so, with all of it
-        degraded = pipeline.degraded_response(self.ctx, self.stages)
+        degraded = routes.degraded_response(self.ctx, self.stages)
         if degraded is None:
-            raise pipeline.failure(self.ctx, self.stages)
+            raise routes.failure(self.ctx, self.stages)
         return degraded
 
     def route_order(self, winner: Provider | None) -> list[Provider]:

@@ -20,13 +20,14 @@ from types import TracebackType
 
 import anyio
 
-from .. import pipeline
 from ..budget.control import Held, SpendControl
 from ..context import CallContext
 from ..models import ChatResponse, StreamChunk, Usage
-from ..pipeline import CACHE, DEGRADED, Ahead, OpeningOutcome, Stages, Tail
+from . import opening, stages
 from .drive import adrive, drive
+from .opening import Ahead, OpeningOutcome, Tail
 from .run import Run
+from .stages import CACHE, DEGRADED, Stages
 
 __all__ = ["AsyncChatStream", "ChatStream"]
 
@@ -73,7 +74,7 @@ class _StreamBase:
         if self._ended:
             return
         self._ended = True
-        pipeline.report(
+        stages.report(
             self._ctx,
             self._stages,
             "stream",
@@ -109,13 +110,13 @@ class _StreamBase:
         assert response is not None
         if response.route in (CACHE, DEGRADED):
             return self._as_chunk(response)
-        self._response = pipeline.finish(self._ctx, self._stages, response)
+        self._response = stages.finish(self._ctx, self._stages, response)
         return None
 
     def _as_chunk(self, response: ChatResponse) -> StreamChunk:
         """A whole answer not from a provider stream (degraded, cached) as one chunk; it
         becomes the stream's response."""
-        self._response = pipeline.finish(self._ctx, self._stages, response)
+        self._response = stages.finish(self._ctx, self._stages, response)
         return StreamChunk(
             text=response.text,
             finish_reason=response.finish_reason,
@@ -160,7 +161,7 @@ class ChatStream(_StreamBase):
         ctx, stages = self._ctx, self._guard_stages
         chunks: Generator[StreamChunk, None, None] | None = None
         try:
-            cached = self._opened(pipeline.open_call(ctx, stages))
+            cached = self._opened(opening.open_call(ctx, stages))
             if cached is not None:
                 yield self._as_chunk(cached)
                 return
@@ -172,7 +173,7 @@ class ChatStream(_StreamBase):
             last = self._ended_with(run.response)
             if last is not None:
                 yield last
-            pipeline.remember_later(ctx, stages, self.response, self._tail)
+            opening.remember_later(ctx, stages, self.response, self._tail)
         finally:
             if chunks is not None:
                 chunks.close()
@@ -237,7 +238,7 @@ class AsyncChatStream(_StreamBase):
         ctx, stages = self._ctx, self._guard_stages
         chunks: AsyncGenerator[StreamChunk, None] | None = None
         try:
-            cached = self._opened(await pipeline.aopen_call(ctx, stages))
+            cached = self._opened(await opening.aopen_call(ctx, stages))
             if cached is not None:
                 yield self._as_chunk(cached)
                 return
@@ -249,7 +250,7 @@ class AsyncChatStream(_StreamBase):
             last = self._ended_with(run.response)
             if last is not None:
                 yield last
-            await pipeline.aremember_later(ctx, stages, self.response, self._tail)
+            await opening.aremember_later(ctx, stages, self.response, self._tail)
         finally:
             with anyio.CancelScope(shield=True):
                 if chunks is not None:

@@ -9,7 +9,7 @@ settled to the served response's cost (the provider's reported cost, else the pr
 estimate) and alerts fire; a failed call releases it.
 
 The reservation logic is written once, as a generator of backend steps, and driven by a
-sync and an async twin (as :mod:`llmguard_sdk.chain` does for the route loop).
+sync and an async twin (as the plan in :mod:`llmguard_sdk._core.plan` does for the route loop).
 
 .. versionadded:: 0.2.0
 """
@@ -47,7 +47,7 @@ from .prices import Cost, PriceTable, cost_of_response
 from .redis import RedisBudgetBackend
 
 if TYPE_CHECKING:
-    from ..pipeline import Stages
+    from .._core.stages import Stages
 
 __all__ = ["BudgetUnavailableError", "Budgets", "EventHook", "Held", "SpendControl"]
 

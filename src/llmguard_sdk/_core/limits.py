@@ -1,0 +1,209 @@
+"""A call's rate-limit reservations: what an attempt reserves on a route (its input tokens
+as the route counts them, ``max_tokens`` of output, a concurrency lease), how it settles to
+what was used, and what the provider's own counters teach the limiter."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..context import CallContext
+from ..models import ChatResponse, Usage
+from ..providers.base import Provider
+from ..providers.headers import rate_limit_reset_seconds
+from ..ratelimit import Grant
+from ..retry.policy import MIN_ATTEMPT_SECONDS
+from ..store import Step, delegate
+from ..tokens import TokenCount, count_request_tokens, count_text_tokens
+from .stages import Stages
+
+__all__ = [
+    "Reservation",
+    "granted",
+    "learned",
+    "provider_counters",
+    "rate_wait_allowed",
+    "reserve_args",
+    "reserve_steps",
+    "response_usage",
+    "route_input_tokens",
+    "settle_args",
+    "token_reservation",
+]
+
+
+@dataclass
+class Reservation:
+    """One attempt's rate-limit reservation on a route: what it reserved (input tokens as
+    counted for the route's model, output tokens as ``max_tokens``), its concurrency lease,
+    and whether it has been settled (settling twice does nothing)."""
+
+    route: str
+    tenant: str | None
+    input: float
+    output: float
+    estimated: bool = True
+    lease: str | None = None
+    granted: bool = False
+    done: bool = False
+    used: Usage | None = None  # what the call used, once known
+
+    @property
+    def tokens(self) -> float:
+        """Input plus output tokens reserved."""
+        return self.input + self.output
+
+
+def route_input_tokens(ctx: CallContext, route: Provider) -> TokenCount:
+    """The request's input tokens as ``route`` counts them: a local model with its own
+    tokenizer (a ``count_tokens(request)`` method), else tiktoken with the encoding of the
+    route's model (an estimate where that encoding is not available offline)."""
+    counter = getattr(route, "count_tokens", None)
+    if callable(counter):
+        counted = counter(ctx.request)
+        if isinstance(counted, int):
+            return TokenCount(counted, estimated=False, method=f"{route.name} tokenizer")
+    model = route.model or ctx.request.model
+    if model is None or model == ctx.request.model:
+        return ctx.input_tokens()
+    count = ctx.route_counts.get(model)
+    if count is None:
+        count = ctx.route_counts[model] = count_request_tokens(ctx.request, model=model)
+    return count
+
+
+def token_reservation(ctx: CallContext, stages: Stages, route: Provider) -> Reservation | None:
+    """What a call on ``route`` reserves (None: the route has no rate limit)."""
+    limiter = stages.limiter
+    rules = limiter.rules(route.name) if limiter is not None else ()
+    if not rules:
+        return None
+    count = route_input_tokens(ctx, route)
+    output = ctx.request.output_limit or max(limit.reserve_output_tokens for limit in rules)
+    return Reservation(
+        route.name, ctx.scope.tenant, float(count.tokens), float(output), count.estimated
+    )
+
+
+def rate_wait_allowed(ctx: CallContext) -> float:
+    """How long a call may wait for a rate-limit slot: what its deadline leaves an attempt."""
+    return max(0.0, ctx.remaining() - MIN_ATTEMPT_SECONDS)
+
+
+_LEASE_GRACE_S = 5.0  # a concurrency lease outlives its call's deadline by this much at most
+
+
+def reserve_args(
+    ctx: CallContext, reservation: Reservation, *, wait: bool = True
+) -> dict[str, Any]:
+    """The limiter's ``reserve`` arguments for ``reservation`` (``wait=False``: no waiting,
+    as for the second leg of a hedged call)."""
+    return {
+        "tenant": reservation.tenant,
+        "input_tokens": reservation.input,
+        "output_tokens": reservation.output,
+        "priority": ctx.priority,
+        "max_wait": rate_wait_allowed(ctx) if wait else 0.0,
+        "lease_seconds": max(0.0, ctx.remaining()) + _LEASE_GRACE_S,
+    }
+
+
+def granted(reservation: Reservation, grant: Grant) -> None:
+    """Note what the limiter granted (its lease)."""
+    reservation.granted = grant.allowed
+    reservation.lease = grant.lease
+
+
+def reserve_steps(
+    ctx: CallContext, stages: Stages, reservation: Reservation, *, wait: bool = True
+) -> Step[Grant]:
+    """The rate-limit reservation of one attempt as a step of a
+    :class:`~llmguard_sdk.store.Batch` (what was granted is noted in ``reservation``)."""
+    assert stages.limiter is not None
+    grant: Grant = yield from delegate(
+        stages.limiter, "reserve", reservation.route, **reserve_args(ctx, reservation, wait=wait)
+    )
+    granted(reservation, grant)
+    return grant
+
+
+def settle_args(reservation: Reservation, *, refund: bool = True) -> dict[str, Any] | None:
+    """The limiter's ``settle`` arguments, once (None when already settled or never
+    granted); marks the reservation settled.
+
+    With its ``used`` usage known, the reservation is corrected to it. Without: ``refund``
+    gives all the tokens back (nothing was generated), else only the lease goes back (the
+    call was sent and its cost is unknown, so the reservation stands).
+    """
+    if not reservation.granted or reservation.done:
+        return None
+    reservation.done = True
+    args: dict[str, Any] = {"tenant": reservation.tenant, "lease": reservation.lease}
+    usage = reservation.used
+    if usage is not None:
+        args["input_delta"] = usage.input_tokens - reservation.input
+        args["output_delta"] = usage.output_tokens - reservation.output
+    elif refund:
+        args["input_delta"] = -reservation.input
+        args["output_delta"] = -reservation.output
+    return args
+
+
+def response_usage(ctx: CallContext, reservation: Reservation, response: ChatResponse) -> Usage:
+    """What a call used: the provider's usage, else the SDK's own count of it."""
+    if response.usage is not None:
+        return response.usage
+    output = count_text_tokens(response.text, reservation.route).tokens if response.text else 0
+    return Usage(input_tokens=int(reservation.input), output_tokens=output, estimated=True)
+
+
+_REMAINING = (
+    (
+        "remaining_requests",
+        ("x-ratelimit-remaining-requests", "anthropic-ratelimit-requests-remaining"),
+    ),
+    ("remaining_tokens", ("x-ratelimit-remaining-tokens", "anthropic-ratelimit-tokens-remaining")),
+    (
+        "remaining_input_tokens",
+        ("x-ratelimit-remaining-input-tokens", "anthropic-ratelimit-input-tokens-remaining"),
+    ),
+    (
+        "remaining_output_tokens",
+        ("x-ratelimit-remaining-output-tokens", "anthropic-ratelimit-output-tokens-remaining"),
+    ),
+)
+
+
+def provider_counters(headers: Mapping[str, str]) -> dict[str, float]:
+    """The provider's remaining counts in an answer's headers (``x-ratelimit-remaining-*``,
+    Anthropic's ``anthropic-ratelimit-*-remaining``), keyed as the limiter's ``learn``
+    takes them; empty when there are none."""
+    lowered = {k.lower(): v for k, v in headers.items()}
+    found: dict[str, float] = {}
+    for name, header_names in _REMAINING:
+        for header in header_names:
+            raw = lowered.get(header)
+            try:
+                value = float(raw) if raw is not None else None
+            except ValueError:
+                value = None
+            if value is not None and 0 <= value < math.inf:
+                found[name] = value
+                break
+    return found
+
+
+def learned(headers: Mapping[str, str]) -> dict[str, float] | None:
+    """What an answer's headers teach the limiter (None: nothing). "None left, resets in
+    N s" becomes a pause: the counters alone would let GCRA refill at once, while the
+    provider's window stays full until its reset."""
+    counters = provider_counters(headers)
+    if not counters:
+        return None
+    if any(left < 1 for left in counters.values()):
+        pause = rate_limit_reset_seconds(headers)
+        if pause is not None and pause > 0:
+            counters["pause"] = pause
+    return counters

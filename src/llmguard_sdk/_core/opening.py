@@ -1,0 +1,321 @@
+"""A call's two round trips to the shared state.
+
+The decisions a call needs before its provider call are made together, one
+:class:`~llmguard_sdk.store.Batch` (one Redis pipeline) by :func:`open_call`: the cache
+lookup, the spend reservation, and the first route's breaker permit and rate-limit
+reservation, taken ahead (:class:`Ahead`) on the bet that the cache misses and the budgets
+have room. When an earlier stage says no (a cache hit, a budget refusal, an open breaker),
+what was taken ahead is given back (one more round trip, off the happy path). What needs no
+answer (breaker records, rate-limit settles, the retry budget's request count, the spend
+settle, the cache store) waits in the call's :class:`Tail` and goes out together after the
+provider call: two round trips per call when everything goes well, streams included.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import anyio.to_thread
+
+from ..breaker import Breakers, Permit
+from ..budget.control import Held
+from ..budget.policy import BudgetEvent
+from ..context import CallContext
+from ..models import ChatResponse
+from ..providers.base import Provider
+from ..ratelimit import Grant, RateLimiter
+from ..store import Batch, Outcome, Step, delegate, start
+from .limits import Reservation, reserve_steps, settle_args, token_reservation
+from .routes import too_small_for
+from .stages import CACHE, DEGRADED, Stages, cache_request, from_cache
+
+__all__ = [
+    "Ahead",
+    "OpeningOutcome",
+    "Tail",
+    "aopen_call",
+    "aremember_later",
+    "first_route",
+    "open_call",
+    "remember_later",
+]
+
+
+logger = logging.getLogger("llmguard_sdk")
+
+
+T = TypeVar("T")
+
+
+class Tail:
+    """What a call still has to tell the stages, sent together: decisions whose answer the
+    call does not wait for (breaker records, rate-limit settles, the retry budget's request
+    count, the spend settle, the cache store, and the give-backs of what was taken ahead).
+
+    The chain adds to it as it goes; the next decision that needs an answer takes them
+    along in its round trip (:meth:`flush` with it), and the Guard sends the rest after the
+    call, in one round trip.
+    """
+
+    def __init__(self) -> None:
+        self.steps: list[Step[Any]] = []
+
+    def add(self, step: Step[Any]) -> None:
+        """Send ``step`` with the next round trip (one that needs no round trip, such as a
+        memory backend's, is done at once)."""
+        ended, _, rest = start(step)
+        if not ended:
+            self.steps.append(rest)
+
+    def _batch(self, more: tuple[Step[Any], ...]) -> Batch:
+        batch = Batch([*self.steps, *more])
+        self.steps = []
+        return batch
+
+    def _results(self, outcomes: list[Outcome], more: int) -> list[Outcome]:
+        pending = outcomes[: len(outcomes) - more]
+        for outcome in pending:  # a deferred step's own failure (a bug): not swallowed
+            if outcome.error is not None:
+                raise outcome.error
+        return outcomes[len(pending) :]
+
+    def ask(self, step: Step[T]) -> T:
+        """The answer of ``step``: decided in place when it needs no round trip, else in one
+        round trip that takes what waits along."""
+        ended, answer, rest = start(step)
+        if ended:
+            return answer  # type: ignore[no-any-return]
+        (outcome,) = self.flush(rest)
+        return outcome.result()  # type: ignore[no-any-return]
+
+    async def aask(self, step: Step[T]) -> T:
+        """Async twin of :meth:`ask`."""
+        ended, answer, rest = start(step)
+        if ended:
+            return answer  # type: ignore[no-any-return]
+        (outcome,) = await self.aflush(rest)
+        return outcome.result()  # type: ignore[no-any-return]
+
+    def flush(self, *more: Step[Any]) -> list[Outcome]:
+        """Send what waits, and ``more``, in one batch; the outcomes of ``more``."""
+        if not self.steps and not more:
+            return []
+        batch = self._batch(more)
+        return self._results(batch.run(), len(more))
+
+    async def aflush(self, *more: Step[Any]) -> list[Outcome]:
+        """Async twin of :meth:`flush`."""
+        if not self.steps and not more:
+            return []
+        batch = self._batch(more)
+        return self._results(await batch.arun(), len(more))
+
+
+@dataclass
+class Ahead:
+    """The first route's breaker permit and rate-limit reservation, taken in the call's
+    first round trip (:func:`open_call`), before the chain asks for them. The chain's
+    driver hands them over when the chain asks; :meth:`leftovers` gives back what it did
+    not take (a cache hit, a refused budget, a route the breaker refused or left)."""
+
+    route: str
+    permit: Permit | None = None
+    reservation: Reservation | None = None
+    grant: Grant | None = None
+    permit_taken: bool = False
+    grant_taken: bool = False
+
+    def take_permit(self) -> Permit | None:
+        """The permit taken ahead, once."""
+        if self.permit is None or self.permit_taken:
+            return None
+        self.permit_taken = True
+        return self.permit
+
+    def take_grant(self, reservation: Reservation | None) -> Grant | None:
+        """The rate-limit grant taken ahead, once; ``reservation`` (the chain's) becomes the
+        one reserved ahead."""
+        if self.grant is None or self.grant_taken or reservation is None:
+            return None
+        assert self.reservation is not None
+        self.grant_taken = True
+        for name in ("input", "output", "estimated", "lease", "granted", "done", "used"):
+            setattr(reservation, name, getattr(self.reservation, name))
+        self.reservation = reservation
+        return self.grant
+
+    def leftovers(self, stages: Stages) -> list[Step[Any]]:
+        """Steps that give back what was taken ahead and not handed over (once): the
+        permit, and the reservation with its request (the call was never sent)."""
+        undo: list[Step[Any]] = []
+        permit = None if self.permit_taken else self.permit
+        if permit is not None and permit.allowed and stages.breakers is not None:
+            undo.append(stages.breakers.release_steps(self.route))
+        if not self.grant_taken and self.reservation is not None and stages.limiter is not None:
+            args = settle_args(self.reservation)
+            if args is not None:
+                args["request_delta"] = -1.0
+                undo.append(delegate(stages.limiter, "settle", self.route, **args))
+        self.permit_taken = self.grant_taken = True
+        return undo
+
+
+@dataclass
+class OpeningOutcome:
+    """What the first round trip of a call decided (see :func:`open_call`)."""
+
+    tail: Tail
+    cached: ChatResponse | None = None
+    held: Held | None = None
+    error: BaseException | None = None
+    ahead: Ahead | None = None
+    notes: list[BudgetEvent] = dataclasses.field(default_factory=list)
+
+    def begin(self, ctx: CallContext, stages: Stages) -> ChatResponse | None:
+        """Act on the decisions, in the stages' order: a stage's error is raised and a
+        cached answer returned, each after what was taken for the call is queued to be
+        given back; None: the call goes to the chain."""
+        if self.error is not None or self.cached is not None:
+            self.undo(ctx, stages)
+            if self.error is not None:
+                self._emit(stages)
+                raise self.error
+            return self.cached
+        self._emit(stages)
+        return None
+
+    def undo(self, ctx: CallContext, stages: Stages) -> None:
+        """Queue the give-back of the spend hold and of what was taken ahead."""
+        if self.held is not None and stages.spend is not None:
+            self.tail.add(stages.spend.settle_steps(self.held, ctx, None))
+        if self.ahead is not None:
+            for step in self.ahead.leftovers(stages):
+                self.tail.add(step)
+
+    def _emit(self, stages: Stages) -> None:
+        if self.notes and stages.spend is not None:
+            stages.spend.emit(self.notes)
+            self.notes = []
+
+
+def first_route(ctx: CallContext, stages: Stages) -> Provider | None:
+    """The route the chain tries first (the first one whose context holds the request)."""
+    return next((route for route in stages.routes if not too_small_for(ctx, route)), None)
+
+
+def _shared(stage: Breakers | RateLimiter | None) -> bool:
+    """Whether ``stage`` keeps its state in Redis (in-process state gains nothing from being
+    asked ahead)."""
+    if isinstance(stage, Breakers):
+        return hasattr(stage.backend, "acquire_steps")
+    return hasattr(stage, "reserve_steps")
+
+
+def _opening(ctx: CallContext, stages: Stages) -> tuple[Batch, dict[str, int], OpeningOutcome]:
+    spend = stages.spend if stages.spend is not None and stages.spend.active else None
+    if spend is not None:
+        spend.prepare(ctx)  # the cache and the rate limit see the request the provider gets
+    batch = Batch()
+    where: dict[str, int] = {}
+    opened = OpeningOutcome(Tail())
+    cache = stages.cache
+    if cache is not None:
+        batch.add(cache.sync_steps())
+        where["cache"] = batch.add(
+            cache.lookup_steps(
+                cache_request(ctx, stages), ctx.scope, tags=ctx.cache_tags, cacheable=ctx.cacheable
+            )
+        )
+    if spend is not None:
+        where["spend"] = batch.add(spend.reserve_steps(ctx, stages, opened.notes))
+    breakers = stages.breakers if _shared(stages.breakers) else None
+    limiter = stages.limiter if _shared(stages.limiter) else None
+    route = first_route(ctx, stages) if breakers is not None or limiter is not None else None
+    if route is not None:  # taken ahead only where it saves a round trip
+        ahead = opened.ahead = Ahead(route.name)
+        seen = "closed"
+        if breakers is not None:
+            where["permit"] = batch.add(breakers.permit_steps(route.name))
+            seen = breakers.last_seen(route.name)
+        reservation = token_reservation(ctx, stages, route) if limiter is not None else None
+        if reservation is not None and seen not in ("open", "isolated"):
+            ahead.reservation = reservation
+            where["reserve"] = batch.add(reserve_steps(ctx, stages, reservation))
+    return batch, where, opened
+
+
+def _opened(
+    ctx: CallContext, where: dict[str, int], outcomes: list[Outcome], opened: OpeningOutcome
+) -> OpeningOutcome:
+    for stage in ("cache", "spend", "permit", "reserve"):  # in the stages' order
+        index = where.get(stage)
+        if index is None:
+            continue
+        if outcomes[index].error is not None:
+            opened.error = outcomes[index].error
+            break
+        if stage == "cache" and outcomes[index].value is not None:  # a hit outranks the rest
+            opened.cached = from_cache(ctx, outcomes[index].value)
+            break
+    if "spend" in where and outcomes[where["spend"]].error is None:
+        opened.held = outcomes[where["spend"]].value
+    ahead = opened.ahead
+    if ahead is not None:
+        if "permit" in where and outcomes[where["permit"]].error is None:
+            ahead.permit = outcomes[where["permit"]].value
+        if "reserve" in where and outcomes[where["reserve"]].error is None:
+            ahead.grant = outcomes[where["reserve"]].value
+    return opened
+
+
+def open_call(ctx: CallContext, stages: Stages) -> OpeningOutcome:
+    """The call's first round trip: cache lookup, spend reserve, and the first route's
+    permit and rate-limit reservation, in one batch (see the module docs)."""
+    batch, where, opened = _opening(ctx, stages)
+    return _opened(ctx, where, batch.run() if len(batch) else [], opened)
+
+
+async def aopen_call(ctx: CallContext, stages: Stages) -> OpeningOutcome:
+    """Async twin of :func:`open_call`."""
+    batch, where, opened = _opening(ctx, stages)
+    return _opened(ctx, where, await batch.arun() if len(batch) else [], opened)
+
+
+def _logged(step: Step[Any]) -> Step[Any]:
+    try:
+        return (yield from step)
+    except Exception:
+        logger.exception("response cache: storing an answer failed")
+        return False
+
+
+def remember_later(ctx: CallContext, stages: Stages, response: ChatResponse, tail: Tail) -> None:
+    """Queue the cache store of a provider's answer in ``tail`` (a failure to store never
+    fails the call)."""
+    if stages.cache is None or response.route in (CACHE, DEGRADED):
+        return
+    try:
+        entry = stages.cache.entry_for(
+            cache_request(ctx, stages),
+            response,
+            ctx.scope,
+            tags=ctx.cache_tags,
+            cacheable=ctx.cacheable,
+        )
+    except Exception:
+        logger.exception("response cache: storing an answer failed")
+        return
+    if entry is not None:
+        tail.add(_logged(stages.cache.put_steps(entry)))
+
+
+async def aremember_later(
+    ctx: CallContext, stages: Stages, response: ChatResponse, tail: Tail
+) -> None:
+    """Async twin of :func:`remember_later` (the embedding runs in a worker thread)."""
+    if stages.cache is None or response.route in (CACHE, DEGRADED):
+        return
+    await anyio.to_thread.run_sync(lambda: remember_later(ctx, stages, response, tail))

@@ -1,0 +1,266 @@
+"""What the route loop decides about a route: which model and deadline an attempt gets,
+whether to retry, when to move on (:func:`fall_through`), what a refused route records, and
+the answer when no route served the call."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Callable
+
+from ..breaker import Permit
+from ..context import CallContext, RetryDetails
+from ..errors import (
+    AllRoutesFailedError,
+    AuthenticationError,
+    CircuitOpenError,
+    ContextLengthExceededError,
+    ProviderBusyError,
+    ProviderError,
+    ProviderTimeoutError,
+    RateLimitExceededError,
+    StreamInterruptedError,
+)
+from ..models import ChatRequest, ChatResponse, Message, Usage
+from ..providers.base import Provider
+from ..ratelimit import Grant
+from ..retry.api import testing_attempts, testing_wait
+from ..retry.policy import MIN_ATTEMPT_SECONDS, Decision, decide_for_error
+from .stages import (
+    DEGRADED,
+    IDEMPOTENCY_PREFIX,
+    Stages,
+    cache_request,
+    from_cache,
+    new_idempotency_key,
+)
+
+__all__ = [
+    "CONTINUE_PROMPT",
+    "attempt_deadline",
+    "continuation_request",
+    "degraded_response",
+    "failure",
+    "fall_through",
+    "is_route_failure",
+    "note_retry",
+    "real_error",
+    "retry_after_failure",
+    "route_model",
+    "route_rate_limited",
+    "route_refused",
+    "still_fits",
+    "too_small_for",
+]
+
+
+_ROUTE_STATUSES = frozenset({402, 404})  # no credit here; this route lacks the model or path
+
+
+def route_model(route: Provider, request: ChatRequest) -> str:
+    """The model a route serves this request with: the route's own, else the request's."""
+    model = route.model or request.model
+    assert model is not None  # prepare() checked it
+    return model
+
+
+def attempt_deadline(ctx: CallContext, stages: Stages) -> float:
+    """When one non-streaming attempt must end: the call's deadline or the attempt timeout."""
+    if stages.attempt_timeout is None:
+        return ctx.deadline
+    return min(ctx.deadline, time.monotonic() + stages.attempt_timeout)
+
+
+def retry_after_failure(
+    ctx: CallContext,
+    stages: Stages,
+    error: ProviderError,
+    *,
+    attempt: int,
+    previous_wait: float,
+    delivered: bool = False,
+) -> Decision:
+    """Whether to retry the same route after ``error`` (before the retry budget is asked)."""
+    policy = stages.retry
+    if policy is None:
+        return Decision(False, 0.0, "attempts-exhausted")
+    attempts = testing_attempts(policy.attempts)
+    if attempts != policy.attempts:
+        policy = dataclasses.replace(policy, attempts=attempts)
+    return decide_for_error(
+        policy,
+        error,
+        attempt=attempt,
+        remaining=ctx.remaining(),
+        previous_wait=previous_wait,
+        delivered=delivered,
+    )
+
+
+def still_fits(ctx: CallContext, decision: Decision) -> bool:
+    """Whether the retry's wait still leaves the next attempt time (the budget took some)."""
+    return decision.wait + MIN_ATTEMPT_SECONDS <= ctx.remaining()
+
+
+def real_error(error: ProviderError, previous: ProviderError | None) -> ProviderError:
+    """``error``, unless it only says the deadline ran out before a retry could be sent:
+    then the previous attempt's error is the one worth reporting."""
+    if previous is not None and isinstance(error, ProviderTimeoutError) and not error.request_sent:
+        return previous
+    return error
+
+
+def note_retry(
+    ctx: CallContext, route: Provider, error: ProviderError, attempt: int, decision: Decision
+) -> float:
+    """Record a retry in the context; returns the seconds to sleep before it."""
+    ctx.retries.append(
+        RetryDetails(
+            name=route.name,
+            attempt=attempt,
+            wait=decision.wait,
+            cause=error,
+            elapsed=ctx.elapsed(),
+            hinted=decision.hinted,
+        )
+    )
+    if ctx.attempt_log:
+        ctx.attempt_log[-1].retry_wait = decision.wait
+    return testing_wait(decision.wait)
+
+
+def continuation_request(request: ChatRequest, partial_text: str) -> ChatRequest:
+    """A request asking the next route to continue an answer that broke after ``partial_text``."""
+    messages = [
+        *request.messages,
+        Message(role="assistant", content=partial_text),
+        Message(role="user", content=CONTINUE_PROMPT),
+    ]
+    # A new body needs a new idempotency key, or the provider may answer with the old one.
+    headers = {
+        name: new_idempotency_key() if value.startswith(IDEMPOTENCY_PREFIX) else value
+        for name, value in (request.extra_headers or {}).items()
+    }
+    return request.model_copy(update={"messages": messages, "extra_headers": headers or None})
+
+
+CONTINUE_PROMPT = (
+    "Your previous answer was cut off. Continue it exactly where it stopped, "
+    "without repeating anything and without any preamble."
+)
+
+
+def fall_through(
+    ctx: CallContext,
+    route: Provider,
+    error: ProviderError,
+    *,
+    delivered: bool,
+    moves_on: Callable[[ProviderError], bool] | None = None,
+) -> None:
+    """Record a route's failure, or re-raise it when the next route must not be tried.
+
+    The chain moves on after errors that belong to the route: unavailable, timeouts, 429,
+    malformed answers, bad credentials, no credit (402), an unknown model or path (404), a
+    context window too small. It stops on a request the provider refused as wrong (400, 422
+    ...), which would fail everywhere, and on a stream that already delivered text.
+    ``moves_on`` replaces :func:`is_route_failure` when the Guard was given one.
+    """
+    ctx.route_errors[route.name] = error
+    if delivered or isinstance(error, StreamInterruptedError):
+        raise error
+    if not (moves_on or is_route_failure)(error):
+        raise error
+
+
+def route_refused(ctx: CallContext, stages: Stages, route: Provider, permit: Permit) -> None:
+    """Record that ``route``'s breaker refused the call (the chain moves on at once).
+
+    When the breaker opened during this call's own retries, the provider error that opened
+    it stays the one reported for the route.
+    """
+    retry_after = None if permit.retry_after == math.inf else permit.retry_after
+    ctx.route_errors.setdefault(
+        route.name, CircuitOpenError(route.name, permit.state, retry_after=retry_after)
+    )
+
+
+def route_rate_limited(ctx: CallContext, route: Provider, grant: Grant) -> None:
+    """Record that the route's own rate limit had no room (the chain moves on at once)."""
+    retry_after = None if grant.retry_after == math.inf else grant.retry_after
+    why = {
+        "never": "the call is larger than the limit allows at once",
+        "concurrency": "every concurrency slot is taken",
+        "queue": "the wait queue is full",
+    }.get(grant.reason, "no room in time")
+    ctx.route_errors.setdefault(
+        route.name,
+        RateLimitExceededError(
+            f"no rate-limit room on route {route.name!r}: {why}",
+            key=route.name,
+            retry_after=retry_after,
+        ),
+    )
+
+
+def too_small_for(ctx: CallContext, route: Provider) -> bool:
+    """Skip a route whose known context window cannot hold the request (and say why)."""
+    window = getattr(route, "context_window", None)
+    if window is None:
+        return False
+    need = ctx.input_tokens().tokens + (ctx.request.output_limit or 0)
+    if need <= window:
+        return False
+    ctx.route_errors[route.name] = ContextLengthExceededError(
+        f"the request needs about {need} tokens; this route's context holds {window}",
+        route=route.name,
+        request_sent=False,
+    )
+    return True
+
+
+def is_route_failure(error: ProviderError) -> bool:
+    """Whether ``error`` says something about the route rather than about the request."""
+    return (
+        error.retryable
+        or isinstance(error, (AuthenticationError, ContextLengthExceededError, ProviderBusyError))
+        or error.status_code in _ROUTE_STATUSES
+    )
+
+
+def failure(ctx: CallContext, stages: Stages) -> Exception:
+    """The error to raise when no route served the call."""
+    if len(stages.routes) == 1 and len(ctx.route_errors) == 1:
+        (only,) = ctx.route_errors.values()
+        if isinstance(only, Exception):
+            return only
+    return AllRoutesFailedError(ctx.route_errors)
+
+
+def degraded_response(ctx: CallContext, stages: Stages) -> ChatResponse | None:
+    """When no route could serve the call: a stale cached answer (stale-if-error), else the
+    configured degraded answer, else None."""
+    if stages.cache is not None:
+        hit = stages.cache.lookup_stale(
+            cache_request(ctx, stages), ctx.scope, tags=ctx.cache_tags, cacheable=ctx.cacheable
+        )
+        if hit is not None:
+            response = from_cache(ctx, hit)
+            errors = {name: type(e).__name__ for name, e in ctx.route_errors.items()}
+            return response.model_copy(
+                update={"metadata": {**response.metadata, "route_errors": errors}}
+            )
+    if stages.degraded_text is None:
+        return None
+    ctx.route = DEGRADED
+    return ChatResponse(
+        text=stages.degraded_text,
+        finish_reason=DEGRADED,
+        usage=Usage(),
+        route=DEGRADED,
+        metadata={
+            "degraded": True,
+            "route_errors": {name: type(e).__name__ for name, e in ctx.route_errors.items()},
+        },
+    )

@@ -1,0 +1,296 @@
+"""A call's start and end: the configured stages, the request checked and its context made
+(:func:`prepare`), the answer stamped and filtered (:func:`finish`), the call reported to
+telemetry and hooks (:func:`report`)."""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from ..breaker import Breakers
+from ..budget.control import SpendControl
+from ..cache import CacheHit, ResponseCache
+from ..context import CallContext, CallEvent, Hook, Scope, current_scope, emit
+from ..errors import (
+    ConfigurationError,
+    GuardrailRejectedError,
+    InputTooLargeError,
+    ProviderError,
+    RequestValidationError,
+)
+from ..models import ChatRequest, ChatResponse, Timings, Usage, validate_request
+from ..providers.base import Provider
+from ..ratelimit import RateLimiter
+from ..retry.budget import RetryBudget
+from ..retry.policy import RetryPolicy
+from ..telemetry import Telemetry
+from ..tokens import count_request_tokens, count_text_tokens
+
+__all__ = [
+    "CACHE",
+    "DEGRADED",
+    "IDEMPOTENCY_PREFIX",
+    "InputFilter",
+    "OutputFilter",
+    "Stages",
+    "cache_request",
+    "event",
+    "finish",
+    "from_cache",
+    "new_idempotency_key",
+    "prepare",
+    "report",
+    "resolve_scope",
+]
+
+
+logger = logging.getLogger("llmguard_sdk")
+
+
+InputFilter = Callable[[ChatRequest], "ChatRequest | None"]
+"""Sees the validated request; returns a replacement request, or ``None`` to keep it.
+
+Raise :class:`~llmguard_sdk.errors.GuardrailRejectedError` to refuse the call."""
+
+
+OutputFilter = Callable[[ChatResponse], "ChatResponse | None"]
+"""Sees the response; returns a replacement, or ``None`` to keep it; may raise
+:class:`~llmguard_sdk.errors.GuardrailRejectedError`. For streams it sees the assembled
+response after the last chunk (the caller has already read the text by then)."""
+
+
+@dataclass(frozen=True)
+class Stages:
+    """The configured stages of one Guard (everything prepare and finish need)."""
+
+    routes: tuple[Provider, ...]
+    timeout: float
+    attempt_timeout: float | None
+    max_input_tokens: int | None
+    input_filters: tuple[InputFilter, ...]
+    output_filters: tuple[OutputFilter, ...]
+    hooks: tuple[Hook, ...]
+    retry: RetryPolicy | None = None
+    budget: RetryBudget | None = None
+    continue_streams: bool = False
+    breakers: Breakers | None = None
+    moves_on: Callable[[ProviderError], bool] | None = None
+    degraded_text: str | None = None
+    hedge_after: float | None = None
+    limiter: RateLimiter | None = None
+    spend: SpendControl | None = None  # spend budgets and costs (not the retry budget)
+    cache: ResponseCache | None = None
+    telemetry: Telemetry | None = None
+
+
+def prepare(
+    stages: Stages,
+    request: ChatRequest | Mapping[str, Any],
+    *,
+    scope: Scope,
+    timeout: float | None,
+    hedge_after: float | None = None,
+    priority: Literal["interactive", "batch"] = "interactive",
+) -> CallContext:
+    """Validate the request, run input guardrails and the size check; start the clock."""
+    started, started_ns = time.monotonic(), time.time_ns()
+    if not stages.routes:
+        raise ConfigurationError(
+            "this Guard has no provider: pass providers=[...] or set LLMGUARD_BASE_URL"
+        )
+    budget = stages.timeout if timeout is None else timeout
+    if not (isinstance(budget, (int, float)) and 0 < budget < math.inf):
+        raise RequestValidationError(
+            f"timeout must be a positive number of seconds, got {budget!r}"
+        )
+    checked = validate_request(request if isinstance(request, ChatRequest) else dict(request))
+    for input_filter in stages.input_filters:
+        checked = _apply_filter(input_filter, checked, ChatRequest, "input")
+    if checked.model is None and any(route.model is None for route in stages.routes):
+        raise RequestValidationError("no model: pass model=... or give every provider a model")
+    checked = _with_idempotency_key(checked, stages.retry)
+    if priority not in ("interactive", "batch"):
+        raise RequestValidationError(f"priority must be 'interactive' or 'batch', got {priority!r}")
+    hedge = stages.hedge_after if hedge_after is None else hedge_after
+    if hedge is not None and not (isinstance(hedge, (int, float)) and 0 <= hedge < math.inf):
+        raise RequestValidationError(f"hedge_after must be seconds >= 0, got {hedge!r}")
+    ctx = CallContext(
+        request=checked,
+        scope=scope,
+        deadline=started + budget,
+        started=started,
+        started_ns=started_ns,
+        hedge_after=hedge,
+        priority=priority,
+    )
+    if stages.telemetry is not None:
+        ctx.trace_parent = stages.telemetry.parent()
+    if stages.max_input_tokens is not None:
+        count = ctx.input_count = count_request_tokens(
+            checked, model=checked.model or stages.routes[0].model
+        )
+        if count.tokens > stages.max_input_tokens:
+            raise InputTooLargeError(
+                count.tokens, stages.max_input_tokens, estimated=count.estimated
+            )
+    return ctx
+
+
+def resolve_scope(tenant: str | None, feature: str | None, user: str | None) -> Scope:
+    """The call's scope: explicit keywords over the enclosing :func:`scoped` block."""
+    return current_scope().merged(tenant, feature, user)
+
+
+def finish(ctx: CallContext, stages: Stages, response: ChatResponse) -> ChatResponse:
+    """Stamp route, attempts, timings and (estimated when missing) usage; run output filters."""
+    usage = response.usage
+    if usage is None:
+        usage = Usage(
+            input_tokens=ctx.input_tokens().tokens,
+            output_tokens=count_text_tokens(response.text, response.model or None).tokens,
+            estimated=True,
+        )
+    first_token = None if ctx.first_token_at is None else ctx.first_token_at - ctx.started
+    update: dict[str, Any] = {
+        "route": ctx.route or response.route,
+        "attempts": ctx.attempts,
+        "usage": usage,
+        "timings": Timings(total_s=ctx.elapsed(), first_token_s=first_token),
+    }
+    if stages.spend is not None:  # the provider's reported cost, else the price table's
+        cost = stages.spend.cost(ctx, stages, response, usage)
+        if cost is not None:
+            update["cost_usd"], update["cost_source"] = cost.usd, cost.source
+    response = response.model_copy(update=update)
+    for output_filter in stages.output_filters:
+        response = _apply_filter(output_filter, response, ChatResponse, "output")
+    return response
+
+
+def event(
+    ctx: CallContext,
+    kind: Literal["chat", "stream", "protect"],
+    *,
+    response: ChatResponse | None = None,
+    error: BaseException | None = None,
+    cancelled: bool = False,
+) -> CallEvent:
+    """The :class:`CallEvent` describing a finished call."""
+    outcome: Literal["ok", "error", "cancelled"] = (
+        "error" if error is not None else "cancelled" if cancelled else "ok"
+    )
+    first_token = None if ctx.first_token_at is None else ctx.first_token_at - ctx.started
+    return CallEvent(
+        kind=kind,
+        outcome=outcome,
+        scope=ctx.scope,
+        model=(response.model if response else None) or ctx.request.model,
+        route=ctx.route if error is None else None,
+        attempts=ctx.attempts,
+        latency_s=ctx.elapsed(),
+        first_token_s=first_token,
+        usage=response.usage if response else None,
+        error=error,
+        route_errors=tuple((name, type(e).__name__) for name, e in ctx.route_errors.items()),
+        retries=tuple(ctx.retries),
+        cost_usd=response.cost_usd if response else None,
+        cost_source=response.cost_source if response else None,
+    )
+
+
+def report(
+    ctx: CallContext,
+    stages: Stages,
+    kind: Literal["chat", "stream", "protect"],
+    *,
+    response: ChatResponse | None = None,
+    error: BaseException | None = None,
+    cancelled: bool = False,
+) -> None:
+    """The end of a call: export its telemetry, then give its :class:`CallEvent` to the
+    hooks. Neither can break the call."""
+    if stages.telemetry is not None:
+        try:
+            stages.telemetry.record(
+                ctx,
+                stages.routes,
+                kind,
+                response=response,
+                error=error,
+                cancelled=cancelled,
+                cache_on=stages.cache is not None,
+            )
+        except Exception:
+            logger.exception("llmguard telemetry failed")
+    if stages.hooks:
+        emit(stages.hooks, event(ctx, kind, response=response, error=error, cancelled=cancelled))
+
+
+def _with_idempotency_key(request: ChatRequest, policy: RetryPolicy | None) -> ChatRequest:
+    """Give the call one key, sent unchanged on every attempt (unless the caller set one)."""
+    header = policy.idempotency_header if policy is not None else None
+    if header is None:
+        return request
+    headers = request.extra_headers or {}
+    if any(name.lower() == header.lower() for name in headers):
+        return request
+    key = new_idempotency_key()
+    return request.model_copy(update={"extra_headers": {**headers, header: key}})
+
+
+IDEMPOTENCY_PREFIX = "llmguard-"
+
+
+def new_idempotency_key() -> str:
+    return IDEMPOTENCY_PREFIX + os.urandom(16).hex()
+
+
+def _apply_filter(fn: Callable[[Any], Any], value: Any, kind: type[Any], stage: str) -> Any:
+    try:
+        result = fn(value)
+    except GuardrailRejectedError as exc:
+        if not exc.stage:
+            exc.stage = stage
+        raise
+    if result is None:
+        return value
+    if not isinstance(result, kind):
+        raise ConfigurationError(
+            f"{stage} filter {fn!r} returned {type(result).__name__}, "
+            f"expected {kind.__name__} or None"
+        )
+    return result
+
+
+DEGRADED = "degraded"
+
+
+CACHE = "cache"
+"""``route`` and ``finish_reason`` of a degraded answer."""
+
+
+def cache_request(ctx: CallContext, stages: Stages) -> ChatRequest:
+    """The request as the cache keys it: with the model the first route would use."""
+    if ctx.request.model is None and stages.routes and stages.routes[0].model:
+        return ctx.request.model_copy(update={"model": stages.routes[0].model})
+    return ctx.request
+
+
+def from_cache(ctx: CallContext, hit: CacheHit) -> ChatResponse:
+    """A cached answer as this call's response: no tokens used, nothing spent."""
+    ctx.route = CACHE
+    cached = hit.response
+    metadata = {
+        **cached.metadata,
+        "cache": hit.kind,
+        "similarity": round(hit.similarity, 4),
+        "cached_route": cached.route,
+    }
+    return cached.model_copy(
+        update={"route": CACHE, "usage": Usage(), "cost_usd": 0.0, "metadata": metadata}
+    )
