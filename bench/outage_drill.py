@@ -1,6 +1,6 @@
 """Outage drill: steady traffic through a Guard while its primary route dies and comes back.
 
-Runs :func:`llmguard_sdk.drill.run_drill`: ``--rate`` chat calls per second (20) through a
+Runs :func:`llmguard_sdk.testing.drill.run_drill`: ``--rate`` chat calls per second (20) through a
 Guard with routes primary -> backup -> local model (when installed), while the primary first
 refuses connections, then answers 503, then hangs (``--outage`` seconds each), then returns.
 Reports the answered share, latency before, during and after the outage against the backup's
@@ -32,7 +32,7 @@ from typing import Any
 
 from _benchkit import P99_MIN_SAMPLES, exit_on_signals
 
-from llmguard_sdk.drill import DrillReport, run_drill
+from llmguard_sdk.testing.drill import DrillReport, run_drill
 
 QUICK = {"before": 1.0, "outage": 1.0, "after": 3.0}
 WINDOWS = ("before", "during", "after")

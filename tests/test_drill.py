@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from llmguard_sdk.drill import DrillReport, run_drill
+from llmguard_sdk.testing.drill import DrillReport, run_drill
 
 REQUIRED = {
     "answered_share",

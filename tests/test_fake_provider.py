@@ -509,7 +509,7 @@ def test_tpm_limit() -> None:
 
 
 def test_reset_duration_format() -> None:
-    from llmguard_sdk.testing import _format_duration
+    from llmguard_sdk.testing._wire import _format_duration
 
     assert _format_duration(0.02) == "20ms"
     assert _format_duration(1.0) == "1s"

@@ -74,7 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "cache":
         return run_cache_command(args)
     if args.command == "drill":
-        from .drill import run_drill
+        from .testing.drill import run_drill
 
         report = run_drill(
             rate=args.rate,

@@ -1,0 +1,60 @@
+"""A real, local, OpenAI-compatible HTTP server for tests and outage drills.
+
+:class:`FakeProvider` runs a small threaded HTTP/1.1 server on a loopback port in a
+background thread.  It answers ``POST /v1/chat/completions`` (plain and streamed) with
+deterministic replies and can be told to misbehave in the ways real providers do: HTTP
+errors with ``Retry-After`` headers, slow answers, slow streams, hung requests, connection
+resets, streams cut mid-event, broken JSON, wrong content types and provider-side rate
+limits (``rpm`` / ``tpm``).
+
+Typical use::
+
+    with FakeProvider() as fake:
+        fake.script(Fault(status=503), None)  # first request fails, second succeeds
+        client = openai.OpenAI(base_url=fake.base_url, api_key="x")
+        ...
+
+Deterministic token counting (documented so tests can assert exact numbers):
+
+* ``input_tokens`` = sum over the request's messages of ``len(text.split()) + 4`` where
+  ``text`` is the message content (a string, or the text parts of a list joined with one
+  space; anything else counts as empty).
+* The reply is split into *pieces*: words, every piece keeping the whitespace in front of
+  it, so ``"".join(pieces) == reply``.  ``output_tokens`` = number of pieces.  A smaller
+  ``max_tokens`` / ``max_completion_tokens`` truncates the pieces and gives
+  ``finish_reason="length"``.
+
+Only chat-completion requests are subject to faults, rate limits and :class:`ProviderStats`;
+``GET /v1/models`` and ``GET /health`` always answer normally.
+
+It also speaks Anthropic's Messages API: ``POST /v1/messages`` (it requires the
+``anthropic-version`` header and ``max_tokens``), plain and streamed (``message_start``,
+``content_block_*``, ``message_delta``, ``message_stop`` events), with Anthropic's error bodies
+and the same faults and limits.  Its input tokens count the same way, the ``system`` prompt
+counting as one message and each tool as one message holding its JSON.
+
+With ``prefix_cache=True`` it emulates a provider's prefix cache, on the same deterministic
+tokens (each message is its words framed by 4 tokens, so the counts above hold):
+
+* OpenAI-style: ``prompt_tokens_details.cached_tokens`` is the longest prefix the request
+  shares with any earlier request (tools, hashed, count as part of the first message).
+* Anthropic-style: only prefixes that end at a ``cache_control`` breakpoint are cached.
+  ``cache_read_input_tokens`` is the longest breakpoint prefix written by an earlier request,
+  ``cache_creation_input_tokens`` what this request writes up to its last breakpoint, and
+  ``input_tokens`` the rest.
+
+Prefixes shorter than ``prefix_cache_min_tokens`` are never cached (real providers: 1024).
+
+The module is also runnable for benchmarks in a separate process::
+
+    python -m llmguard_sdk.testing serve [--port N] [--model M]
+
+which prints the base URL on one line and serves until SIGTERM, SIGINT or end of stdin.
+"""
+
+from __future__ import annotations
+
+from ._faults import Fault, ProviderStats, ReceivedRequest
+from ._provider import FakeProvider
+
+__all__ = ["FakeProvider", "Fault", "ProviderStats", "ReceivedRequest"]

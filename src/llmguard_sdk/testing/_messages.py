@@ -1,0 +1,208 @@
+"""The fake provider's Anthropic-style Messages API (plain and streamed, normal and faulty)."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from ._faults import Fault
+from ._http import _BaseHandler
+from ._wire import (
+    _HTML_BODY,
+    _STOP_REASONS,
+    _TEXT_BLOCK,
+    _anthropic_error,
+    _anthropic_tokens,
+    _dumps,
+    _fault_headers,
+    _messages_problem,
+    _split_pieces,
+    _sse,
+)
+
+
+class _MessagesHandler(_BaseHandler):
+    def _messages(self, raw: bytes, n: int) -> None:
+        provider = self._srv.provider
+        try:
+            body = json.loads(raw)
+        except (ValueError, UnicodeDecodeError):
+            body = None
+        stream = isinstance(body, dict) and body.get("stream") is True
+        provider._note_chat(stream=stream)
+        problem = _messages_problem(body, self.headers.get("anthropic-version"))
+        if problem is not None or not isinstance(body, dict):
+            provider._note_status(400)
+            error = _anthropic_error(400, problem or "bad request")
+            self._send(400, error, "application/json", provider._common_headers(n))
+            return
+        fault = provider._choose_fault()
+        if fault is not None and not fault.is_delay_only:
+            provider._note_fault()
+            self._messages_fault(body, stream, fault, n)
+            return
+        self._messages_normal(body, stream, fault, n)
+
+    def _messages_normal(
+        self, body: dict[str, Any], stream: bool, fault: Fault | None, n: int
+    ) -> None:
+        provider = self._srv.provider
+        extra = _fault_headers(fault)
+        try:
+            reply = provider._make_reply(body)
+        except Exception as exc:
+            if not self._pause(fault.latency if fault else 0.0):
+                return
+            provider._note_status(500)
+            error = _anthropic_error(500, f"reply callback failed: {exc!r}")
+            self._send(500, error, "application/json", provider._common_headers(n) + extra)
+            return
+        pieces = _split_pieces(reply)
+        max_tokens: int = body["max_tokens"]
+        finish = "stop"
+        if max_tokens < len(pieces):
+            pieces, finish = pieces[:max_tokens], "length"
+        tokens, breakpoints = _anthropic_tokens(body)
+        retry_after, rate_headers = provider._admit(len(tokens) + max_tokens)
+        headers = [("request-id", f"req-{n}"), *rate_headers, *extra]
+        if not self._pause(fault.latency if fault else 0.0):
+            return
+        if retry_after is not None:
+            provider._note_rate_limited()
+            provider._note_status(429)
+            seconds = max(1, math.ceil(retry_after))
+            if not any(name.lower().startswith("retry-after") for name, _ in extra):
+                headers.append(("Retry-After", str(seconds)))
+            error = _anthropic_error(429, f"rate limit reached; retry after {seconds} seconds")
+            self._send(429, error, "application/json", headers)
+            return
+        read, written = provider._anthropic_cached(tokens, breakpoints)
+        usage: dict[str, Any] | None = {
+            "input_tokens": len(tokens) - read - written,
+            "cache_creation_input_tokens": written,
+            "cache_read_input_tokens": read,
+            "output_tokens": len(pieces),
+        }
+        if fault is not None and fault.omit_usage:
+            usage = None
+        message: dict[str, Any] = {
+            "id": f"msg_fake_{n}",
+            "type": "message",
+            "role": "assistant",
+            "model": body["model"],
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+        }
+        if stream:
+            self._messages_stream(message, usage, pieces, finish, headers, fault, len(tokens))
+            return
+        message["content"] = [{"type": "text", "text": "".join(pieces)}]
+        message["stop_reason"] = _STOP_REASONS[finish]
+        if usage is not None:
+            message["usage"] = usage
+        provider._note_status(200)
+        provider._note_success(len(tokens), len(pieces))
+        try:
+            self._send(200, _dumps(message), "application/json", headers)
+        except OSError:
+            provider._note_success(len(tokens), len(pieces), undo=True)
+            raise
+
+    def _messages_stream(
+        self,
+        message: dict[str, Any],
+        usage: dict[str, Any] | None,
+        pieces: list[str],
+        finish: str,
+        headers: list[tuple[str, str]],
+        fault: Fault | None,
+        input_tokens: int,
+    ) -> None:
+        """Send a normal answer as Anthropic's stream of events."""
+        provider = self._srv.provider
+        if usage is not None:
+            message["usage"] = {**usage, "output_tokens": 0}
+        provider._note_status(200)
+        self._start_stream(headers)
+        self._event(_sse("message_start", {"message": message}))
+        self._event(_sse("content_block_start", {"index": 0, "content_block": _TEXT_BLOCK}))
+        self._event(_sse("ping", {}))
+        for i, piece in enumerate(pieces):
+            delay = (fault.first_token_delay if i == 0 else fault.inter_token_delay) if fault else 0
+            if not self._pause(delay):
+                return
+            delta = {"type": "text_delta", "text": piece}
+            self._event(_sse("content_block_delta", {"index": 0, "delta": delta}))
+        self._event(_sse("content_block_stop", {"index": 0}))
+        end: dict[str, Any] = {
+            "delta": {"stop_reason": _STOP_REASONS[finish], "stop_sequence": None}
+        }
+        if usage is not None:
+            end["usage"] = {"output_tokens": len(pieces)}
+        self._event(_sse("message_delta", end))
+        provider._note_success(input_tokens, len(pieces))
+        try:
+            self._event(_sse("message_stop", {}), last=True)
+        except OSError:
+            provider._note_success(input_tokens, len(pieces), undo=True)
+            raise
+        if not self._chunked:
+            self.close_connection = True
+
+    def _messages_fault(self, body: dict[str, Any], stream: bool, fault: Fault, n: int) -> None:
+        provider = self._srv.provider
+        if self._silent_fault(fault):
+            return
+        headers = provider._common_headers(n) + _fault_headers(fault)
+        if fault.status is not None:
+            provider._note_status(fault.status)
+            error = _anthropic_error(fault.status, f"fake error {fault.status}")
+            self._send(fault.status, error, "application/json", headers)
+            return
+        provider._note_status(200)
+        if fault.wrong_content_type:
+            self._send(200, _HTML_BODY, "text/html; charset=utf-8", headers)
+            return
+        start = {"id": f"msg_fake_{n}", "type": "message", "role": "assistant"}
+        start["model"] = body["model"]
+        if fault.malformed_json:
+            broken = b'{"id":"msg_fake_%d","type":"message","content":[' % n
+            if stream:
+                self._start_stream(headers)
+                self._event(b"event: message_start\ndata: " + broken + b"\n\n")
+                self._event(_sse("message_stop", {}), last=True)
+            else:
+                self._send(200, broken, "application/json", headers)
+            return
+        if fault.missing_fields:
+            if stream:
+                self._start_stream(headers)
+                self._event(_sse("message_start", {}))
+                self._event(_sse("message_stop", {}), last=True)
+            else:
+                self._send(200, _dumps(start), "application/json", headers)
+            return
+        # cut_stream_after
+        try:
+            reply = provider._make_reply(body)
+        except Exception:
+            reply = "Echo:"
+        pieces = _split_pieces(reply)
+        if stream:
+            self._start_stream(headers)
+            self._event(_sse("message_start", {"message": {**start, "content": []}}))
+            self._event(_sse("content_block_start", {"index": 0, "content_block": _TEXT_BLOCK}))
+            for i, piece in enumerate(pieces[: fault.cut_stream_after or 0]):
+                if not self._pause(fault.first_token_delay if i == 0 else fault.inter_token_delay):
+                    return
+                delta = {"type": "text_delta", "text": piece}
+                self._event(_sse("content_block_delta", {"index": 0, "delta": delta}))
+            self._event(b'event: content_block_delta\ndata: {"type":"content_bl')
+        else:
+            whole = _dumps({**start, "content": [{"type": "text", "text": reply}]})
+            self._send(
+                200, whole[: len(whole) // 2], "application/json", headers, length=len(whole)
+            )
+        self.close_connection = True
