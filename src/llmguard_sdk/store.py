@@ -39,7 +39,6 @@ from ._state.steps import Outcome as Outcome
 from ._state.steps import Pause as Pause
 from ._state.steps import Step as Step
 from ._state.steps import arun as arun
-from ._state.steps import delegate as delegate
 from ._state.steps import done as done
 from ._state.steps import run as run
 from ._state.steps import start as start

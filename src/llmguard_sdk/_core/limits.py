@@ -7,15 +7,15 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import cast
 
+from .._state.steps import Step
 from ..context import CallContext
 from ..models import ChatResponse, Usage
 from ..providers.base import Provider
 from ..providers.headers import rate_limit_reset_seconds
-from ..ratelimit import Grant
+from ..ratelimit import Grant, LearnArgs, SettleArgs
 from ..retry.policy import MIN_ATTEMPT_SECONDS
-from ..store import Step, delegate
 from ..tokens import TokenCount, count_request_tokens, count_text_tokens
 from .stages import Stages
 
@@ -25,7 +25,6 @@ __all__ = [
     "learned",
     "provider_counters",
     "rate_wait_allowed",
-    "reserve_args",
     "reserve_steps",
     "response_usage",
     "route_input_tokens",
@@ -95,21 +94,6 @@ def rate_wait_allowed(ctx: CallContext) -> float:
 _LEASE_GRACE_S = 5.0  # a concurrency lease outlives its call's deadline by this much at most
 
 
-def reserve_args(
-    ctx: CallContext, reservation: Reservation, *, wait: bool = True
-) -> dict[str, Any]:
-    """The limiter's ``reserve`` arguments for ``reservation`` (``wait=False``: no waiting,
-    as for the second leg of a hedged call)."""
-    return {
-        "tenant": reservation.tenant,
-        "input_tokens": reservation.input,
-        "output_tokens": reservation.output,
-        "priority": ctx.priority,
-        "max_wait": rate_wait_allowed(ctx) if wait else 0.0,
-        "lease_seconds": max(0.0, ctx.remaining()) + _LEASE_GRACE_S,
-    }
-
-
 def granted(reservation: Reservation, grant: Grant) -> None:
     """Note what the limiter granted (its lease)."""
     reservation.granted = grant.allowed
@@ -120,16 +104,24 @@ def reserve_steps(
     ctx: CallContext, stages: Stages, reservation: Reservation, *, wait: bool = True
 ) -> Step[Grant]:
     """The rate-limit reservation of one attempt as a step of a
-    :class:`~llmguard_sdk.store.Batch` (what was granted is noted in ``reservation``)."""
+    :class:`~llmguard_sdk._state.steps.Batch` (what was granted is noted in
+    ``reservation``); ``wait=False``: no waiting for a slot, as for the second leg of a
+    hedged call."""
     assert stages.limiter is not None
-    grant: Grant = yield from delegate(
-        stages.limiter, "reserve", reservation.route, **reserve_args(ctx, reservation, wait=wait)
+    grant: Grant = yield from stages.limiter.reserve_steps(
+        reservation.route,
+        tenant=reservation.tenant,
+        input_tokens=reservation.input,
+        output_tokens=reservation.output,
+        priority=ctx.priority,
+        max_wait=rate_wait_allowed(ctx) if wait else 0.0,
+        lease_seconds=max(0.0, ctx.remaining()) + _LEASE_GRACE_S,
     )
     granted(reservation, grant)
     return grant
 
 
-def settle_args(reservation: Reservation, *, refund: bool = True) -> dict[str, Any] | None:
+def settle_args(reservation: Reservation, *, refund: bool = True) -> SettleArgs | None:
     """The limiter's ``settle`` arguments, once (None when already settled or never
     granted); marks the reservation settled.
 
@@ -140,7 +132,7 @@ def settle_args(reservation: Reservation, *, refund: bool = True) -> dict[str, A
     if not reservation.granted or reservation.done:
         return None
     reservation.done = True
-    args: dict[str, Any] = {"tenant": reservation.tenant, "lease": reservation.lease}
+    args: SettleArgs = {"tenant": reservation.tenant, "lease": reservation.lease}
     usage = reservation.used
     if usage is not None:
         args["input_delta"] = usage.input_tokens - reservation.input
@@ -195,7 +187,7 @@ def provider_counters(headers: Mapping[str, str]) -> dict[str, float]:
     return found
 
 
-def learned(headers: Mapping[str, str]) -> dict[str, float] | None:
+def learned(headers: Mapping[str, str]) -> LearnArgs | None:
     """What an answer's headers teach the limiter (None: nothing). "None left, resets in
     N s" becomes a pause: the counters alone would let GCRA refill at once, while the
     provider's window stays full until its reset."""
@@ -206,4 +198,4 @@ def learned(headers: Mapping[str, str]) -> dict[str, float] | None:
         pause = rate_limit_reset_seconds(headers)
         if pause is not None and pause > 0:
             counters["pause"] = pause
-    return counters
+    return cast(LearnArgs, counters)

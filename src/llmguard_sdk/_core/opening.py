@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 import anyio.to_thread
 
+from .._state.steps import Batch, Outcome, Step, start
 from ..breaker import Breakers, Permit
 from ..budget.control import Held
 from ..budget.policy import BudgetEvent
@@ -27,7 +28,6 @@ from ..context import CallContext
 from ..models import ChatResponse
 from ..providers.base import Provider
 from ..ratelimit import Grant, RateLimiter
-from ..store import Batch, Outcome, Step, delegate, start
 from .limits import Reservation, reserve_steps, settle_args, token_reservation
 from .routes import too_small_for
 from .stages import CACHE, DEGRADED, Stages, cache_request, from_cache
@@ -158,7 +158,7 @@ class Ahead:
             args = settle_args(self.reservation)
             if args is not None:
                 args["request_delta"] = -1.0
-                undo.append(delegate(stages.limiter, "settle", self.route, **args))
+                undo.append(stages.limiter.settle_steps(self.route, **args))
         self.permit_taken = self.grant_taken = True
         return undo
 

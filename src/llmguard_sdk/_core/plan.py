@@ -32,7 +32,6 @@ from typing import Any
 from ..errors import ProviderError, ProviderTimeoutError, StreamInterruptedError
 from ..models import ChatResponse, StreamChunk
 from ..providers.base import Provider
-from ..store import delegate
 from . import limits, routes
 from .assembly import Assembler
 from .limits import Reservation
@@ -111,9 +110,7 @@ def _retry(
     )
     if not decision.retry:
         return None
-    if stages.budget is not None and not (
-        yield Ask(delegate(stages.budget, "try_spend", route.name))
-    ):
+    if stages.budget is not None and not (yield Ask(stages.budget.try_spend_steps(route.name))):
         return None
     if not routes.still_fits(ctx, decision):
         return None

@@ -12,13 +12,13 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from .._state.steps import Step
 from ..breaker import Permit
 from ..context import CallContext
 from ..errors import ProviderError, RateLimitedError, StreamInterruptedError
 from ..models import ChatRequest, ChatResponse, StreamChunk, Usage
 from ..providers.base import Provider
-from ..ratelimit import Grant
-from ..store import Step, delegate
+from ..ratelimit import Grant, LearnArgs
 from . import limits, routes
 from .limits import Reservation
 from .opening import Ahead, Tail
@@ -89,7 +89,7 @@ class Run:
     def count_request(self, route: Provider) -> None:
         """The retry budget's request count for ``route``."""
         if self.stages.budget is not None:
-            self.tail.add(delegate(self.stages.budget, "record_request", route.name))
+            self.tail.add(self.stages.budget.record_request_steps(route.name))
 
     def record(self, route: Provider, error: ProviderError | None, seconds: float) -> None:
         """The breaker's record of an attempt's outcome."""
@@ -125,14 +125,14 @@ class Run:
         steps: list[Step[Any]] = []
         args = limits.settle_args(reservation, refund=not sent)
         if args is not None:
-            steps.append(delegate(limiter, "settle", reservation.route, **args))
-        taught: dict[str, float] | None = None
+            steps.append(limiter.settle_steps(reservation.route, **args))
+        taught: LearnArgs | None = None
         if isinstance(error, RateLimitedError):
             taught = {"pause": error.retry_after or 0.0}
         elif headers is not None:
             taught = limits.learned(headers)
         if taught is not None:
-            steps.append(delegate(limiter, "learn", reservation.route, **taught))
+            steps.append(limiter.learn_steps(reservation.route, **taught))
         return steps
 
     def settle(self, reservation: Reservation | None, **outcome: Any) -> None:

@@ -11,13 +11,15 @@ Private: the machinery behind every backend. Nothing here imports redis until a
 
 from __future__ import annotations
 
+import functools
 import time
-from collections.abc import Awaitable, Callable, Generator, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Concatenate, TypeAlias, TypeVar, cast
 
 import anyio
 import anyio.to_thread
+from typing_extensions import ParamSpec
 
 if TYPE_CHECKING:
     import redis.asyncio
@@ -32,14 +34,19 @@ __all__ = [
     "Pause",
     "Step",
     "arun",
-    "delegate",
+    "awaiting",
+    "blocking",
     "done",
+    "in_place",
+    "in_place_async",
     "run",
     "start",
     "work",
 ]
 
 T = TypeVar("T")
+S = TypeVar("S")
+P = ParamSpec("P")
 
 Step: TypeAlias = Generator[Any, Any, T]
 """One decision of a stage, written as a generator: it yields what it needs (a
@@ -90,38 +97,77 @@ def done(value: T) -> Step[T]:
     yield  # pragma: no cover - makes this a generator
 
 
-def delegate(owner: object, name: str, *args: Any, **kwargs: Any) -> Step[Any]:
-    """The step of ``owner.name(*args, **kwargs)``: its ``name_steps`` when it has one (the
-    Redis backends); the call itself, made now, when ``name`` is in the owner's
-    ``inline_steps`` (memory backends' methods that never wait); else a :class:`Call` of
-    ``name`` and its async twin ``aname`` (backends of the application's own)."""
-    kind = _KINDS.get((type(owner), name))
-    if kind is None:
-        kind = _KINDS[(type(owner), name)] = (
-            "steps"
-            if hasattr(owner, f"{name}_steps")
-            else "inline"
-            if name in getattr(owner, "inline_steps", ())
-            else "call"
-        )
-    if kind == "steps":
-        made: Step[Any] = getattr(owner, f"{name}_steps")(*args, **kwargs)
-        return made
-    if kind == "inline":  # in-process state that never waits
-        return done(getattr(owner, name)(*args, **kwargs))
-    return _called(owner, name, args, kwargs)
+# -- an operation written once: its steps, and the entry points derived from them ------------
+#
+# A backend writes each operation once. Redis backends write it as steps (``x_steps``) and
+# derive ``x = blocking(x_steps)`` and ``ax = awaiting(x_steps)``; in-process backends write
+# the plain method ``x`` (it never waits) and derive ``x_steps = in_place(x)`` and
+# ``ax = in_place_async(x)``. The derived methods keep the signature of what they derive
+# from, for mypy and for ``help()``.
 
 
-_KINDS: dict[tuple[type, str], str] = {}  # how delegate() runs a method of a class
+def blocking(steps: Callable[Concatenate[S, P], Step[T]]) -> Callable[Concatenate[S, P], T]:
+    """The blocking entry point of an operation written as steps (run alone, one round
+    trip per request it makes)."""
+
+    @functools.wraps(steps)
+    def call(self: S, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return run(steps(self, *args, **kwargs))
+
+    return _renamed(call, steps, "")
 
 
-def _called(owner: object, name: str, args: Any, kwargs: Any) -> Step[Any]:
-    return (
-        yield Call(
-            lambda: getattr(owner, name)(*args, **kwargs),
-            lambda: getattr(owner, f"a{name}")(*args, **kwargs),
-        )
-    )
+def awaiting(
+    steps: Callable[Concatenate[S, P], Step[T]],
+) -> Callable[Concatenate[S, P], Coroutine[Any, Any, T]]:
+    """The async entry point of an operation written as steps."""
+
+    @functools.wraps(steps)
+    async def call(self: S, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return await arun(steps(self, *args, **kwargs))
+
+    return _renamed(call, steps, "a")
+
+
+def in_place(operation: Callable[Concatenate[S, P], T]) -> Callable[Concatenate[S, P], Step[T]]:
+    """The steps of an in-process operation that never waits: done when they are made."""
+
+    @functools.wraps(operation)
+    def steps(self: S, /, *args: P.args, **kwargs: P.kwargs) -> Step[T]:
+        return done(operation(self, *args, **kwargs))
+
+    steps.__name__ = f"{operation.__name__}_steps"
+    steps.__doc__ = f":meth:`{operation.__name__}` as a step (done at once: no I/O)."
+    return steps
+
+
+def in_place_async(
+    operation: Callable[Concatenate[S, P], T],
+) -> Callable[Concatenate[S, P], Coroutine[Any, Any, T]]:
+    """The async entry point of an in-process operation that never waits (no I/O, so it
+    never blocks a loop)."""
+
+    @functools.wraps(operation)
+    async def call(self: S, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return operation(self, *args, **kwargs)
+
+    call.__name__ = f"a{operation.__name__}"
+    call.__doc__ = f"Async twin of :meth:`{operation.__name__}` (no I/O)."
+    return call
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _renamed(call: F, steps: Callable[..., Any], prefix: str) -> F:
+    """Name a derived entry point after its operation; the async one documents itself as
+    the twin, the blocking one keeps the operation's docstring."""
+    plain = steps.__name__.removesuffix("_steps")
+    call.__name__ = prefix + plain
+    call.__qualname__ = steps.__qualname__.removesuffix(steps.__name__) + call.__name__
+    if prefix:
+        call.__doc__ = f"Async twin of :meth:`{plain}`."
+    return call
 
 
 def start(step: Step[T]) -> tuple[bool, Any, Step[T]]:

@@ -18,7 +18,7 @@ from typing import Protocol
 
 import anyio
 
-from .._state.steps import Step, delegate
+from .._state.steps import Step, arun, awaiting, blocking
 from ..errors import ProviderError, RateLimitedError
 from .memory import MemoryBreakerBackend
 from .policy import BreakerPolicy, BreakerState, Outcome, Permit, State, outcome_of
@@ -41,32 +41,46 @@ logger = logging.getLogger("llmguard_sdk")
 
 
 class BreakerBackend(Protocol):
-    """Where breaker state lives (this process or Redis); both keep the same contract."""
+    """Where breaker state lives (this process or Redis); both keep the same contract. Each
+    operation is written once, as steps; the blocking and async entry points are derived
+    from them (:func:`~llmguard_sdk._state.steps.blocking`, ``in_place`` ...)."""
 
     policy: BreakerPolicy
 
-    def acquire(self, route: str) -> Permit:
+    def acquire_steps(self, route: str) -> Step[Permit]:
         """A permit for one call."""
         ...
 
-    def record(self, route: str, outcome: Outcome, hint: float | None = None) -> State:
+    def record_steps(self, route: str, outcome: Outcome, hint: float | None = None) -> Step[State]:
         """Record an outcome; the state afterwards."""
+        ...
+
+    def release_steps(self, route: str) -> Step[None]:
+        """Give back a permit whose call has no outcome."""
+        ...
+
+    def acquire(self, route: str) -> Permit:
+        """Blocking :meth:`acquire_steps`."""
+        ...
+
+    def record(self, route: str, outcome: Outcome, hint: float | None = None) -> State:
+        """Blocking :meth:`record_steps`."""
+        ...
+
+    def release(self, route: str) -> None:
+        """Blocking :meth:`release_steps`."""
         ...
 
     async def aacquire(self, route: str) -> Permit:
         """Async twin of :meth:`acquire`."""
         ...
 
-    def release(self, route: str) -> None:
-        """Give back a permit whose call has no outcome."""
+    async def arecord(self, route: str, outcome: Outcome, hint: float | None = None) -> State:
+        """Async twin of :meth:`record`."""
         ...
 
     async def arelease(self, route: str) -> None:
         """Async twin of :meth:`release`."""
-        ...
-
-    async def arecord(self, route: str, outcome: Outcome, hint: float | None = None) -> State:
-        """Async twin of :meth:`record`."""
         ...
 
     def state(self, route: str) -> State:
@@ -113,63 +127,37 @@ class Breakers:
         """The breakers' policy."""
         return self.backend.policy
 
-    def permit(self, route: str) -> Permit:
-        """May a call go to ``route`` now?"""
-        permit = self.backend.acquire(route)
-        self._saw(route, permit.state)
-        return permit
-
-    async def apermit(self, route: str) -> Permit:
-        """Async twin of :meth:`permit`."""
-        permit = await self.backend.aacquire(route)
-        self._saw(route, permit.state)
-        return permit
-
-    def record(self, route: str, error: BaseException | None, *, seconds: float) -> None:
-        """Record how a call to ``route`` went; a client error only gives its permit back."""
-        outcome = outcome_of(error, seconds=seconds, policy=self.policy)
-        if outcome is None:
-            self.backend.release(route)
-        else:
-            self._saw(route, self.backend.record(route, outcome, _hint(error)))
-
-    async def arecord(self, route: str, error: BaseException | None, *, seconds: float) -> None:
-        """Async twin of :meth:`record`."""
-        outcome = outcome_of(error, seconds=seconds, policy=self.policy)
-        if outcome is None:
-            await self.backend.arelease(route)
-        else:
-            self._saw(route, await self.backend.arecord(route, outcome, _hint(error)))
-
     def permit_steps(self, route: str) -> Step[Permit]:
-        """:meth:`permit` as a step of a :class:`~llmguard_sdk._state.steps.Batch`."""
-        permit: Permit = yield from delegate(self.backend, "acquire", route)
+        """May a call go to ``route`` now?"""
+        permit: Permit = yield from self.backend.acquire_steps(route)
         self._saw(route, permit.state)
         return permit
 
     def record_steps(
         self, route: str, error: BaseException | None, *, seconds: float
     ) -> Step[None]:
-        """:meth:`record` as a step of a :class:`~llmguard_sdk._state.steps.Batch`."""
+        """Record how a call to ``route`` went; a client error only gives its permit back."""
         outcome = outcome_of(error, seconds=seconds, policy=self.policy)
         if outcome is None:
-            yield from delegate(self.backend, "release", route)
+            yield from self.backend.release_steps(route)
         else:
-            state: State = yield from delegate(self.backend, "record", route, outcome, _hint(error))
+            state = yield from self.backend.record_steps(route, outcome, _hint(error))
             self._saw(route, state)
 
     def release_steps(self, route: str) -> Step[None]:
-        """:meth:`release` as a step of a :class:`~llmguard_sdk._state.steps.Batch`."""
-        yield from delegate(self.backend, "release", route)
-
-    def release(self, route: str) -> None:
         """Give back a permit whose call ended with no outcome (cancelled, abandoned)."""
-        self.backend.release(route)
+        return self.backend.release_steps(route)
+
+    permit = blocking(permit_steps)
+    record = blocking(record_steps)
+    release = blocking(release_steps)
+    apermit = awaiting(permit_steps)
+    arecord = awaiting(record_steps)
 
     async def arelease(self, route: str) -> None:
         """Async twin of :meth:`release`; runs even inside a cancelled scope."""
         with anyio.CancelScope(shield=True):
-            await self.backend.arelease(route)
+            await arun(self.release_steps(route))
 
     def state(self, route: str) -> State:
         """The breaker state of ``route``."""

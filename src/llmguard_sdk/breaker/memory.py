@@ -8,8 +8,8 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import ClassVar
 
+from .._state.steps import in_place, in_place_async
 from .policy import (
     BreakerPolicy,
     BreakerState,
@@ -26,9 +26,6 @@ __all__ = ["MemoryBreakerBackend"]
 
 class MemoryBreakerBackend:
     """Per-route breakers of this process; ``clock`` is injectable for tests."""
-
-    inline_steps: ClassVar[frozenset[str]] = frozenset({"acquire", "record", "release"})
-    """Methods that never wait: a :class:`~llmguard_sdk._state.steps.Batch` calls them in place."""
 
     def __init__(
         self, policy: BreakerPolicy, *, clock: Callable[[], float] = time.monotonic
@@ -56,17 +53,12 @@ class MemoryBreakerBackend:
         with self._lock:
             self._states[route] = release(self._get(route))
 
-    async def arelease(self, route: str) -> None:
-        """Same as :meth:`release` (no I/O)."""
-        self.release(route)
-
-    async def aacquire(self, route: str) -> Permit:
-        """Same as :meth:`acquire` (no I/O)."""
-        return self.acquire(route)
-
-    async def arecord(self, route: str, outcome: Outcome, hint: float | None = None) -> State:
-        """Same as :meth:`record` (no I/O)."""
-        return self.record(route, outcome, hint)
+    acquire_steps = in_place(acquire)
+    record_steps = in_place(record)
+    release_steps = in_place(release)
+    aacquire = in_place_async(acquire)
+    arecord = in_place_async(record)
+    arelease = in_place_async(release)
 
     def state(self, route: str) -> State:
         """The breaker's current state (an expired OPEN reads as OPEN until the next call)."""

@@ -17,7 +17,7 @@ import math
 from importlib import resources
 from typing import Any
 
-from .._state.steps import Step, arun, run
+from .._state.steps import Step, awaiting, blocking
 from .._state.stores import Outage, RedisScripts, RedisStore, hash_id, redis_errors
 from .memory import MemoryBreakerBackend
 from .policy import BreakerPolicy, Outcome, Permit, State
@@ -79,7 +79,7 @@ class RedisBreakerBackend:
         ]
 
     def acquire_steps(self, route: str) -> Step[Permit]:
-        """:meth:`acquire` as a step of a :class:`~llmguard_sdk._state.steps.Batch`."""
+        """A permit for one call to ``route``, decided in Redis."""
         if self._outage.up():
             try:
                 reply = yield self._scripts.command(0, self._keys(route)[:1], self._acquire_args())
@@ -89,7 +89,7 @@ class RedisBreakerBackend:
         return self._fallback.acquire(route)
 
     def record_steps(self, route: str, outcome: Outcome, hint: float | None = None) -> Step[State]:
-        """:meth:`record` as a step of a :class:`~llmguard_sdk._state.steps.Batch`."""
+        """Record a finished call in Redis; returns the state afterwards."""
         if self._outage.up():
             try:
                 args = self._record_args(outcome, hint)
@@ -99,7 +99,7 @@ class RedisBreakerBackend:
         return self._fallback.record(route, outcome, hint)
 
     def release_steps(self, route: str) -> Step[None]:
-        """:meth:`release` as a step of a :class:`~llmguard_sdk._state.steps.Batch`."""
+        """Give back a permit whose call has no outcome to record."""
         if self._outage.up():
             try:
                 yield self._scripts.command(2, self._keys(route)[:1])
@@ -108,29 +108,12 @@ class RedisBreakerBackend:
                 self._outage.failed(exc)
         self._fallback.release(route)
 
-    def acquire(self, route: str) -> Permit:
-        """A permit for one call to ``route``, decided in Redis."""
-        return run(self.acquire_steps(route))
-
-    def record(self, route: str, outcome: Outcome, hint: float | None = None) -> State:
-        """Record a finished call in Redis; returns the state afterwards."""
-        return run(self.record_steps(route, outcome, hint))
-
-    async def aacquire(self, route: str) -> Permit:
-        """Async twin of :meth:`acquire`."""
-        return await arun(self.acquire_steps(route))
-
-    async def arecord(self, route: str, outcome: Outcome, hint: float | None = None) -> State:
-        """Async twin of :meth:`record`."""
-        return await arun(self.record_steps(route, outcome, hint))
-
-    def release(self, route: str) -> None:
-        """Give back a permit whose call has no outcome to record."""
-        run(self.release_steps(route))
-
-    async def arelease(self, route: str) -> None:
-        """Async twin of :meth:`release`."""
-        await arun(self.release_steps(route))
+    acquire = blocking(acquire_steps)
+    record = blocking(record_steps)
+    release = blocking(release_steps)
+    aacquire = awaiting(acquire_steps)
+    arecord = awaiting(record_steps)
+    arelease = awaiting(release_steps)
 
     def state(self, route: str) -> State:
         """The state stored in Redis (``closed`` when it holds none)."""

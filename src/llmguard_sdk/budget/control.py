@@ -426,7 +426,7 @@ class SpendControl:
             except StopIteration as done:
                 held: Held = done.value
                 return held
-            result = yield from store_steps.delegate(self.backend, "reserve", **kwargs)
+            result = yield from self.backend.reserve_steps(**kwargs)
 
     def reserve(self, ctx: CallContext, stages: Stages) -> Held:
         """Hold the call's worst case on its counters (raises BudgetExceededError)."""
@@ -510,7 +510,7 @@ class SpendControl:
             return
         if held.specs:
             kwargs = self._settle_args(held, self._actual(held, ctx, response))
-            result: SettleResult = yield from store_steps.delegate(self.backend, "settle", **kwargs)
+            result: SettleResult = yield from self.backend.settle_steps(**kwargs)
         else:
             held.done, result = True, SettleResult(False)
         self._after(ctx, held, result, response.usage if response is not None else None)

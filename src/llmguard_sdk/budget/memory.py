@@ -9,8 +9,11 @@ import math
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import ClassVar, Protocol
+from typing import Protocol, TypedDict
 
+from typing_extensions import Unpack
+
+from .._state.steps import Step, in_place, in_place_async
 from .policy import (
     ROLLING_BUCKETS,
     CounterSpec,
@@ -23,39 +26,54 @@ from .policy import (
     fire_alerts,
 )
 
-__all__ = ["BudgetBackend", "MemoryBudgetBackend", "Status"]
+__all__ = ["BudgetBackend", "HoldArgs", "MemoryBudgetBackend", "Status"]
 
 Status = tuple[int, int, float]
 """(settled spend, reserved amount, when the window resets), nano-dollars and epoch seconds."""
 
 
+class HoldArgs(TypedDict):
+    """What a reservation holds: ``base + tokens x per_token`` nano-dollars, with ``tokens``
+    as high as ``want`` and at least ``minimum``, for ``ttl`` seconds unless settled first."""
+
+    base: int
+    per_token: float
+    want: int
+    minimum: int
+    ttl: float
+
+
 class BudgetBackend(Protocol):
     """Where budget counters live (this process, or Redis): the same contract for both.
 
-    ``reserve`` holds ``base + tokens x per_token`` nano-dollars on every counter of
-    ``specs`` or on none, with ``tokens`` as high as ``want`` and at least ``minimum``; the
-    hold expires after ``ttl`` seconds unless settled first. ``settle`` replaces the hold by
-    ``actual`` (0 releases it) once per reservation id: a repeated settle changes nothing.
+    ``reserve`` holds a call's worst case (:class:`HoldArgs`) on every counter of ``specs``
+    or on none. ``settle`` replaces the hold by ``actual`` (0 releases it) once per
+    reservation id: a repeated settle changes nothing. Each operation is written once, as
+    steps; the blocking and async entry points are derived from them.
     """
 
-    def reserve(
-        self,
-        rid: str,
-        specs: Sequence[CounterSpec],
-        *,
-        base: int,
-        per_token: float,
-        want: int,
-        minimum: int,
-        ttl: float,
-    ) -> ReserveResult:
+    def reserve_steps(
+        self, rid: str, specs: Sequence[CounterSpec], **hold: Unpack[HoldArgs]
+    ) -> Step[ReserveResult]:
         """Hold a call's worst case on every counter, all or nothing."""
+        ...
+
+    def settle_steps(
+        self, rid: str, specs: Sequence[CounterSpec], *, actual: int, ttl: float
+    ) -> Step[SettleResult]:
+        """Turn reservation ``rid`` into ``actual`` spend (idempotent)."""
+        ...
+
+    def reserve(
+        self, rid: str, specs: Sequence[CounterSpec], **hold: Unpack[HoldArgs]
+    ) -> ReserveResult:
+        """Blocking :meth:`reserve_steps`."""
         ...
 
     def settle(
         self, rid: str, specs: Sequence[CounterSpec], *, actual: int, ttl: float
     ) -> SettleResult:
-        """Turn reservation ``rid`` into ``actual`` spend (idempotent)."""
+        """Blocking :meth:`settle_steps`."""
         ...
 
     def status(self, specs: Sequence[CounterSpec]) -> list[Status]:
@@ -63,15 +81,7 @@ class BudgetBackend(Protocol):
         ...
 
     async def areserve(
-        self,
-        rid: str,
-        specs: Sequence[CounterSpec],
-        *,
-        base: int,
-        per_token: float,
-        want: int,
-        minimum: int,
-        ttl: float,
+        self, rid: str, specs: Sequence[CounterSpec], **hold: Unpack[HoldArgs]
     ) -> ReserveResult:
         """Async twin of :meth:`reserve`."""
         ...
@@ -90,9 +100,6 @@ class BudgetBackend(Protocol):
 class MemoryBudgetBackend:
     """Counters in this process's memory; ``clock`` (epoch seconds, UTC) is injectable."""
 
-    inline_steps: ClassVar[frozenset[str]] = frozenset({"reserve", "settle"})
-    """Methods that never wait: a :class:`~llmguard_sdk._state.steps.Batch` calls them in place."""
-
     def __init__(self, *, clock: Callable[[], float] = time.time) -> None:
         self._clock = clock
         self._lock = threading.Lock()
@@ -106,17 +113,10 @@ class MemoryBudgetBackend:
         return state
 
     def reserve(
-        self,
-        rid: str,
-        specs: Sequence[CounterSpec],
-        *,
-        base: int,
-        per_token: float,
-        want: int,
-        minimum: int,
-        ttl: float,
+        self, rid: str, specs: Sequence[CounterSpec], **hold: Unpack[HoldArgs]
     ) -> ReserveResult:
         """Hold a call's worst case on every counter, all or nothing."""
+        base, per_token, minimum = hold["base"], hold["per_token"], hold["minimum"]
         with self._lock:
             now = self._clock()
             states = [self._state(spec.key) for spec in specs]
@@ -124,7 +124,7 @@ class MemoryBudgetBackend:
             rooms = [
                 spec.limit - s.spent - s.reserved for s, spec in zip(states, specs, strict=True)
             ]
-            tokens, refused = decide(rooms, base, per_token, want, minimum)
+            tokens, refused = decide(rooms, base, per_token, hold["want"], minimum)
             if refused >= 0:
                 state = states[refused]
                 return ReserveResult(
@@ -140,7 +140,7 @@ class MemoryBudgetBackend:
             amount = -int(-(base + tokens * per_token) // 1)  # ceil
             for state in states:
                 state.reserved += amount
-                state.holds[rid] = (amount, now + ttl)
+                state.holds[rid] = (amount, now + hold["ttl"])
             return ReserveResult(True, tokens=tokens, amount=amount)
 
     def settle(
@@ -184,28 +184,8 @@ class MemoryBudgetBackend:
                 found.append((spent, state.reserved, resets))
             return found
 
-    async def areserve(
-        self,
-        rid: str,
-        specs: Sequence[CounterSpec],
-        *,
-        base: int,
-        per_token: float,
-        want: int,
-        minimum: int,
-        ttl: float,
-    ) -> ReserveResult:
-        """Same as :meth:`reserve` (no I/O)."""
-        return self.reserve(
-            rid, specs, base=base, per_token=per_token, want=want, minimum=minimum, ttl=ttl
-        )
-
-    async def asettle(
-        self, rid: str, specs: Sequence[CounterSpec], *, actual: int, ttl: float
-    ) -> SettleResult:
-        """Same as :meth:`settle` (no I/O)."""
-        return self.settle(rid, specs, actual=actual, ttl=ttl)
-
-    async def astatus(self, specs: Sequence[CounterSpec]) -> list[Status]:
-        """Same as :meth:`status` (no I/O)."""
-        return self.status(specs)
+    reserve_steps = in_place(reserve)
+    settle_steps = in_place(settle)
+    areserve = in_place_async(reserve)
+    asettle = in_place_async(settle)
+    astatus = in_place_async(status)

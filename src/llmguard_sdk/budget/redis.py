@@ -34,10 +34,12 @@ from collections.abc import Generator, Sequence
 from importlib import resources
 from typing import Any
 
-from .._state.steps import Step, arun, run
+from typing_extensions import Unpack
+
+from .._state.steps import Step, awaiting, blocking, run
 from .._state.stores import Outage, RedisScripts, RedisStore, hash_id, redis_errors
 from .journal import JournalRecord, SpendJournal, record, specs_of
-from .memory import MemoryBudgetBackend, Status
+from .memory import HoldArgs, MemoryBudgetBackend, Status
 from .policy import CounterSpec, ReserveResult, SettleResult
 
 __all__ = ["RedisBudgetBackend"]
@@ -116,18 +118,11 @@ class RedisBudgetBackend:
         return args
 
     def _reserve_call(
-        self,
-        rid: str,
-        specs: Sequence[CounterSpec],
-        base: int,
-        per_token: float,
-        want: int,
-        minimum: int,
-        ttl: float,
+        self, rid: str, specs: Sequence[CounterSpec], hold: HoldArgs
     ) -> tuple[list[str], list[Any]]:
-        args = [self.clock_offset, rid, repr(float(ttl)), base, repr(float(per_token))]
-        args += [want, minimum, len(specs), *self._spec_args(specs)]
-        return self._keys(specs), args
+        args = [self.clock_offset, rid, repr(float(hold["ttl"])), hold["base"]]
+        args += [repr(float(hold["per_token"])), hold["want"], hold["minimum"], len(specs)]
+        return self._keys(specs), args + self._spec_args(specs)
 
     def _settle_call(
         self, rid: str, specs: Sequence[CounterSpec], actual: int, ttl: float
@@ -145,29 +140,12 @@ class RedisBudgetBackend:
         """The counters as this process enforces them alone: ``local_share`` of each limit."""
         return tuple(dataclasses.replace(s, limit=int(s.limit * self._share)) for s in specs)
 
-    def _locally(
-        self,
-        rid: str,
-        specs: Sequence[CounterSpec],
-        base: int,
-        per_token: float,
-        want: int,
-        minimum: int,
-        ttl: float,
-    ) -> ReserveResult:
+    def _locally(self, rid: str, specs: Sequence[CounterSpec], hold: HoldArgs) -> ReserveResult:
         """Redis is unreachable: refuse (fail closed), or reserve on this process's share."""
         if not self.fail_open:
             return ReserveResult(False, refused_index=-1, unavailable=True)
         self._note_local(rid)
-        return self._fallback.reserve(
-            rid,
-            self._local_specs(specs),
-            base=base,
-            per_token=per_token,
-            want=want,
-            minimum=minimum,
-            ttl=ttl,
-        )
+        return self._fallback.reserve(rid, self._local_specs(specs), **hold)
 
     def _failed(self, exc: BaseException) -> None:
         self._outage.failed(exc)
@@ -236,31 +214,24 @@ class RedisBudgetBackend:
         return run(self.replay_steps())
 
     def reserve_steps(
-        self,
-        rid: str,
-        specs: Sequence[CounterSpec],
-        *,
-        base: int,
-        per_token: float,
-        want: int,
-        minimum: int,
-        ttl: float,
+        self, rid: str, specs: Sequence[CounterSpec], **hold: Unpack[HoldArgs]
     ) -> Step[ReserveResult]:
-        """:meth:`reserve` as a step of a :class:`~llmguard_sdk._state.steps.Batch` (a journal
-        to replay first costs round trips of its own)."""
+        """Hold a call's worst case on every counter in one script, all or nothing (a
+        journal to replay first costs round trips of its own)."""
         if self._outage.up():
             try:
                 yield from self._flush_steps()
-                keys, args = self._reserve_call(rid, specs, base, per_token, want, minimum, ttl)
+                keys, args = self._reserve_call(rid, specs, hold)
                 return _reserved((yield self._scripts.command(0, keys, args)))
             except redis_errors() as exc:
                 self._failed(exc)
-        return self._locally(rid, specs, base, per_token, want, minimum, ttl)
+        return self._locally(rid, specs, hold)
 
     def settle_steps(
         self, rid: str, specs: Sequence[CounterSpec], *, actual: int, ttl: float
     ) -> Step[SettleResult]:
-        """:meth:`settle` as a step of a :class:`~llmguard_sdk._state.steps.Batch`."""
+        """Turn reservation ``rid`` into ``actual`` spend, once; spend that cannot reach
+        Redis now is journaled and replayed later."""
         if rid in self._local:  # counted locally: the journal carries it to Redis
             result = self._fallback.settle(rid, self._local_specs(specs), actual=actual, ttl=ttl)
             if result.applied and actual > 0:
@@ -278,30 +249,8 @@ class RedisBudgetBackend:
         self._journal(rid, specs, actual, ttl)
         return SettleResult(False)
 
-    def reserve(
-        self,
-        rid: str,
-        specs: Sequence[CounterSpec],
-        *,
-        base: int,
-        per_token: float,
-        want: int,
-        minimum: int,
-        ttl: float,
-    ) -> ReserveResult:
-        """Hold a call's worst case on every counter in one script, all or nothing."""
-        return run(
-            self.reserve_steps(
-                rid, specs, base=base, per_token=per_token, want=want, minimum=minimum, ttl=ttl
-            )
-        )
-
-    def settle(
-        self, rid: str, specs: Sequence[CounterSpec], *, actual: int, ttl: float
-    ) -> SettleResult:
-        """Turn reservation ``rid`` into ``actual`` spend, once; spend that cannot reach
-        Redis now is journaled and replayed later."""
-        return run(self.settle_steps(rid, specs, actual=actual, ttl=ttl))
+    reserve = blocking(reserve_steps)
+    settle = blocking(settle_steps)
 
     def status(self, specs: Sequence[CounterSpec]) -> list[Status]:
         """Each counter's settled spend, reserved amount and reset time (raises
@@ -311,29 +260,8 @@ class RedisBudgetBackend:
 
     # -- async ------------------------------------------------------------------------------
 
-    async def areserve(
-        self,
-        rid: str,
-        specs: Sequence[CounterSpec],
-        *,
-        base: int,
-        per_token: float,
-        want: int,
-        minimum: int,
-        ttl: float,
-    ) -> ReserveResult:
-        """Async twin of :meth:`reserve`."""
-        return await arun(
-            self.reserve_steps(
-                rid, specs, base=base, per_token=per_token, want=want, minimum=minimum, ttl=ttl
-            )
-        )
-
-    async def asettle(
-        self, rid: str, specs: Sequence[CounterSpec], *, actual: int, ttl: float
-    ) -> SettleResult:
-        """Async twin of :meth:`settle`."""
-        return await arun(self.settle_steps(rid, specs, actual=actual, ttl=ttl))
+    areserve = awaiting(reserve_steps)
+    asettle = awaiting(settle_steps)
 
     async def astatus(self, specs: Sequence[CounterSpec]) -> list[Status]:
         """Async twin of :meth:`status`."""

@@ -6,7 +6,10 @@ input and output separately) per minute, reserve-then-settle (GCRA), and concurr
 
 from typing import Protocol
 
-from ._rules import LimitsConfig
+from typing_extensions import Unpack
+
+from .._state.steps import Step
+from ._rules import LearnArgs, LimitsConfig, ReserveArgs, SettleArgs
 from .memory import MemoryRateLimiter
 from .policy import (
     CellState,
@@ -24,12 +27,15 @@ from .redis import RedisRateLimiter
 __all__ = [
     "CellState",
     "Grant",
+    "LearnArgs",
     "LimitsConfig",
     "MemoryRateLimiter",
     "Priority",
     "RateLimit",
     "RateLimiter",
     "RedisRateLimiter",
+    "ReserveArgs",
+    "SettleArgs",
     "learn",
     "release",
     "reserve",
@@ -39,101 +45,56 @@ __all__ = [
 
 
 class RateLimiter(Protocol):
-    """What the Guard needs from a limiter (memory or Redis; the same contract)."""
+    """What the Guard needs from a limiter (memory or Redis; the same contract).
+
+    Each operation is written once, as steps (``reserve_steps`` ...), with blocking and async
+    entry points derived from it; the keywords are :class:`ReserveArgs`,
+    :class:`SettleArgs` and :class:`LearnArgs`.
+    """
 
     def rules(self, key: str) -> tuple[RateLimit, ...]:
         """The limits that apply on ``key`` (empty: none)."""
         ...
 
-    def reserve(
-        self,
-        key: str,
-        *,
-        tenant: str | None = None,
-        requests: float = 1.0,
-        tokens: float = 0.0,
-        input_tokens: float | None = None,
-        output_tokens: float | None = None,
-        priority: Priority = "interactive",
-        max_wait: float | None = None,
-        lease_seconds: float | None = None,
-    ) -> Grant:
+    def reserve_steps(self, key: str, **ask: Unpack[ReserveArgs]) -> Step[Grant]:
         """Reserve a call on ``key`` (and ``tenant``'s per-tenant limits), all or none."""
         ...
 
-    def learn(
-        self,
-        key: str,
-        *,
-        remaining_requests: float | None = None,
-        remaining_tokens: float | None = None,
-        remaining_input_tokens: float | None = None,
-        remaining_output_tokens: float | None = None,
-        pause: float | None = None,
-    ) -> None:
+    def settle_steps(self, key: str, **settled: Unpack[SettleArgs]) -> Step[None]:
+        """Correct a reservation, and give its concurrency lease back (``request_delta=-1``:
+        and its request, for a call never sent)."""
+        ...
+
+    def learn_steps(self, key: str, **taught: Unpack[LearnArgs]) -> Step[None]:
         """Bring the route-wide state down to what the provider reported."""
         ...
 
-    def settle(
-        self,
-        key: str,
-        *,
-        tenant: str | None = None,
-        token_delta: float = 0.0,
-        input_delta: float | None = None,
-        output_delta: float | None = None,
-        lease: str | None = None,
-        request_delta: float = 0.0,
-    ) -> None:
-        """Correct a reservation, and give its concurrency lease back (``request_delta=-1``:
-        and its request, for a call never sent)."""
+    def reserve(self, key: str, **ask: Unpack[ReserveArgs]) -> Grant:
+        """Blocking :meth:`reserve_steps`."""
+        ...
+
+    def settle(self, key: str, **settled: Unpack[SettleArgs]) -> None:
+        """Blocking :meth:`settle_steps`."""
+        ...
+
+    def learn(self, key: str, **taught: Unpack[LearnArgs]) -> None:
+        """Blocking :meth:`learn_steps`."""
         ...
 
     def release(self, key: str, *, tenant: str | None = None, lease: str) -> None:
         """Give a concurrency lease back without settling tokens."""
         ...
 
-    async def areserve(
-        self,
-        key: str,
-        *,
-        tenant: str | None = None,
-        requests: float = 1.0,
-        tokens: float = 0.0,
-        input_tokens: float | None = None,
-        output_tokens: float | None = None,
-        priority: Priority = "interactive",
-        max_wait: float | None = None,
-        lease_seconds: float | None = None,
-    ) -> Grant:
+    async def areserve(self, key: str, **ask: Unpack[ReserveArgs]) -> Grant:
         """Async twin of :meth:`reserve`."""
         ...
 
-    async def alearn(
-        self,
-        key: str,
-        *,
-        remaining_requests: float | None = None,
-        remaining_tokens: float | None = None,
-        remaining_input_tokens: float | None = None,
-        remaining_output_tokens: float | None = None,
-        pause: float | None = None,
-    ) -> None:
-        """Async twin of :meth:`learn`."""
+    async def asettle(self, key: str, **settled: Unpack[SettleArgs]) -> None:
+        """Async twin of :meth:`settle`."""
         ...
 
-    async def asettle(
-        self,
-        key: str,
-        *,
-        tenant: str | None = None,
-        token_delta: float = 0.0,
-        input_delta: float | None = None,
-        output_delta: float | None = None,
-        lease: str | None = None,
-        request_delta: float = 0.0,
-    ) -> None:
-        """Async twin of :meth:`settle`."""
+    async def alearn(self, key: str, **taught: Unpack[LearnArgs]) -> None:
+        """Async twin of :meth:`learn`."""
         ...
 
     async def arelease(self, key: str, *, tenant: str | None = None, lease: str) -> None:

@@ -9,16 +9,25 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import ClassVar
 
 import anyio
+from typing_extensions import Unpack
 
+from .._state.steps import Call, Step, in_place, in_place_async
 from .._state.stores import hash_id
-from ._rules import LimitsConfig, Rules, new_call_id, normalize, wait_bound
+from ._rules import (
+    LearnArgs,
+    LimitsConfig,
+    ReserveArgs,
+    Rules,
+    SettleArgs,
+    new_call_id,
+    normalize,
+    wait_bound,
+)
 from .policy import (
     CellState,
     Grant,
-    Priority,
     RateLimit,
     learn,
     release,
@@ -47,9 +56,6 @@ class MemoryRateLimiter:
     ``limits`` maps a key to one :class:`~llmguard_sdk.ratelimit.RateLimit` or several that
     all apply (a route's own and a per-tenant one, say). Keys without limits always pass.
     """
-
-    inline_steps: ClassVar[frozenset[str]] = frozenset({"settle", "learn", "release"})
-    """Methods that never wait: a :class:`~llmguard_sdk._state.steps.Batch` calls them in place."""
 
     def __init__(
         self, limits: LimitsConfig, *, clock: Callable[[], float] = time.monotonic
@@ -90,37 +96,23 @@ class MemoryRateLimiter:
                 del self._cells[name]
         return grant
 
-    def reserve(
-        self,
-        key: str,
-        *,
-        tenant: str | None = None,
-        requests: float = 1.0,
-        tokens: float = 0.0,
-        input_tokens: float | None = None,
-        output_tokens: float | None = None,
-        priority: Priority = "interactive",
-        max_wait: float | None = None,
-        lease_seconds: float | None = None,
-    ) -> Grant:
+    def _asked(
+        self, key: str, ask: ReserveArgs
+    ) -> tuple[list[tuple[CellKey, RateLimit]], str, dict[str, object], float]:
+        """(cells, call id, the policy's keywords, until when the call may wait)."""
+        cells = self._keys(key, ask.get("tenant"))
+        kwargs: dict[str, object] = {k: v for k, v in ask.items() if k != "tenant"}
+        until = time.monotonic() + wait_bound([limit for _, limit in cells], ask.get("max_wait"))
+        return cells, new_call_id(), kwargs, until
+
+    def reserve(self, key: str, **ask: Unpack[ReserveArgs]) -> Grant:
         """Reserve a call on ``key`` (and on ``tenant``'s per-tenant limits), all or none;
         see :func:`~llmguard_sdk.ratelimit.reserve_all`. A call that finds every
         concurrency slot taken waits here (bounded by ``max_wait`` and the limits' own) for
         one to be given back."""
-        cells = self._keys(key, tenant)
+        cells, call_id, kwargs, until = self._asked(key, ask)
         if not cells:
             return Grant(True)
-        kwargs: dict[str, object] = {
-            "requests": requests,
-            "tokens": tokens,
-            "input_tokens": input_tokens,
-            "output_tokens": output_tokens,
-            "priority": priority,
-            "max_wait": max_wait,
-            "lease_seconds": lease_seconds,
-        }
-        call_id = new_call_id()
-        until = time.monotonic() + wait_bound([limit for _, limit in cells], max_wait)
         with self._freed:
             while True:
                 grant = self._try(cells, call_id, kwargs)
@@ -129,35 +121,12 @@ class MemoryRateLimiter:
                     return _final(grant)
                 self._freed.wait(min(left, 1.0))
 
-    async def areserve(
-        self,
-        key: str,
-        *,
-        tenant: str | None = None,
-        requests: float = 1.0,
-        tokens: float = 0.0,
-        input_tokens: float | None = None,
-        output_tokens: float | None = None,
-        priority: Priority = "interactive",
-        max_wait: float | None = None,
-        lease_seconds: float | None = None,
-    ) -> Grant:
+    async def areserve(self, key: str, **ask: Unpack[ReserveArgs]) -> Grant:
         """Async twin of :meth:`reserve` (waits for a concurrency slot without blocking the
         event loop)."""
-        cells = self._keys(key, tenant)
+        cells, call_id, kwargs, until = self._asked(key, ask)
         if not cells:
             return Grant(True)
-        kwargs: dict[str, object] = {
-            "requests": requests,
-            "tokens": tokens,
-            "input_tokens": input_tokens,
-            "output_tokens": output_tokens,
-            "priority": priority,
-            "max_wait": max_wait,
-            "lease_seconds": lease_seconds,
-        }
-        call_id = new_call_id()
-        until = time.monotonic() + wait_bound([limit for _, limit in cells], max_wait)
         while True:
             with self._lock:
                 grant = self._try(cells, call_id, kwargs)
@@ -166,61 +135,39 @@ class MemoryRateLimiter:
                 return _final(grant)
             await anyio.sleep(min(left, grant.retry_after))
 
-    def learn(
-        self,
-        key: str,
-        *,
-        remaining_requests: float | None = None,
-        remaining_tokens: float | None = None,
-        remaining_input_tokens: float | None = None,
-        remaining_output_tokens: float | None = None,
-        pause: float | None = None,
-    ) -> None:
+    def reserve_steps(self, key: str, **ask: Unpack[ReserveArgs]) -> Step[Grant]:
+        """:meth:`reserve` as a step: made in place, or (while it waits for a slot) by the
+        blocking or async way of the code that runs it."""
+        grant: Grant = yield Call(
+            lambda: self.reserve(key, **ask), lambda: self.areserve(key, **ask)
+        )
+        return grant
+
+    def learn(self, key: str, **taught: Unpack[LearnArgs]) -> None:
         """Bring ``key``'s route-wide state down to what the provider reported (per-tenant
         limits are ours, not the provider's: they are left alone)."""
         with self._lock:
             now = self._clock()
             for name, limit in self._keys(key, None):
-                if limit.per_tenant:
-                    continue
-                self._cells[name] = learn(
-                    self._cells.get(name, CellState()),
-                    now,
-                    limit,
-                    remaining_requests=remaining_requests,
-                    remaining_tokens=remaining_tokens,
-                    remaining_input_tokens=remaining_input_tokens,
-                    remaining_output_tokens=remaining_output_tokens,
-                    pause=pause,
-                )
+                if not limit.per_tenant:
+                    self._cells[name] = learn(
+                        self._cells.get(name, CellState()), now, limit, **taught
+                    )
 
-    def settle(
-        self,
-        key: str,
-        *,
-        tenant: str | None = None,
-        token_delta: float = 0.0,
-        input_delta: float | None = None,
-        output_delta: float | None = None,
-        lease: str | None = None,
-        request_delta: float = 0.0,
-    ) -> None:
+    def settle(self, key: str, **settled: Unpack[SettleArgs]) -> None:
         """Correct a reservation on ``key`` to what the call really used, and give its
         concurrency ``lease`` back (``request_delta=-1``: and its request)."""
+        corrections = {k: v for k, v in settled.items() if k != "tenant"}
         with self._freed:
             now = self._clock()
-            for name, limit in self._keys(key, tenant):
+            for name, limit in self._keys(key, settled.get("tenant")):
                 self._cells[name] = settle(
                     self._cells.get(name, CellState()),
                     now,
                     limit,
-                    token_delta=token_delta,
-                    input_delta=input_delta,
-                    output_delta=output_delta,
-                    lease=lease,
-                    request_delta=request_delta,
+                    **corrections,  # type: ignore[arg-type]
                 )
-            if lease is not None:
+            if settled.get("lease") is not None:
                 self._freed.notify_all()
 
     def release(self, key: str, *, tenant: str | None = None, lease: str) -> None:
@@ -232,6 +179,13 @@ class MemoryRateLimiter:
                 if state is not None:
                     self._cells[name] = release(state, now, lease)
             self._freed.notify_all()
+
+    settle_steps = in_place(settle)
+    learn_steps = in_place(learn)
+    release_steps = in_place(release)
+    asettle = in_place_async(settle)
+    alearn = in_place_async(learn)
+    arelease = in_place_async(release)
 
     def in_flight(self, key: str, *, tenant: str | None = None) -> int:
         """Calls holding a concurrency lease on ``key`` now (the most of any of its limits)."""
@@ -248,52 +202,6 @@ class MemoryRateLimiter:
                 ),
                 default=0,
             )
-
-    async def alearn(
-        self,
-        key: str,
-        *,
-        remaining_requests: float | None = None,
-        remaining_tokens: float | None = None,
-        remaining_input_tokens: float | None = None,
-        remaining_output_tokens: float | None = None,
-        pause: float | None = None,
-    ) -> None:
-        """Same as :meth:`learn` (no I/O)."""
-        self.learn(
-            key,
-            remaining_requests=remaining_requests,
-            remaining_tokens=remaining_tokens,
-            remaining_input_tokens=remaining_input_tokens,
-            remaining_output_tokens=remaining_output_tokens,
-            pause=pause,
-        )
-
-    async def asettle(
-        self,
-        key: str,
-        *,
-        tenant: str | None = None,
-        token_delta: float = 0.0,
-        input_delta: float | None = None,
-        output_delta: float | None = None,
-        lease: str | None = None,
-        request_delta: float = 0.0,
-    ) -> None:
-        """Same as :meth:`settle` (no I/O)."""
-        self.settle(
-            key,
-            tenant=tenant,
-            token_delta=token_delta,
-            input_delta=input_delta,
-            output_delta=output_delta,
-            lease=lease,
-            request_delta=request_delta,
-        )
-
-    async def arelease(self, key: str, *, tenant: str | None = None, lease: str) -> None:
-        """Same as :meth:`release` (no I/O)."""
-        self.release(key, tenant=tenant, lease=lease)
 
 
 def _final(grant: Grant) -> Grant:

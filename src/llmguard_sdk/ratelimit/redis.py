@@ -23,11 +23,22 @@ import time
 from importlib import resources
 from typing import Any, cast
 
-from .._state.steps import Pause, Step, arun, delegate, run
+from typing_extensions import Unpack
+
+from .._state.steps import Pause, Step, awaiting, blocking
 from .._state.stores import Outage, RedisScripts, RedisStore, hash_id, redis_errors
-from ._rules import LimitsConfig, Rules, new_call_id, normalize, wait_bound
+from ._rules import (
+    LearnArgs,
+    LimitsConfig,
+    ReserveArgs,
+    Rules,
+    SettleArgs,
+    new_call_id,
+    normalize,
+    wait_bound,
+)
 from .memory import MemoryRateLimiter
-from .policy import CONCURRENCY_POLL, Grant, Priority, RateLimit
+from .policy import CONCURRENCY_POLL, Grant, RateLimit
 
 __all__ = ["RedisRateLimiter"]
 
@@ -82,74 +93,47 @@ class RedisRateLimiter:
         return found
 
     def _reserve_call(
-        self,
-        cells: list[tuple[list[str], RateLimit]],
-        call_id: str,
-        requests: float,
-        tokens: float,
-        input_tokens: float | None,
-        output_tokens: float | None,
-        priority: Priority,
-        max_wait: float | None,
-        lease_seconds: float | None,
+        self, cells: list[tuple[list[str], RateLimit]], call_id: str, ask: ReserveArgs
     ) -> tuple[list[str], list[Any]]:
+        tokens = ask.get("tokens", 0.0)
+        input_tokens, output_tokens = ask.get("input_tokens"), ask.get("output_tokens")
         if not tokens and (input_tokens is not None or output_tokens is not None):
             tokens = (input_tokens or 0.0) + (output_tokens or 0.0)
         keys: list[str] = []
         args: list[Any] = [
             self.clock_offset,
-            requests,
+            ask.get("requests", 1.0),
             tokens,
             tokens if input_tokens is None else input_tokens,
             tokens if output_tokens is None else output_tokens,
             call_id,
             CONCURRENCY_POLL,
         ]
+        lease_seconds = ask.get("lease_seconds")
         for names, limit in cells:
             keys += names
             held = limit.lease_seconds if lease_seconds is None else lease_seconds
             args += [
                 *(_opt(v) for v in limit.limits()),
                 limit.period,
-                limit.capacity(priority),
-                limit.patience(max_wait),
+                limit.capacity(ask.get("priority", "interactive")),
+                limit.patience(ask.get("max_wait")),
                 _opt(limit.concurrency),
                 _opt(limit.max_queue),
                 min(held, limit.lease_seconds),
             ]
         return keys, args
 
-    def reserve_steps(
-        self,
-        key: str,
-        *,
-        tenant: str | None = None,
-        requests: float = 1.0,
-        tokens: float = 0.0,
-        input_tokens: float | None = None,
-        output_tokens: float | None = None,
-        priority: Priority = "interactive",
-        max_wait: float | None = None,
-        lease_seconds: float | None = None,
-    ) -> Step[Grant]:
-        """:meth:`reserve` as a step of a :class:`~llmguard_sdk._state.steps.Batch`: the first ask
-        goes out with the batch; a call queued for a concurrency slot asks again alone."""
-        cells = self._cells(key, tenant)
+    def reserve_steps(self, key: str, **ask: Unpack[ReserveArgs]) -> Step[Grant]:
+        """Reserve a call on ``key`` in Redis (keys without a limit always pass); a call
+        that finds every concurrency slot taken asks again every few tens of milliseconds
+        while it may wait. In a batch, the first ask goes out with the batch; a call queued
+        for a concurrency slot asks again alone."""
+        cells = self._cells(key, ask.get("tenant"))
         if not cells:
             return Grant(True)
-        call_id = new_call_id()
-        keys, args = self._reserve_call(
-            cells,
-            call_id,
-            requests,
-            tokens,
-            input_tokens,
-            output_tokens,
-            priority,
-            max_wait,
-            lease_seconds,
-        )
-        until = time.monotonic() + wait_bound([limit for _, limit in cells], max_wait)
+        keys, args = self._reserve_call(cells, new_call_id(), ask)
+        until = time.monotonic() + wait_bound([limit for _, limit in cells], ask.get("max_wait"))
         while self._outage.up():
             try:
                 grant = _grant((yield self._scripts.command(0, keys, args)))
@@ -160,107 +144,32 @@ class RedisRateLimiter:
             if not grant.queued or left <= 0:
                 return _final(grant)
             yield Pause(min(left, _poll(grant)))
-        fallback: Grant = yield from delegate(
-            self._fallback,
-            "reserve",
-            key,
-            tenant=tenant,
-            requests=requests,
-            tokens=tokens,
-            input_tokens=input_tokens,
-            output_tokens=output_tokens,
-            priority=priority,
-            max_wait=max(0.0, until - time.monotonic()),
-            lease_seconds=lease_seconds,
-        )
+        rest = ask.copy()
+        rest["max_wait"] = max(0.0, until - time.monotonic())
+        fallback: Grant = yield from self._fallback.reserve_steps(key, **rest)
         return fallback
 
-    def reserve(
-        self,
-        key: str,
-        *,
-        tenant: str | None = None,
-        requests: float = 1.0,
-        tokens: float = 0.0,
-        input_tokens: float | None = None,
-        output_tokens: float | None = None,
-        priority: Priority = "interactive",
-        max_wait: float | None = None,
-        lease_seconds: float | None = None,
-    ) -> Grant:
-        """Reserve a call on ``key`` in Redis (keys without a limit always pass); a call
-        that finds every concurrency slot taken asks again every few tens of milliseconds
-        while it may wait."""
-        return run(
-            self.reserve_steps(
-                key,
-                tenant=tenant,
-                requests=requests,
-                tokens=tokens,
-                input_tokens=input_tokens,
-                output_tokens=output_tokens,
-                priority=priority,
-                max_wait=max_wait,
-                lease_seconds=lease_seconds,
-            )
+    def _learn_call(self, key: str, taught: LearnArgs) -> tuple[list[str], list[Any]]:
+        remaining = (
+            taught.get("remaining_requests"),
+            taught.get("remaining_tokens"),
+            taught.get("remaining_input_tokens"),
+            taught.get("remaining_output_tokens"),
         )
-
-    async def areserve(
-        self,
-        key: str,
-        *,
-        tenant: str | None = None,
-        requests: float = 1.0,
-        tokens: float = 0.0,
-        input_tokens: float | None = None,
-        output_tokens: float | None = None,
-        priority: Priority = "interactive",
-        max_wait: float | None = None,
-        lease_seconds: float | None = None,
-    ) -> Grant:
-        """Async twin of :meth:`reserve`."""
-        return await arun(
-            self.reserve_steps(
-                key,
-                tenant=tenant,
-                requests=requests,
-                tokens=tokens,
-                input_tokens=input_tokens,
-                output_tokens=output_tokens,
-                priority=priority,
-                max_wait=max_wait,
-                lease_seconds=lease_seconds,
-            )
-        )
-
-    def _learn_call(
-        self, key: str, remaining: tuple[float | None, ...], pause: float | None
-    ) -> tuple[list[str], list[Any]]:
         keys: list[str] = []
-        args: list[Any] = [self.clock_offset, *(_opt(v) for v in remaining), _opt(pause)]
+        args: list[Any] = [
+            self.clock_offset,
+            *(_opt(v) for v in remaining),
+            _opt(taught.get("pause")),
+        ]
         for names, limit in self._cells(key, None, route_only=True):
             keys += names
             args += [*(_opt(v) for v in limit.limits()), limit.period, limit.capacity()]
         return keys, args
 
-    def learn_steps(
-        self,
-        key: str,
-        *,
-        remaining_requests: float | None = None,
-        remaining_tokens: float | None = None,
-        remaining_input_tokens: float | None = None,
-        remaining_output_tokens: float | None = None,
-        pause: float | None = None,
-    ) -> Step[None]:
-        """:meth:`learn` as a step of a :class:`~llmguard_sdk._state.steps.Batch`."""
-        remaining = (
-            remaining_requests,
-            remaining_tokens,
-            remaining_input_tokens,
-            remaining_output_tokens,
-        )
-        keys, args = self._learn_call(key, remaining, pause)
+    def learn_steps(self, key: str, **taught: Unpack[LearnArgs]) -> Step[None]:
+        """Bring ``key``'s shared route-wide state down to what the provider reported."""
+        keys, args = self._learn_call(key, taught)
         if not keys:
             return
         if self._outage.up():
@@ -269,69 +178,11 @@ class RedisRateLimiter:
                 return
             except redis_errors() as exc:
                 self._outage.failed(exc)
-        self._fallback.learn(
-            key,
-            remaining_requests=remaining_requests,
-            remaining_tokens=remaining_tokens,
-            remaining_input_tokens=remaining_input_tokens,
-            remaining_output_tokens=remaining_output_tokens,
-            pause=pause,
-        )
+        self._fallback.learn(key, **taught)
 
-    def learn(
-        self,
-        key: str,
-        *,
-        remaining_requests: float | None = None,
-        remaining_tokens: float | None = None,
-        remaining_input_tokens: float | None = None,
-        remaining_output_tokens: float | None = None,
-        pause: float | None = None,
-    ) -> None:
-        """Bring ``key``'s shared route-wide state down to what the provider reported."""
-        run(
-            self.learn_steps(
-                key,
-                remaining_requests=remaining_requests,
-                remaining_tokens=remaining_tokens,
-                remaining_input_tokens=remaining_input_tokens,
-                remaining_output_tokens=remaining_output_tokens,
-                pause=pause,
-            )
-        )
-
-    async def alearn(
-        self,
-        key: str,
-        *,
-        remaining_requests: float | None = None,
-        remaining_tokens: float | None = None,
-        remaining_input_tokens: float | None = None,
-        remaining_output_tokens: float | None = None,
-        pause: float | None = None,
-    ) -> None:
-        """Async twin of :meth:`learn`."""
-        await arun(
-            self.learn_steps(
-                key,
-                remaining_requests=remaining_requests,
-                remaining_tokens=remaining_tokens,
-                remaining_input_tokens=remaining_input_tokens,
-                remaining_output_tokens=remaining_output_tokens,
-                pause=pause,
-            )
-        )
-
-    def _settle_call(
-        self,
-        key: str,
-        tenant: str | None,
-        token_delta: float,
-        input_delta: float | None,
-        output_delta: float | None,
-        lease: str | None,
-        request_delta: float = 0.0,
-    ) -> tuple[list[str], list[Any]] | None:
+    def _settle_call(self, key: str, settled: SettleArgs) -> tuple[list[str], list[Any]] | None:
+        token_delta = settled.get("token_delta", 0.0)
+        input_delta, output_delta = settled.get("input_delta"), settled.get("output_delta")
         if not token_delta and (input_delta is not None or output_delta is not None):
             token_delta = (input_delta or 0.0) + (output_delta or 0.0)
         deltas = (
@@ -339,30 +190,20 @@ class RedisRateLimiter:
             max(token_delta, 0.0) if input_delta is None else input_delta,
             max(token_delta, 0.0) if output_delta is None else output_delta,
         )
+        lease, request_delta = settled.get("lease"), settled.get("request_delta", 0.0)
         if lease is None and not any(deltas) and not request_delta:
             return None
         keys: list[str] = []
         args: list[Any] = [self.clock_offset, *deltas, lease or "", request_delta]
-        for names, limit in self._cells(key, tenant):
+        for names, limit in self._cells(key, settled.get("tenant")):
             keys += names
             args += [*(_opt(v) for v in limit.limits()), limit.period]
         return (keys, args) if keys else None
 
-    def settle_steps(
-        self,
-        key: str,
-        *,
-        tenant: str | None = None,
-        token_delta: float = 0.0,
-        input_delta: float | None = None,
-        output_delta: float | None = None,
-        lease: str | None = None,
-        request_delta: float = 0.0,
-    ) -> Step[None]:
-        """:meth:`settle` as a step of a :class:`~llmguard_sdk._state.steps.Batch`."""
-        call = self._settle_call(
-            key, tenant, token_delta, input_delta, output_delta, lease, request_delta
-        )
+    def settle_steps(self, key: str, **settled: Unpack[SettleArgs]) -> Step[None]:
+        """Correct a reservation in Redis, and give its concurrency ``lease`` back;
+        ``request_delta=-1`` also gives back the request (a call never sent)."""
+        call = self._settle_call(key, settled)
         if call is None:
             return
         if self._outage.up():
@@ -371,72 +212,20 @@ class RedisRateLimiter:
                 return
             except redis_errors() as exc:
                 self._outage.failed(exc)
-        self._fallback.settle(
-            key,
-            tenant=tenant,
-            token_delta=token_delta,
-            input_delta=input_delta,
-            output_delta=output_delta,
-            lease=lease,
-            request_delta=request_delta,
-        )
+        self._fallback.settle(key, **settled)
 
-    def settle(
-        self,
-        key: str,
-        *,
-        tenant: str | None = None,
-        token_delta: float = 0.0,
-        input_delta: float | None = None,
-        output_delta: float | None = None,
-        lease: str | None = None,
-        request_delta: float = 0.0,
-    ) -> None:
-        """Correct a reservation in Redis, and give its concurrency ``lease`` back;
-        ``request_delta=-1`` also gives back the request (a call never sent)."""
-        run(
-            self.settle_steps(
-                key,
-                tenant=tenant,
-                token_delta=token_delta,
-                input_delta=input_delta,
-                output_delta=output_delta,
-                lease=lease,
-                request_delta=request_delta,
-            )
-        )
-
-    async def asettle(
-        self,
-        key: str,
-        *,
-        tenant: str | None = None,
-        token_delta: float = 0.0,
-        input_delta: float | None = None,
-        output_delta: float | None = None,
-        lease: str | None = None,
-        request_delta: float = 0.0,
-    ) -> None:
-        """Async twin of :meth:`settle`."""
-        await arun(
-            self.settle_steps(
-                key,
-                tenant=tenant,
-                token_delta=token_delta,
-                input_delta=input_delta,
-                output_delta=output_delta,
-                lease=lease,
-                request_delta=request_delta,
-            )
-        )
-
-    def release(self, key: str, *, tenant: str | None = None, lease: str) -> None:
+    def release_steps(self, key: str, *, tenant: str | None = None, lease: str) -> Step[None]:
         """Give a concurrency lease back without settling tokens."""
-        self.settle(key, tenant=tenant, lease=lease)
+        return self.settle_steps(key, tenant=tenant, lease=lease)
 
-    async def arelease(self, key: str, *, tenant: str | None = None, lease: str) -> None:
-        """Async twin of :meth:`release`."""
-        await self.asettle(key, tenant=tenant, lease=lease)
+    reserve = blocking(reserve_steps)
+    learn = blocking(learn_steps)
+    settle = blocking(settle_steps)
+    release = blocking(release_steps)
+    areserve = awaiting(reserve_steps)
+    alearn = awaiting(learn_steps)
+    asettle = awaiting(settle_steps)
+    arelease = awaiting(release_steps)
 
     def in_flight(self, key: str, *, tenant: str | None = None) -> int:
         """Calls holding a concurrency lease on ``key`` now (the most of any of its limits);

@@ -19,8 +19,9 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import ClassVar, NamedTuple, Protocol
+from typing import NamedTuple, Protocol
 
+from .._state.steps import Step, in_place, in_place_async
 from ..errors import ConfigurationError
 
 __all__ = [
@@ -89,16 +90,25 @@ def spend(state: BudgetState, now: float, policy: RetryBudgetPolicy) -> tuple[bo
 
 
 class RetryBudget(Protocol):
-    """Where budgets live: this process, or Redis for the whole fleet."""
+    """Where budgets live: this process, or Redis for the whole fleet. Each operation is
+    written once, as steps; the blocking and async entry points are derived from them."""
 
     policy: RetryBudgetPolicy
 
-    def record_request(self, route: str) -> None:
+    def record_request_steps(self, route: str) -> Step[None]:
         """Count one call sent to ``route`` (once per call, not per attempt)."""
         ...
 
-    def try_spend(self, route: str) -> bool:
+    def try_spend_steps(self, route: str) -> Step[bool]:
         """Take one retry from ``route``'s budget; False when there is none left."""
+        ...
+
+    def record_request(self, route: str) -> None:
+        """Blocking :meth:`record_request_steps`."""
+        ...
+
+    def try_spend(self, route: str) -> bool:
+        """Blocking :meth:`try_spend_steps`."""
         ...
 
     async def arecord_request(self, route: str) -> None:
@@ -112,9 +122,6 @@ class RetryBudget(Protocol):
 
 class MemoryRetryBudget:
     """Budgets of this process, one per route; ``clock`` is injectable for tests."""
-
-    inline_steps: ClassVar[frozenset[str]] = frozenset({"record_request", "try_spend"})
-    """Methods that never wait: a :class:`~llmguard_sdk._state.steps.Batch` calls them in place."""
 
     def __init__(
         self,
@@ -138,13 +145,10 @@ class MemoryRetryBudget:
             allowed, self._states[route] = spend(self._state(route), self._clock(), self.policy)
             return allowed
 
-    async def arecord_request(self, route: str) -> None:
-        """Same as :meth:`record_request` (no I/O, so it never blocks a loop)."""
-        self.record_request(route)
-
-    async def atry_spend(self, route: str) -> bool:
-        """Same as :meth:`try_spend`."""
-        return self.try_spend(route)
+    record_request_steps = in_place(record_request)
+    try_spend_steps = in_place(try_spend)
+    arecord_request = in_place_async(record_request)
+    atry_spend = in_place_async(try_spend)
 
     def state(self, route: str) -> BudgetState:
         """The current counts of ``route`` (for inspection)."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 from importlib import resources
 
-from .._state.steps import Step, arun, run
+from .._state.steps import Step, awaiting, blocking
 from .._state.stores import Outage, RedisScripts, RedisStore, hash_id, redis_errors
 from .budget import MemoryRetryBudget, RetryBudgetPolicy
 
@@ -50,7 +50,7 @@ class RedisRetryBudget:
         return [op, p.ratio, p.min_per_second, p.window, self._ttl]
 
     def record_request_steps(self, route: str) -> Step[None]:
-        """:meth:`record_request` as a step of a :class:`~llmguard_sdk._state.steps.Batch`."""
+        """Count one call sent to ``route``."""
         if self._outage.up():
             try:
                 yield self._scripts.command(0, self._key(route), self._args("deposit"))
@@ -60,7 +60,7 @@ class RedisRetryBudget:
         self._fallback.record_request(route)
 
     def try_spend_steps(self, route: str) -> Step[bool]:
-        """:meth:`try_spend` as a step of a :class:`~llmguard_sdk._state.steps.Batch`."""
+        """Take one retry from ``route``'s shared budget."""
         if self._outage.up():
             try:
                 return bool((yield self._scripts.command(0, self._key(route), self._args("spend"))))
@@ -68,18 +68,7 @@ class RedisRetryBudget:
                 self._outage.failed(exc)
         return self._fallback.try_spend(route)
 
-    def record_request(self, route: str) -> None:
-        """Count one call sent to ``route``."""
-        run(self.record_request_steps(route))
-
-    def try_spend(self, route: str) -> bool:
-        """Take one retry from ``route``'s shared budget."""
-        return run(self.try_spend_steps(route))
-
-    async def arecord_request(self, route: str) -> None:
-        """Async twin of :meth:`record_request`."""
-        await arun(self.record_request_steps(route))
-
-    async def atry_spend(self, route: str) -> bool:
-        """Async twin of :meth:`try_spend`."""
-        return await arun(self.try_spend_steps(route))
+    record_request = blocking(record_request_steps)
+    try_spend = blocking(try_spend_steps)
+    arecord_request = awaiting(record_request_steps)
+    atry_spend = awaiting(try_spend_steps)
