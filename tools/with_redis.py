@@ -77,15 +77,20 @@ def start_throwaway(
         stderr=subprocess.DEVNULL,
     )
     url = f"redis://127.0.0.1:{port}/0"
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise SystemExit(f"throwaway redis-server exited with {process.returncode}")
-        if answers(url, timeout=0.2):
-            return process, url, workdir
-        time.sleep(0.05)
-    process.kill()
-    raise SystemExit("throwaway redis-server did not answer within 15 s")
+    try:
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                raise SystemExit(f"throwaway redis-server exited with {process.returncode}")
+            if answers(url, timeout=0.2):
+                return process, url, workdir
+            time.sleep(0.05)
+        raise SystemExit("throwaway redis-server did not answer within 15 s")
+    except BaseException:  # never leave the server or its folder behind
+        process.kill()
+        process.wait()
+        shutil.rmtree(workdir, ignore_errors=True)
+        raise
 
 
 @contextlib.contextmanager
