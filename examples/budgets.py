@@ -16,7 +16,7 @@ from llmguard_sdk import (
     Price,
     PriceTable,
 )
-from llmguard_sdk.budget.cli import estimate
+from llmguard_sdk.budget.estimate import estimate
 from llmguard_sdk.testing import FakeProvider
 
 PRICES = PriceTable.default_table().with_prices(

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from llmguard_sdk.budget import Budget, Budgets, Price, PriceTable, UsageRecorder, read_usage
-from llmguard_sdk.budget.cli import estimate
+from llmguard_sdk.budget.estimate import estimate
 from llmguard_sdk.cli import main
 from llmguard_sdk.testing import FakeProvider, Fault
 

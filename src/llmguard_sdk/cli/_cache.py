@@ -17,10 +17,10 @@ import json
 from dataclasses import asdict
 from typing import Any
 
+from ..cache.bert import BertEmbedder
+from ..cache.calibrate import calibrate, pick_threshold, read_pairs
+from ..cache.embedders import Embedder, HashingEmbedder, HybridEmbedder
 from ..errors import ConfigurationError
-from .bert import BertEmbedder
-from .calibrate import calibrate, pick_threshold, read_pairs
-from .embedders import Embedder, HashingEmbedder, HybridEmbedder
 
 EMBEDDERS = ("hashing", "minilm", "hybrid")
 

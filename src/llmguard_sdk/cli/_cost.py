@@ -1,13 +1,7 @@
 """``llmguard cost``: estimate a monthly bill, and report one from recorded usage.
 
 ``llmguard cost estimate`` prices a workload under each option (one model, or a routing
-split such as 70 % small / 30 % large)::
-
-    monthly = requests/day x days x (1 - cache hit rate) x (1 + retry rate)
-              x (input tokens x input price + output tokens x output price)
-
-at the p50 and the p95 token counts; input read from a provider's prompt cache
-(``--cached-input-share``) is priced at the cached rate.
+split such as 70 % small / 30 % large) with :func:`llmguard_sdk.budget.estimate.estimate`.
 
 ``llmguard cost report FILE`` reads a :class:`~llmguard_sdk.budget.UsageRecorder` file and
 prints calls, cost and cost per successful call per tenant and feature.
@@ -19,68 +13,15 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any
 
+from ..budget.estimate import estimate
+from ..budget.prices import PriceTable
+from ..budget.recorder import read_usage, usage_report
 from ..errors import ConfigurationError
-from .prices import Price, PriceTable
-from .recorder import read_usage, usage_report
 
-__all__ = ["Option", "add_cost_command", "estimate", "run_cost_command"]
-
-
-@dataclass(frozen=True)
-class Option:
-    """One priced option of an estimate: per request and per month, at p50 and p95."""
-
-    name: str
-    per_request_p50_usd: float
-    per_request_p95_usd: float
-    monthly_p50_usd: float
-    monthly_p95_usd: float
-
-
-def _request_cost(price: Price, input_tokens: float, output_tokens: float, cached: float) -> float:
-    plain = input_tokens * (1.0 - cached)
-    return (
-        plain * price.input
-        + input_tokens * cached * price.cached_rate
-        + output_tokens * price.output
-    ) / 1_000_000
-
-
-def _price(table: PriceTable, name: str) -> Price:
-    provider, _, model = name.rpartition("/")
-    return table.price(model, provider=provider or None)
-
-
-def estimate(
-    table: PriceTable,
-    *,
-    requests_per_day: float,
-    input_tokens: tuple[float, float],
-    output_tokens: tuple[float, float],
-    options: list[tuple[str, dict[str, float]]],
-    cache_hit_rate: float = 0.0,
-    cached_input_share: float = 0.0,
-    retry_rate: float = 0.0,
-    days: float = 30.0,
-) -> list[Option]:
-    """Price each option: ``(name, {model: share})`` with shares summing to 1."""
-    billed = requests_per_day * days * (1.0 - cache_hit_rate) * (1.0 + retry_rate)
-    found: list[Option] = []
-    for name, split in options:
-        prices = [(_price(table, model), share) for model, share in split.items()]
-        p50 = sum(
-            share * _request_cost(p, input_tokens[0], output_tokens[0], cached_input_share)
-            for p, share in prices
-        )
-        p95 = sum(
-            share * _request_cost(p, input_tokens[1], output_tokens[1], cached_input_share)
-            for p, share in prices
-        )
-        found.append(Option(name, p50, p95, p50 * billed, p95 * billed))
-    return found
+__all__ = ["add_cost_command", "run_cost_command"]
 
 
 def _split(text: str) -> tuple[str, dict[str, float]]:

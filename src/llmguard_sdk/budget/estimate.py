@@ -1,0 +1,75 @@
+"""Estimating a monthly bill (``llmguard cost estimate``).
+
+:func:`estimate` prices a workload under each option (one model, or a routing split such as
+70 % small / 30 % large)::
+
+    monthly = requests/day x days x (1 - cache hit rate) x (1 + retry rate)
+              x (input tokens x input price + output tokens x output price)
+
+at the p50 and the p95 token counts; input read from a provider's prompt cache
+(``cached_input_share``) is priced at the cached rate.
+
+.. versionadded:: 0.2.0
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .prices import Price, PriceTable
+
+__all__ = ["Option", "estimate"]
+
+
+@dataclass(frozen=True)
+class Option:
+    """One priced option of an estimate: per request and per month, at p50 and p95."""
+
+    name: str
+    per_request_p50_usd: float
+    per_request_p95_usd: float
+    monthly_p50_usd: float
+    monthly_p95_usd: float
+
+
+def _request_cost(price: Price, input_tokens: float, output_tokens: float, cached: float) -> float:
+    plain = input_tokens * (1.0 - cached)
+    return (
+        plain * price.input
+        + input_tokens * cached * price.cached_rate
+        + output_tokens * price.output
+    ) / 1_000_000
+
+
+def _price(table: PriceTable, name: str) -> Price:
+    provider, _, model = name.rpartition("/")
+    return table.price(model, provider=provider or None)
+
+
+def estimate(
+    table: PriceTable,
+    *,
+    requests_per_day: float,
+    input_tokens: tuple[float, float],
+    output_tokens: tuple[float, float],
+    options: list[tuple[str, dict[str, float]]],
+    cache_hit_rate: float = 0.0,
+    cached_input_share: float = 0.0,
+    retry_rate: float = 0.0,
+    days: float = 30.0,
+) -> list[Option]:
+    """Price each option: ``(name, {model: share})`` with shares summing to 1."""
+    billed = requests_per_day * days * (1.0 - cache_hit_rate) * (1.0 + retry_rate)
+    found: list[Option] = []
+    for name, split in options:
+        prices = [(_price(table, model), share) for model, share in split.items()]
+        p50 = sum(
+            share * _request_cost(p, input_tokens[0], output_tokens[0], cached_input_share)
+            for p, share in prices
+        )
+        p95 = sum(
+            share * _request_cost(p, input_tokens[1], output_tokens[1], cached_input_share)
+            for p, share in prices
+        )
+        found.append(Option(name, p50, p95, p50 * billed, p95 * billed))
+    return found
