@@ -12,36 +12,30 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 import anyio
 
+from ._core import wiring
 from ._core.drive import acomplete, complete
 from ._core.opening import OpeningOutcome, aopen_call, aremember_later, open_call, remember_later
 from ._core.run import Run
 from ._core.stages import InputFilter, OutputFilter, Stages, finish, prepare, report, resolve_scope
 from ._core.streams import AsyncChatStream, ChatStream
 from .breaker import (
-    BreakerBackend,
     BreakerHook,
     BreakerPolicy,
     Breakers,
-    MemoryBreakerBackend,
-    RedisBreakerBackend,
 )
-from .budget import Budget, Budgets, PriceTable, SpendControl
+from .budget import Budget, Budgets, PriceTable
 from .cache import ResponseCache
 from .config import GuardSettings
 from .context import CallContext, Hook
 from .errors import ConfigurationError, ProviderError, RequestValidationError
 from .models import ChatRequest, ChatResponse, Message
 from .providers.base import Provider
-from .providers.openai_compat import OpenAICompatibleProvider
-from .ratelimit import LimitsConfig, MemoryRateLimiter, RateLimiter, RedisRateLimiter
+from .ratelimit import LimitsConfig, RateLimiter
 from .retry import (
-    MemoryRetryBudget,
-    RedisRetryBudget,
-    RetryBudget,
     RetryBudgetPolicy,
     RetryPolicy,
 )
-from .store import RedisStore, Store, open_store
+from .store import Store, open_store
 from .telemetry import Telemetry
 
 if TYPE_CHECKING:
@@ -184,7 +178,7 @@ class Guard:
         )
         if retry is not None and self.settings.retry_attempts is not None:
             retry = dataclasses.replace(retry, attempts=self.settings.retry_attempts)
-        routes = _routes(providers, self.settings)
+        routes = wiring.routes(providers, self.settings)
         for fn, what in (
             [(f, "input filter") for f in input_filters]
             + [(f, "output filter") for f in output_filters]
@@ -196,7 +190,7 @@ class Guard:
             store if isinstance(store, Store) else self.settings.store,
             key_prefix=self.settings.key_prefix,
         )
-        observer = _telemetry(telemetry)
+        observer = wiring.telemetry(telemetry)
         if observer is not None:
             breaker_hooks = [*breaker_hooks, observer.on_breaker_transition]
         self._stages = Stages(
@@ -208,15 +202,15 @@ class Guard:
             output_filters=tuple(output_filters),
             hooks=tuple(hooks),
             retry=retry,
-            budget=_budget(retry_budget, self.store) if retry is not None else None,
+            budget=wiring.budget(retry_budget, self.store) if retry is not None else None,
             continue_streams=continue_interrupted_streams,
-            breakers=_breakers(breaker, breaker_hooks, self.store),
+            breakers=wiring.breakers(breaker, breaker_hooks, self.store),
             moves_on=moves_on,
             degraded_text=degraded,
             hedge_after=hedge_after,
-            limiter=_limiter(rate_limits, self.store),
-            spend=_spend(budgets, prices, routes, self.store, observer),
-            cache=_cache(cache, self.store),
+            limiter=wiring.limiter(rate_limits, self.store),
+            spend=wiring.spend(budgets, prices, routes, self.store, observer),
+            cache=wiring.cache(cache, self.store),
             telemetry=observer,
         )
 
@@ -554,100 +548,6 @@ class Guard:
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
-
-
-def _spend(
-    budgets: Budgets | Sequence[Budget] | None,
-    prices: PriceTable | None,
-    routes: Sequence[Provider],
-    store: Store,
-    observer: Telemetry | None = None,
-) -> SpendControl:
-    if budgets is None:
-        config = Budgets(prices=prices)
-    elif isinstance(budgets, Budgets):
-        config = budgets if prices is None else dataclasses.replace(budgets, prices=prices)
-    elif isinstance(budgets, Budget) or all(isinstance(b, Budget) for b in budgets):
-        config = Budgets(budgets, prices=prices)
-    else:
-        raise ConfigurationError("budgets must be a Budgets or a list of Budget")
-    if observer is not None and config.budgets:  # budget events reach the telemetry too
-        config = dataclasses.replace(config, on_event=(*config.on_event, observer.on_budget_event))
-    return SpendControl(config, routes, store)
-
-
-def _limiter(limits: LimitsConfig | None, store: Store) -> RateLimiter | None:
-    if limits is None:
-        return None
-    limiter: MemoryRateLimiter | RedisRateLimiter = (
-        RedisRateLimiter(store, limits)
-        if isinstance(store, RedisStore)
-        else MemoryRateLimiter(limits)
-    )
-    return limiter if limiter.limits else None
-
-
-def _telemetry(telemetry: Telemetry | bool) -> Telemetry | None:
-    if telemetry is False:
-        return None
-    if telemetry is True:
-        return Telemetry()
-    if not isinstance(telemetry, Telemetry):
-        raise ConfigurationError(f"telemetry must be a Telemetry or a bool, got {telemetry!r}")
-    return telemetry
-
-
-def _cache(cache: ResponseCache | bool | None, store: Store) -> ResponseCache | None:
-    if cache is None or cache is False:
-        return None
-    if cache is True:
-        return ResponseCache(store)
-    if not isinstance(cache, ResponseCache):
-        raise ConfigurationError(f"cache must be a ResponseCache or True, got {cache!r}")
-    return cache
-
-
-def _breakers(
-    policy: BreakerPolicy | Breakers | None, hooks: Sequence[BreakerHook], store: Store
-) -> Breakers | None:
-    if policy is None or isinstance(policy, Breakers):
-        return policy
-    backend: BreakerBackend
-    if isinstance(store, RedisStore):
-        backend = RedisBreakerBackend(store, policy)
-    else:
-        backend = MemoryBreakerBackend(policy)
-    return Breakers(backend, hooks)
-
-
-def _budget(policy: RetryBudgetPolicy | None, store: Store) -> RetryBudget | None:
-    if policy is None:
-        return None
-    if isinstance(store, RedisStore):
-        return RedisRetryBudget(store, policy)
-    return MemoryRetryBudget(policy)
-
-
-def _routes(
-    providers: Provider | Sequence[Provider] | None, settings: GuardSettings
-) -> tuple[Provider, ...]:
-    if providers is None:
-        if settings.base_url is None:
-            return ()
-        return (
-            OpenAICompatibleProvider(
-                settings.base_url, api_key=settings.api_key, model=settings.model
-            ),
-        )
-    routes = (providers,) if isinstance(providers, Provider) else tuple(providers)
-    for route in routes:
-        if not isinstance(route, Provider):
-            raise ConfigurationError(f"{route!r} is not a Provider")
-    names = [route.name for route in routes]
-    duplicates = sorted({n for n in names if names.count(n) > 1})
-    if duplicates:
-        raise ConfigurationError(f"route names must be unique; repeated: {duplicates}")
-    return routes
 
 
 def _request_data(

@@ -51,6 +51,26 @@ __all__ = ["acomplete", "adrive", "complete", "drive"]
 logger = logging.getLogger("llmguard_sdk")
 
 
+def _complete(op: Complete) -> ChatResponse:
+    return op.route.complete(op.request, model=op.model, deadline=op.deadline)
+
+
+async def _acomplete(op: Complete) -> ChatResponse:
+    return await op.route.acomplete(op.request, model=op.model, deadline=op.deadline)
+
+
+def _open(op: Open) -> Generator[StreamChunk, None, None]:
+    return op.route.stream(
+        op.request, model=op.model, deadline=op.deadline, idle_timeout=op.idle_timeout
+    )
+
+
+def _aopen(op: Open) -> AsyncGenerator[StreamChunk, None]:
+    return op.route.astream(
+        op.request, model=op.model, deadline=op.deadline, idle_timeout=op.idle_timeout
+    )
+
+
 # -- blocking ---------------------------------------------------------------------------------
 
 
@@ -96,13 +116,9 @@ def _perform(op: Any, run: Run, streams: _Streams) -> Any:
     if isinstance(op, Next):
         return streams.next(op.chunks)
     if isinstance(op, Complete):
-        return op.route.complete(op.request, model=op.model, deadline=op.deadline)
+        return _complete(op)
     if isinstance(op, Open):
-        return streams.add(
-            op.route.stream(
-                op.request, model=op.model, deadline=op.deadline, idle_timeout=op.idle_timeout
-            )
-        )
+        return streams.add(_open(op))
     if isinstance(op, Sleep):
         run.tail.flush()
         if op.seconds > 0:
@@ -210,19 +226,16 @@ class _ThreadLegs:
 
     def start(self, op: StartLeg) -> None:
         leg = self.legs[op.route.name] = _Leg(op)
-        if op.streaming:
-            leg.chunks = op.route.stream(
-                op.request, model=op.model, deadline=op.deadline, idle_timeout=op.idle_timeout
-            )
+        if isinstance(op.attempt, Open):
+            leg.chunks = _open(op.attempt)
         threading.Thread(target=self._run, args=(leg,), daemon=True).start()
 
     def _run(self, leg: _Leg) -> None:
-        op, name = leg.op, leg.op.route.name
+        attempt, name = leg.op.attempt, leg.op.route.name
         event: LegEvent
         try:
-            if leg.chunks is None:
-                response = op.route.complete(op.request, model=op.model, deadline=op.deadline)
-                event = LegEvent(name, value=response)
+            if isinstance(attempt, Complete):
+                event = LegEvent(name, value=_complete(attempt))
             else:
                 buffered: list[StreamChunk] = []
                 for chunk in leg.chunks:
@@ -324,13 +337,9 @@ async def _aperform(op: Any, run: Run, streams: _Streams) -> Any:
     if isinstance(op, Next):
         return await streams.anext(op.chunks)
     if isinstance(op, Complete):
-        return await op.route.acomplete(op.request, model=op.model, deadline=op.deadline)
+        return await _acomplete(op)
     if isinstance(op, Open):
-        return streams.add(
-            op.route.astream(
-                op.request, model=op.model, deadline=op.deadline, idle_timeout=op.idle_timeout
-            )
-        )
+        return streams.add(_aopen(op))
     if isinstance(op, Sleep):
         await run.tail.aflush()
         if op.seconds > 0:
@@ -406,22 +415,17 @@ class _TaskLegs:
     def start(self, op: StartLeg) -> None:
         assert self.tasks is not None
         leg = self.legs[op.route.name] = _TaskLeg(op, anyio.CancelScope())
-        if op.streaming:
-            leg.chunks = op.route.astream(
-                op.request, model=op.model, deadline=op.deadline, idle_timeout=op.idle_timeout
-            )
+        if isinstance(op.attempt, Open):
+            leg.chunks = _aopen(op.attempt)
         self.tasks.start_soon(self._run, leg)
 
     async def _run(self, leg: _TaskLeg) -> None:
-        op, name = leg.op, leg.op.route.name
+        attempt, name = leg.op.attempt, leg.op.route.name
         event: LegEvent
         with leg.scope:
             try:
-                if leg.chunks is None:
-                    response = await op.route.acomplete(
-                        op.request, model=op.model, deadline=op.deadline
-                    )
-                    event = LegEvent(name, value=response)
+                if isinstance(attempt, Complete):
+                    event = LegEvent(name, value=await _acomplete(attempt))
                 else:
                     buffered: list[StreamChunk] = []
                     async for chunk in leg.chunks:

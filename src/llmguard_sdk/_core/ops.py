@@ -87,15 +87,15 @@ class Emit:
 
 @dataclass(frozen=True)
 class StartLeg:
-    """Start one leg of a hedge race: run ``route`` until it is ready (a whole answer, or a
-    stream's first content) in the background."""
+    """Start one leg of a hedge race in the background: ``attempt`` (a whole answer, or a
+    stream read to its first content)."""
 
-    route: Provider
-    request: ChatRequest
-    model: str
-    deadline: float
-    idle_timeout: float | None
-    streaming: bool
+    attempt: Complete | Open
+
+    @property
+    def route(self) -> Provider:
+        """The leg's route."""
+        return self.attempt.route
 
 
 @dataclass(frozen=True)

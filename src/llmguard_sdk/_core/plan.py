@@ -154,16 +154,11 @@ def _complete(
     run: Run, route: Provider, reservation: Reservation | None
 ) -> Generator[Any, Any, ChatResponse]:
     """One non-streaming attempt, its outcome recorded and its reservation settled."""
-    ctx, stages = run.ctx, run.stages
+    ctx = run.ctx
     started = time.monotonic()
     record = ctx.begin_attempt(route.name)
     try:
-        response: ChatResponse = yield Complete(
-            route,
-            run.request,
-            routes.route_model(route, run.request),
-            routes.attempt_deadline(ctx, stages),
-        )
+        response: ChatResponse = yield _complete_op(run, route)
     except ProviderError as failure:
         record.end(failure)
         run.settle(reservation, error=failure)  # nothing was generated: tokens back
@@ -275,16 +270,29 @@ class _Leg:
 
 
 def _start(run: Run, leg: _Leg) -> StartLeg:
-    ctx, stages, route = run.ctx, run.stages, leg.route
-    ctx.attempts += 1
-    run.tried.add(route.name)
-    return StartLeg(
+    run.ctx.attempts += 1
+    run.tried.add(leg.route.name)
+    return StartLeg(_open(run, leg.route) if run.streaming else _complete_op(run, leg.route))
+
+
+def _complete_op(run: Run, route: Provider) -> Complete:
+    """One non-streaming attempt on ``route``: its model, its deadline."""
+    return Complete(
         route,
         run.request,
         routes.route_model(route, run.request),
-        ctx.deadline if run.streaming else routes.attempt_deadline(ctx, stages),
-        stages.attempt_timeout,
-        run.streaming,
+        routes.attempt_deadline(run.ctx, run.stages),
+    )
+
+
+def _open(run: Run, route: Provider) -> Open:
+    """A stream on ``route``: the call's deadline, the attempt timeout between chunks."""
+    return Open(
+        route,
+        run.request,
+        routes.route_model(route, run.request),
+        run.ctx.deadline,
+        run.stages.attempt_timeout,
     )
 
 

@@ -1,0 +1,122 @@
+"""Wiring: the Guard's arguments turned into its configured stages (the routes, the state
+backends for its store, telemetry, spend control, the cache)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from ..breaker import (
+    BreakerBackend,
+    BreakerHook,
+    BreakerPolicy,
+    Breakers,
+    MemoryBreakerBackend,
+    RedisBreakerBackend,
+)
+from ..budget import Budget, Budgets, PriceTable, SpendControl
+from ..cache import ResponseCache
+from ..config import GuardSettings
+from ..errors import ConfigurationError
+from ..providers.base import Provider
+from ..providers.openai_compat import OpenAICompatibleProvider
+from ..ratelimit import LimitsConfig, MemoryRateLimiter, RateLimiter, RedisRateLimiter
+from ..retry import MemoryRetryBudget, RedisRetryBudget, RetryBudget, RetryBudgetPolicy
+from ..store import RedisStore, Store
+from ..telemetry import Telemetry
+
+__all__ = ["breakers", "budget", "cache", "limiter", "routes", "spend", "telemetry"]
+
+
+def spend(
+    budgets: Budgets | Sequence[Budget] | None,
+    prices: PriceTable | None,
+    routes: Sequence[Provider],
+    store: Store,
+    observer: Telemetry | None = None,
+) -> SpendControl:
+    if budgets is None:
+        config = Budgets(prices=prices)
+    elif isinstance(budgets, Budgets):
+        config = budgets if prices is None else dataclasses.replace(budgets, prices=prices)
+    elif isinstance(budgets, Budget) or all(isinstance(b, Budget) for b in budgets):
+        config = Budgets(budgets, prices=prices)
+    else:
+        raise ConfigurationError("budgets must be a Budgets or a list of Budget")
+    if observer is not None and config.budgets:  # budget events reach the telemetry too
+        config = dataclasses.replace(config, on_event=(*config.on_event, observer.on_budget_event))
+    return SpendControl(config, routes, store)
+
+
+def limiter(limits: LimitsConfig | None, store: Store) -> RateLimiter | None:
+    if limits is None:
+        return None
+    limiter: MemoryRateLimiter | RedisRateLimiter = (
+        RedisRateLimiter(store, limits)
+        if isinstance(store, RedisStore)
+        else MemoryRateLimiter(limits)
+    )
+    return limiter if limiter.limits else None
+
+
+def telemetry(telemetry: Telemetry | bool) -> Telemetry | None:
+    if telemetry is False:
+        return None
+    if telemetry is True:
+        return Telemetry()
+    if not isinstance(telemetry, Telemetry):
+        raise ConfigurationError(f"telemetry must be a Telemetry or a bool, got {telemetry!r}")
+    return telemetry
+
+
+def cache(cache: ResponseCache | bool | None, store: Store) -> ResponseCache | None:
+    if cache is None or cache is False:
+        return None
+    if cache is True:
+        return ResponseCache(store)
+    if not isinstance(cache, ResponseCache):
+        raise ConfigurationError(f"cache must be a ResponseCache or True, got {cache!r}")
+    return cache
+
+
+def breakers(
+    policy: BreakerPolicy | Breakers | None, hooks: Sequence[BreakerHook], store: Store
+) -> Breakers | None:
+    if policy is None or isinstance(policy, Breakers):
+        return policy
+    backend: BreakerBackend
+    if isinstance(store, RedisStore):
+        backend = RedisBreakerBackend(store, policy)
+    else:
+        backend = MemoryBreakerBackend(policy)
+    return Breakers(backend, hooks)
+
+
+def budget(policy: RetryBudgetPolicy | None, store: Store) -> RetryBudget | None:
+    if policy is None:
+        return None
+    if isinstance(store, RedisStore):
+        return RedisRetryBudget(store, policy)
+    return MemoryRetryBudget(policy)
+
+
+def routes(
+    providers: Provider | Sequence[Provider] | None, settings: GuardSettings
+) -> tuple[Provider, ...]:
+    if providers is None:
+        if settings.base_url is None:
+            return ()
+        return (
+            OpenAICompatibleProvider(
+                settings.base_url, api_key=settings.api_key, model=settings.model
+            ),
+        )
+    routes = (providers,) if isinstance(providers, Provider) else tuple(providers)
+    for route in routes:
+        if not isinstance(route, Provider):
+            raise ConfigurationError(f"{route!r} is not a Provider")
+    names = [route.name for route in routes]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise ConfigurationError(f"route names must be unique; repeated: {duplicates}")
+    return routes
