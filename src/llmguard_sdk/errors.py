@@ -42,7 +42,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .redaction import redact_secrets
+from .telemetry.redaction import redact_secrets
 
 __all__ = [
     "AllRoutesFailedError",

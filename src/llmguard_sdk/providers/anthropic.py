@@ -34,7 +34,7 @@ from typing import Any
 from ..errors import ConfigurationError, MalformedResponseError, ProviderUnavailableError
 from ..models import ChatRequest, ChatResponse, Message, StreamChunk
 from ..prompts.adapters import CACHE_HISTORY_KEY, STATIC_MESSAGES_KEY, add_cache_breakpoints
-from ..redaction import register_secret
+from ..telemetry.redaction import register_secret
 from .openai_compat import OpenAICompatibleProvider
 from .wire import (
     MAX_ERROR_BODY_BYTES,

@@ -34,7 +34,7 @@ from ..errors import (
     ProviderUnavailableError,
 )
 from ..models import ChatRequest, ChatResponse, StreamChunk
-from ..redaction import register_secret
+from ..telemetry.redaction import register_secret
 from ._watchdog import watchdog
 from .wire import (
     MAX_BODY_BYTES,

@@ -1,67 +1,26 @@
-"""OpenTelemetry traces and metrics for guarded calls, and one structured log record each.
-
-Only ``opentelemetry-api`` is needed at run time: without an SDK configured by the
-application every span and instrument is a no-op. ``Guard(telemetry=True)`` (the default)
-uses the global tracer and meter providers; ``Guard(telemetry=Telemetry(...))`` takes
-explicit ones and the content and logging options.
-
-**Spans.** One ``CLIENT`` span per guarded call, named ``chat {model}``, with the GenAI
-semantic-convention attributes (``gen_ai.operation.name``, ``gen_ai.provider.name``,
-``gen_ai.request.model``, ``gen_ai.response.model``, ``gen_ai.usage.input_tokens`` /
-``output_tokens``, ``gen_ai.request.max_tokens``, ``gen_ai.response.finish_reasons``,
-``error.type``) and ours under ``llmguard.*``: ``feature``, ``tenant`` (hashed),
-``served_by``, ``attempts``, ``cache`` (``exact`` / ``semantic`` / ``stale`` / ``miss``) and
-``cache.similarity``, ``cost_usd`` and ``cost_source``, ``retry_wait_s``,
-``rate_limit_wait_s``, ``time_to_first_token_s`` (streams), ``degraded``. A child span per
-provider attempt carries ``llmguard.route``, ``llmguard.attempt``, ``llmguard.retry_wait_s``
-(the wait that followed it) and, for streams, ``gen_ai.response.time_to_first_chunk``;
-routes that were skipped or failed (an open breaker, no rate-limit room ...) are events on
-the call span. Spans are written when the call ends, with the times the call and each
-attempt really started and ended, under the span that was current when the call began.
-
-**Metrics.** ``gen_ai.client.operation.duration`` (s) and ``gen_ai.client.token.usage``
-({token}, ``gen_ai.token.type`` input / output) as the conventions define them;
-``gen_ai.client.operation.time_to_first_chunk`` (per attempt: from the request to the first
-non-empty content delta) and ``gen_ai.client.operation.time_per_output_chunk`` (each gap
-between content chunks) for streams; ``llmguard.time_to_first_token`` (end to end, from the
-caller's call: queueing, rate-limit waits and retries included); ``llmguard.output_tokens_per_
-second``; ``llmguard.cost`` (USD); ``llmguard.cache.lookups`` (by result);
-``llmguard.breaker.transitions``; ``llmguard.retries``; ``llmguard.budget.events`` and
-``llmguard.budget.remaining`` (at each alert or refusal, scope ids hashed). Answers from the
-cache carry ``llmguard.cache`` on the duration metric, so they never mix into provider
-latency, and report no token usage.
-
-**Logs and redaction.** One record per call on the ``llmguard_sdk.calls`` logger (DEBUG by
-default) with the same fields under ``record.llmguard``. Credentials never appear in spans,
-metrics, logs or exception messages (:func:`~llmguard_sdk.redaction.redact_secrets`); prompt
-and answer text is captured only with ``capture_content=True``, passed through ``redact``
-(default: :func:`~llmguard_sdk.redaction.redact`, which masks e-mail addresses, phone and card
-numbers too) and truncated to ``max_content_chars``.
-
-.. versionadded:: 0.2.0
-"""
+"""The :class:`Telemetry` class: spans, metrics and the per-call log record."""
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from opentelemetry import context as otel_context
 from opentelemetry import metrics, trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from ._state.stores import hash_id
-from ._version import __version__
+from .._state.stores import hash_id
+from .._version import __version__
 from .redaction import redact, redact_secrets
 
 if TYPE_CHECKING:
-    from .breaker import BreakerTransition
-    from .budget import BudgetEvent
-    from .context import AttemptRecord, CallContext, CallEvent
-    from .models import ChatResponse
-    from .providers.base import Provider
+    from ..breaker import BreakerTransition
+    from ..budget import BudgetEvent
+    from ..context import AttemptRecord, CallContext, CallEvent, RetryDetails, Scope
+    from ..models import ChatResponse
+    from ..providers.base import Provider
 
 __all__ = ["Telemetry"]
 
@@ -93,6 +52,21 @@ def provider_name(route: Provider | None) -> str:
         if cls.__name__ in _PROVIDER_NAMES:
             return _PROVIDER_NAMES[cls.__name__]
     return type(route).__name__.lower()
+
+
+def _seconds(
+    meter: metrics.Meter,
+    name: str,
+    description: str,
+    *,
+    buckets: list[float] | None = _DURATION_BUCKETS,
+) -> metrics.Histogram:
+    """A histogram of durations (unit ``s``; the duration buckets unless told otherwise)."""
+    if buckets is None:
+        return meter.create_histogram(name, unit="s", description=description)
+    return meter.create_histogram(
+        name, unit="s", description=description, explicit_bucket_boundaries_advisory=buckets
+    )
 
 
 class Telemetry:
@@ -128,11 +102,8 @@ class Telemetry:
         self._log_level = log_level
         self._tracer = trace.get_tracer(_SCOPE, __version__, tracer_provider=tracer_provider)
         meter = metrics.get_meter(_SCOPE, __version__, meter_provider=meter_provider)
-        self._duration = meter.create_histogram(
-            "gen_ai.client.operation.duration",
-            unit="s",
-            description="GenAI operation duration",
-            explicit_bucket_boundaries_advisory=_DURATION_BUCKETS,
+        self._duration = _seconds(
+            meter, "gen_ai.client.operation.duration", "GenAI operation duration"
         )
         self._tokens = meter.create_histogram(
             "gen_ai.client.token.usage",
@@ -140,22 +111,21 @@ class Telemetry:
             description="Measures number of input and output tokens used",
             explicit_bucket_boundaries_advisory=_TOKEN_BUCKETS,
         )
-        self._first_chunk = meter.create_histogram(
+        self._first_chunk = _seconds(
+            meter,
             "gen_ai.client.operation.time_to_first_chunk",
-            unit="s",
-            description="Time from the request to the first content chunk of a stream",
-            explicit_bucket_boundaries_advisory=_DURATION_BUCKETS,
+            "Time from the request to the first content chunk of a stream",
         )
-        self._chunk_gap = meter.create_histogram(
+        self._chunk_gap = _seconds(
+            meter,
             "gen_ai.client.operation.time_per_output_chunk",
-            unit="s",
-            description="Time between consecutive content chunks of a stream",
+            "Time between consecutive content chunks of a stream",
+            buckets=None,
         )
-        self._ttft = meter.create_histogram(
+        self._ttft = _seconds(
+            meter,
             "llmguard.time_to_first_token",
-            unit="s",
-            description="From the caller's call to the first content token (end to end)",
-            explicit_bucket_boundaries_advisory=_DURATION_BUCKETS,
+            "From the caller's call to the first content token (end to end)",
         )
         self._speed = meter.create_histogram(
             "llmguard.output_tokens_per_second",
@@ -217,12 +187,7 @@ class Telemetry:
             "llmguard.attempts": event.attempts,
             "llmguard.outcome": event.outcome,
         }
-        if event.scope.feature is not None:
-            attributes["llmguard.feature"] = event.scope.feature
-        if event.scope.tenant is not None:
-            attributes["llmguard.tenant"] = hash_id(event.scope.tenant)
-        if event.retries:
-            attributes["llmguard.retry_wait_s"] = round(sum(r.wait for r in event.retries), 6)
+        _add_scope(attributes, event.scope, event.retries)
         if event.error is not None:
             attributes["error.type"] = type(event.error).__name__
         if event.usage is not None:
@@ -338,12 +303,7 @@ class Telemetry:
             attributes["gen_ai.request.max_tokens"] = request.output_limit
         if request.temperature is not None:
             attributes["gen_ai.request.temperature"] = request.temperature
-        if ctx.scope.feature is not None:
-            attributes["llmguard.feature"] = ctx.scope.feature
-        if ctx.scope.tenant is not None:
-            attributes["llmguard.tenant"] = hash_id(ctx.scope.tenant)
-        if ctx.retries:
-            attributes["llmguard.retry_wait_s"] = round(sum(r.wait for r in ctx.retries), 6)
+        _add_scope(attributes, ctx.scope, ctx.retries)
         if ctx.rate_wait_s:
             attributes["llmguard.rate_limit_wait_s"] = round(ctx.rate_wait_s, 6)
         if ctx.hedge_after is not None:
@@ -530,6 +490,16 @@ class Telemetry:
 
     def _content(self, text: str) -> str:
         return self._redact(redact_secrets(text))[: self._max_chars]
+
+
+def _add_scope(attributes: Attributes, scope: Scope, retries: Sequence[RetryDetails]) -> None:
+    """A call's feature, its tenant (hashed) and the time it waited between retries."""
+    if scope.feature is not None:
+        attributes["llmguard.feature"] = scope.feature
+    if scope.tenant is not None:
+        attributes["llmguard.tenant"] = hash_id(scope.tenant)
+    if retries:
+        attributes["llmguard.retry_wait_s"] = round(sum(r.wait for r in retries), 6)
 
 
 def _hashed_scope(scope: str) -> str:

@@ -1,0 +1,62 @@
+"""OpenTelemetry traces and metrics for guarded calls, and one structured log record each.
+
+Only ``opentelemetry-api`` is needed at run time: without an SDK configured by the
+application every span and instrument is a no-op. ``Guard(telemetry=True)`` (the default)
+uses the global tracer and meter providers; ``Guard(telemetry=Telemetry(...))`` takes
+explicit ones and the content and logging options.
+
+**Spans.** One ``CLIENT`` span per guarded call, named ``chat {model}``, with the GenAI
+semantic-convention attributes (``gen_ai.operation.name``, ``gen_ai.provider.name``,
+``gen_ai.request.model``, ``gen_ai.response.model``, ``gen_ai.usage.input_tokens`` /
+``output_tokens``, ``gen_ai.request.max_tokens``, ``gen_ai.response.finish_reasons``,
+``error.type``) and ours under ``llmguard.*``: ``feature``, ``tenant`` (hashed),
+``served_by``, ``attempts``, ``cache`` (``exact`` / ``semantic`` / ``stale`` / ``miss``) and
+``cache.similarity``, ``cost_usd`` and ``cost_source``, ``retry_wait_s``,
+``rate_limit_wait_s``, ``time_to_first_token_s`` (streams), ``degraded``. A child span per
+provider attempt carries ``llmguard.route``, ``llmguard.attempt``, ``llmguard.retry_wait_s``
+(the wait that followed it) and, for streams, ``gen_ai.response.time_to_first_chunk``;
+routes that were skipped or failed (an open breaker, no rate-limit room ...) are events on
+the call span. Spans are written when the call ends, with the times the call and each
+attempt really started and ended, under the span that was current when the call began.
+
+**Metrics.** ``gen_ai.client.operation.duration`` (s) and ``gen_ai.client.token.usage``
+({token}, ``gen_ai.token.type`` input / output) as the conventions define them;
+``gen_ai.client.operation.time_to_first_chunk`` (per attempt: from the request to the first
+non-empty content delta) and ``gen_ai.client.operation.time_per_output_chunk`` (each gap
+between content chunks) for streams; ``llmguard.time_to_first_token`` (end to end, from the
+caller's call: queueing, rate-limit waits and retries included); ``llmguard.output_tokens_per_
+second``; ``llmguard.cost`` (USD); ``llmguard.cache.lookups`` (by result);
+``llmguard.breaker.transitions``; ``llmguard.retries``; ``llmguard.budget.events`` and
+``llmguard.budget.remaining`` (at each alert or refusal, scope ids hashed). Answers from the
+cache carry ``llmguard.cache`` on the duration metric, so they never mix into provider
+latency, and report no token usage.
+
+**Logs and redaction.** One record per call on the ``llmguard_sdk.calls`` logger (DEBUG by
+default) with the same fields under ``record.llmguard``. Credentials never appear in spans,
+metrics, logs or exception messages
+(:func:`~llmguard_sdk.telemetry.redaction.redact_secrets`); prompt and answer text is captured
+only with ``capture_content=True``, passed through ``redact`` (default:
+:func:`~llmguard_sdk.telemetry.redaction.redact`, which masks e-mail addresses, phone and card
+numbers too) and truncated to ``max_content_chars``.
+
+.. versionadded:: 0.2.0
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._otel import Telemetry
+
+__all__ = ["Telemetry"]
+
+
+def __getattr__(name: str) -> Any:
+    """Import :class:`Telemetry` (and OpenTelemetry) at its first use: the low modules that
+    import :mod:`~llmguard_sdk.telemetry.redaction` (the exception tree) stay light."""
+    if name == "Telemetry":
+        from ._otel import Telemetry
+
+        return Telemetry
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
