@@ -37,8 +37,8 @@ __all__ = [
     "awaiting",
     "blocking",
     "done",
+    "entry_points",
     "in_place",
-    "in_place_async",
     "run",
     "start",
     "work",
@@ -100,10 +100,13 @@ def done(value: T) -> Step[T]:
 # -- an operation written once: its steps, and the entry points derived from them ------------
 #
 # A backend writes each operation once. Redis backends write it as steps (``x_steps``) and
-# derive ``x = blocking(x_steps)`` and ``ax = awaiting(x_steps)``; in-process backends write
-# the plain method ``x`` (it never waits) and derive ``x_steps = in_place(x)`` and
-# ``ax = in_place_async(x)``. The derived methods keep the signature of what they derive
-# from, for mypy and for ``help()``.
+# derive ``x, ax = entry_points(x_steps)``; in-process backends write the plain method ``x``
+# (it never waits) and derive ``x_steps, ax = in_place(x)``. The derived methods keep the
+# signature of what they derive from, for mypy and for ``help()``.
+
+
+_Async: TypeAlias = Callable[Concatenate[S, P], Coroutine[Any, Any, T]]
+"""The async entry point of an operation (a method taking the operation's arguments)."""
 
 
 def blocking(steps: Callable[Concatenate[S, P], Step[T]]) -> Callable[Concatenate[S, P], T]:
@@ -129,31 +132,35 @@ def awaiting(
     return _renamed(call, steps, "a")
 
 
-def in_place(operation: Callable[Concatenate[S, P], T]) -> Callable[Concatenate[S, P], Step[T]]:
-    """The steps of an in-process operation that never waits: done when they are made."""
+def entry_points(
+    steps: Callable[Concatenate[S, P], Step[T]],
+) -> tuple[Callable[Concatenate[S, P], T], _Async[S, P, T]]:
+    """(:func:`blocking`, :func:`awaiting`) of ``steps``: ``x, ax = entry_points(x_steps)``."""
+    return blocking(steps), awaiting(steps)
+
+
+def in_place(
+    operation: Callable[Concatenate[S, P], T],
+) -> tuple[
+    Callable[Concatenate[S, P], Step[T]], Callable[Concatenate[S, P], Coroutine[Any, Any, T]]
+]:
+    """The steps and the async entry point of an in-process operation that never waits:
+    ``x_steps, ax = in_place(x)``. The steps are done when they are made; the async twin
+    does no I/O, so it never blocks a loop."""
 
     @functools.wraps(operation)
     def steps(self: S, /, *args: P.args, **kwargs: P.kwargs) -> Step[T]:
         return done(operation(self, *args, **kwargs))
 
-    steps.__name__ = f"{operation.__name__}_steps"
-    steps.__doc__ = f":meth:`{operation.__name__}` as a step (done at once: no I/O)."
-    return steps
-
-
-def in_place_async(
-    operation: Callable[Concatenate[S, P], T],
-) -> Callable[Concatenate[S, P], Coroutine[Any, Any, T]]:
-    """The async entry point of an in-process operation that never waits (no I/O, so it
-    never blocks a loop)."""
-
     @functools.wraps(operation)
     async def call(self: S, /, *args: P.args, **kwargs: P.kwargs) -> T:
         return operation(self, *args, **kwargs)
 
+    steps.__name__ = f"{operation.__name__}_steps"
+    steps.__doc__ = f":meth:`{operation.__name__}` as a step (done at once: no I/O)."
     call.__name__ = f"a{operation.__name__}"
     call.__doc__ = f"Async twin of :meth:`{operation.__name__}` (no I/O)."
-    return call
+    return steps, call
 
 
 F = TypeVar("F", bound=Callable[..., Any])

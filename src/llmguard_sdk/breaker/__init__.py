@@ -18,7 +18,7 @@ from typing import Protocol
 
 import anyio
 
-from .._state.steps import Step, arun, awaiting, blocking
+from .._state.steps import Step, arun, blocking, entry_points
 from ..errors import ProviderError, RateLimitedError
 from .memory import MemoryBreakerBackend
 from .policy import BreakerPolicy, BreakerState, Outcome, Permit, State, outcome_of
@@ -148,11 +148,9 @@ class Breakers:
         """Give back a permit whose call ended with no outcome (cancelled, abandoned)."""
         return self.backend.release_steps(route)
 
-    permit = blocking(permit_steps)
-    record = blocking(record_steps)
+    permit, apermit = entry_points(permit_steps)
+    record, arecord = entry_points(record_steps)
     release = blocking(release_steps)
-    apermit = awaiting(permit_steps)
-    arecord = awaiting(record_steps)
 
     async def arelease(self, route: str) -> None:
         """Async twin of :meth:`release`; runs even inside a cancelled scope."""

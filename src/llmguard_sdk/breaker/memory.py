@@ -9,7 +9,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from .._state.steps import in_place, in_place_async
+from .._state.steps import in_place
 from .policy import (
     BreakerPolicy,
     BreakerState,
@@ -53,12 +53,9 @@ class MemoryBreakerBackend:
         with self._lock:
             self._states[route] = release(self._get(route))
 
-    acquire_steps = in_place(acquire)
-    record_steps = in_place(record)
-    release_steps = in_place(release)
-    aacquire = in_place_async(acquire)
-    arecord = in_place_async(record)
-    arelease = in_place_async(release)
+    acquire_steps, aacquire = in_place(acquire)
+    record_steps, arecord = in_place(record)
+    release_steps, arelease = in_place(release)
 
     def state(self, route: str) -> State:
         """The breaker's current state (an expired OPEN reads as OPEN until the next call)."""

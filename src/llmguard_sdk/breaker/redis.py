@@ -17,7 +17,7 @@ import math
 from importlib import resources
 from typing import Any
 
-from .._state.steps import Step, awaiting, blocking
+from .._state.steps import Step, entry_points
 from .._state.stores import Outage, RedisScripts, RedisStore, hash_id, redis_errors
 from .memory import MemoryBreakerBackend
 from .policy import BreakerPolicy, Outcome, Permit, State
@@ -108,12 +108,9 @@ class RedisBreakerBackend:
                 self._outage.failed(exc)
         self._fallback.release(route)
 
-    acquire = blocking(acquire_steps)
-    record = blocking(record_steps)
-    release = blocking(release_steps)
-    aacquire = awaiting(acquire_steps)
-    arecord = awaiting(record_steps)
-    arelease = awaiting(release_steps)
+    acquire, aacquire = entry_points(acquire_steps)
+    record, arecord = entry_points(record_steps)
+    release, arelease = entry_points(release_steps)
 
     def state(self, route: str) -> State:
         """The state stored in Redis (``closed`` when it holds none)."""

@@ -13,7 +13,7 @@ from typing import Protocol, TypedDict
 
 from typing_extensions import Unpack
 
-from .._state.steps import Step, in_place, in_place_async
+from .._state.steps import Step, in_place
 from .policy import (
     ROLLING_BUCKETS,
     CounterSpec,
@@ -184,8 +184,6 @@ class MemoryBudgetBackend:
                 found.append((spent, state.reserved, resets))
             return found
 
-    reserve_steps = in_place(reserve)
-    settle_steps = in_place(settle)
-    areserve = in_place_async(reserve)
-    asettle = in_place_async(settle)
-    astatus = in_place_async(status)
+    reserve_steps, areserve = in_place(reserve)
+    settle_steps, asettle = in_place(settle)
+    astatus = in_place(status)[1]

@@ -36,7 +36,7 @@ from typing import Any
 
 from typing_extensions import Unpack
 
-from .._state.steps import Step, awaiting, blocking, run
+from .._state.steps import Step, entry_points, run
 from .._state.stores import Outage, RedisScripts, RedisStore, hash_id, redis_errors
 from .journal import JournalRecord, SpendJournal, record, specs_of
 from .memory import HoldArgs, MemoryBudgetBackend, Status
@@ -249,8 +249,8 @@ class RedisBudgetBackend:
         self._journal(rid, specs, actual, ttl)
         return SettleResult(False)
 
-    reserve = blocking(reserve_steps)
-    settle = blocking(settle_steps)
+    reserve, areserve = entry_points(reserve_steps)
+    settle, asettle = entry_points(settle_steps)
 
     def status(self, specs: Sequence[CounterSpec]) -> list[Status]:
         """Each counter's settled spend, reserved amount and reset time (raises
@@ -259,9 +259,6 @@ class RedisBudgetBackend:
         return _statuses(self._scripts.sync(2)(keys=self._keys(specs), args=args))
 
     # -- async ------------------------------------------------------------------------------
-
-    areserve = awaiting(reserve_steps)
-    asettle = awaiting(settle_steps)
 
     async def astatus(self, specs: Sequence[CounterSpec]) -> list[Status]:
         """Async twin of :meth:`status`."""

@@ -13,7 +13,7 @@ from collections.abc import Callable
 import anyio
 from typing_extensions import Unpack
 
-from .._state.steps import Call, Step, in_place, in_place_async
+from .._state.steps import Call, Step, in_place
 from .._state.stores import hash_id
 from ._rules import (
     LearnArgs,
@@ -180,12 +180,9 @@ class MemoryRateLimiter:
                     self._cells[name] = release(state, now, lease)
             self._freed.notify_all()
 
-    settle_steps = in_place(settle)
-    learn_steps = in_place(learn)
-    release_steps = in_place(release)
-    asettle = in_place_async(settle)
-    alearn = in_place_async(learn)
-    arelease = in_place_async(release)
+    settle_steps, asettle = in_place(settle)
+    learn_steps, alearn = in_place(learn)
+    release_steps, arelease = in_place(release)
 
     def in_flight(self, key: str, *, tenant: str | None = None) -> int:
         """Calls holding a concurrency lease on ``key`` now (the most of any of its limits)."""

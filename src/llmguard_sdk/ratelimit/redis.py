@@ -25,7 +25,7 @@ from typing import Any, cast
 
 from typing_extensions import Unpack
 
-from .._state.steps import Pause, Step, awaiting, blocking
+from .._state.steps import Pause, Step, entry_points
 from .._state.stores import Outage, RedisScripts, RedisStore, hash_id, redis_errors
 from ._rules import (
     LearnArgs,
@@ -218,14 +218,10 @@ class RedisRateLimiter:
         """Give a concurrency lease back without settling tokens."""
         return self.settle_steps(key, tenant=tenant, lease=lease)
 
-    reserve = blocking(reserve_steps)
-    learn = blocking(learn_steps)
-    settle = blocking(settle_steps)
-    release = blocking(release_steps)
-    areserve = awaiting(reserve_steps)
-    alearn = awaiting(learn_steps)
-    asettle = awaiting(settle_steps)
-    arelease = awaiting(release_steps)
+    reserve, areserve = entry_points(reserve_steps)
+    learn, alearn = entry_points(learn_steps)
+    settle, asettle = entry_points(settle_steps)
+    release, arelease = entry_points(release_steps)
 
     def in_flight(self, key: str, *, tenant: str | None = None) -> int:
         """Calls holding a concurrency lease on ``key`` now (the most of any of its limits);

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
-from .._state.steps import Step, in_place, in_place_async
+from .._state.steps import Step, in_place
 from ..errors import ConfigurationError
 
 __all__ = [
@@ -145,10 +145,8 @@ class MemoryRetryBudget:
             allowed, self._states[route] = spend(self._state(route), self._clock(), self.policy)
             return allowed
 
-    record_request_steps = in_place(record_request)
-    try_spend_steps = in_place(try_spend)
-    arecord_request = in_place_async(record_request)
-    atry_spend = in_place_async(try_spend)
+    record_request_steps, arecord_request = in_place(record_request)
+    try_spend_steps, atry_spend = in_place(try_spend)
 
     def state(self, route: str) -> BudgetState:
         """The current counts of ``route`` (for inspection)."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 from importlib import resources
 
-from .._state.steps import Step, awaiting, blocking
+from .._state.steps import Step, entry_points
 from .._state.stores import Outage, RedisScripts, RedisStore, hash_id, redis_errors
 from .budget import MemoryRetryBudget, RetryBudgetPolicy
 
@@ -68,7 +68,5 @@ class RedisRetryBudget:
                 self._outage.failed(exc)
         return self._fallback.try_spend(route)
 
-    record_request = blocking(record_request_steps)
-    try_spend = blocking(try_spend_steps)
-    arecord_request = awaiting(record_request_steps)
-    atry_spend = awaiting(try_spend_steps)
+    record_request, arecord_request = entry_points(record_request_steps)
+    try_spend, atry_spend = entry_points(try_spend_steps)
