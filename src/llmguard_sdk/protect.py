@@ -18,6 +18,7 @@ import inspect
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from types import CodeType
 from typing import Any, TypeVar, cast
 
@@ -36,6 +37,58 @@ F = TypeVar("F", bound=Callable[..., Any])
 _NO_RETRY = RetryPolicy(attempts=1)
 
 
+@dataclass(frozen=True)
+class _Protected:
+    """What a protected function's wrapper needs: its retries, timeout and report."""
+
+    hooks: Sequence[Hook]
+    route: str
+    scope_keywords: tuple[str | None, str | None, str | None]
+    timeout: float
+    policy: RetryPolicy
+    budget: RetryBudget | None
+
+    def attempts(self, retries: list[RetryDetails]) -> Retrying:
+        """The retry loop of one call; each retry is noted in ``retries``."""
+        return Retrying(
+            policy=self.policy,
+            timeout=self.timeout,
+            hooks=[retries.append],
+            name=self.route,
+            budget=self.budget,
+            budget_key=self.route,
+        )
+
+    def report(
+        self,
+        started: float,
+        retries: list[RetryDetails],
+        result: object = None,
+        error: BaseException | None = None,
+    ) -> None:
+        """Emit the call's :class:`~llmguard_sdk.CallEvent` to the hooks."""
+        route = self.route
+        classified = classify_exception(error, route=route) if error is not None else None
+        if error is not None:
+            _warn_if_sdk_retried(error)
+        emit(
+            self.hooks,
+            CallEvent(
+                kind="protect",
+                outcome="ok" if error is None else "error",
+                scope=current_scope().merged(*self.scope_keywords),
+                model=_model_of(result),
+                route=route if error is None else None,
+                attempts=len(retries) + 1,
+                latency_s=time.monotonic() - started,
+                usage=usage_from_result(result) if error is None else None,
+                error=classified or error,
+                route_errors=((route, type(classified or error).__name__),) if error else (),
+                retries=tuple(retries),
+            ),
+        )
+
+
 def protect_function(
     fn: F,
     *,
@@ -50,42 +103,7 @@ def protect_function(
     policy = retry or _NO_RETRY
     if policy.attempts > 1:
         _warn_if_client_retries(fn)
-
-    def attempts(retries: list[RetryDetails]) -> Retrying:
-        return Retrying(
-            policy=policy,
-            timeout=timeout,
-            hooks=[retries.append],
-            name=route,
-            budget=budget,
-            budget_key=route,
-        )
-
-    def report(
-        started: float,
-        retries: list[RetryDetails],
-        result: object = None,
-        error: BaseException | None = None,
-    ) -> None:
-        classified = classify_exception(error, route=route) if error is not None else None
-        if error is not None:
-            _warn_if_sdk_retried(error)
-        emit(
-            hooks,
-            CallEvent(
-                kind="protect",
-                outcome="ok" if error is None else "error",
-                scope=current_scope().merged(*scope_keywords),
-                model=_model_of(result),
-                route=route if error is None else None,
-                attempts=len(retries) + 1,
-                latency_s=time.monotonic() - started,
-                usage=usage_from_result(result) if error is None else None,
-                error=classified or error,
-                route_errors=((route, type(classified or error).__name__),) if error else (),
-                retries=tuple(retries),
-            ),
-        )
+    protected = _Protected(hooks, route, scope_keywords, timeout, policy, budget)
 
     if inspect.iscoroutinefunction(fn):
 
@@ -96,19 +114,19 @@ def protect_function(
             scope = anyio.CancelScope(deadline=anyio.current_time() + timeout)
             try:
                 with scope:
-                    async for attempt in attempts(retries):
+                    async for attempt in protected.attempts(retries):
                         with attempt:
                             result = await fn(*args, **kwargs)
             except BaseException as exc:
-                report(started, retries, error=exc)
+                protected.report(started, retries, error=exc)
                 raise
             if scope.cancelled_caught:
                 error = ProviderTimeoutError(
                     f"protected call took longer than {timeout} s", route=route
                 )
-                report(started, retries, error=error)
+                protected.report(started, retries, error=error)
                 raise error
-            report(started, retries, result)
+            protected.report(started, retries, result)
             return result
 
         return cast(F, async_wrapper)
@@ -118,13 +136,13 @@ def protect_function(
         started = time.monotonic()
         retries: list[RetryDetails] = []
         try:
-            for attempt in attempts(retries):
+            for attempt in protected.attempts(retries):
                 with attempt:
                     result = fn(*args, **kwargs)
         except BaseException as exc:
-            report(started, retries, error=exc)
+            protected.report(started, retries, error=exc)
             raise
-        report(started, retries, result)
+        protected.report(started, retries, result)
         return result
 
     return cast(F, wrapper)

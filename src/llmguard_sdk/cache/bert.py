@@ -114,6 +114,39 @@ class _Layer:
     output_norm: tuple[Array, Array]
 
 
+class _Weights:
+    """Reads named weights out of a model's tensors (each a float32 copy)."""
+
+    def __init__(self, tensors: dict[str, npt.NDArray[Any]]) -> None:
+        self._tensors = tensors
+
+    def __call__(self, key: str) -> Array:
+        found = self._tensors.get(key)
+        if found is None:
+            raise ConfigurationError(f"model.safetensors lacks {key}")
+        return np.array(found, dtype=np.float32)  # a copy: the file buffer can go
+
+    def norm(self, prefix: str) -> tuple[Array, Array]:
+        """A LayerNorm's weight and bias."""
+        return self(f"{prefix}.LayerNorm.weight"), self(f"{prefix}.LayerNorm.bias")
+
+    def layer(self, p: str) -> _Layer:
+        """One encoder layer (``p``: its name prefix), matrices laid out for ``x @ w``."""
+        projections = [f"{p}.attention.self.{part}" for part in ("query", "key", "value")]
+        return _Layer(
+            qkv=np.ascontiguousarray(np.concatenate([self(f"{q}.weight") for q in projections]).T),
+            qkv_bias=np.concatenate([self(f"{q}.bias") for q in projections]),
+            attention_out=np.ascontiguousarray(self(f"{p}.attention.output.dense.weight").T),
+            attention_out_bias=self(f"{p}.attention.output.dense.bias"),
+            attention_norm=self.norm(f"{p}.attention.output"),
+            up=np.ascontiguousarray(self(f"{p}.intermediate.dense.weight").T),
+            up_bias=self(f"{p}.intermediate.dense.bias"),
+            down=np.ascontiguousarray(self(f"{p}.output.dense.weight").T),
+            down_bias=self(f"{p}.output.dense.bias"),
+            output_norm=self.norm(f"{p}.output"),
+        )
+
+
 def _read_json(path: Path) -> dict[str, Any]:
     try:
         found = json.loads(path.read_text(encoding="utf-8"))
@@ -179,45 +212,16 @@ class BertEmbedder:
         self.batch_size = batch_size
 
         tensors, header_crc = read_safetensors(root / "model.safetensors")
-        tensors = {key.removeprefix("bert."): value for key, value in tensors.items()}
+        weights = _Weights({key.removeprefix("bert."): value for key, value in tensors.items()})
         self._heads = int(config["num_attention_heads"])
         self._eps = float(config.get("layer_norm_eps", 1e-12))
-
-        def weight(key: str) -> Array:
-            found = tensors.get(key)
-            if found is None:
-                raise ConfigurationError(f"model.safetensors lacks {key}")
-            return np.array(found, dtype=np.float32)  # a copy: the file buffer can go
-
-        def norm(prefix: str) -> tuple[Array, Array]:
-            return weight(f"{prefix}.LayerNorm.weight"), weight(f"{prefix}.LayerNorm.bias")
-
-        self._words = weight("embeddings.word_embeddings.weight")
-        self._positions = weight("embeddings.position_embeddings.weight")
-        self._token_type = weight("embeddings.token_type_embeddings.weight")[0]
-        self._embedding_norm = norm("embeddings")
-        self._layers: list[_Layer] = []
-        for i in range(int(config["num_hidden_layers"])):
-            p = f"encoder.layer.{i}"
-            projections = [f"{p}.attention.self.{part}" for part in ("query", "key", "value")]
-            self._layers.append(
-                _Layer(
-                    qkv=np.ascontiguousarray(
-                        np.concatenate([weight(f"{q}.weight") for q in projections]).T
-                    ),
-                    qkv_bias=np.concatenate([weight(f"{q}.bias") for q in projections]),
-                    attention_out=np.ascontiguousarray(
-                        weight(f"{p}.attention.output.dense.weight").T
-                    ),
-                    attention_out_bias=weight(f"{p}.attention.output.dense.bias"),
-                    attention_norm=norm(f"{p}.attention.output"),
-                    up=np.ascontiguousarray(weight(f"{p}.intermediate.dense.weight").T),
-                    up_bias=weight(f"{p}.intermediate.dense.bias"),
-                    down=np.ascontiguousarray(weight(f"{p}.output.dense.weight").T),
-                    down_bias=weight(f"{p}.output.dense.bias"),
-                    output_norm=norm(f"{p}.output"),
-                )
-            )
+        self._words = weights("embeddings.word_embeddings.weight")
+        self._positions = weights("embeddings.position_embeddings.weight")
+        self._token_type = weights("embeddings.token_type_embeddings.weight")[0]
+        self._embedding_norm = weights.norm("embeddings")
+        self._layers: list[_Layer] = [
+            weights.layer(f"encoder.layer.{i}") for i in range(int(config["num_hidden_layers"]))
+        ]
         self.dimension = int(self._words.shape[1])
         if self.dimension % self._heads:
             raise ConfigurationError("hidden size is not a multiple of the attention heads")
