@@ -15,7 +15,8 @@ value each: below 101 samples that value is the slowest call and is reported as 
 otherwise as ``slowest_k`` (the k-th slowest call) with ``k``. ``targets`` keeps the drill's
 own checks except its p99 one, which is replaced by the same comparison on what the samples
 support (``during_tail_within_fallback_tail_plus_50ms``: p99 against p99 where both windows
-have 1,000 calls, else max against max) and says which it used.
+have 1,000 calls, else max against max; ``null`` where the drill's report does not give the
+backup's max) and says which it used.
 
 For a real p99 of the outage window, run it long or fast enough for 1,000 calls in it, e.g.
 ``--rate 60 --outage 6`` (about 1,000 calls while the breaker is open).
@@ -71,9 +72,11 @@ def honest(report: DrillReport) -> dict[str, Any]:
         basis, ours, theirs = "p99", during["p99"], fallback["p99"]
     else:
         basis, ours, theirs = "max", during["max"], fallback.get("max")
-    targets = {k: v for k, v in report.targets.items() if "p99" not in k}
+    targets: dict[str, bool | None] = {k: v for k, v in report.targets.items() if "p99" not in k}
+    # None: not measurable from the report (e.g. 101-999 backup answers: the drill gives their
+    # nearest-rank p99, which is neither a p99 nor their max)
     targets["during_tail_within_fallback_tail_plus_50ms"] = (
-        ours is not None and theirs is not None and ours <= theirs + 50
+        None if ours is None or theirs is None else ours <= theirs + 50
     )
     for key in ("p50_ms", "p99_ms", "max_ms", "onset_p99_ms", "fallback_p99_ms", "targets"):
         raw.pop(key, None)
