@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip
 
-.PHONY: demo test lint typecheck unit bench clean install-dev install-demo
+.PHONY: demo test check lint typecheck unit bench clean install-dev install-demo
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,11 @@ unit:
 	$(BIN)/python tools/leftovers.py -- $(BIN)/python tools/with_redis.py -- $(BIN)/python -m pytest -q
 
 test: install-dev lint typecheck unit
+
+# The fast loop while developing (under a minute): lint, types and the unit tests that need no
+# server, no model and no long run. `make test` runs everything (what CI runs).
+check: lint typecheck
+	$(BIN)/python -m pytest -q -m "not redis and not cluster and not local_model and not slow"
 
 bench: install-dev
 	$(BIN)/python bench/overhead.py --json

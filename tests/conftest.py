@@ -90,6 +90,39 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         shutil.rmtree(_CACHE_DIR.pop(), ignore_errors=True)
 
 
+# -- markers: what a test needs (pyproject.toml registers them; `make check` leaves them out) --
+
+_REDIS_FIXTURES = frozenset({"redis_url", "redis_prefix", "redis8_url"})
+_CLUSTER_FIXTURES = frozenset({"redis_cluster_url", "cluster_prefix", "redis8_cluster_url"})
+
+
+def _servers(item: pytest.Item) -> set[str]:
+    """The servers ``item`` needs: ``redis`` and/or ``cluster``, read off the fixtures it uses
+    (directly or through other fixtures) and, for :func:`redis_target`, its parameters."""
+    used = set(getattr(item, "fixturenames", ()))
+    needs = set()
+    if used & _CLUSTER_FIXTURES:
+        needs.add("cluster")
+    if used & _REDIS_FIXTURES:
+        needs.add("redis")
+    if "redis_target" in used:  # redis_target(kind) asks for its fixture when called
+        callspec = getattr(item, "callspec", None)
+        values = [v for v in (callspec.params.values() if callspec else ()) if isinstance(v, str)]
+        if any("cluster" in v for v in values):
+            needs.add("cluster")
+        elif "memory" not in values:
+            needs.add("redis")
+    return needs
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark ``redis`` every test that needs a Redis server and ``cluster`` every test that
+    needs a Redis Cluster, so ``-m "not redis and not cluster"`` runs without any server."""
+    for item in items:
+        for server in sorted(_servers(item)):
+            item.add_marker(getattr(pytest.mark, server))
+
+
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"

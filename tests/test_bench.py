@@ -12,6 +12,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+pytestmark = pytest.mark.slow  # each runs a benchmark in a subprocess (10-60 s)
+
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 
 
@@ -47,6 +51,7 @@ def test_backoff_simulation_shows_the_aws_shape() -> None:
         assert set(row) >= {"strategy", "calls", "provider_429", "time_s"}
 
 
+@pytest.mark.local_model
 def test_local_model_bench_compares_sdk_and_raw() -> None:
     result = run("local_model.py", "--quick")
     for key in ("sdk_tok_s", "raw_tok_s", "ratio", "ttft_ms", "peak_rss_mb", "lookup_speedup"):

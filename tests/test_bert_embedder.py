@@ -163,6 +163,7 @@ def test_missing_model_package_is_a_clear_error(monkeypatch: pytest.MonkeyPatch)
         BertEmbedder.all_minilm_l6_v2()
 
 
+@pytest.mark.slow
 def test_hybrid_similarity_is_the_weighted_mean_of_its_parts(minilm: BertEmbedder) -> None:
     hashing = HashingEmbedder()
     hybrid = HybridEmbedder([(minilm, 3.0), (hashing, 1.0)])
@@ -214,6 +215,7 @@ def test_cache_with_the_minilm_hybrid_serves_paraphrases_and_refuses_swaps() -> 
     assert cache.lookup(_request("What is the capital of France?")) is None
 
 
+@pytest.mark.slow
 def test_calibrate_cli_with_the_hybrid_embedder(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

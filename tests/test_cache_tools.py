@@ -157,6 +157,7 @@ def test_openai_embedder_unreachable_is_a_typed_error() -> None:
         embedder.embed(["x"])
 
 
+@pytest.mark.local_model
 def test_llama_cpp_embedder_runs_a_gguf_model() -> None:
     pytest.importorskip("llama_cpp")
     from llmguard_sdk.cache import LlamaCppEmbedder

@@ -29,6 +29,8 @@ def test_version_and_help() -> None:
     assert "demo" in help_text
 
 
+@pytest.mark.slow  # a demo with the local model as its last route: 15-30 s
+@pytest.mark.local_model
 def test_demo_answers_every_call_through_the_fallback_route() -> None:
     result = run_cli("demo", "--json", "--requests", "30", "--concurrency", "4")
     assert result.returncode == 0, result.stderr
@@ -54,6 +56,8 @@ def test_demo_answers_every_call_through_the_fallback_route() -> None:
     assert [answer["route"] for answer in summary["recovery"]] == ["primary", "primary"]
 
 
+@pytest.mark.slow
+@pytest.mark.local_model
 def test_demo_table_names_the_routes() -> None:
     summary = run_demo(requests=12, concurrency=3)
     table = summary.render()
@@ -69,6 +73,7 @@ def test_bad_arguments_exit_with_usage() -> None:
     assert info.value.code == 2
 
 
+@pytest.mark.slow
 def test_drill_reports_an_outage_and_its_recovery(tmp_path: Any) -> None:
     picture = tmp_path / "timeline.png"
     result = run_cli(

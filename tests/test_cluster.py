@@ -19,6 +19,8 @@ from llmguard_sdk.ratelimit import RateLimit
 from llmguard_sdk.store import RedisClusterStore, RedisStore, open_store
 from llmguard_sdk.testing import FakeProvider
 
+pytestmark = pytest.mark.cluster
+
 USER = [{"role": "user", "content": "hello there"}]
 PRICES = PriceTable.default_table().with_prices({"fake-model": Price(input=100.0, output=200.0)})
 

@@ -29,6 +29,8 @@ from llmguard_sdk.testing import FakeProvider
 
 from .test_redis_faults import LIMIT_USD, PRICES, USER, _results
 
+pytestmark = pytest.mark.cluster
+
 PREFIX = "failover"
 
 

@@ -12,6 +12,9 @@ import pytest
 
 from llmguard_sdk.testing.drill import DrillReport, run_drill
 
+# a drill of about 7 s, with the bundled local model as its last route when it is installed
+pytestmark = [pytest.mark.slow, pytest.mark.local_model]
+
 REQUIRED = {
     "answered_share",
     "p99_ms",

@@ -26,6 +26,8 @@ from llmguard_sdk import (
 from llmguard_sdk.providers.local import bundled_model_path, load_llama
 from llmguard_sdk.testing import FakeProvider, Fault
 
+pytestmark = pytest.mark.local_model
+
 QUESTION = [
     {"role": "system", "content": "Answer in one short sentence."},
     {"role": "user", "content": "What is the capital of France?"},

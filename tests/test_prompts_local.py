@@ -9,6 +9,8 @@ import pytest
 
 from llmguard_sdk import Guard, LocalProvider, PromptBuilder
 
+pytestmark = pytest.mark.local_model
+
 RULES = "\n".join(
     f"Rule {i}: bicycles bought in store {i % 4 + 1} may be returned within {14 + i % 3 * 7} days."
     for i in range(12)

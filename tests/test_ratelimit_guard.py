@@ -226,6 +226,7 @@ def test_models_count_with_their_own_encoding_or_say_it_is_an_estimate() -> None
     assert omni.estimated or omni.method == "o200k_base"
 
 
+@pytest.mark.local_model
 def test_the_local_route_counts_with_its_own_tokenizer() -> None:
     pytest.importorskip("llama_cpp")
     from llmguard_sdk import LocalProvider

@@ -29,6 +29,8 @@ from llmguard_sdk.ratelimit.redis import RedisRateLimiter
 from llmguard_sdk.store import RedisHealth, RedisStore
 from llmguard_sdk.testing import FakeProvider
 
+pytestmark = pytest.mark.redis
+
 PRICES = PriceTable.default_table().with_prices({"fake-model": Price(input=100.0, output=200.0)})
 LIMIT_USD = 1000.0
 USER = [{"role": "user", "content": "hello there"}]
