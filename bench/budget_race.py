@@ -27,8 +27,10 @@ flight, so concurrent calls all pass the check before any of them is recorded.
   is what the budget's Redis counter settled to (the two agree when every cost is settled).
 * ``overspend_usd``: ``max(0, settled_usd - limit_usd)``; target exactly 0.
 * ``utilisation``: ``settled_usd / limit_usd``; target at least 0.95 when calls are refused.
-* ``refused``: refused attempts (every retry of a refused task counts); ``refused_tasks`` the
-  tasks that stopped because of refusals.
+* ``refused``: attempts refused for the limit (every retry of a refused task counts);
+  ``refused_unavailable``: attempts refused because Redis did not answer in time (the budget
+  fails closed; expected 0 on a quiet machine); ``refused_tasks`` the tasks that stopped
+  because of refusals.
 * ``naive_settled_usd`` / ``naive_overspend_usd``: the same for the naive phase.
 
 Redis: ``--redis-url``, else ``REDIS_URL``, else a throwaway ``redis-server`` started for the
@@ -57,7 +59,12 @@ from typing import Any
 import redis
 from _benchkit import delete_prefix, exit_on_signals, given_redis, start_processes, stop_processes
 
-from llmguard_sdk import BudgetExceededError, Guard, OpenAICompatibleProvider
+from llmguard_sdk import (
+    BudgetExceededError,
+    BudgetUnavailableError,
+    Guard,
+    OpenAICompatibleProvider,
+)
 from llmguard_sdk.budget import Budget, Budgets, Price, PriceTable
 from llmguard_sdk.testing import FakeProvider
 
@@ -206,7 +213,14 @@ async def _process(
     )
     naive = redis.asyncio.Redis.from_url(redis_url)
     naive_key = f"{prefix}:naive:{{spent}}"
-    counts = {"served": 0, "refused": 0, "refused_tasks": 0, "errors": 0, "cost_usd": 0.0}
+    counts = {
+        "served": 0,
+        "refused": 0,
+        "unavailable": 0,
+        "refused_tasks": 0,
+        "errors": 0,
+        "cost_usd": 0.0,
+    }
 
     async def task() -> None:
         refusals = 0
@@ -221,6 +235,11 @@ async def _process(
                 continue
             try:
                 answer = await guard.achat(messages, max_tokens=max_tokens, tenant=TENANT)
+            except BudgetUnavailableError:  # Redis did not answer in time: not the limit
+                refusals += 1
+                counts["unavailable"] += 1
+                await asyncio.sleep(config.refusal_pause_s)
+                continue
             except BudgetExceededError:
                 refusals += 1
                 counts["refused"] += 1
@@ -298,6 +317,7 @@ def run_phase(mode: str, config: Config, redis_url: str) -> dict[str, Any]:
         "budget_counter_usd": counter,
         "served": sum(r["served"] for r in results),
         "refused": sum(r["refused"] for r in results),
+        "refused_unavailable": sum(r["unavailable"] for r in results),
         "refused_tasks": sum(r["refused_tasks"] for r in results),
         "errors": sum(r["errors"] for r in results),
         "responses_cost_usd": sum(r["cost_usd"] for r in results),
@@ -317,6 +337,7 @@ def run(config: Config, redis_url: str) -> dict[str, Any]:
         "overspend_usd": round(max(0.0, guarded["settled_usd"] - limit), 6),
         "utilisation": round(guarded["settled_usd"] / limit, 4),
         "refused": guarded["refused"],
+        "refused_unavailable": guarded["refused_unavailable"],
         "naive_settled_usd": round(naive["settled_usd"], 6),
         "naive_overspend_usd": round(max(0.0, naive["settled_usd"] - limit), 6),
         "guard": guarded,
