@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 import anyio
 
+from ._closing import AsyncCloses, Closes
 from ._core import wiring
 from ._core.drive import acomplete, complete
 from ._core.opening import OpeningOutcome, aopen_call, aremember_later, open_call, remember_later
@@ -51,7 +51,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 MessagesArg = Sequence[Message | Mapping[str, Any]]
 
 
-class Guard:
+class Guard(Closes, AsyncCloses):
     """Wraps LLM calls with the SDK's pipeline; build one per application and share it.
 
     Args:
@@ -526,28 +526,6 @@ class Guard:
         for route in self.routes:
             await route.aclose()
         await self.store.aclose()
-
-    def __enter__(self) -> Guard:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    async def __aenter__(self) -> Guard:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
 
 def _request_data(

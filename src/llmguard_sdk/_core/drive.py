@@ -28,21 +28,8 @@ import anyio.abc
 from ..errors import ProviderError
 from ..models import ChatResponse, StreamChunk
 from ..store import Batch, Step
+from . import ops
 from .assembly import has_content
-from .ops import (
-    Ask,
-    AwaitLeg,
-    Complete,
-    Emit,
-    LegEvent,
-    Next,
-    Open,
-    Preopened,
-    Race,
-    Sleep,
-    StartLeg,
-    StopLegs,
-)
 from .plan import plan
 from .run import Run
 
@@ -51,21 +38,21 @@ __all__ = ["acomplete", "adrive", "complete", "drive"]
 logger = logging.getLogger("llmguard_sdk")
 
 
-def _complete(op: Complete) -> ChatResponse:
+def _complete(op: ops.Complete) -> ChatResponse:
     return op.route.complete(op.request, model=op.model, deadline=op.deadline)
 
 
-async def _acomplete(op: Complete) -> ChatResponse:
+async def _acomplete(op: ops.Complete) -> ChatResponse:
     return await op.route.acomplete(op.request, model=op.model, deadline=op.deadline)
 
 
-def _open(op: Open) -> Generator[StreamChunk, None, None]:
+def _open(op: ops.Open) -> Generator[StreamChunk, None, None]:
     return op.route.stream(
         op.request, model=op.model, deadline=op.deadline, idle_timeout=op.idle_timeout
     )
 
 
-def _aopen(op: Open) -> AsyncGenerator[StreamChunk, None]:
+def _aopen(op: ops.Open) -> AsyncGenerator[StreamChunk, None]:
     return op.route.astream(
         op.request, model=op.model, deadline=op.deadline, idle_timeout=op.idle_timeout
     )
@@ -97,7 +84,7 @@ def drive(run: Run) -> Generator[StreamChunk, None, None]:
                 run.response = finished.value
                 return
             answer, error = None, None
-            if isinstance(op, Emit):
+            if isinstance(op, ops.Emit):
                 yield op.chunk
                 continue
             try:
@@ -111,20 +98,20 @@ def drive(run: Run) -> Generator[StreamChunk, None, None]:
 
 
 def _perform(op: Any, run: Run, streams: _Streams) -> Any:
-    if isinstance(op, Ask):
+    if isinstance(op, ops.Ask):
         return run.tail.ask(op.step)
-    if isinstance(op, Next):
+    if isinstance(op, ops.Next):
         return streams.next(op.chunks)
-    if isinstance(op, Complete):
+    if isinstance(op, ops.Complete):
         return _complete(op)
-    if isinstance(op, Open):
+    if isinstance(op, ops.Open):
         return streams.add(_open(op))
-    if isinstance(op, Sleep):
+    if isinstance(op, ops.Sleep):
         run.tail.flush()
         if op.seconds > 0:
             time.sleep(op.seconds)
         return None
-    if isinstance(op, Race):
+    if isinstance(op, ops.Race):
         run.tail.flush()
         return _race(op, run, streams)
     raise TypeError(f"unknown op {op!r}")
@@ -177,7 +164,7 @@ class _Streams:
         self.open = []
 
 
-def _race(op: Race, run: Run, streams: _Streams) -> Any:
+def _race(op: ops.Race, run: Run, streams: _Streams) -> Any:
     """Carry out a hedge race with each leg in a thread."""
     steps, legs = op.steps, _ThreadLegs()
     answer: Any = None
@@ -189,26 +176,26 @@ def _race(op: Race, run: Run, streams: _Streams) -> Any:
                 outcome = finished.value
                 break
             answer = None
-            if isinstance(race_op, Ask):
+            if isinstance(race_op, ops.Ask):
                 answer = run.tail.ask(race_op.step)
-            elif isinstance(race_op, StartLeg):
+            elif isinstance(race_op, ops.StartLeg):
                 legs.start(race_op)
-            elif isinstance(race_op, AwaitLeg):
+            elif isinstance(race_op, ops.AwaitLeg):
                 answer = legs.wait(race_op.timeout)
-            elif isinstance(race_op, StopLegs):
+            elif isinstance(race_op, ops.StopLegs):
                 legs.stop(race_op, run)
     except BaseException:
         steps.close()  # the race plan gives back what its legs hold
-        legs.stop(StopLegs(None), run)
+        legs.stop(ops.StopLegs(None), run)
         raise
-    if isinstance(outcome, Preopened):
+    if isinstance(outcome, ops.Preopened):
         streams.add(outcome.chunks)
     return outcome
 
 
 @dataclass
 class _Leg:
-    op: StartLeg
+    op: ops.StartLeg
     chunks: Any = None
     finished: bool = False
     stopped: bool = False
@@ -216,37 +203,37 @@ class _Leg:
 
 
 class _ThreadLegs:
-    """Race legs in threads; a lock decides who ends a loser's stream: its own thread (still
+    """ops.Race legs in threads; a lock decides who ends a loser's stream: its own thread (still
     reading) or the race (it had finished)."""
 
     def __init__(self) -> None:
-        self.events: queue.SimpleQueue[LegEvent] = queue.SimpleQueue()
+        self.events: queue.SimpleQueue[ops.LegEvent] = queue.SimpleQueue()
         self.lock = threading.Lock()
         self.legs: dict[str, _Leg] = {}
 
-    def start(self, op: StartLeg) -> None:
+    def start(self, op: ops.StartLeg) -> None:
         leg = self.legs[op.route.name] = _Leg(op)
-        if isinstance(op.attempt, Open):
+        if isinstance(op.attempt, ops.Open):
             leg.chunks = _open(op.attempt)
         threading.Thread(target=self._run, args=(leg,), daemon=True).start()
 
     def _run(self, leg: _Leg) -> None:
         attempt, name = leg.op.attempt, leg.op.route.name
-        event: LegEvent
+        event: ops.LegEvent
         try:
-            if isinstance(attempt, Complete):
-                event = LegEvent(name, value=_complete(attempt))
+            if isinstance(attempt, ops.Complete):
+                event = ops.LegEvent(name, value=_complete(attempt))
             else:
                 buffered: list[StreamChunk] = []
                 for chunk in leg.chunks:
                     buffered.append(chunk)
                     if has_content(chunk) or leg.stopped:
                         break
-                event = LegEvent(name, value=(buffered, leg.chunks))
+                event = ops.LegEvent(name, value=(buffered, leg.chunks))
         except ProviderError as error:
-            event = LegEvent(name, error=error)
+            event = ops.LegEvent(name, error=error)
         except BaseException as error:  # not a provider failure: raised to the caller
-            event = LegEvent(name, unexpected=error)
+            event = ops.LegEvent(name, unexpected=error)
         with self.lock:
             leg.finished = True
             stopped = leg.stopped
@@ -257,13 +244,13 @@ class _ThreadLegs:
             leg.chunks.close()
         _send_now(leg.after)
 
-    def wait(self, timeout: float) -> LegEvent | None:
+    def wait(self, timeout: float) -> ops.LegEvent | None:
         try:
             return self.events.get(timeout=timeout)
         except queue.Empty:
             return None
 
-    def stop(self, op: StopLegs, run: Run) -> None:
+    def stop(self, op: ops.StopLegs, run: Run) -> None:
         ended: list[_Leg] = []
         with self.lock:
             for name, leg in self.legs.items():
@@ -317,7 +304,7 @@ async def adrive(run: Run) -> AsyncGenerator[StreamChunk, None]:
                 run.response = finished.value
                 return
             answer, error = None, None
-            if isinstance(op, Emit):
+            if isinstance(op, ops.Emit):
                 yield op.chunk
                 continue
             try:
@@ -332,26 +319,26 @@ async def adrive(run: Run) -> AsyncGenerator[StreamChunk, None]:
 
 
 async def _aperform(op: Any, run: Run, streams: _Streams) -> Any:
-    if isinstance(op, Ask):
+    if isinstance(op, ops.Ask):
         return await run.tail.aask(op.step)
-    if isinstance(op, Next):
+    if isinstance(op, ops.Next):
         return await streams.anext(op.chunks)
-    if isinstance(op, Complete):
+    if isinstance(op, ops.Complete):
         return await _acomplete(op)
-    if isinstance(op, Open):
+    if isinstance(op, ops.Open):
         return streams.add(_aopen(op))
-    if isinstance(op, Sleep):
+    if isinstance(op, ops.Sleep):
         await run.tail.aflush()
         if op.seconds > 0:
             await anyio.sleep(op.seconds)
         return None
-    if isinstance(op, Race):
+    if isinstance(op, ops.Race):
         await run.tail.aflush()
         return await _arace(op, run, streams)
     raise TypeError(f"unknown op {op!r}")
 
 
-async def _arace(op: Race, run: Run, streams: _Streams) -> Any:
+async def _arace(op: ops.Race, run: Run, streams: _Streams) -> Any:
     """Carry out a hedge race with each leg in a task of one task group. An error of the
     race itself is raised after the group has ended (as it is, not in an exception group)."""
     steps = op.steps
@@ -366,13 +353,13 @@ async def _arace(op: Race, run: Run, streams: _Streams) -> Any:
                 try:
                     race_op = steps.send(answer)
                     answer = None
-                    if isinstance(race_op, Ask):
+                    if isinstance(race_op, ops.Ask):
                         answer = await run.tail.aask(race_op.step)
-                    elif isinstance(race_op, StartLeg):
+                    elif isinstance(race_op, ops.StartLeg):
                         legs.start(race_op)
-                    elif isinstance(race_op, AwaitLeg):
+                    elif isinstance(race_op, ops.AwaitLeg):
                         answer = await legs.wait(race_op.timeout)
-                    elif isinstance(race_op, StopLegs):
+                    elif isinstance(race_op, ops.StopLegs):
                         legs.stop(race_op, run)
                 except StopIteration as finished:
                     outcome = finished.value
@@ -385,7 +372,7 @@ async def _arace(op: Race, run: Run, streams: _Streams) -> Any:
         steps.close()  # cancelled: the race plan gives back what its legs hold
         raise
     finally:
-        keep = outcome.chunks if isinstance(outcome, Preopened) else None
+        keep = outcome.chunks if isinstance(outcome, ops.Preopened) else None
         with anyio.CancelScope(shield=True):
             await legs.aclose_streams(keep)
     if failure is not None:
@@ -398,56 +385,56 @@ async def _arace(op: Race, run: Run, streams: _Streams) -> Any:
 
 @dataclass
 class _TaskLeg:
-    op: StartLeg
+    op: ops.StartLeg
     scope: anyio.CancelScope
     chunks: Any = None
 
 
 class _TaskLegs:
-    """Race legs in tasks; a loser's task is cancelled."""
+    """ops.Race legs in tasks; a loser's task is cancelled."""
 
     def __init__(self) -> None:
         self.tasks: anyio.abc.TaskGroup | None = None
         self.legs: dict[str, _TaskLeg] = {}
-        self.events: deque[LegEvent] = deque()
+        self.events: deque[ops.LegEvent] = deque()
         self.arrived = anyio.Event()
 
-    def start(self, op: StartLeg) -> None:
+    def start(self, op: ops.StartLeg) -> None:
         assert self.tasks is not None
         leg = self.legs[op.route.name] = _TaskLeg(op, anyio.CancelScope())
-        if isinstance(op.attempt, Open):
+        if isinstance(op.attempt, ops.Open):
             leg.chunks = _aopen(op.attempt)
         self.tasks.start_soon(self._run, leg)
 
     async def _run(self, leg: _TaskLeg) -> None:
         attempt, name = leg.op.attempt, leg.op.route.name
-        event: LegEvent
+        event: ops.LegEvent
         with leg.scope:
             try:
-                if isinstance(attempt, Complete):
-                    event = LegEvent(name, value=await _acomplete(attempt))
+                if isinstance(attempt, ops.Complete):
+                    event = ops.LegEvent(name, value=await _acomplete(attempt))
                 else:
                     buffered: list[StreamChunk] = []
                     async for chunk in leg.chunks:
                         buffered.append(chunk)
                         if has_content(chunk):
                             break
-                    event = LegEvent(name, value=(buffered, leg.chunks))
+                    event = ops.LegEvent(name, value=(buffered, leg.chunks))
             except ProviderError as error:
-                event = LegEvent(name, error=error)
+                event = ops.LegEvent(name, error=error)
             except Exception as error:  # not a provider failure: raised to the caller
-                event = LegEvent(name, unexpected=error)
+                event = ops.LegEvent(name, unexpected=error)
             self.events.append(event)
             self.arrived.set()
 
-    async def wait(self, timeout: float) -> LegEvent | None:
+    async def wait(self, timeout: float) -> ops.LegEvent | None:
         if not self.events:
             self.arrived = anyio.Event()
             with anyio.move_on_after(timeout):
                 await self.arrived.wait()
         return self.events.popleft() if self.events else None
 
-    def stop(self, op: StopLegs, run: Run) -> None:
+    def stop(self, op: ops.StopLegs, run: Run) -> None:
         for name, leg in self.legs.items():
             if name != op.keep:
                 leg.scope.cancel()

@@ -39,7 +39,6 @@ __all__ = [
     "OutputFilter",
     "Stages",
     "cache_request",
-    "event",
     "finish",
     "from_cache",
     "new_idempotency_key",
@@ -51,6 +50,9 @@ __all__ = [
 
 logger = logging.getLogger("llmguard_sdk")
 
+
+CallKind = Literal["chat", "stream", "protect"]
+"""What kind of call an event describes."""
 
 InputFilter = Callable[[ChatRequest], "ChatRequest | None"]
 """Sees the validated request; returns a replacement request, or ``None`` to keep it.
@@ -172,13 +174,12 @@ def finish(ctx: CallContext, stages: Stages, response: ChatResponse) -> ChatResp
     return response
 
 
-def event(
+def _event(
     ctx: CallContext,
-    kind: Literal["chat", "stream", "protect"],
-    *,
-    response: ChatResponse | None = None,
-    error: BaseException | None = None,
-    cancelled: bool = False,
+    kind: CallKind,
+    response: ChatResponse | None,
+    error: BaseException | None,
+    cancelled: bool,
 ) -> CallEvent:
     """The :class:`CallEvent` describing a finished call."""
     outcome: Literal["ok", "error", "cancelled"] = (
@@ -206,7 +207,7 @@ def event(
 def report(
     ctx: CallContext,
     stages: Stages,
-    kind: Literal["chat", "stream", "protect"],
+    kind: CallKind,
     *,
     response: ChatResponse | None = None,
     error: BaseException | None = None,
@@ -228,7 +229,7 @@ def report(
         except Exception:
             logger.exception("llmguard telemetry failed")
     if stages.hooks:
-        emit(stages.hooks, event(ctx, kind, response=response, error=error, cancelled=cancelled))
+        emit(stages.hooks, _event(ctx, kind, response, error, cancelled))
 
 
 def _with_idempotency_key(request: ChatRequest, policy: RetryPolicy | None) -> ChatRequest:

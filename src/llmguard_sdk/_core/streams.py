@@ -16,10 +16,10 @@ decisions that need no answer wait in the call's tail, sent in one batch after t
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterator
-from types import TracebackType
 
 import anyio
 
+from .._closing import AsyncCloses, Closes
 from ..budget.control import Held, SpendControl
 from ..context import CallContext
 from ..models import ChatResponse, StreamChunk, Usage
@@ -141,7 +141,7 @@ class _StreamBase:
             self._tail.add(spend.settle_steps(held, self._ctx, served))
 
 
-class ChatStream(_StreamBase):
+class ChatStream(_StreamBase, Closes):
     """An iterator of :class:`~llmguard_sdk.models.StreamChunk` from :meth:`Guard.chat`.
 
     Use it in a ``with`` block (or call :meth:`close`) so that a stream you stop reading
@@ -209,19 +209,8 @@ class ChatStream(_StreamBase):
         self._chunks.close()
         self._end(cancelled=self._response is None)
 
-    def __enter__(self) -> ChatStream:
-        return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-
-class AsyncChatStream(_StreamBase):
+class AsyncChatStream(_StreamBase, AsyncCloses):
     """The async twin of :class:`ChatStream`, from :meth:`Guard.achat`.
 
     Iterate it with ``async for``; use ``async with`` (or ``await stream.aclose()``) to
@@ -287,14 +276,3 @@ class AsyncChatStream(_StreamBase):
             return
         await self._chunks.aclose()
         self._end(cancelled=self._response is None)
-
-    async def __aenter__(self) -> AsyncChatStream:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
