@@ -8,6 +8,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import anyio
 import httpx
@@ -104,29 +105,33 @@ def test_an_over_long_prompt_keeps_system_and_latest_turns(guard: Guard) -> None
     assert answer.metadata["context_trimmed"]["truncated"]
 
 
+# The stories below hold the model for seconds (about a second of decoding on an idle
+# machine, far longer on a busy one) within a deadline that holds either way.
+STORY = [{"role": "user", "content": "Write a long story about a cat."}]
+STORY_OPTIONS: dict[str, Any] = {"max_tokens": 60, "temperature": 0, "timeout": 240}
+
+
+@pytest.mark.timeout(600)
 def test_a_full_queue_refuses_at_once() -> None:
     provider = LocalProvider(n_ctx=512, max_queue=0, warm_up=True)
-    assert provider.wait_loaded(60)
     guard = Guard(provider, timeout=60, retry=None, environ={})
-    busy = threading.Thread(
-        target=guard.chat,
-        args=([{"role": "user", "content": "Write a long story about a cat."}],),
-        kwargs={"max_tokens": 400, "temperature": 0},
-    )
-    busy.start()
+    busy = threading.Thread(target=guard.chat, args=(STORY,), kwargs=STORY_OPTIONS)
     try:
+        assert provider.wait_loaded(120)
+        busy.start()
         deadline = time.monotonic() + 30
         while not provider._busy.locked():
             assert time.monotonic() < deadline
             time.sleep(0.005)
         with pytest.raises(ProviderBusyError):
             guard.chat(QUESTION, max_tokens=5)
-        # Refused, not queued behind the story: the story (400 tokens, seconds of decoding)
-        # still holds the model when the refusal arrives.
+        # Refused, not queued behind the story: the story still holds the model when the
+        # refusal arrives.
         assert provider._busy.locked()
         assert busy.is_alive()
     finally:
-        busy.join(120)
+        if busy.ident is not None:
+            busy.join(240)
         provider.close()
 
 
@@ -296,25 +301,23 @@ def test_prompt_lookup_decoding_past_512_tokens() -> None:
     provider.close()
 
 
+@pytest.mark.timeout(600)
 def test_callers_that_gave_up_free_their_queue_slot() -> None:
     provider = LocalProvider(n_ctx=512, max_queue=1, warm_up=True)
-    assert provider.wait_loaded(60)
     guard = Guard(provider, timeout=60, retry=None, environ={})
-    story = [{"role": "user", "content": "Write a long story about a cat."}]
-    busy = threading.Thread(
-        target=guard.chat, args=(story,), kwargs={"max_tokens": 300, "temperature": 0}
-    )
+    busy = threading.Thread(target=guard.chat, args=(STORY,), kwargs=STORY_OPTIONS)
     outcome: list[object] = []
 
     def wait_for_the_model() -> None:
-        try:
-            outcome.append(guard.chat(QUESTION, max_tokens=5, temperature=0))
+        try:  # its deadline covers the rest of the story and its own answer
+            outcome.append(guard.chat(QUESTION, max_tokens=5, temperature=0, timeout=240))
         except Exception as exc:  # recorded for the assertion below
             outcome.append(exc)
 
     waiter = threading.Thread(target=wait_for_the_model)
-    busy.start()
     try:
+        assert provider.wait_loaded(120)
+        busy.start()
         deadline = time.monotonic() + 30
         while not provider._busy.locked():
             assert time.monotonic() < deadline
@@ -322,10 +325,11 @@ def test_callers_that_gave_up_free_their_queue_slot() -> None:
         with pytest.raises(ProviderTimeoutError):
             guard.chat(QUESTION, max_tokens=5, timeout=0.2)  # waits, then gives up
         waiter.start()  # takes the freed slot instead of being refused
+        assert busy.is_alive()  # while the story still holds the model
     finally:
-        busy.join(120)
-        if waiter.ident is not None:
-            waiter.join(120)
+        for thread in (busy, waiter):
+            if thread.ident is not None:
+                thread.join(240)
         provider.close()
     # With max_queue=1 the waiter is only let in because the caller that gave up freed its
     # slot: it waited for the story and then got an answer from the model.
