@@ -381,12 +381,7 @@ class AnthropicStreamState(StreamState):
             raise self.timed_out()
 
     def _event(self, data: str) -> StreamChunk | None:
-        try:
-            event = json.loads(data)
-        except _JSON_ERRORS:
-            raise self.failure(MalformedResponseError, "stream event is not JSON") from None
-        if not isinstance(event, dict):
-            raise self.failure(MalformedResponseError, "stream event is not a JSON object")
+        event = self.event_object(data)
         kind = event.get("type")
         if kind == "error":
             error = event.get("error")

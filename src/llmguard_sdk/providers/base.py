@@ -28,11 +28,12 @@ declares none of them is still a :class:`Provider`, with the defaults):
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Callable, Generator
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from ..models import ChatRequest, ChatResponse, StreamChunk
 
-__all__ = ["Provider", "context_window", "is_local", "token_counter"]
+__all__ = ["Provider", "StreamCall", "context_window", "is_local", "token_counter"]
 
 
 @runtime_checkable
@@ -83,6 +84,56 @@ class Provider(Protocol):
     async def aclose(self) -> None:
         """Release async resources."""
         ...
+
+
+@dataclass(frozen=True)
+class StreamCall:
+    """The arguments of one :meth:`Provider.stream` or :meth:`Provider.astream` call.
+
+    .. versionadded:: 0.2.0
+    """
+
+    request: ChatRequest
+    model: str
+    deadline: float
+    idle_timeout: float | None = None
+
+
+class _Streams:
+    """:meth:`Provider.stream` and :meth:`Provider.astream` written once for the providers of
+    this package: each one implements ``_stream(call)`` and ``_astream(call)`` on a
+    :class:`StreamCall`."""
+
+    def stream(
+        self,
+        request: ChatRequest,
+        *,
+        model: str,
+        deadline: float,
+        idle_timeout: float | None = None,
+    ) -> Generator[StreamChunk, None, None]:
+        """Answer ``request`` as a stream of chunks; the last one carries usage when known.
+
+        ``idle_timeout`` bounds the silence before the first piece and between later ones.
+        """
+        return self._stream(StreamCall(request, model, deadline, idle_timeout))
+
+    def astream(
+        self,
+        request: ChatRequest,
+        *,
+        model: str,
+        deadline: float,
+        idle_timeout: float | None = None,
+    ) -> AsyncGenerator[StreamChunk, None]:
+        """Async twin of :meth:`stream`."""
+        return self._astream(StreamCall(request, model, deadline, idle_timeout))
+
+    def _stream(self, call: StreamCall) -> Generator[StreamChunk, None, None]:
+        raise NotImplementedError
+
+    def _astream(self, call: StreamCall) -> AsyncGenerator[StreamChunk, None]:
+        raise NotImplementedError
 
 
 def is_local(provider: object) -> bool:

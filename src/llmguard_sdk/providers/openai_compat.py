@@ -36,6 +36,7 @@ from ..errors import (
 from ..models import ChatRequest, ChatResponse, StreamChunk
 from ..telemetry.redaction import register_secret
 from ._watchdog import watchdog
+from .base import StreamCall, _Streams
 from .wire import (
     MAX_BODY_BYTES,
     MAX_ERROR_BODY_BYTES,
@@ -51,7 +52,7 @@ __all__ = ["OpenAICompatibleProvider"]
 _NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 
 
-class OpenAICompatibleProvider:
+class OpenAICompatibleProvider(_Streams):
     """Chat completions against an OpenAI-compatible HTTP API, sync and async.
 
     Args:
@@ -234,20 +235,11 @@ class OpenAICompatibleProvider:
             raise _transport_error(exc, self.name, deadline) from exc
         return self._parse(response.status_code, response.headers, collected.data)
 
-    def stream(
-        self,
-        request: ChatRequest,
-        *,
-        model: str,
-        deadline: float,
-        idle_timeout: float | None = None,
-    ) -> Generator[StreamChunk, None, None]:
-        """Stream a chat completion (server-sent events), asking for usage in the last chunk.
-
-        ``idle_timeout`` bounds the silence before the first and between later pieces.
-        """
+    def _stream(self, call: StreamCall) -> Generator[StreamChunk, None, None]:
+        """Stream a chat completion (server-sent events), asking for usage in the last chunk."""
+        deadline = call.deadline
         args = self._request(
-            request, model, stream=True, deadline=deadline, idle_timeout=idle_timeout
+            call.request, call.model, stream=True, deadline=deadline, idle_timeout=call.idle_timeout
         )
         state = self._stream_state(deadline)
         client = self._sync_client()
@@ -268,17 +260,11 @@ class OpenAICompatibleProvider:
             raise state.broken(exc, timed_out=isinstance(exc, httpx.TimeoutException)) from exc
         state.check_ended()
 
-    async def astream(
-        self,
-        request: ChatRequest,
-        *,
-        model: str,
-        deadline: float,
-        idle_timeout: float | None = None,
-    ) -> AsyncGenerator[StreamChunk, None]:
-        """Async twin of :meth:`stream`."""
+    async def _astream(self, call: StreamCall) -> AsyncGenerator[StreamChunk, None]:
+        """Async twin of :meth:`_stream`."""
+        deadline = call.deadline
         args = self._request(
-            request, model, stream=True, deadline=deadline, idle_timeout=idle_timeout
+            call.request, call.model, stream=True, deadline=deadline, idle_timeout=call.idle_timeout
         )
         state = self._stream_state(deadline)
         client = self._async_client()

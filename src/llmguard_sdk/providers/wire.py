@@ -300,13 +300,18 @@ class StreamState:
         if time.monotonic() > self.deadline:
             raise self.timed_out()
 
-    def _chunk(self, data: str) -> StreamChunk:
+    def event_object(self, data: str) -> dict[str, Any]:
+        """One stream event's JSON object; anything else fails the stream as malformed."""
         try:
             event = json.loads(data)
         except _JSON_ERRORS:
             raise self.failure(MalformedResponseError, "stream event is not JSON") from None
         if not isinstance(event, dict):
             raise self.failure(MalformedResponseError, "stream event is not a JSON object")
+        return event
+
+    def _chunk(self, data: str) -> StreamChunk:
+        event = self.event_object(data)
         if "error" in event:
             message = _error_message(data) or "provider reported an error in the stream"
             raise self.failure(ProviderUnavailableError, message)

@@ -15,6 +15,7 @@ from ..breaker import BreakerPolicy
 from ..context import CallEvent
 from ..guard import Guard
 from ..models import ChatRequest, ChatResponse, StreamChunk
+from ..providers.base import StreamCall, _Streams
 from ..providers.openai_compat import OpenAICompatibleProvider
 from ..retry import RetryPolicy
 from ._provider import FakeProvider
@@ -70,7 +71,7 @@ def _on_event(event: CallEvent) -> None:
         call.event = event
 
 
-class _Tap:
+class _Tap(_Streams):
     """Passes every call to ``inner`` unchanged and logs each attempt (start, end, error)."""
 
     def __init__(self, inner: OpenAICompatibleProvider) -> None:
@@ -105,26 +106,14 @@ class _Tap:
         finally:
             self._log(start, error)
 
-    def stream(
-        self,
-        request: ChatRequest,
-        *,
-        model: str,
-        deadline: float,
-        idle_timeout: float | None = None,
-    ) -> Generator[StreamChunk, None, None]:
-        return self.inner.stream(request, model=model, deadline=deadline, idle_timeout=idle_timeout)
+    def _stream(self, call: StreamCall) -> Generator[StreamChunk, None, None]:
+        return self.inner.stream(
+            call.request, model=call.model, deadline=call.deadline, idle_timeout=call.idle_timeout
+        )
 
-    def astream(
-        self,
-        request: ChatRequest,
-        *,
-        model: str,
-        deadline: float,
-        idle_timeout: float | None = None,
-    ) -> AsyncGenerator[StreamChunk, None]:
+    def _astream(self, call: StreamCall) -> AsyncGenerator[StreamChunk, None]:
         return self.inner.astream(
-            request, model=model, deadline=deadline, idle_timeout=idle_timeout
+            call.request, model=call.model, deadline=call.deadline, idle_timeout=call.idle_timeout
         )
 
     def close(self) -> None:
