@@ -221,14 +221,27 @@ def test_cancelling_an_async_hedged_stream_gives_the_permits_back(
     fake2.always(Fault(first_token_delay=2.0))
 
     async def run() -> None:
-        with anyio.move_on_after(0.3):
+        async def read() -> None:
             stream = await guard.achat(USER, stream=True)
             async with stream:
                 async for _chunk in stream:
                     pass
+
+        async def cancel_once_both_probes_are_in(scope: anyio.CancelScope) -> None:
+            # The servers count requests in their own threads and signal nothing: poll them.
+            with anyio.fail_after(30):  # both servers hold their first token for 2 s
+                while fake.stats.requests < 1 or fake2.stats.requests < 1:  # noqa: ASYNC110
+                    await anyio.sleep(0.005)
+            scope.cancel()
+
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(cancel_once_both_probes_are_in, tasks.cancel_scope)
+            await read()
         await guard.aclose()
 
     anyio.run(run)
+    # Both probes were sent (each took its route's only half-open permit) before the cancel.
+    assert (fake.stats.requests, fake2.stats.requests) == (1, 1)
     assert breakers.permit("primary").allowed  # the cancelled probes gave their permits back
     assert breakers.permit("backup").allowed
 
