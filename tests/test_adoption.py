@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -80,16 +81,20 @@ async def test_protect_bounds_an_async_call_by_its_timeout(fake: FakeProvider) -
     guard = Guard(hooks=[events.append], environ={})
     client = openai.AsyncOpenAI(base_url=fake.base_url, api_key="sk-x", max_retries=0)
 
-    @guard.protect(timeout=0.3)
+    # 3 s: room for the first call's client setup on a busy machine; the slow call would
+    # take 30 s, so only the timeout can end it in time.
+    @guard.protect(timeout=3.0)
     async def ask() -> Any:
         return await client.chat.completions.create(model="m", messages=USER)
 
     answer = await ask()
     assert answer.choices[0].message.content == "Echo: hello there"
     assert events[-1].usage is not None
-    fake.script(Fault(latency=3))
+    fake.script(Fault(latency=30))
+    started = time.monotonic()
     with pytest.raises(ProviderTimeoutError):
         await ask()
+    assert time.monotonic() - started < 20  # the timeout ended it, not the answer
     assert isinstance(events[-1].error, ProviderTimeoutError)
     await client.close()
 

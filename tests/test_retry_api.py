@@ -110,12 +110,14 @@ def test_testing_mode_can_cap_attempts() -> None:
 
 def test_total_timeout_bounds_the_retries() -> None:
     seen: list[RetryDetails] = []
-    flaky = Flaky(100, RateLimitedError("slow", retry_after=0.4))
+    flaky = Flaky(100, RateLimitedError("slow", retry_after=1.0))
     with pytest.raises(RateLimitedError):
-        retry(flaky, attempts=50, timeout=1.0, hooks=[seen.append])()
-    # Calls at about 0, 0.4 and 0.8 s; a third wait would end past the 1 s timeout.
+        retry(flaky, attempts=50, timeout=2.9, hooks=[seen.append])()
+    # Calls at about 0, 1 and 2 s; a third wait would end past the 2.9 s timeout whatever the
+    # machine's load (sleeps only run long), and the second retry is let through unless the
+    # first call and wait ran 0.9 s late.
     assert flaky.calls == 3
-    assert all(d.elapsed + d.wait < 1.0 for d in seen)
+    assert all(d.elapsed + d.wait < 2.9 for d in seen)
 
 
 def test_context_manager_sync_and_async(no_waits: None) -> None:
