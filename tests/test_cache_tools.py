@@ -25,6 +25,8 @@ from llmguard_sdk.cli import main
 from llmguard_sdk.errors import ConfigurationError, MalformedResponseError, ProviderUnavailableError
 from llmguard_sdk.models import ChatRequest, ChatResponse, Message
 
+from .conftest import require_module
+
 DUPLICATES = [
     ("How do I reset my password?", "How can I reset my password?"),
     ("What are your opening hours?", "When are you open?"),
@@ -159,7 +161,7 @@ def test_openai_embedder_unreachable_is_a_typed_error() -> None:
 
 @pytest.mark.local_model
 def test_llama_cpp_embedder_runs_a_gguf_model() -> None:
-    pytest.importorskip("llama_cpp")
+    require_module("llama_cpp", "the local model extra: pip install 'llmguard-sdk[local]'")
     from llmguard_sdk.cache import LlamaCppEmbedder
     from llmguard_sdk.providers.local import bundled_model_path
 
