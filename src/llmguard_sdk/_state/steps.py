@@ -279,58 +279,46 @@ class Batch:
 
     # -- the steps' side ---------------------------------------------------------------------
 
-    def _advance(
+    def _step(
         self,
         index: int,
         value: Any,
         error: BaseException | None,
         live: dict[int, Any],
         outcomes: list[Outcome],
-    ) -> None:
-        """Resume step ``index`` with its answer until it needs Redis (or a pause) or ends;
-        a :class:`Call` it asks for is made at once (no round trip to wait for)."""
+    ) -> Call | None:
+        """Resume step ``index`` with its answer: it ends, or asks for Redis or a pause
+        (noted in ``live``), or asks for a :class:`Call` (returned, to be made at once)."""
         step = self.steps[index]
-        while True:
+        try:
+            request = step.throw(error) if error is not None else step.send(value)
+        except StopIteration as finished:
+            outcomes[index].value = finished.value
+            return None
+        except Exception as exc:
+            outcomes[index].error = exc
+            return None
+        if isinstance(request, Call):
+            return request
+        live[index] = request
+        return None
+
+    def _advance(self, index: int, value: Any, error: BaseException | None, *rest: Any) -> None:
+        """Resume step ``index`` until it needs Redis (or a pause) or ends; a :class:`Call`
+        it asks for is made at once (no round trip to wait for)."""
+        while (call := self._step(index, value, error, *rest)) is not None:
             try:
-                request = step.throw(error) if error is not None else step.send(value)
-            except StopIteration as finished:
-                outcomes[index].value = finished.value
-                return
-            except Exception as exc:
-                outcomes[index].error = exc
-                return
-            if not isinstance(request, Call):
-                live[index] = request
-                return
-            try:
-                value, error = request.sync(), None
+                value, error = call.sync(), None
             except Exception as exc:
                 value, error = None, exc
 
     async def _aadvance(
-        self,
-        index: int,
-        value: Any,
-        error: BaseException | None,
-        live: dict[int, Any],
-        outcomes: list[Outcome],
+        self, index: int, value: Any, error: BaseException | None, *rest: Any
     ) -> None:
         """Async twin of :meth:`_advance`."""
-        step = self.steps[index]
-        while True:
+        while (call := self._step(index, value, error, *rest)) is not None:
             try:
-                request = step.throw(error) if error is not None else step.send(value)
-            except StopIteration as finished:
-                outcomes[index].value = finished.value
-                return
-            except Exception as exc:
-                outcomes[index].error = exc
-                return
-            if not isinstance(request, Call):
-                live[index] = request
-                return
-            try:
-                value, error = await request.aio(), None
+                value, error = await call.aio(), None
             except Exception as exc:
                 value, error = None, exc
 

@@ -9,13 +9,16 @@ from typing import Protocol
 from typing_extensions import Unpack
 
 from .._state.steps import Step
-from ._rules import LearnArgs, LimitsConfig, ReserveArgs, SettleArgs
+from ._rules import LimitsConfig
 from .memory import MemoryRateLimiter
 from .policy import (
     CellState,
     Grant,
+    LearnArgs,
     Priority,
     RateLimit,
+    ReserveArgs,
+    SettleArgs,
     learn,
     release,
     reserve,

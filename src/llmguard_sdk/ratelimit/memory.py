@@ -15,20 +15,14 @@ from typing_extensions import Unpack
 
 from .._state.steps import Call, Step, in_place
 from .._state.stores import hash_id
-from ._rules import (
-    LearnArgs,
-    LimitsConfig,
-    ReserveArgs,
-    Rules,
-    SettleArgs,
-    new_call_id,
-    normalize,
-    wait_bound,
-)
+from ._rules import LimiterBase, LimitsConfig, new_call_id, wait_bound
 from .policy import (
     CellState,
     Grant,
+    LearnArgs,
     RateLimit,
+    ReserveArgs,
+    SettleArgs,
     learn,
     release,
     reserve_all,
@@ -42,7 +36,7 @@ _SWEEP_EVERY = 4096  # reservations between sweeps of idle per-tenant states
 CellKey = tuple[str, int, str | None]
 
 
-class MemoryRateLimiter:
+class MemoryRateLimiter(LimiterBase):
     """Reserve-then-settle limits for any number of keys; ``clock`` is injectable for tests.
 
     ::
@@ -60,16 +54,12 @@ class MemoryRateLimiter:
     def __init__(
         self, limits: LimitsConfig, *, clock: Callable[[], float] = time.monotonic
     ) -> None:
-        self.limits: Rules = normalize(limits)
+        super().__init__(limits)
         self._clock = clock
         self._lock = threading.Lock()
         self._freed = threading.Condition(self._lock)
         self._cells: dict[CellKey, CellState] = {}
         self._reservations = 0
-
-    def rules(self, key: str) -> tuple[RateLimit, ...]:
-        """The limits that apply on ``key`` (empty: none)."""
-        return self.limits.get(key, ())
 
     def _keys(self, key: str, tenant: str | None) -> list[tuple[CellKey, RateLimit]]:
         tenant_key = hash_id(tenant or "")

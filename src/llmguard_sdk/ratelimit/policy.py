@@ -39,15 +39,21 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypedDict, TypeVar
+
+from typing_extensions import Unpack
 
 from ..errors import ConfigurationError
 
 __all__ = [
+    "CellAsk",
     "CellState",
     "Grant",
+    "LearnArgs",
     "Priority",
     "RateLimit",
+    "ReserveArgs",
+    "SettleArgs",
     "learn",
     "release",
     "reserve",
@@ -57,6 +63,56 @@ __all__ = [
 
 Priority = Literal["interactive", "batch"]
 """``interactive`` calls may use the whole burst; ``batch`` calls leave ``batch_headroom``."""
+
+
+class CellAsk(TypedDict, total=False):
+    """What one reservation asks of a key's limits (every field optional; the defaults are
+    :func:`~llmguard_sdk.ratelimit.reserve_all`'s): ``requests`` (1), ``tokens`` (0, input
+    plus output), ``input_tokens`` and ``output_tokens`` (for separate limits),
+    ``priority`` (``"interactive"``), ``max_wait`` (the limits' own), ``lease_seconds``
+    (how long a concurrency slot may be held, at most the limit's own)."""
+
+    requests: float
+    tokens: float
+    input_tokens: float | None
+    output_tokens: float | None
+    priority: Priority
+    max_wait: float | None
+    lease_seconds: float | None
+
+
+class ReserveArgs(CellAsk, total=False):
+    """A limiter's ``reserve`` keywords: :class:`CellAsk` and the call's ``tenant`` (for
+    per-tenant limits)."""
+
+    tenant: str | None
+
+
+class SettleArgs(TypedDict, total=False):
+    """A limiter's ``settle`` keywords: the ``tenant``; ``token_delta`` (input plus output),
+    ``input_delta`` and ``output_delta``: what the call used beyond what it reserved
+    (negative: a refund); ``lease``: the concurrency lease to give back; ``request_delta``
+    (-1: the request back too, for a call never sent)."""
+
+    tenant: str | None
+    token_delta: float
+    input_delta: float | None
+    output_delta: float | None
+    lease: str | None
+    request_delta: float
+
+
+class LearnArgs(TypedDict, total=False):
+    """A limiter's ``learn`` keywords: what the provider says remains
+    (``remaining_requests``, ``remaining_tokens``, ``remaining_input_tokens``,
+    ``remaining_output_tokens``) and a 429's ``pause`` in seconds."""
+
+    remaining_requests: float | None
+    remaining_tokens: float | None
+    remaining_input_tokens: float | None
+    remaining_output_tokens: float | None
+    pause: float | None
+
 
 Refusal = Literal["", "rate", "concurrency", "queue", "never"]
 
@@ -378,18 +434,7 @@ def _like(state: CellState | tuple[float, ...], cell: CellState) -> Any:
 
 
 def reserve(
-    state: _State,
-    now: float,
-    limit: RateLimit,
-    *,
-    requests: float = 1.0,
-    tokens: float = 0.0,
-    input_tokens: float | None = None,
-    output_tokens: float | None = None,
-    priority: Priority = "interactive",
-    max_wait: float | None = None,
-    call_id: str = "",
-    lease_seconds: float | None = None,
+    state: _State, now: float, limit: RateLimit, *, call_id: str = "", **ask: Unpack[CellAsk]
 ) -> tuple[Grant, _State]:
     """:func:`reserve_all` for one limit.
 
@@ -398,18 +443,7 @@ def reserve(
     A call needing more than a burst allows can never fit: it is refused with
     ``retry_after`` infinity.
     """
-    grant, (cell,) = reserve_all(
-        [(_as_cell(state, limit), limit)],
-        now,
-        requests=requests,
-        tokens=tokens,
-        input_tokens=input_tokens,
-        output_tokens=output_tokens,
-        priority=priority,
-        max_wait=max_wait,
-        call_id=call_id,
-        lease_seconds=lease_seconds,
-    )
+    grant, (cell,) = reserve_all([(_as_cell(state, limit), limit)], now, call_id=call_id, **ask)
     after: _State = _like(state, cell)
     return grant, after
 

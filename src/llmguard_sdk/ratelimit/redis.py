@@ -27,18 +27,9 @@ from typing_extensions import Unpack
 
 from .._state.steps import Pause, Step, entry_points
 from .._state.stores import Outage, RedisScripts, RedisStore, hash_id, redis_errors
-from ._rules import (
-    LearnArgs,
-    LimitsConfig,
-    ReserveArgs,
-    Rules,
-    SettleArgs,
-    new_call_id,
-    normalize,
-    wait_bound,
-)
+from ._rules import LimiterBase, LimitsConfig, new_call_id, wait_bound
 from .memory import MemoryRateLimiter
-from .policy import CONCURRENCY_POLL, Grant, RateLimit
+from .policy import CONCURRENCY_POLL, Grant, LearnArgs, RateLimit, ReserveArgs, SettleArgs
 
 __all__ = ["RedisRateLimiter"]
 
@@ -52,7 +43,7 @@ def _opt(value: float | None) -> float | str:
     return "" if value is None else value
 
 
-class RedisRateLimiter:
+class RedisRateLimiter(LimiterBase):
     """:class:`~llmguard_sdk.ratelimit.MemoryRateLimiter`'s contract, shared through Redis.
 
     Keys of a route: ``{prefix}:rl:{<route hash>}:<limit index>`` (a hash of TATs), plus
@@ -61,7 +52,7 @@ class RedisRateLimiter:
     """
 
     def __init__(self, store: RedisStore, limits: LimitsConfig) -> None:
-        self.limits: Rules = normalize(limits)
+        super().__init__(limits)
         self.clock_offset = 0.0
         self._store = store
         self._scripts = RedisScripts(store, _RESERVE, _SETTLE, _LEARN)
@@ -72,10 +63,6 @@ class RedisRateLimiter:
             }
         )
         self._outage = Outage("rate limits", "limiting per process", store)
-
-    def rules(self, key: str) -> tuple[RateLimit, ...]:
-        """The limits that apply on ``key`` (empty: none)."""
-        return self.limits.get(key, ())
 
     def _cells(
         self, key: str, tenant: str | None, *, route_only: bool = False
