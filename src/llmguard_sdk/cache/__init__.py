@@ -21,10 +21,10 @@ of every process's memory.
 """
 
 from .backends import CacheBackend, MemoryCacheBackend, RedisCacheBackend
-from .bert import BertEmbedder
 from .calibrate import CalibrationRow, Pair, calibrate, pick_threshold, read_pairs
 from .core import DEFAULT_THRESHOLD, ResponseCache
 from .embedders import (
+    BertEmbedder,
     Embedder,
     HashingEmbedder,
     HybridEmbedder,

@@ -17,9 +17,8 @@ import json
 from dataclasses import asdict
 from typing import Any
 
-from ..cache.bert import BertEmbedder
 from ..cache.calibrate import calibrate, pick_threshold, read_pairs
-from ..cache.embedders import Embedder, HashingEmbedder, HybridEmbedder
+from ..cache.embedders import BertEmbedder, Embedder, HashingEmbedder, HybridEmbedder
 from ..errors import ConfigurationError
 
 EMBEDDERS = ("hashing", "minilm", "hybrid")

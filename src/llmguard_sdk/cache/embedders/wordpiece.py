@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from functools import lru_cache
 from pathlib import Path
 
-from ..errors import ConfigurationError
+from ...errors import ConfigurationError
 
 __all__ = ["WordPieceTokenizer"]
 

@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from .._lazy import np
-from ..errors import ConfigurationError
-from .embedders import normalise
+from ..._lazy import np
+from ...errors import ConfigurationError
+from .base import normalise
 from .wordpiece import WordPieceTokenizer
 
 __all__ = ["BertEmbedder", "read_safetensors"]
@@ -35,7 +35,7 @@ __all__ = ["BertEmbedder", "read_safetensors"]
 if TYPE_CHECKING:
     import numpy.typing as npt
 
-    from .embedders import Vectors
+    from .base import Vectors
 
     Array: TypeAlias = npt.NDArray[np.float32]
 

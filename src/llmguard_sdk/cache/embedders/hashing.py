@@ -1,0 +1,128 @@
+"""The dependency-free default embedder: hashed words, word pairs and character n-grams,
+weighted by rarity (see :mod:`llmguard_sdk.cache.embedders`)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+import unicodedata
+import zlib
+from collections.abc import Sequence
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
+from ..._lazy import np
+from ...errors import ConfigurationError
+from ...tokens import cl100k_encoding
+from .base import normalise
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
+
+    from .base import Vectors
+
+__all__ = ["HashingEmbedder"]
+
+_WORD_CACHE_SIZE = 50_000
+_WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
+
+
+@lru_cache(maxsize=65536)
+def _rarity(word: str) -> float:
+    """About 0.1 for the commonest words, 1 for rare ones (several tokens)."""
+    encoding = cl100k_encoding()
+    if encoding is None:
+        return 1.0 if len(word) > 3 else 0.3
+    tokens = encoding.encode(" " + word, disallowed_special=())
+    if len(tokens) != 1:
+        return 1.0 + 0.1 * (len(tokens) - 1)
+    return max(0.05, math.log1p(tokens[0]) / math.log(100_000))
+
+
+@lru_cache(maxsize=65536)
+def _stem(word: str) -> str:
+    for suffix in ("ingly", "edly", "ing", "ed", "es", "s", "ly"):
+        if len(word) > len(suffix) + 3 and word.endswith(suffix):
+            return word[: -len(suffix)]
+    return word
+
+
+class HashingEmbedder:
+    """The dependency-free default embedder (see the module docs).
+
+    Args:
+        dimension: number of hashed dimensions (1024 keeps collisions rare for sentences).
+        ngram_sizes: character n-gram lengths taken inside each word (spelling variants,
+            inflections and compounds still overlap).
+        char_weight / pair_weight: weight of a word's character n-grams and of adjacent word
+            pairs, relative to the word itself.
+    """
+
+    def __init__(
+        self,
+        dimension: int = 1024,
+        *,
+        ngram_sizes: Sequence[int] = (3, 4, 5),
+        char_weight: float = 0.5,
+        pair_weight: float = 0.5,
+    ) -> None:
+        if dimension < 16:
+            raise ConfigurationError("HashingEmbedder dimension must be at least 16")
+        if not ngram_sizes or min(ngram_sizes) < 2:
+            raise ConfigurationError("ngram_sizes must be lengths of 2 or more")
+        self.dimension = dimension
+        self._sizes = tuple(sorted(set(ngram_sizes)))
+        self._char_weight = char_weight
+        self._pair_weight = pair_weight
+        self._words: dict[str, tuple[npt.NDArray[np.intp], npt.NDArray[np.float32]]] = {}
+        sizes = "".join(str(n) for n in self._sizes)
+        self.name = f"hashing-v1-d{dimension}-n{sizes}-c{char_weight:g}-p{pair_weight:g}"
+
+    def __repr__(self) -> str:
+        return f"HashingEmbedder({self.name})"
+
+    def _bucket(self, feature: str) -> tuple[int, float]:
+        """The dimension a feature hashes to, and its sign."""
+        h = zlib.crc32(feature.encode("utf-8"))
+        return h % self.dimension, 1.0 if h & 0x80000000 else -1.0
+
+    def _word(self, word: str) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.float32]]:
+        """A word's own contributions (the word, its character n-grams), computed once."""
+        known = self._words.get(word)
+        if known is not None:
+            return known
+        weight = _rarity(word)
+        parts = [(f"w{_stem(word)}", weight)]
+        if self._char_weight:
+            padded = f"<{word}>"
+            grams = [padded[i : i + n] for n in self._sizes for i in range(len(padded) - n + 1)]
+            share = weight * self._char_weight / math.sqrt(len(grams) or 1)
+            parts += [(f"c{gram}", share) for gram in grams]
+        buckets = [self._bucket(feature) for feature, _ in parts]
+        found = (
+            np.array([b for b, _ in buckets], dtype=np.intp),
+            np.array(
+                [sign * w for (_, sign), (_, w) in zip(buckets, parts, strict=True)],
+                dtype=np.float32,
+            ),
+        )
+        if len(self._words) >= _WORD_CACHE_SIZE:
+            self._words.clear()
+        self._words[word] = found
+        return found
+
+    def embed(self, texts: Sequence[str]) -> Vectors:
+        """Hash each text into a unit vector (see the class docs)."""
+        out = np.zeros((len(texts), self.dimension), dtype=np.float32)
+        for row, text in enumerate(texts):
+            words = _WORD.findall(unicodedata.normalize("NFKC", text).lower())
+            for word in words:
+                buckets, values = self._word(word)
+                np.add.at(out[row], buckets, values)
+            if self._pair_weight:
+                for first, second in itertools.pairwise(words):
+                    bucket, sign = self._bucket(f"b{_stem(first)} {_stem(second)}")
+                    weight = min(_rarity(first), _rarity(second)) * self._pair_weight
+                    out[row, bucket] += sign * weight
+        return normalise(out)

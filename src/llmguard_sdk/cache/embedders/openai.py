@@ -1,0 +1,98 @@
+"""Embeddings from an OpenAI-compatible ``/v1/embeddings`` endpoint, over httpx."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+from ..._lazy import np
+from ...errors import MalformedResponseError, ProviderUnavailableError
+from .base import normalise
+
+if TYPE_CHECKING:
+    from .base import Vectors
+
+__all__ = ["OpenAIEmbedder"]
+
+_ROUTE = "embeddings"
+
+
+class OpenAIEmbedder:
+    """Embeddings from an OpenAI-compatible ``/v1/embeddings`` endpoint.
+
+    Args:
+        base_url: the API root, e.g. ``http://127.0.0.1:8080/v1``.
+        model: the embedding model to ask for.
+        dimension: the model's vector size (checked on every answer).
+        api_key: sent as a bearer token when given.
+        timeout: seconds for each request.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        dimension: int,
+        *,
+        api_key: str | None = None,
+        timeout: float = 10.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._client = httpx.Client(
+            base_url=base_url.rstrip("/") + "/",
+            headers=headers,
+            timeout=timeout,
+            transport=transport,
+        )
+        self._model = model
+        self.dimension = dimension
+        self.name = f"openai:{model}:{dimension}"
+
+    def __repr__(self) -> str:
+        return f"OpenAIEmbedder(model={self._model!r})"
+
+    def embed(self, texts: Sequence[str]) -> Vectors:
+        """Ask the endpoint for the vectors of ``texts`` (one request)."""
+        try:
+            answer = self._client.post(
+                "embeddings", json={"model": self._model, "input": list(texts)}
+            )
+        except httpx.HTTPError as exc:
+            raise ProviderUnavailableError(
+                f"embeddings request failed: {exc}", route="embeddings"
+            ) from exc
+        if answer.status_code != 200:
+            raise ProviderUnavailableError(
+                f"embeddings endpoint answered HTTP {answer.status_code}",
+                route="embeddings",
+                status_code=answer.status_code,
+            )
+        return _vectors_from_payload(answer.json(), len(texts), self.dimension)
+
+    def close(self) -> None:
+        """Close the HTTP connection pool."""
+        self._client.close()
+
+
+def _vectors_from_payload(payload: Any, count: int, dimension: int) -> Vectors:
+    data = payload.get("data") if isinstance(payload, dict) else None
+    if not isinstance(data, list) or len(data) != count:
+        raise MalformedResponseError(
+            "embeddings answer lacks one vector per input", route="embeddings"
+        )
+    rows = sorted(data, key=lambda item: item.get("index", 0) if isinstance(item, dict) else 0)
+    try:
+        vectors = np.array([row["embedding"] for row in rows], dtype=np.float32)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise MalformedResponseError(
+            f"embeddings answer is malformed: {exc}", route="embeddings"
+        ) from None
+    if vectors.shape != (count, dimension):
+        raise MalformedResponseError(
+            f"embeddings have shape {vectors.shape}, expected {(count, dimension)}",
+            route="embeddings",
+        )
+    return normalise(vectors)
