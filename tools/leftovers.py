@@ -27,6 +27,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -136,15 +137,31 @@ def _is_zombie(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
 
 
-def _reap() -> None:
-    """Collect the exit status of re-parented children that ended (we are their subreaper)."""
-    while True:
-        try:
-            pid, _status = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
+def _reap(keep: int | None = None) -> None:
+    """Collect the exit status of re-parented children that ended (we are their subreaper),
+    all of them, or while the command runs, all but the command (``keep``: subprocess
+    waits for that one itself)."""
+    if keep is None:
+        while True:
+            try:
+                pid, _status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+    me = os.getpid()
+    for entry in _PROC.iterdir() if _PROC.is_dir() else ():
+        pid = int(entry.name) if entry.name.isdigit() else keep
+        if pid != keep and _parent(pid) == me and _is_zombie(pid):
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)
+
+
+def _reaper(command: subprocess.Popen[bytes], stop: threading.Event) -> None:
+    """While the command runs, reap the orphans that ended (no zombies pile up in a long
+    test run)."""
+    while not stop.wait(2.0):
+        _reap(keep=command.pid)
 
 
 def _kill(pids: list[int]) -> None:
@@ -181,10 +198,17 @@ def main(argv: list[str]) -> int:
             "leftovers: no child subreaper here; finding processes by marker only", file=sys.stderr
         )
     env = {**os.environ, MARKER: run}
+    command = subprocess.Popen(argv, env=env)
+    stop = threading.Event()
+    reaper = threading.Thread(target=_reaper, args=(command, stop), daemon=True)
+    reaper.start()
     try:
-        code = subprocess.call(argv, env=env)
+        code = command.wait()
     except KeyboardInterrupt:
-        code = 130
+        code = command.wait()
+    finally:
+        stop.set()
+        reaper.join()
     me = os.getpid()
     deadline = time.monotonic() + grace
     left = descendants(me, run)
@@ -199,8 +223,8 @@ def main(argv: list[str]) -> int:
             f"leftovers: {len(left)} process(es) started by the run are still alive:",
             file=sys.stderr,
         )
-        for pid, command in sorted(left.items()):
-            print(f"  pid {pid}: {command[:300]}", file=sys.stderr)
+        for pid, line in sorted(left.items()):
+            print(f"  pid {pid}: {line[:300]}", file=sys.stderr)
         _kill(sorted(left))
         print("leftovers: killed them", file=sys.stderr)
     new = changed_files(before, scan(cache))
