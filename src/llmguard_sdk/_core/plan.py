@@ -15,43 +15,34 @@ its answer; a provider's failure is thrown into it. :mod:`.drive` carries the op
 blocking I/O or with ``await``. What needs no answer is queued in the call's tail by
 :class:`~._core.run.Run`.
 
-A hedge race (:func:`race`) is a plan of its own: start the first leg; after ``hedge_after``
-without an answer, or after a failure that moves the call on, start the second (if its
-breaker and its rate limit let it, now); the first leg ready wins (a whole answer, or a
-stream's first content), the other is ended and gives its permit and lease back. A hedged
-pair is not retried; if both fail, the chain goes on with the next routes.
+A hedge race (:mod:`.race`) is a plan of its own, started by the loop before its first route.
 """
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Generator
 from typing import Any
 
-from ..errors import ProviderError, ProviderTimeoutError, StreamInterruptedError
+from ..errors import ProviderError, StreamInterruptedError
 from ..models import ChatResponse, StreamChunk
 from ..providers.base import Provider
 from . import limits, routes
+from . import race as hedging
 from .assembly import Assembler
 from .limits import Reservation
 from .ops import (
     Ask,
-    AwaitLeg,
     Complete,
     Emit,
-    LegEvent,
     Next,
     Open,
     Preopened,
-    Race,
     Sleep,
-    StartLeg,
-    StopLegs,
 )
 from .run import Run, elapsed_since
 
-__all__ = ["plan", "race"]
+__all__ = ["admit", "complete_op", "open_op", "plan"]
 
 Plan = Generator[Any, Any, ChatResponse]
 
@@ -61,7 +52,7 @@ def plan(run: Run) -> Plan:
     ctx = run.ctx
     raced: Preopened | None = None
     if ctx.hedge_after is not None:
-        won = yield from _hedge(run)
+        won = yield from hedging.hedge(run)
         if isinstance(won, ChatResponse):
             return won
         raced = won
@@ -74,7 +65,7 @@ def plan(run: Run) -> Plan:
             opened, raced = (raced, None) if raced is not None else (None, None)
             reservation: Reservation | None
             if opened is None:
-                admitted, reservation = yield from _admit(run, route)
+                admitted, reservation = yield from admit(run, route)
                 if not admitted:
                     break
                 ctx.attempts += 1
@@ -118,7 +109,7 @@ def _retry(
     return decision.wait
 
 
-def _admit(run: Run, route: Provider) -> Generator[Any, Any, tuple[bool, Reservation | None]]:
+def admit(run: Run, route: Provider) -> Generator[Any, Any, tuple[bool, Reservation | None]]:
     """(admitted, reservation): ``route``'s breaker permit and its rate-limit reservation
     (waiting for a slot that lies a little ahead). Refused: recorded, the chain moves on."""
     ctx, stages = run.ctx, run.stages
@@ -158,7 +149,7 @@ def _complete(
     started = time.monotonic()
     record = ctx.begin_attempt(route.name)
     try:
-        response: ChatResponse = yield _complete_op(run, route)
+        response: ChatResponse = yield complete_op(run, route)
     except ProviderError as failure:
         record.end(failure)
         run.settle(reservation, error=failure)  # nothing was generated: tokens back
@@ -236,46 +227,7 @@ def _stream(
     return response
 
 
-# -- hedging ------------------------------------------------------------------------------------
-
-
-def _hedge(run: Run) -> Generator[Any, Any, ChatResponse | Preopened | None]:
-    """Race the first usable route its breaker and rate limit admit against the next one:
-    the winner's answer (a plain call) or its opened stream; None when there was no race
-    or no winner (the routes it used up are in ``run.tried``)."""
-    ctx = run.ctx
-    usable = [r for r in run.stages.routes if not routes.too_small_for(ctx, r)]
-    for index, first in enumerate(usable[:-1]):
-        admitted, reservation = yield from _admit(run, first)
-        if not admitted:
-            run.tried.add(first.name)
-            continue
-        run.give_back_ahead()  # the race asks for its other leg itself
-        outcome: ChatResponse | Preopened | None = yield Race(
-            race(run, first, usable[index + 1], reservation)
-        )
-        return outcome
-    return None
-
-
-class _Leg:
-    """One route of a race, as the plan tracks it."""
-
-    def __init__(self, route: Provider, reservation: Reservation | None, run: Run) -> None:
-        self.route = route
-        self.reservation = reservation
-        self.record = run.ctx.begin_attempt(route.name)
-        self.started = time.monotonic()
-        self.ended = False
-
-
-def _start(run: Run, leg: _Leg) -> StartLeg:
-    run.ctx.attempts += 1
-    run.tried.add(leg.route.name)
-    return StartLeg(_open(run, leg.route) if run.streaming else _complete_op(run, leg.route))
-
-
-def _complete_op(run: Run, route: Provider) -> Complete:
+def complete_op(run: Run, route: Provider) -> Complete:
     """One non-streaming attempt on ``route``: its model, its deadline."""
     return Complete(
         route,
@@ -285,7 +237,7 @@ def _complete_op(run: Run, route: Provider) -> Complete:
     )
 
 
-def _open(run: Run, route: Provider) -> Open:
+def open_op(run: Run, route: Provider) -> Open:
     """A stream on ``route``: the call's deadline, the attempt timeout between chunks."""
     return Open(
         route,
@@ -294,117 +246,3 @@ def _open(run: Run, route: Provider) -> Open:
         run.ctx.deadline,
         run.stages.attempt_timeout,
     )
-
-
-def _admit_now(run: Run, route: Provider) -> Generator[Any, Any, tuple[bool, Reservation | None]]:
-    """The second leg's permit and reservation: only if its rate limit has room now (a
-    hedge that waited for a slot would defeat its purpose)."""
-    ctx, stages = run.ctx, run.stages
-    if stages.breakers is not None:
-        permit = yield Ask(stages.breakers.permit_steps(route.name))
-        if not permit.allowed:
-            routes.route_refused(ctx, stages, route, permit)
-            return False, None
-    reservation = limits.token_reservation(ctx, stages, route)
-    if reservation is not None:
-        grant = yield Ask(limits.reserve_steps(ctx, stages, reservation, wait=False))
-        if not grant.allowed:
-            routes.route_rate_limited(ctx, route, grant)
-            run.release(route)
-            return False, None
-    return True, reservation
-
-
-def race(
-    run: Run, first: Provider, second: Provider, reservation: Reservation | None
-) -> Generator[Any, Any, ChatResponse | Preopened | None]:
-    """Decide a hedge race (see the module docs); the driver runs its legs."""
-    ctx, stages = run.ctx, run.stages
-    delay = ctx.hedge_after or 0.0
-    legs = {first.name: _Leg(first, reservation, run)}
-    errors: dict[str, ProviderError] = {}
-    winner: tuple[_Leg, LegEvent] | None = None
-    unexpected: BaseException | None = None
-    hedged = False
-    try:
-        yield _start(run, legs[first.name])
-        while any(not leg.ended for leg in legs.values()):
-            wait = min(delay if not hedged else math.inf, ctx.remaining())
-            event: LegEvent | None = yield AwaitLeg(max(0.0, wait))
-            if event is None:
-                if hedged or ctx.remaining() <= 0:
-                    break  # the deadline: what still runs has timed out
-            else:
-                leg = legs[event.route]
-                leg.ended = True
-                if event.unexpected is not None:
-                    unexpected = event.unexpected
-                    break
-                if event.error is None:
-                    winner = (leg, event)
-                    break
-                errors[leg.route.name] = event.error
-                leg.record.end(event.error)
-                run.settle(leg.reservation, error=event.error)
-                run.record(leg.route, event.error, elapsed_since(leg.started))
-                moves_on = stages.moves_on or routes.is_route_failure
-                if hedged or not moves_on(event.error):
-                    continue
-            if not hedged:  # the delay passed, or the first failed early: start the second
-                hedged = True
-                admitted, second_reservation = yield from _admit_now(run, second)
-                if admitted:
-                    legs[second.name] = _Leg(second, second_reservation, run)
-                    yield _start(run, legs[second.name])
-                else:
-                    run.tried.add(second.name)
-        after: dict[str, list[Any]] = {}
-        for leg in legs.values():
-            if leg.ended:
-                continue
-            leg.ended = True
-            if winner is None and unexpected is None and ctx.remaining() <= 0:
-                timed_out = ProviderTimeoutError(
-                    "no answer before the call's deadline (hedged)", route=leg.route.name
-                )
-                errors[leg.route.name] = timed_out
-                run.record(leg.route, timed_out, elapsed_since(leg.started))
-                after[leg.route.name] = run.settle_steps(leg.reservation, sent=True)
-            else:  # lost the race: no outcome (its attempt record stays open: cancelled)
-                after[leg.route.name] = run.give_back_steps(leg.route, leg.reservation)
-        keep = winner[0].route.name if winner is not None and run.streaming else None
-        yield StopLegs(keep, after)
-    except BaseException:  # closed or cancelled mid-race: every running leg gives back
-        for leg in legs.values():
-            if not leg.ended:
-                leg.ended = True
-                run.queue(run.give_back_steps(leg.route, leg.reservation))
-        raise
-    if unexpected is not None:
-        raise unexpected
-    if winner is None:
-        for name, error in errors.items():
-            routes.fall_through(
-                ctx, legs[name].route, error, delivered=False, moves_on=stages.moves_on
-            )
-        return None
-    ctx.route_errors.update(errors)
-    return _won(run, *winner)
-
-
-def _won(run: Run, leg: _Leg, event: LegEvent) -> ChatResponse | Preopened:
-    """The race's winner: a plain call's answer (recorded and settled here), or a stream to
-    be read by the route loop (recorded and settled when it ends)."""
-    if isinstance(event.value, ChatResponse):
-        response = event.value
-        leg.record.end()
-        run.record(leg.route, None, elapsed_since(leg.started))
-        if leg.reservation is not None:
-            used = limits.response_usage(run.ctx, leg.reservation, response)
-            run.settle(leg.reservation, used=used, headers=response.headers)
-        run.ctx.route = leg.route.name
-        return response
-    assert event.value is not None
-    buffered, chunks = event.value
-    run.tried.discard(leg.route.name)
-    return Preopened(leg.route, leg.reservation, leg.record, list(buffered), chunks)

@@ -1,0 +1,233 @@
+"""The hedge race: a plan of its own, run by the drivers' leg runners.
+
+Start the first leg; after ``hedge_after`` without an answer, or after a failure that moves
+the call on, start the second (if its breaker and its rate limit let it, now: a hedge that
+waited for a slot would defeat its purpose). The first leg ready wins (a whole answer, or a
+stream's first content); the other is ended and gives its permit and lease back. At the
+deadline every leg still running counts as a timeout. A hedged pair is not retried; if both
+fail, the route loop goes on with the next routes.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Generator
+from typing import Any
+
+from ..errors import ProviderError, ProviderTimeoutError
+from ..models import ChatResponse
+from ..providers.base import Provider
+from ..store import Step
+from . import limits, plan, routes
+from .limits import Reservation
+from .ops import Ask, AwaitLeg, LegEvent, Preopened, Race, StartLeg, StopLegs
+from .run import Run, elapsed_since
+
+__all__ = ["hedge", "race"]
+
+Outcome = ChatResponse | Preopened | None
+"""A plain call's winning answer, a stream that won (to be read by the route loop), or no
+winner."""
+
+
+def hedge(run: Run) -> Generator[Any, Any, Outcome]:
+    """Race the first usable route its breaker and rate limit admit against the next one;
+    None when there was no race or no winner (the routes it used up are in ``run.tried``)."""
+    ctx = run.ctx
+    usable = [r for r in run.stages.routes if not routes.too_small_for(ctx, r)]
+    for index, first in enumerate(usable[:-1]):
+        admitted, reservation = yield from plan.admit(run, first)
+        if not admitted:
+            run.tried.add(first.name)
+            continue
+        run.give_back_ahead()  # the race asks for its other leg itself
+        outcome: Outcome = yield Race(race(run, first, usable[index + 1], reservation))
+        return outcome
+    return None
+
+
+class _Leg:
+    """One route of a race, as the plan tracks it."""
+
+    def __init__(self, route: Provider, reservation: Reservation | None, run: Run) -> None:
+        self.route = route
+        self.reservation = reservation
+        self.record = run.ctx.begin_attempt(route.name)
+        self.started = time.monotonic()
+        self.ended = False
+
+
+class _Race:
+    """What the race has decided so far."""
+
+    def __init__(self, run: Run, first: _Leg, second: Provider) -> None:
+        self.run = run
+        self.second = second
+        self.legs = {first.route.name: first}
+        self.errors: dict[str, ProviderError] = {}
+        self.winner: tuple[_Leg, LegEvent] | None = None
+        self.unexpected: BaseException | None = None
+        self.hedged = False
+
+    def running(self) -> list[_Leg]:
+        return [leg for leg in self.legs.values() if not leg.ended]
+
+    def timed_out(self) -> bool:
+        """No winner and no bug, and the deadline has passed."""
+        return self.winner is None and self.unexpected is None and self.run.ctx.remaining() <= 0
+
+
+def race(
+    run: Run, first: Provider, second: Provider, reservation: Reservation | None
+) -> Generator[Any, Any, Outcome]:
+    """Decide a hedge race (see the module docs); the driver runs its legs."""
+    state = _Race(run, _Leg(first, reservation, run), second)
+    try:
+        yield _start(run, state.legs[first.name])
+        yield from _until_decided(state)
+        yield _stop(state)
+    except BaseException:  # closed or cancelled mid-race: every running leg gives back
+        for leg in state.running():
+            leg.ended = True
+            run.queue(run.give_back_steps(leg.route, leg.reservation))
+        raise
+    return _outcome(state)
+
+
+def _start(run: Run, leg: _Leg) -> StartLeg:
+    run.ctx.attempts += 1
+    run.tried.add(leg.route.name)
+    op = plan.open_op(run, leg.route) if run.streaming else plan.complete_op(run, leg.route)
+    return StartLeg(op)
+
+
+def _until_decided(state: _Race) -> Generator[Any, Any, None]:
+    """Wait for legs to end (starting the second when it is time) until one wins, one has a
+    bug, every leg failed, or the deadline passed."""
+    ctx = state.run.ctx
+    delay = ctx.hedge_after or 0.0
+    while state.running():
+        wait = min(delay if not state.hedged else math.inf, ctx.remaining())
+        event: LegEvent | None = yield AwaitLeg(max(0.0, wait))
+        if event is None:
+            if state.hedged or ctx.remaining() <= 0:
+                return  # the deadline: what still runs has timed out
+        elif not _ended(state, event):
+            return
+        elif state.hedged or not _moves_on(state, state.errors.get(event.route)):
+            continue
+        if not state.hedged:  # the delay passed, or the first failed early: start the second
+            state.hedged = True
+            yield from _start_second(state)
+
+
+def _ended(state: _Race, event: LegEvent) -> bool:
+    """Note how a leg ended; False when that decides the race (a winner, or a bug)."""
+    leg = state.legs[event.route]
+    leg.ended = True
+    if event.unexpected is not None:
+        state.unexpected = event.unexpected
+        return False
+    if event.error is None:
+        state.winner = (leg, event)
+        return False
+    run = state.run
+    state.errors[leg.route.name] = event.error
+    leg.record.end(event.error)
+    run.settle(leg.reservation, error=event.error)
+    run.record(leg.route, event.error, elapsed_since(leg.started))
+    return True
+
+
+def _moves_on(state: _Race, error: ProviderError | None) -> bool:
+    moves_on = state.run.stages.moves_on or routes.is_route_failure
+    return error is not None and moves_on(error)
+
+
+def _start_second(state: _Race) -> Generator[Any, Any, None]:
+    """The second leg starts if its breaker and its rate limit admit it now."""
+    run, second = state.run, state.second
+    admitted, reservation = yield from _admit_now(run, second)
+    if not admitted:
+        run.tried.add(second.name)
+        return
+    leg = state.legs[second.name] = _Leg(second, reservation, run)
+    yield _start(run, leg)
+
+
+def _admit_now(run: Run, route: Provider) -> Generator[Any, Any, tuple[bool, Reservation | None]]:
+    """The second leg's permit and reservation, without waiting for a slot."""
+    ctx, stages = run.ctx, run.stages
+    if stages.breakers is not None:
+        permit = yield Ask(stages.breakers.permit_steps(route.name))
+        if not permit.allowed:
+            routes.route_refused(ctx, stages, route, permit)
+            return False, None
+    reservation = limits.token_reservation(ctx, stages, route)
+    if reservation is not None:
+        grant = yield Ask(limits.reserve_steps(ctx, stages, reservation, wait=False))
+        if not grant.allowed:
+            routes.route_rate_limited(ctx, route, grant)
+            run.release(route)
+            return False, None
+    return True, reservation
+
+
+def _stop(state: _Race) -> StopLegs:
+    """End the legs still running: timeouts at the deadline (a failure for the breaker),
+    else losers (no outcome; their attempt record stays open: cancelled). Each gives back
+    its permit and lease once it has ended; a winning stream is kept."""
+    run = state.run
+    after: dict[str, list[Step[Any]]] = {}
+    for leg in state.running():
+        leg.ended = True
+        if state.timed_out():
+            timed_out = ProviderTimeoutError(
+                "no answer before the call's deadline (hedged)", route=leg.route.name
+            )
+            state.errors[leg.route.name] = timed_out
+            run.record(leg.route, timed_out, elapsed_since(leg.started))
+            after[leg.route.name] = run.settle_steps(leg.reservation, sent=True)
+        else:
+            after[leg.route.name] = run.give_back_steps(leg.route, leg.reservation)
+    winner = state.winner
+    return StopLegs(winner[0].route.name if winner and run.streaming else None, after)
+
+
+def _outcome(state: _Race) -> Outcome:
+    """The race's result for the route loop (a bug is raised as it is; failures fall
+    through, raising when the next route must not be tried)."""
+    run = state.run
+    if state.unexpected is not None:
+        raise state.unexpected
+    if state.winner is None:
+        for name, error in state.errors.items():
+            routes.fall_through(
+                run.ctx,
+                state.legs[name].route,
+                error,
+                delivered=False,
+                moves_on=run.stages.moves_on,
+            )
+        return None
+    run.ctx.route_errors.update(state.errors)
+    return _won(run, *state.winner)
+
+
+def _won(run: Run, leg: _Leg, event: LegEvent) -> ChatResponse | Preopened:
+    """The race's winner: a plain call's answer (recorded and settled here), or a stream to
+    be read by the route loop (recorded and settled when it ends)."""
+    if isinstance(event.value, ChatResponse):
+        response = event.value
+        leg.record.end()
+        run.record(leg.route, None, elapsed_since(leg.started))
+        if leg.reservation is not None:
+            used = limits.response_usage(run.ctx, leg.reservation, response)
+            run.settle(leg.reservation, used=used, headers=response.headers)
+        run.ctx.route = leg.route.name
+        return response
+    assert event.value is not None
+    buffered, chunks = event.value
+    run.tried.discard(leg.route.name)
+    return Preopened(leg.route, leg.reservation, leg.record, list(buffered), chunks)
