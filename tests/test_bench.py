@@ -221,6 +221,11 @@ def test_semantic_cache_bench_sweeps_thresholds_and_times_lookups() -> None:
     # a p99 is claimed only over at least 1,000 lookups (--quick runs 100: max instead)
     assert ("lookup_p99_ms" in result) == (result["lookup_samples"] >= 1000)
     assert "gptcache_quoted_not_measured" in result or result["mock_sweep"] is None
+    measured = result.get("gptcache", {})
+    if "hashing" in measured:  # GPTCache run side by side (the bench extra is installed)
+        rows = measured["hashing"]["sweep"]
+        assert all(r["positive"] + r["negative"] + r["miss"] == result["pairs"] for r in rows)
+        assert measured["hashing"]["default"]["threshold"] == 0.8
     missing = []  # what the run could not measure here: a skip, a failure under CI=true
     server = result["server_search"]
     if "note" not in server:  # a Redis 8 was found or built (tools/redis8.py)
