@@ -31,15 +31,7 @@ from . import limits, routes
 from . import race as hedging
 from .assembly import Assembler
 from .limits import Reservation
-from .ops import (
-    Ask,
-    Complete,
-    Emit,
-    Next,
-    Open,
-    Preopened,
-    Sleep,
-)
+from .ops import Ask, Complete, Emit, Next, Open, Preopened, Sleep
 from .run import Run, elapsed_since
 
 __all__ = ["admit", "complete_op", "open_op", "plan"]

@@ -10,6 +10,7 @@ learning, the retry budget's request count) is queued in the tail here, never se
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 from .._state.steps import Step
@@ -27,32 +28,27 @@ from .stages import Stages
 __all__ = ["Run"]
 
 
+@dataclass(eq=False)
 class Run:
     """The state of one call's route loop (plain or streamed)."""
 
-    def __init__(
-        self,
-        ctx: CallContext,
-        stages: Stages,
-        *,
-        streaming: bool,
-        tail: Tail | None = None,
-        ahead: Ahead | None = None,
-    ) -> None:
-        self.ctx = ctx
-        self.stages = stages
-        self.streaming = streaming
-        self.tail = Tail() if tail is None else tail
-        self.ahead = ahead
-        self.request: ChatRequest = ctx.request
-        self.tried: set[str] = set()  # routes a hedge race used up
-        self.response: ChatResponse | None = None  # what the plan returned
-        # streams only: what the last attempt delivered, and an interruption carried on
-        self.delivered = False
-        self.delivered_text = ""
-        self.carried = ""
-        self.interrupted: StreamInterruptedError | None = None
-        self._emitted = False
+    ctx: CallContext
+    stages: Stages
+    streaming: bool
+    tail: Tail  # where decisions that need no answer wait for the next round trip
+    ahead: Ahead | None = None  # what the opening batch took for the first route
+    request: ChatRequest = field(init=False)  # a continuation replaces it
+    tried: set[str] = field(default_factory=set)  # routes a hedge race used up
+    response: ChatResponse | None = None  # what the plan returned
+    # streams only: what the last attempt delivered, and an interruption carried on
+    delivered: bool = False
+    delivered_text: str = ""
+    carried: str = ""
+    interrupted: StreamInterruptedError | None = None
+    _emitted: bool = False
+
+    def __post_init__(self) -> None:
+        self.request = self.ctx.request
 
     # -- what the opening batch took ahead --------------------------------------------------
 

@@ -313,31 +313,12 @@ class Telemetry:
         if error is not None:
             attributes["error.type"] = type(error).__name__
         if response is not None:
-            attributes["llmguard.served_by"] = response.route
-            if response.model:
-                attributes["gen_ai.response.model"] = response.model
-            if response.id:
-                attributes["gen_ai.response.id"] = redact_secrets(response.id)
-            if response.finish_reason:
-                attributes["gen_ai.response.finish_reasons"] = [response.finish_reason]
-            if response.usage is not None:
-                attributes["gen_ai.usage.input_tokens"] = response.usage.input_tokens
-                attributes["gen_ai.usage.output_tokens"] = response.usage.output_tokens
-                if response.usage.cached_input_tokens:
-                    attributes["llmguard.usage.cached_input_tokens"] = (
-                        response.usage.cached_input_tokens
-                    )
-                attributes["llmguard.usage.estimated"] = response.usage.estimated
-            if response.cost_usd is not None:
-                attributes["llmguard.cost_usd"] = response.cost_usd
-                attributes["llmguard.cost_source"] = response.cost_source or "unknown"
-            if response.metadata.get("degraded"):
-                attributes["llmguard.degraded"] = True
+            _add_response(attributes, response)
         if cache_on:
             hit = response.metadata.get("cache") if response is not None else None
             attributes["llmguard.cache"] = hit or "miss"
-            if hit and "similarity" in response.metadata:  # type: ignore[union-attr]
-                attributes["llmguard.cache.similarity"] = response.metadata["similarity"]  # type: ignore[union-attr]
+            if hit and response is not None and "similarity" in response.metadata:
+                attributes["llmguard.cache.similarity"] = response.metadata["similarity"]
         return attributes
 
     def _export_spans(
@@ -451,8 +432,18 @@ class Telemetry:
             if ctx.scope.feature is not None:
                 cost_labels["llmguard.feature"] = ctx.scope.feature
             self._cost.add(response.cost_usd, cost_labels)
-        if kind != "stream" or not served_by_provider:
-            return
+        if kind == "stream" and served_by_provider:
+            self._stream_metrics(ctx, common, labels, response)
+
+    def _stream_metrics(
+        self,
+        ctx: CallContext,
+        common: Attributes,
+        labels: Attributes,
+        response: ChatResponse | None,
+    ) -> None:
+        """Time to first token, per attempt time to first chunk and the gaps between
+        chunks, and output tokens per second of a stream a provider served."""
         if ctx.first_token_at is not None:
             self._ttft.record(ctx.first_token_at - ctx.started, labels)
         for attempt in ctx.attempt_log:
@@ -511,3 +502,25 @@ def _hashed_scope(scope: str) -> str:
 def _wall_ns(ctx: CallContext, instant: float) -> int:
     """A ``time.monotonic`` instant of this call as Unix nanoseconds (for span times)."""
     return ctx.started_ns + int((instant - ctx.started) * 1e9)
+
+
+def _add_response(attributes: Attributes, response: ChatResponse) -> None:
+    """What a call's answer tells: who served it, its model, id, finish reason, usage, cost."""
+    attributes["llmguard.served_by"] = response.route
+    if response.model:
+        attributes["gen_ai.response.model"] = response.model
+    if response.id:
+        attributes["gen_ai.response.id"] = redact_secrets(response.id)
+    if response.finish_reason:
+        attributes["gen_ai.response.finish_reasons"] = [response.finish_reason]
+    if response.usage is not None:
+        attributes["gen_ai.usage.input_tokens"] = response.usage.input_tokens
+        attributes["gen_ai.usage.output_tokens"] = response.usage.output_tokens
+        if response.usage.cached_input_tokens:
+            attributes["llmguard.usage.cached_input_tokens"] = response.usage.cached_input_tokens
+        attributes["llmguard.usage.estimated"] = response.usage.estimated
+    if response.cost_usd is not None:
+        attributes["llmguard.cost_usd"] = response.cost_usd
+        attributes["llmguard.cost_source"] = response.cost_source or "unknown"
+    if response.metadata.get("degraded"):
+        attributes["llmguard.degraded"] = True
