@@ -125,9 +125,9 @@ def test_a_dead_redis_falls_back_to_a_local_budget() -> None:
 
 def test_guard_uses_a_redis_budget_with_a_redis_store(redis_url: str, redis_prefix: str) -> None:
     guard = Guard(store=redis_url, key_prefix=redis_prefix, environ={})
-    assert isinstance(guard._stages.budget, RedisRetryBudget)
-    assert isinstance(Guard(environ={})._stages.budget, MemoryRetryBudget)
-    assert Guard(retry_budget=None, environ={})._stages.budget is None
+    assert isinstance(guard._stages.retry_budget, RedisRetryBudget)
+    assert isinstance(Guard(environ={})._stages.retry_budget, MemoryRetryBudget)
+    assert Guard(retry_budget=None, environ={})._stages.retry_budget is None
     guard.close()
 
 

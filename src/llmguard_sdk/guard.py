@@ -202,7 +202,9 @@ class Guard(Closes, AsyncCloses):
             output_filters=tuple(output_filters),
             hooks=tuple(hooks),
             retry=retry,
-            budget=wiring.budget(retry_budget, self.store) if retry is not None else None,
+            retry_budget=wiring.retry_budget(retry_budget, self.store)
+            if retry is not None
+            else None,
             continue_streams=continue_interrupted_streams,
             breakers=wiring.breakers(breaker, breaker_hooks, self.store),
             moves_on=moves_on,
@@ -496,7 +498,7 @@ class Guard(Closes, AsyncCloses):
                 scope_keywords=(tenant, feature, user),
                 timeout=self._stages.timeout if timeout is None else timeout,
                 retry=self._stages.retry,
-                budget=self._stages.budget,
+                budget=self._stages.retry_budget,
             )
 
         return decorate(func) if func is not None else decorate

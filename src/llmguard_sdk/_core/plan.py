@@ -93,7 +93,9 @@ def _retry(
     )
     if not decision.retry:
         return None
-    if stages.budget is not None and not (yield Ask(stages.budget.try_spend_steps(route.name))):
+    if stages.retry_budget is not None and not (
+        yield Ask(stages.retry_budget.try_spend_steps(route.name))
+    ):
         return None
     if not routes.still_fits(ctx, decision):
         return None

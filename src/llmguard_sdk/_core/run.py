@@ -84,8 +84,8 @@ class Run:
 
     def count_request(self, route: Provider) -> None:
         """The retry budget's request count for ``route``."""
-        if self.stages.budget is not None:
-            self.tail.add(self.stages.budget.record_request_steps(route.name))
+        if self.stages.retry_budget is not None:
+            self.tail.add(self.stages.retry_budget.record_request_steps(route.name))
 
     def record(self, route: Provider, error: ProviderError | None, seconds: float) -> None:
         """The breaker's record of an attempt's outcome."""

@@ -78,7 +78,7 @@ class Stages:
     output_filters: tuple[OutputFilter, ...]
     hooks: tuple[Hook, ...]
     retry: RetryPolicy | None = None
-    budget: RetryBudget | None = None
+    retry_budget: RetryBudget | None = None
     continue_streams: bool = False
     breakers: Breakers | None = None
     moves_on: Callable[[ProviderError], bool] | None = None
@@ -105,11 +105,9 @@ def prepare(
         raise ConfigurationError(
             "this Guard has no provider: pass providers=[...] or set LLMGUARD_BASE_URL"
         )
-    budget = stages.timeout if timeout is None else timeout
-    if not (isinstance(budget, (int, float)) and 0 < budget < math.inf):
-        raise RequestValidationError(
-            f"timeout must be a positive number of seconds, got {budget!r}"
-        )
+    total = stages.timeout if timeout is None else timeout
+    if not (isinstance(total, (int, float)) and 0 < total < math.inf):
+        raise RequestValidationError(f"timeout must be a positive number of seconds, got {total!r}")
     checked = validate_request(request if isinstance(request, ChatRequest) else dict(request))
     for input_filter in stages.input_filters:
         checked = _apply_filter(input_filter, checked, ChatRequest, "input")
@@ -124,7 +122,7 @@ def prepare(
     ctx = CallContext(
         request=checked,
         scope=scope,
-        deadline=started + budget,
+        deadline=started + total,
         started=started,
         started_ns=started_ns,
         hedge_after=hedge,

@@ -25,7 +25,7 @@ from ..retry import MemoryRetryBudget, RedisRetryBudget, RetryBudget, RetryBudge
 from ..store import RedisStore, Store
 from ..telemetry import Telemetry
 
-__all__ = ["breakers", "budget", "cache", "limiter", "routes", "spend", "telemetry"]
+__all__ = ["breakers", "cache", "limiter", "retry_budget", "routes", "spend", "telemetry"]
 
 
 def spend(
@@ -92,7 +92,7 @@ def breakers(
     return Breakers(backend, hooks)
 
 
-def budget(policy: RetryBudgetPolicy | None, store: Store) -> RetryBudget | None:
+def retry_budget(policy: RetryBudgetPolicy | None, store: Store) -> RetryBudget | None:
     if policy is None:
         return None
     if isinstance(store, RedisStore):
