@@ -107,7 +107,7 @@ class RedisHealth:
     the last pause starts again from ``base``. While it is down, stages decide locally, so a
     dead Redis costs one connection attempt (or one socket timeout) per pause, not per call.
 
-    .. versionadded:: 0.3.0
+    .. versionadded:: 0.2.0
     """
 
     def __init__(self, base: float = 1.0, cap: float = 30.0) -> None:
@@ -278,7 +278,7 @@ class RedisClusterStore(RedisStore):
     are followed by the client. The client is created on first use, so an unreachable
     cluster does not stop the application from starting.
 
-    .. versionadded:: 0.3.0
+    .. versionadded:: 0.2.0
     """
 
     cluster = True

@@ -10,7 +10,7 @@ spend record is lost and none is counted twice.
 Files: ``<directory>/<name>.<pid>.<random>.jsonl``; ``name`` identifies the budget set (key
 prefix and set hash), so only backends of the same set replay them.
 
-.. versionadded:: 0.3.0
+.. versionadded:: 0.2.0
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ The default embedder needs no model (:class:`HashingEmbedder`);
 better matches. ``vector_search="server"`` keeps the vectors in Redis 8 vector sets instead
 of every process's memory.
 
-.. versionadded:: 0.1.0
+.. versionadded:: 0.2.0
 """
 
 from .backends import CacheBackend, MemoryCacheBackend, RedisCacheBackend

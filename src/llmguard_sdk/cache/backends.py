@@ -7,7 +7,7 @@ made through :meth:`changes`, which the Redis backend reads from a stream. With 
 any server with vector sets) the Redis backend can keep the vectors on the server instead:
 one vector set per partition, searched with ``VSIM`` (:meth:`RedisCacheBackend.search`).
 
-.. versionadded:: 0.1.0
+.. versionadded:: 0.2.0
 """
 
 from __future__ import annotations

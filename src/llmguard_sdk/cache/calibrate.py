@@ -6,7 +6,7 @@ may answer the other, e.g. ``{"query": "...", "cached": "...", "duplicate": true
 the false-hit guards, sweeps the threshold, and picks the lowest one whose precision meets
 the target (the most hits at that precision).
 
-.. versionadded:: 0.1.0
+.. versionadded:: 0.2.0
 """
 
 from __future__ import annotations

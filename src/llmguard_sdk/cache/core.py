@@ -1,6 +1,6 @@
 """The response cache: exact and semantic lookups, scoped per tenant, with false-hit guards.
 
-.. versionadded:: 0.1.0
+.. versionadded:: 0.2.0
 """
 
 from __future__ import annotations

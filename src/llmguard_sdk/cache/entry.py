@@ -1,6 +1,6 @@
 """What the response cache stores and reports: entries, hits and counters.
 
-.. versionadded:: 0.1.0
+.. versionadded:: 0.2.0
 """
 
 from __future__ import annotations

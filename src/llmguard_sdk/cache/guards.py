@@ -4,7 +4,7 @@ Embeddings place "cancel my order" next to "cancel my subscription", "is it safe
 "is it not safe?", and "version 2.9" next to "version 2.10". Each guard compares the query
 with the cached entry's query and names what differs; any named difference refuses the hit.
 
-.. versionadded:: 0.1.0
+.. versionadded:: 0.2.0
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ best ``candidates`` rows exactly: the projection keeps cosine similarities to wi
 
 Rows are never moved on delete: a freed row is reused by the next insert.
 
-.. versionadded:: 0.1.0
+.. versionadded:: 0.2.0
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@
 * :func:`prompt_cache_key`, :func:`add_cache_breakpoints` and :class:`PrefixCacheStats` speak
   to the providers' caches and measure their hit ratio per feature.
 
-.. versionadded:: 0.1.0
+.. versionadded:: 0.2.0
 """
 
 from .adapters import (

@@ -13,7 +13,7 @@
   :attr:`~llmguard_sdk.Usage.cache_write_input_tokens`. :class:`PrefixCacheStats`, a Guard
   hook, sums them per feature and gives the prefix-cache hit ratio.
 
-.. versionadded:: 0.1.0
+.. versionadded:: 0.2.0
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ Sections 1-4 are the *static part*: one system message whose text, with the tool
 :class:`Prompt`, whose :meth:`Prompt.request` is a :class:`~llmguard_sdk.ChatRequest` for
 ``guard.chat(request=...)``.
 
-.. versionadded:: 0.1.0
+.. versionadded:: 0.2.0
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ prefix hash of each template's last call and reports a :class:`PrefixDrift` even
 next call of the same template has another prefix. A call whose dynamic tail (history, per-call
 context, the user's message) alone changed is not drift.
 
-.. versionadded:: 0.1.0
+.. versionadded:: 0.2.0
 """
 
 from __future__ import annotations

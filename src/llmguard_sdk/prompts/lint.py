@@ -22,7 +22,7 @@ therefore hold nothing that changes from call to call, or from deploy to deploy.
 Each finding is a :class:`LintWarning` with the offending span. The rules are heuristics that
 favour precision: clean prose, code and sorted JSON pass.
 
-.. versionadded:: 0.1.0
+.. versionadded:: 0.2.0
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ here as pure functions:
 * streams: the ``message_start`` / ``content_block_*`` / ``message_delta`` / ``message_stop``
   events; an ``error`` event is a provider error (retryable before the first text).
 
-.. versionadded:: 0.1.0
+.. versionadded:: 0.2.0
 """
 
 from __future__ import annotations

