@@ -387,10 +387,10 @@ class ResponseCache:
         if response.metadata.get("degraded") or response.metadata.get("cache"):
             return None
         keys = self.keys(request, scope, tags)
-        now = time.time()
         vector = None
         if self.semantic and keys.query.strip():
             vector = self._vector(keys.query)
+        now = time.time()  # after the embedding (a first one can take a second or more)
         return CacheEntry(
             entry_id=keys.exact,
             index_key=self._index_key(keys),
