@@ -145,19 +145,21 @@ def in_place(
     Callable[Concatenate[S, P], Step[T]], Callable[Concatenate[S, P], Coroutine[Any, Any, T]]
 ]:
     """The steps and the async entry point of an in-process operation that never waits:
-    ``x_steps, ax = in_place(x)``. The steps are done when they are made; the async twin
-    does no I/O, so it never blocks a loop."""
+    ``x_steps, ax = in_place(x)``. The steps run the operation when they are started (a
+    batch or a tail starts them at once; a give-back kept for later runs then); the async
+    twin does no I/O, so it never blocks a loop."""
 
     @functools.wraps(operation)
     def steps(self: S, /, *args: P.args, **kwargs: P.kwargs) -> Step[T]:
-        return done(operation(self, *args, **kwargs))
+        return operation(self, *args, **kwargs)
+        yield  # pragma: no cover - a generator: the operation runs when the step is started
 
     @functools.wraps(operation)
     async def call(self: S, /, *args: P.args, **kwargs: P.kwargs) -> T:
         return operation(self, *args, **kwargs)
 
     steps.__name__ = f"{operation.__name__}_steps"
-    steps.__doc__ = f":meth:`{operation.__name__}` as a step (done at once: no I/O)."
+    steps.__doc__ = f":meth:`{operation.__name__}` as a step (no I/O)."
     call.__name__ = f"a{operation.__name__}"
     call.__doc__ = f"Async twin of :meth:`{operation.__name__}` (no I/O)."
     return steps, call
