@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 from typing import Any
 
 from _benchkit import P99_MIN_SAMPLES, exit_on_signals
@@ -39,16 +38,13 @@ QUICK = {"before": 1.0, "outage": 1.0, "after": 3.0}
 WINDOWS = ("before", "during", "after")
 
 
-def from_nearest_rank_p99(value: float | None, samples: int) -> dict[str, Any]:
-    """What a nearest-rank p99 over ``samples`` values really is."""
-    if not samples or value is None:
-        return {"samples": samples}
-    if samples >= P99_MIN_SAMPLES:
-        return {"samples": samples, "p99": value}
-    k = samples - math.ceil(0.99 * samples) + 1  # its rank from the slowest end
-    if k == 1:
-        return {"samples": samples, "max": value}
-    return {"samples": samples, "slowest_k": value, "k": k}
+def tail(samples: int, p99: float | None, maximum: float | None) -> dict[str, Any]:
+    """A latency tail as its sample count supports it: the max, and the p99 from
+    :data:`P99_MIN_SAMPLES` samples on (the drill reports none below)."""
+    found: dict[str, Any] = {"samples": samples, "max": maximum}
+    if samples >= P99_MIN_SAMPLES and p99 is not None:
+        found["p99"] = p99
+    return found
 
 
 def honest(report: DrillReport) -> dict[str, Any]:
@@ -65,20 +61,27 @@ def honest(report: DrillReport) -> dict[str, Any]:
         if samples >= P99_MIN_SAMPLES:
             row["p99"] = report.p99_ms[window]
         latency[window] = row
-    fallback = from_nearest_rank_p99(report.fallback_p99_ms, report.fallback_samples)
-    onset = from_nearest_rank_p99(report.onset_p99_ms, report.window_requests.get("onset", 0))
+    fallback = tail(report.fallback_samples, report.fallback_p99_ms, report.fallback_max_ms)
+    onset = {"samples": report.window_requests.get("onset", 0)}
     during = latency["during"]
     if "p99" in during and "p99" in fallback:
         basis, ours, theirs = "p99", during["p99"], fallback["p99"]
     else:
         basis, ours, theirs = "max", during["max"], fallback.get("max")
     targets: dict[str, bool | None] = {k: v for k, v in report.targets.items() if "p99" not in k}
-    # None: not measurable from the report (e.g. 101-999 backup answers: the drill gives their
-    # nearest-rank p99, which is neither a p99 nor their max)
+    # None: not measurable (no backup answers in the window)
     targets["during_tail_within_fallback_tail_plus_50ms"] = (
         None if ours is None or theirs is None else ours <= theirs + 50
     )
-    for key in ("p50_ms", "p99_ms", "max_ms", "onset_p99_ms", "fallback_p99_ms", "targets"):
+    for key in (
+        "p50_ms",
+        "p99_ms",
+        "max_ms",
+        "onset_p99_ms",
+        "fallback_p99_ms",
+        "fallback_max_ms",
+        "targets",
+    ):
         raw.pop(key, None)
     return {
         "benchmark": "outage_drill",

@@ -87,7 +87,7 @@ def test_the_report_has_every_key_and_a_png(report: DrillReport, png: Path) -> N
         assert set(data[key]) == {"before", "during", "after"}
     assert set(data["targets"]) == {
         "answered_all",
-        "during_p99_within_fallback_plus_50ms",
+        "during_tail_within_fallback_tail_plus_50ms",
         "only_probes_reached_dead",
         "recovered_within_open_plus_probe",
     }

@@ -11,7 +11,7 @@ from typing import Any
 
 from ..breaker import BreakerTransition
 from ..context import CallEvent
-from ._drill_report import DrillReport
+from ._drill_report import P99_MIN_SAMPLES, DrillReport
 from ._drill_run import (
     ATTEMPT_TIMEOUT,
     BACKUP_LATENCY,
@@ -27,8 +27,9 @@ from ._drill_run import (
 
 
 def _percentile(values: list[float], q: float) -> float | None:
-    """Nearest-rank percentile (q in 0..100), rounded to 0.1."""
-    if not values:
+    """Nearest-rank percentile (q in 0..100), rounded to 0.1; a p99 only from
+    :data:`P99_MIN_SAMPLES` values (with fewer it would be one of the slowest few calls)."""
+    if not values or (q == 99 and len(values) < P99_MIN_SAMPLES):
         return None
     ordered = sorted(values)
     return round(ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)], 1)
@@ -232,6 +233,7 @@ def _analyse(
         onset_p99_ms=_percentile(latencies["onset"], 99),
         window_requests={w: len(v) for w, v in latencies.items()},
         fallback_p99_ms=_percentile(tally.fallback, 99),
+        fallback_max_ms=_percentile(tally.fallback, 100),
         fallback_samples=len(tally.fallback),
         calls_to_dead_after_open=dead_calls["attempts"],
         dead_calls=dead_calls,
