@@ -131,6 +131,30 @@ def test_overhead_reports_both_sides_and_the_stages() -> None:
 
 
 @timeout_for(BENCH_TIMEOUT)
+def test_overhead_compare_measures_an_earlier_tree_beside_this_one() -> None:
+    head = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"],
+        cwd=BENCH,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    require(head.returncode == 0, f"not a git checkout: {head.stderr.strip()}")
+    result = run("overhead_compare.py", "--base", "HEAD", "--calls", "20", "--rounds", "2")
+    assert result["base"] == head.stdout.strip()
+    for side in ("base_detail", "head_detail"):
+        detail = result[side]
+        assert detail["rounds"] == 2
+        assert detail["guard_us"] > 0
+        assert detail["bare_us"] > 0
+        low, high = detail["overhead_range_us"]
+        assert low <= detail["overhead_us"] <= high
+    assert result["regression_us"] == round(
+        result["head_overhead_us"] - result["base_overhead_us"], 1
+    )
+
+
+@timeout_for(BENCH_TIMEOUT)
 def test_backoff_simulation_shows_the_aws_shape() -> None:
     result = run("backoff_sim.py", "--quick")
     strategies = {row["strategy"] for row in result["occ"]}
