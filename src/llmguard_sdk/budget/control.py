@@ -369,36 +369,41 @@ class SpendControl:
                     spent_usd=math.nan,
                     retry_after=5.0,
                 )
-            spec = specs[result.refused_index]
-            budget = config.budgets[spec.budget_index]
-            following = self._next_level(level, budget.on_exhausted)
-            note = BudgetEvent(
-                "exhausted",
-                budget.key_name,
-                spec.scope,
+            following = self._refused(specs[result.refused_index], result, level, notes)
+            level = following
+
+    def _refused(
+        self, spec: CounterSpec, result: ReserveResult, level: Level, notes: list[BudgetEvent]
+    ) -> Level:
+        """A budget had no room: note it, and the level to try next (a downgrade, local
+        routes only); raises :class:`BudgetExceededError` when the budget refuses."""
+        budget = self.config.budgets[spec.budget_index]
+        following = self._next_level(level, budget.on_exhausted)
+        note = BudgetEvent(
+            "exhausted",
+            budget.key_name,
+            spec.scope,
+            limit_usd=spec.limit / NANO,
+            spent_usd=result.spent / NANO,
+            resets_at=result.resets_at,
+            action={"downgrade": "downgraded", "local": "local_only", None: "refused"}[following],
+        )
+        if result.alerted:
+            notes.append(dataclasses.replace(note, kind="alert", threshold=1.0, action=None))
+        notes.append(note)
+        if following is None:
+            held = (result.reserved / NANO) if result.reserved else 0.0
+            raise BudgetExceededError(
+                f"budget {budget.key_name!r} of {spec.scope} has no room for this call: "
+                f"${result.spent / NANO:.6f} spent of ${spec.limit / NANO:.6f}"
+                + (f" (and ${held:.6f} held by calls in flight)" if held else ""),
+                scope=spec.scope,
                 limit_usd=spec.limit / NANO,
                 spent_usd=result.spent / NANO,
                 resets_at=result.resets_at,
-                action={"downgrade": "downgraded", "local": "local_only", None: "refused"}[
-                    following
-                ],
+                retry_after=max(0.0, result.resets_at - time.time()),
             )
-            if result.alerted:
-                notes.append(dataclasses.replace(note, kind="alert", threshold=1.0, action=None))
-            notes.append(note)
-            if following is None:
-                held = (result.reserved / NANO) if result.reserved else 0.0
-                raise BudgetExceededError(
-                    f"budget {budget.key_name!r} of {spec.scope} has no room for this call: "
-                    f"${result.spent / NANO:.6f} spent of ${spec.limit / NANO:.6f}"
-                    + (f" (and ${held:.6f} held by calls in flight)" if held else ""),
-                    scope=spec.scope,
-                    limit_usd=spec.limit / NANO,
-                    spent_usd=result.spent / NANO,
-                    resets_at=result.resets_at,
-                    retry_after=max(0.0, result.resets_at - time.time()),
-                )
-            level = following
+        return following
 
     def _routes(self, stages: Stages, level: Level) -> tuple[Provider, ...]:
         if level == "all":
