@@ -146,6 +146,17 @@ def limiters(request: pytest.FixtureRequest, redis_target: RedisTarget) -> Itera
     store.close()
 
 
+def test_contract_a_misspelt_keyword_is_a_configuration_error(limiters: Limiters) -> None:
+    limiter: Any = limiters.limiter
+    with pytest.raises(ConfigurationError, match="tokns"):
+        limiter.reserve("r", tokns=5)
+    with pytest.raises(ConfigurationError, match="token_delt"):
+        limiter.settle("r", token_delt=5)
+    with pytest.raises(ConfigurationError, match="remaining_request"):
+        limiter.learn("r", remaining_request=5)
+    assert limiter.reserve("r", tokens=5).allowed  # nothing was taken by the refusals
+
+
 def test_contract_limits_hold_and_refill(limiters: Limiters) -> None:
     limiter = limiters.limiter
     assert [limiter.reserve("r", tokens=10).allowed for _ in range(11)] == [True] * 10 + [False]

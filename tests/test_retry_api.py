@@ -10,7 +10,7 @@ import anyio
 import openai
 import pytest
 
-from llmguard_sdk import ProviderUnavailableError, RateLimitedError
+from llmguard_sdk import ConfigurationError, ProviderUnavailableError, RateLimitedError
 from llmguard_sdk.context import RetryDetails
 from llmguard_sdk.retry import (
     MemoryRetryBudget,
@@ -182,3 +182,11 @@ def test_is_retryable_understands_openai_errors(fake: FakeProvider, no_waits: No
     fake.script(Fault(status=502), Fault(reset=True))
     assert ask().choices[0].message.content == "Echo: hello there"
     client.close()
+
+
+def test_a_misspelt_option_is_a_configuration_error() -> None:
+    with pytest.raises(ConfigurationError, match="atempts"):
+        retry(atempts=3)  # type: ignore[call-arg]
+    with pytest.raises(ConfigurationError, match="timeot"):
+        retry_context(timeot=1.0)  # type: ignore[call-arg]
+    assert sum(1 for _ in retry_context(attempts=2, name="ok")) == 1  # a first try that passes

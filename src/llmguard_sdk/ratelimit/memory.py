@@ -13,6 +13,7 @@ from collections.abc import Callable
 import anyio
 from typing_extensions import Unpack
 
+from .._keywords import check_keywords
 from .._state.steps import Call, Step, in_place
 from .._state.stores import hash_id
 from ._rules import LimiterBase, LimitsConfig, new_call_id, wait_bound
@@ -90,6 +91,7 @@ class MemoryRateLimiter(LimiterBase):
         self, key: str, ask: ReserveArgs
     ) -> tuple[list[tuple[CellKey, RateLimit]], str, dict[str, object], float]:
         """(cells, call id, the policy's keywords, until when the call may wait)."""
+        check_keywords(ask, ReserveArgs, "reserve")
         cells = self._keys(key, ask.get("tenant"))
         kwargs: dict[str, object] = {k: v for k, v in ask.items() if k != "tenant"}
         until = time.monotonic() + wait_bound([limit for _, limit in cells], ask.get("max_wait"))
@@ -136,6 +138,7 @@ class MemoryRateLimiter(LimiterBase):
     def learn(self, key: str, **taught: Unpack[LearnArgs]) -> None:
         """Bring ``key``'s route-wide state down to what the provider reported (per-tenant
         limits are ours, not the provider's: they are left alone)."""
+        check_keywords(taught, LearnArgs, "learn")
         with self._lock:
             now = self._clock()
             for name, limit in self._keys(key, None):
@@ -147,6 +150,7 @@ class MemoryRateLimiter(LimiterBase):
     def settle(self, key: str, **settled: Unpack[SettleArgs]) -> None:
         """Correct a reservation on ``key`` to what the call really used, and give its
         concurrency ``lease`` back (``request_delta=-1``: and its request)."""
+        check_keywords(settled, SettleArgs, "settle")
         corrections = {k: v for k, v in settled.items() if k != "tenant"}
         with self._freed:
             now = self._clock()

@@ -25,6 +25,7 @@ from typing import Any, cast
 
 from typing_extensions import Unpack
 
+from .._keywords import check_keywords
 from .._state.steps import Pause, Step, entry_points
 from .._state.stores import Outage, RedisScripts, RedisStore, hash_id, redis_errors
 from ._rules import LimiterBase, LimitsConfig, new_call_id, wait_bound
@@ -116,6 +117,7 @@ class RedisRateLimiter(LimiterBase):
         that finds every concurrency slot taken asks again every few tens of milliseconds
         while it may wait. In a batch, the first ask goes out with the batch; a call queued
         for a concurrency slot asks again alone."""
+        check_keywords(ask, ReserveArgs, "reserve")
         cells = self._cells(key, ask.get("tenant"))
         if not cells:
             return Grant(True)
@@ -156,6 +158,7 @@ class RedisRateLimiter(LimiterBase):
 
     def learn_steps(self, key: str, **taught: Unpack[LearnArgs]) -> Step[None]:
         """Bring ``key``'s shared route-wide state down to what the provider reported."""
+        check_keywords(taught, LearnArgs, "learn")
         keys, args = self._learn_call(key, taught)
         if not keys:
             return
@@ -190,6 +193,7 @@ class RedisRateLimiter(LimiterBase):
     def settle_steps(self, key: str, **settled: Unpack[SettleArgs]) -> Step[None]:
         """Correct a reservation in Redis, and give its concurrency ``lease`` back;
         ``request_delta=-1`` also gives back the request (a call never sent)."""
+        check_keywords(settled, SettleArgs, "settle")
         call = self._settle_call(key, settled)
         if call is None:
             return

@@ -30,10 +30,12 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from types import TracebackType
-from typing import Any, TypeVar, cast
+from typing import Any, TypedDict, TypeVar, cast
 
 import anyio
+from typing_extensions import Unpack
 
+from .._keywords import check_keywords
 from ..classify import classify_exception
 from ..context import RetryDetails
 from ..errors import ConfigurationError, ProviderError
@@ -44,6 +46,7 @@ __all__ = [
     "Attempt",
     "RetryDetails",
     "RetryHook",
+    "RetryOptions",
     "Retrying",
     "is_retryable",
     "is_testing",
@@ -59,6 +62,31 @@ RetryOn = type[BaseException] | tuple[type[BaseException], ...] | Callable[[Base
 
 RetryHook = Callable[[RetryDetails], None]
 """A callable receiving :class:`RetryDetails`."""
+
+
+class RetryOptions(TypedDict, total=False):
+    """How :func:`retry`, :func:`retry_context` and :class:`Retrying` retry; every key is
+    optional.
+
+    - ``on``: an exception type, a tuple of types, or a callable ``exc -> bool | seconds`` (a
+      number is a server wait hint). Default: :func:`is_retryable`.
+    - ``policy``: a :class:`RetryPolicy` (full jitter, 3 attempts, 60 s by default).
+    - ``attempts``, ``timeout``: shortcuts that override the policy's.
+    - ``hooks``: callables receiving :class:`RetryDetails` before each wait.
+    - ``name``: the name in :class:`RetryDetails` and the budget's key (``@retry``: the
+      function's qualified name).
+    - ``budget``: a :class:`~llmguard_sdk.retry.budget.RetryBudget`.
+
+    .. versionadded:: 0.2.0
+    """
+
+    on: RetryOn
+    policy: RetryPolicy | None
+    attempts: int | None
+    timeout: float | None
+    hooks: Sequence[RetryHook]
+    name: str
+    budget: RetryBudget | None
 
 
 class _Testing:
@@ -172,30 +200,24 @@ class Retrying:
     def __init__(
         self,
         *,
-        on: RetryOn = is_retryable,
-        policy: RetryPolicy | None = None,
-        attempts: int | None = None,
-        timeout: float | None = None,
-        hooks: Sequence[RetryHook] = (),
-        name: str = "",
-        budget: RetryBudget | None = None,
         budget_key: str = "",
         rng: random.Random | None = None,
+        **options: Unpack[RetryOptions],
     ) -> None:
-        policy = policy or RetryPolicy()
+        check_keywords(options, RetryOptions, "retry")
+        policy = options.get("policy") or RetryPolicy()
         overrides: dict[str, Any] = {}
-        if attempts is not None:
-            overrides["attempts"] = attempts
-        if timeout is not None:
-            overrides["timeout"] = timeout
+        for shortcut in ("attempts", "timeout"):
+            if options.get(shortcut) is not None:
+                overrides[shortcut] = options.get(shortcut)
         if overrides:
             policy = dataclasses.replace(policy, **overrides)
         self.policy = policy
-        self.on = on
-        self.hooks = tuple(hooks)
-        self.name = name
-        self.budget = budget
-        self.budget_key = budget_key or name
+        self.on: RetryOn = options.get("on", is_retryable)
+        self.hooks = tuple(options.get("hooks", ()))
+        self.name = options.get("name", "")
+        self.budget = options.get("budget")
+        self.budget_key = budget_key or self.name
         self.rng = rng
         self._started = 0.0
         self._previous_wait = 0.0
@@ -274,65 +296,31 @@ class Retrying:
             number += 1
 
 
-def retry_context(
-    *,
-    on: RetryOn = is_retryable,
-    policy: RetryPolicy | None = None,
-    attempts: int | None = None,
-    timeout: float | None = None,
-    hooks: Sequence[RetryHook] = (),
-    name: str = "",
-    budget: RetryBudget | None = None,
-) -> Retrying:
+def retry_context(**options: Unpack[RetryOptions]) -> Retrying:
     """Retry a block: ``for attempt in retry_context(...): with attempt: ...``.
 
-    Also ``async for`` in async code. Arguments as for :func:`retry`.
+    Also ``async for`` in async code. Options (:class:`RetryOptions`) as for :func:`retry`.
     """
-    return Retrying(
-        on=on,
-        policy=policy,
-        attempts=attempts,
-        timeout=timeout,
-        hooks=hooks,
-        name=name,
-        budget=budget,
-    )
+    return Retrying(**options)
 
 
-def retry(
-    func: F | None = None,
-    *,
-    on: RetryOn = is_retryable,
-    policy: RetryPolicy | None = None,
-    attempts: int | None = None,
-    timeout: float | None = None,
-    hooks: Sequence[RetryHook] = (),
-    budget: RetryBudget | None = None,
-) -> Any:
+def retry(func: F | None = None, **given: Unpack[RetryOptions]) -> Any:
     """Decorate a sync or async function so that its failures are retried.
 
-    Args:
-        on: an exception type, a tuple of types, or a callable ``exc -> bool | seconds``
-            (a number is a server wait hint). Default: :func:`is_retryable`.
-        policy: a :class:`RetryPolicy` (full jitter, 3 attempts, 60 s by default).
-        attempts, timeout: shortcuts that override the policy's.
-        hooks: callables receiving :class:`RetryDetails` before each wait.
-        budget: a :class:`~llmguard_sdk.retry.budget.RetryBudget` keyed by the function name.
+    The options (:class:`RetryOptions`): ``on`` (what to retry; default
+    :func:`is_retryable`), ``policy`` (a :class:`RetryPolicy`: full jitter, 3 attempts, 60 s
+    by default), ``attempts`` and ``timeout`` (shortcuts that override the policy's),
+    ``hooks`` (callables receiving :class:`RetryDetails` before each wait), ``budget`` (a
+    :class:`~llmguard_sdk.retry.budget.RetryBudget` keyed by the function's name).
 
     Use as ``@retry`` or ``@retry(attempts=5)``.
     """
+    check_keywords(given, RetryOptions, "retry")
 
     def decorate(fn: F) -> F:
         name = getattr(fn, "__qualname__", type(fn).__qualname__)
-        options: dict[str, Any] = {
-            "on": on,
-            "policy": policy,
-            "attempts": attempts,
-            "timeout": timeout,
-            "hooks": hooks,
-            "name": name,
-            "budget": budget,
-        }
+        options = given.copy()
+        options.setdefault("name", name)
         Retrying(**options)  # validate the options now, not at the first call
         if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
             raise ConfigurationError(

@@ -1,0 +1,22 @@
+"""Keyword arguments typed once (a ``TypedDict`` used with ``Unpack``) and checked at run
+time too: mypy sees a misspelt keyword, and so does a caller without mypy."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from .errors import ConfigurationError
+
+__all__ = ["check_keywords"]
+
+
+def check_keywords(given: Mapping[str, object], typed: Any, what: str) -> None:
+    """Raise :class:`~llmguard_sdk.errors.ConfigurationError` naming the keywords of
+    ``given`` that the TypedDict ``typed`` does not declare."""
+    known: frozenset[str] = typed.__required_keys__ | typed.__optional_keys__
+    unknown = given.keys() - known
+    if unknown:
+        raise ConfigurationError(
+            f"{what} got unknown keyword(s) {sorted(unknown)}; it takes {sorted(known)}"
+        )
