@@ -72,29 +72,46 @@ def complete(run: Run) -> ChatResponse:
 def drive(run: Run) -> Generator[StreamChunk, None, None]:
     """Carry out the plan with blocking I/O: the chunks it emits; its response in
     ``run.response``."""
-    steps = plan(run)
-    streams = _Streams()
-    answer: Any = None
-    error: ProviderError | None = None
+    walk, streams = _Walk(run), _Streams()
     try:
-        while True:
-            try:
-                op = steps.throw(error) if error is not None else steps.send(answer)
-            except StopIteration as finished:
-                run.response = finished.value
-                return
-            answer, error = None, None
+        while (op := walk.next()) is not None:
             if isinstance(op, ops.Emit):
                 yield op.chunk
                 continue
             try:
-                answer = _perform(op, run, streams)
+                walk.answer = _perform(op, run, streams)
             except ProviderError as failure:
-                error = failure
+                walk.error = failure
     finally:
-        steps.close()  # left mid-way: the plan's handlers queue the give-backs
+        walk.close()
         streams.close_all()
-        run.give_back_ahead()
+
+
+class _Walk:
+    """The plan on its way: the next op, given the answer to the last one (or the provider's
+    failure, thrown in)."""
+
+    def __init__(self, run: Run) -> None:
+        self.run = run
+        self.steps = plan(run)
+        self.answer: Any = None
+        self.error: ProviderError | None = None
+
+    def next(self) -> Any:
+        """The next op; None once the plan has ended (its response in ``run.response``)."""
+        answer, error = self.answer, self.error
+        self.answer, self.error = None, None
+        try:
+            return self.steps.throw(error) if error is not None else self.steps.send(answer)
+        except StopIteration as finished:
+            self.run.response = finished.value
+            return None
+
+    def close(self) -> None:
+        """A plan left mid-way (closed, cancelled, a bug) is closed: its handlers queue the
+        give-backs; what the opening took ahead and the plan did not use goes back too."""
+        self.steps.close()
+        self.run.give_back_ahead()
 
 
 def _perform(op: Any, run: Run, streams: _Streams) -> Any:
@@ -292,30 +309,20 @@ async def acomplete(run: Run) -> ChatResponse:
 
 async def adrive(run: Run) -> AsyncGenerator[StreamChunk, None]:
     """Async twin of :func:`drive`."""
-    steps = plan(run)
-    streams = _Streams()
-    answer: Any = None
-    error: ProviderError | None = None
+    walk, streams = _Walk(run), _Streams()
     try:
-        while True:
-            try:
-                op = steps.throw(error) if error is not None else steps.send(answer)
-            except StopIteration as finished:
-                run.response = finished.value
-                return
-            answer, error = None, None
+        while (op := walk.next()) is not None:
             if isinstance(op, ops.Emit):
                 yield op.chunk
                 continue
             try:
-                answer = await _aperform(op, run, streams)
+                walk.answer = await _aperform(op, run, streams)
             except ProviderError as failure:
-                error = failure
+                walk.error = failure
     finally:
-        steps.close()
+        walk.close()
         with anyio.CancelScope(shield=True):
             await streams.aclose_all()
-        run.give_back_ahead()
 
 
 async def _aperform(op: Any, run: Run, streams: _Streams) -> Any:
