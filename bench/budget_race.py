@@ -49,7 +49,9 @@ import json
 import multiprocessing
 import random
 import secrets
+import shutil
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Sequence
@@ -64,6 +66,7 @@ from llmguard_sdk import (
     BudgetUnavailableError,
     Guard,
     OpenAICompatibleProvider,
+    RedisStore,
 )
 from llmguard_sdk.budget import Budget, Budgets, Price, PriceTable
 from llmguard_sdk.testing import FakeProvider
@@ -200,10 +203,10 @@ async def _process(
         if mode == "guard"
         else None
     )
+    journal = tempfile.mkdtemp(prefix="llmguard-bench-journal-")  # never the user's cache
     guard = Guard(
         OpenAICompatibleProvider(base_url, model=MODEL, name="fake"),
-        store=redis_url,
-        key_prefix=prefix,
+        store=RedisStore(redis_url, key_prefix=prefix, journal_dir=journal),
         budgets=budgets,
         prices=prices(config),
         retry=None,
@@ -256,9 +259,12 @@ async def _process(
                 await naive.incrbyfloat(naive_key, cost)
         counts["refused_tasks"] += 1
 
-    await asyncio.gather(*(task() for _ in range(config.concurrency)))
-    await naive.aclose()
-    await guard.aclose()
+    try:
+        await asyncio.gather(*(task() for _ in range(config.concurrency)))
+    finally:
+        await naive.aclose()
+        await guard.aclose()  # replays spend journaled while Redis did not answer in time
+        shutil.rmtree(journal, ignore_errors=True)
     return counts
 
 

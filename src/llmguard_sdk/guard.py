@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
@@ -18,6 +19,7 @@ from ._core.opening import OpeningOutcome, aopen_call, aremember_later, open_cal
 from ._core.run import Run
 from ._core.stages import InputFilter, OutputFilter, Stages, finish, prepare, report, resolve_scope
 from ._core.streams import AsyncChatStream, ChatStream
+from ._state.steps import Step, arun, done, run
 from .breaker import (
     BreakerHook,
     BreakerPolicy,
@@ -42,6 +44,8 @@ if TYPE_CHECKING:
     from .client import AsyncGuardedClient, GuardedClient
 
 __all__ = ["Guard"]
+
+logger = logging.getLogger("llmguard_sdk")
 
 DEFAULT_RETRY = RetryPolicy()
 DEFAULT_RETRY_BUDGET = RetryBudgetPolicy()
@@ -518,16 +522,31 @@ class Guard(Closes, AsyncCloses):
     # -- lifecycle ---------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Close every route's connections and the store's."""
+        """Replay spend journaled while Redis was unreachable (one try), then close every
+        route's connections and the store's."""
+        try:
+            run(self._spend_flush())
+        except Exception:
+            logger.exception("replaying the spend journal at close failed")
         for route in self.routes:
             route.close()
         self.store.close()
 
     async def aclose(self) -> None:
-        """Close every route's async and sync connections and the store's."""
+        """Async twin of :meth:`close` (the route's async and sync connections)."""
+        try:
+            await arun(self._spend_flush())
+        except Exception:
+            logger.exception("replaying the spend journal at close failed")
         for route in self.routes:
             await route.aclose()
         await self.store.aclose()
+
+    def _spend_flush(self) -> Step[bool]:
+        spend = self._stages.spend
+        if spend is None or not spend.active:
+            return done(True)
+        return spend.flush_steps()
 
 
 def _request_data(

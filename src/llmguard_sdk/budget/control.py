@@ -507,6 +507,15 @@ class SpendControl:
                 )
         self._emit(events)
 
+    def flush_steps(self) -> store_steps.Step[bool]:
+        """Replay the spend journaled while Redis could not be reached (a Redis backend
+        does so at its next decision anyway); True when nothing is left to replay."""
+        replay = getattr(self.backend, "replay_steps", None)
+        if replay is None:
+            return True
+        replayed: bool = yield from replay()
+        return replayed
+
     def settle_steps(
         self, held: Held, ctx: CallContext, response: ChatResponse | None
     ) -> store_steps.Step[None]:
