@@ -7,9 +7,9 @@ import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
-from types import TracebackType
 from typing import Any
 
+from .._closing import Closes
 from ._faults import Fault, ProviderStats, ReceivedRequest
 from ._server import _Server
 from ._wire import (
@@ -24,7 +24,7 @@ from ._wire import (
 __all__ = ["FakeProvider"]
 
 
-class FakeProvider:
+class FakeProvider(Closes):
     """A real OpenAI-compatible HTTP server on a loopback port, run in a background thread.
 
     Use it as a context manager (or call :meth:`start` / :meth:`stop`).  Point any OpenAI
@@ -153,12 +153,8 @@ class FakeProvider:
     def __enter__(self) -> FakeProvider:
         return self.start()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def close(self) -> None:
+        """Same as :meth:`stop` (what the end of a ``with`` block calls)."""
         self.stop()
 
     @property
