@@ -52,7 +52,6 @@ import argparse
 import json
 import random
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -199,14 +198,8 @@ def server_search_latency(sizes: list[int], queries: int) -> dict[str, object]:
             )
             found.update(_keyed(mode, measured))
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
+        with_redis.stop_throwaway(process, workdir)
         REAPER.remove(process.pid)
-        shutil.rmtree(workdir, ignore_errors=True)
     return found
 
 

@@ -101,12 +101,19 @@ def throwaway(binary: str | None = None, port: int | None = None) -> Iterator[st
     try:
         yield url
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-        shutil.rmtree(workdir, ignore_errors=True)
+        stop_throwaway(process, workdir)
+
+
+def stop_throwaway(process: subprocess.Popen[bytes], workdir: str) -> None:
+    """Stop a server from :func:`start_throwaway` (SIGTERM, then SIGKILL after 10 s) and
+    remove its folder."""
+    process.terminate()
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=10)
+    shutil.rmtree(workdir, ignore_errors=True)
 
 
 def main(argv: list[str]) -> int:
