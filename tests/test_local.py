@@ -111,18 +111,24 @@ STORY = [{"role": "user", "content": "Write a long story about a cat."}]
 STORY_OPTIONS: dict[str, Any] = {"max_tokens": 60, "temperature": 0, "timeout": 240}
 
 
+def start_story(provider: LocalProvider, busy: threading.Thread) -> None:
+    """Load the model, start ``busy`` (the story) and wait (30 s at most) until it holds
+    the model."""
+    assert provider.wait_loaded(120)
+    busy.start()
+    deadline = time.monotonic() + 30
+    while not provider._busy.locked():
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+
+
 @pytest.mark.timeout(600)
 def test_a_full_queue_refuses_at_once() -> None:
     provider = LocalProvider(n_ctx=512, max_queue=0, warm_up=True)
     guard = Guard(provider, timeout=60, retry=None, environ={})
     busy = threading.Thread(target=guard.chat, args=(STORY,), kwargs=STORY_OPTIONS)
     try:
-        assert provider.wait_loaded(120)
-        busy.start()
-        deadline = time.monotonic() + 30
-        while not provider._busy.locked():
-            assert time.monotonic() < deadline
-            time.sleep(0.005)
+        start_story(provider, busy)
         with pytest.raises(ProviderBusyError):
             guard.chat(QUESTION, max_tokens=5)
         # Refused, not queued behind the story: the story still holds the model when the
@@ -316,12 +322,7 @@ def test_callers_that_gave_up_free_their_queue_slot() -> None:
 
     waiter = threading.Thread(target=wait_for_the_model)
     try:
-        assert provider.wait_loaded(120)
-        busy.start()
-        deadline = time.monotonic() + 30
-        while not provider._busy.locked():
-            assert time.monotonic() < deadline
-            time.sleep(0.005)
+        start_story(provider, busy)
         with pytest.raises(ProviderTimeoutError):
             guard.chat(QUESTION, max_tokens=5, timeout=0.2)  # waits, then gives up
         waiter.start()  # takes the freed slot instead of being refused
