@@ -62,19 +62,25 @@ def _is_user_span(span: ReadableSpan) -> bool:
     return span.name == "user-request"
 
 
-@pytest.fixture
-def otel() -> Iterator[Exported]:
+def exporters(**options: Any) -> tuple[Exported, MeterProvider]:
+    """A Telemetry (``options`` passed on) exporting to the real SDK's in-memory exporters;
+    shut the meter provider and ``tracer_provider`` down afterwards."""
     spans = InMemorySpanExporter()
     tracer_provider = TracerProvider()
     tracer_provider.add_span_processor(SimpleSpanProcessor(spans))
     reader = InMemoryMetricReader()
     meter_provider = MeterProvider(metric_readers=[reader])
-    telemetry = Telemetry(
-        tracer_provider=tracer_provider, meter_provider=meter_provider, log_level=logging.INFO
-    )
-    yield Exported(spans, reader, telemetry, tracer_provider)
+    options.setdefault("log_level", logging.INFO)
+    telemetry = Telemetry(tracer_provider=tracer_provider, meter_provider=meter_provider, **options)
+    return Exported(spans, reader, telemetry, tracer_provider), meter_provider
+
+
+@pytest.fixture
+def otel() -> Iterator[Exported]:
+    exported, meter_provider = exporters()
+    yield exported
     meter_provider.shutdown()
-    tracer_provider.shutdown()
+    exported.tracer_provider.shutdown()
 
 
 def call_span(otel: Exported) -> ReadableSpan:

@@ -5,11 +5,21 @@ application every span and instrument is a no-op. ``Guard(telemetry=True)`` (the
 uses the global tracer and meter providers; ``Guard(telemetry=Telemetry(...))`` takes
 explicit ones and the content and logging options.
 
+**Conventions.** Today's GenAI semantic conventions by default: ``gen_ai.provider.name``,
+``gen_ai.usage.cache_read.input_tokens`` / ``cache_creation.input_tokens``,
+``gen_ai.request.stream``, ``gen_ai.response.time_to_first_chunk`` and the
+``gen_ai.client.operation.time_to_first_chunk`` / ``time_per_output_chunk`` metrics.
+``Telemetry(semconv="previous")``, or ``OTEL_SEMCONV_STABILITY_OPT_IN`` set without
+``gen_ai_latest_experimental`` (as the OpenTelemetry instrumentations read it), emits the
+v1.36.0 names instead (``gen_ai.system``; what v1.36.0 has no name for under ``llmguard.*``).
+A test checks every name and type against the conventions' own YAML models.
+
 **Spans.** One ``CLIENT`` span per guarded call, named ``chat {model}``, with the GenAI
 semantic-convention attributes (``gen_ai.operation.name``, ``gen_ai.provider.name``,
 ``gen_ai.request.model``, ``gen_ai.response.model``, ``gen_ai.usage.input_tokens`` /
-``output_tokens``, ``gen_ai.request.max_tokens``, ``gen_ai.response.finish_reasons``,
-``error.type``) and ours under ``llmguard.*``: ``feature``, ``tenant`` (hashed),
+``output_tokens`` and the cache token counts, ``gen_ai.request.max_tokens``,
+``gen_ai.request.stream``, ``gen_ai.response.finish_reasons``, ``error.type``) and ours
+under ``llmguard.*``: ``feature``, ``tenant`` (hashed),
 ``served_by``, ``attempts``, ``cache`` (``exact`` / ``semantic`` / ``stale`` / ``miss``) and
 ``cache.similarity``, ``cost_usd`` and ``cost_source``, ``retry_wait_s``,
 ``rate_limit_wait_s``, ``time_to_first_token_s`` (streams), ``degraded``. A child span per

@@ -13,6 +13,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from .._state.stores import hash_id
 from .._version import __version__
+from ._semconv import Names, SemconvMode, names_for
 from .redaction import redact, redact_secrets
 
 if TYPE_CHECKING:
@@ -81,6 +82,12 @@ class Telemetry:
             e-mail addresses, phone and card numbers).
         max_content_chars: captured content is cut to this many characters.
         log_level: the level of the per-call log record (``None``: no record).
+        semconv: ``"latest"`` (today's GenAI conventions) or ``"previous"`` (the v1.36.0
+            names: ``gen_ai.system`` ...); default: what ``OTEL_SEMCONV_STABILITY_OPT_IN``
+            asks (``gen_ai_latest_experimental``), else ``"latest"``.
+
+    .. versionchanged:: 0.2.0
+       ``semconv``: the current conventions (cache and stream attributes) or the previous.
     """
 
     def __init__(
@@ -92,7 +99,9 @@ class Telemetry:
         redact: Callable[[str], str] = redact,
         max_content_chars: int = 1000,
         log_level: int | None = logging.DEBUG,
+        semconv: SemconvMode | None = None,
     ) -> None:
+        self.names: Names = names_for(semconv)
         self.capture_content = capture_content
         self._explicit = tracer_provider is not None or meter_provider is not None
         self._sdk_configured = False
@@ -113,12 +122,12 @@ class Telemetry:
         )
         self._first_chunk = _seconds(
             meter,
-            "gen_ai.client.operation.time_to_first_chunk",
+            self.names.first_chunk_metric,
             "Time from the request to the first content chunk of a stream",
         )
         self._chunk_gap = _seconds(
             meter,
-            "gen_ai.client.operation.time_per_output_chunk",
+            self.names.chunk_gap_metric,
             "Time between consecutive content chunks of a stream",
             buckets=None,
         )
@@ -181,7 +190,7 @@ class Telemetry:
         end_ns = time.time_ns()
         attributes: Attributes = {
             "gen_ai.operation.name": "chat",
-            "gen_ai.provider.name": event.route or "unknown",
+            self.names.provider: event.route or "unknown",
             "gen_ai.request.model": event.model or "",
             "llmguard.kind": "protect",
             "llmguard.attempts": event.attempts,
@@ -204,7 +213,7 @@ class Telemetry:
         span.end(end_time=end_ns)
         labels = {
             key: attributes[key]
-            for key in ("gen_ai.operation.name", "gen_ai.provider.name", "gen_ai.request.model")
+            for key in ("gen_ai.operation.name", self.names.provider, "gen_ai.request.model")
         }
         if "error.type" in attributes:
             labels["error.type"] = attributes["error.type"]
@@ -254,7 +263,7 @@ class Telemetry:
         request_model = ctx.request.model or (routes[0].model if routes else None) or ""
         common: Attributes = {
             "gen_ai.operation.name": "chat",
-            "gen_ai.provider.name": provider_name(served or (routes[0] if routes else None)),
+            self.names.provider: provider_name(served or (routes[0] if routes else None)),
             "gen_ai.request.model": request_model,
         }
         call = dict(common)
@@ -302,7 +311,9 @@ class Telemetry:
         if request.output_limit is not None:
             attributes["gen_ai.request.max_tokens"] = request.output_limit
         if request.temperature is not None:
-            attributes["gen_ai.request.temperature"] = request.temperature
+            attributes["gen_ai.request.temperature"] = float(request.temperature)
+        if self.names.stream is not None and kind != "protect":
+            attributes[self.names.stream] = kind == "stream"
         _add_scope(attributes, ctx.scope, ctx.retries)
         if ctx.rate_wait_s:
             attributes["llmguard.rate_limit_wait_s"] = round(ctx.rate_wait_s, 6)
@@ -313,7 +324,7 @@ class Telemetry:
         if error is not None:
             attributes["error.type"] = type(error).__name__
         if response is not None:
-            _add_response(attributes, response)
+            _add_response(attributes, response, self.names)
         if cache_on:
             hit = response.metadata.get("cache") if response is not None else None
             attributes["llmguard.cache"] = hit or "miss"
@@ -369,7 +380,7 @@ class Telemetry:
     ) -> None:
         attributes: Attributes = {
             "gen_ai.operation.name": "chat",
-            "gen_ai.provider.name": provider_name(route),
+            self.names.provider: provider_name(route),
             "gen_ai.request.model": (route.model if route is not None else None)
             or ctx.request.model
             or "",
@@ -379,9 +390,7 @@ class Telemetry:
         if attempt.retry_wait is not None:
             attributes["llmguard.retry_wait_s"] = attempt.retry_wait
         if attempt.first_token_at is not None:
-            attributes["gen_ai.response.time_to_first_chunk"] = (
-                attempt.first_token_at - attempt.started
-            )
+            attributes[self.names.first_chunk] = attempt.first_token_at - attempt.started
         if attempt.error is not None:
             attributes["error.type"] = type(attempt.error).__name__
         elif attempt.ended is None:
@@ -504,7 +513,7 @@ def _wall_ns(ctx: CallContext, instant: float) -> int:
     return ctx.started_ns + int((instant - ctx.started) * 1e9)
 
 
-def _add_response(attributes: Attributes, response: ChatResponse) -> None:
+def _add_response(attributes: Attributes, response: ChatResponse, names: Names) -> None:
     """What a call's answer tells: who served it, its model, id, finish reason, usage, cost."""
     attributes["llmguard.served_by"] = response.route
     if response.model:
@@ -517,7 +526,9 @@ def _add_response(attributes: Attributes, response: ChatResponse) -> None:
         attributes["gen_ai.usage.input_tokens"] = response.usage.input_tokens
         attributes["gen_ai.usage.output_tokens"] = response.usage.output_tokens
         if response.usage.cached_input_tokens:
-            attributes["llmguard.usage.cached_input_tokens"] = response.usage.cached_input_tokens
+            attributes[names.cache_read_tokens] = response.usage.cached_input_tokens
+        if response.usage.cache_write_input_tokens:
+            attributes[names.cache_creation_tokens] = response.usage.cache_write_input_tokens
         attributes["llmguard.usage.estimated"] = response.usage.estimated
     if response.cost_usd is not None:
         attributes["llmguard.cost_usd"] = response.cost_usd
