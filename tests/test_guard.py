@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import anyio
 import pytest
 
 from llmguard_sdk import (
     AllRoutesFailedError,
     BadRequestError,
     CallEvent,
+    ChatOptions,
     ChatRequest,
     ChatResponse,
     ConfigurationError,
@@ -67,6 +69,22 @@ def test_invalid_request_fails_before_any_network_call(
     with pytest.raises(RequestValidationError, match="timeout"):
         guard.chat(USER, timeout=0)
     assert fake.stats.requests == 0
+
+
+def test_chat_options_name_every_request_parameter_and_nothing_else(
+    fake: FakeProvider, make_guard: MakeGuard
+) -> None:
+    call_options = {"request", "tenant", "feature", "user", "timeout", "hedge_after"}
+    call_options |= {"priority", "cacheable", "cache_tags"}
+    request_params = ChatOptions.__optional_keys__ - call_options
+    assert request_params == ChatRequest.model_fields.keys() - {"messages"}
+    guard = make_guard(fake)
+    with pytest.raises(RequestValidationError, match="max_tokenz"):
+        guard.chat(USER, max_tokenz=5)  # type: ignore[call-overload]
+    assert fake.stats.requests == 0
+    answer = guard.chat(USER, tenant="acme", seed=7, cacheable=False, cache_tags=["a"])
+    assert answer.text == "Echo: hello there"
+    assert fake.stats.requests == 1
 
 
 def test_missing_model_is_a_validation_error(fake: FakeProvider) -> None:
@@ -163,6 +181,24 @@ def test_stream_closed_early_reports_cancelled(fake: FakeProvider, make_guard: M
     assert events[-1].outcome == "cancelled"
     with pytest.raises(RuntimeError, match="not been read"):
         _ = stream.response
+
+
+@pytest.mark.anyio
+async def test_async_call_cancelled_in_flight_is_reported_cancelled(
+    fake: FakeProvider, make_guard: MakeGuard
+) -> None:
+    events: list[CallEvent] = []
+    guard = make_guard(fake, hooks=[events.append], retry=None)
+    fake.script(Fault(hang=True))
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(guard.achat, USER)
+        for _ in range(1000):  # until the request is in flight (10 s at most)
+            if fake.stats.requests:
+                break
+            await anyio.sleep(0.01)
+        tasks.cancel_scope.cancel()
+    assert [event.outcome for event in events] == ["cancelled"]
+    await guard.aclose()
 
 
 @pytest.mark.anyio

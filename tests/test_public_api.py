@@ -29,6 +29,7 @@ EXPECTED = [
     "CallEvent",
     "ChatCompletion",
     "ChatCompletionChunk",
+    "ChatOptions",
     "ChatRequest",
     "ChatResponse",
     "ChatStream",

@@ -63,7 +63,7 @@ from .errors import (
     StreamInterruptedError,
     UnknownModelPriceError,
 )
-from .guard import Guard
+from .guard import ChatOptions, Guard
 from .models import ChatRequest, ChatResponse, Message, StreamChunk, Timings, Usage
 from .prompts import PrefixCacheStats, PromptBuilder
 from .providers import AnthropicProvider, LocalProvider, OpenAICompatibleProvider, Provider
@@ -93,6 +93,7 @@ __all__ = [
     "CallEvent",
     "ChatCompletion",
     "ChatCompletionChunk",
+    "ChatOptions",
     "ChatRequest",
     "ChatResponse",
     "ChatStream",

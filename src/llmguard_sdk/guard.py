@@ -8,16 +8,25 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Literal, TypedDict, TypeVar, overload
 
 import anyio
+from typing_extensions import Unpack
 
 from ._closing import AsyncCloses, Closes
 from ._core import wiring
 from ._core.drive import acomplete, complete
 from ._core.opening import OpeningOutcome, aopen_call, aremember_later, open_call, remember_later
 from ._core.run import Run
-from ._core.stages import InputFilter, OutputFilter, Stages, finish, prepare, report, resolve_scope
+from ._core.stages import (
+    InputFilter,
+    OutputFilter,
+    Stages,
+    finish,
+    prepare,
+    reporting,
+    resolve_scope,
+)
 from ._core.streams import AsyncChatStream, ChatStream
 from ._state.steps import Step, arun, done, run
 from .breaker import (
@@ -43,7 +52,7 @@ from .telemetry import Telemetry
 if TYPE_CHECKING:
     from .client import AsyncGuardedClient, GuardedClient
 
-__all__ = ["Guard"]
+__all__ = ["ChatOptions", "Guard"]
 
 logger = logging.getLogger("llmguard_sdk")
 
@@ -53,6 +62,46 @@ DEFAULT_BREAKER = BreakerPolicy()
 
 F = TypeVar("F", bound=Callable[..., Any])
 MessagesArg = Sequence[Message | Mapping[str, Any]]
+
+
+class ChatOptions(TypedDict, total=False):
+    """The keywords of :meth:`Guard.chat` and :meth:`Guard.achat`: the call's own options,
+    then the request's parameters (the fields of :class:`~llmguard_sdk.ChatRequest`).
+
+    mypy checks them; at run time an unknown keyword is a
+    :class:`~llmguard_sdk.errors.RequestValidationError`, as any invalid request is.
+
+    .. versionadded:: 0.2.0
+    """
+
+    request: ChatRequest | None
+    """A ready request, instead of messages and parameters."""
+    model: str | None
+    tenant: str | None
+    feature: str | None
+    user: str | None
+    timeout: float | None
+    """The call's total time in seconds, every route and retry included."""
+    hedge_after: float | None
+    """Start a second route's call when the first has not answered after this many seconds."""
+    priority: Literal["interactive", "batch"]
+    cacheable: bool
+    """``False`` skips the cache for this call."""
+    cache_tags: Sequence[str]
+    """Permission tags that further partition what this call may read and write."""
+    max_tokens: int | None
+    max_completion_tokens: int | None
+    temperature: float | None
+    top_p: float | None
+    stop: str | Sequence[str] | None
+    seed: int | None
+    tools: Sequence[Mapping[str, Any]] | None
+    tool_choice: str | Mapping[str, Any] | None
+    response_format: Mapping[str, Any] | None
+    metadata: Mapping[str, str] | None
+    extra_body: Mapping[str, Any] | None
+    extra_headers: Mapping[str, str] | None
+    extra_query: Mapping[str, str] | None
 
 
 class Guard(Closes, AsyncCloses):
@@ -251,17 +300,7 @@ class Guard(Closes, AsyncCloses):
         messages: MessagesArg | None = ...,
         *,
         stream: Literal[False] = ...,
-        request: ChatRequest | None = ...,
-        model: str | None = ...,
-        tenant: str | None = ...,
-        feature: str | None = ...,
-        user: str | None = ...,
-        timeout: float | None = ...,
-        hedge_after: float | None = ...,
-        priority: Literal["interactive", "batch"] = ...,
-        cacheable: bool = ...,
-        cache_tags: Sequence[str] = ...,
-        **params: Any,
+        **options: Unpack[ChatOptions],
     ) -> ChatResponse: ...
 
     @overload
@@ -270,17 +309,7 @@ class Guard(Closes, AsyncCloses):
         messages: MessagesArg | None = ...,
         *,
         stream: Literal[True],
-        request: ChatRequest | None = ...,
-        model: str | None = ...,
-        tenant: str | None = ...,
-        feature: str | None = ...,
-        user: str | None = ...,
-        timeout: float | None = ...,
-        hedge_after: float | None = ...,
-        priority: Literal["interactive", "batch"] = ...,
-        cacheable: bool = ...,
-        cache_tags: Sequence[str] = ...,
-        **params: Any,
+        **options: Unpack[ChatOptions],
     ) -> ChatStream: ...
 
     def chat(
@@ -288,17 +317,7 @@ class Guard(Closes, AsyncCloses):
         messages: MessagesArg | None = None,
         *,
         stream: bool = False,
-        request: ChatRequest | None = None,
-        model: str | None = None,
-        tenant: str | None = None,
-        feature: str | None = None,
-        user: str | None = None,
-        timeout: float | None = None,
-        hedge_after: float | None = None,
-        priority: Literal["interactive", "batch"] = "interactive",
-        cacheable: bool = True,
-        cache_tags: Sequence[str] = (),
-        **params: Any,
+        **options: Unpack[ChatOptions],
     ) -> ChatResponse | ChatStream:
         """Send a chat completion through the pipeline.
 
@@ -308,6 +327,7 @@ class Guard(Closes, AsyncCloses):
         ``user`` set the call's scope; ``timeout`` its total time in seconds.
         With a ``cache``, ``cacheable=False`` skips it for this call and ``cache_tags``
         (permission tags) further partition what this call may read and write.
+        :class:`~llmguard_sdk.ChatOptions` lists every keyword.
 
         With ``stream=True`` it returns a :class:`~llmguard_sdk.ChatStream` of chunks.
         Raises :class:`~llmguard_sdk.errors.RequestValidationError` before any network call
@@ -315,24 +335,32 @@ class Guard(Closes, AsyncCloses):
         :class:`~llmguard_sdk.errors.ProviderError` (one route) or
         :class:`~llmguard_sdk.errors.AllRoutesFailedError` when no route could answer.
         """
+        ctx = self._context(messages, options)
+        if stream:
+            return ChatStream(ctx, self._stages)
+        with reporting(ctx, self._stages, "chat") as outcome:
+            return outcome.served(self._complete(ctx))
+
+    def _context(self, messages: MessagesArg | None, options: ChatOptions) -> CallContext:
+        """The call's context from :meth:`chat`'s arguments (validated; no network yet)."""
+        params: dict[str, Any] = dict(options)  # less the call's own options: the request's
+        request, model = params.pop("request", None), params.pop("model", None)
+        scope = resolve_scope(
+            params.pop("tenant", None), params.pop("feature", None), params.pop("user", None)
+        )
+        timeout, hedge_after = params.pop("timeout", None), params.pop("hedge_after", None)
+        priority = params.pop("priority", "interactive")
+        cacheable, cache_tags = params.pop("cacheable", True), tuple(params.pop("cache_tags", ()))
         ctx = prepare(
             self._stages,
             _request_data(messages, request, model, params),
-            scope=resolve_scope(tenant, feature, user),
+            scope=scope,
             timeout=timeout,
             hedge_after=hedge_after,
             priority=priority,
         )
-        ctx.cacheable, ctx.cache_tags = cacheable, tuple(cache_tags)
-        if stream:
-            return ChatStream(ctx, self._stages)
-        try:
-            response = self._complete(ctx)
-        except Exception as exc:
-            report(ctx, self._stages, "chat", error=exc)
-            raise
-        report(ctx, self._stages, "chat", response=response)
-        return response
+        ctx.cacheable, ctx.cache_tags = cacheable, cache_tags
+        return ctx
 
     def _complete(self, ctx: CallContext) -> ChatResponse:
         """One non-streaming call in two round trips to the shared state when all goes
@@ -341,17 +369,15 @@ class Guard(Closes, AsyncCloses):
         stages = self._stages
         opening = open_call(ctx, stages)
         try:
-            cached = opening.begin(ctx, stages)
-            if cached is not None:
+            if (cached := opening.begin(ctx, stages)) is not None:
                 return finish(ctx, stages, cached)
-            held = opening.held
             raw = response = None
             try:
                 raw = complete(self._run(ctx, opening))
                 response = finish(ctx, stages, raw)
             finally:  # settle to what was served; nothing served: release the hold
-                if held is not None and stages.spend is not None:
-                    opening.tail.add(stages.spend.settle_steps(held, ctx, response or raw))
+                if opening.held is not None and stages.spend is not None:
+                    opening.tail.add(stages.spend.settle_steps(opening.held, ctx, response or raw))
             remember_later(ctx, stages, response, opening.tail)
             return response
         finally:
@@ -363,17 +389,7 @@ class Guard(Closes, AsyncCloses):
         messages: MessagesArg | None = ...,
         *,
         stream: Literal[False] = ...,
-        request: ChatRequest | None = ...,
-        model: str | None = ...,
-        tenant: str | None = ...,
-        feature: str | None = ...,
-        user: str | None = ...,
-        timeout: float | None = ...,
-        hedge_after: float | None = ...,
-        priority: Literal["interactive", "batch"] = ...,
-        cacheable: bool = ...,
-        cache_tags: Sequence[str] = ...,
-        **params: Any,
+        **options: Unpack[ChatOptions],
     ) -> ChatResponse: ...
 
     @overload
@@ -382,17 +398,7 @@ class Guard(Closes, AsyncCloses):
         messages: MessagesArg | None = ...,
         *,
         stream: Literal[True],
-        request: ChatRequest | None = ...,
-        model: str | None = ...,
-        tenant: str | None = ...,
-        feature: str | None = ...,
-        user: str | None = ...,
-        timeout: float | None = ...,
-        hedge_after: float | None = ...,
-        priority: Literal["interactive", "batch"] = ...,
-        cacheable: bool = ...,
-        cache_tags: Sequence[str] = ...,
-        **params: Any,
+        **options: Unpack[ChatOptions],
     ) -> AsyncChatStream: ...
 
     async def achat(
@@ -400,54 +406,29 @@ class Guard(Closes, AsyncCloses):
         messages: MessagesArg | None = None,
         *,
         stream: bool = False,
-        request: ChatRequest | None = None,
-        model: str | None = None,
-        tenant: str | None = None,
-        feature: str | None = None,
-        user: str | None = None,
-        timeout: float | None = None,
-        hedge_after: float | None = None,
-        priority: Literal["interactive", "batch"] = "interactive",
-        cacheable: bool = True,
-        cache_tags: Sequence[str] = (),
-        **params: Any,
+        **options: Unpack[ChatOptions],
     ) -> ChatResponse | AsyncChatStream:
         """Async twin of :meth:`chat`; ``stream=True`` gives an :class:`AsyncChatStream`."""
-        ctx = prepare(
-            self._stages,
-            _request_data(messages, request, model, params),
-            scope=resolve_scope(tenant, feature, user),
-            timeout=timeout,
-            hedge_after=hedge_after,
-            priority=priority,
-        )
-        ctx.cacheable, ctx.cache_tags = cacheable, tuple(cache_tags)
+        ctx = self._context(messages, options)
         if stream:
             return AsyncChatStream(ctx, self._stages)
-        try:
-            response = await self._acomplete(ctx)
-        except Exception as exc:
-            report(ctx, self._stages, "chat", error=exc)
-            raise
-        report(ctx, self._stages, "chat", response=response)
-        return response
+        with reporting(ctx, self._stages, "chat") as outcome:  # cancelled: reported as such
+            return outcome.served(await self._acomplete(ctx))
 
     async def _acomplete(self, ctx: CallContext) -> ChatResponse:
         """Async twin of :meth:`_complete`."""
         stages = self._stages
         opening = await aopen_call(ctx, stages)
         try:
-            cached = opening.begin(ctx, stages)
-            if cached is not None:
+            if (cached := opening.begin(ctx, stages)) is not None:
                 return finish(ctx, stages, cached)
-            held = opening.held
             raw = response = None
             try:
                 raw = await acomplete(self._run(ctx, opening))
                 response = finish(ctx, stages, raw)
             finally:  # settle to what was served; nothing served (or cancelled): release
-                if held is not None and stages.spend is not None:
-                    opening.tail.add(stages.spend.settle_steps(held, ctx, response or raw))
+                if opening.held is not None and stages.spend is not None:
+                    opening.tail.add(stages.spend.settle_steps(opening.held, ctx, response or raw))
             await aremember_later(ctx, stages, response, opening.tail)
             return response
         finally:

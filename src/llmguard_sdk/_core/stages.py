@@ -8,7 +8,8 @@ import logging
 import math
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -36,6 +37,7 @@ __all__ = [
     "DEGRADED",
     "IDEMPOTENCY_PREFIX",
     "InputFilter",
+    "Outcome",
     "OutputFilter",
     "Stages",
     "cache_request",
@@ -44,6 +46,7 @@ __all__ = [
     "new_idempotency_key",
     "prepare",
     "report",
+    "reporting",
     "resolve_scope",
 ]
 
@@ -228,6 +231,34 @@ def report(
             logger.exception("llmguard telemetry failed")
     if stages.hooks:
         emit(stages.hooks, _event(ctx, kind, response, error, cancelled))
+
+
+@dataclass
+class Outcome:
+    """What :func:`reporting` reports: the response served, once there is one."""
+
+    response: ChatResponse | None = None
+
+    def served(self, response: ChatResponse) -> ChatResponse:
+        """Note ``response`` as the call's answer and hand it on."""
+        self.response = response
+        return response
+
+
+@contextmanager
+def reporting(ctx: CallContext, stages: Stages, kind: CallKind) -> Iterator[Outcome]:
+    """:func:`report` the call run in the ``with`` block once it ends: its response, its
+    error, or (interrupted, an async call cancelled) that it was cancelled."""
+    outcome = Outcome()
+    try:
+        yield outcome
+    except Exception as exc:
+        report(ctx, stages, kind, error=exc)
+        raise
+    except BaseException:
+        report(ctx, stages, kind, cancelled=True)
+        raise
+    report(ctx, stages, kind, response=outcome.response)
 
 
 def _with_idempotency_key(request: ChatRequest, policy: RetryPolicy | None) -> ChatRequest:
