@@ -9,6 +9,13 @@ they are. The scope of a call comes from :func:`llmguard_sdk.scoped`.
 Each completion also carries the Guard's own view as ``completion.llmguard`` (route,
 attempts, timings, cost), left out of ``model_dump()`` so dumps match openai's.
 
+Where openai-python is installed, ``guard.client()`` is openai's own ``OpenAI`` client over
+the Guard's transport (:mod:`llmguard_sdk.transport`): its objects are genuinely openai's
+(``isinstance(c, openai.types.chat.ChatCompletion)``), and ``with_raw_response``,
+``with_streaming_response``, ``models.list`` and ``responses.create`` work as frameworks
+expect (``instructor.from_openai(guard.client())``, ``ChatOpenAI(root_client=...)``). The
+classes below are the look-alikes it falls back to without openai.
+
 .. versionadded:: 0.1.0
 """
 
@@ -324,3 +331,22 @@ class AsyncGuardedClient:
     def __init__(self, guard: Guard) -> None:
         self.guard = guard
         self.chat = _Chat(_AsyncCompletions(guard))
+
+
+def _openai_client(guard: Guard) -> Any:
+    """openai's own client over the Guard's transport where openai is installed, else the
+    look-alike :class:`GuardedClient`."""
+    try:
+        from ._openai_client import GuardedOpenAI
+    except ImportError:
+        return GuardedClient(guard)
+    return GuardedOpenAI(guard)
+
+
+def _async_openai_client(guard: Guard) -> Any:
+    """The async twin of :func:`_openai_client`."""
+    try:
+        from ._openai_client import AsyncGuardedOpenAI
+    except ImportError:
+        return AsyncGuardedClient(guard)
+    return AsyncGuardedOpenAI(guard)

@@ -1,0 +1,130 @@
+"""The transport seam: hand a Guard to any SDK or framework that builds its own client.
+
+``OpenAI(http_client=guard.http_client())`` (or ``http_client(guard)``) sends every request
+the SDK makes through the Guard, in process, without a socket: the request is parsed into a
+:meth:`~llmguard_sdk.Guard.chat` call (so the routes may be any provider, the local model
+included), and the Guard's answer goes back in the shape the SDK expects, JSON or server-sent
+events, headers included. Served paths: ``POST .../chat/completions``, ``POST .../responses``
+(plain and streamed) and ``GET .../models`` (the routes' models).
+
+openai-python 3.x and anthropic's SDK build on httpx2 (they still accept httpx clients); the
+seam offers both: ``library="httpx2"`` or ``"httpx"``; by default httpx2 when it is installed.
+
+**One retry loop, the Guard's.** Error answers carry ``x-should-retry: false``, which
+openai-python and anthropic's SDK obey, so their own retries (``max_retries``, 2 by default)
+never repeat a call the Guard has already retried and moved through its fallback chain;
+``max_retries=0`` on the SDK says the same explicitly. An error answer carries the Guard's
+error class in ``x-llmguard-error``; the SDK raises its own error for the status
+(400 invalid request, 401, 429 rate limited or budget exhausted, 502 malformed answer,
+503 unavailable or circuit open, 504 timeout). The SDK's ``timeout`` does not apply: the
+Guard's own ``timeout`` bounds each call. The scope of a call comes from
+:func:`~llmguard_sdk.scoped`, or from ``x-llmguard-tenant`` / ``x-llmguard-feature`` headers;
+any other header or query parameter the caller adds is forwarded to the provider.
+
+Successful answers carry ``x-llmguard-route`` (which route served, ``cache`` for a cache hit)
+and ``x-llmguard-attempts``.
+
+.. versionadded:: 0.2.0
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import TYPE_CHECKING, Any, Literal, overload
+
+import httpx
+
+from ..errors import ConfigurationError
+
+if TYPE_CHECKING:
+    import httpx2
+
+    from ..guard import Guard
+
+__all__ = ["Library", "async_http_client", "async_transport", "http_client", "transport"]
+
+Library = Literal["httpx", "httpx2"]
+"""Which HTTP library's client or transport to build."""
+
+_BASE_URL = "http://llmguard.invalid"
+
+
+def _library(library: Library | None) -> Library:
+    if library is None:
+        return "httpx2" if importlib.util.find_spec("httpx2") is not None else "httpx"
+    if library not in ("httpx", "httpx2"):
+        raise ConfigurationError(f"library must be 'httpx' or 'httpx2', not {library!r}")
+    return library
+
+
+@overload
+def transport(guard: Guard, *, library: Literal["httpx"]) -> httpx.BaseTransport: ...
+@overload
+def transport(guard: Guard, *, library: Literal["httpx2"]) -> httpx2.BaseTransport: ...
+@overload
+def transport(guard: Guard, *, library: None = None) -> Any: ...
+def transport(guard: Guard, *, library: Library | None = None) -> Any:
+    """A blocking transport that answers through ``guard`` (``httpx.Client(transport=...)``).
+
+    .. versionadded:: 0.2.0
+    """
+    if _library(library) == "httpx":
+        from ._adapters import HttpxTransport
+
+        return HttpxTransport(guard)
+    from ._httpx2 import Httpx2Transport
+
+    return Httpx2Transport(guard)
+
+
+@overload
+def async_transport(guard: Guard, *, library: Literal["httpx"]) -> httpx.AsyncBaseTransport: ...
+@overload
+def async_transport(guard: Guard, *, library: Literal["httpx2"]) -> httpx2.AsyncBaseTransport: ...
+@overload
+def async_transport(guard: Guard, *, library: None = None) -> Any: ...
+def async_transport(guard: Guard, *, library: Library | None = None) -> Any:
+    """The async twin of :func:`transport`.
+
+    .. versionadded:: 0.2.0
+    """
+    if _library(library) == "httpx":
+        from ._adapters import HttpxAsyncTransport
+
+        return HttpxAsyncTransport(guard)
+    from ._httpx2 import Httpx2AsyncTransport
+
+    return Httpx2AsyncTransport(guard)
+
+
+@overload
+def http_client(guard: Guard, *, library: Literal["httpx"]) -> httpx.Client: ...
+@overload
+def http_client(guard: Guard, *, library: Literal["httpx2"]) -> httpx2.Client: ...
+@overload
+def http_client(guard: Guard, *, library: None = None) -> Any: ...
+def http_client(guard: Guard, *, library: Library | None = None) -> Any:
+    """An HTTP client for ``OpenAI(http_client=...)`` / ``Anthropic(http_client=...)`` whose
+    requests are answered by ``guard`` (see the module's notes).
+
+    .. versionadded:: 0.2.0
+    """
+    chosen = _library(library)
+    module: Any = httpx if chosen == "httpx" else importlib.import_module("httpx2")
+    return module.Client(transport=transport(guard, library=chosen), base_url=_BASE_URL)
+
+
+@overload
+def async_http_client(guard: Guard, *, library: Literal["httpx"]) -> httpx.AsyncClient: ...
+@overload
+def async_http_client(guard: Guard, *, library: Literal["httpx2"]) -> httpx2.AsyncClient: ...
+@overload
+def async_http_client(guard: Guard, *, library: None = None) -> Any: ...
+def async_http_client(guard: Guard, *, library: Library | None = None) -> Any:
+    """The async twin of :func:`http_client` (``AsyncOpenAI(http_client=...)``).
+
+    .. versionadded:: 0.2.0
+    """
+    chosen = _library(library)
+    module: Any = httpx if chosen == "httpx" else importlib.import_module("httpx2")
+    return module.AsyncClient(transport=async_transport(guard, library=chosen), base_url=_BASE_URL)

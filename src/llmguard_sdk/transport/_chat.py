@@ -1,0 +1,126 @@
+"""OpenAI's chat completions on the wire: ``POST /v1/chat/completions``, JSON or SSE."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from ..errors import LLMGuardError, RequestValidationError
+from ..models import ChatResponse, StreamChunk
+from . import _wire
+from ._wire import Incoming
+
+
+def call_arguments(messages: object, model: object, params: dict[str, Any]) -> dict[str, Any]:
+    """openai ``create()`` keywords as :meth:`Guard.chat` arguments."""
+    from ..client import _call_arguments
+
+    if not isinstance(messages, list):
+        raise RequestValidationError("messages must be a list of messages")
+    if model is not None and not isinstance(model, str):
+        raise RequestValidationError("model must be a string")
+    return _call_arguments(messages, model, params)
+
+
+class ChatWire:
+    """Chat completions: parse a request, answer a completion or its chunks."""
+
+    def arguments(self, body: dict[str, Any], incoming: Incoming) -> dict[str, Any]:
+        """``body`` (a chat-completions request) as Guard arguments."""
+        params = dict(body)
+        params.pop("stream", None)
+        messages, model = params.pop("messages", None), params.pop("model", None)
+        arguments = call_arguments(messages, model, params)
+        arguments.update(_wire.passthrough(incoming))
+        return arguments
+
+    def answer(self, response: ChatResponse) -> dict[str, Any]:
+        """The ``chat.completion`` object of ``response``."""
+        text = response.text if response.text or not response.tool_calls else None
+        message: dict[str, Any] = {"role": "assistant", "content": text}
+        if response.tool_calls:
+            message["tool_calls"] = response.tool_calls
+        body: dict[str, Any] = {
+            "id": response.id or _wire.new_id("chatcmpl"),
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": response.model,
+            "choices": [{"index": 0, "message": message, "finish_reason": response.finish_reason}],
+        }
+        usage = _wire.openai_usage(response.usage)
+        if usage is not None:
+            body["usage"] = usage
+        return body
+
+    def writer(self, arguments: Mapping[str, Any]) -> ChunkWriter:
+        """A writer for one stream's chunks."""
+        model = arguments.get("model")
+        return ChunkWriter(model if isinstance(model, str) else "")
+
+    def error(self, exc: LLMGuardError) -> dict[str, Any]:
+        """OpenAI's error body."""
+        return _wire.openai_error(exc)
+
+
+class ChunkWriter:
+    """``chat.completion.chunk`` events: the role on the first chunk, as OpenAI sends it."""
+
+    def __init__(self, model: str) -> None:
+        self._model = model
+        self._created = int(time.time())
+        self._id: str | None = None
+        self._first = True
+
+    def event(self, chunk: StreamChunk) -> bytes:
+        """One chunk as an SSE event."""
+        if self._id is None:
+            self._id = chunk.id or _wire.new_id("chatcmpl")
+        data: dict[str, Any] = {
+            "id": self._id,
+            "object": "chat.completion.chunk",
+            "created": self._created,
+            "model": chunk.model or self._model,
+            "choices": [],
+        }
+        usage = _wire.openai_usage(chunk.usage)
+        if not (usage is not None and not (chunk.text or chunk.finish_reason or chunk.tool_calls)):
+            data["choices"] = [self._choice(chunk)]
+        if usage is not None:
+            data["usage"] = usage
+        return _wire.sse(data)
+
+    def _choice(self, chunk: StreamChunk) -> dict[str, Any]:
+        delta: dict[str, Any] = {}
+        if self._first:
+            delta = {"role": "assistant", "content": chunk.text}
+            self._first = False
+        elif chunk.text:
+            delta["content"] = chunk.text
+        if chunk.tool_calls:
+            delta["tool_calls"] = chunk.tool_calls
+        return {"index": 0, "delta": delta, "finish_reason": chunk.finish_reason}
+
+    def end(self) -> bytes:
+        """The closing event."""
+        return b"data: [DONE]\n\n"
+
+    def failure(self, exc: LLMGuardError) -> bytes:
+        """An error after the stream started, as OpenAI sends one."""
+        return _wire.sse(_wire.openai_error(exc))
+
+
+class ModelsWire:
+    """``GET /v1/models``: the models of the Guard's routes."""
+
+    def __init__(self, routes: Any) -> None:
+        self._routes = routes
+
+    def listing(self) -> dict[str, Any]:
+        """The model list of the routes that pin one."""
+        data = [
+            {"id": route.model, "object": "model", "created": 0, "owned_by": route.name}
+            for route in self._routes
+            if route.model
+        ]
+        return {"object": "list", "data": data}

@@ -1,0 +1,129 @@
+"""One request through the Guard: parse it (written once), then a thin sync or async driver
+calls :meth:`Guard.chat` / :meth:`Guard.achat` and answers in the SDK's shape."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from typing import TYPE_CHECKING
+
+from ..errors import LLMGuardError, RequestValidationError
+from ..models import StreamChunk
+from . import _wire
+from ._chat import ChatWire, ModelsWire
+from ._responses import ResponsesWire
+from ._wire import Answer, Call, Incoming, Writer
+
+if TYPE_CHECKING:
+    from .._core.streams import AsyncChatStream, ChatStream
+    from ..guard import Guard
+
+_CHAT = ChatWire()
+_RESPONSES = ResponsesWire()
+_ROUTES: dict[str, _wire.Wire] = {"/chat/completions": _CHAT, "/responses": _RESPONSES}
+
+
+def _wire_for(path: str) -> _wire.Wire:
+    for suffix, wire in _ROUTES.items():
+        if path.rstrip("/").endswith(suffix):
+            return wire
+    return _CHAT
+
+
+def plan(guard: Guard, incoming: Incoming) -> Call | Answer:
+    """The Guard call ``incoming`` asks for, or the answer when it needs none."""
+    path = incoming.path.rstrip("/")
+    if incoming.method == "GET" and path.endswith("/models"):
+        listing = ModelsWire(guard.routes).listing()
+        return Answer(200, [("content-type", "application/json")], _wire.dumps(listing))
+    wire = _wire_for(path)
+    if incoming.method != "POST" or not any(path.endswith(s) for s in _ROUTES):
+        raise RequestValidationError(
+            f"the Guard's transport does not serve {incoming.method} {incoming.path}"
+        )
+    body = _wire.load_object(incoming.body)
+    stream = body.get("stream") is True
+    return Call(wire, wire.arguments(body, incoming), stream)
+
+
+def _failed(incoming: Incoming, exc: LLMGuardError, raise_errors: bool) -> Answer:
+    if raise_errors:
+        raise exc
+    return _wire.error_answer(_wire_for(incoming.path), exc)
+
+
+def handle(guard: Guard, incoming: Incoming, *, raise_errors: bool = False) -> Answer:
+    """Answer ``incoming`` through ``guard`` (blocking)."""
+    try:
+        call = plan(guard, incoming)
+        if isinstance(call, Answer):
+            return call
+        if not call.stream:
+            response = guard.chat(**call.arguments)
+            return _wire.json_answer(call.wire.answer(response), response)
+        stream = guard.chat(stream=True, **call.arguments)
+        try:
+            first = next(stream, None)
+        except BaseException:
+            stream.close()
+            raise
+    except LLMGuardError as exc:
+        return _failed(incoming, exc, raise_errors)
+    writer = call.wire.writer(call.arguments)
+    return Answer(200, _wire.stream_headers(first), events=_events(stream, first, writer))
+
+
+async def ahandle(guard: Guard, incoming: Incoming, *, raise_errors: bool = False) -> Answer:
+    """Async twin of :func:`handle`."""
+    try:
+        call = plan(guard, incoming)
+        if isinstance(call, Answer):
+            return call
+        if not call.stream:
+            response = await guard.achat(**call.arguments)
+            return _wire.json_answer(call.wire.answer(response), response)
+        stream = await guard.achat(stream=True, **call.arguments)
+        try:
+            first = await anext_or_none(stream)
+        except BaseException:
+            await stream.aclose()
+            raise
+    except LLMGuardError as exc:
+        return _failed(incoming, exc, raise_errors)
+    writer = call.wire.writer(call.arguments)
+    return Answer(200, _wire.stream_headers(first), events=_aevents(stream, first, writer))
+
+
+async def anext_or_none(stream: AsyncChatStream) -> StreamChunk | None:
+    """The stream's first chunk, ``None`` when it has none."""
+    try:
+        return await stream.__anext__()
+    except StopAsyncIteration:
+        return None
+
+
+def _events(stream: ChatStream, first: StreamChunk | None, writer: Writer) -> Iterator[bytes]:
+    try:
+        if first is not None:
+            yield writer.event(first)
+            for chunk in stream:
+                yield writer.event(chunk)
+        yield writer.end()
+    except LLMGuardError as exc:
+        yield writer.failure(exc)
+    finally:
+        stream.close()
+
+
+async def _aevents(
+    stream: AsyncChatStream, first: StreamChunk | None, writer: Writer
+) -> AsyncIterator[bytes]:
+    try:
+        if first is not None:
+            yield writer.event(first)
+            async for chunk in stream:
+                yield writer.event(chunk)
+        yield writer.end()
+    except LLMGuardError as exc:
+        yield writer.failure(exc)
+    finally:
+        await stream.aclose()

@@ -1,0 +1,247 @@
+"""What the transport reads and writes: requests an SDK sent, answers in the shape it expects.
+
+Written once for every protocol the seam speaks (OpenAI chat completions, OpenAI responses,
+the model list): a :class:`Wire` turns an incoming body into :meth:`Guard.chat` arguments and
+a Guard answer (or stream chunk, or error) back into bytes and headers.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ..errors import (
+    AllRoutesFailedError,
+    AuthenticationError,
+    BadRequestError,
+    BudgetExceededError,
+    LLMGuardError,
+    MalformedResponseError,
+    ProviderError,
+    ProviderTimeoutError,
+    RateLimitedError,
+    RefusedError,
+    RequestValidationError,
+)
+from ..models import ChatResponse, StreamChunk, Usage
+
+# Headers an SDK sets for itself: never forwarded to the provider.
+_OWN_HEADERS = frozenset(
+    {
+        "accept",
+        "accept-encoding",
+        "authorization",
+        "connection",
+        "content-length",
+        "content-type",
+        "host",
+        "idempotency-key",
+        "user-agent",
+        "x-api-key",
+        "anthropic-version",
+    }
+)
+_OWN_PREFIXES = ("x-stainless-", "openai-", "x-llmguard-", "anthropic-")
+_SCOPE_HEADERS = {"tenant": "x-llmguard-tenant", "feature": "x-llmguard-feature"}
+_JSON = "application/json"
+_SSE = "text/event-stream"
+
+
+@dataclass
+class Incoming:
+    """One HTTP request as an SDK sent it (library-neutral)."""
+
+    method: str
+    path: str
+    query: list[tuple[str, str]]
+    headers: Mapping[str, str]  # lower-case names
+    body: bytes
+
+
+@dataclass
+class Answer:
+    """What the transport answers: a JSON body or an SSE stream of byte strings."""
+
+    status: int
+    headers: list[tuple[str, str]]
+    body: bytes = b""
+    response: ChatResponse | None = None
+    error: LLMGuardError | None = None
+    events: Any = None  # Iterator[bytes] or AsyncIterator[bytes]
+
+
+class Writer(Protocol):
+    """Turns one stream's chunks into server-sent events."""
+
+    def event(self, chunk: StreamChunk) -> bytes: ...
+
+    def end(self) -> bytes: ...
+
+    def failure(self, exc: LLMGuardError) -> bytes: ...
+
+
+class Wire(Protocol):
+    """One protocol the transport speaks."""
+
+    def arguments(self, body: dict[str, Any], incoming: Incoming) -> dict[str, Any]: ...
+
+    def answer(self, response: ChatResponse) -> dict[str, Any]: ...
+
+    def writer(self, arguments: Mapping[str, Any]) -> Writer: ...
+
+    def error(self, exc: LLMGuardError) -> dict[str, Any]: ...
+
+
+@dataclass
+class Call:
+    """A parsed request: the Guard's arguments, whether it streams, the wire to answer in."""
+
+    wire: Wire
+    arguments: dict[str, Any] = field(default_factory=dict)
+    stream: bool = False
+
+
+def load_object(body: bytes) -> dict[str, Any]:
+    """The request's JSON object, or a :class:`RequestValidationError`."""
+    try:
+        data = json.loads(body or b"null")
+    except (ValueError, RecursionError):
+        raise RequestValidationError("request body is not valid JSON") from None
+    if not isinstance(data, dict):
+        raise RequestValidationError("request body is not a JSON object")
+    return data
+
+
+def dumps(data: object) -> bytes:
+    """Compact JSON bytes."""
+    return json.dumps(data, separators=(",", ":")).encode("utf-8")
+
+
+def sse(data: object, event: str | None = None) -> bytes:
+    """One server-sent event carrying ``data`` as JSON."""
+    head = f"event: {event}\n".encode() if event else b""
+    return head + b"data: " + dumps(data) + b"\n\n"
+
+
+def passthrough(incoming: Incoming) -> dict[str, Any]:
+    """Headers, query parameters and scope the SDK's caller added, as Guard arguments."""
+    extra: dict[str, Any] = {}
+    headers = {
+        name: value
+        for name, value in incoming.headers.items()
+        if name not in _OWN_HEADERS and not name.startswith(_OWN_PREFIXES)
+    }
+    if headers:
+        extra["extra_headers"] = headers
+    if incoming.query:
+        extra["extra_query"] = dict(incoming.query)
+    for key, header in _SCOPE_HEADERS.items():
+        if header in incoming.headers:
+            extra[key] = incoming.headers[header]
+    return extra
+
+
+def json_answer(body: dict[str, Any], response: ChatResponse) -> Answer:
+    """A 200 JSON answer with the Guard's view in ``x-llmguard-*`` headers."""
+    return Answer(200, [("content-type", _JSON), *served_headers(response)], dumps(body), response)
+
+
+def stream_headers(first: StreamChunk | None) -> list[tuple[str, str]]:
+    """Headers of a streamed answer (the route is known from its first chunk)."""
+    headers = [("content-type", _SSE), ("cache-control", "no-cache")]
+    if first is not None:
+        headers += _provider_headers(first.headers)
+        headers.append(("x-llmguard-route", first.route))
+    return headers
+
+
+def served_headers(response: ChatResponse) -> list[tuple[str, str]]:
+    """The provider's request id and rate-limit headers, and the Guard's own view."""
+    return [
+        *_provider_headers(response.headers),
+        ("x-llmguard-route", response.route),
+        ("x-llmguard-attempts", str(response.attempts)),
+    ]
+
+
+def _provider_headers(headers: Mapping[str, str]) -> list[tuple[str, str]]:
+    return [
+        (name, value)
+        for name, value in headers.items()
+        if name.lower() == "x-request-id" or name.lower().startswith("x-ratelimit-")
+    ]
+
+
+def error_answer(wire: Wire, exc: LLMGuardError) -> Answer:
+    """``exc`` as the status and error body the SDK expects; ``x-should-retry: false`` keeps the
+    SDK from retrying what the Guard has already retried (one retry loop: the Guard's)."""
+    status = status_of(exc)
+    headers = [
+        ("content-type", _JSON),
+        ("x-should-retry", "false"),
+        ("x-llmguard-error", type(exc).__name__),
+    ]
+    retry_after = getattr(exc, "retry_after", None)
+    if isinstance(retry_after, (int, float)):
+        headers.append(("retry-after-ms", str(int(retry_after * 1000))))
+    return Answer(status, headers, dumps(wire.error(exc)), error=exc)
+
+
+def status_of(exc: LLMGuardError) -> int:
+    """The HTTP status an SDK maps back to the closest error of its own."""
+    if isinstance(exc, AllRoutesFailedError):
+        last = list(exc.errors.values())[-1] if exc.errors else None
+        return status_of(last) if isinstance(last, LLMGuardError) else 503
+    table: Sequence[tuple[type[LLMGuardError], int]] = (
+        (RequestValidationError, 400),
+        (BadRequestError, 400),
+        (AuthenticationError, 401),
+        (BudgetExceededError, 429),
+        (RateLimitedError, 429),
+        (ProviderTimeoutError, 504),
+        (MalformedResponseError, 502),
+        (RefusedError, 503),
+        (ProviderError, 503),
+    )
+    for kind, status in table:
+        if isinstance(exc, kind):
+            if isinstance(exc, ProviderError) and exc.status_code in (400, 401, 403, 404, 422):
+                return exc.status_code
+            return status
+    return 500
+
+
+def error_type(status: int) -> str:
+    """OpenAI's error ``type`` for a status."""
+    return {
+        400: "invalid_request_error",
+        401: "authentication_error",
+        429: "rate_limit_error",
+    }.get(status, "server_error")
+
+
+def openai_error(exc: LLMGuardError) -> dict[str, Any]:
+    """OpenAI's error body for ``exc``."""
+    status = status_of(exc)
+    code = "insufficient_quota" if isinstance(exc, BudgetExceededError) else None
+    return {"error": {"message": str(exc), "type": error_type(status), "param": None, "code": code}}
+
+
+def openai_usage(usage: Usage | None) -> dict[str, Any] | None:
+    """Chat-completions usage with its cached-token detail."""
+    if usage is None:
+        return None
+    return {
+        "prompt_tokens": usage.input_tokens,
+        "completion_tokens": usage.output_tokens,
+        "total_tokens": usage.total_tokens,
+        "prompt_tokens_details": {"cached_tokens": usage.cached_input_tokens},
+    }
+
+
+def new_id(prefix: str) -> str:
+    """An id for an answer whose route gave none (a cache hit, a local model)."""
+    return f"{prefix}-llmguard-{time.time_ns()}"

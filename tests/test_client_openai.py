@@ -1,0 +1,113 @@
+"""``guard.client()`` with openai installed: openai's own client, objects and helpers."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable
+
+import anyio
+import openai
+import pytest
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
+
+from llmguard_sdk import Guard, ProviderUnavailableError, RequestValidationError
+from llmguard_sdk.client import _async_openai_client, _openai_client
+from llmguard_sdk.testing import FakeProvider, Fault
+
+from .conftest import USER
+
+MakeGuard = Callable[..., Guard]
+
+
+def test_completions_are_openais_own_objects(fake: FakeProvider, make_guard: MakeGuard) -> None:
+    client = _openai_client(make_guard(fake))
+    assert isinstance(client, openai.OpenAI)
+    completion = client.chat.completions.create(model="m", messages=USER, max_tokens=20)
+    assert isinstance(completion, ChatCompletion)
+    assert completion.choices[0].message.content == "Echo: hello there"
+    assert completion.usage is not None
+    assert completion.usage.prompt_tokens == 6
+    assert completion.llmguard.route == "primary"
+    assert "llmguard" not in completion.model_dump()
+
+
+def test_stream_chunks_are_openais_own(fake: FakeProvider, make_guard: MakeGuard) -> None:
+    client = _openai_client(make_guard(fake))
+    with client.chat.completions.create(model="m", messages=USER, stream=True) as stream:
+        chunks = list(stream)
+    assert all(isinstance(c, ChatCompletionChunk) for c in chunks)
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == (
+        "Echo: hello there"
+    )
+    assert chunks[-1].usage is not None
+    assert chunks[-1].usage.completion_tokens == 3
+
+
+def test_helpers_frameworks_use(fake: FakeProvider, make_guard: MakeGuard) -> None:
+    client = _openai_client(make_guard(fake))
+    raw = client.chat.completions.with_raw_response.create(model="m", messages=USER)
+    assert raw.headers["x-llmguard-route"] == "primary"
+    assert raw.parse().choices[0].message.content == "Echo: hello there"
+    with client.chat.completions.with_streaming_response.create(
+        model="m", messages=USER, stream=True
+    ) as response:
+        assert response.headers["content-type"].startswith("text/event-stream")
+        text = "".join(c.choices[0].delta.content or "" for c in response.parse() if c.choices)
+    assert text == "Echo: hello there"
+    assert [m.id for m in client.models.list()] == ["fake-model"]
+
+
+def test_guard_errors_reach_the_caller_unchanged(fake: FakeProvider, make_guard: MakeGuard) -> None:
+    guard = make_guard(fake, retry=None)
+    client = _openai_client(guard)
+    with pytest.raises(RequestValidationError, match="n must be 1"):
+        client.chat.completions.create(model="m", messages=USER, n=2)
+    fake.always(Fault(status=503))
+    with pytest.raises(ProviderUnavailableError):
+        client.chat.completions.create(model="m", messages=USER)
+    assert len(fake.requests) == 1  # the SDK's retries are off: one loop, the Guard's
+
+
+def test_async_client_is_openais(fake: FakeProvider, make_guard: MakeGuard) -> None:
+    guard = make_guard(fake)
+
+    async def run() -> tuple[str | None, str]:
+        client = _async_openai_client(guard)
+        assert isinstance(client, openai.AsyncOpenAI)
+        completion = await client.chat.completions.create(model="m", messages=USER)
+        assert completion.llmguard.route == "primary"
+        stream = await client.chat.completions.create(model="m", messages=USER, stream=True)
+        pieces = [c.choices[0].delta.content or "" async for c in stream if c.choices]
+        await guard.aclose()
+        return completion.choices[0].message.content, "".join(pieces)
+
+    assert anyio.run(run) == ("Echo: hello there", "Echo: hello there")
+
+
+def test_without_openai_the_look_alike_serves() -> None:
+    script = textwrap.dedent(
+        """
+        import sys
+        sys.modules["openai"] = None  # as if it were not installed
+        from llmguard_sdk import Guard, OpenAICompatibleProvider
+        from llmguard_sdk.client import ChatCompletion, _openai_client
+        from llmguard_sdk.testing import FakeProvider
+
+        with FakeProvider() as fake:
+            guard = Guard(OpenAICompatibleProvider(fake.base_url), environ={})
+            completion = _openai_client(guard).chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "hi"}]
+            )
+            assert isinstance(completion, ChatCompletion), type(completion)
+            print(completion.choices[0].message.content)
+            guard.close()
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "Echo: hi"

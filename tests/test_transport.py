@@ -1,0 +1,147 @@
+"""The transport seam: ``OpenAI(http_client=guard.http_client())`` answered by the Guard."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import httpx
+import httpx2
+import openai
+import pytest
+
+from llmguard_sdk import AnthropicProvider, Guard, OpenAICompatibleProvider
+from llmguard_sdk.errors import ConfigurationError
+from llmguard_sdk.testing import FakeProvider, Fault
+from llmguard_sdk.transport import async_http_client, http_client, transport
+
+from .conftest import USER
+
+MakeGuard = Callable[..., Guard]
+
+
+def _sdk(client: Any) -> openai.OpenAI:
+    return openai.OpenAI(api_key="sk-not-sent", base_url="http://guard.test/v1", http_client=client)
+
+
+def _dumps(chunks: list[Any]) -> list[dict[str, Any]]:
+    return [c.model_dump(exclude={"id", "created"}) for c in chunks]
+
+
+@pytest.mark.parametrize("library", ["httpx2", "httpx"])
+def test_streamed_chunks_match_the_provider_s_own(
+    fake: FakeProvider, make_guard: MakeGuard, library: Any
+) -> None:
+    options: dict[str, Any] = {"stream": True, "stream_options": {"include_usage": True}}
+    direct = openai.OpenAI(api_key="sk-x", base_url=fake.base_url, max_retries=0)
+    expected = list(direct.chat.completions.create(model="fake-model", messages=USER, **options))
+    seam = _sdk(http_client(make_guard(fake), library=library))
+    got = list(seam.chat.completions.create(model="fake-model", messages=USER, **options))
+    assert _dumps(got) == _dumps(expected)
+    assert len(got) == 6  # role, three pieces, finish, usage
+    assert fake.requests[-1].path == "/v1/chat/completions"
+
+
+def test_plain_call_and_headers(fake: FakeProvider, make_guard: MakeGuard) -> None:
+    seam = _sdk(http_client(make_guard(fake, cache=True), library="httpx2"))
+    first = seam.chat.completions.with_raw_response.create(model="m", messages=USER)
+    again = seam.chat.completions.with_raw_response.create(model="m", messages=USER)
+    assert first.parse().choices[0].message.content == "Echo: hello there"
+    assert first.headers["x-llmguard-route"] == "primary"
+    assert first.headers["x-request-id"] == "req-1"
+    assert again.headers["x-llmguard-route"] == "cache"
+    assert again.parse().choices[0].message.content == "Echo: hello there"
+    assert len(fake.requests) == 1
+
+
+def test_errors_are_the_sdk_s_and_not_retried_by_it(
+    fake: FakeProvider, make_guard: MakeGuard
+) -> None:
+    seam = _sdk(http_client(make_guard(fake, retry=None)))  # the SDK keeps max_retries=2
+    fake.always(Fault(status=503))
+    with pytest.raises(openai.InternalServerError) as caught:
+        seam.chat.completions.create(model="m", messages=USER)
+    assert caught.value.status_code == 503
+    assert caught.value.response.headers["x-llmguard-error"] == "ProviderUnavailableError"
+    assert len(fake.requests) == 1  # x-should-retry: false: the SDK did not retry
+    with pytest.raises(openai.BadRequestError, match="n must be 1"):
+        seam.chat.completions.create(model="m", messages=USER, n=2)
+    with pytest.raises(openai.BadRequestError, match="does not serve"):
+        seam.embeddings.create(model="m", input="x")
+
+
+def test_any_route_answers_in_openai_s_shape(fake: FakeProvider) -> None:
+    guard = Guard(
+        AnthropicProvider(fake.base_url, api_key="sk-ant", model="claude-x", name="claude"),
+        environ={},
+    )
+    seam = _sdk(http_client(guard))
+    completion = seam.chat.completions.create(model="claude-x", messages=USER, max_tokens=20)
+    assert completion.choices[0].message.content == "Echo: hello there"
+    assert fake.requests[-1].path == "/v1/messages"
+    chunks = list(seam.chat.completions.create(model="claude-x", messages=USER, stream=True))
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == (
+        "Echo: hello there"
+    )
+    guard.close()
+
+
+def test_fallback_through_the_seam(
+    fake: FakeProvider, fake2: FakeProvider, make_guard: MakeGuard
+) -> None:
+    fake.always(Fault(status=503))
+    seam = _sdk(http_client(make_guard(fake, fake2, retry=None)))
+    raw = seam.chat.completions.with_raw_response.create(model="m", messages=USER)
+    assert raw.headers["x-llmguard-route"] == "backup"
+    assert raw.parse().model == "backup-model"
+
+
+@pytest.mark.parametrize("library", ["httpx2", "httpx"])
+def test_async_seam(fake: FakeProvider, make_guard: MakeGuard, library: Any) -> None:
+    guard = make_guard(fake)
+
+    async def run() -> tuple[str | None, str]:
+        client = openai.AsyncOpenAI(
+            api_key="sk-x",
+            base_url="http://guard.test/v1",
+            http_client=async_http_client(guard, library=library),
+        )
+        completion = await client.chat.completions.create(model="m", messages=USER)
+        stream = await client.chat.completions.create(model="m", messages=USER, stream=True)
+        text = "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
+        await guard.aclose()
+        return completion.choices[0].message.content, text
+
+    assert anyio.run(run) == ("Echo: hello there", "Echo: hello there")
+
+
+def test_bare_transports_and_scope(fake: FakeProvider, make_guard: MakeGuard) -> None:
+    guard = make_guard(fake)
+    assert isinstance(transport(guard, library="httpx"), httpx.BaseTransport)
+    assert isinstance(transport(guard, library="httpx2"), httpx2.BaseTransport)
+    with httpx.Client(transport=transport(guard, library="httpx")) as client:
+        answer = client.post(
+            "http://guard.test/v1/chat/completions",
+            json={"model": "m", "messages": USER},
+            headers={"x-llmguard-tenant": "acme", "X-Title": "app"},
+        )
+    assert answer.json()["choices"][0]["message"]["content"] == "Echo: hello there"
+    assert fake.requests[-1].headers["x-title"] == "app"
+    assert "x-llmguard-tenant" not in fake.requests[-1].headers
+    with pytest.raises(ConfigurationError, match="library"):
+        transport(guard, library="requests")  # type: ignore[call-overload]
+
+
+def test_unknown_provider_route_is_not_a_crash(make_guard: MakeGuard) -> None:
+    guard = Guard(
+        OpenAICompatibleProvider("http://127.0.0.1:9/v1", name="down"),
+        environ={},
+        retry=None,
+        timeout=2,
+    )
+    seam = _sdk(http_client(guard))
+    with pytest.raises(openai.APIStatusError) as caught:
+        seam.chat.completions.create(model="m", messages=USER)
+    assert caught.value.status_code == 503
+    guard.close()
