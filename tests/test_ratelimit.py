@@ -12,13 +12,8 @@ import anyio
 import pytest
 
 from llmguard_sdk import ConfigurationError, Guard, OpenAICompatibleProvider, RateLimitExceededError
-from llmguard_sdk.ratelimit import (
-    MemoryRateLimiter,
-    RateLimit,
-    RedisRateLimiter,
-    reserve,
-    settle,
-)
+from llmguard_sdk.ratelimit import MemoryRateLimiter, RateLimit, RedisRateLimiter
+from llmguard_sdk.ratelimit.policy import reserve, settle
 from llmguard_sdk.store import RedisStore
 from llmguard_sdk.testing import FakeProvider
 from tests.conftest import RedisTarget, redis_store

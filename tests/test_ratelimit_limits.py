@@ -15,16 +15,8 @@ import pytest
 import redis
 
 from llmguard_sdk import ConfigurationError
-from llmguard_sdk.ratelimit import (
-    CellState,
-    LimitsConfig,
-    MemoryRateLimiter,
-    RateLimit,
-    RedisRateLimiter,
-    reserve,
-    reserve_all,
-    settle,
-)
+from llmguard_sdk.ratelimit import LimitsConfig, MemoryRateLimiter, RateLimit, RedisRateLimiter
+from llmguard_sdk.ratelimit.policy import CellState, reserve, reserve_all, settle
 from llmguard_sdk.store import RedisStore, hash_id
 from tests.conftest import RedisTarget, redis_store
 

@@ -27,7 +27,7 @@ import anyio
 from .classify import classify_exception, usage_from_result
 from .context import CallEvent, Hook, RetryDetails, current_scope, emit
 from .errors import ProviderTimeoutError, RetryMultiplicationWarning
-from .retry.api import Retrying
+from .retry._api import Retrying
 from .retry.budget import RetryBudget
 from .retry.policy import RetryPolicy
 

@@ -25,7 +25,7 @@ from ..errors import (
 from ..models import ChatRequest, ChatResponse, Message, Usage
 from ..providers.base import Provider
 from ..ratelimit import Grant
-from ..retry.api import testing_attempts, testing_wait
+from ..retry._api import testing_attempts, testing_wait
 from ..retry.policy import MIN_ATTEMPT_SECONDS, Decision, decide_for_error
 from .stages import (
     DEGRADED,

@@ -1,6 +1,9 @@
 """Rate limits per route, and optionally per tenant: requests, tokens (input plus output, and
 input and output separately) per minute, reserve-then-settle (GCRA), and concurrency caps.
 
+The limiters are here; the pure maths they share (``reserve``, ``settle``, ``learn`` ... on a
+``CellState``, time passed in) is in :mod:`llmguard_sdk.ratelimit.policy`.
+
 .. versionadded:: 0.1.0
 """
 
@@ -11,24 +14,10 @@ from typing_extensions import Unpack
 from .._state.steps import Step
 from ._rules import LimitsConfig
 from .memory import MemoryRateLimiter
-from .policy import (
-    CellState,
-    Grant,
-    LearnArgs,
-    Priority,
-    RateLimit,
-    ReserveArgs,
-    SettleArgs,
-    learn,
-    release,
-    reserve,
-    reserve_all,
-    settle,
-)
+from .policy import Grant, LearnArgs, Priority, RateLimit, ReserveArgs, SettleArgs
 from .redis import RedisRateLimiter
 
 __all__ = [
-    "CellState",
     "Grant",
     "LearnArgs",
     "LimitsConfig",
@@ -39,11 +28,6 @@ __all__ = [
     "RedisRateLimiter",
     "ReserveArgs",
     "SettleArgs",
-    "learn",
-    "release",
-    "reserve",
-    "reserve_all",
-    "settle",
 ]
 
 

@@ -6,9 +6,9 @@ function through :func:`retry` and :func:`retry_context`, no Guard needed.
 .. versionadded:: 0.1.0
 """
 
-from .api import (
+from ..context import RetryDetails
+from ._api import (
     Attempt,
-    RetryDetails,
     RetryHook,
     Retrying,
     RetryOptions,

@@ -42,20 +42,6 @@ from ..errors import ConfigurationError, ProviderError
 from .budget import RetryBudget
 from .policy import Decision, RetryPolicy, decide
 
-__all__ = [
-    "Attempt",
-    "RetryDetails",
-    "RetryHook",
-    "RetryOptions",
-    "Retrying",
-    "is_retryable",
-    "is_testing",
-    "retry",
-    "retry_context",
-    "set_testing",
-    "waits_off",
-]
-
 F = TypeVar("F", bound=Callable[..., Any])
 RetryOn = type[BaseException] | tuple[type[BaseException], ...] | Callable[[BaseException], Any]
 
