@@ -148,6 +148,15 @@ class Usage(BaseModel):
     provider's prefix cache) and ``cache_write_input_tokens`` (written to it, Anthropic's
     ``cache_creation_input_tokens``). ``estimated`` is true when the SDK counted the tokens
     itself because the provider did not report them.
+
+    ``output_tokens`` counts every output token, ``reasoning_tokens`` (OpenAI's
+    ``reasoning_tokens``, Anthropic's thinking) among them; ``cache_write_1h_input_tokens`` are
+    the cache writes (among ``cache_write_input_tokens``) kept for an hour, billed at their own
+    rate. ``service_tier`` is the tier that served the call as the provider reported it
+    (``"flex"``, ``"priority"``, ``"batch"``...; ``None``: standard or not reported).
+
+    .. versionchanged:: 0.2.0 ``reasoning_tokens``, ``cache_write_1h_input_tokens`` and
+       ``service_tier``.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -157,6 +166,9 @@ class Usage(BaseModel):
     cached_input_tokens: int = Field(default=0, ge=0)
     cache_write_input_tokens: int = Field(default=0, ge=0)
     estimated: bool = False
+    reasoning_tokens: int = Field(default=0, ge=0)
+    cache_write_1h_input_tokens: int = Field(default=0, ge=0)
+    service_tier: str | None = None
 
     @property
     def total_tokens(self) -> int:

@@ -31,7 +31,9 @@ from ..context import CallContext
 from ..errors import BudgetExceededError, BudgetUnavailableError, ConfigurationError
 from ..models import ChatResponse, Usage
 from ..providers.base import Provider, is_local
+from ..telemetry._repeats import log_repeated
 from ..tokens import count_text_tokens
+from ._source import normal_tier
 from .memory import BudgetBackend, MemoryBudgetBackend, Status
 from .policy import (
     NANO,
@@ -276,9 +278,13 @@ class SpendControl:
                 continue
             model = route.model or ctx.request.model
             assert model is not None  # prepare() checked it
-            price = self.prices.price(model, provider=route.name)
-            base = max(base, nano(price.worst_case(input_tokens, 0)))
-            per = max(per, price.output * NANO / 1_000_000)
+            tier = _asked_tier(ctx)
+            prices = [self.prices.price(model, provider=route.name, tier=tier)]
+            if tier != "batch":  # a tier's call may be served (and billed) at the standard one
+                prices.append(self.prices.price(model, provider=route.name))
+            for price in prices:
+                base = max(base, nano(price.worst_case(input_tokens, 0)))
+                per = max(per, price.for_input(input_tokens).output_max * NANO / 1_000_000)
         return base, per
 
     def cost(
@@ -304,7 +310,9 @@ class SpendControl:
             model = response.model
         if not model:
             return None
-        return cost_of_response(response, self.prices, model=model, provider=name, usage=usage)
+        return cost_of_response(
+            response, self.prices, model=model, provider=name, usage=usage, tier=_asked_tier(ctx)
+        )
 
     # -- reserve -----------------------------------------------------------------------------
 
@@ -565,7 +573,8 @@ class SpendControl:
     def _emit(self, events: Sequence[BudgetEvent]) -> None:
         for event in events:
             if event.kind in ("runaway", "unavailable"):
-                logger.warning("llmguard budget event: %s", event)
+                key = ("budget", event.kind, event.budget)  # once, then counts
+                log_repeated(logger, logging.WARNING, key, "llmguard budget event: %s", event)
             elif event.kind == "alert":
                 logger.info("llmguard budget event: %s", event)
             for hook in self.config.on_event:
@@ -573,6 +582,12 @@ class SpendControl:
                     hook(event)
                 except Exception:
                     logger.exception("llmguard budget hook %r failed", hook)
+
+
+def _asked_tier(ctx: CallContext) -> str | None:
+    """The service tier a call asks for (``extra_body={"service_tier": ...}``)."""
+    tier = (ctx.request.extra_body or {}).get("service_tier")
+    return normal_tier(tier) if isinstance(tier, str) else None
 
 
 def _row(spec: CounterSpec, found: Status) -> dict[str, Any]:

@@ -7,7 +7,8 @@
               x (input tokens x input price + output tokens x output price)
 
 at the p50 and the p95 token counts; input read from a provider's prompt cache
-(``cached_input_share``) is priced at the cached rate.
+(``cached_input_share``) is priced at the cached rate, every call at the prices of its
+service ``tier`` (``"batch"``: the batch discount) and of its long-context tier.
 
 .. versionadded:: 0.2.0
 """
@@ -33,6 +34,7 @@ class Option:
 
 
 def _request_cost(price: Price, input_tokens: float, output_tokens: float, cached: float) -> float:
+    price = price.for_input(input_tokens)
     plain = input_tokens * (1.0 - cached)
     return (
         plain * price.input
@@ -41,9 +43,9 @@ def _request_cost(price: Price, input_tokens: float, output_tokens: float, cache
     ) / 1_000_000
 
 
-def _price(table: PriceTable, name: str) -> Price:
+def _price(table: PriceTable, name: str, tier: str | None) -> Price:
     provider, _, model = name.rpartition("/")
-    return table.price(model, provider=provider or None)
+    return table.price(model, provider=provider or None, tier=tier)
 
 
 def estimate(
@@ -57,12 +59,14 @@ def estimate(
     cached_input_share: float = 0.0,
     retry_rate: float = 0.0,
     days: float = 30.0,
+    tier: str | None = None,
 ) -> list[Option]:
-    """Price each option: ``(name, {model: share})`` with shares summing to 1."""
+    """Price each option: ``(name, {model: share})`` with shares summing to 1, at service
+    ``tier`` (``None``: standard)."""
     billed = requests_per_day * days * (1.0 - cache_hit_rate) * (1.0 + retry_rate)
     found: list[Option] = []
     for name, split in options:
-        prices = [(_price(table, model), share) for model, share in split.items()]
+        prices = [(_price(table, model, tier), share) for model, share in split.items()]
         p50 = sum(
             share * _request_cost(p, input_tokens[0], output_tokens[0], cached_input_share)
             for p, share in prices

@@ -20,6 +20,7 @@ over the table; a cost from the table is always ``"estimated"``.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import functools
 import json
@@ -33,6 +34,7 @@ from typing import Any, Literal
 
 from ..errors import ConfigurationError, UnknownModelPriceError
 from ..models import ChatResponse, Usage
+from ._source import TIERS, GenaiSource, normal_tier
 
 __all__ = [
     "Cost",
@@ -45,6 +47,7 @@ __all__ = [
 _MILLION = 1_000_000.0
 _DATED = re.compile(r"(-\d{4}-\d{2}-\d{2}|-\d{8}|-latest)$")
 _EPOCH = dt.date(1970, 1, 1)
+_RATES = ("input", "output", "cached_input", "cache_write", "cache_write_1h", "reasoning")
 
 
 @dataclass(frozen=True)
@@ -52,7 +55,15 @@ class Price:
     """USD per million tokens; ``cached_input`` and ``cache_write`` default to ``input``.
 
     ``effective_from`` is the first UTC day the price applies (entries of one model with
-    later dates replace earlier ones from their date on).
+    later dates replace earlier ones from their date on). ``cache_write_1h`` is the rate of
+    cache writes kept for an hour (Anthropic's 1-hour TTL; default: ``cache_write``),
+    ``reasoning`` the rate of reasoning output tokens (default: ``output``). ``tier`` names
+    the service tier the price is for (``"flex"``, ``"priority"``, ``"batch"``, ``"fast"``;
+    ``None``: standard). ``long_context`` holds ``(threshold, price)`` pairs: a call of more
+    than ``threshold`` input tokens pays that price for all of its tokens.
+
+    .. versionchanged:: 0.2.0 ``cache_write_1h``, ``reasoning``, ``tier`` and
+       ``long_context``.
     """
 
     input: float
@@ -60,11 +71,15 @@ class Price:
     cached_input: float | None = None
     cache_write: float | None = None
     effective_from: dt.date = _EPOCH
+    cache_write_1h: float | None = None
+    reasoning: float | None = None
+    tier: str | None = None
+    long_context: tuple[tuple[int, Price], ...] = ()
 
     def __post_init__(self) -> None:
-        for name in ("input", "output", "cached_input", "cache_write"):
+        for name in _RATES:
             value = getattr(self, name)
-            if value is None and name in ("cached_input", "cache_write"):
+            if value is None and name not in ("input", "output"):
                 continue
             if (
                 isinstance(value, bool)
@@ -74,6 +89,19 @@ class Price:
                 raise ConfigurationError(f"price {name} must be a number >= 0, got {value!r}")
         if not isinstance(self.effective_from, dt.date):
             raise ConfigurationError("effective_from must be a datetime.date")
+        if self.tier is not None and self.tier not in TIERS:
+            raise ConfigurationError(f"tier must be one of {TIERS} or None, got {self.tier!r}")
+        steps = tuple(self.long_context)
+        if not all(
+            isinstance(step, tuple)
+            and len(step) == 2
+            and isinstance(step[0], int)
+            and step[0] >= 0
+            and isinstance(step[1], Price)
+            for step in steps
+        ):
+            raise ConfigurationError("long_context holds (threshold, Price) pairs")
+        object.__setattr__(self, "long_context", tuple(sorted(steps, key=lambda s: s[0])))
 
     @property
     def cached_rate(self) -> float:
@@ -85,23 +113,65 @@ class Price:
         """Price of an input token written to the prompt cache (per million)."""
         return self.input if self.cache_write is None else self.cache_write
 
+    @property
+    def write_1h_rate(self) -> float:
+        """Price of an input token written to the prompt cache for an hour (per million)."""
+        return self.write_rate if self.cache_write_1h is None else self.cache_write_1h
+
+    @property
+    def reasoning_rate(self) -> float:
+        """Price of a reasoning output token (per million)."""
+        return self.output if self.reasoning is None else self.reasoning
+
+    def for_input(self, input_tokens: float) -> Price:
+        """The price a call of ``input_tokens`` input tokens pays (its long-context tier)."""
+        found = self
+        for threshold, price in self.long_context:
+            if input_tokens > threshold:
+                found = price
+        return found
+
+    def scaled(self, factor: float, *, tier: str | None = None) -> Price:
+        """Every rate times ``factor`` (a batch discount), long-context tiers included."""
+        rates: dict[str, Any] = {
+            name: None if getattr(self, name) is None else getattr(self, name) * factor
+            for name in _RATES
+        }
+        steps = tuple((t, p.scaled(factor, tier=tier)) for t, p in self.long_context)
+        return dataclasses.replace(self, **rates, tier=tier, long_context=steps)
+
     def cost(self, usage: Usage) -> float:
-        """The USD cost of ``usage`` at this price (cached tokens at their own rates)."""
+        """The USD cost of ``usage`` at this price: cached reads, 5-minute and 1-hour cache
+        writes and reasoning output at their own rates, the long-context tier of its input."""
+        price = self.for_input(usage.input_tokens)
         cached = min(usage.cached_input_tokens, usage.input_tokens)
         written = min(usage.cache_write_input_tokens, usage.input_tokens - cached)
+        hour = min(usage.cache_write_1h_input_tokens, written)
         plain = usage.input_tokens - cached - written
+        reasoning = min(usage.reasoning_tokens, usage.output_tokens)
         return (
-            plain * self.input
-            + cached * self.cached_rate
-            + written * self.write_rate
-            + usage.output_tokens * self.output
+            plain * price.input
+            + cached * price.cached_rate
+            + (written - hour) * price.write_rate
+            + hour * price.write_1h_rate
+            + (usage.output_tokens - reasoning) * price.output
+            + reasoning * price.reasoning_rate
         ) / _MILLION
 
     def worst_case(self, input_tokens: float, output_tokens: float) -> float:
-        """The most a call of this many tokens can cost (no input counted as cached)."""
+        """The most a call of this many tokens can cost: no input counted as cached, every
+        input token written to the cache at the dearest rate, every output token at the
+        dearer of the output and reasoning rates, in the call's long-context tier."""
+        price = self.for_input(input_tokens)
         return (
-            input_tokens * max(self.input, self.write_rate) + output_tokens * self.output
+            input_tokens * max(price.input, price.write_rate, price.write_1h_rate)
+            + output_tokens * price.output_max
         ) / _MILLION
+
+    @property
+    def output_max(self) -> float:
+        """The dearer of the output and reasoning rates (per million)."""
+        return max(self.output, self.reasoning_rate)
 
 
 @dataclass(frozen=True)
@@ -113,23 +183,33 @@ class Cost:
 
 
 class PriceTable:
-    """Prices per ``(provider, model)`` with effective dates, plus user overrides.
+    """Prices per ``(provider, model)`` with effective dates and service tiers, in layers.
 
-    Lookups try, in order: the user's prices, then the shipped table; within each, the exact
-    ``provider/model`` first, then the model under any provider, then both again with a date
-    or ``-latest`` suffix removed (``gpt-4o-mini-2024-07-18`` finds ``gpt-4o-mini``). The
-    Guard looks a route up with its route name as the provider, so prices can target a route::
+    The default table (:meth:`default_table`) has three layers: the user's prices (added with
+    :meth:`with_prices`), then the maintained ``genai-prices`` data (thousands of models, with
+    cache, long-context and service-tier prices), then the table the package ships
+    (``prices.json``) for what that lacks. Each layer, from the top, is asked for the exact
+    ``provider/model``, then the model under any provider; then all of them again with a date
+    or ``-latest`` suffix removed (``gpt-4o-mini-2024-07-18`` finds ``gpt-4o-mini``). The Guard
+    looks a route up with its route name as the provider, so prices can target a route::
 
-        table = PriceTable.default().with_prices({
+        table = PriceTable.default_table().with_prices({
             "my-vllm/llama-3.3-70b": Price(input=0.2, output=0.2),   # one route
             "gpt-4o-mini": Price(input=0.1, output=0.4),             # any provider
         })
+
+    The first layer that knows a model decides its price for every tier: its price for the
+    tier if it has one, else its standard price, discounted by ``batch_discount`` for the
+    ``"batch"`` tier (OpenAI, Anthropic and Google bill batches at half price). A lookup is
+    done once per model, tier and day, then cached.
 
     Args:
         entries: ``{"provider/model" or "model": Price or [Price, ...]}``.
         default: the price of any model not found; ``None`` (default) makes an unknown model
             an :class:`UnknownModelPriceError`.
         version: a label for the table's origin.
+        batch_discount: the share taken off a standard price for a batch call whose model
+            has no batch price of its own.
     """
 
     def __init__(
@@ -138,11 +218,19 @@ class PriceTable:
         *,
         default: Price | None = None,
         version: str = "custom",
+        batch_discount: float = 0.5,
         _base: PriceTable | None = None,
+        _source: GenaiSource | None = None,
     ) -> None:
-        self.version = version
+        if isinstance(batch_discount, bool) or not (
+            isinstance(batch_discount, (int, float)) and 0 <= batch_discount < 1
+        ):
+            raise ConfigurationError("batch_discount must be a fraction in [0, 1)")
+        self._label = version
         self.default = default
+        self.batch_discount = float(batch_discount)
         self._base = _base
+        self._source = _source
         self._entries: dict[str, tuple[Price, ...]] = {}
         for key, value in (entries or {}).items():
             prices = (value,) if isinstance(value, Price) else tuple(value)
@@ -151,14 +239,28 @@ class PriceTable:
             if not all(isinstance(p, Price) for p in prices):
                 raise ConfigurationError(f"price entry {key!r} must hold Price objects")
             self._entries[key.lower()] = tuple(sorted(prices, key=lambda p: p.effective_from))
-        self._cache: dict[tuple[str | None, str, dt.date], Price | None] = {}
+        self._cache: dict[tuple[str | None, str, dt.date, str | None], Price | None] = {}
 
     def __repr__(self) -> str:
         return f"PriceTable(version={self.version!r}, models={len(self._entries)})"
 
+    @property
+    def version(self) -> str:
+        """Where the prices come from: the layers' labels, the source's snapshot date."""
+        if self._source is not None and self._base is not None:
+            return f"{self._source.version} over llmguard {self._base.version}"
+        if self._base is not None:
+            return f"{self._base.version}+{self._label}"
+        return self._label
+
     @classmethod
     def default_table(cls) -> PriceTable:
-        """The table shipped with the package (``prices.json``; see its ``version``)."""
+        """``genai-prices`` over the table shipped with the package (``prices.json``)."""
+        return _default()
+
+    @classmethod
+    def shipped_table(cls) -> PriceTable:
+        """The table shipped with the package alone (``prices.json``; see its ``version``)."""
         return _shipped()
 
     @classmethod
@@ -180,71 +282,133 @@ class PriceTable:
         return PriceTable(
             entries,
             default=default if default is not None else self.default,
-            version=f"{self.version}+custom",
+            batch_discount=self.batch_discount,
             _base=self,
         )
 
+    def entries(self) -> dict[str, tuple[Price, ...]]:
+        """This layer's own prices (not those of the layers below), by key."""
+        return dict(self._entries)
+
+    def models(self) -> list[str]:
+        """Every ``provider/model`` this table has a price for (sorted)."""
+        found: set[str] = set()
+        table: PriceTable | None = self
+        while table is not None:
+            found.update(table._entries)
+            if table._source is not None:
+                found.update(f"{p}/{m}" for p, m in table._source.models())
+            table = table._base
+        return sorted(found)
+
     def find(
-        self, model: str, *, provider: str | None = None, at: dt.date | None = None
+        self,
+        model: str,
+        *,
+        provider: str | None = None,
+        at: dt.date | None = None,
+        tier: str | None = None,
     ) -> Price | None:
-        """The price of ``model`` on day ``at`` (default today, UTC), or None if unknown."""
+        """The price of ``model`` on day ``at`` (default today, UTC) at service tier ``tier``
+        (``None``: standard), or None if unknown."""
         day = at or dt.datetime.now(dt.timezone.utc).date()
-        key = (provider.lower() if provider else None, model.lower(), day)
+        wanted = normal_tier(tier)
+        key = (provider.lower() if provider else None, model.lower(), day, wanted)
         if key in self._cache:
             return self._cache[key]
-        found = self._find(key[1], key[0], day)
-        if len(self._cache) < 4096:
-            self._cache[key] = found
+        found = self._find(key[1], key[0], day, wanted)
+        if len(self._cache) >= 4096:
+            self._cache.clear()
+        self._cache[key] = found
         return found
 
-    def _find(self, model: str, provider: str | None, day: dt.date) -> Price | None:
-        names = [model]
-        undated = _DATED.sub("", model)
-        if undated != model:
-            names.append(undated)
+    def _layers(self) -> list[PriceTable]:
         layers: list[PriceTable] = []
         table: PriceTable | None = self
         while table is not None:
             layers.append(table)
             table = table._base
+        return layers
+
+    def _own(self, name: str, provider: str | None, day: dt.date, tier: str | None) -> Price | None:
+        """This layer's price (entries, then source) for ``provider/name`` or ``name``."""
+        key = f"{provider}/{name}" if provider else name
+        prices = self._entries.get(key)
+        if prices is not None:
+            own = _dated(tuple(p for p in prices if p.tier == tier), day)
+            if own is not None or tier is None:
+                return own
+            return self._tiered(_dated(tuple(p for p in prices if p.tier is None), day), tier)
+        if self._source is None:
+            return None
+        found = self._source.find(name, provider, day, tier)
+        if found is not None or tier is None:
+            return found
+        return self._tiered(self._source.find(name, provider, day, None), tier)
+
+    def _tiered(self, standard: Price | None, tier: str) -> Price | None:
+        """A tier's price from the standard one: batch at the discount, others as is."""
+        if standard is None or tier != "batch":
+            return standard
+        return standard.scaled(1.0 - self.batch_discount, tier="batch")
+
+    def _find(
+        self, model: str, provider: str | None, day: dt.date, tier: str | None
+    ) -> Price | None:
+        names = [model]
+        undated = _DATED.sub("", model)
+        if undated != model:
+            names.append(undated)
+        layers = self._layers()
         for name in names:
-            # this provider's own price first (user prices over shipped), then the model's
-            # price for any provider, then the model under another provider: the shipped
-            # (vendor) entries before a user's entry meant for one route
-            keys = [f"{provider}/{name}"] if provider else []
-            for key in [*keys, name]:
-                for layer in layers:
-                    price = _dated(layer._entries.get(key), day)
+            # user prices over the source over shipped; in each, this provider's own price,
+            # then the model's price for any provider; then the model under another
+            # provider: the shipped (vendor) entries before a user's entry for one route
+            for layer in layers:
+                for owner in [provider, None] if provider else [None]:
+                    price = layer._own(name, owner, day, tier)
                     if price is not None:
                         return price
             for layer in reversed(layers):
-                for key, prices in layer._entries.items():
-                    if key.rpartition("/")[2] == name:
-                        price = _dated(prices, day)
+                for key in layer._entries:
+                    owner, _, bare = key.rpartition("/")
+                    if bare == name and owner:
+                        price = layer._own(name, owner, day, tier)
                         if price is not None:
                             return price
         return None
 
-    def price(self, model: str, *, provider: str | None = None, at: dt.date | None = None) -> Price:
+    def price(
+        self,
+        model: str,
+        *,
+        provider: str | None = None,
+        at: dt.date | None = None,
+        tier: str | None = None,
+    ) -> Price:
         """Like :meth:`find`, but an unknown model gives the default price or raises
         :class:`UnknownModelPriceError`."""
-        found = self.find(model, provider=provider, at=at)
+        found = self.find(model, provider=provider, at=at, tier=tier)
         if found is not None:
             return found
-        if self.default is not None:
-            return self.default
-        base = self._base
-        while base is not None:
-            if base.default is not None:
-                return base.default
-            base = base._base
+        for layer in self._layers():
+            if layer.default is not None:
+                return layer.default
         raise UnknownModelPriceError(provider, model)
 
     def cost(
-        self, usage: Usage, model: str, *, provider: str | None = None, at: dt.date | None = None
+        self,
+        usage: Usage,
+        model: str,
+        *,
+        provider: str | None = None,
+        at: dt.date | None = None,
+        tier: str | None = None,
     ) -> Cost:
-        """The estimated cost of ``usage`` on ``model`` (raises for an unknown model)."""
-        return Cost(self.price(model, provider=provider, at=at).cost(usage), "estimated")
+        """The estimated cost of ``usage`` on ``model`` at its service tier (``tier``, else
+        the one ``usage`` reports); raises for an unknown model."""
+        price = self.price(model, provider=provider, at=at, tier=tier or usage.service_tier)
+        return Cost(price.cost(usage), "estimated")
 
 
 def cost_of_response(
@@ -254,20 +418,22 @@ def cost_of_response(
     model: str,
     provider: str | None = None,
     usage: Usage | None = None,
+    tier: str | None = None,
 ) -> Cost | None:
     """The provider's reported cost when there is one, else the table's estimate from
-    ``usage`` (default: the response's); ``None`` when there is no usage or the model has no
-    price."""
+    ``usage`` (default: the response's) at the service tier the usage reports (else
+    ``tier``, the one asked for); ``None`` when there is no usage or the model has no price."""
     if response.cost_usd is not None and response.cost_source == "reported":
         return Cost(response.cost_usd, "reported")
     usage = usage or response.usage
     if usage is None:
         return None
-    price = table.find(model, provider=provider)
+    wanted = usage.service_tier or tier
+    price = table.find(model, provider=provider, tier=wanted)
     if price is None and response.model and response.model != model:
-        price = table.find(response.model, provider=provider)
+        price = table.find(response.model, provider=provider, tier=wanted)
     if price is None:
-        price = table.default
+        price = next((t.default for t in table._layers() if t.default is not None), None)
         if price is None:
             return None
     return Cost(price.cost(usage), "estimated")
@@ -288,14 +454,16 @@ def _parse_table(data: Any) -> PriceTable:
         if not isinstance(row, Mapping) or not isinstance(row.get("model"), str):
             raise ConfigurationError(f"bad price row {row!r}")
         try:
-            price = Price(
-                input=row["input"],
-                output=row["output"],
-                cached_input=row.get("cached_input"),
-                cache_write=row.get("cache_write"),
+            price = _row_price(row)
+            price = dataclasses.replace(
+                price,
                 effective_from=dt.date.fromisoformat(row.get("effective_from", "1970-01-01")),
+                tier=row.get("tier"),
+                long_context=tuple(
+                    (int(step["above"]), _row_price(step)) for step in row.get("long_context", ())
+                ),
             )
-        except (KeyError, ValueError, TypeError) as exc:
+        except (KeyError, ValueError, TypeError, AttributeError) as exc:
             raise ConfigurationError(f"bad price row {row!r}: {exc}") from None
         provider = row.get("provider")
         key = f"{provider}/{row['model']}" if provider else str(row["model"])
@@ -308,6 +476,22 @@ def _parse_table(data: Any) -> PriceTable:
         else Price(input=default["input"], output=default["output"]),
         version=str(data.get("version", "unversioned")),
     )
+
+
+def _row_price(row: Mapping[str, Any]) -> Price:
+    return Price(
+        input=row["input"],
+        output=row["output"],
+        cached_input=row.get("cached_input"),
+        cache_write=row.get("cache_write"),
+        cache_write_1h=row.get("cache_write_1h"),
+        reasoning=row.get("reasoning"),
+    )
+
+
+@functools.lru_cache(maxsize=1)
+def _default() -> PriceTable:
+    return PriceTable(_source=GenaiSource(), _base=_shipped())
 
 
 @functools.lru_cache(maxsize=1)

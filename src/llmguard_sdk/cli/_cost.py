@@ -16,6 +16,7 @@ import json
 from dataclasses import asdict
 from typing import Any
 
+from ..budget._source import TIERS
 from ..budget.estimate import estimate
 from ..budget.prices import PriceTable
 from ..budget.recorder import read_usage, usage_report
@@ -86,8 +87,18 @@ def add_cost_command(commands: Any) -> None:
     )
     est.add_argument("--retry-rate", type=_fraction, default=0.0, help="billed extra attempts")
     est.add_argument("--days", type=_positive, default=30.0, help="days in a month (30)")
-    est.add_argument("--prices", help="a price table JSON file (default: the shipped one)")
+    est.add_argument(
+        "--service-tier",
+        choices=TIERS,
+        help="price every call at this tier (batch: the batch discount)",
+    )
+    est.add_argument(
+        "--prices", help="a price table JSON file over the default (genai-prices, then ours)"
+    )
     est.add_argument("--json", action="store_true", help="print JSON")
+    mod = steps.add_parser("models", help="the models the price table knows")
+    mod.add_argument("match", nargs="?", default="", help="only names containing this")
+    mod.add_argument("--json", action="store_true", help="print JSON")
     rep = steps.add_parser("report", help="cost per tenant and feature from a usage file")
     rep.add_argument("file", help="a JSON Lines file written by UsageRecorder")
     rep.add_argument("--json", action="store_true", help="print JSON")
@@ -100,15 +111,37 @@ def run_cost_command(args: argparse.Namespace) -> int:
             return _run_estimate(args)
         if args.cost_command == "report":
             return _run_report(args)
+        if args.cost_command == "models":
+            return _run_models(args)
     except ConfigurationError as exc:
         print(f"llmguard cost: {exc}")
         return 2
-    print("usage: llmguard cost {estimate,report} ... (see llmguard cost --help)")
+    print("usage: llmguard cost {estimate,models,report} ... (see llmguard cost --help)")
     return 2
 
 
+def _table(path: str | None) -> PriceTable:
+    table = PriceTable.default_table()
+    if path:
+        mine = PriceTable.from_json(path)
+        table = table.with_prices(mine.entries(), default=mine.default)
+    return table
+
+
+def _run_models(args: argparse.Namespace) -> int:
+    table = PriceTable.default_table()
+    found = [name for name in table.models() if args.match.lower() in name]
+    if args.json:
+        print(json.dumps({"prices": table.version, "models": found}))
+        return 0
+    for name in found:
+        print(name)
+    print(f"{len(found)} models; prices: {table.version}")
+    return 0
+
+
 def _run_estimate(args: argparse.Namespace) -> int:
-    table = PriceTable.from_json(args.prices) if args.prices else PriceTable.default_table()
+    table = _table(args.prices)
     options = [(model, {model: 1.0}) for model in args.model] + list(args.split)
     if not options:
         raise ConfigurationError("name at least one --model or --split")
@@ -122,9 +155,18 @@ def _run_estimate(args: argparse.Namespace) -> int:
         cached_input_share=args.cached_input_share,
         retry_rate=args.retry_rate,
         days=args.days,
+        tier=args.service_tier,
     )
     if args.json:
-        print(json.dumps({"prices": table.version, "options": [asdict(o) for o in found]}))
+        print(
+            json.dumps(
+                {
+                    "prices": table.version,
+                    "service_tier": args.service_tier,
+                    "options": [asdict(o) for o in found],
+                }
+            )
+        )
         return 0
     width = max(len(o.name) for o in found)
     print(f"{'option':<{width}}  {'per call p50':>12}  {'month p50':>12}  {'month p95':>12}")
@@ -135,7 +177,8 @@ def _run_estimate(args: argparse.Namespace) -> int:
             f"${o.monthly_p95_usd:,.2f}",
         ]
         print(f"{o.name:<{width}}  " + "  ".join(f"{cell:>12}" for cell in cells))
-    print(f"prices: {table.version}")
+    tier = f", {args.service_tier} tier" if args.service_tier else ""
+    print(f"prices: {table.version}{tier}")
     return 0
 
 
