@@ -16,6 +16,7 @@ import threading
 import time
 import weakref
 from collections.abc import Sequence
+from importlib import resources
 from typing import TYPE_CHECKING, Any, Literal, cast
 from urllib.parse import parse_qs, unquote, urlsplit
 
@@ -37,6 +38,7 @@ __all__ = [
     "RedisStore",
     "Store",
     "hash_id",
+    "lua",
     "open_store",
     "redis_errors",
 ]
@@ -352,6 +354,12 @@ class RedisClusterStore(RedisStore):
 
     def _disconnect(self) -> None:
         pass  # the cluster client owns its node pools; close() released them
+
+
+def lua(module: str, name: str) -> str:
+    """The text of the Lua script ``lua/<name>.lua`` beside ``module`` (its ``__name__``)."""
+    package = module.rpartition(".")[0]
+    return resources.files(package).joinpath(f"lua/{name}.lua").read_text(encoding="utf-8")
 
 
 class RedisScripts:

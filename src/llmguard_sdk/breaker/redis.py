@@ -14,20 +14,18 @@ cannot be reached, each process falls back to its own in-memory breakers for a f
 from __future__ import annotations
 
 import math
-from importlib import resources
 from typing import Any
 
 from .._state.steps import Step, entry_points
-from .._state.stores import Outage, RedisScripts, RedisStore, hash_id, redis_errors
+from .._state.stores import Outage, RedisScripts, RedisStore, hash_id, lua, redis_errors
 from .memory import MemoryBreakerBackend
 from .policy import BreakerPolicy, Outcome, Permit, State
 
 __all__ = ["RedisBreakerBackend"]
 
-_LUA = resources.files(__package__).joinpath("lua")
-_ACQUIRE = _LUA.joinpath("acquire.lua").read_text(encoding="utf-8")
-_RECORD = _LUA.joinpath("record.lua").read_text(encoding="utf-8")
-_RELEASE = _LUA.joinpath("release.lua").read_text(encoding="utf-8")
+_ACQUIRE = lua(__name__, "acquire")
+_RECORD = lua(__name__, "record")
+_RELEASE = lua(__name__, "release")
 _STATES: dict[str, State] = {
     "closed": "closed",
     "open": "open",

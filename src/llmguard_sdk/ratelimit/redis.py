@@ -20,24 +20,22 @@ import dataclasses
 import math
 import random
 import time
-from importlib import resources
 from typing import Any, cast
 
 from typing_extensions import Unpack
 
 from .._keywords import check_keywords
 from .._state.steps import Pause, Step, entry_points
-from .._state.stores import Outage, RedisScripts, RedisStore, hash_id, redis_errors
+from .._state.stores import Outage, RedisScripts, RedisStore, hash_id, lua, redis_errors
 from ._rules import LimiterBase, LimitsConfig, new_call_id, wait_bound
 from .memory import MemoryRateLimiter
 from .policy import CONCURRENCY_POLL, Grant, LearnArgs, RateLimit, ReserveArgs, SettleArgs
 
 __all__ = ["RedisRateLimiter"]
 
-_LUA = resources.files(__package__).joinpath("lua")
-_RESERVE = _LUA.joinpath("reserve.lua").read_text(encoding="utf-8")
-_SETTLE = _LUA.joinpath("settle.lua").read_text(encoding="utf-8")
-_LEARN = _LUA.joinpath("learn.lua").read_text(encoding="utf-8")
+_RESERVE = lua(__name__, "reserve")
+_SETTLE = lua(__name__, "settle")
+_LEARN = lua(__name__, "learn")
 
 
 def _opt(value: float | None) -> float | str:

@@ -12,15 +12,14 @@ timeout per pause, not one per call.
 from __future__ import annotations
 
 import dataclasses
-from importlib import resources
 
 from .._state.steps import Step, entry_points
-from .._state.stores import Outage, RedisScripts, RedisStore, hash_id, redis_errors
+from .._state.stores import Outage, RedisScripts, RedisStore, hash_id, lua, redis_errors
 from .budget import MemoryRetryBudget, RetryBudgetPolicy
 
 __all__ = ["RedisRetryBudget"]
 
-_SCRIPT = resources.files(__package__).joinpath("lua/budget.lua").read_text(encoding="utf-8")
+_SCRIPT = lua(__name__, "budget")
 
 
 class RedisRetryBudget:
