@@ -19,7 +19,9 @@ from opentelemetry.sdk.metrics.export import HistogramDataPoint
 
 from llmguard_sdk import AnthropicProvider, Guard, OpenAICompatibleProvider, PromptBuilder
 from llmguard_sdk.errors import ConfigurationError, LLMGuardError
+from llmguard_sdk.models import ChatResponse, Usage
 from llmguard_sdk.telemetry import Telemetry
+from llmguard_sdk.telemetry._otel import _add_response
 from llmguard_sdk.telemetry._semconv import names_for
 from llmguard_sdk.testing import FakeProvider, Fault
 
@@ -119,6 +121,16 @@ def emit_everything(mode: str) -> Emitted:
             for question in ("First question?", "Second question?"):
                 guard.chat(request=builder.build(question).request(max_tokens=30))
     emitted = Emitted()
+    every_usage = ChatResponse(  # what no FakeProvider route reports yet: reasoning tokens
+        text="x",
+        route="r",
+        usage=Usage(input_tokens=9, output_tokens=8, reasoning_tokens=5, cached_input_tokens=2),
+    )
+    usage_attributes: dict[str, Any] = {}
+    _add_response(usage_attributes, every_usage, telemetry.names)
+    for key, value in usage_attributes.items():
+        emitted.attributes.setdefault(key, []).append(value)
+        emitted.where[key] = "a response with every usage count"
     for span in exported.finished():
         for key, value in (span.attributes or {}).items():
             emitted.attributes.setdefault(key, []).append(value)
@@ -195,6 +207,7 @@ def test_the_current_names_are_all_emitted_in_latest_mode_and_none_in_previous(
         "gen_ai.provider.name",
         "gen_ai.usage.cache_read.input_tokens",
         "gen_ai.usage.cache_creation.input_tokens",
+        "gen_ai.usage.reasoning.output_tokens",
         "gen_ai.request.stream",
         "gen_ai.response.time_to_first_chunk",
     }

@@ -529,6 +529,8 @@ def _add_response(attributes: Attributes, response: ChatResponse, names: Names) 
             attributes[names.cache_read_tokens] = response.usage.cached_input_tokens
         if response.usage.cache_write_input_tokens:
             attributes[names.cache_creation_tokens] = response.usage.cache_write_input_tokens
+        if response.usage.reasoning_tokens:
+            attributes[names.reasoning_tokens] = response.usage.reasoning_tokens
         attributes["llmguard.usage.estimated"] = response.usage.estimated
     if response.cost_usd is not None:
         attributes["llmguard.cost_usd"] = response.cost_usd

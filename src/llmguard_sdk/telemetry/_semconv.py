@@ -36,6 +36,7 @@ class Names:
     provider: str
     cache_read_tokens: str
     cache_creation_tokens: str
+    reasoning_tokens: str
     stream: str | None
     first_chunk: str  # attribute of an attempt span (seconds)
     first_chunk_metric: str
@@ -47,6 +48,7 @@ LATEST = Names(
     provider="gen_ai.provider.name",
     cache_read_tokens="gen_ai.usage.cache_read.input_tokens",
     cache_creation_tokens="gen_ai.usage.cache_creation.input_tokens",
+    reasoning_tokens="gen_ai.usage.reasoning.output_tokens",
     stream="gen_ai.request.stream",
     first_chunk="gen_ai.response.time_to_first_chunk",
     first_chunk_metric="gen_ai.client.operation.time_to_first_chunk",
@@ -57,6 +59,7 @@ PREVIOUS = Names(
     provider="gen_ai.system",
     cache_read_tokens="llmguard.usage.cached_input_tokens",
     cache_creation_tokens="llmguard.usage.cache_write_input_tokens",
+    reasoning_tokens="llmguard.usage.reasoning_tokens",
     stream=None,
     first_chunk="llmguard.time_to_first_chunk_s",
     first_chunk_metric="llmguard.client.operation.time_to_first_chunk",
