@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from ..budget._usage import usage_from_payload  # every usage shape, read once
 from ..errors import (
     AuthenticationError,
     BadRequestError,
@@ -26,7 +27,7 @@ from ..errors import (
     RequestValidationError,
     StreamInterruptedError,
 )
-from ..models import ChatRequest, ChatResponse, StreamChunk, Usage
+from ..models import ChatRequest, ChatResponse, StreamChunk
 from .headers import server_wait_hint
 from .sse import SSEDecoder
 
@@ -139,7 +140,7 @@ def answer_response(
 ) -> ChatResponse:
     """The :class:`ChatResponse` of a parsed answer: its usage, reported cost, model and id
     are read from ``data``; a value that does not fit is ``problem(message)``."""
-    usage, cost = usage_from_payload(data.get("usage"))
+    usage, cost = usage_from_payload(data.get("usage"), service_tier=data.get("service_tier"))
     try:
         return ChatResponse(
             text=text,
@@ -171,50 +172,6 @@ def json_answer(
     if not isinstance(data, dict):
         raise problem("response body is not a JSON object")
     return data
-
-
-def usage_from_payload(raw: object) -> tuple[Usage | None, float | None]:
-    """Read a usage object, OpenAI-shaped or Anthropic-shaped, and any reported cost.
-
-    OpenAI reports ``prompt_tokens`` (cached tokens included) with
-    ``prompt_tokens_details.cached_tokens``; Anthropic reports ``input_tokens`` *without* the
-    ``cache_read_input_tokens`` and ``cache_creation_input_tokens``, so those are added to make
-    ``input_tokens`` mean the same thing for both. Returns ``(None, None)`` when there is no
-    usable usage.
-    """
-    if not isinstance(raw, dict):
-        return None, None
-    cost = raw.get("cost")
-    reported_cost = (
-        float(cost) if isinstance(cost, (int, float)) and 0 <= cost < float("inf") else None
-    )
-    if "prompt_tokens" in raw or "completion_tokens" in raw:
-        details = raw.get("prompt_tokens_details") or {}
-        cached = details.get("cached_tokens", 0) if isinstance(details, dict) else 0
-        fields = (raw.get("prompt_tokens", 0), raw.get("completion_tokens", 0), cached or 0, 0)
-        anthropic_shaped = False
-    elif "input_tokens" in raw or "output_tokens" in raw:
-        fields = (
-            raw.get("input_tokens", 0),
-            raw.get("output_tokens", 0),
-            raw.get("cache_read_input_tokens") or 0,
-            raw.get("cache_creation_input_tokens") or 0,
-        )
-        anthropic_shaped = True
-    else:
-        return None, reported_cost
-    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in fields):
-        return None, reported_cost
-    input_tokens, output_tokens, cached_tokens, written_tokens = (int(v) for v in fields)
-    if anthropic_shaped:
-        input_tokens += cached_tokens + written_tokens
-    usage = Usage(
-        input_tokens=input_tokens,
-        output_tokens=output_tokens,
-        cached_input_tokens=cached_tokens,
-        cache_write_input_tokens=written_tokens,
-    )
-    return usage, reported_cost
 
 
 def error_from_status(
@@ -315,7 +272,9 @@ class StreamState:
         if "error" in event:
             message = _error_message(data) or "provider reported an error in the stream"
             raise self.failure(ProviderUnavailableError, message)
-        usage, _cost = usage_from_payload(event.get("usage"))
+        usage, _cost = usage_from_payload(
+            event.get("usage"), service_tier=event.get("service_tier")
+        )
         choices = event.get("choices")
         if not isinstance(choices, list):
             raise self.failure(MalformedResponseError, "stream event has no choices list")

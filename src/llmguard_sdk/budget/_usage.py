@@ -1,0 +1,111 @@
+"""Every provider's usage object read into one :class:`~llmguard_sdk.models.Usage`.
+
+Shapes, all ending with ``input_tokens`` = every input token (cache reads and writes among
+them) and ``output_tokens`` = every output token (reasoning among them):
+
+* OpenAI chat completions (also the last chunk of a stream with ``include_usage``):
+  ``prompt_tokens`` (cached included), ``prompt_tokens_details.cached_tokens``,
+  ``completion_tokens`` (reasoning included), ``completion_tokens_details.reasoning_tokens``;
+  the tier is the response's top-level ``service_tier``.
+* OpenAI Responses API: ``input_tokens`` (cached included),
+  ``input_tokens_details.cached_tokens``, ``output_tokens`` (reasoning included),
+  ``output_tokens_details.reasoning_tokens``.
+* Anthropic messages (and the merged ``message_start`` / ``message_delta`` usage of a
+  stream): ``input_tokens`` *without* ``cache_read_input_tokens`` and
+  ``cache_creation_input_tokens``, the writes split by TTL in
+  ``cache_creation.ephemeral_5m_input_tokens`` / ``ephemeral_1h_input_tokens``;
+  ``output_tokens`` counts thinking; ``usage.service_tier`` is ``standard``, ``priority`` or
+  ``batch``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..models import Usage
+
+__all__ = ["usage_from_payload"]
+
+_ANTHROPIC = ("cache_read_input_tokens", "cache_creation_input_tokens", "cache_creation")
+
+
+def _count(value: object) -> int | None:
+    """A token count, or None for anything that is not one."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return None
+    return value
+
+
+def _inner(raw: Mapping[str, Any], name: str, key: str) -> int:
+    """``raw[name][key]`` as a count (0 when absent or not a count)."""
+    details = raw.get(name)
+    if not isinstance(details, Mapping):
+        return 0
+    return _count(details.get(key)) or 0
+
+
+def _tokens(raw: Mapping[str, Any]) -> tuple[int, ...] | None:
+    """(input, output, cached, written, written for 1 hour, reasoning), every input token
+    counted in input and every output token in output; None for no usable usage."""
+    if "prompt_tokens" in raw or "completion_tokens" in raw:  # OpenAI chat completions
+        counted = (_count(raw.get("prompt_tokens", 0)), _count(raw.get("completion_tokens", 0)))
+        cached = _inner(raw, "prompt_tokens_details", "cached_tokens")
+        reasoning = _inner(raw, "completion_tokens_details", "reasoning_tokens")
+        if counted[0] is None or counted[1] is None:
+            return None
+        return counted[0], counted[1], cached, 0, 0, reasoning
+    if "input_tokens" not in raw and "output_tokens" not in raw:
+        return None
+    counted = (_count(raw.get("input_tokens", 0)), _count(raw.get("output_tokens", 0)))
+    if counted[0] is None or counted[1] is None:
+        return None
+    reasoning = _inner(raw, "output_tokens_details", "reasoning_tokens") or _inner(
+        raw, "output_tokens_details", "thinking_tokens"
+    )
+    if not any(key in raw for key in _ANTHROPIC):  # OpenAI Responses API
+        cached = _inner(raw, "input_tokens_details", "cached_tokens")
+        return counted[0], counted[1], cached, 0, 0, reasoning
+    read = _count(raw.get("cache_read_input_tokens") or 0)
+    written = _count(raw.get("cache_creation_input_tokens") or 0)
+    if read is None or written is None:
+        return None
+    short = _inner(raw, "cache_creation", "ephemeral_5m_input_tokens")
+    hour = _inner(raw, "cache_creation", "ephemeral_1h_input_tokens")
+    written = max(written, short + hour)
+    return counted[0] + read + written, counted[1], read, written, hour, reasoning
+
+
+def usage_from_payload(
+    raw: object, *, service_tier: object = None
+) -> tuple[Usage | None, float | None]:
+    """Read a usage object of any shape above, and any reported cost (``usage.cost``).
+
+    ``service_tier`` is the response's own (OpenAI reports it beside the usage; Anthropic
+    inside it). Returns ``(None, None)`` when there is no usable usage.
+    """
+    if not isinstance(raw, Mapping):
+        return None, None
+    cost = raw.get("cost")
+    reported = (
+        float(cost)
+        if isinstance(cost, (int, float)) and not isinstance(cost, bool) and 0 <= cost < 1e12
+        else None
+    )
+    counted = _tokens(raw)
+    if counted is None:
+        return None, reported
+    input_tokens, output_tokens, cached, written, hour, reasoning = counted
+    tier = raw.get("service_tier", service_tier)
+    return (
+        Usage(
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            cached_input_tokens=min(cached, input_tokens),
+            cache_write_input_tokens=min(written, input_tokens),
+            cache_write_1h_input_tokens=min(hour, written),
+            reasoning_tokens=min(reasoning, output_tokens),
+            service_tier=tier if isinstance(tier, str) and tier else None,
+        ),
+        reported,
+    )

@@ -1,0 +1,180 @@
+"""Golden usage fixtures: one recorded usage object per provider shape, each with its cost
+worked out by hand from the provider's published prices (``formula`` in the file).
+
+Each fixture is priced from the usage the SDK reads; the chat and messages fixtures, streamed
+and not, are also served by a loopback server through the real providers and a Guard with a
+budget: the hold covers the call's worst case and the settled spend equals the fixture's cost.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from llmguard_sdk import Guard
+from llmguard_sdk._state.steps import in_place
+from llmguard_sdk.budget import Budget, Budgets, MemoryBudgetBackend, PriceTable
+from llmguard_sdk.budget.policy import NANO, nano
+from llmguard_sdk.models import Usage
+from llmguard_sdk.providers import AnthropicProvider, OpenAICompatibleProvider
+from llmguard_sdk.providers.wire import usage_from_payload
+
+from .rawserver import RawServer, http_response, sse_head
+
+pytest.importorskip("genai_prices")
+FIXTURES = sorted((Path(__file__).parent / "fixtures" / "usage").glob("*.json"))
+
+
+def _load(path: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(path.read_text())
+    return data
+
+
+def _recorded_usage(fixture: dict[str, Any]) -> Usage | None:
+    """The usage a fixture's body or events carry, read as the providers read it."""
+    shape = fixture["shape"]
+    if "body" in fixture:
+        body = fixture["body"]
+        return usage_from_payload(body["usage"], service_tier=body.get("service_tier"))[0]
+    events = fixture["events"]
+    if shape == "openai_chat_stream":
+        last = next(e for e in reversed(events) if e.get("usage"))
+        return usage_from_payload(last["usage"], service_tier=last.get("service_tier"))[0]
+    if shape == "openai_responses_stream":
+        done = next(e["response"] for e in events if e["type"] == "response.completed")
+        return usage_from_payload(done["usage"], service_tier=done.get("service_tier"))[0]
+    merged: dict[str, Any] = {}  # Anthropic: message_start's usage, then message_delta's
+    for event in events:
+        raw = event.get("usage") or event.get("message", {}).get("usage") or {}
+        merged.update({k: v for k, v in raw.items() if v is not None})
+    return usage_from_payload(merged)[0]
+
+
+def test_every_shape_has_a_fixture() -> None:
+    shapes = {_load(path)["shape"] for path in FIXTURES}
+    assert shapes >= {
+        "openai_chat",
+        "openai_chat_stream",
+        "openai_responses",
+        "openai_responses_stream",
+        "anthropic",
+        "anthropic_stream",
+    }
+
+
+@pytest.mark.parametrize("path", FIXTURES, ids=lambda p: p.stem)
+def test_each_fixture_costs_what_the_provider_bills(path: Path) -> None:
+    fixture = _load(path)
+    usage = _recorded_usage(fixture)
+    assert usage is not None
+    cost = PriceTable.default_table().cost(usage, fixture["model"], provider=fixture["route"])
+    assert cost.usd == pytest.approx(fixture["expected_usd"], rel=1e-12)
+
+
+def test_usage_shapes_are_read_whole() -> None:
+    by_name = {path.stem: _load(path) for path in FIXTURES}
+    chat = _recorded_usage(by_name["openai_chat_gpt5_reasoning_cached"])
+    assert chat == Usage(
+        input_tokens=12000,
+        output_tokens=3000,
+        cached_input_tokens=8192,
+        reasoning_tokens=2304,
+        service_tier="default",
+    )
+    responses = _recorded_usage(by_name["openai_responses_o4mini_reasoning_cached"])
+    assert responses is not None
+    assert (responses.input_tokens, responses.cached_input_tokens) == (20000, 16000)
+    assert (responses.cache_write_input_tokens, responses.reasoning_tokens) == (0, 4096)
+    anthropic = _recorded_usage(by_name["anthropic_messages_sonnet45_cache_5m_1h"])
+    assert anthropic is not None
+    assert anthropic.input_tokens == 1500 + 40000 + 10000  # every input token, once
+    assert (anthropic.cache_write_input_tokens, anthropic.cache_write_1h_input_tokens) == (
+        10000,
+        6000,
+    )
+    batch = _recorded_usage(by_name["anthropic_batch_sonnet45"])
+    assert batch is not None
+    assert batch.service_tier == "batch"
+
+
+class _Recording(MemoryBudgetBackend):
+    """The in-memory backend, noting every amount it holds."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.held: list[int] = []
+
+    def reserve(self, rid: str, specs: Any, **hold: Any) -> Any:
+        result = super().reserve(rid, specs, **hold)
+        if result.allowed:
+            self.held.append(result.amount)
+        return result
+
+    reserve_steps, areserve = in_place(reserve)
+
+
+def _served(fixture: dict[str, Any]) -> tuple[bytes, tuple[bytes, ...]]:
+    if "body" in fixture:
+        return http_response(json.dumps(fixture["body"]).encode()), ()
+    lines = []
+    for event in fixture["events"]:
+        kind = f"event: {event['type']}\n" if fixture["shape"] == "anthropic_stream" else ""
+        lines.append(f"{kind}data: {json.dumps(event)}\n\n")
+    if fixture["shape"] == "openai_chat_stream":
+        lines.append("data: [DONE]\n\n")
+    return sse_head(), ("".join(lines).encode(),)
+
+
+SERVED = [
+    p for p in FIXTURES if _load(p)["shape"] in ("openai_chat", "openai_chat_stream", "anthropic")
+] + [p for p in FIXTURES if _load(p)["shape"] == "anthropic_stream"]
+
+
+@pytest.mark.parametrize("path", SERVED, ids=lambda p: p.stem)
+def test_a_budgeted_call_holds_its_worst_case_and_settles_to_the_bill(path: Path) -> None:
+    fixture = _load(path)
+    stream = fixture["shape"].endswith("_stream")
+    usage = _recorded_usage(fixture)
+    assert usage is not None
+    head, parts = _served(fixture)
+    # a prompt of at least as many tokens as the recorded call read (the hold is sized from
+    # the prompt the SDK counts), and the recorded call's output limit: reasoning and
+    # thinking count against max_completion_tokens like the visible answer
+    prompt = " hello" * usage.input_tokens
+    limit = fixture["max_completion_tokens"]
+    assert usage.output_tokens <= limit
+    backend = _Recording()
+    with RawServer(head, parts) as raw:
+        kind = (
+            AnthropicProvider
+            if fixture["shape"].startswith("anthropic")
+            else (OpenAICompatibleProvider)
+        )
+        route = kind(raw.base_url, model=fixture["model"], name=fixture["route"])
+        guard = Guard(route, budgets=Budgets([Budget(limit_usd=100.0)]), environ={}, timeout=30)
+        spend = guard._stages.spend
+        assert spend is not None
+        spend.backend = backend
+        with guard:
+            extra = {"service_tier": fixture["service_tier"]} if "service_tier" in fixture else None
+            messages = [{"role": "user", "content": prompt}]
+            if stream:
+                with guard.chat(
+                    messages, stream=True, max_completion_tokens=limit, extra_body=extra
+                ) as chunks:
+                    "".join(c.text for c in chunks)
+                answer = chunks.response
+            else:
+                answer = guard.chat(messages, max_completion_tokens=limit, extra_body=extra)
+            status = spend.status()
+    assert answer is not None
+    assert answer.usage == usage
+    assert answer.cost_usd == pytest.approx(fixture["expected_usd"], rel=1e-12)
+    (held,) = backend.held
+    assert held >= nano(fixture["expected_usd"])  # the hold covered the bill
+    (row,) = status
+    assert row["spent_usd"] == nano(fixture["expected_usd"]) / NANO  # settled to the bill
+    assert row["held_usd"] == 0
