@@ -139,6 +139,21 @@ def test_contract_per_tenant_limits(backend: Backend) -> None:
     assert 11.9 < refused.retry_after <= 12.0
 
 
+def test_memory_forgets_idle_tenants_without_scanning() -> None:
+    now = [0.0]
+    limiter = MemoryRateLimiter(
+        {"r": [RateLimit(rpm=60_000), RateLimit(rpm=60, per_tenant=True)]}, clock=lambda: now[0]
+    )
+    sizes = []
+    for n in range(20_000):  # a new tenant every 10 ms; each one idle 1 s after its call
+        now[0] = n / 100
+        assert limiter.reserve("r", tenant=f"t{n}").allowed
+        sizes.append(len(limiter._cells))
+    assert max(sizes[1000:]) <= 2 * 100 + 1  # about a second of tenants, and the route's
+    live = [limiter.reserve("r", tenant="t19999").allowed for _ in range(60)]
+    assert live == [True] * 59 + [False]  # a tenant still in its period was not forgotten
+
+
 def test_contract_input_and_output_tokens(backend: Backend) -> None:
     limiter = backend.make({"r": RateLimit(tpm=10_000, input_tpm=1000, output_tpm=500)})
     assert limiter.reserve("r", input_tokens=800, output_tokens=400).allowed

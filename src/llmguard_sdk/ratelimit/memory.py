@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 
 import anyio
@@ -31,8 +32,6 @@ from .policy import (
 )
 
 __all__ = ["MemoryRateLimiter"]
-
-_SWEEP_EVERY = 4096  # reservations between sweeps of idle per-tenant states
 
 CellKey = tuple[str, int, str | None]
 
@@ -59,8 +58,9 @@ class MemoryRateLimiter(LimiterBase):
         self._clock = clock
         self._lock = threading.Lock()
         self._freed = threading.Condition(self._lock)
-        self._cells: dict[CellKey, CellState] = {}
-        self._reservations = 0
+        self._cells: OrderedDict[CellKey, CellState] = (
+            OrderedDict()
+        )  # least recently reserved first
 
     def _keys(self, key: str, tenant: str | None) -> list[tuple[CellKey, RateLimit]]:
         tenant_key = hash_id(tenant or "")
@@ -81,11 +81,20 @@ class MemoryRateLimiter(LimiterBase):
         grant, after = reserve_all(states, now, call_id=call_id, **kwargs)  # type: ignore[arg-type]
         for (name, _), state in zip(cells, after, strict=True):
             self._cells[name] = state
-        self._reservations += 1
-        if self._reservations % _SWEEP_EVERY == 0:
-            for name in [n for n, s in self._cells.items() if n[2] is not None and s.idle(now)]:
-                del self._cells[name]
+            self._cells.move_to_end(name)
+        self._forget_idle(now, len(cells) + 1)
         return grant
+
+    def _forget_idle(self, now: float, looks: int) -> None:
+        """Look at the ``looks`` cells reserved longest ago: forget each per-tenant one that
+        is idle (back at its defaults), send the others to the back. A few looks a call, more
+        than the call adds, so idle tenants cost nothing for long and no call scans them all."""
+        for _ in range(min(looks, len(self._cells))):
+            name, state = next(iter(self._cells.items()))
+            if name[2] is not None and state.idle(now):
+                del self._cells[name]
+            else:
+                self._cells.move_to_end(name)
 
     def _asked(
         self, key: str, ask: ReserveArgs
