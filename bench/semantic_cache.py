@@ -49,9 +49,12 @@ included; a watchdog stops it if this process is killed outright).
 from __future__ import annotations
 
 import argparse
+import gc
 import json
+import os
 import random
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -75,6 +78,7 @@ from llmguard_sdk.cache import (
     ResponseCache,
     suggested_threshold,
 )
+from llmguard_sdk.context import Scope
 from llmguard_sdk.errors import ConfigurationError
 from llmguard_sdk.models import ChatRequest, ChatResponse, Message
 
@@ -203,6 +207,71 @@ def server_search_latency(sizes: list[int], queries: int) -> dict[str, object]:
     return found
 
 
+def _rss() -> int:
+    """This process's resident memory in bytes (Linux /proc; else the peak from resource)."""
+    try:
+        with open("/proc/self/statm", encoding="ascii") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:
+        import resource
+
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def memory_child(layout: str, entries: int) -> int:
+    """RSS growth of this process while ``entries`` answers are stored in a default
+    in-memory cache: all in one partition (``layout="one"``), each in its own (a tenant
+    each, ``"partitions"``) or 250 to a partition (``"packed"``). The requests are built
+    before the first reading."""
+    rng = random.Random(11)
+    words = [f"{rng.choice('bcdfgklmnprst')}{rng.choice('aeiou')}{i}" for i in range(5000)]
+    requests = [
+        _request(" ".join(rng.choice(words) for _ in range(rng.randint(6, 16))))
+        for _ in range(entries)
+    ]
+    tenant = {"one": lambda i: "one", "partitions": str, "packed": lambda i: str(i // 250)}
+    scopes = [Scope(tenant=tenant[layout](i)) for i in range(entries)]
+    answer = _answer("A short cached answer, about the size of a one-line reply.")
+    cache = ResponseCache(max_entries=entries + 1)
+    cache.store(_request("warm up"), answer)  # the embedder's tables, the projection
+    cache.lookup(_request("warm up too"))
+    gc.collect()
+    before = _rss()
+    for i, request in enumerate(requests):
+        cache.store(request, answer, scopes[i])
+    gc.collect()
+    return _rss() - before
+
+
+def memory(one_partition: int, partitions: int) -> dict[str, Any]:
+    """``bytes_per_entry``: ``one_partition`` entries in one partition; ``bytes_per_partition``:
+    ``partitions`` partitions of one entry each, less the same entries packed 250 to a
+    partition, per partition added. Each measured in a fresh process."""
+
+    def child(layout: str, entries: int) -> int:
+        out = subprocess.run(
+            [sys.executable, __file__, "--memory-child", layout, str(entries)],
+            capture_output=True,
+            text=True,
+            timeout=1800,
+            check=True,
+        )
+        return int(out.stdout.strip().splitlines()[-1])
+
+    per_entry = child("one", one_partition) / one_partition
+    spread = child("partitions", partitions)
+    packed = child("packed", partitions)
+    return {
+        "bytes_per_entry": round(per_entry),
+        "bytes_per_partition": round((spread - packed) / (partitions - partitions // 250)),
+        "bytes_per_partition_with_its_entry": round(spread / partitions),
+        "vector_bytes": HashingEmbedder().dimension * 2,  # float16, as the index holds it
+        "entries_in_one_partition": one_partition,
+        "partitions_of_one_entry": partitions,
+        "method": "process RSS growth (fresh process each) divided by the count",
+    }
+
+
 def gptcache_sweep(
     pairs: list[dict[str, str]], embedder: Embedder, thresholds: list[float]
 ) -> list[dict[str, float]]:
@@ -318,7 +387,11 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--quick", action="store_true", help="a short run for smoke tests")
     parser.add_argument("--data", type=Path, default=_DEFAULT_DATA)
+    parser.add_argument("--memory-child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.memory_child:
+        print(memory_child(args.memory_child[0], int(args.memory_child[1])))
+        return
     exit_on_signals()
     result: dict[str, object] = {}
     try:
@@ -361,6 +434,7 @@ def main() -> None:
         hybrid_result = result.setdefault("minilm_hybrid", {})
         assert isinstance(hybrid_result, dict)
         hybrid_result.update(_keyed("lookup", latency(hybrid_sizes, queries, embedder=hybrid)))
+    result["memory"] = memory(10_000 if args.quick else 100_000, 2_000 if args.quick else 10_000)
     result["server_search"] = server_search_latency(
         [1000] if args.quick else [1000, 10_000], queries
     )

@@ -58,7 +58,7 @@ def test_vectors_live_in_one_vector_set_per_partition(redis8_url: str, server: A
         assert hit is not None
         assert hit.response.text == "globex"  # tenants: separate sets, never by distance
     assert sorted(vector_sets(server, "vs-a").values()) == [1, 1]
-    assert cache._indexes == {}  # nothing searched in this process's memory
+    assert not cache._local.indexes  # nothing searched in this process's memory
     (log,) = list(server.scan_iter(match="vs-a:cache:*:log"))
     changes = server.xrange(log)
     assert [fields[b"op"] for _, fields in changes] == [b"put", b"put"]

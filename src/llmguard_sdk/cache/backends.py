@@ -80,29 +80,35 @@ class CacheBackend(Protocol):
 
 
 class MemoryCacheBackend:
-    """Entries in a dict, least recently used first, for one process."""
+    """Entries of one process, least recently used first.
+
+    Each entry is kept as its JSON bytes without the vector (the semantic index holds that)
+    and its ``stale_until``: a few hundred bytes for a short answer, where the parsed model
+    would take several kilobytes.
+    """
 
     def __init__(self, max_entries: int) -> None:
         self._max = max_entries
-        self._entries: OrderedDict[str, CacheEntry] = OrderedDict()
+        self._entries: OrderedDict[str, tuple[float, bytes]] = OrderedDict()
         self._lock = threading.Lock()
 
     def get(self, entry_id: str) -> CacheEntry | None:
-        """See :class:`CacheBackend`."""
+        """See :class:`CacheBackend` (the entry comes back without its vector)."""
         with self._lock:
-            entry = self._entries.get(entry_id)
-            if entry is None:
+            found = self._entries.get(entry_id)
+            if found is None:
                 return None
-            if entry.stale_until <= time.time():
+            if found[0] <= time.time():
                 del self._entries[entry_id]
                 return None
             self._entries.move_to_end(entry_id)
-            return entry
+        return CacheEntry.model_validate_json(found[1])
 
     def put(self, entry: CacheEntry) -> list[str]:
         """See :class:`CacheBackend`."""
+        packed = entry.model_dump_json(exclude={"vector"}, exclude_none=True).encode("utf-8")
         with self._lock:
-            self._entries[entry.entry_id] = entry
+            self._entries[entry.entry_id] = (entry.stale_until, packed)
             self._entries.move_to_end(entry.entry_id)
             evicted = []
             while len(self._entries) > self._max:

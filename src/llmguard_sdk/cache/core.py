@@ -21,11 +21,12 @@ from .._state.stores import RedisStore, Store, hash_id, open_store
 from ..context import Scope, current_scope
 from ..errors import ConfigurationError
 from ..models import ChatRequest, ChatResponse
+from ._local import _LocalIndexes
 from .backends import CacheBackend, Change, MemoryCacheBackend, RedisCacheBackend
 from .embedders import DEFAULT_THRESHOLD, Embedder, HashingEmbedder, suggested_threshold
 from .entry import CacheEntry, CacheHit, CacheStats, decode_vector, encode_vector
 from .guards import Verifier, guard_rejection
-from .index import Match, VectorIndex
+from .index import Match
 from .keys import CacheKeys, request_keys
 
 if TYPE_CHECKING:
@@ -38,7 +39,6 @@ logger = logging.getLogger("llmguard_sdk")
 _NEAR_MISS_BAND = 0.1
 _CANDIDATES = 4  # nearest entries read per semantic search
 _RECENT_VECTORS = 256
-_KNOWN_QUERY_CHARS = 2048  # longer queries are not kept in memory (the entry is read instead)
 _SERVABLE_FINISH = frozenset({"stop", "end_turn", "stop_sequence"})
 
 
@@ -146,9 +146,9 @@ class ResponseCache:
             raise ConfigurationError("vector_search='server' needs a Redis store")
         else:
             self._backend = MemoryCacheBackend(max_entries)
-        self._indexes: dict[str, VectorIndex] = {}
-        self._index_of: dict[str, str] = {}
-        self._queries: dict[str, str] = {}  # entry id -> its query, when known and short
+        self._local = _LocalIndexes(
+            self.embedder.dimension, keep_queries=not isinstance(self._backend, MemoryCacheBackend)
+        )
         self._recent: OrderedDict[str, npt.NDArray[np.float32]] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -209,7 +209,7 @@ class ResponseCache:
         entry: CacheEntry | None = yield from self._backend_step("get", keys.exact)
         if entry is not None and entry.fresh_until > time.time():
             hit: CacheHit | None = _hit("exact", entry, 1.0)
-        elif self.semantic and keys.query.strip() and (self._indexes or self._server is not None):
+        elif self.semantic and keys.query.strip() and (self._local or self._server is not None):
             hit = yield work(lambda: self._semantic(keys, stale=False))
         else:
             hit = None
@@ -312,7 +312,7 @@ class ResponseCache:
                 if match.similarity >= self.threshold - _NEAR_MISS_BAND:
                     self.stats.near_misses += 1
                 return None
-            known = self._queries.get(match.entry_id)
+            known = self._local.queries.get(match.entry_id)
             if known is not None and self.guards:
                 reason = guard_rejection(keys.query, known)
                 if reason is not None:
@@ -337,8 +337,7 @@ class ResponseCache:
         from the server's vector set (one round trip)."""
         if self._server is not None:
             return self._server.search(index_key, vector, _CANDIDATES)
-        index = self._indexes.get(index_key)
-        return index.search(vector, k=_CANDIDATES) if index is not None else []
+        return self._local.search(index_key, vector, _CANDIDATES)
 
     def _count_rejection(self, reason: str) -> None:
         self.stats.guard_rejections[reason] = self.stats.guard_rejections.get(reason, 0) + 1
@@ -395,7 +394,9 @@ class ResponseCache:
             entry_id=keys.exact,
             index_key=self._index_key(keys),
             query=keys.query,
-            response=response.model_dump(mode="json", exclude={"headers", "timings", "attempts"}),
+            response=response.model_dump(
+                mode="json", exclude={"headers", "timings", "attempts"}, exclude_none=True
+            ),
             created_at=now,
             fresh_until=now + self.ttl,
             stale_until=now + self.ttl + self.stale_ttl,
@@ -408,7 +409,7 @@ class ResponseCache:
         :class:`~llmguard_sdk._state.steps.Batch`."""
         evicted: list[str] = yield from self._backend_step("put", entry)
         if entry.vector is not None and self._server is None:
-            self._remember(entry.entry_id, entry.index_key, decode_vector(entry.vector))
+            self._local.remember(entry.entry_id, entry.index_key, decode_vector(entry.vector))
             self._know(entry.entry_id, entry.query)
         for entry_id in evicted:
             self._forget(entry_id)
@@ -451,10 +452,7 @@ class ResponseCache:
     def clear(self) -> None:
         """Delete every entry of this cache's namespace (in every process sharing it)."""
         self._backend.clear()
-        with self._lock:
-            self._indexes.clear()
-            self._index_of.clear()
-            self._queries.clear()
+        self._local.clear()
 
     def report_false_hit(self, hit: CacheHit) -> None:
         """Record that ``hit`` answered the wrong question (feeds ``stats.false_hit_rate``)."""
@@ -480,49 +478,17 @@ class ResponseCache:
     def _index_key(self, keys: CacheKeys) -> str:
         return hash_id(keys.partition + keys.context)
 
-    def _remember(self, entry_id: str, index_key: str, vector: npt.NDArray[np.float32]) -> None:
-        with self._lock:
-            index = self._indexes.get(index_key)
-            if index is None:
-                index = self._indexes[index_key] = VectorIndex(self.embedder.dimension)
-            index.add(entry_id, vector)
-            self._index_of[entry_id] = index_key
-
     def _know(self, entry_id: str, query: str) -> None:
-        """Keep an indexed entry's query (short ones), so the guards can refuse a candidate
-        without reading it."""
-        if len(query) <= _KNOWN_QUERY_CHARS:
-            with self._lock:
-                if entry_id in self._index_of:
-                    self._queries[entry_id] = query
+        self._local.know(entry_id, query)
 
     def _forget(self, entry_id: str) -> None:
-        with self._lock:
-            self._queries.pop(entry_id, None)
-            index_key = self._index_of.pop(entry_id, None)
-            index = self._indexes.get(index_key) if index_key else None
-            if index is not None:
-                index.remove(entry_id)
-                if not len(index):
-                    del self._indexes[index_key]  # type: ignore[arg-type]
+        self._local.forget(entry_id)
 
     def _sync(self) -> None:
         run(self.sync_steps())
 
     def _apply(self, changes: list[Change]) -> None:
-        now = time.time()
-        for change in changes:
-            if change.op == "put" and change.vector and change.stale_until > now:
-                vector = decode_vector(change.vector)
-                if vector.shape == (self.embedder.dimension,):
-                    self._remember(change.entry_id, change.index_key, vector)
-            elif change.op == "del":
-                self._forget(change.entry_id)
-            elif change.op == "clear":
-                with self._lock:
-                    self._indexes.clear()
-                    self._index_of.clear()
-                    self._queries.clear()
+        self._local.apply(changes)
 
     def _backend_step(self, name: str, *args: Any) -> Step[Any]:
         """The backend's step for ``name`` (a Redis backend's own), else its method as

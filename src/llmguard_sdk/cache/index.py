@@ -1,12 +1,16 @@
 """An in-memory vector index: unit vectors in a numpy matrix, searched by cosine similarity.
 
 Rows are stored as float16 (half the memory bandwidth of float32). Below ``exact_below``
-rows, a search multiplies the whole matrix. Above that, it first ranks every row by a
-128-dimensional random projection kept in float32 (a quarter of the work), then scores the
-best ``candidates`` rows exactly: the projection keeps cosine similarities to within about
-0.1, far less than the gap between a paraphrase (0.6 and up) and unrelated text (about 0.1).
+rows, a search multiplies the whole matrix. From there on, the index also keeps a
+128-dimensional random projection of each row (float32): a search first ranks every row by
+it (a quarter of the work), then scores the best ``candidates`` rows exactly. The projection
+keeps cosine similarities to within about 0.1, far less than the gap between a paraphrase
+(0.6 and up) and unrelated text (about 0.1).
 
-Rows are never moved on delete: a freed row is reused by the next insert.
+Memory: an index holds nothing but its rows until it grows. It starts with room for one row
+and grows by doubling up to 256 rows, then by an eighth, so a partition with one entry costs
+its vector and a few hundred bytes, and a large one about 6 % of slack. Rows are never moved
+on delete: a freed row is reused by the next insert.
 
 .. versionadded:: 0.2.0
 """
@@ -16,16 +20,19 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from .._lazy import np
 
 if TYPE_CHECKING:
     import numpy.typing as npt
 
+_Row = TypeVar("_Row", bound="np.generic")
+
 __all__ = ["Match", "VectorIndex"]
 
 _SKETCH_DIMENSIONS = 128
+_DOUBLING_UNTIL = 256
 
 
 @dataclass(frozen=True)
@@ -44,21 +51,45 @@ def _projection(dimension: int) -> npt.NDArray[np.float32]:
     return scaled
 
 
+def _grown(size: int) -> int:
+    return size * 2 if size < _DOUBLING_UNTIL else size + size // 8
+
+
+def _extended(array: npt.NDArray[_Row], size: int) -> npt.NDArray[_Row]:
+    """``array`` with rows of zeros added up to ``size`` rows (a new array)."""
+    grown = np.zeros((size, *array.shape[1:]), dtype=array.dtype)
+    grown[: len(array)] = array
+    return grown
+
+
 class VectorIndex:
     """Cosine top-k search over unit vectors, keyed by entry id (see the module docs)."""
+
+    __slots__ = (
+        "_candidates",
+        "_end",
+        "_exact_below",
+        "_free",
+        "_ids",
+        "_live",
+        "_lock",
+        "_rows",
+        "_sketch",
+        "_vectors",
+        "dimension",
+    )
 
     def __init__(self, dimension: int, *, exact_below: int = 256, candidates: int = 64) -> None:
         self.dimension = dimension
         self._exact_below = exact_below
         self._candidates = candidates
-        self._vectors = np.zeros((16, dimension), dtype=np.float16)
-        self._sketch = np.zeros((16, _SKETCH_DIMENSIONS), dtype=np.float32)
-        self._live = np.zeros(16, dtype=bool)
-        self._ids: list[str | None] = [None] * 16
+        self._vectors = np.zeros((1, dimension), dtype=np.float16)
+        self._sketch: npt.NDArray[np.float32] | None = None  # built once the index is large
+        self._live = np.zeros(1, dtype=bool)
+        self._ids: list[str | None] = [None]
         self._rows: dict[str, int] = {}
-        self._free: list[int] = []
+        self._free: list[int] | None = None
         self._end = 0
-        self._projection = _projection(dimension)
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -76,8 +107,11 @@ class VectorIndex:
                 self._rows[entry_id] = row
                 self._ids[row] = entry_id
             self._vectors[row] = vector
-            self._sketch[row] = vector @ self._projection
             self._live[row] = True
+            if self._sketch is not None:
+                self._sketch[row] = vector @ _projection(self.dimension)
+            elif len(self._rows) >= self._exact_below:
+                self._build_sketch()
 
     def remove(self, entry_id: str) -> None:
         """Forget ``entry_id`` (no-op when absent)."""
@@ -86,25 +120,34 @@ class VectorIndex:
             if row is not None:
                 self._live[row] = False
                 self._ids[row] = None
+                if self._free is None:
+                    self._free = []
                 self._free.append(row)
 
     def clear(self) -> None:
         """Forget every entry."""
         with self._lock:
             self._rows.clear()
-            self._free.clear()
+            self._free = None
             self._live[:] = False
             self._ids = [None] * len(self._ids)
             self._end = 0
 
+    def _build_sketch(self) -> None:
+        sketch = np.zeros((len(self._ids), _SKETCH_DIMENSIONS), dtype=np.float32)
+        sketch[: self._end] = self._vectors[: self._end].astype(np.float32) @ _projection(
+            self.dimension
+        )
+        self._sketch = sketch
+
     def _grow(self) -> int:
         if self._end == len(self._ids):
-            size = len(self._ids) * 2
-            self._vectors = np.resize(self._vectors, (size, self.dimension))
-            self._sketch = np.resize(self._sketch, (size, _SKETCH_DIMENSIONS))
-            live = np.zeros(size, dtype=bool)
-            live[: self._end] = self._live[: self._end]
-            self._live = live
+            size = _grown(len(self._ids))
+            # New arrays of the exact size (np.resize would keep a larger one alive behind).
+            self._vectors = _extended(self._vectors, size)
+            if self._sketch is not None:
+                self._sketch = _extended(self._sketch, size)
+            self._live = _extended(self._live, size)
             self._ids.extend([None] * (size - self._end))
         self._end += 1
         return self._end - 1
@@ -115,10 +158,10 @@ class VectorIndex:
             end = self._end
             if not self._rows:
                 return []
-            if len(self._rows) < self._exact_below:
+            if self._sketch is None or len(self._rows) < self._exact_below:
                 rows = np.arange(end)
             else:
-                rough = self._sketch[:end] @ (vector @ self._projection)
+                rough = self._sketch[:end] @ (vector @ _projection(self.dimension))
                 rough[~self._live[:end]] = -np.inf
                 take = min(self._candidates, end)
                 rows = np.argpartition(rough, -take)[-take:]
