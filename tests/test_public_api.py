@@ -55,6 +55,7 @@ EXPECTED = [
     "Message",
     "OpenAICompatibleProvider",
     "OpenAIEmbedder",
+    "OpenAIResponsesProvider",
     "OutputFilter",
     "PrefixCacheStats",
     "Price",

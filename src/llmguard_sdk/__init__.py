@@ -66,7 +66,13 @@ from .errors import (
 from .guard import ChatOptions, Guard
 from .models import ChatRequest, ChatResponse, Message, StreamChunk, Timings, Usage
 from .prompts import PrefixCacheStats, PromptBuilder
-from .providers import AnthropicProvider, LocalProvider, OpenAICompatibleProvider, Provider
+from .providers import (
+    AnthropicProvider,
+    LocalProvider,
+    OpenAICompatibleProvider,
+    OpenAIResponsesProvider,
+    Provider,
+)
 from .ratelimit import RateLimit
 from .retry import RetryBudgetPolicy, RetryPolicy
 from .store import MemoryStore, RedisClusterStore, RedisStore, Store
@@ -119,6 +125,7 @@ __all__ = [
     "Message",
     "OpenAICompatibleProvider",
     "OpenAIEmbedder",
+    "OpenAIResponsesProvider",
     "OutputFilter",
     "PrefixCacheStats",
     "Price",

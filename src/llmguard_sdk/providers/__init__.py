@@ -4,5 +4,12 @@ from .anthropic import AnthropicProvider
 from .base import Provider
 from .local import LocalProvider
 from .openai_compat import OpenAICompatibleProvider
+from .responses import OpenAIResponsesProvider
 
-__all__ = ["AnthropicProvider", "LocalProvider", "OpenAICompatibleProvider", "Provider"]
+__all__ = [
+    "AnthropicProvider",
+    "LocalProvider",
+    "OpenAICompatibleProvider",
+    "OpenAIResponsesProvider",
+    "Provider",
+]

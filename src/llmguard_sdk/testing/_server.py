@@ -14,13 +14,14 @@ from typing import TYPE_CHECKING, Any
 
 from ._chat import _ChatHandler
 from ._messages import _MessagesHandler
+from ._responses import RESPONSES_PATHS, _ResponsesHandler
 from ._wire import _CHAT_PATHS, _MESSAGES_PATHS, _MODELS_PATHS, _POLL_S, _dumps, _error_body
 
 if TYPE_CHECKING:
     from ._provider import FakeProvider
 
 
-class _Handler(_ChatHandler, _MessagesHandler):
+class _Handler(_ChatHandler, _MessagesHandler, _ResponsesHandler):
     """Routes a request to the chat, messages, models or health answer."""
 
     def do_GET(self) -> None:
@@ -58,6 +59,9 @@ class _Handler(_ChatHandler, _MessagesHandler):
             return
         if self.command == "POST" and path in _MESSAGES_PATHS:
             self._messages(raw, n)
+            return
+        if self.command == "POST" and path in RESPONSES_PATHS:
+            self._responses(raw, n)
             return
         common = provider._common_headers(n)
         if self.command == "GET" and path in _MODELS_PATHS:

@@ -1,28 +1,78 @@
-"""OpenAI's Responses API on the wire: ``POST /v1/responses`` (filled in below)."""
+"""OpenAI's Responses API on the wire: ``POST /v1/responses``, JSON or SSE events.
+
+The request becomes a chat call of the Guard (any route answers it: chat providers, the
+Responses provider, Anthropic, the local model), so caching, budgets, rate limits and
+telemetry treat it as they treat chat.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-from ..errors import LLMGuardError, RequestValidationError
-from ..models import ChatResponse
+from ..errors import LLMGuardError
+from ..models import ChatResponse, StreamChunk
+from ..providers._responses_wire import Answer, EventWriter, chat_arguments
 from . import _wire
-from ._chat import ChunkWriter
+from ._chat import call_arguments
 from ._wire import Incoming
 
 
+def _response_id(given: str | None) -> str:
+    return given if given and given.startswith("resp") else _wire.new_id("resp")
+
+
 class ResponsesWire:
-    """Responses: parse a request, answer a response object or its events."""
+    """Responses: parse a request, answer a ``response`` object or its events."""
 
     def arguments(self, body: dict[str, Any], incoming: Incoming) -> dict[str, Any]:
-        raise RequestValidationError("the Responses API is not served yet")
+        """``body`` (a Responses request) as Guard arguments."""
+        params = chat_arguments(body)
+        messages, model = params.pop("messages"), params.pop("model")
+        arguments = call_arguments(messages, model, params)
+        arguments.update(_wire.passthrough(incoming))
+        return arguments
 
     def answer(self, response: ChatResponse) -> dict[str, Any]:
-        return {}
+        """The ``response`` object of ``response``."""
+        answer = Answer(_response_id(response.id), response.model)
+        answer.text = response.text
+        answer.tool_calls = list(response.tool_calls or ())
+        answer.usage, answer.finish_reason = response.usage, response.finish_reason
+        return answer.body()
 
-    def writer(self, arguments: Mapping[str, Any]) -> ChunkWriter:
-        return ChunkWriter("")
+    def writer(self, arguments: Mapping[str, Any]) -> EventsWriter:
+        """A writer for one stream's events."""
+        model = arguments.get("model")
+        return EventsWriter(Answer(_wire.new_id("resp"), model if isinstance(model, str) else ""))
 
     def error(self, exc: LLMGuardError) -> dict[str, Any]:
+        """OpenAI's error body."""
         return _wire.openai_error(exc)
+
+
+class EventsWriter:
+    """Responses events for the transport's stream loop (opening events before the first)."""
+
+    def __init__(self, answer: Answer) -> None:
+        self._events = EventWriter(answer)
+        self._started = False
+
+    def _start(self) -> bytes:
+        if self._started:
+            return b""
+        self._started = True
+        return self._events.start()
+
+    def event(self, chunk: StreamChunk) -> bytes:
+        """The events of one chunk."""
+        return self._start() + self._events.chunk(chunk)
+
+    def end(self) -> bytes:
+        """The closing events."""
+        return self._start() + self._events.end()
+
+    def failure(self, exc: LLMGuardError) -> bytes:
+        """An ``error`` event."""
+        body = _wire.openai_error(exc)["error"]
+        return self._start() + self._events.failure(body["message"], body["code"])

@@ -1,0 +1,270 @@
+"""A route that calls OpenAI's Responses API (``POST /v1/responses``), plain and streamed.
+
+The Guard's requests are chat-shaped; this provider sends them as Responses requests (system
+and developer messages as input items, assistant tool calls as ``function_call`` items, tool
+results as ``function_call_output`` items, ``max_output_tokens``, flat function tools,
+``text.format`` for structured output, ``reasoning.effort``) and reads the answer back:
+output text, function calls, and usage with its cached input and reasoning output tokens.
+
+.. versionadded:: 0.2.0
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import ValidationError
+
+from ..errors import MalformedResponseError, ProviderUnavailableError
+from ..models import ChatRequest, ChatResponse, Message, StreamChunk, Usage
+from .anthropic import AnthropicStreamState
+from .openai_compat import OpenAICompatibleProvider
+from .wire import MAX_ERROR_BODY_BYTES, StreamState, error_from_status, json_answer
+from .wire import malformed_answer as _malformed
+
+__all__ = ["OpenAIResponsesProvider"]
+
+_SAME = ("temperature", "top_p", "tool_choice")
+
+
+class OpenAIResponsesProvider(OpenAICompatibleProvider):
+    """OpenAI's Responses API, sync and async, streaming and not.
+
+    Takes the arguments of :class:`~llmguard_sdk.OpenAICompatibleProvider` (``base_url``
+    such as ``https://<provider host>/v1``, ``api_key``, ``model``, ``name`` ...). Answers
+    carry ``usage.cached_input_tokens`` and ``usage.reasoning_tokens``; an ``incomplete``
+    answer cut by ``max_output_tokens`` has ``finish_reason="length"``.
+
+    .. versionadded:: 0.2.0
+    """
+
+    def __init__(self, base_url: str, **options: Any) -> None:
+        super().__init__(base_url, **options)
+        self._url = self.base_url + "/responses"
+
+    def __repr__(self) -> str:
+        return f"OpenAIResponsesProvider(name={self.name!r}, base_url={self.base_url!r})"
+
+    def _payload(self, request: ChatRequest, model: str, *, stream: bool) -> dict[str, Any]:
+        return build_responses_payload(request, model=model, stream=stream)
+
+    def _parse(self, status: int, headers: Mapping[str, str], body: bytes) -> ChatResponse:
+        return parse_response(status, headers, body, route=self.name)
+
+    def _stream_state(self, deadline: float) -> StreamState:
+        return ResponsesStreamState(self.name, deadline)
+
+
+# -- requests ------------------------------------------------------------------------------
+
+
+def _content(message: Message) -> str | list[dict[str, Any]]:
+    if isinstance(message.content, str) or message.content is None:
+        return message.content or ""
+    text_type = "output_text" if message.role == "assistant" else "input_text"
+    parts: list[dict[str, Any]] = []
+    for part in message.content:
+        if part.get("type") == "text":
+            parts.append({"type": text_type, "text": part.get("text", "")})
+        elif part.get("type") == "image_url":
+            image = part.get("image_url")
+            url = image.get("url") if isinstance(image, dict) else image
+            parts.append({"type": "input_image", "image_url": url})
+    return parts
+
+
+def _items(message: Message) -> list[dict[str, Any]]:
+    if message.role == "tool":
+        return [
+            {
+                "type": "function_call_output",
+                "call_id": message.tool_call_id,
+                "output": message.text,
+            }
+        ]
+    items: list[dict[str, Any]] = []
+    if message.content:
+        items.append({"role": message.role, "content": _content(message)})
+    for call in message.tool_calls or ():
+        function = call.get("function")
+        function = function if isinstance(function, dict) else {}
+        items.append(
+            {
+                "type": "function_call",
+                "call_id": call.get("id"),
+                "name": function.get("name"),
+                "arguments": function.get("arguments") or "",
+            }
+        )
+    return items
+
+
+def _tool(tool: Mapping[str, Any]) -> dict[str, Any]:
+    function = tool.get("function")
+    if tool.get("type") != "function" or not isinstance(function, dict):
+        return dict(tool)  # already flat, or a built-in tool: sent as given
+    return {"type": "function", **function}
+
+
+def build_responses_payload(request: ChatRequest, *, model: str, stream: bool) -> dict[str, Any]:
+    """The JSON body of a Responses call for ``request``."""
+    payload: dict[str, Any] = {
+        "model": model,
+        "input": [item for m in request.messages for item in _items(m)],
+    }
+    payload.update(request.model_dump(include=set(_SAME), exclude_none=True))
+    choice = payload.get("tool_choice")
+    if isinstance(choice, dict) and isinstance(choice.get("function"), dict):
+        payload["tool_choice"] = {"type": "function", "name": choice["function"].get("name")}
+    if request.output_limit is not None:
+        payload["max_output_tokens"] = request.output_limit
+    if request.tools:
+        payload["tools"] = [_tool(t) for t in request.tools]
+    fmt = request.response_format
+    if fmt is not None:
+        schema = fmt.get("json_schema")
+        flat = schema if isinstance(schema, dict) else {}
+        payload["text"] = {"format": {"type": fmt.get("type"), **flat}}
+    extra = dict(request.extra_body or {})
+    effort = extra.pop("reasoning_effort", None)
+    if effort is not None:
+        payload["reasoning"] = {"effort": effort}
+    payload.update(extra)
+    if stream:
+        payload["stream"] = True
+    return payload
+
+
+# -- answers -------------------------------------------------------------------------------
+
+
+def usage_of(raw: object) -> Usage | None:
+    """Responses usage (``input_tokens`` counts the cached ones) as :class:`Usage`."""
+    if not isinstance(raw, dict):
+        return None
+    inputs = raw.get("input_tokens_details")
+    outputs = raw.get("output_tokens_details")
+    return Usage(
+        input_tokens=raw.get("input_tokens") or 0,
+        output_tokens=raw.get("output_tokens") or 0,
+        cached_input_tokens=(inputs.get("cached_tokens") or 0) if isinstance(inputs, dict) else 0,
+        reasoning_tokens=(outputs.get("reasoning_tokens") or 0) if isinstance(outputs, dict) else 0,
+    )
+
+
+def _finish(data: Mapping[str, Any], has_calls: bool) -> str:
+    details = data.get("incomplete_details")
+    reason = details.get("reason") if isinstance(details, dict) else None
+    if data.get("status") == "incomplete":
+        return "content_filter" if reason == "content_filter" else "length"
+    return "tool_calls" if has_calls else "stop"
+
+
+def _output(data: Mapping[str, Any]) -> tuple[str, list[dict[str, Any]]]:
+    text: list[str] = []
+    calls: list[dict[str, Any]] = []
+    output = data.get("output")
+    for item in output if isinstance(output, list) else ():
+        if not isinstance(item, dict):
+            continue
+        if item.get("type") == "message":
+            for part in item.get("content") or ():
+                if isinstance(part, dict) and part.get("type") == "output_text":
+                    text.append(str(part.get("text", "")))
+        elif item.get("type") == "function_call":
+            calls.append(
+                {
+                    "id": item.get("call_id"),
+                    "type": "function",
+                    "function": {"name": item.get("name"), "arguments": item.get("arguments")},
+                }
+            )
+    return "".join(text), calls
+
+
+def parse_response(
+    status: int, headers: Mapping[str, str], body: bytes, *, route: str
+) -> ChatResponse:
+    """A Responses answer as a :class:`ChatResponse`, or its typed error."""
+    if status != 200:
+        text = body[:MAX_ERROR_BODY_BYTES].decode("utf-8", errors="replace")
+        raise error_from_status(status, headers, text, route=route)
+    problem = _malformed(route, headers, body)
+    data = json_answer(headers, body, problem)
+    if data.get("status") == "failed":
+        error = data.get("error")
+        message = error.get("message") if isinstance(error, dict) else None
+        raise ProviderUnavailableError(str(message or "the response failed"), route=route)
+    if not isinstance(data.get("output"), list):
+        raise problem("response has no output list")
+    text, calls = _output(data)
+    try:
+        return ChatResponse(
+            text=text,
+            finish_reason=_finish(data, bool(calls)),
+            usage=usage_of(data.get("usage")),
+            model=str(data.get("model") or ""),
+            route=route,
+            id=data.get("id") if isinstance(data.get("id"), str) else None,
+            tool_calls=calls or None,
+            headers=dict(headers),
+        )
+    except ValidationError as exc:
+        raise problem(f"response does not fit the model: {exc.errors()[0]['msg']}") from None
+
+
+class ResponsesStreamState(AnthropicStreamState):
+    """Decodes Responses stream events into chunks: one event at most one chunk, as
+    Anthropic's stream (whose loop and chunk making it shares); the error rules are
+    :class:`~llmguard_sdk.providers.wire.StreamState`'s."""
+
+    def __init__(self, route: str, deadline: float) -> None:
+        super().__init__(route, deadline)
+        self.calls: dict[int, int] = {}  # output index -> tool call index
+
+    def _event(self, data: str) -> StreamChunk | None:
+        event = self.event_object(data)
+        kind = event.get("type")
+        if kind in ("error", "response.failed"):
+            error = event.get("response", {}).get("error") if kind != "error" else event
+            message = error.get("message") if isinstance(error, dict) else None
+            raise self.failure(ProviderUnavailableError, str(message or "the response failed"))
+        if kind == "response.created":
+            response = event.get("response")
+            if not isinstance(response, dict):
+                raise self.failure(MalformedResponseError, "response.created has no response")
+            self.model = str(response.get("model") or "")
+            self.message_id = response.get("id") if isinstance(response.get("id"), str) else None
+            return self._make()
+        if kind == "response.output_text.delta":
+            delta = event.get("delta")
+            return self._make(text=delta) if isinstance(delta, str) and delta else None
+        if kind in ("response.output_item.added", "response.function_call_arguments.delta"):
+            return self._call(kind, event)
+        if kind in ("response.completed", "response.incomplete"):
+            response = event.get("response")
+            response = response if isinstance(response, dict) else {}
+            self.finished = self.done = True
+            finish = _finish(response, bool(self.calls))
+            return self._make(finish=finish, usage=usage_of(response.get("usage")))
+        return None  # in_progress, content parts, the *.done events, reasoning summaries
+
+    def _call(self, kind: str, event: dict[str, Any]) -> StreamChunk | None:
+        at = event.get("output_index")
+        if kind == "response.output_item.added":
+            item = event.get("item")
+            if not isinstance(item, dict) or item.get("type") != "function_call":
+                return None
+            index = self.calls[at if isinstance(at, int) else len(self.calls)] = len(self.calls)
+            call = {
+                "index": index,
+                "id": item.get("call_id"),
+                "type": "function",
+                "function": {"name": item.get("name"), "arguments": item.get("arguments") or ""},
+            }
+            return self._make(tool_calls=[call])
+        delta = event.get("delta")
+        if at not in self.calls or not isinstance(delta, str):
+            return None
+        return self._make(tool_calls=[{"index": self.calls[at], "function": {"arguments": delta}}])

@@ -1,0 +1,131 @@
+"""The fake provider's OpenAI Responses API: ``POST /v1/responses``, plain and streamed.
+
+Deterministic like the chat endpoint: the reply echoes the last user text (or the ``reply``
+callback's answer, given the request as chat messages), input tokens count the same way (the
+``instructions`` as a system message), ``prefix_cache=True`` reports
+``input_tokens_details.cached_tokens``, ``max_output_tokens`` cuts the reply (status
+``incomplete``). A request with ``reasoning.effort`` also spends reasoning tokens (2 for
+``low``, 4 for ``medium``, 8 for ``high``) reported in ``output_tokens_details``. With tools and
+a ``tool_choice`` of ``"required"`` or one named function, the answer is a ``function_call`` of
+that tool (the first one for ``"required"``) with the arguments ``{}``. Faults: delays apply as
+usual; a failing fault answers its status (500 for faults without one) with OpenAI's error
+body, after its latency; hangs and resets as for chat.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from ..errors import RequestValidationError
+from ..models import StreamChunk, Usage
+from ..providers._responses_wire import Answer, EventWriter, chat_messages
+from ._faults import Fault
+from ._http import _BaseHandler
+from ._wire import _dumps, _error_body, _error_type, _fault_headers, _openai_tokens, _split_pieces
+
+RESPONSES_PATHS = frozenset({"/v1/responses", "/responses"})
+_REASONING = {"minimal": 1, "low": 2, "medium": 4, "high": 8}
+
+
+def _tool_call(body: dict[str, Any]) -> dict[str, Any] | None:
+    tools = [t for t in body.get("tools") or () if isinstance(t, dict)]
+    choice = body.get("tool_choice")
+    if not tools or not (choice == "required" or isinstance(choice, dict)):
+        return None
+    name = choice.get("name") if isinstance(choice, dict) else tools[0].get("name")
+    return {
+        "index": 0,
+        "id": "call_fake_0",
+        "type": "function",
+        "function": {"name": name, "arguments": "{}"},
+    }
+
+
+class _ResponsesHandler(_BaseHandler):
+    def _responses(self, raw: bytes, n: int) -> None:
+        provider = self._srv.provider
+        try:
+            body = json.loads(raw)
+            if not isinstance(body, dict):
+                raise RequestValidationError("request body must be a JSON object")
+            messages = chat_messages(body)
+        except (ValueError, UnicodeDecodeError) as exc:  # RequestValidationError included
+            provider._note_chat(stream=False)
+            provider._note_status(400)
+            err = _error_body(str(exc), "invalid_request_error", None)
+            self._send(400, _dumps(err), "application/json", provider._common_headers(n))
+            return
+        stream = body.get("stream") is True
+        provider._note_chat(stream=stream)
+        fault = provider._choose_fault()
+        if fault is not None and not fault.is_delay_only:
+            provider._note_fault()
+            if self._silent_fault(fault):
+                return
+            status = fault.status or 500
+            provider._note_status(status)
+            err = _error_body(f"fake error {status}", _error_type(status), fault.error_code)
+            headers = provider._common_headers(n) + _fault_headers(fault)
+            self._send(status, _dumps(err), "application/json", headers)
+            return
+        self._answer_responses(body, {"messages": messages, "tools": body.get("tools")}, fault, n)
+
+    def _answer_responses(
+        self, body: dict[str, Any], chat: dict[str, Any], fault: Fault | None, n: int
+    ) -> None:
+        provider = self._srv.provider
+        call = _tool_call(body)
+        pieces = [] if call is not None else _split_pieces(provider._make_reply(chat))
+        limit, finish = body.get("max_output_tokens"), "tool_calls" if call else "stop"
+        if isinstance(limit, int) and limit < len(pieces):
+            pieces, finish = pieces[:limit], "length"
+        tokens = _openai_tokens(chat)
+        effort = (body.get("reasoning") or {}).get("effort")
+        reasoning = _REASONING.get(effort, 4) if effort else 0
+        retry_after, rate_headers = provider._admit(len(tokens) + (limit or len(pieces)))
+        headers = [("x-request-id", f"req-{n}"), *rate_headers, *_fault_headers(fault)]
+        if not self._pause(fault.latency if fault else 0.0):
+            return
+        if retry_after is not None:
+            provider._note_rate_limited()
+            provider._note_status(429)
+            headers.append(("Retry-After", str(max(1, math.ceil(retry_after)))))
+            err = _error_body("rate limit reached", "rate_limit_error", "rate_limit_exceeded")
+            self._send(429, _dumps(err), "application/json", headers)
+            return
+        cached = provider._openai_cached(tokens) if provider.prefix_cache else 0
+        usage = Usage(
+            input_tokens=len(tokens),
+            output_tokens=len(pieces) + reasoning,
+            cached_input_tokens=cached,
+            reasoning_tokens=reasoning,
+        )
+        model = body.get("model") or provider._model
+        chunks = [StreamChunk(text=p) for p in pieces]
+        chunks.append(
+            StreamChunk(finish_reason=finish, usage=usage, tool_calls=[call] if call else None)
+        )
+        writer = EventWriter(Answer(f"resp_fake_{n}", str(model)))
+        provider._note_status(200)
+        provider._note_success(len(tokens), usage.output_tokens)
+        if body.get("stream") is not True:
+            for chunk in chunks:
+                writer.chunk(chunk)
+            writer.end()
+            answer = writer.answer.body()
+            self._send(200, _dumps(answer), "application/json", headers)
+            return
+        self._start_stream(headers)
+        self._event(writer.start())
+        for i, chunk in enumerate(chunks):
+            delay = (fault.first_token_delay if i == 0 else fault.inter_token_delay) if fault else 0
+            if not self._pause(delay):
+                return
+            events = writer.chunk(chunk)
+            if events:  # an empty piece would end a chunked body
+                self._event(events)
+        self._event(writer.end(), last=True)
+        if not self._chunked:
+            self.close_connection = True

@@ -1,0 +1,161 @@
+"""OpenAI's Responses API: a route that calls /v1/responses, and responses.create answered by
+the Guard (any route), cached, budgeted and reported like chat."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import openai
+import pytest
+from openai.types.responses import Response
+
+from llmguard_sdk import CallEvent, Guard, ProviderUnavailableError
+from llmguard_sdk.budget import Budget, Budgets, Price, PriceTable
+from llmguard_sdk.client import _openai_client
+from llmguard_sdk.providers.responses import OpenAIResponsesProvider
+from llmguard_sdk.testing import FakeProvider, Fault
+
+from .conftest import USER
+
+MakeGuard = Callable[..., Guard]
+TOOLS = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}]
+
+
+def _route(fake: FakeProvider, **options: Any) -> Guard:
+    provider = OpenAIResponsesProvider(fake.base_url, model=fake.model, name=fake.name)
+    options.setdefault("environ", {})
+    return Guard(provider, **options)
+
+
+def test_provider_plain_usage_with_cached_and_reasoning_tokens() -> None:
+    with FakeProvider(model="fake-model", prefix_cache=True, prefix_cache_min_tokens=4) as fake:
+        guard = _route(fake)
+        long = [{"role": "system", "content": "you answer briefly and well"}, *USER]
+        guard.chat(long)
+        answer = guard.chat(long, extra_body={"reasoning_effort": "high"})
+        guard.close()
+    assert answer.text == "Echo: hello there"
+    assert answer.usage is not None
+    assert answer.usage.input_tokens == 15
+    assert answer.usage.cached_input_tokens > 0
+    assert answer.usage.reasoning_tokens == 8  # type: ignore[attr-defined]
+    assert answer.usage.output_tokens == 3 + 8
+    body = fake.requests[-1].body
+    assert body is not None
+    assert body["reasoning"] == {"effort": "high"}
+    assert body["input"][0] == {"role": "system", "content": "you answer briefly and well"}
+    assert fake.requests[-1].path == "/v1/responses"
+
+
+def test_provider_length_tools_and_errors(fake: FakeProvider) -> None:
+    guard = _route(fake, retry=None)
+    cut = guard.chat(USER, max_tokens=2)
+    assert (cut.text, cut.finish_reason) == ("Echo: hello", "length")
+    call = guard.chat(
+        USER, tools=TOOLS, tool_choice={"type": "function", "function": {"name": "lookup"}}
+    )
+    assert call.finish_reason == "tool_calls"
+    assert call.tool_calls == [
+        {"id": "call_fake_0", "type": "function", "function": {"name": "lookup", "arguments": "{}"}}
+    ]
+    sent = fake.requests[-1].body
+    assert sent is not None
+    assert sent["tools"] == [
+        {"type": "function", "name": "lookup", "parameters": {"type": "object"}}
+    ]
+    assert sent["tool_choice"] == {"type": "function", "name": "lookup"}
+    fake.always(Fault(status=503))
+    with pytest.raises(ProviderUnavailableError):
+        guard.chat(USER)
+    guard.close()
+
+
+def test_provider_streams_text_tools_and_usage(fake: FakeProvider) -> None:
+    guard = _route(fake)
+    with guard.chat(USER, stream=True) as stream:
+        text = "".join(c.text for c in stream)
+    assert text == "Echo: hello there"
+    assert stream.response.usage is not None
+    assert stream.response.usage.output_tokens == 3
+    with guard.chat(USER, stream=True, tools=TOOLS, tool_choice="required") as stream:
+        list(stream)
+    assert stream.response.tool_calls is not None
+    assert stream.response.tool_calls[0]["function"] == {"name": "lookup", "arguments": "{}"}
+
+    async def run() -> str:
+        answer = await guard.achat(USER)
+        await guard.aclose()
+        return answer.text
+
+    assert anyio.run(run) == "Echo: hello there"
+
+
+@pytest.mark.parametrize("route", ["chat", "responses"])
+def test_responses_create_through_the_guard(
+    fake: FakeProvider, make_guard: MakeGuard, route: str
+) -> None:
+    guard = make_guard(fake) if route == "chat" else _route(fake)
+    client = _openai_client(guard)
+    response = client.responses.create(
+        model="fake-model", instructions="be brief", input="hello there", max_output_tokens=20
+    )
+    assert isinstance(response, Response)
+    assert response.output_text == "Echo: hello there"
+    assert response.usage is not None
+    assert response.usage.input_tokens == 12  # instructions count as a system message
+    assert response.llmguard.route == "primary"
+    events = list(client.responses.create(model="fake-model", input="hello there", stream=True))
+    direct = openai.OpenAI(api_key="sk-x", base_url=fake.base_url, max_retries=0)
+    expected = list(direct.responses.create(model="fake-model", input="hello there", stream=True))
+    assert [e.type for e in events] == [e.type for e in expected]
+    assert events[-1].response.output_text == expected[-1].response.output_text
+    guard.close()
+
+
+def test_responses_tools_round_trip(fake: FakeProvider, make_guard: MakeGuard) -> None:
+    client = _openai_client(_route(fake))
+    tools: Any = [{"type": "function", "name": "lookup", "parameters": {"type": "object"}}]
+    first = client.responses.create(model="m", input="find it", tools=tools, tool_choice="required")
+    (call,) = [item for item in first.output if item.type == "function_call"]
+    assert (call.name, call.arguments) == ("lookup", "{}")
+    follow_up: Any = [
+        {"role": "user", "content": "find it"},
+        {"type": "function_call", "call_id": call.call_id, "name": "lookup", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": call.call_id, "output": "found"},
+    ]
+    second = client.responses.create(model="m", input=follow_up, tools=tools)
+    assert second.output_text == "Echo: find it"
+    sent = fake.requests[-1].body
+    assert sent is not None
+    assert sent["input"][1:] == follow_up[1:]  # the Responses route sends the items back
+    chat = _openai_client(make_guard(fake))  # a chat route gets them as chat messages
+    assert chat.responses.create(model="m", input=follow_up).output_text == "Echo: find it"
+    messages = fake.requests[-1].body["messages"]  # type: ignore[index]
+    assert messages[1]["tool_calls"][0]["id"] == call.call_id
+    assert messages[2] == {"role": "tool", "tool_call_id": call.call_id, "content": "found"}
+
+
+def test_cache_budget_and_events_treat_responses_like_chat(
+    fake: FakeProvider, make_guard: MakeGuard
+) -> None:
+    events: list[CallEvent] = []
+    prices = PriceTable.default_table().with_prices({"fake-model": Price(input=100, output=200)})
+    guard = make_guard(
+        fake,
+        cache=True,
+        hooks=[events.append],
+        budgets=Budgets([Budget(limit_usd=1.0)], prices=prices),
+    )
+    client = _openai_client(guard)
+    first = client.responses.create(model="fake-model", input="hello there")
+    again = client.responses.create(model="fake-model", input="hello there")
+    assert first.llmguard.route == "primary"
+    assert again.llmguard.route == "cache"
+    assert again.output_text == first.output_text
+    assert len(fake.requests) == 1
+    assert [e.route for e in events] == ["primary", "cache"]
+    assert events[0].cost_usd == pytest.approx((6 * 100 + 3 * 200) / 1e6)
+    with pytest.raises(Exception, match="previous_response_id"):
+        client.responses.create(model="m", input="x", previous_response_id="resp_1")
