@@ -103,12 +103,12 @@ class GenaiSource:
         return None
 
     def models(self) -> Iterator[tuple[str, str]]:
-        """``(provider id, model id)`` of every model with a token price."""
+        """``(provider id, model id)`` of every model with a token price that its id finds."""
         day = dt.datetime.now(dt.timezone.utc).date()
         for provider in _providers():
             for info in provider.models:
                 fields = _standard(info, day)
-                if fields.get("input_mtok") is not None and fields.get("output_mtok") is not None:
+                if "input_mtok" in fields and "output_mtok" in fields and info.is_match(info.id):
                     yield provider.id, info.id
 
     @property

@@ -199,8 +199,9 @@ class PriceTable:
         })
 
     The first layer that knows a model decides its price for every tier: its price for the
-    tier if it has one, else its standard price, discounted by ``batch_discount`` for the
-    ``"batch"`` tier (OpenAI, Anthropic and Google bill batches at half price). A lookup is
+    tier if it has one, else its standard price; in the user's and the shipped entries (which
+    list no tiers unless told) the ``"batch"`` tier is the standard price less
+    ``batch_discount`` (OpenAI, Anthropic and Google bill batches at half price). A lookup is
     done once per model, tier and day, then cached.
 
     Args:
@@ -344,7 +345,9 @@ class PriceTable:
         found = self._source.find(name, provider, day, tier)
         if found is not None or tier is None:
             return found
-        return self._tiered(self._source.find(name, provider, day, None), tier)
+        # the source lists tiers model by model: a model without the tier's rates (one
+        # without a batch API, say) is billed at its standard rates
+        return self._source.find(name, provider, day, None)
 
     def _tiered(self, standard: Price | None, tier: str) -> Price | None:
         """A tier's price from the standard one: batch at the discount, others as is."""
