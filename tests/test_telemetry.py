@@ -75,12 +75,15 @@ def exporters(**options: Any) -> tuple[Exported, MeterProvider]:
     return Exported(spans, reader, telemetry, tracer_provider), meter_provider
 
 
-@pytest.fixture
-def otel() -> Iterator[Exported]:
+def exporting() -> Iterator[Exported]:
+    """The ``otel`` fixture: :func:`exporters` with defaults, shut down afterwards."""
     exported, meter_provider = exporters()
     yield exported
     meter_provider.shutdown()
     exported.tracer_provider.shutdown()
+
+
+otel = pytest.fixture(exporting, name="otel")
 
 
 def call_span(otel: Exported) -> ReadableSpan:

@@ -21,7 +21,7 @@ from llmguard_sdk import AnthropicProvider, Guard, OpenAICompatibleProvider, Pro
 from llmguard_sdk.errors import ConfigurationError, LLMGuardError
 from llmguard_sdk.models import ChatResponse, Usage
 from llmguard_sdk.telemetry import Telemetry
-from llmguard_sdk.telemetry._otel import _add_response
+from llmguard_sdk.telemetry._attributes import add_response
 from llmguard_sdk.telemetry._semconv import names_for
 from llmguard_sdk.testing import FakeProvider, Fault
 
@@ -127,7 +127,7 @@ def emit_everything(mode: str) -> Emitted:
         usage=Usage(input_tokens=9, output_tokens=8, reasoning_tokens=5, cached_input_tokens=2),
     )
     usage_attributes: dict[str, Any] = {}
-    _add_response(usage_attributes, every_usage, telemetry.names)
+    add_response(usage_attributes, every_usage, telemetry.names)
     for key, value in usage_attributes.items():
         emitted.attributes.setdefault(key, []).append(value)
         emitted.where[key] = "a response with every usage count"

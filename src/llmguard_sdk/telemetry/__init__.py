@@ -41,6 +41,14 @@ second``; ``llmguard.cost`` (USD); ``llmguard.cache.lookups`` (by result);
 cache carry ``llmguard.cache`` on the duration metric, so they never mix into provider
 latency, and report no token usage.
 
+**Quality signals and feedback.** Refusals, truncated and empty answers, JSON-schema
+failures and guardrail rejections are counted on ``llmguard.quality.signals`` (by
+``llmguard.quality.signal``, ``feature``, ``served_by`` and ``release``, the latter from the
+request's ``metadata={"release": ...}``) and are ``llmguard.quality`` events on the call's
+span. Every answer carries ``metadata["call_id"]`` (also the span's ``llmguard.call_id``);
+:meth:`Telemetry.feedback` records the application's score for it on
+``llmguard.feedback.score`` with the call's labels and as a span linked to the call's.
+
 **Logs and redaction.** One record per call on the ``llmguard_sdk.calls`` logger (DEBUG by
 default) with the same fields under ``record.llmguard``. Credentials never appear in spans,
 metrics, logs or exception messages

@@ -3,34 +3,39 @@
 from __future__ import annotations
 
 import logging
+import os
 import time
-from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Literal
 
 from opentelemetry import context as otel_context
 from opentelemetry import metrics, trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from .._state.stores import hash_id
 from .._version import __version__
+from ._attributes import (
+    Attributes,
+    add_response,
+    add_scope,
+    hashed_scope,
+    provider_name,
+    quality_labels,
+    wall_ns,
+)
+from ._quality import Quality, signals_of
 from ._semconv import Names, SemconvMode, names_for
 from .redaction import redact, redact_secrets
 
 if TYPE_CHECKING:
     from ..breaker import BreakerTransition
     from ..budget import BudgetEvent
-    from ..context import AttemptRecord, CallContext, CallEvent, RetryDetails, Scope
+    from ..context import AttemptRecord, CallContext, CallEvent
     from ..models import ChatResponse
     from ..providers.base import Provider
 
 __all__ = ["Telemetry"]
 
 _SCOPE = "llmguard_sdk"
-_PROVIDER_NAMES = {
-    "AnthropicProvider": "anthropic",
-    "LocalProvider": "llama.cpp",
-    "OpenAICompatibleProvider": "openai",
-}
 _TOKEN_BUCKETS = [1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304]
 _DURATION_BUCKETS = [0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48]
 _CALL_LOG = logging.getLogger("llmguard_sdk.calls")
@@ -38,21 +43,6 @@ _SDK_CHECK_SECONDS = 1.0
 _PROXIES = frozenset(
     {"ProxyTracerProvider", "NoOpTracerProvider", "_ProxyMeterProvider", "NoOpMeterProvider"}
 )
-
-Attributes = dict[str, Any]
-
-
-def provider_name(route: Provider | None) -> str:
-    """The ``gen_ai.provider.name`` of a route (``openai`` for any OpenAI-compatible one)."""
-    if route is None:
-        return "unknown"
-    named = getattr(route, "provider_name", None)
-    if isinstance(named, str):
-        return named
-    for cls in type(route).__mro__:
-        if cls.__name__ in _PROVIDER_NAMES:
-            return _PROVIDER_NAMES[cls.__name__]
-    return type(route).__name__.lower()
 
 
 def _seconds(
@@ -162,6 +152,8 @@ class Telemetry:
             description="What a budget scope had left at its last alert or refusal",
         )
 
+        self._quality = Quality(meter, self._tracer)
+
     def __repr__(self) -> str:
         return f"Telemetry(capture_content={self.capture_content})"
 
@@ -196,7 +188,7 @@ class Telemetry:
             "llmguard.attempts": event.attempts,
             "llmguard.outcome": event.outcome,
         }
-        _add_scope(attributes, event.scope, event.retries)
+        add_scope(attributes, event.scope, event.retries)
         if event.error is not None:
             attributes["error.type"] = type(event.error).__name__
         if event.usage is not None:
@@ -228,7 +220,7 @@ class Telemetry:
     def on_budget_event(self, event: BudgetEvent) -> None:
         """A budget hook: counts events and records what the scope has left (scope ids
         hashed)."""
-        scope = _hashed_scope(event.scope)
+        scope = hashed_scope(event.scope)
         labels: Attributes = {
             "llmguard.budget": event.budget,
             "llmguard.budget.event": event.kind,
@@ -253,9 +245,16 @@ class Telemetry:
         cancelled: bool,
         cache_on: bool,
     ) -> None:
-        """Export one finished call: its span and attempt spans, metric points, a log record."""
+        """Export one finished call: its span and attempt spans, metric points, a log record;
+        its quality signals; the answer's ``metadata["call_id"]`` for :meth:`feedback`."""
+        call_id = os.urandom(8).hex()
+        if response is not None:
+            response.metadata["call_id"] = call_id
+        signals = signals_of(ctx.request, response, error)
         exporting = self._exporting()
         if not exporting and not self._logging():
+            if response is not None:
+                self._quality.remember(call_id, quality_labels(ctx, {}), None)
             return  # nothing would see the work: keep the no-SDK path cheap
         by_name = {route.name: route for route in routes}
         end = ctx.started + ctx.elapsed()
@@ -268,10 +267,31 @@ class Telemetry:
         }
         call = dict(common)
         call.update(self._call_attributes(ctx, kind, response, error, cancelled, cache_on))
+        call["llmguard.call_id"] = call_id
+        span = None
+        labels = quality_labels(ctx, call)
         if exporting:
-            self._export_spans(ctx, by_name, call, end, error, cancelled)
+            span = self._export_spans(ctx, by_name, call, end, error, cancelled, signals)
             self._export_metrics(ctx, kind, common, call, response, error)
-        self._log(ctx, call, response)
+            self._quality.count(signals, labels)
+        if response is not None:
+            self._quality.remember(call_id, labels, span)
+        self._log(ctx, call, response, signals)
+
+    def feedback(self, call_id: str, score: float, *, label: str | None = None) -> bool:
+        """Record the application's ``score`` for the call whose answer carried
+        ``metadata["call_id"]`` (``label``: what kind of score, e.g. ``"thumbs"``): a point on
+        ``llmguard.feedback.score`` with the call's feature, route and release, and an
+        ``llmguard.feedback`` span linked to the call's span. Returns whether the call was
+        known (one of the last 10,000 calls of this Telemetry).
+
+        Raises:
+            RequestValidationError: ``score`` is not a finite number, or ``label`` not a
+                string.
+
+        .. versionadded:: 0.2.0
+        """
+        return self._quality.feedback(call_id, score, label) is not None
 
     def _exporting(self) -> bool:
         """False while only the API's proxies exist (no SDK configured): spans and metric
@@ -314,7 +334,7 @@ class Telemetry:
             attributes["gen_ai.request.temperature"] = float(request.temperature)
         if self.names.stream is not None and kind != "protect":
             attributes[self.names.stream] = kind == "stream"
-        _add_scope(attributes, ctx.scope, ctx.retries)
+        add_scope(attributes, ctx.scope, ctx.retries)
         if ctx.rate_wait_s:
             attributes["llmguard.rate_limit_wait_s"] = round(ctx.rate_wait_s, 6)
         if ctx.hedge_after is not None:
@@ -324,7 +344,7 @@ class Telemetry:
         if error is not None:
             attributes["error.type"] = type(error).__name__
         if response is not None:
-            _add_response(attributes, response, self.names)
+            add_response(attributes, response, self.names)
         if cache_on:
             hit = response.metadata.get("cache") if response is not None else None
             attributes["llmguard.cache"] = hit or "miss"
@@ -340,7 +360,8 @@ class Telemetry:
         end: float,
         error: BaseException | None,
         cancelled: bool,
-    ) -> None:
+        signals: list[str],
+    ) -> trace.SpanContext | None:
         parent = ctx.trace_parent if ctx.trace_parent is not None else self.parent()
         span = self._tracer.start_span(
             f"chat {call['gen_ai.request.model']}".strip(),
@@ -351,12 +372,14 @@ class Telemetry:
         )
         if not span.is_recording():
             span.end()
-            return
+            return None
+        for signal in signals:
+            span.add_event("llmguard.quality", {"llmguard.quality.signal": signal})
         for name, failure in ctx.route_errors.items():
             span.add_event(
                 "llmguard.route_failed",
                 {"llmguard.route": name, "error.type": type(failure).__name__},
-                timestamp=_wall_ns(ctx, end),
+                timestamp=wall_ns(ctx, end),
             )
         if self.capture_content:
             span.set_attribute("gen_ai.input.messages", self._content(ctx.request.last_user_text()))
@@ -367,7 +390,8 @@ class Telemetry:
             span.set_status(Status(StatusCode.ERROR, redact_secrets(str(error))[:500]))
         elif cancelled:
             span.set_attribute("llmguard.cancelled", True)
-        span.end(end_time=_wall_ns(ctx, end))
+        span.end(end_time=wall_ns(ctx, end))
+        return span.get_span_context()
 
     def _attempt_span(
         self,
@@ -400,11 +424,11 @@ class Telemetry:
             context=parent,
             kind=SpanKind.CLIENT,
             attributes=attributes,
-            start_time=_wall_ns(ctx, attempt.started),
+            start_time=wall_ns(ctx, attempt.started),
         )
         if attempt.error is not None:
             span.set_status(Status(StatusCode.ERROR, redact_secrets(str(attempt.error))[:500]))
-        span.end(end_time=_wall_ns(ctx, attempt.ended or call_end))
+        span.end(end_time=wall_ns(ctx, attempt.ended or call_end))
 
     def _export_metrics(
         self,
@@ -467,10 +491,18 @@ class Telemetry:
             if streaming_s > 0 and response.usage.output_tokens > 1:
                 self._speed.record((response.usage.output_tokens - 1) / streaming_s, labels)
 
-    def _log(self, ctx: CallContext, call: Attributes, response: ChatResponse | None) -> None:
+    def _log(
+        self,
+        ctx: CallContext,
+        call: Attributes,
+        response: ChatResponse | None,
+        signals: list[str],
+    ) -> None:
         if self._log_level is None or not self._logging():
             return
         fields = {key: value for key, value in call.items()}
+        if signals:
+            fields["llmguard.quality.signals"] = signals
         if self.capture_content:
             fields["prompt"] = self._content(ctx.request.last_user_text())
             if response is not None:
@@ -490,50 +522,3 @@ class Telemetry:
 
     def _content(self, text: str) -> str:
         return self._redact(redact_secrets(text))[: self._max_chars]
-
-
-def _add_scope(attributes: Attributes, scope: Scope, retries: Sequence[RetryDetails]) -> None:
-    """A call's feature, its tenant (hashed) and the time it waited between retries."""
-    if scope.feature is not None:
-        attributes["llmguard.feature"] = scope.feature
-    if scope.tenant is not None:
-        attributes["llmguard.tenant"] = hash_id(scope.tenant)
-    if retries:
-        attributes["llmguard.retry_wait_s"] = round(sum(r.wait for r in retries), 6)
-
-
-def _hashed_scope(scope: str) -> str:
-    """``"tenant:acme"`` -> ``"tenant:<hash>"``: ids never leave in clear."""
-    kind, _, value = scope.partition(":")
-    return f"{kind}:{hash_id(value)}" if value else kind
-
-
-def _wall_ns(ctx: CallContext, instant: float) -> int:
-    """A ``time.monotonic`` instant of this call as Unix nanoseconds (for span times)."""
-    return ctx.started_ns + int((instant - ctx.started) * 1e9)
-
-
-def _add_response(attributes: Attributes, response: ChatResponse, names: Names) -> None:
-    """What a call's answer tells: who served it, its model, id, finish reason, usage, cost."""
-    attributes["llmguard.served_by"] = response.route
-    if response.model:
-        attributes["gen_ai.response.model"] = response.model
-    if response.id:
-        attributes["gen_ai.response.id"] = redact_secrets(response.id)
-    if response.finish_reason:
-        attributes["gen_ai.response.finish_reasons"] = [response.finish_reason]
-    if response.usage is not None:
-        attributes["gen_ai.usage.input_tokens"] = response.usage.input_tokens
-        attributes["gen_ai.usage.output_tokens"] = response.usage.output_tokens
-        if response.usage.cached_input_tokens:
-            attributes[names.cache_read_tokens] = response.usage.cached_input_tokens
-        if response.usage.cache_write_input_tokens:
-            attributes[names.cache_creation_tokens] = response.usage.cache_write_input_tokens
-        if response.usage.reasoning_tokens:
-            attributes[names.reasoning_tokens] = response.usage.reasoning_tokens
-        attributes["llmguard.usage.estimated"] = response.usage.estimated
-    if response.cost_usd is not None:
-        attributes["llmguard.cost_usd"] = response.cost_usd
-        attributes["llmguard.cost_source"] = response.cost_source or "unknown"
-    if response.metadata.get("degraded"):
-        attributes["llmguard.degraded"] = True

@@ -1,0 +1,106 @@
+"""Attribute helpers of :mod:`~llmguard_sdk.telemetry._otel`: what a call's scope, answer and
+route tell, under the names of the chosen conventions."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from .._state.stores import hash_id
+from ._semconv import Names
+from .redaction import redact_secrets
+
+if TYPE_CHECKING:
+    from ..context import CallContext, RetryDetails, Scope
+    from ..models import ChatResponse
+    from ..providers.base import Provider
+
+__all__ = [
+    "Attributes",
+    "add_response",
+    "add_scope",
+    "hashed_scope",
+    "provider_name",
+    "quality_labels",
+    "wall_ns",
+]
+
+Attributes = dict[str, Any]
+_PROVIDER_NAMES = {
+    "AnthropicProvider": "anthropic",
+    "LocalProvider": "llama.cpp",
+    "OpenAICompatibleProvider": "openai",
+}
+
+
+def provider_name(route: Provider | None) -> str:
+    """The ``gen_ai.provider.name`` of a route (``openai`` for any OpenAI-compatible one)."""
+    if route is None:
+        return "unknown"
+    named = getattr(route, "provider_name", None)
+    if isinstance(named, str):
+        return named
+    for cls in type(route).__mro__:
+        if cls.__name__ in _PROVIDER_NAMES:
+            return _PROVIDER_NAMES[cls.__name__]
+    return type(route).__name__.lower()
+
+
+def add_scope(attributes: Attributes, scope: Scope, retries: Sequence[RetryDetails]) -> None:
+    """A call's feature, its tenant (hashed) and the time it waited between retries."""
+    if scope.feature is not None:
+        attributes["llmguard.feature"] = scope.feature
+    if scope.tenant is not None:
+        attributes["llmguard.tenant"] = hash_id(scope.tenant)
+    if retries:
+        attributes["llmguard.retry_wait_s"] = round(sum(r.wait for r in retries), 6)
+
+
+def quality_labels(ctx: CallContext, call: Attributes) -> Attributes:
+    """The labels of a call's quality signals and feedback: feature, route, release."""
+    labels: Attributes = {}
+    if ctx.scope.feature is not None:
+        labels["llmguard.feature"] = ctx.scope.feature
+    if "llmguard.served_by" in call:
+        labels["llmguard.served_by"] = call["llmguard.served_by"]
+    release = (ctx.request.metadata or {}).get("release")
+    if release:
+        labels["llmguard.release"] = release
+    return labels
+
+
+def hashed_scope(scope: str) -> str:
+    """``"tenant:acme"`` -> ``"tenant:<hash>"``: ids never leave in clear."""
+    kind, _, value = scope.partition(":")
+    return f"{kind}:{hash_id(value)}" if value else kind
+
+
+def wall_ns(ctx: CallContext, instant: float) -> int:
+    """A ``time.monotonic`` instant of this call as Unix nanoseconds (for span times)."""
+    return ctx.started_ns + int((instant - ctx.started) * 1e9)
+
+
+def add_response(attributes: Attributes, response: ChatResponse, names: Names) -> None:
+    """What a call's answer tells: who served it, its model, id, finish reason, usage, cost."""
+    attributes["llmguard.served_by"] = response.route
+    if response.model:
+        attributes["gen_ai.response.model"] = response.model
+    if response.id:
+        attributes["gen_ai.response.id"] = redact_secrets(response.id)
+    if response.finish_reason:
+        attributes["gen_ai.response.finish_reasons"] = [response.finish_reason]
+    if response.usage is not None:
+        attributes["gen_ai.usage.input_tokens"] = response.usage.input_tokens
+        attributes["gen_ai.usage.output_tokens"] = response.usage.output_tokens
+        if response.usage.cached_input_tokens:
+            attributes[names.cache_read_tokens] = response.usage.cached_input_tokens
+        if response.usage.cache_write_input_tokens:
+            attributes[names.cache_creation_tokens] = response.usage.cache_write_input_tokens
+        if response.usage.reasoning_tokens:
+            attributes[names.reasoning_tokens] = response.usage.reasoning_tokens
+        attributes["llmguard.usage.estimated"] = response.usage.estimated
+    if response.cost_usd is not None:
+        attributes["llmguard.cost_usd"] = response.cost_usd
+        attributes["llmguard.cost_source"] = response.cost_source or "unknown"
+    if response.metadata.get("degraded"):
+        attributes["llmguard.degraded"] = True

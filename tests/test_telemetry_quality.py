@@ -1,0 +1,172 @@
+"""Quality signals (refusals, truncated and empty answers, JSON-schema failures, guardrail
+rejections) and application feedback, as metrics per feature, route and release and as span
+events; real FakeProvider servers (and a raw loopback server for a refusal), the real
+OpenTelemetry SDK with in-memory exporters."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from llmguard_sdk import Guard, GuardrailRejectedError, OpenAICompatibleProvider
+from llmguard_sdk.errors import RequestValidationError
+from llmguard_sdk.models import ChatResponse
+from llmguard_sdk.testing import FakeProvider
+
+from .rawserver import RawServer
+from .test_telemetry import Exported, call_span, exporting
+
+MakeGuard = Callable[..., Guard]
+_otel = pytest.fixture(exporting, name="otel")
+USER = [{"role": "user", "content": "hello there"}]
+SCHEMA = {
+    "type": "json_schema",
+    "json_schema": {
+        "name": "answer",
+        "schema": {"type": "object", "required": ["city"], "properties": {"city": {}}},
+    },
+}
+
+
+def signals(otel: Exported) -> dict[tuple[str, str | None, str | None], int]:
+    return {
+        (
+            p.attributes["llmguard.quality.signal"],
+            p.attributes.get("llmguard.feature"),
+            p.attributes.get("llmguard.release"),
+        ): p.value
+        for p in otel.points("llmguard.quality.signals")
+    }
+
+
+def events(otel: Exported) -> list[str]:
+    return [
+        str((e.attributes or {})["llmguard.quality.signal"])
+        for s in otel.finished()
+        for e in s.events
+        if e.name == "llmguard.quality"
+    ]
+
+
+def test_truncated_and_empty_answers(fake: FakeProvider, otel: Exported) -> None:
+    replies = iter(["one two three four five six", "   "])
+    with FakeProvider(name="primary", reply=lambda body: next(replies)) as api:
+        provider = OpenAICompatibleProvider(api.base_url, model="fake-model", name="primary")
+        with Guard(provider, telemetry=otel.telemetry, retry=None, environ={}) as guard:
+            cut = guard.chat(USER, max_tokens=2, feature="faq", metadata={"release": "v2"})
+            guard.chat(USER, feature="faq", metadata={"release": "v2"})
+    assert cut.finish_reason == "length"
+    assert signals(otel) == {("truncated", "faq", "v2"): 1, ("empty", "faq", "v2"): 1}
+    assert events(otel) == ["truncated", "empty"]
+    (point,) = [
+        p
+        for p in otel.points("llmguard.quality.signals")
+        if p.attributes["llmguard.quality.signal"] == "truncated"
+    ]
+    assert point.attributes["llmguard.served_by"] == "primary"
+
+
+def test_json_schema_failures_only_when_json_was_asked_and_not_given(otel: Exported) -> None:
+    replies = iter(['{"city": "Paris"}', '{"town": "Paris"}', "Paris, I think", "[1]", "plain"])
+    with FakeProvider(name="primary", reply=lambda body: next(replies)) as api:
+        provider = OpenAICompatibleProvider(api.base_url, model="fake-model", name="primary")
+        with Guard(provider, telemetry=otel.telemetry, retry=None, environ={}) as guard:
+            for _ in range(3):
+                guard.chat(USER, response_format=SCHEMA, feature="geo")
+            guard.chat(USER, response_format={"type": "json_object"}, feature="geo")
+            guard.chat(USER, feature="geo")  # no JSON asked: plain text is fine
+    assert signals(otel) == {("json_schema", "geo", None): 3}  # missing key, not JSON, a list
+
+
+def test_a_refusal_from_the_provider(otel: Exported) -> None:
+    body = json.dumps(
+        {
+            "id": "chatcmpl-1",
+            "object": "chat.completion",
+            "model": "m",
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": "I can't help with that."},
+                    "finish_reason": "content_filter",
+                }
+            ],
+            "usage": {"prompt_tokens": 3, "completion_tokens": 6, "total_tokens": 9},
+        }
+    )
+    head = (
+        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n{body}"
+    ).encode()
+    with RawServer(head) as raw:
+        provider = OpenAICompatibleProvider(raw.base_url, model="m", name="strict")
+        with Guard(provider, telemetry=otel.telemetry, retry=None, environ={}) as guard:
+            guard.chat(USER, feature="faq")
+    assert signals(otel) == {("refusal", "faq", None): 1}
+    assert events(otel) == ["refusal"]
+
+
+def test_an_output_filter_rejection(fake: FakeProvider, otel: Exported) -> None:
+    def no_hello(response: ChatResponse) -> None:
+        if "hello" in response.text.lower():
+            raise GuardrailRejectedError("greeting")
+
+    provider = OpenAICompatibleProvider(fake.base_url, model="fake-model", name="primary")
+    with (
+        Guard(provider, telemetry=otel.telemetry, output_filters=[no_hello], environ={}) as guard,
+        pytest.raises(GuardrailRejectedError),
+    ):
+        guard.chat(USER, feature="faq")
+    assert signals(otel) == {("output_filter", "faq", None): 1}
+    assert call_span(otel).events[0].name == "llmguard.quality"
+
+
+def test_feedback_is_counted_with_the_calls_labels_and_linked_to_its_span(
+    fake: FakeProvider, make_guard: MakeGuard, otel: Exported
+) -> None:
+    guard = make_guard(fake, telemetry=otel.telemetry)
+    answer = guard.chat(USER, feature="faq", metadata={"release": "v2"})
+    call_id = answer.metadata["call_id"]
+    span = call_span(otel)
+    assert span.attributes is not None
+    assert span.attributes["llmguard.call_id"] == call_id
+    assert otel.telemetry.feedback(call_id, 1.0, label="thumbs")
+    assert otel.telemetry.feedback(call_id, 0.0, label="thumbs")
+    assert not otel.telemetry.feedback("no-such-call", 0.5)  # counted without labels
+    points = {
+        (p.attributes.get("llmguard.feature"), p.attributes.get("llmguard.feedback.label")): p
+        for p in otel.points("llmguard.feedback.score")
+    }
+    mine = points[("faq", "thumbs")]
+    assert (mine.count, mine.sum) == (2, 1.0)
+    assert mine.attributes["llmguard.served_by"] == "primary"
+    assert mine.attributes["llmguard.release"] == "v2"
+    assert points[(None, None)].count == 1
+    feedback = [s for s in otel.finished() if s.name == "llmguard.feedback"]
+    assert len(feedback) == 3
+    assert [link.context.span_id for link in feedback[0].links] == [span.context.span_id]
+    assert feedback[0].events[0].attributes["llmguard.feedback.score"] == 1.0
+    assert not feedback[2].links
+
+
+@pytest.mark.parametrize("score", [float("nan"), float("inf"), "good", True, None])
+def test_feedback_refuses_what_is_not_a_score(otel: Exported, score: Any) -> None:
+    with pytest.raises(RequestValidationError, match="finite number"):
+        otel.telemetry.feedback("x", score)
+    with pytest.raises(RequestValidationError, match="label"):
+        otel.telemetry.feedback("x", 1.0, label=3)  # type: ignore[arg-type]
+
+
+def test_cached_answers_carry_their_own_call_id(
+    fake: FakeProvider, make_guard: MakeGuard, otel: Exported
+) -> None:
+    guard = make_guard(fake, telemetry=otel.telemetry, cache=True)
+    first = guard.chat(USER)
+    second = guard.chat(USER)
+    assert second.metadata["cache"] == "exact"
+    assert first.metadata["call_id"] != second.metadata["call_id"]
+    assert otel.telemetry.feedback(second.metadata["call_id"], 1.0)
+    assert signals(otel) == {}
