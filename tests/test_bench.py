@@ -131,6 +131,20 @@ def test_overhead_reports_both_sides_and_the_stages() -> None:
 
 
 @timeout_for(BENCH_TIMEOUT)
+def test_soak_reports_each_tenth_of_the_calls_and_memory() -> None:
+    result = run("soak.py", "--quick")
+    assert (result["calls"], result["window_calls"], result["cache_entries"]) == (5000, 500, 500)
+    windows = result["ms_per_call_windows"]
+    assert len(windows) == 10
+    assert all(ms > 0 for ms in windows)
+    assert (result["ms_per_call_first_10k"], result["ms_per_call_last_10k"]) == (
+        windows[0],
+        windows[-1],
+    )
+    assert result["rss_end_mb"] > 0
+
+
+@timeout_for(BENCH_TIMEOUT)
 def test_overhead_compare_measures_an_earlier_tree_beside_this_one() -> None:
     head = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"],

@@ -1,0 +1,142 @@
+"""Cost as work grows: 100,000 guarded calls from 100,000 tenants, every stage on in memory.
+
+One process and one Guard with every stage it has, state in memory: a per-tenant rate limit
+beside the route's, a per-tenant spend budget beside a global one, the response cache (at most
+``--cache-entries`` answers), retries, breakers, and telemetry recorded by the real
+OpenTelemetry SDK (exported to memory and dropped). A FakeProvider answers in its own process,
+so its CPU time is not counted. Every call comes from a new tenant with a new question: an
+exact miss, a semantic search, a store, and fresh per-tenant state in every stage.
+
+Nothing on the per-call path may scan state that grows with calls or tenants, and per-tenant
+state must be forgotten once idle, so the last calls should cost what the first did and the
+process should grow by about what the cache holds, not by what it has seen:
+
+* ``ms_per_call_first_10k`` / ``ms_per_call_last_10k``: wall milliseconds per call over the
+  first and the last tenth of the calls (10,000 of 100,000; ``window_calls`` says how many),
+  and ``last_over_first`` (target: at most 1.2). ``ms_per_call_windows``: every tenth.
+* ``rss_start_mb`` (after the Guard's first calls), ``rss_end_mb``, ``rss_growth_mb`` and
+  ``rss_growth_after_first_window_mb`` (the cache is full by then when the calls are more than
+  ten times ``cache_entries``): resident memory of this process, from ``/proc/self/statm``.
+  The side by side here is the run with itself: first tenth against last tenth.
+
+Usage: python bench/soak.py [--json] [--calls N] [--cache-entries N] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+from _benchkit import exit_on_signals, stop_group
+from overhead import _recording_telemetry, start_server
+
+from llmguard_sdk import Guard, OpenAICompatibleProvider, ResponseCache
+from llmguard_sdk.budget import Budget, Budgets, Price, PriceTable
+from llmguard_sdk.ratelimit import RateLimit
+
+WINDOWS = 10
+
+
+def rss_mb() -> float:
+    """Resident memory of this process now, in MB (0 where /proc is missing)."""
+    try:
+        with open("/proc/self/statm", encoding="ascii") as statm:
+            pages = int(statm.read().split()[1])
+    except OSError:
+        return 0.0
+    return pages * os.sysconf("SC_PAGE_SIZE") / 1e6
+
+
+def every_stage_guard(base_url: str, cache_entries: int) -> Guard:
+    """A Guard with every stage on, state in memory, sized for one call per tenant."""
+    prices = PriceTable.default_table().with_prices({"fake-model": Price(input=0.1, output=0.4)})
+    return Guard(
+        OpenAICompatibleProvider(base_url, model="fake-model", name="fake"),
+        telemetry=_recording_telemetry(),
+        rate_limits={
+            "fake": [
+                RateLimit(rpm=100_000_000, tpm=10_000_000_000),
+                RateLimit(rpm=60, tpm=100_000, per_tenant=True),
+            ]
+        },
+        budgets=Budgets(
+            [Budget(limit_usd=1e6, scope="global"), Budget(limit_usd=1.0, scope="tenant")],
+            prices=prices,
+        ),
+        cache=ResponseCache(max_entries=cache_entries),
+        max_input_tokens=4000,
+        environ={},
+    )
+
+
+def call_number(guard: Guard) -> Callable[[int], object]:
+    """Call ``n``: tenant ``n`` asks question ``n`` (new to the cache)."""
+
+    def call(n: int) -> object:
+        question = f"Where is parcel {n * 7919 % 1_000_003} of order {n}, sent to depot {n % 97}?"
+        return guard.chat(
+            [{"role": "user", "content": question}], tenant=f"tenant-{n}", max_tokens=16
+        )
+
+    return call
+
+
+def soak(call: Callable[[int], object], calls: int) -> dict[str, Any]:
+    """Run ``calls`` calls in ten windows: wall ms per call of each, and memory."""
+    window = calls // WINDOWS
+    for n in range(200):  # warm up: imports, connections, the token counter
+        call(-1 - n)
+    rss_start = rss_mb()
+    per_window: list[float] = []
+    rss_after_first = rss_start
+    for w in range(WINDOWS):
+        start = time.perf_counter()
+        for n in range(w * window, (w + 1) * window):
+            call(n)
+        per_window.append((time.perf_counter() - start) / window * 1e3)
+        if w == 0:
+            rss_after_first = rss_mb()
+    rss_end = rss_mb()
+    return {
+        "window_calls": window,
+        "ms_per_call_first_10k": round(per_window[0], 3),
+        "ms_per_call_last_10k": round(per_window[-1], 3),
+        "last_over_first": round(per_window[-1] / per_window[0], 3),
+        "ms_per_call_windows": [round(ms, 3) for ms in per_window],
+        "rss_start_mb": round(rss_start, 1),
+        "rss_end_mb": round(rss_end, 1),
+        "rss_growth_mb": round(rss_end - rss_start, 1),
+        "rss_growth_after_first_window_mb": round(rss_end - rss_after_first, 1),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--calls", type=int, default=100_000, help="calls, one tenant each")
+    parser.add_argument("--cache-entries", type=int, default=10_000, help="the cache's bound")
+    parser.add_argument("--quick", action="store_true", help="5,000 calls, 500 cached")
+    args = parser.parse_args()
+    if args.quick:
+        args.calls, args.cache_entries = 5_000, 500
+    exit_on_signals()
+    process, base_url = start_server()
+    try:
+        with every_stage_guard(base_url, args.cache_entries) as guard:
+            result = {"calls": args.calls, "cache_entries": args.cache_entries}
+            result |= soak(call_number(guard), args.calls)
+    finally:
+        stop_group(process)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        for key, value in result.items():
+            print(f"{key:36} {value}")
+
+
+if __name__ == "__main__":
+    main()
