@@ -13,10 +13,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import httpx2
 import openai
 
-from .transport._httpx2 import Httpx2AsyncTransport, Httpx2Transport
+from .transport import _client
 
 if TYPE_CHECKING:
     from .guard import Guard
@@ -28,16 +27,16 @@ _KEY = "llmguard"  # never sent anywhere: the transport answers in process
 T = TypeVar("T")
 
 
-def _options(client: httpx2.Client | httpx2.AsyncClient) -> dict[str, Any]:
+def _options(guard: Guard, *, asynchronous: bool) -> dict[str, Any]:
+    # httpx2 where installed (openai 3.x), else httpx (openai 1.x and 2.x)
+    client = _client(guard, None, asynchronous=asynchronous, raise_errors=True, base_url=_BASE_URL)
     return {"api_key": _KEY, "base_url": _BASE_URL, "max_retries": 0, "http_client": client}
 
 
 class _Tagged:
     """Puts the Guard's view on every parsed object."""
 
-    def _process_response_data(
-        self, *, data: object, cast_to: type[T], response: httpx2.Response
-    ) -> T:
+    def _process_response_data(self, *, data: object, cast_to: type[T], response: Any) -> T:
         parsed: T = super()._process_response_data(  # type: ignore[misc]
             data=data, cast_to=cast_to, response=response
         )
@@ -51,8 +50,7 @@ class GuardedOpenAI(_Tagged, openai.OpenAI):
     """``openai.OpenAI`` whose requests the Guard answers."""
 
     def __init__(self, guard: Guard) -> None:
-        transport = Httpx2Transport(guard, raise_errors=True)
-        super().__init__(**_options(httpx2.Client(transport=transport, base_url=_BASE_URL)))
+        super().__init__(**_options(guard, asynchronous=False))
         self.guard = guard
 
 
@@ -60,6 +58,5 @@ class AsyncGuardedOpenAI(_Tagged, openai.AsyncOpenAI):
     """``openai.AsyncOpenAI`` whose requests the Guard answers."""
 
     def __init__(self, guard: Guard) -> None:
-        transport = Httpx2AsyncTransport(guard, raise_errors=True)
-        super().__init__(**_options(httpx2.AsyncClient(transport=transport, base_url=_BASE_URL)))
+        super().__init__(**_options(guard, asynchronous=True))
         self.guard = guard

@@ -109,9 +109,7 @@ def http_client(guard: Guard, *, library: Library | None = None) -> Any:
 
     .. versionadded:: 0.2.0
     """
-    chosen = _library(library)
-    module: Any = httpx if chosen == "httpx" else importlib.import_module("httpx2")
-    return module.Client(transport=transport(guard, library=chosen), base_url=_BASE_URL)
+    return _client(guard, library, asynchronous=False)
 
 
 @overload
@@ -125,6 +123,30 @@ def async_http_client(guard: Guard, *, library: Library | None = None) -> Any:
 
     .. versionadded:: 0.2.0
     """
+    return _client(guard, library, asynchronous=True)
+
+
+def _client(
+    guard: Guard,
+    library: Library | None,
+    *,
+    asynchronous: bool,
+    raise_errors: bool = False,
+    base_url: str = _BASE_URL,
+) -> Any:
+    """The client of ``library`` over the Guard's transport; ``raise_errors``: the Guard's
+    errors propagate instead of becoming error answers (for the drop-in client)."""
     chosen = _library(library)
-    module: Any = httpx if chosen == "httpx" else importlib.import_module("httpx2")
-    return module.AsyncClient(transport=async_transport(guard, library=chosen), base_url=_BASE_URL)
+    if chosen == "httpx":
+        from . import _adapters as adapters
+
+        module: Any = httpx
+        kinds: Any = (adapters.HttpxTransport, adapters.HttpxAsyncTransport)
+    else:
+        from . import _httpx2
+
+        module = importlib.import_module("httpx2")
+        kinds = (_httpx2.Httpx2Transport, _httpx2.Httpx2AsyncTransport)
+    seam = kinds[asynchronous](guard, raise_errors=raise_errors)
+    cls = module.AsyncClient if asynchronous else module.Client
+    return cls(transport=seam, base_url=base_url)
