@@ -25,6 +25,11 @@ measured in the same rounds: ``telemetry_off_us`` (``telemetry=False``), ``telem
 (the real SDK recording every span and metric, exported to memory and dropped), and
 ``all_stages_us``: telemetry with the SDK plus rate limits, a spend budget and the response
 cache (every call a new question: an exact miss, a semantic search and a store).
+``seam_us``: the openai SDK over the Guard's transport seam,
+``OpenAI(http_client=http_client(guard))``, through the default Guard (the SDK builds and
+parses HTTP, the transport parses and answers it in process): ``seam_vs_guard_us`` is what the
+seam adds to the direct ``Guard.chat`` call, ``seam_vs_openai_sdk_us`` what it costs against
+the SDK pointed at the provider.
 ``count_long_system_prompt_us``: the input-token count of a call with a 2,000-token system
 prompt, counted afresh each time against the SDK's remembered counts.
 
@@ -55,6 +60,7 @@ from llmguard_sdk.budget import Budget, Budgets, Price, PriceTable
 from llmguard_sdk.models import Message
 from llmguard_sdk.ratelimit import RateLimit
 from llmguard_sdk.tokens import _remembered_count, count_request_tokens, count_text_tokens
+from llmguard_sdk.transport import http_client
 
 MESSAGES = [
     {"role": "system", "content": "You are a terse assistant for an online shop."},
@@ -219,10 +225,29 @@ def main() -> None:
 
             return call
 
+        seam_client = openai.OpenAI(
+            base_url="http://llmguard.invalid/v1",
+            api_key="bench",
+            http_client=http_client(guards["guard"]),
+        )
+        closers.append(seam_client.close)
+
+        def seam() -> object:
+            events.clear()
+            question = f"{QUESTION} #{next(counter)}"
+            completion = seam_client.chat.completions.create(
+                model="fake-model",
+                messages=[MESSAGES[0], {"role": "user", "content": question}],  # type: ignore[list-item]
+                max_tokens=64,
+                extra_headers={"x-llmguard-tenant": "acme", "x-llmguard-feature": "support"},
+            )
+            return completion.choices[0].message.content
+
         sides: dict[str, Callable[[], object]] = {
             "httpx": plain_httpx,
             "openai_sdk": openai_sdk,
             "bare": bare,
+            "seam": seam,
         }
         sides.update({name: through(guard) for name, guard in guards.items()})
         for call in sides.values():  # warm up connections, encodings, code paths
@@ -273,6 +298,10 @@ def main() -> None:
         "telemetry_off_us": round(median["telemetry_off"] - bare_us, 1),
         "telemetry_sdk_us": round(median["telemetry_sdk"] - bare_us, 1),
         "all_stages_us": round(median["all_stages"] - bare_us, 1),
+        "seam_us": round(median["seam"], 1),
+        "seam_vs_guard_us": round(median["seam"] - guard_us, 1),
+        "seam_vs_openai_sdk_us": round(median["seam"] - openai_us, 1),
+        "seam_wall_us": round(wall_median["seam"], 1),
         "stages": STAGES,
         "all_stages": [*STAGES, "telemetry_sdk", "rate_limits", "spend_budget", "cache"],
         "state": "memory",
