@@ -145,6 +145,18 @@ def test_soak_reports_each_tenth_of_the_calls_and_memory() -> None:
 
 
 @timeout_for(BENCH_TIMEOUT)
+def test_throughput_reports_each_side_at_50_and_500_concurrent_calls() -> None:
+    result = run("throughput.py", "--quick")
+    for level in ("50", "500"):
+        found = result["concurrency"][level]
+        for side in ("sdk", "httpx", "guard"):
+            assert len(found["rounds"][side]) == 2
+            assert found[f"{side}_calls_s"] > 0
+        assert found["guard_round_min"] <= found["guard_round_max"]
+        assert found["ratio"] == pytest.approx(found["guard_calls_s"] / found["sdk_calls_s"], 0.01)
+
+
+@timeout_for(BENCH_TIMEOUT)
 def test_overhead_compare_measures_an_earlier_tree_beside_this_one() -> None:
     head = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"],

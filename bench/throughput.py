@@ -1,0 +1,190 @@
+"""Async throughput: calls per second at 50 and 500 concurrent calls, Guard beside bare clients.
+
+Every side sends the same chat request to the same FakeProvider (its own process) from its own
+process, ``concurrency`` tasks at a time on one event loop, until ``--calls`` calls are done:
+
+* ``sdk``: the openai package's ``AsyncOpenAI(base_url=..., api_key=...)`` with its defaults,
+  ``await client.chat.completions.create(...)``;
+* ``httpx``: a plain ``httpx.AsyncClient`` POST and JSON parse (no pool limits set: httpx's
+  defaults), what a hand-written integration does;
+* ``guard``: ``await guard.achat(...)`` through a Guard with its default stages.
+
+Each side's process runs a warm-up round first (its first round is slower: connections,
+imports, code paths), then the measured rounds; the sides take turns round by round (order
+rotated), so load on a shared machine hits each alike. Per concurrency level:
+``sdk_calls_s``, ``httpx_calls_s``, ``guard_calls_s`` (means over the rounds), ``ratio``
+(Guard over SDK; target >= 1.0), ``guard_round_min`` / ``guard_round_max`` (target: the
+slowest round at least 0.8 of the fastest), and every round's figure per side.
+
+Usage: python bench/throughput.py [--json] [--calls N] [--rounds R] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from _benchkit import exit_on_signals, popen_group, stop_group
+from overhead import start_server
+
+SIDES = ("sdk", "httpx", "guard")
+LEVELS = (50, 500)
+MESSAGES = [{"role": "user", "content": "Where is my parcel?"}]
+
+
+def _client(side: str, base_url: str) -> tuple[Callable[[], Awaitable[object]], Any]:
+    """The side's call and the object to close at the end."""
+    if side == "sdk":
+        import openai
+
+        sdk = openai.AsyncOpenAI(base_url=base_url, api_key="bench")
+
+        async def sdk_call() -> object:
+            completion = await sdk.chat.completions.create(
+                model="fake-model",
+                messages=MESSAGES,  # type: ignore[arg-type]
+                max_tokens=16,
+            )
+            return completion.choices[0].message.content
+
+        return sdk_call, sdk
+    if side == "httpx":
+        import httpx
+
+        http = httpx.AsyncClient(base_url=base_url, timeout=60)
+        body = {"model": "fake-model", "messages": MESSAGES, "max_tokens": 16}
+
+        async def httpx_call() -> object:
+            response = await http.post("/chat/completions", json=body)
+            response.raise_for_status()
+            return response.json()["choices"][0]["message"]["content"]
+
+        return httpx_call, http
+    from llmguard_sdk import Guard, OpenAICompatibleProvider
+
+    guard = Guard(OpenAICompatibleProvider(base_url, model="fake-model", name="fake"), environ={})
+
+    async def guard_call() -> object:
+        return (await guard.achat(MESSAGES, max_tokens=16)).text
+
+    return guard_call, guard
+
+
+async def _round(call: Callable[[], Awaitable[object]], concurrency: int, calls: int) -> float:
+    """Calls per second for ``calls`` calls, ``concurrency`` at a time."""
+    import anyio
+
+    left = [calls]
+
+    async def worker() -> None:
+        while left[0] > 0:
+            left[0] -= 1
+            await call()
+
+    start = time.perf_counter()
+    async with anyio.create_task_group() as tasks:
+        for _ in range(concurrency):
+            tasks.start_soon(worker)
+    return calls / (time.perf_counter() - start)
+
+
+def worker_main(side: str, base_url: str, concurrency: int, calls: int) -> None:
+    """A side's process: a warm-up round, then a round for each line read from stdin."""
+    import anyio
+
+    async def serve() -> None:
+        call, client = _client(side, base_url)
+        try:
+            await _round(call, concurrency, calls)
+            print("ready", flush=True)
+            while await anyio.to_thread.run_sync(sys.stdin.readline):
+                print(json.dumps(await _round(call, concurrency, calls)), flush=True)
+        finally:
+            await (client.close() if side == "sdk" else client.aclose())
+
+    anyio.run(serve)
+
+
+def _start(side: str, base_url: str, concurrency: int, calls: int) -> subprocess.Popen[str]:
+    args = [__file__, "--worker", side, "--base-url", base_url]
+    args += ["--concurrency", str(concurrency), "--calls", str(calls)]
+    process = popen_group(
+        [sys.executable, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    assert process.stdout is not None
+    if process.stdout.readline().strip() != "ready":
+        stop_group(process)
+        raise SystemExit(f"the {side} worker did not start")
+    return process
+
+
+def _ask(process: subprocess.Popen[str]) -> float:
+    assert process.stdin is not None
+    assert process.stdout is not None
+    process.stdin.write("go\n")
+    process.stdin.flush()
+    return float(json.loads(process.stdout.readline()))
+
+
+def level(base_url: str, concurrency: int, calls: int, rounds: int) -> dict[str, Any]:
+    """Every side at one concurrency level, rounds taken in turns."""
+    workers: dict[str, subprocess.Popen[str]] = {}
+    per_round: dict[str, list[float]] = {side: [] for side in SIDES}
+    try:
+        for side in SIDES:
+            workers[side] = _start(side, base_url, concurrency, calls)
+        for index in range(rounds):
+            shift = index % len(SIDES)
+            for side in SIDES[shift:] + SIDES[:shift]:
+                per_round[side].append(_ask(workers[side]))
+    finally:
+        for process in workers.values():
+            stop_group(process)
+    mean = {side: statistics.fmean(values) for side, values in per_round.items()}
+    return {
+        "sdk_calls_s": round(mean["sdk"], 1),
+        "httpx_calls_s": round(mean["httpx"], 1),
+        "guard_calls_s": round(mean["guard"], 1),
+        "ratio": round(mean["guard"] / mean["sdk"], 3),
+        "guard_round_min": round(min(per_round["guard"]), 1),
+        "guard_round_max": round(max(per_round["guard"]), 1),
+        "rounds": {side: [round(v, 1) for v in values] for side, values in per_round.items()},
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--calls", type=int, default=2000, help="calls per round (2,000)")
+    parser.add_argument("--rounds", type=int, default=6, help="measured rounds per side (6)")
+    parser.add_argument("--quick", action="store_true", help="200 calls, 2 rounds")
+    parser.add_argument("--worker", choices=SIDES, help=argparse.SUPPRESS)
+    parser.add_argument("--base-url", help=argparse.SUPPRESS)
+    parser.add_argument("--concurrency", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    exit_on_signals()
+    if args.worker:
+        worker_main(args.worker, args.base_url, args.concurrency, args.calls)
+        return
+    if args.quick:
+        args.calls, args.rounds = 200, 2
+    server, base_url = start_server()
+    try:
+        levels = {str(c): level(base_url, c, args.calls, args.rounds) for c in LEVELS}
+    finally:
+        stop_group(server)
+    result = {"calls_per_round": args.calls, "concurrency": levels}
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
