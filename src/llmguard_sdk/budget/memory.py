@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import heapq
 import math
 import threading
 import time
@@ -20,8 +21,10 @@ from .policy import (
     CounterState,
     ReserveResult,
     SettleResult,
+    add_hold,
     bring_to_now,
     decide,
+    drop_hold,
     exhausted_alert,
     fire_alerts,
 )
@@ -97,20 +100,78 @@ class BudgetBackend(Protocol):
         ...
 
 
+class _Deadlines:
+    """Keys, each with a deadline that only moves later, expired oldest first: a touch is
+    O(1), an expiry amortised O(log n) (a heap holds one entry per key; an entry whose key
+    was touched since is pushed again at its new deadline when it comes up)."""
+
+    def __init__(self) -> None:
+        self.at: dict[str, float] = {}
+        self._heap: list[tuple[float, str]] = []
+
+    def touch(self, key: str, deadline: float) -> None:
+        old = self.at.get(key)
+        if old is None:
+            heapq.heappush(self._heap, (deadline, key))
+        if old is None or deadline > old:
+            self.at[key] = deadline
+
+    def expired(self, now: float) -> list[str]:
+        """The keys whose deadline passed (forgotten here)."""
+        gone: list[str] = []
+        heap = self._heap
+        while heap and heap[0][0] <= now:
+            _, key = heapq.heappop(heap)
+            deadline = self.at.get(key)
+            if deadline is None:
+                continue
+            if deadline > now:
+                heapq.heappush(heap, (deadline, key))
+            else:
+                del self.at[key]
+                gone.append(key)
+        return gone
+
+
+_SPAN = {"minute": 60.0, "hour": 3600.0, "day": 86400.0, "month": 31 * 86400.0}
+
+
 class MemoryBudgetBackend:
-    """Counters in this process's memory; ``clock`` (epoch seconds, UTC) is injectable."""
+    """Counters in this process's memory; ``clock`` (epoch seconds, UTC) is injectable.
+
+    Nothing grows with calls: a settled reservation id is remembered (to make a repeated
+    settle a no-op) until its ``ttl``, and a counter is dropped once idle past its window and
+    its last hold, both through deadline-ordered heaps (amortised O(log n) per call).
+    """
 
     def __init__(self, *, clock: Callable[[], float] = time.time) -> None:
         self._clock = clock
         self._lock = threading.Lock()
         self._states: dict[str, CounterState] = {}
-        self._done: dict[str, float] = {}  # settled reservation ids: until when remembered
+        self._idle = _Deadlines()  # counters: when they can be dropped
+        self._done = _Deadlines()  # settled reservation ids: until when remembered
 
     def _state(self, key: str) -> CounterState:
         state = self._states.get(key)
         if state is None:
             state = self._states[key] = CounterState()
         return state
+
+    def _expire(self, now: float) -> None:
+        for key in self._idle.expired(now):
+            self._states.pop(key, None)
+        self._done.expired(now)
+
+    def _used(self, spec: CounterSpec, now: float, until: float = 0.0) -> None:
+        """Keep the counter while its window (or a hold until ``until``) may need it."""
+        span = spec.rolling_seconds if spec.window == "rolling" else _SPAN[spec.window]
+        self._idle.touch(spec.key, max(now + span, until))
+
+    def counters(self) -> int:
+        """How many counters are kept (idle ones are dropped)."""
+        with self._lock:
+            self._expire(self._clock())
+            return len(self._states)
 
     def reserve(
         self, rid: str, specs: Sequence[CounterSpec], **hold: Unpack[HoldArgs]
@@ -119,7 +180,10 @@ class MemoryBudgetBackend:
         base, per_token, minimum = hold["base"], hold["per_token"], hold["minimum"]
         with self._lock:
             now = self._clock()
+            self._expire(now)
             states = [self._state(spec.key) for spec in specs]
+            for spec in specs:
+                self._used(spec, now)
             brought = [bring_to_now(s, spec, now) for s, spec in zip(states, specs, strict=True)]
             rooms = [
                 spec.limit - s.spent - s.reserved for s, spec in zip(states, specs, strict=True)
@@ -138,9 +202,9 @@ class MemoryBudgetBackend:
                     ),
                 )
             amount = -int(-(base + tokens * per_token) // 1)  # ceil
-            for state in states:
-                state.reserved += amount
-                state.holds[rid] = (amount, now + hold["ttl"])
+            for state, spec in zip(states, specs, strict=True):
+                add_hold(state, rid, amount, now + hold["ttl"])
+                self._used(spec, now, now + hold["ttl"])
             return ReserveResult(True, tokens=tokens, amount=amount)
 
     def settle(
@@ -149,18 +213,16 @@ class MemoryBudgetBackend:
         """Turn reservation ``rid`` into ``actual`` spend (idempotent)."""
         with self._lock:
             now = self._clock()
-            for done in [d for d, until in self._done.items() if until <= now]:
-                del self._done[done]
-            if rid in self._done:
+            self._expire(now)
+            if rid in self._done.at:
                 return SettleResult(False)
-            self._done[rid] = now + ttl
+            self._done.touch(rid, now + ttl)
             spent, resets, fired = [], [], []
             for spec in specs:
                 state = self._state(spec.key)
+                self._used(spec, now)
                 _, resets_at = bring_to_now(state, spec, now)
-                hold = state.holds.pop(rid, None)
-                if hold is not None:
-                    state.reserved -= hold[0]
+                drop_hold(state, rid)
                 if actual > 0:
                     if spec.window == "rolling":
                         index = math.floor(now / (spec.rolling_seconds / ROLLING_BUCKETS))
@@ -177,9 +239,10 @@ class MemoryBudgetBackend:
         """Each counter's settled spend, reserved amount and reset time."""
         with self._lock:
             now = self._clock()
+            self._expire(now)
             found: list[Status] = []
             for spec in specs:
-                state = self._state(spec.key)
+                state = self._states.get(spec.key) or CounterState()
                 spent, resets = bring_to_now(state, spec, now)
                 found.append((spent, state.reserved, resets))
             return found

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import calendar
 import datetime as dt
+import heapq
 import math
 import re
 from collections import deque
@@ -35,8 +36,10 @@ __all__ = [
     "ScopeKind",
     "SettleResult",
     "WindowKind",
+    "add_hold",
     "bring_to_now",
     "decide",
+    "drop_hold",
     "exhausted_alert",
     "fire_alerts",
     "nano",
@@ -169,6 +172,25 @@ class CounterState:
     holds: dict[str, tuple[int, float]] = field(default_factory=dict)  # id: (amount, expiry)
     fired: set[float] = field(default_factory=set)
     buckets: dict[int, int] = field(default_factory=dict)  # rolling windows
+    expiries: list[tuple[float, str]] = field(default_factory=list)  # heap of (expiry, id)
+
+
+def add_hold(state: CounterState, rid: str, amount: int, expiry: float) -> None:
+    """Hold ``amount`` for reservation ``rid`` until ``expiry``: O(log n), and the expiry
+    heap is rebuilt from the live holds when settled ones make up most of it (amortised)."""
+    state.holds[rid] = (amount, expiry)
+    state.reserved += amount
+    heapq.heappush(state.expiries, (expiry, rid))
+    if len(state.expiries) > 2 * len(state.holds) + 16:
+        state.expiries = [(until, hold) for hold, (_, until) in state.holds.items()]
+        heapq.heapify(state.expiries)
+
+
+def drop_hold(state: CounterState, rid: str) -> None:
+    """Release reservation ``rid`` (its heap entry goes when it comes up)."""
+    hold = state.holds.pop(rid, None)
+    if hold is not None:
+        state.reserved -= hold[0]
 
 
 @dataclass(frozen=True)
@@ -254,10 +276,13 @@ def bring_to_now(state: CounterState, spec: CounterSpec, now: float) -> tuple[in
     buckets; it "resets" (frees room) when its oldest bucket leaves the window, and its
     alerts re-arm when the spend falls back under them.
     """
-    for rid, (amount, expiry) in list(state.holds.items()):
-        if expiry <= now:
+    expiries = state.expiries
+    while expiries and expiries[0][0] <= now:  # only the holds that expired: O(log n) each
+        _, rid = heapq.heappop(expiries)
+        hold = state.holds.get(rid)
+        if hold is not None and hold[1] <= now:
             del state.holds[rid]
-            state.reserved -= amount
+            state.reserved -= hold[0]
     if spec.window == "rolling":
         width = spec.rolling_seconds / ROLLING_BUCKETS
         current = math.floor(now / width)

@@ -1,0 +1,126 @@
+"""Budget state that does not grow with calls or time: settled reservation ids, holds and
+idle per-tenant counters expire through deadline-ordered structures (memory) or key TTLs
+(Redis)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from llmguard_sdk.budget import MemoryBudgetBackend, RedisBudgetBackend
+from llmguard_sdk.budget.policy import CounterSpec, CounterState, add_hold, bring_to_now, nano
+from tests.conftest import redis_store
+
+DAY = 86400.0
+
+
+def spec(key: str, window: Any = "day", limit_usd: float = 100.0) -> CounterSpec:
+    return CounterSpec(key, nano(limit_usd), window, 3600.0, (), f"tenant:{key}", 0)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_800_000_000.0  # a fixed UTC instant, mid-day
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def reserve(backend: Any, rid: str, specs: list[CounterSpec], usd: float, ttl: float = 60) -> Any:
+    return backend.reserve(rid, specs, base=nano(usd), per_token=0.0, want=0, minimum=0, ttl=ttl)
+
+
+def test_settled_ids_are_remembered_for_their_ttl_then_forgotten() -> None:
+    clock = Clock()
+    backend = MemoryBudgetBackend(clock=clock)
+    counter = [spec("acme")]
+    for i in range(1000):
+        reserve(backend, f"r{i}", counter, 0.001)
+        assert backend.settle(f"r{i}", counter, actual=nano(0.001), ttl=DAY).applied
+        clock.now += 1
+    assert not backend.settle("r0", counter, actual=nano(0.001), ttl=DAY).applied  # once
+    assert len(backend._done.at) == 1000
+    clock.now += DAY  # every id's day is over: the next settle forgets them all
+    backend.settle("later", counter, actual=0, ttl=DAY)
+    assert set(backend._done.at) == {"later"}
+    (status,) = backend.status(counter)
+    assert status[0] == 0  # a new day: the settled spend of yesterday is gone too
+
+
+def test_idle_tenant_counters_are_dropped_and_live_ones_kept() -> None:
+    clock = Clock()
+    backend = MemoryBudgetBackend(clock=clock)
+    for i in range(500):  # 500 tenants, each calling once
+        tenant = [spec(f"tenant-{i}", window="hour")]
+        reserve(backend, f"r{i}", tenant, 0.01)
+        backend.settle(f"r{i}", tenant, actual=nano(0.01), ttl=60)
+    busy = [spec("busy", window="hour")]
+    assert reserve(backend, "long-call", busy, 0.5, ttl=3 * 3600).allowed
+    assert backend.counters() == 501
+    clock.now += 2 * 3600  # every hour window has ended; the busy tenant's hold lives on
+    assert backend.counters() == 1
+    (status,) = backend.status(busy)
+    assert status[1] == nano(0.5)
+    clock.now += 3600 + 1  # its hold expired too
+    assert backend.counters() == 0
+    (status,) = backend.status([spec("tenant-7", window="hour")])
+    assert status[:2] == (0, 0)  # a dropped counter reads as a fresh one
+
+
+def test_holds_expire_oldest_first_and_settled_ones_do_not_pile_up() -> None:
+    state = CounterState()
+    counter = spec("c")
+    now = 1_000.0
+    for i in range(10_000):  # many calls, each settled (released) at once
+        add_hold(state, f"r{i}", 5, now + 60)
+        state.holds.pop(f"r{i}")
+        state.reserved -= 5
+    assert len(state.expiries) <= 16 + 2  # rebuilt from the live holds, not one per call
+    add_hold(state, "early", 7, now + 10)
+    add_hold(state, "late", 11, now + 100)
+    bring_to_now(state, counter, now + 50)
+    assert set(state.holds) == {"late"}
+    assert state.reserved == 11
+
+
+def test_redis_counters_and_settled_markers_carry_ttls(redis_url: str, redis_prefix: str) -> None:
+    import redis
+
+    store = redis_store(redis_url, redis_prefix)
+    backend = RedisBudgetBackend(store, name="expiry")
+    counter = [spec("acme", window="hour")]
+    assert reserve(backend, "r1", counter, 0.01).allowed
+    assert backend.settle("r1", counter, actual=nano(0.01), ttl=120).applied
+    client = redis.Redis.from_url(redis_url)
+    try:
+        keys = list(client.scan_iter(match=f"{redis_prefix}:*"))
+        assert keys
+        ttls = {key.decode(): client.ttl(key) for key in keys}
+        assert all(0 < ttl <= 3 * 3600 + 3600 + 120 for ttl in ttls.values()), ttls
+        marker = [k for k in ttls if k.endswith(":r1")]
+        assert marker
+        assert ttls[marker[0]] <= 120 + 3600
+    finally:
+        client.close()
+        store.close()
+
+
+@pytest.mark.slow
+def test_the_settle_bench_shows_a_flat_cost_beside_the_scan() -> None:
+    bench = Path(__file__).resolve().parents[1] / "bench" / "budget_settle.py"
+    done = subprocess.run(
+        [sys.executable, str(bench), "--json", "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    result = json.loads(done.stdout)
+    assert set(result["heap"]["us_per_call"]) == {"1000", "3000", "8000"}
+    assert result["scan"]["memory_kib"] > 0
+    assert result["heap"]["memory_kib"] > 0
