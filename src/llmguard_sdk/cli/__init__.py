@@ -1,4 +1,4 @@
-"""The ``llmguard`` command: ``demo``, ``drill``, ``cost`` and ``cache``.
+"""The ``llmguard`` command: ``demo``, ``drill``, ``cost``, ``cache`` and ``eval``.
 
 ``llmguard demo`` needs no network and no configuration: it starts local fake providers,
 sends a burst of traffic through a Guard and prints what happened.
@@ -16,6 +16,7 @@ from .._version import __version__
 from ._cache import add_cache_command, run_cache_command
 from ._cost import add_cost_command, run_cost_command
 from ._demo import DemoSummary, run_demo
+from ._eval import add_eval_command, run_eval_command
 
 __all__ = ["DemoSummary", "main", "run_demo"]
 
@@ -54,7 +55,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     drill.add_argument("--json", action="store_true", help="print the report as JSON")
     add_cost_command(commands)
     add_cache_command(commands)
+    add_eval_command(commands)
     args = parser.parse_args(argv)
+    if args.command == "eval":
+        return run_eval_command(args)
     if args.command == "cost":
         return run_cost_command(args)
     if args.command == "cache":

@@ -49,6 +49,12 @@ span. Every answer carries ``metadata["call_id"]`` (also the span's ``llmguard.c
 :meth:`Telemetry.feedback` records the application's score for it on
 ``llmguard.feedback.score`` with the call's labels and as a span linked to the call's.
 
+**Sampling for evaluation.** ``Telemetry(eval_sink=EvalSink("eval.jsonl", share=0.05))``
+(:mod:`~llmguard_sdk.telemetry.sampling`) writes a share of calls, redacted, with their
+route, release, cost, latency and later feedback, under a size and age limit;
+``llmguard eval eval.jsonl --base-url ...`` (:mod:`~llmguard_sdk.telemetry.evaluation`)
+replays them against another route or release and prints agreement, cost and latency.
+
 **Logs and redaction.** One record per call on the ``llmguard_sdk.calls`` logger (DEBUG by
 default) with the same fields under ``record.llmguard``. Credentials never appear in spans,
 metrics, logs or exception messages

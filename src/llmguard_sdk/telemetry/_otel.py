@@ -25,6 +25,7 @@ from ._attributes import (
 from ._quality import Quality, signals_of
 from ._semconv import Names, SemconvMode, names_for
 from .redaction import redact, redact_secrets
+from .sampling import EvalSink, call_record
 
 if TYPE_CHECKING:
     from ..breaker import BreakerTransition
@@ -75,6 +76,8 @@ class Telemetry:
         semconv: ``"latest"`` (today's GenAI conventions) or ``"previous"`` (the v1.36.0
             names: ``gen_ai.system`` ...); default: what ``OTEL_SEMCONV_STABILITY_OPT_IN``
             asks (``gen_ai_latest_experimental``), else ``"latest"``.
+        eval_sink: an :class:`~llmguard_sdk.telemetry.sampling.EvalSink` that samples calls
+            (request, answer, route, cost, feedback) into an evaluation set.
 
     .. versionchanged:: 0.2.0
        ``semconv``: the current conventions (cache and stream attributes) or the previous.
@@ -90,7 +93,9 @@ class Telemetry:
         max_content_chars: int = 1000,
         log_level: int | None = logging.DEBUG,
         semconv: SemconvMode | None = None,
+        eval_sink: EvalSink | None = None,
     ) -> None:
+        self.eval_sink = eval_sink
         self.names: Names = names_for(semconv)
         self.capture_content = capture_content
         self._explicit = tracer_provider is not None or meter_provider is not None
@@ -252,7 +257,8 @@ class Telemetry:
             response.metadata["call_id"] = call_id
         signals = signals_of(ctx.request, response, error)
         exporting = self._exporting()
-        if not exporting and not self._logging():
+        sink = self.eval_sink
+        if not exporting and not self._logging() and sink is None:
             if response is not None:
                 self._quality.remember(call_id, quality_labels(ctx, {}), None)
             return  # nothing would see the work: keep the no-SDK path cheap
@@ -268,6 +274,8 @@ class Telemetry:
         call = dict(common)
         call.update(self._call_attributes(ctx, kind, response, error, cancelled, cache_on))
         call["llmguard.call_id"] = call_id
+        if signals:
+            call["llmguard.quality.signals"] = signals
         span = None
         labels = quality_labels(ctx, call)
         if exporting:
@@ -276,7 +284,9 @@ class Telemetry:
             self._quality.count(signals, labels)
         if response is not None:
             self._quality.remember(call_id, labels, span)
-        self._log(ctx, call, response, signals)
+        self._log(ctx, call, response)
+        if sink is not None and not (response is not None and response.metadata.get("cache")):
+            sink.offer(lambda: call_record(sink, ctx, call, response), call_id)
 
     def feedback(self, call_id: str, score: float, *, label: str | None = None) -> bool:
         """Record the application's ``score`` for the call whose answer carried
@@ -291,7 +301,10 @@ class Telemetry:
 
         .. versionadded:: 0.2.0
         """
-        return self._quality.feedback(call_id, score, label) is not None
+        known = self._quality.feedback(call_id, score, label) is not None
+        if self.eval_sink is not None:
+            self.eval_sink.feedback(call_id, score, label)
+        return known
 
     def _exporting(self) -> bool:
         """False while only the API's proxies exist (no SDK configured): spans and metric
@@ -491,18 +504,10 @@ class Telemetry:
             if streaming_s > 0 and response.usage.output_tokens > 1:
                 self._speed.record((response.usage.output_tokens - 1) / streaming_s, labels)
 
-    def _log(
-        self,
-        ctx: CallContext,
-        call: Attributes,
-        response: ChatResponse | None,
-        signals: list[str],
-    ) -> None:
+    def _log(self, ctx: CallContext, call: Attributes, response: ChatResponse | None) -> None:
         if self._log_level is None or not self._logging():
             return
         fields = {key: value for key, value in call.items()}
-        if signals:
-            fields["llmguard.quality.signals"] = signals
         if self.capture_content:
             fields["prompt"] = self._content(ctx.request.last_user_text())
             if response is not None:

@@ -1,0 +1,105 @@
+"""``llmguard eval FILE``: replay sampled calls against another route or release.
+
+``FILE`` is what an :class:`~llmguard_sdk.telemetry.sampling.EvalSink` wrote. Each answered
+call is sent to the OpenAI-compatible endpoint ``--base-url`` (``--model``; the API key from
+the environment variable ``--api-key-env``), and the answers are compared with the recorded
+ones (:func:`~llmguard_sdk.telemetry.evaluation.replay`); the agreement, cost and latency
+table is printed (``--json``: as JSON).
+
+.. versionadded:: 0.2.0
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+from typing import Any
+
+from ..errors import ConfigurationError
+
+__all__ = ["add_eval_command", "run_eval_command"]
+
+
+def _price(text: str) -> tuple[str, float, float]:
+    model, sep, rates = text.rpartition("=")
+    given, _, taken = rates.partition("/")
+    try:
+        if not sep or not model:
+            raise ValueError
+        return model, float(given), float(taken)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"a price is MODEL=INPUT/OUTPUT (USD per million tokens); got {text!r}"
+        ) from None
+
+
+def add_eval_command(commands: Any) -> None:
+    """Register ``llmguard eval`` on the ``llmguard`` command's subparsers."""
+    parser = commands.add_parser(
+        "eval",
+        help="replay sampled calls against another route or release and compare the answers",
+        description="Replay the answered calls of an EvalSink file against an OpenAI-"
+        "compatible endpoint and print agreement, cost and latency, overall and per feature.",
+    )
+    parser.add_argument("file", help="the samples file (JSON Lines from EvalSink)")
+    parser.add_argument("--base-url", required=True, help="the candidate's endpoint")
+    parser.add_argument("--model", help="the candidate's model (default: the endpoint's)")
+    parser.add_argument("--name", default="candidate", help="the candidate's name")
+    parser.add_argument("--api-key-env", metavar="VAR", help="environment variable of its key")
+    parser.add_argument(
+        "--compare",
+        default="overlap",
+        help="overlap (shared words, default), exact, or module:function(recorded, replayed)",
+    )
+    parser.add_argument("--threshold", type=float, default=0.6, help="agreement from (0.6)")
+    parser.add_argument("--limit", type=int, help="replay at most this many calls")
+    parser.add_argument(
+        "--price",
+        type=_price,
+        action="append",
+        default=[],
+        metavar="MODEL=IN/OUT",
+        help="a price in USD per million tokens, for models the price table lacks",
+    )
+    parser.add_argument("--timeout", type=float, default=30.0, help="per call, seconds (30)")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+
+
+def _comparator(spec: str) -> Any:
+    if spec in ("overlap", "exact"):
+        return spec
+    module, sep, name = spec.partition(":")
+    if not sep:
+        raise ConfigurationError(f"--compare must be overlap, exact or module:function: {spec!r}")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigurationError(f"--compare {spec!r}: {exc}") from None
+
+
+def run_eval_command(args: argparse.Namespace) -> int:
+    """Run ``llmguard eval``; returns the exit status (1 when a replayed call failed)."""
+    from .. import Guard, OpenAICompatibleProvider
+    from ..budget import Price, PriceTable
+    from ..telemetry.evaluation import replay
+
+    key = os.environ.get(args.api_key_env) if args.api_key_env else None
+    provider = OpenAICompatibleProvider(
+        args.base_url, api_key=key, model=args.model, name=args.name
+    )
+    prices = PriceTable.default_table().with_prices(
+        {model: Price(input=given, output=taken) for model, given, taken in args.price}
+    )
+    with Guard(provider, prices=prices, retry=None, timeout=args.timeout, environ={}) as guard:
+        report = replay(
+            args.file,
+            guard,
+            compare=_comparator(args.compare),
+            threshold=args.threshold,
+            candidate=args.name,
+            limit=args.limit,
+        )
+    print(json.dumps(report.as_dict(), indent=2) if args.json else report.render())
+    return 1 if report.overall.replayed.errors else 0

@@ -1,0 +1,240 @@
+"""Real traffic sampled into an evaluation set: a share of calls written to JSON Lines.
+
+::
+
+    sink = EvalSink("eval.jsonl", share=0.05)          # 5 % of calls
+    guard = Guard(providers, telemetry=Telemetry(eval_sink=sink))
+    answer = guard.chat(messages, feature="faq")
+    guard.feedback(answer.metadata["call_id"], 1.0, label="thumbs")  # joins the sample
+
+Each sampled call is one line ``{"type": "call", ...}`` with its ``call_id``, time, feature,
+tenant (hashed), release, the route that served it, the request (messages, limits,
+``response_format``), the answer, finish reason, usage, cost, latency, quality signals and
+error type. Feedback on a sampled call is a later line ``{"type": "feedback", "call_id",
+"score", "label"}``. ``llmguard eval FILE`` replays the calls against another route or
+release and compares the answers (:func:`read_samples` joins the feedback).
+
+**Privacy.** Every text goes through ``redact`` (default
+:func:`~llmguard_sdk.telemetry.redaction.redact`: credentials, e-mail addresses, phone and
+card numbers masked) before it is written; tenant and user ids are hashed. **Retention:**
+the file is rotated to ``FILE.1`` when it passes half of ``max_bytes`` or when its first
+record is older than half of ``max_age_s``, and the previous ``FILE.1`` is deleted then, so at
+most ``max_bytes`` and nothing older than ``max_age_s`` stays on disk (checked at each write
+and by :meth:`EvalSink.prune`).
+
+.. versionadded:: 0.2.0
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ConfigurationError
+from .redaction import redact as _default_redact
+
+if TYPE_CHECKING:
+    from ..context import CallContext
+    from ..models import ChatResponse
+
+__all__ = ["EvalSink", "call_record", "read_samples"]
+
+_REMEMBERED = 10_000  # sampled call ids kept for feedback
+_DAY_S = 86_400.0
+
+
+class EvalSink:
+    """Writes a share of guarded calls, redacted, to a JSON Lines file (see the module docs).
+
+    Args:
+        path: the file (created with its folder; rotated to ``path.1``).
+        share: the fraction of calls sampled, from 0 to 1.
+        redact: applied to every text written (the default masks personal data).
+        max_bytes: at most this much stays on disk (two files of half each).
+        max_age_s: records older than this are deleted (default 30 days).
+        seed: seeds the sampling (reproducible samples in tests).
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        share: float = 0.05,
+        *,
+        redact: Callable[[str], str] = _default_redact,
+        max_bytes: int = 50_000_000,
+        max_age_s: float = 30 * _DAY_S,
+        seed: int | None = None,
+    ) -> None:
+        if not 0.0 <= share <= 1.0:
+            raise ConfigurationError(f"share must be from 0 to 1, not {share!r}")
+        if max_bytes < 2048:
+            raise ConfigurationError("max_bytes must be at least 2048")
+        if not max_age_s > 0:
+            raise ConfigurationError("max_age_s must be positive")
+        if not callable(redact):
+            raise ConfigurationError("redact must be a function of a string")
+        self.path = Path(path)
+        self.share = share
+        self._redact = redact
+        self._max_bytes = max_bytes
+        self._max_age_s = max_age_s
+        self._random = random.Random(seed)
+        self._lock = threading.Lock()
+        self._sampled: OrderedDict[str, None] = OrderedDict()
+        self._first_at: float | None = None  # the current file's first record (Unix time)
+
+    def __repr__(self) -> str:
+        return f"EvalSink({str(self.path)!r}, share={self.share})"
+
+    def offer(self, record: Callable[[], dict[str, Any]], call_id: str) -> bool:
+        """Sample the call: write ``record()`` (built only when sampled); True if written."""
+        with self._lock:
+            if self.share <= 0.0 or self._random.random() >= self.share:
+                return False
+            self._sampled[call_id] = None
+            if len(self._sampled) > _REMEMBERED:
+                self._sampled.popitem(last=False)
+        self._write(record())
+        return True
+
+    def feedback(self, call_id: str, score: float, label: str | None) -> bool:
+        """Append feedback on ``call_id`` when that call was sampled; True if written."""
+        with self._lock:
+            if call_id not in self._sampled:
+                return False
+        line = {"type": "feedback", "call_id": call_id, "ts": round(time.time(), 3)}
+        line.update({"score": score, "label": self._redact(label) if label else label})
+        self._write(line)
+        return True
+
+    def text(self, value: str) -> str:
+        """``value`` as the sink writes it (redacted)."""
+        return self._redact(value)
+
+    def prune(self) -> None:
+        """Rotate or delete what is past the retention limits now."""
+        with self._lock:
+            self._rotate_if_due(time.time())
+
+    def _write(self, line: dict[str, Any]) -> None:
+        data = (json.dumps(line, separators=(",", ":"), default=str) + "\n").encode()
+        with self._lock:
+            now = time.time()
+            self._rotate_if_due(now, len(data))
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with self.path.open("ab") as out:  # one write per line: appends stay whole
+                out.write(data)
+            if self._first_at is None:
+                self._first_at = now
+
+    def _rotate_if_due(self, now: float, adding: int = 0) -> None:
+        """FILE.1 holds records from at most half the age limit before its last write: it
+        goes once that write is half the limit old. FILE goes to FILE.1 when it passes half
+        the size or its first record half the age."""
+        older = self.path.with_name(self.path.name + ".1")
+        try:
+            if now - older.stat().st_mtime > self._max_age_s / 2:
+                older.unlink(missing_ok=True)
+        except FileNotFoundError:
+            pass
+        try:
+            size = self.path.stat().st_size
+        except FileNotFoundError:
+            self._first_at = None
+            return
+        if self._first_at is None:
+            self._first_at = _first_time(self.path) or now
+        if size + adding > self._max_bytes // 2 or now - self._first_at > self._max_age_s / 2:
+            os.replace(self.path, older)  # the previous FILE.1 goes
+            self._first_at = None
+
+
+def _first_time(path: Path) -> float | None:
+    with path.open(encoding="utf-8") as lines:
+        first = lines.readline()
+    try:
+        value = json.loads(first).get("ts")
+    except (ValueError, AttributeError):
+        return None
+    return float(value) if isinstance(value, int | float) else None
+
+
+def call_record(
+    sink: EvalSink, ctx: CallContext, call: dict[str, Any], response: ChatResponse | None
+) -> dict[str, Any]:
+    """The line written for a sampled call (texts redacted by ``sink``)."""
+    request = ctx.request
+    messages = [{"role": m.role, "content": sink.text(m.text)} for m in request.messages if m.text]
+    wanted: dict[str, Any] = {"messages": messages}
+    for name in ("model", "max_tokens", "max_completion_tokens", "temperature", "top_p"):
+        if getattr(request, name) is not None:
+            wanted[name] = getattr(request, name)
+    if request.response_format is not None:
+        wanted["response_format"] = request.response_format
+    line: dict[str, Any] = {
+        "type": "call",
+        "call_id": call.get("llmguard.call_id"),
+        "ts": round(time.time(), 3),
+        "feature": ctx.scope.feature,
+        "tenant": call.get("llmguard.tenant"),
+        "release": (request.metadata or {}).get("release"),
+        "route": call.get("llmguard.served_by"),
+        "model": call.get("gen_ai.response.model") or call.get("gen_ai.request.model"),
+        "request": wanted,
+        "latency_s": round(ctx.elapsed(), 4),
+        "error": call.get("error.type"),
+        "signals": call.get("llmguard.quality.signals", []),
+    }
+    if response is not None:
+        line["answer"] = sink.text(response.text)
+        line["finish_reason"] = response.finish_reason
+        line["cost_usd"] = response.cost_usd
+        line["cache"] = response.metadata.get("cache")
+        if response.usage is not None:
+            line["usage"] = {
+                "input_tokens": response.usage.input_tokens,
+                "output_tokens": response.usage.output_tokens,
+            }
+    return line
+
+
+def read_samples(path: str | Path) -> list[dict[str, Any]]:
+    """The sampled calls of ``path`` (``path.1`` first when present), each with the
+    ``feedback`` given on it (a list of ``{"score", "label"}``).
+
+    Raises:
+        ConfigurationError: the file cannot be read.
+    """
+    calls: dict[str, dict[str, Any]] = {}
+    base = Path(path)
+    for part in (base.with_name(base.name + ".1"), base):
+        if part == base or part.exists():
+            for line in _lines(part):
+                if line.get("type") == "call" and isinstance(line.get("call_id"), str):
+                    calls[line["call_id"]] = {**line, "feedback": []}
+                elif line.get("type") == "feedback" and line.get("call_id") in calls:
+                    calls[line["call_id"]]["feedback"].append(
+                        {"score": line.get("score"), "label": line.get("label")}
+                    )
+    return list(calls.values())
+
+
+def _lines(path: Path) -> Iterator[dict[str, Any]]:
+    try:
+        with path.open(encoding="utf-8") as lines:
+            for text in lines:
+                try:
+                    value = json.loads(text)
+                except ValueError:
+                    continue  # a line cut by a crash
+                if isinstance(value, dict):
+                    yield value
+    except OSError as exc:
+        raise ConfigurationError(f"cannot read samples file {path}: {exc}") from None

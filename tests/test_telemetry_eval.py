@@ -1,0 +1,158 @@
+"""Sampling for evaluation: a share of real calls (redacted, with feedback) into JSON Lines
+under a retention limit, replayed by ``llmguard eval`` against a second FakeProvider
+release, which prints the agreement table."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from llmguard_sdk import Guard, OpenAICompatibleProvider
+from llmguard_sdk.budget import Price, PriceTable
+from llmguard_sdk.cli import main
+from llmguard_sdk.errors import ConfigurationError
+from llmguard_sdk.telemetry import Telemetry
+from llmguard_sdk.telemetry.evaluation import compare_overlap, replay
+from llmguard_sdk.telemetry.sampling import EvalSink, read_samples
+from llmguard_sdk.testing import FakeProvider
+
+PRICES = PriceTable.default_table().with_prices({"fake-model": Price(input=100.0, output=200.0)})
+QUESTIONS = [f"What is the capital of country {i}?" for i in range(30)]
+
+
+def last_question(body: dict[str, Any]) -> str:
+    return str(body["messages"][-1]["content"])
+
+
+def release_1(body: dict[str, Any]) -> str:
+    return f"The answer to '{last_question(body)}' is the city we know best."
+
+
+def release_2(body: dict[str, Any]) -> str:
+    question = last_question(body)
+    if question.endswith(("3?", "7?")):  # the new release got these wrong
+        return "I am not sure about that one."
+    return release_1(body)
+
+
+def sampled_traffic(path: Path, share: float = 0.5) -> tuple[list[str], int]:
+    """30 calls (one with an e-mail address) to release 1, half of them sampled; a thumb on
+    every answer. Returns the call ids and how many calls the sink wrote."""
+    sink = EvalSink(path, share=share, seed=7)
+    telemetry = Telemetry(eval_sink=sink, log_level=None)  # no SDK: the sink alone
+    ids = []
+    with FakeProvider(name="v1", reply=release_1) as api:
+        provider = OpenAICompatibleProvider(api.base_url, model="fake-model", name="v1")
+        with Guard(provider, telemetry=telemetry, prices=PRICES, environ={}) as guard:
+            for number, question in enumerate(QUESTIONS):
+                text = question + (" Mail me at jane.doe@example.com." if number == 0 else "")
+                feature = "geo" if number % 2 else "faq"
+                answer = guard.chat([{"role": "user", "content": text}], feature=feature)
+                ids.append(answer.metadata["call_id"])
+                telemetry.feedback(answer.metadata["call_id"], 1.0, label="thumbs")
+    written = sum(1 for line in path.read_text().splitlines() if '"type":"call"' in line)
+    return ids, written
+
+
+def test_a_share_of_calls_is_written_redacted_with_feedback(tmp_path: Path) -> None:
+    path = tmp_path / "eval.jsonl"
+    ids, written = sampled_traffic(path)
+    assert 8 <= written <= 22  # half of 30, give or take chance (seeded)
+    text = path.read_text()
+    assert "jane.doe@example.com" not in text
+    samples = read_samples(path)
+    assert len(samples) == written
+    assert {s["call_id"] for s in samples} <= set(ids)
+    first = samples[0]
+    assert first["route"] == "v1"
+    assert first["feature"] in ("faq", "geo")
+    assert first["cost_usd"] > 0
+    assert first["usage"]["output_tokens"] > 0
+    assert first["request"]["messages"][0]["role"] == "user"
+    assert first["answer"].startswith("The answer to")
+    assert all(s["feedback"] == [{"score": 1.0, "label": "thumbs"}] for s in samples)
+    sampled_traffic(tmp_path / "again.jsonl")  # the same seed: the same share
+    assert len(read_samples(tmp_path / "again.jsonl")) == written
+
+
+def test_everything_sampled_and_nothing_sampled(tmp_path: Path) -> None:
+    _, everything = sampled_traffic(tmp_path / "all.jsonl", share=1.0)
+    assert everything == len(QUESTIONS)
+    with pytest.raises(ConfigurationError, match="share"):
+        EvalSink(tmp_path / "x.jsonl", share=1.5)
+    with pytest.raises(ConfigurationError, match="max_bytes"):
+        EvalSink(tmp_path / "x.jsonl", max_bytes=10)
+
+
+def test_retention_by_size_and_by_age(tmp_path: Path) -> None:
+    path = tmp_path / "eval.jsonl"
+    sink = EvalSink(path, share=1.0, max_bytes=4096, max_age_s=3600)
+    for number in range(200):
+        sink._write({"type": "call", "call_id": str(number), "ts": time.time(), "pad": "x" * 50})
+    older = tmp_path / "eval.jsonl.1"
+    assert older.exists()
+    assert path.stat().st_size + older.stat().st_size <= 4096
+    assert read_samples(path)[-1]["call_id"] == "199"
+    # A file whose first record is older than half the age limit is rotated; a rotated file
+    # older than the limit is deleted.
+    path.write_text(json.dumps({"type": "call", "call_id": "old", "ts": time.time() - 2000}) + "\n")
+    sink = EvalSink(path, share=1.0, max_bytes=4096, max_age_s=3600)
+    sink.prune()
+    assert not path.exists()
+    assert read_samples(older)[0]["call_id"] == "old"
+    os.utime(older, (time.time() - 2000, time.time() - 2000))
+    sink.prune()
+    assert not older.exists()
+
+
+def test_llmguard_eval_replays_against_a_second_release_and_prints_the_table(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "eval.jsonl"
+    sampled_traffic(path, share=1.0)
+    with FakeProvider(name="v2", reply=release_2) as v2:
+        status = main(
+            [
+                "eval",
+                str(path),
+                "--base-url",
+                v2.base_url,
+                "--model",
+                "fake-model",
+                "--name",
+                "release-2",
+                "--price",
+                "fake-model=100/200",
+            ]
+        )
+        out = capsys.readouterr().out
+        assert status == 0
+        assert "replayed against release-2" in out
+        (all_row,) = [line for line in out.splitlines() if line.startswith("all ")]
+        assert all_row.split()[1:3] == ["30", "80%"]  # 6 of 30 questions answered otherwise
+        assert any(line.startswith("faq ") for line in out.splitlines())
+        assert main(["eval", str(path), "--base-url", v2.base_url, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["overall"]["agreed"] == 24
+    assert report["overall"]["feedback_mean"] == 1.0
+    assert report["overall"]["recorded"]["calls"] == 30
+    assert report["overall"]["replayed"]["latency_p50_s"] > 0
+
+
+def test_a_comparator_of_ones_own(tmp_path: Path) -> None:
+    path = tmp_path / "eval.jsonl"
+    sampled_traffic(path, share=1.0)
+    with (
+        FakeProvider(name="v2", reply=release_2) as v2,
+        Guard(OpenAICompatibleProvider(v2.base_url, name="v2"), environ={}) as guard,
+    ):
+        strict = replay(path, guard, compare=lambda a, b: a == b, limit=10)
+        loose = replay(path, guard, compare=compare_overlap, threshold=0.0, limit=10)
+    assert (strict.overall.compared, strict.overall.agreed) == (10, 8)
+    assert loose.overall.agreed == 10
+    assert strict.candidate == "v2"
