@@ -41,6 +41,8 @@ __all__ = [
     "ChatCompletionChunk",
     "ChunkStream",
     "GuardedClient",
+    "anthropic_client",
+    "async_anthropic_client",
 ]
 
 # ChatRequest fields taken from create()'s keywords; ``metadata`` is forwarded to the provider
@@ -350,3 +352,27 @@ def _async_openai_client(guard: Guard) -> Any:
     except ImportError:
         return AsyncGuardedClient(guard)
     return AsyncGuardedOpenAI(guard)
+
+
+def anthropic_client(guard: Guard) -> Any:
+    """anthropic's own ``Anthropic`` client whose requests ``guard`` answers (any route, the
+    local model included): ``messages.create`` returns anthropic's ``Message`` (or streams its
+    events), ``messages.stream`` and ``with_raw_response`` work; its retries are off. A failed
+    call raises anthropic's error for the status, carrying the Guard's error as
+    ``error.response.extensions["llmguard_error"]``. Needs the ``anthropic`` package.
+
+    .. versionadded:: 0.2.0
+    """
+    from ._anthropic_client import GuardedAnthropic
+
+    return GuardedAnthropic(guard)
+
+
+def async_anthropic_client(guard: Guard) -> Any:
+    """The async twin of :func:`anthropic_client` (``anthropic.AsyncAnthropic``).
+
+    .. versionadded:: 0.2.0
+    """
+    from ._anthropic_client import AsyncGuardedAnthropic
+
+    return AsyncGuardedAnthropic(guard)

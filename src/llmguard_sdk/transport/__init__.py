@@ -5,7 +5,8 @@ the SDK makes through the Guard, in process, without a socket: the request is pa
 :meth:`~llmguard_sdk.Guard.chat` call (so the routes may be any provider, the local model
 included), and the Guard's answer goes back in the shape the SDK expects, JSON or server-sent
 events, headers included. Served paths: ``POST .../chat/completions``, ``POST .../responses``
-(plain and streamed) and ``GET .../models`` (the routes' models).
+(OpenAI), ``POST .../messages`` (Anthropic), plain and streamed, and ``GET .../models`` (the
+routes' models).
 
 openai-python 3.x and anthropic's SDK build on httpx2 (they still accept httpx clients); the
 seam offers both: ``library="httpx2"`` or ``"httpx"``; by default httpx2 when it is installed.

@@ -12,15 +12,21 @@ from . import _wire
 from ._wire import Incoming
 
 
-def call_arguments(messages: object, model: object, params: dict[str, Any]) -> dict[str, Any]:
-    """openai ``create()`` keywords as :meth:`Guard.chat` arguments."""
+def guard_arguments(params: dict[str, Any], incoming: Incoming) -> dict[str, Any]:
+    """openai ``create()`` keywords (``messages`` and ``model`` among them) as
+    :meth:`Guard.chat` arguments, with the caller's headers, query and scope."""
     from ..client import _call_arguments
 
+    params = dict(params)
+    params.pop("stream", None)
+    messages, model = params.pop("messages", None), params.pop("model", None)
     if not isinstance(messages, list):
         raise RequestValidationError("messages must be a list of messages")
     if model is not None and not isinstance(model, str):
         raise RequestValidationError("model must be a string")
-    return _call_arguments(messages, model, params)
+    arguments = _call_arguments(messages, model, params)
+    arguments.update(_wire.passthrough(incoming))
+    return arguments
 
 
 class ChatWire:
@@ -28,12 +34,7 @@ class ChatWire:
 
     def arguments(self, body: dict[str, Any], incoming: Incoming) -> dict[str, Any]:
         """``body`` (a chat-completions request) as Guard arguments."""
-        params = dict(body)
-        params.pop("stream", None)
-        messages, model = params.pop("messages", None), params.pop("model", None)
-        arguments = call_arguments(messages, model, params)
-        arguments.update(_wire.passthrough(incoming))
-        return arguments
+        return guard_arguments(body, incoming)
 
     def answer(self, response: ChatResponse) -> dict[str, Any]:
         """The ``chat.completion`` object of ``response``."""

@@ -10,6 +10,7 @@ from ..errors import LLMGuardError, RequestValidationError
 from ..models import StreamChunk
 from . import _wire
 from ._chat import ChatWire, ModelsWire
+from ._messages import MessagesWire
 from ._responses import ResponsesWire
 from ._wire import Answer, Call, Incoming, Writer
 
@@ -19,7 +20,11 @@ if TYPE_CHECKING:
 
 _CHAT = ChatWire()
 _RESPONSES = ResponsesWire()
-_ROUTES: dict[str, _wire.Wire] = {"/chat/completions": _CHAT, "/responses": _RESPONSES}
+_ROUTES: dict[str, _wire.Wire] = {
+    "/chat/completions": _CHAT,
+    "/responses": _RESPONSES,
+    "/messages": MessagesWire(),
+}
 
 
 def _wire_for(path: str) -> _wire.Wire:

@@ -14,7 +14,7 @@ from ..errors import LLMGuardError
 from ..models import ChatResponse, StreamChunk
 from ..providers._responses_wire import Answer, EventWriter, chat_arguments
 from . import _wire
-from ._chat import call_arguments
+from ._chat import guard_arguments
 from ._wire import Incoming
 
 
@@ -27,11 +27,7 @@ class ResponsesWire:
 
     def arguments(self, body: dict[str, Any], incoming: Incoming) -> dict[str, Any]:
         """``body`` (a Responses request) as Guard arguments."""
-        params = chat_arguments(body)
-        messages, model = params.pop("messages"), params.pop("model")
-        arguments = call_arguments(messages, model, params)
-        arguments.update(_wire.passthrough(incoming))
-        return arguments
+        return guard_arguments(chat_arguments(body), incoming)
 
     def answer(self, response: ChatResponse) -> dict[str, Any]:
         """The ``response`` object of ``response``."""

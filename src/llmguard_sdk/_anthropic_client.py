@@ -1,0 +1,48 @@
+"""Anthropic's own client over the Guard's transport (:func:`llmguard_sdk.client.anthropic_client`):
+``messages.create`` returns anthropic's ``Message`` (streams its events), answered by any route.
+
+Its retries are off (``max_retries=0``: one retry loop, the Guard's). A failed call raises
+anthropic's own error for the status (``anthropic.InternalServerError`` for 503 ...: anthropic's
+SDK wraps whatever a transport raises into its connection error, so the Guard's errors come as
+answers); the Guard's error is ``error.response.extensions["llmguard_error"]`` and its class
+name the ``x-llmguard-error`` header. Each parsed object carries the Guard's view as
+``.llmguard``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import anthropic
+
+from ._openai_client import _Tagged
+from .transport import _client
+
+if TYPE_CHECKING:
+    from .guard import Guard
+
+__all__ = ["AsyncGuardedAnthropic", "GuardedAnthropic"]
+
+_BASE_URL = "http://llmguard.invalid"
+_KEY = "llmguard"  # never sent anywhere: the transport answers in process
+
+
+def _options(guard: Guard, *, asynchronous: bool) -> dict[str, Any]:
+    client = _client(guard, None, asynchronous=asynchronous, base_url=_BASE_URL)
+    return {"api_key": _KEY, "base_url": _BASE_URL, "max_retries": 0, "http_client": client}
+
+
+class GuardedAnthropic(_Tagged, anthropic.Anthropic):
+    """``anthropic.Anthropic`` whose requests the Guard answers."""
+
+    def __init__(self, guard: Guard) -> None:
+        super().__init__(**_options(guard, asynchronous=False))
+        self.guard = guard
+
+
+class AsyncGuardedAnthropic(_Tagged, anthropic.AsyncAnthropic):
+    """``anthropic.AsyncAnthropic`` whose requests the Guard answers."""
+
+    def __init__(self, guard: Guard) -> None:
+        super().__init__(**_options(guard, asynchronous=True))
+        self.guard = guard

@@ -1,0 +1,319 @@
+"""Anthropic's Messages API on the wire: ``POST /v1/messages``, JSON or SSE events.
+
+The request becomes a chat call of the Guard (any route answers it), and the answer goes back
+as Anthropic's ``message`` (or ``message_start`` ... ``message_stop`` events): text and
+``tool_use`` blocks, ``stop_reason``, usage with ``cache_read_input_tokens``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from ..errors import LLMGuardError, RequestValidationError
+from ..models import ChatResponse, StreamChunk, Usage
+from . import _wire
+from ._chat import guard_arguments
+from ._wire import Incoming
+
+_STOP = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
+_KNOWN = frozenset(
+    {
+        "model",
+        "messages",
+        "system",
+        "max_tokens",
+        "stream",
+        "temperature",
+        "top_p",
+        "stop_sequences",
+        "tools",
+        "tool_choice",
+        "metadata",
+    }
+)
+_ERRORS = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    429: "rate_limit_error",
+    503: "overloaded_error",
+    504: "timeout_error",
+}
+
+
+def _bad(message: str) -> RequestValidationError:
+    return RequestValidationError(f"messages request: {message}")
+
+
+def _text(content: object) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(str(b.get("text", "")) for b in content if isinstance(b, dict))
+    return ""
+
+
+def _image(block: Mapping[str, Any]) -> dict[str, Any]:
+    source = block.get("source") or {}
+    if source.get("type") == "base64":
+        url = f"data:{source.get('media_type')};base64,{source.get('data')}"
+    else:
+        url = str(source.get("url", ""))
+    return {"type": "image_url", "image_url": {"url": url}}
+
+
+def _turn(message: object) -> list[dict[str, Any]]:
+    """One Anthropic turn as chat messages (tool results become tool messages)."""
+    if not isinstance(message, dict) or message.get("role") not in ("user", "assistant"):
+        raise _bad("each message needs the role user or assistant")
+    role, content = message["role"], message.get("content")
+    if isinstance(content, str):
+        return [{"role": role, "content": content}]
+    if not isinstance(content, list):
+        raise _bad("message content must be a string or a list of blocks")
+    out: list[dict[str, Any]] = []
+    parts: list[dict[str, Any]] = []
+    calls: list[dict[str, Any]] = []
+    for block in content:
+        kind = block.get("type") if isinstance(block, dict) else None
+        if kind == "text":
+            parts.append({"type": "text", "text": block["text"]})
+        elif kind == "image":
+            parts.append(_image(block))
+        elif kind == "tool_use":
+            arguments = json.dumps(block.get("input") or {})
+            calls.append(
+                {
+                    "id": block.get("id"),
+                    "type": "function",
+                    "function": {"name": block.get("name"), "arguments": arguments},
+                }
+            )
+        elif kind == "tool_result":
+            out.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": block.get("tool_use_id"),
+                    "content": _text(block.get("content")),
+                }
+            )
+        elif kind not in ("thinking", "redacted_thinking"):
+            raise _bad(f"content block type {kind!r} is not supported")
+    if parts or calls:
+        text_only = all(p["type"] == "text" for p in parts)
+        body: Any = "".join(p["text"] for p in parts) if text_only else parts
+        turn: dict[str, Any] = {"role": role, "content": body or None}
+        if calls:
+            turn["tool_calls"] = calls
+        out.append(turn)
+    return out
+
+
+def _tool_choice(choice: object) -> object:
+    if not isinstance(choice, dict):
+        return None
+    kind = choice.get("type")
+    if kind == "tool":
+        return {"type": "function", "function": {"name": choice.get("name")}}
+    return {"any": "required", "auto": "auto", "none": "none"}.get(str(kind))
+
+
+def chat_params(body: Mapping[str, Any]) -> dict[str, Any]:
+    """A Messages request as chat-completions ``create()`` keywords."""
+    messages: list[dict[str, Any]] = []
+    system = _text(body.get("system"))
+    if system:
+        messages.append({"role": "system", "content": system})
+    for turn in body.get("messages") or ():
+        messages.extend(_turn(turn))
+    params: dict[str, Any] = {"messages": messages, "model": body.get("model")}
+    for key in ("max_tokens", "temperature", "top_p"):
+        if body.get(key) is not None:
+            params[key] = body[key]
+    if body.get("stop_sequences"):
+        params["stop"] = body["stop_sequences"]
+    if body.get("tools"):
+        params["tools"] = [
+            {
+                "type": "function",
+                "function": {
+                    "name": t.get("name"),
+                    "description": t.get("description", ""),
+                    "parameters": t.get("input_schema", {}),
+                },
+            }
+            for t in body["tools"]
+            if isinstance(t, dict)
+        ]
+    choice = _tool_choice(body.get("tool_choice"))
+    if choice is not None:
+        params["tool_choice"] = choice
+    metadata = body.get("metadata")
+    if isinstance(metadata, dict) and isinstance(metadata.get("user_id"), str):
+        params["user"] = metadata["user_id"]
+    params.update({k: v for k, v in body.items() if k not in _KNOWN})
+    return params
+
+
+def _usage(usage: Usage | None) -> dict[str, int]:
+    if usage is None:
+        return {"input_tokens": 0, "output_tokens": 0}
+    uncached = usage.input_tokens - usage.cached_input_tokens - usage.cache_write_input_tokens
+    return {
+        "input_tokens": max(0, uncached),
+        "output_tokens": usage.output_tokens,
+        "cache_read_input_tokens": usage.cached_input_tokens,
+        "cache_creation_input_tokens": usage.cache_write_input_tokens,
+    }
+
+
+def _tool_use(call: Mapping[str, Any]) -> dict[str, Any]:
+    function = call.get("function") or {}
+    try:
+        arguments = json.loads(function.get("arguments") or "{}")
+    except ValueError:
+        arguments = {}
+    return {
+        "type": "tool_use",
+        "id": call.get("id"),
+        "name": function.get("name"),
+        "input": arguments,
+    }
+
+
+def _message_id(given: str | None) -> str:
+    return given if given and given.startswith("msg") else _wire.new_id("msg")
+
+
+class MessagesWire:
+    """Messages: parse a request, answer a ``message`` or its events."""
+
+    def arguments(self, body: dict[str, Any], incoming: Incoming) -> dict[str, Any]:
+        """``body`` (a Messages request) as Guard arguments."""
+        return guard_arguments(chat_params(body), incoming)
+
+    def answer(self, response: ChatResponse) -> dict[str, Any]:
+        """The ``message`` object of ``response``."""
+        content: list[dict[str, Any]] = []
+        if response.text or not response.tool_calls:
+            content.append({"type": "text", "text": response.text})
+        content += [_tool_use(c) for c in response.tool_calls or ()]
+        return {
+            "id": _message_id(response.id),
+            "type": "message",
+            "role": "assistant",
+            "model": response.model,
+            "content": content,
+            "stop_reason": _STOP.get(response.finish_reason or "stop", "end_turn"),
+            "stop_sequence": None,
+            "usage": _usage(response.usage),
+        }
+
+    def writer(self, arguments: Mapping[str, Any]) -> EventsWriter:
+        """A writer for one stream's events."""
+        model = arguments.get("model")
+        return EventsWriter(model if isinstance(model, str) else "")
+
+    def error(self, exc: LLMGuardError) -> dict[str, Any]:
+        """Anthropic's error body."""
+        kind = _ERRORS.get(_wire.status_of(exc), "api_error")
+        return {"type": "error", "error": {"type": kind, "message": str(exc)}}
+
+
+class EventsWriter:
+    """Anthropic's stream events for the transport's stream loop."""
+
+    def __init__(self, model: str) -> None:
+        self._model = model
+        self._started = False
+        self._block: int | None = None  # the open content block
+        self._blocks = 0
+        self._calls: dict[int, int] = {}  # tool call index -> block index
+        self._finish: str | None = None
+        self._usage: Usage | None = None
+
+    def _start(self, chunk: StreamChunk | None) -> bytes:
+        if self._started:
+            return b""
+        self._started = True
+        message: dict[str, Any] = {
+            "id": _message_id(chunk.id if chunk else None),
+            "type": "message",
+            "role": "assistant",
+            "model": (chunk.model if chunk else "") or self._model,
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": {"input_tokens": 0, "output_tokens": 0},
+        }
+        return _wire.sse({"type": "message_start", "message": message}, "message_start")
+
+    def _open(self, block: dict[str, Any]) -> bytes:
+        out = self._close()
+        self._block = self._blocks
+        self._blocks += 1
+        event = {"type": "content_block_start", "index": self._block, "content_block": block}
+        return out + _wire.sse(event, "content_block_start")
+
+    def _close(self) -> bytes:
+        if self._block is None:
+            return b""
+        event = {"type": "content_block_stop", "index": self._block}
+        self._block = None
+        return _wire.sse(event, "content_block_stop")
+
+    def _delta(self, delta: dict[str, Any]) -> bytes:
+        event = {"type": "content_block_delta", "index": self._block, "delta": delta}
+        return _wire.sse(event, "content_block_delta")
+
+    def event(self, chunk: StreamChunk) -> bytes:
+        """The events of one chunk."""
+        out = self._start(chunk)
+        if chunk.text:
+            if self._block is None or self._block in self._calls.values():
+                out += self._open({"type": "text", "text": ""})
+            out += self._delta({"type": "text_delta", "text": chunk.text})
+        for call in chunk.tool_calls or ():
+            index = int(call.get("index", 0))
+            function = call.get("function") or {}
+            if index not in self._calls:
+                block: dict[str, Any] = {
+                    "type": "tool_use",
+                    "id": call.get("id"),
+                    "name": function.get("name"),
+                    "input": {},
+                }
+                out += self._open(block)
+                self._calls[index] = self._block or 0
+            if function.get("arguments"):
+                delta = {"type": "input_json_delta", "partial_json": function["arguments"]}
+                out += self._delta(delta)
+        self._finish = chunk.finish_reason or self._finish
+        self._usage = chunk.usage or self._usage
+        return out
+
+    def end(self) -> bytes:
+        """The closing events: ``message_delta`` with the stop reason and usage, then
+        ``message_stop``."""
+        out = self._start(None)
+        if self._blocks == 0:
+            out += self._open({"type": "text", "text": ""})
+        out += self._close()
+        delta = {
+            "type": "message_delta",
+            "delta": {
+                "stop_reason": _STOP.get(self._finish or "stop", "end_turn"),
+                "stop_sequence": None,
+            },
+            "usage": _usage(self._usage),
+        }
+        return (
+            out
+            + _wire.sse(delta, "message_delta")
+            + _wire.sse({"type": "message_stop"}, "message_stop")
+        )
+
+    def failure(self, exc: LLMGuardError) -> bytes:
+        """An ``error`` event."""
+        return self._start(None) + _wire.sse(MessagesWire().error(exc), "error")

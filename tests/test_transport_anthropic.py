@@ -1,0 +1,120 @@
+"""``Anthropic(http_client=guard.http_client())`` and ``anthropic_client(guard)``: anthropic's
+SDK answered by the Guard, whatever route serves."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import pytest
+
+from llmguard_sdk import Guard, ProviderUnavailableError
+from llmguard_sdk.client import anthropic_client, async_anthropic_client
+from llmguard_sdk.testing import FakeProvider, Fault
+from llmguard_sdk.transport import http_client
+
+from .conftest import require_module
+
+MakeGuard = Callable[..., Guard]
+ASK: Any = [{"role": "user", "content": "hello there"}]
+
+
+@pytest.fixture
+def anthropic() -> Any:
+    return require_module("anthropic", "anthropic is a dev dependency")
+
+
+def test_messages_through_the_seam_from_a_chat_route(
+    anthropic: Any, fake: FakeProvider, make_guard: MakeGuard
+) -> None:
+    sdk = anthropic.Anthropic(
+        api_key="sk-not-sent",
+        base_url="http://guard.test",
+        http_client=http_client(make_guard(fake)),
+    )
+    message = sdk.messages.create(model="m", max_tokens=20, system="be brief", messages=ASK)
+    assert isinstance(message, anthropic.types.Message)
+    assert message.content[0].text == "Echo: hello there"
+    assert (message.stop_reason, message.usage.input_tokens) == ("end_turn", 12)
+    sent = fake.requests[-1]
+    assert sent.path == "/v1/chat/completions"
+    assert sent.body is not None
+    assert sent.body["messages"][0] == {"role": "system", "content": "be brief"}
+    with sdk.messages.stream(model="m", max_tokens=20, messages=ASK) as stream:
+        assert "".join(stream.text_stream) == "Echo: hello there"
+        assert stream.get_final_message().usage.output_tokens == 3
+
+
+def test_stream_events_match_the_provider_s_own(
+    anthropic: Any, fake: FakeProvider, make_guard: MakeGuard
+) -> None:
+    direct = anthropic.Anthropic(api_key="sk-x", base_url=fake.url, max_retries=0)
+    seam = anthropic.Anthropic(
+        api_key="sk-x", base_url="http://guard.test", http_client=http_client(make_guard(fake))
+    )
+    options: dict[str, Any] = {"model": "fake-model", "max_tokens": 20, "messages": ASK}
+    expected = list(direct.messages.create(stream=True, **options))
+    got = list(seam.messages.create(stream=True, **options))
+    assert [e.type for e in got] == [e.type for e in expected]
+    deltas = [e.delta.text for e in got if e.type == "content_block_delta"]
+    assert deltas == [e.delta.text for e in expected if e.type == "content_block_delta"]
+
+
+def test_tools_and_errors(anthropic: Any, fake: FakeProvider, make_guard: MakeGuard) -> None:
+    sdk = anthropic.Anthropic(
+        api_key="sk-x",
+        base_url="http://guard.test",
+        http_client=http_client(make_guard(fake, retry=None)),
+    )
+    tools = [{"name": "lookup", "description": "find", "input_schema": {"type": "object"}}]
+    turns: Any = [
+        *ASK,
+        {
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": "tu_1", "name": "lookup", "input": {"q": "x"}}],
+        },
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": "tu_1", "content": "found"}],
+        },
+    ]
+    sdk.messages.create(model="m", max_tokens=20, messages=turns, tools=tools)
+    body = fake.requests[-1].body
+    assert body is not None
+    assert body["tools"][0]["function"]["name"] == "lookup"
+    assert body["messages"][1]["tool_calls"][0]["function"] == {
+        "name": "lookup",
+        "arguments": '{"q": "x"}',
+    }
+    assert body["messages"][2] == {"role": "tool", "tool_call_id": "tu_1", "content": "found"}
+    fake.always(Fault(status=503))
+    with pytest.raises(anthropic.InternalServerError) as caught:
+        sdk.messages.create(model="m", max_tokens=20, messages=ASK)
+    assert caught.value.status_code == 503
+    assert caught.value.body["error"]["type"] == "overloaded_error"
+    assert len(fake.requests) == 2  # x-should-retry: false: anthropic's SDK did not retry
+
+
+def test_anthropic_client_is_anthropic_s_own(
+    anthropic: Any, fake: FakeProvider, make_guard: MakeGuard
+) -> None:
+    guard = make_guard(fake, retry=None)
+    client = anthropic_client(guard)
+    assert isinstance(client, anthropic.Anthropic)
+    message = client.messages.create(model="m", max_tokens=20, messages=ASK)
+    assert message.llmguard.route == "primary"
+    fake.always(Fault(status=503))
+    with pytest.raises(anthropic.InternalServerError) as caught:
+        client.messages.create(model="m", max_tokens=20, messages=ASK)
+    error = caught.value.response.extensions["llmguard_error"]
+    assert isinstance(error, ProviderUnavailableError)
+    fake.always(None)
+
+    async def run() -> str:
+        aclient = async_anthropic_client(guard)
+        answer = await aclient.messages.create(model="m", max_tokens=20, messages=ASK)
+        await guard.aclose()
+        return str(answer.content[0].text)
+
+    assert anyio.run(run) == "Echo: hello there"
