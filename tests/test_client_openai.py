@@ -12,7 +12,12 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
-from llmguard_sdk import Guard, ProviderUnavailableError, RequestValidationError
+from llmguard_sdk import (
+    Guard,
+    ProviderTimeoutError,
+    ProviderUnavailableError,
+    RequestValidationError,
+)
 from llmguard_sdk.client import _async_openai_client, _openai_client
 from llmguard_sdk.testing import FakeProvider, Fault
 
@@ -111,3 +116,13 @@ def test_without_openai_the_look_alike_serves() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "Echo: hi"
+
+
+def test_a_per_call_timeout_bounds_the_guarded_call(
+    fake: FakeProvider, make_guard: MakeGuard
+) -> None:
+    client = _openai_client(make_guard(fake, retry=None))
+    assert client.timeout is None  # the client has no timeout of its own: the Guard's applies
+    fake.always(Fault(latency=3.0))
+    with pytest.raises(ProviderTimeoutError):
+        client.chat.completions.create(model="m", messages=USER, timeout=0.3)

@@ -145,3 +145,13 @@ def test_unknown_provider_route_is_not_a_crash(make_guard: MakeGuard) -> None:
         seam.chat.completions.create(model="m", messages=USER)
     assert caught.value.status_code == 503
     guard.close()
+
+
+def test_the_sdk_s_timeout_shortens_the_guard_s(fake: FakeProvider, make_guard: MakeGuard) -> None:
+    guard = make_guard(fake, retry=None)
+    fake.always(Fault(latency=3.0))
+    seam = _sdk(http_client(guard))
+    with pytest.raises(openai.APIStatusError) as caught:
+        seam.chat.completions.create(model="m", messages=USER, timeout=0.3)
+    assert caught.value.status_code == 504
+    assert caught.value.response.headers["x-llmguard-error"] == "ProviderTimeoutError"

@@ -30,7 +30,14 @@ T = TypeVar("T")
 def _options(guard: Guard, *, asynchronous: bool) -> dict[str, Any]:
     # httpx2 where installed (openai 3.x), else httpx (openai 1.x and 2.x)
     client = _client(guard, None, asynchronous=asynchronous, raise_errors=True, base_url=_BASE_URL)
-    return {"api_key": _KEY, "base_url": _BASE_URL, "max_retries": 0, "http_client": client}
+    # no timeout of the client's own: the Guard's bounds each call, a per-call timeout= shortens it
+    return {
+        "api_key": _KEY,
+        "base_url": _BASE_URL,
+        "max_retries": 0,
+        "http_client": client,
+        "timeout": None,
+    }
 
 
 class _Tagged:

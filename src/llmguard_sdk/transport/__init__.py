@@ -17,10 +17,11 @@ never repeat a call the Guard has already retried and moved through its fallback
 ``max_retries=0`` on the SDK says the same explicitly. An error answer carries the Guard's
 error class in ``x-llmguard-error``; the SDK raises its own error for the status
 (400 invalid request, 401, 429 rate limited or budget exhausted, 502 malformed answer,
-503 unavailable or circuit open, 504 timeout). The SDK's ``timeout`` does not apply: the
-Guard's own ``timeout`` bounds each call. The scope of a call comes from
-:func:`~llmguard_sdk.scoped`, or from ``x-llmguard-tenant`` / ``x-llmguard-feature`` headers;
-any other header or query parameter the caller adds is forwarded to the provider.
+503 unavailable or circuit open, 504 timeout). The Guard's ``timeout`` bounds each call; the
+SDK's timeout (its read timeout), when shorter, becomes the call's total. The scope of a call
+comes from :func:`~llmguard_sdk.scoped`, or from ``x-llmguard-tenant`` /
+``x-llmguard-feature`` headers; any other header or query parameter the caller adds is
+forwarded to the provider.
 
 Successful answers carry ``x-llmguard-route`` (which route served, ``cache`` for a cache hit)
 and ``x-llmguard-attempts``.

@@ -22,12 +22,15 @@ if TYPE_CHECKING:
 def incoming(request: Any, body: bytes) -> Incoming:
     """An httpx or httpx2 request as the library-neutral :class:`Incoming`."""
     url = request.url
+    timeouts = request.extensions.get("timeout")
+    read = timeouts.get("read") if isinstance(timeouts, dict) else None
     return Incoming(
         method=request.method,
         path=url.path,
         query=list(url.params.multi_items()),
         headers={name.lower(): value for name, value in request.headers.items()},
         body=body,
+        timeout=float(read) if isinstance(read, (int, float)) and read > 0 else None,
     )
 
 

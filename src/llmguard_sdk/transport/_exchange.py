@@ -47,7 +47,10 @@ def plan(guard: Guard, incoming: Incoming) -> Call | Answer:
         )
     body = _wire.load_object(incoming.body)
     stream = body.get("stream") is True
-    return Call(wire, wire.arguments(body, incoming), stream)
+    arguments = wire.arguments(body, incoming)
+    if incoming.timeout is not None:  # the SDK's timeout, when shorter than the Guard's
+        arguments["timeout"] = min(incoming.timeout, guard.settings.timeout)
+    return Call(wire, arguments, stream)
 
 
 def _failed(incoming: Incoming, exc: LLMGuardError, raise_errors: bool) -> Answer:

@@ -59,6 +59,7 @@ class Incoming:
     query: list[tuple[str, str]]
     headers: Mapping[str, str]  # lower-case names
     body: bytes
+    timeout: float | None = None  # the SDK's read timeout for this request, if any
 
 
 @dataclass
