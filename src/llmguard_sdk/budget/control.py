@@ -51,7 +51,14 @@ from .redis import RedisBudgetBackend
 if TYPE_CHECKING:
     from .._core.stages import Stages
 
-__all__ = ["BudgetUnavailableError", "Budgets", "EventHook", "Held", "SpendControl"]
+__all__ = [
+    "BudgetUnavailableError",
+    "Budgets",
+    "EventHook",
+    "Held",
+    "SpendControl",
+    "status_row",
+]
 
 logger = logging.getLogger("llmguard_sdk")
 
@@ -258,14 +265,15 @@ class SpendControl:
         limit, settled spend, amount held by calls in flight and reset time, in USD."""
         specs = self.counters(**scope)
         return [
-            _row(spec, found) for spec, found in zip(specs, self.backend.status(specs), strict=True)
+            status_row(spec, found)
+            for spec, found in zip(specs, self.backend.status(specs), strict=True)
         ]
 
     async def astatus(self, **scope: Any) -> list[dict[str, Any]]:
         """Async twin of :meth:`status`."""
         specs = self.counters(**scope)
         found = await self.backend.astatus(specs)
-        return [_row(spec, status) for spec, status in zip(specs, found, strict=True)]
+        return [status_row(spec, status) for spec, status in zip(specs, found, strict=True)]
 
     # -- prices ------------------------------------------------------------------------------
 
@@ -590,7 +598,9 @@ def _asked_tier(ctx: CallContext) -> str | None:
     return normal_tier(tier) if isinstance(tier, str) else None
 
 
-def _row(spec: CounterSpec, found: Status) -> dict[str, Any]:
+def status_row(spec: CounterSpec, found: Status) -> dict[str, Any]:
+    """One counter's status as the public API shows it: scope, counter, window, and in USD
+    its limit, settled spend and amount held, with its reset time (epoch seconds)."""
     spent, reserved, resets = found
     return {
         "scope": spec.scope,

@@ -258,6 +258,41 @@ class RedisBudgetBackend:
         args = [self.clock_offset, len(specs), *self._spec_args(specs)]
         return _statuses(self._scripts.sync(2)(keys=self._keys(specs), args=args))
 
+    def stored_counters(self, *, tenant: str | None = None) -> list[CounterSpec]:
+        """The counters of this budget set found in Redis (each granted reservation stores
+        its counter's limit, window and alerts beside its state), those of ``tenant`` only
+        when given; for tools such as ``llmguard budget status``: it SCANs, so it is never on
+        the call path."""
+        pattern = self._store.key("budget", self._tag, "c", "x")[:-1] + "*"
+        wanted = None if tenant is None else f".{hash_id(tenant)}"
+        found: list[CounterSpec] = []
+        client = self._store.client
+        for raw in client.scan_iter(match=pattern, count=500):
+            key = _text(raw)
+            name = key.rpartition(":c:")[2]
+            if wanted is not None and not (name.startswith("tenant.") and name.endswith(wanted)):
+                continue
+            limit, kind, seconds, alerts = (
+                _text(v) if v is not None else None
+                for v in (
+                    client.hmget(key, ["L", "K", "S", "A"])  # type: ignore[union-attr]
+                )
+            )
+            if limit is None or kind is None:
+                continue  # not reserved on since its spec is stored
+            found.append(
+                CounterSpec(
+                    key=name,
+                    limit=int(limit),
+                    window=kind,  # type: ignore[arg-type]
+                    rolling_seconds=float(seconds or 3600.0),
+                    alerts=tuple(float(a) for a in (alerts or "").split(",") if a),
+                    scope=f"tenant:{tenant}" if tenant is not None else name,
+                    budget_index=-1,
+                )
+            )
+        return sorted(found, key=lambda spec: spec.key)
+
     # -- async ------------------------------------------------------------------------------
 
     async def astatus(self, specs: Sequence[CounterSpec]) -> list[Status]:

@@ -1,4 +1,4 @@
-"""The ``llmguard`` command: ``demo``, ``drill``, ``cost``, ``cache`` and ``eval``.
+"""The ``llmguard`` command: ``demo``, ``drill``, ``cost``, ``budget``, ``cache`` and ``eval``.
 
 ``llmguard demo`` needs no network and no configuration: it starts local fake providers,
 sends a burst of traffic through a Guard and prints what happened.
@@ -13,6 +13,7 @@ import json
 from collections.abc import Sequence
 
 from .._version import __version__
+from ._budget import add_budget_command, run_budget_command
 from ._cache import add_cache_command, run_cache_command
 from ._cost import add_cost_command, run_cost_command
 from ._demo import DemoSummary, run_demo
@@ -54,6 +55,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     drill.add_argument("--png", metavar="FILE", help="write a timeline picture")
     drill.add_argument("--json", action="store_true", help="print the report as JSON")
     add_cost_command(commands)
+    add_budget_command(commands)
     add_cache_command(commands)
     add_eval_command(commands)
     args = parser.parse_args(argv)
@@ -61,6 +63,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_eval_command(args)
     if args.command == "cost":
         return run_cost_command(args)
+    if args.command == "budget":
+        return run_budget_command(args)
     if args.command == "cache":
         return run_cache_command(args)
     if args.command == "drill":

@@ -48,8 +48,12 @@ end
 local amount = math.ceil(base + tokens * per)
 for i = 1, n do
   local c = counters[i]
+  -- the counter's spec beside its state (L limit, K window, S rolling seconds, A alerts), so
+  -- `llmguard budget status` can read a counter without the application's configuration
   redis.call('HSET', c.h, 'r', string.format('%d', c.reserved + amount),
-    'h:' .. ARGV[2], string.format('%d', amount))
+    'h:' .. ARGV[2], string.format('%d', amount),
+    'L', string.format('%d', c.limit), 'K', c.kind, 'S', ARGV[9 + (i - 1) * 5 + 2],
+    'A', ARGV[9 + (i - 1) * 5 + 3])
   redis.call('ZADD', c.e, string.format('%.6f', now + hold), ARGV[2])
   keep(c, hold)
 end

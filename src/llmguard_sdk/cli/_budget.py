@@ -1,0 +1,82 @@
+"""``llmguard budget status``: each budget counter's limit, settled spend, holds and reset.
+
+Reads the counters a fleet shares through Redis, without the application's configuration:
+every granted reservation stores its counter's limit, window and alerts beside its state.
+``--tenant T`` shows T's counters only (tenant ids are hashed into keys, so they are found
+by their hash).
+
+.. versionadded:: 0.2.0
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+from typing import Any
+
+from ..budget.control import status_row
+from ..budget.redis import RedisBudgetBackend
+from ..errors import ConfigurationError
+
+__all__ = ["add_budget_command", "run_budget_command"]
+
+
+def add_budget_command(commands: Any) -> None:
+    """Register ``llmguard budget`` on the ``llmguard`` command's subparsers."""
+    budget = commands.add_parser(
+        "budget",
+        help="show spend budget counters shared through Redis",
+        description="Show each budget counter's limit, settled spend, amount held by calls in "
+        "flight and reset time, read from the Redis the Guards share.",
+    )
+    steps = budget.add_subparsers(dest="budget_command", metavar="ACTION")
+    status = steps.add_parser("status", help="each counter's limit, spend, holds, reset")
+    status.add_argument("--store", required=True, help="the Redis URL the Guards use")
+    status.add_argument("--prefix", default="llmguard", help="the store's key prefix")
+    status.add_argument("--name", default="default", help="the budget set's name (Budgets)")
+    status.add_argument("--tenant", help="only this tenant's counters")
+    status.add_argument("--json", action="store_true", help="print JSON")
+
+
+def run_budget_command(args: argparse.Namespace) -> int:
+    """Carry out ``llmguard budget ...``; returns the exit status."""
+    if args.budget_command != "status":
+        print("usage: llmguard budget status --store URL [--tenant T] (see --help)")
+        return 2
+    import redis
+
+    from ..store import RedisStore
+
+    try:
+        store = RedisStore(args.store, key_prefix=args.prefix)
+    except ConfigurationError as exc:
+        print(f"llmguard budget: {exc}")
+        return 2
+    try:
+        backend = RedisBudgetBackend(store, name=args.name)
+        specs = backend.stored_counters(tenant=args.tenant)
+        rows = [
+            status_row(spec, found)
+            for spec, found in zip(specs, backend.status(specs), strict=True)
+        ]
+    except redis.RedisError as exc:
+        print(f"llmguard budget: Redis at {args.store} did not answer: {exc}")
+        return 1
+    finally:
+        store.close()
+    if args.json:
+        print(json.dumps({"counters": rows}))
+        return 0
+    if not rows:
+        print("no budget counters found" + (f" for tenant {args.tenant}" if args.tenant else ""))
+        return 0
+    width = max(len(row["scope"]) for row in rows)
+    print(f"{'counter':<{width}}  {'limit':>12}  {'settled':>12}  {'held':>12}  resets (UTC)")
+    for row in rows:
+        resets = dt.datetime.fromtimestamp(row["resets_at"], dt.timezone.utc)
+        print(
+            f"{row['scope']:<{width}}  ${row['limit_usd']:>11.6f}  ${row['spent_usd']:>11.6f}"
+            f"  ${row['held_usd']:>11.6f}  {resets:%Y-%m-%d %H:%M:%S}"
+        )
+    return 0

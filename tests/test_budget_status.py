@@ -1,0 +1,77 @@
+"""What is left of a budget, asked in public: ``llmguard budget status`` (and the Guard's
+``budget_status``) show each counter's limit, settled spend, holds and reset time."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from llmguard_sdk import Guard, OpenAICompatibleProvider
+from llmguard_sdk.budget import Budget, Budgets, Price, PriceTable
+from llmguard_sdk.testing import FakeProvider
+
+from .conftest import USER
+
+PRICES = PriceTable.default_table().with_prices({"fake-model": Price(input=100.0, output=200.0)})
+CALL_USD = (6 * 100 + 3 * 200) / 1e6  # "hello there": 6 input and 3 output tokens
+
+
+def _guard(fake: FakeProvider, **options: object) -> Guard:
+    return Guard(
+        OpenAICompatibleProvider(fake.base_url, model="fake-model", name="primary"),
+        budgets=Budgets(
+            [Budget(limit_usd=1.0, scope="tenant"), Budget(limit_usd=50.0, window="month")],
+            prices=PRICES,
+        ),
+        environ={},
+        **options,  # type: ignore[arg-type]
+    )
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "llmguard_sdk.cli", "budget", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_the_command_reads_a_tenants_counters_from_redis(
+    fake: FakeProvider, redis_url: str, redis_prefix: str
+) -> None:
+    guard = _guard(fake, store=redis_url, key_prefix=redis_prefix)
+    try:
+        guard.chat(USER, max_tokens=3, tenant="acme")
+        guard.chat(USER, max_tokens=3, tenant="acme")
+        guard.chat(USER, max_tokens=3, tenant="other")
+    finally:
+        guard.close()
+    common = ["status", "--store", redis_url, "--prefix", redis_prefix]
+    done = _cli(*common, "--tenant", "acme", "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    (row,) = json.loads(done.stdout)["counters"]
+    assert row["scope"] == "tenant:acme"
+    assert row["limit_usd"] == 1.0
+    assert row["spent_usd"] == pytest.approx(2 * CALL_USD)
+    assert row["held_usd"] == 0
+    assert time.time() < row["resets_at"] <= time.time() + 86400
+    every = json.loads(_cli(*common, "--json").stdout)["counters"]
+    assert len(every) == 3  # two tenants' daily counters and the global monthly one
+    assert sum(r["spent_usd"] for r in every if r["limit_usd"] == 50.0) == pytest.approx(
+        3 * CALL_USD
+    )
+    text = _cli(*common, "--tenant", "acme").stdout
+    assert "tenant:acme" in text
+    assert "$   1.000000" in text
+    assert "no budget counters" in _cli(*common, "--tenant", "nobody").stdout
+
+
+def test_the_command_says_when_redis_does_not_answer() -> None:
+    done = _cli("status", "--store", "redis://127.0.0.1:1/0")
+    assert done.returncode == 1
+    assert "did not answer" in done.stdout
