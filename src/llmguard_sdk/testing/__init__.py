@@ -45,6 +45,11 @@ tokens (each message is its words framed by 4 tokens, so the counts above hold):
 
 Prefixes shorter than ``prefix_cache_min_tokens`` are never cached (real providers: 1024).
 
+It also speaks OpenAI's Responses API: ``POST /v1/responses``, plain and streamed
+(``response.created`` ... ``response.completed`` events), with the same replies, token counts,
+prefix cache and faults; ``reasoning.effort`` adds reasoning tokens and a ``tool_choice`` that
+requires a tool answers a ``function_call`` (see ``_responses``'s notes).
+
 The module is also runnable for benchmarks in a separate process::
 
     python -m llmguard_sdk.testing serve [--port N] [--model M]
