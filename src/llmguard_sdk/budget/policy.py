@@ -16,12 +16,12 @@ import datetime as dt
 import heapq
 import math
 import re
-from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
 from ..errors import ConfigurationError
+from ..telemetry.anomaly import RollingBaseline
 
 __all__ = [
     "ROLLING_BUCKETS",
@@ -345,37 +345,12 @@ def exhausted_alert(state: CounterState, spec: CounterSpec, need: float) -> bool
     return False
 
 
-class RunawayDetector:
+class RunawayDetector(RollingBaseline):
     """Flags calls whose tokens are over ``factor`` times their feature's rolling p95.
 
     Keeps the last ``window`` token counts per feature (in this process); once it has
     ``min_samples`` of them, a call over ``factor`` x p95 returns the p95 it broke. The p95
-    is recomputed every 16 observations.
+    is recomputed every 16 observations. One case of the anomaly alerts'
+    :class:`~llmguard_sdk.telemetry.anomaly.RollingBaseline` (tokens per request).
+    ``observe(feature, tokens)`` returns the p95 a call's tokens broke, else None.
     """
-
-    def __init__(self, factor: float = 5.0, window: int = 500, min_samples: int = 50) -> None:
-        if not factor > 1 or window < 10 or not 1 <= min_samples <= window:
-            raise ConfigurationError("runaway detection: factor > 1, window >= 10, samples >= 1")
-        self.factor, self.window, self.min_samples = factor, window, min_samples
-        self._seen: dict[str, deque[int]] = {}
-        self._p95: dict[str, tuple[int, float]] = {}  # feature: (observations since, p95)
-
-    def observe(self, feature: str, tokens: int) -> float | None:
-        """Record a call's tokens; the p95 it exceeded ``factor`` times, else None."""
-        seen = self._seen.get(feature)
-        if seen is None:
-            if len(self._seen) >= 10_000:
-                return None  # bounded memory, whatever the number of features
-            seen = self._seen[feature] = deque(maxlen=self.window)
-        broke: float | None = None
-        if len(seen) >= self.min_samples:
-            since, p95 = self._p95.get(feature, (16, 0.0))
-            if since >= 16:
-                ordered = sorted(seen)
-                p95 = float(ordered[math.ceil(0.95 * len(ordered)) - 1])
-                since = 0
-            self._p95[feature] = (since + 1, p95)
-            if tokens > self.factor * max(p95, 1.0):
-                broke = p95
-        seen.append(tokens)
-        return broke

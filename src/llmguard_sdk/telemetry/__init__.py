@@ -55,6 +55,12 @@ route, release, cost, latency and later feedback, under a size and age limit;
 ``llmguard eval eval.jsonl --base-url ...`` (:mod:`~llmguard_sdk.telemetry.evaluation`)
 replays them against another route or release and prints agreement, cost and latency.
 
+**Anomaly alerts.** ``Telemetry(anomalies=...)`` (on by default,
+:mod:`~llmguard_sdk.telemetry.anomaly`) compares tokens per request, cost per feature per
+hour and the error rate with their rolling baselines; a departure is an ``AnomalyEvent`` for
+the ``on_event`` hooks, a WARNING logged once then counted, ``llmguard.anomalies`` and an
+``llmguard.anomaly`` span event. The budgets' runaway check is the tokens-per-request case.
+
 **Logs and redaction.** One record per call on the ``llmguard_sdk.calls`` logger (DEBUG by
 default) with the same fields under ``record.llmguard``. Credentials never appear in spans,
 metrics, logs or exception messages

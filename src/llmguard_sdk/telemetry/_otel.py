@@ -13,6 +13,7 @@ from opentelemetry import metrics, trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from .._version import __version__
+from ..errors import RequestValidationError
 from ._attributes import (
     Attributes,
     add_response,
@@ -24,6 +25,7 @@ from ._attributes import (
 )
 from ._quality import Quality, signals_of
 from ._semconv import Names, SemconvMode, names_for
+from .anomaly import Anomalies, AnomalyEvent
 from .redaction import redact, redact_secrets
 from .sampling import EvalSink, call_record
 
@@ -78,6 +80,9 @@ class Telemetry:
             asks (``gen_ai_latest_experimental``), else ``"latest"``.
         eval_sink: an :class:`~llmguard_sdk.telemetry.sampling.EvalSink` that samples calls
             (request, answer, route, cost, feedback) into an evaluation set.
+        anomalies: alerts on tokens per request, cost per feature per hour and error rate
+            against their rolling baselines (:class:`~llmguard_sdk.telemetry.anomaly.
+            Anomalies`; ``True``: the defaults, ``False``: none).
 
     .. versionchanged:: 0.2.0
        ``semconv``: the current conventions (cache and stream attributes) or the previous.
@@ -94,8 +99,10 @@ class Telemetry:
         log_level: int | None = logging.DEBUG,
         semconv: SemconvMode | None = None,
         eval_sink: EvalSink | None = None,
+        anomalies: Anomalies | bool = True,
     ) -> None:
         self.eval_sink = eval_sink
+        self.anomalies = Anomalies() if anomalies is True else anomalies or None
         self.names: Names = names_for(semconv)
         self.capture_content = capture_content
         self._explicit = tracer_provider is not None or meter_provider is not None
@@ -256,6 +263,7 @@ class Telemetry:
         if response is not None:
             response.metadata["call_id"] = call_id
         signals = signals_of(ctx.request, response, error)
+        anomalies = self._watch(ctx, response, error)
         exporting = self._exporting()
         sink = self.eval_sink
         if not exporting and not self._logging() and sink is None:
@@ -279,14 +287,32 @@ class Telemetry:
         span = None
         labels = quality_labels(ctx, call)
         if exporting:
-            span = self._export_spans(ctx, by_name, call, end, error, cancelled, signals)
+            events = _span_events(signals, anomalies)
+            span = self._export_spans(ctx, by_name, call, end, error, cancelled, events)
             self._export_metrics(ctx, kind, common, call, response, error)
             self._quality.count(signals, labels)
+            self._quality.anomalies(anomalies)
         if response is not None:
             self._quality.remember(call_id, labels, span)
         self._log(ctx, call, response)
         if sink is not None and not (response is not None and response.metadata.get("cache")):
             sink.offer(lambda: call_record(sink, ctx, call, response), call_id)
+
+    def _watch(
+        self, ctx: CallContext, response: ChatResponse | None, error: BaseException | None
+    ) -> list[AnomalyEvent]:
+        """The call's anomalies, if watched (cache hits and invalid requests are not)."""
+        if self.anomalies is None or isinstance(error, RequestValidationError):
+            return []
+        if response is not None and response.metadata.get("cache"):
+            return []
+        usage = response.usage if response is not None else None
+        return self.anomalies.observe(
+            ctx.scope.feature,
+            usage.total_tokens if usage is not None else None,
+            response.cost_usd if response is not None else None,
+            failed=error is not None,
+        )
 
     def feedback(self, call_id: str, score: float, *, label: str | None = None) -> bool:
         """Record the application's ``score`` for the call whose answer carried
@@ -373,7 +399,7 @@ class Telemetry:
         end: float,
         error: BaseException | None,
         cancelled: bool,
-        signals: list[str],
+        events: list[tuple[str, Attributes]],
     ) -> trace.SpanContext | None:
         parent = ctx.trace_parent if ctx.trace_parent is not None else self.parent()
         span = self._tracer.start_span(
@@ -386,8 +412,8 @@ class Telemetry:
         if not span.is_recording():
             span.end()
             return None
-        for signal in signals:
-            span.add_event("llmguard.quality", {"llmguard.quality.signal": signal})
+        for name, attributes in events:
+            span.add_event(name, attributes)
         for name, failure in ctx.route_errors.items():
             span.add_event(
                 "llmguard.route_failed",
@@ -527,3 +553,18 @@ class Telemetry:
 
     def _content(self, text: str) -> str:
         return self._redact(redact_secrets(text))[: self._max_chars]
+
+
+def _span_events(signals: list[str], anomalies: list[AnomalyEvent]) -> list[tuple[str, Attributes]]:
+    """The call span's events for its quality signals and anomalies."""
+    events: list[tuple[str, Attributes]] = [
+        ("llmguard.quality", {"llmguard.quality.signal": signal}) for signal in signals
+    ]
+    for found in anomalies:
+        attributes: Attributes = {
+            "llmguard.anomaly": found.kind,
+            "llmguard.anomaly.value": found.value,
+            "llmguard.anomaly.baseline": found.baseline,
+        }
+        events.append(("llmguard.anomaly", attributes))
+    return events

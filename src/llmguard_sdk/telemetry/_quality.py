@@ -39,6 +39,7 @@ from ..errors import GuardrailRejectedError, RequestValidationError
 
 if TYPE_CHECKING:
     from ..models import ChatRequest, ChatResponse
+    from .anomaly import AnomalyEvent
 
 __all__ = ["CallNote", "Quality", "signals_of"]
 
@@ -136,6 +137,10 @@ class Quality:
             description="Scores the application gave answers (guard.feedback)",
             explicit_bucket_boundaries_advisory=[-1.0, -0.5, 0.0, 0.25, 0.5, 0.75, 1.0],
         )
+        self._anomalies = meter.create_counter(
+            "llmguard.anomalies",
+            description="Tokens per request, cost per hour or error rate over its baseline",
+        )
         self._calls: OrderedDict[str, CallNote] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -143,6 +148,13 @@ class Quality:
         """Count ``signals`` under ``labels``."""
         for signal in signals:
             self._signals.add(1, {**labels, "llmguard.quality.signal": signal})
+
+    def anomalies(self, found: list[AnomalyEvent]) -> None:
+        """Count ``found`` on ``llmguard.anomalies``."""
+        for event in found:
+            self._anomalies.add(
+                1, {"llmguard.anomaly": event.kind, "llmguard.feature": event.feature}
+            )
 
     def remember(self, call_id: str, labels: Attributes, span: trace.SpanContext | None) -> None:
         """Keep what feedback on ``call_id`` will need (the oldest call goes past the cap)."""

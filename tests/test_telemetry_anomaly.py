@@ -1,0 +1,133 @@
+"""Anomaly alerts: tokens per request, cost per feature per hour and error rate against their
+rolling baselines (time driven by hand), and through a Guard: a hook, a span event, a metric
+and one log line."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import pytest
+
+from llmguard_sdk import Guard
+from llmguard_sdk.budget import Price, PriceTable, RunawayDetector
+from llmguard_sdk.errors import ConfigurationError
+from llmguard_sdk.telemetry.anomaly import Anomalies, AnomalyEvent, RollingBaseline, TimeBuckets
+from llmguard_sdk.testing import FakeProvider, Fault
+
+from .test_telemetry import Exported, exporters
+
+MakeGuard = Callable[..., Guard]
+PRICES = PriceTable.default_table().with_prices({"fake-model": Price(input=100.0, output=200.0)})
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_800_000_000.0  # on an hour boundary
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def watch(clock: Clock, events: list[AnomalyEvent], **options: float) -> Anomalies:
+    return Anomalies([events.append], clock=clock, **options)  # type: ignore[arg-type]
+
+
+def test_a_token_spike_against_the_features_p95() -> None:
+    events: list[AnomalyEvent] = []
+    anomalies = watch(Clock(), events, token_min_samples=20)
+    for _ in range(40):
+        assert anomalies.observe("faq", 100, None, failed=False) == []
+    assert anomalies.observe("faq", 499, None, failed=False) == []  # under 5 x p95
+    (event,) = anomalies.observe("faq", 5000, None, failed=False)
+    assert (event.kind, event.feature, event.value, event.baseline) == (
+        "tokens_per_request",
+        "faq",
+        5000.0,
+        100.0,
+    )
+    assert anomalies.observe("other", 5000, None, failed=False) == []  # its own baseline
+    assert events == [event]
+
+
+def test_the_runaway_check_is_one_case_of_the_rolling_baseline() -> None:
+    runaway = RunawayDetector(factor=5.0, window=100, min_samples=10)
+    assert isinstance(runaway, RollingBaseline)
+    for _ in range(10):
+        assert runaway.observe("faq", 100) is None
+    assert runaway.observe("faq", 501) == 100.0
+    with pytest.raises(ConfigurationError, match="factor"):
+        RunawayDetector(factor=1.0)
+
+
+def test_cost_per_hour_over_three_times_its_mean_fires_once_that_hour() -> None:
+    clock, events = Clock(), []
+    anomalies = watch(clock, events)
+    for _hour in range(4):  # 4 hours of $0.10
+        for _ in range(10):
+            anomalies.observe("faq", None, 0.01, failed=False)
+        clock.now += 3600
+    for _ in range(29):  # $0.29 in this hour: not over 3 x 0.10
+        anomalies.observe("faq", None, 0.01, failed=False)
+    assert events == []
+    found = [e for _ in range(5) for e in anomalies.observe("faq", None, 0.01, failed=False)]
+    (event,) = found  # once in the hour, though every later call is over too
+    assert event.kind == "cost_per_hour"
+    assert event.value == pytest.approx(0.30, abs=0.011)
+    assert event.baseline == pytest.approx(0.10)
+    clock.now += 3600  # a new hour: its own check (its mean now includes the spike)
+    assert anomalies.observe("faq", None, 0.01, failed=False) == []
+
+
+def test_an_error_rate_over_its_baseline_and_the_floor() -> None:
+    clock, events = Clock(), []
+    anomalies = watch(clock, events)
+    for minute in range(4):
+        for call in range(20):  # 5 % failed: the usual
+            anomalies.observe("faq", None, None, failed=call == 0 and minute % 2 == 0)
+        clock.now += 60
+    found = [e for n in range(20) for e in anomalies.observe("faq", None, None, failed=n < 10)]
+    (event,) = found
+    assert event.kind == "error_rate"
+    assert event.value >= 0.5
+    assert event.baseline == pytest.approx(0.025)
+
+
+def test_time_buckets_and_baselines_refuse_nonsense() -> None:
+    with pytest.raises(ConfigurationError):
+        TimeBuckets(0, factor=2, history=3, min_history=1)
+    with pytest.raises(ConfigurationError):
+        TimeBuckets(60, factor=2, history=3, min_history=5)
+    with pytest.raises(ConfigurationError):
+        RollingBaseline(window=5)
+
+
+def test_through_a_guard_a_hook_a_span_event_a_metric_and_one_log_line(
+    fake: FakeProvider, make_guard: MakeGuard, caplog: pytest.LogCaptureFixture
+) -> None:
+    events: list[AnomalyEvent] = []
+    otel: Exported
+    otel, meter_provider = exporters(anomalies=Anomalies([events.append], token_min_samples=10))
+    guard = make_guard(fake, telemetry=otel.telemetry, retry=None, prices=PRICES)
+    caplog.set_level(logging.WARNING, logger="llmguard_sdk")
+    for _ in range(12):
+        guard.chat([{"role": "user", "content": "short"}], feature="bloat")
+    long_prompt = " ".join(["word"] * 3000)  # prompt bloat
+    for _ in range(3):
+        guard.chat([{"role": "user", "content": long_prompt}], feature="bloat")
+    fake.script(Fault(status=400))
+    with pytest.raises(Exception, match="400"):  # a failed call is watched, not a crash
+        guard.chat([{"role": "user", "content": "short"}], feature="bloat")
+    assert [e.kind for e in events] == ["tokens_per_request"] * 3
+    spans = [s for s in otel.finished() if any(e.name == "llmguard.anomaly" for e in s.events)]
+    assert len(spans) == 3
+    (point,) = otel.points("llmguard.anomalies")
+    assert point.value == 3
+    assert point.attributes == {
+        "llmguard.anomaly": "tokens_per_request",
+        "llmguard.feature": "bloat",
+    }
+    lines = [r for r in caplog.records if "llmguard anomaly" in r.getMessage()]
+    assert len(lines) == 1  # then counted (logs readable in an incident); a feature no
+    assert "feature bloat" in lines[0].getMessage()  # other test uses: the log is per process
+    meter_provider.shutdown()
