@@ -155,3 +155,15 @@ def test_the_sdk_s_timeout_shortens_the_guard_s(fake: FakeProvider, make_guard: 
         seam.chat.completions.create(model="m", messages=USER, timeout=0.3)
     assert caught.value.status_code == 504
     assert caught.value.response.headers["x-llmguard-error"] == "ProviderTimeoutError"
+
+
+def test_a_stream_broken_after_content_ends_in_the_sdk_s_error(
+    fake: FakeProvider, make_guard: MakeGuard
+) -> None:
+    fake.always(Fault(cut_stream_after=2))
+    seam = _sdk(http_client(make_guard(fake, retry=None)))
+    pieces: list[str | None] = []
+    stream = seam.chat.completions.create(model="m", messages=USER, stream=True)
+    with pytest.raises(openai.APIError, match="stream broke"):
+        pieces.extend(c.choices[0].delta.content for c in stream if c.choices)
+    assert pieces == ["", "Echo:", " hello"]  # what came before the break reached the caller
