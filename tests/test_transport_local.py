@@ -3,8 +3,6 @@ SDK call when the remote route is down."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import openai
 import pytest
 
@@ -12,25 +10,12 @@ from llmguard_sdk import Guard, LocalProvider, OpenAICompatibleProvider
 from llmguard_sdk.testing import FakeProvider, Fault
 from llmguard_sdk.transport import http_client
 
+from .test_local import QUESTION, local  # noqa: F401 (the bundled model, loaded once per module)
+
 pytestmark = pytest.mark.local_model
 
-QUESTION = [
-    {"role": "system", "content": "Answer in one short sentence."},
-    {"role": "user", "content": "What is the capital of France?"},
-]
 
-
-@pytest.fixture(scope="module")
-def local() -> Iterator[LocalProvider]:
-    provider = LocalProvider(n_ctx=1024, warm_up=True)
-    try:
-        assert provider.wait_loaded(60)
-        yield provider
-    finally:
-        provider.close()
-
-
-def test_the_local_model_answers_the_openai_sdk(local: LocalProvider) -> None:
+def test_the_local_model_answers_the_openai_sdk(local: LocalProvider) -> None:  # noqa: F811
     with FakeProvider(name="primary") as primary:
         primary.always(Fault(status=503))
         remote = OpenAICompatibleProvider(primary.base_url, model="gpt-x", name="primary")
