@@ -283,7 +283,7 @@ def test_opt_in_continuation_asks_the_next_route_to_go_on(
     assert text.startswith("Echo: hello")
     assert text == response.text
     assert response.route == "backup"
-    assert response.metadata == {"continued_after": ["primary"]}
+    assert response.metadata["continued_after"] == ["primary"]
     sent = fake2.requests[-1].body
     assert sent is not None
     assert sent["messages"][-2] == {"role": "assistant", "content": "Echo: hello"}
