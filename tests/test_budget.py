@@ -423,7 +423,7 @@ def test_redis_keys_of_one_set_share_a_hash_tag(redis_url: str, redis_prefix: st
     keys = [k.decode() for k in client.scan_iter(match=f"{redis_prefix}:*")]
     client.close()
     tags = {key.split("{")[1].split("}")[0] for key in keys}
-    assert len(keys) == 3  # two counters and the settled marker (the holds are gone)
+    assert len(keys) == 4  # two counters, the settled marker, the set's processes (no holds)
     assert len(tags) == 1
     assert all(":budget:" in key for key in keys)
     store.close()

@@ -10,8 +10,15 @@ that died come back by themselves.
 
 When Redis cannot be reached, calls fail closed (the reply says ``unavailable``) unless the
 backend was built with ``fail_open=True``: then each process counts on its own, in memory,
-against the store's ``local_share`` of each limit (so N processes overspend by at most N
-times that share of a limit per window), until Redis answers again. Spend that could not
+until Redis answers again, within a bound for the whole fleet. Each reservation registers
+its process in a sorted set of the budget set (alive while it reserved in the last
+``_ALIVE`` seconds) and the script answers with the processes alive and each counter's
+room left; while Redis is away a process may spend ``fleet_share`` of the room its counters
+had left at its last reservation, divided by the processes alive then. Together the fleet
+spends at most ``fleet_share`` of what was left (a quarter by default), whatever the number of
+processes that reached Redis in the last ``_ALIVE`` seconds. A counter a process never
+reserved on (a tenant new to it) counts its whole limit instead of its room; a process that
+never reached Redis counts itself alone. Spend that could not
 reach Redis (settles of calls reserved in Redis, and every call counted locally) goes into
 the :class:`~llmguard_sdk.budget.journal.SpendJournal`, a file, before the call returns; the
 journal is replayed into Redis by the next script that reaches it, and the settled marker of
@@ -38,6 +45,7 @@ from typing_extensions import Unpack
 
 from .._state.steps import Step, entry_points, run
 from .._state.stores import Outage, RedisScripts, RedisStore, hash_id, redis_errors
+from ..errors import ConfigurationError
 from .journal import JournalRecord, SpendJournal, record, specs_of
 from .memory import HoldArgs, MemoryBudgetBackend, Status
 from .policy import CounterSpec, ReserveResult, SettleResult
@@ -52,7 +60,8 @@ _RESERVE, _SETTLE, _STATUS = (
 )
 logger = logging.getLogger("llmguard_sdk")
 _KEEP_SECONDS = 3600  # keys outlive their window (and holds) by an hour
-_LOCAL = 10_000  # reservation ids counted locally that are remembered
+_LOCAL = 10_000  # reservation ids counted locally that are remembered (and counters' rooms)
+_ALIVE = 300.0  # a process counts as alive this long after its last reservation
 
 
 class RedisBudgetBackend:
@@ -67,6 +76,9 @@ class RedisBudgetBackend:
         name: the budget set's name; its hash is the hash tag of every key.
         fail_open: count in this process's memory while Redis is unreachable (default:
             reserve replies ``unavailable`` and the caller refuses the call).
+        fleet_share: with ``fail_open``, the share of what each counter had left when Redis
+            went away that the whole fleet may spend while it is away (default: the store's
+            ``local_share``, 0.25).
         journal_dir: where the spend journal lives (default: the store's ``journal_dir``,
             else a per-user cache directory).
     """
@@ -78,12 +90,20 @@ class RedisBudgetBackend:
         name: str = "default",
         fail_open: bool = False,
         journal_dir: str | None = None,
+        fleet_share: float | None = None,
     ) -> None:
+        share = store.local_share if fleet_share is None else fleet_share
+        if isinstance(share, bool) or not (isinstance(share, (int, float)) and 0 <= share <= 1):
+            raise ConfigurationError("fleet_share must be in [0, 1]")
         self.clock_offset = 0.0
         self.fail_open = fail_open
         self._store = store
         self._tag = hash_id(name)
-        self._share = store.local_share
+        self._share = float(share)
+        self._pid = uuid.uuid4().hex[:16]
+        # counter key: its room left at this process's last reservation on it
+        self._seen: collections.OrderedDict[str, int] = collections.OrderedDict()
+        self._live = 1  # processes alive at the last reservation (1: never reached Redis)
         self._scripts = RedisScripts(store, _RESERVE, _SETTLE, _STATUS)
         self._fallback = MemoryBudgetBackend()
         self._local: collections.OrderedDict[str, None] = collections.OrderedDict()
@@ -122,7 +142,17 @@ class RedisBudgetBackend:
     ) -> tuple[list[str], list[Any]]:
         args = [self.clock_offset, rid, repr(float(hold["ttl"])), hold["base"]]
         args += [repr(float(hold["per_token"])), hold["want"], hold["minimum"], len(specs)]
-        return self._keys(specs), args + self._spec_args(specs)
+        keys = [*self._keys(specs), self._store.key("budget", self._tag, "p")]
+        return keys, [*args, *self._spec_args(specs), self._pid, repr(_ALIVE)]
+
+    def _note_rooms(self, specs: Sequence[CounterSpec], live: int, rooms: list[int]) -> None:
+        """Remember what the fleet may spend on each counter should Redis go away."""
+        self._live = max(live, 1)
+        for spec, room in zip(specs, rooms, strict=True):
+            self._seen[spec.key] = room
+            self._seen.move_to_end(spec.key)
+        while len(self._seen) > _LOCAL:
+            self._seen.popitem(last=False)
 
     def _settle_call(
         self, rid: str, specs: Sequence[CounterSpec], actual: int, ttl: float
@@ -137,11 +167,19 @@ class RedisBudgetBackend:
             self._local.popitem(last=False)
 
     def _local_specs(self, specs: Sequence[CounterSpec]) -> tuple[CounterSpec, ...]:
-        """The counters as this process enforces them alone: ``local_share`` of each limit."""
-        return tuple(dataclasses.replace(s, limit=int(s.limit * self._share)) for s in specs)
+        """The counters as this process enforces them alone: its part (the fleet's share,
+        divided by the processes alive at its last reservation) of what each had left at
+        its last reservation on it, or of the whole limit of a counter it never reserved
+        on (a tenant new to it); a process that never reached Redis counts itself alone."""
+        found: list[CounterSpec] = []
+        for spec in specs:
+            seen = self._seen.get(spec.key)
+            room = spec.limit if seen is None else min(max(seen, 0), spec.limit)
+            found.append(dataclasses.replace(spec, limit=int(self._share * room / self._live)))
+        return tuple(found)
 
     def _locally(self, rid: str, specs: Sequence[CounterSpec], hold: HoldArgs) -> ReserveResult:
-        """Redis is unreachable: refuse (fail closed), or reserve on this process's share."""
+        """Redis is unreachable: refuse (fail closed), or reserve on this process's part."""
         if not self.fail_open:
             return ReserveResult(False, refused_index=-1, unavailable=True)
         self._note_local(rid)
@@ -222,7 +260,9 @@ class RedisBudgetBackend:
             try:
                 yield from self._flush_steps()
                 keys, args = self._reserve_call(rid, specs, hold)
-                return _reserved((yield self._scripts.command(0, keys, args)))
+                result, live, rooms = _reserved((yield self._scripts.command(0, keys, args)))
+                self._note_rooms(specs, live, rooms)
+                return result
             except redis_errors() as exc:
                 self._failed(exc)
         return self._locally(rid, specs, hold)
@@ -233,7 +273,8 @@ class RedisBudgetBackend:
         """Turn reservation ``rid`` into ``actual`` spend, once; spend that cannot reach
         Redis now is journaled and replayed later."""
         if rid in self._local:  # counted locally: the journal carries it to Redis
-            result = self._fallback.settle(rid, self._local_specs(specs), actual=actual, ttl=ttl)
+            local = self._local_specs(specs)
+            result = self._fallback.settle(rid, local, actual=actual, ttl=ttl)
             if result.applied and actual > 0:
                 self._journal(rid, specs, actual, ttl)
                 if self._outage.up():
@@ -305,11 +346,13 @@ def _text(part: Any) -> str:
     return part.decode() if isinstance(part, bytes) else str(part)
 
 
-def _reserved(reply: Any) -> ReserveResult:
+def _reserved(reply: Any) -> tuple[ReserveResult, int, list[int]]:
+    """The reservation's result, the processes alive and each counter's room left."""
     parts = [_text(p) for p in reply]
     if parts[0] == "1":
-        return ReserveResult(True, tokens=int(parts[1]), amount=int(parts[2]))
-    return ReserveResult(
+        rooms = [int(p) for p in parts[4:]]
+        return ReserveResult(True, tokens=int(parts[1]), amount=int(parts[2])), int(parts[3]), rooms
+    result = ReserveResult(
         False,
         refused_index=int(parts[1]),
         spent=int(parts[2]),
@@ -317,6 +360,7 @@ def _reserved(reply: Any) -> ReserveResult:
         resets_at=float(parts[4]),
         alerted=parts[5] == "1",
     )
+    return result, int(parts[6]), [int(p) for p in parts[7:]]
 
 
 def _settled(reply: Any) -> SettleResult:

@@ -2,13 +2,23 @@
 -- ARGV: 1 clock offset, 2 reservation id, 3 hold seconds (TTL), 4 base (nano-dollars),
 --       5 nano-dollars per output token, 6 wanted output tokens, 7 fewest output tokens,
 --       8 number of counters, then 5 arguments per counter (see common.lua).
--- Returns {1, tokens, amount} or {0, refused counter (0-based), spent, reserved, resets_at,
--- 1 when this refusal is the window's 100 % alert: the settled spend alone leaves no room
--- for a call that would fit an empty window}.
+--       After the counters: the calling process's id and the seconds a process counts as
+--       alive since its last reservation. KEYS: 3 per counter, then the set's process set.
+-- Returns {1, tokens, amount, ...} or {0, refused counter (0-based), spent, reserved,
+-- resets_at, 1 when this refusal is the window's 100 % alert: the settled spend alone leaves
+-- no room for a call that would fit an empty window, ...}; "..." is the number of processes
+-- alive, then each counter's room left (after this reservation): what a process may spend
+-- on its own while Redis is away is worked out from them (a share of what is left, divided
+-- among the processes alive).
 local hold = tonumber(ARGV[3])
 local base, per, want, minimum = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]),
   tonumber(ARGV[7])
 local n = tonumber(ARGV[8])
+local procs, alive = KEYS[n * 3 + 1], tonumber(ARGV[10 + n * 5])
+redis.call('ZADD', procs, string.format('%.6f', now), ARGV[9 + n * 5])
+redis.call('ZREMRANGEBYSCORE', procs, '-inf', string.format('%.6f', now - alive))
+redis.call('EXPIRE', procs, math.ceil(alive) + 60)
+local live = redis.call('ZCARD', procs)
 local counters, smallest = {}, nil
 for i = 1, n do
   local c = counter(i, 9)
@@ -42,8 +52,10 @@ if tokens < minimum or tokens < 0 then
       alerted = 1
     end
   end
-  return {0, refused - 1, string.format('%d', c.spent), string.format('%d', c.reserved),
-    string.format('%.6f', c.resets), alerted}
+  local out = {0, refused - 1, string.format('%d', c.spent), string.format('%d', c.reserved),
+    string.format('%.6f', c.resets), alerted, live}
+  for i = 1, n do out[#out + 1] = string.format('%d', counters[i].room) end
+  return out
 end
 local amount = math.ceil(base + tokens * per)
 for i = 1, n do
@@ -57,4 +69,6 @@ for i = 1, n do
   redis.call('ZADD', c.e, string.format('%.6f', now + hold), ARGV[2])
   keep(c, hold)
 end
-return {1, tokens, string.format('%d', amount)}
+local out = {1, tokens, string.format('%d', amount), live}
+for i = 1, n do out[#out + 1] = string.format('%d', counters[i].room - amount) end
+return out
