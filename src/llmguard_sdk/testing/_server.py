@@ -12,6 +12,7 @@ import time
 from http.server import ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
+from ._batch import _BatchHandler
 from ._chat import _ChatHandler
 from ._messages import _MessagesHandler
 from ._responses import RESPONSES_PATHS, _ResponsesHandler
@@ -21,8 +22,8 @@ if TYPE_CHECKING:
     from ._provider import FakeProvider
 
 
-class _Handler(_ChatHandler, _MessagesHandler, _ResponsesHandler):
-    """Routes a request to the chat, messages, models or health answer."""
+class _Handler(_ChatHandler, _MessagesHandler, _ResponsesHandler, _BatchHandler):
+    """Routes a request to the chat, messages, responses, batch, models or health answer."""
 
     def do_GET(self) -> None:
         self._dispatch()
@@ -62,6 +63,8 @@ class _Handler(_ChatHandler, _MessagesHandler, _ResponsesHandler):
             return
         if self.command == "POST" and path in RESPONSES_PATHS:
             self._responses(raw, n)
+            return
+        if self._batch_api(path, raw, n):
             return
         common = provider._common_headers(n)
         if self.command == "GET" and path in _MODELS_PATHS:

@@ -1,0 +1,344 @@
+"""A route that answers through a provider's batch API, at the batch discount.
+
+:class:`BatchProvider` collects the calls it is given for ``window`` seconds (or until
+``max_batch`` of them wait), submits them as one batch (OpenAI's Batch API: a JSON Lines file
+and ``POST /batches``; Anthropic's Message Batches: ``POST /messages/batches``), polls until
+the batch ends and hands each caller its own answer (results are matched by ``custom_id``).
+Each call is an ordinary call of the Guard: its budget hold, settle and telemetry are its own,
+and its usage says ``service_tier="batch"``, so it is priced at the batch rates (half price at
+OpenAI and Anthropic)::
+
+    batch = Guard(
+        BatchProvider("https://api.openai.com/v1", api="openai", model="gpt-5-mini",
+                      api_key=key, window=5.0),
+        budgets=budgets, store=store,
+    )
+    futures = [pool.submit(batch.chat, q, priority="batch") for q in questions]
+
+A call waits for its batch until its deadline (batch APIs answer within minutes to hours:
+give batch calls a long ``timeout``); a batch that has not ended by the last of its calls'
+deadlines fails them with :class:`~llmguard_sdk.errors.ProviderTimeoutError`.
+
+.. versionadded:: 0.2.0
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import json
+import threading
+import time
+import uuid
+from collections.abc import AsyncGenerator, Generator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import httpx
+
+from ..errors import ConfigurationError, ProviderError, ProviderTimeoutError
+from ..models import ChatRequest, ChatResponse, StreamChunk
+from .anthropic import ANTHROPIC_VERSION, build_anthropic_payload, parse_anthropic_message
+from .base import StreamCall, _Streams
+from .wire import build_payload, error_from_status, parse_completion
+
+__all__ = ["BatchProvider"]
+
+_JSON = {"content-type": "application/json"}
+_ENDED = {"completed", "failed", "expired", "cancelled", "ended"}
+
+
+@dataclass
+class _Call:
+    custom_id: str
+    body: dict[str, Any]
+    deadline: float
+    future: concurrent.futures.Future[ChatResponse] = field(
+        default_factory=concurrent.futures.Future
+    )
+
+
+class BatchProvider(_Streams):
+    """A route whose calls go through ``api``'s batch endpoints (see the module docs).
+
+    Args:
+        base_url: the API's base URL (``https://api.openai.com/v1``,
+            ``https://api.anthropic.com/v1``, a FakeProvider's ``base_url``).
+        api: ``"openai"`` (Batch API over chat completions) or ``"anthropic"`` (Message
+            Batches).
+        model: the model the route serves (``None``: the request's).
+        name: the route's name (default ``"<api>-batch"``).
+        api_key: sent as ``Authorization: Bearer`` (OpenAI) or ``x-api-key`` (Anthropic).
+        window: seconds a batch collects calls before it is sent.
+        max_batch: a batch is sent at once when this many calls wait.
+        poll_interval: seconds between status checks of a submitted batch.
+        transport: an httpx transport (tests).
+    """
+
+    is_local = False
+    context_window: int | None = None
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api: Literal["openai", "anthropic"] = "openai",
+        model: str | None = None,
+        name: str | None = None,
+        api_key: str | None = None,
+        window: float = 2.0,
+        max_batch: int = 1000,
+        poll_interval: float = 2.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        if api not in ("openai", "anthropic"):
+            raise ConfigurationError(f"api must be 'openai' or 'anthropic', got {api!r}")
+        if not (0 < window < 3600 and 0 < poll_interval < 3600 and 1 <= max_batch <= 50_000):
+            raise ConfigurationError("window and poll_interval in (0, 3600) s, max_batch 1-50000")
+        headers: dict[str, str] = {"accept": "application/json"}
+        if api == "anthropic":
+            headers["anthropic-version"] = ANTHROPIC_VERSION
+            if api_key:
+                headers["x-api-key"] = api_key
+        elif api_key:
+            headers["authorization"] = f"Bearer {api_key}"
+        self.api = api
+        self.model = model
+        self.name = name or f"{api}-batch"
+        self.window, self.max_batch, self.poll_interval = window, max_batch, poll_interval
+        self._http = httpx.Client(
+            base_url=base_url.rstrip("/") + "/", headers=headers, timeout=30.0, transport=transport
+        )
+        self._lock = threading.Lock()
+        self._waiting: list[_Call] = []
+        self._timer: threading.Timer | None = None
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"BatchProvider(api={self.api!r}, name={self.name!r}, model={self.model!r})"
+
+    # -- one call ---------------------------------------------------------------------------
+
+    def _enqueue(self, request: ChatRequest, model: str, deadline: float) -> _Call:
+        if self.api == "anthropic":
+            body = build_anthropic_payload(request, model=model, stream=False)
+        else:
+            body = build_payload(request, model=model, stream=False)
+        call = _Call(uuid.uuid4().hex, body, deadline)
+        with self._lock:
+            if self._closed:
+                raise ConfigurationError("the BatchProvider is closed")
+            self._waiting.append(call)
+            if len(self._waiting) >= self.max_batch:
+                self._start(self._take())
+            elif self._timer is None:
+                self._timer = threading.Timer(self.window, self._flush)
+                self._timer.daemon = True
+                self._timer.start()
+        return call
+
+    def _timed_out(self) -> ProviderTimeoutError:
+        return ProviderTimeoutError(
+            "the batch did not end within the call's deadline", route=self.name
+        )
+
+    def complete(self, request: ChatRequest, *, model: str, deadline: float) -> ChatResponse:
+        """Answer ``request`` through the next batch (waits until the batch ends)."""
+        call = self._enqueue(request, model, deadline)
+        try:
+            return call.future.result(timeout=max(0.0, deadline - time.monotonic()))
+        except concurrent.futures.TimeoutError:
+            raise self._timed_out() from None
+
+    async def acomplete(self, request: ChatRequest, *, model: str, deadline: float) -> ChatResponse:
+        """Async twin of :meth:`complete` (the loop is not blocked while the batch runs)."""
+        call = self._enqueue(request, model, deadline)
+        try:
+            return await asyncio.wait_for(
+                asyncio.wrap_future(call.future), max(0.0, deadline - time.monotonic())
+            )
+        except asyncio.TimeoutError:
+            raise self._timed_out() from None
+
+    def _stream(self, call: StreamCall) -> Generator[StreamChunk, None, None]:
+        yield _chunk(self.complete(call.request, model=call.model, deadline=call.deadline))
+
+    async def _astream(self, call: StreamCall) -> AsyncGenerator[StreamChunk, None]:
+        yield _chunk(await self.acomplete(call.request, model=call.model, deadline=call.deadline))
+
+    # -- batches ----------------------------------------------------------------------------
+
+    def _take(self) -> list[_Call]:
+        taken, self._waiting = self._waiting, []
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        return taken
+
+    def _flush(self) -> None:
+        with self._lock:
+            calls = self._take()
+        if calls:
+            self._run(calls)
+
+    def _start(self, calls: list[_Call]) -> None:
+        threading.Thread(target=self._run, args=(calls,), daemon=True).start()
+
+    def _run(self, calls: list[_Call]) -> None:
+        """Submit, poll until the batch ends (or the last deadline), hand out the results."""
+        try:
+            results = self._openai(calls) if self.api == "openai" else self._anthropic(calls)
+            for call in calls:
+                if not call.future.done():
+                    found = results.get(call.custom_id)
+                    if isinstance(found, BaseException):
+                        call.future.set_exception(found)
+                    elif found is None:
+                        call.future.set_exception(self._missing())
+                    else:
+                        call.future.set_result(found)
+        except BaseException as exc:  # every caller gets the batch's failure
+            failure = exc if isinstance(exc, ProviderError) else self._failed(exc)
+            for call in calls:
+                if not call.future.done():
+                    call.future.set_exception(failure)
+
+    def _missing(self) -> ProviderError:
+        return ProviderError("the batch ended without this call's result", route=self.name)
+
+    def _failed(self, exc: BaseException) -> ProviderError:
+        return ProviderError(f"the batch failed: {exc!r}", route=self.name)
+
+    def _checked(self, response: httpx.Response) -> Any:
+        """A JSON answer's object, a JSON Lines answer's bytes; the typed error otherwise."""
+        if response.status_code != 200:
+            raise error_from_status(
+                response.status_code, response.headers, response.text[:2000], route=self.name
+            )
+        kind = response.headers.get("content-type", "")
+        return response.content if "jsonl" in kind or "json" not in kind else response.json()
+
+    def _poll(self, path: str, calls: list[_Call], ended: str) -> dict[str, Any]:
+        """The batch's status once ``ended`` says it ended; ProviderTimeoutError past the
+        last deadline of its calls."""
+        last = max(call.deadline for call in calls)
+        while True:
+            status = self._checked(self._http.get(path))
+            if status.get(ended) in _ENDED:
+                return dict(status)
+            if time.monotonic() + self.poll_interval > last:
+                raise self._timed_out()
+            time.sleep(self.poll_interval)
+
+    def _openai(self, calls: list[_Call]) -> dict[str, ChatResponse | BaseException]:
+        lines = "".join(
+            json.dumps(
+                {
+                    "custom_id": c.custom_id,
+                    "method": "POST",
+                    "url": "/v1/chat/completions",
+                    "body": c.body,
+                }
+            )
+            + "\n"
+            for c in calls
+        )
+        upload = self._checked(
+            self._http.post(
+                "files",
+                files={"file": ("batch.jsonl", lines.encode(), "application/jsonl")},
+                data={"purpose": "batch"},
+            )
+        )
+        created = self._checked(
+            self._http.post(
+                "batches",
+                json={
+                    "input_file_id": upload["id"],
+                    "endpoint": "/v1/chat/completions",
+                    "completion_window": "24h",
+                },
+            )
+        )
+        status = self._poll(f"batches/{created['id']}", calls, "status")
+        found: dict[str, ChatResponse | BaseException] = {}
+        for file_id in (status.get("output_file_id"), status.get("error_file_id")):
+            if file_id:
+                for row in _rows(self._checked(self._http.get(f"files/{file_id}/content"))):
+                    found[row["custom_id"]] = self._openai_result(row)
+        return found
+
+    def _openai_result(self, row: Mapping[str, Any]) -> ChatResponse | BaseException:
+        response = row.get("response") or {}
+        code = int(response.get("status_code") or 0)
+        body = json.dumps(response.get("body") or row.get("error") or {}).encode()
+        try:
+            return _batch_tier(parse_completion(code, _JSON, body, route=self.name))
+        except ProviderError as exc:
+            return exc
+
+    def _anthropic(self, calls: list[_Call]) -> dict[str, ChatResponse | BaseException]:
+        created = self._checked(
+            self._http.post(
+                "messages/batches",
+                json={"requests": [{"custom_id": c.custom_id, "params": c.body} for c in calls]},
+            )
+        )
+        status = self._poll(f"messages/batches/{created['id']}", calls, "processing_status")
+        url = status.get("results_url")
+        found: dict[str, ChatResponse | BaseException] = {}
+        if url:
+            for row in _rows(self._checked(self._http.get(url))):
+                found[row["custom_id"]] = self._anthropic_result(row)
+        return found
+
+    def _anthropic_result(self, row: Mapping[str, Any]) -> ChatResponse | BaseException:
+        result = row.get("result") or {}
+        if result.get("type") != "succeeded":
+            kind = result.get("type")
+            return ProviderError(f"the batch did not answer this call ({kind})", route=self.name)
+        body = json.dumps(result.get("message") or {}).encode()
+        try:
+            return _batch_tier(parse_anthropic_message(200, _JSON, body, route=self.name))
+        except ProviderError as exc:
+            return exc
+
+    # -- closing ----------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Fail the calls still waiting for a batch, release the connection pool."""
+        with self._lock:
+            self._closed = True
+            calls = self._take()
+        for call in calls:
+            call.future.set_exception(ProviderError("the BatchProvider closed", route=self.name))
+        self._http.close()
+
+    async def aclose(self) -> None:
+        """Async twin of :meth:`close`."""
+        self.close()
+
+
+def _rows(content: Any) -> list[dict[str, Any]]:
+    text = content.decode() if isinstance(content, bytes) else json.dumps(content)
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def _batch_tier(response: ChatResponse) -> ChatResponse:
+    """The answer of a batch: its usage says so, whatever the body's ``service_tier``."""
+    if response.usage is None:
+        return response
+    usage = response.usage.model_copy(update={"service_tier": "batch"})
+    return response.model_copy(update={"usage": usage})
+
+
+def _chunk(response: ChatResponse) -> StreamChunk:
+    return StreamChunk(
+        text=response.text,
+        finish_reason=response.finish_reason or "stop",
+        usage=response.usage,
+        tool_calls=response.tool_calls,
+        model=response.model,
+        route=response.route,
+        id=response.id,
+    )

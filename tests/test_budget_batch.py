@@ -1,0 +1,98 @@
+"""Batch endpoints: ``priority="batch"`` calls to a Guard whose route is a
+:class:`BatchProvider` go through FakeProvider's emulation of OpenAI's Batch API and
+Anthropic's Message Batches, come back to their own callers, are priced at the batch discount
+and counted once by budgets."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+from typing import Any, Literal
+
+import pytest
+
+from llmguard_sdk import Guard
+from llmguard_sdk.budget import Budget, Budgets, Price, PriceTable
+from llmguard_sdk.errors import ProviderTimeoutError
+from llmguard_sdk.providers.batch import BatchProvider
+from llmguard_sdk.testing import FakeProvider
+
+# $100 / $200 per million tokens, standard; the batch tier is half of it
+PRICES = PriceTable.default_table().with_prices({"fake-model": Price(input=100.0, output=200.0)})
+
+
+def _guard(fake: FakeProvider, api: Literal["openai", "anthropic"], **kw: Any) -> Guard:
+    route = BatchProvider(
+        fake.base_url, api=api, model="fake-model", window=0.3, poll_interval=0.05, **kw
+    )
+    return Guard(
+        route,
+        budgets=Budgets([Budget(limit_usd=10.0, scope="tenant")], prices=PRICES),
+        environ={},
+        timeout=30,
+        retry=None,
+    )
+
+
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+def test_a_hundred_batch_calls_come_back_discounted_and_counted_once(
+    fake: FakeProvider, api: Literal["openai", "anthropic"]
+) -> None:
+    guard = _guard(fake, api)
+    questions = [f"question number {i}" for i in range(100)]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=100) as pool:
+        futures = [
+            pool.submit(
+                guard.chat,
+                [{"role": "user", "content": q}],
+                max_tokens=20,
+                tenant="acme",
+                priority="batch",
+            )
+            for q in questions
+        ]
+        answers = [f.result(timeout=60) for f in futures]
+    spend = guard._stages.spend
+    assert spend is not None
+    (row,) = spend.status(tenant="acme")
+    guard.close()
+    batches = [r for r in fake.requests if r.path.rstrip("/").endswith("batches")]
+    assert 1 <= len([r for r in batches if r.method == "POST"]) <= 3  # a few batches, not 100
+    interactive = ("/chat/completions", "/messages")
+    assert not any(r.path.endswith(interactive) for r in fake.requests)  # batch API only
+    total = 0.0
+    for question, answer in zip(questions, answers, strict=True):
+        assert question.split()[-1] in answer.text  # each caller got its own answer
+        assert answer.usage is not None
+        assert answer.usage.service_tier == "batch"
+        usage = answer.usage
+        standard = (usage.input_tokens * 100 + usage.output_tokens * 200) / 1e6
+        assert answer.cost_usd == pytest.approx(standard / 2)  # the batch discount
+        total += answer.cost_usd or 0.0
+    assert row["spent_usd"] == pytest.approx(total, abs=1e-8)  # each call counted once
+    assert row["held_usd"] == 0
+
+
+def test_async_batch_calls(fake: FakeProvider) -> None:
+    guard = _guard(fake, "openai")
+
+    async def run() -> list[Any]:
+        return await asyncio.gather(
+            *(
+                guard.achat([{"role": "user", "content": f"async {i}"}], max_tokens=5)
+                for i in range(10)
+            )
+        )
+
+    answers = asyncio.run(run())
+    guard.close()
+    assert all(a.usage is not None and a.usage.service_tier == "batch" for a in answers)
+
+
+def test_a_batch_that_does_not_end_in_time_fails_its_calls(fake: FakeProvider) -> None:
+    fake.batch_seconds = 30.0  # type: ignore[attr-defined]
+    route = BatchProvider(fake.base_url, model="fake-model", window=0.05, poll_interval=0.05)
+    guard = Guard(route, environ={}, timeout=1.0, retry=None)
+    with pytest.raises(ProviderTimeoutError):
+        guard.chat([{"role": "user", "content": "slow"}], max_tokens=5)
+    guard.close()
