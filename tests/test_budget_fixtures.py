@@ -20,6 +20,7 @@ from llmguard_sdk.budget import Budget, Budgets, MemoryBudgetBackend, PriceTable
 from llmguard_sdk.budget.policy import NANO, nano
 from llmguard_sdk.models import Usage
 from llmguard_sdk.providers import AnthropicProvider, OpenAICompatibleProvider
+from llmguard_sdk.providers.responses import OpenAIResponsesProvider
 from llmguard_sdk.providers.wire import usage_from_payload
 
 from .rawserver import RawServer, http_response, sse_head
@@ -125,12 +126,12 @@ def _served(fixture: dict[str, Any]) -> tuple[bytes, tuple[bytes, ...]]:
         lines.append(f"{kind}data: {json.dumps(event)}\n\n")
     if fixture["shape"] == "openai_chat_stream":
         lines.append("data: [DONE]\n\n")
+    if fixture["shape"] == "openai_responses_stream":
+        lines = [f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in fixture["events"]]
     return sse_head(), ("".join(lines).encode(),)
 
 
-SERVED = [
-    p for p in FIXTURES if _load(p)["shape"] in ("openai_chat", "openai_chat_stream", "anthropic")
-] + [p for p in FIXTURES if _load(p)["shape"] == "anthropic_stream"]
+SERVED = [p for p in FIXTURES if _load(p)["shape"] != "unserved"]
 
 
 @pytest.mark.parametrize("path", SERVED, ids=lambda p: p.stem)
@@ -148,11 +149,11 @@ def test_a_budgeted_call_holds_its_worst_case_and_settles_to_the_bill(path: Path
     assert usage.output_tokens <= limit
     backend = _Recording()
     with RawServer(head, parts) as raw:
-        kind = (
-            AnthropicProvider
-            if fixture["shape"].startswith("anthropic")
-            else (OpenAICompatibleProvider)
-        )
+        kinds: dict[str, Any] = {
+            "anthropic": AnthropicProvider,
+            "openai_responses": OpenAIResponsesProvider,
+        }
+        kind = kinds.get(fixture["shape"].removesuffix("_stream"), OpenAICompatibleProvider)
         route = kind(raw.base_url, model=fixture["model"], name=fixture["route"])
         guard = Guard(route, budgets=Budgets([Budget(limit_usd=100.0)]), environ={}, timeout=30)
         spend = guard._stages.spend
@@ -171,7 +172,10 @@ def test_a_budgeted_call_holds_its_worst_case_and_settles_to_the_bill(path: Path
                 answer = guard.chat(messages, max_completion_tokens=limit, extra_body=extra)
             status = spend.status()
     assert answer is not None
-    assert answer.usage == usage
+    assert answer.usage is not None
+    tokens = ("input_tokens", "output_tokens", "cached_input_tokens", "reasoning_tokens")
+    tokens += ("cache_write_input_tokens", "cache_write_1h_input_tokens")
+    assert [getattr(answer.usage, t) for t in tokens] == [getattr(usage, t) for t in tokens]
     assert answer.cost_usd == pytest.approx(fixture["expected_usd"], rel=1e-12)
     (held,) = backend.held
     assert held >= nano(fixture["expected_usd"])  # the hold covered the bill
