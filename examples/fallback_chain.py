@@ -18,7 +18,7 @@ with FakeProvider(name="primary") as primary, FakeProvider(name="backup") as bac
             OpenAICompatibleProvider(backup.base_url, model="small-model", name="backup"),
         ],
         timeout=5,
-        attempt_timeout=0.3,  # a silent route loses the attempt
+        attempt_timeout=2.0,  # a silent route loses the attempt (generous: a busy machine)
         retry=RetryPolicy(attempts=3, base=0.05, cap=2.0),
         hooks=[events.append],
     )
