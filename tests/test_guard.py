@@ -366,7 +366,7 @@ def test_missing_usage_is_counted_by_the_guard_and_marked_estimated(
 def test_attempt_timeout_lets_the_next_route_answer(
     fake: FakeProvider, fake2: FakeProvider, make_guard: MakeGuard
 ) -> None:
-    guard = make_guard(fake, fake2, timeout=10, attempt_timeout=0.3, retry=None)
+    guard = make_guard(fake, fake2, timeout=10, attempt_timeout=1.0, retry=None)
     fake.script(Fault(hang=True), Fault(first_token_delay=3))
     assert guard.chat(USER).route == "backup"
     with guard.chat(USER, stream=True) as stream:
