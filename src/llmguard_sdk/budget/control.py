@@ -23,7 +23,7 @@ import os
 import time
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 from .._state import steps as store_steps
 from .._state.stores import RedisStore, Store, hash_id
@@ -54,6 +54,7 @@ if TYPE_CHECKING:
 __all__ = [
     "BudgetUnavailableError",
     "Budgets",
+    "CounterStatus",
     "EventHook",
     "Held",
     "SpendControl",
@@ -185,7 +186,7 @@ class SpendControl:
             tags=[t.strip() for t in tags.split(",") if t.strip()],
         )
 
-    def status(self, **scope: Any) -> list[dict[str, Any]]:
+    def status(self, **scope: Any) -> list[CounterStatus]:
         """Each counter of a scope (``tenant=``, ``feature=``, ``user=``, ``tags=``): its
         limit, settled spend, amount held by calls in flight and reset time, in USD."""
         specs = self.counters(**scope)
@@ -194,7 +195,7 @@ class SpendControl:
             for spec, found in zip(specs, self.backend.status(specs), strict=True)
         ]
 
-    async def astatus(self, **scope: Any) -> list[dict[str, Any]]:
+    async def astatus(self, **scope: Any) -> list[CounterStatus]:
         """Async twin of :meth:`status`."""
         specs = self.counters(**scope)
         found = await self.backend.astatus(specs)
@@ -523,7 +524,25 @@ def _asked_tier(ctx: CallContext) -> str | None:
     return normal_tier(tier) if isinstance(tier, str) else None
 
 
-def status_row(spec: CounterSpec, found: Status) -> dict[str, Any]:
+class CounterStatus(TypedDict):
+    """One budget counter's state: ``scope`` (``"tenant:acme"``, ``"global"``), ``counter``
+    (its key), ``window``, and in USD its ``limit_usd``, settled ``spent_usd`` and ``held_usd``
+    (held by calls in flight), with ``resets_at`` (epoch seconds, UTC) when the window frees
+    room.
+
+    .. versionadded:: 0.2.0
+    """
+
+    scope: str
+    counter: str
+    window: str
+    limit_usd: float
+    spent_usd: float
+    held_usd: float
+    resets_at: float
+
+
+def status_row(spec: CounterSpec, found: Status) -> CounterStatus:
     """One counter's status as the public API shows it: scope, counter, window, and in USD
     its limit, settled spend and amount held, with its reset time (epoch seconds)."""
     spent, reserved, resets = found
