@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from llmguard_sdk import Guard
 from llmguard_sdk._state.steps import in_place
@@ -182,3 +184,92 @@ def test_a_budgeted_call_holds_its_worst_case_and_settles_to_the_bill(path: Path
     (row,) = status
     assert row["spent_usd"] == nano(fixture["expected_usd"]) / NANO  # settled to the bill
     assert row["held_usd"] == 0
+
+
+_COUNT = st.integers(0, 10**7)
+_JUNK = st.one_of(st.none(), st.booleans(), st.text(max_size=3), st.floats(), st.integers(-5, -1))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    plain=_COUNT,
+    read=_COUNT,
+    short=_COUNT,
+    hour=_COUNT,
+    output=_COUNT,
+    tier=st.sampled_from(["standard", "batch", "priority", None]),
+)
+def test_anthropic_usage_counts_every_input_token_once(
+    plain: int, read: int, short: int, hour: int, output: int, tier: str | None
+) -> None:
+    raw: dict[str, Any] = {
+        "input_tokens": plain,
+        "cache_read_input_tokens": read,
+        "cache_creation_input_tokens": short + hour,
+        "cache_creation": {"ephemeral_5m_input_tokens": short, "ephemeral_1h_input_tokens": hour},
+        "output_tokens": output,
+    }
+    if tier is not None:
+        raw["service_tier"] = tier
+    usage = usage_from_payload(raw)[0]
+    assert usage is not None
+    assert usage.input_tokens == plain + read + short + hour
+    assert (usage.cached_input_tokens, usage.cache_write_input_tokens) == (read, short + hour)
+    assert usage.cache_write_1h_input_tokens == hour
+    assert usage.service_tier == tier
+
+
+@settings(max_examples=200, deadline=None)
+@given(prompt=_COUNT, cached=_COUNT, completion=_COUNT, reasoning=_COUNT, responses=st.booleans())
+def test_openai_usage_keeps_cached_and_reasoning_within_their_totals(
+    prompt: int, cached: int, completion: int, reasoning: int, responses: bool
+) -> None:
+    if responses:
+        raw: dict[str, Any] = {
+            "input_tokens": prompt,
+            "input_tokens_details": {"cached_tokens": cached},
+            "output_tokens": completion,
+            "output_tokens_details": {"reasoning_tokens": reasoning},
+        }
+    else:
+        raw = {
+            "prompt_tokens": prompt,
+            "prompt_tokens_details": {"cached_tokens": cached},
+            "completion_tokens": completion,
+            "completion_tokens_details": {"reasoning_tokens": reasoning},
+        }
+    usage = usage_from_payload(raw, service_tier="flex")[0]
+    assert usage is not None
+    assert (usage.input_tokens, usage.output_tokens) == (prompt, completion)
+    assert usage.cached_input_tokens == min(cached, prompt)
+    assert usage.reasoning_tokens == min(reasoning, completion)
+    assert usage.cache_write_input_tokens == 0
+    assert usage.service_tier == "flex"
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    raw=st.dictionaries(
+        st.sampled_from(
+            [
+                "prompt_tokens",
+                "completion_tokens",
+                "input_tokens",
+                "output_tokens",
+                "cache_read_input_tokens",
+                "cache_creation_input_tokens",
+                "cache_creation",
+                "prompt_tokens_details",
+                "input_tokens_details",
+                "output_tokens_details",
+                "service_tier",
+                "cost",
+            ]
+        ),
+        st.one_of(_JUNK, _COUNT, st.dictionaries(st.text(max_size=30), _JUNK, max_size=3)),
+    )
+)
+def test_a_malformed_usage_object_never_raises(raw: dict[str, Any]) -> None:
+    usage, cost = usage_from_payload(raw)
+    assert usage is None or usage.input_tokens >= usage.cached_input_tokens
+    assert cost is None or cost >= 0
