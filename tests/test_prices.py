@@ -217,3 +217,15 @@ def test_cost_estimate_knows_source_models_the_batch_discount_and_shows_the_snap
     text = _cli("estimate", *common, "--model", "gpt-5")
     assert f"prices: genai-prices {genai_prices.__version__} (20" in text
     assert "claude-sonnet-4-5" in _cli("models", "sonnet-4-5")
+
+
+def test_a_priority_call_without_priority_rates_is_said_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    table = PriceTable(_source=GenaiSource(), _base=PriceTable.shipped_table())
+    with caplog.at_level("WARNING", logger="llmguard_sdk"):
+        for _ in range(3):
+            price = table.price("gemini-2.5-pro", provider="google", tier="priority")
+    assert price == table.price("gemini-2.5-pro", provider="google")  # standard rates
+    said = [r for r in caplog.records if "no priority rates for gemini-2.5-pro" in r.message]
+    assert len(said) == 1

@@ -24,6 +24,7 @@ import dataclasses
 import datetime as dt
 import functools
 import json
+import logging
 import math
 import re
 from collections.abc import Iterable, Mapping
@@ -44,6 +45,7 @@ __all__ = [
     "cost_of_response",
 ]
 
+logger = logging.getLogger("llmguard_sdk")
 _MILLION = 1_000_000.0
 _DATED = re.compile(r"(-\d{4}-\d{2}-\d{2}|-\d{8}|-latest)$")
 _EPOCH = dt.date(1970, 1, 1)
@@ -347,7 +349,15 @@ class PriceTable:
             return found
         # the source lists tiers model by model: a model without the tier's rates (one
         # without a batch API, say) is billed at its standard rates
-        return self._source.find(name, provider, day, None)
+        standard = self._source.find(name, provider, day, None)
+        if standard is not None and tier == "priority":  # dearer than standard: say so
+            logger.warning(
+                "llmguard prices: %s lists no %s rates for %s; its standard rates count",
+                self._source.version,
+                tier,
+                name,
+            )
+        return standard
 
     def _tiered(self, standard: Price | None, tier: str) -> Price | None:
         """A tier's price from the standard one: batch at the discount, others as is."""
