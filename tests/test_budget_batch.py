@@ -11,11 +11,13 @@ from typing import Any, Literal
 
 import pytest
 
-from llmguard_sdk import Guard
+from llmguard_sdk import Guard, OpenAICompatibleProvider
 from llmguard_sdk.budget import Budget, Budgets, Price, PriceTable
 from llmguard_sdk.errors import ProviderTimeoutError
 from llmguard_sdk.providers.batch import BatchProvider
 from llmguard_sdk.testing import FakeProvider
+
+from .test_budget_fixtures import _Recording
 
 # $100 / $200 per million tokens, standard; the batch tier is half of it
 PRICES = PriceTable.default_table().with_prices({"fake-model": Price(input=100.0, output=200.0)})
@@ -39,6 +41,10 @@ def test_a_hundred_batch_calls_come_back_discounted_and_counted_once(
     fake: FakeProvider, api: Literal["openai", "anthropic"]
 ) -> None:
     guard = _guard(fake, api)
+    recording = _Recording()
+    spend = guard._stages.spend
+    assert spend is not None
+    spend.backend = recording
     questions = [f"question number {i}" for i in range(100)]
     with concurrent.futures.ThreadPoolExecutor(max_workers=100) as pool:
         futures = [
@@ -52,9 +58,9 @@ def test_a_hundred_batch_calls_come_back_discounted_and_counted_once(
             for q in questions
         ]
         answers = [f.result(timeout=60) for f in futures]
-    spend = guard._stages.spend
-    assert spend is not None
     (row,) = spend.status(tenant="acme")
+    held = recording.held
+    assert len(held) == 100
     guard.close()
     batches = [r for r in fake.requests if r.path.rstrip("/").endswith("batches")]
     assert 1 <= len([r for r in batches if r.method == "POST"]) <= 3  # a few batches, not 100
@@ -71,6 +77,19 @@ def test_a_hundred_batch_calls_come_back_discounted_and_counted_once(
         total += answer.cost_usd or 0.0
     assert row["spent_usd"] == pytest.approx(total, abs=1e-8)  # each call counted once
     assert row["held_usd"] == 0
+    # holds are sized at the batch rates: half what the same call holds on a standard route
+    standard = Guard(
+        OpenAICompatibleProvider(fake.base_url, model="fake-model", name=api),
+        budgets=Budgets([Budget(limit_usd=10.0, scope="tenant")], prices=PRICES),
+        environ={},
+    )
+    interactive = _Recording()
+    spend = standard._stages.spend
+    assert spend is not None
+    spend.backend = interactive
+    standard.chat([{"role": "user", "content": questions[55]}], max_tokens=20, tenant="acme")
+    standard.close()
+    assert max(held) * 2 == pytest.approx(interactive.held[0], abs=2)
 
 
 def test_async_batch_calls(fake: FakeProvider) -> None:

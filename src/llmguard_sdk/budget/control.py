@@ -212,7 +212,8 @@ class SpendControl:
                 continue
             model = route.model or ctx.request.model
             assert model is not None  # prepare() checked it
-            tier = _asked_tier(ctx)
+            # a route that always serves one tier (a BatchProvider: "batch") says so
+            tier = normal_tier(getattr(route, "service_tier", None)) or _asked_tier(ctx)
             prices = [self.prices.price(model, provider=route.name, tier=tier)]
             if tier != "batch":  # a tier's call may be served (and billed) at the standard one
                 prices.append(self.prices.price(model, provider=route.name))

@@ -77,6 +77,8 @@ class BatchProvider(_Streams):
 
     is_local = False
     context_window: int | None = None
+    service_tier = "batch"
+    """The tier every call of this route is billed at (budgets hold its rates)."""
 
     def __init__(
         self,
