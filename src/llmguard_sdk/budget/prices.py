@@ -1,16 +1,19 @@
 """Prices per model, and the cost of a call from its usage.
 
 A :class:`PriceTable` holds, per provider and model, the USD price per million tokens of
-input, output, cached input (read from the provider's prompt cache) and cache writes, each
-from an effective date. The package ships a versioned table (``prices.json``); user prices
-override it. An unknown model is an :class:`UnknownModelPriceError`, or the table's configured
-``default`` price: never a silent $0.
+input, output, cached input (read from the provider's prompt cache), 5-minute and 1-hour cache
+writes and reasoning output, each from an effective date, per service tier, with long-context
+tiers. The default table is the user's prices over the maintained ``genai-prices`` data over
+the table the package ships (``prices.json``). An unknown model is an
+:class:`UnknownModelPriceError`, or the table's configured ``default`` price: never a silent $0.
 
 Costs from usage follow :class:`~llmguard_sdk.models.Usage`: ``input_tokens`` counts every
-input token, ``cached_input_tokens`` and ``cache_write_input_tokens`` among them, so::
+input token (cache reads and writes among them), ``output_tokens`` every output token
+(reasoning among them), so, at the rates of the call's long-context tier::
 
-    cost = (input - cached - written) * input_price + cached * cached_input_price
-           + written * cache_write_price + output * output_price
+    cost = (input - cached - written) * input + cached * cached_input
+           + (written - written_1h) * cache_write + written_1h * cache_write_1h
+           + (output - reasoning) * output + reasoning * reasoning
 
 A cost the provider reported (``ChatResponse.cost_usd`` with ``cost_source="reported"``) wins
 over the table; a cost from the table is always ``"estimated"``.
