@@ -203,6 +203,29 @@ def test_local_model_bench_compares_sdk_and_raw() -> None:
     assert result["same_output"] is True  # greedy decoding: the SDK changes nothing
 
 
+@timeout_for(SLOW_BENCH_TIMEOUT)
+@pytest.mark.local_model
+def test_local_quality_bench_scores_the_bundled_model_three_ways() -> None:
+    result = run("local_quality.py", "--quick", timeout=SLOW_BENCH_TIMEOUT)
+    assert result["questions"] == 10
+    assert result["recommended"] in result["models"]
+    bundled = result["models"]["SmolLM2-135M-Instruct"]
+    for side in (bundled, bundled["default_prompt"], bundled["raw"]):
+        assert 0.0 <= side["accuracy"] <= 1.0
+        assert side["tok_s"] > 0
+        assert set(side["per_category"]) == {
+            "arithmetic",
+            "capitals",
+            "units",
+            "yes_no",
+            "extraction",
+        }
+    # greedy decoding over the same messages: the SDK route writes what raw llama.cpp writes
+    assert bundled["raw"]["same_answers"] == 10
+    assert isinstance(result["target_met"], bool)
+    assert len(result["load_avg_start"]) == 3
+
+
 @timeout_for(BENCH_TIMEOUT)
 def test_ratelimit_multiproc_bench_reports_shared_and_unshared_runs() -> None:
     result = run("ratelimit_multiproc.py", "--quick")
