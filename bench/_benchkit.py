@@ -16,6 +16,8 @@ Not a benchmark itself (the leading underscore); the benches import it as ``_ben
   so a recycled pid is never hit. Children that are stopped normally are unregistered.
 * :func:`popen_group`: ``subprocess.Popen`` in a new process group (session), registered
   with the reaper; :func:`stop_group` stops the whole group (SIGTERM, then SIGKILL).
+* :func:`print_result`: the bench's result, one JSON object with ``--json``, else a
+  ``key: value`` line each.
 * :func:`latency_summary`: ``samples``, ``p50``, ``max`` and, from
   :data:`P99_MIN_SAMPLES` samples on, ``p99`` (nearest rank). With fewer samples the
   nearest-rank p99 is one of the slowest few calls, so it is not reported as a p99.
@@ -24,6 +26,7 @@ Not a benchmark itself (the leading underscore); the benches import it as ``_ben
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import os
 import signal
@@ -238,3 +241,13 @@ def latency_summary(values: Sequence[float], digits: int = 3) -> dict[str, float
     if len(ordered) >= P99_MIN_SAMPLES:
         found["p99"] = round(nearest_rank(ordered, 99), digits)
     return found
+
+
+def print_result(result: dict[str, Any], as_json: bool) -> None:
+    """Print ``result``: one JSON object (``--json``), else a ``key: value`` line each."""
+    if as_json:
+        print(json.dumps(result))
+        return
+    width = max((len(key) for key in result), default=0)
+    for key, value in result.items():
+        print(f"{key:>{width}}: {value}")

@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _benchkit import exit_on_signals, popen_group, stop_group
+from _benchkit import exit_on_signals, popen_group, print_result, stop_group
 from overhead import start_server
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -166,11 +166,7 @@ def main() -> None:
         "calls_per_round": args.calls,
         "seconds": round(time.perf_counter() - started, 1),
     }
-    if args.json:
-        print(json.dumps(result))
-    else:
-        for key, value in result.items():
-            print(f"{key:>18}: {value}")
+    print_result(result, args.json)
 
 
 if __name__ == "__main__":

@@ -49,12 +49,11 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import statistics
 import time
 from typing import Any
 
-from _benchkit import exit_on_signals
+from _benchkit import exit_on_signals, print_result
 
 from llmguard_sdk import (
     AnthropicProvider,
@@ -356,11 +355,7 @@ def main() -> int:
     }
     result.update(local_run(builder, questions))
     result.update(fake_run(make_builder(ARTICLES), questions))
-    if args.json:
-        print(json.dumps(result))
-    else:
-        for key, value in result.items():
-            print(f"{key:30} {value}")
+    print_result(result, args.json)
     return 0
 
 

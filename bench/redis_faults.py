@@ -39,7 +39,6 @@ Usage: python bench/redis_faults.py [--json] [--quick] [--limit-usd USD]
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing
 import sys
 import time
@@ -50,7 +49,14 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 import redis_cluster
-from _benchkit import REAPER, delete_prefix, exit_on_signals, start_processes, stop_processes
+from _benchkit import (
+    REAPER,
+    delete_prefix,
+    exit_on_signals,
+    print_result,
+    start_processes,
+    stop_processes,
+)
 
 from llmguard_sdk import BudgetExceededError, Guard, OpenAICompatibleProvider
 from llmguard_sdk.budget import Budget, Budgets, Price, PriceTable
@@ -258,11 +264,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "overspend_within_bound": settled - limit <= args.processes * SHARE * limit + 1e-12,
         "resync_s": round(max(emptied) - restarted, 3) if emptied else 0.0,
     }
-    if args.json:
-        print(json.dumps(result))
-    else:
-        for key, value in result.items():
-            print(f"{key}: {value}")
+    print_result(result, args.json)
     return result
 
 

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import statistics
 import sys
@@ -43,6 +42,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 import redis_cluster
 import with_redis
+from _benchkit import print_result
 from roundtrips import RoundTrips
 
 from llmguard_sdk import Guard, OpenAICompatibleProvider
@@ -136,11 +136,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     }
     result["memory_ms"] = round(memory["ms"], 3)
     result["target_round_trips"] = 2
-    if args.json:
-        print(json.dumps(result))
-    else:
-        for key, value in result.items():
-            print(f"{key}: {value}")
+    print_result(result, args.json)
     return result
 
 

@@ -25,13 +25,12 @@ Usage: python bench/soak.py [--json] [--calls N] [--cache-entries N] [--quick]
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import time
 from collections.abc import Callable
 from typing import Any
 
-from _benchkit import exit_on_signals, stop_group
+from _benchkit import exit_on_signals, print_result, stop_group
 from overhead import _recording_telemetry, start_server
 
 from llmguard_sdk import Guard, OpenAICompatibleProvider, ResponseCache
@@ -131,11 +130,7 @@ def main() -> None:
             result |= soak(call_number(guard), args.calls)
     finally:
         stop_group(process)
-    if args.json:
-        print(json.dumps(result))
-    else:
-        for key, value in result.items():
-            print(f"{key:36} {value}")
+    print_result(result, args.json)
 
 
 if __name__ == "__main__":

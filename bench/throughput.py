@@ -30,7 +30,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from _benchkit import exit_on_signals, popen_group, stop_group
+from _benchkit import exit_on_signals, popen_group, print_result, stop_group
 from overhead import start_server
 
 SIDES = ("sdk", "httpx", "guard")
@@ -180,10 +180,7 @@ def main() -> None:
     finally:
         stop_group(server)
     result = {"calls_per_round": args.calls, "concurrency": levels}
-    if args.json:
-        print(json.dumps(result))
-    else:
-        print(json.dumps(result, indent=2))
+    print_result(result, args.json)
 
 
 if __name__ == "__main__":
