@@ -37,6 +37,7 @@ EXPECTED = [
     "CircuitOpenError",
     "ConfigurationError",
     "ContextLengthExceededError",
+    "DeploymentGroup",
     "Embedder",
     "Guard",
     "GuardSettings",

@@ -75,6 +75,7 @@ from .providers import (
 )
 from .ratelimit import RateLimit
 from .retry import RetryBudgetPolicy, RetryPolicy
+from .router import DeploymentGroup
 from .store import MemoryStore, RedisClusterStore, RedisStore, Store
 from .telemetry import Telemetry
 from .tokens import TokenCount, count_request_tokens, count_text_tokens
@@ -107,6 +108,7 @@ __all__ = [
     "CircuitOpenError",
     "ConfigurationError",
     "ContextLengthExceededError",
+    "DeploymentGroup",
     "Embedder",
     "Guard",
     "GuardSettings",

@@ -11,10 +11,13 @@ import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from .models import ChatRequest, Usage
 from .tokens import TokenCount, count_request_tokens
+
+if TYPE_CHECKING:
+    from .providers.base import Provider
 
 __all__ = [
     "AttemptRecord",
@@ -151,6 +154,7 @@ class CallContext:
     attempt_log: list[AttemptRecord] = field(default_factory=list)
     rate_wait_s: float = 0.0
     trace_parent: object = None
+    route_order: tuple[Provider, ...] = ()  # this call's routes, ranked (deployment groups)
 
     def begin_attempt(self, route: str) -> AttemptRecord:
         """Start recording one provider attempt (see :class:`AttemptRecord`)."""

@@ -46,6 +46,7 @@ from .retry import (
     RetryBudgetPolicy,
     RetryPolicy,
 )
+from .router import DeploymentGroup
 from .store import Store, open_store
 from .telemetry import Telemetry
 
@@ -108,7 +109,9 @@ class Guard(Closes, AsyncCloses):
     """Wraps LLM calls with the SDK's pipeline; build one per application and share it.
 
     Args:
-        providers: the routes of the fallback chain, tried in order (one provider or a list).
+        providers: the routes of the fallback chain, tried in order (one provider or a list);
+            a :class:`~llmguard_sdk.DeploymentGroup` takes one place in the chain and ranks
+            its deployments for each call.
             Without one, ``LLMGUARD_BASE_URL`` / ``LLMGUARD_API_KEY`` / ``LLMGUARD_MODEL``
             configure an :class:`~llmguard_sdk.OpenAICompatibleProvider`.
         store: ``"memory"`` (default) or a Redis URL: where shared state lives.
@@ -196,7 +199,7 @@ class Guard(Closes, AsyncCloses):
 
     def __init__(
         self,
-        providers: Provider | Sequence[Provider] | None = None,
+        providers: Provider | DeploymentGroup | Sequence[Provider | DeploymentGroup] | None = None,
         *,
         store: str | Store | None = None,
         timeout: float | None = None,
@@ -248,6 +251,7 @@ class Guard(Closes, AsyncCloses):
             breaker_hooks = [*breaker_hooks, observer.on_breaker_transition]
         self._stages = Stages(
             routes=routes,
+            routing=wiring.routing(providers),
             timeout=self.settings.timeout,
             attempt_timeout=self.settings.attempt_timeout,
             max_input_tokens=self.settings.max_input_tokens,

@@ -29,7 +29,7 @@ from ..models import ChatResponse
 from ..providers.base import Provider
 from ..ratelimit import Grant, RateLimiter
 from .limits import Reservation, reserve_steps, settle_args, token_reservation
-from .routes import too_small_for
+from .routes import call_routes, too_small_for
 from .stages import CACHE, DEGRADED, Stages, cache_request, from_cache
 
 __all__ = [
@@ -203,7 +203,8 @@ class OpeningOutcome:
 
 def first_route(ctx: CallContext, stages: Stages) -> Provider | None:
     """The route the chain tries first (the first one whose context holds the request)."""
-    return next((route for route in stages.routes if not too_small_for(ctx, route)), None)
+    ranked = call_routes(ctx, stages)
+    return next((route for route in ranked if not too_small_for(ctx, route)), None)
 
 
 def _shared(stage: Breakers | RateLimiter | None) -> bool:

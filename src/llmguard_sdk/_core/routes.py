@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from ..breaker import Permit
 from ..context import CallContext, RetryDetails
@@ -202,6 +202,18 @@ def route_rate_limited(ctx: CallContext, route: Provider, grant: Grant) -> None:
             retry_after=retry_after,
         ),
     )
+
+
+def call_routes(ctx: CallContext, stages: Stages) -> Sequence[Provider]:
+    """The routes of this call in the order it tries them: its deployment groups ranked
+    for it (``ctx.route_order``), among the routes ``stages`` allow."""
+    ranked = ctx.route_order
+    if not ranked:
+        return stages.routes
+    if len(ranked) == len(stages.routes):
+        return ranked
+    allowed = {route.name for route in stages.routes}  # a budget's cheaper routes only
+    return [route for route in ranked if route.name in allowed]
 
 
 def too_small_for(ctx: CallContext, route: Provider) -> bool:

@@ -88,9 +88,13 @@ class Run:
             self.tail.add(self.stages.retry_budget.record_request_steps(route.name))
 
     def record(self, route: Provider, error: ProviderError | None, seconds: float) -> None:
-        """The breaker's record of an attempt's outcome."""
+        """An attempt's outcome: the breaker's record; the route's latency for its group
+        (a request the provider refused as wrong says nothing about the route)."""
         if self.stages.breakers is not None:
             self.tail.add(self.stages.breakers.record_steps(route.name, error, seconds=seconds))
+        routing = self.stages.routing
+        if routing is not None and (error is None or routes.is_route_failure(error)):
+            routing.observe(route.name, seconds, failed=error is not None)
 
     def release_steps(self, route: Provider) -> list[Step[Any]]:
         """Give back a breaker permit whose attempt has no outcome."""
@@ -188,10 +192,10 @@ class Run:
 
     def route_order(self, winner: Provider | None) -> list[Provider]:
         """The routes still to try: a race's winner first, without the routes it used up."""
-        routes = [r for r in self.stages.routes if r.name not in self.tried]
+        left = [r for r in routes.call_routes(self.ctx, self.stages) if r.name not in self.tried]
         if winner is not None:
-            routes = [winner] + [r for r in routes if r is not winner]
-        return routes
+            left = [winner] + [r for r in left if r is not winner]
+        return left
 
 
 def elapsed_since(started: float) -> float:

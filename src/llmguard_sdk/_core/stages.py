@@ -31,6 +31,7 @@ from ..retry.budget import RetryBudget
 from ..retry.policy import RetryPolicy
 from ..telemetry import Telemetry
 from ..tokens import count_request_tokens, count_text_tokens
+from .routing import Routing
 
 __all__ = [
     "CACHE",
@@ -91,6 +92,7 @@ class Stages:
     spend: SpendControl | None = None  # spend budgets and costs (not the retry budget)
     cache: ResponseCache | None = None
     telemetry: Telemetry | None = None
+    routing: Routing | None = None  # deployment groups ranked per call
 
 
 def prepare(
@@ -133,6 +135,8 @@ def prepare(
     )
     if stages.telemetry is not None:
         ctx.trace_parent = stages.telemetry.parent()
+    if stages.routing is not None:
+        ctx.route_order = stages.routing.ranked()
     if stages.max_input_tokens is not None:
         count = ctx.input_count = count_request_tokens(
             checked, model=checked.model or stages.routes[0].model

@@ -22,8 +22,10 @@ from ..providers.base import Provider
 from ..providers.openai_compat import OpenAICompatibleProvider
 from ..ratelimit import LimitsConfig, MemoryRateLimiter, RateLimiter, RedisRateLimiter
 from ..retry import MemoryRetryBudget, RedisRetryBudget, RetryBudget, RetryBudgetPolicy
+from ..router import DeploymentGroup
 from ..store import RedisStore, Store
 from ..telemetry import Telemetry
+from .routing import Routing, flatten
 
 __all__ = ["breakers", "cache", "limiter", "retry_budget", "routes", "spend", "telemetry"]
 
@@ -100,9 +102,11 @@ def retry_budget(policy: RetryBudgetPolicy | None, store: Store) -> RetryBudget 
     return MemoryRetryBudget(policy)
 
 
-def routes(
-    providers: Provider | Sequence[Provider] | None, settings: GuardSettings
-) -> tuple[Provider, ...]:
+Entries = Provider | DeploymentGroup | Sequence[Provider | DeploymentGroup] | None
+
+
+def routes(providers: Entries, settings: GuardSettings) -> tuple[Provider, ...]:
+    """The chain's routes, each deployment group's deployments in its place."""
     if providers is None:
         if settings.base_url is None:
             return ()
@@ -111,12 +115,26 @@ def routes(
                 settings.base_url, api_key=settings.api_key, model=settings.model
             ),
         )
-    routes = (providers,) if isinstance(providers, Provider) else tuple(providers)
-    for route in routes:
-        if not isinstance(route, Provider):
-            raise ConfigurationError(f"{route!r} is not a Provider")
+    for entry in _entries(providers):
+        if not isinstance(entry, (Provider, DeploymentGroup)):
+            raise ConfigurationError(f"{entry!r} is not a Provider or a DeploymentGroup")
+    routes = flatten(_entries(providers))
     names = [route.name for route in routes]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
         raise ConfigurationError(f"route names must be unique; repeated: {duplicates}")
     return routes
+
+
+def routing(providers: Entries) -> Routing | None:
+    """The per-call ranking of the chain's deployment groups (None: no group)."""
+    entries = _entries(providers)
+    return Routing(entries) if any(isinstance(e, DeploymentGroup) for e in entries) else None
+
+
+def _entries(providers: Entries) -> tuple[Provider | DeploymentGroup, ...]:
+    if providers is None:
+        return ()
+    if isinstance(providers, (Provider, DeploymentGroup)):
+        return (providers,)
+    return tuple(providers)
