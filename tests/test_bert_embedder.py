@@ -238,11 +238,13 @@ def test_calibrate_cli_with_the_hybrid_embedder(
         "".join(json.dumps({"query": q, "cached": c, "duplicate": d}) + "\n" for q, c, d in rows),
         encoding="utf-8",
     )
-    assert main(["cache", "calibrate", str(path), "--embedder", "hybrid", "--json"]) == 0
+    # four pairs bound precision at 0.42 at best (Wilson, 2 of 2); standard guards
+    options = ["--no-strict", "--target-precision", "0.4"]
+    assert main(["cache", "calibrate", str(path), "--embedder", "hybrid", "--json", *options]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["embedder"].startswith("hybrid(0.7*bert:all-MiniLM-L6-v2")
     chosen = next(r for r in report["table"] if r["threshold"] == report["threshold"])
     assert chosen["tp"] == 2
     assert chosen["fp"] == 0
-    assert main(["cache", "calibrate", str(path), "--embedder", "minilm"]) == 0
+    assert main(["cache", "calibrate", str(path), "--embedder", "minilm", *options]) == 0
     assert "embedder=BertEmbedder.all_minilm_l6_v2(), threshold=" in capsys.readouterr().out

@@ -21,6 +21,7 @@ from llmguard_sdk.cache import (
     pick_threshold,
     read_pairs,
 )
+from llmguard_sdk.cache.calibrate import wilson_lower_bound
 from llmguard_sdk.cli import main
 from llmguard_sdk.errors import ConfigurationError, MalformedResponseError, ProviderUnavailableError
 from llmguard_sdk.models import ChatRequest, ChatResponse, Message
@@ -59,7 +60,8 @@ def test_calibration_table_and_choice(tmp_path: Path) -> None:
     assert all(r.tp + r.fn == 4 for r in rows)
     recalls = [r.recall for r in rows]
     assert recalls == sorted(recalls, reverse=True)  # a higher threshold never finds more
-    chosen = pick_threshold(rows, 1.0)
+    assert pick_threshold(rows, 0.95) is None  # 4 pairs cannot show 0.95 with confidence
+    chosen = pick_threshold(rows, 1.0, bound=False)
     assert chosen is not None
     assert chosen.fp == 0
     assert chosen.tp >= 1
@@ -72,14 +74,50 @@ def test_calibrate_cli_prints_the_trade_off(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = write_pairs(tmp_path / "pairs.jsonl")
-    assert main(["cache", "calibrate", str(path), "--precision", "1.0", "--json"]) == 0
+    assert main(["cache", "calibrate", str(path), "--precision", "0.25", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["pairs"] == 8
     assert report["threshold"] is not None
     chosen = next(r for r in report["table"] if r["threshold"] == report["threshold"])
-    assert chosen["precision"] == 1.0
-    assert main(["cache", "calibrate", str(path)]) == 0
-    assert "use ResponseCache(threshold=" in capsys.readouterr().out
+    assert chosen["precision_lower_bound"] >= 0.25
+    assert chosen["precision"] >= chosen["precision_lower_bound"]
+    assert main(["cache", "calibrate", str(path), "--target-precision", "0.95"]) == 1
+    assert "no threshold meets the target" in capsys.readouterr().out
+    assert main(["cache", "calibrate", "bundled:hard_questions"]) == 0
+    out = capsys.readouterr().out
+    assert "bound" in out
+    assert "use ResponseCache(threshold=" in out
+
+
+def test_wilson_lower_bound() -> None:
+    assert wilson_lower_bound(0, 0) == 0.0
+    assert wilson_lower_bound(20, 20) == pytest.approx(0.8808, abs=1e-4)
+    assert wilson_lower_bound(51, 51) < 0.95 < wilson_lower_bound(52, 52)
+    assert wilson_lower_bound(90, 100) < 0.9 < wilson_lower_bound(900, 910)
+    with pytest.raises(ConfigurationError):
+        wilson_lower_bound(1, 2, confidence=1.0)
+
+
+def test_target_precision_picks_the_threshold_from_labelled_pairs() -> None:
+    # Near-identical duplicates, and non-duplicates that share half their words: only a
+    # threshold above the non-duplicates' similarity meets the target.
+    duplicates = [
+        Pair(f"topic{i} alpha beta gamma", f"topic{i} alpha beta", True) for i in range(60)
+    ]
+    different = [Pair(f"topic{i} alpha beta", f"topic{i} gamma delta", False) for i in range(60)]
+    pairs = duplicates + different
+    cache = ResponseCache(target_precision=0.95, calibration_pairs=pairs, guards=False)
+    rows = calibrate(pairs, guards=False)
+    chosen = pick_threshold(rows, 0.95)
+    assert chosen is not None
+    assert cache.threshold == max(0.55, chosen.threshold)
+    assert chosen.precision_lower_bound >= 0.95
+    with pytest.raises(ConfigurationError, match="no threshold reaches"):
+        ResponseCache(target_precision=0.95, calibration_pairs=different + duplicates[:3])
+    with pytest.raises(ConfigurationError):
+        ResponseCache(target_precision=1.5)
+    bundled = ResponseCache(target_precision=0.95)  # the development set shipped with it
+    assert bundled.threshold >= 0.55
 
 
 def test_bad_pair_files_are_refused(tmp_path: Path) -> None:

@@ -12,16 +12,26 @@ Use it on its own::
 
 or as a Guard stage: ``Guard(providers, cache=ResponseCache(...))``.
 
-The default embedder needs no model (:class:`HashingEmbedder`);
-``ResponseCache(embedder=HybridEmbedder.minilm())`` adds all-MiniLM-L6-v2, run in numpy, for
-better matches. ``vector_search="server"`` keeps the vectors in Redis 8 vector sets instead
-of every process's memory.
+The default embedder needs no model (:class:`HashingEmbedder`), and strict guards keep its
+semantic hits right. ``ResponseCache(embedder=HybridEmbedder.minilm(),
+verifier=ParaphraseVerifier.minilm())`` (the recommended configuration) adds all-MiniLM-L6-v2,
+run in numpy, for more hits at the same precision. ``vector_search="server"`` keeps the
+vectors in Redis 8 vector sets instead of every process's memory.
 
 .. versionadded:: 0.2.0
 """
 
 from .backends import CacheBackend, MemoryCacheBackend, RedisCacheBackend
-from .calibrate import CalibrationRow, Pair, calibrate, pick_threshold, read_pairs
+from .calibrate import (
+    CalibrationRow,
+    Pair,
+    Scorer,
+    bundled_pairs,
+    calibrate,
+    pick_threshold,
+    read_pairs,
+    wilson_lower_bound,
+)
 from .core import DEFAULT_THRESHOLD, ResponseCache
 from .embedders import (
     BertEmbedder,
@@ -36,6 +46,7 @@ from .entry import CacheEntry, CacheHit, CacheStats
 from .guards import Verifier, guard_rejection
 from .index import Match, VectorIndex
 from .keys import CacheKeys, canonical_json, request_keys
+from .verifier import ParaphraseVerifier
 
 __all__ = [
     "DEFAULT_THRESHOLD",
@@ -54,10 +65,13 @@ __all__ = [
     "MemoryCacheBackend",
     "OpenAIEmbedder",
     "Pair",
+    "ParaphraseVerifier",
     "RedisCacheBackend",
     "ResponseCache",
+    "Scorer",
     "VectorIndex",
     "Verifier",
+    "bundled_pairs",
     "calibrate",
     "canonical_json",
     "guard_rejection",
@@ -65,4 +79,5 @@ __all__ = [
     "read_pairs",
     "request_keys",
     "suggested_threshold",
+    "wilson_lower_bound",
 ]

@@ -11,6 +11,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import anyio.to_thread
@@ -23,6 +24,7 @@ from ..errors import ConfigurationError
 from ..models import ChatRequest, ChatResponse
 from ._local import _LocalIndexes
 from .backends import CacheBackend, Change, MemoryCacheBackend, RedisCacheBackend
+from .calibrate import Pair, Scorer, bundled_pairs, calibrate, pick_threshold, read_pairs
 from .embedders import DEFAULT_THRESHOLD, Embedder, HashingEmbedder, suggested_threshold
 from .entry import CacheEntry, CacheHit, CacheStats, decode_vector, encode_vector
 from .guards import Verifier, guard_rejection
@@ -50,7 +52,9 @@ class ResponseCache:
     same context (everything but the last user turn) whose cosine similarity reaches
     ``threshold`` and that no false-hit guard refuses (numbers, negation, entities, a single
     key-term swap; see :mod:`llmguard_sdk.cache.guards`). With a ``verifier``, matches scoring
-    below ``threshold + verify_band`` are only served when it agrees.
+    below ``threshold + verify_band`` are only served when it agrees; a scoring verifier
+    (:class:`~llmguard_sdk.cache.ParaphraseVerifier`) checks every match by default, and the
+    similarity threshold becomes the recall threshold that picks its candidates.
 
     Partitions: the tenant, the permissions ``tags`` of a call, ``namespace`` and ``version``
     (bump it to invalidate everything cached under an older prompt template); the end user
@@ -68,6 +72,18 @@ class ResponseCache:
         threshold: the similarity a semantic match needs; default: the embedder's
             ``default_threshold``, else :data:`DEFAULT_THRESHOLD` (0.55, the hashing
             embedder's).
+        target_precision: choose the threshold from labelled pairs instead: the lowest
+            whose precision's lower 95 % Wilson bound reaches this target (never below
+            ``threshold`` or the embedder's suggestion); with a scoring ``verifier`` (such
+            as :class:`~llmguard_sdk.cache.ParaphraseVerifier`), the verifier's threshold.
+            :class:`~llmguard_sdk.errors.ConfigurationError` when none does.
+        calibration_pairs: the labelled pairs for ``target_precision`` (a JSONL path or
+            :class:`~llmguard_sdk.cache.Pair` objects); default: the development set
+            bundled with the package (``hard_questions``).
+        strict: the strict guards for short requests (any content word on one side only,
+            another word order or another kind of question refuses the match; see
+            :func:`~llmguard_sdk.cache.guards.strict_rejection`); default: on unless a
+            scoring ``verifier`` decides instead.
         margin: refuse a semantic match when another entry with a different answer scores
             within ``margin`` of it (an ambiguous question); 0 turns the check off.
         sync_interval: seconds between reads of other processes' changes (Redis only).
@@ -92,10 +108,13 @@ class ResponseCache:
         semantic: bool = True,
         embedder: Embedder | None = None,
         threshold: float | None = None,
+        target_precision: float | None = None,
+        calibration_pairs: str | Path | Sequence[Pair] | None = None,
         margin: float = 0.01,
         guards: bool = True,
+        strict: bool | None = None,
         verifier: Verifier | None = None,
-        verify_band: float = 0.05,
+        verify_band: float | None = None,
         cache_sampled: bool = False,
         per_user: bool = False,
         key_prefix: str = "llmguard",
@@ -107,8 +126,15 @@ class ResponseCache:
         if max_entries < 1:
             raise ConfigurationError("max_entries must be at least 1")
         self.embedder: Embedder = embedder if embedder is not None else HashingEmbedder()
+        self.guards = guards
+        self.strict = not isinstance(verifier, Scorer) if strict is None else strict
+        self.verifier = verifier
+        if target_precision is not None:
+            threshold = self._calibrated(target_precision, calibration_pairs, threshold)
         if threshold is None:
             threshold = suggested_threshold(self.embedder)
+        if verify_band is None:
+            verify_band = 2.0 if isinstance(verifier, Scorer) else 0.05
         if not -1.0 <= threshold <= 1.0 or not 0.0 <= margin < 1.0 or verify_band < 0:
             raise ConfigurationError("threshold must be in [-1, 1], margin in [0, 1)")
         if not namespace or not version:
@@ -123,8 +149,6 @@ class ResponseCache:
         self.semantic = semantic
         self.threshold = threshold
         self.margin = margin
-        self.guards = guards
-        self.verifier = verifier
         self.verify_band = verify_band
         self.cache_sampled = cache_sampled
         self.per_user = per_user
@@ -151,6 +175,42 @@ class ResponseCache:
         )
         self._recent: OrderedDict[str, npt.NDArray[np.float32]] = OrderedDict()
         self._lock = threading.Lock()
+
+    def _calibrated(
+        self,
+        target: float,
+        pairs: str | Path | Sequence[Pair] | None,
+        threshold: float | None,
+    ) -> float:
+        """The threshold (or, with a scoring verifier, the verifier's threshold) whose lower
+        confidence bound on labelled pairs meets ``target``; never below the embedder's own
+        suggestion (a set of short questions says little about long texts)."""
+        if not 0.0 < target < 1.0:
+            raise ConfigurationError("target_precision must be in (0, 1)")
+        if pairs is None:
+            labelled: Sequence[Pair] = bundled_pairs("hard_questions")
+        else:
+            labelled = read_pairs(pairs) if isinstance(pairs, (str, Path)) else pairs
+        floor = threshold if threshold is not None else suggested_threshold(self.embedder)
+        scorer = self.verifier if isinstance(self.verifier, Scorer) else None
+        rows = calibrate(
+            labelled,
+            embedder=self.embedder,
+            guards=self.guards,
+            strict=self.strict,
+            verifier=scorer,
+            candidate_threshold=floor,
+        )
+        chosen = pick_threshold(rows, target)
+        if chosen is None:
+            raise ConfigurationError(
+                f"no threshold reaches precision {target:g} (lower 95 % bound) on "
+                f"{len(labelled)} labelled pairs: label more, or add a verifier"
+            )
+        if scorer is not None:
+            scorer.threshold = chosen.threshold
+            return floor
+        return max(floor, chosen.threshold)
 
     def __repr__(self) -> str:
         return (
@@ -314,7 +374,7 @@ class ResponseCache:
                 return None
             known = self._local.queries.get(match.entry_id)
             if known is not None and self.guards:
-                reason = guard_rejection(keys.query, known)
+                reason = self._guard(keys.query, known)
                 if reason is not None:
                     self._count_rejection(reason)
                     return None
@@ -339,6 +399,11 @@ class ResponseCache:
             return self._server.search(index_key, vector, _CANDIDATES)
         return self._local.search(index_key, vector, _CANDIDATES)
 
+    def _guard(self, query: str, cached: str) -> str | None:
+        """The guards' reason to refuse (a scoring verifier judges key-term swaps itself)."""
+        substitutions = not isinstance(self.verifier, Scorer)
+        return guard_rejection(query, cached, strict=self.strict, key_terms=substitutions)
+
     def _count_rejection(self, reason: str) -> None:
         self.stats.guard_rejections[reason] = self.stats.guard_rejections.get(reason, 0) + 1
 
@@ -346,7 +411,7 @@ class ResponseCache:
         self, query: str, entry: CacheEntry, similarity: float, matches: list[Match]
     ) -> str | None:
         if self.guards:
-            reason = guard_rejection(query, entry.query)
+            reason = self._guard(query, entry.query)
             if reason is not None:
                 return reason
         if self.margin:

@@ -1,11 +1,15 @@
-"""``llmguard cache calibrate PAIRS.jsonl --precision 0.99``: choose a similarity threshold.
+"""``llmguard cache calibrate PAIRS.jsonl --target-precision 0.95``: choose a threshold.
 
-Scores every labelled pair (see :mod:`llmguard_sdk.cache.calibrate` for the file format)
-with an embedder (``--embedder``: ``hashing``, the default; ``minilm``, all-MiniLM-L6-v2 in
-numpy; ``hybrid``, the two side by side as :meth:`HybridEmbedder.minilm
-<llmguard_sdk.cache.HybridEmbedder.minilm>`) and the false-hit guards, prints the trade-off
-table (threshold, precision, recall, right and wrong hits) and the lowest threshold that meets
-the precision target; exits with 1 when no threshold does.
+Scores every labelled pair (see :mod:`llmguard_sdk.cache.calibrate` for the file format;
+``bundled:hard_questions`` reads the development set shipped with the package) with an
+embedder (``--embedder``: ``hashing``, the default; ``minilm``, all-MiniLM-L6-v2 in numpy;
+``hybrid``, the two side by side as :meth:`HybridEmbedder.minilm
+<llmguard_sdk.cache.HybridEmbedder.minilm>`) and the false-hit guards (strict ones, as the
+default cache uses, unless ``--verifier``), prints the curve (threshold, precision, its lower
+confidence bound, recall, right and wrong hits) and the lowest threshold whose lower bound
+meets the target; exits with 1 when none does. With ``--verifier``, the curve is over the
+:class:`~llmguard_sdk.cache.ParaphraseVerifier`'s score, for candidates at or above the
+embedder's threshold.
 
 .. versionadded:: 0.2.0
 """
@@ -14,11 +18,23 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import asdict
 from typing import Any
 
-from ..cache.calibrate import calibrate, pick_threshold, read_pairs
-from ..cache.embedders import BertEmbedder, Embedder, HashingEmbedder, HybridEmbedder
+from ..cache.calibrate import (
+    Pair,
+    Scorer,
+    bundled_pairs,
+    calibrate,
+    pick_threshold,
+    read_pairs,
+)
+from ..cache.embedders import (
+    BertEmbedder,
+    Embedder,
+    HashingEmbedder,
+    HybridEmbedder,
+    suggested_threshold,
+)
 from ..errors import ConfigurationError
 
 EMBEDDERS = ("hashing", "minilm", "hybrid")
@@ -30,20 +46,37 @@ def add_cache_command(commands: Any) -> None:
     """Register ``cache calibrate`` on the ``llmguard`` parser's subcommands."""
     cache = commands.add_parser("cache", help="response cache tools")
     actions = cache.add_subparsers(dest="cache_command", metavar="ACTION", required=True)
-    calibrate_parser = actions.add_parser(
+    parser = actions.add_parser(
         "calibrate", help="pick the semantic threshold that meets a precision target"
     )
-    calibrate_parser.add_argument("pairs", help="JSONL: {query, cached, duplicate} per line")
-    calibrate_parser.add_argument(
-        "--precision", type=float, default=0.99, help="target precision (0.99)"
+    parser.add_argument(
+        "pairs", help="JSONL: {query, cached, duplicate} per line; or bundled:hard_questions"
     )
-    calibrate_parser.add_argument(
+    parser.add_argument(
+        "--target-precision",
+        "--precision",
+        dest="precision",
+        type=float,
+        default=0.95,
+        help="target precision, met by its lower 95%% confidence bound (0.95)",
+    )
+    parser.add_argument(
         "--no-guards", action="store_true", help="score similarity alone (guards off)"
     )
-    calibrate_parser.add_argument(
+    parser.add_argument(
+        "--no-strict",
+        action="store_true",
+        help="the standard guards only (the strict ones are the default cache's)",
+    )
+    parser.add_argument(
         "--embedder", choices=EMBEDDERS, default="hashing", help="what embeds the texts (hashing)"
     )
-    calibrate_parser.add_argument("--json", action="store_true", help="print JSON")
+    parser.add_argument(
+        "--verifier",
+        action="store_true",
+        help="sweep the ParaphraseVerifier's score over the embedder's candidates",
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON")
 
 
 def _embedder(name: str) -> Embedder:
@@ -52,17 +85,43 @@ def _embedder(name: str) -> Embedder:
     return HybridEmbedder.minilm() if name == "hybrid" else HashingEmbedder()
 
 
+def _pairs(source: str) -> list[Pair]:
+    if source.startswith("bundled:"):
+        return list(bundled_pairs(source.removeprefix("bundled:")))
+    return read_pairs(source)
+
+
 def run_cache_command(args: argparse.Namespace) -> int:
     """Run ``llmguard cache ...``; returns the exit status."""
-    if not 0.0 < args.precision <= 1.0:
-        raise ConfigurationError("--precision must be in (0, 1]")
-    pairs = read_pairs(args.pairs)
+    if not 0.0 < args.precision < 1.0:
+        raise ConfigurationError("--target-precision must be in (0, 1)")
+    pairs = _pairs(args.pairs)
     embedder = _embedder(args.embedder)
-    rows = calibrate(pairs, embedder=embedder, guards=not args.no_guards)
+    verifier: Scorer | None = None
+    if args.verifier:
+        from ..cache.verifier import ParaphraseVerifier
+
+        verifier = ParaphraseVerifier.minilm()
+    rows = calibrate(
+        pairs,
+        embedder=embedder,
+        guards=not args.no_guards,
+        strict=verifier is None and not args.no_strict,
+        verifier=verifier,
+        candidate_threshold=suggested_threshold(embedder),
+    )
     chosen = pick_threshold(rows, args.precision)
     if args.json:
         table = [
-            {**asdict(r), "precision": round(r.precision, 4), "recall": round(r.recall, 4)}
+            {
+                "threshold": r.threshold,
+                "tp": r.tp,
+                "fp": r.fp,
+                "fn": r.fn,
+                "precision": round(r.precision, 4),
+                "precision_lower_bound": round(r.precision_lower_bound, 4),
+                "recall": round(r.recall, 4),
+            }
             for r in rows
         ]
         print(
@@ -70,26 +129,37 @@ def run_cache_command(args: argparse.Namespace) -> int:
                 {
                     "pairs": len(pairs),
                     "embedder": embedder.name,
+                    "verifier": None if verifier is None else verifier.name,
                     "precision_target": args.precision,
                     "threshold": None if chosen is None else chosen.threshold,
                     "table": table,
                 }
             )
         )
-    else:
-        print(f"{len(pairs)} pairs; target precision {args.precision:g}")
-        print(f"{'threshold':>9}  {'precision':>9}  {'recall':>6}  {'right':>5}  {'wrong':>5}")
-        for r in rows:
-            mark = "  <- chosen" if chosen is not None and r is chosen else ""
-            print(
-                f"{r.threshold:9.3f}  {r.precision:9.3f}  {r.recall:6.3f}  "
-                f"{r.tp:5d}  {r.fp:5d}{mark}"
-            )
-        if chosen is None:
-            print("no threshold meets the target: label more pairs or use a stronger embedder")
-        else:
-            how = {"hashing": "", "minilm": "embedder=BertEmbedder.all_minilm_l6_v2(), "}.get(
-                args.embedder, "embedder=HybridEmbedder.minilm(), "
-            )
-            print(f"use ResponseCache({how}threshold={chosen.threshold})")
+        return 0 if chosen is not None else 1
+    _print_curve(args, len(pairs), rows, chosen, verifier is not None)
     return 0 if chosen is not None else 1
+
+
+def _print_curve(
+    args: argparse.Namespace, count: int, rows: list[Any], chosen: Any, verified: bool
+) -> None:
+    print(f"{count} pairs; target precision {args.precision:g} (lower 95% Wilson bound)")
+    header = "verifier" if verified else "threshold"
+    print(f"{header:>9}  {'precision':>9}  {'bound':>6}  {'recall':>6}  {'right':>5}  {'wrong':>5}")
+    for r in rows:
+        mark = "  <- chosen" if chosen is not None and r is chosen else ""
+        print(
+            f"{r.threshold:9.3f}  {r.precision:9.3f}  {r.precision_lower_bound:6.3f}  "
+            f"{r.recall:6.3f}  {r.tp:5d}  {r.fp:5d}{mark}"
+        )
+    if chosen is None:
+        print("no threshold meets the target: label more pairs or use a stronger embedder")
+        return
+    how = {"hashing": "", "minilm": "embedder=BertEmbedder.all_minilm_l6_v2(), "}.get(
+        args.embedder, "embedder=HybridEmbedder.minilm(), "
+    )
+    if verified:
+        print(f"use ResponseCache({how}verifier=ParaphraseVerifier.minilm({chosen.threshold}))")
+    else:
+        print(f"use ResponseCache({how}threshold={chosen.threshold})")

@@ -264,8 +264,34 @@ class BertEmbedder:
                 out[rows] = self._forward([encoded[i] for i in rows])
         return normalise(out)
 
+    def token_states(self, text: str) -> tuple[list[int], Array]:
+        """The token ids of ``text`` (``[CLS]`` and ``[SEP]`` included) and the encoder's
+        last hidden state for each, shape ``(tokens, dimension)``: what a verifier compares
+        word by word."""
+        ids = self.tokenizer.encode(text, self.max_tokens)
+        with self._lock:
+            states = self._states([ids])
+        return ids, states[0]
+
     def _forward(self, batch: list[list[int]]) -> Array:
         """Pooled (not yet normalised) vectors of a batch of token-id lists."""
+        x, mask = self._states(batch), self._mask(batch)
+        if self._cls_pooling:
+            pooled: Array = x[:, 0]
+            return pooled
+        summed = (x * mask[:, :, None]).sum(axis=1)
+        mean: Array = summed / mask.sum(axis=1, keepdims=True)
+        return mean
+
+    @staticmethod
+    def _mask(batch: list[list[int]]) -> Array:
+        mask = np.zeros((len(batch), max(len(ids) for ids in batch)), dtype=np.float32)
+        for row, token_ids in enumerate(batch):
+            mask[row, : len(token_ids)] = 1.0
+        return mask
+
+    def _states(self, batch: list[list[int]]) -> Array:
+        """The last hidden states of a batch of token-id lists (padded to the longest)."""
         length = max(len(ids) for ids in batch)
         ids = np.zeros((len(batch), length), dtype=np.intp)
         mask = np.zeros((len(batch), length), dtype=np.float32)
@@ -277,12 +303,7 @@ class BertEmbedder:
         attention_bias = ((1.0 - mask) * np.float32(_MASKED))[:, None, None, :]
         for layer in self._layers:
             x = self._layer(x, layer, attention_bias)
-        if self._cls_pooling:
-            pooled: Array = x[:, 0]
-            return pooled
-        summed = (x * mask[:, :, None]).sum(axis=1)
-        mean: Array = summed / mask.sum(axis=1, keepdims=True)
-        return mean
+        return x
 
     def _layer(self, x: Array, layer: _Layer, attention_bias: Array) -> Array:
         batch, length, hidden = x.shape

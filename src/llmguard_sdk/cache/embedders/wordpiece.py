@@ -91,6 +91,10 @@ class WordPieceTokenizer:
         self.unk_id = self.vocab["[UNK]"]
         self._word_ids = lru_cache(maxsize=50_000)(self._pieces)
 
+    def word_ids(self, word: str) -> tuple[int, ...]:
+        """The word-piece ids of one word (as :meth:`words` yields it)."""
+        return self._word_ids(word)
+
     def words(self, text: str) -> Iterator[str]:
         """The text's words and punctuation marks, normalised as the model expects, in order
         (lazily: a caller that stops early leaves the rest of a long text unread)."""

