@@ -157,6 +157,20 @@ def test_throughput_reports_each_side_at_50_and_500_concurrent_calls() -> None:
 
 
 @timeout_for(BENCH_TIMEOUT)
+def test_routing_reports_each_strategy_through_the_three_phases() -> None:
+    result = run("routing.py", "--quick")
+    strategies = result["strategies"]
+    assert {"latency", "round_robin", "weighted"} <= strategies.keys()
+    for found in strategies.values():
+        assert found["errors"] == 0  # a sibling deployment always answered
+        assert found["p99_ms"] is None  # 90 calls: the tail is max_ms
+        assert 0 < found["p50_ms"] <= found["max_ms"]
+        assert "dep-1" not in found["served"]["failing"]  # nothing served by the failing one
+    assert strategies["round_robin"]["served"]["normal"] == {"dep-0": 10, "dep-1": 10, "dep-2": 10}
+    assert ("litellm_latency" in strategies) == (result["litellm_skipped"] is None)
+
+
+@timeout_for(BENCH_TIMEOUT)
 def test_overhead_compare_measures_an_earlier_tree_beside_this_one() -> None:
     head = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"],

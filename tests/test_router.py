@@ -154,3 +154,16 @@ def test_streams_and_async_calls_go_through_groups(servers: list[FakeProvider]) 
             return [*routes, stream.response.route]
 
     assert anyio.run(calls) == ["dep-0", "dep-1", "dep-2", "dep-0"]
+
+
+def test_a_failure_moves_to_a_sibling_at_once_and_the_last_one_is_retried(
+    servers: list[FakeProvider],
+) -> None:
+    servers[0].always(Fault(status=503))
+    servers[1].always(Fault(status=503))
+    servers[2].script(Fault(status=503))  # then answers
+    with Guard(_group(servers, strategy="ordered"), environ={}) as guard:
+        answer = guard.chat(USER)
+    assert answer.route == "dep-2"
+    assert [s.stats.requests for s in servers] == [1, 1, 2]  # no wait on 0 and 1
+    assert answer.attempts == 4

@@ -88,6 +88,8 @@ def _retry(
     """Whether to retry ``route`` after ``error`` (the policy, the retry budget, the time
     left); when so, wait the backoff first and return the policy's wait (None: no retry)."""
     ctx, stages = run.ctx, run.stages
+    if stages.routing is not None and stages.routing.can_fail_over(route.name, ctx.route_errors):
+        return None  # a sibling deployment of its group takes the call now, without a wait
     decision = routes.retry_after_failure(
         ctx, stages, error, attempt=attempt, previous_wait=previous_wait, delivered=run.delivered
     )

@@ -3,7 +3,7 @@ strategy, in the group's place among the other routes."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from ..providers.base import Provider
 from ..router import DeploymentGroup
@@ -30,6 +30,14 @@ class Routing:
             for entry in self.entries
             for route in (entry.ranked() if isinstance(entry, DeploymentGroup) else (entry,))
         )
+
+    def can_fail_over(self, route: str, failed: Collection[str]) -> bool:
+        """Whether ``route``'s group has another deployment not among the ``failed`` routes
+        (a failure there moves on to it rather than retrying ``route``)."""
+        group = self._groups.get(route)
+        if group is None:
+            return False
+        return any(d.name != route and d.name not in failed for d in group.deployments)
 
     def observe(self, route: str, seconds: float, *, failed: bool) -> None:
         """Feed an attempt on ``route`` to its group (a route outside groups: nothing)."""
