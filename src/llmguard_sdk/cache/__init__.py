@@ -46,6 +46,7 @@ from .entry import CacheEntry, CacheHit, CacheStats
 from .guards import Verifier, guard_rejection
 from .index import Match, VectorIndex
 from .keys import CacheKeys, canonical_json, request_keys
+from .monitor import FalseHitMonitor, MonitorState
 from .verifier import ParaphraseVerifier
 
 __all__ = [
@@ -58,11 +59,13 @@ __all__ = [
     "CacheStats",
     "CalibrationRow",
     "Embedder",
+    "FalseHitMonitor",
     "HashingEmbedder",
     "HybridEmbedder",
     "LlamaCppEmbedder",
     "Match",
     "MemoryCacheBackend",
+    "MonitorState",
     "OpenAIEmbedder",
     "Pair",
     "ParaphraseVerifier",

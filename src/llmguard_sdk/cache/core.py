@@ -30,6 +30,7 @@ from .entry import CacheEntry, CacheHit, CacheStats, decode_vector, encode_vecto
 from .guards import Verifier, guard_rejection
 from .index import Match
 from .keys import CacheKeys, request_keys
+from .monitor import FalseHitMonitor
 
 if TYPE_CHECKING:
     import numpy.typing as npt
@@ -94,6 +95,9 @@ class ResponseCache:
             ``VSIM``) — for caches too large to hold in every process. Needs a Redis store
             whose server has vector sets (:class:`~llmguard_sdk.errors.ConfigurationError`
             when it answers without them at construction).
+        monitor: a :class:`~llmguard_sdk.cache.FalseHitMonitor` that re-asks a sample of
+            semantic hits in the background and raises this namespace's threshold, or stops
+            its semantic hits, when the estimated false-hit rate exceeds its target.
     """
 
     def __init__(
@@ -120,6 +124,7 @@ class ResponseCache:
         key_prefix: str = "llmguard",
         sync_interval: float = 0.5,
         vector_search: Literal["local", "server"] = "local",
+        monitor: FalseHitMonitor | None = None,
     ) -> None:
         if ttl <= 0 or stale_ttl < 0:
             raise ConfigurationError("ttl must be positive and stale_ttl not negative")
@@ -156,6 +161,9 @@ class ResponseCache:
         self._sync_interval = sync_interval
         self._synced_at = -float("inf")
         self.vector_search = vector_search
+        self.monitor = monitor
+        if monitor is not None:
+            monitor.use_embedder(self.embedder)
         self._server: RedisCacheBackend | None = None
         self._backend: CacheBackend
         if isinstance(self.state, RedisStore):
@@ -273,6 +281,11 @@ class ResponseCache:
             hit = yield work(lambda: self._semantic(keys, stale=False))
         else:
             hit = None
+        if hit is not None and hit.kind == "semantic" and self.monitor is not None:
+            self.monitor.sample(self.namespace, request, hit.response.text or "")
+            if not self.monitor.serving(self.namespace):  # checked, not served
+                self.stats.monitor_refusals += 1
+                hit = None
         if hit is None:
             self.stats.misses += 1
         elif hit.kind == "exact":
@@ -367,9 +380,12 @@ class ResponseCache:
         now = time.time()
         vector = self._vector(keys.query)
         matches = self._candidates(self._index_key(keys), vector)
+        threshold = self.threshold
+        if self.monitor is not None:
+            threshold += self.monitor.threshold_raise(self.namespace)
         for match in matches:
-            if match.similarity < self.threshold:
-                if match.similarity >= self.threshold - _NEAR_MISS_BAND:
+            if match.similarity < threshold:
+                if match.similarity >= threshold - _NEAR_MISS_BAND:
                     self.stats.near_misses += 1
                 return None
             known = self._local.queries.get(match.entry_id)
@@ -520,9 +536,12 @@ class ResponseCache:
         self._local.clear()
 
     def report_false_hit(self, hit: CacheHit) -> None:
-        """Record that ``hit`` answered the wrong question (feeds ``stats.false_hit_rate``)."""
+        """Record that ``hit`` answered the wrong question (feeds ``stats.false_hit_rate``
+        and the ``monitor``'s estimate)."""
         if hit.kind != "exact":
             self.stats.false_hits += 1
+            if self.monitor is not None:
+                self.monitor.report(self.namespace)
 
     # -- the in-memory index ------------------------------------------------------------------
 

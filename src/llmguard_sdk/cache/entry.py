@@ -88,6 +88,9 @@ class CacheStats:
     stores: int = 0
     skipped: int = 0
     false_hits: int = 0
+    monitor_refusals: int = 0
+    """Semantic hits not served because the monitor stopped them (checked in the background
+    instead)."""
     guard_rejections: dict[str, int] = field(default_factory=dict)
 
     @property

@@ -1,0 +1,332 @@
+"""Live monitoring of the semantic cache's false-hit rate.
+
+How do I know my threshold is still right? :class:`FalseHitMonitor` sends a sampled share of
+semantic hits to the model again, in the background and never shown to the user, within a
+budget (``sample_rate`` of the hits, at most ``max_checks_per_minute``, one worker, a bounded
+queue: when it is full a sample is dropped, never waited for). It compares the fresh answer
+with the cached one (``compare(cached_text, fresh_text) -> bool``, True when they agree;
+default: the cache's embedder finds them at least ``agreement`` similar) and keeps, per
+cache namespace, the verdicts of the last ``window`` checks; a :meth:`report
+<FalseHitMonitor.report>` (what :meth:`ResponseCache.report_false_hit
+<llmguard_sdk.cache.ResponseCache.report_false_hit>` calls) counts as a wrong verdict.
+
+The estimated false-hit rate (:meth:`FalseHitMonitor.rate`; :meth:`FalseHitMonitor.metrics`
+for every namespace, and the ``llmguard.cache.false_hit_rate`` gauge with a ``namespace``
+attribute when a ``meter`` is given) is wrong verdicts over verdicts. Once at least
+``min_checks`` verdicts put it above ``target``, the monitor raises that namespace's
+threshold by ``raise_step`` (up to ``max_raise``), then stops its semantic hits; each action
+starts a fresh window. While semantic hits are stopped, the would-be hits are still sampled
+and checked, and serving resumes once a full window is back at or under ``target``.
+
+.. versionadded:: 0.2.0
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import random
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ConfigurationError
+from ..models import ChatRequest, ChatResponse
+
+if TYPE_CHECKING:
+    from .embedders import Embedder
+
+__all__ = ["FalseHitMonitor", "MonitorState"]
+
+logger = logging.getLogger("llmguard_sdk")
+
+Compare = Callable[[str, str], bool]
+
+
+@dataclass(frozen=True)
+class MonitorState:
+    """One namespace as the monitor sees it."""
+
+    false_hit_rate: float
+    """Wrong verdicts over verdicts in the current window (0 without verdicts)."""
+    verdicts: int
+    threshold_raise: float
+    """What the monitor added to the cache's threshold."""
+    semantic_stopped: bool
+    checks: int
+    """Background checks done since the start (all windows)."""
+    dropped: int
+    """Samples dropped by the budget or a full queue."""
+
+
+@dataclass
+class _Namespace:
+    verdicts: deque[bool]
+    raise_: float = 0.0
+    stopped: bool = False
+    checks: int = 0
+    dropped: int = 0
+
+
+class FalseHitMonitor:
+    """Samples semantic hits, re-asks the model in the background, and acts on the estimated
+    false-hit rate (see the module docs).
+
+    Args:
+        ask: sends a request to the model and returns its answer (for example a provider's
+            ``complete`` with its model and a deadline bound in, or a Guard's ``chat`` with
+            the cache turned off for the call).
+        target: the highest acceptable false-hit rate (0.05: at most 1 wrong in 20).
+        sample_rate: the share of semantic hits checked.
+        max_checks_per_minute: the budget of background calls.
+        window / min_checks: verdicts kept per namespace, and needed before acting.
+        raise_step / max_raise: how the threshold rises before semantic hits stop.
+        compare: ``compare(cached_text, fresh_text) -> bool`` (True: they agree).
+        agreement: the default comparison's similarity for agreement.
+        meter: an OpenTelemetry meter for the ``llmguard.cache.false_hit_rate`` gauge.
+        clock / rng: injected for tests.
+    """
+
+    def __init__(
+        self,
+        ask: Callable[[ChatRequest], ChatResponse],
+        *,
+        target: float = 0.05,
+        sample_rate: float = 0.05,
+        max_checks_per_minute: float = 30.0,
+        window: int = 100,
+        min_checks: int = 20,
+        raise_step: float = 0.05,
+        max_raise: float = 0.15,
+        compare: Compare | None = None,
+        agreement: float = 0.6,
+        queue_size: int = 64,
+        meter: Any = None,
+        clock: Callable[[], float] = time.monotonic,
+        rng: random.Random | None = None,
+    ) -> None:
+        if not 0.0 < target < 1.0 or not 0.0 <= sample_rate <= 1.0:
+            raise ConfigurationError("target must be in (0, 1) and sample_rate in [0, 1]")
+        if window < 1 or not 1 <= min_checks <= window or max_checks_per_minute <= 0:
+            raise ConfigurationError("need window >= min_checks >= 1 and a positive budget")
+        if raise_step < 0 or max_raise < 0 or queue_size < 1:
+            raise ConfigurationError("raise_step, max_raise must not be negative")
+        self.ask = ask
+        self.target = target
+        self.sample_rate = sample_rate
+        self.window = window
+        self.min_checks = min_checks
+        self.raise_step = raise_step
+        self.max_raise = max_raise
+        self.agreement = agreement
+        self._compare = compare
+        self._embedder: Embedder | None = None
+        self._rate_per_second = max_checks_per_minute / 60.0
+        self._capacity = max(1.0, min(max_checks_per_minute, 10.0))
+        self._tokens = self._capacity
+        self._refilled = clock()
+        self._clock = clock
+        self._rng = rng or random.Random()
+        self._namespaces: dict[str, _Namespace] = {}
+        self._lock = threading.Lock()
+        self._queue: queue.Queue[tuple[str, ChatRequest, str] | None] = queue.Queue(queue_size)
+        self._worker: threading.Thread | None = None
+        self._idle = threading.Condition(self._lock)
+        self._pending = 0
+        if meter is not None:
+            meter.create_observable_gauge(
+                "llmguard.cache.false_hit_rate",
+                callbacks=[self._observe],
+                description="Estimated share of wrong semantic cache hits, per namespace",
+            )
+
+    # -- what the cache asks ------------------------------------------------------------------
+
+    def threshold_raise(self, namespace: str) -> float:
+        """What to add to the cache's threshold for ``namespace``."""
+        found = self._namespaces.get(namespace)
+        return found.raise_ if found is not None else 0.0
+
+    def serving(self, namespace: str) -> bool:
+        """Whether semantic hits may be served for ``namespace``."""
+        found = self._namespaces.get(namespace)
+        return found is None or not found.stopped
+
+    def use_embedder(self, embedder: Embedder) -> None:
+        """The embedder of the default comparison (the cache sets its own)."""
+        if self._embedder is None:
+            self._embedder = embedder
+
+    def sample(self, namespace: str, request: ChatRequest, cached_text: str) -> bool:
+        """Maybe check this semantic hit (or would-be hit) in the background; whether it was
+        queued. Never blocks."""
+        if self._rng.random() >= self.sample_rate:
+            return False
+        with self._lock:
+            state = self._state(namespace)
+            if not self._take_token():
+                state.dropped += 1
+                return False
+            try:
+                self._queue.put_nowait((namespace, request, cached_text))
+            except queue.Full:
+                state.dropped += 1
+                return False
+            self._pending += 1
+            self._start_worker()
+        return True
+
+    def report(self, namespace: str) -> None:
+        """A user-reported false hit: a wrong verdict."""
+        self.record(namespace, agreed=False)
+
+    def record(self, namespace: str, *, agreed: bool) -> None:
+        """Add one verdict for ``namespace`` and act on the estimate."""
+        with self._lock:
+            state = self._state(namespace)
+            state.verdicts.append(agreed)
+            self._act(namespace, state)
+
+    # -- what users read ------------------------------------------------------------------
+
+    def rate(self, namespace: str) -> float:
+        """The estimated false-hit rate of ``namespace`` (0 without verdicts)."""
+        found = self._namespaces.get(namespace)
+        if found is None or not found.verdicts:
+            return 0.0
+        return found.verdicts.count(False) / len(found.verdicts)
+
+    def metrics(self) -> dict[str, MonitorState]:
+        """Every namespace's :class:`MonitorState`."""
+        with self._lock:
+            return {
+                name: MonitorState(
+                    false_hit_rate=self.rate(name),
+                    verdicts=len(state.verdicts),
+                    threshold_raise=state.raise_,
+                    semantic_stopped=state.stopped,
+                    checks=state.checks,
+                    dropped=state.dropped,
+                )
+                for name, state in self._namespaces.items()
+            }
+
+    def wait_idle(self, timeout: float = 10.0) -> bool:
+        """Wait (at most ``timeout`` seconds) until every queued check is done."""
+        deadline = time.monotonic() + timeout
+        with self._idle:
+            while self._pending:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._idle.wait(left)
+        return True
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop the worker (queued checks not yet started are dropped)."""
+        worker = self._worker
+        if worker is None:
+            return
+        try:
+            self._queue.put(None, timeout=timeout)
+        except queue.Full:
+            pass
+        worker.join(timeout)
+
+    # -- inside ---------------------------------------------------------------------------
+
+    def _state(self, namespace: str) -> _Namespace:
+        state = self._namespaces.get(namespace)
+        if state is None:
+            state = self._namespaces[namespace] = _Namespace(deque(maxlen=self.window))
+        return state
+
+    def _take_token(self) -> bool:
+        now = self._clock()
+        self._tokens = min(
+            self._capacity, self._tokens + (now - self._refilled) * self._rate_per_second
+        )
+        self._refilled = now
+        if self._tokens < 1.0:
+            return False
+        self._tokens -= 1.0
+        return True
+
+    def _act(self, namespace: str, state: _Namespace) -> None:
+        if len(state.verdicts) < self.min_checks:
+            return
+        rate = state.verdicts.count(False) / len(state.verdicts)
+        if rate > self.target and not state.stopped:
+            if state.raise_ + self.raise_step <= self.max_raise + 1e-9 and self.raise_step:
+                state.raise_ = round(state.raise_ + self.raise_step, 6)
+                logger.warning(
+                    "cache namespace %r: estimated false-hit rate %.3f over target %.3f; "
+                    "threshold raised by %.2f",
+                    namespace,
+                    rate,
+                    self.target,
+                    state.raise_,
+                )
+            else:
+                state.stopped = True
+                logger.warning(
+                    "cache namespace %r: estimated false-hit rate %.3f over target %.3f; "
+                    "semantic hits stopped",
+                    namespace,
+                    rate,
+                    self.target,
+                )
+            state.verdicts.clear()
+        elif state.stopped and rate <= self.target and len(state.verdicts) == self.window:
+            state.stopped = False
+            logger.warning("cache namespace %r: semantic hits resumed", namespace)
+
+    def _start_worker(self) -> None:
+        if self._worker is None or not self._worker.is_alive():
+            self._worker = threading.Thread(
+                target=self._run, name="llmguard-cache-monitor", daemon=True
+            )
+            self._worker.start()
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            namespace, request, cached_text = item
+            try:
+                self._check(namespace, request, cached_text)
+            except Exception:
+                logger.exception("cache monitor: a background check failed (not counted)")
+            finally:
+                with self._idle:
+                    self._pending -= 1
+                    self._idle.notify_all()
+
+    def _check(self, namespace: str, request: ChatRequest, cached_text: str) -> None:
+        fresh = self.ask(request).text or ""
+        agreed = self._agree(cached_text, fresh)
+        with self._lock:
+            self._state(namespace).checks += 1
+        self.record(namespace, agreed=agreed)
+
+    def _agree(self, cached_text: str, fresh_text: str) -> bool:
+        if self._compare is not None:
+            return self._compare(cached_text, fresh_text)
+        if " ".join(cached_text.split()).lower() == " ".join(fresh_text.split()).lower():
+            return True
+        if self._embedder is None:
+            return False
+        first, second = self._embedder.embed([cached_text, fresh_text])
+        return float(first @ second) >= self.agreement
+
+    def _observe(self, options: Any = None) -> list[Any]:
+        from opentelemetry.metrics import Observation
+
+        return [
+            Observation(state.false_hit_rate, {"namespace": name})
+            for name, state in self.metrics().items()
+        ]
