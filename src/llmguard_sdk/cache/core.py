@@ -165,24 +165,28 @@ class ResponseCache:
         if monitor is not None:
             monitor.use_embedder(self.embedder)
         self._server: RedisCacheBackend | None = None
-        self._backend: CacheBackend
-        if isinstance(self.state, RedisStore):
-            self._backend = RedisCacheBackend(
-                self.state, namespace, max_entries, vector_search=vector_search == "server"
-            )
-            if vector_search == "server":
-                self._server = self._backend
-                if not self._backend.check_vector_search():
-                    logger.warning("Redis unreachable: whether it has vector sets is not known yet")
-        elif vector_search == "server":
-            raise ConfigurationError("vector_search='server' needs a Redis store")
-        else:
-            self._backend = MemoryCacheBackend(max_entries)
+        self._backend = self._open_backend(max_entries)
         self._local = _LocalIndexes(
             self.embedder.dimension, keep_queries=not isinstance(self._backend, MemoryCacheBackend)
         )
         self._recent: OrderedDict[str, npt.NDArray[np.float32]] = OrderedDict()
         self._lock = threading.Lock()
+
+    def _open_backend(self, max_entries: int) -> CacheBackend:
+        """This cache's backend (and, for server-side search, :attr:`_server`)."""
+        server = self.vector_search == "server"
+        if isinstance(self.state, RedisStore):
+            backend = RedisCacheBackend(
+                self.state, self.namespace, max_entries, vector_search=server
+            )
+            if server:
+                self._server = backend
+                if not backend.check_vector_search():
+                    logger.warning("Redis unreachable: whether it has vector sets is not known yet")
+            return backend
+        if server:
+            raise ConfigurationError("vector_search='server' needs a Redis store")
+        return MemoryCacheBackend(max_entries)
 
     def _calibrated(
         self,

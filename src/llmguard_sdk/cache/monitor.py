@@ -23,6 +23,7 @@ and checked, and serving resumes once a full window is back at or under ``target
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import random
@@ -230,10 +231,8 @@ class FalseHitMonitor:
         worker = self._worker
         if worker is None:
             return
-        try:
+        with contextlib.suppress(queue.Full):
             self._queue.put(None, timeout=timeout)
-        except queue.Full:
-            pass
         worker.join(timeout)
 
     # -- inside ---------------------------------------------------------------------------
