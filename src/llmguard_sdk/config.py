@@ -12,6 +12,7 @@ variable                    meaning                                             
 ``LLMGUARD_BASE_URL``       OpenAI-compatible API root for a default provider      none
 ``LLMGUARD_API_KEY``        its API key                                            none
 ``LLMGUARD_MODEL``          its model                                              none
+``LLMGUARD_CONFIG``         a configuration file for ``Guard.from_config()``        none
 =========================== ===================================================== ===========
 
 Values given in code win over the environment.

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, TypedDict, TypeVar, overload
 
@@ -14,6 +15,7 @@ import anyio
 from typing_extensions import Unpack
 
 from ._closing import AsyncCloses, Closes
+from ._config_file import CONFIG_ENV, load_config, resolve
 from ._core import wiring
 from ._core.drive import acomplete, complete
 from ._core.opening import OpeningOutcome, aopen_call, aremember_later, open_call, remember_later
@@ -290,6 +292,34 @@ class Guard(Closes, AsyncCloses):
         .. versionadded:: 0.2.0
         """
         return self._stages.limiter
+
+    @classmethod
+    def from_config(
+        cls,
+        source: str | os.PathLike[str] | Mapping[str, Any] | None = None,
+        *,
+        environ: Mapping[str, str] | None = None,
+        **options: Any,
+    ) -> Guard:
+        """A Guard from a configuration: a dict, or a TOML, YAML or JSON file (default: the
+        file ``LLMGUARD_CONFIG`` names). The file gives the routes (provider shortcuts such as
+        ``openai/gpt-4o-mini``, deployment groups, the local model) and settings (``timeout``,
+        ``store`` ...); ``options`` are any other :class:`Guard` arguments and win over the
+        file. Keys are ``${VARIABLE}`` references read from ``environ`` (default
+        ``os.environ``), never stored in the file. A bad configuration raises
+        :class:`~llmguard_sdk.errors.ConfigurationError` naming the file and the key.
+        ``llmguard check FILE`` validates one and prints its routes.
+
+        .. versionadded:: 0.2.0
+        """
+        env = os.environ if environ is None else environ
+        if source is None:
+            source = env.get(CONFIG_ENV) or None
+            if source is None:
+                raise ConfigurationError(f"no configuration given and {CONFIG_ENV} is not set")
+        config = load_config(source)
+        entries, _routes = resolve(config, env)
+        return cls(entries, **{**config.settings(), **options}, environ=env)
 
     @property
     def routes(self) -> tuple[Provider, ...]:

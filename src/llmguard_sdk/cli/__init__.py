@@ -1,5 +1,5 @@
-"""The ``llmguard`` command: ``demo``, ``drill``, ``cost``, ``budget``, ``cache``, ``eval`` and
-``report``.
+"""The ``llmguard`` command: ``demo``, ``drill``, ``cost``, ``budget``, ``cache``, ``eval``,
+``report`` and ``check``.
 
 ``llmguard demo`` needs no network and no configuration: it starts local fake providers,
 sends a burst of traffic through a Guard and prints what happened.
@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from .._version import __version__
 from ._budget import add_budget_command, run_budget_command
 from ._cache import add_cache_command, run_cache_command
+from ._check import add_check_command, run_check_command
 from ._cost import add_cost_command, run_cost_command
 from ._demo import DemoSummary, run_demo
 from ._eval import add_eval_command, run_eval_command
@@ -61,6 +62,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_cache_command(commands)
     add_eval_command(commands)
     add_report_command(commands)
+    add_check_command(commands)
     args = parser.parse_args(argv)
     if args.command == "eval":
         return run_eval_command(args)
@@ -72,6 +74,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_budget_command(args)
     if args.command == "cache":
         return run_cache_command(args)
+    if args.command == "check":
+        return run_check_command(args)
     if args.command == "drill":
         from ..testing.drill import run_drill
 

@@ -56,7 +56,8 @@ class OpenAICompatibleProvider(_Streams):
     """Chat completions against an OpenAI-compatible HTTP API, sync and async.
 
     Args:
-        base_url: the API root including its version path, e.g. ``https://<provider host>/v1``.
+        base_url: the API root including its version path, e.g. ``https://<provider host>/v1``;
+            a query string (Azure's ``?api-version=...``) is kept on every request.
         api_key: sent as ``Authorization: Bearer ...`` when given.
         model: the model this route serves; ``None`` uses each request's ``model``.
         name: the route name shown in responses and errors (default: the URL's host:port).
@@ -105,11 +106,12 @@ class OpenAICompatibleProvider(_Streams):
         for key, value in self._headers.items():
             if not _header_safe(key) or not _header_safe(value):
                 raise ConfigurationError(f"header {key!r} must be ASCII without line breaks")
-        self.base_url = base_url.rstrip("/")
+        query = f"?{parts.query}" if parts.query else ""  # e.g. Azure's ?api-version=...
+        self.base_url = base_url.removesuffix(query).rstrip("/")
         self.model = model
         self.context_window = context_window
         self.name = name or parts.netloc
-        self._url = self.base_url + "/chat/completions"
+        self._url = self.base_url + "/chat/completions" + query
         self._limits = httpx.Limits(
             max_connections=max_connections, max_keepalive_connections=max_connections
         )

@@ -1,0 +1,306 @@
+"""Routes and settings as data: a dict, or a TOML, YAML or JSON file (``Guard.from_config``).
+
+::
+
+    timeout = 30                                  # any Guard setting (see config.py)
+
+    [[routes]]
+    model = "openai/gpt-4o-mini"                  # provider shortcut / model
+    api_key = "${OPENAI_API_KEY}"                 # optional: a reference, never the key
+
+    [[routes]]
+    group = "claude"                              # a DeploymentGroup
+    strategy = "latency"
+    deployments = [
+      { model = "anthropic/claude-3-5-haiku-latest", name = "anthropic" },
+      { model = "openrouter/anthropic/claude-3.5-haiku", name = "openrouter" },
+    ]
+
+    [[routes]]
+    model = "local/bundled"                       # the bundled llama.cpp model (or a .gguf path)
+
+Shortcuts and the environment variables they read when the route names no key (or URL):
+``openai/`` (``OPENAI_API_KEY``, ``OPENAI_BASE_URL``), ``anthropic/`` (``ANTHROPIC_API_KEY``),
+``azure/<deployment>`` (``AZURE_OPENAI_API_KEY``, ``AZURE_OPENAI_ENDPOINT``,
+``OPENAI_API_VERSION``), ``openrouter/`` (``OPENROUTER_API_KEY``), ``groq/``
+(``GROQ_API_KEY``), ``together/`` (``TOGETHER_API_KEY``), ``ollama/`` (``OLLAMA_HOST``, local
+by default), ``vllm/`` (``base_url`` required), ``local/`` (``bundled`` or a GGUF path).
+A value ``${NAME}`` is read from the environment when the Guard is built; an ``api_key`` given
+as plain text is refused, so keys never sit in the file.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from .errors import ConfigurationError
+from .providers.anthropic import AnthropicProvider
+from .providers.base import Provider
+from .providers.openai_compat import OpenAICompatibleProvider
+from .router import DeploymentGroup
+
+__all__ = ["CONFIG_ENV", "ConfigFile", "ResolvedRoute", "load_config", "resolve"]
+
+CONFIG_ENV = "LLMGUARD_CONFIG"
+_REFERENCE = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$")
+
+# shortcut -> (base URL or None, environment variable of the key, of the base URL)
+_OPENAI_LIKE: dict[str, tuple[str | None, str | None, str | None]] = {
+    "openai": ("https://api.openai.com/v1", "OPENAI_API_KEY", "OPENAI_BASE_URL"),
+    "openrouter": ("https://openrouter.ai/api/v1", "OPENROUTER_API_KEY", None),
+    "groq": ("https://api.groq.com/openai/v1", "GROQ_API_KEY", None),
+    "together": ("https://api.together.xyz/v1", "TOGETHER_API_KEY", None),
+    "ollama": ("http://127.0.0.1:11434/v1", None, "OLLAMA_HOST"),
+    "vllm": (None, "VLLM_API_KEY", None),
+}
+SHORTCUTS = (*_OPENAI_LIKE, "anthropic", "azure", "local")
+
+
+class RouteConfig(BaseModel):
+    """One route: ``model`` is ``<shortcut>/<model>``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: str = Field(min_length=3)
+    name: str | None = Field(default=None, min_length=1)
+    api_key: str | None = None
+    base_url: str | None = None
+    api_version: str | None = None  # azure
+    context_window: int | None = Field(default=None, gt=0)
+    headers: dict[str, str] | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> RouteConfig:
+        shortcut = self.model.split("/", 1)[0]
+        if "/" not in self.model or shortcut not in SHORTCUTS:
+            raise ValueError(f"model must be <shortcut>/<model> with a shortcut of {SHORTCUTS}")
+        if self.api_key is not None and not _REFERENCE.match(self.api_key):
+            raise ValueError("api_key must be a ${VARIABLE} reference, never the key itself")
+        return self
+
+
+class GroupConfig(BaseModel):
+    """A :class:`~llmguard_sdk.DeploymentGroup` of routes."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    group: str = Field(min_length=1)
+    strategy: Literal["latency", "round_robin", "weighted", "ordered"] = "latency"
+    weights: list[float] | None = None
+    deployments: list[RouteConfig] = Field(min_length=1)
+
+
+class ConfigFile(BaseModel):
+    """A whole configuration: Guard settings and the chain's routes."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    store: str | None = None
+    key_prefix: str | None = None
+    timeout: float | None = Field(default=None, gt=0)
+    attempt_timeout: float | None = Field(default=None, gt=0)
+    max_input_tokens: int | None = Field(default=None, gt=0)
+    routes: list[RouteConfig | GroupConfig] = Field(min_length=1)
+
+    def settings(self) -> dict[str, Any]:
+        """The Guard keyword arguments the file sets (besides its routes)."""
+        names = ("store", "key_prefix", "timeout", "attempt_timeout", "max_input_tokens")
+        return {n: getattr(self, n) for n in names if getattr(self, n) is not None}
+
+
+@dataclass(frozen=True)
+class ResolvedRoute:
+    """A route as built, for ``llmguard check``: its name, kind, model and where it goes."""
+
+    name: str
+    kind: str
+    model: str | None
+    base_url: str | None
+    key_from: str | None
+    group: str | None = None
+
+
+def load_config(source: str | os.PathLike[str] | Mapping[str, Any]) -> ConfigFile:
+    """Read and validate a configuration; errors name the file and the bad key."""
+    where = "configuration"
+    if isinstance(source, Mapping):
+        data: Any = dict(source)
+    else:
+        path = Path(source)
+        where = str(path)
+        data = _read(path)
+    try:
+        return ConfigFile.model_validate(data)
+    except ValidationError as exc:
+        problems = [
+            f"{'.'.join(str(p) for p in err['loc'] if not _is_union_tag(p))}: {err['msg']}"
+            for err in exc.errors()
+        ]
+        raise ConfigurationError(f"{where}: " + "; ".join(problems)) from None
+
+
+def _is_union_tag(part: object) -> bool:
+    return part in ("RouteConfig", "GroupConfig")
+
+
+def _read(path: Path) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigurationError(f"cannot read the configuration {path}: {exc}") from None
+    suffix = path.suffix.lower()
+    readers = {".toml": ("tomllib", "tomli"), ".yaml": ("yaml",), ".yml": ("yaml",)}
+    try:
+        if suffix == ".json":
+            return json.loads(text)
+        if suffix in readers:
+            module = _first_module(readers[suffix], f"{path}: reading {suffix} needs")
+            return module.safe_load(text) if suffix != ".toml" else module.loads(text)
+    except ConfigurationError:
+        raise
+    except Exception as exc:  # a syntax error of the format
+        raise ConfigurationError(f"{path}: {exc}") from None
+    raise ConfigurationError(f"{path}: a configuration is a .toml, .yaml, .yml or .json file")
+
+
+def _first_module(names: tuple[str, ...], needs: str) -> Any:
+    """The first of ``names`` that imports (tomllib, else tomli on Python 3.10; PyYAML)."""
+    for name in names:
+        try:
+            return importlib.import_module(name)
+        except ImportError:
+            continue
+    raise ConfigurationError(f"{needs} {' or '.join(names)}")
+
+
+def resolve(
+    config: ConfigFile, environ: Mapping[str, str]
+) -> tuple[list[Provider | DeploymentGroup], list[ResolvedRoute]]:
+    """The chain's entries, and a description of each route (keys never shown)."""
+    entries: list[Provider | DeploymentGroup] = []
+    described: list[ResolvedRoute] = []
+    for index, entry in enumerate(config.routes):
+        if isinstance(entry, GroupConfig):
+            built = [
+                _route(route, environ, f"routes.{index}.deployments.{i}")
+                for i, route in enumerate(entry.deployments)
+            ]
+            entries.append(
+                DeploymentGroup(
+                    entry.group,
+                    [provider for provider, _ in built],
+                    strategy=entry.strategy,
+                    weights=entry.weights,
+                )
+            )
+            described += [_in_group(info, entry.group) for _, info in built]
+        else:
+            provider, info = _route(entry, environ, f"routes.{index}")
+            entries.append(provider)
+            described.append(info)
+    return entries, described
+
+
+def _in_group(info: ResolvedRoute, group: str) -> ResolvedRoute:
+    return ResolvedRoute(info.name, info.kind, info.model, info.base_url, info.key_from, group)
+
+
+def _value(text: str | None, environ: Mapping[str, str], where: str) -> str | None:
+    """``text``, or the variable a ``${NAME}`` reference names."""
+    if text is None:
+        return None
+    match = _REFERENCE.match(text)
+    if match is None:
+        return text
+    value = environ.get(match.group(1))
+    if not value:
+        raise ConfigurationError(f"{where}: the environment variable {match.group(1)} is not set")
+    return value
+
+
+def _route(
+    route: RouteConfig, environ: Mapping[str, str], where: str
+) -> tuple[Provider, ResolvedRoute]:
+    shortcut, model = route.model.split("/", 1)
+    if shortcut == "local":
+        return _local(route, model, where)
+    key_var = _key_variable(shortcut)
+    key_from = route.api_key or (f"${{{key_var}}}" if key_var and environ.get(key_var) else None)
+    api_key = _value(key_from, environ, f"{where}.api_key")
+    base_url = _value(route.base_url, environ, f"{where}.base_url") or _base_url(
+        shortcut, model, route, environ, where
+    )
+    name = route.name or shortcut
+    try:
+        provider: Provider
+        if shortcut == "anthropic":
+            provider = AnthropicProvider(
+                base_url, api_key=api_key, model=model, name=name, headers=route.headers,
+                context_window=route.context_window,
+            )  # fmt: skip
+        else:
+            headers = dict(route.headers or {})
+            if shortcut == "azure" and api_key is not None:
+                headers["api-key"] = api_key
+                api_key = None
+            provider = OpenAICompatibleProvider(
+                base_url, api_key=api_key, model=model,
+                name=name, headers=headers, context_window=route.context_window,
+            )  # fmt: skip
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"{where}: {exc}") from None
+    return provider, ResolvedRoute(name, shortcut, model, base_url, key_from)
+
+
+def _key_variable(shortcut: str) -> str | None:
+    if shortcut == "anthropic":
+        return "ANTHROPIC_API_KEY"
+    if shortcut == "azure":
+        return "AZURE_OPENAI_API_KEY"
+    return _OPENAI_LIKE[shortcut][1]
+
+
+def _base_url(
+    shortcut: str, model: str, route: RouteConfig, environ: Mapping[str, str], where: str
+) -> str:
+    if shortcut == "anthropic":
+        return "https://api.anthropic.com/v1"
+    if shortcut == "azure":
+        endpoint = environ.get("AZURE_OPENAI_ENDPOINT")
+        version = route.api_version or environ.get("OPENAI_API_VERSION")
+        if not endpoint or not version:
+            raise ConfigurationError(
+                f"{where}: azure/ needs base_url (or AZURE_OPENAI_ENDPOINT) and api_version "
+                "(or OPENAI_API_VERSION)"
+            )
+        return f"{endpoint.rstrip('/')}/openai/deployments/{model}?api-version={version}"
+    default, _key, url_variable = _OPENAI_LIKE[shortcut]
+    given = environ.get(url_variable) if url_variable else None
+    if shortcut == "ollama" and given:
+        given = given.rstrip("/") + "/v1" if not given.rstrip("/").endswith("/v1") else given
+        given = given if "://" in given else f"http://{given}"
+    if given:
+        return given
+    if default is None:
+        raise ConfigurationError(f"{where}: {shortcut}/ needs base_url")
+    return default
+
+
+def _local(route: RouteConfig, model: str, where: str) -> tuple[Provider, ResolvedRoute]:
+    from .providers.local import LocalProvider
+
+    path = None if model == "bundled" else model
+    try:
+        provider = LocalProvider(path, name=route.name or "local")
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"{where}: {exc}") from None
+    return provider, ResolvedRoute(provider.name, "local", model, None, None)

@@ -1,0 +1,51 @@
+"""``llmguard check CONFIG``: validate a configuration file and print its resolved routes."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from typing import Any
+
+from .._config_file import load_config, resolve
+from ..errors import ConfigurationError
+
+__all__ = ["add_check_command", "run_check_command"]
+
+
+def add_check_command(commands: Any) -> None:
+    """Register ``llmguard check``."""
+    check = commands.add_parser(
+        "check",
+        help="validate a configuration file and print the routes it resolves to",
+        description="Read a Guard configuration (TOML, YAML or JSON), check every key and "
+        "environment reference, and print each route: its name, provider, model, URL and "
+        "where its key comes from (the variable's name, never the key).",
+    )
+    check.add_argument("config", help="the configuration file")
+    check.add_argument("--json", action="store_true", help="print the routes as JSON")
+
+
+def run_check_command(args: argparse.Namespace) -> int:
+    """Run ``llmguard check``: 0 when the configuration is good, 2 when it is not."""
+    try:
+        config = load_config(args.config)
+        entries, routes = resolve(config, os.environ)
+    except ConfigurationError as exc:
+        print(f"error: {exc}")
+        return 2
+    for entry in entries:
+        close = getattr(entry, "close", None)
+        if close is not None:
+            close()
+    rows = [route.__dict__ for route in routes]
+    if args.json:
+        print(json.dumps({"settings": config.settings(), "routes": rows}))
+        return 0
+    for key, value in config.settings().items():
+        print(f"{key}: {value}")
+    for row in rows:
+        group = f" (group {row['group']})" if row["group"] else ""
+        key = row["key_from"] or "no key"
+        print(f"{row['name']}{group}: {row['kind']} {row['model']} at {row['base_url']}; key {key}")
+    return 0

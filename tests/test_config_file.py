@@ -1,0 +1,203 @@
+"""Guards from configuration files: every provider shortcut, keys by reference, clear errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from llmguard_sdk import ConfigurationError, DeploymentGroup, Guard, ProviderError
+from llmguard_sdk._config_file import load_config, resolve
+from llmguard_sdk.cli import main
+from llmguard_sdk.testing import FakeProvider
+
+from .conftest import USER
+
+EVERY_SHORTCUT = """
+timeout = 20
+attempt_timeout = 5
+
+[[routes]]
+model = "openai/gpt-4o-mini"
+
+[[routes]]
+group = "claude"
+strategy = "round_robin"
+deployments = [
+  { model = "anthropic/claude-3-5-haiku-latest" },
+  { model = "openrouter/anthropic/claude-3.5-haiku", name = "openrouter", api_key = "${OR_KEY}" },
+]
+
+[[routes]]
+model = "azure/prod-4o"
+api_version = "2024-10-21"
+
+[[routes]]
+model = "groq/llama-3.1-8b-instant"
+
+[[routes]]
+model = "together/meta-llama/Llama-3-8b-chat-hf"
+
+[[routes]]
+model = "ollama/llama3.2"
+
+[[routes]]
+model = "vllm/qwen2.5-7b"
+base_url = "http://127.0.0.1:8000/v1"
+
+[[routes]]
+model = "local/bundled"
+"""
+
+ENVIRON = {
+    "OPENAI_API_KEY": "sk-openai-secret",
+    "ANTHROPIC_API_KEY": "sk-ant-secret",
+    "OR_KEY": "sk-or-secret",
+    "AZURE_OPENAI_API_KEY": "azure-secret",
+    "AZURE_OPENAI_ENDPOINT": "https://example-resource.openai.azure.com",
+    "GROQ_API_KEY": "gsk-secret",
+    "TOGETHER_API_KEY": "tg-secret",
+}
+
+
+def _write(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_a_file_with_every_shortcut_resolves(tmp_path: Path) -> None:
+    config = load_config(_write(tmp_path, "guard.toml", EVERY_SHORTCUT))
+    entries, routes = resolve(config, ENVIRON)
+    assert config.settings() == {"timeout": 20, "attempt_timeout": 5}
+    assert isinstance(entries[1], DeploymentGroup)
+    assert [(r.name, r.kind, r.group) for r in routes] == [
+        ("openai", "openai", None),
+        ("anthropic", "anthropic", "claude"),
+        ("openrouter", "openrouter", "claude"),
+        ("azure", "azure", None),
+        ("groq", "groq", None),
+        ("together", "together", None),
+        ("ollama", "ollama", None),
+        ("vllm", "vllm", None),
+        ("local", "local", None),
+    ]
+    urls = {r.name: r.base_url for r in routes}
+    assert urls["ollama"] == "http://127.0.0.1:11434/v1"
+    assert urls["azure"] == (
+        "https://example-resource.openai.azure.com/openai/deployments/prod-4o"
+        "?api-version=2024-10-21"
+    )
+    keys = {r.name: r.key_from for r in routes}
+    assert keys["openai"] == "${OPENAI_API_KEY}"
+    assert keys["openrouter"] == "${OR_KEY}"
+    assert keys["ollama"] is None
+    assert [r.model for r in routes][2] == "anthropic/claude-3.5-haiku"
+    for entry in entries:
+        for route in entry.deployments if isinstance(entry, DeploymentGroup) else [entry]:
+            route.close()
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('[[routes]]\nmodle = "openai/x"\n', "routes.0.modle"),
+        ('[[routes]]\nmodel = "nowhere/x"\n', "routes.0.model"),
+        ('[[routes]]\nmodel = "openai/x"\napi_key = "sk-plain"\n', "routes.0.api_key"),
+        ('timeout = -1\n[[routes]]\nmodel = "openai/x"\n', "timeout"),
+        ("routes = []\n", "routes"),
+        ('[[routes]]\nmodel = "vllm/x"\n', "routes.0: vllm/ needs base_url"),
+        ('[[routes]]\nmodel = "openai/x"\napi_key = "${MISSING_KEY}"\n', "MISSING_KEY"),
+        ('[[routes]]\nmodel = "azure/x"\n', "AZURE_OPENAI_ENDPOINT"),
+    ],
+)
+def test_bad_configurations_name_the_key(tmp_path: Path, text: str, message: str) -> None:
+    path = _write(tmp_path, "bad.toml", text)
+    with pytest.raises(ConfigurationError, match=message.replace(".", r"\.")) as caught:
+        Guard.from_config(path, environ={})
+    assert "bad.toml" in str(caught.value) or "routes.0" in str(caught.value)
+    assert "sk-plain" not in str(caught.value)
+
+
+def test_yaml_json_and_unknown_formats(tmp_path: Path) -> None:
+    yaml_path = _write(
+        tmp_path, "g.yaml", "routes:\n  - model: vllm/m\n    base_url: http://127.0.0.1:9/v1\n"
+    )
+    assert load_config(yaml_path).routes[0].model == "vllm/m"  # type: ignore[union-attr]
+    json_path = _write(tmp_path, "g.json", json.dumps({"routes": [{"model": "ollama/m"}]}))
+    assert load_config(json_path).routes[0].model == "ollama/m"  # type: ignore[union-attr]
+    with pytest.raises(ConfigurationError, match=r"\.ini"):
+        load_config(_write(tmp_path, "g.ini", "x"))
+    with pytest.raises(ConfigurationError, match=r"g2\.toml"):
+        load_config(_write(tmp_path, "g2.toml", "routes = [[["))
+    with pytest.raises(ConfigurationError, match="LLMGUARD_CONFIG"):
+        Guard.from_config(environ={})
+
+
+def test_a_guard_from_config_answers_through_its_routes(tmp_path: Path) -> None:
+    with FakeProvider(name="one") as one, FakeProvider(name="two") as two:
+        text = f"""
+timeout = 10
+[[routes]]
+group = "fake"
+strategy = "round_robin"
+
+[[routes.deployments]]
+model = "vllm/fake-model"
+name = "one"
+base_url = "{one.base_url}"
+
+[[routes.deployments]]
+model = "vllm/fake-model"
+name = "two"
+base_url = "{two.base_url}"
+api_key = "${{VLLM_KEY}}"
+"""
+        path = _write(tmp_path, "fake.toml", text)
+        with Guard.from_config(environ={"LLMGUARD_CONFIG": str(path), "VLLM_KEY": "k2"}) as guard:
+            assert [guard.chat(USER).route for _ in range(4)] == ["one", "two", "one", "two"]
+            assert guard.settings.timeout == 10
+        assert two.requests[-1].headers["authorization"] == "Bearer k2"
+        assert "authorization" not in one.requests[-1].headers
+
+
+def test_azure_routes_send_the_deployment_path_version_and_key(tmp_path: Path) -> None:
+    with FakeProvider(name="azure") as fake:
+        config = {"routes": [{"model": "azure/prod-4o", "api_version": "2024-10-21"}]}
+        environ = {"AZURE_OPENAI_ENDPOINT": fake.base_url, "AZURE_OPENAI_API_KEY": "az-k"}
+        guard = Guard.from_config(config, environ=environ, retry=None)
+        with guard, pytest.raises(ProviderError):  # the fake serves /v1/chat/completions only
+            guard.chat(USER)
+        sent = fake.requests[-1]
+        assert sent.path.endswith(
+            "/openai/deployments/prod-4o/chat/completions?api-version=2024-10-21"
+        )
+        assert sent.headers["api-key"] == "az-k"
+        assert "authorization" not in sent.headers
+
+
+def test_llmguard_check_prints_routes_without_keys(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name, value in ENVIRON.items():
+        monkeypatch.setenv(name, value)
+    path = _write(tmp_path, "guard.toml", EVERY_SHORTCUT)
+    assert main(["check", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "openrouter (group claude): openrouter anthropic/claude-3.5-haiku" in out
+    assert "${OPENAI_API_KEY}" in out
+    assert not any(secret in out for secret in ENVIRON.values() if "secret" in secret)
+    assert main(["check", str(_write(tmp_path, "bad.toml", "routes = []\n"))]) == 2
+    assert "bad.toml" in capsys.readouterr().out
+
+
+def test_the_example_configuration_is_valid(capsys: pytest.CaptureFixture[str]) -> None:
+    example = Path(__file__).resolve().parents[1] / "examples" / "guard.toml"
+    config = load_config(example)
+    entries, routes = resolve(config, ENVIRON)
+    assert [r.name for r in routes] == ["openai", "azure", "anthropic", "local"]
+    assert isinstance(entries[0], DeploymentGroup)
+    for entry in entries:
+        for route in entry.deployments if isinstance(entry, DeploymentGroup) else [entry]:
+            route.close()
