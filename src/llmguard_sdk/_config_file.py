@@ -42,6 +42,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from ._problems import problems
 from .errors import ConfigurationError
 from .providers.anthropic import AnthropicProvider
 from .providers.base import Provider
@@ -141,15 +142,8 @@ def load_config(source: str | os.PathLike[str] | Mapping[str, Any]) -> ConfigFil
     try:
         return ConfigFile.model_validate(data)
     except ValidationError as exc:
-        problems = [
-            f"{'.'.join(str(p) for p in err['loc'] if not _is_union_tag(p))}: {err['msg']}"
-            for err in exc.errors()
-        ]
-        raise ConfigurationError(f"{where}: " + "; ".join(problems)) from None
-
-
-def _is_union_tag(part: object) -> bool:
-    return part in ("RouteConfig", "GroupConfig")
+        found = problems(exc, "configuration", skip=("RouteConfig", "GroupConfig"))
+        raise ConfigurationError(f"{where}: " + "; ".join(found)) from None
 
 
 def _read(path: Path) -> Any:

@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, model_validator
 
+from ._problems import problems
 from .errors import RequestValidationError
 
 __all__ = [
@@ -131,14 +132,9 @@ def validate_request(data: ChatRequest | dict[str, Any]) -> ChatRequest:
     try:
         return ChatRequest.model_validate(data)
     except ValidationError as exc:
-        problems = [
-            f"{'.'.join(str(p) for p in err['loc']) or 'request'}: {err['msg']}"
-            for err in exc.errors()
-        ]
+        found = problems(exc, "request")
         details = [dict(err) for err in exc.errors(include_url=False, include_context=False)]
-        raise RequestValidationError(
-            "invalid chat request: " + "; ".join(problems), details
-        ) from None
+        raise RequestValidationError("invalid chat request: " + "; ".join(found), details) from None
 
 
 class Usage(BaseModel):
