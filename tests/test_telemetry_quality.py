@@ -170,3 +170,18 @@ def test_cached_answers_carry_their_own_call_id(
     assert first.metadata["call_id"] != second.metadata["call_id"]
     assert otel.telemetry.feedback(second.metadata["call_id"], 1.0)
     assert signals(otel) == {}
+
+
+def test_guard_feedback_goes_to_its_telemetry(
+    fake: FakeProvider, make_guard: MakeGuard, otel: Exported
+) -> None:
+    guard = make_guard(fake, telemetry=otel.telemetry)
+    answer = guard.chat(USER, feature="faq")
+    assert guard.feedback(answer.metadata["call_id"], 0.5, label="grader")
+    (point,) = otel.points("llmguard.feedback.score")
+    assert point.attributes["llmguard.feedback.label"] == "grader"
+    assert point.attributes["llmguard.feature"] == "faq"
+    with pytest.raises(RequestValidationError):
+        guard.feedback(answer.metadata["call_id"], float("nan"))
+    quiet = make_guard(fake, telemetry=False)
+    assert not quiet.feedback("whatever", 1.0)

@@ -534,6 +534,16 @@ class Guard(Closes, AsyncCloses):
 
         return AsyncGuardedClient(self)
 
+    def feedback(self, call_id: str, score: float, *, label: str | None = None) -> bool:
+        """Record a score for the answer whose ``metadata["call_id"]`` is ``call_id`` (a
+        thumb, a grader's): :meth:`~llmguard_sdk.telemetry.Telemetry.feedback`; whether the
+        call was known (False with telemetry off).
+
+        .. versionadded:: 0.2.0
+        """
+        telemetry = self._stages.telemetry
+        return telemetry.feedback(call_id, score, label=label) if telemetry else False
+
     # -- lifecycle ---------------------------------------------------------------------------
 
     def close(self) -> None:
