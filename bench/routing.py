@@ -79,7 +79,7 @@ def drive(
     ordered = sorted(seconds)
     return {
         "p50_ms": round(statistics.median(ordered) * 1e3, 2),
-        "p99_ms": round(nearest_rank(ordered, 0.99) * 1e3, 2)
+        "p99_ms": round(nearest_rank(ordered, 99) * 1e3, 2)
         if len(ordered) >= P99_MIN_SAMPLES
         else None,
         "max_ms": round(ordered[-1] * 1e3, 2),
