@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -75,3 +76,23 @@ def test_the_command_says_when_redis_does_not_answer() -> None:
     done = _cli("status", "--store", "redis://127.0.0.1:1/0")
     assert done.returncode == 1
     assert "did not answer" in done.stdout
+
+
+def test_the_guard_tells_what_is_left_sync_and_async(fake: FakeProvider) -> None:
+    guard = _guard(fake)
+    assert guard.budget_status(tenant="acme")[0]["spent_usd"] == 0
+    guard.chat(USER, max_tokens=3, tenant="acme")
+    rows = guard.budget_status(tenant="acme")
+    assert [row["scope"] for row in rows] == ["tenant:acme", "global"]
+    tenant, overall = rows
+    assert (tenant["limit_usd"], overall["limit_usd"]) == (1.0, 50.0)
+    assert tenant["spent_usd"] == pytest.approx(CALL_USD)
+    assert tenant["held_usd"] == 0
+    assert tenant["window"] == "day"
+    assert overall["resets_at"] > tenant["resets_at"] > time.time()  # month after the day
+    assert [r["scope"] for r in guard.budget_status()] == ["global"]  # no tenant: global only
+    assert asyncio.run(guard.abudget_status(tenant="acme")) == guard.budget_status(tenant="acme")
+    guard.close()
+    plain = Guard(OpenAICompatibleProvider(fake.base_url, model="fake-model"), environ={})
+    assert plain.budget_status(tenant="acme") == []  # no budgets: nothing to tell
+    plain.close()

@@ -36,7 +36,7 @@ from .breaker import (
     BreakerPolicy,
     Breakers,
 )
-from .budget import Budget, Budgets, PriceTable
+from .budget import Budget, Budgets, CounterStatus, PriceTable
 from .cache import ResponseCache
 from .config import GuardSettings
 from .context import CallContext, Hook
@@ -325,6 +325,43 @@ class Guard(Closes, AsyncCloses):
     def routes(self) -> tuple[Provider, ...]:
         """The routes of the fallback chain, in the order they are tried."""
         return self._stages.routes
+
+    def budget_status(
+        self,
+        *,
+        tenant: str | None = None,
+        feature: str | None = None,
+        user: str | None = None,
+        tags: Sequence[str] = (),
+    ) -> list[CounterStatus]:
+        """What is left of each spend budget a call of this scope counts on: per counter its
+        ``scope``, ``window``, ``limit_usd``, settled ``spent_usd``, ``held_usd`` (by calls in
+        flight) and ``resets_at`` (epoch seconds); ``[]`` without budgets. Shared budgets are
+        read from Redis (``llmguard budget status`` reads them without a Guard).
+
+        .. versionadded:: 0.2.0
+        """
+        spend = self._stages.spend
+        if spend is None:
+            return []
+        return spend.status(tenant=tenant, feature=feature, user=user, tags=tags)
+
+    async def abudget_status(
+        self,
+        *,
+        tenant: str | None = None,
+        feature: str | None = None,
+        user: str | None = None,
+        tags: Sequence[str] = (),
+    ) -> list[CounterStatus]:
+        """Async twin of :meth:`budget_status`.
+
+        .. versionadded:: 0.2.0
+        """
+        spend = self._stages.spend
+        if spend is None:
+            return []
+        return await spend.astatus(tenant=tenant, feature=feature, user=user, tags=tags)
 
     # -- chat ---------------------------------------------------------------------------------
 
