@@ -53,7 +53,7 @@ from .store import Store, open_store
 from .telemetry import Telemetry
 
 if TYPE_CHECKING:
-    from .client import AsyncGuardedClient, GuardedClient
+    from openai import AsyncOpenAI, OpenAI
 
 __all__ = ["ChatOptions", "Guard"]
 
@@ -559,17 +559,43 @@ class Guard(Closes, AsyncCloses):
 
         return decorate(func) if func is not None else decorate
 
-    def client(self) -> GuardedClient:
-        """An openai-python look-alike: ``client.chat.completions.create(...)`` via this Guard."""
-        from .client import GuardedClient
+    def client(self) -> OpenAI:
+        """openai's own ``OpenAI`` client whose requests this Guard answers:
+        ``client.chat.completions.create(...)``, ``client.responses.create(...)``,
+        ``with_raw_response`` ... return openai's objects (see :mod:`llmguard_sdk.client`);
+        without openai installed, the look-alike :class:`~llmguard_sdk.GuardedClient`.
 
-        return GuardedClient(self)
+        .. versionchanged:: 0.2.0 openai's own client where openai is installed.
+        """
+        from .client import _openai_client
 
-    def aclient(self) -> AsyncGuardedClient:
-        """The async twin of :meth:`client` (like ``openai.AsyncOpenAI``)."""
-        from .client import AsyncGuardedClient
+        return _openai_client(self)  # type: ignore[no-any-return]
 
-        return AsyncGuardedClient(self)
+    def aclient(self) -> AsyncOpenAI:
+        """The async twin of :meth:`client` (``openai.AsyncOpenAI``)."""
+        from .client import _async_openai_client
+
+        return _async_openai_client(self)  # type: ignore[no-any-return]
+
+    def http_client(self, *, library: Literal["httpx", "httpx2"] | None = None) -> Any:
+        """An HTTP client for ``OpenAI(http_client=...)`` / ``Anthropic(http_client=...)``
+        whose requests this Guard answers, whatever its routes speak (the transport seam,
+        :mod:`llmguard_sdk.transport`): httpx2 where installed, else httpx.
+
+        .. versionadded:: 0.2.0
+        """
+        from .transport import http_client
+
+        return http_client(self, library=library)
+
+    def async_http_client(self, *, library: Literal["httpx", "httpx2"] | None = None) -> Any:
+        """The async twin of :meth:`http_client` (``AsyncOpenAI(http_client=...)``).
+
+        .. versionadded:: 0.2.0
+        """
+        from .transport import async_http_client
+
+        return async_http_client(self, library=library)
 
     def feedback(self, call_id: str, score: float, *, label: str | None = None) -> bool:
         """Record a score for the answer whose ``metadata["call_id"]`` is ``call_id`` (a
