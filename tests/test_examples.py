@@ -78,6 +78,22 @@ EXPECTED = {
         "refused: scope=user:u-trial limit=$0.003 spent=$0.001620",
         "estimate: gpt-4o-mini $128/month, 70/30 split $731/month",
     ],
+    "framework_langchain.py": [
+        "Echo: What is a circuit breaker? | served by: primary",
+        "Echo: And a fallback? | served by: backup",
+        "Echo: And a fallback? | served by: cache",
+        "streamed: Echo: Stream this",
+    ],
+    "framework_openai_agents.py": [
+        "Echo: What is a circuit breaker? | served by: primary",
+        "Echo: And a fallback? | served by: backup",
+        "Echo: And a fallback? | served by: cache",
+    ],
+    "framework_pydantic_ai.py": [
+        "Echo: What is a circuit breaker? | served by: primary",
+        "Echo: And a fallback? | served by: backup",
+        "Echo: And a fallback? | served by: cache",
+    ],
     "guardrails.py": [
         "Echo: mail me at [email]",
         "asks for a password",
