@@ -98,12 +98,12 @@ def test_without_openai_the_look_alike_serves() -> None:
         import sys
         sys.modules["openai"] = None  # as if it were not installed
         from llmguard_sdk import Guard, OpenAICompatibleProvider
-        from llmguard_sdk.client import ChatCompletion, _openai_client
+        from llmguard_sdk.client import ChatCompletion
         from llmguard_sdk.testing import FakeProvider
 
         with FakeProvider() as fake:
             guard = Guard(OpenAICompatibleProvider(fake.base_url), environ={})
-            completion = _openai_client(guard).chat.completions.create(
+            completion = guard.client().chat.completions.create(
                 model="m", messages=[{"role": "user", "content": "hi"}]
             )
             assert isinstance(completion, ChatCompletion), type(completion)
@@ -126,3 +126,17 @@ def test_a_per_call_timeout_bounds_the_guarded_call(
     fake.always(Fault(latency=3.0))
     with pytest.raises(ProviderTimeoutError):
         client.chat.completions.create(model="m", messages=USER, timeout=0.3)
+
+
+def test_the_guard_s_own_methods(fake: FakeProvider, make_guard: MakeGuard) -> None:
+    guard = make_guard(fake)
+    completion = guard.client().chat.completions.create(model="m", messages=USER)
+    assert isinstance(completion, ChatCompletion)
+    assert isinstance(guard.aclient(), openai.AsyncOpenAI)
+    seam = openai.OpenAI(
+        api_key="sk-not-sent", base_url="http://guard.test/v1", http_client=guard.http_client()
+    )
+    assert seam.chat.completions.create(model="m", messages=USER).choices[0].message.content == (
+        "Echo: hello there"
+    )
+    assert type(guard.async_http_client(library="httpx")).__module__.startswith("httpx")
