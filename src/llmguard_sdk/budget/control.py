@@ -215,7 +215,7 @@ class SpendControl:
             # a route that always serves one tier (a BatchProvider: "batch") says so
             tier = normal_tier(getattr(route, "service_tier", None)) or _asked_tier(ctx)
             prices = [self.prices.price(model, provider=route.name, tier=tier)]
-            if tier != "batch":  # a tier's call may be served (and billed) at the standard one
+            if tier not in (None, "batch"):  # a tier's call may be served at the standard one
                 prices.append(self.prices.price(model, provider=route.name))
             for price in prices:
                 base = max(base, nano(price.worst_case(input_tokens, 0)))
