@@ -18,10 +18,16 @@ support (``during_tail_within_fallback_tail_plus_50ms``: p99 against p99 where b
 have 1,000 calls, else max against max; ``null`` where the drill's report does not give the
 backup's max) and says which it used.
 
+``return_s``: seconds from the primary's return until it serves 90 % of calls again. The
+return the issue asks about (a 45 s outage, the SDK's default breaker): ``--outage 15 --after 15
+--default-breaker``: a background probe of the open breaker (every ``probe_every``, 5 s) ends
+its open wait as soon as one succeeds.
+
 For a real p99 of the outage window, run it long or fast enough for 1,000 calls in it, e.g.
 ``--rate 60 --outage 6`` (about 1,000 calls while the breaker is open).
 
 Usage: python bench/outage_drill.py [--json] [--png FILE] [--quick] [--rate R] [--outage S]
+       [--after S] [--default-breaker]
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from typing import Any
 
 from _benchkit import P99_MIN_SAMPLES, exit_on_signals
 
+from llmguard_sdk.breaker import BreakerPolicy
 from llmguard_sdk.testing.drill import DrillReport, run_drill
 
 QUICK = {"before": 1.0, "outage": 1.0, "after": 3.0}
@@ -103,13 +110,22 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="short phases (about 7 s)")
     parser.add_argument("--rate", type=float, default=20.0, help="calls started per second")
     parser.add_argument("--outage", type=float, default=None, help="seconds of each outage phase")
+    parser.add_argument("--after", type=float, default=None, help="seconds after the return")
+    parser.add_argument(
+        "--default-breaker",
+        action="store_true",
+        help="the SDK's default BreakerPolicy() instead of the drill's short one",
+    )
     args = parser.parse_args()
     exit_on_signals()
 
     phases: dict[str, float] = dict(QUICK) if args.quick else {}
     if args.outage is not None:
         phases["outage"] = args.outage
-    report = run_drill(png=args.png, rate=args.rate, **phases)
+    if args.after is not None:
+        phases["after"] = args.after
+    breaker = BreakerPolicy() if args.default_breaker else None
+    report = run_drill(png=args.png, rate=args.rate, breaker=breaker, **phases)
     if args.json:
         print(json.dumps(honest(report)))
     else:

@@ -183,6 +183,22 @@ def test_contract_trip_probe_close(driven: Driven) -> None:
     assert b.acquire("r").allowed
 
 
+def test_contract_a_passed_probe_ends_the_open_wait(driven: Driven) -> None:
+    b = driven.backend
+    b.end_open_wait("r")  # closed: nothing changes
+    assert b.state("r") == "closed"
+    for _ in range(4):
+        b.record("r", "fail")
+    assert not b.acquire("r").allowed
+    b.end_open_wait("r")
+    permit = b.acquire("r")  # no time passed: the probe's success is what half-opens it
+    assert (permit.allowed, permit.state) == (True, "half_open")
+    b.isolate("r")
+    b.end_open_wait("r")
+    assert not b.acquire("r").allowed  # isolated stays isolated
+    b.reset("r")
+
+
 def test_contract_failed_probe_reopens_longer(driven: Driven) -> None:
     b = driven.backend
     for _ in range(4):

@@ -23,6 +23,7 @@ REQUIRED = {
     "calls_to_dead_after_open",
     "half_open_probes",
     "recovery_s",
+    "return_s",
     "open_duration_s",
     "probe_interval_s",
     "requests",
@@ -78,6 +79,8 @@ def test_the_breaker_opens_during_the_outage_and_closes_after_the_return(
     assert primary[-1]["after"] == "closed"
     assert report.recovery_s is not None
     assert report.half_open_probes >= 1
+    assert report.return_s is not None  # the primary served 90 % of calls again
+    assert report.return_s <= 3.0  # within the drill's after phase
 
 
 def test_the_report_has_every_key_and_a_png(report: DrillReport, png: Path) -> None:

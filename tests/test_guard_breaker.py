@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -28,7 +29,9 @@ from llmguard_sdk.testing import FakeProvider, Fault
 from .conftest import USER
 
 MakeGuard = Callable[..., Guard]
-POLICY = BreakerPolicy(window=10, minimum_calls=4, failure_rate=0.5, open_seconds=10)
+POLICY = BreakerPolicy(
+    window=10, minimum_calls=4, failure_rate=0.5, open_seconds=10, probe_every=None
+)
 
 
 class Clock:
@@ -61,6 +64,37 @@ def test_an_open_breaker_skips_the_route_without_calling_it(
         assert response.attempts == 1
     assert fake.stats.requests == 4  # no call reached the dead primary while open
     assert transitions == [BreakerTransition("primary", "closed", "open")]
+
+
+def _wait_for(condition: Callable[[], bool], seconds: float = 10.0) -> bool:
+    until = time.monotonic() + seconds
+    while not condition() and time.monotonic() < until:
+        time.sleep(0.01)
+    return condition()
+
+
+def test_background_probes_bring_a_recovered_route_back_before_its_open_wait_ends(
+    fake: FakeProvider, fake2: FakeProvider, make_guard: MakeGuard
+) -> None:
+    clock = Clock()  # frozen: only a probe can end the 10 s open wait
+    policy = BreakerPolicy(
+        window=10, minimum_calls=4, failure_rate=0.5, open_seconds=10, probe_every=0.2
+    )
+    breakers = Breakers(MemoryBreakerBackend(policy, clock=clock))
+    guard = make_guard(fake, fake2, retry=None, breaker=breakers)
+    fake.always(Fault(status=503))
+    for _ in range(4):
+        assert guard.chat(USER).route == "backup"
+    assert guard.chat(USER).route == "backup"  # refused by the open breaker: a probe starts
+    assert _wait_for(lambda: fake.stats.requests == 5)  # the probe reached the dead route
+    assert guard.chat(USER).route == "backup"  # it failed: still open, no second probe yet
+    assert breakers.state("primary") == "open"
+    fake.always(None)  # the route recovers
+    time.sleep(0.25)  # probe_every has passed
+    assert guard.chat(USER).route == "backup"  # the next refusal starts a probe; it succeeds
+    assert _wait_for(lambda: fake.stats.requests == 6)
+    assert _wait_for(lambda: guard.chat(USER).route == "primary")  # half-open, then closed
+    assert fake.requests[4].body["max_tokens"] == 1  # probes are one-token requests
 
 
 def test_half_open_probes_then_recovery(

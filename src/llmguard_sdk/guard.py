@@ -265,7 +265,8 @@ class Guard(Closes, AsyncCloses):
             if retry is not None
             else None,
             continue_streams=continue_interrupted_streams,
-            breakers=wiring.breakers(breaker, breaker_hooks, self.store),
+            breakers=(breakers := wiring.breakers(breaker, breaker_hooks, self.store)),
+            prober=wiring.prober(breakers),
             moves_on=moves_on,
             degraded_text=degraded,
             hedge_after=hedge_after,
@@ -616,6 +617,8 @@ class Guard(Closes, AsyncCloses):
             run(self._spend_flush())
         except Exception:
             logger.exception("replaying the spend journal at close failed")
+        if self._stages.prober is not None:
+            self._stages.prober.close()
         for route in self.routes:
             route.close()
         self.store.close()
@@ -626,6 +629,8 @@ class Guard(Closes, AsyncCloses):
             await arun(self._spend_flush())
         except Exception:
             logger.exception("replaying the spend journal at close failed")
+        if self._stages.prober is not None:
+            await anyio.to_thread.run_sync(self._stages.prober.close)
         for route in self.routes:
             await route.aclose()
         await self.store.aclose()

@@ -175,11 +175,14 @@ def fall_through(
 
 
 def route_refused(ctx: CallContext, stages: Stages, route: Provider, permit: Permit) -> None:
-    """Record that ``route``'s breaker refused the call (the chain moves on at once).
+    """Record that ``route``'s breaker refused the call (the chain moves on at once); an
+    open breaker gets its route probed in the background (``BreakerPolicy.probe_every``).
 
     When the breaker opened during this call's own retries, the provider error that opened
     it stays the one reported for the route.
     """
+    if permit.state == "open" and stages.prober is not None:
+        stages.prober.maybe_probe(route, route_model(route, ctx.request))
     retry_after = None if permit.retry_after == math.inf else permit.retry_after
     ctx.route_errors.setdefault(
         route.name, CircuitOpenError(route.name, permit.state, retry_after=retry_after)

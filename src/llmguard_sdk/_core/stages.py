@@ -31,6 +31,7 @@ from ..retry.budget import RetryBudget
 from ..retry.policy import RetryPolicy
 from ..telemetry import Telemetry
 from ..tokens import count_request_tokens, count_text_tokens
+from .probes import Prober
 from .routing import Routing
 
 __all__ = [
@@ -93,6 +94,7 @@ class Stages:
     cache: ResponseCache | None = None
     telemetry: Telemetry | None = None
     routing: Routing | None = None  # deployment groups ranked per call
+    prober: Prober | None = None  # background probes of routes whose breaker is open
 
 
 def prepare(

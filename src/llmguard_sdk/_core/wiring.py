@@ -25,6 +25,7 @@ from ..retry import MemoryRetryBudget, RedisRetryBudget, RetryBudget, RetryBudge
 from ..router import DeploymentGroup
 from ..store import RedisStore, Store
 from ..telemetry import Telemetry
+from .probes import Prober
 from .routing import Routing, flatten
 
 __all__ = ["breakers", "cache", "limiter", "retry_budget", "routes", "spend", "telemetry"]
@@ -124,6 +125,13 @@ def routes(providers: Entries, settings: GuardSettings) -> tuple[Provider, ...]:
     if duplicates:
         raise ConfigurationError(f"route names must be unique; repeated: {duplicates}")
     return routes
+
+
+def prober(breakers: Breakers | None) -> Prober | None:
+    """Background probes of open routes, unless breakers or their probes are off."""
+    if breakers is None or breakers.policy.probe_every is None:
+        return None
+    return Prober(breakers, breakers.policy.probe_every)
 
 
 def routing(providers: Entries) -> Routing | None:

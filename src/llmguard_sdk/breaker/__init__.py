@@ -91,6 +91,10 @@ class BreakerBackend(Protocol):
         """Open until reset."""
         ...
 
+    def end_open_wait(self, route: str) -> None:
+        """A probe succeeded: an open breaker half-opens at the next permit."""
+        ...
+
     def reset(self, route: str) -> None:
         """Close and forget."""
         ...
@@ -162,6 +166,12 @@ class Breakers:
         state = self.backend.state(route)
         self._saw(route, state)
         return state
+
+    def probe_passed(self, route: str) -> None:
+        """A background probe of ``route`` succeeded: if its breaker is open, the next call
+        half-opens it (every process, with Redis) instead of waiting out the open duration."""
+        self.backend.end_open_wait(route)
+        logger.info("breaker %s: a probe succeeded; the next call half-opens it", route)
 
     def isolate(self, route: str) -> None:
         """Take ``route`` out of service (every process, with Redis) until :meth:`reset`."""

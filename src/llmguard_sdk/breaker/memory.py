@@ -17,6 +17,7 @@ from .policy import (
     Permit,
     State,
     acquire,
+    probe_passed,
     record,
     release,
 )
@@ -56,6 +57,11 @@ class MemoryBreakerBackend:
     acquire_steps, aacquire = in_place(acquire)
     record_steps, arecord = in_place(record)
     release_steps, arelease = in_place(release)
+
+    def end_open_wait(self, route: str) -> None:
+        """A probe of ``route`` succeeded: an open breaker half-opens at the next permit."""
+        with self._lock:
+            self._states[route] = probe_passed(self._get(route))
 
     def state(self, route: str) -> State:
         """The breaker's current state (an expired OPEN reads as OPEN until the next call)."""

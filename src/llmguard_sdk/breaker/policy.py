@@ -42,6 +42,7 @@ __all__ = [
     "State",
     "acquire",
     "outcome_of",
+    "probe_passed",
     "record",
     "release",
 ]
@@ -68,6 +69,11 @@ class BreakerPolicy:
         backoff_factor: growth of the open duration per consecutive trip.
         max_open_seconds: the longest open duration.
         half_open_permits: probe calls let through in half-open; as many successes close it.
+        probe_every: while a route's breaker is open, a call that finds it open starts a
+            background probe of the route (a one-token request, not a user's call) at most
+            this often per route and process; a probe that succeeds ends the open wait, so the
+            next call half-opens the breaker (a recovered route is back within seconds, not
+            after the whole open duration). ``None`` turns probes off.
     """
 
     window_type: Literal["count", "time"] = "count"
@@ -80,6 +86,7 @@ class BreakerPolicy:
     backoff_factor: float = 2.0
     max_open_seconds: float = 600.0
     half_open_permits: int = 2
+    probe_every: float | None = 5.0
 
     def __post_init__(self) -> None:
         if self.window_type not in ("count", "time"):
@@ -96,6 +103,8 @@ class BreakerPolicy:
             raise ConfigurationError("backoff_factor must be >= 1, half_open_permits >= 1")
         if self.slow_call_seconds is not None and not self.slow_call_seconds > 0:
             raise ConfigurationError("slow_call_seconds must be positive")
+        if self.probe_every is not None and not (0 < self.probe_every < math.inf):
+            raise ConfigurationError("probe_every must be a positive number of seconds or None")
 
     def open_duration(self, trips: int) -> float:
         """How long trip number ``trips`` (1-based, consecutive) keeps the breaker open."""
@@ -180,6 +189,12 @@ def record(
     ):
         return _trip(state, now, policy)
     return state
+
+
+def probe_passed(state: BreakerState) -> BreakerState:
+    """The state after a background probe of an open route succeeded: the open wait is over
+    (the next permit half-opens the breaker); any other state is left as it is."""
+    return replace(state, open_until=0.0) if state.state == "open" else state
 
 
 def release(state: BreakerState) -> BreakerState:

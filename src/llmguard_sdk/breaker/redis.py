@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .._state.steps import Step, entry_points
+from .._state.steps import Step, blocking, entry_points
 from .._state.stores import Outage, RedisScripts, RedisStore, hash_id, lua, redis_errors
 from .memory import MemoryBreakerBackend
 from .policy import BreakerPolicy, Outcome, Permit, State
@@ -26,6 +26,7 @@ __all__ = ["RedisBreakerBackend"]
 _ACQUIRE = lua(__name__, "acquire")
 _RECORD = lua(__name__, "record")
 _RELEASE = lua(__name__, "release")
+_END_WAIT = lua(__name__, "end_wait")
 _STATES: dict[str, State] = {
     "closed": "closed",
     "open": "open",
@@ -45,7 +46,7 @@ class RedisBreakerBackend:
         self.policy = policy
         self.clock_offset = 0.0
         self._store = store
-        self._scripts = RedisScripts(store, _ACQUIRE, _RECORD, _RELEASE)
+        self._scripts = RedisScripts(store, _ACQUIRE, _RECORD, _RELEASE, _END_WAIT)
         self._fallback = MemoryBreakerBackend(policy)
         self._outage = Outage("breakers", "using local breakers", store)
         self._ttl = int(max(3600.0, policy.max_open_seconds * 2, policy.window * 2))
@@ -109,6 +110,18 @@ class RedisBreakerBackend:
     acquire, aacquire = entry_points(acquire_steps)
     record, arecord = entry_points(record_steps)
     release, arelease = entry_points(release_steps)
+
+    def end_open_wait_steps(self, route: str) -> Step[None]:
+        """A probe of ``route`` succeeded: an open breaker half-opens at the next permit, in
+        every process."""
+        if self._outage.up():
+            try:
+                yield self._scripts.command(3, self._keys(route)[:1])
+            except redis_errors() as exc:
+                self._outage.failed(exc)
+        self._fallback.end_open_wait(route)
+
+    end_open_wait = blocking(end_open_wait_steps)
 
     def state(self, route: str) -> State:
         """The state stored in Redis (``closed`` when it holds none)."""

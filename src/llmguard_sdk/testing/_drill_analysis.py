@@ -9,13 +9,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..breaker import BreakerTransition
+from ..breaker import BreakerPolicy, BreakerTransition
 from ..context import CallEvent
 from ._drill_report import P99_MIN_SAMPLES, DrillReport
 from ._drill_run import (
     ATTEMPT_TIMEOUT,
     BACKUP_LATENCY,
-    BREAKER,
     CALL_TIMEOUT,
     MAX_TOKENS,
     PHASES,
@@ -119,15 +118,19 @@ def _tally(calls: list[_Call], timeline: _Timeline) -> _Tally:
 
 def _dead_calls(run: _Run, received: list[float], timeline: _Timeline) -> dict[str, int]:
     """The attempts on the primary while it was down, refused or received (see the report)."""
-    dead = [a for a in run.tap.attempts if timeline.in_outage(a.start)]
+    in_outage = [a for a in run.tap.attempts if timeline.in_outage(a.start)]
+    dead = [a for a in in_outage if not a.background]
+    background = [a for a in in_outage if a.background]
     refused = sum(1 for a in dead if a.error is not None and not a.sent)
-    reached = sum(1 for t in received if timeline.in_outage(t))
+    reached = sum(1 for t in received if timeline.in_outage(t))  # background probes' too
+    reached -= min(reached, sum(1 for a in background if a.sent))
     first_open = timeline.first_open
     return {
         "attempts": len(dead),
         "refused_connections": refused,
         "reached_server": reached,
         "other": len(dead) - refused - reached,
+        "background_probes": len(background),
         "before_open": sum(
             1
             for a in run.tap.attempts
@@ -181,20 +184,33 @@ def _recovery(
     return None
 
 
-def _config(rate: float) -> dict[str, Any]:
+def _returned_after(calls: list[_Call], returned: float, window: int = 20) -> float | None:
+    """Seconds from the primary's return until the primary serves 90 % of calls again: the
+    start of the first run of ``window`` calls (started after the return) of which at least
+    90 % the primary served; None if none."""
+    after = sorted((c for c in calls if c.start >= returned), key=lambda c: c.start)
+    served = [c.route == "primary" for c in after]
+    for index in range(len(after) - window + 1):
+        if sum(served[index : index + window]) >= 0.9 * window:
+            return round(after[index].start - returned, 3)
+    return None
+
+
+def _config(rate: float, breaker: BreakerPolicy) -> dict[str, Any]:
     return {
         "rate_per_s": rate,
         "timeout_s": CALL_TIMEOUT,
         "attempt_timeout_s": ATTEMPT_TIMEOUT,
         "retry": {"attempts": RETRY.attempts, "base": RETRY.base, "cap": RETRY.cap},
         "breaker": {
-            "window": BREAKER.window,
-            "minimum_calls": BREAKER.minimum_calls,
-            "failure_rate": BREAKER.failure_rate,
-            "open_seconds": BREAKER.open_seconds,
-            "backoff_factor": BREAKER.backoff_factor,
-            "max_open_seconds": BREAKER.max_open_seconds,
-            "half_open_permits": BREAKER.half_open_permits,
+            "window": breaker.window,
+            "minimum_calls": breaker.minimum_calls,
+            "failure_rate": breaker.failure_rate,
+            "open_seconds": breaker.open_seconds,
+            "backoff_factor": breaker.backoff_factor,
+            "max_open_seconds": breaker.max_open_seconds,
+            "half_open_permits": breaker.half_open_permits,
+            "probe_every": breaker.probe_every,
         },
         "backup_latency_s": BACKUP_LATENCY,
         "max_tokens": MAX_TOKENS,
@@ -240,10 +256,11 @@ def _analyse(
         half_open_probes=len(outage_probes),
         probes=probes,
         probe_interval_s=round(statistics.median(gaps), 3) if gaps else None,
-        open_duration_s=BREAKER.open_seconds,
-        max_open_duration_s=BREAKER.max_open_seconds,
+        open_duration_s=run.breaker.open_seconds,
+        max_open_duration_s=run.breaker.max_open_seconds,
         observed_open_s=_observed_open(mine),
         recovery_s=_recovery(mine, timeline.returned, run.calls),
+        return_s=_returned_after(run.calls, timeline.returned),
         served_by=_ordered(tally.served_by),
         served_by_phase={name: _ordered(c) for name, c in tally.served_by_phase.items()},
         failures=dict(tally.failures),
@@ -251,7 +268,7 @@ def _analyse(
             {"t": round(t - t0, 3), "route": tr.route, "before": tr.before, "after": tr.after}
             for t, tr in transitions
         ],
-        config=_config(run.rate),
+        config=_config(run.rate, run.breaker),
         _calls=[(c.start - t0, c.route) for c in run.calls],
         _duration=timeline.end - t0,
     )

@@ -41,8 +41,9 @@ class DrillReport:
     provider; ``dead_calls`` splits them into refused connections (they never reach the
     server) and requests the primary's server received (its own log, a cross-check), and adds
     ``before_open``: the attempts of the onset, which the breaker needed to see to open.
-    ``half_open_probes`` counts the breaker's ``open -> half_open`` transitions in that span:
-    with ``half_open_permits=1`` each one hands out exactly one probe permit.
+    ``half_open_probes`` counts the breaker's ``open -> half_open`` transitions in that span;
+    each hands out ``half_open_permits`` probe permits (1 in the drill's own policy), the
+    bound of ``only_probes_reached_dead``. ``reached_server`` leaves the background probes out.
 
     ``recovery_s`` is the time from the primary's return until its breaker closed again (at
     once if it was closed), provided later calls were served by the primary; ``None`` if that
@@ -51,6 +52,11 @@ class DrillReport:
     interval measured during the outage), then one probe closes it; ``open_duration_s`` is the
     slack for that probe and for a probe still in flight at the return (a hung one fails late
     and reopens the breaker once more).
+
+    ``return_s``: from the primary's return until it serves 90 % of calls again (the first run
+    of 20 calls after the return of which 18 or more it served); ``None`` if that never came.
+    ``dead_calls["background_probes"]`` counts the background probes of the open breaker
+    (``BreakerPolicy.probe_every``), which are not user calls.
     """
 
     requests: int
@@ -79,6 +85,7 @@ class DrillReport:
     max_open_duration_s: float
     observed_open_s: list[float]
     recovery_s: float | None
+    return_s: float | None
     served_by: dict[str, int]
     served_by_phase: dict[str, dict[str, int]]
     failures: dict[str, int]
@@ -105,7 +112,10 @@ class DrillReport:
             "during_tail_within_fallback_tail_plus_50ms": (
                 during is not None and fallback is not None and during <= fallback + 50
             ),
-            "only_probes_reached_dead": self.calls_to_dead_after_open <= self.half_open_probes,
+            "only_probes_reached_dead": (
+                self.calls_to_dead_after_open
+                <= self.half_open_probes * self.config["breaker"]["half_open_permits"]
+            ),
             "recovered_within_open_plus_probe": (
                 self.recovery_s is not None and self.recovery_s <= self.open_duration_s + interval
             ),
@@ -121,6 +131,7 @@ class DrillReport:
             "calls_to_dead_after_open": self.calls_to_dead_after_open,
             "half_open_probes": self.half_open_probes,
             "recovery_s": self.recovery_s,
+            "return_s": self.return_s,
             "open_duration_s": self.open_duration_s,
             "probe_interval_s": self.probe_interval_s,
             "targets": self.targets,
@@ -189,7 +200,7 @@ class DrillReport:
             f"({self.dead_calls['refused_connections']} refused connections, "
             f"{self.dead_calls['reached_server']} reached the server)",
             f"  recovery      {_s(self.recovery_s)} from the primary's return to its breaker "
-            "closing",
+            f"closing; {_s(self.return_s)} until it served 90 % of calls again",
         ]
         if self.local_note:
             lines.append(f"  local model   {self.local_note}")

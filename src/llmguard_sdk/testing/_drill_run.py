@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import anyio
 import anyio.to_thread
 
+from .._core.probes import is_probe
 from ..breaker import BreakerPolicy
 from ..context import CallEvent
 from ..guard import Guard
@@ -57,6 +58,7 @@ class _Attempt:
     end: float
     error: str | None
     sent: bool
+    background: bool = False  # a background probe of the open breaker, not a user's call
 
 
 _CURRENT: contextvars.ContextVar[_Call | None] = contextvars.ContextVar(
@@ -81,10 +83,10 @@ class _Tap(_Streams):
         self.context_window = inner.context_window
         self.attempts: list[_Attempt] = []
 
-    def _log(self, start: float, error: BaseException | None) -> None:
+    def _log(self, start: float, error: BaseException | None, request: ChatRequest) -> None:
         kind = None if error is None else type(error).__name__
         sent = bool(getattr(error, "request_sent", True))
-        self.attempts.append(_Attempt(start, time.monotonic(), kind, sent))
+        self.attempts.append(_Attempt(start, time.monotonic(), kind, sent, is_probe(request)))
 
     def complete(self, request: ChatRequest, *, model: str, deadline: float) -> ChatResponse:
         start, error = time.monotonic(), None
@@ -94,7 +96,7 @@ class _Tap(_Streams):
             error = exc
             raise
         finally:
-            self._log(start, error)
+            self._log(start, error, request)
 
     async def acomplete(self, request: ChatRequest, *, model: str, deadline: float) -> ChatResponse:
         start, error = time.monotonic(), None
@@ -104,7 +106,7 @@ class _Tap(_Streams):
             error = exc
             raise
         finally:
-            self._log(start, error)
+            self._log(start, error, request)
 
     def _stream(self, call: StreamCall) -> Generator[StreamChunk, None, None]:
         return self.inner.stream(
@@ -131,6 +133,7 @@ class _Run:
     rate: float
     plan: list[tuple[str, float, Callable[[], None]]]
     total: float
+    breaker: BreakerPolicy = BREAKER
     t0: float = 0.0
     calls: list[_Call] = field(default_factory=list)
     marks: dict[str, float] = field(default_factory=dict)

@@ -39,7 +39,7 @@ from collections.abc import Callable
 
 import anyio
 
-from ..breaker import BreakerTransition
+from ..breaker import BreakerPolicy, BreakerTransition
 from ..errors import ConfigurationError
 from ..guard import Guard
 from ..providers.base import Provider
@@ -84,6 +84,7 @@ def run_drill(
     after: float = 4.0,
     local: bool = True,
     png: str | None = None,
+    breaker: BreakerPolicy | None = None,
 ) -> DrillReport:
     """Run an outage drill and return its :class:`DrillReport` (see the module docs).
 
@@ -94,6 +95,8 @@ def run_drill(
         after: seconds of traffic after the primary's return.
         local: add the bundled local model as the last route when it is installed.
         png: write a timeline PNG here (see :meth:`DrillReport.write_png`).
+        breaker: the Guard's breaker policy (default: the drill's short one below;
+            ``BreakerPolicy()`` for the SDK's defaults).
 
     The default run lasts about 13 s. The Guard: ``timeout`` 5 s, ``attempt_timeout`` 0.4 s,
     retries ``RetryPolicy(attempts=2, base=0.02, cap=0.5)``, breakers
@@ -103,6 +106,7 @@ def run_drill(
     if not (rate > 0 and before > 0 and outage > 0 and after > 0):
         raise ConfigurationError("rate and every phase duration must be positive")
     transitions: list[tuple[float, BreakerTransition]] = []
+    policy = BREAKER if breaker is None else breaker
 
     def on_transition(transition: BreakerTransition) -> None:
         transitions.append((time.monotonic(), transition))
@@ -127,7 +131,7 @@ def run_drill(
             timeout=CALL_TIMEOUT,
             attempt_timeout=ATTEMPT_TIMEOUT,
             retry=RETRY,
-            breaker=BREAKER,
+            breaker=policy,
             breaker_hooks=[on_transition],
             hooks=[_on_event],
             environ={},
@@ -143,7 +147,7 @@ def run_drill(
             ("hang", before + 2 * outage, lambda: primary.always(Fault(hang=True))),
             ("after", before + 3 * outage, lambda: primary.always(None)),
         ]
-        run = _Run(guard, primary, tap, rate, plan, total=before + 3 * outage + after)
+        run = _Run(guard, primary, tap, rate, plan, before + 3 * outage + after, policy)
         anyio.run(run.traffic)
         received = [r.time for r in primary.requests]
     report = _analyse(run, transitions, received, [r.name for r in routes], local_note)
