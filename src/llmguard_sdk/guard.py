@@ -17,18 +17,8 @@ from typing_extensions import Unpack
 from ._closing import AsyncCloses, Closes
 from ._config_file import CONFIG_ENV, load_config, resolve
 from ._core import wiring
-from ._core.drive import acomplete, complete
-from ._core.opening import OpeningOutcome, aopen_call, aremember_later, open_call, remember_later
-from ._core.run import Run
-from ._core.stages import (
-    InputFilter,
-    OutputFilter,
-    Stages,
-    finish,
-    prepare,
-    reporting,
-    resolve_scope,
-)
+from ._core.calls import MessagesArg, acomplete_call, call_context, complete_call
+from ._core.stages import InputFilter, OutputFilter, Stages, reporting
 from ._core.streams import AsyncChatStream, ChatStream
 from ._state.steps import Step, arun, done, run
 from .breaker import (
@@ -39,9 +29,9 @@ from .breaker import (
 from .budget import Budget, Budgets, CounterStatus, PriceTable
 from .cache import ResponseCache
 from .config import GuardSettings
-from .context import CallContext, Hook
-from .errors import ConfigurationError, ProviderError, RequestValidationError
-from .models import ChatRequest, ChatResponse, Message
+from .context import Hook
+from .errors import ConfigurationError, ProviderError
+from .models import ChatRequest, ChatResponse
 from .providers.base import Provider
 from .ratelimit import LimitsConfig, RateLimiter
 from .retry import (
@@ -64,7 +54,6 @@ DEFAULT_RETRY_BUDGET = RetryBudgetPolicy()
 DEFAULT_BREAKER = BreakerPolicy()
 
 F = TypeVar("F", bound=Callable[..., Any])
-MessagesArg = Sequence[Message | Mapping[str, Any]]
 
 
 class ChatOptions(TypedDict, total=False):
@@ -407,53 +396,11 @@ class Guard(Closes, AsyncCloses):
         :class:`~llmguard_sdk.errors.ProviderError` (one route) or
         :class:`~llmguard_sdk.errors.AllRoutesFailedError` when no route could answer.
         """
-        ctx = self._context(messages, options)
+        ctx = call_context(self._stages, messages, options)
         if stream:
             return ChatStream(ctx, self._stages)
         with reporting(ctx, self._stages, "chat") as outcome:
-            return outcome.served(self._complete(ctx))
-
-    def _context(self, messages: MessagesArg | None, options: ChatOptions) -> CallContext:
-        """The call's context from :meth:`chat`'s arguments (validated; no network yet)."""
-        params: dict[str, Any] = dict(options)  # less the call's own options: the request's
-        request, model = params.pop("request", None), params.pop("model", None)
-        scope = resolve_scope(
-            params.pop("tenant", None), params.pop("feature", None), params.pop("user", None)
-        )
-        timeout, hedge_after = params.pop("timeout", None), params.pop("hedge_after", None)
-        priority = params.pop("priority", "interactive")
-        cacheable, cache_tags = params.pop("cacheable", True), tuple(params.pop("cache_tags", ()))
-        ctx = prepare(
-            self._stages,
-            _request_data(messages, request, model, params),
-            scope=scope,
-            timeout=timeout,
-            hedge_after=hedge_after,
-            priority=priority,
-        )
-        ctx.cacheable, ctx.cache_tags = cacheable, cache_tags
-        return ctx
-
-    def _complete(self, ctx: CallContext) -> ChatResponse:
-        """One non-streaming call in two round trips to the shared state when all goes
-        well: the opening batch (cache, spend, first permit and reservation), the chain,
-        then the tail batch (records, settles, spend settle, cache store)."""
-        stages = self._stages
-        opening = open_call(ctx, stages)
-        try:
-            if (cached := opening.begin(ctx, stages)) is not None:
-                return finish(ctx, stages, cached)
-            raw = response = None
-            try:
-                raw = complete(self._run(ctx, opening))
-                response = finish(ctx, stages, raw)
-            finally:  # settle to what was served; nothing served: release the hold
-                if opening.held is not None and stages.spend is not None:
-                    opening.tail.add(stages.spend.settle_steps(opening.held, ctx, response or raw))
-            remember_later(ctx, stages, response, opening.tail)
-            return response
-        finally:
-            opening.tail.flush()
+            return outcome.served(complete_call(ctx, self._stages))
 
     @overload
     async def achat(
@@ -481,38 +428,11 @@ class Guard(Closes, AsyncCloses):
         **options: Unpack[ChatOptions],
     ) -> ChatResponse | AsyncChatStream:
         """Async twin of :meth:`chat`; ``stream=True`` gives an :class:`AsyncChatStream`."""
-        ctx = self._context(messages, options)
+        ctx = call_context(self._stages, messages, options)
         if stream:
             return AsyncChatStream(ctx, self._stages)
         with reporting(ctx, self._stages, "chat") as outcome:  # cancelled: reported as such
-            return outcome.served(await self._acomplete(ctx))
-
-    async def _acomplete(self, ctx: CallContext) -> ChatResponse:
-        """Async twin of :meth:`_complete`."""
-        stages = self._stages
-        opening = await aopen_call(ctx, stages)
-        try:
-            if (cached := opening.begin(ctx, stages)) is not None:
-                return finish(ctx, stages, cached)
-            raw = response = None
-            try:
-                raw = await acomplete(self._run(ctx, opening))
-                response = finish(ctx, stages, raw)
-            finally:  # settle to what was served; nothing served (or cancelled): release
-                if opening.held is not None and stages.spend is not None:
-                    opening.tail.add(stages.spend.settle_steps(opening.held, ctx, response or raw))
-            await aremember_later(ctx, stages, response, opening.tail)
-            return response
-        finally:
-            with anyio.CancelScope(shield=True):
-                await opening.tail.aflush()
-
-    def _run(self, ctx: CallContext, opening: OpeningOutcome) -> Run:
-        """The route loop's state for a plain call that the opening sent to its routes
-        (under the spend hold's stages, when a budget holds it)."""
-        held = opening.held
-        stages = held.stages if held is not None else self._stages
-        return Run(ctx, stages, streaming=False, tail=opening.tail, ahead=opening.ahead)
+            return outcome.served(await acomplete_call(ctx, self._stages))
 
     # -- adoption helpers -------------------------------------------------------------------
 
@@ -640,24 +560,3 @@ class Guard(Closes, AsyncCloses):
         if spend is None or not spend.active:
             return done(True)
         return spend.flush_steps()
-
-
-def _request_data(
-    messages: MessagesArg | None,
-    request: ChatRequest | None,
-    model: str | None,
-    params: dict[str, Any],
-) -> ChatRequest | dict[str, Any]:
-    if request is not None:
-        if messages is not None or params:
-            raise RequestValidationError(
-                "pass either request= or messages and parameters, not both"
-            )
-        return request if model is None else request.model_copy(update={"model": model})
-    data: dict[str, Any] = dict(params)
-    data["messages"] = [
-        m.model_dump(exclude_none=True) if isinstance(m, Message) else m for m in messages or ()
-    ]
-    if model is not None:
-        data["model"] = model
-    return data

@@ -1,0 +1,122 @@
+"""A guarded call's envelope, around the plan: its context from the caller's arguments, and a
+plain call's two round trips (the opening batch, the route loop, the tail batch).
+
+:class:`~llmguard_sdk.Guard` and the drop-in clients start calls here; streams have their own
+envelope in :mod:`.streams`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import anyio
+
+from ..context import CallContext
+from ..errors import RequestValidationError
+from ..models import ChatRequest, ChatResponse, Message
+from .drive import acomplete, complete
+from .opening import OpeningOutcome, aopen_call, aremember_later, open_call, remember_later
+from .run import Run
+from .stages import Stages, finish, prepare, resolve_scope
+
+__all__ = ["MessagesArg", "acomplete_call", "call_context", "complete_call"]
+
+MessagesArg = Sequence[Message | Mapping[str, Any]]
+"""Chat messages as :class:`~llmguard_sdk.Message` objects or dicts."""
+
+
+def call_context(
+    stages: Stages, messages: MessagesArg | None, options: Mapping[str, Any]
+) -> CallContext:
+    """The call's context from ``Guard.chat``'s arguments (validated; no network yet)."""
+    params: dict[str, Any] = dict(options)  # less the call's own options: the request's
+    request, model = params.pop("request", None), params.pop("model", None)
+    scope = resolve_scope(
+        params.pop("tenant", None), params.pop("feature", None), params.pop("user", None)
+    )
+    timeout, hedge_after = params.pop("timeout", None), params.pop("hedge_after", None)
+    priority = params.pop("priority", "interactive")
+    cacheable, cache_tags = params.pop("cacheable", True), tuple(params.pop("cache_tags", ()))
+    ctx = prepare(
+        stages,
+        _request_data(messages, request, model, params),
+        scope=scope,
+        timeout=timeout,
+        hedge_after=hedge_after,
+        priority=priority,
+    )
+    ctx.cacheable, ctx.cache_tags = cacheable, cache_tags
+    return ctx
+
+
+def complete_call(ctx: CallContext, stages: Stages) -> ChatResponse:
+    """One non-streaming call in two round trips to the shared state when all goes well: the
+    opening batch (cache, spend, first permit and reservation), the chain, then the tail
+    batch (records, settles, spend settle, cache store)."""
+    opening = open_call(ctx, stages)
+    try:
+        if (cached := opening.begin(ctx, stages)) is not None:
+            return finish(ctx, stages, cached)
+        raw = response = None
+        try:
+            raw = complete(_run(ctx, stages, opening))
+            response = finish(ctx, stages, raw)
+        finally:  # settle to what was served; nothing served: release the hold
+            if opening.held is not None and stages.spend is not None:
+                opening.tail.add(stages.spend.settle_steps(opening.held, ctx, response or raw))
+        remember_later(ctx, stages, response, opening.tail)
+        return response
+    finally:
+        opening.tail.flush()
+
+
+async def acomplete_call(ctx: CallContext, stages: Stages) -> ChatResponse:
+    """Async twin of :func:`complete_call`."""
+    opening = await aopen_call(ctx, stages)
+    try:
+        if (cached := opening.begin(ctx, stages)) is not None:
+            return finish(ctx, stages, cached)
+        raw = response = None
+        try:
+            raw = await acomplete(_run(ctx, stages, opening))
+            response = finish(ctx, stages, raw)
+        finally:  # settle to what was served; nothing served (or cancelled): release
+            if opening.held is not None and stages.spend is not None:
+                opening.tail.add(stages.spend.settle_steps(opening.held, ctx, response or raw))
+        await aremember_later(ctx, stages, response, opening.tail)
+        return response
+    finally:
+        with anyio.CancelScope(shield=True):
+            await opening.tail.aflush()
+
+
+def _run(ctx: CallContext, stages: Stages, opening: OpeningOutcome) -> Run:
+    """The route loop's state for a plain call that the opening sent to its routes (under the
+    spend hold's stages, when a budget holds it)."""
+    held = opening.held
+    return Run(
+        ctx, held.stages if held is not None else stages, streaming=False,
+        tail=opening.tail, ahead=opening.ahead,
+    )  # fmt: skip
+
+
+def _request_data(
+    messages: MessagesArg | None,
+    request: ChatRequest | None,
+    model: str | None,
+    params: dict[str, Any],
+) -> ChatRequest | dict[str, Any]:
+    if request is not None:
+        if messages is not None or params:
+            raise RequestValidationError(
+                "pass either request= or messages and parameters, not both"
+            )
+        return request if model is None else request.model_copy(update={"model": model})
+    data: dict[str, Any] = dict(params)
+    data["messages"] = [
+        m.model_dump(exclude_none=True) if isinstance(m, Message) else m for m in messages or ()
+    ]
+    if model is not None:
+        data["model"] = model
+    return data
