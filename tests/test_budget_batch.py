@@ -115,3 +115,43 @@ def test_a_batch_that_does_not_end_in_time_fails_its_calls(fake: FakeProvider) -
     with pytest.raises(ProviderTimeoutError):
         guard.chat([{"role": "user", "content": "slow"}], max_tokens=5)
     guard.close()
+
+
+@pytest.mark.parametrize("budgeted", [True, False])
+def test_priority_batch_calls_take_the_batch_route_and_others_never_do(
+    fake: FakeProvider, budgeted: bool
+) -> None:
+    budgets = Budgets([Budget(limit_usd=10.0, scope="tenant")], prices=PRICES)
+    guard = Guard(
+        [
+            OpenAICompatibleProvider(fake.base_url, model="fake-model", name="openai"),
+            BatchProvider(fake.base_url, model="fake-model", window=0.2, poll_interval=0.05),
+        ],
+        budgets=budgets if budgeted else None,
+        prices=None if budgeted else PRICES,
+        environ={},
+        timeout=30,
+    )
+    with concurrent.futures.ThreadPoolExecutor(max_workers=20) as pool:
+        batch = list(
+            pool.map(
+                lambda i: guard.chat(
+                    [{"role": "user", "content": f"later {i}"}],
+                    max_tokens=5,
+                    tenant="acme",
+                    priority="batch",
+                ),
+                range(20),
+            )
+        )
+    now = guard.chat([{"role": "user", "content": "now"}], max_tokens=5, tenant="acme")
+    guard.close()
+    assert {answer.route for answer in batch} == {"openai-batch"}
+    assert all(a.usage is not None and a.usage.service_tier == "batch" for a in batch)
+    assert now.route == "openai"
+    chat_calls = [r for r in fake.requests if r.path.endswith("/chat/completions")]
+    assert len(chat_calls) == 1  # only the interactive call used the chat endpoint
+    for answer in batch:  # at the batch rates, half the standard ones
+        assert answer.usage is not None
+        standard = (answer.usage.input_tokens * 100 + answer.usage.output_tokens * 200) / 1e6
+        assert answer.cost_usd == pytest.approx(standard / 2)

@@ -135,8 +135,10 @@ class SpendControl:
         self.runaway = (
             RunawayDetector(config.runaway_factor) if config.runaway_factor is not None else None
         )
-        self.active = bool(config.budgets or config.on_event)
-        """Whether calls go through reserve and settle (budgets or event callbacks are set);
+        batch_routes = any(_route_tier(route) == "batch" for route in routes)
+        self.active = bool(config.budgets or config.on_event or batch_routes)
+        """Whether calls go through reserve and settle (budgets or event callbacks are set,
+        or a batch route is in the chain: this stage picks the routes of batch calls);
         otherwise this stage only prices responses."""
 
     # -- what a call touches -----------------------------------------------------------------
@@ -213,7 +215,7 @@ class SpendControl:
             model = route.model or ctx.request.model
             assert model is not None  # prepare() checked it
             # a route that always serves one tier (a BatchProvider: "batch") says so
-            tier = normal_tier(getattr(route, "service_tier", None)) or _asked_tier(ctx)
+            tier = _route_tier(route) or _asked_tier(ctx)
             prices = [self.prices.price(model, provider=route.name, tier=tier)]
             if tier not in (None, "batch"):  # a tier's call may be served at the standard one
                 prices.append(self.prices.price(model, provider=route.name))
@@ -267,6 +269,7 @@ class SpendControl:
         them, also when this raises)."""
         rid = os.urandom(12).hex()
         specs = self._call_counters(ctx)
+        stages = self._by_priority(ctx, stages)
         if not specs:
             return Held(rid, (), 0, stages)
         config = self.config
@@ -347,6 +350,16 @@ class SpendControl:
                 retry_after=max(0.0, result.resets_at - time.time()),
             )
         return following
+
+    def _by_priority(self, ctx: CallContext, stages: Stages) -> Stages:
+        """Batch routes (a :class:`~llmguard_sdk.providers.batch.BatchProvider`: routes whose
+        ``service_tier`` is ``"batch"``) serve the calls with ``priority="batch"``, and only
+        those: a batch call goes to them when the chain has any, other calls never do."""
+        batch = [route for route in stages.routes if _route_tier(route) == "batch"]
+        if not batch:
+            return stages
+        wanted = batch if ctx.priority == "batch" else [r for r in stages.routes if r not in batch]
+        return dataclasses.replace(stages, routes=tuple(wanted)) if wanted else stages
 
     def _routes(self, stages: Stages, level: Level) -> tuple[Provider, ...]:
         if level == "all":
@@ -517,6 +530,12 @@ class SpendControl:
                     hook(event)
                 except Exception:
                     logger.exception("llmguard budget hook %r failed", hook)
+
+
+def _route_tier(route: Provider) -> str | None:
+    """The one service tier a route serves, when it says (``service_tier``)."""
+    tier = getattr(route, "service_tier", None)
+    return normal_tier(tier) if isinstance(tier, str) else None
 
 
 def _asked_tier(ctx: CallContext) -> str | None:

@@ -8,12 +8,18 @@ Each call is an ordinary call of the Guard: its budget hold, settle and telemetr
 and its usage says ``service_tier="batch"``, so it is priced at the batch rates (half price at
 OpenAI and Anthropic)::
 
-    batch = Guard(
-        BatchProvider("https://api.openai.com/v1", api="openai", model="gpt-5-mini",
-                      api_key=key, window=5.0),
+    guard = Guard(
+        [OpenAICompatibleProvider("https://api.openai.com/v1", model="gpt-5-mini", api_key=key,
+                                  name="openai"),
+         BatchProvider("https://api.openai.com/v1", api="openai", model="gpt-5-mini",
+                       api_key=key, window=5.0)],
         budgets=budgets, store=store,
     )
-    futures = [pool.submit(batch.chat, q, priority="batch") for q in questions]
+    guard.chat(question)                                    # interactive: the first route
+    futures = [pool.submit(guard.chat, q, priority="batch", timeout=86400) for q in questions]
+
+A Guard whose chain holds a batch route sends the calls with ``priority="batch"`` to its batch
+routes, and never the others (the spend stage picks the routes, as it does for downgrades).
 
 A call waits for its batch until its deadline (batch APIs answer within minutes to hours:
 give batch calls a long ``timeout``); a batch that has not ended by the last of its calls'
