@@ -17,10 +17,16 @@ from typing import Any
 from pydantic import ValidationError
 
 from ..errors import MalformedResponseError, ProviderUnavailableError
-from ..models import ChatRequest, ChatResponse, Message, StreamChunk, Usage
+from ..models import ChatRequest, ChatResponse, Message, StreamChunk
 from .anthropic import AnthropicStreamState
 from .openai_compat import OpenAICompatibleProvider
-from .wire import MAX_ERROR_BODY_BYTES, StreamState, error_from_status, json_answer
+from .wire import (
+    MAX_ERROR_BODY_BYTES,
+    StreamState,
+    error_from_status,
+    json_answer,
+    usage_from_payload,
+)
 from .wire import malformed_answer as _malformed
 
 __all__ = ["OpenAIResponsesProvider"]
@@ -139,20 +145,6 @@ def build_responses_payload(request: ChatRequest, *, model: str, stream: bool) -
 # -- answers -------------------------------------------------------------------------------
 
 
-def usage_of(raw: object) -> Usage | None:
-    """Responses usage (``input_tokens`` counts the cached ones) as :class:`Usage`."""
-    if not isinstance(raw, dict):
-        return None
-    inputs = raw.get("input_tokens_details")
-    outputs = raw.get("output_tokens_details")
-    return Usage(
-        input_tokens=raw.get("input_tokens") or 0,
-        output_tokens=raw.get("output_tokens") or 0,
-        cached_input_tokens=(inputs.get("cached_tokens") or 0) if isinstance(inputs, dict) else 0,
-        reasoning_tokens=(outputs.get("reasoning_tokens") or 0) if isinstance(outputs, dict) else 0,
-    )
-
-
 def _finish(data: Mapping[str, Any], has_calls: bool) -> str:
     details = data.get("incomplete_details")
     reason = details.get("reason") if isinstance(details, dict) else None
@@ -199,11 +191,14 @@ def parse_response(
     if not isinstance(data.get("output"), list):
         raise problem("response has no output list")
     text, calls = _output(data)
+    usage, cost = usage_from_payload(data.get("usage"), service_tier=data.get("service_tier"))
     try:
         return ChatResponse(
             text=text,
             finish_reason=_finish(data, bool(calls)),
-            usage=usage_of(data.get("usage")),
+            usage=usage,
+            cost_usd=cost,
+            cost_source="reported" if cost is not None else None,
             model=str(data.get("model") or ""),
             route=route,
             id=data.get("id") if isinstance(data.get("id"), str) else None,
@@ -247,7 +242,10 @@ class ResponsesStreamState(AnthropicStreamState):
             response = response if isinstance(response, dict) else {}
             self.finished = self.done = True
             finish = _finish(response, bool(self.calls))
-            return self._make(finish=finish, usage=usage_of(response.get("usage")))
+            usage, _cost = usage_from_payload(
+                response.get("usage"), service_tier=response.get("service_tier")
+            )
+            return self._make(finish=finish, usage=usage)
         return None  # in_progress, content parts, the *.done events, reasoning summaries
 
     def _call(self, kind: str, event: dict[str, Any]) -> StreamChunk | None:
