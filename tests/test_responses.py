@@ -40,7 +40,7 @@ def test_provider_plain_usage_with_cached_and_reasoning_tokens() -> None:
     assert answer.usage is not None
     assert answer.usage.input_tokens == 15
     assert answer.usage.cached_input_tokens > 0
-    assert answer.usage.reasoning_tokens == 8  # type: ignore[attr-defined]
+    assert answer.usage.reasoning_tokens == 8
     assert answer.usage.output_tokens == 3 + 8
     body = fake.requests[-1].body
     assert body is not None
@@ -159,3 +159,14 @@ def test_cache_budget_and_events_treat_responses_like_chat(
     assert events[0].cost_usd == pytest.approx((6 * 100 + 3 * 200) / 1e6)
     with pytest.raises(Exception, match="previous_response_id"):
         client.responses.create(model="m", input="x", previous_response_id="resp_1")
+
+
+def test_reasoning_tokens_reach_the_chat_shape_too(fake: FakeProvider) -> None:
+    client = _openai_client(_route(fake))
+    completion = client.chat.completions.create(model="m", messages=USER, reasoning_effort="low")
+    assert completion.usage is not None
+    assert completion.usage.completion_tokens_details is not None
+    assert completion.usage.completion_tokens_details.reasoning_tokens == 2
+    response = client.responses.create(model="m", input="hi", reasoning={"effort": "medium"})
+    assert response.usage is not None
+    assert response.usage.output_tokens_details.reasoning_tokens == 4

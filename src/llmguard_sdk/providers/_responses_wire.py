@@ -166,7 +166,7 @@ def usage_object(usage: Usage | None) -> dict[str, Any] | None:
         "input_tokens": usage.input_tokens,
         "input_tokens_details": {"cached_tokens": usage.cached_input_tokens},
         "output_tokens": usage.output_tokens,
-        "output_tokens_details": {"reasoning_tokens": getattr(usage, "reasoning_tokens", 0)},
+        "output_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
         "total_tokens": usage.total_tokens,
     }
 

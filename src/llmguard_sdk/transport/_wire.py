@@ -232,15 +232,18 @@ def openai_error(exc: LLMGuardError) -> dict[str, Any]:
 
 
 def openai_usage(usage: Usage | None) -> dict[str, Any] | None:
-    """Chat-completions usage with its cached-token detail."""
+    """Chat-completions usage with its cached (and reasoning) token details."""
     if usage is None:
         return None
-    return {
+    body: dict[str, Any] = {
         "prompt_tokens": usage.input_tokens,
         "completion_tokens": usage.output_tokens,
         "total_tokens": usage.total_tokens,
         "prompt_tokens_details": {"cached_tokens": usage.cached_input_tokens},
     }
+    if usage.reasoning_tokens:
+        body["completion_tokens_details"] = {"reasoning_tokens": usage.reasoning_tokens}
+    return body
 
 
 def new_id(prefix: str) -> str:
