@@ -3,7 +3,8 @@ checkable answer each, asked through the SDK (a Guard whose only route is a Loca
 
 The questions ship in ``bench/data/local_quality.json``: 20 each of arithmetic, capitals,
 units, yes/no and extraction from the prompt. Each has a checker: ``number`` (the answer's
-first number that is not copied from the question, else its first number, must equal it;
+first number left once the question's numbers are taken out of it, one each, else its
+last number, must equal it;
 digits, ``3,600`` and the words zero to twenty count) or ``accept`` (one of these words or
 phrases appears as a whole word, case-insensitive, and none of ``reject`` does).
 
@@ -136,10 +137,12 @@ def _has_word(text: str, phrase: str) -> bool:
 def check(item: dict[str, Any], answer: str) -> bool:
     """Whether ``answer`` answers the question ``item`` right (see the module docs)."""
     if "number" in item:
-        asked = set(numbers(item["question"]))
         said = numbers(answer)
-        fresh = [n for n in said if n not in asked]
-        claim = fresh[0] if fresh else (said[0] if said else None)
+        left = list(said)
+        for number in numbers(item["question"]):  # a restated question: "2 + 2 = 4"
+            if number in left:
+                left.remove(number)
+        claim = left[0] if left else (said[-1] if said else None)
         return claim is not None and claim == float(item["number"])
     if any(_has_word(answer, word) for word in item.get("reject", ())):
         return False
@@ -325,7 +328,12 @@ def measure_model(name: str, meta: dict[str, str], args: argparse.Namespace) -> 
         return {"skipped": path}
     questions = load_questions(args.quick)
     spec = {"path": str(path), "threads": args.threads, "quick": args.quick}
-    runs = {kind: _run_worker({**spec, "pass": kind}) for kind in ("sdk", "default_prompt", "raw")}
+    try:
+        runs = {
+            kind: _run_worker({**spec, "pass": kind}) for kind in ("sdk", "default_prompt", "raw")
+        }
+    except (RuntimeError, subprocess.TimeoutExpired) as exc:  # the others are still reported
+        return {"error": str(exc).strip().splitlines()[-1][:300]}
     result = summarize(questions, runs["sdk"])
     result.update(
         package=meta.get("pip"),
@@ -335,6 +343,11 @@ def measure_model(name: str, meta: dict[str, str], args: argparse.Namespace) -> 
         default_prompt=summarize(questions, runs["default_prompt"]),
         raw=summarize(questions, runs["raw"]),
     )
+    result["_answers"] = [
+        {"model": name, "pass": kind, "id": item["id"], "answer": row["text"]}
+        for kind, run in runs.items()
+        for item, row in zip(questions, run["rows"], strict=True)
+    ]
     result["raw"]["same_answers"] = sum(
         a["text"] == b["text"]
         for a, b in zip(runs["sdk"]["rows"], runs["raw"]["rows"], strict=True)
@@ -350,6 +363,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--gguf", action="append", default=[], metavar="NAME=PATH", help="also measure this GGUF"
     )
+    parser.add_argument("--answers", type=Path, help="write every answer here (JSON Lines)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
@@ -364,10 +378,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(f"--gguf takes NAME=PATH, not {given!r}")
         candidates[name] = {"path": path}
     models = {name: measure_model(name, meta, args) for name, meta in candidates.items()}
+    for model in models.values():
+        answers = model.pop("_answers", None)
+        if args.answers is not None and answers:
+            with args.answers.open("a", encoding="utf-8") as out:
+                out.writelines(json.dumps(row) + "\n" for row in answers)
     # recommended: the best packaged model (a --gguf file is measured beside, not recommended)
-    measured = {n: m for n, m in models.items() if "skipped" not in m and m["package"]}
-    best = max(measured, key=lambda n: (measured[n]["accuracy"], measured[n]["tok_s"] or 0))
-    pick = measured[best]
+    measured = {n: m for n, m in models.items() if "accuracy" in m and m["package"]}
+    best = max(
+        measured, key=lambda n: (measured[n]["accuracy"], measured[n]["tok_s"] or 0), default=None
+    )
+    pick = measured[best] if best is not None else {"accuracy": 0.0, "tok_s": 0.0}
     report = {
         "questions": len(load_questions(args.quick)),
         "quick": args.quick,
@@ -386,8 +407,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(json.dumps(report))
         return 0
     for name, model in models.items():
-        if "skipped" in model:
-            print(f"{name}: skipped ({model['skipped']})")
+        if "accuracy" not in model:
+            print(f"{name}: {model}")
             continue
         print(
             f"{name}: accuracy {model['accuracy']:.0%} at {model['tok_s']} tok/s "
