@@ -16,22 +16,23 @@ newer map):
   ``*_flex``, ``*_priority``, ``output_cost_per_reasoning_token``). Costs agree within a
   relative 1e-6.
 
-Every disagreement is given the first reason (a rule, checked against both sources' data
-for that model) that accounts for it; a disagreement no rule accounts for counts in
-``unexplained``. The rules:
+Every disagreement is given the first rule that accounts for it: its precondition holds on
+both sources' data for that model, and with its correction applied the two costs agree
+(within 1e-6). A disagreement no rule accounts for counts in ``unexplained``. The rules:
 
-* ``tier_missing_in_litellm`` / ``tier_missing_in_genai_prices``: the shape's service tier
-  has rates in one source only (the other's cost falls back to standard rates, or to our
-  batch discount).
-* ``long_context_tier_differs``: the prompt is past a long-context threshold that only one
-  source has, or the sources' thresholds differ.
-* ``one_hour_write_rate_missing_in_litellm``: a 1-hour cache write, and LiteLLM's map has
-  no ``cache_creation_input_token_cost_above_1hr`` (it bills those at the 5-minute rate).
-* ``cache_rate_missing_in_one_source``: the shape reads or writes the prompt cache and
-  only one source has a rate for it (the other bills the tokens as plain input).
-* ``base_rate_differs``: the shape's base rates (input, output, cache read/write) differ
-  between the two maps for this model: one of them is out of date or wrong; the plain
-  shape of the model shows by how much.
+* ``tier_missing_in_litellm``: LiteLLM has no rates for the shape's service tier (it bills
+  the standard ones): our standard price must give LiteLLM's cost.
+* ``tier_missing_in_genai_prices``: genai-prices has no rates for the tier (we bill the
+  standard ones): LiteLLM's standard cost must give ours.
+* ``long_context_tier_differs``: the prompt is past a long-context threshold only one source
+  has, or the thresholds differ: without long-context tiers the costs must agree.
+* ``one_hour_write_rate_missing_in_litellm``: a 1-hour cache write, and LiteLLM's map has no
+  ``cache_creation_input_token_cost_above_1hr`` (it bills those at the 5-minute rate): ours,
+  billed so, must give LiteLLM's cost.
+* ``cache_rate_missing_in_one_source``: only one source has a rate for the shape's cache
+  reads or writes: billed as plain input on both sides, the costs must agree.
+* ``base_rate_differs``: the maps list different rates for the model (one is out of date or
+  wrong): our formula on LiteLLM's rates must give LiteLLM's cost.
 
 Usage: python bench/price_audit.py [--json]
 """
