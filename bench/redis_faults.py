@@ -5,16 +5,18 @@ What is measured
 A throwaway redis-server (append-only file, ``appendfsync always``; tools/redis_cluster.py
 RedisServer) and a :class:`~llmguard_sdk.testing.FakeProvider` on loopback. ``processes``
 worker processes (spawn) each send calls for ``duration_s`` seconds through a Guard with every
-Redis stage on and a global spend budget with ``fail_open=True`` (each process may spend
-``local_share`` of the limit on its own while Redis is unreachable). ``kill_after_s`` into the
-run Redis is killed (SIGKILL); ``down_s`` later it is restarted from its append-only file.
+Redis stage on and a global spend budget with ``fail_open=True`` (while Redis is unreachable
+the processes together may spend ``local_share`` of the room the budget had left).
+``kill_after_s`` into the run Redis is killed (SIGKILL); ``down_s`` later it is restarted from
+its append-only file.
 Each worker records the reservation id of every settle with a cost; at the end it replays its
 spend journal (bounded) and reports.
 
 The budget's limit (``limit_usd``, ``--limit-usd``: about 130 calls' cost, 40 with
 ``--quick``) is small enough that the run exhausts it before Redis is killed: calls after that
-are refused (``BudgetExceededError``), and while Redis is down the fail-open local share is
-what lets each process spend on its own, which the overspend bound below checks.
+are refused (``BudgetExceededError``); while Redis is down the fail-open share of the room left
+is what a process may spend on its own (nothing when none was left), which the overspend bound
+below checks.
 
 * ``decided_share``: calls answered or refused by the budget / calls sent (target 1.0: no
   call failed because Redis was down). ``answered_share``: calls answered / calls sent.
@@ -27,7 +29,9 @@ what lets each process spend on its own, which the overspend bound below checks.
 * ``settled_usd`` / ``recorded_usd``: the budget's settled spend in Redis and the sum of the
   costs the workers were answered with (equal when nothing is lost or counted twice).
 * ``overspend_usd``: ``max(0, settled_usd - limit_usd)``; ``overspend_bound_usd`` is what
-  fail-open allows (``processes * local_share * limit_usd``); target: overspend within it.
+  fail-open allows the whole fleet (``local_share`` of the room left when Redis went away,
+  shared by the processes alive then: at most ``local_share * limit_usd``); target: overspend
+  within it.
 * ``resync_s``: from the restart until the last worker's journal was empty again.
 
 The Redis server and the worker processes are stopped on every exit path (SIGTERM included;
@@ -260,8 +264,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "utilisation": round(settled / limit, 4),
         "exhausted": bool(refusals),  # the budget refused calls: its limit was reached
         "overspend_usd": round(max(0.0, settled - limit), 9),
-        "overspend_bound_usd": round(args.processes * SHARE * limit, 9),
-        "overspend_within_bound": settled - limit <= args.processes * SHARE * limit + 1e-12,
+        "overspend_bound_usd": round(SHARE * limit, 9),
+        "overspend_within_bound": settled - limit <= SHARE * limit + 1e-12,
         "resync_s": round(max(emptied) - restarted, 3) if emptied else 0.0,
     }
     print_result(result, args.json)
