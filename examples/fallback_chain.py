@@ -4,9 +4,19 @@ Each route is retried with full-jitter backoff (Retry-After honoured); a route t
 failing, or asks for a wait beyond the retry cap, hands the call to the next route. A 429 opens
 the route's circuit breaker for its Retry-After, so the next calls skip it without waiting. A
 request the provider refuses as wrong (400) is neither retried nor sent elsewhere.
+
+Background probes of open breakers (``BreakerPolicy.probe_every``) are turned off here: this
+example scripts the exact faults each call meets, and a probe would take one of them.
 """
 
-from llmguard_sdk import BadRequestError, CallEvent, Guard, OpenAICompatibleProvider, RetryPolicy
+from llmguard_sdk import (
+    BadRequestError,
+    BreakerPolicy,
+    CallEvent,
+    Guard,
+    OpenAICompatibleProvider,
+    RetryPolicy,
+)
 from llmguard_sdk.testing import FakeProvider, Fault
 
 events: list[CallEvent] = []
@@ -20,6 +30,7 @@ with FakeProvider(name="primary") as primary, FakeProvider(name="backup") as bac
         timeout=5,
         attempt_timeout=2.0,  # a silent route loses the attempt (generous: a busy machine)
         retry=RetryPolicy(attempts=3, base=0.05, cap=2.0),
+        breaker=BreakerPolicy(probe_every=None),
         hooks=[events.append],
     )
     cases = {
