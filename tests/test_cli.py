@@ -73,6 +73,32 @@ def test_bad_arguments_exit_with_usage() -> None:
     assert info.value.code == 2
 
 
+@pytest.mark.parametrize("group", ["budget", "cache", "cost"])
+def test_a_command_group_without_its_action_exits_with_usage(
+    group: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as info:
+        main([group])
+    assert info.value.code == 2
+    assert "ACTION" in capsys.readouterr().err
+
+
+def test_a_configuration_error_of_any_command_is_one_line_and_status_2(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    status = main(["cache", "calibrate", "bundled:hard_questions", "--target-precision", "2"])
+    assert status == 2
+    out = capsys.readouterr().out
+    assert out == "llmguard cache calibrate: --target-precision must be in (0, 1)\n"
+
+
+def test_without_a_command_the_help_is_printed(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([]) == 0
+    help_text = capsys.readouterr().out
+    for command in ("demo", "drill", "cost", "budget", "cache", "eval", "report", "check"):
+        assert command in help_text
+
+
 @pytest.mark.slow
 def test_drill_reports_an_outage_and_its_recovery(tmp_path: Any) -> None:
     picture = tmp_path / "timeline.png"

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -64,59 +64,60 @@ class CompletionUsage(_Open):
     prompt_tokens_details: dict[str, int] = Field(default_factory=dict)
 
 
-class ChatCompletionMessage(_Open):
+class _Content(_Open):
+    content: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+
+
+class ChatCompletionMessage(_Content):
     """openai-shaped assistant message."""
 
     role: Literal["assistant"] = "assistant"
-    content: str | None = None
-    tool_calls: list[dict[str, Any]] | None = None
 
 
-class Choice(_Open):
-    """openai-shaped choice of a completion."""
-
-    index: int = 0
-    message: ChatCompletionMessage
-    finish_reason: str | None = None
-
-
-class ChatCompletion(_Open):
-    """openai-shaped ``chat.completion`` object."""
-
-    id: str
-    object: Literal["chat.completion"] = "chat.completion"
-    created: int
-    model: str
-    choices: list[Choice]
-    usage: CompletionUsage | None = None
-    llmguard: ChatResponse | None = Field(default=None, exclude=True)
-
-
-class ChoiceDelta(_Open):
+class ChoiceDelta(_Content):
     """openai-shaped delta of a stream chunk."""
 
     role: Literal["assistant"] | None = None
-    content: str | None = None
-    tool_calls: list[dict[str, Any]] | None = None
 
 
-class ChunkChoice(_Open):
-    """openai-shaped choice of a stream chunk."""
-
+class _Choice(_Open):
     index: int = 0
-    delta: ChoiceDelta
     finish_reason: str | None = None
 
 
-class ChatCompletionChunk(_Open):
-    """openai-shaped ``chat.completion.chunk`` object."""
+class Choice(_Choice):
+    """openai-shaped choice of a completion."""
 
+    message: ChatCompletionMessage
+
+
+class ChunkChoice(_Choice):
+    """openai-shaped choice of a stream chunk."""
+
+    delta: ChoiceDelta
+
+
+class _Answer(_Open):
     id: str
-    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
     created: int
     model: str
-    choices: list[ChunkChoice]
     usage: CompletionUsage | None = None
+
+
+class ChatCompletion(_Answer):
+    """openai-shaped ``chat.completion`` object."""
+
+    object: Literal["chat.completion"] = "chat.completion"
+    choices: list[Choice]
+    llmguard: ChatResponse | None = Field(default=None, exclude=True)
+
+
+class ChatCompletionChunk(_Answer):
+    """openai-shaped ``chat.completion.chunk`` object."""
+
+    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
+    choices: list[ChunkChoice]
 
 
 def _openai_usage(usage: Usage | None) -> CompletionUsage | None:
@@ -249,20 +250,27 @@ class _AsyncCompletions:
         return to_completion(await self._guard.achat(**arguments))
 
 
-class ChunkStream:
-    """openai-shaped stream: iterate ``ChatCompletionChunk`` objects; ``close()`` or ``with``.
+_GuardStream = TypeVar("_GuardStream", "ChatStream", "AsyncChatStream")
 
-    ``response`` gives the Guard's assembled :class:`ChatResponse` after the last chunk.
-    """
 
-    def __init__(self, stream: ChatStream) -> None:
-        self._stream = stream
+class _Chunks(Generic[_GuardStream]):
+    """A Guard stream read as openai-shaped chunks."""
+
+    def __init__(self, stream: _GuardStream) -> None:
+        self._stream: _GuardStream = stream
         self._created = int(time.time())
 
     @property
     def response(self) -> ChatResponse:
         """The assembled answer, once the stream has been read to its end."""
         return self._stream.response
+
+
+class ChunkStream(_Chunks["ChatStream"]):
+    """openai-shaped stream: iterate ``ChatCompletionChunk`` objects; ``close()`` or ``with``.
+
+    ``response`` gives the Guard's assembled :class:`ChatResponse` after the last chunk.
+    """
 
     def __iter__(self) -> Iterator[ChatCompletionChunk]:
         return self
@@ -281,17 +289,8 @@ class ChunkStream:
         self.close()
 
 
-class AsyncChunkStream:
+class AsyncChunkStream(_Chunks["AsyncChatStream"]):
     """Async twin of :class:`ChunkStream`: ``async for``, ``await close()``, ``async with``."""
-
-    def __init__(self, stream: AsyncChatStream) -> None:
-        self._stream = stream
-        self._created = int(time.time())
-
-    @property
-    def response(self) -> ChatResponse:
-        """The assembled answer, once the stream has been read to its end."""
-        return self._stream.response
 
     def __aiter__(self) -> AsyncIterator[ChatCompletionChunk]:
         return self

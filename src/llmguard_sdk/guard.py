@@ -26,7 +26,7 @@ from .breaker import (
     BreakerPolicy,
     Breakers,
 )
-from .budget import Budget, Budgets, CounterStatus, PriceTable
+from .budget import Budget, Budgets, BudgetScope, CounterStatus, PriceTable
 from .cache import ResponseCache
 from .config import GuardSettings
 from .context import Hook
@@ -316,14 +316,7 @@ class Guard(Closes, AsyncCloses):
         """The routes of the fallback chain, in the order they are tried."""
         return self._stages.routes
 
-    def budget_status(
-        self,
-        *,
-        tenant: str | None = None,
-        feature: str | None = None,
-        user: str | None = None,
-        tags: Sequence[str] = (),
-    ) -> list[CounterStatus]:
+    def budget_status(self, **scope: Unpack[BudgetScope]) -> list[CounterStatus]:
         """What is left of each spend budget a call of this scope counts on: per counter its
         ``scope``, ``window``, ``limit_usd``, settled ``spent_usd``, ``held_usd`` (by calls in
         flight) and ``resets_at`` (epoch seconds); ``[]`` without budgets. Shared budgets are
@@ -334,16 +327,9 @@ class Guard(Closes, AsyncCloses):
         spend = self._stages.spend
         if spend is None:
             return []
-        return spend.status(tenant=tenant, feature=feature, user=user, tags=tags)
+        return spend.status(**scope)
 
-    async def abudget_status(
-        self,
-        *,
-        tenant: str | None = None,
-        feature: str | None = None,
-        user: str | None = None,
-        tags: Sequence[str] = (),
-    ) -> list[CounterStatus]:
+    async def abudget_status(self, **scope: Unpack[BudgetScope]) -> list[CounterStatus]:
         """Async twin of :meth:`budget_status`.
 
         .. versionadded:: 0.2.0
@@ -351,7 +337,7 @@ class Guard(Closes, AsyncCloses):
         spend = self._stages.spend
         if spend is None:
             return []
-        return await spend.astatus(tenant=tenant, feature=feature, user=user, tags=tags)
+        return await spend.astatus(**scope)
 
     # -- chat ---------------------------------------------------------------------------------
 

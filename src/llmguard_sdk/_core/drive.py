@@ -13,12 +13,13 @@ cancelled).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncGenerator, Generator
+from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,19 +73,16 @@ def complete(run: Run) -> ChatResponse:
 def drive(run: Run) -> Generator[StreamChunk, None, None]:
     """Carry out the plan with blocking I/O: the chunks it emits; its response in
     ``run.response``."""
-    walk, streams = _Walk(run), _Streams()
-    try:
-        while (op := walk.next()) is not None:
+    walk = _Walk(run)
+    with walk.closing():
+        for op in walk:
             if isinstance(op, ops.Emit):
                 yield op.chunk
-                continue
-            try:
-                walk.answer = _perform(op, run, streams)
-            except ProviderError as failure:
-                walk.error = failure
-    finally:
-        walk.close()
-        streams.close_all()
+            else:
+                try:
+                    walk.answer = _perform(op, run, walk.streams)
+                except ProviderError as failure:
+                    walk.error = failure
 
 
 class _Walk:
@@ -94,24 +92,47 @@ class _Walk:
     def __init__(self, run: Run) -> None:
         self.run = run
         self.steps = plan(run)
+        self.streams = _Streams()
         self.answer: Any = None
         self.error: ProviderError | None = None
 
-    def next(self) -> Any:
-        """The next op; None once the plan has ended (its response in ``run.response``)."""
-        answer, error = self.answer, self.error
-        self.answer, self.error = None, None
-        try:
-            return self.steps.throw(error) if error is not None else self.steps.send(answer)
-        except StopIteration as finished:
-            self.run.response = finished.value
-            return None
+    def __iter__(self) -> Generator[Any, None, None]:
+        """The ops, each sent the answer (or thrown the failure) the driver left in
+        ``answer`` / ``error``; the plan's response ends up in ``run.response``."""
+        while True:
+            answer, error = self.answer, self.error
+            self.answer, self.error = None, None
+            try:
+                yield self.steps.throw(error) if error is not None else self.steps.send(answer)
+            except StopIteration as finished:
+                self.run.response = finished.value
+                return
 
     def close(self) -> None:
         """A plan left mid-way (closed, cancelled, a bug) is closed: its handlers queue the
         give-backs; what the opening took ahead and the plan did not use goes back too."""
         self.steps.close()
         self.run.give_back_ahead()
+
+    @contextlib.contextmanager
+    def closing(self) -> Iterator[None]:
+        """The blocking driver's end, however it ends: the plan closed, then the provider
+        streams it opened."""
+        try:
+            yield
+        finally:
+            self.close()
+            self.streams.close_all()
+
+    @contextlib.asynccontextmanager
+    async def aclosing(self) -> AsyncIterator[None]:
+        """The async driver's end (the streams' closing shielded from cancellation)."""
+        try:
+            yield
+        finally:
+            self.close()
+            with anyio.CancelScope(shield=True):
+                await self.streams.aclose_all()
 
 
 def _perform(op: Any, run: Run, streams: _Streams) -> Any:
@@ -247,10 +268,8 @@ class _ThreadLegs:
                     if has_content(chunk) or leg.stopped:
                         break
                 event = ops.LegEvent(name, value=(buffered, leg.chunks))
-        except ProviderError as error:
-            event = ops.LegEvent(name, error=error)
-        except BaseException as error:  # not a provider failure: raised to the caller
-            event = ops.LegEvent(name, unexpected=error)
+        except BaseException as error:
+            event = _failed_leg(name, error)
         with self.lock:
             leg.finished = True
             stopped = leg.stopped
@@ -296,6 +315,14 @@ def _send_now(steps: list[Step[Any]]) -> None:
         logger.exception("giving back a hedge loser's permit or lease failed")
 
 
+def _failed_leg(name: str, error: BaseException) -> ops.LegEvent:
+    """A hedge leg's failure: a provider's is the leg's; anything else (a bug, an interrupt)
+    is raised to the caller."""
+    if isinstance(error, ProviderError):
+        return ops.LegEvent(name, error=error)
+    return ops.LegEvent(name, unexpected=error)
+
+
 # -- async ------------------------------------------------------------------------------------
 
 
@@ -309,20 +336,16 @@ async def acomplete(run: Run) -> ChatResponse:
 
 async def adrive(run: Run) -> AsyncGenerator[StreamChunk, None]:
     """Async twin of :func:`drive`."""
-    walk, streams = _Walk(run), _Streams()
-    try:
-        while (op := walk.next()) is not None:
+    walk = _Walk(run)
+    async with walk.aclosing():
+        for op in walk:
             if isinstance(op, ops.Emit):
                 yield op.chunk
-                continue
-            try:
-                walk.answer = await _aperform(op, run, streams)
-            except ProviderError as failure:
-                walk.error = failure
-    finally:
-        walk.close()
-        with anyio.CancelScope(shield=True):
-            await streams.aclose_all()
+            else:
+                try:
+                    walk.answer = await _aperform(op, run, walk.streams)
+                except ProviderError as failure:
+                    walk.error = failure
 
 
 async def _aperform(op: Any, run: Run, streams: _Streams) -> Any:
@@ -427,10 +450,8 @@ class _TaskLegs:
                         if has_content(chunk):
                             break
                     event = ops.LegEvent(name, value=(buffered, leg.chunks))
-            except ProviderError as error:
-                event = ops.LegEvent(name, error=error)
-            except Exception as error:  # not a provider failure: raised to the caller
-                event = ops.LegEvent(name, unexpected=error)
+            except Exception as error:  # cancellation is the task group's, not the leg's
+                event = _failed_leg(name, error)
             self.events.append(event)
             self.arrived.set()
 

@@ -70,6 +70,11 @@ class _StreamBase:
             raise RuntimeError("the stream has not been read to its end yet")
         return self._response
 
+    def _ended_by(self, exc: BaseException) -> None:
+        """Report the stream's end: its natural end, or the failure that ended it."""
+        natural = isinstance(exc, (StopIteration, StopAsyncIteration))
+        self._end(error=None if natural else exc)
+
     def _end(self, *, error: BaseException | None = None, cancelled: bool = False) -> None:
         if self._ended:
             return
@@ -186,11 +191,8 @@ class ChatStream(_StreamBase, Closes):
     def __next__(self) -> StreamChunk:
         try:
             chunk = next(self._chunks)
-        except StopIteration:
-            self._end()
-            raise
         except BaseException as exc:
-            self._end(error=exc)
+            self._ended_by(exc)
             raise
         if self._close_requested:  # close() came from another thread while we waited
             self.close()
@@ -253,11 +255,8 @@ class AsyncChatStream(_StreamBase, AsyncCloses):
     async def __anext__(self) -> StreamChunk:
         try:
             chunk = await self._chunks.__anext__()
-        except StopAsyncIteration:
-            self._end()
-            raise
         except BaseException as exc:
-            self._end(error=exc)
+            self._ended_by(exc)
             raise
         if self._close_requested:  # aclose() came from another task while we waited
             await self.aclose()

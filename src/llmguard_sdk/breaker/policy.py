@@ -24,15 +24,8 @@ import math
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from ..errors import (
-    ConfigurationError,
-    MalformedResponseError,
-    ProviderError,
-    ProviderTimeoutError,
-    ProviderUnavailableError,
-    RateLimitedError,
-    StreamInterruptedError,
-)
+from .. import errors
+from ..errors import ConfigurationError, ProviderError, RateLimitedError
 
 __all__ = [
     "BreakerPolicy",
@@ -232,10 +225,10 @@ def outcome_of(
     if isinstance(error, RateLimitedError):
         return "rate_limited"
     failures = (
-        ProviderUnavailableError,
-        ProviderTimeoutError,
-        MalformedResponseError,
-        StreamInterruptedError,  # a stream cut mid-answer: HTTP said 200, the route failed
+        errors.ProviderUnavailableError,
+        errors.ProviderTimeoutError,
+        errors.MalformedResponseError,
+        errors.StreamInterruptedError,  # a stream cut mid-answer: HTTP 200, the route failed
     )
     if isinstance(error, failures):
         return "fail"

@@ -18,7 +18,7 @@
 .. versionadded:: 0.2.0
 """
 
-from .control import Budgets, BudgetUnavailableError, CounterStatus, EventHook
+from .control import Budgets, BudgetScope, BudgetUnavailableError, CounterStatus, EventHook
 from .control import Held as Held  # the Guard's internals, not part of the API
 from .control import SpendControl as SpendControl
 from .memory import BudgetBackend, MemoryBudgetBackend
@@ -43,6 +43,7 @@ __all__ = [
     "Budgets",
     "Cost",
     "CounterSpec",
+    "BudgetScope",
     "CounterStatus",
     "EventHook",
     "ExhaustionPolicy",

@@ -25,6 +25,8 @@ from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
+from typing_extensions import Unpack
+
 from .._state import steps as store_steps
 from .._state.stores import RedisStore, Store, hash_id
 from ..context import CallContext
@@ -52,6 +54,7 @@ if TYPE_CHECKING:
     from .._core.stages import Stages
 
 __all__ = [
+    "BudgetScope",
     "BudgetUnavailableError",
     "Budgets",
     "CounterStatus",
@@ -61,10 +64,9 @@ __all__ = [
     "status_row",
 ]
 
-logger = logging.getLogger("llmguard_sdk")
-
 Level = Literal["all", "downgrade", "local"]
 _DEGRADED = "degraded"
+logger = logging.getLogger("llmguard_sdk")
 
 
 @dataclass
@@ -143,17 +145,15 @@ class SpendControl:
 
     # -- what a call touches -----------------------------------------------------------------
 
-    def counters(
-        self,
-        *,
-        tenant: str | None = None,
-        feature: str | None = None,
-        user: str | None = None,
-        tags: Sequence[str] = (),
-    ) -> tuple[CounterSpec, ...]:
+    def counters(self, **scope: Unpack[BudgetScope]) -> tuple[CounterSpec, ...]:
         """The counters a call with this scope and these tags is counted by."""
         found: list[CounterSpec] = []
-        values = {"tenant": tenant, "feature": feature, "user": user}
+        tags = scope.get("tags", ())
+        values = {
+            "tenant": scope.get("tenant"),
+            "feature": scope.get("feature"),
+            "user": scope.get("user"),
+        }
         for index, budget in enumerate(self.config.budgets):
             if budget.scope == "global":
                 value: str | None = ""
@@ -188,7 +188,7 @@ class SpendControl:
             tags=[t.strip() for t in tags.split(",") if t.strip()],
         )
 
-    def status(self, **scope: Any) -> list[CounterStatus]:
+    def status(self, **scope: Unpack[BudgetScope]) -> list[CounterStatus]:
         """Each counter of a scope (``tenant=``, ``feature=``, ``user=``, ``tags=``): its
         limit, settled spend, amount held by calls in flight and reset time, in USD."""
         specs = self.counters(**scope)
@@ -197,7 +197,7 @@ class SpendControl:
             for spec, found in zip(specs, self.backend.status(specs), strict=True)
         ]
 
-    async def astatus(self, **scope: Any) -> list[CounterStatus]:
+    async def astatus(self, **scope: Unpack[BudgetScope]) -> list[CounterStatus]:
         """Async twin of :meth:`status`."""
         specs = self.counters(**scope)
         found = await self.backend.astatus(specs)
@@ -542,6 +542,19 @@ def _asked_tier(ctx: CallContext) -> str | None:
     """The service tier a call asks for (``extra_body={"service_tier": ...}``)."""
     tier = (ctx.request.extra_body or {}).get("service_tier")
     return normal_tier(tier) if isinstance(tier, str) else None
+
+
+class BudgetScope(TypedDict, total=False):
+    """Whose budgets: the keywords of :meth:`Guard.budget_status
+    <llmguard_sdk.Guard.budget_status>` (each ``None`` or absent: not that scope).
+
+    .. versionadded:: 0.2.0
+    """
+
+    tenant: str | None
+    feature: str | None
+    user: str | None
+    tags: Sequence[str]
 
 
 class CounterStatus(TypedDict):

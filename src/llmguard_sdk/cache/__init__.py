@@ -42,7 +42,7 @@ from .embedders import (
     OpenAIEmbedder,
     suggested_threshold,
 )
-from .entry import CacheEntry, CacheHit, CacheStats
+from .entry import CacheEntry, CacheHit, CacheOptions, CacheStats
 from .guards import Verifier, guard_rejection
 from .index import Match, VectorIndex
 from .keys import CacheKeys, canonical_json, request_keys
@@ -56,6 +56,7 @@ __all__ = [
     "CacheEntry",
     "CacheHit",
     "CacheKeys",
+    "CacheOptions",
     "CacheStats",
     "CalibrationRow",
     "Embedder",

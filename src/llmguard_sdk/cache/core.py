@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import anyio.to_thread
+from typing_extensions import Unpack
 
 from .._lazy import np
 from .._state.steps import Batch, Step, arun, run, work
@@ -26,7 +27,7 @@ from ._local import _LocalIndexes
 from .backends import CacheBackend, Change, MemoryCacheBackend, RedisCacheBackend
 from .calibrate import Pair, Scorer, bundled_pairs, calibrate, pick_threshold, read_pairs
 from .embedders import DEFAULT_THRESHOLD, Embedder, HashingEmbedder, suggested_threshold
-from .entry import CacheEntry, CacheHit, CacheStats, decode_vector, encode_vector
+from .entry import CacheEntry, CacheHit, CacheOptions, CacheStats, decode_vector, encode_vector
 from .guards import Verifier, guard_rejection
 from .index import Match
 from .keys import CacheKeys, request_keys
@@ -147,16 +148,11 @@ class ResponseCache:
         if vector_search not in ("local", "server"):
             raise ConfigurationError("vector_search must be 'local' or 'server'")
         self.state = open_store(store, key_prefix=key_prefix)
-        self.namespace = namespace
-        self.version = version
-        self.ttl = ttl
-        self.stale_ttl = stale_ttl
+        self.namespace, self.version = namespace, version
+        self.ttl, self.stale_ttl = ttl, stale_ttl
         self.semantic = semantic
-        self.threshold = threshold
-        self.margin = margin
-        self.verify_band = verify_band
-        self.cache_sampled = cache_sampled
-        self.per_user = per_user
+        self.threshold, self.margin, self.verify_band = threshold, margin, verify_band
+        self.cache_sampled, self.per_user = cache_sampled, per_user
         self.stats = CacheStats()
         self._sync_interval = sync_interval
         self._synced_at = -float("inf")
@@ -260,24 +256,30 @@ class ResponseCache:
         )
         return request_keys(request, partition)
 
+    def _admitted(
+        self, request: ChatRequest, scope: Scope | None, options: CacheOptions
+    ) -> CacheKeys | None:
+        """The call's keys, or ``None`` when it must not use the cache."""
+        if self.skip_reason(request, scope, cacheable=options.get("cacheable", True)) is not None:
+            return None
+        return self.keys(request, scope, options.get("tags", ()))
+
     # -- lookups ----------------------------------------------------------------------------
 
     def lookup_steps(
         self,
         request: ChatRequest,
         scope: Scope | None = None,
-        *,
-        tags: Sequence[str] = (),
-        cacheable: bool = True,
+        **options: Unpack[CacheOptions],
     ) -> Step[CacheHit | None]:
         """:meth:`lookup` as a step of a :class:`~llmguard_sdk._state.steps.Batch`: the exact read
         goes out with the batch; after a miss the semantic search runs in this process (in
         a worker thread for async code). Run :meth:`sync_steps` in the same batch first to
         see the other processes' recent entries."""
-        if self.skip_reason(request, scope, cacheable=cacheable) is not None:
+        keys = self._admitted(request, scope, options)
+        if keys is None:
             self.stats.skipped += 1
             return None
-        keys = self.keys(request, scope, tags)
         entry: CacheEntry | None = yield from self._backend_step("get", keys.exact)
         if entry is not None and entry.fresh_until > time.time():
             hit: CacheHit | None = _hit("exact", entry, 1.0)
@@ -313,12 +315,10 @@ class ResponseCache:
         self,
         request: ChatRequest,
         scope: Scope | None = None,
-        *,
-        tags: Sequence[str] = (),
-        cacheable: bool = True,
+        **options: Unpack[CacheOptions],
     ) -> CacheHit | None:
         """The cached answer for this call, or ``None`` (counted in :attr:`stats`)."""
-        lookup = self.lookup_steps(request, scope, tags=tags, cacheable=cacheable)
+        lookup = self.lookup_steps(request, scope, **options)
         hit: CacheHit | None = Batch([self.sync_steps(), lookup]).run()[1].result()
         return hit
 
@@ -326,14 +326,11 @@ class ResponseCache:
         self,
         request: ChatRequest,
         scope: Scope | None = None,
-        *,
-        tags: Sequence[str] = (),
-        cacheable: bool = True,
+        **options: Unpack[CacheOptions],
     ) -> CacheHit | None:
         """A fresh *or expired* answer (within ``stale_ttl``), for when every route failed."""
-        if self.skip_reason(request, scope, cacheable=cacheable) is not None:
-            return None
-        hit = self._find(self.keys(request, scope, tags), stale=True)
+        keys = self._admitted(request, scope, options)
+        hit = None if keys is None else self._find(keys, stale=True)
         if hit is not None:
             self.stats.stale_hits += 1
             return dataclasses.replace(hit, kind="stale")
@@ -343,13 +340,11 @@ class ResponseCache:
         self,
         request: ChatRequest,
         scope: Scope | None = None,
-        *,
-        tags: Sequence[str] = (),
-        cacheable: bool = True,
+        **options: Unpack[CacheOptions],
     ) -> CacheHit | None:
         """Async twin of :meth:`lookup` (the embedding and search run in a worker thread)."""
         scope = scope or current_scope()
-        lookup = self.lookup_steps(request, scope, tags=tags, cacheable=cacheable)
+        lookup = self.lookup_steps(request, scope, **options)
         hit: CacheHit | None = (await Batch([self.sync_steps(), lookup]).arun())[1].result()
         return hit
 
@@ -357,15 +352,11 @@ class ResponseCache:
         self,
         request: ChatRequest,
         scope: Scope | None = None,
-        *,
-        tags: Sequence[str] = (),
-        cacheable: bool = True,
+        **options: Unpack[CacheOptions],
     ) -> CacheHit | None:
         """:meth:`lookup_stale` in a worker thread."""
         scope = scope or current_scope()
-        return await anyio.to_thread.run_sync(
-            lambda: self.lookup_stale(request, scope, tags=tags, cacheable=cacheable)
-        )
+        return await anyio.to_thread.run_sync(lambda: self.lookup_stale(request, scope, **options))
 
     def _find(self, keys: CacheKeys, *, stale: bool) -> CacheHit | None:
         now = time.time()
@@ -458,19 +449,17 @@ class ResponseCache:
         request: ChatRequest,
         response: ChatResponse,
         scope: Scope | None = None,
-        *,
-        tags: Sequence[str] = (),
-        cacheable: bool = True,
+        **options: Unpack[CacheOptions],
     ) -> CacheEntry | None:
         """The entry :meth:`store` would write for this call (``None``: not cacheable); the
         embedding is computed here (CPU work), the write is :meth:`put_steps`."""
-        if self.skip_reason(request, scope, cacheable=cacheable) is not None:
-            return None
         if response.tool_calls or response.finish_reason not in _SERVABLE_FINISH:
             return None
         if response.metadata.get("degraded") or response.metadata.get("cache"):
             return None
-        keys = self.keys(request, scope, tags)
+        keys = self._admitted(request, scope, options)
+        if keys is None:
+            return None
         vector = None
         if self.semantic and keys.query.strip():
             vector = self._vector(keys.query)
@@ -506,16 +495,14 @@ class ResponseCache:
         request: ChatRequest,
         response: ChatResponse,
         scope: Scope | None = None,
-        *,
-        tags: Sequence[str] = (),
-        cacheable: bool = True,
+        **options: Unpack[CacheOptions],
     ) -> bool:
         """Cache ``response`` for this call; returns whether it was stored.
 
         Answers with tool calls, truncated (``finish_reason`` other than a natural stop),
         degraded or already-cached answers are not stored.
         """
-        entry = self.entry_for(request, response, scope, tags=tags, cacheable=cacheable)
+        entry = self.entry_for(request, response, scope, **options)
         return entry is not None and run(self.put_steps(entry))
 
     async def astore(
@@ -523,14 +510,12 @@ class ResponseCache:
         request: ChatRequest,
         response: ChatResponse,
         scope: Scope | None = None,
-        *,
-        tags: Sequence[str] = (),
-        cacheable: bool = True,
+        **options: Unpack[CacheOptions],
     ) -> bool:
         """Async twin of :meth:`store` (the embedding runs in a worker thread)."""
         scope = scope or current_scope()
         entry = await anyio.to_thread.run_sync(
-            lambda: self.entry_for(request, response, scope, tags=tags, cacheable=cacheable)
+            lambda: self.entry_for(request, response, scope, **options)
         )
         return entry is not None and await arun(self.put_steps(entry))
 

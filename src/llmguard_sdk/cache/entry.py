@@ -6,8 +6,9 @@
 from __future__ import annotations
 
 import base64
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 from pydantic import BaseModel, ConfigDict
 
@@ -17,7 +18,26 @@ from ..models import ChatResponse
 if TYPE_CHECKING:
     import numpy.typing as npt
 
-__all__ = ["CacheEntry", "CacheHit", "CacheStats", "decode_vector", "encode_vector"]
+__all__ = [
+    "CacheEntry",
+    "CacheHit",
+    "CacheOptions",
+    "CacheStats",
+    "decode_vector",
+    "encode_vector",
+]
+
+
+class CacheOptions(TypedDict, total=False):
+    """The keywords of :class:`~llmguard_sdk.cache.ResponseCache`'s lookups and stores.
+
+    .. versionadded:: 0.2.0
+    """
+
+    tags: Sequence[str]
+    """The call's permission tags: only calls with the same tags share entries (``()``)."""
+    cacheable: bool
+    """``False``: the call neither reads nor writes the cache (``True``)."""
 
 
 class CacheEntry(BaseModel):

@@ -82,12 +82,13 @@ class FalseHitMonitor:
             the cache turned off for the call).
         target: the highest acceptable false-hit rate (0.05: at most 1 wrong in 20).
         sample_rate: the share of semantic hits checked.
-        max_checks_per_minute: the budget of background calls.
-        window / min_checks: verdicts kept per namespace, and needed before acting.
-        raise_step / max_raise: how the threshold rises before semantic hits stop.
         compare: ``compare(cached_text, fresh_text) -> bool`` (True: they agree).
         agreement: the default comparison's similarity for agreement.
+        max_checks_per_minute / queue_size: the budget of background calls, and how many
+            may wait for the worker (more are dropped, never waited for).
         meter: an OpenTelemetry meter for the ``llmguard.cache.false_hit_rate`` gauge.
+        window / min_checks: verdicts kept per namespace, and needed before acting.
+        raise_step / max_raise: how the threshold rises before semantic hits stop.
         clock / rng: injected for tests.
     """
 
@@ -97,15 +98,15 @@ class FalseHitMonitor:
         *,
         target: float = 0.05,
         sample_rate: float = 0.05,
+        compare: Compare | None = None,
+        agreement: float = 0.6,
         max_checks_per_minute: float = 30.0,
+        queue_size: int = 64,
+        meter: Any = None,
         window: int = 100,
         min_checks: int = 20,
         raise_step: float = 0.05,
         max_raise: float = 0.15,
-        compare: Compare | None = None,
-        agreement: float = 0.6,
-        queue_size: int = 64,
-        meter: Any = None,
         clock: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
     ) -> None:
@@ -116,15 +117,11 @@ class FalseHitMonitor:
         if raise_step < 0 or max_raise < 0 or queue_size < 1:
             raise ConfigurationError("raise_step, max_raise must not be negative")
         self.ask = ask
-        self.target = target
-        self.sample_rate = sample_rate
-        self.window = window
-        self.min_checks = min_checks
-        self.raise_step = raise_step
-        self.max_raise = max_raise
-        self.agreement = agreement
         self._compare = compare
         self._embedder: Embedder | None = None
+        self.target, self.sample_rate, self.agreement = target, sample_rate, agreement
+        self.window, self.min_checks = window, min_checks
+        self.raise_step, self.max_raise = raise_step, max_raise
         self._rate_per_second = max_checks_per_minute / 60.0
         self._capacity = max(1.0, min(max_checks_per_minute, 10.0))
         self._tokens = self._capacity

@@ -13,25 +13,15 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-from typing import Any
 
 from ..budget.control import status_row
 from ..budget.redis import RedisBudgetBackend
-from ..errors import ConfigurationError
+from ._command import Command, Group
 
-__all__ = ["add_budget_command", "run_budget_command"]
+__all__ = ["BUDGET"]
 
 
-def add_budget_command(commands: Any) -> None:
-    """Register ``llmguard budget`` on the ``llmguard`` command's subparsers."""
-    budget = commands.add_parser(
-        "budget",
-        help="show spend budget counters shared through Redis",
-        description="Show each budget counter's limit, settled spend, amount held by calls in "
-        "flight and reset time, read from the Redis the Guards share.",
-    )
-    steps = budget.add_subparsers(dest="budget_command", metavar="ACTION")
-    status = steps.add_parser("status", help="each counter's limit, spend, holds, reset")
+def _status_arguments(status: argparse.ArgumentParser) -> None:
     status.add_argument("--store", required=True, help="the Redis URL the Guards use")
     status.add_argument("--prefix", default="llmguard", help="the store's key prefix")
     status.add_argument("--name", default="default", help="the budget set's name (Budgets)")
@@ -39,20 +29,13 @@ def add_budget_command(commands: Any) -> None:
     status.add_argument("--json", action="store_true", help="print JSON")
 
 
-def run_budget_command(args: argparse.Namespace) -> int:
-    """Carry out ``llmguard budget ...``; returns the exit status."""
-    if args.budget_command != "status":
-        print("usage: llmguard budget status --store URL [--tenant T] (see --help)")
-        return 2
+def _run_status(args: argparse.Namespace) -> int:
+    """Carry out ``llmguard budget status``; returns the exit status."""
     import redis
 
     from ..store import RedisStore
 
-    try:
-        store = RedisStore(args.store, key_prefix=args.prefix)
-    except ConfigurationError as exc:
-        print(f"llmguard budget: {exc}")
-        return 2
+    store = RedisStore(args.store, key_prefix=args.prefix)
     try:
         backend = RedisBudgetBackend(store, name=args.name)
         specs = backend.stored_counters(tenant=args.tenant)
@@ -80,3 +63,16 @@ def run_budget_command(args: argparse.Namespace) -> int:
             f"  ${row['held_usd']:>11.6f}  {resets:%Y-%m-%d %H:%M:%S}"
         )
     return 0
+
+
+BUDGET = Group(
+    "budget",
+    "show spend budget counters shared through Redis",
+    (
+        Command(
+            "status", "each counter's limit, spend, holds, reset", _status_arguments, _run_status
+        ),
+    ),
+    description="Show each budget counter's limit, settled spend, amount held by calls in "
+    "flight and reset time, read from the Redis the Guards share.",
+)

@@ -20,14 +20,7 @@ import argparse
 import json
 from typing import Any
 
-from ..cache.calibrate import (
-    Pair,
-    Scorer,
-    bundled_pairs,
-    calibrate,
-    pick_threshold,
-    read_pairs,
-)
+from ..cache import Pair, Scorer, bundled_pairs, calibrate, pick_threshold, read_pairs
 from ..cache.embedders import (
     BertEmbedder,
     Embedder,
@@ -36,19 +29,14 @@ from ..cache.embedders import (
     suggested_threshold,
 )
 from ..errors import ConfigurationError
+from ._command import Command, Group
 
 EMBEDDERS = ("hashing", "minilm", "hybrid")
 
-__all__ = ["add_cache_command", "run_cache_command"]
+__all__ = ["CACHE"]
 
 
-def add_cache_command(commands: Any) -> None:
-    """Register ``cache calibrate`` on the ``llmguard`` parser's subcommands."""
-    cache = commands.add_parser("cache", help="response cache tools")
-    actions = cache.add_subparsers(dest="cache_command", metavar="ACTION", required=True)
-    parser = actions.add_parser(
-        "calibrate", help="pick the semantic threshold that meets a precision target"
-    )
+def _calibrate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "pairs", help="JSONL: {query, cached, duplicate} per line; or bundled:hard_questions"
     )
@@ -91,8 +79,8 @@ def _pairs(source: str) -> list[Pair]:
     return read_pairs(source)
 
 
-def run_cache_command(args: argparse.Namespace) -> int:
-    """Run ``llmguard cache ...``; returns the exit status."""
+def _run_calibrate(args: argparse.Namespace) -> int:
+    """Run ``llmguard cache calibrate``; returns the exit status."""
     if not 0.0 < args.precision < 1.0:
         raise ConfigurationError("--target-precision must be in (0, 1)")
     pairs = _pairs(args.pairs)
@@ -163,3 +151,17 @@ def _print_curve(
         print(f"use ResponseCache({how}verifier=ParaphraseVerifier.minilm({chosen.threshold}))")
     else:
         print(f"use ResponseCache({how}threshold={chosen.threshold})")
+
+
+CACHE = Group(
+    "cache",
+    "response cache tools",
+    (
+        Command(
+            "calibrate",
+            "pick the semantic threshold that meets a precision target",
+            _calibrate_arguments,
+            _run_calibrate,
+        ),
+    ),
+)

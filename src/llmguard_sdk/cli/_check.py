@@ -5,35 +5,22 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from typing import Any
 
 from .._config_file import load_config, resolve
-from ..errors import ConfigurationError
+from ._command import Command
 
-__all__ = ["add_check_command", "run_check_command"]
+__all__ = ["CHECK"]
 
 
-def add_check_command(commands: Any) -> None:
-    """Register ``llmguard check``."""
-    check = commands.add_parser(
-        "check",
-        help="validate a configuration file and print the routes it resolves to",
-        description="Read a Guard configuration (TOML, YAML or JSON), check every key and "
-        "environment reference, and print each route: its name, provider, model, URL and "
-        "where its key comes from (the variable's name, never the key).",
-    )
+def _arguments(check: argparse.ArgumentParser) -> None:
     check.add_argument("config", help="the configuration file")
     check.add_argument("--json", action="store_true", help="print the routes as JSON")
 
 
-def run_check_command(args: argparse.Namespace) -> int:
+def _run(args: argparse.Namespace) -> int:
     """Run ``llmguard check``: 0 when the configuration is good, 2 when it is not."""
-    try:
-        config = load_config(args.config)
-        entries, routes = resolve(config, os.environ)
-    except ConfigurationError as exc:
-        print(f"error: {exc}")
-        return 2
+    config = load_config(args.config)
+    entries, routes = resolve(config, os.environ)
     for entry in entries:
         close = getattr(entry, "close", None)
         if close is not None:
@@ -49,3 +36,14 @@ def run_check_command(args: argparse.Namespace) -> int:
         key = row["key_from"] or "no key"
         print(f"{row['name']}{group}: {row['kind']} {row['model']} at {row['base_url']}; key {key}")
     return 0
+
+
+CHECK = Command(
+    "check",
+    "validate a configuration file and print the routes it resolves to",
+    _arguments,
+    _run,
+    description="Read a Guard configuration (TOML, YAML or JSON), check every key and "
+    "environment reference, and print each route: its name, provider, model, URL and "
+    "where its key comes from (the variable's name, never the key).",
+)

@@ -14,15 +14,15 @@ from __future__ import annotations
 import argparse
 import json
 from dataclasses import asdict
-from typing import Any
 
 from ..budget._source import TIERS
 from ..budget.estimate import estimate
 from ..budget.prices import PriceTable
 from ..budget.recorder import read_usage, usage_report
 from ..errors import ConfigurationError
+from ._command import Command, Group
 
-__all__ = ["add_cost_command", "run_cost_command"]
+__all__ = ["COST"]
 
 
 def _split(text: str) -> tuple[str, dict[str, float]]:
@@ -56,16 +56,7 @@ def _positive(text: str) -> float:
     return value
 
 
-def add_cost_command(commands: Any) -> None:
-    """Register ``llmguard cost`` on the ``llmguard`` command's subparsers."""
-    cost = commands.add_parser(
-        "cost",
-        help="estimate monthly LLM cost, or report it from recorded usage",
-        description="Estimate what a workload costs per month under each option, or report "
-        "the cost of recorded usage per tenant and feature.",
-    )
-    steps = cost.add_subparsers(dest="cost_command", metavar="ACTION")
-    est = steps.add_parser("estimate", help="monthly cost per model or routing split")
+def _estimate_arguments(est: argparse.ArgumentParser) -> None:
     est.add_argument("--requests-per-day", type=_positive, required=True)
     est.add_argument("--input-tokens", type=_positive, required=True, help="input tokens, p50")
     est.add_argument("--input-tokens-p95", type=_positive, help="input tokens, p95 (= p50)")
@@ -96,28 +87,16 @@ def add_cost_command(commands: Any) -> None:
         "--prices", help="a price table JSON file over the default (genai-prices, then ours)"
     )
     est.add_argument("--json", action="store_true", help="print JSON")
-    mod = steps.add_parser("models", help="the models the price table knows")
+
+
+def _models_arguments(mod: argparse.ArgumentParser) -> None:
     mod.add_argument("match", nargs="?", default="", help="only names containing this")
     mod.add_argument("--json", action="store_true", help="print JSON")
-    rep = steps.add_parser("report", help="cost per tenant and feature from a usage file")
+
+
+def _report_arguments(rep: argparse.ArgumentParser) -> None:
     rep.add_argument("file", help="a JSON Lines file written by UsageRecorder")
     rep.add_argument("--json", action="store_true", help="print JSON")
-
-
-def run_cost_command(args: argparse.Namespace) -> int:
-    """Carry out ``llmguard cost ...``; returns the exit status."""
-    try:
-        if args.cost_command == "estimate":
-            return _run_estimate(args)
-        if args.cost_command == "report":
-            return _run_report(args)
-        if args.cost_command == "models":
-            return _run_models(args)
-    except ConfigurationError as exc:
-        print(f"llmguard cost: {exc}")
-        return 2
-    print("usage: llmguard cost {estimate,models,report} ... (see llmguard cost --help)")
-    return 2
 
 
 def _table(path: str | None) -> PriceTable:
@@ -201,3 +180,26 @@ def _run_report(args: argparse.Namespace) -> int:
         + (f", {total['unpriced_calls']} without a price" if total["unpriced_calls"] else "")
     )
     return 0
+
+
+COST = Group(
+    "cost",
+    "estimate monthly LLM cost, or report it from recorded usage",
+    (
+        Command(
+            "estimate",
+            "monthly cost per model or routing split",
+            _estimate_arguments,
+            _run_estimate,
+        ),
+        Command("models", "the models the price table knows", _models_arguments, _run_models),
+        Command(
+            "report",
+            "cost per tenant and feature from a usage file",
+            _report_arguments,
+            _run_report,
+        ),
+    ),
+    description="Estimate what a workload costs per month under each option, or report "
+    "the cost of recorded usage per tenant and feature.",
+)

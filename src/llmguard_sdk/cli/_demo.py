@@ -6,7 +6,9 @@ sends a burst of traffic through a Guard and prints what happened.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
+import json
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -21,8 +23,9 @@ from ..providers.base import Provider
 from ..providers.openai_compat import OpenAICompatibleProvider
 from ..retry import RetryPolicy
 from ..testing import FakeProvider, Fault
+from ._command import Command, positive_int
 
-__all__ = ["DemoSummary", "run_demo"]
+__all__ = ["DEMO", "DemoSummary", "run_demo"]
 
 
 @dataclass
@@ -330,3 +333,26 @@ async def _burst(guard: Guard, requests: int, concurrency: int) -> None:
     for route in guard.routes:  # this event loop's connections; the local model stays loaded
         if isinstance(route, OpenAICompatibleProvider):
             await route.aclose()
+
+
+def _arguments(demo: argparse.ArgumentParser) -> None:
+    demo.add_argument("--requests", type=positive_int, default=60, help="calls to send (60)")
+    demo.add_argument("--concurrency", type=positive_int, default=8, help="calls in flight (8)")
+    demo.add_argument("--json", action="store_true", help="print the summary as JSON")
+
+
+def _run(args: argparse.Namespace) -> int:
+    """Run ``llmguard demo``: 0 when every call was answered."""
+    summary = run_demo(requests=args.requests, concurrency=args.concurrency)
+    print(json.dumps(summary.as_dict(), indent=2) if args.json else summary.render())
+    return 0 if summary.failed == 0 else 1
+
+
+DEMO = Command(
+    "demo",
+    "send a burst of traffic through a Guard to local fake providers (no network)",
+    _arguments,
+    _run,
+    description="Start two local fake providers, make the first one flaky, send a burst "
+    "of chat calls through a Guard and print a summary.",
+)

@@ -18,8 +18,9 @@ import os
 from typing import Any
 
 from ..errors import ConfigurationError
+from ._command import Command
 
-__all__ = ["add_eval_command", "run_eval_command"]
+__all__ = ["EVAL"]
 
 
 def _price(text: str) -> tuple[str, float, float]:
@@ -35,14 +36,7 @@ def _price(text: str) -> tuple[str, float, float]:
         ) from None
 
 
-def add_eval_command(commands: Any) -> None:
-    """Register ``llmguard eval`` on the ``llmguard`` command's subparsers."""
-    parser = commands.add_parser(
-        "eval",
-        help="replay sampled calls against another route or release and compare the answers",
-        description="Replay the answered calls of an EvalSink file against an OpenAI-"
-        "compatible endpoint and print agreement, cost and latency, overall and per feature.",
-    )
+def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", help="the samples file (JSON Lines from EvalSink)")
     parser.add_argument("--base-url", required=True, help="the candidate's endpoint")
     parser.add_argument("--model", help="the candidate's model (default: the endpoint's)")
@@ -79,7 +73,7 @@ def _comparator(spec: str) -> Any:
         raise ConfigurationError(f"--compare {spec!r}: {exc}") from None
 
 
-def run_eval_command(args: argparse.Namespace) -> int:
+def _run(args: argparse.Namespace) -> int:
     """Run ``llmguard eval``; returns the exit status (1 when a replayed call failed)."""
     from .. import Guard, OpenAICompatibleProvider
     from ..budget import Price, PriceTable
@@ -103,3 +97,13 @@ def run_eval_command(args: argparse.Namespace) -> int:
         )
     print(json.dumps(report.as_dict(), indent=2) if args.json else report.render())
     return 1 if report.overall.replayed.errors else 0
+
+
+EVAL = Command(
+    "eval",
+    "replay sampled calls against another route or release and compare the answers",
+    _arguments,
+    _run,
+    description="Replay the answered calls of an EvalSink file against an OpenAI-"
+    "compatible endpoint and print agreement, cost and latency, overall and per feature.",
+)

@@ -10,29 +10,33 @@ page of :mod:`llmguard_sdk.telemetry.report`.
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
-__all__ = ["add_report_command", "run_report_command"]
+from ._command import Command
+
+__all__ = ["REPORT"]
 
 
-def add_report_command(commands: Any) -> None:
-    """Register ``llmguard report`` on the ``llmguard`` command's subparsers."""
-    parser = commands.add_parser(
-        "report",
-        help="an HTML report with plots of a usage file (cost, cache, latency, failures)",
-        description="Write one self-contained HTML page with plots of a UsageRecorder file: "
-        "cost per feature and tenant over time, cache hit rate, latency by route, failed "
-        "calls by route, and feedback scores from an EvalSink file.",
-    )
+def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("usage", help="the usage file (JSON Lines from UsageRecorder)")
     parser.add_argument("--html", required=True, metavar="FILE", help="the page to write")
     parser.add_argument("--samples", metavar="FILE", help="an EvalSink file (feedback scores)")
 
 
-def run_report_command(args: argparse.Namespace) -> int:
+def _run(args: argparse.Namespace) -> int:
     """Run ``llmguard report``; returns the exit status (1 when the file had no call)."""
     from ..telemetry.report import write_report
 
     calls = write_report(args.usage, args.html, args.samples)
     print(f"wrote {args.html}: {calls} calls")
     return 0 if calls else 1
+
+
+REPORT = Command(
+    "report",
+    "an HTML report with plots of a usage file (cost, cache, latency, failures)",
+    _arguments,
+    _run,
+    description="Write one self-contained HTML page with plots of a UsageRecorder file: "
+    "cost per feature and tenant over time, cache hit rate, latency by route, failed "
+    "calls by route, and feedback scores from an EvalSink file.",
+)

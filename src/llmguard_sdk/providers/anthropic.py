@@ -37,12 +37,10 @@ from ..prompts.adapters import CACHE_HISTORY_KEY, STATIC_MESSAGES_KEY, add_cache
 from ..telemetry.redaction import register_secret
 from .openai_compat import OpenAICompatibleProvider
 from .wire import (
-    MAX_ERROR_BODY_BYTES,
+    AnswerShape,
     StreamState,
     answer_response,
-    error_from_status,
-    json_answer,
-    malformed_answer,
+    checked_answer,
     usage_from_payload,
 )
 
@@ -128,12 +126,6 @@ class AnthropicProvider(OpenAICompatibleProvider):
         return build_anthropic_payload(
             request, model=model, stream=stream, default_max_tokens=self.default_max_tokens
         )
-
-    def _parse(self, status: int, headers: Mapping[str, str], body: bytes) -> ChatResponse:
-        return parse_anthropic_message(status, headers, body, route=self.name)
-
-    def _stream_state(self, deadline: float) -> StreamState:
-        return AnthropicStreamState(self.name, deadline)
 
 
 # -- requests ------------------------------------------------------------------------------
@@ -307,12 +299,7 @@ def parse_anthropic_message(
 ) -> ChatResponse:
     """Turn a non-streaming Messages answer into a :class:`ChatResponse`, or raise its typed
     error (Anthropic's error bodies carry ``error.message`` as OpenAI's do)."""
-    if status != 200:
-        text = body[:MAX_ERROR_BODY_BYTES].decode("utf-8", errors="replace")
-        raise error_from_status(status, headers, text, route=route)
-
-    problem = malformed_answer(route, headers, body)
-    data = json_answer(headers, body, problem)
+    data, problem = checked_answer(status, headers, body, route=route)
     if data.get("type") != "message":
         raise problem("response is not a message object")
     blocks = data.get("content")
@@ -456,3 +443,6 @@ class AnthropicStreamState(StreamState):
             id=self.message_id,
             headers=self._first_headers(),  # rate-limit counters for the limiter
         )
+
+
+AnthropicProvider._answers = AnswerShape(parse_anthropic_message, AnthropicStreamState)

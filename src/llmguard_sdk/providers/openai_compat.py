@@ -19,7 +19,7 @@ import threading
 import time
 import warnings
 from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterator, Mapping
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
 import anyio
@@ -38,12 +38,13 @@ from ..telemetry.redaction import register_secret
 from ._watchdog import watchdog
 from .base import StreamCall, _Streams
 from .wire import (
+    CHAT_COMPLETIONS,
     MAX_BODY_BYTES,
     MAX_ERROR_BODY_BYTES,
+    AnswerShape,
     StreamState,
     build_payload,
     encode_payload,
-    parse_completion,
 )
 
 __all__ = ["OpenAICompatibleProvider"]
@@ -175,17 +176,15 @@ class OpenAICompatibleProvider(_Streams):
 
     # -- the wire format (a subclass may speak another one) -----------------------------------
 
+    _answers: ClassVar[AnswerShape] = CHAT_COMPLETIONS
+
     def _payload(self, request: ChatRequest, model: str, *, stream: bool) -> dict[str, Any]:
         """The JSON body of a call."""
         return build_payload(request, model=model, stream=stream)
 
     def _parse(self, status: int, headers: Mapping[str, str], body: bytes) -> ChatResponse:
         """A non-streaming answer as a response, or its typed error."""
-        return parse_completion(status, headers, body, route=self.name)
-
-    def _stream_state(self, deadline: float) -> StreamState:
-        """The decoder of one streamed answer."""
-        return StreamState(self.name, deadline)
+        return self._answers.parse(status, headers, body, route=self.name)
 
     # -- calls -------------------------------------------------------------------------------
 
@@ -243,7 +242,7 @@ class OpenAICompatibleProvider(_Streams):
         args = self._request(
             call.request, call.model, stream=True, deadline=deadline, idle_timeout=call.idle_timeout
         )
-        state = self._stream_state(deadline)
+        state = self._answers.stream_state(self.name, deadline)
         client = self._sync_client()
         try:
             with client.stream(**args) as response, _deadline_watch(response, deadline):
@@ -268,7 +267,7 @@ class OpenAICompatibleProvider(_Streams):
         args = self._request(
             call.request, call.model, stream=True, deadline=deadline, idle_timeout=call.idle_timeout
         )
-        state = self._stream_state(deadline)
+        state = self._answers.stream_state(self.name, deadline)
         client = self._async_client()
         built = client.build_request(**args)
         try:

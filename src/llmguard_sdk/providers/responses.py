@@ -21,13 +21,10 @@ from ..models import ChatRequest, ChatResponse, Message, StreamChunk
 from .anthropic import AnthropicStreamState
 from .openai_compat import OpenAICompatibleProvider
 from .wire import (
-    MAX_ERROR_BODY_BYTES,
-    StreamState,
-    error_from_status,
-    json_answer,
+    AnswerShape,
+    checked_answer,
     usage_from_payload,
 )
-from .wire import malformed_answer as _malformed
 
 __all__ = ["OpenAIResponsesProvider"]
 
@@ -54,12 +51,6 @@ class OpenAIResponsesProvider(OpenAICompatibleProvider):
 
     def _payload(self, request: ChatRequest, model: str, *, stream: bool) -> dict[str, Any]:
         return build_responses_payload(request, model=model, stream=stream)
-
-    def _parse(self, status: int, headers: Mapping[str, str], body: bytes) -> ChatResponse:
-        return parse_response(status, headers, body, route=self.name)
-
-    def _stream_state(self, deadline: float) -> StreamState:
-        return ResponsesStreamState(self.name, deadline)
 
 
 # -- requests ------------------------------------------------------------------------------
@@ -179,11 +170,7 @@ def parse_response(
     status: int, headers: Mapping[str, str], body: bytes, *, route: str
 ) -> ChatResponse:
     """A Responses answer as a :class:`ChatResponse`, or its typed error."""
-    if status != 200:
-        text = body[:MAX_ERROR_BODY_BYTES].decode("utf-8", errors="replace")
-        raise error_from_status(status, headers, text, route=route)
-    problem = _malformed(route, headers, body)
-    data = json_answer(headers, body, problem)
+    data, problem = checked_answer(status, headers, body, route=route)
     if data.get("status") == "failed":
         error = data.get("error")
         message = error.get("message") if isinstance(error, dict) else None
@@ -266,3 +253,6 @@ class ResponsesStreamState(AnthropicStreamState):
         if at not in self.calls or not isinstance(delta, str):
             return None
         return self._make(tool_calls=[{"index": self.calls[at], "function": {"arguments": delta}}])
+
+
+OpenAIResponsesProvider._answers = AnswerShape(parse_response, ResponsesStreamState)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Generator, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import ValidationError
 
@@ -32,13 +32,16 @@ from .headers import server_wait_hint
 from .sse import SSEDecoder
 
 __all__ = [
+    "AnswerShape",
+    "CHAT_COMPLETIONS",
     "StreamState",
     "answer_response",
     "build_payload",
     "encode_payload",
+    "checked_answer",
     "error_from_status",
+    "http_error",
     "json_answer",
-    "malformed_answer",
     "parse_completion",
     "usage_from_payload",
 ]
@@ -100,11 +103,7 @@ def parse_completion(
     status: int, headers: Mapping[str, str], body: bytes, *, route: str
 ) -> ChatResponse:
     """Turn a non-streaming answer into a :class:`ChatResponse`, or raise its typed error."""
-    if status != 200:
-        text = body[:MAX_ERROR_BODY_BYTES].decode("utf-8", errors="replace")
-        raise error_from_status(status, headers, text, route=route)
-    problem = _Problem(route, headers, body)
-    data = json_answer(headers, body, problem)
+    data, problem = checked_answer(status, headers, body, route=route)
     choices = data.get("choices")
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
         raise problem("response has no choices")
@@ -126,6 +125,14 @@ def parse_completion(
         headers=headers,
         problem=problem,
     )
+
+
+class AnswerShape(NamedTuple):
+    """How a provider reads its API's answers: a whole one (``parse(status, headers, body,
+    route=...)``), and a stream's events (``stream_state(route, deadline)``)."""
+
+    parse: Callable[..., ChatResponse]
+    stream_state: Callable[[str, float], StreamState]
 
 
 def answer_response(
@@ -237,8 +244,7 @@ class StreamState:
 
     def http_error(self, body: bytes) -> ProviderError:
         """The typed error of a non-200 answer to a stream request."""
-        text = body[:MAX_ERROR_BODY_BYTES].decode("utf-8", errors="replace")
-        return error_from_status(self.status, self.headers, text, route=self.route)
+        return http_error(self.status, self.headers, body, route=self.route)
 
     def feed(self, raw: bytes) -> Generator[StreamChunk, None, None]:
         """The chunks ``raw`` completes; checks the deadline afterwards."""
@@ -346,12 +352,24 @@ class StreamState:
         return self.failure(MalformedResponseError, message)
 
 
-def malformed_answer(
-    route: str, headers: Mapping[str, str], body: bytes
-) -> Callable[[str], MalformedResponseError]:
-    """A function making the :class:`MalformedResponseError` of one 200 answer (with its
-    headers and the start of its body) from a message."""
-    return _Problem(route, headers, body)
+def checked_answer(
+    status: int, headers: Mapping[str, str], body: bytes, *, route: str
+) -> tuple[dict[str, Any], Callable[[str], MalformedResponseError]]:
+    """The JSON object of a 200 answer, and the function making the answer's
+    :class:`MalformedResponseError` (with its headers and the start of its body) from a
+    message; any other status raises its typed error."""
+    if status != 200:
+        raise http_error(status, headers, body, route=route)
+    problem = _Problem(route, headers, body)
+    return json_answer(headers, body, problem), problem
+
+
+def http_error(
+    status: int, headers: Mapping[str, str], body: bytes, *, route: str
+) -> ProviderError:
+    """The typed error of an HTTP error answer, from its raw body."""
+    text = body[:MAX_ERROR_BODY_BYTES].decode("utf-8", errors="replace")
+    return error_from_status(status, headers, text, route=route)
 
 
 class _Problem:
@@ -395,3 +413,7 @@ def _error_message(body: str) -> str | None:
 
 def _str_or_none(value: object) -> str | None:
     return value if isinstance(value, str) else None
+
+
+CHAT_COMPLETIONS = AnswerShape(parse_completion, StreamState)
+"""The chat-completions answer shape (OpenAI and compatible servers)."""

@@ -25,6 +25,7 @@ import contextlib
 import dataclasses
 import functools
 import inspect
+import itertools
 import random
 import threading
 import time
@@ -253,33 +254,32 @@ class Retrying:
             hook(details)
         return testing_wait(decision.wait)
 
-    def __iter__(self) -> Iterator[Attempt]:
+    def _attempts(self) -> Iterator[Attempt]:
+        """Attempt 1, 2, ... from now on (the drivers stop at a success)."""
         self._started = time.monotonic()
+        return (Attempt(self, number) for number in itertools.count(1))
+
+    def __iter__(self) -> Iterator[Attempt]:
+        attempts = self._attempts()
         if self.budget is not None:
             self.budget.record_request(self.budget_key)
-        number = 1
-        while True:
-            attempt = Attempt(self, number)
+        for attempt in attempts:
             yield attempt
             if attempt.cause is None:
                 return
             granted = self.budget is None or self.budget.try_spend(self.budget_key)
             time.sleep(self._go_on(attempt, granted))
-            number += 1
 
     async def __aiter__(self) -> AsyncIterator[Attempt]:
-        self._started = time.monotonic()
+        attempts = self._attempts()
         if self.budget is not None:
             await self.budget.arecord_request(self.budget_key)
-        number = 1
-        while True:
-            attempt = Attempt(self, number)
+        for attempt in attempts:
             yield attempt
             if attempt.cause is None:
                 return
             granted = self.budget is None or await self.budget.atry_spend(self.budget_key)
             await anyio.sleep(self._go_on(attempt, granted))
-            number += 1
 
 
 def retry_context(**options: Unpack[RetryOptions]) -> Retrying:

@@ -1,0 +1,77 @@
+"""The ``llmguard`` command's registry: each command is data, registered by one function.
+
+A :class:`Command` names its parser's arguments (a function that adds them) and what runs it;
+a :class:`Group` is a command with actions (``llmguard cost estimate``). :func:`register` adds
+either to argparse's subparsers and binds the runner with ``set_defaults(run=...)``, so
+``main`` dispatches without a chain of ``if`` s, and a :class:`~llmguard_sdk.errors.
+ConfigurationError` from any runner becomes one line and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import ConfigurationError
+
+__all__ = ["Command", "Group", "register", "positive_int"]
+
+Runner = Callable[[argparse.Namespace], int]
+
+
+@dataclass(frozen=True)
+class Command:
+    """One command, or one action of a :class:`Group`."""
+
+    name: str
+    help: str
+    arguments: Callable[[argparse.ArgumentParser], None]
+    run: Runner
+    description: str | None = None
+
+
+@dataclass(frozen=True)
+class Group:
+    """A command whose actions are commands of their own."""
+
+    name: str
+    help: str
+    actions: tuple[Command, ...]
+    description: str | None = None
+
+
+def register(subparsers: Any, item: Command | Group, *, path: str = "llmguard") -> None:
+    """Add ``item`` (and a group's actions) to ``subparsers``."""
+    parser = subparsers.add_parser(
+        item.name, help=item.help, description=item.description or item.help
+    )
+    where = f"{path} {item.name}"
+    if isinstance(item, Group):
+        actions = parser.add_subparsers(dest=f"{item.name}_action", metavar="ACTION")
+        actions.required = True
+        for action in item.actions:
+            register(actions, action, path=where)
+        return
+    item.arguments(parser)
+    parser.set_defaults(run=_reporting(where, item.run))
+
+
+def _reporting(where: str, run: Runner) -> Runner:
+    def run_reporting(args: argparse.Namespace) -> int:
+        try:
+            return run(args)
+        except ConfigurationError as exc:
+            print(f"{where}: {exc}")
+            return 2
+
+    return run_reporting
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number of at least 1."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value

@@ -1,0 +1,51 @@
+"""``llmguard drill``: an outage drill against built-in fake providers and the local model.
+
+.. versionadded:: 0.1.0
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from ._command import Command
+
+__all__ = ["DRILL"]
+
+
+def _arguments(drill: argparse.ArgumentParser) -> None:
+    drill.add_argument("--rate", type=float, default=20.0, help="requests per second (20)")
+    drill.add_argument("--before", type=float, default=3.0, help="seconds before the outage")
+    drill.add_argument("--outage", type=float, default=2.0, help="seconds of each down phase")
+    drill.add_argument("--after", type=float, default=4.0, help="seconds after the return")
+    drill.add_argument("--no-local", action="store_true", help="leave the local model out")
+    drill.add_argument("--png", metavar="FILE", help="write a timeline picture")
+    drill.add_argument("--json", action="store_true", help="print the report as JSON")
+
+
+def _run(args: argparse.Namespace) -> int:
+    """Run ``llmguard drill``: 0 when every call was answered."""
+    from ..testing.drill import run_drill
+
+    report = run_drill(
+        rate=args.rate,
+        before=args.before,
+        outage=args.outage,
+        after=args.after,
+        local=not args.no_local,
+        png=args.png,
+    )
+    print(json.dumps(report.as_dict(), indent=2) if args.json else report.render())
+    return 0 if report.as_dict()["answered_share"] == 1.0 else 1
+
+
+DRILL = Command(
+    "drill",
+    "an outage drill: steady traffic while the primary goes down and comes back",
+    _arguments,
+    _run,
+    description="Send steady traffic through a Guard (primary, backup, local model) while "
+    "the primary refuses connections, then answers 503, then hangs, then returns; report "
+    "answered share, latency before/during/after, calls that reached the dead primary and "
+    "the time to recover.",
+)
