@@ -29,7 +29,9 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Callable, Generator
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Protocol, TypedDict, runtime_checkable
+
+from typing_extensions import NotRequired, Unpack
 
 from ..models import ChatRequest, ChatResponse, StreamChunk
 
@@ -99,35 +101,30 @@ class StreamCall:
     idle_timeout: float | None = None
 
 
+class _Timing(TypedDict):
+    deadline: float
+    idle_timeout: NotRequired[float | None]
+
+
 class _Streams:
     """:meth:`Provider.stream` and :meth:`Provider.astream` written once for the providers of
     this package: each one implements ``_stream(call)`` and ``_astream(call)`` on a
     :class:`StreamCall`."""
 
     def stream(
-        self,
-        request: ChatRequest,
-        *,
-        model: str,
-        deadline: float,
-        idle_timeout: float | None = None,
+        self, request: ChatRequest, *, model: str, **timing: Unpack[_Timing]
     ) -> Generator[StreamChunk, None, None]:
         """Answer ``request`` as a stream of chunks; the last one carries usage when known.
 
         ``idle_timeout`` bounds the silence before the first piece and between later ones.
         """
-        return self._stream(StreamCall(request, model, deadline, idle_timeout))
+        return self._stream(StreamCall(request, model, **timing))
 
     def astream(
-        self,
-        request: ChatRequest,
-        *,
-        model: str,
-        deadline: float,
-        idle_timeout: float | None = None,
+        self, request: ChatRequest, *, model: str, **timing: Unpack[_Timing]
     ) -> AsyncGenerator[StreamChunk, None]:
         """Async twin of :meth:`stream`."""
-        return self._astream(StreamCall(request, model, deadline, idle_timeout))
+        return self._astream(StreamCall(request, model, **timing))
 
     def _stream(self, call: StreamCall) -> Generator[StreamChunk, None, None]:
         raise NotImplementedError
