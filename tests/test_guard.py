@@ -271,6 +271,16 @@ def test_max_input_tokens_refuses_large_requests(fake: FakeProvider, make_guard:
     assert fake.stats.requests == 1
 
 
+def test_max_input_tokens_counts_a_request_its_bytes_do_not_clear(
+    fake: FakeProvider, make_guard: MakeGuard
+) -> None:
+    """More bytes than the limit but fewer tokens: counted, and sent."""
+    guard = make_guard(fake, max_input_tokens=20)
+    text = "hello world " * 3  # 36 bytes, 6 tokens (13 with the framing)
+    assert guard.chat([{"role": "user", "content": text}]).text
+    assert fake.stats.requests == 1
+
+
 def test_scope_from_keywords_and_scoped_block(fake: FakeProvider, make_guard: MakeGuard) -> None:
     events: list[CallEvent] = []
     guard = make_guard(fake, hooks=[events.append])

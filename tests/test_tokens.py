@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import tiktoken
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from llmguard_sdk import ChatRequest, count_request_tokens, count_text_tokens
 from llmguard_sdk.models import Message
+from llmguard_sdk.tokens import request_tokens_at_most
 
 
 def test_cl100k_models_are_exact_and_match_tiktoken() -> None:
@@ -65,3 +68,18 @@ def test_a_repeated_system_prompt_is_encoded_once() -> None:
     misses = _remembered_count.cache_info().misses
     assert count_text_tokens(huge, "gpt-4").tokens == 10_000
     assert _remembered_count.cache_info().misses == misses
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    texts=st.lists(st.text(max_size=300), min_size=1, max_size=4),
+    model=st.sampled_from(["gpt-4", "gpt-4o", "claude-3-5-sonnet", None]),
+)
+def test_the_bound_without_encoding_is_never_below_the_count(
+    texts: list[str], model: str | None
+) -> None:
+    """The Guard skips encoding when this bound fits ``max_input_tokens``: it must hold for
+    any text (multi-byte characters, special-token strings) and any model's encoding."""
+    messages = [Message(role="user", content=text) for text in texts]
+    request = ChatRequest(messages=messages, model=model)
+    assert request_tokens_at_most(request) >= count_request_tokens(request).tokens

@@ -140,6 +140,7 @@ class CallContext:
     deadline: float
     started: float = field(default_factory=time.monotonic)
     input_count: TokenCount | None = None
+    input_model: str | None = None  # the model input tokens are counted for (default: request's)
     route_counts: dict[str, TokenCount] = field(default_factory=dict)  # per route's model
     hedge_after: float | None = None
     priority: Literal["interactive", "batch"] = "interactive"
@@ -165,7 +166,7 @@ class CallContext:
     def input_tokens(self) -> TokenCount:
         """The request's input tokens, counted once, when a stage first needs them."""
         if self.input_count is None:
-            self.input_count = count_request_tokens(self.request)
+            self.input_count = count_request_tokens(self.request, self.input_model)
         return self.input_count
 
     def remaining(self) -> float:

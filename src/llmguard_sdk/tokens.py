@@ -187,9 +187,24 @@ def count_request_tokens(
     Content parts other than text (images, audio) are not counted, and make the count an
     estimate.
     """
-    messages = request.messages if isinstance(request, ChatRequest) else request
     if isinstance(request, ChatRequest):
         model = model or request.model
+    texts, framing, estimated = _request_texts(request)
+    encoding, method, own = _counter(model)
+    tokens = sum(_count_with(text, encoding) for text in texts)
+    return TokenCount(tokens + framing, estimated=estimated or not own, method=method)
+
+
+def request_tokens_at_most(request: ChatRequest | Sequence[Message]) -> int:
+    """An upper bound of :func:`count_request_tokens` for any model, without encoding: a
+    byte-pair token is at least one byte of UTF-8 (and the chars/4 estimate is less)."""
+    texts, framing, _ = _request_texts(request)
+    return framing + sum(len(text.encode("utf-8", "surrogatepass")) for text in texts)
+
+
+def _request_texts(request: ChatRequest | Sequence[Message]) -> tuple[list[str], int, bool]:
+    """(the texts counted, the framing tokens, whether the count is an estimate)."""
+    messages = request.messages if isinstance(request, ChatRequest) else request
     texts: list[str] = []
     estimated = False
     framing = _REPLY_PRIMING
@@ -209,6 +224,4 @@ def count_request_tokens(
     if isinstance(request, ChatRequest) and request.tools:
         texts.append(json.dumps(request.tools, sort_keys=True))
         estimated = True  # providers render tool schemas in their own, unpublished format
-    encoding, method, own = _counter(model)
-    tokens = sum(_count_with(text, encoding) for text in texts)
-    return TokenCount(tokens + framing, estimated=estimated or not own, method=method)
+    return texts, framing, estimated

@@ -30,7 +30,7 @@ from ..ratelimit import RateLimiter
 from ..retry.budget import RetryBudget
 from ..retry.policy import RetryPolicy
 from ..telemetry import Telemetry
-from ..tokens import count_request_tokens, count_text_tokens
+from ..tokens import count_text_tokens, request_tokens_at_most
 from .probes import Prober
 from .routing import Routing
 
@@ -140,13 +140,14 @@ def prepare(
     if stages.routing is not None:
         ctx.route_order = stages.routing.ranked()
     if stages.max_input_tokens is not None:
-        count = ctx.input_count = count_request_tokens(
-            checked, model=checked.model or stages.routes[0].model
-        )
-        if count.tokens > stages.max_input_tokens:
-            raise InputTooLargeError(
-                count.tokens, stages.max_input_tokens, estimated=count.estimated
-            )
+        ctx.input_model = checked.model or stages.routes[0].model
+        # counted only when a bound without encoding does not show that the request fits
+        if request_tokens_at_most(checked) > stages.max_input_tokens:
+            count = ctx.input_tokens()
+            if count.tokens > stages.max_input_tokens:
+                raise InputTooLargeError(
+                    count.tokens, stages.max_input_tokens, estimated=count.estimated
+                )
     return ctx
 
 

@@ -17,6 +17,7 @@ on delete: a freed row is reused by the next insert.
 
 from __future__ import annotations
 
+import math
 import threading
 from dataclasses import dataclass
 from functools import lru_cache
@@ -158,20 +159,40 @@ class VectorIndex:
             end = self._end
             if not self._rows:
                 return []
+            holes = bool(self._free)  # rows freed and not reused yet: masked out
             if self._sketch is None or len(self._rows) < self._exact_below:
                 rows = np.arange(end)
             else:
                 rough = self._sketch[:end] @ (vector @ _projection(self.dimension))
-                rough[~self._live[:end]] = -np.inf
+                if holes:
+                    rough[~self._live[:end]] = -np.inf
                 take = min(self._candidates, end)
                 rows = np.argpartition(rough, -take)[-take:]
-            scores = self._vectors[rows].astype(np.float32) @ vector
-            scores[~self._live[rows]] = -np.inf
+            scores = _widened(self._vectors[rows]) @ vector
+            if holes:
+                scores[~self._live[rows]] = -np.inf
             take = min(k, len(rows))
             best = np.argpartition(scores, -take)[-take:]
             best = best[np.argsort(-scores[best])]
+            ids = self._ids
             return [
-                Match(self._ids[int(rows[i])] or "", float(scores[i]))
-                for i in best
-                if np.isfinite(scores[i])
+                Match(ids[int(rows[i])] or "", similarity)
+                for i in best.tolist()
+                if math.isfinite(similarity := float(scores[i]))
             ]
+
+
+@lru_cache(maxsize=1)
+def _half_to_single() -> npt.NDArray[np.float32]:
+    """Every float16 bit pattern's float32 value (256 KB): a table lookup widens rows about
+    twice as fast as ``astype`` where numpy converts element by element."""
+    table: npt.NDArray[np.float32] = (
+        np.arange(65536, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(np.float32)
+    )
+    return table
+
+
+def _widened(rows: npt.NDArray[np.float16]) -> npt.NDArray[np.float32]:
+    """float16 ``rows`` as float32 (the same values)."""
+    widened: npt.NDArray[np.float32] = np.take(_half_to_single(), rows.view(np.uint16))
+    return widened
