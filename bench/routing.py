@@ -32,14 +32,23 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from typing import Any
 
-from _benchkit import P99_MIN_SAMPLES, exit_on_signals, nearest_rank, print_result
+from _benchkit import (
+    P99_MIN_SAMPLES,
+    delete_prefix,
+    exit_on_signals,
+    given_redis,
+    nearest_rank,
+    print_result,
+    start_processes,
+    stop_processes,
+)
 
 from llmguard_sdk import DeploymentGroup, Guard, OpenAICompatibleProvider
 from llmguard_sdk.testing import FakeProvider, Fault
 
 MESSAGES = [{"role": "user", "content": "Where is my parcel?"}]
 PHASES = ("normal", "slow", "failing")
-STRATEGIES = ("latency", "round_robin", "weighted")
+STRATEGIES = ("latency", "least_outstanding", "round_robin", "weighted")
 
 
 @contextmanager
@@ -128,12 +137,151 @@ def litellm_side(strategy: str, calls: int, base_s: float) -> dict[str, Any]:
         return drive(call, fakes, calls, base_s)
 
 
+INFLIGHT_LATENCIES = (0.1, 0.15, 0.2)  # seconds: the three deployments answer at their own pace
+
+
+def inflight_worker(
+    urls: list[str],
+    redis_url: str | None,
+    prefix: str,
+    rate: float,
+    seconds: float,
+    seed: int,
+    sync: tuple[Any, Any, Any],
+    out: Any,
+) -> None:
+    """One process of the spread test: once every process is ready (``sync``: a queue it
+    says so on, an event that starts them, the shared start time), calls arriving at random
+    (Poisson, ``rate`` a second) for ``seconds``, each on a thread of its own, through a
+    ``least_outstanding`` group; puts ``(route, began, ended)`` of every call on ``out``."""
+    import random
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from llmguard_sdk import RedisStore
+
+    store = RedisStore(redis_url, key_prefix=prefix, max_connections=200) if redis_url else None
+    routes = [
+        OpenAICompatibleProvider(url, model="fake-model", name=f"dep-{i}")
+        for i, url in enumerate(urls)
+    ]
+    group = DeploymentGroup("fake-model", routes, strategy="least_outstanding", seed=seed)
+    spans: list[tuple[str | None, float, float]] = []
+    lock = threading.Lock()
+    rng = random.Random(seed)
+    with Guard(group, environ={}, store=store) as guard:
+
+        def one() -> None:
+            began = time.time()
+            try:
+                route: str | None = guard.chat(MESSAGES, max_tokens=16).route
+            except Exception:
+                route = None
+            with lock:
+                spans.append((route, began, time.time()))
+
+        ready, go, start = sync
+        ready.put(seed)
+        go.wait(timeout=120)
+        with ThreadPoolExecutor(max_workers=64) as pool:
+            due = start.value
+            while due < start.value + seconds:
+                time.sleep(max(0.0, due - time.time()))
+                pool.submit(one)
+                due += rng.expovariate(rate)
+    out.put(spans)
+
+
+def spread_of(
+    spans: list[tuple[str | None, float, float]], window: tuple[float, float]
+) -> dict[str, Any]:
+    """Each deployment's calls in flight, sampled every 10 ms over the middle of ``window``:
+    the mean over samples of the largest relative deviation from the mean count
+    (``spread``), its 90th percentile, and each deployment's mean count."""
+    names = [f"dep-{i}" for i in range(len(INFLIGHT_LATENCIES))]
+    begin, end = window[0] + 1.0, window[1] - 0.5
+    instants = [begin + k * 0.01 for k in range(int((end - begin) / 0.01))]
+    deviations, totals = [], dict.fromkeys(names, 0)
+    for t in instants:
+        counts = [sum(1 for r, b, e in spans if r == n and b <= t < e) for n in names]
+        mean = sum(counts) / len(counts)
+        if mean > 0:
+            deviations.append(max(abs(c - mean) for c in counts) / mean)
+        for name, count in zip(names, counts, strict=True):
+            totals[name] += count
+    deviations.sort()
+    return {
+        "spread": round(statistics.fmean(deviations), 3) if deviations else None,
+        "spread_p90": round(nearest_rank(deviations, 90), 3) if deviations else None,
+        "mean_in_flight": {n: round(c / max(1, len(instants)), 2) for n, c in totals.items()},
+        "calls": len(spans),
+        "call_p50_ms": round(statistics.median(e - b for _, b, e in spans) * 1e3, 1),
+        "errors": sum(1 for r, _, _ in spans if r is None),
+    }
+
+
+def inflight_side(
+    redis_url: str | None, processes: int, rate: float, seconds: float
+) -> dict[str, Any]:
+    """``processes`` processes calling through ``least_outstanding`` groups on the same three
+    deployments: sharing their counts through Redis (``redis_url``), or each its own."""
+    import multiprocessing
+    import uuid
+
+    context = multiprocessing.get_context("spawn")
+    out = context.Queue()
+    prefix = f"llmguard-bench-{uuid.uuid4().hex[:10]}"
+    with deployments() as fakes:
+        for fake, seconds_each in zip(fakes, INFLIGHT_LATENCIES, strict=True):
+            fake.always(Fault(latency=seconds_each))
+        sync = (context.Queue(), context.Event(), context.Value("d", 0.0))
+        urls = [f.base_url for f in fakes]
+        workers = [
+            context.Process(
+                target=inflight_worker,
+                args=(urls, redis_url, prefix, rate, seconds, n, sync, out),
+            )
+            for n in range(processes)
+        ]
+        start_processes(workers)
+        try:
+            for _ in workers:  # every process has started up (imports, its Guard)
+                sync[0].get(timeout=120)
+            sync[2].value = time.time() + 0.2
+            window = (sync[2].value, sync[2].value + seconds)
+            sync[1].set()
+            spans = [span for _ in workers for span in out.get(timeout=seconds + 60)]
+        finally:
+            stop_processes(workers)
+            if redis_url:
+                import redis
+
+                client = redis.Redis.from_url(redis_url)
+                delete_prefix(client, prefix)
+                client.close()
+    return spread_of(spans, window)
+
+
+def inflight_spread(redis_url: str | None, quick: bool) -> dict[str, Any]:
+    """The spread of calls in flight with counts shared through Redis and per process."""
+    processes, rate, seconds = (4, 10.0, 3.0) if quick else (4, 40.0, 8.0)
+    result: dict[str, Any] = {"processes": processes, "calls_per_s_each": rate, "seconds": seconds}
+    result["shared"] = inflight_side(redis_url, processes, rate, seconds)
+    result["per_process"] = inflight_side(None, processes, rate, seconds)
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--calls", type=int, default=1200, help="calls per side (1,200)")
     parser.add_argument("--base-ms", type=float, default=20.0, help="a deployment's latency")
     parser.add_argument("--quick", action="store_true", help="90 calls per side")
+    parser.add_argument(
+        "--redis-url",
+        help="the Redis the spread test shares (else REDIS_URL, else a throwaway one)",
+    )
+    parser.add_argument("--no-spread", action="store_true", help="skip the in-flight spread test")
     args = parser.parse_args()
     exit_on_signals()
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # LiteLLM: no fetch at import
@@ -162,6 +310,12 @@ def main() -> None:
         ),
         "litellm_skipped": skipped,
     }
+    if not args.no_spread:
+        with given_redis(args.redis_url) as redis_url:
+            spread = inflight_spread(redis_url, args.quick)
+        result["inflight_spread"] = spread["shared"]["spread"]
+        result["inflight_spread_per_process"] = spread["per_process"]["spread"]
+        result["inflight"] = spread
     print_result(result, args.json)
 
 

@@ -141,6 +141,17 @@ def fake2() -> Iterator[FakeProvider]:
 
 
 @pytest.fixture
+def servers() -> Iterator[list[FakeProvider]]:
+    """Three FakeProviders, ``dep-0`` .. ``dep-2`` (the deployments of a group)."""
+    fakes = [FakeProvider(name=f"dep-{i}") for i in range(3)]
+    for fake in fakes:
+        fake.start()
+    yield fakes
+    for fake in fakes:
+        fake.stop()
+
+
+@pytest.fixture
 def make_guard() -> Iterator[Callable[..., Guard]]:
     """Build Guards over FakeProviders; every one is closed after the test."""
     guards: list[Guard] = []

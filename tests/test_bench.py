@@ -160,7 +160,7 @@ def test_throughput_reports_each_side_at_50_and_500_concurrent_calls() -> None:
 def test_routing_reports_each_strategy_through_the_three_phases() -> None:
     result = run("routing.py", "--quick")
     strategies = result["strategies"]
-    assert {"latency", "round_robin", "weighted"} <= strategies.keys()
+    assert {"latency", "least_outstanding", "round_robin", "weighted"} <= strategies.keys()
     for found in strategies.values():
         assert found["errors"] == 0  # a sibling deployment always answered
         assert found["p99_ms"] is None  # 90 calls: the tail is max_ms
@@ -168,6 +168,14 @@ def test_routing_reports_each_strategy_through_the_three_phases() -> None:
         assert "dep-1" not in found["served"]["failing"]  # nothing served by the failing one
     assert strategies["round_robin"]["served"]["normal"] == {"dep-0": 10, "dep-1": 10, "dep-2": 10}
     assert ("litellm_latency" in strategies) == (result["litellm_skipped"] is None)
+    spread = result["inflight"]
+    assert result["inflight_spread"] == spread["shared"]["spread"]
+    assert result["inflight_spread_per_process"] == spread["per_process"]["spread"]
+    for side in ("shared", "per_process"):  # 4 processes, every call answered
+        assert spread[side]["calls"] > 0
+        assert spread[side]["errors"] == 0
+        assert sum(spread[side]["mean_in_flight"].values()) > 0  # sampled while calls ran
+        assert spread[side]["spread"] >= 0
 
 
 @timeout_for(BENCH_TIMEOUT)

@@ -162,6 +162,29 @@ api_key = "${{VLLM_KEY}}"
         assert "authorization" not in one.requests[-1].headers
 
 
+def test_a_group_from_config_takes_regions_and_least_outstanding() -> None:
+    with FakeProvider(name="one") as one, FakeProvider(name="two") as two:
+        config = {
+            "routes": [
+                {
+                    "group": "fake",
+                    "strategy": "least_outstanding",
+                    "regions": {"one": "us", "two": "eu"},
+                    "region": "eu",
+                    "deployments": [
+                        {"model": "vllm/fake-model", "name": f.name, "base_url": f.base_url}
+                        for f in (one, two)
+                    ],
+                }
+            ]
+        }
+        with Guard.from_config(config, environ={}) as guard:
+            assert {guard.chat(USER).route for _ in range(3)} == {"two"}
+            assert guard.chat(USER, region="us").route == "one"
+    with pytest.raises(ConfigurationError, match=r"routes\.0\.strategy"):
+        Guard.from_config({"routes": [{**config["routes"][0], "strategy": "fastest"}]}, environ={})
+
+
 def test_azure_routes_send_the_deployment_path_version_and_key(tmp_path: Path) -> None:
     with FakeProvider(name="azure") as fake:
         config = {"routes": [{"model": "azure/prod-4o", "api_version": "2024-10-21"}]}

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
 import random
-from collections.abc import Iterator
 
 import pytest
 
@@ -14,11 +14,14 @@ from llmguard_sdk import (
     Guard,
     OpenAICompatibleProvider,
 )
+from llmguard_sdk.router.leases import LeaseAsk
 from llmguard_sdk.router.policy import (
     Latency,
     estimate,
     observe,
+    predicted,
     rank_by_latency,
+    rank_by_load,
     rank_by_weight,
     rotate,
 )
@@ -29,21 +32,111 @@ from .conftest import USER
 # -- the pure ranking ------------------------------------------------------------------------
 
 
-def test_latency_mean_moves_toward_samples_and_failures_count_as_the_penalty() -> None:
-    state = observe(Latency(), 0.2, 10.0, failed=False, penalty_s=5.0)
-    assert state == Latency(0.2, 10.0)
-    state = observe(state, 0.4, 11.0, failed=False, penalty_s=5.0)
-    assert state.mean_s == pytest.approx(0.2 + 0.3 * 0.2)
-    failed = observe(state, 0.01, 12.0, failed=True, penalty_s=5.0)  # a fast refusal
-    assert failed.mean_s == pytest.approx(0.26 + 0.3 * (5.0 - 0.26))
+WARM = Latency(answers=1)  # a deployment whose first answer (and connection) came
+
+
+def test_the_first_answer_is_not_measured_but_a_first_failure_is() -> None:
+    cold = observe(Latency(), 0.5, 3.0, failed=False, penalty_s=5.0)
+    assert cold == Latency(None, None, 3.0, 1)
+    assert observe(cold, 0.02, 4.0, failed=False, penalty_s=5.0).first_s == pytest.approx(0.02)
+    assert observe(Latency(), 0.01, 3.0, failed=True, penalty_s=5.0).first_s == 5.0
+
+
+def test_a_slower_sample_replaces_the_mean_and_a_faster_one_pulls_it_down_with_time() -> None:
+    state = observe(WARM, 0.2, 10.0, failed=False, penalty_s=5.0)
+    assert state == Latency(0.2, None, 10.0, 2)
+    state = observe(state, 0.5, 11.0, failed=False, penalty_s=5.0)
+    assert state.first_s == pytest.approx(0.5)  # peak: one slow answer is enough
+    soon = observe(state, 0.1, 11.0, failed=False, penalty_s=5.0, half_life_s=10.0)
+    assert soon.first_s == pytest.approx(0.5)  # no time passed: the peak holds
+    later = observe(state, 0.1, 21.0, failed=False, penalty_s=5.0, half_life_s=10.0)
+    assert later.first_s == pytest.approx(0.1 + 0.4 / 2)  # halfway after one half-life
+    failed = observe(later, 0.01, 22.0, failed=True, penalty_s=5.0)  # a fast refusal
+    assert failed.first_s == pytest.approx(5.0)
+
+
+def test_streams_split_first_token_and_per_token_time_and_plain_answers_use_both() -> None:
+    state = observe(WARM, 1.1, 0.0, failed=False, penalty_s=5.0, first_s=0.1, tokens=11)
+    assert (state.first_s, state.per_token_s) == pytest.approx((0.1, 0.1))
+    assert predicted(state, 21) == pytest.approx(0.1 + 20 * 0.1)
+    assert predicted(Latency(), 5) is None
+    # a plain answer of 6 tokens in 0.8 s: 0.5 s of tokens at the learnt rate, 0.3 s first
+    plain = observe(state, 0.8, 0.0, failed=False, penalty_s=5.0, tokens=6)
+    assert plain.first_s == pytest.approx(0.3)
+    assert plain.per_token_s == pytest.approx(0.1)
 
 
 def test_a_mean_drifts_halfway_to_the_best_each_half_life() -> None:
-    state = Latency(mean_s=2.0, updated=100.0)
+    state = Latency(first_s=2.0, updated=100.0)
     assert estimate(state, 100.0, toward=0.0, half_life_s=10.0) == pytest.approx(2.0)
     assert estimate(state, 110.0, toward=0.0, half_life_s=10.0) == pytest.approx(1.0)
     assert estimate(state, 130.0, toward=0.5, half_life_s=10.0) == pytest.approx(0.5 + 1.5 / 8)
     assert estimate(Latency(), 130.0, toward=0.5, half_life_s=10.0) == 0.0  # never measured
+
+
+def test_a_deployment_beyond_the_slack_takes_no_call_and_stays_as_failover() -> None:
+    rng = random.Random(5)
+    ranks = [rank_by_latency([0.02, 0.1, 0.025], rng, slack=2.0) for _ in range(2000)]
+    assert all(r == [0, 2, 1] for r in ranks)  # the slow one never leads; still failover
+    ranks = [rank_by_latency([0.02, 0.1, 0.025], rng, slack=10.0) for _ in range(2000)]
+    assert {r[0] for r in ranks} == {0, 2}  # within a wider band it is drawn, and loses
+    # without a band, P2C leads with the slow one whenever it is drawn with nothing slower
+    assert rank_by_latency([0.02, 0.1], random.Random(1), slack=2.0) == [0, 1]
+    # never measured deployments (cost 0) lead, among themselves
+    firsts = {rank_by_latency([0.02, 0.0, 0.0], rng, slack=2.0)[0] for _ in range(200)}
+    assert firsts == {1, 2}
+
+
+def test_loads_rank_fewest_first_and_ties_go_round() -> None:
+    assert rank_by_load([3, 1, 2], 0) == [1, 2, 0]
+    assert [rank_by_load([1, 1, 1], turn)[0] for turn in range(4)] == [0, 1, 2, 0]
+    assert rank_by_load([2, 1, 1], 1) == [1, 2, 0]
+    assert rank_by_load([2, 1, 1], 2) == [2, 1, 0]
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _named(*names: str) -> list[OpenAICompatibleProvider]:
+    return [OpenAICompatibleProvider("http://127.0.0.1:9/v1", model="m", name=n) for n in names]
+
+
+def test_a_known_slow_deployment_gets_a_trickle_not_bulk_traffic() -> None:
+    clock = Clock()
+    group = DeploymentGroup("g", _named("a", "b", "c"), seed=3, clock=clock)
+    for name, seconds in (("a", 0.02), ("b", 0.1), ("c", 0.022)) * 2:  # the first: cold
+        group.observe(name, seconds, failed=False)
+    firsts: list[str] = []
+    for _ in range(6000):  # 60 s at 100 calls/s, each answering as its deployment does
+        clock.now += 0.01
+        first = group.ranked()[0].name
+        firsts.append(first)
+        group.observe(first, {"a": 0.02, "b": 0.1, "c": 0.022}[first], failed=False)
+    # b leads a call again only when it has neither answered nor led one for a half-life
+    # (10 s), and each try brings its peak back: a trickle, not bulk traffic
+    assert 4 <= firsts.count("b") <= 7
+    assert "b" not in firsts[:990]
+    tries = [i for i, name in enumerate(firsts) if name == "b"]
+    assert all(later - earlier >= 990 for earlier, later in itertools.pairwise(tries))
+    assert firsts.count("a") + firsts.count("c") == len(firsts) - firsts.count("b")
+
+
+def test_calls_in_flight_multiply_the_cost() -> None:
+    clock = Clock()
+    group = DeploymentGroup("g", _named("a", "b"), seed=3, clock=clock)
+    for name, seconds in (("a", 0.02), ("b", 0.03)) * 2:
+        group.observe(name, seconds, failed=False)
+    assert group.ranked()[0].name == "a"
+    for call in range(2):  # two calls in flight on a: cost 0.06 against b's 0.03
+        group.local_leases.take(LeaseAsk("g", group.names, 0, 0, f"call-{call}", 60.0))
+    assert group.ranked()[0].name == "b"
+    clock.now += 61  # the leases ran out (a crashed caller holds nothing for long)
+    assert group.local_leases.counts("g", group.names) == [0, 0]
 
 
 def test_power_of_two_choices_puts_the_faster_of_the_pair_first() -> None:
@@ -78,16 +171,6 @@ def test_bad_groups_are_refused() -> None:
 
 
 # -- groups in a Guard ---------------------------------------------------------------------
-
-
-@pytest.fixture
-def servers() -> Iterator[list[FakeProvider]]:
-    fakes = [FakeProvider(name=f"dep-{i}") for i in range(3)]
-    for fake in fakes:
-        fake.start()
-    yield fakes
-    for fake in fakes:
-        fake.stop()
 
 
 def _group(servers: list[FakeProvider], **options: object) -> DeploymentGroup:

@@ -38,7 +38,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -47,7 +47,7 @@ from .errors import ConfigurationError
 from .providers.anthropic import AnthropicProvider
 from .providers.base import Provider
 from .providers.openai_compat import OpenAICompatibleProvider
-from .router import DeploymentGroup
+from .router import DeploymentGroup, Strategy
 
 __all__ = ["CONFIG_ENV", "ConfigFile", "ResolvedRoute", "load_config", "resolve"]
 
@@ -95,8 +95,10 @@ class GroupConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     group: str = Field(min_length=1)
-    strategy: Literal["latency", "round_robin", "weighted", "ordered"] = "latency"
+    strategy: Strategy = "latency"
     weights: list[float] | None = None
+    regions: dict[str, str] | None = None
+    region: str | None = None
     deployments: list[RouteConfig] = Field(min_length=1)
 
 
@@ -194,6 +196,8 @@ def resolve(
                     [provider for provider, _ in built],
                     strategy=entry.strategy,
                     weights=entry.weights,
+                    regions=entry.regions,
+                    region=entry.region,
                 )
             )
             described += [_in_group(info, entry.group) for _, info in built]

@@ -156,6 +156,7 @@ class CallContext:
     rate_wait_s: float = 0.0
     trace_parent: object = None
     route_order: tuple[Provider, ...] = ()  # this call's routes, ranked (deployment groups)
+    region: str | None = None  # the region whose deployments the call prefers
 
     def begin_attempt(self, route: str) -> AttemptRecord:
         """Start recording one provider attempt (see :class:`AttemptRecord`)."""

@@ -77,6 +77,8 @@ class ChatOptions(TypedDict, total=False):
     hedge_after: float | None
     """Start a second route's call when the first has not answered after this many seconds."""
     priority: Literal["interactive", "batch"]
+    region: str | None
+    """Prefer the deployments of deployment groups tagged with this region (then the others)."""
     cacheable: bool
     """``False`` skips the cache for this call."""
     cache_tags: Sequence[str]
@@ -242,7 +244,7 @@ class Guard(Closes, AsyncCloses):
             breaker_hooks = [*breaker_hooks, observer.on_breaker_transition]
         self._stages = Stages(
             routes=routes,
-            routing=wiring.routing(providers),
+            routing=wiring.routing(providers, self.store),
             timeout=self.settings.timeout,
             attempt_timeout=self.settings.attempt_timeout,
             max_input_tokens=self.settings.max_input_tokens,

@@ -71,6 +71,13 @@ class Assembler:
         """How long this attempt took to its first token (or until now, without one)."""
         return (self._first_token_at or time.monotonic()) - self.record.started
 
+    def sample(self) -> tuple[float, float | None, int]:
+        """(whole time, time to the first token, output tokens: reported, else one per
+        content chunk) of the attempt so far, for the router's latency measure."""
+        first = None if self._first_token_at is None else self._first_token_at - self.record.started
+        tokens = self.usage.output_tokens if self.usage is not None else len(self._text)
+        return time.monotonic() - self.record.started, first, tokens
+
     @property
     def text(self) -> str:
         """Everything the caller has received: carried text and this route's."""

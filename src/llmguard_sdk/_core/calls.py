@@ -36,7 +36,7 @@ def call_context(
         params.pop("tenant", None), params.pop("feature", None), params.pop("user", None)
     )
     timeout, hedge_after = params.pop("timeout", None), params.pop("hedge_after", None)
-    priority = params.pop("priority", "interactive")
+    priority, region = params.pop("priority", "interactive"), params.pop("region", None)
     cacheable, cache_tags = params.pop("cacheable", True), tuple(params.pop("cache_tags", ()))
     ctx = prepare(
         stages,
@@ -45,6 +45,7 @@ def call_context(
         timeout=timeout,
         hedge_after=hedge_after,
         priority=priority,
+        region=region,
     )
     ctx.cacheable, ctx.cache_tags = cacheable, cache_tags
     return ctx

@@ -40,7 +40,20 @@ Plan = Generator[Any, Any, ChatResponse]
 
 
 def plan(run: Run) -> Plan:
-    """The route loop of one call (see the module docs); returns the raw response."""
+    """The route loop of one call (see the module docs); returns the raw response. With
+    deployment groups, the call holds a lease on the deployment each sends it to (its
+    calls in flight) from here to its end."""
+    routing = run.stages.routing
+    if routing is None:
+        return (yield from _route_loop(run))
+    leases = yield Ask(routing.lease_steps(run.ctx))
+    try:
+        return (yield from _route_loop(run))
+    finally:
+        run.queue([routing.give_back_steps(leases)])
+
+
+def _route_loop(run: Run) -> Plan:
     ctx = run.ctx
     raced: Preopened | None = None
     if ctx.hedge_after is not None:
@@ -155,7 +168,9 @@ def _complete(
         run.queue(run.give_back_steps(route, reservation))
         raise
     record.end()
-    run.record(route, None, elapsed_since(started))
+    seconds = elapsed_since(started)
+    out = response.usage.output_tokens if response.usage is not None else 0
+    run.record(route, None, seconds, sample=(seconds, None, out), headers=response.headers)
     if reservation is not None:
         used = limits.response_usage(ctx, reservation, response)
         run.settle(reservation, used=used, headers=response.headers)
@@ -209,7 +224,9 @@ def _stream(
             run.settle(reservation, used=used, headers=assembler.headers)
         raise
     record.end()
-    run.record(route, None, assembler.seconds())
+    run.record(
+        route, None, assembler.seconds(), sample=assembler.sample(), headers=assembler.headers
+    )
     if reservation is not None:
         used = assembler.used(route.name, reservation.input, None)
         run.settle(reservation, used=used, headers=assembler.headers)

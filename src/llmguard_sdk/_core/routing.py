@@ -1,20 +1,52 @@
 """The chain's order for one call: each deployment group's deployments ranked by its
-strategy, in the group's place among the other routes."""
+strategy, in the group's place among the other routes; the call's leases on the deployments
+it goes to (its calls in flight), taken when its route loop starts and given back at its end.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+import math
+import time
+import uuid
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+from .._state.steps import Step
+from ..context import CallContext
+from ..errors import ProviderError, RateLimitedError
 from ..providers.base import Provider
 from ..router import DeploymentGroup
+from ..router.groups import CallFacts
+from ..router.leases import Leases, RedisLeases
+from ..store import RedisStore, Store
 
-__all__ = ["Routing", "flatten"]
+if TYPE_CHECKING:
+    from ..budget.prices import PriceTable
+
+__all__ = ["Lease", "Routing", "flatten"]
+
+_LEASE_MARGIN_S = 5.0  # a lease outlives its call's deadline by this much (then it runs out)
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A call's lease on one deployment of a group."""
+
+    group: DeploymentGroup
+    leases: Leases
+    deployment: str
+    call_id: str
 
 
 class Routing:
-    """The chain's entries (routes and groups), ranked anew for each call."""
+    """The chain's entries (routes and groups), ranked anew for each call. Groups that count
+    calls in flight across processes (``least_outstanding``) do it in ``store`` when it is
+    Redis; every other count stays in this process."""
 
-    def __init__(self, entries: Sequence[Provider | DeploymentGroup]) -> None:
+    def __init__(
+        self, entries: Sequence[Provider | DeploymentGroup], store: Store | None = None
+    ) -> None:
         self.entries = tuple(entries)
         self._groups = {
             deployment.name: entry
@@ -22,14 +54,62 @@ class Routing:
             if isinstance(entry, DeploymentGroup)
             for deployment in entry.deployments
         }
+        shared = RedisLeases(store) if isinstance(store, RedisStore) else None
+        self._leases: dict[str, Leases] = {
+            entry.name: shared
+            if shared is not None and entry.strategy == "least_outstanding"
+            else entry.local_leases
+            for entry in entries
+            if isinstance(entry, DeploymentGroup)
+        }
 
-    def ranked(self) -> tuple[Provider, ...]:
-        """Every route, each group's deployments in the order its strategy gives now."""
+    def ranked(self, ctx: CallContext, prices: PriceTable | None = None) -> tuple[Provider, ...]:
+        """Every route, each group's deployments in the order its strategy gives now for the
+        call ``ctx`` (``cheapest`` prices it with ``prices``)."""
+        counted = any(g.strategy == "cheapest" for g in self._groups.values())
+        facts = CallFacts(
+            ctx.request,
+            ctx.input_tokens().tokens if counted else 0.0,
+            ctx.region,
+            prices,
+        )
         return tuple(
             route
             for entry in self.entries
-            for route in (entry.ranked() if isinstance(entry, DeploymentGroup) else (entry,))
+            for route in (entry.ranked(facts) if isinstance(entry, DeploymentGroup) else (entry,))
         )
+
+    def lease_steps(self, ctx: CallContext) -> Step[list[Lease]]:
+        """Lease the call on the deployment each group sends it to, in ``ctx.route_order``
+        (which a group that decides with the lease reorders)."""
+        call_id, order = uuid.uuid4().hex, list(ctx.route_order)
+        now = time.monotonic()
+        lease_s = (
+            min(3600.0, max(0.0, ctx.deadline - now) + _LEASE_MARGIN_S)
+            if math.isfinite(ctx.deadline)
+            else 3600.0
+        )
+        taken: list[Lease] = []
+        for entry in self.entries:
+            if not isinstance(entry, DeploymentGroup):
+                continue
+            at = [i for i, route in enumerate(order) if route.name in entry.names]
+            if not at:
+                continue
+            leases = self._leases[entry.name]
+            mine = yield from entry.lease_steps([order[i] for i in at], leases, call_id, lease_s)
+            for i, route in zip(at, mine, strict=True):
+                order[i] = route
+            taken.append(Lease(entry, leases, mine[0].name, call_id))
+        ctx.route_order = tuple(order)
+        return taken
+
+    def give_back_steps(self, leases: Sequence[Lease]) -> Step[None]:
+        """End the call's ``leases``."""
+        for lease in leases:
+            yield from lease.leases.give_back_steps(
+                lease.group.name, lease.deployment, lease.call_id
+            )
 
     def can_fail_over(self, route: str, failed: Collection[str]) -> bool:
         """Whether ``route``'s group has another deployment not among the ``failed`` routes
@@ -39,11 +119,28 @@ class Routing:
             return False
         return any(d.name != route and d.name not in failed for d in group.deployments)
 
-    def observe(self, route: str, seconds: float, *, failed: bool) -> None:
-        """Feed an attempt on ``route`` to its group (a route outside groups: nothing)."""
+    def observe(
+        self,
+        route: str,
+        seconds: float,
+        *,
+        error: ProviderError | None = None,
+        first_s: float | None = None,
+        tokens: int = 0,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        """Feed an attempt on ``route`` to its group (a route outside groups: nothing): its
+        time, its answer's rate-limit ``headers``, or its ``error`` (a 429 leaves the route
+        no headroom for its wait)."""
         group = self._groups.get(route)
-        if group is not None:
-            group.observe(route, seconds, failed=failed)
+        if group is None:
+            return
+        failed = error is not None
+        group.observe(route, seconds, failed=failed, first_s=first_s, tokens=tokens)
+        if isinstance(error, RateLimitedError):
+            group.learn_headroom(route, None, pause_s=error.retry_after, limited=True)
+        elif headers:
+            group.learn_headroom(route, headers)
 
 
 def flatten(entries: Sequence[Provider | DeploymentGroup]) -> tuple[Provider, ...]:

@@ -10,6 +10,7 @@ learning, the retry budget's request count) is queued in the tail here, never se
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -87,14 +88,27 @@ class Run:
         if self.stages.retry_budget is not None:
             self.tail.add(self.stages.retry_budget.record_request_steps(route.name))
 
-    def record(self, route: Provider, error: ProviderError | None, seconds: float) -> None:
-        """An attempt's outcome: the breaker's record; the route's latency for its group
-        (a request the provider refused as wrong says nothing about the route)."""
+    def record(
+        self,
+        route: Provider,
+        error: ProviderError | None,
+        seconds: float,
+        *,
+        sample: tuple[float, float | None, int] | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        """An attempt's outcome: the breaker's record; the route's latency and headroom for
+        its group (a request the provider refused as wrong says nothing about the route).
+        ``sample``: (whole time, time to the first token of a stream, output tokens) of an
+        answer; ``headers``: its headers."""
         if self.stages.breakers is not None:
             self.tail.add(self.stages.breakers.record_steps(route.name, error, seconds=seconds))
         routing = self.stages.routing
         if routing is not None and (error is None or routes.is_route_failure(error)):
-            routing.observe(route.name, seconds, failed=error is not None)
+            total, first, tokens = sample or (seconds, None, 0)
+            routing.observe(
+                route.name, total, error=error, first_s=first, tokens=tokens, headers=headers
+            )
 
     def release_steps(self, route: Provider) -> list[Step[Any]]:
         """Give back a breaker permit whose attempt has no outcome."""

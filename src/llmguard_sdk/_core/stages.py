@@ -105,6 +105,7 @@ def prepare(
     timeout: float | None,
     hedge_after: float | None = None,
     priority: Literal["interactive", "batch"] = "interactive",
+    region: str | None = None,
 ) -> CallContext:
     """Validate the request, run input guardrails and the size check; start the clock."""
     started, started_ns = time.monotonic(), time.time_ns()
@@ -123,6 +124,8 @@ def prepare(
     checked = _with_idempotency_key(checked, stages.retry)
     if priority not in ("interactive", "batch"):
         raise RequestValidationError(f"priority must be 'interactive' or 'batch', got {priority!r}")
+    if region is not None and not (isinstance(region, str) and region):
+        raise RequestValidationError(f"region must be a non-empty string, got {region!r}")
     hedge = stages.hedge_after if hedge_after is None else hedge_after
     if hedge is not None and not (isinstance(hedge, (int, float)) and 0 <= hedge < math.inf):
         raise RequestValidationError(f"hedge_after must be seconds >= 0, got {hedge!r}")
@@ -134,11 +137,13 @@ def prepare(
         started_ns=started_ns,
         hedge_after=hedge,
         priority=priority,
+        region=region,
     )
     if stages.telemetry is not None:
         ctx.trace_parent = stages.telemetry.parent()
     if stages.routing is not None:
-        ctx.route_order = stages.routing.ranked()
+        prices = stages.spend.prices if stages.spend is not None else None
+        ctx.route_order = stages.routing.ranked(ctx, prices)
     if stages.max_input_tokens is not None:
         ctx.input_model = checked.model or stages.routes[0].model
         # counted only when a bound without encoding does not show that the request fits

@@ -134,10 +134,12 @@ def prober(breakers: Breakers | None) -> Prober | None:
     return Prober(breakers, breakers.policy.probe_every)
 
 
-def routing(providers: Entries) -> Routing | None:
+def routing(providers: Entries, store: Store) -> Routing | None:
     """The per-call ranking of the chain's deployment groups (None: no group)."""
     entries = _entries(providers)
-    return Routing(entries) if any(isinstance(e, DeploymentGroup) for e in entries) else None
+    if not any(isinstance(e, DeploymentGroup) for e in entries):
+        return None
+    return Routing(entries, store)
 
 
 def _entries(providers: Entries) -> tuple[Provider | DeploymentGroup, ...]:

@@ -5,26 +5,70 @@
 
 from __future__ import annotations
 
+import math
 import random
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+from .._state.steps import Step
 from ..errors import ConfigurationError
+from ..models import ChatRequest
 from ..providers.base import Provider
+from .fit import (
+    Headroom,
+    exhausted,
+    fits,
+    headroom_from,
+    needs,
+    prefer_region,
+    rank_by_cost,
+    rank_by_headroom,
+    share_at,
+)
+from .leases import LeaseAsk, Leases, MemoryLeases
 from .policy import (
     Latency,
     Strategy,
     estimate,
     observe,
+    predicted,
     rank_by_latency,
+    rank_by_load,
     rank_by_weight,
     rotate,
+    stale,
 )
 
-__all__ = ["DeploymentGroup"]
+if TYPE_CHECKING:
+    from ..budget.prices import PriceTable
 
-_STRATEGIES = ("latency", "round_robin", "weighted", "ordered")
+__all__ = ["CallFacts", "DeploymentGroup"]
+
+_STRATEGIES = (
+    "latency",
+    "least_outstanding",
+    "headroom",
+    "cheapest",
+    "round_robin",
+    "weighted",
+    "ordered",
+)
+_TOKENS_SMOOTHING = 0.1  # the weight of a new answer's length in the group's typical length
+_DEFAULT_ANSWER_TOKENS = 256  # the answer length assumed before any answer came
+
+
+@dataclass(frozen=True)
+class CallFacts:
+    """What a ranking may read of the call: its request, its input tokens (counted only for
+    ``cheapest``), the region it prefers and the Guard's price table."""
+
+    request: ChatRequest | None = None
+    input_tokens: float = 0.0
+    region: str | None = None
+    prices: PriceTable | None = None
 
 
 class DeploymentGroup:
@@ -43,9 +87,15 @@ class DeploymentGroup:
     are its failover order, before the chain's next route. Every deployment is a route of its
     own: its breaker, retries, rate limits, budgets and telemetry work as for any route, and
     its name must be unique in the Guard. ``weights`` (one per deployment) are for
-    ``weighted``; ``half_life_s`` and ``penalty_s`` tune ``latency`` (see
+    ``weighted``; ``half_life_s``, ``penalty_s`` and ``slack`` tune ``latency`` (see
     :mod:`llmguard_sdk.router.policy`); ``seed`` makes the random draws repeatable; ``clock``
-    is injectable for tests. Latencies are kept in this process.
+    is injectable for tests. A deployment that has neither answered nor led a call for
+    ``half_life_s`` leads the next one (a trickle of exploration). ``regions`` tags
+    deployments (by name; else a deployment's own ``region`` attribute): the call's
+    ``region=`` (else the group's ``region``) goes first, then the other regions as failover.
+    Latencies, headroom and the typical answer length are kept in this process; the calls in
+    flight that ``least_outstanding`` counts are shared through the Guard's store (Redis:
+    every process).
     """
 
     def __init__(
@@ -57,6 +107,9 @@ class DeploymentGroup:
         weights: Sequence[float] | None = None,
         half_life_s: float = 10.0,
         penalty_s: float = 10.0,
+        slack: float = 2.0,
+        regions: Mapping[str, str] | None = None,
+        region: str | None = None,
         seed: int | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -68,61 +121,187 @@ class DeploymentGroup:
             len(weights) != len(deployments) or not all(w >= 0 for w in weights) or not any(weights)
         ):
             raise ConfigurationError("weights: one >= 0 per deployment, not all 0")
-        if not (half_life_s > 0 and penalty_s >= 0):
-            raise ConfigurationError("half_life_s must be > 0 and penalty_s >= 0")
+        if not (half_life_s > 0 and penalty_s >= 0 and slack >= 1):
+            raise ConfigurationError("half_life_s must be > 0, penalty_s >= 0 and slack >= 1")
         self.name = name
         self.deployments = tuple(deployments)
         self.strategy: Strategy = strategy
         self.weights = tuple(weights) if weights is not None else (1.0,) * len(deployments)
         self.half_life_s = half_life_s
         self.penalty_s = penalty_s
+        self.slack = slack
+        self.names = tuple(d.name for d in deployments)
+        unknown = sorted(set(regions or ()) - set(self.names))
+        if unknown:
+            raise ConfigurationError(f"regions: no deployment named {unknown} in {name!r}")
+        self.regions = tuple(
+            (regions or {}).get(d.name) or getattr(d, "region", None) for d in deployments
+        )
+        self.region = region
+        self.local_leases = MemoryLeases(clock=clock)
         self._clock = clock
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
         self._latency = {d.name: Latency() for d in deployments}
+        self._led: dict[str, float] = {}  # when each deployment last led a call
+        self._tokens = 0.0  # the group's typical answer length (output tokens)
+        self._loads = [0] * len(deployments)  # calls in flight at the last shared decision
+        self._headroom: dict[str, Headroom] = {}
         self._turn = 0
 
     def __repr__(self) -> str:
-        names = ", ".join(d.name for d in self.deployments)
-        return f"DeploymentGroup({self.name!r}, [{names}], strategy={self.strategy!r})"
+        return (
+            f"DeploymentGroup({self.name!r}, [{', '.join(self.names)}], strategy={self.strategy!r})"
+        )
 
-    def ranked(self) -> list[Provider]:
-        """The deployments in the order the next call tries them."""
+    def ranked(self, facts: CallFacts | None = None) -> list[Provider]:
+        """The deployments in the order the next call (``facts``) tries them."""
+        facts = facts or CallFacts()
+        in_flight = self.local_leases.counts(self.name, self.names)
         with self._lock:
+            self._turn += 1
+            now = self._clock()
             if self.strategy == "round_robin":
-                order = rotate(len(self.deployments), self._turn)
-                self._turn += 1
+                order = rotate(len(self.deployments), self._turn - 1)
             elif self.strategy == "weighted":
                 order = rank_by_weight(self.weights, self._rng)
             elif self.strategy == "latency":
-                order = rank_by_latency(self._estimates(), self._rng)
+                order = self._by_latency(in_flight, now)
+            elif self.strategy == "least_outstanding":  # a guess: the lease decides
+                order = rank_by_load(self._loads, self._turn)
+            elif self.strategy == "headroom":
+                shares = [share_at(self._headroom.get(n), now) for n in self.names]
+                order = rank_by_headroom(shares, self._turn)
+            elif self.strategy == "cheapest":
+                order = self._by_cost(facts)
             else:
                 order = list(range(len(self.deployments)))
+            order = prefer_region(order, self.regions, facts.region or self.region)
+            if self.strategy == "latency":
+                self._led[self.names[order[0]]] = now
         return [self.deployments[i] for i in order]
 
-    def observe(self, deployment: str, seconds: float, *, failed: bool) -> None:
-        """Feed an attempt on ``deployment`` (a name of this group) that took ``seconds``."""
+    def lease_steps(
+        self,
+        order: Sequence[Provider],
+        leases: Leases,
+        call_id: str,
+        lease_s: float,
+    ) -> Step[list[Provider]]:
+        """Lease the call on the deployment it goes to; the call's order of deployments.
+        ``least_outstanding`` decides with the lease: the deployment with the fewest calls in
+        flight among those of the first one's region (the call's region when it has any)."""
+        shared = self.strategy == "least_outstanding"
+        first = self.names.index(order[0].name)
+        if not shared:
+            ask = LeaseAsk(self.name, self.names, first, self._turn, call_id, lease_s)
+            yield from leases.take_steps(ask)
+            return list(order)
+        among = [i for i in range(len(self.names)) if self.regions[i] == self.regions[first]]
+        names = [self.names[i] for i in among]
+        ask = LeaseAsk(self.name, names, None, self._turn, call_id, lease_s)
+        index, counts = yield from leases.take_steps(ask)
+        counts[index] += 1
+        with self._lock:
+            for i, count in zip(among, counts, strict=True):
+                self._loads[i] = count
+        leased = self.deployments[among[index]]
+        return [leased] + [route for route in order if route is not leased]
+
+    def observe(
+        self,
+        deployment: str,
+        seconds: float,
+        *,
+        failed: bool,
+        first_s: float | None = None,
+        tokens: int = 0,
+    ) -> None:
+        """Feed an attempt on ``deployment`` (a name of this group) that took ``seconds`` in
+        all; a stream passes ``first_s`` (to its first token); ``tokens``: output tokens."""
         with self._lock:
             state = self._latency.get(deployment)
-            if state is not None:
-                self._latency[deployment] = observe(
-                    state, seconds, self._clock(), failed=failed, penalty_s=self.penalty_s
-                )
+            if state is None:
+                return
+            self._latency[deployment] = observe(
+                state,
+                seconds,
+                self._clock(),
+                failed=failed,
+                penalty_s=self.penalty_s,
+                half_life_s=self.half_life_s,
+                first_s=first_s,
+                tokens=tokens,
+            )
+            if tokens > 0 and not failed:
+                self._tokens += _TOKENS_SMOOTHING * (tokens - self._tokens)
+
+    def learn_headroom(
+        self,
+        deployment: str,
+        headers: Mapping[str, str] | None,
+        *,
+        pause_s: float | None = None,
+        limited: bool = False,
+    ) -> None:
+        """What an answer's rate-limit ``headers`` said of ``deployment``'s headroom; a 429
+        (``limited``) leaves it none for ``pause_s``."""
+        if deployment not in self.names:
+            return
+        now = self._clock()
+        learnt = exhausted(pause_s, now) if limited else headroom_from(headers or {}, now)
+        if learnt is not None:
+            with self._lock:
+                self._headroom[deployment] = learnt
 
     def latencies(self) -> dict[str, float | None]:
-        """Each deployment's decayed mean attempt latency in seconds (None: not measured)."""
+        """Each deployment's predicted latency in seconds for the group's typical answer,
+        drifted toward the best (None: not measured)."""
         with self._lock:
             estimates = self._estimates()
             return {
-                d.name: (None if self._latency[d.name].mean_s is None else estimates[i])
-                for i, d in enumerate(self.deployments)
+                name: (None if self._latency[name].first_s is None else estimates[i])
+                for i, name in enumerate(self.names)
             }
 
+    def _by_latency(self, in_flight: list[int], now: float) -> list[int]:
+        costs = [c * (1 + n) for c, n in zip(self._estimates(), in_flight, strict=True)]
+        old = [
+            stale(self._latency[name], self._led.get(name, 0.0), now, self.half_life_s)
+            for name in self.names
+        ]
+        return rank_by_latency(costs, self._rng, slack=self.slack, stale=old)
+
+    def _by_cost(self, facts: CallFacts) -> list[int]:
+        """Those that fit the call first, each by the call's price on it."""
+        request = facts.request
+        output = self._tokens or (request.output_limit if request else None)
+        output = output or _DEFAULT_ANSWER_TOKENS
+        wanted = needs(request) if request is not None else frozenset()
+        tokens = facts.input_tokens + (request.output_limit or 0 if request else 0)
+        fit = [fits(d, tokens, wanted) for d in self.deployments]
+        costs = [self._price(d, facts, output) for d in self.deployments]
+        return rank_by_cost(costs, fit, self._turn)
+
+    @staticmethod
+    def _price(route: Provider, facts: CallFacts, output: float) -> float:
+        """The call's price on ``route`` (inf: no price known)."""
+        if facts.prices is None or not route.model:
+            return math.inf
+        try:
+            price = facts.prices.price(route.model, provider=route.name)
+        except ConfigurationError:  # an unknown model without a default price
+            return math.inf
+        price = price.for_input(facts.input_tokens)
+        return facts.input_tokens * price.input + output * price.output
+
     def _estimates(self) -> list[float]:
-        now = self._clock()
-        means = [s.mean_s for s in self._latency.values() if s.mean_s is not None]
-        best = min(means, default=0.0)
+        now, tokens = self._clock(), self._tokens
+        means = [predicted(self._latency[name], tokens) for name in self.names]
+        best = min((m for m in means if m is not None), default=0.0)
         return [
-            estimate(self._latency[d.name], now, toward=best, half_life_s=self.half_life_s)
-            for d in self.deployments
+            estimate(
+                self._latency[name], now, toward=best, half_life_s=self.half_life_s, tokens=tokens
+            )
+            for name in self.names
         ]

@@ -1,13 +1,29 @@
 """How a deployment group ranks its deployments for one call: pure functions of the state
 each strategy keeps (time passed in, randomness from the caller's generator).
 
-``latency`` keeps an exponentially weighted mean of each deployment's attempt latency; a
-failed attempt counts as ``penalty_s`` (or its own time, when longer). Read back, a mean
-drifts toward the group's best one with ``half_life_s`` since it was last fed, so a deployment
-that was slow, or failed, a while ago is tried again and can earn its way back. The ranking
-takes the power of two choices: two deployments drawn at random, the faster first (a
-deployment never measured counts as fastest, so each is measured early); then the others,
-fastest first, as the failover order within the group.
+``latency`` keeps a *peak-sensitive* moving average of each deployment's latency, split in
+two as a streamed answer shows it: the time to the first token and the time per further
+output token (a plain answer, which shows only its whole time, feeds the first part, less
+what its tokens took at the per-token rate learnt from streams). A sample above the average
+replaces it at once (fast rise: one slow answer is enough to stop sending traffic there); a
+sample below pulls it down by how long the average went unfed (slow fall, halfway per
+``half_life_s``), as Finagle's and Linkerd's peak EWMA do. A failed attempt counts as
+``penalty_s`` (or its own time, when longer). The cost of a deployment is its predicted
+latency for the group's typical answer length, times one plus the calls it has in flight
+(load x latency).
+
+Read back, an average drifts toward the group's best one, halfway per ``half_life_s`` since
+it was last fed, so a deployment that was slow, or failed, a while ago is tried again and
+can earn its way back. Only a *trickle* goes there: a deployment whose cost is more than
+``slack`` times the best's takes no call from the ranking (it stays as failover); it is
+explored instead by one call once it has neither answered nor led a call for ``explore_s``
+(``half_life_s`` by default), and that one call, when it is still slow, raises its average
+to the peak again. Exploring also refreshes an average that one stray sample left high
+(the best's may have got worse since). A deployment's first answer pays for its connection
+(TLS, a cold pool) and is not measured. Within the band the ranking takes the power of two
+choices: two deployments drawn at random, the cheaper first (a deployment never measured
+costs 0, so each is measured early); then the others, cheapest first, as the failover order
+within the group.
 
 .. versionadded:: 0.2.0
 """
@@ -25,57 +41,137 @@ __all__ = [
     "Strategy",
     "estimate",
     "observe",
+    "predicted",
     "rank_by_latency",
+    "rank_by_load",
     "rank_by_weight",
     "rotate",
+    "stale",
 ]
 
-Strategy = Literal["latency", "round_robin", "weighted", "ordered"]
-"""``latency``: power of two choices on decayed mean latency; ``round_robin``: each call
-starts one further along; ``weighted``: the first drawn in proportion to the weights, then
-by weight; ``ordered``: as listed (failover only)."""
-
-SMOOTHING = 0.3
-"""The weight of a new latency sample in the mean."""
+Strategy = Literal[
+    "latency", "least_outstanding", "headroom", "cheapest", "round_robin", "weighted", "ordered"
+]
+"""``latency``: power of two choices on peak-EWMA latency times load, within ``slack`` of the
+best; ``least_outstanding``: the deployment with the fewest calls in flight (counted across
+processes when the Guard's store is Redis); ``headroom``: the most provider rate-limit
+headroom left; ``cheapest``: the cheapest of those that fit the call (context window,
+capabilities); ``round_robin``: each call starts one further along; ``weighted``: the first
+drawn in proportion to the weights, then by weight; ``ordered``: as listed (failover only)."""
 
 
 @dataclass(frozen=True)
 class Latency:
-    """A deployment's mean attempt latency (``None``: never measured) and when it was last
-    fed (a :func:`time.monotonic` instant)."""
+    """A deployment's peak-EWMA latency: ``first_s``, seconds to the first token (a plain
+    answer's whole time, less its tokens' share); ``per_token_s``, seconds per further output
+    token (learnt from streams); ``None`` until measured; ``updated``: when it was last fed
+    (a :func:`time.monotonic` instant); ``answers``: how many answers fed it."""
 
-    mean_s: float | None = None
+    first_s: float | None = None
+    per_token_s: float | None = None
     updated: float = 0.0
+    answers: int = 0
+
+
+def _peak(old: float | None, sample: float, elapsed: float, half_life_s: float) -> float:
+    """Peak-sensitive average: a sample above ``old`` replaces it; one below pulls it down by
+    how long ``old`` went unfed (halfway per ``half_life_s``)."""
+    if old is None or sample >= old:
+        return sample
+    kept = math.pow(0.5, max(0.0, elapsed) / half_life_s)
+    return sample + (old - sample) * kept
 
 
 def observe(
-    state: Latency, seconds: float, now: float, *, failed: bool, penalty_s: float
+    state: Latency,
+    seconds: float,
+    now: float,
+    *,
+    failed: bool,
+    penalty_s: float,
+    half_life_s: float = 10.0,
+    first_s: float | None = None,
+    tokens: int = 0,
 ) -> Latency:
-    """The state after an attempt that took ``seconds`` (``failed``: it counts as at least
-    ``penalty_s``)."""
-    sample = max(seconds, penalty_s) if failed else seconds
-    if state.mean_s is None:
-        return Latency(sample, now)
-    return Latency(state.mean_s + SMOOTHING * (sample - state.mean_s), now)
+    """The state after an attempt that took ``seconds`` in all (``failed``: it counts as at
+    least ``penalty_s``). A stream passes ``first_s`` (its time to the first token) and the
+    ``tokens`` it produced; a plain answer its ``tokens`` only."""
+    elapsed = now - state.updated
+    per_token = state.per_token_s
+    if failed:
+        first = max(seconds, penalty_s)
+    elif state.answers == 0 and state.first_s is None:
+        return Latency(None, None, now, 1)  # the first answer pays for the connection: unmeasured
+    elif first_s is not None:
+        first = first_s
+        if tokens > 1:
+            sample = max(0.0, seconds - first_s) / (tokens - 1)
+            per_token = _peak(per_token, sample, elapsed, half_life_s)
+    else:
+        first = max(0.0, seconds - (per_token or 0.0) * max(0, tokens - 1))
+    answers = state.answers + (not failed)
+    return Latency(_peak(state.first_s, first, elapsed, half_life_s), per_token, now, answers)
 
 
-def estimate(state: Latency, now: float, *, toward: float, half_life_s: float) -> float:
-    """The mean read at ``now``: drifted toward ``toward`` (the group's best mean), halfway
-    each ``half_life_s`` since it was last fed; 0 for a deployment never measured."""
-    if state.mean_s is None:
+def predicted(state: Latency, tokens: float) -> float | None:
+    """The latency ``state`` predicts for an answer of ``tokens`` output tokens (None: never
+    measured)."""
+    if state.first_s is None:
+        return None
+    return state.first_s + (state.per_token_s or 0.0) * max(0.0, tokens - 1)
+
+
+def estimate(
+    state: Latency, now: float, *, toward: float, half_life_s: float, tokens: float = 0.0
+) -> float:
+    """The predicted latency read at ``now``: drifted toward ``toward`` (the group's best),
+    halfway each ``half_life_s`` since it was last fed; 0 for a deployment never measured."""
+    mean = predicted(state, tokens)
+    if mean is None:
         return 0.0
     kept = math.pow(0.5, max(0.0, now - state.updated) / half_life_s)
-    return toward + (state.mean_s - toward) * kept
+    return toward + (mean - toward) * kept
 
 
-def rank_by_latency(estimates: Sequence[float], rng: random.Random) -> list[int]:
-    """Indexes, best first: the faster of two drawn at random, then the rest by estimate."""
-    order = sorted(range(len(estimates)), key=lambda i: estimates[i])
+def stale(state: Latency, led: float, now: float, explore_s: float) -> bool:
+    """Whether a measured deployment has neither answered nor led a call (``led``: when it
+    last did) for ``explore_s``: its next call explores it."""
+    return state.first_s is not None and now - max(state.updated, led) >= explore_s
+
+
+def rank_by_latency(
+    costs: Sequence[float],
+    rng: random.Random,
+    *,
+    slack: float = math.inf,
+    stale: Sequence[bool] = (),
+) -> list[int]:
+    """Indexes, best first: a ``stale`` deployment (the cheapest, when several are), else the
+    cheaper of two drawn at random among those within ``slack`` times the lowest cost (the
+    only one, when one alone is); then the rest by cost."""
+    order = sorted(range(len(costs)), key=lambda i: costs[i])
+    explored = next((i for i in order if i < len(stale) and stale[i]), None)
+    if explored is not None:
+        return [explored] + [i for i in order if i != explored]
     if len(order) < 2:
         return order
-    first, second = rng.sample(range(len(estimates)), 2)
-    chosen = first if estimates[first] <= estimates[second] else second
+    best = costs[order[0]]
+    if best > 0:
+        band = [i for i in order if costs[i] <= best * slack]
+    else:  # deployments never measured: they go first
+        band = [i for i in order if costs[i] <= 0]
+    if len(band) < 2:
+        return order
+    first, second = rng.sample(band, 2)
+    chosen = first if costs[first] <= costs[second] else second
     return [chosen] + [i for i in order if i != chosen]
+
+
+def rank_by_load(counts: Sequence[int], turn: int) -> list[int]:
+    """Indexes, fewest calls in flight first; ties go round (from ``turn``), so equal loads
+    spread."""
+    count = len(counts)
+    return sorted(range(count), key=lambda i: (counts[i], (i - turn) % count if count else 0))
 
 
 def rank_by_weight(weights: Sequence[float], rng: random.Random) -> list[int]:

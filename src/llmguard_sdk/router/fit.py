@@ -1,0 +1,149 @@
+"""What the ``headroom`` and ``cheapest`` strategies and the region preference rank by: pure
+functions of what the group learnt (time passed in).
+
+``headroom`` ranks deployments by the share of their provider rate limits left, as the
+answers' ``x-ratelimit-remaining-*`` / ``x-ratelimit-limit-*`` headers (Anthropic's
+``anthropic-ratelimit-*``) last said; the same counters the rate limiter learns from. A 429
+leaves a deployment no headroom until its ``Retry-After``; what a deployment said is
+forgotten when its counters reset (``x-ratelimit-reset-*``, else a minute later), and a
+deployment nobody heard from counts as having all its headroom.
+
+``cheapest`` ranks deployments that fit the request (context window, and the capabilities a
+route declares: ``capabilities = {"tools", "vision"}``; a route that declares none is taken
+to have them) by the price of the call on each (input tokens at the route's input rate,
+the group's typical answer length at its output rate), then those that do not fit.
+
+A group's deployments may carry region tags; the call's region (or the group's) goes first,
+each region in the strategy's order, then the other regions: failover across regions.
+
+.. versionadded:: 0.2.0
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+
+from ..models import ChatRequest
+from ..providers.base import Provider, context_window
+from ..providers.headers import parse_duration
+
+__all__ = [
+    "Headroom",
+    "exhausted",
+    "fits",
+    "headroom_from",
+    "needs",
+    "prefer_region",
+    "rank_by_cost",
+    "rank_by_headroom",
+    "share_at",
+]
+
+_KINDS = ("requests", "tokens", "input-tokens", "output-tokens")
+_DEFAULT_RESET_S = 60.0
+
+
+@dataclass(frozen=True)
+class Headroom:
+    """The share of a deployment's provider rate limits left (0 to 1, the tightest limit's),
+    good until ``until`` (a :func:`time.monotonic` instant: when its counters reset)."""
+
+    share: float
+    until: float
+
+
+def _number(raw: str | None) -> float | None:
+    try:
+        value = float(raw) if raw is not None else None
+    except ValueError:
+        return None
+    return value if value is not None and 0 <= value < math.inf else None
+
+
+def headroom_from(headers: Mapping[str, str], now: float) -> Headroom | None:
+    """What an answer's rate-limit headers say of the deployment's headroom (None: they
+    say nothing: no remaining count, or none with its limit that is not exhausted)."""
+    lowered = {k.lower(): v for k, v in headers.items()}
+    shares: list[float] = []
+    resets: list[float] = []
+    for kind in _KINDS:
+        left = _number(
+            lowered.get(f"x-ratelimit-remaining-{kind}")
+            or lowered.get(f"anthropic-ratelimit-{kind}-remaining")
+        )
+        if left is None:
+            continue
+        limit = _number(
+            lowered.get(f"x-ratelimit-limit-{kind}")
+            or lowered.get(f"anthropic-ratelimit-{kind}-limit")
+        )
+        if left < 1:
+            shares.append(0.0)
+        elif limit:
+            shares.append(min(1.0, left / limit))
+        else:
+            continue
+        raw_reset = lowered.get(f"x-ratelimit-reset-{kind}")
+        reset = parse_duration(raw_reset) if raw_reset is not None else None
+        resets.append(_DEFAULT_RESET_S if reset is None else reset)
+    if not shares:
+        return None
+    return Headroom(min(shares), now + max(resets))
+
+
+def exhausted(pause_s: float | None, now: float) -> Headroom:
+    """No headroom for ``pause_s`` (a 429's wait; a second when it gave none)."""
+    return Headroom(0.0, now + (pause_s if pause_s is not None and pause_s > 0 else 1.0))
+
+
+def share_at(headroom: Headroom | None, now: float) -> float:
+    """The share left at ``now``: all of it when nothing is known or the counters reset."""
+    return 1.0 if headroom is None or now >= headroom.until else headroom.share
+
+
+def rank_by_headroom(shares: Sequence[float], turn: int) -> list[int]:
+    """Indexes, most headroom first; ties go round (from ``turn``)."""
+    count = len(shares)
+    return sorted(range(count), key=lambda i: (-shares[i], (i - turn) % count))
+
+
+def needs(request: ChatRequest) -> frozenset[str]:
+    """The capabilities ``request`` needs: ``tools`` (it offers tools), ``vision`` (a
+    message carries an image part)."""
+    wanted: set[str] = set()
+    if request.tools:
+        wanted.add("tools")
+    for message in request.messages:
+        if isinstance(message.content, list) and any(
+            "image" in str(part.get("type", "")) for part in message.content
+        ):
+            wanted.add("vision")
+    return frozenset(wanted)
+
+
+def fits(route: Provider, tokens: float, wanted: Collection[str]) -> bool:
+    """Whether ``route`` can take a call of ``tokens`` (input and output) that needs the
+    ``wanted`` capabilities (a route that declares no ``capabilities`` has them all)."""
+    window = context_window(route)
+    if window is not None and tokens > window:
+        return False
+    declared = getattr(route, "capabilities", None)
+    return declared is None or all(need in declared for need in wanted)
+
+
+def rank_by_cost(costs: Sequence[float], fit: Sequence[bool], turn: int) -> list[int]:
+    """Indexes: those that fit, cheapest first, then the others, cheapest first; equal
+    costs go round (from ``turn``)."""
+    count = len(costs)
+    return sorted(range(count), key=lambda i: (not fit[i], costs[i], (i - turn) % count))
+
+
+def prefer_region(
+    order: Sequence[int], regions: Sequence[str | None], region: str | None
+) -> list[int]:
+    """``order`` with the deployments tagged ``region`` first (None: unchanged)."""
+    if region is None:
+        return list(order)
+    return [i for i in order if regions[i] == region] + [i for i in order if regions[i] != region]

@@ -1,0 +1,101 @@
+"""Calls in flight per deployment (least_outstanding): leases in this process and shared by
+processes through a real Redis, crash-safe by deadline."""
+
+from __future__ import annotations
+
+import time
+
+from llmguard_sdk import DeploymentGroup, Guard, OpenAICompatibleProvider, RedisStore
+from llmguard_sdk.router.leases import LeaseAsk, MemoryLeases, RedisLeases
+from llmguard_sdk.testing import FakeProvider
+
+from .conftest import USER
+from .test_router import Clock
+
+NAMES = ("a", "b", "c")
+
+
+def test_memory_leases_pick_the_least_loaded_and_run_out() -> None:
+    clock = Clock()
+    leases = MemoryLeases(clock=clock)
+    picks = [leases.take(LeaseAsk("g", NAMES, None, 0, f"call-{i}", 10.0))[0] for i in range(6)]
+    assert sorted(picks) == [0, 0, 1, 1, 2, 2]
+    leases.give_back("g", "a", "call-0")
+    assert leases.counts("g", NAMES) == [1, 2, 2]
+    assert leases.take(LeaseAsk("g", NAMES, None, 0, "call-6", 10.0)) == (0, [1, 2, 2])
+    assert leases.take(LeaseAsk("g", NAMES, 2, 0, "call-7", 1.0))[0] == 2  # asked for: taken there
+    clock.now += 5  # call-7's lease ran out: a caller that died holds nothing for long
+    assert leases.counts("g", NAMES) == [2, 2, 2]
+    clock.now += 6
+    assert leases.counts("g", NAMES) == [0, 0, 0]
+
+
+def test_processes_count_each_others_calls_in_flight_through_redis(
+    redis_url: str, redis_prefix: str
+) -> None:
+    first = RedisLeases(RedisStore(redis_url, key_prefix=redis_prefix))
+    second = RedisLeases(RedisStore(redis_url, key_prefix=redis_prefix))
+    taken = []
+    for i in range(6):  # the two "processes" take turns, each with its own tie rotation
+        leases = first if i % 2 else second
+        taken.append(leases.take_steps(LeaseAsk("g", NAMES, None, 0, f"call-{i}", 30.0)))
+    from llmguard_sdk._state.steps import run
+
+    picks = [run(step)[0] for step in taken]
+    assert sorted(picks) == [0, 0, 1, 1, 2, 2]
+    run(first.give_back_steps("g", NAMES[picks[0]], "call-0"))
+    index, counts = run(second.take_steps(LeaseAsk("g", NAMES, None, 1, "call-6", 30.0)))
+    assert (index, sorted(counts)) == (picks[0], [1, 2, 2])
+
+
+def test_redis_leases_run_out_by_deadline_and_stay_bounded(
+    redis_url: str, redis_prefix: str
+) -> None:
+    import redis
+
+    from llmguard_sdk._state.steps import run
+
+    store = RedisStore(redis_url, key_prefix=redis_prefix)
+    leases = RedisLeases(store)
+    for i in range(3):  # callers that crash: their leases are never given back
+        run(leases.take_steps(LeaseAsk("g", NAMES, 0, 0, f"lost-{i}", 0.2)))
+    assert run(leases.take_steps(LeaseAsk("g", NAMES, None, 0, "x", 30.0))) == (1, [3, 0, 0])
+    time.sleep(0.4)
+    assert run(leases.take_steps(LeaseAsk("g", NAMES, None, 0, "y", 30.0)))[1] == [0, 1, 0]
+    for i in range(200):  # many calls come and go: the sets hold only those in flight
+        index, _ = run(leases.take_steps(LeaseAsk("g", NAMES, None, i, f"call-{i}", 30.0)))
+        run(leases.give_back_steps("g", NAMES[index], f"call-{i}"))
+    client = redis.Redis.from_url(redis_url)
+    keys = list(client.scan_iter(match=f"{redis_prefix}:rt:*"))
+    assert 1 <= len(keys) <= 3  # one sorted set per deployment, gone when empty
+    assert sum(client.zcard(k) for k in keys) == 2  # x and y
+    assert all(0 < client.ttl(k) <= 3600 for k in keys)
+    assert len({k.split(b"{")[1].split(b"}")[0] for k in keys}) == 1  # one hash tag
+    client.close()
+
+
+def _guard(servers: list[FakeProvider], store: RedisStore | None = None) -> Guard:
+    deployments = [
+        OpenAICompatibleProvider(s.base_url, model="fake-model", name=s.name) for s in servers
+    ]
+    group = DeploymentGroup("fake-model", deployments, strategy="least_outstanding")
+    return Guard(group, environ={}, store=store)
+
+
+def test_least_outstanding_spreads_calls_and_avoids_a_deployment_busy_in_another_guard(
+    servers: list[FakeProvider], redis_url: str, redis_prefix: str
+) -> None:
+    store_a = RedisStore(redis_url, key_prefix=redis_prefix)
+    store_b = RedisStore(redis_url, key_prefix=redis_prefix)
+    with _guard(servers, store_a) as first, _guard(servers, store_b) as second:
+        routes = [second.chat(USER).route for _ in range(6)]
+        assert sorted(routes) == ["dep-0", "dep-0", "dep-1", "dep-1", "dep-2", "dep-2"]
+        stream = first.chat(USER, stream=True)  # in flight until read to its end
+        next(iter(stream))
+        busy = next(s.name for s in servers if s.stats.requests == 3)
+        routes = [second.chat(USER).route for _ in range(6)]
+        stream.close()
+        assert busy not in routes  # the other Guard's open stream counts there
+        assert sorted(set(routes)) == sorted({"dep-0", "dep-1", "dep-2"} - {busy})
+        after = [second.chat(USER).route for _ in range(3)]
+        assert sorted(after) == ["dep-0", "dep-1", "dep-2"]  # the stream's lease ended
