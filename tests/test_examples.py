@@ -93,6 +93,12 @@ EXPECTED = {
         "Echo: And a fallback? | served by: backup",
         "Echo: And a fallback? | served by: cache",
     ],
+    "cascade.py": [
+        "'What is 2 + 3?'                 -> mini {\"answer\": 5}, $0.000003",
+        '-> big {"answer": 42}, escalated from small: json_schema, $0.000051',
+        "'Is this clause enforceable?'    -> big {\"answer\": 42}, $0.000040",
+        "stream refused: RequestValidationError",
+    ],
     "guardrails.py": [
         "Echo: mail me at [email]",
         "asks for a password",

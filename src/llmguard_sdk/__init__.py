@@ -75,7 +75,7 @@ from .providers import (
 )
 from .ratelimit import RateLimit
 from .retry import RetryBudgetPolicy, RetryPolicy
-from .router import DeploymentGroup
+from .router import Cascade, DeploymentGroup, Rule, TaskRouter
 from .store import MemoryStore, RedisClusterStore, RedisStore, Store
 from .telemetry import Telemetry
 from .tokens import TokenCount, count_request_tokens, count_text_tokens
@@ -98,6 +98,7 @@ __all__ = [
     "BudgetUnavailableError",
     "Budgets",
     "CallEvent",
+    "Cascade",
     "ChatCompletion",
     "ChatCompletionChunk",
     "ChatOptions",
@@ -151,10 +152,12 @@ __all__ = [
     "RetryDetails",
     "RetryMultiplicationWarning",
     "RetryPolicy",
+    "Rule",
     "Scope",
     "Store",
     "StreamChunk",
     "StreamInterruptedError",
+    "TaskRouter",
     "Telemetry",
     "Timings",
     "TokenCount",

@@ -19,6 +19,9 @@
     [[routes]]
     model = "local/bundled"                       # the bundled llama.cpp model (or a .gguf path)
 
+    [tasks]                                       # optional: task routing and cascades
+    tiers = { small = ["openai"], large = ["claude"] }     # (see _config_tasks.py)
+
 Shortcuts and the environment variables they read when the route names no key (or URL):
 ``openai/`` (``OPENAI_API_KEY``, ``OPENAI_BASE_URL``), ``anthropic/`` (``ANTHROPIC_API_KEY``),
 ``azure/<deployment>`` (``AZURE_OPENAI_API_KEY``, ``AZURE_OPENAI_ENDPOINT``,
@@ -42,14 +45,15 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from ._config_tasks import TasksConfig
 from ._problems import problems
 from .errors import ConfigurationError
 from .providers.anthropic import AnthropicProvider
 from .providers.base import Provider
 from .providers.openai_compat import OpenAICompatibleProvider
-from .router import DeploymentGroup, Strategy
+from .router import DeploymentGroup, Strategy, TaskRouter
 
-__all__ = ["CONFIG_ENV", "ConfigFile", "ResolvedRoute", "load_config", "resolve"]
+__all__ = ["CONFIG_ENV", "ConfigFile", "ResolvedRoute", "load_config", "resolve", "tasks_of"]
 
 CONFIG_ENV = "LLMGUARD_CONFIG"
 _REFERENCE = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$")
@@ -113,6 +117,7 @@ class ConfigFile(BaseModel):
     attempt_timeout: float | None = Field(default=None, gt=0)
     max_input_tokens: int | None = Field(default=None, gt=0)
     routes: list[RouteConfig | GroupConfig] = Field(min_length=1)
+    tasks: TasksConfig | None = None
 
     def settings(self) -> dict[str, Any]:
         """The Guard keyword arguments the file sets (besides its routes)."""
@@ -206,6 +211,21 @@ def resolve(
             entries.append(provider)
             described.append(info)
     return entries, described
+
+
+def tasks_of(config: ConfigFile, entries: list[Provider | DeploymentGroup]) -> TaskRouter | None:
+    """The configuration's :class:`~llmguard_sdk.TaskRouter`, its tiers checked against the
+    chain's ``entries`` (None without a ``tasks`` table)."""
+    if config.tasks is None:
+        return None
+    from ._core.tasks import TaskRouting
+
+    router = config.tasks.build()
+    try:
+        TaskRouting(router, entries)
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"tasks: {exc}") from None
+    return router
 
 
 def _in_group(info: ResolvedRoute, group: str) -> ResolvedRoute:

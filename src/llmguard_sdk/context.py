@@ -17,6 +17,7 @@ from .models import ChatRequest, Usage
 from .tokens import TokenCount, count_request_tokens
 
 if TYPE_CHECKING:
+    from ._core.tasks import TaskChoice
     from .providers.base import Provider
 
 __all__ = [
@@ -157,6 +158,7 @@ class CallContext:
     trace_parent: object = None
     route_order: tuple[Provider, ...] = ()  # this call's routes, ranked (deployment groups)
     region: str | None = None  # the region whose deployments the call prefers
+    task: TaskChoice | None = None  # the call's tier (task routing) and cascade record
 
     def begin_attempt(self, route: str) -> AttemptRecord:
         """Start recording one provider attempt (see :class:`AttemptRecord`)."""

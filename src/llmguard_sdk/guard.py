@@ -15,11 +15,12 @@ import anyio
 from typing_extensions import Unpack
 
 from ._closing import AsyncCloses, Closes
-from ._config_file import CONFIG_ENV, load_config, resolve
+from ._config_file import CONFIG_ENV, load_config, resolve, tasks_of
 from ._core import wiring
 from ._core.calls import MessagesArg, acomplete_call, call_context, complete_call
 from ._core.stages import InputFilter, OutputFilter, Stages, reporting
 from ._core.streams import AsyncChatStream, ChatStream
+from ._core.tasks import refuse_stream
 from ._state.steps import Step, arun, done, run
 from .breaker import (
     BreakerHook,
@@ -38,7 +39,7 @@ from .retry import (
     RetryBudgetPolicy,
     RetryPolicy,
 )
-from .router import DeploymentGroup
+from .router import DeploymentGroup, TaskRouter
 from .store import Store, open_store
 from .telemetry import Telemetry
 
@@ -173,6 +174,9 @@ class Guard(Closes, AsyncCloses):
             stale entry is served before the ``degraded`` answer. Per call:
             ``chat(..., cacheable=False)`` skips it, ``cache_tags=[...]`` adds permission
             tags to the partition.
+        tasks: a :class:`~llmguard_sdk.TaskRouter`: rules and a classifier choose each
+            call's tier (a part of the chain) or :class:`~llmguard_sdk.Cascade` (small tier
+            first, escalating when a check rejects its answer). See :mod:`llmguard_sdk.router`.
         telemetry: OpenTelemetry spans and metrics and a log record per call
             (:class:`~llmguard_sdk.telemetry.Telemetry`); ``True`` (default) uses the global
             tracer and meter providers, which are no-ops until the application configures
@@ -216,6 +220,7 @@ class Guard(Closes, AsyncCloses):
         prices: PriceTable | None = None,
         cache: ResponseCache | bool | None = None,
         telemetry: Telemetry | bool = True,
+        tasks: TaskRouter | None = None,
     ) -> None:
         self.settings = GuardSettings.from_env(
             environ,
@@ -265,6 +270,7 @@ class Guard(Closes, AsyncCloses):
             spend=wiring.spend(budgets, prices, routes, self.store, observer),
             cache=wiring.cache(cache, self.store),
             telemetry=observer,
+            tasks=wiring.tasks(tasks, providers, routes),
         )
 
     def __repr__(self) -> str:
@@ -311,7 +317,9 @@ class Guard(Closes, AsyncCloses):
                 raise ConfigurationError(f"no configuration given and {CONFIG_ENV} is not set")
         config = load_config(source)
         entries, _routes = resolve(config, env)
-        return cls(entries, **{**config.settings(), **options}, environ=env)
+        tasks = tasks_of(config, entries)
+        settings = {**config.settings(), **({"tasks": tasks} if tasks is not None else {})}
+        return cls(entries, **{**settings, **options}, environ=env)
 
     @property
     def routes(self) -> tuple[Provider, ...]:
@@ -386,7 +394,7 @@ class Guard(Closes, AsyncCloses):
         """
         ctx = call_context(self._stages, messages, options)
         if stream:
-            return ChatStream(ctx, self._stages)
+            return ChatStream(refuse_stream(ctx), self._stages)
         with reporting(ctx, self._stages, "chat") as outcome:
             return outcome.served(complete_call(ctx, self._stages))
 
@@ -418,7 +426,7 @@ class Guard(Closes, AsyncCloses):
         """Async twin of :meth:`chat`; ``stream=True`` gives an :class:`AsyncChatStream`."""
         ctx = call_context(self._stages, messages, options)
         if stream:
-            return AsyncChatStream(ctx, self._stages)
+            return AsyncChatStream(refuse_stream(ctx), self._stages)
         with reporting(ctx, self._stages, "chat") as outcome:  # cancelled: reported as such
             return outcome.served(await acomplete_call(ctx, self._stages))
 

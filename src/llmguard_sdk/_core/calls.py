@@ -15,6 +15,7 @@ import anyio
 from ..context import CallContext
 from ..errors import RequestValidationError
 from ..models import ChatRequest, ChatResponse, Message
+from . import tasks
 from .drive import acomplete, complete
 from .opening import OpeningOutcome, aopen_call, aremember_later, open_call, remember_later
 from .run import Run
@@ -48,10 +49,26 @@ def call_context(
         region=region,
     )
     ctx.cacheable, ctx.cache_tags = cacheable, cache_tags
+    if stages.tasks is not None:  # the call's tier: its routes, or a cascade's first
+        stages.tasks.assign(ctx, ctx.route_order or stages.routes)
     return ctx
 
 
 def complete_call(ctx: CallContext, stages: Stages) -> ChatResponse:
+    """A non-streaming call: one plain call, or a cascade's (one per tier it tries)."""
+    if stages.tasks is not None and ctx.task is not None and ctx.task.cascade is not None:
+        return tasks.complete(ctx, stages, stages.tasks, _complete_once)
+    return _complete_once(ctx, stages)
+
+
+async def acomplete_call(ctx: CallContext, stages: Stages) -> ChatResponse:
+    """Async twin of :func:`complete_call`."""
+    if stages.tasks is not None and ctx.task is not None and ctx.task.cascade is not None:
+        return await tasks.acomplete(ctx, stages, stages.tasks, _acomplete_once)
+    return await _acomplete_once(ctx, stages)
+
+
+def _complete_once(ctx: CallContext, stages: Stages) -> ChatResponse:
     """One non-streaming call in two round trips to the shared state when all goes well: the
     opening batch (cache, spend, first permit and reservation), the chain, then the tail
     batch (records, settles, spend settle, cache store)."""
@@ -72,8 +89,8 @@ def complete_call(ctx: CallContext, stages: Stages) -> ChatResponse:
         opening.tail.flush()
 
 
-async def acomplete_call(ctx: CallContext, stages: Stages) -> ChatResponse:
-    """Async twin of :func:`complete_call`."""
+async def _acomplete_once(ctx: CallContext, stages: Stages) -> ChatResponse:
+    """Async twin of :func:`_complete_once`."""
     opening = await aopen_call(ctx, stages)
     try:
         if (cached := opening.begin(ctx, stages)) is not None:

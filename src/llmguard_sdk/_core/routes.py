@@ -209,12 +209,12 @@ def route_rate_limited(ctx: CallContext, route: Provider, grant: Grant) -> None:
 
 def call_routes(ctx: CallContext, stages: Stages) -> Sequence[Provider]:
     """The routes of this call in the order it tries them: its deployment groups ranked
-    for it (``ctx.route_order``), among the routes ``stages`` allow."""
+    for it, or its tier's routes (``ctx.route_order``), among the routes ``stages`` allow."""
     ranked = ctx.route_order
     if not ranked:
         return stages.routes
-    if len(ranked) == len(stages.routes):
-        return ranked
+    if ctx.task is None and len(ranked) == len(stages.routes):
+        return ranked  # the whole chain, ranked (a tier may hold fewer routes, or others)
     allowed = {route.name for route in stages.routes}  # a budget's cheaper routes only
     return [route for route in ranked if route.name in allowed]
 

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from ..breaker import Breakers
 from ..budget.control import SpendControl
@@ -33,6 +33,9 @@ from ..telemetry import Telemetry
 from ..tokens import count_text_tokens, request_tokens_at_most
 from .probes import Prober
 from .routing import Routing
+
+if TYPE_CHECKING:
+    from .tasks import TaskRouting
 
 __all__ = [
     "CACHE",
@@ -95,6 +98,7 @@ class Stages:
     telemetry: Telemetry | None = None
     routing: Routing | None = None  # deployment groups ranked per call
     prober: Prober | None = None  # background probes of routes whose breaker is open
+    tasks: TaskRouting | None = None  # task routing: each call's tier, cascades
 
 
 def prepare(

@@ -22,13 +22,23 @@ from ..providers.base import Provider
 from ..providers.openai_compat import OpenAICompatibleProvider
 from ..ratelimit import LimitsConfig, MemoryRateLimiter, RateLimiter, RedisRateLimiter
 from ..retry import MemoryRetryBudget, RedisRetryBudget, RetryBudget, RetryBudgetPolicy
-from ..router import DeploymentGroup
+from ..router import DeploymentGroup, TaskRouter
 from ..store import RedisStore, Store
 from ..telemetry import Telemetry
 from .probes import Prober
 from .routing import Routing, flatten
+from .tasks import TaskRouting
 
-__all__ = ["breakers", "cache", "limiter", "retry_budget", "routes", "spend", "telemetry"]
+__all__ = [
+    "breakers",
+    "cache",
+    "limiter",
+    "retry_budget",
+    "routes",
+    "spend",
+    "tasks",
+    "telemetry",
+]
 
 
 def spend(
@@ -140,6 +150,15 @@ def routing(providers: Entries, store: Store) -> Routing | None:
     if not any(isinstance(e, DeploymentGroup) for e in entries):
         return None
     return Routing(entries, store)
+
+
+def tasks(
+    router: TaskRouter | None, providers: Entries, routes: tuple[Provider, ...]
+) -> TaskRouting | None:
+    """The task router bound to the chain (its tiers name routes and groups of it)."""
+    if router is None:
+        return None
+    return TaskRouting(router, _entries(providers) or routes)
 
 
 def _entries(providers: Entries) -> tuple[Provider | DeploymentGroup, ...]:

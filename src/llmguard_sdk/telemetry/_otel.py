@@ -164,6 +164,10 @@ class Telemetry:
             description="What a budget scope had left at its last alert or refusal",
         )
 
+        self._cascades = meter.create_counter(
+            "llmguard.cascade.calls",
+            description="Calls whose tier was a cascade, by whether they escalated",
+        )
         self._quality = Quality(meter, self._tracer)
 
     def __repr__(self) -> str:
@@ -287,7 +291,7 @@ class Telemetry:
         span = None
         labels = quality_labels(ctx, call)
         if exporting:
-            events = _span_events(signals, anomalies)
+            events = _span_events(signals, anomalies) + (ctx.task.events() if ctx.task else [])
             span = self._export_spans(ctx, by_name, call, end, error, cancelled, events)
             self._export_metrics(ctx, kind, common, call, response, error)
             self._quality.count(signals, labels)
@@ -374,6 +378,8 @@ class Telemetry:
         if self.names.stream is not None and kind != "protect":
             attributes[self.names.stream] = kind == "stream"
         add_scope(attributes, ctx.scope, ctx.retries)
+        if ctx.task is not None:  # task routing: the tier, a cascade's escalations
+            attributes.update(ctx.task.attributes())
         if ctx.rate_wait_s:
             attributes["llmguard.rate_limit_wait_s"] = round(ctx.rate_wait_s, 6)
         if ctx.hedge_after is not None:
@@ -492,6 +498,8 @@ class Telemetry:
         self._duration.record(ctx.elapsed(), labels)
         if ctx.retries:
             self._retries.add(len(ctx.retries), {"llmguard.kind": kind})
+        if ctx.task is not None and ctx.task.cascade_name is not None:
+            self._cascades.add(1, ctx.task.metric_labels())
         served_by_provider = response is not None and cache in (None, "miss")
         if served_by_provider and response is not None and response.usage is not None:
             for token_type, count in (

@@ -1,0 +1,299 @@
+"""Task routing and cascades inside a Guard: a call's tier chosen when it starts (its routes
+become ``ctx.route_order``), and a cascade's tiers run one after the other.
+
+A cascade is a small plan (:func:`_plan`) that yields the stages each tier's call runs under
+and receives its answer or error; :func:`complete` and :func:`acomplete` drive it with the
+plain call's sync and async envelopes. A tier below the last runs under stages whose output
+filters end in the cascade's checks: a rejected answer raises :class:`_Rejected` inside
+``finish``, after its cost was stamped and before the cache could store it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Awaitable, Callable, Generator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..context import CallContext
+from ..errors import (
+    AllRoutesFailedError,
+    CircuitOpenError,
+    ConfigurationError,
+    GuardrailRejectedError,
+    ProviderError,
+    RateLimitExceededError,
+    RequestValidationError,
+)
+from ..models import ChatRequest, ChatResponse
+from ..providers.base import Provider
+from ..router import DeploymentGroup
+from ..router.cascade import Cascade
+from ..router.tasks import TaskRouter
+from .stages import DEGRADED, IDEMPOTENCY_PREFIX, OutputFilter, Stages, new_idempotency_key
+
+__all__ = ["TaskChoice", "TaskRouting", "acomplete", "complete", "refuse_stream"]
+
+_ESCALATING = (ProviderError, AllRoutesFailedError, CircuitOpenError, RateLimitExceededError)
+Attributes = dict[str, str | bool | int | float]
+Plan = Generator[Stages, ChatResponse | Exception, ChatResponse]
+"""A cascade's plan: yields each tier's stages, receives its answer or error."""
+
+
+@dataclass
+class Tried:
+    """A tier of a cascade that did not serve the call: why, and what its answer cost."""
+
+    tier: str
+    reason: str
+    route: str | None = None
+    cost_usd: float | None = None
+
+
+@dataclass
+class TaskChoice:
+    """A call's tier (or cascade), the routes ranked for it, and the tiers it escalated from."""
+
+    tier: str
+    cascade: Cascade | None = None
+    cascade_name: str | None = None
+    ranked: tuple[Provider, ...] = ()
+    tried: list[Tried] = field(default_factory=list)
+
+    def attributes(self) -> Attributes:
+        """The call span's attributes (``llmguard.tier``, the cascade's)."""
+        found: Attributes = {"llmguard.tier": self.tier}
+        if self.cascade_name is not None:
+            found["llmguard.cascade"] = self.cascade_name
+            found["llmguard.cascade.escalations"] = len(self.tried)
+            if self.tried:
+                found["llmguard.cascade.reason"] = self.tried[-1].reason
+                found["llmguard.cascade.rejected_cost_usd"] = self.rejected_cost()
+        return found
+
+    def metric_labels(self) -> Attributes:
+        """The labels of the call's point on ``llmguard.cascade.calls``."""
+        return {
+            "llmguard.cascade": self.cascade_name or "",
+            "llmguard.tier": self.tier,
+            "llmguard.cascade.escalated": bool(self.tried),
+            "llmguard.cascade.reason": self.tried[-1].reason if self.tried else "none",
+        }
+
+    def events(self) -> list[tuple[str, Attributes]]:
+        """One ``llmguard.cascade.escalated`` span event per tier that did not serve."""
+        events: list[tuple[str, Attributes]] = []
+        for tried in self.tried:
+            event: Attributes = {
+                "llmguard.tier": tried.tier,
+                "llmguard.cascade.reason": tried.reason,
+            }
+            if tried.route is not None:
+                event["llmguard.route"] = tried.route
+            if tried.cost_usd is not None:
+                event["llmguard.cost_usd"] = tried.cost_usd
+            events.append(("llmguard.cascade.escalated", event))
+        return events
+
+    def rejected_cost(self) -> float:
+        """What the tiers that did not serve cost (their answers' costs, in USD)."""
+        return sum(t.cost_usd or 0.0 for t in self.tried)
+
+
+class TaskRouting:
+    """A :class:`~llmguard_sdk.router.TaskRouter` bound to a Guard's chain."""
+
+    def __init__(self, router: TaskRouter, entries: Sequence[Provider | DeploymentGroup]) -> None:
+        if not isinstance(router, TaskRouter):
+            raise ConfigurationError(f"tasks must be a TaskRouter, got {router!r}")
+        self.router = router
+        members: dict[str, tuple[Provider, ...]] = {}
+        for entry in entries:
+            routes = entry.deployments if isinstance(entry, DeploymentGroup) else (entry,)
+            members[entry.name] = tuple(routes)
+            for route in routes:
+                members.setdefault(route.name, (route,))
+        self._tiers: dict[str, tuple[tuple[Provider, ...], ...]] = {}
+        for tier, names in router.tiers.items():
+            missing = [n for n in names if n not in members]
+            if missing:
+                raise ConfigurationError(
+                    f"tier {tier!r}: no route or group named {missing[0]!r} "
+                    f"(the Guard has {sorted(members)})"
+                )
+            self._tiers[tier] = tuple(members[n] for n in names)
+
+    def assign(self, ctx: CallContext, routes: tuple[Provider, ...]) -> None:
+        """Choose the call's tier; its routes (``routes``: the chain ranked for this call)
+        become the call's route order."""
+        name = self.router.choose(ctx.request, ctx.scope, lambda: ctx.input_tokens().tokens)
+        cascade = self.router.cascades.get(name)
+        tier = cascade.tiers[0] if cascade is not None else name
+        choice = TaskChoice(tier, cascade, name if cascade is not None else None, routes)
+        ctx.task = choice
+        ctx.route_order = self.order(choice, tier)
+
+    def order(self, choice: TaskChoice, tier: str) -> tuple[Provider, ...]:
+        """``tier``'s routes in the order this call tries them (each group's deployments as
+        ranked for the call)."""
+        position = {route.name: i for i, route in enumerate(choice.ranked)}
+        ordered: list[Provider] = []
+        for member in self._tiers[tier]:
+            ordered += sorted(member, key=lambda r: position.get(r.name, len(position)))
+        return tuple(ordered)
+
+
+def refuse_stream(ctx: CallContext) -> CallContext:
+    """A call whose tier is a cascade cannot stream (its answer is checked first)."""
+    task = ctx.task
+    if task is not None and task.cascade is not None:
+        raise RequestValidationError(
+            f"cascade {task.cascade_name!r} cannot stream: each answer is checked before the "
+            "caller sees it; call without stream=True, or route streams to a plain tier"
+        )
+    return ctx
+
+
+class _Rejected(Exception):
+    """A tier's answer that the cascade's checks (or an output filter) rejected."""
+
+    def __init__(self, reason: str, response: ChatResponse) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.response = response
+
+
+def _screen(
+    filters: Sequence[OutputFilter], cascade: Cascade, request: ChatRequest
+) -> OutputFilter:
+    """The Guard's output filters, then the cascade's checks, as one output filter."""
+
+    def screen(response: ChatResponse) -> ChatResponse:
+        if response.route == DEGRADED or "route_errors" in response.metadata:
+            raise _Rejected("error", response)  # no route served: a degraded or stale answer
+        for output_filter in filters:
+            try:
+                response = output_filter(response) or response
+            except GuardrailRejectedError:
+                if not cascade.on_output_filter:
+                    raise
+                raise _Rejected("output_filter", response) from None
+        reason = cascade.rejects(request, response)
+        if reason is not None:
+            raise _Rejected(reason, response)
+        return response
+
+    return screen
+
+
+def _plan(ctx: CallContext, stages: Stages, routing: TaskRouting) -> Plan:
+    """Each tier's stages in turn; the served answer (raises the last tier's error)."""
+    choice = ctx.task
+    assert choice is not None
+    cascade = choice.cascade
+    assert cascade is not None
+    for index, tier in enumerate(cascade.tiers):
+        last = index == len(cascade.tiers) - 1
+        if index:
+            _next_tier(ctx, routing.order(choice, tier), tier)
+        run = stages
+        if not last:
+            screen = _screen(stages.output_filters, cascade, ctx.request)
+            run = dataclasses.replace(stages, output_filters=(screen,))
+        outcome = yield run
+        if isinstance(outcome, ChatResponse):
+            return _served(ctx, choice, outcome)
+        if last:
+            raise outcome
+        if isinstance(outcome, _Rejected):
+            cost = outcome.response.cost_usd
+            choice.tried.append(Tried(tier, outcome.reason, outcome.response.route, cost))
+        elif cascade.on_error and isinstance(outcome, _ESCALATING):
+            choice.tried.append(Tried(tier, "error", None, None))
+        else:
+            raise outcome
+    raise AssertionError("unreachable: the last tier returns or raises")
+
+
+def _next_tier(ctx: CallContext, order: tuple[Provider, ...], tier: str) -> None:
+    """Make the call a fresh one on ``tier``'s routes (a new idempotency key: another
+    request; the failed tier's errors go with its record)."""
+    assert ctx.task is not None
+    ctx.task.tier = tier
+    ctx.route = None
+    ctx.route_order = order
+    ctx.route_errors = {}
+    headers = ctx.request.extra_headers
+    if headers:
+        fresh = {
+            k: new_idempotency_key() if v.startswith(IDEMPOTENCY_PREFIX) else v
+            for k, v in headers.items()
+        }
+        ctx.request = ctx.request.model_copy(update={"extra_headers": fresh})
+
+
+def _served(ctx: CallContext, choice: TaskChoice, response: ChatResponse) -> ChatResponse:
+    """The answer with the cascade's total cost and record."""
+    tried: list[dict[str, Any]] = [dataclasses.asdict(t) for t in choice.tried]
+    record = {"name": choice.cascade_name, "tier": choice.tier, "escalated_from": tried}
+    update: dict[str, Any] = {"metadata": {**response.metadata, "cascade": record}}
+    if choice.tried and response.cost_usd is not None:
+        update["cost_usd"] = response.cost_usd + choice.rejected_cost()
+        if any(t.cost_usd is None for t in choice.tried if t.reason != "error"):
+            update["cost_source"] = "estimated"
+    return response.model_copy(update=update)
+
+
+def _advance(plan: Plan, outcome: ChatResponse | Exception) -> Stages | ChatResponse:
+    """The plan's next tier's stages, or the served answer (raises the call's error)."""
+    try:
+        return plan.send(outcome)
+    except StopIteration as stop:
+        served: ChatResponse = stop.value
+        return served
+
+
+def _call(
+    once: Callable[[CallContext, Stages], ChatResponse], ctx: CallContext, run: Stages
+) -> ChatResponse | Exception:
+    try:
+        return once(ctx, run)
+    except Exception as exc:
+        return exc
+
+
+async def _acall(
+    once: Callable[[CallContext, Stages], Awaitable[ChatResponse]], ctx: CallContext, run: Stages
+) -> ChatResponse | Exception:
+    try:
+        return await once(ctx, run)
+    except Exception as exc:
+        return exc
+
+
+def complete(
+    ctx: CallContext,
+    stages: Stages,
+    routing: TaskRouting,
+    once: Callable[[CallContext, Stages], ChatResponse],
+) -> ChatResponse:
+    """Drive a cascade's plan with the plain call ``once``."""
+    plan = _plan(ctx, stages, routing)
+    step: Stages | ChatResponse = next(plan)
+    while isinstance(step, Stages):
+        step = _advance(plan, _call(once, ctx, step))
+    return step
+
+
+async def acomplete(
+    ctx: CallContext,
+    stages: Stages,
+    routing: TaskRouting,
+    once: Callable[[CallContext, Stages], Awaitable[ChatResponse]],
+) -> ChatResponse:
+    """Async twin of :func:`complete`."""
+    plan = _plan(ctx, stages, routing)
+    step: Stages | ChatResponse = next(plan)
+    while isinstance(step, Stages):
+        step = _advance(plan, await _acall(once, ctx, step))
+    return step

@@ -1,0 +1,369 @@
+"""Task routing and cascades: rules and a classifier choose a call's tier; a cascade escalates
+from the small tier to the large one when a check rejects the answer, with both calls'
+costs in the budgets, the response and the telemetry."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from llmguard_sdk import (
+    AllRoutesFailedError,
+    Cascade,
+    ConfigurationError,
+    Guard,
+    GuardrailRejectedError,
+    OpenAICompatibleProvider,
+    RequestValidationError,
+    Rule,
+    Scope,
+    TaskRouter,
+)
+from llmguard_sdk.budget import Budget, Budgets, Price, PriceTable
+from llmguard_sdk.models import ChatRequest, ChatResponse
+from llmguard_sdk.router import finish_reason, json_schema, not_empty, validator
+from llmguard_sdk.telemetry import Telemetry
+from llmguard_sdk.testing import FakeProvider, Fault
+
+PRICES = PriceTable.default_table().with_prices(
+    {"small-model": Price(input=1.0, output=2.0), "large-model": Price(input=100.0, output=200.0)}
+)
+NOBODY = Scope()
+SCHEMA = {"type": "object", "required": ["answer"], "properties": {"answer": {"type": "integer"}}}
+
+
+def _small_reply(body: dict[str, Any]) -> str:
+    """Right (valid JSON) for easy questions, wrong (not JSON) for hard ones."""
+    text = body["messages"][-1]["content"]
+    return '{"answer": 4}' if "easy" in text else "I think it is about four?"
+
+
+@pytest.fixture
+def fakes() -> Iterator[tuple[FakeProvider, FakeProvider]]:
+    with (
+        FakeProvider(model="small-model", name="small", reply=_small_reply) as small,
+        FakeProvider(model="large-model", name="large", reply=lambda b: '{"answer": 4}') as large,
+    ):
+        yield small, large
+
+
+def _routes(*servers: FakeProvider) -> list[OpenAICompatibleProvider]:
+    return [OpenAICompatibleProvider(s.base_url, model=s.model, name=s.name) for s in servers]
+
+
+def _cascade_guard(fakes: tuple[FakeProvider, FakeProvider], **options: Any) -> Guard:
+    router = TaskRouter(
+        {"small": ["small"], "large": ["large"]},
+        cascades={"auto": Cascade(["small", "large"], checks=[json_schema(SCHEMA)])},
+        default="auto",
+    )
+    options.setdefault("environ", {})
+    return Guard(_routes(*fakes), tasks=router, prices=PRICES, **options)
+
+
+def _ask(text: str) -> list[dict[str, str]]:
+    return [{"role": "user", "content": text}]
+
+
+# -- choosing a tier ------------------------------------------------------------------------
+
+
+def test_rules_then_classifier_then_default_choose_the_tier() -> None:
+    router = TaskRouter(
+        {"small": ["s"], "large": ["l"], "mid": ["m"]},
+        rules=[
+            Rule("large", tools=True),
+            Rule("large", min_tokens=50),
+            Rule("mid", feature=["search", "faq"], tenant="acme"),
+            Rule("mid", when=lambda request, scope: request.temperature == 0.5),
+        ],
+        classifier=lambda request, scope: "large" if "prove" in request.last_user_text() else None,
+        default="small",
+    )
+
+    def choose(text: str, scope: Scope = NOBODY, **request: Any) -> str:
+        req = ChatRequest(messages=_ask(text), **request)
+        return router.choose(req, scope, lambda: len(req.last_user_text().split()))
+
+    tool = {"type": "function", "function": {"name": "f", "parameters": {}}}
+    assert choose("hi", tools=[tool]) == "large"
+    assert choose("word " * 60) == "large"
+    assert choose("hi", Scope(tenant="acme", feature="faq")) == "mid"
+    assert choose("hi", Scope(tenant="other", feature="faq")) == "small"  # both must hold
+    assert choose("hi", temperature=0.5) == "mid"
+    assert choose("prove it") == "large"
+    assert choose("hi") == "small"
+
+
+def test_bad_routers_name_what_is_wrong() -> None:
+    with pytest.raises(ConfigurationError, match=r"rules\[0\]\.tier: 'huge'"):
+        TaskRouter({"small": ["s"]}, rules=[Rule("huge")])
+    with pytest.raises(ConfigurationError, match="no tier named 'large'"):
+        TaskRouter({"small": ["s"]}, cascades={"c": Cascade(["small", "large"])})
+    with pytest.raises(ConfigurationError, match="two or more distinct tiers"):
+        Cascade(["small"])
+    with pytest.raises(ConfigurationError, match="min_tokens"):
+        Rule("small", min_tokens=-1)
+    with pytest.raises(ConfigurationError, match="no route or group named 'nope'"):
+        Guard(
+            [OpenAICompatibleProvider("http://127.0.0.1:9/v1", model="m", name="s")],
+            tasks=TaskRouter({"small": ["nope"]}),
+            environ={},
+        )
+
+
+def test_a_call_goes_only_to_its_tiers_routes(fakes: tuple[FakeProvider, FakeProvider]) -> None:
+    small, large = fakes
+    router = TaskRouter(
+        {"small": ["small"], "large": ["large"]},
+        rules=[Rule("large", feature="legal")],
+    )
+    with Guard(_routes(small, large), tasks=router, environ={}) as guard:
+        assert guard.chat(_ask("easy"), feature="chat").route == "small"
+        assert guard.chat(_ask("easy"), feature="legal").route == "large"
+        with guard.chat(_ask("easy"), feature="legal", stream=True) as stream:
+            assert "".join(chunk.text for chunk in stream) == '{"answer": 4}'
+        assert stream.response.route == "large"  # a plain tier streams
+        small.always(Fault(status=503))  # the small tier's only route is down: no fallback
+        with pytest.raises(AllRoutesFailedError) as failed:
+            guard.chat(_ask("easy"), feature="chat")
+        assert list(failed.value.errors) == ["small"]
+    assert large.stats.requests == 2
+
+
+# -- cascades -------------------------------------------------------------------------------
+
+
+def test_a_cascade_escalates_when_the_check_rejects_and_counts_both_costs(
+    fakes: tuple[FakeProvider, FakeProvider],
+) -> None:
+    small, large = fakes
+    budgets = Budgets([Budget(limit_usd=10.0, scope="tenant")], prices=PRICES)
+    with _cascade_guard(fakes, budgets=budgets) as guard:
+        easy = guard.chat(_ask("an easy one"), tenant="t", max_tokens=20)
+        assert (easy.route, easy.metadata["cascade"]["escalated_from"]) == ("small", [])
+        hard = guard.chat(_ask("a hard one"), tenant="t", max_tokens=20)
+        assert (hard.route, json.loads(hard.text)) == ("large", {"answer": 4})
+        (tried,) = hard.metadata["cascade"]["escalated_from"]
+        assert (tried["tier"], tried["reason"], tried["route"]) == ("small", "json_schema", "small")
+        assert tried["cost_usd"] > 0
+        large_alone = hard.cost_usd - tried["cost_usd"]
+        assert large_alone > 10 * tried["cost_usd"]  # the large model's own cost is in it
+        (row,) = guard.budget_status(tenant="t")
+        assert row["spent_usd"] == pytest.approx(easy.cost_usd + hard.cost_usd)
+        assert row["held_usd"] == 0
+    assert (small.stats.requests, large.stats.requests) == (2, 1)
+    assert large.requests[0].headers["idempotency-key"] != small.requests[1].headers.get(
+        "idempotency-key"
+    )  # the escalated call is a request of its own
+
+
+def test_a_rejected_answer_is_never_cached(fakes: tuple[FakeProvider, FakeProvider]) -> None:
+    small, large = fakes
+    with _cascade_guard(fakes, cache=True) as guard:
+        first = guard.chat(_ask("a hard one"), max_tokens=20)
+        again = guard.chat(_ask("a hard one"), max_tokens=20)
+    assert (first.route, again.route) == ("large", "cache")
+    assert json.loads(again.text) == {"answer": 4}  # the large tier's answer, not the small's
+    assert (small.stats.requests, large.stats.requests) == (1, 1)
+
+
+def test_async_cascade_escalates_on_length_errors_and_output_filters(
+    fakes: tuple[FakeProvider, FakeProvider],
+) -> None:
+    small, large = fakes
+
+    def no_four(response: ChatResponse) -> None:
+        if response.route == "small" and "refuse" in response.text:
+            raise GuardrailRejectedError("no")
+
+    router = TaskRouter(
+        {"small": ["small"], "large": ["large"]},
+        cascades={"auto": Cascade(["small", "large"], checks=[finish_reason(), not_empty()])},
+        default="auto",
+    )
+    guard = Guard(_routes(small, large), tasks=router, output_filters=[no_four], environ={})
+
+    async def calls() -> list[ChatResponse]:
+        answers = [await guard.achat(_ask("an easy one"), max_tokens=1)]  # cut: "length"
+        small.always(Fault(status=503))
+        answers.append(await guard.achat(_ask("an easy one")))  # the small tier fails
+        small.always(None)
+        with small_replies(small, "I refuse"):
+            answers.append(await guard.achat(_ask("an easy one")))
+        await guard.aclose()
+        return answers
+
+    cut, failed, filtered = anyio.run(calls)
+    reasons = [
+        a.metadata["cascade"]["escalated_from"][0]["reason"] for a in (cut, failed, filtered)
+    ]
+    assert reasons == ["finish_reason:length", "error", "output_filter"]
+    assert {a.route for a in (cut, failed, filtered)} == {"large"}
+
+
+class small_replies:
+    """Make ``server`` answer ``text`` inside the block."""
+
+    def __init__(self, server: FakeProvider, text: str) -> None:
+        self.server, self.text = server, text
+
+    def __enter__(self) -> None:
+        self.saved = self.server._reply
+        self.server._reply = lambda body: self.text
+
+    def __exit__(self, *exc: object) -> None:
+        self.server._reply = self.saved
+
+
+def test_a_cascade_call_cannot_stream_and_says_so(
+    fakes: tuple[FakeProvider, FakeProvider],
+) -> None:
+    with _cascade_guard(fakes) as guard, pytest.raises(RequestValidationError, match="stream"):
+        guard.chat(_ask("an easy one"), stream=True)
+    assert fakes[0].stats.requests == 0
+
+
+def test_cascade_telemetry_spans_events_and_escalation_metric(
+    fakes: tuple[FakeProvider, FakeProvider],
+) -> None:
+    spans = InMemorySpanExporter()
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(spans))
+    reader = InMemoryMetricReader()
+    meter_provider = MeterProvider(metric_readers=[reader])
+    telemetry = Telemetry(tracer_provider=tracer_provider, meter_provider=meter_provider)
+    with _cascade_guard(fakes, telemetry=telemetry) as guard:
+        for text in ("an easy one", "a hard one", "another easy one", "an easy one too"):
+            guard.chat(_ask(text), max_tokens=20)
+    calls = [s for s in spans.get_finished_spans() if s.parent is None]
+    hard = next(s for s in calls if s.attributes and s.attributes.get("llmguard.tier") == "large")
+    assert hard.attributes is not None
+    assert hard.attributes["llmguard.cascade"] == "auto"
+    assert hard.attributes["llmguard.cascade.escalations"] == 1
+    assert hard.attributes["llmguard.cascade.reason"] == "json_schema"
+    (event,) = [e for e in hard.events if e.name == "llmguard.cascade.escalated"]
+    assert event.attributes is not None
+    assert event.attributes["llmguard.tier"] == "small"
+    data = reader.get_metrics_data()
+    assert data is not None
+    points = [
+        point
+        for resource in data.resource_metrics
+        for scope in resource.scope_metrics
+        for metric in scope.metrics
+        if metric.name == "llmguard.cascade.calls"
+        for point in metric.data.data_points
+    ]
+    by_escalated = {p.attributes["llmguard.cascade.escalated"]: p.value for p in points}  # type: ignore[attr-defined,index]
+    assert by_escalated == {True: 1, False: 3}  # escalation rate 1 / 4
+    meter_provider.shutdown()
+    tracer_provider.shutdown()
+
+
+def test_validators_and_schemas() -> None:
+    request = ChatRequest(messages=_ask("x"))
+    fenced = ChatResponse(text='```json\n{"answer": 3}\n```')
+    assert json_schema(SCHEMA)(request, fenced) is None
+    assert json_schema(SCHEMA)(request, ChatResponse(text='{"answer": "3"}')) == "json_schema"
+    assert json_schema()(request, ChatResponse(text="[1, 2]")) is None
+    schema = {"type": "array", "items": {"type": "number", "minimum": 0}, "maxItems": 2}
+    assert json_schema(schema)(request, ChatResponse(text="[1, -2]")) == "json_schema"
+    asked = ChatRequest(
+        messages=_ask("x"),
+        response_format={"type": "json_schema", "json_schema": {"name": "a", "schema": SCHEMA}},
+    )
+    assert json_schema()(asked, ChatResponse(text='{"other": 1}')) == "json_schema"
+    short = validator(lambda r: len(r.text) > 3, reason="too_short")
+    assert short(request, ChatResponse(text="abc")) == "too_short"
+    assert finish_reason("stop")(request, ChatResponse(text="a", finish_reason="stop"))
+
+
+# -- from a configuration file ----------------------------------------------------------------
+
+
+def _config(small: FakeProvider, large: FakeProvider, tasks: str) -> str:
+    return f"""
+[[routes]]
+model = "vllm/small-model"
+name = "small"
+base_url = "{small.base_url}"
+
+[[routes]]
+model = "vllm/large-model"
+name = "large"
+base_url = "{large.base_url}"
+
+[tasks]
+{tasks}
+"""
+
+
+def test_tasks_from_a_config_file(fakes: tuple[FakeProvider, FakeProvider], tmp_path: Path) -> None:
+    small, large = fakes
+    path = tmp_path / "guard.toml"
+    path.write_text(
+        _config(
+            small,
+            large,
+            """default = "auto"
+tiers = { small = ["small"], large = ["large"] }
+
+[tasks.cascades.auto]
+tiers = ["small", "large"]
+checks = ["json", "finish_reason"]
+json_schema = { type = "object", required = ["answer"] }
+
+[[tasks.rules]]
+tier = "large"
+feature = "legal"
+""",
+        )
+    )
+    with Guard.from_config(path, environ={}) as guard:
+        assert guard.chat(_ask("an easy one")).route == "small"
+        assert guard.chat(_ask("a hard one")).route == "large"
+        assert guard.chat(_ask("an easy one"), feature="legal").route == "large"
+
+
+@pytest.mark.parametrize(
+    ("tasks", "message"),
+    [
+        ('tiers = { small = ["small"] }\ndefualt = "small"', "tasks.defualt: Extra inputs"),
+        ('tiers = { small = ["nope"] }', "tier 'small': no route or group named 'nope'"),
+        (
+            'tiers = { small = ["small"] }\n[[tasks.rules]]\ntier = "small"\nmin_token = 3',
+            "tasks.rules.0.min_token",
+        ),
+        (
+            'tiers = { small = ["small"] }\n[tasks.cascades.c]\ntiers = ["small", "big"]',
+            "tasks: cascade 'c': no tier named 'big'",
+        ),
+        (
+            'tiers = { small = ["small"] }\nclassifier = "no_such_module:f"',
+            "tasks.classifier: cannot import",
+        ),
+        (
+            'tiers = { s = ["small"], l = ["large"] }\n[tasks.cascades.c]\n'
+            'tiers = ["s", "l"]\nchecks = ["jsn"]',
+            "tasks.cascades.c.checks.0",
+        ),
+    ],
+)
+def test_bad_task_configs_name_the_key(
+    fakes: tuple[FakeProvider, FakeProvider], tmp_path: Path, tasks: str, message: str
+) -> None:
+    path = tmp_path / "guard.toml"
+    path.write_text(_config(*fakes, tasks))
+    with pytest.raises(ConfigurationError, match=message.replace("(", "\\(").replace("[", "\\[")):
+        Guard.from_config(path, environ={})
