@@ -1,0 +1,110 @@
+"""A fault injector in front of one route, in the client: the configuration drill's primary.
+
+While :attr:`Outage.phase` names a fault, every attempt fails as a dead provider's would,
+without touching the network: ``refused`` (connection refused, the request never sent),
+``503`` (the provider answers 503), ``hang`` (no answer until the attempt's deadline, then a
+timeout). Any other phase passes the call to the real route.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import AsyncGenerator, Generator
+from typing import Any
+
+import anyio
+
+from ..errors import ProviderError, ProviderTimeoutError, ProviderUnavailableError
+from ..models import ChatRequest, ChatResponse, StreamChunk
+from ..providers.base import Provider, StreamCall, _Streams
+
+__all__ = ["OUTAGE_PHASES", "Outage"]
+
+OUTAGE_PHASES = ("refused", "503", "hang")
+
+
+class Outage(_Streams):
+    """Wraps ``inner`` (same name, model and capabilities) and fails it during a fault
+    phase; counts the attempts it receives per phase."""
+
+    def __init__(self, inner: Provider) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.model = inner.model
+        self.phase = "before"
+        self.attempts: Counter[str] = Counter()
+
+    def __getattr__(self, name: str) -> Any:  # context_window, is_local, count_tokens ...
+        if name == "inner":
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+    def __repr__(self) -> str:
+        return f"Outage({self.inner!r}, phase={self.phase!r})"
+
+    def _fault(self, deadline: float) -> tuple[ProviderError | None, float]:
+        """This attempt's error (None: pass it on) and how long it hangs first."""
+        phase = self.phase
+        self.attempts[phase] += 1
+        if phase == "refused":
+            error: ProviderError = ProviderUnavailableError(
+                "connection refused (drill: the primary is down)",
+                route=self.name,
+                request_sent=False,
+            )
+            return error, 0.0
+        if phase == "503":
+            return ProviderUnavailableError(
+                "service unavailable (drill)", route=self.name, status_code=503
+            ), 0.0
+        if phase == "hang":
+            wait = max(0.0, deadline - time.monotonic())
+            return ProviderTimeoutError("no answer (drill: hung)", route=self.name), wait
+        return None, 0.0
+
+    def complete(self, request: ChatRequest, *, model: str, deadline: float) -> ChatResponse:
+        error, wait = self._fault(deadline)
+        if error is None:
+            return self.inner.complete(request, model=model, deadline=deadline)
+        time.sleep(wait)
+        raise error
+
+    async def acomplete(self, request: ChatRequest, *, model: str, deadline: float) -> ChatResponse:
+        error, wait = self._fault(deadline)
+        if error is None:
+            return await self.inner.acomplete(request, model=model, deadline=deadline)
+        await anyio.sleep(wait)
+        raise error
+
+    def _stream(self, call: StreamCall) -> Generator[StreamChunk, None, None]:
+        error, wait = self._fault(_stream_deadline(call))
+        if error is not None:
+            time.sleep(wait)
+            raise error
+        yield from self.inner.stream(
+            call.request, model=call.model, deadline=call.deadline, idle_timeout=call.idle_timeout
+        )
+
+    async def _astream(self, call: StreamCall) -> AsyncGenerator[StreamChunk, None]:
+        error, wait = self._fault(_stream_deadline(call))
+        if error is not None:
+            await anyio.sleep(wait)
+            raise error
+        async for chunk in self.inner.astream(
+            call.request, model=call.model, deadline=call.deadline, idle_timeout=call.idle_timeout
+        ):
+            yield chunk
+
+    def close(self) -> None:
+        self.inner.close()
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+def _stream_deadline(call: StreamCall) -> float:
+    """When a hung stream gives up: its deadline, or its first silence allowed."""
+    if call.idle_timeout is None:
+        return call.deadline
+    return min(call.deadline, time.monotonic() + call.idle_timeout)

@@ -1,0 +1,68 @@
+"""``llmguard drill --config FILE``: an outage rehearsed on a configuration's own routes, the
+faults injected in front of its primary in the client, its backup (a loopback FakeProvider)
+answering; the command fails when the fallback path does.
+
+Latency is not asserted (timing claims live in bench/); the checks are about who served.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from llmguard_sdk.testing import FakeProvider
+from llmguard_sdk.testing.config_drill import run_config_drill
+
+PHASES = ["before", "refused", "503", "hang", "after"]
+
+
+@pytest.fixture
+def servers() -> Iterator[tuple[FakeProvider, FakeProvider]]:
+    with (
+        FakeProvider(model="primary-model", name="primary") as primary,
+        FakeProvider(model="backup-model", name="backup") as backup,
+    ):
+        yield primary, backup
+
+
+def _config(tmp_path: Path, primary_url: str, backup_url: str) -> Path:
+    path = tmp_path / "guard.toml"
+    path.write_text(
+        f"""
+timeout = 5
+attempt_timeout = 0.3
+
+[[routes]]
+model = "vllm/primary-model"
+name = "main"
+base_url = "{primary_url}"
+
+[[routes]]
+model = "vllm/backup-model"
+name = "spare"
+base_url = "{backup_url}"
+"""
+    )
+    return path
+
+
+def test_the_backup_answers_every_call_while_the_primary_is_down(
+    servers: tuple[FakeProvider, FakeProvider], tmp_path: Path
+) -> None:
+    primary, backup = servers
+    path = _config(tmp_path, primary.base_url, backup.base_url)
+    report = run_config_drill(path, rate=10, before=0.5, outage=0.5, after=0.5, environ={})
+    data = report.as_dict()
+    assert report.fallback_ok
+    assert data["answered_share"] == 1.0
+    assert (data["primary"], data["routes"]) == ("main", ["main", "spare"])
+    assert list(data["phases"]) == PHASES
+    for name in ("refused", "503", "hang"):
+        assert set(data["phases"][name]["served_by"]) == {"spare"}
+    assert data["phases"]["before"]["served_by"] == {"main": 5}
+    assert sum(data["primary_attempts"][p] for p in ("refused", "503", "hang")) > 0
+    received = primary.stats.requests  # the faults never reach the primary's server
+    assert received == data["primary_attempts"]["before"] + data["primary_attempts"]["after"]
+    assert backup.stats.requests >= 15
