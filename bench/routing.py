@@ -19,6 +19,12 @@ Per side: ``p50_ms``, ``p99_ms`` (nearest rank; ``p99_ms`` is ``null`` below 1,0
 deployment in each phase (``normal``, ``slow``, ``failing``). ``latency_p99_over_round_robin``
 is the target ratio (<= 0.5).
 
+``cascade``: a cascade (small tier first, the large one when a JSON-schema check rejects the
+answer) against every call on the large tier, on a labelled workload of ``--cascade-items``
+questions, 30 % of them hard (see bench/_cascade.py): ``cost_saved_share``,
+``accuracy_all_large``, ``accuracy_cascade`` and the figures behind them. Target: >= 0.5 saved
+at equal accuracy.
+
 Usage: python bench/routing.py [--json] [--calls N] [--base-ms MS] [--quick]
 """
 
@@ -42,6 +48,7 @@ from _benchkit import (
     start_processes,
     stop_processes,
 )
+from _cascade import cascade_bench
 
 from llmguard_sdk import DeploymentGroup, Guard, OpenAICompatibleProvider
 from llmguard_sdk.testing import FakeProvider, Fault
@@ -282,6 +289,7 @@ def main() -> None:
         help="the Redis the spread test shares (else REDIS_URL, else a throwaway one)",
     )
     parser.add_argument("--no-spread", action="store_true", help="skip the in-flight spread test")
+    parser.add_argument("--cascade-items", type=int, default=400, help="cascade workload")
     args = parser.parse_args()
     exit_on_signals()
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # LiteLLM: no fetch at import
@@ -309,6 +317,7 @@ def main() -> None:
             strategies["latency"][tail] / strategies["round_robin"][tail], 3
         ),
         "litellm_skipped": skipped,
+        "cascade": cascade_bench(40 if args.quick else args.cascade_items),
     }
     if not args.no_spread:
         with given_redis(args.redis_url) as redis_url:

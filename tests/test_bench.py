@@ -176,6 +176,10 @@ def test_routing_reports_each_strategy_through_the_three_phases() -> None:
         assert spread[side]["errors"] == 0
         assert sum(spread[side]["mean_in_flight"].values()) > 0  # sampled while calls ran
         assert spread[side]["spread"] >= 0
+    cascade = result["cascade"]  # 40 items, 12 hard: the small tier's wrong answers escalate
+    assert cascade["accuracy_cascade"] == cascade["accuracy_all_large"] == 1.0
+    assert cascade["escalation_rate"] == 0.3
+    assert cascade["cost_saved_share"] >= 0.5
 
 
 @timeout_for(BENCH_TIMEOUT)
