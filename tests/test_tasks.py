@@ -141,6 +141,22 @@ def test_a_call_goes_only_to_its_tiers_routes(fakes: tuple[FakeProvider, FakePro
     assert large.stats.requests == 2
 
 
+def test_a_budget_downgrade_wins_over_the_tier(fakes: tuple[FakeProvider, FakeProvider]) -> None:
+    small, large = fakes
+    with FakeProvider(model="local-model", name="local") as local:
+        budgets = Budgets(
+            [Budget(limit_usd=0.005, on_exhausted="local_only")],
+            prices=PRICES,
+            local_routes=["local"],
+        )
+        router = TaskRouter({"large": ["large"], "small": ["small"]})  # default: "large"
+        with Guard(_routes(small, large, local), tasks=router, budgets=budgets, environ={}) as g:
+            served = [g.chat(_ask("an easy one"), max_tokens=10).route for _ in range(8)]
+    assert served[0] == "large"
+    assert served[-1] == "local"  # the tier has no local route; the budget sends it there
+    assert "small" not in served
+
+
 # -- cascades -------------------------------------------------------------------------------
 
 

@@ -216,7 +216,10 @@ def call_routes(ctx: CallContext, stages: Stages) -> Sequence[Provider]:
     if ctx.task is None and len(ranked) == len(stages.routes):
         return ranked  # the whole chain, ranked (a tier may hold fewer routes, or others)
     allowed = {route.name for route in stages.routes}  # a budget's cheaper routes only
-    return [route for route in ranked if route.name in allowed]
+    kept = [route for route in ranked if route.name in allowed]
+    if not kept and ctx.task is not None:
+        return stages.routes  # a budget downgrade left the tier nothing: its routes serve
+    return kept
 
 
 def too_small_for(ctx: CallContext, route: Provider) -> bool:
