@@ -242,6 +242,17 @@ class small_replies:
         self.server._reply = self.saved
 
 
+def test_the_drop_in_client_goes_through_the_cascade(
+    fakes: tuple[FakeProvider, FakeProvider],
+) -> None:
+    with _cascade_guard(fakes) as guard:
+        client = guard.client()
+        hard = client.chat.completions.create(model="m", messages=_ask("a hard one"))
+        easy = client.chat.completions.create(model="m", messages=_ask("an easy one"))
+    assert (hard.llmguard.route, easy.llmguard.route) == ("large", "small")  # type: ignore[attr-defined]
+    assert json.loads(hard.choices[0].message.content or "") == {"answer": 4}
+
+
 def test_a_cascade_call_cannot_stream_and_says_so(
     fakes: tuple[FakeProvider, FakeProvider],
 ) -> None:
