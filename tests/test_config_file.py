@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from llmguard_sdk import ConfigurationError, DeploymentGroup, Guard, ProviderError
-from llmguard_sdk._config_file import load_config, resolve
+from llmguard_sdk._config_file import load_config, resolve, tasks_of
 from llmguard_sdk.cli import main
 from llmguard_sdk.testing import FakeProvider
 
@@ -221,6 +221,9 @@ def test_the_example_configuration_is_valid(capsys: pytest.CaptureFixture[str]) 
     entries, routes = resolve(config, ENVIRON)
     assert [r.name for r in routes] == ["openai", "azure", "anthropic", "local"]
     assert isinstance(entries[0], DeploymentGroup)
+    tasks = tasks_of(config, entries)  # its tiers name the chain's routes and groups
+    assert tasks is not None
+    assert (tasks.default, tasks.tiers["large"]) == ("auto", ("anthropic", "local"))
     for entry in entries:
         for route in entry.deployments if isinstance(entry, DeploymentGroup) else [entry]:
             route.close()
