@@ -21,6 +21,7 @@ from llmguard_sdk import (
     AllRoutesFailedError,
     Cascade,
     ConfigurationError,
+    DeploymentGroup,
     Guard,
     GuardrailRejectedError,
     OpenAICompatibleProvider,
@@ -139,6 +140,21 @@ def test_a_call_goes_only_to_its_tiers_routes(fakes: tuple[FakeProvider, FakePro
             guard.chat(_ask("easy"), feature="chat")
         assert list(failed.value.errors) == ["small"]
     assert large.stats.requests == 2
+
+
+def test_a_tier_of_a_group_follows_the_groups_ranking(
+    fakes: tuple[FakeProvider, FakeProvider],
+) -> None:
+    small, large = fakes
+    group = DeploymentGroup("pair", _routes(small, large), strategy="round_robin")
+    with FakeProvider(model="other-model", name="other") as other:
+        (solo,) = _routes(other)
+        router = TaskRouter({"both": ["pair"], "solo": [solo]}, rules=[Rule("solo", tenant="x")])
+        with Guard([group, solo], tasks=router, environ={}) as guard:
+            served = [guard.chat(_ask("an easy one")).route for _ in range(4)]
+            alone = guard.chat(_ask("an easy one"), tenant="x").route
+    assert served == ["small", "large", "small", "large"]
+    assert alone == "other"
 
 
 def test_a_budget_downgrade_wins_over_the_tier(fakes: tuple[FakeProvider, FakeProvider]) -> None:
