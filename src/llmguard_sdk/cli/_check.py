@@ -6,7 +6,7 @@ import argparse
 import json
 import os
 
-from .._config_file import load_config, resolve
+from .._config_file import load_config, resolve, tasks_of
 from ._command import Command
 
 __all__ = ["CHECK"]
@@ -21,6 +21,7 @@ def _run(args: argparse.Namespace) -> int:
     """Run ``llmguard check``: 0 when the configuration is good, 2 when it is not."""
     config = load_config(args.config)
     entries, routes = resolve(config, os.environ)
+    tasks = tasks_of(config, entries)  # tiers name routes of the file
     for entry in entries:
         close = getattr(entry, "close", None)
         if close is not None:
@@ -31,6 +32,8 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     for key, value in config.settings().items():
         print(f"{key}: {value}")
+    if tasks is not None:
+        print(f"tasks: {tasks!r}")
     for row in rows:
         group = f" (group {row['group']})" if row["group"] else ""
         key = row["key_from"] or "no key"

@@ -9,6 +9,7 @@ import argparse
 import json
 
 from ._command import Command
+from ._drill_config import add_config_drill_arguments, run_config_drill_command
 
 __all__ = ["DRILL"]
 
@@ -21,10 +22,14 @@ def _arguments(drill: argparse.ArgumentParser) -> None:
     drill.add_argument("--no-local", action="store_true", help="leave the local model out")
     drill.add_argument("--png", metavar="FILE", help="write a timeline picture")
     drill.add_argument("--json", action="store_true", help="print the report as JSON")
+    add_config_drill_arguments(drill)
 
 
 def _run(args: argparse.Namespace) -> int:
-    """Run ``llmguard drill``: 0 when every call was answered."""
+    """Run ``llmguard drill``: 0 when every call was answered (``--config``: when the
+    fallback path held)."""
+    if args.config:
+        return run_config_drill_command(args)
     from ..testing.drill import run_drill
 
     report = run_drill(
