@@ -5,7 +5,7 @@ Runs offline: two local FakeProviders stand in for gpt-4o-mini and gpt-4o (price
 shipped price table). The small one answers simple sums in JSON and everything else in prose,
 which the cascade's JSON-schema check rejects; the large one always answers in JSON. Each
 answer says which tier served it, why the cascade escalated and what the call cost in all
-(an escalated call pays for both answers).
+(an escalated call pays for both answers). A cascade's stream is buffered.
 """
 
 import json
@@ -59,7 +59,7 @@ with (
             tried = cascade["escalated_from"] if cascade else []
             why = f", escalated from {tried[0]['tier']}: {tried[0]['reason']}" if tried else ""
             print(f"{question!r:32} -> {answer.route} {answer.text}{why}, ${answer.cost_usd:.6f}")
-        try:
-            guard.chat([{"role": "user", "content": "What is 1 + 1?"}], stream=True)
-        except ValueError as refused:  # RequestValidationError: a cascade checks before showing
-            print(f"stream refused: {type(refused).__name__}")
+        # a cascade's stream is buffered: the answer is checked, then delivered as one chunk
+        with guard.chat([{"role": "user", "content": "Why?"}], stream=True) as stream:
+            chunks = [chunk.text for chunk in stream]
+        print(f"streamed in {len(chunks)} chunk: {chunks[0]} from {stream.response.route}")

@@ -97,7 +97,7 @@ EXPECTED = {
         "'What is 2 + 3?'                 -> mini {\"answer\": 5}, $0.000003",
         '-> big {"answer": 42}, escalated from small: json_schema, $0.000051',
         "'Is this clause enforceable?'    -> big {\"answer\": 42}, $0.000040",
-        "stream refused: RequestValidationError",
+        'streamed in 1 chunk: {"answer": 42} from big',
     ],
     "guardrails.py": [
         "Echo: mail me at [email]",

@@ -19,13 +19,13 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from llmguard_sdk import (
     AllRoutesFailedError,
+    CallEvent,
     Cascade,
     ConfigurationError,
     DeploymentGroup,
     Guard,
     GuardrailRejectedError,
     OpenAICompatibleProvider,
-    RequestValidationError,
     Rule,
     Scope,
     TaskRouter,
@@ -269,12 +269,34 @@ def test_the_drop_in_client_goes_through_the_cascade(
     assert json.loads(hard.choices[0].message.content or "") == {"answer": 4}
 
 
-def test_a_cascade_call_cannot_stream_and_says_so(
+def test_a_cascade_stream_is_buffered_and_checked_first(
     fakes: tuple[FakeProvider, FakeProvider],
 ) -> None:
-    with _cascade_guard(fakes) as guard, pytest.raises(RequestValidationError, match="stream"):
-        guard.chat(_ask("an easy one"), stream=True)
-    assert fakes[0].stats.requests == 0
+    events: list[CallEvent] = []
+    with _cascade_guard(fakes, hooks=[events.append]) as guard:
+        with guard.chat(_ask("a hard one"), stream=True, max_tokens=20) as stream:
+            chunks = list(stream)
+        assert [c.text for c in chunks] == ['{"answer": 4}']  # the checked answer, whole
+        assert chunks[0].route == "large"
+        assert stream.response.metadata["cascade"]["escalated_from"][0]["reason"] == "json_schema"
+
+        async def astream() -> list[str]:
+            answer = await guard.achat(_ask("an easy one"), stream=True, max_tokens=20)
+            return [chunk.route async for chunk in answer]
+
+        assert anyio.run(astream) == ["small"]
+        with guard.client().chat.completions.create(
+            model="m", messages=_ask("a hard one"), stream=True
+        ) as drop_in:
+            text = "".join(c.choices[0].delta.content or "" for c in drop_in if c.choices)
+        assert json.loads(text) == {"answer": 4}
+    assert [(e.kind, e.route) for e in events] == [
+        ("stream", "large"),
+        ("stream", "small"),
+        ("stream", "large"),
+    ]
+    assert events[0].cost_usd == pytest.approx(stream.response.cost_usd)  # both answers
+    assert fakes[0].stats.streams == 0  # every tier's call was a plain one
 
 
 def test_cascade_telemetry_spans_events_and_escalation_metric(

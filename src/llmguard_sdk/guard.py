@@ -17,10 +17,10 @@ from typing_extensions import Unpack
 from ._closing import AsyncCloses, Closes
 from ._config_file import CONFIG_ENV, load_config, resolve, tasks_of
 from ._core import wiring
+from ._core.buffered import achat_stream, chat_stream
 from ._core.calls import MessagesArg, acomplete_call, call_context, complete_call
 from ._core.stages import InputFilter, OutputFilter, Stages, reporting
 from ._core.streams import AsyncChatStream, ChatStream
-from ._core.tasks import refuse_stream
 from ._state.steps import Step, arun, done, run
 from .breaker import (
     BreakerHook,
@@ -394,7 +394,7 @@ class Guard(Closes, AsyncCloses):
         """
         ctx = call_context(self._stages, messages, options)
         if stream:
-            return ChatStream(refuse_stream(ctx), self._stages)
+            return chat_stream(ctx, self._stages)  # a cascade's: buffered
         with reporting(ctx, self._stages, "chat") as outcome:
             return outcome.served(complete_call(ctx, self._stages))
 
@@ -426,7 +426,7 @@ class Guard(Closes, AsyncCloses):
         """Async twin of :meth:`chat`; ``stream=True`` gives an :class:`AsyncChatStream`."""
         ctx = call_context(self._stages, messages, options)
         if stream:
-            return AsyncChatStream(refuse_stream(ctx), self._stages)
+            return achat_stream(ctx, self._stages)
         with reporting(ctx, self._stages, "chat") as outcome:  # cancelled: reported as such
             return outcome.served(await acomplete_call(ctx, self._stages))
 

@@ -23,7 +23,6 @@ from ..errors import (
     GuardrailRejectedError,
     ProviderError,
     RateLimitExceededError,
-    RequestValidationError,
 )
 from ..models import ChatRequest, ChatResponse
 from ..providers.base import Provider
@@ -32,7 +31,7 @@ from ..router.cascade import Cascade
 from ..router.tasks import TaskRouter
 from .stages import DEGRADED, IDEMPOTENCY_PREFIX, OutputFilter, Stages, new_idempotency_key
 
-__all__ = ["TaskChoice", "TaskRouting", "acomplete", "complete", "refuse_stream"]
+__all__ = ["TaskChoice", "TaskRouting", "acomplete", "complete"]
 
 _ESCALATING = (ProviderError, AllRoutesFailedError, CircuitOpenError, RateLimitExceededError)
 Attributes = dict[str, str | bool | int | float]
@@ -141,17 +140,6 @@ class TaskRouting:
         for member in self._tiers[tier]:
             ordered += sorted(member, key=lambda r: position.get(r.name, len(position)))
         return tuple(ordered)
-
-
-def refuse_stream(ctx: CallContext) -> CallContext:
-    """A call whose tier is a cascade cannot stream (its answer is checked first)."""
-    task = ctx.task
-    if task is not None and task.cascade is not None:
-        raise RequestValidationError(
-            f"cascade {task.cascade_name!r} cannot stream: each answer is checked before the "
-            "caller sees it; call without stream=True, or route streams to a plain tier"
-        )
-    return ctx
 
 
 class _Rejected(Exception):

@@ -15,10 +15,11 @@ string is the reason it was rejected (reported in telemetry). The ones here:
 Every tier's call is a call of its own for budgets (reserved and settled each), rate limits,
 breakers and the cache (a rejected answer is never cached); the response the caller gets
 carries the cascade's total ``cost_usd`` and, in ``metadata["cascade"]``, each tier tried,
-its cost and why it was rejected. A cascade cannot stream: the answer must be checked before
-the caller sees it, so ``stream=True`` on a call whose tier is a cascade raises
-:class:`~llmguard_sdk.errors.RequestValidationError` before any provider call (route
-streams to a plain tier with a rule).
+its cost and why it was rejected. A cascade's stream is buffered: an answer must pass the
+checks before the caller sees any of it, so ``stream=True`` on a call whose tier is a cascade
+runs the cascade as a plain call and delivers the served answer as one chunk (no token by
+token delivery; its first token comes with the whole answer). Route streams that need tokens
+as they come to a plain tier with a rule.
 
 .. versionadded:: 0.2.0
 """
