@@ -31,6 +31,7 @@ from llmguard_sdk import (
     TaskRouter,
 )
 from llmguard_sdk.budget import Budget, Budgets, Price, PriceTable
+from llmguard_sdk.cli import main
 from llmguard_sdk.models import ChatRequest, ChatResponse
 from llmguard_sdk.router import finish_reason, json_schema, not_empty, validator
 from llmguard_sdk.telemetry import Telemetry
@@ -399,6 +400,24 @@ feature = "legal"
         assert guard.chat(_ask("an easy one")).route == "small"
         assert guard.chat(_ask("a hard one")).route == "large"
         assert guard.chat(_ask("an easy one"), feature="legal").route == "large"
+
+
+def test_llmguard_check_validates_and_prints_the_tasks(
+    fakes: tuple[FakeProvider, FakeProvider],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    path = tmp_path / "guard.toml"
+    path.write_text(
+        _config(*fakes, 'default = "large"\ntiers = { small = ["small"], large = ["large"] }')
+    )
+    assert main(["check", str(path)]) == 0
+    assert "tasks: TaskRouter(tiers=['small', 'large'], rules=0, default='large')" in (
+        capsys.readouterr().out
+    )
+    path.write_text(_config(*fakes, 'tiers = { small = ["smal"] }'))
+    assert main(["check", str(path)]) == 2
+    assert "tier 'small': no route or group named 'smal'" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(
