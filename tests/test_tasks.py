@@ -19,6 +19,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from llmguard_sdk import (
     AllRoutesFailedError,
+    BudgetExceededError,
     CallEvent,
     Cascade,
     ConfigurationError,
@@ -172,6 +173,21 @@ def test_a_budget_downgrade_wins_over_the_tier(fakes: tuple[FakeProvider, FakePr
     assert served[0] == "large"
     assert served[-1] == "local"  # the tier has no local route; the budget sends it there
     assert "small" not in served
+
+
+def test_a_tier_call_reserves_only_its_tiers_worst_case(
+    fakes: tuple[FakeProvider, FakeProvider],
+) -> None:
+    small, large = fakes
+    budgets = Budgets([Budget(limit_usd=0.002)], prices=PRICES)  # the large model's worst
+    router = TaskRouter(  # case ($0.0047) is more
+        {"small": ["small"], "large": ["large"]}, rules=[Rule("large", tenant="big")]
+    )
+    with Guard(_routes(small, large), tasks=router, budgets=budgets, environ={}) as guard:
+        assert guard.chat(_ask("an easy one"), max_tokens=20).route == "small"
+        with pytest.raises(BudgetExceededError):
+            guard.chat(_ask("an easy one"), max_tokens=20, tenant="big")
+    assert large.stats.requests == 0
 
 
 # -- cascades -------------------------------------------------------------------------------

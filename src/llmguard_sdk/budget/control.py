@@ -279,7 +279,7 @@ class SpendControl:
         ttl = max(0.0, ctx.remaining()) + config.hold_seconds
         while True:
             routes = self._routes(stages, level)
-            base, per = self._route_price_args(ctx, routes)
+            base, per = self._route_price_args(ctx, _tier_routes(ctx, routes, level))
             chosen = stages if level == "all" else dataclasses.replace(stages, routes=routes)
             if base == 0 and per == 0:  # free routes: nothing to hold
                 return Held(rid, (), 0, chosen, level, notes=notes)
@@ -588,3 +588,13 @@ def status_row(spec: CounterSpec, found: Status) -> CounterStatus:
         "held_usd": reserved / NANO,
         "resets_at": resets,
     }
+
+
+def _tier_routes(
+    ctx: CallContext, routes: tuple[Provider, ...], level: Level
+) -> Sequence[Provider]:
+    """The routes a call's worst case is priced over: a task-routed call's tier's only (it
+    tries no other route unless a budget downgrade sends it on)."""
+    if level != "all" or ctx.task is None or not ctx.route_order:
+        return routes
+    return [route for route in ctx.route_order if route in routes] or routes
