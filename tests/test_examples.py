@@ -22,6 +22,14 @@ EXPECTED = {
         "moved on after: primary: ProviderTimeoutError",
         "400 is not a route failure: BadRequestError from primary after 1 attempt",
     ],
+    "routing.py": [
+        "latency: the slow deployment kept to a trickle",
+        "region us: ['east', 'west']",
+        "region eu: frankfurt",
+        "region eu, frankfurt down: True",
+        "cheapest, short question: frankfurt",
+        "cheapest, long question: west",
+    ],
     "streaming.py": ["first token after", "stream broke after: 'Echo: count to'", "async: Echo"],
     "drop_in_client.py": ["Echo: Hello!", "tokens: 5 in, 2 out", "Echo: Stream it"],
     "protect_openai.py": [
