@@ -88,6 +88,24 @@ def test_holds_expire_oldest_first_and_settled_ones_do_not_pile_up() -> None:
     assert state.reserved == 11
 
 
+def test_a_settled_tenant_counter_keeps_no_holds_heap_or_alert_set() -> None:
+    """A process keeps a counter per tenant for its whole window: once its calls settled,
+    it holds a few numbers, not the containers of its busiest moment."""
+    clock = Clock()
+    backend = MemoryBudgetBackend(clock=clock)
+    tenants = [[spec(f"tenant-{i}")] for i in range(3)]
+    for i, counter in enumerate(tenants):
+        for call in range(20):
+            reserve(backend, f"r{i}-{call}", counter, 0.01)
+        for call in range(20):
+            backend.settle(f"r{i}-{call}", counter, actual=nano(0.01), ttl=60)
+    states = [backend._states[counter[0].key] for counter in tenants]
+    assert all(not s.holds and not s.expiries and s.reserved == 0 for s in states)
+    assert all(s.spent == nano(0.2) for s in states)
+    assert len({id(s.fired) for s in states}) == 1  # no alert fired: one shared empty set
+    assert not hasattr(states[0], "__dict__")  # slots
+
+
 def test_redis_counters_and_settled_markers_carry_ttls(redis_url: str, redis_prefix: str) -> None:
     import redis
 

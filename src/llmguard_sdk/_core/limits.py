@@ -65,8 +65,8 @@ def route_input_tokens(ctx: CallContext, route: Provider) -> TokenCount:
         if isinstance(counted, int):
             return TokenCount(counted, estimated=False, method=f"{route.name} tokenizer")
     model = route.model or ctx.request.model
-    if model is None or model == ctx.request.model:
-        return ctx.input_tokens()
+    if model is None or model == (ctx.input_model or ctx.request.model):
+        return ctx.input_tokens()  # the count the call's other stages use
     count = ctx.route_counts.get(model)
     if count is None:
         count = ctx.route_counts[model] = count_request_tokens(ctx.request, model=model)

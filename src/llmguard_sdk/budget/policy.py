@@ -162,15 +162,20 @@ class CounterSpec:
     budget_index: int
 
 
-@dataclass
+_NO_ALERTS: frozenset[float] = frozenset()  # shared: an empty frozenset is a new object
+
+
+@dataclass(slots=True)
 class CounterState:
-    """One counter's stored state (what the Redis hash and sorted set hold)."""
+    """One counter's stored state (what the Redis hash and sorted set hold). A process keeps
+    one per tenant for a day: small (slots; the alerts fired are a shared frozenset, and a
+    counter without holds keeps no expiry heap)."""
 
     window_id: int | None = None
     spent: int = 0
     reserved: int = 0
     holds: dict[str, tuple[int, float]] = field(default_factory=dict)  # id: (amount, expiry)
-    fired: set[float] = field(default_factory=set)
+    fired: frozenset[float] = _NO_ALERTS
     buckets: dict[int, int] = field(default_factory=dict)  # rolling windows
     expiries: list[tuple[float, str]] = field(default_factory=list)  # heap of (expiry, id)
 
@@ -191,6 +196,8 @@ def drop_hold(state: CounterState, rid: str) -> None:
     hold = state.holds.pop(rid, None)
     if hold is not None:
         state.reserved -= hold[0]
+        if not state.holds:  # nothing left to expire: the heap and the dict's table go
+            state.holds, state.expiries = {}, []
 
 
 @dataclass(frozen=True)
@@ -291,13 +298,14 @@ def bring_to_now(state: CounterState, spec: CounterSpec, now: float) -> tuple[in
         state.spent = sum(state.buckets.values())
         oldest = min(state.buckets) if state.buckets else None
         resets = (oldest + ROLLING_BUCKETS) * width if oldest is not None else now
-        state.fired = {a for a in state.fired if state.spent >= a * spec.limit}
+        if state.fired:
+            state.fired = frozenset(a for a in state.fired if state.spent >= a * spec.limit)
         return state.spent, resets
     window_id, resets = window_bounds(spec.window, now)
     if state.window_id != window_id:
         state.window_id = window_id
         state.spent = 0
-        state.fired = set()
+        state.fired = _NO_ALERTS
     return state.spent, resets
 
 
@@ -325,7 +333,8 @@ def fire_alerts(state: CounterState, spec: CounterSpec) -> tuple[float, ...]:
     fired = tuple(
         a for a in spec.alerts if a not in state.fired and 0 < state.spent >= a * spec.limit
     )
-    state.fired.update(fired)
+    if fired:
+        state.fired = state.fired.union(fired)
     return fired
 
 
@@ -340,7 +349,7 @@ def exhausted_alert(state: CounterState, spec: CounterSpec, need: float) -> bool
         and need <= spec.limit
         and state.spent + need > spec.limit
     ):
-        state.fired.add(1.0)
+        state.fired = state.fired.union((1.0,))
         return True
     return False
 

@@ -24,11 +24,11 @@ if TYPE_CHECKING:
 
 __all__ = ["HashingEmbedder"]
 
-_WORD_CACHE_SIZE = 50_000
+_WORD_CACHE_SIZE = 16_384  # words kept with their hashed contributions (about 10 MB at most)
 _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
 
 
-@lru_cache(maxsize=65536)
+@lru_cache(maxsize=_WORD_CACHE_SIZE)
 def _rarity(word: str) -> float:
     """About 0.1 for the commonest words, 1 for rare ones (several tokens)."""
     encoding = cl100k_encoding()
@@ -40,7 +40,7 @@ def _rarity(word: str) -> float:
     return max(0.05, math.log1p(tokens[0]) / math.log(100_000))
 
 
-@lru_cache(maxsize=65536)
+@lru_cache(maxsize=_WORD_CACHE_SIZE)
 def _stem(word: str) -> str:
     for suffix in ("ingly", "edly", "ing", "ed", "es", "s", "ly"):
         if len(word) > len(suffix) + 3 and word.endswith(suffix):
@@ -117,12 +117,24 @@ class HashingEmbedder:
         out = np.zeros((len(texts), self.dimension), dtype=np.float32)
         for row, text in enumerate(texts):
             words = _WORD.findall(unicodedata.normalize("NFKC", text).lower())
-            for word in words:
-                buckets, values = self._word(word)
-                np.add.at(out[row], buckets, values)
-            if self._pair_weight:
-                for first, second in itertools.pairwise(words):
-                    bucket, sign = self._bucket(f"b{_stem(first)} {_stem(second)}")
-                    weight = min(_rarity(first), _rarity(second)) * self._pair_weight
-                    out[row, bucket] += sign * weight
+            parts = [self._word(word) for word in words]
+            if self._pair_weight and len(words) > 1:
+                pairs = [self._pair(first, second) for first, second in itertools.pairwise(words)]
+                parts.append(
+                    (
+                        np.array([bucket for bucket, _ in pairs], dtype=np.intp),
+                        np.array([value for _, value in pairs], dtype=np.float32),
+                    )
+                )
+            if parts:  # every contribution summed at once (np.add.at per word is slow)
+                out[row] = np.bincount(
+                    np.concatenate([buckets for buckets, _ in parts]),
+                    weights=np.concatenate([values for _, values in parts]),
+                    minlength=self.dimension,
+                )
         return normalise(out)
+
+    def _pair(self, first: str, second: str) -> tuple[int, float]:
+        """An adjacent word pair's dimension and signed weight."""
+        bucket, sign = self._bucket(f"b{_stem(first)} {_stem(second)}")
+        return bucket, sign * min(_rarity(first), _rarity(second)) * self._pair_weight
