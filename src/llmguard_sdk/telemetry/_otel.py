@@ -42,6 +42,7 @@ _SCOPE = "llmguard_sdk"
 _TOKEN_BUCKETS = [1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304]
 _DURATION_BUCKETS = [0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48]
 _CALL_LOG = logging.getLogger("llmguard_sdk.calls")
+_CASCADES = "Calls whose tier was a cascade, by whether they escalated (the escalation rate)"
 _SDK_CHECK_SECONDS = 1.0
 _PROXIES = frozenset(
     {"ProxyTracerProvider", "NoOpTracerProvider", "_ProxyMeterProvider", "NoOpMeterProvider"}
@@ -164,10 +165,7 @@ class Telemetry:
             description="What a budget scope had left at its last alert or refusal",
         )
 
-        self._cascades = meter.create_counter(
-            "llmguard.cascade.calls",
-            description="Calls whose tier was a cascade, by whether they escalated",
-        )
+        self._cascades = meter.create_counter("llmguard.cascade.calls", description=_CASCADES)
         self._quality = Quality(meter, self._tracer)
 
     def __repr__(self) -> str:
