@@ -99,3 +99,27 @@ def test_least_outstanding_spreads_calls_and_avoids_a_deployment_busy_in_another
         assert sorted(set(routes)) == sorted({"dep-0", "dep-1", "dep-2"} - {busy})
         after = [second.chat(USER).route for _ in range(3)]
         assert sorted(after) == ["dep-0", "dep-1", "dep-2"]  # the stream's lease ended
+
+
+def test_async_calls_take_and_give_back_leases_through_redis(
+    servers: list[FakeProvider], redis_url: str, redis_prefix: str
+) -> None:
+    import anyio
+    import redis
+
+    from llmguard_sdk._state.steps import run
+
+    other = RedisLeases(RedisStore(redis_url, key_prefix=redis_prefix))  # another process
+    names = ("dep-0", "dep-1", "dep-2")
+    for i, pick in enumerate((0, 0, 1, 1)):
+        run(other.take_steps(LeaseAsk("fake-model", names, pick, 0, f"busy-{i}", 60.0)))
+
+    async def calls() -> list[str]:
+        async with _guard(servers, RedisStore(redis_url, key_prefix=redis_prefix)) as guard:
+            return [(await guard.achat(USER)).route for _ in range(3)]
+
+    assert anyio.run(calls) == ["dep-2"] * 3  # dep-0 and dep-1 hold two calls each elsewhere
+    client = redis.Redis.from_url(redis_url)
+    keys = list(client.scan_iter(match=f"{redis_prefix}:rt:*"))
+    assert sum(client.zcard(k) for k in keys) == 4  # the async calls gave theirs back
+    client.close()
