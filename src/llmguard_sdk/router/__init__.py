@@ -2,9 +2,12 @@
 routing and cascades.
 
 A :class:`DeploymentGroup` takes one place in a Guard's fallback chain; each call tries its
-deployments in the order the group's strategy gives (latency-aware power of two choices,
-round robin, weighted, or as listed), then the chain's next routes. The ranking is pure
-(:mod:`llmguard_sdk.router.policy`); the group keeps its measurements in this process.
+deployments in the order the group's strategy gives (peak-EWMA latency with the power of two
+choices, fewest calls in flight, most rate-limit headroom, cheapest that fits, round robin,
+weighted, or as listed), its caller's region first, then the chain's next routes. The ranking
+is pure (:mod:`llmguard_sdk.router.policy`, :mod:`llmguard_sdk.router.fit`); the group keeps
+its measurements in this process, and the calls in flight of ``least_outstanding`` are leases
+in the Guard's store (:mod:`llmguard_sdk.router.leases`: with Redis, every process's).
 
 A :class:`TaskRouter` (``Guard(..., tasks=...)``) chooses each call's *tier*, a named part of
 the chain, by :class:`Rule` s and a classifier (:mod:`llmguard_sdk.router.tasks`); a
