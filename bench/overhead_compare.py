@@ -7,13 +7,16 @@ rotated order, so drift on a shared machine hits both alike. In each round a wor
 ``--calls`` calls through ``Guard.chat`` (default stages, state in memory, telemetry on
 without an SDK) and as many calls of its own provider object directly (``bare``): the
 difference is the pipeline's overhead (guarded and direct calls alternate in blocks of ten).
-CPU time is the worker's ``time.process_time()``.
+CPU time is the worker's ``time.process_time()``. ``--stages all`` puts every stage on, in
+memory, in both (rate limits, a tenant budget, the response cache; every call a new question:
+an exact miss, a semantic search and a store; telemetry without an SDK).
 
 Prints the median round of each side: ``base_overhead_us`` and ``head_overhead_us`` (CPU
 microseconds per call the Guard adds), their samples and ranges, and
 ``regression_us`` (head minus base; negative: faster).
 
 Usage: python bench/overhead_compare.py [--base REV] [--json] [--calls N] [--rounds R]
+       [--stages default|all]
 """
 
 from __future__ import annotations
@@ -39,12 +42,21 @@ WORKER = r"""
 import json, sys, time
 from llmguard_sdk import ChatRequest, Guard, OpenAICompatibleProvider
 
-base_url, calls = sys.argv[1], int(sys.argv[2])
+base_url, calls, stages = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 messages = [{"role": "system", "content": "You are a terse assistant for an online shop."},
             {"role": "user", "content": "Where is my order 4417? It was due on Monday."}]
+more = {}
+if stages == "all":  # every stage in memory: rate limits, a tenant budget, the cache
+    from llmguard_sdk import ResponseCache
+    from llmguard_sdk.budget import Budget, Budgets, Price, PriceTable
+    from llmguard_sdk.ratelimit import RateLimit
+    prices = PriceTable.default_table().with_prices({"fake-model": Price(input=0.1, output=0.4)})
+    more = {"rate_limits": {"primary": RateLimit(rpm=10_000_000, tpm=10_000_000_000)},
+            "budgets": Budgets([Budget(limit_usd=1e6, scope="tenant")], prices=prices),
+            "cache": ResponseCache(max_entries=1_000_000)}
 guard = Guard(OpenAICompatibleProvider(base_url, model="fake-model", name="primary"),
               max_input_tokens=4096, input_filters=[lambda r: None],
-              output_filters=[lambda r: None], hooks=[lambda e: None], environ={})
+              output_filters=[lambda r: None], hooks=[lambda e: None], environ={}, **more)
 bare = OpenAICompatibleProvider(base_url, model="fake-model", name="bare")
 request = ChatRequest.model_validate({"messages": messages, "max_tokens": 64})
 counter = iter(range(10**9))
@@ -88,10 +100,10 @@ def unpack(rev: str, into: Path) -> Path:
     return into / "src"
 
 
-def start_worker(src: Path, base_url: str, calls: int) -> subprocess.Popen[str]:
+def start_worker(src: Path, base_url: str, calls: int, stages: str) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONPATH": str(src)}
     worker = popen_group(
-        [sys.executable, "-c", WORKER, base_url, str(calls)],
+        [sys.executable, "-c", WORKER, base_url, str(calls), stages],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -130,6 +142,9 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--calls", type=int, default=300, help="calls per round (300)")
     parser.add_argument("--rounds", type=int, default=9, help="rounds per side (9)")
+    parser.add_argument(
+        "--stages", choices=("default", "all"), default="default", help="the Guard's stages"
+    )
     args = parser.parse_args()
     exit_on_signals()
     base_rev = subprocess.run(
@@ -145,8 +160,9 @@ def main() -> None:
     started = time.perf_counter()
     try:
         with tempfile.TemporaryDirectory(prefix="llmguard-base-") as folder:
-            workers["base"] = start_worker(unpack(base_rev, Path(folder)), base_url, args.calls)
-            workers["head"] = start_worker(ROOT / "src", base_url, args.calls)
+            base_src = unpack(base_rev, Path(folder))
+            workers["base"] = start_worker(base_src, base_url, args.calls, args.stages)
+            workers["head"] = start_worker(ROOT / "src", base_url, args.calls, args.stages)
             for index in range(args.rounds):
                 order = ["base", "head"] if index % 2 == 0 else ["head", "base"]
                 for side in order:
@@ -163,6 +179,7 @@ def main() -> None:
         "regression_us": round(head["overhead_us"] - base["overhead_us"], 1),
         "base_detail": base,
         "head_detail": head,
+        "stages": args.stages,
         "calls_per_round": args.calls,
         "seconds": round(time.perf_counter() - started, 1),
     }
