@@ -123,3 +123,17 @@ def test_async_calls_take_and_give_back_leases_through_redis(
     keys = list(client.scan_iter(match=f"{redis_prefix}:rt:*"))
     assert sum(client.zcard(k) for k in keys) == 4  # the async calls gave theirs back
     client.close()
+
+
+def test_a_lease_decides_among_the_deployments_the_call_may_take() -> None:
+    from llmguard_sdk._state.steps import run
+
+    routes = [OpenAICompatibleProvider("http://127.0.0.1:9/v1", model="m", name=n) for n in NAMES]
+    group = DeploymentGroup("g", routes, strategy="least_outstanding")
+    leases = group.local_leases
+    picked = [
+        [r.name for r in run(group.lease_steps(routes[1:], leases, f"call-{i}", 30.0))]
+        for i in range(4)
+    ]
+    assert all(sorted(p) == ["b", "c"] for p in picked)  # a tier holding two of the three
+    assert leases.counts("g", NAMES) == [0, 2, 2]

@@ -188,16 +188,22 @@ class DeploymentGroup:
         call_id: str,
         lease_s: float,
     ) -> Step[list[Provider]]:
-        """Lease the call on the deployment it goes to; the call's order of deployments.
-        ``least_outstanding`` decides with the lease: the deployment with the fewest calls in
-        flight among those of the first one's region (the call's region when it has any)."""
+        """Lease the call on the deployment it goes to; the call's order of the deployments
+        in ``order`` (this call's, ranked). ``least_outstanding`` decides with the lease: the
+        one with the fewest calls in flight among those in ``order`` of the first one's region
+        (the call's region when it has any)."""
         shared = self.strategy == "least_outstanding"
         first = self.names.index(order[0].name)
         if not shared:
             ask = LeaseAsk(self.name, self.names, first, self._turn, call_id, lease_s)
             yield from leases.take_steps(ask)
             return list(order)
-        among = [i for i in range(len(self.names)) if self.regions[i] == self.regions[first]]
+        mine = {route.name for route in order}  # a task's tier may hold some deployments only
+        among = [
+            i
+            for i, name in enumerate(self.names)
+            if name in mine and self.regions[i] == self.regions[first]
+        ]
         names = [self.names[i] for i in among]
         ask = LeaseAsk(self.name, names, None, self._turn, call_id, lease_s)
         index, counts = yield from leases.take_steps(ask)
