@@ -53,7 +53,8 @@ class ConfigDrillReport:
     degraded answer), ``p50_ms`` / ``p99_ms`` (nearest rank; a p99 only over 100 calls or
     more) and ``max_ms``. ``primary_attempts``: attempts the fault injector received per phase
     (in the outage phases: calls that would have reached the dead primary; background probes
-    included). ``failures``: error type counts. ``fallback_ok``: every call of the outage
+    included). ``failures``: error type counts. ``notes``: a local model still loading when the
+    traffic began (each is given up to 120 s first). ``fallback_ok``: every call of the outage
     phases was answered by a route other than the primary.
     """
 
@@ -65,6 +66,7 @@ class ConfigDrillReport:
     primary_attempts: dict[str, int]
     breaker_transitions: list[dict[str, Any]]
     failures: dict[str, int] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def fallback_ok(self) -> bool:
@@ -105,6 +107,7 @@ class ConfigDrillReport:
             "primary_attempts": self.primary_attempts,
             "breaker_transitions": self.breaker_transitions,
             "failures": self.failures,
+            "notes": self.notes,
         }
 
     def render(self) -> str:
@@ -132,6 +135,7 @@ class ConfigDrillReport:
         ]
         if self.failures:
             lines.append(f"  failures: {', '.join(f'{k} {v}' for k, v in self.failures.items())}")
+        lines += [f"  note: {note}" for note in self.notes]
         verdict = (
             "OK: every call during the outage was answered by a backup route"
             if self.fallback_ok
@@ -217,6 +221,7 @@ def run_config_drill(
     if tasks is not None:
         options["tasks"] = tasks
     guard = Guard(chain, **options, environ=env)
+    notes = _warm_up(guard.routes)
     plan = [(name, before + i * outage) for i, name in enumerate(OUTAGE_PHASES)]
     plan.append(("after", before + len(OUTAGE_PHASES) * outage))
     traffic = _Traffic(guard, injector, rate, plan, before + 3 * outage + after, max_tokens)
@@ -233,7 +238,18 @@ def run_config_drill(
             for t, tr in transitions
         ],
         failures=dict(Counter(c.error for c in traffic.calls if c.error is not None)),
+        notes=notes,
     )
+
+
+def _warm_up(routes: tuple[Provider, ...], timeout: float = 120.0) -> list[str]:
+    """Load the local models before the traffic starts (their loading is no outage)."""
+    notes = []
+    for route in routes:
+        wait_loaded = getattr(route, "wait_loaded", None)
+        if callable(wait_loaded) and not wait_loaded(timeout):
+            notes.append(f"{route.name}: still loading after {timeout:.0f} s when traffic began")
+    return notes
 
 
 def _phase(calls: list[_Call]) -> dict[str, Any]:
