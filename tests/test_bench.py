@@ -380,3 +380,22 @@ def test_redis_faults_bench_loses_no_spend_record() -> None:
     # fleet's fail-open share of the room left) or refused (no room left for them)
     assert result["journaled_records"] + result["refused_by_phase"]["redis_down"] > 0
     assert abs(result["settled_usd"] - result["recorded_usd"]) < 1e-9
+
+
+@timeout_for(BENCH_TIMEOUT)
+def test_canary_drill_rolls_back_bad_candidates_and_measures_the_shadow() -> None:
+    result = run("canary_drill.py", "--quick")
+    candidates = result["candidates"]
+    assert set(candidates) == {"errors", "slow", "costly", "healthy"}
+    for name, found in candidates.items():
+        for key in ("decision", "candidate_calls", "bad_calls", "decide_s"):
+            assert key in found, (name, key)
+    # decisions, not timings: the bad candidates are rolled back, the healthy one is not
+    for name in ("errors", "slow", "costly"):
+        assert candidates[name]["decision"] == "rolled_back", name
+    assert candidates["healthy"]["decision"] != "rolled_back"
+    assert 0 <= result["false_rollbacks"] <= result["runs"]
+    shadow = result["shadow"]
+    assert abs(shadow["measured_disagreement"] - shadow["true_disagreement"]) <= 0.05
+    for key in ("p99_ms_with", "p99_ms_without"):
+        assert key in shadow

@@ -107,6 +107,15 @@ EXPECTED = {
         "'Is this clause enforceable?'    -> big {\"answer\": 42}, $0.000040",
         'streamed in 1 chunk: {"answer": 42} from big',
     ],
+    "releases.py": [
+        "refused: gpt-4o is a moving alias",
+        "event: rolled_back support@v8",
+        "canary: rolled_back (errors breached",
+        "candidate error rate: 100%",
+        "after the rollback, served by: ['current']",
+        "shadow: 20 pairs, exact agreement 0.75",
+        "model gpt-4o-2024-08-06 retires 2026-06-30 (in 20 days)",
+    ],
     "guardrails.py": [
         "Echo: mail me at [email]",
         "asks for a password",

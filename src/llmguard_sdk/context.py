@@ -159,6 +159,9 @@ class CallContext:
     route_order: tuple[Provider, ...] = ()  # this call's routes, ranked (deployment groups)
     region: str | None = None  # the region whose deployments the call prefers
     task: TaskChoice | None = None  # the call's tier (task routing) and cascade record
+    release: str | None = None  # the release serving the call (name@version), if any
+    arm: Literal["control", "canary", "shadow"] | None = None  # its side of the release
+    base_request: ChatRequest | None = None  # the request before the release applied itself
 
     def begin_attempt(self, route: str) -> AttemptRecord:
         """Start recording one provider attempt (see :class:`AttemptRecord`)."""

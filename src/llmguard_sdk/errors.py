@@ -4,7 +4,8 @@ Catch :class:`LLMGuardError` to catch everything the SDK raises itself::
 
     LLMGuardError
     ├── ConfigurationError          bad Guard / provider configuration (raised before any call)
-    │   └── UnknownModelPriceError  a budgeted route's model has no price and no default
+    │   ├── UnknownModelPriceError  a budgeted route's model has no price and no default
+    │   └── MovingModelAliasError   a release pins a moving model alias (``gpt-4o``), not an id
     ├── RequestValidationError      the request itself is invalid (raised before any network call)
     │   ├── InputTooLargeError      more input tokens than the Guard's max_input_tokens
     │   ├── GuardrailRejectedError  an input or output filter refused the call
@@ -57,6 +58,7 @@ __all__ = [
     "InputTooLargeError",
     "LLMGuardError",
     "MalformedResponseError",
+    "MovingModelAliasError",
     "PromptLintError",
     "ProviderBusyError",
     "ProviderError",
@@ -96,6 +98,23 @@ class UnknownModelPriceError(ConfigurationError):
         )
         self.provider = provider
         self.model = model
+
+
+class MovingModelAliasError(ConfigurationError):
+    """A :class:`~llmguard_sdk.releases.Release` names a model by a moving alias (``gpt-4o``,
+    ``claude-sonnet-4-5``, ``...-latest``) whose behaviour the provider may change under it;
+    pin a dated id or pass ``allow_alias=True``. ``model`` and ``route`` name it.
+
+    .. versionadded:: 0.2.0
+    """
+
+    def __init__(self, model: str, route: str) -> None:
+        super().__init__(
+            f"route {route!r} names model {model!r}, a moving alias: pin a dated id "
+            "(gpt-4o-2024-08-06, claude-sonnet-4-5-20250929 ...) or pass allow_alias=True"
+        )
+        self.model = model
+        self.route = route
 
 
 class RequestValidationError(LLMGuardError, ValueError):

@@ -35,6 +35,7 @@ from .errors import ConfigurationError, ProviderError
 from .models import ChatRequest, ChatResponse
 from .providers.base import Provider
 from .ratelimit import LimitsConfig, RateLimiter
+from .releases import Release, ReleaseControl, ReleasePlan
 from .retry import (
     RetryBudgetPolicy,
     RetryPolicy,
@@ -182,6 +183,9 @@ class Guard(Closes, AsyncCloses):
             tracer and meter providers, which are no-ops until the application configures
             the OpenTelemetry SDK; ``False`` turns it off.
         key_prefix: prefix of every Redis key (default ``llmguard``).
+        release: a :class:`~llmguard_sdk.releases.Release` (its routes replace
+            ``providers``) or a :class:`~llmguard_sdk.releases.ReleasePlan` (a candidate
+            under a canary and/or a shadow); see :mod:`llmguard_sdk.releases`.
         environ: the environment to read ``LLMGUARD_*`` from (default ``os.environ``).
 
     Arguments given here win over the environment. A bad value raises
@@ -221,6 +225,7 @@ class Guard(Closes, AsyncCloses):
         cache: ResponseCache | bool | None = None,
         telemetry: Telemetry | bool = True,
         tasks: TaskRouter | None = None,
+        release: Release | ReleasePlan | None = None,
     ) -> None:
         self.settings = GuardSettings.from_env(
             environ,
@@ -232,7 +237,7 @@ class Guard(Closes, AsyncCloses):
         )
         if retry is not None and self.settings.retry_attempts is not None:
             retry = dataclasses.replace(retry, attempts=self.settings.retry_attempts)
-        routes = wiring.routes(providers, self.settings)
+        routes = wiring.routes(providers := wiring.chain(release, providers), self.settings)
         for fn, what in (
             [(f, "input filter") for f in input_filters]
             + [(f, "output filter") for f in output_filters]
@@ -271,6 +276,7 @@ class Guard(Closes, AsyncCloses):
             cache=wiring.cache(cache, self.store),
             telemetry=observer,
             tasks=wiring.tasks(tasks, providers, routes),
+            releases=wiring.releases(release, self.store, prices, observer),
         )
 
     def __repr__(self) -> str:
@@ -281,6 +287,15 @@ class Guard(Closes, AsyncCloses):
     def breakers(self) -> Breakers | None:
         """The routes' circuit breakers (``isolate``, ``reset``, ``state``), if on."""
         return self._stages.breakers
+
+    @property
+    def releases(self) -> ReleaseControl | None:
+        """The Guard's releases (``status()``, ``promote()``, ``rollback()``, ``shadow``),
+        if ``release`` was given.
+
+        .. versionadded:: 0.2.0
+        """
+        return self._stages.releases
 
     @property
     def rate_limiter(self) -> RateLimiter | None:
@@ -521,7 +536,9 @@ class Guard(Closes, AsyncCloses):
 
         .. versionadded:: 0.2.0
         """
-        telemetry = self._stages.telemetry
+        telemetry, releases = self._stages.telemetry, self._stages.releases
+        if releases is not None:  # the canary counts scores on the call's arm
+            releases.feedback(call_id, score)
         return telemetry.feedback(call_id, score, label=label) if telemetry else False
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -535,6 +552,8 @@ class Guard(Closes, AsyncCloses):
             logger.exception("replaying the spend journal at close failed")
         if self._stages.prober is not None:
             self._stages.prober.close()
+        if self._stages.releases is not None:
+            self._stages.releases.close()
         for route in self.routes:
             route.close()
         self.store.close()
@@ -547,6 +566,8 @@ class Guard(Closes, AsyncCloses):
             logger.exception("replaying the spend journal at close failed")
         if self._stages.prober is not None:
             await anyio.to_thread.run_sync(self._stages.prober.close)
+        if self._stages.releases is not None:
+            await anyio.to_thread.run_sync(self._stages.releases.close)
         for route in self.routes:
             await route.aclose()
         await self.store.aclose()

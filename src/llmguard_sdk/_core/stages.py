@@ -27,6 +27,7 @@ from ..errors import (
 from ..models import ChatRequest, ChatResponse, Timings, Usage, validate_request
 from ..providers.base import Provider
 from ..ratelimit import RateLimiter
+from ..releases.control import ReleaseControl
 from ..retry.budget import RetryBudget
 from ..retry.policy import RetryPolicy
 from ..telemetry import Telemetry
@@ -99,6 +100,7 @@ class Stages:
     routing: Routing | None = None  # deployment groups ranked per call
     prober: Prober | None = None  # background probes of routes whose breaker is open
     tasks: TaskRouting | None = None  # task routing: each call's tier, cascades
+    releases: ReleaseControl | None = None  # the release and arm of each call
 
 
 def prepare(
@@ -145,9 +147,11 @@ def prepare(
     )
     if stages.telemetry is not None:
         ctx.trace_parent = stages.telemetry.parent()
+    prices = stages.spend.prices if stages.spend is not None else None
     if stages.routing is not None:
-        prices = stages.spend.prices if stages.spend is not None else None
         ctx.route_order = stages.routing.ranked(ctx, prices)
+    if stages.releases is not None:  # the call's release: its routes, prompt, parameters
+        stages.releases.assign(ctx, prices)
     if stages.max_input_tokens is not None:
         ctx.input_model = checked.model or stages.routes[0].model
         # counted only when a bound without encoding does not show that the request fits
@@ -245,6 +249,11 @@ def report(
             )
         except Exception:
             logger.exception("llmguard telemetry failed")
+    if stages.releases is not None:
+        try:
+            stages.releases.observe(ctx, response, error, cancelled)
+        except Exception:
+            logger.exception("llmguard releases failed")
     if stages.hooks:
         emit(stages.hooks, _event(ctx, kind, response, error, cancelled))
 

@@ -21,6 +21,8 @@ from ..errors import ConfigurationError
 from ..providers.base import Provider
 from ..providers.openai_compat import OpenAICompatibleProvider
 from ..ratelimit import LimitsConfig, MemoryRateLimiter, RateLimiter, RedisRateLimiter
+from ..releases import Release, ReleaseControl, ReleasePlan
+from ..releases.control import entries as release_entries
 from ..retry import MemoryRetryBudget, RedisRetryBudget, RetryBudget, RetryBudgetPolicy
 from ..router import DeploymentGroup, TaskRouter
 from ..store import RedisStore, Store
@@ -32,13 +34,37 @@ from .tasks import TaskRouting
 __all__ = [
     "breakers",
     "cache",
+    "chain",
     "limiter",
+    "releases",
     "retry_budget",
     "routes",
     "spend",
     "tasks",
     "telemetry",
 ]
+
+
+def chain(release: Release | ReleasePlan | None, providers: Entries) -> Entries:
+    """The Guard's chain: ``providers``, or with a ``release`` its releases' routes."""
+    if release is None:
+        return providers
+    if providers is not None:
+        raise ConfigurationError("pass providers or release=, not both")
+    return release_entries(ReleasePlan(release) if isinstance(release, Release) else release)
+
+
+def releases(
+    release: Release | ReleasePlan | None,
+    store: Store,
+    prices: PriceTable | None,
+    observer: Telemetry | None,
+) -> ReleaseControl | None:
+    """The Guard's releases at work (None: no ``release=``)."""
+    if release is None:
+        return None
+    plan = ReleasePlan(release) if isinstance(release, Release) else release
+    return ReleaseControl(plan, store, prices, observer)
 
 
 def spend(

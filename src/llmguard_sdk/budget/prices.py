@@ -80,6 +80,8 @@ class Price:
     reasoning: float | None = None
     tier: str | None = None
     long_context: tuple[tuple[int, Price], ...] = ()
+    deprecated_on: dt.date | None = None
+    retires_on: dt.date | None = None
 
     def __post_init__(self) -> None:
         for name in _RATES:
@@ -92,8 +94,9 @@ class Price:
                 or not 0 <= value < math.inf
             ):
                 raise ConfigurationError(f"price {name} must be a number >= 0, got {value!r}")
-        if not isinstance(self.effective_from, dt.date):
-            raise ConfigurationError("effective_from must be a datetime.date")
+        for day in (self.effective_from, self.deprecated_on or _EPOCH, self.retires_on or _EPOCH):
+            if not isinstance(day, dt.date):
+                raise ConfigurationError("effective_from, deprecated_on, retires_on are dates")
         if self.tier is not None and self.tier not in TIERS:
             raise ConfigurationError(f"tier must be one of {TIERS} or None, got {self.tier!r}")
         steps = tuple(self.long_context)
@@ -394,6 +397,29 @@ class PriceTable:
                             return price
         return None
 
+    def lifecycle(
+        self, model: str, *, provider: str | None = None
+    ) -> tuple[dt.date | None, dt.date | None]:
+        """``(deprecated_on, retires_on)`` of ``model`` (or of its undated name), from the
+        first layer's entries that give either (``(None, None)``: none announced).
+
+        .. versionadded:: 0.2.0
+        """
+        name = model.lower()
+        names = [name] + ([_DATED.sub("", name)] if _DATED.sub("", name) != name else [])
+        for candidate in names:
+            keys = [f"{provider.lower()}/{candidate}"] if provider else []
+            for layer in self._layers():
+                for key in [
+                    *keys,
+                    candidate,
+                    *(k for k in layer._entries if k.endswith("/" + candidate)),
+                ]:
+                    for price in reversed(layer._entries.get(key, ())):
+                        if price.deprecated_on or price.retires_on:
+                            return price.deprecated_on, price.retires_on
+        return None, None
+
     def price(
         self,
         model: str,
@@ -475,6 +501,8 @@ def _parse_table(data: Any) -> PriceTable:
                 price,
                 effective_from=dt.date.fromisoformat(row.get("effective_from", "1970-01-01")),
                 tier=row.get("tier"),
+                deprecated_on=_day(row.get("deprecated_on")),
+                retires_on=_day(row.get("retires_on")),
                 long_context=tuple(
                     (int(step["above"]), _row_price(step)) for step in row.get("long_context", ())
                 ),
@@ -492,6 +520,10 @@ def _parse_table(data: Any) -> PriceTable:
         else Price(input=default["input"], output=default["output"]),
         version=str(data.get("version", "unversioned")),
     )
+
+
+def _day(text: Any) -> dt.date | None:
+    return None if text is None else dt.date.fromisoformat(text)
 
 
 def _row_price(row: Mapping[str, Any]) -> Price:

@@ -1,5 +1,5 @@
 """The ``llmguard`` command: ``demo``, ``drill``, ``cost``, ``budget``, ``cache``, ``eval``,
-``report`` and ``check``.
+``report``, ``check`` and ``release``.
 
 ``llmguard demo`` needs no network and no configuration: it starts local fake providers,
 sends a burst of traffic through a Guard and prints what happened. Each command is declared
@@ -22,11 +22,14 @@ from ._cost import COST
 from ._demo import DEMO, DemoSummary, run_demo
 from ._drill import DRILL
 from ._eval import EVAL
+from ._release import RELEASE
 from ._report import REPORT
 
 __all__ = ["DemoSummary", "main", "run_demo"]
 
-_COMMANDS: tuple[Command | Group, ...] = (DEMO, DRILL, COST, BUDGET, CACHE, EVAL, REPORT, CHECK)
+_COMMANDS: tuple[Command | Group, ...] = (
+    DEMO, DRILL, COST, BUDGET, CACHE, EVAL, REPORT, CHECK, RELEASE,
+)  # fmt: skip
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -63,7 +63,7 @@ def quality_labels(ctx: CallContext, call: Attributes) -> Attributes:
         labels["llmguard.feature"] = ctx.scope.feature
     if "llmguard.served_by" in call:
         labels["llmguard.served_by"] = call["llmguard.served_by"]
-    release = (ctx.request.metadata or {}).get("release")
+    release = ctx.release or (ctx.request.metadata or {}).get("release")
     if release:
         labels["llmguard.release"] = release
     return labels

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from ..context import AttemptRecord, CallContext, CallEvent
     from ..models import ChatResponse
     from ..providers.base import Provider
+    from ..releases.release import ReleaseEvent
 
 __all__ = ["Telemetry"]
 
@@ -248,6 +249,16 @@ class Telemetry:
                 {"llmguard.budget": event.budget, "llmguard.budget.scope": scope},
             )
 
+    def on_release_event(self, event: ReleaseEvent) -> None:
+        """A release event: counted by kind, release and model (a retiring one)."""
+        labels: Attributes = {
+            "llmguard.release.event": event.kind,
+            "llmguard.release": event.release,
+        }
+        if event.model is not None:
+            labels["gen_ai.request.model"] = event.model
+        self._quality.release_events.add(1, labels)
+
     def record(
         self,
         ctx: CallContext,
@@ -386,6 +397,9 @@ class Telemetry:
             attributes["llmguard.time_to_first_token_s"] = ctx.first_token_at - ctx.started
         if error is not None:
             attributes["error.type"] = type(error).__name__
+        if ctx.release is not None:  # which release served the call, on which side
+            attributes["llmguard.release"] = ctx.release
+            attributes["llmguard.release.arm"] = ctx.arm or "control"
         if response is not None:
             add_response(attributes, response, self.names)
         if cache_on:
@@ -483,7 +497,10 @@ class Telemetry:
         error: BaseException | None,
     ) -> None:
         labels = dict(common)
-        for key in ("gen_ai.response.model", "error.type", "llmguard.served_by"):
+        for key in (
+            "gen_ai.response.model", "error.type", "llmguard.served_by", "llmguard.release",
+            "llmguard.release.arm",
+        ):  # fmt: skip
             if key in call:
                 labels[key] = call[key]
         cache = call.get("llmguard.cache")

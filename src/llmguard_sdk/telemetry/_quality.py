@@ -141,6 +141,9 @@ class Quality:
             "llmguard.anomalies",
             description="Tokens per request, cost per hour or error rate over its baseline",
         )
+        self.release_events = meter.create_counter(
+            "llmguard.release.events", description="Release events: retiring models, canaries"
+        )  # a release's health, beside its answers' quality
         self._calls: OrderedDict[str, CallNote] = OrderedDict()
         self._lock = threading.Lock()
 

@@ -1,0 +1,101 @@
+"""``llmguard release status|promote|rollback``: a canary's stage, read and moved by hand in
+the Redis every process of the fleet reads it from.
+
+.. versionadded:: 0.2.0
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from typing import Any
+
+from ..errors import ConfigurationError
+from ._command import Command, Group
+
+__all__ = ["RELEASE"]
+
+
+def _arguments(action: argparse.ArgumentParser) -> None:
+    action.add_argument("key", help="the release's name (ReleasePlan.key)")
+    action.add_argument("--store", required=True, help="the Redis URL the Guards use")
+    action.add_argument("--prefix", default="llmguard", help="the store's key prefix")
+    action.add_argument("--stages", default="0.01,0.05,0.25,1", help="the canary's stage shares")
+    action.add_argument("--json", action="store_true", help="print JSON")
+
+
+def _runner(action: str) -> Callable[[argparse.Namespace], int]:
+    def run(args: argparse.Namespace) -> int:
+        return _run(args, action)
+
+    return run
+
+
+def _run(args: argparse.Namespace, action: str) -> int:
+    """Carry out ``llmguard release ACTION``; returns the exit status."""
+    import redis
+
+    from ..releases import CanaryPolicy, RedisReleaseBackend
+    from ..releases.control import move_by_hand, status_of
+    from ..store import RedisStore
+
+    try:
+        stages = tuple(float(s) for s in args.stages.split(","))
+    except ValueError:
+        raise ConfigurationError(f"--stages: shares separated by commas: {args.stages!r}") from None
+    policy = CanaryPolicy(stages=stages)
+    store = RedisStore(args.store, key_prefix=args.prefix)
+    backend = RedisReleaseBackend(store)
+    try:
+        if action != "status":
+            move_by_hand(backend, args.key, policy, action)
+        report = status_of(backend, args.key, policy)
+    except LookupError as exc:
+        print(f"llmguard release: {exc}")
+        return 1
+    except redis.RedisError as exc:
+        print(f"llmguard release: Redis at {args.store} did not answer: {exc}")
+        return 1
+    finally:
+        store.close()
+    print(json.dumps(report) if args.json else _render(report))
+    return 0 if report["canary"] is not None else 1
+
+
+def _render(report: dict[str, Any]) -> str:
+    canary = report["canary"]
+    if canary is None:
+        return f"no canary stored under {report['key']!r}"
+    lines = [
+        f"{report['key']}: candidate {canary['candidate']} {canary['status']}"
+        f" at share {canary['share']:g} (stage {canary['stage']}): {canary['reason']}",
+        f"{'arm':<10} {'calls':>8} {'errors':>8} {'p99 s':>9} {'cost/call':>11} {'low fb':>7}",
+    ]
+    for arm in ("control", "candidate"):
+        f = report[arm]
+        rate = "-" if f["error_rate"] is None else f"{f['error_rate']:.2%}"
+        p99 = "-" if f["p99_latency_s"] is None else f"{f['p99_latency_s']:.3f}"
+        cost = "-" if f["median_cost_usd"] is None else f"${f['median_cost_usd']:.6f}"
+        lines.append(
+            f"{arm:<10} {f['calls']:>8} {rate:>8} {p99:>9} {cost:>11} {f['low_feedback']:>7}"
+        )
+    evidence = ", ".join(f"{k} {v}" for k, v in report["log_likelihood_ratios"].items())
+    lines.append(f"log likelihood ratios (breach at {report['bound']}): {evidence}")
+    return "\n".join(lines)
+
+
+RELEASE = Group(
+    "release",
+    "show, promote or roll back a canary shared through Redis",
+    tuple(
+        Command(name, text, _arguments, _runner(name))
+        for name, text in (
+            ("status", "the stage, each arm's figures, each metric's evidence"),
+            ("promote", "move the canary to its next stage now"),
+            ("rollback", "send every call back to the current release now"),
+        )
+    ),
+    description="Read a canary's stage and its arms' guardrail figures, or move it by hand "
+    "(every process follows within its flush interval).",
+)

@@ -1,0 +1,164 @@
+"""Where a canary's stage and its arms' counters live: this process's memory, or Redis,
+where every process of a fleet adds its counters and reads the same stage.
+
+Two decisions, each one Lua script in Redis (keys of one canary share a hash tag, Redis
+``TIME`` is the clock): :meth:`exchange` adds a process's counters and reads the stage and
+both arms' counters back; :meth:`transition` moves the stage if nobody moved it since it was
+read (compare and set on its version), clearing the counters for the new stage (a rollback
+keeps them, for ``status``).
+
+.. versionadded:: 0.2.0
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol, cast
+
+from .._state.steps import Step, blocking
+from .._state.stores import RedisScripts, RedisStore, hash_id, lua
+from .policy import Counters, Stage, StageStatus
+
+__all__ = [
+    "Exchange",
+    "MemoryReleaseBackend",
+    "RedisReleaseBackend",
+    "ReleaseBackend",
+]
+
+_EXCHANGE = lua(__name__, "exchange")
+_TRANSITION = lua(__name__, "transition")
+_TTL = 30 * 86400  # a canary nobody reports on for 30 days is forgotten
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """The stage and both arms' counters, summed over every process (``None`` stage: no
+    canary stored under the key)."""
+
+    stage: Stage | None
+    control: Counters = field(default_factory=dict)
+    canary: Counters = field(default_factory=dict)
+
+
+class ReleaseBackend(Protocol):
+    """A canary's state: see the module docs."""
+
+    def exchange(
+        self, key: str, candidate: str, version: int, control: Counters, canary: Counters
+    ) -> Exchange: ...
+
+    def transition(
+        self, key: str, version: int, index: int, status: StageStatus, reason: str,
+        candidate: str = "",
+    ) -> tuple[bool, Stage]: ...  # fmt: skip
+
+
+class MemoryReleaseBackend:
+    """A canary's state in this process (one Guard, or Guards sharing this backend)."""
+
+    def __init__(self, clock: Any = time.time) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._stages: dict[str, Stage] = {}
+        self._counters: dict[str, tuple[dict[str, float], dict[str, float]]] = {}
+
+    def exchange(
+        self, key: str, candidate: str, version: int, control: Counters, canary: Counters
+    ) -> Exchange:
+        """Add counters taken under stage ``version``; the stage and counters afterwards."""
+        with self._lock:
+            stage = self._stages.get(key)
+            if candidate and (stage is None or stage.candidate != candidate):
+                stage = Stage(
+                    version=(stage.version if stage else 0) + 1, candidate=candidate,
+                    reason="new candidate", changed_at=self._clock(),
+                )  # fmt: skip
+                self._stages[key] = stage
+                self._counters[key] = ({}, {})
+            elif stage is not None and stage.version == version:
+                for mine, theirs in zip(self._counters[key], (control, canary), strict=True):
+                    for name, value in theirs.items():
+                        mine[name] = mine.get(name, 0.0) + value
+            if stage is None:
+                return Exchange(None)
+            ctl, can = self._counters[key]
+            return Exchange(stage, dict(ctl), dict(can))
+
+    def transition(
+        self, key: str, version: int, index: int, status: StageStatus, reason: str,
+        candidate: str = "",
+    ) -> tuple[bool, Stage]:  # fmt: skip
+        """Move the stage if it is still at ``version``; (moved, the stage now)."""
+        with self._lock:
+            stage = self._stages.get(key, Stage())
+            if stage.version != version or (candidate and candidate != stage.candidate):
+                return False, stage
+            stage = Stage(
+                version + 1, index, status, stage.candidate, reason, changed_at=self._clock()
+            )
+            self._stages[key] = stage
+            if status != "rolled_back":  # a rollback keeps its evidence for status()
+                self._counters[key] = ({}, {})
+            return True, stage
+
+
+class RedisReleaseBackend:
+    """A canary's state in Redis: ``{prefix}:rel:{<key hash>}:s`` (stage), ``:c`` and
+    ``:k`` (the control's and the canary's counters)."""
+
+    def __init__(self, store: RedisStore) -> None:
+        self._store = store
+        self._scripts = RedisScripts(store, _EXCHANGE, _TRANSITION)
+
+    def _keys(self, key: str) -> list[str]:
+        tag = hash_id(key)
+        return [self._store.key("rel", tag, part) for part in ("s", "c", "k")]
+
+    def exchange_steps(
+        self, key: str, candidate: str, version: int, control: Counters, canary: Counters
+    ) -> Step[Exchange]:
+        """Add counters taken under stage ``version``; the stage and counters afterwards."""
+        args: list[Any] = [candidate, version, _TTL, len(control)]
+        for counters in (control, canary):
+            for name, value in counters.items():
+                args += [name, repr(float(value))]
+        reply = yield self._scripts.command(0, self._keys(key), args)
+        if not reply:
+            return Exchange(None)
+        raw, ctl, can = reply
+        values = [_text(v) if v is not None else "" for v in raw]
+        stage = Stage(
+            int(float(values[0])), int(float(values[1] or 0)),
+            cast(StageStatus, values[2] or "canary"), values[3], values[4],
+            float(values[5] or 0),
+        )  # fmt: skip
+        return Exchange(stage, _pairs(ctl), _pairs(can))
+
+    def transition_steps(
+        self, key: str, version: int, index: int, status: StageStatus, reason: str,
+        candidate: str = "",
+    ) -> Step[tuple[bool, Stage]]:  # fmt: skip
+        """Move the stage if it is still at ``version``; (moved, the stage now)."""
+        args = [version, index, status, reason, _TTL, candidate]
+        reply = yield self._scripts.command(1, self._keys(key), args)
+        applied, v, i, st, cand, why, at = (_text(x) if x is not None else "" for x in reply)
+        stage = Stage(
+            int(float(v or 0)), int(float(i or 0)), cast(StageStatus, st or "canary"), cand,
+            why, float(at or 0),
+        )  # fmt: skip
+        return applied == "1", stage
+
+    exchange = blocking(exchange_steps)
+    transition = blocking(transition_steps)
+
+
+def _text(raw: object) -> str:
+    return raw.decode() if isinstance(raw, bytes) else str(raw)
+
+
+def _pairs(flat: list[Any]) -> Mapping[str, float]:
+    return {_text(flat[i]): float(_text(flat[i + 1])) for i in range(0, len(flat), 2)}

@@ -1,0 +1,409 @@
+"""A Guard's releases at work: each call's arm chosen when it starts (:meth:`ReleaseControl.
+assign`), its outcome counted when it ends (:meth:`ReleaseControl.observe`), the counters
+exchanged with the store and the canary decided in a background thread, retiring models
+warned about.
+
+Private: :class:`~llmguard_sdk.Guard` builds one from its ``release=`` argument; users reach
+it as ``guard.releases``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import random
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Literal
+
+from .._state.stores import Outage, RedisStore, Store, redis_errors
+from ..budget.prices import PriceTable
+from ..context import CallContext
+from ..errors import (
+    BudgetExceededError,
+    ConfigurationError,
+    GuardrailRejectedError,
+    RequestValidationError,
+)
+from ..models import ChatResponse
+from ..providers.base import Provider
+from ..router import DeploymentGroup
+from .backends import MemoryReleaseBackend, RedisReleaseBackend, ReleaseBackend
+from .policy import (
+    CanaryPolicy,
+    Counters,
+    Stage,
+    decide,
+    in_canary,
+    log_likelihood_ratio,
+    metric_counts,
+    observation,
+    percentile,
+    promoted,
+    rolled_back,
+)
+from .release import Arm, Release, ReleaseEvent, ReleasePlan, retirements
+
+if TYPE_CHECKING:
+    from ..telemetry import Telemetry
+    from .shadow import Shadow
+
+__all__ = ["ReleaseControl", "entries", "move_by_hand", "status_of"]
+
+logger = logging.getLogger("llmguard_sdk")
+_FEEDBACK_MEMORY = 10_000  # calls whose arm feedback can still find
+_CHECK_EVERY_S = 3600.0  # retirement checks
+
+
+def entries(plan: ReleasePlan) -> tuple[Provider | DeploymentGroup, ...]:
+    """The Guard's chain: the release's routes, then the candidate's (each object once)."""
+    if not isinstance(plan, ReleasePlan):
+        raise ConfigurationError(f"release must be a Release or a ReleasePlan, got {plan!r}")
+    seen: list[Provider | DeploymentGroup] = []
+    for release in (plan.release, plan.candidate):
+        for entry in release.routes if release is not None else ():
+            if not any(entry is other for other in seen):
+                seen.append(entry)
+    return tuple(seen)
+
+
+class ReleaseControl:
+    """See the module docs. ``backend``: where the canary's stage lives (default: the
+    store's kind); ``arm``: ``"shadow"`` for the Guard a shadow sends its calls through."""
+
+    def __init__(
+        self,
+        plan: ReleasePlan,
+        store: Store,
+        prices: PriceTable | None,
+        telemetry: Telemetry | None,
+        *,
+        backend: ReleaseBackend | None = None,
+        arm: Arm | None = None,
+    ) -> None:
+        from .._core.routing import Routing
+
+        self.plan = plan
+        self.prices = plan.prices or prices or PriceTable.default_table()
+        self.policy: CanaryPolicy | None = plan.canary
+        self._telemetry = telemetry
+        self._fixed_arm = arm
+        self._routing = {r.id: Routing(r.routes) for r in (plan.release, plan.candidate) if r}
+        self._lock = threading.Lock()
+        self._flushing = threading.Lock()
+        self._pending: tuple[dict[str, float], dict[str, float]] = ({}, {})
+        self._stage: Stage | None = None
+        self._arms: OrderedDict[str, Arm] = OrderedDict()
+        self._rng = random.Random()
+        self._warned: set[tuple[str, dt.date, dt.date]] = set()
+        self._next_check = 0.0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.backend: ReleaseBackend | None = backend
+        if self.policy is not None and backend is None:
+            self.backend = (
+                RedisReleaseBackend(store)
+                if isinstance(store, RedisStore)
+                else MemoryReleaseBackend(plan.clock)
+            )
+        self._outage = Outage(
+            "releases", "keeping the last canary stage",
+            store if isinstance(store, RedisStore) else None,
+        )  # fmt: skip
+        self.shadow: Shadow | None = None
+        if plan.shadow is not None and arm is None:
+            from .shadow import Shadow
+
+            self.shadow = Shadow(plan, telemetry)
+        self.check_retirements()
+
+    # -- the call path ----------------------------------------------------------------------
+
+    def serving(self, key: str | None) -> tuple[Release, Arm]:
+        """The release a call with sticky id ``key`` is served by now, and its arm."""
+        plan, stage, policy = self.plan, self._stage, self.policy
+        if self._fixed_arm is not None:
+            return plan.release, self._fixed_arm
+        if plan.candidate is None or stage is None or policy is None:
+            return plan.release, "control"
+        share = stage.share(policy)
+        if share >= 1.0:
+            return plan.candidate, "control"
+        if share <= 0.0:
+            return plan.release, "control"
+        inside = (
+            in_canary(f"{plan.store_key}:{key}", share)
+            if key is not None
+            else self._rng.random() < share
+        )
+        return (plan.candidate, "canary") if inside else (plan.release, "control")
+
+    def assign(self, ctx: CallContext, prices: PriceTable | None = None) -> None:
+        """Choose the call's release and arm: its routes, parameters and prompt."""
+        if time.monotonic() >= self._next_check:
+            self.check_retirements()
+        if self._thread is None:
+            self._start()  # the first call starts the exchange with the store
+        sticky = self.policy.sticky_by if self.policy is not None else "user"
+        key = ctx.scope.user if sticky == "user" else ctx.scope.tenant
+        release, arm = self.serving(key)
+        ctx.release, ctx.arm, ctx.base_request = release.id, arm, ctx.request
+        ctx.route_order = self._routing[release.id].ranked(ctx, prices)
+        ctx.request = release.apply(ctx.request)
+        ctx.cache_tags = (f"release:{release.id}",)
+
+    def observe(
+        self,
+        ctx: CallContext,
+        response: ChatResponse | None,
+        error: BaseException | None,
+        cancelled: bool,
+    ) -> None:
+        """Count a finished call on its arm; offer it to the shadow."""
+        if ctx.arm is None or cancelled:
+            return
+        if response is not None and response.metadata.get("cache"):
+            return  # a cache hit says nothing about the release
+        call_id = response.metadata.get("call_id") if response is not None else None
+        if self.policy is not None and ctx.arm in ("control", "canary"):
+            rejected = isinstance(error, GuardrailRejectedError) and error.stage == "output"
+            # the user's own fault (a bad request) or a spend budget is no sign of the arm's
+            failed = error is not None and not isinstance(
+                error, (RequestValidationError, BudgetExceededError)
+            )
+            if error is None or rejected or failed:
+                cost = response.cost_usd if response is not None else None
+                delta = observation(ctx.elapsed(), cost, failed=failed, rejected=rejected)
+                self._count(ctx.arm, delta, call_id)
+        if self.shadow is not None and ctx.arm == "control" and response is not None:
+            self.shadow.offer(ctx, response)
+
+    def _count(self, arm: Arm, delta: Mapping[str, float], call_id: Any) -> None:
+        with self._lock:
+            counters = self._pending[0 if arm == "control" else 1]
+            for name, value in delta.items():
+                counters[name] = counters.get(name, 0.0) + value
+            if isinstance(call_id, str):
+                self._arms[call_id] = arm
+                if len(self._arms) > _FEEDBACK_MEMORY:
+                    self._arms.popitem(last=False)
+
+    def feedback(self, call_id: str, score: float) -> bool:
+        """Count a feedback score on the arm of the call ``call_id`` (if remembered)."""
+        arm = self._arms.get(call_id)
+        if arm is None or self.policy is None:
+            return False
+        low = 1.0 if score < self.policy.feedback_threshold else 0.0
+        self._count(arm, {"fb": 1.0, "fb_low": low}, None)
+        return True
+
+    # -- the background exchange --------------------------------------------------------------
+
+    def _start(self) -> None:
+        if self._thread is None and self.backend is not None and not self._stop.is_set():
+            with self._lock:
+                if self._thread is None:
+                    self._thread = threading.Thread(
+                        target=self._loop, name="llmguard-canary", daemon=True
+                    )
+                    self._thread.start()
+
+    def _loop(self) -> None:
+        assert self.policy is not None
+        while not self._stop.is_set():
+            try:
+                self.flush()
+            except Exception:  # the next round tries again; calls go on meanwhile
+                logger.exception("llmguard releases: exchanging canary counters failed")
+            self._stop.wait(self.policy.flush_interval)
+
+    def flush(self) -> Stage | None:
+        """Send this process's counters, read the stage, decide; the stage now."""
+        with self._flushing:  # one exchange at a time: stages are taken in order
+            return self._flush()
+
+    def _flush(self) -> Stage | None:
+        backend, policy, candidate = self.backend, self.policy, self.plan.candidate
+        if backend is None or policy is None or candidate is None:
+            return None
+        with self._lock:
+            control, canary = self._pending
+            self._pending = ({}, {})
+            version = self._stage.version if self._stage is not None else 0
+        if not self._outage.up():
+            return self._stage
+        try:
+            found = backend.exchange(self.plan.store_key, candidate.id, version, control, canary)
+            stage = found.stage
+            decision = decide(stage, found.control, found.canary, policy) if stage else None
+            if stage is not None and decision is not None:
+                now = self.plan.clock()
+                new = (
+                    rolled_back(stage, decision.reason, now)
+                    if decision.action == "rollback"
+                    else promoted(stage, policy, decision.reason, now)
+                )
+                _, stage = backend.transition(
+                    self.plan.store_key, stage.version, new.index, new.status, new.reason,
+                    candidate.id,
+                )  # fmt: skip
+        except redis_errors() as exc:
+            self._outage.failed(exc)
+            return self._stage
+        self._moved(stage)
+        return stage
+
+    def _moved(self, stage: Stage | None) -> None:
+        """Take ``stage`` as this process's; tell the hooks when it changed."""
+        before, self._stage = self._stage, stage
+        if stage is None or before is None or stage.version == before.version:
+            return
+        if (stage.index, stage.status) == (before.index, before.status):
+            return
+        kind: Literal["promoted", "rolled_back", "stage"] = (
+            stage.status if stage.status != "canary" else "stage"
+        )
+        share = stage.share(self.policy) if self.policy is not None else 0.0
+        self.emit(ReleaseEvent(kind, stage.candidate, f"share {share:g}: {stage.reason}"))
+
+    def start_now(self) -> None:
+        """Read the stage from the store now (a Guard's first call starts the background
+        exchange; until its first answer, calls are served by the current release)."""
+        self.flush()
+        self._start()
+
+    # -- events -------------------------------------------------------------------------------
+
+    def emit(self, event: ReleaseEvent) -> None:
+        """Log ``event``, count it in telemetry, give it to the plan's hooks."""
+        level = logging.WARNING if event.kind in ("retiring", "rolled_back") else logging.INFO
+        logger.log(level, "llmguard release %s: %s %s", event.kind, event.release, event.detail)
+        if self._telemetry is not None:
+            self._telemetry.on_release_event(event)
+        for hook in self.plan.hooks:
+            try:
+                hook(event)
+            except Exception:
+                logger.exception("llmguard release hook %r failed", hook)
+
+    def check_retirements(self) -> None:
+        """Warn (once a day per model) about pinned models retiring within ``warn_days``."""
+        self._next_check = time.monotonic() + _CHECK_EVERY_S
+        if self._fixed_arm is not None:
+            return
+        today = dt.datetime.fromtimestamp(self.plan.clock(), dt.timezone.utc).date()
+        for release, route, day in retirements(self.plan, self.prices, today):
+            mark = (route.model or "", day, today)
+            if mark in self._warned:
+                continue
+            self._warned.add(mark)
+            left = (day - today).days
+            when = f"in {left} days" if left >= 0 else f"{-left} days ago"
+            detail = f"route {route.name!r}: model {route.model} retires {day} ({when})"
+            self.emit(ReleaseEvent("retiring", release.id, detail, route.model, day))
+
+    # -- by hand ------------------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        """The canary's stage and each arm's guardrail figures (see :func:`status_of`)."""
+        if self.backend is None or self.policy is None:
+            return {"release": self.plan.release.id, "canary": None}
+        return status_of(self.backend, self.plan.store_key, self.policy)
+
+    def promote(self) -> Stage:
+        """Move the canary to its next stage now, in every process."""
+        with self._flushing:
+            stage = move_by_hand(*self._canary(), "promote")
+            self._moved(stage)
+        return stage
+
+    def rollback(self) -> Stage:
+        """Send every call back to the release now, in every process."""
+        with self._flushing:
+            stage = move_by_hand(*self._canary(), "rollback")
+            self._moved(stage)
+        return stage
+
+    def _canary(self) -> tuple[ReleaseBackend, str, CanaryPolicy]:
+        if self.backend is None or self.policy is None:
+            raise ConfigurationError("this Guard's release plan has no canary")
+        return self.backend, self.plan.store_key, self.policy
+
+    def close(self) -> None:
+        """Stop the background exchange (one last one) and the shadow."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5.0)
+            try:
+                self.flush()
+            except Exception:
+                logger.exception("llmguard releases: the last canary exchange failed")
+        if self.shadow is not None:
+            self.shadow.close()
+
+
+def move_by_hand(backend: ReleaseBackend, key: str, policy: CanaryPolicy, action: str) -> Stage:
+    """``promote`` or ``rollback`` the canary stored under ``key`` (every process follows
+    at its next exchange)."""
+    for _ in range(10):  # another process may move it between the read and the move
+        found = backend.exchange(key, "", 0, {}, {})
+        if found.stage is None:
+            raise LookupError(f"no canary is stored under {key!r}")
+        now = time.time()
+        new = (
+            rolled_back(found.stage, "rolled back by hand", now)
+            if action == "rollback"
+            else promoted(found.stage, policy, "promoted by hand", now)
+        )
+        moved, stage = backend.transition(
+            key, found.stage.version, new.index, new.status, new.reason
+        )
+        if moved:
+            return stage
+    raise RuntimeError(f"the canary under {key!r} kept moving; try again")
+
+
+def _arm_figures(counters: Counters) -> dict[str, Any]:
+    calls = counters.get("calls", 0.0)
+    p99 = percentile(counters, "lat", 0.99)
+    cost_n = sum(v for k, v in counters.items() if k.startswith("cost:"))
+    median_cost = percentile(counters, "cost", 0.5)
+    return {
+        "calls": int(calls),
+        "error_rate": counters.get("errors", 0.0) / calls if calls else None,
+        "rejected_rate": counters.get("rejected", 0.0) / calls if calls else None,
+        "p99_latency_s": p99,
+        "median_cost_usd": median_cost if cost_n else None,
+        "feedback_scores": int(counters.get("fb", 0.0)),
+        "low_feedback": int(counters.get("fb_low", 0.0)),
+    }
+
+
+def status_of(backend: ReleaseBackend, key: str, policy: CanaryPolicy) -> dict[str, Any]:
+    """The stage stored under ``key`` and, for its current stage, each arm's figures and
+    each metric's log likelihood ratio against the breach bound."""
+    found = backend.exchange(key, "", 0, {}, {})
+    stage = found.stage
+    if stage is None:
+        return {"key": key, "canary": None}
+    counts = metric_counts(found.control, found.canary, policy)
+    return {
+        "key": key,
+        "canary": {
+            "candidate": stage.candidate,
+            "status": stage.status,
+            "stage": stage.index,
+            "share": stage.share(policy),
+            "version": stage.version,
+            "reason": stage.reason,
+            "changed_at": stage.changed_at,
+        },
+        "control": _arm_figures(found.control),
+        "candidate": _arm_figures(found.canary),
+        "log_likelihood_ratios": {
+            metric: round(log_likelihood_ratio(*c, policy.ratio), 3) for metric, c in counts.items()
+        },
+        "bound": round(policy.bound, 3),
+    }

@@ -1,0 +1,302 @@
+"""Canary decisions as pure functions: which calls a canary gets, what each call adds to its
+arm's guardrail counters, and when the counters say roll back or promote.
+
+Nothing here reads a clock or a store: the counters of both arms (summed over every process by
+the store) go in, a :class:`Decision` comes out.
+
+**The test.** Each guardrail metric turns a call into a *bad event* or not: an error, an
+output filter's rejection, a slow call (latency above ``latency_tolerance`` times the
+control's ``latency_quantile``, its median by default), a costly call (cost above
+``cost_tolerance`` times the control's median cost), a low feedback score. Given that a bad
+event happened, it came from the canary with probability
+``q0 = n_canary / (n_canary + n_control)`` when both arms are equally good (``n``: the arm's
+calls, or scores for feedback), and ``q1`` when the canary's rate is ``ratio`` times the
+control's. The likelihood ratio of ``q1`` to ``q0`` over the bad events seen is a
+nonnegative martingale when the canary is no worse, so (Ville's inequality) it ever reaches
+``1 / alpha`` with probability at most ``alpha``: a breach is declared at that bound, however
+often the counters are looked at. A stage whose canary has served ``min_calls`` calls without
+a breach is promoted to the next share.
+
+.. versionadded:: 0.2.0
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from ..errors import ConfigurationError
+
+__all__ = [
+    "METRICS",
+    "CanaryPolicy",
+    "Counters",
+    "Decision",
+    "Stage",
+    "bucket",
+    "decide",
+    "in_canary",
+    "log_likelihood_ratio",
+    "metric_counts",
+    "observation",
+    "percentile",
+    "rolled_back",
+    "promoted",
+]
+
+METRICS = ("errors", "rejected", "slow", "costly", "low_feedback")
+"""The guardrail metrics, each tested on its own."""
+
+Counters = Mapping[str, float]
+"""One arm's counters: ``calls``, ``errors``, ``rejected``, ``fb`` / ``fb_low`` (feedback
+scores, low ones), and histograms ``lat:<i>`` (seconds) and ``cost:<i>`` (USD)."""
+
+StageStatus = Literal["canary", "promoted", "rolled_back"]
+_GROWTH = 1.1  # histogram buckets: each 10 % wider than the one before
+_BUCKETS = 300
+_FLOOR = {"lat": 1e-4, "cost": 1e-9}  # 0.1 ms, a nano-dollar: the first bucket's edge
+
+
+@dataclass(frozen=True)
+class CanaryPolicy:
+    """How a candidate release is canaried against the current one.
+
+    Args:
+        stages: the candidate's share of traffic at each stage, rising, the last 1.0
+            (promoted): default 1 % -> 5 % -> 25 % -> 100 %.
+        sticky_by: ``"user"`` or ``"tenant"``: the scope id hashed to pick the arm, so one
+            user (tenant) stays on one arm as the share grows; calls without one are drawn
+            at random.
+        min_calls: canary calls a stage serves without a breach before it is promoted.
+        alpha: the chance, per metric and stage, of rolling back a candidate that is no
+            worse than the control (the sequential test's false-alarm bound).
+        ratio: the bad-event rate ratio (canary over control) the test is tuned to detect;
+            larger effects are detected sooner.
+        latency_quantile / latency_tolerance: a call is slow above ``latency_tolerance``
+            times the control's ``latency_quantile`` latency.
+        cost_tolerance: a call is costly above this many times the control's median cost.
+        feedback_threshold: feedback scores below it are bad.
+        min_control: control calls needed before latency and cost are compared.
+        flush_interval: seconds between a process's exchanges with the store (its counters
+            added, the stage read back): how stale a stage may be in one process.
+        auto: decide by itself; ``False``: only count (stages change by hand).
+
+    .. versionadded:: 0.2.0
+    """
+
+    stages: tuple[float, ...] = (0.01, 0.05, 0.25, 1.0)
+    sticky_by: Literal["user", "tenant"] = "user"
+    min_calls: int = 500
+    alpha: float = 0.001
+    ratio: float = 2.0
+    latency_quantile: float = 0.5
+    latency_tolerance: float = 1.5
+    cost_tolerance: float = 1.5
+    feedback_threshold: float = 0.5
+    min_control: int = 20
+    flush_interval: float = 0.25
+    auto: bool = True
+
+    def __post_init__(self) -> None:
+        stages = tuple(float(s) for s in self.stages)
+        if not stages or stages[-1] != 1.0 or any(not 0 < s <= 1 for s in stages):
+            raise ConfigurationError("stages: shares in (0, 1], rising, the last 1.0")
+        if any(b <= a for a, b in itertools.pairwise(stages)):
+            raise ConfigurationError("stages must rise")
+        object.__setattr__(self, "stages", stages)
+        if self.sticky_by not in ("user", "tenant"):
+            raise ConfigurationError("sticky_by must be 'user' or 'tenant'")
+        if not (isinstance(self.min_calls, int) and self.min_calls >= 1):
+            raise ConfigurationError("min_calls must be an int >= 1")
+        if not 0 < self.alpha < 1 or not self.ratio > 1:
+            raise ConfigurationError("alpha must be in (0, 1) and ratio > 1")
+        if not 0 < self.latency_quantile < 1:
+            raise ConfigurationError("latency_quantile must be in (0, 1)")
+        if not (self.latency_tolerance >= 1 and self.cost_tolerance >= 1):
+            raise ConfigurationError("latency_tolerance and cost_tolerance must be >= 1")
+        if not (0 < self.flush_interval <= 60 and self.min_control >= 1):
+            raise ConfigurationError("flush_interval in (0, 60] s and min_control >= 1")
+
+    @property
+    def bound(self) -> float:
+        """The log likelihood ratio at which a metric breaches: ``log(1 / alpha)``."""
+        return math.log(1.0 / self.alpha)
+
+
+@dataclass(frozen=True)
+class Stage:
+    """Where a canary stands, as every process reads it from the store: ``version`` grows
+    at each change (and starts the stage's counters afresh), ``index`` points into
+    :attr:`CanaryPolicy.stages`, ``candidate`` is the release id canaried, ``reason``
+    says why the last change happened, ``changed_at`` when (epoch seconds)."""
+
+    version: int = 0
+    index: int = 0
+    status: StageStatus = "canary"
+    candidate: str = ""
+    reason: str = ""
+    changed_at: float = 0.0
+
+    def share(self, policy: CanaryPolicy) -> float:
+        """The candidate's share of traffic now."""
+        if self.status == "rolled_back":
+            return 0.0
+        if self.status == "promoted":
+            return 1.0
+        return policy.stages[min(self.index, len(policy.stages) - 1)]
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What the counters say: ``rollback`` (``metric`` breached, ``llr`` its log likelihood
+    ratio) or ``promote`` to the next stage."""
+
+    action: Literal["rollback", "promote"]
+    metric: str = ""
+    llr: float = 0.0
+
+    @property
+    def reason(self) -> str:
+        if self.action == "rollback":
+            return f"{self.metric} breached (log LR {self.llr:.2f})"
+        return "stage passed"
+
+
+def in_canary(key: str, share: float) -> bool:
+    """Whether the scope id ``key`` is in the canary at ``share``: its hash, as a number in
+    [0, 1), below the share (so a key in at one share stays in at every larger one)."""
+    digest = hashlib.blake2b(key.encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2.0**64 < share
+
+
+def bucket(kind: Literal["lat", "cost"], value: float) -> int:
+    """The histogram bucket of ``value`` (seconds or USD): bounded, 10 % wide."""
+    if not value > _FLOOR[kind]:
+        return 0
+    return min(_BUCKETS - 1, 1 + int(math.log(value / _FLOOR[kind]) / math.log(_GROWTH)))
+
+
+def _edge(kind: str, index: int) -> float:
+    """The upper edge of bucket ``index``."""
+    return _FLOOR[kind] * _GROWTH**index
+
+
+def observation(
+    latency_s: float | None, cost_usd: float | None, *, failed: bool, rejected: bool
+) -> dict[str, float]:
+    """What one finished call adds to its arm's counters."""
+    delta: dict[str, float] = {"calls": 1}
+    if failed:
+        delta["errors"] = 1
+    if rejected:
+        delta["rejected"] = 1
+    if not failed and latency_s is not None:
+        delta[f"lat:{bucket('lat', latency_s)}"] = 1
+    if not failed and cost_usd is not None:
+        delta[f"cost:{bucket('cost', cost_usd)}"] = 1
+    return delta
+
+
+def _histogram(counters: Counters, kind: str) -> dict[int, float]:
+    prefix = kind + ":"
+    return {int(k[len(prefix) :]): v for k, v in counters.items() if k.startswith(prefix)}
+
+
+def percentile(counters: Counters, kind: Literal["lat", "cost"], q: float) -> float | None:
+    """The ``q`` quantile of an arm's histogram (the upper edge of its bucket), or None."""
+    hist = _histogram(counters, kind)
+    total = sum(hist.values())
+    if total <= 0:
+        return None
+    seen = 0.0
+    for index in sorted(hist):
+        seen += hist[index]
+        if seen >= q * total:
+            return _edge(kind, index)
+    return _edge(kind, max(hist))
+
+
+def _above(counters: Counters, kind: str, threshold: float) -> tuple[float, float]:
+    """(observations, those in buckets wholly above ``threshold``)."""
+    hist = _histogram(counters, kind)
+    above = sum(v for i, v in hist.items() if _edge(kind, i - 1) >= threshold)
+    return sum(hist.values()), above
+
+
+def metric_counts(
+    control: Counters, canary: Counters, policy: CanaryPolicy
+) -> dict[str, tuple[float, float, float, float]]:
+    """Per metric: (canary bad events, canary trials, control bad events, control trials)."""
+    out: dict[str, tuple[float, float, float, float]] = {}
+    for metric in ("errors", "rejected"):
+        out[metric] = (
+            canary.get(metric, 0), canary.get("calls", 0),
+            control.get(metric, 0), control.get("calls", 0),
+        )  # fmt: skip
+    for metric, kind, q, tolerance in (
+        ("slow", "lat", policy.latency_quantile, policy.latency_tolerance),
+        ("costly", "cost", 0.5, policy.cost_tolerance),
+    ):
+        n0 = sum(_histogram(control, kind).values())
+        base = percentile(control, kind, q)  # type: ignore[arg-type]
+        if base is None or n0 < policy.min_control:
+            continue
+        n_c, bad_c = _above(canary, kind, base * tolerance)
+        n_0, bad_0 = _above(control, kind, base * tolerance)
+        out[metric] = (bad_c, n_c, bad_0, n_0)
+    out["low_feedback"] = (
+        canary.get("fb_low", 0), canary.get("fb", 0), control.get("fb_low", 0), control.get("fb", 0)
+    )  # fmt: skip
+    return out
+
+
+def log_likelihood_ratio(
+    bad_canary: float, n_canary: float, bad_control: float, n_control: float, ratio: float
+) -> float:
+    """The log likelihood ratio of "the canary's bad-event rate is ``ratio`` times the
+    control's" to "they are equal", from where the bad events fell (see the module docs)."""
+    if n_canary <= 0 or n_control <= 0 or bad_canary + bad_control <= 0:
+        return 0.0
+    q0 = n_canary / (n_canary + n_control)
+    q1 = q0 * ratio / (q0 * ratio + 1.0 - q0)
+    return bad_canary * math.log(q1 / q0) + bad_control * math.log((1.0 - q1) / (1.0 - q0))
+
+
+def decide(
+    stage: Stage, control: Counters, canary: Counters, policy: CanaryPolicy
+) -> Decision | None:
+    """Roll back at the first metric past the bound; promote a stage whose canary served
+    ``min_calls`` calls; else nothing yet (and nothing outside a running canary)."""
+    if stage.status != "canary" or not policy.auto:
+        return None
+    worst: Decision | None = None
+    for metric, counts in metric_counts(control, canary, policy).items():
+        llr = log_likelihood_ratio(*counts, policy.ratio)
+        if llr >= policy.bound and (worst is None or llr > worst.llr):
+            worst = Decision("rollback", metric, llr)
+    if worst is not None:
+        return worst
+    if canary.get("calls", 0) >= policy.min_calls:
+        return Decision("promote")
+    return None
+
+
+def promoted(stage: Stage, policy: CanaryPolicy, reason: str, now: float) -> Stage:
+    """The next stage (the last one is ``promoted``: the candidate serves everything)."""
+    index = min(stage.index + 1, len(policy.stages) - 1)
+    status: StageStatus = "promoted" if index == len(policy.stages) - 1 else "canary"
+    return replace(
+        stage, version=stage.version + 1, index=index, status=status, reason=reason,
+        changed_at=now,
+    )  # fmt: skip
+
+
+def rolled_back(stage: Stage, reason: str, now: float) -> Stage:
+    """The candidate gets no traffic until a new candidate (or a hand) starts it again."""
+    return replace(
+        stage, version=stage.version + 1, status="rolled_back", reason=reason, changed_at=now
+    )

@@ -1,0 +1,234 @@
+"""What a release is (:class:`Release`), what a Guard does with one or two of them
+(:class:`ReleasePlan`), and what it tells about them (:class:`ReleaseEvent`).
+
+.. versionadded:: 0.2.0
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from ..budget.prices import PriceTable
+from ..errors import ConfigurationError, MovingModelAliasError
+from ..models import ChatRequest
+from ..providers.base import Provider
+from ..router import DeploymentGroup
+from .policy import CanaryPolicy
+
+if TYPE_CHECKING:
+    from .shadow import ShadowPolicy
+
+__all__ = [
+    "Arm",
+    "Release",
+    "ReleaseEvent",
+    "ReleaseHook",
+    "ReleasePlan",
+    "is_moving_alias",
+    "retirements",
+]
+
+logger = logging.getLogger("llmguard_sdk")
+
+Arm = Literal["control", "canary", "shadow"]
+"""Which side of a release a call is on."""
+
+_PINNED = re.compile(
+    r"(-\d{4}-\d{2}-\d{2}|-\d{8}|[-@]\d{3}|@\d{8}|-v\d+(:\d+)?|-\d{2}-\d{4}|-preview-\d{2}-\d{2}"
+    r"|\.gguf)$"
+)
+_PARAMETERS = frozenset(ChatRequest.model_fields) - {"messages", "model", "extra_headers"}
+
+
+def is_moving_alias(model: str) -> bool:
+    """Whether ``model`` is a moving alias: ``...-latest``, or no date or version suffix
+    (``gpt-4o`` moves, ``gpt-4o-2024-08-06``, ``claude-sonnet-4-5-20250929``,
+    ``gemini-2.0-flash-001``, ``...-v1:0`` and ``.gguf`` files do not)."""
+    name = model.strip().lower()
+    return name.endswith("-latest") or not _PINNED.search(name)
+
+
+@dataclass(frozen=True, init=False)
+class Release:
+    """A named, versioned bundle of what defines a feature's behaviour: its routes (providers
+    or a :class:`~llmguard_sdk.DeploymentGroup`, each with an exact model id), the prompt
+    template's version and system prompt, and request parameters.
+
+    Args:
+        name: the feature or bundle's name (``"support-bot"``).
+        version: its version (``"2026-03-01"``, ``"v7"``): ``id`` is ``name@version``.
+        routes: the fallback chain this release serves from.
+        prompt_version: a label of the prompt template it uses (telemetry carries it).
+        system_prompt: the system message it sends (replaces the request's first one, or
+            goes first when the request has none).
+        parameters: request parameters (``temperature``, ``max_tokens`` ...) applied where a
+            call sets none.
+        allow_alias: accept moving model aliases (``gpt-4o``); otherwise they raise
+            :class:`~llmguard_sdk.errors.MovingModelAliasError`.
+
+    .. versionadded:: 0.2.0
+    """
+
+    name: str
+    version: str
+    routes: tuple[Provider | DeploymentGroup, ...]
+    prompt_version: str | None
+    system_prompt: str | None
+    parameters: Mapping[str, Any]
+    allow_alias: bool
+
+    def __init__(
+        self,
+        name: str,
+        version: str,
+        routes: Provider | DeploymentGroup | Sequence[Provider | DeploymentGroup],
+        *,
+        prompt_version: str | None = None,
+        system_prompt: str | None = None,
+        parameters: Mapping[str, Any] | None = None,
+        allow_alias: bool = False,
+    ) -> None:
+        for label, text in (("name", name), ("version", version)):
+            if not isinstance(text, str) or not re.fullmatch(r"[A-Za-z0-9_.:-]{1,64}", text):
+                raise ConfigurationError(f"release {label} must be 1-64 of A-Za-z0-9_.:-")
+        entries = tuple(routes) if isinstance(routes, Sequence) else (routes,)
+        if not entries or not all(isinstance(e, (Provider, DeploymentGroup)) for e in entries):
+            raise ConfigurationError(f"release {name!r} needs Provider or DeploymentGroup routes")
+        unknown = sorted(set(parameters or {}) - _PARAMETERS)
+        if unknown:
+            raise ConfigurationError(f"release {name!r}: unknown parameters {unknown}")
+        set_ = object.__setattr__
+        set_(self, "name", name)
+        set_(self, "version", version)
+        set_(self, "routes", entries)
+        set_(self, "prompt_version", prompt_version)
+        set_(self, "system_prompt", system_prompt)
+        set_(self, "parameters", dict(parameters or {}))
+        set_(self, "allow_alias", allow_alias)
+        for route in self.providers:
+            if route.model is None:
+                raise ConfigurationError(f"release {self.id}: route {route.name!r} pins no model")
+            local = getattr(route, "is_local", False)
+            if not allow_alias and not local and is_moving_alias(route.model):
+                raise MovingModelAliasError(route.model, route.name)
+
+    @property
+    def id(self) -> str:
+        """``name@version``."""
+        return f"{self.name}@{self.version}"
+
+    @property
+    def providers(self) -> tuple[Provider, ...]:
+        """Every route, each group's deployments in its place."""
+        return tuple(
+            p
+            for entry in self.routes
+            for p in (entry.deployments if isinstance(entry, DeploymentGroup) else (entry,))
+        )
+
+    def apply(self, request: ChatRequest) -> ChatRequest:
+        """``request`` with this release's parameters (where unset) and system prompt."""
+        update = {k: v for k, v in self.parameters.items() if getattr(request, k) is None}
+        if self.system_prompt is not None:
+            messages = list(request.messages)
+            first = messages[0] if messages else None
+            system = type(first)(role="system", content=self.system_prompt) if first else None
+            if first is not None and first.role == "system":
+                messages[0] = system  # type: ignore[assignment]
+            elif system is not None:
+                messages.insert(0, system)
+            update["messages"] = messages
+        return request.model_copy(update=update) if update else request
+
+    def __repr__(self) -> str:
+        return f"Release({self.id!r}, routes={[p.name for p in self.providers]})"
+
+
+@dataclass(frozen=True)
+class ReleaseEvent:
+    """What a Guard tells its release hooks: ``retiring`` (a pinned ``model`` retires on
+    ``day``), ``promoted`` / ``rolled_back`` / ``stage`` (the canary moved: ``detail`` says
+    why), with the ``release`` id concerned."""
+
+    kind: Literal["retiring", "promoted", "rolled_back", "stage"]
+    release: str
+    detail: str = ""
+    model: str | None = None
+    day: dt.date | None = None
+
+
+ReleaseHook = Callable[[ReleaseEvent], None]
+
+
+@dataclass(frozen=True)
+class ReleasePlan:
+    """A Guard's releases: the one it serves (``release``), optionally a ``candidate``
+    under a ``canary`` (a share of traffic, promoted or rolled back by its guardrail metrics)
+    and/or a ``shadow`` (a share of calls copied to the candidate, never shown to users).
+
+    Args:
+        release: the current release.
+        candidate: the next one.
+        canary: :class:`~llmguard_sdk.releases.CanaryPolicy` (needs ``candidate``).
+        shadow: :class:`~llmguard_sdk.releases.ShadowPolicy` (needs ``candidate``).
+        hooks: callables receiving each :class:`ReleaseEvent`.
+        warn_days: warn this many days before a pinned model retires.
+        retirements: ``{model: retirement day}`` beside the price table's ``retires_on``.
+        prices: the table whose ``deprecated_on`` / ``retires_on`` are read (default: the
+            Guard's).
+        clock: wall-clock seconds (``time.time``), injectable for tests.
+        key: the name the canary's stage is kept under in the store (default: the
+            release's name).
+
+    .. versionadded:: 0.2.0
+    """
+
+    release: Release
+    candidate: Release | None = None
+    canary: CanaryPolicy | None = None
+    shadow: ShadowPolicy | None = None
+    hooks: Sequence[ReleaseHook] = ()
+    warn_days: int = 30
+    retirements: Mapping[str, dt.date] = field(default_factory=dict)
+    prices: PriceTable | None = None
+    clock: Callable[[], float] = time.time
+    key: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.release, Release):
+            raise ConfigurationError("release must be a Release")
+        if self.candidate is not None and not isinstance(self.candidate, Release):
+            raise ConfigurationError("candidate must be a Release")
+        if (self.canary is not None or self.shadow is not None) and self.candidate is None:
+            raise ConfigurationError("a canary or a shadow needs a candidate release")
+        if self.candidate is not None and self.candidate.id == self.release.id:
+            raise ConfigurationError("the candidate must differ from the release (its id)")
+        if not all(callable(h) for h in self.hooks):
+            raise ConfigurationError("release hooks must be callable")
+
+    @property
+    def store_key(self) -> str:
+        return self.key or self.release.name
+
+
+def retirements(
+    plan: ReleasePlan, table: PriceTable, today: dt.date
+) -> list[tuple[Release, Provider, dt.date]]:
+    """Every pinned model of the plan's releases that retires within ``warn_days`` of
+    ``today`` (or has retired): ``(release, route, day)``."""
+    found = []
+    for release in (r for r in (plan.release, plan.candidate) if r is not None):
+        for route in release.providers:
+            model = route.model or ""
+            day = plan.retirements.get(model)
+            if day is None:
+                day = table.lifecycle(model, provider=route.name)[1]
+            if day is not None and (day - today).days <= plan.warn_days:
+                found.append((release, route, day))
+    return found

@@ -1,0 +1,287 @@
+"""Shadow traffic: a share of live calls also sent to the candidate release in the
+background, the pair compared, never shown to the user.
+
+A served call is offered to a bounded queue (a full queue drops it: counted, never waited
+for); one worker thread sends it to the candidate through a Guard of its own (its own
+breakers, the shadow's own rate and spend caps, calls labelled ``arm="shadow"``) and
+compares the two answers with each comparator. :meth:`Shadow.report` says how often they
+agreed, overall and per segment (the call's feature, or ``ShadowPolicy.segment``).
+
+.. versionadded:: 0.2.0
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import random
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..context import CallContext, Scope
+from ..errors import ConfigurationError, LLMGuardError
+from ..models import ChatRequest, ChatResponse
+
+if TYPE_CHECKING:
+    from ..guard import Guard
+    from ..telemetry import Telemetry
+    from .release import ReleasePlan
+
+__all__ = ["COMPARATORS", "Comparator", "Shadow", "ShadowPolicy"]
+
+logger = logging.getLogger("llmguard_sdk")
+
+Comparator = Callable[[ChatResponse, ChatResponse], "bool | None"]
+"""``(served, shadow) -> agree``; ``None``: this pair says nothing (not counted)."""
+
+_MAX_SEGMENTS = 100
+
+
+def _is_json(text: str) -> bool:
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _ratio_ok(served: float | None, shadow: float | None, limit: float) -> bool | None:
+    if served is None or shadow is None:
+        return None
+    return shadow <= served * limit + 1e-12
+
+
+COMPARATORS: Mapping[str, Comparator] = {
+    "exact": lambda a, b: a.text.strip() == b.text.strip(),
+    "json_valid": lambda a, b: _is_json(a.text) == _is_json(b.text),
+    "length": lambda a, b: abs(len(a.text) - len(b.text)) <= 0.2 * max(len(a.text), 1),
+    "latency": lambda a, b: _ratio_ok(
+        a.timings.total_s if a.timings else None, b.timings.total_s if b.timings else None, 1.5
+    ),
+    "cost": lambda a, b: _ratio_ok(a.cost_usd, b.cost_usd, 1.5),
+}
+"""The built-in comparisons: same text (stripped), same JSON validity, length within 20 %,
+latency and cost at most 1.5 times the served answer's."""
+
+
+@dataclass(frozen=True)
+class ShadowPolicy:
+    """How much live traffic a candidate shadows, and what bounds it.
+
+    Args:
+        share: the share of served calls copied to the candidate.
+        max_queue: calls waiting for the worker at most (beyond: dropped, counted).
+        rate_per_s: shadow calls per second at most (this process; beyond: skipped).
+        max_cost_usd: what the shadow calls may spend in this process (``None``: no cap).
+        timeout: seconds a shadow call may take.
+        comparators: your own comparisons, by name, beside :data:`COMPARATORS`.
+        segment: ``ctx -> label`` for the report's segments (default: the call's feature).
+        seed: makes the share's draws repeatable.
+
+    .. versionadded:: 0.2.0
+    """
+
+    share: float = 0.05
+    max_queue: int = 100
+    rate_per_s: float = 10.0
+    max_cost_usd: float | None = 1.0
+    timeout: float = 30.0
+    comparators: Mapping[str, Comparator] = field(default_factory=dict)
+    segment: Callable[[CallContext], str] | None = None
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.share <= 1 or self.max_queue < 1 or not self.rate_per_s > 0:
+            raise ConfigurationError("shadow: share in [0, 1], max_queue >= 1, rate_per_s > 0")
+        if self.max_cost_usd is not None and self.max_cost_usd < 0:
+            raise ConfigurationError("shadow: max_cost_usd must be >= 0 or None")
+        if not all(callable(c) for c in self.comparators.values()):
+            raise ConfigurationError("shadow comparators must be callable")
+
+
+@dataclass
+class _Tally:
+    pairs: int = 0
+    agree: dict[str, int] = field(default_factory=dict)
+    judged: dict[str, int] = field(default_factory=dict)
+
+    def add(self, verdicts: Mapping[str, bool | None]) -> None:
+        self.pairs += 1
+        for name, verdict in verdicts.items():
+            if verdict is not None:
+                self.judged[name] = self.judged.get(name, 0) + 1
+                self.agree[name] = self.agree.get(name, 0) + int(verdict)
+
+    def shares(self) -> dict[str, float]:
+        return {n: round(self.agree.get(n, 0) / j, 4) for n, j in self.judged.items() if j}
+
+
+class Shadow:
+    """A candidate's shadow traffic (see the module docs); built by the Guard."""
+
+    def __init__(self, plan: ReleasePlan, telemetry: Telemetry | None) -> None:
+        assert plan.shadow is not None
+        assert plan.candidate is not None
+        self.policy = plan.shadow
+        self.enabled = True
+        """``False`` pauses the shadow (calls are no longer offered)."""
+        self.comparators = {**COMPARATORS, **self.policy.comparators}
+        self._plan = plan
+        self._telemetry = telemetry
+        self._rng = random.Random(self.policy.seed)
+        self._queue: queue.Queue[tuple[ChatRequest, Scope, ChatResponse, str]] = queue.Queue(
+            self.policy.max_queue
+        )
+        self._lock = threading.Lock()
+        self._counts = {"offered": 0, "dropped_queue": 0, "skipped_rate": 0}
+        self._counts.update(skipped_budget=0, candidate_errors=0)
+        self._spent = 0.0
+        self._tokens, self._refilled = max(self.policy.rate_per_s, 1.0), time.monotonic()
+        self._overall = _Tally()
+        self._segments: dict[str, _Tally] = {}
+        self._guard: Guard | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def offer(self, ctx: CallContext, response: ChatResponse) -> None:
+        """Maybe copy a served call to the queue (never waits)."""
+        if not self.enabled or self._stop.is_set() or ctx.base_request is None:
+            return
+        if self._rng.random() >= self.policy.share:
+            return
+        segment = self.policy.segment(ctx) if self.policy.segment else ctx.scope.feature or "-"
+        with self._lock:
+            self._counts["offered"] += 1
+        try:
+            self._queue.put_nowait((ctx.base_request, ctx.scope, response, str(segment)))
+        except queue.Full:
+            with self._lock:
+                self._counts["dropped_queue"] += 1
+            return
+        if self._thread is None:
+            with self._lock:
+                if self._thread is None:
+                    self._thread = threading.Thread(
+                        target=self._work, name="llmguard-shadow", daemon=True
+                    )
+                    self._thread.start()
+
+    def _admit(self) -> str | None:
+        """Why the next call may not go (rate, budget), or None."""
+        now = time.monotonic()
+        rate = self.policy.rate_per_s
+        self._tokens = min(max(rate, 1.0), self._tokens + (now - self._refilled) * rate)
+        self._refilled = now
+        cap = self.policy.max_cost_usd
+        if cap is not None and self._spent >= cap:
+            return "skipped_budget"
+        if self._tokens < 1.0:
+            return "skipped_rate"
+        self._tokens -= 1.0
+        return None
+
+    def _work(self) -> None:
+        while not self._stop.is_set():
+            try:
+                item = self._queue.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            try:
+                self._handle(*item)
+            finally:
+                self._queue.task_done()
+
+    def _handle(
+        self, request: ChatRequest, scope: Scope, served: ChatResponse, segment: str
+    ) -> None:
+        refused = self._admit()
+        if refused is not None:
+            with self._lock:
+                self._counts[refused] += 1
+            return
+        try:
+            shadow = self._call(request, scope)
+        except (LLMGuardError, OSError):
+            with self._lock:
+                self._counts["candidate_errors"] += 1
+            return
+        except Exception:
+            logger.exception("llmguard shadow call failed")
+            return
+        self._compare(served, shadow, segment)
+
+    def _call(self, request: ChatRequest, scope: Scope) -> ChatResponse:
+        guard = self._guard or self._build()
+        headers = {
+            k: v for k, v in (request.extra_headers or {}).items() if not v.startswith("llmguard-")
+        }  # the served call's idempotency key stays with it
+        request = request.model_copy(update={"extra_headers": headers or None})
+        return guard.chat(
+            request=request, tenant=scope.tenant, feature=scope.feature, user=scope.user,
+            timeout=self.policy.timeout, cacheable=False,
+        )  # fmt: skip
+
+    def _build(self) -> Guard:
+        from ..guard import Guard
+        from .release import ReleasePlan
+
+        assert self._plan.candidate is not None
+        # warn_days far below zero: the serving Guard already warns about these models
+        plan = ReleasePlan(self._plan.candidate, warn_days=-(10**9), prices=self._plan.prices)
+        guard = Guard(release=plan, store="memory", telemetry=self._telemetry or False, environ={})
+        controls = guard._stages.releases
+        if controls is not None:
+            controls._fixed_arm = "shadow"
+        self._guard = guard
+        return guard
+
+    def _compare(self, served: ChatResponse, shadow: ChatResponse, segment: str) -> None:
+        verdicts: dict[str, bool | None] = {}
+        for name, comparator in self.comparators.items():
+            try:
+                verdicts[name] = comparator(served, shadow)
+            except Exception:
+                logger.exception("llmguard shadow comparator %r failed", name)
+                verdicts[name] = None
+        with self._lock:
+            self._spent += shadow.cost_usd or 0.0
+            self._overall.add(verdicts)
+            if segment not in self._segments and len(self._segments) >= _MAX_SEGMENTS:
+                segment = "other"
+            self._segments.setdefault(segment, _Tally()).add(verdicts)
+
+    def report(self) -> dict[str, Any]:
+        """Pairs compared, what was dropped or skipped and why, what the shadow spent, and
+        the share of pairs each comparator found in agreement, overall and per segment."""
+        with self._lock:
+            return {
+                **self._counts,
+                "pairs": self._overall.pairs,
+                "spent_usd": round(self._spent, 9),
+                "agreement": self._overall.shares(),
+                "segments": {
+                    name: {"pairs": tally.pairs, "agreement": tally.shares()}
+                    for name, tally in sorted(self._segments.items())
+                },
+            }
+
+    def drain(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for the queue to empty (for tests and benches)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self._queue.unfinished_tasks == 0:
+                return True
+            time.sleep(0.02)
+        return False
+
+    def close(self) -> None:
+        """Stop the worker (the call in flight ends by its timeout) and close its Guard."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.policy.timeout + 1.0)
+        if self._guard is not None:
+            self._guard.close()

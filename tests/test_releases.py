@@ -1,0 +1,476 @@
+"""Releases: pinned model ids, retirement warnings, the canary's sequential test and stages
+(memory and a real Redis shared by two Guards), telemetry labels, shadow traffic, the CLI."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import random
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from llmguard_sdk import Guard, OpenAICompatibleProvider
+from llmguard_sdk.budget import Price, PriceTable
+from llmguard_sdk.cli import main
+from llmguard_sdk.errors import ConfigurationError, MovingModelAliasError
+from llmguard_sdk.releases import (
+    CanaryPolicy,
+    Release,
+    ReleaseEvent,
+    ReleasePlan,
+    ShadowPolicy,
+    Stage,
+    is_moving_alias,
+)
+from llmguard_sdk.releases.policy import decide, in_canary, observation
+from llmguard_sdk.testing import FakeProvider, Fault
+
+from .test_telemetry import Exported, call_span, exporting
+
+otel = pytest.fixture(exporting, name="otel")
+
+USER = [{"role": "user", "content": "hello"}]
+PRICES = PriceTable.default_table().with_prices(
+    {"fake-a-2025-01-01": Price(input=1.0, output=1.0), "fake-b-2025-02-01": Price(1.0, 1.0)}
+)
+
+
+def provider(fake: FakeProvider, name: str, model: str) -> OpenAICompatibleProvider:
+    return OpenAICompatibleProvider(fake.base_url, model=model, name=name)
+
+
+@pytest.fixture
+def pair() -> Iterator[tuple[FakeProvider, FakeProvider]]:
+    with FakeProvider(name="a") as a, FakeProvider(name="b") as b:
+        yield a, b
+
+
+def releases(a: FakeProvider, b: FakeProvider) -> tuple[Release, Release]:
+    current = Release("bot", "v1", provider(a, "a", "fake-a-2025-01-01"))
+    candidate = Release(
+        "bot", "v2", provider(b, "b", "fake-b-2025-02-01"), parameters={"temperature": 0.0}
+    )
+    return current, candidate
+
+
+# -- releases: pinned ids ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("model", "moving"),
+    [
+        ("gpt-4o", True),
+        ("gpt-4o-latest", True),
+        ("claude-sonnet-4-5", True),
+        ("gpt-4o-2024-08-06", False),
+        ("claude-sonnet-4-5-20250929", False),
+        ("gemini-2.0-flash-001", False),
+        ("anthropic.claude-3-haiku-20240307-v1:0", False),
+        ("qwen2.5-0.5b-instruct-q4_k_m.gguf", False),
+    ],
+)
+def test_moving_aliases_are_told_from_pinned_ids(model: str, moving: bool) -> None:
+    assert is_moving_alias(model) is moving
+
+
+def test_a_release_refuses_a_moving_alias_unless_allowed() -> None:
+    route = OpenAICompatibleProvider("http://127.0.0.1:9", model="gpt-4o", name="openai")
+    with pytest.raises(MovingModelAliasError) as caught:
+        Release("bot", "v1", route)
+    assert (caught.value.model, caught.value.route) == ("gpt-4o", "openai")
+    assert isinstance(caught.value, ConfigurationError)
+    assert Release("bot", "v1", route, allow_alias=True).id == "bot@v1"
+    with pytest.raises(ConfigurationError, match="unknown parameters"):
+        Release("bot", "v1", route, allow_alias=True, parameters={"temprature": 0})
+
+
+def test_a_release_applies_its_prompt_and_parameters(pair: Any) -> None:
+    a, _ = pair
+    release = Release(
+        "bot", "v1", provider(a, "a", "fake-a-2025-01-01"),
+        system_prompt="Be brief.", parameters={"max_tokens": 7}, prompt_version="p3",
+    )  # fmt: skip
+    guard = Guard(release=release, environ={}, telemetry=False)
+    try:
+        guard.chat(USER)
+        guard.chat([{"role": "system", "content": "old"}, *USER], max_tokens=3)
+    finally:
+        guard.close()
+    first, second = (r.body for r in a.requests)
+    assert first["messages"][0] == {"role": "system", "content": "Be brief."}
+    assert first["max_tokens"] == 7
+    assert second["messages"][0]["content"] == "Be brief."
+    assert len(second["messages"]) == 2
+    assert second["max_tokens"] == 3  # the call's own value wins
+
+
+# -- retirement ----------------------------------------------------------------------------------
+
+
+def _day(text: str) -> float:
+    return dt.datetime.fromisoformat(text + "T12:00:00+00:00").timestamp()
+
+
+def test_a_retiring_pinned_model_is_warned_about_before_its_day(
+    caplog: pytest.LogCaptureFixture, otel: Exported
+) -> None:
+    """The shipped table's claude-3-5-sonnet retires 2025-10-22; a user's price may carry
+    its own date. The clock is driven: no event 60 days before, one event 20 days before."""
+    now = [_day("2025-08-23")]
+    events: list[ReleaseEvent] = []
+    route = OpenAICompatibleProvider(
+        "http://127.0.0.1:9", model="claude-3-5-sonnet-20241022", name="anthropic"
+    )
+    plan = ReleasePlan(
+        Release("bot", "v1", route), hooks=[events.append], warn_days=30, clock=lambda: now[0]
+    )
+    guard = Guard(release=plan, environ={}, telemetry=otel.telemetry)
+    try:
+        assert events == []
+        now[0] = _day("2025-10-02")
+        guard.releases.check_retirements()  # type: ignore[union-attr]
+        guard.releases.check_retirements()  # type: ignore[union-attr]  # once a day
+    finally:
+        guard.close()
+    (event,) = events
+    assert (event.kind, event.model, event.day) == (
+        "retiring", "claude-3-5-sonnet-20241022", dt.date(2025, 10, 22)
+    )  # fmt: skip
+    assert "in 20 days" in event.detail
+    assert any("retires 2025-10-22" in r.getMessage() for r in caplog.records)
+    assert sum(p.value for p in otel.points("llmguard.release.events")) == 1
+
+
+def test_user_supplied_retirements_are_warned_about_at_once() -> None:
+    events: list[ReleaseEvent] = []
+    table = PriceTable().with_prices(
+        {"fake-a-2025-01-01": Price(1.0, 1.0, retires_on=dt.date(2026, 1, 10))}
+    )
+    route = OpenAICompatibleProvider("http://127.0.0.1:9", model="fake-a-2025-01-01", name="a")
+    plan = ReleasePlan(
+        Release("bot", "v1", route), hooks=[events.append], prices=table,
+        clock=lambda: _day("2026-01-01"),
+    )  # fmt: skip
+    Guard(release=plan, environ={}, telemetry=False).close()
+    assert [e.day for e in events] == [dt.date(2026, 1, 10)]
+
+
+# -- the policy ----------------------------------------------------------------------------------
+
+
+def test_canary_membership_is_sticky_and_grows_with_the_share() -> None:
+    keys = [f"user-{i}" for i in range(4000)]
+    inside = {share: {k for k in keys if in_canary(k, share)} for share in (0.05, 0.25, 1.0)}
+    assert inside[0.05] <= inside[0.25] <= inside[1.0] == set(keys)
+    assert 0.03 < len(inside[0.05]) / len(keys) < 0.07
+
+
+def _simulate(rng: random.Random, policy: CanaryPolicy, canary_error: float) -> str:
+    """Calls at the stage's share until a decision: errors 1 % on the control."""
+    stage, control, canary = Stage(candidate="c"), {}, {}  # type: ignore[var-annotated]
+    for _ in range(200_000):
+        arm = canary if rng.random() < stage.share(policy) else control
+        rate = canary_error if arm is canary else 0.01
+        latency = 0.05 * (1 + rng.random())
+        for k, v in observation(latency, 1e-4, failed=rng.random() < rate, rejected=False).items():
+            arm[k] = arm.get(k, 0.0) + v
+        decision = decide(stage, control, canary, policy)
+        if decision is None:
+            continue
+        if decision.action == "rollback":
+            return "rolled_back"
+        index = stage.index + 1
+        if index == len(policy.stages) - 1:
+            return "promoted"
+        stage, control, canary = Stage(index=index, candidate="c"), {}, {}
+    return "undecided"
+
+
+def test_seeded_healthy_candidates_are_promoted_and_bad_ones_rolled_back() -> None:
+    policy = CanaryPolicy(stages=(0.2, 0.5, 1.0), min_calls=300)
+    healthy = [_simulate(random.Random(seed), policy, 0.01) for seed in range(20)]
+    assert healthy.count("rolled_back") <= 1
+    assert healthy.count("promoted") >= 19
+    bad = [_simulate(random.Random(seed), policy, 0.2) for seed in range(10)]
+    assert bad == ["rolled_back"] * 10
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.integers(0, 10**6),
+    st.floats(0.0, 0.3),
+    st.integers(1, 400),
+)
+def test_equal_arms_never_breach_on_a_few_calls(seed: int, rate: float, calls: int) -> None:
+    """Identical arms stay far from the bound: no breach from chance over a few hundred calls
+    (the bound is log(1000); a breach needs a canary that is clearly worse)."""
+    rng = random.Random(seed)
+    policy = CanaryPolicy(stages=(0.5, 1.0), min_calls=10**6)
+    arms: list[dict[str, float]] = [{}, {}]
+    for _ in range(calls):
+        arm = arms[rng.random() < 0.5]
+        for k, v in observation(0.01, None, failed=rng.random() < rate, rejected=False).items():
+            arm[k] = arm.get(k, 0.0) + v
+    decision = decide(Stage(candidate="c"), arms[0], arms[1], policy)
+    assert decision is None or decision.metric != "errors" or rate == 0
+
+
+def test_policy_refuses_bad_settings() -> None:
+    with pytest.raises(ConfigurationError):
+        CanaryPolicy(stages=(0.5, 0.2, 1.0))
+    with pytest.raises(ConfigurationError):
+        CanaryPolicy(stages=(0.1, 0.5))
+    route = OpenAICompatibleProvider("http://127.0.0.1:9", model="m-2025-01-01", name="r")
+    with pytest.raises(ConfigurationError):
+        ReleasePlan(Release("a", "v1", route), canary=CanaryPolicy())
+
+
+# -- the canary in a Guard ------------------------------------------------------------------------
+
+
+def _canary_guard(a: FakeProvider, b: FakeProvider, hooks: Any = (), **options: Any) -> Guard:
+    current, candidate = releases(a, b)
+    policy = CanaryPolicy(stages=(0.5, 1.0), min_calls=40, flush_interval=60.0)
+    plan = ReleasePlan(current, candidate=candidate, canary=policy, hooks=hooks)
+    # no breaker: its background probes of the failing candidate would add requests to it
+    options = {
+        "environ": {},
+        "prices": PRICES,
+        "retry": None,
+        "telemetry": False,
+        "breaker": None,
+        **options,
+    }
+    return Guard(release=plan, **options)
+
+
+def _traffic(guard: Guard, calls: int, start: int = 0) -> None:
+    for i in range(start, start + calls):
+        with contextlib.suppress(Exception):
+            guard.chat(USER, user=f"u{i}")
+
+
+def test_a_failing_candidate_is_rolled_back_and_serves_nothing_after(pair: Any) -> None:
+    a, b = pair
+    b.always(Fault(status=500))
+    events: list[ReleaseEvent] = []
+    guard = _canary_guard(a, b, hooks=[events.append])
+    try:
+        controls = guard.releases
+        assert controls is not None
+        controls.start_now()
+        _traffic(guard, 60)
+        stage = controls.flush()
+        assert stage is not None
+        assert stage.status == "rolled_back"
+        assert "errors breached" in stage.reason
+        served_before = len(b.requests)
+        assert 10 <= served_before < 60
+        _traffic(guard, 40, start=100)
+        assert len(b.requests) == served_before  # every call back on the release
+    finally:
+        guard.close()
+    assert [e.kind for e in events] == ["rolled_back"]
+
+
+def test_a_healthy_candidate_is_promoted_and_the_previous_release_stays_warm(pair: Any) -> None:
+    a, b = pair
+    guard = _canary_guard(a, b)
+    try:
+        controls = guard.releases
+        assert controls is not None
+        controls.start_now()
+        _traffic(guard, 120)
+        stage = controls.flush()
+        assert stage is not None
+        assert stage.status == "promoted"
+        b_before = len(b.requests)
+        _traffic(guard, 20, start=500)
+        assert len(b.requests) == b_before + 20  # the candidate serves everything
+        assert all(r.body.get("temperature") == 0.0 for r in b.requests)
+        assert [route.name for route in guard.routes] == ["a", "b"]  # a still a route
+        assert controls.rollback().status == "rolled_back"
+        a_before = len(a.requests)
+        _traffic(guard, 5, start=900)
+        assert len(a.requests) == a_before + 5
+    finally:
+        guard.close()
+
+
+def test_calls_carry_their_release_and_arm_in_telemetry(pair: Any, otel: Exported) -> None:
+    a, b = pair
+    current, candidate = releases(a, b)
+    policy = CanaryPolicy(stages=(0.5, 1.0), flush_interval=60.0)
+    plan = ReleasePlan(current, candidate=candidate, canary=policy)
+    guard = Guard(release=plan, environ={}, prices=PRICES, telemetry=otel.telemetry)
+    try:
+        assert guard.releases is not None
+        guard.releases.start_now()
+        user = next(f"u{i}" for i in range(100) if in_canary(f"bot:u{i}", 0.5))
+        answer = guard.chat(USER, user=user)
+    finally:
+        guard.close()
+    attributes = dict(call_span(otel).attributes or {})
+    assert attributes["llmguard.release"] == "bot@v2"
+    assert attributes["llmguard.release.arm"] == "canary"
+    assert answer.route == "b"
+    labels = [p.attributes for p in otel.points("gen_ai.client.operation.duration")]
+    assert any(lab.get("llmguard.release.arm") == "canary" for lab in labels)
+
+
+def test_feedback_counts_on_the_calls_arm(pair: Any, otel: Exported) -> None:
+    a, b = pair
+    current, candidate = releases(a, b)
+    policy = CanaryPolicy(stages=(0.5, 1.0), flush_interval=60.0, min_calls=10**6)
+    plan = ReleasePlan(current, candidate=candidate, canary=policy)
+    guard = Guard(release=plan, environ={}, prices=PRICES, telemetry=otel.telemetry)
+    try:
+        controls = guard.releases
+        assert controls is not None
+        controls.start_now()
+        for i in range(40):
+            answer = guard.chat(USER, user=f"u{i}")
+            guard.feedback(answer.metadata["call_id"], 0.0 if answer.route == "b" else 1.0)
+        controls.flush()
+        status = controls.status()
+    finally:
+        guard.close()
+    assert status["candidate"]["low_feedback"] == status["candidate"]["feedback_scores"] > 0
+    assert status["control"]["low_feedback"] == 0 < status["control"]["feedback_scores"]
+
+
+# -- Redis: every process agrees ------------------------------------------------------------
+
+
+def test_two_guards_sharing_redis_agree_on_the_stage_and_the_cli_moves_it(
+    pair: Any, redis_url: str, redis_prefix: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a, b = pair
+    b.always(Fault(status=500))
+    guards = [
+        _canary_guard(a, b, store=redis_url, key_prefix=redis_prefix, breaker=None)
+        for _ in range(2)
+    ]
+    try:
+        first, second = (g.releases for g in guards)
+        assert first is not None
+        assert second is not None
+        first.start_now()
+        second.start_now()
+        for i in range(100):  # half the traffic each: neither alone has the evidence
+            _traffic(guards[i % 2], 1, start=i)
+            if i % 10 == 9:
+                first.flush()
+                second.flush()
+        stage = second.flush()
+        assert stage is not None
+        assert stage.status == "rolled_back"
+        assert first.flush().status == "rolled_back"  # type: ignore[union-attr]
+        args = ["bot", "--store", redis_url, "--prefix", redis_prefix, "--stages", "0.5,1"]
+        assert main(["release", "status", *args, "--json"]) == 0
+        report = json.loads(capsys.readouterr().out)
+        assert report["canary"]["status"] == "rolled_back"
+        assert report["candidate"]["error_rate"] == 1.0
+        assert main(["release", "promote", *args]) == 0
+        assert "promoted" in capsys.readouterr().out
+        assert first.flush().status == "promoted"  # type: ignore[union-attr]
+        assert main(["release", "status", "nobody", "--store", redis_url]) == 1
+    finally:
+        for guard in guards:
+            guard.close()
+
+
+# -- shadow ---------------------------------------------------------------------------------------
+
+
+def test_shadow_measures_agreement_and_never_changes_the_answer() -> None:
+    def differs(body: dict[str, Any]) -> str:
+        text = body["messages"][-1]["content"]
+        return "other" if int(text.split()[-1]) % 4 == 0 else "same " + text
+
+    with (
+        FakeProvider(name="a", reply=lambda b: "same " + b["messages"][-1]["content"]) as a,
+        FakeProvider(name="b", reply=differs) as b,
+    ):
+        current, candidate = releases(a, b)
+        plan = ReleasePlan(
+            current, candidate=candidate,
+            shadow=ShadowPolicy(share=1.0, rate_per_s=1000, max_queue=1000, max_cost_usd=None),
+        )  # fmt: skip
+        guard = Guard(release=plan, environ={}, prices=PRICES, telemetry=False)
+        try:
+            texts = [guard.chat([{"role": "user", "content": f"q {i}"}]).text for i in range(40)]
+            shadow = guard.releases.shadow  # type: ignore[union-attr]
+            assert shadow is not None
+            assert shadow.drain(30.0)
+            report = shadow.report()
+        finally:
+            guard.close()
+    assert texts == [f"same q {i}" for i in range(40)]  # users get the release's answers
+    assert report["pairs"] == 40
+    assert report["agreement"]["exact"] == pytest.approx(0.75)
+    assert report["segments"]["-"]["pairs"] == 40
+    assert len(b.requests) == 40
+
+
+# -- streams, async calls, output filters -------------------------------------------------------
+
+
+def test_streams_and_async_calls_follow_their_arm(pair: Any) -> None:
+    import anyio
+
+    a, b = pair
+    current, candidate = releases(a, b)
+    policy = CanaryPolicy(stages=(0.5, 1.0), flush_interval=60.0, min_calls=10**6)
+    plan = ReleasePlan(current, candidate=candidate, canary=policy)
+    guard = Guard(release=plan, environ={}, prices=PRICES, telemetry=False)
+    try:
+        assert guard.releases is not None
+        guard.releases.start_now()
+        inside = next(f"u{i}" for i in range(100) if in_canary(f"bot:u{i}", 0.5))
+        outside = next(f"u{i}" for i in range(100) if not in_canary(f"bot:u{i}", 0.5))
+        with guard.chat(USER, user=inside, stream=True) as stream:
+            "".join(chunk.text for chunk in stream)
+        assert stream.response is not None
+        assert stream.response.route == "b"
+
+        async def ask() -> str | None:
+            answer = await guard.achat(USER, user=outside)
+            return answer.route
+
+        assert anyio.run(ask) == "a"
+        guard.releases.flush()
+        figures = guard.releases.status()
+    finally:
+        guard.close()
+    assert (figures["candidate"]["calls"], figures["control"]["calls"]) == (1, 1)
+
+
+def test_output_filter_rejections_count_on_the_arm(pair: Any) -> None:
+    from llmguard_sdk.errors import GuardrailRejectedError
+    from llmguard_sdk.models import ChatResponse
+
+    def no_b(response: ChatResponse) -> None:
+        if response.route == "b":
+            raise GuardrailRejectedError("not from b")
+
+    a, b = pair
+    current, candidate = releases(a, b)
+    policy = CanaryPolicy(stages=(0.5, 1.0), min_calls=40, flush_interval=60.0)
+    plan = ReleasePlan(current, candidate=candidate, canary=policy)
+    guard = Guard(release=plan, environ={}, prices=PRICES, telemetry=False, output_filters=[no_b])
+    try:
+        assert guard.releases is not None
+        guard.releases.start_now()
+        _traffic(guard, 100)
+        stage = guard.releases.flush()
+    finally:
+        guard.close()
+    assert stage is not None
+    assert stage.status == "rolled_back"
+    assert "rejected breached" in stage.reason
