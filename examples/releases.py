@@ -10,7 +10,7 @@ shadow's report says how often the two agreed.
 import contextlib
 import datetime as dt
 
-from llmguard_sdk import Guard, OpenAICompatibleProvider, ProviderError
+from llmguard_sdk import AllRoutesFailedError, Guard, OpenAICompatibleProvider
 from llmguard_sdk.errors import MovingModelAliasError
 from llmguard_sdk.releases import CanaryPolicy, Release, ReleasePlan, ShadowPolicy
 from llmguard_sdk.testing import FakeProvider, Fault
@@ -41,7 +41,7 @@ with FakeProvider(name="current") as a, FakeProvider(name="next", reply=differs)
     guard = Guard(release=plan, retry=None, breaker=None, telemetry=False)
     guard.releases.start_now()
     for i in range(80):
-        with contextlib.suppress(ProviderError):  # the candidate's 503s, until the rollback
+        with contextlib.suppress(AllRoutesFailedError):  # the candidate's 503s, until rollback
             guard.chat([{"role": "user", "content": f"question {i}"}], user=f"user-{i}")
         if i % 20 == 19:
             guard.releases.flush()

@@ -249,7 +249,7 @@ def is_route_failure(error: ProviderError) -> bool:
 
 def failure(ctx: CallContext, stages: Stages) -> Exception:
     """The error to raise when no route served the call."""
-    if len(call_routes(ctx, stages)) == 1 and len(ctx.route_errors) == 1:
+    if len(stages.routes) == 1 and len(ctx.route_errors) == 1:
         (only,) = ctx.route_errors.values()
         if isinstance(only, Exception):
             return only
