@@ -21,13 +21,13 @@ from typing import Any, TypeVar
 import anyio.to_thread
 
 from .._state.steps import Batch, Outcome, Step, start
-from ..breaker import Breakers, Permit
+from ..breaker import Breakers, MemoryBreakerBackend, Permit
 from ..budget.control import Held
 from ..budget.policy import BudgetEvent
 from ..context import CallContext
 from ..models import ChatResponse
 from ..providers.base import Provider
-from ..ratelimit import Grant, RateLimiter
+from ..ratelimit import Grant, MemoryRateLimiter, RateLimiter
 from .limits import Reservation, reserve_steps, settle_args, token_reservation
 from .routes import call_routes, too_small_for
 from .stages import CACHE, DEGRADED, Stages, cache_request, from_cache
@@ -208,11 +208,12 @@ def first_route(ctx: CallContext, stages: Stages) -> Provider | None:
 
 
 def _shared(stage: Breakers | RateLimiter | None) -> bool:
-    """Whether ``stage`` keeps its state in Redis (in-process state gains nothing from being
-    asked ahead)."""
-    if isinstance(stage, Breakers):
-        return hasattr(stage.backend, "acquire_steps")
-    return hasattr(stage, "reserve_steps")
+    """Whether ``stage`` keeps its state outside this process (in-process state gains
+    nothing from being asked ahead; every backend has steps, so the memory ones are named)."""
+    backend = stage.backend if isinstance(stage, Breakers) else stage
+    return backend is not None and not isinstance(
+        backend, (MemoryBreakerBackend, MemoryRateLimiter)
+    )
 
 
 def _opening(ctx: CallContext, stages: Stages) -> tuple[Batch, dict[str, int], OpeningOutcome]:
