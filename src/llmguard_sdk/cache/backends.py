@@ -12,6 +12,7 @@ one vector set per partition, searched with ``VSIM`` (:meth:`RedisCacheBackend.s
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -82,33 +83,38 @@ class CacheBackend(Protocol):
 class MemoryCacheBackend:
     """Entries of one process, least recently used first.
 
-    Each entry is kept as its JSON bytes without the vector (the semantic index holds that)
-    and its ``stale_until``: a few hundred bytes for a short answer, where the parsed model
-    would take several kilobytes.
+    Each entry is kept as its JSON bytes alone, without the vector (the semantic index holds
+    that), its id (the key) or the embedder's name (the cache's own): a few hundred bytes for
+    a short answer, where the parsed model would take several kilobytes.
     """
 
     def __init__(self, max_entries: int) -> None:
         self._max = max_entries
-        self._entries: OrderedDict[str, tuple[float, bytes]] = OrderedDict()
+        self._entries: OrderedDict[str, bytes] = OrderedDict()
         self._lock = threading.Lock()
 
     def get(self, entry_id: str) -> CacheEntry | None:
         """See :class:`CacheBackend` (the entry comes back without its vector)."""
         with self._lock:
-            found = self._entries.get(entry_id)
-            if found is None:
-                return None
-            if found[0] <= time.time():
-                del self._entries[entry_id]
+            packed = self._entries.get(entry_id)
+            if packed is None:
                 return None
             self._entries.move_to_end(entry_id)
-        return CacheEntry.model_validate_json(found[1])
+        entry = CacheEntry.model_validate({**json.loads(packed), "entry_id": entry_id})
+        if entry.stale_until <= time.time():
+            with self._lock:
+                if self._entries.get(entry_id) is packed:
+                    del self._entries[entry_id]
+            return None
+        return entry
 
     def put(self, entry: CacheEntry) -> list[str]:
         """See :class:`CacheBackend`."""
-        packed = entry.model_dump_json(exclude={"vector"}, exclude_none=True).encode("utf-8")
+        packed = entry.model_dump_json(
+            exclude={"vector", "entry_id", "embedder"}, exclude_none=True
+        ).encode("utf-8")
         with self._lock:
-            self._entries[entry.entry_id] = (entry.stale_until, packed)
+            self._entries[entry.entry_id] = packed
             self._entries.move_to_end(entry.entry_id)
             evicted = []
             while len(self._entries) > self._max:

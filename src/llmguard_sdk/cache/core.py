@@ -469,7 +469,10 @@ class ResponseCache:
             index_key=self._index_key(keys),
             query=keys.query,
             response=response.model_dump(
-                mode="json", exclude={"headers", "timings", "attempts"}, exclude_none=True
+                mode="json",
+                exclude={"headers", "timings", "attempts"},
+                exclude_none=True,
+                exclude_defaults=True,
             ),
             created_at=now,
             fresh_until=now + self.ttl,

@@ -1,16 +1,18 @@
 """An in-memory vector index: unit vectors in a numpy matrix, searched by cosine similarity.
 
 Rows are stored as float16 (half the memory bandwidth of float32). Below ``exact_below``
-rows, a search multiplies the whole matrix. From there on, the index also keeps a
-128-dimensional random projection of each row (float32): a search first ranks every row by
-it (a quarter of the work), then scores the best ``candidates`` rows exactly. The projection
-keeps cosine similarities to within about 0.1, far less than the gap between a paraphrase
-(0.6 and up) and unrelated text (about 0.1).
+rows, a search multiplies the whole matrix. From there on, the index also keeps a 256-bit
+sketch of each row (the signs of a fixed random projection, SimHash: 32 bytes a row): a
+search first ranks every row by the Hamming distance of its sketch to the query's (an XOR
+and a bit count over 32 bytes a row instead of reading the 2 KB row), then scores the best
+``candidates`` rows exactly. The share of differing bits estimates the angle between two
+vectors to within about 0.1 radian, far less than the gap between a paraphrase (similarity
+0.6 and up) and unrelated text (about 0.1).
 
 Memory: an index holds nothing but its rows until it grows. It starts with room for one row
-and grows by doubling up to 256 rows, then by an eighth, so a partition with one entry costs
-its vector and a few hundred bytes, and a large one about 6 % of slack. Rows are never moved
-on delete: a freed row is reused by the next insert.
+and grows by doubling up to 256 rows, then by a sixteenth, so a partition with one entry
+costs its vector and a few hundred bytes, and a large one about 3 % of slack. Rows are never
+moved on delete: a freed row is reused by the next insert.
 
 .. versionadded:: 0.2.0
 """
@@ -21,7 +23,7 @@ import math
 import threading
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .._lazy import np
 
@@ -32,7 +34,8 @@ _Row = TypeVar("_Row", bound="np.generic")
 
 __all__ = ["Match", "VectorIndex"]
 
-_SKETCH_DIMENSIONS = 128
+_SKETCH_BITS = 256
+_SKETCH_WORDS = _SKETCH_BITS // 64
 _DOUBLING_UNTIL = 256
 
 
@@ -46,14 +49,40 @@ class Match:
 
 @lru_cache(maxsize=8)
 def _projection(dimension: int) -> npt.NDArray[np.float32]:
-    """A fixed random projection to the sketch dimensions (shared by every index)."""
-    gaussian = np.random.default_rng(20261129).standard_normal((dimension, _SKETCH_DIMENSIONS))
-    scaled: npt.NDArray[np.float32] = (gaussian / np.sqrt(_SKETCH_DIMENSIONS)).astype(np.float32)
-    return scaled
+    """A fixed random projection to the sketch's bits (shared by every index)."""
+    gaussian = np.random.default_rng(20261129).standard_normal((dimension, _SKETCH_BITS))
+    projection: npt.NDArray[np.float32] = gaussian.astype(np.float32)
+    return projection
+
+
+def _sketches(vectors: npt.NDArray[np.float32]) -> npt.NDArray[np.uint64]:
+    """The 256-bit sketch of each row of ``vectors`` (2-d), as 4 words a row."""
+    signs = (vectors @ _projection(vectors.shape[1])) > 0
+    packed: npt.NDArray[np.uint64] = (
+        np.packbits(signs, axis=1).view(np.uint64).reshape(len(vectors), _SKETCH_WORDS)
+    )
+    return packed
+
+
+def _hamming(sketches: npt.NDArray[np.uint64], query: npt.NDArray[np.uint64]) -> Any:
+    """The number of bits in which each row of ``sketches`` differs from ``query``."""
+    differ = np.bitwise_xor(sketches, query)
+    if hasattr(np, "bitwise_count"):  # numpy 2
+        return np.bitwise_count(differ).sum(axis=1, dtype=np.int32)
+    table = _bit_counts()
+    return table[differ.view(np.uint8)].reshape(len(differ), -1).sum(axis=1, dtype=np.int32)
+
+
+@lru_cache(maxsize=1)
+def _bit_counts() -> npt.NDArray[np.uint8]:
+    bits: npt.NDArray[np.uint8] = np.unpackbits(
+        np.arange(256, dtype=np.uint8)[:, None], axis=1
+    ).sum(axis=1, dtype=np.uint8)
+    return bits
 
 
 def _grown(size: int) -> int:
-    return size * 2 if size < _DOUBLING_UNTIL else size + size // 8
+    return size * 2 if size < _DOUBLING_UNTIL else size + size // 16
 
 
 def _extended(array: npt.NDArray[_Row], size: int) -> npt.NDArray[_Row]:
@@ -85,7 +114,7 @@ class VectorIndex:
         self._exact_below = exact_below
         self._candidates = candidates
         self._vectors = np.zeros((1, dimension), dtype=np.float16)
-        self._sketch: npt.NDArray[np.float32] | None = None  # built once the index is large
+        self._sketch: npt.NDArray[np.uint64] | None = None  # built once the index is large
         self._live = np.zeros(1, dtype=bool)
         self._ids: list[str | None] = [None]
         self._rows: dict[str, int] = {}
@@ -110,7 +139,7 @@ class VectorIndex:
             self._vectors[row] = vector
             self._live[row] = True
             if self._sketch is not None:
-                self._sketch[row] = vector @ _projection(self.dimension)
+                self._sketch[row] = _sketches(vector[None, :])[0]
             elif len(self._rows) >= self._exact_below:
                 self._build_sketch()
 
@@ -135,10 +164,8 @@ class VectorIndex:
             self._end = 0
 
     def _build_sketch(self) -> None:
-        sketch = np.zeros((len(self._ids), _SKETCH_DIMENSIONS), dtype=np.float32)
-        sketch[: self._end] = self._vectors[: self._end].astype(np.float32) @ _projection(
-            self.dimension
-        )
+        sketch = np.zeros((len(self._ids), _SKETCH_WORDS), dtype=np.uint64)
+        sketch[: self._end] = _sketches(_widened(self._vectors[: self._end]))
         self._sketch = sketch
 
     def _grow(self) -> int:
@@ -163,11 +190,11 @@ class VectorIndex:
             if self._sketch is None or len(self._rows) < self._exact_below:
                 rows = np.arange(end)
             else:
-                rough = self._sketch[:end] @ (vector @ _projection(self.dimension))
+                distance = _hamming(self._sketch[:end], _sketches(vector[None, :])[0])
                 if holes:
-                    rough[~self._live[:end]] = -np.inf
+                    distance[~self._live[:end]] = _SKETCH_BITS + 1
                 take = min(self._candidates, end)
-                rows = np.argpartition(rough, -take)[-take:]
+                rows = np.argpartition(distance, take - 1)[:take]
             scores = _widened(self._vectors[rows]) @ vector
             if holes:
                 scores[~self._live[rows]] = -np.inf
