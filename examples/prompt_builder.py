@@ -30,6 +30,7 @@ HANDBOOK = [
     {"id": "delivery", "title": "Delivery", "text": "Three to five working days; cargo bikes ten."},
     {"id": "warranty", "title": "Warranty", "text": "Frames two years, parts one year."},
 ]
+OPENING = dt.datetime(2026, 12, 1, 9, 0, tzinfo=dt.timezone.utc)
 ORDER_STATUS = {
     "type": "function",
     "function": {
@@ -58,8 +59,11 @@ def main() -> None:
         }
         for feature, route in routes.items():
             with Guard(route, hooks=[stats], environ={}) as guard:
-                for question in ("Can I return my bike?", "When will my order arrive?"):
-                    now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+                for minute, question in enumerate(
+                    ("Can I return my bike?", "When will my order arrive?")
+                ):
+                    at = OPENING + dt.timedelta(minutes=minute)  # the clock moves between calls
+                    now = at.strftime("%Y-%m-%d %H:%M:%S")
                     prompt = support.build(question, context={"now": now}, tenant="acme")
                     answer = guard.chat(request=prompt.request(max_tokens=50), feature=feature)
                     assert answer.usage is not None

@@ -47,10 +47,10 @@ EXPECTED = {
     ],
     "prompt_builder.py": [
         "openai: 248 input tokens, 0 cached",
-        "openai: 248 input tokens, 241 cached",
+        "openai: 248 input tokens, 239 cached",
         "anthropic: 266 input tokens, 0 cached, 250 written",
         "anthropic: 266 input tokens, 250 cached, 0 written",
-        "hit ratio openai: 0.49",
+        "hit ratio openai: 0.48",
         "lint: timestamp in instructions at 9: '2025-03-01'",
         "drift: support-bot changed in instructions",
     ],
