@@ -388,7 +388,24 @@ def test_two_guards_sharing_redis_agree_on_the_stage_and_the_cli_moves_it(
 # -- shadow ---------------------------------------------------------------------------------------
 
 
-def test_shadow_measures_agreement_and_never_changes_the_answer() -> None:
+def _shadowed(
+    a: FakeProvider, b: FakeProvider, policy: ShadowPolicy, calls: int, telemetry: Any
+) -> tuple[list[str], dict[str, Any]]:
+    """``calls`` calls served by ``a``'s release, shadowed to ``b``'s: (answers, report)."""
+    current, candidate = releases(a, b)
+    plan = ReleasePlan(current, candidate=candidate, shadow=policy)
+    guard = Guard(release=plan, environ={}, prices=PRICES, telemetry=telemetry)
+    try:
+        texts = [guard.chat([{"role": "user", "content": f"q {i}"}]).text for i in range(calls)]
+        shadow = guard.releases.shadow  # type: ignore[union-attr]
+        assert shadow is not None
+        assert shadow.drain(30.0)
+        return texts, shadow.report()
+    finally:
+        guard.close()
+
+
+def test_shadow_measures_agreement_and_never_changes_the_answer(otel: Exported) -> None:
     def differs(body: dict[str, Any]) -> str:
         text = body["messages"][-1]["content"]
         return "other" if int(text.split()[-1]) % 4 == 0 else "same " + text
@@ -397,25 +414,19 @@ def test_shadow_measures_agreement_and_never_changes_the_answer() -> None:
         FakeProvider(name="a", reply=lambda b: "same " + b["messages"][-1]["content"]) as a,
         FakeProvider(name="b", reply=differs) as b,
     ):
-        current, candidate = releases(a, b)
-        plan = ReleasePlan(
-            current, candidate=candidate,
-            shadow=ShadowPolicy(share=1.0, rate_per_s=1000, max_queue=1000, max_cost_usd=None),
-        )  # fmt: skip
-        guard = Guard(release=plan, environ={}, prices=PRICES, telemetry=False)
-        try:
-            texts = [guard.chat([{"role": "user", "content": f"q {i}"}]).text for i in range(40)]
-            shadow = guard.releases.shadow  # type: ignore[union-attr]
-            assert shadow is not None
-            assert shadow.drain(30.0)
-            report = shadow.report()
-        finally:
-            guard.close()
+        policy = ShadowPolicy(share=1.0, rate_per_s=1000, max_queue=1000, max_cost_usd=None)
+        texts, report = _shadowed(a, b, policy, 40, otel.telemetry)
     assert texts == [f"same q {i}" for i in range(40)]  # users get the release's answers
     assert report["pairs"] == 40
     assert report["agreement"]["exact"] == pytest.approx(0.75)
     assert report["segments"]["-"]["pairs"] == 40
     assert len(b.requests) == 40
+    arms = [
+        (span.attributes or {}).get("llmguard.release.arm")
+        for span in otel.finished()
+        if "llmguard.kind" in (span.attributes or {})
+    ]
+    assert (arms.count("control"), arms.count("shadow")) == (40, 40)
 
 
 # -- streams, async calls, output filters -------------------------------------------------------
@@ -474,3 +485,19 @@ def test_output_filter_rejections_count_on_the_arm(pair: Any) -> None:
     assert stage is not None
     assert stage.status == "rolled_back"
     assert "rejected breached" in stage.reason
+
+
+@pytest.mark.parametrize(
+    ("policy", "reason", "sent"),
+    [
+        (ShadowPolicy(share=1.0, max_cost_usd=0.0), "skipped_budget", 0),
+        (ShadowPolicy(share=1.0, rate_per_s=0.001, max_cost_usd=None), "skipped_rate", 1),
+    ],
+)
+def test_a_shadow_keeps_to_its_own_spend_and_rate_caps(
+    pair: Any, policy: ShadowPolicy, reason: str, sent: int
+) -> None:
+    a, b = pair
+    _, report = _shadowed(a, b, policy, 10, False)
+    assert report[reason] == 10 - sent
+    assert len(b.requests) == sent

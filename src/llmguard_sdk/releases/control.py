@@ -116,7 +116,7 @@ class ReleaseControl:
         if plan.shadow is not None and arm is None:
             from .shadow import Shadow
 
-            self.shadow = Shadow(plan, telemetry)
+            self.shadow = Shadow(plan, telemetry, self.prices)
         self.check_retirements()
 
     # -- the call path ----------------------------------------------------------------------
@@ -167,7 +167,8 @@ class ReleaseControl:
         if response is not None and response.metadata.get("cache"):
             return  # a cache hit says nothing about the release
         call_id = response.metadata.get("call_id") if response is not None else None
-        if self.policy is not None and ctx.arm in ("control", "canary"):
+        stage = self._stage
+        if stage is not None and stage.status == "canary" and ctx.arm in ("control", "canary"):
             rejected = isinstance(error, GuardrailRejectedError) and error.stage == "output"
             # the user's own fault (a bad request) or a spend budget is no sign of the arm's
             failed = error is not None and not isinstance(

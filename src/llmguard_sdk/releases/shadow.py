@@ -27,6 +27,7 @@ from ..errors import ConfigurationError, LLMGuardError
 from ..models import ChatRequest, ChatResponse
 
 if TYPE_CHECKING:
+    from ..budget.prices import PriceTable
     from ..guard import Guard
     from ..telemetry import Telemetry
     from .release import ReleasePlan
@@ -123,7 +124,9 @@ class _Tally:
 class Shadow:
     """A candidate's shadow traffic (see the module docs); built by the Guard."""
 
-    def __init__(self, plan: ReleasePlan, telemetry: Telemetry | None) -> None:
+    def __init__(
+        self, plan: ReleasePlan, telemetry: Telemetry | None, prices: PriceTable | None = None
+    ) -> None:
         assert plan.shadow is not None
         assert plan.candidate is not None
         self.policy = plan.shadow
@@ -131,6 +134,7 @@ class Shadow:
         """``False`` pauses the shadow (calls are no longer offered)."""
         self.comparators = {**COMPARATORS, **self.policy.comparators}
         self._plan = plan
+        self._prices = prices  # what prices the shadow's calls (its spend cap counts them)
         self._telemetry = telemetry
         self._rng = random.Random(self.policy.seed)
         self._queue: queue.Queue[tuple[ChatRequest, Scope, ChatResponse, str]] = queue.Queue(
@@ -231,8 +235,11 @@ class Shadow:
 
         assert self._plan.candidate is not None
         # warn_days far below zero: the serving Guard already warns about these models
-        plan = ReleasePlan(self._plan.candidate, warn_days=-(10**9), prices=self._plan.prices)
-        guard = Guard(release=plan, store="memory", telemetry=self._telemetry or False, environ={})
+        plan = ReleasePlan(self._plan.candidate, warn_days=-(10**9), prices=self._prices)
+        guard = Guard(
+            release=plan, store="memory", telemetry=self._telemetry or False, environ={},
+            prices=self._prices,
+        )  # fmt: skip
         controls = guard._stages.releases
         if controls is not None:
             controls._fixed_arm = "shadow"
