@@ -34,10 +34,10 @@ __all__ = [
     "retirements",
 ]
 
-logger = logging.getLogger("llmguard_sdk")
-
 Arm = Literal["control", "canary", "shadow"]
 """Which side of a release a call is on."""
+
+logger = logging.getLogger("llmguard_sdk")
 
 _PINNED = re.compile(
     r"(-\d{4}-\d{2}-\d{2}|-\d{8}|[-@]\d{3}|@\d{8}|-v\d+(:\d+)?|-\d{2}-\d{4}|-preview-\d{2}-\d{2}"

@@ -43,27 +43,34 @@ class Names:
     chunk_gap_metric: str
 
 
-LATEST = Names(
-    mode="latest",
-    provider="gen_ai.provider.name",
-    cache_read_tokens="gen_ai.usage.cache_read.input_tokens",
-    cache_creation_tokens="gen_ai.usage.cache_creation.input_tokens",
-    reasoning_tokens="gen_ai.usage.reasoning.output_tokens",
-    stream="gen_ai.request.stream",
-    first_chunk="gen_ai.response.time_to_first_chunk",
-    first_chunk_metric="gen_ai.client.operation.time_to_first_chunk",
-    chunk_gap_metric="gen_ai.client.operation.time_per_output_chunk",
-)
+# attribute: (the latest conventions' name, the previous one's; None: not emitted)
+_TABLE: dict[str, tuple[str, str | None]] = {
+    "provider": ("gen_ai.provider.name", "gen_ai.system"),
+    "cache_read_tokens": (
+        "gen_ai.usage.cache_read.input_tokens",
+        "llmguard.usage.cached_input_tokens",
+    ),
+    "cache_creation_tokens": (
+        "gen_ai.usage.cache_creation.input_tokens",
+        "llmguard.usage.cache_write_input_tokens",
+    ),
+    "reasoning_tokens": ("gen_ai.usage.reasoning.output_tokens", "llmguard.usage.reasoning_tokens"),
+    "stream": ("gen_ai.request.stream", None),
+    "first_chunk": ("gen_ai.response.time_to_first_chunk", "llmguard.time_to_first_chunk_s"),
+    "first_chunk_metric": (
+        "gen_ai.client.operation.time_to_first_chunk",
+        "llmguard.client.operation.time_to_first_chunk",
+    ),
+    "chunk_gap_metric": (
+        "gen_ai.client.operation.time_per_output_chunk",
+        "llmguard.client.operation.time_per_output_chunk",
+    ),
+}
+LATEST = Names("latest", **{field: latest for field, (latest, _) in _TABLE.items()})
 PREVIOUS = Names(
-    mode="previous",
-    provider="gen_ai.system",
-    cache_read_tokens="llmguard.usage.cached_input_tokens",
-    cache_creation_tokens="llmguard.usage.cache_write_input_tokens",
-    reasoning_tokens="llmguard.usage.reasoning_tokens",
+    "previous",
     stream=None,
-    first_chunk="llmguard.time_to_first_chunk_s",
-    first_chunk_metric="llmguard.client.operation.time_to_first_chunk",
-    chunk_gap_metric="llmguard.client.operation.time_per_output_chunk",
+    **{field: previous for field, (_, previous) in _TABLE.items() if previous is not None},
 )
 
 
