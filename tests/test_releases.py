@@ -501,3 +501,47 @@ def test_a_shadow_keeps_to_its_own_spend_and_rate_caps(
     _, report = _shadowed(a, b, policy, 10, False)
     assert report[reason] == 10 - sent
     assert len(b.requests) == sent
+
+
+# -- a release of a deployment group; Redis Cluster -----------------------------------------------
+
+
+def test_a_release_may_be_a_deployment_group(pair: Any) -> None:
+    from llmguard_sdk import DeploymentGroup
+
+    a, b = pair
+    group = DeploymentGroup(
+        "pinned",
+        [provider(a, "east", "fake-a-2025-01-01"), provider(b, "west", "fake-a-2025-01-01")],
+        strategy="round_robin",
+    )
+    guard = Guard(release=Release("bot", "v1", group), environ={}, telemetry=False)
+    try:
+        served = [guard.chat(USER).route for _ in range(4)]
+    finally:
+        guard.close()
+    assert sorted(served) == ["east", "east", "west", "west"]
+
+
+def test_the_stage_scripts_work_on_redis_cluster(
+    redis_cluster_url: str, cluster_prefix: str
+) -> None:
+    from llmguard_sdk.releases import RedisReleaseBackend
+    from llmguard_sdk.store import RedisClusterStore
+
+    store = RedisClusterStore(redis_cluster_url, key_prefix=cluster_prefix)
+    try:
+        backend = RedisReleaseBackend(store)
+        found = backend.exchange("bot", "bot@v2", 0, {}, {})
+        assert found.stage is not None
+        version = found.stage.version
+        found = backend.exchange("bot", "bot@v2", version, {"calls": 3.0}, {"calls": 1.0})
+        assert (found.control, found.canary) == ({"calls": 3.0}, {"calls": 1.0})
+        moved, stage = backend.transition("bot", version, 1, "canary", "stage passed")
+        assert moved
+        assert (stage.index, stage.version) == (1, version + 1)
+        again, _ = backend.transition("bot", version, 1, "canary", "late")  # compare and set
+        assert not again
+        assert backend.exchange("bot", "", 0, {}, {}).control == {}  # a new stage starts empty
+    finally:
+        store.close()

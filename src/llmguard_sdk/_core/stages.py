@@ -148,10 +148,10 @@ def prepare(
     if stages.telemetry is not None:
         ctx.trace_parent = stages.telemetry.parent()
     prices = stages.spend.prices if stages.spend is not None else None
-    if stages.routing is not None:
-        ctx.route_order = stages.routing.ranked(ctx, prices)
-    if stages.releases is not None:  # the call's release: its routes, prompt, parameters
+    if stages.releases is not None:  # the call's release: its routes (ranked), prompt, ...
         stages.releases.assign(ctx, prices)
+    elif stages.routing is not None:
+        ctx.route_order = stages.routing.ranked(ctx, prices)
     if stages.max_input_tokens is not None:
         ctx.input_model = checked.model or stages.routes[0].model
         # counted only when a bound without encoding does not show that the request fits
