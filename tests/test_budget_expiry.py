@@ -90,7 +90,7 @@ def test_holds_expire_oldest_first_and_settled_ones_do_not_pile_up() -> None:
 
 def test_a_settled_tenant_counter_keeps_no_holds_heap_or_alert_set() -> None:
     """A process keeps a counter per tenant for its whole window: once its calls settled,
-    it holds a few numbers, not the containers of its busiest moment."""
+    it keeps its window and spend, not the containers of its busiest moment."""
     clock = Clock()
     backend = MemoryBudgetBackend(clock=clock)
     tenants = [[spec(f"tenant-{i}")] for i in range(3)]
@@ -99,11 +99,17 @@ def test_a_settled_tenant_counter_keeps_no_holds_heap_or_alert_set() -> None:
             reserve(backend, f"r{i}-{call}", counter, 0.01)
         for call in range(20):
             backend.settle(f"r{i}-{call}", counter, actual=nano(0.01), ttl=60)
-    states = [backend._states[counter[0].key] for counter in tenants]
-    assert all(not s.holds and not s.expiries and s.reserved == 0 for s in states)
-    assert all(s.spent == nano(0.2) for s in states)
-    assert len({id(s.fired) for s in states}) == 1  # no alert fired: one shared empty set
-    assert not hasattr(states[0], "__dict__")  # slots
+    kept = [backend._states[counter[0].key] for counter in tenants]
+    assert all(isinstance(k, tuple) and k[1] == nano(0.2) for k in kept)  # (window, spent)
+    (status,) = backend.status(tenants[0])
+    assert status[:2] == (nano(0.2), 0)
+    reserve(backend, "again", tenants[0], 0.01)  # a new call: the whole state again
+    state = backend._states[tenants[0][0].key]
+    assert isinstance(state, CounterState)
+    assert state.spent == nano(0.2)
+    assert state.reserved == nano(0.01)
+    assert not hasattr(state, "__dict__")  # slots
+    assert state.fired is CounterState().fired  # no alert fired: one shared empty set
 
 
 def test_redis_counters_and_settled_markers_carry_ttls(redis_url: str, redis_prefix: str) -> None:

@@ -133,6 +133,9 @@ class _Deadlines:
         return gone
 
 
+_Settled = tuple[int | None, int]
+"""A counter with nothing held, no alert fired and no rolling buckets: (window id, spent)."""
+
 _SPAN = {"minute": 60.0, "hour": 3600.0, "day": 86400.0, "month": 31 * 86400.0}
 
 
@@ -147,7 +150,7 @@ class MemoryBudgetBackend:
     def __init__(self, *, clock: Callable[[], float] = time.time) -> None:
         self._clock = clock
         self._lock = threading.Lock()
-        self._states: dict[str, CounterState] = {}
+        self._states: dict[str, CounterState | _Settled] = {}
         self._idle = _Deadlines()  # counters: when they can be dropped
         self._done = _Deadlines()  # settled reservation ids: until when remembered
 
@@ -155,7 +158,15 @@ class MemoryBudgetBackend:
         state = self._states.get(key)
         if state is None:
             state = self._states[key] = CounterState()
+        elif isinstance(state, tuple):
+            state = self._states[key] = CounterState(window_id=state[0], spent=state[1])
         return state
+
+    def _settled(self, key: str, state: CounterState) -> None:
+        """Keep a counter that holds nothing else as its window and spend only (a tenant's
+        day counter outlives its last call by up to a day)."""
+        if not (state.holds or state.fired or state.buckets or state.reserved):
+            self._states[key] = (state.window_id, state.spent)
 
     def _expire(self, now: float) -> None:
         for key in self._idle.expired(now):
@@ -233,6 +244,7 @@ class MemoryBudgetBackend:
                 spent.append(state.spent)
                 resets.append(resets_at)
                 fired.append(fire_alerts(state, spec))
+                self._settled(spec.key, state)
             return SettleResult(True, tuple(spent), tuple(resets), tuple(fired))
 
     def status(self, specs: Sequence[CounterSpec]) -> list[Status]:
@@ -242,7 +254,8 @@ class MemoryBudgetBackend:
             self._expire(now)
             found: list[Status] = []
             for spec in specs:
-                state = self._states.get(spec.key) or CounterState()
+                kept = self._states.get(spec.key)
+                state = self._state(spec.key) if kept is not None else CounterState()
                 spent, resets = bring_to_now(state, spec, now)
                 found.append((spent, state.reserved, resets))
             return found
