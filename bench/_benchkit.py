@@ -16,6 +16,7 @@ Not a benchmark itself (the leading underscore); the benches import it as ``_ben
   so a recycled pid is never hit. Children that are stopped normally are unregistered.
 * :func:`popen_group`: ``subprocess.Popen`` in a new process group (session), registered
   with the reaper; :func:`stop_group` stops the whole group (SIGTERM, then SIGKILL).
+* :func:`round_arguments`: the command line of a bench whose worker processes take turns.
 * :func:`print_result`: the bench's result, one JSON object with ``--json``, else a
   ``key: value`` line each.
 * :func:`latency_summary`: ``samples``, ``p50``, ``max`` and, from
@@ -25,6 +26,7 @@ Not a benchmark itself (the leading underscore); the benches import it as ``_ben
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import math
@@ -33,7 +35,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -241,6 +243,31 @@ def latency_summary(values: Sequence[float], digits: int = 3) -> dict[str, float
     if len(ordered) >= P99_MIN_SAMPLES:
         found["p99"] = round(nearest_rank(ordered, 99), digits)
     return found
+
+
+def round_arguments(
+    doc: str, workers: Sequence[str], what: str, worker_main: Callable[..., None]
+) -> argparse.Namespace | None:
+    """The command line of a bench whose ``workers`` (one process each) take turns round by
+    round: ``--json``, ``--calls``, ``--rounds`` (of ``what``), ``--quick`` (200 calls, 2
+    rounds) and the hidden worker flags. In a worker's process it runs
+    ``worker_main(worker, base_url, concurrency, calls)`` and gives None."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--calls", type=int, default=2000, help="calls per round (2,000)")
+    parser.add_argument("--rounds", type=int, default=6, help=f"measured rounds per {what} (6)")
+    parser.add_argument("--quick", action="store_true", help="200 calls, 2 rounds")
+    parser.add_argument("--worker", choices=workers, help=argparse.SUPPRESS)
+    parser.add_argument("--base-url", help=argparse.SUPPRESS)
+    parser.add_argument("--concurrency", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    exit_on_signals()
+    if args.worker:
+        worker_main(args.worker, args.base_url, args.concurrency, args.calls)
+        return None
+    if args.quick:
+        args.calls, args.rounds = 200, 2
+    return args
 
 
 def print_result(result: dict[str, Any], as_json: bool) -> None:

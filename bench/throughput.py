@@ -21,7 +21,6 @@ Usage: python bench/throughput.py [--json] [--calls N] [--rounds R] [--quick]
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import subprocess
@@ -30,7 +29,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from _benchkit import exit_on_signals, popen_group, print_result, stop_group
+from _benchkit import popen_group, print_result, round_arguments, stop_group
 from overhead import start_server
 
 SIDES = ("sdk", "httpx", "guard")
@@ -159,21 +158,9 @@ def level(base_url: str, concurrency: int, calls: int, rounds: int) -> dict[str,
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.add_argument("--calls", type=int, default=2000, help="calls per round (2,000)")
-    parser.add_argument("--rounds", type=int, default=6, help="measured rounds per side (6)")
-    parser.add_argument("--quick", action="store_true", help="200 calls, 2 rounds")
-    parser.add_argument("--worker", choices=SIDES, help=argparse.SUPPRESS)
-    parser.add_argument("--base-url", help=argparse.SUPPRESS)
-    parser.add_argument("--concurrency", type=int, help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    exit_on_signals()
-    if args.worker:
-        worker_main(args.worker, args.base_url, args.concurrency, args.calls)
+    args = round_arguments(__doc__, SIDES, "side", worker_main)
+    if args is None:
         return
-    if args.quick:
-        args.calls, args.rounds = 200, 2
     server, base_url = start_server()
     try:
         levels = {str(c): level(base_url, c, args.calls, args.rounds) for c in LEVELS}

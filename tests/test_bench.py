@@ -157,6 +157,26 @@ def test_throughput_reports_each_side_at_50_and_500_concurrent_calls() -> None:
 
 
 @timeout_for(BENCH_TIMEOUT)
+def test_http_clients_reports_each_installed_client_at_50_and_500_concurrent_calls() -> None:
+    result = run("http_clients.py", "--quick")
+    for level in ("50", "500"):
+        found = result["concurrency"][level]
+        assert set(found) | set(result["skipped"]) == {
+            "httpx_default",
+            "httpx_sized",
+            "httpx2_default",
+            "httpx2_sized",
+            "aiohttp",
+        }
+        for client in found.values():
+            assert len(client["rounds"]) == 2
+            assert client["round_min"] <= client["calls_s"] <= client["round_max"]
+            for measured in client["rounds"]:
+                assert measured["calls_s"] > 0
+                assert min(measured["client_cpu_us"], measured["connects"], measured["gc_ms"]) >= 0
+
+
+@timeout_for(BENCH_TIMEOUT)
 def test_routing_reports_each_strategy_through_the_three_phases() -> None:
     result = run("routing.py", "--quick")
     strategies = result["strategies"]
