@@ -1,4 +1,5 @@
-"""Every FakeProvider fault becomes its typed error, through httpx, sync and async."""
+"""Every FakeProvider fault becomes its typed error, sync (httpx) and async: through httpx2
+(the default where it is installed) and through httpx (``async-httpx``)."""
 
 from __future__ import annotations
 
@@ -32,13 +33,20 @@ from .rawserver import RawServer
 REQUEST = ChatRequest.model_validate(
     {"messages": [{"role": "user", "content": "tell me four words"}], "max_tokens": 50}
 )
-MODES = ["sync", "async"]
+MODES = ["sync", "async", "async-httpx"]
+
+
+def _library(provider: OpenAICompatibleProvider, mode: str) -> None:
+    """``async-httpx``: the provider's async calls go through httpx instead of its default."""
+    if mode == "async-httpx":
+        provider._async_library = "httpx"
 
 
 def complete(provider: OpenAICompatibleProvider, mode: str, timeout: float = 5.0) -> ChatResponse:
     deadline = time.monotonic() + timeout
     if mode == "sync":
         return provider.complete(REQUEST, model="m", deadline=deadline)
+    _library(provider, mode)
 
     async def run() -> ChatResponse:
         try:
@@ -55,6 +63,7 @@ def stream(
     deadline = time.monotonic() + timeout
     if mode == "sync":
         return list(provider.stream(REQUEST, model="m", deadline=deadline))
+    _library(provider, mode)
 
     async def run() -> list[StreamChunk]:
         try:

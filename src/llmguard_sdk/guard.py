@@ -34,6 +34,7 @@ from .context import Hook
 from .errors import ConfigurationError, ProviderError
 from .models import ChatRequest, ChatResponse
 from .providers.base import Provider
+from .providers.openai_compat import _cap_pools
 from .ratelimit import LimitsConfig, RateLimiter
 from .releases import Release, ReleaseControl, ReleasePlan
 from .retry import (
@@ -271,7 +272,7 @@ class Guard(Closes, AsyncCloses):
             moves_on=moves_on,
             degraded_text=degraded,
             hedge_after=hedge_after,
-            limiter=wiring.limiter(rate_limits, self.store),
+            limiter=wiring.limiter(_cap_pools(routes, rate_limits), self.store),
             spend=wiring.spend(budgets, prices, routes, self.store, observer),
             cache=wiring.cache(cache, self.store),
             telemetry=observer,

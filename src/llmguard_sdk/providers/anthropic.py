@@ -31,6 +31,7 @@ import time
 from collections.abc import Generator, Mapping
 from typing import Any
 
+from .._http_library import Library
 from ..errors import ConfigurationError, MalformedResponseError, ProviderUnavailableError
 from ..models import ChatRequest, ChatResponse, Message, StreamChunk
 from ..prompts.adapters import CACHE_HISTORY_KEY, STATIC_MESSAGES_KEY, add_cache_breakpoints
@@ -79,8 +80,8 @@ class AnthropicProvider(OpenAICompatibleProvider):
         default_max_tokens: ``max_tokens`` of requests that set no output limit (Anthropic
             requires one).
         anthropic_version: the ``anthropic-version`` header.
-        headers, max_connections, context_window, transport, async_transport: as for
-            :class:`~llmguard_sdk.providers.OpenAICompatibleProvider`.
+        headers, max_connections, context_window, transport, async_transport, http_library:
+            as for :class:`~llmguard_sdk.providers.OpenAICompatibleProvider`.
     """
 
     def __init__(
@@ -93,10 +94,11 @@ class AnthropicProvider(OpenAICompatibleProvider):
         default_max_tokens: int = 1024,
         anthropic_version: str = ANTHROPIC_VERSION,
         headers: Mapping[str, str] | None = None,
-        max_connections: int = 100,
+        max_connections: int | None = None,
         context_window: int | None = None,
         transport: Any = None,
         async_transport: Any = None,
+        http_library: Library | None = None,
     ) -> None:
         if default_max_tokens < 1:
             raise ConfigurationError("default_max_tokens must be at least 1")
@@ -115,6 +117,7 @@ class AnthropicProvider(OpenAICompatibleProvider):
             context_window=context_window,
             transport=transport,
             async_transport=async_transport,
+            http_library=http_library,
         )
         self.default_max_tokens = default_max_tokens
         self._url = self.base_url + "/messages"

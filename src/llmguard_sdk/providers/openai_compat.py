@@ -1,4 +1,4 @@
-"""A provider for any OpenAI-compatible chat-completions endpoint, over httpx.
+"""A provider for any OpenAI-compatible chat-completions endpoint, over httpx or httpx2.
 
 OpenAI itself, Azure OpenAI, OpenRouter, Together, Groq, vLLM, llama.cpp's server, Ollama and
 LiteLLM's proxy all speak this protocol. :mod:`~llmguard_sdk.providers.wire` turns bytes into
@@ -8,23 +8,38 @@ Deadlines are exact: async calls run under an anyio cancel scope; sync calls reg
 socket with a watchdog thread that shuts it down when the deadline passes, so neither a slow
 server nor one that trickles bytes can hold a call past its deadline.
 
+Async calls go through httpx2 where it is installed (openai-python 3.x brings it), else httpx:
+the same API, and the same errors under the same names; measured in ``bench/http_clients.py``,
+httpx 0.28's connection pool costs CPU per call that grows with its connections (and swings
+round to round with how many are idle), httpx2's does not. Sync calls use httpx.
+
 .. versionadded:: 0.1.0
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import socket
+import sys
 import threading
 import time
 import warnings
-from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterator, Mapping
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Generator,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
 import anyio
 import httpx
 
+from .._http_library import HttpErrors, Library, library_module, pick_library
 from .._loops import PerLoop
 from ..errors import (
     ConfigurationError,
@@ -34,6 +49,7 @@ from ..errors import (
     ProviderUnavailableError,
 )
 from ..models import ChatRequest, ChatResponse, StreamChunk
+from ..ratelimit._rules import LimitsConfig, normalize
 from ..telemetry.redaction import register_secret
 from ._watchdog import watchdog
 from .base import StreamCall, _Streams
@@ -49,8 +65,8 @@ from .wire import (
 
 __all__ = ["OpenAICompatibleProvider"]
 
-# Failures that happen before a single byte of the request left: safe to send again.
-_NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+_HTTPX_ERRORS = HttpErrors.of(httpx)
+_DEFAULT_POOL = 100
 
 
 class OpenAICompatibleProvider(_Streams):
@@ -63,10 +79,16 @@ class OpenAICompatibleProvider(_Streams):
         model: the model this route serves; ``None`` uses each request's ``model``.
         name: the route name shown in responses and errors (default: the URL's host:port).
         headers: extra headers sent with every request.
-        max_connections: size of each connection pool (kept between calls).
+        max_connections: size of each connection pool (kept between calls); ``None``: the
+            route's concurrency cap where a Guard's ``rate_limits`` set one
+            (``RateLimit(concurrency=...)``, the largest where Guards share this provider),
+            else 100.
         context_window: the model's context in tokens, when known: the Guard then skips this
             route for requests that cannot fit (moving to a route with a larger context).
-        transport, async_transport: httpx transports, for tests or custom networking.
+        transport, async_transport: httpx transports, for tests or custom networking
+            (``async_transport`` may be an httpx2 one: async calls then use httpx2).
+        http_library: the async calls' library, ``"httpx2"`` or ``"httpx"``; ``None``: httpx2
+            where it is installed, else httpx (or the library of ``async_transport``).
 
     Connections are pooled and reused: one pool for sync calls, and one per event loop for
     async calls. Close them with :meth:`aclose` in async code (or :meth:`close` in sync code),
@@ -81,10 +103,11 @@ class OpenAICompatibleProvider(_Streams):
         model: str | None = None,
         name: str | None = None,
         headers: Mapping[str, str] | None = None,
-        max_connections: int = 100,
+        max_connections: int | None = None,
         context_window: int | None = None,
         transport: httpx.BaseTransport | None = None,
-        async_transport: httpx.AsyncBaseTransport | None = None,
+        async_transport: Any = None,
+        http_library: Library | None = None,
     ) -> None:
         parts = urlsplit(base_url)
         try:
@@ -96,7 +119,7 @@ class OpenAICompatibleProvider(_Streams):
                 f"base_url must be an http(s) URL such as https://<provider host>/v1, "
                 f"got {base_url!r}"
             )
-        if max_connections < 1:
+        if max_connections is not None and max_connections < 1:
             raise ConfigurationError("max_connections must be at least 1")
         self._headers = {"accept": "application/json", **dict(headers or {})}
         if api_key is not None:
@@ -113,11 +136,11 @@ class OpenAICompatibleProvider(_Streams):
         self.context_window = context_window
         self.name = name or parts.netloc
         self._url = self.base_url + "/chat/completions" + query
-        self._limits = httpx.Limits(
-            max_connections=max_connections, max_keepalive_connections=max_connections
-        )
+        self._max_connections = max_connections
+        self._route_cap: int | None = None
         self._transport = transport
         self._async_transport = async_transport
+        self._async_library = _async_library(http_library, async_transport)
         self._lock = threading.Lock()
         self._client: httpx.Client | None = None
         self._aclients = PerLoop(self._new_async_client)
@@ -127,23 +150,42 @@ class OpenAICompatibleProvider(_Streams):
 
     # -- clients -------------------------------------------------------------------------
 
+    @property
+    def pool_size(self) -> int:
+        """Connections each pool keeps: ``max_connections``, else the route's concurrency cap,
+        else 100."""
+        return self._max_connections or self._route_cap or _DEFAULT_POOL
+
+    def _cap_pool(self, concurrency: int) -> None:
+        """A Guard's concurrency cap for this route: pools opened from now on are sized to
+        it (the largest cap told, where Guards share this provider)."""
+        self._route_cap = max(self._route_cap or 0, concurrency)
+
+    def _limits(self, module: Any) -> Any:
+        size = self.pool_size
+        return module.Limits(max_connections=size, max_keepalive_connections=size)
+
     def _sync_client(self) -> httpx.Client:
         client = self._client
         if client is None:
             with self._lock:
                 if self._client is None:
                     self._client = httpx.Client(
-                        headers=self._headers, limits=self._limits, transport=self._transport
+                        headers=self._headers,
+                        limits=self._limits(httpx),
+                        transport=self._transport,
                     )
                 client = self._client
         return client
 
-    def _async_client(self) -> httpx.AsyncClient:
+    def _async_client(self) -> Any:
+        """This event loop's ``AsyncClient`` (httpx2's or httpx's)."""
         return self._aclients.get()
 
-    def _new_async_client(self) -> httpx.AsyncClient:
-        return httpx.AsyncClient(
-            headers=self._headers, limits=self._limits, transport=self._async_transport
+    def _new_async_client(self) -> Any:
+        module = library_module(self._async_library)
+        return module.AsyncClient(
+            headers=self._headers, limits=self._limits(module), transport=self._async_transport
         )
 
     def close(self) -> None:
@@ -224,6 +266,7 @@ class OpenAICompatibleProvider(_Streams):
         """Async twin of :meth:`complete`."""
         args = self._request(request, model, stream=False, deadline=deadline)
         client = self._async_client()
+        errors = _errors(self._async_library)
         try:
             with anyio.fail_after(max(0.0, deadline - time.monotonic())):
                 async with client.stream(**args) as response:
@@ -232,8 +275,8 @@ class OpenAICompatibleProvider(_Streams):
                         collected.add(piece)
         except TimeoutError:
             raise _deadline_passed(self.name) from None
-        except httpx.HTTPError as exc:
-            raise _transport_error(exc, self.name, deadline) from exc
+        except errors.any as exc:
+            raise _transport_error(exc, self.name, deadline, errors) from exc
         return self._parse(response.status_code, response.headers, collected.data)
 
     def _stream(self, call: StreamCall) -> Generator[StreamChunk, None, None]:
@@ -269,22 +312,23 @@ class OpenAICompatibleProvider(_Streams):
         )
         state = self._answers.stream_state(self.name, deadline)
         client = self._async_client()
+        errors = _errors(self._async_library)
         built = client.build_request(**args)
         try:
             with anyio.fail_after(max(0.0, deadline - time.monotonic())):
                 response = await client.send(built, stream=True)
         except TimeoutError:
             raise _deadline_passed(self.name) from None
-        except httpx.HTTPError as exc:
-            raise _transport_error(exc, self.name, deadline) from exc
+        except errors.any as exc:
+            raise _transport_error(exc, self.name, deadline, errors) from exc
         try:
             pieces = response.aiter_bytes()
             if not state.accept(response.status_code, response.headers):
                 error = _Collector(self.name, deadline, MAX_ERROR_BODY_BYTES, truncate=True)
-                while (piece := await _next_before(pieces, deadline, state)) is not None:
+                while (piece := await _next_before(pieces, deadline, state, errors)) is not None:
                     error.add(piece)
                 raise state.http_error(error.data)
-            while (raw := await _next_before(pieces, deadline, state)) is not None:
+            while (raw := await _next_before(pieces, deadline, state, errors)) is not None:
                 for chunk in state.feed(raw):
                     yield chunk
                 if state.done:
@@ -295,11 +339,25 @@ class OpenAICompatibleProvider(_Streams):
                 await response.aclose()
 
 
+def _cap_pools(routes: Sequence[object], limits: LimitsConfig | None) -> LimitsConfig | None:
+    """Size each HTTP route's pools to the route's concurrency cap in ``limits`` (a Guard's
+    ``rate_limits``): more connections than calls allowed in flight would only sit idle.
+    Gives ``limits`` back unchanged (the Guard builds its rate limiter from them)."""
+    rules = normalize(limits) if limits is not None else {}
+    for route in routes:
+        if isinstance(route, OpenAICompatibleProvider):
+            found = rules.get(route.name, ())
+            caps = [r.concurrency for r in found if r.concurrency and not r.per_tenant]
+            if caps:
+                route._cap_pool(min(caps))
+    return limits
+
+
 # -- helpers -------------------------------------------------------------------------------
 
 
 async def _next_before(
-    pieces: AsyncIterator[bytes], deadline: float, state: StreamState
+    pieces: AsyncIterator[bytes], deadline: float, state: StreamState, errors: HttpErrors
 ) -> bytes | None:
     """The next piece of an async body, or None at its end; the deadline is exact."""
     try:
@@ -309,8 +367,8 @@ async def _next_before(
         return None
     except TimeoutError:
         raise state.timed_out() from None
-    except httpx.HTTPError as exc:
-        raise state.broken(exc, timed_out=isinstance(exc, httpx.TimeoutException)) from exc
+    except errors.any as exc:
+        raise state.broken(exc, timed_out=isinstance(exc, errors.timeout)) from exc
 
 
 class _Collector:
@@ -341,7 +399,26 @@ class _Collector:
         return b"".join(self._pieces)
 
 
-def _limit(response: httpx.Response) -> int:
+def _async_library(library: Library | None, transport: object) -> Library:
+    """The async calls' library: ``async_transport``'s where one is given, else ``library``
+    (``None``: httpx2 where installed)."""
+    if transport is None or isinstance(transport, httpx.AsyncBaseTransport):
+        chosen = pick_library(library) if transport is None else "httpx"
+    else:
+        httpx2 = sys.modules.get("httpx2")
+        base = getattr(httpx2, "AsyncBaseTransport", ())
+        chosen = "httpx2" if isinstance(transport, base) else pick_library(library)
+    if library is not None and library != chosen:
+        raise ConfigurationError(f"http_library={library!r} but async_transport is {chosen}'s")
+    return chosen
+
+
+@functools.cache
+def _errors(library: Library) -> HttpErrors:
+    return HttpErrors.of(library_module(library))
+
+
+def _limit(response: Any) -> int:
     return MAX_BODY_BYTES if response.status_code == 200 else MAX_ERROR_BODY_BYTES
 
 
@@ -360,14 +437,15 @@ def _deadline_watch(response: httpx.Response, deadline: float) -> Iterator[None]
         watchdog.cancel(token)
 
 
-def _timeout_until(deadline: float, route: str, idle: float | None = None) -> httpx.Timeout:
-    """httpx timeouts for one request: no single wait may outlast the deadline (or ``idle``)."""
+def _timeout_until(deadline: float, route: str, idle: float | None = None) -> float:
+    """The request's timeout (every one of httpx's: connect, read, write, pool): no single
+    wait may outlast the deadline (or ``idle``)."""
     remaining = deadline - time.monotonic()
     if remaining <= 0:
         raise ProviderTimeoutError(
             "the call's deadline passed before the request", route=route, request_sent=False
         )
-    return httpx.Timeout(remaining if idle is None else min(remaining, idle))
+    return remaining if idle is None else min(remaining, idle)
 
 
 def _deadline_passed(route: str) -> ProviderTimeoutError:
@@ -376,15 +454,17 @@ def _deadline_passed(route: str) -> ProviderTimeoutError:
     )
 
 
-def _transport_error(exc: httpx.HTTPError, route: str, deadline: float) -> ProviderError:
-    sent = not isinstance(exc, _NOT_SENT)
+def _transport_error(
+    exc: Exception, route: str, deadline: float, errors: HttpErrors = _HTTPX_ERRORS
+) -> ProviderError:
+    sent = not isinstance(exc, errors.not_sent)  # not sent: safe to send again
     if time.monotonic() >= deadline:
         error = _deadline_passed(route)
         error.request_sent = sent
         return error
-    if isinstance(exc, httpx.TimeoutException):
+    if isinstance(exc, errors.timeout):
         return ProviderTimeoutError(f"no answer in time: {exc!r}", route=route, request_sent=sent)
-    if isinstance(exc, httpx.DecodingError):
+    if isinstance(exc, errors.decoding):
         return MalformedResponseError(f"undecodable response: {exc!r}", route=route)
     return ProviderUnavailableError(f"connection failed: {exc!r}", route=route, request_sent=sent)
 

@@ -31,12 +31,11 @@ and ``x-llmguard-attempts``.
 
 from __future__ import annotations
 
-import importlib.util
 from typing import TYPE_CHECKING, Any, Literal, overload
 
 import httpx
 
-from ..errors import ConfigurationError
+from .._http_library import Library, library_module, pick_library
 
 if TYPE_CHECKING:
     import httpx2
@@ -45,18 +44,8 @@ if TYPE_CHECKING:
 
 __all__ = ["Library", "async_http_client", "async_transport", "http_client", "transport"]
 
-Library = Literal["httpx", "httpx2"]
-"""Which HTTP library's client or transport to build."""
-
 _BASE_URL = "http://llmguard.invalid"
-
-
-def _library(library: Library | None) -> Library:
-    if library is None:
-        return "httpx2" if importlib.util.find_spec("httpx2") is not None else "httpx"
-    if library not in ("httpx", "httpx2"):
-        raise ConfigurationError(f"library must be 'httpx' or 'httpx2', not {library!r}")
-    return library
+_library = pick_library
 
 
 @overload
@@ -147,7 +136,7 @@ def _client(
     else:
         from . import _httpx2
 
-        module = importlib.import_module("httpx2")
+        module = library_module("httpx2")
         kinds = (_httpx2.Httpx2Transport, _httpx2.Httpx2AsyncTransport)
     seam = kinds[asynchronous](guard, raise_errors=raise_errors)
     cls = module.AsyncClient if asynchronous else module.Client
