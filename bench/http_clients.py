@@ -15,10 +15,13 @@ own:
 Each process runs a warm-up round, then the measured rounds; the clients take turns round by
 round (order rotated). Per client and level: ``calls_s`` (mean over rounds), ``round_min`` /
 ``round_max``, and per round: ``calls_s``, ``connects`` (TCP connections the client opened in
-the round: ``socket.connect`` calls), ``client_cpu_us`` and ``server_cpu_us`` (CPU per call of
+the round: ``socket.connect`` calls), ``errors`` (failed calls: counted, not retried),
+``client_cpu_us`` and ``server_cpu_us`` (CPU per call of
 the client's and the FakeProvider's process), ``gc_ms`` (time in the client's garbage
 collector) and ``others_cpu`` (cores' worth of CPU the rest of the machine used during the
-round: a shared machine's load). ``first_round_calls_s`` is the warm-up round.
+round: a shared machine's load). ``first_round_calls_s``, ``first_round_connects`` and
+``first_round_errors`` are the warm-up round's: it opens the pool's connections, up to
+``concurrency`` of them at once.
 
 Usage: python bench/http_clients.py [--json] [--calls N] [--rounds R] [--quick]
 """
@@ -96,10 +99,12 @@ def _client(name: str, base_url: str, concurrency: int) -> tuple[Any, Any]:
 
 
 class _Counters:
-    """Connections opened (``socket.connect`` calls) and time in the garbage collector."""
+    """Connections opened (``socket.connect`` calls), failed calls and time in the garbage
+    collector."""
 
     def __init__(self) -> None:
         self.connects = 0
+        self.errors = 0
         self.gc_s = 0.0
         self._gc_start = 0.0
         original = socket.socket.connect
@@ -129,9 +134,13 @@ async def _round(
     async def worker() -> None:
         while left[0] > 0:
             left[0] -= 1
-            await call()
+            try:
+                await call()
+            except Exception:  # counted: a reset connection, an error answer
+                counters.errors += 1
 
     connects, gc_s, cpu = counters.connects, counters.gc_s, time.process_time()
+    errors = counters.errors
     start = time.perf_counter()
     async with anyio.create_task_group() as tasks:
         for _ in range(concurrency):
@@ -140,6 +149,7 @@ async def _round(
     return {
         "calls_s": calls / elapsed,
         "connects": counters.connects - connects,
+        "errors": counters.errors - errors,
         "client_cpu_us": (time.process_time() - cpu) / calls * 1e6,
         "gc_ms": (counters.gc_s - gc_s) * 1e3,
     }
@@ -179,7 +189,7 @@ def _cpu_ticks(pid: int | None = None) -> int:
     return int(fields[11]) + int(fields[12])
 
 
-def _start(name: str, base_url: str, concurrency: int, calls: int) -> tuple[Any, float]:
+def _start(name: str, base_url: str, concurrency: int, calls: int) -> tuple[Any, dict[str, float]]:
     args = [__file__, "--worker", name, "--base-url", base_url]
     args += ["--concurrency", str(concurrency), "--calls", str(calls)]
     process = popen_group(
@@ -189,7 +199,7 @@ def _start(name: str, base_url: str, concurrency: int, calls: int) -> tuple[Any,
     if not line.strip():
         stop_group(process)
         raise SystemExit(f"the {name} worker did not start")
-    return process, float(json.loads(line)["calls_s"])
+    return process, json.loads(line)
 
 
 def _ask(process: Any, server_pid: int, calls: int) -> dict[str, float]:
@@ -215,7 +225,7 @@ def level(server: Any, base_url: str, concurrency: int, calls: int, rounds: int)
     """Every client at one concurrency level, rounds taken in turns."""
     names = [n for n in CLIENTS if importlib.util.find_spec(n.split("_")[0]) is not None]
     workers: dict[str, Any] = {}
-    first: dict[str, float] = {}
+    first: dict[str, dict[str, float]] = {}
     per_round: dict[str, list[dict[str, float]]] = {name: [] for name in names}
     try:
         for name in names:
@@ -234,7 +244,9 @@ def level(server: Any, base_url: str, concurrency: int, calls: int, rounds: int)
             "calls_s": round(statistics.fmean(rates), 1),
             "round_min": min(rates),
             "round_max": max(rates),
-            "first_round_calls_s": round(first[name], 1),
+            "first_round_calls_s": round(first[name]["calls_s"], 1),
+            "first_round_connects": first[name]["connects"],
+            "first_round_errors": first[name]["errors"],
             "rounds": values,
         }
     return found

@@ -174,6 +174,7 @@ def test_http_clients_reports_each_installed_client_at_50_and_500_concurrent_cal
             for measured in client["rounds"]:
                 assert measured["calls_s"] > 0
                 assert min(measured["client_cpu_us"], measured["connects"], measured["gc_ms"]) >= 0
+                assert measured["errors"] == 0  # every call answered
 
 
 @timeout_for(BENCH_TIMEOUT)

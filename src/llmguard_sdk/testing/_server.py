@@ -95,7 +95,7 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
     allow_reuse_address = True
-    request_queue_size = 128
+    request_queue_size = 1024  # 128 reset ~10 % of 500 connections opened at once
     timeout = _POLL_S
 
     def __init__(self, address: tuple[str, int], provider: FakeProvider) -> None:
