@@ -16,6 +16,7 @@ Not a benchmark itself (the leading underscore); the benches import it as ``_ben
   so a recycled pid is never hit. Children that are stopped normally are unregistered.
 * :func:`popen_group`: ``subprocess.Popen`` in a new process group (session), registered
   with the reaper; :func:`stop_group` stops the whole group (SIGTERM, then SIGKILL).
+* :class:`RoundCpu`: the CPU a round's server and worker used, and the rest of the machine.
 * :func:`round_arguments`: the command line of a bench whose worker processes take turns.
 * :func:`print_result`: the bench's result, one JSON object with ``--json``, else a
   ``key: value`` line each.
@@ -220,6 +221,42 @@ def start_processes(processes: Sequence[Any]) -> None:
     for process in processes:
         process.start()
         REAPER.add(process.pid)
+
+
+# -------------------------------------------------------------------------- CPU shares
+
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def cpu_ticks(pid: int | None = None) -> int:
+    """CPU ticks of process ``pid``, or (None) the whole machine's busy ticks (Linux)."""
+    if pid is None:
+        with open("/proc/stat") as stat:
+            fields = stat.readline().split()[1:]
+        return sum(int(v) for v in fields[:8]) - int(fields[3]) - int(fields[4])
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
+class RoundCpu:
+    """CPU used while a round runs: the server's and the worker's processes (seconds each) and
+    the rest of the machine (``others``: cores' worth, the load of a shared machine)."""
+
+    def __init__(self, server_pid: int, worker_pid: int) -> None:
+        self._pids = (server_pid, worker_pid)
+        self._start = self._now()
+        self._started = time.perf_counter()
+
+    def _now(self) -> tuple[int, int, int]:
+        return cpu_ticks(), cpu_ticks(self._pids[0]), cpu_ticks(self._pids[1])
+
+    def done(self) -> tuple[float, float, float]:
+        """``(server_s, worker_s, others)`` since this object was made."""
+        elapsed = time.perf_counter() - self._started
+        machine, server, worker = (b - a for a, b in zip(self._start, self._now(), strict=True))
+        others = max(0, machine - server - worker) / _TICK / elapsed
+        return server / _TICK, worker / _TICK, others
 
 
 # ------------------------------------------------------------------------ percentiles

@@ -40,7 +40,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from _benchkit import popen_group, print_result, round_arguments, stop_group
+from _benchkit import RoundCpu, popen_group, print_result, round_arguments, stop_group
 
 CLIENTS = ("httpx_default", "httpx_sized", "httpx2_default", "httpx2_sized", "aiohttp")
 LEVELS = (50, 500)
@@ -49,7 +49,6 @@ BODY = {
     "messages": [{"role": "user", "content": "Where is my parcel?"}],
     "max_tokens": 16,
 }
-_TICK = os.sysconf("SC_CLK_TCK")
 
 
 # ----------------------------------------------------------------------- the clients
@@ -177,18 +176,6 @@ def worker_main(name: str, base_url: str, concurrency: int, calls: int) -> None:
 # ----------------------------------------------------------------------- the driver
 
 
-def _cpu_ticks(pid: int | None = None) -> int:
-    """CPU ticks of process ``pid``, or (None) of the whole machine's busy time."""
-    if pid is None:
-        with open("/proc/stat") as stat:
-            fields = stat.readline().split()[1:]
-        idle = int(fields[3]) + int(fields[4])
-        return sum(int(v) for v in fields[:8]) - idle
-    with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])
-
-
 def _start(name: str, base_url: str, concurrency: int, calls: int) -> tuple[Any, dict[str, float]]:
     args = [__file__, "--worker", name, "--base-url", base_url]
     args += ["--concurrency", str(concurrency), "--calls", str(calls)]
@@ -204,20 +191,12 @@ def _start(name: str, base_url: str, concurrency: int, calls: int) -> tuple[Any,
 
 def _ask(process: Any, server_pid: int, calls: int) -> dict[str, float]:
     """One measured round of a worker, with the server's and the machine's CPU beside it."""
-    ticks = (_cpu_ticks(), _cpu_ticks(server_pid), _cpu_ticks(process.pid))
-    start = time.perf_counter()
+    cpu = RoundCpu(server_pid, process.pid)
     process.stdin.write("go\n")
     process.stdin.flush()
     found: dict[str, float] = json.loads(process.stdout.readline())
-    elapsed = time.perf_counter() - start
-    machine, server, client = (
-        after - before
-        for after, before in zip(
-            (_cpu_ticks(), _cpu_ticks(server_pid), _cpu_ticks(process.pid)), ticks, strict=True
-        )
-    )
-    found["server_cpu_us"] = server / _TICK / calls * 1e6
-    found["others_cpu"] = max(0, machine - server - client) / _TICK / elapsed
+    server_s, _, found["others_cpu"] = cpu.done()
+    found["server_cpu_us"] = server_s / calls * 1e6
     return {key: round(value, 2) for key, value in found.items()}
 
 

@@ -14,7 +14,9 @@ imports, code paths), then the measured rounds; the sides take turns round by ro
 rotated), so load on a shared machine hits each alike. Per concurrency level:
 ``sdk_calls_s``, ``httpx_calls_s``, ``guard_calls_s`` (means over the rounds), ``ratio``
 (Guard over SDK; target >= 1.0), ``guard_round_min`` / ``guard_round_max`` (target: the
-slowest round at least 0.8 of the fastest), and every round's figure per side.
+slowest round at least 0.8 of the fastest), every round's figure per side, and ``others_cpu``:
+per side and round, the cores' worth of CPU the rest of the machine used meanwhile (other
+jobs on a shared machine; the FakeProvider and the side's own process not counted).
 
 Usage: python bench/throughput.py [--json] [--calls N] [--rounds R] [--quick]
 """
@@ -29,7 +31,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from _benchkit import popen_group, print_result, round_arguments, stop_group
+from _benchkit import RoundCpu, popen_group, print_result, round_arguments, stop_group
 from overhead import start_server
 
 SIDES = ("sdk", "httpx", "guard")
@@ -123,25 +125,33 @@ def _start(side: str, base_url: str, concurrency: int, calls: int) -> subprocess
     return process
 
 
-def _ask(process: subprocess.Popen[str]) -> float:
+def _ask(process: subprocess.Popen[str], server_pid: int) -> tuple[float, float]:
+    """One measured round: calls/s and the rest of the machine's load (cores' worth)."""
     assert process.stdin is not None
     assert process.stdout is not None
+    cpu = RoundCpu(server_pid, process.pid)
     process.stdin.write("go\n")
     process.stdin.flush()
-    return float(json.loads(process.stdout.readline()))
+    calls_s = float(json.loads(process.stdout.readline()))
+    return calls_s, cpu.done()[2]
 
 
-def level(base_url: str, concurrency: int, calls: int, rounds: int) -> dict[str, Any]:
+def level(
+    server_pid: int, base_url: str, concurrency: int, calls: int, rounds: int
+) -> dict[str, Any]:
     """Every side at one concurrency level, rounds taken in turns."""
     workers: dict[str, subprocess.Popen[str]] = {}
     per_round: dict[str, list[float]] = {side: [] for side in SIDES}
+    others: dict[str, list[float]] = {side: [] for side in SIDES}
     try:
         for side in SIDES:
             workers[side] = _start(side, base_url, concurrency, calls)
         for index in range(rounds):
             shift = index % len(SIDES)
             for side in SIDES[shift:] + SIDES[:shift]:
-                per_round[side].append(_ask(workers[side]))
+                calls_s, load = _ask(workers[side], server_pid)
+                per_round[side].append(calls_s)
+                others[side].append(round(load, 2))
     finally:
         for process in workers.values():
             stop_group(process)
@@ -154,6 +164,7 @@ def level(base_url: str, concurrency: int, calls: int, rounds: int) -> dict[str,
         "guard_round_min": round(min(per_round["guard"]), 1),
         "guard_round_max": round(max(per_round["guard"]), 1),
         "rounds": {side: [round(v, 1) for v in values] for side, values in per_round.items()},
+        "others_cpu": others,
     }
 
 
@@ -163,7 +174,7 @@ def main() -> None:
         return
     server, base_url = start_server()
     try:
-        levels = {str(c): level(base_url, c, args.calls, args.rounds) for c in LEVELS}
+        levels = {str(c): level(server.pid, base_url, c, args.calls, args.rounds) for c in LEVELS}
     finally:
         stop_group(server)
     result = {"calls_per_round": args.calls, "concurrency": levels}
