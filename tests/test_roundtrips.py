@@ -51,6 +51,14 @@ def every_stage(target: tuple[str, str], **extra: Any) -> dict[str, Any]:
     return options
 
 
+def every_stage_counted(target: tuple[str, str]) -> dict[str, Any]:
+    """:func:`every_stage`, its cache reading the change stream only at the first call (a
+    read that came due on a slow machine would add a command to the counted call's batch)."""
+    url, prefix = target
+    store = redis_store(url, prefix)
+    return every_stage(target, store=store, cache=ResponseCache(store, sync_interval=3600.0))
+
+
 def ask(text: str) -> list[dict[str, str]]:
     return [{"role": "user", "content": text}]
 
@@ -59,7 +67,7 @@ def ask(text: str) -> list[dict[str, str]]:
 def test_a_call_with_every_stage_waits_for_redis_twice(
     kind: str, fake: FakeProvider, make_guard: Callable[..., Guard], redis_target: RedisTarget
 ) -> None:
-    guard = make_guard(fake, **every_stage(redis_target(kind)))
+    guard = make_guard(fake, **every_stage_counted(redis_target(kind)))
     for index in range(3):  # scripts loaded, the change stream read
         guard.chat(ask(f"warm up {index}"), tenant="acme", max_tokens=8)
     for question in ("what is the capital of France", "how tall is Mont Blanc"):
@@ -80,7 +88,7 @@ def test_a_call_with_every_stage_waits_for_redis_twice(
 def test_an_async_call_waits_for_redis_twice(
     kind: str, fake: FakeProvider, make_guard: Callable[..., Guard], redis_target: RedisTarget
 ) -> None:
-    guard = make_guard(fake, **every_stage(redis_target(kind)))
+    guard = make_guard(fake, **every_stage_counted(redis_target(kind)))
 
     async def main() -> list[tuple[int, int]]:
         found = []
