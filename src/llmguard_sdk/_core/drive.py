@@ -19,7 +19,7 @@ import queue
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Generator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,7 +74,7 @@ def drive(run: Run) -> Generator[StreamChunk, None, None]:
     """Carry out the plan with blocking I/O: the chunks it emits; its response in
     ``run.response``."""
     walk = _Walk(run)
-    with walk.closing():
+    try:
         for op in walk:
             if isinstance(op, ops.Emit):
                 yield op.chunk
@@ -83,6 +83,8 @@ def drive(run: Run) -> Generator[StreamChunk, None, None]:
                     walk.answer = _perform(op, run, walk.streams)
                 except ProviderError as failure:
                     walk.error = failure
+    finally:
+        walk.end()
 
 
 class _Walk:
@@ -114,15 +116,11 @@ class _Walk:
         self.steps.close()
         self.run.give_back_ahead()
 
-    @contextlib.contextmanager
-    def closing(self) -> Iterator[None]:
+    def end(self) -> None:
         """The blocking driver's end, however it ends: the plan closed, then the provider
         streams it opened."""
-        try:
-            yield
-        finally:
-            self.close()
-            self.streams.close_all()
+        self.close()
+        self.streams.close_all()
 
     @contextlib.asynccontextmanager
     async def aclosing(self) -> AsyncIterator[None]:

@@ -30,6 +30,7 @@ import json
 import logging
 import math
 import re
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from importlib import resources
@@ -320,12 +321,12 @@ class PriceTable:
     ) -> Price | None:
         """The price of ``model`` on day ``at`` (default today, UTC) at service tier ``tier``
         (``None``: standard), or None if unknown."""
-        day = at or dt.datetime.now(dt.timezone.utc).date()
-        wanted = normal_tier(tier)
-        key = (provider.lower() if provider else None, model.lower(), day, wanted)
+        day = at or _today()
+        key = (provider, model, day, tier)  # as asked: a hit needs no normalising
         if key in self._cache:
             return self._cache[key]
-        found = self._find(key[1], key[0], day, wanted)
+        wanted = normal_tier(tier)
+        found = self._find(model.lower(), provider.lower() if provider else None, day, wanted)
         if len(self._cache) >= 4096:
             self._cache.clear()
         self._cache[key] = found
@@ -479,6 +480,19 @@ def cost_of_response(
         if price is None:
             return None
     return Cost(price.cost(usage), "estimated")
+
+
+_DAY_SECONDS = 86_400
+_today_cache: tuple[int, dt.date] = (-1, dt.date(1970, 1, 1))
+
+
+def _today() -> dt.date:
+    """Today's date in UTC, made once a day (a price lookup is on every call's path)."""
+    global _today_cache
+    number = int(time.time() // _DAY_SECONDS)
+    if number != _today_cache[0]:
+        _today_cache = (number, dt.date(1970, 1, 1) + dt.timedelta(days=number))
+    return _today_cache[1]
 
 
 def _dated(prices: tuple[Price, ...] | None, day: dt.date) -> Price | None:

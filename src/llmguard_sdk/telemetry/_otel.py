@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Literal
@@ -12,6 +11,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import metrics, trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
+from .._ids import UniqueIds
 from .._version import __version__
 from ..errors import RequestValidationError
 from ._attributes import (
@@ -45,6 +45,7 @@ _DURATION_BUCKETS = [0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12,
 _CALL_LOG = logging.getLogger("llmguard_sdk.calls")
 _CASCADES = "Calls whose tier was a cascade, by whether they escalated (the escalation rate)"
 _SDK_CHECK_SECONDS = 1.0
+_call_ids = UniqueIds(random_digits=8, count_digits=8)  # metadata["call_id"]
 _PROXIES = frozenset(
     {"ProxyTracerProvider", "NoOpTracerProvider", "_ProxyMeterProvider", "NoOpMeterProvider"}
 )
@@ -272,17 +273,17 @@ class Telemetry:
     ) -> None:
         """Export one finished call: its span and attempt spans, metric points, a log record;
         its quality signals; the answer's ``metadata["call_id"]`` for :meth:`feedback`."""
-        call_id = os.urandom(8).hex()
+        call_id = _call_ids.next()
         if response is not None:
             response.metadata["call_id"] = call_id
-        signals = signals_of(ctx.request, response, error)
-        anomalies = self._watch(ctx, response, error)
+        anomalies = self._watch(ctx, response, error)  # their hooks and log see them
         exporting = self._exporting()
         sink = self.eval_sink
         if not exporting and not self._logging() and sink is None:
             if response is not None:
                 self._quality.remember(call_id, quality_labels(ctx, {}), None)
             return  # nothing would see the work: keep the no-SDK path cheap
+        signals = signals_of(ctx.request, response, error)
         by_name = {route.name: route for route in routes}
         end = ctx.started + ctx.elapsed()
         served = by_name.get(ctx.route or "") if error is None else None

@@ -29,8 +29,7 @@ import json
 import math
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from opentelemetry import metrics, trace
 from opentelemetry.trace import Link, SpanKind
@@ -55,11 +54,10 @@ _JSON_TYPES: dict[str, type | tuple[type, ...]] = {
 Attributes = dict[str, Any]
 
 
-@dataclass(frozen=True)
-class CallNote:
-    """What feedback needs to know about a finished call."""
+class CallNote(NamedTuple):
+    """What feedback needs to know about a finished call (a tuple: one per call is kept)."""
 
-    labels: tuple[tuple[str, str], ...]  # feature, served_by, release
+    labels: Attributes  # feature, served_by, release: the call's own dict, never changed
     span: trace.SpanContext | None
 
 
@@ -161,7 +159,7 @@ class Quality:
 
     def remember(self, call_id: str, labels: Attributes, span: trace.SpanContext | None) -> None:
         """Keep what feedback on ``call_id`` will need (the oldest call goes past the cap)."""
-        note = CallNote(tuple((k, str(v)) for k, v in labels.items()), span)
+        note = CallNote(labels, span)
         with self._lock:
             self._calls[call_id] = note
             if len(self._calls) > _MAX_CALLS:
@@ -173,7 +171,7 @@ class Quality:
         score = _check(score, label)
         with self._lock:
             note = self._calls.get(call_id)
-        labels: Attributes = dict(note.labels) if note is not None else {}
+        labels: Attributes = {k: str(v) for k, v in note.labels.items()} if note else {}
         if label is not None:
             labels["llmguard.feedback.label"] = label
         self._scores.record(score, labels)

@@ -1,0 +1,28 @@
+"""Ids that no other call of any process uses, made without a system call per id: a random
+part drawn once per process (again after a fork) and a count."""
+
+from __future__ import annotations
+
+import itertools
+import os
+
+__all__ = ["UniqueIds"]
+
+
+class UniqueIds:
+    """``next()`` gives ``prefix`` + ``random_digits`` random hex digits (this process's) +
+    ``count_digits`` hex digits of a count; a forked child draws its own random part."""
+
+    def __init__(self, prefix: str = "", *, random_digits: int = 16, count_digits: int = 16):
+        self._prefix, self._random_bytes = prefix, random_digits // 2
+        self._format = f"0{count_digits}x"
+        self._renew()
+        os.register_at_fork(after_in_child=self._renew)
+
+    def _renew(self) -> None:
+        self._head = self._prefix + os.urandom(self._random_bytes).hex()
+        self._count = itertools.count()
+
+    def next(self) -> str:
+        """A new id (thread-safe: the count is taken under the GIL)."""
+        return self._head + format(next(self._count), self._format)
