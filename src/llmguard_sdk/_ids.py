@@ -11,11 +11,10 @@ __all__ = ["UniqueIds"]
 
 class UniqueIds:
     """``next()`` gives ``prefix`` + ``random_digits`` random hex digits (this process's) +
-    ``count_digits`` hex digits of a count; a forked child draws its own random part."""
+    16 hex digits of a count; a forked child draws its own random part."""
 
-    def __init__(self, prefix: str = "", *, random_digits: int = 16, count_digits: int = 16):
+    def __init__(self, prefix: str = "", *, random_digits: int = 16):
         self._prefix, self._random_bytes = prefix, random_digits // 2
-        self._format = f"0{count_digits}x"
         self._renew()
         os.register_at_fork(after_in_child=self._renew)
 
@@ -25,4 +24,4 @@ class UniqueIds:
 
     def next(self) -> str:
         """A new id (thread-safe: the count is taken under the GIL)."""
-        return self._head + format(next(self._count), self._format)
+        return f"{self._head}{next(self._count):016x}"

@@ -45,7 +45,7 @@ _DURATION_BUCKETS = [0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12,
 _CALL_LOG = logging.getLogger("llmguard_sdk.calls")
 _CASCADES = "Calls whose tier was a cascade, by whether they escalated (the escalation rate)"
 _SDK_CHECK_SECONDS = 1.0
-_call_ids = UniqueIds(random_digits=8, count_digits=8)  # metadata["call_id"]
+_call_ids = UniqueIds(random_digits=8)  # metadata["call_id"]
 _PROXIES = frozenset(
     {"ProxyTracerProvider", "NoOpTracerProvider", "_ProxyMeterProvider", "NoOpMeterProvider"}
 )
