@@ -5,6 +5,9 @@ and one log line."""
 from __future__ import annotations
 
 import logging
+import math
+import random
+from collections import deque
 from collections.abc import Callable
 
 import pytest
@@ -91,6 +94,29 @@ def test_an_error_rate_over_its_baseline_and_the_floor() -> None:
     assert event.kind == "error_rate"
     assert event.value >= 0.5
     assert event.baseline == pytest.approx(0.025)
+
+
+def test_rolling_baseline_flags_what_a_sorted_window_would() -> None:
+    """The kept-in-order window gives the p95 a full sort gives, through evictions, ties
+    and spikes, refreshed every 16 observations as before."""
+    rng = random.Random(3)
+    baseline = RollingBaseline(factor=3.0, window=40, min_samples=10)
+    window: deque[float] = deque(maxlen=40)
+    since, p95 = 16, 0.0
+    flagged = 0
+    for i in range(5000):
+        value = float(400 if rng.random() < 0.02 else rng.choice([rng.randint(1, 50), 7]))
+        expected = None
+        if len(window) >= 10:
+            if since >= 16:
+                ordered = sorted(window)
+                since, p95 = 0, ordered[math.ceil(0.95 * len(ordered)) - 1]
+            since += 1
+            expected = p95 if value > 3.0 * max(p95, 1.0) else None
+        assert baseline.observe("k", value) == expected, i
+        window.append(value)
+        flagged += expected is not None
+    assert flagged > 30  # the spikes were judged, not only the quiet values
 
 
 def test_time_buckets_and_baselines_refuse_nonsense() -> None:

@@ -106,7 +106,7 @@ class RetryDetails:
     hinted: bool = False
 
 
-@dataclass
+@dataclass(slots=True)
 class AttemptRecord:
     """One provider attempt of a call, for telemetry: which route, when (``time.monotonic``
     instants), how it ended (``error`` None = success; ``ended`` None = abandoned or
@@ -128,7 +128,7 @@ class AttemptRecord:
             self.error = error
 
 
-@dataclass
+@dataclass(slots=True)
 class CallContext:
     """Everything one guarded call carries through the pipeline's stages.
 
