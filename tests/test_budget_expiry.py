@@ -1,12 +1,13 @@
-"""Budget state that does not grow with calls or time: settled reservation ids, holds and
-idle per-tenant counters expire through deadline-ordered structures (memory) or key TTLs
-(Redis)."""
+"""Budget state that does not grow with calls or time: settled reservation ids are not kept
+(memory) or expire (Redis), holds and idle per-tenant counters expire through
+deadline-ordered structures and per-window tables (memory) or key TTLs (Redis)."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
@@ -35,21 +36,70 @@ def reserve(backend: Any, rid: str, specs: list[CounterSpec], usd: float, ttl: f
     return backend.reserve(rid, specs, base=nano(usd), per_token=0.0, want=0, minimum=0, ttl=ttl)
 
 
-def test_settled_ids_are_remembered_for_their_ttl_then_forgotten() -> None:
+@pytest.mark.slow
+def test_settled_ids_are_forgotten_and_a_repeated_settle_stays_a_no_op() -> None:
+    """100,000 calls from 100,000 tenants: no reservation id is kept once settled, each
+    tenant's day counter is kept as its spend alone, and a settle repeated (or of an id
+    never reserved here) changes nothing."""
     clock = Clock()
     backend = MemoryBudgetBackend(clock=clock)
-    counter = [spec("acme")]
-    for i in range(1000):
-        reserve(backend, f"r{i}", counter, 0.001)
-        assert backend.settle(f"r{i}", counter, actual=nano(0.001), ttl=DAY).applied
-        clock.now += 1
-    assert not backend.settle("r0", counter, actual=nano(0.001), ttl=DAY).applied  # once
-    assert len(backend._done.at) == 1000
-    clock.now += DAY  # every id's day is over: the next settle forgets them all
-    backend.settle("later", counter, actual=0, ttl=DAY)
-    assert set(backend._done.at) == {"later"}
-    (status,) = backend.status(counter)
-    assert status[0] == 0  # a new day: the settled spend of yesterday is gone too
+    shared = spec("global", limit_usd=1e6)
+    tracemalloc.start()
+    before, _ = tracemalloc.get_traced_memory()
+    for i in range(100_000):
+        counters = [shared, spec(f"tenant-{i}")]
+        assert reserve(backend, f"r{i}", counters, 0.002).allowed
+        assert backend.settle(f"r{i}", counters, actual=nano(0.001), ttl=DAY).applied
+        clock.now += 0.1
+    grown = tracemalloc.get_traced_memory()[0] - before
+    tracemalloc.stop()
+    assert backend.open_reservations() == 0  # no settled id is remembered
+    assert backend.counters() == 100_001  # a day counter per tenant, for its day
+    assert grown < 100_000 * 300  # about a key and a spend per tenant (was ~750 B a call)
+    for rid, tenant in (("r0", 0), ("r50000", 50000), ("r99999", 99999), ("never", 7)):
+        counters = [shared, spec(f"tenant-{tenant}")]
+        before_status = backend.status(counters)
+        assert not backend.settle(rid, counters, actual=nano(0.5), ttl=DAY).applied
+        assert backend.status(counters) == before_status
+    (status,) = backend.status([spec("tenant-7")])
+    assert status[:2] == (nano(0.001), 0)
+    clock.now += DAY  # a new day: yesterday's counters are dropped, whole
+    assert backend.counters() == 0
+    assert backend.status([spec("tenant-7")])[0][:2] == (0, 0)
+
+
+def test_an_unsettled_reservation_is_settleable_for_a_day_past_its_hold() -> None:
+    clock = Clock()
+    backend = MemoryBudgetBackend(clock=clock)
+    counter = [spec("acme", window="month")]
+    for rid in ("late", "lost"):
+        assert reserve(backend, rid, counter, 0.5, ttl=60).allowed
+    assert backend.open_reservations() == 2
+    clock.now += 3600  # both holds expired: their calls ran past their deadline
+    assert backend.status(counter)[0][:2] == (0, 0)
+    assert backend.settle("late", counter, actual=nano(0.2), ttl=DAY).applied  # counted
+    assert not backend.settle("late", counter, actual=nano(0.2), ttl=DAY).applied  # once
+    clock.now += DAY  # a day past its hold: "lost" is forgotten, its settle changes nothing
+    assert backend.open_reservations() == 0
+    assert not backend.settle("lost", counter, actual=nano(0.2), ttl=DAY).applied
+    assert backend.status(counter)[0][:2] == (nano(0.2), 0)
+
+
+def test_alerts_fired_are_kept_with_a_quiet_counter_until_its_window_ends() -> None:
+    clock = Clock()
+    backend = MemoryBudgetBackend(clock=clock)
+    counter = [CounterSpec("acme", nano(1.0), "hour", 3600.0, (0.5,), "tenant:acme", 0)]
+    fired = []
+    for i, usd in enumerate([0.3, 0.3, 0.3]):
+        reserve(backend, f"r{i}", counter, usd)
+        fired.append(backend.settle(f"r{i}", counter, actual=nano(usd), ttl=60).fired[0])
+    assert fired == [(), (0.5,), ()]  # once, though the counter was parked between calls
+    assert not backend._states  # parked: its spend and the alerts it fired only
+    (table,) = backend._quiet.values()
+    assert table == {"acme": (nano(0.9), frozenset({0.5}))}
+    clock.now += 3600
+    reserve(backend, "next-hour", counter, 0.6)
+    assert backend.settle("next-hour", counter, actual=nano(0.6), ttl=60).fired == ((0.5,),)
 
 
 def test_idle_tenant_counters_are_dropped_and_live_ones_kept() -> None:
@@ -99,13 +149,15 @@ def test_a_settled_tenant_counter_keeps_no_holds_heap_or_alert_set() -> None:
             reserve(backend, f"r{i}-{call}", counter, 0.01)
         for call in range(20):
             backend.settle(f"r{i}-{call}", counter, actual=nano(0.01), ttl=60)
-    kept = [backend._states[counter[0].key] for counter in tenants]
-    assert all(isinstance(k, tuple) and k[1] == nano(0.2) for k in kept)  # (window, spent)
+    assert not backend._states  # nothing held: no whole state is kept
+    (table,) = backend._quiet.values()  # one table for the day: key -> spend
+    assert all(table[counter[0].key] == nano(0.2) for counter in tenants)
     (status,) = backend.status(tenants[0])
     assert status[:2] == (nano(0.2), 0)
     reserve(backend, "again", tenants[0], 0.01)  # a new call: the whole state again
     state = backend._states[tenants[0][0].key]
     assert isinstance(state, CounterState)
+    assert tenants[0][0].key not in table
     assert state.spent == nano(0.2)
     assert state.reserved == nano(0.01)
     assert not hasattr(state, "__dict__")  # slots

@@ -16,6 +16,7 @@ from typing_extensions import Unpack
 
 from .._state.steps import Step, in_place
 from .policy import (
+    _NO_ALERTS,
     ROLLING_BUCKETS,
     CounterSpec,
     CounterState,
@@ -27,6 +28,7 @@ from .policy import (
     drop_hold,
     exhausted_alert,
     fire_alerts,
+    window_bounds,
 )
 
 __all__ = ["BudgetBackend", "HoldArgs", "MemoryBudgetBackend", "Status"]
@@ -103,7 +105,9 @@ class BudgetBackend(Protocol):
 class _Deadlines:
     """Keys, each with a deadline that only moves later, expired oldest first: a touch is
     O(1), an expiry amortised O(log n) (a heap holds one entry per key; an entry whose key
-    was touched since is pushed again at its new deadline when it comes up)."""
+    was touched since is pushed again at its new deadline when it comes up). A key can be
+    forgotten early; the heap is rebuilt from the live keys once forgotten ones make up
+    most of it (amortised O(1) a key)."""
 
     def __init__(self) -> None:
         self.at: dict[str, float] = {}
@@ -115,6 +119,15 @@ class _Deadlines:
             heapq.heappush(self._heap, (deadline, key))
         if old is None or deadline > old:
             self.at[key] = deadline
+
+    def forget(self, key: str) -> bool:
+        """Drop ``key`` now; whether it was kept."""
+        if self.at.pop(key, None) is None:
+            return False
+        if len(self._heap) > 2 * len(self.at) + 16:
+            self._heap = [(deadline, kept) for kept, deadline in self.at.items()]
+            heapq.heapify(self._heap)
+        return True
 
     def expired(self, now: float) -> list[str]:
         """The keys whose deadline passed (forgotten here)."""
@@ -133,56 +146,99 @@ class _Deadlines:
         return gone
 
 
-_Settled = tuple[int | None, int]
-"""A counter with nothing held, no alert fired and no rolling buckets: (window id, spent)."""
+_Quiet = int | tuple[int, frozenset[float]]
+"""A calendar counter with nothing held: its spend this window (and the alerts it fired)."""
 
 _SPAN = {"minute": 60.0, "hour": 3600.0, "day": 86400.0, "month": 31 * 86400.0}
+_LATE_SETTLE_SECONDS = 86400.0
+"""How long past its hold a reservation can still be settled (a call that outlived its
+deadline still counts what it spent); a settle after that changes nothing."""
 
 
 class MemoryBudgetBackend:
     """Counters in this process's memory; ``clock`` (epoch seconds, UTC) is injectable.
 
-    Nothing grows with calls: a settled reservation id is remembered (to make a repeated
-    settle a no-op) until its ``ttl``, and a counter is dropped once idle past its window and
-    its last hold, both through deadline-ordered heaps (amortised O(log n) per call).
+    Nothing grows with calls, and a tenant that called once costs about its key and its
+    spend until its window ends:
+
+    * a reservation id is remembered from its reserve to its settle (or a day past its
+      hold), then forgotten: a repeated settle, like the settle of an id this backend never
+      reserved, finds nothing and changes nothing (``SettleResult(applied=False)``);
+    * a calendar-window counter with nothing held is kept as its spend alone (with the
+      alerts it fired), in one table per window that is dropped whole when the window ends;
+    * a counter with holds in flight, or a rolling window's buckets, keeps its whole state
+      until idle past its window and its last hold.
+
+    Expiry goes through deadline-ordered heaps (amortised O(log n) per call), never a scan.
     """
 
     def __init__(self, *, clock: Callable[[], float] = time.time) -> None:
         self._clock = clock
         self._lock = threading.Lock()
-        self._states: dict[str, CounterState | _Settled] = {}
-        self._idle = _Deadlines()  # counters: when they can be dropped
-        self._done = _Deadlines()  # settled reservation ids: until when remembered
+        self._states: dict[str, CounterState] = {}  # counters with holds or rolling buckets
+        self._idle = _Deadlines()  # those counters: when they can be dropped
+        self._quiet: dict[float, dict[str, _Quiet]] = {}  # window end: key: spend
+        self._quiet_ends: list[float] = []  # heap of the ends of ``_quiet``
+        self._open = _Deadlines()  # reserved, not yet settled ids: until when settleable
 
-    def _state(self, key: str) -> CounterState:
-        state = self._states.get(key)
-        if state is None:
-            state = self._states[key] = CounterState()
-        elif isinstance(state, tuple):
-            state = self._states[key] = CounterState(window_id=state[0], spent=state[1])
+    def _state(self, spec: CounterSpec, now: float, *, take: bool = True) -> CounterState:
+        """The counter's whole state (out of its window's quiet table when it is there);
+        ``take=False`` reads without keeping a new state."""
+        state = self._states.get(spec.key)
+        if state is not None:
+            return state
+        state = CounterState()
+        if spec.window != "rolling":
+            window_id, end = window_bounds(spec.window, now)
+            table = self._quiet.get(end, {})
+            found = table.pop(spec.key, None) if take else table.get(spec.key)
+            if found is not None:
+                state.window_id = window_id
+                spent, fired = found if isinstance(found, tuple) else (found, _NO_ALERTS)
+                state.spent, state.fired = spent, fired
+        if take:
+            self._states[spec.key] = state
         return state
 
-    def _settled(self, key: str, state: CounterState) -> None:
-        """Keep a counter that holds nothing else as its window and spend only (a tenant's
-        day counter outlives its last call by up to a day)."""
-        if not (state.holds or state.fired or state.buckets or state.reserved):
-            self._states[key] = (state.window_id, state.spent)
+    def _park(self, spec: CounterSpec, state: CounterState, now: float, until: float) -> None:
+        """Keep a counter as small as it can be: a calendar one that holds nothing as its
+        spend in its window's table (nothing at all when it spent nothing), else its state
+        until idle past its window (and a hold until ``until``)."""
+        if state.holds or state.reserved or state.buckets:
+            span = spec.rolling_seconds if spec.window == "rolling" else _SPAN[spec.window]
+            self._idle.touch(spec.key, max(now + span, until))
+            return
+        del self._states[spec.key]
+        self._idle.forget(spec.key)
+        if spec.window == "rolling" or not (state.spent or state.fired):
+            return
+        _, end = window_bounds(spec.window, now)
+        table = self._quiet.get(end)
+        if table is None:
+            table = self._quiet[end] = {}
+            heapq.heappush(self._quiet_ends, end)
+        table[spec.key] = (state.spent, state.fired) if state.fired else state.spent
 
     def _expire(self, now: float) -> None:
         for key in self._idle.expired(now):
             self._states.pop(key, None)
-        self._done.expired(now)
-
-    def _used(self, spec: CounterSpec, now: float, until: float = 0.0) -> None:
-        """Keep the counter while its window (or a hold until ``until``) may need it."""
-        span = spec.rolling_seconds if spec.window == "rolling" else _SPAN[spec.window]
-        self._idle.touch(spec.key, max(now + span, until))
+        self._open.expired(now)
+        ends = self._quiet_ends
+        while ends and ends[0] <= now:
+            self._quiet.pop(heapq.heappop(ends), None)
 
     def counters(self) -> int:
         """How many counters are kept (idle ones are dropped)."""
         with self._lock:
             self._expire(self._clock())
-            return len(self._states)
+            return len(self._states) + sum(len(table) for table in self._quiet.values())
+
+    def open_reservations(self) -> int:
+        """How many reservation ids are remembered: those reserved and not settled yet
+        (settled ones are forgotten)."""
+        with self._lock:
+            self._expire(self._clock())
+            return len(self._open.at)
 
     def reserve(
         self, rid: str, specs: Sequence[CounterSpec], **hold: Unpack[HoldArgs]
@@ -192,9 +248,7 @@ class MemoryBudgetBackend:
         with self._lock:
             now = self._clock()
             self._expire(now)
-            states = [self._state(spec.key) for spec in specs]
-            for spec in specs:
-                self._used(spec, now)
+            states = [self._state(spec, now) for spec in specs]
             brought = [bring_to_now(s, spec, now) for s, spec in zip(states, specs, strict=True)]
             rooms = [
                 spec.limit - s.spent - s.reserved for s, spec in zip(states, specs, strict=True)
@@ -202,7 +256,7 @@ class MemoryBudgetBackend:
             tokens, refused = decide(rooms, base, per_token, hold["want"], minimum)
             if refused >= 0:
                 state = states[refused]
-                return ReserveResult(
+                result = ReserveResult(
                     False,
                     refused_index=refused,
                     spent=state.spent,
@@ -212,26 +266,31 @@ class MemoryBudgetBackend:
                         state, specs[refused], base + max(minimum, 0) * per_token
                     ),
                 )
+                for state, spec in zip(states, specs, strict=True):
+                    self._park(spec, state, now, now)
+                return result
             amount = -int(-(base + tokens * per_token) // 1)  # ceil
+            until = now + hold["ttl"]
             for state, spec in zip(states, specs, strict=True):
-                add_hold(state, rid, amount, now + hold["ttl"])
-                self._used(spec, now, now + hold["ttl"])
+                add_hold(state, rid, amount, until)
+                self._park(spec, state, now, until)
+            self._open.touch(rid, until + _LATE_SETTLE_SECONDS)
             return ReserveResult(True, tokens=tokens, amount=amount)
 
     def settle(
         self, rid: str, specs: Sequence[CounterSpec], *, actual: int, ttl: float
     ) -> SettleResult:
-        """Turn reservation ``rid`` into ``actual`` spend (idempotent)."""
+        """Turn reservation ``rid`` into ``actual`` spend (idempotent: only an id reserved
+        here and not settled yet applies; ``ttl`` is for shared stores, which remember
+        settled ids, and is not needed here)."""
         with self._lock:
             now = self._clock()
             self._expire(now)
-            if rid in self._done.at:
+            if not self._open.forget(rid):
                 return SettleResult(False)
-            self._done.touch(rid, now + ttl)
             spent, resets, fired = [], [], []
             for spec in specs:
-                state = self._state(spec.key)
-                self._used(spec, now)
+                state = self._state(spec, now)
                 _, resets_at = bring_to_now(state, spec, now)
                 drop_hold(state, rid)
                 if actual > 0:
@@ -244,7 +303,7 @@ class MemoryBudgetBackend:
                 spent.append(state.spent)
                 resets.append(resets_at)
                 fired.append(fire_alerts(state, spec))
-                self._settled(spec.key, state)
+                self._park(spec, state, now, now)
             return SettleResult(True, tuple(spent), tuple(resets), tuple(fired))
 
     def status(self, specs: Sequence[CounterSpec]) -> list[Status]:
@@ -254,8 +313,7 @@ class MemoryBudgetBackend:
             self._expire(now)
             found: list[Status] = []
             for spec in specs:
-                kept = self._states.get(spec.key)
-                state = self._state(spec.key) if kept is not None else CounterState()
+                state = self._state(spec, now, take=False)
                 spent, resets = bring_to_now(state, spec, now)
                 found.append((spent, state.reserved, resets))
             return found
