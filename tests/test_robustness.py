@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -27,6 +28,7 @@ from llmguard_sdk import (
     RequestValidationError,
 )
 from llmguard_sdk._core.assembly import merge_tool_call_deltas
+from llmguard_sdk.providers._watchdog import _Watchdog
 from llmguard_sdk.providers.wire import StreamState, parse_completion
 from llmguard_sdk.testing import FakeProvider, Fault
 
@@ -263,6 +265,26 @@ def test_a_slow_body_after_fast_headers_is_stopped_by_the_deadline() -> None:
         with pytest.raises(ProviderTimeoutError, match="deadline"):
             asyncio.run(guard.achat(USER, timeout=0.5))
         guard.close()
+
+
+def test_the_deadline_watchdog_keeps_no_entry_per_finished_call() -> None:
+    """Calls that finish in time leave nothing behind (the heap held one entry per call of
+    the last deadline's length); a live watch still shuts its socket down at its deadline."""
+    dog = _Watchdog()
+    live, peer = socket.socketpair()
+    try:
+        for _ in range(10_000):  # calls that finished long before their deadline
+            dog.cancel(dog.watch(peer, time.monotonic() + 3600))
+        assert len(dog._heap) <= 64 + 1
+        dog.watch(live, time.monotonic() + 0.2)
+        for _ in range(1_000):
+            dog.cancel(dog.watch(peer, time.monotonic() + 3600))
+        live.settimeout(30)
+        assert live.recv(1) == b""  # shut down by the watchdog at its deadline
+        assert len(dog._heap) <= 64 + 1
+    finally:
+        live.close()
+        peer.close()
 
 
 def test_closing_a_stream_from_another_thread_ends_the_reader(
