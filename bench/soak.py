@@ -18,19 +18,30 @@ process should grow by about what the cache holds, not by what it has seen:
   ``rss_growth_after_first_window_mb`` (the cache is full by then when the calls are more than
   ten times ``cache_entries``): resident memory of this process, from ``/proc/self/statm``.
   The side by side here is the run with itself: first tenth against last tenth.
+* ``cache_only_rss_growth_mb`` / ``cache_only_rss_growth_after_first_window_mb``: the same
+  calls through a Guard with the response cache alone (same ``--cache-entries``, telemetry
+  off), run in a process of its own afterwards, so "bounded by the cache's configured size"
+  is judged in one run; ``rss_growth_beyond_cache_mb`` is ``rss_growth_mb`` less the
+  cache-only growth (what every other stage keeps: a day's spend per tenant in the budget,
+  capped tables, the allocator's slack); ``cache_only_ms_per_call_last_10k`` is that side's
+  last tenth. ``--no-baseline`` skips it; ``--cache-only`` runs that side alone.
 
 Usage: python bench/soak.py [--json] [--calls N] [--cache-entries N] [--quick]
+       [--cache-only | --no-baseline]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
 
-from _benchkit import exit_on_signals, print_result, stop_group
+from _benchkit import exit_on_signals, popen_group, print_result, stop_group
 from overhead import _recording_telemetry, start_server
 
 from llmguard_sdk import Guard, OpenAICompatibleProvider, ResponseCache
@@ -70,6 +81,32 @@ def every_stage_guard(base_url: str, cache_entries: int) -> Guard:
         max_input_tokens=4000,
         environ={},
     )
+
+
+def cache_only_guard(base_url: str, cache_entries: int) -> Guard:
+    """The baseline: the same provider and cache bound, no other stage keeping state."""
+    return Guard(
+        OpenAICompatibleProvider(base_url, model="fake-model", name="fake"),
+        telemetry=False,
+        cache=ResponseCache(max_entries=cache_entries),
+        max_input_tokens=4000,
+        environ={},
+    )
+
+
+def cache_only_baseline(calls: int, cache_entries: int) -> dict[str, Any]:
+    """The cache-only side, run by this script in a fresh process (memory freed by the
+    every-stage Guard would otherwise be reused and hide the cache's own growth)."""
+    args = ["--json", "--cache-only", "--calls", str(calls), "--cache-entries", str(cache_entries)]
+    process = popen_group([sys.executable, __file__, *args], stdout=subprocess.PIPE, text=True)
+    try:
+        out, _ = process.communicate()
+    finally:
+        stop_group(process)
+    if process.returncode:
+        raise SystemExit(f"the cache-only run failed (exit status {process.returncode})")
+    found: dict[str, Any] = json.loads(out)
+    return found
 
 
 def call_number(guard: Guard) -> Callable[[int], object]:
@@ -119,17 +156,31 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=100_000, help="calls, one tenant each")
     parser.add_argument("--cache-entries", type=int, default=10_000, help="the cache's bound")
     parser.add_argument("--quick", action="store_true", help="5,000 calls, 500 cached")
+    side = parser.add_mutually_exclusive_group()
+    side.add_argument("--cache-only", action="store_true", help="the cache-only Guard alone")
+    side.add_argument("--no-baseline", action="store_true", help="skip the cache-only run")
     args = parser.parse_args()
     if args.quick:
         args.calls, args.cache_entries = 5_000, 500
     exit_on_signals()
+    make = cache_only_guard if args.cache_only else every_stage_guard
     process, base_url = start_server()
     try:
-        with every_stage_guard(base_url, args.cache_entries) as guard:
+        with make(base_url, args.cache_entries) as guard:
             result = {"calls": args.calls, "cache_entries": args.cache_entries}
             result |= soak(call_number(guard), args.calls)
     finally:
         stop_group(process)
+    if not (args.cache_only or args.no_baseline):
+        baseline = cache_only_baseline(args.calls, args.cache_entries)
+        result["cache_only_rss_growth_mb"] = baseline["rss_growth_mb"]
+        result["cache_only_rss_growth_after_first_window_mb"] = baseline[
+            "rss_growth_after_first_window_mb"
+        ]
+        result["cache_only_ms_per_call_last_10k"] = baseline["ms_per_call_last_10k"]
+        result["rss_growth_beyond_cache_mb"] = round(
+            result["rss_growth_mb"] - baseline["rss_growth_mb"], 1
+        )
     print_result(result, args.json)
 
 
