@@ -76,7 +76,11 @@ class MemoryBreakerBackend:
     def reset(self, route: str) -> None:
         """Close ``route``'s breaker and forget its window."""
         with self._lock:
-            self._states[route] = BreakerState()
+            self._states[route] = _CLOSED
 
     def _get(self, route: str) -> BreakerState:
-        return self._states.get(route, BreakerState())
+        return self._states.get(route, _CLOSED)
+
+
+_CLOSED = BreakerState()
+"""A route with no state yet (shared: states are immutable)."""

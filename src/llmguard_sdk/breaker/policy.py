@@ -1,9 +1,12 @@
 """Circuit-breaker state machine: pure functions of (state, now, event), in the Resilience4j mould.
 
 * **CLOSED** records each call's outcome in a sliding window (the last ``window`` calls, or the
-  calls of the last ``window`` seconds). Once the window holds ``minimum_calls``, the breaker
-  opens when the share of failures reaches ``failure_rate`` or the share of slow calls reaches
-  ``slow_call_rate``.
+  calls of the last ``window`` seconds, counted in :data:`TIME_BUCKETS` buckets). Once the
+  window holds ``minimum_calls``, the breaker opens when the share of failures reaches
+  ``failure_rate`` or the share of slow calls reaches ``slow_call_rate``. Recording an outcome
+  costs the same however many calls the window has seen: the window keeps running counts, a
+  ring of 2-bit outcome codes (count windows) or one ``(calls, failures, slow)`` triple per
+  bucket (time windows), never the outcomes themselves.
 * **OPEN** refuses calls at once until ``open_until``. The open duration grows by
   ``backoff_factor`` on each consecutive trip, up to ``max_open_seconds``. A 429 opens the
   breaker for the provider's Retry-After.
@@ -33,6 +36,7 @@ __all__ = [
     "Outcome",
     "Permit",
     "State",
+    "TIME_BUCKETS",
     "acquire",
     "outcome_of",
     "probe_passed",
@@ -44,6 +48,12 @@ State = Literal["closed", "open", "half_open", "isolated"]
 Outcome = Literal["ok", "slow", "fail", "rate_limited"]
 """How a call went, for the breaker: ``rate_limited`` opens it for the server's hint."""
 
+TIME_BUCKETS = 10
+"""A time window of ``window`` seconds is counted in this many buckets of ``window / 10``
+seconds (Resilience4j counts one-second buckets): an outcome stays in the window for at
+least ``0.9 * window`` and less than ``window`` seconds. Its state is this many
+``(calls, failures, slow)`` triples, however busy the route."""
+
 
 @dataclass(frozen=True)
 class BreakerPolicy:
@@ -51,7 +61,8 @@ class BreakerPolicy:
 
     Args:
         window_type: ``"count"`` (the last ``window`` calls) or ``"time"`` (the last
-            ``window`` seconds).
+            ``window`` seconds, in :data:`TIME_BUCKETS` buckets: an outcome leaves the window
+            between ``0.9 * window`` and ``window`` seconds after it was recorded).
         window: size of the sliding window, in calls or seconds.
         minimum_calls: outcomes needed in the window before rates are judged.
         failure_rate: share of failures (0..1) that opens the breaker.
@@ -107,15 +118,45 @@ class BreakerPolicy:
 
 @dataclass(frozen=True)
 class BreakerState:
-    """One route's breaker. ``outcomes`` holds ``(time, outcome)`` pairs of the window."""
+    """One route's breaker. ``window`` holds the sliding window's counts, laid out for one
+    policy's ``window_type`` (empty: nothing recorded since the breaker last closed):
+
+    * count windows: ``(calls, failures, slow, ring)``, where ``ring`` holds the codes of the
+      last ``calls`` outcomes, 2 bits each, the newest in the lowest bits (bit 0: failed,
+      bit 1: slow);
+    * time windows: ``(calls, failures, slow, head, c0, f0, s0, c1, f1, s1, ...)``, where
+      ``head`` is the newest bucket's number (``floor(time / bucket width)``) and the triples
+      count the buckets ``head``, ``head - 1``, ... (at most :data:`TIME_BUCKETS` of them).
+
+    ``calls``, ``failures`` and ``slow`` are running totals of the whole window.
+
+    .. versionchanged:: 0.2.0
+       ``window`` (bounded counts) replaced ``outcomes`` (every ``(time, outcome)`` pair of
+       the window).
+    """
 
     state: State = "closed"
-    outcomes: tuple[tuple[float, Outcome], ...] = ()
     open_until: float = 0.0
     trips: int = 0
     permits: int = 0
     probes_ok: int = 0
     half_open_at: float = 0.0
+    window: tuple[int, ...] = ()
+
+    @property
+    def calls(self) -> int:
+        """Outcomes in the window."""
+        return self.window[0] if self.window else 0
+
+    @property
+    def failures(self) -> int:
+        """Failed outcomes (``fail``, ``rate_limited``) in the window."""
+        return self.window[1] if self.window else 0
+
+    @property
+    def slow_calls(self) -> int:
+        """Slow outcomes in the window."""
+        return self.window[2] if self.window else 0
 
 
 @dataclass(frozen=True)
@@ -146,7 +187,10 @@ def acquire(state: BreakerState, now: float, policy: BreakerPolicy) -> tuple[Per
                 return Permit(False, "half_open", retry_after=0.0), state
             state = replace(state, permits=0, probes_ok=0, half_open_at=now)  # lost probes
         return Permit(True, "half_open", probe=True), replace(state, permits=state.permits + 1)
-    return Permit(True, "closed"), state
+    return _CLOSED_PERMIT, state
+
+
+_CLOSED_PERMIT = Permit(True, "closed")  # shared: permits are immutable
 
 
 def record(
@@ -162,8 +206,8 @@ def record(
         return state  # a late answer from before the breaker opened
     if outcome == "rate_limited" and hint is not None and hint > 0:
         until = max(state.open_until, now + min(hint, policy.max_open_seconds))
-        return replace(state, state="open", open_until=until, outcomes=(), permits=0)
-    failed = outcome in ("fail", "rate_limited")
+        return replace(state, state="open", open_until=until, window=(), permits=0)
+    failed = outcome == "fail" or outcome == "rate_limited"
     if state.state == "half_open":
         if failed:
             return _trip(state, now, policy)
@@ -171,17 +215,66 @@ def record(
         if probes_ok >= policy.half_open_permits:
             return BreakerState()  # closed, fresh window, trips forgiven
         return replace(state, probes_ok=probes_ok)
-    outcomes = _window((*state.outcomes, (now, outcome)), now, policy)
-    state = replace(state, outcomes=outcomes)
-    if len(outcomes) < policy.minimum_calls:
-        return state
-    failures = sum(1 for _, o in outcomes if o in ("fail", "rate_limited"))
-    slow = sum(1 for _, o in outcomes if o == "slow")
-    if failures / len(outcomes) >= policy.failure_rate or slow / len(outcomes) >= (
-        policy.slow_call_rate
+    code = 1 if failed else 2 if outcome == "slow" else 0
+    if policy.window_type == "count":
+        window = _count(state.window, int(policy.window), code)
+    else:
+        window = _timed(state.window, math.floor(now * TIME_BUCKETS / policy.window), code)
+    calls, failures, slow = window[0], window[1], window[2]
+    if calls >= policy.minimum_calls and (
+        failures / calls >= policy.failure_rate or slow / calls >= policy.slow_call_rate
     ):
         return _trip(state, now, policy)
-    return state
+    return BreakerState(
+        state.state,
+        state.open_until,
+        state.trips,
+        state.permits,
+        state.probes_ok,
+        state.half_open_at,
+        window,
+    )
+
+
+def _count(window: tuple[int, ...], size: int, code: int) -> tuple[int, ...]:
+    """The count window of ``size`` calls after one more outcome ``code``: O(1) (a shift of
+    a ``2 * size``-bit ring and three counters), whatever the traffic."""
+    calls, failures, slow, ring = window or _EMPTY
+    ring = (ring << 2) | code
+    if calls == size:  # full: the oldest code drops out of the ring
+        gone = ring >> (2 * size)
+        ring ^= gone << (2 * size)
+        failures -= gone & 1
+        slow -= gone >> 1
+    else:
+        calls += 1
+    return (calls, failures + (code & 1), slow + (code >> 1), ring)
+
+
+def _timed(window: tuple[int, ...], bucket: int, code: int) -> tuple[int, ...]:
+    """The time window after one more outcome ``code`` in bucket number ``bucket``: the
+    buckets that fell out of the window are dropped and their counts subtracted (at most
+    :data:`TIME_BUCKETS`, and each bucket only once); the rest is O(1)."""
+    fail, slow = code & 1, code >> 1
+    if not window:
+        return (1, fail, slow, bucket, 1, fail, slow)
+    calls, failures, slowed, head = window[0], window[1], window[2], window[3]
+    if bucket <= head:  # the newest bucket (or a clock that stepped back): count it there
+        newest = (window[4] + 1, window[5] + fail, window[6] + slow)
+        return (calls + 1, failures + fail, slowed + slow, head, *newest, *window[7:])
+    moved = bucket - head
+    if moved >= TIME_BUCKETS:  # every bucket is older than the window
+        return (1, fail, slow, bucket, 1, fail, slow)
+    keep = 4 + 3 * (TIME_BUCKETS - moved)
+    gone = window[keep:]
+    calls += 1 - sum(gone[0::3])
+    failures += fail - sum(gone[1::3])
+    slowed += slow - sum(gone[2::3])
+    skipped = (0, 0, 0) * (moved - 1)
+    return (calls, failures, slowed, bucket, 1, fail, slow, *skipped, *window[4:keep])
+
+
+_EMPTY = (0, 0, 0, 0)
 
 
 def probe_passed(state: BreakerState) -> BreakerState:
@@ -201,14 +294,6 @@ def release(state: BreakerState) -> BreakerState:
 def _trip(state: BreakerState, now: float, policy: BreakerPolicy) -> BreakerState:
     trips = state.trips + 1
     return BreakerState(state="open", open_until=now + policy.open_duration(trips), trips=trips)
-
-
-def _window(
-    outcomes: tuple[tuple[float, Outcome], ...], now: float, policy: BreakerPolicy
-) -> tuple[tuple[float, Outcome], ...]:
-    if policy.window_type == "count":
-        return outcomes[-int(policy.window) :]
-    return tuple(item for item in outcomes if item[0] > now - policy.window)
 
 
 def outcome_of(

@@ -19,7 +19,7 @@ from typing import Any
 from .._state.steps import Step, blocking, entry_points
 from .._state.stores import Outage, RedisScripts, RedisStore, hash_id, lua, redis_errors
 from .memory import MemoryBreakerBackend
-from .policy import BreakerPolicy, Outcome, Permit, State
+from .policy import TIME_BUCKETS, BreakerPolicy, Outcome, Permit, State
 
 __all__ = ["RedisBreakerBackend"]
 
@@ -36,7 +36,10 @@ _STATES: dict[str, State] = {
 
 
 class RedisBreakerBackend:
-    """Per-route breakers in Redis: ``{prefix}:cb:{<route hash>}:s`` (state) and ``:w`` (window).
+    """Per-route breakers in Redis: ``{prefix}:cb:{<route hash>}:s`` (state) and ``:c`` (the
+    window's counts: running totals and a ring of outcome codes or of time buckets, its size
+    bounded by the policy, not by the traffic; 0.1.0 kept a list of every outcome at ``:w``,
+    which is left to expire).
 
     ``clock_offset`` shifts the script's clock (Redis ``TIME``) for tests that drive time; it
     is 0 in production.
@@ -53,7 +56,7 @@ class RedisBreakerBackend:
 
     def _keys(self, route: str) -> list[str]:
         tag = hash_id(route)
-        return [self._store.key("cb", tag, "s"), self._store.key("cb", tag, "w")]
+        return [self._store.key("cb", tag, "s"), self._store.key("cb", tag, "c")]
 
     def _acquire_args(self) -> list[Any]:
         p = self.policy
@@ -75,6 +78,7 @@ class RedisBreakerBackend:
             p.half_open_permits,
             self.clock_offset,
             self._ttl,
+            TIME_BUCKETS,
         ]
 
     def acquire_steps(self, route: str) -> Step[Permit]:

@@ -1,10 +1,16 @@
 -- Record a finished call's outcome. Mirrors llmguard_sdk.breaker.policy.record.
--- KEYS[1]  the route's state hash, KEYS[2] the window's outcome list ("time|outcome", newest first)
+-- KEYS[1]  the route's state hash, KEYS[2] the window's hash, whose size never depends on the
+--          traffic: n = calls in the window, f = failures, w = slow calls (running totals);
+--          count windows: i = the ring's next slot, fields '0' .. 'window - 1' = the codes of
+--          the last calls (0 ok, 1 failed, 2 slow);
+--          time windows: e = the newest bucket's number (floor(time * buckets / window)), and
+--          per bucket, in slot j = its number mod buckets: cj = calls, xj = failures, yj = slow.
 -- ARGV: 1 outcome (ok/slow/fail/rate_limited), 2 hint seconds ('' if none), 3 window type
 --       (count/time), 4 window, 5 minimum calls, 6 failure rate, 7 slow call rate,
 --       8 open seconds, 9 backoff factor, 10 max open seconds, 11 half-open permits,
---       12 clock offset, 13 TTL
--- Returns the state afterwards.
+--       12 clock offset, 13 TTL, 14 buckets of a time window
+-- O(1) per call: a few fields read and written (on crossing into a new bucket, also the
+-- slots of the buckets skipped, at most ARGV[14]). Returns the state afterwards.
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) + tonumber(clock[2]) / 1000000 + tonumber(ARGV[12])
 local outcome, hint = ARGV[1], tonumber(ARGV[2])
@@ -50,32 +56,78 @@ if state == 'half_open' then
   redis.call('HSET', KEYS[1], 'k', probes_ok)
   return 'half_open'
 end
-redis.call('LPUSH', KEYS[2], string.format('%.6f', now) .. '|' .. outcome)
 local window = tonumber(ARGV[4])
+local fail = failed and 1 or 0
+local slow = (outcome == 'slow') and 1 or 0
+local n, f, w
 if ARGV[3] == 'count' then
-  redis.call('LTRIM', KEYS[2], 0, math.floor(window) - 1)
-else
-  redis.call('LTRIM', KEYS[2], 0, 9999)
-  while true do
-    local oldest = redis.call('LINDEX', KEYS[2], -1)
-    if not oldest then break end
-    if tonumber(string.match(oldest, '^([^|]+)')) > now - window then break end
-    redis.call('RPOP', KEYS[2])
+  local size = math.floor(window)
+  local saved = redis.call('HMGET', KEYS[2], 'n', 'f', 'w', 'i', 'e')
+  n, f, w = tonumber(saved[1]) or 0, tonumber(saved[2]) or 0, tonumber(saved[3]) or 0
+  local i = tonumber(saved[4]) or 0
+  if saved[5] or n > size or i >= size then  -- a window of another policy: start afresh
+    redis.call('DEL', KEYS[2])
+    n, f, w, i = 0, 0, 0, 0
   end
+  if n == size then  -- full: the oldest code drops out of the ring
+    local gone = tonumber(redis.call('HGET', KEYS[2], i)) or 0
+    if gone == 1 then f = f - 1 elseif gone == 2 then w = w - 1 end
+  else
+    n = n + 1
+  end
+  f, w = f + fail, w + slow
+  redis.call('HSET', KEYS[2], 'n', n, 'f', f, 'w', w, 'i', (i + 1) % size, i, fail + 2 * slow)
+else
+  local buckets = tonumber(ARGV[14])
+  local bucket = math.floor(now * buckets / window)
+  local slot = bucket % buckets
+  local saved = redis.call('HMGET', KEYS[2], 'n', 'f', 'w', 'e',
+    'c' .. slot, 'x' .. slot, 'y' .. slot)
+  n, f, w = tonumber(saved[1]) or 0, tonumber(saved[2]) or 0, tonumber(saved[3]) or 0
+  local head = tonumber(saved[4])
+  local c, x, y = tonumber(saved[5]) or 0, tonumber(saved[6]) or 0, tonumber(saved[7]) or 0
+  local cleared = {}
+  if head == nil or bucket - head >= buckets then  -- empty, or every bucket is too old
+    if saved[1] then redis.call('DEL', KEYS[2]) end
+    n, f, w, c, x, y = 0, 0, 0, 0, 0, 0
+  elseif bucket > head then
+    -- buckets head+1 .. bucket reuse the slots of buckets that have left the window
+    local fields = {}
+    for k = head + 1, bucket - 1 do
+      local j = k % buckets
+      fields[#fields + 1] = 'c' .. j
+      fields[#fields + 1] = 'x' .. j
+      fields[#fields + 1] = 'y' .. j
+    end
+    if #fields > 0 then
+      local old = redis.call('HMGET', KEYS[2], unpack(fields))
+      for m = 1, #fields, 3 do
+        n = n - (tonumber(old[m]) or 0)
+        f = f - (tonumber(old[m + 1]) or 0)
+        w = w - (tonumber(old[m + 2]) or 0)
+        cleared[#cleared + 1] = fields[m]
+        cleared[#cleared + 1] = 0
+        cleared[#cleared + 1] = fields[m + 1]
+        cleared[#cleared + 1] = 0
+        cleared[#cleared + 1] = fields[m + 2]
+        cleared[#cleared + 1] = 0
+      end
+    end
+    n, f, w, c, x, y = n - c, f - x, w - y, 0, 0, 0
+  elseif bucket < head then  -- the clock stepped back: count it in the newest bucket
+    bucket, slot = head, head % buckets
+    local current = redis.call('HMGET', KEYS[2], 'c' .. slot, 'x' .. slot, 'y' .. slot)
+    c, x, y = tonumber(current[1]) or 0, tonumber(current[2]) or 0, tonumber(current[3]) or 0
+  end
+  n, f, w = n + 1, f + fail, w + slow
+  redis.call('HSET', KEYS[2], 'n', n, 'f', f, 'w', w, 'e', string.format('%.0f', bucket),
+    'c' .. slot, c + 1, 'x' .. slot, x + fail, 'y' .. slot, y + slow, unpack(cleared))
 end
 redis.call('EXPIRE', KEYS[2], ttl)
-local entries = redis.call('LRANGE', KEYS[2], 0, -1)
-local total = #entries
-if total < tonumber(ARGV[5]) then
+if n < tonumber(ARGV[5]) then
   return 'closed'
 end
-local failures, slow = 0, 0
-for _, entry in ipairs(entries) do
-  local kind = string.match(entry, '|(.+)$')
-  if kind == 'fail' or kind == 'rate_limited' then failures = failures + 1 end
-  if kind == 'slow' then slow = slow + 1 end
-end
-if failures / total >= tonumber(ARGV[6]) or slow / total >= tonumber(ARGV[7]) then
+if f / n >= tonumber(ARGV[6]) or w / n >= tonumber(ARGV[7]) then
   return trip()
 end
 return 'closed'
