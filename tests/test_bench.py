@@ -131,6 +131,20 @@ def test_overhead_reports_both_sides_and_the_stages() -> None:
 
 
 @timeout_for(BENCH_TIMEOUT)
+def test_breaker_record_bench_compares_the_bounded_window_with_the_list() -> None:
+    result = run("breaker_record.py", "--quick")
+    for workload in ("count", "time"):
+        for side in ("bounded", "listed"):
+            assert result[workload][side]["us_per_record"] > 0
+    # Sizes, not timings: the list holds every outcome of the window (20 calls; 10 s at
+    # 100 calls a second), the bounded window a few ints.
+    assert result["count"]["listed"]["state_items"] == 20
+    assert result["count"]["bounded"]["state_items"] == 4
+    assert result["time"]["listed"]["state_items"] >= 999
+    assert result["time"]["bounded"]["state_items"] <= 34
+
+
+@timeout_for(BENCH_TIMEOUT)
 def test_soak_reports_each_tenth_of_the_calls_and_memory() -> None:
     result = run("soak.py", "--quick")
     assert (result["calls"], result["window_calls"], result["cache_entries"]) == (5000, 500, 500)
