@@ -105,8 +105,9 @@ async def _acomplete_once(ctx: CallContext, stages: Stages) -> ChatResponse:
         await aremember_later(ctx, stages, response, opening.tail)
         return response
     finally:
-        with anyio.CancelScope(shield=True):
-            await opening.tail.aflush()
+        if opening.tail.steps:  # a memory backend's tail is done already: no cancel scope
+            with anyio.CancelScope(shield=True):
+                await opening.tail.aflush()
 
 
 def _run(ctx: CallContext, stages: Stages, opening: OpeningOutcome) -> Run:

@@ -13,13 +13,12 @@ cancelled).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import queue
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncGenerator, AsyncIterator, Generator
+from collections.abc import AsyncGenerator, Generator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -122,13 +121,11 @@ class _Walk:
         self.close()
         self.streams.close_all()
 
-    @contextlib.asynccontextmanager
-    async def aclosing(self) -> AsyncIterator[None]:
-        """The async driver's end (the streams' closing shielded from cancellation)."""
-        try:
-            yield
-        finally:
-            self.close()
+    async def aend(self) -> None:
+        """The async driver's end (the streams' closing shielded from cancellation; a
+        plain call, which opened none, enters no cancel scope)."""
+        self.close()
+        if self.streams.open:
             with anyio.CancelScope(shield=True):
                 await self.streams.aclose_all()
 
@@ -335,7 +332,7 @@ async def acomplete(run: Run) -> ChatResponse:
 async def adrive(run: Run) -> AsyncGenerator[StreamChunk, None]:
     """Async twin of :func:`drive`."""
     walk = _Walk(run)
-    async with walk.aclosing():
+    try:
         for op in walk:
             if isinstance(op, ops.Emit):
                 yield op.chunk
@@ -344,6 +341,8 @@ async def adrive(run: Run) -> AsyncGenerator[StreamChunk, None]:
                     walk.answer = await _aperform(op, run, walk.streams)
                 except ProviderError as failure:
                     walk.error = failure
+    finally:
+        await walk.aend()
 
 
 async def _aperform(op: Any, run: Run, streams: _Streams) -> Any:
