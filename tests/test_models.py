@@ -2,12 +2,25 @@
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import pytest
+from pydantic import BaseModel, ValidationError
 
-from llmguard_sdk import ChatRequest, Message, RequestValidationError, Usage
+from llmguard_sdk import (
+    CallEvent,
+    ChatRequest,
+    ChatResponse,
+    Guard,
+    Message,
+    RequestValidationError,
+    Usage,
+)
+from llmguard_sdk._copies import frozen, updated
 from llmguard_sdk.models import validate_request
+from llmguard_sdk.testing import FakeProvider
 
 
 def request(**changes: Any) -> dict[str, Any]:
@@ -79,3 +92,51 @@ def test_message_text_joins_text_parts_only() -> None:
 
 def test_usage_total() -> None:
     assert Usage(input_tokens=3, output_tokens=4).total_tokens == 7
+
+
+@pytest.mark.parametrize(
+    ("model", "update"),
+    [
+        (
+            ChatResponse(text="hi", model="m", metadata={"a": 1}),
+            {"route": "r", "attempts": 2, "usage": Usage(input_tokens=3), "cost_usd": 0.5},
+        ),
+        (
+            ChatRequest.model_validate({"messages": [{"role": "user", "content": "q"}]}),
+            {"extra_headers": {"Idempotency-Key": "k"}, "model": "m"},
+        ),
+        (Usage(input_tokens=1), {"output_tokens": 7}),
+    ],
+)
+def test_updated_copies_as_pydantic_does(model: BaseModel, update: dict[str, Any]) -> None:
+    """The call path's quick copy gives what ``model_copy(update=...)`` gives: equal models,
+    the same fields set, nothing shared that an update could change, still frozen."""
+    before = model.model_dump()
+    quick, slow = updated(model, update), model.model_copy(update=update)
+    assert quick == slow
+    assert type(quick) is type(slow)
+    assert quick.model_fields_set == slow.model_fields_set
+    assert quick.model_dump() == slow.model_dump()
+    assert model.model_dump() == before  # the original is untouched
+    assert quick.__dict__ is not model.__dict__
+    with pytest.raises(ValidationError):
+        quick.__setattr__(next(iter(update)), None)  # frozen like the original
+
+
+def test_frozen_makes_what_the_constructor_makes(
+    fake: FakeProvider, make_guard: Callable[..., Guard]
+) -> None:
+    """A hook's event (made without the dataclass's ``__init__``) has every field of
+    :class:`CallEvent`, equals one the constructor makes, and stays frozen."""
+    events: list[CallEvent] = []
+    guard = make_guard(fake, hooks=[events.append])
+    guard.chat([{"role": "user", "content": "hi"}], tenant="acme")
+    (event,) = events
+    assert set(vars(event)) == {field.name for field in dataclasses.fields(CallEvent)}
+    assert event == CallEvent(**vars(event))
+    assert event.route == fake.name
+    assert event.outcome == "ok"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        event.route = "other"  # type: ignore[misc]
+    made = frozen(CallEvent, dict(vars(event)))
+    assert made == event

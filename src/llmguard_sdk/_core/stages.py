@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from .._copies import frozen, updated
 from .._ids import UniqueIds
 from ..breaker import Breakers
 from ..budget.control import SpendControl
@@ -190,7 +191,7 @@ def finish(ctx: CallContext, stages: Stages, response: ChatResponse) -> ChatResp
         cost = stages.spend.cost(ctx, stages, response, usage)
         if cost is not None:
             update["cost_usd"], update["cost_source"] = cost.usd, cost.source
-    response = response.model_copy(update=update)
+    response = updated(response, update)
     for output_filter in stages.output_filters:
         response = _apply_filter(output_filter, response, ChatResponse, "output")
     return response
@@ -208,21 +209,24 @@ def _event(
         "error" if error is not None else "cancelled" if cancelled else "ok"
     )
     first_token = None if ctx.first_token_at is None else ctx.first_token_at - ctx.started
-    return CallEvent(
-        kind=kind,
-        outcome=outcome,
-        scope=ctx.scope,
-        model=(response.model if response else None) or ctx.request.model,
-        route=ctx.route if error is None else None,
-        attempts=ctx.attempts,
-        latency_s=ctx.elapsed(),
-        first_token_s=first_token,
-        usage=response.usage if response else None,
-        error=error,
-        route_errors=tuple((name, type(e).__name__) for name, e in ctx.route_errors.items()),
-        retries=tuple(ctx.retries),
-        cost_usd=response.cost_usd if response else None,
-        cost_source=response.cost_source if response else None,
+    return frozen(  # every field of CallEvent, named as its constructor names them
+        CallEvent,
+        {
+            "kind": kind,
+            "outcome": outcome,
+            "scope": ctx.scope,
+            "model": (response.model if response else None) or ctx.request.model,
+            "route": ctx.route if error is None else None,
+            "attempts": ctx.attempts,
+            "latency_s": ctx.elapsed(),
+            "first_token_s": first_token,
+            "usage": response.usage if response else None,
+            "error": error,
+            "route_errors": tuple((name, type(e).__name__) for name, e in ctx.route_errors.items()),
+            "retries": tuple(ctx.retries),
+            "cost_usd": response.cost_usd if response else None,
+            "cost_source": response.cost_source if response else None,
+        },
     )
 
 
