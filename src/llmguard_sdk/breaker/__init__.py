@@ -185,10 +185,11 @@ class Breakers:
 
     def last_seen(self, route: str) -> State:
         """The state this process last saw ``route``'s breaker in (no I/O)."""
-        with self._lock:
-            return self._seen.get(route, "closed")
+        return self._seen.get(route, "closed")  # one dict read: atomic, no lock needed
 
     def _saw(self, route: str, state: State) -> None:
+        if self._seen.get(route, "closed") == state:
+            return  # no change (nearly every call): no lock taken
         with self._lock:
             before = self._seen.get(route, "closed")
             self._seen[route] = state
