@@ -53,6 +53,7 @@ from ..errors import (
     ProviderUnavailableError,
 )
 from ..models import ChatRequest, ChatResponse, StreamChunk, Usage
+from ._emitter import _Emitter
 from ._llama import (
     _INSTALL_HINT,
     DEFAULT_MODEL_PACKAGE,
@@ -558,43 +559,3 @@ class _Engine:
 def _first(*values: float | None) -> float:
     """The first value that is set (the last one always is)."""
     return next(value for value in values if value is not None)
-
-
-class _Emitter:
-    """Turns decoded text into chunks, holding back what might be the start of a stop string."""
-
-    def __init__(self, job: _Job, model: str, route: str, stops: list[str]) -> None:
-        self.job, self.model, self.route, self.stops = job, model, route, stops
-        self.pending = ""
-
-    def emit(self, chunk: StreamChunk) -> None:
-        self.job.out.put(chunk)
-
-    def text(self, piece: str, *, flush: bool = False) -> bool:
-        """Add ``piece``; True when a stop string was reached (text before it is sent)."""
-        self.pending += piece
-        for stop in self.stops:
-            index = self.pending.find(stop) if stop else -1
-            if index >= 0:
-                self._send(self.pending[:index])
-                self.pending = ""
-                return True
-        hold = 0 if flush else _partial_stop(self.pending, self.stops)
-        self._send(self.pending[: len(self.pending) - hold])
-        self.pending = self.pending[len(self.pending) - hold :]
-        return False
-
-    def _send(self, text: str) -> None:
-        if text:
-            self.emit(StreamChunk(text=text, model=self.model, route=self.route))
-
-
-def _partial_stop(text: str, stops: list[str]) -> int:
-    """How many trailing characters of ``text`` could begin a stop string."""
-    longest = 0
-    for stop in stops:
-        for size in range(min(len(stop) - 1, len(text)), 0, -1):
-            if text.endswith(stop[:size]):
-                longest = max(longest, size)
-                break
-    return longest
