@@ -20,6 +20,9 @@ How it behaves under load and failure:
   oldest ones (and, if it must, the start of the last message), and says so in
   ``response.metadata["context_trimmed"]``.
 * Usage is exact (the model's own tokenizer); the cost is 0.
+* Unless given, ``n_gpu_layers`` and ``n_ctx`` are chosen from the GGUF's shape and the GPU's
+  free memory (``placement`` says what and why): every layer on the GPU when the model and
+  its KV cache fit, else as many as fit, none without a GPU.
 * ``prompt_lookup_tokens`` turns on prompt-lookup (n-gram) speculative decoding, which speeds
   up answers that copy from the prompt (editing, summarising, extracting).
 * The route can have its own prompt (``system_prompt``, ``examples``: worked turns a small
@@ -33,6 +36,7 @@ How it behaves under load and failure:
 from __future__ import annotations
 
 import codecs
+import logging
 import os
 import queue
 import threading
@@ -54,6 +58,7 @@ from ..errors import (
 )
 from ..models import ChatRequest, ChatResponse, StreamChunk, Usage
 from ._emitter import _Emitter
+from ._gpu import Placement, place
 from ._llama import (
     _INSTALL_HINT,
     DEFAULT_MODEL_PACKAGE,
@@ -69,6 +74,8 @@ from ._llama import (
 from .base import StreamCall, _Streams
 
 __all__ = ["DEFAULT_MODEL_PACKAGE", "LocalProvider", "bundled_model_path", "load_llama"]
+
+logger = logging.getLogger("llmguard_sdk")
 
 _DEFAULT_TEMPERATURE = 0.2
 _MIN_REPLY_TOKENS = 16
@@ -91,10 +98,11 @@ class LocalProvider(_Streams):
         model_path: a GGUF file; default: the bundled SmolLM2-135M-Instruct.
         name: the route name (``"local"``).
         model: the model name reported in responses (default: the file's name).
-        n_ctx: context size in tokens.
+        n_ctx: context size in tokens (default: 2048, or up to the model's trained context
+            and at most 8192 when the whole model fits in free VRAM with room to spare).
         n_threads: CPU threads (default: the CPUs this process may use).
-        n_gpu_layers: layers offloaded to a GPU (default: all when llama.cpp has GPU support,
-            else none).
+        n_gpu_layers: layers offloaded to a GPU, -1 for all (default: chosen by free VRAM
+            when llama.cpp has GPU support, else none; see ``placement``).
         max_queue: calls that may wait while one generates; more are refused at once.
         warm_up: load the model now, in the background, instead of on first use.
         prompt_lookup_tokens: tokens drafted per step by prompt-lookup decoding (off: None).
@@ -114,6 +122,10 @@ class LocalProvider(_Streams):
         max_tokens: the most tokens an answer may have on this route (the request's limit
             still applies when it is lower).
 
+    Attributes:
+        placement: how ``n_gpu_layers`` and ``n_ctx`` were chosen, and why
+            (``placement.describe()`` in one line; logged at debug level).
+
     .. versionchanged:: 0.3.0
        ``system_prompt``, ``keep_system``, ``examples``, ``temperature``, ``top_p``,
        ``repeat_penalty``, ``max_tokens`` and :meth:`from_package`.
@@ -128,7 +140,7 @@ class LocalProvider(_Streams):
         *,
         name: str = "local",
         model: str | None = None,
-        n_ctx: int = 2048,
+        n_ctx: int | None = None,
         n_threads: int | None = None,
         n_gpu_layers: int | None = None,
         max_queue: int = 4,
@@ -151,7 +163,7 @@ class LocalProvider(_Streams):
         path = Path(model_path) if model_path is not None else bundled_model_path()
         if not path.is_file():
             raise ConfigurationError(f"no GGUF model at {path}")
-        if n_ctx < 64 or max_queue < 0:
+        if (n_ctx is not None and n_ctx < 64) or max_queue < 0:
             raise ConfigurationError("n_ctx must be at least 64 and max_queue at least 0")
         if prompt_lookup_tokens is not None and prompt_lookup_tokens < 1:
             raise ConfigurationError("prompt_lookup_tokens must be at least 1")
@@ -166,10 +178,18 @@ class LocalProvider(_Streams):
         self.name = name
         self.model: str | None = model or path.stem
         self.path = path
-        self.n_ctx = n_ctx
         self.n_threads = n_threads or len(os.sched_getaffinity(0))
-        gpu = bool(llama_cpp.llama_supports_gpu_offload())
-        self.n_gpu_layers = (-1 if gpu else 0) if n_gpu_layers is None else n_gpu_layers
+        self.placement: Placement = place(
+            path,
+            n_gpu_layers=n_gpu_layers,
+            n_ctx=n_ctx,
+            offload=bool(llama_cpp.llama_supports_gpu_offload()),
+            # drafting keeps logits for the whole context (n_ctx x vocabulary floats, host RAM)
+            grow_ctx=prompt_lookup_tokens is None,
+        )
+        self.n_ctx = self.placement.n_ctx
+        self.n_gpu_layers = self.placement.n_gpu_layers
+        logger.debug("local model %s: %s", path.name, self.placement.describe())
         self.prompt_lookup_tokens = prompt_lookup_tokens
         self.seed = seed
         self.extra_buffers = not _cpu_has_amx() if extra_buffers is None else extra_buffers
