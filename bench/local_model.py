@@ -61,11 +61,17 @@ copy prompts it served. ``peak_rss_mb`` is the SDK worker's figure: the peak of 
 serves the SDK path (it includes tiktoken's cl100k table, about 40 MiB, which the Guard loads
 to count every request's input tokens). The parent process loads no model and is not counted.
 
+GPU: with a GPU build of llama-cpp-python (see the README, "The local fallback on a GPU"), the
+SDK worker's ``LocalProvider`` chooses ``n_gpu_layers`` by free VRAM (``placement`` in the
+result says what and why) and the raw and prompt-lookup workers get the same number, so both
+sides run on the same device; ``--n-gpu-layers N`` (``-1``: all, ``0``: CPU only) sets it for
+every worker instead. ``gpu_offload`` says whether this llama.cpp build can offload at all.
+
 Noise: ``n_threads`` defaults to every CPU, so any other busy process on the machine slows
 generation a lot and unevenly; alternation and medians spread it over both sides, but compare
 runs of this script only on a quiet machine.
 
-Usage: python bench/local_model.py [--json] [--quick]
+Usage: python bench/local_model.py [--json] [--quick] [--n-gpu-layers N]
 """
 
 from __future__ import annotations
@@ -202,12 +208,16 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def sdk_worker(lookup: int | None) -> tuple[Generate, dict[str, Any]]:
+def sdk_worker(lookup: int | None, n_gpu_layers: int | None) -> tuple[Generate, dict[str, Any]]:
     """Load ``LocalProvider`` behind a ``Guard``; return its generate function and facts."""
+    import llama_cpp
+
     from llmguard_sdk import Guard, LocalProvider
 
     started = time.perf_counter()
-    provider = LocalProvider(n_ctx=N_CTX, warm_up=True, prompt_lookup_tokens=lookup)
+    provider = LocalProvider(
+        n_ctx=N_CTX, warm_up=True, prompt_lookup_tokens=lookup, n_gpu_layers=n_gpu_layers
+    )
     if not provider.wait_loaded(60):
         raise SystemExit("the local model did not load within 60 s")
     guard = Guard(provider, timeout=120, environ={})
@@ -216,6 +226,9 @@ def sdk_worker(lookup: int | None) -> tuple[Generate, dict[str, Any]]:
         "model": provider.model,
         "model_path": str(provider.path),
         "n_threads": provider.n_threads,
+        "n_gpu_layers": provider.n_gpu_layers,
+        "placement": provider.placement.describe(),
+        "gpu_offload": bool(llama_cpp.llama_supports_gpu_offload()),
     }
 
     def generate(messages: Messages, max_tokens: int) -> Run:
@@ -243,13 +256,25 @@ def sdk_worker(lookup: int | None) -> tuple[Generate, dict[str, Any]]:
     return generate, facts
 
 
-def raw_worker(model_path: str, n_threads: int) -> tuple[Generate, dict[str, Any]]:
+def raw_worker(
+    model_path: str, n_threads: int, n_gpu_layers: int
+) -> tuple[Generate, dict[str, Any]]:
     """Load a bare ``llama_cpp.Llama``; return its generate function and facts."""
     from llmguard_sdk.providers.local import load_llama  # llama_cpp.Llama, AMX-safe
 
     started = time.perf_counter()
-    llm = load_llama(model_path=model_path, n_ctx=N_CTX, n_threads=n_threads, verbose=False)
-    facts = {"load_s": time.perf_counter() - started, "n_threads": n_threads}
+    llm = load_llama(
+        model_path=model_path,
+        n_ctx=N_CTX,
+        n_threads=n_threads,
+        n_gpu_layers=n_gpu_layers,
+        verbose=False,
+    )
+    facts = {
+        "load_s": time.perf_counter() - started,
+        "n_threads": n_threads,
+        "n_gpu_layers": n_gpu_layers,
+    }
 
     def generate(messages: Messages, max_tokens: int) -> Run:
         pieces: list[str] = []
@@ -298,9 +323,9 @@ def serve_worker(args: argparse.Namespace) -> int:
     channel: TextIO = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
     if args.worker == "raw":
-        generate, facts = raw_worker(args.model_path, args.n_threads)
+        generate, facts = raw_worker(args.model_path, args.n_threads, args.n_gpu_layers or 0)
     else:
-        generate, facts = sdk_worker(args.lookup)
+        generate, facts = sdk_worker(args.lookup, args.n_gpu_layers)
 
     def reply(payload: dict[str, Any]) -> None:
         channel.write(json.dumps(payload) + "\n")
@@ -475,6 +500,7 @@ def print_table(result: dict[str, Any]) -> None:
         f"{result['model']}, n_threads={result['n_threads']}, n_ctx={result['n_ctx']}, "
         f"{result['runs']} rounds of {result['max_tokens']} tokens, medians"
     )
+    print(f"GPU offload built in: {result['gpu_offload']}; placement: {result['placement']}")
     header = ("decode tok/s", 14), ("e2e tok/s", 11), ("ttft ms", 9), ("total ms", 10)
     print(
         f"{'side':<6}" + "".join(f"{name:>{width}}" for name, width in header) + f"{'rss MiB':>9}"
@@ -509,6 +535,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--quick", action="store_true", help="smoke test: fewer rounds, shorter answers"
     )
+    parser.add_argument(
+        "--n-gpu-layers",
+        type=int,
+        default=None,
+        help="layers offloaded to a GPU on every side (-1: all, 0: none; default: the "
+        "provider's choice by free VRAM, copied to the raw side)",
+    )
     # Internal: how the parent starts its worker processes.
     parser.add_argument("--worker", choices=["sdk", "raw"], help=argparse.SUPPRESS)
     parser.add_argument("--lookup", type=int, default=None, help=argparse.SUPPRESS)
@@ -525,14 +558,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     prefix_repeats = PREFIX_REPEATS_QUICK if args.quick else PREFIX_REPEATS
 
     start = time.perf_counter()
-    with Worker("sdk") as sdk:
+    chosen = [] if args.n_gpu_layers is None else ["--n-gpu-layers", str(args.n_gpu_layers)]
+    with Worker("sdk", *chosen) as sdk:
         facts = sdk.facts
         n_threads = str(facts["n_threads"])
-        with Worker("raw", "--model-path", facts["model_path"], "--n-threads", n_threads) as raw:
+        same = ["--n-gpu-layers", str(facts["n_gpu_layers"])]  # the SDK's choice, on every side
+        raw_args = ["--model-path", facts["model_path"], "--n-threads", n_threads, *same]
+        with Worker("raw", *raw_args) as raw:
             comparison = compare(sdk, raw, runs, max_tokens)
             raw_rss = raw.finish()
         prefix = prefix_reuse(sdk, prefix_repeats)
-        with Worker("sdk", "--lookup", str(LOOKUP_TOKENS)) as lookup:
+        with Worker("sdk", "--lookup", str(LOOKUP_TOKENS), *same) as lookup:
             lookup_result = prompt_lookup(sdk, lookup, lookup_runs, lookup_max_tokens)
             lookup_rss = lookup.finish()
         sdk_rss = sdk.finish()
@@ -542,6 +578,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "model": facts["model"],
         "n_threads": facts["n_threads"],
         "n_ctx": N_CTX,
+        "gpu_offload": facts["gpu_offload"],
+        "n_gpu_layers": facts["n_gpu_layers"],
+        "placement": facts["placement"],
         "runs": runs,
         "max_tokens": max_tokens,
         **comparison,

@@ -267,6 +267,10 @@ def test_local_model_bench_compares_sdk_and_raw() -> None:
     assert result["sdk_tok_s"] > 0
     assert result["raw_tok_s"] > 0
     assert result["same_output"] is True  # greedy decoding: the SDK changes nothing
+    assert isinstance(result["gpu_offload"], bool)
+    assert result["placement"].startswith("n_gpu_layers=")
+    if not result["gpu_offload"]:  # a CPU build: nothing offloaded, on either side
+        assert result["n_gpu_layers"] == 0
 
 
 @timeout_for(SLOW_BENCH_TIMEOUT)

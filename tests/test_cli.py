@@ -49,6 +49,7 @@ def test_demo_answers_every_call_through_the_fallback_route() -> None:
     # During the outage of both remote routes the bundled local model answers...
     assert {answer["route"] for answer in summary["outage"]} == {"local"}
     assert all(answer["text"] for answer in summary["outage"])
+    assert summary["local_placement"].startswith("n_gpu_layers=")  # where it ran, and why
     # ...the breakers open, and after the outage they probe, close, and the primary serves.
     changes = {(t["route"], t["before"], t["after"]) for t in summary["breaker_transitions"]}
     assert ("primary", "closed", "open") in changes
@@ -65,6 +66,7 @@ def test_demo_table_names_the_routes() -> None:
     assert "backup" in table
     assert "-> local in" in table
     assert "answered      12 of 12" in table
+    assert "local model placed: n_gpu_layers=" in table
 
 
 def test_bad_arguments_exit_with_usage() -> None:

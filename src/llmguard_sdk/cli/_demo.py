@@ -12,6 +12,7 @@ import json
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import anyio
 
@@ -24,6 +25,9 @@ from ..providers.openai_compat import OpenAICompatibleProvider
 from ..retry import RetryPolicy
 from ..testing import FakeProvider, Fault
 from ._command import Command, positive_int
+
+if TYPE_CHECKING:
+    from ..providers.local import LocalProvider
 
 __all__ = ["DEMO", "DemoSummary", "run_demo"]
 
@@ -48,6 +52,7 @@ class DemoSummary:
     recovery: list[dict[str, object]] = field(default_factory=list)
     transitions: list[dict[str, object]] = field(default_factory=list)
     local_note: str = ""
+    local_placement: str = ""
     tokens_in: int = 0
     tokens_out: int = 0
 
@@ -82,6 +87,7 @@ class DemoSummary:
             "recovery": self.recovery,
             "breaker_transitions": self.transitions,
             "local_note": self.local_note,
+            "local_placement": self.local_placement,
         }
 
     def render(self) -> str:
@@ -135,6 +141,8 @@ class DemoSummary:
         lines += [_answer_line(answer) for answer in self.outage]
         if self.local_note:
             lines.append(f"  {self.local_note}")
+        if self.local_placement:
+            lines.append(f"  local model placed: {self.local_placement}")
         lines += ["", "Recovery: both providers back; the breakers probe and close."]
         lines += [_answer_line(answer) for answer in self.recovery]
         lines += [
@@ -189,7 +197,7 @@ def _ask(guard: Guard, question: str) -> dict[str, object]:
     }
 
 
-def _local_model() -> Provider | str:
+def _local_model() -> LocalProvider | str:
     """The bundled local model, warming up in the background; or why it is not there."""
     try:
         from ..providers.local import LocalProvider
@@ -260,6 +268,7 @@ def run_demo(*, requests: int = 60, concurrency: int = 8) -> DemoSummary:
         if isinstance(local, str):
             summary.local_note = local
         else:
+            summary.local_placement = local.placement.describe()
             routes.append(local)
         guard = Guard(
             routes,
