@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import logging
 import random
+import re
 import stat
 import struct
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -108,6 +111,9 @@ def test_reads_the_shape_of_a_llama_like_gguf(tmp_path: Path) -> None:
     assert info.file_size == len(data)
     # 2 (K and V) x 30 layers x 3 KV heads x 64 x 2 bytes (f16)
     assert info.kv_bytes_per_token == 2 * 30 * 3 * 64 * 2 == 23040
+    assert info.vocab_size == 20  # the token list's length
+    # one 512-token micro-batch: its logits, and its attention scores per context token
+    assert info.compute_bytes == (4 * 512 * 20, 4 * 512 * 9)
 
 
 def test_keys_in_any_order_per_layer_arrays_and_explicit_head_widths(tmp_path: Path) -> None:
@@ -268,6 +274,27 @@ def test_as_many_whole_layers_as_fit_when_not_all_do() -> None:
     assert (placed.n_gpu_layers + 1) * per_layer > usable(free)
 
 
+def test_the_compute_buffer_comes_first() -> None:
+    compute = (600 * MIB, 64 * 1024)  # logits, and attention scores per context token
+    buffer = 600 * MIB + 64 * 1024 * 2048  # 728 MiB at the default context
+    exact = int((MODEL + KV * 2048 + buffer + VRAM_RESERVE) / 0.9) + 16
+    placed = plan(
+        model_bytes=MODEL, layers=LAYERS, kv_bytes_per_token=KV, free_vram=exact,
+        wanted_ctx=None, trained_ctx=2048, compute=compute,
+    )  # fmt: skip
+    assert (placed.n_gpu_layers, placed.needed) == (-1, MODEL + KV * 2048 + buffer)
+    partial = plan(
+        model_bytes=MODEL, layers=LAYERS, kv_bytes_per_token=KV, free_vram=3 * GIB,
+        wanted_ctx=None, trained_ctx=2048, compute=compute,
+    )  # fmt: skip
+    assert partial.n_gpu_layers == 11  # (2252.8 - 728) MiB / 136 MiB per layer = 11.2
+    too_small = plan(
+        model_bytes=MODEL, layers=LAYERS, kv_bytes_per_token=KV, free_vram=1300 * MIB,
+        wanted_ctx=None, trained_ctx=2048, compute=compute,
+    )  # fmt: skip
+    assert too_small.n_gpu_layers == 0  # 658 MiB usable: not even the compute buffer
+
+
 def test_no_layers_when_not_one_fits() -> None:
     for free in (0, VRAM_RESERVE, 600 * MIB):  # nothing left after the margin and reserve
         placed = plan(
@@ -324,8 +351,12 @@ def test_place_plans_from_the_file_and_the_reading(tmp_path: Path) -> None:
     def reading(free: int) -> Vram:
         return Vram(free=free, total=80 * GIB, device="0")
 
-    roomy = place(path, n_gpu_layers=None, n_ctx=None, offload=True, vram=lambda: reading(GIB))
+    roomy = place(path, n_gpu_layers=None, n_ctx=None, offload=True, vram=lambda: reading(2 * GIB))
     assert (roomy.n_gpu_layers, roomy.n_ctx) == (-1, 8192)  # the trained context
+    # 1 GiB: 409.6 MiB usable; 8192 tokens need 180 MiB of KV cache and a 144 MiB compute
+    # buffer, more than half of that; 4096 need half as much
+    less = place(path, n_gpu_layers=None, n_ctx=None, offload=True, vram=lambda: reading(GIB))
+    assert (less.n_gpu_layers, less.n_ctx) == (-1, 4096)
     asked = place(path, n_gpu_layers=None, n_ctx=1024, offload=True, vram=lambda: reading(GIB))
     assert (asked.n_gpu_layers, asked.n_ctx) == (-1, 1024)
     none = place(path, n_gpu_layers=None, n_ctx=None, offload=True, vram=lambda: reading(0))
@@ -445,3 +476,38 @@ def test_the_provider_records_its_placement(caplog: pytest.LogCaptureFixture) ->
     assert explicit.placement.reason == "n_gpu_layers was given"
     asked = LocalProvider(n_ctx=768)
     assert asked.n_ctx == 768
+
+
+_LOAD_VERBOSE = """
+import sys
+from llmguard_sdk.providers.local import bundled_model_path, load_llama
+load_llama(model_path=str(bundled_model_path()), n_ctx=int(sys.argv[1]), verbose=True)
+"""
+
+
+def _llama_cpp_buffers(n_ctx: int) -> dict[str, float]:
+    """The buffers llama.cpp reports allocating for the bundled model (MiB, summed by kind)."""
+    done = subprocess.run(
+        [sys.executable, "-c", _LOAD_VERBOSE, str(n_ctx)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    sizes: dict[str, float] = {"model": 0.0, "KV": 0.0, "compute": 0.0}
+    for kind, mib in re.findall(r"(model|KV|compute) buffer size = +([0-9.]+) MiB", done.stderr):
+        sizes[kind] += float(mib)
+    return sizes
+
+
+@pytest.mark.local_model
+@pytest.mark.parametrize("n_ctx", [2048, 8192])
+def test_the_estimates_match_or_exceed_what_llama_cpp_allocates(n_ctx: int) -> None:
+    from llmguard_sdk.providers.local import bundled_model_path
+
+    info = read_gguf(bundled_model_path())
+    allocated = _llama_cpp_buffers(n_ctx)
+    assert allocated["KV"] == pytest.approx(info.kv_bytes_per_token * n_ctx / MIB, abs=0.01)
+    assert 0 < allocated["model"] <= info.file_size / MIB
+    base, per_token = info.compute_bytes
+    assert 0 < allocated["compute"] <= (base + per_token * n_ctx) / MIB

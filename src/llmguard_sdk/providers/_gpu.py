@@ -58,6 +58,9 @@ _MAX_KEY = 1 << 16  # bytes in a key
 _MAX_KEPT_STRING = 1 << 16  # longer string values are skipped, not read
 _MAX_KEPT_ARRAY = 1 << 12  # integer arrays kept (per-layer head counts); longer are skipped
 _MAX_DEPTH = 3  # arrays of arrays
+_TOKENS = "tokenizer.ggml.tokens"
+N_UBATCH = 512
+"""llama.cpp's micro-batch (``n_ubatch``): its compute buffer is sized for one of them."""
 _SUFFIXES = (
     "block_count",
     "embedding_length",
@@ -88,11 +91,20 @@ class GGUFInfo:
     value_length: int
     context_length: int | None
     file_size: int
+    vocab_size: int = 0
 
     @property
     def kv_bytes_per_token(self) -> int:
         """KV-cache bytes per token of context: K and V, every layer, f16 (2 bytes)."""
         return self.block_count * self.head_count_kv * (self.key_length + self.value_length) * 2
+
+    @property
+    def compute_bytes(self) -> tuple[int, int]:
+        """llama.cpp's compute buffer, estimated from above as ``(base, per context token)``:
+        one micro-batch's logits (f32, ``vocab_size`` each) and attention scores (f32, one
+        per head and context token). For SmolLM2-135M this gives 132 MiB at a 2048 context
+        and 240 MiB at 8192, where llama.cpp 0.3.x allocates 99 and 166 MiB."""
+        return 4 * N_UBATCH * self.vocab_size, 4 * N_UBATCH * self.head_count
 
 
 class _Cursor:
@@ -100,6 +112,7 @@ class _Cursor:
 
     def __init__(self, data: mmap.mmap | bytes, name: str) -> None:
         self.data, self.name, self.pos = data, name, 0
+        self.length = 0  # the length of the last array read
 
     def need(self, size: int) -> None:
         if size < 0 or self.pos + size > len(self.data):
@@ -133,7 +146,7 @@ class _Cursor:
         if kind != _ARRAY or depth >= _MAX_DEPTH:
             raise GGUFError(f"{self.name}: unknown value type {kind} at byte {self.pos}")
         item = int(self.unpack("<I"))
-        length = self.count()
+        length = self.length = self.count()
         if item in _SCALARS:
             size = struct.calcsize(_SCALARS[item])
             self.need(length * size)
@@ -195,6 +208,8 @@ def _read_header_and_keys(cursor: _Cursor) -> tuple[dict[str, object], int, int]
         value = cursor.value(kind, keep)
         if keep:
             found[key] = value
+        elif key == _TOKENS and kind == _ARRAY:
+            found[key] = cursor.length  # the vocabulary's size
     return found, version, tensors
 
 
@@ -235,6 +250,7 @@ def _shape(found: dict[str, object], name: str, version: int, tensors: int, size
         value_length=number("attention.value_length") or head_width,
         context_length=context if context and context > 0 else None,
         file_size=size,
+        vocab_size=_whole(found.get(_TOKENS), max) or 0,
     )
 
 
@@ -362,6 +378,7 @@ def plan(
     wanted_ctx: int | None,
     trained_ctx: int | None,
     offload: bool = True,
+    compute: tuple[int, int] = (0, 0),
     margin: float = VRAM_MARGIN,
     reserve: int = VRAM_RESERVE,
     max_ctx: int = MAX_AUTO_CTX,
@@ -369,8 +386,9 @@ def plan(
     """Choose ``(n_gpu_layers, n_ctx)`` from the model's size and the free VRAM (bytes).
 
     The GPU may use ``free_vram * (1 - margin) - reserve``. When the weights
-    (``model_bytes``) and the KV cache for the context fit, every layer goes there; else as
-    many whole layers as fit, each taking an equal share of the weights and of the KV cache.
+    (``model_bytes``), the KV cache for the context and the compute buffer (``compute``:
+    bytes, and bytes per context token) fit, every layer goes there; else, after the compute
+    buffer, as many whole layers as fit, each an equal share of the weights and the KV cache.
     The context is ``wanted_ctx``; only when none was asked for, it starts at
     :data:`DEFAULT_N_CTX` and, when every layer fits, grows toward the trained context (at most
     ``max_ctx``) while the whole model then takes at most half of what the GPU may use.
@@ -384,18 +402,25 @@ def plan(
     if layers <= 0:
         return Placement(0, ctx, "the model gives no layer count", free_vram)
     usable = int(free_vram * (1.0 - margin)) - reserve
-    needed = model_bytes + kv_bytes_per_token * ctx
+
+    def weights_and_cache(tokens: int) -> int:
+        return model_bytes + kv_bytes_per_token * tokens
+
+    def buffer(tokens: int) -> int:
+        return compute[0] + compute[1] * tokens
+
+    needed = weights_and_cache(ctx) + buffer(ctx)
     if needed <= usable:
         if wanted_ctx is None and trained_ctx is not None:
             candidate = min(trained_ctx, max_ctx)
             while candidate > ctx:
-                if model_bytes + kv_bytes_per_token * candidate <= usable // 2:
-                    ctx, needed = candidate, model_bytes + kv_bytes_per_token * candidate
+                if weights_and_cache(candidate) + buffer(candidate) <= usable // 2:
+                    ctx, needed = candidate, weights_and_cache(candidate) + buffer(candidate)
                     break
                 candidate //= 2
         return Placement(-1, ctx, "the whole model fits in free VRAM", free_vram, needed)
-    per_layer = -(-needed // layers)  # rounded up, so fewer than all layers (usable < needed)
-    fitting = max(usable, 0) // per_layer
+    per_layer = -(-weights_and_cache(ctx) // layers)  # rounded up: fewer than all (see above)
+    fitting = max(usable - buffer(ctx), 0) // per_layer
     if fitting <= 0:
         return Placement(0, ctx, "not one layer fits in free VRAM", free_vram, needed)
     return Placement(
@@ -437,4 +462,5 @@ def place(
         free_vram=None if reading is None else reading.free,
         wanted_ctx=n_ctx if n_ctx is not None or grow_ctx else DEFAULT_N_CTX,
         trained_ctx=info.context_length,
+        compute=info.compute_bytes,
     )
