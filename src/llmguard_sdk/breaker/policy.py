@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from .. import errors
+from .._copies import frozen
 from ..errors import ConfigurationError, ProviderError, RateLimitedError
 
 __all__ = [
@@ -225,15 +226,7 @@ def record(
         failures / calls >= policy.failure_rate or slow / calls >= policy.slow_call_rate
     ):
         return _trip(state, now, policy)
-    return BreakerState(
-        state.state,
-        state.open_until,
-        state.trips,
-        state.permits,
-        state.probes_ok,
-        state.half_open_at,
-        window,
-    )
+    return frozen(BreakerState, {**state.__dict__, "window": window})  # once per call: cheap
 
 
 def _count(window: tuple[int, ...], size: int, code: int) -> tuple[int, ...]:
