@@ -47,10 +47,11 @@ Guard, warmed up once, then alternated; ``lookup_speedup`` is the ratio of the m
 drafted tokens are verified from one batched decode, whose logits differ from single-token
 decodes in the last bits, enough to flip a near-tie; raw llama-cpp-python with the same draft
 model does the same). The prompt plus
-``max_tokens`` plus a draft stays under 512 tokens on purpose: llama-cpp-python 0.3.x sizes
-``Llama.scores`` by ``n_batch`` (512 rows) unless ``logits_all=True`` is passed, although a draft
-model turns ``logits_all`` on, and ``LocalProvider`` does not pass it; past position 512 every
-lookup call fails with "could not broadcast input array". A failure is reported in
+``max_tokens`` plus a draft stays under 512 tokens: llama-cpp-python 0.3.x sizes
+``Llama.scores`` by ``n_batch`` (512 rows) unless ``logits_all=True`` is passed, and past
+position 512 a drafting call without it fails with "could not broadcast input array".
+``LocalProvider`` passes ``logits_all=True`` whenever it drafts, so the SDK no longer hits this;
+the bound keeps the run comparable with earlier ones. A failure is reported in
 ``lookup_error``.
 
 Memory: ``sdk_peak_rss_mb`` / ``raw_peak_rss_mb`` / ``lookup_peak_rss_mb`` are each worker
