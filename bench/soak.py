@@ -14,6 +14,8 @@ process should grow by about what the cache holds, not by what it has seen:
 * ``ms_per_call_first_10k`` / ``ms_per_call_last_10k``: wall milliseconds per call over the
   first and the last tenth of the calls (10,000 of 100,000; ``window_calls`` says how many),
   and ``last_over_first`` (target: at most 1.2). ``ms_per_call_windows``: every tenth.
+  ``cpu_ms_per_call_windows`` / ``cpu_last_over_first``: this process's CPU time per call
+  (``time.process_time``), which other jobs on a shared machine disturb less than wall time.
 * ``rss_start_mb`` (after the Guard's first calls), ``rss_end_mb``, ``rss_growth_mb`` and
   ``rss_growth_after_first_window_mb`` (the cache is full by then when the calls are more than
   ten times ``cache_entries``): resident memory of this process, from ``/proc/self/statm``.
@@ -23,8 +25,9 @@ process should grow by about what the cache holds, not by what it has seen:
   off), run in a process of its own afterwards, so "bounded by the cache's configured size"
   is judged in one run; ``rss_growth_beyond_cache_mb`` is ``rss_growth_mb`` less the
   cache-only growth (what every other stage keeps: a day's spend per tenant in the budget,
-  capped tables, the allocator's slack); ``cache_only_ms_per_call_last_10k`` is that side's
-  last tenth. ``--no-baseline`` skips it; ``--cache-only`` runs that side alone.
+  capped tables, the allocator's slack); ``cache_only_ms_per_call_first_10k`` /
+  ``cache_only_ms_per_call_last_10k`` / ``cache_only_cpu_last_over_first``: that side's
+  first and last tenths. ``--no-baseline`` skips it; ``--cache-only`` runs that side alone.
 
 Usage: python bench/soak.py [--json] [--calls N] [--cache-entries N] [--quick]
        [--cache-only | --no-baseline]
@@ -128,12 +131,14 @@ def soak(call: Callable[[int], object], calls: int) -> dict[str, Any]:
         call(-1 - n)
     rss_start = rss_mb()
     per_window: list[float] = []
+    cpu_window: list[float] = []
     rss_after_first = rss_start
     for w in range(WINDOWS):
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         for n in range(w * window, (w + 1) * window):
             call(n)
         per_window.append((time.perf_counter() - start) / window * 1e3)
+        cpu_window.append((time.process_time() - cpu) / window * 1e3)
         if w == 0:
             rss_after_first = rss_mb()
     rss_end = rss_mb()
@@ -143,6 +148,8 @@ def soak(call: Callable[[int], object], calls: int) -> dict[str, Any]:
         "ms_per_call_last_10k": round(per_window[-1], 3),
         "last_over_first": round(per_window[-1] / per_window[0], 3),
         "ms_per_call_windows": [round(ms, 3) for ms in per_window],
+        "cpu_ms_per_call_windows": [round(ms, 3) for ms in cpu_window],
+        "cpu_last_over_first": round(cpu_window[-1] / cpu_window[0], 3),
         "rss_start_mb": round(rss_start, 1),
         "rss_end_mb": round(rss_end, 1),
         "rss_growth_mb": round(rss_end - rss_start, 1),
@@ -177,7 +184,9 @@ def main() -> None:
         result["cache_only_rss_growth_after_first_window_mb"] = baseline[
             "rss_growth_after_first_window_mb"
         ]
+        result["cache_only_ms_per_call_first_10k"] = baseline["ms_per_call_first_10k"]
         result["cache_only_ms_per_call_last_10k"] = baseline["ms_per_call_last_10k"]
+        result["cache_only_cpu_last_over_first"] = baseline["cpu_last_over_first"]
         result["rss_growth_beyond_cache_mb"] = round(
             result["rss_growth_mb"] - baseline["rss_growth_mb"], 1
         )

@@ -157,6 +157,7 @@ def test_soak_reports_each_tenth_of_the_calls_and_memory() -> None:
     )
     assert result["rss_end_mb"] > 0
     # the cache-only Guard's growth, from its own process, beside the every-stage one
+    assert len(result["cpu_ms_per_call_windows"]) == 10
     assert result["cache_only_ms_per_call_last_10k"] > 0
     assert result["rss_growth_beyond_cache_mb"] == pytest.approx(
         result["rss_growth_mb"] - result["cache_only_rss_growth_mb"], abs=0.11
