@@ -196,19 +196,24 @@ class MemoryBudgetBackend:
                 state.window_id = window_id
                 spent, fired = found if isinstance(found, tuple) else (found, _NO_ALERTS)
                 state.spent, state.fired = spent, fired
-        if take:
+        if take:  # kept from now on, so it expires even if the caller never parks it
             self._states[spec.key] = state
+            self._keep(spec, now, now)
         return state
+
+    def _keep(self, spec: CounterSpec, now: float, until: float) -> None:
+        """Keep a whole state until idle past its window (and a hold until ``until``)."""
+        span = spec.rolling_seconds if spec.window == "rolling" else _SPAN[spec.window]
+        self._idle.touch(spec.key, max(now + span, until))
 
     def _park(self, spec: CounterSpec, state: CounterState, now: float, until: float) -> None:
         """Keep a counter as small as it can be: a calendar one that holds nothing as its
         spend in its window's table (nothing at all when it spent nothing), else its state
         until idle past its window (and a hold until ``until``)."""
         if state.holds or state.reserved or state.buckets:
-            span = spec.rolling_seconds if spec.window == "rolling" else _SPAN[spec.window]
-            self._idle.touch(spec.key, max(now + span, until))
+            self._keep(spec, now, until)
             return
-        del self._states[spec.key]
+        self._states.pop(spec.key, None)  # (a key given twice is parked once)
         self._idle.forget(spec.key)
         if spec.window == "rolling" or not (state.spent or state.fired):
             return
