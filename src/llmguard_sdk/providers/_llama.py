@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigurationError
+from ._chunked import PACKAGED_MODELS, packaged_model_path
 
 __all__ = ["DEFAULT_MODEL_PACKAGE", "bundled_model_path", "load_llama"]
 
@@ -130,7 +131,10 @@ def _checked_examples(examples: Sequence[tuple[str, str]]) -> list[tuple[str, st
 
 
 def _packaged_gguf(package: str, filename: str | None) -> Path:
-    """The GGUF file inside an installed package (see :meth:`LocalProvider.from_package`)."""
+    """The GGUF file inside an installed package, or the joined file of a chunked model
+    named in ``PACKAGED_MODELS`` (see :meth:`LocalProvider.from_package`)."""
+    if package in PACKAGED_MODELS and filename is None:
+        return packaged_model_path(package)
     try:
         root = resources.files(package)
     except ModuleNotFoundError:

