@@ -1,15 +1,17 @@
 """The ops of the plan: each piece of I/O it needs, as a small typed value.
 
 The plan (:mod:`.plan`) yields them; a driver (:mod:`.drive`) performs them and sends the
-answer back. Decisions that need no answer never become ops: they wait in the call's tail.
+answer back. Decisions that need no answer never become ops: they wait in the call's tail; a
+decision an in-process backend makes at once never becomes one either (:func:`answer_of`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Generator
 from dataclasses import dataclass, field
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, TypeVar
 
+from .._state.steps import start
 from ..context import AttemptRecord
 from ..errors import ProviderError
 from ..models import ChatRequest, ChatResponse, StreamChunk
@@ -31,7 +33,10 @@ __all__ = [
     "Sleep",
     "StartLeg",
     "StopLegs",
+    "answer_of",
 ]
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -40,6 +45,16 @@ class Ask:
     token): decided in place in memory, else in one round trip with what waits in the tail."""
 
     step: Step[Any]
+
+
+def answer_of(step: Step[T]) -> Generator[Any, Any, T]:
+    """``yield from answer_of(step)``: the answer of a decision, at once when it is decided in
+    place (an in-process backend: no trip through the driver), else asked of the driver (an
+    :class:`Ask`: one round trip that takes the tail along)."""
+    ended, answer, rest = start(step)
+    if ended:
+        return answer  # type: ignore[no-any-return]
+    return (yield Ask(rest))  # type: ignore[no-any-return]
 
 
 @dataclass(frozen=True)

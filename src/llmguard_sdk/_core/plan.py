@@ -31,7 +31,7 @@ from . import limits, routes
 from . import race as hedging
 from .assembly import Assembler
 from .limits import Reservation
-from .ops import Ask, Complete, Emit, Next, Open, Preopened, Sleep
+from .ops import Complete, Emit, Next, Open, Preopened, Sleep, answer_of
 from .run import Run, elapsed_since
 
 __all__ = ["admit", "complete_op", "open_op", "plan"]
@@ -46,7 +46,7 @@ def plan(run: Run) -> Plan:
     routing = run.stages.routing
     if routing is None:
         return (yield from _route_loop(run))
-    leases = yield Ask(routing.lease_steps(run.ctx))
+    leases = yield from answer_of(routing.lease_steps(run.ctx))
     try:
         return (yield from _route_loop(run))
     finally:
@@ -109,7 +109,7 @@ def _retry(
     if not decision.retry:
         return None
     if stages.retry_budget is not None and not (
-        yield Ask(stages.retry_budget.try_spend_steps(route.name))
+        yield from answer_of(stages.retry_budget.try_spend_steps(route.name))
     ):
         return None
     if not routes.still_fits(ctx, decision):
@@ -125,7 +125,7 @@ def admit(run: Run, route: Provider) -> Generator[Any, Any, tuple[bool, Reservat
     if stages.breakers is not None:
         permit = run.permit_ahead(route)
         if permit is None:
-            permit = yield Ask(stages.breakers.permit_steps(route.name))
+            permit = yield from answer_of(stages.breakers.permit_steps(route.name))
         if not permit.allowed:
             routes.route_refused(ctx, stages, route, permit)
             return False, None
@@ -134,7 +134,7 @@ def admit(run: Run, route: Provider) -> Generator[Any, Any, tuple[bool, Reservat
         return True, None
     grant = run.grant_ahead(route, reservation)
     if grant is None:
-        grant = yield Ask(limits.reserve_steps(ctx, stages, reservation))
+        grant = yield from answer_of(limits.reserve_steps(ctx, stages, reservation))
     if not grant.allowed:
         routes.route_rate_limited(ctx, route, grant)
         run.release(route)

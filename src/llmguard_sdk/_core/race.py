@@ -21,7 +21,7 @@ from ..providers.base import Provider
 from ..store import Step
 from . import limits, plan, routes
 from .limits import Reservation
-from .ops import Ask, AwaitLeg, LegEvent, Preopened, Race, StartLeg, StopLegs
+from .ops import AwaitLeg, LegEvent, Preopened, Race, StartLeg, StopLegs, answer_of
 from .run import Run, elapsed_since
 
 __all__ = ["hedge", "race"]
@@ -160,13 +160,13 @@ def _admit_now(run: Run, route: Provider) -> Generator[Any, Any, tuple[bool, Res
     """The second leg's permit and reservation, without waiting for a slot."""
     ctx, stages = run.ctx, run.stages
     if stages.breakers is not None:
-        permit = yield Ask(stages.breakers.permit_steps(route.name))
+        permit = yield from answer_of(stages.breakers.permit_steps(route.name))
         if not permit.allowed:
             routes.route_refused(ctx, stages, route, permit)
             return False, None
     reservation = limits.token_reservation(ctx, stages, route)
     if reservation is not None:
-        grant = yield Ask(limits.reserve_steps(ctx, stages, reservation, wait=False))
+        grant = yield from answer_of(limits.reserve_steps(ctx, stages, reservation, wait=False))
         if not grant.allowed:
             routes.route_rate_limited(ctx, route, grant)
             run.release(route)
