@@ -10,13 +10,17 @@ from .errors import ConfigurationError
 
 __all__ = ["check_keywords"]
 
+_KNOWN: dict[Any, frozenset[str]] = {}  # each TypedDict's keywords (a few types)
+
 
 def check_keywords(given: Mapping[str, object], typed: Any, what: str) -> None:
     """Raise :class:`~llmguard_sdk.errors.ConfigurationError` naming the keywords of
     ``given`` that the TypedDict ``typed`` does not declare."""
-    known: frozenset[str] = typed.__required_keys__ | typed.__optional_keys__
-    unknown = given.keys() - known
-    if unknown:
+    known = _KNOWN.get(typed)
+    if known is None:
+        known = _KNOWN[typed] = typed.__required_keys__ | typed.__optional_keys__
+    if not given.keys() <= known:
+        unknown = given.keys() - known
         raise ConfigurationError(
             f"{what} got unknown keyword(s) {sorted(unknown)}; it takes {sorted(known)}"
         )

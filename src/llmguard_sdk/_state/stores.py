@@ -59,6 +59,7 @@ def redis_errors() -> tuple[type[Exception], ...]:
     return (redis.RedisError, RedisClusterException)
 
 
+@functools.lru_cache(maxsize=4096)  # the ids of the tenants, users ... seen lately
 def hash_id(value: str) -> str:
     """A short, stable digest of an id (tenant, user ...) for use inside keys."""
     return hashlib.blake2b(value.encode("utf-8"), digest_size=8).hexdigest()

@@ -19,7 +19,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-import os
 import time
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 from typing_extensions import Unpack
 
+from .._ids import UniqueIds
 from .._state import steps as store_steps
 from .._state.stores import RedisStore, Store, hash_id
 from ..context import CallContext
@@ -66,6 +66,8 @@ __all__ = [
 
 Level = Literal["all", "downgrade", "local"]
 _DEGRADED = "degraded"
+_RESERVATION_IDS = UniqueIds(random_digits=8)  # 24 hex digits, as os.urandom(12) gave
+_RECENT_SCOPES = 4096  # scopes whose counter specs a control remembers
 logger = logging.getLogger("llmguard_sdk")
 
 
@@ -102,6 +104,9 @@ class SpendControl:
     ) -> None:
         self.config = config
         self.prices = config.prices or PriceTable.default_table()
+        self._recent_counters: dict[
+            tuple[str | None, str | None, str | None, str], tuple[CounterSpec, ...]
+        ] = {}
         self.backend: BudgetBackend
         if backend is not None:
             self.backend = backend
@@ -180,13 +185,23 @@ class SpendControl:
         return tuple(found)
 
     def _call_counters(self, ctx: CallContext) -> tuple[CounterSpec, ...]:
+        """:meth:`counters` of a call's scope, remembered for the scopes seen lately (a
+        bounded table: the specs are immutable and depend on nothing else)."""
+        scope = ctx.scope
         tags = (ctx.request.metadata or {}).get("tags", "")
-        return self.counters(
-            tenant=ctx.scope.tenant,
-            feature=ctx.scope.feature,
-            user=ctx.scope.user,
-            tags=[t.strip() for t in tags.split(",") if t.strip()],
-        )
+        asked = (scope.tenant, scope.feature, scope.user, tags)
+        found = self._recent_counters.get(asked)
+        if found is None:
+            found = self.counters(
+                tenant=scope.tenant,
+                feature=scope.feature,
+                user=scope.user,
+                tags=[t.strip() for t in tags.split(",") if t.strip()],
+            )
+            if len(self._recent_counters) >= _RECENT_SCOPES:
+                self._recent_counters.clear()
+            self._recent_counters[asked] = found
+        return found
 
     def status(self, **scope: Unpack[BudgetScope]) -> list[CounterStatus]:
         """Each counter of a scope (``tenant=``, ``feature=``, ``user=``, ``tags=``): its
@@ -267,7 +282,7 @@ class SpendControl:
     ) -> Generator[BackendStep, Any, Held]:
         """The reservation logic; events to emit are appended to ``notes`` (the caller emits
         them, also when this raises)."""
-        rid = os.urandom(12).hex()
+        rid = _RESERVATION_IDS.next()
         specs = self._call_counters(ctx)
         stages = self._by_priority(ctx, stages)
         if not specs:

@@ -5,9 +5,9 @@
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Mapping, Sequence
 
+from .._ids import UniqueIds
 from ..errors import ConfigurationError
 from .policy import RateLimit
 
@@ -44,9 +44,12 @@ def normalize(limits: LimitsConfig) -> Rules:
     return rules
 
 
+_CALL_IDS = UniqueIds(random_digits=8)
+
+
 def new_call_id() -> str:
-    """A random id naming one call in leases and the queue."""
-    return secrets.token_hex(8)
+    """A unique id naming one call in leases and the queue (no system call per id)."""
+    return _CALL_IDS.next()
 
 
 def wait_bound(rules: Sequence[RateLimit], max_wait: float | None) -> float:

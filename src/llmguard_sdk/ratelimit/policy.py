@@ -343,6 +343,8 @@ def reserve_all(
     costs = _costs(requests, tokens, input_tokens, output_tokens)
     fresh = [
         CellState(state.tats, _live(state.leases, now), _live(state.queue, now))
+        if state.leases or state.queue
+        else state  # nothing held or waiting: nothing to drop
         for state, _ in cells
     ]
     wait, planned, full = 0.0, [], []
@@ -369,6 +371,9 @@ def reserve_all(
     lease = None
     result = []
     for state, (_, limit), tats in zip(fresh, cells, planned, strict=True):
+        if limit.concurrency is None and limit.max_queue is None and not state.queue:
+            result.append(CellState(tats, state.leases, state.queue))  # only the TATs move
+            continue
         leases, queue = dict(state.leases), dict(state.queue)
         queue.pop(call_id, None)
         if wait > _EPSILON and limit.max_queue is not None:
