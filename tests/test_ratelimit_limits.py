@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import multiprocessing
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -194,13 +195,15 @@ def test_contract_per_tenant_concurrency(backend: Backend) -> None:
 
 def test_contract_the_queue_is_bounded(backend: Backend) -> None:
     limiter = backend.make({"r": RateLimit(rpm=60, max_wait=10, max_queue=2)})
+    started = time.monotonic()  # Redis's clock runs on: what passes shortens the wait
     for _ in range(60):
         assert limiter.reserve("r").allowed
     waits = [limiter.reserve("r") for _ in range(2)]
     assert all(g.allowed and g.wait > 0 for g in waits)
     shed = limiter.reserve("r")
+    passed = time.monotonic() - started
     assert (shed.allowed, shed.reason) == (False, "queue")
-    assert shed.retry_after == pytest.approx(3.0, abs=0.05)
+    assert 3.0 - passed - 0.05 <= shed.retry_after <= 3.0 + 0.05
     backend.advance(1.5)  # the first waiter has started: a place is free
     assert limiter.reserve("r").allowed
 

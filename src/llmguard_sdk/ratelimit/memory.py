@@ -34,6 +34,7 @@ from .policy import (
 __all__ = ["MemoryRateLimiter"]
 
 CellKey = tuple[str, int, str | None]
+_RECENT_KEYS = 4096  # (key, tenant)s whose cells a limiter remembers
 
 
 class MemoryRateLimiter(LimiterBase):
@@ -58,20 +59,29 @@ class MemoryRateLimiter(LimiterBase):
         self._clock = clock
         self._lock = threading.Lock()
         self._freed = threading.Condition(self._lock)
+        # the cells of the (key, tenant)s seen lately: a bounded table
+        self._recent_keys: dict[tuple[str, str | None], tuple[tuple[CellKey, RateLimit], ...]] = {}
         self._cells: OrderedDict[CellKey, CellState] = (
             OrderedDict()
         )  # least recently reserved first
 
-    def _keys(self, key: str, tenant: str | None) -> list[tuple[CellKey, RateLimit]]:
-        tenant_key = hash_id(tenant or "")
-        return [
-            ((key, index, tenant_key if limit.per_tenant else None), limit)
-            for index, limit in enumerate(self.rules(key))
-        ]
+    def _keys(self, key: str, tenant: str | None) -> tuple[tuple[CellKey, RateLimit], ...]:
+        asked = (key, tenant)
+        found = self._recent_keys.get(asked)
+        if found is None:
+            tenant_key = hash_id(tenant or "")
+            found = tuple(
+                ((key, index, tenant_key if limit.per_tenant else None), limit)
+                for index, limit in enumerate(self.rules(key))
+            )
+            if len(self._recent_keys) >= _RECENT_KEYS:
+                self._recent_keys.clear()
+            self._recent_keys[asked] = found
+        return found
 
     def _try(
         self,
-        cells: list[tuple[CellKey, RateLimit]],
+        cells: tuple[tuple[CellKey, RateLimit], ...],
         call_id: str,
         kwargs: dict[str, object],
     ) -> Grant:
@@ -98,7 +108,7 @@ class MemoryRateLimiter(LimiterBase):
 
     def _asked(
         self, key: str, ask: ReserveArgs
-    ) -> tuple[list[tuple[CellKey, RateLimit]], str, dict[str, object], float]:
+    ) -> tuple[tuple[tuple[CellKey, RateLimit], ...], str, dict[str, object], float]:
         """(cells, call id, the policy's keywords, until when the call may wait)."""
         check_keywords(ask, ReserveArgs, "reserve")
         cells = self._keys(key, ask.get("tenant"))

@@ -39,7 +39,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypedDict, TypeVar
+from typing import Any, ClassVar, Literal, TypedDict, TypeVar
 
 from typing_extensions import Unpack
 
@@ -215,6 +215,16 @@ class RateLimit:
             raise ConfigurationError("RateLimit.per_tenant must be True or False")
         if not _positive(self.lease_seconds):
             raise ConfigurationError("RateLimit.lease_seconds must be a positive number")
+        # (index in CellState.tats, the limit, seconds each unit of it costs) of the limits
+        # set: what every reservation and settle reads (an attribute, not a field)
+        intervals = tuple(
+            (index, per_period, self.period / per_period)
+            for index, per_period in enumerate(self.limits())
+            if per_period is not None
+        )
+        object.__setattr__(self, "_intervals", intervals)
+
+    _intervals: ClassVar[tuple[tuple[int, float, float], ...]]
 
     def limits(self) -> tuple[float | None, float | None, float | None, float | None]:
         """(rpm, tpm, input_tpm, output_tpm): the order of :attr:`CellState.tats`."""
@@ -275,15 +285,7 @@ def _live(entries: Mapping[str, float], now: float) -> dict[str, float]:
     return {key: until for key, until in entries.items() if until > now}
 
 
-@dataclass(frozen=True)
-class _Costs:
-    requests: float
-    tokens: float
-    input: float
-    output: float
-
-    def of(self, index: int) -> float:
-        return (self.requests, self.tokens, self.input, self.output)[index]
+_Costs = tuple[float, float, float, float]  # requests, tokens, input, output
 
 
 def _costs(
@@ -292,7 +294,7 @@ def _costs(
     """The four costs; an unknown split counts the whole of ``tokens`` (the safe side)."""
     if not tokens and (input_tokens is not None or output_tokens is not None):
         tokens = (input_tokens or 0.0) + (output_tokens or 0.0)
-    return _Costs(
+    return (
         requests,
         tokens,
         tokens if input_tokens is None else input_tokens,
@@ -306,16 +308,16 @@ def _evaluate(
     """(seconds the call must wait for this limit, or inf; the TATs after it)."""
     capacity = limit.capacity(priority)
     over = 0.0
-    tats = list(state.tats)
-    for index, per_period in enumerate(limit.limits()):
-        if per_period is None:
-            continue
-        cost = costs.of(index)
-        interval = limit.period / per_period
-        if cost * interval > capacity + _EPSILON:
-            return math.inf, state.tats
-        tats[index] = max(state.tats[index], now) + cost * interval
-        over = max(over, tats[index] - now - capacity)
+    before = state.tats
+    tats = list(before)
+    for index, _, interval in limit._intervals:
+        spend = costs[index] * interval
+        if spend > capacity + _EPSILON:
+            return math.inf, before
+        tats[index] = (before[index] if before[index] > now else now) + spend
+        late = tats[index] - now - capacity
+        if late > over:
+            over = late
     return over, (tats[0], tats[1], tats[2], tats[3])
 
 
@@ -522,9 +524,9 @@ def settle(
         max(token_delta, 0.0) if output_delta is None else output_delta,
     )
     tats = list(cell.tats)
-    for index, per_period in enumerate(limit.limits()):
+    for index, per_period, _ in limit._intervals:
         delta = deltas[index]
-        if per_period is None or not delta:
+        if not delta:
             continue
         tats[index] += delta * limit.period / per_period
         if delta < 0:
