@@ -282,6 +282,14 @@ def latency_summary(values: Sequence[float], digits: int = 3) -> dict[str, float
     return found
 
 
+LOOPBACK_SERVERS: dict[str, tuple[str, ...]] = {
+    "fake": ("-m", "llmguard_sdk.testing", "serve"),
+    "asyncio": (str(Path(__file__).with_name("_asyncio_server.py")),),
+}
+"""The Python arguments of each loopback server a bench can start (each prints its base URL
+and stops when its stdin closes): the FakeProvider, and ``_asyncio_server.py``."""
+
+
 def round_arguments(
     doc: str, workers: Sequence[str], what: str, worker_main: Callable[..., None]
 ) -> argparse.Namespace | None:
@@ -294,6 +302,13 @@ def round_arguments(
     parser.add_argument("--calls", type=int, default=2000, help="calls per round (2,000)")
     parser.add_argument("--rounds", type=int, default=6, help=f"measured rounds per {what} (6)")
     parser.add_argument("--quick", action="store_true", help="200 calls, 2 rounds")
+    parser.add_argument(
+        "--server",
+        choices=sorted(LOOPBACK_SERVERS),
+        default="asyncio",
+        help="the loopback server: asyncio (one event loop, the default) or fake (the "
+        "FakeProvider: a thread per connection)",
+    )
     parser.add_argument("--worker", choices=workers, help=argparse.SUPPRESS)
     parser.add_argument("--base-url", help=argparse.SUPPRESS)
     parser.add_argument("--concurrency", type=int, help=argparse.SUPPRESS)

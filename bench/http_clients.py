@@ -40,7 +40,14 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from _benchkit import RoundCpu, popen_group, print_result, round_arguments, stop_group
+from _benchkit import (
+    LOOPBACK_SERVERS,
+    RoundCpu,
+    popen_group,
+    print_result,
+    round_arguments,
+    stop_group,
+)
 
 CLIENTS = ("httpx_default", "httpx_sized", "httpx2_default", "httpx2_sized", "aiohttp")
 LEVELS = (50, 500)
@@ -237,13 +244,18 @@ def main() -> None:
         return
     from overhead import start_server
 
-    server, base_url = start_server()
+    server, base_url = start_server(LOOPBACK_SERVERS[args.server])
     try:
         levels = {str(c): level(server, base_url, c, args.calls, args.rounds) for c in LEVELS}
     finally:
         stop_group(server)
     skipped = [n for n in CLIENTS if importlib.util.find_spec(n.split("_")[0]) is None]
-    result = {"calls_per_round": args.calls, "cores": os.cpu_count(), "concurrency": levels}
+    result = {
+        "calls_per_round": args.calls,
+        "cores": os.cpu_count(),
+        "server": args.server,
+        "concurrency": levels,
+    }
     result["skipped"] = skipped
     print_result(result, args.json)
 

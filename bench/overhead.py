@@ -47,11 +47,11 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import httpx
-from _benchkit import exit_on_signals, popen_group, stop_group
+from _benchkit import LOOPBACK_SERVERS, exit_on_signals, popen_group, stop_group
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
@@ -118,13 +118,16 @@ def every_stage_guard(
     )
 
 
-def start_server() -> tuple[subprocess.Popen[str], str]:
-    """Start FakeProvider in its own process group; return it and its base URL.
+def start_server(
+    command: Sequence[str] = LOOPBACK_SERVERS["fake"],
+) -> tuple[subprocess.Popen[str], str]:
+    """Start a loopback server (default: the FakeProvider; ``command``: the Python arguments
+    of another that prints its base URL) in its own process group; return it and its URL.
 
     Its stdin is a pipe from this process: the server stops at the pipe's end, so it ends with
     this process however this process ends (and the bench's reaper stops its group too)."""
     process = popen_group(
-        [sys.executable, "-m", "llmguard_sdk.testing", "serve"],
+        [sys.executable, *command],
         stdout=subprocess.PIPE,
         stdin=subprocess.PIPE,
         text=True,
@@ -133,7 +136,7 @@ def start_server() -> tuple[subprocess.Popen[str], str]:
     base_url = process.stdout.readline().strip()
     if not base_url.startswith("http://127.0.0.1:"):
         stop_group(process)
-        raise SystemExit(f"fake provider did not start: {base_url!r}")
+        raise SystemExit(f"the loopback server did not start: {base_url!r}")
     return process, base_url
 
 

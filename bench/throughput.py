@@ -31,7 +31,14 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from _benchkit import RoundCpu, popen_group, print_result, round_arguments, stop_group
+from _benchkit import (
+    LOOPBACK_SERVERS,
+    RoundCpu,
+    popen_group,
+    print_result,
+    round_arguments,
+    stop_group,
+)
 from overhead import start_server
 
 SIDES = ("sdk", "httpx", "guard")
@@ -172,12 +179,12 @@ def main() -> None:
     args = round_arguments(__doc__, SIDES, "side", worker_main)
     if args is None:
         return
-    server, base_url = start_server()
+    server, base_url = start_server(LOOPBACK_SERVERS[args.server])
     try:
         levels = {str(c): level(server.pid, base_url, c, args.calls, args.rounds) for c in LEVELS}
     finally:
         stop_group(server)
-    result = {"calls_per_round": args.calls, "concurrency": levels}
+    result = {"calls_per_round": args.calls, "server": args.server, "concurrency": levels}
     print_result(result, args.json)
 
 
