@@ -1,5 +1,6 @@
 """The strict guards of the zero-configuration default: short requests that differ in a
-content word, in word order or in the kind of question are different requests."""
+content word, in word order or in the kind of question are different requests; wordings of
+one intent ("what is the best way to V" / "how do I V") are one request."""
 
 from __future__ import annotations
 
@@ -10,46 +11,94 @@ from llmguard_sdk.cache.guards import guard_rejection, strict_rejection
 from llmguard_sdk.models import ChatRequest, ChatResponse, Message
 
 
-@pytest.mark.parametrize(
-    ("query", "cached", "reason"),
-    [
-        ("How do I learn Python fast?", "How do I learn Python?", "term"),
-        ("How do I cancel my subscription?", "How do I cancel my order?", "term"),
-        (
-            "How do I convert Fahrenheit to Celsius?",
-            "How do I convert Celsius to Fahrenheit?",
-            "order",
-        ),
-        ("When is the sky blue?", "Why is the sky blue?", "question_kind"),
-        ("Can I learn Python in a month?", "How can I learn Python in a month?", "question_kind"),
-        (
-            "How much does the premium plan cost?",
-            "How does the premium plan cost?",
-            "question_kind",
-        ),
-        ("What does HTTPS stand for?", "What does HTTP stand for?", "term"),
-        ("What is the most popular language?", "What is the popular language?", "term"),
-        ("Write a short poem about cats.", "Write a poem about cats.", "term"),
-    ],
+def _table(text: str) -> list[tuple[str, ...]]:
+    """``query | cached [| reason]`` per line; ``#`` lines are comments."""
+    rows = (line.strip() for line in text.strip().splitlines())
+    return [tuple(cell.strip() for cell in row.split("|")) for row in rows if row[:1] != "#"]
+
+
+OTHER_REQUESTS = _table(
+    """
+How do I learn Python fast? | How do I learn Python? | term
+How do I cancel my subscription? | How do I cancel my order? | term
+How do I convert Fahrenheit to Celsius? | How do I convert Celsius to Fahrenheit? | order
+When is the sky blue? | Why is the sky blue? | question_kind
+Can I learn Python in a month? | How can I learn Python in a month? | question_kind
+How much does the premium plan cost? | How does the premium plan cost? | question_kind
+What does HTTPS stand for? | What does HTTP stand for? | term
+What is the most popular language? | What is the popular language? | term
+Write a short poem about cats. | Write a poem about cats. | term
+# question framings must not hide a qualifier, another thing or another intent;
+# "best" outside a "best way to" framing is content: the best laptop is not any laptop
+What is the best laptop for programming? | What is a laptop for programming? | term
+What is the best way to learn Python fast? | How do I learn Python? | term
+What is the easiest way to learn Python? | How do I learn Python? | term
+What is the best way for kids to learn Spanish? | How do I learn Spanish? | term
+What is the best way to learn Spanish? | How do I learn Italian? | term
+# "of" + a noun, "to" + a noun: no framing
+What are the steps of mitosis? | What is mitosis? | term
+What is the way to the station? | What is the station? | term
+What time does the sun set? | What time does the sun rise? | term
+What is the difference between weather and climate? | How is weather related to climate? | term
+# another intent
+How do I wake up early? | Why do I wake up early? | question_kind
+Should I eat eggs every day? | Can I eat eggs every day? | question_kind
+Is it a good idea to buy a used car? | Is it possible to buy a used car? | question_kind
+Is it possible to learn Python in a month? | How do I learn Python in a month? | question_kind
+What is the meaning of life? | What is life? | question_kind
+What does NASA stand for? | What does NASA mean? | question_kind
+What does NASA stand for? | What does NASA do? | question_kind
+"""
 )
+
+REWORDINGS = _table(
+    """
+How can I reset my password? | How do I reset my password?
+What's the capital of France? | What is the capital of France?
+How can I improve my English? | What can I do to improve my English?
+Explain how photosynthesis works. | Can you explain how photosynthesis works?
+# statements and long texts are left to the standard guards
+The function iterates over file paths. | The function cycles through file paths.
+# question framings of one intent; the framing words count only where they frame it
+What is the best way to learn Python? | How do I learn Python?
+What are some good ways to lose weight? | How do I lose weight?
+What should I do to become a good programmer? | How do I become a good programmer?
+What are the steps to install Docker on Ubuntu? | How to install Docker on Ubuntu?
+What is the proper way of cleaning a cast iron pan? | How should I clean a cast iron pan?
+What do I need to do to get a passport? | How can I get a passport?
+What is the best way to learn guitar? | What are the steps to learn guitar?
+What is the fastest way to lose weight? | How can I lose weight fast?
+Is it possible to learn French in six months? | Can I learn French in six months?
+Is there a way to recover deleted files? | Can I recover deleted files?
+Is it possible for dogs to eat chocolate? | Can dogs eat chocolate?
+Is it a good idea to buy a used car? | Should I buy a used car?
+What is the meaning of serendipity? | What does serendipity mean?
+What is the definition of the word karma? | What does karma mean?
+What is HTTP short for? | What does HTTP stand for?
+What is the difference between a virus and bacteria? | How is bacteria different from a virus?
+What time does the store open? | When does the store open?
+What is the reason why the sky is blue? | Why is the sky blue?
+Can you explain how vaccines work? | How do vaccines work?
+Can you summarize the plot of Hamlet? | Summarize the plot of Hamlet.
+Explain what machine learning is. | What is machine learning?
+Where is the Eiffel Tower located? | Where is the Eiffel Tower?
+What exactly is blockchain? | What is blockchain?
+"""
+)
+
+
+@pytest.mark.parametrize(("query", "cached", "reason"), OTHER_REQUESTS)
 def test_strict_guards_refuse_other_requests(query: str, cached: str, reason: str) -> None:
     assert strict_rejection(query, cached) == reason
+    assert strict_rejection(cached, query) == reason
     assert guard_rejection(query, cached, strict=True) is not None
 
 
-@pytest.mark.parametrize(
-    ("query", "cached"),
-    [
-        ("How can I reset my password?", "How do I reset my password?"),
-        ("What's the capital of France?", "What is the capital of France?"),
-        ("How can I improve my English?", "What can I do to improve my English?"),
-        ("Explain how photosynthesis works.", "Can you explain how photosynthesis works?"),
-        # statements and long texts are left to the standard guards
-        ("The function iterates over file paths.", "The function cycles through file paths."),
-    ],
-)
+@pytest.mark.parametrize(("query", "cached"), REWORDINGS)
 def test_strict_guards_accept_rewordings(query: str, cached: str) -> None:
     assert strict_rejection(query, cached) is None
+    assert strict_rejection(cached, query) is None
+    assert guard_rejection(query, cached, strict=True) is None
 
 
 def _ask(text: str) -> ChatRequest:
@@ -67,5 +116,11 @@ def test_the_default_cache_is_strict() -> None:
     hit = cache.lookup(_ask("How can I learn Python?"))
     assert hit is not None
     assert hit.kind == "semantic"
+    answer = ChatResponse(text="apt", finish_reason="stop")
+    cache.store(_ask("How do I install Docker on Ubuntu?"), answer)
+    hit = cache.lookup(_ask("What are the steps to install Docker on Ubuntu?"))  # a framing
+    assert hit is not None
+    assert hit.response.text == "apt"
+    assert cache.lookup(_ask("Why do I install Docker on Ubuntu?")) is None
     assert ResponseCache(verifier=lambda query, cached: True).strict  # a yes/no verifier
     assert not ResponseCache(verifier=lambda query, cached: True, strict=False).strict

@@ -32,6 +32,24 @@ def test_synonyms_pass_and_other_requests_fail(verifier: ParaphraseVerifier) -> 
         ("How can I learn Python quickly?", "How can I learn Python fast?"),
         ("What are the signs of diabetes?", "What are the symptoms of diabetes?"),
         ("How can I reset my password?", "How do I reset my password?"),
+        # question framings of one intent
+        ("What is the best way to learn Python?", "How do I learn Python?"),
+        ("What are some good ways to reduce stress?", "How can I lower my stress?"),
+        ("Is it possible to learn French in six months?", "Can I learn French in six months?"),
+        ("What is the meaning of API?", "What does API mean?"),
+        ("What steps should I take to start a bakery?", "How do I start a bakery?"),
+        ("What is the quickest way to learn Python?", "How can I learn Python fast?"),
+        # decided: "the best X" and "a good X" ask for the same recommendation
+        ("What is the best laptop for programming?", "What is a good laptop for programming?"),
+    ]
+    traps = [  # a framing that hides a qualifier or another intent: 0
+        ("Should I eat eggs every day?", "Can I eat eggs every day?"),
+        ("How do I wake up early?", "Why do I wake up early?"),
+        ("What is the best way to learn Python fast?", "How do I learn Python?"),
+        ("What is the easiest way to learn Python?", "How do I learn Python?"),
+        ("What is the best laptop for programming?", "What is a laptop for programming?"),
+        ("What is the meaning of life?", "What is life?"),
+        ("Is it possible to learn Python in a month?", "How do I learn Python in a month?"),
     ]
     different = [
         ("How do I cancel my subscription?", "How do I cancel my order?"),
@@ -40,10 +58,18 @@ def test_synonyms_pass_and_other_requests_fail(verifier: ParaphraseVerifier) -> 
         ("How do I teach Python?", "How do I learn Python?"),
         ("When is the sky blue?", "Why is the sky blue?"),
     ]
-    scores = verifier.score(same + different)
+    scores = verifier.score(same + different + traps)
     assert all(s >= verifier.threshold for s in scores[: len(same)]), scores
     assert all(s < verifier.threshold for s in scores[len(same) :]), scores
     assert scores[len(same) + 1] == 0.0  # a word added on one side
+    assert scores[-len(traps) :] == [0.0] * len(traps), scores
+    # "the fastest way to V" is "V fast": "fast" / "quickly" is judged as a substitution
+    assert (
+        verifier.score(
+            [("What is the fastest way to lose weight?", "How can I lose weight quickly?")]
+        )[0]
+        > 0.5
+    )
     assert verifier("How can I learn Python quickly?", "How can I learn Python fast?")
     # statements and long texts are left to the similarity and the standard guards
     assert verifier.score([("The sky is blue.", "The sea is green.")]) == [1.0]

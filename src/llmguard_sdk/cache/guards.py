@@ -198,6 +198,7 @@ _STRICT_WORDS = 12
 _STRICT_STOP = _STOP - {"more", "most", "only", "all", "any", "some", "other", "same", "too"}
 _WH = {"what": "general", "which": "general", "how": "general", "why": "why", "when": "when"}
 _WH |= {"where": "where", "who": "who", "whom": "who", "whose": "whose"}
+_ADVICE = frozenset({"should", "ought"})
 _HOW_QUANTITY = frozenset({"much", "many", "long", "old", "far", "often", "big", "tall", "fast"})
 _AUX = frozenset(
     [
@@ -264,16 +265,139 @@ def _tokens(text: str) -> list[str]:
     return [w if len(w) > 1 and w.isupper() else w.lower() for w in words]
 
 
+# Question framings. A question's framing is how it asks, not what: "what is the best way
+# to V", "what are some good ways to V", "what are the steps to V", "what should I do to V"
+# and "how do I V" all ask for a method of doing V; "is it possible to V" and "can I V" both
+# ask whether V can be done; "what is the meaning of X" and "what does X mean" both ask what
+# X means. Before the strict guards compare content words and kinds of question, each
+# request is rewritten to its intent (a kind) and the words that carry its content; framing
+# words ("best", "way", "steps", "possible") are dropped only in these positions, so "the
+# best laptop" keeps "best" and "learn Python fast" keeps "fast". A superlative of manner
+# stays as its adjective: "the fastest way to V" is "V fast", not "V".
+_WHO = r"(?:i|you|one|we|someone|somebody|people|a person)"
+_MODAL = r"(?:do|does|can|could|should|would|will|might|must|shall)"
+_MANNER = {"fastest": "fast", "quickest": "fast", "easiest": "easy", "simplest": "easy"}
+_MANNER |= {"cheapest": "cheap", "safest": "safe"}
+_GOOD = (
+    r"(?:best|good|great|right|proper|correct|ideal|recommended|optimal|effective"
+    r"|most effective|" + "|".join(_MANNER) + ")"
+)
+_WAYS = r"(?:ways?|methods?|steps|process|procedure|approach(?:es)?)"
+# "to" + a verb, not "to" + a noun phrase ("the way to the station"); "of" / "for" + a gerund.
+_TO_VERB = (
+    r"(?:for (?P<subject>[a-z ]+?) )?to (?!(?:the|a|an|my|your|his|her|its|our|their|this"
+    r"|that|these|those)\b)"
+)
+_OF_GERUND = r"(?:of|for) (?=\w+ing\b)"
+_THE_WORD = r"(?:the (?:word|term|phrase|expression|acronym|abbreviation) )?"
+_FRAMINGS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
+    (re.compile(pattern), kind)
+    for pattern, kind in [
+        # a method: "how do I V"
+        (
+            rf"^(?:what|which) (?:is |are |would be )?(?:some of the |the |a |an |some |any )?"
+            rf"(?P<good>{_GOOD} )?{_WAYS} (?:{_TO_VERB}|{_OF_GERUND}"
+            rf"|(?:that )?{_WHO} (?:can|could|should|might) )",
+            "general",
+        ),
+        (rf"^what (?:{_MODAL}) {_WHO} (?:need to |have to )?do (?:in order )?to ", "general"),
+        (rf"^what steps (?:{_MODAL}) {_WHO} (?:need to |have to )?(?:take|follow) to ", "general"),
+        (rf"^how (?:{_MODAL}) {_WHO} (?:best |go about (?=\w+ing\b))", "general"),
+        # whether it can be done: "can I V"
+        (rf"^is it (?:at all )?possible {_TO_VERB}", "yes/no"),
+        (rf"^(?:is|are) there (?:a |any )?(?:{_GOOD} )?(?:ways?|methods?) {_TO_VERB}", "yes/no"),
+        (rf"^(?:am|are|is) {_WHO} able to ", "yes/no"),
+        # advice: "should I V"
+        (
+            rf"^(?:is|would) it (?:be )?(?:a good idea|a wise idea|a smart idea|wise|advisable"
+            rf"|sensible) {_TO_VERB}",
+            "yes/no should",
+        ),
+        (r"^is it worth (?:it )?(?:to |(?=\w+ing\b))", "yes/no should"),
+        # what a word means; what an abbreviation stands for
+        (rf"^what (?:is |are )?(?:the )?(?:meaning|definition) of {_THE_WORD}", "meaning"),
+        (rf"^what (?:is )?meant by {_THE_WORD}", "meaning"),
+        (rf"^what do you mean by {_THE_WORD}", "meaning"),
+        (rf"^define {_THE_WORD}", "meaning"),
+        (rf"^what (?:does|do) {_THE_WORD}(?P<meant>.+) mean$", "meaning"),
+        (rf"^what (?:does|do) {_THE_WORD}(?P<meant>.+) stand for$", "expansion"),
+        (rf"^what (?:is |are )?{_THE_WORD}(?P<meant>.+) short for$", "expansion"),
+        (rf"^what (?:is |are )?the full (?:form|name) of {_THE_WORD}", "expansion"),
+        # "when", "why"
+        (r"^(?:at )?what time (?=\w)", "when"),
+        (r"^what (?:is |are )?(?:the )?(?:main )?reasons? (?:why|that) ", "why"),
+        (r"^how come ", "why"),
+    ]
+)
+# "Can you summarize ...?" is the instruction "Summarize ..."; "Explain how X works" is the
+# question "How does X work?".
+_POLITE = re.compile(
+    r"^(?:can|could|would|will) you (?:please )?(?=(?:explain|write|summarize|summarise|"
+    r"translate|describe|list|define|compare|suggest|recommend|draft|rewrite|tell me|give me|"
+    r"show me|help me)\b)"
+)
+_EMBEDDED_QUESTION = re.compile(
+    r"^(?:please )?(?:explain|describe|tell me|show me) (?=(?:what|how|why|when|where|who|which)\b)"
+)
+# Two things compared either way round: "the difference between A and B", "how is B
+# different from A".
+_DIFFERENCE = (
+    re.compile(
+        r"^(?:what|which) (?:is |are )?(?:the )?(?:main |key )?differences? between "
+        r"(?P<a>.+?) and (?P<b>.+)$"
+    ),
+    re.compile(r"^how (?:is|are|does|do) (?P<a>.+?) (?:different|differ) (?:from|than) (?P<b>.+)$"),
+    re.compile(
+        r"^(?:explain|describe|tell me) (?:the )?(?:main |key )?differences? between "
+        r"(?P<a>.+?) and (?P<b>.+)$"
+    ),
+)
+# Adverbs that only stress a question: "what exactly is ...", "does it really work".
+_EMPHASIS = frozenset({"really", "actually", "exactly", "basically"})
+# "Where is X located?" asks "Where is X?".
+_PLACED = frozenset({"located", "situated"})
+
+
+def _framed(words: list[str]) -> tuple[str, list[str]]:
+    """The intent of a request (a kind of question, as :func:`_question_kind` names them,
+    or ``meaning`` / ``expansion``) and its words without the framing."""
+    words = [w for w in words if w not in _EMPHASIS]
+    text = " ".join(words)
+    text = _EMBEDDED_QUESTION.sub("", _POLITE.sub("", text))
+    for pattern in _DIFFERENCE:
+        found = pattern.match(text)
+        if found is not None:
+            a, b = found["a"].split(), found["b"].split()
+            first, second = sorted((a, b), key=lambda part: _strict_terms(part))
+            return "general", ["difference", *first, "and", *second]
+    for pattern, kind in _FRAMINGS:
+        found = pattern.match(text)
+        if found is None:
+            continue
+        groups = found.groupdict()
+        if groups.get("meant") is not None:
+            return kind, groups["meant"].split()
+        rest = [*(groups.get("subject") or "").split(), *text[found.end() :].split()]
+        manner = _MANNER.get((groups.get("good") or "").strip())
+        return kind, [*rest, manner] if manner else rest
+    words = text.split()
+    kind = _question_kind(words)
+    return kind, [w for w in words if w not in _PLACED] if kind == "where" else words
+
+
 def _question_kind(words: list[str]) -> str:
     """``why``, ``when``, ``where``, ``who``, ``whose``, ``how much`` (and other ``how``
-    + quantity), ``general`` (what / which / how), ``yes/no`` (opens with an auxiliary verb)
-    or ``other`` (an instruction or a statement)."""
+    + quantity), ``general`` (what / which / how), ``yes/no should`` (opens with "should"),
+    ``yes/no`` (opens with another auxiliary verb) or ``other`` (an instruction or a
+    statement)."""
     for i, word in enumerate(words):
         kind = _WH.get(word)
         if kind is None:
             continue
         following = words[i + 1] if i + 1 < len(words) else ""
         return f"how {following}" if word == "how" and following in _HOW_QUANTITY else kind
+    if words and words[0] in _ADVICE:
+        return "yes/no should"  # "should I V?" asks for advice, "can I V?" whether it is possible
     return "yes/no" if words and words[0] in _AUX else "other"
 
 
@@ -309,10 +433,11 @@ def request_terms(query: str, cached: str) -> tuple[list[str], list[str]] | None
     words, cached_words = _tokens(query), _tokens(cached)
     if not (_is_request(query, words) or _is_request(cached, cached_words)):
         return None
-    terms, cached_terms = _strict_terms(words), _strict_terms(cached_words)
+    (kind, framed), (cached_kind, cached_framed) = _framed(words), _framed(cached_words)
+    terms, cached_terms = _strict_terms(framed), _strict_terms(cached_framed)
     if len(set(terms) | set(cached_terms)) > _STRICT_WORDS:
         return None
-    if not _compatible(_question_kind(words), _question_kind(cached_words)):
+    if not _compatible(kind, cached_kind):
         return [], []
     return terms, cached_terms
 
@@ -338,6 +463,14 @@ def strict_rejection(query: str, cached: str) -> str | None:
     return "order" if terms != cached_terms else None
 
 
+def _key_words(text: str) -> set[str]:
+    """:func:`content_words` of a request without its framing ("the best way to")."""
+    words = _tokens(text)
+    if not _is_request(text, words):
+        return content_words(text)
+    return content_words(" ".join(_framed(words)[1]))
+
+
 def guard_rejection(
     query: str, cached: str, *, strict: bool = False, key_terms: bool = True
 ) -> str | None:
@@ -358,6 +491,7 @@ def guard_rejection(
         return "negation"
     if _foreign(_entities(query), cached) and _foreign(_entities(cached), query):
         return "entity"
+    words, cached_words = _key_words(query), _key_words(cached)
     substituted = bool(words - cached_words) and bool(cached_words - words)
     if key_terms and substituted and len(words | cached_words) <= _SHORT_QUERY_WORDS:
         return "key_term"

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 from .._lazy import np
 from ..errors import ConfigurationError
-from .guards import request_terms, term_of
+from .guards import _MANNER, request_terms, term_of
 
 if TYPE_CHECKING:
     import numpy.typing as npt
@@ -128,6 +128,9 @@ class ParaphraseVerifier:
             if term is not None and term not in found:
                 vector = states[position : position + pieces].mean(axis=0)
                 found[term] = vector / (float(np.linalg.norm(vector)) or 1.0)
+                manner = _MANNER.get(word.lower())  # "the fastest way to V" is "V fast"
+                if manner is not None:
+                    found.setdefault(manner, found[term])
             position += pieces
         with self._lock:
             self._memo[text] = found
