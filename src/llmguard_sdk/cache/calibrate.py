@@ -50,7 +50,7 @@ __all__ = [
     "wilson_lower_bound",
 ]
 
-BUNDLED_PAIRS = ("hard_questions",)
+BUNDLED_PAIRS = ("hard_questions", "question_framings")
 """The development sets shipped in ``llmguard_sdk/cache/data`` (``NAME.jsonl``)."""
 
 
