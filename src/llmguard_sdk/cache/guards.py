@@ -446,11 +446,18 @@ def strict_rejection(query: str, cached: str) -> str | None:
     """The strict guards' reason to refuse a match of two short requests, or ``None``.
 
     They judge requests (a question or an instruction) of up to 12 content words in all:
-    ``"question_kind"`` (why / when / where / who / how much / yes-no / what-how differ),
-    ``"term"`` (a content word, quantifiers such as "most" or "only" included, on one side
-    only: "learn Python" / "learn Python fast") and ``"order"`` (the same words in another
-    order: "Celsius to Fahrenheit" / "Fahrenheit to Celsius"). Longer texts and statements
-    are left to :func:`guard_rejection`.
+    ``"question_kind"`` (why / when / where / who / how much / yes-no / should-I / what-how
+    / what-X-means / what-X-stands-for differ), ``"term"`` (a content word, quantifiers such
+    as "most" or "only" included, on one side only: "learn Python" / "learn Python fast")
+    and ``"order"`` (the same words in another order: "Celsius to Fahrenheit" / "Fahrenheit
+    to Celsius"). Each request's framing is read as its intent first: "what is the best way
+    to V", "what are some good ways to V", "what are the steps to V" and "what should I do
+    to V" ask "how do I V"; "is it possible to V" and "is there a way to V" ask "can I V"
+    ("should I V" and "is it a good idea to V" ask for advice: another kind); "what is the
+    meaning of X" asks "what does X mean"; "the difference between A and B" is that between
+    B and A; "what time" asks "when". Framing words count as content anywhere else ("the
+    best laptop" is not "a laptop"), and "the fastest way to V" is "V fast". Longer texts
+    and statements are left to :func:`guard_rejection`.
     """
     found = request_terms(query, cached)
     if found is None:
@@ -481,7 +488,9 @@ def guard_rejection(
     not occur in the other: identifiers, code, proper names), ``"key_term"`` (short queries,
     up to 6 content words, where each side has a content word the other lacks, as in
     "cancel my order" / "cancel my subscription"; not with ``key_terms=False``, where a
-    verifier judges substitutions); with ``strict``, those of :func:`strict_rejection` too.
+    verifier judges substitutions); with ``strict``, those of :func:`strict_rejection` too,
+    and key terms compared without the requests' framings (as :func:`strict_rejection` reads
+    them).
     """
     if _numbers(query) != _numbers(cached):
         return "number"
@@ -491,7 +500,8 @@ def guard_rejection(
         return "negation"
     if _foreign(_entities(query), cached) and _foreign(_entities(cached), query):
         return "entity"
-    words, cached_words = _key_words(query), _key_words(cached)
+    if strict:  # their framings aside ("the best way to V" / "the steps to V" is no swap)
+        words, cached_words = _key_words(query), _key_words(cached)
     substituted = bool(words - cached_words) and bool(cached_words - words)
     if key_terms and substituted and len(words | cached_words) <= _SHORT_QUERY_WORDS:
         return "key_term"

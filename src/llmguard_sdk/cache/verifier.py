@@ -9,9 +9,11 @@ trained on question pairs). The score is the weakest substitution: 1.0 for the s
 in the same order, about 0.8 for "quickly" / "fast" or "signs" / "symptoms", 0.3 to 0.7 for
 "order" / "subscription", "teach" / "learn" or "open" / "close". A word on one side only
 ("learn Python" / "learn Python fast"), the same words in another order ("Celsius to
-Fahrenheit") or another kind of question ("why" / "when") scores 0. Long texts and
-statements (see :func:`~llmguard_sdk.cache.guards.strict_rejection`) score 1.0: the
-embedder's similarity and the standard guards decide them.
+Fahrenheit") or another kind of question ("why" / "when") scores 0; the words compared
+are those of each request without its framing, read as the strict guards read it ("what is
+the best way to V" asks "how do I V"). Long texts and statements (see
+:func:`~llmguard_sdk.cache.guards.strict_rejection`) score 1.0: the embedder's similarity
+and the standard guards decide them.
 
 Use it as the cache's ``verifier``: every semantic candidate above the similarity threshold
 (the recall threshold) is then served only when the verifier's score reaches its
