@@ -22,13 +22,13 @@ import math
 import time
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, TypedDict
+from typing import TYPE_CHECKING, Any, Literal
 
 from typing_extensions import Unpack
 
 from .._ids import UniqueIds
 from .._state import steps as store_steps
-from .._state.stores import RedisStore, Store, hash_id
+from .._state.stores import RedisStore, Store
 from ..context import CallContext
 from ..errors import BudgetExceededError, BudgetUnavailableError, ConfigurationError
 from ..models import ChatResponse, Usage
@@ -37,7 +37,7 @@ from ..telemetry._repeats import log_repeated
 from ..tokens import count_text_tokens
 from ._budgets import Budgets, EventHook
 from ._source import normal_tier
-from .memory import BudgetBackend, MemoryBudgetBackend, Status
+from .memory import BudgetBackend, MemoryBudgetBackend
 from .policy import (
     NANO,
     BudgetEvent,
@@ -49,6 +49,7 @@ from .policy import (
 )
 from .prices import Cost, PriceTable, cost_of_response
 from .redis import RedisBudgetBackend
+from .scopes import BudgetScope, CounterStatus, ScopeCounters, status_row
 
 if TYPE_CHECKING:
     from .._core.stages import Stages
@@ -67,7 +68,6 @@ __all__ = [
 Level = Literal["all", "downgrade", "local"]
 _DEGRADED = "degraded"
 _RESERVATION_IDS = UniqueIds(random_digits=8)  # 24 hex digits, as os.urandom(12) gave
-_RECENT_SCOPES = 4096  # scopes whose counter specs a control remembers
 logger = logging.getLogger("llmguard_sdk")
 
 
@@ -104,9 +104,7 @@ class SpendControl:
     ) -> None:
         self.config = config
         self.prices = config.prices or PriceTable.default_table()
-        self._recent_counters: dict[
-            tuple[str | None, str | None, str | None, str], tuple[CounterSpec, ...]
-        ] = {}
+        self.scopes = ScopeCounters(config.budgets)
         self.backend: BudgetBackend
         if backend is not None:
             self.backend = backend
@@ -152,56 +150,9 @@ class SpendControl:
 
     def counters(self, **scope: Unpack[BudgetScope]) -> tuple[CounterSpec, ...]:
         """The counters a call with this scope and these tags is counted by."""
-        found: list[CounterSpec] = []
-        tags = scope.get("tags", ())
-        values = {
-            "tenant": scope.get("tenant"),
-            "feature": scope.get("feature"),
-            "user": scope.get("user"),
-        }
-        for index, budget in enumerate(self.config.budgets):
-            if budget.scope == "global":
-                value: str | None = ""
-            elif budget.scope == "tag":
-                value = budget.id if budget.id in tags else None
-            else:
-                value = values[budget.scope]
-                if budget.id is not None and value != budget.id:
-                    value = None
-            if value is None:
-                continue
-            key = budget.key_name if not value else f"{budget.key_name}.{hash_id(value)}"
-            found.append(
-                CounterSpec(
-                    key=key,
-                    limit=nano(budget.limit_usd),
-                    window=budget.window,
-                    rolling_seconds=float(budget.rolling_seconds),
-                    alerts=budget.alerts,
-                    scope=f"{budget.scope}:{value}" if value else "global",
-                    budget_index=index,
-                )
-            )
-        return tuple(found)
-
-    def _call_counters(self, ctx: CallContext) -> tuple[CounterSpec, ...]:
-        """:meth:`counters` of a call's scope, remembered for the scopes seen lately (a
-        bounded table: the specs are immutable and depend on nothing else)."""
-        scope = ctx.scope
-        tags = (ctx.request.metadata or {}).get("tags", "")
-        asked = (scope.tenant, scope.feature, scope.user, tags)
-        found = self._recent_counters.get(asked)
-        if found is None:
-            found = self.counters(
-                tenant=scope.tenant,
-                feature=scope.feature,
-                user=scope.user,
-                tags=[t.strip() for t in tags.split(",") if t.strip()],
-            )
-            if len(self._recent_counters) >= _RECENT_SCOPES:
-                self._recent_counters.clear()
-            self._recent_counters[asked] = found
-        return found
+        return self.scopes.of(
+            scope.get("tenant"), scope.get("feature"), scope.get("user"), scope.get("tags", ())
+        )
 
     def status(self, **scope: Unpack[BudgetScope]) -> list[CounterStatus]:
         """Each counter of a scope (``tenant=``, ``feature=``, ``user=``, ``tags=``): its
@@ -272,7 +223,7 @@ class SpendControl:
         """Give a budgeted call without ``max_tokens`` the default one (its worst case must
         be bounded); done before any other stage sees the request, so the cache keys and
         rate-limit reservation of the call see the same request as its provider."""
-        if self.active and ctx.request.output_limit is None and self._call_counters(ctx):
+        if self.active and ctx.request.output_limit is None and self.scopes.of_call(ctx):
             ctx.request = ctx.request.model_copy(
                 update={"max_tokens": self.config.default_output_tokens}
             )
@@ -283,7 +234,7 @@ class SpendControl:
         """The reservation logic; events to emit are appended to ``notes`` (the caller emits
         them, also when this raises)."""
         rid = _RESERVATION_IDS.next()
-        specs = self._call_counters(ctx)
+        specs = self.scopes.of_call(ctx)
         stages = self._by_priority(ctx, stages)
         if not specs:
             return Held(rid, (), 0, stages)
@@ -557,52 +508,6 @@ def _asked_tier(ctx: CallContext) -> str | None:
     """The service tier a call asks for (``extra_body={"service_tier": ...}``)."""
     tier = (ctx.request.extra_body or {}).get("service_tier")
     return normal_tier(tier) if isinstance(tier, str) else None
-
-
-class BudgetScope(TypedDict, total=False):
-    """Whose budgets: the keywords of :meth:`Guard.budget_status
-    <llmguard_sdk.Guard.budget_status>` (each ``None`` or absent: not that scope).
-
-    .. versionadded:: 0.2.0
-    """
-
-    tenant: str | None
-    feature: str | None
-    user: str | None
-    tags: Sequence[str]
-
-
-class CounterStatus(TypedDict):
-    """One budget counter's state: ``scope`` (``"tenant:acme"``, ``"global"``), ``counter``
-    (its key), ``window``, and in USD its ``limit_usd``, settled ``spent_usd`` and ``held_usd``
-    (held by calls in flight), with ``resets_at`` (epoch seconds, UTC) when the window frees
-    room.
-
-    .. versionadded:: 0.2.0
-    """
-
-    scope: str
-    counter: str
-    window: str
-    limit_usd: float
-    spent_usd: float
-    held_usd: float
-    resets_at: float
-
-
-def status_row(spec: CounterSpec, found: Status) -> CounterStatus:
-    """One counter's status as the public API shows it: scope, counter, window, and in USD
-    its limit, settled spend and amount held, with its reset time (epoch seconds)."""
-    spent, reserved, resets = found
-    return {
-        "scope": spec.scope,
-        "counter": spec.key,
-        "window": spec.window,
-        "limit_usd": spec.limit / NANO,
-        "spent_usd": spent / NANO,
-        "held_usd": reserved / NANO,
-        "resets_at": resets,
-    }
 
 
 def _tier_routes(

@@ -1,0 +1,129 @@
+"""Whose budgets a call is counted by: the counters of a scope (tenant, feature, user, tags),
+and how a counter's state is shown.
+
+.. versionadded:: 0.2.0
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TypedDict
+
+from .._state.stores import hash_id
+from ..context import CallContext
+from .memory import Status
+from .policy import NANO, Budget, CounterSpec, nano
+
+__all__ = ["BudgetScope", "CounterStatus", "ScopeCounters", "status_row"]
+
+_RECENT_SCOPES = 4096  # scopes whose counter specs are remembered
+
+
+class BudgetScope(TypedDict, total=False):
+    """Whose budgets: the keywords of :meth:`Guard.budget_status
+    <llmguard_sdk.Guard.budget_status>` (each ``None`` or absent: not that scope).
+
+    .. versionadded:: 0.2.0
+    """
+
+    tenant: str | None
+    feature: str | None
+    user: str | None
+    tags: Sequence[str]
+
+
+class CounterStatus(TypedDict):
+    """One budget counter's state: ``scope`` (``"tenant:acme"``, ``"global"``), ``counter``
+    (its key), ``window``, and in USD its ``limit_usd``, settled ``spent_usd`` and ``held_usd``
+    (held by calls in flight), with ``resets_at`` (epoch seconds, UTC) when the window frees
+    room.
+
+    .. versionadded:: 0.2.0
+    """
+
+    scope: str
+    counter: str
+    window: str
+    limit_usd: float
+    spent_usd: float
+    held_usd: float
+    resets_at: float
+
+
+def status_row(spec: CounterSpec, found: Status) -> CounterStatus:
+    """One counter's status as the public API shows it: scope, counter, window, and in USD
+    its limit, settled spend and amount held, with its reset time (epoch seconds)."""
+    spent, reserved, resets = found
+    return {
+        "scope": spec.scope,
+        "counter": spec.key,
+        "window": spec.window,
+        "limit_usd": spec.limit / NANO,
+        "spent_usd": spent / NANO,
+        "held_usd": reserved / NANO,
+        "resets_at": resets,
+    }
+
+
+class ScopeCounters:
+    """The counters of each scope under ``budgets``; a call's are remembered for the last
+    4,096 scopes seen (a bounded table: the specs are immutable and depend on nothing else).
+    """
+
+    def __init__(self, budgets: Sequence[Budget]) -> None:
+        self._budgets = tuple(budgets)
+        self._recent: dict[tuple[str | None, str | None, str | None, str], tuple[CounterSpec, ...]]
+        self._recent = {}
+
+    def of(
+        self,
+        tenant: str | None = None,
+        feature: str | None = None,
+        user: str | None = None,
+        tags: Sequence[str] = (),
+    ) -> tuple[CounterSpec, ...]:
+        """The counters a call with this scope and these tags is counted by."""
+        found: list[CounterSpec] = []
+        values = {"tenant": tenant, "feature": feature, "user": user}
+        for index, budget in enumerate(self._budgets):
+            if budget.scope == "global":
+                value: str | None = ""
+            elif budget.scope == "tag":
+                value = budget.id if budget.id in tags else None
+            else:
+                value = values[budget.scope]
+                if budget.id is not None and value != budget.id:
+                    value = None
+            if value is None:
+                continue
+            key = budget.key_name if not value else f"{budget.key_name}.{hash_id(value)}"
+            found.append(
+                CounterSpec(
+                    key=key,
+                    limit=nano(budget.limit_usd),
+                    window=budget.window,
+                    rolling_seconds=float(budget.rolling_seconds),
+                    alerts=budget.alerts,
+                    scope=f"{budget.scope}:{value}" if value else "global",
+                    budget_index=index,
+                )
+            )
+        return tuple(found)
+
+    def of_call(self, ctx: CallContext) -> tuple[CounterSpec, ...]:
+        """:meth:`of` the call's scope and tags (``metadata["tags"]``, comma-separated)."""
+        scope = ctx.scope
+        tags = (ctx.request.metadata or {}).get("tags", "")
+        asked = (scope.tenant, scope.feature, scope.user, tags)
+        found = self._recent.get(asked)
+        if found is None:
+            found = self.of(
+                scope.tenant,
+                scope.feature,
+                scope.user,
+                [t.strip() for t in tags.split(",") if t.strip()],
+            )
+            if len(self._recent) >= _RECENT_SCOPES:
+                self._recent.clear()
+            self._recent[asked] = found
+        return found
