@@ -41,6 +41,7 @@ What is the way to the station? | What is the station? | term
 What time does the sun set? | What time does the sun rise? | term
 What is the difference between weather and climate? | How is weather related to climate? | term
 # another intent
+How should one prepare for an exam? | Why should one prepare for an exam? | question_kind
 How do I wake up early? | Why do I wake up early? | question_kind
 Should I eat eggs every day? | Can I eat eggs every day? | question_kind
 Is it a good idea to buy a used car? | Is it possible to buy a used car? | question_kind
@@ -83,6 +84,8 @@ Can you summarize the plot of Hamlet? | Summarize the plot of Hamlet.
 Explain what machine learning is. | What is machine learning?
 Where is the Eiffel Tower located? | Where is the Eiffel Tower?
 What exactly is blockchain? | What is blockchain?
+How should one prepare for an exam? | What is the best way to prepare for an exam?
+Can someone hack my email account? | Is it possible to hack my email account?
 """
 )
 

@@ -329,6 +329,10 @@ _FRAMINGS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
         (r"^how come ", "why"),
     ]
 )
+# "How should one V", "can someone V": a generic subject is "you" (a function word).
+_GENERIC_SUBJECT = re.compile(
+    rf"^((?:how |what |why |when |where )?{_MODAL} )(?:one|someone|somebody|a person)\b"
+)
 # "Can you summarize ...?" is the instruction "Summarize ..."; "Explain how X works" is the
 # question "How does X work?".
 _POLITE = re.compile(
@@ -362,7 +366,7 @@ def _framed(words: list[str]) -> tuple[str, list[str]]:
     """The intent of a request (a kind of question, as :func:`_question_kind` names them,
     or ``meaning`` / ``expansion``) and its words without the framing."""
     words = [w for w in words if w not in _EMPHASIS]
-    text = " ".join(words)
+    text = _GENERIC_SUBJECT.sub(r"\1you", " ".join(words))
     text = _EMBEDDED_QUESTION.sub("", _POLITE.sub("", text))
     for pattern in _DIFFERENCE:
         found = pattern.match(text)
