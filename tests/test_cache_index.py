@@ -4,8 +4,12 @@ right across the switch to the projected (sketch) search."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
+from llmguard_sdk._state.steps import run
 from llmguard_sdk.cache import MemoryCacheBackend, ResponseCache, VectorIndex
+from llmguard_sdk.cache.entry import encode_vector
+from llmguard_sdk.cache.index import Probe, _hamming, _nearest, _sketches, _widened
 from llmguard_sdk.context import Scope
 from llmguard_sdk.models import ChatRequest, ChatResponse, Message
 
@@ -69,3 +73,153 @@ def test_an_emptied_partition_leaves_no_index_behind() -> None:
         request = ChatRequest(messages=[Message(role="user", content=f"question of {tenant}")])
         cache.store(request, answer, Scope(tenant=tenant))
     assert len(cache._local.indexes) == 2
+
+
+def _sparse_unit(rng: np.random.Generator, dimension: int, nonzero: int) -> np.ndarray:
+    vector = np.zeros(dimension, dtype=np.float32)
+    vector[rng.choice(dimension, nonzero, replace=False)] = rng.standard_normal(nonzero)
+    return vector / np.linalg.norm(vector)
+
+
+def _brute_force(live: dict[str, np.ndarray], query: np.ndarray, k: int) -> list[tuple[str, float]]:
+    """The reference: every live row widened from float16 as the index stores it, scored in
+    float64, best first."""
+    scored = [
+        (entry_id, float(vector.astype(np.float16).astype(np.float64) @ query))
+        for entry_id, vector in live.items()
+    ]
+    return sorted(scored, key=lambda pair: -pair[1])[:k]
+
+
+@pytest.mark.parametrize("sparse", [True, False])
+@pytest.mark.parametrize("size", [40, 200])  # below and above exact_below
+def test_search_matches_a_brute_force_reference_with_holes(sparse: bool, size: int) -> None:
+    """Sparse (scored over their nonzero dimensions) and dense queries, on an exact and a
+    sketched index with deleted rows: the same ids and similarities as scoring every row.
+    With ``candidates`` above the row count the sketch cannot lose a row, so the results
+    must be exactly the reference's; planted near-duplicates must be found with few."""
+    rng = np.random.default_rng(size + sparse)
+    dimension = 256
+
+    def unit() -> np.ndarray:
+        return _sparse_unit(rng, dimension, 24) if sparse else _unit(rng, dimension)
+
+    covering = VectorIndex(dimension, exact_below=64, candidates=256)
+    few = VectorIndex(dimension, exact_below=64, candidates=16)
+    live: dict[str, np.ndarray] = {}
+    for i in range(size):
+        vector = unit()
+        live[str(i)] = vector
+        covering.add(str(i), vector)
+        few.add(str(i), Probe(vector))
+    for i in range(0, size, 3):  # holes, some of them reused below
+        del live[str(i)]
+        covering.remove(str(i))
+        few.remove(str(i))
+    queries = []
+    for j in range(size // 10):
+        planted = unit()
+        queries.append(planted)
+        for copy in range(2):  # two near-duplicates of each query
+            noisy = planted + 0.25 * unit()
+            entry_id = f"p{j}-{copy}"
+            live[entry_id] = noisy / np.linalg.norm(noisy)
+            covering.add(entry_id, live[entry_id])
+            few.add(entry_id, live[entry_id])
+    assert (covering._sketch is not None) == (size > 64)
+    assert covering._free  # holes remain, masked out
+    for query in [*queries, unit(), unit()]:
+        expected = _brute_force(live, query, 4)
+        for found in (covering.search(query, k=4), covering.search(Probe(query), k=4)):
+            assert [m.entry_id for m in found] == [entry_id for entry_id, _ in expected]
+            for match, (_, similarity) in zip(found, expected, strict=True):
+                assert match.similarity == pytest.approx(similarity, abs=1e-3)
+    for j, query in enumerate(queries):
+        found = few.search(Probe(query), k=2)
+        assert {m.entry_id for m in found} == {f"p{j}-0", f"p{j}-1"}
+        for match in found:
+            assert match.similarity == pytest.approx(float(live[match.entry_id] @ query), abs=1e-3)
+
+
+def test_a_probe_scores_sparse_vectors_over_their_nonzero_dimensions() -> None:
+    rng = np.random.default_rng(5)
+    sparse, dense = Probe(_sparse_unit(rng, 1024, 160)), Probe(_unit(rng, 1024))
+    assert sparse.nonzero is not None
+    assert len(sparse.nonzero) == 160
+    assert dense.nonzero is None
+    rows = np.stack([_unit(rng, 1024) for _ in range(8)]).astype(np.float16)
+    for probe in (sparse, dense):
+        expected = rows.astype(np.float64) @ probe.vector
+        np.testing.assert_allclose(probe.scores(rows), expected, atol=1e-5)
+        assert probe.sketch() is probe.sketch()  # computed once
+        # the sketch of the vector as stored (float16), as the index builds it for its rows
+        stored = probe.vector.astype(np.float16)
+        np.testing.assert_array_equal(probe.sketch(), _sketches(_widened(stored[None, :]))[0])
+
+
+def _large_cache() -> ResponseCache:
+    cache = ResponseCache(max_entries=1000)
+    answer = ChatResponse(text="x", finish_reason="stop")
+    for i in range(300):  # past exact_below: the partition's index keeps sketches
+        words = f"q{i} " + " ".join(f"w{(i * 7 + j) % 101}" for j in range(8))
+        cache.store(ChatRequest(messages=[Message(role="user", content=words)]), answer)
+    return cache
+
+
+def test_the_store_after_a_miss_indexes_the_vector_and_sketch_the_lookup_computed() -> None:
+    cache = _large_cache()
+    (index,) = cache._local.indexes.values()
+    assert index._sketch is not None
+    request = ChatRequest(messages=[Message(role="user", content="how do I reset my password")])
+    assert cache.lookup(request) is None
+    probe = cache._recent["how do I reset my password"].probe
+    assert probe._sketch is not None  # the lookup searched the sketches
+    assert cache.store(request, ChatResponse(text="Use the link.", finish_reason="stop"))
+    row = index._rows[cache.keys(request).exact]
+    stored = index._vectors[row]
+    np.testing.assert_array_equal(stored, probe.vector.astype(np.float16))
+    # the sketch kept is the one a rebuild from the stored row would compute
+    np.testing.assert_array_equal(index._sketch[row], _sketches(_widened(stored[None, :]))[0])
+    hit = cache.lookup(
+        ChatRequest(messages=[Message(role="user", content="how do i reset my password?")])
+    )
+    assert hit is not None
+    assert hit.response.text == "Use the link."
+
+
+def test_an_entry_with_another_vector_for_a_recent_query_is_indexed_with_its_own() -> None:
+    """An entry written elsewhere (another embedding of the same text) is not confused with
+    this process's recent probe of that text."""
+    cache = _large_cache()
+    request = ChatRequest(messages=[Message(role="user", content="how do I reset my password")])
+    assert cache.lookup(request) is None
+    entry = cache.entry_for(request, ChatResponse(text="Use the link.", finish_reason="stop"))
+    assert entry is not None
+    other = _unit(np.random.default_rng(9), cache.embedder.dimension)
+    assert run(cache.put_steps(entry.model_copy(update={"vector": encode_vector(other)})))
+    (index,) = cache._local.indexes.values()
+    row = index._rows[entry.entry_id]
+    np.testing.assert_array_equal(index._vectors[row], other.astype(np.float16))
+    np.testing.assert_array_equal(
+        index._sketch[row], _sketches(_widened(index._vectors[row][None, :]))[0]
+    )
+
+
+def test_hamming_distances_and_the_nearest_rows_match_plain_references() -> None:
+    rng = np.random.default_rng(6)
+    sketch = np.asfortranarray(rng.integers(0, 2**63, size=(500, 4), dtype=np.uint64))
+    sketch[7] = ~sketch[3]  # every bit differs: 256
+    query = sketch[3].copy()
+    distance = _hamming(sketch[:400], query)
+    expected = [
+        sum(bin(int(a) ^ int(b)).count("1") for a, b in zip(row, query, strict=True))
+        for row in sketch[:400]
+    ]
+    assert distance.tolist() == expected
+    assert distance[7] == 256
+    small = rng.integers(120, 136, size=400).astype(np.uint16)  # many ties
+    for take in (1, 17, 64, 400):
+        cutoff = np.sort(small)[take - 1]
+        closer = np.flatnonzero(small < cutoff)
+        tied = np.flatnonzero(small == cutoff)[: take - len(closer)]
+        assert _nearest(small, take).tolist() == [*closer.tolist(), *tied.tolist()]

@@ -11,7 +11,7 @@ import time
 from typing import TYPE_CHECKING
 
 from .entry import decode_vector
-from .index import Match, VectorIndex
+from .index import Match, Probe, VectorIndex
 
 if TYPE_CHECKING:
     import numpy as np
@@ -49,12 +49,16 @@ class _LocalIndexes:
     def __bool__(self) -> bool:
         return bool(self.indexes)
 
-    def search(self, index_key: str, vector: npt.NDArray[np.float32], k: int) -> list[Match]:
+    def search(
+        self, index_key: str, vector: npt.NDArray[np.float32] | Probe, k: int
+    ) -> list[Match]:
         """The ``k`` nearest entries of one partition, best first."""
         index = self.indexes.get(index_key)
         return index.search(vector, k=k) if index is not None else []
 
-    def remember(self, entry_id: str, index_key: str, vector: npt.NDArray[np.float32]) -> None:
+    def remember(
+        self, entry_id: str, index_key: str, vector: npt.NDArray[np.float32] | Probe
+    ) -> None:
         """Index ``vector`` as ``entry_id`` of partition ``index_key``."""
         with self._lock:
             index = self.indexes.get(index_key)

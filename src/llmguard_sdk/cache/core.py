@@ -29,7 +29,7 @@ from .calibrate import Pair, Scorer, bundled_pairs, calibrate, pick_threshold, r
 from .embedders import DEFAULT_THRESHOLD, Embedder, HashingEmbedder, suggested_threshold
 from .entry import CacheEntry, CacheHit, CacheOptions, CacheStats, decode_vector, encode_vector
 from .guards import Verifier, guard_rejection
-from .index import Match
+from .index import Match, Probe
 from .keys import CacheKeys, request_keys
 from .monitor import FalseHitMonitor
 
@@ -165,7 +165,7 @@ class ResponseCache:
         self._local = _LocalIndexes(
             self.embedder.dimension, keep_queries=not isinstance(self._backend, MemoryCacheBackend)
         )
-        self._recent: OrderedDict[str, npt.NDArray[np.float32]] = OrderedDict()
+        self._recent: OrderedDict[str, _Embedded] = OrderedDict()
         self._lock = threading.Lock()
 
     def _open_backend(self, max_entries: int) -> CacheBackend:
@@ -373,8 +373,8 @@ class ResponseCache:
         whose query this process knows is checked by the guards before it is read. Callers
         check that the cache is semantic and the query not blank."""
         now = time.time()
-        vector = self._vector(keys.query)
-        matches = self._candidates(self._index_key(keys), vector)
+        probe = self._embedded(keys.query).probe
+        matches = self._candidates(self._index_key(keys), probe)
         threshold = self.threshold
         if self.monitor is not None:
             threshold += self.monitor.threshold_raise(self.namespace)
@@ -403,12 +403,12 @@ class ResponseCache:
             return _hit("semantic", entry, match.similarity)
         return None
 
-    def _candidates(self, index_key: str, vector: npt.NDArray[np.float32]) -> list[Match]:
+    def _candidates(self, index_key: str, probe: Probe) -> list[Match]:
         """The nearest entries of one partition, best first: from this process's index, or
         from the server's vector set (one round trip)."""
         if self._server is not None:
-            return self._server.search(index_key, vector, _CANDIDATES)
-        return self._local.search(index_key, vector, _CANDIDATES)
+            return self._server.search(index_key, probe.vector, _CANDIDATES)
+        return self._local.search(index_key, probe, _CANDIDATES)
 
     def _guard(self, query: str, cached: str) -> str | None:
         """The guards' reason to refuse (a scoring verifier judges key-term swaps itself)."""
@@ -463,7 +463,7 @@ class ResponseCache:
             return None
         vector = None
         if self.semantic and keys.query.strip():
-            vector = self._vector(keys.query)
+            vector = self._embedded(keys.query).encoded()
         now = time.time()  # after the embedding (a first one can take a second or more)
         return CacheEntry(
             entry_id=keys.exact,
@@ -479,7 +479,7 @@ class ResponseCache:
             fresh_until=now + self.ttl,
             stale_until=now + self.ttl + self.stale_ttl,
             embedder=self.embedder.name if vector is not None else None,
-            vector=encode_vector(vector) if vector is not None else None,
+            vector=vector,
         )
 
     def put_steps(self, entry: CacheEntry) -> Step[bool]:
@@ -487,7 +487,7 @@ class ResponseCache:
         :class:`~llmguard_sdk._state.steps.Batch`."""
         evicted: list[str] = yield from self._backend_step("put", entry)
         if entry.vector is not None and self._server is None:
-            self._local.remember(entry.entry_id, entry.index_key, decode_vector(entry.vector))
+            self._local.remember(entry.entry_id, entry.index_key, self._stored_probe(entry))
             self._know(entry.entry_id, entry.query)
         for entry_id in evicted:
             self._forget(entry_id)
@@ -538,19 +538,31 @@ class ResponseCache:
 
     # -- the in-memory index ------------------------------------------------------------------
 
-    def _vector(self, query: str) -> npt.NDArray[np.float32]:
-        """The query's embedding; the last few are kept, so the store after a miss does not
-        embed the same question again."""
+    def _embedded(self, query: str) -> _Embedded:
+        """The query's embedding; the last few are kept, so the store after a miss neither
+        embeds the same question again nor computes its sketch again."""
         with self._lock:
-            vector = self._recent.get(query)
-            if vector is not None:
-                return vector
+            embedded = self._recent.get(query)
+            if embedded is not None:
+                return embedded
         vector = np.asarray(self.embedder.embed([query])[0], dtype=np.float32)
+        embedded = _Embedded(Probe(vector))
         with self._lock:
-            self._recent[query] = vector
+            self._recent[query] = embedded
             if len(self._recent) > _RECENT_VECTORS:
                 self._recent.popitem(last=False)
-        return vector
+        return embedded
+
+    def _stored_probe(self, entry: CacheEntry) -> Probe | npt.NDArray[np.float32]:
+        """What the local index adds for ``entry``: the probe this process searched with
+        when the entry holds its vector (the sketch is not computed again), else the
+        entry's own vector."""
+        assert entry.vector is not None
+        with self._lock:
+            embedded = self._recent.get(entry.query)
+        if embedded is not None and embedded.encoded() == entry.vector:
+            return embedded.probe
+        return decode_vector(entry.vector)
 
     def _index_key(self, keys: CacheKeys) -> str:
         return hash_id(keys.partition + keys.context)
@@ -579,6 +591,23 @@ class ResponseCache:
     def close(self) -> None:
         """Close the store's connections."""
         self.state.close()
+
+
+class _Embedded:
+    """A recent query's probe (its vector, ready to search and to add) and the vector as an
+    entry stores it (float16, base64), encoded once."""
+
+    __slots__ = ("_encoded", "probe")
+
+    def __init__(self, probe: Probe) -> None:
+        self.probe = probe
+        self._encoded: str | None = None
+
+    def encoded(self) -> str:
+        """:func:`~llmguard_sdk.cache.entry.encode_vector` of the vector (computed once)."""
+        if self._encoded is None:
+            self._encoded = encode_vector(self.probe.vector)
+        return self._encoded
 
 
 def _hit(kind: Literal["exact", "semantic"], entry: CacheEntry, similarity: float) -> CacheHit:
