@@ -7,11 +7,12 @@ import numpy as np
 import pytest
 
 from llmguard_sdk._state.steps import run
-from llmguard_sdk.cache import MemoryCacheBackend, ResponseCache, VectorIndex
+from llmguard_sdk.cache import HashingEmbedder, MemoryCacheBackend, ResponseCache, VectorIndex
 from llmguard_sdk.cache.entry import encode_vector
 from llmguard_sdk.cache.index import Probe, _hamming, _nearest, _sketches, _widened
 from llmguard_sdk.context import Scope
 from llmguard_sdk.models import ChatRequest, ChatResponse, Message
+from llmguard_sdk.tokens import cl100k_encoding
 
 
 def _unit(rng: np.random.Generator, dimension: int) -> np.ndarray:
@@ -223,3 +224,61 @@ def test_hamming_distances_and_the_nearest_rows_match_plain_references() -> None
         closer = np.flatnonzero(small < cutoff)
         tied = np.flatnonzero(small == cutoff)[: take - len(closer)]
         assert _nearest(small, take).tolist() == [*closer.tolist(), *tied.tolist()]
+
+
+# HashingEmbedder(dimension=64).embed(["Reset my password, please"]) as 0.2.0 computed it:
+# stored caches hold such vectors, so a faster embedder must give the same ones.
+_PINNED_64 = {
+    0: -0.0104558,
+    1: 0.04824171,
+    3: -0.02145364,
+    4: -0.117395,
+    5: -0.09648342,
+    6: 0.2210713,
+    7: 0.1179371,
+    8: -0.05869751,
+    10: -0.2310719,
+    12: -0.05869751,
+    13: 0.04824171,
+    14: -0.4421425,
+    16: 0.05869751,
+    18: 0.5029107,
+    21: 0.04824171,
+    22: -0.1051333,
+    23: 0.04824171,
+    24: -0.06969535,
+    25: -0.1069392,
+    26: 0.05869751,
+    28: -0.04824171,
+    29: 0.1069392,
+    31: -0.1069392,
+    32: 0.06969535,
+    35: 0.1179371,
+    36: -0.05869751,
+    38: -0.1283929,
+    40: -0.1338545,
+    41: -0.09648342,
+    43: 0.1179371,
+    46: 0.06969535,
+    49: 0.05869751,
+    52: -0.05869751,
+    53: -0.4228899,
+    55: 0.1051333,
+    56: 0.04824171,
+    61: -0.04824171,
+    62: 0.1748286,
+    63: -0.1393907,
+}
+
+
+@pytest.mark.skipif(cl100k_encoding() is None, reason="word rarity needs tiktoken's encoding")
+def test_the_hashing_embedder_gives_the_vectors_it_always_gave() -> None:
+    embedder = HashingEmbedder(dimension=64)
+    texts = ["Reset my password, please", "please reset my password", "Reset my password, please"]
+    first = embedder.embed(texts)  # the last text again: words and pairs already known
+    vector = first[0]
+    assert {int(i): float(vector[i]) for i in np.flatnonzero(vector)} == pytest.approx(
+        _PINNED_64, rel=1e-6
+    )
+    np.testing.assert_array_equal(first[2], vector)
+    np.testing.assert_array_equal(HashingEmbedder(dimension=64).embed(texts[1:2])[0], first[1])

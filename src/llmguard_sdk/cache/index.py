@@ -41,7 +41,7 @@ __all__ = ["Match", "Probe", "VectorIndex"]
 _SKETCH_BITS = 256
 _SKETCH_WORDS = _SKETCH_BITS // 64
 _DOUBLING_UNTIL = 256
-_SPARSE_SHARE = 4  # a probe with at most 1/4 of its dimensions nonzero is scored sparsely
+_SPARSE_SHARE = 2  # a probe with at most half of its dimensions nonzero is scored sparsely
 
 
 @dataclass(frozen=True)
@@ -55,18 +55,18 @@ class Match:
 class Probe:
     """A vector prepared for :meth:`VectorIndex.search` and :meth:`VectorIndex.add`.
 
-    When at most a quarter of its dimensions are nonzero, a search reads and scores the
+    When at most half of its dimensions are nonzero, a search reads and scores the
     rows over those dimensions only. Its sketch (see the module docs) is computed on first
     use and kept, so one probe searched and then added costs one projection.
 
-    .. versionadded:: 0.3.0
+    .. versionadded:: 0.2.0
     """
 
     __slots__ = ("_sketch", "nonzero", "values", "vector")
 
     def __init__(self, vector: npt.NDArray[np.float32]) -> None:
         self.vector: npt.NDArray[np.float32] = np.asarray(vector, dtype=np.float32)
-        nonzero = np.flatnonzero(self.vector)
+        nonzero = self.vector.nonzero()[0]
         self.nonzero: npt.NDArray[np.intp] | None = None
         """The nonzero dimensions of a sparse vector (``None``: a dense one)."""
         self.values = self.vector
@@ -80,7 +80,7 @@ class Probe:
         if self._sketch is None:
             projection = _projection(len(self.vector))
             if self.nonzero is not None:
-                projection = projection[self.nonzero]
+                projection = projection.take(self.nonzero, axis=0)
             stored = self.values.astype(np.float16).astype(np.float32)
             self._sketch = np.packbits((stored @ projection) > 0).view(np.uint64)
         return self._sketch
@@ -239,8 +239,13 @@ class VectorIndex:
     def _grow(self) -> int:
         if self._end == len(self._ids):
             size = _grown(len(self._ids))
-            # New arrays of the exact size (np.resize would keep a larger one alive behind).
-            self._vectors = _extended(self._vectors, size)
+            # Arrays of the exact size (np.resize would keep a larger one alive behind). The
+            # rows are enlarged in place where numpy can (a realloc: the C library moves a
+            # large block's pages without copying them), else copied.
+            try:
+                self._vectors.resize((size, self.dimension), refcheck=True)
+            except ValueError:  # referenced elsewhere
+                self._vectors = _extended(self._vectors, size)
             if self._sketch is not None:
                 self._sketch = _extended(self._sketch, size, order="F")
             self._live = _extended(self._live, size)
