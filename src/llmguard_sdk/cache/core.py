@@ -487,7 +487,8 @@ class ResponseCache:
         :class:`~llmguard_sdk._state.steps.Batch`."""
         evicted: list[str] = yield from self._backend_step("put", entry)
         if entry.vector is not None and self._server is None:
-            self._local.remember(entry.entry_id, entry.index_key, self._stored_probe(entry))
+            stored = self._stored_probe(entry.query, entry.vector)
+            self._local.remember(entry.entry_id, entry.index_key, stored)
             self._know(entry.entry_id, entry.query)
         for entry_id in evicted:
             self._forget(entry_id)
@@ -553,16 +554,15 @@ class ResponseCache:
                 self._recent.popitem(last=False)
         return embedded
 
-    def _stored_probe(self, entry: CacheEntry) -> Probe | npt.NDArray[np.float32]:
-        """What the local index adds for ``entry``: the probe this process searched with
-        when the entry holds its vector (the sketch is not computed again), else the
-        entry's own vector."""
-        assert entry.vector is not None
+    def _stored_probe(self, query: str, vector: str) -> Probe | npt.NDArray[np.float32]:
+        """What the local index adds for an entry of ``query`` holding ``vector`` (encoded):
+        the probe this process searched with when it is the same vector (its sketch is not
+        computed again), else the entry's own vector."""
         with self._lock:
-            embedded = self._recent.get(entry.query)
-        if embedded is not None and embedded.encoded() == entry.vector:
+            embedded = self._recent.get(query)
+        if embedded is not None and embedded.encoded() == vector:
             return embedded.probe
-        return decode_vector(entry.vector)
+        return decode_vector(vector)
 
     def _index_key(self, keys: CacheKeys) -> str:
         return hash_id(keys.partition + keys.context)
