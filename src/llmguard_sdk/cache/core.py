@@ -12,7 +12,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import anyio.to_thread
 from typing_extensions import Unpack
@@ -32,9 +32,6 @@ from .guards import Verifier, guard_rejection
 from .index import Match, Probe
 from .keys import CacheKeys, request_keys
 from .monitor import FalseHitMonitor
-
-if TYPE_CHECKING:
-    import numpy.typing as npt
 
 __all__ = ["DEFAULT_THRESHOLD", "ResponseCache"]
 
@@ -554,15 +551,16 @@ class ResponseCache:
                 self._recent.popitem(last=False)
         return embedded
 
-    def _stored_probe(self, query: str, vector: str) -> Probe | npt.NDArray[np.float32]:
+    def _stored_probe(self, query: str, vector: str) -> Probe:
         """What the local index adds for an entry of ``query`` holding ``vector`` (encoded):
-        the probe this process searched with when it is the same vector (its sketch is not
-        computed again), else the entry's own vector."""
+        the entry's vector, with the sketch this process's lookup computed for the same
+        vector (not computed again)."""
         with self._lock:
             embedded = self._recent.get(query)
+        sketch = None
         if embedded is not None and embedded.encoded() == vector:
-            return embedded.probe
-        return decode_vector(vector)
+            sketch = embedded.probe.known_sketch
+        return Probe(decode_vector(vector), sketch)
 
     def _index_key(self, keys: CacheKeys) -> str:
         return hash_id(keys.partition + keys.context)

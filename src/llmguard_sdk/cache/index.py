@@ -57,39 +57,67 @@ class Probe:
 
     When at most half of its dimensions are nonzero, a search reads and scores the
     rows over those dimensions only. Its sketch (see the module docs) is computed on first
-    use and kept, so one probe searched and then added costs one projection.
+    use and kept, so one probe searched and then added costs one projection; ``known_sketch``
+    is it when it was computed.
 
     .. versionadded:: 0.2.0
     """
 
-    __slots__ = ("_sketch", "nonzero", "values", "vector")
+    __slots__ = ("_nonzero", "_sketch", "_values", "vector")
 
-    def __init__(self, vector: npt.NDArray[np.float32]) -> None:
+    def __init__(
+        self, vector: npt.NDArray[np.float32], sketch: npt.NDArray[np.uint64] | None = None
+    ) -> None:
+        """``sketch``: the one :meth:`sketch` returns, where a probe of the same vector (as
+        stored) already computed it."""
         self.vector: npt.NDArray[np.float32] = np.asarray(vector, dtype=np.float32)
-        nonzero = self.vector.nonzero()[0]
-        self.nonzero: npt.NDArray[np.intp] | None = None
+        self._values: npt.NDArray[np.float32] | None = None  # found on first use
+        self._nonzero: npt.NDArray[np.intp] | None = None
+        self._sketch = sketch
+
+    @property
+    def nonzero(self) -> npt.NDArray[np.intp] | None:
         """The nonzero dimensions of a sparse vector (``None``: a dense one)."""
-        self.values = self.vector
-        if len(nonzero) * _SPARSE_SHARE <= len(self.vector):
-            self.nonzero = nonzero
-            self.values = self.vector[nonzero]
-        self._sketch: npt.NDArray[np.uint64] | None = None
+        self._sparse()
+        return self._nonzero
+
+    @property
+    def values(self) -> npt.NDArray[np.float32]:
+        """The vector's values at :attr:`nonzero` (all of them for a dense one)."""
+        return self._sparse()
+
+    def _sparse(self) -> npt.NDArray[np.float32]:
+        if self._values is None:
+            nonzero = self.vector.nonzero()[0]
+            if len(nonzero) * _SPARSE_SHARE <= len(self.vector):
+                self._nonzero = nonzero
+                self._values = self.vector[nonzero]
+            else:
+                self._values = self.vector
+        return self._values
+
+    @property
+    def known_sketch(self) -> npt.NDArray[np.uint64] | None:
+        """The sketch if it was computed (else ``None``)."""
+        return self._sketch
 
     def sketch(self) -> npt.NDArray[np.uint64]:
         """The sketch of the vector as the index stores it (float16): 4 words."""
         if self._sketch is None:
+            values = self._sparse()
             projection = _projection(len(self.vector))
-            if self.nonzero is not None:
-                projection = projection.take(self.nonzero, axis=0)
-            stored = self.values.astype(np.float16).astype(np.float32)
+            if self._nonzero is not None:
+                projection = projection.take(self._nonzero, axis=0)
+            stored = values.astype(np.float16).astype(np.float32)
             self._sketch = np.packbits((stored @ projection) > 0).view(np.uint64)
         return self._sketch
 
     def scores(self, rows: npt.NDArray[np.float16]) -> npt.NDArray[np.float32]:
         """The dot product of each of ``rows`` (float16, 2-d) with the vector."""
-        if self.nonzero is not None:
-            rows = rows.take(self.nonzero, axis=1)
-        scores: npt.NDArray[np.float32] = _widened(rows) @ self.values
+        values = self._sparse()
+        if self._nonzero is not None:
+            rows = rows.take(self._nonzero, axis=1)
+        scores: npt.NDArray[np.float32] = _widened(rows) @ values
         return scores
 
 

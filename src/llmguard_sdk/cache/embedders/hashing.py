@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 __all__ = ["HashingEmbedder"]
 
-_WORD_CACHE_SIZE = 16_384  # words (and word pairs) kept with their hashed contributions
+_WORD_CACHE_SIZE = 16_384  # words kept with their hashed contributions (about 10 MB at most)
 _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
 
 
@@ -76,7 +76,6 @@ class HashingEmbedder:
         self._char_weight = char_weight
         self._pair_weight = pair_weight
         self._words: dict[str, tuple[npt.NDArray[np.intp], npt.NDArray[np.float32]]] = {}
-        self._pairs: dict[tuple[str, str], tuple[int, float]] = {}
         sizes = "".join(str(n) for n in self._sizes)
         self.name = f"hashing-v1-d{dimension}-n{sizes}-c{char_weight:g}-p{pair_weight:g}"
 
@@ -136,13 +135,6 @@ class HashingEmbedder:
         return normalise(out)
 
     def _pair(self, first: str, second: str) -> tuple[int, float]:
-        """An adjacent word pair's dimension and signed weight (computed once)."""
-        known = self._pairs.get((first, second))
-        if known is not None:
-            return known
+        """An adjacent word pair's dimension and signed weight."""
         bucket, sign = self._bucket(f"b{_stem(first)} {_stem(second)}")
-        found = bucket, sign * min(_rarity(first), _rarity(second)) * self._pair_weight
-        if len(self._pairs) >= _WORD_CACHE_SIZE:
-            self._pairs.clear()
-        self._pairs[first, second] = found
-        return found
+        return bucket, sign * min(_rarity(first), _rarity(second)) * self._pair_weight
