@@ -94,6 +94,7 @@ def test_the_cache_serves_what_the_verifier_accepts(verifier: ParaphraseVerifier
     assert hit.response.text == "Thirst."
 
 
+@pytest.mark.timeout(600)  # encodes every bundled pair with MiniLM: minutes on a busy machine
 def test_target_precision_calibrates_the_verifier(verifier: ParaphraseVerifier) -> None:
     calibrated = ParaphraseVerifier(verifier.encoder, threshold=0.0)
     cache = ResponseCache(verifier=calibrated, threshold=0.45, target_precision=0.95)

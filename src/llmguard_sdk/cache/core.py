@@ -25,7 +25,15 @@ from ..errors import ConfigurationError
 from ..models import ChatRequest, ChatResponse
 from ._local import _LocalIndexes
 from .backends import CacheBackend, Change, MemoryCacheBackend, RedisCacheBackend
-from .calibrate import Pair, Scorer, bundled_pairs, calibrate, pick_threshold, read_pairs
+from .calibrate import (
+    BUNDLED_PAIRS,
+    Pair,
+    Scorer,
+    bundled_pairs,
+    calibrate,
+    pick_threshold,
+    read_pairs,
+)
 from .embedders import DEFAULT_THRESHOLD, Embedder, HashingEmbedder, suggested_threshold
 from .entry import CacheEntry, CacheHit, CacheOptions, CacheStats, decode_vector, encode_vector
 from .guards import Verifier, guard_rejection
@@ -77,8 +85,8 @@ class ResponseCache:
             as :class:`~llmguard_sdk.cache.ParaphraseVerifier`), the verifier's threshold.
             :class:`~llmguard_sdk.errors.ConfigurationError` when none does.
         calibration_pairs: the labelled pairs for ``target_precision`` (a JSONL path or
-            :class:`~llmguard_sdk.cache.Pair` objects); default: the development set
-            bundled with the package (``hard_questions``).
+            :class:`~llmguard_sdk.cache.Pair` objects); default: the development sets
+            bundled with the package (``hard_questions`` and ``question_framings``).
         strict: the strict guards for short requests (any content word on one side only,
             another word order or another kind of question refuses the match; see
             :func:`~llmguard_sdk.cache.guards.strict_rejection`); default: on unless a
@@ -193,7 +201,7 @@ class ResponseCache:
         if not 0.0 < target < 1.0:
             raise ConfigurationError("target_precision must be in (0, 1)")
         if pairs is None:
-            labelled: Sequence[Pair] = bundled_pairs("hard_questions")
+            labelled: Sequence[Pair] = [p for name in BUNDLED_PAIRS for p in bundled_pairs(name)]
         else:
             labelled = read_pairs(pairs) if isinstance(pairs, (str, Path)) else pairs
         floor = threshold if threshold is not None else suggested_threshold(self.embedder)
