@@ -173,7 +173,7 @@ def test_the_store_after_a_miss_indexes_the_vector_and_sketch_the_lookup_compute
     assert index._sketch is not None
     request = ChatRequest(messages=[Message(role="user", content="how do I reset my password")])
     assert cache.lookup(request) is None
-    probe = cache._recent["how do I reset my password"].probe
+    probe = cache._recent.embedded("how do I reset my password").probe  # the lookup's
     assert probe._sketch is not None  # the lookup searched the sketches
     assert cache.store(request, ChatResponse(text="Use the link.", finish_reason="stop"))
     row = index._rows[cache.keys(request).exact]

@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import threading
 import time
-from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -17,13 +15,13 @@ from typing import Any, Literal
 import anyio.to_thread
 from typing_extensions import Unpack
 
-from .._lazy import np
 from .._state.steps import Batch, Step, arun, run, work
 from .._state.stores import RedisStore, Store, hash_id, open_store
 from ..context import Scope, current_scope
 from ..errors import ConfigurationError
 from ..models import ChatRequest, ChatResponse
 from ._local import _LocalIndexes
+from ._recent import RecentEmbeddings
 from .backends import CacheBackend, Change, MemoryCacheBackend, RedisCacheBackend
 from .calibrate import (
     BUNDLED_PAIRS,
@@ -35,7 +33,7 @@ from .calibrate import (
     read_pairs,
 )
 from .embedders import DEFAULT_THRESHOLD, Embedder, HashingEmbedder, suggested_threshold
-from .entry import CacheEntry, CacheHit, CacheOptions, CacheStats, decode_vector, encode_vector
+from .entry import CacheEntry, CacheHit, CacheOptions, CacheStats
 from .guards import Verifier, guard_rejection
 from .index import Match, Probe
 from .keys import CacheKeys, request_keys
@@ -170,8 +168,7 @@ class ResponseCache:
         self._local = _LocalIndexes(
             self.embedder.dimension, keep_queries=not isinstance(self._backend, MemoryCacheBackend)
         )
-        self._recent: OrderedDict[str, _Embedded] = OrderedDict()
-        self._lock = threading.Lock()
+        self._recent = RecentEmbeddings(self.embedder, _RECENT_VECTORS)
 
     def _open_backend(self, max_entries: int) -> CacheBackend:
         """This cache's backend (and, for server-side search, :attr:`_server`)."""
@@ -378,7 +375,7 @@ class ResponseCache:
         whose query this process knows is checked by the guards before it is read. Callers
         check that the cache is semantic and the query not blank."""
         now = time.time()
-        probe = self._embedded(keys.query).probe
+        probe = self._recent.embedded(keys.query).probe
         matches = self._candidates(self._index_key(keys), probe)
         threshold = self.threshold
         if self.monitor is not None:
@@ -468,7 +465,7 @@ class ResponseCache:
             return None
         vector = None
         if self.semantic and keys.query.strip():
-            vector = self._embedded(keys.query).encoded()
+            vector = self._recent.embedded(keys.query).encoded()
         now = time.time()  # after the embedding (a first one can take a second or more)
         return CacheEntry(
             entry_id=keys.exact,
@@ -492,7 +489,7 @@ class ResponseCache:
         :class:`~llmguard_sdk._state.steps.Batch`."""
         evicted: list[str] = yield from self._backend_step("put", entry)
         if entry.vector is not None and self._server is None:
-            stored = self._stored_probe(entry.query, entry.vector)
+            stored = self._recent.stored_probe(entry.query, entry.vector)
             self._local.remember(entry.entry_id, entry.index_key, stored)
             self._know(entry.entry_id, entry.query)
         for entry_id in evicted:
@@ -544,32 +541,6 @@ class ResponseCache:
 
     # -- the in-memory index ------------------------------------------------------------------
 
-    def _embedded(self, query: str) -> _Embedded:
-        """The query's embedding; the last few are kept, so the store after a miss neither
-        embeds the same question again nor computes its sketch again."""
-        with self._lock:
-            embedded = self._recent.get(query)
-            if embedded is not None:
-                return embedded
-        vector = np.asarray(self.embedder.embed([query])[0], dtype=np.float32)
-        embedded = _Embedded(Probe(vector))
-        with self._lock:
-            self._recent[query] = embedded
-            if len(self._recent) > _RECENT_VECTORS:
-                self._recent.popitem(last=False)
-        return embedded
-
-    def _stored_probe(self, query: str, vector: str) -> Probe:
-        """What the local index adds for an entry of ``query`` holding ``vector`` (encoded):
-        the entry's vector, with the sketch this process's lookup computed for the same
-        vector (not computed again)."""
-        with self._lock:
-            embedded = self._recent.get(query)
-        sketch = None
-        if embedded is not None and embedded.encoded() == vector:
-            sketch = embedded.probe.known_sketch
-        return Probe(decode_vector(vector), sketch)
-
     def _index_key(self, keys: CacheKeys) -> str:
         return hash_id(keys.partition + keys.context)
 
@@ -597,23 +568,6 @@ class ResponseCache:
     def close(self) -> None:
         """Close the store's connections."""
         self.state.close()
-
-
-class _Embedded:
-    """A recent query's probe (its vector, ready to search and to add) and the vector as an
-    entry stores it (float16, base64), encoded once."""
-
-    __slots__ = ("_encoded", "probe")
-
-    def __init__(self, probe: Probe) -> None:
-        self.probe = probe
-        self._encoded: str | None = None
-
-    def encoded(self) -> str:
-        """:func:`~llmguard_sdk.cache.entry.encode_vector` of the vector (computed once)."""
-        if self._encoded is None:
-            self._encoded = encode_vector(self.probe.vector)
-        return self._encoded
 
 
 def _hit(kind: Literal["exact", "semantic"], entry: CacheEntry, similarity: float) -> CacheHit:
