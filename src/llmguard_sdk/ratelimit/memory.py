@@ -34,6 +34,8 @@ from .policy import (
 __all__ = ["MemoryRateLimiter"]
 
 CellKey = tuple[str, int, str | None]
+_Cells = tuple[tuple[CellKey, "RateLimit"], ...]
+_Kwargs = dict[str, object]
 _RECENT_KEYS = 4096  # (key, tenant)s whose cells a limiter remembers
 
 
@@ -106,9 +108,7 @@ class MemoryRateLimiter(LimiterBase):
             else:
                 self._cells.move_to_end(name)
 
-    def _asked(
-        self, key: str, ask: ReserveArgs
-    ) -> tuple[tuple[tuple[CellKey, RateLimit], ...], str, dict[str, object], float]:
+    def _asked(self, key: str, ask: ReserveArgs) -> tuple[_Cells, str, _Kwargs, float]:
         """(cells, call id, the policy's keywords, until when the call may wait)."""
         check_keywords(ask, ReserveArgs, "reserve")
         cells = self._keys(key, ask.get("tenant"))
@@ -121,9 +121,43 @@ class MemoryRateLimiter(LimiterBase):
         see :func:`~llmguard_sdk.ratelimit.reserve_all`. A call that finds every
         concurrency slot taken waits here (bounded by ``max_wait`` and the limits' own) for
         one to be given back."""
-        cells, call_id, kwargs, until = self._asked(key, ask)
+        asked = self._asked(key, ask)
+        first = self._first_try(*asked)
+        return first if first is not None else self._wait(*asked)
+
+    async def areserve(self, key: str, **ask: Unpack[ReserveArgs]) -> Grant:
+        """Async twin of :meth:`reserve` (waits for a concurrency slot without blocking the
+        event loop)."""
+        asked = self._asked(key, ask)
+        first = self._first_try(*asked)
+        return first if first is not None else await self._await(*asked)
+
+    def reserve_steps(self, key: str, **ask: Unpack[ReserveArgs]) -> Step[Grant]:
+        """:meth:`reserve` as a step: decided in place, unless the call must wait for a
+        concurrency slot (then it waits the blocking or the async way of the code that runs
+        it)."""
+        asked = self._asked(key, ask)
+        first = self._first_try(*asked)
+        if first is not None:
+            return first
+        grant: Grant = yield Call(lambda: self._wait(*asked), lambda: self._await(*asked))
+        return grant
+
+    def _first_try(
+        self, cells: _Cells, call_id: str, kwargs: _Kwargs, until: float
+    ) -> Grant | None:
+        """The reservation's first attempt: its grant, or None when it queued for a
+        concurrency slot and has time left to wait for one."""
         if not cells:
             return Grant(True)
+        with self._lock:
+            grant = self._try(cells, call_id, kwargs)
+        if not grant.queued:
+            return grant
+        return _final(grant) if until <= time.monotonic() else None
+
+    def _wait(self, cells: _Cells, call_id: str, kwargs: _Kwargs, until: float) -> Grant:
+        """Try again each time a slot is given back (at least once a second) until ``until``."""
         with self._freed:
             while True:
                 grant = self._try(cells, call_id, kwargs)
@@ -132,12 +166,8 @@ class MemoryRateLimiter(LimiterBase):
                     return _final(grant)
                 self._freed.wait(min(left, 1.0))
 
-    async def areserve(self, key: str, **ask: Unpack[ReserveArgs]) -> Grant:
-        """Async twin of :meth:`reserve` (waits for a concurrency slot without blocking the
-        event loop)."""
-        cells, call_id, kwargs, until = self._asked(key, ask)
-        if not cells:
-            return Grant(True)
+    async def _await(self, cells: _Cells, call_id: str, kwargs: _Kwargs, until: float) -> Grant:
+        """Async twin of :meth:`_wait`: tries again after each grant's ``retry_after``."""
         while True:
             with self._lock:
                 grant = self._try(cells, call_id, kwargs)
@@ -145,14 +175,6 @@ class MemoryRateLimiter(LimiterBase):
             if not grant.queued or left <= 0:
                 return _final(grant)
             await anyio.sleep(min(left, grant.retry_after))
-
-    def reserve_steps(self, key: str, **ask: Unpack[ReserveArgs]) -> Step[Grant]:
-        """:meth:`reserve` as a step: made in place, or (while it waits for a slot) by the
-        blocking or async way of the code that runs it."""
-        grant: Grant = yield Call(
-            lambda: self.reserve(key, **ask), lambda: self.areserve(key, **ask)
-        )
-        return grant
 
     def learn(self, key: str, **taught: Unpack[LearnArgs]) -> None:
         """Bring ``key``'s route-wide state down to what the provider reported (per-tenant
