@@ -49,12 +49,14 @@ class ReleaseBackend(Protocol):
 
     def exchange(
         self, key: str, candidate: str, version: int, control: Counters, canary: Counters
-    ) -> Exchange: ...
+    ) -> Exchange:
+        """Add counters taken under stage ``version``; the stage and counters afterwards."""
 
     def transition(
         self, key: str, version: int, index: int, status: StageStatus, reason: str,
         candidate: str = "",
-    ) -> tuple[bool, Stage]: ...  # fmt: skip
+    ) -> tuple[bool, Stage]:  # fmt: skip
+        """Move the stage if it is still at ``version``; (moved, the stage now)."""
 
 
 class MemoryReleaseBackend:

@@ -161,6 +161,7 @@ class Decision:
 
     @property
     def reason(self) -> str:
+        """The decision in words, as stages and events record it."""
         if self.action == "rollback":
             return f"{self.metric} breached (log LR {self.llr:.2f})"
         return "stage passed"

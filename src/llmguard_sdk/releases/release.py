@@ -214,6 +214,7 @@ class ReleasePlan:
 
     @property
     def store_key(self) -> str:
+        """The name the canary's stage is stored under: ``key``, else the release's name."""
         return self.key or self.release.name
 
 

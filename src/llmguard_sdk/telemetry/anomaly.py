@@ -127,6 +127,8 @@ class TimeBuckets:
     def add(
         self, key: Hashable, now: float, amount: float, count: int = 1
     ) -> tuple[float, float] | None:
+        """Add ``amount`` (and ``count`` calls) to ``key``'s bucket at ``now``:
+        ``(value, baseline)`` the first time the bucket passes its baseline, else None."""
         bucket = self._bucket(key, now)
         if bucket is None:
             return None

@@ -65,6 +65,7 @@ class Side:
     latencies: list[float] = field(default_factory=list)
 
     def add(self, latency: float | None, cost: float | None, error: bool = False) -> None:
+        """Count one call: its latency (seconds) and cost (USD) where known."""
         self.calls += 1
         self.errors += error
         if latency is not None:
@@ -81,6 +82,7 @@ class Side:
         return ordered[max(0, math.ceil(share * len(ordered)) - 1)]
 
     def as_dict(self) -> dict[str, Any]:
+        """The side's figures as JSON-ready data."""
         return {
             "calls": self.calls,
             "errors": self.errors,

@@ -90,6 +90,7 @@ class ConfigDrillReport:
 
     @property
     def requests(self) -> int:
+        """Calls sent in every phase."""
         return sum(phase["calls"] for phase in self.phases.values())
 
     def as_dict(self) -> dict[str, Any]:
