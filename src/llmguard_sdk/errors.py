@@ -13,7 +13,7 @@ Catch :class:`LLMGuardError` to catch everything the SDK raises itself::
     ├── ProviderError               a provider answered badly or not at all
     │   ├── RateLimitedError            429 (carries retry_after from Retry-After / retry-after-ms)
     │   ├── ProviderUnavailableError    5xx, 529, connection refused / reset
-    │   ├── ProviderTimeoutError        no answer within the call's deadline
+    │   ├── ProviderTimeoutError        no answer within the call's deadline, or 408
     │   ├── ProviderBusyError           a local model's queue is full: refused at once
     │   ├── BadRequestError             400, 404, 409, 422: the provider refused the request
     │   │   └── ContextLengthExceededError
@@ -225,13 +225,13 @@ class RateLimitedError(ProviderError):
 
 
 class ProviderUnavailableError(ProviderError):
-    """The provider is down: 5xx, 529, 408, connection refused or reset."""
+    """The provider is down: 5xx, 529, connection refused or reset."""
 
     retryable = True
 
 
 class ProviderTimeoutError(ProviderError):
-    """The provider did not answer within the call's deadline."""
+    """The provider did not answer within the call's deadline (or answered 408)."""
 
     retryable = True
 
