@@ -7,6 +7,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 import llmguard_sdk
 
 EXPECTED = [
@@ -162,3 +164,18 @@ def test_import_time_is_reported() -> None:
     assert report["import_ms"] > 0
     assert "redis" not in report["heavy_modules"]
     print(f"import llmguard_sdk: {report['import_ms']:.0f} ms")
+
+
+def test_telemetry_exports_the_parts_passed_to_telemetry() -> None:
+    import llmguard_sdk.telemetry as telemetry
+    from llmguard_sdk.telemetry.anomaly import Anomalies, AnomalyEvent
+    from llmguard_sdk.telemetry.sampling import EvalSink
+
+    assert telemetry.__all__ == ["Anomalies", "AnomalyEvent", "EvalSink", "Telemetry"]
+    assert (telemetry.Anomalies, telemetry.AnomalyEvent, telemetry.EvalSink) == (
+        Anomalies,
+        AnomalyEvent,
+        EvalSink,
+    )
+    with pytest.raises(AttributeError, match="no attribute 'Nothing'"):
+        telemetry.Nothing  # noqa: B018

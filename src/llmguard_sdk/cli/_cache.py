@@ -1,8 +1,9 @@
 """``llmguard cache calibrate PAIRS.jsonl --target-precision 0.95``: choose a threshold.
 
 Scores every labelled pair (see :mod:`llmguard_sdk.cache.calibrate` for the file format;
-``bundled:hard_questions`` reads the development set shipped with the package) with an
-embedder (``--embedder``: ``hashing``, the default; ``minilm``, all-MiniLM-L6-v2 in numpy;
+``bundled:hard_questions`` or ``bundled:question_framings`` reads a development set shipped
+with the package) with an embedder (``--embedder``: ``hashing``, the default; ``minilm``,
+all-MiniLM-L6-v2 in numpy;
 ``hybrid``, the two side by side as :meth:`HybridEmbedder.minilm
 <llmguard_sdk.cache.HybridEmbedder.minilm>`) and the false-hit guards (strict ones, as the
 default cache uses, unless ``--verifier``), prints the curve (threshold, precision, its lower
@@ -38,7 +39,9 @@ __all__ = ["CACHE"]
 
 def _calibrate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "pairs", help="JSONL: {query, cached, duplicate} per line; or bundled:hard_questions"
+        "pairs",
+        help="JSONL: {query, cached, duplicate} per line; or bundled:hard_questions / "
+        "bundled:question_framings",
     )
     parser.add_argument(
         "--target-precision",

@@ -74,19 +74,29 @@ numbers too) and truncated to ``max_content_chars``.
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ._otel import Telemetry
+    from .anomaly import Anomalies, AnomalyEvent
+    from .sampling import EvalSink
 
-__all__ = ["Telemetry"]
+__all__ = ["Anomalies", "AnomalyEvent", "EvalSink", "Telemetry"]
+
+_HOMES = {
+    "Anomalies": "anomaly",
+    "AnomalyEvent": "anomaly",
+    "EvalSink": "sampling",
+    "Telemetry": "_otel",
+}
 
 
 def __getattr__(name: str) -> Any:
-    """Import :class:`Telemetry` (and OpenTelemetry) at its first use: the low modules that
-    import :mod:`~llmguard_sdk.telemetry.redaction` (the exception tree) stay light."""
-    if name == "Telemetry":
-        from ._otel import Telemetry
-
-        return Telemetry
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    """Import :class:`Telemetry` (and OpenTelemetry) and the parts passed to it
+    (:class:`EvalSink`, :class:`Anomalies`) at their first use: the low modules that import
+    :mod:`~llmguard_sdk.telemetry.redaction` (the exception tree) stay light."""
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{home}"), name)
