@@ -15,6 +15,7 @@ from typing import Protocol, TypedDict
 from typing_extensions import Unpack
 
 from .._state.steps import Step, in_place
+from ._spend import SpendTable
 from .policy import (
     _NO_ALERTS,
     ROLLING_BUCKETS,
@@ -146,9 +147,6 @@ class _Deadlines:
         return gone
 
 
-_Quiet = int | tuple[int, frozenset[float]]
-"""A calendar counter with nothing held: its spend this window (and the alerts it fired)."""
-
 _SPAN = {"minute": 60.0, "hour": 3600.0, "day": 86400.0, "month": 31 * 86400.0}
 _LATE_SETTLE_SECONDS = 86400.0
 """How long past its hold a reservation can still be settled (a call that outlived its
@@ -158,14 +156,15 @@ deadline still counts what it spent); a settle after that changes nothing."""
 class MemoryBudgetBackend:
     """Counters in this process's memory; ``clock`` (epoch seconds, UTC) is injectable.
 
-    Nothing grows with calls, and a tenant that called once costs about its key and its
-    spend until its window ends:
+    Nothing grows with calls, and a tenant that called once costs a key digest and its
+    spend (24 to 48 bytes) until its window ends:
 
     * a reservation id is remembered from its reserve to its settle (or a day past its
       hold), then forgotten: a repeated settle, like the settle of an id this backend never
       reserved, finds nothing and changes nothing (``SettleResult(applied=False)``);
     * a calendar-window counter with nothing held is kept as its spend alone (with the
-      alerts it fired), in one table per window that is dropped whole when the window ends;
+      alerts it fired), in one compact table per window (a 64-bit digest of its key and a
+      machine word) that is dropped whole when the window ends;
     * a counter with holds in flight, or a rolling window's buckets, keeps its whole state
       until idle past its window and its last hold.
 
@@ -177,7 +176,7 @@ class MemoryBudgetBackend:
         self._lock = threading.Lock()
         self._states: dict[str, CounterState] = {}  # counters with holds or rolling buckets
         self._idle = _Deadlines()  # those counters: when they can be dropped
-        self._quiet: dict[float, dict[str, _Quiet]] = {}  # window end: key: spend
+        self._quiet: dict[float, SpendTable] = {}  # window end: key: spend (and alerts)
         self._quiet_ends: list[float] = []  # heap of the ends of ``_quiet``
         self._open = _Deadlines()  # reserved, not yet settled ids: until when settleable
 
@@ -190,12 +189,13 @@ class MemoryBudgetBackend:
         state = CounterState()
         if spec.window != "rolling":
             window_id, end = window_bounds(spec.window, now)
-            table = self._quiet.get(end, {})
-            found = table.pop(spec.key, None) if take else table.get(spec.key)
+            table = self._quiet.get(end)
+            found = None
+            if table is not None:
+                found = table.pop(spec.key) if take else table.get(spec.key)
             if found is not None:
                 state.window_id = window_id
-                spent, fired = found if isinstance(found, tuple) else (found, _NO_ALERTS)
-                state.spent, state.fired = spent, fired
+                state.spent, state.fired = found[0], found[1] or _NO_ALERTS
         if take:  # kept from now on, so it expires even if the caller never parks it
             self._states[spec.key] = state
             self._keep(spec, now, now)
@@ -220,9 +220,9 @@ class MemoryBudgetBackend:
         _, end = window_bounds(spec.window, now)
         table = self._quiet.get(end)
         if table is None:
-            table = self._quiet[end] = {}
+            table = self._quiet[end] = SpendTable()
             heapq.heappush(self._quiet_ends, end)
-        table[spec.key] = (state.spent, state.fired) if state.fired else state.spent
+        table.put(spec.key, state.spent, state.fired)
 
     def _expire(self, now: float) -> None:
         for key in self._idle.expired(now):
