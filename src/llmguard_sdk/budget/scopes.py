@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TypedDict
 
+from .._state.recent import Recent
 from .._state.stores import hash_id
 from ..context import CallContext
 from .memory import Status
@@ -72,8 +73,7 @@ class ScopeCounters:
 
     def __init__(self, budgets: Sequence[Budget]) -> None:
         self._budgets = tuple(budgets)
-        self._recent: dict[tuple[str | None, str | None, str | None, str], tuple[CounterSpec, ...]]
-        self._recent = {}
+        self._recent = Recent(self._of_asked, _RECENT_SCOPES)
 
     def of(
         self,
@@ -114,16 +114,10 @@ class ScopeCounters:
         """:meth:`of` the call's scope and tags (``metadata["tags"]``, comma-separated)."""
         scope = ctx.scope
         tags = (ctx.request.metadata or {}).get("tags", "")
-        asked = (scope.tenant, scope.feature, scope.user, tags)
-        found = self._recent.get(asked)
-        if found is None:
-            found = self.of(
-                scope.tenant,
-                scope.feature,
-                scope.user,
-                [t.strip() for t in tags.split(",") if t.strip()],
-            )
-            if len(self._recent) >= _RECENT_SCOPES:
-                self._recent.clear()
-            self._recent[asked] = found
-        return found
+        return self._recent((scope.tenant, scope.feature, scope.user, tags))
+
+    def _of_asked(
+        self, asked: tuple[str | None, str | None, str | None, str]
+    ) -> tuple[CounterSpec, ...]:
+        tenant, feature, user, tags = asked
+        return self.of(tenant, feature, user, [t.strip() for t in tags.split(",") if t.strip()])

@@ -15,6 +15,7 @@ import anyio
 from typing_extensions import Unpack
 
 from .._keywords import check_keywords
+from .._state.recent import Recent
 from .._state.steps import Call, Step, in_place
 from .._state.stores import hash_id
 from ._rules import LimiterBase, LimitsConfig, new_call_id, wait_bound
@@ -62,24 +63,22 @@ class MemoryRateLimiter(LimiterBase):
         self._lock = threading.Lock()
         self._freed = threading.Condition(self._lock)
         # the cells of the (key, tenant)s seen lately: a bounded table
-        self._recent_keys: dict[tuple[str, str | None], tuple[tuple[CellKey, RateLimit], ...]] = {}
+        self._recent_keys = Recent(self._cells_of, _RECENT_KEYS)
         self._cells: OrderedDict[CellKey, CellState] = (
             OrderedDict()
         )  # least recently reserved first
 
     def _keys(self, key: str, tenant: str | None) -> tuple[tuple[CellKey, RateLimit], ...]:
-        asked = (key, tenant)
-        found = self._recent_keys.get(asked)
-        if found is None:
-            tenant_key = hash_id(tenant or "")
-            found = tuple(
-                ((key, index, tenant_key if limit.per_tenant else None), limit)
-                for index, limit in enumerate(self.rules(key))
-            )
-            if len(self._recent_keys) >= _RECENT_KEYS:
-                self._recent_keys.clear()
-            self._recent_keys[asked] = found
-        return found
+        return self._recent_keys((key, tenant))
+
+    def _cells_of(self, asked: tuple[str, str | None]) -> tuple[tuple[CellKey, RateLimit], ...]:
+        """The cells of ``key``'s limits for ``tenant`` (per-tenant ones by its hash)."""
+        key, tenant = asked
+        tenant_key = hash_id(tenant or "")
+        return tuple(
+            ((key, index, tenant_key if limit.per_tenant else None), limit)
+            for index, limit in enumerate(self.rules(key))
+        )
 
     def _try(
         self,
