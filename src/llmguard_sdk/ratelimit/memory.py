@@ -68,10 +68,10 @@ class MemoryRateLimiter(LimiterBase):
             OrderedDict()
         )  # least recently reserved first
 
-    def _keys(self, key: str, tenant: str | None) -> tuple[tuple[CellKey, RateLimit], ...]:
+    def _keys(self, key: str, tenant: str | None) -> _Cells:
         return self._recent_keys((key, tenant))
 
-    def _cells_of(self, asked: tuple[str, str | None]) -> tuple[tuple[CellKey, RateLimit], ...]:
+    def _cells_of(self, asked: tuple[str, str | None]) -> _Cells:
         """The cells of ``key``'s limits for ``tenant`` (per-tenant ones by its hash)."""
         key, tenant = asked
         tenant_key = hash_id(tenant or "")
