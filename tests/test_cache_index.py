@@ -282,3 +282,58 @@ def test_the_hashing_embedder_gives_the_vectors_it_always_gave() -> None:
     )
     np.testing.assert_array_equal(first[2], vector)
     np.testing.assert_array_equal(HashingEmbedder(dimension=64).embed(texts[1:2])[0], first[1])
+
+
+@pytest.mark.parametrize("exact_below", [2, 256])  # sketched and exact searches
+def test_a_small_index_finds_rows_without_a_dict_and_keeps_the_same_answers(
+    exact_below: int,
+) -> None:
+    """Below nine rows an index finds an entry's row by scanning its ids and has no mask of
+    live rows until its first delete; adds, replacements, deletes and reused rows answer as
+    the brute-force reference does, before and after the id -> row dict is built."""
+    rng = np.random.default_rng(exact_below)
+    dimension = 128
+    index = VectorIndex(dimension, exact_below=exact_below, candidates=256)
+    live: dict[str, np.ndarray] = {}
+
+    def check() -> None:
+        assert len(index) == len(live)
+        assert all(entry_id in index for entry_id in live)
+        assert "absent" not in index
+        assert 7 not in index
+        for query in [*live.values(), _unit(rng, dimension)]:
+            expected = _brute_force(live, query, 3)
+            found = index.search(query, k=3)
+            assert [m.entry_id for m in found] == [entry_id for entry_id, _ in expected]
+
+    for i in range(6):
+        live[str(i)] = _unit(rng, dimension)
+        index.add(str(i), live[str(i)])
+    assert index._rows is None
+    assert index._live is None
+    check()
+    live["2"] = _unit(rng, dimension)  # a replacement keeps its row
+    index.add("2", live["2"])
+    for gone in ("0", "4"):
+        del live[gone]
+        index.remove(gone)
+    index.remove("absent")
+    assert index._rows is None
+    assert index._live is not None
+    check()
+    for i in range(6, 14):  # reuses the two freed rows, then grows past nine rows
+        live[str(i)] = _unit(rng, dimension)
+        index.add(str(i), live[str(i)])
+    assert index._rows is not None
+    check()
+    del live["9"]
+    index.remove("9")
+    check()
+    index.clear()
+    live.clear()
+    assert index.search(_unit(rng, dimension)) == []
+    assert len(index) == 0
+    index.add("again", _unit(rng, dimension))
+    assert index._rows is None
+    assert index._live is None
+    assert len(index) == 1

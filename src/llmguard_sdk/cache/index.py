@@ -15,14 +15,17 @@ computed once, so the store that follows a missed lookup reuses it.
 
 Memory: an index holds nothing but its rows until it grows. It starts with room for one row
 and grows by doubling up to 256 rows, then by a sixteenth, so a partition with one entry
-costs its vector and a few hundred bytes, and a large one about 3 % of slack. Rows are never
-moved on delete: a freed row is reused by the next insert.
+costs its vector and a few hundred bytes, and a large one about 3 % of slack. A small index
+finds an entry's row by scanning its row ids (no id -> row dict below 9 rows), has no mask
+of live rows until its first delete, and shares one of a fixed set of locks with other
+indexes. Rows are never moved on delete: a freed row is reused by the next insert.
 
 .. versionadded:: 0.2.0
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import threading
 from dataclasses import dataclass
@@ -42,6 +45,11 @@ _SKETCH_BITS = 256
 _SKETCH_WORDS = _SKETCH_BITS // 64
 _DOUBLING_UNTIL = 256
 _SPARSE_SHARE = 2  # a probe with at most half of its dimensions nonzero is scored sparsely
+_ROW_MAP_FROM = 9  # rows from which an index keeps an id -> row dict (below: a scan of its ids)
+# Indexes share these locks (one each, in turn): a lock per index would cost each one-entry
+# partition 56 bytes; no code holds one index's lock while it takes another's.
+_LOCKS = tuple(threading.Lock() for _ in range(64))
+_next_lock = itertools.count()
 
 
 @dataclass(frozen=True)
@@ -208,18 +216,28 @@ class VectorIndex:
         self._vectors = np.zeros((1, dimension), dtype=np.float16)
         # built once the index is large; (rows, 4) words in Fortran order (see _hamming)
         self._sketch: npt.NDArray[np.uint64] | None = None
-        self._live = np.zeros(1, dtype=bool)
+        # which rows are live: None until the first delete (until then every row below _end)
+        self._live: npt.NDArray[np.bool_] | None = None
         self._ids: list[str | None] = [None]
-        self._rows: dict[str, int] = {}
+        self._rows: dict[str, int] | None = None  # built from _ROW_MAP_FROM rows on
         self._free: list[int] | None = None
         self._end = 0
-        self._lock = threading.Lock()
+        self._lock = _LOCKS[next(_next_lock) % len(_LOCKS)]
 
     def __len__(self) -> int:
-        return len(self._rows)
+        return self._end - len(self._free or ())
 
     def __contains__(self, entry_id: object) -> bool:
-        return entry_id in self._rows
+        return isinstance(entry_id, str) and self._row_of(entry_id) is not None
+
+    def _row_of(self, entry_id: str) -> int | None:
+        """The row of ``entry_id`` (``None``: absent)."""
+        if self._rows is not None:
+            return self._rows.get(entry_id)
+        try:
+            return self._ids.index(entry_id, 0, self._end)
+        except ValueError:
+            return None
 
     def add(self, entry_id: str, vector: npt.NDArray[np.float32] | Probe) -> None:
         """Insert or replace the vector of ``entry_id`` (a :class:`Probe` already searched
@@ -227,23 +245,33 @@ class VectorIndex:
         probe = vector if isinstance(vector, Probe) else None
         raw = vector.vector if isinstance(vector, Probe) else vector
         with self._lock:
-            row = self._rows.get(entry_id)
+            row = self._row_of(entry_id)
             if row is None:
                 row = self._free.pop() if self._free else self._grow()
-                self._rows[entry_id] = row
                 self._ids[row] = entry_id
+                if self._rows is not None:
+                    self._rows[entry_id] = row
+                elif self._end >= _ROW_MAP_FROM:
+                    ids = self._ids[: self._end]
+                    self._rows = {known: at for at, known in enumerate(ids) if known is not None}
             self._vectors[row] = raw
-            self._live[row] = True
+            if self._live is not None:
+                self._live[row] = True
             if self._sketch is not None:
                 self._sketch[row] = (probe or Probe(raw)).sketch()
-            elif len(self._rows) >= self._exact_below:
+            elif len(self) >= self._exact_below:
                 self._build_sketch()
 
     def remove(self, entry_id: str) -> None:
         """Forget ``entry_id`` (no-op when absent)."""
         with self._lock:
-            row = self._rows.pop(entry_id, None)
+            row = self._row_of(entry_id)
             if row is not None:
+                if self._rows is not None:
+                    del self._rows[entry_id]
+                if self._live is None:
+                    self._live = np.zeros(len(self._ids), dtype=bool)
+                    self._live[: self._end] = True
                 self._live[row] = False
                 self._ids[row] = None
                 if self._free is None:
@@ -253,9 +281,9 @@ class VectorIndex:
     def clear(self) -> None:
         """Forget every entry."""
         with self._lock:
-            self._rows.clear()
+            self._rows = None
             self._free = None
-            self._live[:] = False
+            self._live = None
             self._ids = [None] * len(self._ids)
             self._end = 0
 
@@ -276,7 +304,8 @@ class VectorIndex:
                 self._vectors = _extended(self._vectors, size)
             if self._sketch is not None:
                 self._sketch = _extended(self._sketch, size, order="F")
-            self._live = _extended(self._live, size)
+            if self._live is not None:
+                self._live = _extended(self._live, size)
             self._ids.extend([None] * (size - self._end))
         self._end += 1
         return self._end - 1
@@ -287,20 +316,20 @@ class VectorIndex:
         probe = vector if isinstance(vector, Probe) else Probe(vector)
         with self._lock:
             end = self._end
-            if not self._rows:
+            if not len(self):
                 return []
-            holes = bool(self._free)  # rows freed and not reused yet: masked out
-            if self._sketch is None or len(self._rows) < self._exact_below:
+            live = self._live if self._free else None  # rows freed and not reused: masked out
+            if self._sketch is None or len(self) < self._exact_below:
                 rows = np.arange(end)
                 scores = probe.scores(self._vectors[:end])
             else:
                 distance = _hamming(self._sketch[:end], probe.sketch())
-                if holes:
-                    distance[~self._live[:end]] = _SKETCH_BITS + 1
+                if live is not None:
+                    distance[~live[:end]] = _SKETCH_BITS + 1
                 rows = _nearest(distance, min(self._candidates, end))
                 scores = probe.scores(self._vectors.take(rows, axis=0))
-            if holes:
-                scores[~self._live[rows]] = -np.inf
+            if live is not None:
+                scores[~live[rows]] = -np.inf
             take = min(k, len(rows))
             best = np.argpartition(scores, -take)[-take:]
             best = best[np.argsort(-scores[best])]
