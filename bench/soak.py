@@ -52,6 +52,7 @@ from llmguard_sdk.budget import Budget, Budgets, Price, PriceTable
 from llmguard_sdk.ratelimit import RateLimit
 
 WINDOWS = 10
+_OFFSET = 10_000_000  # call numbers up to 89,999,999 keep eight digits
 
 
 def rss_mb() -> float:
@@ -113,12 +114,19 @@ def cache_only_baseline(calls: int, cache_entries: int) -> dict[str, Any]:
 
 
 def call_number(guard: Guard) -> Callable[[int], object]:
-    """Call ``n``: tenant ``n`` asks question ``n`` (new to the cache)."""
+    """Call ``n``: tenant ``n`` asks question ``n`` (new to the cache). Numbers are offset
+    so that every measured call's question and tenant id have as many digits as any other's:
+    each window does the same work (with ``order {n}`` the first calls' questions were
+    shorter, which made the first window cheaper)."""
 
     def call(n: int) -> object:
-        question = f"Where is parcel {n * 7919 % 1_000_003} of order {n}, sent to depot {n % 97}?"
+        number = _OFFSET + n
+        question = (
+            f"Where is parcel {number * 7919 % 1_000_003:07d} of order {number}, "
+            f"sent to depot {number % 97:02d}?"
+        )
         return guard.chat(
-            [{"role": "user", "content": question}], tenant=f"tenant-{n}", max_tokens=16
+            [{"role": "user", "content": question}], tenant=f"tenant-{number}", max_tokens=16
         )
 
     return call
