@@ -9,9 +9,13 @@ process, ``concurrency`` tasks at a time on one event loop, until ``--calls`` ca
   defaults), what a hand-written integration does;
 * ``guard``: ``await guard.achat(...)`` through a Guard with its default stages.
 
-Each side's process runs a warm-up round first (its first round is slower: connections,
-imports, code paths), then the measured rounds; the sides take turns round by round (order
-rotated), so load on a shared machine hits each alike. Per concurrency level:
+A round at a level has at least ``CALLS_PER_TASK`` calls per concurrent task (``--calls``
+or more: 2,000 calls at 50 tasks, 8,000 at 500): with only 4 calls per task, a round at 500
+tasks is mostly its ramp-up and its tail, and its rate swings with them rather than with the
+client (``--quick`` keeps its 200 calls). Each side's process runs a warm-up round first (its
+first round is slower: connections, imports, code paths), then the measured rounds; the sides
+take turns round by round (order rotated), so load on a shared machine hits each alike. Per
+concurrency level (``calls_per_round`` says how many calls each round had):
 ``sdk_calls_s``, ``httpx_calls_s``, ``guard_calls_s`` (means over the rounds), ``ratio``
 (Guard over SDK; target >= 1.0), ``guard_round_min`` / ``guard_round_max`` (target: the
 slowest round at least 0.8 of the fastest), every round's figure per side, and ``others_cpu``:
@@ -43,6 +47,7 @@ from overhead import start_server
 
 SIDES = ("sdk", "httpx", "guard")
 LEVELS = (50, 500)
+CALLS_PER_TASK = 16  # at least, in a measured round
 MESSAGES = [{"role": "user", "content": "Where is my parcel?"}]
 
 
@@ -170,9 +175,15 @@ def level(
         "ratio": round(mean["guard"] / mean["sdk"], 3),
         "guard_round_min": round(min(per_round["guard"]), 1),
         "guard_round_max": round(max(per_round["guard"]), 1),
+        "calls_per_round": calls,
         "rounds": {side: [round(v, 1) for v in values] for side, values in per_round.items()},
         "others_cpu": others,
     }
+
+
+def calls_per_round(args: Any, concurrency: int) -> int:
+    """``--calls``, raised to ``CALLS_PER_TASK`` calls per task (not with ``--quick``)."""
+    return args.calls if args.quick else max(args.calls, CALLS_PER_TASK * concurrency)
 
 
 def main() -> None:
@@ -181,7 +192,10 @@ def main() -> None:
         return
     server, base_url = start_server(LOOPBACK_SERVERS[args.server])
     try:
-        levels = {str(c): level(server.pid, base_url, c, args.calls, args.rounds) for c in LEVELS}
+        levels = {
+            str(c): level(server.pid, base_url, c, calls_per_round(args, c), args.rounds)
+            for c in LEVELS
+        }
     finally:
         stop_group(server)
     result = {"calls_per_round": args.calls, "server": args.server, "concurrency": levels}

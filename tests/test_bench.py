@@ -173,6 +173,7 @@ def test_throughput_reports_each_side_at_50_and_500_concurrent_calls() -> None:
             assert len(found["rounds"][side]) == 2
             assert found[f"{side}_calls_s"] > 0
         assert found["guard_round_min"] <= found["guard_round_max"]
+        assert found["calls_per_round"] == 200  # --quick: no per-task minimum
         assert found["ratio"] == pytest.approx(found["guard_calls_s"] / found["sdk_calls_s"], 0.01)
 
 
