@@ -6,8 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from llmguard_sdk.cache import ResponseCache
-from llmguard_sdk.cache.guards import guard_rejection, strict_rejection
+from llmguard_sdk.cache import HashingEmbedder, Pair, ResponseCache, calibrate
+from llmguard_sdk.cache.guards import (
+    AGREED_ALLOWANCE,
+    guard_rejection,
+    strict_agreement,
+    strict_rejection,
+)
 from llmguard_sdk.models import ChatRequest, ChatResponse, Message
 
 
@@ -127,3 +132,59 @@ def test_the_default_cache_is_strict() -> None:
     assert cache.lookup(_ask("Why do I install Docker on Ubuntu?")) is None
     assert ResponseCache(verifier=lambda query, cached: True).strict  # a yes/no verifier
     assert not ResponseCache(verifier=lambda query, cached: True, strict=False).strict
+
+
+def _similarity(first: str, second: str) -> float:
+    vectors = HashingEmbedder().embed([first, second])
+    return float(vectors[0] @ vectors[1])
+
+
+FRAMED = ("How do I install Docker on Ubuntu?", "What are the steps to install Docker on Ubuntu?")
+# a statement: the strict guards do not judge it, so only the threshold decides
+REWORDED = (
+    "The quick brown fox jumps over the lazy dog near the river bank.",
+    "A quick brown fox leaps over a lazy dog by the river.",
+)
+
+
+def test_strict_agreement_reads_framings_as_one_request() -> None:
+    assert strict_agreement(*FRAMED)
+    assert strict_agreement("How do I learn Python?", "What is the best way to learn Python?")
+    assert not strict_agreement("How do I learn Python?", "How do I learn Python fast?")
+    assert not strict_agreement("Why is the sky blue?", "When is the sky blue?")
+    assert not strict_agreement(
+        "How do I convert Fahrenheit to Celsius?", "How do I convert Celsius to Fahrenheit?"
+    )
+    assert not strict_agreement(*REWORDED)  # statements are not judged
+
+
+def test_a_request_read_as_the_same_is_served_below_the_threshold() -> None:
+    cache = ResponseCache()
+    framed, reworded = _similarity(*FRAMED), _similarity(*REWORDED)
+    # both fall short of the threshold, within the allowance
+    assert cache.threshold - AGREED_ALLOWANCE <= min(framed, reworded)
+    assert max(framed, reworded) < cache.threshold
+    cache.store(_ask(FRAMED[0]), ChatResponse(text="apt", finish_reason="stop"))
+    cache.store(_ask(REWORDED[0]), ChatResponse(text="fox", finish_reason="stop"))
+    hit = cache.lookup(_ask(FRAMED[1]))
+    assert hit is not None
+    assert hit.response.text == "apt"
+    assert hit.similarity == pytest.approx(framed, abs=1e-3)
+    assert cache.lookup(_ask(REWORDED[1])) is None  # not judged: the threshold holds
+    # the allowance is the strict guards': without them the threshold holds for both
+    loose = ResponseCache(strict=False)
+    loose.store(_ask(FRAMED[0]), ChatResponse(text="apt", finish_reason="stop"))
+    assert loose.lookup(_ask(FRAMED[1])) is None
+    # a threshold raised above the pair's similarity plus the allowance refuses it too
+    high = ResponseCache(threshold=framed + AGREED_ALLOWANCE + 0.01)
+    high.store(_ask(FRAMED[0]), ChatResponse(text="apt", finish_reason="stop"))
+    assert high.lookup(_ask(FRAMED[1])) is None
+
+
+def test_calibration_counts_the_pairs_the_cache_would_serve() -> None:
+    pairs = [Pair(FRAMED[1], FRAMED[0], True), Pair(REWORDED[1], REWORDED[0], True)]
+    above_both = max(_similarity(*FRAMED), _similarity(*REWORDED)) + 0.01
+    strict_row = calibrate(pairs, strict=True, thresholds=[above_both])[0]
+    loose_row = calibrate(pairs, strict=False, thresholds=[above_both])[0]
+    assert (strict_row.tp, strict_row.fn) == (1, 1)  # the framing, served by agreement
+    assert (loose_row.tp, loose_row.fn) == (0, 2)

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from llmguard_sdk.cache import (
+    DEFAULT_THRESHOLD,
     HashingEmbedder,
     OpenAIEmbedder,
     Pair,
@@ -110,14 +111,14 @@ def test_target_precision_picks_the_threshold_from_labelled_pairs() -> None:
     rows = calibrate(pairs, guards=False)
     chosen = pick_threshold(rows, 0.95)
     assert chosen is not None
-    assert cache.threshold == max(0.55, chosen.threshold)
+    assert cache.threshold == max(DEFAULT_THRESHOLD, chosen.threshold)
     assert chosen.precision_lower_bound >= 0.95
     with pytest.raises(ConfigurationError, match="no threshold reaches"):
         ResponseCache(target_precision=0.95, calibration_pairs=different + duplicates[:3])
     with pytest.raises(ConfigurationError):
         ResponseCache(target_precision=1.5)
     bundled = ResponseCache(target_precision=0.95)  # the development set shipped with it
-    assert bundled.threshold >= 0.55
+    assert bundled.threshold >= DEFAULT_THRESHOLD
 
 
 def test_bad_pair_files_are_refused(tmp_path: Path) -> None:

