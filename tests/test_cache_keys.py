@@ -1,82 +1,62 @@
-"""A call's cache keys are computed once: the store after a missed lookup reuses the
-lookup's keys, and only for the same request in the same partition."""
+"""A call's cache keys are computed once: the Guard's lookup computes them and hands them to
+the store after a miss, which files the answer under them, and only while the call still
+asks what was looked up; ``keys=`` does the same for direct users of the cache."""
 
 from __future__ import annotations
 
-import contextvars
-import threading
 from collections.abc import Callable
 
 import anyio
 import pytest
 
 from llmguard_sdk import Guard
-from llmguard_sdk.cache import ResponseCache, keys
+from llmguard_sdk.budget import Budget, Budgets, Price, PriceTable
+from llmguard_sdk.cache import ResponseCache, core
 from llmguard_sdk.cache.keys import CacheKeys
 from llmguard_sdk.context import Scope
 from llmguard_sdk.models import ChatRequest, ChatResponse, Message
 from llmguard_sdk.testing import FakeProvider
 
 ANSWER = ChatResponse(text="Use the link in the email.", finish_reason="stop")
+QUESTION = "How do I reset my password on the app?"
 
 
 def ask(text: str, **fields: object) -> ChatRequest:
     return ChatRequest(messages=[Message(role="user", content=text)], **fields)  # type: ignore[arg-type]
 
 
-def fresh(cache: ResponseCache, request: ChatRequest, scope: Scope | None = None) -> CacheKeys:
-    """The keys as a context that computed nothing before computes them."""
-    return contextvars.Context().run(cache.keys, request, scope)
+def chat(text: str) -> list[dict[str, str]]:
+    return [{"role": "user", "content": text}]
 
 
-def test_the_same_request_or_a_copy_of_it_reuses_the_keys() -> None:
+@pytest.fixture
+def computed(monkeypatch: pytest.MonkeyPatch) -> list[ChatRequest]:
+    """The requests whose keys the cache computes (the real computation, counted)."""
+    seen: list[ChatRequest] = []
+    real = core.request_keys
+
+    def counted(request: ChatRequest, partition: tuple[str, ...]) -> CacheKeys:
+        seen.append(request)
+        return real(request, partition)
+
+    monkeypatch.setattr(core, "request_keys", counted)
+    return seen
+
+
+def test_the_keys_module_keeps_no_state_between_calls() -> None:
+    from llmguard_sdk.cache import keys
+
+    assert not [name for name in vars(keys) if name.startswith("_LAST")]
     cache = ResponseCache()
-    request = ask("how do I reset my password")
-    first = cache.keys(request)
-    assert cache.keys(request) is first
-    copy = request.model_copy(update={"model": "gpt-x"})  # as the Guard names its route's model
-    keyed = cache.keys(copy)
-    assert keyed == fresh(cache, copy)
-    assert keyed.exact != first.exact
-    assert cache.keys(request.model_copy(update={"model": "gpt-x"})) is keyed
-
-
-@pytest.mark.parametrize(
-    "change",
-    [
-        lambda r: r.model_copy(update={"model": "other"}),
-        lambda r: r.model_copy(update={"seed": 7}),
-        lambda r: r.model_copy(update={"temperature": 0.0}),
-        lambda r: r.model_copy(update={"messages": [*r.messages]}),  # the same messages, equal
-        lambda r: r.model_copy(update={"tools": [{"type": "function"}]}),
-        lambda r: ask("how do I reset my password", model="gpt-x", seed=True),
-        lambda r: ask("how do I change my password", model="gpt-x", seed=1),
-    ],
-)
-def test_another_request_gets_its_own_keys(change: Callable[[ChatRequest], ChatRequest]) -> None:
-    cache = ResponseCache()
-    request = ask("how do I reset my password", model="gpt-x", seed=1)
-    before = cache.keys(request)
-    other = change(request)
-    assert cache.keys(other) == fresh(cache, other)
-    if other.model_dump() != request.model_dump():
-        assert cache.keys(other).exact != before.exact
-
-
-def test_a_message_list_changed_in_place_is_keyed_again() -> None:
-    cache = ResponseCache()
-    request = ask("what is the capital of France")
-    before = cache.keys(request)
-    request.messages.append(Message(role="user", content="and of Spain"))
-    after = cache.keys(request)
-    assert after == fresh(cache, request)
-    assert (after.exact, after.query) != (before.exact, before.query)
+    request = ask(QUESTION)
+    assert cache.keys(request) == cache.keys(request)
+    assert cache.keys(request) is not cache.keys(request)  # computed each time
 
 
 def test_another_partition_gets_its_own_keys() -> None:
     cache = ResponseCache()
     versioned = ResponseCache(version="2")
-    request = ask("how do I reset my password")
+    request = ask(QUESTION)
     base = cache.keys(request, Scope(tenant="acme"))
     assert cache.keys(request, Scope(tenant="globex")).partition != base.partition
     assert cache.keys(request, Scope(tenant="acme"), tags=["admin"]).partition != base.partition
@@ -84,55 +64,106 @@ def test_another_partition_gets_its_own_keys() -> None:
     assert cache.keys(request, Scope(tenant="acme")) == base
 
 
-def test_threads_keep_their_own_last_keys() -> None:
-    cache = ResponseCache()
-    request = ask("how do I reset my password")
-    mine = cache.keys(request)
-    seen: list[CacheKeys] = []
-    thread = threading.Thread(target=lambda: seen.append(cache.keys(request)))
-    thread.start()
-    thread.join()
-    assert seen == [mine]
-    assert seen[0] is not mine
-    assert cache.keys(request) is mine
-
-
-def _counting(monkeypatch: pytest.MonkeyPatch) -> list[ChatRequest]:
-    """The requests whose keys are computed (the real computation, counted)."""
-    computed: list[ChatRequest] = []
-    real = keys._computed
-
-    def counted(request: ChatRequest, partition: tuple[str, ...]) -> CacheKeys:
-        computed.append(request)
-        return real(request, partition)
-
-    monkeypatch.setattr(keys, "_computed", counted)
-    return computed
-
-
-def test_a_missed_lookup_and_its_store_compute_the_keys_once(
-    monkeypatch: pytest.MonkeyPatch,
+def test_a_lookup_and_store_given_the_call_keys_compute_them_once(
+    computed: list[ChatRequest],
 ) -> None:
     cache = ResponseCache()
-    computed = _counting(monkeypatch)
-    request = ask("how do I reset my password")
-    assert cache.lookup(request) is None
-    assert cache.store(request, ANSWER)
+    request = ask(QUESTION)
+    keys = cache.call_keys(request)
+    assert keys is not None
+    assert cache.lookup(request, keys=keys) is None
+    assert cache.store(request, ANSWER, keys=keys)
     assert len(computed) == 1
-    hit = cache.lookup(ask("how do I reset my password"))
+    hit = cache.lookup(ask(QUESTION))  # without keys: computed, and they are the same
     assert hit is not None
-    assert hit.kind == "exact"
+    assert (hit.kind, hit.entry_id) == ("exact", keys.exact)
     assert len(computed) == 2
-
-
-def test_a_guarded_call_computes_its_keys_once(
-    monkeypatch: pytest.MonkeyPatch, fake: FakeProvider, make_guard: Callable[..., Guard]
-) -> None:
-    guard = make_guard(fake, cache=ResponseCache())
-    computed = _counting(monkeypatch)
-    question = [{"role": "user", "content": "How do I reset my password on the app?"}]
-    assert guard.chat(question).route == "primary"
-    assert len(computed) == 1  # the lookup's keys were the store's
-    assert guard.chat(question).route == "cache"
-    assert anyio.run(guard.achat, [{"role": "user", "content": "How do I close my account?"}])
+    assert cache.store(ask("How do I close my account?"), ANSWER)  # without keys: computed
     assert len(computed) == 3
+
+
+def test_given_keys_do_not_make_a_call_cacheable() -> None:
+    cache = ResponseCache()
+    request = ask(QUESTION)
+    keys = cache.keys(request)
+    assert cache.call_keys(request, cacheable=False, keys=keys) is None
+    assert not cache.store(request, ANSWER, cacheable=False, keys=keys)
+    sampled = ask(QUESTION, temperature=0.7)
+    assert not cache.store(sampled, ANSWER, keys=keys)
+    assert cache.lookup(request) is None
+
+
+@pytest.mark.parametrize("mode", ["sync", "async", "stream"])
+def test_a_guarded_call_computes_its_keys_once_and_stores_under_them(
+    mode: str,
+    computed: list[ChatRequest],
+    fake: FakeProvider,
+    make_guard: Callable[..., Guard],
+) -> None:
+    cache = ResponseCache(semantic=False)  # a hit below is an exact one
+    guard = make_guard(fake, cache=cache)
+
+    def call(text: str, **options: object) -> str:
+        if mode == "sync":
+            return guard.chat(chat(text), **options).route or ""
+        if mode == "async":
+            return anyio.run(lambda: guard.achat(chat(text), **options)).route or ""
+        with guard.chat(chat(text), stream=True, **options) as stream:
+            list(stream)
+        return stream.response.route or ""
+
+    assert call(QUESTION) == "primary"
+    assert len(computed) == 1  # the store took the lookup's keys
+    # stored under the exact key of the request the lookup keyed (the route's model named)
+    assert cache._backend.get(cache.keys(ask(QUESTION, model="fake-model")).exact) is not None
+    before = len(computed)
+    assert call(QUESTION) == "cache"
+    # a request that differs only in a part of its key is another entry
+    assert call(QUESTION, seed=7) == "primary"
+    assert call(QUESTION, seed=7) == "cache"
+    assert call("How do I close my account?") == "primary"
+    assert fake.stats.requests == 3
+    assert len(computed) == before + 4  # once per call: a hit's lookup, a miss's and its store
+
+
+def test_concurrent_calls_store_their_own_answers(
+    fake: FakeProvider, make_guard: Callable[..., Guard]
+) -> None:
+    guard = make_guard(fake, cache=ResponseCache(semantic=False))
+    questions = [f"What is the status of order {n}?" for n in range(100, 108)]
+    answers: dict[str, str] = {}
+
+    async def one(text: str) -> None:
+        answers[text] = (await guard.achat(chat(text))).text or ""
+
+    async def main() -> None:
+        async with anyio.create_task_group() as group:
+            for text in questions:
+                group.start_soon(one, text)
+
+    anyio.run(main)
+    assert len(set(answers.values())) == len(questions)
+    for text in questions:
+        again = guard.chat(chat(text))
+        assert (again.route, again.text) == ("cache", answers[text])
+    assert fake.stats.requests == len(questions)
+
+
+def test_a_request_a_budget_changed_after_the_lookup_is_keyed_again(
+    fake: FakeProvider, make_guard: Callable[..., Guard]
+) -> None:
+    """A spend budget lowers ``max_tokens`` in the opening batch, after the lookup keyed
+    the request: the answer is filed under the request the provider got, not the lookup's."""
+    cache = ResponseCache(semantic=False)
+    prices = PriceTable.default_table().with_prices(
+        {"fake-model": Price(input=100.0, output=200.0)}
+    )
+    budgets = Budgets([Budget(limit_usd=0.01)], prices=prices, clamp_max_tokens=True)
+    guard = make_guard(fake, cache=cache, budgets=budgets)
+    assert guard.chat(chat(QUESTION), max_tokens=1000).route == "primary"
+    sent = fake.requests[-1].body["max_tokens"]
+    assert sent < 1000
+    asked = ask(QUESTION, model="fake-model", max_tokens=1000)
+    clamped = asked.model_copy(update={"max_tokens": sent})
+    assert cache._backend.get(cache.keys(clamped).exact) is not None
+    assert cache._backend.get(cache.keys(asked).exact) is None

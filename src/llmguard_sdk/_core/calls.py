@@ -17,7 +17,7 @@ from ..errors import RequestValidationError
 from ..models import ChatRequest, ChatResponse, Message
 from . import tasks
 from .drive import acomplete, complete
-from .opening import OpeningOutcome, aopen_call, aremember_later, open_call, remember_later
+from .opening import OpeningOutcome, aopen_call, open_call
 from .run import Run
 from .stages import Stages, finish, prepare, resolve_scope
 
@@ -83,7 +83,7 @@ def _complete_once(ctx: CallContext, stages: Stages) -> ChatResponse:
         finally:  # settle to what was served; nothing served: release the hold
             if opening.held is not None and stages.spend is not None:
                 opening.tail.add(stages.spend.settle_steps(opening.held, ctx, response or raw))
-        remember_later(ctx, stages, response, opening.tail)
+        opening.remember_later(ctx, stages, response)
         return response
     finally:
         opening.tail.flush()
@@ -102,7 +102,7 @@ async def _acomplete_once(ctx: CallContext, stages: Stages) -> ChatResponse:
         finally:  # settle to what was served; nothing served (or cancelled): release
             if opening.held is not None and stages.spend is not None:
                 opening.tail.add(stages.spend.settle_steps(opening.held, ctx, response or raw))
-        await aremember_later(ctx, stages, response, opening.tail)
+        await opening.aremember_later(ctx, stages, response)
         return response
     finally:
         if opening.tail.steps:  # a memory backend's tail is done already: no cancel scope

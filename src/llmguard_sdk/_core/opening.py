@@ -8,7 +8,8 @@ have room. When an earlier stage says no (a cache hit, a budget refusal, an open
 what was taken ahead is given back (one more round trip, off the happy path). What needs no
 answer (breaker records, rate-limit settles, the retry budget's request count, the spend
 settle, the cache store) waits in the call's :class:`Tail` and goes out together after the
-provider call: two round trips per call when everything goes well, streams included.
+provider call: two round trips per call when everything goes well, streams included. The cache
+keys the lookup computed (:class:`CallKeys`) are kept for the store after a miss.
 """
 
 from __future__ import annotations
@@ -24,23 +25,23 @@ from .._state.steps import Batch, Outcome, Step, start
 from ..breaker import Breakers, MemoryBreakerBackend, Permit
 from ..budget.control import Held
 from ..budget.policy import BudgetEvent
-from ..context import CallContext
-from ..models import ChatResponse
+from ..cache import CacheHit, CacheKeys, CacheOptions, ResponseCache
+from ..context import CallContext, Scope
+from ..models import ChatRequest, ChatResponse
 from ..providers.base import Provider
 from ..ratelimit import Grant, MemoryRateLimiter, RateLimiter
 from .limits import Reservation, reserve_steps, settle_args, token_reservation
 from .routes import call_routes, too_small_for
-from .stages import CACHE, DEGRADED, Stages, cache_request, from_cache
+from .stages import CACHE, DEGRADED, Stages, cache_model, cache_request, from_cache
 
 __all__ = [
     "Ahead",
+    "CallKeys",
     "OpeningOutcome",
     "Tail",
     "aopen_call",
-    "aremember_later",
     "first_route",
     "open_call",
-    "remember_later",
 ]
 
 
@@ -163,9 +164,38 @@ class Ahead:
         return undo
 
 
+@dataclass(frozen=True)
+class CallKeys:
+    """The cache keys a call's lookup computed, and what they were computed from: the call's
+    request then (``source``, the context's), the request the cache keyed (``request``: with
+    the first route's model when the call names none), the scope and the cache tags.
+
+    The store after a miss reuses them only while the call still asks that (:meth:`fit`). A
+    request is frozen, so the same object is the same request; a stage that changes the
+    request replaces it (a spend budget that lowers ``max_tokens`` in the opening batch), and
+    the store then keys the request it has.
+    """
+
+    source: ChatRequest
+    request: ChatRequest
+    scope: Scope
+    tags: tuple[str, ...]
+    keys: CacheKeys
+
+    def fit(self, ctx: CallContext, stages: Stages) -> bool:
+        """Whether ``ctx`` still asks what these keys were computed for."""
+        return (
+            ctx.request is self.source
+            and ctx.scope == self.scope
+            and ctx.cache_tags == self.tags
+            and cache_model(ctx, stages) == self.request.model
+        )
+
+
 @dataclass
 class OpeningOutcome:
-    """What the first round trip of a call decided (see :func:`open_call`)."""
+    """What the first round trip of a call decided (see :func:`open_call`); ``cache_keys``:
+    the keys of its cache lookup, for the store after a miss."""
 
     tail: Tail
     cached: ChatResponse | None = None
@@ -173,6 +203,7 @@ class OpeningOutcome:
     error: BaseException | None = None
     ahead: Ahead | None = None
     notes: list[BudgetEvent] = dataclasses.field(default_factory=list)
+    cache_keys: CallKeys | None = None
 
     def begin(self, ctx: CallContext, stages: Stages) -> ChatResponse | None:
         """Act on the decisions, in the stages' order: a stage's error is raised and a
@@ -200,6 +231,34 @@ class OpeningOutcome:
             stages.spend.emit(self.notes)
             self.notes = []
 
+    def remember_later(self, ctx: CallContext, stages: Stages, response: ChatResponse) -> None:
+        """Queue the cache store of a provider's answer in :attr:`tail` (a failure to store
+        never fails the call), under the lookup's keys when the call still asks what was
+        looked up (:meth:`CallKeys.fit`), else under the keys of the request it has now."""
+        if stages.cache is None or response.route in (CACHE, DEGRADED):
+            return
+        keyed = self.cache_keys
+        if keyed is not None and keyed.fit(ctx, stages):
+            request, keys = keyed.request, keyed.keys
+        else:
+            request, keys = cache_request(ctx, stages), None
+        options = CacheOptions(tags=ctx.cache_tags, cacheable=ctx.cacheable, keys=keys)
+        try:
+            entry = stages.cache.entry_for(request, response, ctx.scope, **options)
+        except Exception:
+            logger.exception("response cache: storing an answer failed")
+            return
+        if entry is not None:
+            self.tail.add(_logged(stages.cache.put_steps(entry)))
+
+    async def aremember_later(
+        self, ctx: CallContext, stages: Stages, response: ChatResponse
+    ) -> None:
+        """Async twin of :meth:`remember_later` (the embedding runs in a worker thread)."""
+        if stages.cache is None or response.route in (CACHE, DEGRADED):
+            return
+        await anyio.to_thread.run_sync(lambda: self.remember_later(ctx, stages, response))
+
 
 def first_route(ctx: CallContext, stages: Stages) -> Provider | None:
     """The route the chain tries first (the first one whose context holds the request)."""
@@ -226,11 +285,7 @@ def _opening(ctx: CallContext, stages: Stages) -> tuple[Batch, dict[str, int], O
     cache = stages.cache
     if cache is not None:
         batch.add(cache.sync_steps())
-        where["cache"] = batch.add(
-            cache.lookup_steps(
-                cache_request(ctx, stages), ctx.scope, tags=ctx.cache_tags, cacheable=ctx.cacheable
-            )
-        )
+        where["cache"] = batch.add(_lookup_steps(ctx, stages, cache, opened))
     if spend is not None:
         where["spend"] = batch.add(spend.reserve_steps(ctx, stages, opened.notes))
     breakers = stages.breakers if _shared(stages.breakers) else None
@@ -247,6 +302,26 @@ def _opening(ctx: CallContext, stages: Stages) -> tuple[Batch, dict[str, int], O
             ahead.reservation = reservation
             where["reserve"] = batch.add(reserve_steps(ctx, stages, reservation))
     return batch, where, opened
+
+
+def _lookup_steps(
+    ctx: CallContext, stages: Stages, cache: ResponseCache, opened: OpeningOutcome
+) -> Step[CacheHit | None]:
+    """The cache lookup of the call's request as it is now (its keys are computed when the
+    batch runs, a failure is the lookup's outcome); the keys are kept in ``opened``."""
+    source, request = ctx.request, cache_request(ctx, stages)
+    scope, tags, cacheable = ctx.scope, ctx.cache_tags, ctx.cacheable
+
+    def lookup() -> Step[CacheHit | None]:
+        keys = cache.call_keys(request, scope, tags=tags, cacheable=cacheable)
+        if keys is not None:
+            opened.cache_keys = CallKeys(source, request, scope, tags, keys)
+        hit: CacheHit | None = yield from cache.lookup_steps(
+            request, scope, tags=tags, cacheable=cacheable, keys=keys
+        )
+        return hit
+
+    return lookup()
 
 
 def _opened(
@@ -292,32 +367,3 @@ def _logged(step: Step[Any]) -> Step[Any]:
     except Exception:
         logger.exception("response cache: storing an answer failed")
         return False
-
-
-def remember_later(ctx: CallContext, stages: Stages, response: ChatResponse, tail: Tail) -> None:
-    """Queue the cache store of a provider's answer in ``tail`` (a failure to store never
-    fails the call)."""
-    if stages.cache is None or response.route in (CACHE, DEGRADED):
-        return
-    try:
-        entry = stages.cache.entry_for(
-            cache_request(ctx, stages),
-            response,
-            ctx.scope,
-            tags=ctx.cache_tags,
-            cacheable=ctx.cacheable,
-        )
-    except Exception:
-        logger.exception("response cache: storing an answer failed")
-        return
-    if entry is not None:
-        tail.add(_logged(stages.cache.put_steps(entry)))
-
-
-async def aremember_later(
-    ctx: CallContext, stages: Stages, response: ChatResponse, tail: Tail
-) -> None:
-    """Async twin of :func:`remember_later` (the embedding runs in a worker thread)."""
-    if stages.cache is None or response.route in (CACHE, DEGRADED):
-        return
-    await anyio.to_thread.run_sync(lambda: remember_later(ctx, stages, response, tail))

@@ -46,6 +46,7 @@ __all__ = [
     "Outcome",
     "OutputFilter",
     "Stages",
+    "cache_model",
     "cache_request",
     "finish",
     "from_cache",
@@ -358,10 +359,18 @@ CACHE = "cache"
 """``route`` and ``finish_reason`` of a degraded answer."""
 
 
+def cache_model(ctx: CallContext, stages: Stages) -> str | None:
+    """The model the cache keys a call under: the request's, else the first route's."""
+    if ctx.request.model is None and stages.routes and stages.routes[0].model:
+        return stages.routes[0].model
+    return ctx.request.model
+
+
 def cache_request(ctx: CallContext, stages: Stages) -> ChatRequest:
     """The request as the cache keys it: with the model the first route would use."""
-    if ctx.request.model is None and stages.routes and stages.routes[0].model:
-        return ctx.request.model_copy(update={"model": stages.routes[0].model})
+    model = cache_model(ctx, stages)
+    if model != ctx.request.model:
+        return ctx.request.model_copy(update={"model": model})
     return ctx.request
 
 

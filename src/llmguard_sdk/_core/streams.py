@@ -178,7 +178,8 @@ class ChatStream(_StreamBase, Closes):
             last = self._ended_with(run.response)
             if last is not None:
                 yield last
-            opening.remember_later(ctx, stages, self.response, self._tail)
+            assert self._opening is not None  # the stream went to its routes
+            self._opening.remember_later(ctx, stages, self.response)
         finally:
             if chunks is not None:
                 chunks.close()
@@ -241,7 +242,8 @@ class AsyncChatStream(_StreamBase, AsyncCloses):
             last = self._ended_with(run.response)
             if last is not None:
                 yield last
-            await opening.aremember_later(ctx, stages, self.response, self._tail)
+            assert self._opening is not None  # the stream went to its routes
+            await self._opening.aremember_later(ctx, stages, self.response)
         finally:
             with anyio.CancelScope(shield=True):
                 if chunks is not None:

@@ -258,13 +258,19 @@ class ResponseCache:
         )
         return request_keys(request, partition)
 
-    def _admitted(
-        self, request: ChatRequest, scope: Scope | None, options: CacheOptions
+    def call_keys(
+        self,
+        request: ChatRequest,
+        scope: Scope | None = None,
+        **options: Unpack[CacheOptions],
     ) -> CacheKeys | None:
-        """The call's keys, or ``None`` when it must not use the cache."""
+        """The keys of a call that may use the cache, ``None`` when it must not (see
+        :meth:`skip_reason`). Pass them as ``keys=`` to the lookup and to the store of the
+        same request, scope and tags: both then use them instead of hashing the request."""
         if self.skip_reason(request, scope, cacheable=options.get("cacheable", True)) is not None:
             return None
-        return self.keys(request, scope, options.get("tags", ()))
+        keys = options.get("keys")
+        return keys if keys is not None else self.keys(request, scope, options.get("tags", ()))
 
     # -- lookups ----------------------------------------------------------------------------
 
@@ -278,7 +284,7 @@ class ResponseCache:
         goes out with the batch; after a miss the semantic search runs in this process (in
         a worker thread for async code). Run :meth:`sync_steps` in the same batch first to
         see the other processes' recent entries."""
-        keys = self._admitted(request, scope, options)
+        keys = self.call_keys(request, scope, **options)
         if keys is None:
             self.stats.skipped += 1
             return None
@@ -331,7 +337,7 @@ class ResponseCache:
         **options: Unpack[CacheOptions],
     ) -> CacheHit | None:
         """A fresh *or expired* answer (within ``stale_ttl``), for when every route failed."""
-        keys = self._admitted(request, scope, options)
+        keys = self.call_keys(request, scope, **options)
         hit = None if keys is None else self._find(keys, stale=True)
         if hit is not None:
             self.stats.stale_hits += 1
@@ -469,7 +475,7 @@ class ResponseCache:
             return None
         if response.metadata.get("degraded") or response.metadata.get("cache"):
             return None
-        keys = self._admitted(request, scope, options)
+        keys = self.call_keys(request, scope, **options)
         if keys is None:
             return None
         vector = None

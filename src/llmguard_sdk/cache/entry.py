@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict
 
 from .._lazy import np
 from ..models import ChatResponse
+from .keys import CacheKeys
 
 if TYPE_CHECKING:
     import numpy.typing as npt
@@ -38,6 +39,10 @@ class CacheOptions(TypedDict, total=False):
     """The call's permission tags: only calls with the same tags share entries (``()``)."""
     cacheable: bool
     """``False``: the call neither reads nor writes the cache (``True``)."""
+    keys: CacheKeys | None
+    """The call's keys from :meth:`~llmguard_sdk.cache.ResponseCache.call_keys`, given to the
+    lookup and the store of the same request, scope and tags so that they are computed once
+    (``None``: computed from the request)."""
 
 
 class CacheEntry(BaseModel):
