@@ -353,10 +353,10 @@ def _apply_filter(fn: Callable[[Any], Any], value: Any, kind: type[Any], stage: 
 
 
 DEGRADED = "degraded"
-
+"""``route`` and ``finish_reason`` of a degraded answer."""
 
 CACHE = "cache"
-"""``route`` and ``finish_reason`` of a degraded answer."""
+"""``route`` of an answer served from the response cache."""
 
 
 def cache_model(ctx: CallContext, stages: Stages) -> str | None:
