@@ -50,7 +50,7 @@ precision, for ``default`` (``ResponseCache()``: hashing, strict guards) and ``r
 each at three thresholds: ``shipped`` (the configuration as constructed), ``bundled_target``
 (what ``target_precision`` picks from the bundled sets) and ``set_target`` (the lowest
 threshold whose lower bound meets ``--target`` on this set; the default cache never serves
-below its own 0.55, so ``served_at`` says where it would serve).
+below its own ``DEFAULT_THRESHOLD`` (0.675), so ``served_at`` says where it would serve).
 
 Run: ``PYTHONPATH=src python bench/_devsets.py --devset stsb:PATH [--devset spider:PATH] [--json]``
 """
