@@ -48,12 +48,12 @@ its lower 95 % Wilson bound (each row's ``question_framings``: the same configur
 same threshold on the second bundled set, ``question_framings``, hand-written question
 framings such as "what is the best way to V" / "how do I V" and traps that differ in one
 word or intent; it does not choose the thresholds): ``default`` (``ResponseCache()``:
-hashing, strict guards; it serves at max(chosen, DEFAULT_THRESHOLD)) and ``verifier`` (the recommended
-configuration: ``HybridEmbedder.minilm()`` picking candidates at 0.7, ``ParaphraseVerifier``
-deciding; its threshold is the verifier's), with its GPTCache mock-file row (``gptcache_mock``) and
-``added_ms_per_semantic_hit_p50`` (one pair scored, both texts new to the verifier, over
-every dev pair; most are decided without the encoder) and
-``added_ms_when_words_are_substituted_p50`` (the pairs where it runs the encoder on both
+hashing, strict guards; it serves at max(chosen, DEFAULT_THRESHOLD)) and ``verifier`` (the
+recommended configuration: ``HybridEmbedder.minilm()`` picking candidates at 0.7,
+``ParaphraseVerifier`` deciding; its threshold is the verifier's), with its GPTCache
+mock-file row (``gptcache_mock``) and ``added_ms_per_semantic_hit_p50`` (one pair scored,
+both texts new to the verifier, over every dev pair; most are decided without the encoder)
+and ``added_ms_when_words_are_substituted_p50`` (the pairs where it runs the encoder on both
 texts, ``substituted_share`` of them).
 
 (g) ``memory``: ``bytes_per_entry`` (100k entries in one partition of a default in-memory

@@ -54,6 +54,10 @@ Is it possible to learn Python in a month? | How do I learn Python in a month? |
 What is the meaning of life? | What is life? | question_kind
 What does NASA stand for? | What does NASA mean? | question_kind
 What does NASA stand for? | What does NASA do? | question_kind
+# an instruction that asks for information keeps what it asks for
+List the steps to install Docker. | How do I install Docker? | term
+Write a poem about cats. | What is a poem about cats? | term
+Find a cheap hotel in Paris. | Find a cheap hotel in Rome. | term
 """
 )
 
@@ -91,6 +95,11 @@ Where is the Eiffel Tower located? | Where is the Eiffel Tower?
 What exactly is blockchain? | What is blockchain?
 How should one prepare for an exam? | What is the best way to prepare for an exam?
 Can someone hack my email account? | Is it possible to hack my email account?
+# asking for information as an instruction
+Show me the names of all students in grade 10. | What are the names of all students in grade 10?
+Tell me the age of the oldest dog. | What is the age of the oldest dog?
+Give me a recipe for pancakes. | What is a recipe for pancakes?
+Name three rivers in France. | What are three rivers in France?
 """
 )
 

@@ -325,6 +325,9 @@ _FRAMINGS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
         (rf"^what (?:does|do) {_THE_WORD}(?P<meant>.+) stand for$", "expansion"),
         (rf"^what (?:is |are )?{_THE_WORD}(?P<meant>.+) short for$", "expansion"),
         (rf"^what (?:is |are )?the full (?:form|name) of {_THE_WORD}", "expansion"),
+        # asking for information as an instruction: "show me X", "list X", "give me X", "tell
+        # me X", "find X", "name X" ask "what is / are X"
+        (r"^(?:please )?(?:show|list|give|tell|find|name)(?: me| us)? (?=\w)", "general"),
         # "when", "why"
         (r"^(?:at )?what time (?=\w)", "when"),
         (r"^what (?:is |are )?(?:the )?(?:main )?reasons? (?:why|that) ", "why"),
