@@ -4,8 +4,9 @@
 (lightly stemmed, function words aside) need nothing more; every other content word must be
 *substituted* by one on the other side that means the same in its sentence, judged by the
 cosine similarity of the two words' contextual vectors from a sentence encoder
-(all-MiniLM-L6-v2, run in numpy by :class:`~llmguard_sdk.cache.BertEmbedder`; no model
-trained on question pairs). The score is the weakest substitution: 1.0 for the same words
+(all-MiniLM-L6-v2, run in numpy by :class:`~llmguard_sdk.cache.BertEmbedder`: a general
+sentence encoder, not a duplicate classifier, whose training mix includes Quora duplicate
+questions; see the README). The score is the weakest substitution: 1.0 for the same words
 in the same order, about 0.8 for "quickly" / "fast" or "signs" / "symptoms", 0.3 to 0.7 for
 "order" / "subscription", "teach" / "learn" or "open" / "close". A word on one side only
 ("learn Python" / "learn Python fast"), the same words in another order ("Celsius to
