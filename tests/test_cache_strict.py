@@ -58,6 +58,8 @@ What does NASA stand for? | What does NASA do? | question_kind
 List the steps to install Docker. | How do I install Docker? | term
 Write a poem about cats. | What is a poem about cats? | term
 Find a cheap hotel in Paris. | Find a cheap hotel in Rome. | term
+Are all of the results wrong? | Are any of the results wrong? | term
+Do only some students pass? | Do all students pass? | term
 """
 )
 
@@ -100,6 +102,8 @@ Show me the names of all students in grade 10. | What are the names of all stude
 Tell me the age of the oldest dog. | What is the age of the oldest dog?
 Give me a recipe for pancakes. | What is a recipe for pancakes?
 Name three rivers in France. | What are three rivers in France?
+# "all" adds nothing to what is asked; "any", "some", "only" do
+What are the names of all the students? | What are the names of the students?
 """
 )
 

@@ -197,7 +197,7 @@ def content_words(text: str) -> set[str]:
 _STRICT_WORDS = 12
 # Quantifiers and degree words change what is asked ("the best" / "the most", "only"):
 # function words for the standard guards, content words for the strict ones.
-_STRICT_STOP = _STOP - {"more", "most", "only", "all", "any", "some", "other", "same", "too"}
+_STRICT_STOP = _STOP - {"more", "most", "only", "any", "some", "other", "same", "too"}
 _WH = {"what": "general", "which": "general", "how": "general", "why": "why", "when": "when"}
 _WH |= {"where": "where", "who": "who", "whom": "who", "whose": "whose"}
 _ADVICE = frozenset({"should", "ought"})
