@@ -104,6 +104,9 @@ Give me a recipe for pancakes. | What is a recipe for pancakes?
 Name three rivers in France. | What are three rivers in France?
 # "all" adds nothing to what is asked; "any", "some", "only" do
 What are the names of all the students? | What are the names of the students?
+# two words joined by "and" / "or" either way round
+What is the minimum and maximum share? | What is the maximum and minimum share?
+Should I pick tea or coffee? | Should I pick coffee or tea?
 """
 )
 

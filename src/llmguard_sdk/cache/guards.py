@@ -421,8 +421,20 @@ def _is_request(text: str, words: list[str]) -> bool:
 
 
 def _strict_terms(words: list[str]) -> list[str]:
-    """Content words in order of first use (stemmed), for the strict guards."""
-    kept = (term_of(w) for w in words)
+    """Content words in order of first use (stemmed), for the strict guards; two words joined
+    by "and" / "or" in a fixed order ("minimum and maximum" is "maximum and minimum")."""
+    kept = [term_of(w) for w in words]
+    for i, word in enumerate(words):
+        if word not in ("and", "or"):
+            continue
+        # the content words next to the conjunction, function words skipped ("X and their Y")
+        left = next((j for j in range(i - 1, -1, -1) if kept[j] is not None), None)
+        right = next((j for j in range(i + 1, len(kept)) if kept[j] is not None), None)
+        if left is None or right is None:
+            continue
+        first, second = kept[left], kept[right]
+        if first is not None and second is not None and first > second:
+            kept[left], kept[right] = second, first
     return list(dict.fromkeys(t for t in kept if t is not None))
 
 
