@@ -10,6 +10,7 @@ import anyio
 import pytest
 
 from llmguard_sdk import Guard
+from llmguard_sdk._core.opening import _clamped
 from llmguard_sdk.budget import Budget, Budgets, Price, PriceTable
 from llmguard_sdk.cache import ResponseCache, core
 from llmguard_sdk.cache.keys import CacheKeys
@@ -149,11 +150,12 @@ def test_concurrent_calls_store_their_own_answers(
     assert fake.stats.requests == len(questions)
 
 
-def test_a_request_a_budget_changed_after_the_lookup_is_keyed_again(
+def test_an_answer_within_a_budget_clamp_is_filed_under_what_was_asked(
     fake: FakeProvider, make_guard: Callable[..., Guard]
 ) -> None:
     """A spend budget lowers ``max_tokens`` in the opening batch, after the lookup keyed
-    the request: the answer is filed under the request the provider got, not the lookup's."""
+    the request: an answer that finished within the lower bound answers what the caller
+    asked, so it is filed under the lookup's keys and the same call hits it next time."""
     cache = ResponseCache(semantic=False)
     prices = PriceTable.default_table().with_prices(
         {"fake-model": Price(input=100.0, output=200.0)}
@@ -165,5 +167,19 @@ def test_a_request_a_budget_changed_after_the_lookup_is_keyed_again(
     assert sent < 1000
     asked = ask(QUESTION, model="fake-model", max_tokens=1000)
     clamped = asked.model_copy(update={"max_tokens": sent})
-    assert cache._backend.get(cache.keys(clamped).exact) is not None
-    assert cache._backend.get(cache.keys(asked).exact) is None
+    assert cache._backend.get(cache.keys(asked).exact) is not None
+    assert cache._backend.get(cache.keys(clamped).exact) is None
+    again = guard.chat(chat(QUESTION), max_tokens=1000)
+    assert again.route == "cache"
+    assert len(fake.requests) == 1
+
+
+def test_a_request_changed_otherwise_after_the_lookup_is_keyed_again() -> None:
+    source = ask(QUESTION, model="fake-model", max_tokens=1000)
+    assert _clamped(source.model_copy(update={"max_tokens": 10}), source)
+    assert _clamped(
+        source.model_copy(update={"max_tokens": 10}), source.model_copy(update={"max_tokens": None})
+    )
+    assert not _clamped(source, source)  # not lowered: the same object decides that
+    assert not _clamped(source.model_copy(update={"max_tokens": 2000}), source)
+    assert not _clamped(source.model_copy(update={"max_tokens": 10, "seed": 7}), source)

@@ -172,8 +172,10 @@ class CallKeys:
 
     The store after a miss reuses them only while the call still asks that (:meth:`fit`). A
     request is frozen, so the same object is the same request; a stage that changes the
-    request replaces it (a spend budget that lowers ``max_tokens`` in the opening batch), and
-    the store then keys the request it has.
+    request replaces it, and the store then keys the request it has. A spend budget that
+    lowers ``max_tokens`` in the opening batch is the exception: an answer stored is one that
+    finished within the lower bound, so it answers what the caller asked, under whose keys it
+    is filed (the caller's next identical call hits it).
     """
 
     source: ChatRequest
@@ -185,11 +187,19 @@ class CallKeys:
     def fit(self, ctx: CallContext, stages: Stages) -> bool:
         """Whether ``ctx`` still asks what these keys were computed for."""
         return (
-            ctx.request is self.source
+            (ctx.request is self.source or _clamped(ctx.request, self.source))
             and ctx.scope == self.scope
             and ctx.cache_tags == self.tags
             and cache_model(ctx, stages) == self.request.model
         )
+
+
+def _clamped(request: ChatRequest, source: ChatRequest) -> bool:
+    """Whether ``request`` is ``source`` with a lower ``max_tokens`` and nothing else changed."""
+    lowered = request.max_tokens is not None and (
+        source.max_tokens is None or request.max_tokens < source.max_tokens
+    )
+    return lowered and request.model_copy(update={"max_tokens": source.max_tokens}) == source
 
 
 @dataclass
