@@ -60,6 +60,8 @@ Write a poem about cats. | What is a poem about cats? | term
 Find a cheap hotel in Paris. | Find a cheap hotel in Rome. | term
 Are all of the results wrong? | Are any of the results wrong? | term
 Do only some students pass? | Do all students pass? | term
+How many students are in grade 10? | What is the number of students in grade 11? | term
+How long is the Nile? | How many is the Nile? | question_kind
 """
 )
 
@@ -107,6 +109,10 @@ What are the names of all the students? | What are the names of the students?
 # two words joined by "and" / "or" either way round
 What is the minimum and maximum share? | What is the maximum and minimum share?
 Should I pick tea or coffee? | Should I pick coffee or tea?
+# a count asked another way
+How many singers do we have? | What is the total number of singers?
+How many airports are there? | Count the airports.
+How much sugar is in a coke? | What is the amount of sugar in a coke?
 """
 )
 

@@ -325,6 +325,15 @@ _FRAMINGS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
         (rf"^what (?:does|do) {_THE_WORD}(?P<meant>.+) stand for$", "expansion"),
         (rf"^what (?:is |are )?{_THE_WORD}(?P<meant>.+) short for$", "expansion"),
         (rf"^what (?:is |are )?the full (?:form|name) of {_THE_WORD}", "expansion"),
+        # a count: "what is the number of X", "count the X", "tell me the number of X" ask
+        # "how many X"; "what is the amount of X" asks "how much X"
+        (r"^(?:what|which) (?:is |was )?the (?:total |overall )?(?:number|count) of ", "how many"),
+        (r"^(?:what|which) (?:is |was )?the (?:total |overall )?amount of ", "how much"),
+        (
+            r"^(?:please )?(?:(?:show|give|tell) me|find|list) the (?:total |overall )?number of ",
+            "how many",
+        ),
+        (r"^(?:please )?count (?:the |all (?:the )?)?(?:number of )?(?=\w)", "how many"),
         # asking for information as an instruction: "show me X", "list X", "give me X", "tell
         # me X", "find X", "name X" ask "what is / are X"
         (r"^(?:please )?(?:show|list|give|tell|find|name)(?: me| us)? (?=\w)", "general"),
@@ -391,6 +400,9 @@ def _framed(words: list[str]) -> tuple[str, list[str]]:
         return kind, [*rest, manner] if manner else rest
     words = text.split()
     kind = _question_kind(words)
+    if kind.startswith("how "):  # "how many": the kind carries "many", as a framing would
+        at = words.index("how")
+        return kind, words[: at + 1] + words[at + 2 :]
     return kind, [w for w in words if w not in _PLACED] if kind == "where" else words
 
 
