@@ -126,6 +126,7 @@ def test_reported_false_hits_feed_the_estimate_and_serving_resumes() -> None:
         window=4,
         min_checks=4,
         max_raise=0.0,
+        sample_rate=0.0,  # only the reports count: no background check races them
         clock=lambda: clock[0],
     )
     cache = ResponseCache(namespace="n", monitor=monitor, threshold=0.3, strict=False)
