@@ -488,9 +488,11 @@ def strict_rejection(query: str, cached: str) -> str | None:
     to V" ask "how do I V"; "is it possible to V" and "is there a way to V" ask "can I V"
     ("should I V" and "is it a good idea to V" ask for advice: another kind); "what is the
     meaning of X" asks "what does X mean"; "the difference between A and B" is that between
-    B and A; "what time" asks "when". Framing words count as content anywhere else ("the
-    best laptop" is not "a laptop"), and "the fastest way to V" is "V fast". Longer texts
-    and statements are left to :func:`guard_rejection`.
+    B and A; "what time" asks "when"; "show me / list / give me / tell me / find / name X"
+    ask "what is X"; "what is the number of X" and "count the X" ask "how many X"; two words
+    joined by "and" / "or" are the same either way round. Framing words count as content
+    anywhere else ("the best laptop" is not "a laptop"), and "the fastest way to V" is "V
+    fast". Longer texts and statements are left to :func:`guard_rejection`.
     """
     found = request_terms(query, cached)
     if found is None:
