@@ -411,8 +411,8 @@ class ResponseCache:
             self._know(entry.entry_id, entry.query)
             if not stale and entry.fresh_until <= now:
                 continue
-            if below and not strict_agreement(keys.query, entry.query):
-                continue
+            if below and known is None and not strict_agreement(keys.query, entry.query):
+                continue  # (a known query was judged before the read)
             refusal = self._refusal(keys.query, entry, match.similarity, matches)
             if refusal is not None:
                 self._count_rejection(refusal)
