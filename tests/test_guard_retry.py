@@ -14,6 +14,7 @@ from llmguard_sdk import (
     AuthenticationError,
     BadRequestError,
     CallEvent,
+    ChatRequest,
     ChatResponse,
     ContextLengthExceededError,
     Guard,
@@ -302,6 +303,21 @@ def test_one_idempotency_key_per_call_sent_on_every_attempt(
     keys = [r.headers["idempotency-key"] for r in fake.requests]
     assert keys[0] == keys[1] == keys[2] != keys[3]
     assert keys[0].startswith("llmguard-")
+
+
+def test_an_input_filter_that_replaces_the_request_keeps_the_idempotency_key(
+    fake: FakeProvider, make_guard: MakeGuard, no_waits: None
+) -> None:
+    def replace(request: ChatRequest) -> ChatRequest:  # a new request, headers of its own
+        return request.model_copy(update={"extra_headers": {"x-team": "search"}})
+
+    guard = make_guard(fake, retry=FAST, input_filters=[replace])
+    fake.script(Fault(status=503))
+    guard.chat(USER)
+    first, second = fake.requests[-2].headers, fake.requests[-1].headers
+    assert first["x-team"] == "search"
+    assert first["idempotency-key"] == second["idempotency-key"]
+    assert first["idempotency-key"].startswith("llmguard-")
 
 
 def test_without_idempotency_keys_only_unsent_requests_are_retried(

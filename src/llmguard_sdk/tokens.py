@@ -199,7 +199,7 @@ def request_tokens_at_most(request: ChatRequest | Sequence[Message]) -> int:
     """An upper bound of :func:`count_request_tokens` for any model, without encoding: a
     byte-pair token is at least one byte of UTF-8 (and the chars/4 estimate is less)."""
     texts, framing, _ = _request_texts(request)
-    return framing + sum(len(text.encode("utf-8", "surrogatepass")) for text in texts)
+    return framing + len("".join(texts).encode("utf-8", "surrogatepass"))
 
 
 def _request_texts(request: ChatRequest | Sequence[Message]) -> tuple[list[str], int, bool]:

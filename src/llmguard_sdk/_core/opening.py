@@ -362,13 +362,13 @@ def open_call(ctx: CallContext, stages: Stages) -> OpeningOutcome:
     """The call's first round trip: cache lookup, spend reserve, and the first route's
     permit and rate-limit reservation, in one batch (see the module docs)."""
     batch, where, opened = _opening(ctx, stages)
-    return _opened(ctx, where, batch.run() if len(batch) else [], opened)
+    return _opened(ctx, where, batch.run(), opened) if len(batch) else opened
 
 
 async def aopen_call(ctx: CallContext, stages: Stages) -> OpeningOutcome:
     """Async twin of :func:`open_call`."""
     batch, where, opened = _opening(ctx, stages)
-    return _opened(ctx, where, await batch.arun() if len(batch) else [], opened)
+    return _opened(ctx, where, await batch.arun(), opened) if len(batch) else opened
 
 
 def _logged(step: Step[Any]) -> Step[Any]:

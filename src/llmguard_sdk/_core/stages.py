@@ -123,14 +123,7 @@ def prepare(
     total = stages.timeout if timeout is None else timeout
     if not (isinstance(total, (int, float)) and 0 < total < math.inf):
         raise RequestValidationError(f"timeout must be a positive number of seconds, got {total!r}")
-    checked = validate_request(
-        request if isinstance(request, ChatRequest) else _keyed(dict(request), stages.retry)
-    )
-    for input_filter in stages.input_filters:
-        checked = _apply_filter(input_filter, checked, ChatRequest, "input")
-    if checked.model is None and any(route.model is None for route in stages.routes):
-        raise RequestValidationError("no model: pass model=... or give every provider a model")
-    checked = _with_idempotency_key(checked, stages.retry)
+    checked = _checked(request, stages)
     if priority not in ("interactive", "batch"):
         raise RequestValidationError(f"priority must be 'interactive' or 'batch', got {priority!r}")
     if region is not None and not (isinstance(region, str) and region):
@@ -165,6 +158,22 @@ def prepare(
                     count.tokens, stages.max_input_tokens, estimated=count.estimated
                 )
     return ctx
+
+
+def _checked(request: ChatRequest | Mapping[str, Any], stages: Stages) -> ChatRequest:
+    """The request validated, through the input filters, with the call's idempotency key."""
+    keyed = False
+    if not isinstance(request, ChatRequest):
+        request = dict(request)
+        keyed = _keyed(request, stages.retry)
+    checked = validated = validate_request(request)
+    for input_filter in stages.input_filters:
+        checked = _apply_filter(input_filter, checked, ChatRequest, "input")
+    if checked.model is None and any(route.model is None for route in stages.routes):
+        raise RequestValidationError("no model: pass model=... or give every provider a model")
+    if not keyed or checked is not validated:  # (a filter's new request may lack the key)
+        checked = _with_idempotency_key(checked, stages.retry)
+    return checked
 
 
 def resolve_scope(tenant: str | None, feature: str | None, user: str | None) -> Scope:
@@ -315,13 +324,15 @@ def _with_idempotency_key(request: ChatRequest, policy: RetryPolicy | None) -> C
     return request.model_copy(update={"extra_headers": {**headers, header: key}})
 
 
-def _keyed(data: dict[str, Any], policy: RetryPolicy | None) -> dict[str, Any]:
-    """The request's data with the call's idempotency key when it has no headers of its own
-    (validated with the rest, one copy fewer than :func:`_with_idempotency_key`'s)."""
+def _keyed(data: dict[str, Any], policy: RetryPolicy | None) -> bool:
+    """Give the request's data the call's idempotency key when it has no headers of its own
+    (validated with the rest, one copy fewer than :func:`_with_idempotency_key`'s); whether
+    it did."""
     header = policy.idempotency_header if policy is not None else None
     if header is not None and data.get("extra_headers") is None:
         data["extra_headers"] = {header: new_idempotency_key()}
-    return data
+        return True
+    return False
 
 
 IDEMPOTENCY_PREFIX = "llmguard-"
