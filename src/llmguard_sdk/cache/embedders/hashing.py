@@ -24,7 +24,8 @@ if TYPE_CHECKING:
 
 __all__ = ["HashingEmbedder"]
 
-_WORD_CACHE_SIZE = 16_384  # words kept with their hashed contributions (about 10 MB at most)
+_WORD_CACHE_SIZE = 16_384  # words (and word pairs) kept with their hashed contributions (about
+# 10 MB and 3 MB at most)
 _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
 
 
@@ -76,6 +77,7 @@ class HashingEmbedder:
         self._char_weight = char_weight
         self._pair_weight = pair_weight
         self._words: dict[str, tuple[npt.NDArray[np.intp], npt.NDArray[np.float32]]] = {}
+        self._pairs: dict[tuple[str, str], tuple[int, float]] = {}
         sizes = "".join(str(n) for n in self._sizes)
         self.name = f"hashing-v1-d{dimension}-n{sizes}-c{char_weight:g}-p{pair_weight:g}"
 
@@ -93,17 +95,20 @@ class HashingEmbedder:
         if known is not None:
             return known
         weight = _rarity(word)
-        parts = [(f"w{_stem(word)}", weight)]
+        features = [f"w{_stem(word)}"]
+        weights = [weight]
         if self._char_weight:
             padded = f"<{word}>"
             grams = [padded[i : i + n] for n in self._sizes for i in range(len(padded) - n + 1)]
             share = weight * self._char_weight / math.sqrt(len(grams) or 1)
-            parts += [(f"c{gram}", share) for gram in grams]
-        buckets = [self._bucket(feature) for feature, _ in parts]
+            features += ["c" + gram for gram in grams]
+            weights += [share] * len(grams)
+        # _bucket's dimension and sign, for every feature at once
+        hashes = [zlib.crc32(feature.encode("utf-8")) for feature in features]
         found = (
-            np.array([b for b, _ in buckets], dtype=np.intp),
+            np.array([h % self.dimension for h in hashes], dtype=np.intp),
             np.array(
-                [sign * w for (_, sign), (_, w) in zip(buckets, parts, strict=True)],
+                [w if h & 0x80000000 else -w for h, w in zip(hashes, weights, strict=True)],
                 dtype=np.float32,
             ),
         )
@@ -114,27 +119,50 @@ class HashingEmbedder:
 
     def embed(self, texts: Sequence[str]) -> Vectors:
         """Hash each text into a unit vector (see the class docs)."""
+        if len(texts) == 1:  # one text (a cache's query): its row normalised on its own
+            return _unit(self._counts(texts[0]))[None, :]
         out = np.zeros((len(texts), self.dimension), dtype=np.float32)
         for row, text in enumerate(texts):
-            words = _WORD.findall(unicodedata.normalize("NFKC", text).lower())
-            parts = [self._word(word) for word in words]
-            if self._pair_weight and len(words) > 1:
-                pairs = [self._pair(first, second) for first, second in itertools.pairwise(words)]
-                parts.append(
-                    (
-                        np.array([bucket for bucket, _ in pairs], dtype=np.intp),
-                        np.array([value for _, value in pairs], dtype=np.float32),
-                    )
-                )
-            if parts:  # every contribution summed at once (np.add.at per word is slow)
-                out[row] = np.bincount(
-                    np.concatenate([buckets for buckets, _ in parts]),
-                    weights=np.concatenate([values for _, values in parts]),
-                    minlength=self.dimension,
-                )
+            out[row] = self._counts(text)
         return normalise(out)
 
+    def _counts(self, text: str) -> npt.NDArray[np.float32]:
+        """The summed contributions of one text's words and word pairs (not normalised)."""
+        words = _WORD.findall(unicodedata.normalize("NFKC", text).lower())
+        parts = [self._word(word) for word in words]
+        if self._pair_weight and len(words) > 1:
+            pairs = [self._pair(first, second) for first, second in itertools.pairwise(words)]
+            parts.append(
+                (
+                    np.array([bucket for bucket, _ in pairs], dtype=np.intp),
+                    np.array([value for _, value in pairs], dtype=np.float32),
+                )
+            )
+        if not parts:
+            return np.zeros(self.dimension, dtype=np.float32)
+        # every contribution summed at once (np.add.at per word is slow), as float64
+        return np.bincount(
+            np.concatenate([buckets for buckets, _ in parts]),
+            weights=np.concatenate([values for _, values in parts]),
+            minlength=self.dimension,
+        ).astype(np.float32)
+
     def _pair(self, first: str, second: str) -> tuple[int, float]:
-        """An adjacent word pair's dimension and signed weight."""
+        """An adjacent word pair's dimension and signed weight (computed once)."""
+        known = self._pairs.get((first, second))
+        if known is not None:
+            return known
         bucket, sign = self._bucket(f"b{_stem(first)} {_stem(second)}")
-        return bucket, sign * min(_rarity(first), _rarity(second)) * self._pair_weight
+        found = bucket, sign * min(_rarity(first), _rarity(second)) * self._pair_weight
+        if len(self._pairs) >= _WORD_CACHE_SIZE:
+            self._pairs.clear()
+        self._pairs[first, second] = found
+        return found
+
+
+def _unit(vector: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+    """:func:`~llmguard_sdk.cache.embedders.base.normalise` of one row (the same values:
+    numpy's sum of the squares, its square root correctly rounded to float32)."""
+    norm = math.sqrt(float(np.add.reduce(vector * vector)))
+    unit: npt.NDArray[np.float32] = vector / np.float32(norm or 1.0)
+    return unit
