@@ -161,13 +161,12 @@ def _hamming(sketches: npt.NDArray[np.uint64], query: npt.NDArray[np.uint64]) ->
 
 
 def _nearest(distance: Any, take: int) -> Any:
-    """The rows of the ``take`` smallest distances: those under the ``take``-th smallest
-    (found by a partial sort, fast for small whole numbers), then ties at it in row order."""
-    cutoff = np.partition(distance, take - 1)[take - 1]
-    near = np.flatnonzero(distance <= cutoff)
-    near_distance = distance[near]
-    closer = near[near_distance < cutoff]
-    tied = near[near_distance == cutoff][: take - len(closer)]
+    """The rows of the ``take`` smallest distances: those under the ``take``-th smallest, then
+    ties at it in row order. The ``take``-th smallest is read off a count of each distance
+    (small whole numbers: one pass, where a partial sort slows down on many equal values)."""
+    cutoff = int(np.searchsorted(np.bincount(distance).cumsum(), take))
+    closer = np.flatnonzero(distance < cutoff)
+    tied = np.flatnonzero(distance == cutoff)[: take - len(closer)]
     return np.concatenate([closer, tied])
 
 
