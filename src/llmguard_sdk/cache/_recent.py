@@ -27,7 +27,7 @@ class _Embedded:
     def encoded(self) -> str:
         """:func:`~llmguard_sdk.cache.entry.encode_vector` of the vector (computed once)."""
         if self._encoded is None:
-            self._encoded = encode_vector(self.probe.vector)
+            self._encoded = encode_vector(self.probe.half)
         return self._encoded
 
 
@@ -56,11 +56,10 @@ class RecentEmbeddings:
 
     def stored_probe(self, query: str, vector: str) -> Probe:
         """What the local index adds for an entry of ``query`` holding ``vector`` (encoded):
-        the entry's vector, with the sketch this process's lookup computed for the same
-        vector (not computed again)."""
+        the probe this process's lookup made for the same vector where there is one (its
+        float16 vector and its sketch are not computed again), else the entry's vector."""
         with self._lock:
             embedded = self._recent.get(query)
-        sketch = None
         if embedded is not None and embedded.encoded() == vector:
-            sketch = embedded.probe.known_sketch
-        return Probe(decode_vector(vector), sketch)
+            return embedded.probe
+        return Probe(decode_vector(vector))

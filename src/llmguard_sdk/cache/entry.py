@@ -71,9 +71,9 @@ class CacheEntry(BaseModel):
         return ChatResponse.model_validate(self.response)
 
 
-def encode_vector(vector: npt.NDArray[np.float32]) -> str:
+def encode_vector(vector: npt.NDArray[np.float32] | npt.NDArray[np.float16]) -> str:
     """A vector as base64 of its float16 bytes (compact and JSON-safe)."""
-    return base64.b64encode(vector.astype("<f2").tobytes()).decode("ascii")
+    return base64.b64encode(vector.astype("<f2", copy=False).tobytes()).decode("ascii")
 
 
 def decode_vector(text: str) -> npt.NDArray[np.float32]:

@@ -71,7 +71,7 @@ class Probe:
     .. versionadded:: 0.2.0
     """
 
-    __slots__ = ("_nonzero", "_sketch", "_values", "vector")
+    __slots__ = ("_half", "_nonzero", "_sketch", "_values", "vector")
 
     def __init__(
         self, vector: npt.NDArray[np.float32], sketch: npt.NDArray[np.uint64] | None = None
@@ -82,6 +82,14 @@ class Probe:
         self._values: npt.NDArray[np.float32] | None = None  # found on first use
         self._nonzero: npt.NDArray[np.intp] | None = None
         self._sketch = sketch
+        self._half: npt.NDArray[np.float16] | None = None
+
+    @property
+    def half(self) -> npt.NDArray[np.float16]:
+        """The vector as the index stores it (float16, little-endian), computed once."""
+        if self._half is None:
+            self._half = self.vector.astype("<f2")
+        return self._half
 
     @property
     def nonzero(self) -> npt.NDArray[np.intp] | None:
@@ -241,8 +249,11 @@ class VectorIndex:
     def add(self, entry_id: str, vector: npt.NDArray[np.float32] | Probe) -> None:
         """Insert or replace the vector of ``entry_id`` (a :class:`Probe` already searched
         brings its sketch along)."""
-        probe = vector if isinstance(vector, Probe) else None
-        raw = vector.vector if isinstance(vector, Probe) else vector
+        if isinstance(vector, Probe):  # its float16 vector: stored without a conversion
+            probe: Probe | None = vector
+            raw: npt.NDArray[Any] = vector.half
+        else:
+            probe, raw = None, vector
         with self._lock:
             row = self._row_of(entry_id)
             if row is None:
