@@ -65,6 +65,15 @@ def test_the_memory_backend_keeps_entries_without_their_vector() -> None:
     assert stored.vector is None
     assert stored.chat_response().text == "Use the link."
     assert stored.query == entry.query
+    # any id reads back as it was written (a digest's, or one that JSON must escape)
+    for entry_id in ('say "hi"\\ \u00e9\u2028', "ABC123", ""):
+        backend.put(entry.model_copy(update={"entry_id": entry_id}))
+        again = backend.get(entry_id)
+        assert again is not None
+        assert again.entry_id == entry_id
+        assert again.model_copy(update={"vector": entry.vector, "embedder": entry.embedder}) == (
+            entry.model_copy(update={"entry_id": entry_id})
+        )
 
 
 def test_an_emptied_partition_leaves_no_index_behind() -> None:

@@ -100,7 +100,10 @@ class MemoryCacheBackend:
             if packed is None:
                 return None
             self._entries.move_to_end(entry_id)
-        entry = CacheEntry.model_validate({**json.loads(packed), "entry_id": entry_id})
+        # the id spliced in front of the other fields: one parse, no dict in between
+        entry = CacheEntry.model_validate_json(
+            b'{"entry_id":%s,%s' % (_json_id(entry_id), packed[1:])
+        )
         if entry.stale_until <= time.time():
             with self._lock:
                 if self._entries.get(entry_id) is packed:
@@ -129,6 +132,13 @@ class MemoryCacheBackend:
     def changes(self) -> list[Change]:
         """Nothing is shared: this process made every change itself."""
         return []
+
+
+def _json_id(entry_id: str) -> bytes:
+    """``entry_id`` as a JSON string (a hex digest as it is, anything else escaped)."""
+    if entry_id.isascii() and entry_id.isalnum():
+        return b'"%s"' % entry_id.encode("ascii")
+    return json.dumps(entry_id).encode("utf-8")
 
 
 class RedisCacheBackend:
