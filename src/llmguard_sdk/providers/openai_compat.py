@@ -51,6 +51,7 @@ from ..errors import (
 from ..models import ChatRequest, ChatResponse, StreamChunk
 from ..ratelimit._rules import LimitsConfig, normalize
 from ..telemetry.redaction import register_secret
+from ._requests import RequestBuilder
 from ._watchdog import watchdog
 from .base import StreamCall, _Streams
 from .wire import (
@@ -144,6 +145,7 @@ class OpenAICompatibleProvider(_Streams):
         self._lock = threading.Lock()
         self._client: httpx.Client | None = None
         self._aclients = PerLoop(self._new_async_client)
+        self._builders: dict[str, RequestBuilder] = {}  # per library: its clients' headers
 
     def __repr__(self) -> str:
         return f"OpenAICompatibleProvider(name={self.name!r}, base_url={self.base_url!r})"
@@ -230,31 +232,39 @@ class OpenAICompatibleProvider(_Streams):
 
     # -- calls -------------------------------------------------------------------------------
 
-    def _request(
+    def _build(
         self,
+        client: Any,
         request: ChatRequest,
         model: str,
         *,
         stream: bool,
         deadline: float,
         idle_timeout: float | None = None,
-    ) -> dict[str, Any]:
-        """httpx request arguments: the encoded body, per-request headers, deadline timeouts."""
-        return {
-            "method": "POST",
-            "url": self._url,
-            "content": encode_payload(self._payload(request, model, stream=stream)),
-            "headers": {"content-type": "application/json", **(request.extra_headers or {})},
-            "params": request.extra_query,
-            "timeout": _timeout_until(deadline, self.name, idle_timeout),
-        }
+    ) -> Any:
+        """The call's HTTP request for ``client``: the encoded body, per-request headers,
+        deadline timeouts."""
+        library = "httpx" if isinstance(client, httpx.Client) else self._async_library
+        builder = self._builders.get(library)
+        if builder is None:
+            builder = self._builders[library] = RequestBuilder(
+                library_module(library), client, self._url
+            )
+        return builder.build(
+            client,
+            encode_payload(self._payload(request, model, stream=stream)),
+            timeout=_timeout_until(deadline, self.name, idle_timeout),
+            headers=request.extra_headers,
+            params=request.extra_query,
+        )
 
     def complete(self, request: ChatRequest, *, model: str, deadline: float) -> ChatResponse:
         """Send one non-streaming chat completion and parse its answer."""
-        args = self._request(request, model, stream=False, deadline=deadline)
         client = self._sync_client()
+        built = self._build(client, request, model, stream=False, deadline=deadline)
         try:
-            with client.stream(**args) as response, _deadline_watch(response, deadline):
+            response = client.send(built, stream=True)
+            with contextlib.closing(response), _deadline_watch(response, deadline):
                 collected = _Collector(self.name, deadline, _limit(response))
                 for piece in response.iter_bytes():
                     collected.add(piece)
@@ -264,15 +274,18 @@ class OpenAICompatibleProvider(_Streams):
 
     async def acomplete(self, request: ChatRequest, *, model: str, deadline: float) -> ChatResponse:
         """Async twin of :meth:`complete`."""
-        args = self._request(request, model, stream=False, deadline=deadline)
         client = self._async_client()
+        built = self._build(client, request, model, stream=False, deadline=deadline)
         errors = _errors(self._async_library)
         try:
             with anyio.fail_after(max(0.0, deadline - time.monotonic())):
-                async with client.stream(**args) as response:
+                response = await client.send(built, stream=True)
+                try:
                     collected = _Collector(self.name, deadline, _limit(response))
                     async for piece in response.aiter_bytes():
                         collected.add(piece)
+                finally:
+                    await response.aclose()
         except TimeoutError:
             raise _deadline_passed(self.name) from None
         except errors.any as exc:
@@ -282,13 +295,15 @@ class OpenAICompatibleProvider(_Streams):
     def _stream(self, call: StreamCall) -> Generator[StreamChunk, None, None]:
         """Stream a chat completion (server-sent events), asking for usage in the last chunk."""
         deadline = call.deadline
-        args = self._request(
-            call.request, call.model, stream=True, deadline=deadline, idle_timeout=call.idle_timeout
-        )
-        state = self._answers.stream_state(self.name, deadline)
         client = self._sync_client()
+        built = self._build(
+            client, call.request, call.model, stream=True, deadline=deadline,
+            idle_timeout=call.idle_timeout,
+        )  # fmt: skip
+        state = self._answers.stream_state(self.name, deadline)
         try:
-            with client.stream(**args) as response, _deadline_watch(response, deadline):
+            response = client.send(built, stream=True)
+            with contextlib.closing(response), _deadline_watch(response, deadline):
                 if not state.accept(response.status_code, response.headers):
                     error = _Collector(self.name, deadline, MAX_ERROR_BODY_BYTES, truncate=True)
                     for piece in response.iter_bytes():
@@ -307,13 +322,13 @@ class OpenAICompatibleProvider(_Streams):
     async def _astream(self, call: StreamCall) -> AsyncGenerator[StreamChunk, None]:
         """Async twin of :meth:`_stream`."""
         deadline = call.deadline
-        args = self._request(
-            call.request, call.model, stream=True, deadline=deadline, idle_timeout=call.idle_timeout
-        )
-        state = self._answers.stream_state(self.name, deadline)
         client = self._async_client()
+        built = self._build(
+            client, call.request, call.model, stream=True, deadline=deadline,
+            idle_timeout=call.idle_timeout,
+        )  # fmt: skip
+        state = self._answers.stream_state(self.name, deadline)
         errors = _errors(self._async_library)
-        built = client.build_request(**args)
         try:
             with anyio.fail_after(max(0.0, deadline - time.monotonic())):
                 response = await client.send(built, stream=True)
