@@ -9,6 +9,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Sequence
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
@@ -47,6 +48,8 @@ _NEAR_MISS_BAND = 0.1
 _CANDIDATES = 4  # nearest entries read per semantic search
 _RECENT_VECTORS = 256
 _SERVABLE_FINISH = frozenset({"stop", "end_turn", "stop_sequence"})
+# hash_id of the tenants, users and (partition, context) pairs that come again
+_id_hash = lru_cache(maxsize=4096)(hash_id)
 
 
 class ResponseCache:
@@ -251,9 +254,9 @@ class ResponseCache:
         partition = (
             self.namespace,
             self.version,
-            hash_id(scope.tenant) if scope.tenant is not None else "",
-            hash_id(scope.user) if self.per_user and scope.user is not None else "",
-            ",".join(sorted(set(tags))),
+            _id_hash(scope.tenant) if scope.tenant is not None else "",
+            _id_hash(scope.user) if self.per_user and scope.user is not None else "",
+            ",".join(sorted(set(tags))) if tags else "",
             self.embedder.name if self.semantic else "",
         )
         return request_keys(request, partition)
@@ -557,7 +560,7 @@ class ResponseCache:
     # -- the in-memory index ------------------------------------------------------------------
 
     def _index_key(self, keys: CacheKeys) -> str:
-        return hash_id(keys.partition + keys.context)
+        return _id_hash(keys.partition + keys.context)
 
     def _know(self, entry_id: str, query: str) -> None:
         self._local.know(entry_id, query)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from functools import lru_cache
 
 from .._json import canonical_json
 from ..models import ChatRequest
@@ -31,6 +32,12 @@ _NOT_ANSWER_SHAPING = frozenset({"metadata", "extra_headers", "extra_query"})
 
 def _digest(text: str) -> str:
     return hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest()
+
+
+@lru_cache(maxsize=1024)
+def _partition_hash(partition: tuple[str, ...]) -> str:
+    """The hash of a partition (the same few recur call after call: computed once each)."""
+    return _digest(canonical_json(list(partition)))
 
 
 @dataclass(frozen=True)
@@ -54,7 +61,7 @@ def _last_user_index(request: ChatRequest) -> int | None:
 def request_keys(request: ChatRequest, partition: tuple[str, ...]) -> CacheKeys:
     """The partition, exact and context hashes of ``request`` (see the module docs)."""
     shaped = request.model_dump(mode="json", exclude=set(_NOT_ANSWER_SHAPING), exclude_none=True)
-    partition_hash = _digest(canonical_json(list(partition)))
+    partition_hash = _partition_hash(tuple(partition))
     exact = _digest(partition_hash + canonical_json(shaped))
     last = _last_user_index(request)
     query = request.messages[last].text if last is not None else ""
