@@ -27,6 +27,7 @@ from llmguard_sdk import (
     Guard,
     GuardrailRejectedError,
     OpenAICompatibleProvider,
+    ResponseCache,
     Rule,
     Scope,
     TaskRouter,
@@ -467,3 +468,51 @@ def test_bad_task_configs_name_the_key(
     path.write_text(_config(*fakes, tasks))
     with pytest.raises(ConfigurationError, match=message.replace("(", "\\(").replace("[", "\\[")):
         Guard.from_config(path, environ={})
+
+
+def test_the_cache_keys_a_call_without_a_model_under_its_tiers_model(
+    fakes: tuple[FakeProvider, FakeProvider],
+) -> None:
+    """A tier chosen by feature answers from its own model's entries, never another tier's."""
+    small, large = fakes
+    router = TaskRouter(
+        {"small": ["small"], "large": ["large"]},
+        rules=[Rule("large", feature="legal")],
+        default="small",
+    )
+    guard = Guard(_routes(small, large), tasks=router, cache=ResponseCache(), environ={})
+    first = guard.chat(_ask("easy: what is 2 + 2?"), feature="chat")
+    assert (first.route, first.model) == ("small", "small-model")
+    legal = guard.chat(_ask("easy: what is 2 + 2?"), feature="legal")
+    assert legal.route == "large"  # not the small model's cached answer
+    assert large.stats.requests == 1
+    again = guard.chat(_ask("easy: what is 2 + 2?"), feature="legal")
+    assert (again.route, again.model) == ("cache", "large-model")
+    assert large.stats.requests == 1
+    guard.close()
+
+
+def test_a_cascade_and_a_tier_of_it_keep_their_own_cache_entries(
+    fakes: tuple[FakeProvider, FakeProvider],
+) -> None:
+    """A small tier's own answer has not passed the cascade's checks; the cascade's answer
+    (the large tier's, after an escalation) is not the small tier's."""
+    small, large = fakes
+    router = TaskRouter(
+        {"small": ["small"], "large": ["large"]},
+        cascades={"auto": Cascade(["small", "large"], checks=[json_schema(SCHEMA)])},
+        rules=[Rule("small", feature="draft")],
+        default="auto",
+    )
+    guard = Guard(_routes(small, large), tasks=router, cache=ResponseCache(), environ={})
+    draft = guard.chat(_ask("a hard one"), feature="draft")  # the small tier, unchecked
+    assert (draft.route, draft.text) == ("small", "I think it is about four?")
+    checked = guard.chat(_ask("a hard one"))  # the cascade: small rejected, then large
+    assert checked.route == "large"
+    assert json.loads(checked.text) == {"answer": 4}
+    again = guard.chat(_ask("a hard one"))
+    assert (again.route, json.loads(again.text)) == ("cache", {"answer": 4})
+    draft_again = guard.chat(_ask("a hard one"), feature="draft")
+    assert (draft_again.route, draft_again.text) == ("cache", "I think it is about four?")
+    assert (small.stats.requests, large.stats.requests) == (2, 1)
+    guard.close()

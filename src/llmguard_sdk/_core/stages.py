@@ -371,10 +371,17 @@ CACHE = "cache"
 
 
 def cache_model(ctx: CallContext, stages: Stages) -> str | None:
-    """The model the cache keys a call under: the request's, else the first route's."""
-    if ctx.request.model is None and stages.routes and stages.routes[0].model:
-        return stages.routes[0].model
-    return ctx.request.model
+    """The model the cache keys a call under: the request's, else the first route's. With
+    task routing, the first route of the call's tier (another tier's model answers other
+    calls); a cascade's calls, whichever tier answered them, are keyed by the cascade (its
+    answers passed its checks; a tier's own answers did not)."""
+    if ctx.request.model is not None:
+        return ctx.request.model
+    task = ctx.task
+    if task is not None and task.cascade_name is not None:
+        return f"cascade:{task.cascade_name}"
+    routes = ctx.route_order if task is not None and ctx.route_order else stages.routes
+    return routes[0].model if routes else None
 
 
 def cache_request(ctx: CallContext, stages: Stages) -> ChatRequest:
