@@ -38,6 +38,8 @@ CellKey = tuple[str, int, str | None]
 _Cells = tuple[tuple[CellKey, "RateLimit"], ...]
 _Kwargs = dict[str, object]
 _RECENT_KEYS = 4096  # (key, tenant)s whose cells a limiter remembers
+# the state of a cell not kept (one shared instance: states are replaced, never changed)
+_NEW_CELL = CellState()
 
 
 class MemoryRateLimiter(LimiterBase):
@@ -87,7 +89,7 @@ class MemoryRateLimiter(LimiterBase):
         kwargs: dict[str, object],
     ) -> Grant:
         """One reservation attempt, under the lock."""
-        states = [(self._cells.get(name, CellState()), limit) for name, limit in cells]
+        states = [(self._cells.get(name, _NEW_CELL), limit) for name, limit in cells]
         now = self._clock()
         grant, after = reserve_all(states, now, call_id=call_id, **kwargs)  # type: ignore[arg-type]
         for (name, _), state in zip(cells, after, strict=True):
@@ -184,7 +186,7 @@ class MemoryRateLimiter(LimiterBase):
             for name, limit in self._keys(key, None):
                 if not limit.per_tenant:
                     self._cells[name] = learn(
-                        self._cells.get(name, CellState()), now, limit, **taught
+                        self._cells.get(name, _NEW_CELL), now, limit, **taught
                     )
 
     def settle(self, key: str, **settled: Unpack[SettleArgs]) -> None:
@@ -196,7 +198,7 @@ class MemoryRateLimiter(LimiterBase):
             now = self._clock()
             for name, limit in self._keys(key, settled.get("tenant")):
                 self._cells[name] = settle(
-                    self._cells.get(name, CellState()),
+                    self._cells.get(name, _NEW_CELL),
                     now,
                     limit,
                     **corrections,  # type: ignore[arg-type]
@@ -224,11 +226,7 @@ class MemoryRateLimiter(LimiterBase):
             now = self._clock()
             return max(
                 (
-                    sum(
-                        1
-                        for until in self._cells.get(n, CellState()).leases.values()
-                        if until > now
-                    )
+                    sum(1 for until in self._cells.get(n, _NEW_CELL).leases.values() if until > now)
                     for n, _ in self._keys(key, tenant)
                 ),
                 default=0,
