@@ -61,7 +61,6 @@ import argparse
 import csv
 import io
 import json
-import sys
 import tarfile
 import zipfile
 from collections import Counter
@@ -315,4 +314,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()
