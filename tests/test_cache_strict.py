@@ -62,6 +62,15 @@ Are all of the results wrong? | Are any of the results wrong? | term
 Do only some students pass? | Do all students pass? | term
 How many students are in grade 10? | What is the number of students in grade 11? | term
 How long is the Nile? | How many is the Nile? | question_kind
+# plurals agree, but a plural does not hide another word; "every" is "all", not "any"
+What are the countries in Europe? | What are the counties in Europe? | term
+Is the gas bill due? | Is the bill due? | term
+Are every one of the results wrong? | Are any of the results wrong? | term
+# "return the X" frames a request; "return my X" is an act, not a question
+Return my order. | What is my order? | term
+Which airline has the most flights? | Which airline has the most delayed flights? | term
+Which airline has the most flights? | Which airline has the fewest flights? | term
+How many cars are there? Show their names. | How many cars are there? | term
 """
 )
 
@@ -113,6 +122,21 @@ Should I pick tea or coffee? | Should I pick coffee or tea?
 How many singers do we have? | What is the total number of singers?
 How many airports are there? | Count the airports.
 How much sugar is in a coke? | What is the amount of sugar in a coke?
+What are the number of concerts in each stadium? | How many concerts are in each stadium?
+Give the number of flights. | How many flights are there?
+Return the number of airports. | How many airports are there?
+# plurals and singulars agree: "countries" / "country", "cars" / "car", "IDs" / "ID"
+Which countries have a car maker? | Which country has car makers?
+List the IDs and names of the cars. | List the ID and name of each car.
+# "return the X" asks for X; "every" is "all" or "each"; "whose" joins a clause
+Return the names of the singers. | What are the names of the singers?
+What is the age of every singer? | What is the age of each singer?
+Find the car whose weight is below 3000. | Find the car with weight below 3000.
+# "the highest number of X" is "the most X"
+Which airline has the highest number of flights? | Which airline has the most flights?
+Which airport has the lowest number of flights? | Which airport has the fewest flights?
+# an instruction that frames a later sentence
+Which city has the most shops? List its name. | Which city has the most shops? Give its name.
 """
 )
 

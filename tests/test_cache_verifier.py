@@ -41,6 +41,11 @@ def test_synonyms_pass_and_other_requests_fail(verifier: ParaphraseVerifier) -> 
         ("What is the quickest way to learn Python?", "How can I learn Python fast?"),
         # decided: "the best X" and "a good X" ask for the same recommendation
         ("What is the best laptop for programming?", "What is a good laptop for programming?"),
+        # plurals, "return the X", "the highest number of X" (see test_cache_strict)
+        ("Which countries have a car maker?", "Which country has car makers?"),
+        ("Return the number of airports.", "How many airports are there?"),
+        ("Which airline has the highest number of flights?", "Which airline has the most flights?"),
+        ("List the IDs of the cars.", "List the ID of each car."),
     ]
     traps = [  # a framing that hides a qualifier or another intent: 0
         ("Should I eat eggs every day?", "Can I eat eggs every day?"),
@@ -50,6 +55,7 @@ def test_synonyms_pass_and_other_requests_fail(verifier: ParaphraseVerifier) -> 
         ("What is the best laptop for programming?", "What is a laptop for programming?"),
         ("What is the meaning of life?", "What is life?"),
         ("Is it possible to learn Python in a month?", "How do I learn Python in a month?"),
+        ("Return my order.", "What is my order?"),
     ]
     different = [
         ("How do I cancel my subscription?", "How do I cancel my order?"),
@@ -57,6 +63,8 @@ def test_synonyms_pass_and_other_requests_fail(verifier: ParaphraseVerifier) -> 
         ("How do I convert Fahrenheit to Celsius?", "How do I convert Celsius to Fahrenheit?"),
         ("How do I teach Python?", "How do I learn Python?"),
         ("When is the sky blue?", "Why is the sky blue?"),
+        ("Which airline has the most flights?", "Which airline has the fewest flights?"),
+        ("What are the countries in Europe?", "What are the counties in Europe?"),
     ]
     scores = verifier.score(same + different + traps)
     assert all(s >= verifier.threshold for s in scores[: len(same)]), scores

@@ -12,6 +12,20 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from ._framings import (
+    _DIFFERENCE,
+    _EMBEDDED_QUESTION,
+    _EMPHASIS,
+    _FEWEST,
+    _FRAMINGS,
+    _GENERIC_SUBJECT,
+    _LATER_FRAMING,
+    _MANNER,
+    _MOST,
+    _PLACED,
+    _POLITE,
+)
+
 __all__ = [
     "AGREED_ALLOWANCE",
     "Verifier",
@@ -102,6 +116,7 @@ _STOP = frozenset(
         "which",
         "who",
         "whom",
+        "whose",
         "how",
         "why",
         "when",
@@ -133,6 +148,7 @@ _STOP = frozenset(
         "some",
         "all",
         "each",
+        "every",
         "more",
         "most",
         "other",
@@ -164,14 +180,21 @@ def _entities(text: str) -> set[str]:
 
 
 def _stem(word: str) -> str:
-    """A light suffix stripper: "preprocessed", "preprocesses", "preprocess" agree."""
+    """A light suffix stripper: "preprocessed", "preprocesses", "preprocess" agree, and so
+    do "country" / "countries", "car" / "cars", "id" / "ids" (a plural of three letters
+    only after a consonant: "gas", "yes" and "bus" stay)."""
     if len(word) > 5 and word.endswith(("sses", "shes", "ches", "xes", "zes")):
         return word[:-2]
-    if len(word) > 4 and word.endswith("s") and not word.endswith(("ss", "us", "is")):
+    plural = len(word) > 3 or (len(word) == 3 and word[1] not in "aeiouy")
+    if plural and word.endswith("s") and not word.endswith(("ss", "us", "is")):
         word = word[:-1]
     for suffix in ("ing", "ed"):
         if len(word) > len(suffix) + 3 and word.endswith(suffix):
-            return word[: -len(suffix)]
+            word = word[: -len(suffix)]
+            break
+    # "countri": "country", "countries" (from "countrie"), "studied"; not "key", "die"
+    if len(word) > 3 and (word.endswith("ie") or (word[-1] == "y" and word[-2] not in "aeiou")):
+        return word[:-2] + "i" if word.endswith("ie") else word[:-1] + "i"
     return word
 
 
@@ -262,118 +285,17 @@ _CASED_WORD = re.compile(r"[A-Za-z0-9]+(?:['\u2019][A-Za-z]+)?")
 
 def _tokens(text: str) -> list[str]:
     """Words with contractions cut ("what's" -> "what", "can't" -> "can"), lower-cased but
-    for acronyms, which keep their case (and so their last letter: "HTTP" / "HTTPS")."""
+    for acronyms, which keep their case (and so their last letter: "HTTP" / "HTTPS"; a
+    plural "IDs" is "ID")."""
     words = (re.split("['\u2019]", w)[0] for w in _CASED_WORD.findall(text))
-    return [w if len(w) > 1 and w.isupper() else w.lower() for w in words]
+    return [w if _acronym(w) else w.lower() for w in words]
 
 
-# Question framings. A question's framing is how it asks, not what: "what is the best way
-# to V", "what are some good ways to V", "what are the steps to V", "what should I do to V"
-# and "how do I V" all ask for a method of doing V; "is it possible to V" and "can I V" both
-# ask whether V can be done; "what is the meaning of X" and "what does X mean" both ask what
-# X means. Before the strict guards compare content words and kinds of question, each
-# request is rewritten to its intent (a kind) and the words that carry its content; framing
-# words ("best", "way", "steps", "possible") are dropped only in these positions, so "the
-# best laptop" keeps "best" and "learn Python fast" keeps "fast". A superlative of manner
-# stays as its adjective: "the fastest way to V" is "V fast", not "V".
-_WHO = r"(?:i|you|one|we|someone|somebody|people|a person)"
-_MODAL = r"(?:do|does|can|could|should|would|will|might|must|shall)"
-_MANNER = {"fastest": "fast", "quickest": "fast", "easiest": "easy", "simplest": "easy"}
-_MANNER |= {"cheapest": "cheap", "safest": "safe"}
-_GOOD = (
-    r"(?:best|good|great|right|proper|correct|ideal|recommended|optimal|effective"
-    r"|most effective|" + "|".join(_MANNER) + ")"
-)
-_WAYS = r"(?:ways?|methods?|steps|process|procedure|approach(?:es)?)"
-# "to" + a verb, not "to" + a noun phrase ("the way to the station"); "of" / "for" + a gerund.
-_TO_VERB = (
-    r"(?:for (?P<subject>[a-z ]+?) )?to (?!(?:the|a|an|my|your|his|her|its|our|their|this"
-    r"|that|these|those)\b)"
-)
-_OF_GERUND = r"(?:of|for) (?=\w+ing\b)"
-_THE_WORD = r"(?:the (?:word|term|phrase|expression|acronym|abbreviation) )?"
-_FRAMINGS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
-    (re.compile(pattern), kind)
-    for pattern, kind in [
-        # a method: "how do I V"
-        (
-            rf"^(?:what|which) (?:is |are |would be )?(?:some of the |the |a |an |some |any )?"
-            rf"(?P<good>{_GOOD} )?{_WAYS} (?:{_TO_VERB}|{_OF_GERUND}"
-            rf"|(?:that )?{_WHO} (?:can|could|should|might) )",
-            "general",
-        ),
-        (rf"^what (?:{_MODAL}) {_WHO} (?:need to |have to )?do (?:in order )?to ", "general"),
-        (rf"^what steps (?:{_MODAL}) {_WHO} (?:need to |have to )?(?:take|follow) to ", "general"),
-        (rf"^how (?:{_MODAL}) {_WHO} (?:best |go about (?=\w+ing\b))", "general"),
-        # whether it can be done: "can I V"
-        (rf"^is it (?:at all )?possible {_TO_VERB}", "yes/no"),
-        (rf"^(?:is|are) there (?:a |any )?(?:{_GOOD} )?(?:ways?|methods?) {_TO_VERB}", "yes/no"),
-        (rf"^(?:am|are|is) {_WHO} able to ", "yes/no"),
-        # advice: "should I V"
-        (
-            rf"^(?:is|would) it (?:be )?(?:a good idea|a wise idea|a smart idea|wise|advisable"
-            rf"|sensible) {_TO_VERB}",
-            "yes/no should",
-        ),
-        (r"^is it worth (?:it )?(?:to |(?=\w+ing\b))", "yes/no should"),
-        # what a word means; what an abbreviation stands for
-        (rf"^what (?:is |are )?(?:the )?(?:meaning|definition) of {_THE_WORD}", "meaning"),
-        (rf"^what (?:is )?meant by {_THE_WORD}", "meaning"),
-        (rf"^what do you mean by {_THE_WORD}", "meaning"),
-        (rf"^define {_THE_WORD}", "meaning"),
-        (rf"^what (?:does|do) {_THE_WORD}(?P<meant>.+) mean$", "meaning"),
-        (rf"^what (?:does|do) {_THE_WORD}(?P<meant>.+) stand for$", "expansion"),
-        (rf"^what (?:is |are )?{_THE_WORD}(?P<meant>.+) short for$", "expansion"),
-        (rf"^what (?:is |are )?the full (?:form|name) of {_THE_WORD}", "expansion"),
-        # a count: "what is the number of X", "count the X", "tell me the number of X" ask
-        # "how many X"; "what is the amount of X" asks "how much X"
-        (r"^(?:what|which) (?:is |was )?the (?:total |overall )?(?:number|count) of ", "how many"),
-        (r"^(?:what|which) (?:is |was )?the (?:total |overall )?amount of ", "how much"),
-        (
-            r"^(?:please )?(?:(?:show|give|tell) me|find|list) the (?:total |overall )?number of ",
-            "how many",
-        ),
-        (r"^(?:please )?count (?:the |all (?:the )?)?(?:number of )?(?=\w)", "how many"),
-        # asking for information as an instruction: "show me X", "list X", "give me X", "tell
-        # me X", "find X", "name X" ask "what is / are X"
-        (r"^(?:please )?(?:show|list|give|tell|find|name)(?: me| us)? (?=\w)", "general"),
-        # "when", "why"
-        (r"^(?:at )?what time (?=\w)", "when"),
-        (r"^what (?:is |are )?(?:the )?(?:main )?reasons? (?:why|that) ", "why"),
-        (r"^how come ", "why"),
-    ]
-)
-# "How should one V", "can someone V": a generic subject is "you" (a function word).
-_GENERIC_SUBJECT = re.compile(
-    rf"^((?:how |what |why |when |where )?{_MODAL} )(?:one|someone|somebody|a person)\b"
-)
-# "Can you summarize ...?" is the instruction "Summarize ..."; "Explain how X works" is the
-# question "How does X work?".
-_POLITE = re.compile(
-    r"^(?:can|could|would|will) you (?:please )?(?=(?:explain|write|summarize|summarise|"
-    r"translate|describe|list|define|compare|suggest|recommend|draft|rewrite|tell me|give me|"
-    r"show me|help me)\b)"
-)
-_EMBEDDED_QUESTION = re.compile(
-    r"^(?:please )?(?:explain|describe|tell me|show me) (?=(?:what|how|why|when|where|who|which)\b)"
-)
-# Two things compared either way round: "the difference between A and B", "how is B
-# different from A".
-_DIFFERENCE = (
-    re.compile(
-        r"^(?:what|which) (?:is |are )?(?:the )?(?:main |key )?differences? between "
-        r"(?P<a>.+?) and (?P<b>.+)$"
-    ),
-    re.compile(r"^how (?:is|are|does|do) (?P<a>.+?) (?:different|differ) (?:from|than) (?P<b>.+)$"),
-    re.compile(
-        r"^(?:explain|describe|tell me) (?:the )?(?:main |key )?differences? between "
-        r"(?P<a>.+?) and (?P<b>.+)$"
-    ),
-)
-# Adverbs that only stress a question: "what exactly is ...", "does it really work".
-_EMPHASIS = frozenset({"really", "actually", "exactly", "basically"})
-# "Where is X located?" asks "Where is X?".
-_PLACED = frozenset({"located", "situated"})
+def _acronym(word: str) -> bool:
+    """ "HTTP", "ID", and their plurals "HTTPs", "IDs" (not "Is", "As")."""
+    if word[-1:] == "s" and len(word) > 2:
+        word = word[:-1]
+    return len(word) > 1 and word.isupper()
 
 
 def _framed(words: list[str]) -> tuple[str, list[str]]:
@@ -382,6 +304,7 @@ def _framed(words: list[str]) -> tuple[str, list[str]]:
     words = [w for w in words if w not in _EMPHASIS]
     text = _GENERIC_SUBJECT.sub(r"\1you", " ".join(words))
     text = _EMBEDDED_QUESTION.sub("", _POLITE.sub("", text))
+    text = _FEWEST.sub("fewest", _MOST.sub("most", text))
     for pattern in _DIFFERENCE:
         found = pattern.match(text)
         if found is not None:
@@ -432,6 +355,7 @@ def _is_request(text: str, words: list[str]) -> bool:
     return bool(words) and (words[0] in _REQUEST_VERBS or words[0] in _WH or words[0] in _AUX)
 
 
+# Determiners between "of" and its noun ("the name of the city").
 def _strict_terms(words: list[str]) -> list[str]:
     """Content words in order of first use (stemmed), for the strict guards; two words joined
     by "and" / "or" in a fixed order ("minimum and maximum" is "maximum and minimum")."""
@@ -453,8 +377,8 @@ def _strict_terms(words: list[str]) -> list[str]:
 def term_of(word: str) -> str | None:
     """A word as the strict guards compare it (stemmed; acronyms as written), or ``None``
     for a function word."""
-    if len(word) > 1 and word.isupper():
-        return word
+    if _acronym(word):
+        return word[:-1] if word[-1] == "s" else word
     word = word.lower()
     return None if word in _STRICT_STOP else _stem(word)
 
@@ -463,7 +387,10 @@ def request_terms(query: str, cached: str) -> tuple[list[str], list[str]] | None
     """The content words (in order of first use) of two short requests, as the strict guards
     compare them; ``None`` where the strict guards do not judge the pair (statements, or
     more than 12 content words in all); ``([], [])`` for two kinds of question."""
-    words, cached_words = _tokens(query), _tokens(cached)
+    words, cached_words = (
+        _tokens(_LATER_FRAMING.sub(" ", query)),
+        _tokens(_LATER_FRAMING.sub(" ", cached)),
+    )
     if not (_is_request(query, words) or _is_request(cached, cached_words)):
         return None
     (kind, framed), (cached_kind, cached_framed) = _framed(words), _framed(cached_words)

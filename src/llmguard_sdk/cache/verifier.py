@@ -33,7 +33,8 @@ from typing import TYPE_CHECKING
 
 from .._lazy import np
 from ..errors import ConfigurationError
-from .guards import _MANNER, request_terms, term_of
+from ._framings import _MANNER
+from .guards import request_terms, term_of
 
 if TYPE_CHECKING:
     import numpy.typing as npt
