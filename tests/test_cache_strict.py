@@ -71,6 +71,11 @@ Return my order. | What is my order? | term
 Which airline has the most flights? | Which airline has the most delayed flights? | term
 Which airline has the most flights? | Which airline has the fewest flights? | term
 How many cars are there? Show their names. | How many cars are there? | term
+What are some good books on economics? | What are the only good books on economics? | term
+Are some books on economics good? | Are books on economics good? | term
+In 1980, how many cars were made? | How many cars were made? | term
+In Paris, how do I rent a car? | In Rome, how do I rent a car? | term
+From Oslo, how many flights go to Rome? | From Rome, how many flights go to Oslo? | order
 """
 )
 
@@ -137,6 +142,12 @@ Which airline has the highest number of flights? | Which airline has the most fl
 Which airport has the lowest number of flights? | Which airport has the fewest flights?
 # an instruction that frames a later sentence
 Which city has the most shops? List its name. | Which city has the most shops? Give its name.
+# a phrase fronted before the question qualifies it as at its end
+In 1980, how many cars were made? | How many cars were made in 1980?
+For each stadium, how many concerts are there? | How many concerts are there for each stadium?
+# "what are some X" asks for X
+What are some good books on economics? | What are good books on economics?
+What are some of the causes of high blood pressure? | What are the causes of high blood pressure?
 """
 )
 

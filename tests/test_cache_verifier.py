@@ -46,6 +46,8 @@ def test_synonyms_pass_and_other_requests_fail(verifier: ParaphraseVerifier) -> 
         ("Return the number of airports.", "How many airports are there?"),
         ("Which airline has the highest number of flights?", "Which airline has the most flights?"),
         ("List the IDs of the cars.", "List the ID of each car."),
+        ("What are some good books on economics?", "What are good books on economics?"),
+        ("In 1980, how many cars were made?", "How many cars were produced in 1980?"),
     ]
     traps = [  # a framing that hides a qualifier or another intent: 0
         ("Should I eat eggs every day?", "Can I eat eggs every day?"),

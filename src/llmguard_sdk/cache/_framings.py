@@ -76,6 +76,9 @@ _FRAMINGS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
             "how many",
         ),
         (r"^(?:please )?count (?:the |all (?:the )?)?(?:number of )?(?=\w)", "how many"),
+        # "some" only softens a question for a list: "what are some good books" asks "what
+        # are good books" ("are some books good" keeps it)
+        (r"^(?:what|which) are some (?:of (?:the )?)?(?=\w)", "general"),
         # asking for information as an instruction: "show me X", "list X", "give me X", "tell
         # me X", "find X", "name X" ask "what is / are X"
         (r"^(?:please )?(?:show|list|give|tell|find|name)(?: me| us)? (?=\w)", "general"),
@@ -126,3 +129,20 @@ _LATER_FRAMING = re.compile(
     r"(?<=[.?!;])\s+(?:please\s+)?(?:list|show|give|return|tell|find)(?:\s+(?:me|us))?\b",
     re.IGNORECASE,
 )
+# A phrase fronted before a question, set off by a comma, qualifies it where it stands at
+# its end: "In 1980, how many cars were made?" asks "How many cars were made in 1980?".
+_FRONTED = re.compile(
+    r"^(?P<front>(?:for|in|on|at|during|after|before|among|from|with|within|across|by)\b"
+    r"[^,?.!;]*),\s*(?P<rest>(?:what|which|who|whom|whose|when|where|why|how|is|are|was|were"
+    r"|do|does|did|can|could|should|would|will|list|show|give|find|return|count|name|tell)\b"
+    r".*?)(?P<end>[?.!]*)\s*$",
+    re.IGNORECASE | re.DOTALL,
+)
+
+
+def unfronted(text: str) -> str:
+    """``text`` with a phrase fronted before its question moved to the question's end, and
+    an instruction that opens a later sentence taken out (see above)."""
+    text = _LATER_FRAMING.sub(" ", text)
+    found = _FRONTED.match(text)
+    return text if found is None else f"{found['rest']} {found['front']}{found['end']}"

@@ -19,11 +19,11 @@ from ._framings import (
     _FEWEST,
     _FRAMINGS,
     _GENERIC_SUBJECT,
-    _LATER_FRAMING,
     _MANNER,
     _MOST,
     _PLACED,
     _POLITE,
+    unfronted,
 )
 
 __all__ = [
@@ -387,10 +387,7 @@ def request_terms(query: str, cached: str) -> tuple[list[str], list[str]] | None
     """The content words (in order of first use) of two short requests, as the strict guards
     compare them; ``None`` where the strict guards do not judge the pair (statements, or
     more than 12 content words in all); ``([], [])`` for two kinds of question."""
-    words, cached_words = (
-        _tokens(_LATER_FRAMING.sub(" ", query)),
-        _tokens(_LATER_FRAMING.sub(" ", cached)),
-    )
+    words, cached_words = _tokens(unfronted(query)), _tokens(unfronted(cached))
     if not (_is_request(query, words) or _is_request(cached, cached_words)):
         return None
     (kind, framed), (cached_kind, cached_framed) = _framed(words), _framed(cached_words)
@@ -416,7 +413,9 @@ def strict_rejection(query: str, cached: str) -> str | None:
     ("should I V" and "is it a good idea to V" ask for advice: another kind); "what is the
     meaning of X" asks "what does X mean"; "the difference between A and B" is that between
     B and A; "what time" asks "when"; "show me / list / give me / tell me / find / name X"
-    ask "what is X"; "what is the number of X" and "count the X" ask "how many X"; two words
+    ask "what is X" (as "return the X" and "what are some X" do, and such an instruction
+    opening a later sentence); "what is the number of X" and "count the X" ask "how many
+    X"; "the highest number of X" is "the most X"; a plural is its singular; two words
     joined by "and" / "or" are the same either way round. Framing words count as content
     anywhere else ("the best laptop" is not "a laptop"), and "the fastest way to V" is "V
     fast". Longer texts and statements are left to :func:`guard_rejection`.
