@@ -346,3 +346,92 @@ def test_a_small_index_finds_rows_without_a_dict_and_keeps_the_same_answers(
     assert index._rows is None
     assert index._live is None
     assert len(index) == 1
+
+
+def _ask(cache: ResponseCache, text: str, tenant: str) -> str | None:
+    hit = cache.lookup(
+        ChatRequest(messages=[Message(role="user", content=text)]), Scope(tenant=tenant)
+    )
+    return hit.response.text if hit is not None else None
+
+
+def _keep(cache: ResponseCache, text: str, answer: str, tenant: str) -> None:
+    request = ChatRequest(messages=[Message(role="user", content=text)])
+    assert cache.store(
+        request, ChatResponse(text=answer, finish_reason="stop"), Scope(tenant=tenant)
+    )
+
+
+def test_one_entry_partitions_share_a_pool_and_get_an_index_with_their_second_entry() -> None:
+    cache = ResponseCache()
+    _keep(cache, "how do I reset my password", "Use the link.", "a")
+    _keep(cache, "where is my parcel right now", "On its way.", "b")
+    assert not any(isinstance(index, VectorIndex) for index in cache._local.indexes.values())
+    assert cache._local._pool._end == 2  # two rows, no index of their own
+    assert _ask(cache, "how do i reset my password?", "a") == "Use the link."
+    assert _ask(cache, "how do i reset my password?", "b") is None  # another tenant's row
+    # a second entry for tenant a: its partition gets an index holding both entries
+    _keep(cache, "how do I cancel my subscription", "From your account page.", "a")
+    index = cache._local.indexes[cache._index_key(cache.keys(_request("x"), Scope(tenant="a")))]
+    assert isinstance(index, VectorIndex)
+    assert len(index) == 2
+    assert _ask(cache, "how do i reset my password?", "a") == "Use the link."
+    assert _ask(cache, "how do i cancel my subscription?", "a") == "From your account page."
+    assert _ask(cache, "where is my parcel right now?", "b") == "On its way."
+    assert cache._local._pool._free == [0]  # tenant a's pool row is free for the next one
+    _keep(cache, "what is the refund policy", "30 days.", "c")
+    assert cache._local._pool._free == []
+    assert cache._local._pool._end == 2
+
+
+def test_a_one_entry_partition_replaced_and_forgotten_frees_its_pool_row() -> None:
+    cache = ResponseCache(max_entries=1)
+    _keep(cache, "how do I reset my password", "Use the link.", "a")
+    _keep(cache, "how do I reset my password", "Use the new link.", "a")  # the same entry
+    assert _ask(cache, "how do i reset my password?", "a") == "Use the new link."
+    _keep(cache, "where is my parcel right now", "On its way.", "b")  # evicts tenant a's
+    assert len(cache._local.indexes) == 1
+    assert cache._local._pool._free == [0]
+    assert _ask(cache, "how do i reset my password?", "a") is None
+    assert _ask(cache, "where is my parcel right now?", "b") == "On its way."
+    cache.clear()
+    assert not cache._local.indexes
+    assert _ask(cache, "where is my parcel right now?", "b") is None
+
+
+def _request(text: str) -> ChatRequest:
+    return ChatRequest(messages=[Message(role="user", content=text)])
+
+
+def test_one_entry_partitions_promoted_while_searched_never_answer_with_another_row() -> None:
+    """Threads store each tenant's first and second entry (a pool row freed and taken again
+    by the next tenant) while others look the first question up: a lookup answers with its
+    own tenant's answer or misses, never with a row now holding another tenant's vector."""
+    import threading
+
+    cache = ResponseCache()
+    tenants = [f"t{i}" for i in range(120)]
+    wrong: list[str] = []
+
+    def writer() -> None:
+        for tenant in tenants:
+            _keep(cache, f"how do I reset the password of account {tenant}", tenant, tenant)
+            _keep(cache, f"what is the refund policy of shop {tenant}", f"{tenant}-r", tenant)
+
+    def reader() -> None:
+        for _ in range(3):
+            for tenant in tenants:
+                text = _ask(cache, f"how do i reset the password of account {tenant}?", tenant)
+                if text not in (None, tenant):
+                    wrong.append(f"{tenant}: {text}")
+
+    threads = [threading.Thread(target=writer)] + [
+        threading.Thread(target=reader) for _ in range(3)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert not any(thread.is_alive() for thread in threads)
+    assert wrong == []
+    assert all(_ask(cache, f"how do i reset the password of account {t}?", t) == t for t in tenants)
