@@ -1,9 +1,33 @@
 """Question framings for the strict guards (:mod:`llmguard_sdk.cache.guards`): how a
-request asks, as opposed to what it asks."""
+request asks, as opposed to what it asks. The module is private; its names are shared
+with :mod:`llmguard_sdk.cache.guards` and :mod:`llmguard_sdk.cache.verifier` only."""
 
 from __future__ import annotations
 
 import re
+
+__all__ = [
+    "DIFFERENCE",
+    "EMBEDDED_QUESTION",
+    "EMPHASIS",
+    "FEWEST",
+    "FRAMINGS",
+    "FRONTED",
+    "GENERIC_SUBJECT",
+    "GOOD",
+    "LATER_FRAMING",
+    "MANNER",
+    "MODAL",
+    "MOST",
+    "OF_GERUND",
+    "PLACED",
+    "POLITE",
+    "THE_WORD",
+    "TO_VERB",
+    "WAYS",
+    "WHO",
+    "unfronted",
+]
 
 # Question framings. A question's framing is how it asks, not what: "what is the best way
 # to V", "what are some good ways to V", "what are the steps to V", "what should I do to V"
@@ -14,55 +38,55 @@ import re
 # words ("best", "way", "steps", "possible") are dropped only in these positions, so "the
 # best laptop" keeps "best" and "learn Python fast" keeps "fast". A superlative of manner
 # stays as its adjective: "the fastest way to V" is "V fast", not "V".
-_WHO = r"(?:i|you|one|we|someone|somebody|people|a person)"
-_MODAL = r"(?:do|does|can|could|should|would|will|might|must|shall)"
-_MANNER = {"fastest": "fast", "quickest": "fast", "easiest": "easy", "simplest": "easy"}
-_MANNER |= {"cheapest": "cheap", "safest": "safe"}
-_GOOD = (
+WHO = r"(?:i|you|one|we|someone|somebody|people|a person)"
+MODAL = r"(?:do|does|can|could|should|would|will|might|must|shall)"
+MANNER = {"fastest": "fast", "quickest": "fast", "easiest": "easy", "simplest": "easy"}
+MANNER |= {"cheapest": "cheap", "safest": "safe"}
+GOOD = (
     r"(?:best|good|great|right|proper|correct|ideal|recommended|optimal|effective"
-    r"|most effective|" + "|".join(_MANNER) + ")"
+    r"|most effective|" + "|".join(MANNER) + ")"
 )
-_WAYS = r"(?:ways?|methods?|steps|process|procedure|approach(?:es)?)"
+WAYS = r"(?:ways?|methods?|steps|process|procedure|approach(?:es)?)"
 # "to" + a verb, not "to" + a noun phrase ("the way to the station"); "of" / "for" + a gerund.
-_TO_VERB = (
+TO_VERB = (
     r"(?:for (?P<subject>[a-z ]+?) )?to (?!(?:the|a|an|my|your|his|her|its|our|their|this"
     r"|that|these|those)\b)"
 )
-_OF_GERUND = r"(?:of|for) (?=\w+ing\b)"
-_THE_WORD = r"(?:the (?:word|term|phrase|expression|acronym|abbreviation) )?"
-_FRAMINGS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
+OF_GERUND = r"(?:of|for) (?=\w+ing\b)"
+THE_WORD = r"(?:the (?:word|term|phrase|expression|acronym|abbreviation) )?"
+FRAMINGS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
     (re.compile(pattern), kind)
     for pattern, kind in [
         # a method: "how do I V"
         (
             rf"^(?:what|which) (?:is |are |would be )?(?:some of the |the |a |an |some |any )?"
-            rf"(?P<good>{_GOOD} )?{_WAYS} (?:{_TO_VERB}|{_OF_GERUND}"
-            rf"|(?:that )?{_WHO} (?:can|could|should|might) )",
+            rf"(?P<good>{GOOD} )?{WAYS} (?:{TO_VERB}|{OF_GERUND}"
+            rf"|(?:that )?{WHO} (?:can|could|should|might) )",
             "general",
         ),
-        (rf"^what (?:{_MODAL}) {_WHO} (?:need to |have to )?do (?:in order )?to ", "general"),
-        (rf"^what steps (?:{_MODAL}) {_WHO} (?:need to |have to )?(?:take|follow) to ", "general"),
-        (rf"^how (?:{_MODAL}) {_WHO} (?:best |go about (?=\w+ing\b))", "general"),
+        (rf"^what (?:{MODAL}) {WHO} (?:need to |have to )?do (?:in order )?to ", "general"),
+        (rf"^what steps (?:{MODAL}) {WHO} (?:need to |have to )?(?:take|follow) to ", "general"),
+        (rf"^how (?:{MODAL}) {WHO} (?:best |go about (?=\w+ing\b))", "general"),
         # whether it can be done: "can I V"
-        (rf"^is it (?:at all )?possible {_TO_VERB}", "yes/no"),
-        (rf"^(?:is|are) there (?:a |any )?(?:{_GOOD} )?(?:ways?|methods?) {_TO_VERB}", "yes/no"),
-        (rf"^(?:am|are|is) {_WHO} able to ", "yes/no"),
+        (rf"^is it (?:at all )?possible {TO_VERB}", "yes/no"),
+        (rf"^(?:is|are) there (?:a |any )?(?:{GOOD} )?(?:ways?|methods?) {TO_VERB}", "yes/no"),
+        (rf"^(?:am|are|is) {WHO} able to ", "yes/no"),
         # advice: "should I V"
         (
             rf"^(?:is|would) it (?:be )?(?:a good idea|a wise idea|a smart idea|wise|advisable"
-            rf"|sensible) {_TO_VERB}",
+            rf"|sensible) {TO_VERB}",
             "yes/no should",
         ),
         (r"^is it worth (?:it )?(?:to |(?=\w+ing\b))", "yes/no should"),
         # what a word means; what an abbreviation stands for
-        (rf"^what (?:is |are )?(?:the )?(?:meaning|definition) of {_THE_WORD}", "meaning"),
-        (rf"^what (?:is )?meant by {_THE_WORD}", "meaning"),
-        (rf"^what do you mean by {_THE_WORD}", "meaning"),
-        (rf"^define {_THE_WORD}", "meaning"),
-        (rf"^what (?:does|do) {_THE_WORD}(?P<meant>.+) mean$", "meaning"),
-        (rf"^what (?:does|do) {_THE_WORD}(?P<meant>.+) stand for$", "expansion"),
-        (rf"^what (?:is |are )?{_THE_WORD}(?P<meant>.+) short for$", "expansion"),
-        (rf"^what (?:is |are )?the full (?:form|name) of {_THE_WORD}", "expansion"),
+        (rf"^what (?:is |are )?(?:the )?(?:meaning|definition) of {THE_WORD}", "meaning"),
+        (rf"^what (?:is )?meant by {THE_WORD}", "meaning"),
+        (rf"^what do you mean by {THE_WORD}", "meaning"),
+        (rf"^define {THE_WORD}", "meaning"),
+        (rf"^what (?:does|do) {THE_WORD}(?P<meant>.+) mean$", "meaning"),
+        (rf"^what (?:does|do) {THE_WORD}(?P<meant>.+) stand for$", "expansion"),
+        (rf"^what (?:is |are )?{THE_WORD}(?P<meant>.+) short for$", "expansion"),
+        (rf"^what (?:is |are )?the full (?:form|name) of {THE_WORD}", "expansion"),
         # a count: "what is the number of X", "count the X", "tell me the number of X" ask
         # "how many X"; "what is the amount of X" asks "how much X"
         (
@@ -90,22 +114,22 @@ _FRAMINGS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
     ]
 )
 # "How should one V", "can someone V": a generic subject is "you" (a function word).
-_GENERIC_SUBJECT = re.compile(
-    rf"^((?:how |what |why |when |where )?{_MODAL} )(?:one|someone|somebody|a person)\b"
+GENERIC_SUBJECT = re.compile(
+    rf"^((?:how |what |why |when |where )?{MODAL} )(?:one|someone|somebody|a person)\b"
 )
 # "Can you summarize ...?" is the instruction "Summarize ..."; "Explain how X works" is the
 # question "How does X work?".
-_POLITE = re.compile(
+POLITE = re.compile(
     r"^(?:can|could|would|will) you (?:please )?(?=(?:explain|write|summarize|summarise|"
     r"translate|describe|list|define|compare|suggest|recommend|draft|rewrite|tell me|give me|"
     r"show me|help me)\b)"
 )
-_EMBEDDED_QUESTION = re.compile(
+EMBEDDED_QUESTION = re.compile(
     r"^(?:please )?(?:explain|describe|tell me|show me) (?=(?:what|how|why|when|where|who|which)\b)"
 )
 # Two things compared either way round: "the difference between A and B", "how is B
 # different from A".
-_DIFFERENCE = (
+DIFFERENCE = (
     re.compile(
         r"^(?:what|which) (?:is |are )?(?:the )?(?:main |key )?differences? between "
         r"(?P<a>.+?) and (?P<b>.+)$"
@@ -117,21 +141,21 @@ _DIFFERENCE = (
     ),
 )
 # Adverbs that only stress a question: "what exactly is ...", "does it really work".
-_EMPHASIS = frozenset({"really", "actually", "exactly", "basically"})
+EMPHASIS = frozenset({"really", "actually", "exactly", "basically"})
 # "The highest number of X" is "the most X", "the lowest number of X" "the fewest X".
-_MOST = re.compile(r"\b(?:highest|largest|greatest|biggest|most) (?:number|amount) of\b")
-_FEWEST = re.compile(r"\b(?:lowest|smallest|least|fewest) number of\b")
+MOST = re.compile(r"\b(?:highest|largest|greatest|biggest|most) (?:number|amount) of\b")
+FEWEST = re.compile(r"\b(?:lowest|smallest|least|fewest) number of\b")
 # "Where is X located?" asks "Where is X?".
-_PLACED = frozenset({"located", "situated"})
+PLACED = frozenset({"located", "situated"})
 # An instruction that frames a later sentence: "Which country has the most makers? List its
 # name." asks for the name of the country.
-_LATER_FRAMING = re.compile(
+LATER_FRAMING = re.compile(
     r"(?<=[.?!;])\s+(?:please\s+)?(?:list|show|give|return|tell|find)(?:\s+(?:me|us))?\b",
     re.IGNORECASE,
 )
 # A phrase fronted before a question, set off by a comma, qualifies it where it stands at
 # its end: "In 1980, how many cars were made?" asks "How many cars were made in 1980?".
-_FRONTED = re.compile(
+FRONTED = re.compile(
     r"^(?P<front>(?:for|in|on|at|during|after|before|among|from|with|within|across|by)\b"
     r"[^,?.!;]*),\s*(?P<rest>(?:what|which|who|whom|whose|when|where|why|how|is|are|was|were"
     r"|do|does|did|can|could|should|would|will|list|show|give|find|return|count|name|tell)\b"
@@ -143,6 +167,6 @@ _FRONTED = re.compile(
 def unfronted(text: str) -> str:
     """``text`` with a phrase fronted before its question moved to the question's end, and
     an instruction that opens a later sentence taken out (see above)."""
-    text = _LATER_FRAMING.sub(" ", text)
-    found = _FRONTED.match(text)
+    text = LATER_FRAMING.sub(" ", text)
+    found = FRONTED.match(text)
     return text if found is None else f"{found['rest']} {found['front']}{found['end']}"

@@ -13,16 +13,16 @@ import re
 from collections.abc import Callable
 
 from ._framings import (
-    _DIFFERENCE,
-    _EMBEDDED_QUESTION,
-    _EMPHASIS,
-    _FEWEST,
-    _FRAMINGS,
-    _GENERIC_SUBJECT,
-    _MANNER,
-    _MOST,
-    _PLACED,
-    _POLITE,
+    DIFFERENCE,
+    EMBEDDED_QUESTION,
+    EMPHASIS,
+    FEWEST,
+    FRAMINGS,
+    GENERIC_SUBJECT,
+    MANNER,
+    MOST,
+    PLACED,
+    POLITE,
     unfronted,
 )
 
@@ -301,17 +301,17 @@ def _acronym(word: str) -> bool:
 def _framed(words: list[str]) -> tuple[str, list[str]]:
     """The intent of a request (a kind of question, as :func:`_question_kind` names them,
     or ``meaning`` / ``expansion``) and its words without the framing."""
-    words = [w for w in words if w not in _EMPHASIS]
-    text = _GENERIC_SUBJECT.sub(r"\1you", " ".join(words))
-    text = _EMBEDDED_QUESTION.sub("", _POLITE.sub("", text))
-    text = _FEWEST.sub("fewest", _MOST.sub("most", text))
-    for pattern in _DIFFERENCE:
+    words = [w for w in words if w not in EMPHASIS]
+    text = GENERIC_SUBJECT.sub(r"\1you", " ".join(words))
+    text = EMBEDDED_QUESTION.sub("", POLITE.sub("", text))
+    text = FEWEST.sub("fewest", MOST.sub("most", text))
+    for pattern in DIFFERENCE:
         found = pattern.match(text)
         if found is not None:
             a, b = found["a"].split(), found["b"].split()
             first, second = sorted((a, b), key=lambda part: _strict_terms(part))
             return "general", ["difference", *first, "and", *second]
-    for pattern, kind in _FRAMINGS:
+    for pattern, kind in FRAMINGS:
         found = pattern.match(text)
         if found is None:
             continue
@@ -319,14 +319,14 @@ def _framed(words: list[str]) -> tuple[str, list[str]]:
         if groups.get("meant") is not None:
             return kind, groups["meant"].split()
         rest = [*(groups.get("subject") or "").split(), *text[found.end() :].split()]
-        manner = _MANNER.get((groups.get("good") or "").strip())
+        manner = MANNER.get((groups.get("good") or "").strip())
         return kind, [*rest, manner] if manner else rest
     words = text.split()
     kind = _question_kind(words)
     if kind.startswith("how "):  # "how many": the kind carries "many", as a framing would
         at = words.index("how")
         return kind, words[: at + 1] + words[at + 2 :]
-    return kind, [w for w in words if w not in _PLACED] if kind == "where" else words
+    return kind, [w for w in words if w not in PLACED] if kind == "where" else words
 
 
 def _question_kind(words: list[str]) -> str:

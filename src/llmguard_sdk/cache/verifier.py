@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 
 from .._lazy import np
 from ..errors import ConfigurationError
-from ._framings import _MANNER
+from ._framings import MANNER
 from .guards import request_terms, term_of
 
 if TYPE_CHECKING:
@@ -132,7 +132,7 @@ class ParaphraseVerifier:
             if term is not None and term not in found:
                 vector = states[position : position + pieces].mean(axis=0)
                 found[term] = vector / (float(np.linalg.norm(vector)) or 1.0)
-                manner = _MANNER.get(word.lower())  # "the fastest way to V" is "V fast"
+                manner = MANNER.get(word.lower())  # "the fastest way to V" is "V fast"
                 if manner is not None:
                     found.setdefault(manner, found[term])
             position += pieces
