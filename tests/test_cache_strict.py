@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from llmguard_sdk.cache import HashingEmbedder, Pair, ResponseCache, calibrate
+from llmguard_sdk.cache._framings import listed, of_inverted
 from llmguard_sdk.cache.guards import (
     AGREED_ALLOWANCE,
     guard_rejection,
@@ -76,6 +77,22 @@ Are some books on economics good? | Are books on economics good? | term
 In 1980, how many cars were made? | How many cars were made? | term
 In Paris, how do I rent a car? | In Rome, how do I rent a car? | term
 From Oslo, how many flights go to Rome? | From Rome, how many flights go to Oslo? | order
+# a list in another order is the same list, not another set of words
+What are the name, age and country of X? | What are the name, age and city of X? | term
+# "the N of the M" is "M N" only where "N" opens a noun phrase
+What do you think of Python? | What does Python think of you? | order
+What is the capital of France? | What is the capital of Spain? | term
+# inflections agree, but a final "e" after a short syllable keeps two words apart
+How do I plan a trip? | How do I plane a trip? | term
+What is the best car for a family? | What is the best care for a family? | term
+Which languages are spoken in France? | Which languages are written in France? | term
+# an embedded question keeps what it asks
+Do you know why the sky is blue? | Why is the sea blue? | term
+Do you know Python? | What is Python? | question_kind
+# a measure asked another way keeps its kind and its object
+What is the age of the universe? | How old is the earth? | term
+What is the age of the universe? | How long is the universe? | question_kind
+What is the price of a ticket to Paris? | How much does a ticket to Rome cost? | term
 """
 )
 
@@ -148,6 +165,31 @@ For each stadium, how many concerts are there? | How many concerts are there for
 # "what are some X" asks for X
 What are some good books on economics? | What are good books on economics?
 What are some of the causes of high blood pressure? | What are the causes of high blood pressure?
+# a list of words joined by commas and "and" / "or" in any order
+What are the name, age and country of a singer? | What are the country, name, and age of a singer?
+List the first, middle and last name of Bo. | List the last, first and middle name of Bo.
+# "the N of the M" is "M N" or "M's N"
+What is the capital of France? | What is France's capital?
+What are the causes of inflation? | What causes inflation?
+Show the names of the stadiums without any concert. | Show the stadium names without any concert.
+What are the first names of the students? | What are the students' first names?
+What is the most common citizenship of singers? | What is the most common singer citizenship?
+# inflections: "-ed" / "-ing" read as Porter's stemmer reads them, and irregular forms
+Which languages are spoken in France? | Which languages do they speak in France?
+Who wrote Hamlet? | Who has written Hamlet?
+What is the dog named Max? | What is the dog with the name Max?
+Which cities do the employees live in? | Which cities are the employees living in?
+Which tools are used for testing? | Which tools do you use for testing?
+Which trains stopped at Oxford? | Which trains stop at Oxford?
+# an embedded question asks the question it embeds
+Do you know how I can learn Python? | How can I learn Python?
+I would like to know why the sky is blue. | Why is the sky blue?
+Can you tell me where the station is? | Where is the station?
+# a measure asked another way
+What is the age of the universe? | How old is the universe?
+Tell me the height of Mount Everest. | How tall is Mount Everest?
+What is the length of the Nile? | How long is the Nile?
+What is the price of a ticket to Paris? | How much does a ticket to Paris cost?
 """
 )
 
@@ -245,3 +287,33 @@ def test_calibration_counts_the_pairs_the_cache_would_serve() -> None:
     loose_row = calibrate(pairs, strict=False, thresholds=[above_both])[0]
     assert (strict_row.tp, strict_row.fn) == (1, 1)  # the framing, served by agreement
     assert (loose_row.tp, loose_row.fn) == (0, 2)
+
+
+def test_list_commas_read_as_and_only_inside_a_list() -> None:
+    def is_content(word: str) -> bool:
+        return word.lower() not in {"i", "will", "a", "the", "if"}
+
+    assert listed("the name, age and city", is_content) == "the name and age and city"
+    assert listed("the name, age, and city", is_content) == "the name and age, and city"
+    assert listed("1,000 or 2,000 cars", is_content) == "1,000 or 2,000 cars"
+    text = "If I learn Python, will I get a job and a car?"
+    assert listed(text, is_content) == text  # "will" is no list item
+    assert listed("Paris, Rome. Oslo and Bergen", is_content) == "Paris, Rome. Oslo and Bergen"
+
+
+def test_of_phrases_read_as_compounds_where_a_noun_phrase_opens() -> None:
+    def is_content(word: str) -> bool:
+        return word not in {"the", "of", "what", "is", "do", "you", "and"}
+
+    words = ["what", "is", "the", "name", "and", "age", "of", "the", "singer"]
+    assert of_inverted(words, is_content) == ["what", "is", "the", "singer", "name", "and", "age"]
+    words = ["the", "most", "common", "citizenship", "of", "singers"]
+    assert of_inverted(words, is_content, head_only=True) == [
+        "the",
+        "most",
+        "common",
+        "singers",
+        "citizenship",
+    ]
+    words = ["what", "do", "you", "think", "of", "python"]
+    assert of_inverted(words, is_content) == words  # "think" opens no noun phrase

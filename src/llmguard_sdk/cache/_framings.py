@@ -5,8 +5,10 @@ with :mod:`llmguard_sdk.cache.guards` and :mod:`llmguard_sdk.cache.verifier` onl
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 __all__ = [
+    "ASK_THE",
     "DIFFERENCE",
     "EMBEDDED_QUESTION",
     "EMPHASIS",
@@ -26,6 +28,8 @@ __all__ = [
     "TO_VERB",
     "WAYS",
     "WHO",
+    "listed",
+    "of_inverted",
     "unfronted",
 ]
 
@@ -54,6 +58,11 @@ TO_VERB = (
 )
 OF_GERUND = r"(?:of|for) (?=\w+ing\b)"
 THE_WORD = r"(?:the (?:word|term|phrase|expression|acronym|abbreviation) )?"
+# "What is the X of", and the instructions that ask it: "tell me / show me / give me the X of"
+ASK_THE = (
+    r"^(?:(?:what|which) (?:is|was|are|were)|(?:please )?(?:show|give|tell|find|return)"
+    r"(?: me| us)?) (?:the )?"
+)
 FRAMINGS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
     (re.compile(pattern), kind)
     for pattern, kind in [
@@ -100,6 +109,13 @@ FRAMINGS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
             "how many",
         ),
         (r"^(?:please )?count (?:the |all (?:the )?)?(?:number of )?(?=\w)", "how many"),
+        # a measure asked another way: "what is the age of X" asks "how old is X", "the
+        # height of X" "how tall", "the length of X" "how long"; "the cost / price of X" asks
+        # "how much does X cost" (its "cost" stays a content word)
+        (rf"{ASK_THE}ages? of ", "how old"),
+        (rf"{ASK_THE}heights? of ", "how tall"),
+        (rf"{ASK_THE}lengths? of ", "how long"),
+        (rf"{ASK_THE}(?P<cost>cost|price)s? of ", "how much"),
         # "some" only softens a question for a list: "what are some good books" asks "what
         # are good books" ("are some books good" keeps it)
         (r"^(?:what|which) are some (?:of (?:the )?)?(?=\w)", "general"),
@@ -124,8 +140,12 @@ POLITE = re.compile(
     r"translate|describe|list|define|compare|suggest|recommend|draft|rewrite|tell me|give me|"
     r"show me|help me)\b)"
 )
+# "Do you know how ...?", "I want to know why ...", "I wonder where ..." frame the question
+# they embed (contractions are cut: "I'd like to know" reads "i like to know").
 EMBEDDED_QUESTION = re.compile(
-    r"^(?:please )?(?:explain|describe|tell me|show me) (?=(?:what|how|why|when|where|who|which)\b)"
+    r"^(?:please )?(?:explain|describe|tell me|show me|do you know|does (?:anyone|anybody) know"
+    r"|i (?:would |do |really )?(?:want|wanted|need|like) to know|i (?:am |was )?wonder(?:ing)?)"
+    r" (?=(?:what|how|why|when|where|who|which)\b)"
 )
 # Two things compared either way round: "the difference between A and B", "how is B
 # different from A".
@@ -170,3 +190,135 @@ def unfronted(text: str) -> str:
     text = LATER_FRAMING.sub(" ", text)
     found = FRONTED.match(text)
     return text if found is None else f"{found['rest']} {found['front']}{found['end']}"
+
+
+# A list read in another order asks for the same things: "the name, age and country of X"
+# is "the country, name and age of X". A comma between two content words in a sentence
+# whose list ends with "and" / "or" reads as "and" ("1,000" and "If I go, will I ..." stay).
+_LIST_COMMA = re.compile(r"(?<=[A-Za-z0-9])\s*,\s+(?=[A-Za-z0-9])")
+_SENTENCE = re.compile(r"[^.?!;:]+[.?!;:]*")
+_CONJUNCTION = re.compile(r"\b(?:and|or)\b", re.IGNORECASE)
+_EDGE_WORD = re.compile(r"[A-Za-z0-9]+")
+
+
+def listed(text: str, is_content: Callable[[str], bool]) -> str:
+    """``text`` with the commas of its lists ("A, B and C") written as "and" (see above)."""
+
+    def sentence(found: re.Match[str]) -> str:
+        part = found.group(0)
+        ends = [m.start() for m in _CONJUNCTION.finditer(part)]
+        if not ends:
+            return part
+
+        def comma(at: re.Match[str]) -> str:
+            before = _EDGE_WORD.findall(part[: at.start()])[-1:]
+            after = _EDGE_WORD.findall(part[at.end() :])[:1]
+            if not (at.start() < ends[-1] and before and after):
+                return at.group(0)
+            if after[0].lower() in ("and", "or"):
+                return at.group(0)
+            listing = is_content(before[0]) and is_content(after[0])
+            return " and " if listing else at.group(0)
+
+        return _LIST_COMMA.sub(comma, part)
+
+    return _SENTENCE.sub(sentence, text)
+
+
+# "The N of the M" names what "the M N" and "M's N" name: "the name of the country" is "the
+# country name" ("the country's name"), "the capital of France" "France's capital". Read
+# only where "N" opens a noun phrase (after a determiner, "is" / "are" or at the start), so
+# "think of Python" is not "Python think".
+_DETERMINERS = frozenset(
+    [
+        "the",
+        "a",
+        "an",
+        "all",
+        "each",
+        "every",
+        "this",
+        "that",
+        "these",
+        "those",
+        "his",
+        "her",
+        "its",
+        "their",
+        "my",
+        "your",
+        "our",
+    ]
+)
+_OPENS_NOUN_PHRASE = _DETERMINERS | {"is", "are", "was", "were"}
+# Prepositions and negations end the noun phrase "M" ("the names of the stadiums without
+# any concert": "the stadiums", not "the stadiums without").
+_PHRASE_ENDS = frozenset(
+    [
+        "without",
+        "within",
+        "below",
+        "above",
+        "under",
+        "over",
+        "between",
+        "through",
+        "during",
+        "before",
+        "after",
+        "per",
+        "across",
+        "along",
+        "near",
+        "against",
+        "among",
+        "except",
+        "via",
+        "versus",
+        "since",
+        "until",
+        "toward",
+        "towards",
+        "behind",
+        "beyond",
+        "around",
+        "not",
+        "no",
+    ]
+)
+
+
+def of_inverted(
+    words: list[str], is_content: Callable[[str], bool], *, head_only: bool = False
+) -> list[str]:
+    """``words`` with each "N of the M" (N: content words, maybe joined by "and" / "or"; M:
+    content words) written "M N" (see above); with ``head_only``, only the last word of N
+    follows M ("the most common citizenship of singers" is "the most common singer
+    citizenship")."""
+    words = list(words)
+    at = 0
+    while "of" in words[at:]:
+        of = words.index("of", at)
+        at = of + 1
+        start = of
+        while start > 0 and (
+            is_content(words[start - 1])
+            or (words[start - 1] in ("and", "or") and start < of and start > 1)
+        ):
+            start -= 1
+        if start == of or not is_content(words[start]):
+            continue
+        if start > 0 and words[start - 1] not in _OPENS_NOUN_PHRASE:
+            continue
+        start = of - 1 if head_only else start
+        begin = of + 1
+        while begin < len(words) and words[begin] in _DETERMINERS:
+            begin += 1
+        end = begin
+        while end < len(words) and is_content(words[end]) and words[end] not in _PHRASE_ENDS:
+            end += 1
+        if end == begin:
+            continue
+        words[start:end] = words[begin:end] + words[start:of]
+        at = start + (end - begin) + (of - start)
+    return words

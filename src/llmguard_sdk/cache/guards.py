@@ -23,6 +23,8 @@ from ._framings import (
     MOST,
     PLACED,
     POLITE,
+    listed,
+    of_inverted,
     unfronted,
 )
 
@@ -179,22 +181,76 @@ def _entities(text: str) -> set[str]:
     return {e for e in found if not e.isdigit()}
 
 
+# Irregular past forms and participles of common verbs, read as the verb ("spoken" is
+# "speak", "made" is "make"); forms that are also common other words ("left", "found",
+# "bit", "drunk", "shot") are not listed.
+_IRREGULAR = dict(
+    re.findall(
+        r"(\w+):(\w+)",
+        "spoke:speak spoken:speak wrote:write written:write made:make went:go gone:go "
+        "got:get gotten:get took:take taken:take gave:give given:give came:come saw:see "
+        "seen:see knew:know known:know grew:grow grown:grow drew:draw drawn:draw threw:throw "
+        "thrown:throw flew:fly flown:fly ate:eat eaten:eat drove:drive driven:drive rode:ride "
+        "ridden:ride rose:rise risen:rise chose:choose chosen:choose broke:break broken:break "
+        "froze:freeze frozen:freeze stole:steal stolen:steal forgot:forget forgotten:forget "
+        "began:begin begun:begin ran:run won:win sold:sell told:tell bought:buy brought:bring "
+        "thought:think taught:teach caught:catch fought:fight sought:seek held:hold "
+        "built:build sent:send spent:spend lent:lend meant:mean felt:feel kept:keep lost:lose "
+        "paid:pay said:say met:meet understood:understand wore:wear worn:wear hidden:hide "
+        "shook:shake shaken:shake sang:sing sung:sing swam:swim heard:hear became:become "
+        "slept:sleep dealt:deal created:create creating:create",
+    )
+)
+_VOWEL = re.compile(r"[aeiou]|(?<=[^aeiou])y")
+
+
+def _measure(stem: str) -> int:
+    """Porter's measure: how many vowel-consonant sequences ``stem`` has."""
+    pattern = "".join("v" if _VOWEL.match(stem, i) else "c" for i in range(len(stem)))
+    return len(re.findall(r"v+c+", pattern))
+
+
+def _short_syllable(stem: str) -> bool:
+    """Ends consonant-vowel-consonant, the last not w, x or y ("hop", "nam", "liv")."""
+    tail = "".join("v" if _VOWEL.match(stem, i) else "c" for i in range(len(stem)))[-3:]
+    return tail == "cvc" and stem[-1] not in "wxy"
+
+
+def _unsuffixed(word: str) -> str:
+    """``word`` without "-ed" / "-ing", as Porter's step 1b restores it: "stopped" is
+    "stop", "named" "name", "living" "live", "enabled" "enable"; the rest must hold a vowel
+    ("bed", "sing" and "string" stay)."""
+    for suffix in ("ing", "ed"):
+        rest = word[: -len(suffix)]
+        if word.endswith(suffix) and len(rest) >= 2 and _VOWEL.search(rest):
+            if len(rest) >= 4 and rest[-1] == rest[-2] and rest[-1] not in "aeioulsfz":
+                return rest[:-1]  # "stopp", "runn"
+            if len(rest) >= 5 and rest.endswith(("at", "bl", "iz", "is")):
+                return rest + "e"  # "updat", "enabl", "organiz"
+            return rest + "e" if _measure(rest) == 1 and _short_syllable(rest) else rest
+    return word
+
+
 def _stem(word: str) -> str:
     """A light suffix stripper: "preprocessed", "preprocesses", "preprocess" agree, and so
     do "country" / "countries", "car" / "cars", "id" / "ids" (a plural of three letters
-    only after a consonant: "gas", "yes" and "bus" stay)."""
+    only after a consonant: "gas", "yes" and "bus" stay), "use" / "used" / "using", "name"
+    / "named", "stop" / "stopped", "speak" / "spoken"; "plan" / "plane" and "car" / "care"
+    stay apart (a final "e" after a short syllable is kept, as Porter's stemmer keeps it)."""
+    word = _IRREGULAR.get(word, word)
     if len(word) > 5 and word.endswith(("sses", "shes", "ches", "xes", "zes")):
         return word[:-2]
     plural = len(word) > 3 or (len(word) == 3 and word[1] not in "aeiouy")
     if plural and word.endswith("s") and not word.endswith(("ss", "us", "is")):
         word = word[:-1]
-    for suffix in ("ing", "ed"):
-        if len(word) > len(suffix) + 3 and word.endswith(suffix):
-            word = word[: -len(suffix)]
-            break
+    word = _unsuffixed(word)
     # "countri": "country", "countries" (from "countrie"), "studied"; not "key", "die"
     if len(word) > 3 and (word.endswith("ie") or (word[-1] == "y" and word[-2] not in "aeiou")):
         return word[:-2] + "i" if word.endswith("ie") else word[:-1] + "i"
+    if word.endswith("e") and len(word) > 2:  # "use", "change", "compare"; not "plane"
+        rest = word[:-1]
+        if _measure(rest) > 1 or (_measure(rest) == 1 and not _short_syllable(rest)):
+            return rest
     return word
 
 
@@ -320,7 +376,8 @@ def _framed(words: list[str]) -> tuple[str, list[str]]:
             return kind, groups["meant"].split()
         rest = [*(groups.get("subject") or "").split(), *text[found.end() :].split()]
         manner = MANNER.get((groups.get("good") or "").strip())
-        return kind, [*rest, manner] if manner else rest
+        extra = "cost" if groups.get("cost") else manner  # "the price of X": "X cost"
+        return kind, [*rest, extra] if extra else rest
     words = text.split()
     kind = _question_kind(words)
     if kind.startswith("how "):  # "how many": the kind carries "many", as a framing would
@@ -355,23 +412,36 @@ def _is_request(text: str, words: list[str]) -> bool:
     return bool(words) and (words[0] in _REQUEST_VERBS or words[0] in _WH or words[0] in _AUX)
 
 
-# Determiners between "of" and its noun ("the name of the city").
-def _strict_terms(words: list[str]) -> list[str]:
-    """Content words in order of first use (stemmed), for the strict guards; two words joined
-    by "and" / "or" in a fixed order ("minimum and maximum" is "maximum and minimum")."""
+def _strict_terms(words: list[str], *, inverted: str = "") -> list[str]:
+    """Content words in order of first use (stemmed), for the strict guards, the words of a
+    list joined by "and" / "or" in a fixed order ("minimum and maximum" is "maximum and
+    minimum", "name, age and city" is "age, city and name"); ``inverted`` ``"all"``: "the
+    N of the M" read as "M N", ``"head"``: "the A N of the M" read as "A M N"."""
+    if inverted:
+        words = of_inverted(words, _is_content, head_only=inverted == "head")
     kept = [term_of(w) for w in words]
+    group = list(range(len(kept)))  # each word's list: the position of its first item
     for i, word in enumerate(words):
         if word not in ("and", "or"):
             continue
         # the content words next to the conjunction, function words skipped ("X and their Y")
         left = next((j for j in range(i - 1, -1, -1) if kept[j] is not None), None)
         right = next((j for j in range(i + 1, len(kept)) if kept[j] is not None), None)
-        if left is None or right is None:
-            continue
-        first, second = kept[left], kept[right]
-        if first is not None and second is not None and first > second:
-            kept[left], kept[right] = second, first
+        if left is not None and right is not None:
+            group[right] = group[left]
+    items: dict[int, list[int]] = {}
+    for position, first in enumerate(group):
+        items.setdefault(first, []).append(position)
+    for positions in items.values():
+        ordered = sorted(t for t in (kept[p] for p in positions) if t is not None)
+        if len(ordered) == len(positions) > 1:
+            for position, term in zip(positions, ordered, strict=True):
+                kept[position] = term
     return list(dict.fromkeys(t for t in kept if t is not None))
+
+
+def _is_content(word: str) -> bool:
+    return term_of(word) is not None
 
 
 def term_of(word: str) -> str | None:
@@ -387,7 +457,8 @@ def request_terms(query: str, cached: str) -> tuple[list[str], list[str]] | None
     """The content words (in order of first use) of two short requests, as the strict guards
     compare them; ``None`` where the strict guards do not judge the pair (statements, or
     more than 12 content words in all); ``([], [])`` for two kinds of question."""
-    words, cached_words = _tokens(unfronted(query)), _tokens(unfronted(cached))
+    words = _tokens(listed(unfronted(query), _is_content))
+    cached_words = _tokens(listed(unfronted(cached), _is_content))
     if not (_is_request(query, words) or _is_request(cached, cached_words)):
         return None
     (kind, framed), (cached_kind, cached_framed) = _framed(words), _framed(cached_words)
@@ -396,6 +467,26 @@ def request_terms(query: str, cached: str) -> tuple[list[str], list[str]] | None
         return None
     if not _compatible(kind, cached_kind):
         return [], []
+    return _in_one_order(terms, framed, cached_terms, cached_framed)
+
+
+def _in_one_order(
+    terms: list[str], framed: list[str], cached_terms: list[str], cached_framed: list[str]
+) -> tuple[list[str], list[str]]:
+    """Both sides' terms, each as written or with "the N of the M" read as "M N" (or "the A
+    N of the M" as "A M N"), in the first of these readings where the words both share come
+    in the same order ("the causes of inflation" / "what causes inflation", "the capital of
+    France" / "France's capital")."""
+    readings = [terms, *(_strict_terms(framed, inverted=how) for how in ("all", "head"))]
+    cached_readings = [
+        cached_terms,
+        *(_strict_terms(cached_framed, inverted=how) for how in ("all", "head")),
+    ]
+    for mine in readings:
+        for theirs in cached_readings:
+            shared = set(mine) & set(theirs)
+            if [t for t in mine if t in shared] == [t for t in theirs if t in shared]:
+                return mine, theirs
     return terms, cached_terms
 
 
@@ -416,7 +507,11 @@ def strict_rejection(query: str, cached: str) -> str | None:
     ask "what is X" (as "return the X" and "what are some X" do, and such an instruction
     opening a later sentence); "what is the number of X" and "count the X" ask "how many
     X"; "the highest number of X" is "the most X"; a plural is its singular; two words
-    joined by "and" / "or" are the same either way round. Framing words count as content
+    joined by "and" / "or" are the same either way round, and so are the items of a list ("A,
+    B and C"); "the N of the M" may read "M N" ("the capital of France" / "France's
+    capital"); "-ed" / "-ing" forms and irregular verbs are their verb ("spoken" / "speak");
+    "do you know how ..." asks "how ..."; "what is the age / height / length / price of X"
+    asks "how old / tall / long / much". Framing words count as content
     anywhere else ("the best laptop" is not "a laptop"), and "the fastest way to V" is "V
     fast". Longer texts and statements are left to :func:`guard_rejection`.
     """
