@@ -3,12 +3,17 @@ what reaches the server is what ``client.stream`` sent, cookies and query parame
 
 from __future__ import annotations
 
+import socket
 import time
 
 import anyio
+import httpx
+import httpx2
 import pytest
 
 from llmguard_sdk import ChatRequest, OpenAICompatibleProvider
+from llmguard_sdk.errors import ProviderUnavailableError
+from llmguard_sdk.providers._requests import Pool
 from llmguard_sdk.testing import FakeProvider, Fault
 
 LIBRARIES = ["sync", "httpx2", "httpx"]
@@ -81,3 +86,80 @@ def test_the_call_headers_override_the_provider_headers_and_queries_reach_the_ur
     assert second.path.endswith("/chat/completions?api-version=2024-10-21")
     assert second.headers["authorization"] == "Bearer sk-test"
     provider.close()
+
+
+def _pool(provider: OpenAICompatibleProvider, library: str) -> Pool:
+    """The pool a call of ``library`` uses (an async one made on a throwaway loop)."""
+    if library == "sync":
+        return provider._sync_pool()
+    provider._async_library = library  # type: ignore[assignment]
+
+    async def make() -> Pool:
+        return provider._new_async_client()
+
+    return anyio.run(make)
+
+
+@pytest.mark.parametrize("library", LIBRARIES)
+def test_requests_go_to_the_providers_own_transport_without_proxies_in_the_environment(
+    fake: FakeProvider, library: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.delenv("all_proxy", raising=False)
+    provider = OpenAICompatibleProvider(fake.base_url, name="p", max_connections=3)
+    pool = _pool(provider, library)
+    module = httpx if library in ("sync", "httpx") else httpx2
+    kind = module.HTTPTransport if library == "sync" else module.AsyncHTTPTransport
+    assert isinstance(pool.transport, kind)  # made here, with the pool's limits
+    assert pool.transport._pool._max_connections == 3
+    _two_calls(provider, library, [_request(), _request()], stream=False)
+    assert len(fake.requests) == 2
+
+
+@pytest.mark.parametrize("library", LIBRARIES)
+def test_with_proxies_in_the_environment_the_client_sends_and_honours_no_proxy(
+    fake: FakeProvider, library: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The client resolves proxies itself: here every proxy is a closed port, and only
+    NO_PROXY for the loopback address lets the calls through."""
+    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")
+    monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:9")
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    provider = OpenAICompatibleProvider(fake.base_url, name="p")
+    assert _pool(provider, library).transport is None
+    _two_calls(provider, library, [_request(), _request()], stream=True)
+    assert len(fake.requests) == 2
+    monkeypatch.setenv("NO_PROXY", "example.invalid")  # now the loopback goes to the proxy
+    proxied = OpenAICompatibleProvider(fake.base_url, name="p")
+    with pytest.raises(ProviderUnavailableError):
+        _two_calls(proxied, library, [_request()], stream=False)
+    assert len(fake.requests) == 2
+
+
+@pytest.mark.parametrize("library", LIBRARIES)
+def test_a_connection_error_from_the_transport_names_its_request(library: str) -> None:
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    provider = OpenAICompatibleProvider(f"http://127.0.0.1:{port}/v1", name="p")
+    with pytest.raises(ProviderUnavailableError) as caught:
+        _two_calls(provider, library, [_request()], stream=False)
+    cause = caught.value.__cause__
+    assert cause is not None
+    assert cause.request.url == f"http://127.0.0.1:{port}/v1/chat/completions"  # type: ignore[attr-defined]
+
+
+def test_a_closed_pool_refuses_to_send_and_the_provider_opens_a_new_one(
+    fake: FakeProvider,
+) -> None:
+    provider = OpenAICompatibleProvider(fake.base_url, name="p")
+    pool = provider._sync_pool()
+    provider.close()
+    built = provider._build(
+        pool.client, _request(), "m", stream=False, deadline=time.monotonic() + 5
+    )
+    with pytest.raises(RuntimeError, match="closed"):
+        pool.send(built)
+    assert provider.complete(_request(), model="m", deadline=time.monotonic() + 5).text
+    assert provider._sync_pool() is not pool

@@ -51,7 +51,7 @@ from ..errors import (
 from ..models import ChatRequest, ChatResponse, StreamChunk
 from ..ratelimit._rules import LimitsConfig, normalize
 from ..telemetry.redaction import register_secret
-from ._requests import RequestBuilder
+from ._requests import Pool, RequestBuilder, own_transport
 from ._watchdog import watchdog
 from .base import StreamCall, _Streams
 from .wire import (
@@ -143,7 +143,7 @@ class OpenAICompatibleProvider(_Streams):
         self._async_transport = async_transport
         self._async_library = _async_library(http_library, async_transport)
         self._lock = threading.Lock()
-        self._client: httpx.Client | None = None
+        self._client: Pool | None = None
         self._aclients = PerLoop(self._new_async_client)
         self._builders: dict[str, RequestBuilder] = {}  # per library: its clients' headers
 
@@ -168,27 +168,32 @@ class OpenAICompatibleProvider(_Streams):
         return module.Limits(max_connections=size, max_keepalive_connections=size)
 
     def _sync_client(self) -> httpx.Client:
-        client = self._client
-        if client is None:
-            with self._lock:
-                if self._client is None:
-                    self._client = httpx.Client(
-                        headers=self._headers,
-                        limits=self._limits(httpx),
-                        transport=self._transport,
-                    )
-                client = self._client
+        client: httpx.Client = self._sync_pool().client
         return client
 
-    def _async_client(self) -> Any:
-        """This event loop's ``AsyncClient`` (httpx2's or httpx's)."""
+    def _sync_pool(self) -> Pool:
+        """The sync client (made on first use) and the transport its requests go to."""
+        pool = self._client
+        if pool is None:
+            with self._lock:
+                if self._client is None:
+                    limits = self._limits(httpx)
+                    transport = self._transport or own_transport(httpx, limits, asynchronous=False)
+                    client = httpx.Client(headers=self._headers, limits=limits, transport=transport)
+                    self._client = Pool(httpx, client, transport)
+                pool = self._client
+        return pool
+
+    def _async_pool(self) -> Pool:
+        """This event loop's ``AsyncClient`` (httpx2's or httpx's) and its transport."""
         return self._aclients.get()
 
-    def _new_async_client(self) -> Any:
+    def _new_async_client(self) -> Pool:
         module = library_module(self._async_library)
-        return module.AsyncClient(
-            headers=self._headers, limits=self._limits(module), transport=self._async_transport
-        )
+        limits = self._limits(module)
+        transport = self._async_transport or own_transport(module, limits, asynchronous=True)
+        client = module.AsyncClient(headers=self._headers, limits=limits, transport=transport)
+        return Pool(module, client, transport)
 
     def close(self) -> None:
         """Close the sync connection pool.
@@ -197,9 +202,9 @@ class OpenAICompatibleProvider(_Streams):
         open on a running event loop (use :meth:`aclose` there).
         """
         with self._lock:
-            client, self._client = self._client, None
-        if client is not None:
-            client.close()
+            pool, self._client = self._client, None
+        if pool is not None:
+            pool.client.close()
         if self._aclients.open_elsewhere():
             warnings.warn(
                 f"{self!r}: async connections are still open; call `await aclose()` "
@@ -210,13 +215,13 @@ class OpenAICompatibleProvider(_Streams):
 
     async def aclose(self) -> None:
         """Close this event loop's async pool and the sync pool."""
-        aclient = self._aclients.pop_current()
+        apool = self._aclients.pop_current()
         with self._lock:
-            client, self._client = self._client, None
-        if aclient is not None:
-            await aclient.aclose()
-        if client is not None:
-            client.close()
+            pool, self._client = self._client, None
+        if apool is not None:
+            await apool.client.aclose()
+        if pool is not None:
+            pool.client.close()
 
     # -- the wire format (a subclass may speak another one) -----------------------------------
 
@@ -260,10 +265,10 @@ class OpenAICompatibleProvider(_Streams):
 
     def complete(self, request: ChatRequest, *, model: str, deadline: float) -> ChatResponse:
         """Send one non-streaming chat completion and parse its answer."""
-        client = self._sync_client()
-        built = self._build(client, request, model, stream=False, deadline=deadline)
+        pool = self._sync_pool()
+        built = self._build(pool.client, request, model, stream=False, deadline=deadline)
         try:
-            response = client.send(built, stream=True)
+            response = pool.send(built)
             with contextlib.closing(response), _deadline_watch(response, deadline):
                 collected = _Collector(self.name, deadline, _limit(response))
                 for piece in response.iter_bytes():
@@ -274,12 +279,12 @@ class OpenAICompatibleProvider(_Streams):
 
     async def acomplete(self, request: ChatRequest, *, model: str, deadline: float) -> ChatResponse:
         """Async twin of :meth:`complete`."""
-        client = self._async_client()
-        built = self._build(client, request, model, stream=False, deadline=deadline)
+        pool = self._async_pool()
+        built = self._build(pool.client, request, model, stream=False, deadline=deadline)
         errors = _errors(self._async_library)
         try:
             with anyio.fail_after(max(0.0, deadline - time.monotonic())):
-                response = await client.send(built, stream=True)
+                response = await pool.asend(built)
                 try:
                     collected = _Collector(self.name, deadline, _limit(response))
                     async for piece in response.aiter_bytes():
@@ -295,14 +300,14 @@ class OpenAICompatibleProvider(_Streams):
     def _stream(self, call: StreamCall) -> Generator[StreamChunk, None, None]:
         """Stream a chat completion (server-sent events), asking for usage in the last chunk."""
         deadline = call.deadline
-        client = self._sync_client()
+        pool = self._sync_pool()
         built = self._build(
-            client, call.request, call.model, stream=True, deadline=deadline,
+            pool.client, call.request, call.model, stream=True, deadline=deadline,
             idle_timeout=call.idle_timeout,
         )  # fmt: skip
         state = self._answers.stream_state(self.name, deadline)
         try:
-            response = client.send(built, stream=True)
+            response = pool.send(built)
             with contextlib.closing(response), _deadline_watch(response, deadline):
                 if not state.accept(response.status_code, response.headers):
                     error = _Collector(self.name, deadline, MAX_ERROR_BODY_BYTES, truncate=True)
@@ -322,16 +327,16 @@ class OpenAICompatibleProvider(_Streams):
     async def _astream(self, call: StreamCall) -> AsyncGenerator[StreamChunk, None]:
         """Async twin of :meth:`_stream`."""
         deadline = call.deadline
-        client = self._async_client()
+        pool = self._async_pool()
         built = self._build(
-            client, call.request, call.model, stream=True, deadline=deadline,
+            pool.client, call.request, call.model, stream=True, deadline=deadline,
             idle_timeout=call.idle_timeout,
         )  # fmt: skip
         state = self._answers.stream_state(self.name, deadline)
         errors = _errors(self._async_library)
         try:
             with anyio.fail_after(max(0.0, deadline - time.monotonic())):
-                response = await client.send(built, stream=True)
+                response = await pool.asend(built)
         except TimeoutError:
             raise _deadline_passed(self.name) from None
         except errors.any as exc:
