@@ -3,6 +3,7 @@ what reaches the server is what ``client.stream`` sent, cookies and query parame
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 
@@ -82,6 +83,13 @@ def test_the_call_headers_override_the_provider_headers_and_queries_reach_the_ur
     assert (first.headers["x-trace"], first.headers["x-team"]) == ("t1", "search")
     assert first.headers["content-type"] == "application/json"
     assert first.headers["accept"] == "application/json"
+    assert first.headers["host"] == fake.base_url.split("//")[1].split("/")[0]
+    assert int(first.headers["content-length"]) > 0  # the server read that many bytes:
+    assert first.body == {
+        "model": "m",
+        "messages": [{"role": "user", "content": "hi"}],
+        "max_tokens": 8,
+    }
     assert first.path.endswith("/chat/completions")
     assert second.path.endswith("/chat/completions?api-version=2024-10-21")
     assert second.headers["authorization"] == "Bearer sk-test"
@@ -163,3 +171,35 @@ def test_a_closed_pool_refuses_to_send_and_the_provider_opens_a_new_one(
         pool.send(built)
     assert provider.complete(_request(), model="m", deadline=time.monotonic() + 5).text
     assert provider._sync_pool() is not pool
+
+
+def test_a_transport_of_the_users_reads_the_request_as_sent() -> None:
+    """A custom transport (here httpx's MockTransport) gets a request whose content is
+    readable and whose automatic headers are those httpx would have added."""
+    seen: list[httpx.Request] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(
+            200,
+            json={
+                "choices": [
+                    {"message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}
+                ],
+                "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4},
+            },
+        )
+
+    provider = OpenAICompatibleProvider(
+        "https://llm.example.invalid/v1", name="p", transport=httpx.MockTransport(answer)
+    )
+    reply = provider.complete(
+        _request(extra_headers={"Idempotency-Key": "k1"}), model="m", deadline=time.monotonic() + 5
+    )
+    assert reply.text == "ok"
+    (request,) = seen
+    assert json.loads(request.content)["messages"] == [{"role": "user", "content": "hi"}]
+    assert request.headers["host"] == "llm.example.invalid"
+    assert request.headers["content-length"] == str(len(request.content))
+    assert request.headers["idempotency-key"] == "k1"
+    assert request.headers.get_list("content-type") == ["application/json"]

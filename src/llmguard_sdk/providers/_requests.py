@@ -33,17 +33,23 @@ _JSON = "application/json"
 
 class RequestBuilder:
     """Builds the POST requests of one route's URL for the clients of one HTTP library
-    (httpx or httpx2), whose clients all carry the same headers."""
+    (httpx or httpx2), whose clients all carry the same headers.
 
-    __slots__ = ("_headers", "_make", "_target", "_url")
+    The request carries its body as a stream with its ``Host`` and ``Content-Length``
+    headers set here (``Request(content=...)`` would copy and search the header list again
+    to add them)."""
+
+    __slots__ = ("_make", "_pairs", "_stream", "_target", "_url")
 
     def __init__(self, module: ModuleType, client: Any, url: str) -> None:
         self._url = url
         self._target = module.URL(url)
         self._make = module.Request
+        self._stream = module.ByteStream
         headers = client.headers.copy()
         headers["content-type"] = _JSON
-        self._headers = headers
+        pairs: list[tuple[bytes, bytes]] = [(b"Host", self._target.netloc), *headers.raw]
+        self._pairs = tuple(pairs)
 
     def build(
         self,
@@ -65,14 +71,20 @@ class RequestBuilder:
                 params=params,
                 timeout=timeout,
             )
-        merged = self._headers.copy()
+        pairs = [*self._pairs, (b"Content-Length", b"%d" % len(body))]
         if headers:
-            for key, value in headers.items():
-                merged[key] = value
+            replaced = {key.lower().encode("ascii") for key in headers}
+            pairs = [pair for pair in pairs if pair[0].lower() not in replaced]
+            pairs += [(key.encode("ascii"), value.encode()) for key, value in headers.items()]
         timeouts = {"connect": timeout, "read": timeout, "write": timeout, "pool": timeout}
         request = self._make(
-            "POST", self._target, headers=merged, content=body, extensions={"timeout": timeouts}
+            "POST",
+            self._target,
+            headers=pairs,
+            stream=self._stream(body),
+            extensions={"timeout": timeouts},
         )
+        request.read()  # its content readable, as a Request(content=...) is (one chunk)
         cookies = client.cookies
         if cookies:  # a provider set one (a load balancer's, a bot filter's): sent back
             cookies.set_cookie_header(request)
