@@ -89,6 +89,9 @@ Which languages are spoken in France? | Which languages are written in France? |
 # an embedded question keeps what it asks
 Do you know why the sky is blue? | Why is the sea blue? | term
 Do you know Python? | What is Python? | question_kind
+# a greeting or a discourse marker opens a question only before one
+So far what is the best laptop? | What is the best laptop? | term
+Hi, what is the price? | What is the price and the tax? | term
 # a measure asked another way keeps its kind and its object
 What is the age of the universe? | How old is the earth? | term
 What is the age of the universe? | How long is the universe? | question_kind
@@ -185,6 +188,11 @@ Which trains stopped at Oxford? | Which trains stop at Oxford?
 Do you know how I can learn Python? | How can I learn Python?
 I would like to know why the sky is blue. | Why is the sky blue?
 Can you tell me where the station is? | Where is the station?
+# a greeting, a discourse marker or thanks around a question asks nothing
+Hi, how do I reset my password? | How do I reset my password?
+So, can you explain recursion? | Can you explain recursion?
+And what is the capital of Peru? | What is the capital of Peru?
+How do I reset my password? Thanks | How do I reset my password?
 # a measure asked another way
 What is the age of the universe? | How old is the universe?
 Tell me the height of Mount Everest. | How tall is Mount Everest?

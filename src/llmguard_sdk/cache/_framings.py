@@ -9,6 +9,8 @@ from collections.abc import Callable
 
 __all__ = [
     "ASK_THE",
+    "CLOSERS",
+    "OPENERS",
     "DIFFERENCE",
     "EMBEDDED_QUESTION",
     "EMPHASIS",
@@ -160,6 +162,15 @@ DIFFERENCE = (
         r"(?P<a>.+?) and (?P<b>.+)$"
     ),
 )
+# Greetings and discourse markers that open a question ("Hi, how do I ...?", "So, can you
+# ...?", "Well, what is ...?") and thanks that close it ask nothing; an opener is read as
+# one only before a question word, an auxiliary verb or an instruction ("well water" stays).
+OPENERS = re.compile(
+    r"^(?:(?:hi|hello|hey|so|and|but|well|ok|okay|oh) )+(?=(?:what|which|who|whom|whose|when"
+    r"|where|why|how|is|are|was|were|am|do|does|did|can|could|should|would|will|shall|may"
+    r"|might|must|have|has|had|please|tell|show|give|list|explain|find|name)\b)"
+)
+CLOSERS = re.compile(r"(?: (?:thanks|thank you|thx|please))+$")
 # Adverbs that only stress a question: "what exactly is ...", "does it really work".
 EMPHASIS = frozenset({"really", "actually", "exactly", "basically"})
 # "The highest number of X" is "the most X", "the lowest number of X" "the fewest X".

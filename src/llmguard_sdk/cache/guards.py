@@ -13,6 +13,7 @@ import re
 from collections.abc import Callable
 
 from ._framings import (
+    CLOSERS,
     DIFFERENCE,
     EMBEDDED_QUESTION,
     EMPHASIS,
@@ -21,6 +22,7 @@ from ._framings import (
     GENERIC_SUBJECT,
     MANNER,
     MOST,
+    OPENERS,
     PLACED,
     POLITE,
     listed,
@@ -358,7 +360,8 @@ def _framed(words: list[str]) -> tuple[str, list[str]]:
     """The intent of a request (a kind of question, as :func:`_question_kind` names them,
     or ``meaning`` / ``expansion``) and its words without the framing."""
     words = [w for w in words if w not in EMPHASIS]
-    text = GENERIC_SUBJECT.sub(r"\1you", " ".join(words))
+    text = CLOSERS.sub("", OPENERS.sub("", " ".join(words)))
+    text = GENERIC_SUBJECT.sub(r"\1you", text)
     text = EMBEDDED_QUESTION.sub("", POLITE.sub("", text))
     text = FEWEST.sub("fewest", MOST.sub("most", text))
     for pattern in DIFFERENCE:
