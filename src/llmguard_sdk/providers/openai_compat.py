@@ -18,7 +18,6 @@ round to round with how many are idle), httpx2's does not. Sync calls use httpx.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import socket
 import sys
@@ -29,7 +28,6 @@ from collections.abc import (
     AsyncGenerator,
     AsyncIterator,
     Generator,
-    Iterator,
     Mapping,
     Sequence,
 )
@@ -269,13 +267,13 @@ class OpenAICompatibleProvider(_Streams):
         built = self._build(pool.client, request, model, stream=False, deadline=deadline)
         try:
             response = pool.send(built)
-            with contextlib.closing(response), _deadline_watch(response, deadline):
+            with _Reading(response, deadline):
                 collected = _Collector(self.name, deadline, _limit(response))
                 for piece in response.iter_bytes():
                     collected.add(piece)
         except httpx.HTTPError as exc:
             raise _transport_error(exc, self.name, deadline) from exc
-        return self._parse(response.status_code, response.headers, collected.data)
+        return self._parse(response.status_code, _plain(response.headers), collected.data)
 
     async def acomplete(self, request: ChatRequest, *, model: str, deadline: float) -> ChatResponse:
         """Async twin of :meth:`complete`."""
@@ -295,7 +293,7 @@ class OpenAICompatibleProvider(_Streams):
             raise _deadline_passed(self.name) from None
         except errors.any as exc:
             raise _transport_error(exc, self.name, deadline, errors) from exc
-        return self._parse(response.status_code, response.headers, collected.data)
+        return self._parse(response.status_code, _plain(response.headers), collected.data)
 
     def _stream(self, call: StreamCall) -> Generator[StreamChunk, None, None]:
         """Stream a chat completion (server-sent events), asking for usage in the last chunk."""
@@ -308,8 +306,8 @@ class OpenAICompatibleProvider(_Streams):
         state = self._answers.stream_state(self.name, deadline)
         try:
             response = pool.send(built)
-            with contextlib.closing(response), _deadline_watch(response, deadline):
-                if not state.accept(response.status_code, response.headers):
+            with _Reading(response, deadline):
+                if not state.accept(response.status_code, _plain(response.headers)):
                     error = _Collector(self.name, deadline, MAX_ERROR_BODY_BYTES, truncate=True)
                     for piece in response.iter_bytes():
                         error.add(piece)
@@ -343,7 +341,7 @@ class OpenAICompatibleProvider(_Streams):
             raise _transport_error(exc, self.name, deadline, errors) from exc
         try:
             pieces = response.aiter_bytes()
-            if not state.accept(response.status_code, response.headers):
+            if not state.accept(response.status_code, _plain(response.headers)):
                 error = _Collector(self.name, deadline, MAX_ERROR_BODY_BYTES, truncate=True)
                 while (piece := await _next_before(pieces, deadline, state, errors)) is not None:
                     error.add(piece)
@@ -438,23 +436,38 @@ def _errors(library: Library) -> HttpErrors:
     return HttpErrors.of(library_module(library))
 
 
+def _plain(headers: Any) -> dict[str, str]:
+    """An httpx ``Headers`` as a plain dict (names lower-cased, repeated ones joined), made
+    in one pass: the parsers' lookups then cost a dict's, not a scan of the list each."""
+    plain: dict[str, str] = dict(headers.items())
+    return plain
+
+
 def _limit(response: Any) -> int:
     return MAX_BODY_BYTES if response.status_code == 200 else MAX_ERROR_BODY_BYTES
 
 
-@contextlib.contextmanager
-def _deadline_watch(response: httpx.Response, deadline: float) -> Iterator[None]:
-    """Shut the response's socket down if it is still being read at ``deadline``."""
-    stream = response.extensions.get("network_stream")
-    sock = stream.get_extra_info("socket") if stream is not None else None
-    if not isinstance(sock, socket.socket):
-        yield
-        return
-    token = watchdog.watch(sock, deadline)
-    try:
-        yield
-    finally:
-        watchdog.cancel(token)
+class _Reading:
+    """A response being read: its socket is shut down if it is still being read at
+    ``deadline`` (the watchdog's), and the response is closed at the end."""
+
+    __slots__ = ("_response", "_token")
+
+    def __init__(self, response: httpx.Response, deadline: float) -> None:
+        self._response = response
+        stream = response.extensions.get("network_stream")
+        sock = stream.get_extra_info("socket") if stream is not None else None
+        self._token = watchdog.watch(sock, deadline) if isinstance(sock, socket.socket) else None
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc_info: object) -> None:
+        try:
+            if self._token is not None:
+                watchdog.cancel(self._token)
+        finally:
+            self._response.close()
 
 
 def _timeout_until(deadline: float, route: str, idle: float | None = None) -> float:
