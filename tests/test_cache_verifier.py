@@ -110,3 +110,15 @@ def test_target_precision_calibrates_the_verifier(verifier: ParaphraseVerifier) 
     cache = ResponseCache(verifier=calibrated, threshold=0.45, target_precision=0.95)
     assert cache.threshold == 0.45  # the recall threshold stays
     assert 0.5 <= calibrated.threshold <= 0.95  # chosen on the bundled development set
+
+
+def test_the_fastest_way_to_v_reads_as_v_fast_for_every_manner_word(
+    verifier: ParaphraseVerifier,
+) -> None:
+    """The manner a superlative names is kept as the term the other text's word reads as
+    ("easy" is the term "easi", as the strict guards stem it)."""
+    from llmguard_sdk.cache.guards import term_of
+
+    for superlative, plain in (("easiest", "easy"), ("fastest", "fast"), ("cheapest", "cheap")):
+        words = verifier._words(f"What is the {superlative} way to learn Python?")
+        assert term_of(plain) in words, (superlative, sorted(words))

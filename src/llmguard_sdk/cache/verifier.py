@@ -133,8 +133,8 @@ class ParaphraseVerifier:
                 vector = states[position : position + pieces].mean(axis=0)
                 found[term] = vector / (float(np.linalg.norm(vector)) or 1.0)
                 manner = MANNER.get(word.lower())  # "the fastest way to V" is "V fast"
-                if manner is not None:
-                    found.setdefault(manner, found[term])
+                if manner is not None:  # as a term, as the other text's "fast" reads
+                    found.setdefault(term_of(manner) or manner, found[term])
             position += pieces
         with self._lock:
             self._memo[text] = found
