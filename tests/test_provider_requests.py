@@ -103,7 +103,7 @@ def _pool(provider: OpenAICompatibleProvider, library: str) -> Pool:
     provider._async_library = library  # type: ignore[assignment]
 
     async def make() -> Pool:
-        return provider._new_async_client()
+        return provider._new_async_pool()
 
     return anyio.run(make)
 

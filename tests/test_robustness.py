@@ -190,7 +190,7 @@ def test_threads_racing_on_the_first_call_share_one_client(fake: FakeProvider) -
 
     def first_call() -> None:
         barrier.wait()
-        clients.append(provider._sync_client())
+        clients.append(provider._sync_pool().client)
 
     threads = [threading.Thread(target=first_call) for _ in range(16)]
     for thread in threads:

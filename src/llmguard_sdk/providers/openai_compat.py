@@ -141,8 +141,8 @@ class OpenAICompatibleProvider(_Streams):
         self._async_transport = async_transport
         self._async_library = _async_library(http_library, async_transport)
         self._lock = threading.Lock()
-        self._client: Pool | None = None
-        self._aclients = PerLoop(self._new_async_client)
+        self._pool: Pool | None = None  # the sync client and its transport
+        self._apools = PerLoop(self._new_async_pool)
         self._builders: dict[str, RequestBuilder] = {}  # per library: its clients' headers
 
     def __repr__(self) -> str:
@@ -165,28 +165,24 @@ class OpenAICompatibleProvider(_Streams):
         size = self.pool_size
         return module.Limits(max_connections=size, max_keepalive_connections=size)
 
-    def _sync_client(self) -> httpx.Client:
-        client: httpx.Client = self._sync_pool().client
-        return client
-
     def _sync_pool(self) -> Pool:
         """The sync client (made on first use) and the transport its requests go to."""
-        pool = self._client
+        pool = self._pool
         if pool is None:
             with self._lock:
-                if self._client is None:
+                if self._pool is None:
                     limits = self._limits(httpx)
                     transport = self._transport or own_transport(httpx, limits, asynchronous=False)
                     client = httpx.Client(headers=self._headers, limits=limits, transport=transport)
-                    self._client = Pool(httpx, client, transport)
-                pool = self._client
+                    self._pool = Pool(httpx, client, transport)
+                pool = self._pool
         return pool
 
     def _async_pool(self) -> Pool:
         """This event loop's ``AsyncClient`` (httpx2's or httpx's) and its transport."""
-        return self._aclients.get()
+        return self._apools.get()
 
-    def _new_async_client(self) -> Pool:
+    def _new_async_pool(self) -> Pool:
         module = library_module(self._async_library)
         limits = self._limits(module)
         transport = self._async_transport or own_transport(module, limits, asynchronous=True)
@@ -200,10 +196,10 @@ class OpenAICompatibleProvider(_Streams):
         open on a running event loop (use :meth:`aclose` there).
         """
         with self._lock:
-            pool, self._client = self._client, None
+            pool, self._pool = self._pool, None
         if pool is not None:
             pool.client.close()
-        if self._aclients.open_elsewhere():
+        if self._apools.open_elsewhere():
             warnings.warn(
                 f"{self!r}: async connections are still open; call `await aclose()` "
                 "from their event loop",
@@ -213,9 +209,9 @@ class OpenAICompatibleProvider(_Streams):
 
     async def aclose(self) -> None:
         """Close this event loop's async pool and the sync pool."""
-        apool = self._aclients.pop_current()
+        apool = self._apools.pop_current()
         with self._lock:
-            pool, self._client = self._client, None
+            pool, self._pool = self._pool, None
         if apool is not None:
             await apool.client.aclose()
         if pool is not None:
