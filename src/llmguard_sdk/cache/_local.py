@@ -96,9 +96,6 @@ class _Single:
         self.entry_id = entry_id
         self.row = row
 
-    def __len__(self) -> int:
-        return 0 if self.row < 0 else 1
-
 
 class _LocalIndexes:
     """Partition -> index, entry -> partition and (for a shared store) entry -> query, the
@@ -173,12 +170,13 @@ class _LocalIndexes:
             index = self.index_of.pop(entry_id, None)
             if index is None:
                 return
-            if isinstance(index, _Single):
+            if isinstance(index, _Single):  # its one entry: the partition goes with it
                 self._pool.release(index.row)
-                index.row = -1  # released: the partition is empty
             else:
                 index.remove(entry_id)
-            if not len(index) and self.indexes.get(index.key) is index:
+                if len(index):
+                    return
+            if self.indexes.get(index.key) is index:
                 del self.indexes[index.key]
 
     def clear(self) -> None:
