@@ -32,7 +32,9 @@ measured in the same rounds, each over the provider object (the stages alone):
 cache (every call a new question: an exact miss, a semantic search and a store);
 ``all_stages_overhead_us`` is that Guard's call over bare httpx (the name the issue checks),
 and ``all_stages_no_sdk_us`` the same stages with the default telemetry (no SDK configured),
-so the SDK's own share can be told apart.
+so the SDK's own share can be told apart. ``stage_us`` splits the every-stage cost: what
+each stage that is off by default adds to the default Guard on its own (``telemetry_sdk``,
+``rate_limits``, ``spend_budget``, ``cache``), measured in the same rounds.
 ``seam_us``: the openai SDK over the Guard's transport seam,
 ``OpenAI(http_client=http_client(guard))``, through the default Guard (the SDK builds and
 parses HTTP, the transport parses and answers it in process): ``seam_vs_guard_us`` is what the
@@ -104,23 +106,31 @@ def _recording_telemetry() -> Telemetry:
     return Telemetry(tracer_provider=tracer_provider, meter_provider=meter_provider)
 
 
+def extra_stages() -> dict[str, dict[str, Any]]:
+    """The Guard's arguments of each stage that is off by default, state in memory: a rate
+    limit per route, a spend budget per tenant, the response cache."""
+    return {
+        "rate_limits": {"rate_limits": {"fake": RateLimit(rpm=10_000_000, tpm=10_000_000_000)}},
+        "spend_budget": {
+            "budgets": Budgets(
+                [Budget(limit_usd=1e6, scope="tenant")],
+                prices=PriceTable.default_table().with_prices(
+                    {"fake-model": Price(input=0.1, output=0.4)}
+                ),
+            )
+        },
+        "cache": {"cache": ResponseCache(max_entries=1_000_000)},
+    }
+
+
 def every_stage_guard(
     provider: OpenAICompatibleProvider, telemetry: Telemetry | None, common: dict[str, Any]
 ) -> Guard:
     """The Guard with every stage on, state in memory (``telemetry`` None: the default)."""
-    return Guard(
-        provider,
-        telemetry=True if telemetry is None else telemetry,
-        rate_limits={"fake": RateLimit(rpm=10_000_000, tpm=10_000_000_000)},
-        budgets=Budgets(
-            [Budget(limit_usd=1e6, scope="tenant")],
-            prices=PriceTable.default_table().with_prices(
-                {"fake-model": Price(input=0.1, output=0.4)}
-            ),
-        ),
-        cache=ResponseCache(max_entries=1_000_000),
-        **common,
-    )
+    stages: dict[str, Any] = {}
+    for arguments in extra_stages().values():
+        stages.update(arguments)
+    return Guard(provider, telemetry=True if telemetry is None else telemetry, **stages, **common)
 
 
 def start_server(
@@ -210,6 +220,8 @@ def main() -> None:
             "all_stages": every_stage_guard(guard_provider, sdk, common),
             "all_stages_no_sdk": every_stage_guard(guard_provider, None, common),
         }
+        for stage, arguments in extra_stages().items():  # each alone, over the default Guard
+            guards[f"only_{stage}"] = Guard(guard_provider, **arguments, **common)
         closers.extend(guard.close for guard in guards.values())
         request = ChatRequest.model_validate({"messages": MESSAGES, "max_tokens": 64})
         body = {"model": "fake-model", "messages": MESSAGES, "max_tokens": 64}
@@ -322,6 +334,13 @@ def main() -> None:
         "all_stages_us": round(median["all_stages"] - provider_us, 1),
         "all_stages_overhead_us": round(median["all_stages"] - bare_us, 1),
         "all_stages_no_sdk_us": round(median["all_stages_no_sdk"] - provider_us, 1),
+        "stage_us": {  # what each stage adds to the default Guard (alone)
+            "telemetry_sdk": round(median["telemetry_sdk"] - guard_us, 1),
+            **{
+                stage: round(median[f"only_{stage}"] - guard_us, 1)
+                for stage in ("rate_limits", "spend_budget", "cache")
+            },
+        },
         "seam_us": round(median["seam"], 1),
         "seam_vs_guard_us": round(median["seam"] - guard_us, 1),
         "seam_vs_openai_sdk_us": round(median["seam"] - openai_us, 1),

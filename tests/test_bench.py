@@ -128,6 +128,11 @@ def test_overhead_reports_both_sides_and_the_stages() -> None:
     # overhead on an idle machine), and a remembered token count is cheaper than a fresh one.
     assert result["all_stages_overhead_us"] > result["overhead_us"]
     assert result["all_stages_us"] > result["pipeline_us"]
+    # each extra stage measured alone over the default Guard; the cache (an embedding, a
+    # search and a store per new question) is by far the dearest
+    stage_us = result["stage_us"]
+    assert set(stage_us) == {"telemetry_sdk", "rate_limits", "spend_budget", "cache"}
+    assert stage_us["cache"] > 0
     counted = result["count_long_system_prompt_us"]
     assert 0 < counted["remembered"] < counted["fresh"]
 
