@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
@@ -22,6 +23,7 @@ from llmguard_sdk.cache import (
 from llmguard_sdk.context import Scope, scoped
 from llmguard_sdk.errors import ConfigurationError
 from llmguard_sdk.models import ChatRequest, ChatResponse, Message
+from llmguard_sdk.tokens import cl100k_encoding
 from tests.conftest import RedisTarget
 
 FAQ = "How do I reset my password on the mobile app?"
@@ -332,6 +334,26 @@ def test_hashing_embedder_is_deterministic_and_unit_length() -> None:
     assert vectors[0] @ vectors[1] > 0.6 > vectors[0] @ vectors[3]
     with pytest.raises(ConfigurationError):
         HashingEmbedder(dimension=8)
+
+
+@pytest.mark.parametrize(
+    ("text", "digest"),
+    [
+        ("How do I reset my password?", "b5aeb077896fef1c"),
+        ("Where is my order 4417? It was due on Monday.", "b2a32e252c9abdda"),
+        ("Ünïcödé naïve façade, don't", "00f5d4ba1742beab"),
+        ("x", "bcc45f638e825374"),
+    ],
+)
+def test_hashing_embedder_vectors_stay_the_same_bits(text: str, digest: str) -> None:
+    # Entries written by one process (or version) are searched by another under the
+    # embedder's name ("hashing-v1-..."): a faster embedding must give the very same floats.
+    if cl100k_encoding() is None:
+        pytest.skip("word rarity comes from tiktoken's cl100k encoding")
+    one = HashingEmbedder().embed([text])[0].astype("<f4")
+    assert hashlib.sha256(one.tobytes()).hexdigest()[:16] == digest
+    batch = HashingEmbedder().embed(["other words first", text])[1].astype("<f4")
+    assert (batch == one).all()
 
 
 def test_request_keys_split_the_last_user_turn_from_its_context() -> None:

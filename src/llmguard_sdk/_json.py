@@ -14,6 +14,14 @@ from .errors import ConfigurationError
 
 __all__ = ["canonical_json"]
 
+_CANONICAL_OPTIONS: dict[str, Any] = {
+    "sort_keys": True,
+    "separators": (",", ":"),
+    "ensure_ascii": False,
+    "allow_nan": False,
+}
+_CANONICAL = json.JSONEncoder(**_CANONICAL_OPTIONS)  # keeps no state between calls
+
 
 def canonical_json(value: Any, *, default: Callable[[Any], Any] | None = None) -> str:
     """``value`` as canonical JSON: sorted keys, no spaces, UTF-8 kept, no NaN or infinity.
@@ -25,13 +33,8 @@ def canonical_json(value: Any, *, default: Callable[[Any], Any] | None = None) -
     .. versionadded:: 0.2.0
     """
     try:
-        return json.dumps(
-            value,
-            sort_keys=True,
-            separators=(",", ":"),
-            ensure_ascii=False,
-            allow_nan=False,
-            default=default,
-        )
+        if default is None:  # the shared encoder (json.dumps would build one a call)
+            return _CANONICAL.encode(value)
+        return json.JSONEncoder(**_CANONICAL_OPTIONS, default=default).encode(value)
     except (TypeError, ValueError) as exc:
         raise ConfigurationError(f"not JSON-serialisable: {exc}") from None

@@ -104,13 +104,13 @@ class HashingEmbedder:
             features += ["c" + gram for gram in grams]
             weights += [share] * len(grams)
         # _bucket's dimension and sign, for every feature at once
-        hashes = [zlib.crc32(feature.encode("utf-8")) for feature in features]
+        hashes = np.array(
+            [zlib.crc32(feature.encode("utf-8")) for feature in features], dtype=np.int64
+        )
+        signed = np.array(weights, dtype=np.float32)
         found = (
-            np.array([h % self.dimension for h in hashes], dtype=np.intp),
-            np.array(
-                [w if h & 0x80000000 else -w for h, w in zip(hashes, weights, strict=True)],
-                dtype=np.float32,
-            ),
+            (hashes % self.dimension).astype(np.intp),
+            np.where(hashes & 0x80000000, signed, -signed),
         )
         if len(self._words) >= _WORD_CACHE_SIZE:
             self._words.clear()
@@ -129,22 +129,20 @@ class HashingEmbedder:
     def _counts(self, text: str) -> npt.NDArray[np.float32]:
         """The summed contributions of one text's words and word pairs (not normalised)."""
         words = _WORD.findall(unicodedata.normalize("NFKC", text).lower())
-        parts = [self._word(word) for word in words]
-        if self._pair_weight and len(words) > 1:
-            pairs = [self._pair(first, second) for first, second in itertools.pairwise(words)]
-            parts.append(
-                (
-                    np.array([bucket for bucket, _ in pairs], dtype=np.intp),
-                    np.array([value for _, value in pairs], dtype=np.float32),
-                )
-            )
-        if not parts:
+        if not words:
             return np.zeros(self.dimension, dtype=np.float32)
+        known, pairs = self._words, self._pairs  # (dict reads first: most words are known)
+        buckets, values = zip(*[known.get(word) or self._word(word) for word in words], strict=True)
+        if self._pair_weight and len(words) > 1:
+            pair_buckets, pair_values = zip(
+                *[pairs.get(pair) or self._pair(*pair) for pair in itertools.pairwise(words)],
+                strict=True,
+            )
+            buckets += (np.array(pair_buckets, dtype=np.intp),)
+            values += (np.array(pair_values, dtype=np.float32),)
         # every contribution summed at once (np.add.at per word is slow), as float64
         return np.bincount(
-            np.concatenate([buckets for buckets, _ in parts]),
-            weights=np.concatenate([values for _, values in parts]),
-            minlength=self.dimension,
+            np.concatenate(buckets), weights=np.concatenate(values), minlength=self.dimension
         ).astype(np.float32)
 
     def _pair(self, first: str, second: str) -> tuple[int, float]:
