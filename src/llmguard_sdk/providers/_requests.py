@@ -26,6 +26,10 @@ from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
 
+import httpx
+
+from ._http11 import StdlibTransport
+
 __all__ = ["Pool", "RequestBuilder", "own_transport"]
 
 _JSON = "application/json"
@@ -92,14 +96,18 @@ class RequestBuilder:
 
 
 def own_transport(module: ModuleType, limits: Any, *, asynchronous: bool) -> Any:
-    """A transport of ``module`` (httpx or httpx2) with ``limits`` for a client the provider
-    makes, or ``None`` where the environment names proxies (the client then makes its
-    transports itself, proxies included)."""
+    """A transport with ``limits`` for a client of ``module`` (httpx or httpx2) that the
+    provider makes: for httpx's sync client the provider's own
+    (:class:`~._http11.StdlibTransport`), else the library's; ``None`` where the environment
+    names proxies (the client then makes its transports itself, proxies included)."""
     proxies = urllib.request.getproxies()
     if any(proxies.get(scheme) for scheme in ("http", "https", "all")):
         return None
-    kind = module.AsyncHTTPTransport if asynchronous else module.HTTPTransport
-    return kind(limits=limits)
+    if asynchronous:
+        return module.AsyncHTTPTransport(limits=limits)
+    if module is httpx:  # sync calls: the standard library's HTTP/1.1 (see _http11)
+        return StdlibTransport(limits)
+    return module.HTTPTransport(limits=limits)
 
 
 class Pool:

@@ -1,0 +1,266 @@
+"""The provider's own sync HTTP/1.1 transport (providers/_http11.py) against real servers on
+loopback: keep-alive and servers that close, chunked and compressed bodies, the pool's bound,
+TLS with the same trust as httpx's transport, and the errors the provider maps."""
+
+from __future__ import annotations
+
+import datetime as dt
+import gzip
+import http.client
+import http.server
+import io
+import ipaddress
+import json
+import ssl
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from llmguard_sdk import ChatRequest, OpenAICompatibleProvider
+from llmguard_sdk.errors import ProviderUnavailableError
+from llmguard_sdk.providers._http11 import StdlibTransport, _Response
+from llmguard_sdk.testing import FakeProvider
+from tests.rawserver import RawServer
+
+ANSWER = {
+    "id": "x",
+    "object": "chat.completion",
+    "model": "m",
+    "choices": [
+        {
+            "index": 0,
+            "message": {"role": "assistant", "content": "hi there"},
+            "finish_reason": "stop",
+        }
+    ],
+    "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
+}
+BODY = json.dumps(ANSWER).encode()
+TIMEOUTS = {"connect": 5.0, "read": 5.0, "write": 5.0, "pool": 5.0}
+
+
+def ask(provider: OpenAICompatibleProvider) -> str | None:
+    request = ChatRequest.model_validate({"messages": [{"role": "user", "content": "hi"}]})
+    return provider.complete(request, model="m", deadline=time.monotonic() + 10).text
+
+
+def post(
+    transport: StdlibTransport, url: str, timeouts: dict[str, float] = TIMEOUTS
+) -> httpx.Response:
+    request = httpx.Request("POST", url, content=b"{}", extensions={"timeout": timeouts})
+    return transport.handle_request(request)
+
+
+def test_a_connection_the_server_closed_while_idle_is_not_reused() -> None:
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n"
+    # RawServer answers one request per connection, then closes it (keep-alive announced)
+    with RawServer(head % len(BODY), (BODY,)) as server:
+        provider = OpenAICompatibleProvider(server.base_url)
+        assert ask(provider) == "hi there"
+        time.sleep(0.3)  # the server's close reaches the idle connection
+        assert ask(provider) == "hi there"  # a new connection, not a failed send
+        provider.close()
+
+
+def test_chunked_and_gzip_bodies_are_read_whole() -> None:
+    packed = gzip.compress(BODY)
+    chunks = tuple(b"%x\r\n%s\r\n" % (len(part), part) for part in (packed[:20], packed[20:]))
+    head = (
+        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+        b"content-encoding: gzip\r\ntransfer-encoding: chunked\r\n\r\n"
+    )
+    with RawServer(head, (*chunks, b"0\r\n\r\n")) as server:
+        provider = OpenAICompatibleProvider(server.base_url)
+        assert ask(provider) == "hi there"
+        provider.close()
+
+
+def test_the_pool_bounds_connections_and_frees_them_when_a_body_is_read() -> None:
+    with FakeProvider() as fake:
+        transport = StdlibTransport(httpx.Limits(max_connections=1))
+        url = f"{fake.base_url}/chat/completions"
+        held = post(transport, url)  # its body not read: the only connection is in use
+        with pytest.raises(httpx.PoolTimeout):
+            post(transport, url, {**TIMEOUTS, "pool": 0.2})
+        held.read()
+        held.close()
+        again = post(transport, url)  # the same connection, back in the pool
+        again.read()
+        again.close()
+        assert fake.stats.connections == 1
+        transport.close()
+        with pytest.raises(RuntimeError, match="closed"):
+            post(transport, url)
+
+
+def test_a_body_cut_short_is_an_error_not_a_short_answer() -> None:
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 5000\r\n\r\n"
+    with RawServer(head, (BODY,)) as server:  # then the connection closes
+        transport = StdlibTransport()
+        response = post(transport, f"{server.base_url}/chat/completions")
+        with pytest.raises(httpx.RemoteProtocolError):
+            response.read()
+
+
+def test_connection_refused_is_a_connect_error_never_sent() -> None:
+    server = FakeProvider()
+    server.start()
+    base_url = server.base_url
+    server.stop()
+    with pytest.raises(httpx.ConnectError):
+        post(StdlibTransport(), f"{base_url}/chat/completions")
+
+
+@pytest.fixture
+def tls_server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """An HTTPS server on loopback with a certificate of its own (self-signed for
+    127.0.0.1), and the certificate's file."""
+    x509 = pytest.importorskip("cryptography.x509")
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "llmguard test")])
+    now = dt.datetime.now(dt.timezone.utc)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(hours=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_file, key_file = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+
+    class Answer(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("content-length", 0)))
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(BODY)))
+            self.end_headers()
+            self.wfile.write(BODY)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Answer)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert_file, key_file)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"https://127.0.0.1:{server.server_address[1]}/v1", cert_file
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_tls_trusts_what_httpx_trusts(
+    tls_server: tuple[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    base_url, cert_file = tls_server
+    for name in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    untrusting = OpenAICompatibleProvider(base_url)  # certifi's roots: not this certificate
+    with pytest.raises(ProviderUnavailableError) as refused:
+        ask(untrusting)
+    assert refused.value.request_sent is False
+    untrusting.close()
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert_file))  # as httpx reads it
+    trusting = OpenAICompatibleProvider(base_url)
+    assert ask(trusting) == "hi there"
+    assert ask(trusting) == "hi there"
+    trusting.close()
+
+
+class _Socket:
+    """What ``HTTPResponse`` reads a response from: raw bytes."""
+
+    def __init__(self, raw: bytes) -> None:
+        self.raw = raw
+
+    def makefile(self, mode: str) -> io.BytesIO:
+        return io.BytesIO(self.raw)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}",
+        b"HTTP/1.1 200 OK\r\nSet-Cookie: a=1\r\nset-cookie: b=2\r\n"
+        b"Transfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n",
+        b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\n{}",
+        b"HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 2\r\n\r\n{}",
+        b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length:  -4 \r\n\r\n{}",
+        b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n{}",
+        b"HTTP/1.1 204 No Content\r\nContent-Length: 9\r\n\r\n",
+        b"HTTP/1.1 100 Continue\r\nX-A: 1\r\n\r\nHTTP/1.1 429 Too Many\nRetry-After: 3\n\n",
+        b"HTTP/1.1 200 OK\r\nX-Empty:\r\nContent-Length: 0\r\n\r\n",
+    ],
+)
+def test_the_head_is_read_as_http_client_reads_it(raw: bytes) -> None:
+    ours = _Response(_Socket(raw), method="POST")  # type: ignore[arg-type]
+    theirs = http.client.HTTPResponse(_Socket(raw), method="POST")  # type: ignore[arg-type]
+    ours.begin()
+    theirs.begin()
+    for field in ("status", "reason", "version", "chunked", "will_close", "length"):
+        assert getattr(ours, field) == getattr(theirs, field), field
+    # values without the spaces around them, as httpx (h11) reads them
+    assert ours.getheaders() == [(name, value.strip()) for name, value in theirs.getheaders()]
+    assert ours.getheader("set-cookie") == theirs.getheader("set-cookie")
+    assert ours.getheader("missing", "none") == theirs.getheader("missing", "none")
+    assert ours.read() == theirs.read()
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"",  # the server closed before answering
+        b"HTTQ/1.1 200 OK\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\n" + b"X-Many: 1\r\n" * 101 + b"\r\n",
+        b"HTTP/1.1 200 OK\r\nX-Long: " + b"a" * 70_000 + b"\r\n\r\n",
+    ],
+)
+def test_a_bad_head_fails_as_http_client_fails(raw: bytes) -> None:
+    with pytest.raises(http.client.HTTPException) as theirs:
+        http.client.HTTPResponse(_Socket(raw), method="POST").begin()  # type: ignore[arg-type]
+    with pytest.raises(type(theirs.value)):
+        _Response(_Socket(raw), method="POST").begin()  # type: ignore[arg-type]
+
+
+def test_folded_and_malformed_header_lines_are_read_as_httpx_reads_them() -> None:
+    folded = b"HTTP/1.1 200 OK\r\nX-Folded: one\r\n\t two\r\nContent-Length: 0\r\n\r\n"
+    response = _Response(_Socket(folded), method="POST")  # type: ignore[arg-type]
+    response.begin()
+    assert response.getheader("x-folded") == "one two"
+    assert httpx.Response(200, headers=response.getheaders()).headers["x-folded"] == "one two"
+    for line in (b"No-Colon-Line", b": no name"):
+        raw = b"HTTP/1.1 200 OK\r\n%s\r\nContent-Length: 0\r\n\r\n" % line
+        with pytest.raises(http.client.HTTPException, match="malformed header"):
+            _Response(_Socket(raw), method="POST").begin()  # type: ignore[arg-type]
