@@ -264,3 +264,18 @@ def test_folded_and_malformed_header_lines_are_read_as_httpx_reads_them() -> Non
         raw = b"HTTP/1.1 200 OK\r\n%s\r\nContent-Length: 0\r\n\r\n" % line
         with pytest.raises(http.client.HTTPException, match="malformed header"):
             _Response(_Socket(raw), method="POST").begin()  # type: ignore[arg-type]
+
+
+def test_idle_connections_expire_and_give_way_to_another_origin() -> None:
+    with FakeProvider() as first, FakeProvider() as second:
+        transport = StdlibTransport(httpx.Limits(max_connections=1, keepalive_expiry=0.3))
+        for fake in (first, first):  # back to back: one connection
+            post(transport, f"{fake.base_url}/chat/completions").read()
+        assert first.stats.connections == 1
+        time.sleep(0.5)  # idle past keepalive_expiry: not used again
+        post(transport, f"{first.base_url}/chat/completions").read()
+        assert first.stats.connections == 2
+        # the only slot is first's idle connection: closed to make room, no pool timeout
+        post(transport, f"{second.base_url}/chat/completions", {**TIMEOUTS, "pool": 0.2}).read()
+        assert second.stats.requests == 1
+        transport.close()

@@ -48,7 +48,9 @@ class StdlibTransport(httpx.BaseTransport):
         limits = limits or httpx.Limits()
         self._max = limits.max_connections
         self._keep_alive = limits.max_keepalive_connections
-        self._idle: dict[_Origin, list[http.client.HTTPConnection]] = {}
+        self._expiry = limits.keepalive_expiry  # seconds an idle connection is kept
+        # idle connections of each origin, each with the time it went idle (latest last)
+        self._idle: dict[_Origin, list[tuple[http.client.HTTPConnection, float]]] = {}
         self._open = 0  # connections in use or idle
         self._freed = threading.Condition()
         self._ssl: ssl.SSLContext | None = None
@@ -79,7 +81,7 @@ class StdlibTransport(httpx.BaseTransport):
         """Close every idle connection; connections in use close when their body is read."""
         with self._freed:
             self._closed = True
-            idle = [connection for pooled in self._idle.values() for connection in pooled]
+            idle = [connection for pooled in self._idle.values() for connection, _ in pooled]
             self._idle.clear()
             self._open -= len(idle)
             self._freed.notify_all()
@@ -98,11 +100,13 @@ class StdlibTransport(httpx.BaseTransport):
                     raise RuntimeError("Cannot send a request, as the transport has been closed.")
                 pooled = self._idle.get(origin)
                 while pooled:
-                    connection = pooled.pop()
-                    if _reusable(connection):
+                    connection, since = pooled.pop()
+                    if self._fresh(since) and _reusable(connection):
                         return connection
                     self._open -= 1
                     connection.close()
+                if self._max is not None and self._open >= self._max:
+                    self._close_an_idle_one()  # of another origin: room for this one
                 if self._max is None or self._open < self._max:
                     self._open += 1
                     break
@@ -146,13 +150,31 @@ class StdlibTransport(httpx.BaseTransport):
             self._ssl = httpx.create_ssl_context()  # httpx's own: same trust as its transport
         return self._ssl
 
+    def _fresh(self, since: float) -> bool:
+        """Whether a connection idle since ``since`` may still be used (httpx's
+        ``keepalive_expiry``: a server closes idle connections after a while, and one used just
+        as it does so fails)."""
+        return self._expiry is None or time.monotonic() - since < self._expiry
+
+    def _close_an_idle_one(self) -> None:
+        """Close the longest idle connection of any origin (the caller holds the lock)."""
+        oldest = min(
+            (pooled for pooled in self._idle.values() if pooled),
+            key=lambda pooled: pooled[0][1],
+            default=None,
+        )
+        if oldest is not None:
+            connection, _ = oldest.pop(0)
+            self._open -= 1
+            connection.close()
+
     def _put_back(self, origin: _Origin, connection: http.client.HTTPConnection) -> None:
         """Put a connection whose response was read whole back in the pool."""
         with self._freed:
             pooled = self._idle.setdefault(origin, [])
             idle = sum(len(connections) for connections in self._idle.values())
             if not self._closed and (self._keep_alive is None or idle < self._keep_alive):
-                pooled.append(connection)
+                pooled.append((connection, time.monotonic()))
                 self._freed.notify()
                 return
             self._open -= 1
