@@ -14,7 +14,10 @@ so that its CPU time is not counted. Three baselines:
 * ``provider_us``: our own provider object called directly (the same HTTP path and parsing
   the Guard uses), so ``pipeline_us`` is the pipeline's stages alone (this bench's
   ``overhead_us`` up to session 11, when the provider object cost about what plain httpx
-  does; since session 12 it sends to its transport directly and costs less).
+  does; since session 12 it sends to its transport directly and costs less; since session 13
+  its sync transport is its own, over ``http.client``). ``provider_httpx_transport_us`` is the
+  same provider object given httpx's ``HTTPTransport`` (httpcore and h11), measured in the
+  same rounds: the share of the provider's own transport.
 
 "guard" goes through ``Guard.chat`` with every stage that exists so far, state in memory.
 ``overhead_vs_openai_sdk_us`` is what a Guard costs against an application's own openai SDK
@@ -200,6 +203,10 @@ def main() -> None:
         bare_provider = OpenAICompatibleProvider(base_url, model="fake-model", name="bare")
         closers.append(bare_provider.close)
         guard_provider = OpenAICompatibleProvider(base_url, model="fake-model", name="fake")
+        httpx_transport_provider = OpenAICompatibleProvider(
+            base_url, model="fake-model", name="httpx-transport", transport=httpx.HTTPTransport()
+        )
+        closers.append(httpx_transport_provider.close)
         http = httpx.Client(base_url=base_url, timeout=60)
         closers.append(http.close)
         sdk_client = openai.OpenAI(base_url=base_url, api_key="bench")
@@ -229,6 +236,11 @@ def main() -> None:
 
         def bare() -> object:
             return bare_provider.complete(
+                request, model="fake-model", deadline=time.monotonic() + 60
+            )
+
+        def bare_httpx_transport() -> object:
+            return httpx_transport_provider.complete(
                 request, model="fake-model", deadline=time.monotonic() + 60
             )
 
@@ -278,6 +290,7 @@ def main() -> None:
             "httpx": plain_httpx,
             "openai_sdk": openai_sdk,
             "bare": bare,
+            "provider_httpx_transport": bare_httpx_transport,
             "seam": seam,
         }
         sides.update({name: through(guard) for name, guard in guards.items()})
@@ -317,6 +330,7 @@ def main() -> None:
         "httpx_version": httpx.__version__,
         "bare_us": round(bare_us, 1),
         "provider_us": round(provider_us, 1),
+        "provider_httpx_transport_us": round(median["provider_httpx_transport"], 1),
         "guard_us": round(guard_us, 1),
         "overhead_us": round(guard_us - bare_us, 1),
         "pipeline_us": round(guard_us - provider_us, 1),

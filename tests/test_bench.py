@@ -119,6 +119,7 @@ def test_overhead_reports_both_sides_and_the_stages() -> None:
         assert key in result
     assert result["bare_us"] == result["httpx_us"] > 0  # the "bare httpx"
     assert result["provider_us"] > 0
+    assert result["provider_httpx_transport_us"] > 0  # the same provider over httpx's transport
     assert result["httpx_us"] > 0  # baselines outside the SDK, same server, same run
     assert result["openai_sdk_us"] > 0
     assert result["guard_us"] > 0
