@@ -96,6 +96,14 @@ Hi, what is the price? | What is the price and the tax? | term
 What is the age of the universe? | How old is the earth? | term
 What is the age of the universe? | How long is the universe? | question_kind
 What is the price of a ticket to Paris? | How much does a ticket to Rome cost? | term
+# one extreme is not the other; "greatest" (also "best") and "tallest" name no amount
+Which stadium has the highest capacity? | Which stadium has the lowest capacity? | term
+What is the maximum salary? | What is the minimum salary? | term
+Which airport has the most flights? | Which airport has the least flights? | term
+Who is the greatest basketball player? | Who is the biggest basketball player? | term
+What is the tallest building? | What is the largest building? | term
+What are the distinct colours? | What are the similar colours? | term
+Which dogs have three owners? | Which dogs have two owners? | term
 """
 )
 
@@ -198,6 +206,14 @@ What is the age of the universe? | How old is the universe?
 Tell me the height of Mount Everest. | How tall is Mount Everest?
 What is the length of the Nile? | How long is the Nile?
 What is the price of a ticket to Paris? | How much does a ticket to Paris cost?
+# the superlatives of amount and size name one extreme; "fewer" is "less", "distinct" is
+# "different", a number written out is its digits
+Which stadium has the largest capacity? | Which stadium has the highest capacity?
+What is the minimum weight of a car? | What is the smallest weight of a car?
+Which country has the lowest population? | Which country has the smallest population?
+Which airport has the fewest flights? | Which airport has the least flights?
+Which codes have fewer than 3 templates? | Which codes have less than three templates?
+What are the distinct countries of the singers? | What are the different countries of the singers?
 """
 )
 
@@ -325,3 +341,12 @@ def test_of_phrases_read_as_compounds_where_a_noun_phrase_opens() -> None:
     ]
     words = ["what", "do", "you", "think", "of", "python"]
     assert of_inverted(words, is_content) == words  # "think" opens no noun phrase
+
+
+def test_numbers_written_out_are_their_digits() -> None:
+    assert guard_rejection("Which dogs have three owners?", "Which dogs have 3 owners?") is None
+    assert guard_rejection("Which dogs have three owners?", "Which dogs have 4 owners?") == "number"
+    assert guard_rejection("Name 2 rivers in France.", "Name two rivers in Spain.") is not None
+    # a number written out on one side only is no number guard's business ("the dogs")
+    assert guard_rejection("Two dogs play in the snow.", "The dogs play in the snow.") is None
+    assert guard_rejection("Two dogs play in 2 parks.", "The dogs play in 2 parks.") is None

@@ -48,6 +48,10 @@ def test_synonyms_pass_and_other_requests_fail(verifier: ParaphraseVerifier) -> 
         ("List the IDs of the cars.", "List the ID of each car."),
         ("What are some good books on economics?", "What are good books on economics?"),
         ("In 1980, how many cars were made?", "How many cars were produced in 1980?"),
+        # one extreme named two ways; "fewer" / "less"; "three" / "3" (see test_cache_strict)
+        ("Which stadium has the largest capacity?", "Which stadium has the highest capacity?"),
+        ("Which airport has the fewest flights?", "Which airport has the least flights?"),
+        ("Which codes have fewer than 3 templates?", "Which codes have less than three templates?"),
     ]
     traps = [  # a framing that hides a qualifier or another intent: 0
         ("Should I eat eggs every day?", "Can I eat eggs every day?"),
@@ -67,6 +71,9 @@ def test_synonyms_pass_and_other_requests_fail(verifier: ParaphraseVerifier) -> 
         ("When is the sky blue?", "Why is the sky blue?"),
         ("Which airline has the most flights?", "Which airline has the fewest flights?"),
         ("What are the countries in Europe?", "What are the counties in Europe?"),
+        ("Which stadium has the highest capacity?", "Which stadium has the lowest capacity?"),
+        ("What is the maximum salary?", "What is the minimum salary?"),
+        ("Who is the greatest basketball player?", "Who is the biggest basketball player?"),
     ]
     scores = verifier.score(same + different + traps)
     assert all(s >= verifier.threshold for s in scores[: len(same)]), scores

@@ -26,10 +26,12 @@ __all__ = [
     "OF_GERUND",
     "PLACED",
     "POLITE",
+    "SAME_WORD",
     "THE_WORD",
     "TO_VERB",
     "WAYS",
     "WHO",
+    "in_digits",
     "listed",
     "of_inverted",
     "unfronted",
@@ -176,6 +178,31 @@ EMPHASIS = frozenset({"really", "actually", "exactly", "basically"})
 # "The highest number of X" is "the most X", "the lowest number of X" "the fewest X".
 MOST = re.compile(r"\b(?:highest|largest|greatest|biggest|most) (?:number|amount) of\b")
 FEWEST = re.compile(r"\b(?:lowest|smallest|least|fewest) number of\b")
+# Words read as one word wherever they stand: a number written out is its digits ("fewer
+# than three" / "fewer than 3"; "one" stays a word: "the one with"); "fewer" / "fewest" are
+# "less" / "least" for what is counted; "distinct" is "different" ("the distinct / different
+# countries"); and the superlatives of amount and size name one extreme: "the largest /
+# biggest / highest / maximum X" is "the most X", "the smallest / lowest / minimum X" "the
+# least X" ("highest" / "lowest" stay apart; "greatest" and "tallest" are left out: "the
+# greatest player" is not "the biggest player", nor "the tallest building" "the largest").
+SAME_WORD: dict[str, str] = dict(
+    re.findall(
+        r"(\w+):(\w+)",
+        "two:2 three:3 four:4 five:5 six:6 seven:7 eight:8 nine:9 ten:10 eleven:11 twelve:12 "
+        "fewer:less fewest:least distinct:different largest:most biggest:most highest:most "
+        "maximum:most smallest:least lowest:least minimum:least",
+    )
+)
+_NUMBER_WORD = re.compile(
+    r"\b(?:" + "|".join(w for w, d in SAME_WORD.items() if d.isdigit()) + r")\b", re.IGNORECASE
+)
+
+
+def in_digits(text: str) -> str:
+    """``text`` with its numbers written out in digits ("three" is "3")."""
+    return _NUMBER_WORD.sub(lambda found: SAME_WORD[found[0].lower()], text)
+
+
 # "Where is X located?" asks "Where is X?".
 PLACED = frozenset({"located", "situated"})
 # An instruction that frames a later sentence: "Which country has the most makers? List its

@@ -25,6 +25,8 @@ from ._framings import (
     OPENERS,
     PLACED,
     POLITE,
+    SAME_WORD,
+    in_digits,
     listed,
     of_inverted,
     unfronted,
@@ -172,6 +174,14 @@ def _numbers(text: str) -> set[str]:
     return set(_NUMBER.findall(text))
 
 
+def _numbers_differ(query: str, cached: str) -> bool:
+    """The numbers differ, also with those written out read as digits ("three" / "3"); one
+    written out on one side only is left to the other guards ("two dogs" / "the dogs")."""
+    if _numbers(query) == _numbers(cached):
+        return False
+    return _numbers(in_digits(query)) != _numbers(in_digits(cached))
+
+
 def _negated(text: str) -> bool:
     return _NEGATION.search(text) is not None
 
@@ -240,6 +250,7 @@ def _stem(word: str) -> str:
     / "named", "stop" / "stopped", "speak" / "spoken"; "plan" / "plane" and "car" / "care"
     stay apart (a final "e" after a short syllable is kept, as Porter's stemmer keeps it)."""
     word = _IRREGULAR.get(word, word)
+    word = SAME_WORD.get(word, word)
     if len(word) > 5 and word.endswith(("sses", "shes", "ches", "xes", "zes")):
         return word[:-2]
     plural = len(word) > 3 or (len(word) == 3 and word[1] not in "aeiouy")
@@ -514,7 +525,9 @@ def strict_rejection(query: str, cached: str) -> str | None:
     B and C"); "the N of the M" may read "M N" ("the capital of France" / "France's
     capital"); "-ed" / "-ing" forms and irregular verbs are their verb ("spoken" / "speak");
     "do you know how ..." asks "how ..."; "what is the age / height / length / price of X"
-    asks "how old / tall / long / much". Framing words count as content
+    asks "how old / tall / long / much"; "the largest / biggest / highest / maximum X" is
+    "the most X" and "the smallest / lowest / minimum / fewest X" "the least X", "fewer" is
+    "less", "distinct" is "different" and "three" is "3". Framing words count as content
     anywhere else ("the best laptop" is not "a laptop"), and "the fastest way to V" is "V
     fast". Longer texts and statements are left to :func:`guard_rejection`.
     """
@@ -557,16 +570,16 @@ def guard_rejection(
 ) -> str | None:
     """Why a semantic match of ``query`` to ``cached`` must be refused, or ``None``.
 
-    The reasons: ``"number"`` (the numbers differ), ``"negation"`` (one is negated, the other
-    not; for texts of up to 15 content words), ``"entity"`` (each names something that does
-    not occur in the other: identifiers, code, proper names), ``"key_term"`` (short queries,
-    up to 6 content words, where each side has a content word the other lacks, as in
-    "cancel my order" / "cancel my subscription"; not with ``key_terms=False``, where a
-    verifier judges substitutions); with ``strict``, those of :func:`strict_rejection` too,
-    and key terms compared without the requests' framings (as :func:`strict_rejection` reads
-    them).
+    The reasons: ``"number"`` (the numbers differ; "three" is "3"), ``"negation"`` (one is
+    negated, the other not; for texts of up to 15 content words), ``"entity"`` (each names
+    something that does not occur in the other: identifiers, code, proper names),
+    ``"key_term"`` (short queries, up to 6 content words, where each side has a content word
+    the other lacks, as in "cancel my order" / "cancel my subscription"; not with
+    ``key_terms=False``, where a verifier judges substitutions); with ``strict``, those of
+    :func:`strict_rejection` too, and key terms compared without the requests' framings (as
+    :func:`strict_rejection` reads them).
     """
-    if _numbers(query) != _numbers(cached):
+    if _numbers_differ(query, cached):
         return "number"
     words, cached_words = content_words(query), content_words(cached)
     short = len(words | cached_words) <= _NEGATION_SCOPE_WORDS
