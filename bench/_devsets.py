@@ -52,6 +52,11 @@ each at three thresholds: ``shipped`` (the configuration as constructed), ``bund
 threshold whose lower bound meets ``--target`` on this set; the default cache never serves
 below its own ``DEFAULT_THRESHOLD`` (0.675), so ``served_at`` says where it would serve).
 
+``--misses N`` (a debugging aid) adds ``recommended_misses`` to each set: up to ``N`` of its
+duplicates the recommended configuration does not serve at its shipped thresholds, in the
+set's order, each with its similarity, the standard guards' reason (``guard``) and the
+verifier's score, to see which wordings it still refuses.
+
 Run: ``PYTHONPATH=src python bench/_devsets.py --devset stsb:PATH [--devset spider:PATH] [--json]``
 """
 
@@ -78,6 +83,7 @@ from llmguard_sdk.cache import (
     pick_threshold,
 )
 from llmguard_sdk.cache.calibrate import CalibrationRow, Pair
+from llmguard_sdk.cache.guards import guard_rejection
 from llmguard_sdk.errors import ConfigurationError
 
 STSB_DUPLICATE = 4.0
@@ -291,11 +297,42 @@ def measure(pairs: Iterable[Pair], hybrid: HybridEmbedder | None, target: float)
     return found
 
 
+def misses(pairs: list[Pair], hybrid: HybridEmbedder, limit: int) -> list[dict[str, Any]]:
+    """Up to ``limit`` duplicates the recommended configuration does not serve (at the
+    hybrid's recall threshold and the verifier's shipped threshold), with why."""
+    verifier = paraphrase_verifier(hybrid)
+    duplicates = [p for p in pairs if p.duplicate]
+    left = hybrid.embed([p.query for p in duplicates])
+    right = hybrid.embed([p.cached for p in duplicates])
+    found: list[dict[str, Any]] = []
+    for pair, first, second in zip(duplicates, left, right, strict=True):
+        similarity = float(first @ second)
+        guard = guard_rejection(pair.query, pair.cached, key_terms=False)
+        score = verifier.score([(pair.query, pair.cached)])[0]
+        if similarity >= hybrid.default_threshold and guard is None and score >= verifier.threshold:
+            continue
+        found.append(
+            {
+                "query": pair.query,
+                "cached": pair.cached,
+                "similarity": round(similarity, 3),
+                "guard": guard,
+                "verifier_score": round(score, 3),
+            }
+        )
+        if len(found) == limit:
+            break
+    return found
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--devset", action="append", required=True, help="NAME:PATH")
     parser.add_argument("--target", type=float, default=0.95, help="precision target")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument(
+        "--misses", type=int, default=0, help="list up to N missed duplicates per set"
+    )
     args = parser.parse_args()
     try:
         hybrid: HybridEmbedder | None = HybridEmbedder.minilm()
@@ -308,6 +345,8 @@ def main() -> None:
         result[name] = {"set": about, "all": measure(pairs, hybrid, args.target)}
         if len(questions) >= MIN_SUBSET:
             result[name]["questions"] = measure(questions, hybrid, args.target)
+        if args.misses > 0 and hybrid is not None:
+            result[name]["recommended_misses"] = misses(pairs, hybrid, args.misses)
     from _benchkit import print_result  # beside this file: first on sys.path as a script
 
     print_result(result, args.json)
