@@ -279,3 +279,14 @@ def test_idle_connections_expire_and_give_way_to_another_origin() -> None:
         post(transport, f"{second.base_url}/chat/completions", {**TIMEOUTS, "pool": 0.2}).read()
         assert second.stats.requests == 1
         transport.close()
+
+
+def test_interim_answers_are_skipped_as_httpx_skips_them() -> None:
+    raw = (
+        b"HTTP/1.1 103 Early Hints\r\nLink: </a>; rel=preload\r\n\r\n"
+        b"HTTP/1.1 100 Continue\r\n\r\n"
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}"
+    )
+    response = _Response(_Socket(raw), method="POST")  # type: ignore[arg-type]
+    response.begin()
+    assert (response.status, response.read()) == (200, b"{}")

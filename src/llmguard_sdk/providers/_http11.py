@@ -277,13 +277,15 @@ def _read_head(fp: Any) -> _Head:
 
 class _Response(http.client.HTTPResponse):
     """:class:`http.client.HTTPResponse` with its head read by :func:`_read_head`; what it
-    decides from the head (chunked, a length, whether the connection closes) as it does."""
+    decides from the head (chunked, a length, whether the connection closes) as it does.
+    Every interim answer is skipped, as httpx's h11 does (``http.client`` skips only 100:
+    a 103 Early Hints would be taken for the answer)."""
 
     def begin(self) -> None:
         if self.headers is not None:
             return
         version, status, reason = self._read_status()
-        while status == http.client.CONTINUE:  # an interim answer: its head skipped
+        while 100 <= status < 200 and status != 101:  # interim answers (100, 103): skipped
             _read_head(self.fp)
             version, status, reason = self._read_status()
         self.code = self.status = status
