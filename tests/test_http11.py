@@ -290,3 +290,33 @@ def test_interim_answers_are_skipped_as_httpx_skips_them() -> None:
     response = _Response(_Socket(raw), method="POST")  # type: ignore[arg-type]
     response.begin()
     assert (response.status, response.read()) == (200, b"{}")
+
+
+def test_a_stream_read_to_its_last_event_leaves_its_connection_for_the_next_call() -> None:
+    request = ChatRequest.model_validate({"messages": [{"role": "user", "content": "hi"}]})
+    with FakeProvider() as fake:
+        provider = OpenAICompatibleProvider(fake.base_url, model="m")
+        for _ in range(3):
+            chunks = list(provider.stream(request, model="m", deadline=time.monotonic() + 10))
+            assert "".join(chunk.text for chunk in chunks)
+        assert ask(provider)  # a plain call after the streams, on the same connection
+        assert fake.stats.streams == 3
+        assert fake.stats.connections == 1  # the terminator after [DONE] read without waiting
+        provider.close()
+
+
+def test_a_stream_left_with_more_to_come_is_closed_without_waiting() -> None:
+    event = b'data: {"choices":[{"index":0,"delta":{"content":"x"}}]}\n\n'
+    head = (
+        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+    )
+    chunk = b"%x\r\n%s\r\n" % (len(event), event)
+    with RawServer(head, (chunk,) * 50, gap=0.2, hold=True) as server:
+        transport = StdlibTransport()
+        response = post(transport, f"{server.base_url}/chat/completions")
+        stream = response.iter_raw()
+        assert next(stream)  # the first event; 49 more to come, one every 0.2 s
+        started = time.monotonic()
+        response.close()
+        assert time.monotonic() - started < 0.15  # nothing waited for
+        assert transport._open == 0  # the connection was closed, not kept

@@ -38,6 +38,7 @@ __all__ = ["StdlibTransport"]
 _CHUNK = 65_536
 _MAX_LINE = 65_536  # http.client's bounds on a header line and on their number
 _MAX_HEADERS = 100
+_DRAIN_READS = 4  # reads of a stream's rest, at most, to reuse its connection
 _Origin = tuple[str, str, int]
 
 
@@ -361,11 +362,31 @@ class _Body(httpx.SyncByteStream):
         # read whole: a chunked body closes itself at its last chunk; a sized one reaches
         # length 0 (and stays open until closed: its file, not the connection's socket)
         whole = response.isclosed() or (not response.chunked and response.length == 0)
+        if not whole and response.chunked and not response.will_close:
+            whole = _drained(response, connection.sock)
         response.close()
         if whole and not response.will_close:
             self._transport._put_back(self._origin, connection)
         else:  # not read whole (or the server closes it): never reused
             self._transport._discard(connection)
+
+
+def _drained(response: http.client.HTTPResponse, sock: socket.socket | None) -> bool:
+    """Whether the rest of a chunked body could be read without waiting: a stream the caller
+    stops reading at its last event (``data: [DONE]``) has only its terminator left, mostly
+    in the buffer already, and its connection can then serve the next call (else a stream
+    costs a new connection, a TLS handshake on https). Nothing is waited for: a body with
+    more to come is not drained (its connection is closed)."""
+    if sock is None:
+        return False
+    try:
+        sock.settimeout(0.0)  # (the next request sets its own timeouts)
+        for _ in range(_DRAIN_READS):
+            if not response.read1(_CHUNK):
+                break
+    except (OSError, ValueError, http.client.HTTPException):
+        return False
+    return response.isclosed()
 
 
 class _NetworkStream:
