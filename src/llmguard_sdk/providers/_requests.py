@@ -26,8 +26,6 @@ from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
 
-import httpx
-
 from ._http11 import StdlibTransport
 
 __all__ = ["Pool", "RequestBuilder", "own_transport"]
@@ -96,18 +94,16 @@ class RequestBuilder:
 
 
 def own_transport(module: ModuleType, limits: Any, *, asynchronous: bool) -> Any:
-    """A transport with ``limits`` for a client of ``module`` (httpx or httpx2) that the
-    provider makes: for httpx's sync client the provider's own
-    (:class:`~._http11.StdlibTransport`), else the library's; ``None`` where the environment
-    names proxies (the client then makes its transports itself, proxies included)."""
+    """A transport with ``limits`` for a client the provider makes: for an async client of
+    ``module`` (httpx or httpx2) the library's, for the sync client (always httpx's) the
+    provider's own (:class:`~._http11.StdlibTransport`); ``None`` where the environment names
+    proxies (the client then makes its transports itself, proxies included)."""
     proxies = urllib.request.getproxies()
     if any(proxies.get(scheme) for scheme in ("http", "https", "all")):
         return None
     if asynchronous:
         return module.AsyncHTTPTransport(limits=limits)
-    if module is httpx:  # sync calls: the standard library's HTTP/1.1 (see _http11)
-        return StdlibTransport(limits)
-    return module.HTTPTransport(limits=limits)
+    return StdlibTransport(limits)  # sync clients are httpx's: the standard library's HTTP/1.1
 
 
 class Pool:
