@@ -227,12 +227,14 @@ def test_hamming_distances_and_the_nearest_rows_match_plain_references() -> None
     ]
     assert distance.tolist() == expected
     assert distance[7] == 256
-    small = rng.integers(120, 136, size=400).astype(np.uint16)  # many ties
-    for take in (1, 17, 64, 400):
-        cutoff = np.sort(small)[take - 1]
-        closer = np.flatnonzero(small < cutoff)
-        tied = np.flatnonzero(small == cutoff)[: take - len(closer)]
-        assert _nearest(small, take).tolist() == [*closer.tolist(), *tied.tolist()]
+    for size in (400, 40_000):  # a sort, then a count of each distance (past 32,768 rows)
+        small = rng.integers(120, 136, size=size).astype(np.uint16)  # many ties
+        for take in (1, 17, 64, 400):
+            cutoff = np.sort(small)[take - 1]
+            closer = np.flatnonzero(small < cutoff)
+            tied = np.flatnonzero(small == cutoff)[: take - len(closer)]
+            expected = sorted([*closer.tolist(), *tied.tolist()])  # in row order
+            assert _nearest(small, take).tolist() == expected
 
 
 # HashingEmbedder(dimension=64).embed(["Reset my password, please"]) as 0.2.0 computed it:
