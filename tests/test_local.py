@@ -26,6 +26,7 @@ from llmguard_sdk import (
 )
 from llmguard_sdk.providers.local import bundled_model_path, load_llama
 from llmguard_sdk.testing import FakeProvider, Fault
+from tests.peers import stop_process
 
 pytestmark = pytest.mark.local_model
 
@@ -257,12 +258,7 @@ def llama_server() -> Iterator[str]:
             time.sleep(0.2)
         yield base_url
     finally:  # also when it never started: no server outlives the module
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=20)
+        stop_process(process, timeout=20)
 
 
 def test_a_real_openai_compatible_server_we_did_not_write(llama_server: str) -> None:

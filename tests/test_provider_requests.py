@@ -133,13 +133,19 @@ def test_requests_go_to_the_providers_own_transport_without_proxies_in_the_envir
 def test_with_proxies_in_the_environment_the_client_sends_and_honours_no_proxy(
     fake: FakeProvider, library: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The client resolves proxies itself: here every proxy is a closed port, and only
-    NO_PROXY for the loopback address lets the calls through."""
+    """Every proxy here is a closed port, and only NO_PROXY for the loopback address lets the
+    calls through: async clients resolve proxies themselves; the sync one goes to the
+    provider's own transport, directly (the proxy named for its URL: none)."""
     monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")
     monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:9")
     monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
     provider = OpenAICompatibleProvider(fake.base_url, name="p")
-    assert _pool(provider, library).transport is None
+    transport = _pool(provider, library).transport
+    if library == "sync":
+        assert isinstance(transport, StdlibTransport)
+        assert transport._proxy is None
+    else:
+        assert transport is None
     _two_calls(provider, library, [_request(), _request()], stream=True)
     assert len(fake.requests) == 2
     monkeypatch.setenv("NO_PROXY", "example.invalid")  # now the loopback goes to the proxy

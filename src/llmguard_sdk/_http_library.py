@@ -56,7 +56,12 @@ class HttpErrors:
         """The error classes of httpx or httpx2 (``module``)."""
         return cls(
             any=module.HTTPError,
-            not_sent=(module.ConnectError, module.ConnectTimeout, module.PoolTimeout),
+            not_sent=(
+                module.ConnectError,
+                module.ConnectTimeout,
+                module.PoolTimeout,
+                module.ProxyError,  # a proxy refused the tunnel (CONNECT)
+            ),
             timeout=module.TimeoutException,
             decoding=module.DecodingError,
         )

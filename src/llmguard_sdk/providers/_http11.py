@@ -16,12 +16,20 @@ per transport (a request that finds none free within its pool timeout fails with
 ``PoolTimeout``), idle connections kept alive (``max_keepalive_connections``) and dropped when
 the server has closed them, and httpx's exception classes, so a failure before any byte was
 sent (``ConnectError``, ``ConnectTimeout``, ``PoolTimeout``) stays safe to send again. HTTP/1.1
-only (httpx's transport speaks HTTP/2 only when asked). Proxies are not its business: where
-the environment names one, the provider's client makes httpx's transports instead.
+only (httpx's transport speaks HTTP/2 only when asked).
+
+Proxies: given an ``http://`` proxy (an ``httpx.Proxy``, its credentials sent as
+``Proxy-Authorization``), an ``https`` request goes through a ``CONNECT`` tunnel (TLS to the
+server itself, its name checked) and an ``http`` one to the proxy in absolute form, as
+httpx's transport sends them; a refused tunnel is ``ProxyError`` (nothing sent).
+:func:`environment_proxy` reads the environment's ``HTTP_PROXY`` / ``HTTPS_PROXY`` /
+``ALL_PROXY`` / ``NO_PROXY`` with httpx's own rules. ``https://`` and SOCKS proxies stay
+httpx's (the provider's client makes its own transports for them).
 """
 
 from __future__ import annotations
 
+import base64
 import http.client
 import select
 import socket
@@ -33,7 +41,7 @@ from typing import Any
 
 import httpx
 
-__all__ = ["StdlibTransport"]
+__all__ = ["StdlibTransport", "environment_proxy"]
 
 _CHUNK = 65_536
 _MAX_LINE = 65_536  # http.client's bounds on a header line and on their number
@@ -45,7 +53,14 @@ _Origin = tuple[str, str, int]
 class StdlibTransport(httpx.BaseTransport):
     """An httpx transport over :class:`http.client.HTTPConnection` (see the module docs)."""
 
-    def __init__(self, limits: httpx.Limits | None = None) -> None:
+    def __init__(
+        self, limits: httpx.Limits | None = None, *, proxy: httpx.Proxy | None = None
+    ) -> None:
+        """``proxy``: an ``http://`` proxy every request goes through (see the module docs)."""
+        if proxy is not None and proxy.url.scheme != "http":
+            raise ValueError(f"StdlibTransport speaks to http:// proxies only, not {proxy.url}")
+        self._proxy = proxy
+        self._proxy_headers = _proxy_headers(proxy) if proxy is not None else {}
         limits = limits or httpx.Limits()
         self._max = limits.max_connections
         self._keep_alive = limits.max_keepalive_connections
@@ -62,8 +77,11 @@ class StdlibTransport(httpx.BaseTransport):
         timeouts = request.extensions.get("timeout", {})
         origin = (request.url.scheme, request.url.host, request.url.port or _port(request.url))
         connection = self._connection(origin, timeouts)
+        forwarded = self._proxy is not None and origin[0] == "http"  # absolute form, no tunnel
         try:
-            response = _exchange(connection, request, timeouts)
+            response = _exchange(
+                connection, request, timeouts, self._proxy_headers if forwarded else None
+            )
         except BaseException:
             self._discard(connection)
             raise
@@ -124,13 +142,18 @@ class StdlibTransport(httpx.BaseTransport):
     def _connect(self, origin: _Origin, timeouts: dict[str, Any]) -> http.client.HTTPConnection:
         scheme, host, port = origin
         connect = timeouts.get("connect")
+        to_host, to_port = host, port
+        if self._proxy is not None:  # the connection is to the proxy
+            to_host, to_port = self._proxy.url.host, self._proxy.url.port or 80
         connection: http.client.HTTPConnection
         if scheme == "https":
             connection = http.client.HTTPSConnection(
-                host, port, timeout=connect, context=self._tls()
+                to_host, to_port, timeout=connect, context=self._tls()
             )
+            if self._proxy is not None:  # CONNECT first; TLS to the server, its name checked
+                connection.set_tunnel(host, port, headers=self._proxy_headers)
         elif scheme == "http":
-            connection = http.client.HTTPConnection(host, port, timeout=connect)
+            connection = http.client.HTTPConnection(to_host, to_port, timeout=connect)
         else:
             raise httpx.UnsupportedProtocol(f"unsupported URL scheme {scheme!r}")
         try:
@@ -138,9 +161,12 @@ class StdlibTransport(httpx.BaseTransport):
         except TimeoutError as exc:
             connection.close()
             raise httpx.ConnectTimeout(str(exc) or "connect timed out") from exc
-        except OSError as exc:  # refused, unreachable, DNS, TLS handshake
+        except OSError as exc:  # refused, unreachable, DNS, TLS handshake, a refused tunnel
             connection.close()
-            raise httpx.ConnectError(str(exc) or type(exc).__name__) from exc
+            # http.client's words for a CONNECT answered with anything but 200
+            refused = str(exc).startswith("Tunnel connection failed")
+            error = httpx.ProxyError if refused else httpx.ConnectError
+            raise error(str(exc) or type(exc).__name__) from exc
         if connection.sock is not None:
             connection.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         connection.response_class = _Response
@@ -193,17 +219,26 @@ class StdlibTransport(httpx.BaseTransport):
 
 
 def _exchange(
-    connection: http.client.HTTPConnection, request: httpx.Request, timeouts: dict[str, Any]
+    connection: http.client.HTTPConnection,
+    request: httpx.Request,
+    timeouts: dict[str, Any],
+    proxy_headers: dict[str, str] | None = None,
 ) -> http.client.HTTPResponse:
-    """Write ``request`` on ``connection`` and read the response's head."""
+    """Write ``request`` on ``connection`` and read the response's head (``proxy_headers``:
+    the connection is to a proxy that forwards the request, written in absolute form)."""
     _set_timeout(connection, timeouts.get("write"))
+    url = request.url
+    target = url.raw_path.decode("ascii")
+    if proxy_headers is not None:
+        target = f"{url.scheme}://{url.netloc.decode('ascii')}" + target
     try:
         connection.putrequest(
-            request.method, request.url.raw_path.decode("ascii"), skip_host=True,
-            skip_accept_encoding=True,
+            request.method, target, skip_host=True, skip_accept_encoding=True
         )  # fmt: skip
         for name, value in request.headers.raw:
             connection.putheader(name.decode("latin-1"), value)
+        for proxy_header, text in (proxy_headers or {}).items():
+            connection.putheader(proxy_header, text)
         connection.endheaders(request.read() or None)
     except TimeoutError as exc:
         raise httpx.WriteTimeout(str(exc) or "write timed out") from exc
@@ -430,3 +465,35 @@ def _until(seconds: float | None) -> float | None:
 
 def _left(until: float | None) -> float | None:
     return None if until is None else max(0.0, until - time.monotonic())
+
+
+def _proxy_headers(proxy: httpx.Proxy) -> dict[str, str]:
+    """The headers a proxy gets (with a tunnel, on the ``CONNECT``): the proxy's own, and its
+    credentials as ``Proxy-Authorization: Basic`` (as httpx sends them)."""
+    headers = dict(proxy.headers.items())
+    if proxy.raw_auth is not None:
+        user, password = proxy.raw_auth
+        token = base64.b64encode(user + b":" + password).decode("ascii")
+        headers["Proxy-Authorization"] = f"Basic {token}"
+    return headers
+
+
+def environment_proxy(url: httpx.URL) -> httpx.Proxy | None:
+    """The proxy that the environment names for ``url`` (``None``: none), read with
+    httpx's own functions, so ``HTTP_PROXY`` / ``HTTPS_PROXY`` / ``ALL_PROXY`` and
+    ``NO_PROXY`` (hosts, domains, addresses, ``*``) decide as they do for an
+    ``httpx.Client``.
+
+    Raises:
+        LookupError: httpx no longer has those functions (the caller leaves proxies to
+            httpx's client).
+    """
+    try:
+        from httpx._utils import URLPattern, get_environment_proxies
+    except ImportError as exc:  # a later httpx: its client decides
+        raise LookupError("httpx's environment proxy functions moved") from exc
+    mounts = sorted((URLPattern(key), proxy) for key, proxy in get_environment_proxies().items())
+    for pattern, proxy in mounts:  # most specific first, as the client matches them
+        if pattern.matches(url):
+            return None if proxy is None else httpx.Proxy(proxy)
+    return None

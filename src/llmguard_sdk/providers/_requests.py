@@ -14,9 +14,11 @@ flow, redirect loop, cookie extraction and request logging around the same
 ``transport.handle_request`` (about 75 us a call over an in-process transport, some 40 % of
 the provider's own CPU). Cookies a provider sets are still kept (and sent back by the
 builder through the client's jar); the one thing lost is httpx's ``HTTP Request: ...`` INFO
-log line. Where proxy settings are in the environment (``HTTPS_PROXY`` and the like, which
-the client resolves into proxy transports of its own), requests go through
-``client.send`` as before. A call with query parameters is built by the client.
+log line. Where the environment names proxies (``HTTPS_PROXY`` and the like), a sync
+client's requests go to the provider's own transport through the ``http://`` proxy named for
+the provider's URL (or directly, where ``NO_PROXY`` says so); async clients, and a proxy
+that is ``https://`` or SOCKS, go through ``client.send`` and the client's proxy
+transports as before. A call with query parameters is built by the client.
 """
 
 from __future__ import annotations
@@ -26,7 +28,9 @@ from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
 
-from ._http11 import StdlibTransport
+import httpx
+
+from ._http11 import StdlibTransport, environment_proxy
 
 __all__ = ["Pool", "RequestBuilder", "own_transport"]
 
@@ -93,17 +97,26 @@ class RequestBuilder:
         return request
 
 
-def own_transport(module: ModuleType, limits: Any, *, asynchronous: bool) -> Any:
-    """A transport with ``limits`` for a client the provider makes: for an async client of
-    ``module`` (httpx or httpx2) the library's, for the sync client (always httpx's) the
-    provider's own (:class:`~._http11.StdlibTransport`); ``None`` where the environment names
-    proxies (the client then makes its transports itself, proxies included)."""
+def own_transport(module: ModuleType, limits: Any, *, asynchronous: bool, url: str) -> Any:
+    """A transport with ``limits`` for a client the provider makes to send to ``url``: for an
+    async client of ``module`` (httpx or httpx2) the library's, for the sync client (always
+    httpx's) the provider's own (:class:`~._http11.StdlibTransport`), through the ``http://``
+    proxy the environment names for ``url`` where it names one. ``None`` where the client
+    must make its transports itself: an async client where the environment names proxies, a
+    sync one whose proxy is ``https://`` or SOCKS."""
     proxies = urllib.request.getproxies()
-    if any(proxies.get(scheme) for scheme in ("http", "https", "all")):
-        return None
+    named = any(proxies.get(scheme) for scheme in ("http", "https", "all"))
     if asynchronous:
-        return module.AsyncHTTPTransport(limits=limits)
-    return StdlibTransport(limits)  # sync clients are httpx's: the standard library's HTTP/1.1
+        return None if named else module.AsyncHTTPTransport(limits=limits)
+    if not named:
+        return StdlibTransport(limits)  # sync clients are httpx's: the standard library's HTTP/1.1
+    try:
+        proxy = environment_proxy(httpx.URL(url))
+    except LookupError:  # a later httpx: its client reads the environment
+        return None
+    if proxy is None or proxy.url.scheme == "http":
+        return StdlibTransport(limits, proxy=proxy)
+    return None
 
 
 class Pool:

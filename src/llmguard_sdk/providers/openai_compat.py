@@ -172,7 +172,9 @@ class OpenAICompatibleProvider(_Streams):
             with self._lock:
                 if self._pool is None:
                     limits = self._limits(httpx)
-                    transport = self._transport or own_transport(httpx, limits, asynchronous=False)
+                    transport = self._transport or own_transport(
+                        httpx, limits, asynchronous=False, url=self.base_url
+                    )
                     client = httpx.Client(headers=self._headers, limits=limits, transport=transport)
                     self._pool = Pool(httpx, client, transport)
                 pool = self._pool
@@ -185,7 +187,9 @@ class OpenAICompatibleProvider(_Streams):
     def _new_async_pool(self) -> Pool:
         module = library_module(self._async_library)
         limits = self._limits(module)
-        transport = self._async_transport or own_transport(module, limits, asynchronous=True)
+        transport = self._async_transport or own_transport(
+            module, limits, asynchronous=True, url=self.base_url
+        )
         client = module.AsyncClient(headers=self._headers, limits=limits, transport=transport)
         return Pool(module, client, transport)
 
