@@ -29,6 +29,7 @@ _SECRET_PATTERNS = (
         r"(\"?\s*[:=]\s*\"?)[^\s\"'&,;]{8,}"
     ),
 )
+_SPACE = re.compile(r"\s")
 _EMAIL = re.compile(r"\b[A-Za-z0-9._%+\-]+@[A-Za-z0-9.\-]+\.[A-Za-z]{2,}\b")
 _CARD = re.compile(r"\b(?:\d[ \-]?){12,18}\d\b")
 _PHONE = re.compile(r"(?<![\w.])\+?\d[\d \-().]{7,}\d(?![\w.])")
@@ -60,9 +61,26 @@ def redact_secrets(text: str) -> str:
     for secret in tuple(_registered):
         if secret in text:
             text = text.replace(secret, "[secret]")
+    if not _may_match(text):
+        return text
     for pattern in _SECRET_PATTERNS:
         text = pattern.sub(_mask_pattern, text)
     return text
+
+
+def _may_match(text: str) -> bool:
+    """Whether any of the secret patterns can match ``text``: each needs one of ``sk-``,
+    ``AKIA`` / ``ASIA``, ``_`` (the token prefixes), a space (``Bearer x``), ``:`` or ``=``
+    (``key=x``). Ids (``chatcmpl-...``) have none: one cheap test instead of five scans."""
+    return (
+        "_" in text
+        or ":" in text
+        or "=" in text
+        or "sk-" in text
+        or "AKIA" in text
+        or "ASIA" in text
+        or _SPACE.search(text) is not None
+    )
 
 
 def _luhn(digits: str) -> bool:

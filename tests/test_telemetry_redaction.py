@@ -1,0 +1,62 @@
+"""redact_secrets: the quick test that skips the patterns for text none of them can match
+(response ids) masks exactly what running every pattern masks."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from llmguard_sdk.telemetry import redaction
+from llmguard_sdk.telemetry.redaction import redact_secrets, register_secret
+
+# pieces that make the patterns match, almost match, or not: their prefixes, separators,
+# every kind of space (a no-break space too), long runs of key characters
+_PIECES = (
+    "sk-", "sk", "AKIA", "ASIA", "ghp", "gho", "github_pat", "xoxb", "xoxz", "_", "-", ":",
+    "=", '"', " ", "\t", "\n", "\u00a0", "\u2003", "Bearer", "basic", "BEARER", "key",
+    "api_key", "Access-Token", "password", "secret", "token", "abcdefgh", "ABCDEFGHIJKLMNOP",
+    "0123456789", "chatcmpl", "msg", "x", ".", "/", "+", "&", ",", ";",
+)  # fmt: skip
+
+
+def _every_pattern(text: str) -> str:
+    for pattern in redaction._SECRET_PATTERNS:
+        text = pattern.sub(redaction._mask_pattern, text)
+    return text
+
+
+def test_text_no_pattern_can_match_comes_back_as_it_is() -> None:
+    for text in ("chatcmpl-9f8e7d6c5b4a3f2e1d0c", "resp-0123456789abcdef", "abc.def/ghi+jkl"):
+        assert redact_secrets(text) is text
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("id-sk-abcdefghijklmnop", "id-[secret]"),
+        ("AKIAABCDEFGHIJKLMNOP", "[secret]"),
+        ("ghp_abcdefghijklmnop", "[secret]"),
+        ("Bearer\u00a0abcdefgh", "Bearer [secret]"),
+        ('api_key:"abcdefghij"', 'api_key:"[secret]"'),
+        ("token=abcdefghij", "token=[secret]"),
+    ],
+)
+def test_each_credential_form_is_still_masked(text: str, expected: str) -> None:
+    assert redact_secrets(text) == expected
+
+
+def test_the_quick_test_masks_what_every_pattern_masks() -> None:
+    draw = random.Random(22)
+    for _ in range(5000):
+        text = "".join(draw.choice(_PIECES) for _ in range(draw.randint(1, 8)))
+        assert redact_secrets(text) == _every_pattern(text), text
+
+
+def test_a_registered_secret_is_masked_in_text_without_a_pattern() -> None:
+    register_secret("chatcmpl-private-value")
+    try:
+        assert redact_secrets("id chatcmpl-private-value") == "id [secret]"
+        assert redact_secrets("chatcmpl-private-value") == "[secret]"
+    finally:
+        redaction._registered.discard("chatcmpl-private-value")
