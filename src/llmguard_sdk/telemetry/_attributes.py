@@ -22,6 +22,7 @@ __all__ = [
     "hashed_scope",
     "provider_name",
     "quality_labels",
+    "route_named",
     "wall_ns",
 ]
 
@@ -44,6 +45,14 @@ def provider_name(route: Provider | None) -> str:
         if cls.__name__ in _PROVIDER_NAMES:
             return _PROVIDER_NAMES[cls.__name__]
     return type(route).__name__.lower()
+
+
+def route_named(routes: Sequence[Provider], name: str | None) -> Provider | None:
+    """The route called ``name`` (route names are unique), or None."""
+    for route in routes:
+        if route.name == name:
+            return route
+    return None
 
 
 def add_scope(attributes: Attributes, scope: Scope, retries: Sequence[RetryDetails]) -> None:

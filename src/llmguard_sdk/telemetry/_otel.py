@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Literal
 
 from opentelemetry import context as otel_context
@@ -21,6 +21,7 @@ from ._attributes import (
     hashed_scope,
     provider_name,
     quality_labels,
+    route_named,
     wall_ns,
 )
 from ._quality import Quality, signals_of
@@ -46,6 +47,10 @@ _CALL_LOG = logging.getLogger("llmguard_sdk.calls")
 _CASCADES = "Calls whose tier was a cascade, by whether they escalated (the escalation rate)"
 _SDK_CHECK_SECONDS = 1.0
 _call_ids = UniqueIds(random_digits=8)  # metadata["call_id"]
+_METRIC_KEYS = (  # of the call's attributes, those its duration and token points carry too
+    "gen_ai.response.model", "error.type", "llmguard.served_by", "llmguard.release",
+    "llmguard.release.arm",
+)  # fmt: skip
 _PROXIES = frozenset(
     {"ProxyTracerProvider", "NoOpTracerProvider", "_ProxyMeterProvider", "NoOpMeterProvider"}
 )
@@ -284,17 +289,8 @@ class Telemetry:
                 self._quality.remember(call_id, quality_labels(ctx, {}), None)
             return  # nothing would see the work: keep the no-SDK path cheap
         signals = signals_of(ctx.request, response, error)
-        by_name = {route.name: route for route in routes}
         end = ctx.started + ctx.elapsed()
-        served = by_name.get(ctx.route or "") if error is None else None
-        request_model = ctx.request.model or (routes[0].model if routes else None) or ""
-        common: Attributes = {
-            "gen_ai.operation.name": "chat",
-            self.names.provider: provider_name(served or (routes[0] if routes else None)),
-            "gen_ai.request.model": request_model,
-        }
-        call = dict(common)
-        call.update(self._call_attributes(ctx, kind, response, error, cancelled, cache_on))
+        call = self._call_attributes(ctx, routes, kind, response, error, cancelled, cache_on)
         call["llmguard.call_id"] = call_id
         if signals:
             call["llmguard.quality.signals"] = signals
@@ -302,10 +298,12 @@ class Telemetry:
         labels = quality_labels(ctx, call)
         if exporting:
             events = _span_events(signals, anomalies) + (ctx.task.events() if ctx.task else [])
-            span = self._export_spans(ctx, by_name, call, end, error, cancelled, events)
-            self._export_metrics(ctx, kind, common, call, response, error)
-            self._quality.count(signals, labels)
-            self._quality.anomalies(anomalies)
+            span = self._export_spans(ctx, routes, call, end, error, cancelled, events)
+            self._export_metrics(ctx, kind, call, response)
+            if signals:
+                self._quality.count(signals, labels)
+            if anomalies:
+                self._quality.anomalies(anomalies)
         if response is not None:
             self._quality.remember(call_id, labels, span)
         self._log(ctx, call, response)
@@ -369,13 +367,22 @@ class Telemetry:
     def _call_attributes(
         self,
         ctx: CallContext,
+        routes: tuple[Provider, ...],
         kind: str,
         response: ChatResponse | None,
         error: BaseException | None,
         cancelled: bool,
         cache_on: bool,
     ) -> Attributes:
+        """The call span's attributes, built in one dict (the log record's fields too)."""
+        first = routes[0] if routes else None
+        served = route_named(routes, ctx.route) if error is None else None
         attributes: Attributes = {
+            "gen_ai.operation.name": "chat",
+            self.names.provider: provider_name(served or first),
+            "gen_ai.request.model": ctx.request.model
+            or (first.model if first is not None else None)
+            or "",
             "llmguard.kind": kind,
             "llmguard.attempts": ctx.attempts,
             "llmguard.outcome": "error" if error else "cancelled" if cancelled else "ok",
@@ -413,7 +420,7 @@ class Telemetry:
     def _export_spans(
         self,
         ctx: CallContext,
-        by_name: Mapping[str, Provider],
+        routes: tuple[Provider, ...],
         call: Attributes,
         end: float,
         error: BaseException | None,
@@ -443,7 +450,8 @@ class Telemetry:
             span.set_attribute("gen_ai.input.messages", self._content(ctx.request.last_user_text()))
         inside = trace.set_span_in_context(span)
         for number, attempt in enumerate(ctx.attempt_log, 1):
-            self._attempt_span(ctx, attempt, number, by_name.get(attempt.route), inside, end)
+            route = route_named(routes, attempt.route)
+            self._attempt_span(ctx, attempt, number, route, inside, end)
         if error is not None:
             span.set_status(Status(StatusCode.ERROR, redact_secrets(str(error))[:500]))
         elif cancelled:
@@ -489,19 +497,15 @@ class Telemetry:
         span.end(end_time=wall_ns(ctx, attempt.ended or call_end))
 
     def _export_metrics(
-        self,
-        ctx: CallContext,
-        kind: str,
-        common: Attributes,
-        call: Attributes,
-        response: ChatResponse | None,
-        error: BaseException | None,
+        self, ctx: CallContext, kind: str, call: Attributes, response: ChatResponse | None
     ) -> None:
-        labels = dict(common)
-        for key in (
-            "gen_ai.response.model", "error.type", "llmguard.served_by", "llmguard.release",
-            "llmguard.release.arm",
-        ):  # fmt: skip
+        provider = self.names.provider
+        labels: Attributes = {
+            "gen_ai.operation.name": "chat",
+            provider: call[provider],
+            "gen_ai.request.model": call["gen_ai.request.model"],
+        }
+        for key in _METRIC_KEYS:
             if key in call:
                 labels[key] = call[key]
         cache = call.get("llmguard.cache")
@@ -529,21 +533,23 @@ class Telemetry:
                 cost_labels["llmguard.feature"] = ctx.scope.feature
             self._cost.add(response.cost_usd, cost_labels)
         if kind == "stream" and served_by_provider:
-            self._stream_metrics(ctx, common, labels, response)
+            self._stream_metrics(ctx, labels, response)
 
     def _stream_metrics(
-        self,
-        ctx: CallContext,
-        common: Attributes,
-        labels: Attributes,
-        response: ChatResponse | None,
+        self, ctx: CallContext, labels: Attributes, response: ChatResponse | None
     ) -> None:
         """Time to first token, per attempt time to first chunk and the gaps between
         chunks, and output tokens per second of a stream a provider served."""
         if ctx.first_token_at is not None:
             self._ttft.record(ctx.first_token_at - ctx.started, labels)
-        for attempt in ctx.attempt_log:
-            attempt_labels = {**common, "llmguard.route": attempt.route}
+        provider = self.names.provider
+        for attempt in ctx.attempt_log:  # the call's first three labels and the route
+            attempt_labels: Attributes = {
+                "gen_ai.operation.name": "chat",
+                provider: labels[provider],
+                "gen_ai.request.model": labels["gen_ai.request.model"],
+                "llmguard.route": attempt.route,
+            }
             if attempt.first_token_at is not None:
                 self._first_chunk.record(attempt.first_token_at - attempt.started, attempt_labels)
             for gap in attempt.chunk_gaps:
