@@ -139,6 +139,18 @@ def test_overhead_reports_both_sides_and_the_stages() -> None:
 
 
 @timeout_for(BENCH_TIMEOUT)
+def test_telemetry_share_splits_the_sdk_path_into_ours_and_the_sdks() -> None:
+    result = run("telemetry_share.py", "--quick", "--json")
+    for kind in ("chat", "stream"):
+        figures = result[kind]
+        # the SDK's work is what the no-op tracer and meter skip: the real SDK costs more
+        assert figures["sdk_us"] > figures["ours_us"] > 0
+        assert figures["no_sdk_us"] > 0
+        assert figures["sdk_own_us"] == round(figures["sdk_us"] - figures["ours_us"], 2)
+    assert result["stream"]["chunk_gaps"] > 0  # one time_per_output_chunk point each
+
+
+@timeout_for(BENCH_TIMEOUT)
 def test_breaker_record_bench_compares_the_bounded_window_with_the_list() -> None:
     result = run("breaker_record.py", "--quick")
     for workload in ("count", "time"):
