@@ -24,7 +24,6 @@ __all__ = [
     "granted",
     "learned",
     "provider_counters",
-    "rate_wait_allowed",
     "reserve_steps",
     "response_usage",
     "route_input_tokens",
@@ -86,11 +85,6 @@ def token_reservation(ctx: CallContext, stages: Stages, route: Provider) -> Rese
     )
 
 
-def rate_wait_allowed(ctx: CallContext) -> float:
-    """How long a call may wait for a rate-limit slot: what its deadline leaves an attempt."""
-    return max(0.0, ctx.remaining() - MIN_ATTEMPT_SECONDS)
-
-
 _LEASE_GRACE_S = 5.0  # a concurrency lease outlives its call's deadline by this much at most
 
 
@@ -108,14 +102,15 @@ def reserve_steps(
     ``reservation``); ``wait=False``: no waiting for a slot, as for the second leg of a
     hedged call."""
     assert stages.limiter is not None
+    remaining = ctx.remaining()  # a call may wait what its deadline leaves an attempt
     grant: Grant = yield from stages.limiter.reserve_steps(
         reservation.route,
         tenant=reservation.tenant,
         input_tokens=reservation.input,
         output_tokens=reservation.output,
         priority=ctx.priority,
-        max_wait=rate_wait_allowed(ctx) if wait else 0.0,
-        lease_seconds=max(0.0, ctx.remaining()) + _LEASE_GRACE_S,
+        max_wait=max(0.0, remaining - MIN_ATTEMPT_SECONDS) if wait else 0.0,
+        lease_seconds=max(0.0, remaining) + _LEASE_GRACE_S,
     )
     granted(reservation, grant)
     return grant
@@ -172,8 +167,10 @@ def provider_counters(headers: Mapping[str, str]) -> dict[str, float]:
     """The provider's remaining counts in an answer's headers (``x-ratelimit-remaining-*``,
     Anthropic's ``anthropic-ratelimit-*-remaining``), keyed as the limiter's ``learn``
     takes them; empty when there are none."""
-    lowered = {k.lower(): v for k, v in headers.items()}
     found: dict[str, float] = {}
+    if "ratelimit" not in " ".join(headers).lower():  # (every name looked for says so)
+        return found
+    lowered = {k.lower(): v for k, v in headers.items()}
     for name, header_names in _REMAINING:
         for header in header_names:
             raw = lowered.get(header)

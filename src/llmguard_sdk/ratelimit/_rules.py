@@ -62,6 +62,28 @@ class LimiterBase:
 
     def __init__(self, limits: LimitsConfig) -> None:
         self.limits: Rules = normalize(limits)
+        # per key, worked out once: the longest any of its limits lets a call wait, and
+        # whether a call needs an id (a concurrency lease or a place in a queue)
+        self._patience = {
+            key: max(float(limit.max_wait) for limit in rules) for key, rules in self.limits.items()
+        }
+        self._named = {
+            key: any(
+                limit.concurrency is not None or limit.max_queue is not None for limit in rules
+            )
+            for key, rules in self.limits.items()
+        }
+
+    def wait_bound(self, key: str, max_wait: float | None) -> float:
+        """:func:`wait_bound` of ``key``'s limits (the longest ``max_wait`` of its limits,
+        capped by the call's own ``max_wait``; 0 without limits)."""
+        longest = self._patience.get(key, 0.0)
+        return longest if max_wait is None else max(0.0, min(float(max_wait), longest))
+
+    def call_id(self, key: str) -> str:
+        """:func:`new_call_id` when ``key``'s limits name calls (leases, queues), else ``""``
+        (an id nothing would read)."""
+        return new_call_id() if self._named.get(key, False) else ""
 
     def rules(self, key: str) -> tuple[RateLimit, ...]:
         """The limits that apply on ``key`` (empty: none)."""

@@ -18,7 +18,7 @@ from .._keywords import check_keywords
 from .._state.recent import Recent
 from .._state.steps import Call, Step, in_place
 from .._state.stores import hash_id
-from ._rules import LimiterBase, LimitsConfig, new_call_id, wait_bound
+from ._rules import LimiterBase, LimitsConfig
 from .policy import (
     CellState,
     Grant,
@@ -89,12 +89,13 @@ class MemoryRateLimiter(LimiterBase):
         kwargs: dict[str, object],
     ) -> Grant:
         """One reservation attempt, under the lock."""
-        states = [(self._cells.get(name, _NEW_CELL), limit) for name, limit in cells]
+        kept = self._cells
+        states = [(kept.get(name, _NEW_CELL), limit) for name, limit in cells]
         now = self._clock()
         grant, after = reserve_all(states, now, call_id=call_id, **kwargs)  # type: ignore[arg-type]
         for (name, _), state in zip(cells, after, strict=True):
-            self._cells[name] = state
-            self._cells.move_to_end(name)
+            kept[name] = state
+            kept.move_to_end(name)
         self._forget_idle(now, len(cells) + 1)
         return grant
 
@@ -102,20 +103,21 @@ class MemoryRateLimiter(LimiterBase):
         """Look at the ``looks`` cells reserved longest ago: forget each per-tenant one that
         is idle (back at its defaults), send the others to the back. A few looks a call, more
         than the call adds, so idle tenants cost nothing for long and no call scans them all."""
-        for _ in range(min(looks, len(self._cells))):
-            name, state = next(iter(self._cells.items()))
-            if name[2] is not None and state.idle(now):
-                del self._cells[name]
+        kept = self._cells
+        for _ in range(min(looks, len(kept))):
+            name = next(iter(kept))
+            if name[2] is not None and kept[name].idle(now):
+                del kept[name]
             else:
-                self._cells.move_to_end(name)
+                kept.move_to_end(name)
 
     def _asked(self, key: str, ask: ReserveArgs) -> tuple[_Cells, str, _Kwargs, float]:
         """(cells, call id, the policy's keywords, until when the call may wait)."""
         check_keywords(ask, ReserveArgs, "reserve")
-        cells = self._keys(key, ask.get("tenant"))
-        kwargs: dict[str, object] = {k: v for k, v in ask.items() if k != "tenant"}
-        until = time.monotonic() + wait_bound([limit for _, limit in cells], ask.get("max_wait"))
-        return cells, new_call_id(), kwargs, until
+        kwargs: dict[str, object] = dict(ask)  # the policy's keywords: all but the tenant
+        cells = self._keys(key, kwargs.pop("tenant", None))  # type: ignore[arg-type]
+        until = time.monotonic() + self.wait_bound(key, ask.get("max_wait"))
+        return cells, self.call_id(key), kwargs, until
 
     def reserve(self, key: str, **ask: Unpack[ReserveArgs]) -> Grant:
         """Reserve a call on ``key`` (and on ``tenant``'s per-tenant limits), all or none;
@@ -193,12 +195,14 @@ class MemoryRateLimiter(LimiterBase):
         """Correct a reservation on ``key`` to what the call really used, and give its
         concurrency ``lease`` back (``request_delta=-1``: and its request)."""
         check_keywords(settled, SettleArgs, "settle")
-        corrections = {k: v for k, v in settled.items() if k != "tenant"}
-        with self._freed:
+        corrections: dict[str, object] = dict(settled)  # the policy's keywords: all but the tenant
+        cells = self._keys(key, corrections.pop("tenant", None))  # type: ignore[arg-type]
+        with self._lock:  # (the lock of ``_freed``)
+            kept = self._cells
             now = self._clock()
-            for name, limit in self._keys(key, settled.get("tenant")):
-                self._cells[name] = settle(
-                    self._cells.get(name, _NEW_CELL),
+            for name, limit in cells:
+                kept[name] = settle(
+                    kept.get(name, _NEW_CELL),
                     now,
                     limit,
                     **corrections,  # type: ignore[arg-type]

@@ -321,6 +321,45 @@ def _evaluate(
     return over, (tats[0], tats[1], tats[2], tats[3])
 
 
+_NOW = Grant(True)  # the grant of a call that may go now, without a lease (immutable: shared)
+
+
+def _tats_only(cells: Sequence[tuple[CellState, RateLimit]]) -> bool:
+    """Whether no limit of ``cells`` has leases or a queue (only their TATs move)."""
+    for state, limit in cells:
+        if (
+            limit.concurrency is not None
+            or limit.max_queue is not None
+            or state.leases
+            or state.queue
+        ):
+            return False
+    return True
+
+
+def _plan(
+    fresh: Sequence[CellState],
+    cells: Sequence[tuple[CellState, RateLimit]],
+    now: float,
+    costs: _Costs,
+    priority: Priority,
+    max_wait: float | None,
+) -> Grant | tuple[float, list[tuple[float, float, float, float]]]:
+    """(the wait, each limit's TATs after the call), or the refusal of a call that no
+    limit's rate lets through in time."""
+    wait = 0.0
+    planned = []
+    for state, (_, limit) in zip(fresh, cells, strict=True):
+        over, tats = _evaluate(state, now, limit, costs, priority)
+        if over == math.inf:
+            return Grant(False, math.inf, reason="never")
+        if over > limit.patience(max_wait) + _EPSILON:
+            return Grant(False, over, reason="rate")
+        wait = max(wait, over)
+        planned.append(tats)
+    return wait, planned
+
+
 def reserve_all(
     cells: Sequence[tuple[CellState, RateLimit]],
     now: float,
@@ -343,26 +382,32 @@ def reserve_all(
     queue when it may wait (``queued``).
     """
     costs = _costs(requests, tokens, input_tokens, output_tokens)
+    if _tats_only(cells):  # no lease, no queue: only the TATs move
+        fresh: Sequence[CellState] = [state for state, _ in cells]
+        found = _plan(fresh, cells, now, costs, priority, max_wait)
+        if isinstance(found, Grant):
+            return found, list(fresh)
+        wait, planned = found
+        after = [
+            CellState(tats, state.leases, state.queue)
+            for state, tats in zip(fresh, planned, strict=True)
+        ]
+        return (_NOW if wait <= 0.0 else Grant(True, wait=wait)), after
     fresh = [
         CellState(state.tats, _live(state.leases, now), _live(state.queue, now))
         if state.leases or state.queue
         else state  # nothing held or waiting: nothing to drop
         for state, _ in cells
     ]
-    wait, planned, full = 0.0, [], []
-    for state, (_, limit) in zip(fresh, cells, strict=True):
-        over, tats = _evaluate(state, now, limit, costs, priority)
-        if over == math.inf:
-            return Grant(False, math.inf, reason="never"), [s for s, _ in cells]
-        if over > limit.patience(max_wait) + _EPSILON:
-            return Grant(False, over, reason="rate"), [s for s, _ in cells]
-        wait = max(wait, over)
-        planned.append(tats)
-        if limit.concurrency is not None:
-            held = sum(1 for lease in state.leases if lease != call_id)
-            full.append(held >= limit.concurrency)
-        else:
-            full.append(False)
+    found = _plan(fresh, cells, now, costs, priority, max_wait)
+    if isinstance(found, Grant):
+        return found, [s for s, _ in cells]
+    wait, planned = found
+    full = [
+        limit.concurrency is not None
+        and sum(1 for lease in state.leases if lease != call_id) >= limit.concurrency
+        for state, (_, limit) in zip(fresh, cells, strict=True)
+    ]
     if any(full):
         return _no_slot(fresh, cells, full, now, max_wait, call_id)
     for state, (_, limit) in zip(fresh, cells, strict=True):
