@@ -175,16 +175,19 @@ class SpendControl:
         """(base, per output token), nano-dollars: the worst case over ``routes``."""
         input_tokens = ctx.input_tokens().tokens * (1.0 + self.config.input_margin)
         base, per = 0, 0.0
+        asked = _asked_tier(ctx)
+        table, local = self.prices, self.local
         for route in routes:
-            if route.name in self.local:
+            name = route.name
+            if name in local:
                 continue
             model = route.model or ctx.request.model
             assert model is not None  # prepare() checked it
             # a route that always serves one tier (a BatchProvider: "batch") says so
-            tier = _route_tier(route) or _asked_tier(ctx)
-            prices = [self.prices.price(model, provider=route.name, tier=tier)]
-            if tier not in (None, "batch"):  # a tier's call may be served at the standard one
-                prices.append(self.prices.price(model, provider=route.name))
+            tier = _route_tier(route) or asked
+            prices = [table.price(model, provider=name, tier=tier)]
+            if tier is not None and tier != "batch":  # may be served at the standard tier
+                prices.append(table.price(model, provider=name))
             for price in prices:
                 base = max(base, nano(price.worst_case(input_tokens, 0)))
                 per = max(per, price.for_input(input_tokens).output_max * NANO / 1_000_000)
@@ -207,8 +210,12 @@ class SpendControl:
             return None
         if name in self.local:
             return Cost(0.0, "estimated")
-        route = next((r for r in stages.routes if r.name == name), None)
-        model = (route.model if route is not None else None) or ctx.request.model
+        model = None
+        for route in stages.routes:
+            if route.name == name:
+                model = route.model
+                break
+        model = model or ctx.request.model
         if model is None:
             model = response.model
         if not model:
@@ -353,7 +360,10 @@ class SpendControl:
             except StopIteration as done:
                 held: Held = done.value
                 return held
-            result = yield from self.backend.reserve_steps(**kwargs)
+            if type(self.backend) is MemoryBudgetBackend:  # its steps only run it: run it here
+                result = self.backend.reserve(**kwargs)
+            else:
+                result = yield from self.backend.reserve_steps(**kwargs)
 
     def reserve(self, ctx: CallContext, stages: Stages) -> Held:
         """Hold the call's worst case on its counters (raises BudgetExceededError)."""
@@ -400,6 +410,8 @@ class SpendControl:
             for spec, spent, resets, fired in zip(
                 held.specs, result.spent, result.resets_at, result.fired, strict=True
             ):
+                if not fired:
+                    continue
                 budget = self.config.budgets[spec.budget_index]
                 for threshold in fired:
                     events.append(
@@ -427,7 +439,8 @@ class SpendControl:
                         factor=self.runaway.factor,
                     )
                 )
-        self._emit(events)
+        if events:
+            self._emit(events)
 
     def flush_steps(self) -> store_steps.Step[bool]:
         """Replay the spend journaled while Redis could not be reached (a Redis backend
@@ -446,7 +459,10 @@ class SpendControl:
             return
         if held.specs:
             kwargs = self._settle_args(held, self._actual(held, ctx, response))
-            result: SettleResult = yield from self.backend.settle_steps(**kwargs)
+            if type(self.backend) is MemoryBudgetBackend:  # (as in reserve_steps)
+                result: SettleResult = self.backend.settle(**kwargs)
+            else:
+                result = yield from self.backend.settle_steps(**kwargs)
         else:
             held.done, result = True, SettleResult(False)
         self._after(ctx, held, result, response.usage if response is not None else None)

@@ -147,6 +147,18 @@ class _Deadlines:
         return gone
 
 
+_GRANTED = ReserveResult(True).__dict__
+
+
+def _granted(tokens: int, amount: int) -> ReserveResult:
+    """``ReserveResult(True, tokens=tokens, amount=amount)``, made without the frozen
+    dataclass's ``__init__`` (one ``object.__setattr__`` per field of nine: more than the
+    rest of a reservation's bookkeeping)."""
+    made = object.__new__(ReserveResult)
+    made.__dict__.update(_GRANTED, tokens=tokens, amount=amount)
+    return made
+
+
 _SPAN = {"minute": 60.0, "hour": 3600.0, "day": 86400.0, "month": 31 * 86400.0}
 _LATE_SETTLE_SECONDS = 86400.0
 """How long past its hold a reservation can still be settled (a call that outlived its
@@ -180,9 +192,12 @@ class MemoryBudgetBackend:
         self._quiet_ends: list[float] = []  # heap of the ends of ``_quiet``
         self._open = _Deadlines()  # reserved, not yet settled ids: until when settleable
 
-    def _state(self, spec: CounterSpec, now: float, *, take: bool = True) -> CounterState:
+    def _state(
+        self, spec: CounterSpec, now: float, *, take: bool = True, keep: bool = True
+    ) -> CounterState:
         """The counter's whole state (out of its window's quiet table when it is there);
-        ``take=False`` reads without keeping a new state."""
+        ``take=False`` reads without keeping a new state; ``keep=False``: a new state is
+        kept without an expiry (the caller parks it at once)."""
         state = self._states.get(spec.key)
         if state is not None:
             return state
@@ -198,7 +213,8 @@ class MemoryBudgetBackend:
                 state.spent, state.fired = found[0], found[1] or _NO_ALERTS
         if take:  # kept from now on, so it expires even if the caller never parks it
             self._states[spec.key] = state
-            self._keep(spec, now, now)
+            if keep:
+                self._keep(spec, now, now)
         return state
 
     def _keep(self, spec: CounterSpec, now: float, until: float) -> None:
@@ -253,11 +269,12 @@ class MemoryBudgetBackend:
         with self._lock:
             now = self._clock()
             self._expire(now)
-            states = [self._state(spec, now) for spec in specs]
-            brought = [bring_to_now(s, spec, now) for s, spec in zip(states, specs, strict=True)]
-            rooms = [
-                spec.limit - s.spent - s.reserved for s, spec in zip(states, specs, strict=True)
-            ]
+            states, brought, rooms = [], [], []
+            for spec in specs:  # (each is parked below, whatever the answer)
+                state = self._state(spec, now, keep=False)
+                brought.append(bring_to_now(state, spec, now))
+                states.append(state)
+                rooms.append(spec.limit - state.spent - state.reserved)
             tokens, refused = decide(rooms, base, per_token, hold["want"], minimum)
             if refused >= 0:
                 state = states[refused]
@@ -280,7 +297,7 @@ class MemoryBudgetBackend:
                 add_hold(state, rid, amount, until)
                 self._park(spec, state, now, until)
             self._open.touch(rid, until + _LATE_SETTLE_SECONDS)
-            return ReserveResult(True, tokens=tokens, amount=amount)
+            return _granted(tokens, amount)
 
     def settle(
         self, rid: str, specs: Sequence[CounterSpec], *, actual: int, ttl: float

@@ -330,6 +330,8 @@ def decide(
 
 def fire_alerts(state: CounterState, spec: CounterSpec) -> tuple[float, ...]:
     """The thresholds the settled spend reached for the first time this window (marked)."""
+    if not spec.alerts or not 0 < state.spent >= min(spec.alerts) * spec.limit:
+        return ()  # under the lowest threshold: none reached
     fired = tuple(
         a for a in spec.alerts if a not in state.fired and 0 < state.spent >= a * spec.limit
     )

@@ -35,7 +35,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from ..errors import ConfigurationError, UnknownModelPriceError
 from ..models import ChatResponse, Usage
@@ -111,6 +111,13 @@ class Price:
         ):
             raise ConfigurationError("long_context holds (threshold, Price) pairs")
         object.__setattr__(self, "long_context", tuple(sorted(steps, key=lambda s: s[0])))
+        # the dearest input and output rates, read by every call's worst case (attributes,
+        # not fields)
+        object.__setattr__(self, "_input_max", max(self.input, self.write_rate, self.write_1h_rate))
+        object.__setattr__(self, "_output_max", max(self.output, self.reasoning_rate))
+
+    _input_max: ClassVar[float]
+    _output_max: ClassVar[float]
 
     @property
     def cached_rate(self) -> float:
@@ -172,15 +179,12 @@ class Price:
         input token written to the cache at the dearest rate, every output token at the
         dearer of the output and reasoning rates, in the call's long-context tier."""
         price = self.for_input(input_tokens)
-        return (
-            input_tokens * max(price.input, price.write_rate, price.write_1h_rate)
-            + output_tokens * price.output_max
-        ) / _MILLION
+        return (input_tokens * price._input_max + output_tokens * price._output_max) / _MILLION
 
     @property
     def output_max(self) -> float:
         """The dearer of the output and reasoning rates (per million)."""
-        return max(self.output, self.reasoning_rate)
+        return self._output_max
 
 
 @dataclass(frozen=True)
