@@ -111,33 +111,42 @@ class Price:
         ):
             raise ConfigurationError("long_context holds (threshold, Price) pairs")
         object.__setattr__(self, "long_context", tuple(sorted(steps, key=lambda s: s[0])))
-        # the dearest input and output rates, read by every call's worst case (attributes,
-        # not fields)
-        object.__setattr__(self, "_input_max", max(self.input, self.write_rate, self.write_1h_rate))
-        object.__setattr__(self, "_output_max", max(self.output, self.reasoning_rate))
+        # the rates that default to others, and the dearest input and output rates: read by
+        # every call's worst case and cost (attributes, not fields; a Price never changes)
+        write = self.input if self.cache_write is None else self.cache_write
+        rates = (
+            self.input if self.cached_input is None else self.cached_input,
+            write,
+            write if self.cache_write_1h is None else self.cache_write_1h,
+            self.output if self.reasoning is None else self.reasoning,
+        )
+        object.__setattr__(self, "_rates", rates)
+        object.__setattr__(self, "_input_max", max(self.input, rates[1], rates[2]))
+        object.__setattr__(self, "_output_max", max(self.output, rates[3]))
 
+    _rates: ClassVar[tuple[float, float, float, float]]  # cached, write, write_1h, reasoning
     _input_max: ClassVar[float]
     _output_max: ClassVar[float]
 
     @property
     def cached_rate(self) -> float:
         """Price of a cached input token read (per million)."""
-        return self.input if self.cached_input is None else self.cached_input
+        return self._rates[0]
 
     @property
     def write_rate(self) -> float:
         """Price of an input token written to the prompt cache (per million)."""
-        return self.input if self.cache_write is None else self.cache_write
+        return self._rates[1]
 
     @property
     def write_1h_rate(self) -> float:
         """Price of an input token written to the prompt cache for an hour (per million)."""
-        return self.write_rate if self.cache_write_1h is None else self.cache_write_1h
+        return self._rates[2]
 
     @property
     def reasoning_rate(self) -> float:
         """Price of a reasoning output token (per million)."""
-        return self.output if self.reasoning is None else self.reasoning
+        return self._rates[3]
 
     def for_input(self, input_tokens: float) -> Price:
         """The price a call of ``input_tokens`` input tokens pays (its long-context tier)."""
@@ -165,13 +174,14 @@ class Price:
         hour = min(usage.cache_write_1h_input_tokens, written)
         plain = usage.input_tokens - cached - written
         reasoning = min(usage.reasoning_tokens, usage.output_tokens)
+        cached_rate, write_rate, write_1h_rate, reasoning_rate = price._rates
         return (
             plain * price.input
-            + cached * price.cached_rate
-            + (written - hour) * price.write_rate
-            + hour * price.write_1h_rate
+            + cached * cached_rate
+            + (written - hour) * write_rate
+            + hour * write_1h_rate
             + (usage.output_tokens - reasoning) * price.output
-            + reasoning * price.reasoning_rate
+            + reasoning * reasoning_rate
         ) / _MILLION
 
     def worst_case(self, input_tokens: float, output_tokens: float) -> float:
