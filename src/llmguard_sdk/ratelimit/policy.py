@@ -223,8 +223,12 @@ class RateLimit:
             if per_period is not None
         )
         object.__setattr__(self, "_intervals", intervals)
+        # (interactive, batch) capacities: read by every reservation
+        capacities = (self.capacity("interactive"), self.capacity("batch"))
+        object.__setattr__(self, "_capacities", capacities)
 
     _intervals: ClassVar[tuple[tuple[int, float, float], ...]]
+    _capacities: ClassVar[tuple[float, float]]
 
     def limits(self) -> tuple[float | None, float | None, float | None, float | None]:
         """(rpm, tpm, input_tpm, output_tpm): the order of :attr:`CellState.tats`."""
@@ -306,7 +310,7 @@ def _evaluate(
     state: CellState, now: float, limit: RateLimit, costs: _Costs, priority: Priority
 ) -> tuple[float, tuple[float, float, float, float]]:
     """(seconds the call must wait for this limit, or inf; the TATs after it)."""
-    capacity = limit.capacity(priority)
+    capacity = limit._capacities[1 if priority == "batch" else 0]  # limit.capacity(priority)
     over = 0.0
     before = state.tats
     tats = list(before)
@@ -353,9 +357,10 @@ def _plan(
         over, tats = _evaluate(state, now, limit, costs, priority)
         if over == math.inf:
             return Grant(False, math.inf, reason="never")
-        if over > limit.patience(max_wait) + _EPSILON:
+        if over > _EPSILON and over > limit.patience(max_wait) + _EPSILON:  # (patience >= 0)
             return Grant(False, over, reason="rate")
-        wait = max(wait, over)
+        if over > wait:
+            wait = over
         planned.append(tats)
     return wait, planned
 
