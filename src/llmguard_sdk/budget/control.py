@@ -20,7 +20,7 @@ import dataclasses
 import logging
 import math
 import time
-from collections.abc import Generator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -83,9 +83,6 @@ class Held:
     level: Level = "all"
     done: bool = False
     notes: list[BudgetEvent] = field(default_factory=list)
-
-
-BackendStep = tuple[str, dict[str, Any]]
 
 
 class SpendControl:
@@ -237,7 +234,7 @@ class SpendControl:
 
     def _steps(
         self, ctx: CallContext, stages: Stages, notes: list[BudgetEvent]
-    ) -> Generator[BackendStep, Any, Held]:
+    ) -> store_steps.Step[Held]:
         """The reservation logic; events to emit are appended to ``notes`` (the caller emits
         them, also when this raises)."""
         rid = _RESERVATION_IDS.next()
@@ -257,18 +254,20 @@ class SpendControl:
             if base == 0 and per == 0:  # free routes: nothing to hold
                 return Held(rid, (), 0, chosen, level, notes=notes)
             minimum = min(config.min_output_tokens, want) if config.clamp_max_tokens else want
-            result: ReserveResult = yield (
-                "reserve",
-                {
-                    "rid": rid,
-                    "specs": specs,
-                    "base": base,
-                    "per_token": per,
-                    "want": want,
-                    "minimum": minimum,
-                    "ttl": ttl,
-                },
-            )
+            hold: dict[str, Any] = {
+                "rid": rid,
+                "specs": specs,
+                "base": base,
+                "per_token": per,
+                "want": want,
+                "minimum": minimum,
+                "ttl": ttl,
+            }
+            result: ReserveResult
+            if type(self.backend) is MemoryBudgetBackend:  # its steps only run it: run it here
+                result = self.backend.reserve(**hold)
+            else:
+                result = yield from self.backend.reserve_steps(**hold)
             if result.allowed:
                 if result.tokens < want:
                     limit_name = (
@@ -352,18 +351,7 @@ class SpendControl:
     ) -> store_steps.Step[Held]:
         """The reservation as a step of a :class:`~llmguard_sdk._state.steps.Batch` (a downgrade
         asks the backend again); its events go to ``notes``, for the caller to emit."""
-        steps = self._steps(ctx, stages, notes)
-        result: Any = None
-        while True:
-            try:
-                _, kwargs = steps.send(result)
-            except StopIteration as done:
-                held: Held = done.value
-                return held
-            if type(self.backend) is MemoryBudgetBackend:  # its steps only run it: run it here
-                result = self.backend.reserve(**kwargs)
-            else:
-                result = yield from self.backend.reserve_steps(**kwargs)
+        return self._steps(ctx, stages, notes)
 
     def reserve(self, ctx: CallContext, stages: Stages) -> Held:
         """Hold the call's worst case on its counters (raises BudgetExceededError)."""
