@@ -16,6 +16,11 @@ process should grow by about what the cache holds, not by what it has seen:
   and ``last_over_first`` (target: at most 1.2). ``ms_per_call_windows``: every tenth.
   ``cpu_ms_per_call_windows`` / ``cpu_last_over_first``: this process's CPU time per call
   (``time.process_time``), which other jobs on a shared machine disturb less than wall time.
+* ``py_ops_per_call_first`` / ``py_ops_per_call_last`` / ``py_ops_last_over_first``: Python
+  bytecodes executed per call (``sys.settrace`` opcode events) over 200 calls from new tenants
+  just before the first window and just after the last one, outside the timed windows: the
+  work per call, counted, which no other job on the machine changes (C work such as numpy's or
+  tiktoken's is not counted; the cache bounds what numpy searches).
 * ``rss_start_mb`` (after the Guard's first calls), ``rss_end_mb``, ``rss_growth_mb`` and
   ``rss_growth_after_first_window_mb`` (the cache is full by then when the calls are more than
   ten times ``cache_entries``): resident memory of this process, from ``/proc/self/statm``.
@@ -132,11 +137,33 @@ def call_number(guard: Guard) -> Callable[[int], object]:
     return call
 
 
+def python_ops_per_call(call: Callable[[int], object], numbers: range) -> float:
+    """Python bytecodes executed per call over the calls ``numbers`` (counted, not timed)."""
+    executed = 0
+
+    def tracer(frame: Any, event: str, arg: object) -> Any:
+        nonlocal executed
+        frame.f_trace_opcodes = True
+        if event == "opcode":
+            executed += 1
+        return tracer
+
+    sys.settrace(tracer)
+    try:
+        for n in numbers:
+            call(n)
+    finally:
+        sys.settrace(None)
+    return executed / len(numbers)
+
+
 def soak(call: Callable[[int], object], calls: int) -> dict[str, Any]:
-    """Run ``calls`` calls in ten windows: wall ms per call of each, and memory."""
+    """Run ``calls`` calls in ten windows: wall ms per call of each, memory, and the Python
+    work per call counted before the first window and after the last."""
     window = calls // WINDOWS
     for n in range(200):  # warm up: imports, connections, the token counter
         call(-1 - n)
+    ops_first = python_ops_per_call(call, range(-400, -200))
     rss_start = rss_mb()
     per_window: list[float] = []
     cpu_window: list[float] = []
@@ -150,6 +177,7 @@ def soak(call: Callable[[int], object], calls: int) -> dict[str, Any]:
         if w == 0:
             rss_after_first = rss_mb()
     rss_end = rss_mb()
+    ops_last = python_ops_per_call(call, range(calls, calls + 200))
     return {
         "window_calls": window,
         "ms_per_call_first_10k": round(per_window[0], 3),
@@ -158,6 +186,9 @@ def soak(call: Callable[[int], object], calls: int) -> dict[str, Any]:
         "ms_per_call_windows": [round(ms, 3) for ms in per_window],
         "cpu_ms_per_call_windows": [round(ms, 3) for ms in cpu_window],
         "cpu_last_over_first": round(cpu_window[-1] / cpu_window[0], 3),
+        "py_ops_per_call_first": round(ops_first),
+        "py_ops_per_call_last": round(ops_last),
+        "py_ops_last_over_first": round(ops_last / ops_first, 3),
         "rss_start_mb": round(rss_start, 1),
         "rss_end_mb": round(rss_end, 1),
         "rss_growth_mb": round(rss_end - rss_start, 1),

@@ -176,6 +176,10 @@ def test_soak_reports_each_tenth_of_the_calls_and_memory() -> None:
         windows[-1],
     )
     assert result["rss_end_mb"] > 0
+    # the work per call, counted outside the windows: a guarded call runs thousands of
+    # bytecodes, and as many for the last tenants as for the first (nothing scanned grows)
+    assert result["py_ops_per_call_first"] > 1000
+    assert 0.9 < result["py_ops_last_over_first"] < 1.1
     # the cache-only Guard's growth, from its own process, beside the every-stage one
     assert len(result["cpu_ms_per_call_windows"]) == 10
     assert result["cache_only_ms_per_call_last_10k"] > 0
