@@ -20,6 +20,7 @@ from llmguard_sdk.cache import (
     guard_rejection,
     request_keys,
 )
+from llmguard_sdk.cache.embedders.hashing import _rarity
 from llmguard_sdk.context import Scope, scoped
 from llmguard_sdk.errors import ConfigurationError
 from llmguard_sdk.models import ChatRequest, ChatResponse, Message
@@ -354,6 +355,17 @@ def test_hashing_embedder_vectors_stay_the_same_bits(text: str, digest: str) -> 
     assert hashlib.sha256(one.tobytes()).hexdigest()[:16] == digest
     batch = HashingEmbedder().embed(["other words first", text])[1].astype("<f4")
     assert (batch == one).all()
+
+
+@pytest.mark.parametrize("digits", ["7", "42", "417", "4417", "60311", "880123", "1234567890123"])
+def test_a_number_weighs_what_its_tokens_say(digits: str) -> None:
+    # numbers are weighed without the encoder (a new order number on every call): as
+    # rare as cl100k's count of tokens for them makes them
+    encoding = cl100k_encoding()
+    if encoding is None:
+        pytest.skip("word rarity comes from tiktoken's cl100k encoding")
+    tokens = len(encoding.encode(" " + digits, disallowed_special=()))
+    assert _rarity(digits) == pytest.approx(1.0 + 0.1 * (tokens - 1), abs=1e-12)
 
 
 def test_request_keys_split_the_last_user_turn_from_its_context() -> None:
