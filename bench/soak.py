@@ -21,6 +21,14 @@ process should grow by about what the cache holds, not by what it has seen:
   just before the first window and just after the last one, outside the timed windows: the
   work per call, counted, which no other job on the machine changes (C work such as numpy's or
   tiktoken's is not counted; the cache bounds what numpy searches).
+* ``interleaved``: the first tenth against the last measured side by side, so that a machine
+  whose speed drifts over the run (a shared virtual machine: windows of the same work differ
+  by 20 % and more) does not decide the ratio. After the windows, a fresh every-stage Guard in a
+  child process makes the first tenth's calls (tenants 0 to 9,999, as the first window did)
+  while this process's Guard, which has served every tenant, makes as many calls from new
+  tenants; the two take turns in ``rounds`` rounds (neither runs while the other does).
+  ``first_ms_per_call`` / ``last_ms_per_call`` (wall, all rounds), ``last_over_first`` and each
+  side's rounds.
 * ``rss_start_mb`` (after the Guard's first calls), ``rss_end_mb``, ``rss_growth_mb`` and
   ``rss_growth_after_first_window_mb`` (the cache is full by then when the calls are more than
   ten times ``cache_entries``): resident memory of this process, from ``/proc/self/statm``.
@@ -43,6 +51,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import select
 import subprocess
 import sys
 import time
@@ -57,6 +66,8 @@ from llmguard_sdk.budget import Budget, Budgets, Price, PriceTable
 from llmguard_sdk.ratelimit import RateLimit
 
 WINDOWS = 10
+INTERLEAVED_ROUNDS = 10
+_REPLY_TIMEOUT_S = 600.0  # a round of the fresh Guard's calls: far longer than it takes
 _OFFSET = 10_000_000  # call numbers up to 89,999,999 keep eight digits
 
 
@@ -196,6 +207,77 @@ def soak(call: Callable[[int], object], calls: int) -> dict[str, Any]:
     }
 
 
+def timed_calls(call: Callable[[int], object], numbers: range) -> float:
+    """Wall milliseconds per call over the calls ``numbers``."""
+    start = time.perf_counter()
+    for n in numbers:
+        call(n)
+    return (time.perf_counter() - start) / len(numbers) * 1e3
+
+
+def fresh_side(base_url: str, cache_entries: int) -> None:
+    """``--fresh-child``: a new every-stage Guard, warmed up, that makes the calls its parent
+    asks for, a line ``START COUNT`` at a time, answering each with the wall ms per call."""
+    with every_stage_guard(base_url, cache_entries) as guard:
+        call = call_number(guard)
+        for n in range(200):
+            call(-1 - n)
+        print("ready", flush=True)
+        for line in sys.stdin:
+            start, count = (int(word) for word in line.split())
+            print(timed_calls(call, range(start, start + count)), flush=True)
+
+
+def _reply(child: subprocess.Popen[str]) -> str:
+    """The child's next line (bounded wait)."""
+    assert child.stdout is not None
+    readable, _, _ = select.select([child.stdout], [], [], _REPLY_TIMEOUT_S)
+    line = child.stdout.readline() if readable else ""
+    if not line:
+        raise SystemExit("the fresh Guard's process did not answer")
+    return line
+
+
+def interleaved(
+    call: Callable[[int], object], calls: int, base_url: str, cache_entries: int
+) -> dict[str, Any]:
+    """The first tenth's calls on a fresh Guard (a child process) and as many new tenants'
+    calls on this process's aged Guard, taking turns round by round."""
+    window = calls // WINDOWS
+    per_round = max(1, window // INTERLEAVED_ROUNDS)
+    args = ["--fresh-child", base_url, "--cache-entries", str(cache_entries)]
+    child = popen_group(
+        [sys.executable, __file__, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    first: list[float] = []
+    last: list[float] = []
+    try:
+        assert child.stdin is not None
+        if _reply(child).strip() != "ready":
+            raise SystemExit("the fresh Guard's process did not start")
+        for r in range(INTERLEAVED_ROUNDS):
+            for side in ("first", "last") if r % 2 == 0 else ("last", "first"):
+                if side == "first":
+                    child.stdin.write(f"{r * per_round} {per_round}\n")
+                    child.stdin.flush()
+                    first.append(float(_reply(child)))
+                else:  # tenants no earlier call used (the windows, the counted calls)
+                    start = calls + 200 + r * per_round
+                    last.append(timed_calls(call, range(start, start + per_round)))
+    finally:
+        stop_group(child)
+    first_ms, last_ms = sum(first) / len(first), sum(last) / len(last)
+    return {
+        "rounds": INTERLEAVED_ROUNDS,
+        "calls_per_round": per_round,
+        "first_ms_per_call": round(first_ms, 3),
+        "last_ms_per_call": round(last_ms, 3),
+        "last_over_first": round(last_ms / first_ms, 3),
+        "first_round_ms": [round(ms, 3) for ms in first],
+        "last_round_ms": [round(ms, 3) for ms in last],
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -205,16 +287,23 @@ def main() -> None:
     side = parser.add_mutually_exclusive_group()
     side.add_argument("--cache-only", action="store_true", help="the cache-only Guard alone")
     side.add_argument("--no-baseline", action="store_true", help="skip the cache-only run")
+    side.add_argument("--fresh-child", metavar="URL", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.quick:
         args.calls, args.cache_entries = 5_000, 500
     exit_on_signals()
+    if args.fresh_child:
+        fresh_side(args.fresh_child, args.cache_entries)
+        return
     make = cache_only_guard if args.cache_only else every_stage_guard
     process, base_url = start_server()
     try:
         with make(base_url, args.cache_entries) as guard:
             result = {"calls": args.calls, "cache_entries": args.cache_entries}
-            result |= soak(call_number(guard), args.calls)
+            call = call_number(guard)
+            result |= soak(call, args.calls)
+            if not args.cache_only:
+                result["interleaved"] = interleaved(call, args.calls, base_url, args.cache_entries)
     finally:
         stop_group(process)
     if not (args.cache_only or args.no_baseline):

@@ -180,6 +180,13 @@ def test_soak_reports_each_tenth_of_the_calls_and_memory() -> None:
     # bytecodes, and as many for the last tenants as for the first (nothing scanned grows)
     assert result["py_ops_per_call_first"] > 1000
     assert 0.9 < result["py_ops_last_over_first"] < 1.1
+    # the first tenth (a fresh Guard in another process) and the last, taking turns
+    side_by_side = result["interleaved"]
+    assert (side_by_side["rounds"], side_by_side["calls_per_round"]) == (10, 50)
+    assert len(side_by_side["first_round_ms"]) == len(side_by_side["last_round_ms"]) == 10
+    assert side_by_side["last_over_first"] == pytest.approx(
+        side_by_side["last_ms_per_call"] / side_by_side["first_ms_per_call"], abs=0.002
+    )
     # the cache-only Guard's growth, from its own process, beside the every-stage one
     assert len(result["cpu_ms_per_call_windows"]) == 10
     assert result["cache_only_ms_per_call_last_10k"] > 0
