@@ -203,3 +203,25 @@ def test_the_settle_bench_shows_a_flat_cost_beside_the_scan() -> None:
     assert set(result["heap"]["us_per_call"]) == {"1000", "3000", "8000"}
     assert result["scan"]["memory_kib"] > 0
     assert result["heap"]["memory_kib"] > 0
+
+
+def test_redis_counters_read_or_refused_on_carry_ttls(redis_url: str, redis_prefix: str) -> None:
+    """A counter that a status read or a refused reservation brings into its window (a new
+    tenant refused by the global budget, a tenant looked up) expires like any other."""
+    import redis
+
+    store = redis_store(redis_url, redis_prefix)
+    backend = RedisBudgetBackend(store, name="expiry")
+    full = spec("global", window="hour", limit_usd=0.01)
+    assert not reserve(backend, "r1", [full, spec("new-tenant", window="day")], 0.02).allowed
+    backend.status([spec("looked-up", window="month")])
+    client = redis.Redis.from_url(redis_url)
+    try:
+        keys = list(client.scan_iter(match=f"{redis_prefix}:*:c:*"))
+        names = {key.decode().rpartition(":c:")[2] for key in keys}
+        assert {"new-tenant", "looked-up"} <= names
+        ttls = {key.decode(): client.ttl(key) for key in keys}
+        assert all(ttl > 0 for ttl in ttls.values()), ttls  # -1: kept forever
+    finally:
+        client.close()
+        store.close()

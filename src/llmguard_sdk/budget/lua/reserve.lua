@@ -52,6 +52,7 @@ if tokens < minimum or tokens < 0 then
       alerted = 1
     end
   end
+  for i = 1, n do keep(counters[i], 0) end  -- a window just brought in must expire too
   local out = {0, refused - 1, string.format('%d', c.spent), string.format('%d', c.reserved),
     string.format('%.6f', c.resets), alerted, live}
   for i = 1, n do out[#out + 1] = string.format('%d', counters[i].room) end
