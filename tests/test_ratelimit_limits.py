@@ -324,3 +324,69 @@ def test_several_processes_share_route_and_tenant_limits(redis_url: str, redis_p
         process.join(30)
     # 120 attempts over 10 tenants allowed 4 each would pass 40; the route allows 30
     assert sum(counts) == 30
+
+
+def test_redis_concurrency_queue_forgets_its_waiters(redis_url: str, redis_prefix: str) -> None:
+    """Without ``max_queue``, calls that queued for a slot leave the queue when their wait is
+    over or when they get the slot (it does not grow with calls)."""
+    store = RedisStore(redis_url, key_prefix=redis_prefix)
+    limiter = RedisRateLimiter(store, {"r": RateLimit(concurrency=1, max_wait=5)})
+    client = redis.Redis.from_url(redis_url)
+    queue = store.key("rl", hash_id("r"), "0") + ":q"
+    try:
+        held = limiter.reserve("r")
+        for _ in range(4):  # each waits in the queue, gives up, and is long gone
+            assert not limiter.reserve("r", max_wait=0.01).allowed
+            limiter.clock_offset += 60
+        assert client.zcard(queue) <= 1
+        limiter.settle("r", lease=held.lease)
+        assert limiter.reserve("r").allowed
+        assert client.zcard(queue) == 0
+    finally:
+        client.close()
+        store.close()
+
+
+@pytest.mark.parametrize(
+    ("operation", "args"),
+    [
+        ("reserve", {"tokens": math.nan}),
+        ("reserve", {"lease_seconds": math.nan}),
+        ("settle", {"token_delta": math.inf}),
+        ("settle", {"input_delta": math.nan, "output_delta": 0}),
+        ("learn", {"remaining_tokens": math.nan}),
+        ("learn", {"pause": math.inf}),
+    ],
+)
+def test_contract_a_nan_or_infinite_amount_is_a_typed_error(
+    backend: Backend, operation: str, args: dict[str, float]
+) -> None:
+    limiter = backend.make({"r": RateLimit(tpm=1000, concurrency=5)})
+    with pytest.raises(ConfigurationError, match="finite"):
+        getattr(limiter, operation)("r", **args)
+    for _ in range(2):  # the shared state still limits
+        assert limiter.reserve("r", tokens=600).allowed is (_ == 0)
+
+
+def test_redis_state_far_in_the_future_still_expires(redis_url: str, redis_prefix: str) -> None:
+    """A provider's absurd pause (a finite Retry-After of 1e16 s), a huge settle or lease: the
+    script still sets a TTL, and Redis is not taken for down by every stage."""
+    store = RedisStore(redis_url, key_prefix=redis_prefix)
+    limits = {"r": RateLimit(rpm=60), "s": RateLimit(tpm=1000, concurrency=1, lease_seconds=1e16)}
+    limiter = RedisRateLimiter(store, limits)
+    client = redis.Redis.from_url(redis_url)
+    try:
+        limiter.learn("r", pause=1e16)
+        held = limiter.reserve("s", tokens=10)
+        limiter.settle("s", token_delta=1e17)
+        assert store.health.up()  # every script answered
+        assert not limiter.reserve("r", max_wait=0).allowed
+        assert held.lease
+        assert not limiter.reserve("s", max_wait=0).allowed
+        for route in ("r", "s"):
+            base = store.key("rl", hash_id(route), "0")
+            for key in (base, base + ":c") if route == "s" else (base,):
+                assert client.ttl(key) > 0, key
+    finally:
+        client.close()
+        store.close()

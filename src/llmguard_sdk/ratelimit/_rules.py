@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 from .._ids import UniqueIds
@@ -15,6 +16,7 @@ __all__ = [
     "LimiterBase",
     "LimitsConfig",
     "Rules",
+    "check_numbers",
     "new_call_id",
     "normalize",
     "wait_bound",
@@ -42,6 +44,22 @@ def normalize(limits: LimitsConfig) -> Rules:
             )
         rules[key] = found
     return rules
+
+
+_MAY_BE_INFINITE = frozenset(  # a reservation's: a call that never fits, or no cap of its own
+    {"requests", "tokens", "input_tokens", "output_tokens", "max_wait", "lease_seconds"}
+)
+
+
+def check_numbers(given: Mapping[str, object], what: str) -> None:
+    """Raise :class:`ConfigurationError` for a NaN among ``given``'s numbers, or an infinite
+    delta, remaining count or pause: either would be written into the limits' state and
+    corrupt it (a NaN turns a shared limit off)."""
+    for name, value in given.items():
+        if not isinstance(value, float) or math.isfinite(value):
+            continue
+        if math.isnan(value) or name not in _MAY_BE_INFINITE:
+            raise ConfigurationError(f"{what} got {name}={value!r}: a finite number is needed")
 
 
 _CALL_IDS = UniqueIds(random_digits=8)

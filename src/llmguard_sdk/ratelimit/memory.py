@@ -18,7 +18,7 @@ from .._keywords import check_keywords
 from .._state.recent import Recent
 from .._state.steps import Call, Step, in_place
 from .._state.stores import hash_id
-from ._rules import LimiterBase, LimitsConfig
+from ._rules import LimiterBase, LimitsConfig, check_numbers
 from .policy import (
     CellState,
     Grant,
@@ -114,6 +114,7 @@ class MemoryRateLimiter(LimiterBase):
     def _asked(self, key: str, ask: ReserveArgs) -> tuple[_Cells, str, _Kwargs, float]:
         """(cells, call id, the policy's keywords, until when the call may wait)."""
         check_keywords(ask, ReserveArgs, "reserve")
+        check_numbers(ask, "reserve")
         kwargs: dict[str, object] = dict(ask)  # the policy's keywords: all but the tenant
         cells = self._keys(key, kwargs.pop("tenant", None))  # type: ignore[arg-type]
         until = time.monotonic() + self.wait_bound(key, ask.get("max_wait"))
@@ -183,6 +184,7 @@ class MemoryRateLimiter(LimiterBase):
         """Bring ``key``'s route-wide state down to what the provider reported (per-tenant
         limits are ours, not the provider's: they are left alone)."""
         check_keywords(taught, LearnArgs, "learn")
+        check_numbers(taught, "learn")
         with self._lock:
             now = self._clock()
             for name, limit in self._keys(key, None):
@@ -195,6 +197,7 @@ class MemoryRateLimiter(LimiterBase):
         """Correct a reservation on ``key`` to what the call really used, and give its
         concurrency ``lease`` back (``request_delta=-1``: and its request)."""
         check_keywords(settled, SettleArgs, "settle")
+        check_numbers(settled, "settle")
         corrections: dict[str, object] = dict(settled)  # the policy's keywords: all but the tenant
         cells = self._keys(key, corrections.pop("tenant", None))  # type: ignore[arg-type]
         with self._lock:  # (the lock of ``_freed``)

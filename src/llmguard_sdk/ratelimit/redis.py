@@ -27,7 +27,7 @@ from typing_extensions import Unpack
 from .._keywords import check_keywords
 from .._state.steps import Pause, Step, entry_points
 from .._state.stores import Outage, RedisScripts, RedisStore, hash_id, lua, redis_errors
-from ._rules import LimiterBase, LimitsConfig, new_call_id, wait_bound
+from ._rules import LimiterBase, LimitsConfig, check_numbers, new_call_id, wait_bound
 from .memory import MemoryRateLimiter
 from .policy import CONCURRENCY_POLL, Grant, LearnArgs, RateLimit, ReserveArgs, SettleArgs
 
@@ -116,6 +116,7 @@ class RedisRateLimiter(LimiterBase):
         while it may wait. In a batch, the first ask goes out with the batch; a call queued
         for a concurrency slot asks again alone."""
         check_keywords(ask, ReserveArgs, "reserve")
+        check_numbers(ask, "reserve")
         cells = self._cells(key, ask.get("tenant"))
         if not cells:
             return Grant(True)
@@ -157,6 +158,7 @@ class RedisRateLimiter(LimiterBase):
     def learn_steps(self, key: str, **taught: Unpack[LearnArgs]) -> Step[None]:
         """Bring ``key``'s shared route-wide state down to what the provider reported."""
         check_keywords(taught, LearnArgs, "learn")
+        check_numbers(taught, "learn")
         keys, args = self._learn_call(key, taught)
         if not keys:
             return
@@ -192,6 +194,7 @@ class RedisRateLimiter(LimiterBase):
         """Correct a reservation in Redis, and give its concurrency ``lease`` back;
         ``request_delta=-1`` also gives back the request (a call never sent)."""
         check_keywords(settled, SettleArgs, "settle")
+        check_numbers(settled, "settle")
         call = self._settle_call(key, settled)
         if call is None:
             return

@@ -27,6 +27,7 @@ for c = 1, #KEYS / 3 do
   end
   for q = 1, 4 do redis.call('HSET', state, fields[q], string.format('%.6f', tats[q])) end
   local last = math.max(tats[1], tats[2], tats[3], tats[4])
-  redis.call('EXPIRE', state, math.max(1, math.ceil(last - now) + 1))
+  -- at most 2^31 s: EXPIRE refuses what overflows its clock (a script error reads as Redis down)
+  redis.call('EXPIRE', state, math.min(2147483647, math.max(1, math.ceil(last - now) + 1)))
 end
 return 1

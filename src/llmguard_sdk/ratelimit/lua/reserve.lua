@@ -16,10 +16,13 @@ local call, poll = ARGV[6], ARGV[7]
 local cells, width, eps = #KEYS / 3, 10, 1e-9
 local function fmt(x) return string.format('%.6f', x) end
 local function arg(c, i) return ARGV[7 + (c - 1) * width + i] end
+-- a key's TTL to outlive instant `last`: at most 2^31 s (EXPIRE refuses what overflows its
+-- clock, and a script error reads as Redis down)
+local function ttl(last) return math.min(2147483647, math.max(1, math.ceil(last - now) + 1)) end
 local function expire_zset(key)
   local top = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
   if top[2] then
-    redis.call('EXPIRE', key, math.max(1, math.ceil(tonumber(top[2]) - now) + 1))
+    redis.call('EXPIRE', key, ttl(tonumber(top[2])))
   end
 end
 local wait, plans, full, any_full = 0, {}, {}, false
@@ -82,6 +85,7 @@ if any_full then
       local till = now + patience
       local before = tonumber(redis.call('ZSCORE', queue, call))
       if before and before > till then till = before end
+      redis.call('ZREMRANGEBYSCORE', queue, '-inf', now)  -- waits over (with or without max_queue)
       redis.call('ZADD', queue, till, call)
       expire_zset(queue)
     end
@@ -109,10 +113,13 @@ for c = 1, cells do
   redis.call('HSET', state, 'r', fmt(tats[1]), 't', fmt(tats[2]), 'i', fmt(tats[3]),
     'o', fmt(tats[4]))
   local last = math.max(tats[1], tats[2], tats[3], tats[4])
-  redis.call('EXPIRE', state, math.max(1, math.ceil(last - now) + 1))
+  redis.call('EXPIRE', state, ttl(last))
   local max_queue = tonumber(arg(c, 9))
-  if max_queue then
+  if max_queue or tonumber(arg(c, 8)) then  -- a call queued for a slot leaves the queue
+    redis.call('ZREMRANGEBYSCORE', queue, '-inf', now)
     redis.call('ZREM', queue, call)
+  end
+  if max_queue then
     if wait > eps then
       redis.call('ZADD', queue, now + wait, call)
       expire_zset(queue)
