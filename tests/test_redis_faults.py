@@ -272,3 +272,37 @@ def test_a_live_processes_journal_is_left_to_it(tmp_path: Path) -> None:
         assert found == []  # its writer holds the lock
     live.close()
     assert live.path.exists()  # a record is pending: the file stays for a replay
+
+
+def test_a_new_journal_file_is_locked_before_another_process_can_adopt_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process's sweep for dead processes' files, run at the worst instant (the
+    writer's file just created, its lock not yet taken), leaves the writer's file alone: a
+    sweep that adopted it would remove it, and the writer's records would go to a file nobody
+    replays (spend lost)."""
+    import fcntl
+
+    from llmguard_sdk.budget import journal as journal_module
+
+    spec = CounterSpec("global-x", 10**12, "day", 3600.0, (), "global", 0)
+    writer, sweeper = SpendJournal(tmp_path, "set"), SpendJournal(tmp_path, "set")
+    adopted: list[Path] = []
+
+    class SweepFirst:  # the real flock, after the other process's sweep
+        LOCK_EX, LOCK_NB = fcntl.LOCK_EX, fcntl.LOCK_NB
+
+        @staticmethod
+        def flock(fd: int, operation: int) -> None:
+            if operation == fcntl.LOCK_EX and not adopted:
+                with sweeper.orphans() as found:
+                    for path, _ in found:
+                        adopted.append(path)
+                        sweeper.finished(path)
+            fcntl.flock(fd, operation)
+
+    monkeypatch.setattr(journal_module, "fcntl", SweepFirst)
+    writer.append(record("rid-1", (spec,), 5000, 60.0, time.time()))
+    assert adopted == []
+    assert [entry["rid"] for entry in writer.own_records()] == ["rid-1"]
+    writer.close()

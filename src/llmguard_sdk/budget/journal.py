@@ -86,14 +86,26 @@ class SpendJournal:
         with self._lock:
             if self._file is None:
                 self.directory.mkdir(parents=True, exist_ok=True)
-                self._file = open(self._path, "a", encoding="utf-8")  # noqa: SIM115
-                if fcntl is not None:
-                    fcntl.flock(self._file.fileno(), fcntl.LOCK_EX)
+                self._file = self._open_locked()
             self._file.write(line)
             self._file.flush()
             os.fsync(self._file.fileno())
             self.pending += 1
             self.appended += 1
+
+    def _open_locked(self) -> IO[str]:
+        """This process's file, locked before it bears the name other processes' sweeps look
+        for: an unlocked file there is a dead process's, which a sweep adopts and removes."""
+        if fcntl is None or self._path.exists():  # (exists: reopened after close())
+            handle: IO[str] = open(self._path, "a", encoding="utf-8")  # noqa: SIM115
+            if fcntl is not None:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+            return handle
+        fresh = self._path.with_name(self._path.name + ".new")  # not a journal name yet
+        handle = open(fresh, "a", encoding="utf-8")  # noqa: SIM115
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        os.replace(fresh, self._path)
+        return handle
 
     def has_work(self) -> bool:
         """Whether a replay may find anything (own records, or unchecked orphans)."""
