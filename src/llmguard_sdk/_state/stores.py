@@ -212,8 +212,8 @@ class RedisStore(Store):
         from redis.retry import Retry
 
         self._options["retry"] = Retry(NoBackoff(), 1, supported_errors=(redis.ConnectionError,))
-        try:
-            self._pool = redis.ConnectionPool.from_url(self.url, **self._options)
+        try:  # more callers than connections wait for one (bounded), not "Redis down"
+            self._pool = redis.BlockingConnectionPool.from_url(self.url, **self._pool_options())
         except ValueError as exc:
             raise ConfigurationError(f"bad Redis URL {_redacted(self.url)!r}: {exc}") from None
 
@@ -241,10 +241,18 @@ class RedisStore(Store):
         """The async Redis client of the running event loop (one per loop)."""
         return self._aclients.get()
 
+    def _pool_options(self) -> dict[str, Any]:
+        """The pool's options: a caller waits for a free connection as long as for an
+        answer (a full pool would raise "Too many connections", read as Redis down)."""
+        return {**self._options, "timeout": self._options["socket_timeout"]}
+
     def _new_async_client(self) -> redis.asyncio.Redis:
         import redis.asyncio
 
-        return redis.asyncio.Redis.from_url(self.url, **self._options)
+        pool = redis.asyncio.BlockingConnectionPool.from_url(self.url, **self._pool_options())
+        client = redis.asyncio.Redis(connection_pool=pool)
+        client.auto_close_connection_pool = True  # (Redis.from_pool, from redis 5.0.1 on)
+        return client
 
     def ping(self) -> bool:
         """True when Redis answers; False (never an exception) when it does not."""
