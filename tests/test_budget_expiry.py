@@ -225,3 +225,27 @@ def test_redis_counters_read_or_refused_on_carry_ttls(redis_url: str, redis_pref
     finally:
         client.close()
         store.close()
+
+
+def test_redis_a_hold_beyond_any_ttl_is_granted_and_expires(
+    redis_url: str, redis_prefix: str
+) -> None:
+    """A call whose deadline is "never" in practice (``timeout=sys.maxsize``): its hold is
+    granted and its counter keys get a TTL (EXPIRE refused the overflowing one, failing the
+    script half-way: Redis taken for down, a hold left in a key kept forever)."""
+    import redis
+
+    store = redis_store(redis_url, redis_prefix)
+    backend = RedisBudgetBackend(store, name="expiry")
+    counter = [spec("acme", window="hour")]
+    client = redis.Redis.from_url(redis_url)
+    try:
+        assert reserve(backend, "r1", counter, 0.01, ttl=float(sys.maxsize)).allowed
+        assert store.health.up()
+        keys = list(client.scan_iter(match=f"{redis_prefix}:*:c:*"))
+        assert keys
+        assert all(client.ttl(key) > 0 for key in keys)
+        assert backend.settle("r1", counter, actual=nano(0.01), ttl=120).applied
+    finally:
+        client.close()
+        store.close()

@@ -110,7 +110,8 @@ end
 -- Keep the counter's keys as long as its window and any reservation may need them.
 local function keep(c, hold_seconds)
   local seconds = (c.kind == 'rolling') and c.seconds or math.max(0, c.resets - now)
-  local ttl = math.ceil(seconds + hold_seconds + c.keep)
+  -- at most 2^31 s: EXPIRE refuses what overflows its clock (a script error reads as Redis down)
+  local ttl = math.min(2147483647, math.ceil(seconds + hold_seconds + c.keep))
   for _, key in ipairs({c.h, c.e, c.b}) do
     if redis.call('TTL', key) < ttl then redis.call('EXPIRE', key, ttl) end
   end
