@@ -25,7 +25,7 @@ from llmguard_sdk.errors import (
     ProviderUnavailableError,
     RateLimitedError,
 )
-from llmguard_sdk.store import RedisStore
+from llmguard_sdk.store import RedisStore, hash_id
 from tests.conftest import RedisTarget, redis_store
 
 POLICY = BreakerPolicy(
@@ -302,3 +302,19 @@ def test_a_breaker_tripped_in_another_os_process_is_open_here(
     permit = here.acquire("shared-route")
     assert not permit.allowed
     assert permit.state == "open"
+
+
+def test_redis_a_long_open_duration_still_trips_in_redis(redis_url: str, redis_prefix: str) -> None:
+    """A policy whose longest open duration is beyond any TTL (finite, so it is accepted):
+    the trip is recorded in Redis (EXPIRE refused the overflowing TTL, failing the script:
+    Redis taken for down by every stage, the trip kept in this process only)."""
+    store = RedisStore(redis_url, key_prefix=redis_prefix)
+    policy = BreakerPolicy(minimum_calls=2, open_seconds=10, max_open_seconds=1e16)
+    backend = RedisBreakerBackend(store, policy)
+    for _ in range(2):
+        assert backend.acquire("r").allowed
+        backend.record("r", "fail")
+    assert store.health.up()
+    assert backend.state("r") == "open"
+    assert store.client.ttl(store.key("cb", hash_id("r"), "s")) > 0
+    store.close()

@@ -52,7 +52,10 @@ class RedisBreakerBackend:
         self._scripts = RedisScripts(store, _ACQUIRE, _RECORD, _RELEASE, _END_WAIT)
         self._fallback = MemoryBreakerBackend(policy)
         self._outage = Outage("breakers", "using local breakers", store)
-        self._ttl = int(max(3600.0, policy.max_open_seconds * 2, policy.window * 2))
+        # at most 2^31 s: EXPIRE refuses what overflows its clock (a script error reads as
+        # Redis down)
+        ttl = max(3600.0, policy.max_open_seconds * 2, policy.window * 2)
+        self._ttl = int(min(ttl, 2**31 - 1))
 
     def _keys(self, route: str) -> list[str]:
         tag = hash_id(route)
