@@ -263,6 +263,60 @@ def test_the_journal_replays_once_and_adopts_dead_processes_files(
     store.close()
 
 
+def test_a_long_journal_is_replayed_a_few_records_per_call(
+    redis_url: str, redis_prefix: str, tmp_path: Path
+) -> None:
+    """An outage's journal (100 of this process's records, 50 of a dead process's) delays
+    each call by at most 32 replayed records: the calls after Redis is back carry it over
+    a few at a time, and every record counts once."""
+    spec = CounterSpec("global-y", 10**15, "day", 3600.0, (), "global", 0)
+    store = RedisStore(redis_url, key_prefix=redis_prefix, journal_dir=str(tmp_path))
+    backend = RedisBudgetBackend(store, name="long-journal")
+    dead = SpendJournal(tmp_path, backend.journal.name)
+    for n in range(50):
+        dead.append(record(f"dead-{n}", (spec,), 1000, 60.0, time.time()))
+    dead._file.close()  # type: ignore[union-attr]  # it died: its lock went with it
+    for n in range(100):
+        backend.journal.append(record(f"own-{n}", (spec,), 10, 60.0, time.time()))
+    hold = {"base": 1, "per_token": 0.0, "want": 0, "minimum": 0, "ttl": 60.0}
+    left_after: list[int] = []
+    for n in range(6):
+        assert backend.reserve(f"call-{n}", [spec], **hold).allowed  # type: ignore[arg-type]
+        left_after.append(backend.journal.pending)
+    # the first call adopted the dead file (its records joined this process's journal,
+    # the file is gone) and replayed 32 of the 150 records; each call after it as many
+    assert not dead.path.exists()
+    assert left_after == [118, 86, 54, 22, 0, 0]
+    assert backend.status([spec])[0][0] == 100 * 10 + 50 * 1000  # each record once
+    with SpendJournal(tmp_path, backend.journal.name).orphans() as found:
+        assert found == []  # the rewritten file is still this live process's (locked)
+    store.close()
+
+
+def test_a_partly_replayed_journal_keeps_the_rest_in_a_locked_file(tmp_path: Path) -> None:
+    spec = CounterSpec("global-x", 10**12, "day", 3600.0, (), "global", 0)
+    journal = SpendJournal(tmp_path, "set")
+    for n in range(5):
+        journal.append(record(f"rid-{n}", (spec,), 100, 60.0, time.time()))
+    assert [entry["rid"] for entry in journal.own_records(2)] == ["rid-0", "rid-1"]
+    journal.own_replayed(2)
+    assert journal.pending == 3
+    assert [entry["rid"] for entry in journal.own_records()] == ["rid-2", "rid-3", "rid-4"]
+    journal.append(record("rid-5", (spec,), 100, 60.0, time.time()))  # to the new file
+    assert [json.loads(line)["rid"] for line in journal.path.read_text().splitlines()] == [
+        "rid-2",
+        "rid-3",
+        "rid-4",
+        "rid-5",
+    ]
+    with SpendJournal(tmp_path, "set").orphans() as found:
+        assert found == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == [journal.path.name]  # no .new left
+    journal.own_replayed(4)
+    journal.close()
+    assert not journal.path.exists()
+
+
 def test_a_live_processes_journal_is_left_to_it(tmp_path: Path) -> None:
     spec = CounterSpec("global-x", 10**12, "day", 3600.0, (), "global", 0)
     live = SpendJournal(tmp_path, "set")

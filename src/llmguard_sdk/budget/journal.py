@@ -2,10 +2,14 @@
 
 Each process appends to a file of its own (JSON Lines, one settle per line, flushed and
 fsynced before the call returns) and holds an exclusive lock on it while it lives. When Redis
-answers again, the process replays its file, and the files of processes that died (nobody
-holds their lock), then truncates or removes them. Every record carries its reservation id,
-and the settle script marks each id once, so replaying a record twice counts it once: no
-spend record is lost and none is counted twice.
+answers again, the process first adopts the files of processes that died (nobody holds their
+lock): their records are appended to its own file, durably, before the dead file is removed.
+Then it replays its file a few records per call (see
+:class:`~llmguard_sdk.budget.redis.RedisBudgetBackend`), each time replacing the file with what
+is left (written under another name, locked, then renamed over it: a crash at any instant
+leaves every record in one file or the other). Every record carries its reservation id, and
+the settle script marks each id once, so replaying a record twice counts it once: no spend
+record is lost and none is counted twice.
 
 Files: ``<directory>/<name>.<pid>.<random>.jsonl``; ``name`` identifies the budget set (key
 prefix and set hash), so only backends of the same set replay them.
@@ -82,28 +86,42 @@ class SpendJournal:
 
     def append(self, entry: JournalRecord) -> None:
         """Write one record durably (flushed and fsynced)."""
-        line = canonical_json(entry) + "\n"
+        self._append_lines([canonical_json(entry) + "\n"])
+        self.appended += 1
+
+    def _append_lines(self, lines: list[str]) -> None:
         with self._lock:
             if self._file is None:
                 self.directory.mkdir(parents=True, exist_ok=True)
                 self._file = self._open_locked()
-            self._file.write(line)
+            self._file.writelines(lines)
             self._file.flush()
             os.fsync(self._file.fileno())
-            self.pending += 1
-            self.appended += 1
+            self.pending += len(lines)
 
-    def _open_locked(self) -> IO[str]:
+    def _open_locked(self, lines: list[str] | None = None) -> IO[str]:
         """This process's file, locked before it bears the name other processes' sweeps look
-        for: an unlocked file there is a dead process's, which a sweep adopts and removes."""
-        if fcntl is None or self._path.exists():  # (exists: reopened after close())
+        for: an unlocked file there is a dead process's, which a sweep adopts and removes.
+        ``lines``: a new file holding them replaces the current one (written and synced
+        under another name first)."""
+        if fcntl is None or (lines is None and self._path.exists()):  # (reopened after close())
             handle: IO[str] = open(self._path, "a", encoding="utf-8")  # noqa: SIM115
             if fcntl is not None:
                 fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+            if lines is not None:  # (no locks to keep others out: rewritten in place)
+                handle.seek(0)
+                handle.truncate()
+                handle.writelines(lines)
+                handle.flush()
+                os.fsync(handle.fileno())
             return handle
         fresh = self._path.with_name(self._path.name + ".new")  # not a journal name yet
-        handle = open(fresh, "a", encoding="utf-8")  # noqa: SIM115
+        handle = open(fresh, "w", encoding="utf-8")  # noqa: SIM115
         fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        if lines:
+            handle.writelines(lines)
+            handle.flush()
+            os.fsync(handle.fileno())
         os.replace(fresh, self._path)
         return handle
 
@@ -111,27 +129,37 @@ class SpendJournal:
         """Whether a replay may find anything (own records, or unchecked orphans)."""
         return self.pending > 0 or not self.orphans_checked
 
-    def own_records(self) -> list[JournalRecord]:
-        """This process's records not yet replayed."""
+    def own_records(self, limit: int | None = None) -> list[JournalRecord]:
+        """This process's records not yet replayed (the first ``limit`` of them)."""
         with self._lock:
             if self._file is None or self.pending == 0:
                 return []
-            return _read(self._path)
+            return _read(self._path, limit)
 
     def own_replayed(self, count: int) -> None:
-        """The first ``count`` own records reached Redis: forget them (and what came after,
-        when every record did)."""
+        """The first ``count`` own records reached Redis: the file is replaced by one holding
+        what is left (see the module docs), or emptied when nothing is."""
         with self._lock:
             if self._file is None:
                 return
-            left = _read(self._path)[count:]
-            self._file.seek(0)
-            self._file.truncate()
-            for entry in left:
-                self._file.write(canonical_json(entry) + "\n")
-            self._file.flush()
-            os.fsync(self._file.fileno())
-            self.pending = len(left)
+            left = _lines_after(self._path, count)
+            old, self._file = self._file, self._open_locked(left)
+            if old is not self._file:
+                old.close()
+            self.pending = max(0, self.pending - count)
+
+    def adopt_orphans(self) -> int:
+        """Append the records of dead processes' files to this process's file (synced) and
+        remove those files: how many records came. Local file work, no Redis."""
+        adopted = 0
+        with self.orphans() as found:
+            for path, entries in found:
+                if entries:
+                    self._append_lines([canonical_json(entry) + "\n" for entry in entries])
+                    adopted += len(entries)
+                self.finished(path)
+        self.orphans_checked = True
+        return adopted
 
     @contextmanager
     def orphans(self) -> Iterator[list[tuple[Path, list[JournalRecord]]]]:
@@ -177,17 +205,42 @@ class SpendJournal:
                 self.finished(self._path)
 
 
-def _read(path: Path) -> list[JournalRecord]:
+def _entry(line: str) -> JournalRecord | None:
+    """The record on ``line``; ``None`` for a torn last line (a crash mid-write: its call
+    never returned) or anything else that is not a record."""
+    try:
+        entry = json.loads(line)
+    except ValueError:
+        return None
+    return entry if isinstance(entry, dict) and "rid" in entry else None
+
+
+def _read(path: Path, limit: int | None = None) -> list[JournalRecord]:
+    """The records of ``path`` (its first ``limit``)."""
     entries: list[JournalRecord] = []
     try:
         text = path.read_text(encoding="utf-8")
     except OSError:
         return entries
     for line in text.splitlines():
-        try:
-            entry = json.loads(line)
-        except ValueError:  # a torn last line (a crash mid-write): it never returned
-            continue
-        if isinstance(entry, dict) and "rid" in entry:
+        if limit is not None and len(entries) >= limit:
+            break
+        entry = _entry(line)
+        if entry is not None:
             entries.append(entry)
     return entries
+
+
+def _lines_after(path: Path, count: int) -> list[str]:
+    """The lines of ``path`` after its first ``count`` records, as written (not parsed)."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    except OSError:
+        return []
+    skipped = 0
+    for at, line in enumerate(lines):
+        if skipped == count:
+            return [line if line.endswith("\n") else line + "\n" for line in lines[at:]]
+        if _entry(line) is not None:
+            skipped += 1
+    return []

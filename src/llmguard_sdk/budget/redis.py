@@ -60,6 +60,8 @@ _RESERVE, _SETTLE, _STATUS = (
 )
 logger = logging.getLogger("llmguard_sdk")
 _KEEP_SECONDS = 3600  # keys outlive their window (and holds) by an hour
+_ScriptCall = tuple[list[str], list[Any]]  # a script's keys and arguments
+_REPLAY_PER_CALL = 32  # journal records a call replays before its own script (bounded delay)
 _LOCAL = 10_000  # reservation ids counted locally that are remembered (and counters' rooms)
 _ALIVE = 300.0  # a process counts as alive this long after its last reservation
 
@@ -203,52 +205,52 @@ class RedisBudgetBackend:
 
     # -- sync -------------------------------------------------------------------------------
 
-    def _replay_steps(self) -> Generator[tuple[list[str], list[Any]], None, None]:
-        """The settle scripts that replay the journal (own records, then dead processes'
-        files); the caller runs each one it is given, and stops at the first failure."""
+    def _replay_steps(self, limit: int | None) -> Generator[_ScriptCall, None, None]:
+        """The settle scripts that replay the journal (dead processes' files adopted into
+        this process's first), at most ``limit`` of them; the caller runs each one it is
+        given, and stops at the first failure."""
         journal = self.journal
         if not journal.has_work() or not self._replaying.acquire(blocking=False):
             return
         try:
+            if not journal.orphans_checked:
+                journal.adopt_orphans()
             done = 0
             try:
-                for entry in journal.own_records():
+                for entry in journal.own_records(limit):
                     yield self._replay_call(entry)
                     done += 1
             finally:
                 if done:
                     journal.own_replayed(done)
-            if not journal.orphans_checked:
-                with journal.orphans() as found:
-                    for path, entries in found:
-                        for entry in entries:
-                            yield self._replay_call(entry)
-                        journal.finished(path)
-                journal.orphans_checked = True
         finally:
             self._replaying.release()
 
-    def _flush_steps(self) -> Step[None]:
-        """Replay the journal into Redis, one settle script at a time (raises the Redis error
-        that stopped it); nothing to send when the journal is empty."""
-        steps = self._replay_steps()
+    def _flush_steps(self, limit: int | None = _REPLAY_PER_CALL) -> Step[None]:
+        """Replay (part of) the journal into Redis, one settle script at a time (raises the
+        Redis error that stopped it); nothing to send when the journal is empty. A call
+        replays at most 32 records (``_REPLAY_PER_CALL``) before its own script, so a long
+        journal left by an outage delays no call by more than that many round trips."""
+        steps = self._replay_steps(limit)
         try:
             for keys, args in steps:
                 yield self._scripts.command(1, keys, args)
         finally:
             steps.close()
 
-    def replay_steps(self) -> Step[bool]:
-        """:meth:`replay` as a step of a :class:`~llmguard_sdk._state.steps.Batch`."""
+    def replay_steps(self, limit: int | None = None) -> Step[bool]:
+        """:meth:`replay` as a step of a :class:`~llmguard_sdk._state.steps.Batch` (at most
+        ``limit`` records; ``None``: all)."""
         try:
-            yield from self._flush_steps()
+            yield from self._flush_steps(limit)
         except redis_errors() as exc:
             self._failed(exc)
             return False
         return self.journal.pending == 0
 
     def replay(self) -> bool:
-        """Replay the journal now; True when nothing is left in it (False: Redis failed)."""
+        """Replay the whole journal now; True when nothing is left in it (False: Redis
+        failed)."""
         return run(self.replay_steps())
 
     def reserve_steps(
@@ -278,7 +280,7 @@ class RedisBudgetBackend:
             if result.applied and actual > 0:
                 self._journal(rid, specs, actual, ttl)
                 if self._outage.up():
-                    yield from self.replay_steps()
+                    yield from self.replay_steps(_REPLAY_PER_CALL)
             return result
         if self._outage.up():
             try:
