@@ -104,6 +104,9 @@ class Stages:
     releases: ReleaseControl | None = None  # the release and arm of each call
 
 
+_LONGEST_CALL_S = 2.0**31  # a longer timeout is "never": capped, so no OS timer overflows
+
+
 def prepare(
     stages: Stages,
     request: ChatRequest | Mapping[str, Any],
@@ -134,7 +137,7 @@ def prepare(
     ctx = CallContext(
         request=checked,
         scope=scope,
-        deadline=started + total,
+        deadline=started + min(total, _LONGEST_CALL_S),
         started=started,
         started_ns=started_ns,
         hedge_after=hedge,

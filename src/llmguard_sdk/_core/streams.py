@@ -71,9 +71,14 @@ class _StreamBase:
         return self._response
 
     def _ended_by(self, exc: BaseException) -> None:
-        """Report the stream's end: its natural end, or the failure that ended it."""
-        natural = isinstance(exc, (StopIteration, StopAsyncIteration))
-        self._end(error=None if natural else exc)
+        """Report the stream's end: its natural end, the failure that ended it, or (the
+        reading task cancelled, an interrupt) its cancellation, as a plain call reports it."""
+        if isinstance(exc, (StopIteration, StopAsyncIteration)):
+            self._end()
+        elif isinstance(exc, Exception):
+            self._end(error=exc)
+        else:
+            self._end(cancelled=self._response is None)
 
     def _end(self, *, error: BaseException | None = None, cancelled: bool = False) -> None:
         if self._ended:
