@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from collections.abc import Callable
+from typing import Any
 
 import anyio
 import pytest
 
-from llmguard_sdk import CallEvent, Guard
+from llmguard_sdk import AsyncChatStream, CallEvent, Guard
+from llmguard_sdk.ratelimit import RateLimit
+from llmguard_sdk.store import RedisStore
 from llmguard_sdk.testing import FakeProvider, Fault
 
 from .conftest import USER
@@ -62,3 +66,31 @@ def test_a_stream_whose_reader_is_cancelled_is_reported_cancelled_like_a_plain_c
         ("chat", "cancelled", None),
         ("stream", "cancelled", None),
     ]
+
+
+def test_async_streams_left_open_when_the_loop_ends_give_their_slots_back(
+    fake: FakeProvider, make_guard: MakeGuard, redis_url: str, redis_prefix: str
+) -> None:
+    """Async streams read part-way and never closed are closed by the event loop's shutdown,
+    which closes every async generator at once: a stream's own generator and the ones inside
+    it. When an inner one was being closed already, the stream's end raised
+    "aclose(): asynchronous generator is already running" before its tail went out, so its
+    concurrency slot (and its spend hold) stayed taken in Redis until the lease ran out."""
+    store = RedisStore(redis_url, key_prefix=redis_prefix)
+    guard = make_guard(
+        fake, store=store, rate_limits={"primary": RateLimit(concurrency=50, tpm=10**6)}
+    )
+    fake.always(Fault(inter_token_delay=0.05))
+    left_open: list[AsyncChatStream] = []
+
+    async def read_a_little() -> None:
+        for _ in range(8):
+            stream = await guard.achat(USER, stream=True)
+            async for chunk in stream:
+                if chunk.text:
+                    break
+            left_open.append(stream)
+
+    asyncio.run(read_a_little())
+    limiter: Any = guard.rate_limiter
+    assert limiter.in_flight("primary") == 0

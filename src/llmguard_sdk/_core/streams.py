@@ -251,10 +251,12 @@ class AsyncChatStream(_StreamBase, AsyncCloses):
             await self._opening.aremember_later(ctx, stages, self.response)
         finally:
             with anyio.CancelScope(shield=True):
-                if chunks is not None:
-                    await chunks.aclose()
-                self._closing()
-                await self._tail.aflush()
+                try:  # (the loop's shutdown may be closing them too: "already running")
+                    if chunks is not None:
+                        await chunks.aclose()
+                finally:
+                    self._closing()
+                    await self._tail.aflush()
 
     def __aiter__(self) -> AsyncIterator[StreamChunk]:
         return self
