@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from llmguard_sdk import ChatRequest, OpenAICompatibleProvider
-from llmguard_sdk.errors import ProviderUnavailableError
+from llmguard_sdk.errors import ProviderTimeoutError, ProviderUnavailableError
 from llmguard_sdk.providers._http11 import StdlibTransport, _Response
 from llmguard_sdk.testing import FakeProvider
 from tests.rawserver import RawServer
@@ -260,3 +260,33 @@ def test_a_stream_left_with_more_to_come_is_closed_without_waiting() -> None:
         response.close()
         assert time.monotonic() - started < 0.15  # nothing waited for
         assert transport._open == 0  # the connection was closed, not kept
+
+
+def test_non_ascii_header_values_are_read_and_free_their_connection() -> None:
+    # httpx's Headers takes str values as ASCII only: a UTF-8 value failed the call with a
+    # UnicodeEncodeError and kept its pool slot (every later call: PoolTimeout)
+    head = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nx-note: café\r\n"
+    with RawServer(head.encode() + b"content-length: %d\r\n\r\n" % len(BODY), (BODY,)) as server:
+        transport = StdlibTransport(httpx.Limits(max_connections=1))
+        timeouts = {**TIMEOUTS, "pool": 0.5}
+        for _ in range(2):
+            response = post(transport, f"{server.base_url}/chat/completions", timeouts)
+            assert response.headers["x-note"] == "café"
+            assert response.read() == BODY
+            response.close()
+        transport.close()
+
+
+def test_a_head_dripped_a_byte_at_a_time_cannot_outlast_the_deadline() -> None:
+    # each byte well within the read timeout: only the watchdog bounds the whole head
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n"
+    with RawServer(b"", (*(head[i : i + 1] for i in range(len(head))), b"{}"), gap=0.05) as server:
+        provider = OpenAICompatibleProvider(server.base_url)
+        request = ChatRequest.model_validate({"messages": [{"role": "user", "content": "hi"}]})
+        started = time.monotonic()
+        with pytest.raises(ProviderTimeoutError):  # the head takes about 3.5 s
+            provider.complete(request, model="m", deadline=started + 0.5)
+        assert time.monotonic() - started < 1.5
+        with pytest.raises(ProviderTimeoutError):
+            list(provider.stream(request, model="m", deadline=time.monotonic() + 0.5))
+        provider.close()

@@ -41,7 +41,14 @@ from typing import Any
 
 import httpx
 
-__all__ = ["StdlibTransport", "environment_proxy"]
+from ._watchdog import watchdog
+
+__all__ = ["DEADLINE", "StdlibTransport", "environment_proxy"]
+
+DEADLINE = "llmguard.deadline"
+"""A request extension: the call's deadline (``time.monotonic()``); the socket is shut down
+if the request is still being sent or its head read then (each read's timeout alone lets a
+server that drips the head a byte at a time hold the call far past it)."""
 
 _CHUNK = 65_536
 _MAX_LINE = 65_536  # http.client's bounds on a header line and on their number
@@ -78,23 +85,34 @@ class StdlibTransport(httpx.BaseTransport):
         origin = (request.url.scheme, request.url.host, request.url.port or _port(request.url))
         connection = self._connection(origin, timeouts)
         forwarded = self._proxy is not None and origin[0] == "http"  # absolute form, no tunnel
+        deadline = request.extensions.get(DEADLINE)
+        watched = None
+        if deadline is not None and connection.sock is not None:  # a slow-drip head included
+            watched = watchdog.watch(connection.sock, deadline)
         try:
             response = _exchange(
                 connection, request, timeouts, self._proxy_headers if forwarded else None
             )
+            return httpx.Response(
+                response.status,
+                # as received (bytes): httpx decodes them; str values must be ASCII there
+                headers=[
+                    (name.encode("latin-1"), value.encode("latin-1"))
+                    for name, value in response.getheaders()
+                ],
+                stream=_Body(self, origin, connection, response),
+                extensions={
+                    "http_version": b"HTTP/1.1",
+                    "reason_phrase": response.reason.encode("ascii", "replace"),
+                    "network_stream": _NetworkStream(connection.sock),
+                },
+            )
         except BaseException:
             self._discard(connection)
             raise
-        return httpx.Response(
-            response.status,
-            headers=response.getheaders(),
-            stream=_Body(self, origin, connection, response),
-            extensions={
-                "http_version": b"HTTP/1.1",
-                "reason_phrase": response.reason.encode("ascii", "replace"),
-                "network_stream": _NetworkStream(connection.sock),
-            },
-        )
+        finally:
+            if watched is not None:
+                watchdog.cancel(watched)
 
     def close(self) -> None:
         """Close every idle connection; connections in use close when their body is read."""

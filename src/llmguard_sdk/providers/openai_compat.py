@@ -49,6 +49,7 @@ from ..errors import (
 from ..models import ChatRequest, ChatResponse, StreamChunk
 from ..ratelimit._rules import LimitsConfig, normalize
 from ..telemetry.redaction import register_secret
+from ._http11 import DEADLINE
 from ._requests import Pool, RequestBuilder, own_transport
 from ._watchdog import watchdog
 from .base import StreamCall, _Streams
@@ -253,13 +254,16 @@ class OpenAICompatibleProvider(_Streams):
             builder = self._builders[library] = RequestBuilder(
                 library_module(library), client, self._url
             )
-        return builder.build(
+        built = builder.build(
             client,
             encode_payload(self._payload(request, model, stream=stream)),
             timeout=_timeout_until(deadline, self.name, idle_timeout),
             headers=request.extra_headers,
             params=request.extra_query,
         )
+        if isinstance(client, httpx.Client):  # the watchdog bounds the send and head too
+            built.extensions[DEADLINE] = deadline
+        return built
 
     def complete(self, request: ChatRequest, *, model: str, deadline: float) -> ChatResponse:
         """Send one non-streaming chat completion and parse its answer."""
