@@ -167,3 +167,14 @@ def test_a_stream_broken_after_content_ends_in_the_sdk_s_error(
     with pytest.raises(openai.APIError, match="stream broke"):
         pieces.extend(c.choices[0].delta.content for c in stream if c.choices)
     assert pieces == ["", "Echo:", " hello"]  # what came before the break reached the caller
+
+
+def test_a_huge_retry_after_is_the_sdk_s_rate_limit_error(
+    fake: FakeProvider, make_guard: MakeGuard
+) -> None:
+    # Retry-After: 1e306 is finite, its milliseconds were not: OverflowError out of the SDK
+    seam = _sdk(http_client(make_guard(fake, retry=None)))
+    fake.always(Fault(status=429, retry_after="1e306"))
+    with pytest.raises(openai.RateLimitError) as caught:
+        seam.chat.completions.create(model="m", messages=USER)
+    assert caught.value.response.headers["retry-after-ms"] == str(10**12)

@@ -48,6 +48,7 @@ _OWN_PREFIXES = ("x-stainless-", "openai-", "x-llmguard-", "anthropic-")
 _SCOPE_HEADERS = {"tenant": "x-llmguard-tenant", "feature": "x-llmguard-feature"}
 _JSON = "application/json"
 _SSE = "text/event-stream"
+_LONGEST_RETRY_AFTER_S = 1e9  # (about 31 years) what an error answer's retry-after-ms says at most
 
 
 @dataclass
@@ -186,8 +187,10 @@ def error_answer(wire: Wire, exc: LLMGuardError) -> Answer:
         ("x-llmguard-error", type(exc).__name__),
     ]
     retry_after = getattr(exc, "retry_after", None)
-    if isinstance(retry_after, (int, float)):
-        headers.append(("retry-after-ms", str(int(retry_after * 1000))))
+    if isinstance(retry_after, (int, float)) and retry_after >= 0:  # (NaN: none)
+        # a provider's Retry-After of 1e306 s is finite, its milliseconds are not
+        millis = min(retry_after, _LONGEST_RETRY_AFTER_S) * 1000
+        headers.append(("retry-after-ms", str(int(millis))))
     return Answer(status, headers, dumps(wire.error(exc)), error=exc)
 
 
