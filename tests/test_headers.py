@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import email.utils
 import math
+import time
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from llmguard_sdk import ChatRequest, OpenAICompatibleProvider
+from llmguard_sdk.errors import RateLimitedError
 from llmguard_sdk.providers.headers import (
     parse_duration,
     rate_limit_headers,
@@ -16,6 +19,7 @@ from llmguard_sdk.providers.headers import (
     retry_after_seconds,
     server_wait_hint,
 )
+from llmguard_sdk.testing import FakeProvider, Fault
 
 
 @given(st.floats(min_value=0, max_value=1e6, allow_nan=False))
@@ -97,3 +101,24 @@ def test_retry_after_wins_over_rate_limit_resets() -> None:
     headers = {"retry-after": "3", "x-ratelimit-reset-requests": "9s"}
     assert server_wait_hint(headers) == 3.0
     assert server_wait_hint({"x-ratelimit-reset-requests": "9s"}) == 9.0
+
+
+def test_every_http_date_form_is_read() -> None:
+    # RFC 9110 5.6.7: a recipient accepts all three forms; asctime's has no zone (GMT)
+    now = 1_800_000_000.0
+    when = time.gmtime(now + 30)
+    for form in ("%a, %d %b %Y %H:%M:%S GMT", "%A, %d-%b-%y %H:%M:%S GMT", "%a %b %e %H:%M:%S %Y"):
+        assert retry_after_seconds({"Retry-After": time.strftime(form, when)}, now=now) == 30.0
+
+
+def test_an_asctime_retry_after_from_a_server_reaches_the_error() -> None:
+    when = time.strftime("%a %b %e %H:%M:%S %Y", time.gmtime(time.time() + 120))
+    request = ChatRequest.model_validate({"messages": [{"role": "user", "content": "hi"}]})
+    with FakeProvider() as fake:
+        fake.always(Fault(status=429, retry_after=when))
+        provider = OpenAICompatibleProvider(fake.base_url)
+        with pytest.raises(RateLimitedError) as caught:
+            provider.complete(request, model="m", deadline=time.monotonic() + 10)
+        provider.close()
+    assert caught.value.retry_after is not None
+    assert 100 < caught.value.retry_after <= 120

@@ -6,6 +6,7 @@ Every parser here takes any string and returns a finite, non-negative number of 
 
 from __future__ import annotations
 
+import datetime
 import email.utils
 import math
 import re
@@ -54,8 +55,8 @@ def retry_after_seconds(headers: Mapping[str, str], *, now: float | None = None)
         when = email.utils.parsedate_to_datetime(raw.strip())
     except (TypeError, ValueError, IndexError):
         return None
-    if when.tzinfo is None:
-        return None
+    if when.tzinfo is None:  # asctime's form (and "-0000"): an HTTP-date is always GMT
+        when = when.replace(tzinfo=datetime.timezone.utc)
     current = time.time() if now is None else now
     return max(0.0, when.timestamp() - current)
 
