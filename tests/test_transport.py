@@ -178,3 +178,22 @@ def test_a_huge_retry_after_is_the_sdk_s_rate_limit_error(
     with pytest.raises(openai.RateLimitError) as caught:
         seam.chat.completions.create(model="m", messages=USER)
     assert caught.value.response.headers["retry-after-ms"] == str(10**12)
+
+
+def test_non_ascii_header_values_reach_the_sdk(fake: FakeProvider) -> None:
+    # str header values must be ASCII in httpx: a route's name or a provider's header that
+    # is not failed the call with a UnicodeEncodeError out of the seam
+    guard = Guard([OpenAICompatibleProvider(fake.base_url, name="primär")], environ={})
+    fake.always(Fault(headers={"x-ratelimit-policy": "café"}))
+    seam = _sdk(http_client(guard))
+    plain = seam.chat.completions.with_raw_response.create(model="m", messages=USER)
+    assert (plain.headers["x-ratelimit-policy"], plain.headers["x-llmguard-route"]) == (
+        "café",
+        "primär",
+    )
+    with seam.chat.completions.with_streaming_response.create(
+        model="m", messages=USER, stream=True
+    ) as streamed:
+        assert streamed.headers["x-llmguard-route"] == "primär"
+        assert list(streamed.iter_lines())
+    guard.close()

@@ -46,10 +46,12 @@ class _Side:
 
     def _response(self, answer: Answer, request: Any) -> Any:
         extensions = {"llmguard": answer.response, "llmguard_error": answer.error}
+        # as bytes: str header values must be ASCII there (a provider's, a route's name)
+        headers = [(name.encode(), value.encode()) for name, value in answer.headers]
         if answer.events is None:
             return self._library.Response(
                 answer.status,
-                headers=answer.headers,
+                headers=headers,
                 content=answer.body,
                 request=request,
                 extensions=extensions,
@@ -57,7 +59,7 @@ class _Side:
         body = self._body(answer.events)
         return self._library.Response(
             answer.status,
-            headers=answer.headers,
+            headers=headers,
             stream=body,
             request=request,
             extensions=extensions,
