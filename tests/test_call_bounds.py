@@ -94,3 +94,63 @@ def test_async_streams_left_open_when_the_loop_ends_give_their_slots_back(
     asyncio.run(read_a_little())
     limiter: Any = guard.rate_limiter
     assert limiter.in_flight("primary") == 0
+
+
+def test_async_calls_cancelled_in_their_opening_round_trip_give_their_slots_back(
+    fake: FakeProvider, make_guard: MakeGuard, redis_url: str, redis_prefix: str
+) -> None:
+    """A call cancelled while its opening batch (cache, spend, the first route's rate-limit
+    reservation taken ahead) was in Redis lost what the batch took: the concurrency slot
+    stayed taken until its lease ran out (about 20 of 300 such calls here)."""
+    store = RedisStore(redis_url, key_prefix=redis_prefix)
+    guard = make_guard(
+        fake,
+        store=store,
+        breaker=None,
+        timeout=30,
+        rate_limits={"primary": RateLimit(concurrency=1000, tpm=10**8)},
+    )
+    fake.always(Fault(latency=0.5))
+
+    async def cancel_early() -> None:
+        for i in range(300):
+            with anyio.move_on_after((i % 60) * 0.0001):
+                await guard.achat(USER)
+
+    anyio.run(cancel_early)
+    limiter: Any = guard.rate_limiter
+    assert limiter.in_flight("primary") == 0
+
+
+def test_async_calls_cancelled_in_a_later_round_trip_give_their_slots_back(
+    fake: FakeProvider,
+    fake2: FakeProvider,
+    make_guard: MakeGuard,
+    redis_url: str,
+    redis_prefix: str,
+) -> None:
+    """A call cancelled while a round trip of its route loop was in Redis (the next route's
+    reservation, asked with the failed route's settle and record) lost both: the next
+    route's slot stayed taken until its lease ran out (about 26 of 300 such calls here)."""
+    store = RedisStore(redis_url, key_prefix=redis_prefix)
+    limit = RateLimit(concurrency=1000, tpm=10**8)
+    guard = make_guard(
+        fake,
+        fake2,
+        store=store,
+        breaker=None,
+        retry=None,
+        timeout=30,
+        rate_limits={"primary": limit, "backup": limit},
+    )
+    fake.always(Fault(status=500))
+    fake2.always(Fault(latency=0.5))
+
+    async def cancel_early() -> None:
+        for i in range(300):
+            with anyio.move_on_after(0.001 + (i % 100) * 0.0001):
+                await guard.achat(USER)
+
+    anyio.run(cancel_early)
+    limiter: Any = guard.rate_limiter
+    assert (limiter.in_flight("primary"), limiter.in_flight("backup")) == (0, 0)
