@@ -10,7 +10,8 @@ from typing import Any
 import anyio
 import pytest
 
-from llmguard_sdk import AsyncChatStream, CallEvent, Guard
+from llmguard_sdk import AsyncChatStream, CallEvent, Guard, RequestValidationError
+from llmguard_sdk.cache import ResponseCache
 from llmguard_sdk.ratelimit import RateLimit
 from llmguard_sdk.store import RedisStore
 from llmguard_sdk.testing import FakeProvider, Fault
@@ -154,3 +155,21 @@ def test_async_calls_cancelled_in_a_later_round_trip_give_their_slots_back(
     anyio.run(cancel_early)
     limiter: Any = guard.rate_limiter
     assert (limiter.in_flight("primary"), limiter.in_flight("backup")) == (0, 0)
+
+
+def test_cache_tags_given_as_one_string_are_refused_before_any_call(
+    fake: FakeProvider, make_guard: MakeGuard
+) -> None:
+    """``cache_tags="ab"`` was split into the tags "a" and "b", so the permission groups
+    "ab" and "ba" (or "a" and "aa") read each other's cached answers."""
+    guard = make_guard(fake, cache=ResponseCache())
+    guard.chat(USER, tenant="acme", cache_tags=["ab"])
+    for tags in ("ab", "ba", b"ab"):
+        with pytest.raises(RequestValidationError, match="cache_tags"):
+            guard.chat(USER, tenant="acme", cache_tags=tags)
+    with pytest.raises(RequestValidationError, match="cache_tags"):
+        guard.chat(USER, tenant="acme", cache_tags=["ab", 7])
+    with pytest.raises(RequestValidationError, match="cache_tags"):
+        guard.chat(USER, tenant="acme", cache_tags=7)
+    assert guard.chat(USER, tenant="acme", cache_tags=("ab",)).route == "cache"
+    assert fake.stats.requests == 1

@@ -7,7 +7,7 @@ envelope in :mod:`.streams`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import anyio
@@ -38,7 +38,7 @@ def call_context(
     )
     timeout, hedge_after = params.pop("timeout", None), params.pop("hedge_after", None)
     priority, region = params.pop("priority", "interactive"), params.pop("region", None)
-    cacheable, cache_tags = params.pop("cacheable", True), tuple(params.pop("cache_tags", ()))
+    cacheable, cache_tags = params.pop("cacheable", True), _tags(params.pop("cache_tags", ()))
     ctx = prepare(
         stages,
         _request_data(messages, request, model, params),
@@ -52,6 +52,16 @@ def call_context(
     if stages.tasks is not None:  # the call's tier: its routes, or a cascade's first
         stages.tasks.assign(ctx, ctx.route_order or stages.routes)
     return ctx
+
+
+def _tags(tags: Any) -> tuple[str, ...]:
+    """The call's cache tags: a sequence of strings (one string is refused, not split into
+    its characters, which would mix permission groups such as "ab" and "ba")."""
+    one = isinstance(tags, (str, bytes)) or not isinstance(tags, Iterable)
+    found = None if one else tuple(tags)
+    if found is None or not all(isinstance(t, str) for t in found):
+        raise RequestValidationError(f"cache_tags must be a list of strings, got {tags!r}")
+    return found
 
 
 def complete_call(ctx: CallContext, stages: Stages) -> ChatResponse:
