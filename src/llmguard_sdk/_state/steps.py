@@ -441,21 +441,22 @@ def _execute(store: RedisStore, commands: Sequence[Command]) -> list[Any]:
 async def _aexecute(store: RedisStore, commands: Sequence[Command]) -> list[Any]:
     """Async twin of :func:`_execute`."""
     try:
-        client = store.aclient
-        if store.cluster:  # the slot map (fetched once, on first use)
-            await cast("redis.asyncio.RedisCluster", client).initialize()
-        pipe = client.pipeline(transaction=False)
-        _pack(pipe, commands, client, store.cluster)
-        replies = list(await pipe.execute(raise_on_error=False))
-        missing = _missing(replies)
-        if missing:
-            for source in {commands[index].source for index in missing}:
-                await client.script_load(source)
+        async with store.async_round_trip():
+            client = store.aclient
+            if store.cluster:  # the slot map (fetched once, on first use)
+                await cast("redis.asyncio.RedisCluster", client).initialize()
             pipe = client.pipeline(transaction=False)
-            _pack(pipe, [commands[index] for index in missing], client, store.cluster)
-            again = await pipe.execute(raise_on_error=False)
-            for index, reply in zip(missing, again, strict=True):
-                replies[index] = reply
-        return replies
+            _pack(pipe, commands, client, store.cluster)
+            replies = list(await pipe.execute(raise_on_error=False))
+            missing = _missing(replies)
+            if missing:
+                for source in {commands[index].source for index in missing}:
+                    await client.script_load(source)
+                pipe = client.pipeline(transaction=False)
+                _pack(pipe, [commands[index] for index in missing], client, store.cluster)
+                again = await pipe.execute(raise_on_error=False)
+                for index, reply in zip(missing, again, strict=True):
+                    replies[index] = reply
+            return replies
     except Exception as exc:
         return [exc] * len(commands)

@@ -7,6 +7,7 @@ Private. redis is imported when a Redis store is built, never before.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import logging
@@ -15,7 +16,7 @@ import re
 import threading
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from importlib import resources
 from typing import TYPE_CHECKING, Any, Literal, cast
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -25,6 +26,7 @@ from ..errors import ConfigurationError
 from .steps import Command
 
 if TYPE_CHECKING:
+    import anyio
     import redis
     import redis.asyncio
     from redis.commands.core import AsyncScript, Script
@@ -272,6 +274,11 @@ class RedisStore(Store):
     def _disconnect(self) -> None:
         self._pool.disconnect()
 
+    def async_round_trip(self) -> contextlib.AbstractAsyncContextManager[None]:
+        """Held around each async round trip of a batch: nothing to wait for on a single
+        Redis (its blocking pool waits for a free connection itself)."""
+        return contextlib.nullcontext()
+
     async def aclose(self) -> None:
         """Close the async client and the sync pool."""
         aclient = self._aclients.pop_current()
@@ -314,6 +321,7 @@ class RedisClusterStore(RedisStore):
         if parts.path.strip("/") not in ("", "0"):
             raise ConfigurationError("Redis Cluster has only database 0")
         self._nodes = nodes
+        self._round_trips = PerLoop(self._new_round_trip_slots)
         options = self._options
         options.pop("health_check_interval", None)
         if parts.username:
@@ -325,6 +333,11 @@ class RedisClusterStore(RedisStore):
             for name, values in parse_qs(parts.query).items():
                 if name in ("ssl_cert_reqs", "ssl_ca_certs", "ssl_certfile", "ssl_keyfile"):
                     options[name] = values[-1]
+
+    def _new_round_trip_slots(self) -> anyio.Semaphore:
+        import anyio
+
+        return anyio.Semaphore(self._options["max_connections"])
 
     def _cluster_options(self) -> dict[str, Any]:
         # One retry (a refreshed slot map after a failover), no backoff: the store's own
@@ -339,12 +352,25 @@ class RedisClusterStore(RedisStore):
         import redis.cluster
         from redis.exceptions import RedisClusterException
 
+        (host, port), *others = self._nodes
         nodes = [
-            redis.cluster.ClusterNode(host, port)  # type: ignore[no-untyped-call]
-            for host, port in self._nodes
+            redis.cluster.ClusterNode(other, other_port)  # type: ignore[no-untyped-call]
+            for other, other_port in others
         ]
+        options = self._cluster_options()
+        scheme = "rediss" if options.pop("ssl", False) else "redis"
+        address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         try:
-            client = redis.RedisCluster(startup_nodes=nodes, **self._cluster_options())
+            # The url= form is the one where redis-py builds each node's pool from
+            # connection_pool_class: blocking pools, whose callers beyond max_connections
+            # wait (at most socket_timeout) as on a single Redis, not "Too many connections"
+            client = redis.RedisCluster(
+                url=f"{scheme}://{address}",
+                startup_nodes=nodes,
+                connection_pool_class=redis.BlockingConnectionPool,
+                timeout=self._options["socket_timeout"],
+                **options,
+            )
         except RedisClusterException as exc:  # no node answered: as a connection error
             raise redis.ConnectionError(f"Redis Cluster unreachable: {exc}") from exc
         return cast(redis.Redis, client)  # the same command API as redis.Redis
@@ -363,6 +389,25 @@ class RedisClusterStore(RedisStore):
 
     def _disconnect(self) -> None:
         pass  # the cluster client owns its node pools; close() released them
+
+    @contextlib.asynccontextmanager
+    async def async_round_trip(self) -> AsyncIterator[None]:
+        """redis-py's async cluster nodes raise ``MaxConnectionsError`` beyond
+        ``max_connections`` instead of waiting (read as the cluster down by every stage): a
+        round trip first takes one of ``max_connections`` slots of its event loop, waiting
+        at most ``socket_timeout``, so no node is asked for more connections than that."""
+        import anyio
+        import redis
+
+        slots = self._round_trips.get()
+        with anyio.move_on_after(self._options["socket_timeout"]) as waiting:
+            await slots.acquire()
+        if waiting.cancelled_caught:
+            raise redis.ConnectionError("no Redis Cluster connection came free in socket_timeout")
+        try:
+            yield
+        finally:
+            slots.release()
 
 
 def lua(module: str, name: str) -> str:
