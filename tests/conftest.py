@@ -276,3 +276,38 @@ def redis_store(url: str, prefix: str, **options: Any) -> RedisStore:
     if url.startswith("redis+cluster://"):
         return RedisClusterStore(url, key_prefix=prefix, **options)
     return RedisStore(url, key_prefix=prefix, **options)
+
+
+def crowd_a_small_pool(store: RedisStore) -> None:
+    """More callers than ``store``'s connections (make it with ``max_connections=2``): 16
+    threads of 100 rate-limit reservations, then 16 async tasks of 50 (the store is closed
+    afterwards)."""
+    import threading
+
+    import anyio
+
+    from llmguard_sdk.ratelimit import RateLimit, RedisRateLimiter
+
+    limiter = RedisRateLimiter(store, {"r": RateLimit(rpm=10**9)})
+
+    def calls() -> None:
+        for _ in range(100):
+            limiter.reserve("r")
+
+    threads = [threading.Thread(target=calls) for _ in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+
+    async def tasks() -> None:
+        async def calls() -> None:
+            for _ in range(50):
+                await limiter.areserve("r")
+
+        async with anyio.create_task_group() as group:
+            for _ in range(16):
+                group.start_soon(calls)
+        await store.aclose()
+
+    anyio.run(tasks)

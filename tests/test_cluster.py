@@ -18,6 +18,7 @@ from llmguard_sdk.budget import Budget, Budgets, Price, PriceTable
 from llmguard_sdk.ratelimit import RateLimit
 from llmguard_sdk.store import RedisClusterStore, RedisStore, open_store
 from llmguard_sdk.testing import FakeProvider
+from tests.conftest import crowd_a_small_pool
 
 pytestmark = pytest.mark.cluster
 
@@ -192,52 +193,10 @@ def test_cluster_keys_hold_no_tenant_ids(
 def test_more_callers_than_connections_wait_for_one_on_a_cluster(
     redis_cluster_url: str, cluster_prefix: str
 ) -> None:
-    """As on a single Redis: callers beyond ``max_connections`` (per node) wait, at most the
-    socket timeout, for a connection of the node's pool; a full pool is not the cluster down
-    (every stage would go local, fail-closed budgets refusing every call)."""
-    import threading
-
-    from llmguard_sdk.ratelimit import RedisRateLimiter
-
+    """As on a single Redis: threads and async tasks beyond ``max_connections`` (per node)
+    wait, at most the socket timeout, for a connection; a full pool is not the cluster down."""
     store = RedisClusterStore(
         redis_cluster_url, key_prefix=cluster_prefix, max_connections=2, socket_timeout=5
     )
-    limiter = RedisRateLimiter(store, {"r": RateLimit(rpm=10**9)})
-
-    def calls() -> None:
-        for _ in range(100):
-            limiter.reserve("r")
-
-    threads = [threading.Thread(target=calls) for _ in range(16)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(60)
-    assert store.health.outages == 0
-    store.close()
-
-
-def test_more_tasks_than_connections_wait_for_one_on_a_cluster(
-    redis_cluster_url: str, cluster_prefix: str
-) -> None:
-    import anyio
-
-    from llmguard_sdk.ratelimit import RedisRateLimiter
-
-    store = RedisClusterStore(
-        redis_cluster_url, key_prefix=cluster_prefix, max_connections=2, socket_timeout=5
-    )
-    limiter = RedisRateLimiter(store, {"r": RateLimit(rpm=10**9)})
-
-    async def main() -> None:
-        async def calls() -> None:
-            for _ in range(50):
-                await limiter.areserve("r")
-
-        async with anyio.create_task_group() as tasks:
-            for _ in range(16):
-                tasks.start_soon(calls)
-        await store.aclose()
-
-    anyio.run(main)
+    crowd_a_small_pool(store)
     assert store.health.outages == 0

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import threading
-
-import anyio
 import pytest
 
 from llmguard_sdk import ConfigurationError, Guard, MemoryStore, RedisStore
-from llmguard_sdk.ratelimit import RateLimit, RedisRateLimiter
 from llmguard_sdk.store import hash_id, open_store
+from tests.conftest import crowd_a_small_pool
 
 
 def test_memory_is_the_default() -> None:
@@ -67,42 +64,10 @@ def test_password_is_redacted_in_repr() -> None:
     assert "hunter2" not in repr(store)
 
 
-def _busy_limiter(redis_url: str, redis_prefix: str) -> tuple[RedisStore, RedisRateLimiter]:
-    store = RedisStore(redis_url, key_prefix=redis_prefix, max_connections=2, socket_timeout=5)
-    return store, RedisRateLimiter(store, {"r": RateLimit(rpm=10**9)})
-
-
 def test_more_callers_than_connections_wait_for_one(redis_url: str, redis_prefix: str) -> None:
-    """Callers beyond ``max_connections`` wait (at most the socket timeout) for a connection
-    of the pool; a full pool is not Redis down (every stage would go local, fail-closed
-    budgets refusing every call)."""
-    store, limiter = _busy_limiter(redis_url, redis_prefix)
-
-    def calls() -> None:
-        for _ in range(100):
-            limiter.reserve("r")
-
-    threads = [threading.Thread(target=calls) for _ in range(16)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(60)
-    assert store.health.outages == 0
-    store.close()
-
-
-def test_more_tasks_than_connections_wait_for_one(redis_url: str, redis_prefix: str) -> None:
-    store, limiter = _busy_limiter(redis_url, redis_prefix)
-
-    async def main() -> None:
-        async def calls() -> None:
-            for _ in range(50):
-                await limiter.areserve("r")
-
-        async with anyio.create_task_group() as tasks:
-            for _ in range(16):
-                tasks.start_soon(calls)
-        await store.aclose()
-
-    anyio.run(main)
+    """Callers beyond ``max_connections`` (threads and async tasks) wait (at most the socket
+    timeout) for a connection of the pool; a full pool is not Redis down (every stage would
+    go local, fail-closed budgets refusing every call)."""
+    store = RedisStore(redis_url, key_prefix=redis_prefix, max_connections=2, socket_timeout=5)
+    crowd_a_small_pool(store)
     assert store.health.outages == 0
