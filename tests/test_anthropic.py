@@ -499,3 +499,22 @@ def test_usage_parsing_of_both_shapes() -> None:
     assert (openai.input_tokens, openai.cached_input_tokens) == (120, 100)
     assert (anthropic.input_tokens, anthropic.cached_input_tokens) == (120, 100)
     assert anthropic.cache_write_input_tokens == 0
+
+
+def test_a_message_stop_without_its_blank_line_ends_the_stream() -> None:
+    def event(kind: str, **data: Any) -> str:
+        return f"event: {kind}\ndata: {json.dumps({'type': kind, **data})}\n\n"
+
+    events = (
+        event("message_start", message={"id": "m", "model": "x", "usage": {"input_tokens": 3}})
+        + event("content_block_delta", index=0, delta={"type": "text_delta", "text": "Hi"})
+        + event("message_delta", delta={"stop_reason": "end_turn"}, usage={"output_tokens": 1})
+        + event("message_stop")[:-1]  # the server closes before the blank line
+    )
+    with RawServer(sse_head(), (events.encode(),)) as raw:
+        provider = AnthropicProvider(raw.base_url, model="m")
+        chunks = list(
+            provider.stream(ChatRequest(messages=QUESTION), model="m", deadline=deadline())
+        )
+        provider.close()
+    assert "".join(chunk.text for chunk in chunks) == "Hi"

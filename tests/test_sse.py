@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import itertools
+import json
+import time
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from llmguard_sdk import ChatRequest, OpenAICompatibleProvider
+from llmguard_sdk.errors import StreamInterruptedError
 from llmguard_sdk.providers.sse import ServerSentEvent, SSEDecoder
+
+from .rawserver import RawServer, sse_head
 
 
 def decode(pieces: list[bytes]) -> tuple[list[ServerSentEvent], bool]:
@@ -62,3 +69,37 @@ def test_utf8_split_inside_a_character() -> None:
     data = "data: héllo ✓\n\n".encode()
     events, _ = decode([data[:8], data[8:9], data[9:]])
     assert events[0].data == "héllo ✓"
+
+
+def test_flush_gives_the_event_a_stream_ended_in() -> None:
+    decoder = SSEDecoder()
+    assert list(decoder.feed(b"data: a\n\ndata: [DONE]\n")) == [ServerSentEvent("a")]
+    assert decoder.flush() == ServerSentEvent("[DONE]")
+    assert decoder.flush() is None
+    assert not list(decoder.feed(b"data: [DONE]"))  # not even its line end
+    assert decoder.flush() == ServerSentEvent("[DONE]")
+
+
+def _chunk(text: str, finish: str | None = None) -> bytes:
+    delta = {"choices": [{"index": 0, "delta": {"content": text}, "finish_reason": finish}]}
+    return b"data: " + json.dumps(delta).encode() + b"\n\n"
+
+
+@pytest.mark.parametrize("end", [b"data: [DONE]\n", b"data: [DONE]\r", b"data: [DONE]"])
+def test_a_done_without_its_blank_line_ends_the_stream(end: bytes) -> None:
+    # the openai SDK ends such a stream cleanly; it was a StreamInterruptedError here
+    request = ChatRequest.model_validate({"messages": [{"role": "user", "content": "hi"}]})
+    with RawServer(sse_head(), (_chunk("a"), _chunk("b", "stop"), end)) as raw:
+        provider = OpenAICompatibleProvider(raw.base_url)
+        chunks = list(provider.stream(request, model="m", deadline=time.monotonic() + 10))
+        provider.close()
+    assert "".join(chunk.text for chunk in chunks) == "ab"
+
+
+def test_a_stream_cut_inside_a_content_event_is_still_interrupted() -> None:
+    request = ChatRequest.model_validate({"messages": [{"role": "user", "content": "hi"}]})
+    with RawServer(sse_head(), (_chunk("a"), _chunk("b", "stop")[:-1])) as raw:
+        provider = OpenAICompatibleProvider(raw.base_url)
+        with pytest.raises(StreamInterruptedError):
+            list(provider.stream(request, model="m", deadline=time.monotonic() + 10))
+        provider.close()

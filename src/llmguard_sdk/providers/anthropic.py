@@ -424,6 +424,14 @@ class AnthropicStreamState(StreamState):
             return None
         return None  # ping, content_block_stop, and event types added later
 
+    def ends_stream(self, data: str) -> bool:
+        """Whether ``data`` is the stream's ``message_stop`` (it carries nothing else)."""
+        try:
+            event = json.loads(data)
+        except (ValueError, RecursionError):
+            return False
+        return isinstance(event, dict) and event.get("type") == "message_stop"
+
     def _add_usage(self, raw: object) -> None:
         if isinstance(raw, dict):
             self.usage.update({k: v for k, v in raw.items() if v is not None})

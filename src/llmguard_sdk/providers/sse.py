@@ -65,6 +65,15 @@ class SSEDecoder:
             if event is not None:
                 yield event
 
+    def flush(self) -> ServerSentEvent | None:
+        """At the stream's end: the event it ended in without the blank line (its last line
+        taken even without a line end), else ``None``. The WHATWG rules drop that event; the
+        caller may still read it (a ``[DONE]`` that lost its blank line)."""
+        line, self._buffer = self._buffer, ""
+        if line:
+            self._take_line(line)
+        return self._dispatch()
+
     def _take_line(self, line: str) -> ServerSentEvent | None:
         if not line:
             return self._dispatch()

@@ -318,9 +318,17 @@ class StreamState:
         """The body ended: fine after [DONE] (or a finish with nothing pending), else a cut."""
         if self.done or (self.finished and not self.decoder.pending):
             return
+        last = self.decoder.flush()  # the body ended inside an event (no blank line after it)
+        if last is not None and self.ends_stream(last.data):
+            return
         if time.monotonic() >= self.deadline:  # the watchdog ended it
             raise self.timed_out()
         raise self.failure(ProviderUnavailableError, "stream ended before it was complete")
+
+    def ends_stream(self, data: str) -> bool:
+        """Whether an event's ``data`` is the stream's last event, one that carries nothing
+        else (``[DONE]``)."""
+        return data.strip() == "[DONE]"
 
     def broken(self, exc: Exception, *, timed_out: bool) -> ProviderError:
         """The typed error for a transport failure (``timed_out``: a read timeout)."""
