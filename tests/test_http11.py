@@ -290,3 +290,16 @@ def test_a_head_dripped_a_byte_at_a_time_cannot_outlast_the_deadline() -> None:
         with pytest.raises(ProviderTimeoutError):
             list(provider.stream(request, model="m", deadline=time.monotonic() + 0.5))
         provider.close()
+
+
+def test_a_204_that_says_chunked_has_no_body_to_wait_for() -> None:
+    # 204 and 304 never have a body (h11 ignores the header): the body's read waited for a
+    # chunk that never comes, until the deadline
+    head = b"HTTP/1.1 204 No Content\r\ntransfer-encoding: chunked\r\n\r\n"
+    with RawServer(head, hold=True) as server:
+        transport = StdlibTransport()
+        started = time.monotonic()
+        response = post(transport, f"{server.base_url}/chat/completions")
+        assert (response.status_code, response.read()) == (204, b"")
+        assert time.monotonic() - started < 1.0
+        transport.close()

@@ -358,7 +358,8 @@ class _Response(http.client.HTTPResponse):
         self.will_close = self._check_close()
         self.length = None if self.chunked else _length(head.get("content-length"))
         if status in (204, 304) or 100 <= status < 200 or self._method == "HEAD":
-            self.length = 0
+            self.length = 0  # never a body, whatever the head says (as h11 reads it)
+            self.chunked = False
         if not self.will_close and not self.chunked and self.length is None:
             self.will_close = True  # no length: the body ends when the connection does
 
