@@ -40,7 +40,7 @@ def test_http_date() -> None:
 
 
 def test_garbage_and_missing_give_none() -> None:
-    for value in ["soon", "-3", "nan", "inf", ""]:
+    for value in ["soon", "-3", "nan", "inf", "", "1_0", "\u0661\u0662", "\uff11"]:
         assert retry_after_seconds({"Retry-After": value}) is None
     assert retry_after_seconds({}) is None
 

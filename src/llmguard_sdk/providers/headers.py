@@ -67,7 +67,7 @@ def rate_limit_headers(headers: Mapping[str, str]) -> dict[str, str]:
 
 
 def _number(raw: str | None) -> float | None:
-    if raw is None:
+    if raw is None or not raw.isascii() or "_" in raw:  # float() takes "1_0" and "١٢"
         return None
     try:
         value = float(raw.strip())
