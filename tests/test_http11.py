@@ -303,3 +303,21 @@ def test_a_204_that_says_chunked_has_no_body_to_wait_for() -> None:
         assert (response.status_code, response.read()) == (204, b"")
         assert time.monotonic() - started < 1.0
         transport.close()
+
+
+def test_a_stream_whose_terminator_is_split_is_not_reused_half_read() -> None:
+    # "0\r" read without waiting, "\n\r\n" 0.3 s later: the half-read line was taken for the
+    # whole terminator and the connection reused; the next call read "\n" as its status line
+    event = b'data: {"choices":[{"index":0,"delta":{"content":"x"},"finish_reason":"stop"}]}\n\n'
+    event += b"data: [DONE]\n\n"
+    head = (
+        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+    )
+    parts = (b"%x\r\n%s\r\n0\r" % (len(event), event), b"\n\r\n")
+    request = ChatRequest.model_validate({"messages": [{"role": "user", "content": "hi"}]})
+    with RawServer(head, parts, gap=0.3) as server:
+        provider = OpenAICompatibleProvider(server.base_url)
+        for _ in range(2):  # the second on a new connection
+            chunks = provider.stream(request, model="m", deadline=time.monotonic() + 10)
+            assert "".join(chunk.text for chunk in chunks) == "x"
+        provider.close()

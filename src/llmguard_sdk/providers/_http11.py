@@ -54,6 +54,7 @@ _CHUNK = 65_536
 _MAX_LINE = 65_536  # http.client's bounds on a header line and on their number
 _MAX_HEADERS = 100
 _DRAIN_READS = 4  # reads of a stream's rest, at most, to reuse its connection
+_DRAIN_WAIT = 0.001  # seconds each of those reads waits, at most
 _Origin = tuple[str, str, int]
 
 
@@ -429,12 +430,16 @@ def _drained(response: http.client.HTTPResponse, sock: socket.socket | None) -> 
     """Whether the rest of a chunked body could be read without waiting: a stream the caller
     stops reading at its last event (``data: [DONE]``) has only its terminator left, mostly
     in the buffer already, and its connection can then serve the next call (else a stream
-    costs a new connection, a TLS handshake on https). Nothing is waited for: a body with
-    more to come is not drained (its connection is closed)."""
+    costs a new connection, a TLS handshake on https). Hardly anything is waited for (a
+    millisecond a read): a body with more to come is not drained (its connection is
+    closed)."""
     if sock is None:
         return False
     try:
-        sock.settimeout(0.0)  # (the next request sets its own timeouts)
+        # a timeout, not non-blocking mode: there a read with nothing to read gives a line cut
+        # short ("0\r" of "0\r\n\r\n"), which http.client takes whole: the connection went back
+        # with the rest unread. A timeout fails the read instead (the next request sets its own)
+        sock.settimeout(_DRAIN_WAIT)
         for _ in range(_DRAIN_READS):
             if not response.read1(_CHUNK):
                 break
