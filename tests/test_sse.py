@@ -103,3 +103,18 @@ def test_a_stream_cut_inside_a_content_event_is_still_interrupted() -> None:
         with pytest.raises(StreamInterruptedError):
             list(provider.stream(request, model="m", deadline=time.monotonic() + 10))
         provider.close()
+
+
+def test_a_leading_byte_order_mark_is_ignored() -> None:
+    # WHATWG: one leading U+FEFF is ignored; it made the first field "\ufeffdata" (dropped)
+    request = ChatRequest.model_validate({"messages": [{"role": "user", "content": "hi"}]})
+    parts = (b"\xef\xbb", b"\xbf" + _chunk("a"), _chunk("b", "stop"), b"data: [DONE]\n\n")
+    with RawServer(sse_head(), parts) as raw:
+        provider = OpenAICompatibleProvider(raw.base_url)
+        chunks = list(provider.stream(request, model="m", deadline=time.monotonic() + 10))
+        provider.close()
+    assert "".join(chunk.text for chunk in chunks) == "ab"
+    decoder = SSEDecoder()  # only the first one
+    assert list(decoder.feed("\ufeffdata: a\n\n\ufeffdata: b\n\n".encode())) == [
+        ServerSentEvent("a")
+    ]

@@ -2,10 +2,10 @@
 
 It follows the WHATWG event-stream rules that matter for LLM streams: lines end in LF, CRLF or
 CR; ``data:`` lines of one event are joined with LF; a blank line dispatches the event; lines
-starting with ``:`` are comments; a single space after the colon is dropped. Bytes may arrive
-split anywhere, even inside a UTF-8 character or a CRLF pair. An event not yet ended by a
-blank line when the stream closes is incomplete: :attr:`SSEDecoder.pending` says so, so the
-caller can tell a clean end from a cut one.
+starting with ``:`` are comments; a single space after the colon is dropped; a leading byte
+order mark is ignored. Bytes may arrive split anywhere, even inside a UTF-8 character or a
+CRLF pair. An event not yet ended by a blank line when the stream closes is incomplete:
+:attr:`SSEDecoder.pending` says so, so the caller can tell a clean end from a cut one.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ class SSEDecoder:
     """Feed bytes in any pieces, get complete events out."""
 
     def __init__(self) -> None:
-        self._text = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._text = codecs.getincrementaldecoder("utf-8-sig")(errors="replace")  # BOM dropped
         self._buffer = ""
         self._data: list[str] = []
         self._event = ""
