@@ -18,7 +18,7 @@ import pytest
 
 from llmguard_sdk import ChatRequest, OpenAICompatibleProvider
 from llmguard_sdk.errors import ProviderTimeoutError, ProviderUnavailableError
-from llmguard_sdk.providers._http11 import StdlibTransport, _Response
+from llmguard_sdk.providers._http11 import DEADLINE, StdlibTransport, _Response
 from llmguard_sdk.testing import FakeProvider
 from tests.rawserver import RawServer
 from tests.tlsserver import serve_tls
@@ -321,3 +321,29 @@ def test_a_stream_whose_terminator_is_split_is_not_reused_half_read() -> None:
             chunks = provider.stream(request, model="m", deadline=time.monotonic() + 10)
             assert "".join(chunk.text for chunk in chunks) == "x"
         provider.close()
+
+
+def _through_proxy(proxy: RawServer, deadline: float) -> httpx.Response:
+    transport = StdlibTransport(
+        proxy=httpx.Proxy(f"http://127.0.0.1:{proxy.sock.getsockname()[1]}")
+    )
+    extensions = {"timeout": TIMEOUTS, DEADLINE: deadline}
+    url = "https://api.example.test/v1/chat/completions"
+    return transport.handle_request(httpx.Request("POST", url, extensions=extensions))
+
+
+def test_a_proxy_dripping_its_connect_answer_cannot_outlast_the_deadline() -> None:
+    # http.client reads the CONNECT answer a line at a time, each read with its own timeout
+    answer = b"HTTP/1.1 200 Connection established\r\nX-Pad: " + b"p" * 40 + b"\r\n\r\n"
+    drip = tuple(answer[i : i + 1] for i in range(len(answer)))  # about 4.5 s
+    with RawServer(b"", drip, gap=0.05, hold=True) as proxy:
+        started = time.monotonic()
+        with pytest.raises((httpx.ConnectError, httpx.ProxyError)):  # both: not sent
+            _through_proxy(proxy, started + 0.5)
+        assert time.monotonic() - started < 1.5
+
+
+def test_a_proxy_s_malformed_connect_answer_is_a_proxy_error() -> None:
+    # it was http.client's BadStatusLine, past every typed error of the provider
+    with RawServer(b"garbage\r\n\r\n") as proxy, pytest.raises(httpx.ProxyError):
+        _through_proxy(proxy, time.monotonic() + 5)

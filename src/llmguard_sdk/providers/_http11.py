@@ -84,9 +84,9 @@ class StdlibTransport(httpx.BaseTransport):
         """Send ``request`` and answer its response, the body still to be read."""
         timeouts = request.extensions.get("timeout", {})
         origin = (request.url.scheme, request.url.host, request.url.port or _port(request.url))
-        connection = self._connection(origin, timeouts)
-        forwarded = self._proxy is not None and origin[0] == "http"  # absolute form, no tunnel
         deadline = request.extensions.get(DEADLINE)
+        connection = self._connection(origin, timeouts, deadline)
+        forwarded = self._proxy is not None and origin[0] == "http"  # absolute form, no tunnel
         watched = None
         if deadline is not None and connection.sock is not None:  # a slow-drip head included
             watched = watchdog.watch(connection.sock, deadline)
@@ -128,7 +128,9 @@ class StdlibTransport(httpx.BaseTransport):
 
     # -- the pool ---------------------------------------------------------------------------
 
-    def _connection(self, origin: _Origin, timeouts: dict[str, Any]) -> http.client.HTTPConnection:
+    def _connection(
+        self, origin: _Origin, timeouts: dict[str, Any], deadline: float | None = None
+    ) -> http.client.HTTPConnection:
         """An idle connection to ``origin`` that the server has not closed, else a new one
         once fewer than ``max_connections`` are open (waiting up to the pool timeout)."""
         wait_until = _until(timeouts.get("pool"))
@@ -153,12 +155,14 @@ class StdlibTransport(httpx.BaseTransport):
                     raise httpx.PoolTimeout("no connection free within the pool timeout")
                 self._freed.wait(left)
         try:
-            return self._connect(origin, timeouts)
+            return self._connect(origin, timeouts, deadline)
         except BaseException:
             self._release_slot()
             raise
 
-    def _connect(self, origin: _Origin, timeouts: dict[str, Any]) -> http.client.HTTPConnection:
+    def _connect(
+        self, origin: _Origin, timeouts: dict[str, Any], deadline: float | None = None
+    ) -> http.client.HTTPConnection:
         scheme, host, port = origin
         connect = timeouts.get("connect")
         to_host, to_port = host, port
@@ -175,6 +179,9 @@ class StdlibTransport(httpx.BaseTransport):
             connection = http.client.HTTPConnection(to_host, to_port, timeout=connect)
         else:
             raise httpx.UnsupportedProtocol(f"unsupported URL scheme {scheme!r}")
+        watched: list[int] = []
+        if deadline is not None:  # a proxy's CONNECT answer that drips (TLS: one timeout)
+            connection._create_connection = _watched_socket(deadline, watched)  # type: ignore
         try:
             connection.connect()
         except TimeoutError as exc:
@@ -186,6 +193,12 @@ class StdlibTransport(httpx.BaseTransport):
             refused = str(exc).startswith("Tunnel connection failed")
             error = httpx.ProxyError if refused else httpx.ConnectError
             raise error(str(exc) or type(exc).__name__) from exc
+        except http.client.HTTPException as exc:  # a proxy's malformed answer to CONNECT
+            connection.close()
+            raise httpx.ProxyError(str(exc) or type(exc).__name__) from exc
+        finally:
+            for token in watched:
+                watchdog.cancel(token)
         if connection.sock is not None:
             connection.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         connection.response_class = _Response
@@ -472,6 +485,19 @@ def _reusable(connection: http.client.HTTPConnection) -> bool:
     except (OSError, ValueError):
         return False
     return not readable
+
+
+def _watched_socket(deadline: float, watched: list[int]) -> Any:
+    """``socket.create_connection``, the socket then watched until ``deadline`` (the watch's
+    token added to ``watched``): a proxy's answer to ``CONNECT`` is read a line at a time,
+    each read with its own timeout. (A TLS handshake's timeout bounds it whole.)"""
+
+    def create(address: Any, timeout: Any = None, source_address: Any = None) -> socket.socket:
+        sock = socket.create_connection(address, timeout, source_address)
+        watched.append(watchdog.watch(sock, deadline))
+        return sock
+
+    return create
 
 
 def _set_timeout(connection: http.client.HTTPConnection, seconds: float | None) -> None:
