@@ -173,3 +173,17 @@ def test_cache_tags_given_as_one_string_are_refused_before_any_call(
         guard.chat(USER, tenant="acme", cache_tags=7)
     assert guard.chat(USER, tenant="acme", cache_tags=("ab",)).route == "cache"
     assert fake.stats.requests == 1
+
+
+def test_a_cacheable_that_is_not_a_bool_is_refused_before_any_call(
+    fake: FakeProvider, make_guard: MakeGuard
+) -> None:
+    """``cacheable="no"`` (a setting read as text) was true: the answer the caller meant to
+    keep out of the cache was stored and served to the next identical call."""
+    guard = make_guard(fake, cache=ResponseCache())
+    for flag in ("no", "false", 0, None):
+        with pytest.raises(RequestValidationError, match="cacheable"):
+            guard.chat(USER, cacheable=flag)
+    assert fake.stats.requests == 0
+    guard.chat(USER, cacheable=False)
+    assert guard.chat(USER).route == "primary"

@@ -39,6 +39,8 @@ def call_context(
     timeout, hedge_after = params.pop("timeout", None), params.pop("hedge_after", None)
     priority, region = params.pop("priority", "interactive"), params.pop("region", None)
     cacheable, cache_tags = params.pop("cacheable", True), _tags(params.pop("cache_tags", ()))
+    if not isinstance(cacheable, bool):  # ("no" would be true: the answer cached)
+        raise RequestValidationError(f"cacheable must be True or False, got {cacheable!r}")
     ctx = prepare(
         stages,
         _request_data(messages, request, model, params),
