@@ -187,3 +187,34 @@ def test_a_cacheable_that_is_not_a_bool_is_refused_before_any_call(
     assert fake.stats.requests == 0
     guard.chat(USER, cacheable=False)
     assert guard.chat(USER).route == "primary"
+
+
+def test_async_hedged_streams_cancelled_as_their_race_ends_give_the_winner_back(
+    fake: FakeProvider, fake2: FakeProvider, make_guard: MakeGuard
+) -> None:
+    """A hedged stream cancelled just as its race had a winner (leaving the race's task group
+    is where the cancellation lands) lost the winner: its concurrency slot stayed taken and its
+    provider stream was never closed."""
+    limit = RateLimit(concurrency=1000, tpm=10**8)
+    guard = make_guard(
+        fake,
+        fake2,
+        breaker=None,
+        hedge_after=0.01,
+        timeout=30,
+        rate_limits={"primary": limit, "backup": limit},
+    )
+    fake.always(Fault(first_token_delay=0.2))
+    fake2.always(Fault(first_token_delay=0.03, inter_token_delay=0.01))
+
+    async def cancel_around_the_win() -> None:
+        for i in range(100):
+            with anyio.move_on_after(0.035 + i * 0.0003):
+                stream = await guard.achat(USER, stream=True)
+                async with stream:
+                    async for _chunk in stream:
+                        pass
+
+    anyio.run(cancel_around_the_win)
+    limiter: Any = guard.rate_limiter
+    assert (limiter.in_flight("primary"), limiter.in_flight("backup")) == (0, 0)

@@ -397,6 +397,9 @@ async def _arace(op: ops.Race, run: Run, streams: _Streams) -> Any:
             tasks.cancel_scope.cancel()  # every leg but a kept winner has ended; make sure
     except BaseException:
         steps.close()  # cancelled: the race plan gives back what its legs hold
+        if isinstance(outcome, ops.Preopened):  # cancelled as the race ended: its winner too
+            run.queue(run.give_back_steps(outcome.route, outcome.reservation))
+            outcome = None  # (its stream is closed below)
         raise
     finally:
         keep = outcome.chunks if isinstance(outcome, ops.Preopened) else None
