@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -218,3 +219,30 @@ def test_async_hedged_streams_cancelled_as_their_race_ends_give_the_winner_back(
     anyio.run(cancel_around_the_win)
     limiter: Any = guard.rate_limiter
     assert (limiter.in_flight("primary"), limiter.in_flight("backup")) == (0, 0)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_stream_dropped_without_closing_is_reported_cancelled(
+    fake: FakeProvider, make_guard: MakeGuard, mode: str
+) -> None:
+    """A stream read part-way and dropped (garbage collected) gave its slot back but was
+    never reported: no CallEvent, no telemetry for the call."""
+    events: list[CallEvent] = []
+    guard = make_guard(fake, hooks=[events.append])
+    fake.always(Fault(inter_token_delay=0.05))
+    if mode == "sync":
+        for chunk in guard.chat(USER, stream=True):
+            if chunk.text:
+                break
+        gc.collect()
+    else:
+
+        async def read_a_little() -> None:
+            async for chunk in await guard.achat(USER, stream=True):
+                if chunk.text:
+                    break
+            gc.collect()
+            await anyio.sleep(0.2)  # the loop closes the dropped generator
+
+        anyio.run(read_a_little)
+    assert [(e.kind, e.outcome) for e in events] == [("stream", "cancelled")]

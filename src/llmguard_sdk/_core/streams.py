@@ -62,6 +62,7 @@ class _StreamBase:
         self._ahead: Ahead | None = None  # the first route's permit and reservation
         self._opening: OpeningOutcome | None = None
         self._seen = _Seen()
+        self._dropped = False  # closed (or collected) before its end
 
     @property
     def response(self) -> ChatResponse:
@@ -185,11 +186,16 @@ class ChatStream(_StreamBase, Closes):
                 yield last
             assert self._opening is not None  # the stream went to its routes
             self._opening.remember_later(ctx, stages, self.response)
+        except GeneratorExit:  # closed, or dropped and collected: reported as cancelled
+            self._dropped = True
+            raise
         finally:
             if chunks is not None:
                 chunks.close()
             self._closing()
             self._tail.flush()
+            if self._dropped:
+                self._end(cancelled=self._response is None)
 
     def __iter__(self) -> Iterator[StreamChunk]:
         return self
@@ -249,6 +255,9 @@ class AsyncChatStream(_StreamBase, AsyncCloses):
                 yield last
             assert self._opening is not None  # the stream went to its routes
             await self._opening.aremember_later(ctx, stages, self.response)
+        except GeneratorExit:  # closed, or dropped and collected: reported as cancelled
+            self._dropped = True
+            raise
         finally:
             with anyio.CancelScope(shield=True):
                 try:  # (the loop's shutdown may be closing them too: "already running")
@@ -257,6 +266,8 @@ class AsyncChatStream(_StreamBase, AsyncCloses):
                 finally:
                     self._closing()
                     await self._tail.aflush()
+            if self._dropped:
+                self._end(cancelled=self._response is None)
 
     def __aiter__(self) -> AsyncIterator[StreamChunk]:
         return self
