@@ -246,3 +246,36 @@ def test_a_stream_dropped_without_closing_is_reported_cancelled(
 
         anyio.run(read_a_little)
     assert [(e.kind, e.outcome) for e in events] == [("stream", "cancelled")]
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["memory", "redis"])
+def test_an_async_call_waiting_for_a_slot_is_cancelled_at_once(
+    fake: FakeProvider, make_guard: MakeGuard, redis_url: str, redis_prefix: str, shared: bool
+) -> None:
+    """Round trips to Redis are not cut short by a cancellation, but a wait for a concurrency
+    slot is no round trip: a call cancelled while it waits ends then, not when the slot comes
+    free (here: 5 s later), and leaves nothing taken."""
+    options: dict[str, Any] = {"store": RedisStore(redis_url, key_prefix=redis_prefix)}
+    guard = make_guard(
+        fake,
+        breaker=None,
+        retry=None,
+        rate_limits={"primary": RateLimit(concurrency=1, max_wait=30)},
+        **(options if shared else {}),
+    )
+    fake.script(Fault(latency=5.0))
+    waited: list[float] = []
+
+    async def main() -> None:
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(guard.achat, USER)  # holds the one slot for 5 s
+            await anyio.sleep(0.3)
+            started = anyio.current_time()
+            with anyio.move_on_after(0.3):
+                await guard.achat(USER)  # waits for the slot, cancelled after 0.3 s
+            waited.append(anyio.current_time() - started)
+
+    anyio.run(main)
+    assert waited[0] < 2.5  # cancelled while waiting, not served after the first call
+    limiter: Any = guard.rate_limiter
+    assert limiter.in_flight("primary") == 0

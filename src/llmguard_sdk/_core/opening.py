@@ -19,7 +19,6 @@ import logging
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-import anyio
 import anyio.to_thread
 
 from .._state.steps import Batch, Outcome, Step, start
@@ -109,14 +108,12 @@ class Tail:
         return self._results(batch.run(), len(more))
 
     async def aflush(self, *more: Step[Any]) -> list[Outcome]:
-        """Async twin of :meth:`flush`; not cancelled half-way (it is bounded by the store's
-        timeouts), so no settle, record or grant is lost to a cancellation."""
+        """Async twin of :meth:`flush` (its round trips are not cancelled half-way: see
+        :meth:`~llmguard_sdk._state.steps.Batch.arun`)."""
         if not self.steps and not more:
             return []
         batch = self._batch(more)
-        with anyio.CancelScope(shield=True):
-            outcomes = await batch.arun()
-        return self._results(outcomes, len(more))
+        return self._results(await batch.arun(), len(more))
 
 
 @dataclass
@@ -370,14 +367,10 @@ def open_call(ctx: CallContext, stages: Stages) -> OpeningOutcome:
 
 
 async def aopen_call(ctx: CallContext, stages: Stages) -> OpeningOutcome:
-    """Async twin of :func:`open_call`. The batch is not cancelled half-way (it is bounded
-    by the store's timeouts): what it took is then known, so a cancelled call gives it back."""
+    """Async twin of :func:`open_call` (its round trips are not cancelled half-way: what a
+    round trip took is then known, so a cancelled call gives it back)."""
     batch, where, opened = _opening(ctx, stages)
-    if not len(batch):
-        return opened
-    with anyio.CancelScope(shield=True):
-        outcomes = await batch.arun()
-    return _opened(ctx, where, outcomes, opened)
+    return _opened(ctx, where, await batch.arun(), opened) if len(batch) else opened
 
 
 def _logged(step: Step[Any]) -> Step[Any]:

@@ -262,7 +262,10 @@ class Batch:
         return outcomes
 
     async def arun(self) -> list[Outcome]:
-        """Async twin of :meth:`run`."""
+        """Async twin of :meth:`run`. A cancellation does not cut a round trip to Redis
+        short (each is bounded by its store's timeouts): the steps learn what their commands
+        did, and a call cancelled meanwhile gives back what they took. It does end a pause,
+        or a wait for a concurrency slot, at once."""
         outcomes = [Outcome() for _ in self.steps]
         live: dict[int, Any] = {}
         try:
@@ -382,7 +385,8 @@ class Batch:
         commands, pause = self._sort(live)
         answers: dict[tuple[int, int], Any] = {}
         for store, items in commands.items():
-            found = await _aexecute(store, [c for _, _, c in items])
+            with anyio.CancelScope(shield=True):  # (see arun)
+                found = await _aexecute(store, [c for _, _, c in items])
             for (index, position, _), answer in zip(items, found, strict=True):
                 answers[(index, position)] = answer
         if pause > 0:
