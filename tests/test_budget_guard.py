@@ -342,3 +342,29 @@ def test_bad_budget_configuration(fake: FakeProvider, make_guard: MakeGuard, bud
 
     with pytest.raises(ConfigurationError):
         make_guard(fake, budgets=budgets, prices=PRICES)
+
+
+def test_a_stream_continued_on_another_route_pays_for_both(
+    fake: FakeProvider, fake2: FakeProvider, make_guard: MakeGuard
+) -> None:
+    """The primary's stream breaks after some content and the backup continues it: the
+    provider bills the primary's prompt and what it generated, so the call's cost and the
+    budget's spend include it, not only the backup's part."""
+    budgets = Budgets([Budget(limit_usd=1.0)], prices=PRICES)
+    guard = make_guard(fake, fake2, budgets=budgets, retry=None, continue_interrupted_streams=True)
+    fake.script(Fault(cut_stream_after=2))
+    with guard.chat(USER, stream=True, max_tokens=10) as stream:
+        list(stream)
+    response = stream.response
+    assert response.route == "backup"
+    assert response.metadata["continued_after"] == ["primary"]
+    usage = response.usage
+    assert usage is not None
+    backup_usd = (usage.input_tokens * 10 + usage.output_tokens * 20) / 1e6
+    # the primary's part: its 6 prompt tokens and the 4 of "Echo: hello" it generated (as
+    # counted here: the cut stream reported no usage), at its tenfold prices
+    assert response.cost_usd == pytest.approx(backup_usd + (6 * 100 + 4 * 200) / 1e6)
+    assert response.cost_source == "estimated"
+    (row,) = spend_of(guard)
+    assert row["spent_usd"] == pytest.approx(response.cost_usd)
+    assert row["held_usd"] == 0

@@ -149,6 +149,9 @@ class CallContext:
     route: str | None = None
     first_token_at: float | None = None
     route_errors: dict[str, BaseException] = field(default_factory=dict)
+    # routes whose streams broke after content and another route continued: what each used
+    # (the provider bills it; the served answer's cost includes it)
+    interrupted: list[tuple[str, Usage]] = field(default_factory=list)
     retries: list[RetryDetails] = field(default_factory=list)
     cacheable: bool = True
     cache_tags: tuple[str, ...] = ()

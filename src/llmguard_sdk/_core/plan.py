@@ -213,8 +213,11 @@ def _stream(
     except ProviderError as failure:
         ctx.route = None
         record.end(failure)
-        used = assembler.used(route.name, reservation.input if reservation else 0, failure)
+        sent = reservation.input if reservation else ctx.input_tokens().tokens
+        used = assembler.used(route.name, sent, failure)
         run.settle(reservation, used=used, error=failure)
+        if used is not None and assembler.delivered:  # billed, whoever continues the call
+            ctx.interrupted.append((route.name, used))
         run.record(route, failure, assembler.seconds())
         raise
     except BaseException:  # closed early or cancelled: no outcome; settle to what came

@@ -204,6 +204,11 @@ def finish(ctx: CallContext, stages: Stages, response: ChatResponse) -> ChatResp
         cost = stages.spend.cost(ctx, stages, response, usage)
         if cost is not None:
             update["cost_usd"], update["cost_source"] = cost.usd, cost.source
+            for route, used in ctx.interrupted:  # streams another route continued: billed
+                broken = stages.spend.cost(ctx, stages, ChatResponse(text=""), used, route=route)
+                if broken is not None:
+                    update["cost_usd"] += broken.usd
+                    update["cost_source"] = "estimated"
     response = updated(response, update)
     for output_filter in stages.output_filters:
         response = _apply_filter(output_filter, response, ChatResponse, "output")

@@ -196,21 +196,24 @@ class SpendControl:
         stages: Stages,
         response: ChatResponse,
         usage: Usage | None = None,
+        *,
+        route: str | None = None,
     ) -> Cost | None:
         """The served response's cost: the provider's, else the price table's estimate from
-        ``usage`` (default: the response's)."""
+        ``usage`` (default: the response's) at the model of ``route`` (default: the route
+        that served the call)."""
         if response.cost_source == "reported" and response.cost_usd is not None:
             return Cost(response.cost_usd, "reported")
         usage = usage or response.usage
-        name = ctx.route or response.route
+        name = route or ctx.route or response.route
         if name == _DEGRADED or usage is None:
             return None
         if name in self.local:
             return Cost(0.0, "estimated")
         model = None
-        for route in stages.routes:
-            if route.name == name:
-                model = route.model
+        for provider in stages.routes:
+            if provider.name == name:
+                model = provider.model
                 break
         model = model or ctx.request.model
         if model is None:
