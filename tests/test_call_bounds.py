@@ -190,6 +190,19 @@ def test_a_cacheable_that_is_not_a_bool_is_refused_before_any_call(
     assert guard.chat(USER).route == "primary"
 
 
+@pytest.mark.parametrize("option", ["timeout", "hedge_after"])
+def test_a_bool_is_no_number_of_seconds(
+    fake: FakeProvider, make_guard: MakeGuard, option: str
+) -> None:
+    """``timeout=True`` (a flag passed where seconds go) was a one-second deadline."""
+    guard = make_guard(fake)
+    for flag in (True, False):
+        with pytest.raises(RequestValidationError, match=option):
+            guard.chat(USER, **{option: flag})
+    assert fake.stats.requests == 0
+    assert guard.chat(USER, **{option: 1}).text  # whole seconds are numbers
+
+
 def test_async_hedged_streams_cancelled_as_their_race_ends_give_the_winner_back(
     fake: FakeProvider, fake2: FakeProvider, make_guard: MakeGuard
 ) -> None:

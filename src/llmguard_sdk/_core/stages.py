@@ -124,7 +124,7 @@ def prepare(
             "this Guard has no provider: pass providers=[...] or set LLMGUARD_BASE_URL"
         )
     total = stages.timeout if timeout is None else timeout
-    if not (isinstance(total, (int, float)) and 0 < total < math.inf):
+    if isinstance(total, bool) or not (isinstance(total, (int, float)) and 0 < total < math.inf):
         raise RequestValidationError(f"timeout must be a positive number of seconds, got {total!r}")
     checked = _checked(request, stages)
     if priority not in ("interactive", "batch"):
@@ -132,7 +132,9 @@ def prepare(
     if region is not None and not (isinstance(region, str) and region):
         raise RequestValidationError(f"region must be a non-empty string, got {region!r}")
     hedge = stages.hedge_after if hedge_after is None else hedge_after
-    if hedge is not None and not (isinstance(hedge, (int, float)) and 0 <= hedge < math.inf):
+    if hedge is not None and (
+        isinstance(hedge, bool) or not (isinstance(hedge, (int, float)) and 0 <= hedge < math.inf)
+    ):
         raise RequestValidationError(f"hedge_after must be seconds >= 0, got {hedge!r}")
     ctx = CallContext(
         request=checked,
