@@ -99,22 +99,21 @@ class SpendJournal:
             os.fsync(self._file.fileno())
             self.pending += len(lines)
 
-    def _open_locked(self, lines: list[str] | None = None) -> IO[str]:
+    def _open_locked(self) -> IO[str]:
         """This process's file, locked before it bears the name other processes' sweeps look
-        for: an unlocked file there is a dead process's, which a sweep adopts and removes.
-        ``lines``: a new file holding them replaces the current one (written and synced
-        under another name first)."""
-        if fcntl is None or (lines is None and self._path.exists()):  # (reopened after close())
+        for: an unlocked file there is a dead process's, which a sweep adopts and removes."""
+        if fcntl is None or self._path.exists():  # (exists: reopened after close())
             handle: IO[str] = open(self._path, "a", encoding="utf-8")  # noqa: SIM115
             if fcntl is not None:
                 fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
-            if lines is not None:  # (no locks to keep others out: rewritten in place)
-                handle.seek(0)
-                handle.truncate()
-                handle.writelines(lines)
-                handle.flush()
-                os.fsync(handle.fileno())
             return handle
+        return self._renamed_into_place([])
+
+    def _renamed_into_place(self, lines: list[str]) -> IO[str]:
+        """A new file holding ``lines`` (synced), locked, then renamed to this process's
+        journal name (replacing the file there): no sweep sees it unlocked, and a crash at
+        any instant leaves the records in the old file or in the new one."""
+        assert fcntl is not None
         fresh = self._path.with_name(self._path.name + ".new")  # not a journal name yet
         handle = open(fresh, "w", encoding="utf-8")  # noqa: SIM115
         fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
@@ -143,8 +142,14 @@ class SpendJournal:
             if self._file is None:
                 return
             left = _lines_after(self._path, count)
-            old, self._file = self._file, self._open_locked(left)
-            if old is not self._file:
+            if fcntl is None:  # no locks to keep others out: rewritten in place
+                self._file.seek(0)
+                self._file.truncate()
+                self._file.writelines(left)
+                self._file.flush()
+                os.fsync(self._file.fileno())
+            else:
+                old, self._file = self._file, self._renamed_into_place(left)
                 old.close()
             self.pending = max(0, self.pending - count)
 
