@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import time
 from typing import Any, Literal
 
 import pytest
@@ -14,6 +15,7 @@ import pytest
 from llmguard_sdk import Guard, OpenAICompatibleProvider
 from llmguard_sdk.budget import Budget, Budgets, Price, PriceTable
 from llmguard_sdk.errors import ProviderTimeoutError
+from llmguard_sdk.models import ChatRequest
 from llmguard_sdk.providers.batch import BatchProvider
 from llmguard_sdk.testing import FakeProvider
 
@@ -155,3 +157,37 @@ def test_priority_batch_calls_take_the_batch_route_and_others_never_do(
         assert answer.usage is not None
         standard = (answer.usage.input_tokens * 100 + answer.usage.output_tokens * 200) / 1e6
         assert answer.cost_usd == pytest.approx(standard / 2)
+
+
+def test_closing_after_an_async_batch_call_gave_up_does_not_raise(fake: FakeProvider) -> None:
+    route = BatchProvider(fake.base_url, model="fake-model", window=30.0, poll_interval=0.05)
+    request = ChatRequest(messages=[{"role": "user", "content": "gave up"}], max_tokens=5)
+
+    async def run() -> None:
+        with pytest.raises(ProviderTimeoutError):
+            await route.acomplete(request, model="fake-model", deadline=time.monotonic() + 0.05)
+
+    asyncio.run(run())
+    route.close()  # the waiting call's future was cancelled: closing still fails none
+    assert route._http.is_closed
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_a_call_whose_caller_gave_up_before_its_batch_left_is_not_sent(
+    fake: FakeProvider, asynchronous: bool
+) -> None:
+    route = BatchProvider(fake.base_url, model="fake-model", window=0.3, poll_interval=0.05)
+    request = ChatRequest(messages=[{"role": "user", "content": "gave up"}], max_tokens=5)
+    deadline = time.monotonic() + 0.05
+    if asynchronous:
+        with pytest.raises(ProviderTimeoutError):
+            asyncio.run(route.acomplete(request, model="fake-model", deadline=deadline))
+    else:
+        with pytest.raises(ProviderTimeoutError):
+            route.complete(request, model="fake-model", deadline=deadline)
+    time.sleep(0.8)  # the window ends: the batch would have been sent by now
+    answer = route.complete(request, model="fake-model", deadline=time.monotonic() + 30)
+    route.close()
+    assert answer.text
+    uploads = [r for r in fake.requests if r.path.endswith("/files") and r.method == "POST"]
+    assert len(uploads) == 1  # only the call that was still waited for went out

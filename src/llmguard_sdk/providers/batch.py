@@ -156,6 +156,7 @@ class BatchProvider(_Streams):
         try:
             return call.future.result(timeout=max(0.0, deadline - time.monotonic()))
         except concurrent.futures.TimeoutError:
+            call.future.cancel()  # not sent with a batch that has not left yet
             raise self._timed_out() from None
 
     async def acomplete(self, request: ChatRequest, *, model: str, deadline: float) -> ChatResponse:
@@ -193,23 +194,21 @@ class BatchProvider(_Streams):
         threading.Thread(target=self._run, args=(calls,), daemon=True).start()
 
     def _run(self, calls: list[_Call]) -> None:
-        """Submit, poll until the batch ends (or the last deadline), hand out the results."""
+        """Submit, poll until the batch ends (or the last deadline), hand out the results.
+        Calls whose callers gave up (timed out, cancelled) before the batch left are not
+        sent: nobody would get their answer, and the provider would bill them."""
+        calls = [call for call in calls if not call.future.done()]
+        if not calls:
+            return
         try:
             results = self._openai(calls) if self.api == "openai" else self._anthropic(calls)
             for call in calls:
-                if not call.future.done():
-                    found = results.get(call.custom_id)
-                    if isinstance(found, BaseException):
-                        call.future.set_exception(found)
-                    elif found is None:
-                        call.future.set_exception(self._missing())
-                    else:
-                        call.future.set_result(found)
+                found = results.get(call.custom_id)
+                _settle(call.future, self._missing() if found is None else found)
         except BaseException as exc:  # every caller gets the batch's failure
             failure = exc if isinstance(exc, ProviderError) else self._failed(exc)
             for call in calls:
-                if not call.future.done():
-                    call.future.set_exception(failure)
+                _settle(call.future, failure)
 
     def _missing(self) -> ProviderError:
         return ProviderError("the batch ended without this call's result", route=self.name)
@@ -318,13 +317,27 @@ class BatchProvider(_Streams):
         with self._lock:
             self._closed = True
             calls = self._take()
-        for call in calls:
-            call.future.set_exception(ProviderError("the BatchProvider closed", route=self.name))
+        for call in calls:  # a cancelled one (its async caller gave up) is left as it is
+            _settle(call.future, ProviderError("the BatchProvider closed", route=self.name))
         self._http.close()
 
     async def aclose(self) -> None:
         """Async twin of :meth:`close`."""
         self.close()
+
+
+def _settle(
+    future: concurrent.futures.Future[ChatResponse], outcome: ChatResponse | BaseException
+) -> None:
+    """Give ``future`` its answer or error, unless it is done already (a caller that gave up
+    cancels its future, at any moment)."""
+    try:
+        if isinstance(outcome, BaseException):
+            future.set_exception(outcome)
+        else:
+            future.set_result(outcome)
+    except concurrent.futures.InvalidStateError:
+        pass
 
 
 def _rows(content: Any) -> list[dict[str, Any]]:
