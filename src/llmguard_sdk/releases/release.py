@@ -14,6 +14,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from pydantic import ValidationError
+
+from .._problems import problems
 from ..budget.prices import PriceTable
 from ..errors import ConfigurationError, MovingModelAliasError
 from ..models import ChatRequest
@@ -68,7 +71,8 @@ class Release:
         system_prompt: the system message it sends (replaces the request's first one, or
             goes first when the request has none).
         parameters: request parameters (``temperature``, ``max_tokens`` ...) applied where a
-            call sets none.
+            call sets none; validated as a request's (a bad one raises
+            :class:`~llmguard_sdk.errors.ConfigurationError`).
         allow_alias: accept moving model aliases (``gpt-4o``); otherwise they raise
             :class:`~llmguard_sdk.errors.MovingModelAliasError`.
 
@@ -103,13 +107,14 @@ class Release:
         unknown = sorted(set(parameters or {}) - _PARAMETERS)
         if unknown:
             raise ConfigurationError(f"release {name!r}: unknown parameters {unknown}")
+        checked = _checked_parameters(name, parameters or {})
         set_ = object.__setattr__
         set_(self, "name", name)
         set_(self, "version", version)
         set_(self, "routes", entries)
         set_(self, "prompt_version", prompt_version)
         set_(self, "system_prompt", system_prompt)
-        set_(self, "parameters", dict(parameters or {}))
+        set_(self, "parameters", checked)
         set_(self, "allow_alias", allow_alias)
         for route in self.providers:
             if route.model is None:
@@ -148,6 +153,18 @@ class Release:
 
     def __repr__(self) -> str:
         return f"Release({self.id!r}, routes={[p.name for p in self.providers]})"
+
+
+def _checked_parameters(name: str, parameters: Mapping[str, Any]) -> dict[str, Any]:
+    """``parameters`` as a request holds them (validated as :class:`ChatRequest` does)."""
+    try:
+        request = ChatRequest.model_validate(
+            {"messages": [{"role": "user", "content": "-"}], **parameters}
+        )
+    except ValidationError as exc:
+        found = "; ".join(problems(exc, "parameters"))
+        raise ConfigurationError(f"release {name!r}: invalid parameters: {found}") from None
+    return {key: getattr(request, key) for key in parameters}
 
 
 @dataclass(frozen=True)
