@@ -30,6 +30,15 @@ USER = [{"role": "user", "content": "hello there"}]
 # -- CI: a skip CI would hit is a failure there -------------------------------------------------
 
 
+def answering_route(guard: Guard, stream: bool) -> str:
+    """The route that answered a sync call of :data:`USER` (a stream: read whole)."""
+    if not stream:
+        return guard.chat(USER).route
+    with guard.chat(USER, stream=True) as chunks:
+        list(chunks)
+    return chunks.response.route
+
+
 def in_ci() -> bool:
     """True under ``CI=true`` (also ``1`` / ``yes``): the environment CI runs ``make test`` in."""
     return os.environ.get("CI", "").strip().lower() in ("true", "1", "yes")

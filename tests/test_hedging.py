@@ -18,9 +18,10 @@ from llmguard_sdk import (
     RequestValidationError,
 )
 from llmguard_sdk.breaker import BreakerPolicy, Breakers, MemoryBreakerBackend
+from llmguard_sdk.ratelimit import RateLimit
 from llmguard_sdk.testing import FakeProvider, Fault
 
-from .conftest import USER
+from .conftest import USER, answering_route
 
 MakeGuard = Callable[..., Guard]
 MODES = ["sync", "async"]
@@ -263,3 +264,28 @@ def test_a_bug_in_a_hedged_provider_is_raised_as_it_is(fake: FakeProvider, mode:
     guard = Guard([broken, backup], hedge_after=1.0, environ={})
     with pytest.raises(ValueError, match="bug"):
         call(guard, mode)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_sync_hedge_loser_is_stopped_at_once_and_gives_its_slot_back(
+    fake: FakeProvider, fake2: FakeProvider, make_guard: MakeGuard, stream: bool
+) -> None:
+    # the first request hangs for 30 s (a whole answer, or a stream's first token); the
+    # primary admits one call at a time, and the next call may wait 5 s for that slot
+    fake.script(Fault(latency=30) if not stream else Fault(first_token_delay=30))
+    guard = make_guard(
+        fake,
+        fake2,
+        hedge_after=0.05,
+        timeout=60,
+        rate_limits={"primary": RateLimit(concurrency=1, max_wait=5)},
+        breaker=None,
+    )
+
+    def call() -> str:
+        return answering_route(guard, stream)
+
+    assert call() == "backup"  # the hedge won
+    # the loser's socket was shut down: it ended and gave its slot back (abandoned to its
+    # 60 s deadline, it held the slot past the next call's 5 s wait: the backup answered)
+    assert call() == "primary"

@@ -24,7 +24,7 @@ from llmguard_sdk.ratelimit import RateLimit
 from llmguard_sdk.testing import FakeProvider, Fault
 from llmguard_sdk.tokens import count_request_tokens
 
-from .conftest import USER, require_module
+from .conftest import USER, answering_route, require_module
 
 MakeGuard = Callable[..., Guard]
 
@@ -161,11 +161,7 @@ def test_both_legs_of_a_hedged_call_are_limited(
     )
 
     def call() -> str:
-        if not stream:
-            return guard.chat(USER).route
-        with guard.chat(USER, stream=True) as chunks:
-            list(chunks)
-        return chunks.response.route
+        return answering_route(guard, stream)
 
     async def acall() -> str:
         if not stream:

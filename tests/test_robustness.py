@@ -28,7 +28,7 @@ from llmguard_sdk import (
     RequestValidationError,
 )
 from llmguard_sdk._core.assembly import merge_tool_call_deltas
-from llmguard_sdk.providers._watchdog import _Watchdog
+from llmguard_sdk.providers._watchdog import Abort, _Watchdog, abortable
 from llmguard_sdk.providers.wire import StreamState, parse_completion
 from llmguard_sdk.testing import FakeProvider, Fault
 
@@ -285,6 +285,36 @@ def test_the_deadline_watchdog_keeps_no_entry_per_finished_call() -> None:
     finally:
         live.close()
         peer.close()
+
+
+def test_an_abort_shuts_down_only_the_reads_still_watched_under_it() -> None:
+    """A hedge loser's abort: its socket still being read is shut down now; one whose watch
+    was cancelled (back in the pool, perhaps another call's) is left alone; a read watched
+    under it afterwards is shut down at once."""
+    dog = _Watchdog()
+    reading, reading_peer = socket.socketpair()
+    pooled, pooled_peer = socket.socketpair()
+    later, later_peer = socket.socketpair()
+    abort = Abort()
+    try:
+        with abortable(abort):
+            dog.watch(reading, time.monotonic() + 3600)
+            dog.cancel(dog.watch(pooled, time.monotonic() + 3600))
+        dog.watch(reading_peer, time.monotonic() + 3600)  # not under the abort
+        dog.abort(abort)
+        reading.settimeout(30)
+        assert reading.recv(1) == b""  # shut down now, not in an hour
+        pooled_peer.sendall(b"x")
+        pooled.settimeout(30)
+        assert pooled.recv(1) == b"x"  # untouched
+        assert dog._sockets  # the watch made outside the abort is still there
+        with abortable(abort):
+            dog.watch(later, time.monotonic() + 3600)
+        later.settimeout(30)
+        assert later.recv(1) == b""  # watched after the abort: shut down at once
+    finally:
+        for sock in (reading, reading_peer, pooled, pooled_peer, later, later_peer):
+            sock.close()
 
 
 def test_closing_a_stream_from_another_thread_ends_the_reader(

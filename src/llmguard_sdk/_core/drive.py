@@ -6,9 +6,9 @@ chunk the driver yields to the stream's reader. A plan left mid-way (the reader 
 stream, the task was cancelled, a bug) is closed, so its own handlers queue the give-backs;
 the driver then closes the provider streams it opened.
 
-A hedge race's legs run in threads (sync; a loser that cannot be stopped is abandoned to its
-deadline and gives its permit and lease back when it ends) or in tasks (async; a loser is
-cancelled).
+A hedge race's legs run in threads (sync; a loser's sockets are shut down, so it ends at once
+and gives its permit and lease back; a provider on a transport whose sockets the deadline
+watchdog does not see is abandoned to its deadline) or in tasks (async; a loser is cancelled).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ import anyio.abc
 
 from ..errors import ProviderError
 from ..models import ChatResponse, StreamChunk
+from ..providers._watchdog import Abort, abortable, watchdog
 from ..store import Batch, Step
 from . import ops
 from .assembly import has_content
@@ -233,6 +234,7 @@ class _Leg:
     finished: bool = False
     stopped: bool = False
     after: list[Step[Any]] = field(default_factory=list)
+    abort: Abort = field(default_factory=Abort)
 
 
 class _ThreadLegs:
@@ -251,18 +253,11 @@ class _ThreadLegs:
         threading.Thread(target=self._run, args=(leg,), daemon=True).start()
 
     def _run(self, leg: _Leg) -> None:
-        attempt, name = leg.op.attempt, leg.op.route.name
+        name = leg.op.route.name
         event: ops.LegEvent
         try:
-            if isinstance(attempt, ops.Complete):
-                event = ops.LegEvent(name, value=_complete(attempt))
-            else:
-                buffered: list[StreamChunk] = []
-                for chunk in leg.chunks:
-                    buffered.append(chunk)
-                    if has_content(chunk) or leg.stopped:
-                        break
-                event = ops.LegEvent(name, value=(buffered, leg.chunks))
+            with abortable(leg.abort):
+                event = self._attempt(leg)
         except BaseException as error:
             event = _failed_leg(name, error)
         with self.lock:
@@ -275,6 +270,18 @@ class _ThreadLegs:
             leg.chunks.close()
         _send_now(leg.after)
 
+    @staticmethod
+    def _attempt(leg: _Leg) -> ops.LegEvent:
+        attempt, name = leg.op.attempt, leg.op.route.name
+        if isinstance(attempt, ops.Complete):
+            return ops.LegEvent(name, value=_complete(attempt))
+        buffered: list[StreamChunk] = []
+        for chunk in leg.chunks:
+            buffered.append(chunk)
+            if has_content(chunk) or leg.stopped:
+                break
+        return ops.LegEvent(name, value=(buffered, leg.chunks))
+
     def wait(self, timeout: float) -> ops.LegEvent | None:
         try:
             return self.events.get(timeout=timeout)
@@ -283,6 +290,7 @@ class _ThreadLegs:
 
     def stop(self, op: ops.StopLegs, run: Run) -> None:
         ended: list[_Leg] = []
+        running: list[_Leg] = []
         with self.lock:
             for name, leg in self.legs.items():
                 if name == op.keep or leg.stopped:
@@ -291,8 +299,11 @@ class _ThreadLegs:
                 if leg.finished:
                     ended.append(leg)
                     run.queue(op.after.get(name, []))
-                else:  # still running: it gives back when it ends
+                else:  # still running: stopped now, it gives back when it ends
                     leg.after = op.after.get(name, [])
+                    running.append(leg)
+        for leg in running:
+            watchdog.abort(leg.abort)
         for leg in ended:
             if leg.chunks is not None:
                 leg.chunks.close()
