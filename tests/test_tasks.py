@@ -372,6 +372,15 @@ def test_validators_and_schemas() -> None:
     assert finish_reason("stop")(request, ChatResponse(text="a", finish_reason="stop"))
 
 
+@pytest.mark.parametrize("text", ['```json{"answer": 3}```', '```JSON {"answer": 3}```'])
+def test_a_fence_on_one_line_is_read_inside(text: str) -> None:
+    """A fence whose language tag and JSON share one line raised IndexError from the check
+    (the call crashed with an untyped error after paying for the small tier)."""
+    request = ChatRequest(messages=_ask("x"))
+    assert json_schema(SCHEMA)(request, ChatResponse(text=text)) is None
+    assert json_schema(SCHEMA)(request, ChatResponse(text="```json```")) == "json_schema"
+
+
 # -- from a configuration file ----------------------------------------------------------------
 
 

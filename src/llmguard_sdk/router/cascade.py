@@ -140,7 +140,10 @@ def _unfenced(text: str) -> str:
     stripped = text.strip()
     if stripped.startswith("```") and stripped.endswith("```") and len(stripped) > 6:
         inner = stripped[3:-3]
-        return inner.split("\n", 1)[1] if inner[:4].lower() == "json" else inner
+        if inner[:4].lower() != "json":
+            return inner
+        _tag, newline, rest = inner.partition("\n")  # the tag, alone on its line or not
+        return rest if newline else inner[4:]
     return stripped
 
 
