@@ -17,7 +17,14 @@ import pytest
 import yaml
 from opentelemetry.sdk.metrics.export import HistogramDataPoint
 
-from llmguard_sdk import AnthropicProvider, Guard, OpenAICompatibleProvider, PromptBuilder
+from llmguard_sdk import (
+    AnthropicProvider,
+    CallEvent,
+    Guard,
+    OpenAICompatibleProvider,
+    PromptBuilder,
+    Scope,
+)
 from llmguard_sdk.errors import ConfigurationError, LLMGuardError
 from llmguard_sdk.models import ChatResponse, Usage
 from llmguard_sdk.telemetry import Telemetry
@@ -242,3 +249,39 @@ def test_telemetry_reads_the_environment_when_not_told(monkeypatch: pytest.Monke
     monkeypatch.setenv("OTEL_SEMCONV_STABILITY_OPT_IN", "http")
     assert Telemetry().names.provider == "gen_ai.system"
     assert Telemetry(semconv="latest").names.provider == "gen_ai.provider.name"
+
+
+# The conventions' advice for the two histograms (gen-ai-metrics.md: "SHOULD be specified
+# with ExplicitBucketBoundaries of ..."); the YAML models do not carry it.
+ADVISED_SECONDS = [0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48]
+ADVISED_SECONDS += [40.96, 81.92]
+ADVISED_TOKENS = [1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304]
+ADVISED_TOKENS += [16777216, 67108864]
+
+
+def test_histograms_have_the_conventions_bucket_boundaries_so_long_calls_are_measured() -> None:
+    """A 60 s call (a long answer, a reasoning model) lands in a bucket of its own, not in
+    the overflow bucket above 20.48 s, where every quantile over it reads 20.48 s."""
+    exported, meter_provider = exporters()
+    event = CallEvent(
+        kind="protect",
+        outcome="ok",
+        scope=Scope(),
+        model="slow-model",
+        route="protected",
+        attempts=1,
+        latency_s=60.0,
+        usage=Usage(input_tokens=10_000_000, output_tokens=5),
+    )
+    exported.telemetry.on_protect_event(event)
+    (duration,) = exported.points("gen_ai.client.operation.duration")
+    assert list(duration.explicit_bounds) == ADVISED_SECONDS
+    assert duration.bucket_counts[ADVISED_SECONDS.index(81.92)] == 1  # (40.96, 81.92]
+    assert duration.bucket_counts[-1] == 0  # nothing in the overflow bucket
+    tokens = {
+        p.attributes["gen_ai.token.type"]: p for p in exported.points("gen_ai.client.token.usage")
+    }
+    assert list(tokens["input"].explicit_bounds) == ADVISED_TOKENS
+    assert tokens["input"].bucket_counts[-1] == 0
+    meter_provider.shutdown()
+    exported.tracer_provider.shutdown()
