@@ -16,6 +16,7 @@ from llmguard_sdk import Guard, OpenAICompatibleProvider
 from llmguard_sdk.budget import Price, PriceTable
 from llmguard_sdk.cli import main
 from llmguard_sdk.errors import ConfigurationError
+from llmguard_sdk.releases import Release
 from llmguard_sdk.telemetry import Telemetry
 from llmguard_sdk.telemetry.evaluation import compare_overlap, replay
 from llmguard_sdk.telemetry.sampling import EvalSink, read_samples
@@ -156,3 +157,16 @@ def test_a_comparator_of_ones_own(tmp_path: Path) -> None:
     assert (strict.overall.compared, strict.overall.agreed) == (10, 8)
     assert loose.overall.agreed == 10
     assert strict.candidate == "v2"
+
+
+def test_a_sample_names_the_release_of_a_guard_that_serves_releases(tmp_path: Path) -> None:
+    """``Guard(release=...)`` puts the release on the call, not in the request's metadata:
+    the sample names it as the call's span and quality labels do."""
+    path = tmp_path / "eval.jsonl"
+    telemetry = Telemetry(eval_sink=EvalSink(path, share=1.0), log_level=None)
+    with FakeProvider(name="v1", reply=release_1) as api:
+        route = OpenAICompatibleProvider(api.base_url, model="fake-2025-01-01", name="v1")
+        with Guard(release=Release("bot", "v3", route), telemetry=telemetry, environ={}) as guard:
+            guard.chat([{"role": "user", "content": QUESTIONS[0]}])
+            guard.chat([{"role": "user", "content": QUESTIONS[1]}], metadata={"release": "x"})
+    assert [s["release"] for s in read_samples(path)] == ["bot@v3", "bot@v3"]

@@ -184,7 +184,7 @@ def call_record(
         "ts": round(time.time(), 3),
         "feature": ctx.scope.feature,
         "tenant": call.get("llmguard.tenant"),
-        "release": (request.metadata or {}).get("release"),
+        "release": ctx.release or (request.metadata or {}).get("release"),  # as labels have
         "route": call.get("llmguard.served_by"),
         "model": call.get("gen_ai.response.model") or call.get("gen_ai.request.model"),
         "request": wanted,
