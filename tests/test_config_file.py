@@ -227,3 +227,30 @@ def test_the_example_configuration_is_valid(capsys: pytest.CaptureFixture[str]) 
     for entry in entries:
         for route in entry.deployments if isinstance(entry, DeploymentGroup) else [entry]:
             route.close()
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('timeout = inf\n[[routes]]\nmodel = "vllm/x"\n', "timeout"),
+        ('attempt_timeout = nan\n[[routes]]\nmodel = "vllm/x"\n', "attempt_timeout"),
+        ('key_prefix = "my app"\n[[routes]]\nmodel = "vllm/x"\n', "key_prefix"),
+        ('key_prefix = ""\n[[routes]]\nmodel = "vllm/x"\n', "key_prefix"),
+        ('store = "redis-host:6379"\n[[routes]]\nmodel = "vllm/x"\n', "store"),
+        ('[[routes]]\nmodel = "vllm/a"\n[[routes]]\nmodel = "vllm/b"\n', "vllm"),
+    ],
+)
+def test_llmguard_check_refuses_what_the_guard_refuses(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, message: str
+) -> None:
+    routes = "\n".join(
+        line + ('\nbase_url = "http://127.0.0.1:9/v1"' if line.startswith("model") else "")
+        for line in text.splitlines()
+    )
+    path = _write(tmp_path, "guard.toml", routes + "\n")
+    with pytest.raises(ConfigurationError, match=message):
+        Guard.from_config(path, environ={})
+    assert main(["check", str(path)]) == 2  # check says so too, naming the file and the key
+    out = capsys.readouterr().out
+    assert "guard.toml" in out or "routes:" in out
+    assert message in out

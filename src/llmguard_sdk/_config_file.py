@@ -42,11 +42,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ._config_tasks import TasksConfig
 from ._problems import problems
+from ._state.stores import _CLUSTER_SCHEMES, _REDIS_SCHEMES
 from .errors import ConfigurationError
 from .providers.anthropic import AnthropicProvider
 from .providers.base import Provider
@@ -112,12 +114,23 @@ class ConfigFile(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     store: str | None = None
-    key_prefix: str | None = None
-    timeout: float | None = Field(default=None, gt=0)
-    attempt_timeout: float | None = Field(default=None, gt=0)
+    key_prefix: str | None = Field(default=None, min_length=1, pattern=r"^[A-Za-z0-9_.:-]+$")
+    timeout: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    attempt_timeout: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     max_input_tokens: int | None = Field(default=None, gt=0)
     routes: list[RouteConfig | GroupConfig] = Field(min_length=1)
     tasks: TasksConfig | None = None
+
+    @field_validator("store")
+    @classmethod
+    def _check_store(cls, store: str | None) -> str | None:
+        """The stores the Guard opens (checked here too, so ``llmguard check`` says so)."""
+        schemes = (*_REDIS_SCHEMES, *_CLUSTER_SCHEMES)
+        if store is None or store.strip().lower() == "memory":
+            return store
+        if urlsplit(store.strip()).scheme not in schemes:
+            raise ValueError(f"must be 'memory' or a URL of {', '.join(schemes)}")
+        return store
 
     def settings(self) -> dict[str, Any]:
         """The Guard keyword arguments the file sets (besides its routes)."""
@@ -210,6 +223,12 @@ def resolve(
             provider, info = _route(entry, environ, f"routes.{index}")
             entries.append(provider)
             described.append(info)
+    names = [info.name for info in described]
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:  # the Guard's rule: the file says which routes to name
+        raise ConfigurationError(
+            f"routes: route names must be unique; repeated: {repeated} (give each a name)"
+        )
     return entries, described
 
 
