@@ -13,6 +13,7 @@ import pytest
 
 from llmguard_sdk import AnthropicProvider, Guard, OpenAICompatibleProvider
 from llmguard_sdk.errors import ConfigurationError
+from llmguard_sdk.ratelimit import RateLimit
 from llmguard_sdk.testing import FakeProvider, Fault
 from llmguard_sdk.transport import async_http_client, http_client, transport
 
@@ -197,3 +198,44 @@ def test_non_ascii_header_values_reach_the_sdk(fake: FakeProvider) -> None:
         assert streamed.headers["x-llmguard-route"] == "primär"
         assert list(streamed.iter_lines())
     guard.close()
+
+
+@pytest.mark.parametrize("library", ["httpx2", "httpx"])
+def test_a_stream_closed_before_it_is_read_gives_its_slot_back(
+    fake: FakeProvider, make_guard: MakeGuard, library: Any
+) -> None:
+    # the Guard's stream had started (its first chunk is read before the answer goes back),
+    # but closing the SDK's stream before reading it never closed it: its concurrency slot
+    # (and connection, spend hold) stayed taken, and the next call was refused
+    guard = make_guard(fake, rate_limits={"primary": RateLimit(concurrency=1)})
+    seam = _sdk(http_client(guard, library=library))
+    stream = seam.chat.completions.create(model="m", messages=USER, stream=True)
+    assert guard.rate_limiter is not None
+    assert guard.rate_limiter.in_flight("primary") == 1
+    stream.close()
+    assert guard.rate_limiter.in_flight("primary") == 0
+    completion = seam.chat.completions.create(model="m", messages=USER)
+    assert completion.choices[0].message.content == "Echo: hello there"
+
+
+@pytest.mark.parametrize("library", ["httpx2", "httpx"])
+def test_an_async_stream_closed_before_it_is_read_gives_its_slot_back(
+    fake: FakeProvider, make_guard: MakeGuard, library: Any
+) -> None:
+    guard = make_guard(fake, rate_limits={"primary": RateLimit(concurrency=1)})
+
+    async def run() -> str | None:
+        client = openai.AsyncOpenAI(
+            api_key="sk-x",
+            base_url="http://guard.test/v1",
+            http_client=async_http_client(guard, library=library),
+        )
+        stream = await client.chat.completions.create(model="m", messages=USER, stream=True)
+        await stream.close()
+        assert guard.rate_limiter is not None
+        assert guard.rate_limiter.in_flight("primary") == 0
+        completion = await client.chat.completions.create(model="m", messages=USER)
+        await guard.aclose()
+        return completion.choices[0].message.content
+
+    assert anyio.run(run) == "Echo: hello there"

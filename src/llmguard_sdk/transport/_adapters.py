@@ -56,7 +56,7 @@ class _Side:
                 request=request,
                 extensions=extensions,
             )
-        body = self._body(answer.events)
+        body = self._body(answer.events, answer.close)
         return self._library.Response(
             answer.status,
             headers=headers,
@@ -79,16 +79,19 @@ class _Side:
 
 
 class _Events:
-    """A response body of SSE byte strings; closing it closes the Guard's stream."""
+    """A response body of SSE byte strings; closing it closes the Guard's stream (also
+    when the body was never read)."""
 
-    def __init__(self, events: Any) -> None:
+    def __init__(self, events: Any, close: Any) -> None:
         self._events = events
+        self._close = close
 
     def __iter__(self) -> Iterator[bytes]:
         yield from self._events
 
     def close(self) -> None:
         self._events.close()
+        self._close()
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         async for event in self._events:
@@ -96,6 +99,7 @@ class _Events:
 
     async def aclose(self) -> None:
         await self._events.aclose()
+        await self._close()
 
 
 class _HttpxBody(_Events, httpx.SyncByteStream, httpx.AsyncByteStream):

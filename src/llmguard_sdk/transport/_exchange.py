@@ -77,7 +77,8 @@ def handle(guard: Guard, incoming: Incoming, *, raise_errors: bool = False) -> A
     except LLMGuardError as exc:
         return _failed(incoming, exc, raise_errors)
     writer = call.wire.writer(call.arguments)
-    return Answer(200, _wire.stream_headers(first), events=_events(stream, first, writer))
+    events = _events(stream, first, writer)
+    return Answer(200, _wire.stream_headers(first), events=events, close=stream.close)
 
 
 async def ahandle(guard: Guard, incoming: Incoming, *, raise_errors: bool = False) -> Answer:
@@ -98,7 +99,8 @@ async def ahandle(guard: Guard, incoming: Incoming, *, raise_errors: bool = Fals
     except LLMGuardError as exc:
         return _failed(incoming, exc, raise_errors)
     writer = call.wire.writer(call.arguments)
-    return Answer(200, _wire.stream_headers(first), events=_aevents(stream, first, writer))
+    events = _aevents(stream, first, writer)
+    return Answer(200, _wire.stream_headers(first), events=events, close=stream.aclose)
 
 
 async def anext_or_none(stream: AsyncChatStream) -> StreamChunk | None:

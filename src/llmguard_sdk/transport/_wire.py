@@ -73,6 +73,9 @@ class Answer:
     response: ChatResponse | None = None
     error: LLMGuardError | None = None
     events: Any = None  # Iterator[bytes] or AsyncIterator[bytes]
+    # closes the Guard's stream (sync, or async for an AsyncIterator) even when ``events``
+    # was never started: closing an unstarted generator does not run its ``finally``
+    close: Any = None
 
 
 class Writer(Protocol):
