@@ -6,6 +6,7 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import Callable
+from typing import Any
 
 import anyio
 import openai
@@ -44,9 +45,13 @@ def test_stream_chunks_are_openais_own(fake: FakeProvider, make_guard: MakeGuard
         chunks = list(stream)
     assert all(isinstance(c, ChatCompletionChunk) for c in chunks)
     assert chunks[0].choices[0].delta.role == "assistant"
-    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == (
-        "Echo: hello there"
-    )
+    # openai's own example, `chunk.choices[0]` on every chunk, works: usage comes (in a last
+    # chunk without choices) only when asked for, as from the provider
+    assert "".join(c.choices[0].delta.content or "" for c in chunks) == "Echo: hello there"
+    options: dict[str, Any] = {"stream_options": {"include_usage": True}}
+    with client.chat.completions.create(model="m", messages=USER, stream=True, **options) as stream:
+        chunks = list(stream)
+    assert chunks[-1].choices == []
     assert chunks[-1].usage is not None
     assert chunks[-1].usage.completion_tokens == 3
 

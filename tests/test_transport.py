@@ -239,3 +239,21 @@ def test_an_async_stream_closed_before_it_is_read_gives_its_slot_back(
         return completion.choices[0].message.content
 
     assert anyio.run(run) == "Echo: hello there"
+
+
+@pytest.mark.parametrize("include_usage", [None, False])
+def test_a_stream_without_include_usage_has_no_usage_chunk(
+    fake: FakeProvider, make_guard: MakeGuard, include_usage: bool | None
+) -> None:
+    # the Guard always asks its routes for usage, and the seam sent it on as a last chunk
+    # with no choices: `chunk.choices[0]` (fine against the provider) raised IndexError
+    options: dict[str, Any] = {"stream": True}
+    if include_usage is not None:
+        options["stream_options"] = {"include_usage": include_usage}
+    direct = openai.OpenAI(api_key="sk-x", base_url=fake.base_url, max_retries=0)
+    expected = list(direct.chat.completions.create(model="fake-model", messages=USER, **options))
+    seam = _sdk(http_client(make_guard(fake)))
+    got = list(seam.chat.completions.create(model="fake-model", messages=USER, **options))
+    assert _dumps(got) == _dumps(expected)
+    assert [c.choices[0].delta.content for c in got] == ["", "Echo:", " hello", " there", None]
+    assert all(c.usage is None for c in got)

@@ -54,10 +54,12 @@ class ChatWire:
             body["usage"] = usage
         return body
 
-    def writer(self, arguments: Mapping[str, Any]) -> ChunkWriter:
-        """A writer for one stream's chunks."""
+    def writer(self, arguments: Mapping[str, Any], body: Mapping[str, Any]) -> ChunkWriter:
+        """A writer for one stream's chunks (usage only where the request asked for it)."""
         model = arguments.get("model")
-        return ChunkWriter(model if isinstance(model, str) else "")
+        options = body.get("stream_options")
+        usage = isinstance(options, dict) and options.get("include_usage") is True
+        return ChunkWriter(model if isinstance(model, str) else "", usage=usage)
 
     def error(self, exc: LLMGuardError) -> dict[str, Any]:
         """OpenAI's error body."""
@@ -65,10 +67,13 @@ class ChatWire:
 
 
 class ChunkWriter:
-    """``chat.completion.chunk`` events: the role on the first chunk, as OpenAI sends it."""
+    """``chat.completion.chunk`` events: the role on the first chunk, as OpenAI sends it;
+    usage (which the Guard always asks its routes for) only when ``usage`` (the request's
+    ``stream_options.include_usage``), as OpenAI sends it."""
 
-    def __init__(self, model: str) -> None:
+    def __init__(self, model: str, *, usage: bool = True) -> None:
         self._model = model
+        self._usage = usage
         self._created = int(time.time())
         self._id: str | None = None
         self._first = True
@@ -84,9 +89,13 @@ class ChunkWriter:
             "model": chunk.model or self._model,
             "choices": [],
         }
-        usage = _wire.openai_usage(chunk.usage)
-        if not (usage is not None and not (chunk.text or chunk.finish_reason or chunk.tool_calls)):
+        usage = _wire.openai_usage(chunk.usage) if self._usage else None
+        if not (
+            chunk.usage is not None and not (chunk.text or chunk.finish_reason or chunk.tool_calls)
+        ):
             data["choices"] = [self._choice(chunk)]
+        elif usage is None:  # a usage-only chunk the request did not ask for
+            return b""
         if usage is not None:
             data["usage"] = usage
         return _wire.sse(data)

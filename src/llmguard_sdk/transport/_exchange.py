@@ -50,7 +50,7 @@ def plan(guard: Guard, incoming: Incoming) -> Call | Answer:
     arguments = wire.arguments(body, incoming)
     if incoming.timeout is not None:  # the SDK's timeout, when shorter than the Guard's
         arguments["timeout"] = min(incoming.timeout, guard.settings.timeout)
-    return Call(wire, arguments, stream)
+    return Call(wire, arguments, stream, body)
 
 
 def _failed(incoming: Incoming, exc: LLMGuardError, raise_errors: bool) -> Answer:
@@ -76,7 +76,7 @@ def handle(guard: Guard, incoming: Incoming, *, raise_errors: bool = False) -> A
             raise
     except LLMGuardError as exc:
         return _failed(incoming, exc, raise_errors)
-    writer = call.wire.writer(call.arguments)
+    writer = call.wire.writer(call.arguments, call.body)
     events = _events(stream, first, writer)
     return Answer(200, _wire.stream_headers(first), events=events, close=stream.close)
 
@@ -98,7 +98,7 @@ async def ahandle(guard: Guard, incoming: Incoming, *, raise_errors: bool = Fals
             raise
     except LLMGuardError as exc:
         return _failed(incoming, exc, raise_errors)
-    writer = call.wire.writer(call.arguments)
+    writer = call.wire.writer(call.arguments, call.body)
     events = _aevents(stream, first, writer)
     return Answer(200, _wire.stream_headers(first), events=events, close=stream.aclose)
 

@@ -210,7 +210,7 @@ class MessagesWire:
             "usage": _usage(response.usage),
         }
 
-    def writer(self, arguments: Mapping[str, Any]) -> EventsWriter:
+    def writer(self, arguments: Mapping[str, Any], body: Mapping[str, Any]) -> EventsWriter:
         """A writer for one stream's events."""
         model = arguments.get("model")
         return EventsWriter(model if isinstance(model, str) else "")

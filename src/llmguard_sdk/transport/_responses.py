@@ -37,7 +37,7 @@ class ResponsesWire:
         answer.usage, answer.finish_reason = response.usage, response.finish_reason
         return answer.body()
 
-    def writer(self, arguments: Mapping[str, Any]) -> EventsWriter:
+    def writer(self, arguments: Mapping[str, Any], body: Mapping[str, Any]) -> EventsWriter:
         """A writer for one stream's events."""
         model = arguments.get("model")
         return EventsWriter(Answer(_wire.new_id("resp"), model if isinstance(model, str) else ""))

@@ -95,18 +95,20 @@ class Wire(Protocol):
 
     def answer(self, response: ChatResponse) -> dict[str, Any]: ...
 
-    def writer(self, arguments: Mapping[str, Any]) -> Writer: ...
+    def writer(self, arguments: Mapping[str, Any], body: Mapping[str, Any]) -> Writer: ...
 
     def error(self, exc: LLMGuardError) -> dict[str, Any]: ...
 
 
 @dataclass
 class Call:
-    """A parsed request: the Guard's arguments, whether it streams, the wire to answer in."""
+    """A parsed request: the Guard's arguments, whether it streams, the wire to answer in,
+    the request's body."""
 
     wire: Wire
     arguments: dict[str, Any] = field(default_factory=dict)
     stream: bool = False
+    body: dict[str, Any] = field(default_factory=dict)
 
 
 def load_object(body: bytes) -> dict[str, Any]:
