@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 import random
 
 import pytest
@@ -168,6 +169,18 @@ def test_bad_groups_are_refused() -> None:
         DeploymentGroup("g", [route], weights=[0.0])
     with pytest.raises(ConfigurationError, match="unique"):
         Guard([DeploymentGroup("g", [route]), route], environ={})
+
+
+@pytest.mark.parametrize("weights", [[math.inf, 1.0], [math.nan, 1.0], ["2", "1"], [None, 1.0]])
+def test_weights_must_be_finite_numbers(weights: list[object]) -> None:
+    """An infinite weight was accepted and every call then raised ValueError ("Total of
+    weights must be finite"); a string weight raised TypeError."""
+    routes = [
+        OpenAICompatibleProvider("http://127.0.0.1:9/v1", model="m", name=name)
+        for name in ("a", "b")
+    ]
+    with pytest.raises(ConfigurationError, match="weights"):
+        DeploymentGroup("g", routes, strategy="weighted", weights=weights)  # type: ignore[arg-type]
 
 
 # -- groups in a Guard ---------------------------------------------------------------------

@@ -60,6 +60,10 @@ _TOKENS_SMOOTHING = 0.1  # the weight of a new answer's length in the group's ty
 _DEFAULT_ANSWER_TOKENS = 256  # the answer length assumed before any answer came
 
 
+def _finite(value: object) -> bool:
+    return isinstance(value, int | float) and math.isfinite(value)
+
+
 @dataclass(frozen=True)
 class CallFacts:
     """What a ranking may read of the call: its request, its input tokens (counted only for
@@ -118,9 +122,11 @@ class DeploymentGroup:
         if not deployments or not all(isinstance(d, Provider) for d in deployments):
             raise ConfigurationError(f"group {name!r} needs one or more Provider deployments")
         if weights is not None and (
-            len(weights) != len(deployments) or not all(w >= 0 for w in weights) or not any(weights)
+            len(weights) != len(deployments)
+            or not all(_finite(w) and w >= 0 for w in weights)
+            or not any(weights)
         ):
-            raise ConfigurationError("weights: one >= 0 per deployment, not all 0")
+            raise ConfigurationError("weights: one finite number >= 0 per deployment, not all 0")
         if not (half_life_s > 0 and penalty_s >= 0 and slack >= 1):
             raise ConfigurationError("half_life_s must be > 0, penalty_s >= 0 and slack >= 1")
         self.name = name
