@@ -124,7 +124,7 @@ def prepare(
             "this Guard has no provider: pass providers=[...] or set LLMGUARD_BASE_URL"
         )
     total = stages.timeout if timeout is None else timeout
-    if isinstance(total, bool) or not (isinstance(total, (int, float)) and 0 < total < math.inf):
+    if not _seconds(total) or total == 0:
         raise RequestValidationError(f"timeout must be a positive number of seconds, got {total!r}")
     checked = _checked(request, stages)
     if priority not in ("interactive", "batch"):
@@ -132,9 +132,7 @@ def prepare(
     if region is not None and not (isinstance(region, str) and region):
         raise RequestValidationError(f"region must be a non-empty string, got {region!r}")
     hedge = stages.hedge_after if hedge_after is None else hedge_after
-    if hedge is not None and (
-        isinstance(hedge, bool) or not (isinstance(hedge, (int, float)) and 0 <= hedge < math.inf)
-    ):
+    if hedge is not None and not _seconds(hedge):
         raise RequestValidationError(f"hedge_after must be seconds >= 0, got {hedge!r}")
     ctx = CallContext(
         request=checked,
@@ -163,6 +161,11 @@ def prepare(
                     count.tokens, stages.max_input_tokens, estimated=count.estimated
                 )
     return ctx
+
+
+def _seconds(value: object) -> bool:
+    """Whether ``value`` is a finite number of seconds >= 0 (a bool is not)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < math.inf
 
 
 def _checked(request: ChatRequest | Mapping[str, Any], stages: Stages) -> ChatRequest:
