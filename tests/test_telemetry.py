@@ -447,6 +447,29 @@ def test_protected_vendor_calls_get_a_span_and_metrics(fake: FakeProvider, otel:
     assert duration.attributes["gen_ai.request.model"] == "gpt-test"
 
 
+def test_a_failed_protected_call_is_labelled_with_its_route_as_a_served_one_is(
+    otel: Exported,
+) -> None:
+    """Successes and failures of one protected function share the provider label: an error
+    rate by provider is the share of its failed calls, not 0 % and 100 % under two names."""
+    guard = Guard(telemetry=otel.telemetry, environ={}, retry=None)
+    failing = [False, True]
+
+    @guard.protect(route="vendor-sdk")
+    def ask() -> dict[str, Any]:
+        if failing.pop(0):
+            raise ConnectionError("connection refused")
+        return {"model": "gpt-test", "usage": {"prompt_tokens": 3, "completion_tokens": 2}}
+
+    ask()
+    with pytest.raises(ConnectionError):
+        ask()
+    points = otel.points("gen_ai.client.operation.duration")
+    assert sorted("error.type" in p.attributes for p in points) == [False, True]
+    assert {p.attributes["gen_ai.provider.name"] for p in points} == {"vendor-sdk"}
+    assert {s.attributes["gen_ai.provider.name"] for s in otel.finished()} == {"vendor-sdk"}
+
+
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_both_legs_of_a_hedged_call_are_attempt_spans(
     fake: FakeProvider, fake2: FakeProvider, make_guard: MakeGuard, otel: Exported, mode: str

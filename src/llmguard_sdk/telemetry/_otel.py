@@ -203,7 +203,7 @@ class Telemetry:
         end_ns = time.time_ns()
         attributes: Attributes = {
             "gen_ai.operation.name": "chat",
-            self.names.provider: event.route or "unknown",
+            self.names.provider: event.route or next((r for r, _ in event.route_errors), "unknown"),
             "gen_ai.request.model": event.model or "",
             "llmguard.kind": "protect",
             "llmguard.attempts": event.attempts,
