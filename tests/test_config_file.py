@@ -254,3 +254,42 @@ def test_llmguard_check_refuses_what_the_guard_refuses(
     out = capsys.readouterr().out
     assert "guard.toml" in out or "routes:" in out
     assert message in out
+
+
+def test_header_references_are_read_from_the_environment() -> None:
+    with FakeProvider(name="gw") as fake:
+        route = {
+            "model": "vllm/fake-model",
+            "name": "gw",
+            "base_url": fake.base_url,
+            "headers": {"X-Gateway-Key": "${GATEWAY_KEY}", "X-Team": "search"},
+        }
+        environ = {"GATEWAY_KEY": "gw-secret"}
+        with Guard.from_config({"routes": [route]}, environ=environ) as guard:
+            guard.chat(USER)
+        sent = fake.requests[-1].headers
+        assert (sent["x-gateway-key"], sent["x-team"]) == ("gw-secret", "search")
+    with pytest.raises(ConfigurationError, match=r"routes\.0\.headers\.X-Gateway-Key.*GATEWAY_KEY"):
+        Guard.from_config({"routes": [route]}, environ={})
+
+
+def test_an_azure_base_url_is_the_endpoint_its_deployment_and_version_go_on() -> None:
+    with FakeProvider(name="azure") as fake:
+        route = {"model": "azure/prod-4o", "base_url": fake.url, "api_version": "2024-10-21"}
+        environ = {"AZURE_OPENAI_API_KEY": "az-k"}
+        guard = Guard.from_config({"routes": [route]}, environ=environ, retry=None)
+        with guard, pytest.raises(ProviderError):  # the fake serves /v1/chat/completions only
+            guard.chat(USER)
+        assert fake.requests[-1].path == (
+            "/openai/deployments/prod-4o/chat/completions?api-version=2024-10-21"
+        )
+        without_version = {"routes": [{"model": "azure/prod-4o", "base_url": fake.url}]}
+        with pytest.raises(ConfigurationError, match="api_version"):
+            Guard.from_config(without_version, environ=environ)
+        full = f"{fake.url}/openai/deployments/prod-4o?api-version=2024-06-01"
+        guard = Guard.from_config(
+            {"routes": [{"model": "azure/prod-4o", "base_url": full}]}, environ=environ, retry=None
+        )
+        with guard, pytest.raises(ProviderError):  # a whole deployment URL is taken as given
+            guard.chat(USER)
+        assert fake.requests[-1].path.endswith("?api-version=2024-06-01")

@@ -28,8 +28,10 @@ Shortcuts and the environment variables they read when the route names no key (o
 ``OPENAI_API_VERSION``), ``openrouter/`` (``OPENROUTER_API_KEY``), ``groq/``
 (``GROQ_API_KEY``), ``together/`` (``TOGETHER_API_KEY``), ``ollama/`` (``OLLAMA_HOST``, local
 by default), ``vllm/`` (``base_url`` required), ``local/`` (``bundled`` or a GGUF path).
-A value ``${NAME}`` is read from the environment when the Guard is built; an ``api_key`` given
-as plain text is refused, so keys never sit in the file.
+A value ``${NAME}`` of ``api_key``, ``base_url`` or ``headers`` is read from the environment
+when the Guard is built; an ``api_key`` given as plain text is refused, so keys never sit in
+the file. An ``azure/`` route's ``base_url`` is its resource endpoint (as
+``AZURE_OPENAI_ENDPOINT``), unless it is a whole ``.../openai/...`` URL.
 """
 
 from __future__ import annotations
@@ -273,19 +275,21 @@ def _route(
     key_var = _key_variable(shortcut)
     key_from = route.api_key or (f"${{{key_var}}}" if key_var and environ.get(key_var) else None)
     api_key = _value(key_from, environ, f"{where}.api_key")
-    base_url = _value(route.base_url, environ, f"{where}.base_url") or _base_url(
-        shortcut, model, route, environ, where
-    )
+    given = _value(route.base_url, environ, f"{where}.base_url")
+    base_url = _base_url(shortcut, model, route, environ, where, given)
+    headers = {
+        key: _value(value, environ, f"{where}.headers.{key}") or ""
+        for key, value in (route.headers or {}).items()
+    }
     name = route.name or shortcut
     try:
         provider: Provider
         if shortcut == "anthropic":
             provider = AnthropicProvider(
-                base_url, api_key=api_key, model=model, name=name, headers=route.headers,
+                base_url, api_key=api_key, model=model, name=name, headers=headers,
                 context_window=route.context_window,
             )  # fmt: skip
         else:
-            headers = dict(route.headers or {})
             if shortcut == "azure" and api_key is not None:
                 headers["api-key"] = api_key
                 api_key = None
@@ -307,12 +311,22 @@ def _key_variable(shortcut: str) -> str | None:
 
 
 def _base_url(
-    shortcut: str, model: str, route: RouteConfig, environ: Mapping[str, str], where: str
+    shortcut: str,
+    model: str,
+    route: RouteConfig,
+    environ: Mapping[str, str],
+    where: str,
+    given: str | None,
 ) -> str:
+    """The route's API root: ``given`` (its ``base_url``), else the shortcut's. An azure/
+    ``base_url`` is the resource's endpoint, as ``AZURE_OPENAI_ENDPOINT`` is (the deployment
+    and ``api_version`` go on it), unless it is a whole ``.../openai/...`` URL already."""
+    if given and (shortcut != "azure" or "/openai/" in urlsplit(given).path + "/"):
+        return given
     if shortcut == "anthropic":
         return "https://api.anthropic.com/v1"
     if shortcut == "azure":
-        endpoint = environ.get("AZURE_OPENAI_ENDPOINT")
+        endpoint = given or environ.get("AZURE_OPENAI_ENDPOINT")
         version = route.api_version or environ.get("OPENAI_API_VERSION")
         if not endpoint or not version:
             raise ConfigurationError(
