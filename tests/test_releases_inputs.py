@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
@@ -9,7 +10,7 @@ import pytest
 from llmguard_sdk import OpenAICompatibleProvider
 from llmguard_sdk.errors import ConfigurationError
 from llmguard_sdk.models import ChatRequest
-from llmguard_sdk.releases import Release
+from llmguard_sdk.releases import Release, ShadowPolicy
 
 ROUTE = OpenAICompatibleProvider("http://127.0.0.1:9", model="m-2025-01-01", name="a")
 
@@ -36,3 +37,12 @@ def test_a_release_applies_its_parameters_as_a_request_holds_them() -> None:
     request = release.apply(ChatRequest(messages=[{"role": "user", "content": "hi"}]))
     assert (request.temperature, request.max_tokens) == (0.5, 7)
     assert release.parameters == {"temperature": 0.5, "max_tokens": 7}
+
+
+@pytest.mark.parametrize("timeout", [0, -1.0, math.nan, math.inf, True, "30"])
+def test_a_shadow_refuses_a_timeout_its_calls_could_not_take(timeout: Any) -> None:
+    """The timeout was never checked: every shadow call then failed its own validation
+    (counted as a candidate error, no pair ever compared), and an infinite one made
+    ``Guard.close()`` raise OverflowError joining the worker (routes left open)."""
+    with pytest.raises(ConfigurationError, match="timeout"):
+        ShadowPolicy(timeout=timeout)

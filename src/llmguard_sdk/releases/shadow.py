@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import queue
 import random
 import threading
@@ -78,7 +79,7 @@ class ShadowPolicy:
         max_queue: calls waiting for the worker at most (beyond: dropped, counted).
         rate_per_s: shadow calls per second at most (this process; beyond: skipped).
         max_cost_usd: what the shadow calls may spend in this process (``None``: no cap).
-        timeout: seconds a shadow call may take.
+        timeout: seconds a shadow call may take (finite, > 0).
         comparators: your own comparisons, by name, beside :data:`COMPARATORS`.
         segment: ``ctx -> label`` for the report's segments (default: the call's feature).
         seed: makes the share's draws repeatable.
@@ -100,6 +101,11 @@ class ShadowPolicy:
             raise ConfigurationError("shadow: share in [0, 1], max_queue >= 1, rate_per_s > 0")
         if self.max_cost_usd is not None and self.max_cost_usd < 0:
             raise ConfigurationError("shadow: max_cost_usd must be >= 0 or None")
+        timeout = self.timeout  # what each shadow call's Guard.chat(timeout=...) accepts
+        if isinstance(timeout, bool) or not (
+            isinstance(timeout, int | float) and 0 < timeout < math.inf
+        ):
+            raise ConfigurationError(f"shadow: timeout must be finite seconds > 0, got {timeout!r}")
         if not all(callable(c) for c in self.comparators.values()):
             raise ConfigurationError("shadow comparators must be callable")
 
