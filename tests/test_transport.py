@@ -257,3 +257,18 @@ def test_a_stream_without_include_usage_has_no_usage_chunk(
     assert _dumps(got) == _dumps(expected)
     assert [c.choices[0].delta.content for c in got] == ["", "Echo:", " hello", " there", None]
     assert all(c.usage is None for c in got)
+
+
+def test_a_local_rate_limit_is_the_sdk_s_rate_limit_error(
+    fake: FakeProvider, make_guard: MakeGuard
+) -> None:
+    # "429 for rate limits": the Guard's own limiter refusing (RateLimitExceededError) came
+    # back as a 503 (openai.InternalServerError), which rate-limit handlers do not catch
+    guard = make_guard(fake, retry=None, rate_limits={"primary": RateLimit(rpm=1)})
+    seam = _sdk(http_client(guard))
+    seam.chat.completions.create(model="m", messages=USER)
+    with pytest.raises(openai.RateLimitError) as caught:
+        seam.chat.completions.create(model="m", messages=USER)
+    assert caught.value.response.headers["x-llmguard-error"] == "RateLimitExceededError"
+    assert float(caught.value.response.headers["retry-after-ms"]) > 0
+    assert len(fake.requests) == 1

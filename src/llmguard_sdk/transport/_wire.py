@@ -23,6 +23,7 @@ from ..errors import (
     ProviderError,
     ProviderTimeoutError,
     RateLimitedError,
+    RateLimitExceededError,
     RefusedError,
     RequestValidationError,
 )
@@ -200,7 +201,8 @@ def error_answer(wire: Wire, exc: LLMGuardError) -> Answer:
 
 
 def status_of(exc: LLMGuardError) -> int:
-    """The HTTP status an SDK maps back to the closest error of its own."""
+    """The HTTP status an SDK maps back to the closest error of its own (429 for the
+    provider's rate limits, the Guard's and its budgets)."""
     if isinstance(exc, AllRoutesFailedError):
         last = list(exc.errors.values())[-1] if exc.errors else None
         return status_of(last) if isinstance(last, LLMGuardError) else 503
@@ -210,6 +212,7 @@ def status_of(exc: LLMGuardError) -> int:
         (AuthenticationError, 401),
         (BudgetExceededError, 429),
         (RateLimitedError, 429),
+        (RateLimitExceededError, 429),  # the Guard's own limits: a rate limit all the same
         (ProviderTimeoutError, 504),
         (MalformedResponseError, 502),
         (RefusedError, 503),
