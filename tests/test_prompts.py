@@ -192,6 +192,31 @@ def test_bad_input_raises_typed_errors() -> None:
         b.build("q", history=[{"role": "wizard", "content": "x"}])
 
 
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        ({"tools": ["search_orders"]}, "tool"),  # a name, not a definition
+        ({"tools": [5]}, "tool"),
+        (
+            {"documents": [{"text": "Returns.", "title": 5}, {"text": "Delivery.", "title": "B"}]},
+            "title",
+        ),
+        ({"documents": [{"text": "Returns.", "id": 7}]}, "id"),
+        ({"documents": [Document(text=5)]}, "text"),  # type: ignore[arg-type]
+    ],
+)
+def test_bad_tools_and_documents_are_configuration_errors(
+    options: dict[str, Any], match: str
+) -> None:
+    with pytest.raises(ConfigurationError, match=match):
+        PromptBuilder("t", drift=None, **options)
+
+
+def test_a_context_mapping_with_keys_of_mixed_types_is_rendered() -> None:
+    prompt = PromptBuilder("t", drift=None).build("q", context={"plan": "pro", 7: "seven"})
+    assert prompt.messages[-1].content == "<context>\n7: seven\nplan: pro\n</context>\n\nq"
+
+
 def test_content_parts_and_examples_in_every_form() -> None:
     b = PromptBuilder(
         "t",

@@ -293,12 +293,11 @@ class PromptBuilder:
 
     def set_tools(self, tools: Iterable[Mapping[str, Any]]) -> PromptBuilder:
         """Set the tool definitions: canonical JSON, sorted by name; names must be unique."""
-        given = [dict(t) for t in tools]
         named: dict[str, dict[str, Any]] = {}
-        for tool in given:
-            if not isinstance(tool, dict):
-                raise ConfigurationError("each tool must be a JSON object")
-            canonical = json.loads(canonical_json(tool))
+        for tool in tools:
+            if not isinstance(tool, Mapping):
+                raise ConfigurationError(f"each tool must be a JSON object, not {tool!r:.80}")
+            canonical = json.loads(canonical_json(dict(tool)))
             name = _tool_name(canonical)
             if name in named:
                 raise ConfigurationError(f"two tools are named {name!r}")
@@ -473,6 +472,11 @@ def _document(value: Document | str | Mapping[str, str]) -> Document:
         document = Document(text=value["text"], title=value.get("title"), id=value.get("id"))
     else:
         raise ConfigurationError("a document is a Document, a string or a dict with 'text'")
+    if not isinstance(document.text, str):
+        raise ConfigurationError(f"a document's text must be a string, not {document.text!r:.80}")
+    for name in ("title", "id"):
+        if not isinstance(getattr(document, name), str | None):
+            raise ConfigurationError(f"a document's {name} must be a string or None")
     if not document.text.strip():
         raise ConfigurationError("a reference document has no text")
     return document
@@ -501,7 +505,7 @@ def _with_context(
     if context is None:
         return parts
     if isinstance(context, Mapping):
-        rendered = "\n".join(f"{k}: {context[k]}" for k in sorted(context))
+        rendered = "\n".join(f"{k}: {context[k]}" for k in sorted(context, key=str))
     elif isinstance(context, str):
         rendered = context
     else:
