@@ -7,12 +7,20 @@ from typing import Any
 
 import pytest
 
-from llmguard_sdk import OpenAICompatibleProvider
-from llmguard_sdk.errors import ConfigurationError
+from llmguard_sdk import Guard, OpenAICompatibleProvider
+from llmguard_sdk.errors import ConfigurationError, RequestValidationError
 from llmguard_sdk.models import ChatRequest
-from llmguard_sdk.releases import Release, ShadowPolicy
+from llmguard_sdk.releases import CanaryPolicy, Release, ReleasePlan, ShadowPolicy
+from llmguard_sdk.testing import FakeProvider
 
+from .test_telemetry import Exported, exporting
+
+otel = pytest.fixture(exporting, name="otel")
 ROUTE = OpenAICompatibleProvider("http://127.0.0.1:9", model="m-2025-01-01", name="a")
+
+
+def _route(fake: FakeProvider, name: str, model: str) -> OpenAICompatibleProvider:
+    return OpenAICompatibleProvider(fake.base_url, model=model, name=name)
 
 
 @pytest.mark.parametrize(
@@ -46,3 +54,31 @@ def test_a_shadow_refuses_a_timeout_its_calls_could_not_take(timeout: Any) -> No
     ``Guard.close()`` raise OverflowError joining the worker (routes left open)."""
     with pytest.raises(ConfigurationError, match="timeout"):
         ShadowPolicy(timeout=timeout)
+
+
+@pytest.mark.parametrize("score", [math.nan, math.inf, "good", None])
+def test_a_bad_feedback_score_is_refused_before_the_canary_counts_it(
+    score: Any, otel: Exported
+) -> None:
+    """The canary counted any score (NaN as a good one; a string raised TypeError) before
+    telemetry refused it."""
+    with FakeProvider(name="a") as a, FakeProvider(name="b") as b:
+        current = Release("bot", "v1", _route(a, "a", "fake-a-2025-01-01"))
+        candidate = Release("bot", "v2", _route(b, "b", "fake-b-2025-02-01"))
+        policy = CanaryPolicy(stages=(0.5, 1.0), flush_interval=60.0, min_calls=10**6)
+        plan = ReleasePlan(current, candidate=candidate, canary=policy)
+        guard = Guard(release=plan, environ={}, telemetry=otel.telemetry)
+        try:
+            controls = guard.releases
+            assert controls is not None
+            controls.start_now()
+            answer = guard.chat([{"role": "user", "content": "hi"}], user="u1")
+            with pytest.raises(RequestValidationError, match="score"):
+                guard.feedback(answer.metadata["call_id"], score)
+            assert guard.feedback(answer.metadata["call_id"], 1.0) is True
+            controls.flush()
+            status = controls.status()
+        finally:
+            guard.close()
+    counted = status["control"]["feedback_scores"] + status["candidate"]["feedback_scores"]
+    assert counted == 1  # the good score only

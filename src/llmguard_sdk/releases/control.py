@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import math
 import random
 import threading
 import time
@@ -192,7 +193,15 @@ class ReleaseControl:
                     self._arms.popitem(last=False)
 
     def feedback(self, call_id: str, score: float) -> bool:
-        """Count a feedback score on the arm of the call ``call_id`` (if remembered)."""
+        """Count a feedback score on the arm of the call ``call_id`` (if remembered).
+
+        Raises:
+            RequestValidationError: ``score`` is not a finite number (nothing is counted).
+        """
+        if isinstance(score, bool) or not (
+            isinstance(score, int | float) and math.isfinite(score)
+        ):
+            raise RequestValidationError(f"feedback score must be a finite number, not {score!r}")
         arm = self._arms.get(call_id)
         if arm is None or self.policy is None:
             return False
