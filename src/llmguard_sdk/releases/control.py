@@ -198,9 +198,7 @@ class ReleaseControl:
         Raises:
             RequestValidationError: ``score`` is not a finite number (nothing is counted).
         """
-        if isinstance(score, bool) or not (
-            isinstance(score, int | float) and math.isfinite(score)
-        ):
+        if isinstance(score, bool) or not (isinstance(score, int | float) and math.isfinite(score)):
             raise RequestValidationError(f"feedback score must be a finite number, not {score!r}")
         arm = self._arms.get(call_id)
         if arm is None or self.policy is None:
