@@ -10,6 +10,7 @@ import pytest
 from llmguard_sdk import ConfigurationError, DeploymentGroup, Guard, ProviderError
 from llmguard_sdk._config_file import load_config, resolve, tasks_of
 from llmguard_sdk.cli import main
+from llmguard_sdk.config import GuardSettings
 from llmguard_sdk.testing import FakeProvider
 
 from .conftest import USER
@@ -293,3 +294,16 @@ def test_an_azure_base_url_is_the_endpoint_its_deployment_and_version_go_on() ->
         with guard, pytest.raises(ProviderError):  # a whole deployment URL is taken as given
             guard.chat(USER)
         assert fake.requests[-1].path.endswith("?api-version=2024-06-01")
+
+
+@pytest.mark.parametrize(
+    "name", ["timeout", "attempt_timeout", "max_input_tokens", "retry_attempts"]
+)
+def test_a_bool_is_not_a_number_of_seconds_or_tokens(name: str) -> None:
+    with pytest.raises(ConfigurationError, match=f"argument {name}="):
+        GuardSettings.from_env({}, **{name: True})  # True was 1 (a 1 s deadline ...)
+    if name != "retry_attempts":
+        with pytest.raises(ConfigurationError, match=rf"configuration: {name}"):
+            load_config({name: True, "routes": [{"model": "ollama/m"}]})
+    with pytest.raises(ConfigurationError, match=r"routes\.0\.context_window"):
+        load_config({"routes": [{"model": "ollama/m", "context_window": True}]})

@@ -51,6 +51,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from ._config_tasks import TasksConfig
 from ._problems import problems
 from ._state.stores import _CLUSTER_SCHEMES, _REDIS_SCHEMES
+from .config import _not_a_bool
 from .errors import ConfigurationError
 from .providers.anthropic import AnthropicProvider
 from .providers.base import Provider
@@ -87,6 +88,8 @@ class RouteConfig(BaseModel):
     context_window: int | None = Field(default=None, gt=0)
     headers: dict[str, str] | None = None
 
+    _numbers = field_validator("context_window", mode="before")(_not_a_bool)
+
     @model_validator(mode="after")
     def _check(self) -> RouteConfig:
         shortcut = self.model.split("/", 1)[0]
@@ -122,6 +125,10 @@ class ConfigFile(BaseModel):
     max_input_tokens: int | None = Field(default=None, gt=0)
     routes: list[RouteConfig | GroupConfig] = Field(min_length=1)
     tasks: TasksConfig | None = None
+
+    _numbers = field_validator("timeout", "attempt_timeout", "max_input_tokens", mode="before")(
+        _not_a_bool
+    )
 
     @field_validator("store")
     @classmethod

@@ -25,13 +25,20 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .errors import ConfigurationError
 
 __all__ = ["ENV_PREFIX", "GuardSettings"]
 
 ENV_PREFIX = "LLMGUARD_"
+
+
+def _not_a_bool(value: object) -> object:
+    """A setting's value, unless it is a bool (pydantic reads ``True`` as 1: a 1 s timeout)."""
+    if isinstance(value, bool):
+        raise ValueError("a bool is not a number")
+    return value
 
 
 class GuardSettings(BaseModel):
@@ -48,6 +55,10 @@ class GuardSettings(BaseModel):
     base_url: str | None = None
     api_key: str | None = None
     model: str | None = None
+
+    _numbers = field_validator(
+        "timeout", "attempt_timeout", "max_input_tokens", "retry_attempts", mode="before"
+    )(_not_a_bool)
 
     @classmethod
     def from_env(
