@@ -18,6 +18,7 @@ from llmguard_sdk import (
     ProviderTimeoutError,
     ProviderUnavailableError,
     RequestValidationError,
+    StreamInterruptedError,
 )
 from llmguard_sdk.client import _async_openai_client, _openai_client
 from llmguard_sdk.testing import FakeProvider, Fault
@@ -79,6 +80,30 @@ def test_guard_errors_reach_the_caller_unchanged(fake: FakeProvider, make_guard:
     with pytest.raises(ProviderUnavailableError):
         client.chat.completions.create(model="m", messages=USER)
     assert len(fake.requests) == 1  # the SDK's retries are off: one loop, the Guard's
+
+
+def test_a_broken_stream_s_error_reaches_the_caller_unchanged(
+    fake: FakeProvider, make_guard: MakeGuard
+) -> None:
+    # a stream that broke after its first chunk raised openai.APIError (the seam's error
+    # event), not the Guard's StreamInterruptedError with the text delivered so far
+    guard = make_guard(fake, retry=None)
+    fake.always(Fault(cut_stream_after=2))
+    pieces: list[str] = []
+    stream = _openai_client(guard).chat.completions.create(model="m", messages=USER, stream=True)
+    with pytest.raises(StreamInterruptedError) as caught:
+        pieces.extend(c.choices[0].delta.content or "" for c in stream)
+    assert "".join(pieces) == caught.value.partial_text == "Echo: hello"
+
+    async def run() -> str:
+        client = _async_openai_client(guard)
+        stream = await client.chat.completions.create(model="m", messages=USER, stream=True)
+        with pytest.raises(StreamInterruptedError) as caught:
+            async for _chunk in stream:
+                pass
+        return caught.value.partial_text
+
+    assert anyio.run(run) == "Echo: hello"
 
 
 def test_async_client_is_openais(fake: FakeProvider, make_guard: MakeGuard) -> None:

@@ -77,7 +77,7 @@ def handle(guard: Guard, incoming: Incoming, *, raise_errors: bool = False) -> A
     except LLMGuardError as exc:
         return _failed(incoming, exc, raise_errors)
     writer = call.wire.writer(call.arguments, call.body)
-    events = _events(stream, first, writer)
+    events = _events(stream, first, writer, raise_errors)
     return Answer(200, _wire.stream_headers(first), events=events, close=stream.close)
 
 
@@ -99,7 +99,7 @@ async def ahandle(guard: Guard, incoming: Incoming, *, raise_errors: bool = Fals
     except LLMGuardError as exc:
         return _failed(incoming, exc, raise_errors)
     writer = call.wire.writer(call.arguments, call.body)
-    events = _aevents(stream, first, writer)
+    events = _aevents(stream, first, writer, raise_errors)
     return Answer(200, _wire.stream_headers(first), events=events, close=stream.aclose)
 
 
@@ -111,7 +111,9 @@ async def anext_or_none(stream: AsyncChatStream) -> StreamChunk | None:
         return None
 
 
-def _events(stream: ChatStream, first: StreamChunk | None, writer: Writer) -> Iterator[bytes]:
+def _events(
+    stream: ChatStream, first: StreamChunk | None, writer: Writer, raise_errors: bool
+) -> Iterator[bytes]:
     try:
         if first is not None:
             yield writer.event(first)
@@ -119,13 +121,15 @@ def _events(stream: ChatStream, first: StreamChunk | None, writer: Writer) -> It
                 yield writer.event(chunk)
         yield writer.end()
     except LLMGuardError as exc:
+        if raise_errors:  # the drop-in client: the Guard's error, as before the stream began
+            raise
         yield writer.failure(exc)
     finally:
         stream.close()
 
 
 async def _aevents(
-    stream: AsyncChatStream, first: StreamChunk | None, writer: Writer
+    stream: AsyncChatStream, first: StreamChunk | None, writer: Writer, raise_errors: bool
 ) -> AsyncIterator[bytes]:
     try:
         if first is not None:
@@ -134,6 +138,8 @@ async def _aevents(
                 yield writer.event(chunk)
         yield writer.end()
     except LLMGuardError as exc:
+        if raise_errors:  # the drop-in client: the Guard's error, as before the stream began
+            raise
         yield writer.failure(exc)
     finally:
         await stream.aclose()
