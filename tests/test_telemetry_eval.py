@@ -170,3 +170,22 @@ def test_a_sample_names_the_release_of_a_guard_that_serves_releases(tmp_path: Pa
             guard.chat([{"role": "user", "content": QUESTIONS[0]}])
             guard.chat([{"role": "user", "content": QUESTIONS[1]}], metadata={"release": "x"})
     assert [s["release"] for s in read_samples(path)] == ["bot@v3", "bot@v3"]
+
+
+def test_credentials_are_masked_in_samples_whatever_redact_the_sink_was_given(
+    tmp_path: Path,
+) -> None:
+    """A sink's own ``redact`` (here: names masked) is applied on top of the credential
+    masking that all telemetry does, as ``Telemetry(redact=...)`` is, not instead of it."""
+    path = tmp_path / "eval.jsonl"
+    sink = EvalSink(path, share=1.0, redact=lambda text: text.replace("Jane", "[name]"))
+    telemetry = Telemetry(eval_sink=sink, log_level=None)
+    key = "sk-live-4f9a8b7c6d5e4f3a2b1c"
+    with FakeProvider(name="v1") as api:  # echoes the question
+        provider = OpenAICompatibleProvider(api.base_url, model="fake-model", name="v1")
+        with Guard(provider, telemetry=telemetry, environ={}) as guard:
+            answer = guard.chat([{"role": "user", "content": f"Jane here, is {key} valid?"}])
+            telemetry.feedback(answer.metadata["call_id"], 0.0, label=f"leaked {key}")
+    text = path.read_text()
+    assert "[name] here" in text
+    assert key not in text

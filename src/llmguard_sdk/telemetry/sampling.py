@@ -16,7 +16,8 @@ release and compares the answers (:func:`read_samples` joins the feedback).
 
 **Privacy.** Every text goes through ``redact`` (default
 :func:`~llmguard_sdk.telemetry.redaction.redact`: credentials, e-mail addresses, phone and
-card numbers masked) before it is written; tenant and user ids are hashed. **Retention:**
+card numbers masked; credentials are masked whatever ``redact`` is) before it is written;
+tenant and user ids are hashed. **Retention:**
 the file is rotated to ``FILE.1`` when it passes half of ``max_bytes`` or when its first
 record is older than half of ``max_age_s``, and the previous ``FILE.1`` is deleted then, so at
 most ``max_bytes`` and nothing older than ``max_age_s`` stays on disk (checked at each write
@@ -39,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigurationError
 from .redaction import redact as _default_redact
+from .redaction import redact_secrets
 
 if TYPE_CHECKING:
     from ..context import CallContext
@@ -56,7 +58,8 @@ class EvalSink:
     Args:
         path: the file (created with its folder; rotated to ``path.1``).
         share: the fraction of calls sampled, from 0 to 1.
-        redact: applied to every text written (the default masks personal data).
+        redact: applied to every text written (the default masks personal data), after
+            the credentials are masked (whatever ``redact`` is, as for all telemetry).
         max_bytes: at most this much stays on disk (two files of half each).
         max_age_s: records older than this are deleted (default 30 days).
         seed: seeds the sampling (reproducible samples in tests).
@@ -110,13 +113,13 @@ class EvalSink:
             if call_id not in self._sampled:
                 return False
         line = {"type": "feedback", "call_id": call_id, "ts": round(time.time(), 3)}
-        line.update({"score": score, "label": self._redact(label) if label else label})
+        line.update({"score": score, "label": self.text(label) if label else label})
         self._write(line)
         return True
 
     def text(self, value: str) -> str:
-        """``value`` as the sink writes it (redacted)."""
-        return self._redact(value)
+        """``value`` as the sink writes it: credentials masked, then ``redact`` applied."""
+        return self._redact(redact_secrets(value))
 
     def prune(self) -> None:
         """Rotate or delete what is past the retention limits now."""
