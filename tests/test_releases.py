@@ -545,3 +545,24 @@ def test_the_stage_scripts_work_on_redis_cluster(
         assert backend.exchange("bot", "", 0, {}, {}).control == {}  # a new stage starts empty
     finally:
         store.close()
+
+
+def test_the_cli_reads_and_moves_a_canary_on_redis_cluster(
+    redis_cluster_url: str, cluster_prefix: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``llmguard release`` opened every ``--store`` as a single Redis: a Guard's
+    ``redis+cluster://`` URL was refused ("store must be ... or a redis+cluster:// URL")."""
+    from llmguard_sdk.releases import RedisReleaseBackend
+    from llmguard_sdk.store import RedisClusterStore
+
+    store = RedisClusterStore(redis_cluster_url, key_prefix=cluster_prefix)
+    try:
+        RedisReleaseBackend(store).exchange("bot", "bot@v2", 0, {}, {})
+    finally:
+        store.close()
+    where = ["--store", redis_cluster_url, "--prefix", cluster_prefix, "--json"]
+    assert main(["release", "rollback", "bot", *where]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["canary"]["status"] == "rolled_back"
+    assert main(["release", "status", "bot", "--store", "memory"]) == 2  # not a Redis
+    assert "Redis" in capsys.readouterr().out

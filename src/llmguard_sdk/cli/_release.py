@@ -19,7 +19,9 @@ __all__ = ["RELEASE"]
 
 def _arguments(action: argparse.ArgumentParser) -> None:
     action.add_argument("key", help="the release's name (ReleasePlan.key)")
-    action.add_argument("--store", required=True, help="the Redis URL the Guards use")
+    action.add_argument(
+        "--store", required=True, help="the Redis (or redis+cluster://) URL the Guards use"
+    )
     action.add_argument("--prefix", default="llmguard", help="the store's key prefix")
     action.add_argument("--stages", default="0.01,0.05,0.25,1", help="the canary's stage shares")
     action.add_argument("--json", action="store_true", help="print JSON")
@@ -38,14 +40,16 @@ def _run(args: argparse.Namespace, action: str) -> int:
 
     from ..releases import CanaryPolicy, RedisReleaseBackend
     from ..releases.control import move_by_hand, status_of
-    from ..store import RedisStore
+    from ..store import RedisStore, open_store
 
     try:
         stages = tuple(float(s) for s in args.stages.split(","))
     except ValueError:
         raise ConfigurationError(f"--stages: shares separated by commas: {args.stages!r}") from None
     policy = CanaryPolicy(stages=stages)
-    store = RedisStore(args.store, key_prefix=args.prefix)
+    store = open_store(args.store, key_prefix=args.prefix)  # redis+cluster:// too
+    if not isinstance(store, RedisStore):
+        raise ConfigurationError(f"--store: the Redis URL the Guards use, got {args.store!r}")
     backend = RedisReleaseBackend(store)
     try:
         if action != "status":
