@@ -307,3 +307,55 @@ def test_a_bool_is_not_a_number_of_seconds_or_tokens(name: str) -> None:
             load_config({name: True, "routes": [{"model": "ollama/m"}]})
     with pytest.raises(ConfigurationError, match=r"routes\.0\.context_window"):
         load_config({"routes": [{"model": "ollama/m", "context_window": True}]})
+
+
+@pytest.mark.parametrize(
+    ("route", "message"),
+    [
+        ({"model": "openai/gpt-4o", "api_version": "2024-10-21"}, "api_version"),
+        ({"model": "local/bundled", "api_key": "${KEY}"}, "api_key"),
+        ({"model": "local/bundled", "base_url": "http://127.0.0.1:9/v1"}, "base_url"),
+        ({"model": "local/bundled", "headers": {"x": "y"}}, "headers"),
+        ({"model": "local/bundled", "context_window": 8192}, "context_window"),
+    ],
+)
+def test_a_route_key_its_provider_would_not_use_is_refused(
+    route: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ConfigurationError, match=rf"routes\.0: .*{message}"):
+        load_config({"routes": [route]})
+
+
+def test_cascade_settings_of_a_check_it_does_not_run_are_refused() -> None:
+    tiers = {"small": ["a"], "large": ["b"]}
+    for extra, message in (
+        ({"finish_reasons": ["stop"]}, "finish_reasons"),
+        ({"json_schema": {"type": "object"}}, "json_schema"),
+    ):
+        cascade = {"tiers": ["small", "large"], "checks": ["not_empty"], **extra}
+        config = {
+            "routes": [{"model": "ollama/m"}],
+            "tasks": {"tiers": tiers, "cascades": {"c": cascade}},
+        }
+        with pytest.raises(ConfigurationError, match=rf"tasks\.cascades\.c: .*{message}"):
+            load_config(config)
+
+
+@pytest.mark.parametrize(
+    ("route", "expected"),
+    [
+        (
+            {"model": "openai/x", "api_key": "sk-plain"},
+            "routes.0.api_key: Value error, api_key must be a ${VARIABLE} reference, never the",
+        ),
+        ({"modle": "openai/x"}, "routes.0.model: Field required; routes.0.modle: Extra inputs"),
+        ({"group": "g", "deployments": [{"model": "no/x"}]}, "routes.0.deployments.0.model: Value"),
+    ],
+)
+def test_route_errors_name_only_the_bad_key(route: dict[str, object], expected: str) -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        load_config({"routes": [route]})
+    message = str(caught.value)
+    assert message.startswith(f"configuration: {expected}")
+    assert "function-after" not in message  # pydantic's own names of its validators
+    assert "Field required; routes.0.deployments" not in message  # the other kind's keys

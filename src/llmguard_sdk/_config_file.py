@@ -43,10 +43,19 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from ._config_tasks import TasksConfig
 from ._problems import problems
@@ -90,13 +99,29 @@ class RouteConfig(BaseModel):
 
     _numbers = field_validator("context_window", mode="before")(_not_a_bool)
 
+    @field_validator("model")
+    @classmethod
+    def _check_model(cls, model: str) -> str:
+        if "/" not in model or model.split("/", 1)[0] not in SHORTCUTS:
+            raise ValueError(f"model must be <shortcut>/<model> with a shortcut of {SHORTCUTS}")
+        return model
+
+    @field_validator("api_key")
+    @classmethod
+    def _check_key(cls, api_key: str | None) -> str | None:
+        if api_key is not None and not _REFERENCE.match(api_key):
+            raise ValueError("api_key must be a ${VARIABLE} reference, never the key itself")
+        return api_key
+
     @model_validator(mode="after")
     def _check(self) -> RouteConfig:
         shortcut = self.model.split("/", 1)[0]
-        if "/" not in self.model or shortcut not in SHORTCUTS:
-            raise ValueError(f"model must be <shortcut>/<model> with a shortcut of {SHORTCUTS}")
-        if self.api_key is not None and not _REFERENCE.match(self.api_key):
-            raise ValueError("api_key must be a ${VARIABLE} reference, never the key itself")
+        unused = ["api_version"] if shortcut != "azure" and self.api_version is not None else []
+        if shortcut == "local":  # the bundled llama.cpp model: no HTTP, its own context
+            keys = ("api_key", "base_url", "headers", "context_window")
+            unused += [key for key in keys if getattr(self, key) is not None]
+        if unused:  # accepted and never used, it would mislead: refused
+            raise ValueError(f"{shortcut}/ routes take no {', '.join(unused)}")
         return self
 
 
@@ -113,6 +138,19 @@ class GroupConfig(BaseModel):
     deployments: list[RouteConfig] = Field(min_length=1)
 
 
+def _kind(entry: Any) -> str:
+    """Which of a route and a group an entry of ``routes`` is (one with ``group`` is a group):
+    its errors then name its own keys, not the other kind's."""
+    group = isinstance(entry, GroupConfig) or (isinstance(entry, Mapping) and "group" in entry)
+    return "GroupConfig" if group else "RouteConfig"
+
+
+_Entry = Annotated[
+    Annotated[RouteConfig, Tag("RouteConfig")] | Annotated[GroupConfig, Tag("GroupConfig")],
+    Discriminator(_kind),
+]
+
+
 class ConfigFile(BaseModel):
     """A whole configuration: Guard settings and the chain's routes."""
 
@@ -123,7 +161,7 @@ class ConfigFile(BaseModel):
     timeout: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     attempt_timeout: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     max_input_tokens: int | None = Field(default=None, gt=0)
-    routes: list[RouteConfig | GroupConfig] = Field(min_length=1)
+    routes: list[_Entry] = Field(min_length=1)
     tasks: TasksConfig | None = None
 
     _numbers = field_validator("timeout", "attempt_timeout", "max_input_tokens", mode="before")(

@@ -28,7 +28,7 @@ import importlib
 from collections.abc import Callable
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .errors import ConfigurationError
 from .router import Cascade, Rule, TaskRouter
@@ -63,6 +63,14 @@ class CascadeConfig(BaseModel):
     validator: str | None = Field(default=None, pattern=r"^[\w.]+:\w+$")
     on_error: bool = True
     on_output_filter: bool = True
+
+    @model_validator(mode="after")
+    def _check(self) -> CascadeConfig:
+        """A check's settings without the check would be accepted and never used."""
+        for key, check in (("finish_reasons", "finish_reason"), ("json_schema", "json")):
+            if getattr(self, key) is not None and check not in self.checks:
+                raise ValueError(f"{key} is for the {check!r} check, which checks does not list")
+        return self
 
 
 class TasksConfig(BaseModel):
