@@ -12,6 +12,7 @@ import anyio
 import pytest
 
 from llmguard_sdk import AsyncChatStream, CallEvent, Guard, RequestValidationError
+from llmguard_sdk.budget import Budget, Budgets, Price, PriceTable
 from llmguard_sdk.cache import ResponseCache
 from llmguard_sdk.ratelimit import RateLimit
 from llmguard_sdk.store import RedisStore
@@ -292,3 +293,49 @@ def test_an_async_call_waiting_for_a_slot_is_cancelled_at_once(
     assert waited[0] < 2.5  # cancelled while waiting, not served after the first call
     limiter: Any = guard.rate_limiter
     assert limiter.in_flight("primary") == 0
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_async_call_cancelled_waiting_for_a_slot_gives_its_spend_hold_back(
+    fake: FakeProvider, make_guard: MakeGuard, redis_url: str, redis_prefix: str, stream: bool
+) -> None:
+    """With state in Redis the spend reservation and the wait for the first route's slot are
+    one batch: the reservation is made in its first round, the slot waited for in later
+    ones. A call cancelled while it waits gave back its slot wait but not its reservation,
+    which stayed held (and counted against the budget) until its TTL."""
+    prices = PriceTable.default_table().with_prices({"fake-model": Price(input=1.0, output=1.0)})
+    guard = make_guard(
+        fake,
+        breaker=None,
+        retry=None,
+        store=RedisStore(redis_url, key_prefix=redis_prefix),
+        budgets=Budgets([Budget(limit_usd=100.0, scope="tenant")], prices=prices),
+        rate_limits={"primary": RateLimit(concurrency=1, max_wait=30)},
+    )
+    fake.script(Fault(latency=3.0))
+    spend = guard._stages.spend
+    assert spend is not None
+    held: list[float] = []
+
+    async def cancelled_while_waiting() -> None:
+        if stream:
+            await (await guard.achat(USER, stream=True, tenant="acme")).aclose()
+        else:
+            await guard.achat(USER, tenant="acme")
+
+    async def main() -> None:
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(lambda: guard.achat(USER, tenant="acme"))  # holds the slot 3 s
+            for _ in range(200):  # (its opening, a first call's, may take a moment)
+                if first := spend.status(tenant="acme")[0]["held_usd"]:
+                    break
+                await anyio.sleep(0.05)
+            with anyio.move_on_after(0.3):
+                await cancelled_while_waiting()  # waits for the slot, cancelled after 0.3 s
+            held.extend([first, spend.status(tenant="acme")[0]["held_usd"]])
+
+    anyio.run(main)
+    first, after_cancel = held
+    assert first > 0  # the first call's hold
+    assert after_cancel == pytest.approx(first)  # the cancelled call holds nothing
+    assert spend.status(tenant="acme")[0]["held_usd"] == 0  # both done: nothing held

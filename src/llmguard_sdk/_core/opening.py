@@ -19,6 +19,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import anyio
 import anyio.to_thread
 
 from .._state.steps import Batch, Outcome, Step, start
@@ -370,7 +371,29 @@ async def aopen_call(ctx: CallContext, stages: Stages) -> OpeningOutcome:
     """Async twin of :func:`open_call` (its round trips are not cancelled half-way: what a
     round trip took is then known, so a cancelled call gives it back)."""
     batch, where, opened = _opening(ctx, stages)
-    return _opened(ctx, where, await batch.arun(), opened) if len(batch) else opened
+    if not len(batch):
+        return opened
+    try:
+        outcomes = await batch.arun()
+    except BaseException:  # cancelled while a step waited (for a concurrency slot, say)
+        await _give_back_ended(ctx, stages, where, batch, opened)
+        raise
+    return _opened(ctx, where, outcomes, opened)
+
+
+async def _give_back_ended(
+    ctx: CallContext, stages: Stages, where: dict[str, int], batch: Batch, opened: OpeningOutcome
+) -> None:
+    """Give back now what the steps of a batch cut short had taken when they ended (the
+    spend hold, the permit, the rate-limit reservation made in an earlier round than the
+    wait that was cancelled), instead of leaving it held until it expires."""
+    _opened(ctx, where, batch.outcomes, opened)
+    opened.undo(ctx, stages)
+    try:
+        with anyio.CancelScope(shield=True):  # (round trips bounded by the store's timeouts)
+            await opened.tail.aflush()
+    except Exception:
+        logger.exception("giving back what a cancelled call had taken failed")
 
 
 def _logged(step: Step[Any]) -> Step[Any]:

@@ -234,6 +234,9 @@ class Batch:
 
     def __init__(self, steps: Iterable[Step[Any]] = ()) -> None:
         self.steps: list[Step[Any]] = list(steps)
+        # how each step ended, as the steps end: after a run cut short (cancelled), those
+        # that had ended are here, the others left as Outcome() (no value, no error)
+        self.outcomes: list[Outcome] = []
 
     def add(self, step: Step[Any]) -> int:
         """Add a step; returns its index in the outcomes."""
@@ -245,7 +248,7 @@ class Batch:
 
     def run(self) -> list[Outcome]:
         """Run every step to its end with blocking I/O."""
-        outcomes = [Outcome() for _ in self.steps]
+        outcomes = self.outcomes = [Outcome() for _ in self.steps]
         live: dict[int, Any] = {}
         try:
             for index in range(len(self.steps)):
@@ -266,7 +269,7 @@ class Batch:
         short (each is bounded by its store's timeouts): the steps learn what their commands
         did, and a call cancelled meanwhile gives back what they took. It does end a pause,
         or a wait for a concurrency slot, at once."""
-        outcomes = [Outcome() for _ in self.steps]
+        outcomes = self.outcomes = [Outcome() for _ in self.steps]
         live: dict[int, Any] = {}
         try:
             for index in range(len(self.steps)):
