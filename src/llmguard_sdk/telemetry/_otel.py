@@ -77,8 +77,8 @@ class Telemetry:
     Args:
         tracer_provider / meter_provider: default: the global ones (no-ops until the
             application configures the OpenTelemetry SDK).
-        capture_content: add the last user message and the answer to spans and logs
-            (``gen_ai.input.messages`` / ``gen_ai.output.messages`` as text), redacted.
+        capture_content: add the last user message to spans (``gen_ai.input.messages``, as
+            text) and it and the answer to the log record (``prompt`` / ``answer``), redacted.
         redact: the function applied to captured content (default masks credentials,
             e-mail addresses, phone and card numbers).
         max_content_chars: captured content is cut to this many characters.
