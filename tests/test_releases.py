@@ -72,6 +72,12 @@ def releases(a: FakeProvider, b: FakeProvider) -> tuple[Release, Release]:
         ("gemini-2.0-flash-001", False),
         ("anthropic.claude-3-haiku-20240307-v1:0", False),
         ("qwen2.5-0.5b-instruct-q4_k_m.gguf", False),
+        ("gpt-4-0613", False),  # OpenAI's MMDD snapshots were taken for aliases
+        ("gpt-3.5-turbo-0125", False),
+        ("gpt-4-1106-preview", False),
+        ("mistral-large-2407", False),  # Mistral's YYMM versions
+        ("gpt-4-turbo-preview", True),
+        ("mistral-large-latest", True),
     ],
 )
 def test_moving_aliases_are_told_from_pinned_ids(model: str, moving: bool) -> None:
