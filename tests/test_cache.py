@@ -129,6 +129,21 @@ def test_semantic_hits_need_the_same_context(make_cache: Any) -> None:
     assert hit.response.text == "36"
 
 
+def test_semantic_hits_need_the_same_images_in_the_last_turn(make_cache: Any) -> None:
+    def about(url: str, text: str = "What animal is in this picture?") -> ChatRequest:
+        image = {"type": "image_url", "image_url": {"url": url}}
+        parts: list[dict[str, Any]] = [{"type": "text", "text": text}, image]
+        return ChatRequest(messages=[Message(role="user", content=parts)], model="m")
+
+    cache = make_cache()
+    cache.store(about("https://example.com/cat.png"), answer("A cat."))
+    assert cache.lookup(about("https://example.com/dog.png")) is None
+    hit = cache.lookup(about("https://example.com/cat.png", "what animal is in this picture"))
+    assert hit is not None
+    assert hit.kind == "semantic"
+    assert hit.response.text == "A cat."
+
+
 def test_guards_refuse_numbers_negation_entities_and_a_swapped_key_term(make_cache: Any) -> None:
     cache = make_cache(threshold=0.3)
     cache.store(ask("What is the refund policy for orders over 50 dollars?"), answer("a"))

@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 from .._json import canonical_json
 from ..models import ChatRequest
@@ -58,6 +59,19 @@ def _last_user_index(request: ChatRequest) -> int | None:
     return None
 
 
+def _without_text(message: dict[str, Any]) -> dict[str, Any]:
+    """The last user turn as its context keeps it: its text (the query) left out, its other
+    parts (images, audio, files) and fields kept, so that a semantic hit needs them equal."""
+    content = message.get("content")
+    if isinstance(content, list):
+        parts = [
+            {"type": "text", "text": "<query>"} if part.get("type") == "text" else part
+            for part in content
+        ]
+        return {**message, "content": parts}
+    return {**message, "content": "<query>"}
+
+
 def request_keys(request: ChatRequest, partition: tuple[str, ...]) -> CacheKeys:
     """The partition, exact and context hashes of ``request`` (see the module docs)."""
     shaped = request.model_dump(mode="json", exclude=set(_NOT_ANSWER_SHAPING), exclude_none=True)
@@ -66,6 +80,6 @@ def request_keys(request: ChatRequest, partition: tuple[str, ...]) -> CacheKeys:
     last = _last_user_index(request)
     query = request.messages[last].text if last is not None else ""
     if last is not None:
-        shaped["messages"][last] = {"role": "user", "content": "<query>"}
+        shaped["messages"][last] = _without_text(shaped["messages"][last])
     context = _digest(partition_hash + canonical_json(shaped))
     return CacheKeys(partition=partition_hash, exact=exact, context=context, query=query)
