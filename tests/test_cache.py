@@ -245,6 +245,17 @@ def test_tenants_and_permission_tags_never_share(make_cache: Any) -> None:
         assert cache.lookup(ask(PARAPHRASE), tags=["staff"]) is not None
 
 
+def test_a_tag_with_a_comma_is_not_two_tags(make_cache: Any) -> None:
+    cache = make_cache()
+    cache.store(ask(FAQ), answer("for a and b"), tags=["team:a", "team:b"])
+    assert cache.lookup(ask(FAQ), tags=["team:a,team:b"]) is None
+    cache.store(ask(FAQ), answer("for one tag"), tags=["x,y"])
+    assert cache.lookup(ask(FAQ), tags=["x\\", "y"]) is None  # escaping is not fooled
+    hit = cache.lookup(ask(FAQ), tags=["team:b", "team:a"])
+    assert hit is not None
+    assert hit.response.text == "for a and b"
+
+
 @settings(
     max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )

@@ -256,7 +256,7 @@ class ResponseCache:
             self.version,
             _id_hash(scope.tenant) if scope.tenant is not None else "",
             _id_hash(scope.user) if self.per_user and scope.user is not None else "",
-            ",".join(sorted(set(tags))) if tags else "",
+            ",".join(sorted({_escaped(tag) for tag in tags})) if tags else "",
             self.embedder.name if self.semantic else "",
         )
         return request_keys(request, partition)
@@ -586,6 +586,12 @@ class ResponseCache:
     def close(self) -> None:
         """Close the store's connections."""
         self.state.close()
+
+
+def _escaped(tag: str) -> str:
+    """A cache tag as the partition joins it: its commas escaped, so that no two lists of
+    tags join into one string (``["a,b"]`` is not ``["a", "b"]``)."""
+    return tag.replace("\\", "\\\\").replace(",", "\\,")
 
 
 def _hit(kind: Literal["exact", "semantic"], entry: CacheEntry, similarity: float) -> CacheHit:
