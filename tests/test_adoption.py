@@ -152,7 +152,8 @@ def test_drop_in_client_streams_openai_shaped_chunks(
     fake: FakeProvider, make_guard: MakeGuard
 ) -> None:
     client = make_guard(fake).client()
-    chunks = list(client.chat.completions.create(model="m", messages=USER, stream=True))  # type: ignore[call-overload]
+    options: dict[str, Any] = {"stream": True, "stream_options": {"include_usage": True}}
+    chunks = list(client.chat.completions.create(model="m", messages=USER, **options))
     parsed = [OpenAIChatCompletionChunk.model_validate(c.model_dump()) for c in chunks]
     text = "".join(c.choices[0].delta.content or "" for c in parsed if c.choices)
     assert text == "Echo: hello there"
