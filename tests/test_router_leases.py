@@ -137,3 +137,24 @@ def test_a_lease_decides_among_the_deployments_the_call_may_take() -> None:
     ]
     assert all(sorted(p) == ["b", "c"] for p in picked)  # a tier holding two of the three
     assert leases.counts("g", NAMES) == [0, 2, 2]
+
+
+def test_a_short_lease_does_not_cut_a_long_ones_life_in_redis(
+    redis_url: str, redis_prefix: str
+) -> None:
+    """Each lease set its deployment's key to expire after its own length (+60 s): a short
+    call after a long one (an hour's stream) made the key, and the long call's lease with it,
+    vanish a minute later while that call was still in flight (counted as 0 calls)."""
+    import redis
+
+    from llmguard_sdk._state.steps import run
+
+    store = RedisStore(redis_url, key_prefix=redis_prefix)
+    leases = RedisLeases(store)
+    run(leases.take_steps(LeaseAsk("g", NAMES, 0, 0, "long", 3000.0)))
+    run(leases.take_steps(LeaseAsk("g", NAMES, 0, 0, "short", 1.0)))
+    client = redis.Redis.from_url(redis_url)
+    (key,) = client.scan_iter(match=f"{redis_prefix}:rt:*")
+    assert client.ttl(key) >= 3000  # the key outlives every lease it holds
+    client.close()
+    store.close()
