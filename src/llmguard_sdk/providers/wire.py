@@ -112,9 +112,10 @@ def parse_completion(
         raise problem("response choice has no message")
     content = message.get("content")
     tool_calls = _tool_calls(message.get("tool_calls"), problem)
+    refusal = _str_or_none(message.get("refusal"))  # OpenAI's refusal, in place of content
     if content is not None and not isinstance(content, str):
         raise problem("message content is not a string")
-    if content is None and not tool_calls:
+    if content is None and not tool_calls and refusal is None:
         raise problem("message has neither content nor tool_calls")
     return answer_response(
         data,
@@ -124,6 +125,7 @@ def parse_completion(
         route=route,
         headers=headers,
         problem=problem,
+        metadata={"refusal": refusal} if refusal else None,
     )
 
 
@@ -144,9 +146,11 @@ def answer_response(
     route: str,
     headers: Mapping[str, str],
     problem: Callable[[str], MalformedResponseError],
+    metadata: Mapping[str, Any] | None = None,
 ) -> ChatResponse:
     """The :class:`ChatResponse` of a parsed answer: its usage, reported cost, model and id
-    are read from ``data``; a value that does not fit is ``problem(message)``."""
+    are read from ``data``; a value that does not fit is ``problem(message)``. ``metadata``:
+    what the answer says besides (``refusal``: the model's refusal, its text)."""
     usage, cost = usage_from_payload(data.get("usage"), service_tier=data.get("service_tier"))
     try:
         return ChatResponse(
@@ -160,6 +164,7 @@ def answer_response(
             cost_usd=cost,
             cost_source="reported" if cost is not None else None,
             headers=dict(headers),
+            metadata=dict(metadata or {}),
         )
     except ValidationError as exc:
         raise problem(f"response does not fit the model: {exc.errors()[0]['msg']}") from None
