@@ -310,4 +310,5 @@ def test_a_refusal_is_an_answer_not_a_malformed_response() -> None:
         provider.close()
     assert answer.text == ""
     assert answer.metadata["refusal"] == "I cannot help with that."
-    assert answer.usage is not None and answer.usage.output_tokens == 6  # billed, counted
+    assert answer.usage is not None  # billed, and counted
+    assert answer.usage.output_tokens == 6
