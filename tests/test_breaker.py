@@ -136,6 +136,16 @@ def test_bad_policies(bad: dict[str, Any]) -> None:
         BreakerPolicy(**bad)
 
 
+def test_a_count_window_smaller_than_minimum_calls_is_refused() -> None:
+    # window=5 with the default minimum_calls=10: the window never holds 10 outcomes, so the
+    # breaker never judged a rate and stayed closed through any number of failures
+    with pytest.raises(ConfigurationError, match="minimum_calls"):
+        BreakerPolicy(window=5)
+    policy = BreakerPolicy(window=5, minimum_calls=5)  # as large as the window: it trips
+    assert feed(BreakerState(), 0.0, ["fail"] * 5, policy).state == "open"
+    BreakerPolicy(window_type="time", window=5)  # a time window holds any number of calls
+
+
 class Driven:
     """A backend whose clock the test moves: memory (injected clock) or Redis (clock offset)."""
 

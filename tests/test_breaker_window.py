@@ -81,12 +81,19 @@ def events() -> st.SearchStrategy[list[tuple[str, int, Any]]]:
 
 
 def policies(window_type: str) -> st.SearchStrategy[BreakerPolicy]:
-    windows = st.integers(1, 25) if window_type == "count" else st.sampled_from([1, 2, 4, 5, 10])
+    if window_type == "count":  # a count window holds at most ``window`` calls
+        sizes = st.integers(1, 25).map(lambda size: (size, min(size, 12)))
+    else:
+        sizes = st.sampled_from([1, 2, 4, 5, 10]).map(lambda size: (size, 12))
+    return sizes.flatmap(lambda size: _policies(window_type, *size))
+
+
+def _policies(window_type: str, window: int, most_calls: int) -> st.SearchStrategy[BreakerPolicy]:
     return st.builds(
         BreakerPolicy,
         window_type=st.just(window_type),
-        window=windows,
-        minimum_calls=st.integers(1, 12),
+        window=st.just(window),
+        minimum_calls=st.integers(1, most_calls),
         failure_rate=st.sampled_from([0.2, 0.5, 0.75, 1.0]),
         slow_call_rate=st.sampled_from([0.3, 0.6, 1.0]),
         open_seconds=st.sampled_from([1.0, 4.0]),

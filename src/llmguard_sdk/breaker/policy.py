@@ -65,7 +65,8 @@ class BreakerPolicy:
             ``window`` seconds, in :data:`TIME_BUCKETS` buckets: an outcome leaves the window
             between ``0.9 * window`` and ``window`` seconds after it was recorded).
         window: size of the sliding window, in calls or seconds.
-        minimum_calls: outcomes needed in the window before rates are judged.
+        minimum_calls: outcomes needed in the window before rates are judged (at most
+            ``window`` for a count window).
         failure_rate: share of failures (0..1) that opens the breaker.
         slow_call_rate: share of slow calls (0..1) that opens it.
         slow_call_seconds: a call slower than this (to its first token, for streams) is slow;
@@ -100,6 +101,11 @@ class BreakerPolicy:
             raise ConfigurationError("window must be positive and minimum_calls at least 1")
         if self.window_type == "count" and (self.window < 1 or self.window != int(self.window)):
             raise ConfigurationError("a count window is a whole number of calls (>= 1)")
+        if self.window_type == "count" and self.minimum_calls > self.window:
+            raise ConfigurationError(
+                "minimum_calls must be at most a count window's size: the window never holds "
+                "more calls than that, so the breaker could never open"
+            )
         if not (0 < self.failure_rate <= 1 and 0 < self.slow_call_rate <= 1):
             raise ConfigurationError("failure_rate and slow_call_rate must be in (0, 1]")
         if not (0 < self.open_seconds <= self.max_open_seconds < math.inf):
