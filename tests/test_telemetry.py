@@ -18,7 +18,13 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from llmguard_sdk import BudgetExceededError, Guard, OpenAICompatibleProvider, ProviderError
+from llmguard_sdk import (
+    BudgetExceededError,
+    ConfigurationError,
+    Guard,
+    OpenAICompatibleProvider,
+    ProviderError,
+)
 from llmguard_sdk.budget import Budget, Budgets, Price, PriceTable
 from llmguard_sdk.retry import waits_off
 from llmguard_sdk.telemetry import Telemetry
@@ -526,3 +532,20 @@ with FakeProvider() as api:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "True"
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"log_level": "INFO"},  # a level's name: every call's log record failed, a traceback each
+        {"log_level": True},
+        {"max_content_chars": -5},  # cut the last five characters off captured content
+        {"max_content_chars": 2.5},
+    ],
+)
+def test_options_that_would_fail_every_call_are_configuration_errors(
+    options: dict[str, Any],
+) -> None:
+    with pytest.raises(ConfigurationError, match=next(iter(options))):
+        Telemetry(**options)
+    assert Telemetry(log_level=None, max_content_chars=0).capture_content is False

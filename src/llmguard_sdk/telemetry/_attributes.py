@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from .._state.stores import hash_id
+from ..errors import ConfigurationError
 from ._semconv import Names
 from .redaction import redact_secrets
 
@@ -19,6 +20,7 @@ __all__ = [
     "Attributes",
     "add_response",
     "add_scope",
+    "check_options",
     "hashed_scope",
     "provider_name",
     "quality_labels",
@@ -32,6 +34,18 @@ _PROVIDER_NAMES = {
     "LocalProvider": "llama.cpp",
     "OpenAICompatibleProvider": "openai",
 }
+
+
+def check_options(max_content_chars: int, log_level: int | None) -> tuple[int, int | None]:
+    """``Telemetry``'s ``max_content_chars`` and ``log_level``, checked: a level that is no
+    number (``"INFO"``) failed every call's log record, a negative count cut content."""
+    if log_level is not None and (isinstance(log_level, bool) or not isinstance(log_level, int)):
+        raise ConfigurationError(f"log_level must be a level number or None, not {log_level!r}")
+    if isinstance(max_content_chars, bool) or not isinstance(max_content_chars, int):
+        raise ConfigurationError(f"max_content_chars must be an int, not {max_content_chars!r}")
+    if max_content_chars < 0:
+        raise ConfigurationError(f"max_content_chars must be >= 0, not {max_content_chars}")
+    return max_content_chars, log_level
 
 
 def provider_name(route: Provider | None) -> str:

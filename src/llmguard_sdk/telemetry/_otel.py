@@ -18,6 +18,7 @@ from ._attributes import (
     Attributes,
     add_response,
     add_scope,
+    check_options,
     hashed_scope,
     provider_name,
     quality_labels,
@@ -117,8 +118,7 @@ class Telemetry:
         self._sdk_configured = False
         self._sdk_checked_until = -float("inf")
         self._redact = redact
-        self._max_chars = max_content_chars
-        self._log_level = log_level
+        self._max_chars, self._log_level = check_options(max_content_chars, log_level)
         self._tracer = trace.get_tracer(_SCOPE, __version__, tracer_provider=tracer_provider)
         meter = metrics.get_meter(_SCOPE, __version__, meter_provider=meter_provider)
         self._duration = _seconds(
@@ -171,7 +171,6 @@ class Telemetry:
             unit="USD",
             description="What a budget scope had left at its last alert or refusal",
         )
-
         self._cascades = meter.create_counter("llmguard.cascade.calls", description=_CASCADES)
         self._quality = Quality(meter, self._tracer)
 
