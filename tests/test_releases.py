@@ -435,6 +435,32 @@ def test_shadow_measures_agreement_and_never_changes_the_answer(otel: Exported) 
     assert (arms.count("control"), arms.count("shadow")) == (40, 40)
 
 
+def test_a_promoted_candidate_is_not_shadowed_to_itself(pair: Any) -> None:
+    """Once the canary promoted the candidate (it serves every call, on the control arm),
+    the shadow copied the candidate's own calls to the candidate: each call paid twice and
+    the report compared the candidate with itself."""
+    a, b = pair
+    current, candidate = releases(a, b)
+    canary = CanaryPolicy(stages=(0.5, 1.0), flush_interval=60.0, min_calls=10**6)
+    shadow = ShadowPolicy(share=1.0, rate_per_s=1000, max_cost_usd=None)
+    plan = ReleasePlan(current, candidate=candidate, canary=canary, shadow=shadow)
+    guard = Guard(release=plan, environ={}, prices=PRICES, telemetry=False)
+    try:
+        controls = guard.releases
+        assert controls is not None
+        assert controls.shadow is not None
+        controls.start_now()
+        assert controls.promote().status == "promoted"
+        served = [guard.chat(USER, user=f"u{i}").route for i in range(5)]
+        assert controls.shadow.drain(30.0)
+        report = controls.shadow.report()
+    finally:
+        guard.close()
+    assert served == ["b"] * 5
+    assert len(b.requests) == 5  # each call once: none copied to the candidate again
+    assert (report["offered"], report["pairs"]) == (0, 0)
+
+
 # -- streams, async calls, output filters -------------------------------------------------------
 
 

@@ -179,7 +179,9 @@ class ReleaseControl:
                 cost = response.cost_usd if response is not None else None
                 delta = observation(ctx.elapsed(), cost, failed=failed, rejected=rejected)
                 self._count(ctx.arm, delta, call_id)
-        if self.shadow is not None and ctx.arm == "control" and response is not None:
+        # the release's calls only: a promoted candidate's would be shadowed to itself
+        shadowed = ctx.arm == "control" and ctx.release == self.plan.release.id
+        if self.shadow is not None and shadowed and response is not None:
             self.shadow.offer(ctx, response)
 
     def _count(self, arm: Arm, delta: Mapping[str, float], call_id: Any) -> None:
