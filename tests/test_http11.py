@@ -103,6 +103,22 @@ def test_a_body_cut_short_is_an_error_not_a_short_answer() -> None:
             response.read()
 
 
+@pytest.mark.parametrize("transport", [StdlibTransport, httpx.HTTPTransport])
+def test_a_head_cut_short_is_a_protocol_error_as_httpx_reads_it(transport: type) -> None:
+    """A connection closed within the head: httpx (h11) raises RemoteProtocolError; ours took
+    the end of the stream for the end of the head (as http.client does) and read an empty
+    body, so the provider reported a malformed answer instead of a broken connection."""
+    with RawServer(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n") as server:
+        request = httpx.Request(
+            "POST",
+            f"{server.base_url}/chat/completions",
+            content=b"{}",
+            extensions={"timeout": TIMEOUTS},
+        )
+        with pytest.raises(httpx.RemoteProtocolError):
+            transport().handle_request(request).read()
+
+
 def test_connection_refused_is_a_connect_error_never_sent() -> None:
     server = FakeProvider()
     server.start()

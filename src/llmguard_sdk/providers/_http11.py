@@ -320,7 +320,7 @@ def _read_head(fp: Any) -> _Head:
     lines of 65,536 bytes). As httpx's h11 reads them: a value without the spaces around it, a
     line that starts with a space or a tab continues the last (joined by one space), a line
     without a name and a colon is an error (``http.client`` would read the rest as the
-    body)."""
+    body), and so is the connection's end before the blank line."""
     fields: list[tuple[str, str]] = []
     lines = 0
     while True:
@@ -330,8 +330,10 @@ def _read_head(fp: Any) -> _Head:
         lines += 1
         if lines > _MAX_HEADERS:
             raise http.client.HTTPException(f"got more than {_MAX_HEADERS} headers")
-        if line in (b"\r\n", b"\n", b""):
+        if line in (b"\r\n", b"\n"):
             return _Head(fields)
+        if not line:  # closed within the head (http.client reads it as the head's end)
+            raise http.client.RemoteDisconnected("peer closed connection within the head")
         text = line.decode("iso-8859-1")
         if text[0] in " \t" and fields:  # an obsolete folded line
             name, value = fields[-1]
