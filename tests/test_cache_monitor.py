@@ -5,6 +5,7 @@ hits stop, and the OpenTelemetry gauge shows it."""
 from __future__ import annotations
 
 import itertools
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -164,3 +165,34 @@ def test_the_budget_bounds_the_background_checks() -> None:
     monitor.close()
     with pytest.raises(ConfigurationError):
         FalseHitMonitor(ask, target=0.0)
+
+
+def test_close_drops_the_queued_checks_and_stops_the_worker() -> None:
+    started, release = threading.Event(), threading.Event()
+    asked: list[str] = []
+
+    def ask(request: ChatRequest) -> ChatResponse:
+        asked.append(request.messages[-1].text)
+        started.set()
+        release.wait(10)
+        return ChatResponse(text="x", finish_reason="stop")
+
+    monitor = FalseHitMonitor(ask, sample_rate=1.0, queue_size=2)
+    assert monitor.sample("n", _ask("first"), "x")
+    assert started.wait(5)  # the worker is in the first check
+    assert monitor.sample("n", _ask("second"), "x")
+    assert monitor.sample("n", _ask("third"), "x")  # the queue is full
+    closer = threading.Thread(target=monitor.close, kwargs={"timeout": 0.5})
+    closer.start()
+    closer.join(5)
+    release.set()
+    assert monitor.wait_idle(5)
+    assert monitor._worker is not None
+    monitor._worker.join(5)
+    assert not monitor._worker.is_alive()
+    assert asked == ["first"]  # the queued checks were dropped, not sent to the model
+    monitor.close()  # again: nothing left behind that would stop the next worker
+    assert monitor.sample("n", _ask("later"), "x")
+    assert monitor.wait_idle(5)
+    assert asked == ["first", "later"]
+    monitor.close()

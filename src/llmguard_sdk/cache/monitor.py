@@ -23,7 +23,6 @@ and checked, and serving resumes once a full window is back at or under ``target
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import queue
 import random
@@ -224,12 +223,22 @@ class FalseHitMonitor:
         return True
 
     def close(self, timeout: float = 5.0) -> None:
-        """Stop the worker (queued checks not yet started are dropped)."""
+        """Stop the worker: queued checks not yet started are dropped, and a check under way
+        is waited for at most ``timeout`` seconds."""
         worker = self._worker
         if worker is None:
             return
-        with contextlib.suppress(queue.Full):
-            self._queue.put(None, timeout=timeout)
+        with self._idle:  # (a sample queues under this lock too)
+            while True:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if item is not None:
+                    self._pending -= 1
+            self._idle.notify_all()
+            if worker.is_alive():  # (a stopped one would leave a stop for the next worker)
+                self._queue.put_nowait(None)  # room: the queue was just emptied
         worker.join(timeout)
 
     # -- inside ---------------------------------------------------------------------------
