@@ -133,6 +133,10 @@ def test_bad_pair_files_are_refused(tmp_path: Path) -> None:
     empty.write_text("\n", encoding="utf-8")
     with pytest.raises(ConfigurationError, match="no pairs"):
         read_pairs(empty)
+    exported = tmp_path / "exported.jsonl"  # a spreadsheet's UTF-16 export
+    exported.write_text('{"query": "a", "cached": "b", "duplicate": true}\n', encoding="utf-16")
+    with pytest.raises(ConfigurationError, match="UTF-8"):
+        read_pairs(exported)
     assert calibrate([Pair("a b c", "a b c", True)])[0].tp == 1
 
 

@@ -122,6 +122,8 @@ def read_pairs(path: str | Path) -> list[Pair]:
             return _parse(lines, str(path))
     except OSError as exc:
         raise ConfigurationError(f"cannot read {path}: {exc}") from None
+    except UnicodeDecodeError:
+        raise ConfigurationError(f"cannot read {path}: not UTF-8 text") from None
 
 
 def _parse(lines: Iterable[str], where: str) -> list[Pair]:
