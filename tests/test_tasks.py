@@ -381,6 +381,24 @@ def test_a_fence_on_one_line_is_read_inside(text: str) -> None:
     assert json_schema(SCHEMA)(request, ChatResponse(text="```json```")) == "json_schema"
 
 
+def test_json_schema_tells_booleans_from_numbers_and_takes_whole_floats_as_integers() -> None:
+    """Python's ``True == 1`` let ``true`` pass ``enum: [0, 1]`` and ``1`` pass
+    ``const: true``; and ``3.0`` (an integer in JSON Schema) failed ``type: integer``."""
+    request = ChatRequest(messages=_ask("x"))
+
+    def verdict(schema: dict[str, object], text: str) -> str | None:
+        return json_schema(schema)(request, ChatResponse(text=text))
+
+    assert verdict({"enum": [0, 1]}, "true") == "json_schema"
+    assert verdict({"const": True}, "1") == "json_schema"
+    assert verdict({"const": [0]}, "[false]") == "json_schema"
+    assert verdict({"const": {"a": 1}}, '{"a": true}') == "json_schema"
+    assert verdict({"enum": [0, 1]}, "1") is None
+    assert verdict({"enum": [1]}, "1.0") is None  # the same number
+    assert verdict(SCHEMA, '{"answer": 3.0}') is None
+    assert verdict(SCHEMA, '{"answer": 3.5}') == "json_schema"
+
+
 # -- from a configuration file ----------------------------------------------------------------
 
 

@@ -159,7 +159,10 @@ _TYPES: dict[str, Callable[[Any], bool]] = {
     "string": lambda v: isinstance(v, str),
     "boolean": lambda v: isinstance(v, bool),
     "null": lambda v: v is None,
-    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "integer": lambda v: (
+        (isinstance(v, int) and not isinstance(v, bool))
+        or (isinstance(v, float) and v.is_integer())
+    ),
     "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
 }
 
@@ -170,9 +173,9 @@ def _fits(value: Any, schema: Mapping[str, Any]) -> bool:
     kinds = [kind] if isinstance(kind, str) else kind if isinstance(kind, list) else []
     if kinds and not any(_TYPES.get(k, lambda v: True)(value) for k in kinds):
         return False
-    if "enum" in schema and value not in schema["enum"]:
+    if "enum" in schema and not any(_equal(value, item) for item in schema["enum"]):
         return False
-    if "const" in schema and value != schema["const"]:
+    if "const" in schema and not _equal(value, schema["const"]):
         return False
     if not _in_bounds(value, schema):
         return False
@@ -181,6 +184,17 @@ def _fits(value: Any, schema: Mapping[str, Any]) -> bool:
     if isinstance(value, list) and isinstance(schema.get("items"), Mapping):
         return all(_fits(item, schema["items"]) for item in value)
     return True
+
+
+def _equal(value: Any, other: Any) -> bool:
+    """JSON equality: a boolean is no number (Python's ``True == 1`` is not JSON's)."""
+    if isinstance(value, bool) or isinstance(other, bool):
+        return isinstance(value, bool) and isinstance(other, bool) and value == other
+    if isinstance(value, list) and isinstance(other, list):
+        return len(value) == len(other) and all(map(_equal, value, other))
+    if isinstance(value, dict) and isinstance(other, dict):
+        return value.keys() == other.keys() and all(_equal(value[k], other[k]) for k in value)
+    return bool(value == other)
 
 
 def _in_bounds(value: Any, schema: Mapping[str, Any]) -> bool:
