@@ -99,6 +99,37 @@ async def test_protect_bounds_an_async_call_by_its_timeout(fake: FakeProvider) -
     await client.close()
 
 
+def test_a_cancelled_protected_call_is_reported_cancelled_not_failed() -> None:
+    # a caller that gave up (a cancelled task, Ctrl-C) was reported as the call's error
+    # (outcome "error", CancelledError as its route's error, an error span): Guard.chat
+    # reports the same as "cancelled", with no error
+    events: list[CallEvent] = []
+    guard = Guard(hooks=[events.append], environ={})
+
+    @guard.protect
+    async def ask(started: anyio.Event) -> None:
+        started.set()
+        await anyio.sleep(30)
+
+    @guard.protect
+    def interrupted() -> None:
+        raise KeyboardInterrupt
+
+    async def run() -> None:
+        started = anyio.Event()
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(ask, started)
+                await started.wait()
+                tasks.cancel_scope.cancel()
+
+    anyio.run(run)
+    with pytest.raises(KeyboardInterrupt):
+        interrupted()
+    assert [(e.outcome, e.error, e.route_errors) for e in events] == [("cancelled", None, ())] * 2
+    guard.close()
+
+
 def test_usage_from_plain_dicts_and_anthropic_shapes() -> None:
     openai_like = {
         "usage": {

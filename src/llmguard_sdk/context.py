@@ -192,7 +192,8 @@ class CallEvent:
     """What happened in one guarded call; every hook of the Guard receives one.
 
     ``kind`` is ``"chat"``, ``"stream"`` or ``"protect"``; ``outcome`` is ``"ok"``, ``"error"``
-    or ``"cancelled"`` (a stream closed before its end). ``route`` is the route that served the
+    or ``"cancelled"`` (a stream closed before its end, a call cancelled or interrupted: no
+    ``error``). ``route`` is the route that served the
     call (``None`` when none did); ``route_errors`` names the error type of each route that
     failed first; ``retries`` holds one :class:`RetryDetails` per retry the Guard made.
     ``cost_usd`` / ``cost_source`` are the served response's (see :class:`ChatResponse`).

@@ -66,8 +66,13 @@ class _Protected:
         result: object = None,
         error: BaseException | None = None,
     ) -> None:
-        """Emit the call's :class:`~llmguard_sdk.CallEvent` to the hooks."""
+        """Emit the call's :class:`~llmguard_sdk.CallEvent` to the hooks; an interrupted or
+        cancelled call (a ``BaseException`` that is not an ``Exception``) is reported
+        ``"cancelled"`` without an error, as :meth:`~llmguard_sdk.Guard.chat` reports it."""
         route = self.route
+        cancelled = error is not None and not isinstance(error, Exception)
+        if cancelled:
+            error = None
         classified = classify_exception(error, route=route) if error is not None else None
         if error is not None:
             _warn_if_sdk_retried(error)
@@ -75,13 +80,13 @@ class _Protected:
             self.hooks,
             CallEvent(
                 kind="protect",
-                outcome="ok" if error is None else "error",
+                outcome="error" if error is not None else "cancelled" if cancelled else "ok",
                 scope=current_scope().merged(*self.scope_keywords),
                 model=_model_of(result),
-                route=route if error is None else None,
+                route=route if error is None and not cancelled else None,
                 attempts=len(retries) + 1,
                 latency_s=time.monotonic() - started,
-                usage=usage_from_result(result) if error is None else None,
+                usage=usage_from_result(result) if error is None and not cancelled else None,
                 error=classified or error,
                 route_errors=((route, type(classified or error).__name__),) if error else (),
                 retries=tuple(retries),
