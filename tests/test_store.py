@@ -71,3 +71,19 @@ def test_more_callers_than_connections_wait_for_one(redis_url: str, redis_prefix
     store = RedisStore(redis_url, key_prefix=redis_prefix, max_connections=2, socket_timeout=5)
     crowd_a_small_pool(store)
     assert store.health.outages == 0
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.5, True, "50"])
+def test_max_connections_must_be_a_positive_integer(bad: object) -> None:
+    # 0 (or less) made redis-py's blocking pool fill its unbounded queue forever: the
+    # constructor never returned, its memory growing
+    with pytest.raises(ConfigurationError, match="max_connections"):
+        RedisStore("redis://127.0.0.1:1/0", max_connections=bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("bad", [float("inf"), 1e10, float("nan"), 0, -1])
+def test_socket_timeout_must_be_a_bounded_positive_number(bad: float) -> None:
+    # inf (or 1e10) was accepted, then every Redis operation raised OverflowError (not a Redis
+    # error: no stage fell back, and ping(), which promises False, raised it too)
+    with pytest.raises(ConfigurationError, match="socket_timeout"):
+        RedisStore("redis://127.0.0.1:1/0", socket_timeout=bad)

@@ -144,6 +144,17 @@ class RedisHealth:
         return self._pause
 
 
+_MAX_SOCKET_TIMEOUT = 3600.0  # a socket timeout past ~1e10 s overflows the platform's time_t
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 class RedisStore(Store):
     """State shared through Redis by every process that uses the same URL and prefix.
 
@@ -151,7 +162,9 @@ class RedisStore(Store):
         url: ``redis://[user:password@]host:port/db``, ``rediss://`` for TLS, or ``unix://``.
         key_prefix: prefix of every key the SDK writes.
         socket_timeout: seconds any single Redis operation may take (short by design: a slow
-            Redis must not stall LLM calls).
+            Redis must not stall LLM calls; at most 3600).
+        max_connections: the most connections a pool opens (at least 1); more callers wait
+            for one, at most ``socket_timeout``.
         local_share: while Redis cannot be reached, each process enforces this share of every
             shared limit on its own (rate limits, fail-open budgets, the retry budget's
             floor): with N processes, at most N times this share gets through.
@@ -178,8 +191,12 @@ class RedisStore(Store):
     ) -> None:
         super().__init__(key_prefix)
         self._check_url(url)
-        if not (isinstance(socket_timeout, (int, float)) and socket_timeout > 0):
-            raise ConfigurationError("socket_timeout must be positive")
+        if not (_number(socket_timeout) and 0 < socket_timeout <= _MAX_SOCKET_TIMEOUT):
+            raise ConfigurationError(
+                f"socket_timeout must be a number of seconds in (0, {_MAX_SOCKET_TIMEOUT:g}]"
+            )
+        if not (_whole(max_connections) and max_connections >= 1):
+            raise ConfigurationError("max_connections must be a whole number >= 1")
         if not (isinstance(local_share, (int, float)) and 0 < local_share <= 1):
             raise ConfigurationError("local_share must be in (0, 1]")
         if not (isinstance(retry_pause, (int, float)) and 0 < retry_pause <= 30):
