@@ -82,3 +82,20 @@ def test_a_bad_feedback_score_is_refused_before_the_canary_counts_it(
             guard.close()
     counted = status["control"]["feedback_scores"] + status["candidate"]["feedback_scores"]
     assert counted == 1  # the good score only
+
+
+@pytest.mark.parametrize(
+    "setting",
+    [
+        {"ratio": math.inf},
+        {"feedback_threshold": math.nan},
+        {"feedback_threshold": "0.5"},
+        {"min_calls": True},
+    ],
+)
+def test_a_canary_policy_refuses_settings_that_disable_its_test(setting: Any) -> None:
+    """``ratio=inf`` made every log likelihood ratio NaN (a failing candidate was never
+    rolled back); a NaN threshold counted no score as low; ``min_calls=True`` promoted a
+    stage after one call."""
+    with pytest.raises(ConfigurationError):
+        CanaryPolicy(**setting)

@@ -110,10 +110,15 @@ class CanaryPolicy:
         object.__setattr__(self, "stages", stages)
         if self.sticky_by not in ("user", "tenant"):
             raise ConfigurationError("sticky_by must be 'user' or 'tenant'")
-        if not (isinstance(self.min_calls, int) and self.min_calls >= 1):
+        if isinstance(self.min_calls, bool) or not (
+            isinstance(self.min_calls, int) and self.min_calls >= 1
+        ):
             raise ConfigurationError("min_calls must be an int >= 1")
-        if not 0 < self.alpha < 1 or not self.ratio > 1:
-            raise ConfigurationError("alpha must be in (0, 1) and ratio > 1")
+        if not 0 < self.alpha < 1 or not 1 < self.ratio < math.inf:
+            raise ConfigurationError("alpha must be in (0, 1) and ratio > 1 (finite)")
+        threshold = self.feedback_threshold
+        if not (isinstance(threshold, int | float) and math.isfinite(threshold)):
+            raise ConfigurationError("feedback_threshold must be a finite number")
         if not 0 < self.latency_quantile < 1:
             raise ConfigurationError("latency_quantile must be in (0, 1)")
         if not (self.latency_tolerance >= 1 and self.cost_tolerance >= 1):
