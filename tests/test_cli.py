@@ -126,3 +126,35 @@ def test_drill_reports_an_outage_and_its_recovery(tmp_path: Any) -> None:
     assert ("closed", "open") in changes
     assert changes[-1] == ("half_open", "closed")
     assert picture.read_bytes().startswith(b"\x89PNG")
+
+
+@pytest.mark.parametrize(
+    "option",
+    [
+        ["--split", "gpt-4o=nan"],
+        ["--split", "gpt-4o=inf,gpt-4o-mini=1"],
+        ["--model", "gpt-4o", "--requests-per-day", "inf"],
+        ["--model", "gpt-4o", "--days", "nan"],
+        ["--model", "gpt-4o", "--output-tokens-p95", "inf"],
+    ],
+)
+def test_cost_estimate_refuses_numbers_that_are_not_finite(
+    option: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = {"--requests-per-day": "100", "--input-tokens": "100", "--output-tokens": "50"}
+    for name, value in zip(option[::2], option[1::2], strict=True):
+        base[name] = value
+    argv = ["cost", "estimate", *(part for pair in base.items() for part in pair)]
+    with pytest.raises(SystemExit) as info:  # it printed $nan / $inf and exited 0
+        main(argv)
+    assert info.value.code == 2
+    assert "nan" not in capsys.readouterr().out
+
+
+def test_a_configuration_that_is_not_utf_8_is_a_configuration_error(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "guard.toml"
+    path.write_bytes(b"\xff\xfe[[routes]]\n")
+    assert main(["check", str(path)]) == 2  # a UnicodeDecodeError traceback, status 1
+    assert "guard.toml" in capsys.readouterr().out

@@ -216,7 +216,7 @@ def load_config(source: str | os.PathLike[str] | Mapping[str, Any]) -> ConfigFil
 def _read(path: Path) -> Any:
     try:
         text = path.read_text(encoding="utf-8")
-    except OSError as exc:
+    except (OSError, UnicodeDecodeError) as exc:
         raise ConfigurationError(f"cannot read the configuration {path}: {exc}") from None
     suffix = path.suffix.lower()
     readers = {".toml": ("tomllib", "tomli"), ".yaml": ("yaml",), ".yml": ("yaml",)}

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from dataclasses import asdict
 
 from ..budget._source import TIERS
@@ -36,7 +37,7 @@ def _split(text: str) -> tuple[str, dict[str, float]]:
         except ValueError:
             raise argparse.ArgumentTypeError(f"bad share in {text!r}") from None
     total = sum(shares.values())
-    if total <= 0 or any(s < 0 for s in shares.values()):
+    if not 0 < total < math.inf or any(not 0 <= s < math.inf for s in shares.values()):
         raise argparse.ArgumentTypeError(f"shares must be positive: {text!r}")
     name = " / ".join(f"{s / total:.0%} {m}" for m, s in shares.items())
     return name, {m: s / total for m, s in shares.items()}
@@ -51,8 +52,8 @@ def _fraction(text: str) -> float:
 
 def _positive(text: str) -> float:
     value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError("must be positive")
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError("must be a positive number")
     return value
 
 
