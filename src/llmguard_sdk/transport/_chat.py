@@ -38,8 +38,11 @@ class ChatWire:
 
     def answer(self, response: ChatResponse) -> dict[str, Any]:
         """The ``chat.completion`` object of ``response``."""
-        text = response.text if response.text or not response.tool_calls else None
+        refusal = response.metadata.get("refusal")  # OpenAI's, in place of content
+        text = response.text if response.text or not (response.tool_calls or refusal) else None
         message: dict[str, Any] = {"role": "assistant", "content": text}
+        if isinstance(refusal, str) and refusal:
+            message["refusal"] = refusal
         if response.tool_calls:
             message["tool_calls"] = response.tool_calls
         body: dict[str, Any] = {
