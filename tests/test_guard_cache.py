@@ -3,13 +3,15 @@ replay, tenants stay apart, and a stale answer comes before the degraded one."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import anyio
 import pytest
 
 from llmguard_sdk import CallEvent, Guard, ProviderError
-from llmguard_sdk.cache import ResponseCache
+from llmguard_sdk.cache import HashingEmbedder, ResponseCache
+from llmguard_sdk.errors import ProviderUnavailableError
 from llmguard_sdk.retry import waits_off
 from llmguard_sdk.testing import FakeProvider, Fault
 
@@ -140,3 +142,30 @@ def test_redis_cache_is_shared_between_guards(
     assert two.chat(QUESTION, tenant="acme").route == "cache"
     assert two.chat(PARAPHRASE, tenant="acme").route == "cache"
     assert two.chat(PARAPHRASE, tenant="globex").route == "primary"
+
+
+class _FlakyEmbedder(HashingEmbedder):
+    """The hashing embedder, behind an endpoint that can go down."""
+
+    down = False
+
+    def embed(self, texts: Sequence[str]) -> Any:
+        if self.down:
+            raise ProviderUnavailableError("embeddings endpoint down", route="embeddings")
+        return super().embed(texts)
+
+
+def test_a_failing_embedder_means_semantic_misses_not_failed_calls(
+    fake: FakeProvider, make_guard: MakeGuard
+) -> None:
+    embedder = _FlakyEmbedder()
+    guard = make_guard(fake, cache=ResponseCache(embedder=embedder), degraded="Later.", retry=None)
+    first = guard.chat(QUESTION)
+    embedder.down = True
+    assert guard.chat(QUESTION).route == "cache"  # exact: no embedding needed
+    assert guard.chat(PARAPHRASE).route == "primary"  # a miss, answered by the provider
+    fake.always(Fault(status=503))
+    assert guard.chat(PARAPHRASE).route == "degraded"  # no stale match, but the degraded one
+    embedder.down = False
+    hit = guard.chat(PARAPHRASE)
+    assert (hit.route, hit.metadata["cache"], hit.text) == ("cache", "semantic", first.text)

@@ -386,7 +386,11 @@ class ResponseCache:
         :data:`~llmguard_sdk.cache.guards.AGREED_ALLOWANCE`) is served. Callers check that the
         cache is semantic and the query not blank."""
         now = time.time()
-        probe = self._recent.embedded(keys.query).probe
+        try:
+            probe = self._recent.embedded(keys.query).probe
+        except Exception:  # an embedder down (an endpoint's) makes a miss, not a failed call
+            logger.exception("response cache: the embedder failed; a semantic miss")
+            return None
         matches = self._candidates(self._index_key(keys), probe)
         threshold = self.threshold
         if self.monitor is not None:
@@ -424,8 +428,7 @@ class ResponseCache:
         return None
 
     def _candidates(self, index_key: str, probe: Probe) -> list[Match]:
-        """The nearest entries of one partition, best first: from this process's index, or
-        from the server's vector set (one round trip)."""
+        """One partition's nearest entries, best first: from the local index or the server."""
         if self._server is not None:
             return self._server.search(index_key, probe.vector, _CANDIDATES)
         return self._local.search(index_key, probe, _CANDIDATES)
@@ -589,8 +592,7 @@ class ResponseCache:
 
 
 def _escaped(tag: str) -> str:
-    """A cache tag as the partition joins it: its commas escaped, so that no two lists of
-    tags join into one string (``["a,b"]`` is not ``["a", "b"]``)."""
+    """A cache tag as the partition joins it (``["a,b"]`` must not join as ``["a", "b"]``)."""
     return tag.replace("\\", "\\\\").replace(",", "\\,")
 
 
