@@ -299,6 +299,15 @@ def test_known_values_and_ignored_rules() -> None:
     assert lint_text("Today is 2025-03-01.", ignore=["timestamp"]) == []
 
 
+def test_a_single_string_is_one_known_value_or_rule_not_its_characters() -> None:
+    text = "You serve Globex Inc. Today is 2025-03-01."
+    assert [w.text for w in lint_text(text, known_values="Globex", ignore="timestamp")] == [
+        "Globex"
+    ]
+    b = PromptBuilder("t", instructions=text, lint_ignore="timestamp", drift=None)
+    assert [w.text for w in b.lint("Globex")] == ["Globex"]  # found, not 6 letters missed
+
+
 def test_strict_builders_raise_with_the_findings() -> None:
     strict = PromptBuilder(
         "strict", instructions="Today is 2025-03-01. Be brief.", strict=True, drift=None

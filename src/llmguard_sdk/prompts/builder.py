@@ -253,7 +253,7 @@ class PromptBuilder:
             raise ConfigurationError("a prompt template needs a non-empty name")
         self.name = name
         self.strict = strict
-        self.lint_ignore = frozenset(lint_ignore)
+        self.lint_ignore = frozenset([lint_ignore] if isinstance(lint_ignore, str) else lint_ignore)
         lint_text("", ignore=self.lint_ignore)  # unknown rule names fail here
         self.drift = drift
         self._lock = threading.Lock()
@@ -343,7 +343,7 @@ class PromptBuilder:
         """
         static = self._static
         found: list[LintWarning] = []
-        values = list(known_values)
+        values = [known_values] if isinstance(known_values, str) else list(known_values)
         for section, text in static.lint_sections.items():
             found.extend(
                 lint_text(text, section=section, known_values=values, ignore=self.lint_ignore)

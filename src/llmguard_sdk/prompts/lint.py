@@ -231,9 +231,11 @@ def lint_text(
 
     ``known_values`` are strings that differ per user or tenant (their ids, names): any of
     them in ``text`` is a ``per-user`` finding. ``section`` names the text in the findings.
-    An unknown rule name in ``ignore`` raises :class:`ValueError`.
+    An unknown rule name in ``ignore`` raises :class:`ValueError`. A single string is one value
+    (one rule), not its characters.
     """
-    skipped = set(ignore)
+    known_values = [known_values] if isinstance(known_values, str) else known_values
+    skipped = {ignore} if isinstance(ignore, str) else set(ignore)
     unknown = skipped - set(RULES)
     if unknown:
         raise ValueError(f"unknown lint rules {sorted(unknown)}; the rules are {list(RULES)}")
