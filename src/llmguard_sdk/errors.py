@@ -75,7 +75,22 @@ __all__ = [
 
 
 class LLMGuardError(Exception):
-    """Base class of every exception llmguard-sdk raises itself."""
+    """Base class of every exception llmguard-sdk raises itself.
+
+    Every one pickles and copies as itself (attributes included), so it crosses process
+    boundaries (process pools, multiprocessing, task queues) intact.
+    """
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Exception's own reduce calls the class with ``args`` (the message alone here), which
+        # most of these __init__s do not take: rebuild without __init__, then restore vars.
+        return (_rebuilt, (type(self), self.args), self.__dict__)
+
+
+def _rebuilt(cls: type[LLMGuardError], args: tuple[Any, ...]) -> LLMGuardError:
+    error = cls.__new__(cls, *args)
+    error.args = args
+    return error
 
 
 class ConfigurationError(LLMGuardError, ValueError):
