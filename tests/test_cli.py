@@ -158,3 +158,12 @@ def test_a_configuration_that_is_not_utf_8_is_a_configuration_error(
     path.write_bytes(b"\xff\xfe[[routes]]\n")
     assert main(["check", str(path)]) == 2  # a UnicodeDecodeError traceback, status 1
     assert "guard.toml" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("option", ["--rate", "--before", "--outage", "--after"])
+def test_a_drill_of_infinite_rate_or_length_is_refused(
+    option: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["drill", "--no-local", "--before", "0.1", "--outage", "0.1", "--after", "0.1"]
+    assert main([*argv, option, "inf"]) == 2  # --rate inf: OverflowError; a phase: forever
+    assert "must be positive" in capsys.readouterr().out

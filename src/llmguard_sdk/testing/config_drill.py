@@ -19,6 +19,7 @@ command exits 1 when it does not hold.
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections import Counter
@@ -204,8 +205,8 @@ def run_config_drill(
     ``os.environ``). Calls take as long as the configuration lets them: set
     ``attempt_timeout`` there, or a hung primary holds each call until ``timeout``.
     """
-    if not (rate > 0 and before > 0 and outage > 0 and after > 0):
-        raise ConfigurationError("rate and every phase duration must be positive")
+    if not all(0 < value < math.inf for value in (rate, before, outage, after)):
+        raise ConfigurationError("rate and every phase duration must be positive and finite")
     env = os.environ if environ is None else environ
     loaded = load_config(config)
     entries, _described = resolve(loaded, env)

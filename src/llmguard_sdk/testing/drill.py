@@ -34,6 +34,7 @@ How it is measured:
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 
@@ -103,8 +104,8 @@ def run_drill(
     ``BreakerPolicy(window=20, minimum_calls=5, failure_rate=0.5, open_seconds=1,
     max_open_seconds=2, half_open_permits=1)``; the backup answers after 10 ms.
     """
-    if not (rate > 0 and before > 0 and outage > 0 and after > 0):
-        raise ConfigurationError("rate and every phase duration must be positive")
+    if not all(0 < value < math.inf for value in (rate, before, outage, after)):
+        raise ConfigurationError("rate and every phase duration must be positive and finite")
     transitions: list[tuple[float, BreakerTransition]] = []
     policy = BREAKER if breaker is None else breaker
 
