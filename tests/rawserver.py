@@ -99,3 +99,11 @@ def http_response(
 def sse_head() -> bytes:
     """Headers of an event stream that ends when the connection closes."""
     return b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n"
+
+
+# OpenAI's structured-output refusal: no content, the refusal beside it
+REFUSAL = (
+    b'{"id":"chatcmpl-1","model":"m","choices":[{"index":0,"finish_reason":"stop",'
+    b'"message":{"role":"assistant","content":null,"refusal":"I cannot help with that."}}],'
+    b'"usage":{"prompt_tokens":9,"completion_tokens":6,"total_tokens":15}}'
+)

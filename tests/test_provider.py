@@ -28,7 +28,7 @@ from llmguard_sdk import (
 )
 from llmguard_sdk.testing import FakeProvider, Fault
 
-from .rawserver import RawServer, http_response
+from .rawserver import REFUSAL, RawServer, http_response
 
 REQUEST = ChatRequest.model_validate(
     {"messages": [{"role": "user", "content": "tell me four words"}], "max_tokens": 50}
@@ -298,13 +298,7 @@ def test_rate_limit_reset_headers_become_retry_after(
 
 
 def test_a_refusal_is_an_answer_not_a_malformed_response() -> None:
-    # OpenAI's structured-output refusal: no content, the refusal beside it
-    body = (
-        b'{"id":"chatcmpl-1","model":"m","choices":[{"index":0,"finish_reason":"stop",'
-        b'"message":{"role":"assistant","content":null,"refusal":"I cannot help with that."}}],'
-        b'"usage":{"prompt_tokens":9,"completion_tokens":6,"total_tokens":15}}'
-    )
-    with RawServer(http_response(body)) as raw:
+    with RawServer(http_response(REFUSAL)) as raw:
         provider = OpenAICompatibleProvider(raw.base_url, model="m")
         answer = complete(provider, "sync")  # it was a MalformedResponseError, retried
         provider.close()

@@ -18,7 +18,7 @@ from llmguard_sdk.testing import FakeProvider, Fault
 from llmguard_sdk.transport import async_http_client, http_client, transport
 
 from .conftest import USER
-from .rawserver import RawServer, http_response
+from .rawserver import REFUSAL, RawServer, http_response
 
 MakeGuard = Callable[..., Guard]
 
@@ -278,12 +278,7 @@ def test_a_local_rate_limit_is_the_sdk_s_rate_limit_error(
 def test_a_refusal_reaches_the_sdk_as_a_refusal() -> None:
     # OpenAI's structured-output refusal (no content, `refusal` beside it) came back as an
     # empty content and no refusal: the check openai documents (`message.refusal`) missed it
-    body = (
-        b'{"id":"chatcmpl-1","model":"m","choices":[{"index":0,"finish_reason":"stop",'
-        b'"message":{"role":"assistant","content":null,"refusal":"I cannot help with that."}}],'
-        b'"usage":{"prompt_tokens":9,"completion_tokens":6,"total_tokens":15}}'
-    )
-    with RawServer(http_response(body)) as raw:
+    with RawServer(http_response(REFUSAL)) as raw:
         guard = Guard(OpenAICompatibleProvider(raw.base_url, model="m"), environ={}, retry=None)
         message = _sdk(http_client(guard)).chat.completions.create(model="m", messages=USER)
         guard.close()
