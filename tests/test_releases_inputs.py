@@ -99,3 +99,11 @@ def test_a_canary_policy_refuses_settings_that_disable_its_test(setting: Any) ->
     stage after one call."""
     with pytest.raises(ConfigurationError):
         CanaryPolicy(**setting)
+
+
+@pytest.mark.parametrize("setting", [{"hooks": print}, {"warn_days": "30"}, {"retirements": None}])
+def test_a_release_plan_refuses_settings_of_the_wrong_kind(setting: Any) -> None:
+    """A single hook raised TypeError; ``retirements=None`` made the Guard raise
+    AttributeError at its start, and a text ``warn_days`` TypeError once a model retired."""
+    with pytest.raises(ConfigurationError):
+        ReleasePlan(Release("bot", "v1", ROUTE), **setting)

@@ -126,6 +126,21 @@ def test_bad_routers_name_what_is_wrong() -> None:
         )
 
 
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: Cascade(["small", "large"], checks=not_empty()),  # type: ignore[arg-type]
+        lambda: Cascade(5),  # type: ignore[arg-type]
+        lambda: TaskRouter({"small": ["s"]}, rules=Rule("small")),  # type: ignore[arg-type]
+        lambda: TaskRouter({"small": ["s"]}, cascades=["c"]),  # type: ignore[arg-type]
+    ],
+)
+def test_one_item_where_a_list_goes_is_a_configuration_error(build: Any) -> None:
+    """A single check, rule or a list of cascades raised TypeError or ValueError."""
+    with pytest.raises(ConfigurationError):
+        build()
+
+
 def test_a_call_goes_only_to_its_tiers_routes(fakes: tuple[FakeProvider, FakeProvider]) -> None:
     small, large = fakes
     router = TaskRouter(

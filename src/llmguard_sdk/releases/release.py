@@ -227,8 +227,12 @@ class ReleasePlan:
             raise ConfigurationError("a canary or a shadow needs a candidate release")
         if self.candidate is not None and self.candidate.id == self.release.id:
             raise ConfigurationError("the candidate must differ from the release (its id)")
-        if not all(callable(h) for h in self.hooks):
-            raise ConfigurationError("release hooks must be callable")
+        if not isinstance(self.hooks, Sequence) or not all(callable(h) for h in self.hooks):
+            raise ConfigurationError("release hooks must be a list of callables")
+        if isinstance(self.warn_days, bool) or not isinstance(self.warn_days, int):
+            raise ConfigurationError(f"warn_days must be an int, got {self.warn_days!r}")
+        if not isinstance(self.retirements, Mapping):
+            raise ConfigurationError("retirements must be a mapping of model to date")
 
     @property
     def store_key(self) -> str:

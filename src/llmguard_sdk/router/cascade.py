@@ -62,6 +62,8 @@ class Cascade:
     on_output_filter: bool = True
 
     def __post_init__(self) -> None:
+        if not isinstance(self.tiers, Sequence) or not isinstance(self.checks, Sequence):
+            raise ConfigurationError("a cascade takes a list of tiers and a list of checks")
         tiers = tuple(self.tiers) if not isinstance(self.tiers, str) else (self.tiers,)
         if len(tiers) < 2 or len(set(tiers)) != len(tiers):
             raise ConfigurationError(f"a cascade needs two or more distinct tiers, got {tiers}")

@@ -163,6 +163,8 @@ class TaskRouter:
             if not listed:
                 raise ConfigurationError(f"tier {name!r} lists no route")
             self.tiers[name] = tuple(_entry_name(m) for m in listed)
+        if not isinstance(cascades or {}, Mapping) or not isinstance(rules, Sequence):
+            raise ConfigurationError("cascades: a mapping of names to Cascades; rules: a list")
         self.cascades: dict[str, Cascade] = dict(cascades or {})
         for name, cascade in self.cascades.items():
             if name in self.tiers:
