@@ -8,7 +8,7 @@ import pytest
 from llmguard_sdk import Guard
 from llmguard_sdk.retry import MemoryRetryBudget, RedisRetryBudget, RetryBudgetPolicy
 from llmguard_sdk.retry.budget import BudgetState, deposit, spend
-from llmguard_sdk.store import RedisStore
+from llmguard_sdk.store import RedisStore, hash_id
 from tests.conftest import RedisTarget, redis_store
 
 # A long window makes decay negligible over a test, so counts are time-independent.
@@ -137,3 +137,18 @@ def test_bad_budget_policies(bad: dict[str, float]) -> None:
 
     with pytest.raises(ConfigurationError):
         RetryBudgetPolicy(**bad)
+
+
+def test_redis_a_very_long_window_still_counts_in_redis(redis_url: str, redis_prefix: str) -> None:
+    """A window whose keys' TTL (ten windows) is beyond what EXPIRE takes: the counts still
+    live in Redis (EXPIRE failed the script: Redis taken for down by every stage of the
+    store, fail-closed spend budgets refusing every call, the budget decided locally)."""
+    store = RedisStore(redis_url, key_prefix=redis_prefix)
+    budget = RedisRetryBudget(store, RetryBudgetPolicy(ratio=0.5, min_per_second=0, window=1e16))
+    budget.record_request("r")
+    budget.record_request("r")
+    assert budget.try_spend("r")
+    assert not budget.try_spend("r")  # 0.5 of 2 requests: one retry
+    assert store.health.outages == 0
+    assert store.client.ttl(store.key("rb", hash_id("r"))) > 0
+    store.close()

@@ -39,7 +39,9 @@ class RedisRetryBudget:
             )
         )
         self._outage = Outage("retry budget", "deciding locally", store)
-        self._ttl = max(1, int(self.policy.window * 10))
+        # at most 2^31 s: EXPIRE refuses what overflows its clock (a script error reads as
+        # Redis down, for every stage of the store)
+        self._ttl = int(min(max(1.0, self.policy.window * 10), 2**31 - 1))
 
     def _key(self, route: str) -> list[str]:
         return [self._store.key("rb", hash_id(route))]
