@@ -7,6 +7,8 @@ from __future__ import annotations
 import logging
 import math
 import random
+import sys
+import threading
 from collections import deque
 from collections.abc import Callable
 
@@ -157,3 +159,34 @@ def test_through_a_guard_a_hook_a_span_event_a_metric_and_one_log_line(
     assert len(lines) == 1  # then counted (logs readable in an incident); a feature no
     assert "feature bloat" in lines[0].getMessage()  # other test uses: the log is per process
     meter_provider.shutdown()
+
+
+def test_the_rolling_baseline_stays_whole_under_threads() -> None:
+    """The budgets' RunawayDetector observes from every thread that settles a call: a thread
+    switch between a value's two records let another thread drop it from the window's order
+    before it was there (IndexError), and the order kept stale values (a wrong p95, growing)."""
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as the interpreter can
+    detector = RunawayDetector(factor=5.0, window=10, min_samples=5)
+    failures: list[BaseException] = []
+
+    def settle(seed: int) -> None:
+        rng = random.Random(seed)
+        try:
+            for _ in range(20_000):
+                detector.observe("chat", rng.randint(1, 1000))
+        except Exception as exc:  # what a settling call would have raised
+            failures.append(exc)
+
+    threads = [threading.Thread(target=settle, args=(seed,)) for seed in range(8)]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+    finally:
+        sys.setswitchinterval(interval)
+    assert failures == []
+    seen, ordered = detector._seen["chat"]
+    assert len(seen) == 10
+    assert ordered == sorted(seen)

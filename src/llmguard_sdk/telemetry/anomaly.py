@@ -52,7 +52,7 @@ class RollingBaseline:
     (else None); the p95 is read afresh every 16 observations. Each key's window is also
     kept in order, so its p95 is read, not sorted for (O(window) memory moves in C per
     value). At most 10,000 keys are kept (later ones
-    are not watched).
+    are not watched). Thread-safe (the budgets' runaway check observes from every thread).
     """
 
     def __init__(self, factor: float = 5.0, window: int = 500, min_samples: int = 50) -> None:
@@ -61,9 +61,14 @@ class RollingBaseline:
         self.factor, self.window, self.min_samples = factor, window, min_samples
         self._seen: dict[Hashable, tuple[deque[float], list[float]]] = {}  # arrival, order
         self._p95: dict[Hashable, tuple[int, float]] = {}  # key: (observations since, p95)
+        self._lock = threading.Lock()  # a value's two records, and its eviction's, are one step
 
     def observe(self, key: Hashable, value: float) -> float | None:
         """Record ``value``; the p95 it exceeded ``factor`` times, else None."""
+        with self._lock:
+            return self._observe(key, value)
+
+    def _observe(self, key: Hashable, value: float) -> float | None:
         found = self._seen.get(key)
         if found is None:
             if len(self._seen) >= _MAX_KEYS:
