@@ -518,3 +518,34 @@ def test_a_message_stop_without_its_blank_line_ends_the_stream() -> None:
         )
         provider.close()
     assert "".join(chunk.text for chunk in chunks) == "Hi"
+
+
+def test_a_streamed_tool_use_without_input_has_the_arguments_a_whole_answer_has() -> None:
+    def event(kind: str, **data: Any) -> bytes:
+        return f"event: {kind}\ndata: {json.dumps({'type': kind, **data})}\n\n".encode()
+
+    tool = {"type": "tool_use", "id": "toolu_0", "name": "now", "input": {}}
+    events = (
+        event("message_start", message={"id": "m", "model": "x", "usage": {"input_tokens": 7}})
+        + event("content_block_start", index=0, content_block=tool)
+        + event(
+            "content_block_delta", index=0, delta={"type": "input_json_delta", "partial_json": ""}
+        )
+        + event("content_block_stop", index=0)
+        + event("message_delta", delta={"stop_reason": "tool_use"}, usage={"output_tokens": 3})
+        + event("message_stop")
+    )
+    with RawServer(sse_head(), (events,)) as raw:
+        guard = Guard(AnthropicProvider(raw.base_url, model="x"), timeout=10, environ={})
+        with guard, guard.chat(QUESTION, stream=True) as stream:
+            list(stream)
+    assert stream.response is not None
+    assert stream.response.tool_calls is not None
+    # "" before: json.loads fails on it; the whole (non-streamed) answer says "{}"
+    assert stream.response.tool_calls[0]["function"]["arguments"] == "{}"
+    whole = {**TOOL_ANSWER, "content": [tool]}
+    parsed = parse_anthropic_message(
+        200, {"content-type": "application/json"}, json.dumps(whole).encode(), route="a"
+    )
+    assert parsed.tool_calls is not None
+    assert parsed.tool_calls[0]["function"]["arguments"] == "{}"

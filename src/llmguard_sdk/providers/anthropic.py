@@ -353,6 +353,7 @@ class AnthropicStreamState(StreamState):
         self.message_id: str | None = None
         self.usage: dict[str, Any] = {}
         self.tools: dict[int, int] = {}  # content block index -> tool call index
+        self.with_input: set[int] = set()  # tool blocks whose input came in deltas
 
     def feed(self, raw: bytes) -> Generator[StreamChunk, None, None]:
         """The chunks ``raw`` completes; checks the deadline afterwards."""
@@ -406,6 +407,8 @@ class AnthropicStreamState(StreamState):
                 return self._make(text=delta["text"])
             if delta.get("type") == "input_json_delta" and event.get("index") in self.tools:
                 part = delta.get("partial_json")
+                if _is_str(part) and part:
+                    self.with_input.add(event["index"])
                 call = {
                     "index": self.tools[event["index"]],
                     "function": {"arguments": part if _is_str(part) else ""},
@@ -422,7 +425,13 @@ class AnthropicStreamState(StreamState):
         if kind == "message_stop":
             self.done = True
             return None
-        return None  # ping, content_block_stop, and event types added later
+        index = event.get("index")
+        if kind == "content_block_stop" and index in self.tools and index not in self.with_input:
+            # a tool without input streams none ("" at most): its arguments are "{}", as in
+            # a whole answer (json.loads("") fails)
+            call = {"index": self.tools[index], "function": {"arguments": "{}"}}
+            return self._make(tool_calls=[call])
+        return None  # ping, other content_block_stop, and event types added later
 
     def ends_stream(self, data: str) -> bool:
         """Whether ``data`` is the stream's ``message_stop`` (it carries nothing else)."""
