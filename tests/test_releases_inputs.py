@@ -10,12 +10,13 @@ import pytest
 from llmguard_sdk import Guard, OpenAICompatibleProvider
 from llmguard_sdk.errors import ConfigurationError, RequestValidationError
 from llmguard_sdk.models import ChatRequest
-from llmguard_sdk.releases import CanaryPolicy, Release, ReleasePlan, ShadowPolicy
+from llmguard_sdk.releases import CanaryPolicy, Release, ReleasePlan, ShadowPolicy, Stage
 from llmguard_sdk.testing import FakeProvider
 
 from .test_telemetry import Exported, exporting
 
 otel = pytest.fixture(exporting, name="otel")
+USER = [{"role": "user", "content": "hi"}]
 ROUTE = OpenAICompatibleProvider("http://127.0.0.1:9", model="m-2025-01-01", name="a")
 
 
@@ -107,3 +108,37 @@ def test_a_release_plan_refuses_settings_of_the_wrong_kind(setting: Any) -> None
     AttributeError at its start, and a text ``warn_days`` TypeError once a model retired."""
     with pytest.raises(ConfigurationError):
         ReleasePlan(Release("bot", "v1", ROUTE), **setting)
+
+
+def test_a_canary_stage_at_full_share_is_promoted() -> None:
+    """At a share of 1.0 the candidate serves every call on the control arm, so the canary
+    arm never reaches ``min_calls``: a stage there (``stages=(1.0,)``, or a CLI whose
+    ``--stages`` differ from the Guard's) stayed ``canary`` for good and never resolved."""
+    from llmguard_sdk.releases.policy import decide
+
+    policy = CanaryPolicy(stages=(0.5, 1.0), min_calls=10)
+    control = {"calls": 100.0}
+    decision = decide(Stage(index=1, candidate="c"), control, {}, policy)
+    assert decision is not None
+    assert decision.action == "promote"
+    assert decide(Stage(index=0, candidate="c"), control, {}, policy) is None  # 0.5: wait
+
+
+def test_a_single_full_stage_canary_ends_promoted() -> None:
+    with FakeProvider(name="a") as a, FakeProvider(name="b") as b:
+        current = Release("bot", "v1", _route(a, "a", "fake-a-2025-01-01"))
+        candidate = Release("bot", "v2", _route(b, "b", "fake-b-2025-02-01"))
+        policy = CanaryPolicy(stages=(1.0,), flush_interval=60.0, min_calls=5)
+        plan = ReleasePlan(current, candidate=candidate, canary=policy)
+        guard = Guard(release=plan, environ={}, telemetry=False)
+        try:
+            controls = guard.releases
+            assert controls is not None
+            controls.start_now()
+            routes = [guard.chat(USER, user=f"u{i}").route for i in range(10)]
+            stage = controls.flush()
+        finally:
+            guard.close()
+    assert routes == ["b"] * 10
+    assert stage is not None
+    assert stage.status == "promoted"

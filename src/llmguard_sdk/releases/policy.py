@@ -276,9 +276,12 @@ def decide(
     stage: Stage, control: Counters, canary: Counters, policy: CanaryPolicy
 ) -> Decision | None:
     """Roll back at the first metric past the bound; promote a stage whose canary served
-    ``min_calls`` calls; else nothing yet (and nothing outside a running canary)."""
+    ``min_calls`` calls, or whose share is already 1.0; else nothing yet (and nothing outside
+    a running canary)."""
     if stage.status != "canary" or not policy.auto:
         return None
+    if stage.share(policy) >= 1.0:  # the candidate serves every call: no canary arm to test
+        return Decision("promote")
     worst: Decision | None = None
     for metric, counts in metric_counts(control, canary, policy).items():
         llr = log_likelihood_ratio(*counts, policy.ratio)
