@@ -410,6 +410,9 @@ def test_request_keys_split_the_last_user_turn_from_its_context() -> None:
 def test_bad_configuration_is_refused() -> None:
     for options in (
         {"ttl": 0},
+        {"ttl": float("inf")},  # every store failed (an entry's times must be finite)
+        {"ttl": float("nan")},
+        {"stale_ttl": float("inf")},
         {"max_entries": 0},
         {"threshold": 1.5},
         {"margin": 1.0},

@@ -133,8 +133,8 @@ class ResponseCache:
         vector_search: Literal["local", "server"] = "local",
         monitor: FalseHitMonitor | None = None,
     ) -> None:
-        if ttl <= 0 or stale_ttl < 0:
-            raise ConfigurationError("ttl must be positive and stale_ttl not negative")
+        if not 0 < ttl < float("inf") or not 0 <= stale_ttl < float("inf"):  # (NaN too)
+            raise ConfigurationError("ttl must be positive and stale_ttl not negative, finite")
         if max_entries < 1:
             raise ConfigurationError("max_entries must be at least 1")
         self.embedder: Embedder = embedder if embedder is not None else HashingEmbedder()
