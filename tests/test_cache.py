@@ -446,6 +446,26 @@ cache.close()
     late.close()
 
 
+def test_an_entry_found_expired_leaves_the_other_processes_indexes(
+    redis_url: str, redis_prefix: str
+) -> None:
+    one, two = (
+        ResponseCache(redis_url, key_prefix=redis_prefix, ttl=0.2, stale_ttl=0, sync_interval=0)
+        for _ in range(2)
+    )
+    other = ask("What are your opening hours on public holidays?")
+    one.store(ask(FAQ), answer("a"))
+    assert two.lookup(other) is None  # reads the log: indexes the entry
+    entry_id = one.keys(ask(FAQ)).exact
+    assert entry_id in two._local.index_of
+    time.sleep(0.3)
+    assert one.lookup(ask(FAQ)) is None  # found expired (and no longer in the LRU to evict)
+    assert two.lookup(other) is None
+    assert entry_id not in two._local.index_of  # else kept for good: no eviction would log it
+    one.close()
+    two.close()
+
+
 def test_redis_entries_are_json_with_a_ttl(redis_url: str, redis_prefix: str) -> None:
     import redis
 

@@ -182,7 +182,9 @@ class RedisCacheBackend:
             return None
         try:
             raw = yield self._scripts.command(
-                1, [self._entry_prefix + entry_id, self._lru, self._uses], [entry_id]
+                1,
+                [self._entry_prefix + entry_id, self._lru, self._uses, self._log],
+                [entry_id, self._stream_length],
             )
         except redis_errors() as exc:
             self._outage.failed(exc)

@@ -1,8 +1,12 @@
 -- Read one cache entry and mark it most recently used; forget ids whose entry has expired.
--- KEYS[1] entry key, KEYS[2] LRU sorted set, KEYS[3] use counter. ARGV[1] entry id.
+-- KEYS[1] entry key, KEYS[2] LRU sorted set, KEYS[3] use counter, KEYS[4] change log.
+-- ARGV[1] entry id, ARGV[2] stream length.
 local value = redis.call('GET', KEYS[1])
 if not value then
-  redis.call('ZREM', KEYS[2], ARGV[1])
+  if redis.call('ZREM', KEYS[2], ARGV[1]) == 1 then
+    -- expired: logged, so that other processes drop it from their indexes (no eviction will)
+    redis.call('XADD', KEYS[4], 'MAXLEN', '~', tonumber(ARGV[2]), '*', 'op', 'del', 'id', ARGV[1])
+  end
   return false
 end
 redis.call('ZADD', KEYS[2], 'XX', redis.call('INCR', KEYS[3]), ARGV[1])
