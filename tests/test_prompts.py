@@ -212,6 +212,13 @@ def test_bad_tools_and_documents_are_configuration_errors(
         PromptBuilder("t", drift=None, **options)
 
 
+def test_a_single_document_string_is_one_document_not_one_per_character() -> None:
+    b = PromptBuilder("t", documents="Returns.", drift=None)  # was 8 documents: "R", "e" ...
+    assert b.static_text == "## Reference documents\n\n### Document 1\nReturns."
+    handbook = "Returns are accepted within 30 days."  # raised: "a document has no text" (" ")
+    assert PromptBuilder("t", documents=handbook, drift=None).static_text.endswith(handbook)
+
+
 def test_a_context_mapping_with_keys_of_mixed_types_is_rendered() -> None:
     prompt = PromptBuilder("t", drift=None).build("q", context={"plan": "pro", 7: "seven"})
     assert prompt.messages[-1].content == "<context>\n7: seven\nplan: pro\n</context>\n\nq"

@@ -314,8 +314,9 @@ class PromptBuilder:
     def set_documents(
         self, documents: Iterable[Document | str | Mapping[str, str]], *, sort: bool = True
     ) -> PromptBuilder:
-        """Set the reference documents, sorted by id, title and text unless ``sort=False``."""
-        docs = [_document(d) for d in documents]
+        """Set the reference documents, sorted by id, title and text unless ``sort=False``
+        (a single string is one document, not one per character)."""
+        docs = [_document(d) for d in ([documents] if isinstance(documents, str) else documents)]
         if sort:
             docs.sort(key=lambda d: d.sort_key)
         return self._replace(documents=tuple(docs))
