@@ -284,3 +284,31 @@ def test_a_refusal_reaches_the_sdk_as_a_refusal() -> None:
         guard.close()
     assert message.choices[0].message.refusal == "I cannot help with that."
     assert message.choices[0].message.content is None
+
+
+@pytest.mark.parametrize(
+    ("path", "bad"),
+    [
+        ("/v1/messages", {"messages": 5}),
+        ("/v1/messages", {"tools": 5}),
+        ("/v1/messages", {"messages": [{"role": "user", "content": [{"type": "text"}]}]}),
+        (
+            "/v1/messages",
+            {"messages": [{"role": "user", "content": [{"type": "image", "source": "x"}]}]},
+        ),
+        ("/v1/responses", {"tools": 5}),
+        ("/v1/chat/completions", {"extra_body": 5}),
+        ("/v1/chat/completions", {"extra_body": "x"}),
+    ],
+)
+def test_a_malformed_request_is_a_400_not_a_crash(
+    fake: FakeProvider, make_guard: MakeGuard, path: str, bad: dict[str, Any]
+) -> None:
+    # these raised TypeError / KeyError / AttributeError out of the transport, which the SDKs
+    # take for a connection error (and retry)
+    body = {"model": "m", "max_tokens": 10, "messages": USER, "input": "hi", **bad}
+    with httpx.Client(transport=transport(make_guard(fake), library="httpx")) as client:
+        answer = client.post(f"http://guard.test{path}", json=body)
+    assert answer.status_code == 400
+    assert answer.headers["x-llmguard-error"] == "RequestValidationError"
+    assert not fake.requests

@@ -190,7 +190,10 @@ def _call_arguments(
     timeout = params.pop("timeout", None)
     if timeout is not None and not isinstance(timeout, (int, float)):
         raise RequestValidationError("timeout must be a number of seconds")
-    extra = dict(params.pop("extra_body", None) or {})
+    extra_body = params.pop("extra_body", None) or {}
+    if not isinstance(extra_body, Mapping):
+        raise RequestValidationError("extra_body must be an object")
+    extra = dict(extra_body)
     known = {k: v for k, v in params.items() if k in _REQUEST_FIELDS and v is not None}
     extra.update(
         {

@@ -142,6 +142,8 @@ def chat_arguments(body: Mapping[str, Any]) -> dict[str, Any]:
     if body.get("max_output_tokens") is not None:
         params["max_completion_tokens"] = body["max_output_tokens"]
     if body.get("tools"):
+        if not isinstance(body["tools"], list):
+            raise _bad("tools must be a list")
         params["tools"] = [_chat_tool(t) for t in body["tools"]]
     if body.get("tool_choice") is not None:
         params["tool_choice"] = _tool_choice(body["tool_choice"])

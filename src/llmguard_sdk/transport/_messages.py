@@ -56,6 +56,8 @@ def _text(content: object) -> str:
 
 def _image(block: Mapping[str, Any]) -> dict[str, Any]:
     source = block.get("source") or {}
+    if not isinstance(source, dict):
+        raise _bad("an image block's source must be an object")
     if source.get("type") == "base64":
         url = f"data:{source.get('media_type')};base64,{source.get('data')}"
     else:
@@ -78,6 +80,8 @@ def _turn(message: object) -> list[dict[str, Any]]:
     for block in content:
         kind = block.get("type") if isinstance(block, dict) else None
         if kind == "text":
+            if not isinstance(block.get("text"), str):
+                raise _bad("a text block needs its text")
             parts.append({"type": "text", "text": block["text"]})
         elif kind == "image":
             parts.append(_image(block))
@@ -125,7 +129,10 @@ def chat_params(body: Mapping[str, Any]) -> dict[str, Any]:
     system = _text(body.get("system"))
     if system:
         messages.append({"role": "system", "content": system})
-    for turn in body.get("messages") or ():
+    turns, tools = body.get("messages") or [], body.get("tools") or []
+    if not isinstance(turns, list) or not isinstance(tools, list):
+        raise _bad("messages and tools must be lists")
+    for turn in turns:
         messages.extend(_turn(turn))
     params: dict[str, Any] = {"messages": messages, "model": body.get("model")}
     for key in ("max_tokens", "temperature", "top_p"):
@@ -133,7 +140,7 @@ def chat_params(body: Mapping[str, Any]) -> dict[str, Any]:
             params[key] = body[key]
     if body.get("stop_sequences"):
         params["stop"] = body["stop_sequences"]
-    if body.get("tools"):
+    if tools:
         params["tools"] = [
             {
                 "type": "function",
@@ -143,7 +150,7 @@ def chat_params(body: Mapping[str, Any]) -> dict[str, Any]:
                     "parameters": t.get("input_schema", {}),
                 },
             }
-            for t in body["tools"]
+            for t in tools
             if isinstance(t, dict)
         ]
     choice = _tool_choice(body.get("tool_choice"))
