@@ -360,3 +360,21 @@ def test_a_new_journal_file_is_locked_before_another_process_can_adopt_it(
     assert adopted == []
     assert [entry["rid"] for entry in writer.own_records()] == ["rid-1"]
     writer.close()
+
+
+def test_the_pause_grows_when_redis_times_out_slower_than_the_pause() -> None:
+    """A hung Redis fails the try after a pause only when the socket times out: with a
+    socket_timeout longer than retry_pause, that failure is still the same outage (the pause
+    stayed at retry_pause forever, and each pause logged a new outage)."""
+    store = RedisStore("redis://127.0.0.1:1/0", socket_timeout=0.3, retry_pause=0.2)
+    health = store.health
+    health.failed()
+    for _ in range(3):  # each try after a pause timed out 0.3 s after the pause ended
+        health.down_until = time.monotonic() - 0.3
+        health.failed()
+    assert health.outages == 1
+    assert health.failures == 4
+    health.down_until = time.monotonic() - 60.0  # a failure long after: a new outage
+    health.failed()
+    assert health.outages == 2
+    store.close()

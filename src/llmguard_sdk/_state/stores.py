@@ -111,15 +111,18 @@ class RedisHealth:
     attempt after such a pause doubles it (up to ``cap``, jittered), and a failure long after
     the last pause starts again from ``base``. While it is down, stages decide locally, so a
     dead Redis costs one connection attempt (or one socket timeout) per pause, not per call.
+    ``attempt_seconds`` is the longest one attempt may take before it fails (a hung Redis
+    fails it only then), so its failure still counts as the same outage.
 
     .. versionadded:: 0.2.0
     """
 
-    def __init__(self, base: float = 1.0, cap: float = 30.0) -> None:
+    def __init__(self, base: float = 1.0, cap: float = 30.0, attempt_seconds: float = 0.0) -> None:
         if not (0 < base <= cap):
             raise ConfigurationError("Redis retry pauses need 0 < base <= cap")
         self.base = base
         self.cap = cap
+        self.attempt_seconds = attempt_seconds
         self.failures = 0
         self.outages = 0  # outages so far (a failure long after the last pause starts one)
         self.down_until = 0.0
@@ -134,7 +137,8 @@ class RedisHealth:
         now = time.monotonic()
         if now < self.down_until:  # another caller already paused it
             return self.down_until - now
-        probing = self.failures and now - self.down_until < max(self._pause, self.base)
+        since = now - self.down_until
+        probing = self.failures and since < max(self._pause, self.base) + self.attempt_seconds
         self.failures = self.failures + 1 if probing else 1
         if self.failures == 1:
             self.outages += 1
@@ -204,7 +208,8 @@ class RedisStore(Store):
         self.url = url
         self.local_share = float(local_share)
         self.journal_dir = journal_dir
-        self.health = RedisHealth(base=float(retry_pause))
+        # an attempt: a connection (socket_timeout), then an answer (socket_timeout)
+        self.health = RedisHealth(float(retry_pause), attempt_seconds=2.0 * socket_timeout)
         self._options: dict[str, Any] = {
             "socket_timeout": socket_timeout,
             "socket_connect_timeout": socket_timeout,
