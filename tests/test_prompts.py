@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from typing import Any
 
 import pytest
@@ -168,6 +169,17 @@ def test_cache_keys_are_stable_per_template_and_tenant_and_hide_the_tenant() -> 
     assert prompt_cache_key("support") == "support"
     with scoped(tenant="acme"):
         assert builder().build("q").cache_key == key  # the scope's tenant by default
+
+
+def test_templates_whose_names_are_rewritten_or_cut_still_get_keys_of_their_own() -> None:
+    """Key characters are ASCII: every Chinese name became ``-``, and names were cut at 48."""
+    assert prompt_cache_key("客服") != prompt_cache_key("账单")
+    long = "customer-support-assistant-for-enterprise-billing-"
+    assert prompt_cache_key(long + "v1") != prompt_cache_key(long + "v2")
+    assert prompt_cache_key("support bot") != prompt_cache_key("support-bot") == "support-bot"
+    for key in (prompt_cache_key("客服", "acme"), prompt_cache_key(long * 3)):
+        assert re.fullmatch(r"[A-Za-z0-9_.:-]+", key), key
+        assert len(key.partition(":")[0]) <= 48, key
 
 
 def test_bad_input_raises_typed_errors() -> None:

@@ -53,8 +53,12 @@ _KEY_CHARS = re.compile(r"[^A-Za-z0-9_.:-]+")
 
 def prompt_cache_key(template: str, tenant: str | None = None) -> str:
     """OpenAI's ``prompt_cache_key`` for ``template`` and ``tenant``: stable across calls and
-    processes, different per tenant, and without the tenant id in clear."""
-    name = _KEY_CHARS.sub("-", template)[:48] or "prompt"
+    processes, different per template and tenant, and without the tenant id in clear (a name
+    with characters other than ``A-Za-z0-9_.:-``, or over 48 of them, gets a digest of itself)."""
+    name = _KEY_CHARS.sub("-", template)[:48]
+    if name != template or not name:
+        digest = hashlib.sha256(template.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+        name = f"{name[:35]}-{digest}" if name.strip("-") else f"prompt-{digest}"
     if tenant is None:
         return name
     digest = hashlib.sha256(tenant.encode("utf-8")).hexdigest()[:16]
