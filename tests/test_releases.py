@@ -555,6 +555,31 @@ def test_a_release_may_be_a_deployment_group(pair: Any) -> None:
     assert sorted(served) == ["east", "east", "west", "west"]
 
 
+@pytest.mark.parametrize("strategy", ["ordered", "cheapest"])
+def test_a_budget_counts_the_releases_system_prompt_whatever_the_strategy(
+    pair: Any, strategy: str
+) -> None:
+    """A ``cheapest`` group counted the call's input tokens while ranking, before the
+    release's system prompt went in, and that count stayed the call's: the budget reserved
+    for "hi" and a $4 call went through a $1 budget."""
+    from llmguard_sdk import DeploymentGroup
+    from llmguard_sdk.budget import Budget
+    from llmguard_sdk.errors import BudgetExceededError
+
+    a, _ = pair
+    group = DeploymentGroup("g", [provider(a, "a", "fake-a-2025-01-01")], strategy=strategy)
+    release = Release("bot", "v1", group, system_prompt="word " * 4000)
+    prices = PriceTable({"fake-a-2025-01-01": Price(input=1000.0, output=1000.0)})
+    options: dict[str, Any] = {"environ": {}, "prices": prices, "telemetry": False}
+    guard = Guard(release=release, budgets=[Budget(limit_usd=1.0)], **options)
+    try:
+        with pytest.raises(BudgetExceededError):
+            guard.chat(USER, max_tokens=10)
+    finally:
+        guard.close()
+    assert a.requests == []
+
+
 def test_the_stage_scripts_work_on_redis_cluster(
     redis_cluster_url: str, cluster_prefix: str
 ) -> None:
