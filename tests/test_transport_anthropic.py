@@ -118,3 +118,25 @@ def test_anthropic_client_is_anthropic_s_own(
         return str(answer.content[0].text)
 
     assert anyio.run(run) == "Echo: hello there"
+
+
+def test_anthropic_client_takes_a_large_max_tokens_without_streaming(
+    anthropic: Any, fake: FakeProvider, make_guard: MakeGuard
+) -> None:
+    # with anthropic's default timeout kept, its SDK refused a plain call whose max_tokens
+    # might take over 10 minutes (ValueError "Streaming is required ...") before sending it:
+    # the Guard's timeout bounds the call, as in guard.client()
+    guard = make_guard(fake, retry=None)
+    message = anthropic_client(guard).messages.create(model="m", max_tokens=64000, messages=ASK)
+    assert message.content[0].text == "Echo: hello there"
+
+    async def run() -> str:
+        client = async_anthropic_client(guard)
+        answer = await client.messages.create(model="m", max_tokens=64000, messages=ASK)
+        return str(answer.content[0].text)
+
+    assert anyio.run(run) == "Echo: hello there"
+    fake.always(Fault(latency=3.0))
+    with pytest.raises(anthropic.APIStatusError) as caught:  # a per-call timeout still applies
+        anthropic_client(guard).messages.create(model="m", max_tokens=20, messages=ASK, timeout=0.3)
+    assert caught.value.status_code == 504

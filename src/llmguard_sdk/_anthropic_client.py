@@ -1,7 +1,8 @@
 """Anthropic's own client over the Guard's transport (:func:`llmguard_sdk.client.anthropic_client`):
 ``messages.create`` returns anthropic's ``Message`` (streams its events), answered by any route.
 
-Its retries are off (``max_retries=0``: one retry loop, the Guard's). A failed call raises
+Its retries are off (``max_retries=0``: one retry loop, the Guard's) and it has no timeout of
+its own (the Guard's bounds each call; a per-call ``timeout=`` shortens it). A failed call raises
 anthropic's own error for the status (``anthropic.InternalServerError`` for 503 ...: anthropic's
 SDK wraps whatever a transport raises into its connection error, so the Guard's errors come as
 answers); the Guard's error is ``error.response.extensions["llmguard_error"]`` and its class
@@ -29,7 +30,15 @@ _KEY = "llmguard"  # never sent anywhere: the transport answers in process
 
 def _options(guard: Guard, *, asynchronous: bool) -> dict[str, Any]:
     client = _client(guard, None, asynchronous=asynchronous, base_url=_BASE_URL)
-    return {"api_key": _KEY, "base_url": _BASE_URL, "max_retries": 0, "http_client": client}
+    # no timeout of the client's own: the Guard's bounds each call, a per-call timeout= shortens
+    # it (anthropic's default one also refuses a plain call with a large max_tokens)
+    return {
+        "api_key": _KEY,
+        "base_url": _BASE_URL,
+        "max_retries": 0,
+        "http_client": client,
+        "timeout": None,
+    }
 
 
 class GuardedAnthropic(_Tagged, anthropic.Anthropic):
