@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from llmguard_sdk import ConfigurationError, Guard, MemoryStore, RedisStore
+from llmguard_sdk.cache import ResponseCache
 from llmguard_sdk.store import hash_id, open_store
 from tests.conftest import crowd_a_small_pool
 
@@ -87,3 +88,12 @@ def test_socket_timeout_must_be_a_bounded_positive_number(bad: float) -> None:
     # error: no stage fell back, and ping(), which promises False, raised it too)
     with pytest.raises(ConfigurationError, match="socket_timeout"):
         RedisStore("redis://127.0.0.1:1/0", socket_timeout=bad)
+
+
+@pytest.mark.parametrize("bad", [None, 6379, ["memory"]])
+def test_a_store_spec_that_is_not_text_is_a_configuration_error(bad: object) -> None:
+    # open_store called .strip() on it: AttributeError (ResponseCache(store=None) too)
+    with pytest.raises(ConfigurationError, match="store"):
+        open_store(bad)  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="store"):
+        ResponseCache(store=bad)  # type: ignore[arg-type]

@@ -518,6 +518,10 @@ def open_store(spec: str | Store, *, key_prefix: str = "llmguard", **options: An
     existing :class:`Store`; ``options`` go to :class:`RedisStore`."""
     if isinstance(spec, Store):
         return spec
+    if not isinstance(spec, str):
+        raise ConfigurationError(
+            f"store must be 'memory', a Redis URL or a Store, got {type(spec).__name__}"
+        )
     if spec.strip().lower() == "memory":
         return MemoryStore(key_prefix)
     url = spec.strip()
