@@ -16,8 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import anthropic
 
-from ._openai_client import _Tagged
-from .transport import _client
+from ._openai_client import _options, _Tagged
 
 if TYPE_CHECKING:
     from .guard import Guard
@@ -25,27 +24,18 @@ if TYPE_CHECKING:
 __all__ = ["AsyncGuardedAnthropic", "GuardedAnthropic"]
 
 _BASE_URL = "http://llmguard.invalid"
-_KEY = "llmguard"  # never sent anywhere: the transport answers in process
 
 
-def _options(guard: Guard, *, asynchronous: bool) -> dict[str, Any]:
-    client = _client(guard, None, asynchronous=asynchronous, base_url=_BASE_URL)
-    # no timeout of the client's own: the Guard's bounds each call, a per-call timeout= shortens
-    # it (anthropic's default one also refuses a plain call with a large max_tokens)
-    return {
-        "api_key": _KEY,
-        "base_url": _BASE_URL,
-        "max_retries": 0,
-        "http_client": client,
-        "timeout": None,
-    }
+def _anthropic_options(guard: Guard, *, asynchronous: bool) -> dict[str, Any]:
+    # the Guard's errors as answers: anthropic's SDK wraps what a transport raises
+    return _options(guard, asynchronous=asynchronous, base_url=_BASE_URL, raise_errors=False)
 
 
 class GuardedAnthropic(_Tagged, anthropic.Anthropic):
     """``anthropic.Anthropic`` whose requests the Guard answers."""
 
     def __init__(self, guard: Guard) -> None:
-        super().__init__(**_options(guard, asynchronous=False))
+        super().__init__(**_anthropic_options(guard, asynchronous=False))
         self.guard = guard
 
 
@@ -53,5 +43,5 @@ class AsyncGuardedAnthropic(_Tagged, anthropic.AsyncAnthropic):
     """``anthropic.AsyncAnthropic`` whose requests the Guard answers."""
 
     def __init__(self, guard: Guard) -> None:
-        super().__init__(**_options(guard, asynchronous=True))
+        super().__init__(**_anthropic_options(guard, asynchronous=True))
         self.guard = guard

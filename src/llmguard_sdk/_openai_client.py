@@ -27,13 +27,20 @@ _KEY = "llmguard"  # never sent anywhere: the transport answers in process
 T = TypeVar("T")
 
 
-def _options(guard: Guard, *, asynchronous: bool) -> dict[str, Any]:
+def _options(
+    guard: Guard, *, asynchronous: bool, base_url: str = _BASE_URL, raise_errors: bool = True
+) -> dict[str, Any]:
+    """An SDK client's options over the Guard's transport (openai's, anthropic's): no retries
+    (one loop, the Guard's) and no timeout of its own (the Guard's bounds each call, a per-call
+    ``timeout=`` shortens it; anthropic's default one also refuses a plain call with a large
+    ``max_tokens``)."""
     # httpx2 where installed (openai 3.x), else httpx (openai 1.x and 2.x)
-    client = _client(guard, None, asynchronous=asynchronous, raise_errors=True, base_url=_BASE_URL)
-    # no timeout of the client's own: the Guard's bounds each call, a per-call timeout= shortens it
+    client = _client(
+        guard, None, asynchronous=asynchronous, raise_errors=raise_errors, base_url=base_url
+    )
     return {
         "api_key": _KEY,
-        "base_url": _BASE_URL,
+        "base_url": base_url,
         "max_retries": 0,
         "http_client": client,
         "timeout": None,
