@@ -328,3 +328,17 @@ def test_redis_a_long_open_duration_still_trips_in_redis(redis_url: str, redis_p
     assert backend.state("r") == "open"
     assert store.client.ttl(store.key("cb", hash_id("r"), "s")) > 0
     store.close()
+
+
+def test_redis_down_the_state_is_the_local_breakers() -> None:
+    """While Redis cannot be reached, ``state()`` reads the local breakers the calls use
+    (it raised redis' ConnectionError, after a socket timeout each time)."""
+    store = RedisStore("redis://127.0.0.1:1/0", socket_timeout=0.2)
+    breakers = Breakers(RedisBreakerBackend(store, POLICY))
+    assert breakers.state("r") == "closed"
+    for _ in range(4):
+        assert breakers.permit("r").allowed
+        breakers.record("r", ProviderUnavailableError("down"), seconds=0.1)
+    assert breakers.state("r") == "open"  # the local breaker the calls saw trip
+    assert store.health.outages == 1
+    store.close()

@@ -131,9 +131,15 @@ class RedisBreakerBackend:
     end_open_wait = blocking(end_open_wait_steps)
 
     def state(self, route: str) -> State:
-        """The state stored in Redis (``closed`` when it holds none)."""
-        raw = self._store.client.hget(self._keys(route)[0], "s")
-        return _state(raw or b"closed")
+        """The state stored in Redis (``closed`` when it holds none); while Redis cannot be
+        reached, the state of this process's local breaker (the one its calls use then)."""
+        if self._outage.up():
+            try:
+                raw = self._store.client.hget(self._keys(route)[0], "s")
+                return _state(raw or b"closed")
+            except redis_errors() as exc:
+                self._outage.failed(exc)
+        return self._fallback.state(route)
 
     def isolate(self, route: str) -> None:
         """Open ``route``'s breaker in every process until :meth:`reset`."""
