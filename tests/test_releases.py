@@ -391,6 +391,35 @@ def test_two_guards_sharing_redis_agree_on_the_stage_and_the_cli_moves_it(
             guard.close()
 
 
+def test_counters_wait_out_a_redis_outage_instead_of_being_dropped(
+    pair: Any, redis_url: str, redis_prefix: str
+) -> None:
+    """An exchange during a Redis pause dropped the calls counted since the last one: their
+    evidence never reached the canary's counters."""
+    import time
+
+    from llmguard_sdk import RedisStore
+
+    a, b = pair
+    store = RedisStore(redis_url, key_prefix=redis_prefix, retry_pause=0.2)
+    guard = _canary_guard(a, b, store=store)
+    try:
+        controls = guard.releases
+        assert controls is not None
+        controls.start_now()
+        _traffic(guard, 10)
+        store.health.failed()  # Redis paused: the exchange waits for it
+        assert controls.flush() is not None
+        deadline = time.monotonic() + 10.0
+        while not store.health.up() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        controls.flush()
+        status = controls.status()
+    finally:
+        guard.close()
+    assert status["control"]["calls"] + status["candidate"]["calls"] == 10
+
+
 # -- shadow ---------------------------------------------------------------------------------------
 
 

@@ -238,12 +238,12 @@ class ReleaseControl:
         backend, policy, candidate = self.backend, self.policy, self.plan.candidate
         if backend is None or policy is None or candidate is None:
             return None
+        if not self._outage.up():  # the counters wait for Redis, counted under their stage
+            return self._stage
         with self._lock:
             control, canary = self._pending
             self._pending = ({}, {})
             version = self._stage.version if self._stage is not None else 0
-        if not self._outage.up():
-            return self._stage
         try:
             found = backend.exchange(self.plan.store_key, candidate.id, version, control, canary)
             stage = found.stage
