@@ -22,7 +22,7 @@ from llmguard_sdk.cache import (
 )
 from llmguard_sdk.cache.embedders.hashing import _rarity
 from llmguard_sdk.context import Scope, scoped
-from llmguard_sdk.errors import ConfigurationError
+from llmguard_sdk.errors import ConfigurationError, RequestValidationError
 from llmguard_sdk.models import ChatRequest, ChatResponse, Message
 from llmguard_sdk.tokens import cl100k_encoding
 from tests.conftest import RedisTarget
@@ -254,6 +254,17 @@ def test_a_tag_with_a_comma_is_not_two_tags(make_cache: Any) -> None:
     hit = cache.lookup(ask(FAQ), tags=["team:b", "team:a"])
     assert hit is not None
     assert hit.response.text == "for a and b"
+
+
+def test_one_string_of_tags_is_refused_not_split_into_its_characters() -> None:
+    cache = ResponseCache()
+    cache.store(ask(FAQ), answer("for a and b"), tags=["a", "b"])
+    for tags in ("ba", b"ab", ["a", 1]):
+        with pytest.raises(RequestValidationError, match="list of strings"):
+            cache.lookup(ask(FAQ), tags=tags)  # type: ignore[arg-type]
+        with pytest.raises(RequestValidationError):
+            cache.store(ask(FAQ), answer("?"), tags=tags)  # type: ignore[arg-type]
+    assert cache.lookup(ask(FAQ), tags=iter(["b", "a"])) is not None  # type: ignore[arg-type]
 
 
 @settings(

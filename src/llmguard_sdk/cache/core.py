@@ -37,7 +37,7 @@ from .embedders import DEFAULT_THRESHOLD, Embedder, HashingEmbedder, suggested_t
 from .entry import CacheEntry, CacheHit, CacheOptions, CacheStats
 from .guards import AGREED_ALLOWANCE, Verifier, guard_rejection, strict_agreement
 from .index import Match, Probe
-from .keys import CacheKeys, request_keys
+from .keys import CacheKeys, _joined_tags, request_keys
 from .monitor import FalseHitMonitor
 
 __all__ = ["DEFAULT_THRESHOLD", "ResponseCache"]
@@ -256,7 +256,7 @@ class ResponseCache:
             self.version,
             _id_hash(scope.tenant) if scope.tenant is not None else "",
             _id_hash(scope.user) if self.per_user and scope.user is not None else "",
-            ",".join(sorted({_escaped(tag) for tag in tags})) if tags else "",
+            _joined_tags(tags),
             self.embedder.name if self.semantic else "",
         )
         return request_keys(request, partition)
@@ -589,11 +589,6 @@ class ResponseCache:
     def close(self) -> None:
         """Close the store's connections."""
         self.state.close()
-
-
-def _escaped(tag: str) -> str:
-    """A cache tag as the partition joins it (``["a,b"]`` must not join as ``["a", "b"]``)."""
-    return tag.replace("\\", "\\\\").replace(",", "\\,")
 
 
 def _hit(kind: Literal["exact", "semantic"], entry: CacheEntry, similarity: float) -> CacheHit:

@@ -18,11 +18,13 @@ this module keeps no state between calls.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
 from .._json import canonical_json
+from ..errors import RequestValidationError
 from ..models import ChatRequest
 
 __all__ = ["CacheKeys", "canonical_json", "request_keys"]
@@ -50,6 +52,16 @@ class CacheKeys:
     context: str
     query: str
     """The text the semantic cache embeds: the last user turn."""
+
+
+def _joined_tags(tags: Sequence[str]) -> str:
+    """A call's permission tags as its partition holds them: sorted, without repeats, commas
+    and backslashes escaped (``["a,b"]`` is not ``["a", "b"]``). One string is refused, not
+    split into its characters (``"ab"`` would share the entries of ``"ba"``)."""
+    found = None if isinstance(tags, (str, bytes)) else tuple(tags)
+    if found is None or not all(isinstance(tag, str) for tag in found):
+        raise RequestValidationError(f"cache tags must be a list of strings, got {tags!r}")
+    return ",".join(sorted({tag.replace("\\", "\\\\").replace(",", "\\,") for tag in found}))
 
 
 def _last_user_index(request: ChatRequest) -> int | None:
