@@ -57,12 +57,15 @@ def test_a_shadow_refuses_a_timeout_its_calls_could_not_take(timeout: Any) -> No
         ShadowPolicy(timeout=timeout)
 
 
-@pytest.mark.parametrize("score", [math.nan, math.inf, "good", None])
+@pytest.mark.parametrize(
+    ("score", "label"),
+    [(math.nan, None), (math.inf, None), ("good", None), (None, None), (0.0, 5)],
+)
 def test_a_bad_feedback_score_is_refused_before_the_canary_counts_it(
-    score: Any, otel: Exported
+    score: Any, label: Any, otel: Exported
 ) -> None:
     """The canary counted any score (NaN as a good one; a string raised TypeError) before
-    telemetry refused it."""
+    telemetry refused it, and a good score whose label telemetry then refused."""
     with FakeProvider(name="a") as a, FakeProvider(name="b") as b:
         current = Release("bot", "v1", _route(a, "a", "fake-a-2025-01-01"))
         candidate = Release("bot", "v2", _route(b, "b", "fake-b-2025-02-01"))
@@ -74,8 +77,8 @@ def test_a_bad_feedback_score_is_refused_before_the_canary_counts_it(
             assert controls is not None
             controls.start_now()
             answer = guard.chat([{"role": "user", "content": "hi"}], user="u1")
-            with pytest.raises(RequestValidationError, match="score"):
-                guard.feedback(answer.metadata["call_id"], score)
+            with pytest.raises(RequestValidationError, match=r"score|label"):
+                guard.feedback(answer.metadata["call_id"], score, label=label)
             assert guard.feedback(answer.metadata["call_id"], 1.0) is True
             controls.flush()
             status = controls.status()

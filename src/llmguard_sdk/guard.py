@@ -538,9 +538,10 @@ class Guard(Closes, AsyncCloses):
         .. versionadded:: 0.2.0
         """
         telemetry, releases = self._stages.telemetry, self._stages.releases
-        if releases is not None:  # the canary counts scores on the call's arm
+        known = telemetry.feedback(call_id, score, label=label) if telemetry else False
+        if releases is not None:  # the canary counts scores on the call's arm (once valid)
             releases.feedback(call_id, score)
-        return telemetry.feedback(call_id, score, label=label) if telemetry else False
+        return known
 
     # -- lifecycle ---------------------------------------------------------------------------
 
