@@ -146,6 +146,7 @@ class _Embeddings(BaseHTTPRequestHandler):
     embedder = HashingEmbedder(dimension=64)
     seen: ClassVar[list[dict[str, Any]]] = []
     broken = False
+    raw: ClassVar[bytes | None] = None  # sent instead of the vectors
 
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -153,6 +154,7 @@ class _Embeddings(BaseHTTPRequestHandler):
         vectors = self.embedder.embed(body["input"])
         data = [{"index": i, "embedding": v.tolist()} for i, v in enumerate(vectors)]
         payload = json.dumps({"data": data[::-1] if not self.broken else data[:1]}).encode()
+        payload = self.raw if self.raw is not None else payload
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(payload)))
@@ -168,7 +170,7 @@ def embeddings_url() -> Iterator[str]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Embeddings)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     _Embeddings.seen.clear()
-    _Embeddings.broken = False
+    _Embeddings.broken, _Embeddings.raw = False, None
     yield f"http://127.0.0.1:{server.server_address[1]}/v1"
     server.shutdown()
     server.server_close()
@@ -193,6 +195,18 @@ def test_openai_embedder_over_http(embeddings_url: str) -> None:
     _Embeddings.broken = True
     with pytest.raises(MalformedResponseError):
         embedder.embed(["one", "two"])
+    embedder.close()
+
+
+def test_openai_embedder_answers_that_are_not_vectors_are_typed_errors(
+    embeddings_url: str,
+) -> None:
+    embedder = OpenAIEmbedder(embeddings_url, "embed-small", 2)
+    rows = [{"index": "0", "embedding": [1.0, 0.0]}, {"index": None, "embedding": [0.0, 1.0]}]
+    for raw in (b"<html>502 Bad Gateway</html>", json.dumps({"data": rows}).encode()):
+        _Embeddings.raw = raw
+        with pytest.raises(MalformedResponseError):
+            embedder.embed(["one", "two"])
     embedder.close()
 
 

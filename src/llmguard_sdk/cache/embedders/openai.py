@@ -70,7 +70,13 @@ class OpenAIEmbedder:
                 route="embeddings",
                 status_code=answer.status_code,
             )
-        return _vectors_from_payload(answer.json(), len(texts), self.dimension)
+        try:
+            payload = answer.json()
+        except ValueError:  # a proxy's HTML page, say
+            raise MalformedResponseError(
+                "embeddings answer is not JSON", route="embeddings"
+            ) from None
+        return _vectors_from_payload(payload, len(texts), self.dimension)
 
     def close(self) -> None:
         """Close the HTTP connection pool."""
@@ -83,8 +89,8 @@ def _vectors_from_payload(payload: Any, count: int, dimension: int) -> Vectors:
         raise MalformedResponseError(
             "embeddings answer lacks one vector per input", route="embeddings"
         )
-    rows = sorted(data, key=lambda item: item.get("index", 0) if isinstance(item, dict) else 0)
     try:
+        rows = sorted(data, key=lambda item: item.get("index", 0) if isinstance(item, dict) else 0)
         vectors = np.array([row["embedding"] for row in rows], dtype=np.float32)
     except (KeyError, TypeError, ValueError) as exc:
         raise MalformedResponseError(
