@@ -42,6 +42,10 @@ def test_a_cluster_url_opens_a_cluster_store() -> None:
         "redis+cluster://127.0.0.1",  # no port
         "redis+cluster://127.0.0.1:7000,:7001",
         "redis+cluster://127.0.0.1:7000/3",  # a cluster has database 0 only
+        # no port above 65535: accepted, then every call raised ValueError (ping() too)
+        "redis+cluster://127.0.0.1:99999",
+        "redis+cluster://127.0.0.1:7000,127.0.0.1:70000",
+        "redis+cluster://127.0.0.1:\u00b2",  # a digit to str.isdigit, not to int(): ValueError
     ],
 )
 def test_bad_cluster_urls_are_configuration_errors(bad: str) -> None:

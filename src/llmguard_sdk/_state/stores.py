@@ -335,7 +335,7 @@ class RedisClusterStore(RedisStore):
         nodes: list[tuple[str, int]] = []
         for item in hosts.split(","):
             host, _, port = item.strip().rpartition(":")
-            if not host or not port.isdigit():
+            if not host or not (port.isascii() and port.isdigit() and int(port) <= 65535):
                 raise ConfigurationError(
                     f"bad Redis Cluster URL {_redacted(self.url)!r}: nodes are host:port"
                 )
