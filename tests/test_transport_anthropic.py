@@ -3,6 +3,9 @@ SDK answered by the Guard, whatever route serves."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
 from collections.abc import Callable
 from typing import Any
 
@@ -140,3 +143,28 @@ def test_anthropic_client_takes_a_large_max_tokens_without_streaming(
     with pytest.raises(anthropic.APIStatusError) as caught:  # a per-call timeout still applies
         anthropic_client(guard).messages.create(model="m", max_tokens=20, messages=ASK, timeout=0.3)
     assert caught.value.status_code == 504
+
+
+def test_anthropic_client_needs_no_openai(anthropic: Any) -> None:
+    # "Needs the anthropic package": it imported openai too (ModuleNotFoundError without it)
+    script = textwrap.dedent(
+        """
+        import sys
+        sys.modules["openai"] = None  # as if it were not installed
+        from llmguard_sdk import Guard, OpenAICompatibleProvider
+        from llmguard_sdk.client import anthropic_client
+        from llmguard_sdk.testing import FakeProvider
+
+        with FakeProvider() as fake:
+            guard = Guard(OpenAICompatibleProvider(fake.base_url), environ={})
+            ask = [{"role": "user", "content": "hi"}]
+            message = anthropic_client(guard).messages.create(model="m", max_tokens=9, messages=ask)
+            print(message.content[0].text, message.llmguard.attempts)
+            guard.close()
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "Echo: hi 1"

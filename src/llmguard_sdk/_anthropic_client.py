@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import anthropic
 
-from ._openai_client import _options, _Tagged
+from ._sdk_clients import _options, _Tagged
 
 if TYPE_CHECKING:
     from .guard import Guard
