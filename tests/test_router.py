@@ -171,6 +171,19 @@ def test_bad_groups_are_refused() -> None:
         Guard([DeploymentGroup("g", [route]), route], environ={})
 
 
+@pytest.mark.parametrize(
+    "setting",
+    [{"half_life_s": "10"}, {"penalty_s": None}, {"slack": "2"}, {"regions": ["a"]}],
+)
+def test_group_settings_of_the_wrong_kind_are_configuration_errors(
+    setting: dict[str, object],
+) -> None:
+    """They raised TypeError or AttributeError."""
+    route = OpenAICompatibleProvider("http://127.0.0.1:9/v1", model="m", name="a")
+    with pytest.raises(ConfigurationError):
+        DeploymentGroup("g", [route], **setting)  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize("weights", [[math.inf, 1.0], [math.nan, 1.0], ["2", "1"], [None, 1.0]])
 def test_weights_must_be_finite_numbers(weights: list[object]) -> None:
     """An infinite weight was accepted and every call then raised ValueError ("Total of

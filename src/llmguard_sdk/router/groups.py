@@ -127,8 +127,12 @@ class DeploymentGroup:
             or not any(weights)
         ):
             raise ConfigurationError("weights: one finite number >= 0 per deployment, not all 0")
-        if not (half_life_s > 0 and penalty_s >= 0 and slack >= 1):
+        if not all(isinstance(v, int | float) for v in (half_life_s, penalty_s, slack)) or not (
+            half_life_s > 0 and penalty_s >= 0 and slack >= 1
+        ):
             raise ConfigurationError("half_life_s must be > 0, penalty_s >= 0 and slack >= 1")
+        if regions is not None and not isinstance(regions, Mapping):
+            raise ConfigurationError("regions: a mapping of deployment names to regions")
         self.name = name
         self.deployments = tuple(deployments)
         self.strategy: Strategy = strategy
