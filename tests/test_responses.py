@@ -3,6 +3,9 @@ the Guard (any route), cached, budgeted and reported like chat."""
 
 from __future__ import annotations
 
+import contextlib
+import json
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -11,10 +14,16 @@ import openai
 import pytest
 from openai.types.responses import Response
 
-from llmguard_sdk import CallEvent, Guard, ProviderUnavailableError
+from llmguard_sdk import CallEvent, Guard, ProviderError, ProviderUnavailableError
 from llmguard_sdk.budget import Budget, Budgets, Price, PriceTable
 from llmguard_sdk.client import _openai_client
-from llmguard_sdk.providers.responses import OpenAIResponsesProvider
+from llmguard_sdk.providers.anthropic import AnthropicStreamState
+from llmguard_sdk.providers.responses import (
+    OpenAIResponsesProvider,
+    ResponsesStreamState,
+    parse_response,
+)
+from llmguard_sdk.providers.wire import StreamState
 from llmguard_sdk.testing import FakeProvider, Fault
 
 from .conftest import USER
@@ -170,3 +179,39 @@ def test_reasoning_tokens_reach_the_chat_shape_too(fake: FakeProvider) -> None:
     response = client.responses.create(model="m", input="hi", reasoning={"effort": "medium"})
     assert response.usage is not None
     assert response.usage.output_tokens_details.reasoning_tokens == 4
+
+
+_JSON_DELTA = {"type": "input_json_delta", "partial_json": "{"}
+
+
+@pytest.mark.parametrize(
+    ("state", "event"),
+    [
+        (ResponsesStreamState, {"type": "response.failed", "response": None}),
+        (ResponsesStreamState, {"type": "response.failed", "response": [1]}),
+        (
+            ResponsesStreamState,
+            {"type": "response.function_call_arguments.delta", "output_index": []},
+        ),
+        (AnthropicStreamState, {"type": "content_block_delta", "index": [], "delta": _JSON_DELTA}),
+        (AnthropicStreamState, {"type": "content_block_stop", "index": {"a": 1}}),
+    ],
+)
+def test_hostile_stream_events_are_provider_errors_or_nothing(
+    state: type[StreamState], event: dict[str, Any]
+) -> None:
+    decoding = state("r", time.monotonic() + 60)
+    decoding.accept(200, {"content-type": "text/event-stream"})
+    with contextlib.suppress(ProviderError):  # AttributeError / TypeError (unhashable) before
+        list(decoding.feed(b"data: " + json.dumps(event).encode() + b"\n\n"))
+
+
+@pytest.mark.parametrize("content", [353, True, "text"])
+def test_a_responses_message_whose_content_is_no_list_is_read_without_crashing(
+    content: object,
+) -> None:
+    body = {"output": [{"type": "message", "content": content}], "status": "completed"}
+    answer = parse_response(
+        200, {"content-type": "application/json"}, json.dumps(body).encode(), route="r"
+    )
+    assert answer.text == ""  # a TypeError before ("'int' object is not iterable")

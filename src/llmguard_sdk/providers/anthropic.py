@@ -374,6 +374,8 @@ class AnthropicStreamState(StreamState):
     def _event(self, data: str) -> StreamChunk | None:
         event = self.event_object(data)
         kind = event.get("type")
+        index = event.get("index")
+        index = index if isinstance(index, int) else None  # (a list or an object is no key)
         if kind == "error":
             error = event.get("error")
             message = error.get("message") if isinstance(error, dict) else None
@@ -391,8 +393,7 @@ class AnthropicStreamState(StreamState):
             return self._make()
         if kind == "content_block_start":
             block = event.get("content_block")
-            index = event.get("index")
-            if not isinstance(block, dict) or not isinstance(index, int):
+            if not isinstance(block, dict) or index is None:
                 raise self.failure(MalformedResponseError, "content_block_start is malformed")
             if block.get("type") == "tool_use":
                 self.tools[index] = len(self.tools)
@@ -405,12 +406,12 @@ class AnthropicStreamState(StreamState):
                 raise self.failure(MalformedResponseError, "content_block_delta has no delta")
             if delta.get("type") == "text_delta" and _is_str(delta.get("text")):
                 return self._make(text=delta["text"])
-            if delta.get("type") == "input_json_delta" and event.get("index") in self.tools:
+            if delta.get("type") == "input_json_delta" and index in self.tools:
                 part = delta.get("partial_json")
                 if _is_str(part) and part:
-                    self.with_input.add(event["index"])
+                    self.with_input.add(index)
                 call = {
-                    "index": self.tools[event["index"]],
+                    "index": self.tools[index],
                     "function": {"arguments": part if _is_str(part) else ""},
                 }
                 return self._make(tool_calls=[call])
@@ -425,7 +426,6 @@ class AnthropicStreamState(StreamState):
         if kind == "message_stop":
             self.done = True
             return None
-        index = event.get("index")
         if kind == "content_block_stop" and index in self.tools and index not in self.with_input:
             # a tool without input streams none ("" at most): its arguments are "{}", as in
             # a whole answer (json.loads("") fails)

@@ -152,7 +152,8 @@ def _output(data: Mapping[str, Any]) -> tuple[str, list[dict[str, Any]]]:
         if not isinstance(item, dict):
             continue
         if item.get("type") == "message":
-            for part in item.get("content") or ():
+            content = item.get("content")
+            for part in content if isinstance(content, list) else ():
                 if isinstance(part, dict) and part.get("type") == "output_text":
                     text.append(str(part.get("text", "")))
         elif item.get("type") == "function_call":
@@ -209,7 +210,9 @@ class ResponsesStreamState(AnthropicStreamState):
         event = self.event_object(data)
         kind = event.get("type")
         if kind in ("error", "response.failed"):
-            error = event.get("response", {}).get("error") if kind != "error" else event
+            response = event.get("response")
+            failed = response.get("error") if isinstance(response, dict) else None
+            error = event if kind == "error" else failed
             message = error.get("message") if isinstance(error, dict) else None
             raise self.failure(ProviderUnavailableError, str(message or "the response failed"))
         if kind == "response.created":
@@ -237,11 +240,12 @@ class ResponsesStreamState(AnthropicStreamState):
 
     def _call(self, kind: str, event: dict[str, Any]) -> StreamChunk | None:
         at = event.get("output_index")
+        at = at if isinstance(at, int) else None  # (a list or an object is no key)
         if kind == "response.output_item.added":
             item = event.get("item")
             if not isinstance(item, dict) or item.get("type") != "function_call":
                 return None
-            index = self.calls[at if isinstance(at, int) else len(self.calls)] = len(self.calls)
+            index = self.calls[len(self.calls) if at is None else at] = len(self.calls)
             call = {
                 "index": index,
                 "id": item.get("call_id"),
