@@ -15,6 +15,7 @@ import pytest
 from llmguard_sdk.cache import (
     DEFAULT_THRESHOLD,
     HashingEmbedder,
+    HybridEmbedder,
     OpenAIEmbedder,
     Pair,
     ResponseCache,
@@ -208,6 +209,12 @@ def test_openai_embedder_answers_that_are_not_vectors_are_typed_errors(
         with pytest.raises(MalformedResponseError):
             embedder.embed(["one", "two"])
     embedder.close()
+
+
+def test_a_hybrid_weight_that_is_not_a_finite_positive_number_is_refused() -> None:
+    for weight in (float("nan"), float("inf"), 0.0):  # NaN and inf: every vector was NaN
+        with pytest.raises(ConfigurationError, match="positive, finite weights"):
+            HybridEmbedder([(HashingEmbedder(), weight), (HashingEmbedder(dimension=64), 1.0)])
 
 
 def test_openai_embedder_unreachable_is_a_typed_error() -> None:

@@ -34,8 +34,8 @@ class HybridEmbedder:
         *,
         default_threshold: float | None = None,
     ) -> None:
-        if not parts or any(weight <= 0 for _, weight in parts):
-            raise ConfigurationError("HybridEmbedder needs parts with positive weights")
+        if not parts or any(not 0 < weight < math.inf for _, weight in parts):  # (NaN too)
+            raise ConfigurationError("HybridEmbedder needs parts with positive, finite weights")
         total = sum(weight for _, weight in parts)
         self.parts = [(embedder, weight / total) for embedder, weight in parts]
         self._scales = [np.float32(math.sqrt(weight)) for _, weight in self.parts]
