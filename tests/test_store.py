@@ -97,3 +97,14 @@ def test_a_store_spec_that_is_not_text_is_a_configuration_error(bad: object) -> 
         open_store(bad)  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError, match="store"):
         ResponseCache(store=bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "query",
+    ["max_connections=0", "socket_timeout=inf", "socket_connect_timeout=1e12", "timeout=inf"],
+)
+def test_the_urls_pool_options_are_checked_too(query: str) -> None:
+    # the URL's query wins over the keywords: max_connections=0 there hung the constructor,
+    # an infinite timeout there made every operation raise OverflowError
+    with pytest.raises(ConfigurationError, match=query.partition("=")[0]):
+        RedisStore(f"redis://127.0.0.1:1/0?{query}")

@@ -159,6 +159,16 @@ def _whole(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def _check_url_options(options: dict[str, Any]) -> None:
+    """Raise ValueError for pool options of a Redis URL's query that the keywords refuse."""
+    for name in ("socket_timeout", "socket_connect_timeout", "timeout"):
+        seconds = options.get(name)
+        if seconds is not None and not 0 < seconds <= _MAX_SOCKET_TIMEOUT:
+            raise ValueError(f"{name} must be in (0, {_MAX_SOCKET_TIMEOUT:g}] seconds")
+    if options.get("max_connections", 1) < 1:
+        raise ValueError("max_connections must be at least 1")
+
+
 class RedisStore(Store):
     """State shared through Redis by every process that uses the same URL and prefix.
 
@@ -233,10 +243,13 @@ class RedisStore(Store):
         # restarted), none on a timeout: a slow Redis must not cost two timeouts.
         import redis
         from redis.backoff import NoBackoff
+        from redis.connection import parse_url
         from redis.retry import Retry
 
         self._options["retry"] = Retry(NoBackoff(), 1, supported_errors=(redis.ConnectionError,))
         try:  # more callers than connections wait for one (bounded), not "Redis down"
+            # the URL's query wins over the keywords: its pool options get the same checks
+            _check_url_options(parse_url(self.url))  # type: ignore[no-untyped-call]
             self._pool = redis.BlockingConnectionPool.from_url(self.url, **self._pool_options())
         except ValueError as exc:
             raise ConfigurationError(f"bad Redis URL {_redacted(self.url)!r}: {exc}") from None
