@@ -13,8 +13,10 @@ from openai.types.chat import ChatCompletion as OpenAIChatCompletion
 from openai.types.chat import ChatCompletionChunk as OpenAIChatCompletionChunk
 
 from llmguard_sdk import (
+    AsyncGuardedClient,
     CallEvent,
     Guard,
+    GuardedClient,
     ProviderTimeoutError,
     RateLimitedError,
     RequestValidationError,
@@ -210,3 +212,30 @@ def test_async_drop_in_client(fake: FakeProvider, make_guard: MakeGuard) -> None
         return completion.choices[0].message.content, "".join(p or "" for p in pieces)  # type: ignore[union-attr,return-value]
 
     assert anyio.run(run) == ("Echo: hello there", "Echo: hello there")
+
+
+def test_look_alike_streams_usage_only_when_asked(
+    fake: FakeProvider, make_guard: MakeGuard
+) -> None:
+    # as openai's own client (and the provider): without stream_options.include_usage no last
+    # chunk without choices, so `chunk.choices[0]` on every chunk works
+    guard = make_guard(fake)
+    plain = list(
+        GuardedClient(guard).chat.completions.create(model="m", messages=USER, stream=True)
+    )
+    assert "".join(c.choices[0].delta.content or "" for c in plain) == "Echo: hello there"
+    assert all(c.usage is None for c in plain)
+    options: Any = {"stream": True, "stream_options": {"include_usage": True}}
+    counted = list(
+        GuardedClient(guard).chat.completions.create(model="m", messages=USER, **options)
+    )
+    assert counted[-1].choices == []
+    assert counted[-1].usage is not None
+
+    async def run() -> list[Any]:
+        stream = await AsyncGuardedClient(guard).chat.completions.create(
+            model="m", messages=USER, stream=True
+        )
+        return [c async for c in stream]  # type: ignore[union-attr]
+
+    assert all(c.choices for c in anyio.run(run))

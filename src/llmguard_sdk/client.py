@@ -151,11 +151,14 @@ def to_completion(response: ChatResponse) -> ChatCompletion:
     )
 
 
-def to_chunk(chunk: StreamChunk, created: int) -> ChatCompletionChunk:
-    """A :class:`StreamChunk` in openai's ``ChatCompletionChunk`` shape."""
-    is_usage_only = chunk.usage is not None and not (
-        chunk.text or chunk.finish_reason or chunk.tool_calls
-    )
+def _usage_only(chunk: StreamChunk) -> bool:
+    return chunk.usage is not None and not (chunk.text or chunk.finish_reason or chunk.tool_calls)
+
+
+def to_chunk(chunk: StreamChunk, created: int, *, usage: bool = True) -> ChatCompletionChunk:
+    """A :class:`StreamChunk` in openai's ``ChatCompletionChunk`` shape (``usage``: with its
+    usage, which openai sends only when ``stream_options.include_usage`` asks for it)."""
+    is_usage_only = _usage_only(chunk)
     choices = (
         []
         if is_usage_only
@@ -173,8 +176,13 @@ def to_chunk(chunk: StreamChunk, created: int) -> ChatCompletionChunk:
         created=created,
         model=chunk.model,
         choices=choices,
-        usage=_openai_usage(chunk.usage),
+        usage=_openai_usage(chunk.usage) if usage else None,
     )
+
+
+def _asks_usage(params: Mapping[str, Any]) -> bool:
+    options = params.get("stream_options")
+    return isinstance(options, Mapping) and options.get("include_usage") is True
 
 
 def _call_arguments(
@@ -186,7 +194,7 @@ def _call_arguments(
     n = params.pop("n", None)
     if n not in (None, 1):
         raise RequestValidationError("n must be 1: the Guard returns one choice per call")
-    params.pop("stream_options", None)  # the Guard always asks for usage
+    params.pop("stream_options", None)  # the Guard always asks its routes for usage
     timeout = params.pop("timeout", None)
     if timeout is not None and not isinstance(timeout, (int, float)):
         raise RequestValidationError("timeout must be a number of seconds")
@@ -228,9 +236,10 @@ class _Completions:
         **params: Any,
     ) -> ChatCompletion | ChunkStream:
         """Like ``openai.OpenAI().chat.completions.create``, through the Guard."""
+        usage = _asks_usage(params)
         arguments = _call_arguments(messages, model, params)
         if stream:
-            return ChunkStream(self._guard.chat(stream=True, **arguments))
+            return ChunkStream(self._guard.chat(stream=True, **arguments), usage=usage)
         return to_completion(self._guard.chat(**arguments))
 
 
@@ -247,9 +256,10 @@ class _AsyncCompletions:
         **params: Any,
     ) -> ChatCompletion | AsyncChunkStream:
         """Like ``openai.AsyncOpenAI().chat.completions.create``, through the Guard."""
+        usage = _asks_usage(params)
         arguments = _call_arguments(messages, model, params)
         if stream:
-            return AsyncChunkStream(await self._guard.achat(stream=True, **arguments))
+            return AsyncChunkStream(await self._guard.achat(stream=True, **arguments), usage=usage)
         return to_completion(await self._guard.achat(**arguments))
 
 
@@ -257,11 +267,15 @@ _GuardStream = TypeVar("_GuardStream", "ChatStream", "AsyncChatStream")
 
 
 class _Chunks(Generic[_GuardStream]):
-    """A Guard stream read as openai-shaped chunks."""
+    """A Guard stream read as openai-shaped chunks (usage only when ``usage``)."""
 
-    def __init__(self, stream: _GuardStream) -> None:
+    def __init__(self, stream: _GuardStream, *, usage: bool = True) -> None:
         self._stream: _GuardStream = stream
         self._created = int(time.time())
+        self._usage = usage
+
+    def _skips(self, chunk: StreamChunk) -> bool:
+        return not self._usage and _usage_only(chunk)
 
     @property
     def response(self) -> ChatResponse:
@@ -279,7 +293,10 @@ class ChunkStream(_Chunks["ChatStream"]):
         return self
 
     def __next__(self) -> ChatCompletionChunk:
-        return to_chunk(next(self._stream), self._created)
+        chunk = next(self._stream)
+        while self._skips(chunk):
+            chunk = next(self._stream)
+        return to_chunk(chunk, self._created, usage=self._usage)
 
     def close(self) -> None:
         """Stop the stream and release its connection."""
@@ -299,7 +316,10 @@ class AsyncChunkStream(_Chunks["AsyncChatStream"]):
         return self
 
     async def __anext__(self) -> ChatCompletionChunk:
-        return to_chunk(await self._stream.__anext__(), self._created)
+        chunk = await self._stream.__anext__()
+        while self._skips(chunk):
+            chunk = await self._stream.__anext__()
+        return to_chunk(chunk, self._created, usage=self._usage)
 
     async def close(self) -> None:
         """Stop the stream and release its connection (openai's name)."""
