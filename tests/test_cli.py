@@ -167,3 +167,42 @@ def test_a_drill_of_infinite_rate_or_length_is_refused(
     argv = ["drill", "--no-local", "--before", "0.1", "--outage", "0.1", "--after", "0.1"]
     assert main([*argv, option, "inf"]) == 2  # --rate inf: OverflowError; a phase: forever
     assert "must be positive" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("option", "named"),
+    [
+        (["--api-key-env", "LLMGUARD_TEST_UNSET_KEY"], "LLMGUARD_TEST_UNSET_KEY"),
+        (["--limit", "0"], None),  # "at most 0 calls": nothing replayed, status 0
+        (["--limit", "-3"], None),
+        (["--threshold", "nan"], None),
+    ],
+)
+def test_eval_refuses_options_it_would_ignore_or_misread(
+    tmp_path: Any,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    option: list[str],
+    named: str | None,
+) -> None:
+    monkeypatch.delenv("LLMGUARD_TEST_UNSET_KEY", raising=False)
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text("")
+    argv = ["eval", str(samples), "--base-url", "http://127.0.0.1:9/v1", *option]
+    if named is None:
+        with pytest.raises(SystemExit) as info:
+            main(argv)
+        assert info.value.code == 2
+    else:  # it replayed every call without a key: each one a 401
+        assert main(argv) == 2
+        assert named in capsys.readouterr().out
+
+
+def test_report_into_a_folder_that_does_not_exist_is_one_line_and_status_2(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    usage = tmp_path / "usage.jsonl"
+    usage.write_text("")
+    out = tmp_path / "missing" / "report.html"
+    assert main(["report", str(usage), "--html", str(out)]) == 2  # a FileNotFoundError before
+    assert "report.html" in capsys.readouterr().out

@@ -14,11 +14,12 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import math
 import os
 from typing import Any
 
 from ..errors import ConfigurationError
-from ._command import Command
+from ._command import Command, positive_int
 
 __all__ = ["EVAL"]
 
@@ -36,6 +37,13 @@ def _price(text: str) -> tuple[str, float, float]:
         ) from None
 
 
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError("must be a number")
+    return value
+
+
 def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", help="the samples file (JSON Lines from EvalSink)")
     parser.add_argument("--base-url", required=True, help="the candidate's endpoint")
@@ -47,8 +55,8 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
         default="overlap",
         help="overlap (shared words, default), exact, or module:function(recorded, replayed)",
     )
-    parser.add_argument("--threshold", type=float, default=0.6, help="agreement from (0.6)")
-    parser.add_argument("--limit", type=int, help="replay at most this many calls")
+    parser.add_argument("--threshold", type=_finite, default=0.6, help="agreement from (0.6)")
+    parser.add_argument("--limit", type=positive_int, help="replay at most this many calls")
     parser.add_argument(
         "--price",
         type=_price,
@@ -80,6 +88,8 @@ def _run(args: argparse.Namespace) -> int:
     from ..telemetry.evaluation import replay
 
     key = os.environ.get(args.api_key_env) if args.api_key_env else None
+    if args.api_key_env and not key:  # else every replayed call goes without a key (401)
+        raise ConfigurationError(f"--api-key-env: {args.api_key_env} is not set")
     provider = OpenAICompatibleProvider(
         args.base_url, api_key=key, model=args.model, name=args.name
     )

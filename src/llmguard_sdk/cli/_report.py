@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 
+from ..errors import ConfigurationError
 from ._command import Command
 
 __all__ = ["REPORT"]
@@ -26,7 +27,10 @@ def _run(args: argparse.Namespace) -> int:
     """Run ``llmguard report``; returns the exit status (1 when the file had no call)."""
     from ..telemetry.report import write_report
 
-    calls = write_report(args.usage, args.html, args.samples)
+    try:
+        calls = write_report(args.usage, args.html, args.samples)
+    except OSError as exc:  # the files are read first (a ConfigurationError): the page's write
+        raise ConfigurationError(f"cannot write {args.html}: {exc}") from None
     print(f"wrote {args.html}: {calls} calls")
     return 0 if calls else 1
 
