@@ -24,7 +24,7 @@ from llmguard_sdk.retry import (
 )
 from llmguard_sdk.testing import FakeProvider, Fault
 
-from .conftest import USER
+from .conftest import USER, require_module
 
 
 @pytest.fixture
@@ -190,3 +190,29 @@ def test_a_misspelt_option_is_a_configuration_error() -> None:
     with pytest.raises(ConfigurationError, match="timeot"):
         retry_context(timeot=1.0)  # type: ignore[call-arg]
     assert sum(1 for _ in retry_context(attempts=2, name="ok")) == 1  # a first try that passes
+
+
+def test_is_retryable_understands_errors_carrying_the_response(
+    fake: FakeProvider, no_waits: None
+) -> None:
+    """requests' HTTPError (raise_for_status) carries the status on ``.response``, as httpx's
+    does: a 503 or 429 is retried, a 400 is not (none was: not a provider failure)."""
+    requests = require_module("requests", "requests (tiktoken's dependency) is not installed")
+    url = f"{fake.base_url}/chat/completions"
+    fake.script(Fault(status=503), Fault(status=429, retry_after=3), Fault(status=400))
+    verdicts: list[Any] = []
+    for _ in range(3):
+        try:
+            requests.post(url, json={"model": "m", "messages": USER}, timeout=10).raise_for_status()
+        except requests.HTTPError as exc:
+            verdicts.append(is_retryable(exc))
+    assert verdicts == [True, 3.0, False]
+
+    @retry(attempts=3)
+    def ask() -> Any:
+        answer = requests.post(url, json={"model": "m", "messages": USER}, timeout=10)
+        answer.raise_for_status()
+        return answer.json()
+
+    fake.script(Fault(status=502), Fault(status=503))
+    assert ask()["choices"][0]["message"]["content"] == "Echo: hello there"

@@ -33,7 +33,7 @@ def usage_from_result(result: object) -> Usage | None:
 
 
 def classify_exception(exc: BaseException, *, route: str = "") -> ProviderError | None:
-    """The SDK's view of an exception raised by a provider SDK (openai, httpx ...).
+    """The SDK's view of an exception raised by a provider SDK (openai, httpx, requests ...).
 
     Returns the matching :class:`~llmguard_sdk.errors.ProviderError` (itself when it already
     is one), or ``None`` when the exception is not a provider failure (a bug in the caller's
@@ -54,9 +54,12 @@ def classify_exception(exc: BaseException, *, route: str = "") -> ProviderError 
         return ProviderUnavailableError(str(exc) or repr(exc), route=route, request_sent=sent)
     if isinstance(exc, httpx.DecodingError):
         return MalformedResponseError(str(exc) or repr(exc), route=route)
+    response = getattr(exc, "response", None)
     status = getattr(exc, "status_code", None)
+    if not isinstance(status, int):  # requests' HTTPError: the status is the response's
+        status = getattr(response, "status_code", None)
+        status = status if isinstance(status, int) and status >= 400 else None
     if isinstance(status, int):
-        response = getattr(exc, "response", None)
         headers = dict(getattr(response, "headers", None) or {})
         body = getattr(response, "text", None)
         error = error_from_status(
