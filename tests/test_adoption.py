@@ -15,6 +15,7 @@ from openai.types.chat import ChatCompletionChunk as OpenAIChatCompletionChunk
 from llmguard_sdk import (
     AsyncGuardedClient,
     CallEvent,
+    ConfigurationError,
     Guard,
     GuardedClient,
     ProviderTimeoutError,
@@ -239,3 +240,18 @@ def test_look_alike_streams_usage_only_when_asked(
         return [c async for c in stream]  # type: ignore[union-attr]
 
     assert all(c.choices for c in anyio.run(run))
+
+
+@pytest.mark.parametrize("timeout", [0, -1, float("nan"), float("inf"), "5", True])
+def test_protect_refuses_a_bad_timeout_when_it_decorates(timeout: Any) -> None:
+    # it decorated, then every call failed (a ConfigurationError out of the retry loop, or an
+    # untyped ValueError / TypeError out of an async call, unreported); True was a 1 s timeout
+    guard = Guard(environ={})
+    with pytest.raises(ConfigurationError, match="timeout"):
+
+        @guard.protect(timeout=timeout)
+        async def ask() -> None: ...
+
+    with pytest.raises(ConfigurationError, match="timeout"):
+        guard.protect(lambda: None, timeout=timeout)
+    guard.close()

@@ -472,8 +472,9 @@ class Guard(Closes, AsyncCloses):
         openai-python, httpx or this SDK; Retry-After honoured), reads the usage from the
         result (openai objects and plain dicts), reports a :class:`~llmguard_sdk.CallEvent` to
         its hooks, and bounds async functions by ``timeout`` (raising
-        :class:`~llmguard_sdk.errors.ProviderTimeoutError`). The last exception propagates
-        unchanged; the event records how the SDK classified it. A
+        :class:`~llmguard_sdk.errors.ProviderTimeoutError`; one that is not a positive, finite
+        number of seconds is a :class:`~llmguard_sdk.errors.ConfigurationError` at once). The
+        last exception propagates unchanged; the event records how the SDK classified it. A
         :class:`~llmguard_sdk.errors.RetryMultiplicationWarning` says when the function uses
         an openai client that retries on its own.
         """

@@ -15,6 +15,7 @@ import contextlib
 import dis
 import functools
 import inspect
+import math
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -26,7 +27,7 @@ import anyio
 
 from .classify import classify_exception, usage_from_result
 from .context import CallEvent, Hook, RetryDetails, current_scope, emit
-from .errors import ProviderTimeoutError, RetryMultiplicationWarning
+from .errors import ConfigurationError, ProviderTimeoutError, RetryMultiplicationWarning
 from .retry._api import Retrying
 from .retry.budget import RetryBudget
 from .retry.policy import RetryPolicy
@@ -104,7 +105,12 @@ def protect_function(
     retry: RetryPolicy | None = None,
     budget: RetryBudget | None = None,
 ) -> F:
-    """Wrap ``fn`` (sync or async); see :meth:`llmguard_sdk.Guard.protect`."""
+    """Wrap ``fn`` (sync or async); see :meth:`llmguard_sdk.Guard.protect`. A ``timeout``
+    that is not a positive, finite number of seconds is a :class:`ConfigurationError`."""
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise ConfigurationError(f"protect timeout must be a number of seconds, not {timeout!r}")
+    if not 0 < timeout < math.inf:
+        raise ConfigurationError(f"protect timeout must be positive and finite, not {timeout!r}")
     policy = retry or _NO_RETRY
     if policy.attempts > 1:
         _warn_if_client_retries(fn)
