@@ -145,3 +145,21 @@ def test_a_single_full_stage_canary_ends_promoted() -> None:
     assert routes == ["b"] * 10
     assert stage is not None
     assert stage.status == "promoted"
+
+
+def test_a_user_id_with_a_lone_surrogate_is_served_under_a_canary() -> None:
+    """A plain Guard serves ``user="\\ud800"`` (JSON can decode one); a canary's sticky hash
+    encoded the id strictly and the call failed with UnicodeEncodeError."""
+    with FakeProvider(name="a") as a, FakeProvider(name="b") as b:
+        current = Release("bot", "v1", _route(a, "a", "fake-a-2025-01-01"))
+        candidate = Release("bot", "v2", _route(b, "b", "fake-b-2025-02-01"))
+        policy = CanaryPolicy(stages=(0.5, 1.0), flush_interval=60.0)
+        plan = ReleasePlan(current, candidate=candidate, canary=policy)
+        guard = Guard(release=plan, environ={}, telemetry=False)
+        try:
+            assert guard.releases is not None
+            guard.releases.start_now()
+            routes = {guard.chat(USER, user="\ud800").route for _ in range(5)}
+        finally:
+            guard.close()
+    assert len(routes) == 1  # sticky: one arm, every time

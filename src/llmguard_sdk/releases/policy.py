@@ -175,7 +175,8 @@ class Decision:
 def in_canary(key: str, share: float) -> bool:
     """Whether the scope id ``key`` is in the canary at ``share``: its hash, as a number in
     [0, 1), below the share (so a key in at one share stays in at every larger one)."""
-    digest = hashlib.blake2b(key.encode("utf-8"), digest_size=8).digest()
+    raw = key.encode("utf-8", "surrogatepass")  # any str id (JSON may hold a lone surrogate)
+    digest = hashlib.blake2b(raw, digest_size=8).digest()
     return int.from_bytes(digest, "big") / 2.0**64 < share
 
 
