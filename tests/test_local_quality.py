@@ -140,6 +140,8 @@ def test_from_package_finds_the_bundled_model_and_names_what_is_missing() -> Non
         {"temperature": 2.5},
         {"top_p": 0.0},
         {"repeat_penalty": 0.0},
+        {"repeat_penalty": float("nan")},  # accepted before: nan <= 0 is false
+        {"repeat_penalty": float("inf")},
         {"max_tokens": 0},
         {"examples": [("only a question",)]},
         {"examples": [("q", 1)]},

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Sequence
 from importlib import resources
@@ -113,8 +114,8 @@ def _check_sampling(
         raise ConfigurationError("temperature must be between 0 and 2")
     if top_p is not None and not 0.0 < top_p <= 1.0:
         raise ConfigurationError("top_p must be above 0 and at most 1")
-    if repeat_penalty is not None and repeat_penalty <= 0.0:
-        raise ConfigurationError("repeat_penalty must be above 0")
+    if repeat_penalty is not None and not 0.0 < repeat_penalty < math.inf:  # NaN too
+        raise ConfigurationError("repeat_penalty must be a number above 0")
     if max_tokens is not None and max_tokens < 1:
         raise ConfigurationError("max_tokens must be at least 1")
 
