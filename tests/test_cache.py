@@ -424,6 +424,7 @@ def test_bad_configuration_is_refused() -> None:
         {"ttl": float("inf")},  # every store failed (an entry's times must be finite)
         {"ttl": float("nan")},
         {"stale_ttl": float("inf")},
+        {"verify_band": float("nan")},  # the verifier was never asked
         {"max_entries": 0},
         {"threshold": 1.5},
         {"margin": 1.0},

@@ -147,8 +147,10 @@ class ResponseCache:
             threshold = suggested_threshold(self.embedder)
         if verify_band is None:
             verify_band = 2.0 if isinstance(verifier, Scorer) else 0.05
-        if not -1.0 <= threshold <= 1.0 or not 0.0 <= margin < 1.0 or verify_band < 0:
-            raise ConfigurationError("threshold must be in [-1, 1], margin in [0, 1)")
+        if not -1.0 <= threshold <= 1.0 or not 0.0 <= margin < 1.0 or not verify_band >= 0:
+            raise ConfigurationError(
+                "threshold must be in [-1, 1], margin in [0, 1), verify_band >= 0"
+            )
         if not namespace or not version:
             raise ConfigurationError("namespace and version must not be empty")
         if vector_search not in ("local", "server"):
