@@ -165,6 +165,10 @@ def test_the_budget_bounds_the_background_checks() -> None:
     monitor.close()
     with pytest.raises(ConfigurationError):
         FalseHitMonitor(ask, target=0.0)
+    nan = float("nan")  # a NaN budget took a token for every sample: no budget at all
+    for bad in ({"max_checks_per_minute": nan}, {"raise_step": nan}, {"agreement": nan}):
+        with pytest.raises(ConfigurationError):
+            FalseHitMonitor(ask, **bad)
 
 
 def test_close_drops_the_queued_checks_and_stops_the_worker() -> None:

@@ -111,10 +111,12 @@ class FalseHitMonitor:
     ) -> None:
         if not 0.0 < target < 1.0 or not 0.0 <= sample_rate <= 1.0:
             raise ConfigurationError("target must be in (0, 1) and sample_rate in [0, 1]")
-        if window < 1 or not 1 <= min_checks <= window or max_checks_per_minute <= 0:
+        if window < 1 or not 1 <= min_checks <= window or not max_checks_per_minute > 0:
             raise ConfigurationError("need window >= min_checks >= 1 and a positive budget")
-        if raise_step < 0 or max_raise < 0 or queue_size < 1:
+        if not raise_step >= 0 or not max_raise >= 0 or queue_size < 1:  # (NaN too)
             raise ConfigurationError("raise_step, max_raise must not be negative")
+        if not -1.0 <= agreement <= 1.0:
+            raise ConfigurationError("agreement must be a similarity in [-1, 1]")
         self.ask = ask
         self._compare = compare
         self._embedder: Embedder | None = None
