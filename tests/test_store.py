@@ -108,3 +108,14 @@ def test_the_urls_pool_options_are_checked_too(query: str) -> None:
     # an infinite timeout there made every operation raise OverflowError
     with pytest.raises(ConfigurationError, match=query.partition("=")[0]):
         RedisStore(f"redis://127.0.0.1:1/0?{query}")
+
+
+def test_a_password_in_the_urls_query_is_redacted_too() -> None:
+    # redis-py takes ?password=... as the password: repr() (and a ResponseCache's) showed it
+    store = RedisStore("redis://127.0.0.1:6379/0?db=0&password=hunter2&x=1")
+    assert "hunter2" not in repr(store)
+    assert "hunter2" not in repr(ResponseCache(store=store))
+    assert "x=1" in repr(store)
+    with pytest.raises(ConfigurationError) as refused:
+        RedisStore("redis://127.0.0.1:6379/0?password=hunter2&max_connections=0")
+    assert "hunter2" not in str(refused.value)

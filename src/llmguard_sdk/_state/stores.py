@@ -546,5 +546,8 @@ def open_store(spec: str | Store, *, key_prefix: str = "llmguard", **options: An
 def _redacted(url: str) -> str:
     parts = urlsplit(url)
     if parts.password:
-        return url.replace(f":{parts.password}@", ":***@")
-    return url
+        url = url.replace(f":{parts.password}@", ":***@")
+    return _QUERY_PASSWORD.sub(r"\1***", url)  # redis-py takes ?password=... too
+
+
+_QUERY_PASSWORD = re.compile(r"([?&]password=)[^&#]*", re.IGNORECASE)
