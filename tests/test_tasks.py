@@ -396,6 +396,14 @@ def test_a_fence_on_one_line_is_read_inside(text: str) -> None:
     assert json_schema(SCHEMA)(request, ChatResponse(text="```json```")) == "json_schema"
 
 
+def test_json_nested_too_deep_to_parse_is_rejected_not_raised() -> None:
+    """An answer of 2,000 nested brackets made json.loads raise RecursionError out of the
+    check (the call failed untyped)."""
+    request = ChatRequest(messages=_ask("x"))
+    deep = ChatResponse(text="[" * 2000 + "]" * 2000)
+    assert json_schema()(request, deep) == "json_schema"
+
+
 def test_json_schema_tells_booleans_from_numbers_and_takes_whole_floats_as_integers() -> None:
     """Python's ``True == 1`` let ``true`` pass ``enum: [0, 1]`` and ``1`` pass
     ``const: true``; and ``3.0`` (an integer in JSON Schema) failed ``type: integer``."""

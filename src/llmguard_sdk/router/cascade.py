@@ -130,7 +130,7 @@ def json_schema(schema: Mapping[str, Any] | None = None) -> Check:
     def check(request: ChatRequest, response: ChatResponse) -> str | None:
         try:
             value = json.loads(_unfenced(response.text))
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested too deep to parse
             return "json_schema"
         wanted = fixed if fixed is not None else _requested_schema(request)
         return None if wanted is None or _fits(value, wanted) else "json_schema"
