@@ -14,9 +14,10 @@ import pytest
 
 from llmguard_sdk import Guard, OpenAICompatibleProvider
 from llmguard_sdk.budget import Budget, Budgets, Price, PriceTable
-from llmguard_sdk.errors import ProviderTimeoutError
+from llmguard_sdk.errors import ConfigurationError, ProviderTimeoutError
 from llmguard_sdk.models import ChatRequest
 from llmguard_sdk.providers.batch import BatchProvider
+from llmguard_sdk.telemetry.redaction import redact_secrets
 from llmguard_sdk.testing import FakeProvider
 
 from .test_budget_fixtures import _Recording
@@ -191,3 +192,14 @@ def test_a_call_whose_caller_gave_up_before_its_batch_left_is_not_sent(
     assert answer.text
     uploads = [r for r in fake.requests if r.path.endswith("/files") and r.method == "POST"]
     assert len(uploads) == 1  # only the call that was still waited for went out
+
+
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+def test_a_batch_routes_key_is_checked_and_masked_as_other_routes_keys_are(
+    fake: FakeProvider, api: Literal["openai", "anthropic"]
+) -> None:
+    with pytest.raises(ConfigurationError, match="api_key"):  # its 1st call failed, key shown
+        BatchProvider(fake.base_url, api=api, api_key="batch-key-from-a-file\n")
+    route = BatchProvider(fake.base_url, api=api, api_key=f"batch-{api}-key-7f3a")
+    route.close()
+    assert f"batch-{api}-key-7f3a" not in redact_secrets(f"failed: batch-{api}-key-7f3a")

@@ -44,6 +44,7 @@ import httpx
 
 from ..errors import ConfigurationError, ProviderError, ProviderTimeoutError
 from ..models import ChatRequest, ChatResponse, StreamChunk
+from ..telemetry.redaction import register_secret
 from .anthropic import ANTHROPIC_VERSION, build_anthropic_payload, parse_anthropic_message
 from .base import StreamCall, _Streams
 from .wire import build_payload, error_from_status, parse_completion
@@ -103,6 +104,10 @@ class BatchProvider(_Streams):
             raise ConfigurationError(f"api must be 'openai' or 'anthropic', got {api!r}")
         if not (0 < window < 3600 and 0 < poll_interval < 3600 and 1 <= max_batch <= 50_000):
             raise ConfigurationError("window and poll_interval in (0, 3600) s, max_batch 1-50000")
+        if api_key is not None:  # as every route's key: checked, and masked where shown
+            if not api_key or api_key != api_key.strip():
+                raise ConfigurationError("api_key is empty or has surrounding whitespace")
+            register_secret(api_key)
         headers: dict[str, str] = {"accept": "application/json"}
         if api == "anthropic":
             headers["anthropic-version"] = ANTHROPIC_VERSION
