@@ -153,6 +153,35 @@ def test_the_chain_falls_back_to_the_local_model(local: LocalProvider) -> None:
         remote.close()  # the shared local model stays open for the other tests
 
 
+def test_a_sync_hedge_race_lost_by_the_local_model_stops_its_generation(
+    local: LocalProvider,
+) -> None:
+    """The local model raced as a hedge and beaten: its generation is abandoned when the race
+    ends (it went on to its token limit, holding the one model the next fallback needs).
+    (A stream is abandoned the same way; which stream's first token wins depends on the
+    machine's speed, so a whole answer, about 300 tokens long, is raced here.)"""
+    counting = [{"role": "user", "content": "Count from 1 to 1000, one number a line."}]
+    with FakeProvider(name="primary") as primary:
+        primary.always(Fault(latency=0.5))  # slow enough for the hedge, faster than 300 tokens
+        remote = OpenAICompatibleProvider(primary.base_url, model="gpt-x", name="primary")
+        guard = Guard([remote, local], hedge_after=0.05, retry=None, timeout=120, environ={})
+        answer = guard.chat(counting, temperature=0, max_tokens=900)
+        assert answer.route == "primary"
+        assert answer.attempts == 2  # the local model was raced
+        remote.close()  # the shared local model stays open for the other tests
+    for _ in range(1200):  # (the abort reaches the generation at its next token; on a busy
+        if not local._busy.locked():  # machine the prompt alone may take seconds)
+            break
+        time.sleep(0.1)
+    assert not local._busy.locked()
+    engine = local._engine
+    assert engine is not None
+    prompt = len(engine.tokens(counting))
+    # what the model holds: the prompt and the tokens generated before the abort reached it
+    # (run to its end, the answer is about 300 tokens long)
+    assert engine.llm.n_tokens - prompt < 60
+
+
 def test_the_model_and_its_kv_cache_live_across_calls(guard: Guard, local: LocalProvider) -> None:
     guard.chat(QUESTION, temperature=0, max_tokens=5)
     engine = local._engine

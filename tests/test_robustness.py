@@ -28,7 +28,8 @@ from llmguard_sdk import (
     RequestValidationError,
 )
 from llmguard_sdk._core.assembly import merge_tool_call_deltas
-from llmguard_sdk.providers._watchdog import Abort, _Watchdog, abortable
+from llmguard_sdk.providers._abort import Abort, abortable
+from llmguard_sdk.providers._watchdog import _Watchdog
 from llmguard_sdk.providers.wire import StreamState, parse_completion
 from llmguard_sdk.testing import FakeProvider, Fault
 
@@ -301,7 +302,7 @@ def test_an_abort_shuts_down_only_the_reads_still_watched_under_it() -> None:
             dog.watch(reading, time.monotonic() + 3600)
             dog.cancel(dog.watch(pooled, time.monotonic() + 3600))
         dog.watch(reading_peer, time.monotonic() + 3600)  # not under the abort
-        dog.abort(abort)
+        abort.abort()
         reading.settimeout(30)
         assert reading.recv(1) == b""  # shut down now, not in an hour
         pooled_peer.sendall(b"x")

@@ -6,9 +6,10 @@ chunk the driver yields to the stream's reader. A plan left mid-way (the reader 
 stream, the task was cancelled, a bug) is closed, so its own handlers queue the give-backs;
 the driver then closes the provider streams it opened.
 
-A hedge race's legs run in threads (sync; a loser's sockets are shut down, so it ends at once
-and gives its permit and lease back; a provider on a transport whose sockets the deadline
-watchdog does not see is abandoned to its deadline) or in tasks (async; a loser is cancelled).
+A hedge race's legs run in threads (sync; a loser is aborted: its sockets are shut down, a local
+model's generation abandoned, so it ends at once and gives its permit and lease back; a
+provider that registers nothing with the abort is left to its deadline) or in tasks (async; a
+loser is cancelled).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import anyio.abc
 
 from ..errors import ProviderError
 from ..models import ChatResponse, StreamChunk
-from ..providers._watchdog import Abort, abortable, watchdog
+from ..providers._abort import Abort, abortable
 from ..store import Batch, Step
 from . import ops
 from .assembly import has_content
@@ -303,7 +304,7 @@ class _ThreadLegs:
                     leg.after = op.after.get(name, [])
                     running.append(leg)
         for leg in running:
-            watchdog.abort(leg.abort)
+            leg.abort.abort()
         for leg in ended:
             if leg.chunks is not None:
                 leg.chunks.close()

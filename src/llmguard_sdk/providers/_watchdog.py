@@ -7,52 +7,24 @@ the deadline comes, the watchdog shuts the socket down, the blocked read returns
 the provider reports a timeout. Registering and cancelling cost a heap push and a dict update
 (amortised: cancelled entries are swept out of the heap once they are most of it).
 
-A call can also be stopped before its deadline, from another thread: a sync hedge race's loser
-runs in a thread of its own under an :class:`Abort` (:func:`abortable`); every socket watched
-in that thread is noted on it, and :meth:`_Watchdog.abort` shuts down those still being read
-(and any watched later in that thread at once), so the loser ends now instead of reading an
-answer nobody will use until its deadline. A watch already cancelled (its socket back in the
-pool, perhaps serving another call) is never touched.
+A call run under an :class:`~._abort.Abort` (a sync hedge race's leg) has the sockets it is
+reading shut down when it is aborted, not at its deadline; a watch already cancelled (its
+socket back in the pool, perhaps serving another call) is never touched.
 """
 
 from __future__ import annotations
 
 import contextlib
-import contextvars
+import functools
 import heapq
 import itertools
-import math
 import socket
 import threading
 import time
-from collections.abc import Iterator
 
-__all__ = ["Abort", "abortable", "watchdog"]
+from ._abort import when_aborted
 
-
-class Abort:
-    """A blocking call's way to be stopped from another thread (see the module docs)."""
-
-    __slots__ = ("aborted", "tokens")
-
-    def __init__(self) -> None:
-        self.aborted = False
-        self.tokens: list[int] = []  # the watches made under it (a few a call)
-
-
-_CURRENT: contextvars.ContextVar[Abort | None] = contextvars.ContextVar(
-    "llmguard_abort", default=None
-)
-
-
-@contextlib.contextmanager
-def abortable(abort: Abort) -> Iterator[None]:
-    """Run the block's blocking sockets under ``abort`` (this thread's, or this context's)."""
-    token = _CURRENT.set(abort)
-    try:
-        yield
-    finally:
-        _CURRENT.reset(token)
+__all__ = ["watchdog"]
 
 
 class _Watchdog:
@@ -66,12 +38,7 @@ class _Watchdog:
     def watch(self, sock: socket.socket, deadline: float) -> int:
         """Shut ``sock`` down at ``deadline`` (monotonic) unless :meth:`cancel` comes first."""
         token = next(self._ids)
-        abort = _CURRENT.get()
         with self._cond:
-            if abort is not None:
-                if abort.aborted:  # stopped already: this read is not waited for either
-                    deadline = -math.inf
-                abort.tokens.append(token)
             self._sockets[token] = sock
             earliest = not self._heap or deadline < self._heap[0][0]
             heapq.heappush(self._heap, (deadline, token))
@@ -82,7 +49,16 @@ class _Watchdog:
                 self._thread.start()
             elif earliest:
                 self._cond.notify()
+        when_aborted(functools.partial(self._shut_now, token))
         return token
+
+    def _shut_now(self, token: int) -> None:
+        """Shut a watched socket down now (nothing when its watch was cancelled)."""
+        with self._cond:
+            sock = self._sockets.pop(token, None)
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
 
     def cancel(self, token: int) -> None:
         """Forget a socket whose call finished in time. A cancelled watch leaves its heap
@@ -94,17 +70,6 @@ class _Watchdog:
             if len(self._heap) > 2 * len(self._sockets) + 64:
                 self._heap = [entry for entry in self._heap if entry[1] in self._sockets]
                 heapq.heapify(self._heap)
-
-    def abort(self, abort: Abort) -> None:
-        """Shut down now the sockets still watched under ``abort``, and any watched under it
-        from now on (see the module docs)."""
-        with self._cond:
-            abort.aborted = True
-            due = [self._sockets.pop(token) for token in abort.tokens if token in self._sockets]
-            abort.tokens.clear()
-        for sock in due:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
 
     def _run(self) -> None:
         while True:

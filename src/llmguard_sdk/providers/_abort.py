@@ -1,0 +1,77 @@
+"""Stopping a blocking provider call from another thread.
+
+A sync hedge race runs each leg in a thread of its own, under an :class:`Abort`
+(:func:`abortable`). What such a call waits on registers how to stop waiting
+(:func:`when_aborted`): the deadline watchdog shuts down the socket it reads, the local model
+abandons its generation. When the race ends, the loser's :meth:`Abort.abort` runs those at
+once (and any registered later), so the loser ends now instead of reading an answer nobody
+will use until its deadline, and gives back its rate-limit slot and reservation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import logging
+import threading
+from collections.abc import Callable, Iterator
+
+__all__ = ["Abort", "abortable", "when_aborted"]
+
+logger = logging.getLogger("llmguard_sdk")
+
+
+class Abort:
+    """A blocking call's way to be stopped from another thread (see the module docs)."""
+
+    __slots__ = ("_callbacks", "_lock", "aborted")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._callbacks: list[Callable[[], object]] = []  # (a few a call)
+        self.aborted = False
+
+    def on_abort(self, callback: Callable[[], object]) -> None:
+        """Run ``callback`` when :meth:`abort` is called (at once if it was)."""
+        with self._lock:
+            if not self.aborted:
+                self._callbacks.append(callback)
+                return
+        _run(callback)
+
+    def abort(self) -> None:
+        """Stop the call: run every callback registered, and any registered from now on."""
+        with self._lock:
+            self.aborted = True
+            callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            _run(callback)
+
+
+def _run(callback: Callable[[], object]) -> None:
+    try:
+        callback()
+    except Exception:
+        logger.exception("stopping a hedge race's loser failed")
+
+
+_CURRENT: contextvars.ContextVar[Abort | None] = contextvars.ContextVar(
+    "llmguard_abort", default=None
+)
+
+
+@contextlib.contextmanager
+def abortable(abort: Abort) -> Iterator[None]:
+    """Run the block's blocking calls under ``abort`` (this thread's, or this context's)."""
+    token = _CURRENT.set(abort)
+    try:
+        yield
+    finally:
+        _CURRENT.reset(token)
+
+
+def when_aborted(callback: Callable[[], object]) -> None:
+    """Register ``callback`` with the :class:`Abort` the current call runs under, if any."""
+    abort = _CURRENT.get()
+    if abort is not None:
+        abort.on_abort(callback)
