@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -312,3 +313,31 @@ def test_a_malformed_request_is_a_400_not_a_crash(
     assert answer.status_code == 400
     assert answer.headers["x-llmguard-error"] == "RequestValidationError"
     assert not fake.requests
+
+
+_LOGPROBS = {"content": [{"token": "Hi", "logprob": -0.25, "bytes": [72, 105], "top_logprobs": []}]}
+
+
+def test_logprobs_reach_the_sdk() -> None:
+    # `logprobs=True` went to the provider, and its logprobs were dropped on the way back
+    # (a plain answer's; a stream's chunks still carry none)
+    completion = {
+        "id": "chatcmpl-1",
+        "model": "m",
+        "choices": [
+            {
+                "index": 0,
+                "finish_reason": "stop",
+                "message": {"role": "assistant", "content": "Hi"},
+                "logprobs": _LOGPROBS,
+            }
+        ],
+    }
+    with RawServer(http_response(json.dumps(completion).encode())) as raw:
+        guard = Guard(OpenAICompatibleProvider(raw.base_url, model="m"), environ={}, retry=None)
+        answer = _sdk(http_client(guard)).chat.completions.create(
+            model="m", messages=USER, logprobs=True
+        )
+        guard.close()
+    assert answer.choices[0].logprobs is not None
+    assert answer.choices[0].logprobs.model_dump(exclude_none=True) == _LOGPROBS

@@ -117,6 +117,9 @@ def parse_completion(
         raise problem("message content is not a string")
     if content is None and not tool_calls and refusal is None:
         raise problem("message has neither content nor tool_calls")
+    metadata: dict[str, Any] = {"refusal": refusal} if refusal else {}
+    if isinstance(choices[0].get("logprobs"), dict):  # asked for with logprobs=True
+        metadata["logprobs"] = choices[0]["logprobs"]
     return answer_response(
         data,
         text=content or "",
@@ -125,7 +128,7 @@ def parse_completion(
         route=route,
         headers=headers,
         problem=problem,
-        metadata={"refusal": refusal} if refusal else None,
+        metadata=metadata,
     )
 
 

@@ -52,6 +52,8 @@ class ChatWire:
             "model": response.model,
             "choices": [{"index": 0, "message": message, "finish_reason": response.finish_reason}],
         }
+        if "logprobs" in response.metadata:  # the provider's, asked for with logprobs=True
+            body["choices"][0]["logprobs"] = response.metadata["logprobs"]
         usage = _wire.openai_usage(response.usage)
         if usage is not None:
             body["usage"] = usage
