@@ -146,6 +146,17 @@ def test_a_count_window_smaller_than_minimum_calls_is_refused() -> None:
     BreakerPolicy(window_type="time", window=5)  # a time window holds any number of calls
 
 
+def test_a_steep_backoff_factor_reaches_the_longest_open_duration() -> None:
+    # 1e10 ** 31 overflowed: OverflowError from record() (the Redis script got inf, so only
+    # the memory backend crashed), on the 32nd consecutive trip
+    policy = BreakerPolicy(backoff_factor=1e10, open_seconds=1, max_open_seconds=600)
+    assert [policy.open_duration(trips) for trips in (1, 2, 32, 100)] == [1, 600, 600, 600]
+    state = BreakerState(state="half_open", trips=40)
+    assert record(state, 0.0, policy, "fail").open_until == 600.0
+    with pytest.raises(ConfigurationError):
+        BreakerPolicy(backoff_factor=float("nan"))
+
+
 class Driven:
     """A backend whose clock the test moves: memory (injected clock) or Redis (clock offset)."""
 

@@ -110,7 +110,7 @@ class BreakerPolicy:
             raise ConfigurationError("failure_rate and slow_call_rate must be in (0, 1]")
         if not (0 < self.open_seconds <= self.max_open_seconds < math.inf):
             raise ConfigurationError("need 0 < open_seconds <= max_open_seconds (finite)")
-        if self.backoff_factor < 1 or self.half_open_permits < 1:
+        if not self.backoff_factor >= 1 or self.half_open_permits < 1:  # (NaN is not >= 1)
             raise ConfigurationError("backoff_factor must be >= 1, half_open_permits >= 1")
         if self.slow_call_seconds is not None and not self.slow_call_seconds > 0:
             raise ConfigurationError("slow_call_seconds must be positive")
@@ -119,7 +119,10 @@ class BreakerPolicy:
 
     def open_duration(self, trips: int) -> float:
         """How long trip number ``trips`` (1-based, consecutive) keeps the breaker open."""
-        growth = self.backoff_factor ** min(max(trips - 1, 0), 64)
+        try:
+            growth = self.backoff_factor ** min(max(trips - 1, 0), 64)
+        except OverflowError:  # a steep factor: far past any open duration (Lua gets inf)
+            return self.max_open_seconds
         return min(self.max_open_seconds, self.open_seconds * growth)
 
 
