@@ -23,8 +23,8 @@ comes from :func:`~llmguard_sdk.scoped`, or from ``x-llmguard-tenant`` /
 ``x-llmguard-feature`` headers; any other header or query parameter the caller adds is
 forwarded to the provider.
 
-Successful answers carry ``x-llmguard-route`` (which route served, ``cache`` for a cache hit)
-and ``x-llmguard-attempts``.
+Successful answers carry ``x-llmguard-route`` (which route served, ``cache`` for a cache hit),
+plain ones ``x-llmguard-attempts`` too (a stream's headers leave before its attempts are known).
 
 .. versionadded:: 0.2.0
 """
