@@ -158,6 +158,16 @@ def test_guards_refuse_numbers_negation_entities_and_a_swapped_key_term(make_cac
     assert cache.lookup(ask("Is it safe to run this migration on production?")) is not None
 
 
+def test_a_number_word_that_lower_does_not_spell_is_read_as_a_word() -> None:
+    """"sİx" matches the number words' pattern case-insensitively, but lower() makes it no
+    number word: the number guard raised KeyError, failing the lookup (and the call)."""
+    cache = ResponseCache(threshold=0.3)  # (low: the candidate reaches the guards)
+    cache.store(ask("Reset password after 2 failed attempts"), answer("a"))
+    for word in ("s\u0130x", "\u017fix"):
+        assert cache.lookup(ask(f"Reset password after 3 failed attempts, {word} now")) is None
+    assert cache.stats.guard_rejections == {"number": 2}
+
+
 def sleep_past(stored: float, ttl: float) -> None:
     """Sleep until ``ttl`` seconds (and a little) after ``stored``, a monotonic time taken
     once the entry was stored."""

@@ -199,8 +199,10 @@ _NUMBER_WORD = re.compile(
 
 
 def in_digits(text: str) -> str:
-    """``text`` with its numbers written out in digits ("three" is "3")."""
-    return _NUMBER_WORD.sub(lambda found: SAME_WORD[found[0].lower()], text)
+    """``text`` with its numbers written out in digits ("three" is "3"). (A word the pattern
+    matches case-insensitively that ``lower()`` does not turn into a number word, "sİx" with
+    a dotted capital I, is left as it is.)"""
+    return _NUMBER_WORD.sub(lambda found: SAME_WORD.get(found[0].lower(), found[0]), text)
 
 
 # "Where is X located?" asks "Where is X?".
