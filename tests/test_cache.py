@@ -159,7 +159,7 @@ def test_guards_refuse_numbers_negation_entities_and_a_swapped_key_term(make_cac
 
 
 def test_a_number_word_that_lower_does_not_spell_is_read_as_a_word() -> None:
-    """"sİx" matches the number words' pattern case-insensitively, but lower() makes it no
+    """ "sİx" matches the number words' pattern case-insensitively, but lower() makes it no
     number word: the number guard raised KeyError, failing the lookup (and the call)."""
     cache = ResponseCache(threshold=0.3)  # (low: the candidate reaches the guards)
     cache.store(ask("Reset password after 2 failed attempts"), answer("a"))
