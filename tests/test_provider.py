@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from typing import Any
@@ -17,6 +18,7 @@ from llmguard_sdk import (
     ChatResponse,
     ConfigurationError,
     ContextLengthExceededError,
+    Guard,
     MalformedResponseError,
     OpenAICompatibleProvider,
     ProviderError,
@@ -28,7 +30,7 @@ from llmguard_sdk import (
 )
 from llmguard_sdk.testing import FakeProvider, Fault
 
-from .rawserver import REFUSAL, RawServer, http_response
+from .rawserver import REFUSAL, RawServer, http_response, sse_head
 
 REQUEST = ChatRequest.model_validate(
     {"messages": [{"role": "user", "content": "tell me four words"}], "max_tokens": 50}
@@ -306,3 +308,27 @@ def test_a_refusal_is_an_answer_not_a_malformed_response() -> None:
     assert answer.metadata["refusal"] == "I cannot help with that."
     assert answer.usage is not None  # billed, and counted
     assert answer.usage.output_tokens == 6
+
+
+def test_a_streamed_refusal_reaches_the_response_metadata() -> None:
+    def event(delta: dict[str, Any], finish: str | None = None) -> bytes:
+        choice = {"index": 0, "delta": delta, "finish_reason": finish}
+        return (
+            b"data: "
+            + json.dumps({"id": "c", "model": "m", "choices": [choice]}).encode()
+            + b"\n\n"
+        )
+
+    events = (
+        event({"role": "assistant", "content": None, "refusal": ""})
+        + event({"refusal": "I cannot "})
+        + event({"refusal": "help with that."})
+        + event({}, "stop")
+        + b"data: [DONE]\n\n"
+    )
+    with RawServer(sse_head(), (events,)) as raw:
+        guard = Guard(OpenAICompatibleProvider(raw.base_url, model="m"), timeout=10, environ={})
+        with guard, guard.chat(REQUEST.messages, stream=True) as stream:
+            assert "".join(chunk.text for chunk in stream) == ""
+    assert stream.response is not None
+    assert stream.response.metadata.get("refusal") == "I cannot help with that."  # was dropped

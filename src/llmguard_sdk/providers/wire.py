@@ -235,6 +235,7 @@ class StreamState:
         self.status = 0
         self.headers: dict[str, str] = {}
         self._headers_given = False  # the first chunk carries the response headers
+        self.refusal = ""  # OpenAI's refusal so far (its deltas beside the content's)
 
     def accept(self, status: int, headers: Mapping[str, str]) -> bool:
         """Whether the answer is a 200 event stream; False means: read the error body."""
@@ -292,7 +293,7 @@ class StreamState:
         choices = event.get("choices")
         if not isinstance(choices, list):
             raise self.failure(MalformedResponseError, "stream event has no choices list")
-        text, finish, tool_calls = "", None, None
+        text, finish, tool_calls, metadata = "", None, None, {}
         if choices:
             choice = choices[0] if isinstance(choices[0], dict) else {}
             delta = choice.get("delta") or {}
@@ -302,6 +303,10 @@ class StreamState:
             text = content if isinstance(content, str) else ""
             finish = _str_or_none(choice.get("finish_reason"))
             tool_calls = _tool_calls(delta.get("tool_calls"), self._malformed)
+            refusal = delta.get("refusal")
+            if isinstance(refusal, str) and refusal:  # the whole of it so far: the last wins
+                self.refusal += refusal
+                metadata = {"refusal": self.refusal}
         try:
             return StreamChunk(
                 text=text,
@@ -312,6 +317,7 @@ class StreamState:
                 route=self.route,
                 id=_str_or_none(event.get("id")),
                 headers=self._first_headers(),
+                metadata=metadata,
             )
         except ValidationError:
             raise self.failure(MalformedResponseError, "stream event does not fit") from None
