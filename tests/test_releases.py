@@ -609,6 +609,24 @@ def test_a_budget_counts_the_releases_system_prompt_whatever_the_strategy(
     assert a.requests == []
 
 
+def test_max_input_tokens_counts_the_releases_system_prompt(pair: Any) -> None:
+    """The size check read the request before the release's system prompt went in: a
+    4,000-word system prompt passed max_input_tokens=500 and was sent."""
+    from llmguard_sdk.errors import InputTooLargeError
+
+    a, _ = pair
+    release = Release(
+        "bot", "v1", provider(a, "a", "fake-a-2025-01-01"), system_prompt="word " * 4000
+    )
+    guard = Guard(release=release, max_input_tokens=500, environ={}, telemetry=False)
+    try:
+        with pytest.raises(InputTooLargeError):
+            guard.chat(USER, max_tokens=10)
+    finally:
+        guard.close()
+    assert a.requests == []
+
+
 def test_the_stage_scripts_work_on_redis_cluster(
     redis_cluster_url: str, cluster_prefix: str
 ) -> None:

@@ -151,10 +151,10 @@ def prepare(
         stages.releases.assign(ctx, prices)
     elif stages.routing is not None:
         ctx.route_order = stages.routing.ranked(ctx, prices)
-    if stages.max_input_tokens is not None:
-        ctx.input_model = checked.model or stages.routes[0].model
+    if stages.max_input_tokens is not None:  # (the request as sent: a release's prompt in)
+        ctx.input_model = ctx.request.model or stages.routes[0].model
         # counted only when a bound without encoding does not show that the request fits
-        if request_tokens_at_most(checked) > stages.max_input_tokens:
+        if request_tokens_at_most(ctx.request) > stages.max_input_tokens:
             count = ctx.input_tokens()
             if count.tokens > stages.max_input_tokens:
                 raise InputTooLargeError(
