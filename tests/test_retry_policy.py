@@ -76,6 +76,13 @@ def test_policy_defaults_are_bounded() -> None:
         {"timeout": float("inf")},
         {"jitter": "wild"},
         {"base": 2, "cap": 1},
+        # not an HTTP header name: every guarded call failed (ValueError for "", a
+        # RequestValidationError blaming the request for the others)
+        {"idempotency_header": ""},
+        {"idempotency_header": "Idempotency Key"},
+        {"idempotency_header": "X-Key\n"},
+        {"idempotency_header": "Ключ"},
+        {"idempotency_header": 42},
     ],
 )
 def test_bad_policies_are_configuration_errors(kwargs: dict[str, object]) -> None:

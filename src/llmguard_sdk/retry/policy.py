@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import random
+import re
 from dataclasses import dataclass
 from typing import Literal
 
@@ -31,6 +32,7 @@ Jitter = Literal["full", "equal", "decorrelated", "none"]
 """The backoff strategies :class:`RetryPolicy` can use."""
 
 _JITTERS = ("full", "equal", "decorrelated", "none")
+_HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+\Z")  # RFC 9110 token
 _MAX_EXPONENT = 1000  # 2.0 ** 1024 overflows; any cap is reached long before this
 
 MIN_ATTEMPT_SECONDS = 0.05
@@ -101,6 +103,11 @@ class RetryPolicy:
             raise ConfigurationError("RetryPolicy.cap must be at least base")
         if self.jitter not in _JITTERS:
             raise ConfigurationError(f"RetryPolicy.jitter must be one of {_JITTERS}")
+        header = self.idempotency_header
+        if header is not None and not (isinstance(header, str) and _HEADER_NAME.match(header)):
+            raise ConfigurationError(
+                f"RetryPolicy.idempotency_header must be a header name or None, got {header!r}"
+            )
 
     @property
     def idempotent(self) -> bool:
