@@ -12,12 +12,13 @@ from typing import Any
 import anyio
 import pytest
 
-from llmguard_sdk import Guard, ProviderUnavailableError
+from llmguard_sdk import AnthropicProvider, Guard, ProviderUnavailableError
 from llmguard_sdk.client import anthropic_client, async_anthropic_client
 from llmguard_sdk.testing import FakeProvider, Fault
 from llmguard_sdk.transport import http_client
 
 from .conftest import require_module
+from .rawserver import RawServer, http_response
 
 MakeGuard = Callable[..., Guard]
 ASK: Any = [{"role": "user", "content": "hello there"}]
@@ -168,3 +169,21 @@ def test_anthropic_client_needs_no_openai(anthropic: Any) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "Echo: hi 1"
+
+
+def test_a_refusal_stays_a_refusal(anthropic: Any) -> None:
+    # Claude's stop_reason "refusal" (content_filter in between) came back as "end_turn"
+    body = (
+        b'{"id":"msg_1","type":"message","role":"assistant","model":"claude-x",'
+        b'"content":[],"stop_reason":"refusal","stop_sequence":null,'
+        b'"usage":{"input_tokens":5,"output_tokens":0}}'
+    )
+    with RawServer(http_response(body)) as raw:
+        guard = Guard(
+            AnthropicProvider(raw.base_url, api_key="sk-ant", model="claude-x"), environ={}
+        )
+        message = anthropic_client(guard).messages.create(
+            model="claude-x", max_tokens=9, messages=ASK
+        )
+        guard.close()
+    assert message.stop_reason == "refusal"

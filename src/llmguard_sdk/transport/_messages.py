@@ -17,7 +17,12 @@ from . import _wire
 from ._chat import guard_arguments
 from ._wire import Incoming
 
-_STOP = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
+_STOP = {
+    "stop": "end_turn",
+    "length": "max_tokens",
+    "tool_calls": "tool_use",
+    "content_filter": "refusal",
+}
 _KNOWN = frozenset(
     {
         "model",
