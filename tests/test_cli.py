@@ -206,3 +206,14 @@ def test_report_into_a_folder_that_does_not_exist_is_one_line_and_status_2(
     out = tmp_path / "missing" / "report.html"
     assert main(["report", str(usage), "--html", str(out)]) == 2  # a FileNotFoundError before
     assert "report.html" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("command", [["budget", "status"], ["release", "status", "bot"]])
+def test_a_redis_that_does_not_answer_is_named_without_its_password(
+    command: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = "redis://app:hunter2-redis-pass@127.0.0.1:1/0"  # nothing listens on port 1
+    assert main([*command, "--store", url]) == 1
+    out = capsys.readouterr().out
+    assert "did not answer" in out
+    assert "hunter2-redis-pass" not in out  # it printed the URL as given

@@ -14,6 +14,7 @@ import argparse
 import datetime as dt
 import json
 
+from .._state.stores import _redacted
 from ..budget.control import status_row
 from ..budget.redis import RedisBudgetBackend
 from ._command import Command, Group
@@ -44,7 +45,7 @@ def _run_status(args: argparse.Namespace) -> int:
             for spec, found in zip(specs, backend.status(specs), strict=True)
         ]
     except redis.RedisError as exc:
-        print(f"llmguard budget: Redis at {args.store} did not answer: {exc}")
+        print(f"llmguard budget: Redis at {_redacted(args.store)} did not answer: {exc}")
         return 1
     finally:
         store.close()

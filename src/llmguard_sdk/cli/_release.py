@@ -11,6 +11,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from .._state.stores import _redacted
 from ..errors import ConfigurationError
 from ._command import Command, Group
 
@@ -59,7 +60,7 @@ def _run(args: argparse.Namespace, action: str) -> int:
         print(f"llmguard release: {exc}")
         return 1
     except redis.RedisError as exc:
-        print(f"llmguard release: Redis at {args.store} did not answer: {exc}")
+        print(f"llmguard release: Redis at {_redacted(args.store)} did not answer: {exc}")
         return 1
     finally:
         store.close()
