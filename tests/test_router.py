@@ -169,6 +169,15 @@ def test_bad_groups_are_refused() -> None:
         DeploymentGroup("g", [route], weights=[0.0])
     with pytest.raises(ConfigurationError, match="unique"):
         Guard([DeploymentGroup("g", [route]), route], environ={})
+    # two groups of one name shared their load in the store, and a task tier naming it
+    # went to one of them; a group named as a route made the tier's name ambiguous
+    east, west, other = _named("east", "west", "other")
+    for entries in (
+        [DeploymentGroup("g", [east]), DeploymentGroup("g", [west])],
+        [DeploymentGroup("other", [east]), other],
+    ):
+        with pytest.raises(ConfigurationError, match="unique"):
+            Guard(entries, environ={})
 
 
 @pytest.mark.parametrize(

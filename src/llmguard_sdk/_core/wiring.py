@@ -156,10 +156,14 @@ def routes(providers: Entries, settings: GuardSettings) -> tuple[Provider, ...]:
         if not isinstance(entry, (Provider, DeploymentGroup)):
             raise ConfigurationError(f"{entry!r} is not a Provider or a DeploymentGroup")
     routes = flatten(_entries(providers))
-    names = [route.name for route in routes]
+    # a group's name keys its shared load and names it in task tiers, as a route's name does
+    groups = [entry.name for entry in _entries(providers) if isinstance(entry, DeploymentGroup)]
+    names = [route.name for route in routes] + groups
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
-        raise ConfigurationError(f"route names must be unique; repeated: {duplicates}")
+        raise ConfigurationError(
+            f"route and deployment group names must be unique; repeated: {duplicates}"
+        )
     return routes
 
 
