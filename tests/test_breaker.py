@@ -129,6 +129,14 @@ def test_client_errors_are_not_recorded() -> None:
         {"failure_rate": 0},
         {"open_seconds": 100, "max_open_seconds": 10},
         {"half_open_permits": 0},
+        # wrong types: TypeError from a comparison (or, for counts, a fraction accepted)
+        {"window": "20"},
+        {"failure_rate": None},
+        {"open_seconds": "30"},
+        {"probe_every": "5"},
+        {"minimum_calls": 2.5},
+        {"half_open_permits": 1.5},
+        {"window": True},
     ],
 )
 def test_bad_policies(bad: dict[str, Any]) -> None:

@@ -95,6 +95,7 @@ class BreakerPolicy:
     probe_every: float | None = 5.0
 
     def __post_init__(self) -> None:
+        _check_types(self)
         if self.window_type not in ("count", "time"):
             raise ConfigurationError("window_type must be 'count' or 'time'")
         if not (0 < self.window < math.inf) or self.minimum_calls < 1:
@@ -124,6 +125,20 @@ class BreakerPolicy:
         except OverflowError:  # a steep factor: far past any open duration (Lua gets inf)
             return self.max_open_seconds
         return min(self.max_open_seconds, self.open_seconds * growth)
+
+
+def _check_types(policy: BreakerPolicy) -> None:
+    """Numbers where numbers go (a string or None failed a comparison with TypeError)."""
+    for name, value in vars(policy).items():
+        if name == "window_type" or (value is None and name in _OPTIONAL):
+            continue
+        whole = name in ("minimum_calls", "half_open_permits")
+        if isinstance(value, bool) or not isinstance(value, int if whole else (int, float)):
+            kind = "a whole number" if whole else "a number"
+            raise ConfigurationError(f"BreakerPolicy.{name} must be {kind}, got {value!r}")
+
+
+_OPTIONAL = ("slow_call_seconds", "probe_every")
 
 
 @dataclass(frozen=True)
