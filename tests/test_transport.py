@@ -341,3 +341,16 @@ def test_logprobs_reach_the_sdk() -> None:
         guard.close()
     assert answer.choices[0].logprobs is not None
     assert answer.choices[0].logprobs.model_dump(exclude_none=True) == _LOGPROBS
+
+
+def test_a_context_overflow_carries_openai_s_code(fake: FakeProvider) -> None:
+    # frameworks tell an overflow by OpenAI's code `context_length_exceeded` (pydantic-ai's
+    # ModelContextWindowExceededError, LangChain's OpenAIContextOverflowError); it had none
+    small = OpenAICompatibleProvider(fake.base_url, model="m", name="small", context_window=8)
+    guard = Guard(small, environ={})
+    with pytest.raises(openai.BadRequestError) as caught:
+        _sdk(http_client(guard)).chat.completions.create(model="m", messages=USER, max_tokens=50)
+    assert caught.value.code == "context_length_exceeded"
+    assert caught.value.response.headers["x-llmguard-error"] == "ContextLengthExceededError"
+    assert not fake.requests
+    guard.close()

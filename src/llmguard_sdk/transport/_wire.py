@@ -18,6 +18,7 @@ from ..errors import (
     AuthenticationError,
     BadRequestError,
     BudgetExceededError,
+    ContextLengthExceededError,
     LLMGuardError,
     MalformedResponseError,
     ProviderError,
@@ -200,11 +201,18 @@ def error_answer(wire: Wire, exc: LLMGuardError) -> Answer:
     return Answer(status, headers, dumps(wire.error(exc)), error=exc)
 
 
+def _last(exc: LLMGuardError) -> BaseException | None:
+    """The error an answer speaks for: every route failed, the last route's."""
+    if isinstance(exc, AllRoutesFailedError):
+        return list(exc.errors.values())[-1] if exc.errors else None
+    return exc
+
+
 def status_of(exc: LLMGuardError) -> int:
     """The HTTP status an SDK maps back to the closest error of its own (429 for the
     provider's rate limits, the Guard's and its budgets)."""
     if isinstance(exc, AllRoutesFailedError):
-        last = list(exc.errors.values())[-1] if exc.errors else None
+        last = _last(exc)
         return status_of(last) if isinstance(last, LLMGuardError) else 503
     table: Sequence[tuple[type[LLMGuardError], int]] = (
         (RequestValidationError, 400),
@@ -237,8 +245,14 @@ def error_type(status: int) -> str:
 
 def openai_error(exc: LLMGuardError) -> dict[str, Any]:
     """OpenAI's error body for ``exc``."""
-    status = status_of(exc)
-    code = "insufficient_quota" if isinstance(exc, BudgetExceededError) else None
+    status, last = status_of(exc), _last(exc)
+    code = (
+        "insufficient_quota"
+        if isinstance(exc, BudgetExceededError)
+        else "context_length_exceeded"  # what frameworks tell an overflow by
+        if isinstance(last, ContextLengthExceededError)
+        else None
+    )
     return {"error": {"message": str(exc), "type": error_type(status), "param": None, "code": code}}
 
 
