@@ -359,3 +359,18 @@ def test_route_errors_name_only_the_bad_key(route: dict[str, object], expected: 
     assert message.startswith(f"configuration: {expected}")
     assert "function-after" not in message  # pydantic's own names of its validators
     assert "Field required; routes.0.deployments" not in message  # the other kind's keys
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_llmguard_check_prints_the_store_without_its_password(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], as_json: bool
+) -> None:
+    text = (
+        'store = "redis://app:hunter2-redis-pass@127.0.0.1:6379/0"\n'
+        '[[routes]]\nmodel = "vllm/x"\nbase_url = "http://127.0.0.1:9/v1"\n'
+    )
+    path = _write(tmp_path, "guard.toml", text)
+    assert main(["check", str(path), *(["--json"] if as_json else [])]) == 0
+    out = capsys.readouterr().out
+    assert "redis://app:***@127.0.0.1:6379/0" in out
+    assert "hunter2-redis-pass" not in out

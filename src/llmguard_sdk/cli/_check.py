@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from typing import Any
 
 from .._config_file import load_config, resolve, tasks_of
+from .._state.stores import _redacted
 from ._command import Command
 
 __all__ = ["CHECK"]
@@ -26,11 +28,13 @@ def _run(args: argparse.Namespace) -> int:
         close = getattr(entry, "close", None)
         if close is not None:
             close()
-    rows = [route.__dict__ for route in routes]
+    # never a password (a Redis URL's, a URL's user:password@): keys are never shown either
+    rows = [{**route.__dict__, "base_url": _shown(route.base_url)} for route in routes]
+    settings = {key: _shown(value) for key, value in config.settings().items()}
     if args.json:
-        print(json.dumps({"settings": config.settings(), "routes": rows}))
+        print(json.dumps({"settings": settings, "routes": rows}))
         return 0
-    for key, value in config.settings().items():
+    for key, value in settings.items():
         print(f"{key}: {value}")
     if tasks is not None:
         print(f"tasks: {tasks!r}")
@@ -39,6 +43,10 @@ def _run(args: argparse.Namespace) -> int:
         key = row["key_from"] or "no key"
         print(f"{row['name']}{group}: {row['kind']} {row['model']} at {row['base_url']}; key {key}")
     return 0
+
+
+def _shown(value: Any) -> Any:
+    return _redacted(value) if isinstance(value, str) and "@" in value else value
 
 
 CHECK = Command(
