@@ -131,12 +131,23 @@ def test_guard_uses_a_redis_budget_with_a_redis_store(redis_url: str, redis_pref
     guard.close()
 
 
-@pytest.mark.parametrize("bad", [{"ratio": -1}, {"window": 0}, {"min_per_second": float("inf")}])
-def test_bad_budget_policies(bad: dict[str, float]) -> None:
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"ratio": -1},
+        {"window": 0},
+        {"min_per_second": float("inf")},
+        # wrong types raised a bare TypeError from a comparison
+        {"ratio": "0.1"},
+        {"window": None},
+        {"min_per_second": True},
+    ],
+)
+def test_bad_budget_policies(bad: dict[str, object]) -> None:
     from llmguard_sdk import ConfigurationError
 
     with pytest.raises(ConfigurationError):
-        RetryBudgetPolicy(**bad)
+        RetryBudgetPolicy(**bad)  # type: ignore[arg-type]
 
 
 def test_redis_a_very_long_window_still_counts_in_redis(redis_url: str, redis_prefix: str) -> None:

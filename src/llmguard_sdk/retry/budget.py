@@ -49,6 +49,9 @@ class RetryBudgetPolicy:
     window: float = 10.0
 
     def __post_init__(self) -> None:
+        for name, value in vars(self).items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ConfigurationError(f"RetryBudgetPolicy.{name} must be a number")
         if not (0 <= self.ratio < math.inf and 0 <= self.min_per_second < math.inf):
             raise ConfigurationError("ratio and min_per_second must be finite and >= 0")
         if not 0 < self.window < math.inf:
