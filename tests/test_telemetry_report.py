@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 
 from llmguard_sdk import Guard, OpenAICompatibleProvider
-from llmguard_sdk.budget import Price, PriceTable, UsageRecorder
+from llmguard_sdk.budget import Price, PriceTable, UsageRecorder, read_usage
 from llmguard_sdk.cli import main
 from llmguard_sdk.telemetry.report import PLOTS, render_report
-from llmguard_sdk.testing import FakeProvider
+from llmguard_sdk.testing import FakeProvider, Fault
 
 from .conftest import require
 
@@ -91,6 +91,29 @@ def test_a_real_guards_usage_file_makes_a_report(
     capsys.readouterr()
     assert main(["report", str(tmp_path / "missing.jsonl"), "--html", str(out)]) == 2
     assert capsys.readouterr().out.startswith("llmguard report: cannot read usage file")
+
+
+def test_a_route_that_failed_before_the_backup_answered_is_counted_against_it(
+    tmp_path: Path, fake: FakeProvider, fake2: FakeProvider
+) -> None:
+    """The usage file named only the route that answered: a primary failing every call
+    (each answered by the backup) never showed in "Failed calls by route"."""
+    usage = tmp_path / "usage.jsonl"
+    fake.always(Fault(status=503))
+    routes = [
+        OpenAICompatibleProvider(fake.base_url, model="fake-model", name="primary"),
+        OpenAICompatibleProvider(fake2.base_url, model="fake-model", name="backup"),
+    ]
+    hooks = [UsageRecorder(usage)]
+    with Guard(routes, hooks=hooks, retry=None, breaker=None, environ={}) as guard:
+        for number in range(4):
+            assert guard.chat([{"role": "user", "content": f"q {number}"}]).route == "backup"
+    records = list(read_usage(usage))
+    assert [r["route_errors"] for r in records] == [{"primary": "ProviderUnavailableError"}] * 4
+    page = render_report(records)
+    failures = page.split('data-plot="failures-by-route"', 1)[1].split("</figure>", 1)[0]
+    assert "primary" in failures
+    assert "backup" in failures
 
 
 def _browser() -> str:

@@ -6,7 +6,10 @@ The format is JSON Lines, one object per guarded call::
      "feature": "faq", "user": "u-42", "route": "primary", "model": "gpt-4o-mini",
      "input_tokens": 812, "output_tokens": 164, "cached_input_tokens": 512,
      "cache_write_input_tokens": 0, "cost_usd": 0.000182, "cost_source": "estimated",
-     "latency_s": 0.84}
+     "latency_s": 0.84, "route_errors": {"openai": "ProviderUnavailableError"}}
+
+``route`` is the route that answered (``null`` when none did); ``route_errors`` names the error
+of each route that failed on the way, so failures are counted per route.
 
 ``llmguard cost report FILE`` groups it per tenant and feature.
 
@@ -75,6 +78,7 @@ class UsageRecorder:
             "cost_usd": getattr(event, "cost_usd", None),
             "cost_source": getattr(event, "cost_source", None),
             "latency_s": round(event.latency_s, 4),
+            "route_errors": dict(event.route_errors),
         }
 
     def __call__(self, event: CallEvent) -> None:

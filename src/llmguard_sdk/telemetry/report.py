@@ -109,6 +109,30 @@ def _rate_series(
     }
 
 
+def _failure_series(records: list[dict[str, Any]], width: int) -> dict[str, Any]:
+    """Per route, the share of its attempts per bucket that failed: the routes of a call's
+    ``route_errors`` failed, the route that answered did not (a record without
+    ``route_errors``, from before they were written: a failed call counts against its
+    ``route``, or ``-``)."""
+    counts: dict[str, dict[float, list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0]))
+    for record in records:
+        bucket = record["ts"] // width * width
+        errors = record.get("route_errors")
+        if not isinstance(errors, dict):  # an older record
+            errors = {record.get("route") or "-": ""} if record.get("outcome") == "error" else {}
+        for route in errors:
+            cell = counts[str(route)][bucket]
+            cell[0] += 1
+            cell[1] += 1
+        served = record.get("route")
+        if served and served not in errors:
+            counts[str(served)][bucket][1] += 1
+    return {
+        name: sorted((start, 100.0 * failed / total) for start, (failed, total) in cells.items())
+        for name, cells in sorted(counts.items())
+    }
+
+
 def _percentile(values: list[float], share: float) -> float:
     ordered = sorted(values)
     return ordered[max(0, math.ceil(share * len(ordered)) - 1)]
@@ -188,7 +212,7 @@ def render_report(
     feedback, labels = _feedback(scored, width)
     hits = _rate_series(records, width, None, lambda r: r.get("route") == "cache")
     routed = [r for r in records if r.get("route") != "cache"]
-    failed = _rate_series(routed, width, "route", lambda r: r.get("outcome") == "error")
+    failed = _failure_series(routed, width)
     given = ", ".join(f"{k}: {n}" for k, n in labels.most_common()) or "no feedback given"
     figures = [
         _figure(
@@ -215,7 +239,7 @@ def render_report(
             "failures-by-route",
             f"Failed calls by route ({per})",
             line_chart("failed", failed, y_fmt=_share, y_max=100.0),
-            "The share of each route's calls that failed: what opens its breaker.",
+            "The share of each route's attempts that failed: what opens its breaker.",
         ),
         _figure(
             "feedback",
