@@ -13,12 +13,12 @@ from llmguard_sdk import __version__
 from llmguard_sdk.cli import main, run_demo
 
 
-def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "llmguard_sdk.cli", *args],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=timeout,
         check=False,
     )
 
@@ -31,8 +31,11 @@ def test_version_and_help() -> None:
 
 @pytest.mark.slow  # a demo with the local model as its last route: 15-30 s
 @pytest.mark.local_model
+# The demo's outage is answered by the bundled model, whose two llama.cpp threads slow down
+# many times over when other processes hold the cores (57 s alone at a load average of 6.5).
+@pytest.mark.timeout(330)
 def test_demo_answers_every_call_through_the_fallback_route() -> None:
-    result = run_cli("demo", "--json", "--requests", "30", "--concurrency", "4")
+    result = run_cli("demo", "--json", "--requests", "30", "--concurrency", "4", timeout=300)
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout)
     assert summary["failed"] == 0
