@@ -45,6 +45,17 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 def test_the_command_reads_a_tenants_counters_from_redis(
     fake: FakeProvider, redis_url: str, redis_prefix: str
 ) -> None:
+    _reads_counters(fake, redis_url, redis_prefix)
+
+
+def test_the_command_reads_counters_from_redis_cluster(
+    fake: FakeProvider, redis_cluster_url: str, cluster_prefix: str
+) -> None:
+    """``--store redis+cluster://...`` was refused ("bad Redis URL")."""
+    _reads_counters(fake, redis_cluster_url, cluster_prefix)
+
+
+def _reads_counters(fake: FakeProvider, redis_url: str, redis_prefix: str) -> None:
     guard = _guard(fake, store=redis_url, key_prefix=redis_prefix)
     try:
         guard.chat(USER, max_tokens=3, tenant="acme")
