@@ -216,3 +216,13 @@ def test_is_retryable_understands_errors_carrying_the_response(
 
     fake.script(Fault(status=502), Fault(status=503))
     assert ask()["choices"][0]["message"]["content"] == "Echo: hello there"
+
+
+@pytest.mark.parametrize("bad", ["ValueError", None, 5, int, (ValueError, "x")])
+def test_an_on_that_is_no_exception_type_or_callable_is_a_configuration_error(bad: Any) -> None:
+    # it was found out at the first failure: a TypeError ("'str' object is not callable")
+    # raised in place of the function's own error
+    with pytest.raises(ConfigurationError, match="on="):
+        retry(on=bad)(lambda: None)
+    with pytest.raises(ConfigurationError, match="on="):
+        retry_context(on=bad)

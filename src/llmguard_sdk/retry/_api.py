@@ -150,6 +150,11 @@ def _judge(on: RetryOn, exc: BaseException) -> tuple[bool, float | None]:
     raise ConfigurationError(f"on= callable returned {verdict!r}: expected bool or seconds")
 
 
+def _is_exception_types(on: object) -> bool:
+    kinds = on if isinstance(on, tuple) else (on,)
+    return all(isinstance(kind, type) and issubclass(kind, BaseException) for kind in kinds)
+
+
 def _hint_of(exc: BaseException) -> float | None:
     error = exc if isinstance(exc, ProviderError) else classify_exception(exc)
     return error.retry_after if error is not None else None
@@ -200,7 +205,11 @@ class Retrying:
         if overrides:
             policy = dataclasses.replace(policy, **overrides)
         self.policy = policy
-        self.on: RetryOn = options.get("on", is_retryable)
+        on = self.on = options.get("on", is_retryable)
+        if not _is_exception_types(on) and (isinstance(on, type) or not callable(on)):
+            raise ConfigurationError(
+                f"retry on= must be an exception type, a tuple of them or a callable, got {on!r}"
+            )
         self.hooks = tuple(options.get("hooks", ()))
         self.name = options.get("name", "")
         self.budget = options.get("budget")
