@@ -170,3 +170,23 @@ def test_the_guard_s_own_methods(fake: FakeProvider, make_guard: MakeGuard) -> N
         "Echo: hello there"
     )
     assert type(guard.async_http_client(library="httpx")).__module__.startswith("httpx")
+
+
+def test_with_options_keeps_the_guard(fake: FakeProvider, make_guard: MakeGuard) -> None:
+    # openai's with_options() / copy() build a new client of the same class with openai's
+    # keywords: GuardedOpenAI(guard) took none (TypeError), so the idiom our own
+    # RetryMultiplicationWarning advises, `client.with_options(max_retries=0)`, failed
+    guard = make_guard(fake)
+    client = _openai_client(guard).with_options(timeout=5.0, max_retries=0)
+    assert client.guard is guard
+    completion = client.chat.completions.create(model="m", messages=USER)
+    assert completion.llmguard.route == "primary"
+    assert _openai_client(guard).copy().models.list().data[0].id == "fake-model"
+
+    async def run() -> str | None:
+        aclient = _async_openai_client(guard).with_options(timeout=5.0)
+        assert aclient.guard is guard
+        answer = await aclient.chat.completions.create(model="m", messages=USER)
+        return answer.choices[0].message.content
+
+    assert anyio.run(run) == "Echo: hello there"

@@ -187,3 +187,14 @@ def test_a_refusal_stays_a_refusal(anthropic: Any) -> None:
         )
         guard.close()
     assert message.stop_reason == "refusal"
+
+
+def test_anthropic_client_with_options_keeps_the_guard(
+    anthropic: Any, fake: FakeProvider, make_guard: MakeGuard
+) -> None:
+    guard = make_guard(fake)
+    client = anthropic_client(guard).with_options(timeout=5.0)
+    assert client.guard is guard
+    message = client.messages.create(model="m", max_tokens=20, messages=ASK)
+    assert message.content[0].text == "Echo: hello there"
+    assert async_anthropic_client(guard).copy().guard is guard

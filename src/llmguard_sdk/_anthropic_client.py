@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import anthropic
 
-from ._sdk_clients import _options, _Tagged
+from ._sdk_clients import _given, _Tagged
 
 if TYPE_CHECKING:
     from .guard import Guard
@@ -26,22 +26,25 @@ __all__ = ["AsyncGuardedAnthropic", "GuardedAnthropic"]
 _BASE_URL = "http://llmguard.invalid"
 
 
-def _anthropic_options(guard: Guard, *, asynchronous: bool) -> dict[str, Any]:
+def _anthropic_options(
+    guard: Guard | None, options: dict[str, Any], *, asynchronous: bool
+) -> dict[str, Any]:
     # the Guard's errors as answers: anthropic's SDK wraps what a transport raises
-    return _options(guard, asynchronous=asynchronous, base_url=_BASE_URL, raise_errors=False)
+    how = {"base_url": _BASE_URL, "raise_errors": False}
+    return _given(guard, options, asynchronous=asynchronous, **how)
 
 
 class GuardedAnthropic(_Tagged, anthropic.Anthropic):
     """``anthropic.Anthropic`` whose requests the Guard answers."""
 
-    def __init__(self, guard: Guard) -> None:
-        super().__init__(**_anthropic_options(guard, asynchronous=False))
+    def __init__(self, guard: Guard | None = None, **options: Any) -> None:
+        super().__init__(**_anthropic_options(guard, options, asynchronous=False))
         self.guard = guard
 
 
 class AsyncGuardedAnthropic(_Tagged, anthropic.AsyncAnthropic):
     """``anthropic.AsyncAnthropic`` whose requests the Guard answers."""
 
-    def __init__(self, guard: Guard) -> None:
-        super().__init__(**_anthropic_options(guard, asynchronous=True))
+    def __init__(self, guard: Guard | None = None, **options: Any) -> None:
+        super().__init__(**_anthropic_options(guard, options, asynchronous=True))
         self.guard = guard

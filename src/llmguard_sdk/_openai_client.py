@@ -11,11 +11,11 @@ the call as ``.llmguard`` (a :class:`~llmguard_sdk.ChatResponse`), left out of i
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import openai
 
-from ._sdk_clients import _options, _Tagged
+from ._sdk_clients import _given, _Tagged
 
 if TYPE_CHECKING:
     from .guard import Guard
@@ -28,14 +28,14 @@ _BASE_URL = "http://llmguard.invalid/v1"
 class GuardedOpenAI(_Tagged, openai.OpenAI):
     """``openai.OpenAI`` whose requests the Guard answers."""
 
-    def __init__(self, guard: Guard) -> None:
-        super().__init__(**_options(guard, asynchronous=False, base_url=_BASE_URL))
+    def __init__(self, guard: Guard | None = None, **options: Any) -> None:
+        super().__init__(**_given(guard, options, asynchronous=False, base_url=_BASE_URL))
         self.guard = guard
 
 
 class AsyncGuardedOpenAI(_Tagged, openai.AsyncOpenAI):
     """``openai.AsyncOpenAI`` whose requests the Guard answers."""
 
-    def __init__(self, guard: Guard) -> None:
-        super().__init__(**_options(guard, asynchronous=True, base_url=_BASE_URL))
+    def __init__(self, guard: Guard | None = None, **options: Any) -> None:
+        super().__init__(**_given(guard, options, asynchronous=True, base_url=_BASE_URL))
         self.guard = guard

@@ -10,6 +10,8 @@ from .transport import _client
 if TYPE_CHECKING:
     from .guard import Guard
 
+_COPY = "an SDK client of a Guard needs the Guard (or, from copy(), the SDK's own keywords)"
+
 _KEY = "llmguard"  # never sent anywhere: the transport answers in process
 T = TypeVar("T")
 
@@ -34,8 +36,29 @@ def _options(
     }
 
 
+def _given(guard: Guard | None, options: dict[str, Any], **how: Any) -> dict[str, Any]:
+    """An SDK client's keywords: :func:`_options` of ``guard``, or (the SDK's ``copy()`` builds
+    a new client of the class from its own keywords, and sets the Guard afterwards) those."""
+    if guard is not None:
+        return _options(guard, **how)
+    if not options:
+        raise TypeError(_COPY)
+    return options
+
+
 class _Tagged:
-    """Puts the Guard's view on every parsed object."""
+    """Puts the Guard's view on every parsed object; ``copy()`` / ``with_options()`` keep the
+    Guard (the SDK builds the copy from its own keywords, the Guard's transport among them)."""
+
+    guard: Guard | None
+
+    def copy(self, *args: Any, **kwargs: Any) -> Any:
+        """The SDK's ``copy()`` (``with_options()``), answered by the same Guard."""
+        copied = super().copy(*args, **kwargs)  # type: ignore[misc]
+        copied.guard = self.guard
+        return copied
+
+    with_options = copy
 
     def _process_response_data(self, *, data: object, cast_to: type[T], response: Any) -> T:
         parsed: T = super()._process_response_data(  # type: ignore[misc]
