@@ -107,6 +107,10 @@ def test_recorded_usage_reports_cost_per_tenant_feature_and_success(
     assert report["total"]["calls"] == 5
     assert main(["cost", "report", str(path)]) == 0
     assert "acme" in capsys.readouterr().out
+    # a file with no usage record in it (not a usage file): exit 1, as llmguard report does
+    (tmp_path / "garbage.jsonl").write_text("not json\n[1, 2]\n")
+    assert main(["cost", "report", str(tmp_path / "garbage.jsonl")]) == 1
+    assert "no usage records" in capsys.readouterr().out
 
 
 def test_hashed_ids_keep_tenants_out_of_the_file(tmp_path: Path, make_guard: MakeGuard) -> None:

@@ -164,6 +164,9 @@ def _run_estimate(args: argparse.Namespace) -> int:
 
 def _run_report(args: argparse.Namespace) -> int:
     report = usage_report(read_usage(args.file))
+    if not report["total"]["calls"]:  # nothing read: not a usage file (as llmguard report)
+        print(f"llmguard cost report: no usage records in {args.file}")
+        return 1
     if args.json:
         print(json.dumps(report))
         return 0
