@@ -226,3 +226,13 @@ def test_an_on_that_is_no_exception_type_or_callable_is_a_configuration_error(ba
         retry(on=bad)(lambda: None)
     with pytest.raises(ConfigurationError, match="on="):
         retry_context(on=bad)
+
+
+@pytest.mark.parametrize("bad", [[5], print, "hook"])
+def test_hooks_that_are_not_callables_are_a_configuration_error(bad: Any) -> None:
+    # [5] raised TypeError at the first retry, in place of the function's own error; a bare
+    # callable (not in a list) a TypeError of its own; a string was iterated letter by letter
+    with pytest.raises(ConfigurationError, match="hooks"):
+        retry(hooks=bad)(lambda: None)
+    with pytest.raises(ConfigurationError, match="hooks"):
+        retry_context(hooks=bad)

@@ -29,7 +29,7 @@ import itertools
 import random
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from types import TracebackType
 from typing import Any, TypedDict, TypeVar, cast
 
@@ -210,7 +210,12 @@ class Retrying:
             raise ConfigurationError(
                 f"retry on= must be an exception type, a tuple of them or a callable, got {on!r}"
             )
-        self.hooks = tuple(options.get("hooks", ()))
+        hooks = options.get("hooks", ())
+        if isinstance(hooks, str) or not isinstance(hooks, Iterable):
+            raise ConfigurationError(f"retry hooks= must be a sequence of callables, got {hooks!r}")
+        self.hooks = tuple(hooks)
+        if not all(callable(hook) for hook in self.hooks):
+            raise ConfigurationError(f"retry hooks= must all be callables, got {self.hooks!r}")
         self.name = options.get("name", "")
         self.budget = options.get("budget")
         self.budget_key = budget_key or self.name
