@@ -374,3 +374,23 @@ def test_llmguard_check_prints_the_store_without_its_password(
     out = capsys.readouterr().out
     assert "redis://app:***@127.0.0.1:6379/0" in out
     assert "hunter2-redis-pass" not in out
+
+
+def test_a_store_reference_is_read_from_the_environment(
+    tmp_path: Path, redis_url: str, redis_prefix: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``store = "${REDIS_URL}"`` keeps a Redis password out of the file, as ``api_key`` does
+    (it was refused: not a URL)."""
+    text = (
+        f'store = "${{REDIS_URL}}"\nkey_prefix = "{redis_prefix}"\n'
+        '[[routes]]\nmodel = "vllm/x"\nbase_url = "http://127.0.0.1:9/v1"\n'
+    )
+    path = _write(tmp_path, "guard.toml", text)
+    with Guard.from_config(path, environ={"REDIS_URL": redis_url}) as guard:
+        assert guard.store.ping()  # the Redis the variable names
+    with pytest.raises(ConfigurationError, match="REDIS_URL is not set"):
+        Guard.from_config(path, environ={})
+    with pytest.raises(ConfigurationError, match="store"):
+        Guard.from_config(path, environ={"REDIS_URL": "redis-host:6379"})
+    assert main(["check", str(path)]) == 2  # (the variable is not set here)
+    capsys.readouterr()

@@ -28,10 +28,11 @@ Shortcuts and the environment variables they read when the route names no key (o
 ``OPENAI_API_VERSION``), ``openrouter/`` (``OPENROUTER_API_KEY``), ``groq/``
 (``GROQ_API_KEY``), ``together/`` (``TOGETHER_API_KEY``), ``ollama/`` (``OLLAMA_HOST``, local
 by default), ``vllm/`` (``base_url`` required), ``local/`` (``bundled`` or a GGUF path).
-A value ``${NAME}`` of ``api_key``, ``base_url`` or ``headers`` is read from the environment
-when the Guard is built; an ``api_key`` given as plain text is refused, so keys never sit in
-the file. An ``azure/`` route's ``base_url`` is its resource endpoint (as
-``AZURE_OPENAI_ENDPOINT``), unless it is a whole ``.../openai/...`` URL.
+A value ``${NAME}`` of ``api_key``, ``base_url``, ``headers`` or ``store`` (a Redis URL with
+its password, say) is read from the environment when the Guard is built; an ``api_key`` given
+as plain text is refused, so keys never sit in the file. An ``azure/`` route's ``base_url``
+is its resource endpoint (as ``AZURE_OPENAI_ENDPOINT``), unless it is a whole
+``.../openai/...`` URL.
 """
 
 from __future__ import annotations
@@ -172,17 +173,29 @@ class ConfigFile(BaseModel):
     @classmethod
     def _check_store(cls, store: str | None) -> str | None:
         """The stores the Guard opens (checked here too, so ``llmguard check`` says so)."""
-        schemes = (*_REDIS_SCHEMES, *_CLUSTER_SCHEMES)
-        if store is None or store.strip().lower() == "memory":
-            return store
-        if urlsplit(store.strip()).scheme not in schemes:
-            raise ValueError(f"must be 'memory' or a URL of {', '.join(schemes)}")
+        if store is not None and not _REFERENCE.match(store):  # (a reference: when read)
+            _store_problem(store)
         return store
 
-    def settings(self) -> dict[str, Any]:
-        """The Guard keyword arguments the file sets (besides its routes)."""
+    def settings(self, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+        """The Guard keyword arguments the file sets (besides its routes); a ``${NAME}``
+        ``store`` is read from ``environ`` (without it: as written, for display)."""
         names = ("store", "key_prefix", "timeout", "attempt_timeout", "max_input_tokens")
-        return {n: getattr(self, n) for n in names if getattr(self, n) is not None}
+        found = {n: getattr(self, n) for n in names if getattr(self, n) is not None}
+        if environ is not None and "store" in found:
+            found["store"] = _value(found["store"], environ, "store")
+            try:
+                _store_problem(found["store"])
+            except ValueError as exc:
+                raise ConfigurationError(f"store (from the environment): {exc}") from None
+        return found
+
+
+def _store_problem(store: str) -> None:
+    """Raise ``ValueError`` unless ``store`` names a store the Guard opens."""
+    schemes = (*_REDIS_SCHEMES, *_CLUSTER_SCHEMES)
+    if store.strip().lower() != "memory" and urlsplit(store.strip()).scheme not in schemes:
+        raise ValueError(f"must be 'memory' or a URL of {', '.join(schemes)}")
 
 
 @dataclass(frozen=True)

@@ -334,7 +334,7 @@ class Guard(Closes, AsyncCloses):
         config = load_config(source)
         entries, _routes = resolve(config, env)
         tasks = tasks_of(config, entries)
-        settings = {**config.settings(), **({"tasks": tasks} if tasks is not None else {})}
+        settings = {**config.settings(env), **({"tasks": tasks} if tasks is not None else {})}
         return cls(entries, **{**settings, **options}, environ=env)
 
     @property

@@ -23,6 +23,7 @@ def _run(args: argparse.Namespace) -> int:
     """Run ``llmguard check``: 0 when the configuration is good, 2 when it is not."""
     config = load_config(args.config)
     entries, routes = resolve(config, os.environ)
+    config.settings(os.environ)  # a ${NAME} store is set and names a store (shown as written)
     tasks = tasks_of(config, entries)  # tiers name routes of the file
     for entry in entries:
         close = getattr(entry, "close", None)

@@ -219,7 +219,7 @@ def run_config_drill(
         if transition.route == primary:
             transitions.append((time.monotonic(), transition))
 
-    options: dict[str, Any] = {**loaded.settings(), "breaker_hooks": [on_transition]}
+    options: dict[str, Any] = {**loaded.settings(env), "breaker_hooks": [on_transition]}
     if tasks is not None:
         options["tasks"] = tasks
     guard = Guard(chain, **options, environ=env)
