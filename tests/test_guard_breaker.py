@@ -289,3 +289,32 @@ def test_streams_cut_mid_answer_count_as_failures(
             list(stream)
     assert guard.breakers is not None
     assert guard.breakers.state("primary") == "open"
+
+
+def test_a_half_open_refusal_does_not_say_retry_at_once(
+    fake: FakeProvider, make_guard: MakeGuard
+) -> None:
+    """Refused while the half-open breaker's probes are out, a call was told retry_after=0.0
+    (retry at once, as the probes still run); when a probe ends is unknown: None."""
+    clock = Clock()
+    guard = make_guard(fake, retry=None, breaker=driven(clock))
+    fake.always(Fault(status=503))
+    for _ in range(4):
+        with pytest.raises(ProviderError):
+            guard.chat(USER)
+    fake.always(Fault(latency=1.0))  # back, slowly: the probes are out a while
+    clock.now = 10.5  # half open
+    permits = POLICY.half_open_permits
+
+    async def main() -> BaseException:
+        async with anyio.create_task_group() as tasks:
+            for _ in range(permits):
+                tasks.start_soon(guard.achat, USER)  # the probes
+            await anyio.sleep(0.3)
+            with pytest.raises((CircuitOpenError, AllRoutesFailedError)) as refused:
+                await guard.achat(USER)
+        return refused.value
+
+    error: Any = anyio.run(main)
+    assert "half_open" in str(error)
+    assert error.retry_after is None

@@ -183,7 +183,9 @@ def route_refused(ctx: CallContext, stages: Stages, route: Provider, permit: Per
     """
     if permit.state == "open" and stages.prober is not None:
         stages.prober.maybe_probe(route, route_model(route, ctx.request))
-    retry_after = None if permit.retry_after == math.inf else permit.retry_after
+    # isolated: never by itself; half open, every probe out: when one ends is unknown
+    unknown = permit.retry_after == math.inf or permit.state == "half_open"
+    retry_after = None if unknown else permit.retry_after
     ctx.route_errors.setdefault(
         route.name, CircuitOpenError(route.name, permit.state, retry_after=retry_after)
     )
