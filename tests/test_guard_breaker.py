@@ -23,7 +23,7 @@ from llmguard_sdk.breaker import (
     BreakerTransition,
     MemoryBreakerBackend,
 )
-from llmguard_sdk.retry import waits_off
+from llmguard_sdk.retry import RetryPolicy, waits_off
 from llmguard_sdk.testing import FakeProvider, Fault
 
 from .conftest import USER
@@ -318,3 +318,19 @@ def test_a_half_open_refusal_does_not_say_retry_at_once(
     error: Any = anyio.run(main)
     assert "half_open" in str(error)
     assert error.retry_after is None
+
+
+def test_calls_an_open_breaker_refuses_are_no_requests_of_the_retry_budget(
+    fake: FakeProvider, fake2: FakeProvider, make_guard: MakeGuard
+) -> None:
+    """A call the breaker refused was counted as a request of the route's retry budget,
+    whose retries grow with its requests: an open route earned retries it never used."""
+    once = RetryPolicy(attempts=1)  # (retry=None turns the retry budget off too)
+    guard = make_guard(fake, fake2, retry=once, breaker=driven(Clock()))
+    fake.always(Fault(status=503))
+    for _ in range(14):  # 4 reach the primary and open its breaker; 10 are refused
+        assert guard.chat(USER).route == "backup"
+    assert fake.stats.requests == 4
+    retry_budget: Any = guard._stages.retry_budget
+    assert retry_budget.state("primary").requests == pytest.approx(4, rel=0.05)  # (decaying)
+    assert retry_budget.state("backup").requests == pytest.approx(14, rel=0.05)

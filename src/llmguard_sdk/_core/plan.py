@@ -64,7 +64,6 @@ def _route_loop(run: Run) -> Plan:
     for route in run.route_order(raced.route if raced is not None else None):
         if routes.too_small_for(ctx, route):
             continue
-        run.count_request(route)
         attempt, previous_wait, previous = 0, 0.0, None
         while True:
             opened, raced = (raced, None) if raced is not None else (None, None)
@@ -76,6 +75,8 @@ def _route_loop(run: Run) -> Plan:
                 ctx.attempts += 1
             else:
                 reservation = opened.reservation
+            if attempt == 0:  # the call goes to the route (once a call: retries are not)
+                run.count_request(route)
             attempt += 1
             try:
                 if run.streaming:
