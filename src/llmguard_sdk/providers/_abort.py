@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import logging
 import threading
 from collections.abc import Callable, Iterator
+from typing import Any
 
 __all__ = ["Abort", "abortable", "when_aborted"]
 
@@ -70,8 +72,9 @@ def abortable(abort: Abort) -> Iterator[None]:
         _CURRENT.reset(token)
 
 
-def when_aborted(callback: Callable[[], object]) -> None:
-    """Register ``callback`` with the :class:`Abort` the current call runs under, if any."""
+def when_aborted(callback: Callable[[Any], object], argument: Any) -> None:
+    """Register ``callback(argument)`` with the :class:`Abort` the current call runs under,
+    if any (nothing is built when none: this is on every call's path)."""
     abort = _CURRENT.get()
     if abort is not None:
-        abort.on_abort(callback)
+        abort.on_abort(functools.partial(callback, argument))

@@ -15,7 +15,6 @@ socket back in the pool, perhaps serving another call) is never touched.
 from __future__ import annotations
 
 import contextlib
-import functools
 import heapq
 import itertools
 import socket
@@ -49,7 +48,7 @@ class _Watchdog:
                 self._thread.start()
             elif earliest:
                 self._cond.notify()
-        when_aborted(functools.partial(self._shut_now, token))
+        when_aborted(self._shut_now, token)
         return token
 
     def _shut_now(self, token: int) -> None:

@@ -57,6 +57,7 @@ from ..errors import (
     ProviderUnavailableError,
 )
 from ..models import ChatRequest, ChatResponse, StreamChunk, Usage
+from ._abort import when_aborted
 from ._emitter import _Emitter
 from ._gpu import Placement, place
 from ._llama import (
@@ -344,6 +345,7 @@ class LocalProvider(_Streams):
     def _stream(self, call: StreamCall) -> Generator[StreamChunk, None, None]:
         """Stream an answer; the last chunk carries the exact usage."""
         job = self._submit(call.request, call.deadline)
+        when_aborted(_abandon, job)  # a sync hedge race's loser: stopped now
         try:
             while True:
                 item = _take(job, self.name, call.deadline, call.idle_timeout)
