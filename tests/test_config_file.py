@@ -377,20 +377,27 @@ def test_llmguard_check_prints_the_store_without_its_password(
 
 
 def test_a_store_reference_is_read_from_the_environment(
-    tmp_path: Path, redis_url: str, redis_prefix: str, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path,
+    redis_url: str,
+    redis_prefix: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """``store = "${REDIS_URL}"`` keeps a Redis password out of the file, as ``api_key`` does
+    """``store = "${VARIABLE}"`` keeps a Redis password out of the file, as ``api_key`` does
     (it was refused: not a URL)."""
     text = (
-        f'store = "${{REDIS_URL}}"\nkey_prefix = "{redis_prefix}"\n'
+        f'store = "${{GUARD_STORE_URL}}"\nkey_prefix = "{redis_prefix}"\n'
         '[[routes]]\nmodel = "vllm/x"\nbase_url = "http://127.0.0.1:9/v1"\n'
     )
     path = _write(tmp_path, "guard.toml", text)
-    with Guard.from_config(path, environ={"REDIS_URL": redis_url}) as guard:
+    with Guard.from_config(path, environ={"GUARD_STORE_URL": redis_url}) as guard:
         assert guard.store.ping()  # the Redis the variable names
-    with pytest.raises(ConfigurationError, match="REDIS_URL is not set"):
+    with pytest.raises(ConfigurationError, match="GUARD_STORE_URL is not set"):
         Guard.from_config(path, environ={})
     with pytest.raises(ConfigurationError, match="store"):
-        Guard.from_config(path, environ={"REDIS_URL": "redis-host:6379"})
-    assert main(["check", str(path)]) == 2  # (the variable is not set here)
-    capsys.readouterr()
+        Guard.from_config(path, environ={"GUARD_STORE_URL": "redis-host:6379"})
+    monkeypatch.delenv("GUARD_STORE_URL", raising=False)
+    assert main(["check", str(path)]) == 2  # llmguard check reads this process's environment
+    monkeypatch.setenv("GUARD_STORE_URL", redis_url)
+    assert main(["check", str(path)]) == 0
+    assert "${GUARD_STORE_URL}" in capsys.readouterr().out  # shown as written
