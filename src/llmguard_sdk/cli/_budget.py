@@ -17,8 +17,7 @@ import json
 from .._state.stores import _redacted
 from ..budget.control import status_row
 from ..budget.redis import RedisBudgetBackend
-from ..errors import ConfigurationError
-from ._command import Command, Group
+from ._command import Command, Group, redis_store
 
 __all__ = ["BUDGET"]
 
@@ -35,11 +34,7 @@ def _run_status(args: argparse.Namespace) -> int:
     """Carry out ``llmguard budget status``; returns the exit status."""
     import redis
 
-    from ..store import RedisStore, open_store
-
-    store = open_store(args.store, key_prefix=args.prefix)  # redis+cluster:// too
-    if not isinstance(store, RedisStore):
-        raise ConfigurationError(f"--store: the Redis URL the Guards use, got {args.store!r}")
+    store = redis_store(args)
     try:
         backend = RedisBudgetBackend(store, name=args.name)
         specs = backend.stored_counters(tenant=args.tenant)

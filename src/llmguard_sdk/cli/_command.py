@@ -12,9 +12,12 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from ..store import RedisStore
 
 __all__ = ["Command", "Group", "register", "positive_int"]
 
@@ -75,3 +78,14 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError("must be at least 1")
     return value
+
+
+def redis_store(args: argparse.Namespace) -> RedisStore:
+    """The store ``--store`` / ``--prefix`` name: a Redis or Redis Cluster URL the Guards use
+    (``redis+cluster://`` too); anything else is a :class:`ConfigurationError`."""
+    from ..store import RedisStore, open_store
+
+    store = open_store(args.store, key_prefix=args.prefix)
+    if not isinstance(store, RedisStore):
+        raise ConfigurationError(f"--store: the Redis URL the Guards use, got {args.store!r}")
+    return store

@@ -13,7 +13,7 @@ from typing import Any
 
 from .._state.stores import _redacted
 from ..errors import ConfigurationError
-from ._command import Command, Group
+from ._command import Command, Group, redis_store
 
 __all__ = ["RELEASE"]
 
@@ -41,16 +41,13 @@ def _run(args: argparse.Namespace, action: str) -> int:
 
     from ..releases import CanaryPolicy, RedisReleaseBackend
     from ..releases.control import move_by_hand, status_of
-    from ..store import RedisStore, open_store
 
     try:
         stages = tuple(float(s) for s in args.stages.split(","))
     except ValueError:
         raise ConfigurationError(f"--stages: shares separated by commas: {args.stages!r}") from None
     policy = CanaryPolicy(stages=stages)
-    store = open_store(args.store, key_prefix=args.prefix)  # redis+cluster:// too
-    if not isinstance(store, RedisStore):
-        raise ConfigurationError(f"--store: the Redis URL the Guards use, got {args.store!r}")
+    store = redis_store(args)
     backend = RedisReleaseBackend(store)
     try:
         if action != "status":
