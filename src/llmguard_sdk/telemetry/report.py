@@ -93,20 +93,29 @@ def _cost_series(records: list[dict[str, Any]], field: str, width: int) -> dict[
     return {name: sorted(points.items()) for name, points in sorted(sums.items())}
 
 
-def _rate_series(
-    records: list[dict[str, Any]], width: int, key: str | None, hit: Any
-) -> dict[str, Any]:
-    """Per ``key`` (or overall), the share of calls per bucket for which ``hit`` holds."""
-    counts: dict[str, dict[float, list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0]))
-    for record in records:
-        name = str(record.get(key) or "-") if key else "all"
-        cell = counts[name][record["ts"] // width * width]
-        cell[0] += bool(hit(record))
-        cell[1] += 1
+_Counts = dict[str, dict[float, list[int]]]  # per series, per bucket: [counted, of how many]
+
+
+def _counts() -> _Counts:
+    return defaultdict(lambda: defaultdict(lambda: [0, 0]))
+
+
+def _shares(counts: _Counts) -> dict[str, Any]:
+    """Each series' points: per bucket, the share (%) counted."""
     return {
         name: sorted((start, 100.0 * done / total) for start, (done, total) in cells.items())
         for name, cells in sorted(counts.items())
     }
+
+
+def _rate_series(records: list[dict[str, Any]], width: int, hit: Any) -> dict[str, Any]:
+    """The share of calls per bucket for which ``hit`` holds."""
+    counts = _counts()
+    for record in records:
+        cell = counts["all"][record["ts"] // width * width]
+        cell[0] += bool(hit(record))
+        cell[1] += 1
+    return _shares(counts)
 
 
 def _failure_series(records: list[dict[str, Any]], width: int) -> dict[str, Any]:
@@ -114,7 +123,7 @@ def _failure_series(records: list[dict[str, Any]], width: int) -> dict[str, Any]
     ``route_errors`` failed, the route that answered did not (a record without
     ``route_errors``, from before they were written: a failed call counts against its
     ``route``, or ``-``)."""
-    counts: dict[str, dict[float, list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0]))
+    counts = _counts()
     for record in records:
         bucket = record["ts"] // width * width
         errors = record.get("route_errors")
@@ -127,10 +136,7 @@ def _failure_series(records: list[dict[str, Any]], width: int) -> dict[str, Any]
         served = record.get("route")
         if served and served not in errors:
             counts[str(served)][bucket][1] += 1
-    return {
-        name: sorted((start, 100.0 * failed / total) for start, (failed, total) in cells.items())
-        for name, cells in sorted(counts.items())
-    }
+    return _shares(counts)
 
 
 def _percentile(values: list[float], share: float) -> float:
@@ -210,7 +216,7 @@ def render_report(
     width = _bucket(records + [s for s in scored if isinstance(s.get("ts"), int | float)])
     per = f"per {width // 60} min" if width < 3600 else f"per {width // 3600} h"
     feedback, labels = _feedback(scored, width)
-    hits = _rate_series(records, width, None, lambda r: r.get("route") == "cache")
+    hits = _rate_series(records, width, lambda r: r.get("route") == "cache")
     routed = [r for r in records if r.get("route") != "cache"]
     failed = _failure_series(routed, width)
     given = ", ".join(f"{k}: {n}" for k, n in labels.most_common()) or "no feedback given"
