@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 from llmguard_sdk import DeploymentGroup, Guard, OpenAICompatibleProvider, RedisStore
+from llmguard_sdk._state.steps import in_place
 from llmguard_sdk.router.leases import LeaseAsk, MemoryLeases, RedisLeases
 from llmguard_sdk.testing import FakeProvider
 
@@ -158,3 +159,51 @@ def test_a_short_lease_does_not_cut_a_long_ones_life_in_redis(
     assert client.ttl(key) >= 3000  # the key outlives every lease it holds
     client.close()
     store.close()
+
+
+class _BrokenLeases(MemoryLeases):
+    """Leases whose every take fails (a bug or a store's unexpected answer)."""
+
+    def take(self, ask: LeaseAsk) -> tuple[int, list[int]]:
+        raise RuntimeError(f"cannot lease on {ask.group}")
+
+    take_steps, atake = in_place(take)
+
+
+def test_a_failed_lease_gives_back_the_leases_taken_before_it(
+    servers: list[FakeProvider], redis_url: str, redis_prefix: str
+) -> None:
+    """With two groups, an error while taking the second group's lease left the first
+    group's lease held until it ran out (the call's deadline plus a margin)."""
+    import anyio
+    import pytest
+    import redis
+
+    routes = [
+        OpenAICompatibleProvider(s.base_url, model="fake-model", name=s.name) for s in servers
+    ]
+    shared = DeploymentGroup("shared", routes[:1], strategy="least_outstanding")
+    local = DeploymentGroup("local", routes[1:2], strategy="round_robin")
+    broken = DeploymentGroup("broken", routes[2:], strategy="round_robin")
+    broken.local_leases = _BrokenLeases()
+    store = RedisStore(redis_url, key_prefix=redis_prefix)
+    client = redis.Redis.from_url(redis_url)
+
+    def held() -> tuple[int, int]:
+        keys = list(client.scan_iter(match=f"{redis_prefix}:rt:*"))
+        return sum(client.zcard(k) for k in keys), local.local_leases.counts("local", ["dep-1"])[0]
+
+    async def acall() -> None:
+        async with Guard([shared, local, broken], environ={}, store=store) as guard:
+            await guard.achat(USER)
+
+    with (
+        Guard([shared, local, broken], environ={}, store=store) as guard,
+        pytest.raises(RuntimeError, match="cannot lease on broken"),
+    ):
+        guard.chat(USER)
+    assert held() == (0, 0)
+    with pytest.raises(RuntimeError, match="cannot lease on broken"):
+        anyio.run(acall)
+    assert held() == (0, 0)
+    client.close()

@@ -81,7 +81,8 @@ class Routing:
 
     def lease_steps(self, ctx: CallContext) -> Step[list[Lease]]:
         """Lease the call on the deployment each group sends it to, in ``ctx.route_order``
-        (which a group that decides with the lease reorders)."""
+        (which a group that decides with the lease reorders). A lease that fails gives back
+        those taken before it, then raises."""
         call_id, order = uuid.uuid4().hex, list(ctx.route_order)
         now = time.monotonic()
         lease_s = (
@@ -90,17 +91,23 @@ class Routing:
             else 3600.0
         )
         taken: list[Lease] = []
-        for entry in self.entries:
-            if not isinstance(entry, DeploymentGroup):
-                continue
-            at = [i for i, route in enumerate(order) if route.name in entry.names]
-            if not at:
-                continue
-            leases = self._leases[entry.name]
-            mine = yield from entry.lease_steps([order[i] for i in at], leases, call_id, lease_s)
-            for i, route in zip(at, mine, strict=True):
-                order[i] = route
-            taken.append(Lease(entry, leases, mine[0].name, call_id))
+        try:
+            for entry in self.entries:
+                if not isinstance(entry, DeploymentGroup):
+                    continue
+                at = [i for i, route in enumerate(order) if route.name in entry.names]
+                if not at:
+                    continue
+                leases = self._leases[entry.name]
+                mine = yield from entry.lease_steps(
+                    [order[i] for i in at], leases, call_id, lease_s
+                )
+                for i, route in zip(at, mine, strict=True):
+                    order[i] = route
+                taken.append(Lease(entry, leases, mine[0].name, call_id))
+        except Exception:  # not held until they run out: the call never starts
+            yield from self.give_back_steps(taken)
+            raise
         ctx.route_order = tuple(order)
         return taken
 
