@@ -236,3 +236,39 @@ def test_hooks_that_are_not_callables_are_a_configuration_error(bad: Any) -> Non
         retry(hooks=bad)(lambda: None)
     with pytest.raises(ConfigurationError, match="hooks"):
         retry_context(hooks=bad)
+
+
+def test_a_decode_error_of_the_callers_own_code_is_no_malformed_answer(
+    fake: FakeProvider, no_waits: None
+) -> None:
+    """A JSONDecodeError or UnicodeDecodeError raised by the caller's own parsing (a hook, a
+    filter, its settings) is a bug to raise at once, not a provider's malformed answer; the
+    same error raised while an HTTP client parses the provider's answer still is one."""
+    import json
+
+    import httpx
+
+    from llmguard_sdk import MalformedResponseError, classify_exception
+
+    for mine in (lambda: json.loads("{not json"), lambda: b"\xff\xfe".decode("utf-8")):
+        with pytest.raises((json.JSONDecodeError, UnicodeDecodeError)) as mine_raised:
+            mine()
+        assert classify_exception(mine_raised.value) is None
+        assert is_retryable(mine_raised.value) is False
+    fake.script(Fault(malformed_json=True))
+    with pytest.raises(json.JSONDecodeError) as parsed:
+        httpx.post(
+            f"{fake.base_url}/chat/completions", json={"model": "m", "messages": USER}
+        ).json()
+    assert isinstance(classify_exception(parsed.value), MalformedResponseError)
+    calls = 0
+
+    @retry(attempts=3)
+    def parse_my_settings() -> Any:
+        nonlocal calls
+        calls += 1
+        return json.loads("{not json")
+
+    with pytest.raises(json.JSONDecodeError):
+        parse_my_settings()
+    assert calls == 1  # raised at once, not retried as a malformed answer

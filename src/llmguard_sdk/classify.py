@@ -7,6 +7,7 @@ Works by duck typing, so no provider SDK needs to be installed.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 
 import httpx
@@ -72,9 +73,32 @@ def classify_exception(exc: BaseException, *, route: str = "") -> ProviderError 
         return ProviderTimeoutError(str(exc) or name, route=route)
     if isinstance(exc, ConnectionError) or "connection" in name or "network" in name:
         return ProviderUnavailableError(str(exc) or name, route=route)
-    if "decod" in name or "json" in name:
+    if ("decod" in name or "json" in name) and _parsing_an_answer(exc):
         return MalformedResponseError(str(exc) or name, route=route)
     return None
+
+
+# Where an HTTP client or a provider SDK parses a provider's answer
+_ANSWER_PARSERS = frozenset({"aiohttp", "anthropic", "httpcore", "httpx", "openai", "requests"})
+# The generic decoders: their frames say nothing about whose text was decoded
+_DECODERS = frozenset({"json", "codecs", "encodings"})
+
+
+def _parsing_an_answer(exc: BaseException) -> bool:
+    """Whether a decode error is a provider's malformed answer: a library's own type (say
+    requests' ``JSONDecodeError``), or a generic one (``json.JSONDecodeError``,
+    ``UnicodeDecodeError``) that an HTTP client or provider SDK asked for; the same error
+    raised by the caller's own code (a hook, a filter, its settings) is not."""
+    if type(exc) not in (json.JSONDecodeError, UnicodeDecodeError):
+        return True
+    asker = ""
+    frame = exc.__traceback__
+    while frame is not None:  # the innermost frame outside the decoders asked for it
+        package = str(frame.tb_frame.f_globals.get("__name__", "")).partition(".")[0]
+        if package not in _DECODERS:
+            asker = package
+        frame = frame.tb_next
+    return asker in _ANSWER_PARSERS
 
 
 def _text(response: httpx.Response) -> str:
