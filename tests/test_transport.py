@@ -19,7 +19,7 @@ from llmguard_sdk.testing import FakeProvider, Fault
 from llmguard_sdk.transport import async_http_client, http_client, transport
 
 from .conftest import USER
-from .rawserver import REFUSAL, RawServer, http_response
+from .rawserver import REFUSAL, RawServer, http_response, sse_head
 
 MakeGuard = Callable[..., Guard]
 
@@ -354,3 +354,61 @@ def test_a_context_overflow_carries_openai_s_code(fake: FakeProvider) -> None:
     assert caught.value.response.headers["x-llmguard-error"] == "ContextLengthExceededError"
     assert not fake.requests
     guard.close()
+
+
+def _chunk_event(delta: dict[str, Any], *, logprobs: object = None, finish: Any = None) -> bytes:
+    choice = {"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
+    return b"data: " + json.dumps({"id": "c", "model": "m", "choices": [choice]}).encode() + b"\n\n"
+
+
+def _token(text: str) -> dict[str, Any]:
+    return {
+        "content": [
+            {"token": text, "logprob": -0.5, "bytes": list(text.encode()), "top_logprobs": []}
+        ]
+    }
+
+
+_REFUSAL_STREAM = (
+    _chunk_event({"role": "assistant", "content": None, "refusal": ""})
+    + _chunk_event({"refusal": "I cannot "})
+    + _chunk_event({"refusal": "help with that."})
+    + _chunk_event({}, finish="stop")
+    + b"data: [DONE]\n\n"
+)
+_LOGPROBS_STREAM = (
+    _chunk_event({"role": "assistant", "content": ""})
+    + _chunk_event({"content": "Hi"}, logprobs=_token("Hi"))
+    + _chunk_event({"content": " there"}, logprobs=_token(" there"))
+    + _chunk_event({}, finish="stop")
+    + b"data: [DONE]\n\n"
+)
+
+
+def _streamed(client: openai.OpenAI) -> tuple[list[str], list[Any]]:
+    """The refusal deltas and the logprobs of a stream's chunks, as the SDK sees them."""
+    chunks = list(client.chat.completions.create(model="m", messages=USER, stream=True))
+    choices = [chunk.choices[0] for chunk in chunks if chunk.choices]
+    refusals = [c.delta.refusal for c in choices if c.delta.refusal]
+    logprobs = [c.logprobs.model_dump(exclude_none=True) for c in choices if c.logprobs]
+    return refusals, logprobs
+
+
+@pytest.mark.parametrize("events", [_REFUSAL_STREAM, _LOGPROBS_STREAM], ids=["refusal", "logprobs"])
+def test_streamed_refusals_and_logprobs_reach_the_sdk(events: bytes) -> None:
+    # chunks carrying only a refusal delta were not emitted, and no chunk carried its
+    # logprobs: the SDK saw neither; the assembled answer kept only the last chunk's logprobs
+    with RawServer(sse_head(), (events,)) as raw:
+        direct = openai.OpenAI(api_key="sk-x", base_url=raw.base_url, max_retries=0)
+        expected = _streamed(direct)
+        guard = Guard(OpenAICompatibleProvider(raw.base_url, model="m"), environ={}, retry=None)
+        with guard:
+            got = _streamed(_sdk(http_client(guard)))
+            with guard.chat(USER, stream=True) as stream:
+                list(stream)
+    assert got == expected
+    assert expected[0] or expected[1]  # the provider sent what is compared
+    metadata = stream.response.metadata
+    assert metadata.get("refusal", "") == "".join(expected[0])
+    tokens = [item for logprobs in expected[1] for item in logprobs["content"]]
+    assert metadata.get("logprobs", {}).get("content", []) == tokens

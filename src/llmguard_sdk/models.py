@@ -213,8 +213,10 @@ class StreamChunk(BaseModel):
     """One piece of a streamed answer.
 
     ``text`` is the content delta ('' for role-only, finish and usage chunks). The last chunk of
-    a stream that asked for usage carries ``usage``; ``metadata`` carries what a provider wants
-    the assembled response's metadata to hold (a local model's context trimming, say).
+    a stream that asked for usage carries ``usage``; ``metadata`` carries what the chunk adds to
+    the assembled response's metadata (a local model's context trimming, a piece of OpenAI's
+    ``refusal``, the chunk's ``logprobs``): the stream joins text to text and lists to lists,
+    merges objects key by key by these rules, and lets any other value replace the one before.
     ``headers``: the HTTP response headers, on a stream's first chunk only (empty on the
     others), so rate-limit counters can be read from streams too.
     """

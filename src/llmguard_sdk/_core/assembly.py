@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from ..context import AttemptRecord, CallContext
@@ -10,7 +11,7 @@ from ..errors import ProviderError
 from ..models import ChatResponse, StreamChunk, Usage
 from ..tokens import count_text_tokens
 
-__all__ = ["Assembler", "has_content", "merge_tool_call_deltas"]
+__all__ = ["Assembler", "has_content", "merge_metadata", "merge_tool_call_deltas"]
 
 
 def has_content(chunk: StreamChunk) -> bool:
@@ -63,7 +64,7 @@ class Assembler:
         self.model = chunk.model or self.model
         self.id = chunk.id or self.id
         if chunk.metadata:
-            self.metadata.update(chunk.metadata)
+            merge_metadata(self.metadata, chunk.metadata)
         if chunk.headers:
             self.headers.update(chunk.headers)
 
@@ -108,6 +109,25 @@ class Assembler:
             headers=dict(self.headers),
             metadata=dict(self.metadata),
         )
+
+
+def merge_metadata(into: dict[str, Any], piece: Mapping[str, Any]) -> None:
+    """Fold one chunk's ``metadata`` (what it adds) into the stream's so far: text joins
+    text (a refusal's pieces), a list extends a list (logprobs' ``content``), an object
+    merges into an object by these rules, key by key; any other value replaces the one
+    before (the last chunk's wins)."""
+    for key, value in piece.items():
+        before = into.get(key)
+        if isinstance(before, str) and isinstance(value, str):
+            into[key] = before + value
+        elif isinstance(before, list) and isinstance(value, list):
+            into[key] = [*before, *value]
+        elif isinstance(before, dict) and isinstance(value, Mapping):
+            merged = dict(before)
+            merge_metadata(merged, value)
+            into[key] = merged
+        else:
+            into[key] = value
 
 
 def merge_tool_call_deltas(calls: dict[int, dict[str, Any]], deltas: list[dict[str, Any]]) -> None:

@@ -160,8 +160,11 @@ class Run:
     # -- streams ------------------------------------------------------------------------------
 
     def worth_emitting(self, chunk: StreamChunk) -> bool:
-        """Skip chunks that carry nothing (a retry's second role-only opening chunk)."""
-        empty = not (chunk.text or chunk.tool_calls or chunk.finish_reason or chunk.usage)
+        """Skip chunks that carry nothing (a retry's second role-only opening chunk); one that
+        carries only metadata (a refusal's piece, logprobs) carries something."""
+        empty = not (
+            chunk.text or chunk.tool_calls or chunk.finish_reason or chunk.usage or chunk.metadata
+        )
         if empty and self._emitted:
             return False
         self._emitted = True

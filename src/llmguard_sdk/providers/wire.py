@@ -235,7 +235,6 @@ class StreamState:
         self.status = 0
         self.headers: dict[str, str] = {}
         self._headers_given = False  # the first chunk carries the response headers
-        self.refusal = ""  # OpenAI's refusal so far (its deltas beside the content's)
 
     def accept(self, status: int, headers: Mapping[str, str]) -> bool:
         """Whether the answer is a 200 event stream; False means: read the error body."""
@@ -303,10 +302,7 @@ class StreamState:
             text = content if isinstance(content, str) else ""
             finish = _str_or_none(choice.get("finish_reason"))
             tool_calls = _tool_calls(delta.get("tool_calls"), self._malformed)
-            refusal = delta.get("refusal")
-            if isinstance(refusal, str) and refusal:  # the whole of it so far: the last wins
-                self.refusal += refusal
-                metadata = {"refusal": self.refusal}
+            metadata = _stream_metadata(choice, delta)
         try:
             return StreamChunk(
                 text=text,
@@ -410,6 +406,19 @@ class _Problem:
             headers=self.headers,
             body=self.body[:2000].decode("utf-8", errors="replace"),
         )
+
+
+def _stream_metadata(choice: Mapping[str, Any], delta: Mapping[str, Any]) -> dict[str, Any]:
+    """What a chunk adds to the answer besides its content: its piece of OpenAI's refusal (a
+    delta beside the content's) and its logprobs (asked for with ``logprobs=True``), each as
+    the provider sent it; the stream's assembly joins them (see :class:`StreamChunk`)."""
+    metadata: dict[str, Any] = {}
+    refusal = delta.get("refusal")
+    if isinstance(refusal, str) and refusal:
+        metadata["refusal"] = refusal
+    if isinstance(choice.get("logprobs"), dict):
+        metadata["logprobs"] = choice["logprobs"]
+    return metadata
 
 
 def _tool_calls(raw: object, problem: Any) -> list[dict[str, Any]] | None:

@@ -95,9 +95,8 @@ class ChunkWriter:
             "choices": [],
         }
         usage = _wire.openai_usage(chunk.usage) if self._usage else None
-        if not (
-            chunk.usage is not None and not (chunk.text or chunk.finish_reason or chunk.tool_calls)
-        ):
+        carries = chunk.text or chunk.finish_reason or chunk.tool_calls or chunk.metadata
+        if chunk.usage is None or carries:
             data["choices"] = [self._choice(chunk)]
         elif usage is None:  # a usage-only chunk the request did not ask for
             return b""
@@ -114,7 +113,13 @@ class ChunkWriter:
             delta["content"] = chunk.text
         if chunk.tool_calls:
             delta["tool_calls"] = chunk.tool_calls
-        return {"index": 0, "delta": delta, "finish_reason": chunk.finish_reason}
+        refusal = chunk.metadata.get("refusal")  # this chunk's piece of OpenAI's refusal
+        if isinstance(refusal, str) and refusal:
+            delta["refusal"] = refusal
+        choice = {"index": 0, "delta": delta, "finish_reason": chunk.finish_reason}
+        if "logprobs" in chunk.metadata:  # this chunk's, as the provider sent them
+            choice["logprobs"] = chunk.metadata["logprobs"]
+        return choice
 
     def end(self) -> bytes:
         """The closing event."""
