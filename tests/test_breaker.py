@@ -361,3 +361,23 @@ def test_redis_down_the_state_is_the_local_breakers() -> None:
     assert breakers.state("r") == "open"  # the local breaker the calls saw trip
     assert store.health.outages == 1
     store.close()
+
+
+def test_redis_down_isolate_and_reset_act_on_the_local_breakers() -> None:
+    """While Redis cannot be reached, the calls use the local breakers: ``isolate`` and
+    ``reset`` act on those (they raised redis' ConnectionError and left the route open to
+    calls, or an open local breaker refusing them)."""
+    store = RedisStore("redis://127.0.0.1:1/0", socket_timeout=0.2)
+    breakers = Breakers(RedisBreakerBackend(store, POLICY))
+    breakers.isolate("r")
+    assert breakers.state("r") == "isolated"
+    assert not breakers.permit("r").allowed
+    breakers.reset("r")
+    assert breakers.state("r") == "closed"
+    assert breakers.permit("r").allowed
+    for _ in range(4):
+        breakers.record("r", ProviderUnavailableError("down"), seconds=0.1)
+    assert not breakers.permit("r").allowed  # tripped locally
+    breakers.reset("r")
+    assert breakers.permit("r").allowed
+    store.close()

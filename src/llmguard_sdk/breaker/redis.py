@@ -13,7 +13,9 @@ cannot be reached, each process falls back to its own in-memory breakers for a f
 
 from __future__ import annotations
 
+import logging
 import math
+from collections.abc import Callable
 from typing import Any
 
 from .._state.steps import Step, blocking, entry_points
@@ -22,6 +24,8 @@ from .memory import MemoryBreakerBackend
 from .policy import TIME_BUCKETS, BreakerPolicy, Outcome, Permit, State
 
 __all__ = ["RedisBreakerBackend"]
+
+logger = logging.getLogger("llmguard_sdk")
 
 _ACQUIRE = lua(__name__, "acquire")
 _RECORD = lua(__name__, "record")
@@ -142,17 +146,39 @@ class RedisBreakerBackend:
         return self._fallback.state(route)
 
     def isolate(self, route: str) -> None:
-        """Open ``route``'s breaker in every process until :meth:`reset`."""
-        state_key, window_key = self._keys(route)
+        """Open ``route``'s breaker in every process until :meth:`reset`; the local breaker
+        (the one this process's calls use while Redis cannot be reached) too, so while
+        Redis is down the route is isolated in this process (a warning says so)."""
+        self._fallback.isolate(route)
+        self._manually(route, "isolate", self._isolate_in_redis)
+
+    def reset(self, route: str) -> None:
+        """Close ``route``'s breaker in every process and forget its window; the local
+        breaker too (while Redis is down: in this process only, a warning says so)."""
+        self._fallback.reset(route)
+        self._manually(route, "reset", lambda keys: self._store.client.delete(*keys))
+
+    def _isolate_in_redis(self, keys: list[str]) -> None:
+        state_key, window_key = keys
         pipe = self._store.client.pipeline(transaction=True)
         pipe.delete(window_key)
         pipe.hset(state_key, mapping={"s": "isolated"})
         pipe.persist(state_key)  # isolated means until reset, not until a TTL runs out
         pipe.execute()
 
-    def reset(self, route: str) -> None:
-        """Close ``route``'s breaker in every process and forget its window."""
-        self._store.client.delete(*self._keys(route))
+    def _manually(self, route: str, what: str, in_redis: Callable[[list[str]], object]) -> None:
+        if self._outage.up():
+            try:
+                in_redis(self._keys(route))
+                return
+            except redis_errors() as exc:
+                self._outage.failed(exc)
+        logger.warning(
+            "breaker %s: %s applied in this process only (Redis unavailable); other processes "
+            "and this one's calls once Redis answers again go by the state in Redis",
+            route,
+            what,
+        )
 
 
 def _text(raw: object) -> str:
