@@ -22,6 +22,7 @@ from llmguard_sdk.errors import (
     PromptLintError,
     RateLimitedError,
     RateLimitExceededError,
+    ReleaseConflictError,
     RequestValidationError,
     StreamInterruptedError,
     UnknownModelPriceError,
@@ -42,6 +43,7 @@ ERRORS: list[LLMGuardError] = [
     RateLimitExceededError("no room", key="k", retry_after=1.5),
     BudgetExceededError("over", scope="tenant", limit_usd=1.0, spent_usd=1.2, retry_after=60),
     BudgetUnavailableError("redis down", scope="s", limit_usd=1.0, spent_usd=float("inf")),
+    ReleaseConflictError("bot", "promote", attempts=10),
     AllRoutesFailedError({"primary": CircuitOpenError("primary", "open", retry_after=3.0)}),
 ]
 

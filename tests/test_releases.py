@@ -7,6 +7,7 @@ import contextlib
 import datetime as dt
 import json
 import random
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -27,6 +28,7 @@ from llmguard_sdk.releases import (
     Stage,
     is_moving_alias,
 )
+from llmguard_sdk.releases.backends import MemoryReleaseBackend
 from llmguard_sdk.releases.policy import decide, in_canary, observation
 from llmguard_sdk.testing import FakeProvider, Fault
 
@@ -670,3 +672,71 @@ def test_the_cli_reads_and_moves_a_canary_on_redis_cluster(
     assert report["canary"]["status"] == "rolled_back"
     assert main(["release", "status", "bot", "--store", "memory"]) == 2  # not a Redis
     assert "Redis" in capsys.readouterr().out
+
+
+# -- races -----------------------------------------------------------------------------------------
+
+
+class _RivalBackend(MemoryReleaseBackend):
+    """A canary another process moves right after each read (a promote by hand never wins)."""
+
+    def exchange(self, key: str, candidate: str, version: int, control: Any, canary: Any) -> Any:
+        found = super().exchange(key, candidate, version, control, canary)
+        if found.stage is not None and not candidate:
+            self.transition(key, found.stage.version, found.stage.index, "running", "rival")
+        return found
+
+
+def test_a_move_by_hand_that_keeps_losing_races_raises_a_typed_error() -> None:
+    """It raised a bare RuntimeError; now a ReleaseConflictError naming the key and action."""
+    from llmguard_sdk.errors import LLMGuardError, ReleaseConflictError
+    from llmguard_sdk.releases.control import move_by_hand
+
+    backend = _RivalBackend()
+    backend.exchange("bot", "bot@v2", 0, {}, {})
+    with pytest.raises(ReleaseConflictError, match="promote") as raised:
+        move_by_hand(backend, "bot", CanaryPolicy(stages=(0.5, 1.0)), "promote")
+    assert isinstance(raised.value, LLMGuardError)
+    assert isinstance(raised.value, RuntimeError)  # what callers caught before
+    assert raised.value.key == "bot"
+
+
+class _Rendezvous(set[Any]):
+    """A set whose membership check waits (a little) for a second thread's: both threads
+    look before either adds, the interleaving a race needs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.barrier = threading.Barrier(2, timeout=0.5)
+
+    def __contains__(self, item: object) -> bool:
+        found = super().__contains__(item)
+        with contextlib.suppress(threading.BrokenBarrierError):
+            self.barrier.wait()  # a lock around the check: the other thread never comes
+        return found
+
+
+def test_two_threads_checking_retirements_warn_once() -> None:
+    events: list[ReleaseEvent] = []
+    table = PriceTable().with_prices(
+        {"fake-a-2025-01-01": Price(1.0, 1.0, retires_on=dt.date(2026, 1, 10))}
+    )
+    route = OpenAICompatibleProvider("http://127.0.0.1:9", model="fake-a-2025-01-01", name="a")
+    now = [_day("2025-06-01")]  # nothing to warn about yet
+    plan = ReleasePlan(
+        Release("bot", "v1", route), hooks=[events.append], prices=table, clock=lambda: now[0]
+    )
+    guard = Guard(release=plan, environ={}, telemetry=False)
+    try:
+        controls = guard.releases
+        assert controls is not None
+        controls._warned = _Rendezvous()
+        now[0] = _day("2026-01-01")
+        threads = [threading.Thread(target=controls.check_retirements) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        guard.close()
+    assert [e.day for e in events] == [dt.date(2026, 1, 10)]

@@ -20,6 +20,7 @@ Catch :class:`LLMGuardError` to catch everything the SDK raises itself::
     │   ├── AuthenticationError         401, 403
     │   ├── MalformedResponseError      bad JSON, wrong content type, missing fields
     │   └── StreamInterruptedError      a stream broke after it started (never replayed)
+    ├── ReleaseConflictError        a canary moved by hand kept being moved by other processes
     ├── RefusedError                the SDK refused to send the call (carries retry_after)
     │   ├── CircuitOpenError            the route's circuit breaker is open
     │   ├── RateLimitExceededError      no rate-limit capacity within the allowed wait
@@ -67,6 +68,7 @@ __all__ = [
     "RateLimitExceededError",
     "RateLimitedError",
     "RefusedError",
+    "ReleaseConflictError",
     "RequestValidationError",
     "RetryMultiplicationWarning",
     "StreamInterruptedError",
@@ -284,6 +286,25 @@ class StreamInterruptedError(ProviderError):
     def __init__(self, message: str, *, partial_text: str = "", **kwargs: Any) -> None:
         super().__init__(message, **kwargs)
         self.partial_text = partial_text
+
+
+class ReleaseConflictError(LLMGuardError, RuntimeError):
+    """A canary's promote or rollback by hand lost every race with other processes moving
+    the same canary (each read was stale by the time of the move); nothing was changed.
+    ``key`` names the canary, ``action`` the move, ``attempts`` how many were made. Try
+    again (a RuntimeError too, for code written before it had a type of its own).
+
+    .. versionadded:: 0.2.0
+    """
+
+    def __init__(self, key: str, action: str, *, attempts: int) -> None:
+        super().__init__(
+            f"could not {action} the canary under {key!r}: other processes moved it "
+            f"{attempts} times between each read and this move; try again"
+        )
+        self.key = key
+        self.action = action
+        self.attempts = attempts
 
 
 class RefusedError(LLMGuardError):

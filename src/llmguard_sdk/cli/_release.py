@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._state.stores import _redacted
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, ReleaseConflictError
 from ._command import Command, Group, redis_store
 
 __all__ = ["RELEASE"]
@@ -53,7 +53,7 @@ def _run(args: argparse.Namespace, action: str) -> int:
         if action != "status":
             move_by_hand(backend, args.key, policy, action)
         report = status_of(backend, args.key, policy)
-    except LookupError as exc:
+    except (LookupError, ReleaseConflictError) as exc:
         print(f"llmguard release: {exc}")
         return 1
     except redis.RedisError as exc:

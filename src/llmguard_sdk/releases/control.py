@@ -26,6 +26,7 @@ from ..errors import (
     BudgetExceededError,
     ConfigurationError,
     GuardrailRejectedError,
+    ReleaseConflictError,
     RequestValidationError,
 )
 from ..models import ChatResponse
@@ -306,9 +307,10 @@ class ReleaseControl:
         today = dt.datetime.fromtimestamp(self.plan.clock(), dt.timezone.utc).date()
         for release, route, day in retirements(self.plan, self.prices, today):
             mark = (route.model or "", day, today)
-            if mark in self._warned:
-                continue
-            self._warned.add(mark)
+            with self._lock:  # two threads checking at once warn once
+                if mark in self._warned:
+                    continue
+                self._warned.add(mark)
             left = (day - today).days
             when = f"in {left} days" if left >= 0 else f"{-left} days ago"
             detail = f"route {route.name!r}: model {route.model} retires {day} ({when})"
@@ -372,7 +374,7 @@ def move_by_hand(backend: ReleaseBackend, key: str, policy: CanaryPolicy, action
         )
         if moved:
             return stage
-    raise RuntimeError(f"the canary under {key!r} kept moving; try again")
+    raise ReleaseConflictError(key, action, attempts=10)
 
 
 def _arm_figures(counters: Counters) -> dict[str, Any]:
