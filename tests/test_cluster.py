@@ -204,3 +204,37 @@ def test_more_callers_than_connections_wait_for_one_on_a_cluster(
     )
     crowd_a_small_pool(store)
     assert store.health.outages == 0
+
+
+def test_a_cluster_store_takes_its_timeouts_by_the_standalone_path(
+    redis_url: str, redis_cluster_url: str, cluster_prefix: str
+) -> None:
+    """The connection settings of a cluster's nodes are the standalone store's, from the
+    same keywords and URL query: socket_timeout, socket_connect_timeout, the pool's wait and
+    its size (the cluster ignored its URL's query, and the pool's wait was passed by hand)."""
+    import anyio
+
+    query = "socket_timeout=2.5&socket_connect_timeout=1.5&max_connections=7"
+    single = RedisStore(f"{redis_url}?{query}", socket_timeout=0.7)
+    cluster = RedisClusterStore(f"{redis_cluster_url}?{query}", socket_timeout=0.7)
+    names = ("socket_timeout", "socket_connect_timeout")
+    expected = {name: single._pool.connection_kwargs[name] for name in names}
+    assert expected == {"socket_timeout": 2.5, "socket_connect_timeout": 1.5}
+    assert (single._pool.timeout, single._pool.max_connections) == (2.5, 7)
+    assert cluster.ping()
+    for node in cluster.client.get_nodes():  # type: ignore[attr-defined]
+        pool = node.redis_connection.connection_pool
+        assert {name: pool.connection_kwargs[name] for name in names} == expected
+        assert (pool.timeout, pool.max_connections) == (2.5, 7)
+
+    async def nodes() -> None:
+        client = cluster.aclient
+        await client.ping()
+        for node in client.get_nodes():  # type: ignore[attr-defined]
+            assert {name: node.connection_kwargs[name] for name in names} == expected
+            assert node.max_connections == 7
+        await cluster.aclose()
+
+    anyio.run(nodes)
+    assert cluster.health.attempt_seconds == single.health.attempt_seconds == 4.0
+    single.close()

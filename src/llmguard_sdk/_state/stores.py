@@ -49,6 +49,8 @@ logger = logging.getLogger("llmguard_sdk")
 _SAFE_PART = re.compile(r"^[A-Za-z0-9_.-]+$")
 _REDIS_SCHEMES = ("redis", "rediss", "unix")
 _CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
+# the pool options a Redis URL's query may set (over the keywords)
+_POOL_OPTIONS = ("socket_timeout", "socket_connect_timeout", "timeout", "max_connections")
 
 
 @functools.cache
@@ -218,8 +220,6 @@ class RedisStore(Store):
         self.url = url
         self.local_share = float(local_share)
         self.journal_dir = journal_dir
-        # an attempt: a connection (socket_timeout), then an answer (socket_timeout)
-        self.health = RedisHealth(float(retry_pause), attempt_seconds=2.0 * socket_timeout)
         self._options: dict[str, Any] = {
             "socket_timeout": socket_timeout,
             "socket_connect_timeout": socket_timeout,
@@ -230,6 +230,9 @@ class RedisStore(Store):
         self._client: redis.Redis | None = None
         self._aclients = PerLoop(self._new_async_client)
         self._setup()
+        # an attempt: a connection (socket_connect_timeout), then an answer (socket_timeout)
+        attempt = self._options["socket_connect_timeout"] + self._options["socket_timeout"]
+        self.health = RedisHealth(float(retry_pause), attempt_seconds=float(attempt))
 
     def _check_url(self, url: str) -> None:
         if urlsplit(url).scheme not in _REDIS_SCHEMES:
@@ -248,8 +251,7 @@ class RedisStore(Store):
 
         self._options["retry"] = Retry(NoBackoff(), 1, supported_errors=(redis.ConnectionError,))
         try:  # more callers than connections wait for one (bounded), not "Redis down"
-            # the URL's query wins over the keywords: its pool options get the same checks
-            _check_url_options(parse_url(self.url))  # type: ignore[no-untyped-call]
+            self._take_url_options(parse_url(self.url))  # type: ignore[no-untyped-call]
             self._pool = redis.BlockingConnectionPool.from_url(self.url, **self._pool_options())
         except ValueError as exc:
             raise ConfigurationError(f"bad Redis URL {_redacted(self.url)!r}: {exc}") from None
@@ -278,10 +280,18 @@ class RedisStore(Store):
         """The async Redis client of the running event loop (one per loop)."""
         return self._aclients.get()
 
+    def _take_url_options(self, url_options: dict[str, Any]) -> None:
+        """The pool options of the URL's query win over the keywords (after the same
+        checks): the one path by which a standalone and a cluster store settle them."""
+        _check_url_options(url_options)
+        self._options.update({k: url_options[k] for k in _POOL_OPTIONS if k in url_options})
+
     def _pool_options(self) -> dict[str, Any]:
-        """The pool's options: a caller waits for a free connection as long as for an
-        answer (a full pool would raise "Too many connections", read as Redis down)."""
-        return {**self._options, "timeout": self._options["socket_timeout"]}
+        """The options of every connection pool (standalone, or each cluster node's): a
+        caller waits for a free connection as long as for an answer, unless the URL's
+        ``timeout`` says otherwise (a full pool would raise "Too many connections", read as
+        Redis down)."""
+        return {"timeout": self._options["socket_timeout"], **self._options}
 
     def _new_async_client(self) -> redis.asyncio.Redis:
         import redis.asyncio
@@ -355,6 +365,15 @@ class RedisClusterStore(RedisStore):
             nodes.append((host.strip("[]"), int(port)))
         if parts.path.strip("/") not in ("", "0"):
             raise ConfigurationError("Redis Cluster has only database 0")
+        from redis.connection import parse_url
+
+        try:  # the query's pool options, as a standalone store takes them
+            query = parse_url(f"redis://localhost/?{parts.query}")  # type: ignore[no-untyped-call]
+            self._take_url_options(query)
+        except ValueError as exc:
+            raise ConfigurationError(
+                f"bad Redis Cluster URL {_redacted(self.url)!r}: {exc}"
+            ) from None
         self._nodes = nodes
         self._round_trips = PerLoop(self._new_round_trip_slots)
         options = self._options
@@ -380,7 +399,11 @@ class RedisClusterStore(RedisStore):
         from redis.backoff import NoBackoff
         from redis.retry import Retry
 
-        return {**self._options, "retry": Retry(NoBackoff(), 1), "dynamic_startup_nodes": True}
+        return {
+            **self._pool_options(),
+            "retry": Retry(NoBackoff(), 1),
+            "dynamic_startup_nodes": True,
+        }
 
     def _connect(self) -> redis.Redis:
         import redis
@@ -403,7 +426,6 @@ class RedisClusterStore(RedisStore):
                 url=f"{scheme}://{address}",
                 startup_nodes=nodes,
                 connection_pool_class=redis.BlockingConnectionPool,
-                timeout=self._options["socket_timeout"],
                 **options,
             )
         except RedisClusterException as exc:  # no node answered: as a connection error
@@ -416,10 +438,8 @@ class RedisClusterStore(RedisStore):
 
         nodes = [redis.asyncio.cluster.ClusterNode(host, port) for host, port in self._nodes]
         options = self._cluster_options()
-        options.pop("max_connections", None)
-        client = redis.asyncio.RedisCluster(
-            startup_nodes=nodes, max_connections=self._options["max_connections"], **options
-        )
+        options.pop("timeout")  # no pool to wait for: async_round_trip() waits instead
+        client = redis.asyncio.RedisCluster(startup_nodes=nodes, **options)
         return cast(redis.asyncio.Redis, client)  # connects on its first command
 
     def _disconnect(self) -> None:
@@ -435,7 +455,7 @@ class RedisClusterStore(RedisStore):
         import redis
 
         slots = self._round_trips.get()
-        with anyio.move_on_after(self._options["socket_timeout"]) as waiting:
+        with anyio.move_on_after(self._pool_options()["timeout"]) as waiting:
             await slots.acquire()
         if waiting.cancelled_caught:
             raise redis.ConnectionError("no Redis Cluster connection came free in socket_timeout")
