@@ -198,3 +198,32 @@ def test_anthropic_client_with_options_keeps_the_guard(
     message = client.messages.create(model="m", max_tokens=20, messages=ASK)
     assert message.content[0].text == "Echo: hello there"
     assert async_anthropic_client(guard).copy().guard is guard
+
+
+_ANTHROPIC_LIMITS = {
+    "anthropic-ratelimit-requests-limit": "50",
+    "anthropic-ratelimit-requests-remaining": "49",
+    "anthropic-ratelimit-tokens-reset": "2026-12-03T12:00:30Z",
+}
+
+
+def test_anthropic_s_request_id_and_rate_limit_headers_reach_the_sdk(
+    anthropic: Any, fake: FakeProvider
+) -> None:
+    # OpenAI's x-request-id and x-ratelimit-* were forwarded; Anthropic's request-id and
+    # anthropic-ratelimit-* (what its SDK's `_request_id` and callers read) were dropped
+    fake.always(Fault(headers=_ANTHROPIC_LIMITS))
+    route = AnthropicProvider(fake.base_url, api_key="sk-ant", model="claude-x", name="claude")
+    with Guard(route, environ={}, retry=None) as guard:
+        sdk = anthropic.Anthropic(
+            api_key="sk-x", base_url="http://guard.test", http_client=http_client(guard)
+        )
+        options: dict[str, Any] = {"model": "m", "max_tokens": 20, "messages": ASK}
+        plain = sdk.messages.with_raw_response.create(**options)
+        with sdk.messages.with_streaming_response.create(stream=True, **options) as streamed:
+            streamed.read()
+    for answer, request_id in ((plain, "req-1"), (streamed, "req-2")):
+        assert answer.headers.get("request-id") == request_id
+        for name, value in _ANTHROPIC_LIMITS.items():
+            assert answer.headers.get(name) == value
+    assert plain.parse()._request_id == "req-1"

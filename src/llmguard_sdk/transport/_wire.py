@@ -47,6 +47,9 @@ _OWN_HEADERS = frozenset(
     }
 )
 _OWN_PREFIXES = ("x-stainless-", "openai-", "x-llmguard-", "anthropic-")
+# The provider's headers an answer passes on to the SDK (OpenAI's names, then Anthropic's).
+_REQUEST_ID_HEADERS = frozenset({"x-request-id", "request-id"})
+_RATE_LIMIT_PREFIXES = ("x-ratelimit-", "anthropic-ratelimit-")
 _SCOPE_HEADERS = {"tenant": "x-llmguard-tenant", "feature": "x-llmguard-feature"}
 _JSON = "application/json"
 _SSE = "text/event-stream"
@@ -177,10 +180,13 @@ def served_headers(response: ChatResponse) -> list[tuple[str, str]]:
 
 
 def _provider_headers(headers: Mapping[str, str]) -> list[tuple[str, str]]:
+    """The serving provider's request id and rate-limit headers, whatever its API: OpenAI's
+    ``x-request-id`` and ``x-ratelimit-*``, Anthropic's ``request-id`` and
+    ``anthropic-ratelimit-*``."""
     return [
         (name, value)
         for name, value in headers.items()
-        if name.lower() == "x-request-id" or name.lower().startswith("x-ratelimit-")
+        if name.lower() in _REQUEST_ID_HEADERS or name.lower().startswith(_RATE_LIMIT_PREFIXES)
     ]
 
 
