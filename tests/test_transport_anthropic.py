@@ -227,3 +227,40 @@ def test_anthropic_s_request_id_and_rate_limit_headers_reach_the_sdk(
         for name, value in _ANTHROPIC_LIMITS.items():
             assert answer.headers.get(name) == value
     assert plain.parse()._request_id == "req-1"
+
+
+_FAILED_TOOL: Any = [
+    *ASK,
+    {
+        "role": "assistant",
+        "content": [{"type": "tool_use", "id": "tu_1", "name": "lookup", "input": {"q": "x"}}],
+    },
+    {
+        "role": "user",
+        "content": [
+            {"type": "tool_result", "tool_use_id": "tu_1", "content": "boom", "is_error": True}
+        ],
+    },
+]
+
+
+def test_a_failed_tool_result_stays_an_error(
+    anthropic: Any, fake: FakeProvider, make_guard: MakeGuard
+) -> None:
+    # tool_result's is_error was dropped on the way through the seam: an Anthropic route
+    # told the model the tool had succeeded with the text "boom"
+    route = AnthropicProvider(fake.base_url, api_key="sk-ant", model="claude-x", name="claude")
+    for guard in (Guard(route, environ={}, retry=None), make_guard(fake, retry=None)):
+        with guard:
+            sdk = anthropic.Anthropic(
+                api_key="sk-x", base_url="http://guard.test", http_client=http_client(guard)
+            )
+            sdk.messages.create(model="m", max_tokens=20, messages=_FAILED_TOOL)
+    anthropic_body, chat_body = fake.requests[-2].body, fake.requests[-1].body
+    assert anthropic_body is not None
+    assert chat_body is not None
+    assert anthropic_body["messages"][2]["content"] == [
+        {"type": "tool_result", "tool_use_id": "tu_1", "content": "boom", "is_error": True}
+    ]
+    # chat completions has no such field: the tool message goes as before
+    assert chat_body["messages"][2] == {"role": "tool", "tool_call_id": "tu_1", "content": "boom"}

@@ -36,7 +36,9 @@ class Message(BaseModel):
 
     ``content`` is a string, or a list of content parts (``{"type": "text", "text": ...}``,
     images and so on) passed through unchanged. An assistant message may carry ``tool_calls``
-    instead of content; a tool message must name the ``tool_call_id`` it answers.
+    instead of content; a tool message must name the ``tool_call_id`` it answers, and may say
+    with ``is_error=True`` that the tool failed (Anthropic's ``tool_result.is_error``; only
+    Anthropic routes send it, chat completions has no such field).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -46,11 +48,14 @@ class Message(BaseModel):
     name: str | None = None
     tool_calls: list[dict[str, JsonValue]] | None = None
     tool_call_id: str | None = None
+    is_error: bool | None = None
 
     @model_validator(mode="after")
     def _check_shape(self) -> Message:
         if self.role == "tool" and not self.tool_call_id:
             raise ValueError("a tool message needs tool_call_id")
+        if self.is_error is not None and self.role != "tool":
+            raise ValueError("only a tool message has is_error")
         if self.content is None and not (self.role == "assistant" and self.tool_calls):
             raise ValueError(f"a {self.role} message needs content")
         return self

@@ -251,6 +251,8 @@ def _turn(message: Message) -> tuple[str, list[dict[str, Any]]]:
             "tool_use_id": message.tool_call_id,
             "content": message.text,
         }
+        if message.is_error:
+            result["is_error"] = True
         return "user", [result]
     blocks = _blocks(message)
     for call in message.tool_calls or []:

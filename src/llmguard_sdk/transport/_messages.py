@@ -100,13 +100,14 @@ def _turn(message: object) -> list[dict[str, Any]]:
                 }
             )
         elif kind == "tool_result":
-            out.append(
-                {
-                    "role": "tool",
-                    "tool_call_id": block.get("tool_use_id"),
-                    "content": _text(block.get("content")),
-                }
-            )
+            result = {
+                "role": "tool",
+                "tool_call_id": block.get("tool_use_id"),
+                "content": _text(block.get("content")),
+            }
+            if block.get("is_error") is True:  # the tool failed (Anthropic routes say so)
+                result["is_error"] = True
+            out.append(result)
         elif kind not in ("thinking", "redacted_thinking"):
             raise _bad(f"content block type {kind!r} is not supported")
     if parts or calls:
