@@ -189,3 +189,57 @@ def test_credentials_are_masked_in_samples_whatever_redact_the_sink_was_given(
     text = path.read_text()
     assert "[name] here" in text
     assert key not in text
+
+
+def _write_samples(path: Path, process: int, count: int, max_bytes: int) -> None:
+    sink = EvalSink(path, share=1.0, max_bytes=max_bytes)
+    for number in range(count):
+        call_id = f"{process:02d}-{number:05d}"
+        sink._write({"type": "call", "call_id": call_id, "ts": int(time.time()), "pad": "x" * 150})
+
+
+def test_processes_sharing_a_sink_rotate_it_once_each_time(tmp_path: Path) -> None:
+    """Processes writing one file: each rotation happens once, under a lock all of them
+    take, so FILE.1 always holds a whole half (two processes rotating at once replaced a
+    full FILE.1 by a file of a few lines, or wrote into the file just renamed)."""
+    import multiprocessing
+
+    path = tmp_path / "eval.jsonl"
+    _write_samples(tmp_path / "size.jsonl", 0, 1, 4096)
+    size = (tmp_path / "size.jsonl").stat().st_size  # every line has this size
+    per_half = 10
+    max_bytes = 2 * per_half * size
+    processes, count = 4, 400
+    context = multiprocessing.get_context("spawn")
+    workers = [
+        context.Process(target=_write_samples, args=(path, n, count, max_bytes))
+        for n in range(processes)
+    ]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+        assert worker.exitcode == 0
+    lines = path.read_text().splitlines()
+    older = path.with_name(path.name + ".1").read_text().splitlines()
+    assert len(older) == per_half
+    assert len(lines) == (processes * count - 1) % per_half + 1
+    assert all(len(line) + 1 == size for line in lines + older)
+
+
+def test_a_sample_over_half_the_limit_is_not_written(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two files of half ``max_bytes`` each: a record longer than a half cannot fit, so it is
+    left out (logged) and the files stay within the limit (it rotated a full FILE.1 away and
+    made FILE alone pass the half)."""
+    path = tmp_path / "eval.jsonl"
+    sink = EvalSink(path, share=1.0, max_bytes=4096)
+    for number in range(60):
+        sink._write({"type": "call", "call_id": str(number), "ts": time.time(), "pad": "x" * 50})
+    assert not sink.offer(lambda: {"type": "call", "call_id": "big", "pad": "x" * 3000}, "big")
+    older = path.with_name(path.name + ".1")
+    assert path.stat().st_size + older.stat().st_size <= 4096
+    assert [s["call_id"] for s in read_samples(path)][-1] == "59"
+    assert any("max_bytes" in record.getMessage() for record in caplog.records)
+    assert not sink.feedback("big", 1.0, None)  # no feedback line for a call not written

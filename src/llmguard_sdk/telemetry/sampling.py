@@ -21,14 +21,20 @@ tenant and user ids are hashed. **Retention:**
 the file is rotated to ``FILE.1`` when it passes half of ``max_bytes`` or when its first
 record is older than half of ``max_age_s``, and the previous ``FILE.1`` is deleted then, so at
 most ``max_bytes`` and nothing older than ``max_age_s`` stays on disk (checked at each write
-and by :meth:`EvalSink.prune`).
+and by :meth:`EvalSink.prune`). A record longer than half of ``max_bytes`` cannot fit in one
+file, so it is left out (logged). **Processes sharing the file** take turns: each write,
+with the rotation it may need, is made under an exclusive lock on ``FILE.lock`` (POSIX
+``flock``; elsewhere only the threads of one process take turns), and whether to rotate is
+read off the file on disk, not off what this process wrote, so one rotation happens once.
 
 .. versionadded:: 0.2.0
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
 import random
 import threading
@@ -48,6 +54,7 @@ if TYPE_CHECKING:
 
 __all__ = ["EvalSink", "call_record", "read_samples"]
 
+logger = logging.getLogger("llmguard_sdk")
 _REMEMBERED = 10_000  # sampled call ids kept for feedback
 _DAY_S = 86_400.0
 
@@ -60,7 +67,8 @@ class EvalSink:
         share: the fraction of calls sampled, from 0 to 1.
         redact: applied to every text written (the default masks personal data), after
             the credentials are masked (whatever ``redact`` is, as for all telemetry).
-        max_bytes: at most this much stays on disk (two files of half each).
+        max_bytes: at most this much stays on disk (two files of half each; a record
+            longer than half is left out).
         max_age_s: records older than this are deleted (default 30 days).
         seed: seeds the sampling (reproducible samples in tests).
     """
@@ -91,7 +99,6 @@ class EvalSink:
         self._random = random.Random(seed)
         self._lock = threading.Lock()
         self._sampled: OrderedDict[str, None] = OrderedDict()
-        self._first_at: float | None = None  # the current file's first record (Unix time)
 
     def __repr__(self) -> str:
         return f"EvalSink({str(self.path)!r}, share={self.share})"
@@ -104,8 +111,11 @@ class EvalSink:
             self._sampled[call_id] = None
             if len(self._sampled) > _REMEMBERED:
                 self._sampled.popitem(last=False)
-        self._write(record())
-        return True
+        if self._write(record()):
+            return True
+        with self._lock:
+            self._sampled.pop(call_id, None)  # not written: no feedback lines for it
+        return False
 
     def feedback(self, call_id: str, score: float, label: str | None) -> bool:
         """Append feedback on ``call_id`` when that call was sampled; True if written."""
@@ -123,19 +133,26 @@ class EvalSink:
 
     def prune(self) -> None:
         """Rotate or delete what is past the retention limits now."""
-        with self._lock:
+        with self._lock, _shared_lock(self.path):
             self._rotate_if_due(time.time())
 
-    def _write(self, line: dict[str, Any]) -> None:
+    def _write(self, line: dict[str, Any]) -> bool:
         data = (json.dumps(line, separators=(",", ":"), default=str) + "\n").encode()
-        with self._lock:
-            now = time.time()
-            self._rotate_if_due(now, len(data))
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+        if len(data) > self._max_bytes // 2:
+            logger.warning(
+                "eval sink %s: a %s record of %d bytes is longer than half of max_bytes "
+                "(%d): left out",
+                self.path,
+                line.get("type"),
+                len(data),
+                self._max_bytes,
+            )
+            return False
+        with self._lock, _shared_lock(self.path):
+            self._rotate_if_due(time.time(), len(data))
             with self.path.open("ab") as out:  # one write per line: appends stay whole
                 out.write(data)
-            if self._first_at is None:
-                self._first_at = now
+        return True
 
     def _rotate_if_due(self, now: float, adding: int = 0) -> None:
         """FILE.1 holds records from at most half the age limit before its last write: it
@@ -148,15 +165,28 @@ class EvalSink:
         except FileNotFoundError:
             pass
         try:
-            size = self.path.stat().st_size
+            found = self.path.stat()
         except FileNotFoundError:
-            self._first_at = None
             return
-        if self._first_at is None:
-            self._first_at = _first_time(self.path) or now
-        if size + adding > self._max_bytes // 2 or now - self._first_at > self._max_age_s / 2:
+        # read off the file each time: another process may have rotated it
+        first_at = _first_time(self.path) or now
+        if found.st_size + adding > self._max_bytes // 2 or now - first_at > self._max_age_s / 2:
             os.replace(self.path, older)  # the previous FILE.1 goes
-            self._first_at = None
+
+
+@contextlib.contextmanager
+def _shared_lock(path: Path) -> Iterator[None]:
+    """Held by one process at a time: an exclusive ``flock`` of ``path.lock`` (created with
+    its folder); where there is no ``fcntl`` (Windows), nothing."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    with path.with_name(path.name + ".lock").open("ab") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)  # released when the handle closes
+        yield
 
 
 def _first_time(path: Path) -> float | None:
