@@ -203,3 +203,44 @@ def test_a_batch_routes_key_is_checked_and_masked_as_other_routes_keys_are(
     route = BatchProvider(fake.base_url, api=api, api_key=f"batch-{api}-key-7f3a")
     route.close()
     assert f"batch-{api}-key-7f3a" not in redact_secrets(f"failed: batch-{api}-key-7f3a")
+
+
+def _answer(outcome: Any) -> Any:
+    """The answer of a sync call, or of an async one run to its end."""
+    return asyncio.run(outcome) if asyncio.iscoroutine(outcome) else outcome
+
+
+def _cancelled(fake: FakeProvider) -> list[str]:
+    """The batches the route cancelled at the provider (waits a while for the route to)."""
+    for _ in range(200):
+        found = [r.path for r in fake.requests if r.method == "POST" and r.path.endswith("/cancel")]
+        if found:
+            return found
+        time.sleep(0.05)
+    return []
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+def test_a_batch_nobody_waits_for_any_more_is_cancelled_at_the_provider(
+    fake: FakeProvider, api: Literal["openai", "anthropic"], asynchronous: bool
+) -> None:
+    """A batch whose callers' deadlines had all passed kept running (and billing) at the
+    provider until it ended there; it is cancelled once no caller waits for it."""
+    import httpx
+
+    fake.batch_seconds = 60.0  # type: ignore[attr-defined]
+    route = BatchProvider(fake.base_url, api=api, model="fake-model", window=0.05,
+                          poll_interval=0.05)  # fmt: skip
+    request = ChatRequest(messages=[{"role": "user", "content": "too slow"}], max_tokens=5)
+    deadline = time.monotonic() + 0.5  # the batch leaves first, then the caller gives up
+    call = route.acomplete if asynchronous else route.complete
+    with pytest.raises(ProviderTimeoutError):
+        _answer(call(request, model="fake-model", deadline=deadline))
+    (cancel,) = _cancelled(fake)
+    route.close()
+    status = httpx.get(fake.base_url.rstrip("/").removesuffix("/v1") + cancel[: -len("/cancel")])
+    if api == "openai":
+        assert status.json()["status"] in ("cancelling", "cancelled")
+    else:
+        assert status.json()["request_counts"]["canceled"] == 1

@@ -23,7 +23,9 @@ routes, and never the others (the spend stage picks the routes, as it does for d
 
 A call waits for its batch until its deadline (batch APIs answer within minutes to hours:
 give batch calls a long ``timeout``); a batch that has not ended by the last of its calls'
-deadlines fails them with :class:`~llmguard_sdk.errors.ProviderTimeoutError`.
+deadlines fails them with :class:`~llmguard_sdk.errors.ProviderTimeoutError`. A batch that
+no caller waits for any more (each gave up or its deadline passed) is cancelled at the
+provider, which bills only what it had answered by then.
 
 .. versionadded:: 0.2.0
 """
@@ -33,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import json
+import logging
 import threading
 import time
 import uuid
@@ -50,6 +53,8 @@ from .base import StreamCall, _Streams
 from .wire import build_payload, error_from_status, parse_completion
 
 __all__ = ["BatchProvider"]
+
+logger = logging.getLogger("llmguard_sdk")
 
 _JSON = {"content-type": "application/json"}
 _ENDED = {"completed", "failed", "expired", "cancelled", "ended"}
@@ -232,15 +237,27 @@ class BatchProvider(_Streams):
 
     def _poll(self, path: str, calls: list[_Call], ended: str) -> dict[str, Any]:
         """The batch's status once ``ended`` says it ended; ProviderTimeoutError past the
-        last deadline of its calls."""
+        last deadline of its calls, or once every caller gave up (the batch is cancelled
+        at the provider then: nobody would get its answers)."""
         last = max(call.deadline for call in calls)
         while True:
             status = self._checked(self._http.get(path))
             if status.get(ended) in _ENDED:
                 return dict(status)
-            if time.monotonic() + self.poll_interval > last:
+            if time.monotonic() + self.poll_interval > last or all(
+                call.future.done() for call in calls
+            ):
+                self._cancel(path)
                 raise self._timed_out()
             time.sleep(self.poll_interval)
+
+    def _cancel(self, path: str) -> None:
+        """Cancel the batch at ``path`` (both APIs: ``POST {path}/cancel``); a failure is
+        logged, the callers' timeout stands."""
+        try:
+            self._checked(self._http.post(f"{path}/cancel"))
+        except (httpx.HTTPError, ProviderError) as exc:
+            logger.warning("%s: could not cancel the batch %s: %r", self.name, path, exc)
 
     def _openai(self, calls: list[_Call]) -> dict[str, ChatResponse | BaseException]:
         lines = "".join(

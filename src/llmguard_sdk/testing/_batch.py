@@ -11,6 +11,9 @@ Anthropic: ``POST /v1/messages/batches`` (``requests: [{custom_id, params}]``),
 ``results_url``), ``GET /v1/messages/batches/{id}/results`` (JSON Lines of
 ``{custom_id, result: {type: "succeeded", message}}``; usage says ``service_tier: "batch"``).
 
+Both: ``POST .../{id}/cancel`` cancels a batch that is not done: it ends at once (OpenAI:
+``status`` ``cancelled``, no output file; Anthropic: ``ended``, each request ``canceled``).
+
 A batch is answered when it is created (each request as the chat or messages endpoint would
 answer it, counted in the provider's stats) and reported done ``batch_seconds`` later (an
 attribute of the :class:`~llmguard_sdk.testing.FakeProvider`, default 0.2 s).
@@ -153,6 +156,8 @@ class _BatchHandler(_BaseHandler):
             found = self._openai_batch(provider, store, raw, n)
         elif self.command == "POST" and parts == ["messages", "batches"]:
             found = self._anthropic_batch(provider, store, raw, n)
+        elif self.command == "POST" and parts[-1:] == ["cancel"]:
+            found = self._cancel(store, parts[:-1])
         elif self.command == "GET":
             found = self._lookup(store, parts)
         if found is None:
@@ -228,6 +233,26 @@ class _BatchHandler(_BaseHandler):
         }
         return 200, self._anthropic_status(batch_id, store.batches[batch_id])
 
+    def _cancel(self, store: _Store, parts: list[str]) -> tuple[int, Any] | None:
+        """Cancel the batch ``parts`` names (``batches/{id}``, ``messages/batches/{id}``)."""
+        kind = "anthropic" if parts[:1] == ["messages"] else "openai"
+        batch = store.batches.get(parts[-1])
+        if (
+            len(parts) != (3 if kind == "anthropic" else 2)
+            or batch is None
+            or batch["kind"] != kind
+        ):
+            return None
+        if time.monotonic() < batch["done_at"]:
+            batch["cancelled"], batch["done_at"] = True, time.monotonic()
+            if kind == "anthropic":
+                ids = [json.loads(line)["custom_id"] for line in batch["results"].splitlines()]
+                canceled = ({"custom_id": i, "result": {"type": "canceled"}} for i in ids)
+                batch["results"] = "".join(json.dumps(r) + "\n" for r in canceled).encode()
+        if kind == "anthropic":
+            return 200, self._anthropic_status(parts[-1], batch)
+        return 200, self._openai_status(parts[-1], batch)
+
     def _lookup(self, store: _Store, parts: list[str]) -> tuple[int, Any] | None:
         if parts[0] == "files" and len(parts) == 3 and parts[2] == "content":
             content = store.files.get(parts[1])
@@ -247,31 +272,33 @@ class _BatchHandler(_BaseHandler):
 
     def _openai_status(self, batch_id: str, batch: dict[str, Any]) -> dict[str, Any]:
         done = time.monotonic() >= batch["done_at"]
+        cancelled = batch.get("cancelled", False)
         return {
             "id": batch_id,
             "object": "batch",
             "endpoint": "/v1/chat/completions",
-            "status": "completed" if done else "in_progress",
-            "output_file_id": batch["output_file_id"] if done else None,
+            "status": "cancelled" if cancelled else "completed" if done else "in_progress",
+            "output_file_id": batch["output_file_id"] if done and not cancelled else None,
             "error_file_id": None,
             "request_counts": {
                 "total": batch["count"],
-                "completed": batch["count"] if done else 0,
+                "completed": batch["count"] if done and not cancelled else 0,
                 "failed": 0,
             },
         }
 
     def _anthropic_status(self, batch_id: str, batch: dict[str, Any]) -> dict[str, Any]:
         done = time.monotonic() >= batch["done_at"]
+        cancelled = batch["count"] if batch.get("cancelled") else 0
         return {
             "id": batch_id,
             "type": "message_batch",
             "processing_status": "ended" if done else "in_progress",
             "request_counts": {
                 "processing": 0 if done else batch["count"],
-                "succeeded": batch["count"] if done else 0,
+                "succeeded": batch["count"] - cancelled if done else 0,
                 "errored": 0,
-                "canceled": 0,
+                "canceled": cancelled,
                 "expired": 0,
             },
             "results_url": f"http://{self.headers.get('host', '127.0.0.1')}/v1/messages/batches/"
