@@ -12,7 +12,13 @@ from typing import Any
 import anyio
 import pytest
 
-from llmguard_sdk import AnthropicProvider, Guard, ProviderUnavailableError
+from llmguard_sdk import (
+    AnthropicProvider,
+    Guard,
+    OpenAICompatibleProvider,
+    OpenAIResponsesProvider,
+    ProviderUnavailableError,
+)
 from llmguard_sdk.client import anthropic_client, async_anthropic_client
 from llmguard_sdk.testing import FakeProvider, Fault
 from llmguard_sdk.transport import http_client
@@ -264,3 +270,44 @@ def test_a_failed_tool_result_stays_an_error(
     ]
     # chat completions has no such field: the tool message goes as before
     assert chat_body["messages"][2] == {"role": "tool", "tool_call_id": "tu_1", "content": "boom"}
+
+
+_THINKING = {"type": "enabled", "budget_tokens": 1024}
+
+
+def test_anthropic_only_parameters_reach_anthropic_routes_only(
+    anthropic: Any, fake: FakeProvider
+) -> None:
+    # top_k and thinking (Messages parameters chat completions and Responses lack) went to
+    # every route, and OpenAI's API rejects what it does not know
+    routes = (
+        AnthropicProvider(fake.base_url, api_key="sk-ant", model="claude-x", name="claude"),
+        OpenAICompatibleProvider(fake.base_url, model="m", name="chat"),
+        OpenAIResponsesProvider(fake.base_url, model="m", name="responses"),
+    )
+    for route in routes:
+        with Guard(route, environ={}, retry=None) as guard:
+            sdk = anthropic.Anthropic(
+                api_key="sk-x", base_url="http://guard.test", http_client=http_client(guard)
+            )
+            sdk.messages.create(  # (anthropic 2.x takes top_k in extra_body only)
+                model="m",
+                max_tokens=2000,
+                messages=ASK,
+                thinking=_THINKING,
+                extra_body={"top_k": 5},
+            )
+    sent = [request.body or {} for request in fake.requests[-3:]]
+    assert [request.path for request in fake.requests[-3:]] == [
+        "/v1/messages",
+        "/v1/chat/completions",
+        "/v1/responses",
+    ]
+    assert (sent[0].get("top_k"), sent[0].get("thinking")) == (5, _THINKING)
+    for body in sent[1:]:
+        assert "top_k" not in body
+        assert "thinking" not in body
+    # the rule is the seam's: a caller's own extra_body is sent as given (vLLM takes top_k)
+    with Guard(routes[1], environ={}, retry=None) as guard:
+        guard.chat(ASK, extra_body={"top_k": 5})
+    assert (fake.requests[-1].body or {}).get("top_k") == 5

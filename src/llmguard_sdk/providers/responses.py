@@ -23,6 +23,7 @@ from .openai_compat import OpenAICompatibleProvider
 from .wire import (
     AnswerShape,
     checked_answer,
+    sent_extra_body,
     usage_from_payload,
 )
 
@@ -123,7 +124,7 @@ def build_responses_payload(request: ChatRequest, *, model: str, stream: bool) -
         schema = fmt.get("json_schema")
         flat = schema if isinstance(schema, dict) else {}
         payload["text"] = {"format": {"type": fmt.get("type"), **flat}}
-    extra = dict(request.extra_body or {})
+    extra = sent_extra_body(request)
     effort = extra.pop("reasoning_effort", None)
     if effort is not None:
         payload["reasoning"] = {"effort": effort}

@@ -32,6 +32,7 @@ from .headers import server_wait_hint
 from .sse import SSEDecoder
 
 __all__ = [
+    "ANTHROPIC_ONLY_KEY",
     "AnswerShape",
     "CHAT_COMPLETIONS",
     "StreamState",
@@ -43,9 +44,14 @@ __all__ = [
     "http_error",
     "json_answer",
     "parse_completion",
+    "sent_extra_body",
     "usage_from_payload",
 ]
 
+ANTHROPIC_ONLY_KEY = "llmguard.anthropic_only"
+"""``ChatRequest.metadata`` key: the ``extra_body`` keys (comma-separated) that only Anthropic
+routes send, parameters of Anthropic's Messages API that chat completions and Responses lack
+(the transport seam's ``/messages`` names ``top_k`` and ``thinking`` here)."""
 MAX_BODY_BYTES = 32 * 1024 * 1024
 """Largest answer body accepted; anything bigger is a malformed answer."""
 MAX_ERROR_BODY_BYTES = 64 * 1024
@@ -89,9 +95,17 @@ def build_payload(request: ChatRequest, *, model: str, stream: bool) -> dict[str
     if stream:
         payload["stream"] = True
         payload["stream_options"] = {"include_usage": True}
-    if request.extra_body:
-        payload.update(request.extra_body)
+    payload.update(sent_extra_body(request))
     return payload
+
+
+def sent_extra_body(request: ChatRequest) -> dict[str, Any]:
+    """``request.extra_body`` as a route that does not speak Anthropic's API sends it: less
+    the keys ``request.metadata[ANTHROPIC_ONLY_KEY]`` names (all of it when none are named)."""
+    extra = dict(request.extra_body or {})
+    for key in (request.metadata or {}).get(ANTHROPIC_ONLY_KEY, "").split(","):
+        extra.pop(key, None)
+    return extra
 
 
 def encode_payload(payload: Mapping[str, Any]) -> bytes:

@@ -3,6 +3,11 @@
 The request becomes a chat call of the Guard (any route answers it), and the answer goes back
 as Anthropic's ``message`` (or ``message_start`` ... ``message_stop`` events): text and
 ``tool_use`` blocks, ``stop_reason``, usage with ``cache_read_input_tokens``.
+
+Parameters chat completions has no counterpart for go on in ``extra_body``; of them, the
+Anthropic-only ``top_k`` and ``thinking`` reach Anthropic routes only (named under
+:data:`~llmguard_sdk.providers.wire.ANTHROPIC_ONLY_KEY`): chat-completions and Responses
+routes, which reject or ignore them, do not get them.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from typing import Any
 
 from ..errors import LLMGuardError, RequestValidationError
 from ..models import ChatResponse, StreamChunk, Usage
+from ..providers.wire import ANTHROPIC_ONLY_KEY
 from . import _wire
 from ._chat import guard_arguments
 from ._wire import Incoming
@@ -38,6 +44,8 @@ _KNOWN = frozenset(
         "metadata",
     }
 )
+# Messages parameters only Anthropic routes are sent (others reject or ignore them)
+_ANTHROPIC_ONLY = ("thinking", "top_k")
 _ERRORS = {
     400: "invalid_request_error",
     401: "authentication_error",
@@ -203,8 +211,13 @@ class MessagesWire:
     """Messages: parse a request, answer a ``message`` or its events."""
 
     def arguments(self, body: dict[str, Any], incoming: Incoming) -> dict[str, Any]:
-        """``body`` (a Messages request) as Guard arguments."""
-        return guard_arguments(chat_params(body), incoming)
+        """``body`` (a Messages request) as Guard arguments; its Anthropic-only parameters
+        named for the routes that do not speak Anthropic to leave out."""
+        arguments = guard_arguments(chat_params(body), incoming)
+        only = [key for key in _ANTHROPIC_ONLY if key in body]
+        if only:
+            arguments["metadata"] = {ANTHROPIC_ONLY_KEY: ",".join(only)}
+        return arguments
 
     def answer(self, response: ChatResponse) -> dict[str, Any]:
         """The ``message`` object of ``response``."""
