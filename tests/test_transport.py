@@ -160,6 +160,24 @@ def test_the_sdk_s_timeout_shortens_the_guard_s(fake: FakeProvider, make_guard: 
     assert caught.value.response.headers["x-llmguard-error"] == "ProviderTimeoutError"
 
 
+@pytest.mark.parametrize("path", ["chat", "messages"])
+def test_a_timeout_in_extra_body_does_not_outlast_the_guard_s(
+    fake: FakeProvider, make_guard: MakeGuard, path: str
+) -> None:
+    # extra_body={"timeout": 30} became the call's deadline (the SDK's own timeout off), so
+    # a call outlived the Guard's timeout of 0.3 s
+    guard = make_guard(fake, retry=None, timeout=0.3)
+    fake.always(Fault(latency=3.0))
+    body = {"model": "m", "max_tokens": 10, "messages": USER, "timeout": 30}
+    url = "http://guard.test/v1/" + ("chat/completions" if path == "chat" else "messages")
+    with httpx.Client(transport=transport(guard, library="httpx"), timeout=None) as client:
+        answer = client.post(url, json=body)
+    assert answer.status_code == 504
+    assert answer.headers["x-llmguard-error"] == "ProviderTimeoutError"
+    assert fake.requests
+    assert all("timeout" not in (request.body or {}) for request in fake.requests)
+
+
 def test_a_stream_broken_after_content_ends_in_the_sdk_s_error(
     fake: FakeProvider, make_guard: MakeGuard
 ) -> None:

@@ -18,7 +18,9 @@ never repeat a call the Guard has already retried and moved through its fallback
 error class in ``x-llmguard-error``; the SDK raises its own error for the status
 (400 invalid request, 401, 429 rate limited or budget exhausted, 502 malformed answer,
 503 unavailable or circuit open, 504 timeout). The Guard's ``timeout`` bounds each call; the
-SDK's timeout (its read timeout), when shorter, becomes the call's total. The scope of a call
+SDK's timeout (its read timeout), when shorter, becomes the call's total. A ``timeout`` in the
+request body (``extra_body={"timeout": ...}``) is ignored: it neither sets the call's deadline
+nor goes to the provider. The scope of a call
 comes from :func:`~llmguard_sdk.scoped`, or from ``x-llmguard-tenant`` /
 ``x-llmguard-feature`` headers; any other header or query parameter the caller adds is
 forwarded to the provider.

@@ -14,11 +14,16 @@ from ._wire import Incoming
 
 def guard_arguments(params: dict[str, Any], incoming: Incoming) -> dict[str, Any]:
     """openai ``create()`` keywords (``messages`` and ``model`` among them) as
-    :meth:`Guard.chat` arguments, with the caller's headers, query and scope."""
+    :meth:`Guard.chat` arguments, with the caller's headers, query and scope.
+
+    A ``timeout`` in the body (an SDK's ``extra_body={"timeout": ...}``) is dropped: the call's
+    deadline is the Guard's ``timeout``, shortened by the SDK's own (see :func:`.plan`), and
+    no provider takes a ``timeout`` body field."""
     from ..client import _call_arguments
 
     params = dict(params)
     params.pop("stream", None)
+    params.pop("timeout", None)
     messages, model = params.pop("messages", None), params.pop("model", None)
     if not isinstance(messages, list):
         raise RequestValidationError("messages must be a list of messages")
