@@ -73,6 +73,24 @@ def test_a_repeated_system_prompt_is_encoded_once() -> None:
     assert _remembered_count.cache_info().misses == misses
 
 
+
+def test_a_long_system_prompt_is_remembered_by_its_digest_not_its_text() -> None:
+    """A system prompt over 16,384 characters sent with every call is encoded once (it took
+    10-20 ms a call): its count is kept under a digest of the text, so the memory kept per
+    text stays a few dozen bytes."""
+    from llmguard_sdk.tokens import _long_counts
+
+    huge = "You are the support assistant of an online shop. " * 400  # 20,000 characters
+    first = count_text_tokens(huge, "gpt-4")
+    hits = _long_counts.hits
+    again = count_request_tokens(
+        [Message(role="system", content=huge), Message(role="user", content="Where?")], "gpt-4"
+    )
+    assert _long_counts.hits == hits + 1  # not encoded again
+    assert again.tokens > first.tokens
+    assert count_text_tokens(huge + " More.", "gpt-4").tokens > first.tokens  # another text
+    assert all(len(key[1]) == 16 for key in _long_counts.keys())  # digests, not the texts
+
 @settings(max_examples=200, deadline=None)
 @given(
     texts=st.lists(st.text(max_size=300), min_size=1, max_size=4),

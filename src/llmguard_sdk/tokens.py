@@ -22,6 +22,7 @@ import json
 import os
 import tempfile
 import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -41,6 +42,9 @@ _CL100K_EXCLUDED = ("gpt-4o", "gpt-4.1", "gpt-4.5")
 
 
 class _Encoding(Protocol):
+    @property
+    def name(self) -> str: ...
+
     def encode(self, text: str, *, disallowed_special: Any = ...) -> list[int]: ...
 
     def __hash__(self) -> int: ...
@@ -186,7 +190,7 @@ def _count_with(text: str, encoding: _Encoding | None) -> int:
         return -(-len(text) // _CHARS_PER_TOKEN)
     if len(text) <= _REMEMBERED_TEXT_CHARS:
         return _remembered_count(encoding, text)
-    return len(encoding.encode(text, disallowed_special=()))
+    return _long_counts.count(encoding, text)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -194,6 +198,44 @@ def _remembered_count(encoding: _Encoding, text: str) -> int:
     """Token counts of recent texts: a system prompt or a template sent with every call is
     encoded once, not per call (byte-pair encoding costs far more than hashing the text)."""
     return len(encoding.encode(text, disallowed_special=()))
+
+
+class _LongTextCounts:
+    """Token counts of recent long texts (over :data:`_REMEMBERED_TEXT_CHARS`), kept under a
+    16-byte digest of the text rather than the text itself: hashing 20,000 characters takes
+    microseconds where encoding them takes milliseconds, and each remembered count costs a few
+    dozen bytes."""
+
+    def __init__(self, size: int = 64) -> None:
+        self._size = size
+        self._counts: OrderedDict[tuple[str, bytes], int] = OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = 0
+
+    def keys(self) -> list[tuple[str, bytes]]:
+        """The remembered (encoding name, digest) pairs, least recently used first."""
+        with self._lock:
+            return list(self._counts)
+
+    def count(self, encoding: _Encoding, text: str) -> int:
+        """``text``'s token count with ``encoding``, remembered."""
+        digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16)
+        key = (encoding.name, digest.digest())
+        with self._lock:
+            found = self._counts.get(key)
+            if found is not None:
+                self._counts.move_to_end(key)
+                self.hits += 1
+                return found
+        tokens = len(encoding.encode(text, disallowed_special=()))
+        with self._lock:
+            self._counts[key] = tokens
+            while len(self._counts) > self._size:
+                self._counts.popitem(last=False)
+        return tokens
+
+
+_long_counts = _LongTextCounts()
 
 
 def count_text_tokens(text: str, model: str | None = None) -> TokenCount:
