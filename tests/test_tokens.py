@@ -89,7 +89,7 @@ def test_a_long_system_prompt_is_remembered_by_its_digest_not_its_text() -> None
     assert _long_counts.hits == hits + 1  # not encoded again
     assert again.tokens > first.tokens
     assert count_text_tokens(huge + " More.", "gpt-4").tokens > first.tokens  # another text
-    assert all(len(key[1]) == 16 for key in _long_counts.keys())  # digests, not the texts
+    assert all(len(key[1]) == 16 for key in _long_counts.remembered())  # digests, not the texts
 
 @settings(max_examples=200, deadline=None)
 @given(

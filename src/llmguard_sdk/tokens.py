@@ -212,7 +212,7 @@ class _LongTextCounts:
         self._lock = threading.Lock()
         self.hits = 0
 
-    def keys(self) -> list[tuple[str, bytes]]:
+    def remembered(self) -> list[tuple[str, bytes]]:
         """The remembered (encoding name, digest) pairs, least recently used first."""
         with self._lock:
             return list(self._counts)
