@@ -73,7 +73,6 @@ def test_a_repeated_system_prompt_is_encoded_once() -> None:
     assert _remembered_count.cache_info().misses == misses
 
 
-
 def test_a_long_system_prompt_is_remembered_by_its_digest_not_its_text() -> None:
     """A system prompt over 16,384 characters sent with every call is encoded once (it took
     10-20 ms a call): its count is kept under a digest of the text, so the memory kept per
@@ -90,6 +89,7 @@ def test_a_long_system_prompt_is_remembered_by_its_digest_not_its_text() -> None
     assert again.tokens > first.tokens
     assert count_text_tokens(huge + " More.", "gpt-4").tokens > first.tokens  # another text
     assert all(len(key[1]) == 16 for key in _long_counts.remembered())  # digests, not the texts
+
 
 @settings(max_examples=200, deadline=None)
 @given(
