@@ -740,3 +740,35 @@ def test_two_threads_checking_retirements_warn_once() -> None:
     finally:
         guard.close()
     assert [e.day for e in events] == [dt.date(2026, 1, 10)]
+
+
+@pytest.mark.parametrize("max_tokens", [None, 5])
+def test_a_shadow_never_spends_past_its_cap(pair: Any, max_tokens: int | None) -> None:
+    """The cap was checked against what had been spent, so the call that crossed it went
+    out: 2.5 calls' worth of cap paid for 3 calls. Each call is reserved before it goes (its
+    worst case when its output has a limit; else the dearest shadow call so far)."""
+    a, b = pair
+    parameters = {"temperature": 0.0} if max_tokens is None else {"max_tokens": max_tokens}
+    current = Release("bot", "v1", provider(a, "a", "fake-a-2025-01-01"))
+    candidate = Release("bot", "v2", provider(b, "b", "fake-b-2025-02-01"), parameters=parameters)
+
+    def shadow(cap: float | None, calls: int) -> dict[str, Any]:
+        policy = ShadowPolicy(share=1.0, rate_per_s=1000, max_cost_usd=cap)
+        plan = ReleasePlan(current, candidate=candidate, shadow=policy)
+        guard = Guard(release=plan, environ={}, prices=PRICES, telemetry=False)
+        try:
+            for _ in range(calls):
+                guard.chat(USER)
+            assert guard.releases is not None
+            assert guard.releases.shadow is not None
+            assert guard.releases.shadow.drain(30.0)
+            return guard.releases.shadow.report()
+        finally:
+            guard.close()
+
+    one = shadow(None, 1)["spent_usd"]  # what one shadow call of USER costs
+    assert one > 0
+    report = shadow(2.5 * one, 10)
+    assert report["spent_usd"] <= 2.5 * one
+    assert report["pairs"] >= 1
+    assert report["skipped_budget"] == 10 - report["pairs"]

@@ -24,8 +24,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..context import CallContext, Scope
-from ..errors import ConfigurationError, LLMGuardError
+from ..errors import ConfigurationError, LLMGuardError, UnknownModelPriceError
 from ..models import ChatRequest, ChatResponse
+from ..tokens import count_request_tokens
 
 if TYPE_CHECKING:
     from ..budget.prices import PriceTable
@@ -41,6 +42,7 @@ Comparator = Callable[[ChatResponse, ChatResponse], "bool | None"]
 """``(served, shadow) -> agree``; ``None``: this pair says nothing (not counted)."""
 
 _MAX_SEGMENTS = 100
+_INPUT_MARGIN = 0.1  # a reservation's input counts this much more (as Budgets' input_margin)
 
 
 def _is_json(text: str) -> bool:
@@ -79,6 +81,9 @@ class ShadowPolicy:
         max_queue: calls waiting for the worker at most (beyond: dropped, counted).
         rate_per_s: shadow calls per second at most (this process; beyond: skipped).
         max_cost_usd: what the shadow calls may spend in this process (``None``: no cap).
+            Each call is reserved before it goes: its worst case (its input and output
+            limit at the candidate's dearest route) must fit in what is left; a call whose
+            output has no limit (no ``max_tokens``) reserves the dearest shadow call so far.
         timeout: seconds a shadow call may take (finite, > 0).
         comparators: your own comparisons, by name, beside :data:`COMPARATORS`.
         segment: ``ctx -> label`` for the report's segments (default: the call's feature).
@@ -150,6 +155,7 @@ class Shadow:
         self._counts = {"offered": 0, "dropped_queue": 0, "skipped_rate": 0}
         self._counts.update(skipped_budget=0, candidate_errors=0)
         self._spent = 0.0
+        self._dearest = 0.0  # the dearest shadow call so far
         self._tokens, self._refilled = max(self.policy.rate_per_s, 1.0), time.monotonic()
         self._overall = _Tally()
         self._segments: dict[str, _Tally] = {}
@@ -180,19 +186,40 @@ class Shadow:
                     )
                     self._thread.start()
 
-    def _admit(self) -> str | None:
-        """Why the next call may not go (rate, budget), or None."""
+    def _admit(self, request: ChatRequest) -> str | None:
+        """Why the call of ``request`` may not go (rate, budget), or None."""
         now = time.monotonic()
         rate = self.policy.rate_per_s
         self._tokens = min(max(rate, 1.0), self._tokens + (now - self._refilled) * rate)
         self._refilled = now
         cap = self.policy.max_cost_usd
-        if cap is not None and self._spent >= cap:
+        if cap is not None and (self._spent >= cap or self._spent + self._worst_usd(request) > cap):
             return "skipped_budget"
         if self._tokens < 1.0:
             return "skipped_rate"
         self._tokens -= 1.0
         return None
+
+    def _worst_usd(self, request: ChatRequest) -> float:
+        """The most the candidate's call of ``request`` may cost: its input and its output
+        limit at the dearest of its priced routes; without an output limit, at least the
+        dearest shadow call so far (an estimate: nothing bounds it)."""
+        candidate = self._plan.candidate
+        assert candidate is not None
+        request = candidate.apply(request)
+        output = request.output_limit
+        worst = 0.0 if output is not None else self._dearest
+        for route in candidate.providers:
+            model = route.model or request.model
+            if self._prices is None or not model:
+                continue
+            try:
+                price = self._prices.price(model, provider=route.name)
+            except UnknownModelPriceError:  # its calls are not counted either
+                continue
+            inputs = count_request_tokens(request, model).tokens * (1.0 + _INPUT_MARGIN)
+            worst = max(worst, price.worst_case(inputs, output or 0))
+        return worst
 
     def _work(self) -> None:
         while not self._stop.is_set():
@@ -208,7 +235,7 @@ class Shadow:
     def _handle(
         self, request: ChatRequest, scope: Scope, served: ChatResponse, segment: str
     ) -> None:
-        refused = self._admit()
+        refused = self._admit(request)
         if refused is not None:
             with self._lock:
                 self._counts[refused] += 1
@@ -262,6 +289,7 @@ class Shadow:
                 verdicts[name] = None
         with self._lock:
             self._spent += shadow.cost_usd or 0.0
+            self._dearest = max(self._dearest, shadow.cost_usd or 0.0)
             self._overall.add(verdicts)
             if segment not in self._segments and len(self._segments) >= _MAX_SEGMENTS:
                 segment = "other"
