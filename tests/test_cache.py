@@ -318,6 +318,26 @@ def test_near_misses_and_false_hits_are_counted(make_cache: Any) -> None:
     assert loose.stats.false_hit_rate == 1.0
 
 
+
+def test_a_stale_answer_found_by_its_exact_key_is_no_false_hit() -> None:
+    """``report_false_hit`` counts answers the similarity search chose; a stale answer served
+    during an outage that was found by the request's exact key answered the same request."""
+    cache = ResponseCache(threshold=0.3, ttl=0.2, stale_ttl=30)
+    cache.store(ask(FAQ), answer("a"))
+    stored = time.monotonic()
+    sleep_past(stored, 0.2)
+    exact = cache.lookup_stale(ask(FAQ))
+    assert exact is not None
+    assert exact.kind == "stale"
+    assert exact.matched == "exact"
+    cache.report_false_hit(exact)
+    assert cache.stats.false_hits == 0
+    similar = cache.lookup_stale(ask(PARAPHRASE))
+    assert similar is not None
+    assert similar.matched == "semantic"
+    cache.report_false_hit(similar)
+    assert cache.stats.false_hits == 1
+
 def test_verifier_decides_the_borderline_band(make_cache: Any) -> None:
     seen: list[tuple[str, str]] = []
 

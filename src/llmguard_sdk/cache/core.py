@@ -557,7 +557,7 @@ class ResponseCache:
     def report_false_hit(self, hit: CacheHit) -> None:
         """Record that ``hit`` answered the wrong question (feeds ``stats.false_hit_rate``
         and the ``monitor``'s estimate)."""
-        if hit.kind != "exact":
+        if hit.matched == "semantic":  # (an exact key's answer answered the same request)
             self.stats.false_hits += 1
             if self.monitor is not None:
                 self.monitor.report(self.namespace)
@@ -594,4 +594,4 @@ class ResponseCache:
 
 
 def _hit(kind: Literal["exact", "semantic"], entry: CacheEntry, similarity: float) -> CacheHit:
-    return CacheHit(kind, entry.entry_id, similarity, entry.chat_response(), entry.query)
+    return CacheHit(kind, entry.entry_id, similarity, entry.chat_response(), entry.query, kind)

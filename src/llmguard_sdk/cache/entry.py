@@ -86,7 +86,8 @@ class CacheHit:
     """A cached answer chosen for a request.
 
     ``kind`` is ``"exact"``, ``"semantic"`` or ``"stale"`` (an expired entry served because
-    every route failed); ``similarity`` is 1.0 for exact hits.
+    every route failed); ``similarity`` is 1.0 for exact hits. ``matched`` says how the entry
+    was found, by the request's exact key or by similarity (a stale hit keeps it).
     """
 
     kind: Literal["exact", "semantic", "stale"]
@@ -94,6 +95,7 @@ class CacheHit:
     similarity: float
     response: ChatResponse
     query: str
+    matched: Literal["exact", "semantic"] = "semantic"
 
 
 @dataclass
