@@ -318,7 +318,6 @@ def test_near_misses_and_false_hits_are_counted(make_cache: Any) -> None:
     assert loose.stats.false_hit_rate == 1.0
 
 
-
 def test_a_stale_answer_found_by_its_exact_key_is_no_false_hit() -> None:
     """``report_false_hit`` counts answers the similarity search chose; a stale answer served
     during an outage that was found by the request's exact key answered the same request."""
@@ -337,6 +336,7 @@ def test_a_stale_answer_found_by_its_exact_key_is_no_false_hit() -> None:
     assert similar.matched == "semantic"
     cache.report_false_hit(similar)
     assert cache.stats.false_hits == 1
+
 
 def test_verifier_decides_the_borderline_band(make_cache: Any) -> None:
     seen: list[tuple[str, str]] = []
