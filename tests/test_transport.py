@@ -13,6 +13,7 @@ import openai
 import pytest
 
 from llmguard_sdk import AnthropicProvider, Guard, OpenAICompatibleProvider
+from llmguard_sdk.client import GuardedClient
 from llmguard_sdk.errors import ConfigurationError
 from llmguard_sdk.ratelimit import RateLimit
 from llmguard_sdk.testing import FakeProvider, Fault
@@ -403,13 +404,16 @@ _LOGPROBS_STREAM = (
 )
 
 
-def _streamed(client: openai.OpenAI) -> tuple[list[str], list[Any]]:
-    """The refusal deltas and the logprobs of a stream's chunks, as the SDK sees them."""
+def _streamed(client: Any) -> tuple[list[str], list[Any]]:
+    """The refusal deltas and the logprobs of a stream's chunks, as an openai client (or the
+    look-alike GuardedClient) gives them out."""
     chunks = list(client.chat.completions.create(model="m", messages=USER, stream=True))
     choices = [chunk.choices[0] for chunk in chunks if chunk.choices]
-    refusals = [c.delta.refusal for c in choices if c.delta.refusal]
-    logprobs = [c.logprobs.model_dump(exclude_none=True) for c in choices if c.logprobs]
-    return refusals, logprobs
+    refusals = [c.delta.refusal for c in choices if getattr(c.delta, "refusal", None)]
+    logprobs = [getattr(c, "logprobs", None) for c in choices]
+    return refusals, [
+        p if isinstance(p, dict) else p.model_dump(exclude_none=True) for p in logprobs if p
+    ]
 
 
 @pytest.mark.parametrize("events", [_REFUSAL_STREAM, _LOGPROBS_STREAM], ids=["refusal", "logprobs"])
@@ -422,9 +426,11 @@ def test_streamed_refusals_and_logprobs_reach_the_sdk(events: bytes) -> None:
         guard = Guard(OpenAICompatibleProvider(raw.base_url, model="m"), environ={}, retry=None)
         with guard:
             got = _streamed(_sdk(http_client(guard)))
+            looked = _streamed(GuardedClient(guard))  # guard.client() without openai
             with guard.chat(USER, stream=True) as stream:
                 list(stream)
     assert got == expected
+    assert looked == expected  # it gave refusal pieces out as empty content, without logprobs
     assert expected[0] or expected[1]  # the provider sent what is compared
     metadata = stream.response.metadata
     assert metadata.get("refusal", "") == "".join(expected[0])

@@ -155,22 +155,20 @@ def _usage_only(chunk: StreamChunk) -> bool:
     return chunk.usage is not None and not (chunk.text or chunk.finish_reason or chunk.tool_calls)
 
 
+def _chunk_choice(chunk: StreamChunk) -> ChunkChoice:
+    """The chunk's choice; its piece of OpenAI's refusal and its logprobs as the provider
+    sent them (openai's ``delta.refusal`` and ``choice.logprobs``)."""
+    refusal = chunk.metadata.get("refusal")
+    pieces: dict[str, Any] = {"refusal": refusal} if isinstance(refusal, str) and refusal else {}
+    delta = ChoiceDelta(role="assistant", content=chunk.text, tool_calls=chunk.tool_calls, **pieces)
+    logprobs = {"logprobs": chunk.metadata["logprobs"]} if "logprobs" in chunk.metadata else {}
+    return ChunkChoice(delta=delta, finish_reason=chunk.finish_reason, **logprobs)
+
+
 def to_chunk(chunk: StreamChunk, created: int, *, usage: bool = True) -> ChatCompletionChunk:
     """A :class:`StreamChunk` in openai's ``ChatCompletionChunk`` shape (``usage``: with its
     usage, which openai sends only when ``stream_options.include_usage`` asks for it)."""
-    is_usage_only = _usage_only(chunk)
-    choices = (
-        []
-        if is_usage_only
-        else [
-            ChunkChoice(
-                delta=ChoiceDelta(
-                    role="assistant", content=chunk.text, tool_calls=chunk.tool_calls
-                ),
-                finish_reason=chunk.finish_reason,
-            )
-        ]
-    )
+    choices = [] if _usage_only(chunk) else [_chunk_choice(chunk)]
     return ChatCompletionChunk(
         id=chunk.id or "chatcmpl-llmguard",
         created=created,
