@@ -488,6 +488,27 @@ cache.close()
     late.close()
 
 
+def test_one_sync_of_the_change_stream_at_a_time(redis_url: str, redis_prefix: str) -> None:
+    """Two threads reading the change stream at once could apply its parts out of order (an
+    entry's delete before its earlier put, say): while one sync is under way, another call
+    skips its sync (the next one reads on), and an abandoned sync lets the next one run."""
+    writer = ResponseCache(redis_url, key_prefix=redis_prefix)
+    reader = ResponseCache(redis_url, key_prefix=redis_prefix, sync_interval=0.0)
+    writer.store(ask(FAQ), answer("a"))
+    first = reader.sync_steps()
+    next(first)  # its read of the stream is under way
+    second = reader.sync_steps()
+    with pytest.raises(StopIteration):
+        next(second)  # skipped: nothing read, nothing applied
+    first.close()  # abandoned (its batch cancelled, say)
+    third = reader.sync_steps()
+    next(third)  # runs
+    third.close()
+    assert reader.lookup(ask(PARAPHRASE)) is not None
+    writer.close()
+    reader.close()
+
+
 def test_an_entry_found_expired_leaves_the_other_processes_indexes(
     redis_url: str, redis_prefix: str
 ) -> None:

@@ -109,6 +109,9 @@ class _LocalIndexes:
         self._pool = _RowPool(dimension)
         self.queries: dict[str, str] = {}
         self._lock = threading.Lock()
+        # held while a sync reads the change stream and applies it (one sync at a time, so the
+        # stream's parts are applied in order; a sync that finds it held skips)
+        self.syncing = threading.Lock()
 
     def __bool__(self) -> bool:
         return bool(self.indexes)

@@ -320,9 +320,14 @@ class ResponseCache:
             return  # with server-side search there is no local index to keep in step
         if time.monotonic() - self._synced_at < self._sync_interval:
             return
-        self._synced_at = time.monotonic()
-        changes: list[Change] = yield from self._backend_step("changes")
-        self._apply(changes)
+        if not self._local.syncing.acquire(blocking=False):
+            return  # another call's sync is under way (its changes are applied in order)
+        try:
+            self._synced_at = time.monotonic()
+            changes: list[Change] = yield from self._backend_step("changes")
+            self._local.apply(changes)
+        finally:
+            self._local.syncing.release()
 
     def lookup(
         self,
@@ -575,9 +580,6 @@ class ResponseCache:
 
     def _sync(self) -> None:
         run(self.sync_steps())
-
-    def _apply(self, changes: list[Change]) -> None:
-        self._local.apply(changes)
 
     def _backend_step(self, name: str, *args: Any) -> Step[Any]:
         """The backend's step for ``name`` (a Redis backend's own), else its method as
