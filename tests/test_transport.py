@@ -14,7 +14,7 @@ import pytest
 
 from llmguard_sdk import AnthropicProvider, Guard, OpenAICompatibleProvider
 from llmguard_sdk.client import GuardedClient
-from llmguard_sdk.errors import ConfigurationError
+from llmguard_sdk.errors import ConfigurationError, LLMGuardError
 from llmguard_sdk.ratelimit import RateLimit
 from llmguard_sdk.testing import FakeProvider, Fault
 from llmguard_sdk.transport import async_http_client, http_client, transport
@@ -436,3 +436,15 @@ def test_streamed_refusals_and_logprobs_reach_the_sdk(events: bytes) -> None:
     assert metadata.get("refusal", "") == "".join(expected[0])
     tokens = [item for logprobs in expected[1] for item in logprobs["content"]]
     assert metadata.get("logprobs", {}).get("content", []) == tokens
+
+
+def test_a_stream_cut_after_a_refusal_piece_is_not_replayed() -> None:
+    # refusal pieces reach the caller now, but did not count as delivered: a stream cut after
+    # one was retried, and the caller got the piece again from each attempt
+    events = _chunk_event({"role": "assistant", "content": None, "refusal": "I cannot "})
+    with RawServer(sse_head(), (events,)) as raw:
+        guard = Guard(OpenAICompatibleProvider(raw.base_url, model="m"), environ={})
+        pieces: list[str] = []
+        with guard, pytest.raises(LLMGuardError), guard.chat(USER, stream=True) as stream:
+            pieces.extend(chunk.metadata.get("refusal", "") for chunk in stream)
+    assert pieces == ["I cannot "]

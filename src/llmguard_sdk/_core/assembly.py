@@ -40,11 +40,13 @@ class Assembler:
         self.id: str | None = None
         self.metadata: dict[str, Any] = {}
         self.headers: dict[str, str] = {}
+        self._refused = False  # a piece of OpenAI's refusal went to the caller
 
     @property
     def delivered(self) -> bool:
-        """Whether any content (text or tool call) has gone to the caller."""
-        return bool(self._text or self._tool_calls)
+        """Whether any content (text, a tool call, a refusal's piece) has gone to the caller:
+        a stream that breaks after it is not replayed."""
+        return bool(self._text or self._tool_calls or self._refused)
 
     def add(self, chunk: StreamChunk) -> None:
         if chunk.text:
@@ -65,6 +67,7 @@ class Assembler:
         self.id = chunk.id or self.id
         if chunk.metadata:
             merge_metadata(self.metadata, chunk.metadata)
+            self._refused = self._refused or bool(chunk.metadata.get("refusal"))
         if chunk.headers:
             self.headers.update(chunk.headers)
 
