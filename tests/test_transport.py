@@ -75,6 +75,19 @@ def test_errors_are_the_sdk_s_and_not_retried_by_it(
         seam.embeddings.create(model="m", input="x")
 
 
+def test_an_error_answer_carries_the_provider_s_request_id(
+    fake: FakeProvider, make_guard: MakeGuard
+) -> None:
+    # a success passed the provider's x-request-id on, an error answer did not: the SDK's
+    # error had no request_id to quote to the provider's support
+    fake.always(Fault(status=503))
+    with pytest.raises(openai.InternalServerError) as caught:
+        _sdk(http_client(make_guard(fake, retry=None))).chat.completions.create(
+            model="m", messages=USER
+        )
+    assert caught.value.request_id == "req-1"
+
+
 def test_any_route_answers_in_openai_s_shape(fake: FakeProvider) -> None:
     guard = Guard(
         AnthropicProvider(fake.base_url, api_key="sk-ant", model="claude-x", name="claude"),

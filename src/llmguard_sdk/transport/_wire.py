@@ -192,13 +192,16 @@ def _provider_headers(headers: Mapping[str, str]) -> list[tuple[str, str]]:
 
 def error_answer(wire: Wire, exc: LLMGuardError) -> Answer:
     """``exc`` as the status and error body the SDK expects; ``x-should-retry: false`` keeps the
-    SDK from retrying what the Guard has already retried (one retry loop: the Guard's)."""
-    status = status_of(exc)
+    SDK from retrying what the Guard has already retried (one retry loop: the Guard's). The
+    provider's request id and rate-limit headers (of the last route's error) come along."""
+    status, last = status_of(exc), _last(exc)
     headers = [
         ("content-type", _JSON),
         ("x-should-retry", "false"),
         ("x-llmguard-error", type(exc).__name__),
     ]
+    if isinstance(last, ProviderError):
+        headers += _provider_headers(last.headers)
     retry_after = getattr(exc, "retry_after", None)
     if isinstance(retry_after, (int, float)) and retry_after >= 0:  # (NaN: none)
         # a provider's Retry-After of 1e306 s is finite, its milliseconds are not
