@@ -311,3 +311,19 @@ def test_anthropic_only_parameters_reach_anthropic_routes_only(
     with Guard(routes[1], environ={}, retry=None) as guard:
         guard.chat(ASK, extra_body={"top_k": 5})
     assert (fake.requests[-1].body or {}).get("top_k") == 5
+
+
+def test_anthropic_beta_reaches_an_anthropic_route(anthropic: Any, fake: FakeProvider) -> None:
+    # anthropic-beta (how anthropic's SDK asks for beta features: `betas=[...]`) was taken
+    # for one of the SDK's own headers and dropped, so a beta feature was never turned on
+    route = AnthropicProvider(fake.base_url, api_key="sk-ant", model="claude-x", name="claude")
+    with Guard(route, environ={}, retry=None) as guard:
+        sdk = anthropic.Anthropic(
+            api_key="sk-x", base_url="http://guard.test", http_client=http_client(guard)
+        )
+        sdk.beta.messages.create(
+            model="m", max_tokens=20, messages=ASK, betas=["context-1m-2025-08-07"]
+        )
+    sent = fake.requests[-1]
+    assert sent.headers.get("anthropic-beta") == "context-1m-2025-08-07"
+    assert sent.headers.get("anthropic-version") == "2023-06-01"  # the route's own

@@ -47,6 +47,8 @@ _OWN_HEADERS = frozenset(
     }
 )
 _OWN_PREFIXES = ("x-stainless-", "openai-", "x-llmguard-", "anthropic-")
+# ... but these, though an SDK sets them, say what the caller asked for: forwarded
+_CALLER_HEADERS = frozenset({"anthropic-beta"})  # anthropic's `betas=[...]`
 # The provider's headers an answer passes on to the SDK (OpenAI's names, then Anthropic's).
 _REQUEST_ID_HEADERS = frozenset({"x-request-id", "request-id"})
 _RATE_LIMIT_PREFIXES = ("x-ratelimit-", "anthropic-ratelimit-")
@@ -144,7 +146,8 @@ def passthrough(incoming: Incoming) -> dict[str, Any]:
     headers = {
         name: value
         for name, value in incoming.headers.items()
-        if name not in _OWN_HEADERS and not name.startswith(_OWN_PREFIXES)
+        if name in _CALLER_HEADERS
+        or (name not in _OWN_HEADERS and not name.startswith(_OWN_PREFIXES))
     }
     if headers:
         extra["extra_headers"] = headers
