@@ -488,6 +488,30 @@ cache.close()
     late.close()
 
 
+def test_a_process_started_after_the_stream_was_trimmed_indexes_the_live_entries(
+    redis_url: str, redis_prefix: str
+) -> None:
+    """The change stream keeps the last 1,000 or so changes: a process started after more
+    than that never saw an old entry's put. It loads the live entries instead (here a hot
+    one, kept in use while 1,200 others came and went) and reads the stream on from there."""
+    writer = ResponseCache(redis_url, key_prefix=redis_prefix, max_entries=300, guards=False)
+    writer.store(ask(FAQ), answer("the hot answer"))
+    for i in range(1_200):
+        writer.store(ask(f"Unrelated question number {i} about item {i * 7}?"), answer(f"{i}"))
+        if i % 100 == 0:
+            assert writer.lookup(ask(FAQ)) is not None  # in use: never evicted
+    late = ResponseCache(redis_url, key_prefix=redis_prefix, guards=False, sync_interval=0.0)
+    late.lookup(ask("Is the shop open on Sundays?"))  # starts the load (does not wait for it)
+    hit = late.lookup(ask(PARAPHRASE))
+    assert hit is not None
+    assert hit.kind == "semantic"
+    assert hit.response.text == "the hot answer"
+    writer.store(ask("What are your opening hours on public holidays?"), answer("9 to 5"))
+    assert late.lookup(ask("What are your opening hours on public holiday?")) is not None
+    writer.close()
+    late.close()
+
+
 def test_one_sync_of_the_change_stream_at_a_time(redis_url: str, redis_prefix: str) -> None:
     """Two threads reading the change stream at once could apply its parts out of order (an
     entry's delete before its earlier put, say): while one sync is under way, another call

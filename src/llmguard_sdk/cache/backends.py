@@ -40,7 +40,9 @@ _GET = _LUA.joinpath("get.lua").read_text(encoding="utf-8")
 _CLEAR = _LUA.joinpath("clear.lua").read_text(encoding="utf-8")
 _READ = _LUA.joinpath("read.lua").read_text(encoding="utf-8")
 _SEARCH = _LUA.joinpath("search.lua").read_text(encoding="utf-8")
+_LIVE = _LUA.joinpath("live.lua").read_text(encoding="utf-8")
 _BATCH = 1000  # change-stream messages read at once
+_LIVE_PAGE = 500  # live entries read at once when the stream was trimmed past the cursor
 _NO_VECTOR_SETS = (
     "vector_search='server' needs a Redis with vector sets (VADD / VSIM, Redis 8 or later); "
     "the server answered: {}"
@@ -148,6 +150,8 @@ class RedisCacheBackend:
     recently used first), ``...:uses`` (the LRU's clock) and ``...:log`` (the change stream);
     one hash tag per namespace, so every script runs on one Redis Cluster slot. When Redis
     cannot be reached, reads are misses and writes are dropped for a few seconds (logged once).
+    The stream keeps the last ``max(1000, 2 x max_entries)`` changes or so; a process that
+    starts after it lost some (or falls that far behind) loads the live entries instead.
 
     With ``vector_search=True`` the vectors also go to the server: ``...:v:<index key>`` is
     one partition's vector set (``VADD`` ... ``NOQUANT``: an approximate, HNSW search with
@@ -172,7 +176,7 @@ class RedisCacheBackend:
         self._uses = store.key("cache", tag, "uses")
         self._max = max_entries
         self._stream_length = max(1000, 2 * max_entries)
-        self._scripts = RedisScripts(store, _PUT, _GET, _CLEAR, _READ, _SEARCH)
+        self._scripts = RedisScripts(store, _PUT, _GET, _CLEAR, _READ, _SEARCH, _LIVE)
         self._cursor = "0-0"
         self._outage = Outage("response cache", "serving misses", store)
 
@@ -290,13 +294,25 @@ class RedisCacheBackend:
 
     def changes_steps(self) -> Step[list[Change]]:
         """:meth:`changes` as a step of a :class:`~llmguard_sdk._state.steps.Batch` (a backlog of
-        more than a thousand changes is read in further round trips)."""
+        more than a thousand changes is read in further round trips). When changes after the
+        cursor were trimmed from the stream (a process started after more changes than the
+        stream keeps), the live entries themselves are loaded instead, then the stream is read
+        on from where it stood (a lookup in the same batch as the load does not wait for it)."""
         if not self._outage.up():
             return []
         found: list[Change] = []
+        reloaded = False
         try:
             while True:
-                messages = yield self._scripts.command(3, [self._log], [self._cursor, _BATCH])
+                trimmed, last, messages = yield self._scripts.command(
+                    3, [self._log], [self._cursor, _BATCH]
+                )
+                if trimmed and reloaded:  # trimmed again meanwhile: the next sync reads on
+                    return found
+                if trimmed:
+                    found, reloaded = (yield from self._live_steps()), True
+                    self._cursor = _text(last)
+                    continue
                 for message_id, fields in messages:
                     self._cursor = _text(message_id)
                     found.append(_change(dict(zip(fields[::2], fields[1::2], strict=True))))
@@ -305,6 +321,26 @@ class RedisCacheBackend:
         except redis_errors() as exc:
             self._outage.failed(exc)
             return found
+
+    def _live_steps(self) -> Step[list[Change]]:
+        """Every live entry as a change (after a ``clear``), read page by page."""
+        found = [Change("clear")]
+        score = "-inf"
+        while True:
+            score, entries, read = yield self._scripts.command(
+                5, [self._lru], [score, _LIVE_PAGE, self._entry_prefix]
+            )
+            for raw in entries:
+                entry = CacheEntry.model_validate_json(raw)
+                if entry.vector is not None:
+                    found.append(
+                        Change(
+                            "put", entry.entry_id, entry.index_key, entry.vector, entry.stale_until
+                        )
+                    )
+            if read < _LIVE_PAGE:
+                return found
+            score = _text(score)
 
     def get(self, entry_id: str) -> CacheEntry | None:
         """See :class:`CacheBackend`."""
