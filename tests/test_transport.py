@@ -314,9 +314,13 @@ def test_a_refusal_reaches_the_sdk_as_a_refusal() -> None:
     with RawServer(http_response(REFUSAL)) as raw:
         guard = Guard(OpenAICompatibleProvider(raw.base_url, model="m"), environ={}, retry=None)
         message = _sdk(http_client(guard)).chat.completions.create(model="m", messages=USER)
+        response = _sdk(http_client(guard)).responses.create(model="m", input="hi")
         guard.close()
     assert message.choices[0].message.refusal == "I cannot help with that."
     assert message.choices[0].message.content is None
+    # the Responses endpoint answered an empty output_text and no refusal part
+    refusal = {"type": "refusal", "refusal": "I cannot help with that."}
+    assert [part.model_dump() for part in response.output[0].content] == [refusal]
 
 
 @pytest.mark.parametrize(
@@ -461,3 +465,34 @@ def test_a_stream_cut_after_a_refusal_piece_is_not_replayed() -> None:
         with guard, pytest.raises(LLMGuardError), guard.chat(USER, stream=True) as stream:
             pieces.extend(chunk.metadata.get("refusal", "") for chunk in stream)
     assert pieces == ["I cannot "]
+
+
+def _responses_streamed(client: openai.OpenAI) -> tuple[list[Any], Any]:
+    """The refusal and text events of a Responses stream, and its final response."""
+    events = list(client.responses.create(model="m", input="hi", stream=True))
+    kinds = ("response.refusal.delta", "response.refusal.done", "response.output_text.delta")
+    return [e for e in events if e.type in kinds], events[-1].response
+
+
+@pytest.mark.parametrize("events", [_REFUSAL_STREAM, _LOGPROBS_STREAM], ids=["refusal", "logprobs"])
+def test_streamed_refusals_and_logprobs_reach_the_responses_sdk(events: bytes) -> None:
+    # the Responses endpoint wrote text deltas with empty logprobs and no refusal events: an
+    # SDK's responses.create(stream=True) saw neither what the provider refused nor logprobs
+    with RawServer(sse_head(), (events,)) as raw:
+        direct = openai.OpenAI(api_key="sk-x", base_url=raw.base_url, max_retries=0)
+        refusals, logprobs = _streamed(direct)
+        guard = Guard(OpenAICompatibleProvider(raw.base_url, model="m"), environ={}, retry=None)
+        with guard:
+            got, response = _responses_streamed(_sdk(http_client(guard)))
+    tokens = [item for piece in logprobs for item in piece["content"]]
+    deltas = [e for e in got if e.type == "response.refusal.delta"]
+    assert [e.delta for e in deltas] == refusals
+    done = [e.refusal for e in got if e.type == "response.refusal.done"]
+    assert done == (["".join(refusals)] if refusals else [])
+    texts = [e for e in got if e.type == "response.output_text.delta"]
+    assert [p.model_dump() for e in texts for p in e.logprobs] == tokens
+    parts = [part.model_dump(exclude_none=True) for part in response.output[0].content]
+    if refusals:
+        assert parts == [{"type": "refusal", "refusal": "".join(refusals)}]
+    else:
+        assert parts[0]["logprobs"] == tokens

@@ -194,15 +194,21 @@ def _function_item(call: Mapping[str, Any], index: int) -> dict[str, Any]:
     }
 
 
-def _message_item(item_id: str, text: str, status: str = "completed") -> dict[str, Any]:
-    content = [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]
+def _message_item(item_id: str, content: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The assistant's message: completed with ``content``, in progress without it."""
     return {
         "type": "message",
         "id": item_id,
-        "status": status,
+        "status": "in_progress" if content is None else "completed",
         "role": "assistant",
-        "content": content if status == "completed" else [],
+        "content": content or [],
     }
+
+
+def _content_part(kind: str, text: str = "", logprobs: list[Any] | None = None) -> dict[str, Any]:
+    if kind == "refusal":
+        return {"type": "refusal", "refusal": text}
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": logprobs or []}
 
 
 class Answer:
@@ -216,13 +222,41 @@ class Answer:
         self.tool_calls: list[dict[str, Any]] = []
         self.usage: Usage | None = None
         self.finish_reason: str | None = None
+        self.refusal = ""  # OpenAI's refusal, in place of the text
+        self.logprobs: list[Any] = []  # the text's tokens' logprobs, asked for with logprobs=True
+        self.parts: list[str] = []  # the content parts' types, in the order a stream opened them
+
+    def add_metadata(self, metadata: Mapping[str, Any]) -> None:
+        """Take in what a response's (or a chunk's) ``metadata`` adds: its ``refusal`` (or the
+        chunk's piece of it) and its ``logprobs``' ``content`` (the text's tokens)."""
+        refusal = metadata.get("refusal")
+        if isinstance(refusal, str):
+            self.refusal += refusal
+        logprobs = metadata.get("logprobs")
+        if isinstance(logprobs, Mapping) and isinstance(logprobs.get("content"), list):
+            self.logprobs += logprobs["content"]
+
+    def part(self, kind: str) -> dict[str, Any]:
+        """The content part of ``kind`` (``output_text`` or ``refusal``) as it stands."""
+        text = self.refusal if kind == "refusal" else self.text
+        return _content_part(kind, text, self.logprobs)
+
+    def content(self) -> list[dict[str, Any]]:
+        """The message's content parts: its text's and its refusal's (the text's alone when
+        there is neither)."""
+        kinds = list(self.parts)
+        if self.refusal and "refusal" not in kinds:
+            kinds.append("refusal")
+        if "output_text" not in kinds and (self.text or not kinds):
+            kinds.insert(0, "output_text")
+        return [self.part(kind) for kind in kinds]
 
     def body(self, status: str | None = None) -> dict[str, Any]:
         """The ``response`` object (``status`` overrides the one the finish reason gives)."""
         final, incomplete = _status(self.finish_reason)
         output: list[dict[str, Any]] = []
-        if self.text or not self.tool_calls:
-            output.append(_message_item(f"msg_{self.id}", self.text))
+        if self.text or self.refusal or not self.tool_calls:
+            output.append(_message_item(f"msg_{self.id}", self.content()))
         output += [_function_item(c, i) for i, c in enumerate(self.tool_calls)]
         in_progress = status == "in_progress"
         return {
@@ -252,7 +286,7 @@ class EventWriter:
     def __init__(self, answer: Answer) -> None:
         self._answer = answer
         self._seq = 0
-        self._text_open = False
+        self._message_open = False
         self._calls: dict[int, dict[str, Any]] = {}  # tool call index -> its output item
         self._at: dict[int, int] = {}  # tool call index -> its output index
 
@@ -274,48 +308,59 @@ class EventWriter:
         )
 
     def chunk(self, chunk: StreamChunk) -> bytes:
-        """The events of one chunk."""
+        """The events of one chunk: its text (with its logprobs), its piece of a refusal, its
+        tool calls' pieces."""
         answer, out = self._answer, b""
         answer.model = chunk.model or answer.model
+        answer.add_metadata(chunk.metadata)
+        logprobs = chunk.metadata.get("logprobs")
+        tokens = logprobs.get("content") if isinstance(logprobs, Mapping) else None
         if chunk.text:
-            out += self._open_text()
+            out += self._open("output_text")
             answer.text += chunk.text
-            out += self._event(
+            out += self._part_event(
                 "response.output_text.delta",
-                item_id=f"msg_{answer.id}",
-                output_index=0,
-                content_index=0,
+                "output_text",
                 delta=chunk.text,
-                logprobs=[],
+                logprobs=tokens if isinstance(tokens, list) else [],  # as the provider sent them
             )
+        refusal = chunk.metadata.get("refusal")
+        if isinstance(refusal, str) and refusal:
+            out += self._open("refusal")
+            out += self._part_event("response.refusal.delta", "refusal", delta=refusal)
         for call in chunk.tool_calls or ():
             out += self._call_delta(call)
         answer.usage = chunk.usage or answer.usage
         answer.finish_reason = chunk.finish_reason or answer.finish_reason
         return out
 
-    def _open_text(self) -> bytes:
-        if self._text_open:
-            return b""
-        self._text_open = True
-        item_id = f"msg_{self._answer.id}"
-        part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
+    def _part_event(self, kind: str, of: str, **data: Any) -> bytes:
+        """An event of the message's content part of type ``of``."""
         return self._event(
-            "response.output_item.added",
+            kind,
+            item_id=f"msg_{self._answer.id}",
             output_index=0,
-            item=_message_item(item_id, "", "in_progress"),
-        ) + self._event(
-            "response.content_part.added",
-            item_id=item_id,
-            output_index=0,
-            content_index=0,
-            part=part,
+            content_index=self._answer.parts.index(of),
+            **data,
         )
+
+    def _open(self, part: str) -> bytes:
+        """The events that open the message (output 0) and its content part ``part``."""
+        answer, out = self._answer, b""
+        if not self._message_open:
+            self._message_open = True
+            out += self._event(
+                "response.output_item.added", output_index=0, item=_message_item(f"msg_{answer.id}")
+            )
+        if part in answer.parts:
+            return out
+        answer.parts.append(part)
+        return out + self._part_event("response.content_part.added", part, part=_content_part(part))
 
     def _call_delta(self, call: Mapping[str, Any]) -> bytes:
         index = int(call.get("index", 0))
         function = call.get("function") or {}
-        output_index = self._at.setdefault(index, index + int(self._text_open))
+        output_index = self._at.setdefault(index, index + int(self._message_open))
         if index not in self._calls:
             item = _function_item({"id": call.get("id"), "function": function}, index)
             item.update(arguments="", status="in_progress")
@@ -345,30 +390,8 @@ class EventWriter:
     def end(self) -> bytes:
         """The closing events, ``response.completed`` (``response.incomplete`` when cut)."""
         answer, out = self._answer, b""
-        item_id = f"msg_{answer.id}"
-        if self._text_open or not self._calls:
-            out += self._open_text()
-            part = {"type": "output_text", "text": answer.text, "annotations": [], "logprobs": []}
-            out += self._event(
-                "response.output_text.done",
-                item_id=item_id,
-                output_index=0,
-                content_index=0,
-                text=answer.text,
-                logprobs=[],
-            )
-            out += self._event(
-                "response.content_part.done",
-                item_id=item_id,
-                output_index=0,
-                content_index=0,
-                part=part,
-            )
-            out += self._event(
-                "response.output_item.done",
-                output_index=0,
-                item=_message_item(item_id, answer.text),
-            )
+        if self._message_open or not self._calls:
+            out += self._message_done()
         for index, item in self._calls.items():
             at = self._at[index]
             out += self._event(
@@ -382,6 +405,22 @@ class EventWriter:
         body = answer.body()
         kind = "response.incomplete" if body["status"] == "incomplete" else "response.completed"
         return out + self._event(kind, response=body)
+
+    def _message_done(self) -> bytes:
+        """The events that close the message and each of its content parts (a text part,
+        empty, when nothing opened one)."""
+        answer = self._answer
+        out = b"" if answer.parts else self._open("output_text")
+        for kind in answer.parts:
+            part = answer.part(kind)
+            if kind == "refusal":
+                out += self._part_event("response.refusal.done", kind, refusal=answer.refusal)
+            else:
+                done = {"text": answer.text, "logprobs": answer.logprobs}
+                out += self._part_event("response.output_text.done", kind, **done)
+            out += self._part_event("response.content_part.done", kind, part=part)
+        item = _message_item(f"msg_{answer.id}", answer.content())
+        return out + self._event("response.output_item.done", output_index=0, item=item)
 
     def failure(self, message: str, code: str | None) -> bytes:
         """An ``error`` event: the stream failed after it started."""

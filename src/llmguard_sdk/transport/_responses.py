@@ -35,6 +35,7 @@ class ResponsesWire:
         answer.text = response.text
         answer.tool_calls = list(response.tool_calls or ())
         answer.usage, answer.finish_reason = response.usage, response.finish_reason
+        answer.add_metadata(response.metadata)  # a refusal, logprobs
         return answer.body()
 
     def writer(self, arguments: Mapping[str, Any], body: Mapping[str, Any]) -> EventsWriter:
