@@ -352,12 +352,8 @@ def test_a_malformed_request_is_a_400_not_a_crash(
 
 
 _LOGPROBS = {"content": [{"token": "Hi", "logprob": -0.25, "bytes": [72, 105], "top_logprobs": []}]}
-
-
-def test_logprobs_reach_the_sdk() -> None:
-    # `logprobs=True` went to the provider, and its logprobs were dropped on the way back
-    # (a plain answer's; a stream's chunks still carry none)
-    completion = {
+_LOGPROBS_ANSWER = json.dumps(
+    {
         "id": "chatcmpl-1",
         "model": "m",
         "choices": [
@@ -369,7 +365,13 @@ def test_logprobs_reach_the_sdk() -> None:
             }
         ],
     }
-    with RawServer(http_response(json.dumps(completion).encode())) as raw:
+).encode()
+
+
+def test_logprobs_reach_the_sdk() -> None:
+    # `logprobs=True` went to the provider, and its logprobs were dropped on the way back
+    # (a plain answer's; a stream's chunks still carry none)
+    with RawServer(http_response(_LOGPROBS_ANSWER)) as raw:
         guard = Guard(OpenAICompatibleProvider(raw.base_url, model="m"), environ={}, retry=None)
         answer = _sdk(http_client(guard)).chat.completions.create(
             model="m", messages=USER, logprobs=True
@@ -496,3 +498,29 @@ def test_streamed_refusals_and_logprobs_reach_the_responses_sdk(events: bytes) -
         assert parts == [{"type": "refusal", "refusal": "".join(refusals)}]
     else:
         assert parts[0]["logprobs"] == tokens
+
+
+def _answered(client: Any) -> dict[str, Any]:
+    choice = client.chat.completions.create(model="m", messages=USER).choices[0]
+    message = choice.message
+    logprobs = getattr(choice, "logprobs", None)
+    if logprobs is not None and not isinstance(logprobs, dict):
+        logprobs = logprobs.model_dump(exclude_none=True)
+    return {
+        "content": message.content,
+        "refusal": getattr(message, "refusal", None),
+        "logprobs": logprobs,
+    }
+
+
+@pytest.mark.parametrize("body", [REFUSAL, _LOGPROBS_ANSWER], ids=["refusal", "logprobs"])
+def test_the_look_alike_client_s_answers_carry_refusal_and_logprobs(body: bytes) -> None:
+    # guard.client() without openai answered an empty content, no refusal and no logprobs
+    with RawServer(http_response(body)) as raw:
+        direct = openai.OpenAI(api_key="sk-x", base_url=raw.base_url, max_retries=0)
+        expected = _answered(direct)
+        guard = Guard(OpenAICompatibleProvider(raw.base_url, model="m"), environ={}, retry=None)
+        with guard:
+            looked = _answered(GuardedClient(guard))
+    assert expected["refusal"] or expected["logprobs"]  # the provider sent what is compared
+    assert looked == expected

@@ -131,21 +131,26 @@ def _openai_usage(usage: Usage | None) -> CompletionUsage | None:
     )
 
 
+def _choice(response: ChatResponse) -> Choice:
+    """The completion's choice; OpenAI's refusal (``message.refusal``, no content in its place)
+    and the logprobs as the provider sent them (``choice.logprobs``)."""
+    refusal = response.metadata.get("refusal")
+    pieces: dict[str, Any] = {"refusal": refusal} if isinstance(refusal, str) and refusal else {}
+    text = response.text if response.text or not (response.tool_calls or pieces) else None
+    message = ChatCompletionMessage(content=text, tool_calls=response.tool_calls, **pieces)
+    logprobs = (
+        {"logprobs": response.metadata["logprobs"]} if "logprobs" in response.metadata else {}
+    )
+    return Choice(message=message, finish_reason=response.finish_reason, **logprobs)
+
+
 def to_completion(response: ChatResponse) -> ChatCompletion:
     """A :class:`ChatResponse` in openai's ``ChatCompletion`` shape."""
     return ChatCompletion(
         id=response.id or f"chatcmpl-llmguard-{time.time_ns()}",
         created=int(time.time()),
         model=response.model,
-        choices=[
-            Choice(
-                message=ChatCompletionMessage(
-                    content=response.text if response.text or not response.tool_calls else None,
-                    tool_calls=response.tool_calls,
-                ),
-                finish_reason=response.finish_reason,
-            )
-        ],
+        choices=[_choice(response)],
         usage=_openai_usage(response.usage),
         llmguard=response,
     )
