@@ -32,6 +32,7 @@ from . import race as hedging
 from .assembly import Assembler
 from .limits import Reservation
 from .ops import Complete, Emit, Next, Open, Preopened, Sleep, answer_of
+from .routing import Lease
 from .run import Run, elapsed_since
 
 __all__ = ["admit", "complete_op", "open_op", "plan"]
@@ -46,11 +47,12 @@ def plan(run: Run) -> Plan:
     routing = run.stages.routing
     if routing is None:
         return (yield from _route_loop(run))
-    leases = yield from answer_of(routing.lease_steps(run.ctx))
+    held: list[Lease] = []  # given back however the call ends, cut short while leasing too
     try:
+        yield from answer_of(routing.lease_steps(run.ctx, held))
         return (yield from _route_loop(run))
     finally:
-        run.queue([routing.give_back_steps(leases)])
+        run.queue([routing.give_back_steps([lease]) for lease in held])
 
 
 def _route_loop(run: Run) -> Plan:

@@ -79,10 +79,15 @@ class Routing:
             for route in (entry.ranked(facts) if isinstance(entry, DeploymentGroup) else (entry,))
         )
 
-    def lease_steps(self, ctx: CallContext) -> Step[list[Lease]]:
+    def lease_steps(self, ctx: CallContext, held: list[Lease]) -> Step[list[Lease]]:
         """Lease the call on the deployment each group sends it to, in ``ctx.route_order``
-        (which a group that decides with the lease reorders). A lease that fails gives back
-        those taken before it, then raises."""
+        (which a group that decides with the lease reorders); returns ``held``.
+
+        ``held`` is the caller's record of the call's leases, kept up to date as the step
+        goes: a lease is in it before its take goes out, on each deployment the take may land
+        on until its answer tells which. A step closed half-way (its batch cut short by a
+        cancellation) cannot give anything back itself; the caller gives back ``held``. A
+        lease that fails gives back those in ``held``, empties it, then raises."""
         call_id, order = uuid.uuid4().hex, list(ctx.route_order)
         now = time.monotonic()
         lease_s = (
@@ -90,7 +95,6 @@ class Routing:
             if math.isfinite(ctx.deadline)
             else 3600.0
         )
-        taken: list[Lease] = []
         try:
             for entry in self.entries:
                 if not isinstance(entry, DeploymentGroup):
@@ -98,18 +102,19 @@ class Routing:
                 at = [i for i, route in enumerate(order) if route.name in entry.names]
                 if not at:
                     continue
-                leases = self._leases[entry.name]
-                mine = yield from entry.lease_steps(
-                    [order[i] for i in at], leases, call_id, lease_s
-                )
+                leases, mine = self._leases[entry.name], [order[i] for i in at]
+                asked = len(held)  # in doubt until the take answers: every deployment asked
+                held.extend(Lease(entry, leases, route.name, call_id) for route in mine)
+                mine = yield from entry.lease_steps(mine, leases, call_id, lease_s)
                 for i, route in zip(at, mine, strict=True):
                     order[i] = route
-                taken.append(Lease(entry, leases, mine[0].name, call_id))
+                held[asked:] = [Lease(entry, leases, mine[0].name, call_id)]
         except Exception:  # not held until they run out: the call never starts
-            yield from self.give_back_steps(taken)
+            yield from self.give_back_steps(list(held))
+            held.clear()  # (cut short meanwhile, the caller gives them all back again)
             raise
         ctx.route_order = tuple(order)
-        return taken
+        return held
 
     def give_back_steps(self, leases: Sequence[Lease]) -> Step[None]:
         """End the call's ``leases``."""

@@ -230,6 +230,12 @@ class Batch:
 
     A Redis failure is thrown into every step whose commands it hit (each falls back the
     way its stage does); a step's own exception ends that step only (:class:`Outcome`).
+
+    A run cut short (cancelled) closes the steps still going: a step closed then can give
+    back neither what it took in earlier rounds nor what its command in flight did. So a step
+    that takes something records it, before its command goes out, in a record its caller owns
+    (a rate-limit ``Reservation``, the leases of ``Routing.lease_steps``), and the caller
+    gives back what the record holds however the run ended.
     """
 
     def __init__(self, steps: Iterable[Step[Any]] = ()) -> None:
@@ -265,10 +271,12 @@ class Batch:
         return outcomes
 
     async def arun(self) -> list[Outcome]:
-        """Async twin of :meth:`run`. A cancellation does not cut a round trip to Redis
-        short (each is bounded by its store's timeouts): the steps learn what their commands
-        did, and a call cancelled meanwhile gives back what they took. It does end a pause,
-        or a wait for a concurrency slot, at once."""
+        """Async twin of :meth:`run`. An anyio cancellation does not cut a round trip to
+        Redis short (each is bounded by its store's timeouts): the steps learn what their
+        commands did, and a call cancelled meanwhile gives back what they took. It does end a
+        pause, or a wait for a concurrency slot, at once. asyncio's own cancellation
+        (``task.cancel()``) goes through the shield and cuts the round trip: see the class
+        docs for what the steps it closes took."""
         outcomes = self.outcomes = [Outcome() for _ in self.steps]
         live: dict[int, Any] = {}
         try:
