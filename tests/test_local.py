@@ -24,7 +24,9 @@ from llmguard_sdk import (
     ProviderTimeoutError,
     ProviderUnavailableError,
 )
-from llmguard_sdk.providers.local import bundled_model_path, load_llama
+from llmguard_sdk._core.assembly import merge_metadata
+from llmguard_sdk.models import StreamChunk
+from llmguard_sdk.providers.local import _assemble, bundled_model_path, load_llama
 from llmguard_sdk.testing import FakeProvider, Fault
 from tests.peers import stop_process
 
@@ -415,3 +417,19 @@ for p in providers:
     tocks = [line for line in result.stderr.splitlines() if line.startswith("tock ")]
     assert len(ticks) == printed
     assert len(tocks) == printed
+
+
+def test_a_plain_answer_folds_chunk_metadata_as_streams_do() -> None:
+    # complete() joined its chunks' metadata with dict.update (the last chunk's value won), where
+    # a stream's assembly joins text pieces and lists and merges objects (merge_metadata)
+    chunks = [
+        StreamChunk(text="Hi", metadata={"logprobs": {"content": [1]}}),
+        StreamChunk(text="!", metadata={"logprobs": {"content": [2]}}),
+        StreamChunk(finish_reason="stop", metadata={"context_trimmed": {"dropped_messages": 1}}),
+    ]
+    answer = _assemble(iter(chunks), "local")
+    folded: dict[str, Any] = {}
+    for chunk in chunks:
+        merge_metadata(folded, chunk.metadata)
+    assert answer.metadata == folded
+    assert answer.metadata["logprobs"] == {"content": [1, 2]}

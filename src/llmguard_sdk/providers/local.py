@@ -49,6 +49,7 @@ from typing import Any
 
 import anyio
 
+from .._core.assembly import merge_metadata
 from ..errors import (
     ConfigurationError,
     ProviderBusyError,
@@ -406,7 +407,7 @@ def _assemble(chunks: Iterator[StreamChunk], route: str) -> ChatResponse:
     metadata: dict[str, Any] = {}
     for chunk in chunks:
         text.append(chunk.text)
-        metadata.update(chunk.metadata)
+        merge_metadata(metadata, chunk.metadata)  # as a stream's assembly folds it
         last = chunk
     if last is None:
         raise ProviderUnavailableError("the local model gave no answer", route=route)
