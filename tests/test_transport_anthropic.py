@@ -3,6 +3,7 @@ SDK answered by the Guard, whatever route serves."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -327,3 +328,32 @@ def test_anthropic_beta_reaches_an_anthropic_route(anthropic: Any, fake: FakePro
     sent = fake.requests[-1]
     assert sent.headers.get("anthropic-beta") == "context-1m-2025-08-07"
     assert sent.headers.get("anthropic-version") == "2023-06-01"  # the route's own
+
+
+_THINKING = {"type": "thinking", "thinking": "Two and two.", "signature": "sig-1"}
+_REDACTED = {"type": "redacted_thinking", "data": "opaque"}
+
+
+def test_thinking_blocks_reach_the_sdk(anthropic: Any) -> None:
+    # `thinking` reached an Anthropic route through the seam, but its thinking blocks were
+    # dropped from the answer: the SDK saw only the text
+    blocks = [_THINKING, _REDACTED, {"type": "text", "text": "Four."}]
+    body = {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-x",
+        "content": blocks,
+        "stop_reason": "end_turn",
+        "stop_sequence": None,
+        "usage": {"input_tokens": 5, "output_tokens": 9},
+    }
+    options: dict[str, Any] = {"model": "claude-x", "max_tokens": 99, "messages": ASK}
+    options["thinking"] = {"type": "enabled", "budget_tokens": 64}
+    with RawServer(http_response(json.dumps(body).encode())) as raw:
+        direct = anthropic.Anthropic(api_key="sk-x", base_url=raw.base_url, max_retries=0)
+        expected = direct.messages.create(**options)
+        route = AnthropicProvider(raw.base_url, api_key="sk-ant", model="claude-x")
+        with Guard(route, environ={}, retry=None) as guard:
+            got = anthropic_client(guard).messages.create(**options)
+    assert [b.model_dump() for b in got.content] == [b.model_dump() for b in expected.content]

@@ -47,6 +47,7 @@ from .wire import (
 
 __all__ = [
     "ANTHROPIC_VERSION",
+    "THINKING_BLOCKS",
     "AnthropicProvider",
     "anthropic_params",
     "build_anthropic_payload",
@@ -55,6 +56,10 @@ __all__ = [
 
 ANTHROPIC_VERSION = "2023-06-01"
 """The ``anthropic-version`` header sent by default."""
+
+THINKING_BLOCKS = ("thinking", "redacted_thinking")
+"""Claude's content blocks of its extended thinking: an answer's are in its response's
+``metadata["thinking"]``, each block as Claude sent it (a stream's, each whole when it ends)."""
 
 _FINISH = {
     "end_turn": "stop",
@@ -313,6 +318,7 @@ def parse_anthropic_message(
     text = "".join(b["text"] for b in blocks if b.get("type") == "text" and _is_str(b.get("text")))
     uses = [b for b in blocks if b.get("type") == "tool_use"]
     tool_calls = [{k: v for k, v in _tool_call(b, 0).items() if k != "index"} for b in uses]
+    thinking = [b for b in blocks if b.get("type") in THINKING_BLOCKS]
     return answer_response(
         data,
         text=text,
@@ -321,6 +327,7 @@ def parse_anthropic_message(
         route=route,
         headers=headers,
         problem=problem,
+        metadata={"thinking": thinking} if thinking else None,
     )
 
 

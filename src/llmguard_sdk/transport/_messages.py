@@ -203,6 +203,12 @@ def _tool_use(call: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def _thinking(metadata: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The thinking blocks an Anthropic route's answer (or a chunk of it) carries."""
+    blocks = metadata.get("thinking")
+    return [b for b in blocks if isinstance(b, dict)] if isinstance(blocks, list) else []
+
+
 def _message_id(given: str | None) -> str:
     return given if given and given.startswith("msg") else _wire.new_id("msg")
 
@@ -221,7 +227,7 @@ class MessagesWire:
 
     def answer(self, response: ChatResponse) -> dict[str, Any]:
         """The ``message`` object of ``response``."""
-        content: list[dict[str, Any]] = []
+        content = list(_thinking(response.metadata))  # Claude's, as it sent them
         if response.text or not response.tool_calls:
             content.append({"type": "text", "text": response.text})
         content += [_tool_use(c) for c in response.tool_calls or ()]
