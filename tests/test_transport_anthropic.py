@@ -21,11 +21,12 @@ from llmguard_sdk import (
     ProviderUnavailableError,
 )
 from llmguard_sdk.client import anthropic_client, async_anthropic_client
+from llmguard_sdk.errors import LLMGuardError
 from llmguard_sdk.testing import FakeProvider, Fault
 from llmguard_sdk.transport import http_client
 
 from .conftest import require_module
-from .rawserver import RawServer, http_response
+from .rawserver import RawServer, http_response, sse_head
 
 MakeGuard = Callable[..., Guard]
 ASK: Any = [{"role": "user", "content": "hello there"}]
@@ -357,3 +358,64 @@ def test_thinking_blocks_reach_the_sdk(anthropic: Any) -> None:
         with Guard(route, environ={}, retry=None) as guard:
             got = anthropic_client(guard).messages.create(**options)
     assert [b.model_dump() for b in got.content] == [b.model_dump() for b in expected.content]
+
+
+def _sse(kind: str, **data: Any) -> bytes:
+    return f"event: {kind}\ndata: {json.dumps({'type': kind, **data})}\n\n".encode()
+
+
+def _block_events(index: int, block: dict[str, Any], *deltas: dict[str, Any]) -> bytes:
+    out = _sse("content_block_start", index=index, content_block=block)
+    for delta in deltas:
+        out += _sse("content_block_delta", index=index, delta=delta)
+    return out + _sse("content_block_stop", index=index)
+
+
+def test_streamed_thinking_blocks_reach_the_sdk(anthropic: Any) -> None:
+    # a stream's thinking deltas were skipped: the SDK's final message had only the text
+    start = {"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-x"}
+    start.update(content=[], stop_reason=None, stop_sequence=None)
+    events = (
+        _sse("message_start", message={**start, "usage": {"input_tokens": 5, "output_tokens": 1}})
+        + _block_events(
+            0,
+            {"type": "thinking", "thinking": "", "signature": ""},
+            {"type": "thinking_delta", "thinking": "Two and "},
+            {"type": "thinking_delta", "thinking": "two."},
+            {"type": "signature_delta", "signature": "sig-1"},
+        )
+        + _block_events(1, _REDACTED)
+        + _block_events(2, {"type": "text", "text": ""}, {"type": "text_delta", "text": "Four."})
+        + _sse("message_delta", delta={"stop_reason": "end_turn"}, usage={"output_tokens": 9})
+        + _sse("message_stop")
+    )
+    options: dict[str, Any] = {"model": "claude-x", "max_tokens": 99, "messages": ASK}
+    options["thinking"] = {"type": "enabled", "budget_tokens": 64}
+    with RawServer(sse_head(), (events,)) as raw:
+        direct = anthropic.Anthropic(api_key="sk-x", base_url=raw.base_url, max_retries=0)
+        with direct.messages.stream(**options) as stream:
+            expected = stream.get_final_message()
+        route = AnthropicProvider(raw.base_url, api_key="sk-ant", model="claude-x")
+        with Guard(route, environ={}, retry=None) as guard:
+            with anthropic_client(guard).messages.stream(**options) as stream:
+                got = stream.get_final_message()
+            with guard.chat(ASK, stream=True) as chat:
+                list(chat)
+    assert [b.model_dump() for b in got.content] == [b.model_dump() for b in expected.content]
+    assert chat.response.metadata["thinking"] == [_THINKING, _REDACTED]
+
+
+def test_a_stream_cut_after_a_thinking_block_is_not_replayed() -> None:
+    # thinking blocks reach the caller now; a stream cut after one must not be retried, or
+    # the caller gets the block again from each attempt
+    start = {"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-x"}
+    events = _sse("message_start", message={**start, "content": [], "usage": {}}) + _block_events(
+        0, _REDACTED
+    )
+    with RawServer(sse_head(), (events,)) as raw:
+        route = AnthropicProvider(raw.base_url, api_key="sk-ant", model="claude-x")
+        blocks: list[Any] = []
+        guard = Guard(route, environ={})
+        with guard, pytest.raises(LLMGuardError), guard.chat(ASK, stream=True) as stream:
+            blocks.extend(b for chunk in stream for b in chunk.metadata.get("thinking", ()))
+    assert blocks == [_REDACTED]

@@ -220,8 +220,9 @@ class StreamChunk(BaseModel):
     ``text`` is the content delta ('' for role-only, finish and usage chunks). The last chunk of
     a stream that asked for usage carries ``usage``; ``metadata`` carries what the chunk adds to
     the assembled response's metadata (a local model's context trimming, a piece of OpenAI's
-    ``refusal``, the chunk's ``logprobs``): the stream joins text to text and lists to lists,
-    merges objects key by key by these rules, and lets any other value replace the one before.
+    ``refusal``, the chunk's ``logprobs``, an Anthropic thinking block in a ``thinking`` list):
+    the stream joins text to text and lists to lists, merges objects key by key by these rules,
+    and lets any other value replace the one before.
     ``headers``: the HTTP response headers, on a stream's first chunk only (empty on the
     others), so rate-limit counters can be read from streams too.
     """

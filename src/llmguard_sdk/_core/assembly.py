@@ -40,13 +40,13 @@ class Assembler:
         self.id: str | None = None
         self.metadata: dict[str, Any] = {}
         self.headers: dict[str, str] = {}
-        self._refused = False  # a piece of OpenAI's refusal went to the caller
+        self._shown = False  # a piece of OpenAI's refusal, or a thinking block, went out
 
     @property
     def delivered(self) -> bool:
-        """Whether any content (text, a tool call, a refusal's piece) has gone to the caller:
-        a stream that breaks after it is not replayed."""
-        return bool(self._text or self._tool_calls or self._refused)
+        """Whether any content (text, a tool call, a refusal's piece, a thinking block) has gone
+        to the caller: a stream that breaks after it is not replayed."""
+        return bool(self._text or self._tool_calls or self._shown)
 
     def add(self, chunk: StreamChunk) -> None:
         if chunk.text:
@@ -67,7 +67,8 @@ class Assembler:
         self.id = chunk.id or self.id
         if chunk.metadata:
             merge_metadata(self.metadata, chunk.metadata)
-            self._refused = self._refused or bool(chunk.metadata.get("refusal"))
+            shown = chunk.metadata.get("refusal") or chunk.metadata.get("thinking")
+            self._shown = self._shown or bool(shown)
         if chunk.headers:
             self.headers.update(chunk.headers)
 

@@ -363,6 +363,7 @@ class AnthropicStreamState(StreamState):
         self.usage: dict[str, Any] = {}
         self.tools: dict[int, int] = {}  # content block index -> tool call index
         self.with_input: set[int] = set()  # tool blocks whose input came in deltas
+        self.thinking: dict[int, dict[str, Any]] = {}  # content block index -> thinking so far
 
     def feed(self, raw: bytes) -> Generator[StreamChunk, None, None]:
         """The chunks ``raw`` completes; checks the deadline afterwards."""
@@ -392,14 +393,10 @@ class AnthropicStreamState(StreamState):
                 ProviderUnavailableError,
                 message if isinstance(message, str) else "provider reported an error in the stream",
             )
+        if self._of_thinking(event, index):
+            return self._think(kind, index, event)
         if kind == "message_start":
-            message = event.get("message")
-            if not isinstance(message, dict):
-                raise self.failure(MalformedResponseError, "message_start has no message")
-            self.model = message["model"] if _is_str(message.get("model")) else ""
-            self.message_id = message["id"] if _is_str(message.get("id")) else None
-            self._add_usage(message.get("usage"))
-            return self._make()
+            return self._started(event.get("message"))
         if kind == "content_block_start":
             block = event.get("content_block")
             if not isinstance(block, dict) or index is None:
@@ -424,7 +421,7 @@ class AnthropicStreamState(StreamState):
                     "function": {"arguments": part if _is_str(part) else ""},
                 }
                 return self._make(tool_calls=[call])
-            return None  # thinking, signatures: not part of the answer's text
+            return None  # delta types added later
         if kind == "message_delta":
             delta = event.get("delta")
             self._add_usage(event.get("usage"))
@@ -441,6 +438,42 @@ class AnthropicStreamState(StreamState):
             call = {"index": self.tools[index], "function": {"arguments": "{}"}}
             return self._make(tool_calls=[call])
         return None  # ping, other content_block_stop, and event types added later
+
+    def _started(self, message: object) -> StreamChunk:
+        """The first chunk, from ``message_start``'s message: its model, id and usage."""
+        if not isinstance(message, dict):
+            raise self.failure(MalformedResponseError, "message_start has no message")
+        self.model = message["model"] if _is_str(message.get("model")) else ""
+        self.message_id = message["id"] if _is_str(message.get("id")) else None
+        self._add_usage(message.get("usage"))
+        return self._make()
+
+    def _of_thinking(self, event: Mapping[str, Any], index: int | None) -> bool:
+        """Whether ``event`` is one of a thinking block's (its start, deltas, stop)."""
+        if index in self.thinking:
+            return True
+        block = event.get("content_block")
+        return (
+            event.get("type") == "content_block_start"
+            and index is not None
+            and isinstance(block, dict)
+            and block.get("type") in THINKING_BLOCKS
+        )
+
+    def _think(self, kind: object, index: Any, event: Mapping[str, Any]) -> StreamChunk | None:
+        """A thinking block's events: its pieces (``thinking_delta``, ``signature_delta``)
+        joined while it streams, the whole block given out at its end, in the metadata of a
+        chunk of its own."""
+        if kind == "content_block_start":
+            self.thinking[index] = dict(event["content_block"])
+            return None
+        if kind == "content_block_stop":
+            return self._make(metadata={"thinking": [self.thinking.pop(index)]})
+        block, delta = self.thinking[index], event.get("delta")
+        for key in ("thinking", "signature"):
+            if isinstance(delta, dict) and _is_str(delta.get(key)):
+                block[key] = str(block.get(key) or "") + delta[key]
+        return None
 
     def ends_stream(self, data: str) -> bool:
         """Whether ``data`` is the stream's ``message_stop`` (it carries nothing else)."""
@@ -461,12 +494,14 @@ class AnthropicStreamState(StreamState):
         finish: str | None = None,
         usage: Any = None,
         tool_calls: list[dict[str, Any]] | None = None,
+        metadata: dict[str, Any] | None = None,
     ) -> StreamChunk:
         return StreamChunk(
             text=text,
             finish_reason=finish,
             usage=usage,
             tool_calls=tool_calls,
+            metadata=metadata or {},
             model=self.model,
             route=self.route,
             id=self.message_id,

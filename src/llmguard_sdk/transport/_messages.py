@@ -299,9 +299,22 @@ class EventsWriter:
         event = {"type": "content_block_delta", "index": self._block, "delta": delta}
         return _wire.sse(event, "content_block_delta")
 
+    def _thought(self, block: Mapping[str, Any]) -> bytes:
+        """A whole thinking block as Claude streams one: its start, its thinking and its
+        signature as deltas (a redacted block whole at its start), its stop."""
+        if block.get("type") != "thinking":
+            return self._open(dict(block)) + self._close()
+        out = self._open({"type": "thinking", "thinking": "", "signature": ""})
+        for key in ("thinking", "signature"):
+            if isinstance(block.get(key), str) and block[key]:
+                out += self._delta({"type": f"{key}_delta", key: block[key]})
+        return out + self._close()
+
     def event(self, chunk: StreamChunk) -> bytes:
         """The events of one chunk."""
         out = self._start(chunk)
+        for thought in _thinking(chunk.metadata):
+            out += self._thought(thought)
         if chunk.text:
             if self._block is None or self._block in self._calls.values():
                 out += self._open({"type": "text", "text": ""})
