@@ -339,3 +339,50 @@ def test_an_async_call_cancelled_waiting_for_a_slot_gives_its_spend_hold_back(
     assert first > 0  # the first call's hold
     assert after_cancel == pytest.approx(first)  # the cancelled call holds nothing
     assert spend.status(tenant="acme")[0]["held_usd"] == 0  # both done: nothing held
+
+
+@pytest.mark.parametrize("stage", ["opening", "route loop"])
+def test_an_async_call_cancelled_while_its_reservation_is_in_redis_gives_its_slot_back(
+    fake: FakeProvider,
+    fake2: FakeProvider,
+    make_guard: MakeGuard,
+    redis_url: str,
+    redis_prefix: str,
+    stage: str,
+) -> None:
+    """asyncio's own cancellation cuts a round trip to Redis short (anyio's waits for it):
+    a call cancelled after its rate-limit reservation had run in Redis, its answer on the
+    way, never learnt its concurrency lease, and the slot stayed taken until the lease ran
+    out (the call's deadline plus a grace). In the opening batch, or in the route loop (the
+    next route's reservation, after the first route failed)."""
+    from llmguard_sdk.ratelimit import RedisRateLimiter
+
+    from .heldanswer import AnswerHeld
+
+    limit = RateLimit(concurrency=10, tpm=10**8)
+    limits = {"primary": [limit], "backup": [limit]}
+    route = "primary" if stage == "opening" else "backup"
+    fake.always(Fault(status=500))
+    direct = RedisRateLimiter(RedisStore(redis_url, key_prefix=redis_prefix), limits)
+
+    async def cancelled() -> tuple[int, int]:
+        # the reservation's lease keys, for the held route only
+        marker = direct._cells(route, None)[0][0][2].encode()
+        proxy = AnswerHeld(redis_url, marker)
+        async with proxy as url:
+            store = RedisStore(url, key_prefix=redis_prefix)
+            guard = make_guard(
+                fake, fake2, store=store, breaker=None, retry=None, timeout=30,
+                rate_limits={"primary": limit, "backup": limit},
+            )  # fmt: skip
+            call = asyncio.ensure_future(guard.achat(USER))
+            await proxy.holding.wait()  # the reservation ran in Redis, its answer held back
+            taken = direct.in_flight(route)
+            call.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await call
+            return taken, direct.in_flight(route)
+
+    taken, after = asyncio.run(cancelled())
+    assert taken == 1
+    assert after == 0  # given back as the call ended

@@ -4,7 +4,6 @@ processes through a real Redis, crash-safe by deadline."""
 from __future__ import annotations
 
 import time
-from typing import Any
 
 from llmguard_sdk import DeploymentGroup, Guard, OpenAICompatibleProvider, RedisStore
 from llmguard_sdk._state.steps import in_place
@@ -12,6 +11,7 @@ from llmguard_sdk.router.leases import LeaseAsk, MemoryLeases, RedisLeases
 from llmguard_sdk.testing import FakeProvider
 
 from .conftest import USER
+from .heldanswer import AnswerHeld
 from .test_router import Clock
 
 NAMES = ("a", "b", "c")
@@ -210,64 +210,6 @@ def test_a_failed_lease_gives_back_the_leases_taken_before_it(
     client.close()
 
 
-class _AnswerHeld:
-    """A loopback proxy in front of Redis: it forwards every command and every answer but the
-    answer to the first command that holds ``marker`` and runs (a script Redis had not
-    loaded yet does not), which it keeps (``holding`` is set once that command has run)."""
-
-    def __init__(self, redis_url: str, marker: bytes) -> None:
-        import asyncio
-        import urllib.parse
-
-        self.target = urllib.parse.urlsplit(redis_url)
-        self.marker = marker
-        self.holding = asyncio.Event()
-        self.held = False
-        self.pumps: set[asyncio.Task[None]] = set()
-
-    async def __aenter__(self) -> str:
-        import asyncio
-
-        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        port = self.server.sockets[0].getsockname()[1]
-        return self.target._replace(netloc=f"127.0.0.1:{port}").geturl()
-
-    async def __aexit__(self, *exc: object) -> None:
-        self.server.close()
-        for pump in self.pumps:
-            pump.cancel()
-
-    async def _serve(self, reader: Any, writer: Any) -> None:
-        import asyncio
-
-        up_reader, up_writer = await asyncio.open_connection(
-            self.target.hostname, self.target.port or 6379
-        )
-        mine = {"held": False}
-        for pump in (self._out(reader, up_writer, mine), self._back(up_reader, writer, mine)):
-            task = asyncio.ensure_future(pump)
-            self.pumps.add(task)
-
-    async def _out(self, reader: Any, writer: Any, mine: dict[str, bool]) -> None:
-        while data := await reader.read(65536):
-            if self.marker in data and not self.held:
-                self.held = mine["held"] = True
-            writer.write(data)
-            await writer.drain()
-        writer.close()
-
-    async def _back(self, reader: Any, writer: Any, mine: dict[str, bool]) -> None:
-        while data := await reader.read(65536):
-            if mine["held"] and data.startswith(b"-NOSCRIPT"):  # not run: the next one
-                self.held = mine["held"] = False
-            elif mine["held"]:  # the command ran; its answer never comes
-                self.holding.set()
-                return
-            writer.write(data)
-            await writer.drain()
-        writer.close()
-
-
 def test_an_async_call_cancelled_while_its_lease_is_taken_gives_its_leases_back(
     servers: list[FakeProvider], redis_url: str, redis_prefix: str
 ) -> None:
@@ -292,7 +234,7 @@ def test_an_async_call_cancelled_while_its_lease_is_taken_gives_its_leases_back(
         return local.local_leases.counts("local", ["dep-0"])[0], sum(client.zcard(k) for k in keys)
 
     async def cancelled_in_the_take() -> tuple[tuple[int, int], tuple[int, int]]:
-        proxy = _AnswerHeld(redis_url, f"{redis_prefix}:rt:".encode())
+        proxy = AnswerHeld(redis_url, f"{redis_prefix}:rt:".encode())
         async with proxy as url:
             store = RedisStore(url, key_prefix=redis_prefix)
             async with Guard([local, shared], environ={}, store=store) as guard:

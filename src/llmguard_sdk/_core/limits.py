@@ -15,6 +15,7 @@ from ..models import ChatResponse, Usage
 from ..providers.base import Provider
 from ..providers.headers import rate_limit_reset_seconds
 from ..ratelimit import Grant, LearnArgs, SettleArgs
+from ..ratelimit._rules import new_call_id
 from ..retry.policy import MIN_ATTEMPT_SECONDS
 from ..tokens import TokenCount, count_request_tokens, count_text_tokens
 from .stages import Stages
@@ -36,7 +37,8 @@ __all__ = [
 class Reservation:
     """One attempt's rate-limit reservation on a route: what it reserved (input tokens as
     counted for the route's model, output tokens as ``max_tokens``), its concurrency lease,
-    and whether it has been settled (settling twice does nothing)."""
+    and whether it has been settled (settling twice does nothing). ``asked``: its reserve
+    went out and no answer came back yet (the lease it names may be held)."""
 
     route: str
     tenant: str | None
@@ -47,6 +49,7 @@ class Reservation:
     granted: bool = False
     done: bool = False
     used: Usage | None = None  # what the call used, once known
+    asked: bool = False
 
     @property
     def tokens(self) -> float:
@@ -92,6 +95,7 @@ def granted(reservation: Reservation, grant: Grant) -> None:
     """Note what the limiter granted (its lease)."""
     reservation.granted = grant.allowed
     reservation.lease = grant.lease
+    reservation.asked = False
 
 
 def reserve_steps(
@@ -103,9 +107,12 @@ def reserve_steps(
     hedged call."""
     assert stages.limiter is not None
     remaining = ctx.remaining()  # a call may wait what its deadline leaves an attempt
+    # named before it goes out: cut short before the answer, the call gives the lease back
+    reservation.lease, reservation.asked = new_call_id(), True
     grant: Grant = yield from stages.limiter.reserve_steps(
         reservation.route,
         tenant=reservation.tenant,
+        lease=reservation.lease,
         input_tokens=reservation.input,
         output_tokens=reservation.output,
         priority=ctx.priority,
@@ -122,8 +129,12 @@ def settle_args(reservation: Reservation, *, refund: bool = True) -> SettleArgs 
 
     With its ``used`` usage known, the reservation is corrected to it. Without: ``refund``
     gives all the tokens back (nothing was generated), else only the lease goes back (the
-    call was sent and its cost is unknown, so the reservation stands).
+    call was sent and its cost is unknown, so the reservation stands). A reservation still
+    ``asked`` (cut short before its answer) gives back only the lease it may hold.
     """
+    if reservation.asked and not reservation.done and reservation.lease is not None:
+        reservation.done = True
+        return {"tenant": reservation.tenant, "lease": reservation.lease}
     if not reservation.granted or reservation.done:
         return None
     reservation.done = True

@@ -160,7 +160,8 @@ class Ahead:
         if not self.grant_taken and self.reservation is not None and stages.limiter is not None:
             args = settle_args(self.reservation)
             if args is not None:
-                args["request_delta"] = -1.0
+                if self.reservation.granted:  # (else asked, no answer: was it counted?)
+                    args["request_delta"] = -1.0
                 undo.append(stages.limiter.settle_steps(self.route, **args))
         self.permit_taken = self.grant_taken = True
         return undo

@@ -115,10 +115,11 @@ class MemoryRateLimiter(LimiterBase):
         """(cells, call id, the policy's keywords, until when the call may wait)."""
         check_keywords(ask, ReserveArgs, "reserve")
         check_numbers(ask, "reserve")
-        kwargs: dict[str, object] = dict(ask)  # the policy's keywords: all but the tenant
+        kwargs: dict[str, object] = dict(ask)  # the policy's keywords: all but these two
         cells = self._keys(key, kwargs.pop("tenant", None))  # type: ignore[arg-type]
+        lease, named = kwargs.pop("lease", None), self.call_id(key)
         until = time.monotonic() + self.wait_bound(key, ask.get("max_wait"))
-        return cells, self.call_id(key), kwargs, until
+        return cells, str(lease or named) if named else "", kwargs, until
 
     def reserve(self, key: str, **ask: Unpack[ReserveArgs]) -> Grant:
         """Reserve a call on ``key`` (and on ``tenant``'s per-tenant limits), all or none;

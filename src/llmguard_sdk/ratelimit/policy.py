@@ -82,10 +82,11 @@ class CellAsk(TypedDict, total=False):
 
 
 class ReserveArgs(CellAsk, total=False):
-    """A limiter's ``reserve`` keywords: :class:`CellAsk` and the call's ``tenant`` (for
-    per-tenant limits)."""
+    """A limiter's ``reserve`` keywords: :class:`CellAsk`, the call's ``tenant``, and ``lease``
+    (its lease's name, to ``release`` it when cut short before the grant; new by default)."""
 
     tenant: str | None
+    lease: str
 
 
 class SettleArgs(TypedDict, total=False):

@@ -120,7 +120,7 @@ class RedisRateLimiter(LimiterBase):
         cells = self._cells(key, ask.get("tenant"))
         if not cells:
             return Grant(True)
-        keys, args = self._reserve_call(cells, new_call_id(), ask)
+        keys, args = self._reserve_call(cells, ask.get("lease") or new_call_id(), ask)
         until = time.monotonic() + wait_bound([limit for _, limit in cells], ask.get("max_wait"))
         while self._outage.up():
             try:
