@@ -419,3 +419,35 @@ def test_a_stream_cut_after_a_thinking_block_is_not_replayed() -> None:
         with guard, pytest.raises(LLMGuardError), guard.chat(ASK, stream=True) as stream:
             blocks.extend(b for chunk in stream for b in chunk.metadata.get("thinking", ()))
     assert blocks == [_REDACTED]
+
+
+def test_thinking_blocks_sent_back_reach_an_anthropic_route(
+    anthropic: Any, fake: FakeProvider
+) -> None:
+    # Claude wants the thinking blocks of its last turn back with the tool's result (tool use
+    # with thinking on); the seam dropped them from the request
+    route = AnthropicProvider(fake.base_url, api_key="sk-ant", model="claude-x", name="claude")
+    use = {"type": "tool_use", "id": "toolu_1", "name": "add", "input": {"a": 2}}
+    result = {"type": "tool_result", "tool_use_id": "toolu_1", "content": "4"}
+    messages = [
+        *ASK,
+        {"role": "assistant", "content": [_THINKING, _REDACTED, use]},
+        {"role": "user", "content": [result]},
+    ]
+    tools = [{"name": "add", "description": "adds", "input_schema": {"type": "object"}}]
+    with Guard(route, environ={}, retry=None) as guard:
+        anthropic_client(guard).messages.create(
+            model="claude-x", max_tokens=99, messages=messages, tools=tools
+        )
+    sent = fake.requests[-1].body
+    assert sent is not None
+    assert sent["messages"][1]["content"][:2] == [_THINKING, _REDACTED]
+    chat_route = OpenAICompatibleProvider(fake.base_url, model="m")  # no such field there
+    with Guard(chat_route, environ={}, retry=None) as guard:
+        anthropic_client(guard).messages.create(
+            model="m", max_tokens=99, messages=messages, tools=tools
+        )
+    sent = fake.requests[-1].body
+    assert sent is not None
+    assert sent["messages"][1]["tool_calls"][0]["id"] == "toolu_1"
+    assert "thinking" not in sent["messages"][1]

@@ -38,7 +38,9 @@ class Message(BaseModel):
     images and so on) passed through unchanged. An assistant message may carry ``tool_calls``
     instead of content; a tool message must name the ``tool_call_id`` it answers, and may say
     with ``is_error=True`` that the tool failed (Anthropic's ``tool_result.is_error``; only
-    Anthropic routes send it, chat completions has no such field).
+    Anthropic routes send it, chat completions has no such field). An assistant message may
+    carry Claude's ``thinking`` blocks of that turn, as Claude sent them (Claude wants them back
+    with a tool's result when thinking is on); only Anthropic routes send them.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -49,6 +51,7 @@ class Message(BaseModel):
     tool_calls: list[dict[str, JsonValue]] | None = None
     tool_call_id: str | None = None
     is_error: bool | None = None
+    thinking: list[dict[str, JsonValue]] | None = None
 
     @model_validator(mode="after")
     def _check_shape(self) -> Message:
@@ -56,6 +59,8 @@ class Message(BaseModel):
             raise ValueError("a tool message needs tool_call_id")
         if self.is_error is not None and self.role != "tool":
             raise ValueError("only a tool message has is_error")
+        if self.thinking is not None and self.role != "assistant":
+            raise ValueError("only an assistant message has thinking")
         if self.content is None and not (self.role == "assistant" and self.tool_calls):
             raise ValueError(f"a {self.role} message needs content")
         return self

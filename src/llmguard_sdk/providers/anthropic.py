@@ -259,7 +259,7 @@ def _turn(message: Message) -> tuple[str, list[dict[str, Any]]]:
         if message.is_error:
             result["is_error"] = True
         return "user", [result]
-    blocks = _blocks(message)
+    blocks = [*(message.thinking or ()), *_blocks(message)]  # Claude's thinking comes first
     for call in message.tool_calls or []:
         function = call.get("function")
         function = function if isinstance(function, dict) else {}

@@ -86,9 +86,11 @@ def build_payload(request: ChatRequest, *, model: str, stream: bool) -> dict[str
     """The JSON body of a chat-completions call for ``request``."""
     payload: dict[str, Any] = {
         "model": model,
-        # a tool message's is_error is Anthropic's: chat completions has no such field
+        # a tool message's is_error and an assistant's thinking are Anthropic's: chat
+        # completions has no such fields
         "messages": [
-            m.model_dump(exclude_none=True, exclude={"is_error"}) for m in request.messages
+            m.model_dump(exclude_none=True, exclude={"is_error", "thinking"})
+            for m in request.messages
         ],
     }
     payload.update(request.model_dump(include=_PAYLOAD_FIELDS, exclude_none=True))

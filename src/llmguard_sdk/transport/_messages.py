@@ -90,6 +90,7 @@ def _turn(message: object) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     parts: list[dict[str, Any]] = []
     calls: list[dict[str, Any]] = []
+    thoughts: list[dict[str, Any]] = []  # Claude's thinking blocks, sent back as they came
     for block in content:
         kind = block.get("type") if isinstance(block, dict) else None
         if kind == "text":
@@ -116,7 +117,9 @@ def _turn(message: object) -> list[dict[str, Any]]:
             if block.get("is_error") is True:  # the tool failed (Anthropic routes say so)
                 result["is_error"] = True
             out.append(result)
-        elif kind not in ("thinking", "redacted_thinking"):
+        elif kind in ("thinking", "redacted_thinking"):
+            thoughts.append(block)
+        else:
             raise _bad(f"content block type {kind!r} is not supported")
     if parts or calls:
         text_only = all(p["type"] == "text" for p in parts)
@@ -124,6 +127,8 @@ def _turn(message: object) -> list[dict[str, Any]]:
         turn: dict[str, Any] = {"role": role, "content": body or None}
         if calls:
             turn["tool_calls"] = calls
+        if thoughts:
+            turn["thinking"] = thoughts
         out.append(turn)
     return out
 
