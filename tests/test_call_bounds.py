@@ -341,7 +341,7 @@ def test_an_async_call_cancelled_waiting_for_a_slot_gives_its_spend_hold_back(
     assert spend.status(tenant="acme")[0]["held_usd"] == 0  # both done: nothing held
 
 
-@pytest.mark.parametrize("stage", ["opening", "route loop"])
+@pytest.mark.parametrize("stage", ["opening", "route loop", "hedge"])
 def test_an_async_call_cancelled_while_its_reservation_is_in_redis_gives_its_slot_back(
     fake: FakeProvider,
     fake2: FakeProvider,
@@ -353,8 +353,8 @@ def test_an_async_call_cancelled_while_its_reservation_is_in_redis_gives_its_slo
     """asyncio's own cancellation cuts a round trip to Redis short (anyio's waits for it):
     a call cancelled after its rate-limit reservation had run in Redis, its answer on the
     way, never learnt its concurrency lease, and the slot stayed taken until the lease ran
-    out (the call's deadline plus a grace). In the opening batch, or in the route loop (the
-    next route's reservation, after the first route failed)."""
+    out (the call's deadline plus a grace). In the opening batch, in the route loop (the
+    next route's reservation, after the first route failed), or for a hedge's second leg."""
     from llmguard_sdk.ratelimit import RedisRateLimiter
 
     from .heldanswer import AnswerHeld
@@ -362,7 +362,8 @@ def test_an_async_call_cancelled_while_its_reservation_is_in_redis_gives_its_slo
     limit = RateLimit(concurrency=10, tpm=10**8)
     limits = {"primary": [limit], "backup": [limit]}
     route = "primary" if stage == "opening" else "backup"
-    fake.always(Fault(status=500))
+    fake.always(Fault(latency=5.0) if stage == "hedge" else Fault(status=500))
+    hedge_after = 0.01 if stage == "hedge" else None
     direct = RedisRateLimiter(RedisStore(redis_url, key_prefix=redis_prefix), limits)
 
     async def cancelled() -> tuple[int, int]:
@@ -373,7 +374,7 @@ def test_an_async_call_cancelled_while_its_reservation_is_in_redis_gives_its_slo
             store = RedisStore(url, key_prefix=redis_prefix)
             guard = make_guard(
                 fake, fake2, store=store, breaker=None, retry=None, timeout=30,
-                rate_limits={"primary": limit, "backup": limit},
+                rate_limits={"primary": limit, "backup": limit}, hedge_after=hedge_after,
             )  # fmt: skip
             call = asyncio.ensure_future(guard.achat(USER))
             await proxy.holding.wait()  # the reservation ran in Redis, its answer held back

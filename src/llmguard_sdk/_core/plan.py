@@ -137,12 +137,7 @@ def admit(run: Run, route: Provider) -> Generator[Any, Any, tuple[bool, Reservat
         return True, None
     grant = run.grant_ahead(route, reservation)
     if grant is None:
-        try:
-            grant = yield from answer_of(limits.reserve_steps(ctx, stages, reservation))
-        except BaseException:  # cut short before the answer: the lease it may hold back
-            run.settle(reservation)
-            run.release(route)
-            raise
+        grant = yield from run.reserve(route, reservation)
     if not grant.allowed:
         routes.route_rate_limited(ctx, route, grant)
         run.release(route)

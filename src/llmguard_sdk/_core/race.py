@@ -166,7 +166,7 @@ def _admit_now(run: Run, route: Provider) -> Generator[Any, Any, tuple[bool, Res
             return False, None
     reservation = limits.token_reservation(ctx, stages, route)
     if reservation is not None:
-        grant = yield from answer_of(limits.reserve_steps(ctx, stages, reservation, wait=False))
+        grant = yield from run.reserve(route, reservation, wait=False)
         if not grant.allowed:
             routes.route_rate_limited(ctx, route, grant)
             run.release(route)

@@ -10,7 +10,7 @@ learning, the retry budget's request count) is queued in the tail here, never se
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Generator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +24,7 @@ from ..ratelimit import Grant, LearnArgs
 from . import limits, routes
 from .limits import Reservation
 from .opening import Ahead, Tail
+from .ops import answer_of
 from .stages import Stages
 
 __all__ = ["Run"]
@@ -151,6 +152,20 @@ class Run:
 
     def settle(self, reservation: Reservation | None, **outcome: Any) -> None:
         self.queue(self.settle_steps(reservation, **outcome))
+
+    def reserve(
+        self, route: Provider, reservation: Reservation, *, wait: bool = True
+    ) -> Generator[Any, Any, Grant]:
+        """``yield from run.reserve(...)``: the grant of ``reservation`` on ``route``, asked of
+        the driver; cut short before the answer (a round trip cancelled half-way), the lease
+        it may hold and the route's permit are given back."""
+        step = limits.reserve_steps(self.ctx, self.stages, reservation, wait=wait)
+        try:
+            return (yield from answer_of(step))
+        except BaseException:
+            self.settle(reservation)
+            self.release(route)
+            raise
 
     def give_back_steps(self, route: Provider, reservation: Reservation | None) -> list[Step[Any]]:
         """An attempt that ended without an outcome after its request was sent: its permit
