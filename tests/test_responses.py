@@ -17,6 +17,8 @@ from openai.types.responses import Response
 from llmguard_sdk import CallEvent, Guard, ProviderError, ProviderUnavailableError
 from llmguard_sdk.budget import Budget, Budgets, Price, PriceTable
 from llmguard_sdk.client import _openai_client
+from llmguard_sdk.models import StreamChunk
+from llmguard_sdk.providers._responses_wire import Answer, EventWriter
 from llmguard_sdk.providers.anthropic import AnthropicStreamState
 from llmguard_sdk.providers.responses import (
     OpenAIResponsesProvider,
@@ -27,6 +29,7 @@ from llmguard_sdk.providers.wire import StreamState
 from llmguard_sdk.testing import FakeProvider, Fault
 
 from .conftest import USER
+from .rawserver import RawServer, http_response, sse_head
 
 MakeGuard = Callable[..., Guard]
 TOOLS = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}]
@@ -215,3 +218,54 @@ def test_a_responses_message_whose_content_is_no_list_is_read_without_crashing(
         200, {"content-type": "application/json"}, json.dumps(body).encode(), route="r"
     )
     assert answer.text == ""  # a TypeError before ("'int' object is not iterable")
+
+
+def _upstream(*chunks: StreamChunk) -> bytes:
+    """A Responses stream of ``chunks``, as OpenAI's Responses API sends one."""
+    writer = EventWriter(Answer("resp_up", "m"))
+    return writer.start() + b"".join(writer.chunk(c) for c in chunks) + writer.end()
+
+
+def _pieces(client: openai.OpenAI) -> tuple[list[Any], list[Any]]:
+    events = list(client.responses.create(model="m", input="hi", stream=True))
+    kinds = ("response.refusal.delta", "response.output_text.delta")
+    deltas = [(e.type, e.delta, getattr(e, "logprobs", None)) for e in events if e.type in kinds]
+    return deltas, events[-1].response.output[0].model_dump()["content"]
+
+
+_TOKEN = {"token": "Hi", "logprob": -0.5, "top_logprobs": []}
+
+
+@pytest.mark.parametrize(
+    "chunks",
+    [
+        (
+            StreamChunk(metadata={"refusal": "I cannot "}),
+            StreamChunk(metadata={"refusal": "do that."}),
+        ),
+        (StreamChunk(text="Hi", metadata={"logprobs": {"content": [_TOKEN]}}),),
+    ],
+    ids=["refusal", "logprobs"],
+)
+def test_a_responses_route_passes_on_refusals_and_logprobs(chunks: tuple[StreamChunk, ...]) -> None:
+    # the Responses route read only text deltas: an upstream refusal came back empty, and
+    # the text's logprobs were lost, in streams and in plain answers
+    events = _upstream(*chunks, StreamChunk(finish_reason="stop"))
+    with RawServer(sse_head(), (events,)) as raw:
+        direct = openai.OpenAI(api_key="sk-x", base_url=raw.base_url, max_retries=0)
+        expected = _pieces(direct)
+        route = OpenAIResponsesProvider(raw.base_url, model="m")
+        with Guard(route, environ={}, retry=None) as guard:
+            got = _pieces(_openai_client(guard))
+    assert got == expected
+    writer = EventWriter(Answer("resp_up", "m"))
+    for chunk in chunks:
+        writer.chunk(chunk)
+    body = json.dumps(writer.answer.body()).encode()
+    with RawServer(http_response(body)) as raw:
+        route = OpenAIResponsesProvider(raw.base_url, model="m")
+        with Guard(route, environ={}, retry=None) as guard:
+            plain = guard.chat(USER).metadata
+    streamed = writer.answer
+    assert plain.get("refusal", "") == streamed.refusal
+    assert plain.get("logprobs", {}).get("content", []) == streamed.logprobs

@@ -16,6 +16,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from .._core.assembly import merge_metadata
 from ..errors import MalformedResponseError, ProviderUnavailableError
 from ..models import ChatRequest, ChatResponse, Message, StreamChunk
 from .anthropic import AnthropicStreamState
@@ -145,9 +146,12 @@ def _finish(data: Mapping[str, Any], has_calls: bool) -> str:
     return "tool_calls" if has_calls else "stop"
 
 
-def _output(data: Mapping[str, Any]) -> tuple[str, list[dict[str, Any]]]:
+def _output(data: Mapping[str, Any]) -> tuple[str, list[dict[str, Any]], dict[str, Any]]:
+    """The answer's text, tool calls and metadata (its refusal, its text's logprobs in chat
+    completions' shape, ``{"content": [...]}``)."""
     text: list[str] = []
     calls: list[dict[str, Any]] = []
+    metadata: dict[str, Any] = {}
     output = data.get("output")
     for item in output if isinstance(output, list) else ():
         if not isinstance(item, dict):
@@ -157,6 +161,9 @@ def _output(data: Mapping[str, Any]) -> tuple[str, list[dict[str, Any]]]:
             for part in content if isinstance(content, list) else ():
                 if isinstance(part, dict) and part.get("type") == "output_text":
                     text.append(str(part.get("text", "")))
+                    merge_metadata(metadata, _logprobs(part.get("logprobs")))
+                elif isinstance(part, dict) and part.get("type") == "refusal":
+                    merge_metadata(metadata, {"refusal": str(part.get("refusal") or "")})
         elif item.get("type") == "function_call":
             calls.append(
                 {
@@ -165,7 +172,12 @@ def _output(data: Mapping[str, Any]) -> tuple[str, list[dict[str, Any]]]:
                     "function": {"name": item.get("name"), "arguments": item.get("arguments")},
                 }
             )
-    return "".join(text), calls
+    return "".join(text), calls, metadata
+
+
+def _logprobs(tokens: object) -> dict[str, Any]:
+    """Responses' logprobs of a text (a list of tokens) as chat completions' ``logprobs``."""
+    return {"logprobs": {"content": tokens}} if isinstance(tokens, list) and tokens else {}
 
 
 def parse_response(
@@ -179,7 +191,7 @@ def parse_response(
         raise ProviderUnavailableError(str(message or "the response failed"), route=route)
     if not isinstance(data.get("output"), list):
         raise problem("response has no output list")
-    text, calls = _output(data)
+    text, calls, metadata = _output(data)
     usage, cost = usage_from_payload(data.get("usage"), service_tier=data.get("service_tier"))
     try:
         return ChatResponse(
@@ -193,6 +205,7 @@ def parse_response(
             id=data.get("id") if isinstance(data.get("id"), str) else None,
             tool_calls=calls or None,
             headers=dict(headers),
+            metadata=metadata,
         )
     except ValidationError as exc:
         raise problem(f"response does not fit the model: {exc.errors()[0]['msg']}") from None
@@ -223,9 +236,8 @@ class ResponsesStreamState(AnthropicStreamState):
             self.model = str(response.get("model") or "")
             self.message_id = response.get("id") if isinstance(response.get("id"), str) else None
             return self._make()
-        if kind == "response.output_text.delta":
-            delta = event.get("delta")
-            return self._make(text=delta) if isinstance(delta, str) and delta else None
+        if kind in ("response.output_text.delta", "response.refusal.delta"):
+            return self._delta(kind, event.get("delta"), event.get("logprobs"))
         if kind in ("response.output_item.added", "response.function_call_arguments.delta"):
             return self._call(kind, event)
         if kind in ("response.completed", "response.incomplete"):
@@ -238,6 +250,14 @@ class ResponsesStreamState(AnthropicStreamState):
             )
             return self._make(finish=finish, usage=usage)
         return None  # in_progress, content parts, the *.done events, reasoning summaries
+
+    def _delta(self, kind: str, delta: object, logprobs: object) -> StreamChunk | None:
+        """A piece of the message's text (with its tokens' logprobs) or of its refusal."""
+        if not isinstance(delta, str) or not delta:
+            return None
+        if kind == "response.refusal.delta":
+            return self._make(metadata={"refusal": delta})
+        return self._make(text=delta, metadata=_logprobs(logprobs))
 
     def _call(self, kind: str, event: dict[str, Any]) -> StreamChunk | None:
         at = event.get("output_index")
