@@ -4,7 +4,9 @@ What is measured
 ----------------
 A throwaway redis-server (append-only file, ``appendfsync always``; tools/redis_cluster.py
 RedisServer) and a :class:`~llmguard_sdk.testing.FakeProvider` on loopback. ``processes``
-worker processes (spawn) each send calls for ``duration_s`` seconds through a Guard with every
+worker processes (spawn), each after one call that reaches Redis (a process that never
+reached Redis counts itself alone while it is away), send calls for ``duration_s`` seconds
+through a Guard with every
 Redis stage on and a global spend budget with ``fail_open=True`` (while Redis is unreachable
 the processes together may spend ``local_share`` of the room the budget had left).
 ``kill_after_s`` into the run Redis is killed (SIGKILL); ``down_s`` later it is restarted from
@@ -124,11 +126,16 @@ def worker(
 
     backend.settle = recording  # type: ignore[method-assign]
     backend.settle_steps = recording_steps  # type: ignore[method-assign]
+    # One call before the clock starts: its first call reaches Redis, so the process knows the
+    # fleet (the processes alive, the room left) should Redis die early; a process that never
+    # reached Redis counts itself alone and may spend the whole fleet's share (on a busy
+    # machine a first call, loading the encodings, took longer than `kill_after_s`).
+    warm_up = guard.chat([{"role": "user", "content": "warm up"}], max_tokens=8, timeout=30)
     out.put("ready")
     until = go.get(timeout=120)
     sent = answered = failed = 0
     refusals: list[float] = []
-    recorded = 0.0
+    recorded = warm_up.cost_usd or 0.0
     emptied = 0.0
     tag = uuid.uuid4().hex[:6]
     while time.time() < until:
@@ -198,7 +205,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 for _ in range(args.processes)
             ]
             start_processes(workers)
-            for _ in workers:  # they import, build their Guard and connect first
+            for _ in workers:  # they import, build their Guard and make one call first
                 if out.get(timeout=120) != "ready":
                     raise RuntimeError("a worker did not get ready")
             start = time.time()
