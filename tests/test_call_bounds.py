@@ -387,3 +387,37 @@ def test_an_async_call_cancelled_while_its_reservation_is_in_redis_gives_its_slo
     taken, after = asyncio.run(cancelled())
     assert taken == 1
     assert after == 0  # given back as the call ended
+
+
+def test_an_async_call_cancelled_while_its_spend_hold_is_in_redis_gives_it_back(
+    fake: FakeProvider, make_guard: MakeGuard, redis_url: str, redis_prefix: str
+) -> None:
+    """asyncio's own cancellation cut the opening round trip after the spend reservation had
+    run in Redis: the call never learnt of its hold, which counted against the budget until
+    its TTL (the call's deadline plus the hold's seconds)."""
+    from .heldanswer import AnswerHeld
+
+    prices = PriceTable.default_table().with_prices({"fake-model": Price(input=1.0, output=1.0)})
+    budgets = Budgets([Budget(limit_usd=100.0, scope="tenant")], prices=prices)
+    direct = make_guard(
+        fake, breaker=None, budgets=budgets, store=RedisStore(redis_url, key_prefix=redis_prefix)
+    )
+    spend = direct._stages.spend
+    assert spend is not None
+
+    async def cancelled() -> tuple[float, float]:
+        proxy = AnswerHeld(redis_url, f"{redis_prefix}:budget:".encode())
+        async with proxy as url:
+            store = RedisStore(url, key_prefix=redis_prefix)
+            guard = make_guard(fake, store=store, breaker=None, timeout=30, budgets=budgets)
+            call = asyncio.ensure_future(guard.achat(USER, tenant="acme"))
+            await proxy.holding.wait()  # the hold was made in Redis, its answer held back
+            taken = spend.status(tenant="acme")[0]["held_usd"]
+            call.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await call
+            return taken, spend.status(tenant="acme")[0]["held_usd"]
+
+    taken, after = asyncio.run(cancelled())
+    assert taken > 0
+    assert after == 0  # given back as the call ended

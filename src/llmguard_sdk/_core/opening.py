@@ -217,6 +217,7 @@ class OpeningOutcome:
     ahead: Ahead | None = None
     notes: list[BudgetEvent] = dataclasses.field(default_factory=list)
     cache_keys: CallKeys | None = None
+    asked: list[Held] = dataclasses.field(default_factory=list)  # the spend hold, once asked
 
     def begin(self, ctx: CallContext, stages: Stages) -> ChatResponse | None:
         """Act on the decisions, in the stages' order: a stage's error is raised and a
@@ -300,7 +301,7 @@ def _opening(ctx: CallContext, stages: Stages) -> tuple[Batch, dict[str, int], O
         batch.add(cache.sync_steps())
         where["cache"] = batch.add(_lookup_steps(ctx, stages, cache, opened))
     if spend is not None:
-        where["spend"] = batch.add(spend.reserve_steps(ctx, stages, opened.notes))
+        where["spend"] = batch.add(spend.reserve_steps(ctx, stages, opened.notes, opened.asked))
     breakers = stages.breakers if _shared(stages.breakers) else None
     limiter = stages.limiter if _shared(stages.limiter) else None
     route = first_route(ctx, stages) if breakers is not None or limiter is not None else None
@@ -387,8 +388,13 @@ async def _give_back_ended(
 ) -> None:
     """Give back now what the steps of a batch cut short had taken when they ended (the
     spend hold, the permit, the rate-limit reservation made in an earlier round than the
-    wait that was cancelled), instead of leaving it held until it expires."""
+    wait that was cancelled), and what the round trip cut short may have taken (the spend
+    hold and the rate-limit lease asked, whose answer never came), instead of leaving it held
+    until it expires."""
     _opened(ctx, where, batch.outcomes, opened)
+    spend = batch.outcomes[where["spend"]] if "spend" in where else None
+    if spend is not None and spend.value is None and spend.error is None and opened.asked:
+        opened.held = opened.asked[-1]  # cut short before the answer: it may hold
     opened.undo(ctx, stages)
     try:
         with anyio.CancelScope(shield=True):  # (round trips bounded by the store's timeouts)

@@ -236,10 +236,14 @@ class SpendControl:
             )
 
     def _steps(
-        self, ctx: CallContext, stages: Stages, notes: list[BudgetEvent]
+        self,
+        ctx: CallContext,
+        stages: Stages,
+        notes: list[BudgetEvent],
+        asked: list[Held] | None = None,
     ) -> store_steps.Step[Held]:
         """The reservation logic; events to emit are appended to ``notes`` (the caller emits
-        them, also when this raises)."""
+        them, also when this raises), the hold to ``asked`` before it goes out."""
         rid = _RESERVATION_IDS.next()
         specs = self.scopes.of_call(ctx)
         stages = self._by_priority(ctx, stages)
@@ -250,6 +254,8 @@ class SpendControl:
         want = ctx.request.output_limit or config.default_output_tokens
         level: Level = "all"
         ttl = max(0.0, ctx.remaining()) + config.hold_seconds
+        if asked is not None:  # its amount unknown until the answer: settled to nothing
+            asked.append(Held(rid, specs, 0, stages))
         while True:
             routes = self._routes(stages, level)
             base, per = self._route_price_args(ctx, _tier_routes(ctx, routes, level))
@@ -350,11 +356,17 @@ class SpendControl:
         return None
 
     def reserve_steps(
-        self, ctx: CallContext, stages: Stages, notes: list[BudgetEvent]
+        self,
+        ctx: CallContext,
+        stages: Stages,
+        notes: list[BudgetEvent],
+        asked: list[Held] | None = None,
     ) -> store_steps.Step[Held]:
         """The reservation as a step of a :class:`~llmguard_sdk._state.steps.Batch` (a downgrade
-        asks the backend again); its events go to ``notes``, for the caller to emit."""
-        return self._steps(ctx, stages, notes)
+        asks the backend again); its events go to ``notes``, for the caller to emit, and its
+        hold to ``asked`` before it goes out (a caller cut short before the answer settles
+        that to nothing)."""
+        return self._steps(ctx, stages, notes, asked)
 
     def reserve(self, ctx: CallContext, stages: Stages) -> Held:
         """Hold the call's worst case on its counters (raises BudgetExceededError)."""
