@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from llmguard_sdk import DeploymentGroup, Guard, OpenAICompatibleProvider, RedisStore
 from llmguard_sdk._state.steps import in_place
 from llmguard_sdk.router.leases import LeaseAsk, MemoryLeases, RedisLeases
@@ -210,8 +212,19 @@ def test_a_failed_lease_gives_back_the_leases_taken_before_it(
     client.close()
 
 
+async def _read(guard: Guard, stream: bool) -> None:
+    """One async call, a stream read to its end."""
+    if not stream:
+        await guard.achat(USER)
+        return
+    async with await guard.achat(USER, stream=True) as chunks:
+        async for _ in chunks:
+            pass
+
+
+@pytest.mark.parametrize("stream", [False, True])
 def test_an_async_call_cancelled_while_its_lease_is_taken_gives_its_leases_back(
-    servers: list[FakeProvider], redis_url: str, redis_prefix: str
+    servers: list[FakeProvider], redis_url: str, redis_prefix: str, stream: bool
 ) -> None:
     """A call cancelled (asyncio's own cancellation, which a shielded round trip does not
     stop) while its lease on a second group was in Redis: the batch closed the lease step,
@@ -219,7 +232,6 @@ def test_an_async_call_cancelled_while_its_lease_is_taken_gives_its_leases_back(
     (the call's deadline plus a margin), counted as calls in flight."""
     import asyncio
 
-    import pytest
     import redis
 
     routes = [
@@ -238,7 +250,7 @@ def test_an_async_call_cancelled_while_its_lease_is_taken_gives_its_leases_back(
         async with proxy as url:
             store = RedisStore(url, key_prefix=redis_prefix)
             async with Guard([local, shared], environ={}, store=store) as guard:
-                call = asyncio.ensure_future(guard.achat(USER))
+                call = asyncio.ensure_future(_read(guard, stream))
                 await proxy.holding.wait()  # the take ran in Redis, its answer held back
                 taken = held()
                 call.cancel()
