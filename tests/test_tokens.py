@@ -91,6 +91,22 @@ def test_a_long_system_prompt_is_remembered_by_its_digest_not_its_text() -> None
     assert all(len(key[1]) == 16 for key in _long_counts.remembered())  # digests, not the texts
 
 
+def test_thinking_blocks_sent_back_are_counted() -> None:
+    """An assistant turn sent back with Claude's thinking blocks (as Claude wants them with a
+    tool's result) carries their text to the model: budgets and rate limits count it."""
+    thought = "The user asks about the order; I should call the lookup tool first. " * 20
+    plain = Message(role="assistant", content="Let me look that up.")
+    thinking = Message(
+        role="assistant",
+        content="Let me look that up.",
+        thinking=[{"type": "thinking", "thinking": thought, "signature": "c2ln"}],
+    )
+    without = count_request_tokens([Message(role="user", content="Where?"), plain], "gpt-4")
+    counted = count_request_tokens([Message(role="user", content="Where?"), thinking], "gpt-4")
+    assert counted.tokens >= without.tokens + count_text_tokens(thought, "gpt-4").tokens
+    assert counted.estimated
+
+
 @settings(max_examples=200, deadline=None)
 @given(
     texts=st.lists(st.text(max_size=300), min_size=1, max_size=4),

@@ -20,7 +20,7 @@ from llmguard_sdk import (
     OpenAIResponsesProvider,
     ProviderUnavailableError,
 )
-from llmguard_sdk.client import anthropic_client, async_anthropic_client
+from llmguard_sdk.client import ChunkStream, anthropic_client, async_anthropic_client
 from llmguard_sdk.errors import LLMGuardError
 from llmguard_sdk.testing import FakeProvider, Fault
 from llmguard_sdk.transport import http_client
@@ -371,11 +371,11 @@ def _block_events(index: int, block: dict[str, Any], *deltas: dict[str, Any]) ->
     return out + _sse("content_block_stop", index=index)
 
 
-def test_streamed_thinking_blocks_reach_the_sdk(anthropic: Any) -> None:
-    # a stream's thinking deltas were skipped: the SDK's final message had only the text
+def _thinking_stream() -> bytes:
+    """A Messages stream: a thinking block, a redacted one, then the text "Four."."""
     start = {"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-x"}
     start.update(content=[], stop_reason=None, stop_sequence=None)
-    events = (
+    return (
         _sse("message_start", message={**start, "usage": {"input_tokens": 5, "output_tokens": 1}})
         + _block_events(
             0,
@@ -389,9 +389,13 @@ def test_streamed_thinking_blocks_reach_the_sdk(anthropic: Any) -> None:
         + _sse("message_delta", delta={"stop_reason": "end_turn"}, usage={"output_tokens": 9})
         + _sse("message_stop")
     )
+
+
+def test_streamed_thinking_blocks_reach_the_sdk(anthropic: Any) -> None:
+    # a stream's thinking deltas were skipped: the SDK's final message had only the text
     options: dict[str, Any] = {"model": "claude-x", "max_tokens": 99, "messages": ASK}
     options["thinking"] = {"type": "enabled", "budget_tokens": 64}
-    with RawServer(sse_head(), (events,)) as raw:
+    with RawServer(sse_head(), (_thinking_stream(),)) as raw:
         direct = anthropic.Anthropic(api_key="sk-x", base_url=raw.base_url, max_retries=0)
         with direct.messages.stream(**options) as stream:
             expected = stream.get_final_message()
@@ -403,6 +407,28 @@ def test_streamed_thinking_blocks_reach_the_sdk(anthropic: Any) -> None:
                 list(chat)
     assert [b.model_dump() for b in got.content] == [b.model_dump() for b in expected.content]
     assert chat.response.metadata["thinking"] == [_THINKING, _REDACTED]
+
+
+def test_a_thinking_block_is_no_empty_chunk_of_a_chat_completions_stream() -> None:
+    # the chat-completions wire has no place for thinking: a chunk that carried only a
+    # thinking block reached openai's SDK as a chunk with an empty delta
+    openai = require_module("openai", "openai is a dev dependency")
+    with RawServer(sse_head(), (_thinking_stream(),)) as raw:
+        route = AnthropicProvider(raw.base_url, api_key="sk-ant", model="claude-x")
+        with Guard(route, environ={}, retry=None) as guard:
+            sdk = openai.OpenAI(
+                api_key="sk-x", base_url="http://guard.test/v1", http_client=http_client(guard)
+            )
+            chunks = list(sdk.chat.completions.create(model="m", messages=ASK, stream=True))
+    with RawServer(sse_head(), (_thinking_stream(),)) as raw:  # the stand-in client's chunks
+        route = AnthropicProvider(raw.base_url, api_key="sk-ant", model="claude-x")
+        with Guard(route, environ={}, retry=None) as guard:
+            stand_in = list(ChunkStream(guard.chat(ASK, stream=True)))
+    for stream in (chunks, stand_in):
+        choices = [c.choices[0] for c in stream if c.choices]
+        assert "".join(choice.delta.content or "" for choice in choices) == "Four."
+        # (the first chunk may carry the role alone, as OpenAI's do)
+        assert all(choice.delta.content or choice.finish_reason for choice in choices[1:])
 
 
 def test_a_stream_cut_after_a_thinking_block_is_not_replayed() -> None:

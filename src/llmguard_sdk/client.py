@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .errors import RequestValidationError
 from .models import ChatRequest, ChatResponse, StreamChunk, Usage
+from .providers.wire import chat_chunk_carries
 
 if TYPE_CHECKING:
     from ._core.streams import AsyncChatStream, ChatStream
@@ -157,7 +158,7 @@ def to_completion(response: ChatResponse) -> ChatCompletion:
 
 
 def _usage_only(chunk: StreamChunk) -> bool:
-    return chunk.usage is not None and not (chunk.text or chunk.finish_reason or chunk.tool_calls)
+    return chunk.usage is not None and not chat_chunk_carries(chunk)
 
 
 def _chunk_choice(chunk: StreamChunk) -> ChunkChoice:
@@ -278,7 +279,11 @@ class _Chunks(Generic[_GuardStream]):
         self._usage = usage
 
     def _skips(self, chunk: StreamChunk) -> bool:
-        return not self._usage and _usage_only(chunk)
+        if chat_chunk_carries(chunk):
+            return False
+        if chunk.usage is not None:
+            return not self._usage
+        return bool(chunk.metadata)  # a thinking block, say: nothing openai's chunk holds
 
     @property
     def response(self) -> ChatResponse:

@@ -286,6 +286,9 @@ def _request_texts(request: ChatRequest | Sequence[Message]) -> tuple[list[str],
         if message.tool_calls:
             texts.append(json.dumps(message.tool_calls, sort_keys=True))
             estimated = True
+        if message.thinking:  # Claude's blocks sent back: their text (signatures are not)
+            texts += [str(b["thinking"]) for b in message.thinking if b.get("thinking")]
+            estimated = True
     if isinstance(request, ChatRequest) and request.tools:
         texts.append(json.dumps(request.tools, sort_keys=True))
         estimated = True  # providers render tool schemas in their own, unpublished format

@@ -38,6 +38,7 @@ __all__ = [
     "StreamState",
     "answer_response",
     "build_payload",
+    "chat_chunk_carries",
     "encode_payload",
     "checked_answer",
     "error_from_status",
@@ -425,6 +426,19 @@ class _Problem:
             headers=self.headers,
             body=self.body[:2000].decode("utf-8", errors="replace"),
         )
+
+
+def chat_chunk_carries(chunk: StreamChunk) -> bool:
+    """Whether a chunk carries what a chat-completions chunk's choice has a place for: text,
+    a finish, tool calls, a piece of a refusal or logprobs (see :func:`_stream_metadata`);
+    not a thinking block of Claude's, say, or usage alone."""
+    return bool(
+        chunk.text
+        or chunk.finish_reason
+        or chunk.tool_calls
+        or "refusal" in chunk.metadata
+        or "logprobs" in chunk.metadata
+    )
 
 
 def _stream_metadata(choice: Mapping[str, Any], delta: Mapping[str, Any]) -> dict[str, Any]:

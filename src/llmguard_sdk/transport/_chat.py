@@ -8,6 +8,7 @@ from typing import Any
 
 from ..errors import LLMGuardError, RequestValidationError
 from ..models import ChatResponse, StreamChunk
+from ..providers.wire import chat_chunk_carries
 from . import _wire
 from ._wire import Incoming
 
@@ -100,7 +101,9 @@ class ChunkWriter:
             "choices": [],
         }
         usage = _wire.openai_usage(chunk.usage) if self._usage else None
-        carries = chunk.text or chunk.finish_reason or chunk.tool_calls or chunk.metadata
+        carries = chat_chunk_carries(chunk)
+        if chunk.metadata and not (carries or chunk.usage):  # e.g. a thinking block: no place
+            return b""
         if chunk.usage is None or carries:
             data["choices"] = [self._choice(chunk)]
         elif usage is None:  # a usage-only chunk the request did not ask for
