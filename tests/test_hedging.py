@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -22,6 +23,7 @@ from llmguard_sdk.ratelimit import RateLimit
 from llmguard_sdk.testing import FakeProvider, Fault
 
 from .conftest import USER, answering_route
+from .rawserver import RawServer, sse_head
 
 MakeGuard = Callable[..., Guard]
 MODES = ["sync", "async"]
@@ -164,6 +166,33 @@ def test_a_stream_failing_before_its_first_token_hands_over_at_once(
         text, response = read(guard, mode)
         assert text == "Echo: hello there"
         assert response.route == "third"
+
+
+def _refusal_event(delta: dict[str, Any], finish: str | None = None) -> bytes:
+    choice = {"index": 0, "delta": delta, "finish_reason": finish}
+    body = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "model": "m"}
+    return b"data: " + json.dumps({**body, "choices": [choice]}).encode() + b"\n\n"
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_refusal_is_an_answer_in_a_hedge_race(
+    fake2: FakeProvider, make_guard: MakeGuard, mode: str
+) -> None:
+    # a refusal's first piece (OpenAI's delta.refusal) goes to the caller and makes a stream
+    # delivered, but the race did not count it as content: it waited for the slower backup
+    first = _refusal_event({"role": "assistant", "refusal": "I cannot"})
+    rest = _refusal_event({"refusal": " help."}, "stop") + b"data: [DONE]\n\n"
+    with RawServer(sse_head() + first, (rest,), gap=3.0) as raw:
+        refusing = OpenAICompatibleProvider(raw.base_url, model="m", name="refusing")
+        backup = OpenAICompatibleProvider(fake2.base_url, model=fake2.model, name="backup")
+        fake2.script(Fault(latency=1.0))
+        guard = Guard([refusing, backup], hedge_after=0.05, timeout=10, environ={})
+        try:
+            text, response = read(guard, mode)
+        finally:
+            guard.close()
+    assert (text, response.route) == ("", "refusing")
+    assert response.metadata["refusal"] == "I cannot help."
 
 
 def test_a_request_error_is_not_hedged(

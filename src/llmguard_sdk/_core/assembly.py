@@ -11,12 +11,19 @@ from ..errors import ProviderError
 from ..models import ChatResponse, StreamChunk, Usage
 from ..tokens import count_text_tokens
 
-__all__ = ["Assembler", "has_content", "merge_metadata", "merge_tool_call_deltas"]
+__all__ = ["Assembler", "has_content", "merge_metadata", "merge_tool_call_deltas", "shows"]
 
 
 def has_content(chunk: StreamChunk) -> bool:
-    """Whether ``chunk`` carries content (what a hedge race waits for)."""
-    return bool(chunk.text or chunk.tool_calls or chunk.finish_reason)
+    """Whether ``chunk`` carries content (what a hedge race waits for): text, tool calls, a
+    finish, or what :func:`shows` counts."""
+    return bool(chunk.text or chunk.tool_calls or chunk.finish_reason or shows(chunk))
+
+
+def shows(chunk: StreamChunk) -> bool:
+    """Whether ``chunk`` carries answer the caller sees besides text and tool calls: a piece
+    of OpenAI's refusal, or one of Claude's thinking blocks."""
+    return bool(chunk.metadata.get("refusal") or chunk.metadata.get("thinking"))
 
 
 class Assembler:
@@ -67,8 +74,7 @@ class Assembler:
         self.id = chunk.id or self.id
         if chunk.metadata:
             merge_metadata(self.metadata, chunk.metadata)
-            shown = chunk.metadata.get("refusal") or chunk.metadata.get("thinking")
-            self._shown = self._shown or bool(shown)
+            self._shown = self._shown or shows(chunk)
         if chunk.headers:
             self.headers.update(chunk.headers)
 
