@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import socket
+import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -378,3 +381,90 @@ def test_the_pause_grows_when_redis_times_out_slower_than_the_pause() -> None:
     health.failed()
     assert health.outages == 2
     store.close()
+
+
+def test_after_a_pause_one_caller_probes_redis_while_the_others_decide_locally() -> None:
+    health = RedisHealth(base=1.0, cap=4.0, attempt_seconds=0.5)
+    assert health.may_try()  # no outage: everyone goes to Redis
+    assert health.may_try()
+    health.failed()
+    assert not health.may_try()  # paused
+    assert not health.may_try(waits=True)
+    assert not health.up()
+    health.down_until = time.monotonic() - 0.01  # the pause ran out
+    assert health.up()  # (a question that takes nothing)
+    assert health.may_try()  # the probe
+    assert not health.may_try()  # the others: locally, while the probe is under way
+    assert not health.up()
+    assert health.may_try(waits=True)  # a stage that would refuse the call tries Redis
+    health.succeeded()  # the probe answered: the outage is over
+    assert health.may_try()
+    assert health.may_try()
+    health.failed()
+    health.down_until = time.monotonic() - 0.01
+    assert health.may_try()
+    assert not health.may_try()
+    health.failed()  # the probe failed: another (longer) pause
+    assert not health.may_try()
+    assert health.failures == 2
+
+
+class _HungRedis:
+    """A loopback server that accepts connections and never answers (a hung Redis)."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.accepted = 0
+        self.held: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.sock.getsockname()[1]}/0"
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            self.held.append(conn)
+
+    def close(self) -> None:
+        self.sock.close()
+        for conn in self.held:
+            conn.close()
+
+
+def test_a_hung_redis_costs_one_socket_timeout_per_pause_not_one_per_call(
+    fake: FakeProvider,
+) -> None:
+    """When a pause ended, every call in flight tried the hung Redis and waited a socket
+    timeout; now one probes and the others limit locally meanwhile."""
+    hung = _HungRedis()
+    store = RedisStore(hung.url, socket_timeout=0.3, retry_pause=0.2)
+    route = OpenAICompatibleProvider(fake.base_url, model=fake.model, name="primary")
+    guard = Guard(route, store=store, rate_limits={"primary": RateLimit(rpm=10**6)}, environ={})
+    try:
+        guard.chat(USER)  # the first try times out: Redis is paused
+        assert store.health.failures == 1
+        deadline = time.monotonic() + 5.0
+        while time.monotonic() < min(store.health.down_until, deadline):
+            time.sleep(0.01)  # the pause runs out
+        before = hung.accepted
+        start = threading.Barrier(8)
+
+        def call(_: int) -> str:
+            start.wait(timeout=10)
+            return guard.chat(USER).text
+
+        with ThreadPoolExecutor(8) as pool:  # 8 calls at once
+            assert len(list(pool.map(call, range(8), timeout=60))) == 8
+        assert hung.accepted - before == 1  # one probe, not eight
+        assert fake.stats.requests == 9  # every call answered
+    finally:
+        guard.close()
+        hung.close()

@@ -448,6 +448,7 @@ def _execute(store: RedisStore, commands: Sequence[Command]) -> list[Any]:
             _pack(pipe, [commands[index] for index in missing], client, store.cluster)
             for index, reply in zip(missing, pipe.execute(raise_on_error=False), strict=True):
                 replies[index] = reply
+        store.health.succeeded()  # (a probe after a pause answered: the outage is over)
         return replies
     except Exception as exc:  # Redis failed as a whole: every command gets the error
         return [exc] * len(commands)
@@ -472,6 +473,7 @@ async def _aexecute(store: RedisStore, commands: Sequence[Command]) -> list[Any]
                 again = await pipe.execute(raise_on_error=False)
                 for index, reply in zip(missing, again, strict=True):
                     replies[index] = reply
+            store.health.succeeded()
             return replies
     except Exception as exc:
         return [exc] * len(commands)

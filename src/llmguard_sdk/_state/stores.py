@@ -11,10 +11,8 @@ import contextlib
 import functools
 import hashlib
 import logging
-import random
 import re
 import threading
-import time
 import weakref
 from collections.abc import AsyncIterator, Sequence
 from importlib import resources
@@ -23,6 +21,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from .._loops import PerLoop
 from ..errors import ConfigurationError
+from .health import Outage, RedisHealth
 from .steps import Command
 
 if TYPE_CHECKING:
@@ -104,50 +103,6 @@ class MemoryStore(Store):
 
     def __repr__(self) -> str:
         return "MemoryStore()"
-
-
-class RedisHealth:
-    """The breaker around Redis itself, shared by every stage of one store.
-
-    After a failure, Redis is left alone for ``base`` seconds; each failure of the first
-    attempt after such a pause doubles it (up to ``cap``, jittered), and a failure long after
-    the last pause starts again from ``base``. While it is down, stages decide locally, so a
-    dead Redis costs one connection attempt (or one socket timeout) per pause, not per call.
-    ``attempt_seconds`` is the longest one attempt may take before it fails (a hung Redis
-    fails it only then), so its failure still counts as the same outage.
-
-    .. versionadded:: 0.2.0
-    """
-
-    def __init__(self, base: float = 1.0, cap: float = 30.0, attempt_seconds: float = 0.0) -> None:
-        if not (0 < base <= cap):
-            raise ConfigurationError("Redis retry pauses need 0 < base <= cap")
-        self.base = base
-        self.cap = cap
-        self.attempt_seconds = attempt_seconds
-        self.failures = 0
-        self.outages = 0  # outages so far (a failure long after the last pause starts one)
-        self.down_until = 0.0
-        self._pause = 0.0
-
-    def up(self) -> bool:
-        """Whether Redis may be tried now."""
-        return time.monotonic() >= self.down_until
-
-    def failed(self) -> float:
-        """Redis just failed: pause it; returns the pause in seconds."""
-        now = time.monotonic()
-        if now < self.down_until:  # another caller already paused it
-            return self.down_until - now
-        since = now - self.down_until
-        probing = self.failures and since < max(self._pause, self.base) + self.attempt_seconds
-        self.failures = self.failures + 1 if probing else 1
-        if self.failures == 1:
-            self.outages += 1
-        pause = min(self.cap, self.base * 2 ** (self.failures - 1))
-        self._pause = pause * (0.8 + 0.4 * random.random())
-        self.down_until = now + self._pause
-        return self._pause
 
 
 _MAX_SOCKET_TIMEOUT = 3600.0  # a socket timeout past ~1e10 s overflows the platform's time_t
@@ -507,44 +462,6 @@ class RedisScripts:
         return Command(
             self._store, self._sources[index], self._shas[index], tuple(keys), tuple(args)
         )
-
-
-class Outage:
-    """One stage's view of its store's :class:`RedisHealth`: while Redis is paused the stage
-    decides locally, and it says so once per outage (``instead`` says how).
-
-    Without a store (``store=None``), the outage is this object's own, ``seconds`` long.
-    """
-
-    def __init__(
-        self,
-        what: str,
-        instead: str,
-        store: RedisStore | None = None,
-        *,
-        seconds: float = 5.0,
-    ) -> None:
-        self.what = what
-        self.instead = instead
-        self.health = store.health if store is not None else RedisHealth(seconds, seconds)
-        self._logged = 0  # the outage last logged
-
-    def up(self) -> bool:
-        """Whether Redis may be tried now."""
-        return self.health.up()
-
-    def failed(self, exc: BaseException) -> None:
-        """Redis just failed: pause it (for every stage of the store) and log once."""
-        pause = self.health.failed()
-        if self._logged != self.health.outages:
-            self._logged = self.health.outages
-            logger.warning(
-                "%s: Redis unavailable (%s); %s, trying Redis again in %.1f s",
-                self.what,
-                exc,
-                self.instead,
-                pause,
-            )
 
 
 def open_store(spec: str | Store, *, key_prefix: str = "llmguard", **options: Any) -> Store:

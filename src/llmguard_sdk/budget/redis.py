@@ -116,7 +116,10 @@ class RedisBudgetBackend:
         self._replaying = threading.Lock()
         weakref.finalize(self, self.journal.close)
         self._outage = Outage(
-            "budgets", "counting per process" if fail_open else "refusing budgeted calls", store
+            "budgets",
+            "counting per process" if fail_open else "refusing budgeted calls",
+            store,
+            waits=not fail_open,  # refusing is no local decision: try Redis once a pause ends
         )
 
     # -- arguments -------------------------------------------------------------------------

@@ -1,0 +1,138 @@
+"""The breaker around Redis itself (:class:`RedisHealth`) and each stage's view of it
+(:class:`Outage`)."""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from typing import TYPE_CHECKING
+
+from ..errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from .stores import RedisStore
+
+__all__ = ["Outage", "RedisHealth"]
+
+logger = logging.getLogger("llmguard_sdk")
+
+
+class RedisHealth:
+    """The breaker around Redis itself, shared by every stage of one store.
+
+    After a failure, Redis is left alone for ``base`` seconds; each failure of the first
+    attempt after such a pause doubles it (up to ``cap``, jittered), and a failure long after
+    the last pause starts again from ``base``. While it is down, stages decide locally, so a
+    dead Redis costs one connection attempt (or one socket timeout) per pause, not per call.
+    ``attempt_seconds`` is the longest one attempt may take before it fails (a hung Redis
+    fails it only then), so its failure still counts as the same outage.
+
+    When a pause ends, one caller tries Redis (the probe) while the others go on deciding
+    locally until Redis answers (:meth:`succeeded`, which ends the outage), the probe fails
+    (another pause), or ``attempt_seconds`` pass without either: a hung Redis then costs one
+    socket timeout per pause, not one per call in flight. A caller that cannot decide locally
+    (a budget that refuses calls while Redis is away) asks with ``waits=True`` and tries Redis
+    as soon as the pause ends.
+
+    .. versionadded:: 0.2.0
+    """
+
+    def __init__(self, base: float = 1.0, cap: float = 30.0, attempt_seconds: float = 0.0) -> None:
+        if not (0 < base <= cap):
+            raise ConfigurationError("Redis retry pauses need 0 < base <= cap")
+        self.base = base
+        self.cap = cap
+        self.attempt_seconds = attempt_seconds
+        self.failures = 0  # failures of the outage under way (0: Redis answered since)
+        self.outages = 0  # outages so far (a failure long after the last pause starts one)
+        self.down_until = 0.0
+        self._pause = 0.0
+        self._probe_until = 0.0  # while a probe after a pause is under way
+
+    def up(self) -> bool:
+        """Whether Redis may be tried now: no pause, and no probe under way (see the class
+        docs; :meth:`may_try` is the caller's question, which takes the probe)."""
+        if not self.failures:
+            return True
+        now = time.monotonic()
+        return now >= self.down_until and now >= self._probe_until
+
+    def may_try(self, *, waits: bool = False) -> bool:
+        """Whether this caller may try Redis now; the first caller after a pause takes the
+        probe (see the class docs for ``waits``)."""
+        if not self.failures:
+            return True
+        now = time.monotonic()
+        if now < self.down_until:
+            return False
+        if waits:
+            return True
+        if now < self._probe_until:
+            return False  # another caller's probe is under way
+        self._probe_until = now + (self.attempt_seconds or self.base)
+        return True
+
+    def succeeded(self) -> None:
+        """Redis answered: the outage, if one was under way, is over."""
+        if self.failures:
+            self.failures = 0
+            self._probe_until = 0.0
+
+    def failed(self) -> float:
+        """Redis just failed: pause it; returns the pause in seconds."""
+        now = time.monotonic()
+        if now < self.down_until:  # another caller already paused it
+            return self.down_until - now
+        since = now - self.down_until
+        probing = self.failures and since < max(self._pause, self.base) + self.attempt_seconds
+        self.failures = self.failures + 1 if probing else 1
+        if self.failures == 1:
+            self.outages += 1
+        pause = min(self.cap, self.base * 2 ** (self.failures - 1))
+        self._pause = pause * (0.8 + 0.4 * random.random())
+        self.down_until = now + self._pause
+        self._probe_until = 0.0
+        return self._pause
+
+
+class Outage:
+    """One stage's view of its store's :class:`RedisHealth`: while Redis is paused the stage
+    decides locally, and it says so once per outage (``instead`` says how).
+
+    Without a store (``store=None``), the outage is this object's own, ``seconds`` long.
+    ``waits``: the stage cannot decide locally (it refuses calls instead), so it tries Redis as
+    soon as a pause ends rather than waiting for another caller's probe.
+    """
+
+    def __init__(
+        self,
+        what: str,
+        instead: str,
+        store: RedisStore | None = None,
+        *,
+        seconds: float = 5.0,
+        waits: bool = False,
+    ) -> None:
+        self.what = what
+        self.instead = instead
+        self.waits = waits
+        self.health = store.health if store is not None else RedisHealth(seconds, seconds)
+        self._logged = 0  # the outage last logged
+
+    def up(self) -> bool:
+        """Whether this stage may try Redis now (:meth:`RedisHealth.may_try`)."""
+        return self.health.may_try(waits=self.waits)
+
+    def failed(self, exc: BaseException) -> None:
+        """Redis just failed: pause it (for every stage of the store) and log once."""
+        pause = self.health.failed()
+        if self._logged != self.health.outages:
+            self._logged = self.health.outages
+            logger.warning(
+                "%s: Redis unavailable (%s); %s, trying Redis again in %.1f s",
+                self.what,
+                exc,
+                self.instead,
+                pause,
+            )
