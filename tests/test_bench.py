@@ -114,7 +114,9 @@ def run(name: str, *args: str, timeout: float = BENCH_TIMEOUT) -> dict[str, Any]
 
 @timeout_for(BENCH_TIMEOUT)
 def test_overhead_reports_both_sides_and_the_stages() -> None:
-    result = run("overhead.py", "--calls", "20", "--rounds", "1")
+    # medians of 3 rounds: one round of a few calls swings by a millisecond when another job
+    # takes the CPU for a moment (CI saw the cache stage at -37 us in one such round)
+    result = run("overhead.py", "--calls", "30", "--rounds", "3")
     for key in ("bare_us", "provider_us", "guard_us", "overhead_us", "pipeline_us", "stages"):
         assert key in result
     assert result["bare_us"] == result["httpx_us"] > 0  # the "bare httpx"
