@@ -45,6 +45,18 @@ def test_garbage_and_missing_give_none() -> None:
     assert retry_after_seconds({}) is None
 
 
+@pytest.mark.parametrize(
+    "value",
+    [
+        "1 Jan 99999999999999999999 00:00 GMT",  # a year past C's long: OverflowError
+        "Mon, 01 Jan 10000 00:00:00 GMT",
+        "Mon, 32 Jan 2020 00:00:00 GMT",
+    ],
+)
+def test_dates_out_of_range_give_none(value: str) -> None:
+    assert retry_after_seconds({"Retry-After": value}) is None
+
+
 def test_rate_limit_headers_are_collected() -> None:
     headers = {"X-RateLimit-Remaining-Requests": "4", "content-type": "x"}
     assert rate_limit_headers(headers) == {"x-ratelimit-remaining-requests": "4"}

@@ -53,7 +53,7 @@ def retry_after_seconds(headers: Mapping[str, str], *, now: float | None = None)
         return seconds
     try:
         when = email.utils.parsedate_to_datetime(raw.strip())
-    except (TypeError, ValueError, IndexError):
+    except (TypeError, ValueError, IndexError, OverflowError):  # a year past C's long
         return None
     if when.tzinfo is None:  # asctime's form (and "-0000"): an HTTP-date is always GMT
         when = when.replace(tzinfo=datetime.timezone.utc)
