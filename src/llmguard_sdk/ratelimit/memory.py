@@ -165,7 +165,7 @@ class MemoryRateLimiter(LimiterBase):
         """Try again each time a slot is given back (at least once a second) until ``until``."""
         with self._freed:
             while True:
-                grant = self._try(cells, call_id, kwargs)
+                grant = self._try(cells, call_id, _what_is_left(kwargs, until))
                 left = until - time.monotonic()
                 if not grant.queued or left <= 0:
                     return _final(grant)
@@ -175,7 +175,7 @@ class MemoryRateLimiter(LimiterBase):
         """Async twin of :meth:`_wait`: tries again after each grant's ``retry_after``."""
         while True:
             with self._lock:
-                grant = self._try(cells, call_id, kwargs)
+                grant = self._try(cells, call_id, _what_is_left(kwargs, until))
             left = until - time.monotonic()
             if not grant.queued or left <= 0:
                 return _final(grant)
@@ -239,6 +239,12 @@ class MemoryRateLimiter(LimiterBase):
                 ),
                 default=0,
             )
+
+
+def _what_is_left(kwargs: _Kwargs, until: float) -> _Kwargs:
+    """A queued call's keywords when it asks again: it may wait only what is left of its
+    wait (for the rate too, and its place in the queue lapses when that ends)."""
+    return {**kwargs, "max_wait": max(0.0, until - time.monotonic())}
 
 
 def _final(grant: Grant) -> Grant:

@@ -120,7 +120,8 @@ class RedisRateLimiter(LimiterBase):
         cells = self._cells(key, ask.get("tenant"))
         if not cells:
             return Grant(True)
-        keys, args = self._reserve_call(cells, ask.get("lease") or new_call_id(), ask)
+        call_id = ask.get("lease") or new_call_id()
+        keys, args = self._reserve_call(cells, call_id, ask)
         until = time.monotonic() + wait_bound([limit for _, limit in cells], ask.get("max_wait"))
         while self._outage.up():
             try:
@@ -132,9 +133,9 @@ class RedisRateLimiter(LimiterBase):
             if not grant.queued or left <= 0:
                 return _final(grant)
             yield Pause(min(left, _poll(grant)))
-        rest = ask.copy()
-        rest["max_wait"] = max(0.0, until - time.monotonic())
-        fallback: Grant = yield from self._fallback.reserve_steps(key, **rest)
+            # asking again, it may wait only what is left (its place in the queue lapses then)
+            keys, args = self._reserve_call(cells, call_id, _what_is_left(ask, until))
+        fallback: Grant = yield from self._fallback.reserve_steps(key, **_what_is_left(ask, until))
         return fallback
 
     def _learn_call(self, key: str, taught: LearnArgs) -> tuple[list[str], list[Any]]:
@@ -248,6 +249,13 @@ def share_of(limit: RateLimit, share: float) -> RateLimit:
 def _poll(grant: Grant) -> float:
     """How long a queued call waits before asking again (jittered, so pollers spread)."""
     return grant.retry_after * (0.5 + random.random())
+
+
+def _what_is_left(ask: ReserveArgs, until: float) -> ReserveArgs:
+    """``ask`` allowed to wait only until ``until``."""
+    rest = ask.copy()
+    rest["max_wait"] = max(0.0, until - time.monotonic())
+    return rest
 
 
 def _final(grant: Grant) -> Grant:

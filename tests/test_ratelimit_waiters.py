@@ -1,0 +1,88 @@
+"""Calls that wait for a concurrency slot: the wait they were allowed bounds all their waiting,
+and a call that stopped waiting holds no place in the queue. Memory limiter (real clock) and a
+real Redis."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import anyio
+import pytest
+
+from llmguard_sdk.ratelimit import LimitsConfig, MemoryRateLimiter, RateLimit, RedisRateLimiter
+from tests.conftest import RedisTarget, redis_store
+
+
+@pytest.fixture(params=["memory", "redis"])
+def make(
+    request: pytest.FixtureRequest, redis_target: RedisTarget
+) -> Iterator[Callable[[LimitsConfig], Any]]:
+    stores = []
+
+    def build(limits: LimitsConfig) -> Any:
+        if request.param == "memory":
+            return MemoryRateLimiter(limits)
+        store = redis_store(*redis_target("redis"))
+        stores.append(store)
+        return RedisRateLimiter(store, limits)
+
+    yield build
+    for store in stores:
+        store.close()
+
+
+def test_a_waiter_that_gave_up_leaves_the_queue(make: Callable[[LimitsConfig], Any]) -> None:
+    limiter = make({"r": RateLimit(concurrency=1, max_wait=0.3, max_queue=1)})
+    held = limiter.reserve("r")
+    assert held.allowed
+    gave_up = limiter.reserve("r")  # waits for the slot, then gives up
+    assert (gave_up.allowed, gave_up.reason) == (False, "concurrency")
+    # the queue's one place is free again: the next call waits there too (not shed at once)
+    assert limiter.reserve("r").reason == "concurrency"
+    limiter.settle("r", lease=held.lease)
+    assert limiter.reserve("r").allowed
+
+
+def test_async_a_waiter_that_gave_up_leaves_the_queue(make: Callable[[LimitsConfig], Any]) -> None:
+    limiter = make({"r": RateLimit(concurrency=1, max_wait=0.3, max_queue=1)})
+
+    async def run() -> tuple[str, str]:
+        held = await limiter.areserve("r")
+        assert held.allowed
+        gave_up = await limiter.areserve("r")
+        return gave_up.reason, (await limiter.areserve("r")).reason
+
+    assert anyio.run(run) == ("concurrency", "concurrency")
+
+
+def test_the_wait_for_a_slot_counts_against_the_wait_allowed(
+    make: Callable[[LimitsConfig], Any],
+) -> None:
+    """A call that waited for its tenant's concurrency slot has only what is left of its
+    ``max_wait`` to wait for the route's rate (other tenants moved it on meanwhile)."""
+    limiter = make(
+        {
+            "r": [
+                RateLimit(rpm=60, burst=1 / 60, max_wait=2),  # one a second, a second ahead
+                RateLimit(concurrency=1, per_tenant=True, max_wait=2),
+            ]
+        }
+    )
+    held = limiter.reserve("r", tenant="x")
+    assert held.allowed
+    got: list[Any] = []
+    waiter = threading.Thread(target=lambda: got.append(limiter.reserve("r", tenant="x")))
+    waiter.start()
+    time.sleep(1.0)  # half of its wait passes in the queue
+    for _ in range(2):  # another tenant takes the next two seconds of the route's rate
+        grant = limiter.reserve("r", tenant="y")
+        assert grant.allowed
+        limiter.settle("r", tenant="y", lease=grant.lease)
+    limiter.settle("r", tenant="x", lease=held.lease)
+    waiter.join(10)
+    (grant,) = got
+    # 2 s more would end a second past its bound: refused for the rate instead
+    assert (grant.allowed, grant.reason) == (False, "rate")
