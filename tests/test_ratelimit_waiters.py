@@ -86,3 +86,23 @@ def test_the_wait_for_a_slot_counts_against_the_wait_allowed(
     (grant,) = got
     # 2 s more would end a second past its bound: refused for the rate instead
     assert (grant.allowed, grant.reason) == (False, "rate")
+
+
+def test_a_waiter_cut_short_gives_its_place_in_the_queue_back(
+    make: Callable[[LimitsConfig], Any],
+) -> None:
+    """A call cancelled while it waits for a slot is released by its name (as the Guard
+    does): the queue's place it held is free for the next call."""
+    limiter = make({"r": RateLimit(concurrency=1, max_wait=30, max_queue=1)})
+
+    async def run() -> str:
+        held = await limiter.areserve("r")
+        assert held.allowed
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(lambda: limiter.areserve("r", lease="cut-short"))
+            await anyio.sleep(0.2)  # it waits in the queue
+            tasks.cancel_scope.cancel()
+        await limiter.arelease("r", lease="cut-short")
+        return str((await limiter.areserve("r", max_wait=0.1)).reason)
+
+    assert anyio.run(run) == "concurrency"  # it waited its 0.1 s (not shed for the queue)

@@ -582,19 +582,17 @@ def settle(
         tats[index] += delta * limit.period / per_period
         if delta < 0:
             tats[index] = max(tats[index], now)
-    leases = cell.leases
-    if lease is not None and lease in leases:
-        leases = {key: until for key, until in leases.items() if key != lease}
-    settled: _State = _like(
-        state, CellState((tats[0], tats[1], tats[2], tats[3]), leases, cell.queue)
-    )
+    cell = CellState((tats[0], tats[1], tats[2], tats[3]), cell.leases, cell.queue)
+    settled: _State = _like(state, cell if lease is None else release(cell, now, lease))
     return settled
 
 
 def release(state: CellState, now: float, lease: str) -> CellState:
-    """Give a concurrency lease back (the call ended without anything to settle)."""
-    if lease not in state.leases:
+    """Give a concurrency lease back, and the call's place in the queue (it ended without
+    anything to settle, or was cut short while it waited)."""
+    if lease not in state.leases and lease not in state.queue:
         return state
+    queue = {k: v for k, v in state.queue.items() if k != lease}
     return CellState(
-        state.tats, {k: v for k, v in _live(state.leases, now).items() if k != lease}, state.queue
+        state.tats, {k: v for k, v in _live(state.leases, now).items() if k != lease}, queue
     )

@@ -1,4 +1,5 @@
--- Correct a reservation by what the call used (negative: a refund) and give its lease back.
+-- Correct a reservation by what the call used (negative: a refund) and give its lease back
+-- (and its place in the queue).
 -- Mirrors ratelimit.policy.settle.
 -- KEYS: three per limit (state hash, queue, leases; see reserve.lua).
 -- ARGV: 1 clock offset, 2 token delta, 3 input delta, 4 output delta, 5 lease ('' for none),
@@ -30,6 +31,9 @@ for c = 1, #KEYS / 3 do
     -- at most 2^31 s: EXPIRE refuses what overflows its clock (a script error reads as Redis down)
     redis.call('EXPIRE', state, math.min(2147483647, math.max(1, math.ceil(last - now) + 1)))
   end
-  if lease ~= '' then redis.call('ZREM', KEYS[3 * c], lease) end
+  if lease ~= '' then  -- its lease, or its place in the queue (a call cut short while waiting)
+    redis.call('ZREM', KEYS[3 * c], lease)
+    redis.call('ZREM', KEYS[3 * c - 1], lease)
+  end
 end
 return 1
