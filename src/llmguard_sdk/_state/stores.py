@@ -21,6 +21,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from .._loops import PerLoop
 from ..errors import ConfigurationError
+from .connections import sent_once
 from .health import Outage, RedisHealth
 from .steps import Command
 
@@ -200,14 +201,16 @@ class RedisStore(Store):
         # No command is sent twice: redis-py's retry re-sent a command (a whole pipeline)
         # whose reply was lost, running its scripts (a reserve, an acquire) twice. A lost
         # reply is a Redis failure as any other; a pooled socket that the server closed (a
-        # restart) is replaced by the pool before a command is written to it.
+        # restart) is replaced by the pool before a command is written to it, and one that
+        # went dead while idle fails its health-check PING, which goes once more on a fresh
+        # connection (see connections.py).
         import redis
         from redis.connection import parse_url
 
-        self._options["retry"] = _no_retry(asynchronous=False)
         try:  # more callers than connections wait for one (bounded), not "Redis down"
             self._take_url_options(parse_url(self.url))  # type: ignore[no-untyped-call]
-            self._pool = redis.BlockingConnectionPool.from_url(self.url, **self._pool_options())
+            options = {**self._pool_options(), **sent_once(self.url, asynchronous=False)}
+            self._pool = redis.BlockingConnectionPool.from_url(self.url, **options)
         except ValueError as exc:
             raise ConfigurationError(f"bad Redis URL {_redacted(self.url)!r}: {exc}") from None
 
@@ -251,7 +254,7 @@ class RedisStore(Store):
     def _new_async_client(self) -> redis.asyncio.Redis:
         import redis.asyncio
 
-        options = {**self._pool_options(), "retry": _no_retry(asynchronous=True)}
+        options = {**self._pool_options(), **sent_once(self.url, asynchronous=True)}
         pool = redis.asyncio.BlockingConnectionPool.from_url(self.url, **options)
         client = redis.asyncio.Redis(connection_pool=pool)
         client.auto_close_connection_pool = True  # (Redis.from_pool, from redis 5.0.1 on)
@@ -479,19 +482,6 @@ def open_store(spec: str | Store, *, key_prefix: str = "llmguard", **options: An
     if urlsplit(url).scheme in _CLUSTER_SCHEMES:
         return RedisClusterStore(url, key_prefix=key_prefix, **options)
     return RedisStore(url, key_prefix=key_prefix, **options)
-
-
-def _no_retry(*, asynchronous: bool) -> Any:
-    """redis-py's retry policy that sends each command (or pipeline) once."""
-    from redis.backoff import NoBackoff
-
-    if asynchronous:
-        from redis.asyncio.retry import Retry as AsyncRetry
-
-        return AsyncRetry(NoBackoff(), 0)
-    from redis.retry import Retry
-
-    return Retry(NoBackoff(), 0)
 
 
 def _redacted(url: str) -> str:
