@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import time
 import warnings
 from typing import Any
 
@@ -235,3 +236,28 @@ def test_a_dead_redis_is_skipped_after_its_first_failure(
             budget.record_request("r")
             budget.try_spend("r")
     assert len([r for r in caplog.records if "Redis unavailable" in r.message]) == 1
+
+
+def test_iterations_of_one_retrying_keep_their_own_clock() -> None:
+    """One ``retry_context`` shared by calls (threads, tasks, a module-level object): a call
+    that starts meanwhile does not give another call back the time it has spent."""
+    shared = retry_context(
+        on=ValueError,
+        policy=RetryPolicy(attempts=5, base=0.5, cap=0.5, timeout=1.0, jitter="none"),
+    )
+    tries: list[int] = []
+
+    def call() -> None:
+        for attempt in shared:
+            with attempt:
+                tries.append(attempt.number)
+                if attempt.number == 2:
+                    time.sleep(0.6)  # this call's second attempt takes most of its second
+                    for other in shared:  # another call through the same object, meanwhile
+                        with other:
+                            pass
+                raise ValueError("down")
+
+    with waits_off(), pytest.raises(ValueError, match="down"):  # (decisions count 0.5 s waits)
+        call()
+    assert tries == [1, 2]  # 0.4 s left: no room for a 0.5 s wait and an attempt

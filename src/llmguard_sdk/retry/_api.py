@@ -160,11 +160,21 @@ def _hint_of(exc: BaseException) -> float | None:
     return error.retry_after if error is not None else None
 
 
+@dataclasses.dataclass
+class _Loop:
+    """One iteration of a :class:`Retrying`: when it started and its last wait (iterations
+    of one object, in threads or tasks at once or one after the other, keep their own)."""
+
+    started: float = dataclasses.field(default_factory=time.monotonic)
+    previous_wait: float = 0.0
+
+
 class Attempt:
     """One attempt of a :class:`Retrying` loop; use it as a context manager."""
 
-    def __init__(self, retrying: Retrying, number: int) -> None:
+    def __init__(self, retrying: Retrying, number: int, loop: _Loop | None = None) -> None:
         self._retrying = retrying
+        self._loop = loop or _Loop()
         self.number = number
         self.decision: Decision | None = None
         self.cause: Exception | None = None  # set when a failure was swallowed for a retry
@@ -180,7 +190,10 @@ class Attempt:
     ) -> bool:
         if exc is None or not isinstance(exc, Exception):
             return False
-        self.decision = self._retrying.judge(self.number, exc)
+        loop = self._loop
+        self.decision = self._retrying.judge(
+            self.number, exc, started=loop.started, previous_wait=loop.previous_wait
+        )
         if self.decision.retry:
             self.cause = exc  # swallowed: the loop asks the budget, then waits and goes on
         return self.decision.retry
@@ -220,17 +233,24 @@ class Retrying:
         self.budget = options.get("budget")
         self.budget_key = budget_key or self.name
         self.rng = rng
-        self._started = 0.0
-        self._previous_wait = 0.0
 
-    def judge(self, number: int, exc: Exception) -> Decision:
-        """The policy's decision after attempt ``number`` failed with ``exc``.
+    def judge(
+        self,
+        number: int,
+        exc: Exception,
+        *,
+        started: float | None = None,
+        previous_wait: float = 0.0,
+    ) -> Decision:
+        """The policy's decision after attempt ``number`` failed with ``exc``, in a loop that
+        ``started`` then (default: now) and waited ``previous_wait`` before this attempt.
 
         The retry budget is asked afterwards, by the iterator (sync or async as it runs), so
         an async loop never blocks on a sync Redis call.
         """
         retryable, hint = _judge(self.on, exc)
-        remaining = self.policy.timeout - (time.monotonic() - self._started)
+        elapsed = 0.0 if started is None else time.monotonic() - started
+        remaining = self.policy.timeout - elapsed
         policy = self.policy
         attempts = testing_attempts(policy.attempts)
         if attempts != policy.attempts:
@@ -242,7 +262,7 @@ class Retrying:
             retryable=retryable,
             hint=hint,
             remaining=remaining,
-            previous_wait=self._previous_wait,
+            previous_wait=previous_wait,
             idempotent=policy.idempotent,
             request_sent=error.request_sent if error is not None else True,
             rng=self.rng,
@@ -255,13 +275,13 @@ class Retrying:
         assert cause is not None
         if not budget_granted:
             raise cause  # no retry budget left: the failure stands
-        self._previous_wait = decision.wait
+        attempt._loop.previous_wait = decision.wait
         details = RetryDetails(
             name=self.name,
             attempt=attempt.number,
             wait=decision.wait,
             cause=cause,
-            elapsed=time.monotonic() - self._started,
+            elapsed=time.monotonic() - attempt._loop.started,
             hinted=decision.hinted,
         )
         for hook in self.hooks:
@@ -270,8 +290,8 @@ class Retrying:
 
     def _attempts(self) -> Iterator[Attempt]:
         """Attempt 1, 2, ... from now on (the drivers stop at a success)."""
-        self._started = time.monotonic()
-        return (Attempt(self, number) for number in itertools.count(1))
+        loop = _Loop()
+        return (Attempt(self, number, loop) for number in itertools.count(1))
 
     def __iter__(self) -> Iterator[Attempt]:
         attempts = self._attempts()
