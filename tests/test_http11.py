@@ -135,14 +135,19 @@ def tls_server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
         yield served
 
 
-def test_tls_trusts_what_httpx_trusts(
-    tls_server: tuple[str, Path], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    base_url, cert_file = tls_server
+def trust_only_certifi(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No proxy, and no certificates named by the environment: certifi's roots alone."""
     for name in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.delenv("SSL_CERT_DIR", raising=False)
     monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+
+
+def test_tls_trusts_what_httpx_trusts(
+    tls_server: tuple[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    base_url, cert_file = tls_server
+    trust_only_certifi(monkeypatch)
     untrusting = OpenAICompatibleProvider(base_url)  # certifi's roots: not this certificate
     with pytest.raises(ProviderUnavailableError) as refused:
         ask(untrusting)
@@ -165,21 +170,22 @@ class _Socket:
         return io.BytesIO(self.raw)
 
 
-@pytest.mark.parametrize(
-    "raw",
-    [
-        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}",
-        b"HTTP/1.1 200 OK\r\nSet-Cookie: a=1\r\nset-cookie: b=2\r\n"
-        b"Transfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n",
-        b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\n{}",
-        b"HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 2\r\n\r\n{}",
-        b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length:  -4 \r\n\r\n{}",
-        b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n{}",
-        b"HTTP/1.1 204 No Content\r\nContent-Length: 9\r\n\r\n",
-        b"HTTP/1.1 100 Continue\r\nX-A: 1\r\n\r\nHTTP/1.1 429 Too Many\nRetry-After: 3\n\n",
-        b"HTTP/1.1 200 OK\r\nX-Empty:\r\nContent-Length: 0\r\n\r\n",
-    ],
-)
+# answers with odd heads (read by both transports, sync and async)
+HEADS = [
+    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}",
+    b"HTTP/1.1 200 OK\r\nSet-Cookie: a=1\r\nset-cookie: b=2\r\n"
+    b"Transfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n",
+    b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\n{}",
+    b"HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 2\r\n\r\n{}",
+    b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length:  -4 \r\n\r\n{}",
+    b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n{}",
+    b"HTTP/1.1 204 No Content\r\nContent-Length: 9\r\n\r\n",
+    b"HTTP/1.1 100 Continue\r\nX-A: 1\r\n\r\nHTTP/1.1 429 Too Many\nRetry-After: 3\n\n",
+    b"HTTP/1.1 200 OK\r\nX-Empty:\r\nContent-Length: 0\r\n\r\n",
+]
+
+
+@pytest.mark.parametrize("raw", HEADS)
 def test_the_head_is_read_as_http_client_reads_it(raw: bytes) -> None:
     ours = _Response(_Socket(raw), method="POST")  # type: ignore[arg-type]
     theirs = http.client.HTTPResponse(_Socket(raw), method="POST")  # type: ignore[arg-type]

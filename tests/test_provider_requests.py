@@ -14,6 +14,7 @@ import pytest
 
 from llmguard_sdk import ChatRequest, OpenAICompatibleProvider
 from llmguard_sdk.errors import ProviderUnavailableError
+from llmguard_sdk.providers._ahttp11 import AnyioTransport
 from llmguard_sdk.providers._http11 import StdlibTransport
 from llmguard_sdk.providers._requests import Pool
 from llmguard_sdk.testing import FakeProvider, Fault
@@ -121,10 +122,11 @@ def test_requests_go_to_the_providers_own_transport_without_proxies_in_the_envir
     if library == "sync":  # the standard library's HTTP/1.1, with the pool's limits
         assert isinstance(pool.transport, StdlibTransport)
         assert pool.transport._max == 3
-    else:  # made here, with the pool's limits
+    else:  # ours over anyio, with the pool's limits, answering the library's responses
         module = httpx if library == "httpx" else httpx2
-        assert isinstance(pool.transport, module.AsyncHTTPTransport)
-        assert pool.transport._pool._max_connections == 3
+        assert isinstance(pool.transport, AnyioTransport)
+        assert pool.transport._module is module
+        assert pool.transport._max == 3
     _two_calls(provider, library, [_request(), _request()], stream=False)
     assert len(fake.requests) == 2
 

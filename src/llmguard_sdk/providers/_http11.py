@@ -37,13 +37,22 @@ import ssl
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
 from ._watchdog import watchdog
 
-__all__ = ["DEADLINE", "StdlibTransport", "environment_proxy"]
+__all__ = [
+    "DEADLINE",
+    "MAX_HEADERS",
+    "MAX_LINE",
+    "StdlibTransport",
+    "body_length",
+    "environment_proxy",
+    "head_fields",
+    "take_longest_idle",
+]
 
 DEADLINE = "llmguard.deadline"
 """A request extension: the call's deadline (``time.monotonic()``); the socket is shut down
@@ -51,11 +60,12 @@ if the request is still being sent or its head read then (each read's timeout al
 server that drips the head a byte at a time hold the call far past it)."""
 
 _CHUNK = 65_536
-_MAX_LINE = 65_536  # http.client's bounds on a header line and on their number
-_MAX_HEADERS = 100
+MAX_LINE = 65_536  # http.client's bounds on a header line and on their number
+MAX_HEADERS = 100
 _DRAIN_READS = 4  # reads of a stream's rest, at most, to reuse its connection
 _DRAIN_WAIT = 0.001  # seconds each of those reads waits, at most
 _Origin = tuple[str, str, int]
+_C = TypeVar("_C")
 
 
 class StdlibTransport(httpx.BaseTransport):
@@ -217,13 +227,8 @@ class StdlibTransport(httpx.BaseTransport):
 
     def _close_an_idle_one(self) -> None:
         """Close the longest idle connection of any origin (the caller holds the lock)."""
-        oldest = min(
-            (pooled for pooled in self._idle.values() if pooled),
-            key=lambda pooled: pooled[0][1],
-            default=None,
-        )
-        if oldest is not None:
-            connection, _ = oldest.pop(0)
+        connection = take_longest_idle(self._idle)
+        if connection is not None:
             self._open -= 1
             connection.close()
 
@@ -248,6 +253,17 @@ class StdlibTransport(httpx.BaseTransport):
         with self._freed:
             self._open -= 1
             self._freed.notify()
+
+
+def take_longest_idle(idle: dict[Any, list[tuple[_C, float]]]) -> _C | None:
+    """Take the connection idle longest out of ``idle`` (per origin, each connection with
+    the time it went idle, latest last); ``None`` where none is idle."""
+    oldest = min(
+        (pooled for pooled in idle.values() if pooled),
+        key=lambda pooled: pooled[0][1],
+        default=None,
+    )
+    return None if oldest is None else oldest.pop(0)[0]
 
 
 def _exchange(
@@ -317,32 +333,47 @@ class _Head:
 
 def _read_head(fp: Any) -> _Head:
     """Read header lines up to the blank line that ends them (at most ``http.client``'s 100
-    lines of 65,536 bytes). As httpx's h11 reads them: a value without the spaces around it, a
-    line that starts with a space or a tab continues the last (joined by one space), a line
-    without a name and a colon is an error (``http.client`` would read the rest as the
-    body), and so is the connection's end before the blank line."""
-    fields: list[tuple[str, str]] = []
-    lines = 0
+    lines of 65,536 bytes), read as :func:`head_fields` reads them; the connection's end
+    before the blank line is an error."""
+    lines: list[bytes] = []
     while True:
-        line = fp.readline(_MAX_LINE + 1)
-        if len(line) > _MAX_LINE:
+        line = fp.readline(MAX_LINE + 1)
+        if len(line) > MAX_LINE:
             raise http.client.LineTooLong("header line")
-        lines += 1
-        if lines > _MAX_HEADERS:
-            raise http.client.HTTPException(f"got more than {_MAX_HEADERS} headers")
+        if len(lines) >= MAX_HEADERS:
+            raise http.client.HTTPException(f"got more than {MAX_HEADERS} headers")
         if line in (b"\r\n", b"\n"):
-            return _Head(fields)
+            break
         if not line:  # closed within the head (http.client reads it as the head's end)
             raise http.client.RemoteDisconnected("peer closed connection within the head")
+        lines.append(line)
+    try:
+        return _Head(head_fields(lines))
+    except ValueError as exc:
+        raise http.client.HTTPException(str(exc)) from None
+
+
+def head_fields(lines: list[bytes]) -> list[tuple[str, str]]:
+    """A head's header lines (without the blank line that ends them) as ``(name, value)``,
+    as httpx's h11 reads them: a value without the spaces around it, a line that starts with
+    a space or a tab continues the last (joined by one space).
+
+    Raises:
+        ValueError: a line without a name and a colon (h11 refuses it; ``http.client``
+            would read the rest as the body).
+    """
+    fields: list[tuple[str, str]] = []
+    for line in lines:
         text = line.decode("iso-8859-1")
-        if text[0] in " \t" and fields:  # an obsolete folded line
+        if text[:1] in (" ", "\t") and fields:  # an obsolete folded line
             name, value = fields[-1]
             fields[-1] = (name, f"{value} {text.strip()}")
             continue
         name, colon, value = text.partition(":")
-        if not colon or not name.strip():  # httpx's h11 refuses these too
-            raise http.client.HTTPException(f"malformed header line {text.strip()!r}")
+        if not colon or not name.strip():
+            raise ValueError(f"malformed header line {text.strip()!r}")
         fields.append((name.strip(), value.strip()))
+    return fields
 
 
 class _Response(http.client.HTTPResponse):
@@ -372,7 +403,7 @@ class _Response(http.client.HTTPResponse):
         if self.chunked:
             self.chunk_left = None
         self.will_close = self._check_close()
-        self.length = None if self.chunked else _length(head.get("content-length"))
+        self.length = None if self.chunked else body_length(head.get("content-length"))
         if status in (204, 304) or 100 <= status < 200 or self._method == "HEAD":
             self.length = 0  # never a body, whatever the head says (as h11 reads it)
             self.chunked = False
@@ -380,7 +411,7 @@ class _Response(http.client.HTTPResponse):
             self.will_close = True  # no length: the body ends when the connection does
 
 
-def _length(value: str | None) -> int | None:
+def body_length(value: str | None) -> int | None:
     """A ``Content-Length`` as ``http.client`` reads it (a bad or negative one: none)."""
     try:
         length = int(value) if value else None

@@ -30,6 +30,7 @@ from typing import Any
 
 import httpx
 
+from ._ahttp11 import AnyioTransport
 from ._http11 import StdlibTransport, environment_proxy
 
 __all__ = ["Pool", "RequestBuilder", "own_transport"]
@@ -98,16 +99,17 @@ class RequestBuilder:
 
 
 def own_transport(module: ModuleType, limits: Any, *, asynchronous: bool, url: str) -> Any:
-    """A transport with ``limits`` for a client the provider makes to send to ``url``: for an
-    async client of ``module`` (httpx or httpx2) the library's, for the sync client (always
-    httpx's) the provider's own (:class:`~._http11.StdlibTransport`), through the ``http://``
+    """A transport with ``limits`` for a client the provider makes to send to ``url``: the
+    provider's own, for an async client of ``module`` (httpx or httpx2)
+    :class:`~._ahttp11.AnyioTransport`, for the sync client (always httpx's)
+    :class:`~._http11.StdlibTransport`, through the ``http://``
     proxy the environment names for ``url`` where it names one. ``None`` where the client
     must make its transports itself: an async client where the environment names proxies, a
     sync one whose proxy is ``https://`` or SOCKS."""
     proxies = urllib.request.getproxies()
     named = any(proxies.get(scheme) for scheme in ("http", "https", "all"))
     if asynchronous:
-        return None if named else module.AsyncHTTPTransport(limits=limits)
+        return None if named else AnyioTransport(module, limits)
     if not named:
         return StdlibTransport(limits)  # sync clients are httpx's: the standard library's HTTP/1.1
     try:

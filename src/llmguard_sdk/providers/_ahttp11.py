@@ -1,0 +1,517 @@
+"""The provider's own async HTTP/1.1 transport: httpx's interface over anyio streams.
+
+A provider's async requests go to a transport directly (see :mod:`._requests`). httpx2's
+(and httpx's) ``AsyncHTTPTransport`` runs each request through httpcore's connection pool,
+which looks at every pooled connection for each request (at 500 concurrent calls, about 500
+checks a request), and through h11's state machine: an async call cost about three times
+the CPU of a sync one through :class:`~._http11.StdlibTransport`. :class:`AnyioTransport`
+sends the same request over an anyio byte stream (asyncio or trio; TLS by anyio), keeps
+idle connections in a stack per origin (the last one used first: taking one is O(1)), and
+answers the library's ``Response`` whose body is read from the connection as the caller
+reads it, so the provider's reading, decoding (``Content-Encoding`` stays the library's
+work), streaming and error mapping are unchanged.
+
+What it keeps from the library's transport, as :class:`~._http11.StdlibTransport` does: the
+same TLS context (the library's ``create_ssl_context()``), at most ``max_connections``
+connections (a request that finds none free within its pool timeout fails with
+``PoolTimeout``), idle connections kept alive (``max_keepalive_connections``,
+``keepalive_expiry``) and dropped when the server has closed them, the head read as h11
+reads it (:func:`~._http11.head_fields`), the connect / read / write / pool timeouts of the
+request, and the library's exception classes, so a failure before any byte was sent
+(``ConnectError``, ``ConnectTimeout``, ``PoolTimeout``) stays safe to send again. A call
+cancelled while it sends or reads closes its connection (its state is unknown). HTTP/1.1
+only; no proxies (where the environment names one, the library's client makes its own
+transports).
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import re
+import select
+import ssl
+import time
+from collections.abc import AsyncIterator
+from types import ModuleType
+from typing import Any
+
+import anyio
+import anyio.abc
+
+from ._http11 import MAX_HEADERS, MAX_LINE, body_length, head_fields, take_longest_idle
+
+__all__ = ["AnyioTransport"]
+
+_CHUNK = 65_536
+_MAX_HEAD = MAX_LINE * 4  # bytes of a head (status line and header lines), at most
+_HEAD_END = re.compile(rb"\r?\n\r?\n")
+_CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]{1,16}")
+_DRAIN_READS = 4  # reads of a stream's rest, at most, to reuse its connection
+_DRAIN_WAIT = 0.004  # seconds those reads may take together
+_STREAM_ERRORS = (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError)
+_Origin = tuple[str, str, int]
+
+
+class AnyioTransport:
+    """An async transport of httpx or httpx2 (``module``) over anyio streams (see the
+    module docs). Use it from one event loop (a provider keeps one per loop)."""
+
+    def __init__(self, module: ModuleType, limits: Any = None) -> None:
+        self._module = module
+        self._body_class = _body_class(module)
+        limits = limits or module.Limits()
+        self._max: int | None = limits.max_connections
+        self._keep_alive: int | None = limits.max_keepalive_connections
+        self._expiry: float | None = limits.keepalive_expiry
+        # idle connections of each origin, each with the time it went idle (latest last)
+        self._idle: dict[_Origin, list[tuple[_Connection, float]]] = {}
+        self._open = 0  # connections in use or idle
+        self._waiting: collections.deque[anyio.Event] = collections.deque()
+        self._ssl: ssl.SSLContext | None = None
+        self._closed = False
+
+    async def handle_async_request(self, request: Any) -> Any:
+        """Send ``request`` and answer its response, the body still to be read."""
+        module = self._module
+        timeouts = request.extensions.get("timeout", {})
+        url = request.url
+        origin = (url.scheme, url.host, url.port or (443 if url.scheme == "https" else 80))
+        connection = await self._connection(origin, timeouts)
+        try:
+            await _send_request(connection, request, timeouts, module)
+            head = await _read_response_head(
+                connection, timeouts.get("read"), request.method, module
+            )
+        except BaseException:
+            await self._discard(connection)
+            raise
+        body = self._body_class(self, origin, connection, head, timeouts.get("read"))
+        return module.Response(
+            head.status,
+            headers=head.raw_headers,
+            stream=body,
+            extensions={"http_version": b"HTTP/1.1", "reason_phrase": head.reason},
+        )
+
+    async def __aenter__(self) -> AnyioTransport:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close every idle connection; connections in use close when their body is read."""
+        self._closed = True
+        idle = [connection for pooled in self._idle.values() for connection, _ in pooled]
+        self._idle.clear()
+        self._open -= len(idle)
+        self._wake_all()
+        for connection in idle:
+            await connection.close()
+
+    # -- the pool ---------------------------------------------------------------------------
+
+    async def _connection(self, origin: _Origin, timeouts: dict[str, Any]) -> _Connection:
+        """An idle connection to ``origin`` that the server has not closed, else a new one
+        once fewer than ``max_connections`` are open (waiting up to the pool timeout)."""
+        pool_timeout = timeouts.get("pool")
+        wait_until = None if pool_timeout is None else time.monotonic() + pool_timeout
+        while True:
+            if self._closed:
+                raise RuntimeError("Cannot send a request, as the transport has been closed.")
+            pooled = self._idle.get(origin)
+            while pooled:
+                connection, since = pooled.pop()
+                if self._fresh(since) and connection.reusable():
+                    return connection
+                self._open -= 1
+                await connection.close()
+            if self._max is not None and self._open >= self._max:
+                await self._close_an_idle_one()  # of another origin: room for this one
+            if self._max is None or self._open < self._max:
+                self._open += 1
+                break
+            await self._wait_for_a_slot(wait_until)
+        try:
+            return await self._connect(origin, timeouts.get("connect"))
+        except BaseException:
+            self._release_slot()
+            raise
+
+    async def _wait_for_a_slot(self, wait_until: float | None) -> None:
+        freed = anyio.Event()
+        self._waiting.append(freed)
+        left = None if wait_until is None else max(0.0, wait_until - time.monotonic())
+        try:
+            with anyio.move_on_after(left):
+                await freed.wait()
+        finally:
+            if not freed.is_set():
+                self._waiting.remove(freed)
+        if not freed.is_set():
+            raise self._module.PoolTimeout("no connection free within the pool timeout")
+
+    async def _connect(self, origin: _Origin, connect_timeout: float | None) -> _Connection:
+        module = self._module
+        scheme, host, port = origin
+        if scheme not in ("http", "https"):
+            raise module.UnsupportedProtocol(f"unsupported URL scheme {scheme!r}")
+        try:
+            with anyio.fail_after(connect_timeout):
+                stream: anyio.abc.ByteStream
+                if scheme == "https":
+                    stream = await anyio.connect_tcp(
+                        host, port, ssl_context=self._tls(), tls_standard_compatible=False
+                    )
+                else:
+                    stream = await anyio.connect_tcp(host, port)
+        except TimeoutError as exc:
+            raise module.ConnectTimeout(str(exc) or "connect timed out") from exc
+        except (OSError, anyio.BrokenResourceError) as exc:  # refused, DNS, TLS handshake
+            raise module.ConnectError(str(exc) or type(exc).__name__) from exc
+        return _Connection(stream)
+
+    def _tls(self) -> ssl.SSLContext:
+        if self._ssl is None:  # the library's own: the same trust as its transport
+            self._ssl = self._module.create_ssl_context()
+        return self._ssl
+
+    def _fresh(self, since: float) -> bool:
+        """Whether a connection idle since ``since`` may still be used (the library's
+        ``keepalive_expiry``: a server closes idle connections after a while)."""
+        return self._expiry is None or time.monotonic() - since < self._expiry
+
+    async def _close_an_idle_one(self) -> None:
+        """Close the longest idle connection of any origin."""
+        connection = take_longest_idle(self._idle)
+        if connection is not None:
+            self._open -= 1
+            await connection.close()
+
+    async def _put_back(self, origin: _Origin, connection: _Connection) -> None:
+        """Put a connection whose response was read whole back in the pool."""
+        idle = sum(len(pooled) for pooled in self._idle.values())
+        if not self._closed and (self._keep_alive is None or idle < self._keep_alive):
+            self._idle.setdefault(origin, []).append((connection, time.monotonic()))
+            self._wake_one()
+            return
+        self._release_slot()
+        await connection.close()
+
+    async def _discard(self, connection: _Connection) -> None:
+        self._release_slot()
+        await connection.close()
+
+    def _release_slot(self) -> None:
+        self._open -= 1
+        self._wake_one()
+
+    def _wake_one(self) -> None:
+        if self._waiting:
+            self._waiting.popleft().set()
+
+    def _wake_all(self) -> None:
+        while self._waiting:
+            self._waiting.popleft().set()
+
+
+class _Connection:
+    """An anyio byte stream and the bytes read from it that nobody took yet."""
+
+    __slots__ = ("buffer", "stream")
+
+    def __init__(self, stream: anyio.abc.ByteStream) -> None:
+        self.stream = stream
+        self.buffer = bytearray()
+
+    async def fill(self, timeout: float | None, module: ModuleType) -> bool:
+        """Read what the server sent next into the buffer (``False``: it closed)."""
+        try:
+            if timeout is None:
+                data = await self.stream.receive(_CHUNK)
+            else:
+                with anyio.fail_after(timeout):
+                    data = await self.stream.receive(_CHUNK)
+        except anyio.EndOfStream:
+            return False
+        except TimeoutError as exc:
+            raise module.ReadTimeout(str(exc) or "read timed out") from exc
+        except _STREAM_ERRORS as exc:
+            raise module.ReadError(str(exc) or type(exc).__name__) from exc
+        self.buffer += data
+        return True
+
+    def take(self, size: int) -> bytes:
+        data = bytes(self.buffer[:size])
+        del self.buffer[:size]
+        return data
+
+    def reusable(self) -> bool:
+        """Whether an idle connection is still open: one whose socket is readable while idle
+        has been closed by the server (or sent something unasked); either way it is not
+        reused."""
+        if self.buffer:
+            return False
+        try:
+            sock = self.stream.extra(anyio.abc.SocketAttribute.raw_socket)
+            readable, _, _ = select.select([sock], [], [], 0)
+        except (anyio.TypedAttributeLookupError, OSError, ValueError):
+            return False
+        return not readable
+
+    async def close(self) -> None:
+        await anyio.aclose_forcefully(self.stream)
+
+
+async def _send_request(
+    connection: _Connection, request: Any, timeouts: dict[str, Any], module: ModuleType
+) -> None:
+    """Write ``request``'s head and body on ``connection``."""
+    url = request.url
+    lines = [b"%s %s HTTP/1.1" % (request.method.encode("ascii"), url.raw_path)]
+    lines += [name + b": " + value for name, value in request.headers.raw]
+    head = b"\r\n".join(lines) + b"\r\n\r\n"
+    write = timeouts.get("write")
+    try:
+        body = request.content
+    except module.RequestNotRead:  # a streamed body: written as it comes
+        await _write(connection, head, write, module)
+        chunked = request.headers.get("transfer-encoding", "").lower() == "chunked"
+        async for part in request.stream:
+            if part:
+                framed = b"%x\r\n%s\r\n" % (len(part), part) if chunked else part
+                await _write(connection, framed, write, module)
+        if chunked:
+            await _write(connection, b"0\r\n\r\n", write, module)
+        return
+    await _write(connection, head + body, write, module)
+
+
+async def _write(connection: _Connection, data: bytes, timeout: float | None, module: Any) -> None:
+    try:
+        with anyio.fail_after(timeout):
+            await connection.stream.send(data)
+    except TimeoutError as exc:
+        raise module.WriteTimeout(str(exc) or "write timed out") from exc
+    except _STREAM_ERRORS as exc:
+        raise module.WriteError(str(exc) or type(exc).__name__) from exc
+
+
+class _Head:
+    """A response's status and headers, and how its body is framed."""
+
+    __slots__ = ("chunked", "length", "raw_headers", "reason", "status", "will_close")
+
+    def __init__(
+        self, status: int, reason: bytes, version: str, fields: list[tuple[str, str]], method: str
+    ) -> None:
+        self.status = status
+        self.reason = reason
+        self.raw_headers = [
+            (name.encode("latin-1"), value.encode("latin-1")) for name, value in fields
+        ]
+        values: dict[str, str] = {}
+        for name, value in fields:
+            values.setdefault(name.lower(), value)
+        self.chunked = values.get("transfer-encoding", "").lower() == "chunked"
+        self.length = None if self.chunked else body_length(values.get("content-length"))
+        connection = values.get("connection", "").lower()
+        if version == "HTTP/1.0":
+            self.will_close = "keep-alive" not in connection
+        else:
+            self.will_close = "close" in connection
+        if status in (204, 304) or status < 200 or method == "HEAD":
+            self.length = 0  # never a body, whatever the head says (as h11 reads it)
+            self.chunked = False
+        if not self.chunked and self.length is None:
+            self.will_close = True  # no length: the body ends when the connection does
+
+
+async def _read_response_head(
+    connection: _Connection, timeout: float | None, method: str, module: ModuleType
+) -> _Head:
+    """Read the response's head; interim answers (100, 103) are skipped, as h11 skips them."""
+    while True:
+        lines = await _read_head_lines(connection, timeout, module)
+        version, _, rest = lines[0].decode("iso-8859-1").partition(" ")
+        code, _, reason = rest.partition(" ")
+        if not (version.startswith("HTTP/1.") and len(code) == 3 and code.isdigit()):
+            raise module.RemoteProtocolError(f"malformed status line {lines[0]!r}")
+        status = int(code)
+        if status < 100:
+            raise module.RemoteProtocolError(f"malformed status line {lines[0]!r}")
+        try:
+            fields = head_fields(lines[1:])
+        except ValueError as exc:
+            raise module.RemoteProtocolError(str(exc)) from exc
+        if 100 <= status < 200 and status != 101:
+            continue
+        return _Head(status, reason.strip().encode("ascii", "replace"), version, fields, method)
+
+
+async def _read_head_lines(
+    connection: _Connection, timeout: float | None, module: ModuleType
+) -> list[bytes]:
+    """The lines of a head, up to the blank line that ends it."""
+    buffer = connection.buffer
+    start = 0
+    while True:
+        found = _HEAD_END.search(buffer, start)
+        if found is not None:
+            head = bytes(buffer[: found.start()])
+            del buffer[: found.end()]
+            lines = [line.rstrip(b"\r") for line in head.split(b"\n")]
+            if len(lines) > MAX_HEADERS + 1 or any(len(line) > MAX_LINE for line in lines):
+                raise module.RemoteProtocolError("the response's head is too large")
+            return lines
+        if len(buffer) > _MAX_HEAD:
+            raise module.RemoteProtocolError("the response's head is too large")
+        start = max(0, len(buffer) - 3)
+        if not await connection.fill(timeout, module):
+            if buffer:
+                raise module.RemoteProtocolError("peer closed connection within the head")
+            raise module.RemoteProtocolError("Server disconnected without sending a response.")
+
+
+@functools.cache
+def _body_class(module: ModuleType) -> type[Any]:
+    """The body class of ``module``'s responses (its ``AsyncByteStream``: a response reads
+    only a stream of that class asynchronously)."""
+    return type("_Body", (_BodyReader, module.AsyncByteStream), {"__slots__": ()})
+
+
+class _BodyReader:
+    """A response's body, read from its connection as the caller iterates; the connection
+    goes back to the pool once the body was read whole and the server keeps it open."""
+
+    __slots__ = (
+        "_chunk_left",
+        "_connection",
+        "_head",
+        "_left",
+        "_origin",
+        "_timeout",
+        "_transport",
+        "_whole",
+    )
+
+    def __init__(
+        self,
+        transport: AnyioTransport,
+        origin: _Origin,
+        connection: _Connection,
+        head: _Head,
+        timeout: float | None,
+    ) -> None:
+        self._transport = transport
+        self._origin = origin
+        self._connection: _Connection | None = connection
+        self._head = head
+        self._timeout = timeout
+        self._left = head.length  # bytes of a sized body still to come (None: until closed)
+        self._chunk_left = -1  # of a chunked body: bytes of this chunk to come (-1: a size)
+        self._whole = head.length == 0
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        connection = self._connection
+        if connection is None:
+            return
+        while not self._whole:
+            data = await self._next(connection)
+            if data:
+                yield data
+
+    async def _next(self, connection: _Connection) -> bytes:
+        """The body's next bytes (``b""``: none yet, or its end: ``_whole``)."""
+        module = self._transport._module
+        if self._head.chunked:
+            return await _next_chunk(self, connection, module)
+        if not connection.buffer and not await connection.fill(self._timeout, module):
+            if self._left is None:  # the body ends with the connection
+                self._whole = True
+                return b""
+            raise module.RemoteProtocolError(
+                "peer closed connection without sending complete message body"
+            )
+        if self._left is None:
+            return connection.take(len(connection.buffer))
+        data = connection.take(self._left)
+        self._left -= len(data)
+        self._whole = self._left == 0
+        return data
+
+    async def aclose(self) -> None:
+        connection, self._connection = self._connection, None
+        if connection is None:
+            return
+        transport = self._transport
+        try:
+            if not self._whole and self._head.chunked and not self._head.will_close:
+                await _drain(self, connection)
+        except Exception:  # the rest was malformed or cut: not reused
+            self._whole = False
+        except BaseException:  # cancelled
+            await transport._discard(connection)
+            raise
+        if self._whole and not self._head.will_close and not connection.buffer:
+            await transport._put_back(self._origin, connection)
+        else:  # not read whole (or the server closes it, or sent more): never reused
+            await transport._discard(connection)
+
+
+async def _next_chunk(body: _BodyReader, connection: _Connection, module: ModuleType) -> bytes:
+    """The next bytes of a chunked body (its chunk-size lines and trailers read past)."""
+    buffer = connection.buffer
+    if body._chunk_left > 0:
+        if not buffer and not await connection.fill(body._timeout, module):
+            raise module.RemoteProtocolError("peer closed connection within a chunk")
+        data = connection.take(body._chunk_left)
+        body._chunk_left -= len(data)
+        return data
+    # a chunk's end (after its data), then the next size line
+    line = await _line(connection, body._timeout, module)
+    if body._chunk_left == 0:
+        if line:
+            raise module.RemoteProtocolError("a chunk's data is longer than its size")
+        line = await _line(connection, body._timeout, module)
+    size_text = line.split(b";", 1)[0].strip()
+    if _CHUNK_SIZE.fullmatch(size_text) is None:
+        raise module.RemoteProtocolError(f"bad chunk size line {line[:40]!r}")
+    size = int(size_text, 16)
+    if size == 0:
+        while await _line(connection, body._timeout, module):  # trailers, up to a blank line
+            pass
+        body._whole = True
+        return b""
+    body._chunk_left = size
+    return b""
+
+
+async def _line(connection: _Connection, timeout: float | None, module: ModuleType) -> bytes:
+    buffer = connection.buffer
+    start = 0
+    while True:
+        end = buffer.find(b"\n", start)
+        if end >= 0:
+            line = bytes(buffer[:end]).rstrip(b"\r")
+            del buffer[: end + 1]
+            return line
+        if len(buffer) > MAX_LINE:
+            raise module.RemoteProtocolError("a chunk's size line is too long")
+        start = len(buffer)
+        if not await connection.fill(timeout, module):
+            raise module.RemoteProtocolError("peer closed connection within a chunked body")
+
+
+async def _drain(body: _BodyReader, connection: _Connection) -> None:
+    """Read the rest of a chunked body if it comes without waiting: a stream the caller
+    stops reading at its last event (``data: [DONE]``) has only its terminator left, mostly
+    read already, and its connection can then serve the next call. Hardly anything is
+    waited for: a body with more to come is not drained (its connection is closed)."""
+    reads = 0
+    with anyio.move_on_after(_DRAIN_WAIT):
+        while not body._whole and reads < _DRAIN_READS:
+            if not connection.buffer:
+                reads += 1
+            await body._next(connection)
