@@ -11,10 +11,11 @@ import contextlib
 import functools
 import hashlib
 import logging
+import math
 import re
 import threading
 import weakref
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Collection, Sequence
 from importlib import resources
 from typing import TYPE_CHECKING, Any, Literal, cast
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -23,6 +24,7 @@ from .._loops import PerLoop
 from ..errors import ConfigurationError
 from .connections import sent_once
 from .health import Outage, RedisHealth
+from .once import marked, wrapped
 from .steps import Command
 
 if TYPE_CHECKING:
@@ -149,6 +151,7 @@ class RedisStore(Store):
 
     kind: Literal["memory", "redis"] = "redis"
     cluster = False
+    resends = False  # whether the client may send a command again when its reply was lost
 
     def __init__(
         self,
@@ -260,6 +263,18 @@ class RedisStore(Store):
         client.auto_close_connection_pool = True  # (Redis.from_pool, from redis 5.0.1 on)
         return client
 
+    @property
+    def resend_seconds(self) -> int:
+        """How long the reply of a script that changes state is kept for a command sent
+        again (see :mod:`._state.once`): 0 (nothing kept) when the client sends each command
+        once; else ten attempts' worth (a connection, then an answer), at least 10 s, past
+        the longest a client takes to re-send (a pipeline's send, its commands' one by one,
+        a retry of each after a new slot map)."""
+        if not self.resends:
+            return 0
+        attempt = float(self._options["socket_connect_timeout"] + self._options["socket_timeout"])
+        return max(10, math.ceil(10 * attempt))
+
     def ping(self) -> bool:
         """True when Redis answers; False (never an exception) when it does not."""
         try:
@@ -304,6 +319,7 @@ class RedisClusterStore(RedisStore):
     """
 
     cluster = True
+    resends = True  # redis-py's cluster client and its pipeline re-send (see _state.once)
 
     def _check_url(self, url: str) -> None:
         if urlsplit(url).scheme not in _CLUSTER_SCHEMES:
@@ -432,10 +448,16 @@ def lua(module: str, name: str) -> str:
 
 class RedisScripts:
     """Lua scripts of one backend, registered on the store's sync client on first use, and
-    once per event loop's async client (creating no connection before a script runs)."""
+    once per event loop's async client (creating no connection before a script runs).
 
-    def __init__(self, store: RedisStore, *sources: str) -> None:
+    The scripts numbered in ``once`` change state: on a store whose client may send a
+    command again (:attr:`RedisStore.resends`), each of their commands runs once and a
+    re-send gets the first reply (:mod:`._state.once`); they are sent as commands only."""
+
+    def __init__(self, store: RedisStore, *sources: str, once: Collection[int] = ()) -> None:
         self._store = store
+        self._once = frozenset(once) if store.resend_seconds > 0 else frozenset()
+        sources = tuple(wrapped(s) if i in self._once else s for i, s in enumerate(sources))
         self._sources = sources
         self._shas = [hashlib.sha1(s.encode("utf-8")).hexdigest() for s in sources]
         self._sync: tuple[redis.Redis, list[Script]] | None = None
@@ -462,6 +484,8 @@ class RedisScripts:
     def command(self, index: int, keys: Sequence[str], args: Sequence[Any] = ()) -> Command:
         """Script number ``index`` with ``keys`` and ``args``, as a :class:`Command` for a
         :class:`Batch` (nothing is sent yet)."""
+        if index in self._once:
+            keys, args = marked(self._store, keys, args)
         return Command(
             self._store, self._sources[index], self._shas[index], tuple(keys), tuple(args)
         )

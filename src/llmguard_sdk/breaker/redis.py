@@ -53,7 +53,7 @@ class RedisBreakerBackend:
         self.policy = policy
         self.clock_offset = 0.0
         self._store = store
-        self._scripts = RedisScripts(store, _ACQUIRE, _RECORD, _RELEASE, _END_WAIT)
+        self._scripts = RedisScripts(store, _ACQUIRE, _RECORD, _RELEASE, _END_WAIT, once=(0, 1, 2))
         self._fallback = MemoryBreakerBackend(policy)
         self._outage = Outage("breakers", "using local breakers", store)
         # at most 2^31 s: EXPIRE refuses what overflows its clock (a script error reads as

@@ -106,7 +106,7 @@ class RedisBudgetBackend:
         # counter key: its room left at this process's last reservation on it
         self._seen: collections.OrderedDict[str, int] = collections.OrderedDict()
         self._live = 1  # processes alive at the last reservation (1: never reached Redis)
-        self._scripts = RedisScripts(store, _RESERVE, _SETTLE, _STATUS)
+        self._scripts = RedisScripts(store, _RESERVE, _SETTLE, _STATUS, once=(0, 1))
         self._fallback = MemoryBudgetBackend()
         self._local: collections.OrderedDict[str, None] = collections.OrderedDict()
         prefix = "".join(c if c.isalnum() or c in "_-" else "_" for c in store.key_prefix)

@@ -54,7 +54,7 @@ class RedisRateLimiter(LimiterBase):
         super().__init__(limits)
         self.clock_offset = 0.0
         self._store = store
-        self._scripts = RedisScripts(store, _RESERVE, _SETTLE, _LEARN)
+        self._scripts = RedisScripts(store, _RESERVE, _SETTLE, _LEARN, once=(0, 1))
         self._fallback = MemoryRateLimiter(
             {
                 key: tuple(share_of(limit, store.local_share) for limit in rules)

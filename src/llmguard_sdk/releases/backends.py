@@ -114,7 +114,7 @@ class RedisReleaseBackend:
 
     def __init__(self, store: RedisStore) -> None:
         self._store = store
-        self._scripts = RedisScripts(store, _EXCHANGE, _TRANSITION)
+        self._scripts = RedisScripts(store, _EXCHANGE, _TRANSITION, once=(0, 1))
 
     def _keys(self, key: str) -> list[str]:
         tag = hash_id(key)

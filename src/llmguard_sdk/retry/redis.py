@@ -32,7 +32,9 @@ class RedisRetryBudget:
     def __init__(self, store: RedisStore, policy: RetryBudgetPolicy | None = None) -> None:
         self.policy = policy or RetryBudgetPolicy()
         self._store = store
-        self._scripts = RedisScripts(store, _SCRIPT)
+        # a spend runs once per command on a store that re-sends (a retry taken twice);
+        # a deposit re-sent counts one request twice, a tenth of a retry: left unmarked
+        self._scripts = RedisScripts(store, _SCRIPT, _SCRIPT, once=(1,))
         self._fallback = MemoryRetryBudget(
             dataclasses.replace(
                 self.policy, min_per_second=self.policy.min_per_second * store.local_share
@@ -64,7 +66,7 @@ class RedisRetryBudget:
         """Take one retry from ``route``'s shared budget."""
         if self._outage.up():
             try:
-                return bool((yield self._scripts.command(0, self._key(route), self._args("spend"))))
+                return bool((yield self._scripts.command(1, self._key(route), self._args("spend"))))
             except redis_errors() as exc:
                 self._outage.failed(exc)
         return self._fallback.try_spend(route)

@@ -109,7 +109,7 @@ class RedisLeases:
 
     def __init__(self, store: RedisStore) -> None:
         self._store = store
-        self._scripts = RedisScripts(store, _TAKE, _GIVE_BACK)
+        self._scripts = RedisScripts(store, _TAKE, _GIVE_BACK, once=(0,))
         self._fallback = MemoryLeases()
         self._outage = Outage("router", "counting this process's calls in flight", store)
 
