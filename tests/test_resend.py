@@ -281,3 +281,47 @@ def test_what_a_marked_command_leaves_in_redis(redis_url: str, redis_prefix: str
     assert RedisStore(redis_url).resend_seconds == 0
     cluster = RedisClusterStore("redis+cluster://127.0.0.1:1", socket_timeout=2.0)
     assert cluster.resend_seconds == 40  # 10 x (2 s to connect + 2 s to answer)
+
+
+def test_the_cluster_client_resends_a_reserve_whose_answer_was_lost_and_it_holds_once(
+    redis_cluster_url: str, cluster_prefix: str
+) -> None:
+    """End to end on Redis Cluster: the node of the budget's slot is reached through a proxy
+    that holds the reserve's answer back; redis-py's (sync) cluster pipeline times out and
+    sends the reserve again on a new connection, which the proxy lets through: one hold, and
+    the call granted."""
+    import threading
+
+    from llmguard_sdk.store import RedisClusterStore
+
+    from .heldanswer import AnswerHeld
+
+    specs = [counter()]
+    direct_store = RedisClusterStore(redis_cluster_url, key_prefix=cluster_prefix)
+    direct = RedisBudgetBackend(direct_store, name="e2e")
+    node = direct_store.client.get_node_from_key(direct._keys(specs)[0])  # type: ignore[attr-defined]
+    held_at = (node.host, node.port)
+    proxy = AnswerHeld(f"redis://{node.host}:{node.port}", f"{cluster_prefix}:budget:".encode())
+    loop = asyncio.new_event_loop()
+    threading.Thread(target=loop.run_forever, daemon=True).start()
+    url = asyncio.run_coroutine_threadsafe(proxy.__aenter__(), loop).result(timeout=10)
+    port = int(url.rpartition(":")[2].partition("/")[0])
+
+    def remap(address: tuple[str, int]) -> tuple[str, int]:
+        return ("127.0.0.1", port) if address == held_at else address
+
+    class Proxied(RedisClusterStore):
+        def _cluster_options(self) -> dict[str, Any]:
+            return {**super()._cluster_options(), "address_remap": remap}
+
+    store = Proxied(redis_cluster_url, key_prefix=cluster_prefix, socket_timeout=0.5)
+    try:
+        result = RedisBudgetBackend(store, name="e2e").reserve("r1", specs, **HOLD)
+        assert proxy.holding.is_set()  # the first answer was held back
+    finally:
+        store.close()
+        asyncio.run_coroutine_threadsafe(proxy.__aexit__(None, None, None), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+    assert result.allowed
+    assert [reserved for _, reserved, _ in direct.status(specs)] == [nano(0.3)]
+    direct_store.close()
