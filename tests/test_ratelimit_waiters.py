@@ -106,3 +106,32 @@ def test_a_waiter_cut_short_gives_its_place_in_the_queue_back(
         return str((await limiter.areserve("r", max_wait=0.1)).reason)
 
     assert anyio.run(run) == "concurrency"  # it waited its 0.1 s (not shed for the queue)
+
+
+def test_a_long_call_settles_its_tokens_on_redis(redis_target: RedisTarget) -> None:
+    """A call still running when its reservation's moment has passed (Redis would let the
+    state lapse a second later) settles what it used beyond it, as in memory."""
+    store = redis_store(*redis_target("redis"))
+    try:
+        limiter = RedisRateLimiter(store, {"r": RateLimit(tpm=600)})  # 10 tokens a second
+        assert limiter.reserve("r", tokens=10).allowed  # a second of the allowance
+        time.sleep(2.2)  # the call runs on
+        limiter.settle("r", token_delta=500)  # it used 510: 51 s of the allowance
+        assert limiter.reserve("r", tokens=200).reason == "rate"
+    finally:
+        store.close()
+
+
+def test_a_tenants_cell_is_kept_while_its_call_may_settle() -> None:
+    now = [1000.0]
+    limiter = MemoryRateLimiter({"r": RateLimit(tpm=600, per_tenant=True)}, clock=lambda: now[0])
+    assert limiter.reserve("r", tenant="a", tokens=10).allowed
+    now[0] += 2.5  # the call runs on; other tenants' calls tidy idle cells away
+    for _ in range(3):
+        assert limiter.reserve("r", tenant="b", tokens=1).allowed
+    limiter.settle("r", tenant="a", token_delta=500)
+    assert limiter.reserve("r", tenant="a", tokens=200).reason == "rate"
+    now[0] += 3600  # long after: idle cells are forgotten again
+    for _ in range(3):
+        limiter.reserve("r", tenant="b", tokens=1)
+    assert len(limiter._cells) == 1

@@ -69,6 +69,9 @@ class MemoryRateLimiter(LimiterBase):
         self._cells: OrderedDict[CellKey, CellState] = (
             OrderedDict()
         )  # least recently reserved first
+        # per-tenant token cells: until when a granted call may still settle on each (a debit
+        # on a forgotten cell would be lost)
+        self._held: dict[CellKey, float] = {}
 
     def _keys(self, key: str, tenant: str | None) -> _Cells:
         return self._recent_keys((key, tenant))
@@ -96,8 +99,20 @@ class MemoryRateLimiter(LimiterBase):
         for (name, _), state in zip(cells, after, strict=True):
             kept[name] = state
             kept.move_to_end(name)
+        if grant.allowed:
+            self._hold(cells, now + grant.wait, kwargs.get("lease_seconds"))
         self._forget_idle(now, len(cells) + 1)
         return grant
+
+    def _hold(self, cells: _Cells, sent: float, lease_seconds: object) -> None:
+        """Keep the per-tenant token cells of a call sent at ``sent`` until it may settle."""
+        for name, limit in cells:
+            if name[2] is None or limit.limits()[1:] == (None, None, None):
+                continue
+            held = limit.lease_seconds
+            if isinstance(lease_seconds, (int, float)):
+                held = min(held, lease_seconds)
+            self._held[name] = max(self._held.get(name, sent), sent + held)
 
     def _forget_idle(self, now: float, looks: int) -> None:
         """Look at the ``looks`` cells reserved longest ago: forget each per-tenant one that
@@ -106,8 +121,9 @@ class MemoryRateLimiter(LimiterBase):
         kept = self._cells
         for _ in range(min(looks, len(kept))):
             name = next(iter(kept))
-            if name[2] is not None and kept[name].idle(now):
+            if name[2] is not None and kept[name].idle(now) and self._held.get(name, now) <= now:
                 del kept[name]
+                self._held.pop(name, None)
             else:
                 kept.move_to_end(name)
 

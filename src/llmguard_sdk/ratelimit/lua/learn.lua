@@ -27,7 +27,9 @@ for c = 1, #KEYS / 3 do
   end
   for q = 1, 4 do redis.call('HSET', state, fields[q], string.format('%.6f', tats[q])) end
   local last = math.max(tats[1], tats[2], tats[3], tats[4])
-  -- at most 2^31 s: EXPIRE refuses what overflows its clock (a script error reads as Redis down)
-  redis.call('EXPIRE', state, math.min(2147483647, math.max(1, math.ceil(last - now) + 1)))
+  -- at most 2^31 s: EXPIRE refuses what overflows its clock (a script error reads as Redis down);
+  -- never shorter than it was (calls in flight may still settle on it)
+  local seconds = math.min(2147483647, math.max(1, math.ceil(last - now) + 1))
+  if redis.call('TTL', state) < seconds then redis.call('EXPIRE', state, seconds) end
 end
 return 1

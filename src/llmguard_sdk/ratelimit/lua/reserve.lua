@@ -19,6 +19,10 @@ local function arg(c, i) return ARGV[7 + (c - 1) * width + i] end
 -- a key's TTL to outlive instant `last`: at most 2^31 s (EXPIRE refuses what overflows its
 -- clock, and a script error reads as Redis down)
 local function ttl(last) return math.min(2147483647, math.max(1, math.ceil(last - now) + 1)) end
+-- never shorten a key's life: other calls in flight may still settle on it
+local function keep(key, seconds)
+  if redis.call('TTL', key) < seconds then redis.call('EXPIRE', key, seconds) end
+end
 local function expire_zset(key)
   local top = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
   if top[2] then
@@ -113,7 +117,11 @@ for c = 1, cells do
   redis.call('HSET', state, 'r', fmt(tats[1]), 't', fmt(tats[2]), 'i', fmt(tats[3]),
     'o', fmt(tats[4]))
   local last = math.max(tats[1], tats[2], tats[3], tats[4])
-  redis.call('EXPIRE', state, ttl(last))
+  if tonumber(arg(c, 2)) or tonumber(arg(c, 3)) or tonumber(arg(c, 4)) then
+    -- tokens are settled when the call ends: a debit on a lapsed state would be lost
+    last = math.max(last, now + wait + tonumber(arg(c, 10)))
+  end
+  keep(state, ttl(last))
   local max_queue = tonumber(arg(c, 9))
   if max_queue or tonumber(arg(c, 8)) then  -- a call queued for a slot leaves the queue
     redis.call('ZREMRANGEBYSCORE', queue, '-inf', now)
