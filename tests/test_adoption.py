@@ -255,3 +255,23 @@ def test_protect_refuses_a_bad_timeout_when_it_decorates(timeout: Any) -> None:
     with pytest.raises(ConfigurationError, match="timeout"):
         guard.protect(lambda: None, timeout=timeout)
     guard.close()
+
+
+def test_protect_treats_an_object_with_an_async_call_as_async() -> None:
+    # wrapped as a sync function, its coroutine came back unawaited: no retry, no timeout,
+    # and an "ok" event before the call had even run
+    events: list[CallEvent] = []
+    guard = Guard(hooks=[events.append], environ={})
+
+    class Client:
+        calls = 0
+
+        async def __call__(self) -> str:
+            Client.calls += 1
+            if Client.calls < 2:
+                raise RateLimitedError("busy", retry_after=0.0)
+            return "ok"
+
+    assert anyio.run(guard.protect(Client())) == "ok"
+    assert Client.calls == 2
+    assert [e.attempts for e in events] == [2]

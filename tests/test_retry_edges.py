@@ -261,3 +261,21 @@ def test_iterations_of_one_retrying_keep_their_own_clock() -> None:
     with waits_off(), pytest.raises(ValueError, match="down"):  # (decisions count 0.5 s waits)
         call()
     assert tries == [1, 2]  # 0.4 s left: no room for a 0.5 s wait and an attempt
+
+
+def test_an_object_with_an_async_call_is_retried_as_async() -> None:
+    class Client:
+        def __init__(self) -> None:
+            self.calls = 0
+
+        async def __call__(self) -> str:
+            self.calls += 1
+            if self.calls < 3:
+                raise ProviderUnavailableError("down")
+            return "ok"
+
+    client = Client()
+    wrapped = retry(client, attempts=3)
+    with waits_off():
+        assert anyio.run(wrapped) == "ok"
+    assert client.calls == 3

@@ -28,7 +28,7 @@ import anyio
 from .classify import classify_exception, usage_from_result
 from .context import CallEvent, Hook, RetryDetails, current_scope, emit
 from .errors import ConfigurationError, ProviderTimeoutError, RetryMultiplicationWarning
-from .retry._api import Retrying
+from .retry._api import Retrying, is_async_callable
 from .retry.budget import RetryBudget
 from .retry.policy import RetryPolicy
 
@@ -116,7 +116,7 @@ def protect_function(
         _warn_if_client_retries(fn)
     protected = _Protected(hooks, route, scope_keywords, timeout, policy, budget)
 
-    if inspect.iscoroutinefunction(fn):
+    if is_async_callable(fn):
 
         @functools.wraps(fn)
         async def async_wrapper(*args: Any, **kwargs: Any) -> Any:

@@ -316,6 +316,18 @@ class Retrying:
             await anyio.sleep(self._go_on(attempt, granted))
 
 
+def is_async_callable(fn: object) -> bool:
+    """Whether calling ``fn`` returns a coroutine (whose failures come when it is awaited):
+    an async function, or an object whose ``__call__`` is one."""
+    if inspect.iscoroutinefunction(fn):
+        return True
+    return (
+        callable(fn)
+        and not inspect.isroutine(fn)
+        and inspect.iscoroutinefunction(type(fn).__call__)
+    )
+
+
 def retry_context(**options: Unpack[RetryOptions]) -> Retrying:
     """Retry a block: ``for attempt in retry_context(...): with attempt: ...``.
 
@@ -348,7 +360,7 @@ def retry(func: F | None = None, **given: Unpack[RetryOptions]) -> Any:
                 "iterated, after the call returned; retry the code that consumes it instead"
             )
 
-        if inspect.iscoroutinefunction(fn):
+        if is_async_callable(fn):
 
             @functools.wraps(fn)
             async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
