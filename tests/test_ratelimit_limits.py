@@ -368,6 +368,38 @@ def test_contract_a_nan_or_infinite_amount_is_a_typed_error(
         assert limiter.reserve("r", tokens=600).allowed is (_ == 0)
 
 
+@pytest.mark.parametrize(
+    ("operation", "args"),
+    [
+        ("reserve", {"tokens": "100"}),  # the memory limiter failed with a TypeError, Redis took it
+        ("reserve", {"tokens": None}),
+        ("reserve", {"input_tokens": "x"}),
+        ("reserve", {"tokens": -5000}),  # a refund dressed as a reservation: room for free
+        ("reserve", {"requests": -1}),
+        ("reserve", {"max_wait": -1}),
+        ("reserve", {"lease_seconds": 0}),  # a lease lapsed at once: no concurrency cap at all
+        ("reserve", {"priority": "urgent"}),
+        ("reserve", {"tenant": 123}),
+        ("settle", {"token_delta": None}),
+        ("settle", {"request_delta": "x"}),
+        ("settle", {"lease": 5}),
+        ("learn", {"remaining_tokens": -1}),
+        ("learn", {"pause": "soon"}),
+    ],
+)
+def test_contract_a_bad_argument_is_a_typed_error(
+    backend: Backend, operation: str, args: dict[str, Any]
+) -> None:
+    limiter = backend.make(
+        {"r": [RateLimit(tpm=1000, concurrency=1), RateLimit(rpm=5, per_tenant=True)]}
+    )
+    with pytest.raises(ConfigurationError, match=next(iter(args))):
+        getattr(limiter, operation)("r", **args)
+    held = limiter.reserve("r", tokens=600)  # the state is untouched: the cap still holds
+    assert held.allowed
+    assert not limiter.reserve("r", tokens=1).allowed
+
+
 def test_redis_state_far_in_the_future_still_expires(redis_url: str, redis_prefix: str) -> None:
     """A provider's absurd pause (a finite Retry-After of 1e16 s), a huge settle or lease: the
     script still sets a TTL, and Redis is not taken for down by every stage."""

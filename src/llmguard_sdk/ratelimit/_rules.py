@@ -51,15 +51,45 @@ _MAY_BE_INFINITE = frozenset(  # a reservation's: a call that never fits, or no 
 )
 
 
+# what may be None (unknown, or the limits' own), what may not be below zero, the names
+_MAY_BE_NONE = frozenset(
+    {"input_tokens", "output_tokens", "max_wait", "lease_seconds", "input_delta", "output_delta"}
+    | {f"remaining_{kind}" for kind in ("requests", "tokens", "input_tokens", "output_tokens")}
+    | {"pause"}
+)
+_AT_LEAST_ZERO = (_MAY_BE_NONE - {"input_delta", "output_delta", "lease_seconds"}) | {
+    "requests",
+    "tokens",
+}
+_NAMES = frozenset({"tenant", "lease"})
+
+
 def check_numbers(given: Mapping[str, object], what: str) -> None:
-    """Raise :class:`ConfigurationError` for a NaN among ``given``'s numbers, or an infinite
-    delta, remaining count or pause: either would be written into the limits' state and
-    corrupt it (a NaN turns a shared limit off)."""
+    """Raise :class:`ConfigurationError` for an argument of the wrong kind (a number that is
+    none, a tenant or lease that is no string, an unknown priority), a NaN, a negative
+    amount asked or reported, a lease of no time, or an infinite delta, remaining count or
+    pause: any would fail deep inside with an untyped error, or be written into the limits'
+    state and corrupt it (a NaN turns a shared limit off, a negative reservation hands out
+    room, a lease that lapses at once lifts the concurrency cap)."""
     for name, value in given.items():
-        if not isinstance(value, float) or math.isfinite(value):
+        if name in _NAMES:
+            if not (value is None or isinstance(value, str)):
+                raise ConfigurationError(f"{what} got {name}={value!r}: a string is needed")
             continue
-        if math.isnan(value) or name not in _MAY_BE_INFINITE:
+        if name == "priority":
+            if value not in ("interactive", "batch"):
+                raise ConfigurationError(f"{what} got priority={value!r}: interactive or batch")
+            continue
+        if value is None and name in _MAY_BE_NONE:
+            continue
+        if not isinstance(value, (int, float)):
+            raise ConfigurationError(f"{what} got {name}={value!r}: a number is needed")
+        if math.isnan(value) or (math.isinf(value) and name not in _MAY_BE_INFINITE):
             raise ConfigurationError(f"{what} got {name}={value!r}: a finite number is needed")
+        if value < 0 and name in _AT_LEAST_ZERO:
+            raise ConfigurationError(f"{what} got {name}={value!r}: a number >= 0 is needed")
+        if value <= 0 and name == "lease_seconds":
+            raise ConfigurationError(f"{what} got {name}={value!r}: a positive number is needed")
 
 
 _CALL_IDS = UniqueIds(random_digits=8)
