@@ -9,6 +9,8 @@ own:
 * ``httpx_sized``: ``httpx.AsyncClient`` with ``max_connections`` and
   ``max_keepalive_connections`` both set to the concurrency;
 * ``httpx2_default`` / ``httpx2_sized``: the same with ``httpx2`` (what openai 3.x uses);
+* ``ours_sized``: ``httpx2.AsyncClient`` over the provider's own transport (anyio streams, a
+  stack of idle connections per origin: what a Guard's async calls use), sized likewise;
 * ``aiohttp``: an ``aiohttp.ClientSession`` whose connector's ``limit`` is the concurrency
   (skipped, and named in ``skipped``, when aiohttp is not installed).
 
@@ -49,7 +51,15 @@ from _benchkit import (
     stop_group,
 )
 
-CLIENTS = ("httpx_default", "httpx_sized", "httpx2_default", "httpx2_sized", "aiohttp")
+CLIENTS = (
+    "httpx_default",
+    "httpx_sized",
+    "httpx2_default",
+    "httpx2_sized",
+    "ours_sized",
+    "aiohttp",
+)
+MODULES = {"httpx": "httpx", "httpx2": "httpx2", "ours": "llmguard_sdk", "aiohttp": "aiohttp"}
 LEVELS = (50, 500)
 BODY = {
     "model": "fake-model",
@@ -61,12 +71,22 @@ BODY = {
 # ----------------------------------------------------------------------- the clients
 
 
-def _httpx_like(module: Any, base_url: str, concurrency: int | None) -> tuple[Any, Any]:
-    limits = {}
+def _installed(name: str) -> bool:
+    return importlib.util.find_spec(MODULES[name.split("_")[0]]) is not None
+
+
+def _httpx_like(
+    module: Any, base_url: str, concurrency: int | None, ours: bool = False
+) -> tuple[Any, Any]:
+    options: dict[str, Any] = {}
     if concurrency is not None:
         size = module.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-        limits = {"limits": size}
-    http = module.AsyncClient(base_url=base_url, timeout=60, **limits)
+        options = {"limits": size}
+        if ours:
+            from llmguard_sdk.providers._ahttp11 import AnyioTransport
+
+            options["transport"] = AnyioTransport(module, size)
+    http = module.AsyncClient(base_url=base_url, timeout=60, **options)
 
     async def call() -> object:
         response = await http.post("/chat/completions", json=BODY)
@@ -97,6 +117,10 @@ def _client(name: str, base_url: str, concurrency: int) -> tuple[Any, Any]:
     """The client's call and its async close."""
     if name == "aiohttp":
         return _aiohttp(base_url, concurrency)
+    if name == "ours_sized":
+        import httpx2
+
+        return _httpx_like(httpx2, base_url, concurrency, ours=True)
     module = __import__(name.split("_")[0])
     return _httpx_like(module, base_url, concurrency if name.endswith("_sized") else None)
 
@@ -209,7 +233,7 @@ def _ask(process: Any, server_pid: int, calls: int) -> dict[str, float]:
 
 def level(server: Any, base_url: str, concurrency: int, calls: int, rounds: int) -> dict[str, Any]:
     """Every client at one concurrency level, rounds taken in turns."""
-    names = [n for n in CLIENTS if importlib.util.find_spec(n.split("_")[0]) is not None]
+    names = [n for n in CLIENTS if _installed(n)]
     workers: dict[str, Any] = {}
     first: dict[str, dict[str, float]] = {}
     per_round: dict[str, list[dict[str, float]]] = {name: [] for name in names}
@@ -249,7 +273,7 @@ def main() -> None:
         levels = {str(c): level(server, base_url, c, args.calls, args.rounds) for c in LEVELS}
     finally:
         stop_group(server)
-    skipped = [n for n in CLIENTS if importlib.util.find_spec(n.split("_")[0]) is None]
+    skipped = [n for n in CLIENTS if not _installed(n)]
     result = {
         "calls_per_round": args.calls,
         "cores": os.cpu_count(),

@@ -220,6 +220,7 @@ def test_http_clients_reports_each_installed_client_at_50_and_500_concurrent_cal
             "httpx_sized",
             "httpx2_default",
             "httpx2_sized",
+            "ours_sized",
             "aiohttp",
         }
         for client in found.values():
