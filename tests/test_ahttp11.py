@@ -426,3 +426,29 @@ async def test_the_httpx_library_gets_its_own_responses_and_errors() -> None:
     with pytest.raises(httpx.UnsupportedProtocol):
         await transport.handle_async_request(request)
     assert transport._open == 0
+
+
+def test_under_trio_calls_streams_and_waiters_share_the_pool() -> None:
+    """anyio streams, events and cancel scopes: the same transport under trio's event loop."""
+    with FakeProvider() as fake:
+
+        async def run() -> tuple[list[str | None], str]:
+            provider = OpenAICompatibleProvider(fake.base_url, model="m", max_connections=2)
+            answers: list[str | None] = []
+
+            async def call() -> None:
+                answers.append(await ask(provider))
+
+            async with anyio.create_task_group() as tasks:
+                for _ in range(8):  # four times more calls than connections
+                    tasks.start_soon(call)
+            stream = provider.astream(REQUEST, model="m", deadline=time.monotonic() + 10)
+            streamed = "".join([chunk.text async for chunk in stream])
+            assert isinstance(provider._async_pool().transport, AnyioTransport)
+            await provider.aclose()
+            return answers, streamed
+
+        answers, streamed = anyio.run(run, backend="trio")
+        assert answers == ["Echo: hi"] * 8
+        assert streamed == "Echo: hi"
+        assert fake.stats.connections == 2  # the stream took an idle one
