@@ -13,6 +13,7 @@ import anyio
 import pytest
 
 from llmguard_sdk.ratelimit import LimitsConfig, MemoryRateLimiter, RateLimit, RedisRateLimiter
+from llmguard_sdk.store import hash_id
 from tests.conftest import RedisTarget, redis_store
 
 
@@ -34,12 +35,21 @@ def make(
         store.close()
 
 
+def in_queue(limiter: Any) -> int:
+    """Calls in the queue of route ``r``'s first limit (lapsed or not)."""
+    if isinstance(limiter, MemoryRateLimiter):
+        return len(limiter._cells[("r", 0, None)].queue)
+    store = limiter._store
+    return int(store.client.zcard(store.key("rl", hash_id("r"), "0") + ":q"))
+
+
 def test_a_waiter_that_gave_up_leaves_the_queue(make: Callable[[LimitsConfig], Any]) -> None:
     limiter = make({"r": RateLimit(concurrency=1, max_wait=0.3, max_queue=1)})
     held = limiter.reserve("r")
     assert held.allowed
     gave_up = limiter.reserve("r")  # waits for the slot, then gives up
     assert (gave_up.allowed, gave_up.reason) == (False, "concurrency")
+    assert in_queue(limiter) == 0  # its place did not wait to lapse (a moment later)
     # the queue's one place is free again: the next call waits there too (not shed at once)
     assert limiter.reserve("r").reason == "concurrency"
     limiter.settle("r", lease=held.lease)
@@ -53,6 +63,7 @@ def test_async_a_waiter_that_gave_up_leaves_the_queue(make: Callable[[LimitsConf
         held = await limiter.areserve("r")
         assert held.allowed
         gave_up = await limiter.areserve("r")
+        assert in_queue(limiter) == 0
         return gave_up.reason, (await limiter.areserve("r")).reason
 
     assert anyio.run(run) == ("concurrency", "concurrency")

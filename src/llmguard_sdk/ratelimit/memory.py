@@ -173,9 +173,9 @@ class MemoryRateLimiter(LimiterBase):
             return Grant(True)
         with self._lock:
             grant = self._try(cells, call_id, kwargs)
-        if not grant.queued:
-            return grant
-        return _final(grant) if until <= time.monotonic() else None
+            if not grant.queued:
+                return grant
+            return self._gave_up(cells, call_id, grant) if until <= time.monotonic() else None
 
     def _wait(self, cells: _Cells, call_id: str, kwargs: _Kwargs, until: float) -> Grant:
         """Try again each time a slot is given back (at least once a second) until ``until``."""
@@ -183,8 +183,10 @@ class MemoryRateLimiter(LimiterBase):
             while True:
                 grant = self._try(cells, call_id, _what_is_left(kwargs, until))
                 left = until - time.monotonic()
-                if not grant.queued or left <= 0:
-                    return _final(grant)
+                if not grant.queued and grant.allowed:
+                    return grant
+                if left <= 0 or not grant.queued:
+                    return self._gave_up(cells, call_id, grant)
                 self._freed.wait(min(left, 1.0))
 
     async def _await(self, cells: _Cells, call_id: str, kwargs: _Kwargs, until: float) -> Grant:
@@ -192,10 +194,22 @@ class MemoryRateLimiter(LimiterBase):
         while True:
             with self._lock:
                 grant = self._try(cells, call_id, _what_is_left(kwargs, until))
-            left = until - time.monotonic()
-            if not grant.queued or left <= 0:
-                return _final(grant)
+                left = until - time.monotonic()
+                if not grant.queued and grant.allowed:
+                    return grant
+                if left <= 0 or not grant.queued:
+                    return self._gave_up(cells, call_id, grant)
             await anyio.sleep(min(left, grant.retry_after))
+
+    def _gave_up(self, cells: _Cells, call_id: str, grant: Grant) -> Grant:
+        """A call that queued for a slot ends without one: it leaves the queue now (its
+        place would lapse only a moment later, and shed a call meanwhile). Under the lock."""
+        now = self._clock()
+        for name, _ in cells:
+            state = self._cells.get(name)
+            if state is not None and call_id in state.queue:
+                self._cells[name] = release(state, now, call_id)
+        return _final(grant)
 
     def learn(self, key: str, **taught: Unpack[LearnArgs]) -> None:
         """Bring ``key``'s route-wide state down to what the provider reported (per-tenant

@@ -123,6 +123,7 @@ class RedisRateLimiter(LimiterBase):
         call_id = ask.get("lease") or new_call_id()
         keys, args = self._reserve_call(cells, call_id, ask)
         until = time.monotonic() + wait_bound([limit for _, limit in cells], ask.get("max_wait"))
+        queued = False
         while self._outage.up():
             try:
                 grant = _grant((yield self._scripts.command(0, keys, args)))
@@ -130,8 +131,12 @@ class RedisRateLimiter(LimiterBase):
                 self._outage.failed(exc)
                 break
             left = until - time.monotonic()
-            if not grant.queued or left <= 0:
+            if not grant.queued and (grant.allowed or not queued):
+                return grant
+            if left <= 0 or not grant.queued:  # it leaves the queue now, not a moment later
+                yield from self.settle_steps(key, tenant=ask.get("tenant"), lease=call_id)
                 return _final(grant)
+            queued = True
             yield Pause(min(left, _poll(grant)))
             # asking again, it may wait only what is left (its place in the queue lapses then)
             keys, args = self._reserve_call(cells, call_id, _what_is_left(ask, until))
