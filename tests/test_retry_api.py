@@ -10,7 +10,7 @@ import anyio
 import openai
 import pytest
 
-from llmguard_sdk import ConfigurationError, ProviderUnavailableError, RateLimitedError
+from llmguard_sdk import ConfigurationError, Guard, ProviderUnavailableError, RateLimitedError
 from llmguard_sdk.context import RetryDetails
 from llmguard_sdk.retry import (
     MemoryRetryBudget,
@@ -272,3 +272,36 @@ def test_a_decode_error_of_the_callers_own_code_is_no_malformed_answer(
     with pytest.raises(json.JSONDecodeError):
         parse_my_settings()
     assert calls == 1  # raised at once, not retried as a malformed answer
+
+
+@pytest.mark.parametrize(
+    ("option", "bad"),
+    [
+        ("policy", {"attempts": 3}),
+        ("policy", RetryBudgetPolicy()),
+        ("budget", RetryBudgetPolicy()),  # the policy, not a budget built from it
+        ("budget", "redis"),
+    ],
+)
+def test_a_policy_or_budget_of_the_wrong_kind_is_a_configuration_error(
+    option: str, bad: Any
+) -> None:
+    # found out at the first failure, after the call went out: an AttributeError ('dict'
+    # object has no attribute 'timeout') raised in place of the function's own error
+    with pytest.raises(ConfigurationError, match=option):
+        retry(**{option: bad})(lambda: None)
+    with pytest.raises(ConfigurationError, match=option):
+        retry_context(**{option: bad})
+
+
+@pytest.mark.parametrize(
+    ("option", "bad"),
+    [("retry", {"attempts": 3}), ("retry", RetryBudgetPolicy()), ("retry_budget", RetryPolicy())],
+)
+def test_a_guard_retry_policy_of_the_wrong_kind_is_a_configuration_error(
+    option: str, bad: Any
+) -> None:
+    with pytest.raises(ConfigurationError, match=option):
+        Guard(**{option: bad}, environ={})
+    with pytest.raises(ConfigurationError, match="RetryBudgetPolicy"):
+        MemoryRetryBudget(RetryPolicy())  # type: ignore[arg-type]

@@ -5,7 +5,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -236,8 +235,7 @@ class Guard(Closes, AsyncCloses):
             max_input_tokens=max_input_tokens,
             key_prefix=key_prefix,
         )
-        if retry is not None and self.settings.retry_attempts is not None:
-            retry = dataclasses.replace(retry, attempts=self.settings.retry_attempts)
+        retry = wiring.retry_policy(retry, retry_budget, self.settings.retry_attempts)
         routes = wiring.routes(providers := wiring.chain(release, providers), self.settings)
         for fn, what in (
             [(f, "input filter") for f in input_filters]

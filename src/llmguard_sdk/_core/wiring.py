@@ -23,7 +23,13 @@ from ..providers.openai_compat import OpenAICompatibleProvider
 from ..ratelimit import LimitsConfig, MemoryRateLimiter, RateLimiter, RedisRateLimiter
 from ..releases import Release, ReleaseControl, ReleasePlan
 from ..releases.control import entries as release_entries
-from ..retry import MemoryRetryBudget, RedisRetryBudget, RetryBudget, RetryBudgetPolicy
+from ..retry import (
+    MemoryRetryBudget,
+    RedisRetryBudget,
+    RetryBudget,
+    RetryBudgetPolicy,
+    RetryPolicy,
+)
 from ..router import DeploymentGroup, TaskRouter
 from ..store import RedisStore, Store
 from ..telemetry import Telemetry
@@ -38,6 +44,7 @@ __all__ = [
     "limiter",
     "releases",
     "retry_budget",
+    "retry_policy",
     "routes",
     "spend",
     "tasks",
@@ -129,6 +136,25 @@ def breakers(
     else:
         backend = MemoryBreakerBackend(policy)
     return Breakers(backend, hooks)
+
+
+def retry_policy(
+    retry: RetryPolicy | None, budget: RetryBudgetPolicy | None, attempts: int | None
+) -> RetryPolicy | None:
+    """The Guard's ``retry`` with the settings' ``attempts`` (when set); a
+    :class:`ConfigurationError` for a ``retry`` or ``retry_budget`` of the wrong kind (found
+    out otherwise at a call's first failure, after it went out)."""
+    for name, value, kind in (
+        ("retry", retry, RetryPolicy),
+        ("retry_budget", budget, RetryBudgetPolicy),
+    ):
+        if value is not None and not isinstance(value, kind):
+            raise ConfigurationError(
+                f"Guard {name}= must be a {kind.__name__} or None, got {value!r}"
+            )
+    if retry is None or attempts is None:
+        return retry
+    return dataclasses.replace(retry, attempts=attempts)
 
 
 def retry_budget(policy: RetryBudgetPolicy | None, store: Store) -> RetryBudget | None:

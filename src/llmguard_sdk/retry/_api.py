@@ -169,6 +169,9 @@ class _Loop:
     previous_wait: float = 0.0
 
 
+_BUDGET_METHODS = ("record_request", "try_spend", "arecord_request", "atry_spend")
+
+
 class Attempt:
     """One attempt of a :class:`Retrying` loop; use it as a context manager."""
 
@@ -211,6 +214,8 @@ class Retrying:
     ) -> None:
         check_keywords(options, RetryOptions, "retry")
         policy = options.get("policy") or RetryPolicy()
+        if not isinstance(policy, RetryPolicy):
+            raise ConfigurationError(f"retry policy= must be a RetryPolicy, got {policy!r}")
         overrides: dict[str, Any] = {}
         for shortcut in ("attempts", "timeout"):
             if options.get(shortcut) is not None:
@@ -231,6 +236,13 @@ class Retrying:
             raise ConfigurationError(f"retry hooks= must all be callables, got {self.hooks!r}")
         self.name = options.get("name", "")
         self.budget = options.get("budget")
+        if self.budget is not None and not all(
+            callable(getattr(self.budget, name, None)) for name in _BUDGET_METHODS
+        ):
+            raise ConfigurationError(
+                "retry budget= must be a RetryBudget (MemoryRetryBudget or RedisRetryBudget "
+                f"built from a RetryBudgetPolicy), got {self.budget!r}"
+            )
         self.budget_key = budget_key or self.name
         self.rng = rng
 

@@ -29,6 +29,7 @@ __all__ = [
     "MemoryRetryBudget",
     "RetryBudget",
     "RetryBudgetPolicy",
+    "budget_policy",
     "deposit",
     "spend",
 ]
@@ -56,6 +57,16 @@ class RetryBudgetPolicy:
             raise ConfigurationError("ratio and min_per_second must be finite and >= 0")
         if not 0 < self.window < math.inf:
             raise ConfigurationError("window must be a positive number of seconds")
+
+
+def budget_policy(policy: RetryBudgetPolicy | None) -> RetryBudgetPolicy:
+    """``policy`` (the default one for ``None``); a :class:`ConfigurationError` for anything
+    else, at once rather than at the first retry."""
+    if policy is None:
+        return RetryBudgetPolicy()
+    if not isinstance(policy, RetryBudgetPolicy):
+        raise ConfigurationError(f"a retry budget needs a RetryBudgetPolicy, got {policy!r}")
+    return policy
 
 
 # Decay shaves a hair off exact counts between calls made moments apart; this relative
@@ -132,7 +143,7 @@ class MemoryRetryBudget:
         *,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.policy = policy or RetryBudgetPolicy()
+        self.policy = budget_policy(policy)
         self._clock = clock
         self._lock = threading.Lock()
         self._states: dict[str, BudgetState] = {}

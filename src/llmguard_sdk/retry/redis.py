@@ -15,7 +15,7 @@ import dataclasses
 
 from .._state.steps import Step, entry_points
 from .._state.stores import Outage, RedisScripts, RedisStore, hash_id, lua, redis_errors
-from .budget import MemoryRetryBudget, RetryBudgetPolicy
+from .budget import MemoryRetryBudget, RetryBudgetPolicy, budget_policy
 
 __all__ = ["RedisRetryBudget"]
 
@@ -30,7 +30,7 @@ class RedisRetryBudget:
     """
 
     def __init__(self, store: RedisStore, policy: RetryBudgetPolicy | None = None) -> None:
-        self.policy = policy or RetryBudgetPolicy()
+        self.policy = budget_policy(policy)
         self._store = store
         # a spend runs once per command on a store that re-sends (a retry taken twice);
         # a deposit re-sent counts one request twice, a tenth of a retry: left unmarked
