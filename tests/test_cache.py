@@ -237,6 +237,21 @@ def test_what_is_never_cached(make_cache: Any) -> None:
     assert make_cache(cache_sampled=True).store(ask(FAQ, temperature=0.7), answer("x"))
 
 
+def test_refusals_blank_answers_and_json_that_is_not_json_are_not_stored(
+    make_cache: Any,
+) -> None:
+    cache = make_cache()
+    refused = answer("", metadata={"refusal": "I can't help with that."})
+    assert not cache.store(ask("How do I pick a lock?"), refused)
+    assert not cache.store(ask(FAQ), answer("  \n"))
+    wants_json = ask("List three colours as JSON", response_format={"type": "json_object"})
+    assert not cache.store(wants_json, answer("Red, green and blue."))
+    assert cache.lookup(ask("How do I pick a lock?")) is None
+    assert cache.lookup(wants_json) is None
+    assert cache.stats.stores == 0
+    assert cache.store(wants_json, answer('{"colours": ["red", "green", "blue"]}'))
+
+
 def test_per_user_partitions_when_opted_in(make_cache: Any) -> None:
     cache = make_cache(per_user=True)
     cache.store(ask(FAQ), answer("for u1"), Scope(tenant="t", user="u1"))

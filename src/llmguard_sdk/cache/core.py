@@ -23,6 +23,7 @@ from ..errors import ConfigurationError
 from ..models import ChatRequest, ChatResponse
 from ._local import _LocalIndexes
 from ._recent import RecentEmbeddings
+from ._storable import storable
 from .backends import CacheBackend, Change, MemoryCacheBackend, RedisCacheBackend
 from .calibrate import (
     BUNDLED_PAIRS,
@@ -47,7 +48,6 @@ logger = logging.getLogger("llmguard_sdk")
 _NEAR_MISS_BAND = 0.1
 _CANDIDATES = 4  # nearest entries read per semantic search
 _RECENT_VECTORS = 256
-_SERVABLE_FINISH = frozenset({"stop", "end_turn", "stop_sequence"})
 # hash_id of the tenants, users and (partition, context) pairs that come again
 _id_hash = lru_cache(maxsize=4096)(hash_id)
 
@@ -69,7 +69,8 @@ class ResponseCache:
     too with ``per_user=True``. Calls for an end user (``scope.user``) are personalised and not
     cached unless ``per_user=True``; calls with ``temperature > 0`` are not cached unless
     ``cache_sampled=True`` (a request that leaves temperature unset is cached). Errors, tool
-    calls, truncated and degraded answers are never stored.
+    calls, truncated, degraded, refused and blank answers, and JSON asked for and not given,
+    are never stored.
 
     Entries are fresh for ``ttl`` seconds, then kept ``stale_ttl`` more seconds for
     stale-if-error reads (:meth:`lookup_stale`, used by the Guard when every route failed).
@@ -484,9 +485,7 @@ class ResponseCache:
     ) -> CacheEntry | None:
         """The entry :meth:`store` would write for this call (``None``: not cacheable); the
         embedding is computed here (CPU work), the write is :meth:`put_steps`."""
-        if response.tool_calls or response.finish_reason not in _SERVABLE_FINISH:
-            return None
-        if response.metadata.get("degraded") or response.metadata.get("cache"):
+        if not storable(request, response):
             return None
         keys = self.call_keys(request, scope, **options)
         if keys is None:
@@ -535,7 +534,8 @@ class ResponseCache:
         """Cache ``response`` for this call; returns whether it was stored.
 
         Answers with tool calls, truncated (``finish_reason`` other than a natural stop),
-        degraded or already-cached answers are not stored.
+        degraded or already-cached answers, refusals, blank answers and answers that are not
+        the JSON the request asked for are not stored.
         """
         entry = self.entry_for(request, response, scope, **options)
         return entry is not None and run(self.put_steps(entry))
