@@ -311,6 +311,39 @@ def test_lost_probes_do_not_hold_the_breaker_half_open_forever(driven: Driven) -
     assert b.record("r", "ok") == "half_open"
 
 
+def test_a_call_let_through_before_the_trip_is_no_probe(driven: Driven) -> None:
+    b = driven.backend
+    earlier = b.acquire("r")  # closed: this call's outcome comes back half-open
+    assert not earlier.probe
+    for _ in range(4):
+        b.record("r", "fail")
+    driven.advance(10.5)
+    probes = [b.acquire("r") for _ in range(2)]
+    assert [(p.allowed, p.probe) for p in probes] == [(True, True), (True, True)]
+    b.release("r", probe=earlier.probe)  # cancelled: it frees no probe permit
+    assert not b.acquire("r").allowed  # still exactly half_open_permits probes
+    assert b.record("r", "ok", probe=earlier.probe) == "half_open"  # not a probe's success
+    assert b.record("r", "fail", probe=False) == "half_open"  # nor a probe's failure
+    assert b.record("r", "ok", probe=True) == "half_open"
+    assert b.record("r", "ok", probe=True) == "closed"  # the two probes closed it
+
+
+def test_breakers_pass_on_whether_a_permit_was_a_probe() -> None:
+    now = [0.0]
+    breakers = Breakers(MemoryBreakerBackend(POLICY, clock=lambda: now[0]))
+    earlier = breakers.permit("r")
+    for _ in range(4):
+        breakers.record("r", ProviderUnavailableError("down"), seconds=0.1)
+    now[0] = 11
+    assert breakers.permit("r").probe
+    assert breakers.permit("r").probe
+    breakers.record("r", BadRequestError("no", status_code=400), seconds=0.1, probe=False)
+    breakers.release("r", probe=earlier.probe)
+    assert not breakers.permit("r").allowed
+    breakers.record("r", None, seconds=0.1, probe=earlier.probe)
+    assert breakers.state("r") == "half_open"
+
+
 def test_a_breaker_tripped_in_another_os_process_is_open_here(
     redis_url: str, redis_prefix: str
 ) -> None:

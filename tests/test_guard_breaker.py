@@ -334,3 +334,29 @@ def test_calls_an_open_breaker_refuses_are_no_requests_of_the_retry_budget(
     retry_budget: Any = guard._stages.retry_budget
     assert retry_budget.state("primary").requests == pytest.approx(4, rel=0.05)  # (decaying)
     assert retry_budget.state("backup").requests == pytest.approx(14, rel=0.05)
+
+
+def test_a_call_let_through_before_the_trip_gives_back_no_probe_permit(
+    fake: FakeProvider, make_guard: MakeGuard
+) -> None:
+    clock = Clock()
+    breakers = driven(clock)
+    guard = make_guard(fake, retry=None, breaker=breakers)
+    fake.script(Fault(hang=True))
+
+    async def main() -> None:
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(guard.achat, USER)  # permitted while the breaker is closed
+            while fake.stats.requests < 1:  # noqa: ASYNC110
+                await anyio.sleep(0.01)
+            for _ in range(4):  # other calls trip it meanwhile; it half-opens
+                breakers.record("primary", ProviderError("down", status_code=503), seconds=0.1)
+            clock.now = 11
+            assert breakers.permit("primary").probe
+            assert breakers.permit("primary").probe
+            tasks.cancel_scope.cancel()  # the early call is cancelled
+
+    anyio.run(main)
+    assert not breakers.permit("primary").allowed  # still exactly two probes out
+    breakers.record("primary", None, seconds=0.1, probe=True)
+    assert breakers.state("primary") == "half_open"  # one probe's success is not two

@@ -156,7 +156,7 @@ class Ahead:
         undo: list[Step[Any]] = []
         permit = None if self.permit_taken else self.permit
         if permit is not None and permit.allowed and stages.breakers is not None:
-            undo.append(stages.breakers.release_steps(self.route))
+            undo.append(stages.breakers.release_steps(self.route, permit.probe))
         if not self.grant_taken and self.reservation is not None and stages.limiter is not None:
             args = settle_args(self.reservation)
             if args is not None:

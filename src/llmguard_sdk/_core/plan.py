@@ -132,6 +132,7 @@ def admit(run: Run, route: Provider) -> Generator[Any, Any, tuple[bool, Reservat
         if not permit.allowed:
             routes.route_refused(ctx, stages, route, permit)
             return False, None
+        run.permitted(route, permit)
     reservation = limits.token_reservation(ctx, stages, route)
     if reservation is None:
         return True, None

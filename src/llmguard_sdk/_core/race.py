@@ -164,6 +164,7 @@ def _admit_now(run: Run, route: Provider) -> Generator[Any, Any, tuple[bool, Res
         if not permit.allowed:
             routes.route_refused(ctx, stages, route, permit)
             return False, None
+        run.permitted(route, permit)
     reservation = limits.token_reservation(ctx, stages, route)
     if reservation is not None:
         grant = yield from run.reserve(route, reservation, wait=False)

@@ -41,6 +41,7 @@ class Run:
     ahead: Ahead | None = None  # what the opening batch took for the first route
     request: ChatRequest = field(init=False)  # a continuation replaces it
     tried: set[str] = field(default_factory=set)  # routes a hedge race used up
+    probes: dict[str, bool] = field(default_factory=dict)  # route: its permit is a probe
     response: ChatResponse | None = None  # what the plan returned
     # streams only: what the last attempt delivered, and an interruption carried on
     delivered: bool = False
@@ -70,6 +71,11 @@ class Run:
         """``route``'s rate-limit grant if the opening batch took it (once)."""
         ahead = self._ahead_for(route)
         return None if ahead is None else ahead.take_grant(reservation)
+
+    def permitted(self, route: Provider, permit: Permit) -> None:
+        """``route``'s attempt holds ``permit``: its outcome or give-back says whether it
+        was a half-open probe (one let through before the breaker opened is none)."""
+        self.probes[route.name] = permit.probe
 
     def give_back_ahead(self) -> None:
         """Queue the give-back of what was taken ahead and not used."""
@@ -103,7 +109,11 @@ class Run:
         ``sample``: (whole time, time to the first token of a stream, output tokens) of an
         answer; ``headers``: its headers."""
         if self.stages.breakers is not None:
-            self.tail.add(self.stages.breakers.record_steps(route.name, error, seconds=seconds))
+            probe = self.probes.get(route.name)
+            step = self.stages.breakers.record_steps(
+                route.name, error, seconds=seconds, probe=probe
+            )
+            self.tail.add(step)
         routing = self.stages.routing
         if routing is not None and (error is None or routes.is_route_failure(error)):
             total, first, tokens = sample or (seconds, None, 0)
@@ -114,7 +124,9 @@ class Run:
     def release_steps(self, route: Provider) -> list[Step[Any]]:
         """Give back a breaker permit whose attempt has no outcome."""
         breakers = self.stages.breakers
-        return [] if breakers is None else [breakers.release_steps(route.name)]
+        if breakers is None:
+            return []
+        return [breakers.release_steps(route.name, self.probes.get(route.name))]
 
     def release(self, route: Provider) -> None:
         self.queue(self.release_steps(route))

@@ -51,11 +51,14 @@ class BreakerBackend(Protocol):
         """A permit for one call."""
         ...
 
-    def record_steps(self, route: str, outcome: Outcome, hint: float | None = None) -> Step[State]:
-        """Record an outcome; the state afterwards."""
+    def record_steps(
+        self, route: str, outcome: Outcome, hint: float | None = None, probe: bool | None = None
+    ) -> Step[State]:
+        """Record an outcome (``probe``: whether the call's permit was a half-open probe,
+        ``None`` when not known); the state afterwards."""
         ...
 
-    def release_steps(self, route: str) -> Step[None]:
+    def release_steps(self, route: str, probe: bool | None = None) -> Step[None]:
         """Give back a permit whose call has no outcome."""
         ...
 
@@ -63,11 +66,13 @@ class BreakerBackend(Protocol):
         """Blocking :meth:`acquire_steps`."""
         ...
 
-    def record(self, route: str, outcome: Outcome, hint: float | None = None) -> State:
+    def record(
+        self, route: str, outcome: Outcome, hint: float | None = None, probe: bool | None = None
+    ) -> State:
         """Blocking :meth:`record_steps`."""
         ...
 
-    def release(self, route: str) -> None:
+    def release(self, route: str, probe: bool | None = None) -> None:
         """Blocking :meth:`release_steps`."""
         ...
 
@@ -75,11 +80,13 @@ class BreakerBackend(Protocol):
         """Async twin of :meth:`acquire`."""
         ...
 
-    async def arecord(self, route: str, outcome: Outcome, hint: float | None = None) -> State:
+    async def arecord(
+        self, route: str, outcome: Outcome, hint: float | None = None, probe: bool | None = None
+    ) -> State:
         """Async twin of :meth:`record`."""
         ...
 
-    async def arelease(self, route: str) -> None:
+    async def arelease(self, route: str, probe: bool | None = None) -> None:
         """Async twin of :meth:`release`."""
         ...
 
@@ -138,28 +145,38 @@ class Breakers:
         return permit
 
     def record_steps(
-        self, route: str, error: BaseException | None, *, seconds: float
+        self,
+        route: str,
+        error: BaseException | None,
+        *,
+        seconds: float,
+        probe: bool | None = None,
     ) -> Step[None]:
-        """Record how a call to ``route`` went; a client error only gives its permit back."""
+        """Record how a call to ``route`` went; a client error only gives its permit back.
+        ``probe``: whether the call's permit was a half-open probe (:attr:`Permit.probe`);
+        a call let through before the breaker opened (``False``) that ends while it is
+        half-open neither closes nor reopens it, nor frees a probe permit. ``None``: not
+        known (counted as a probe)."""
         outcome = outcome_of(error, seconds=seconds, policy=self.policy)
         if outcome is None:
-            yield from self.backend.release_steps(route)
+            yield from self.backend.release_steps(route, probe)
         else:
-            state = yield from self.backend.record_steps(route, outcome, _hint(error))
+            state = yield from self.backend.record_steps(route, outcome, _hint(error), probe)
             self._saw(route, state)
 
-    def release_steps(self, route: str) -> Step[None]:
-        """Give back a permit whose call ended with no outcome (cancelled, abandoned)."""
-        return self.backend.release_steps(route)
+    def release_steps(self, route: str, probe: bool | None = None) -> Step[None]:
+        """Give back a permit whose call ended with no outcome (cancelled, abandoned);
+        ``probe`` as in :meth:`record_steps`."""
+        return self.backend.release_steps(route, probe)
 
     permit, apermit = entry_points(permit_steps)
     record, arecord = entry_points(record_steps)
     release = blocking(release_steps)
 
-    async def arelease(self, route: str) -> None:
+    async def arelease(self, route: str, probe: bool | None = None) -> None:
         """Async twin of :meth:`release`; runs even inside a cancelled scope."""
         with anyio.CancelScope(shield=True):
-            await arun(self.release_steps(route))
+            await arun(self.release_steps(route, probe))
 
     def state(self, route: str) -> State:
         """The breaker state of ``route``."""

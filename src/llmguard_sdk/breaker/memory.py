@@ -42,17 +42,21 @@ class MemoryBreakerBackend:
             permit, self._states[route] = acquire(self._get(route), self._clock(), self.policy)
             return permit
 
-    def record(self, route: str, outcome: Outcome, hint: float | None = None) -> State:
-        """Record a finished call; returns the breaker's state afterwards."""
+    def record(
+        self, route: str, outcome: Outcome, hint: float | None = None, probe: bool | None = None
+    ) -> State:
+        """Record a finished call (``probe``: whether its permit was a half-open probe);
+        returns the breaker's state afterwards."""
         with self._lock:
-            state = record(self._get(route), self._clock(), self.policy, outcome, hint=hint)
+            now = self._clock()
+            state = record(self._get(route), now, self.policy, outcome, hint=hint, probe=probe)
             self._states[route] = state
             return state.state
 
-    def release(self, route: str) -> None:
+    def release(self, route: str, probe: bool | None = None) -> None:
         """Give back a permit whose call has no outcome to record."""
         with self._lock:
-            self._states[route] = release(self._get(route))
+            self._states[route] = release(self._get(route), probe)
 
     acquire_steps, aacquire = in_place(acquire)
     record_steps, arecord = in_place(record)

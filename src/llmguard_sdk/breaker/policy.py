@@ -13,7 +13,9 @@
 * **HALF_OPEN** hands out ``half_open_permits`` probe permits; a failed probe reopens the
   breaker (for longer), and that many successful probes close it. A probe whose outcome never
   comes back (its caller was cancelled, or stopped reading a stream) does not hold its permit
-  forever: after ``open_seconds`` without an outcome, the permits are handed out again.
+  forever: after ``open_seconds`` without an outcome, the permits are handed out again. Only
+  probes count: a call let through before the breaker opened that ends while it is half-open
+  (``probe=False``) neither closes nor reopens it, nor frees a probe permit.
 * **ISOLATED** (manual) refuses every call until reset.
 
 Client errors (4xx) say nothing about the provider's health and are not recorded.
@@ -225,8 +227,11 @@ def record(
     outcome: Outcome,
     *,
     hint: float | None = None,
+    probe: bool | None = None,
 ) -> BreakerState:
-    """The state after a call's ``outcome`` (``hint``: a 429's Retry-After, seconds)."""
+    """The state after a call's ``outcome`` (``hint``: a 429's Retry-After, seconds;
+    ``probe``: whether the call's permit was a half-open probe, :attr:`Permit.probe`,
+    ``None`` when not known: counted as one)."""
     if state.state in ("open", "isolated"):
         return state  # a late answer from before the breaker opened
     if outcome == "rate_limited" and hint is not None and hint > 0:
@@ -234,6 +239,8 @@ def record(
         return replace(state, state="open", open_until=until, window=(), permits=0)
     failed = outcome == "fail" or outcome == "rate_limited"
     if state.state == "half_open":
+        if probe is False:
+            return state  # a late answer from before the breaker opened: not a probe's
         if failed:
             return _trip(state, now, policy)
         probes_ok = state.probes_ok + 1
@@ -300,10 +307,11 @@ def probe_passed(state: BreakerState) -> BreakerState:
     return replace(state, open_until=0.0) if state.state == "open" else state
 
 
-def release(state: BreakerState) -> BreakerState:
+def release(state: BreakerState, probe: bool | None = None) -> BreakerState:
     """Give back a permit whose call ended without an outcome to record (a client error,
-    a cancelled caller, a stream closed early): a half-open breaker may probe again."""
-    if state.state == "half_open" and state.permits > 0:
+    a cancelled caller, a stream closed early): a half-open breaker may probe again, unless
+    the permit was no probe (``probe=False``: taken before the breaker opened)."""
+    if state.state == "half_open" and state.permits > 0 and probe is not False:
         return replace(state, permits=state.permits - 1)
     return state
 

@@ -69,7 +69,7 @@ class RedisBreakerBackend:
         p = self.policy
         return [p.half_open_permits, self.clock_offset, self._ttl, p.open_seconds]
 
-    def _record_args(self, outcome: Outcome, hint: float | None) -> list[Any]:
+    def _record_args(self, outcome: Outcome, hint: float | None, probe: bool | None) -> list[Any]:
         p = self.policy
         return [
             outcome,
@@ -86,6 +86,7 @@ class RedisBreakerBackend:
             self.clock_offset,
             self._ttl,
             TIME_BUCKETS,
+            _probe_arg(probe),
         ]
 
     def acquire_steps(self, route: str) -> Step[Permit]:
@@ -98,25 +99,28 @@ class RedisBreakerBackend:
                 self._outage.failed(exc)
         return self._fallback.acquire(route)
 
-    def record_steps(self, route: str, outcome: Outcome, hint: float | None = None) -> Step[State]:
-        """Record a finished call in Redis; returns the state afterwards."""
+    def record_steps(
+        self, route: str, outcome: Outcome, hint: float | None = None, probe: bool | None = None
+    ) -> Step[State]:
+        """Record a finished call in Redis (``probe``: whether its permit was a half-open
+        probe); returns the state afterwards."""
         if self._outage.up():
             try:
-                args = self._record_args(outcome, hint)
+                args = self._record_args(outcome, hint, probe)
                 return _state((yield self._scripts.command(1, self._keys(route), args)))
             except redis_errors() as exc:
                 self._outage.failed(exc)
-        return self._fallback.record(route, outcome, hint)
+        return self._fallback.record(route, outcome, hint, probe)
 
-    def release_steps(self, route: str) -> Step[None]:
+    def release_steps(self, route: str, probe: bool | None = None) -> Step[None]:
         """Give back a permit whose call has no outcome to record."""
         if self._outage.up():
             try:
-                yield self._scripts.command(2, self._keys(route)[:1])
+                yield self._scripts.command(2, self._keys(route)[:1], [_probe_arg(probe)])
                 return
             except redis_errors() as exc:
                 self._outage.failed(exc)
-        self._fallback.release(route)
+        self._fallback.release(route, probe)
 
     acquire, aacquire = entry_points(acquire_steps)
     record, arecord = entry_points(record_steps)
@@ -179,6 +183,12 @@ class RedisBreakerBackend:
             route,
             what,
         )
+
+
+def _probe_arg(probe: bool | None) -> str:
+    """A permit's ``probe`` flag for the scripts: ``"0"`` no probe, ``"1"`` a probe, ``""``
+    not known (counted as a probe)."""
+    return "" if probe is None else "1" if probe else "0"
 
 
 def _text(raw: object) -> str:

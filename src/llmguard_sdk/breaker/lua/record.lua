@@ -8,7 +8,8 @@
 -- ARGV: 1 outcome (ok/slow/fail/rate_limited), 2 hint seconds ('' if none), 3 window type
 --       (count/time), 4 window, 5 minimum calls, 6 failure rate, 7 slow call rate,
 --       8 open seconds, 9 backoff factor, 10 max open seconds, 11 half-open permits,
---       12 clock offset, 13 TTL, 14 buckets of a time window
+--       12 clock offset, 13 TTL, 14 buckets of a time window, 15 whether the call's permit
+--       was a half-open probe ('0' no: its outcome in half-open is ignored; '1' or '' yes)
 -- O(1) per call: a few fields read and written (on crossing into a new bucket, also the
 -- slots of the buckets skipped, at most ARGV[14]). Returns the state afterwards.
 local clock = redis.call('TIME')
@@ -45,6 +46,9 @@ if outcome == 'rate_limited' and hint and hint > 0 then
 end
 local failed = outcome == 'fail' or outcome == 'rate_limited'
 if state == 'half_open' then
+  if ARGV[15] == '0' then
+    return state  -- a late answer from before the breaker opened: not a probe's
+  end
   if failed then
     return trip()
   end
