@@ -281,6 +281,7 @@ def test_a_decode_error_of_the_callers_own_code_is_no_malformed_answer(
         ("policy", RetryBudgetPolicy()),
         ("budget", RetryBudgetPolicy()),  # the policy, not a budget built from it
         ("budget", "redis"),
+        ("name", 5),  # the budget's key: Redis hashes it (AttributeError at the first failure)
     ],
 )
 def test_a_policy_or_budget_of_the_wrong_kind_is_a_configuration_error(

@@ -235,6 +235,8 @@ class Retrying:
         if not all(callable(hook) for hook in self.hooks):
             raise ConfigurationError(f"retry hooks= must all be callables, got {self.hooks!r}")
         self.name = options.get("name", "")
+        if not isinstance(self.name, str):
+            raise ConfigurationError(f"retry name= must be a string, got {self.name!r}")
         self.budget = options.get("budget")
         if self.budget is not None and not all(
             callable(getattr(self.budget, name, None)) for name in _BUDGET_METHODS
