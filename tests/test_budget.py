@@ -16,6 +16,7 @@ import pytest
 from llmguard_sdk import ChatResponse, ConfigurationError, Usage
 from llmguard_sdk.budget import (
     Budget,
+    Budgets,
     CounterSpec,
     MemoryBudgetBackend,
     Price,
@@ -182,11 +183,31 @@ def test_nano_rounds_up_so_holds_are_never_short() -> None:
         {"limit_usd": 1, "name": "no spaces"},
         {"limit_usd": 1e12},
         {"limit_usd": 1, "window": "rolling", "rolling_seconds": 0},
+        {"limit_usd": float("inf")},
+        {"limit_usd": 1, "alerts": 0.5},
+        {"limit_usd": 1, "alerts": None},
+        {"limit_usd": 1, "name": 5},
     ],
 )
 def test_bad_budgets(bad: dict[str, Any]) -> None:
     with pytest.raises(ConfigurationError):
         Budget(**bad)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"name": 5},
+        {"runaway_factor": "5"},
+        {"downgrade_to": None},
+        {"local_routes": 3},
+        {"on_event": None},
+        {"budgets": None},
+    ],
+)
+def test_bad_budget_sets(bad: dict[str, Any]) -> None:
+    with pytest.raises(ConfigurationError):
+        Budgets(**{"budgets": [Budget(limit_usd=1)], **bad})
 
 
 def test_runaway_detector_flags_a_spike_over_five_times_p95() -> None:

@@ -6,7 +6,7 @@ failing open or closed).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from ..errors import ConfigurationError
@@ -75,6 +75,8 @@ class Budgets:
             value = getattr(self, name)
             if isinstance(value, (str, Budget)) or callable(value):
                 value = (value,)
+            if not isinstance(value, Iterable):
+                raise ConfigurationError(f"Budgets.{name} must be a sequence, got {value!r}")
             object.__setattr__(self, name, tuple(value))
         for budget in self.budgets:
             if not isinstance(budget, Budget):
@@ -104,7 +106,15 @@ class Budgets:
             raise ConfigurationError("input_margin must be between 0 and 10")
         if not (isinstance(self.hold_seconds, (int, float)) and 1 <= self.hold_seconds < 1e7):
             raise ConfigurationError("hold_seconds must be at least 1")
-        if self.runaway_factor is not None and not self.runaway_factor > 1:
+        factor = self.runaway_factor
+        if factor is not None and not (
+            isinstance(factor, (int, float)) and not isinstance(factor, bool) and factor > 1
+        ):
             raise ConfigurationError("runaway_factor must be over 1 (or None)")
-        if not self.name or not all(c.isalnum() or c in "_.-" for c in self.name):
+        name = self.name
+        if (
+            not isinstance(name, str)
+            or not name
+            or not all(c.isalnum() or c in "_.-" for c in name)
+        ):
             raise ConfigurationError("the budget set's name must be letters, digits, _.-")

@@ -16,7 +16,7 @@ import datetime as dt
 import heapq
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -105,7 +105,11 @@ class Budget:
 
     def __post_init__(self) -> None:
         limit = self.limit_usd
-        if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not limit >= 0:
+        if (
+            isinstance(limit, bool)
+            or not isinstance(limit, (int, float))
+            or not 0 <= limit < math.inf
+        ):
             raise ConfigurationError(f"limit_usd must be a number >= 0, got {limit!r}")
         if nano(limit) > _MAX_NANO:
             raise ConfigurationError("limit_usd is over the largest budget ($9 million)")
@@ -127,10 +131,12 @@ class Budget:
             raise ConfigurationError("a tag budget needs id= (the tag)")
         if self.id is not None and (not isinstance(self.id, str) or not self.id):
             raise ConfigurationError("id must be a non-empty string or None")
+        if isinstance(self.alerts, (str, bytes)) or not isinstance(self.alerts, Iterable):
+            raise ConfigurationError(f"alerts is a tuple of fractions, got {self.alerts!r}")
         if not all(isinstance(a, (int, float)) and 0 < a <= 1 for a in self.alerts):
             raise ConfigurationError("alerts are fractions of the limit in (0, 1]")
         object.__setattr__(self, "alerts", tuple(sorted(set(float(a) for a in self.alerts))))
-        if self.name is not None and not _SAFE.match(self.name):
+        if self.name is not None and not (isinstance(self.name, str) and _SAFE.match(self.name)):
             raise ConfigurationError(f"budget name {self.name!r} must be letters, digits, _.-")
 
     @property
