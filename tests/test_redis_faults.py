@@ -230,6 +230,28 @@ def test_a_rate_limit_falls_back_to_its_local_share(tmp_path: Path) -> None:
     assert allowed == 10  # a quarter of the shared limit, in this process alone
 
 
+def test_a_lease_of_the_local_share_is_given_back_once_redis_is_back() -> None:
+    """A call that took its slot from the process's own share while Redis was down, and ends
+    after Redis came back, gives that slot back too: the next outage finds it free (it stayed
+    held until its lease ran out, and the process's one slot refused every call)."""
+    server = RedisServer()
+    try:
+        store = RedisStore(server.url, socket_timeout=0.5, local_share=0.25)
+        limiter = RedisRateLimiter(store, {"r": RateLimit(concurrency=4)})  # 1 slot locally
+        held = limiter.reserve("r")  # Redis is down
+        assert held.allowed
+        server.start()
+        store.health.down_until = time.monotonic() - 0.01  # the pause is over
+        limiter.settle("r", lease=held.lease)
+        assert store.health.up()  # the settle went to Redis
+        server.stop()
+        store.health.down_until = time.monotonic() - 0.01
+        assert limiter.reserve("r").allowed  # down again: the local slot is free
+        store.close()
+    finally:
+        server.stop()
+
+
 def test_the_breaker_around_redis_grows_its_pause() -> None:
     health = RedisHealth(base=1.0, cap=4.0)
     first = health.failed()

@@ -62,6 +62,7 @@ class RedisRateLimiter(LimiterBase):
             }
         )
         self._outage = Outage("rate limits", "limiting per process", store)
+        self._fell_back = False  # whether the process's own share ever granted a call
 
     def _cells(
         self, key: str, tenant: str | None, *, route_only: bool = False
@@ -140,6 +141,7 @@ class RedisRateLimiter(LimiterBase):
             yield Pause(min(left, _poll(grant)))
             # asking again, it may wait only what is left (its place in the queue lapses then)
             keys, args = self._reserve_call(cells, call_id, _what_is_left(ask, until))
+        self._fell_back = True
         fallback: Grant = yield from self._fallback.reserve_steps(key, **_what_is_left(ask, until))
         return fallback
 
@@ -207,9 +209,13 @@ class RedisRateLimiter(LimiterBase):
         if self._outage.up():
             try:
                 yield self._scripts.command(1, call[0], call[1])
-                return
             except redis_errors() as exc:
                 self._outage.failed(exc)
+            else:
+                lease = settled.get("lease")
+                if self._fell_back and lease is not None:  # taken locally in an outage?
+                    self._fallback.release(key, tenant=settled.get("tenant"), lease=lease)
+                return
         self._fallback.settle(key, **settled)
 
     def release_steps(self, key: str, *, tenant: str | None = None, lease: str) -> Step[None]:
