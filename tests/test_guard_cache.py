@@ -105,6 +105,40 @@ def test_a_stale_answer_comes_before_the_degraded_one(
     assert other.route == "degraded"
 
 
+def test_an_async_call_looks_for_a_stale_answer_off_the_event_loop(
+    fake: FakeProvider, make_guard: MakeGuard
+) -> None:
+    """The stale lookup after every route failed reads the store and checks the match (here
+    with the verifier) in a worker thread, as the opening lookup does: a blocking Redis read
+    or an embedding on the event loop would stall every other task."""
+    import asyncio
+    import time
+
+    on_loop: list[bool] = []
+
+    def verifier(query: str, cached: str) -> bool:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            on_loop.append(False)
+        else:
+            on_loop.append(True)
+        return True
+
+    cache = ResponseCache(ttl=0.2, stale_ttl=60, verifier=verifier, verify_band=2.0)
+    guard = make_guard(fake, cache=cache, breaker=None, retry=None)
+    fresh = guard.chat(QUESTION)
+    time.sleep(0.3)
+    fake.always(Fault(status=503))
+
+    async def main() -> None:
+        stale = await guard.achat(PARAPHRASE)
+        assert (stale.route, stale.metadata["cache"], stale.text) == ("cache", "stale", fresh.text)
+
+    anyio.run(main)
+    assert on_loop == [False]
+
+
 def test_without_a_degraded_answer_a_failed_call_still_raises(
     fake: FakeProvider, make_guard: MakeGuard
 ) -> None:

@@ -25,6 +25,7 @@ from typing import Any
 
 import anyio
 import anyio.abc
+import anyio.to_thread
 
 from ..errors import ProviderError
 from ..models import ChatResponse, StreamChunk
@@ -149,6 +150,8 @@ def _perform(op: Any, run: Run, streams: _Streams) -> Any:
     if isinstance(op, ops.Race):
         run.tail.flush()
         return _race(op, run, streams)
+    if isinstance(op, ops.Blocking):
+        return op.work()
     raise TypeError(f"unknown op {op!r}")
 
 
@@ -374,6 +377,8 @@ async def _aperform(op: Any, run: Run, streams: _Streams) -> Any:
     if isinstance(op, ops.Race):
         await run.tail.aflush()
         return await _arace(op, run, streams)
+    if isinstance(op, ops.Blocking):
+        return await anyio.to_thread.run_sync(op.work)
     raise TypeError(f"unknown op {op!r}")
 
 

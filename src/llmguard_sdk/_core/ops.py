@@ -7,7 +7,7 @@ decision an in-process backend makes at once never becomes one either (:func:`an
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias, TypeVar
 
@@ -21,6 +21,7 @@ from ..store import Step
 __all__ = [
     "Ask",
     "AwaitLeg",
+    "Blocking",
     "Complete",
     "Emit",
     "LegEvent",
@@ -55,6 +56,15 @@ def answer_of(step: Step[T]) -> Generator[Any, Any, T]:
     if ended:
         return answer  # type: ignore[no-any-return]
     return (yield Ask(rest))  # type: ignore[no-any-return]
+
+
+@dataclass(frozen=True)
+class Blocking:
+    """Blocking work whose answer the plan needs (the stale cache lookup when no route
+    served: a store read, an embedding): done in place by the sync driver, in a worker
+    thread by the async one."""
+
+    work: Callable[[], Any]
 
 
 @dataclass(frozen=True)

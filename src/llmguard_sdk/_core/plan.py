@@ -95,7 +95,7 @@ def _route_loop(run: Run) -> Plan:
                 break
             ctx.route = route.name
             return response
-    return run.no_route_left()
+    return (yield from run.no_route_left())
 
 
 def _retry(

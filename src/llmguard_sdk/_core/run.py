@@ -24,7 +24,7 @@ from ..ratelimit import Grant, LearnArgs
 from . import limits, routes
 from .limits import Reservation
 from .opening import Ahead, Tail
-from .ops import answer_of
+from .ops import Blocking, answer_of
 from .stages import Stages
 
 __all__ = ["Run"]
@@ -225,11 +225,19 @@ class Run:
             ctx, route, error, delivered=self.delivered, moves_on=self.stages.moves_on
         )
 
-    def no_route_left(self) -> ChatResponse:
-        """A stale or degraded answer when no route served the call, else the error."""
+    def no_route_left(self) -> Generator[Any, Any, ChatResponse]:
+        """A stale or degraded answer when no route served the call, else the error. The
+        stale lookup (a store read, maybe an embedding) is a :class:`~.ops.Blocking` op:
+        an async call does it in a worker thread, not on the event loop."""
         if self.interrupted is not None:
             raise self.interrupted  # the caller has text: say so, with all of it
-        degraded = routes.degraded_response(self.ctx, self.stages)
+        ctx, stages = self.ctx, self.stages
+        if stages.cache is not None:
+            degraded: ChatResponse | None = yield Blocking(
+                lambda: routes.degraded_response(ctx, stages)
+            )
+        else:
+            degraded = routes.degraded_response(ctx, stages)
         if degraded is None:
             raise routes.failure(self.ctx, self.stages)
         return degraded
