@@ -139,6 +139,23 @@ def test_a_price_table_file_round_trips(tmp_path: Any) -> None:
         PriceTable.from_json({"prices": [{"model": "m"}]})
 
 
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: PriceTable({"m": 1.0}),
+        lambda: PriceTable({"m": None}),
+        lambda: PriceTable([("m", Price(input=1, output=1))]),  # type: ignore[arg-type]
+        lambda: PriceTable(default=1.0),  # type: ignore[arg-type]
+        lambda: PriceTable().with_prices({}, default={"input": 1}),  # type: ignore[arg-type]
+        lambda: PriceTable.from_json({"prices": [], "default": {"input": 1}}),
+        lambda: PriceTable.from_json({"prices": [], "default": [1, 2]}),
+    ],
+)
+def test_bad_price_tables(make: Any) -> None:
+    with pytest.raises(ConfigurationError):
+        make()
+
+
 # -- policy ------------------------------------------------------------------------------------
 
 

@@ -250,6 +250,10 @@ class PriceTable:
             isinstance(batch_discount, (int, float)) and 0 <= batch_discount < 1
         ):
             raise ConfigurationError("batch_discount must be a fraction in [0, 1)")
+        if default is not None and not isinstance(default, Price):
+            raise ConfigurationError(f"default must be a Price or None, got {default!r}")
+        if entries is not None and not isinstance(entries, Mapping):
+            raise ConfigurationError("price entries are a mapping of model name to Price")
         self._label = version
         self.default = default
         self.batch_discount = float(batch_discount)
@@ -257,6 +261,8 @@ class PriceTable:
         self._source = _source
         self._entries: dict[str, tuple[Price, ...]] = {}
         for key, value in (entries or {}).items():
+            if not isinstance(value, (Price, Iterable)) or isinstance(value, (str, bytes)):
+                raise ConfigurationError(f"price entry {key!r} must hold Price objects")
             prices = (value,) if isinstance(value, Price) else tuple(value)
             if not isinstance(key, str) or not key.strip("/") or not prices:
                 raise ConfigurationError(f"bad price entry {key!r}")
@@ -541,13 +547,13 @@ def _parse_table(data: Any) -> PriceTable:
         key = f"{provider}/{row['model']}" if provider else str(row["model"])
         entries.setdefault(key, []).append(price)
     default = data.get("default")
-    return PriceTable(
-        entries,
-        default=None
-        if default is None
-        else Price(input=default["input"], output=default["output"]),
-        version=str(data.get("version", "unversioned")),
-    )
+    try:
+        fallback = (
+            None if default is None else Price(input=default["input"], output=default["output"])
+        )
+    except (KeyError, TypeError) as exc:
+        raise ConfigurationError(f"bad default price {default!r}: {exc}") from None
+    return PriceTable(entries, default=fallback, version=str(data.get("version", "unversioned")))
 
 
 def _day(text: Any) -> dt.date | None:
