@@ -5,6 +5,7 @@ bound and its waiters, cancellation, TLS, and every head read as the sync transp
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import json
 import threading
@@ -17,6 +18,7 @@ import anyio
 import httpx
 import httpx2
 import pytest
+from anyio import wait_all_tasks_blocked
 
 from llmguard_sdk import ChatRequest, OpenAICompatibleProvider
 from llmguard_sdk.errors import ProviderUnavailableError
@@ -128,6 +130,59 @@ async def test_a_waiter_gets_the_connection_a_finished_call_frees() -> None:
         assert not transport._waiting
         await transport.aclose()
         assert transport._open == 0
+
+
+async def test_a_waiter_is_served_before_a_call_that_came_after_it() -> None:
+    """A connection freed while a call waits for one goes to that call: a call that came
+    later took it first (the woken waiter found the pool full and queued again, at the back:
+    under steady load it waited until its pool timeout while later calls were served)."""
+    with FakeProvider() as fake:
+        transport = AnyioTransport(httpx2, httpx2.Limits(max_connections=1))
+        url = f"{fake.base_url}/chat/completions"
+        served: list[str] = []
+
+        async def call(name: str) -> None:
+            response = await post(transport, url)
+            served.append(name)
+            await response.aread()
+            await response.aclose()
+
+        held = await post(transport, url)
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(call, "first")
+            await wait_all_tasks_blocked()  # "first" waits for the only connection
+            await held.aread()
+            await held.aclose()  # the connection is freed: "first" is woken ...
+            await call("later")  # ... and this call, made now, comes after it
+        assert served == ["first", "later"]
+        assert (transport._open, len(transport._waiting), fake.stats.connections) == (1, 0, 1)
+        await transport.aclose()
+
+
+async def test_a_waiter_cancelled_as_it_is_woken_passes_the_connection_on() -> None:
+    """A waiter handed the freed connection and cancelled before it ran (asyncio.timeout,
+    wait_for, a hedge's loser) passes it to the next waiter: the wake-up was lost, and the
+    next waiter failed with PoolTimeout beside an idle connection."""
+    with FakeProvider() as fake:
+        transport = AnyioTransport(httpx2, httpx2.Limits(max_connections=1))
+        url = f"{fake.base_url}/chat/completions"
+        held = await post(transport, url)
+        first = asyncio.get_running_loop().create_task(post(transport, url))
+        await wait_all_tasks_blocked()
+        second = asyncio.get_running_loop().create_task(
+            post(transport, url, {**TIMEOUTS, "pool": 2})
+        )
+        await wait_all_tasks_blocked()
+        await held.aread()
+        await held.aclose()  # "first" is woken ...
+        first.cancel()  # ... and cancelled before it runs
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        response = await second
+        assert json.loads(await response.aread())["choices"]
+        await response.aclose()
+        assert (transport._open, len(transport._waiting), fake.stats.connections) == (1, 0, 1)
+        await transport.aclose()
 
 
 async def test_a_call_cancelled_mid_answer_closes_its_connection_and_frees_its_slot() -> None:

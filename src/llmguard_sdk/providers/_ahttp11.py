@@ -14,14 +14,14 @@ work), streaming and error mapping are unchanged.
 What it keeps from the library's transport, as :class:`~._http11.StdlibTransport` does: the
 same TLS context (the library's ``create_ssl_context()``), at most ``max_connections``
 connections (a request that finds none free within its pool timeout fails with
-``PoolTimeout``), idle connections kept alive (``max_keepalive_connections``,
-``keepalive_expiry``) and dropped when the server has closed them, the head read as h11
-reads it (:func:`~._http11.head_fields`), the connect / read / write / pool timeouts of the
-request, and the library's exception classes, so a failure before any byte was sent
-(``ConnectError``, ``ConnectTimeout``, ``PoolTimeout``) stays safe to send again. A call
-cancelled while it sends or reads closes its connection (its state is unknown). HTTP/1.1
-only; no proxies (where the environment names one, the library's client makes its own
-transports).
+``PoolTimeout``; waiting requests are served first come, first served), idle connections
+kept alive (``max_keepalive_connections``, ``keepalive_expiry``) and dropped when the
+server has closed them, the head read as h11 reads it (:func:`~._http11.head_fields`), the
+connect / read / write / pool timeouts of the request, and the library's exception classes,
+so a failure before any byte was sent (``ConnectError``, ``ConnectTimeout``,
+``PoolTimeout``) stays safe to send again. A call cancelled while it sends or reads closes
+its connection (its state is unknown). HTTP/1.1 only; no proxies (where the environment
+names one, the library's client makes its own transports).
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ class AnyioTransport:
         # idle connections of each origin, each with the time it went idle (latest last)
         self._idle: dict[_Origin, list[tuple[_Connection, float]]] = {}
         self._open = 0  # connections in use or idle
-        self._waiting: collections.deque[anyio.Event] = collections.deque()
+        self._waiting: collections.deque[_Waiter] = collections.deque()  # first come first
         self._ssl: ssl.SSLContext | None = None
         self._closed = False
 
@@ -114,43 +114,64 @@ class AnyioTransport:
 
     async def _connection(self, origin: _Origin, timeouts: dict[str, Any]) -> _Connection:
         """An idle connection to ``origin`` that the server has not closed, else a new one
-        once fewer than ``max_connections`` are open (waiting up to the pool timeout)."""
+        once fewer than ``max_connections`` are open, else the first freed while this call
+        waits, first come first served (up to the pool timeout)."""
         pool_timeout = timeouts.get("pool")
         wait_until = None if pool_timeout is None else time.monotonic() + pool_timeout
-        while True:
-            if self._closed:
-                raise RuntimeError("Cannot send a request, as the transport has been closed.")
-            pooled = self._idle.get(origin)
-            while pooled:
-                connection, since = pooled.pop()
-                if self._fresh(since) and connection.reusable():
-                    return connection
-                self._open -= 1
-                await connection.close()
-            if self._max is not None and self._open >= self._max:
-                await self._close_an_idle_one()  # of another origin: room for this one
-            if self._max is None or self._open < self._max:
-                self._open += 1
-                break
-            await self._wait_for_a_slot(wait_until)
+        if self._closed:
+            raise RuntimeError("Cannot send a request, as the transport has been closed.")
+        pooled = self._idle.get(origin)
+        while pooled:
+            connection, since = pooled.pop()
+            if self._fresh(since) and connection.reusable():
+                return connection
+            self._open -= 1
+            await connection.close()
+        if self._max is not None and self._open >= self._max:
+            await self._close_an_idle_one()  # of another origin: room for this one
+        if self._max is None or self._open < self._max:
+            self._open += 1
+        else:  # none idle, none to open: waiting in line (none waits when a slot is free)
+            handed = await self._wait_for_a_slot(origin, wait_until)
+            if handed is not None:
+                return handed
         try:
             return await self._connect(origin, timeouts.get("connect"))
         except BaseException:
             self._release_slot()
             raise
 
-    async def _wait_for_a_slot(self, wait_until: float | None) -> None:
-        freed = anyio.Event()
-        self._waiting.append(freed)
+    async def _wait_for_a_slot(
+        self, origin: _Origin, wait_until: float | None
+    ) -> _Connection | None:
+        """Wait in line for a call to end: handed its connection (to ``origin``), else its
+        slot (``None``: a connection to open). A freed slot goes to the first waiter, so a
+        call made meanwhile cannot take it first (it waits behind)."""
+        waiter = _Waiter(origin)
+        self._waiting.append(waiter)
         left = None if wait_until is None else max(0.0, wait_until - time.monotonic())
         try:
             with anyio.move_on_after(left):
-                await freed.wait()
-        finally:
-            if not freed.is_set():
-                self._waiting.remove(freed)
-        if not freed.is_set():
+                await waiter.event.wait()
+        except BaseException:  # cancelled, perhaps once handed one: passed on
+            await self._leave(waiter)
+            raise
+        if self._closed or not waiter.served:
+            await self._leave(waiter)
+            if self._closed:
+                raise RuntimeError("Cannot send a request, as the transport has been closed.")
             raise self._module.PoolTimeout("no connection free within the pool timeout")
+        return waiter.connection
+
+    async def _leave(self, waiter: _Waiter) -> None:
+        """Take ``waiter`` out of the line, passing on what it was handed."""
+        if not waiter.served:
+            if waiter in self._waiting:
+                self._waiting.remove(waiter)
+        elif waiter.connection is not None:
+            await self._put_back(waiter.origin, waiter.connection)
+        else:
+            self._release_slot()
 
     async def _connect(self, origin: _Origin, connect_timeout: float | None) -> _Connection:
         module = self._module
@@ -190,30 +211,56 @@ class AnyioTransport:
             await connection.close()
 
     async def _put_back(self, origin: _Origin, connection: _Connection) -> None:
-        """Put a connection whose response was read whole back in the pool."""
-        idle = sum(len(pooled) for pooled in self._idle.values())
-        if not self._closed and (self._keep_alive is None or idle < self._keep_alive):
+        """Put a connection whose response was read whole back in the pool: to the first
+        waiter where it waits for this origin, else idle (a waiter for another origin gets
+        its slot: the connection is closed)."""
+        if self._closed:
+            pass
+        elif self._waiting:
+            if self._waiting[0].origin == origin:
+                self._waiting.popleft().serve(connection)
+                return
+        elif self._keep_alive is None or _count(self._idle) < self._keep_alive:
             self._idle.setdefault(origin, []).append((connection, time.monotonic()))
-            self._wake_one()
             return
-        self._release_slot()
-        await connection.close()
+        await self._discard(connection)
 
     async def _discard(self, connection: _Connection) -> None:
         self._release_slot()
         await connection.close()
 
     def _release_slot(self) -> None:
-        self._open -= 1
-        self._wake_one()
-
-    def _wake_one(self) -> None:
-        if self._waiting:
-            self._waiting.popleft().set()
+        """A connection closed: its slot goes to the first waiter, else it is free."""
+        if self._waiting and not self._closed:
+            self._waiting.popleft().serve(None)
+        else:
+            self._open -= 1
 
     def _wake_all(self) -> None:
         while self._waiting:
-            self._waiting.popleft().set()
+            self._waiting.popleft().event.set()
+
+
+def _count(idle: dict[_Origin, list[tuple[_Connection, float]]]) -> int:
+    return sum(len(pooled) for pooled in idle.values())
+
+
+class _Waiter:
+    """A call waiting for a connection to ``origin``, and what it was handed: a connection,
+    or (``served`` without one) a slot to open one in."""
+
+    __slots__ = ("connection", "event", "origin", "served")
+
+    def __init__(self, origin: _Origin) -> None:
+        self.origin = origin
+        self.event = anyio.Event()
+        self.connection: _Connection | None = None
+        self.served = False
+
+    def serve(self, connection: _Connection | None) -> None:
+        self.connection = connection
+        self.served = True
+        self.event.set()
 
 
 class _Connection:
