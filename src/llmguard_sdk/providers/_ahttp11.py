@@ -86,6 +86,8 @@ class AnyioTransport:
         except BaseException:
             await self._discard(connection)
             raise
+        if _asks_to_close(request):  # its last on this connection (RFC 9112 9.6)
+            head.will_close = True
         body = self._body_class(self, origin, connection, head, timeouts.get("read"))
         return module.Response(
             head.status,
@@ -243,6 +245,12 @@ class AnyioTransport:
 
 def _count(idle: dict[_Origin, list[tuple[_Connection, float]]]) -> int:
     return sum(len(pooled) for pooled in idle.values())
+
+
+def _asks_to_close(request: Any) -> bool:
+    """Whether ``request`` says ``Connection: close``: its connection ends with it."""
+    value = request.headers.get("connection")
+    return bool(value) and "close" in (token.strip() for token in value.lower().split(","))
 
 
 class _Waiter:
