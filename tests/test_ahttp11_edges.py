@@ -3,11 +3,18 @@ loopback servers: what a request asks of its connection, and a process with many
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
+
+import anyio
+import anyio.abc
 import httpx2
 import pytest
 
 from llmguard_sdk.providers._ahttp11 import AnyioTransport
+from llmguard_sdk.testing import FakeProvider
 from tests.rawserver import RawServer
+from tests.test_ahttp11 import read_whole
 from tests.test_http11 import BODY, TIMEOUTS
 
 pytestmark = pytest.mark.anyio
@@ -33,4 +40,37 @@ async def test_a_request_that_asks_to_close_its_connection_is_its_last() -> None
             assert await response.aread() == BODY
             await response.aclose()
             assert (transport._open, transport._idle) == (0, {})
+        await transport.aclose()
+
+
+@pytest.fixture
+def high_descriptors() -> Iterator[None]:
+    """The lowest free file descriptors taken, so a new socket's is past 1023."""
+    resource = pytest.importorskip("resource")
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 2048:
+        if hard != resource.RLIM_INFINITY and hard < 2048:
+            pytest.skip("the process may not open 2048 files")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (2048, hard))
+    taken = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        yield
+    finally:
+        for fd in taken:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+async def test_connections_are_kept_when_descriptors_pass_1023(high_descriptors: None) -> None:
+    """An idle connection whose socket's descriptor is past select()'s 1023 is still reused
+    (select raised ValueError, read as "closed": a process with many files open made a new
+    connection, a TLS handshake on https, for every call)."""
+    with FakeProvider() as fake:
+        transport = AnyioTransport(httpx2)
+        for _ in range(3):
+            await read_whole(transport, f"{fake.base_url}/chat/completions")
+        ((connection, _),) = [idle for pooled in transport._idle.values() for idle in pooled]
+        sock = connection.stream.extra(anyio.abc.SocketAttribute.raw_socket)
+        assert sock.fileno() > 1023
+        assert fake.stats.connections == 1
         await transport.aclose()

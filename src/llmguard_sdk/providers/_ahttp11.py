@@ -310,13 +310,25 @@ class _Connection:
             return False
         try:
             sock = self.stream.extra(anyio.abc.SocketAttribute.raw_socket)
-            readable, _, _ = select.select([sock], [], [], 0)
+            return not _readable(sock.fileno())
         except (anyio.TypedAttributeLookupError, OSError, ValueError):
             return False
-        return not readable
 
     async def close(self) -> None:
         await anyio.aclose_forcefully(self.stream)
+
+
+def _readable(fd: int) -> bool:
+    """Whether descriptor ``fd`` has something to read (or an end, or an error) right now:
+    ``poll`` where there is one (``select`` takes no descriptor past 1023: a process with
+    many files open would read every idle connection as closed)."""
+    if fd < 0:
+        return True  # closed
+    if not hasattr(select, "poll"):  # Windows: its select has no such bound
+        return bool(select.select([fd], [], [], 0)[0])
+    poller = select.poll()
+    poller.register(fd, select.POLLIN | select.POLLPRI)
+    return bool(poller.poll(0))  # POLLHUP and POLLERR come unasked
 
 
 async def _send_request(
