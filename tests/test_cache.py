@@ -479,6 +479,32 @@ def test_bad_configuration_is_refused() -> None:
             ResponseCache(**options)
 
 
+def test_options_of_the_wrong_type_are_configuration_errors(redis_url: str) -> None:
+    """Each was a TypeError from a comparison, or taken and an AttributeError later (a
+    number namespace with a Redis store, a number tenant at the first lookup)."""
+    for options in (
+        {"ttl": "60"},
+        {"ttl": True},
+        {"stale_ttl": None},
+        {"max_entries": "10"},
+        {"max_entries": 2.5},
+        {"threshold": "0.7"},
+        {"target_precision": "0.95"},
+        {"margin": "0"},
+        {"version": 2},
+        {"sync_interval": float("nan")},
+        {"sync_interval": -1.0},
+    ):
+        with pytest.raises(ConfigurationError):
+            ResponseCache(**options)
+    with pytest.raises(ConfigurationError):
+        ResponseCache(redis_url, namespace=5)  # type: ignore[arg-type]
+    cache = ResponseCache(per_user=True)
+    for scope in (Scope(tenant=5), Scope(user=7)):  # type: ignore[arg-type]
+        with pytest.raises(RequestValidationError):
+            cache.lookup(ask(FAQ), scope)
+
+
 def test_two_processes_share_one_redis_cache(redis_url: str, redis_prefix: str) -> None:
     writer = f"""
 import sys

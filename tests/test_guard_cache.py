@@ -139,6 +139,18 @@ def test_an_async_call_looks_for_a_stale_answer_off_the_event_loop(
     assert on_loop == [False]
 
 
+def test_a_scope_id_that_is_not_a_string_is_a_request_validation_error(
+    fake: FakeProvider, make_guard: MakeGuard
+) -> None:
+    from llmguard_sdk.errors import RequestValidationError
+
+    guard = make_guard(fake, cache=True)
+    for scope in ({"tenant": 5}, {"feature": ["a"]}, {"user": 7}):
+        with pytest.raises(RequestValidationError, match="must be a string"):
+            guard.chat(QUESTION, **scope)
+    assert fake.stats.requests == 0
+
+
 def test_without_a_degraded_answer_a_failed_call_still_raises(
     fake: FakeProvider, make_guard: MakeGuard
 ) -> None:

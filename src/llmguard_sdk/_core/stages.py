@@ -16,6 +16,7 @@ from .._ids import UniqueIds
 from ..breaker import Breakers
 from ..budget.control import SpendControl
 from ..cache import CacheHit, ResponseCache
+from ..cache._config import check_scope
 from ..context import CallContext, CallEvent, Hook, Scope, current_scope, emit
 from ..errors import (
     ConfigurationError,
@@ -185,8 +186,11 @@ def _checked(request: ChatRequest | Mapping[str, Any], stages: Stages) -> ChatRe
 
 
 def resolve_scope(tenant: str | None, feature: str | None, user: str | None) -> Scope:
-    """The call's scope: explicit keywords over the enclosing :func:`scoped` block."""
-    return current_scope().merged(tenant, feature, user)
+    """The call's scope: explicit keywords over the enclosing :func:`scoped` block (ids that
+    are not strings: :class:`~llmguard_sdk.errors.RequestValidationError`)."""
+    scope = current_scope().merged(tenant, feature, user)
+    check_scope(scope)
+    return scope
 
 
 def finish(ctx: CallContext, stages: Stages, response: ChatResponse) -> ChatResponse:

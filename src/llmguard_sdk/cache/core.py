@@ -21,6 +21,7 @@ from .._state.stores import RedisStore, Store, hash_id, open_store
 from ..context import Scope, current_scope
 from ..errors import ConfigurationError
 from ..models import ChatRequest, ChatResponse
+from ._config import check_matching, check_policy, check_scope, check_target
 from ._local import _LocalIndexes
 from ._recent import RecentEmbeddings
 from ._storable import storable
@@ -134,10 +135,11 @@ class ResponseCache:
         vector_search: Literal["local", "server"] = "local",
         monitor: FalseHitMonitor | None = None,
     ) -> None:
-        if not 0 < ttl < float("inf") or not 0 <= stale_ttl < float("inf"):  # (NaN too)
-            raise ConfigurationError("ttl must be positive and stale_ttl not negative, finite")
-        if max_entries < 1:
-            raise ConfigurationError("max_entries must be at least 1")
+        check_policy(
+            ttl=ttl, stale_ttl=stale_ttl, max_entries=max_entries, namespace=namespace,
+            version=version, sync_interval=sync_interval, vector_search=vector_search,
+        )  # fmt: skip
+        check_matching(threshold, margin, verify_band)
         self.embedder: Embedder = embedder if embedder is not None else HashingEmbedder()
         self.guards = guards
         self.strict = not isinstance(verifier, Scorer) if strict is None else strict
@@ -152,10 +154,6 @@ class ResponseCache:
             raise ConfigurationError(
                 "threshold must be in [-1, 1], margin in [0, 1), verify_band >= 0"
             )
-        if not namespace or not version:
-            raise ConfigurationError("namespace and version must not be empty")
-        if vector_search not in ("local", "server"):
-            raise ConfigurationError("vector_search must be 'local' or 'server'")
         self.state = open_store(store, key_prefix=key_prefix)
         self.namespace, self.version = namespace, version
         self.ttl, self.stale_ttl = ttl, stale_ttl
@@ -201,8 +199,7 @@ class ResponseCache:
         """The threshold (or, with a scoring verifier, the verifier's threshold) whose lower
         confidence bound on labelled pairs meets ``target``; never below the embedder's own
         suggestion (a set of short questions says little about long texts)."""
-        if not 0.0 < target < 1.0:
-            raise ConfigurationError("target_precision must be in (0, 1)")
+        check_target(target)
         if pairs is None:
             labelled: Sequence[Pair] = [p for name in BUNDLED_PAIRS for p in bundled_pairs(name)]
         else:
@@ -254,6 +251,7 @@ class ResponseCache:
     ) -> CacheKeys:
         """The partition, exact and context hashes of a call."""
         scope = scope or current_scope()
+        check_scope(scope)
         partition = (
             self.namespace,
             self.version,

@@ -1,0 +1,73 @@
+"""The checks of :class:`~llmguard_sdk.cache.ResponseCache`'s options and of a call's scope:
+a value of the wrong type is a typed error at once, not a ``TypeError`` from a comparison or an
+``AttributeError`` at the first lookup.
+
+.. versionadded:: 0.2.0
+"""
+
+from __future__ import annotations
+
+from numbers import Real
+
+from ..context import Scope
+from ..errors import ConfigurationError, RequestValidationError
+
+__all__ = ["check_matching", "check_policy", "check_scope", "check_target"]
+
+_INF = float("inf")
+
+
+def _real(value: object) -> bool:
+    return isinstance(value, Real) and not isinstance(value, bool)
+
+
+def check_policy(
+    *,
+    ttl: object,
+    stale_ttl: object,
+    max_entries: object,
+    namespace: object,
+    version: object,
+    sync_interval: object,
+    vector_search: object,
+) -> None:
+    """The cache's policy options (:class:`ConfigurationError` for the first bad one)."""
+    for name, value in (("ttl", ttl), ("stale_ttl", stale_ttl), ("sync_interval", sync_interval)):
+        if not _real(value):
+            raise ConfigurationError(f"{name} must be a number, got {value!r}")
+    if not 0 < ttl < _INF or not 0 <= stale_ttl < _INF:  # type: ignore[operator]  # (NaN too)
+        raise ConfigurationError("ttl must be positive and stale_ttl not negative, finite")
+    if not sync_interval >= 0:  # type: ignore[operator]  # (NaN too; inf: read once)
+        raise ConfigurationError(f"sync_interval must be >= 0, got {sync_interval!r}")
+    if not isinstance(max_entries, int) or isinstance(max_entries, bool) or max_entries < 1:
+        raise ConfigurationError(f"max_entries must be a whole number >= 1, got {max_entries!r}")
+    if (
+        not isinstance(namespace, str)
+        or not isinstance(version, str)
+        or not namespace
+        or not version
+    ):
+        raise ConfigurationError("namespace and version must be strings, not empty")
+    if vector_search not in ("local", "server"):
+        raise ConfigurationError("vector_search must be 'local' or 'server'")
+
+
+def check_matching(threshold: object, margin: object, verify_band: object) -> None:
+    """The semantic match's numbers (``None`` where a default will be chosen)."""
+    for name, value in (("threshold", threshold), ("margin", margin), ("verify_band", verify_band)):
+        if value is not None and not _real(value):
+            raise ConfigurationError(f"{name} must be a number, got {value!r}")
+
+
+def check_target(target: object) -> None:
+    """``target_precision``: a number in (0, 1)."""
+    if not _real(target) or not 0.0 < target < 1.0:  # type: ignore[operator]
+        raise ConfigurationError("target_precision must be in (0, 1)")
+
+
+def check_scope(scope: Scope) -> None:
+    """A scope's ids are strings or ``None`` (:class:`RequestValidationError` otherwise)."""
+    for name in ("tenant", "feature", "user"):
+        value = getattr(scope, name)
+        if value is not None and not isinstance(value, str):
+            raise RequestValidationError(f"{name} must be a string, got {value!r}")
