@@ -146,6 +146,29 @@ def test_reported_false_hits_feed_the_estimate_and_serving_resumes() -> None:
     assert cache.stats.false_hits == 4
 
 
+def test_a_namespace_whose_semantic_hits_stopped_serves_no_stale_semantic_match() -> None:
+    """Stale-if-error (every route failed) served a semantic match the monitor had judged
+    too often wrong; an entry of the same request is still served."""
+    monitor = FalseHitMonitor(
+        lambda request: ChatResponse(text="same", finish_reason="stop"),
+        window=1,
+        min_checks=1,
+        max_raise=0.0,
+        sample_rate=0.0,
+    )
+    cache = ResponseCache(namespace="n", monitor=monitor, threshold=0.3, strict=False)
+    question = _ask("How do I configure topic1?")
+    cache.store(question, ChatResponse(text="a", finish_reason="stop"))
+    hit = cache.lookup(_ask("How can I configure topic1?"))
+    assert hit is not None
+    cache.report_false_hit(hit)
+    assert not monitor.serving("n")
+    assert cache.lookup_stale(_ask("How can I configure topic1?")) is None
+    stale = cache.lookup_stale(question)
+    assert stale is not None
+    assert stale.matched == "exact"
+
+
 def test_the_budget_bounds_the_background_checks() -> None:
     clock = [0.0]
     asked: list[str] = []

@@ -380,8 +380,9 @@ class ResponseCache:
         entry = self._backend.get(keys.exact)
         if entry is not None and (stale or entry.fresh_until > now):
             return _hit("exact", entry, 1.0)
-        if not self.semantic or not keys.query.strip():
-            return None
+        stopped = self.monitor is not None and not self.monitor.serving(self.namespace)
+        if stopped or not self.semantic or not keys.query.strip():
+            return None  # (semantic hits the monitor stopped are not served stale either)
         self._sync()
         return self._semantic(keys, stale=stale)
 
