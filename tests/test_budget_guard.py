@@ -15,8 +15,10 @@ from llmguard_sdk import (
     BadRequestError,
     BudgetExceededError,
     CallEvent,
+    ConfigurationError,
     Guard,
     OpenAICompatibleProvider,
+    RequestValidationError,
 )
 from llmguard_sdk.budget import (
     Budget,
@@ -203,6 +205,26 @@ def test_alerts_fire_once_per_threshold_through_the_guard(
     alerts = [(e.threshold, e.scope) for e in events if e.kind == "alert"]
     assert alerts == [(0.5, "feature:faq"), (0.8, "feature:faq"), (1.0, "feature:faq")]
     assert [e.action for e in events if e.kind == "exhausted"] == ["refused", "refused"]
+
+
+def test_a_scope_of_the_wrong_kind_is_a_configuration_error(
+    fake: FakeProvider, make_guard: MakeGuard
+) -> None:
+    with pytest.raises(ConfigurationError):
+        make_guard(fake, budgets=5, prices=PRICES)
+    budgets = [Budget(limit_usd=1.0, scope="tenant"), Budget(limit_usd=1.0, scope="tag", id="exp")]
+    guard = make_guard(fake, budgets=Budgets(budgets, prices=PRICES))
+    for scope in ({"tenant": 5}, {"user": 5}, {"feature": ["a"]}):
+        with pytest.raises(RequestValidationError):
+            guard.chat(USER, max_tokens=3, **scope)
+    with pytest.raises(RequestValidationError):  # as a call's scope
+        guard.budget_status(tenant=5)  # type: ignore[typeddict-item]
+    with pytest.raises(RequestValidationError):
+        guard.budget_status(tags=[5])  # type: ignore[list-item]
+    assert fake.stats.requests == 0
+    # tags given as the calls' metadata gives them, comma-separated: whole tags, not letters
+    assert [row["scope"] for row in guard.budget_status(tags="expert, x")] == []
+    assert [row["scope"] for row in guard.budget_status(tags="x, exp")] == ["tag:exp"]
 
 
 def test_tag_budgets_count_only_tagged_calls(fake: FakeProvider, make_guard: MakeGuard) -> None:

@@ -85,7 +85,9 @@ def spend(
         config = Budgets(prices=prices)
     elif isinstance(budgets, Budgets):
         config = budgets if prices is None else dataclasses.replace(budgets, prices=prices)
-    elif isinstance(budgets, Budget) or all(isinstance(b, Budget) for b in budgets):
+    elif isinstance(budgets, Budget) or (
+        isinstance(budgets, Sequence) and all(isinstance(b, Budget) for b in budgets)
+    ):
         config = Budgets(budgets, prices=prices)
     else:
         raise ConfigurationError("budgets must be a Budgets or a list of Budget")

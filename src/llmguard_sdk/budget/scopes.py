@@ -12,6 +12,7 @@ from typing import TypedDict
 from .._state.recent import Recent
 from .._state.stores import hash_id
 from ..context import CallContext
+from ..errors import RequestValidationError
 from .memory import Status
 from .policy import NANO, Budget, CounterSpec, nano
 
@@ -80,11 +81,15 @@ class ScopeCounters:
         tenant: str | None = None,
         feature: str | None = None,
         user: str | None = None,
-        tags: Sequence[str] = (),
+        tags: Sequence[str] | str = (),
     ) -> tuple[CounterSpec, ...]:
-        """The counters a call with this scope and these tags is counted by."""
+        """The counters a call with this scope and these tags is counted by (``tags``: a
+        sequence of tags, or one string of comma-separated tags, as a call's metadata gives
+        them); a scope value that is no string is a
+        :class:`~llmguard_sdk.errors.RequestValidationError`, as it is for a call."""
         found: list[CounterSpec] = []
         values = {"tenant": tenant, "feature": feature, "user": user}
+        tags = _checked(values, tags)
         for index, budget in enumerate(self._budgets):
             if budget.scope == "global":
                 value: str | None = ""
@@ -121,3 +126,17 @@ class ScopeCounters:
     ) -> tuple[CounterSpec, ...]:
         tenant, feature, user, tags = asked
         return self.of(tenant, feature, user, [t.strip() for t in tags.split(",") if t.strip()])
+
+
+def _checked(values: dict[str, str | None], tags: Sequence[str] | str) -> Sequence[str]:
+    """``tags`` as a sequence of whole tags, once every scope value is a string (or None): a
+    number there raised AttributeError deep in the budget stage, and a string of tags matched
+    any tag it contains as letters."""
+    for name, value in values.items():
+        if value is not None and not isinstance(value, str):
+            raise RequestValidationError(f"{name} must be a string or None, got {value!r}")
+    if isinstance(tags, str):
+        return [tag.strip() for tag in tags.split(",") if tag.strip()]
+    if not isinstance(tags, Sequence) or not all(isinstance(tag, str) for tag in tags):
+        raise RequestValidationError(f"tags must be strings, got {tags!r}")
+    return tags
