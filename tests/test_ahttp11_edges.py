@@ -74,3 +74,24 @@ async def test_connections_are_kept_when_descriptors_pass_1023(high_descriptors:
         assert sock.fileno() > 1023
         assert fake.stats.connections == 1
         await transport.aclose()
+
+
+async def test_a_connection_switched_to_another_protocol_is_not_reused() -> None:
+    """After a 101 (Switching Protocols) the connection speaks another protocol: it went back
+    to the pool (no body, no ``close``), and the next request was written into it."""
+    head = b"HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\nconnection: upgrade\r\n\r\n"
+    with RawServer(head, hold=True) as server:
+        transport = AnyioTransport(httpx2)
+        response = await transport.handle_async_request(
+            httpx2.Request(
+                "POST",
+                f"{server.base_url}/chat/completions",
+                content=b"{}",
+                extensions={"timeout": TIMEOUTS},
+            )
+        )
+        assert response.status_code == 101
+        assert await response.aread() == b""
+        await response.aclose()
+        assert (transport._open, transport._idle) == (0, {})
+        await transport.aclose()

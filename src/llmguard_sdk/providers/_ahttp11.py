@@ -388,6 +388,8 @@ class _Head:
             self.will_close = "keep-alive" not in connection
         else:
             self.will_close = "close" in connection
+        if status == 101:  # the connection speaks another protocol from here on
+            self.will_close = True
         if status in (204, 304) or status < 200 or method == "HEAD":
             self.length = 0  # never a body, whatever the head says (as h11 reads it)
             self.chunked = False
