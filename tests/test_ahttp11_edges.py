@@ -3,6 +3,7 @@ loopback servers: what a request asks of its connection, and a process with many
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 
@@ -14,7 +15,7 @@ import pytest
 from llmguard_sdk.providers._ahttp11 import AnyioTransport
 from llmguard_sdk.testing import FakeProvider
 from tests.rawserver import RawServer
-from tests.test_ahttp11 import read_whole
+from tests.test_ahttp11 import _Echo, read_whole
 from tests.test_http11 import BODY, TIMEOUTS
 
 pytestmark = pytest.mark.anyio
@@ -95,3 +96,44 @@ async def test_a_connection_switched_to_another_protocol_is_not_reused() -> None
         await response.aclose()
         assert (transport._open, transport._idle) == (0, {})
         await transport.aclose()
+
+
+@pytest.fixture(scope="module")
+def echo() -> Iterator[str]:
+    with _Echo() as base_url:
+        yield base_url
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"X-User": "a\r\nX-Injected: 1"},
+        {"X-User": "a\nX-Injected: 1"},
+        {"X-User": "a\x00b"},
+        {"X-User\r\nX-Injected": "1"},
+        {"X-User: X-Injected": "1"},
+        {"X User": "1"},
+    ],
+)
+async def test_a_header_that_would_break_its_line_is_refused_before_sending(
+    echo: str, headers: dict[str, str]
+) -> None:
+    """A header name that is no token, or a value with a line break or a NUL, is refused as
+    h11 (and http.client) refuse it, before anything is sent: it was written as it came, so a
+    value could add headers of its own (or a whole request) to the request."""
+    transport = AnyioTransport(httpx2)
+    url = f"{echo}/v1/chat/completions"
+    await read_whole(transport, url)  # a connection to keep
+    request = httpx2.Request(
+        "POST", url, content=b"{}", headers=headers, extensions={"timeout": TIMEOUTS}
+    )
+    with pytest.raises(httpx2.LocalProtocolError):
+        await transport.handle_async_request(request)
+    response = await transport.handle_async_request(
+        httpx2.Request("POST", url, content=b"{}", extensions={"timeout": TIMEOUTS})
+    )
+    seen = json.loads(await response.aread())
+    await response.aclose()
+    assert not [name for name, _ in seen["headers"] if name.startswith("x-")]
+    assert (transport._open, len(transport._idle[next(iter(transport._idle))])) == (1, 1)
+    await transport.aclose()

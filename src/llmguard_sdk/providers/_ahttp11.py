@@ -47,6 +47,8 @@ _CHUNK = 65_536
 _MAX_HEAD = MAX_LINE * 4  # bytes of a head (status line and header lines), at most
 _HEAD_END = re.compile(rb"\r?\n\r?\n")
 _CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]{1,16}")
+_NAME = re.compile(rb"[-!#$%&'*+.^_`|~0-9A-Za-z]+")  # a header's name: a token (RFC 9110 5.6.2)
+_BREAK = re.compile(rb"[\r\n\x00]")  # what a header's value may not hold (it ends the line)
 _DRAIN_READS = 4  # reads of a stream's rest, at most, to reuse its connection
 _DRAIN_WAIT = 0.004  # seconds those reads may take together
 _STREAM_ERRORS = (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError)
@@ -77,9 +79,10 @@ class AnyioTransport:
         timeouts = request.extensions.get("timeout", {})
         url = request.url
         origin = (url.scheme, url.host, url.port or (443 if url.scheme == "https" else 80))
+        request_head = _request_head(request, module)
         connection = await self._connection(origin, timeouts)
         try:
-            await _send_request(connection, request, timeouts, module)
+            await _send_request(connection, request, request_head, timeouts, module)
             head = await _read_response_head(
                 connection, timeouts.get("read"), request.method, module
             )
@@ -222,7 +225,7 @@ class AnyioTransport:
             if self._waiting[0].origin == origin:
                 self._waiting.popleft().serve(connection)
                 return
-        elif self._keep_alive is None or _count(self._idle) < self._keep_alive:
+        elif self._keep_alive is None or sum(map(len, self._idle.values())) < self._keep_alive:
             self._idle.setdefault(origin, []).append((connection, time.monotonic()))
             return
         await self._discard(connection)
@@ -241,10 +244,6 @@ class AnyioTransport:
     def _wake_all(self) -> None:
         while self._waiting:
             self._waiting.popleft().event.set()
-
-
-def _count(idle: dict[_Origin, list[tuple[_Connection, float]]]) -> int:
-    return sum(len(pooled) for pooled in idle.values())
 
 
 def _asks_to_close(request: Any) -> bool:
@@ -331,14 +330,26 @@ def _readable(fd: int) -> bool:
     return bool(poller.poll(0))  # POLLHUP and POLLERR come unasked
 
 
+def _request_head(request: Any, module: ModuleType) -> bytes:
+    """``request``'s head (its request line and headers).
+
+    Raises:
+        LocalProtocolError: (``module``'s) a header name that is no token, or a value with a
+            line break or a NUL, refused as h11 refuses them: written as they came, a value
+            could add headers (or a whole request) of its own.
+    """
+    lines = [b"%s %s HTTP/1.1" % (request.method.encode("ascii"), request.url.raw_path)]
+    for name, value in request.headers.raw:
+        if _NAME.fullmatch(name) is None or _BREAK.search(value) is not None:
+            raise module.LocalProtocolError(f"illegal header name or value: {name[:40]!r}")
+        lines.append(name + b": " + value)
+    return b"\r\n".join(lines) + b"\r\n\r\n"
+
+
 async def _send_request(
-    connection: _Connection, request: Any, timeouts: dict[str, Any], module: ModuleType
+    connection: _Connection, request: Any, head: bytes, timeouts: dict[str, Any], module: Any
 ) -> None:
-    """Write ``request``'s head and body on ``connection``."""
-    url = request.url
-    lines = [b"%s %s HTTP/1.1" % (request.method.encode("ascii"), url.raw_path)]
-    lines += [name + b": " + value for name, value in request.headers.raw]
-    head = b"\r\n".join(lines) + b"\r\n\r\n"
+    """Write ``request``'s ``head`` and body on ``connection``."""
     write = timeouts.get("write")
     try:
         body = request.content
