@@ -85,6 +85,27 @@ def test_an_emptied_partition_leaves_no_index_behind() -> None:
     assert len(cache._local.indexes) == 2
 
 
+def test_an_entry_evicted_by_another_thread_before_it_was_indexed_leaves_no_vector() -> None:
+    """Two threads store into a full in-memory cache: the second one's write evicts the
+    first one's entry between that write and its indexing (the steps are interleaved by
+    hand here). The evicted entry's vector stayed in the index for good (memory that grew
+    under concurrent stores; only a search that met it dropped it)."""
+    cache = ResponseCache(max_entries=1)
+    answer = ChatResponse(text="x", finish_reason="stop")
+    first, second = (
+        cache.entry_for(ChatRequest(messages=[Message(role="user", content=text)]), answer)
+        for text in ("how do I reset my password", "how do I close my account")
+    )
+    assert first is not None
+    assert second is not None
+    interrupted = cache.put_steps(first)
+    written = next(interrupted).sync()  # the first thread's write, not yet indexed
+    assert run(cache.put_steps(second))  # the second thread's store evicts the first entry
+    with pytest.raises(StopIteration):
+        interrupted.send(written)
+    assert set(cache._local.index_of) == {second.entry_id}
+
+
 def _sparse_unit(rng: np.random.Generator, dimension: int, nonzero: int) -> np.ndarray:
     vector = np.zeros(dimension, dtype=np.float32)
     vector[rng.choice(dimension, nonzero, replace=False)] = rng.standard_normal(nonzero)

@@ -113,6 +113,11 @@ class MemoryCacheBackend:
             return None
         return entry
 
+    def __contains__(self, entry_id: object) -> bool:
+        """Whether an entry with this id is held (live or not; not marked as used)."""
+        with self._lock:
+            return entry_id in self._entries
+
     def put(self, entry: CacheEntry) -> list[str]:
         """See :class:`CacheBackend`."""
         packed = entry.model_dump_json(

@@ -420,9 +420,9 @@ class ResponseCache:
                     continue
             entry = self._backend.get(match.entry_id)
             if entry is None:  # expired or evicted meanwhile: forget it, try the next one
-                self._forget(match.entry_id)
+                self._local.forget(match.entry_id)
                 continue
-            self._know(entry.entry_id, entry.query)
+            self._local.know(entry.entry_id, entry.query)
             if not stale and entry.fresh_until <= now:
                 continue
             if below and known is None and not strict_agreement(keys.query, entry.query):
@@ -517,9 +517,14 @@ class ResponseCache:
         if entry.vector is not None and self._server is None:
             stored = self._recent.stored_probe(entry.query, entry.vector)
             self._local.remember(entry.entry_id, entry.index_key, stored)
-            self._know(entry.entry_id, entry.query)
+            self._local.know(entry.entry_id, entry.query)
+            if (
+                isinstance(self._backend, MemoryCacheBackend)
+                and entry.entry_id not in self._backend
+            ):
+                evicted.append(entry.entry_id)  # evicted by another thread before it was indexed
         for entry_id in evicted:
-            self._forget(entry_id)
+            self._local.forget(entry_id)
         self.stats.stores += 1
         return True
 
@@ -570,12 +575,6 @@ class ResponseCache:
 
     def _index_key(self, keys: CacheKeys) -> str:
         return _id_hash(keys.partition + keys.context)
-
-    def _know(self, entry_id: str, query: str) -> None:
-        self._local.know(entry_id, query)
-
-    def _forget(self, entry_id: str) -> None:
-        self._local.forget(entry_id)
 
     def _sync(self) -> None:
         run(self.sync_steps())
