@@ -15,7 +15,7 @@ import pytest
 from llmguard_sdk.providers._ahttp11 import AnyioTransport
 from llmguard_sdk.testing import FakeProvider
 from tests.rawserver import RawServer
-from tests.test_ahttp11 import _Echo, read_whole
+from tests.test_ahttp11 import _Echo, post, read_whole
 from tests.test_http11 import BODY, TIMEOUTS
 
 pytestmark = pytest.mark.anyio
@@ -137,3 +137,21 @@ async def test_a_header_that_would_break_its_line_is_refused_before_sending(
     assert not [name for name, _ in seen["headers"] if name.startswith("x-")]
     assert (transport._open, len(transport._idle[next(iter(transport._idle))])) == (1, 1)
     await transport.aclose()
+
+
+async def test_connections_idle_past_keepalive_expiry_are_closed_under_one_in_use() -> None:
+    """Idle connections past ``keepalive_expiry`` are closed though the one last used stays
+    fresh (the pool takes the latest first: the ones below it were never looked at again and
+    stayed open, half closed by the server, until the transport closed)."""
+    with FakeProvider() as fake:
+        transport = AnyioTransport(httpx2, httpx2.Limits(keepalive_expiry=1.0))
+        url = f"{fake.base_url}/chat/completions"
+        held = [await post(transport, url) for _ in range(3)]  # three connections
+        for response in held:
+            await response.aread()
+            await response.aclose()
+        for _ in range(2):  # the latest kept fresh; the other two go past their expiry
+            await anyio.sleep(0.6)
+            await read_whole(transport, url)
+        assert (transport._open, fake.stats.connections) == (1, 3)
+        await transport.aclose()

@@ -126,9 +126,10 @@ class AnyioTransport:
         if self._closed:
             raise RuntimeError("Cannot send a request, as the transport has been closed.")
         pooled = self._idle.get(origin)
-        while pooled:
-            connection, since = pooled.pop()
-            if self._fresh(since) and connection.reusable():
+        while pooled:  # the expired ones (the longest idle first) closed, then the latest
+            expired = not self._fresh(pooled[0][1])
+            connection, _ = pooled.pop(0 if expired else -1)
+            if not expired and connection.reusable():
                 return connection
             self._open -= 1
             await connection.close()
