@@ -31,6 +31,7 @@ from llmguard_sdk.budget import (
 )
 from llmguard_sdk.store import RedisStore
 from llmguard_sdk.testing import FakeProvider, Fault
+from llmguard_sdk.tokens import count_text_tokens
 
 from .conftest import USER
 
@@ -389,4 +390,23 @@ def test_a_stream_continued_on_another_route_pays_for_both(
     assert response.cost_source == "estimated"
     (row,) = spend_of(guard)
     assert row["spent_usd"] == pytest.approx(response.cost_usd)
+    assert row["held_usd"] == 0
+
+
+def test_a_continued_stream_closed_early_pays_for_both_routes(
+    fake: FakeProvider, fake2: FakeProvider, make_guard: MakeGuard
+) -> None:
+    """Closed on the backup's first chunk: the primary's part (billed by its provider) is
+    spent, and the backup's chunk at the backup's price, not everything at the backup's."""
+    budgets = Budgets([Budget(limit_usd=1.0)], prices=PRICES)
+    guard = make_guard(fake, fake2, budgets=budgets, retry=None, continue_interrupted_streams=True)
+    fake.script(Fault(cut_stream_after=2))
+    with guard.chat(USER, stream=True, max_tokens=10) as stream:
+        backup_text = next(chunk.text for chunk in stream if chunk.route == "backup")
+    primary_usd = (6 * 100 + 4 * 200) / 1e6  # as in the test above
+    # the backup's part as counted here: the prompt's 8 tokens, the text it delivered
+    output = count_text_tokens(backup_text, "backup-model").tokens
+    backup_usd = (8 * 10 + output * 20) / 1e6
+    (row,) = spend_of(guard)
+    assert row["spent_usd"] == pytest.approx(primary_usd + backup_usd)
     assert row["held_usd"] == 0

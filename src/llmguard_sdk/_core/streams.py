@@ -38,8 +38,13 @@ class _Seen:
     def __init__(self) -> None:
         self.text: list[str] = []
         self.usage: Usage | None = None
+        self.route = ""
 
     def add(self, chunk: StreamChunk) -> None:
+        if chunk.route and chunk.route != self.route:
+            if self.route:  # another route continues the stream: the earlier one's part is
+                self.text, self.usage = [], None  # billed as the call's interrupted usage
+            self.route = chunk.route
         if chunk.text:
             self.text.append(chunk.text)
         self.usage = chunk.usage or self.usage

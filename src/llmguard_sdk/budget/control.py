@@ -482,9 +482,17 @@ class SpendControl:
         self, ctx: CallContext, stages: Stages, text: str, usage: Usage | None
     ) -> ChatResponse | None:
         """What a stream that ended early cost, as a response to settle with: its usage if
-        the provider sent one, else its input and the text delivered, counted here."""
+        the provider sent one, else its input and the text delivered, counted here; plus,
+        as for a whole answer, what the routes whose broken streams it continued used."""
+        broken = [
+            self.cost(ctx, stages, ChatResponse(text=""), used, route=route)
+            for route, used in ctx.interrupted
+        ]
+        extra = sum(cost.usd for cost in broken if cost is not None)
         if not text and usage is None:
-            return None
+            if not extra:
+                return None
+            return ChatResponse(text="", route=ctx.route or "", cost_usd=extra)
         if usage is None:
             usage = Usage(
                 input_tokens=ctx.input_tokens().tokens,
@@ -495,7 +503,8 @@ class SpendControl:
         cost = self.cost(ctx, stages, response)
         if cost is None:
             return response
-        return response.model_copy(update={"cost_usd": cost.usd, "cost_source": cost.source})
+        source = "estimated" if extra else cost.source
+        return response.model_copy(update={"cost_usd": cost.usd + extra, "cost_source": source})
 
     # -- events ------------------------------------------------------------------------------
 
