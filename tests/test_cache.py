@@ -505,6 +505,24 @@ def test_options_of_the_wrong_type_are_configuration_errors(redis_url: str) -> N
             cache.lookup(ask(FAQ), scope)
 
 
+def test_parts_and_switches_of_the_wrong_kind_are_configuration_errors() -> None:
+    """An embedder or monitor that is not one was an AttributeError; a verifier that cannot
+    be called was taken, and each semantic match it was asked about was refused; a switch
+    such as ``semantic="no"`` was taken as true."""
+    for options in (
+        {"embedder": "minilm"},
+        {"verifier": "paraphrase"},
+        {"monitor": "on"},
+        {"semantic": "no"},
+        {"guards": "off"},
+        {"strict": 1},
+        {"cache_sampled": "yes"},
+        {"per_user": None},
+    ):
+        with pytest.raises(ConfigurationError):
+            ResponseCache(**options)
+
+
 def test_two_processes_share_one_redis_cache(redis_url: str, redis_prefix: str) -> None:
     writer = f"""
 import sys

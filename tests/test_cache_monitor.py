@@ -169,6 +169,16 @@ def test_a_namespace_whose_semantic_hits_stopped_serves_no_stale_semantic_match(
     assert stale.matched == "exact"
 
 
+def test_a_monitor_of_bad_options_is_refused() -> None:
+    """A window given as text was a TypeError; an ``ask`` that cannot be called was taken and
+    every background check failed (logged, never counted)."""
+    with pytest.raises(ConfigurationError):
+        FalseHitMonitor(None)  # type: ignore[arg-type]
+    for options in ({"window": "5"}, {"min_checks": 2.5}, {"queue_size": "8"}, {"target": "0.1"}):
+        with pytest.raises(ConfigurationError):
+            FalseHitMonitor(lambda request: ChatResponse(text="x"), **options)
+
+
 def test_the_budget_bounds_the_background_checks() -> None:
     clock = [0.0]
     asked: list[str] = []

@@ -11,8 +11,10 @@ from numbers import Real
 
 from ..context import Scope
 from ..errors import ConfigurationError, RequestValidationError
+from .embedders import Embedder
+from .monitor import FalseHitMonitor
 
-__all__ = ["check_matching", "check_policy", "check_scope", "check_target"]
+__all__ = ["check_matching", "check_parts", "check_policy", "check_scope", "check_target"]
 
 _INF = float("inf")
 
@@ -71,3 +73,17 @@ def check_scope(scope: Scope) -> None:
         value = getattr(scope, name)
         if value is not None and not isinstance(value, str):
             raise RequestValidationError(f"{name} must be a string, got {value!r}")
+
+
+def check_parts(embedder: object, verifier: object, monitor: object, **switches: object) -> None:
+    """The cache's parts (``None`` where the default is taken) and its on/off switches
+    (``strict`` may be ``None``): a ``"no"`` would be taken as true."""
+    if embedder is not None and not isinstance(embedder, Embedder):
+        raise ConfigurationError(f"embedder must be an Embedder, got {embedder!r}")
+    if verifier is not None and not callable(verifier):
+        raise ConfigurationError(f"verifier must be a function of two texts, got {verifier!r}")
+    if monitor is not None and not isinstance(monitor, FalseHitMonitor):
+        raise ConfigurationError(f"monitor must be a FalseHitMonitor, got {monitor!r}")
+    for name, value in switches.items():
+        if not isinstance(value, bool) and not (name == "strict" and value is None):
+            raise ConfigurationError(f"{name} must be True or False, got {value!r}")

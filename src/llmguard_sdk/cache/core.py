@@ -21,7 +21,7 @@ from .._state.stores import RedisStore, Store, hash_id, open_store
 from ..context import Scope, current_scope
 from ..errors import ConfigurationError
 from ..models import ChatRequest, ChatResponse
-from ._config import check_matching, check_policy, check_scope, check_target
+from ._config import check_matching, check_parts, check_policy, check_scope, check_target
 from ._local import _LocalIndexes
 from ._recent import RecentEmbeddings
 from ._storable import storable
@@ -140,6 +140,8 @@ class ResponseCache:
             version=version, sync_interval=sync_interval, vector_search=vector_search,
         )  # fmt: skip
         check_matching(threshold, margin, verify_band)
+        check_parts(embedder, verifier, monitor, semantic=semantic, guards=guards, strict=strict,
+                    cache_sampled=cache_sampled, per_user=per_user)  # fmt: skip
         self.embedder: Embedder = embedder if embedder is not None else HashingEmbedder()
         self.guards = guards
         self.strict = not isinstance(verifier, Scorer) if strict is None else strict

@@ -31,6 +31,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from numbers import Integral, Real
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigurationError
@@ -109,6 +110,11 @@ class FalseHitMonitor:
         clock: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
     ) -> None:
+        _check_kinds(
+            ask, target=target, sample_rate=sample_rate, agreement=agreement,
+            max_checks_per_minute=max_checks_per_minute, raise_step=raise_step,
+            max_raise=max_raise, window=window, min_checks=min_checks, queue_size=queue_size,
+        )  # fmt: skip
         if not 0.0 < target < 1.0 or not 0.0 <= sample_rate <= 1.0:
             raise ConfigurationError("target must be in (0, 1) and sample_rate in [0, 1]")
         if window < 1 or not 1 <= min_checks <= window or not max_checks_per_minute > 0:
@@ -337,3 +343,18 @@ class FalseHitMonitor:
             Observation(state.false_hit_rate, {"namespace": name})
             for name, state in self.metrics().items()
         ]
+
+
+_WHOLE = frozenset({"window", "min_checks", "queue_size"})
+
+
+def _check_kinds(ask: object, **options: object) -> None:
+    """``ask`` can be called; the numbers are numbers, the counts whole numbers (a text was
+    a ``TypeError`` from a comparison, an ``ask`` of ``None`` failed every check)."""
+    if not callable(ask):
+        raise ConfigurationError(f"ask must be a function of a ChatRequest, got {ask!r}")
+    for name, value in options.items():
+        whole = name in _WHOLE
+        if isinstance(value, bool) or not isinstance(value, Integral if whole else Real):
+            kind = "a whole number" if whole else "a number"
+            raise ConfigurationError(f"{name} must be {kind}, got {value!r}")
