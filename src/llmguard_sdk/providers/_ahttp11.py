@@ -16,7 +16,7 @@ same TLS context (the library's ``create_ssl_context()``), at most ``max_connect
 connections (a request that finds none free within its pool timeout fails with
 ``PoolTimeout``; waiting requests are served first come, first served), idle connections
 kept alive (``max_keepalive_connections``, ``keepalive_expiry``) and dropped when the
-server has closed them, the head read as h11 reads it (:func:`~._http11.head_fields`), the
+server has closed them, the head read as h11 reads it (:func:`~._http1.head_fields`), the
 connect / read / write / pool timeouts of the request, and the library's exception classes,
 so a failure before any byte was sent (``ConnectError``, ``ConnectTimeout``,
 ``PoolTimeout``) stays safe to send again. A call cancelled while it sends or reads closes
@@ -29,7 +29,6 @@ from __future__ import annotations
 import collections
 import functools
 import re
-import select
 import ssl
 import time
 from collections.abc import AsyncIterator
@@ -39,7 +38,16 @@ from typing import Any
 import anyio
 import anyio.abc
 
-from ._http11 import MAX_HEADERS, MAX_LINE, body_length, head_fields, take_longest_idle
+from ._http1 import (
+    MAX_HEADERS,
+    MAX_LINE,
+    asks_to_close,
+    body_length,
+    head_fields,
+    illegal_header,
+    readable,
+    take_longest_idle,
+)
 
 __all__ = ["AnyioTransport"]
 
@@ -47,8 +55,6 @@ _CHUNK = 65_536
 _MAX_HEAD = MAX_LINE * 4  # bytes of a head (status line and header lines), at most
 _HEAD_END = re.compile(rb"\r?\n\r?\n")
 _CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]{1,16}")
-_NAME = re.compile(rb"[-!#$%&'*+.^_`|~0-9A-Za-z]+")  # a header's name: a token (RFC 9110 5.6.2)
-_BREAK = re.compile(rb"[\r\n\x00]")  # what a header's value may not hold (it ends the line)
 _DRAIN_READS = 4  # reads of a stream's rest, at most, to reuse its connection
 _DRAIN_WAIT = 0.004  # seconds those reads may take together
 _STREAM_ERRORS = (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError)
@@ -89,7 +95,7 @@ class AnyioTransport:
         except BaseException:
             await self._discard(connection)
             raise
-        if _asks_to_close(request):  # its last on this connection (RFC 9112 9.6)
+        if asks_to_close(request):  # its last on this connection (RFC 9112 9.6)
             head.will_close = True
         body = self._body_class(self, origin, connection, head, timeouts.get("read"))
         return module.Response(
@@ -247,12 +253,6 @@ class AnyioTransport:
             self._waiting.popleft().event.set()
 
 
-def _asks_to_close(request: Any) -> bool:
-    """Whether ``request`` says ``Connection: close``: its connection ends with it."""
-    value = request.headers.get("connection")
-    return bool(value) and "close" in (token.strip() for token in value.lower().split(","))
-
-
 class _Waiter:
     """A call waiting for a connection to ``origin``, and what it was handed: a connection,
     or (``served`` without one) a slot to open one in."""
@@ -310,25 +310,12 @@ class _Connection:
             return False
         try:
             sock = self.stream.extra(anyio.abc.SocketAttribute.raw_socket)
-            return not _readable(sock.fileno())
+            return not readable(sock.fileno())
         except (anyio.TypedAttributeLookupError, OSError, ValueError):
             return False
 
     async def close(self) -> None:
         await anyio.aclose_forcefully(self.stream)
-
-
-def _readable(fd: int) -> bool:
-    """Whether descriptor ``fd`` has something to read (or an end, or an error) right now:
-    ``poll`` where there is one (``select`` takes no descriptor past 1023: a process with
-    many files open would read every idle connection as closed)."""
-    if fd < 0:
-        return True  # closed
-    if not hasattr(select, "poll"):  # Windows: its select has no such bound
-        return bool(select.select([fd], [], [], 0)[0])
-    poller = select.poll()
-    poller.register(fd, select.POLLIN | select.POLLPRI)
-    return bool(poller.poll(0))  # POLLHUP and POLLERR come unasked
 
 
 def _request_head(request: Any, module: ModuleType) -> bytes:
@@ -341,7 +328,7 @@ def _request_head(request: Any, module: ModuleType) -> bytes:
     """
     lines = [b"%s %s HTTP/1.1" % (request.method.encode("ascii"), request.url.raw_path)]
     for name, value in request.headers.raw:
-        if _NAME.fullmatch(name) is None or _BREAK.search(value) is not None:
+        if illegal_header(name, value):
             raise module.LocalProtocolError(f"illegal header name or value: {name[:40]!r}")
         lines.append(name + b": " + value)
     return b"\r\n".join(lines) + b"\r\n\r\n"

@@ -31,27 +31,31 @@ from __future__ import annotations
 
 import base64
 import http.client
-import select
 import socket
 import ssl
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any, TypeVar
+from typing import Any
 
 import httpx
 
+from ._http1 import (
+    MAX_HEADERS,
+    MAX_LINE,
+    asks_to_close,
+    body_length,
+    head_fields,
+    illegal_header,
+    readable,
+    take_longest_idle,
+)
 from ._watchdog import watchdog
 
 __all__ = [
     "DEADLINE",
-    "MAX_HEADERS",
-    "MAX_LINE",
     "StdlibTransport",
-    "body_length",
     "environment_proxy",
-    "head_fields",
-    "take_longest_idle",
 ]
 
 DEADLINE = "llmguard.deadline"
@@ -60,12 +64,9 @@ if the request is still being sent or its head read then (each read's timeout al
 server that drips the head a byte at a time hold the call far past it)."""
 
 _CHUNK = 65_536
-MAX_LINE = 65_536  # http.client's bounds on a header line and on their number
-MAX_HEADERS = 100
 _DRAIN_READS = 4  # reads of a stream's rest, at most, to reuse its connection
 _DRAIN_WAIT = 0.001  # seconds each of those reads waits, at most
 _Origin = tuple[str, str, int]
-_C = TypeVar("_C")
 
 
 class StdlibTransport(httpx.BaseTransport):
@@ -255,17 +256,6 @@ class StdlibTransport(httpx.BaseTransport):
             self._freed.notify()
 
 
-def take_longest_idle(idle: dict[Any, list[tuple[_C, float]]]) -> _C | None:
-    """Take the connection idle longest out of ``idle`` (per origin, each connection with
-    the time it went idle, latest last); ``None`` where none is idle."""
-    oldest = min(
-        (pooled for pooled in idle.values() if pooled),
-        key=lambda pooled: pooled[0][1],
-        default=None,
-    )
-    return None if oldest is None else oldest.pop(0)[0]
-
-
 def _exchange(
     connection: http.client.HTTPConnection,
     request: httpx.Request,
@@ -279,6 +269,9 @@ def _exchange(
     target = url.raw_path.decode("ascii")
     if proxy_headers is not None:
         target = f"{url.scheme}://{url.netloc.decode('ascii')}" + target
+    for name, value in request.headers.raw:  # http.client lets a NUL through, h11 does not
+        if illegal_header(name, value):
+            raise httpx.LocalProtocolError(f"illegal header name or value: {name[:40]!r}")
     try:
         connection.putrequest(
             request.method, target, skip_host=True, skip_accept_encoding=True
@@ -294,7 +287,10 @@ def _exchange(
         raise httpx.WriteError(str(exc) or type(exc).__name__) from exc
     _set_timeout(connection, timeouts.get("read"))
     try:
-        return connection.getresponse()
+        response = connection.getresponse()
+        if asks_to_close(request):  # the request's "Connection: close" ends it too (as h11)
+            response.will_close = True
+        return response
     except TimeoutError as exc:
         raise httpx.ReadTimeout(str(exc) or "read timed out") from exc
     except http.client.HTTPException as exc:  # closed before an answer, a bad status line
@@ -353,29 +349,6 @@ def _read_head(fp: Any) -> _Head:
         raise http.client.HTTPException(str(exc)) from None
 
 
-def head_fields(lines: list[bytes]) -> list[tuple[str, str]]:
-    """A head's header lines (without the blank line that ends them) as ``(name, value)``,
-    as httpx's h11 reads them: a value without the spaces around it, a line that starts with
-    a space or a tab continues the last (joined by one space).
-
-    Raises:
-        ValueError: a line without a name and a colon (h11 refuses it; ``http.client``
-            would read the rest as the body).
-    """
-    fields: list[tuple[str, str]] = []
-    for line in lines:
-        text = line.decode("iso-8859-1")
-        if text[:1] in (" ", "\t") and fields:  # an obsolete folded line
-            name, value = fields[-1]
-            fields[-1] = (name, f"{value} {text.strip()}")
-            continue
-        name, colon, value = text.partition(":")
-        if not colon or not name.strip():
-            raise ValueError(f"malformed header line {text.strip()!r}")
-        fields.append((name.strip(), value.strip()))
-    return fields
-
-
 class _Response(http.client.HTTPResponse):
     """:class:`http.client.HTTPResponse` with its head read by :func:`_read_head`; what it
     decides from the head (chunked, a length, whether the connection closes) as it does.
@@ -402,22 +375,14 @@ class _Response(http.client.HTTPResponse):
         self.chunked = (head.get("transfer-encoding") or "").lower() == "chunked"
         if self.chunked:
             self.chunk_left = None
-        self.will_close = self._check_close()
+        # a 101's connection speaks another protocol from here on: never reused
+        self.will_close = status == 101 or self._check_close()
         self.length = None if self.chunked else body_length(head.get("content-length"))
         if status in (204, 304) or 100 <= status < 200 or self._method == "HEAD":
             self.length = 0  # never a body, whatever the head says (as h11 reads it)
             self.chunked = False
         if not self.will_close and not self.chunked and self.length is None:
             self.will_close = True  # no length: the body ends when the connection does
-
-
-def body_length(value: str | None) -> int | None:
-    """A ``Content-Length`` as ``http.client`` reads it (a bad or negative one: none)."""
-    try:
-        length = int(value) if value else None
-    except ValueError:
-        return None
-    return length if length is None or length >= 0 else None
 
 
 class _Body(httpx.SyncByteStream):
@@ -514,10 +479,9 @@ def _reusable(connection: http.client.HTTPConnection) -> bool:
     if sock is None:
         return False
     try:
-        readable, _, _ = select.select([sock], [], [], 0)
+        return not readable(sock.fileno())
     except (OSError, ValueError):
         return False
-    return not readable
 
 
 def _watched_socket(deadline: float, watched: list[int]) -> Any:

@@ -1,0 +1,95 @@
+"""What the provider's two HTTP/1.1 transports share (:mod:`._http11` over ``http.client``,
+:mod:`._ahttp11` over anyio streams): how a head is read, what a request may say, which
+idle connection goes first, and whether one is still open."""
+
+from __future__ import annotations
+
+import re
+import select
+from typing import Any, TypeVar
+
+__all__ = [
+    "MAX_HEADERS",
+    "MAX_LINE",
+    "asks_to_close",
+    "body_length",
+    "head_fields",
+    "illegal_header",
+    "readable",
+    "take_longest_idle",
+]
+
+MAX_LINE = 65_536  # http.client's bounds on a header line and on their number
+MAX_HEADERS = 100
+_NAME = re.compile(rb"[-!#$%&'*+.^_`|~0-9A-Za-z]+")  # a header's name: a token (RFC 9110 5.6.2)
+_BREAK = re.compile(rb"[\r\n\x00]")  # what a header's value may not hold (it ends the line)
+_C = TypeVar("_C")
+
+
+def illegal_header(name: bytes, value: bytes) -> bool:
+    """Whether a header would break its line: a name that is no token, or a value with a
+    line break or a NUL (h11 refuses them; written as they came, a value could add headers,
+    or a whole request, of its own)."""
+    return _NAME.fullmatch(name) is None or _BREAK.search(value) is not None
+
+
+def head_fields(lines: list[bytes]) -> list[tuple[str, str]]:
+    """A head's header lines (without the blank line that ends them) as ``(name, value)``,
+    as httpx's h11 reads them: a value without the spaces around it, a line that starts with
+    a space or a tab continues the last (joined by one space).
+
+    Raises:
+        ValueError: a line without a name and a colon (h11 refuses it; ``http.client``
+            would read the rest as the body).
+    """
+    fields: list[tuple[str, str]] = []
+    for line in lines:
+        text = line.decode("iso-8859-1")
+        if text[:1] in (" ", "\t") and fields:  # an obsolete folded line
+            name, value = fields[-1]
+            fields[-1] = (name, f"{value} {text.strip()}")
+            continue
+        name, colon, value = text.partition(":")
+        if not colon or not name.strip():
+            raise ValueError(f"malformed header line {text.strip()!r}")
+        fields.append((name.strip(), value.strip()))
+    return fields
+
+
+def body_length(value: str | None) -> int | None:
+    """A ``Content-Length`` as ``http.client`` reads it (a bad or negative one: none)."""
+    try:
+        length = int(value) if value else None
+    except ValueError:
+        return None
+    return length if length is None or length >= 0 else None
+
+
+def take_longest_idle(idle: dict[Any, list[tuple[_C, float]]]) -> _C | None:
+    """Take the connection idle longest out of ``idle`` (per origin, each connection with
+    the time it went idle, latest last); ``None`` where none is idle."""
+    oldest = min(
+        (pooled for pooled in idle.values() if pooled),
+        key=lambda pooled: pooled[0][1],
+        default=None,
+    )
+    return None if oldest is None else oldest.pop(0)[0]
+
+
+def asks_to_close(request: Any) -> bool:
+    """Whether ``request`` says ``Connection: close``: its connection ends with it."""
+    value = request.headers.get("connection")
+    return bool(value) and "close" in (token.strip() for token in value.lower().split(","))
+
+
+def readable(fd: int) -> bool:
+    """Whether descriptor ``fd`` has something to read (or an end, or an error) right now:
+    ``poll`` where there is one (``select`` takes no descriptor past 1023: a process with
+    many files open would read every idle connection as closed)."""
+    if fd < 0:
+        return True  # closed
+    if not hasattr(select, "poll"):  # Windows: its select has no such bound
+        return bool(select.select([fd], [], [], 0)[0])
+    poller = select.poll()
+    poller.register(fd, select.POLLIN | select.POLLPRI)
+    return bool(poller.poll(0))  # POLLHUP and POLLERR come unasked

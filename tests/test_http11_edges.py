@@ -1,0 +1,90 @@
+"""The provider's own sync HTTP/1.1 transport (providers/_http11.py) at the edges its async twin
+was found wanting at (tests/test_ahttp11_edges.py): what a request asks of its connection, a
+101, headers that would break their line, and a process with many descriptors."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from llmguard_sdk.providers._http11 import StdlibTransport
+from llmguard_sdk.testing import FakeProvider
+from tests.rawserver import RawServer
+from tests.test_ahttp11_edges import high_descriptors
+from tests.test_http11 import BODY, TIMEOUTS
+
+__all__ = ["high_descriptors"]  # a fixture, imported to be used here
+
+
+def _send(transport: StdlibTransport, url: str, **headers: str) -> bytes:
+    request = httpx.Request(
+        "POST", url, content=b"{}", headers=headers, extensions={"timeout": TIMEOUTS}
+    )
+    response = transport.handle_request(request)
+    try:
+        return response.read()
+    finally:
+        response.close()
+
+
+def test_a_request_that_asks_to_close_its_connection_is_its_last() -> None:
+    """``Connection: close`` sent ends the connection (as h11 does), whatever the answer says;
+    it went back to the pool and the next call was sent on a connection the server was done
+    with (here held silent: the next call waited for its read timeout)."""
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n"
+    with RawServer(head % len(BODY), (BODY,), hold=True) as server:
+        transport = StdlibTransport()
+        for _ in range(2):
+            assert _send(transport, f"{server.base_url}/x", Connection="close") == BODY
+            assert (transport._open, transport._idle.get(("http", "127.0.0.1", _port(server)))) in (
+                (0, None),
+                (0, []),
+            )
+        transport.close()
+
+
+def _port(server: RawServer) -> int:
+    return int(server.sock.getsockname()[1])
+
+
+def test_a_connection_switched_to_another_protocol_is_not_reused() -> None:
+    head = b"HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\nconnection: upgrade\r\n\r\n"
+    with RawServer(head, hold=True) as server:
+        transport = StdlibTransport()
+        assert _send(transport, f"{server.base_url}/x") == b""
+        assert transport._open == 0
+        transport.close()
+
+
+def test_connections_are_kept_when_descriptors_pass_1023(high_descriptors: None) -> None:
+    with FakeProvider() as fake:
+        transport = StdlibTransport()
+        for _ in range(3):
+            _send(transport, f"{fake.base_url}/chat/completions")
+        ((connection, _),) = [idle for pooled in transport._idle.values() for idle in pooled]
+        assert connection.sock is not None
+        assert connection.sock.fileno() > 1023
+        assert fake.stats.connections == 1
+        transport.close()
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"X-User": "a\r\nX-Injected: 1"},
+        {"X-User": "a\x00b"},
+        {"X-User\r\nX-Injected": "1"},
+        {"X User": "1"},
+    ],
+)
+def test_a_header_that_would_break_its_line_is_an_httpx_error(headers: dict[str, str]) -> None:
+    """http.client refuses these with a ValueError, past every typed error the provider maps:
+    h11's LocalProtocolError, as the async transport raises, and the connection freed."""
+    with FakeProvider() as fake:
+        transport = StdlibTransport(httpx.Limits(max_connections=1))
+        url = f"{fake.base_url}/chat/completions"
+        with pytest.raises(httpx.LocalProtocolError):
+            _send(transport, url, **headers)
+        assert transport._open == 0
+        _send(transport, url)
+        transport.close()
