@@ -227,6 +227,22 @@ def test_contract_a_passed_probe_ends_the_open_wait(driven: Driven) -> None:
     b.reset("r")
 
 
+def test_contract_a_passed_probe_does_not_cut_a_429_pause_short(driven: Driven) -> None:
+    b = driven.backend
+    assert b.record("r", "rate_limited", 30.0) == "open"  # Retry-After: 30
+    b.end_open_wait("r")  # a background probe's one-token request got through
+    refused = b.acquire("r")
+    assert not refused.allowed
+    assert 29.0 < refused.retry_after <= 30.0  # the provider's pause still holds
+    driven.advance(30.5)
+    assert b.acquire("r").allowed
+    for _ in range(4):  # a trip by failures after it: a passed probe ends that wait
+        b.record("r", "fail")
+    assert b.state("r") == "open"
+    b.end_open_wait("r")
+    assert b.acquire("r").allowed
+
+
 def test_contract_failed_probe_reopens_longer(driven: Driven) -> None:
     b = driven.backend
     for _ in range(4):

@@ -360,3 +360,19 @@ def test_a_call_let_through_before_the_trip_gives_back_no_probe_permit(
     assert not breakers.permit("primary").allowed  # still exactly two probes out
     breakers.record("primary", None, seconds=0.1, probe=True)
     assert breakers.state("primary") == "half_open"  # one probe's success is not two
+
+
+def test_a_probe_that_passes_does_not_cut_a_retry_after_short(
+    fake: FakeProvider, fake2: FakeProvider, make_guard: MakeGuard
+) -> None:
+    guard = make_guard(fake, fake2, retry=None, breaker=BreakerPolicy(probe_every=0.01))
+    fake.script(Fault(status=429, retry_after=30))
+    assert guard.chat(USER).route == "backup"  # the 429 opens the breaker for 30 s
+    assert guard.chat(USER).route == "backup"  # refused: a background probe starts
+    prober = guard._stages.prober
+    assert prober is not None
+    for probe in list(prober._running):  # the probe has ended: it passed
+        probe.join(10)
+    assert fake.stats.requests == 2
+    assert guard.chat(USER).route == "backup"  # the provider's 30 s still hold
+    assert fake.stats.requests == 2

@@ -156,6 +156,8 @@ class BreakerState:
       count the buckets ``head``, ``head - 1``, ... (at most :data:`TIME_BUCKETS` of them).
 
     ``calls``, ``failures`` and ``slow`` are running totals of the whole window.
+    ``paused_until``: the end of the pause a 429's Retry-After asked for, which a passed
+    background probe does not cut short.
 
     .. versionchanged:: 0.2.0
        ``window`` (bounded counts) replaced ``outcomes`` (every ``(time, outcome)`` pair of
@@ -169,6 +171,7 @@ class BreakerState:
     probes_ok: int = 0
     half_open_at: float = 0.0
     window: tuple[int, ...] = ()
+    paused_until: float = 0.0
 
     @property
     def calls(self) -> int:
@@ -236,7 +239,9 @@ def record(
         return state  # a late answer from before the breaker opened
     if outcome == "rate_limited" and hint is not None and hint > 0:
         until = max(state.open_until, now + min(hint, policy.max_open_seconds))
-        return replace(state, state="open", open_until=until, window=(), permits=0)
+        return replace(
+            state, state="open", open_until=until, window=(), permits=0, paused_until=until
+        )
     failed = outcome == "fail" or outcome == "rate_limited"
     if state.state == "half_open":
         if probe is False:
@@ -303,8 +308,11 @@ _EMPTY = (0, 0, 0, 0)
 
 def probe_passed(state: BreakerState) -> BreakerState:
     """The state after a background probe of an open route succeeded: the open wait is over
-    (the next permit half-opens the breaker); any other state is left as it is."""
-    return replace(state, open_until=0.0) if state.state == "open" else state
+    (the next permit half-opens the breaker), but not a 429's pause (its Retry-After still
+    holds); any other state is left as it is."""
+    if state.state != "open":
+        return state
+    return replace(state, open_until=min(state.open_until, state.paused_until))
 
 
 def release(state: BreakerState, probe: bool | None = None) -> BreakerState:

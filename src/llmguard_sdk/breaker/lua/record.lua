@@ -1,5 +1,5 @@
 -- Record a finished call's outcome. Mirrors llmguard_sdk.breaker.policy.record.
--- KEYS[1]  the route's state hash, KEYS[2] the window's hash, whose size never depends on the
+-- KEYS[1]  the route's state hash (z = the end of a 429's pause), KEYS[2] the window's hash, whose size never depends on the
 --          traffic: n = calls in the window, f = failures, w = slow calls (running totals);
 --          count windows: i = the ring's next slot, fields '0' .. 'window - 1' = the codes of
 --          the last calls (0 ok, 1 failed, 2 slow);
@@ -28,7 +28,7 @@ local function trip()
   local growth = tonumber(ARGV[9]) ^ math.min(trips - 1, 64)
   local duration = math.min(max_open, tonumber(ARGV[8]) * growth)
   redis.call('HSET', KEYS[1], 's', 'open', 'u', string.format('%.6f', now + duration),
-    't', trips, 'p', 0, 'k', 0)
+    't', trips, 'p', 0, 'k', 0, 'z', 0)
   redis.call('DEL', KEYS[2])
   redis.call('EXPIRE', KEYS[1], ttl)
   return 'open'
@@ -39,7 +39,8 @@ if state == 'open' or state == 'isolated' then
 end
 if outcome == 'rate_limited' and hint and hint > 0 then
   local until_ = math.max(open_until, now + math.min(hint, max_open))
-  redis.call('HSET', KEYS[1], 's', 'open', 'u', string.format('%.6f', until_), 'p', 0)
+  redis.call('HSET', KEYS[1], 's', 'open', 'u', string.format('%.6f', until_), 'p', 0,
+    'z', string.format('%.6f', until_))  -- a probe that passes does not cut this pause short
   redis.call('DEL', KEYS[2])
   redis.call('EXPIRE', KEYS[1], ttl)
   return 'open'
