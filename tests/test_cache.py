@@ -626,6 +626,45 @@ def test_redis_entries_are_json_with_a_ttl(redis_url: str, redis_prefix: str) ->
     cache.close()
 
 
+class _ClockAhead:
+    """The ``time`` module of a host whose clock is ``seconds`` ahead of this one's."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def time(self) -> float:
+        return time.time() + self.seconds
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+
+def test_a_shared_entry_lives_its_ttl_whatever_the_reading_hosts_clock(
+    redis_url: str, redis_prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Freshness was judged by comparing the writer's timestamps with the reader's clock: a
+    host whose clock ran 2 minutes ahead found a 1-minute entry dead as soon as it was
+    written (one running behind served it past its ttl). The entry's remaining life in
+    Redis (its PTTL) now says how long it lives, on every host."""
+    from llmguard_sdk.cache import backends, core
+
+    writer, reader = (
+        ResponseCache(redis_url, key_prefix=redis_prefix, ttl=60, stale_ttl=0, sync_interval=0)
+        for _ in range(2)
+    )
+    writer.store(ask(FAQ), answer("a"))
+    for module in (core, backends):
+        monkeypatch.setattr(module, "time", _ClockAhead(120.0))
+    hit = reader.lookup(ask(FAQ))
+    assert hit is not None
+    assert hit.kind == "exact"
+    semantic = reader.lookup(ask(PARAPHRASE))
+    assert semantic is not None
+    assert semantic.kind == "semantic"
+    writer.close()
+    reader.close()
+
+
 def test_a_dead_redis_means_misses_not_errors() -> None:
     cache = ResponseCache("redis://127.0.0.1:1/0")
     assert cache.store(ask(FAQ), answer("a"))  # dropped, logged once

@@ -200,7 +200,7 @@ class RedisCacheBackend:
             return None
         if raw is None:
             return None
-        entry = CacheEntry.model_validate_json(raw)
+        entry = _on_this_clock(CacheEntry.model_validate_json(raw[0]), int(raw[1]))
         return entry if entry.stale_until > time.time() else None
 
     def put_steps(self, entry: CacheEntry) -> Step[list[str]]:
@@ -368,6 +368,25 @@ class RedisCacheBackend:
     def changes(self) -> list[Change]:
         """Read the change stream from where this process stopped (loads everything at first)."""
         return run(self.changes_steps())
+
+
+def _on_this_clock(entry: CacheEntry, left_ms: int) -> CacheEntry:
+    """``entry`` with its times moved onto this host's clock: it is written with the writer's
+    timestamps, and Redis keeps it until ``stale_until`` by the writer's clock (its PTTL,
+    ``left_ms``, says how long that still is). Another host's clock can be minutes off; a
+    difference of a second or less is left as it is."""
+    if left_ms < 0:  # (no expiry: not one of ours)
+        return entry
+    shift = time.time() + left_ms / 1000.0 - entry.stale_until
+    if abs(shift) <= 1.0:
+        return entry
+    return entry.model_copy(
+        update={
+            "created_at": entry.created_at + shift,
+            "fresh_until": entry.fresh_until + shift,
+            "stale_until": entry.stale_until + shift,
+        }
+    )
 
 
 def _text(value: bytes | str) -> str:

@@ -1,6 +1,8 @@
 -- Read one cache entry and mark it most recently used; forget ids whose entry has expired.
 -- KEYS[1] entry key, KEYS[2] LRU sorted set, KEYS[3] use counter, KEYS[4] change log.
 -- ARGV[1] entry id, ARGV[2] stream length.
+-- Returns {entry JSON, its remaining life in ms (PTTL)}: the reader's clock need not agree
+-- with the writer's.
 local value = redis.call('GET', KEYS[1])
 if not value then
   if redis.call('ZREM', KEYS[2], ARGV[1]) == 1 then
@@ -10,4 +12,4 @@ if not value then
   return false
 end
 redis.call('ZADD', KEYS[2], 'XX', redis.call('INCR', KEYS[3]), ARGV[1])
-return value
+return {value, redis.call('PTTL', KEYS[1])}
