@@ -226,6 +226,7 @@ def test_a_scope_of_the_wrong_kind_is_a_configuration_error(
     # tags given as the calls' metadata gives them, comma-separated: whole tags, not letters
     assert [row["scope"] for row in guard.budget_status(tags="expert, x")] == []
     assert [row["scope"] for row in guard.budget_status(tags="x, exp")] == ["tag:exp"]
+    assert guard.budget_status(tags=None) == []  # None: as absent
 
 
 def test_tag_budgets_count_only_tagged_calls(fake: FakeProvider, make_guard: MakeGuard) -> None:

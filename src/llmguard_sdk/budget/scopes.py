@@ -31,7 +31,7 @@ class BudgetScope(TypedDict, total=False):
     tenant: str | None
     feature: str | None
     user: str | None
-    tags: Sequence[str]
+    tags: Sequence[str] | None
 
 
 class CounterStatus(TypedDict):
@@ -81,7 +81,7 @@ class ScopeCounters:
         tenant: str | None = None,
         feature: str | None = None,
         user: str | None = None,
-        tags: Sequence[str] | str = (),
+        tags: Sequence[str] | str | None = (),
     ) -> tuple[CounterSpec, ...]:
         """The counters a call with this scope and these tags is counted by (``tags``: a
         sequence of tags, or one string of comma-separated tags, as a call's metadata gives
@@ -128,13 +128,15 @@ class ScopeCounters:
         return self.of(tenant, feature, user, [t.strip() for t in tags.split(",") if t.strip()])
 
 
-def _checked(values: dict[str, str | None], tags: Sequence[str] | str) -> Sequence[str]:
+def _checked(values: dict[str, str | None], tags: Sequence[str] | str | None) -> Sequence[str]:
     """``tags`` as a sequence of whole tags, once every scope value is a string (or None): a
     number there raised AttributeError deep in the budget stage, and a string of tags matched
     any tag it contains as letters."""
     for name, value in values.items():
         if value is not None and not isinstance(value, str):
             raise RequestValidationError(f"{name} must be a string or None, got {value!r}")
+    if tags is None:  # as absent
+        return ()
     if isinstance(tags, str):
         return [tag.strip() for tag in tags.split(",") if tag.strip()]
     if not isinstance(tags, Sequence) or not all(isinstance(tag, str) for tag in tags):
