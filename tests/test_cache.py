@@ -14,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from llmguard_sdk._state.stores import hash_id
 from llmguard_sdk.cache import (
     HashingEmbedder,
     ResponseCache,
@@ -663,6 +664,35 @@ def test_a_shared_entry_lives_its_ttl_whatever_the_reading_hosts_clock(
     assert semantic.kind == "semantic"
     writer.close()
     reader.close()
+
+
+def test_an_entry_this_version_cannot_read_is_a_miss_not_an_error(
+    redis_url: str, redis_prefix: str
+) -> None:
+    """An entry written in another shape (a newer SDK sharing the namespace during a rolling
+    upgrade) raised pydantic's ValidationError from every lookup of its request and of its
+    paraphrases, failing the guarded calls, and from the first sync of a process started
+    after the change stream was trimmed."""
+    import redis
+
+    cache = ResponseCache(redis_url, key_prefix=redis_prefix, sync_interval=0, max_entries=1)
+    cache.store(ask(FAQ), answer("a"))
+    client = redis.Redis.from_url(redis_url)
+    (key,) = client.scan_iter(match=f"{redis_prefix}:cache:*:e:*")
+    client.set(key, json.dumps({"entry_id": "x", "schema": 2}), keepttl=True)
+    assert cache.lookup(ask(FAQ)) is None
+    assert cache.lookup(ask(PARAPHRASE)) is None
+    for _ in range(1100):  # more changes than the stream keeps: a new process loads entries
+        client.xadd(f"{redis_prefix}:cache:{{{hash_id('default')}}}:log", {"op": "noop"}, maxlen=10)
+    late = ResponseCache(redis_url, key_prefix=redis_prefix, sync_interval=0)
+    assert late.lookup(ask(PARAPHRASE)) is None
+    cache.store(ask(FAQ), answer("b"))  # written again in this version's shape
+    hit = late.lookup(ask(PARAPHRASE))  # its sync reads on: the new entry is indexed
+    assert hit is not None
+    assert (hit.kind, hit.response.text) == ("semantic", "b")
+    client.close()
+    cache.close()
+    late.close()
 
 
 def test_a_dead_redis_means_misses_not_errors() -> None:

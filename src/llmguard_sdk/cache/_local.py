@@ -195,7 +195,10 @@ class _LocalIndexes:
         now = time.time()
         for change in changes:
             if change.op == "put" and change.vector and change.stale_until > now:
-                vector = decode_vector(change.vector)
+                try:
+                    vector = decode_vector(change.vector)
+                except ValueError:  # (not base64 of float16: another version's, say)
+                    continue
                 if vector.shape == (self.dimension,):
                     self.remember(change.entry_id, change.index_key, vector)
             elif change.op == "del":

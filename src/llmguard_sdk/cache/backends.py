@@ -200,7 +200,10 @@ class RedisCacheBackend:
             return None
         if raw is None:
             return None
-        entry = _on_this_clock(CacheEntry.model_validate_json(raw[0]), int(raw[1]))
+        entry = _readable(raw[0])
+        if entry is None:
+            return None
+        entry = _on_this_clock(entry, int(raw[1]))
         return entry if entry.stale_until > time.time() else None
 
     def put_steps(self, entry: CacheEntry) -> Step[list[str]]:
@@ -336,8 +339,8 @@ class RedisCacheBackend:
                 5, [self._lru], [score, _LIVE_PAGE, self._entry_prefix]
             )
             for raw in entries:
-                entry = CacheEntry.model_validate_json(raw)
-                if entry.vector is not None:
+                entry = _readable(raw)
+                if entry is not None and entry.vector is not None:
                     found.append(
                         Change(
                             "put", entry.entry_id, entry.index_key, entry.vector, entry.stale_until
@@ -370,6 +373,17 @@ class RedisCacheBackend:
         return run(self.changes_steps())
 
 
+def _readable(raw: bytes | str) -> CacheEntry | None:
+    """The entry stored as ``raw``, or None (logged) when this version cannot read it: one
+    written in another shape (a newer SDK sharing the namespace during a rolling upgrade)
+    is a miss, not an error of the call."""
+    try:
+        return CacheEntry.model_validate_json(raw)
+    except ValueError as exc:  # (pydantic's ValidationError is one)
+        logger.warning("response cache: an entry this version cannot read is a miss: %s", exc)
+        return None
+
+
 def _on_this_clock(entry: CacheEntry, left_ms: int) -> CacheEntry:
     """``entry`` with its times moved onto this host's clock: it is written with the writer's
     timestamps, and Redis keeps it until ``stale_until`` by the writer's clock (its PTTL,
@@ -397,13 +411,11 @@ def _change(fields: dict[bytes, bytes] | dict[str, str]) -> Change:
     data = {_text(k): _text(v) for k, v in fields.items()}
     op = data.get("op", "")
     if op == "put":
-        return Change(
-            "put",
-            data.get("id", ""),
-            data.get("ix", ""),
-            data.get("v", ""),
-            float(data.get("until", "0") or 0),
-        )
+        try:
+            until = float(data.get("until", "0") or 0)
+        except ValueError:
+            until = 0.0  # (unreadable: taken as dead, never indexed)
+        return Change("put", data.get("id", ""), data.get("ix", ""), data.get("v", ""), until)
     if op == "del":
         return Change("del", data.get("id", ""))
     return Change("clear")
