@@ -320,3 +320,21 @@ def crowd_a_small_pool(store: RedisStore) -> None:
         await store.aclose()
 
     anyio.run(tasks)
+
+
+@pytest.fixture
+def high_descriptors() -> Iterator[None]:
+    """The lowest free file descriptors taken, so a new socket's is past 1023."""
+    resource = pytest.importorskip("resource")
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 2048:
+        if hard != resource.RLIM_INFINITY and hard < 2048:
+            pytest.skip("the process may not open 2048 files")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (2048, hard))
+    taken = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        yield
+    finally:
+        for fd in taken:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

@@ -4,7 +4,6 @@ loopback servers: what a request asks of its connection, and a process with many
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 
 import anyio
@@ -17,6 +16,7 @@ from llmguard_sdk.testing import FakeProvider
 from tests.rawserver import RawServer
 from tests.test_ahttp11 import _Echo, post, read_whole
 from tests.test_http11 import BODY, TIMEOUTS
+from tests.test_http11_edges import CONFLICTING, REPEATED, REPEATED_LINES
 
 pytestmark = pytest.mark.anyio
 
@@ -42,24 +42,6 @@ async def test_a_request_that_asks_to_close_its_connection_is_its_last() -> None
             await response.aclose()
             assert (transport._open, transport._idle) == (0, {})
         await transport.aclose()
-
-
-@pytest.fixture
-def high_descriptors() -> Iterator[None]:
-    """The lowest free file descriptors taken, so a new socket's is past 1023."""
-    resource = pytest.importorskip("resource")
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft < 2048:
-        if hard != resource.RLIM_INFINITY and hard < 2048:
-            pytest.skip("the process may not open 2048 files")
-        resource.setrlimit(resource.RLIMIT_NOFILE, (2048, hard))
-    taken = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
-    try:
-        yield
-    finally:
-        for fd in taken:
-            os.close(fd)
-        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
 async def test_connections_are_kept_when_descriptors_pass_1023(high_descriptors: None) -> None:
@@ -154,4 +136,22 @@ async def test_connections_idle_past_keepalive_expiry_are_closed_under_one_in_us
             await anyio.sleep(0.6)
             await read_whole(transport, url)
         assert (transport._open, fake.stats.connections) == (1, 3)
+        await transport.aclose()
+
+
+@pytest.mark.parametrize("raw", [REPEATED, REPEATED_LINES])
+async def test_a_length_repeated_frames_the_body_as_h11_reads_it(raw: bytes) -> None:
+    with RawServer(raw, hold=True) as server:
+        transport = AnyioTransport(httpx2)
+        assert await read_whole(transport, f"{server.base_url}/x") == b"{}"
+        assert transport._open == 1  # read whole and kept
+        await transport.aclose()
+
+
+async def test_lengths_that_disagree_are_a_protocol_error_as_h11_reads_them() -> None:
+    with RawServer(CONFLICTING, hold=True) as server:
+        transport = AnyioTransport(httpx2)
+        with pytest.raises(httpx2.RemoteProtocolError):
+            await read_whole(transport, f"{server.base_url}/x")
+        assert transport._open == 0
         await transport.aclose()

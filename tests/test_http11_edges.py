@@ -10,10 +10,7 @@ import pytest
 from llmguard_sdk.providers._http11 import StdlibTransport
 from llmguard_sdk.testing import FakeProvider
 from tests.rawserver import RawServer
-from tests.test_ahttp11_edges import high_descriptors
 from tests.test_http11 import BODY, TIMEOUTS
-
-__all__ = ["high_descriptors"]  # a fixture, imported to be used here
 
 
 def _send(transport: StdlibTransport, url: str, **headers: str) -> bytes:
@@ -87,4 +84,30 @@ def test_a_header_that_would_break_its_line_is_an_httpx_error(headers: dict[str,
             _send(transport, url, **headers)
         assert transport._open == 0
         _send(transport, url)
+        transport.close()
+
+
+REPEATED = b"HTTP/1.1 200 OK\r\ncontent-length: 2, 2\r\n\r\n{}"
+REPEATED_LINES = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nContent-Length: 2\r\n\r\n{}"
+CONFLICTING = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\ncontent-length: 5\r\n\r\n{}"
+
+
+@pytest.mark.parametrize("raw", [REPEATED, REPEATED_LINES])
+def test_a_length_repeated_frames_the_body_as_h11_reads_it(raw: bytes) -> None:
+    """A length given twice alike (proxies repeat it, as a list or as lines) is that length,
+    as h11 reads it: ``int("2, 2")`` failed and the body was read until the connection closed
+    (here held: until the read timeout)."""
+    with RawServer(raw, hold=True) as server:
+        transport = StdlibTransport()
+        assert _send(transport, f"{server.base_url}/x") == b"{}"
+        assert transport._open == 1  # read whole and kept
+        transport.close()
+
+
+def test_lengths_that_disagree_are_a_protocol_error_as_h11_reads_them() -> None:
+    with RawServer(CONFLICTING, hold=True) as server:
+        transport = StdlibTransport()
+        with pytest.raises(httpx.RemoteProtocolError):
+            _send(transport, f"{server.base_url}/x")
+        assert transport._open == 0
         transport.close()

@@ -378,10 +378,13 @@ class _Head:
             (name.encode("latin-1"), value.encode("latin-1")) for name, value in fields
         ]
         values: dict[str, str] = {}
+        lengths = []
         for name, value in fields:
             values.setdefault(name.lower(), value)
+            if name.lower() == "content-length":
+                lengths.append(value)
         self.chunked = values.get("transfer-encoding", "").lower() == "chunked"
-        self.length = None if self.chunked else body_length(values.get("content-length"))
+        self.length = None if self.chunked else body_length(lengths)  # ValueError: two
         connection = values.get("connection", "").lower()
         if version == "HTTP/1.0":
             self.will_close = "keep-alive" not in connection
@@ -415,7 +418,10 @@ async def _read_response_head(
             raise module.RemoteProtocolError(str(exc)) from exc
         if 100 <= status < 200 and status != 101:
             continue
-        return _Head(status, reason.strip().encode("ascii", "replace"), version, fields, method)
+        try:
+            return _Head(status, reason.strip().encode("ascii", "replace"), version, fields, method)
+        except ValueError as exc:  # lengths that disagree
+            raise module.RemoteProtocolError(str(exc)) from exc
 
 
 async def _read_head_lines(

@@ -56,10 +56,20 @@ def head_fields(lines: list[bytes]) -> list[tuple[str, str]]:
     return fields
 
 
-def body_length(value: str | None) -> int | None:
-    """A ``Content-Length`` as ``http.client`` reads it (a bad or negative one: none)."""
+def body_length(values: list[str]) -> int | None:
+    """The ``Content-Length`` of a head's values: as ``http.client`` reads one (a bad or
+    negative one: none, the body read until the connection closes), and as h11 reads one
+    given more than once alike (a list, or lines: proxies repeat it), that length.
+
+    Raises:
+        ValueError: lengths that disagree (h11 refuses them: which one ends the body is
+            unknown).
+    """
+    lengths = {part.strip() for value in values for part in value.split(",")}
+    if len(lengths) > 1:
+        raise ValueError(f"conflicting Content-Length values {sorted(lengths)[:4]}")
     try:
-        length = int(value) if value else None
+        length = int(lengths.pop()) if lengths else None
     except ValueError:
         return None
     return length if length is None or length >= 0 else None

@@ -377,7 +377,11 @@ class _Response(http.client.HTTPResponse):
             self.chunk_left = None
         # a 101's connection speaks another protocol from here on: never reused
         self.will_close = status == 101 or self._check_close()
-        self.length = None if self.chunked else body_length(head.get("content-length"))
+        try:
+            length = body_length(head.get_all("content-length") or [])
+        except ValueError as exc:
+            raise http.client.HTTPException(str(exc)) from None
+        self.length = None if self.chunked else length
         if status in (204, 304) or 100 <= status < 200 or self._method == "HEAD":
             self.length = 0  # never a body, whatever the head says (as h11 reads it)
             self.chunked = False
