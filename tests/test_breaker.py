@@ -285,6 +285,28 @@ def test_half_open_permits_are_atomic_under_concurrency(driven: Driven) -> None:
     assert sorted(granted) == [False] * 10 + [True] * 2
 
 
+def test_a_route_name_that_is_no_string_is_a_configuration_error(driven: Driven) -> None:
+    breakers = Breakers(driven.backend)
+    for bad in (5, None, ""):
+        for use in (
+            breakers.permit,
+            breakers.state,
+            breakers.isolate,
+            breakers.reset,
+            breakers.release,
+            breakers.probe_passed,
+        ):
+            with pytest.raises(ConfigurationError):
+                use(bad)  # memory took it, Redis raised AttributeError
+        with pytest.raises(ConfigurationError):
+            breakers.record(bad, None, seconds=0.1)
+    with pytest.raises(ConfigurationError):
+        breakers.record("r", None, seconds="0.1")  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError):
+        Breakers(driven.backend, hooks=5)  # type: ignore[arg-type]
+    assert breakers.state("r") == "closed"
+
+
 def test_two_processes_see_one_breaker(redis_url: str, redis_prefix: str) -> None:
     first = RedisBreakerBackend(RedisStore(redis_url, key_prefix=redis_prefix), POLICY)
     second = RedisBreakerBackend(RedisStore(redis_url, key_prefix=redis_prefix), POLICY)

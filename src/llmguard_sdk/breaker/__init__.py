@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 import anyio
 
 from .._state.steps import Step, arun, blocking, entry_points
-from ..errors import ProviderError, RateLimitedError
+from ..errors import ConfigurationError, ProviderError, RateLimitedError
 from .memory import MemoryBreakerBackend
 from .policy import BreakerPolicy, BreakerState, Outcome, Permit, State, outcome_of
 from .redis import RedisBreakerBackend
@@ -129,7 +129,9 @@ class Breakers:
 
     def __init__(self, backend: BreakerBackend, hooks: Sequence[BreakerHook] = ()) -> None:
         self.backend = backend
-        self.hooks = tuple(hooks)
+        self.hooks = tuple(hooks) if isinstance(hooks, Iterable) else (hooks,)
+        if not all(callable(hook) for hook in self.hooks):
+            raise ConfigurationError(f"breaker hooks must be callables, got {hooks!r}")
         self._lock = threading.Lock()
         self._seen: dict[str, State] = {}
 
@@ -140,7 +142,7 @@ class Breakers:
 
     def permit_steps(self, route: str) -> Step[Permit]:
         """May a call go to ``route`` now?"""
-        permit: Permit = yield from self.backend.acquire_steps(route)
+        permit: Permit = yield from self.backend.acquire_steps(_named(route))
         self._saw(route, permit.state)
         return permit
 
@@ -157,6 +159,9 @@ class Breakers:
         a call let through before the breaker opened (``False``) that ends while it is
         half-open neither closes nor reopens it, nor frees a probe permit. ``None``: not
         known (counted as a probe)."""
+        _named(route)
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+            raise ConfigurationError(f"seconds must be a number, got {seconds!r}")
         outcome = outcome_of(error, seconds=seconds, policy=self.policy)
         if outcome is None:
             yield from self.backend.release_steps(route, probe)
@@ -167,7 +172,7 @@ class Breakers:
     def release_steps(self, route: str, probe: bool | None = None) -> Step[None]:
         """Give back a permit whose call ended with no outcome (cancelled, abandoned);
         ``probe`` as in :meth:`record_steps`."""
-        return self.backend.release_steps(route, probe)
+        return self.backend.release_steps(_named(route), probe)
 
     permit, apermit = entry_points(permit_steps)
     record, arecord = entry_points(record_steps)
@@ -180,24 +185,24 @@ class Breakers:
 
     def state(self, route: str) -> State:
         """The breaker state of ``route``."""
-        state = self.backend.state(route)
+        state = self.backend.state(_named(route))
         self._saw(route, state)
         return state
 
     def probe_passed(self, route: str) -> None:
         """A background probe of ``route`` succeeded: if its breaker is open, the next call
         half-opens it (every process, with Redis) instead of waiting out the open duration."""
-        self.backend.end_open_wait(route)
+        self.backend.end_open_wait(_named(route))
         logger.info("breaker %s: a probe succeeded; the next call half-opens it", route)
 
     def isolate(self, route: str) -> None:
         """Take ``route`` out of service (every process, with Redis) until :meth:`reset`."""
-        self.backend.isolate(route)
+        self.backend.isolate(_named(route))
         self._saw(route, "isolated")
 
     def reset(self, route: str) -> None:
         """Force ``route``'s breaker closed, forgetting its history."""
-        self.backend.reset(route)
+        self.backend.reset(_named(route))
         self._saw(route, "closed")
 
     def last_seen(self, route: str) -> State:
@@ -218,6 +223,14 @@ class Breakers:
                     hook(transition)
                 except Exception:
                     logger.exception("breaker hook %r failed", hook)
+
+
+def _named(route: str) -> str:
+    """``route``, a route's name (a number or None was taken in memory and raised
+    AttributeError with Redis)."""
+    if not isinstance(route, str) or not route:
+        raise ConfigurationError(f"a breaker's route is a route name, got {route!r}")
+    return route
 
 
 def _hint(error: BaseException | None) -> float | None:
