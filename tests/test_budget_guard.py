@@ -227,6 +227,8 @@ def test_a_scope_of_the_wrong_kind_is_a_configuration_error(
     assert [row["scope"] for row in guard.budget_status(tags="expert, x")] == []
     assert [row["scope"] for row in guard.budget_status(tags="x, exp")] == ["tag:exp"]
     assert guard.budget_status(tags=None) == []  # None: as absent
+    # an empty tenant is a tenant (its own counter), never reported as the global budget
+    assert [row["scope"] for row in guard.budget_status(tenant="")] == ["tenant:"]
 
 
 def test_tag_budgets_count_only_tagged_calls(fake: FakeProvider, make_guard: MakeGuard) -> None:

@@ -109,7 +109,7 @@ class ScopeCounters:
                     window=budget.window,
                     rolling_seconds=float(budget.rolling_seconds),
                     alerts=budget.alerts,
-                    scope=f"{budget.scope}:{value}" if value else "global",
+                    scope="global" if budget.scope == "global" else f"{budget.scope}:{value}",
                     budget_index=index,
                 )
             )
