@@ -216,20 +216,20 @@ class RateLimit:
             raise ConfigurationError("RateLimit.per_tenant must be True or False")
         if not _positive(self.lease_seconds):
             raise ConfigurationError("RateLimit.lease_seconds must be a positive number")
-        # (index in CellState.tats, the limit, seconds each unit of it costs) of the limits
-        # set: what every reservation and settle reads (an attribute, not a field)
+        # (index in CellState.tats, the limit, seconds a unit costs) of each limit set
         intervals = tuple(
             (index, per_period, self.period / per_period)
             for index, per_period in enumerate(self.limits())
             if per_period is not None
         )
         object.__setattr__(self, "_intervals", intervals)
-        # (interactive, batch) capacities: read by every reservation
-        capacities = (self.capacity("interactive"), self.capacity("batch"))
+        capacities = (self.capacity("interactive"), self.capacity("batch"))  # every call's
         object.__setattr__(self, "_capacities", capacities)
 
     _intervals: ClassVar[tuple[tuple[int, float, float], ...]]
     _capacities: ClassVar[tuple[float, float]]
+    # per quantity, the most seconds a call beyond the burst may cost (a share's: see redis)
+    _ceilings: ClassVar[tuple[float, float, float, float]] = (0.0, 0.0, 0.0, 0.0)
 
     def limits(self) -> tuple[float | None, float | None, float | None, float | None]:
         """(rpm, tpm, input_tpm, output_tpm): the order of :attr:`CellState.tats`."""
@@ -317,10 +317,12 @@ def _evaluate(
     tats = list(before)
     for index, _, interval in limit._intervals:
         spend = costs[index] * interval
-        if spend > capacity + _EPSILON:
-            return math.inf, before
         tats[index] = (before[index] if before[index] > now else now) + spend
         late = tats[index] - now - capacity
+        if spend > capacity + _EPSILON:  # larger than a burst: never, unless within a ceiling
+            if spend > limit._ceilings[index] + _EPSILON:
+                return math.inf, before
+            late = before[index] - now  # it goes once the bucket is full, leaving it in debt
         if late > over:
             over = late
     return over, (tats[0], tats[1], tats[2], tats[3])
@@ -486,9 +488,7 @@ def _as_cell(state: CellState | tuple[float, ...], limit: RateLimit) -> CellStat
 
 def _like(state: CellState | tuple[float, ...], cell: CellState) -> Any:
     """``cell`` in the form ``state`` came in: a CellState, or a tuple of TATs."""
-    if isinstance(state, CellState):
-        return cell
-    return cell.tats[: max(2, len(state))]
+    return cell if isinstance(state, CellState) else cell.tats[: max(2, len(state))]
 
 
 def reserve(

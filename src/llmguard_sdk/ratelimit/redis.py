@@ -242,7 +242,13 @@ class RedisRateLimiter(LimiterBase):
 
 def share_of(limit: RateLimit, share: float) -> RateLimit:
     """``limit`` with ``share`` of its rates and concurrency (at least one call's worth), for a
-    process that limits on its own while the shared state cannot be reached."""
+    process that limits on its own while the shared state cannot be reached.
+
+    A call larger than the share's burst but within the whole limit's still runs: it goes
+    once the share's bucket is full and leaves it in debt, so the calls after it wait for
+    the debt to be paid at the share's rate (N processes stay near N times the share on
+    average). A call larger than the whole limit's burst never fits, as without an outage.
+    """
     if share >= 1:
         return limit
     changes: dict[str, Any] = {
@@ -254,7 +260,27 @@ def share_of(limit: RateLimit, share: float) -> RateLimit:
         changes["rpm"] = max(1.0, changes["rpm"])
     if limit.concurrency is not None:
         changes["concurrency"] = max(1, math.floor(limit.concurrency * share))
-    return dataclasses.replace(limit, **changes)
+    fields = {f.name: getattr(limit, f.name) for f in dataclasses.fields(RateLimit)}
+    return _Share(**{**fields, **changes}, whole=limit)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Share(RateLimit):
+    """A process's share of ``whole``: its own rates, and room for one call of ``whole``'s
+    burst (see :func:`share_of`)."""
+
+    whole: RateLimit | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.whole is None:
+            return
+        capacity = self.capacity()  # a call's cost of its own burst, in the share's seconds
+        ceilings = tuple(
+            capacity * whole / own if whole is not None and own is not None else 0.0
+            for whole, own in zip(self.whole.limits(), self.limits(), strict=True)
+        )
+        object.__setattr__(self, "_ceilings", ceilings)
 
 
 def _poll(grant: Grant) -> float:
