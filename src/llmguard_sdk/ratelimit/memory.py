@@ -69,9 +69,9 @@ class MemoryRateLimiter(LimiterBase):
         self._cells: OrderedDict[CellKey, CellState] = (
             OrderedDict()
         )  # least recently reserved first
-        # per-tenant token cells: until when a granted call may still settle on each (a debit
-        # on a forgotten cell would be lost)
-        self._held: dict[CellKey, float] = {}
+        # per-tenant token cells with calls that may still settle on them (a debit on a
+        # forgotten cell would be lost): how many, and until when at the latest (their leases)
+        self._held: dict[CellKey, tuple[int, float]] = {}
 
     def _keys(self, key: str, tenant: str | None) -> _Cells:
         return self._recent_keys((key, tenant))
@@ -105,14 +105,26 @@ class MemoryRateLimiter(LimiterBase):
         return grant
 
     def _hold(self, cells: _Cells, sent: float, lease_seconds: object) -> None:
-        """Keep the per-tenant token cells of a call sent at ``sent`` until it may settle."""
+        """Keep the per-tenant token cells of a call sent at ``sent`` until it settles (at
+        the latest until its lease ends)."""
         for name, limit in cells:
             if name[2] is None or limit.limits()[1:] == (None, None, None):
                 continue
             held = limit.lease_seconds
             if isinstance(lease_seconds, (int, float)):
                 held = min(held, lease_seconds)
-            self._held[name] = max(self._held.get(name, sent), sent + held)
+            calls, until = self._held.get(name, (0, sent))
+            self._held[name] = (calls + 1, max(until, sent + held))
+
+    def _unhold(self, cells: _Cells) -> None:
+        """A call on ``cells`` settled (or gave its lease back): one fewer may settle."""
+        for name, _ in cells:
+            held = self._held.get(name)
+            if held is not None:
+                if held[0] <= 1:
+                    del self._held[name]
+                else:
+                    self._held[name] = (held[0] - 1, held[1])
 
     def _forget_idle(self, now: float, looks: int) -> None:
         """Look at the ``looks`` cells reserved longest ago: forget each per-tenant one that
@@ -121,7 +133,8 @@ class MemoryRateLimiter(LimiterBase):
         kept = self._cells
         for _ in range(min(looks, len(kept))):
             name = next(iter(kept))
-            if name[2] is not None and kept[name].idle(now) and self._held.get(name, now) <= now:
+            held = self._held.get(name)
+            if name[2] is not None and kept[name].idle(now) and (held is None or held[1] <= now):
                 del kept[name]
                 self._held.pop(name, None)
             else:
@@ -241,6 +254,7 @@ class MemoryRateLimiter(LimiterBase):
                     limit,
                     **corrections,  # type: ignore[arg-type]
                 )
+            self._unhold(cells)
             if settled.get("lease") is not None:
                 self._freed.notify_all()
 
@@ -252,6 +266,7 @@ class MemoryRateLimiter(LimiterBase):
                 state = self._cells.get(name)
                 if state is not None:
                     self._cells[name] = release(state, now, lease)
+            self._unhold(self._keys(key, tenant))
             self._freed.notify_all()
 
     settle_steps, asettle = in_place(settle)
