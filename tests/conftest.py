@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import importlib
 import os
 import shutil
@@ -323,17 +324,26 @@ def crowd_a_small_pool(store: RedisStore) -> None:
 
 
 @pytest.fixture
-def high_descriptors() -> Iterator[None]:
-    """The lowest free file descriptors taken, so a new socket's is past 1023."""
+def high_descriptors() -> Iterator[Callable[[], None]]:
+    """A function that takes every free file descriptor below 1100, so the next socket's is
+    past 1023: called just before the connection is made (a descriptor that an earlier
+    test's socket, closed later by the garbage collector or a thread, frees in between would
+    be the next socket's)."""
     resource = pytest.importorskip("resource")
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft < 2048:
         if hard != resource.RLIM_INFINITY and hard < 2048:
             pytest.skip("the process may not open 2048 files")
         resource.setrlimit(resource.RLIMIT_NOFILE, (2048, hard))
-    taken = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    taken: list[int] = []
+
+    def take() -> None:
+        gc.collect()
+        while not taken or taken[-1] < 1100:
+            taken.append(os.open(os.devnull, os.O_RDONLY))
+
     try:
-        yield
+        yield take
     finally:
         for fd in taken:
             os.close(fd)

@@ -4,7 +4,7 @@ loopback servers: what a request asks of its connection, and a process with many
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import anyio
 import anyio.abc
@@ -44,12 +44,15 @@ async def test_a_request_that_asks_to_close_its_connection_is_its_last() -> None
         await transport.aclose()
 
 
-async def test_connections_are_kept_when_descriptors_pass_1023(high_descriptors: None) -> None:
+async def test_connections_are_kept_when_descriptors_pass_1023(
+    high_descriptors: Callable[[], None],
+) -> None:
     """An idle connection whose socket's descriptor is past select()'s 1023 is still reused
     (select raised ValueError, read as "closed": a process with many files open made a new
     connection, a TLS handshake on https, for every call)."""
     with FakeProvider() as fake:
         transport = AnyioTransport(httpx2)
+        high_descriptors()
         for _ in range(3):
             await read_whole(transport, f"{fake.base_url}/chat/completions")
         ((connection, _),) = [idle for pooled in transport._idle.values() for idle in pooled]

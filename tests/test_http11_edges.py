@@ -4,6 +4,8 @@ was found wanting at (tests/test_ahttp11_edges.py): what a request asks of its c
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import httpx
 import pytest
 
@@ -53,9 +55,12 @@ def test_a_connection_switched_to_another_protocol_is_not_reused() -> None:
         transport.close()
 
 
-def test_connections_are_kept_when_descriptors_pass_1023(high_descriptors: None) -> None:
+def test_connections_are_kept_when_descriptors_pass_1023(
+    high_descriptors: Callable[[], None],
+) -> None:
     with FakeProvider() as fake:
         transport = StdlibTransport()
+        high_descriptors()
         for _ in range(3):
             _send(transport, f"{fake.base_url}/chat/completions")
         ((connection, _),) = [idle for pooled in transport._idle.values() for idle in pooled]
