@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
 from llmguard_sdk import Guard, OpenAICompatibleProvider
-from llmguard_sdk.budget import Budget, Budgets, Price, PriceTable
+from llmguard_sdk.budget import Budget, Budgets, BudgetUnavailableError, Price, PriceTable
+from llmguard_sdk.store import RedisStore
 from llmguard_sdk.testing import FakeProvider
 
 from .conftest import USER
@@ -107,3 +110,20 @@ def test_the_guard_tells_what_is_left_sync_and_async(fake: FakeProvider) -> None
     plain = Guard(OpenAICompatibleProvider(fake.base_url, model="fake-model"), environ={})
     assert plain.budget_status(tenant="acme") == []  # no budgets: nothing to tell
     plain.close()
+
+
+def test_the_guard_says_budgets_are_unavailable_when_redis_does_not_answer(
+    fake: FakeProvider, tmp_path: Path
+) -> None:
+    """It raised redis-py's ConnectionError, an exception outside the SDK's tree."""
+    store = RedisStore("redis://127.0.0.1:1/0", socket_timeout=0.25, journal_dir=str(tmp_path))
+    guard = _guard(fake, store=store)
+    try:
+        with pytest.raises(BudgetUnavailableError) as raised:
+            guard.budget_status(tenant="acme")
+        assert raised.value.scope == "*"
+        assert math.isnan(raised.value.spent_usd)
+        with pytest.raises(BudgetUnavailableError):
+            asyncio.run(guard.abudget_status(tenant="acme"))
+    finally:
+        guard.close()

@@ -33,6 +33,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import logging
+import math
 import threading
 import time
 import uuid
@@ -45,10 +46,10 @@ from typing_extensions import Unpack
 
 from .._state.steps import Step, entry_points, run
 from .._state.stores import Outage, RedisScripts, RedisStore, hash_id, redis_errors
-from ..errors import ConfigurationError
+from ..errors import BudgetUnavailableError, ConfigurationError
 from .journal import JournalRecord, SpendJournal, record, specs_of
 from .memory import HoldArgs, MemoryBudgetBackend, Status
-from .policy import CounterSpec, ReserveResult, SettleResult
+from .policy import NANO, CounterSpec, ReserveResult, SettleResult
 
 __all__ = ["RedisBudgetBackend"]
 
@@ -300,9 +301,12 @@ class RedisBudgetBackend:
 
     def status(self, specs: Sequence[CounterSpec]) -> list[Status]:
         """Each counter's settled spend, reserved amount and reset time (raises
-        ``redis.RedisError`` when Redis cannot be reached)."""
+        :class:`~llmguard_sdk.errors.BudgetUnavailableError` when Redis cannot be reached)."""
         args = [self.clock_offset, len(specs), *self._spec_args(specs)]
-        return _statuses(self._scripts.sync(2)(keys=self._keys(specs), args=args))
+        try:
+            return _statuses(self._scripts.sync(2)(keys=self._keys(specs), args=args))
+        except redis_errors() as exc:
+            raise self._unreadable(specs, exc) from exc
 
     def stored_counters(self, *, tenant: str | None = None) -> list[CounterSpec]:
         """The counters of this budget set found in Redis (each granted reservation stores
@@ -344,7 +348,21 @@ class RedisBudgetBackend:
     async def astatus(self, specs: Sequence[CounterSpec]) -> list[Status]:
         """Async twin of :meth:`status`."""
         args = [self.clock_offset, len(specs), *self._spec_args(specs)]
-        return _statuses(await self._scripts.aio(2)(keys=self._keys(specs), args=args))
+        try:
+            return _statuses(await self._scripts.aio(2)(keys=self._keys(specs), args=args))
+        except redis_errors() as exc:
+            raise self._unreadable(specs, exc) from exc
+
+    def _unreadable(self, specs: Sequence[CounterSpec], exc: BaseException) -> Exception:
+        """The error of a status read that Redis did not answer (noted as an outage)."""
+        self._failed(exc)
+        return BudgetUnavailableError(
+            f"spend budgets cannot be read: Redis did not answer ({exc})",
+            scope="*",
+            limit_usd=specs[0].limit / NANO if specs else math.nan,
+            spent_usd=math.nan,
+            retry_after=max(0.0, self._outage.health.down_until - time.monotonic()),
+        )
 
 
 def _text(part: Any) -> str:

@@ -17,6 +17,7 @@ import json
 from .._state.stores import _redacted
 from ..budget.control import status_row
 from ..budget.redis import RedisBudgetBackend
+from ..errors import BudgetUnavailableError
 from ._command import Command, Group, redis_store
 
 __all__ = ["BUDGET"]
@@ -42,7 +43,7 @@ def _run_status(args: argparse.Namespace) -> int:
             status_row(spec, found)
             for spec, found in zip(specs, backend.status(specs), strict=True)
         ]
-    except redis.RedisError as exc:
+    except (redis.RedisError, BudgetUnavailableError) as exc:
         print(f"llmguard budget: Redis at {_redacted(args.store)} did not answer: {exc}")
         return 1
     finally:
