@@ -254,6 +254,21 @@ def test_contract_failed_probe_reopens_longer(driven: Driven) -> None:
     assert 19.0 < refused.retry_after <= 20.0
 
 
+def test_contract_a_slow_probe_reopens_a_breaker_that_trips_on_slow_calls(
+    driven: Driven,
+) -> None:
+    """A probe slower than ``slow_call_seconds`` counted as a success: a route tripped by
+    slow calls closed again on slow probes, then tripped again (open, half-open, open...)."""
+    b = driven.backend
+    for _ in range(4):
+        b.record("r", "slow")
+    assert b.state("r") == "open"
+    driven.advance(10.5)
+    assert b.acquire("r").allowed
+    assert b.record("r", "slow", probe=True) == "open"
+    assert 19.0 < b.acquire("r").retry_after <= 20.0  # reopened for longer, as a failure
+
+
 def test_contract_rate_limit_and_manual_control(driven: Driven) -> None:
     b = driven.backend
     assert b.record("r", "rate_limited", 3.0) == "open"

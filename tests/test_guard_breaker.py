@@ -97,6 +97,29 @@ def test_background_probes_bring_a_recovered_route_back_before_its_open_wait_end
     assert fake.requests[4].body["max_tokens"] == 1  # probes are one-token requests
 
 
+def test_a_slow_background_probe_does_not_end_the_open_wait_of_a_route_tripped_by_slowness(
+    fake: FakeProvider, fake2: FakeProvider, make_guard: MakeGuard
+) -> None:
+    """A probe's one-token request slower than ``slow_call_seconds`` ended the open wait:
+    the route came back half-open only to trip on its slow calls again."""
+    clock = Clock()  # frozen: only a probe can end the 10 s open wait
+    policy = BreakerPolicy(
+        window=10, minimum_calls=4, slow_call_seconds=0.05, open_seconds=10, probe_every=2.0
+    )
+    breakers = Breakers(MemoryBreakerBackend(policy, clock=clock))
+    guard = make_guard(fake, fake2, retry=None, breaker=breakers)
+    fake.always(Fault(latency=0.1))  # every answer of the primary is slow
+    for _ in range(4):
+        assert guard.chat(USER).route == "primary"
+    assert breakers.state("primary") == "open"
+    assert guard.chat(USER).route == "backup"  # refused by the open breaker: a probe starts
+    prober = guard._stages.prober
+    assert prober is not None
+    assert _wait_for(lambda: fake.stats.requests == 5 and not prober._running)
+    assert breakers.state("primary") == "open"
+    assert guard.chat(USER).route == "backup"  # the slow probe did not end the open wait
+
+
 def test_half_open_probes_then_recovery(
     fake: FakeProvider, fake2: FakeProvider, make_guard: MakeGuard
 ) -> None:

@@ -3,8 +3,9 @@
 A call that finds a route's breaker open asks :class:`Prober` to probe the route; at most one
 probe per route and process runs each ``probe_every`` seconds, in a daemon thread: a one-token
 request (not a user's call: no budget, cache or telemetry), bounded by ``probe_every`` (10 s at
-most). When it succeeds, the breaker's open wait ends (in every process, with Redis): the next
-call half-opens it and the route is back within seconds of its recovery.
+most). When it succeeds, no slower than ``slow_call_seconds``, the breaker's open wait ends
+(in every process, with Redis): the next call half-opens it and the route is back within
+seconds of its recovery.
 """
 
 from __future__ import annotations
@@ -55,12 +56,16 @@ class Prober:
         thread.start()
 
     def _probe(self, route: Provider, model: str) -> None:
+        started = time.monotonic()
         try:
-            route.complete(_PING, model=model, deadline=time.monotonic() + min(self._every, 10.0))
+            route.complete(_PING, model=model, deadline=started + min(self._every, 10.0))
         except Exception as exc:
             logger.debug("probe of %s failed: %s", route.name, exc)
         else:
-            if not self._closed:
+            slow = self._breakers.policy.slow_call_seconds
+            if slow is not None and time.monotonic() - started >= slow:
+                logger.debug("probe of %s was slow: the route stays open", route.name)
+            elif not self._closed:
                 self._breakers.probe_passed(route.name)
         finally:
             with self._lock:

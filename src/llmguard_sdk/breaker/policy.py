@@ -11,7 +11,9 @@
   ``backoff_factor`` on each consecutive trip, up to ``max_open_seconds``. A 429 opens the
   breaker for the provider's Retry-After.
 * **HALF_OPEN** hands out ``half_open_permits`` probe permits; a failed probe reopens the
-  breaker (for longer), and that many successful probes close it. A probe whose outcome never
+  breaker (for longer), and so does a slow one (slower than ``slow_call_seconds``: a route
+  tripped by slow calls would otherwise flap between open and half-open); that many
+  successful probes close it. A probe whose outcome never
   comes back (its caller was cancelled, or stopped reading a stream) does not hold its permit
   forever: after ``open_seconds`` without an outcome, the permits are handed out again. Only
   probes count: a call let through before the breaker opened that ends while it is half-open
@@ -76,12 +78,14 @@ class BreakerPolicy:
         open_seconds: how long the first trip keeps the breaker open.
         backoff_factor: growth of the open duration per consecutive trip.
         max_open_seconds: the longest open duration.
-        half_open_permits: probe calls let through in half-open; as many successes close it.
+        half_open_permits: probe calls let through in half-open; as many successes close it
+            (a failed or slow one reopens it).
         probe_every: while a route's breaker is open, a call that finds it open starts a
             background probe of the route (a one-token request, not a user's call) at most
-            this often per route and process; a probe that succeeds ends the open wait, so the
-            next call half-opens the breaker (a recovered route is back within seconds, not
-            after the whole open duration). ``None`` turns probes off.
+            this often per route and process; a probe that succeeds (no slower than
+            ``slow_call_seconds``) ends the open wait, so the next call half-opens the
+            breaker (a recovered route is back within seconds, not after the whole open
+            duration). ``None`` turns probes off.
     """
 
     window_type: Literal["count", "time"] = "count"
@@ -246,7 +250,7 @@ def record(
     if state.state == "half_open":
         if probe is False:
             return state  # a late answer from before the breaker opened: not a probe's
-        if failed:
+        if failed or outcome == "slow":  # a slow probe: the route is still slow
             return _trip(state, now, policy)
         probes_ok = state.probes_ok + 1
         if probes_ok >= policy.half_open_permits:

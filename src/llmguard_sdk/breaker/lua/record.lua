@@ -50,7 +50,7 @@ if state == 'half_open' then
   if ARGV[15] == '0' then
     return state  -- a late answer from before the breaker opened: not a probe's
   end
-  if failed then
+  if failed or outcome == 'slow' then  -- a slow probe: the route is still slow
     return trip()
   end
   probes_ok = probes_ok + 1
