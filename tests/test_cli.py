@@ -220,3 +220,27 @@ def test_a_redis_that_does_not_answer_is_named_without_its_password(
     out = capsys.readouterr().out
     assert "did not answer" in out
     assert "hunter2-redis-pass" not in out  # it printed the URL as given
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["cost", "report", "{bad}"],
+        ["report", "{bad}", "--html", "{out}"],
+        ["report", "{good}", "--html", "{out}", "--samples", "{bad}"],
+        ["eval", "{bad}", "--base-url", "http://127.0.0.1:9/v1"],
+    ],
+)
+def test_a_usage_or_samples_file_that_is_not_utf_8_is_one_line_and_status_2(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str], command: list[str]
+) -> None:
+    bad = tmp_path / "usage.png"
+    bad.write_bytes(b"\x89PNG\r\n\x1a\n\xff\xfe\x00")  # a picture given for the usage file
+    good = tmp_path / "good.jsonl"
+    good.write_text("")
+    names = {"bad": str(bad), "good": str(good), "out": str(tmp_path / "out.html")}
+    argv = [part.format(**names) for part in command]
+    assert main(argv) == 2  # a UnicodeDecodeError traceback, status 1
+    out = capsys.readouterr().out
+    assert "usage.png" in out
+    assert "UTF-8" in out

@@ -100,6 +100,8 @@ def read_usage(path: str | Path) -> Iterator[dict[str, Any]]:
                     yield record
     except OSError as exc:
         raise ConfigurationError(f"cannot read usage file {path}: {exc}") from None
+    except UnicodeDecodeError:  # a picture, an archive: not a usage file
+        raise ConfigurationError(f"cannot read usage file {path}: not UTF-8 text") from None
 
 
 def _number(value: Any) -> float:

@@ -271,3 +271,5 @@ def _lines(path: Path) -> Iterator[dict[str, Any]]:
                     yield value
     except OSError as exc:
         raise ConfigurationError(f"cannot read samples file {path}: {exc}") from None
+    except UnicodeDecodeError:  # a picture, an archive: not a samples file
+        raise ConfigurationError(f"cannot read samples file {path}: not UTF-8 text") from None
