@@ -474,7 +474,10 @@ class Guard(Closes, AsyncCloses):
         number of seconds is a :class:`~llmguard_sdk.errors.ConfigurationError` at once). The
         last exception propagates unchanged; the event records how the SDK classified it. A
         :class:`~llmguard_sdk.errors.RetryMultiplicationWarning` says when the function uses
-        an openai client that retries on its own.
+        an openai client that retries on its own. A generator or async generator (a streaming
+        function) is guarded while it is iterated: retried only before its first item, reported
+        when it ends with the usage of the last item carrying one (an async one bounded by
+        ``timeout`` from the call to its last item).
         """
         from .protect import protect_function
 

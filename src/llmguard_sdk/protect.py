@@ -18,7 +18,7 @@ import inspect
 import math
 import time
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import CodeType
 from typing import Any, TypeVar, cast
@@ -115,6 +115,10 @@ def protect_function(
     if policy.attempts > 1:
         _warn_if_client_retries(fn)
     protected = _Protected(hooks, route, scope_keywords, timeout, policy, budget)
+    if inspect.isasyncgenfunction(fn):
+        return cast(F, _protect_async_generator(fn, protected))
+    if inspect.isgeneratorfunction(fn):
+        return cast(F, _protect_generator(fn, protected))
 
     if is_async_callable(fn):
 
@@ -157,6 +161,91 @@ def protect_function(
         return result
 
     return cast(F, wrapper)
+
+
+_END: Any = object()  # a generator's end, in place of its first item
+
+
+def _carries_usage(item: object) -> bool:
+    """Whether a streamed item reports usage (openai's last chunk with ``include_usage``)."""
+    usage = item.get("usage") if isinstance(item, Mapping) else getattr(item, "usage", None)
+    return usage is not None
+
+
+def _protect_generator(fn: Callable[..., Iterator[Any]], protected: _Protected) -> Any:
+    """A generator function guarded while it is iterated: a failure before the first item is
+    retried (after it, the caller has had part of the stream, and the failure propagates);
+    the call is reported when the generator ends, fails or is closed, with the usage of the
+    last item that carries one."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Iterator[Any]:
+        started = time.monotonic()
+        retries: list[RetryDetails] = []
+        items: Iterator[Any] = iter(())
+        result: object = None
+        try:
+            for attempt in protected.attempts(retries):
+                with attempt:
+                    items = fn(*args, **kwargs)
+                    item = next(items, _END)
+            while item is not _END:
+                result = item if _carries_usage(item) else result
+                yield item
+                item = next(items, _END)
+        except BaseException as exc:  # GeneratorExit: the caller closed it (cancelled)
+            protected.report(started, retries, error=exc)
+            raise
+        finally:
+            close = getattr(items, "close", None)
+            if close is not None:
+                close()
+        protected.report(started, retries, result)
+
+    return wrapper
+
+
+def _protect_async_generator(fn: Callable[..., AsyncIterator[Any]], protected: _Protected) -> Any:
+    """The async twin of :func:`_protect_generator`, bounded by the timeout: the whole
+    iteration, from the call to the last item (the caller's own time between items counts),
+    ends with :class:`ProviderTimeoutError` once it is spent."""
+    timeout = protected.timeout
+
+    async def step(items: AsyncIterator[Any], deadline: float) -> Any:
+        with anyio.CancelScope(deadline=deadline) as scope:
+            return await anext(items, _END)
+        if scope.cancelled_caught:
+            raise ProviderTimeoutError(
+                f"protected call took longer than {timeout} s", route=protected.route
+            )
+        raise AssertionError("unreachable: a scope that caught nothing returned")
+
+    @functools.wraps(fn)
+    async def wrapper(*args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+        started = time.monotonic()
+        deadline = anyio.current_time() + timeout
+        retries: list[RetryDetails] = []
+        items: AsyncIterator[Any] | None = None
+        result: object = None
+        try:
+            async for attempt in protected.attempts(retries):
+                with attempt:
+                    items = fn(*args, **kwargs)
+                    item = await step(items, deadline)
+            while item is not _END:
+                result = item if _carries_usage(item) else result
+                yield item
+                item = await step(items, deadline)  # type: ignore[arg-type]
+        except BaseException as exc:  # GeneratorExit: the caller closed it (cancelled)
+            protected.report(started, retries, error=exc)
+            raise
+        finally:
+            close = getattr(items, "aclose", None)
+            if close is not None:
+                await close()
+        protected.report(started, retries, result)
+
+    return wrapper
 
 
 def _warn_if_client_retries(fn: Callable[..., Any]) -> None:
