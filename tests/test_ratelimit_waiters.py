@@ -167,3 +167,35 @@ def test_a_tenants_cell_is_forgotten_once_its_calls_settled() -> None:
     for index in range(300):
         limiter.reserve("r", tenant=f"u{index}", tokens=1)
     assert ("r", 0, hash_id("long")) in limiter._cells
+
+
+def test_a_tenants_token_state_in_redis_lapses_once_its_calls_settled(
+    redis_target: RedisTarget,
+) -> None:
+    """In Redis as in memory, a tenant's token state is held while calls on it may settle,
+    not a whole lease after they did: Redis kept every tenant's state for the lease (a
+    Guard's deadline + 5 s; 600 s by default), so its memory grew with the tenants of the
+    last ten minutes."""
+    store = redis_store(*redis_target("redis"))
+    try:
+        limiter = RedisRateLimiter(store, {"r": RateLimit(tpm=600_000, per_tenant=True)})
+        state = store.key("rl", hash_id("r"), "0", "t", hash_id("a"))
+        first, second = (limiter.reserve("r", tenant="a", tokens=10) for _ in range(2))
+        assert first.allowed
+        assert second.allowed
+        assert first.lease
+        assert second.lease
+        assert store.client.ttl(state) > 500  # both calls may still settle on it
+        limiter.settle("r", tenant="a", token_delta=5, lease=first.lease)
+        assert store.client.ttl(state) > 500  # the second still may
+        limiter.settle("r", tenant="a", token_delta=5, lease=second.lease)
+        assert 0 < store.client.ttl(state) <= 2  # its 30 tokens' moment, and a second
+        assert limiter.in_flight("r", tenant="a") == 0  # token holds are not concurrency
+        # a settle without its lease (a caller that kept none) shortens nothing
+        held = limiter.reserve("r", tenant="a", tokens=10)
+        limiter.settle("r", tenant="a", token_delta=5)
+        assert store.client.ttl(state) > 500
+        limiter.settle("r", tenant="a", lease=held.lease)
+        assert 0 < store.client.ttl(state) <= 2
+    finally:
+        store.close()

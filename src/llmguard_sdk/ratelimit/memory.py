@@ -185,34 +185,40 @@ class MemoryRateLimiter(LimiterBase):
         if not cells:
             return Grant(True)
         with self._lock:
-            grant = self._try(cells, call_id, kwargs)
-            if not grant.queued:
-                return grant
-            return self._gave_up(cells, call_id, grant) if until <= time.monotonic() else None
+            grant, left = self._step(cells, call_id, kwargs, until)
+        return None if left else grant
 
     def _wait(self, cells: _Cells, call_id: str, kwargs: _Kwargs, until: float) -> Grant:
         """Try again each time a slot is given back (at least once a second) until ``until``."""
         with self._freed:
             while True:
-                grant = self._try(cells, call_id, _what_is_left(kwargs, until))
-                left = until - time.monotonic()
-                if not grant.queued and grant.allowed:
+                grant, left = self._step(cells, call_id, _what_is_left(kwargs, until), until)
+                if not left:
                     return grant
-                if left <= 0 or not grant.queued:
-                    return self._gave_up(cells, call_id, grant)
                 self._freed.wait(min(left, 1.0))
 
     async def _await(self, cells: _Cells, call_id: str, kwargs: _Kwargs, until: float) -> Grant:
         """Async twin of :meth:`_wait`: tries again after each grant's ``retry_after``."""
         while True:
             with self._lock:
-                grant = self._try(cells, call_id, _what_is_left(kwargs, until))
-                left = until - time.monotonic()
-                if not grant.queued and grant.allowed:
-                    return grant
-                if left <= 0 or not grant.queued:
-                    return self._gave_up(cells, call_id, grant)
+                grant, left = self._step(cells, call_id, _what_is_left(kwargs, until), until)
+            if not left:
+                return grant
             await anyio.sleep(min(left, grant.retry_after))
+
+    def _step(
+        self, cells: _Cells, call_id: str, kwargs: _Kwargs, until: float
+    ) -> tuple[Grant, float]:
+        """One reservation attempt, under the lock, as every driver takes it: ``(grant, 0)``
+        when the grant is final, or ``(grant, seconds left)`` when the call queued for a
+        concurrency slot and may wait that long for one (it keeps its place meanwhile)."""
+        grant = self._try(cells, call_id, kwargs)
+        if grant.allowed and not grant.queued:
+            return grant, 0.0
+        left = until - time.monotonic()
+        if left <= 0 or not grant.queued:
+            return self._gave_up(cells, call_id, grant), 0.0
+        return grant, left
 
     def _gave_up(self, cells: _Cells, call_id: str, grant: Grant) -> Grant:
         """A call that queued for a slot ends without one: it leaves the queue now (its

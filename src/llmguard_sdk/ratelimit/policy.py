@@ -252,7 +252,8 @@ class Grant:
     """The answer to a reservation.
 
     ``allowed`` with ``wait`` seconds to wait before sending (0: now) and, under a
-    concurrency cap, the ``lease`` to give back; or refused, with ``retry_after`` seconds
+    concurrency cap, the ``lease`` to give back (in Redis also under token limits: the
+    call's hold on their state until it settles); or refused, with ``retry_after`` seconds
     until the call would fit and the ``reason``: ``"rate"`` (no room in time), ``"never"``
     (larger than a burst allows), ``"concurrency"`` (no slot free), ``"queue"`` (the queue is
     full). ``queued``: a refusal for want of a concurrency slot that joined the queue; ask

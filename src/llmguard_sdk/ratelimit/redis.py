@@ -235,7 +235,8 @@ class RedisRateLimiter(LimiterBase):
         now = seconds + micros / 1e6 + self.clock_offset
         counts = [
             int(cast(int, client.zcount(names[2], f"({now}", math.inf)))
-            for names, _ in self._cells(key, tenant)
+            for names, limit in self._cells(key, tenant)
+            if limit.concurrency is not None  # (token limits hold leases too, until settled)
         ]
         return max(counts, default=0)
 

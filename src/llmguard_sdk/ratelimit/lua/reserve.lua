@@ -2,7 +2,8 @@
 -- Mirrors ratelimit.policy.reserve_all.
 -- KEYS: three per limit: its state hash (r, t, i, o = the TATs of requests, tokens, input
 --   and output tokens), its queue (zset: call id -> instant it stops waiting), its leases
---   (zset: call id -> instant the lease lapses).
+--   (zset: call id -> instant the lease lapses: the calls holding a concurrency slot, and
+--   with token limits each call that has yet to settle).
 -- ARGV: 1 clock offset (0 outside tests), 2 requests, 3 tokens, 4 input tokens, 5 output
 --   tokens, 6 call id, 7 seconds a queued call waits before asking again; then 10 per limit:
 --   rpm, tpm, input tpm, output tpm ('' for none), period, capacity (seconds of allowance
@@ -117,8 +118,10 @@ for c = 1, cells do
   redis.call('HSET', state, 'r', fmt(tats[1]), 't', fmt(tats[2]), 'i', fmt(tats[3]),
     'o', fmt(tats[4]))
   local last = math.max(tats[1], tats[2], tats[3], tats[4])
-  if tonumber(arg(c, 2)) or tonumber(arg(c, 3)) or tonumber(arg(c, 4)) then
-    -- tokens are settled when the call ends: a debit on a lapsed state would be lost
+  local tokens = tonumber(arg(c, 2)) or tonumber(arg(c, 3)) or tonumber(arg(c, 4))
+  if tokens then
+    -- tokens are settled when the call ends: a debit on a lapsed state would be lost (the
+    -- state lives until its last call settles, at the latest until that call's lease ends)
     last = math.max(last, now + wait + tonumber(arg(c, 10)))
   end
   keep(state, ttl(last))
@@ -133,7 +136,9 @@ for c = 1, cells do
       expire_zset(queue)
     end
   end
-  if tonumber(arg(c, 8)) then
+  -- a lease: a concurrency slot, or (tokens) the call's hold on the state until it settles
+  if (tonumber(arg(c, 8)) or tokens) and call ~= '' then
+    if not tonumber(arg(c, 8)) then redis.call('ZREMRANGEBYSCORE', leases, '-inf', now) end
     redis.call('ZADD', leases, now + wait + tonumber(arg(c, 10)), call)
     expire_zset(leases)
     lease = call

@@ -27,15 +27,23 @@ for c = 1, #KEYS / 3 do
   end
   if changed then
     for q = 1, 4 do redis.call('HSET', state, fields[q], string.format('%.6f', tats[q])) end
-    local last = math.max(tats[1], tats[2], tats[3], tats[4])
-    -- at most 2^31 s: EXPIRE refuses what overflows its clock (a script error reads as Redis down);
-    -- never shorter than it was (calls in flight may still settle on it)
-    local seconds = math.min(2147483647, math.max(1, math.ceil(last - now) + 1))
-    if redis.call('TTL', state) < seconds then redis.call('EXPIRE', state, seconds) end
   end
+  -- at most 2^31 s: EXPIRE refuses what overflows its clock (a script error reads as Redis down)
+  local last = math.max(tats[1], tats[2], tats[3], tats[4])
+  local seconds = math.min(2147483647, math.max(1, math.ceil(last - now) + 1))
+  local leases = KEYS[3 * c]
+  local settled = false
   if lease ~= '' then  -- its lease, or its place in the queue (a call cut short while waiting)
-    redis.call('ZREM', KEYS[3 * c], lease)
+    settled = redis.call('ZREM', leases, lease) == 1
     redis.call('ZREM', KEYS[3 * c - 1], lease)
+  end
+  local tokens = tonumber(ARGV[a + 2]) or tonumber(ARGV[a + 3]) or tonumber(ARGV[a + 4])
+  if settled and tokens then redis.call('ZREMRANGEBYSCORE', leases, '-inf', now) end
+  if settled and tokens and redis.call('EXISTS', leases) == 0 then
+    -- the last call that could settle on it did: the state lapses once its TATs have passed
+    if redis.call('EXISTS', state) == 1 then redis.call('EXPIRE', state, seconds) end
+  elseif changed and redis.call('TTL', state) < seconds then
+    redis.call('EXPIRE', state, seconds)  -- never shorter (calls in flight may settle on it)
   end
 end
 return 1
