@@ -17,6 +17,7 @@ from llmguard_sdk import (
     CallEvent,
     ConfigurationError,
     Guard,
+    Message,
     OpenAICompatibleProvider,
     RequestValidationError,
 )
@@ -31,7 +32,7 @@ from llmguard_sdk.budget import (
 )
 from llmguard_sdk.store import RedisStore
 from llmguard_sdk.testing import FakeProvider, Fault
-from llmguard_sdk.tokens import count_text_tokens
+from llmguard_sdk.tokens import count_request_tokens, count_text_tokens
 
 from .conftest import USER
 
@@ -407,9 +408,11 @@ def test_a_continued_stream_closed_early_pays_for_both_routes(
     with guard.chat(USER, stream=True, max_tokens=10) as stream:
         backup_text = next(chunk.text for chunk in stream if chunk.route == "backup")
     primary_usd = (6 * 100 + 4 * 200) / 1e6  # as in the test above
-    # the backup's part as counted here: the prompt's 8 tokens, the text it delivered
+    # the backup's part as counted here: the prompt it was sent (the request, the primary's
+    # partial answer and the instruction to continue), the text it delivered
+    sent = count_request_tokens([Message(**m) for m in fake2.requests[0].body["messages"]])
     output = count_text_tokens(backup_text, "backup-model").tokens
-    backup_usd = (8 * 10 + output * 20) / 1e6
+    backup_usd = (sent.tokens * 10 + output * 20) / 1e6
     (row,) = spend_of(guard)
     assert row["spent_usd"] == pytest.approx(primary_usd + backup_usd)
     assert row["held_usd"] == 0

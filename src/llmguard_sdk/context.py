@@ -149,9 +149,14 @@ class CallContext:
     route: str | None = None
     first_token_at: float | None = None
     route_errors: dict[str, BaseException] = field(default_factory=dict)
-    # routes whose streams broke after content and another route continued: what each used
-    # (the provider bills it; the served answer's cost includes it)
-    interrupted: list[tuple[str, Usage]] = field(default_factory=list)
+    # attempts that went out and did not serve the call, each (route, what it used as far
+    # as known): streams broken after content that another route continued, attempts cut
+    # off after their request was sent (a hedge race's loser, a call cancelled, a stream
+    # closed early). The provider bills them: the call's cost (or spend) includes them.
+    unserved: list[tuple[str, Usage]] = field(default_factory=list)
+    # input tokens a continuation adds to the request (the partial answer, the instruction
+    # to go on) for the attempts after an interrupted stream
+    continued_input: int = 0
     retries: list[RetryDetails] = field(default_factory=list)
     cacheable: bool = True
     cache_tags: tuple[str, ...] = ()
@@ -177,6 +182,11 @@ class CallContext:
         if self.input_count is None:
             self.input_count = count_request_tokens(self.request, self.input_model)
         return self.input_count
+
+    def sent_input_tokens(self) -> int:
+        """Input tokens of the request the call's attempts send now: the request's, plus what
+        a continuation of an interrupted stream adds."""
+        return self.input_tokens().tokens + self.continued_input
 
     def remaining(self) -> float:
         """Seconds left before the deadline (negative once it has passed)."""

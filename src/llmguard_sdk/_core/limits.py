@@ -22,12 +22,14 @@ from .stages import Stages
 
 __all__ = [
     "Reservation",
+    "cut_off",
     "granted",
     "learned",
     "provider_counters",
     "reserve_steps",
     "response_usage",
     "route_input_tokens",
+    "sent_input",
     "settle_args",
     "token_reservation",
 ]
@@ -83,9 +85,23 @@ def token_reservation(ctx: CallContext, stages: Stages, route: Provider) -> Rese
         return None
     count = route_input_tokens(ctx, route)
     output = ctx.request.output_limit or max(limit.reserve_output_tokens for limit in rules)
-    return Reservation(
-        route.name, ctx.scope.tenant, float(count.tokens), float(output), count.estimated
-    )
+    sent = count.tokens + ctx.continued_input  # a continuation sends more than the request
+    return Reservation(route.name, ctx.scope.tenant, float(sent), float(output), count.estimated)
+
+
+def sent_input(ctx: CallContext, reservation: Reservation | None) -> int:
+    """The input tokens an attempt sent: as its route counts them when it reserved them,
+    else the call's count (a continuation's part included)."""
+    return int(reservation.input) if reservation is not None else ctx.sent_input_tokens()
+
+
+def cut_off(ctx: CallContext, route: str, reservation: Reservation | None) -> Usage:
+    """Note an attempt cut off after its request was sent, before any content (a hedge
+    race's loser, a call cancelled): the provider bills its prompt, so the call's spend
+    counts it (``ctx.unserved``); returns what it used, for its rate-limit settle."""
+    used = Usage(input_tokens=sent_input(ctx, reservation), output_tokens=0, estimated=True)
+    ctx.unserved.append((route, used))
+    return used
 
 
 _LEASE_GRACE_S = 5.0  # a concurrency lease outlives its call's deadline by this much at most

@@ -169,6 +169,7 @@ def _complete(
         run.record(route, failure, elapsed_since(started))
         raise
     except BaseException:  # closed, cancelled or a bug: no outcome; it may have been sent
+        limits.cut_off(ctx, route.name, reservation)  # (its prompt billed)
         run.queue(run.give_back_steps(route, reservation))
         raise
     record.end()
@@ -217,18 +218,18 @@ def _stream(
     except ProviderError as failure:
         ctx.route = None
         record.end(failure)
-        sent = reservation.input if reservation else ctx.input_tokens().tokens
-        used = assembler.used(route.name, sent, failure)
+        used = assembler.used(route.name, limits.sent_input(ctx, reservation), failure)
         run.settle(reservation, used=used, error=failure)
         if used is not None and assembler.delivered:  # billed, whoever continues the call
-            ctx.interrupted.append((route.name, used))
+            ctx.unserved.append((route.name, used))
         run.record(route, failure, assembler.seconds())
         raise
     except BaseException:  # closed early or cancelled: no outcome; settle to what came
-        run.release(route)
-        if reservation is not None:
-            used = assembler.used(route.name, reservation.input, None)
-            run.settle(reservation, used=used, headers=assembler.headers)
+        run.release(route)  # (billed: its prompt was sent, and what it delivered)
+        used = assembler.used(route.name, limits.sent_input(ctx, reservation), None)
+        if used is not None:
+            ctx.unserved.append((route.name, used))
+        run.settle(reservation, used=used, headers=assembler.headers)
         raise
     record.end()
     run.record(

@@ -90,6 +90,7 @@ def race(
     except BaseException:  # closed or cancelled mid-race: every running leg gives back
         for leg in state.running():
             leg.ended = True
+            limits.cut_off(run.ctx, leg.route.name, leg.reservation)  # (its prompt billed)
             run.queue(run.give_back_steps(leg.route, leg.reservation))
         raise
     return _outcome(state)
@@ -177,8 +178,9 @@ def _admit_now(run: Run, route: Provider) -> Generator[Any, Any, tuple[bool, Res
 
 def _stop(state: _Race) -> StopLegs:
     """End the legs still running: timeouts at the deadline (a failure for the breaker),
-    else losers (no outcome; their attempt record stays open: cancelled). Each gives back
-    its permit and lease once it has ended; a winning stream is kept."""
+    else losers (no outcome; their attempt record stays open: cancelled; their prompt is
+    billed, so the call's spend counts it). Each gives back its permit and lease once it has
+    ended; a winning stream is kept."""
     run = state.run
     after: dict[str, list[Step[Any]]] = {}
     for leg in state.running():
@@ -190,7 +192,8 @@ def _stop(state: _Race) -> StopLegs:
             state.errors[leg.route.name] = timed_out
             run.record(leg.route, timed_out, elapsed_since(leg.started))
             after[leg.route.name] = run.settle_steps(leg.reservation, sent=True)
-        else:
+        else:  # a loser: its request was sent, the provider bills its prompt
+            limits.cut_off(run.ctx, leg.route.name, leg.reservation)
             after[leg.route.name] = run.give_back_steps(leg.route, leg.reservation)
     winner = state.winner
     return StopLegs(winner[0].route.name if winner and run.streaming else None, after)

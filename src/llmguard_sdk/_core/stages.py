@@ -198,7 +198,7 @@ def finish(ctx: CallContext, stages: Stages, response: ChatResponse) -> ChatResp
     usage = response.usage
     if usage is None:
         usage = Usage(
-            input_tokens=ctx.input_tokens().tokens,
+            input_tokens=ctx.sent_input_tokens(),
             output_tokens=count_text_tokens(response.text, response.model or None).tokens,
             estimated=True,
         )
@@ -213,11 +213,10 @@ def finish(ctx: CallContext, stages: Stages, response: ChatResponse) -> ChatResp
         cost = stages.spend.cost(ctx, stages, response, usage)
         if cost is not None:
             update["cost_usd"], update["cost_source"] = cost.usd, cost.source
-            for route, used in ctx.interrupted:  # streams another route continued: billed
-                broken = stages.spend.cost(ctx, stages, ChatResponse(text=""), used, route=route)
-                if broken is not None:
-                    update["cost_usd"] += broken.usd
-                    update["cost_source"] = "estimated"
+            unserved = stages.spend.unserved_cost(ctx, stages)  # billed too: a hedge's loser...
+            if unserved is not None:
+                update["cost_usd"] += unserved
+                update["cost_source"] = "estimated"
     response = updated(response, update)
     for output_filter in stages.output_filters:
         response = _apply_filter(output_filter, response, ChatResponse, "output")

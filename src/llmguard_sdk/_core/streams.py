@@ -20,9 +20,8 @@ from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterator
 import anyio
 
 from .._closing import AsyncCloses, Closes
-from ..budget.control import Held, SpendControl
 from ..context import CallContext
-from ..models import ChatResponse, StreamChunk, Usage
+from ..models import ChatResponse, StreamChunk
 from . import opening, stages
 from .drive import adrive, drive
 from .opening import Ahead, OpeningOutcome, Tail
@@ -30,27 +29,6 @@ from .run import Run
 from .stages import CACHE, DEGRADED, Stages
 
 __all__ = ["AsyncChatStream", "ChatStream"]
-
-
-class _Seen:
-    """What a budgeted stream delivered, for settling one that ended early."""
-
-    def __init__(self) -> None:
-        self.text: list[str] = []
-        self.usage: Usage | None = None
-        self.route = ""
-
-    def add(self, chunk: StreamChunk) -> None:
-        if chunk.route and chunk.route != self.route:
-            if self.route:  # another route continues the stream: the earlier one's part is
-                self.text, self.usage = [], None  # billed as the call's interrupted usage
-            self.route = chunk.route
-        if chunk.text:
-            self.text.append(chunk.text)
-        self.usage = chunk.usage or self.usage
-
-    def partial(self, spend: SpendControl, ctx: CallContext, held: Held) -> ChatResponse | None:
-        return spend.partial(ctx, held.stages, "".join(self.text), self.usage)
 
 
 class _StreamBase:
@@ -66,7 +44,6 @@ class _StreamBase:
         self._tail = Tail()  # decisions that need no answer: sent after the last chunk
         self._ahead: Ahead | None = None  # the first route's permit and reservation
         self._opening: OpeningOutcome | None = None
-        self._seen = _Seen()
         self._dropped = False  # closed (or collected) before its end
 
     @property
@@ -115,11 +92,6 @@ class _StreamBase:
     def _run(self) -> Run:
         return Run(self._ctx, self._stages, streaming=True, tail=self._tail, ahead=self._ahead)
 
-    def _watch(self, chunk: StreamChunk) -> None:
-        """Note what a budgeted stream delivered (to settle one that ends early)."""
-        if self._opening is not None and self._opening.held is not None:
-            self._seen.add(chunk)
-
     def _ended_with(self, response: ChatResponse | None) -> StreamChunk | None:
         """The route loop's answer becomes the stream's response; a whole answer that no
         stream delivered (stale or degraded) is also the last chunk."""
@@ -143,8 +115,8 @@ class _StreamBase:
 
     def _closing(self) -> None:
         """Queue what the stream's end still owes: the give-back of what was taken ahead
-        and not used, and the spend settle (to the final response, else to what was
-        delivered; nothing delivered: the hold is released)."""
+        and not used, and the spend settle (to the final response, else to what the
+        attempts that went out used: the plan, closed first, noted them in the context)."""
         opening = self._opening
         if opening is None:
             return
@@ -153,8 +125,7 @@ class _StreamBase:
                 self._tail.add(step)
         held, spend = opening.held, self._guard_stages.spend
         if held is not None and spend is not None and not held.done:
-            served = self._response or self._seen.partial(spend, self._ctx, held)
-            self._tail.add(spend.settle_steps(held, self._ctx, served))
+            self._tail.add(spend.settle_steps(held, self._ctx, self._response))
 
 
 class ChatStream(_StreamBase, Closes):
@@ -183,9 +154,7 @@ class ChatStream(_StreamBase, Closes):
                 return
             run = self._run()
             chunks = drive(run)
-            for chunk in chunks:
-                self._watch(chunk)
-                yield chunk
+            yield from chunks
             last = self._ended_with(run.response)
             if last is not None:
                 yield last
@@ -253,7 +222,6 @@ class AsyncChatStream(_StreamBase, AsyncCloses):
             run = self._run()
             chunks = adrive(run)
             async for chunk in chunks:
-                self._watch(chunk)
                 yield chunk
             last = self._ended_with(run.response)
             if last is not None:

@@ -205,12 +205,14 @@ def _plan(ctx: CallContext, stages: Stages, routing: TaskRouting) -> Plan:
 
 def _next_tier(ctx: CallContext, order: tuple[Provider, ...], tier: str) -> None:
     """Make the call a fresh one on ``tier``'s routes (a new idempotency key: another
-    request; the failed tier's errors go with its record)."""
+    request; the failed tier's errors go with its record, its unserved attempts with its
+    spend, settled already)."""
     assert ctx.task is not None
     ctx.task.tier = tier
     ctx.route = None
     ctx.route_order = order
     ctx.route_errors = {}
+    ctx.unserved = []
     headers = ctx.request.extra_headers
     if headers:
         fresh = {

@@ -68,6 +68,7 @@ __all__ = [
 Level = Literal["all", "downgrade", "local"]
 _DEGRADED = "degraded"
 _RESERVATION_IDS = UniqueIds(random_digits=8)  # 24 hex digits, as os.urandom(12) gave
+_NOTHING = ChatResponse(text="")  # an attempt that served nothing, priced by its usage
 logger = logging.getLogger("llmguard_sdk")
 
 
@@ -387,8 +388,9 @@ class SpendControl:
     # -- settle ------------------------------------------------------------------------------
 
     def _actual(self, held: Held, ctx: CallContext, response: ChatResponse | None) -> int:
-        if response is None:
-            return 0
+        if response is None:  # no answer: what the attempts that went out cost
+            response = self.partial(ctx, held.stages)
+            return 0 if response is None or response.cost_usd is None else nano(response.cost_usd)
         if response.cost_usd is not None:
             return nano(response.cost_usd)
         if _DEGRADED in (ctx.route, response.route):
@@ -478,24 +480,34 @@ class SpendControl:
         """Async twin of :meth:`settle`."""
         await store_steps.arun(self.settle_steps(held, ctx, response))
 
-    def partial(
-        self, ctx: CallContext, stages: Stages, text: str, usage: Usage | None
-    ) -> ChatResponse | None:
-        """What a stream that ended early cost, as a response to settle with: its usage if
-        the provider sent one, else its input and the text delivered, counted here; plus,
-        as for a whole answer, what the routes whose broken streams it continued used."""
-        broken = [
-            self.cost(ctx, stages, ChatResponse(text=""), used, route=route)
-            for route, used in ctx.interrupted
+    def unserved_cost(self, ctx: CallContext, stages: Stages) -> float | None:
+        """What the call's attempts that went out and did not serve it cost, in USD (see
+        ``ctx.unserved``: streams cut off after content, attempts cut off after their request
+        was sent); None when there are none, or none has a price."""
+        costs = [
+            self.cost(ctx, stages, _NOTHING, used, route=route) for route, used in ctx.unserved
         ]
-        extra = sum(cost.usd for cost in broken if cost is not None)
+        found = [cost.usd for cost in costs if cost is not None]
+        return sum(found) if found else None
+
+    def partial(
+        self, ctx: CallContext, stages: Stages, text: str = "", usage: Usage | None = None
+    ) -> ChatResponse | None:
+        """What a call that ended without a whole answer cost, as a response to settle with;
+        None when no request went out. Every attempt that went out is billed by its provider
+        and counted (:meth:`unserved_cost`): a stream cut off or closed after content, its
+        usage if the provider sent one, else its input and the text it delivered, counted
+        here; a stream closed before its first content, a call cancelled after its request
+        was sent, a hedge race's loser: their input tokens. ``text`` and ``usage``: a part
+        of the serving route's answer that is not among those attempts, counted as well."""
+        extra = self.unserved_cost(ctx, stages)
         if not text and usage is None:
-            if not extra:
+            if extra is None:
                 return None
             return ChatResponse(text="", route=ctx.route or "", cost_usd=extra)
         if usage is None:
             usage = Usage(
-                input_tokens=ctx.input_tokens().tokens,
+                input_tokens=ctx.sent_input_tokens(),
                 output_tokens=count_text_tokens(text, ctx.request.model).tokens,
                 estimated=True,
             )
@@ -503,8 +515,9 @@ class SpendControl:
         cost = self.cost(ctx, stages, response)
         if cost is None:
             return response
-        source = "estimated" if extra else cost.source
-        return response.model_copy(update={"cost_usd": cost.usd + extra, "cost_source": source})
+        source = "estimated" if extra is not None else cost.source
+        total = cost.usd + (extra or 0.0)
+        return response.model_copy(update={"cost_usd": total, "cost_source": source})
 
     # -- events ------------------------------------------------------------------------------
 

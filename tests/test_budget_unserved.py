@@ -1,0 +1,160 @@
+"""What a call that was not served by an attempt still costs: every request that went out is
+billed by its provider (its prompt at least), so the budget counts it: a stream closed before
+its first content, a call cancelled after its request was sent, a hedge race's loser, a stream
+cut off after content; and a continuation sends more input than the request."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+import anyio.to_thread
+import pytest
+
+from llmguard_sdk import Guard, Message, StreamInterruptedError
+from llmguard_sdk.budget import Budget, Budgets, Price, PriceTable
+from llmguard_sdk.testing import FakeProvider, Fault
+from llmguard_sdk.tokens import count_request_tokens, count_text_tokens
+
+from .conftest import USER
+
+MakeGuard = Callable[..., Guard]
+
+PRICES = PriceTable.default_table().with_prices(
+    {
+        "fake-model": Price(input=100.0, output=200.0),
+        "backup-model": Price(input=10.0, output=20.0),
+    }
+)
+BUDGETS = Budgets([Budget(limit_usd=1.0)], prices=PRICES)
+
+
+def _prompt_tokens(messages: list[dict[str, Any]]) -> int:
+    """Input tokens as the Guard counts them (the fake provider counts words)."""
+    return count_request_tokens([Message(**m) for m in messages]).tokens
+
+
+PROMPT_USD = _prompt_tokens(USER) * 100 / 1e6  # the primary's prompt
+# a primary's stream cut after its first two chunks ("Echo: hello"): its prompt and that text
+PRIMARY_PART_USD = PROMPT_USD + count_text_tokens("Echo: hello").tokens * 200 / 1e6
+
+
+def _spent(guard: Guard) -> float:
+    (row,) = guard.budget_status()
+    assert row["held_usd"] == 0
+    return float(row["spent_usd"])
+
+
+def _cancelled_once_sent(fake: FakeProvider, call: Callable[[], Awaitable[None]]) -> None:
+    """Run ``call`` in a task, cancelled once its request reached ``fake`` (within 10 s)."""
+
+    def sent() -> None:
+        until = time.monotonic() + 10
+        while fake.stats.requests == 0 and time.monotonic() < until:
+            time.sleep(0.01)
+
+    async def run() -> None:
+        async with anyio.create_task_group() as group:
+            group.start_soon(call)
+            await anyio.to_thread.run_sync(sent)
+            group.cancel_scope.cancel()
+
+    anyio.run(run)
+
+
+def test_a_stream_closed_before_its_first_content_pays_for_its_prompt(
+    fake: FakeProvider, make_guard: MakeGuard
+) -> None:
+    """Closed on the opening chunk (its role, no text): it settled $0."""
+    guard = make_guard(fake, budgets=BUDGETS, retry=None)
+    with guard.chat(USER, stream=True, max_tokens=10) as stream:
+        assert next(stream).text == ""
+    assert fake.stats.requests == 1
+    assert _spent(guard) == pytest.approx(PROMPT_USD)
+
+
+def test_an_async_call_cancelled_after_its_request_went_out_pays_for_its_prompt(
+    fake: FakeProvider, make_guard: MakeGuard
+) -> None:
+    guard = make_guard(fake, budgets=BUDGETS, retry=None)
+    fake.always(Fault(latency=1.0))
+
+    async def call() -> None:
+        await guard.achat(USER, max_tokens=10)
+
+    _cancelled_once_sent(fake, call)
+    assert fake.stats.requests == 1
+    assert _spent(guard) == pytest.approx(PROMPT_USD)
+
+
+def test_a_hedge_races_loser_pays_for_its_prompt(
+    fake: FakeProvider, fake2: FakeProvider, make_guard: MakeGuard
+) -> None:
+    """The slow primary loses to the backup; its request went out and is billed."""
+    guard = make_guard(fake, fake2, budgets=BUDGETS, hedge_after=0.05, timeout=10, retry=None)
+    fake.always(Fault(latency=1.0))
+    answer = guard.chat(USER, max_tokens=10)
+    assert answer.route == "backup"
+    assert fake.stats.requests == 1
+    usage = answer.usage
+    assert usage is not None
+    backup_usd = (usage.input_tokens * 10 + usage.output_tokens * 20) / 1e6
+    assert answer.cost_usd == pytest.approx(backup_usd + PROMPT_USD)
+    assert answer.cost_source == "estimated"
+    assert _spent(guard) == pytest.approx(answer.cost_usd)
+
+
+def test_a_stream_cut_off_after_content_pays_for_it_once(
+    fake: FakeProvider, make_guard: MakeGuard
+) -> None:
+    guard = make_guard(fake, budgets=BUDGETS, retry=None)
+    fake.script(Fault(cut_stream_after=2))
+    delivered: list[str] = []
+    with pytest.raises(StreamInterruptedError), guard.chat(USER, stream=True, max_tokens=10) as s:
+        delivered.extend(chunk.text for chunk in s)
+    assert "".join(delivered) == "Echo: hello"
+    # its prompt and the text it generated, as counted here (the cut stream sent no usage)
+    assert _spent(guard) == pytest.approx(PRIMARY_PART_USD)
+
+
+def test_a_continuation_pays_for_the_input_it_sent(
+    fake: FakeProvider, fake2: FakeProvider, make_guard: MakeGuard
+) -> None:
+    """The backup continues the primary's broken stream and sends no usage: its input was
+    counted as the request's, without the partial answer and the instruction it sent."""
+    guard = make_guard(fake, fake2, budgets=BUDGETS, retry=None, continue_interrupted_streams=True)
+    fake.script(Fault(cut_stream_after=2))
+    fake2.script(Fault(omit_usage=True))
+    with guard.chat(USER, stream=True, max_tokens=10) as stream:
+        list(stream)
+    response = stream.response
+    assert response.route == "backup"
+    sent = _prompt_tokens(fake2.requests[0].body["messages"])
+    assert sent > _prompt_tokens(USER) + 10  # the partial answer and the instruction
+    usage = response.usage
+    assert usage is not None
+    assert usage.estimated
+    assert usage.input_tokens == sent
+    backup_usd = (sent * 10 + usage.output_tokens * 20) / 1e6
+    assert response.cost_usd == pytest.approx(backup_usd + PRIMARY_PART_USD)
+    assert _spent(guard) == pytest.approx(response.cost_usd)
+
+
+def test_an_async_stream_cancelled_before_its_first_content_pays_for_its_prompt(
+    fake: FakeProvider, make_guard: MakeGuard
+) -> None:
+    """The async twin: the reading task is cancelled while the first token is awaited."""
+    guard = make_guard(fake, budgets=BUDGETS, retry=None)
+    fake.always(Fault(first_token_delay=1.0))
+
+    async def read() -> None:
+        stream = await guard.achat(USER, stream=True, max_tokens=10)
+        async with stream:
+            async for _ in stream:
+                pass
+
+    _cancelled_once_sent(fake, read)
+    assert fake.stats.requests == 1
+    assert _spent(guard) == pytest.approx(PROMPT_USD)
