@@ -102,3 +102,15 @@ def test_the_share_of_a_limit_alone_admits_one_call_of_the_whole_burst() -> None
     assert limiter.reserve("r", tokens=1).allowed
     # the full limit itself (no share) keeps refusing what its burst cannot hold
     assert MemoryRateLimiter({"r": limit}).reserve("r", tokens=2001).reason == "never"
+
+
+def test_in_flight_in_an_outage_counts_this_processs_calls(store: RedisStore) -> None:
+    """``in_flight`` with Redis down raised redis-py's ConnectionError (outside the SDK's
+    errors) where every other call of the limiter falls back: it counts the leases this
+    process holds in its own share."""
+    limiter = RedisRateLimiter(store, {"r": RateLimit(concurrency=8)})
+    held = limiter.reserve("r")
+    assert held.allowed
+    assert limiter.in_flight("r") == 1  # the process's own share holds the lease
+    limiter.release("r", lease=str(held.lease))
+    assert limiter.in_flight("r") == 0

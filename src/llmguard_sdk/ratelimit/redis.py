@@ -229,7 +229,15 @@ class RedisRateLimiter(LimiterBase):
 
     def in_flight(self, key: str, *, tenant: str | None = None) -> int:
         """Calls holding a concurrency lease on ``key`` now (the most of any of its limits);
-        by Redis's clock."""
+        by Redis's clock. With Redis down: those of this process's own share."""
+        if self._outage.up():
+            try:
+                return self._in_flight(key, tenant)
+            except redis_errors() as exc:
+                self._outage.failed(exc)
+        return self._fallback.in_flight(key, tenant=tenant)
+
+    def _in_flight(self, key: str, tenant: str | None) -> int:
         client = self._store.client
         seconds, micros = cast(tuple[int, int], client.time())
         now = seconds + micros / 1e6 + self.clock_offset
