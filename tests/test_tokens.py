@@ -9,7 +9,12 @@ import tiktoken
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llmguard_sdk import ChatRequest, count_request_tokens, count_text_tokens
+from llmguard_sdk import (
+    ChatRequest,
+    RequestValidationError,
+    count_request_tokens,
+    count_text_tokens,
+)
 from llmguard_sdk.models import Message
 from llmguard_sdk.tokens import request_tokens_at_most
 
@@ -149,3 +154,30 @@ def test_the_hashes_checked_are_those_tiktoken_expects() -> None:
     source = inspect.getsource(tiktoken_ext.openai_public)
     for name, (_, sha256) in tokens._CACHED_FILES.items():
         assert f'expected_hash="{sha256}"' in source, name
+
+
+def test_messages_given_as_dicts_count_as_the_same_messages() -> None:
+    # openai-style dicts, the messages users have at hand, raised AttributeError ('dict'
+    # object has no attribute 'text')
+    turns = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "hello there", "name": "ann"},
+    ]
+    as_messages = [Message.model_validate(turn) for turn in turns]
+    assert count_request_tokens(turns, "gpt-4") == count_request_tokens(as_messages, "gpt-4")
+    assert request_tokens_at_most(turns) == request_tokens_at_most(as_messages)
+
+
+@pytest.mark.parametrize(
+    "messages", [[{"role": "nobody", "content": "x"}], [{"role": "user"}], ["hello"], "hello"]
+)
+def test_bad_messages_are_a_typed_error(messages: object) -> None:
+    with pytest.raises(RequestValidationError):
+        count_request_tokens(messages)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("text", [None, 5, b"bytes", ["a"]])
+def test_text_that_is_not_a_string_is_a_typed_error(text: object) -> None:
+    # None raised TypeError ("object of type 'NoneType' has no len()"); bytes were counted
+    with pytest.raises(RequestValidationError, match="string"):
+        count_text_tokens(text, "gpt-4")  # type: ignore[arg-type]

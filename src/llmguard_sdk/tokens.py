@@ -23,10 +23,13 @@ import os
 import tempfile
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from pydantic import ValidationError
+
+from .errors import RequestValidationError
 from .models import ChatRequest, Message
 
 __all__ = ["TokenCount", "count_request_tokens", "count_text_tokens", "encoding_for_model"]
@@ -239,18 +242,22 @@ _long_counts = _LongTextCounts()
 
 
 def count_text_tokens(text: str, model: str | None = None) -> TokenCount:
-    """Count the tokens of ``text`` as ``model`` would see them (see module docs)."""
+    """Count the tokens of ``text`` as ``model`` would see them (see module docs); text that
+    is not a string is a :class:`~llmguard_sdk.errors.RequestValidationError`."""
+    if not isinstance(text, str):
+        raise RequestValidationError(f"text must be a string, not {type(text).__name__}")
     encoding, method, own = _counter(model)
     return TokenCount(_count_with(text, encoding), estimated=not own, method=method)
 
 
 def count_request_tokens(
-    request: ChatRequest | Sequence[Message], model: str | None = None
+    request: ChatRequest | Sequence[Message | Mapping[str, Any]], model: str | None = None
 ) -> TokenCount:
     """Count the input tokens of a chat request: messages, their framing, and tool schemas.
 
-    Content parts other than text (images, audio) are not counted, and make the count an
-    estimate.
+    The messages may be :class:`~llmguard_sdk.Message` objects or dicts in openai's shape; a
+    bad one is a :class:`~llmguard_sdk.errors.RequestValidationError`. Content parts other
+    than text (images, audio) are not counted, and make the count an estimate.
     """
     if isinstance(request, ChatRequest):
         model = model or request.model
@@ -260,16 +267,30 @@ def count_request_tokens(
     return TokenCount(tokens + framing, estimated=estimated or not own, method=method)
 
 
-def request_tokens_at_most(request: ChatRequest | Sequence[Message]) -> int:
+def request_tokens_at_most(request: ChatRequest | Sequence[Message | Mapping[str, Any]]) -> int:
     """An upper bound of :func:`count_request_tokens` for any model, without encoding: a
     byte-pair token is at least one byte of UTF-8 (and the chars/4 estimate is less)."""
     texts, framing, _ = _request_texts(request)
     return framing + len("".join(texts).encode("utf-8", "surrogatepass"))
 
 
-def _request_texts(request: ChatRequest | Sequence[Message]) -> tuple[list[str], int, bool]:
+def _messages(messages: object) -> Sequence[Message]:
+    """``messages`` as :class:`Message` objects (dicts validated), or a typed error."""
+    if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
+        raise RequestValidationError("messages must be a list of messages")
+    if all(isinstance(m, Message) for m in messages):
+        return messages
+    try:
+        return [m if isinstance(m, Message) else Message.model_validate(m) for m in messages]
+    except ValidationError as exc:
+        raise RequestValidationError(f"invalid message: {exc.errors()[0]['msg']}") from None
+
+
+def _request_texts(
+    request: ChatRequest | Sequence[Message | Mapping[str, Any]],
+) -> tuple[list[str], int, bool]:
     """(the texts counted, the framing tokens, whether the count is an estimate)."""
-    messages = request.messages if isinstance(request, ChatRequest) else request
+    messages = request.messages if isinstance(request, ChatRequest) else _messages(request)
     texts: list[str] = []
     estimated = False
     framing = _REPLY_PRIMING
