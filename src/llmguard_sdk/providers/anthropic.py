@@ -9,8 +9,11 @@ here as pure functions:
   tool results, tools and ``tool_choice`` are translated, ``max_tokens`` (which Anthropic
   requires) defaults to ``default_max_tokens``, ``stop`` becomes ``stop_sequences``, and a
   ``temperature`` above 1 is sent as 1 (Anthropic's range is 0-1).
-  ``seed`` and ``response_format`` have no Anthropic counterpart and are not sent; neither is
-  OpenAI's ``prompt_cache_key`` in ``extra_body``. Everything else in ``extra_body`` is sent.
+  ``seed`` and ``response_format`` have no Anthropic counterpart and are not sent; neither are
+  OpenAI's own parameters in ``extra_body`` (``prompt_cache_key``, ``frequency_penalty``,
+  ``logprobs`` ...: Anthropic refuses them), but ``user`` becomes ``metadata.user_id`` (other
+  ``metadata`` keys are left out) and ``parallel_tool_calls=False`` the tool choice's
+  ``disable_parallel_tool_use``. Everything else in ``extra_body`` is sent.
 * prompt caching: requests built by a :class:`~llmguard_sdk.prompts.PromptBuilder` get
   ``cache_control`` breakpoints at the end of their static part (see
   :func:`~llmguard_sdk.prompts.add_cache_breakpoints`); breakpoints already in a request's
@@ -69,7 +72,33 @@ _FINISH = {
     "pause_turn": "stop",
     "refusal": "content_filter",
 }
-_NOT_SENT = ("prompt_cache_key",)
+# OpenAI chat-completions parameters Anthropic has no field for (the drop-in client passes them
+# on in ``extra_body``): Anthropic answers 400 "Extra inputs are not permitted" to each
+_NOT_SENT = frozenset(
+    {
+        "audio",
+        "frequency_penalty",
+        "function_call",
+        "functions",
+        "logit_bias",
+        "logprobs",
+        "modalities",
+        "n",
+        "parallel_tool_calls",
+        "prediction",
+        "presence_penalty",
+        "prompt_cache_key",
+        "prompt_cache_retention",
+        "reasoning_effort",
+        "safety_identifier",
+        "store",
+        "stream_options",
+        "top_logprobs",
+        "user",
+        "verbosity",
+        "web_search_options",
+    }
+)
 _JSON_ERRORS = (ValueError, RecursionError)
 
 
@@ -213,7 +242,28 @@ def build_anthropic_payload(
     for key, value in (request.extra_body or {}).items():
         if key not in _NOT_SENT:
             payload[key] = value
+    _openai_counterparts(payload, request.extra_body or {})
     return payload
+
+
+def _openai_counterparts(payload: dict[str, Any], extra: Mapping[str, Any]) -> None:
+    """OpenAI's ``user``, ``metadata`` and ``parallel_tool_calls`` as Anthropic's
+    ``metadata.user_id`` (the only key its metadata takes) and ``disable_parallel_tool_use``."""
+    metadata = payload.get("metadata")
+    if isinstance(metadata, Mapping):
+        metadata = {k: v for k, v in metadata.items() if k == "user_id"}
+        user = extra.get("user")
+        if "user_id" not in metadata and isinstance(user, str) and user:
+            metadata["user_id"] = user
+        payload["metadata"] = metadata
+    elif isinstance(extra.get("user"), str) and extra["user"]:
+        payload["metadata"] = {"user_id": extra["user"]}
+    if payload.get("metadata") == {}:
+        del payload["metadata"]
+    if extra.get("parallel_tool_calls") is False and payload.get("tools"):
+        choice = dict(payload.get("tool_choice") or {"type": "auto"})
+        if choice.get("type") != "none":
+            payload["tool_choice"] = {**choice, "disable_parallel_tool_use": True}
 
 
 def _int(metadata: Mapping[str, str] | None, key: str) -> int | None:

@@ -175,6 +175,9 @@ def chat_params(body: Mapping[str, Any]) -> dict[str, Any]:
     choice = _tool_choice(body.get("tool_choice"))
     if choice is not None:
         params["tool_choice"] = choice
+    given = body.get("tool_choice")
+    if isinstance(given, dict) and given.get("disable_parallel_tool_use") is True:
+        params["parallel_tool_calls"] = False  # Anthropic routes: back to the tool choice
     metadata = body.get("metadata")
     if isinstance(metadata, dict) and isinstance(metadata.get("user_id"), str):
         params["user"] = metadata["user_id"]

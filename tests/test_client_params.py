@@ -1,0 +1,74 @@
+"""What the drop-in clients' parameters become on each kind of route (real SDKs, FakeProvider)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from llmguard_sdk import AnthropicProvider, Guard, OpenAICompatibleProvider
+from llmguard_sdk.client import _openai_client, anthropic_client
+from llmguard_sdk.testing import FakeProvider
+
+from .conftest import USER
+
+TOOL = {"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}
+ANTHROPIC_TOOL = {"name": "lookup", "input_schema": {"type": "object"}}
+
+
+@pytest.fixture
+def claude() -> Iterator[FakeProvider]:
+    with FakeProvider(model="claude-fake") as server:
+        yield server
+
+
+def anthropic_guard(server: FakeProvider) -> Guard:
+    return Guard(AnthropicProvider(server.base_url, api_key="k"), retry=None, environ={})
+
+
+def test_openai_parameters_reach_an_anthropic_route_as_anthropic_ones(
+    claude: FakeProvider,
+) -> None:
+    # the openai client's `user`, `parallel_tool_calls`, `frequency_penalty`, `logprobs` and
+    # `metadata` were sent to Anthropic as they were: it answers 400 "Extra inputs are not
+    # permitted" (a fallback to Claude failed for any app passing `user=`)
+    options: dict[str, Any] = {
+        "user": "u-1",
+        "parallel_tool_calls": False,
+        "frequency_penalty": 0.2,
+        "logprobs": True,
+        "metadata": {"run": "7"},
+    }
+    with anthropic_guard(claude) as guard:
+        client = _openai_client(guard)
+        client.chat.completions.create(model="m", messages=USER, tools=[TOOL], **options)
+    body = claude.requests[-1].body
+    assert not {"user", "parallel_tool_calls", "frequency_penalty", "logprobs"} & set(body)
+    assert body["metadata"] == {"user_id": "u-1"}
+    assert body["tool_choice"] == {"type": "auto", "disable_parallel_tool_use": True}
+
+
+def test_anthropic_parameters_reach_either_kind_of_route(
+    claude: FakeProvider, fake: FakeProvider
+) -> None:
+    # metadata.user_id went to Anthropic as `user` (400 there), and
+    # tool_choice.disable_parallel_tool_use was dropped on every route
+    options: dict[str, Any] = {
+        "metadata": {"user_id": "u-2"},
+        "tool_choice": {"type": "auto", "disable_parallel_tool_use": True},
+        "tools": [ANTHROPIC_TOOL],
+    }
+    with anthropic_guard(claude) as guard:
+        anthropic_client(guard).messages.create(model="m", max_tokens=20, messages=USER, **options)
+    body = claude.requests[-1].body
+    assert "user" not in body
+    assert body["metadata"] == {"user_id": "u-2"}
+    assert body["tool_choice"] == {"type": "auto", "disable_parallel_tool_use": True}
+    chat = OpenAICompatibleProvider(fake.base_url, model=fake.model, name="primary")
+    with Guard(chat, retry=None, environ={}) as guard:
+        anthropic_client(guard).messages.create(model="m", max_tokens=20, messages=USER, **options)
+    body = fake.requests[-1].body
+    assert body["user"] == "u-2"
+    assert body["parallel_tool_calls"] is False
+    assert body["tool_choice"] == "auto"
