@@ -16,7 +16,17 @@ from llmguard_sdk.testing import FakeProvider
 from tests.rawserver import RawServer
 from tests.test_ahttp11 import _Echo, post, read_whole
 from tests.test_http11 import BODY, TIMEOUTS
-from tests.test_http11_edges import CONFLICTING, REPEATED, REPEATED_LINES
+from tests.test_http11_edges import (
+    CONFLICTING,
+    ENDLESS_TRAILERS,
+    FEW_TRAILERS,
+    HTTP10,
+    HTTP10_KEPT,
+    LONG_CHUNK_SIZE,
+    REPEATED,
+    REPEATED_LINES,
+    SIGNED_CHUNK_SIZE,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -157,4 +167,77 @@ async def test_lengths_that_disagree_are_a_protocol_error_as_h11_reads_them() ->
         with pytest.raises(httpx2.RemoteProtocolError):
             await read_whole(transport, f"{server.base_url}/x")
         assert transport._open == 0
+        await transport.aclose()
+
+
+@pytest.mark.parametrize(("raw", "kept"), [(HTTP10, 0), (HTTP10_KEPT, 1)], ids=["close", "kept"])
+async def test_an_http_1_0_answer_says_so_and_closes_unless_kept_alive(
+    raw: bytes, kept: int
+) -> None:
+    """An HTTP/1.0 server's answer is reported as ``HTTP/1.0`` (always ``HTTP/1.1`` before),
+    and its connection closes with it unless it says ``keep-alive``."""
+    with RawServer(raw, hold=True) as server:
+        transport = AnyioTransport(httpx2)
+        response = await post(transport, f"{server.base_url}/x")
+        assert (response.http_version, await response.aread()) == ("HTTP/1.0", b"{}")
+        await response.aclose()
+        assert transport._open == kept
+        await transport.aclose()
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [LONG_CHUNK_SIZE, SIGNED_CHUNK_SIZE, ENDLESS_TRAILERS],
+    ids=["long", "signed", "trailers"],
+)
+async def test_a_chunk_size_or_trailers_past_bounds_are_a_protocol_error(raw: bytes) -> None:
+    """A chunk size of 16 hex digits or more, and more trailer lines than a head may have, are
+    refused as a head's would be (16 digits were taken, and trailers read without end)."""
+    with RawServer(raw, hold=True) as server:
+        transport = AnyioTransport(httpx2)
+        with pytest.raises(httpx2.RemoteProtocolError):
+            await read_whole(transport, f"{server.base_url}/x")
+        assert transport._open == 0
+        await transport.aclose()
+
+
+async def test_a_few_trailers_are_read_past_and_the_connection_kept() -> None:
+    with RawServer(FEW_TRAILERS, hold=True) as server:
+        transport = AnyioTransport(httpx2)
+        assert await read_whole(transport, f"{server.base_url}/x") == b"{}"
+        assert transport._open == 1
+        await transport.aclose()
+
+
+async def test_idle_connections_past_their_expiry_are_closed_though_the_pool_is_not_full() -> None:
+    """An idle connection past ``keepalive_expiry`` is closed by later calls to any origin: it
+    was closed only when the pool was full or its own origin was called again (a connection
+    to an origin no longer called held its socket until the transport closed)."""
+    with FakeProvider() as first, FakeProvider() as second:
+        transport = AnyioTransport(httpx2, httpx2.Limits(keepalive_expiry=0.5))
+        held = [await post(transport, f"{first.base_url}/chat/completions") for _ in range(2)]
+        for response in held:  # two connections to first, idle
+            await response.aread()
+            await response.aclose()
+        await anyio.sleep(0.7)  # both past their expiry
+        for _ in range(3):
+            await read_whole(transport, f"{second.base_url}/chat/completions")
+        assert transport._open == 1  # second's only
+        await transport.aclose()
+
+
+async def test_bytes_anyio_read_ahead_on_an_idle_connection_keep_it_from_reuse() -> None:
+    """An idle connection whose server sent more than was asked (here a second answer, right
+    behind the first) is not reused: bytes read ahead into anyio's own buffer (asyncio's
+    protocol reads up to 256 KiB a time; a receive takes 64 KiB) are invisible to a poll of
+    the socket, so the next request was sent on it and read the stale answer as its own."""
+    stale = b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nstale"
+    head = b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n"
+    size = 65_536 - len(head % 60_000)  # the first answer: one receive's 64 KiB exactly
+    first = head % size + b"x" * size
+    with RawServer(first + stale, hold=True) as server:
+        transport = AnyioTransport(httpx2)
+        url = f"{server.base_url}/x"
+        for _ in range(2):  # the second on a new connection (reused: "stale")
+            assert await read_whole(transport, url) == b"x" * size
         await transport.aclose()

@@ -4,6 +4,7 @@ was found wanting at (tests/test_ahttp11_edges.py): what a request asks of its c
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import httpx
@@ -12,7 +13,7 @@ import pytest
 from llmguard_sdk.providers._http11 import StdlibTransport
 from llmguard_sdk.testing import FakeProvider
 from tests.rawserver import RawServer
-from tests.test_http11 import BODY, TIMEOUTS
+from tests.test_http11 import BODY, TIMEOUTS, post
 
 
 def _send(transport: StdlibTransport, url: str, **headers: str) -> bytes:
@@ -115,4 +116,73 @@ def test_lengths_that_disagree_are_a_protocol_error_as_h11_reads_them() -> None:
         with pytest.raises(httpx.RemoteProtocolError):
             _send(transport, f"{server.base_url}/x")
         assert transport._open == 0
+        transport.close()
+
+
+HTTP10 = b"HTTP/1.0 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}"
+HTTP10_KEPT = b"HTTP/1.0 200 OK\r\nconnection: keep-alive\r\ncontent-length: 2\r\n\r\n{}"
+_CHUNKED = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
+LONG_CHUNK_SIZE = _CHUNKED + b"0000000000000002\r\n{}\r\n0\r\n\r\n"  # 16 hex digits
+SIGNED_CHUNK_SIZE = _CHUNKED + b"+2\r\n{}\r\n0\r\n\r\n"  # int(b"+2", 16) reads it
+ENDLESS_TRAILERS = _CHUNKED + b"2\r\n{}\r\n0\r\n" + b"x-trailer: 1\r\n" * 101 + b"\r\n"
+FEW_TRAILERS = _CHUNKED + b"2\r\n{}\r\n0\r\n" + b"x-trailer: 1\r\n" * 3 + b"\r\n"
+
+
+@pytest.mark.parametrize(("raw", "kept"), [(HTTP10, 0), (HTTP10_KEPT, 1)], ids=["close", "kept"])
+def test_an_http_1_0_answer_says_so_and_closes_unless_kept_alive(raw: bytes, kept: int) -> None:
+    """An HTTP/1.0 server's answer is reported as ``HTTP/1.0`` (always ``HTTP/1.1`` before),
+    and its connection closes with it unless it says ``keep-alive``."""
+    with RawServer(raw, hold=True) as server:
+        transport = StdlibTransport()
+        request = httpx.Request(
+            "POST", f"{server.base_url}/x", content=b"{}", extensions={"timeout": TIMEOUTS}
+        )
+        response = transport.handle_request(request)
+        assert (response.http_version, response.read()) == ("HTTP/1.0", b"{}")
+        response.close()
+        assert transport._open == kept
+        transport.close()
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [LONG_CHUNK_SIZE, SIGNED_CHUNK_SIZE, ENDLESS_TRAILERS],
+    ids=["long", "signed", "trailers"],
+)
+def test_a_chunk_size_or_trailers_past_bounds_are_a_protocol_error(raw: bytes) -> None:
+    """A chunk size of 16 hex digits or more (or one ``int()`` reads but HTTP does not: a
+    sign), and more trailer lines than a head may have, are refused as a head's would be:
+    http.client took any ``int(line, 16)`` and read trailers without end."""
+    with RawServer(raw, hold=True) as server:
+        transport = StdlibTransport()
+        with pytest.raises(httpx.RemoteProtocolError):
+            _send(transport, f"{server.base_url}/x")
+        assert transport._open == 0
+        transport.close()
+
+
+def test_a_few_trailers_are_read_past_and_the_connection_kept() -> None:
+    with RawServer(FEW_TRAILERS, hold=True) as server:
+        transport = StdlibTransport()
+        assert _send(transport, f"{server.base_url}/x") == b"{}"
+        assert transport._open == 1
+        transport.close()
+
+
+def test_idle_connections_past_their_expiry_are_closed_though_the_pool_is_not_full() -> None:
+    """An idle connection past ``keepalive_expiry`` is closed by later calls, whichever origin
+    they go to (it was closed only when the pool was full, or its own origin was called again:
+    a connection to an origin no longer called held its socket until the transport closed),
+    and one below the connection an origin's next call takes too (the latest was taken, the
+    older ones under it never looked at again)."""
+    with FakeProvider() as first, FakeProvider() as second:
+        transport = StdlibTransport(httpx.Limits(keepalive_expiry=0.5))
+        held = [post(transport, f"{first.base_url}/chat/completions") for _ in range(2)]
+        for response in held:  # two connections to first, idle
+            response.read()
+            response.close()
+        time.sleep(0.7)  # both past their expiry
+        for _ in range(3):
+            post(transport, f"{second.base_url}/chat/completions").read()
+        assert transport._open == 1  # second's only
         transport.close()

@@ -38,26 +38,26 @@ from typing import Any
 import anyio
 import anyio.abc
 
+from ._aconnection import STREAM_ERRORS, Connection
 from ._http1 import (
     MAX_HEADERS,
     MAX_LINE,
     asks_to_close,
     body_length,
+    chunk_size,
     head_fields,
     illegal_header,
-    readable,
+    put_idle,
+    sweep_expired,
     take_longest_idle,
 )
 
 __all__ = ["AnyioTransport"]
 
-_CHUNK = 65_536
 _MAX_HEAD = MAX_LINE * 4  # bytes of a head (status line and header lines), at most
 _HEAD_END = re.compile(rb"\r?\n\r?\n")
-_CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]{1,16}")
 _DRAIN_READS = 4  # reads of a stream's rest, at most, to reuse its connection
 _DRAIN_WAIT = 0.004  # seconds those reads may take together
-_STREAM_ERRORS = (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError)
 _Origin = tuple[str, str, int]
 
 
@@ -73,7 +73,8 @@ class AnyioTransport:
         self._keep_alive: int | None = limits.max_keepalive_connections
         self._expiry: float | None = limits.keepalive_expiry
         # idle connections of each origin, each with the time it went idle (latest last)
-        self._idle: dict[_Origin, list[tuple[_Connection, float]]] = {}
+        self._idle: dict[_Origin, list[tuple[Connection, float]]] = {}
+        self._sweep: collections.deque[_Origin] = collections.deque()  # _idle's, in turn
         self._open = 0  # connections in use or idle
         self._waiting: collections.deque[_Waiter] = collections.deque()  # first come first
         self._ssl: ssl.SSLContext | None = None
@@ -102,7 +103,7 @@ class AnyioTransport:
             head.status,
             headers=head.raw_headers,
             stream=body,
-            extensions={"http_version": b"HTTP/1.1", "reason_phrase": head.reason},
+            extensions={"http_version": head.version, "reason_phrase": head.reason},
         )
 
     async def __aenter__(self) -> AnyioTransport:
@@ -116,6 +117,7 @@ class AnyioTransport:
         self._closed = True
         idle = [connection for pooled in self._idle.values() for connection, _ in pooled]
         self._idle.clear()
+        self._sweep.clear()
         self._open -= len(idle)
         self._wake_all()
         for connection in idle:
@@ -123,7 +125,7 @@ class AnyioTransport:
 
     # -- the pool ---------------------------------------------------------------------------
 
-    async def _connection(self, origin: _Origin, timeouts: dict[str, Any]) -> _Connection:
+    async def _connection(self, origin: _Origin, timeouts: dict[str, Any]) -> Connection:
         """An idle connection to ``origin`` that the server has not closed, else a new one
         once fewer than ``max_connections`` are open, else the first freed while this call
         waits, first come first served (up to the pool timeout)."""
@@ -131,6 +133,9 @@ class AnyioTransport:
         wait_until = None if pool_timeout is None else time.monotonic() + pool_timeout
         if self._closed:
             raise RuntimeError("Cannot send a request, as the transport has been closed.")
+        for stale in sweep_expired(self._idle, self._sweep, self._fresh):  # one origin's
+            self._open -= 1
+            await stale.close()
         pooled = self._idle.get(origin)
         while pooled:  # the expired ones (the longest idle first) closed, then the latest
             expired = not self._fresh(pooled[0][1])
@@ -155,7 +160,7 @@ class AnyioTransport:
 
     async def _wait_for_a_slot(
         self, origin: _Origin, wait_until: float | None
-    ) -> _Connection | None:
+    ) -> Connection | None:
         """Wait in line for a call to end: handed its connection (to ``origin``), else its
         slot (``None``: a connection to open). A freed slot goes to the first waiter, so a
         call made meanwhile cannot take it first (it waits behind)."""
@@ -185,7 +190,7 @@ class AnyioTransport:
         else:
             self._release_slot()
 
-    async def _connect(self, origin: _Origin, connect_timeout: float | None) -> _Connection:
+    async def _connect(self, origin: _Origin, connect_timeout: float | None) -> Connection:
         module = self._module
         scheme, host, port = origin
         if scheme not in ("http", "https"):
@@ -203,7 +208,7 @@ class AnyioTransport:
             raise module.ConnectTimeout(str(exc) or "connect timed out") from exc
         except (OSError, anyio.BrokenResourceError) as exc:  # refused, DNS, TLS handshake
             raise module.ConnectError(str(exc) or type(exc).__name__) from exc
-        return _Connection(stream)
+        return Connection(stream)
 
     def _tls(self) -> ssl.SSLContext:
         if self._ssl is None:  # the library's own: the same trust as its transport
@@ -222,7 +227,7 @@ class AnyioTransport:
             self._open -= 1
             await connection.close()
 
-    async def _put_back(self, origin: _Origin, connection: _Connection) -> None:
+    async def _put_back(self, origin: _Origin, connection: Connection) -> None:
         """Put a connection whose response was read whole back in the pool: to the first
         waiter where it waits for this origin, else idle (a waiter for another origin gets
         its slot: the connection is closed)."""
@@ -233,11 +238,11 @@ class AnyioTransport:
                 self._waiting.popleft().serve(connection)
                 return
         elif self._keep_alive is None or sum(map(len, self._idle.values())) < self._keep_alive:
-            self._idle.setdefault(origin, []).append((connection, time.monotonic()))
+            put_idle(self._idle, self._sweep, origin).append((connection, time.monotonic()))
             return
         await self._discard(connection)
 
-    async def _discard(self, connection: _Connection) -> None:
+    async def _discard(self, connection: Connection) -> None:
         self._release_slot()
         await connection.close()
 
@@ -262,60 +267,13 @@ class _Waiter:
     def __init__(self, origin: _Origin) -> None:
         self.origin = origin
         self.event = anyio.Event()
-        self.connection: _Connection | None = None
+        self.connection: Connection | None = None
         self.served = False
 
-    def serve(self, connection: _Connection | None) -> None:
+    def serve(self, connection: Connection | None) -> None:
         self.connection = connection
         self.served = True
         self.event.set()
-
-
-class _Connection:
-    """An anyio byte stream and the bytes read from it that nobody took yet."""
-
-    __slots__ = ("buffer", "stream")
-
-    def __init__(self, stream: anyio.abc.ByteStream) -> None:
-        self.stream = stream
-        self.buffer = bytearray()
-
-    async def fill(self, timeout: float | None, module: ModuleType) -> bool:
-        """Read what the server sent next into the buffer (``False``: it closed)."""
-        try:
-            if timeout is None:
-                data = await self.stream.receive(_CHUNK)
-            else:
-                with anyio.fail_after(timeout):
-                    data = await self.stream.receive(_CHUNK)
-        except anyio.EndOfStream:
-            return False
-        except TimeoutError as exc:
-            raise module.ReadTimeout(str(exc) or "read timed out") from exc
-        except _STREAM_ERRORS as exc:
-            raise module.ReadError(str(exc) or type(exc).__name__) from exc
-        self.buffer += data
-        return True
-
-    def take(self, size: int) -> bytes:
-        data = bytes(self.buffer[:size])
-        del self.buffer[:size]
-        return data
-
-    def reusable(self) -> bool:
-        """Whether an idle connection is still open: one whose socket is readable while idle
-        has been closed by the server (or sent something unasked); either way it is not
-        reused."""
-        if self.buffer:
-            return False
-        try:
-            sock = self.stream.extra(anyio.abc.SocketAttribute.raw_socket)
-            return not readable(sock.fileno())
-        except (anyio.TypedAttributeLookupError, OSError, ValueError):
-            return False
-
-    async def close(self) -> None:
-        await anyio.aclose_forcefully(self.stream)
 
 
 def _request_head(request: Any, module: ModuleType) -> bytes:
@@ -335,7 +293,7 @@ def _request_head(request: Any, module: ModuleType) -> bytes:
 
 
 async def _send_request(
-    connection: _Connection, request: Any, head: bytes, timeouts: dict[str, Any], module: Any
+    connection: Connection, request: Any, head: bytes, timeouts: dict[str, Any], module: Any
 ) -> None:
     """Write ``request``'s ``head`` and body on ``connection``."""
     write = timeouts.get("write")
@@ -354,26 +312,27 @@ async def _send_request(
     await _write(connection, head + body, write, module)
 
 
-async def _write(connection: _Connection, data: bytes, timeout: float | None, module: Any) -> None:
+async def _write(connection: Connection, data: bytes, timeout: float | None, module: Any) -> None:
     try:
         with anyio.fail_after(timeout):
             await connection.stream.send(data)
     except TimeoutError as exc:
         raise module.WriteTimeout(str(exc) or "write timed out") from exc
-    except _STREAM_ERRORS as exc:
+    except STREAM_ERRORS as exc:
         raise module.WriteError(str(exc) or type(exc).__name__) from exc
 
 
 class _Head:
     """A response's status and headers, and how its body is framed."""
 
-    __slots__ = ("chunked", "length", "raw_headers", "reason", "status", "will_close")
+    __slots__ = ("chunked", "length", "raw_headers", "reason", "status", "version", "will_close")
 
     def __init__(
         self, status: int, reason: bytes, version: str, fields: list[tuple[str, str]], method: str
     ) -> None:
         self.status = status
         self.reason = reason
+        self.version = b"HTTP/1.0" if version == "HTTP/1.0" else b"HTTP/1.1"  # as h11 says
         self.raw_headers = [
             (name.encode("latin-1"), value.encode("latin-1")) for name, value in fields
         ]
@@ -400,7 +359,7 @@ class _Head:
 
 
 async def _read_response_head(
-    connection: _Connection, timeout: float | None, method: str, module: ModuleType
+    connection: Connection, timeout: float | None, method: str, module: ModuleType
 ) -> _Head:
     """Read the response's head; interim answers (100, 103) are skipped, as h11 skips them."""
     while True:
@@ -425,7 +384,7 @@ async def _read_response_head(
 
 
 async def _read_head_lines(
-    connection: _Connection, timeout: float | None, module: ModuleType
+    connection: Connection, timeout: float | None, module: ModuleType
 ) -> list[bytes]:
     """The lines of a head, up to the blank line that ends it."""
     buffer = connection.buffer
@@ -474,13 +433,13 @@ class _BodyReader:
         self,
         transport: AnyioTransport,
         origin: _Origin,
-        connection: _Connection,
+        connection: Connection,
         head: _Head,
         timeout: float | None,
     ) -> None:
         self._transport = transport
         self._origin = origin
-        self._connection: _Connection | None = connection
+        self._connection: Connection | None = connection
         self._head = head
         self._timeout = timeout
         self._left = head.length  # bytes of a sized body still to come (None: until closed)
@@ -496,7 +455,7 @@ class _BodyReader:
             if data:
                 yield data
 
-    async def _next(self, connection: _Connection) -> bytes:
+    async def _next(self, connection: Connection) -> bytes:
         """The body's next bytes (``b""``: none yet, or its end: ``_whole``)."""
         module = self._transport._module
         if self._head.chunked:
@@ -534,7 +493,7 @@ class _BodyReader:
             await transport._discard(connection)
 
 
-async def _next_chunk(body: _BodyReader, connection: _Connection, module: ModuleType) -> bytes:
+async def _next_chunk(body: _BodyReader, connection: Connection, module: ModuleType) -> bytes:
     """The next bytes of a chunked body (its chunk-size lines and trailers read past)."""
     buffer = connection.buffer
     if body._chunk_left > 0:
@@ -549,20 +508,20 @@ async def _next_chunk(body: _BodyReader, connection: _Connection, module: Module
         if line:
             raise module.RemoteProtocolError("a chunk's data is longer than its size")
         line = await _line(connection, body._timeout, module)
-    size_text = line.split(b";", 1)[0].strip()
-    if _CHUNK_SIZE.fullmatch(size_text) is None:
+    size = chunk_size(line)
+    if size is None:
         raise module.RemoteProtocolError(f"bad chunk size line {line[:40]!r}")
-    size = int(size_text, 16)
     if size == 0:
-        while await _line(connection, body._timeout, module):  # trailers, up to a blank line
-            pass
-        body._whole = True
-        return b""
+        for _ in range(MAX_HEADERS + 1):  # trailers, up to a blank line (as many as headers)
+            if not await _line(connection, body._timeout, module):
+                body._whole = True
+                return b""
+        raise module.RemoteProtocolError(f"got more than {MAX_HEADERS} trailers")
     body._chunk_left = size
     return b""
 
 
-async def _line(connection: _Connection, timeout: float | None, module: ModuleType) -> bytes:
+async def _line(connection: Connection, timeout: float | None, module: ModuleType) -> bytes:
     buffer = connection.buffer
     start = 0
     while True:
@@ -578,7 +537,7 @@ async def _line(connection: _Connection, timeout: float | None, module: ModuleTy
             raise module.RemoteProtocolError("peer closed connection within a chunked body")
 
 
-async def _drain(body: _BodyReader, connection: _Connection) -> None:
+async def _drain(body: _BodyReader, connection: Connection) -> None:
     """Read the rest of a chunked body if it comes without waiting: a stream the caller
     stops reading at its last event (``data: [DONE]``) has only its terminator left, mostly
     read already, and its connection can then serve the next call. Hardly anything is

@@ -1,11 +1,14 @@
 """What the provider's two HTTP/1.1 transports share (:mod:`._http11` over ``http.client``,
-:mod:`._ahttp11` over anyio streams): how a head is read, what a request may say, which
-idle connection goes first, and whether one is still open."""
+:mod:`._ahttp11` over anyio streams): how a head and a chunk size are read, what a request
+may say, which idle connection goes first, which are past their expiry, and whether one is
+still open."""
 
 from __future__ import annotations
 
 import re
 import select
+from collections import deque
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 __all__ = [
@@ -13,9 +16,12 @@ __all__ = [
     "MAX_LINE",
     "asks_to_close",
     "body_length",
+    "chunk_size",
     "head_fields",
     "illegal_header",
+    "put_idle",
     "readable",
+    "sweep_expired",
     "take_longest_idle",
 ]
 
@@ -23,6 +29,9 @@ MAX_LINE = 65_536  # http.client's bounds on a header line and on their number
 MAX_HEADERS = 100
 _NAME = re.compile(rb"[-!#$%&'*+.^_`|~0-9A-Za-z]+")  # a header's name: a token (RFC 9110 5.6.2)
 _BREAK = re.compile(rb"[\r\n\x00]")  # what a header's value may not hold (it ends the line)
+# a chunk's size: hex digits, fewer than 16 (2**60 bytes: no body anyone sends; more digits
+# only make a size that would keep a reader at one chunk for ever)
+_CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]{1,15}")
 _C = TypeVar("_C")
 
 
@@ -73,6 +82,48 @@ def body_length(values: list[str]) -> int | None:
     except ValueError:
         return None
     return length if length is None or length >= 0 else None
+
+
+def chunk_size(line: bytes) -> int | None:
+    """The size a chunk-size line gives (its extensions, after ``;``, ignored); ``None`` for
+    anything but 1 to 15 hex digits (``int(line, 16)`` also reads a sign, ``0x`` and
+    underscores, and any number of digits)."""
+    size = line.split(b";", 1)[0].strip(b" \t\r\n")
+    return int(size, 16) if _CHUNK_SIZE.fullmatch(size) is not None else None
+
+
+def put_idle(
+    idle: dict[Any, list[tuple[_C, float]]], order: deque[Any], origin: Any
+) -> list[tuple[_C, float]]:
+    """``origin``'s idle connections (latest last), its list made (and ``origin`` queued in
+    ``order``, the origins :func:`sweep_expired` visits in turn) where it has none."""
+    pooled = idle.get(origin)
+    if pooled is None:
+        pooled = idle[origin] = []
+        order.append(origin)
+    return pooled
+
+
+def sweep_expired(
+    idle: dict[Any, list[tuple[_C, float]]], order: deque[Any], fresh: Callable[[float], bool]
+) -> list[_C]:
+    """Take out (to be closed) the idle connections past their expiry (``fresh(since)``
+    false) of the next origin in ``order``, which goes to the back, or out with its list
+    where none is left: a call looks at one origin, whatever their number, and each is
+    looked at in turn, so a connection to an origin no longer called is closed within as
+    many calls as there are origins with idle connections."""
+    if not order:
+        return []
+    origin = order.popleft()
+    pooled = idle.get(origin)
+    expired = []
+    while pooled and not fresh(pooled[0][1]):  # the longest idle first
+        expired.append(pooled.pop(0)[0])
+    if pooled:
+        order.append(origin)
+    else:
+        idle.pop(origin, None)
+    return expired
 
 
 def take_longest_idle(idle: dict[Any, list[tuple[_C, float]]]) -> _C | None:

@@ -30,6 +30,7 @@ httpx's (the provider's client makes its own transports for them).
 from __future__ import annotations
 
 import base64
+import collections
 import http.client
 import socket
 import ssl
@@ -45,9 +46,12 @@ from ._http1 import (
     MAX_LINE,
     asks_to_close,
     body_length,
+    chunk_size,
     head_fields,
     illegal_header,
+    put_idle,
     readable,
+    sweep_expired,
     take_longest_idle,
 )
 from ._watchdog import watchdog
@@ -86,6 +90,7 @@ class StdlibTransport(httpx.BaseTransport):
         self._expiry = limits.keepalive_expiry  # seconds an idle connection is kept
         # idle connections of each origin, each with the time it went idle (latest last)
         self._idle: dict[_Origin, list[tuple[http.client.HTTPConnection, float]]] = {}
+        self._sweep: collections.deque[_Origin] = collections.deque()  # _idle's, in turn
         self._open = 0  # connections in use or idle
         self._freed = threading.Condition()
         self._ssl: ssl.SSLContext | None = None
@@ -114,7 +119,7 @@ class StdlibTransport(httpx.BaseTransport):
                 ],
                 stream=_Body(self, origin, connection, response),
                 extensions={
-                    "http_version": b"HTTP/1.1",
+                    "http_version": b"HTTP/1.0" if response.version == 10 else b"HTTP/1.1",
                     "reason_phrase": response.reason.encode("ascii", "replace"),
                     "network_stream": _NetworkStream(connection.sock),
                 },
@@ -132,6 +137,7 @@ class StdlibTransport(httpx.BaseTransport):
             self._closed = True
             idle = [connection for pooled in self._idle.values() for connection, _ in pooled]
             self._idle.clear()
+            self._sweep.clear()
             self._open -= len(idle)
             self._freed.notify_all()
         for connection in idle:
@@ -149,6 +155,10 @@ class StdlibTransport(httpx.BaseTransport):
             while True:
                 if self._closed:
                     raise RuntimeError("Cannot send a request, as the transport has been closed.")
+                for expired in sweep_expired(self._idle, self._sweep, self._fresh):
+                    self._open -= 1  # (one origin's: each call looks at the next)
+                    self._freed.notify()
+                    expired.close()
                 pooled = self._idle.get(origin)
                 while pooled:
                     connection, since = pooled.pop()
@@ -236,10 +246,9 @@ class StdlibTransport(httpx.BaseTransport):
     def _put_back(self, origin: _Origin, connection: http.client.HTTPConnection) -> None:
         """Put a connection whose response was read whole back in the pool."""
         with self._freed:
-            pooled = self._idle.setdefault(origin, [])
             idle = sum(len(connections) for connections in self._idle.values())
             if not self._closed and (self._keep_alive is None or idle < self._keep_alive):
-                pooled.append((connection, time.monotonic()))
+                put_idle(self._idle, self._sweep, origin).append((connection, time.monotonic()))
                 self._freed.notify()
                 return
             self._open -= 1
@@ -387,6 +396,30 @@ class _Response(http.client.HTTPResponse):
             self.chunked = False
         if not self.will_close and not self.chunked and self.length is None:
             self.will_close = True  # no length: the body ends when the connection does
+
+    def _read_next_chunk_size(self) -> int:
+        """A chunk's size, as :func:`~._http1.chunk_size` reads its line (``int(line, 16)``
+        took a sign, ``0x``, underscores and any number of digits). A bad one raises
+        ``ValueError`` (``http.client`` makes it ``IncompleteRead``) with the response left
+        open: closed, it read as whole, and its connection went back to the pool."""
+        line = self.fp.readline(MAX_LINE + 1)
+        if len(line) > MAX_LINE:
+            raise http.client.LineTooLong("chunk size")
+        size = chunk_size(line)
+        if size is None:
+            raise ValueError(f"bad chunk size line {line[:40]!r}")
+        return size
+
+    def _read_and_discard_trailer(self) -> None:
+        """The trailers after the last chunk, read past up to the blank line: at most as
+        many as a head's header lines (``http.client`` read them without end)."""
+        for _ in range(MAX_HEADERS + 1):
+            line = self.fp.readline(MAX_LINE + 1)
+            if len(line) > MAX_LINE:
+                raise http.client.LineTooLong("trailer line")
+            if line in (b"\r\n", b"\n", b""):
+                return
+        raise http.client.HTTPException(f"got more than {MAX_HEADERS} trailers")
 
 
 class _Body(httpx.SyncByteStream):
