@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .errors import RequestValidationError
 from .models import ChatRequest, ChatResponse, StreamChunk, Usage
-from .providers.wire import chat_chunk_carries
+from .providers.wire import chat_chunk_carries, chat_chunk_skipped
 
 if TYPE_CHECKING:
     from ._core.streams import AsyncChatStream, ChatStream
@@ -279,11 +279,7 @@ class _Chunks(Generic[_GuardStream]):
         self._usage = usage
 
     def _skips(self, chunk: StreamChunk) -> bool:
-        if chat_chunk_carries(chunk):
-            return False
-        if chunk.usage is not None:
-            return not self._usage
-        return bool(chunk.metadata)  # a thinking block, say: nothing openai's chunk holds
+        return chat_chunk_skipped(chunk, usage=self._usage)
 
     @property
     def response(self) -> ChatResponse:

@@ -22,8 +22,9 @@ def has_content(chunk: StreamChunk) -> bool:
 
 def shows(chunk: StreamChunk) -> bool:
     """Whether ``chunk`` carries answer the caller sees besides text and tool calls: a piece
-    of OpenAI's refusal, or one of Claude's thinking blocks."""
-    return bool(chunk.metadata.get("refusal") or chunk.metadata.get("thinking"))
+    of OpenAI's refusal, one of Claude's thinking blocks, or a piece of a model's reasoning."""
+    metadata = chunk.metadata
+    return bool(metadata.get("refusal") or metadata.get("thinking") or metadata.get("reasoning"))
 
 
 class Assembler:

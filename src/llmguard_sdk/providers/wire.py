@@ -39,6 +39,7 @@ __all__ = [
     "answer_response",
     "build_payload",
     "chat_chunk_carries",
+    "chat_chunk_skipped",
     "encode_payload",
     "checked_answer",
     "error_from_status",
@@ -137,7 +138,9 @@ def parse_completion(
         raise problem("message content is not a string")
     if content is None and not tool_calls and refusal is None:
         raise problem("message has neither content nor tool_calls")
-    metadata: dict[str, Any] = {"refusal": refusal} if refusal else {}
+    metadata: dict[str, Any] = _reasoning(message)
+    if refusal:
+        metadata["refusal"] = refusal
     if isinstance(choices[0].get("logprobs"), dict):  # asked for with logprobs=True
         metadata["logprobs"] = choices[0]["logprobs"]
     return answer_response(
@@ -441,11 +444,37 @@ def chat_chunk_carries(chunk: StreamChunk) -> bool:
     )
 
 
+def chat_chunk_skipped(chunk: StreamChunk, *, usage: bool) -> bool:
+    """Whether an openai-shaped chat-completions stream leaves ``chunk`` out: it carries
+    nothing a chunk's choice has a place for (:func:`chat_chunk_carries`), and either usage
+    alone that was not asked for (``usage``: the request's ``stream_options.include_usage``)
+    or metadata alone (a thinking block of Claude's, a piece of a model's reasoning): as a
+    chunk it would reach the SDK with an empty delta. (The seam's writer and the stand-in
+    client both ask this.)"""
+    if chat_chunk_carries(chunk):
+        return False
+    if chunk.usage is not None:
+        return not usage
+    return bool(chunk.metadata)
+
+
+def _reasoning(message: Mapping[str, Any]) -> dict[str, Any]:
+    """A message's (or a delta's) reasoning, where an OpenAI-compatible server sends it
+    beside the content (``reasoning_content``: DeepSeek, vLLM, llama.cpp; ``reasoning``:
+    OpenRouter, Ollama), as ``{"reasoning": text}``: never the content's."""
+    for key in ("reasoning_content", "reasoning"):
+        text = message.get(key)
+        if isinstance(text, str) and text:
+            return {"reasoning": text}
+    return {}
+
+
 def _stream_metadata(choice: Mapping[str, Any], delta: Mapping[str, Any]) -> dict[str, Any]:
     """What a chunk adds to the answer besides its content: its piece of OpenAI's refusal (a
-    delta beside the content's) and its logprobs (asked for with ``logprobs=True``), each as
-    the provider sent it; the stream's assembly joins them (see :class:`StreamChunk`)."""
-    metadata: dict[str, Any] = {}
+    delta beside the content's), its logprobs (asked for with ``logprobs=True``), each as
+    the provider sent it, and its piece of the model's reasoning (see :func:`_reasoning`);
+    the stream's assembly joins them (see :class:`StreamChunk`)."""
+    metadata: dict[str, Any] = _reasoning(delta)
     refusal = delta.get("refusal")
     if isinstance(refusal, str) and refusal:
         metadata["refusal"] = refusal

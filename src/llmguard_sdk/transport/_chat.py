@@ -8,7 +8,7 @@ from typing import Any
 
 from ..errors import LLMGuardError, RequestValidationError
 from ..models import ChatResponse, StreamChunk
-from ..providers.wire import chat_chunk_carries
+from ..providers.wire import chat_chunk_carries, chat_chunk_skipped
 from . import _wire
 from ._wire import Incoming
 
@@ -100,14 +100,11 @@ class ChunkWriter:
             "model": chunk.model or self._model,
             "choices": [],
         }
-        usage = _wire.openai_usage(chunk.usage) if self._usage else None
-        carries = chat_chunk_carries(chunk)
-        if chunk.metadata and not (carries or chunk.usage):  # e.g. a thinking block: no place
+        if chat_chunk_skipped(chunk, usage=self._usage):  # a thinking block, say: no place
             return b""
-        if chunk.usage is None or carries:
+        if chunk.usage is None or chat_chunk_carries(chunk):
             data["choices"] = [self._choice(chunk)]
-        elif usage is None:  # a usage-only chunk the request did not ask for
-            return b""
+        usage = _wire.openai_usage(chunk.usage) if self._usage else None
         if usage is not None:
             data["usage"] = usage
         return _wire.sse(data)

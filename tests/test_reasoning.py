@@ -1,0 +1,82 @@
+"""A model's reasoning beside its content, as OpenAI-compatible servers send it
+(``reasoning_content``: DeepSeek, vLLM, llama.cpp; ``reasoning``: OpenRouter, Ollama), through
+the chat-completions route and the seams: carried in ``metadata["reasoning"]``, never in the
+content, and no empty chunk where the seam's wire has no place for it."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from llmguard_sdk import Guard, OpenAICompatibleProvider
+from llmguard_sdk.client import ChunkStream
+from llmguard_sdk.transport import http_client
+
+from .conftest import require_module
+from .rawserver import RawServer, http_response, sse_head
+
+ASK: Any = [{"role": "user", "content": "two and two?"}]
+
+
+def _event(delta: dict[str, Any], finish: str | None = None) -> bytes:
+    chunk = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion.chunk",
+        "model": "m",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
+    return b"data: " + json.dumps(chunk).encode() + b"\n\n"
+
+
+def _stream(key: str) -> bytes:
+    return (
+        _event({"role": "assistant", "content": ""})
+        + _event({"content": None, key: "Two and "})
+        + _event({"content": None, key: "two."})
+        + _event({"content": "Four."})
+        + _event({}, "stop")
+        + b"data: [DONE]\n\n"
+    )
+
+
+@pytest.mark.parametrize("key", ["reasoning_content", "reasoning"])
+def test_streamed_reasoning_is_carried_apart_and_makes_no_empty_chunk(key: str) -> None:
+    """The reasoning deltas made chunks with nothing in them: openai's SDK got a chunk with
+    an empty delta for each, through the seam and the stand-in client, and the reasoning
+    itself was lost."""
+    openai = require_module("openai", "openai is a dev dependency")
+    with (
+        RawServer(sse_head(), (_stream(key),)) as raw,
+        Guard(OpenAICompatibleProvider(raw.base_url, model="m"), environ={}, retry=None) as guard,
+    ):
+        with guard.chat(ASK, stream=True) as chat:
+            assert "".join(chunk.text for chunk in chat) == "Four."
+        sdk = openai.OpenAI(
+            api_key="sk-x", base_url="http://guard.test/v1", http_client=http_client(guard)
+        )
+        chunks = list(sdk.chat.completions.create(model="m", messages=ASK, stream=True))
+        stand_in = list(ChunkStream(guard.chat(ASK, stream=True)))
+        events = list(sdk.responses.create(model="m", input="two and two?", stream=True))
+    assert chat.response.text == "Four."
+    assert chat.response.metadata["reasoning"] == "Two and two."
+    for stream in (chunks, stand_in):
+        choices = [c.choices[0] for c in stream if c.choices]
+        assert "".join(choice.delta.content or "" for choice in choices) == "Four."
+        # (the first chunk may carry the role alone, as OpenAI's do)
+        assert all(choice.delta.content or choice.finish_reason for choice in choices[1:])
+    deltas = [e.delta for e in events if e.type == "response.output_text.delta"]
+    assert deltas == ["Four."]
+
+
+@pytest.mark.parametrize("key", ["reasoning_content", "reasoning"])
+def test_a_whole_answer_s_reasoning_is_carried_apart(key: str) -> None:
+    message = {"role": "assistant", "content": "Four.", key: "Two and two."}
+    body = {"id": "c", "model": "m", "choices": [{"index": 0, "message": message}]}
+    with (
+        RawServer(http_response(json.dumps(body).encode())) as raw,
+        Guard(OpenAICompatibleProvider(raw.base_url, model="m"), environ={}, retry=None) as guard,
+    ):
+        answer = guard.chat(ASK)
+    assert (answer.text, answer.metadata["reasoning"]) == ("Four.", "Two and two.")
