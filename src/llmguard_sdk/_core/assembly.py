@@ -141,6 +141,14 @@ def merge_metadata(into: dict[str, Any], piece: Mapping[str, Any]) -> None:
             into[key] = value
 
 
+def call_index(delta: Mapping[str, Any], position: int) -> int:
+    """Which call a streamed tool-call piece belongs to: its ``index``, else (none, or not
+    an integer: Gemini's OpenAI-compatible stream sends whole calls without one) its
+    ``position`` in the chunk's list."""
+    index = delta.get("index")
+    return index if isinstance(index, int) else position
+
+
 def merge_tool_call_deltas(calls: dict[int, dict[str, Any]], deltas: list[dict[str, Any]]) -> None:
     """Fold streamed tool-call pieces into whole calls, keyed by their ``index``.
 
@@ -148,9 +156,9 @@ def merge_tool_call_deltas(calls: dict[int, dict[str, Any]], deltas: list[dict[s
     ``function.arguments`` in pieces to be joined, as OpenAI's streaming format does.
     """
     for position, delta in enumerate(deltas):
-        index = delta.get("index")
-        key = index if isinstance(index, int) else position
-        call = calls.setdefault(key, {"id": None, "type": "function", "function": {}})
+        call = calls.setdefault(
+            call_index(delta, position), {"id": None, "type": "function", "function": {}}
+        )
         for key_name in ("id", "type"):
             if isinstance(delta.get(key_name), str) and delta[key_name]:
                 call[key_name] = delta[key_name]

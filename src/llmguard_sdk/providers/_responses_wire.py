@@ -12,6 +12,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from .._core.assembly import call_index
 from ..errors import RequestValidationError
 from ..models import StreamChunk, Usage
 
@@ -328,8 +329,8 @@ class EventWriter:
         if isinstance(refusal, str) and refusal:
             out += self._open("refusal")
             out += self._part_event("response.refusal.delta", "refusal", delta=refusal)
-        for call in chunk.tool_calls or ():
-            out += self._call_delta(call)
+        for position, call in enumerate(chunk.tool_calls or ()):
+            out += self._call_delta(call, call_index(call, position))
         answer.usage = chunk.usage or answer.usage
         answer.finish_reason = chunk.finish_reason or answer.finish_reason
         return out
@@ -357,8 +358,7 @@ class EventWriter:
         answer.parts.append(part)
         return out + self._part_event("response.content_part.added", part, part=_content_part(part))
 
-    def _call_delta(self, call: Mapping[str, Any]) -> bytes:
-        index = int(call.get("index", 0))
+    def _call_delta(self, call: Mapping[str, Any], index: int) -> bytes:
         function = call.get("function") or {}
         output_index = self._at.setdefault(index, index + int(self._message_open))
         if index not in self._calls:

@@ -16,6 +16,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from .._core.assembly import call_index
 from ..errors import LLMGuardError, RequestValidationError
 from ..models import ChatResponse, StreamChunk, Usage
 from ..providers.wire import ANTHROPIC_ONLY_KEY
@@ -327,8 +328,8 @@ class EventsWriter:
             if self._block is None or self._block in self._calls.values():
                 out += self._open({"type": "text", "text": ""})
             out += self._delta({"type": "text_delta", "text": chunk.text})
-        for call in chunk.tool_calls or ():
-            index = int(call.get("index", 0))
+        for position, call in enumerate(chunk.tool_calls or ()):
+            index = call_index(call, position)
             function = call.get("function") or {}
             if index not in self._calls:
                 block: dict[str, Any] = {

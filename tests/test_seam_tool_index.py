@@ -1,0 +1,76 @@
+"""Streamed tool calls without an ``index`` (as Gemini's OpenAI-compatible endpoint sends whole
+calls, several in one delta) or with a null one, through the seams: each call is its own, as
+the Guard's own assembly reads them (by position), in the Responses and Messages events too."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from llmguard_sdk import Guard, OpenAICompatibleProvider
+from llmguard_sdk.client import anthropic_client
+from llmguard_sdk.transport import http_client
+
+from .conftest import require_module
+from .rawserver import RawServer, sse_head
+
+ASK: Any = [{"role": "user", "content": "call a and b"}]
+
+
+def _event(delta: dict[str, Any], finish: str | None = None) -> bytes:
+    chunk = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion.chunk",
+        "model": "m",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
+    return b"data: " + json.dumps(chunk).encode() + b"\n\n"
+
+
+def _stream(index: dict[str, Any]) -> bytes:
+    calls = [
+        {"id": f"call_{name}", "type": "function", **index}
+        | {"function": {"name": name, "arguments": json.dumps({"x": n})}}
+        for n, name in enumerate(("a", "b"))
+    ]
+    return (
+        _event({"role": "assistant", "content": None})
+        + _event({"tool_calls": calls})
+        + _event({}, "tool_calls")
+        + b"data: [DONE]\n\n"
+    )
+
+
+@pytest.mark.parametrize("index", [{}, {"index": None}], ids=["missing", "null"])
+def test_calls_without_an_index_stay_apart_through_the_seams(index: dict[str, Any]) -> None:
+    """The Responses and Messages writers took a call's ``index`` as ``int(call.get("index",
+    0))``: calls without one were merged into the first (its name, their arguments joined),
+    and a null one ended the stream with a TypeError."""
+    openai = require_module("openai", "openai is a dev dependency")
+    require_module("anthropic", "anthropic is a dev dependency")
+    with (
+        RawServer(sse_head(), (_stream(index),)) as raw,
+        Guard(OpenAICompatibleProvider(raw.base_url, model="m"), environ={}, retry=None) as guard,
+    ):
+        with guard.chat(ASK, stream=True) as chat:
+            list(chat)
+        sdk = openai.OpenAI(
+            api_key="sk-x", base_url="http://guard.test/v1", http_client=http_client(guard)
+        )
+        with sdk.responses.stream(model="m", input="call a and b") as events:
+            response = events.get_final_response()
+        with anthropic_client(guard).messages.stream(
+            model="m", max_tokens=99, messages=ASK
+        ) as stream:
+            message = stream.get_final_message()
+    expected = [("a", {"x": 0}), ("b", {"x": 1})]
+    calls = chat.response.tool_calls or []
+    assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls] == (
+        expected
+    )
+    items = [item for item in response.output if item.type == "function_call"]
+    assert [(item.name, json.loads(item.arguments)) for item in items] == expected
+    uses = [block for block in message.content if block.type == "tool_use"]
+    assert [(block.name, block.input) for block in uses] == expected
