@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from llmguard_sdk import Guard, OpenAICompatibleProvider
+from llmguard_sdk import Guard, OpenAICompatibleProvider, RequestValidationError
 from llmguard_sdk.budget import Budget, Budgets, BudgetUnavailableError, Price, PriceTable
 from llmguard_sdk.store import RedisStore
 from llmguard_sdk.testing import FakeProvider
@@ -125,5 +125,22 @@ def test_the_guard_says_budgets_are_unavailable_when_redis_does_not_answer(
         assert math.isnan(raised.value.spent_usd)
         with pytest.raises(BudgetUnavailableError):
             asyncio.run(guard.abudget_status(tenant="acme"))
+    finally:
+        guard.close()
+
+
+def test_a_scope_keyword_it_does_not_know_is_refused(fake: FakeProvider) -> None:
+    """``budget_status(tennant="acme")`` answered the global counter alone, as if no tenant
+    had been named: a typo read as another scope's spend."""
+    guard = _guard(fake)
+    try:
+        with pytest.raises(RequestValidationError, match="tennant"):
+            guard.budget_status(tennant="acme")  # type: ignore[call-arg]
+        with pytest.raises(RequestValidationError, match="tennant"):
+            asyncio.run(guard.abudget_status(tennant="acme"))  # type: ignore[call-arg]
+        assert [row["scope"] for row in guard.budget_status(tenant="acme")] == [
+            "tenant:acme",
+            "global",
+        ]
     finally:
         guard.close()

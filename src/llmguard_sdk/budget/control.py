@@ -30,7 +30,12 @@ from .._ids import UniqueIds
 from .._state import steps as store_steps
 from .._state.stores import RedisStore, Store
 from ..context import CallContext
-from ..errors import BudgetExceededError, BudgetUnavailableError, ConfigurationError
+from ..errors import (
+    BudgetExceededError,
+    BudgetUnavailableError,
+    ConfigurationError,
+    RequestValidationError,
+)
 from ..models import ChatResponse, Usage
 from ..providers.base import Provider, is_local
 from ..telemetry._repeats import log_repeated
@@ -68,6 +73,7 @@ __all__ = [
 Level = Literal["all", "downgrade", "local"]
 _DEGRADED = "degraded"
 _RESERVATION_IDS = UniqueIds(random_digits=8)  # 24 hex digits, as os.urandom(12) gave
+_SCOPE_KEYWORDS = frozenset(BudgetScope.__annotations__)  # tenant, feature, user, tags
 _NOTHING = ChatResponse(text="")  # an attempt that served nothing, priced by its usage
 logger = logging.getLogger("llmguard_sdk")
 
@@ -147,7 +153,14 @@ class SpendControl:
     # -- what a call touches -----------------------------------------------------------------
 
     def counters(self, **scope: Unpack[BudgetScope]) -> tuple[CounterSpec, ...]:
-        """The counters a call with this scope and these tags is counted by."""
+        """The counters a call with this scope and these tags is counted by (a keyword
+        other than ``tenant``, ``feature``, ``user`` and ``tags`` is a
+        :class:`~llmguard_sdk.errors.RequestValidationError`)."""
+        unknown = sorted(set(scope) - _SCOPE_KEYWORDS)
+        if unknown:
+            raise RequestValidationError(
+                f"unknown budget scope keywords {unknown}: use tenant, feature, user, tags"
+            )
         return self.scopes.of(
             scope.get("tenant"), scope.get("feature"), scope.get("user"), scope.get("tags", ())
         )
