@@ -237,7 +237,7 @@ def test_a_budget_refusal(fake: FakeProvider, make_guard: MakeGuard, otel: Expor
     assert duration.attributes["error.type"] == "BudgetExceededError"
 
 
-def test_budget_events_are_counted_with_hashed_scopes(
+def test_budget_events_are_counted_with_scopes_and_no_tenant_ids(
     fake: FakeProvider, make_guard: MakeGuard, otel: Exported
 ) -> None:
     seen: list[object] = []
@@ -252,8 +252,28 @@ def test_budget_events_are_counted_with_hashed_scopes(
     assert len(seen) == 1  # beside the application's own hook
     (left,) = otel.points("llmguard.budget.remaining")
     assert 0 <= left.value <= 0.002
-    assert left.attributes["llmguard.budget.scope"].startswith("tenant:")
+    assert left.attributes["llmguard.budget.scope"] == "tenant"  # the kind, no tenant id
     assert "acme" not in str(left.attributes)
+
+
+def test_a_per_tenant_budget_keeps_one_remaining_series_not_one_per_tenant(
+    fake: FakeProvider, make_guard: MakeGuard, otel: Exported
+) -> None:
+    """Tenant ids (hashed or not) on a metric grow its state with every tenant ever refused:
+    the SDK keeps each attribute set it saw."""
+    budgets = Budgets(
+        [Budget(limit_usd=0.000001, scope="tenant", name="per-tenant")], prices=PRICES
+    )
+    guard = make_guard(fake, telemetry=otel.telemetry, budgets=budgets)
+    for number in range(20):
+        with pytest.raises(BudgetExceededError):
+            guard.chat(USER, max_tokens=10, tenant=f"tenant-{number}")
+    left = otel.points("llmguard.budget.remaining")
+    assert len(left) == 1  # 20 before: one series per tenant
+    assert left[0].attributes == {
+        "llmguard.budget": "per-tenant",
+        "llmguard.budget.scope": "tenant",
+    }
 
 
 def test_a_stream_measures_first_token_and_gaps_honestly(

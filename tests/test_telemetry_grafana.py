@@ -44,7 +44,7 @@ def instruments() -> set[str]:
     provider = MeterProvider(metric_readers=[InMemoryMetricReader()])
     telemetry = Telemetry(meter_provider=provider)
     names: set[str] = set()
-    for owner in (telemetry, telemetry._quality):
+    for owner in (telemetry._metrics, telemetry._quality):
         for value in vars(owner).values():
             kind = type(value).__name__.lstrip("_")
             if (

@@ -37,7 +37,8 @@ between content chunks) for streams; ``llmguard.time_to_first_token`` (end to en
 caller's call: queueing, rate-limit waits and retries included); ``llmguard.output_tokens_per_
 second``; ``llmguard.cost`` (USD); ``llmguard.cache.lookups`` (by result);
 ``llmguard.breaker.transitions``; ``llmguard.retries``; ``llmguard.budget.events`` and
-``llmguard.budget.remaining`` (at each alert or refusal, scope ids hashed). Answers from the
+``llmguard.budget.remaining`` (at each alert or refusal, by budget and scope: a tenant or user
+scope by its kind alone, no ids on metrics). Answers from the
 cache carry ``llmguard.cache`` on the duration metric, so they never mix into provider
 latency, and report no token usage.
 

@@ -21,10 +21,10 @@ __all__ = [
     "add_response",
     "add_scope",
     "check_options",
-    "hashed_scope",
     "provider_name",
     "quality_labels",
     "route_named",
+    "scope_label",
     "wall_ns",
 ]
 
@@ -92,10 +92,12 @@ def quality_labels(ctx: CallContext, call: Attributes) -> Attributes:
     return labels
 
 
-def hashed_scope(scope: str) -> str:
-    """``"tenant:acme"`` -> ``"tenant:<hash>"``: ids never leave in clear."""
-    kind, _, value = scope.partition(":")
-    return f"{kind}:{hash_id(value)}" if value else kind
+def scope_label(scope: str) -> str:
+    """A budget scope as a metric attribute: ``"tenant:acme"`` -> ``"tenant"`` (user ids
+    too: a series per tenant, even hashed, grew the meter's state with every tenant ever
+    seen); a feature's or tag's scope, a fixed set, as it is (``"feature:faq"``)."""
+    kind, _, _value = scope.partition(":")
+    return kind if kind in ("tenant", "user") else scope
 
 
 def wall_ns(ctx: CallContext, instant: float) -> int:

@@ -19,12 +19,13 @@ from ._attributes import (
     add_response,
     add_scope,
     check_options,
-    hashed_scope,
     provider_name,
     quality_labels,
     route_named,
+    scope_label,
     wall_ns,
 )
+from ._instruments import Instruments
 from ._quality import Quality, signals_of
 from ._semconv import Names, SemconvMode, names_for
 from .anomaly import Anomalies, AnomalyEvent
@@ -42,10 +43,7 @@ if TYPE_CHECKING:
 __all__ = ["Telemetry"]
 
 _SCOPE = "llmguard_sdk"
-_TOKEN_BUCKETS = [4**i for i in range(14)]  # the conventions' advice: 1, 4 ... 67108864
-_DURATION_BUCKETS = [0.01 * 2**i for i in range(14)]  # theirs too: 0.01, 0.02 ... 81.92 s
 _CALL_LOG = logging.getLogger("llmguard_sdk.calls")
-_CASCADES = "Calls whose tier was a cascade, by whether they escalated (the escalation rate)"
 _SDK_CHECK_SECONDS = 1.0
 _call_ids = UniqueIds(random_digits=8)  # metadata["call_id"]
 _METRIC_KEYS = (  # of the call's attributes, those its duration and token points carry too
@@ -55,21 +53,6 @@ _METRIC_KEYS = (  # of the call's attributes, those its duration and token point
 _PROXIES = frozenset(
     {"ProxyTracerProvider", "NoOpTracerProvider", "_ProxyMeterProvider", "NoOpMeterProvider"}
 )
-
-
-def _seconds(
-    meter: metrics.Meter,
-    name: str,
-    description: str,
-    *,
-    buckets: list[float] | None = _DURATION_BUCKETS,
-) -> metrics.Histogram:
-    """A histogram of durations (unit ``s``; the duration buckets unless told otherwise)."""
-    if buckets is None:
-        return meter.create_histogram(name, unit="s", description=description)
-    return meter.create_histogram(
-        name, unit="s", description=description, explicit_bucket_boundaries_advisory=buckets
-    )
 
 
 class Telemetry:
@@ -121,57 +104,7 @@ class Telemetry:
         self._max_chars, self._log_level = check_options(max_content_chars, log_level)
         self._tracer = trace.get_tracer(_SCOPE, __version__, tracer_provider=tracer_provider)
         meter = metrics.get_meter(_SCOPE, __version__, meter_provider=meter_provider)
-        self._duration = _seconds(
-            meter, "gen_ai.client.operation.duration", "GenAI operation duration"
-        )
-        self._tokens = meter.create_histogram(
-            "gen_ai.client.token.usage",
-            unit="{token}",
-            description="Measures number of input and output tokens used",
-            explicit_bucket_boundaries_advisory=_TOKEN_BUCKETS,
-        )
-        self._first_chunk = _seconds(
-            meter,
-            self.names.first_chunk_metric,
-            "Time from the request to the first content chunk of a stream",
-        )
-        self._chunk_gap = _seconds(
-            meter,
-            self.names.chunk_gap_metric,
-            "Time between consecutive content chunks of a stream",
-            buckets=None,
-        )
-        self._ttft = _seconds(
-            meter,
-            "llmguard.time_to_first_token",
-            "From the caller's call to the first content token (end to end)",
-        )
-        self._speed = meter.create_histogram(
-            "llmguard.output_tokens_per_second",
-            unit="{token}/s",
-            description="Output tokens per second of a stream after its first token",
-        )
-        self._cost = meter.create_counter(
-            "llmguard.cost", unit="USD", description="Cost of answered calls"
-        )
-        self._cache = meter.create_counter(
-            "llmguard.cache.lookups", description="Response cache lookups by result"
-        )
-        self._transitions = meter.create_counter(
-            "llmguard.breaker.transitions", description="Circuit breaker state changes"
-        )
-        self._retries = meter.create_counter(
-            "llmguard.retries", description="Retries made by guarded calls"
-        )
-        self._budget_events = meter.create_counter(
-            "llmguard.budget.events", description="Budget alerts, exhaustion, runaway calls"
-        )
-        self._budget_left = meter.create_gauge(
-            "llmguard.budget.remaining",
-            unit="USD",
-            description="What a budget scope had left at its last alert or refusal",
-        )
-        self._cascades = meter.create_counter("llmguard.cascade.calls", description=_CASCADES)
+        self._metrics = Instruments(meter, self.names)
         self._quality = Quality(meter, self._tracer)
 
     def __repr__(self) -> str:
@@ -185,7 +118,7 @@ class Telemetry:
 
     def on_breaker_transition(self, transition: BreakerTransition) -> None:
         """A breaker hook: counts transitions by route and new state."""
-        self._transitions.add(
+        self._metrics.transitions.add(
             1,
             {
                 "llmguard.route": transition.route,
@@ -229,27 +162,27 @@ class Telemetry:
         }
         if "error.type" in attributes:
             labels["error.type"] = attributes["error.type"]
-        self._duration.record(event.latency_s, labels)
+        self._metrics.duration.record(event.latency_s, labels)
         if event.usage is not None:
             for token_type, count in (
                 ("input", event.usage.input_tokens),
                 ("output", event.usage.output_tokens),
             ):
-                self._tokens.record(count, {**labels, "gen_ai.token.type": token_type})
+                self._metrics.tokens.record(count, {**labels, "gen_ai.token.type": token_type})
 
     def on_budget_event(self, event: BudgetEvent) -> None:
-        """A budget hook: counts events and records what the scope has left (scope ids
-        hashed)."""
-        scope = hashed_scope(event.scope)
+        """A budget hook: counts events and records what the scope has left (by the
+        scope's kind for tenant and user scopes: no ids on metrics)."""
+        scope = scope_label(event.scope)
         labels: Attributes = {
             "llmguard.budget": event.budget,
             "llmguard.budget.event": event.kind,
         }
         if event.action:
             labels["llmguard.budget.action"] = event.action
-        self._budget_events.add(1, labels)
+        self._metrics.budget_events.add(1, labels)
         if event.kind in ("alert", "exhausted") and event.limit_usd:
-            self._budget_left.set(
+            self._metrics.budget_left.set(
                 max(0.0, event.limit_usd - event.spent_usd),
                 {"llmguard.budget": event.budget, "llmguard.budget.scope": scope},
             )
@@ -509,28 +442,28 @@ class Telemetry:
                 labels[key] = call[key]
         cache = call.get("llmguard.cache")
         if cache is not None:
-            self._cache.add(1, {"llmguard.cache": cache})
+            self._metrics.cache.add(1, {"llmguard.cache": cache})
             if cache != "miss":
                 labels["llmguard.cache"] = cache  # never mixed into provider latency
         if ctx.scope.feature is not None:
             labels["llmguard.feature"] = ctx.scope.feature
-        self._duration.record(ctx.elapsed(), labels)
+        self._metrics.duration.record(ctx.elapsed(), labels)
         if ctx.retries:
-            self._retries.add(len(ctx.retries), {"llmguard.kind": kind})
+            self._metrics.retries.add(len(ctx.retries), {"llmguard.kind": kind})
         if ctx.task is not None and ctx.task.cascade_name is not None:
-            self._cascades.add(1, ctx.task.metric_labels())
+            self._metrics.cascades.add(1, ctx.task.metric_labels())
         served_by_provider = response is not None and cache in (None, "miss")
         if served_by_provider and response is not None and response.usage is not None:
             for token_type, count in (
                 ("input", response.usage.input_tokens),
                 ("output", response.usage.output_tokens),
             ):
-                self._tokens.record(count, {**labels, "gen_ai.token.type": token_type})
+                self._metrics.tokens.record(count, {**labels, "gen_ai.token.type": token_type})
         if response is not None and response.cost_usd:
             cost_labels: Attributes = {"llmguard.cost_source": response.cost_source or "unknown"}
             if ctx.scope.feature is not None:
                 cost_labels["llmguard.feature"] = ctx.scope.feature
-            self._cost.add(response.cost_usd, cost_labels)
+            self._metrics.cost.add(response.cost_usd, cost_labels)
         if kind == "stream" and served_by_provider:
             self._stream_metrics(ctx, labels, response)
 
@@ -540,7 +473,7 @@ class Telemetry:
         """Time to first token, per attempt time to first chunk and the gaps between
         chunks, and output tokens per second of a stream a provider served."""
         if ctx.first_token_at is not None:
-            self._ttft.record(ctx.first_token_at - ctx.started, labels)
+            self._metrics.ttft.record(ctx.first_token_at - ctx.started, labels)
         provider = self.names.provider
         for attempt in ctx.attempt_log:  # the call's first three labels and the route
             attempt_labels: Attributes = {
@@ -550,14 +483,16 @@ class Telemetry:
                 "llmguard.route": attempt.route,
             }
             if attempt.first_token_at is not None:
-                self._first_chunk.record(attempt.first_token_at - attempt.started, attempt_labels)
+                self._metrics.first_chunk.record(
+                    attempt.first_token_at - attempt.started, attempt_labels
+                )
             for gap in attempt.chunk_gaps:
-                self._chunk_gap.record(gap, attempt_labels)
+                self._metrics.chunk_gap.record(gap, attempt_labels)
         last = ctx.attempt_log[-1] if ctx.attempt_log else None
         if last and last.first_token_at and last.ended and response and response.usage:
             streaming_s = last.ended - last.first_token_at
             if streaming_s > 0 and response.usage.output_tokens > 1:
-                self._speed.record((response.usage.output_tokens - 1) / streaming_s, labels)
+                self._metrics.speed.record((response.usage.output_tokens - 1) / streaming_s, labels)
 
     def _log(self, ctx: CallContext, call: Attributes, response: ChatResponse | None) -> None:
         if self._log_level is None or not self._logging():
