@@ -401,3 +401,22 @@ def test_a_store_reference_is_read_from_the_environment(
     monkeypatch.setenv("GUARD_STORE_URL", redis_url)
     assert main(["check", str(path)]) == 0
     assert "${GUARD_STORE_URL}" in capsys.readouterr().out  # shown as written
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '[[routes]]\nmodel = "openai/x"\napi_key = "${MISSING_KEY}"\n',  # read when built
+        '[[routes]]\nmodel = "vllm/a"\n',  # no base_url
+        '[[routes]]\nmodel = "vllm/a"\nbase_url = "http://127.0.0.1:9/v1"\n'
+        '[tasks]\ntiers = { small = ["nowhere"] }\n',  # a tier of no route
+        'store = "${MISSING_STORE}"\n[[routes]]\nmodel = "vllm/a"\n'
+        'base_url = "http://127.0.0.1:9/v1"\n',
+    ],
+)
+def test_errors_found_when_the_routes_are_built_name_the_file(tmp_path: Path, text: str) -> None:
+    """A Guard built from ``LLMGUARD_CONFIG`` says which file its error is in, whichever
+    step found it (reading, validating, building the routes, their tasks, the store)."""
+    path = _write(tmp_path, "from-env.toml", text)
+    with pytest.raises(ConfigurationError, match=r"from-env\.toml: "):
+        Guard.from_config(environ={"LLMGUARD_CONFIG": str(path)})

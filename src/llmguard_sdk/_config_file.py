@@ -37,11 +37,12 @@ is its resource endpoint (as ``AZURE_OPENAI_ENDPOINT``), unless it is a whole
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
@@ -68,7 +69,15 @@ from .providers.base import Provider
 from .providers.openai_compat import OpenAICompatibleProvider
 from .router import DeploymentGroup, Strategy, TaskRouter
 
-__all__ = ["CONFIG_ENV", "ConfigFile", "ResolvedRoute", "load_config", "resolve", "tasks_of"]
+__all__ = [
+    "CONFIG_ENV",
+    "ConfigFile",
+    "ResolvedRoute",
+    "load_config",
+    "naming",
+    "resolve",
+    "tasks_of",
+]
 
 CONFIG_ENV = "LLMGUARD_CONFIG"
 _REFERENCE = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$")
@@ -224,6 +233,21 @@ def load_config(source: str | os.PathLike[str] | Mapping[str, Any]) -> ConfigFil
     except ValidationError as exc:
         found = problems(exc, "configuration", skip=("RouteConfig", "GroupConfig"))
         raise ConfigurationError(f"{where}: " + "; ".join(found)) from None
+
+
+@contextlib.contextmanager
+def naming(source: str | os.PathLike[str] | Mapping[str, Any]) -> Iterator[None]:
+    """A :class:`ConfigurationError` raised in the block names the file ``source`` first, as
+    :func:`load_config`'s own do: the routes are built (their ``${NAME}`` references read,
+    their tasks checked) after the file was read, and a Guard built from ``LLMGUARD_CONFIG``
+    said which key was wrong but not in which file. (A subclass is raised as it is.)"""
+    try:
+        yield
+    except ConfigurationError as exc:
+        where = None if isinstance(source, Mapping) else str(Path(source))
+        if where is None or type(exc) is not ConfigurationError or where in str(exc):
+            raise
+        raise ConfigurationError(f"{where}: {exc}") from None
 
 
 def _read(path: Path) -> Any:

@@ -14,7 +14,7 @@ import anyio
 from typing_extensions import Unpack
 
 from ._closing import AsyncCloses, Closes
-from ._config_file import CONFIG_ENV, load_config, resolve, tasks_of
+from ._config_file import CONFIG_ENV, load_config, naming, resolve, tasks_of
 from ._core import wiring
 from ._core.buffered import achat_stream, chat_stream
 from ._core.calls import MessagesArg, acomplete_call, call_context, complete_call
@@ -329,10 +329,11 @@ class Guard(Closes, AsyncCloses):
             source = env.get(CONFIG_ENV) or None
             if source is None:
                 raise ConfigurationError(f"no configuration given and {CONFIG_ENV} is not set")
-        config = load_config(source)
-        entries, _routes = resolve(config, env)
-        tasks = tasks_of(config, entries)
-        settings = {**config.settings(env), **({"tasks": tasks} if tasks is not None else {})}
+        with naming(source):
+            config = load_config(source)
+            entries, _routes = resolve(config, env)
+            tasks = tasks_of(config, entries)
+            settings = {**config.settings(env), **({"tasks": tasks} if tasks is not None else {})}
         return cls(entries, **{**settings, **options}, environ=env)
 
     @property

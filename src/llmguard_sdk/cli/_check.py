@@ -7,7 +7,7 @@ import json
 import os
 from typing import Any
 
-from .._config_file import load_config, resolve, tasks_of
+from .._config_file import load_config, naming, resolve, tasks_of
 from .._state.stores import _redacted
 from ._command import Command
 
@@ -21,10 +21,11 @@ def _arguments(check: argparse.ArgumentParser) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     """Run ``llmguard check``: 0 when the configuration is good, 2 when it is not."""
-    config = load_config(args.config)
-    entries, routes = resolve(config, os.environ)
-    config.settings(os.environ)  # a ${NAME} store is set and names a store (shown as written)
-    tasks = tasks_of(config, entries)  # tiers name routes of the file
+    with naming(args.config):
+        config = load_config(args.config)
+        entries, routes = resolve(config, os.environ)
+        config.settings(os.environ)  # a ${NAME} store is set and names a store (as written)
+        tasks = tasks_of(config, entries)  # tiers name routes of the file
     for entry in entries:
         close = getattr(entry, "close", None)
         if close is not None:

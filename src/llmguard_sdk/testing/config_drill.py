@@ -29,7 +29,7 @@ from typing import Any
 
 import anyio
 
-from .._config_file import load_config, resolve, tasks_of
+from .._config_file import load_config, naming, resolve, tasks_of
 from .._core.routing import flatten
 from ..breaker import BreakerTransition
 from ..errors import ConfigurationError
@@ -208,9 +208,11 @@ def run_config_drill(
     if not all(0 < value < math.inf for value in (rate, before, outage, after)):
         raise ConfigurationError("rate and every phase duration must be positive and finite")
     env = os.environ if environ is None else environ
-    loaded = load_config(config)
-    entries, _described = resolve(loaded, env)
-    tasks = tasks_of(loaded, entries)
+    with naming(config):
+        loaded = load_config(config)
+        entries, _described = resolve(loaded, env)
+        tasks = tasks_of(loaded, entries)
+        settings = loaded.settings(env)
     primary = primary or flatten(entries)[0].name
     chain, injector = _with_outage(entries, primary)
     transitions: list[tuple[float, BreakerTransition]] = []
@@ -219,7 +221,7 @@ def run_config_drill(
         if transition.route == primary:
             transitions.append((time.monotonic(), transition))
 
-    options: dict[str, Any] = {**loaded.settings(env), "breaker_hooks": [on_transition]}
+    options: dict[str, Any] = {**settings, "breaker_hooks": [on_transition]}
     if tasks is not None:
         options["tasks"] = tasks
     guard = Guard(chain, **options, environ=env)
