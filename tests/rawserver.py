@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 from types import TracebackType
+from typing import Any
 
 
 class RawServer:
@@ -94,6 +96,17 @@ def http_response(
         f"HTTP/1.1 {status}\r\ncontent-type: {content_type}\r\n"
         f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
     ).encode() + body
+
+
+def chat_chunk_event(delta: dict[str, Any], finish: str | None = None) -> bytes:
+    """One ``chat.completion.chunk`` event (model ``m``) with ``delta`` and ``finish``."""
+    chunk = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion.chunk",
+        "model": "m",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
+    return b"data: " + json.dumps(chunk).encode() + b"\n\n"
 
 
 def sse_head() -> bytes:

@@ -15,28 +15,18 @@ from llmguard_sdk.client import ChunkStream
 from llmguard_sdk.transport import http_client
 
 from .conftest import require_module
-from .rawserver import RawServer, http_response, sse_head
+from .rawserver import RawServer, chat_chunk_event, http_response, sse_head
 
 ASK: Any = [{"role": "user", "content": "two and two?"}]
 
 
-def _event(delta: dict[str, Any], finish: str | None = None) -> bytes:
-    chunk = {
-        "id": "chatcmpl-1",
-        "object": "chat.completion.chunk",
-        "model": "m",
-        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-    }
-    return b"data: " + json.dumps(chunk).encode() + b"\n\n"
-
-
 def _stream(key: str) -> bytes:
     return (
-        _event({"role": "assistant", "content": ""})
-        + _event({"content": None, key: "Two and "})
-        + _event({"content": None, key: "two."})
-        + _event({"content": "Four."})
-        + _event({}, "stop")
+        chat_chunk_event({"role": "assistant", "content": ""})
+        + chat_chunk_event({"content": None, key: "Two and "})
+        + chat_chunk_event({"content": None, key: "two."})
+        + chat_chunk_event({"content": "Four."})
+        + chat_chunk_event({}, "stop")
         + b"data: [DONE]\n\n"
     )
 

@@ -14,19 +14,9 @@ from llmguard_sdk.client import anthropic_client
 from llmguard_sdk.transport import http_client
 
 from .conftest import require_module
-from .rawserver import RawServer, sse_head
+from .rawserver import RawServer, chat_chunk_event, sse_head
 
 ASK: Any = [{"role": "user", "content": "call a and b"}]
-
-
-def _event(delta: dict[str, Any], finish: str | None = None) -> bytes:
-    chunk = {
-        "id": "chatcmpl-1",
-        "object": "chat.completion.chunk",
-        "model": "m",
-        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-    }
-    return b"data: " + json.dumps(chunk).encode() + b"\n\n"
 
 
 def _stream(index: dict[str, Any]) -> bytes:
@@ -36,9 +26,9 @@ def _stream(index: dict[str, Any]) -> bytes:
         for n, name in enumerate(("a", "b"))
     ]
     return (
-        _event({"role": "assistant", "content": None})
-        + _event({"tool_calls": calls})
-        + _event({}, "tool_calls")
+        chat_chunk_event({"role": "assistant", "content": None})
+        + chat_chunk_event({"tool_calls": calls})
+        + chat_chunk_event({}, "tool_calls")
         + b"data: [DONE]\n\n"
     )
 
