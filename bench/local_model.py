@@ -1,8 +1,8 @@
 """Local-model generation through the SDK against raw llama-cpp-python, on the bundled model.
 
 Everything runs on the bundled SmolLM2-135M-Instruct GGUF, greedy (``temperature=0``), with
-``n_ctx=2048`` and the same ``n_threads`` on both sides (the provider's default: the CPUs this
-process may use).
+``n_ctx=2048`` and the same ``n_threads`` on both sides (the provider's default: half the CPUs
+this process may use, at least one; the prompt is read with all of them on both sides).
 
 * ``sdk``: ``Guard(LocalProvider(n_ctx=2048, warm_up=True), timeout=120, environ={})`` and
   ``guard.chat(messages, stream=True, temperature=0, max_tokens=N)``. The provider formats the
@@ -68,9 +68,9 @@ result says what and why) and the raw and prompt-lookup workers get the same num
 sides run on the same device; ``--n-gpu-layers N`` (``-1``: all, ``0``: CPU only) sets it for
 every worker instead. ``gpu_offload`` says whether this llama.cpp build can offload at all.
 
-Noise: ``n_threads`` defaults to every CPU, so any other busy process on the machine slows
-generation a lot and unevenly; alternation and medians spread it over both sides, but compare
-runs of this script only on a quiet machine.
+Noise: any other busy process on the machine slows generation a lot and unevenly (the more
+threads decode, the more: they wait for each other at every token); alternation and medians
+spread it over both sides, but compare runs of this script only on a quiet machine.
 
 Usage: python bench/local_model.py [--json] [--quick] [--n-gpu-layers N]
 """

@@ -25,7 +25,7 @@ from llmguard_sdk import (
     ProviderUnavailableError,
 )
 from llmguard_sdk._core.assembly import merge_metadata
-from llmguard_sdk.models import StreamChunk
+from llmguard_sdk.models import ChatRequest, Message, StreamChunk
 from llmguard_sdk.providers.local import _assemble, bundled_model_path, load_llama
 from llmguard_sdk.testing import FakeProvider, Fault
 from tests.peers import stop_process
@@ -229,6 +229,33 @@ def test_without_the_extra_the_error_says_how_to_install(monkeypatch: pytest.Mon
 def test_a_missing_model_file_is_a_configuration_error(tmp_path: os.PathLike[str]) -> None:
     with pytest.raises(ConfigurationError, match="no GGUF"):
         LocalProvider(os.path.join(tmp_path, "absent.gguf"))
+
+
+@pytest.mark.parametrize("threads", [0, -1, 1.5, True, "2"])
+def test_threads_that_are_no_whole_positive_number_are_refused(threads: object) -> None:
+    with pytest.raises(ConfigurationError, match="n_threads"):
+        LocalProvider(n_threads=threads)  # type: ignore[arg-type]
+
+
+def test_by_default_half_the_cpus_decode_and_all_read_the_prompt() -> None:
+    """A decode thread per CPU lost most of its speed whenever another process took a core
+    (two threads wait for each other at every token): half the CPUs decode by default."""
+    cpus = len(os.sched_getaffinity(0))
+    local = LocalProvider(n_ctx=256)
+    try:
+        assert local.n_threads == max(1, cpus // 2)
+        assert local.wait_loaded(120)
+        answer = local.complete(
+            ChatRequest(messages=[Message(role="user", content="Hi")], max_tokens=2),
+            model="m",
+            deadline=time.monotonic() + 120,
+        )
+        assert answer.text is not None
+        assert local._engine is not None
+        context = local._engine.llm.context_params  # what llama.cpp was given
+        assert (context.n_threads, context.n_threads_batch) == (max(1, cpus // 2), cpus)
+    finally:
+        local.close()
 
 
 # llama_cpp.server as is, except that on AMX CPUs llama.cpp's extra weight buffers stay off

@@ -102,7 +102,11 @@ class LocalProvider(_Streams):
         model: the model name reported in responses (default: the file's name).
         n_ctx: context size in tokens (default: 2048, or up to the model's trained context
             and at most 8192 when the whole model fits in free VRAM with room to spare).
-        n_threads: CPU threads (default: the CPUs this process may use).
+        n_threads: CPU threads that decode (default: half the CPUs this process may use,
+            at least one; the prompt is read with all of them). Every token is a step at
+            which the threads wait for each other, so a thread per CPU loses most of its
+            speed as soon as another process takes a core: on two loaded cores, 16 tokens
+            took 14-31 s with two threads and about 1 s with one.
         n_gpu_layers: layers offloaded to a GPU, -1 for all (default: chosen by free VRAM
             when llama.cpp has GPU support, else none; see ``placement``).
         max_queue: calls that may wait while one generates; more are refused at once.
@@ -169,6 +173,8 @@ class LocalProvider(_Streams):
             raise ConfigurationError("n_ctx must be at least 64 and max_queue at least 0")
         if prompt_lookup_tokens is not None and prompt_lookup_tokens < 1:
             raise ConfigurationError("prompt_lookup_tokens must be at least 1")
+        if n_threads is not None and (type(n_threads) is not int or n_threads < 1):
+            raise ConfigurationError(f"n_threads must be a whole number >= 1, not {n_threads!r}")
         _check_sampling(temperature, top_p, repeat_penalty, max_tokens)
         self.system_prompt = system_prompt
         self.keep_system = keep_system
@@ -180,7 +186,7 @@ class LocalProvider(_Streams):
         self.name = name
         self.model: str | None = model or path.stem
         self.path = path
-        self.n_threads = n_threads or len(os.sched_getaffinity(0))
+        self.n_threads = n_threads or _default_threads()
         self.placement: Placement = place(
             path,
             n_gpu_layers=n_gpu_layers,
@@ -380,6 +386,12 @@ class LocalProvider(_Streams):
         return _assemble(iter(chunks), self.name)
 
 
+def _default_threads() -> int:
+    """Decode threads by default: half the CPUs this process may use (the physical cores
+    where each has two hardware threads; llama-cpp-python's own rule), at least one."""
+    return max(1, len(os.sched_getaffinity(0)) // 2)
+
+
 def _abandon(job: _Job) -> None:
     """The caller is gone: stop the generation, and wake a thread still waiting for it."""
     job.cancelled.set()
@@ -441,6 +453,7 @@ class _Engine:
             model_path=str(owner.path),
             n_ctx=owner.n_ctx,
             n_threads=owner.n_threads,
+            n_threads_batch=len(os.sched_getaffinity(0)),
             n_gpu_layers=owner.n_gpu_layers,
             seed=owner.seed,
             draft_model=draft,
