@@ -244,3 +244,22 @@ def test_a_usage_or_samples_file_that_is_not_utf_8_is_one_line_and_status_2(
     out = capsys.readouterr().out
     assert "usage.png" in out
     assert "UTF-8" in out
+
+
+def test_a_drill_picture_into_a_missing_folder_is_refused_before_the_drill(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    picture = tmp_path / "missing" / "timeline.png"
+    argv = ["drill", "--no-local", "--before", "0.1", "--outage", "0.1", "--after", "0.1"]
+    assert main([*argv, "--png", str(picture)]) == 2  # a traceback once the drill had run
+    assert "timeline.png" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("option", [["--png", "timeline.png"], ["--no-local"]])
+def test_a_config_drill_refuses_the_options_it_would_ignore(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str], option: list[str]
+) -> None:
+    config = tmp_path / "guard.toml"
+    config.write_text('[[routes]]\nmodel = "vllm/a"\nbase_url = "http://127.0.0.1:9/v1"\n')
+    assert main(["drill", "--config", str(config), *option]) == 2  # no picture, no note
+    assert option[0] in capsys.readouterr().out

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
+from ..errors import ConfigurationError
 from ._command import Command
 from ._drill_config import add_config_drill_arguments, run_config_drill_command
 
@@ -19,8 +21,10 @@ def _arguments(drill: argparse.ArgumentParser) -> None:
     drill.add_argument("--before", type=float, default=3.0, help="seconds before the outage")
     drill.add_argument("--outage", type=float, default=2.0, help="seconds of each down phase")
     drill.add_argument("--after", type=float, default=4.0, help="seconds after the return")
-    drill.add_argument("--no-local", action="store_true", help="leave the local model out")
-    drill.add_argument("--png", metavar="FILE", help="write a timeline picture")
+    drill.add_argument(
+        "--no-local", action="store_true", help="leave the local model out (not with --config)"
+    )
+    drill.add_argument("--png", metavar="FILE", help="write a timeline picture (not with --config)")
     drill.add_argument("--json", action="store_true", help="print the report as JSON")
     add_config_drill_arguments(drill)
 
@@ -29,18 +33,28 @@ def _run(args: argparse.Namespace) -> int:
     """Run ``llmguard drill``: 0 when every call was answered (``--config``: when the
     fallback path held)."""
     if args.config:
+        given = (("--png", args.png is not None), ("--no-local", args.no_local))
+        ignored = [name for name, used in given if used]
+        if ignored:  # a drill of the file's own routes draws no picture and adds no model
+            raise ConfigurationError(f"{' and '.join(ignored)}: not with --config")
         return run_config_drill_command(args)
     from ..testing.drill import run_drill
 
+    if args.png is not None and not Path(args.png).resolve().parent.is_dir():
+        raise ConfigurationError(f"--png {args.png}: its folder does not exist")
     report = run_drill(
         rate=args.rate,
         before=args.before,
         outage=args.outage,
         after=args.after,
         local=not args.no_local,
-        png=args.png,
     )
     print(json.dumps(report.as_dict(), indent=2) if args.json else report.render())
+    if args.png is not None:  # after the report: a failed write loses no figure
+        try:
+            report.write_png(args.png)
+        except OSError as exc:
+            raise ConfigurationError(f"cannot write {args.png}: {exc}") from None
     return 0 if report.as_dict()["answered_share"] == 1.0 else 1
 
 
