@@ -15,10 +15,12 @@ import pytest
 
 from llmguard_sdk import Guard, Message, StreamInterruptedError
 from llmguard_sdk.budget import Budget, Budgets, Price, PriceTable
+from llmguard_sdk.budget.policy import nano
 from llmguard_sdk.testing import FakeProvider, Fault
 from llmguard_sdk.tokens import count_request_tokens, count_text_tokens
 
 from .conftest import USER
+from .test_budget_fixtures import _Recording
 
 MakeGuard = Callable[..., Guard]
 
@@ -158,3 +160,28 @@ def test_an_async_stream_cancelled_before_its_first_content_pays_for_its_prompt(
     _cancelled_once_sent(fake, read)
     assert fake.stats.requests == 1
     assert _spent(guard) == pytest.approx(PROMPT_USD)
+
+
+def test_a_hedged_calls_hold_covers_both_prompts(
+    fake: FakeProvider, fake2: FakeProvider, make_guard: MakeGuard
+) -> None:
+    """The hold was one route's worst case; a hedged call is billed the loser's prompt as
+    well, so it could settle past its hold (and past the budget's limit)."""
+    dear_input = PriceTable.default_table().with_prices(
+        {
+            "fake-model": Price(input=100.0, output=1.0),
+            "backup-model": Price(input=100.0, output=1.0),
+        }
+    )
+    budgets = Budgets([Budget(limit_usd=1.0)], prices=dear_input)
+    guard = make_guard(fake, fake2, budgets=budgets, hedge_after=0.05, timeout=10, retry=None)
+    spend = guard._stages.spend
+    assert spend is not None
+    spend.backend = backend = _Recording()
+    fake.always(Fault(latency=1.0))
+    answer = guard.chat(USER, max_tokens=10)
+    assert answer.route == "backup"
+    assert answer.cost_usd is not None
+    (held,) = backend.held
+    assert held >= nano(answer.cost_usd)  # the hold covered the bill
+    assert _spent(guard) == pytest.approx(answer.cost_usd)

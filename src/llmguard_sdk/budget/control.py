@@ -183,9 +183,11 @@ class SpendControl:
     # -- prices ------------------------------------------------------------------------------
 
     def _route_price_args(self, ctx: CallContext, routes: Sequence[Provider]) -> tuple[int, float]:
-        """(base, per output token), nano-dollars: the worst case over ``routes``."""
+        """(base, per output token), nano-dollars: the worst case over ``routes``. A hedged
+        call may also be billed its race's losing prompt: its base is the two dearest
+        prompts."""
         input_tokens = ctx.input_tokens().tokens * (1.0 + self.config.input_margin)
-        base, per = 0, 0.0
+        prompts, per = [0], 0.0
         asked = _asked_tier(ctx)
         table, local = self.prices, self.local
         for route in routes:
@@ -199,10 +201,12 @@ class SpendControl:
             prices = [table.price(model, provider=name, tier=tier)]
             if tier is not None and tier != "batch":  # may be served at the standard tier
                 prices.append(table.price(model, provider=name))
+            prompts.append(max(nano(price.worst_case(input_tokens, 0)) for price in prices))
             for price in prices:
-                base = max(base, nano(price.worst_case(input_tokens, 0)))
                 per = max(per, price.for_input(input_tokens).output_max * NANO / 1_000_000)
-        return base, per
+        prompts.sort()
+        raced = ctx.hedge_after is not None and len(prompts) > 2
+        return prompts[-1] + (prompts[-2] if raced else 0), per
 
     def cost(
         self,
