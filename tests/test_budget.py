@@ -204,6 +204,12 @@ def test_nano_rounds_up_so_holds_are_never_short() -> None:
         {"limit_usd": 1, "alerts": 0.5},
         {"limit_usd": 1, "alerts": None},
         {"limit_usd": 1, "name": 5},
+        # a calendar budget's rolling_seconds went unchecked: every call then raised
+        # ValueError / TypeError from float()
+        {"limit_usd": 1, "rolling_seconds": "abc"},
+        {"limit_usd": 1, "rolling_seconds": None},
+        {"limit_usd": 1, "window": "rolling", "rolling_seconds": True},
+        {"limit_usd": 1, "alerts": (True,)},
     ],
 )
 def test_bad_budgets(bad: dict[str, Any]) -> None:

@@ -121,10 +121,11 @@ class Budget:
             raise ConfigurationError(
                 f"on_exhausted must be one of {_POLICIES}, got {self.on_exhausted!r}"
             )
-        if self.window == "rolling" and not (
-            isinstance(self.rolling_seconds, (int, float)) and 1 <= self.rolling_seconds < 1e9
+        seconds = self.rolling_seconds  # (checked whatever the window: every call reads it)
+        if isinstance(seconds, bool) or not (
+            isinstance(seconds, (int, float)) and 1 <= seconds < 1e9
         ):
-            raise ConfigurationError("rolling_seconds must be at least 1")
+            raise ConfigurationError(f"rolling_seconds must be at least 1, got {seconds!r}")
         if self.scope == "global" and self.id is not None:
             raise ConfigurationError("a global budget has no id")
         if self.scope == "tag" and not self.id:
@@ -133,7 +134,10 @@ class Budget:
             raise ConfigurationError("id must be a non-empty string or None")
         if isinstance(self.alerts, (str, bytes)) or not isinstance(self.alerts, Iterable):
             raise ConfigurationError(f"alerts is a tuple of fractions, got {self.alerts!r}")
-        if not all(isinstance(a, (int, float)) and 0 < a <= 1 for a in self.alerts):
+        if not all(
+            isinstance(a, (int, float)) and not isinstance(a, bool) and 0 < a <= 1
+            for a in self.alerts
+        ):
             raise ConfigurationError("alerts are fractions of the limit in (0, 1]")
         object.__setattr__(self, "alerts", tuple(sorted(set(float(a) for a in self.alerts))))
         if self.name is not None and not (isinstance(self.name, str) and _SAFE.match(self.name)):
