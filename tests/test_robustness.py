@@ -220,6 +220,10 @@ def test_no_credit_or_unknown_model_moves_to_the_next_route(
         {"timeout": math.inf},
         {"extra_headers": {"x-app": "caf\u00e9"}},
         {"extra_headers": {"x-app": "a\r\nb: c"}},
+        {"extra_headers": {"x-app": "a\x00b"}},
+        {"extra_headers": {"x app": "1"}},
+        {"extra_headers": {"Content-Length": "2"}},
+        {"extra_headers": {"transfer-encoding": "chunked"}},
     ],
 )
 def test_bad_call_arguments_are_request_errors_before_sending(

@@ -9,6 +9,7 @@ with the provider-neutral names the rest of the SDK uses (``input_tokens`` rathe
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, model_validator
@@ -83,7 +84,9 @@ class ChatRequest(BaseModel):
     given; the SDK's token accounting uses whichever of the two limits is set.
     ``metadata`` is for the SDK's own use (tags for logs, budgets and caches) and is not sent to
     the provider. ``extra_body`` carries provider-specific parameters through unchanged, and
-    ``extra_headers`` / ``extra_query`` add HTTP headers and query parameters to the request.
+    ``extra_headers`` / ``extra_query`` add HTTP headers and query parameters to the request
+    (a header's name a token, its value ASCII without a line break or a NUL; not
+    ``Content-Length`` or ``Transfer-Encoding``: the body's framing is the SDK's).
     Every free-form field must hold JSON values (no sets, no arbitrary objects).
     """
 
@@ -110,8 +113,13 @@ class ChatRequest(BaseModel):
         if isinstance(self.stop, list) and len(self.stop) > 4:
             raise ValueError("stop takes at most 4 sequences")
         for name, value in (self.extra_headers or {}).items():
-            if not _is_header_text(name) or not _is_header_text(value):
-                raise ValueError(f"extra_headers: {name!r} must be ASCII without line breaks")
+            if _HEADER_NAME.fullmatch(name) is None or not _is_header_text(value):
+                raise ValueError(
+                    f"extra_headers: {name!r} must be a token, its value ASCII without line "
+                    "breaks or NUL"
+                )
+            if name.lower() in _FRAMING_HEADERS:  # a wrong one cuts the body or waits for more
+                raise ValueError(f"extra_headers: {name!r} is the SDK's (the body's framing)")
         return self
 
     @property
@@ -127,8 +135,12 @@ class ChatRequest(BaseModel):
         return ""
 
 
+_HEADER_NAME = re.compile(r"[-!#$%&'*+.^_`|~0-9A-Za-z]+")  # a token (RFC 9110 5.6.2)
+_FRAMING_HEADERS = frozenset({"content-length", "transfer-encoding"})
+
+
 def _is_header_text(text: str) -> bool:
-    return text.isascii() and "\r" not in text and "\n" not in text
+    return text.isascii() and "\r" not in text and "\n" not in text and "\x00" not in text
 
 
 def validate_request(data: ChatRequest | dict[str, Any]) -> ChatRequest:

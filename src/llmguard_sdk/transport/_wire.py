@@ -41,6 +41,7 @@ _OWN_HEADERS = frozenset(
         "content-type",
         "host",
         "idempotency-key",
+        "transfer-encoding",
         "user-agent",
         "x-api-key",
         "anthropic-version",
