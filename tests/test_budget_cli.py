@@ -118,3 +118,24 @@ def test_hashed_ids_keep_tenants_out_of_the_file(tmp_path: Path, make_guard: Mak
     with FakeProvider(model="fake-model", name="primary") as api:
         make_guard(api, hooks=[UsageRecorder(path, ids="hashed")]).chat(USER, tenant="acme")
     assert "acme" not in path.read_text()
+
+
+def test_a_samples_file_given_for_the_usage_file_is_no_usage(
+    tmp_path: Path, make_guard: MakeGuard, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An EvalSink file is JSON Lines too: its lines were counted as failed calls (status 0,
+    "3 calls, 0 ok"), and the HTML report drew them."""
+    from llmguard_sdk.telemetry import EvalSink, Telemetry
+
+    samples = tmp_path / "eval.jsonl"
+    with FakeProvider(model="fake-model", name="primary") as api:
+        telemetry = Telemetry(eval_sink=EvalSink(samples, share=1.0))
+        guard = make_guard(api, telemetry=telemetry, prices=PRICES)
+        for _ in range(3):
+            answer = guard.chat(USER, max_tokens=10, tenant="acme", feature="faq")
+        telemetry.feedback(answer.metadata["call_id"], 1.0, label="thumbs")
+    assert samples.read_text().count('"type":"call"') == 3
+    assert list(read_usage(samples)) == []
+    assert main(["cost", "report", str(samples)]) == 1
+    assert "no usage records" in capsys.readouterr().out
+    assert main(["report", str(samples), "--html", str(tmp_path / "page.html")]) == 1

@@ -88,7 +88,9 @@ class UsageRecorder:
 
 
 def read_usage(path: str | Path) -> Iterator[dict[str, Any]]:
-    """The records of a usage file, skipping lines that are not JSON objects."""
+    """The records of a usage file, skipping lines that are not usage records: JSON objects
+    with an ``outcome``, as :class:`UsageRecorder` writes each (an EvalSink file's lines, say,
+    were counted as failed calls)."""
     try:
         with Path(path).open(encoding="utf-8") as lines:
             for line in lines:
@@ -96,7 +98,7 @@ def read_usage(path: str | Path) -> Iterator[dict[str, Any]]:
                     record = json.loads(line)
                 except ValueError:
                     continue
-                if isinstance(record, dict):
+                if isinstance(record, dict) and "outcome" in record:
                     yield record
     except OSError as exc:
         raise ConfigurationError(f"cannot read usage file {path}: {exc}") from None
