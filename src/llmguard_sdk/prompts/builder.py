@@ -163,6 +163,13 @@ class Prompt:
         (AnthropicProvider leaves it out). Raises
         :class:`~llmguard_sdk.errors.RequestValidationError` for bad parameters.
         """
+        for field_name in ("metadata", "extra_body"):
+            if not isinstance(params.get(field_name) or {}, Mapping):
+                raise RequestValidationError(f"invalid prompt request: {field_name} is no object")
+        if self.tools and params.get("tools") is not None:
+            raise RequestValidationError(
+                "invalid prompt request: tools come from the prompt's builder (set_tools)"
+            )
         metadata = {
             **(params.pop("metadata", None) or {}),
             TEMPLATE_KEY: self.template,
@@ -294,7 +301,7 @@ class PromptBuilder:
     def set_tools(self, tools: Iterable[Mapping[str, Any]]) -> PromptBuilder:
         """Set the tool definitions: canonical JSON, sorted by name; names must be unique."""
         named: dict[str, dict[str, Any]] = {}
-        for tool in tools:
+        for tool in _listed(tools, "tools"):
             if not isinstance(tool, Mapping):
                 raise ConfigurationError(f"each tool must be a JSON object, not {tool!r:.80}")
             canonical = json.loads(canonical_json(dict(tool)))
@@ -309,14 +316,15 @@ class PromptBuilder:
         self, examples: Iterable[Example | tuple[str, str] | Mapping[str, str]]
     ) -> PromptBuilder:
         """Set the few-shot examples (kept in the order given)."""
-        return self._replace(examples=tuple(_example(e) for e in examples))
+        return self._replace(examples=tuple(_example(e) for e in _listed(examples, "examples")))
 
     def set_documents(
         self, documents: Iterable[Document | str | Mapping[str, str]], *, sort: bool = True
     ) -> PromptBuilder:
         """Set the reference documents, sorted by id, title and text unless ``sort=False``
         (a single string is one document, not one per character)."""
-        docs = [_document(d) for d in ([documents] if isinstance(documents, str) else documents)]
+        given = [documents] if isinstance(documents, str) else _listed(documents, "documents")
+        docs = [_document(d) for d in given]
         if sort:
             docs.sort(key=lambda d: d.sort_key)
         return self._replace(documents=tuple(docs))
@@ -382,6 +390,9 @@ class PromptBuilder:
         scope = current_scope()
         tenant = tenant if tenant is not None else scope.tenant
         user = user if user is not None else scope.user
+        for name, value in (("tenant", tenant), ("user", user)):
+            if value is not None and not isinstance(value, str):
+                raise RequestValidationError(f"{name} must be a string, not {value!r:.40}")
         self._check_lint(static, [v for v in (tenant, user) if v])
         if self.drift is not None:
             self.drift.observe(self.name, static.prefix_hash, static.text, static.sections)
@@ -434,6 +445,13 @@ class PromptBuilder:
                 self.name,
                 "; ".join(str(w) for w in problems[:5]),
             )
+
+
+def _listed(values: Iterable[Any], what: str) -> Iterable[Any]:
+    """``values``, or a :class:`ConfigurationError` when they are not a collection of items."""
+    if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Iterable):
+        raise ConfigurationError(f"{what} must be a list, not {type(values).__name__}")
+    return values
 
 
 def _tool_name(tool: Mapping[str, Any]) -> str:

@@ -33,6 +33,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from ..errors import ConfigurationError
+
 __all__ = ["RULES", "LintRule", "LintWarning", "lint_text"]
 
 LintRule = Literal["timestamp", "random-id", "unsorted-json", "whitespace", "per-user"]
@@ -231,14 +233,17 @@ def lint_text(
 
     ``known_values`` are strings that differ per user or tenant (their ids, names): any of
     them in ``text`` is a ``per-user`` finding. ``section`` names the text in the findings.
-    An unknown rule name in ``ignore`` raises :class:`ValueError`. A single string is one value
+    An unknown rule name in ``ignore`` raises :class:`~llmguard_sdk.errors.ConfigurationError`
+    (a :class:`ValueError`). A single string is one value
     (one rule), not its characters.
     """
     known_values = [known_values] if isinstance(known_values, str) else known_values
     skipped = {ignore} if isinstance(ignore, str) else set(ignore)
     unknown = skipped - set(RULES)
     if unknown:
-        raise ValueError(f"unknown lint rules {sorted(unknown)}; the rules are {list(RULES)}")
+        raise ConfigurationError(
+            f"unknown lint rules {sorted(unknown)}; the rules are {list(RULES)}"
+        )
     found: list[LintWarning] = []
     for rule in RULES:
         if rule in skipped:
