@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from typing import Any
@@ -21,6 +22,7 @@ from llmguard_sdk import (
     ProviderTimeoutError,
     RateLimitedError,
     RequestValidationError,
+    RetryPolicy,
     classify_exception,
     scoped,
     usage_from_result,
@@ -275,3 +277,40 @@ def test_protect_treats_an_object_with_an_async_call_as_async() -> None:
     assert anyio.run(guard.protect(Client())) == "ok"
     assert Client.calls == 2
     assert [e.attempts for e in events] == [2]
+
+
+@pytest.mark.anyio
+async def test_protect_treats_an_async_sdk_method_as_async(fake: FakeProvider) -> None:
+    # openai's AsyncOpenAI().chat.completions.create is a plain function (a decorator's
+    # wrapper) returning a coroutine: it was protected as sync, reported "ok" (no usage) before
+    # the request was sent, and neither retried nor bounded
+    events: list[CallEvent] = []
+    guard = Guard(hooks=[events.append], retry=RetryPolicy(attempts=2, base=0.01), environ={})
+    client = openai.AsyncOpenAI(base_url=fake.base_url, api_key="sk-x", max_retries=0)
+    create = guard.protect(client.chat.completions.create)
+    assert create.__doc__ == client.chat.completions.create.__doc__
+    fake.script(Fault(status=503))
+    completion = await create(model="gpt-test", messages=USER)
+    assert completion.choices[0].message.content == "Echo: hello there"
+    assert len(fake.requests) == 2
+    event = events[-1]
+    assert (event.outcome, event.attempts, event.model) == ("ok", 2, "gpt-test")
+    assert event.usage is not None
+    assert event.usage.output_tokens == completion.usage.completion_tokens
+    await client.close()
+
+
+def test_protect_keeps_a_wrapped_async_function_that_answers_synchronously() -> None:
+    # a sync decorator around an async function (it runs it to completion) stays sync
+    events: list[CallEvent] = []
+    guard = Guard(hooks=[events.append], environ={})
+
+    async def answer() -> str:
+        return "ok"
+
+    @functools.wraps(answer)
+    def run_answer() -> str:
+        return anyio.run(answer)
+
+    assert guard.protect(run_answer)() == "ok"
+    assert [e.outcome for e in events] == ["ok"]

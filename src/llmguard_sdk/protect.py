@@ -18,7 +18,7 @@ import inspect
 import math
 import time
 import warnings
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import CodeType
 from typing import Any, TypeVar, cast
@@ -124,27 +124,11 @@ def protect_function(
 
         @functools.wraps(fn)
         async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-            started = time.monotonic()
-            retries: list[RetryDetails] = []
-            scope = anyio.CancelScope(deadline=anyio.current_time() + timeout)
-            try:
-                with scope:
-                    async for attempt in protected.attempts(retries):
-                        with attempt:
-                            result = await fn(*args, **kwargs)
-            except BaseException as exc:
-                protected.report(started, retries, error=exc)
-                raise
-            if scope.cancelled_caught:
-                error = ProviderTimeoutError(
-                    f"protected call took longer than {timeout} s", route=route
-                )
-                protected.report(started, retries, error=error)
-                raise error
-            protected.report(started, retries, result)
-            return result
+            return await _call_async(fn, protected, args, kwargs)
 
         return cast(F, async_wrapper)
+    if _may_return_awaitable(fn):
+        return cast(F, _protect_either(fn, protected))
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -161,6 +145,76 @@ def protect_function(
         return result
 
     return cast(F, wrapper)
+
+
+async def _call_async(
+    fn: Callable[..., Any],
+    protected: _Protected,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    first: Awaitable[Any] | None = None,
+    started: float | None = None,
+) -> Any:
+    """One protected call of an async ``fn``: its attempts (the first one ``first`` when the
+    call was already made), bounded by the timeout, reported."""
+    started = time.monotonic() if started is None else started
+    retries: list[RetryDetails] = []
+    scope = anyio.CancelScope(deadline=anyio.current_time() + protected.timeout)
+    try:
+        with scope:
+            async for attempt in protected.attempts(retries):
+                with attempt:
+                    call, first = (
+                        (first, None) if first is not None else (fn(*args, **kwargs), None)
+                    )
+                    result = await call
+    except BaseException as exc:
+        protected.report(started, retries, error=exc)
+        raise
+    if scope.cancelled_caught:
+        error = ProviderTimeoutError(
+            f"protected call took longer than {protected.timeout} s", route=protected.route
+        )
+        protected.report(started, retries, error=error)
+        raise error
+    protected.report(started, retries, result)
+    return result
+
+
+def _may_return_awaitable(fn: Callable[..., Any]) -> bool:
+    """Whether ``fn`` is a plain function (or method, or partial of one) that a decorator
+    wrapped around an async function: openai's ``AsyncOpenAI().chat.completions.create``
+    is one, and returns a coroutine."""
+    target: Any = fn
+    while isinstance(target, functools.partial):
+        target = target.func
+    if not inspect.isroutine(target):
+        return False
+    try:
+        return inspect.iscoroutinefunction(inspect.unwrap(target))
+    except ValueError:  # a cycle of __wrapped__
+        return False
+
+
+def _protect_either(fn: Callable[..., Any], protected: _Protected) -> Any:
+    """A function that wraps an async one: what its first call returns says which it is. An
+    awaitable makes the call async (awaited, retried and bounded as an async function's, the
+    wrapper returning a coroutine); anything else is a sync answer, reported as it is."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        started = time.monotonic()
+        try:
+            first = fn(*args, **kwargs)
+        except BaseException as exc:
+            protected.report(started, [], error=exc)
+            raise
+        if inspect.isawaitable(first):
+            return _call_async(fn, protected, args, kwargs, first, started)
+        protected.report(started, [], first)
+        return first
+
+    return wrapper
 
 
 _END: Any = object()  # a generator's end, in place of its first item
