@@ -8,10 +8,13 @@ Works by duck typing, so no provider SDK needs to be installed.
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Mapping
+from typing import Any
 
 import httpx
 
+from ._http_library import HttpErrors
 from .errors import (
     MalformedResponseError,
     ProviderError,
@@ -42,19 +45,9 @@ def classify_exception(exc: BaseException, *, route: str = "") -> ProviderError 
     """
     if isinstance(exc, ProviderError):
         return exc
-    if isinstance(exc, httpx.HTTPStatusError):
-        answer = exc.response
-        return error_from_status(
-            answer.status_code, dict(answer.headers), _text(answer), route=route
-        )
-    if isinstance(exc, httpx.TimeoutException):
-        sent = not isinstance(exc, (httpx.ConnectTimeout, httpx.PoolTimeout))
-        return ProviderTimeoutError(str(exc) or repr(exc), route=route, request_sent=sent)
-    if isinstance(exc, httpx.TransportError):
-        sent = not isinstance(exc, httpx.ConnectError)
-        return ProviderUnavailableError(str(exc) or repr(exc), route=route, request_sent=sent)
-    if isinstance(exc, httpx.DecodingError):
-        return MalformedResponseError(str(exc) or repr(exc), route=route)
+    found = _http_error(exc, route)
+    if found is not None:
+        return found
     response = getattr(exc, "response", None)
     status = getattr(exc, "status_code", None)
     if not isinstance(status, int):  # requests' HTTPError: the status is the response's
@@ -68,6 +61,11 @@ def classify_exception(exc: BaseException, *, route: str = "") -> ProviderError 
         )
         error.__cause__ = exc
         return error
+    # an SDK's error around its HTTP client's (openai's APIConnectionError): the cause says
+    # whether the request left
+    cause = _http_error(exc.__cause__, route) if exc.__cause__ is not None else None
+    if cause is not None:
+        return cause
     name = type(exc).__name__.lower()
     if isinstance(exc, TimeoutError) or "timeout" in name:
         return ProviderTimeoutError(str(exc) or name, route=route)
@@ -78,8 +76,31 @@ def classify_exception(exc: BaseException, *, route: str = "") -> ProviderError 
     return None
 
 
+def _http_error(exc: BaseException, route: str) -> ProviderError | None:
+    """The SDK's view of an error of httpx or httpx2 (openai 3.x and anthropic build on it;
+    looked at only when something imported it), ``None`` for any other exception."""
+    for module in (httpx, sys.modules.get("httpx2")):
+        if module is None or not isinstance(exc, module.HTTPError):
+            continue
+        if isinstance(exc, module.HTTPStatusError):
+            answer = exc.response
+            return error_from_status(
+                answer.status_code, dict(answer.headers), _text(answer), route=route
+            )
+        sent = not isinstance(exc, HttpErrors.of(module).not_sent)
+        if isinstance(exc, module.TimeoutException):
+            return ProviderTimeoutError(str(exc) or repr(exc), route=route, request_sent=sent)
+        if isinstance(exc, module.TransportError):
+            return ProviderUnavailableError(str(exc) or repr(exc), route=route, request_sent=sent)
+        if isinstance(exc, module.DecodingError):
+            return MalformedResponseError(str(exc) or repr(exc), route=route)
+    return None
+
+
 # Where an HTTP client or a provider SDK parses a provider's answer
-_ANSWER_PARSERS = frozenset({"aiohttp", "anthropic", "httpcore", "httpx", "openai", "requests"})
+_ANSWER_PARSERS = frozenset(
+    {"aiohttp", "anthropic", "httpcore", "httpx", "httpx2", "openai", "requests"}
+)
 # The generic decoders: their frames say nothing about whose text was decoded
 _DECODERS = frozenset({"json", "codecs", "encodings"})
 
@@ -101,8 +122,10 @@ def _parsing_an_answer(exc: BaseException) -> bool:
     return asker in _ANSWER_PARSERS
 
 
-def _text(response: httpx.Response) -> str:
+def _text(response: Any) -> str:
+    """An error answer's text ('' when its body was not read: a stream's)."""
     try:
-        return response.text
-    except httpx.ResponseNotRead:
+        text = response.text
+    except Exception:  # httpx's or httpx2's ResponseNotRead
         return ""
+    return text if isinstance(text, str) else ""
