@@ -666,6 +666,40 @@ def test_a_shared_entry_lives_its_ttl_whatever_the_reading_hosts_clock(
     reader.close()
 
 
+def test_the_change_stream_judges_an_entry_alive_by_the_servers_clock(
+    redis_url: str, redis_prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A change logged by a writer carried its ``stale_until`` by the writer's clock, and a
+    reader compared it with its own: a reader 2 minutes ahead never indexed an entry of a
+    1-minute ttl (no semantic hit while it lived), from the stream as from the live entries
+    loaded after the stream was trimmed. A put's life now counts from its message id, by
+    Redis's clock; a loaded entry's from its PTTL."""
+    from llmguard_sdk.cache import _local, backends, core
+
+    writer = ResponseCache(redis_url, key_prefix=redis_prefix, ttl=60, stale_ttl=0)
+    writer.store(ask(FAQ), answer("a"))
+    for module in (core, backends, _local):
+        monkeypatch.setattr(module, "time", _ClockAhead(120.0))
+    reader = ResponseCache(redis_url, key_prefix=redis_prefix, sync_interval=0)
+    hit = reader.lookup(ask(PARAPHRASE))
+    assert hit is not None
+    assert hit.kind == "semantic"
+    import redis
+
+    client = redis.Redis.from_url(redis_url)
+    log = f"{redis_prefix}:cache:{{{hash_id('default')}}}:log"
+    for _ in range(1100):  # more changes than the stream keeps: a new reader loads entries
+        client.xadd(log, {"op": "noop"}, maxlen=10)
+    client.close()
+    late = ResponseCache(redis_url, key_prefix=redis_prefix, sync_interval=0)
+    assert late.lookup(ask("Is the shop open on Sundays?")) is None  # loads the live entries
+    loaded = late.lookup(ask(PARAPHRASE))
+    assert loaded is not None
+    assert loaded.kind == "semantic"
+    for cache in (writer, reader, late):
+        cache.close()
+
+
 def test_an_entry_this_version_cannot_read_is_a_miss_not_an_error(
     redis_url: str, redis_prefix: str
 ) -> None:

@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 import redis
 
-from llmguard_sdk.cache import ResponseCache
+from llmguard_sdk._state.stores import RedisStore
+from llmguard_sdk.cache import RedisCacheBackend, ResponseCache
 from llmguard_sdk.context import scoped
 from llmguard_sdk.errors import ConfigurationError
 from llmguard_sdk.models import ChatRequest, ChatResponse, Message
@@ -87,6 +88,28 @@ def test_expired_entries_leave_the_vector_set_when_a_search_meets_them(
     cache.close()
 
 
+def test_an_expired_entry_read_by_its_key_leaves_the_vector_set(
+    redis8_url: str, server: Any
+) -> None:
+    """The read of an expired entry's key took its id out of the LRU (so no eviction would
+    ever pop it) but left its vector in the partition's vector set and its id in the
+    ``vix`` hash: gone only if a search met it among the nearest, else kept for good."""
+    cache = ResponseCache(
+        redis8_url, key_prefix="vs-e", vector_search="server", ttl=1.5, stale_ttl=0.0
+    )
+    cache.store(ask(FAQ), answer("short-lived"))
+    stored = time.monotonic()
+    assert sum(vector_sets(server, "vs-e").values()) == 1
+    store = RedisStore(redis8_url, key_prefix="vs-e")
+    backend = RedisCacheBackend(store, "default", 10, vector_search=True)
+    time.sleep(max(0.0, stored + 1.6 - time.monotonic()))
+    assert backend.get(cache.keys(ask(FAQ)).exact) is None  # the exact read, no search
+    assert vector_sets(server, "vs-e") == {}
+    assert all(server.hlen(key) == 0 for key in server.scan_iter(match="vs-e:cache:*:vix"))
+    store.close()
+    cache.close()
+
+
 def test_another_process_finds_entries_without_reading_the_change_stream(
     redis8_url: str,
 ) -> None:
@@ -95,7 +118,8 @@ def test_another_process_finds_entries_without_reading_the_change_stream(
     )
     assert reader.lookup(ask(PARAPHRASE)) is None
     writer = f"""
-from llmguard_sdk.cache import ResponseCache
+from llmguard_sdk._state.stores import RedisStore
+from llmguard_sdk.cache import RedisCacheBackend, ResponseCache
 from llmguard_sdk.context import scoped
 from llmguard_sdk.models import ChatRequest, ChatResponse, Message
 from tests.conftest import with_redis

@@ -53,7 +53,8 @@ logger = logging.getLogger("llmguard_sdk")
 
 @dataclass(frozen=True)
 class Change:
-    """One change to the entries, as another process made it."""
+    """One change to the entries, as another process made it; a put's ``stale_until`` is on
+    this host's clock (whatever the writer's said)."""
 
     op: Literal["put", "del", "clear"]
     entry_id: str = ""
@@ -162,7 +163,8 @@ class RedisCacheBackend:
     one partition's vector set (``VADD`` ... ``NOQUANT``: an approximate, HNSW search with
     exact float32 scores) and
     ``...:vix`` maps entry ids to their partition, so eviction and :meth:`clear` remove them.
-    An entry that expired leaves its vector set when a search meets it. The change stream
+    An entry that expired leaves its vector set when a search meets it or a read of its key
+    finds it gone. The change stream
     then carries no vectors (nothing reads them: no process keeps a local index).
     """
 
@@ -192,8 +194,14 @@ class RedisCacheBackend:
         try:
             raw = yield self._scripts.command(
                 1,
-                [self._entry_prefix + entry_id, self._lru, self._uses, self._log],
-                [entry_id, self._stream_length],
+                [
+                    self._entry_prefix + entry_id,
+                    self._lru,
+                    self._uses,
+                    self._log,
+                    self._vector_index,
+                ],
+                [entry_id, self._stream_length, self._vector_sets if self.vector_search else ""],
             )
         except redis_errors() as exc:
             self._outage.failed(exc)
@@ -312,7 +320,7 @@ class RedisCacheBackend:
         reloaded = False
         try:
             while True:
-                trimmed, last, messages = yield self._scripts.command(
+                trimmed, last, messages, server_ms = yield self._scripts.command(
                     3, [self._log], [self._cursor, _BATCH]
                 )
                 if trimmed and reloaded:  # trimmed again meanwhile: the next sync reads on
@@ -321,9 +329,11 @@ class RedisCacheBackend:
                     found, reloaded = (yield from self._live_steps()), True
                     self._cursor = _text(last)
                     continue
+                now = time.time()  # (this host's clock, read with the server's)
                 for message_id, fields in messages:
                     self._cursor = _text(message_id)
-                    found.append(_change(dict(zip(fields[::2], fields[1::2], strict=True))))
+                    data = dict(zip(fields[::2], fields[1::2], strict=True))
+                    found.append(_change(data, self._cursor, int(server_ms), now))
                 if len(messages) < _BATCH:
                     return found
         except redis_errors() as exc:
@@ -335,16 +345,15 @@ class RedisCacheBackend:
         found = [Change("clear")]
         score = "-inf"
         while True:
-            score, entries, read = yield self._scripts.command(
+            score, entries, read, lives = yield self._scripts.command(
                 5, [self._lru], [score, _LIVE_PAGE, self._entry_prefix]
             )
-            for raw in entries:
+            for raw, left_ms in zip(entries, lives, strict=True):
                 entry = _readable(raw)
                 if entry is not None and entry.vector is not None:
+                    until = _on_this_clock(entry, int(left_ms)).stale_until
                     found.append(
-                        Change(
-                            "put", entry.entry_id, entry.index_key, entry.vector, entry.stale_until
-                        )
+                        Change("put", entry.entry_id, entry.index_key, entry.vector, until)
                     )
             if read < _LIVE_PAGE:
                 return found
@@ -403,18 +412,33 @@ def _on_this_clock(entry: CacheEntry, left_ms: int) -> CacheEntry:
     )
 
 
+def _put_until(data: dict[str, str], message_id: str, server_ms: int, now: float) -> float:
+    """When a logged put's entry dies, on this host's clock: from its ``ttl`` and the
+    message id's time (both the server's); from ``until`` (the writer's clock) for a put
+    logged by a version that wrote no ``ttl``; 0 (dead, never indexed) when unreadable."""
+    try:
+        if "ttl" in data:
+            written_ms = int(message_id.split("-", 1)[0])
+            return now + (written_ms + int(data["ttl"]) - server_ms) / 1000.0
+        return float(data.get("until", "0") or 0)
+    except ValueError:
+        return 0.0
+
+
 def _text(value: bytes | str) -> str:
     return value.decode("utf-8") if isinstance(value, bytes) else value
 
 
-def _change(fields: dict[bytes, bytes] | dict[str, str]) -> Change:
+def _change(
+    fields: dict[bytes, bytes] | dict[str, str], message_id: str, server_ms: int, now: float
+) -> Change:
+    """One message of the change stream; a put's ``stale_until`` on this host's clock (its
+    ``ttl`` counted from the message's id, written by the server's clock, to ``server_ms``,
+    read by it just now: a writer's clock minutes off does not matter)."""
     data = {_text(k): _text(v) for k, v in fields.items()}
     op = data.get("op", "")
     if op == "put":
-        try:
-            until = float(data.get("until", "0") or 0)
-        except ValueError:
-            until = 0.0  # (unreadable: taken as dead, never indexed)
+        until = _put_until(data, message_id, server_ms, now)
         return Change("put", data.get("id", ""), data.get("ix", ""), data.get("v", ""), until)
     if op == "del":
         return Change("del", data.get("id", ""))

@@ -3,7 +3,9 @@
 -- log (stream), KEYS[5] hash: entry id -> index key (server-side search only); one hash tag.
 -- ARGV: entry id, entry JSON, time to live (ms), max entries, entry key prefix,
 --       index key, vector (base64), stale_until (s), stream length,
---       vector-set key prefix ('' unless server-side search is on), vector (FP32 blob)
+--       vector-set key prefix ('' unless server-side search is on), vector (FP32 blob).
+-- The change logged carries the time to live ('ttl', ms): a reader counts it from the
+-- message's id (this server's clock), not from 'until' (the writer's clock).
 local vsets = ARGV[10]
 if vsets ~= '' and ARGV[11] ~= '' then
   -- First, so that a server without vector sets fails the script before it writes anything.
@@ -14,7 +16,7 @@ redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
 redis.call('ZADD', KEYS[2], redis.call('INCR', KEYS[4]), ARGV[1])
 local maxlen = tonumber(ARGV[9])
 redis.call('XADD', KEYS[3], 'MAXLEN', '~', maxlen, '*',
-  'op', 'put', 'id', ARGV[1], 'ix', ARGV[6], 'v', ARGV[7], 'until', ARGV[8])
+  'op', 'put', 'id', ARGV[1], 'ix', ARGV[6], 'v', ARGV[7], 'until', ARGV[8], 'ttl', ARGV[3])
 local evicted = {}
 local extra = redis.call('ZCARD', KEYS[2]) - tonumber(ARGV[4])
 if extra > 0 then
