@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, ClassVar
 
 import numpy as np
 import pytest
@@ -27,6 +24,7 @@ from llmguard_sdk.cache.calibrate import wilson_lower_bound
 from llmguard_sdk.cli import main
 from llmguard_sdk.errors import ConfigurationError, MalformedResponseError, ProviderUnavailableError
 from llmguard_sdk.models import ChatRequest, ChatResponse, Message
+from tests.embeddings import Embeddings, serve_embeddings
 
 from .conftest import require_module
 
@@ -141,40 +139,10 @@ def test_bad_pair_files_are_refused(tmp_path: Path) -> None:
     assert calibrate([Pair("a b c", "a b c", True)])[0].tp == 1
 
 
-class _Embeddings(BaseHTTPRequestHandler):
-    """An OpenAI-shaped /v1/embeddings endpoint backed by the hashing embedder."""
-
-    embedder = HashingEmbedder(dimension=64)
-    seen: ClassVar[list[dict[str, Any]]] = []
-    broken = False
-    raw: ClassVar[bytes | None] = None  # sent instead of the vectors
-
-    def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        type(self).seen.append({"body": body, "auth": self.headers.get("Authorization")})
-        vectors = self.embedder.embed(body["input"])
-        data = [{"index": i, "embedding": v.tolist()} for i, v in enumerate(vectors)]
-        payload = json.dumps({"data": data[::-1] if not self.broken else data[:1]}).encode()
-        payload = self.raw if self.raw is not None else payload
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-
 @pytest.fixture
 def embeddings_url() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Embeddings)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    _Embeddings.seen.clear()
-    _Embeddings.broken, _Embeddings.raw = False, None
-    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    server.shutdown()
-    server.server_close()
+    with serve_embeddings() as url:
+        yield url
 
 
 def test_openai_embedder_over_http(embeddings_url: str) -> None:
@@ -182,8 +150,8 @@ def test_openai_embedder_over_http(embeddings_url: str) -> None:
     vectors = embedder.embed(["first text", "second text"])
     expected = HashingEmbedder(dimension=64).embed(["first text", "second text"])
     assert np.allclose(vectors, expected, atol=1e-6)  # rows put back in index order
-    assert _Embeddings.seen[0]["body"]["model"] == "embed-small"
-    assert _Embeddings.seen[0]["auth"] == "Bearer sk-test"
+    assert Embeddings.seen[0]["body"]["model"] == "embed-small"
+    assert Embeddings.seen[0]["auth"] == "Bearer sk-test"
     cache = ResponseCache(embedder=embedder, threshold=0.5)
     question = ChatRequest(messages=[Message(role="user", content="reset my password")])
     cache.store(question, ChatResponse(text="a", finish_reason="stop"))
@@ -193,7 +161,7 @@ def test_openai_embedder_over_http(embeddings_url: str) -> None:
     assert hit.kind == "semantic"
     with pytest.raises(MalformedResponseError):
         OpenAIEmbedder(embeddings_url, "embed-small", 32).embed(["x"])  # wrong dimension
-    _Embeddings.broken = True
+    Embeddings.broken = True
     with pytest.raises(MalformedResponseError):
         embedder.embed(["one", "two"])
     embedder.close()
@@ -205,7 +173,7 @@ def test_openai_embedder_answers_that_are_not_vectors_are_typed_errors(
     embedder = OpenAIEmbedder(embeddings_url, "embed-small", 2)
     rows = [{"index": "0", "embedding": [1.0, 0.0]}, {"index": None, "embedding": [0.0, 1.0]}]
     for raw in (b"<html>502 Bad Gateway</html>", json.dumps({"data": rows}).encode()):
-        _Embeddings.raw = raw
+        Embeddings.raw = raw
         with pytest.raises(MalformedResponseError):
             embedder.embed(["one", "two"])
     embedder.close()

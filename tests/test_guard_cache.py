@@ -3,17 +3,19 @@ replay, tenants stay apart, and a stale answer comes before the degraded one."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import anyio
 import pytest
 
 from llmguard_sdk import CallEvent, Guard, ProviderError
-from llmguard_sdk.cache import HashingEmbedder, ResponseCache
+from llmguard_sdk.cache import HashingEmbedder, OpenAIEmbedder, ResponseCache
 from llmguard_sdk.errors import ProviderUnavailableError
 from llmguard_sdk.retry import waits_off
 from llmguard_sdk.testing import FakeProvider, Fault
+from tests.embeddings import Embeddings, serve_embeddings
 
 MakeGuard = Callable[..., Guard]
 QUESTION = [{"role": "user", "content": "How do I reset my password on the mobile app?"}]
@@ -215,3 +217,60 @@ def test_a_failing_embedder_means_semantic_misses_not_failed_calls(
     embedder.down = False
     hit = guard.chat(PARAPHRASE)
     assert (hit.route, hit.metadata["cache"], hit.text) == ("cache", "semantic", first.text)
+
+
+def test_an_answer_served_by_similarity_can_be_reported_as_a_false_hit(
+    fake: FakeProvider, make_guard: MakeGuard
+) -> None:
+    """``report_false_hit`` took the CacheHit, which a Guard's caller never sees: the answer
+    now names its entry and how it was found, and the Guard takes the report."""
+    cache = ResponseCache()
+    guard = make_guard(fake, cache=cache)
+    first = guard.chat(QUESTION)
+    similar = guard.chat(PARAPHRASE)
+    again = guard.chat(QUESTION)
+    assert similar.metadata["cache_matched"] == "semantic"
+    assert again.metadata["cache_matched"] == "exact"
+    assert similar.metadata["cache_entry"] == again.metadata["cache_entry"]  # one entry
+    assert guard.report_false_hit(similar)
+    assert not guard.report_false_hit(again)  # the very same request
+    assert not guard.report_false_hit(first)  # the provider's own answer
+    assert (cache.stats.false_hits, cache.stats.false_hit_rate) == (1, 1.0)
+    assert not make_guard(fake).report_false_hit(similar)  # a Guard without a cache
+
+
+@pytest.fixture
+def held_embeddings() -> Iterator[str]:
+    with serve_embeddings() as url:
+        yield url
+
+
+def test_the_embedding_waits_no_longer_than_the_calls_deadline_allows(
+    fake: FakeProvider, make_guard: MakeGuard, held_embeddings: str
+) -> None:
+    """The opening lookup's embedding waited the embedder's own timeout (here a minute)
+    whatever the call's deadline: a call with 4 s waited up to a minute. It now waits half of
+    what is left (2 s), and a timed-out embedding is a miss: the provider answers."""
+    embedder = OpenAIEmbedder(held_embeddings, "embed-small", 64, timeout=60)
+    guard = make_guard(fake, cache=ResponseCache(embedder=embedder, threshold=0.5), retry=None)
+    guard.chat(QUESTION)  # stored with its embedding (the endpoint answers at once)
+    Embeddings.holding.set()
+    answers: list[Any] = []
+
+    def calls() -> None:
+        answers.append(guard.chat(PARAPHRASE, timeout=4.0))
+
+        async def main() -> None:
+            answers.append(await guard.achat(PARAPHRASE, timeout=4.0))
+
+        anyio.run(main)
+
+    caller = threading.Thread(target=calls, daemon=True)
+    caller.start()
+    caller.join(40)  # (a bound for the test, not a timing: the calls wait 2 s each)
+    finished = not caller.is_alive()
+    Embeddings.released.set()
+    caller.join(120)
+    assert finished, "the lookup waited on the embedder past the call's deadline"
+    assert [answer.route for answer in answers] == ["primary", "primary"]
+    embedder.close()

@@ -546,6 +546,17 @@ class Guard(Closes, AsyncCloses):
             releases.feedback(call_id, score)
         return known
 
+    def report_false_hit(self, response: ChatResponse) -> bool:
+        """Report that ``response``, served from the cache, answered another question: feeds
+        the cache's ``stats.false_hit_rate`` and its monitor (see
+        :meth:`ResponseCache.report_false_hit <llmguard_sdk.cache.ResponseCache.report_false_hit>`);
+        whether it counted (only answers found by similarity do; False without a cache).
+
+        .. versionadded:: 0.2.0
+        """
+        cache = self._stages.cache
+        return cache.report_false_hit(response) if cache is not None else False
+
     # -- lifecycle ---------------------------------------------------------------------------
 
     def close(self) -> None:

@@ -28,6 +28,7 @@ from ..budget.control import Held
 from ..budget.policy import BudgetEvent
 from ..cache import CacheHit, CacheKeys, CacheOptions, ResponseCache
 from ..context import CallContext, Scope
+from ..errors import ProviderError
 from ..models import ChatRequest, ChatResponse
 from ..providers.base import Provider
 from ..ratelimit import Grant, MemoryRateLimiter, RateLimiter
@@ -256,9 +257,14 @@ class OpeningOutcome:
             request, keys = keyed.request, keyed.keys
         else:
             request, keys = cache_request(ctx, stages), None
-        options = CacheOptions(tags=ctx.cache_tags, cacheable=ctx.cacheable, keys=keys)
+        options = CacheOptions(
+            tags=ctx.cache_tags, cacheable=ctx.cacheable, keys=keys, deadline=ctx.deadline
+        )
         try:
             entry = stages.cache.entry_for(request, response, ctx.scope, **options)
+        except ProviderError as exc:  # the embedder's endpoint down, or out of time
+            logger.warning("response cache: an answer not stored, the embedder failed: %s", exc)
+            return
         except Exception:
             logger.exception("response cache: storing an answer failed")
             return
@@ -331,7 +337,7 @@ def _lookup_steps(
         if keys is not None:
             opened.cache_keys = CallKeys(source, request, scope, tags, keys)
         hit: CacheHit | None = yield from cache.lookup_steps(
-            request, scope, tags=tags, cacheable=cacheable, keys=keys
+            request, scope, tags=tags, cacheable=cacheable, keys=keys, deadline=ctx.deadline
         )
         return hit
 

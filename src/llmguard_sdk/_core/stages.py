@@ -17,6 +17,7 @@ from ..breaker import Breakers
 from ..budget.control import SpendControl
 from ..cache import CacheHit, ResponseCache
 from ..cache._config import check_scope
+from ..cache._served import hit_metadata
 from ..context import CallContext, CallEvent, Hook, Scope, current_scope, emit
 from ..errors import (
     ConfigurationError,
@@ -412,12 +413,7 @@ def from_cache(ctx: CallContext, hit: CacheHit) -> ChatResponse:
     """A cached answer as this call's response: no tokens used, nothing spent."""
     ctx.route = CACHE
     cached = hit.response
-    metadata = {
-        **cached.metadata,
-        "cache": hit.kind,
-        "similarity": round(hit.similarity, 4),
-        "cached_route": cached.route,
-    }
+    metadata = {**cached.metadata, **hit_metadata(hit), "cached_route": cached.route}
     return cached.model_copy(
         update={"route": CACHE, "usage": Usage(), "cost_usd": 0.0, "metadata": metadata}
     )

@@ -8,6 +8,7 @@ from collections import OrderedDict
 
 from .._lazy import np
 from .embedders import Embedder
+from .embedders.base import embed_within
 from .entry import decode_vector, encode_vector
 from .index import Probe
 
@@ -40,13 +41,14 @@ class RecentEmbeddings:
         self._recent: OrderedDict[str, _Embedded] = OrderedDict()
         self._lock = threading.Lock()
 
-    def embedded(self, query: str) -> _Embedded:
-        """The query's embedding, remembered."""
+    def embedded(self, query: str, timeout: float | None = None) -> _Embedded:
+        """The query's embedding, remembered; ``timeout``: the most seconds an embedder that
+        takes one may wait (see :func:`~llmguard_sdk.cache.embedders.base.embed_within`)."""
         with self._lock:
             embedded = self._recent.get(query)
             if embedded is not None:
                 return embedded
-        vector = np.asarray(self._embedder.embed([query])[0], dtype=np.float32)
+        vector = np.asarray(embed_within(self._embedder, [query], timeout)[0], dtype=np.float32)
         embedded = _Embedded(Probe(vector))
         with self._lock:
             self._recent[query] = embedded

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from .._lazy import np
 from ..errors import ConfigurationError
+from ._config import check_target
 from .embedders import Embedder, HashingEmbedder
 from .guards import AGREED_ALLOWANCE, guard_rejection, strict_agreement
 
@@ -47,6 +48,7 @@ __all__ = [
     "calibrate",
     "pick_threshold",
     "read_pairs",
+    "target_threshold",
     "wilson_lower_bound",
 ]
 
@@ -229,3 +231,47 @@ def pick_threshold(
 
     meeting = [r for r in rows if r.tp > 0 and meets(r)]
     return min(meeting, key=lambda r: r.threshold) if meeting else None
+
+
+def target_threshold(
+    target: float,
+    pairs: str | Path | Sequence[Pair] | None,
+    *,
+    embedder: Embedder,
+    guards: bool,
+    strict: bool,
+    verifier: object,
+    floor: float,
+) -> float:
+    """The similarity threshold whose precision's lower 95 % bound on labelled ``pairs``
+    (default: the bundled sets) meets ``target``, never below ``floor`` (the embedder's own
+    suggestion, or the threshold given: a set of short questions says little about long
+    texts). With a scoring ``verifier``, its threshold is set so instead and ``floor`` is
+    returned. :class:`ConfigurationError` when no threshold reaches the target.
+
+    .. versionadded:: 0.2.0
+    """
+    check_target(target)
+    if pairs is None:
+        labelled: Sequence[Pair] = [p for name in BUNDLED_PAIRS for p in bundled_pairs(name)]
+    else:
+        labelled = read_pairs(pairs) if isinstance(pairs, (str, Path)) else pairs
+    scorer = verifier if isinstance(verifier, Scorer) else None
+    rows = calibrate(
+        labelled,
+        embedder=embedder,
+        guards=guards,
+        strict=strict,
+        verifier=scorer,
+        candidate_threshold=floor,
+    )
+    chosen = pick_threshold(rows, target)
+    if chosen is None:
+        raise ConfigurationError(
+            f"no threshold reaches precision {target:g} (lower 95 % bound) on "
+            f"{len(labelled)} labelled pairs: label more, or add a verifier"
+        )
+    if scorer is not None:
+        scorer.threshold = chosen.threshold
+        return floor
+    return max(floor, chosen.threshold)

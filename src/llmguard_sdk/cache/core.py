@@ -19,22 +19,15 @@ from typing_extensions import Unpack
 from .._state.steps import Batch, Step, arun, run, work
 from .._state.stores import RedisStore, Store, hash_id, open_store
 from ..context import Scope, current_scope
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, ProviderError
 from ..models import ChatRequest, ChatResponse
-from ._config import check_matching, check_parts, check_policy, check_scope, check_target
+from ._config import check_matching, check_parts, check_policy, check_scope
 from ._local import _LocalIndexes
 from ._recent import RecentEmbeddings
+from ._served import matched_by
 from ._storable import storable
 from .backends import CacheBackend, Change, MemoryCacheBackend, RedisCacheBackend
-from .calibrate import (
-    BUNDLED_PAIRS,
-    Pair,
-    Scorer,
-    bundled_pairs,
-    calibrate,
-    pick_threshold,
-    read_pairs,
-)
+from .calibrate import Pair, Scorer, target_threshold
 from .embedders import DEFAULT_THRESHOLD, Embedder, HashingEmbedder, suggested_threshold
 from .entry import CacheEntry, CacheHit, CacheOptions, CacheStats
 from .guards import AGREED_ALLOWANCE, Verifier, guard_rejection, strict_agreement
@@ -49,6 +42,7 @@ logger = logging.getLogger("llmguard_sdk")
 _NEAR_MISS_BAND = 0.1
 _CANDIDATES = 4  # nearest entries read per semantic search
 _RECENT_VECTORS = 256
+_EMBEDDING_SHARE = 0.5  # of what is left of a call's deadline, for an embedder that waits
 # hash_id of the tenants, users and (partition, context) pairs that come again
 _id_hash = lru_cache(maxsize=4096)(hash_id)
 
@@ -147,7 +141,11 @@ class ResponseCache:
         self.strict = not isinstance(verifier, Scorer) if strict is None else strict
         self.verifier = verifier
         if target_precision is not None:
-            threshold = self._calibrated(target_precision, calibration_pairs, threshold)
+            threshold = target_threshold(
+                target_precision, calibration_pairs, embedder=self.embedder, guards=guards,
+                strict=self.strict, verifier=verifier,
+                floor=threshold if threshold is not None else suggested_threshold(self.embedder),
+            )  # fmt: skip
         if threshold is None:
             threshold = suggested_threshold(self.embedder)
         if verify_band is None:
@@ -191,41 +189,6 @@ class ResponseCache:
         if server:
             raise ConfigurationError("vector_search='server' needs a Redis store")
         return MemoryCacheBackend(max_entries)
-
-    def _calibrated(
-        self,
-        target: float,
-        pairs: str | Path | Sequence[Pair] | None,
-        threshold: float | None,
-    ) -> float:
-        """The threshold (or, with a scoring verifier, the verifier's threshold) whose lower
-        confidence bound on labelled pairs meets ``target``; never below the embedder's own
-        suggestion (a set of short questions says little about long texts)."""
-        check_target(target)
-        if pairs is None:
-            labelled: Sequence[Pair] = [p for name in BUNDLED_PAIRS for p in bundled_pairs(name)]
-        else:
-            labelled = read_pairs(pairs) if isinstance(pairs, (str, Path)) else pairs
-        floor = threshold if threshold is not None else suggested_threshold(self.embedder)
-        scorer = self.verifier if isinstance(self.verifier, Scorer) else None
-        rows = calibrate(
-            labelled,
-            embedder=self.embedder,
-            guards=self.guards,
-            strict=self.strict,
-            verifier=scorer,
-            candidate_threshold=floor,
-        )
-        chosen = pick_threshold(rows, target)
-        if chosen is None:
-            raise ConfigurationError(
-                f"no threshold reaches precision {target:g} (lower 95 % bound) on "
-                f"{len(labelled)} labelled pairs: label more, or add a verifier"
-            )
-        if scorer is not None:
-            scorer.threshold = chosen.threshold
-            return floor
-        return max(floor, chosen.threshold)
 
     def __repr__(self) -> str:
         return (
@@ -292,26 +255,23 @@ class ResponseCache:
         see the other processes' recent entries."""
         keys = self.call_keys(request, scope, **options)
         if keys is None:
-            self.stats.skipped += 1
+            self.stats._add("skipped")
             return None
         entry: CacheEntry | None = yield from self._backend_step("get", keys.exact)
         if entry is not None and entry.fresh_until > time.time():
             hit: CacheHit | None = _hit("exact", entry, 1.0)
         elif self.semantic and keys.query.strip() and (self._local or self._server is not None):
-            hit = yield work(lambda: self._semantic(keys, stale=False))
+            deadline = options.get("deadline")
+            hit = yield work(lambda: self._semantic(keys, stale=False, deadline=deadline))
         else:
             hit = None
         if hit is not None and hit.kind == "semantic" and self.monitor is not None:
             self.monitor.sample(self.namespace, request, hit.response.text or "")
             if not self.monitor.serving(self.namespace):  # checked, not served
-                self.stats.monitor_refusals += 1
+                self.stats._add("monitor_refusals")
                 hit = None
-        if hit is None:
-            self.stats.misses += 1
-        elif hit.kind == "exact":
-            self.stats.exact_hits += 1
-        else:
-            self.stats.semantic_hits += 1
+        counter = "misses" if hit is None else f"{hit.kind}_hits"
+        self.stats._add(counter)
         return hit
 
     def sync_steps(self) -> Step[None]:
@@ -351,7 +311,9 @@ class ResponseCache:
         keys = self.call_keys(request, scope, **options)
         hit = None if keys is None else self._find(keys, stale=True)
         if hit is not None:
-            self.stats.stale_hits += 1
+            self.stats._add("stale_hits")
+            if hit.matched == "semantic":
+                self.stats._add("stale_semantic_hits")
             return dataclasses.replace(hit, kind="stale")
         return None
 
@@ -388,16 +350,21 @@ class ResponseCache:
         self._sync()
         return self._semantic(keys, stale=stale)
 
-    def _semantic(self, keys: CacheKeys, *, stale: bool) -> CacheHit | None:
+    def _semantic(
+        self, keys: CacheKeys, *, stale: bool, deadline: float | None = None
+    ) -> CacheHit | None:
         """The closest earlier query's answer that passes every check, or None. A candidate
         whose query this process knows is checked by the guards before it is read. Below the
         threshold, only a request the strict guards read as the same one (within
         :data:`~llmguard_sdk.cache.guards.AGREED_ALLOWANCE`) is served. Callers check that the
-        cache is semantic and the query not blank."""
+        cache is semantic and the query not blank; ``deadline``: see :class:`CacheOptions`."""
         now = time.time()
         try:
-            probe = self._recent.embedded(keys.query).probe
-        except Exception:  # an embedder down (an endpoint's) makes a miss, not a failed call
+            probe = self._recent.embedded(keys.query, _embedding_time(deadline)).probe
+        except ProviderError as exc:  # an endpoint down or slow: a miss, not a failed call
+            logger.warning("response cache: the embedder failed (%s); a semantic miss", exc)
+            return None
+        except Exception:
             logger.exception("response cache: the embedder failed; a semantic miss")
             return None
         matches = self._candidates(self._index_key(keys), probe)
@@ -406,7 +373,7 @@ class ResponseCache:
             threshold += self.monitor.threshold_raise(self.namespace)
         floor = threshold - AGREED_ALLOWANCE if self.strict and self.guards else threshold
         if matches and threshold - _NEAR_MISS_BAND <= matches[0].similarity < threshold:
-            self.stats.near_misses += 1  # the best candidate fell just short (served or not)
+            self.stats._add("near_misses")  # the best candidate fell just short (served or not)
         for match in matches:
             if match.similarity < floor:
                 return None
@@ -416,7 +383,7 @@ class ResponseCache:
                 if self.guards:
                     reason = self._guard(keys.query, known)
                     if reason is not None:
-                        self._count_rejection(reason)
+                        self.stats._reject(reason)
                         return None
                 if below and not strict_agreement(keys.query, known):
                     continue
@@ -431,7 +398,7 @@ class ResponseCache:
                 continue  # (a known query was judged before the read)
             refusal = self._refusal(keys.query, entry, match.similarity, matches)
             if refusal is not None:
-                self._count_rejection(refusal)
+                self.stats._reject(refusal)
                 return None
             return _hit("semantic", entry, match.similarity)
         return None
@@ -447,9 +414,6 @@ class ResponseCache:
         # a runtime-checkable Protocol's isinstance costs microseconds: test for None first
         substitutions = self.verifier is None or not isinstance(self.verifier, Scorer)
         return guard_rejection(query, cached, strict=self.strict, key_terms=substitutions)
-
-    def _count_rejection(self, reason: str) -> None:
-        self.stats.guard_rejections[reason] = self.stats.guard_rejections.get(reason, 0) + 1
 
     def _refusal(
         self, query: str, entry: CacheEntry, similarity: float, matches: list[Match]
@@ -485,7 +449,8 @@ class ResponseCache:
         **options: Unpack[CacheOptions],
     ) -> CacheEntry | None:
         """The entry :meth:`store` would write for this call (``None``: not cacheable); the
-        embedding is computed here (CPU work), the write is :meth:`put_steps`."""
+        embedding is computed here (CPU work, or bounded by ``deadline``: see
+        :class:`CacheOptions`), the write is :meth:`put_steps`."""
         if not storable(request, response):
             return None
         keys = self.call_keys(request, scope, **options)
@@ -493,7 +458,8 @@ class ResponseCache:
             return None
         vector = None
         if self.semantic and keys.query.strip():
-            vector = self._recent.embedded(keys.query).encoded()
+            timeout = _embedding_time(options.get("deadline"))
+            vector = self._recent.embedded(keys.query, timeout).encoded()
         now = time.time()  # after the embedding (a first one can take a second or more)
         return CacheEntry(
             entry_id=keys.exact,
@@ -527,7 +493,7 @@ class ResponseCache:
                 evicted.append(entry.entry_id)  # evicted by another thread before it was indexed
         for entry_id in evicted:
             self._local.forget(entry_id)
-        self.stats.stores += 1
+        self.stats._add("stores")
         return True
 
     def store(
@@ -565,13 +531,20 @@ class ResponseCache:
         self._backend.clear()
         self._local.clear()
 
-    def report_false_hit(self, hit: CacheHit) -> None:
-        """Record that ``hit`` answered the wrong question (feeds ``stats.false_hit_rate``
-        and the ``monitor``'s estimate)."""
-        if hit.matched == "semantic":  # (an exact key's answer answered the same request)
-            self.stats.false_hits += 1
-            if self.monitor is not None:
-                self.monitor.report(self.namespace)
+    def report_false_hit(self, hit: CacheHit | ChatResponse) -> bool:
+        """Record that a served answer answered the wrong question (feeds
+        ``stats.false_hit_rate`` and the ``monitor``'s estimate): ``hit`` is a lookup's
+        :class:`CacheHit` or the answer a Guard returned (its metadata say how its entry was
+        found, ``cache_matched``, and which it was, ``cache_entry``). Whether it counted: an
+        answer found by its exact key answered the very same request, and an answer not from
+        the cache is no hit. Anything else is a
+        :class:`~llmguard_sdk.errors.RequestValidationError`."""
+        if matched_by(hit) != "semantic":
+            return False
+        self.stats._add("false_hits")
+        if self.monitor is not None:
+            self.monitor.report(self.namespace)
+        return True
 
     # -- the in-memory index ------------------------------------------------------------------
 
@@ -593,6 +566,12 @@ class ResponseCache:
     def close(self) -> None:
         """Close the store's connections."""
         self.state.close()
+
+
+def _embedding_time(deadline: float | None) -> float | None:
+    """The most seconds the embedding may wait: half of what is left before ``deadline`` (a
+    :func:`time.monotonic` instant; the other half is the provider's, on a miss)."""
+    return None if deadline is None else (deadline - time.monotonic()) * _EMBEDDING_SHARE
 
 
 def _hit(kind: Literal["exact", "semantic"], entry: CacheEntry, similarity: float) -> CacheHit:

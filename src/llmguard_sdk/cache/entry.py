@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import base64
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypedDict
@@ -43,6 +44,14 @@ class CacheOptions(TypedDict, total=False):
     """The call's keys from :meth:`~llmguard_sdk.cache.ResponseCache.call_keys`, given to the
     lookup and the store of the same request, scope and tags so that they are computed once
     (``None``: computed from the request)."""
+    deadline: float | None
+    """The call's deadline, a :func:`time.monotonic` instant: an embedder that takes a
+    ``timeout`` (:class:`~llmguard_sdk.cache.OpenAIEmbedder`) waits at most half of what is
+    left of it, and a lookup whose embedding times out is a miss (``None``: the embedder's
+    own timeout).
+
+    .. versionadded:: 0.2.0
+    """
 
 
 class CacheEntry(BaseModel):
@@ -98,18 +107,25 @@ class CacheHit:
     matched: Literal["exact", "semantic"] = "semantic"
 
 
+_COUNTING = threading.Lock()  # every cache's counters (each update holds it for nanoseconds)
+
+
 @dataclass
 class CacheStats:
-    """Counters of one cache since it was built (this process only).
+    """Counters of one cache since it was built (this process only), updated under a lock
+    (a cache serves many threads at once).
 
     ``near_misses`` counts the best semantic candidates that scored within 0.1 below the
     threshold; ``guard_rejections`` counts candidates above it refused by a false-hit guard
-    (by reason); ``false_hits`` counts :meth:`ResponseCache.report_false_hit` calls.
+    (by reason; a new dict at each change, so one read can be iterated while lookups go
+    on); ``false_hits`` counts :meth:`ResponseCache.report_false_hit` calls that counted.
     """
 
     exact_hits: int = 0
     semantic_hits: int = 0
     stale_hits: int = 0
+    stale_semantic_hits: int = 0
+    """Stale hits whose entry was found by similarity (also in ``stale_hits``)."""
     misses: int = 0
     near_misses: int = 0
     stores: int = 0
@@ -122,5 +138,20 @@ class CacheStats:
 
     @property
     def false_hit_rate(self) -> float:
-        """Reported false hits over semantic hits (0 when there were none)."""
-        return self.false_hits / self.semantic_hits if self.semantic_hits else 0.0
+        """Reported false hits over the hits found by similarity, fresh and stale (0 when
+        there were none; at most 1, even when a hit was reported twice or a report came
+        for a hit served before a restart or by another process)."""
+        with _COUNTING:
+            served = self.semantic_hits + self.stale_semantic_hits
+            return min(1.0, self.false_hits / served) if served else 0.0
+
+    def _add(self, counter: str, amount: int = 1) -> None:
+        """Add ``amount`` to ``counter`` (a field's name)."""
+        with _COUNTING:
+            setattr(self, counter, getattr(self, counter) + amount)
+
+    def _reject(self, reason: str) -> None:
+        """Count one guard rejection for ``reason``."""
+        with _COUNTING:
+            counts = self.guard_rejections
+            self.guard_rejections = {**counts, reason: counts.get(reason, 0) + 1}

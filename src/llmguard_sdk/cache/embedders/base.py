@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 import numbers
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol, TypeAlias, runtime_checkable
 
 from ..._lazy import np
 
-__all__ = ["DEFAULT_THRESHOLD", "Embedder", "normalise", "suggested_threshold"]
+__all__ = [
+    "DEFAULT_THRESHOLD",
+    "Embedder",
+    "embed_within",
+    "normalise",
+    "suggested_threshold",
+    "takes_timeout",
+]
 
 if TYPE_CHECKING:
     import numpy.typing as npt
@@ -34,6 +43,10 @@ class Embedder(Protocol):
 
     ``name`` identifies the embedder and its settings: entries embedded by another embedder
     are never compared with this one's vectors.
+
+    An embedder that waits on something (an endpoint) may take a ``timeout`` keyword in
+    ``embed`` (the most seconds it may wait, ``None``: its own default): the cache then
+    bounds it by what is left of the call's deadline (see :func:`takes_timeout`).
     """
 
     name: str
@@ -42,6 +55,30 @@ class Embedder(Protocol):
     def embed(self, texts: Sequence[str]) -> Vectors:
         """Unit-length float32 vectors, shape ``(len(texts), dimension)``."""
         ...
+
+
+@functools.lru_cache(maxsize=64)
+def _embed_takes_timeout(kind: type) -> bool:
+    try:
+        parameters = inspect.signature(getattr(kind, "embed")).parameters  # noqa: B009
+    except (AttributeError, TypeError, ValueError):
+        return False
+    found = parameters.get("timeout")
+    return found is not None and found.kind in (found.KEYWORD_ONLY, found.POSITIONAL_OR_KEYWORD)
+
+
+def takes_timeout(embedder: Embedder) -> bool:
+    """Whether ``embedder.embed`` takes a ``timeout`` keyword (seconds it may wait)."""
+    return _embed_takes_timeout(type(embedder))
+
+
+def embed_within(embedder: Embedder, texts: Sequence[str], timeout: float | None) -> Vectors:
+    """``embedder.embed(texts)``, waiting at most ``timeout`` seconds where the embedder takes
+    a ``timeout`` (one that does not, a local model say, is called as it is)."""
+    if timeout is None or not takes_timeout(embedder):
+        return embedder.embed(texts)
+    vectors: Vectors = embedder.embed(texts, timeout=timeout)  # type: ignore[call-arg]
+    return vectors
 
 
 def suggested_threshold(embedder: Embedder) -> float:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ..._lazy import np
 from ...errors import ConfigurationError
-from .base import Embedder, normalise, suggested_threshold
+from .base import Embedder, embed_within, normalise, suggested_threshold
 from .hashing import HashingEmbedder
 
 if TYPE_CHECKING:
@@ -68,10 +69,13 @@ class HybridEmbedder:
     def __repr__(self) -> str:
         return f"HybridEmbedder({self.name})"
 
-    def embed(self, texts: Sequence[str]) -> Vectors:
-        """Each part's vectors, weighted and side by side (unit length overall)."""
-        blocks = [
-            np.asarray(embedder.embed(texts), dtype=np.float32) * scale
-            for (embedder, _), scale in zip(self.parts, self._scales, strict=True)
-        ]
+    def embed(self, texts: Sequence[str], *, timeout: float | None = None) -> Vectors:
+        """Each part's vectors, weighted and side by side (unit length overall); ``timeout``:
+        the most seconds the parts that take one may wait, all of them together."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        blocks = []
+        for (embedder, _), scale in zip(self.parts, self._scales, strict=True):
+            left = None if deadline is None else deadline - time.monotonic()
+            vectors = embed_within(embedder, texts, left)
+            blocks.append(np.asarray(vectors, dtype=np.float32) * scale)
         return normalise(np.concatenate(blocks, axis=1))

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import httpx
 
 from ..._lazy import np
-from ...errors import MalformedResponseError, ProviderUnavailableError
+from ...errors import (
+    ConfigurationError,
+    MalformedResponseError,
+    ProviderTimeoutError,
+    ProviderUnavailableError,
+)
 from .base import normalise
 
 if TYPE_CHECKING:
@@ -27,7 +33,7 @@ class OpenAIEmbedder:
         model: the embedding model to ask for.
         dimension: the model's vector size (checked on every answer).
         api_key: sent as a bearer token when given.
-        timeout: seconds for each request.
+        timeout: seconds for each request (:meth:`embed` may be given less).
     """
 
     def __init__(
@@ -40,6 +46,12 @@ class OpenAIEmbedder:
         timeout: float = 10.0,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+            raise ConfigurationError(f"timeout must be a number of seconds, got {timeout!r}")
+        if not 0 < timeout < math.inf:  # (NaN too)
+            raise ConfigurationError(f"timeout must be positive and finite, got {timeout!r}")
+        if isinstance(dimension, bool) or not isinstance(dimension, int) or dimension < 1:
+            raise ConfigurationError(f"dimension must be a whole number >= 1, got {dimension!r}")
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._client = httpx.Client(
             base_url=base_url.rstrip("/") + "/",
@@ -48,18 +60,28 @@ class OpenAIEmbedder:
             transport=transport,
         )
         self._model = model
+        self._timeout = timeout
         self.dimension = dimension
         self.name = f"openai:{model}:{dimension}"
 
     def __repr__(self) -> str:
         return f"OpenAIEmbedder(model={self._model!r})"
 
-    def embed(self, texts: Sequence[str]) -> Vectors:
-        """Ask the endpoint for the vectors of ``texts`` (one request)."""
+    def embed(self, texts: Sequence[str], *, timeout: float | None = None) -> Vectors:
+        """Ask the endpoint for the vectors of ``texts`` (one request); ``timeout``: wait at
+        most this many seconds (never more than the embedder's own ``timeout``; 0 or less:
+        :class:`~llmguard_sdk.errors.ProviderTimeoutError` without asking)."""
+        wait = self._timeout if timeout is None else min(timeout, self._timeout)
+        if not wait > 0:
+            raise ProviderTimeoutError("no time left for the embeddings request", route=_ROUTE)
         try:
             answer = self._client.post(
-                "embeddings", json={"model": self._model, "input": list(texts)}
+                "embeddings", json={"model": self._model, "input": list(texts)}, timeout=wait
             )
+        except httpx.TimeoutException as exc:
+            raise ProviderTimeoutError(
+                f"embeddings request timed out after {wait:g} s", route=_ROUTE
+            ) from exc
         except httpx.HTTPError as exc:
             raise ProviderUnavailableError(
                 f"embeddings request failed: {exc}", route="embeddings"

@@ -1,0 +1,41 @@
+"""What an answer served from the cache says about its hit: a Guard's caller holds the answer
+alone, not the :class:`~llmguard_sdk.cache.CacheHit`, and reports a false hit with it.
+
+.. versionadded:: 0.2.0
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from ..errors import RequestValidationError
+from ..models import ChatResponse
+from .entry import CacheHit
+
+__all__ = ["hit_metadata", "matched_by"]
+
+
+def hit_metadata(hit: CacheHit) -> dict[str, Any]:
+    """The metadata a served answer carries about its hit: ``cache`` (its kind), its
+    ``similarity``, ``cache_entry`` (the entry's id) and ``cache_matched`` (``"exact"`` or
+    ``"semantic"``: how the entry was found)."""
+    return {
+        "cache": hit.kind,
+        "similarity": round(hit.similarity, 4),
+        "cache_entry": hit.entry_id,
+        "cache_matched": hit.matched,
+    }
+
+
+def matched_by(served: object) -> Literal["exact", "semantic"] | None:
+    """How the entry of a served answer was found (``None``: not an answer from the cache);
+    ``served`` is a :class:`CacheHit` or the :class:`~llmguard_sdk.ChatResponse` a Guard
+    returned. Anything else is a :class:`~llmguard_sdk.errors.RequestValidationError`."""
+    if isinstance(served, CacheHit):
+        return served.matched
+    if not isinstance(served, ChatResponse):
+        raise RequestValidationError(
+            f"a false hit is reported with a CacheHit or a ChatResponse, got {served!r}"
+        )
+    matched = served.metadata.get("cache_matched") if served.metadata.get("cache") else None
+    return matched if matched in ("exact", "semantic") else None
