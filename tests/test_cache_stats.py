@@ -88,3 +88,31 @@ def test_a_served_answer_is_reported_with_what_its_metadata_say() -> None:
     assert cache.stats.false_hits == 1
     with pytest.raises(RequestValidationError):
         cache.report_false_hit("the answer's text")  # type: ignore[arg-type]
+
+
+def test_what_is_not_a_request_an_answer_or_a_deadline_is_a_typed_error() -> None:
+    """A text given as the request, the answer or the deadline raised ``AttributeError`` or
+    ``TypeError`` from deep inside the cache."""
+    cache = ResponseCache()
+    with pytest.raises(RequestValidationError, match="ChatRequest"):
+        cache.lookup("How do I reset my password?")  # type: ignore[arg-type]
+    with pytest.raises(RequestValidationError, match="ChatResponse"):
+        cache.store(ask(FAQ), "the answer")  # type: ignore[arg-type]
+    with pytest.raises(RequestValidationError, match="deadline"):
+        cache.store(ask(FAQ), answer("a"), deadline="5")  # type: ignore[typeddict-item]
+    with pytest.raises(RequestValidationError, match="deadline"):
+        cache.lookup(ask(FAQ), deadline=True)  # type: ignore[typeddict-item]
+    assert cache.lookup(ask(FAQ), deadline=time.monotonic() + 5) is None
+
+
+def test_an_openai_embedder_with_a_timeout_or_dimension_of_the_wrong_kind_is_refused() -> None:
+    """A text timeout failed at the first embedding (``min`` of a text and a number); a
+    negative one made every request time out at once."""
+    from llmguard_sdk.cache import OpenAIEmbedder
+    from llmguard_sdk.errors import ConfigurationError
+
+    for options in ({"timeout": "10"}, {"timeout": -1.0}, {"timeout": float("nan")}):
+        with pytest.raises(ConfigurationError, match="timeout"):
+            OpenAIEmbedder("http://127.0.0.1:1/v1", "m", 8, **options)  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="dimension"):
+        OpenAIEmbedder("http://127.0.0.1:1/v1", "m", 0)

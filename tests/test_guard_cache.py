@@ -274,3 +274,29 @@ def test_the_embedding_waits_no_longer_than_the_calls_deadline_allows(
     assert finished, "the lookup waited on the embedder past the call's deadline"
     assert [answer.route for answer in answers] == ["primary", "primary"]
     embedder.close()
+
+
+def test_the_stale_lookup_after_every_route_failed_keeps_to_the_deadline(
+    fake: FakeProvider, make_guard: MakeGuard, held_embeddings: str
+) -> None:
+    """When every route failed, the stale lookup embedded the request again (the opening
+    lookup's embedding had timed out) with the embedder's own timeout (a minute): it now
+    waits half of what is left of the call's deadline, and the degraded answer comes."""
+    embedder = OpenAIEmbedder(held_embeddings, "embed-small", 64, timeout=60)
+    cache = ResponseCache(embedder=embedder, threshold=0.5, stale_ttl=60)
+    guard = make_guard(fake, cache=cache, retry=None, breaker=None, degraded="Later.")
+    guard.chat(QUESTION)  # stored with its embedding (the endpoint answers at once)
+    Embeddings.holding.set()
+    fake.always(Fault(status=503))
+    answers: list[Any] = []
+    caller = threading.Thread(
+        target=lambda: answers.append(guard.chat(PARAPHRASE, timeout=4.0)), daemon=True
+    )
+    caller.start()
+    caller.join(40)  # (a bound for the test, not a timing: the call waits 3 s or so)
+    finished = not caller.is_alive()
+    Embeddings.released.set()
+    caller.join(120)
+    assert finished, "the stale lookup waited on the embedder past the call's deadline"
+    assert [answer.route for answer in answers] == ["degraded"]
+    embedder.close()

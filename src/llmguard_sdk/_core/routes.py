@@ -263,7 +263,11 @@ def degraded_response(ctx: CallContext, stages: Stages) -> ChatResponse | None:
     configured degraded answer, else None."""
     if stages.cache is not None:
         hit = stages.cache.lookup_stale(
-            cache_request(ctx, stages), ctx.scope, tags=ctx.cache_tags, cacheable=ctx.cacheable
+            cache_request(ctx, stages),
+            ctx.scope,
+            tags=ctx.cache_tags,
+            cacheable=ctx.cacheable,
+            deadline=ctx.deadline,
         )
         if hit is not None:
             response = from_cache(ctx, hit)

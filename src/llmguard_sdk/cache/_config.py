@@ -11,10 +11,18 @@ from numbers import Real
 
 from ..context import Scope
 from ..errors import ConfigurationError, RequestValidationError
+from ..models import ChatRequest, ChatResponse
 from .embedders import Embedder
 from .monitor import FalseHitMonitor
 
-__all__ = ["check_matching", "check_parts", "check_policy", "check_scope", "check_target"]
+__all__ = [
+    "check_call",
+    "check_matching",
+    "check_parts",
+    "check_policy",
+    "check_scope",
+    "check_target",
+]
 
 _INF = float("inf")
 
@@ -87,3 +95,17 @@ def check_parts(embedder: object, verifier: object, monitor: object, **switches:
     for name, value in switches.items():
         if not isinstance(value, bool) and not (name == "strict" and value is None):
             raise ConfigurationError(f"{name} must be True or False, got {value!r}")
+
+
+def check_call(request: object, response: object = None, deadline: object = None) -> None:
+    """A lookup's or store's arguments: a :class:`~llmguard_sdk.ChatRequest`, a
+    :class:`~llmguard_sdk.ChatResponse` (stores) and a deadline that is a number or ``None``
+    (:class:`RequestValidationError` otherwise)."""
+    if not isinstance(request, ChatRequest):
+        raise RequestValidationError(f"the cache needs a ChatRequest, got {request!r:.80}")
+    if response is not None and not isinstance(response, ChatResponse):
+        raise RequestValidationError(f"the cache stores a ChatResponse, got {response!r:.80}")
+    if deadline is not None and not _real(deadline):
+        raise RequestValidationError(
+            f"deadline must be a time.monotonic() instant, got {deadline!r:.80}"
+        )

@@ -21,7 +21,7 @@ from .._state.stores import RedisStore, Store, hash_id, open_store
 from ..context import Scope, current_scope
 from ..errors import ConfigurationError, ProviderError
 from ..models import ChatRequest, ChatResponse
-from ._config import check_matching, check_parts, check_policy, check_scope
+from ._config import check_call, check_matching, check_parts, check_policy, check_scope
 from ._local import _LocalIndexes
 from ._recent import RecentEmbeddings
 from ._served import matched_by
@@ -202,6 +202,7 @@ class ResponseCache:
         self, request: ChatRequest, scope: Scope | None = None, *, cacheable: bool = True
     ) -> str | None:
         """Why this call must not use the cache (``None`` when it may)."""
+        check_call(request)
         scope = scope or current_scope()
         if not cacheable:
             return "opted_out"
@@ -236,6 +237,7 @@ class ResponseCache:
         """The keys of a call that may use the cache, ``None`` when it must not (see
         :meth:`skip_reason`). Pass them as ``keys=`` to the lookup and to the store of the
         same request, scope and tags: both then use them instead of hashing the request."""
+        check_call(request, deadline=options.get("deadline"))
         if self.skip_reason(request, scope, cacheable=options.get("cacheable", True)) is not None:
             return None
         keys = options.get("keys")
@@ -309,7 +311,9 @@ class ResponseCache:
     ) -> CacheHit | None:
         """A fresh *or expired* answer (within ``stale_ttl``), for when every route failed."""
         keys = self.call_keys(request, scope, **options)
-        hit = None if keys is None else self._find(keys, stale=True)
+        hit = (
+            None if keys is None else self._find(keys, stale=True, deadline=options.get("deadline"))
+        )
         if hit is not None:
             self.stats._add("stale_hits")
             if hit.matched == "semantic":
@@ -339,7 +343,7 @@ class ResponseCache:
         scope = scope or current_scope()
         return await anyio.to_thread.run_sync(lambda: self.lookup_stale(request, scope, **options))
 
-    def _find(self, keys: CacheKeys, *, stale: bool) -> CacheHit | None:
+    def _find(self, keys: CacheKeys, *, stale: bool, deadline: float | None) -> CacheHit | None:
         now = time.time()
         entry = self._backend.get(keys.exact)
         if entry is not None and (stale or entry.fresh_until > now):
@@ -348,7 +352,7 @@ class ResponseCache:
         if stopped or not self.semantic or not keys.query.strip():
             return None  # (semantic hits the monitor stopped are not served stale either)
         self._sync()
-        return self._semantic(keys, stale=stale)
+        return self._semantic(keys, stale=stale, deadline=deadline)
 
     def _semantic(
         self, keys: CacheKeys, *, stale: bool, deadline: float | None = None
@@ -451,6 +455,7 @@ class ResponseCache:
         """The entry :meth:`store` would write for this call (``None``: not cacheable); the
         embedding is computed here (CPU work, or bounded by ``deadline``: see
         :class:`CacheOptions`), the write is :meth:`put_steps`."""
+        check_call(request, response, options.get("deadline"))
         if not storable(request, response):
             return None
         keys = self.call_keys(request, scope, **options)
