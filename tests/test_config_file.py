@@ -420,3 +420,26 @@ def test_errors_found_when_the_routes_are_built_name_the_file(tmp_path: Path, te
     path = _write(tmp_path, "from-env.toml", text)
     with pytest.raises(ConfigurationError, match=r"from-env\.toml: "):
         Guard.from_config(environ={"LLMGUARD_CONFIG": str(path)})
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('[[routes]]\nmodel = "openai/"\n', r"routes\.0\.model: .*<shortcut>/<model>"),
+        ('[[routes]]\nmodel = "local/ "\n', r"routes\.0\.model: .*<shortcut>/<model>"),
+        (
+            '[[routes]]\ngroup = "g"\nstrategy = "weighted"\nweights = [1]\ndeployments = [\n'
+            '  { model = "vllm/a", name = "a", base_url = "http://127.0.0.1:9/v1" },\n'
+            '  { model = "vllm/b", name = "b", base_url = "http://127.0.0.1:9/v1" },\n]\n',
+            r"routes\.0: weights: ",
+        ),
+    ],
+)
+def test_a_route_without_a_model_and_a_group_error_name_their_key(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    """``openai/`` passed (every call then sent model ""), and a group's own errors named
+    ``weights`` without saying which entry of ``routes``."""
+    path = _write(tmp_path, "guard.toml", text)
+    with pytest.raises(ConfigurationError, match=message):
+        Guard.from_config(path, environ={"OPENAI_API_KEY": "sk-test"})

@@ -112,7 +112,8 @@ class RouteConfig(BaseModel):
     @field_validator("model")
     @classmethod
     def _check_model(cls, model: str) -> str:
-        if "/" not in model or model.split("/", 1)[0] not in SHORTCUTS:
+        shortcut, _, name = model.partition("/")
+        if shortcut not in SHORTCUTS or not name.strip():  # "openai/": every call sent ""
             raise ValueError(f"model must be <shortcut>/<model> with a shortcut of {SHORTCUTS}")
         return model
 
@@ -292,8 +293,8 @@ def resolve(
                 _route(route, environ, f"routes.{index}.deployments.{i}")
                 for i, route in enumerate(entry.deployments)
             ]
-            entries.append(
-                DeploymentGroup(
+            try:
+                group = DeploymentGroup(
                     entry.group,
                     [provider for provider, _ in built],
                     strategy=entry.strategy,
@@ -301,7 +302,9 @@ def resolve(
                     regions=entry.regions,
                     region=entry.region,
                 )
-            )
+            except ConfigurationError as exc:  # its own keys ("weights: ..."), in routes.N
+                raise ConfigurationError(f"routes.{index}: {exc}") from None
+            entries.append(group)
             described += [_in_group(info, entry.group) for _, info in built]
         else:
             provider, info = _route(entry, environ, f"routes.{index}")
