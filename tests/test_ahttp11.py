@@ -362,7 +362,13 @@ async def test_tls_trusts_what_httpx_trusts(
     monkeypatch.setenv("SSL_CERT_FILE", str(cert_file))  # as httpx reads it
     trusting = OpenAICompatibleProvider(base_url)
     assert await ask(trusting) == "hi there"
+    idle = trusting._async_pool().transport._idle
+    kept = [connection for pooled in idle.values() for connection, _ in pooled]
     assert await ask(trusting) == "hi there"
+    # the same connection again: nothing a TLS stream holds (its records read, a session
+    # ticket) reads as bytes read ahead
+    assert [connection for pooled in idle.values() for connection, _ in pooled] == kept
+    assert len(kept) == 1
     await trusting.aclose()
 
 

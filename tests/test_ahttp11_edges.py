@@ -4,7 +4,10 @@ loopback servers: what a request asks of its connection, and a process with many
 from __future__ import annotations
 
 import json
+import socket
+import ssl
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import anyio
 import anyio.abc
@@ -27,6 +30,7 @@ from tests.test_http11_edges import (
     REPEATED_LINES,
     SIGNED_CHUNK_SIZE,
 )
+from tests.tlsserver import _certificate
 
 pytestmark = pytest.mark.anyio
 
@@ -240,4 +244,43 @@ async def test_bytes_anyio_read_ahead_on_an_idle_connection_keep_it_from_reuse()
         url = f"{server.base_url}/x"
         for _ in range(2):  # the second on a new connection (reused: "stale")
             assert await read_whole(transport, url) == b"x" * size
+        await transport.aclose()
+
+
+class _TLSRawServer(RawServer):
+    """:class:`RawServer` over TLS (its own certificate, trusted through ``SSL_CERT_FILE``)."""
+
+    def __init__(self, context: ssl.SSLContext, head: bytes, parts: tuple[bytes, ...]) -> None:
+        self.context = context
+        super().__init__(head, parts, hold=True)
+
+    @property
+    def base_url(self) -> str:
+        return super().base_url.replace("http://", "https://")
+
+    def _answer(self, conn: socket.socket) -> None:
+        try:
+            conn = self.context.wrap_socket(conn, server_side=True)
+        except OSError:
+            conn.close()
+            return
+        super()._answer(conn)
+
+
+async def test_records_a_tls_stream_read_ahead_keep_its_connection_from_reuse(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An extra answer in a TLS record of its own, read from the socket with the last record
+    of the first: it waits in the TLS stream (not decrypted yet, or not taken), out of a
+    poll's sight, and the next request read it as its own."""
+    cert_file, key_file = _certificate(tmp_path)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert_file, key_file)
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert_file))
+    stale = b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nstale"
+    head = b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % len(BODY)
+    with _TLSRawServer(context, head + BODY, (stale,)) as server:
+        transport = AnyioTransport(httpx2)
+        for _ in range(2):  # the second on a new connection (reused: "stale")
+            assert await read_whole(transport, f"{server.base_url}/x") == BODY
         await transport.aclose()
