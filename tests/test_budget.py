@@ -226,6 +226,11 @@ def test_bad_budgets(bad: dict[str, Any]) -> None:
         {"local_routes": 3},
         {"on_event": None},
         {"budgets": None},
+        # a string was taken for its truth: fail_open="false" failed open
+        {"fail_open": "false"},
+        {"clamp_max_tokens": "no"},
+        {"input_margin": True},
+        {"hold_seconds": True},
     ],
 )
 def test_bad_budget_sets(bad: dict[str, Any]) -> None:

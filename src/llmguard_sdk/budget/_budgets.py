@@ -97,6 +97,12 @@ class Budgets:
         self._check_numbers()
 
     def _check_numbers(self) -> None:
+        for name in ("fail_open", "clamp_max_tokens"):  # ("false" is true)
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigurationError(f"{name} must be True or False")
+        for name in ("input_margin", "hold_seconds"):
+            if isinstance(getattr(self, name), bool):
+                raise ConfigurationError(f"{name} must be a number, not a boolean")
         share = self.fail_open_share
         if share is not None and (
             isinstance(share, bool) or not (isinstance(share, (int, float)) and 0 <= share <= 1)
