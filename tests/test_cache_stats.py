@@ -116,3 +116,19 @@ def test_an_openai_embedder_with_a_timeout_or_dimension_of_the_wrong_kind_is_ref
             OpenAIEmbedder("http://127.0.0.1:1/v1", "m", 8, **options)  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError, match="dimension"):
         OpenAIEmbedder("http://127.0.0.1:1/v1", "m", 0)
+
+
+def test_the_recent_embeddings_keep_no_long_query_text() -> None:
+    """The last 256 queries' embeddings were kept under the query's text: 256 long prompts
+    (documents pasted in, say) held their whole text, 256 MB for prompts of 1 MB, however
+    small the vectors. A long query is kept under its digest instead."""
+    cache = ResponseCache()
+    long_query = "Please summarise this report. " + "word " * 200_000  # about 1 MB
+    request = ask(long_query)
+    assert cache.lookup(request) is None
+    assert cache.store(request, answer("a summary"))
+    assert cache.lookup(request) is not None  # exact
+    kept = list(cache._recent._recent)
+    assert kept
+    assert max(len(key) for key in kept) <= 2048
+    assert cache._recent.embedded(long_query) is cache._recent.embedded(long_query)  # found

@@ -3,6 +3,7 @@ embeds the same question again nor computes its sketch again."""
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections import OrderedDict
 
@@ -13,6 +14,8 @@ from .entry import decode_vector, encode_vector
 from .index import Probe
 
 __all__ = ["RecentEmbeddings"]
+
+_KEPT_CHARS = 2048  # a longer query is remembered under its digest, not its text
 
 
 class _Embedded:
@@ -38,20 +41,21 @@ class RecentEmbeddings:
     def __init__(self, embedder: Embedder, size: int = 256) -> None:
         self._embedder = embedder
         self._size = size
-        self._recent: OrderedDict[str, _Embedded] = OrderedDict()
+        self._recent: OrderedDict[str | bytes, _Embedded] = OrderedDict()
         self._lock = threading.Lock()
 
     def embedded(self, query: str, timeout: float | None = None) -> _Embedded:
         """The query's embedding, remembered; ``timeout``: the most seconds an embedder that
         takes one may wait (see :func:`~llmguard_sdk.cache.embedders.base.embed_within`)."""
+        key = _key(query)
         with self._lock:
-            embedded = self._recent.get(query)
+            embedded = self._recent.get(key)
             if embedded is not None:
                 return embedded
         vector = np.asarray(embed_within(self._embedder, [query], timeout)[0], dtype=np.float32)
         embedded = _Embedded(Probe(vector))
         with self._lock:
-            self._recent[query] = embedded
+            self._recent[key] = embedded
             if len(self._recent) > self._size:
                 self._recent.popitem(last=False)
         return embedded
@@ -61,7 +65,15 @@ class RecentEmbeddings:
         the probe this process's lookup made for the same vector where there is one (its
         float16 vector and its sketch are not computed again), else the entry's vector."""
         with self._lock:
-            embedded = self._recent.get(query)
+            embedded = self._recent.get(_key(query))
         if embedded is not None and embedded.encoded() == vector:
             return embedded.probe
         return Probe(decode_vector(vector))
+
+
+def _key(query: str) -> str | bytes:
+    """What a query is remembered under: its text, or the digest of a long one (256 pasted
+    documents would otherwise be held whole; bytes, never equal to a query's text)."""
+    if len(query) <= _KEPT_CHARS:
+        return query
+    return hashlib.blake2b(query.encode("utf-8", "surrogatepass"), digest_size=16).digest()
