@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from llmguard_sdk import Guard, OpenAICompatibleProvider
+from llmguard_sdk import Guard, OpenAICompatibleProvider, OpenAIResponsesProvider
 from llmguard_sdk.client import ChunkStream
 from llmguard_sdk.transport import http_client
 
@@ -70,3 +70,69 @@ def test_a_whole_answer_s_reasoning_is_carried_apart(key: str) -> None:
     ):
         answer = guard.chat(ASK)
     assert (answer.text, answer.metadata["reasoning"]) == ("Four.", "Two and two.")
+
+
+def _responses_event(kind: str, **data: Any) -> bytes:
+    return f"event: {kind}\ndata: {json.dumps({'type': kind, **data})}\n\n".encode()
+
+
+_SUMMARY = [("Two and ", 0, 0), ("two.", 0, 0), ("Sure.", 0, 1)]  # (delta, item, part)
+_USAGE = {"input_tokens": 3, "output_tokens": 9, "total_tokens": 12}
+
+
+def _responses_stream() -> bytes:
+    created = {"id": "resp_1", "model": "m", "status": "in_progress", "output": []}
+    done = {**created, "status": "completed", "usage": _USAGE}
+    return (
+        _responses_event("response.created", response=created)
+        + b"".join(
+            _responses_event(
+                "response.reasoning_summary_text.delta",
+                item_id="rs_1",
+                output_index=item,
+                summary_index=part,
+                delta=delta,
+            )
+            for delta, item, part in _SUMMARY
+        )
+        + _responses_event(
+            "response.output_text.delta", item_id="msg_1", output_index=1, delta="Four."
+        )
+        + _responses_event("response.completed", response=done)
+    )
+
+
+def test_a_responses_route_carries_reasoning_summaries_apart() -> None:
+    """A Responses route skipped the reasoning summary (streamed, and in a whole answer's
+    ``reasoning`` items) while a chat-completions route carries a model's reasoning: it is
+    ``metadata["reasoning"]`` now, its parts joined by a blank line in both."""
+    summary = [{"type": "summary_text", "text": "Two and two."}]
+    summary.append({"type": "summary_text", "text": "Sure."})
+    body = {
+        "id": "resp_1",
+        "model": "m",
+        "status": "completed",
+        "output": [
+            {"type": "reasoning", "id": "rs_1", "summary": summary},
+            {"type": "message", "role": "assistant", "content": [_text("Four.")]},
+        ],
+        "usage": _USAGE,
+    }
+    with (
+        RawServer(sse_head(), (_responses_stream(),)) as raw,
+        Guard(OpenAIResponsesProvider(raw.base_url, model="m"), environ={}, retry=None) as guard,
+        guard.chat(ASK, stream=True) as chat,
+    ):
+        assert "".join(chunk.text for chunk in chat) == "Four."
+    with (
+        RawServer(http_response(json.dumps(body).encode())) as raw,
+        Guard(OpenAIResponsesProvider(raw.base_url, model="m"), environ={}, retry=None) as guard,
+    ):
+        answer = guard.chat(ASK)
+    assert answer.text == chat.response.text == "Four."
+    assert answer.metadata["reasoning"] == chat.response.metadata["reasoning"]
+    assert answer.metadata["reasoning"] == "Two and two.\n\nSure."
+
+
+def _text(text: str) -> dict[str, Any]:
+    return {"type": "output_text", "text": text, "annotations": []}

@@ -152,6 +152,7 @@ def _output(data: Mapping[str, Any]) -> tuple[str, list[dict[str, Any]], dict[st
     text: list[str] = []
     calls: list[dict[str, Any]] = []
     metadata: dict[str, Any] = {}
+    reasoning: list[str] = []
     output = data.get("output")
     for item in output if isinstance(output, list) else ():
         if not isinstance(item, dict):
@@ -164,6 +165,8 @@ def _output(data: Mapping[str, Any]) -> tuple[str, list[dict[str, Any]], dict[st
                     merge_metadata(metadata, _logprobs(part.get("logprobs")))
                 elif isinstance(part, dict) and part.get("type") == "refusal":
                     merge_metadata(metadata, {"refusal": str(part.get("refusal") or "")})
+        elif item.get("type") == "reasoning":
+            reasoning += _reasoning_texts(item)
         elif item.get("type") == "function_call":
             calls.append(
                 {
@@ -172,7 +175,21 @@ def _output(data: Mapping[str, Any]) -> tuple[str, list[dict[str, Any]], dict[st
                     "function": {"name": item.get("name"), "arguments": item.get("arguments")},
                 }
             )
+    if reasoning:  # as a stream gives it (see ResponsesStreamState._reasoned)
+        metadata["reasoning"] = "\n\n".join(reasoning)
     return "".join(text), calls, metadata
+
+
+def _reasoning_texts(item: Mapping[str, Any]) -> list[str]:
+    """A reasoning item's texts: its summary's parts (OpenAI's), its content's (an open
+    model's own reasoning, as servers of gpt-oss send it)."""
+    texts = []
+    for key in ("summary", "content"):
+        parts = item.get(key)
+        for part in parts if isinstance(parts, list) else ():
+            if isinstance(part, dict) and isinstance(part.get("text"), str) and part["text"]:
+                texts.append(part["text"])
+    return texts
 
 
 def _logprobs(tokens: object) -> dict[str, Any]:
@@ -219,6 +236,7 @@ class ResponsesStreamState(AnthropicStreamState):
     def __init__(self, route: str, deadline: float) -> None:
         super().__init__(route, deadline)
         self.calls: dict[int, int] = {}  # output index -> tool call index
+        self.reasoning_part: tuple[object, ...] | None = None  # the last reasoning delta's
 
     def _event(self, data: str) -> StreamChunk | None:
         event = self.event_object(data)
@@ -240,6 +258,8 @@ class ResponsesStreamState(AnthropicStreamState):
             return self._delta(kind, event.get("delta"), event.get("logprobs"))
         if kind in ("response.output_item.added", "response.function_call_arguments.delta"):
             return self._call(kind, event)
+        if kind in ("response.reasoning_summary_text.delta", "response.reasoning_text.delta"):
+            return self._reasoned(event)
         if kind in ("response.completed", "response.incomplete"):
             response = event.get("response")
             response = response if isinstance(response, dict) else {}
@@ -249,7 +269,7 @@ class ResponsesStreamState(AnthropicStreamState):
                 response.get("usage"), service_tier=response.get("service_tier")
             )
             return self._make(finish=finish, usage=usage)
-        return None  # in_progress, content parts, the *.done events, reasoning summaries
+        return None  # in_progress, content parts, the *.done events
 
     def _delta(self, kind: str, delta: object, logprobs: object) -> StreamChunk | None:
         """A piece of the message's text (with its tokens' logprobs) or of its refusal."""
@@ -258,6 +278,20 @@ class ResponsesStreamState(AnthropicStreamState):
         if kind == "response.refusal.delta":
             return self._make(metadata={"refusal": delta})
         return self._make(text=delta, metadata=_logprobs(logprobs))
+
+    def _reasoned(self, event: Mapping[str, Any]) -> StreamChunk | None:
+        """A piece of the model's reasoning (of its summary, or its own) as
+        ``metadata["reasoning"]``, never the text; a new part (of a summary, or of a
+        reasoning item) after another starts with a blank line, as a whole answer's
+        parts are joined."""
+        delta = event.get("delta")
+        if not isinstance(delta, str) or not delta:
+            return None
+        part = tuple(event.get(key) for key in ("output_index", "summary_index", "content_index"))
+        if self.reasoning_part is not None and part != self.reasoning_part:
+            delta = "\n\n" + delta
+        self.reasoning_part = part
+        return self._make(metadata={"reasoning": delta})
 
     def _call(self, kind: str, event: dict[str, Any]) -> StreamChunk | None:
         at = event.get("output_index")
