@@ -82,6 +82,17 @@ def test_bad_limits_raise_typed_errors(bad: dict[str, Any]) -> None:
         RateLimit(**bad)
 
 
+@pytest.mark.parametrize(
+    "name",
+    ["max_wait", "batch_headroom", "reserve_output_tokens", "period", "burst", "max_queue"],
+)
+@pytest.mark.parametrize("flag", [True, False])
+def test_a_bool_is_no_number_of_a_limit(name: str, flag: bool) -> None:
+    # bool is an int: max_wait=True waited a second, reserve_output_tokens=True reserved one
+    with pytest.raises(ConfigurationError, match=name):
+        RateLimit(rpm=10, **{name: flag})
+
+
 @pytest.mark.parametrize("bad", [{"r": "fast"}, {"r": []}, {"": RateLimit(rpm=1)}, ["r"]])
 def test_bad_limit_maps_raise_typed_errors(bad: Any) -> None:
     with pytest.raises(ConfigurationError):
@@ -385,6 +396,9 @@ def test_contract_a_nan_or_infinite_amount_is_a_typed_error(
         ("settle", {"lease": 5}),
         ("learn", {"remaining_tokens": -1}),
         ("learn", {"pause": "soon"}),
+        ("reserve", {"tokens": True}),  # bool is an int: a reservation of one token
+        ("settle", {"request_delta": False}),
+        ("learn", {"pause": True}),
     ],
 )
 def test_contract_a_bad_argument_is_a_typed_error(

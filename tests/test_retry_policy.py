@@ -83,6 +83,9 @@ def test_policy_defaults_are_bounded() -> None:
         {"idempotency_header": "X-Key\n"},
         {"idempotency_header": "Ключ"},
         {"idempotency_header": 42},
+        {"attempts": True},  # bool is an int: one attempt, retries silently off
+        {"base": True},
+        {"timeout": True},
     ],
 )
 def test_bad_policies_are_configuration_errors(kwargs: dict[str, object]) -> None:

@@ -90,6 +90,13 @@ def test_socket_timeout_must_be_a_bounded_positive_number(bad: float) -> None:
         RedisStore("redis://127.0.0.1:1/0", socket_timeout=bad)
 
 
+@pytest.mark.parametrize("name", ["local_share", "retry_pause"])
+def test_a_bool_is_no_share_or_pause(name: str) -> None:
+    # bool is an int: local_share=True was a share of 1 (each process the whole limit)
+    with pytest.raises(ConfigurationError, match=name):
+        RedisStore("redis://127.0.0.1:1/0", **{name: True})
+
+
 @pytest.mark.parametrize("bad", [None, 6379, ["memory"]])
 def test_a_store_spec_that_is_not_text_is_a_configuration_error(bad: object) -> None:
     # open_store called .strip() on it: AttributeError (ResponseCache(store=None) too)
@@ -110,12 +117,48 @@ def test_the_urls_pool_options_are_checked_too(query: str) -> None:
         RedisStore(f"redis://127.0.0.1:1/0?{query}")
 
 
+@pytest.mark.parametrize(
+    ("url", "name"),
+    [
+        ("redis://127.0.0.1:6379/0?prefix=app", "prefix"),  # a TypeError at the first call
+        ("redis://127.0.0.1:6379/0?health_check_interval=-5", "health_check_interval"),
+        ("redis://127.0.0.1:6379/0?health_check_interval=1.5", "health_check_interval"),
+        ("redis://127.0.0.1:6379/0?socket_keepalive=maybe", "socket_keepalive"),
+        ("redis://127.0.0.1:6379/0?retry_on_error=x", "retry_on_error"),  # the store's own
+        ("redis://127.0.0.1:6379/0?ssl_cert_reqs=none", "ssl_cert_reqs"),  # TLS options: rediss
+        ("redis://127.0.0.1:6379/0?db=-1", "db"),
+        ("redis+cluster://127.0.0.1:7000?prefix=app", "prefix"),  # silently dropped
+        ("redis+cluster://127.0.0.1:7000?password=x", "password"),
+        ("redis+cluster://127.0.0.1:7000?health_check_interval=5", "health_check_interval"),
+    ],
+)
+def test_a_urls_unknown_or_bad_option_is_refused_when_the_store_is_built(
+    url: str, name: str
+) -> None:
+    # redis-py passes a query option it does not know on to its connection class: the store
+    # was built, then its first command raised TypeError (read as a bug, not Redis down)
+    with pytest.raises(ConfigurationError, match=name):
+        open_store(url)
+
+
+def test_a_urls_known_options_are_taken(redis_url: str, redis_prefix: str) -> None:
+    query = "health_check_interval=5&socket_keepalive=true&client_name=app&socket_timeout=2"
+    store = RedisStore(f"{redis_url}?{query}", key_prefix=redis_prefix)
+    try:
+        assert store.ping()
+        assert store.client.client_getname() == "app"
+        kwargs = store.client.connection_pool.connection_kwargs
+        assert (kwargs["health_check_interval"], kwargs["socket_keepalive"]) == (5, True)
+    finally:
+        store.close()
+
+
 def test_a_password_in_the_urls_query_is_redacted_too() -> None:
     # redis-py takes ?password=... as the password: repr() (and a ResponseCache's) showed it
-    store = RedisStore("redis://127.0.0.1:6379/0?db=0&password=hunter2&x=1")
+    store = RedisStore("redis://127.0.0.1:6379/0?db=0&password=hunter2&client_name=x")
     assert "hunter2" not in repr(store)
     assert "hunter2" not in repr(ResponseCache(store=store))
-    assert "x=1" in repr(store)
+    assert "client_name=x" in repr(store)
     with pytest.raises(ConfigurationError) as refused:
         RedisStore("redis://127.0.0.1:6379/0?password=hunter2&max_connections=0")
     assert "hunter2" not in str(refused.value)

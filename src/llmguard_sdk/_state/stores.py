@@ -15,10 +15,10 @@ import math
 import re
 import threading
 import weakref
-from collections.abc import AsyncIterator, Collection, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from importlib import resources
 from typing import TYPE_CHECKING, Any, Literal, cast
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, parse_qsl, unquote, urlsplit
 
 from .._loops import PerLoop
 from ..errors import ConfigurationError
@@ -119,6 +119,43 @@ def _whole(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+_TLS_OPTIONS = ("ssl_cert_reqs", "ssl_ca_certs", "ssl_certfile", "ssl_keyfile")
+_FLAGS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
+
+
+def _whole_text(low: int) -> Callable[[str], bool]:
+    return lambda text: text.isascii() and text.isdigit() and int(text) >= low
+
+
+# What a Redis URL's query may set, each with a check of its text; redis-py passes any name
+# it does not know on to its connection class (a TypeError at the first command), and
+# reads a flag that is no flag as true. The pool options' ranges: _check_url_options.
+_QUERY_OPTIONS: dict[str, Callable[[str], bool]] = {
+    **dict.fromkeys(_POOL_OPTIONS, lambda text: True),
+    "db": _whole_text(0),
+    "health_check_interval": _whole_text(0),  # seconds; 0: no check
+    "socket_keepalive": lambda text: text.lower() in _FLAGS,
+    **dict.fromkeys(("client_name", "username", "password"), lambda text: True),
+}
+_TLS_QUERY_OPTIONS: dict[str, Callable[[str], bool]] = {
+    **dict.fromkeys(_TLS_OPTIONS, lambda text: True),
+    "ssl_check_hostname": lambda text: text.lower() in _FLAGS,
+}
+_CLUSTER_QUERY_OPTIONS = {name: _QUERY_OPTIONS[name] for name in _POOL_OPTIONS}
+
+
+def _check_query(query: str, known: Mapping[str, Callable[[str], bool]]) -> None:
+    """Raise ValueError for an option of a Redis URL's ``query`` not in ``known``, or whose
+    text its check refuses: at once, naming it, rather than at the first command."""
+    for name, text in parse_qsl(query):
+        check = known.get(name)
+        if check is None:
+            takes = ", ".join(sorted(known))
+            raise ValueError(f"unknown option {name!r} in the URL's query (it takes {takes})")
+        if not check(text.strip()):
+            raise ValueError(f"option {name}={text!r} in the URL's query is out of range")
+
+
 def _check_url_options(options: dict[str, Any]) -> None:
     """Raise ValueError for pool options of a Redis URL's query that the keywords refuse."""
     for name in ("socket_timeout", "socket_connect_timeout", "timeout"):
@@ -134,6 +171,12 @@ class RedisStore(Store):
 
     Args:
         url: ``redis://[user:password@]host:port/db``, ``rediss://`` for TLS, or ``unix://``.
+            Its query may set ``socket_timeout``, ``socket_connect_timeout``, ``timeout``,
+            ``max_connections`` (over the keywords), ``db``, ``health_check_interval``,
+            ``socket_keepalive``, ``client_name``, ``username``, ``password`` and, for
+            ``rediss://``, ``ssl_cert_reqs``, ``ssl_ca_certs``, ``ssl_certfile``,
+            ``ssl_keyfile``, ``ssl_check_hostname`` (a cluster URL: the first four, and the
+            ``ssl_*`` ones); any other option is a :class:`ConfigurationError`.
         key_prefix: prefix of every key the SDK writes.
         socket_timeout: seconds any single Redis operation may take (short by design: a slow
             Redis must not stall LLM calls; at most 3600).
@@ -172,9 +215,9 @@ class RedisStore(Store):
             )
         if not (_whole(max_connections) and max_connections >= 1):
             raise ConfigurationError("max_connections must be a whole number >= 1")
-        if not (isinstance(local_share, (int, float)) and 0 < local_share <= 1):
+        if not (_number(local_share) and 0 < local_share <= 1):
             raise ConfigurationError("local_share must be in (0, 1]")
-        if not (isinstance(retry_pause, (int, float)) and 0 < retry_pause <= 30):
+        if not (_number(retry_pause) and 0 < retry_pause <= 30):
             raise ConfigurationError("retry_pause must be in (0, 30] seconds")
         self.url = url
         self.local_share = float(local_share)
@@ -210,7 +253,10 @@ class RedisStore(Store):
         import redis
         from redis.connection import parse_url
 
+        parts = urlsplit(self.url)
+        known = {**_QUERY_OPTIONS, **(_TLS_QUERY_OPTIONS if parts.scheme == "rediss" else {})}
         try:  # more callers than connections wait for one (bounded), not "Redis down"
+            _check_query(parts.query, known)
             self._take_url_options(parse_url(self.url))  # type: ignore[no-untyped-call]
             options = {**self._pool_options(), **sent_once(self.url, asynchronous=False)}
             self._pool = redis.BlockingConnectionPool.from_url(self.url, **options)
@@ -342,7 +388,9 @@ class RedisClusterStore(RedisStore):
             raise ConfigurationError("Redis Cluster has only database 0")
         from redis.connection import parse_url
 
+        tls = _TLS_QUERY_OPTIONS if parts.scheme == "rediss+cluster" else {}
         try:  # the query's pool options, as a standalone store takes them
+            _check_query(parts.query, {**_CLUSTER_QUERY_OPTIONS, **tls})
             query = parse_url(f"redis://localhost/?{parts.query}")  # type: ignore[no-untyped-call]
             self._take_url_options(query)
         except ValueError as exc:
@@ -360,8 +408,10 @@ class RedisClusterStore(RedisStore):
         if parts.scheme == "rediss+cluster":
             options["ssl"] = True
             for name, values in parse_qs(parts.query).items():
-                if name in ("ssl_cert_reqs", "ssl_ca_certs", "ssl_certfile", "ssl_keyfile"):
+                if name in _TLS_OPTIONS:
                     options[name] = values[-1]
+                elif name == "ssl_check_hostname":
+                    options[name] = _FLAGS[values[-1].strip().lower()]
 
     def _new_round_trip_slots(self) -> anyio.Semaphore:
         import anyio

@@ -82,7 +82,7 @@ def check_numbers(given: Mapping[str, object], what: str) -> None:
             continue
         if value is None and name in _MAY_BE_NONE:
             continue
-        if not isinstance(value, (int, float)):
+        if not isinstance(value, (int, float)) or isinstance(value, bool):  # (a bool is an int)
             raise ConfigurationError(f"{what} got {name}={value!r}: a number is needed")
         if math.isnan(value) or (math.isinf(value) and name not in _MAY_BE_INFINITE):
             raise ConfigurationError(f"{what} got {name}={value!r}: a finite number is needed")

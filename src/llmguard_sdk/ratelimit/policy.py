@@ -39,7 +39,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal, TypedDict, TypeVar
+from typing import Any, ClassVar, Literal, TypedDict, TypeGuard, TypeVar
 
 from typing_extensions import Unpack
 
@@ -125,12 +125,17 @@ _EPSILON = 1e-9
 _QUANTITIES = ("rpm", "tpm", "input_tpm", "output_tpm")
 
 
+def _number(value: object) -> TypeGuard[float]:
+    """Whether ``value`` is an int or a float, not a bool (which is an int)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def _positive(value: object) -> bool:
-    return (
-        isinstance(value, (int, float))
-        and not isinstance(value, bool)
-        and 0 < float(value) < math.inf
-    )
+    return _number(value) and 0 < float(value) < math.inf
 
 
 @dataclass(frozen=True)
@@ -186,11 +191,7 @@ class RateLimit:
             value = getattr(self, name)
             if value is not None and not _positive(value):
                 raise ConfigurationError(f"RateLimit.{name} must be a positive number")
-        if self.concurrency is not None and (
-            not isinstance(self.concurrency, int)
-            or isinstance(self.concurrency, bool)
-            or self.concurrency < 1
-        ):
+        if self.concurrency is not None and (not _whole(self.concurrency) or self.concurrency < 1):
             raise ConfigurationError("RateLimit.concurrency must be a whole number >= 1")
         if all(getattr(self, name) is None for name in (*_QUANTITIES, "concurrency")):
             raise ConfigurationError(
@@ -200,17 +201,13 @@ class RateLimit:
             raise ConfigurationError("RateLimit.period must be a positive number of seconds")
         if not (_positive(self.burst) and self.burst <= 1):
             raise ConfigurationError("RateLimit.burst must be in (0, 1]")
-        if not isinstance(self.max_wait, (int, float)) or not (0 <= self.max_wait < math.inf):
+        if not _number(self.max_wait) or not (0 <= self.max_wait < math.inf):
             raise ConfigurationError("RateLimit.max_wait must be a number of seconds >= 0")
-        if not isinstance(self.batch_headroom, (int, float)) or not (0 <= self.batch_headroom < 1):
+        if not _number(self.batch_headroom) or not (0 <= self.batch_headroom < 1):
             raise ConfigurationError("RateLimit.batch_headroom must be in [0, 1)")
-        if self.max_queue is not None and (
-            not isinstance(self.max_queue, int)
-            or isinstance(self.max_queue, bool)
-            or self.max_queue < 0
-        ):
+        if self.max_queue is not None and (not _whole(self.max_queue) or self.max_queue < 0):
             raise ConfigurationError("RateLimit.max_queue must be a whole number >= 0 or None")
-        if not isinstance(self.reserve_output_tokens, int) or self.reserve_output_tokens < 0:
+        if not _whole(self.reserve_output_tokens) or self.reserve_output_tokens < 0:
             raise ConfigurationError("RateLimit.reserve_output_tokens must be a whole number >= 0")
         if not isinstance(self.per_tenant, bool):
             raise ConfigurationError("RateLimit.per_tenant must be True or False")

@@ -93,11 +93,14 @@ class RetryPolicy:
     idempotency_header: str | None = "Idempotency-Key"
 
     def __post_init__(self) -> None:
-        if not isinstance(self.attempts, int) or self.attempts < 1:
+        attempts = self.attempts
+        if not isinstance(attempts, int) or isinstance(attempts, bool) or attempts < 1:
             raise ConfigurationError("RetryPolicy.attempts must be an integer >= 1")
         for name in ("base", "cap", "timeout"):
             value = getattr(self, name)
-            if not (isinstance(value, (int, float)) and 0 < value < math.inf):
+            if isinstance(value, bool) or not (
+                isinstance(value, (int, float)) and 0 < value < math.inf
+            ):
                 raise ConfigurationError(f"RetryPolicy.{name} must be a positive number")
         if self.cap < self.base:
             raise ConfigurationError("RetryPolicy.cap must be at least base")
