@@ -91,6 +91,7 @@ def test_every_parser_takes_any_string(text: str) -> None:
         retry_after_seconds({"retry-after": text}),
         retry_after_seconds({"retry-after-ms": text}),
         rate_limit_reset_seconds({"x-ratelimit-reset-tokens": text}),
+        rate_limit_reset_seconds({"anthropic-ratelimit-tokens-reset": text}),
         server_wait_hint({"retry-after": text, "x-ratelimit-reset-requests": text}),
     ):
         assert value is None or (isinstance(value, float) and 0 <= value < math.inf)
@@ -107,6 +108,27 @@ def test_reset_of_the_exhausted_limit_is_the_hint() -> None:
     headers["x-ratelimit-remaining-tokens"] = "40"
     assert rate_limit_reset_seconds(headers) is None
     assert rate_limit_reset_seconds({"x-ratelimit-reset-requests": "20ms"}) == 0.02
+
+
+def test_anthropics_rfc_3339_resets_are_read_as_openais_durations() -> None:
+    # Anthropic says when a limit resets (an RFC 3339 instant), not how long until then
+    now = 1_800_000_000.0
+    headers = {
+        "anthropic-ratelimit-requests-remaining": "12",
+        "anthropic-ratelimit-requests-reset": "2027-01-15T08:00:01Z",
+        "anthropic-ratelimit-tokens-remaining": "0",
+        "anthropic-ratelimit-tokens-reset": "2027-01-15T08:06:00.5+00:00",
+    }
+    assert rate_limit_reset_seconds(headers, now=now) == 360.5
+    assert server_wait_hint(headers, now=now) == 360.5
+    headers["anthropic-ratelimit-tokens-remaining"] = "40"
+    assert rate_limit_reset_seconds(headers, now=now) is None
+    shifted = {"anthropic-ratelimit-input-tokens-reset": "2027-01-15T10:00:30+02:00"}
+    assert rate_limit_reset_seconds(shifted, now=now) == 30.0
+    past = {"anthropic-ratelimit-requests-reset": "2027-01-15T07:59:00Z"}
+    assert rate_limit_reset_seconds(past, now=now) == 0.0
+    for bad in ("soon", "2027-13-45T99:00:00Z", "2027-01-15T08:00:00", "9" * 400, "١٢"):
+        assert rate_limit_reset_seconds({"anthropic-ratelimit-tokens-reset": bad}) is None
 
 
 def test_retry_after_wins_over_rate_limit_resets() -> None:

@@ -4,6 +4,7 @@ route (the model's encoding, a local model's own tokenizer)."""
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import subprocess
@@ -125,6 +126,37 @@ def test_streams_learn_from_their_response_headers(make_guard: MakeGuard) -> Non
         assert strict.stats.rate_limited == 0  # refused here, not by a 429 over there
         assert info.value.retry_after is not None
         assert info.value.retry_after > 50
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_anthropics_reset_instants_are_learned_as_openais_resets(
+    fake: FakeProvider, make_guard: MakeGuard, mode: str
+) -> None:
+    # no requests left until an RFC 3339 instant 90 s ahead: the route pauses until then,
+    # as for OpenAI's "x-ratelimit-reset-requests: 1m30s" (the counter alone refilled in 0.6 s)
+    reset = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=90)
+    fake.script(
+        Fault(
+            headers={
+                "anthropic-ratelimit-requests-remaining": "0",
+                "anthropic-ratelimit-requests-reset": reset.isoformat().replace("+00:00", "Z"),
+            }
+        )
+    )
+    guard = make_guard(fake, rate_limits={"primary": RateLimit(rpm=100)}, breaker=None)
+
+    def call() -> None:
+        if mode == "sync":
+            guard.chat(USER)
+        else:
+            anyio.run(guard.achat, USER)
+
+    call()
+    with pytest.raises(RateLimitExceededError) as info:
+        call()
+    assert fake.stats.requests == 1  # refused here, not sent
+    assert info.value.retry_after is not None
+    assert 80 < info.value.retry_after <= 91
 
 
 def test_async_streams_learn_from_their_response_headers(make_guard: MakeGuard) -> None:

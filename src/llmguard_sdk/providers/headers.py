@@ -101,20 +101,70 @@ def parse_duration(text: str) -> float | None:
     return total
 
 
-def rate_limit_reset_seconds(headers: Mapping[str, str]) -> float | None:
-    """Seconds until an exhausted rate limit resets, from ``x-ratelimit-reset-*``.
+_RFC_3339 = re.compile(
+    r"(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(\.\d{1,9})?"
+    r"(?:([Zz])|([+-])(\d{2}):(\d{2}))\Z"
+)
 
-    Limits whose ``x-ratelimit-remaining-*`` is 0 count; when no remaining counts are given,
+
+def _instant(text: str) -> float | None:
+    """The POSIX time of an RFC 3339 date-time (``2027-01-15T08:00:00.5Z``, any offset);
+    None for anything else (a time without an offset names no instant)."""
+    match = _RFC_3339.match(text.strip())
+    if match is None:
+        return None
+    year, month, day, hour, minute, second = (int(part) for part in match.group(1, 2, 3, 4, 5, 6))
+    offset = datetime.timedelta(0)
+    if match.group(9) is not None:
+        offset = datetime.timedelta(hours=int(match.group(10)), minutes=int(match.group(11)))
+        if match.group(9) == "-":
+            offset = -offset
+    try:
+        zone = datetime.timezone(offset)
+        when = datetime.datetime(year, month, day, hour, minute, min(second, 59), tzinfo=zone)
+    except ValueError:  # a month 13, an offset of a day or more ...
+        return None
+    return when.timestamp() + float(match.group(7) or 0.0)
+
+
+def _reset_of(lowered: Mapping[str, str], kind: str, now: float | None) -> float | None:
+    """Seconds until limit ``kind`` resets: OpenAI's ``x-ratelimit-reset-{kind}`` (a
+    duration), else Anthropic's ``anthropic-ratelimit-{kind}-reset`` (an RFC 3339 instant)."""
+    raw = lowered.get(f"x-ratelimit-reset-{kind}")
+    if raw is not None:
+        return parse_duration(raw)
+    raw = lowered.get(f"anthropic-ratelimit-{kind}-reset")
+    instant = _instant(raw) if raw is not None else None
+    if instant is None:
+        return None
+    return max(0.0, instant - (time.time() if now is None else now))
+
+
+def _remaining_of(lowered: Mapping[str, str], kind: str) -> float | None:
+    raw = lowered.get(f"x-ratelimit-remaining-{kind}")
+    if raw is None:
+        raw = lowered.get(f"anthropic-ratelimit-{kind}-remaining")
+    return _number(raw)
+
+
+def rate_limit_reset_seconds(
+    headers: Mapping[str, str], *, now: float | None = None
+) -> float | None:
+    """Seconds until an exhausted rate limit resets, from OpenAI's ``x-ratelimit-reset-*``
+    (durations) or Anthropic's ``anthropic-ratelimit-*-reset`` (RFC 3339 instants, read
+    against ``now``, the wall-clock time: the system's by default).
+
+    Limits whose remaining count (``x-ratelimit-remaining-*``,
+    ``anthropic-ratelimit-*-remaining``) is 0 count; when no remaining counts are given,
     every reset counts. The longest applicable reset is returned (all must have reset).
     """
     lowered = {k.lower(): v for k, v in headers.items()}
     resets: dict[str, float] = {}
     for kind in _LIMIT_KINDS:
-        raw = lowered.get(f"x-ratelimit-reset-{kind}")
-        seconds = parse_duration(raw) if raw is not None else None
+        seconds = _reset_of(lowered, kind, now)
         if seconds is not None:
             resets[kind] = seconds
-    remaining = {kind: _number(lowered.get(f"x-ratelimit-remaining-{kind}")) for kind in resets}
+    remaining = {kind: _remaining_of(lowered, kind) for kind in resets}
     if any(left is not None for left in remaining.values()):
         waits = [resets[k] for k, left in remaining.items() if left is not None and left < 1]
     else:
@@ -125,4 +175,4 @@ def rate_limit_reset_seconds(headers: Mapping[str, str]) -> float | None:
 def server_wait_hint(headers: Mapping[str, str], *, now: float | None = None) -> float | None:
     """How long the server asked us to wait: Retry-After first, else the rate-limit reset."""
     explicit = retry_after_seconds(headers, now=now)
-    return explicit if explicit is not None else rate_limit_reset_seconds(headers)
+    return explicit if explicit is not None else rate_limit_reset_seconds(headers, now=now)
