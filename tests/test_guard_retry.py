@@ -9,6 +9,7 @@ from typing import Any
 import anyio
 import openai
 import pytest
+import redis
 
 from llmguard_sdk import (
     AuthenticationError,
@@ -27,9 +28,11 @@ from llmguard_sdk import (
 )
 from llmguard_sdk._core.routes import CONTINUE_PROMPT
 from llmguard_sdk.retry import RetryBudgetPolicy, RetryPolicy, set_testing
+from llmguard_sdk.store import hash_id
 from llmguard_sdk.testing import FakeProvider, Fault
 
 from .conftest import USER
+from .slowanswer import SlowAnswers
 
 MakeGuard = Callable[..., Guard]
 FAST = RetryPolicy(attempts=3, base=0.01, cap=8.0)
@@ -243,6 +246,31 @@ def test_a_storm_from_two_processes_shares_one_redis_budget(
 
     anyio.run(both)
     assert fake.stats.requests <= 100 + 10 + 1
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_retry_the_deadline_no_longer_allows_spends_no_retry_budget(
+    fake: FakeProvider, redis_url: str, redis_prefix: str, mode: str
+) -> None:
+    # Redis answers the budget's spend 1 s late: afterwards the retry's 1.2 s wait no
+    # longer fits the 2 s deadline, so the retry is not made; the retry it took goes back
+    # (it was kept: retries that never happened shrank every route's budget)
+    fake.script(Fault(status=429, retry_after=1.2))
+    with SlowAnswers(redis_url, b"spend", delay=1.0) as slow:
+        provider = OpenAICompatibleProvider(fake.base_url, model="m", name="primary")
+        store = f"{slow.url}?socket_timeout=3"
+        guard = Guard(provider, store=store, key_prefix=redis_prefix, breaker=None, environ={})
+        with pytest.raises(RateLimitedError):
+            call(guard, mode, timeout=2.0)
+        guard.close()
+    assert fake.stats.requests == 1
+    client = redis.Redis.from_url(redis_url)
+    try:
+        key = f"{redis_prefix}:rb:{{{hash_id('primary')}}}"
+        retries = float(client.hget(key, "r") or 0)  # type: ignore[arg-type]
+    finally:
+        client.close()
+    assert retries < 0.01
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -87,6 +87,23 @@ def test_memory_and_redis_budgets_agree(kind: str, redis_target: RedisTarget) ->
     store.close()
 
 
+@pytest.mark.parametrize("kind", ["memory", "redis", "cluster"])
+def test_a_refund_gives_a_spent_retry_back_never_more(kind: str, redis_target: RedisTarget) -> None:
+    store = redis_store(*redis_target(kind)) if kind != "memory" else None
+    budget = MemoryRetryBudget(STEADY) if store is None else RedisRetryBudget(store, STEADY)
+    for _ in range(10):
+        budget.record_request("r")
+    assert budget.try_spend("r")
+    assert not budget.try_spend("r")  # 10 % of 10 requests: one retry
+    budget.refund("r")  # that retry was not made
+    assert budget.try_spend("r")
+    budget.refund("r")
+    budget.refund("r")  # one too many: no retry is owed
+    assert [budget.try_spend("r") for _ in range(2)] == [True, False]
+    if store is not None:
+        store.close()
+
+
 def test_two_processes_share_one_redis_budget(redis_url: str, redis_prefix: str) -> None:
     first = RedisRetryBudget(RedisStore(redis_url, key_prefix=redis_prefix), STEADY)
     second = RedisRetryBudget(RedisStore(redis_url, key_prefix=redis_prefix), STEADY)

@@ -101,22 +101,26 @@ def _route_loop(run: Run) -> Plan:
 def _retry(
     run: Run, route: Provider, error: ProviderError, attempt: int, previous_wait: float
 ) -> Generator[Any, Any, float | None]:
-    """Whether to retry ``route`` after ``error`` (the policy, the retry budget, the time
-    left); when so, wait the backoff first and return the policy's wait (None: no retry)."""
+    """Whether to retry ``route`` after ``error`` (the policy, the time left, then the retry
+    budget); when so, wait the backoff first and return the policy's wait (None: no retry).
+    A retry the budget's own round trip left no time for gives its spend back."""
     ctx, stages = run.ctx, run.stages
     if stages.routing is not None and stages.routing.can_fail_over(route.name, ctx.route_errors):
         return None  # a sibling deployment of its group takes the call now, without a wait
     decision = routes.retry_after_failure(
         ctx, stages, error, attempt=attempt, previous_wait=previous_wait, delivered=run.delivered
     )
-    if not decision.retry:
-        return None
-    if stages.retry_budget is not None and not (
-        yield from answer_of(stages.retry_budget.try_spend_steps(route.name))
-    ):
-        return None
-    if not routes.still_fits(ctx, decision):
-        return None
+    if not decision.retry or not routes.still_fits(ctx, decision):
+        return None  # (asked before the budget: no retry is spent on one not made)
+    budget = stages.retry_budget
+    if budget is not None:
+        if not (yield from answer_of(budget.try_spend_steps(route.name))):
+            return None
+        if not routes.still_fits(ctx, decision):  # the budget's round trip took the time
+            refund = getattr(budget, "refund_steps", None)
+            if refund is not None:
+                run.queue([refund(route.name)])  # the retry not made goes back
+            return None
     yield Sleep(routes.note_retry(ctx, route, error, attempt, decision))
     return decision.wait
 

@@ -7,7 +7,8 @@ at most ``ratio`` times the requests per second, plus ``min_per_second``. A dead
 gets at most about 10 % more calls than the application sends (the default), however many
 processes retry, when they share the budget through Redis.
 
-The maths is one pure function, :func:`spend`, mirrored line by line by the Redis script.
+The maths is pure functions, :func:`deposit`, :func:`spend` and :func:`give_back` (a retry
+taken and then not made), mirrored line by line by the Redis script.
 
 .. versionadded:: 0.1.0
 """
@@ -31,6 +32,7 @@ __all__ = [
     "RetryBudgetPolicy",
     "budget_policy",
     "deposit",
+    "give_back",
     "spend",
 ]
 
@@ -103,9 +105,17 @@ def spend(state: BudgetState, now: float, policy: RetryBudgetPolicy) -> tuple[bo
     return allowed, BudgetState(requests, retries + 1.0 if allowed else retries, now)
 
 
+def give_back(state: BudgetState, now: float, policy: RetryBudgetPolicy) -> BudgetState:
+    """The state after a retry taken by :func:`spend` was not made after all."""
+    requests, retries = _decayed(state, now, policy.window)
+    return BudgetState(requests, max(0.0, retries - 1.0), now)
+
+
 class RetryBudget(Protocol):
     """Where budgets live: this process, or Redis for the whole fleet. Each operation is
-    written once, as steps; the blocking and async entry points are derived from them."""
+    written once, as steps; the blocking and async entry points are derived from them.
+    The SDK's budgets also have ``refund_steps`` (``refund``, ``arefund``): a retry taken,
+    then not made; the Guard gives one back through it when a budget has it."""
 
     policy: RetryBudgetPolicy
 
@@ -159,8 +169,14 @@ class MemoryRetryBudget:
             allowed, self._states[route] = spend(self._state(route), self._clock(), self.policy)
             return allowed
 
+    def refund(self, route: str) -> None:
+        """Give back a retry taken from ``route``'s budget that was not made after all."""
+        with self._lock:
+            self._states[route] = give_back(self._state(route), self._clock(), self.policy)
+
     record_request_steps, arecord_request = in_place(record_request)
     try_spend_steps, atry_spend = in_place(try_spend)
+    refund_steps, arefund = in_place(refund)
 
     def state(self, route: str) -> BudgetState:
         """The current counts of ``route`` (for inspection)."""

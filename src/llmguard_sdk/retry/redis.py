@@ -12,6 +12,8 @@ timeout per pause, not one per call.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
+from typing import ClassVar, TypeVar
 
 from .._state.steps import Step, entry_points
 from .._state.stores import Outage, RedisScripts, RedisStore, hash_id, lua, redis_errors
@@ -20,6 +22,7 @@ from .budget import MemoryRetryBudget, RetryBudgetPolicy, budget_policy
 __all__ = ["RedisRetryBudget"]
 
 _SCRIPT = lua(__name__, "budget")
+T = TypeVar("T")
 
 
 class RedisRetryBudget:
@@ -32,9 +35,10 @@ class RedisRetryBudget:
     def __init__(self, store: RedisStore, policy: RetryBudgetPolicy | None = None) -> None:
         self.policy = budget_policy(policy)
         self._store = store
-        # a spend runs once per command on a store that re-sends (a retry taken twice);
-        # a deposit re-sent counts one request twice, a tenth of a retry: left unmarked
-        self._scripts = RedisScripts(store, _SCRIPT, _SCRIPT, once=(1,))
+        # a spend or a refund runs once per command on a store that re-sends (a retry
+        # taken or given back twice); a deposit re-sent counts one request twice, a tenth
+        # of a retry: left unmarked
+        self._scripts = RedisScripts(store, _SCRIPT, _SCRIPT, _SCRIPT, once=(1, 2))
         self._fallback = MemoryRetryBudget(
             dataclasses.replace(
                 self.policy, min_per_second=self.policy.min_per_second * store.local_share
@@ -52,24 +56,34 @@ class RedisRetryBudget:
         p = self.policy
         return [op, p.ratio, p.min_per_second, p.window, self._ttl]
 
-    def record_request_steps(self, route: str) -> Step[None]:
-        """Count one call sent to ``route``."""
+    # the operations in the script's words, each with its script's number (see __init__)
+    _OPS: ClassVar[dict[str, int]] = {"deposit": 0, "spend": 1, "refund": 2}
+
+    def _steps(self, op: str, route: str, local: Callable[[str], T]) -> Step[T | int]:
+        """Operation ``op`` on ``route``'s shared counts (its script's answer), or ``local``
+        on this process's fallback while Redis cannot be reached."""
         if self._outage.up():
             try:
-                yield self._scripts.command(0, self._key(route), self._args("deposit"))
-                return
+                answer: int = yield self._scripts.command(
+                    self._OPS[op], self._key(route), self._args(op)
+                )
+                return answer
             except redis_errors() as exc:
                 self._outage.failed(exc)
-        self._fallback.record_request(route)
+        return local(route)
+
+    def record_request_steps(self, route: str) -> Step[None]:
+        """Count one call sent to ``route``."""
+        yield from self._steps("deposit", route, self._fallback.record_request)
 
     def try_spend_steps(self, route: str) -> Step[bool]:
         """Take one retry from ``route``'s shared budget."""
-        if self._outage.up():
-            try:
-                return bool((yield self._scripts.command(1, self._key(route), self._args("spend"))))
-            except redis_errors() as exc:
-                self._outage.failed(exc)
-        return self._fallback.try_spend(route)
+        return bool((yield from self._steps("spend", route, self._fallback.try_spend)))
+
+    def refund_steps(self, route: str) -> Step[None]:
+        """Give back a retry taken from ``route``'s shared budget that was not made."""
+        yield from self._steps("refund", route, self._fallback.refund)
 
     record_request, arecord_request = entry_points(record_request_steps)
     try_spend, atry_spend = entry_points(try_spend_steps)
+    refund, arefund = entry_points(refund_steps)

@@ -1,7 +1,7 @@
 -- Retry budget of one route: exponentially decaying request and retry counts.
--- Mirrors llmguard_sdk.retry.budget.deposit / spend; time comes from Redis TIME.
+-- Mirrors llmguard_sdk.retry.budget.deposit / spend / give_back; time comes from Redis TIME.
 -- KEYS[1]  the route's budget hash (fields q, r, at)
--- ARGV[1]  "deposit" or "spend"
+-- ARGV[1]  "deposit", "spend" or "refund" (a retry spent, then not made)
 -- ARGV[2]  ratio, ARGV[3] min_per_second, ARGV[4] window (seconds), ARGV[5] key TTL (seconds)
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) + tonumber(clock[2]) / 1000000
@@ -18,6 +18,8 @@ end
 local allowed = 1
 if ARGV[1] == 'deposit' then
   q = q + 1
+elseif ARGV[1] == 'refund' then
+  r = math.max(0, r - 1)
 elseif r + 1 <= (ratio * q + floor * window) * (1 + 1e-6) + 1e-6 then
   r = r + 1
 else
