@@ -159,6 +159,28 @@ def test_anthropics_reset_instants_are_learned_as_openais_resets(
     assert 80 < info.value.retry_after <= 91
 
 
+@pytest.mark.parametrize(
+    ("priority", "max_tokens", "says"),
+    [
+        # larger than the share of the burst a batch call may take, not than the limit: it
+        # was "larger than the limit allows at once", though it fits as an interactive call
+        ("batch", 900, r"batch call .* 800 tokens .*batch_headroom 0\.2.* as an interactive"),
+        ("interactive", 1100, r"tokens .* more than the 1000 tokens .*tpm 1000 x burst 1"),
+    ],
+)
+def test_a_call_larger_than_its_burst_is_refused_at_once_saying_why(
+    fake: FakeProvider, make_guard: MakeGuard, priority: str, max_tokens: int, says: str
+) -> None:
+    guard = make_guard(
+        fake, rate_limits={"primary": RateLimit(tpm=1000, max_wait=30)}, breaker=None
+    )
+    with pytest.raises(RateLimitExceededError, match=says) as info:
+        guard.chat(USER, max_tokens=max_tokens, priority=priority)
+    assert info.value.retry_after is None  # not "come back later": it never fits here
+    assert fake.stats.requests == 0
+    assert guard.chat(USER, max_tokens=700, priority="batch").route == "primary"
+
+
 def test_async_streams_learn_from_their_response_headers(make_guard: MakeGuard) -> None:
     with FakeProvider(name="primary", rpm=1) as strict:
         guard = make_guard(strict, rate_limits={"primary": RateLimit(rpm=100)}, breaker=None)

@@ -144,7 +144,7 @@ def admit(run: Run, route: Provider) -> Generator[Any, Any, tuple[bool, Reservat
     if grant is None:
         grant = yield from run.reserve(route, reservation)
     if not grant.allowed:
-        routes.route_rate_limited(ctx, route, grant)
+        routes.route_rate_limited(ctx, stages, route, grant, reservation)
         run.release(route)
         return False, None
     if grant.wait > 0:  # our slot lies a little ahead: wait for it

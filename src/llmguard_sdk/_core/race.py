@@ -170,7 +170,7 @@ def _admit_now(run: Run, route: Provider) -> Generator[Any, Any, tuple[bool, Res
     if reservation is not None:
         grant = yield from run.reserve(route, reservation, wait=False)
         if not grant.allowed:
-            routes.route_rate_limited(ctx, route, grant)
+            routes.route_rate_limited(ctx, stages, route, grant, reservation)
             run.release(route)
             return False, None
     return True, reservation

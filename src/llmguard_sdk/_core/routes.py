@@ -25,8 +25,10 @@ from ..errors import (
 from ..models import ChatRequest, ChatResponse, Message, Usage
 from ..providers.base import Provider
 from ..ratelimit import Grant
+from ..ratelimit._rules import never_fits
 from ..retry._api import testing_attempts, testing_wait
 from ..retry.policy import MIN_ATTEMPT_SECONDS, Decision, decide_for_error
+from .limits import Reservation
 from .stages import (
     DEGRADED,
     IDEMPOTENCY_PREFIX,
@@ -191,14 +193,27 @@ def route_refused(ctx: CallContext, stages: Stages, route: Provider, permit: Per
     )
 
 
-def route_rate_limited(ctx: CallContext, route: Provider, grant: Grant) -> None:
-    """Record that the route's own rate limit had no room (the chain moves on at once)."""
+def route_rate_limited(
+    ctx: CallContext, stages: Stages, route: Provider, grant: Grant, reservation: Reservation
+) -> None:
+    """Record that the route's own rate limit had no room (the chain moves on at once); a
+    call that never fits says which limit it is too large for, and by how much."""
     retry_after = None if grant.retry_after == math.inf else grant.retry_after
     why = {
         "never": "the call is larger than the limit allows at once",
         "concurrency": "every concurrency slot is taken",
         "queue": "the wait queue is full",
     }.get(grant.reason, "no room in time")
+    if grant.reason == "never" and stages.limiter is not None:
+        why = (
+            never_fits(
+                stages.limiter.rules(route.name),
+                input_tokens=reservation.input,
+                output_tokens=reservation.output,
+                priority=ctx.priority,
+            )
+            or why
+        )
     ctx.route_errors.setdefault(
         route.name,
         RateLimitExceededError(

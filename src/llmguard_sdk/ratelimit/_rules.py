@@ -10,13 +10,14 @@ from collections.abc import Mapping, Sequence
 
 from .._ids import UniqueIds
 from ..errors import ConfigurationError
-from .policy import RateLimit
+from .policy import Priority, RateLimit
 
 __all__ = [
     "LimiterBase",
     "LimitsConfig",
     "Rules",
     "check_numbers",
+    "never_fits",
     "new_call_id",
     "normalize",
     "wait_bound",
@@ -90,6 +91,51 @@ def check_numbers(given: Mapping[str, object], what: str) -> None:
             raise ConfigurationError(f"{what} got {name}={value!r}: a number >= 0 is needed")
         if value <= 0 and name == "lease_seconds":
             raise ConfigurationError(f"{what} got {name}={value!r}: a positive number is needed")
+
+
+_QUANTITIES = (
+    ("rpm", "requests"),
+    ("tpm", "tokens"),
+    ("input_tpm", "input tokens"),
+    ("output_tpm", "output tokens"),
+)
+
+
+def never_fits(
+    rules: Sequence[RateLimit],
+    *,
+    input_tokens: float,
+    output_tokens: float,
+    priority: Priority = "interactive",
+) -> str | None:
+    """Why a call of ``input_tokens`` and ``output_tokens`` can never fit ``rules`` (the
+    reservation's ``"never"``), in words: larger than a limit's burst, or a batch call
+    larger than the share of it that batch calls may take; None when no limit says so."""
+    costs = (1.0, input_tokens + output_tokens, input_tokens, output_tokens)
+    shares: tuple[Priority, ...] = ("interactive", "batch")  # (the whole burst first)
+    for share in shares if priority == "batch" else shares[:1]:
+        for limit in rules:
+            for (name, unit), per_period, cost in zip(
+                _QUANTITIES, limit.limits(), costs, strict=True
+            ):
+                # as the policy's _evaluate: seconds of allowance the call costs
+                if per_period is None or cost * limit.period / per_period <= (
+                    limit.capacity(share) + 1e-9
+                ):
+                    continue
+                at_once = f"{name} {per_period:g} x burst {limit.burst:g}"
+                room = limit.capacity(share) * per_period / limit.period
+                if share == "interactive":
+                    return (
+                        f"the call's {cost:g} {unit} are more than the {room:g} {unit} this "
+                        f"limit lets through at once ({at_once}): it never fits this route"
+                    )
+                return (
+                    f"a batch call of {cost:g} {unit} is larger than the {room:g} {unit} a "
+                    f"batch call may take at once ({at_once}, less batch_headroom "
+                    f"{limit.batch_headroom:g}); it fits as an interactive call"
+                )
+    return None
 
 
 _CALL_IDS = UniqueIds(random_digits=8)

@@ -162,7 +162,8 @@ class RateLimit:
             0 refuses at once.
         max_queue: calls that may wait for this limit at once; more are refused at once
             (``None``: only ``max_wait`` bounds the queue).
-        batch_headroom: share of the burst that ``batch`` calls leave to interactive ones.
+        batch_headroom: share of the burst that ``batch`` calls leave to interactive ones
+            (a ``batch`` call larger than the rest never fits; as interactive it may).
         per_tenant: the limit applies to each tenant of the route separately (calls without
             a tenant share one state); otherwise to the route as a whole.
         lease_seconds: longest a concurrency slot is held when its call never gives it back
@@ -252,7 +253,8 @@ class Grant:
     concurrency cap, the ``lease`` to give back (in Redis also under token limits: the
     call's hold on their state until it settles); or refused, with ``retry_after`` seconds
     until the call would fit and the ``reason``: ``"rate"`` (no room in time), ``"never"``
-    (larger than a burst allows), ``"concurrency"`` (no slot free), ``"queue"`` (the queue is
+    (larger than a burst allows; a ``batch`` call: than the share of it that ``batch_headroom``
+    leaves batch calls), ``"concurrency"`` (no slot free), ``"queue"`` (the queue is
     full). ``queued``: a refusal for want of a concurrency slot that joined the queue; ask
     again after ``retry_after``.
     """
