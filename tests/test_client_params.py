@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -72,3 +73,52 @@ def test_anthropic_parameters_reach_either_kind_of_route(
     assert body["user"] == "u-2"
     assert body["parallel_tool_calls"] is False
     assert body["tool_choice"] == "auto"
+
+
+STATIC = " ".join(f"Rule {i}: answer from the handbook and cite the rule." for i in range(40))
+EPHEMERAL = {"type": "ephemeral"}
+
+
+def cached_request() -> dict[str, Any]:
+    """A Messages request with breakpoints on its system prompt, a tool and a message."""
+    return {
+        "model": "m",
+        "max_tokens": 20,
+        "system": [{"type": "text", "text": STATIC, "cache_control": EPHEMERAL}],
+        "tools": [{**ANTHROPIC_TOOL, "cache_control": EPHEMERAL}],
+        "messages": [
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": STATIC, "cache_control": EPHEMERAL}],
+            },
+            {"role": "assistant", "content": "Noted."},
+            {"role": "user", "content": "What is rule 3?"},
+        ],
+    }
+
+
+def test_the_anthropic_clients_cache_breakpoints_reach_an_anthropic_route() -> None:
+    # the breakpoints were dropped on the way (system and text blocks joined into strings,
+    # tools rebuilt without them): Claude cached nothing for the anthropic client's callers
+    with (
+        FakeProvider(model="claude-fake", prefix_cache=True) as server,
+        anthropic_guard(server) as guard,
+    ):
+        client = anthropic_client(guard)
+        client.messages.create(**cached_request())
+        body = server.requests[-1].body
+        assert body["system"][-1]["cache_control"] == EPHEMERAL
+        assert body["tools"][-1]["cache_control"] == EPHEMERAL
+        assert body["messages"][0]["content"][-1]["cache_control"] == EPHEMERAL
+        again = client.messages.create(**cached_request())
+    assert again.usage.cache_read_input_tokens > 0
+
+
+def test_cache_breakpoints_are_not_sent_to_a_chat_route(fake: FakeProvider) -> None:
+    chat = OpenAICompatibleProvider(fake.base_url, model=fake.model, name="primary")
+    with Guard(chat, retry=None, environ={}) as guard:
+        anthropic_client(guard).messages.create(**cached_request())
+    body = fake.requests[-1].body
+    assert "cache_control" not in json.dumps(body)
+    assert body["messages"][0] == {"role": "system", "content": STATIC}  # as before
+    assert body["messages"][1] == {"role": "user", "content": STATIC}

@@ -33,6 +33,7 @@ from .sse import SSEDecoder
 
 __all__ = [
     "ANTHROPIC_ONLY_KEY",
+    "CACHE_CONTROL",
     "AnswerShape",
     "CHAT_COMPLETIONS",
     "StreamState",
@@ -54,6 +55,10 @@ ANTHROPIC_ONLY_KEY = "llmguard.anthropic_only"
 """``ChatRequest.metadata`` key: the ``extra_body`` keys (comma-separated) that only Anthropic
 routes send, parameters of Anthropic's Messages API that chat completions and Responses lack
 (the transport seam's ``/messages`` names ``top_k`` and ``thinking`` here)."""
+CACHE_CONTROL = "cache_control"
+"""Named under :data:`ANTHROPIC_ONLY_KEY`: the request's content parts and tools hold Anthropic
+cache breakpoints that only Anthropic routes send (the transport seam's ``/messages`` names it);
+a chat route leaves them out, and sends text-only content as one string."""
 MAX_BODY_BYTES = 32 * 1024 * 1024
 """Largest answer body accepted; anything bigger is a malformed answer."""
 MAX_ERROR_BODY_BYTES = 64 * 1024
@@ -100,7 +105,25 @@ def build_payload(request: ChatRequest, *, model: str, stream: bool) -> dict[str
         payload["stream"] = True
         payload["stream_options"] = {"include_usage": True}
     payload.update(sent_extra_body(request))
+    if CACHE_CONTROL in (request.metadata or {}).get(ANTHROPIC_ONLY_KEY, "").split(","):
+        _drop_breakpoints(payload)
     return payload
+
+
+def _drop_breakpoints(payload: dict[str, Any]) -> None:
+    """Leave Anthropic's cache breakpoints out of a chat payload's messages and tools (in
+    place); content left with text parts alone is sent as one string."""
+    for message in payload["messages"]:
+        content = message.get("content")
+        if not isinstance(content, list):
+            continue
+        parts = [{k: v for k, v in p.items() if k != CACHE_CONTROL} for p in content]
+        text_only = all(p.get("type") == "text" for p in parts)
+        message["content"] = "".join(str(p.get("text", "")) for p in parts) if text_only else parts
+    if payload.get("tools"):
+        payload["tools"] = [
+            {k: v for k, v in t.items() if k != CACHE_CONTROL} for t in payload["tools"]
+        ]
 
 
 def sent_extra_body(request: ChatRequest) -> dict[str, Any]:

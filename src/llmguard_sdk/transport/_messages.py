@@ -7,7 +7,9 @@ as Anthropic's ``message`` (or ``message_start`` ... ``message_stop`` events): t
 Parameters chat completions has no counterpart for go on in ``extra_body``; of them, the
 Anthropic-only ``top_k`` and ``thinking`` reach Anthropic routes only (named under
 :data:`~llmguard_sdk.providers.wire.ANTHROPIC_ONLY_KEY`): chat-completions and Responses
-routes, which reject or ignore them, do not get them.
+routes, which reject or ignore them, do not get them. So it is with ``cache_control``
+breakpoints on system, message and tool blocks: Anthropic routes send them (prompt caching
+works through the seam), other routes leave them out.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Any
 from .._core.assembly import call_index
 from ..errors import LLMGuardError, RequestValidationError
 from ..models import ChatResponse, StreamChunk, Usage
-from ..providers.wire import ANTHROPIC_ONLY_KEY
+from ..providers.wire import ANTHROPIC_ONLY_KEY, CACHE_CONTROL
 from . import _wire
 from ._chat import guard_arguments
 from ._wire import Incoming
@@ -97,9 +99,9 @@ def _turn(message: object) -> list[dict[str, Any]]:
         if kind == "text":
             if not isinstance(block.get("text"), str):
                 raise _bad("a text block needs its text")
-            parts.append({"type": "text", "text": block["text"]})
+            parts.append(_cached({"type": "text", "text": block["text"]}, block))
         elif kind == "image":
-            parts.append(_image(block))
+            parts.append(_cached(_image(block), block))
         elif kind == "tool_use":
             arguments = json.dumps(block.get("input") or {})
             calls.append(
@@ -123,7 +125,7 @@ def _turn(message: object) -> list[dict[str, Any]]:
         else:
             raise _bad(f"content block type {kind!r} is not supported")
     if parts or calls:
-        text_only = all(p["type"] == "text" for p in parts)
+        text_only = all(p["type"] == "text" and "cache_control" not in p for p in parts)
         body: Any = "".join(p["text"] for p in parts) if text_only else parts
         turn: dict[str, Any] = {"role": role, "content": body or None}
         if calls:
@@ -132,6 +134,42 @@ def _turn(message: object) -> list[dict[str, Any]]:
             turn["thinking"] = thoughts
         out.append(turn)
     return out
+
+
+def _cached(part: dict[str, Any], block: Mapping[str, Any]) -> dict[str, Any]:
+    """``part`` with ``block``'s cache breakpoint, if it has one (Anthropic routes send it;
+    chat routes leave it out: :data:`~llmguard_sdk.providers.wire.ANTHROPIC_ONLY_KEY`)."""
+    if "cache_control" in block:
+        part["cache_control"] = block["cache_control"]
+    return part
+
+
+def _system(system: object) -> str | list[dict[str, Any]]:
+    """The system prompt: its text, or its text blocks where one holds a cache breakpoint."""
+    if isinstance(system, list) and any(
+        isinstance(b, dict) and "cache_control" in b for b in system
+    ):
+        return [
+            _cached({"type": "text", "text": str(b.get("text", ""))}, b)
+            for b in system
+            if isinstance(b, dict)
+        ]
+    return _text(system)
+
+
+def _has_breakpoints(body: Mapping[str, Any]) -> bool:
+    """Whether the request's system, tools or message blocks hold cache breakpoints."""
+    turns = body.get("messages")
+    lists = [body.get("system"), body.get("tools")]
+    lists += (
+        [t.get("content") for t in turns if isinstance(t, dict)] if isinstance(turns, list) else []
+    )
+    return any(
+        isinstance(b, dict) and "cache_control" in b
+        for blocks in lists
+        if isinstance(blocks, list)
+        for b in blocks
+    )
 
 
 def _tool_choice(choice: object) -> object:
@@ -146,7 +184,7 @@ def _tool_choice(choice: object) -> object:
 def chat_params(body: Mapping[str, Any]) -> dict[str, Any]:
     """A Messages request as chat-completions ``create()`` keywords."""
     messages: list[dict[str, Any]] = []
-    system = _text(body.get("system"))
+    system = _system(body.get("system"))
     if system:
         messages.append({"role": "system", "content": system})
     turns, tools = body.get("messages") or [], body.get("tools") or []
@@ -162,14 +200,17 @@ def chat_params(body: Mapping[str, Any]) -> dict[str, Any]:
         params["stop"] = body["stop_sequences"]
     if tools:
         params["tools"] = [
-            {
-                "type": "function",
-                "function": {
-                    "name": t.get("name"),
-                    "description": t.get("description", ""),
-                    "parameters": t.get("input_schema", {}),
+            _cached(
+                {
+                    "type": "function",
+                    "function": {
+                        "name": t.get("name"),
+                        "description": t.get("description", ""),
+                        "parameters": t.get("input_schema", {}),
+                    },
                 },
-            }
+                t,
+            )
             for t in tools
             if isinstance(t, dict)
         ]
@@ -230,6 +271,8 @@ class MessagesWire:
         named for the routes that do not speak Anthropic to leave out."""
         arguments = guard_arguments(chat_params(body), incoming)
         only = [key for key in _ANTHROPIC_ONLY if key in body]
+        if _has_breakpoints(body):
+            only.append(CACHE_CONTROL)  # chat routes send none
         if only:
             arguments["metadata"] = {ANTHROPIC_ONLY_KEY: ",".join(only)}
         return arguments
