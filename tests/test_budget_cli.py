@@ -70,7 +70,7 @@ def test_cached_input_is_priced_at_the_cached_rate() -> None:
 def test_estimate_errors_are_clear(capsys: pytest.CaptureFixture[str]) -> None:
     args = ["cost", "estimate", "--requests-per-day", "1", "--input-tokens", "1"]
     assert main([*args, "--output-tokens", "1", "--model", "no-such-model"]) == 2
-    assert "no price for model" in capsys.readouterr().out
+    assert "no price for model" in capsys.readouterr().err
     assert main([*args, "--output-tokens", "1"]) == 2
     with pytest.raises(SystemExit):
         main([*args, "--output-tokens", "1", "--split", "a=x"])
@@ -110,7 +110,7 @@ def test_recorded_usage_reports_cost_per_tenant_feature_and_success(
     # a file with no usage record in it (not a usage file): exit 1, as llmguard report does
     (tmp_path / "garbage.jsonl").write_text("not json\n[1, 2]\n")
     assert main(["cost", "report", str(tmp_path / "garbage.jsonl")]) == 1
-    assert "no usage records" in capsys.readouterr().out
+    assert "no usage records" in capsys.readouterr().err
 
 
 def test_hashed_ids_keep_tenants_out_of_the_file(tmp_path: Path, make_guard: MakeGuard) -> None:
@@ -137,5 +137,5 @@ def test_a_samples_file_given_for_the_usage_file_is_no_usage(
     assert samples.read_text().count('"type":"call"') == 3
     assert list(read_usage(samples)) == []
     assert main(["cost", "report", str(samples)]) == 1
-    assert "no usage records" in capsys.readouterr().out
+    assert "no usage records" in capsys.readouterr().err
     assert main(["report", str(samples), "--html", str(tmp_path / "page.html")]) == 1

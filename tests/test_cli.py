@@ -93,7 +93,7 @@ def test_a_configuration_error_of_any_command_is_one_line_and_status_2(
 ) -> None:
     status = main(["cache", "calibrate", "bundled:hard_questions", "--target-precision", "2"])
     assert status == 2
-    out = capsys.readouterr().out
+    out = capsys.readouterr().err
     assert out == "llmguard cache calibrate: --target-precision must be in (0, 1)\n"
 
 
@@ -160,7 +160,7 @@ def test_a_configuration_that_is_not_utf_8_is_a_configuration_error(
     path = tmp_path / "guard.toml"
     path.write_bytes(b"\xff\xfe[[routes]]\n")
     assert main(["check", str(path)]) == 2  # a UnicodeDecodeError traceback, status 1
-    assert "guard.toml" in capsys.readouterr().out
+    assert "guard.toml" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("option", ["--rate", "--before", "--outage", "--after"])
@@ -169,7 +169,7 @@ def test_a_drill_of_infinite_rate_or_length_is_refused(
 ) -> None:
     argv = ["drill", "--no-local", "--before", "0.1", "--outage", "0.1", "--after", "0.1"]
     assert main([*argv, option, "inf"]) == 2  # --rate inf: OverflowError; a phase: forever
-    assert "must be positive" in capsys.readouterr().out
+    assert "must be positive" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
@@ -198,7 +198,7 @@ def test_eval_refuses_options_it_would_ignore_or_misread(
         assert info.value.code == 2
     else:  # it replayed every call without a key: each one a 401
         assert main(argv) == 2
-        assert named in capsys.readouterr().out
+        assert named in capsys.readouterr().err
 
 
 def test_report_into_a_folder_that_does_not_exist_is_one_line_and_status_2(
@@ -208,7 +208,7 @@ def test_report_into_a_folder_that_does_not_exist_is_one_line_and_status_2(
     usage.write_text("")
     out = tmp_path / "missing" / "report.html"
     assert main(["report", str(usage), "--html", str(out)]) == 2  # a FileNotFoundError before
-    assert "report.html" in capsys.readouterr().out
+    assert "report.html" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("command", [["budget", "status"], ["release", "status", "bot"]])
@@ -217,7 +217,7 @@ def test_a_redis_that_does_not_answer_is_named_without_its_password(
 ) -> None:
     url = "redis://app:hunter2-redis-pass@127.0.0.1:1/0"  # nothing listens on port 1
     assert main([*command, "--store", url]) == 1
-    out = capsys.readouterr().out
+    out = capsys.readouterr().err
     assert "did not answer" in out
     assert "hunter2-redis-pass" not in out  # it printed the URL as given
 
@@ -241,7 +241,7 @@ def test_a_usage_or_samples_file_that_is_not_utf_8_is_one_line_and_status_2(
     names = {"bad": str(bad), "good": str(good), "out": str(tmp_path / "out.html")}
     argv = [part.format(**names) for part in command]
     assert main(argv) == 2  # a UnicodeDecodeError traceback, status 1
-    out = capsys.readouterr().out
+    out = capsys.readouterr().err
     assert "usage.png" in out
     assert "UTF-8" in out
 
@@ -252,7 +252,7 @@ def test_a_drill_picture_into_a_missing_folder_is_refused_before_the_drill(
     picture = tmp_path / "missing" / "timeline.png"
     argv = ["drill", "--no-local", "--before", "0.1", "--outage", "0.1", "--after", "0.1"]
     assert main([*argv, "--png", str(picture)]) == 2  # a traceback once the drill had run
-    assert "timeline.png" in capsys.readouterr().out
+    assert "timeline.png" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("option", [["--png", "timeline.png"], ["--no-local"]])
@@ -262,4 +262,22 @@ def test_a_config_drill_refuses_the_options_it_would_ignore(
     config = tmp_path / "guard.toml"
     config.write_text('[[routes]]\nmodel = "vllm/a"\nbase_url = "http://127.0.0.1:9/v1"\n')
     assert main(["drill", "--config", str(config), *option]) == 2  # no picture, no note
-    assert option[0] in capsys.readouterr().out
+    assert option[0] in capsys.readouterr().err
+
+
+def test_errors_go_to_stderr_so_json_output_stays_json(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``llmguard check guard.toml --json | jq`` read the error line as its JSON."""
+    (tmp_path / "empty.jsonl").write_text("")
+    for argv, status in (
+        (["check", str(tmp_path / "missing.toml"), "--json"], 2),
+        (["cost", "report", str(tmp_path / "empty.jsonl"), "--json"], 1),
+        (["budget", "status", "--store", "redis://127.0.0.1:1/0", "--json"], 1),
+        (["release", "status", "bot", "--store", "redis://127.0.0.1:1/0", "--json"], 1),
+    ):
+        assert main(argv) == status
+        captured = capsys.readouterr()
+        assert captured.out == ""
+        assert captured.err.startswith("llmguard ")
+        assert captured.err.count("\n") == 1  # one line

@@ -96,8 +96,8 @@ def test_a_bad_config_or_primary_exits_2(
 ) -> None:
     good = _config(tmp_path, *(s.base_url for s in servers))
     assert main(["drill", "--config", str(good), "--primary", "nope", *QUICK]) == 2
-    assert "'nope'" in capsys.readouterr().out
+    assert "'nope'" in capsys.readouterr().err
     bad = tmp_path / "bad.toml"
     bad.write_text('[[routes]]\nmodel = "vllm/x"\nbase_url = "http://127.0.0.1:9/v1"\nkey = 1\n')
     assert main(["drill", "--config", str(bad), *QUICK]) == 2
-    assert "routes.0.key" in capsys.readouterr().out
+    assert "routes.0.key" in capsys.readouterr().err

@@ -213,7 +213,7 @@ def test_llmguard_check_prints_routes_without_keys(
     assert "${OPENAI_API_KEY}" in out
     assert not any(secret in out for secret in ENVIRON.values() if "secret" in secret)
     assert main(["check", str(_write(tmp_path, "bad.toml", "routes = []\n"))]) == 2
-    assert "bad.toml" in capsys.readouterr().out
+    assert "bad.toml" in capsys.readouterr().err
 
 
 def test_the_example_configuration_is_valid(capsys: pytest.CaptureFixture[str]) -> None:
@@ -252,7 +252,7 @@ def test_llmguard_check_refuses_what_the_guard_refuses(
     with pytest.raises(ConfigurationError, match=message):
         Guard.from_config(path, environ={})
     assert main(["check", str(path)]) == 2  # check says so too, naming the file and the key
-    out = capsys.readouterr().out
+    out = capsys.readouterr().err
     assert "guard.toml" in out or "routes:" in out
     assert message in out
 

@@ -671,7 +671,7 @@ def test_the_cli_reads_and_moves_a_canary_on_redis_cluster(
     report = json.loads(capsys.readouterr().out)
     assert report["canary"]["status"] == "rolled_back"
     assert main(["release", "status", "bot", "--store", "memory"]) == 2  # not a Redis
-    assert "Redis" in capsys.readouterr().out
+    assert "Redis" in capsys.readouterr().err
 
 
 # -- races -----------------------------------------------------------------------------------------

@@ -484,7 +484,7 @@ def test_llmguard_check_validates_and_prints_the_tasks(
     )
     path.write_text(_config(*fakes, 'tiers = { small = ["smal"] }'))
     assert main(["check", str(path)]) == 2
-    assert "tier 'small': no route or group named 'smal'" in capsys.readouterr().out
+    assert "tier 'small': no route or group named 'smal'" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

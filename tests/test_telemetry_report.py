@@ -90,7 +90,7 @@ def test_a_real_guards_usage_file_makes_a_report(
     assert main(["report", str(tmp_path / "empty.jsonl"), "--html", str(out)]) == 1
     capsys.readouterr()
     assert main(["report", str(tmp_path / "missing.jsonl"), "--html", str(out)]) == 2
-    assert capsys.readouterr().out.startswith("llmguard report: cannot read usage file")
+    assert capsys.readouterr().err.startswith("llmguard report: cannot read usage file")
 
 
 def test_a_route_that_failed_before_the_backup_answered_is_counted_against_it(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import sys
 
 from .._state.stores import _redacted
 from ..budget.control import status_row
@@ -44,7 +45,10 @@ def _run_status(args: argparse.Namespace) -> int:
             for spec, found in zip(specs, backend.status(specs), strict=True)
         ]
     except (redis.RedisError, BudgetUnavailableError) as exc:
-        print(f"llmguard budget: Redis at {_redacted(args.store)} did not answer: {exc}")
+        print(
+            f"llmguard budget: Redis at {_redacted(args.store)} did not answer: {exc}",
+            file=sys.stderr,
+        )
         return 1
     finally:
         store.close()

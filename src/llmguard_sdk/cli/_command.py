@@ -10,6 +10,7 @@ ConfigurationError` from any runner becomes one line and exit status 2.
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -66,7 +67,7 @@ def _reporting(where: str, run: Runner) -> Runner:
         try:
             return run(args)
         except ConfigurationError as exc:
-            print(f"{where}: {exc}")
+            print(f"{where}: {exc}", file=sys.stderr)  # stdout: the --json output
             return 2
 
     return run_reporting

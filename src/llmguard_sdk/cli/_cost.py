@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from dataclasses import asdict
 
 from ..budget._source import TIERS
@@ -165,7 +166,7 @@ def _run_estimate(args: argparse.Namespace) -> int:
 def _run_report(args: argparse.Namespace) -> int:
     report = usage_report(read_usage(args.file))
     if not report["total"]["calls"]:  # nothing read: not a usage file (as llmguard report)
-        print(f"llmguard cost report: no usage records in {args.file}")
+        print(f"llmguard cost report: no usage records in {args.file}", file=sys.stderr)
         return 1
     if args.json:
         print(json.dumps(report))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -54,10 +55,13 @@ def _run(args: argparse.Namespace, action: str) -> int:
             move_by_hand(backend, args.key, policy, action)
         report = status_of(backend, args.key, policy)
     except (LookupError, ReleaseConflictError) as exc:
-        print(f"llmguard release: {exc}")
+        print(f"llmguard release: {exc}", file=sys.stderr)
         return 1
     except redis.RedisError as exc:
-        print(f"llmguard release: Redis at {_redacted(args.store)} did not answer: {exc}")
+        print(
+            f"llmguard release: Redis at {_redacted(args.store)} did not answer: {exc}",
+            file=sys.stderr,
+        )
         return 1
     finally:
         store.close()
