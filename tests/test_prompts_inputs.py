@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import openai
 import pytest
 
 from llmguard_sdk import ConfigurationError, RequestValidationError
 from llmguard_sdk.prompts import PromptBuilder, lint_text
+from llmguard_sdk.testing import FakeProvider
 
 TOOLS = [{"name": "search", "input_schema": {"type": "object"}}]
+CALL = {"id": "call-1", "type": "function", "function": {"name": "search", "arguments": "{}"}}
 
 
 def builder(**options: Any) -> PromptBuilder:
@@ -51,3 +54,25 @@ def test_setters_given_none_are_a_configuration_error(setter: str) -> None:
     # TypeError: 'NoneType' object is not iterable
     with pytest.raises(ConfigurationError):
         getattr(builder(), setter)(None)
+
+
+def test_openai_params_leave_out_what_chat_completions_lacks(fake: FakeProvider) -> None:
+    # an assistant turn's Claude thinking blocks and a tool result's is_error went to
+    # openai's create() as message fields chat completions does not have
+    history = [
+        {"role": "user", "content": "look it up"},
+        {
+            "role": "assistant",
+            "tool_calls": [CALL],
+            "thinking": [{"type": "thinking", "thinking": "hmm", "signature": "sig"}],
+        },
+        {"role": "tool", "tool_call_id": "call-1", "content": "not found", "is_error": True},
+    ]
+    params = builder().build("and now?", history=history).openai_params()
+    client = openai.OpenAI(base_url=fake.base_url, api_key="sk-x", max_retries=0)
+    client.chat.completions.create(model="m", **params)
+    sent = fake.requests[-1].body["messages"]
+    assert [set(m) - {"role", "content", "tool_calls", "tool_call_id"} for m in sent] == [
+        set()
+    ] * len(sent)
+    client.close()

@@ -200,7 +200,12 @@ class Prompt:
         """Keyword arguments for openai-python's ``chat.completions.create``: ``messages``,
         ``tools`` (when there are any) and ``prompt_cache_key``."""
         params: dict[str, Any] = {
-            "messages": [m.model_dump(exclude_none=True) for m in self.messages],
+            # a tool result's is_error and an assistant's thinking are Anthropic's: chat
+            # completions has no such fields
+            "messages": [
+                m.model_dump(exclude_none=True, exclude={"is_error", "thinking"})
+                for m in self.messages
+            ],
             "prompt_cache_key": self.cache_key,
         }
         if self.tools:
