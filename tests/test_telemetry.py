@@ -377,6 +377,25 @@ def _everything_exported(otel: Exported, records: list[logging.LogRecord]) -> st
     return "\n".join(texts)
 
 
+def test_captured_input_follows_the_conventions_json_schema(
+    fake: FakeProvider, make_guard: MakeGuard
+) -> None:
+    """``gen_ai.input.messages`` MUST follow the input messages JSON schema (a list of
+    ``{role, parts: [{type: text, content}]}``): it was the bare text, which tools that
+    read the attribute as the conventions define it could not parse."""
+    exported, meter_provider = exporters(capture_content=True, max_content_chars=8)
+    guard = make_guard(fake, telemetry=exported.telemetry)
+    guard.chat([{"role": "system", "content": "Be brief."}, *USER])
+    span = call_span(exported)
+    assert span.attributes is not None
+    captured = json.loads(str(span.attributes["gen_ai.input.messages"]))
+    assert captured == [
+        {"role": "user", "parts": [{"type": "text", "content": USER[0]["content"][:8]}]}
+    ]
+    meter_provider.shutdown()
+    exported.tracer_provider.shutdown()
+
+
 def test_no_secret_or_personal_data_leaves_through_any_path(
     fake: FakeProvider, caplog: pytest.LogCaptureFixture
 ) -> None:

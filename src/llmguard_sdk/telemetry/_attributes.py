@@ -3,6 +3,7 @@ route tell, under the names of the chosen conventions."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +22,7 @@ __all__ = [
     "add_response",
     "add_scope",
     "check_options",
+    "input_messages",
     "provider_name",
     "quality_labels",
     "route_named",
@@ -46,6 +48,13 @@ def check_options(max_content_chars: int, log_level: int | None) -> tuple[int, i
     if max_content_chars < 0:
         raise ConfigurationError(f"max_content_chars must be >= 0, not {max_content_chars}")
     return max_content_chars, log_level
+
+
+def input_messages(text: str) -> str:
+    """``gen_ai.input.messages`` holding one user message of ``text`` (captured, redacted),
+    as the conventions' input messages JSON schema has it (a JSON string on spans)."""
+    message = {"role": "user", "parts": [{"type": "text", "content": text}]}
+    return json.dumps([message], ensure_ascii=False)
 
 
 def provider_name(route: Provider | None) -> str:

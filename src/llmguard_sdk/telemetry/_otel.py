@@ -19,6 +19,7 @@ from ._attributes import (
     add_response,
     add_scope,
     check_options,
+    input_messages,
     provider_name,
     quality_labels,
     route_named,
@@ -61,8 +62,9 @@ class Telemetry:
     Args:
         tracer_provider / meter_provider: default: the global ones (no-ops until the
             application configures the OpenTelemetry SDK).
-        capture_content: add the last user message to spans (``gen_ai.input.messages``, as
-            text) and it and the answer to the log record (``prompt`` / ``answer``), redacted.
+        capture_content: add the last user message to spans (``gen_ai.input.messages``, in
+            the conventions' JSON schema) and it and the answer to the log record
+            (``prompt`` / ``answer``), redacted.
         redact: the function applied to captured content (default masks credentials,
             e-mail addresses, phone and card numbers).
         max_content_chars: captured content is cut to this many characters.
@@ -379,7 +381,8 @@ class Telemetry:
                 timestamp=wall_ns(ctx, end),
             )
         if self.capture_content:
-            span.set_attribute("gen_ai.input.messages", self._content(ctx.request.last_user_text()))
+            text = self._content(ctx.request.last_user_text())
+            span.set_attribute("gen_ai.input.messages", input_messages(text))
         inside = trace.set_span_in_context(span)
         for number, attempt in enumerate(ctx.attempt_log, 1):
             route = route_named(routes, attempt.route)
