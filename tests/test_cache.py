@@ -572,6 +572,40 @@ def test_a_process_started_after_the_stream_was_trimmed_indexes_the_live_entries
     late.close()
 
 
+def test_loading_the_live_entries_takes_a_few_pages_a_sync(
+    redis_url: str, redis_prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process started after the stream was trimmed loaded every live entry in its first
+    sync, page after page, in the opening batch of its first call: with 100,000 entries that
+    call waited for 200 round trips and as many parsed entries, whatever its deadline. A
+    sync now loads a few pages and the next syncs go on from there."""
+    import redis
+
+    from llmguard_sdk.cache import backends
+
+    monkeypatch.setattr(backends, "_LIVE_PAGE", 10)  # 4 pages a sync: 40 entries
+    writer = ResponseCache(redis_url, key_prefix=redis_prefix, max_entries=500, guards=False)
+    for i in range(100):
+        writer.store(ask(f"Unrelated question number {i} about item {i * 7}?"), answer(f"{i}"))
+    client = redis.Redis.from_url(redis_url)
+    log = f"{redis_prefix}:cache:{{{hash_id('default')}}}:log"
+    for _ in range(1100):  # more changes than the stream keeps: a new reader loads entries
+        client.xadd(log, {"op": "noop"}, maxlen=10)
+    client.close()
+    late = ResponseCache(redis_url, key_prefix=redis_prefix, guards=False, sync_interval=0.0)
+    late._sync()
+    assert len(late._local.index_of) == 40
+    for _ in range(2):
+        late._sync()
+    assert len(late._local.index_of) == 100  # all loaded
+    writer.store(ask("What are your opening hours on public holidays?"), answer("9 to 5"))
+    hit = late.lookup(ask("What are your opening hours on public holiday?"))  # read on
+    assert hit is not None
+    assert hit.response.text == "9 to 5"
+    writer.close()
+    late.close()
+
+
 def test_one_sync_of_the_change_stream_at_a_time(redis_url: str, redis_prefix: str) -> None:
     """Two threads reading the change stream at once could apply its parts out of order (an
     entry's delete before its earlier put, say): while one sync is under way, another call

@@ -42,7 +42,9 @@ _READ = _LUA.joinpath("read.lua").read_text(encoding="utf-8")
 _SEARCH = _LUA.joinpath("search.lua").read_text(encoding="utf-8")
 _LIVE = _LUA.joinpath("live.lua").read_text(encoding="utf-8")
 _BATCH = 1000  # change-stream messages read at once
+_BATCHES = 4  # reads of the change stream a sync makes at most
 _LIVE_PAGE = 500  # live entries read at once when the stream was trimmed past the cursor
+_LIVE_PAGES = 4  # pages of live entries a sync reads at most
 _NO_VECTOR_SETS = (
     "vector_search='server' needs a Redis with vector sets (VADD / VSIM, Redis 8 or later); "
     "the server answered: {}"
@@ -157,7 +159,8 @@ class RedisCacheBackend:
     one hash tag per namespace, so every script runs on one Redis Cluster slot. When Redis
     cannot be reached, reads are misses and writes are dropped for a few seconds (logged once).
     The stream keeps the last ``max(1000, 2 x max_entries)`` changes or so; a process that
-    starts after it lost some (or falls that far behind) loads the live entries instead.
+    starts after it lost some (or falls that far behind) loads the live entries instead, a
+    few pages per sync (each sync goes out with a call's opening round trip).
 
     With ``vector_search=True`` the vectors also go to the server: ``...:v:<index key>`` is
     one partition's vector set (``VADD`` ... ``NOQUANT``: an approximate, HNSW search with
@@ -185,6 +188,7 @@ class RedisCacheBackend:
         self._stream_length = max(1000, 2 * max_entries)
         self._scripts = RedisScripts(store, _PUT, _GET, _CLEAR, _READ, _SEARCH, _LIVE)
         self._cursor = "0-0"
+        self._loading: str | None = None  # the last score a load of the live entries read
         self._outage = Outage("response cache", "serving misses", store)
 
     def get_steps(self, entry_id: str) -> Step[CacheEntry | None]:
@@ -309,25 +313,34 @@ class RedisCacheBackend:
         self._outage.failed(exc)
 
     def changes_steps(self) -> Step[list[Change]]:
-        """:meth:`changes` as a step of a :class:`~llmguard_sdk._state.steps.Batch` (a backlog of
-        more than a thousand changes is read in further round trips). When changes after the
-        cursor were trimmed from the stream (a process started after more changes than the
-        stream keeps), the live entries themselves are loaded instead, then the stream is read
-        on from where it stood (a lookup in the same batch as the load does not wait for it)."""
+        """:meth:`changes` as a step of a :class:`~llmguard_sdk._state.steps.Batch`: up to
+        ``_BATCHES`` round trips of a thousand changes (a longer backlog is read on by the
+        next syncs). When changes after the cursor were trimmed from the stream (a process
+        started after more changes than the stream keeps), the live entries themselves are
+        loaded instead, ``_LIVE_PAGES`` pages a sync, then the stream is read on from where
+        it stood when the load began: a sync is in a call's opening batch, and a hundred
+        thousand entries loaded at once would hold that call for seconds."""
         if not self._outage.up():
             return []
         found: list[Change] = []
-        reloaded = False
         try:
-            while True:
+            if self._loading is not None:  # a load under way: its next pages first
+                yield from self._live_steps(found)
+                if self._loading is not None:
+                    return found
+            reloaded = False
+            for _ in range(_BATCHES):
                 trimmed, last, messages, server_ms = yield self._scripts.command(
                     3, [self._log], [self._cursor, _BATCH]
                 )
                 if trimmed and reloaded:  # trimmed again meanwhile: the next sync reads on
                     return found
                 if trimmed:
-                    found, reloaded = (yield from self._live_steps()), True
-                    self._cursor = _text(last)
+                    found.append(Change("clear"))
+                    self._cursor, self._loading, reloaded = _text(last), "-inf", True
+                    yield from self._live_steps(found)
+                    if self._loading is not None:
+                        return found
                     continue
                 now = time.time()  # (this host's clock, read with the server's)
                 for message_id, fields in messages:
@@ -338,15 +351,15 @@ class RedisCacheBackend:
                     return found
         except redis_errors() as exc:
             self._outage.failed(exc)
-            return found
+        return found
 
-    def _live_steps(self) -> Step[list[Change]]:
-        """Every live entry as a change (after a ``clear``), read page by page."""
-        found = [Change("clear")]
-        score = "-inf"
-        while True:
+    def _live_steps(self, found: list[Change]) -> Step[None]:
+        """Up to ``_LIVE_PAGES`` pages of the live entries, from where the load stands
+        (``_loading``, the last score read; ``None`` once every page was read), added to
+        ``found`` as puts page by page (a Redis failure keeps what was read)."""
+        for _ in range(_LIVE_PAGES):
             score, entries, read, lives = yield self._scripts.command(
-                5, [self._lru], [score, _LIVE_PAGE, self._entry_prefix]
+                5, [self._lru], [self._loading, _LIVE_PAGE, self._entry_prefix]
             )
             for raw, left_ms in zip(entries, lives, strict=True):
                 entry = _readable(raw)
@@ -355,9 +368,9 @@ class RedisCacheBackend:
                     found.append(
                         Change("put", entry.entry_id, entry.index_key, entry.vector, until)
                     )
-            if read < _LIVE_PAGE:
-                return found
-            score = _text(score)
+            self._loading = None if read < _LIVE_PAGE else _text(score)
+            if self._loading is None:
+                return
 
     def get(self, entry_id: str) -> CacheEntry | None:
         """See :class:`CacheBackend`."""
