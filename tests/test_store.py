@@ -74,8 +74,10 @@ def test_more_callers_than_connections_wait_for_one(redis_url: str, redis_prefix
     assert store.health.outages == 0
 
 
-@pytest.mark.parametrize("bad", [0, -1, 2.5, True, "50"])
+@pytest.mark.parametrize("bad", [0, -1, 2.5, True, "50", 10_001])
 def test_max_connections_must_be_a_positive_integer(bad: object) -> None:
+    # 10_001 and more: redis-py's blocking pool fills a queue with that many slots when it is
+    # built (10**9: the constructor ran for most of an hour, its memory growing to gigabytes)
     # 0 (or less) made redis-py's blocking pool fill its unbounded queue forever: the
     # constructor never returned, its memory growing
     with pytest.raises(ConfigurationError, match="max_connections"):
@@ -108,7 +110,13 @@ def test_a_store_spec_that_is_not_text_is_a_configuration_error(bad: object) -> 
 
 @pytest.mark.parametrize(
     "query",
-    ["max_connections=0", "socket_timeout=inf", "socket_connect_timeout=1e12", "timeout=inf"],
+    [
+        "max_connections=0",
+        "max_connections=1000000000",
+        "socket_timeout=inf",
+        "socket_connect_timeout=1e12",
+        "timeout=inf",
+    ],
 )
 def test_the_urls_pool_options_are_checked_too(query: str) -> None:
     # the URL's query wins over the keywords: max_connections=0 there hung the constructor,

@@ -109,6 +109,9 @@ class MemoryStore(Store):
 
 
 _MAX_SOCKET_TIMEOUT = 3600.0  # a socket timeout past ~1e10 s overflows the platform's time_t
+# Redis's own default maxclients; redis-py's blocking pool fills a queue with a slot per
+# connection when it is built (10**9: most of an hour, gigabytes)
+_MAX_CONNECTIONS = 10_000
 
 
 def _number(value: object) -> bool:
@@ -162,8 +165,8 @@ def _check_url_options(options: dict[str, Any]) -> None:
         seconds = options.get(name)
         if seconds is not None and not 0 < seconds <= _MAX_SOCKET_TIMEOUT:
             raise ValueError(f"{name} must be in (0, {_MAX_SOCKET_TIMEOUT:g}] seconds")
-    if options.get("max_connections", 1) < 1:
-        raise ValueError("max_connections must be at least 1")
+    if not 1 <= options.get("max_connections", 1) <= _MAX_CONNECTIONS:
+        raise ValueError(f"max_connections must be in [1, {_MAX_CONNECTIONS}]")
 
 
 class RedisStore(Store):
@@ -180,8 +183,8 @@ class RedisStore(Store):
         key_prefix: prefix of every key the SDK writes.
         socket_timeout: seconds any single Redis operation may take (short by design: a slow
             Redis must not stall LLM calls; at most 3600).
-        max_connections: the most connections a pool opens (at least 1); more callers wait
-            for one, at most ``socket_timeout``.
+        max_connections: the most connections a pool opens (1 to 10,000); more callers
+            wait for one, at most ``socket_timeout``.
         local_share: while Redis cannot be reached, each process enforces this share of every
             shared limit on its own (rate limits, fail-open budgets, the retry budget's
             floor): with N processes, at most N times this share gets through.
@@ -213,8 +216,10 @@ class RedisStore(Store):
             raise ConfigurationError(
                 f"socket_timeout must be a number of seconds in (0, {_MAX_SOCKET_TIMEOUT:g}]"
             )
-        if not (_whole(max_connections) and max_connections >= 1):
-            raise ConfigurationError("max_connections must be a whole number >= 1")
+        if not (_whole(max_connections) and 1 <= max_connections <= _MAX_CONNECTIONS):
+            raise ConfigurationError(
+                f"max_connections must be a whole number in [1, {_MAX_CONNECTIONS}]"
+            )
         if not (_number(local_share) and 0 < local_share <= 1):
             raise ConfigurationError("local_share must be in (0, 1]")
         if not (_number(retry_pause) and 0 < retry_pause <= 30):
