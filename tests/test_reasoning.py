@@ -20,22 +20,41 @@ from .rawserver import RawServer, chat_chunk_event, http_response, sse_head
 ASK: Any = [{"role": "user", "content": "two and two?"}]
 
 
+def _thinking(text: str) -> list[dict[str, Any]]:
+    """Mistral's content chunks of a piece of reasoning (its reasoning models')."""
+    return [{"type": "thinking", "thinking": [{"type": "text", "text": text}]}]
+
+
+def _reasoned(key: str, text: str) -> dict[str, Any]:
+    """A delta (or message) with ``text`` as its reasoning, where ``key`` puts it."""
+    return {"content": _thinking(text)} if key == "thinking" else {"content": None, key: text}
+
+
+def _answer(key: str, text: str) -> dict[str, Any]:
+    """A delta (or message) with ``text`` as its content (chunks where Mistral's are)."""
+    return {"content": [{"type": "text", "text": text}] if key == "thinking" else text}
+
+
 def _stream(key: str) -> bytes:
     return (
         chat_chunk_event({"role": "assistant", "content": ""})
-        + chat_chunk_event({"content": None, key: "Two and "})
-        + chat_chunk_event({"content": None, key: "two."})
-        + chat_chunk_event({"content": "Four."})
+        + chat_chunk_event(_reasoned(key, "Two and "))
+        + chat_chunk_event(_reasoned(key, "two."))
+        + chat_chunk_event(_answer(key, "Four."))
         + chat_chunk_event({}, "stop")
         + b"data: [DONE]\n\n"
     )
 
 
-@pytest.mark.parametrize("key", ["reasoning_content", "reasoning"])
+KEYS = ["reasoning_content", "reasoning", "thinking"]
+
+
+@pytest.mark.parametrize("key", KEYS)
 def test_streamed_reasoning_is_carried_apart_and_makes_no_empty_chunk(key: str) -> None:
     """The reasoning deltas made chunks with nothing in them: openai's SDK got a chunk with
     an empty delta for each, through the seam and the stand-in client, and the reasoning
-    itself was lost."""
+    itself was lost; Mistral's content chunks (a list) were dropped whole, its answer's text
+    with them."""
     openai = require_module("openai", "openai is a dev dependency")
     with (
         RawServer(sse_head(), (_stream(key),)) as raw,
@@ -60,9 +79,13 @@ def test_streamed_reasoning_is_carried_apart_and_makes_no_empty_chunk(key: str) 
     assert deltas == ["Four."]
 
 
-@pytest.mark.parametrize("key", ["reasoning_content", "reasoning"])
+@pytest.mark.parametrize("key", KEYS)
 def test_a_whole_answer_s_reasoning_is_carried_apart(key: str) -> None:
-    message = {"role": "assistant", "content": "Four.", key: "Two and two."}
+    """(Mistral's content as a list of chunks was a MalformedResponseError.)"""
+    message = {"role": "assistant", **_answer(key, "Four."), key: "Two and two."}
+    if key == "thinking":
+        message = {"role": "assistant", "content": _thinking("Two and two.")}
+        message["content"] += _answer(key, "Four.")["content"]
     body = {"id": "c", "model": "m", "choices": [{"index": 0, "message": message}]}
     with (
         RawServer(http_response(json.dumps(body).encode())) as raw,

@@ -157,8 +157,9 @@ def parse_completion(
     content = message.get("content")
     tool_calls = _tool_calls(message.get("tool_calls"), problem)
     refusal = _str_or_none(message.get("refusal"))  # OpenAI's refusal, in place of content
-    if content is not None and not isinstance(content, str):
-        raise problem("message content is not a string")
+    text = _text(content)
+    if text is None:
+        raise problem("message content is neither a string nor a list of chunks")
     if content is None and not tool_calls and refusal is None:
         raise problem("message has neither content nor tool_calls")
     metadata: dict[str, Any] = _reasoning(message)
@@ -168,7 +169,7 @@ def parse_completion(
         metadata["logprobs"] = choices[0]["logprobs"]
     return answer_response(
         data,
-        text=content or "",
+        text=text,
         finish_reason=_str_or_none(choices[0].get("finish_reason")),
         tool_calls=tool_calls,
         route=route,
@@ -344,8 +345,7 @@ class StreamState:
             delta = choice.get("delta") or {}
             if not isinstance(delta, dict):
                 raise self.failure(MalformedResponseError, "stream delta is not an object")
-            content = delta.get("content")
-            text = content if isinstance(content, str) else ""
+            text = _text(delta.get("content")) or ""
             finish = _str_or_none(choice.get("finish_reason"))
             tool_calls = _tool_calls(delta.get("tool_calls"), self._malformed)
             metadata = _stream_metadata(choice, delta)
@@ -484,12 +484,37 @@ def chat_chunk_skipped(chunk: StreamChunk, *, usage: bool) -> bool:
 def _reasoning(message: Mapping[str, Any]) -> dict[str, Any]:
     """A message's (or a delta's) reasoning, where an OpenAI-compatible server sends it
     beside the content (``reasoning_content``: DeepSeek, vLLM, llama.cpp; ``reasoning``:
-    OpenRouter, Ollama), as ``{"reasoning": text}``: never the content's."""
-    for key in ("reasoning_content", "reasoning"):
-        text = message.get(key)
-        if isinstance(text, str) and text:
-            return {"reasoning": text}
-    return {}
+    OpenRouter, Ollama) or in it (Mistral's ``thinking`` chunks, see :func:`_text`), as
+    ``{"reasoning": text}``: never the content's text."""
+    keys = [message[k] for k in ("reasoning_content", "reasoning") if _is_text(message.get(k))]
+    pieces = keys[:1]  # (a server that sends both sends the same text twice)
+    content = message.get("content")
+    for part in content if isinstance(content, list) else ():
+        if isinstance(part, dict) and part.get("type") == "thinking":
+            inner = part.get("thinking")
+            chunks = inner if isinstance(inner, list) else [{"text": inner}]
+            pieces += [c["text"] for c in chunks if isinstance(c, dict) and _is_text(c.get("text"))]
+    text = "".join(pieces)
+    return {"reasoning": text} if text else {}
+
+
+def _text(content: object) -> str | None:
+    """A message's (or a delta's) content as text: a string as it is, a list of typed
+    chunks (Mistral's reasoning models: ``text`` chunks, and ``thinking`` chunks, which are
+    reasoning) as its text chunks' text joined; ``None`` for anything else."""
+    if content is None or isinstance(content, str):
+        return content or ""
+    if not isinstance(content, list):
+        return None
+    return "".join(
+        part["text"]
+        for part in content
+        if isinstance(part, dict) and part.get("type") == "text" and _is_text(part.get("text"))
+    )
+
+
+def _is_text(value: object) -> bool:
+    return isinstance(value, str) and bool(value)
 
 
 def _stream_metadata(choice: Mapping[str, Any], delta: Mapping[str, Any]) -> dict[str, Any]:
