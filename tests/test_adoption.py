@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import anyio
@@ -27,6 +29,7 @@ from llmguard_sdk import (
     scoped,
     usage_from_result,
 )
+from llmguard_sdk.context import current_scope
 from llmguard_sdk.testing import FakeProvider, Fault
 
 from .conftest import USER
@@ -314,3 +317,22 @@ def test_protect_keeps_a_wrapped_async_function_that_answers_synchronously() -> 
 
     assert guard.protect(run_answer)() == "ok"
     assert [e.outcome for e in events] == ["ok"]
+
+
+def test_a_scope_reaches_tasks_and_threads_given_its_context() -> None:
+    # scoped() said "threads and tasks alike", but a thread does not inherit the scope: the
+    # docstring now says so, and how to hand it over
+    seen: list[str | None] = []
+
+    async def note() -> None:
+        seen.append(current_scope().tenant)
+
+    async def in_a_task() -> None:
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(note)
+
+    with scoped(tenant="acme"), ThreadPoolExecutor(1) as pool:
+        anyio.run(in_a_task)
+        seen.append(pool.submit(lambda: current_scope().tenant).result())
+        seen.append(pool.submit(contextvars.copy_context().run, current_scope).result().tenant)
+    assert seen == ["acme", None, "acme"]

@@ -71,7 +71,11 @@ def current_scope() -> Scope:
 def scoped(
     *, tenant: str | None = None, feature: str | None = None, user: str | None = None
 ) -> Iterator[Scope]:
-    """Set the scope of every guarded call made inside the block (threads and tasks alike).
+    """Set the scope of every guarded call made inside the block, in this thread or task.
+
+    Tasks started inside the block copy it (asyncio and anyio copy the context); a thread does
+    not (``threading.Thread``, ``ThreadPoolExecutor.submit``): run its function in the block's
+    context, ``executor.submit(contextvars.copy_context().run, fn, ...)``.
 
     Handy where calls go through :meth:`Guard.client` or :meth:`Guard.protect`, whose
     signatures have no room for a tenant::
