@@ -281,3 +281,16 @@ def test_errors_go_to_stderr_so_json_output_stays_json(
         assert captured.out == ""
         assert captured.err.startswith("llmguard ")
         assert captured.err.count("\n") == 1  # one line
+
+
+@pytest.mark.parametrize("threshold", ["5", "60", "-0.1"])
+def test_eval_refuses_an_overlap_threshold_that_is_no_share(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str], threshold: str
+) -> None:
+    """Word overlap is a share from 0 to 1: ``--threshold 60`` (meant as 60 %) made every
+    replayed answer disagree, and the report said so, status 0."""
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text("")
+    argv = ["eval", str(samples), "--base-url", "http://127.0.0.1:9/v1", "--threshold", threshold]
+    assert main(argv) == 2
+    assert "threshold" in capsys.readouterr().err

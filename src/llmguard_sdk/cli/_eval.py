@@ -55,7 +55,13 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
         default="overlap",
         help="overlap (shared words, default), exact, or module:function(recorded, replayed)",
     )
-    parser.add_argument("--threshold", type=_finite, default=0.6, help="agreement from (0.6)")
+    parser.add_argument(
+        "--threshold",
+        type=_finite,
+        default=0.6,
+        help="agreement from this share of shared words, 0 to 1 (0.6), or this score of a "
+        "module:function comparison",
+    )
     parser.add_argument("--limit", type=positive_int, help="replay at most this many calls")
     parser.add_argument(
         "--price",

@@ -181,6 +181,10 @@ def _comparator(compare: str | Comparator, threshold: float) -> Callable[[str, s
     if compare == "exact":
         return compare_exact
     if compare == "overlap":
+        if not 0.0 <= threshold <= 1.0:  # 60 (meant as 60 %): every answer disagreed
+            raise ConfigurationError(
+                f"threshold: word overlap is a share from 0 to 1, not {threshold!r}"
+            )
         return lambda a, b: compare_overlap(a, b) >= threshold
     if callable(compare):
 
