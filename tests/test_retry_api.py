@@ -228,6 +228,24 @@ def test_an_on_that_is_no_exception_type_or_callable_is_a_configuration_error(ba
         retry_context(on=bad)
 
 
+async def _async_verdict(exc: BaseException) -> bool:
+    return True
+
+
+async def _async_hook(details: RetryDetails) -> None:
+    raise AssertionError("never awaited")
+
+
+@pytest.mark.parametrize(("name", "bad"), [("on", _async_verdict), ("hooks", [_async_hook])])
+def test_an_async_on_or_hook_is_a_configuration_error(name: str, bad: Any) -> None:
+    # on= and hooks are called, never awaited: an async hook never ran (a RuntimeWarning, a
+    # coroutine dropped) and an async on= failed only at the first failure of the function
+    with pytest.raises(ConfigurationError, match=f"{name}.*async"):
+        retry(**{name: bad})(lambda: None)
+    with pytest.raises(ConfigurationError, match=f"{name}.*async"):
+        retry_context(**{name: bad})
+
+
 @pytest.mark.parametrize("bad", [[5], print, "hook"])
 def test_hooks_that_are_not_callables_are_a_configuration_error(bad: Any) -> None:
     # [5] raised TypeError at the first retry, in place of the function's own error; a bare

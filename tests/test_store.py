@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from llmguard_sdk import ConfigurationError, Guard, MemoryStore, RedisStore
@@ -90,6 +92,15 @@ def test_socket_timeout_must_be_a_bounded_positive_number(bad: float) -> None:
     # error: no stage fell back, and ping(), which promises False, raised it too)
     with pytest.raises(ConfigurationError, match="socket_timeout"):
         RedisStore("redis://127.0.0.1:1/0", socket_timeout=bad)
+
+
+@pytest.mark.parametrize("bad", [123, b"app", None, ""])
+def test_a_key_prefix_that_is_no_text_is_a_configuration_error(bad: Any) -> None:
+    # 123 raised AttributeError ('int' object has no attribute 'replace'), b"app" TypeError
+    with pytest.raises(ConfigurationError, match="key_prefix"):
+        MemoryStore(bad)
+    with pytest.raises(ConfigurationError, match="key_prefix"):
+        open_store("redis://127.0.0.1:1/0", key_prefix=bad)
 
 
 @pytest.mark.parametrize("name", ["local_share", "retry_pause"])

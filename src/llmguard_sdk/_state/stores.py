@@ -77,7 +77,7 @@ class Store:
     kind: Literal["memory", "redis"]
 
     def __init__(self, key_prefix: str = "llmguard") -> None:
-        if not key_prefix or not _SAFE_PART.match(key_prefix.replace(":", "")):
+        if not isinstance(key_prefix, str) or not _SAFE_PART.match(key_prefix.replace(":", "")):
             raise ConfigurationError(f"key_prefix {key_prefix!r} must be letters, digits, _.-:")
         self.key_prefix = key_prefix
 

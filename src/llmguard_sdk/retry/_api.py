@@ -228,12 +228,20 @@ class Retrying:
             raise ConfigurationError(
                 f"retry on= must be an exception type, a tuple of them or a callable, got {on!r}"
             )
+        if is_async_callable(on):
+            raise ConfigurationError(
+                f"retry on= is called, never awaited: it must not be async, got {on!r}"
+            )
         hooks = options.get("hooks", ())
         if isinstance(hooks, str) or not isinstance(hooks, Iterable):
             raise ConfigurationError(f"retry hooks= must be a sequence of callables, got {hooks!r}")
         self.hooks = tuple(hooks)
         if not all(callable(hook) for hook in self.hooks):
             raise ConfigurationError(f"retry hooks= must all be callables, got {self.hooks!r}")
+        if any(is_async_callable(hook) for hook in self.hooks):
+            raise ConfigurationError(
+                f"retry hooks= are called, never awaited: none may be async, got {self.hooks!r}"
+            )
         self.name = options.get("name", "")
         if not isinstance(self.name, str):
             raise ConfigurationError(f"retry name= must be a string, got {self.name!r}")
