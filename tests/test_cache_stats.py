@@ -132,3 +132,14 @@ def test_the_recent_embeddings_keep_no_long_query_text() -> None:
     assert kept
     assert max(len(key) for key in kept) <= 2048
     assert cache._recent.embedded(long_query) is cache._recent.embedded(long_query)  # found
+
+
+def test_cache_options_of_the_wrong_kind_are_typed_errors() -> None:
+    """``cacheable="no"`` (a text, so true) cached the answer, and ``keys=`` given something
+    other than a CacheKeys raised ``AttributeError`` from inside the lookup."""
+    cache = ResponseCache()
+    with pytest.raises(RequestValidationError, match="cacheable"):
+        cache.store(ask(FAQ), answer("a"), cacheable="no")  # type: ignore[typeddict-item]
+    assert cache.lookup(ask(FAQ)) is None  # nothing was stored
+    with pytest.raises(RequestValidationError, match="keys"):
+        cache.lookup(ask(FAQ), keys="abc")  # type: ignore[typeddict-item]

@@ -7,12 +7,14 @@ a value of the wrong type is a typed error at once, not a ``TypeError`` from a c
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from numbers import Real
 
 from ..context import Scope
 from ..errors import ConfigurationError, RequestValidationError
 from ..models import ChatRequest, ChatResponse
 from .embedders import Embedder
+from .keys import CacheKeys
 from .monitor import FalseHitMonitor
 
 __all__ = [
@@ -97,15 +99,28 @@ def check_parts(embedder: object, verifier: object, monitor: object, **switches:
             raise ConfigurationError(f"{name} must be True or False, got {value!r}")
 
 
-def check_call(request: object, response: object = None, deadline: object = None) -> None:
+def check_call(
+    request: object, response: object = None, options: Mapping[str, object] | None = None
+) -> None:
     """A lookup's or store's arguments: a :class:`~llmguard_sdk.ChatRequest`, a
-    :class:`~llmguard_sdk.ChatResponse` (stores) and a deadline that is a number or ``None``
-    (:class:`RequestValidationError` otherwise)."""
+    :class:`~llmguard_sdk.ChatResponse` (stores) and the :class:`CacheOptions` that are not
+    checked elsewhere (``tags`` are, when the keys are computed): a deadline that is a
+    number, ``cacheable`` True or False, ``keys`` a :class:`CacheKeys` (or ``None``).
+    :class:`RequestValidationError` otherwise."""
     if not isinstance(request, ChatRequest):
         raise RequestValidationError(f"the cache needs a ChatRequest, got {request!r:.80}")
     if response is not None and not isinstance(response, ChatResponse):
         raise RequestValidationError(f"the cache stores a ChatResponse, got {response!r:.80}")
+    if not options:
+        return
+    deadline, keys = options.get("deadline"), options.get("keys")
     if deadline is not None and not _real(deadline):
         raise RequestValidationError(
             f"deadline must be a time.monotonic() instant, got {deadline!r:.80}"
         )
+    if not isinstance(options.get("cacheable", True), bool):  # ("no" would be true)
+        raise RequestValidationError(
+            f"cacheable must be True or False, got {options['cacheable']!r:.80}"
+        )
+    if keys is not None and not isinstance(keys, CacheKeys):
+        raise RequestValidationError(f"keys must be a CacheKeys, got {keys!r:.80}")

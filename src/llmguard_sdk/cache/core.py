@@ -237,7 +237,7 @@ class ResponseCache:
         """The keys of a call that may use the cache, ``None`` when it must not (see
         :meth:`skip_reason`). Pass them as ``keys=`` to the lookup and to the store of the
         same request, scope and tags: both then use them instead of hashing the request."""
-        check_call(request, deadline=options.get("deadline"))
+        check_call(request, None, options)
         if self.skip_reason(request, scope, cacheable=options.get("cacheable", True)) is not None:
             return None
         keys = options.get("keys")
@@ -455,7 +455,7 @@ class ResponseCache:
         """The entry :meth:`store` would write for this call (``None``: not cacheable); the
         embedding is computed here (CPU work, or bounded by ``deadline``: see
         :class:`CacheOptions`), the write is :meth:`put_steps`."""
-        check_call(request, response, options.get("deadline"))
+        check_call(request, response, options)
         if not storable(request, response):
             return None
         keys = self.call_keys(request, scope, **options)
