@@ -274,6 +274,30 @@ def test_header_references_are_read_from_the_environment() -> None:
         Guard.from_config({"routes": [route]}, environ={})
 
 
+def test_a_reference_inside_a_header_or_url_is_read_from_the_environment(
+    redis_url: str, redis_prefix: str
+) -> None:
+    """``Authorization = "Bearer ${TOKEN}"`` was sent as written (the literal ``${TOKEN}``: a
+    401 on every call), and a base URL with ``${HOST}`` in it went to a host of that name."""
+    with FakeProvider(name="gw") as fake:
+        host = fake.base_url.split("//", 1)[1].split("/", 1)[0]
+        route = {
+            "model": "vllm/fake-model",
+            "name": "gw",
+            "base_url": "http://${GW_HOST}/v1",
+            "headers": {"Authorization": "Bearer ${GW_TOKEN}"},
+        }
+        config = {"routes": [route], "store": "redis://${REDIS_AT}/0", "key_prefix": redis_prefix}
+        environ = {"GW_HOST": host, "GW_TOKEN": "tok-1", "REDIS_AT": redis_url.split("//")[1]}
+        environ["REDIS_AT"] = environ["REDIS_AT"].rsplit("/", 1)[0]
+        with Guard.from_config(config, environ=environ) as guard:
+            guard.chat(USER)
+            assert guard.store.ping()
+        assert fake.requests[-1].headers["authorization"] == "Bearer tok-1"
+    with pytest.raises(ConfigurationError, match=r"routes\.0\.headers\.Authorization.*GW_TOKEN"):
+        Guard.from_config({"routes": [route]}, environ={"GW_HOST": host})
+
+
 def test_an_azure_base_url_is_the_endpoint_its_deployment_and_version_go_on() -> None:
     with FakeProvider(name="azure") as fake:
         route = {"model": "azure/prod-4o", "base_url": fake.url, "api_version": "2024-10-21"}

@@ -28,8 +28,9 @@ Shortcuts and the environment variables they read when the route names no key (o
 ``OPENAI_API_VERSION``), ``openrouter/`` (``OPENROUTER_API_KEY``), ``groq/``
 (``GROQ_API_KEY``), ``together/`` (``TOGETHER_API_KEY``), ``ollama/`` (``OLLAMA_HOST``, local
 by default), ``vllm/`` (``base_url`` required), ``local/`` (``bundled`` or a GGUF path).
-A value ``${NAME}`` of ``api_key``, ``base_url``, ``headers`` or ``store`` (a Redis URL with
-its password, say) is read from the environment when the Guard is built; an ``api_key`` given
+A ``${NAME}`` reference in ``api_key``, ``base_url``, ``headers`` or ``store`` (a Redis URL
+with its password, say), the whole value or a part of it (``Bearer ${TOKEN}``), is read from
+the environment when the Guard is built; an ``api_key`` given
 as plain text is refused, so keys never sit in the file. An ``azure/`` route's ``base_url``
 is its resource endpoint (as ``AZURE_OPENAI_ENDPOINT``), unless it is a whole
 ``.../openai/...`` URL.
@@ -81,6 +82,7 @@ __all__ = [
 
 CONFIG_ENV = "LLMGUARD_CONFIG"
 _REFERENCE = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$")
+_EMBEDDED = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")  # "Bearer ${TOKEN}"
 
 # shortcut -> (base URL or None, environment variable of the key, of the base URL)
 _OPENAI_LIKE: dict[str, tuple[str | None, str | None, str | None]] = {
@@ -183,7 +185,7 @@ class ConfigFile(BaseModel):
     @classmethod
     def _check_store(cls, store: str | None) -> str | None:
         """The stores the Guard opens (checked here too, so ``llmguard check`` says so)."""
-        if store is not None and not _REFERENCE.match(store):  # (a reference: when read)
+        if store is not None and not _EMBEDDED.search(store):  # (with a reference: when read)
             _store_problem(store)
         return store
 
@@ -339,16 +341,21 @@ def _in_group(info: ResolvedRoute, group: str) -> ResolvedRoute:
 
 
 def _value(text: str | None, environ: Mapping[str, str], where: str) -> str | None:
-    """``text``, or the variable a ``${NAME}`` reference names."""
+    """``text`` with each ``${NAME}`` reference replaced by the variable it names (a whole
+    value, or within one: ``Bearer ${TOKEN}``, ``http://${HOST}/v1``, which were sent as
+    written)."""
     if text is None:
         return None
-    match = _REFERENCE.match(text)
-    if match is None:
-        return text
-    value = environ.get(match.group(1))
-    if not value:
-        raise ConfigurationError(f"{where}: the environment variable {match.group(1)} is not set")
-    return value
+
+    def read(match: re.Match[str]) -> str:
+        value = environ.get(match.group(1))
+        if not value:
+            raise ConfigurationError(
+                f"{where}: the environment variable {match.group(1)} is not set"
+            )
+        return value
+
+    return _EMBEDDED.sub(read, text)
 
 
 def _route(
