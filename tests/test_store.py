@@ -8,7 +8,7 @@ import pytest
 
 from llmguard_sdk import ConfigurationError, Guard, MemoryStore, RedisStore
 from llmguard_sdk.cache import ResponseCache
-from llmguard_sdk.store import hash_id, open_store
+from llmguard_sdk.store import RedisClusterStore, hash_id, open_store
 from tests.conftest import crowd_a_small_pool
 
 
@@ -101,6 +101,20 @@ def test_a_key_prefix_that_is_no_text_is_a_configuration_error(bad: Any) -> None
         MemoryStore(bad)
     with pytest.raises(ConfigurationError, match="key_prefix"):
         open_store("redis://127.0.0.1:1/0", key_prefix=bad)
+
+
+@pytest.mark.parametrize("cls", [RedisStore, RedisClusterStore])
+@pytest.mark.parametrize("url", [123, None, b"redis://x"])
+def test_a_url_that_is_no_text_is_a_configuration_error(cls: type[RedisStore], url: Any) -> None:
+    # AttributeError ('int' object has no attribute 'decode') or TypeError from urllib
+    with pytest.raises(ConfigurationError, match="url"):
+        cls(url)
+
+
+def test_a_journal_dir_that_is_no_path_is_a_configuration_error() -> None:
+    # taken as given, then the budgets' journal failed on it (os.path on an int)
+    with pytest.raises(ConfigurationError, match="journal_dir"):
+        RedisStore("redis://127.0.0.1:1/0", journal_dir=123)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("name", ["local_share", "retry_pause"])

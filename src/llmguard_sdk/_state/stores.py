@@ -12,6 +12,7 @@ import functools
 import hashlib
 import logging
 import math
+import os
 import re
 import threading
 import weakref
@@ -211,6 +212,8 @@ class RedisStore(Store):
         retry_pause: float = 1.0,
     ) -> None:
         super().__init__(key_prefix)
+        if not isinstance(url, str):
+            raise ConfigurationError(f"a Redis store's url must be a string, got {url!r}")
         self._check_url(url)
         if not (_number(socket_timeout) and 0 < socket_timeout <= _MAX_SOCKET_TIMEOUT):
             raise ConfigurationError(
@@ -224,6 +227,8 @@ class RedisStore(Store):
             raise ConfigurationError("local_share must be in (0, 1]")
         if not (_number(retry_pause) and 0 < retry_pause <= 30):
             raise ConfigurationError("retry_pause must be in (0, 30] seconds")
+        if not (journal_dir is None or isinstance(journal_dir, (str, os.PathLike))):
+            raise ConfigurationError(f"journal_dir must be a path or None, got {journal_dir!r}")
         self.url = url
         self.local_share = float(local_share)
         self.journal_dir = journal_dir
