@@ -26,6 +26,7 @@ from tests.test_http11_edges import (
     HTTP10,
     HTTP10_KEPT,
     LONG_CHUNK_SIZE,
+    OVERLONG_CHUNK,
     REPEATED,
     REPEATED_LINES,
     SIGNED_CHUNK_SIZE,
@@ -191,8 +192,8 @@ async def test_an_http_1_0_answer_says_so_and_closes_unless_kept_alive(
 
 @pytest.mark.parametrize(
     "raw",
-    [LONG_CHUNK_SIZE, SIGNED_CHUNK_SIZE, ENDLESS_TRAILERS],
-    ids=["long", "signed", "trailers"],
+    [LONG_CHUNK_SIZE, SIGNED_CHUNK_SIZE, ENDLESS_TRAILERS, OVERLONG_CHUNK],
+    ids=["long", "signed", "trailers", "overlong"],
 )
 async def test_a_chunk_size_or_trailers_past_bounds_are_a_protocol_error(raw: bytes) -> None:
     """A chunk size of 16 hex digits or more, and more trailer lines than a head may have, are

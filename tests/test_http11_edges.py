@@ -125,6 +125,7 @@ _CHUNKED = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
 LONG_CHUNK_SIZE = _CHUNKED + b"0000000000000002\r\n{}\r\n0\r\n\r\n"  # 16 hex digits
 SIGNED_CHUNK_SIZE = _CHUNKED + b"+2\r\n{}\r\n0\r\n\r\n"  # int(b"+2", 16) reads it
 ENDLESS_TRAILERS = _CHUNKED + b"2\r\n{}\r\n0\r\n" + b"x-trailer: 1\r\n" * 101 + b"\r\n"
+OVERLONG_CHUNK = _CHUNKED + b"2\r\n{}XX0\r\n\r\n"  # "XX" past the chunk's size
 FEW_TRAILERS = _CHUNKED + b"2\r\n{}\r\n0\r\n" + b"x-trailer: 1\r\n" * 3 + b"\r\n"
 
 
@@ -146,8 +147,8 @@ def test_an_http_1_0_answer_says_so_and_closes_unless_kept_alive(raw: bytes, kep
 
 @pytest.mark.parametrize(
     "raw",
-    [LONG_CHUNK_SIZE, SIGNED_CHUNK_SIZE, ENDLESS_TRAILERS],
-    ids=["long", "signed", "trailers"],
+    [LONG_CHUNK_SIZE, SIGNED_CHUNK_SIZE, ENDLESS_TRAILERS, OVERLONG_CHUNK],
+    ids=["long", "signed", "trailers", "overlong"],
 )
 def test_a_chunk_size_or_trailers_past_bounds_are_a_protocol_error(raw: bytes) -> None:
     """A chunk size of 16 hex digits or more (or one ``int()`` reads but HTTP does not: a

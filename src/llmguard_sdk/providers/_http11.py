@@ -397,6 +397,19 @@ class _Response(http.client.HTTPResponse):
         if not self.will_close and not self.chunked and self.length is None:
             self.will_close = True  # no length: the body ends when the connection does
 
+    def _get_chunk_left(self) -> int | None:
+        """After a chunk's data, its line end and nothing else (``http.client`` tossed the
+        next two bytes, whatever they were: data past a chunk's size was dropped unseen, as
+        the async transport refuses it), then ``http.client``'s own reading."""
+        if self.chunk_left == 0:
+            line = self.fp.readline(MAX_LINE + 1)
+            if not line:
+                raise http.client.IncompleteRead(b"")
+            if line not in (b"\r\n", b"\n"):
+                raise http.client.HTTPException("a chunk's data is longer than its size")
+            self.chunk_left = None
+        return super()._get_chunk_left()  # type: ignore[misc, no-any-return]
+
     def _read_next_chunk_size(self) -> int:
         """A chunk's size, as :func:`~._http1.chunk_size` reads its line (``int(line, 16)``
         took a sign, ``0x``, underscores and any number of digits). A bad one raises
