@@ -467,3 +467,19 @@ def test_a_route_without_a_model_and_a_group_error_name_their_key(
     path = _write(tmp_path, "guard.toml", text)
     with pytest.raises(ConfigurationError, match=message):
         Guard.from_config(path, environ={"OPENAI_API_KEY": "sk-test"})
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("guard.toml", '[[routes]]\nmodel = "ollama/m"\n'),
+        ("guard.json", '{"routes": [{"model": "ollama/m"}]}'),
+        ("guard.yaml", "routes:\n  - model: ollama/m\n"),
+    ],
+)
+def test_a_file_saved_with_a_byte_order_mark_is_read(tmp_path: Path, name: str, text: str) -> None:
+    """Windows editors save UTF-8 with a BOM: TOML said "Invalid statement (at line 1, column
+    1)", JSON "Unexpected UTF-8 BOM", of a file that looks right."""
+    path = tmp_path / name
+    path.write_bytes(b"\xef\xbb\xbf" + text.encode())
+    assert load_config(path).routes[0].model == "ollama/m"  # type: ignore[union-attr]

@@ -255,7 +255,7 @@ def naming(source: str | os.PathLike[str] | Mapping[str, Any]) -> Iterator[None]
 
 def _read(path: Path) -> Any:
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # a BOM (Windows editors) is no text
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigurationError(f"cannot read the configuration {path}: {exc}") from None
     suffix = path.suffix.lower()
