@@ -93,7 +93,9 @@ def test_a_bool_is_no_number_of_a_limit(name: str, flag: bool) -> None:
         RateLimit(rpm=10, **{name: flag})
 
 
-@pytest.mark.parametrize("bad", [{"r": "fast"}, {"r": []}, {"": RateLimit(rpm=1)}, ["r"]])
+@pytest.mark.parametrize(
+    "bad", [{"r": "fast"}, {"r": []}, {"": RateLimit(rpm=1)}, ["r"], {"r": 5}, {"r": None}]
+)
 def test_bad_limit_maps_raise_typed_errors(bad: Any) -> None:
     with pytest.raises(ConfigurationError):
         MemoryRateLimiter(bad)

@@ -6,7 +6,8 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import cast
 
 from .._ids import UniqueIds
 from ..errors import ConfigurationError
@@ -38,12 +39,15 @@ def normalize(limits: LimitsConfig) -> Rules:
     for key, value in limits.items():
         if not isinstance(key, str) or not key:
             raise ConfigurationError(f"rate limit keys must be route names, got {key!r}")
-        found = (value,) if isinstance(value, RateLimit) else tuple(value)
+        given: object = value
+        found: tuple[object, ...] = (given,)  # (a number or None: refused below)
+        if isinstance(given, Iterable) and not isinstance(given, (RateLimit, str)):
+            found = tuple(given)
         if not found or not all(isinstance(limit, RateLimit) for limit in found):
             raise ConfigurationError(
                 f"rate_limits[{key!r}] must be a RateLimit or a list of them, got {value!r}"
             )
-        rules[key] = found
+        rules[key] = cast(tuple[RateLimit, ...], found)
     return rules
 
 
