@@ -5,12 +5,13 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import pytest
 
-from llmguard_sdk.cache import ResponseCache
-from llmguard_sdk.errors import RequestValidationError
+from llmguard_sdk.cache import HashingEmbedder, ResponseCache
+from llmguard_sdk.errors import ConfigurationError, RequestValidationError
 from tests.test_cache import FAQ, PARAPHRASE, answer, ask
 
 
@@ -143,3 +144,29 @@ def test_cache_options_of_the_wrong_kind_are_typed_errors() -> None:
     assert cache.lookup(ask(FAQ)) is None  # nothing was stored
     with pytest.raises(RequestValidationError, match="keys"):
         cache.lookup(ask(FAQ), keys="abc")  # type: ignore[typeddict-item]
+
+
+class _ShortVectors(HashingEmbedder):
+    """Says 1,024 dimensions; once ``short``, returns 100 (a model swapped behind it)."""
+
+    short = False
+
+    def embed(self, texts: Sequence[str]) -> Any:
+        vectors = super().embed(texts)
+        return vectors[:, :100] if self.short else vectors
+
+
+def test_an_embedding_of_the_wrong_size_is_a_typed_error_before_anything_is_written() -> None:
+    """An embedder whose vectors are not the size it declares raised numpy's ``ValueError``
+    from the index, after the entry was written: a stored entry no search could find."""
+    embedder = _ShortVectors()
+    cache = ResponseCache(embedder=embedder)
+    cache.store(ask(FAQ), answer("a"))
+    cache.store(ask("How do I change my e-mail address?"), answer("b"))
+    embedder.short = True
+    assert cache.lookup(ask(PARAPHRASE)) is None  # a miss, logged
+    parcel = ask("Where is my parcel?")
+    with pytest.raises(ConfigurationError, match="100"):
+        cache.store(parcel, answer("c"))
+    embedder.short = False
+    assert cache.lookup(parcel) is None  # nothing was written

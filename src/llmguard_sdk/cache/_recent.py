@@ -8,6 +8,7 @@ import threading
 from collections import OrderedDict
 
 from .._lazy import np
+from ..errors import ConfigurationError
 from .embedders import Embedder
 from .embedders.base import embed_within
 from .entry import decode_vector, encode_vector
@@ -45,7 +46,8 @@ class RecentEmbeddings:
         self._lock = threading.Lock()
 
     def embedded(self, query: str, timeout: float | None = None) -> _Embedded:
-        """The query's embedding, remembered; ``timeout``: the most seconds an embedder that
+        """The query's embedding, remembered (:class:`ConfigurationError` when the embedder's
+        vector is not of its declared dimension); ``timeout``: the most seconds an embedder that
         takes one may wait (see :func:`~llmguard_sdk.cache.embedders.base.embed_within`)."""
         key = _key(query)
         with self._lock:
@@ -53,6 +55,11 @@ class RecentEmbeddings:
             if embedded is not None:
                 return embedded
         vector = np.asarray(embed_within(self._embedder, [query], timeout)[0], dtype=np.float32)
+        if vector.shape != (self._embedder.dimension,):
+            raise ConfigurationError(
+                f"embedder {self._embedder.name!r} returned a vector of shape {vector.shape}, "
+                f"not of its dimension {self._embedder.dimension}"
+            )
         embedded = _Embedded(Probe(vector))
         with self._lock:
             self._recent[key] = embedded
