@@ -33,15 +33,13 @@ def _stream(index: dict[str, Any]) -> bytes:
     )
 
 
-@pytest.mark.parametrize("index", [{}, {"index": None}], ids=["missing", "null"])
-def test_calls_without_an_index_stay_apart_through_the_seams(index: dict[str, Any]) -> None:
-    """The Responses and Messages writers took a call's ``index`` as ``int(call.get("index",
-    0))``: calls without one were merged into the first (its name, their arguments joined),
-    and a null one ended the stream with a TypeError."""
+def _through_the_seams(events: bytes) -> tuple[Any, Any, Any]:
+    """``events`` (a chat-completions stream) read by the Guard's own stream, and through the
+    seams as openai's Responses stream and anthropic's Messages stream: their ends."""
     openai = require_module("openai", "openai is a dev dependency")
     require_module("anthropic", "anthropic is a dev dependency")
     with (
-        RawServer(sse_head(), (_stream(index),)) as raw,
+        RawServer(sse_head(), (events,)) as raw,
         Guard(OpenAICompatibleProvider(raw.base_url, model="m"), environ={}, retry=None) as guard,
     ):
         with guard.chat(ASK, stream=True) as chat:
@@ -49,14 +47,23 @@ def test_calls_without_an_index_stay_apart_through_the_seams(index: dict[str, An
         sdk = openai.OpenAI(
             api_key="sk-x", base_url="http://guard.test/v1", http_client=http_client(guard)
         )
-        with sdk.responses.stream(model="m", input="call a and b") as events:
-            response = events.get_final_response()
+        with sdk.responses.stream(model="m", input="call a and b") as stream:
+            response = stream.get_final_response()
         with anthropic_client(guard).messages.stream(
             model="m", max_tokens=99, messages=ASK
-        ) as stream:
-            message = stream.get_final_message()
+        ) as messages:
+            message = messages.get_final_message()
+    return chat.response, response, message
+
+
+@pytest.mark.parametrize("index", [{}, {"index": None}], ids=["missing", "null"])
+def test_calls_without_an_index_stay_apart_through_the_seams(index: dict[str, Any]) -> None:
+    """The Responses and Messages writers took a call's ``index`` as ``int(call.get("index",
+    0))``: calls without one were merged into the first (its name, their arguments joined),
+    and a null one ended the stream with a TypeError."""
+    own, response, message = _through_the_seams(_stream(index))
     expected = [("a", {"x": 0}), ("b", {"x": 1})]
-    calls = chat.response.tool_calls or []
+    calls = own.tool_calls or []
     assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls] == (
         expected
     )
@@ -64,3 +71,19 @@ def test_calls_without_an_index_stay_apart_through_the_seams(index: dict[str, An
     assert [(item.name, json.loads(item.arguments)) for item in items] == expected
     uses = [block for block in message.content if block.type == "tool_use"]
     assert [(block.name, block.input) for block in uses] == expected
+
+
+def test_a_call_whose_function_is_no_object_does_not_break_the_seams() -> None:
+    """A streamed call whose ``function`` is no object (a hostile or broken server's) is read
+    past by the Guard's assembly; the Responses and Messages writers called ``.get`` on it and
+    the stream ended with an AttributeError."""
+    bad = {"index": 0, "id": "call_a", "type": "function", "function": "a"}
+    events = (
+        chat_chunk_event({"role": "assistant", "content": None})
+        + chat_chunk_event({"tool_calls": [bad]})
+        + chat_chunk_event({}, "tool_calls")
+        + b"data: [DONE]\n\n"
+    )
+    _, response, message = _through_the_seams(events)
+    assert [item.call_id for item in response.output if item.type == "function_call"] == ["call_a"]
+    assert [block.id for block in message.content if block.type == "tool_use"] == ["call_a"]

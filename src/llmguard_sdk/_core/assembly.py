@@ -149,6 +149,13 @@ def call_index(delta: Mapping[str, Any], position: int) -> int:
     return index if isinstance(index, int) else position
 
 
+def call_function(call: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A tool call's (or a streamed piece's) ``function`` object; an empty one where it is
+    none (read past, as :func:`merge_tool_call_deltas` reads it)."""
+    function = call.get("function")
+    return function if isinstance(function, Mapping) else {}
+
+
 def merge_tool_call_deltas(calls: dict[int, dict[str, Any]], deltas: list[dict[str, Any]]) -> None:
     """Fold streamed tool-call pieces into whole calls, keyed by their ``index``.
 

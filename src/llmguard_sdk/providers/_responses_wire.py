@@ -12,7 +12,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from .._core.assembly import call_index
+from .._core.assembly import call_function, call_index
 from ..errors import RequestValidationError
 from ..models import StreamChunk, Usage
 
@@ -183,7 +183,7 @@ def _status(finish_reason: str | None) -> tuple[str, dict[str, Any] | None]:
 
 
 def _function_item(call: Mapping[str, Any], index: int) -> dict[str, Any]:
-    function = call.get("function") or {}
+    function = call_function(call)
     call_id = call.get("id") or f"call_{index}"
     return {
         "type": "function_call",
@@ -359,7 +359,7 @@ class EventWriter:
         return out + self._part_event("response.content_part.added", part, part=_content_part(part))
 
     def _call_delta(self, call: Mapping[str, Any], index: int) -> bytes:
-        function = call.get("function") or {}
+        function = call_function(call)
         output_index = self._at.setdefault(index, index + int(self._message_open))
         if index not in self._calls:
             item = _function_item({"id": call.get("id"), "function": function}, index)

@@ -18,7 +18,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from .._core.assembly import call_index
+from .._core.assembly import call_function, call_index
 from ..errors import LLMGuardError, RequestValidationError
 from ..models import ChatResponse, StreamChunk, Usage
 from ..providers.wire import ANTHROPIC_ONLY_KEY, CACHE_CONTROL
@@ -240,7 +240,7 @@ def _usage(usage: Usage | None) -> dict[str, int]:
 
 
 def _tool_use(call: Mapping[str, Any]) -> dict[str, Any]:
-    function = call.get("function") or {}
+    function = call_function(call)
     try:
         arguments = json.loads(function.get("arguments") or "{}")
     except ValueError:
@@ -373,7 +373,7 @@ class EventsWriter:
             out += self._delta({"type": "text_delta", "text": chunk.text})
         for position, call in enumerate(chunk.tool_calls or ()):
             index = call_index(call, position)
-            function = call.get("function") or {}
+            function = call_function(call)
             if index not in self._calls:
                 block: dict[str, Any] = {
                     "type": "tool_use",
