@@ -33,6 +33,7 @@ from llmguard_sdk.retry import (
     is_testing,
     retry,
     retry_context,
+    set_testing,
     waits_off,
 )
 from llmguard_sdk.store import RedisStore
@@ -76,6 +77,16 @@ def test_generators_cannot_be_wrapped() -> None:
 
     with pytest.raises(ConfigurationError, match="generator"):
         retry(numbers)
+
+
+@pytest.mark.parametrize("bad", [0, True, "3", 2.5])
+def test_a_testing_attempts_cap_is_a_whole_number(bad: Any) -> None:
+    # "3" raised TypeError, True capped every loop at one attempt; waits_off() too
+    with pytest.raises(ConfigurationError, match="attempts"):
+        set_testing(True, attempts=bad)
+    with pytest.raises(ConfigurationError, match="attempts"), waits_off(attempts=bad):
+        pass
+    assert not is_testing()
 
 
 def test_waits_off_restores_the_previous_setting() -> None:

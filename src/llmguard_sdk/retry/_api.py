@@ -88,8 +88,10 @@ def set_testing(enabled: bool, *, attempts: int | None = None) -> None:
     While on, every wait of :func:`retry`, :func:`retry_context` *and* the Guard's retry stage
     is zero, so tests run fast without changing the code under test.
     """
-    if attempts is not None and attempts < 1:
-        raise ConfigurationError("attempts must be at least 1")
+    if attempts is not None and (
+        not isinstance(attempts, int) or isinstance(attempts, bool) or attempts < 1
+    ):
+        raise ConfigurationError(f"attempts must be a whole number >= 1, got {attempts!r}")
     with _Testing.lock:
         _Testing.enabled = enabled
         _Testing.attempts = attempts if enabled else None
