@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import functools
+import logging
 import math
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from .._json import canonical_json
 from ..errors import ConfigurationError
 from ._chunked import PACKAGED_MODELS, packaged_model_path
 
@@ -20,6 +23,7 @@ _INSTALL_HINT = (
     "the local model needs the 'local' extra: pip install 'llmguard-sdk[local]' "
     "(it builds llama.cpp from source, about 4 minutes on 2 cores, once)"
 )
+logger = logging.getLogger("llmguard_sdk")
 _LOAD_LOCK = threading.Lock()
 _SUPPRESSOR = "suppress_stdout_stderr"  # llama-cpp-python's fd-level silencer (see _load_llama)
 
@@ -175,3 +179,28 @@ def _route_messages(
         for role, text in (("user", question), ("assistant", answer))
     ]
     return lead + shots + [m for m in messages if m["role"] not in ("system", "developer")]
+
+
+@functools.lru_cache(maxsize=16)
+def _json_grammar(schema: str | None) -> Any:
+    """llama.cpp's grammar of JSON (``schema``: of JSON that matches it), built once."""
+    from llama_cpp import llama_grammar
+    from llama_cpp.llama_grammar import LlamaGrammar
+
+    if schema is not None:
+        try:
+            return LlamaGrammar.from_json_schema(schema, verbose=False)
+        except Exception:  # a schema llama.cpp cannot turn into a grammar: any JSON object
+            logger.debug("local model: no grammar for the schema; any JSON object instead")
+    return LlamaGrammar.from_string(llama_grammar.JSON_GBNF, verbose=False)
+
+
+def _response_grammar(response_format: Mapping[str, Any] | None) -> Any:
+    """The grammar that holds an answer to ``response_format``: JSON for ``json_object``, the
+    schema's JSON for ``json_schema``; ``None`` (free text) otherwise."""
+    kind = (response_format or {}).get("type")
+    if kind not in ("json_object", "json_schema"):
+        return None
+    spec = (response_format or {}).get("json_schema")
+    schema = spec.get("schema") if isinstance(spec, Mapping) else None
+    return _json_grammar(canonical_json(schema) if isinstance(schema, Mapping) else None)

@@ -69,6 +69,7 @@ from ._llama import (
     _cpu_has_amx,
     _load_llama,
     _packaged_gguf,
+    _response_grammar,
     _route_messages,
     bundled_model_path,
     load_llama,
@@ -552,6 +553,7 @@ class _Engine:
             top_p=_first(owner.top_p, request.top_p, 0.95),
             repeat_penalty=_first(owner.repeat_penalty, 1.0),
             reset=True,
+            grammar=_response_grammar(request.response_format),  # JSON when asked for
         ):
             if job.cancelled.is_set():
                 return  # the caller is gone

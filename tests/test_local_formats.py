@@ -1,0 +1,55 @@
+"""The local fallback honours ``response_format``: JSON as asked, through the drop-in client."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from llmguard_sdk import Guard, LocalProvider
+
+pytestmark = pytest.mark.local_model
+
+QUESTION = [{"role": "user", "content": "Count from 1 to 5."}]
+SCHEMA = {
+    "type": "object",
+    "properties": {"numbers": {"type": "array", "items": {"type": "integer"}, "maxItems": 5}},
+    "required": ["numbers"],
+}
+
+
+@pytest.fixture(scope="module")
+def guard() -> Iterator[Guard]:
+    provider = LocalProvider(n_ctx=512, warm_up=True)
+    try:
+        assert provider.wait_loaded(60)
+        with Guard(provider, timeout=60, environ={}) as guard:
+            yield guard
+    finally:
+        provider.close()
+
+
+@pytest.mark.parametrize(
+    "response_format",
+    [
+        {"type": "json_object"},
+        {"type": "json_schema", "json_schema": {"name": "count", "schema": SCHEMA}},
+    ],
+)
+def test_json_is_answered_when_asked_for(guard: Guard, response_format: dict[str, Any]) -> None:
+    # response_format was dropped: the local model answered prose ("1. 1\n...") to a caller
+    # that parses JSON
+    completion = guard.client().chat.completions.create(
+        model="local",
+        messages=QUESTION,
+        temperature=0,
+        max_tokens=80,
+        response_format=response_format,
+    )
+    answer = json.loads(completion.choices[0].message.content or "")
+    assert isinstance(answer, dict)
+    if response_format["type"] == "json_schema":
+        assert isinstance(answer["numbers"], list)
+    assert completion.choices[0].finish_reason == "stop"
