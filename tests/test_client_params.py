@@ -6,6 +6,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+import anthropic
 import pytest
 
 from llmguard_sdk import AnthropicProvider, Guard, OpenAICompatibleProvider
@@ -122,3 +123,18 @@ def test_cache_breakpoints_are_not_sent_to_a_chat_route(fake: FakeProvider) -> N
     assert "cache_control" not in json.dumps(body)
     assert body["messages"][0] == {"role": "system", "content": STATIC}  # as before
     assert body["messages"][1] == {"role": "user", "content": STATIC}
+
+
+def test_an_endpoint_the_seam_does_not_serve_answers_in_anthropics_shape(
+    fake: FakeProvider,
+) -> None:
+    # POST /v1/messages/count_tokens was refused with OpenAI's error body, which anthropic's
+    # SDK does not read as its own (no "type": "error")
+    chat = OpenAICompatibleProvider(fake.base_url, model=fake.model, name="primary")
+    with Guard(chat, retry=None, environ={}) as guard:
+        client = anthropic_client(guard)
+        with pytest.raises(anthropic.BadRequestError) as refused:
+            client.messages.count_tokens(model="m", messages=USER)
+    assert isinstance(refused.value.body, dict)
+    assert refused.value.body["type"] == "error"
+    assert "count_tokens" in refused.value.body["error"]["message"]

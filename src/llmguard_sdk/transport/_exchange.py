@@ -31,6 +31,8 @@ def _wire_for(path: str) -> _wire.Wire:
     for suffix, wire in _ROUTES.items():
         if path.rstrip("/").endswith(suffix):
             return wire
+    if "/messages/" in path:  # an Anthropic endpoint the seam does not serve: its error shape
+        return _ROUTES["/messages"]
     return _CHAT
 
 
