@@ -160,6 +160,31 @@ def test_anthropics_reset_instants_are_learned_as_openais_resets(
 
 
 @pytest.mark.parametrize(
+    "headers",
+    [
+        {"retry-after": "1000000000"},  # a 429's hint: 31 years
+        {"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "9999999h"},
+    ],
+)
+def test_a_far_fetched_wait_hint_pauses_a_route_an_hour_at_most(
+    fake: FakeProvider, make_guard: MakeGuard, headers: dict[str, str]
+) -> None:
+    """A provider's hint is taken as a pause of at most an hour: a bogus one (a 429's
+    Retry-After of 1e9 s, a reset in 1,141 years) locked the route out for as long."""
+    status = 429 if "retry-after" in headers else None  # (None: an answer)
+    fake.script(Fault(status=status, headers=headers))
+    guard = make_guard(fake, rate_limits={"primary": RateLimit(rpm=100)}, breaker=None)
+    try:
+        guard.chat(USER)
+    except Exception:  # the 429 itself (no retry fits the hint)
+        assert status == 429
+    with pytest.raises(RateLimitExceededError) as info:
+        guard.chat(USER)
+    assert info.value.retry_after is not None
+    assert 3000 < info.value.retry_after <= 3601
+
+
+@pytest.mark.parametrize(
     ("priority", "max_tokens", "says"),
     [
         # larger than the share of the burst a batch call may take, not than the limit: it

@@ -104,6 +104,10 @@ def cut_off(ctx: CallContext, route: str, reservation: Reservation | None) -> Us
     return used
 
 
+# the longest pause a provider's hint teaches a route's limits (a 429's Retry-After, a reset
+# time): a bogus one (Retry-After: 1e9) would lock the route out for as long; after this a
+# call goes out, and a limit still exhausted answers another 429 with its own hint
+MAX_LEARNED_PAUSE_S = 3600.0
 _LEASE_GRACE_S = 5.0  # a concurrency lease outlives its call's deadline by this much at most
 
 
@@ -221,5 +225,5 @@ def learned(headers: Mapping[str, str]) -> LearnArgs | None:
     if any(left < 1 for left in counters.values()):
         pause = rate_limit_reset_seconds(headers)
         if pause is not None and pause > 0:
-            counters["pause"] = pause
+            counters["pause"] = min(pause, MAX_LEARNED_PAUSE_S)
     return cast(LearnArgs, counters)

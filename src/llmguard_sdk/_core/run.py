@@ -156,7 +156,7 @@ class Run:
             steps.append(limiter.settle_steps(reservation.route, **args))
         taught: LearnArgs | None = None
         if isinstance(error, RateLimitedError):
-            taught = {"pause": error.retry_after or 0.0}
+            taught = {"pause": min(error.retry_after or 0.0, limits.MAX_LEARNED_PAUSE_S)}
         elif headers is not None:
             taught = limits.learned(headers)
         if taught is not None:
