@@ -89,7 +89,8 @@ def _reads_counters(fake: FakeProvider, redis_url: str, redis_prefix: str) -> No
 def test_the_command_says_when_redis_does_not_answer() -> None:
     done = _cli("status", "--store", "redis://127.0.0.1:1/0")
     assert done.returncode == 1
-    assert "did not answer" in done.stdout
+    assert "did not answer" in done.stderr  # an error line: stdout stays the output
+    assert not done.stdout
 
 
 def test_the_guard_tells_what_is_left_sync_and_async(fake: FakeProvider) -> None:
