@@ -205,6 +205,22 @@ def test_weights_must_be_finite_numbers(weights: list[object]) -> None:
         DeploymentGroup("g", routes, strategy="weighted", weights=weights)  # type: ignore[arg-type]
 
 
+def test_huge_weights_draw_in_proportion_rather_than_overflow() -> None:
+    """Each weight finite but their sum not: every call raised ValueError ("Total of weights
+    must be finite")."""
+    group = DeploymentGroup("g", _named("a", "b"), strategy="weighted", weights=[1e308, 1e308])
+    assert {group.ranked()[0].name for _ in range(40)} == {"a", "b"}
+    rng = random.Random(5)
+    firsts = [rank_by_weight([1.5e308, 0.5e308], rng)[0] for _ in range(4000)]
+    assert firsts.count(0) / 4000 == pytest.approx(0.75, abs=0.03)
+
+
+def test_an_infinite_penalty_is_refused() -> None:
+    """It made failed deployments' costs NaN (inf - inf), and a ranking of NaNs is none."""
+    with pytest.raises(ConfigurationError, match="finite"):
+        DeploymentGroup("g", _named("a", "b"), penalty_s=math.inf)
+
+
 # -- groups in a Guard ---------------------------------------------------------------------
 
 

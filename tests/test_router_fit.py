@@ -3,6 +3,9 @@ in a Guard against FakeProviders."""
 
 from __future__ import annotations
 
+import datetime
+import math
+
 import pytest
 
 from llmguard_sdk import (
@@ -25,10 +28,11 @@ from llmguard_sdk.router.fit import (
     rank_by_headroom,
     share_at,
 )
+from llmguard_sdk.router.groups import CallFacts
 from llmguard_sdk.testing import FakeProvider, Fault
 
 from .conftest import USER
-from .test_router import Clock
+from .test_router import Clock, _named
 
 
 def test_headroom_is_the_tightest_share_left_until_the_counters_reset() -> None:
@@ -55,6 +59,73 @@ def test_headroom_is_the_tightest_share_left_until_the_counters_reset() -> None:
     assert headroom_from({"content-type": "application/json"}, 0.0) is None
     assert exhausted(3.0, 5.0) == Headroom(0.0, 8.0)
     assert exhausted(None, 5.0) == Headroom(0.0, 6.0)
+
+
+def test_anthropic_headroom_is_kept_until_its_rfc3339_reset() -> None:
+    anthropic = {
+        "anthropic-ratelimit-requests-limit": "50",
+        "anthropic-ratelimit-requests-remaining": "5",
+        "anthropic-ratelimit-requests-reset": "2027-01-15T08:05:00Z",
+        "anthropic-ratelimit-tokens-limit": "1000",
+        "anthropic-ratelimit-tokens-remaining": "500",
+        "anthropic-ratelimit-tokens-reset": "2027-01-15T08:02:00+00:00",
+    }
+    wall = datetime.datetime(2027, 1, 15, 8, 0, tzinfo=datetime.timezone.utc).timestamp()
+    # read at 08:00 (wall clock), kept until the later reset, 5 minutes on (group clock)
+    assert headroom_from(anthropic, 10.0, wall=wall) == Headroom(0.1, 310.0)
+    passed = {**anthropic, "anthropic-ratelimit-requests-reset": "2027-01-15T07:00:00Z"}
+    assert headroom_from(passed, 10.0, wall=wall) == Headroom(0.1, 130.0)  # one reset passed
+
+
+def test_a_group_keeps_anthropic_headroom_past_a_minute() -> None:
+    clock = Clock()
+    group = DeploymentGroup("g", _named("a", "b"), strategy="headroom", clock=clock)
+    soon = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(minutes=10)
+    group.learn_headroom(
+        "a",
+        {
+            "anthropic-ratelimit-requests-limit": "100",
+            "anthropic-ratelimit-requests-remaining": "10",
+            "anthropic-ratelimit-requests-reset": soon.isoformat(),
+        },
+    )
+    group.learn_headroom(
+        "b", {"x-ratelimit-limit-requests": "100", "x-ratelimit-remaining-requests": "50"}
+    )
+    assert [d.name for d in group.ranked()] == ["b", "a"]
+    clock.now += 61.0  # b's counters reset (no reset said: a minute); a's have not
+    assert [group.ranked()[0].name for _ in range(4)] == ["b"] * 4
+
+
+def test_a_bogus_wait_hint_leaves_a_deployment_no_headroom_an_hour_at_most() -> None:
+    assert exhausted(1e9, 5.0) == Headroom(0.0, 3605.0)
+    assert exhausted(math.inf, 5.0) == Headroom(0.0, 3605.0)
+    assert headroom_from(
+        {"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "1e9"}, 5.0
+    ) == Headroom(0.0, 3605.0)
+    clock = Clock()
+    group = DeploymentGroup("g", _named("a", "b"), strategy="headroom", clock=clock)
+    group.learn_headroom("a", None, pause_s=1e9, limited=True)
+    clock.now += 3600.0
+    assert {group.ranked()[0].name for _ in range(4)} == {"a", "b"}  # a leads again
+
+
+def test_cheapest_prices_the_answer_length_the_group_saw_from_its_first_answer() -> None:
+    prices = PriceTable(
+        {
+            "a/fake-model": Price(input=10.0, output=1.0),  # dear input, cheap output
+            "b/fake-model": Price(input=1.0, output=10.0),
+        }
+    )
+    routes = [
+        OpenAICompatibleProvider("http://127.0.0.1:9/v1", model="fake-model", name=n)
+        for n in ("a", "b")
+    ]
+    group = DeploymentGroup("g", routes, strategy="cheapest")
+    facts = CallFacts(input_tokens=200.0, prices=prices)
+    group.observe("a", 1.0, failed=False, tokens=1000)  # answers run to 1000 tokens
+    # 200 in, 1000 out: a costs 3000, b 10200 (taken as 100 out, b was the cheaper)
+    assert [group.ranked(facts)[0].name for _ in range(3)] == ["a"] * 3
 
 
 def test_headroom_ranks_most_left_first_and_ties_go_round() -> None:

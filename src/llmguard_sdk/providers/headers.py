@@ -14,6 +14,7 @@ import time
 from collections.abc import Mapping
 
 __all__ = [
+    "limit_reset_seconds",
     "parse_duration",
     "rate_limit_headers",
     "rate_limit_reset_seconds",
@@ -138,6 +139,16 @@ def _reset_of(lowered: Mapping[str, str], kind: str, now: float | None) -> float
     if instant is None:
         return None
     return max(0.0, instant - (time.time() if now is None else now))
+
+
+def limit_reset_seconds(
+    headers: Mapping[str, str], kind: str, *, now: float | None = None
+) -> float | None:
+    """Seconds until rate limit ``kind`` (``requests``, ``tokens``, ``input-tokens`` or
+    ``output-tokens``) resets: OpenAI's ``x-ratelimit-reset-{kind}`` (a duration), else
+    Anthropic's ``anthropic-ratelimit-{kind}-reset`` (an RFC 3339 instant, read against
+    ``now``, the wall-clock time: the system's by default); None when neither says."""
+    return _reset_of({k.lower(): v for k, v in headers.items()}, kind, now)
 
 
 def _remaining_of(lowered: Mapping[str, str], kind: str) -> float | None:

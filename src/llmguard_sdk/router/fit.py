@@ -5,8 +5,10 @@ functions of what the group learnt (time passed in).
 answers' ``x-ratelimit-remaining-*`` / ``x-ratelimit-limit-*`` headers (Anthropic's
 ``anthropic-ratelimit-*``) last said; the same counters the rate limiter learns from. A 429
 leaves a deployment no headroom until its ``Retry-After``; what a deployment said is
-forgotten when its counters reset (``x-ratelimit-reset-*``, else a minute later), and a
-deployment nobody heard from counts as having all its headroom.
+forgotten when its counters reset (``x-ratelimit-reset-*``, Anthropic's
+``anthropic-ratelimit-*-reset``, else a minute later; an hour at most, as the rate limiter
+takes a provider's hint), and a deployment nobody heard from counts as having all its
+headroom.
 
 ``cheapest`` ranks deployments that fit the request (context window, and the capabilities a
 route declares: ``capabilities = {"tools", "vision"}``; a route that declares none is taken
@@ -22,12 +24,13 @@ each region in the strategy's order, then the other regions: failover across reg
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from ..models import ChatRequest
 from ..providers.base import Provider, context_window
-from ..providers.headers import parse_duration
+from ..providers.headers import limit_reset_seconds
 
 __all__ = [
     "Headroom",
@@ -43,6 +46,9 @@ __all__ = [
 
 _KINDS = ("requests", "tokens", "input-tokens", "output-tokens")
 _DEFAULT_RESET_S = 60.0
+# the longest a provider's word (a reset time, a 429's wait) is kept, as the rate limiter's
+# MAX_LEARNED_PAUSE_S: a bogus one (Retry-After: 1e9) would keep a deployment last for good
+_MAX_KEPT_S = 3600.0
 
 
 @dataclass(frozen=True)
@@ -62,9 +68,15 @@ def _number(raw: str | None) -> float | None:
     return value if value is not None and 0 <= value < math.inf else None
 
 
-def headroom_from(headers: Mapping[str, str], now: float) -> Headroom | None:
+def headroom_from(
+    headers: Mapping[str, str], now: float, *, wall: float | None = None
+) -> Headroom | None:
     """What an answer's rate-limit headers say of the deployment's headroom (None: they
-    say nothing: no remaining count, or none with its limit that is not exhausted)."""
+    say nothing: no remaining count, or none with its limit that is not exhausted).
+
+    ``now`` is the group's clock; ``wall`` the wall-clock time the headers were read at
+    (default: the system's), against which Anthropic's reset instants are read."""
+    wall = time.time() if wall is None else wall
     lowered = {k.lower(): v for k, v in headers.items()}
     shares: list[float] = []
     resets: list[float] = []
@@ -85,17 +97,18 @@ def headroom_from(headers: Mapping[str, str], now: float) -> Headroom | None:
             shares.append(min(1.0, left / limit))
         else:
             continue
-        raw_reset = lowered.get(f"x-ratelimit-reset-{kind}")
-        reset = parse_duration(raw_reset) if raw_reset is not None else None
+        reset = limit_reset_seconds(lowered, kind, now=wall)
         resets.append(_DEFAULT_RESET_S if reset is None else reset)
     if not shares:
         return None
-    return Headroom(min(shares), now + max(resets))
+    return Headroom(min(shares), now + min(max(resets), _MAX_KEPT_S))
 
 
 def exhausted(pause_s: float | None, now: float) -> Headroom:
-    """No headroom for ``pause_s`` (a 429's wait; a second when it gave none)."""
-    return Headroom(0.0, now + (pause_s if pause_s is not None and pause_s > 0 else 1.0))
+    """No headroom for ``pause_s`` (a 429's wait; a second when it gave none or no
+    number; an hour at most)."""
+    pause = pause_s if pause_s is not None and pause_s > 0 else 1.0  # NaN: not > 0
+    return Headroom(0.0, now + min(pause, _MAX_KEPT_S))
 
 
 def share_at(headroom: Headroom | None, now: float) -> float:

@@ -128,9 +128,11 @@ class DeploymentGroup:
         ):
             raise ConfigurationError("weights: one finite number >= 0 per deployment, not all 0")
         if not all(isinstance(v, int | float) for v in (half_life_s, penalty_s, slack)) or not (
-            half_life_s > 0 and penalty_s >= 0 and slack >= 1
+            half_life_s > 0 and 0 <= penalty_s < math.inf and slack >= 1
         ):
-            raise ConfigurationError("half_life_s must be > 0, penalty_s >= 0 and slack >= 1")
+            raise ConfigurationError(
+                "half_life_s must be > 0, penalty_s finite and >= 0, and slack >= 1"
+            )
         if regions is not None and not isinstance(regions, Mapping):
             raise ConfigurationError("regions: a mapping of deployment names to regions")
         self.name = name
@@ -249,8 +251,10 @@ class DeploymentGroup:
                 first_s=first_s,
                 tokens=tokens,
             )
-            if tokens > 0 and not failed:
-                self._tokens += _TOKENS_SMOOTHING * (tokens - self._tokens)
+            if tokens > 0 and not failed:  # the first answer's length, then an average
+                self._tokens += (_TOKENS_SMOOTHING if self._tokens else 1.0) * (
+                    tokens - self._tokens
+                )
 
     def learn_headroom(
         self,

@@ -177,7 +177,9 @@ def rank_by_load(counts: Sequence[int], turn: int) -> list[int]:
 def rank_by_weight(weights: Sequence[float], rng: random.Random) -> list[int]:
     """Indexes: the first drawn in proportion to ``weights``, then the rest by weight."""
     order = sorted(range(len(weights)), key=lambda i: -weights[i])
-    chosen = rng.choices(range(len(weights)), weights=weights)[0]
+    top = weights[order[0]]  # drawn as shares of the largest: finite weights, a finite sum
+    shares = [w / top for w in weights] if top > 0 else weights
+    chosen = rng.choices(range(len(weights)), weights=shares)[0]
     return [chosen] + [i for i in order if i != chosen]
 
 
