@@ -64,6 +64,39 @@ def test_routes_have_their_own_budgets() -> None:
     assert not budget.try_spend("b")
 
 
+def test_idle_routes_are_forgotten_after_ten_windows() -> None:
+    clock = Clock()
+    policy = RetryBudgetPolicy(ratio=0.1, min_per_second=1.0, window=10.0)
+    budget = MemoryRetryBudget(policy, clock=clock)
+    for user in range(1000):  # a route per tenant: each seen once
+        budget.record_request(f"tenant-{user}")
+        budget.try_spend(f"tenant-{user}")
+    assert len(budget._states) == 1000
+    clock.now += 101.0  # ten windows and a bit: as Redis expires a budget's key
+    budget.record_request("active")
+    assert len(budget._states) == 1
+    assert budget.state("tenant-7") == BudgetState()
+
+
+def test_an_active_route_keeps_its_counts_while_idle_ones_go() -> None:
+    clock = Clock()
+    policy = RetryBudgetPolicy(ratio=0.1, min_per_second=0.5, window=10.0)
+    budget = MemoryRetryBudget(policy, clock=clock)
+    expected, outcomes, wanted = BudgetState(), [], []
+    for step in range(400):  # 200 s: twenty windows; a fresh tenant every step
+        clock.now += 0.5
+        budget.record_request(f"tenant-{step}")
+        budget.record_request("active")
+        expected = deposit(expected, clock.now, policy)
+        if step % 3 == 0:
+            outcomes.append(budget.try_spend("active"))
+            ok, expected = spend(expected, clock.now, policy)
+            wanted.append(ok)
+    assert outcomes == wanted
+    assert budget.state("active") == expected
+    assert len(budget._states) <= 202  # the last ten windows' tenants, and the active one
+
+
 def run_contract(budget: MemoryRetryBudget | RedisRetryBudget) -> list[bool]:
     outcomes = []
     for _ in range(40):

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
@@ -74,6 +75,8 @@ def budget_policy(policy: RetryBudgetPolicy | None) -> RetryBudgetPolicy:
 # Decay shaves a hair off exact counts between calls made moments apart; this relative
 # tolerance keeps "10 % of 10 requests" at 1 retry rather than 0.
 _TOLERANCE = 1e-6
+# a route unheard of for this many windows is forgotten (as RedisRetryBudget's key expires)
+_FORGET_AFTER_WINDOWS = 10.0
 
 
 class BudgetState(NamedTuple):
@@ -145,7 +148,14 @@ class RetryBudget(Protocol):
 
 
 class MemoryRetryBudget:
-    """Budgets of this process, one per route; ``clock`` is injectable for tests."""
+    """Budgets of this process, one per route; ``clock`` is injectable for tests.
+
+    A route unheard of for ten windows is forgotten (its counts have decayed to a few
+    hundred-thousandths of what they were), as Redis expires a
+    :class:`~llmguard_sdk.retry.redis.RedisRetryBudget`'s key: budgets keyed per tenant or
+    per user keep only the routes of the last ten windows. Each call drops the routes that
+    went idle since the last one, oldest first, without looking at the others.
+    """
 
     def __init__(
         self,
@@ -156,23 +166,29 @@ class MemoryRetryBudget:
         self.policy = budget_policy(policy)
         self._clock = clock
         self._lock = threading.Lock()
-        self._states: dict[str, BudgetState] = {}
+        # least recently touched first, so the idle ones are found at the front
+        self._states: OrderedDict[str, BudgetState] = OrderedDict()
+        self._idle_s = self.policy.window * _FORGET_AFTER_WINDOWS
 
     def record_request(self, route: str) -> None:
         """Count one call sent to ``route``."""
         with self._lock:
-            self._states[route] = deposit(self._state(route), self._clock(), self.policy)
+            now = self._clock()
+            self._keep(route, deposit(self._current(route, now), now, self.policy))
 
     def try_spend(self, route: str) -> bool:
         """Take one retry from ``route``'s budget; False when there is none left."""
         with self._lock:
-            allowed, self._states[route] = spend(self._state(route), self._clock(), self.policy)
+            now = self._clock()
+            allowed, state = spend(self._current(route, now), now, self.policy)
+            self._keep(route, state)
             return allowed
 
     def refund(self, route: str) -> None:
         """Give back a retry taken from ``route``'s budget that was not made after all."""
         with self._lock:
-            self._states[route] = give_back(self._state(route), self._clock(), self.policy)
+            now = self._clock()
+            self._keep(route, give_back(self._current(route, now), now, self.policy))
 
     record_request_steps, arecord_request = in_place(record_request)
     try_spend_steps, atry_spend = in_place(try_spend)
@@ -181,7 +197,18 @@ class MemoryRetryBudget:
     def state(self, route: str) -> BudgetState:
         """The current counts of ``route`` (for inspection)."""
         with self._lock:
-            return self._state(route)
+            return self._current(route, self._clock())
 
-    def _state(self, route: str) -> BudgetState:
-        return self._states.get(route, BudgetState())
+    def _current(self, route: str, now: float) -> BudgetState:
+        """``route``'s state, once the routes idle for ten windows are forgotten."""
+        states = self._states
+        while states:
+            oldest, state = next(iter(states.items()))
+            if state.at is not None and now - state.at < self._idle_s:
+                break
+            del states[oldest]
+        return states.get(route, BudgetState())
+
+    def _keep(self, route: str, state: BudgetState) -> None:
+        self._states[route] = state
+        self._states.move_to_end(route)
