@@ -27,12 +27,12 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 
 from .._state.steps import Step, run
-from .._state.stores import Outage, RedisScripts, RedisStore, hash_id, redis_errors
+from .._state.stores import Outage, RedisScripts, RedisStore, Store, hash_id, redis_errors
 from ..errors import ConfigurationError
 from .entry import CacheEntry, decode_vector
 from .index import Match
 
-__all__ = ["CacheBackend", "Change", "MemoryCacheBackend", "RedisCacheBackend"]
+__all__ = ["CacheBackend", "Change", "MemoryCacheBackend", "RedisCacheBackend", "open_backend"]
 
 _LUA = resources.files(__package__).joinpath("lua")
 _PUT = _LUA.joinpath("put.lua").read_text(encoding="utf-8")
@@ -142,6 +142,21 @@ class MemoryCacheBackend:
     def changes(self) -> list[Change]:
         """Nothing is shared: this process made every change itself."""
         return []
+
+
+def open_backend(
+    store: Store, namespace: str, max_entries: int, *, server: bool
+) -> tuple[CacheBackend, RedisCacheBackend | None]:
+    """A cache's backend for ``store``, and the same backend again where it searches the
+    vectors on the server (``server``: needs a Redis store)."""
+    if isinstance(store, RedisStore):
+        backend = RedisCacheBackend(store, namespace, max_entries, vector_search=server)
+        if server and not backend.check_vector_search():
+            logger.warning("Redis unreachable: whether it has vector sets is not known yet")
+        return backend, backend if server else None
+    if server:
+        raise ConfigurationError("vector_search='server' needs a Redis store")
+    return MemoryCacheBackend(max_entries), None
 
 
 def _json_id(entry_id: str) -> bytes:

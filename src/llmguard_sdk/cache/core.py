@@ -16,8 +16,9 @@ from typing import Any, Literal
 import anyio.to_thread
 from typing_extensions import Unpack
 
+from .._closing import AsyncCloses, Closes
 from .._state.steps import Batch, Step, arun, run, work
-from .._state.stores import RedisStore, Store, hash_id, open_store
+from .._state.stores import Store, hash_id, open_store
 from ..context import Scope, current_scope
 from ..errors import ConfigurationError, ProviderError
 from ..models import ChatRequest, ChatResponse
@@ -26,7 +27,7 @@ from ._local import _LocalIndexes
 from ._recent import RecentEmbeddings
 from ._served import matched_by
 from ._storable import storable
-from .backends import CacheBackend, Change, MemoryCacheBackend, RedisCacheBackend
+from .backends import Change, MemoryCacheBackend, open_backend
 from .calibrate import Pair, Scorer, target_threshold
 from .embedders import DEFAULT_THRESHOLD, Embedder, HashingEmbedder, suggested_threshold
 from .entry import CacheEntry, CacheHit, CacheOptions, CacheStats
@@ -47,7 +48,7 @@ _EMBEDDING_SHARE = 0.5  # of what is left of a call's deadline, for an embedder 
 _id_hash = lru_cache(maxsize=4096)(hash_id)
 
 
-class ResponseCache:
+class ResponseCache(Closes, AsyncCloses):
     """Exact and semantic response cache, in memory or shared through Redis.
 
     A lookup first tries the **exact** key (the whole canonical request plus its partition),
@@ -101,6 +102,9 @@ class ResponseCache:
         monitor: a :class:`~llmguard_sdk.cache.FalseHitMonitor` that re-asks a sample of
             semantic hits in the background and raises this namespace's threshold, or stops
             its semantic hits, when the estimated false-hit rate exceeds its target.
+
+    :meth:`close` (or ``with``; :meth:`aclose` or ``async with`` in async code) stops the
+    monitor's background checks and closes the store's connections.
     """
 
     def __init__(
@@ -165,30 +169,16 @@ class ResponseCache:
         self._synced_at = -float("inf")
         self.vector_search = vector_search
         self.monitor = monitor
+        self._closed = False
         if monitor is not None:
             monitor.use_embedder(self.embedder)
-        self._server: RedisCacheBackend | None = None
-        self._backend = self._open_backend(max_entries)
+        self._backend, self._server = open_backend(
+            self.state, namespace, max_entries, server=vector_search == "server"
+        )
         self._local = _LocalIndexes(
             self.embedder.dimension, keep_queries=not isinstance(self._backend, MemoryCacheBackend)
         )
         self._recent = RecentEmbeddings(self.embedder, _RECENT_VECTORS)
-
-    def _open_backend(self, max_entries: int) -> CacheBackend:
-        """This cache's backend (and, for server-side search, :attr:`_server`)."""
-        server = self.vector_search == "server"
-        if isinstance(self.state, RedisStore):
-            backend = RedisCacheBackend(
-                self.state, self.namespace, max_entries, vector_search=server
-            )
-            if server:
-                self._server = backend
-                if not backend.check_vector_search():
-                    logger.warning("Redis unreachable: whether it has vector sets is not known yet")
-            return backend
-        if server:
-            raise ConfigurationError("vector_search='server' needs a Redis store")
-        return MemoryCacheBackend(max_entries)
 
     def __repr__(self) -> str:
         return (
@@ -268,7 +258,8 @@ class ResponseCache:
         else:
             hit = None
         if hit is not None and hit.kind == "semantic" and self.monitor is not None:
-            self.monitor.sample(self.namespace, request, hit.response.text or "")
+            if not self._closed:  # (a closed cache starts no background check)
+                self.monitor.sample(self.namespace, request, hit.response.text or "")
             if not self.monitor.serving(self.namespace):  # checked, not served
                 self.stats._add("monitor_refusals")
                 hit = None
@@ -568,9 +559,27 @@ class ResponseCache:
         method = getattr(self._backend, name)
         return (yield work(lambda: method(*args)))
 
-    def close(self) -> None:
-        """Close the store's connections."""
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop the monitor's background checks (queued ones are dropped, one under way is
+        waited for at most ``timeout`` seconds) and close the store's connections. A closed
+        cache still answers (the store reconnects when used) but queues no more checks; the
+        embedder is the caller's and stays open (the default one holds nothing).
+
+        .. versionchanged:: 0.2.0
+           Stops the monitor; ``timeout``."""
+        self._closed = True
+        if self.monitor is not None:  # (a monitor shared with another cache restarts there)
+            self.monitor.close(timeout)
         self.state.close()
+
+    async def aclose(self, timeout: float = 5.0) -> None:
+        """Async twin of :meth:`close`: also closes this event loop's async Redis client.
+
+        .. versionadded:: 0.2.0"""
+        self._closed, monitor = True, self.monitor
+        if monitor is not None:
+            await anyio.to_thread.run_sync(monitor.close, timeout)
+        await self.state.aclose()
 
 
 def _embedding_time(deadline: float | None) -> float | None:
