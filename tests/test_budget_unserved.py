@@ -13,7 +13,14 @@ import anyio
 import anyio.to_thread
 import pytest
 
-from llmguard_sdk import Guard, Message, StreamInterruptedError
+from llmguard_sdk import (
+    AllRoutesFailedError,
+    Guard,
+    Message,
+    ProviderError,
+    ProviderTimeoutError,
+    StreamInterruptedError,
+)
 from llmguard_sdk.budget import Budget, Budgets, Price, PriceTable
 from llmguard_sdk.budget.policy import nano
 from llmguard_sdk.testing import FakeProvider, Fault
@@ -185,3 +192,62 @@ def test_a_hedged_calls_hold_covers_both_prompts(
     (held,) = backend.held
     assert held >= nano(answer.cost_usd)  # the hold covered the bill
     assert _spent(guard) == pytest.approx(answer.cost_usd)
+
+
+def _timed_out(error: BaseException) -> bool:
+    """Whether the call failed on a timeout (one route: its own error)."""
+    return isinstance(error, ProviderTimeoutError) or isinstance(
+        getattr(error, "errors", {}).get("primary"), ProviderTimeoutError
+    )
+
+
+@pytest.mark.parametrize("twin", ["sync", "async"])
+def test_a_call_that_timed_out_after_its_request_went_out_pays_for_its_prompt(
+    fake: FakeProvider, make_guard: MakeGuard, twin: str
+) -> None:
+    """The provider answers after the deadline: its request went out and is billed (it
+    settled $0, unlike a call cancelled after sending)."""
+    guard = make_guard(fake, budgets=BUDGETS, retry=None, timeout=0.3)
+    fake.always(Fault(latency=1.0))
+    call = guard.chat if twin == "sync" else lambda *a, **o: anyio.run(lambda: guard.achat(*a, **o))
+    with pytest.raises(ProviderError) as failed:
+        call(USER, max_tokens=10)
+    assert _timed_out(failed.value)
+    assert fake.stats.requests == 1
+    assert _spent(guard) == pytest.approx(PROMPT_USD)
+
+
+def test_a_stream_that_timed_out_before_its_first_content_pays_for_its_prompt(
+    fake: FakeProvider, make_guard: MakeGuard
+) -> None:
+    guard = make_guard(fake, budgets=BUDGETS, retry=None, timeout=0.3)
+    fake.always(Fault(first_token_delay=1.0))
+    with pytest.raises(ProviderError) as failed, guard.chat(USER, stream=True, max_tokens=10) as s:
+        list(s)
+    assert _timed_out(failed.value)
+    assert fake.stats.requests == 1
+    assert _spent(guard) == pytest.approx(PROMPT_USD)
+
+
+def test_a_hedged_call_whose_legs_both_timed_out_pays_for_both_prompts(
+    fake: FakeProvider, fake2: FakeProvider, make_guard: MakeGuard
+) -> None:
+    """Both legs still waiting at the deadline: each request went out and is billed."""
+    for server in (fake, fake2):
+        server.always(Fault(latency=2.0))
+    hedged = make_guard(fake, fake2, budgets=BUDGETS, hedge_after=0.05, timeout=0.4, retry=None)
+    with pytest.raises(AllRoutesFailedError):
+        hedged.chat(USER, max_tokens=10)
+    assert [server.stats.requests for server in (fake, fake2)] == [1, 1]
+    assert _spent(hedged) == pytest.approx(PROMPT_USD + PROMPT_USD / 10)
+
+
+def test_a_timeout_answered_by_the_provider_costs_nothing(
+    fake: FakeProvider, make_guard: MakeGuard
+) -> None:
+    """A 408 is the provider's answer that it did not take the request: nothing billed."""
+    guard = make_guard(fake, budgets=BUDGETS, retry=None)
+    fake.always(Fault(status=408))
+    with pytest.raises(ProviderTimeoutError):
+        guard.chat(USER, max_tokens=10)
+    assert _spent(guard) == 0

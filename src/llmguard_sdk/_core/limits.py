@@ -11,6 +11,7 @@ from typing import cast
 
 from .._state.steps import Step
 from ..context import CallContext
+from ..errors import ProviderError, ProviderTimeoutError
 from ..models import ChatResponse, Usage
 from ..providers.base import Provider
 from ..providers.headers import rate_limit_reset_seconds
@@ -31,6 +32,7 @@ __all__ = [
     "route_input_tokens",
     "sent_input",
     "settle_args",
+    "timed_out",
     "token_reservation",
 ]
 
@@ -102,6 +104,18 @@ def cut_off(ctx: CallContext, route: str, reservation: Reservation | None) -> Us
     used = Usage(input_tokens=sent_input(ctx, reservation), output_tokens=0, estimated=True)
     ctx.unserved.append((route, used))
     return used
+
+
+def timed_out(
+    ctx: CallContext, route: str, reservation: Reservation | None, error: ProviderError
+) -> None:
+    """Note an attempt that timed out after its request was sent, no answer come (the
+    deadline or ``attempt_timeout`` passed first): its provider bills the prompt, as for one
+    cut off (:func:`cut_off`); a stream that stalled after its 200 too. A provider's 408
+    error answer is no such attempt: it did not take the request."""
+    status = error.status_code
+    if isinstance(error, ProviderTimeoutError) and error.request_sent and (status or 0) < 400:
+        cut_off(ctx, route, reservation)
 
 
 # the longest pause a provider's hint teaches a route's limits (a 429's Retry-After, a reset

@@ -137,6 +137,7 @@ def _ended(state: _Race, event: LegEvent) -> bool:
     state.errors[leg.route.name] = event.error
     leg.record.end(event.error)
     run.settle(leg.reservation, error=event.error)
+    limits.timed_out(run.ctx, leg.route.name, leg.reservation, event.error)
     run.record(leg.route, event.error, elapsed_since(leg.started))
     return True
 
@@ -191,6 +192,7 @@ def _stop(state: _Race) -> StopLegs:
             )
             state.errors[leg.route.name] = timed_out
             run.record(leg.route, timed_out, elapsed_since(leg.started))
+            limits.cut_off(run.ctx, leg.route.name, leg.reservation)  # (its prompt billed)
             after[leg.route.name] = run.settle_steps(leg.reservation, sent=True)
         else:  # a loser: its request was sent, the provider bills its prompt
             limits.cut_off(run.ctx, leg.route.name, leg.reservation)
