@@ -133,10 +133,18 @@ def test_bad_routers_name_what_is_wrong() -> None:
         lambda: Cascade(5),  # type: ignore[arg-type]
         lambda: TaskRouter({"small": ["s"]}, rules=Rule("small")),  # type: ignore[arg-type]
         lambda: TaskRouter({"small": ["s"]}, cascades=["c"]),  # type: ignore[arg-type]
+        lambda: TaskRouter([("small", ["s"])]),  # type: ignore[arg-type]
+        lambda: Rule("small", feature=5),  # type: ignore[arg-type]
+        lambda: Rule("small", tenant=[["acme"]]),  # type: ignore[list-item]
+        lambda: Rule("small", min_tokens=True),
+        lambda: Rule("small", min_tokens=100, max_tokens=10),
+        lambda: Cascade([["small"], ["large"]]),  # type: ignore[list-item]
     ],
 )
 def test_one_item_where_a_list_goes_is_a_configuration_error(build: Any) -> None:
-    """A single check, rule or a list of cascades raised TypeError or ValueError."""
+    """A single check, rule or a list of cascades raised TypeError or ValueError; so did a
+    list of tier pairs, a feature that is no name, a tier that is a list (unhashable); a
+    token bound of ``True`` counted as 1, and bounds that no count meets were taken."""
     with pytest.raises(ConfigurationError):
         build()
 
@@ -420,6 +428,23 @@ def test_json_schema_tells_booleans_from_numbers_and_takes_whole_floats_as_integ
     assert verdict({"enum": [1]}, "1.0") is None  # the same number
     assert verdict(SCHEMA, '{"answer": 3.0}') is None
     assert verdict(SCHEMA, '{"answer": 3.5}') == "json_schema"
+
+
+def test_json_schema_bounds_a_huge_integer_rather_than_raise() -> None:
+    """An answer holding an integer of 400 digits made ``float()`` raise OverflowError out of
+    the check (the call failed untyped after paying for the small tier); a bound that is no
+    number raised TypeError."""
+    request = ChatRequest(messages=_ask("x"))
+    huge = ChatResponse(text="1" + "0" * 400)
+
+    def verdict(schema: dict[str, object], response: ChatResponse = huge) -> str | None:
+        return json_schema(schema)(request, response)
+
+    assert verdict({"type": "integer", "maximum": 10}) == "json_schema"
+    assert verdict({"type": "integer", "minimum": 0}) is None
+    assert verdict({"maximum": 1e308}) == "json_schema"
+    assert verdict({"minimum": "5"}, ChatResponse(text="3")) is None  # no number: no bound
+    assert verdict({"minimum": 5}, ChatResponse(text="1e400")) == "json_schema"  # infinite
 
 
 # -- from a configuration file ----------------------------------------------------------------

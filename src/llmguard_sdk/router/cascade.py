@@ -65,6 +65,8 @@ class Cascade:
         if not isinstance(self.tiers, Sequence) or not isinstance(self.checks, Sequence):
             raise ConfigurationError("a cascade takes a list of tiers and a list of checks")
         tiers = tuple(self.tiers) if not isinstance(self.tiers, str) else (self.tiers,)
+        if not all(isinstance(tier, str) for tier in tiers):
+            raise ConfigurationError(f"a cascade's tiers are tier names, got {tiers}")
         if len(tiers) < 2 or len(set(tiers)) != len(tiers):
             raise ConfigurationError(f"a cascade needs two or more distinct tiers, got {tiers}")
         checks = tuple(self.checks) or (finish_reason(),)
@@ -199,14 +201,20 @@ def _equal(value: Any, other: Any) -> bool:
     return bool(value == other)
 
 
+def _bound(schema: Mapping[str, Any], name: str) -> float | None:
+    """``schema[name]`` when it is a number (anything else bounds nothing)."""
+    value = schema.get(name)
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
 def _in_bounds(value: Any, schema: Mapping[str, Any]) -> bool:
-    size: float | None = None
+    size: float  # an int of any size: compared exactly, never through float() (OverflowError)
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        low, high, size = schema.get("minimum"), schema.get("maximum"), float(value)
+        low, high, size = _bound(schema, "minimum"), _bound(schema, "maximum"), value
     elif isinstance(value, str):
-        low, high, size = schema.get("minLength"), schema.get("maxLength"), len(value)
+        low, high, size = _bound(schema, "minLength"), _bound(schema, "maxLength"), len(value)
     elif isinstance(value, list):
-        low, high, size = schema.get("minItems"), schema.get("maxItems"), len(value)
+        low, high, size = _bound(schema, "minItems"), _bound(schema, "maxItems"), len(value)
     else:
         return True
     if isinstance(size, float) and not math.isfinite(size):

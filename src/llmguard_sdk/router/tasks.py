@@ -27,7 +27,7 @@ counts the input tokens only when a rule asks for them).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -56,10 +56,13 @@ TierEntry: TypeAlias = str | Provider | DeploymentGroup
 def _names(value: str | Sequence[str] | None, what: str) -> frozenset[str] | None:
     if value is None:
         return None
-    names = frozenset([value] if isinstance(value, str) else value)
+    listed = [value] if isinstance(value, str) else value
+    if not isinstance(listed, Iterable):
+        raise ConfigurationError(f"rule {what}: a name or a non-empty list of names")
+    names = list(listed)
     if not names or not all(isinstance(n, str) and n for n in names):
         raise ConfigurationError(f"rule {what}: a name or a non-empty list of names")
-    return names
+    return frozenset(names)
 
 
 @dataclass(frozen=True)
@@ -91,8 +94,15 @@ class Rule:
             raise ConfigurationError(f"rule tier must be a tier's name, got {self.tier!r}")
         for name in ("min_tokens", "max_tokens"):
             value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or value < 0):
+            if value is not None and (
+                not isinstance(value, int) or isinstance(value, bool) or value < 0
+            ):
                 raise ConfigurationError(f"rule {name} must be an int >= 0, got {value!r}")
+        low, high = self.min_tokens, self.max_tokens
+        if low is not None and high is not None and low > high:
+            raise ConfigurationError(
+                f"rule min_tokens {low} is above max_tokens {high}: no call would match"
+            )
         if self.tools is not None and not isinstance(self.tools, bool):
             raise ConfigurationError(f"rule tools must be true or false, got {self.tools!r}")
         if self.when is not None and not callable(self.when):
@@ -155,8 +165,8 @@ class TaskRouter:
         classifier: Classifier | None = None,
         default: str | None = None,
     ) -> None:
-        if not tiers:
-            raise ConfigurationError("a TaskRouter needs one or more tiers")
+        if not isinstance(tiers, Mapping) or not tiers:
+            raise ConfigurationError("a TaskRouter needs a mapping of one or more tiers")
         self.tiers: dict[str, tuple[str, ...]] = {}
         for name, members in tiers.items():
             listed = [members] if isinstance(members, (str, Provider, DeploymentGroup)) else members
