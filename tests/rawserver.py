@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 import socket
 import threading
-from types import TracebackType
 from typing import Any
 
+from .loopback import LoopbackServer
 
-class RawServer:
+
+class RawServer(LoopbackServer):
     """Accepts connections; on each request sends ``head`` then each of ``parts`` after
     ``gap`` seconds; ``hold`` keeps the connection open (silent) until closed."""
 
@@ -17,23 +18,14 @@ class RawServer:
         self, head: bytes, parts: tuple[bytes, ...] = (), *, gap: float = 0.0, hold: bool = False
     ) -> None:
         self.head, self.parts, self.gap, self.hold = head, parts, gap, hold
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen()
-        self.stop = threading.Event()
-        threading.Thread(target=self._accept, daemon=True).start()
+        super().__init__()
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.sock.getsockname()[1]}/v1"
+        return f"http://127.0.0.1:{self.port}/v1"
 
-    def _accept(self) -> None:
-        while not self.stop.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
+    def handle(self, conn: socket.socket) -> None:
+        threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
 
     def _answer(self, conn: socket.socket) -> None:
         with conn:
@@ -48,21 +40,6 @@ class RawServer:
                     self.stop.wait(30)
             except OSError:
                 return
-
-    def close(self) -> None:
-        self.stop.set()
-        self.sock.close()
-
-    def __enter__(self) -> RawServer:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 def _read_request(conn: socket.socket) -> None:

@@ -7,38 +7,29 @@ import socket
 import threading
 import time
 import urllib.parse
-from types import TracebackType
+
+from .loopback import LoopbackServer
 
 
-class SlowAnswers:
+class SlowAnswers(LoopbackServer):
     """Forwards every command to Redis and every answer back; the answer to a command that
     holds ``marker`` comes back ``delay`` seconds late."""
 
     def __init__(self, redis_url: str, marker: bytes, delay: float) -> None:
         self.target = urllib.parse.urlsplit(redis_url)
         self.marker, self.delay = marker, delay
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(16)
-        self.open: list[socket.socket] = []
-        threading.Thread(target=self._accept, daemon=True).start()
+        super().__init__(backlog=16)
 
     @property
     def url(self) -> str:
-        port = self.sock.getsockname()[1]
-        return self.target._replace(netloc=f"127.0.0.1:{port}").geturl()
+        return self.target._replace(netloc=f"127.0.0.1:{self.port}").geturl()
 
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            up = socket.create_connection((self.target.hostname, self.target.port or 6379))
-            self.open += [conn, up]
-            slow = threading.Event()
-            threading.Thread(target=self._out, args=(conn, up, slow), daemon=True).start()
-            threading.Thread(target=self._back, args=(up, conn, slow), daemon=True).start()
+    def handle(self, conn: socket.socket) -> None:
+        up = socket.create_connection((self.target.hostname, self.target.port or 6379))
+        self.open += [conn, up]
+        slow = threading.Event()
+        threading.Thread(target=self._out, args=(conn, up, slow), daemon=True).start()
+        threading.Thread(target=self._back, args=(up, conn, slow), daemon=True).start()
 
     def _out(self, reader: socket.socket, writer: socket.socket, slow: threading.Event) -> None:
         try:
@@ -60,19 +51,3 @@ class SlowAnswers:
         except OSError:
             pass
         writer.close()
-
-    def close(self) -> None:
-        self.sock.close()
-        for conn in self.open:
-            conn.close()
-
-    def __enter__(self) -> SlowAnswers:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
