@@ -56,6 +56,27 @@ def _spent(guard: Guard) -> float:
     return float(row["spent_usd"])
 
 
+@pytest.fixture
+def guard(fake: FakeProvider, make_guard: MakeGuard) -> Guard:
+    """A Guard over ``fake`` alone, under :data:`BUDGETS`, without retries."""
+    return make_guard(fake, budgets=BUDGETS, retry=None)
+
+
+def _hedged(
+    make_guard: MakeGuard, fake: FakeProvider, fake2: FakeProvider, budgets: Budgets
+) -> Guard:
+    """A Guard that hedges the slow ``fake`` (1 s late) with ``fake2`` after 50 ms."""
+    guard = make_guard(fake, fake2, budgets=budgets, hedge_after=0.05, timeout=10, retry=None)
+    fake.always(Fault(latency=1.0))
+    return guard
+
+
+def _billed_one_prompt(guard: Guard, fake: FakeProvider) -> None:
+    """One request reached ``fake``, and ``guard`` billed its prompt (nothing more)."""
+    assert fake.stats.requests == 1
+    assert _spent(guard) == pytest.approx(PROMPT_USD)
+
+
 def _cancelled_once_sent(fake: FakeProvider, call: Callable[[], Awaitable[None]]) -> None:
     """Run ``call`` in a task, cancelled once its request reached ``fake`` (within 10 s)."""
 
@@ -74,36 +95,31 @@ def _cancelled_once_sent(fake: FakeProvider, call: Callable[[], Awaitable[None]]
 
 
 def test_a_stream_closed_before_its_first_content_pays_for_its_prompt(
-    fake: FakeProvider, make_guard: MakeGuard
+    fake: FakeProvider, guard: Guard
 ) -> None:
     """Closed on the opening chunk (its role, no text): it settled $0."""
-    guard = make_guard(fake, budgets=BUDGETS, retry=None)
     with guard.chat(USER, stream=True, max_tokens=10) as stream:
         assert next(stream).text == ""
-    assert fake.stats.requests == 1
-    assert _spent(guard) == pytest.approx(PROMPT_USD)
+    _billed_one_prompt(guard, fake)
 
 
 def test_an_async_call_cancelled_after_its_request_went_out_pays_for_its_prompt(
-    fake: FakeProvider, make_guard: MakeGuard
+    fake: FakeProvider, guard: Guard
 ) -> None:
-    guard = make_guard(fake, budgets=BUDGETS, retry=None)
     fake.always(Fault(latency=1.0))
 
     async def call() -> None:
         await guard.achat(USER, max_tokens=10)
 
     _cancelled_once_sent(fake, call)
-    assert fake.stats.requests == 1
-    assert _spent(guard) == pytest.approx(PROMPT_USD)
+    _billed_one_prompt(guard, fake)
 
 
 def test_a_hedge_races_loser_pays_for_its_prompt(
     fake: FakeProvider, fake2: FakeProvider, make_guard: MakeGuard
 ) -> None:
     """The slow primary loses to the backup; its request went out and is billed."""
-    guard = make_guard(fake, fake2, budgets=BUDGETS, hedge_after=0.05, timeout=10, retry=None)
-    fake.always(Fault(latency=1.0))
+    guard = _hedged(make_guard, fake, fake2, BUDGETS)
     answer = guard.chat(USER, max_tokens=10)
     assert answer.route == "backup"
     assert fake.stats.requests == 1
@@ -115,10 +131,7 @@ def test_a_hedge_races_loser_pays_for_its_prompt(
     assert _spent(guard) == pytest.approx(answer.cost_usd)
 
 
-def test_a_stream_cut_off_after_content_pays_for_it_once(
-    fake: FakeProvider, make_guard: MakeGuard
-) -> None:
-    guard = make_guard(fake, budgets=BUDGETS, retry=None)
+def test_a_stream_cut_off_after_content_pays_for_it_once(fake: FakeProvider, guard: Guard) -> None:
     fake.script(Fault(cut_stream_after=2))
     delivered: list[str] = []
     with pytest.raises(StreamInterruptedError), guard.chat(USER, stream=True, max_tokens=10) as s:
@@ -152,10 +165,9 @@ def test_a_continuation_pays_for_the_input_it_sent(
 
 
 def test_an_async_stream_cancelled_before_its_first_content_pays_for_its_prompt(
-    fake: FakeProvider, make_guard: MakeGuard
+    fake: FakeProvider, guard: Guard
 ) -> None:
     """The async twin: the reading task is cancelled while the first token is awaited."""
-    guard = make_guard(fake, budgets=BUDGETS, retry=None)
     fake.always(Fault(first_token_delay=1.0))
 
     async def read() -> None:
@@ -165,8 +177,7 @@ def test_an_async_stream_cancelled_before_its_first_content_pays_for_its_prompt(
                 pass
 
     _cancelled_once_sent(fake, read)
-    assert fake.stats.requests == 1
-    assert _spent(guard) == pytest.approx(PROMPT_USD)
+    _billed_one_prompt(guard, fake)
 
 
 def test_a_hedged_calls_hold_covers_both_prompts(
@@ -181,11 +192,10 @@ def test_a_hedged_calls_hold_covers_both_prompts(
         }
     )
     budgets = Budgets([Budget(limit_usd=1.0)], prices=dear_input)
-    guard = make_guard(fake, fake2, budgets=budgets, hedge_after=0.05, timeout=10, retry=None)
+    guard = _hedged(make_guard, fake, fake2, budgets)
     spend = guard._stages.spend
     assert spend is not None
     spend.backend = backend = _Recording()
-    fake.always(Fault(latency=1.0))
     answer = guard.chat(USER, max_tokens=10)
     assert answer.route == "backup"
     assert answer.cost_usd is not None
@@ -213,8 +223,7 @@ def test_a_call_that_timed_out_after_its_request_went_out_pays_for_its_prompt(
     with pytest.raises(ProviderError) as failed:
         call(USER, max_tokens=10)
     assert _timed_out(failed.value)
-    assert fake.stats.requests == 1
-    assert _spent(guard) == pytest.approx(PROMPT_USD)
+    _billed_one_prompt(guard, fake)
 
 
 def test_a_stream_that_timed_out_before_its_first_content_pays_for_its_prompt(
@@ -225,8 +234,7 @@ def test_a_stream_that_timed_out_before_its_first_content_pays_for_its_prompt(
     with pytest.raises(ProviderError) as failed, guard.chat(USER, stream=True, max_tokens=10) as s:
         list(s)
     assert _timed_out(failed.value)
-    assert fake.stats.requests == 1
-    assert _spent(guard) == pytest.approx(PROMPT_USD)
+    _billed_one_prompt(guard, fake)
 
 
 def test_a_hedged_call_whose_legs_both_timed_out_pays_for_both_prompts(
@@ -242,11 +250,8 @@ def test_a_hedged_call_whose_legs_both_timed_out_pays_for_both_prompts(
     assert _spent(hedged) == pytest.approx(PROMPT_USD + PROMPT_USD / 10)
 
 
-def test_a_timeout_answered_by_the_provider_costs_nothing(
-    fake: FakeProvider, make_guard: MakeGuard
-) -> None:
+def test_a_timeout_answered_by_the_provider_costs_nothing(fake: FakeProvider, guard: Guard) -> None:
     """A 408 is the provider's answer that it did not take the request: nothing billed."""
-    guard = make_guard(fake, budgets=BUDGETS, retry=None)
     fake.always(Fault(status=408))
     with pytest.raises(ProviderTimeoutError):
         guard.chat(USER, max_tokens=10)
