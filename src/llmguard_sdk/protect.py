@@ -226,6 +226,33 @@ def _carries_usage(item: object) -> bool:
     return usage is not None
 
 
+class _StreamCall:
+    """One call of a protected generator: when it started, its retries and the last item
+    that carried usage, which :meth:`report` reports."""
+
+    def __init__(self, protected: _Protected) -> None:
+        self.protected = protected
+        self.started = time.monotonic()
+        self.retries: list[RetryDetails] = []
+        self.result: object = None
+
+    def attempts(self) -> Retrying:
+        """The retry loop of the call's opening (up to its first item)."""
+        return self.protected.attempts(self.retries)
+
+    def see(self, item: Any) -> Any:
+        """Note ``item`` on its way to the caller (kept when it carries usage)."""
+        if _carries_usage(item):
+            self.result = item
+        return item
+
+    def report(self, error: BaseException | None = None) -> None:
+        """Report the call: with the usage of the last item that carried one when it
+        ended, with ``error`` when it failed or was closed."""
+        result = self.result if error is None else None
+        self.protected.report(self.started, self.retries, result, error=error)
+
+
 def _protect_generator(fn: Callable[..., Iterator[Any]], protected: _Protected) -> Any:
     """A generator function guarded while it is iterated: a failure before the first item is
     retried (after it, the caller has had part of the stream, and the failure propagates);
@@ -234,27 +261,24 @@ def _protect_generator(fn: Callable[..., Iterator[Any]], protected: _Protected) 
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Iterator[Any]:
-        started = time.monotonic()
-        retries: list[RetryDetails] = []
+        call = _StreamCall(protected)
         items: Iterator[Any] = iter(())
-        result: object = None
         try:
-            for attempt in protected.attempts(retries):
+            for attempt in call.attempts():
                 with attempt:
                     items = fn(*args, **kwargs)
                     item = next(items, _END)
             while item is not _END:
-                result = item if _carries_usage(item) else result
-                yield item
+                yield call.see(item)
                 item = next(items, _END)
         except BaseException as exc:  # GeneratorExit: the caller closed it (cancelled)
-            protected.report(started, retries, error=exc)
+            call.report(exc)
             raise
         finally:
             close = getattr(items, "close", None)
             if close is not None:
                 close()
-        protected.report(started, retries, result)
+        call.report()
 
     return wrapper
 
@@ -266,38 +290,34 @@ def _protect_async_generator(fn: Callable[..., AsyncIterator[Any]], protected: _
     timeout = protected.timeout
 
     async def step(items: AsyncIterator[Any], deadline: float) -> Any:
-        with anyio.CancelScope(deadline=deadline) as scope:
+        with anyio.CancelScope(deadline=deadline):
             return await anext(items, _END)
-        if scope.cancelled_caught:
-            raise ProviderTimeoutError(
-                f"protected call took longer than {timeout} s", route=protected.route
-            )
-        raise AssertionError("unreachable: a scope that caught nothing returned")
+        # a scope lets the block end without its return only when its deadline cancelled it
+        raise ProviderTimeoutError(
+            f"protected call took longer than {timeout} s", route=protected.route
+        )
 
     @functools.wraps(fn)
     async def wrapper(*args: Any, **kwargs: Any) -> AsyncIterator[Any]:
-        started = time.monotonic()
+        call = _StreamCall(protected)
         deadline = anyio.current_time() + timeout
-        retries: list[RetryDetails] = []
         items: AsyncIterator[Any] | None = None
-        result: object = None
         try:
-            async for attempt in protected.attempts(retries):
+            async for attempt in call.attempts():
                 with attempt:
                     items = fn(*args, **kwargs)
                     item = await step(items, deadline)
             while item is not _END:
-                result = item if _carries_usage(item) else result
-                yield item
+                yield call.see(item)
                 item = await step(items, deadline)  # type: ignore[arg-type]
         except BaseException as exc:  # GeneratorExit: the caller closed it (cancelled)
-            protected.report(started, retries, error=exc)
+            call.report(exc)
             raise
         finally:
             close = getattr(items, "aclose", None)
             if close is not None:
                 await close()
-        protected.report(started, retries, result)
+        call.report()
 
     return wrapper
 
