@@ -14,9 +14,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import anyio
 import pytest
 
-from llmguard_sdk import Guard, OpenAICompatibleProvider
+from llmguard_sdk import ChatResponse, Guard, OpenAICompatibleProvider
 from llmguard_sdk.testing import FakeProvider
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
@@ -27,6 +28,23 @@ import with_redis
 from llmguard_sdk.store import RedisClusterStore, RedisStore
 
 USER = [{"role": "user", "content": "hello there"}]
+MODES = ["sync", "async"]  # the ways :func:`chat_in_mode` calls a Guard
+
+
+def chat_in_mode(guard: Guard, mode: str, **kwargs: Any) -> ChatResponse:
+    """Send :data:`USER` through ``guard``: ``"sync"`` with ``chat``, ``"async"`` with
+    ``achat`` in an event loop of its own (which closes the Guard's async side after it)."""
+    if mode == "sync":
+        return guard.chat(USER, **kwargs)
+
+    async def run() -> ChatResponse:
+        try:
+            return await guard.achat(USER, **kwargs)
+        finally:
+            await guard.aclose()
+
+    return anyio.run(run)
+
 
 # -- CI: a skip CI would hit is a failure there -------------------------------------------------
 

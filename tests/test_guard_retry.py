@@ -31,12 +31,11 @@ from llmguard_sdk.retry import RetryBudgetPolicy, RetryPolicy, set_testing
 from llmguard_sdk.store import hash_id
 from llmguard_sdk.testing import FakeProvider, Fault
 
-from .conftest import USER
+from .conftest import MODES, USER, chat_in_mode
 from .slowanswer import SlowAnswers
 
 MakeGuard = Callable[..., Guard]
 FAST = RetryPolicy(attempts=3, base=0.01, cap=8.0)
-MODES = ["sync", "async"]
 
 
 @pytest.fixture
@@ -44,19 +43,6 @@ def no_waits() -> Iterator[None]:
     set_testing(True)
     yield
     set_testing(False)
-
-
-def call(guard: Guard, mode: str, **kwargs: Any) -> ChatResponse:
-    if mode == "sync":
-        return guard.chat(USER, **kwargs)
-
-    async def run() -> ChatResponse:
-        try:
-            return await guard.achat(USER, **kwargs)
-        finally:
-            await guard.aclose()
-
-    return anyio.run(run)
 
 
 def read_stream(guard: Guard, mode: str, seen: list[str]) -> ChatResponse:
@@ -102,7 +88,7 @@ def test_transient_failures_are_retried(
     silent = 1.0 if fault.hang else 30.0  # only a hang needs the attempt cut short
     guard = make_guard(fake, retry=FAST, attempt_timeout=silent, hooks=[events.append])
     fake.script(fault)
-    response = call(guard, mode)
+    response = chat_in_mode(guard, mode)
     assert response.route == "primary"
     assert response.attempts == 2
     assert fake.stats.requests == 2
@@ -131,7 +117,7 @@ def test_client_errors_are_never_retried(
 ) -> None:
     fake.script(fault)
     with pytest.raises(error):
-        call(make_guard(fake, retry=FAST), mode)
+        chat_in_mode(make_guard(fake, retry=FAST), mode)
     assert fake.stats.requests == 1
 
 
@@ -147,7 +133,7 @@ def test_server_hints_are_honoured(
     guard = make_guard(fake, retry=FAST, hooks=[events.append])
     fake.script(fault)
     started = time.monotonic()
-    assert call(guard, mode).attempts == 2
+    assert chat_in_mode(guard, mode).attempts == 2
     assert time.monotonic() - started >= wait
     (retry,) = events[-1].retries
     assert retry.wait == wait
@@ -161,7 +147,7 @@ def test_a_hint_beyond_the_cap_goes_to_the_next_route_without_sleeping(
     events: list[CallEvent] = []
     guard = make_guard(fake, fake2, retry=FAST, hooks=[events.append])
     fake.script(Fault(status=429, retry_after=30))
-    response = call(guard, mode)
+    response = chat_in_mode(guard, mode)
     assert response.route == "backup"
     assert events[-1].retries == ()
     # From the primary's 429 to the backup's request: no 30 s (nor 8 s cap) sleep between.
@@ -177,7 +163,7 @@ def test_a_hint_beyond_the_deadline_is_not_waited_for(
     guard = make_guard(fake, retry=FAST)
     started = time.monotonic()
     with pytest.raises(RateLimitedError) as info:
-        call(guard, mode, timeout=10.0)
+        chat_in_mode(guard, mode, timeout=10.0)
     assert info.value.retry_after == 30.0  # the caller learns when to come back
     assert fake.stats.requests == 1  # not tried again
     assert time.monotonic() - started < 5  # nor waited for the 10 s deadline
@@ -192,7 +178,7 @@ def test_the_deadline_is_never_exceeded(
     policy = RetryPolicy(attempts=50, base=0.1, cap=0.4)
     guard = make_guard(fake, retry=policy, retry_budget=None, breaker=None, hooks=[events.append])
     with pytest.raises(ProviderUnavailableError):
-        call(guard, mode, timeout=1.0)
+        chat_in_mode(guard, mode, timeout=1.0)
     event = events[-1]
     assert len(event.retries) >= 2
     assert all(r.elapsed + r.wait < 1.0 for r in event.retries)
@@ -261,7 +247,7 @@ def test_a_retry_the_deadline_no_longer_allows_spends_no_retry_budget(
         store = f"{slow.url}?socket_timeout=3"
         guard = Guard(provider, store=store, key_prefix=redis_prefix, breaker=None, environ={})
         with pytest.raises(RateLimitedError):
-            call(guard, mode, timeout=2.0)
+            chat_in_mode(guard, mode, timeout=2.0)
         guard.close()
     assert fake.stats.requests == 1
     client = redis.Redis.from_url(redis_url)

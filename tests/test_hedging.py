@@ -22,24 +22,10 @@ from llmguard_sdk.breaker import BreakerPolicy, Breakers, MemoryBreakerBackend
 from llmguard_sdk.ratelimit import RateLimit
 from llmguard_sdk.testing import FakeProvider, Fault
 
-from .conftest import USER, answering_route
+from .conftest import MODES, USER, answering_route, chat_in_mode
 from .rawserver import RawServer, sse_head
 
 MakeGuard = Callable[..., Guard]
-MODES = ["sync", "async"]
-
-
-def call(guard: Guard, mode: str, **kwargs: Any) -> ChatResponse:
-    if mode == "sync":
-        return guard.chat(USER, **kwargs)
-
-    async def run() -> ChatResponse:
-        try:
-            return await guard.achat(USER, **kwargs)
-        finally:
-            await guard.aclose()
-
-    return anyio.run(run)
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -48,7 +34,7 @@ def test_a_slow_first_route_is_overtaken_by_the_hedge(
 ) -> None:
     guard = make_guard(fake, fake2, hedge_after=0.05, timeout=10)
     fake.script(Fault(latency=2.0))  # slow, but it would answer: only a hedge beats it
-    response = call(guard, mode)
+    response = chat_in_mode(guard, mode)
     assert response.route == "backup"
     assert response.attempts == 2
     assert fake2.stats.requests == 1
@@ -59,7 +45,7 @@ def test_a_fast_first_route_needs_no_hedge(
     fake: FakeProvider, fake2: FakeProvider, make_guard: MakeGuard, mode: str
 ) -> None:
     guard = make_guard(fake, fake2, hedge_after=1.0)
-    response = call(guard, mode)
+    response = chat_in_mode(guard, mode)
     assert response.route == "primary"
     assert response.attempts == 1
     assert fake2.stats.requests == 0
@@ -71,7 +57,7 @@ def test_a_first_route_failing_early_starts_the_second_at_once(
 ) -> None:
     guard = make_guard(fake, fake2, hedge_after=5.0, timeout=10)
     fake.script(Fault(status=503))
-    response = call(guard, mode)
+    response = chat_in_mode(guard, mode)
     assert response.route == "backup"  # without waiting the 5 s hedge delay
     assert fake.stats.requests == 1  # a hedged pair is not retried
 
@@ -84,14 +70,14 @@ def test_when_both_hedged_routes_fail_the_chain_goes_on(
         guard = make_guard(fake, fake2, third, hedge_after=0.05, timeout=10)
         fake.script(Fault(status=503))
         fake2.script(Fault(status=502))
-        response = call(guard, mode)
+        response = chat_in_mode(guard, mode)
         assert response.route == "third"
         assert third.stats.requests == 1
     guard = make_guard(fake, fake2, hedge_after=0.05, timeout=10, retry=None)
     fake.script(Fault(status=503))
     fake2.script(Fault(status=503))
     with pytest.raises(AllRoutesFailedError) as info:
-        call(guard, mode)
+        chat_in_mode(guard, mode)
     assert set(info.value.errors) == {"primary", "backup"}
 
 
@@ -214,7 +200,7 @@ def test_both_hedged_routes_hanging_end_by_the_deadline_with_typed_errors(
     guard = make_guard(fake, fake2, hedge_after=0.05, retry=None)
     fake.always(Fault(hang=True))
     fake2.always(Fault(hang=True))
-    send = read if streaming else call
+    send = read if streaming else chat_in_mode
     with pytest.raises(AllRoutesFailedError) as info:
         send(guard, mode, timeout=0.5)
     assert set(info.value.errors) == {"primary", "backup"}
@@ -292,7 +278,7 @@ def test_a_bug_in_a_hedged_provider_is_raised_as_it_is(fake: FakeProvider, mode:
     backup = OpenAICompatibleProvider(fake.base_url, model="m", name="backup")
     guard = Guard([broken, backup], hedge_after=1.0, environ={})
     with pytest.raises(ValueError, match="bug"):
-        call(guard, mode)
+        chat_in_mode(guard, mode)
 
 
 @pytest.mark.parametrize("stream", [False, True])
