@@ -32,6 +32,8 @@ from llmguard_sdk.ratelimit.redis import RedisRateLimiter
 from llmguard_sdk.store import RedisHealth, RedisStore
 from llmguard_sdk.testing import FakeProvider
 
+from .loopback import LoopbackServer
+
 pytestmark = pytest.mark.redis
 
 PRICES = PriceTable.default_table().with_prices({"fake-model": Price(input=100.0, output=200.0)})
@@ -431,34 +433,20 @@ def test_after_a_pause_one_caller_probes_redis_while_the_others_decide_locally()
     assert health.failures == 2
 
 
-class _HungRedis:
+class _HungRedis(LoopbackServer):
     """A loopback server that accepts connections and never answers (a hung Redis)."""
 
     def __init__(self) -> None:
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(64)
         self.accepted = 0
-        self.held: list[socket.socket] = []
-        threading.Thread(target=self._accept, daemon=True).start()
+        super().__init__(backlog=64)
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.sock.getsockname()[1]}/0"
+        return f"redis://127.0.0.1:{self.port}/0"
 
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            self.accepted += 1
-            self.held.append(conn)
-
-    def close(self) -> None:
-        self.sock.close()
-        for conn in self.held:
-            conn.close()
+    def handle(self, conn: socket.socket) -> None:
+        self.accepted += 1
+        self.open.append(conn)  # held, silent, until closed
 
 
 def test_a_hung_redis_costs_one_socket_timeout_per_pause_not_one_per_call(

@@ -17,7 +17,6 @@ import struct
 import threading
 import time
 from collections.abc import Iterator
-from types import TracebackType
 
 import anyio
 import pytest
@@ -26,6 +25,8 @@ from llmguard_sdk._state.steps import Step, arun, run
 from llmguard_sdk.ratelimit import RateLimit
 from llmguard_sdk.ratelimit.redis import RedisRateLimiter
 from llmguard_sdk.store import RedisScripts, RedisStore, redis_errors
+
+from .loopback import LoopbackServer
 
 INCR = "return redis.call('INCR', KEYS[1])"
 
@@ -40,20 +41,19 @@ class _Pair:
     forgotten: str = ""  # "", "silent" or "reset"
 
 
-class FaultyProxy:
-    """Forwards loopback connections to Redis at ``port``. Once armed, the first reply to an
-    EVALSHA is dropped with its connection (Redis ran the script; the client never hears
-    so). :meth:`forget` makes the connections open now go dead without a word."""
+class FaultyProxy(LoopbackServer):
+    """Forwards loopback connections (to ``port``) to Redis at ``redis_port``. Once armed,
+    the first reply to an EVALSHA is dropped with its connection (Redis ran the script; the
+    client never hears so). :meth:`forget` makes the connections open now go dead without a
+    word."""
 
-    def __init__(self, port: int) -> None:
-        self.port = port
+    def __init__(self, redis_port: int) -> None:
+        self.redis_port = redis_port
         self.armed = threading.Event()
         self.dropped = threading.Event()
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.url_port = self.sock.getsockname()[1]
         self.pairs: list[_Pair] = []  # one a connection accepted
         self.forgets_new = ""
-        threading.Thread(target=self._accept, daemon=True).start()
+        super().__init__()
 
     def forget(self, how: str, *, new_too: bool = False) -> None:
         """The connections open now (``new_too``: and those to come, as before a hung
@@ -63,17 +63,13 @@ class FaultyProxy:
             pair.forgotten = how
         self.forgets_new = how if new_too else ""
 
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self.sock.accept()
-            except OSError:
-                return
-            upstream = socket.create_connection(("127.0.0.1", self.port))
-            pair = _Pair(client, upstream, forgotten=self.forgets_new)
-            self.pairs.append(pair)
-            for pump in (self._up, self._down):
-                threading.Thread(target=pump, args=(pair,), daemon=True).start()
+    def handle(self, conn: socket.socket) -> None:
+        upstream = socket.create_connection(("127.0.0.1", self.redis_port))
+        pair = _Pair(conn, upstream, forgotten=self.forgets_new)
+        self.pairs.append(pair)
+        self.open += [conn, upstream]
+        for pump in (self._up, self._down):
+            threading.Thread(target=pump, args=(pair,), daemon=True).start()
 
     def _up(self, pair: _Pair) -> None:
         for data in _chunks(pair.client):
@@ -100,20 +96,6 @@ class FaultyProxy:
             if not pair.forgotten:
                 pair.client.sendall(data)
 
-    def __enter__(self) -> FaultyProxy:
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        trace: TracebackType | None,
-    ) -> None:
-        self.sock.close()
-        for pair in self.pairs:
-            pair.client.close()
-            pair.upstream.close()
-
 
 def _chunks(end: socket.socket) -> Iterator[bytes]:
     while True:
@@ -137,7 +119,7 @@ def test_a_script_whose_reply_is_lost_runs_once(redis_url: str, redis_prefix: st
     direct.script_load(INCR)  # so that the proxied EVALSHA runs it at once
     key = f"{redis_prefix}:replies:{{t}}:n"
     with FaultyProxy(where.get("port", 6379)) as proxy:
-        url = f"redis://127.0.0.1:{proxy.url_port}/{where.get('db', 0)}"
+        url = f"redis://127.0.0.1:{proxy.port}/{where.get('db', 0)}"
         store = RedisStore(url, key_prefix=redis_prefix)
         scripts = RedisScripts(store, INCR)
 
@@ -183,7 +165,7 @@ def test_a_pooled_connection_gone_dead_is_replaced_before_a_command_goes_out(
     truth = RedisRateLimiter(direct, limits)  # what Redis holds
     with FaultyProxy(where.get("port", 6379)) as proxy:
         db = where.get("db", 0)
-        url = f"redis://127.0.0.1:{proxy.url_port}/{db}?health_check_interval=1"
+        url = f"redis://127.0.0.1:{proxy.port}/{db}?health_check_interval=1"
         store = RedisStore(url, key_prefix=redis_prefix, socket_timeout=0.3, max_connections=1)
         limiter = RedisRateLimiter(store, limits)
         assert store.ping()  # the pool holds a connection
@@ -216,7 +198,7 @@ def test_a_health_check_is_tried_once_more_and_not_on_a_fresh_connection(
 
     where = parse_url(redis_url)  # type: ignore[no-untyped-call]
     with FaultyProxy(where.get("port", 6379)) as proxy:
-        url = f"redis://127.0.0.1:{proxy.url_port}/0?health_check_interval=1"
+        url = f"redis://127.0.0.1:{proxy.port}/0?health_check_interval=1"
         store = RedisStore(url, key_prefix=redis_prefix, socket_timeout=0.2, max_connections=1)
         assert store.ping()
         proxy.forget("silent", new_too=True)
