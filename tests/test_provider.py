@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import pytest
@@ -36,6 +36,7 @@ REQUEST = ChatRequest.model_validate(
     {"messages": [{"role": "user", "content": "tell me four words"}], "max_tokens": 50}
 )
 MODES = ["sync", "async", "async-httpx"]
+E = TypeVar("E", bound=Exception)
 
 
 def _library(provider: OpenAICompatibleProvider, mode: str) -> None:
@@ -74,6 +75,21 @@ def stream(
             await provider.aclose()
 
     return anyio.run(run)
+
+
+def _raised(
+    error: type[E],
+    provider: OpenAICompatibleProvider,
+    mode: str,
+    streaming: bool,
+    **options: float,
+) -> E:
+    """What a call of ``provider`` (:func:`stream` when ``streaming``, else :func:`complete`)
+    raised: an ``error``."""
+    call: Callable[..., Any] = stream if streaming else complete
+    with pytest.raises(error) as info:
+        call(provider, mode, **options)
+    return info.value
 
 
 @pytest.fixture
@@ -144,15 +160,13 @@ def test_http_errors_map_to_typed_errors(
     error: type[ProviderError],
 ) -> None:
     fake.script(fault)
-    call: Callable[..., Any] = stream if streaming else complete
-    with pytest.raises(error) as info:
-        call(provider, mode)
-    assert type(info.value) is error
-    assert info.value.status_code == fault.status
-    assert info.value.route == "primary"
-    assert info.value.headers["x-request-id"].startswith("req-")
+    raised = _raised(error, provider, mode, streaming)
+    assert type(raised) is error
+    assert raised.status_code == fault.status
+    assert raised.route == "primary"
+    assert raised.headers["x-request-id"].startswith("req-")
     if fault.retry_after is not None:
-        assert info.value.retry_after == 2.0
+        assert raised.retry_after == 2.0
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -186,10 +200,7 @@ def test_transport_and_body_faults_map_to_typed_errors(
     error: type[ProviderError],
 ) -> None:
     fake.script(fault)
-    call: Callable[..., Any] = stream if streaming else complete
-    with pytest.raises(error) as info:
-        call(provider, mode, timeout=0.5)
-    assert type(info.value) is error
+    assert type(_raised(error, provider, mode, streaming, timeout=0.5)) is error
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -270,10 +281,8 @@ def test_connection_refused_says_the_request_was_never_sent(mode: str, streaming
     server.start()
     base_url = server.base_url
     server.stop()
-    call: Callable[..., Any] = stream if streaming else complete
-    with pytest.raises(ProviderUnavailableError) as info:
-        call(OpenAICompatibleProvider(base_url), mode)
-    assert info.value.request_sent is False
+    provider = OpenAICompatibleProvider(base_url)
+    assert _raised(ProviderUnavailableError, provider, mode, streaming).request_sent is False
 
 
 def test_an_answered_failure_says_the_request_was_sent(
