@@ -211,6 +211,9 @@ class CallEvent:
     call (``None`` when none did); ``route_errors`` names the error type of each route that
     failed first; ``retries`` holds one :class:`RetryDetails` per retry the Guard made.
     ``cost_usd`` / ``cost_source`` are the served response's (see :class:`ChatResponse`).
+    ``provider`` is, for a ``"protect"`` call, the provider of the SDK the function used as
+    the GenAI conventions name it (``"openai"``, ``"anthropic"``; ``"unknown"`` when nothing
+    told it); ``route`` is then the label given to ``guard.protect``.
     """
 
     kind: Literal["chat", "stream", "protect"]
@@ -227,6 +230,7 @@ class CallEvent:
     retries: tuple[RetryDetails, ...] = ()
     cost_usd: float | None = None
     cost_source: Literal["reported", "estimated"] | None = None
+    provider: str | None = None
 
 
 Hook = Callable[[CallEvent], None]

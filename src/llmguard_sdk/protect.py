@@ -19,7 +19,7 @@ import math
 import time
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import CodeType
 from typing import Any, TypeVar, cast
 
@@ -31,6 +31,7 @@ from .errors import ConfigurationError, ProviderTimeoutError, RetryMultiplicatio
 from .retry._api import Retrying, is_async_callable
 from .retry.budget import RetryBudget
 from .retry.policy import RetryPolicy
+from .telemetry._sdk_names import ProviderNames
 
 __all__ = ["protect_function"]
 
@@ -48,6 +49,7 @@ class _Protected:
     timeout: float
     policy: RetryPolicy
     budget: RetryBudget | None
+    provider: ProviderNames = field(default_factory=lambda: ProviderNames(()))
 
     def attempts(self, retries: list[RetryDetails]) -> Retrying:
         """The retry loop of one call; each retry is noted in ``retries``."""
@@ -91,6 +93,7 @@ class _Protected:
                 error=classified or error,
                 route_errors=((route, type(classified or error).__name__),) if error else (),
                 retries=tuple(retries),
+                provider=self.provider.of(result, error),
             ),
         )
 
@@ -114,7 +117,11 @@ def protect_function(
     policy = retry or _NO_RETRY
     if policy.attempts > 1:
         _warn_if_client_retries(fn)
-    protected = _Protected(hooks, route, scope_keywords, timeout, policy, budget)
+    reachable: list[object] = []
+    with contextlib.suppress(ValueError):  # a cycle of __wrapped__: told by what it returns
+        reachable = _objects_reachable_from(fn, heeding_with_options=False)
+    provider = ProviderNames(reachable)
+    protected = _Protected(hooks, route, scope_keywords, timeout, policy, budget, provider)
     if inspect.isasyncgenfunction(fn):
         return cast(F, _protect_async_generator(fn, protected))
     if inspect.isgeneratorfunction(fn):
@@ -338,12 +345,15 @@ def _warn_if_client_retries(fn: Callable[..., Any]) -> None:
             return
 
 
-def _objects_reachable_from(fn: Callable[..., Any]) -> list[object]:
+def _objects_reachable_from(
+    fn: Callable[..., Any], *, heeding_with_options: bool = True
+) -> list[object]:
     """What ``fn`` can reach by name: closure cells, globals it loads (nested code too),
     defaults, and the attributes of the object a bound method or partial is bound to.
 
     A function that calls ``with_options`` sets its client's options inline: nothing is
-    reported for it (``client.with_options(max_retries=0)`` is the advice we give).
+    reported for it (``client.with_options(max_retries=0)`` is the advice we give), unless
+    ``heeding_with_options`` is false (the clients it reaches name its provider).
     """
     found: list[object] = []
     pending: list[Any] = [fn]
@@ -362,7 +372,7 @@ def _objects_reachable_from(fn: Callable[..., Any]) -> list[object]:
         if code is None:
             continue
         codes = _nested_codes(code)
-        if any("with_options" in c.co_names for c in codes):
+        if heeding_with_options and any("with_options" in c.co_names for c in codes):
             return []
         namespace = getattr(target, "__globals__", {})
         for nested in codes:

@@ -28,6 +28,7 @@ from ._attributes import (
 )
 from ._instruments import Instruments
 from ._quality import Quality, signals_of
+from ._sdk_names import UNKNOWN
 from ._semconv import Names, SemconvMode, names_for
 from .anomaly import Anomalies, AnomalyEvent
 from .redaction import redact, redact_secrets
@@ -137,8 +138,9 @@ class Telemetry:
         end_ns = time.time_ns()
         attributes: Attributes = {
             "gen_ai.operation.name": "chat",
-            self.names.provider: event.route or next((r for r, _ in event.route_errors), "unknown"),
+            self.names.provider: event.provider or UNKNOWN,  # the SDK's: openai, anthropic
             "gen_ai.request.model": event.model or "",
+            "llmguard.route": event.route or next((r for r, _ in event.route_errors), UNKNOWN),
             "llmguard.kind": "protect",
             "llmguard.attempts": event.attempts,
             "llmguard.outcome": event.outcome,
@@ -160,8 +162,11 @@ class Telemetry:
         span.end(end_time=end_ns)
         labels = {
             key: attributes[key]
-            for key in ("gen_ai.operation.name", self.names.provider, "gen_ai.request.model")
-        }
+            for key in (
+                "gen_ai.operation.name", self.names.provider, "gen_ai.request.model",
+                "llmguard.route",
+            )
+        }  # fmt: skip
         if "error.type" in attributes:
             labels["error.type"] = attributes["error.type"]
         self._metrics.duration.record(event.latency_s, labels)
