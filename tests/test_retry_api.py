@@ -324,3 +324,15 @@ def test_a_guard_retry_policy_of_the_wrong_kind_is_a_configuration_error(
         Guard(**{option: bad}, environ={})
     with pytest.raises(ConfigurationError, match="RetryBudgetPolicy"):
         MemoryRetryBudget(RetryPolicy())  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("bad", [3, "fetch", None])
+def test_a_positional_option_is_a_configuration_error(bad: Any) -> None:
+    """``@retry(3)`` (attempts given positionally) was taken as the function to wrap: the
+    decorated function was called as ``3(fn)`` and raised TypeError at decoration time;
+    ``retry(3)`` alone returned a wrapper that raised at each call."""
+    if bad is None:
+        assert callable(retry(None))  # retry() with no function: the decorator
+        return
+    with pytest.raises(ConfigurationError, match="keyword"):
+        retry(bad)

@@ -372,6 +372,11 @@ def retry(func: F | None = None, **given: Unpack[RetryOptions]) -> Any:
     Use as ``@retry`` or ``@retry(attempts=5)``.
     """
     check_keywords(given, RetryOptions, "retry")
+    if func is not None and not callable(func):
+        raise ConfigurationError(
+            f"retry takes a function, then its options as keywords (@retry(attempts=3)), "
+            f"got {func!r}"
+        )
 
     def decorate(fn: F) -> F:
         name = getattr(fn, "__qualname__", type(fn).__qualname__)
