@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from ..models import StreamChunk
 
 if TYPE_CHECKING:
-    from .local import _Job
+    from ._local_engine import _Job
 
 __all__: list[str] = []
 

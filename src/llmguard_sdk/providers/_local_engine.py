@@ -1,0 +1,204 @@
+"""The local model's engine: the loaded llama.cpp model and its token loop (used only from
+the provider's worker thread), and the job a call hands it."""
+
+from __future__ import annotations
+
+import codecs
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..errors import (
+    ConfigurationError,
+    ProviderError,
+    ProviderTimeoutError,
+    ProviderUnavailableError,
+)
+from ..models import ChatRequest, StreamChunk, Usage
+from ._emitter import _Emitter
+from ._llama import _load_llama, _response_grammar
+
+if TYPE_CHECKING:
+    from .local import LocalProvider
+
+__all__: list[str] = []
+
+_DEFAULT_TEMPERATURE = 0.2
+_MIN_REPLY_TOKENS = 16
+
+
+@dataclass
+class _Job:
+    request: ChatRequest
+    deadline: float
+    out: queue.SimpleQueue[StreamChunk | BaseException | None] = field(
+        default_factory=queue.SimpleQueue
+    )
+    cancelled: threading.Event = field(default_factory=threading.Event)
+
+
+class _Engine:
+    """The loaded model; used only from the worker thread."""
+
+    def __init__(self, owner: LocalProvider) -> None:
+        import llama_cpp
+        from llama_cpp import llama_chat_format
+
+        draft = None
+        if owner.prompt_lookup_tokens is not None:
+            from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+
+            draft = LlamaPromptLookupDecoding(num_pred_tokens=owner.prompt_lookup_tokens)
+        self.owner = owner
+        self.llm: llama_cpp.Llama = _load_llama(
+            extra_buffers=owner.extra_buffers,
+            model_path=str(owner.path),
+            n_ctx=owner.n_ctx,
+            n_threads=owner.n_threads,
+            n_threads_batch=len(os.sched_getaffinity(0)),
+            n_gpu_layers=owner.n_gpu_layers,
+            seed=owner.seed,
+            draft_model=draft,
+            # A draft model needs the logits of every token; llama-cpp-python sizes that
+            # buffer from this argument, so it must be set when drafting (else > 512 fails).
+            logits_all=draft is not None,
+            verbose=False,
+        )
+        template = self.llm.metadata.get("tokenizer.chat_template")
+        if not template:
+            raise ConfigurationError(f"{owner.path.name} has no chat template")
+        eos = self.llm.token_eos()
+        self.stop_ids = {eos}
+        self.formatter = llama_chat_format.Jinja2ChatFormatter(
+            template=template,
+            eos_token=self.llm.detokenize([eos], special=True).decode("utf-8", "replace"),
+            bos_token=self.llm.detokenize([self.llm.token_bos()], special=True).decode(
+                "utf-8", "replace"
+            ),
+            stop_token_ids=[eos],
+        )
+
+    def tokens(self, messages: list[dict[str, str]]) -> list[int]:
+        result = self.formatter(messages=messages)  # type: ignore[arg-type]
+        return self.llm.tokenize(
+            result.prompt.encode("utf-8"), add_bos=not result.added_special, special=True
+        )
+
+    def fit(self, request: ChatRequest) -> tuple[list[int], dict[str, Any] | None]:
+        """The prompt's tokens, trimmed to leave room for the reply (see the module docs)."""
+        messages = self.owner._messages(request)
+        reply_room = min(request.output_limit or 256, self.owner.n_ctx // 2)
+        budget = self.owner.n_ctx - max(reply_room, _MIN_REPLY_TOKENS)
+        tokens = self.tokens(messages)
+        if len(tokens) <= budget:
+            return tokens, None
+        lead = [m for m in messages if m["role"] in ("system", "developer")]
+        turns = [m for m in messages if m["role"] not in ("system", "developer")]
+        dropped = 0
+        while len(turns) > 1 and len(tokens) > budget:
+            turns.pop(0)
+            dropped += 1
+            tokens = self.tokens(lead + turns)
+        truncated = False
+        for target in ([turns[-1]] if turns else []) + lead[::-1]:
+            if len(tokens) <= budget:
+                break
+            truncated = True
+            content = self.llm.tokenize(target["content"].encode("utf-8"), add_bos=False)
+            overflow = len(tokens) - budget
+            kept = content[overflow + 1 :] if target is turns[-1] else content[: -overflow - 1]
+            target["content"] = self.llm.detokenize(kept).decode("utf-8", "ignore")
+            tokens = self.tokens(lead + turns)
+        if len(tokens) > budget:
+            raise ProviderError(
+                "the prompt cannot be trimmed to fit the local model's context",
+                route=self.owner.name,
+            )
+        return tokens, {
+            "dropped_messages": dropped,
+            "truncated": truncated,
+            "prompt_tokens": len(tokens),
+            "n_ctx": self.owner.n_ctx,
+        }
+
+    def reused(self, tokens: list[int]) -> int:
+        """How many of ``tokens`` llama.cpp keeps from the previous call's KV cache.
+
+        ``Llama.generate`` keeps the longest common prefix of the cached tokens and the new
+        prompt, less one token when the whole prompt matches (its logits are computed again).
+        """
+        llm = self.llm
+        if llm.n_tokens <= 0:
+            return 0
+        shared = int(llm.longest_token_prefix(llm.input_ids[: llm.n_tokens].tolist(), tokens))
+        return shared - 1 if shared == len(tokens) else shared
+
+    def generate(self, job: _Job, stop: Callable[[], bool]) -> None:
+        request, owner = job.request, self.owner
+        tokens, trimmed = self.fit(request)
+        cached = self.reused(tokens)
+        limit = min(request.output_limit or owner.n_ctx, owner.n_ctx - len(tokens))
+        if owner.max_tokens is not None:
+            limit = min(limit, owner.max_tokens)
+        stops = [request.stop] if isinstance(request.stop, str) else list(request.stop or [])
+        emitter = _Emitter(job, owner.model or owner.name, owner.name, stops)
+        temperature = _first(owner.temperature, request.temperature, _DEFAULT_TEMPERATURE)
+        self.llm.set_seed(request.seed if request.seed is not None else owner.seed)
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        generated: list[int] = []
+        finish = "length"
+        emitter.emit(StreamChunk(text="", model=emitter.model, route=owner.name))
+        for token in self.llm.generate(
+            tokens,
+            temp=temperature,
+            top_p=_first(owner.top_p, request.top_p, 0.95),
+            repeat_penalty=_first(owner.repeat_penalty, 1.0),
+            reset=True,
+            grammar=_response_grammar(request.response_format),  # JSON when asked for
+        ):
+            if job.cancelled.is_set():
+                return  # the caller is gone
+            if stop():
+                job.out.put(
+                    ProviderUnavailableError("the local model was closed", route=owner.name)
+                )
+                return
+            if token in self.stop_ids:
+                finish = "stop"
+                break
+            generated.append(token)
+            piece = decoder.decode(self.llm.detokenize([token], prev_tokens=tokens + generated))
+            if emitter.text(piece):
+                finish = "stop"
+                break
+            if len(generated) >= limit:
+                break
+            if time.monotonic() > job.deadline:
+                job.out.put(
+                    ProviderTimeoutError("the local model ran out of time", route=owner.name)
+                )
+                return
+        emitter.text(decoder.decode(b"", final=True), flush=True)
+        emitter.emit(
+            StreamChunk(
+                finish_reason=finish,
+                usage=Usage(
+                    input_tokens=len(tokens),
+                    output_tokens=len(generated),
+                    cached_input_tokens=cached,
+                ),
+                model=emitter.model,
+                route=owner.name,
+                metadata={"context_trimmed": trimmed} if trimmed is not None else {},
+            )
+        )
+        job.out.put(None)
+
+
+def _first(*values: float | None) -> float:
+    """The first value that is set (the last one always is)."""
+    return next(value for value in values if value is not None)
