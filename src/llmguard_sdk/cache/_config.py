@@ -38,6 +38,7 @@ def check_policy(
     ttl: object,
     stale_ttl: object,
     max_entries: object,
+    max_bytes: object,
     namespace: object,
     version: object,
     sync_interval: object,
@@ -53,6 +54,10 @@ def check_policy(
         raise ConfigurationError(f"sync_interval must be >= 0, got {sync_interval!r}")
     if not isinstance(max_entries, int) or isinstance(max_entries, bool) or max_entries < 1:
         raise ConfigurationError(f"max_entries must be a whole number >= 1, got {max_entries!r}")
+    if max_bytes is not None and (
+        not isinstance(max_bytes, int) or isinstance(max_bytes, bool) or max_bytes < 1
+    ):
+        raise ConfigurationError(f"max_bytes must be a whole number >= 1, got {max_bytes!r}")
     if (
         not isinstance(namespace, str)
         or not isinstance(version, str)

@@ -91,11 +91,23 @@ class MemoryCacheBackend:
     Each entry is kept as its JSON bytes alone, without the vector (the semantic index holds
     that), its id (the key) or the embedder's name (the cache's own): a few hundred bytes for
     a short answer, where the parsed model would take several kilobytes.
+
+    ``max_bytes`` (optional) bounds the entries' size too: an entry costs its JSON bytes plus
+    its vector's (float16, as the index holds it), counted once when it is stored. The least
+    recently used go first, as beyond ``max_entries``; an entry larger than the whole bound
+    is not stored.
+
+    .. versionchanged:: 0.2.0
+       ``max_bytes``.
     """
 
-    def __init__(self, max_entries: int) -> None:
+    def __init__(self, max_entries: int, max_bytes: int | None = None) -> None:
         self._max = max_entries
+        self._max_bytes = max_bytes
         self._entries: OrderedDict[str, bytes] = OrderedDict()
+        # each entry's size while bounded in bytes (an int per entry, not paid otherwise)
+        self._sizes: dict[str, int] | None = None if max_bytes is None else {}
+        self._bytes = 0
         self._lock = threading.Lock()
 
     def get(self, entry_id: str) -> CacheEntry | None:
@@ -112,7 +124,7 @@ class MemoryCacheBackend:
         if entry.stale_until <= time.time():
             with self._lock:
                 if self._entries.get(entry_id) is packed:
-                    del self._entries[entry_id]
+                    self._drop(entry_id)
             return None
         return entry
 
@@ -126,18 +138,36 @@ class MemoryCacheBackend:
         packed = entry.model_dump_json(
             exclude={"vector", "entry_id", "embedder"}, exclude_none=True
         ).encode("utf-8")
+        size = len(packed) + _vector_bytes(entry.vector)
         with self._lock:
+            if self._max_bytes is not None and size > self._max_bytes:
+                self._drop(entry.entry_id)  # (an older answer to the same request goes too)
+                return [entry.entry_id]
+            self._drop(entry.entry_id)
             self._entries[entry.entry_id] = packed
-            self._entries.move_to_end(entry.entry_id)
+            if self._sizes is not None:
+                self._sizes[entry.entry_id] = size
+                self._bytes += size
             evicted = []
-            while len(self._entries) > self._max:
-                evicted.append(self._entries.popitem(last=False)[0])
+            while len(self._entries) > self._max or (
+                self._max_bytes is not None and self._bytes > self._max_bytes
+            ):
+                evicted.append(self._drop(next(iter(self._entries))))
             return evicted
+
+    def _drop(self, entry_id: str) -> str:
+        """Remove ``entry_id`` if held (its lock held); returns it."""
+        if self._entries.pop(entry_id, None) is not None and self._sizes is not None:
+            self._bytes -= self._sizes.pop(entry_id)
+        return entry_id
 
     def clear(self) -> None:
         """See :class:`CacheBackend`."""
         with self._lock:
             self._entries.clear()
+            if self._sizes is not None:
+                self._sizes.clear()
+            self._bytes = 0
 
     def changes(self) -> list[Change]:
         """Nothing is shared: this process made every change itself."""
@@ -145,18 +175,30 @@ class MemoryCacheBackend:
 
 
 def open_backend(
-    store: Store, namespace: str, max_entries: int, *, server: bool
+    store: Store, namespace: str, max_entries: int, max_bytes: int | None, *, server: bool
 ) -> tuple[CacheBackend, RedisCacheBackend | None]:
     """A cache's backend for ``store``, and the same backend again where it searches the
-    vectors on the server (``server``: needs a Redis store)."""
+    vectors on the server (``server``: needs a Redis store; ``max_bytes``: a memory one)."""
     if isinstance(store, RedisStore):
+        if max_bytes is not None:
+            raise ConfigurationError(
+                "max_bytes bounds an in-memory cache; bound a Redis cache with max_entries "
+                "and the server's maxmemory"
+            )
         backend = RedisCacheBackend(store, namespace, max_entries, vector_search=server)
         if server and not backend.check_vector_search():
             logger.warning("Redis unreachable: whether it has vector sets is not known yet")
         return backend, backend if server else None
     if server:
         raise ConfigurationError("vector_search='server' needs a Redis store")
-    return MemoryCacheBackend(max_entries), None
+    return MemoryCacheBackend(max_entries, max_bytes), None
+
+
+def _vector_bytes(vector: str | None) -> int:
+    """The bytes of an encoded vector (base64 of float16) once decoded, without decoding."""
+    if not vector:
+        return 0
+    return len(vector) // 4 * 3 - (2 if vector.endswith("==") else vector.endswith("="))
 
 
 def _json_id(entry_id: str) -> bytes:

@@ -73,6 +73,10 @@ class ResponseCache(Closes, AsyncCloses):
 
     Args:
         store: ``"memory"``, a Redis URL, or a :class:`~llmguard_sdk.store.Store`.
+        max_entries: the most entries kept, least recently used evicted first.
+        max_bytes: in memory, the most bytes of entries kept too (an entry's stored answer
+            and its vector; one larger than the bound is not stored); ``None``: no bound.
+            A Redis cache takes none (:class:`~llmguard_sdk.errors.ConfigurationError`).
         embedder: any :class:`~llmguard_sdk.cache.Embedder`; default :class:`HashingEmbedder`.
         threshold: the similarity a semantic match needs; default: the embedder's
             ``default_threshold``, else :data:`DEFAULT_THRESHOLD` (0.675, the hashing
@@ -116,6 +120,7 @@ class ResponseCache(Closes, AsyncCloses):
         ttl: float = 3600.0,
         stale_ttl: float = 86400.0,
         max_entries: int = 10_000,
+        max_bytes: int | None = None,
         semantic: bool = True,
         embedder: Embedder | None = None,
         threshold: float | None = None,
@@ -134,7 +139,8 @@ class ResponseCache(Closes, AsyncCloses):
         monitor: FalseHitMonitor | None = None,
     ) -> None:
         check_policy(
-            ttl=ttl, stale_ttl=stale_ttl, max_entries=max_entries, namespace=namespace,
+            ttl=ttl, stale_ttl=stale_ttl, max_entries=max_entries, max_bytes=max_bytes,
+            namespace=namespace,
             version=version, sync_interval=sync_interval, vector_search=vector_search,
         )  # fmt: skip
         check_matching(threshold, margin, verify_band)
@@ -173,7 +179,7 @@ class ResponseCache(Closes, AsyncCloses):
         if monitor is not None:
             monitor.use_embedder(self.embedder)
         self._backend, self._server = open_backend(
-            self.state, namespace, max_entries, server=vector_search == "server"
+            self.state, namespace, max_entries, max_bytes, server=vector_search == "server"
         )
         self._local = _LocalIndexes(
             self.embedder.dimension, keep_queries=not isinstance(self._backend, MemoryCacheBackend)
@@ -478,7 +484,8 @@ class ResponseCache(Closes, AsyncCloses):
         """Write ``entry`` (from :meth:`entry_for`), as a step of a
         :class:`~llmguard_sdk._state.steps.Batch`."""
         evicted: list[str] = yield from self._backend_step("put", entry)
-        if entry.vector is not None and self._server is None:
+        kept = entry.entry_id not in evicted  # (one larger than a byte bound is not)
+        if entry.vector is not None and self._server is None and kept:
             stored = self._recent.stored_probe(entry.query, entry.vector)
             self._local.remember(entry.entry_id, entry.index_key, stored)
             self._local.know(entry.entry_id, entry.query)
@@ -489,8 +496,9 @@ class ResponseCache(Closes, AsyncCloses):
                 evicted.append(entry.entry_id)  # evicted by another thread before it was indexed
         for entry_id in evicted:
             self._local.forget(entry_id)
-        self.stats._add("stores")
-        return True
+        if kept:
+            self.stats._add("stores")
+        return kept
 
     def store(
         self,

@@ -1,0 +1,75 @@
+"""The in-memory cache bounded in bytes (``max_bytes``): an entry costs its stored answer and
+its vector, and the least recently used go first, as with ``max_entries``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from llmguard_sdk.cache import ResponseCache
+from llmguard_sdk.errors import ConfigurationError
+from tests.test_cache import answer, ask
+
+BIG = "x" * 10_000
+
+
+def _held(cache: ResponseCache, questions: list[str]) -> list[bool]:
+    return [cache.lookup(ask(question)) is not None for question in questions]
+
+
+def test_large_answers_evict_the_least_recently_used_first() -> None:
+    """Bounded by count only, three 10 KB answers cost what three short ones cost."""
+    cache = ResponseCache(semantic=False, max_bytes=25_000)
+    questions = [f"question {i}" for i in range(4)]
+    assert cache.store(ask(questions[0]), answer(BIG))
+    assert cache.store(ask(questions[1]), answer(BIG))
+    assert _held(cache, questions[:1]) == [True]  # question 0 is now the most recent
+    assert cache.store(ask(questions[2]), answer(BIG))  # over 25 KB: question 1 goes
+    assert _held(cache, questions[:3]) == [True, False, True]
+    for i in range(50):  # short answers: many fit where the large ones were
+        assert cache.store(ask(f"short {i}"), answer("ok"))
+    assert all(_held(cache, [f"short {i}" for i in range(50)]))
+
+
+def test_an_entry_stored_again_is_counted_once() -> None:
+    cache = ResponseCache(semantic=False, max_bytes=25_000)
+    for _ in range(5):
+        assert cache.store(ask("same"), answer(BIG))
+    assert cache.store(ask("other"), answer(BIG))
+    assert _held(cache, ["same", "other"]) == [True, True]
+    cache.clear()
+    assert cache.store(ask("after"), answer(BIG))
+    assert cache.store(ask("clear"), answer(BIG))
+    assert _held(cache, ["after", "clear"]) == [True, True]
+
+
+def test_an_answer_larger_than_the_bound_is_not_stored() -> None:
+    cache = ResponseCache(semantic=False, max_bytes=5_000)
+    assert cache.store(ask("small"), answer("ok"))
+    assert not cache.store(ask("huge"), answer(BIG))
+    assert _held(cache, ["small", "huge"]) == [True, False]  # nothing evicted for it
+    assert cache.stats.stores == 1
+
+
+def test_vectors_count_too() -> None:
+    """The hashing embedder's vectors take 2 KB each (1,024 float16): short answers with
+    their vectors fit twice in 5,000 bytes."""
+    cache = ResponseCache(max_bytes=5_000)
+    questions = [f"How do I configure product number {i}?" for i in range(4)]
+    for question in questions:
+        assert cache.store(ask(question), answer("Open the settings."))
+    assert _held(cache, questions) == [False, False, True, True]
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, "1000", True])
+def test_a_bad_bound_is_refused(bad: Any) -> None:
+    with pytest.raises(ConfigurationError, match="max_bytes"):
+        ResponseCache(max_bytes=bad)
+
+
+def test_a_redis_cache_takes_no_byte_bound(redis_url: str, redis_prefix: str) -> None:
+    """Redis bounds its memory itself (``maxmemory``): a bound this process cannot keep is
+    refused, not silently ignored."""
+    with pytest.raises(ConfigurationError, match="max_bytes"):
+        ResponseCache(redis_url, key_prefix=redis_prefix, max_bytes=1_000_000)
