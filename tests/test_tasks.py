@@ -512,6 +512,40 @@ def test_llmguard_check_validates_and_prints_the_tasks(
     assert "tier 'small': no route or group named 'smal'" in capsys.readouterr().err
 
 
+def test_llmguard_check_json_holds_the_tasks_the_text_shows(
+    fakes: tuple[FakeProvider, FakeProvider],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``--json`` said nothing of the ``[tasks]`` table the text output shows: its tiers (with
+    their routes), cascades, rules, classifier and default (the first tier when unset)."""
+    path = tmp_path / "guard.toml"
+    tasks = """tiers = { small = ["small"], large = ["large", "small"] }
+[tasks.cascades.auto]
+tiers = ["small", "large"]
+checks = ["not_empty"]
+[[tasks.rules]]
+tier = "large"
+tools = true
+"""
+    path.write_text(_config(*fakes, tasks))
+    assert main(["check", str(path), "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["tasks"]["default"] == "small"
+    assert shown["tasks"]["tiers"] == {"small": ["small"], "large": ["large", "small"]}
+    assert shown["tasks"]["cascades"]["auto"]["tiers"] == ["small", "large"]
+    assert shown["tasks"]["cascades"]["auto"]["checks"] == ["not_empty"]
+    assert [rule["tier"] for rule in shown["tasks"]["rules"]] == ["large"]
+    assert shown["tasks"]["rules"][0]["tools"] is True
+    assert shown["tasks"]["classifier"] is None
+    assert main(["check", str(path)]) == 0
+    text = capsys.readouterr().out
+    assert "tasks: TaskRouter(tiers=['small', 'large', 'auto'], rules=1, default='small')" in text
+    path.write_text(_config(*fakes, "")[: -len("[tasks]\n\n")])  # no [tasks] table
+    assert main(["check", str(path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["tasks"] is None
+
+
 @pytest.mark.parametrize(
     ("tasks", "message"),
     [

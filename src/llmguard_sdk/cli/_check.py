@@ -5,18 +5,24 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._config_file import load_config, naming, resolve, tasks_of
 from .._state.stores import _redacted
 from ._command import Command
+
+if TYPE_CHECKING:
+    from .._config_tasks import TasksConfig
+    from ..router import TaskRouter
 
 __all__ = ["CHECK"]
 
 
 def _arguments(check: argparse.ArgumentParser) -> None:
     check.add_argument("config", help="the configuration file")
-    check.add_argument("--json", action="store_true", help="print the routes as JSON")
+    check.add_argument(
+        "--json", action="store_true", help="print the settings, tasks and routes as JSON"
+    )
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -34,7 +40,8 @@ def _run(args: argparse.Namespace) -> int:
     rows = [{**route.__dict__, "base_url": _shown(route.base_url)} for route in routes]
     settings = {key: _shown(value) for key, value in config.settings().items()}
     if args.json:
-        print(json.dumps({"settings": settings, "routes": rows}))
+        shown = _tasks_shown(config.tasks, tasks)
+        print(json.dumps({"settings": settings, "tasks": shown, "routes": rows}))
         return 0
     for key, value in settings.items():
         print(f"{key}: {value}")
@@ -45,6 +52,14 @@ def _run(args: argparse.Namespace) -> int:
         key = row["key_from"] or "no key"
         print(f"{row['name']}{group}: {row['kind']} {row['model']} at {row['base_url']}; key {key}")
     return 0
+
+
+def _tasks_shown(config: TasksConfig | None, router: TaskRouter | None) -> Any:
+    """The ``[tasks]`` table as the Guard reads it (every key, the default resolved), or
+    None without one."""
+    if config is None or router is None:
+        return None
+    return {**config.model_dump(mode="json"), "default": router.default}
 
 
 def _shown(value: Any) -> Any:
