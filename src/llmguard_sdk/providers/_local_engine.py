@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ..errors import (
@@ -72,7 +73,9 @@ class _Engine:
         if not template:
             raise ConfigurationError(f"{owner.path.name} has no chat template")
         eos = self.llm.token_eos()
-        self.stop_ids = {eos}
+        # every token that ends a turn (<|im_end|>, <|eot_id|>, ...), not only EOS
+        vocab = llama_cpp.llama_model_get_vocab(self.llm.model)
+        self.ends_turn: Callable[[int], bool] = partial(llama_cpp.llama_vocab_is_eog, vocab)
         self.formatter = llama_chat_format.Jinja2ChatFormatter(
             template=template,
             eos_token=self.llm.detokenize([eos], special=True).decode("utf-8", "replace"),
@@ -167,7 +170,7 @@ class _Engine:
                     ProviderUnavailableError("the local model was closed", route=owner.name)
                 )
                 return
-            if token in self.stop_ids:
+            if self.ends_turn(token):
                 finish = "stop"
                 break
             generated.append(token)

@@ -1,0 +1,68 @@
+"""The local model ends its answer where the model ends its turn: on any end-of-generation
+token, not only on the GGUF's end-of-sequence token."""
+
+from __future__ import annotations
+
+import shutil
+import struct
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from llmguard_sdk import Guard, LocalProvider
+from llmguard_sdk.providers.local import bundled_model_path
+
+pytestmark = pytest.mark.local_model
+
+QUESTION = [
+    {"role": "system", "content": "Answer in one short sentence."},
+    {"role": "user", "content": "What is the capital of France?"},
+]
+_EOS_KEY = b"tokenizer.ggml.eos_token_id"
+_GGUF_UINT32 = 4
+
+
+def with_eos(source: Path, target: Path, eos: int) -> Path:
+    """A copy of the GGUF ``source`` whose end-of-sequence token is ``eos`` (the weights, the
+    vocabulary and the chat template unchanged)."""
+    shutil.copyfile(source, target)
+    with open(target, "r+b") as gguf:
+        head = gguf.read(8 << 20)  # the metadata (with the vocabulary) comes first
+        at = head.index(_EOS_KEY) + len(_EOS_KEY)
+        assert struct.unpack_from("<I", head, at)[0] == _GGUF_UINT32
+        gguf.seek(at + 4)
+        gguf.write(struct.pack("<I", eos))
+    return target
+
+
+@pytest.fixture(scope="module")
+def eos_apart(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalProvider]:
+    """SmolLM2 whose EOS is ``<|endoftext|>`` (0): its turns still end with ``<|im_end|>``
+    (2), which llama.cpp counts as an end-of-generation token, as GGUFs of chat models often
+    have it (EOS for documents, another token for the end of a turn)."""
+    path = with_eos(bundled_model_path(), tmp_path_factory.mktemp("gguf") / "eos0.gguf", 0)
+    provider = LocalProvider(path, n_ctx=512, warm_up=True)
+    try:
+        assert provider.wait_loaded(120)
+        yield provider
+    finally:
+        provider.close()
+
+
+@pytest.mark.timeout(600)
+def test_an_end_of_turn_token_that_is_not_eos_ends_the_answer(eos_apart: LocalProvider) -> None:
+    # Only EOS stopped the generation: the model's <|im_end|> was dropped from the text and the
+    # model went on past its turn (a new turn, or rambling) until max_tokens.
+    bundled = LocalProvider(n_ctx=512)
+    try:
+        expected = Guard(bundled, timeout=240, environ={}).chat(
+            QUESTION, temperature=0, max_tokens=40
+        )
+    finally:
+        bundled.close()
+    assert expected.finish_reason == "stop"
+    answer = Guard(eos_apart, timeout=240, environ={}).chat(QUESTION, temperature=0, max_tokens=40)
+    assert answer.text == expected.text
+    assert answer.finish_reason == "stop"
+    assert answer.usage == expected.usage
