@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -15,19 +16,21 @@ import pytest
 
 from llmguard_sdk import (
     AllRoutesFailedError,
+    CallEvent,
     Guard,
     Message,
     ProviderError,
     ProviderTimeoutError,
     StreamInterruptedError,
 )
-from llmguard_sdk.budget import Budget, Budgets, Price, PriceTable
+from llmguard_sdk.budget import Budget, Budgets, Price, PriceTable, UsageRecorder, read_usage
 from llmguard_sdk.budget.policy import nano
 from llmguard_sdk.testing import FakeProvider, Fault
 from llmguard_sdk.tokens import count_request_tokens, count_text_tokens
 
 from .conftest import USER
 from .test_budget_fixtures import _Recording
+from .test_telemetry import exporters
 
 MakeGuard = Callable[..., Guard]
 
@@ -256,3 +259,39 @@ def test_a_timeout_answered_by_the_provider_costs_nothing(fake: FakeProvider, gu
     with pytest.raises(ProviderTimeoutError):
         guard.chat(USER, max_tokens=10)
     assert _spent(guard) == 0
+
+
+@pytest.mark.parametrize("ending", ["timed out", "closed"])
+def test_a_call_without_an_answer_records_what_its_budgets_charged(
+    fake: FakeProvider, make_guard: MakeGuard, tmp_path: Path, ending: str
+) -> None:
+    """The call event, the usage file and the cost metric said None (nothing) for a call
+    that got no answer, while its budgets charged the prompt it sent."""
+    otel, meter_provider = exporters()
+    events: list[CallEvent] = []
+    recorder = UsageRecorder(tmp_path / "usage.jsonl")
+    hooks = [events.append, recorder]
+    guard = make_guard(
+        fake, budgets=BUDGETS, retry=None, timeout=0.3, hooks=hooks, telemetry=otel.telemetry
+    )
+    if ending == "timed out":
+        fake.always(Fault(latency=1.0))
+        with pytest.raises(ProviderError):
+            guard.chat(USER, max_tokens=10)
+    else:  # a stream closed on its opening chunk, before any content
+        with guard.chat(USER, stream=True, max_tokens=10) as stream:
+            next(stream)
+    charged = _spent(guard)
+    assert charged == pytest.approx(PROMPT_USD)
+    (event,) = events
+    assert event.outcome == ("error" if ending == "timed out" else "cancelled")
+    assert (event.cost_usd, event.cost_source) == (pytest.approx(charged), "estimated")
+    (line,) = read_usage(recorder.path)
+    assert line["cost_usd"] == pytest.approx(charged)
+    (cost,) = otel.points("llmguard.cost")
+    assert cost.value == pytest.approx(charged)
+    (span,) = [s for s in otel.finished() if "llmguard.kind" in (s.attributes or {})]
+    assert span.attributes is not None
+    assert span.attributes["llmguard.cost_usd"] == pytest.approx(charged)
+    meter_provider.shutdown()
+    otel.tracer_provider.shutdown()

@@ -158,6 +158,9 @@ class CallContext:
     # off after their request was sent (a hedge race's loser, a call cancelled, a stream
     # closed early). The provider bills them: the call's cost (or spend) includes them.
     unserved: list[tuple[str, Usage]] = field(default_factory=list)
+    # what a call that ended without an answer cost (USD): its ``unserved`` attempts priced,
+    # as its budgets were charged; set as it ends (None: nothing went out, or no price)
+    unserved_usd: float | None = None
     # input tokens a continuation adds to the request (the partial answer, the instruction
     # to go on) for the attempts after an interrupted stream
     continued_input: int = 0
@@ -210,10 +213,15 @@ class CallEvent:
     ``error``). ``route`` is the route that served the
     call (``None`` when none did); ``route_errors`` names the error type of each route that
     failed first; ``retries`` holds one :class:`RetryDetails` per retry the Guard made.
-    ``cost_usd`` / ``cost_source`` are the served response's (see :class:`ChatResponse`).
+    ``cost_usd`` / ``cost_source`` are the served response's (see :class:`ChatResponse`); a
+    call that ended without an answer (failed, cancelled, a stream closed early) reports what
+    its attempts that went out cost, as its budgets were charged for them (their prompts, a
+    stream's delivered part; ``"estimated"``), or None when no request went out.
     ``provider`` is, for a ``"protect"`` call, the provider of the SDK the function used as
     the GenAI conventions name it (``"openai"``, ``"anthropic"``; ``"unknown"`` when nothing
     told it); ``route`` is then the label given to ``guard.protect``.
+
+    .. versionchanged:: 0.2.0 a call without an answer reports what its budgets charged.
     """
 
     kind: Literal["chat", "stream", "protect"]

@@ -236,6 +236,7 @@ def _event(
         "error" if error is not None else "cancelled" if cancelled else "ok"
     )
     first_token = None if ctx.first_token_at is None else ctx.first_token_at - ctx.started
+    charged = ctx.unserved_usd  # no answer: what its attempts that went out cost (estimated)
     return frozen(  # every field of CallEvent, named as its constructor names them
         CallEvent,
         {
@@ -251,10 +252,14 @@ def _event(
             "error": error,
             "route_errors": tuple((name, type(e).__name__) for name, e in ctx.route_errors.items()),
             "retries": tuple(ctx.retries),
-            "cost_usd": response.cost_usd if response else None,
-            "cost_source": response.cost_source if response else None,
+            "cost_usd": response.cost_usd if response else charged,
+            "cost_source": response.cost_source if response else _estimated(charged),
         },
     )
+
+
+def _estimated(usd: float | None) -> Literal["estimated"] | None:
+    return None if usd is None else "estimated"
 
 
 def report(
@@ -268,6 +273,8 @@ def report(
 ) -> None:
     """The end of a call: export its telemetry, then give its :class:`CallEvent` to the
     hooks. Neither can break the call."""
+    if response is None and stages.spend is not None:  # what its budgets charged it
+        ctx.unserved_usd = stages.spend.unserved_cost(ctx, stages)
     if stages.telemetry is not None:
         try:
             stages.telemetry.record(

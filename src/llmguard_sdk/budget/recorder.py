@@ -10,6 +10,9 @@ The format is JSON Lines, one object per guarded call::
 
 ``route`` is the route that answered (``null`` when none did); ``route_errors`` names the error
 of each route that failed on the way, so failures are counted per route.
+``cost_usd`` is the answer's cost; for a call without an answer (failed, cancelled), what its
+requests that went out cost, as its budgets were charged for them (``null`` when none went
+out), so the file's spend is the budgets' spend.
 
 ``llmguard cost report FILE`` groups it per tenant and feature.
 

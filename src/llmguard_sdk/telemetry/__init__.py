@@ -35,7 +35,8 @@ attempt really started and ended, under the span that was current when the call 
 non-empty content delta) and ``gen_ai.client.operation.time_per_output_chunk`` (each gap
 between content chunks) for streams; ``llmguard.time_to_first_token`` (end to end, from the
 caller's call: queueing, rate-limit waits and retries included); ``llmguard.output_tokens_per_
-second``; ``llmguard.cost`` (USD); ``llmguard.cache.lookups`` (by result);
+second``; ``llmguard.cost`` (USD; a call without an answer counts what its requests that
+went out cost, as its budgets were charged); ``llmguard.cache.lookups`` (by result);
 ``llmguard.breaker.transitions``; ``llmguard.retries``; ``llmguard.budget.events`` and
 ``llmguard.budget.remaining`` (at each alert or refusal, by budget and scope: a tenant or user
 scope by its kind alone, no ids on metrics). Answers from the

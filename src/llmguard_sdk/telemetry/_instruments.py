@@ -63,7 +63,7 @@ class Instruments:
             description="Output tokens per second of a stream after its first token",
         )
         self.cost = meter.create_counter(
-            "llmguard.cost", unit="USD", description="Cost of answered calls"
+            "llmguard.cost", unit="USD", description="Cost of calls (unanswered: what went out)"
         )
         self.cache = meter.create_counter(
             "llmguard.cache.lookups", description="Response cache lookups by result"

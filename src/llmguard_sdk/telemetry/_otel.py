@@ -261,7 +261,7 @@ class Telemetry:
         return self.anomalies.observe(
             ctx.scope.feature,
             usage.total_tokens if usage is not None else None,
-            response.cost_usd if response is not None else None,
+            response.cost_usd if response is not None else ctx.unserved_usd,
             failed=error is not None,
         )
 
@@ -349,6 +349,9 @@ class Telemetry:
             attributes["llmguard.release.arm"] = ctx.arm or "control"
         if response is not None:
             add_response(attributes, response, self.names)
+        elif ctx.unserved_usd is not None:  # no answer: what its attempts that went out cost
+            attributes["llmguard.cost_usd"] = ctx.unserved_usd
+            attributes["llmguard.cost_source"] = "estimated"
         if cache_on:
             hit = response.metadata.get("cache") if response is not None else None
             attributes["llmguard.cache"] = hit or "miss"
@@ -467,11 +470,13 @@ class Telemetry:
                 ("output", response.usage.output_tokens),
             ):
                 self._metrics.tokens.record(count, {**labels, "gen_ai.token.type": token_type})
-        if response is not None and response.cost_usd:
-            cost_labels: Attributes = {"llmguard.cost_source": response.cost_source or "unknown"}
+        cost = response.cost_usd if response is not None else ctx.unserved_usd
+        if cost:  # (no answer: its attempts that went out, as its budgets were charged)
+            source = response.cost_source if response is not None else "estimated"
+            cost_labels: Attributes = {"llmguard.cost_source": source or "unknown"}
             if ctx.scope.feature is not None:
                 cost_labels["llmguard.feature"] = ctx.scope.feature
-            self._metrics.cost.add(response.cost_usd, cost_labels)
+            self._metrics.cost.add(cost, cost_labels)
         if kind == "stream" and served_by_provider:
             self._stream_metrics(ctx, labels, response)
 
