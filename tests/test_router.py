@@ -182,15 +182,37 @@ def test_bad_groups_are_refused() -> None:
 
 @pytest.mark.parametrize(
     "setting",
-    [{"half_life_s": "10"}, {"penalty_s": None}, {"slack": "2"}, {"regions": ["a"]}],
+    [
+        {"half_life_s": "10"},
+        {"penalty_s": None},
+        {"slack": "2"},
+        {"regions": ["a"]},
+        {"regions": {"a": 5}},
+        {"region": 5},
+        {"weights": 5},
+        {"clock": 5},
+        {"name": 5},
+        {"name": ""},
+    ],
 )
 def test_group_settings_of_the_wrong_kind_are_configuration_errors(
     setting: dict[str, object],
 ) -> None:
-    """They raised TypeError or AttributeError."""
+    """They raised TypeError or AttributeError (``weights=5``; ``clock=5`` at the first
+    call), or were taken (a name of 5 or "", a region of 5)."""
     route = OpenAICompatibleProvider("http://127.0.0.1:9/v1", model="m", name="a")
+    options = {"name": "g", **setting}
     with pytest.raises(ConfigurationError):
-        DeploymentGroup("g", [route], **setting)  # type: ignore[arg-type]
+        DeploymentGroup(deployments=[route], **options)  # type: ignore[arg-type]
+
+
+def test_deployments_and_weights_may_be_any_iterable() -> None:
+    """A generator of deployments or of weights raised TypeError (no len())."""
+    group = DeploymentGroup(
+        "g", iter(_named("a", "b")), strategy="weighted", weights=(w for w in [1.0, 0.0])
+    )
+    assert (group.names, group.weights) == (("a", "b"), (1.0, 0.0))
+    assert group.ranked()[0].name == "a"
 
 
 @pytest.mark.parametrize("weights", [[math.inf, 1.0], [math.nan, 1.0], ["2", "1"], [None, 1.0]])

@@ -9,7 +9,7 @@ import math
 import random
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -62,6 +62,26 @@ _DEFAULT_ANSWER_TOKENS = 256  # the answer length assumed before any answer came
 
 def _finite(value: object) -> bool:
     return isinstance(value, int | float) and math.isfinite(value)
+
+
+def _deployments(name: object, deployments: object) -> tuple[Provider, ...]:
+    """The group's deployments (any iterable of them), once its name and they are checked."""
+    if not isinstance(name, str) or not name:
+        raise ConfigurationError(f"a deployment group's name is a non-empty string, got {name!r}")
+    listed = tuple(deployments) if isinstance(deployments, Iterable) else ()
+    if not listed or not all(isinstance(d, Provider) for d in listed):
+        raise ConfigurationError(f"group {name!r} needs one or more Provider deployments")
+    return listed
+
+
+def _weights(weights: object, count: int) -> tuple[float, ...]:
+    """The deployments' weights, checked (all 1 for ``None``)."""
+    if weights is None:
+        return (1.0,) * count
+    listed = tuple(weights) if isinstance(weights, Iterable) else ()
+    if len(listed) != count or not all(_finite(w) and w >= 0 for w in listed) or not any(listed):
+        raise ConfigurationError("weights: one finite number >= 0 per deployment, not all 0")
+    return listed
 
 
 @dataclass(frozen=True)
@@ -119,26 +139,25 @@ class DeploymentGroup:
     ) -> None:
         if strategy not in _STRATEGIES:
             raise ConfigurationError(f"strategy must be one of {_STRATEGIES}, got {strategy!r}")
-        if not deployments or not all(isinstance(d, Provider) for d in deployments):
-            raise ConfigurationError(f"group {name!r} needs one or more Provider deployments")
-        if weights is not None and (
-            len(weights) != len(deployments)
-            or not all(_finite(w) and w >= 0 for w in weights)
-            or not any(weights)
-        ):
-            raise ConfigurationError("weights: one finite number >= 0 per deployment, not all 0")
+        deployments = _deployments(name, deployments)
+        self.weights = _weights(weights, len(deployments))
         if not all(isinstance(v, int | float) for v in (half_life_s, penalty_s, slack)) or not (
             half_life_s > 0 and 0 <= penalty_s < math.inf and slack >= 1
         ):
             raise ConfigurationError(
                 "half_life_s must be > 0, penalty_s finite and >= 0, and slack >= 1"
             )
-        if regions is not None and not isinstance(regions, Mapping):
+        if regions is not None and not (
+            isinstance(regions, Mapping) and all(isinstance(r, str) for r in regions.values())
+        ):
             raise ConfigurationError("regions: a mapping of deployment names to regions")
+        if region is not None and not isinstance(region, str):
+            raise ConfigurationError(f"region: a region's name or None, got {region!r}")
+        if not callable(clock):
+            raise ConfigurationError(f"clock: a callable returning seconds, got {clock!r}")
         self.name = name
         self.deployments = tuple(deployments)
         self.strategy: Strategy = strategy
-        self.weights = tuple(weights) if weights is not None else (1.0,) * len(deployments)
         self.half_life_s = half_life_s
         self.penalty_s = penalty_s
         self.slack = slack
