@@ -5,11 +5,15 @@ fsynced before the call returns) and holds an exclusive lock on it while it live
 answers again, the process first adopts the files of processes that died (nobody holds their
 lock): their records are appended to its own file, durably, before the dead file is removed.
 Then it replays its file a few records per call (see
-:class:`~llmguard_sdk.budget.redis.RedisBudgetBackend`), each time replacing the file with what
-is left (written under another name, locked, then renamed over it: a crash at any instant
-leaves every record in one file or the other). Every record carries its reservation id, and
-the settle script marks each id once, so replaying a record twice counts it once: no spend
-record is lost and none is counted twice.
+:class:`~llmguard_sdk.budget.redis.RedisBudgetBackend`). The file's first line, a header of
+fixed width, says where the records not yet replayed start; each replayed chunk moves it
+(rewritten in place and synced: the work of a chunk does not grow with the journal). Once
+most of the file is replayed, what is left is copied to a new file (written under another
+name, locked, then renamed over it: a crash at any instant leaves every record in one file
+or the other), so the copies cost about one pass over the journal in all. Every record
+carries its reservation id, and the settle script marks each id once, so replaying a record
+twice (a crash between its replay and the header's move) counts it once: no spend record is
+lost and none is counted twice.
 
 Files: ``<directory>/<name>.<pid>.<random>.jsonl``; ``name`` identifies the budget set (key
 prefix and set hash), so only backends of the same set replay them.
@@ -41,6 +45,26 @@ __all__ = ["JournalRecord", "SpendJournal", "default_journal_dir"]
 
 JournalRecord = dict[str, Any]
 """One settle: ``rid``, ``actual`` (nano-dollars), ``ttl``, ``specs``, ``at`` (epoch s)."""
+
+_HEADER_PREFIX = b'{"replayed":"'
+_HEADER_DIGITS = 16
+_HEADER_SIZE = len(_HEADER_PREFIX) + _HEADER_DIGITS + len(b'"}\n')
+_COMPACT_FROM = 64 * 1024  # replayed bytes kept in the file before a copy may pay off
+
+
+def _header(start: int) -> bytes:
+    """The first line of a journal file: where its records not yet replayed start (a JSON
+    object without ``rid``: a reader that knows no header skips it as no record)."""
+    return _HEADER_PREFIX + b"%0*d" % (_HEADER_DIGITS, start) + b'"}\n'
+
+
+def _start_of(head: bytes) -> int:
+    """Where the records not yet replayed start, given a file's first bytes (0: the file has
+    no header)."""
+    digits = head[len(_HEADER_PREFIX) : len(_HEADER_PREFIX) + _HEADER_DIGITS]
+    if not head.startswith(_HEADER_PREFIX) or len(head) < _HEADER_SIZE or not digits.isdigit():
+        return 0
+    return max(int(digits), _HEADER_SIZE)
 
 
 def default_journal_dir() -> Path:
@@ -74,6 +98,8 @@ class SpendJournal:
         self.name = name
         self._path = self.directory / f"{name}.{os.getpid()}.{os.urandom(4).hex()}.jsonl"
         self._file: IO[str] | None = None
+        self._start = _HEADER_SIZE  # where this process's records not yet replayed start
+        self._read_ends: list[int] = []  # where each record own_records gave ends
         self._lock = threading.Lock()
         self.pending = 0  # records of this process not yet replayed
         self.appended = 0  # records this process wrote
@@ -106,22 +132,27 @@ class SpendJournal:
             handle: IO[str] = open(self._path, "a", encoding="utf-8")  # noqa: SIM115
             if fcntl is not None:
                 fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+            if handle.tell() == 0:
+                handle.write(_header(_HEADER_SIZE).decode())
+                handle.flush()
+            self._start = _replay_start(self._path)
             return handle
-        return self._renamed_into_place([])
+        return self._renamed_into_place(b"")
 
-    def _renamed_into_place(self, lines: list[str]) -> IO[str]:
-        """A new file holding ``lines`` (synced), locked, then renamed to this process's
-        journal name (replacing the file there): no sweep sees it unlocked, and a crash at
-        any instant leaves the records in the old file or in the new one."""
+    def _renamed_into_place(self, records: bytes) -> IO[str]:
+        """A new file holding a header and ``records`` (synced), locked, then renamed to this
+        process's journal name (replacing the file there): no sweep sees it unlocked, and a
+        crash at any instant leaves the records in the old file or in the new one."""
         assert fcntl is not None
         fresh = self._path.with_name(self._path.name + ".new")  # not a journal name yet
-        handle = open(fresh, "w", encoding="utf-8")  # noqa: SIM115
+        with open(fresh, "wb") as raw:
+            raw.write(_header(_HEADER_SIZE) + records)
+            raw.flush()
+            os.fsync(raw.fileno())
+        handle = open(fresh, "a", encoding="utf-8")  # noqa: SIM115
         fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
-        if lines:
-            handle.writelines(lines)
-            handle.flush()
-            os.fsync(handle.fileno())
         os.replace(fresh, self._path)
+        self._start = _HEADER_SIZE
         return handle
 
     def has_work(self) -> bool:
@@ -129,29 +160,48 @@ class SpendJournal:
         return self.pending > 0 or not self.orphans_checked
 
     def own_records(self, limit: int | None = None) -> list[JournalRecord]:
-        """This process's records not yet replayed (the first ``limit`` of them)."""
+        """This process's records not yet replayed (the first ``limit`` of them: read from
+        where they start, not from the file's beginning)."""
         with self._lock:
             if self._file is None or self.pending == 0:
                 return []
-            return _read(self._path, limit)
+            entries, self._read_ends = _read_from(self._path, self._start, limit)
+            return entries
 
     def own_replayed(self, count: int) -> None:
-        """The first ``count`` own records reached Redis: the file is replaced by one holding
-        what is left (see the module docs), or emptied when nothing is."""
+        """The first ``count`` records the last :meth:`own_records` gave reached Redis: the
+        header moves past them, and the file is replaced by one holding what is left (see
+        the module docs) once that is the smaller part, or nothing is."""
         with self._lock:
-            if self._file is None:
+            if self._file is None or count <= 0 or not self._read_ends:
                 return
-            left = _lines_after(self._path, count)
-            if fcntl is None:  # no locks to keep others out: rewritten in place
-                self._file.seek(0)
-                self._file.truncate()
-                self._file.writelines(left)
-                self._file.flush()
-                os.fsync(self._file.fileno())
-            else:
-                old, self._file = self._file, self._renamed_into_place(left)
-                old.close()
+            self._start = self._read_ends[min(count, len(self._read_ends)) - 1]
+            self._read_ends = []
             self.pending = max(0, self.pending - count)
+            size = os.fstat(self._file.fileno()).st_size
+            if self.pending == 0 or (self._start >= _COMPACT_FROM and self._start * 2 >= size):
+                self._compact()
+            else:
+                _write_header(self._path, self._start)
+
+    def _compact(self) -> None:
+        """Replace the file by one holding only the records not yet replayed."""
+        assert self._file is not None
+        with open(self._path, "rb") as raw:
+            raw.seek(self._start)
+            left = raw.read()
+        if left and not left.endswith(b"\n"):
+            left += b"\n"
+        if fcntl is None:  # no locks to keep others out: rewritten in place
+            self._file.seek(0)
+            self._file.truncate()
+            self._file.write((_header(_HEADER_SIZE) + left).decode())
+            self._file.flush()
+            os.fsync(self._file.fileno())
+            self._start = _HEADER_SIZE
+        else:
+            old, self._file = self._file, self._renamed_into_place(left)
+            old.close()
 
     def adopt_orphans(self) -> int:
         """Append the records of dead processes' files to this process's file (synced) and
@@ -220,32 +270,47 @@ def _entry(line: str) -> JournalRecord | None:
     return entry if isinstance(entry, dict) and "rid" in entry else None
 
 
-def _read(path: Path, limit: int | None = None) -> list[JournalRecord]:
-    """The records of ``path`` (its first ``limit``)."""
+def _read(path: Path) -> list[JournalRecord]:
+    """The records of ``path`` not yet replayed."""
+    return _read_from(path, _replay_start(path), None)[0]
+
+
+def _replay_start(path: Path) -> int:
+    """Where the records of ``path`` not yet replayed start (its header's word)."""
+    try:
+        with open(path, "rb") as raw:
+            return _start_of(raw.read(_HEADER_SIZE))
+    except OSError:
+        return 0
+
+
+def _read_from(path: Path, start: int, limit: int | None) -> tuple[list[JournalRecord], list[int]]:
+    """The first ``limit`` records of ``path`` from byte ``start`` on, and where each ends."""
     entries: list[JournalRecord] = []
+    ends: list[int] = []
     try:
-        text = path.read_text(encoding="utf-8")
+        with open(path, "rb") as raw:
+            raw.seek(start)
+            at = start
+            for line in raw:
+                if limit is not None and len(entries) >= limit:
+                    break
+                at += len(line)
+                entry = _entry(line.decode("utf-8", errors="replace"))
+                if entry is not None:
+                    entries.append(entry)
+                    ends.append(at)
     except OSError:
-        return entries
-    for line in text.splitlines():
-        if limit is not None and len(entries) >= limit:
-            break
-        entry = _entry(line)
-        if entry is not None:
-            entries.append(entry)
-    return entries
+        pass
+    return entries, ends
 
 
-def _lines_after(path: Path, count: int) -> list[str]:
-    """The lines of ``path`` after its first ``count`` records, as written (not parsed)."""
+def _write_header(path: Path, start: int) -> None:
+    """Move the header of ``path`` to say its records start at ``start`` (synced)."""
+    descriptor = os.open(path, os.O_WRONLY)
     try:
-        lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
-    except OSError:
-        return []
-    skipped = 0
-    for at, line in enumerate(lines):
-        if skipped == count:
-            return [line if line.endswith("\n") else line + "\n" for line in lines[at:]]
-        if _entry(line) is not None:
-            skipped += 1
-    return []
+        os.lseek(descriptor, 0, os.SEEK_SET)
+        os.write(descriptor, _header(start))
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
