@@ -145,6 +145,24 @@ def test_from_package_finds_the_bundled_model_and_names_what_is_missing() -> Non
         {"max_tokens": 0},
         {"examples": [("only a question",)]},
         {"examples": [("q", 1)]},
+        # settings of the wrong type: a TypeError from a comparison, or accepted and a failed
+        # load (or a float token limit) at the first call
+        {"max_queue": "4"},
+        {"max_queue": 1.5},
+        {"n_ctx": 100.5},
+        {"n_ctx": "512"},
+        {"n_gpu_layers": 1.5},
+        {"n_gpu_layers": "all"},
+        {"prompt_lookup_tokens": True},
+        {"prompt_lookup_tokens": 2.5},
+        {"seed": "1"},
+        {"seed": 1.5},
+        {"temperature": "0.5"},
+        {"temperature": True},
+        {"top_p": "1"},
+        {"repeat_penalty": "1.1"},
+        {"max_tokens": 2.5},
+        {"max_tokens": True},
     ],
 )
 def test_bad_route_settings_are_refused_before_loading(kwargs: dict[str, Any]) -> None:

@@ -114,14 +114,29 @@ def _check_sampling(
     repeat_penalty: float | None,
     max_tokens: int | None,
 ) -> None:
+    for name, value in (
+        ("temperature", temperature),
+        ("top_p", top_p),
+        ("repeat_penalty", repeat_penalty),
+    ):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+            raise ConfigurationError(f"{name} must be a number, not {value!r}")
     if temperature is not None and not 0.0 <= temperature <= 2.0:
         raise ConfigurationError("temperature must be between 0 and 2")
     if top_p is not None and not 0.0 < top_p <= 1.0:
         raise ConfigurationError("top_p must be above 0 and at most 1")
     if repeat_penalty is not None and not 0.0 < repeat_penalty < math.inf:  # NaN too
         raise ConfigurationError("repeat_penalty must be a number above 0")
-    if max_tokens is not None and max_tokens < 1:
-        raise ConfigurationError("max_tokens must be at least 1")
+    if max_tokens is not None:
+        _check_whole("max_tokens", max_tokens, 1)
+
+
+def _check_whole(name: str, value: object, low: int | None) -> None:
+    """Refuse (ConfigurationError) what is not a whole number (an int, not a bool), or one
+    below ``low``."""
+    if type(value) is not int or (low is not None and value < low):
+        at_least = "" if low is None else f" >= {low}"
+        raise ConfigurationError(f"{name} must be a whole number{at_least}, not {value!r}")
 
 
 def _checked_examples(examples: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:

@@ -61,6 +61,7 @@ from ._llama import (
     _INSTALL_HINT,
     DEFAULT_MODEL_PACKAGE,
     _check_sampling,
+    _check_whole,
     _checked_examples,
     _cpu_has_amx,
     _packaged_gguf,
@@ -152,12 +153,16 @@ class LocalProvider(_Streams):
         path = Path(model_path) if model_path is not None else bundled_model_path()
         if not path.is_file():
             raise ConfigurationError(f"no GGUF model at {path}")
-        if (n_ctx is not None and n_ctx < 64) or max_queue < 0:
-            raise ConfigurationError("n_ctx must be at least 64 and max_queue at least 0")
-        if prompt_lookup_tokens is not None and prompt_lookup_tokens < 1:
-            raise ConfigurationError("prompt_lookup_tokens must be at least 1")
-        if n_threads is not None and (type(n_threads) is not int or n_threads < 1):
-            raise ConfigurationError(f"n_threads must be a whole number >= 1, not {n_threads!r}")
+        for setting, value, low in (
+            ("n_ctx", n_ctx, 64),
+            ("n_threads", n_threads, 1),
+            ("n_gpu_layers", n_gpu_layers, None),  # below 0: every layer
+            ("prompt_lookup_tokens", prompt_lookup_tokens, 1),
+        ):
+            if value is not None:
+                _check_whole(setting, value, low)
+        _check_whole("max_queue", max_queue, 0)
+        _check_whole("seed", seed, None)
         _check_sampling(temperature, top_p, repeat_penalty, max_tokens)
         self.system_prompt = system_prompt
         self.keep_system = keep_system
