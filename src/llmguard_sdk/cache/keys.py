@@ -18,7 +18,7 @@ this module keeps no state between calls.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -57,8 +57,10 @@ class CacheKeys:
 def _joined_tags(tags: Sequence[str]) -> str:
     """A call's permission tags as its partition holds them: sorted, without repeats, commas
     and backslashes escaped (``["a,b"]`` is not ``["a", "b"]``). One string is refused, not
-    split into its characters (``"ab"`` would share the entries of ``"ba"``)."""
-    found = None if isinstance(tags, (str, bytes)) else tuple(tags)
+    split into its characters (``"ab"`` would share the entries of ``"ba"``), and so is
+    anything else that is no collection (``None``, a number)."""
+    listed = isinstance(tags, Iterable) and not isinstance(tags, (str, bytes))
+    found = tuple(tags) if listed else None
     if found is None or not all(isinstance(tag, str) for tag in found):
         raise RequestValidationError(f"cache tags must be a list of strings, got {tags!r}")
     return ",".join(sorted({tag.replace("\\", "\\\\").replace(",", "\\,") for tag in found}))
