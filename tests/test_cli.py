@@ -294,3 +294,14 @@ def test_eval_refuses_an_overlap_threshold_that_is_no_share(
     argv = ["eval", str(samples), "--base-url", "http://127.0.0.1:9/v1", "--threshold", threshold]
     assert main(argv) == 2
     assert "threshold" in capsys.readouterr().err
+
+
+def test_cost_models_matches_names_of_any_case(capsys: pytest.CaptureFixture[str]) -> None:
+    """The match was lowered and the names were not: a mixed-case name (genai-prices has
+    ``avian/Meta-Llama-3.1-405B-Instruct`` ...) was found by no match that has a letter."""
+    from llmguard_sdk.budget.prices import PriceTable
+
+    name = next(m for m in PriceTable.default_table().models() if m != m.lower())
+    for match in (name, name.lower(), name.upper()):
+        assert main(["cost", "models", match, "--json"]) == 0
+        assert name in json.loads(capsys.readouterr().out)["models"]

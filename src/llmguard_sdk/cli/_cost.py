@@ -111,7 +111,8 @@ def _table(path: str | None) -> PriceTable:
 
 def _run_models(args: argparse.Namespace) -> int:
     table = PriceTable.default_table()
-    found = [name for name in table.models() if args.match.lower() in name]
+    match = args.match.lower()
+    found = [name for name in table.models() if match in name.lower()]
     if args.json:
         print(json.dumps({"prices": table.version, "models": found}))
         return 0
