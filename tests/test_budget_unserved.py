@@ -295,3 +295,17 @@ def test_a_call_without_an_answer_records_what_its_budgets_charged(
     assert span.attributes["llmguard.cost_usd"] == pytest.approx(charged)
     meter_provider.shutdown()
     otel.tracer_provider.shutdown()
+
+
+def test_a_degraded_answer_after_a_timeout_pays_for_the_prompt_that_went_out(
+    fake: FakeProvider, make_guard: MakeGuard
+) -> None:
+    """The configured degraded answer is free, the timed-out request is not: it settled $0
+    (and the answer's cost_usd was None)."""
+    guard = make_guard(fake, budgets=BUDGETS, retry=None, timeout=0.3, degraded="try later")
+    fake.always(Fault(latency=1.0))
+    answer = guard.chat(USER, max_tokens=10)
+    assert (answer.route, answer.text) == ("degraded", "try later")
+    assert fake.stats.requests == 1
+    assert (answer.cost_usd, answer.cost_source) == (pytest.approx(PROMPT_USD), "estimated")
+    assert _spent(guard) == pytest.approx(PROMPT_USD)

@@ -219,12 +219,15 @@ class SpendControl:
     ) -> Cost | None:
         """The served response's cost: the provider's, else the price table's estimate from
         ``usage`` (default: the response's) at the model of ``route`` (default: the route
-        that served the call)."""
+        that served the call). The configured degraded answer costs nothing (the attempts
+        that went out before it are the call's unserved ones)."""
         if response.cost_source == "reported" and response.cost_usd is not None:
             return Cost(response.cost_usd, "reported")
         usage = usage or response.usage
         name = route or ctx.route or response.route
-        if name == _DEGRADED or usage is None:
+        if name == _DEGRADED:
+            return Cost(0.0, "estimated")
+        if usage is None:
             return None
         if name in self.local:
             return Cost(0.0, "estimated")
@@ -410,8 +413,6 @@ class SpendControl:
             return 0 if response is None or response.cost_usd is None else nano(response.cost_usd)
         if response.cost_usd is not None:
             return nano(response.cost_usd)
-        if _DEGRADED in (ctx.route, response.route):
-            return 0
         cost = self.cost(ctx, held.stages, response)
         return held.amount if cost is None else nano(cost.usd)  # unknown: the worst case
 
