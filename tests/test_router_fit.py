@@ -97,6 +97,16 @@ def test_a_group_keeps_anthropic_headroom_past_a_minute() -> None:
     assert [group.ranked()[0].name for _ in range(4)] == ["b"] * 4
 
 
+@pytest.mark.parametrize("garbage", ["1_0", "\u0661\u0660", "nan", "-5", "inf"])
+def test_headroom_reads_counts_as_the_rate_limiter_does(garbage: str) -> None:
+    """The group read remaining counts with float(), which takes "1_0" and Arabic-Indic
+    digits that the rate limiter (and every other header parser) refuses as garbage."""
+    headers = {"x-ratelimit-limit-requests": "100", "x-ratelimit-remaining-requests": garbage}
+    assert headroom_from(headers, 0.0) is None
+    limit = {"x-ratelimit-limit-requests": garbage, "x-ratelimit-remaining-requests": "10"}
+    assert headroom_from(limit, 0.0) is None
+
+
 def test_a_bogus_wait_hint_leaves_a_deployment_no_headroom_an_hour_at_most() -> None:
     assert exhausted(1e9, 5.0) == Headroom(0.0, 3605.0)
     assert exhausted(math.inf, 5.0) == Headroom(0.0, 3605.0)

@@ -14,6 +14,7 @@ import time
 from collections.abc import Mapping
 
 __all__ = [
+    "limit_count",
     "limit_reset_seconds",
     "parse_duration",
     "rate_limit_headers",
@@ -151,11 +152,23 @@ def limit_reset_seconds(
     return _reset_of({k.lower(): v for k, v in headers.items()}, kind, now)
 
 
-def _remaining_of(lowered: Mapping[str, str], kind: str) -> float | None:
-    raw = lowered.get(f"x-ratelimit-remaining-{kind}")
+def _count_of(lowered: Mapping[str, str], field: str, kind: str) -> float | None:
+    raw = lowered.get(f"x-ratelimit-{field}-{kind}")
     if raw is None:
-        raw = lowered.get(f"anthropic-ratelimit-{kind}-remaining")
+        raw = lowered.get(f"anthropic-ratelimit-{kind}-{field}")
     return _number(raw)
+
+
+def _remaining_of(lowered: Mapping[str, str], kind: str) -> float | None:
+    return _count_of(lowered, "remaining", kind)
+
+
+def limit_count(headers: Mapping[str, str], field: str, kind: str) -> float | None:
+    """A rate limit's ``field`` (``limit`` or ``remaining``) of ``kind`` (``requests``,
+    ``tokens``, ``input-tokens`` or ``output-tokens``): OpenAI's ``x-ratelimit-{field}-{kind}``,
+    else Anthropic's ``anthropic-ratelimit-{kind}-{field}``; None unless it is a finite
+    number >= 0 written in ASCII digits."""
+    return _count_of({k.lower(): v for k, v in headers.items()}, field, kind)
 
 
 def rate_limit_reset_seconds(

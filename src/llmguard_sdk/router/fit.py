@@ -23,14 +23,13 @@ each region in the strategy's order, then the other regions: failover across reg
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from ..models import ChatRequest
 from ..providers.base import Provider, context_window
-from ..providers.headers import limit_reset_seconds
+from ..providers.headers import limit_count, limit_reset_seconds
 
 __all__ = [
     "Headroom",
@@ -60,14 +59,6 @@ class Headroom:
     until: float
 
 
-def _number(raw: str | None) -> float | None:
-    try:
-        value = float(raw) if raw is not None else None
-    except ValueError:
-        return None
-    return value if value is not None and 0 <= value < math.inf else None
-
-
 def headroom_from(
     headers: Mapping[str, str], now: float, *, wall: float | None = None
 ) -> Headroom | None:
@@ -81,16 +72,10 @@ def headroom_from(
     shares: list[float] = []
     resets: list[float] = []
     for kind in _KINDS:
-        left = _number(
-            lowered.get(f"x-ratelimit-remaining-{kind}")
-            or lowered.get(f"anthropic-ratelimit-{kind}-remaining")
-        )
+        left = limit_count(lowered, "remaining", kind)
         if left is None:
             continue
-        limit = _number(
-            lowered.get(f"x-ratelimit-limit-{kind}")
-            or lowered.get(f"anthropic-ratelimit-{kind}-limit")
-        )
+        limit = limit_count(lowered, "limit", kind)
         if left < 1:
             shares.append(0.0)
         elif limit:
