@@ -10,7 +10,7 @@ from typing import Any
 import anyio
 import pytest
 
-from llmguard_sdk import CallEvent, Guard, ProviderError
+from llmguard_sdk import CallEvent, Guard, OpenAICompatibleProvider, ProviderError
 from llmguard_sdk.cache import HashingEmbedder, OpenAIEmbedder, ResponseCache
 from llmguard_sdk.errors import ProviderUnavailableError
 from llmguard_sdk.retry import waits_off
@@ -300,3 +300,51 @@ def test_the_stale_lookup_after_every_route_failed_keeps_to_the_deadline(
     assert finished, "the stale lookup waited on the embedder past the call's deadline"
     assert [answer.route for answer in answers] == ["degraded"]
     embedder.close()
+
+
+def _chain(
+    primary: FakeProvider, fallback: FakeProvider, cache: ResponseCache, **declared: bool
+) -> Guard:
+    """A Guard over ``primary`` then ``fallback``, the fallback declaring ``declared``."""
+    first = OpenAICompatibleProvider(primary.base_url, model=primary.model, name=primary.name)
+    second = OpenAICompatibleProvider(fallback.base_url, model=fallback.model, name=fallback.name)
+    for capability, value in declared.items():
+        setattr(second, capability, value)
+    return Guard([first, second], cache=cache, breaker=None, environ={})
+
+
+@pytest.mark.parametrize(
+    ("declared", "kept"),
+    [
+        ({}, True),  # a remote fallback's answer is as good as the primary's
+        ({"is_local": True}, False),  # the local model stood in during an outage
+        ({"is_local": True, "cache_answers": True}, True),
+        ({"cache_answers": False}, False),
+    ],
+)
+def test_a_fallbacks_answer_is_cached_as_the_route_declares(
+    declared: dict[str, bool], kept: bool
+) -> None:
+    with FakeProvider(name="primary") as primary, FakeProvider(name="fallback") as fallback:
+        cache = ResponseCache()
+        guard = _chain(primary, fallback, cache, **declared)
+        primary.always(Fault(status=503))
+        with waits_off():
+            during = guard.chat(QUESTION)
+        primary.always(None)
+        after = guard.chat(QUESTION)
+        guard.close()
+    assert during.route == "fallback"
+    assert after.route == ("cache" if kept else "primary")
+
+
+def test_a_local_routes_own_answers_are_cached_when_it_comes_first() -> None:
+    with FakeProvider(name="local") as local, FakeProvider(name="remote") as remote:
+        first = OpenAICompatibleProvider(local.base_url, model=local.model, name="local")
+        first.is_local = True  # type: ignore[attr-defined]
+        second = OpenAICompatibleProvider(remote.base_url, model=remote.model, name="remote")
+        guard = Guard([first, second], cache=ResponseCache(), environ={})
+        guard.chat(QUESTION)
+        again = guard.chat(QUESTION)
+        guard.close()
+    assert (again.route, again.metadata["cached_route"]) == ("cache", "local")

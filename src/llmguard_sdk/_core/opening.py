@@ -30,7 +30,7 @@ from ..cache import CacheHit, CacheKeys, CacheOptions, ResponseCache
 from ..context import CallContext, Scope
 from ..errors import ProviderError
 from ..models import ChatRequest, ChatResponse
-from ..providers.base import Provider
+from ..providers.base import Provider, cache_answers, is_local
 from ..ratelimit import Grant, MemoryRateLimiter, RateLimiter
 from .limits import Reservation, reserve_steps, settle_args, token_reservation
 from .routes import call_routes, too_small_for
@@ -250,7 +250,7 @@ class OpeningOutcome:
         """Queue the cache store of a provider's answer in :attr:`tail` (a failure to store
         never fails the call), under the lookup's keys when the call still asks what was
         looked up (:meth:`CallKeys.fit`), else under the keys of the request it has now."""
-        if stages.cache is None or response.route in (CACHE, DEGRADED):
+        if stages.cache is None or not _answer_cached(ctx, stages, response.route):
             return
         keyed = self.cache_keys
         if keyed is not None and keyed.fit(ctx, stages):
@@ -275,9 +275,28 @@ class OpeningOutcome:
         self, ctx: CallContext, stages: Stages, response: ChatResponse
     ) -> None:
         """Async twin of :meth:`remember_later` (the embedding runs in a worker thread)."""
-        if stages.cache is None or response.route in (CACHE, DEGRADED):
+        if stages.cache is None or not _answer_cached(ctx, stages, response.route):
             return
         await anyio.to_thread.run_sync(lambda: self.remember_later(ctx, stages, response))
+
+
+def _answer_cached(ctx: CallContext, stages: Stages, served_by: str) -> bool:
+    """Whether the response cache keeps the answer of the route named ``served_by``: as the
+    route declares (``cache_answers``); undeclared, unless it is a local route that stood in
+    for a remote one (see :mod:`llmguard_sdk.providers.base`). Answers from the cache and
+    degraded ones are never stored again."""
+    if served_by in (CACHE, DEGRADED):
+        return False
+    route = next((route for route in stages.routes if route.name == served_by), None)
+    if route is None:
+        return True
+    declared = cache_answers(route)
+    if declared is not None:
+        return declared
+    if not is_local(route):
+        return True
+    first = first_route(ctx, stages)
+    return first is None or is_local(first)
 
 
 def first_route(ctx: CallContext, stages: Stages) -> Provider | None:

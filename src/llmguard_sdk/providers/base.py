@@ -23,6 +23,10 @@ declares none of them is still a :class:`Provider`, with the defaults):
   Guard skips a route that cannot hold the request.
 - ``count_tokens(request) -> int | None``: the request's input tokens as the model counts
   them (its own tokenizer); rate limits and budgets use it instead of tiktoken's estimate.
+- ``cache_answers`` (``bool``, default: undeclared): whether the response cache keeps this
+  route's answers. Undeclared, it keeps them, but for a local route that answered in place
+  of a remote one (a fallback in an outage: a small model's answer would be served from the
+  cache for its whole ``ttl`` after the outage ends).
 """
 
 from __future__ import annotations
@@ -35,7 +39,14 @@ from typing_extensions import NotRequired, Unpack
 
 from ..models import ChatRequest, ChatResponse, StreamChunk
 
-__all__ = ["Provider", "StreamCall", "context_window", "is_local", "token_counter"]
+__all__ = [
+    "Provider",
+    "StreamCall",
+    "cache_answers",
+    "context_window",
+    "is_local",
+    "token_counter",
+]
 
 
 @runtime_checkable
@@ -140,6 +151,16 @@ def is_local(provider: object) -> bool:
     .. versionadded:: 0.2.0
     """
     return getattr(provider, "is_local", False) is True
+
+
+def cache_answers(provider: object) -> bool | None:
+    """Whether ``provider`` declares that the response cache keeps its answers
+    (``cache_answers = True`` or ``False``; ``None``: it declares nothing, see the module).
+
+    .. versionadded:: 0.2.0
+    """
+    declared = getattr(provider, "cache_answers", None)
+    return declared if isinstance(declared, bool) else None
 
 
 def context_window(provider: object) -> int | None:
