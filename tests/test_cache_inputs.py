@@ -3,12 +3,15 @@ one is a typed error, not a ``TypeError`` from deep inside."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from llmguard_sdk.cache import ResponseCache
-from llmguard_sdk.errors import RequestValidationError
+from llmguard_sdk.cache import Pair, ResponseCache, read_pairs
+from llmguard_sdk.cli import main
+from llmguard_sdk.errors import ConfigurationError, RequestValidationError
 from tests.test_cache import answer, ask
 
 
@@ -21,3 +24,52 @@ def test_tags_that_are_no_list_are_a_typed_error(tags: Any) -> None:
     with pytest.raises(RequestValidationError, match="cache tags"):
         cache.store(ask("How do I reset my password?"), answer("a"), tags=tags)
     assert cache.stats.stores == 0
+
+
+def _pairs_file(path: Path, lines: list[str], encoding: str = "utf-8") -> str:
+    path.write_text("".join(line + "\n" for line in lines), encoding=encoding)
+    return str(path)
+
+
+def test_a_pairs_file_saved_with_a_byte_order_mark_is_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A JSONL file written by a Windows tool (UTF-8 with a BOM) was refused at line 1 as
+    "not a JSON object"."""
+    line = json.dumps({"query": "How do I reset it?", "cached": "How to reset it?", "label": 1})
+    path = _pairs_file(tmp_path / "bom.jsonl", [line, line], encoding="utf-8-sig")
+    assert read_pairs(path) == [Pair("How do I reset it?", "How to reset it?", True)] * 2
+    assert main(["cache", "calibrate", path, "--json"]) in (0, 1)
+    assert json.loads(capsys.readouterr().out)["pairs"] == 2
+
+
+@pytest.mark.parametrize("label", [2, 5, -1])
+def test_a_graded_label_is_refused_not_read_as_a_duplicate(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], label: int
+) -> None:
+    """A 0-5 similarity grade (as the STS benchmark's) was read as ``bool(label)``: every
+    pair graded 1 to 5 counted as a duplicate, and the threshold came out wrong."""
+    line = json.dumps({"a": "How do I reset it?", "b": "How to reset it?", "label": label})
+    path = _pairs_file(tmp_path / "graded.jsonl", [line])
+    with pytest.raises(ConfigurationError, match=r"graded\.jsonl:1: needs duplicate"):
+        read_pairs(path)
+    assert main(["cache", "calibrate", path]) == 2
+    assert "needs duplicate" in capsys.readouterr().err
+
+
+def test_a_pairs_file_nested_too_deep_is_a_configuration_error(tmp_path: Path) -> None:
+    """A line of nested arrays deeper than the JSON parser recurses raised ``RecursionError``
+    (a traceback from the CLI)."""
+    path = _pairs_file(tmp_path / "deep.jsonl", ["[" * 100_000 + "]" * 100_000])
+    with pytest.raises(ConfigurationError, match=r"deep\.jsonl:1: not a JSON object"):
+        read_pairs(path)
+
+
+@pytest.mark.parametrize(
+    "pairs", [[{"query": "a", "cached": "b", "duplicate": True}], [("a", "b", True)], 123]
+)
+def test_calibration_pairs_of_another_kind_are_a_configuration_error(pairs: Any) -> None:
+    """Dicts or tuples for ``calibration_pairs`` raised ``AttributeError`` (a number,
+    ``TypeError``) from inside the calibration."""
+    with pytest.raises(ConfigurationError, match="calibration_pairs"):
+        ResponseCache(target_precision=0.9, calibration_pairs=pairs)

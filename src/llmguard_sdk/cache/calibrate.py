@@ -118,9 +118,10 @@ class CalibrationRow:
 
 
 def read_pairs(path: str | Path) -> list[Pair]:
-    """Read a pairs file (see the module docs); a bad line raises ConfigurationError."""
+    """Read a pairs file (see the module docs; UTF-8, with or without a byte order mark); a
+    bad line raises ConfigurationError."""
     try:
-        with open(path, encoding="utf-8") as lines:
+        with open(path, encoding="utf-8-sig") as lines:
             return _parse(lines, str(path))
     except OSError as exc:
         raise ConfigurationError(f"cannot read {path}: {exc}") from None
@@ -138,12 +139,12 @@ def _parse(lines: Iterable[str], where: str) -> list[Pair]:
             query = item.get("query", item.get("a"))
             cached = item.get("cached", item.get("b"))
             label = item.get("duplicate", item.get("label"))
-        except (json.JSONDecodeError, AttributeError):
+        except (json.JSONDecodeError, AttributeError, RecursionError):  # (nested too deep)
             raise ConfigurationError(f"{where}:{number}: not a JSON object") from None
         if not isinstance(query, str) or not isinstance(cached, str):
             raise ConfigurationError(f"{where}:{number}: needs two texts (query, cached)")
-        if not isinstance(label, (bool, int)):
-            raise ConfigurationError(f"{where}:{number}: needs duplicate: true/false")
+        if not isinstance(label, int) or label not in (0, 1):  # (a 0-5 grade is no label)
+            raise ConfigurationError(f"{where}:{number}: needs duplicate: true/false (or 1/0)")
         pairs.append(Pair(query, cached, bool(label)))
     if not pairs:
         raise ConfigurationError(f"{where}: no pairs")
@@ -254,8 +255,14 @@ def target_threshold(
     check_target(target)
     if pairs is None:
         labelled: Sequence[Pair] = [p for name in BUNDLED_PAIRS for p in bundled_pairs(name)]
+    elif isinstance(pairs, (str, Path)):
+        labelled = read_pairs(pairs)
+    elif isinstance(pairs, Sequence) and all(isinstance(pair, Pair) for pair in pairs):
+        labelled = [pair for pair in pairs if isinstance(pair, Pair)]  # (all of them)
     else:
-        labelled = read_pairs(pairs) if isinstance(pairs, (str, Path)) else pairs
+        raise ConfigurationError(
+            f"calibration_pairs must be a JSONL path or a list of Pair, got {pairs!r:.80}"
+        )
     scorer = verifier if isinstance(verifier, Scorer) else None
     rows = calibrate(
         labelled,
