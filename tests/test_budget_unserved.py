@@ -25,6 +25,7 @@ from llmguard_sdk import (
 )
 from llmguard_sdk.budget import Budget, Budgets, Price, PriceTable, UsageRecorder, read_usage
 from llmguard_sdk.budget.policy import nano
+from llmguard_sdk.router import Cascade, TaskRouter
 from llmguard_sdk.testing import FakeProvider, Fault
 from llmguard_sdk.tokens import count_request_tokens, count_text_tokens
 
@@ -309,3 +310,26 @@ def test_a_degraded_answer_after_a_timeout_pays_for_the_prompt_that_went_out(
     assert fake.stats.requests == 1
     assert (answer.cost_usd, answer.cost_source) == (pytest.approx(PROMPT_USD), "estimated")
     assert _spent(guard) == pytest.approx(PROMPT_USD)
+
+
+def test_a_cascades_answer_counts_the_request_its_failed_tier_sent(
+    fake: FakeProvider, fake2: FakeProvider, make_guard: MakeGuard
+) -> None:
+    """The small tier timed out (its request went out) and the large one answered: the
+    budgets charged both, the answer's cost_usd the large tier's alone."""
+    router = TaskRouter(
+        {"small": ["primary"], "large": ["backup"]},
+        cascades={"auto": Cascade(["small", "large"])},
+        default="auto",
+    )
+    guard = make_guard(
+        fake, fake2, budgets=BUDGETS, retry=None, attempt_timeout=0.3, timeout=10, tasks=router
+    )
+    fake.always(Fault(latency=1.0))
+    answer = guard.chat(USER, max_tokens=10)
+    assert answer.route == "backup"
+    assert answer.metadata["cascade"]["escalated_from"][0]["reason"] == "error"
+    assert answer.cost_usd is not None
+    assert answer.cost_usd > PROMPT_USD
+    assert answer.cost_source == "estimated"
+    assert _spent(guard) == pytest.approx(answer.cost_usd)

@@ -197,10 +197,15 @@ def _plan(ctx: CallContext, stages: Stages, routing: TaskRouting) -> Plan:
             cost = outcome.response.cost_usd
             choice.tried.append(Tried(tier, outcome.reason, outcome.response.route, cost))
         elif cascade.on_error and isinstance(outcome, _ESCALATING):
-            choice.tried.append(Tried(tier, "error", None, None))
+            choice.tried.append(Tried(tier, "error", None, _unserved_usd(ctx, stages)))
         else:
             raise outcome
     raise AssertionError("unreachable: the last tier returns or raises")
+
+
+def _unserved_usd(ctx: CallContext, stages: Stages) -> float | None:
+    """What a failed tier's requests that went out cost (its spend settled them already)."""
+    return stages.spend.unserved_cost(ctx, stages) if stages.spend is not None else None
 
 
 def _next_tier(ctx: CallContext, order: tuple[Provider, ...], tier: str) -> None:
@@ -229,8 +234,9 @@ def _served(ctx: CallContext, choice: TaskChoice, response: ChatResponse) -> Cha
     update: dict[str, Any] = {"metadata": {**response.metadata, "cascade": record}}
     if choice.tried and response.cost_usd is not None:
         update["cost_usd"] = response.cost_usd + choice.rejected_cost()
-        if any(t.cost_usd is None for t in choice.tried if t.reason != "error"):
-            update["cost_source"] = "estimated"
+        unpriced = any(t.cost_usd is None for t in choice.tried if t.reason != "error")
+        if unpriced or any(t.cost_usd for t in choice.tried if t.reason == "error"):
+            update["cost_source"] = "estimated"  # (a failed tier's requests: estimated)
     return response.model_copy(update=update)
 
 
