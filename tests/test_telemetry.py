@@ -522,6 +522,25 @@ def test_a_failed_protected_call_is_labelled_with_its_provider_as_a_served_one_i
     assert {s.attributes["llmguard.route"] for s in spans} == {"vendor-sdk"}  # type: ignore[index]
 
 
+def test_protected_calls_are_counted_by_feature_as_guarded_calls_are(
+    fake: FakeProvider, make_guard: MakeGuard, otel: Exported
+) -> None:
+    """The duration and token points of a guarded call carry its feature; a protected
+    call's did not, so a feature's latency and tokens left its protected calls out."""
+    guard = make_guard(fake, telemetry=otel.telemetry)
+    guard.chat(USER, feature="faq")
+
+    @guard.protect(feature="faq")
+    def ask() -> dict[str, Any]:
+        return {"model": "m", "usage": {"prompt_tokens": 3, "completion_tokens": 2}}
+
+    ask()
+    for metric in ("gen_ai.client.operation.duration", "gen_ai.client.token.usage"):
+        points = otel.points(metric)
+        assert len(points) >= 2
+        assert {p.attributes.get("llmguard.feature") for p in points} == {"faq"}, metric
+
+
 def test_a_protected_anthropic_call_is_labelled_anthropic(
     fake: FakeProvider, otel: Exported
 ) -> None:

@@ -167,8 +167,9 @@ class Telemetry:
                 "llmguard.route",
             )
         }  # fmt: skip
-        if "error.type" in attributes:
-            labels["error.type"] = attributes["error.type"]
+        for key in ("error.type", "llmguard.feature"):  # as a guarded call's points have them
+            if key in attributes:
+                labels[key] = attributes[key]
         self._metrics.duration.record(event.latency_s, labels)
         if event.usage is not None:
             for token_type, count in (
