@@ -130,6 +130,28 @@ def test_time_buckets_and_baselines_refuse_nonsense() -> None:
         RollingBaseline(window=5)
 
 
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({"token_factor": "5"}, "token_factor"),  # TypeError
+        ({"token_factor": 1}, "token_factor"),  # named: "rolling baseline: factor > 1"
+        ({"token_window": 5}, "token_window"),
+        ({"cost_history_hours": 24.5}, "cost_history_hours"),  # TypeError from the deque
+        ({"cost_min_hours": 30}, "cost_min_hours"),
+        ({"error_factor": math.nan}, "error_factor"),
+        ({"error_min_calls": True}, "error_min_calls"),
+        ({"min_error_rate": "10%"}, "min_error_rate"),  # TypeError at the first call
+        ({"cost_floor_usd": None}, "cost_floor_usd"),
+        ({"on_event": print}, "on_event"),  # one callable, not a sequence: TypeError
+    ],
+)
+def test_bad_anomaly_options_are_configuration_errors_naming_the_option(
+    options: dict[str, object], named: str
+) -> None:
+    with pytest.raises(ConfigurationError, match=named):
+        Anomalies(**options).observe("faq", 10, 0.5, failed=False)  # type: ignore[arg-type]
+
+
 def test_through_a_guard_a_hook_a_span_event_a_metric_and_one_log_line(
     fake: FakeProvider, make_guard: MakeGuard, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -32,9 +32,10 @@ import time
 from collections import deque
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from ..errors import ConfigurationError
+from ._options import checked_number
 from ._repeats import log_repeated
 
 __all__ = ["Anomalies", "AnomalyEvent", "AnomalyKind", "RollingBaseline", "TimeBuckets"]
@@ -169,6 +170,24 @@ class TimeBuckets:
         return bucket
 
 
+def _check_options(given: dict[str, Any]) -> None:
+    """:class:`Anomalies`' numbers, each checked by name (the parts' own checks named none)."""
+    for name in ("token_factor", "cost_factor", "error_factor"):
+        checked_number("Anomalies", name, given[name], above=1)
+    whole: list[tuple[str, float, float | None]] = [
+        ("token_window", 10, None),
+        ("token_min_samples", 1, given["token_window"]),
+        ("cost_history_hours", 1, None),
+        ("cost_min_hours", 1, given["cost_history_hours"]),
+        ("error_history_minutes", 3, None),  # three minutes' history before it judges
+        ("error_min_calls", 1, None),
+    ]
+    for name, least, most in whole:
+        checked_number("Anomalies", name, given[name], whole=True, at_least=least, at_most=most)
+    checked_number("Anomalies", "cost_floor_usd", given["cost_floor_usd"], at_least=0)
+    checked_number("Anomalies", "min_error_rate", given["min_error_rate"], at_least=0, at_most=1)
+
+
 @dataclass(frozen=True)
 class AnomalyEvent:
     """A value that departed from its baseline: ``value`` against ``baseline`` (tokens,
@@ -210,7 +229,12 @@ class Anomalies:
         min_error_rate: float = 0.1,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        if callable(on_event) or not all(callable(hook) for hook in on_event):
+            raise ConfigurationError(
+                f"Anomalies: on_event must be a list of callables, not {on_event!r}"
+            )
         self.on_event = tuple(on_event)
+        _check_options(locals())
         self._tokens = RollingBaseline(token_factor, token_window, token_min_samples)
         self._cost = TimeBuckets(
             3600.0,

@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigurationError
+from ._options import checked_number
 from .redaction import redact as _default_redact
 from .redaction import redact_secrets
 
@@ -83,12 +84,9 @@ class EvalSink:
         max_age_s: float = 30 * _DAY_S,
         seed: int | None = None,
     ) -> None:
-        if not 0.0 <= share <= 1.0:
-            raise ConfigurationError(f"share must be from 0 to 1, not {share!r}")
-        if max_bytes < 2048:
-            raise ConfigurationError("max_bytes must be at least 2048")
-        if not max_age_s > 0:
-            raise ConfigurationError("max_age_s must be positive")
+        checked_number("EvalSink", "share", share, at_least=0, at_most=1)
+        checked_number("EvalSink", "max_bytes", max_bytes, whole=True, at_least=2048)
+        checked_number("EvalSink", "max_age_s", max_age_s, above=0)
         if not callable(redact):
             raise ConfigurationError("redact must be a function of a string")
         self.path = Path(path)

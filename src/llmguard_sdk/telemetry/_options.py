@@ -1,0 +1,48 @@
+"""Numeric options of the telemetry parts (:class:`~llmguard_sdk.telemetry.anomaly.Anomalies`,
+:class:`~llmguard_sdk.telemetry.sampling.EvalSink`), checked when they are built: a value of
+the wrong kind or out of range is a :class:`~llmguard_sdk.errors.ConfigurationError` naming
+the option, not a ``TypeError`` at the first call, nor a setting silently misread (``True``
+as a share of 1)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ..errors import ConfigurationError
+
+__all__ = ["checked_number"]
+
+
+def checked_number(
+    owner: str,
+    name: str,
+    value: object,
+    *,
+    whole: bool = False,
+    above: float | None = None,
+    at_least: float | None = None,
+    at_most: float | None = None,
+) -> Any:
+    """``value``, when it is a finite number (a whole one with ``whole``) in the bounds
+    given; else a :class:`ConfigurationError` that names ``owner`` and ``name``."""
+    kinds: tuple[type, ...] = (int,) if whole else (int, float)
+    bounds = [
+        f"{word} {bound:g}"
+        for word, bound in ((">", above), (">=", at_least), ("<=", at_most))
+        if bound is not None
+    ]
+    wanted = ("a whole number" if whole else "a finite number") + (
+        f" {' and '.join(bounds)}" if bounds else ""
+    )
+    good = isinstance(value, kinds) and not isinstance(value, bool)
+    if good:
+        number = float(value)  # type: ignore[arg-type]
+        good = math.isfinite(number) and not (
+            (above is not None and not number > above)
+            or (at_least is not None and number < at_least)
+            or (at_most is not None and number > at_most)
+        )
+    if not good:
+        raise ConfigurationError(f"{owner}: {name} must be {wanted}, not {value!r}")
+    return value
