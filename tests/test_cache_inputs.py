@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from llmguard_sdk.cache import Pair, ResponseCache, read_pairs
+from llmguard_sdk.cache._config import MAX_LIFETIME_S
 from llmguard_sdk.cli import main
 from llmguard_sdk.errors import ConfigurationError, RequestValidationError
 from tests.test_cache import answer, ask
@@ -73,3 +74,24 @@ def test_calibration_pairs_of_another_kind_are_a_configuration_error(pairs: Any)
     ``TypeError``) from inside the calibration."""
     with pytest.raises(ConfigurationError, match="calibration_pairs"):
         ResponseCache(target_precision=0.9, calibration_pairs=pairs)
+
+
+@pytest.mark.parametrize("times", [{"ttl": 1e300}, {"stale_ttl": 1e300}, {"ttl": 1e16}])
+def test_lifetimes_redis_cannot_keep_are_refused(times: dict[str, float]) -> None:
+    """A "forever" ``ttl`` such as 1e300 (finite, so taken) made every Redis write fail with
+    "value is not an integer or out of range": each store was logged as Redis being down,
+    and the store shared with the other stages was marked down with it."""
+    with pytest.raises(ConfigurationError, match="at most"):
+        ResponseCache(**times)  # type: ignore[arg-type]
+
+
+def test_the_longest_lifetimes_work_in_redis(redis_url: str, redis_prefix: str) -> None:
+    cache = ResponseCache(
+        redis_url, key_prefix=redis_prefix, ttl=MAX_LIFETIME_S, stale_ttl=MAX_LIFETIME_S
+    )
+    assert cache.store(ask("How do I reset my password?"), answer("a"))
+    hit = cache.lookup(ask("How do I reset my password?"))
+    assert hit is not None
+    assert hit.kind == "exact"
+    assert cache.state.health.up()  # type: ignore[attr-defined]
+    cache.close()

@@ -18,6 +18,7 @@ from .keys import CacheKeys
 from .monitor import FalseHitMonitor
 
 __all__ = [
+    "MAX_LIFETIME_S",
     "check_call",
     "check_matching",
     "check_parts",
@@ -26,7 +27,9 @@ __all__ = [
     "check_target",
 ]
 
-_INF = float("inf")
+MAX_LIFETIME_S = 1e10
+"""The longest ``ttl`` or ``stale_ttl`` (seconds, about 317 years): Redis refuses a write
+whose expiry, in milliseconds, does not fit 64 bits (a "forever" of 1e300 failed every store)."""
 
 
 def _real(value: object) -> bool:
@@ -48,8 +51,11 @@ def check_policy(
     for name, value in (("ttl", ttl), ("stale_ttl", stale_ttl), ("sync_interval", sync_interval)):
         if not _real(value):
             raise ConfigurationError(f"{name} must be a number, got {value!r}")
-    if not 0 < ttl < _INF or not 0 <= stale_ttl < _INF:  # type: ignore[operator]  # (NaN too)
-        raise ConfigurationError("ttl must be positive and stale_ttl not negative, finite")
+    if not 0 < ttl <= MAX_LIFETIME_S or not 0 <= stale_ttl <= MAX_LIFETIME_S:  # type: ignore[operator]  # (NaN too)
+        raise ConfigurationError(
+            "ttl must be positive and stale_ttl not negative, each at most "
+            f"{MAX_LIFETIME_S:g} s (about 317 years)"
+        )
     if not sync_interval >= 0:  # type: ignore[operator]  # (NaN too; inf: read once)
         raise ConfigurationError(f"sync_interval must be >= 0, got {sync_interval!r}")
     if not isinstance(max_entries, int) or isinstance(max_entries, bool) or max_entries < 1:
