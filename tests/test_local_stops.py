@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from llmguard_sdk import Guard, LocalProvider
+from llmguard_sdk import ContextLengthExceededError, Guard, LocalProvider
 from llmguard_sdk.providers.local import bundled_model_path
 
 pytestmark = pytest.mark.local_model
@@ -66,3 +66,20 @@ def test_an_end_of_turn_token_that_is_not_eos_ends_the_answer(eos_apart: LocalPr
     assert answer.text == expected.text
     assert answer.finish_reason == "stop"
     assert answer.usage == expected.usage
+
+
+def test_a_prompt_that_cannot_fit_is_a_context_length_error_not_retried() -> None:
+    # Twelve system messages: their turn markers alone outgrow a 64-token context, whatever is
+    # trimmed. The engine's typed error was wrapped as ProviderUnavailableError (retryable):
+    # retried, and counted by the route's breaker as an outage.
+    provider = LocalProvider(n_ctx=64, warm_up=True)
+    try:
+        assert provider.wait_loaded(120)
+        guard = Guard(provider, timeout=120, environ={})
+        rules = [{"role": "system", "content": f"Rule {i}."} for i in range(12)]
+        with pytest.raises(ContextLengthExceededError, match="cannot be trimmed") as caught:
+            guard.chat([*rules, {"role": "user", "content": "Hi"}], max_tokens=8)
+        assert caught.value.route == "local"
+        assert not caught.value.retryable
+    finally:
+        provider.close()

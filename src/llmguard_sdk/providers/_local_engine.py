@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import (
     ConfigurationError,
-    ProviderError,
+    ContextLengthExceededError,
     ProviderTimeoutError,
     ProviderUnavailableError,
 )
@@ -117,7 +117,7 @@ class _Engine:
             target["content"] = self.llm.detokenize(kept).decode("utf-8", "ignore")
             tokens = self.tokens(lead + turns)
         if len(tokens) > budget:
-            raise ProviderError(
+            raise ContextLengthExceededError(
                 "the prompt cannot be trimmed to fit the local model's context",
                 route=self.owner.name,
             )

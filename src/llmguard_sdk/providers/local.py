@@ -18,7 +18,8 @@ How it behaves under load and failure:
   :class:`~llmguard_sdk.prompts.PromptBuilder` share their whole static part.
 * A prompt longer than the context keeps the system messages and the latest turns, drops the
   oldest ones (and, if it must, the start of the last message), and says so in
-  ``response.metadata["context_trimmed"]``.
+  ``response.metadata["context_trimmed"]``; one whose turn markers alone do not fit is a
+  :class:`~llmguard_sdk.errors.ContextLengthExceededError`, not retried.
 * Usage is exact (the model's own tokenizer); the cost is 0.
 * Unless given, ``n_gpu_layers`` and ``n_ctx`` are chosen from the GGUF's shape and the GPU's
   free memory (``placement`` says what and why): every layer on the GPU when the model and
@@ -51,6 +52,7 @@ from .._core.assembly import merge_metadata
 from ..errors import (
     ConfigurationError,
     ProviderBusyError,
+    ProviderError,
     ProviderTimeoutError,
     ProviderUnavailableError,
 )
@@ -298,6 +300,8 @@ class LocalProvider(_Streams):
                 with self._busy:
                     try:
                         self._engine.generate(job, stop=lambda: self._closed)
+                    except ProviderError as exc:  # typed already (a prompt that cannot fit)
+                        job.out.put(exc)
                     except Exception as exc:
                         job.out.put(
                             ProviderUnavailableError(
