@@ -662,6 +662,11 @@ with FakeProvider() as api:
         {"log_level": True},
         {"max_content_chars": -5},  # cut the last five characters off captured content
         {"max_content_chars": 2.5},
+        {"anomalies": 5},  # every call's telemetry failed ("'int' has no attribute observe")
+        {"eval_sink": "samples.jsonl"},  # a path, not an EvalSink
+        {"redact": None},  # every call with captured content failed
+        {"capture_content": "false"},  # truthy: prompts were captured
+        {"capture_content": 1},
     ],
 )
 def test_options_that_would_fail_every_call_are_configuration_errors(

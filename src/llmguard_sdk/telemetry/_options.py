@@ -11,7 +11,7 @@ from typing import Any
 
 from ..errors import ConfigurationError
 
-__all__ = ["checked_number"]
+__all__ = ["check_parts", "checked_number"]
 
 
 def checked_number(
@@ -46,3 +46,24 @@ def checked_number(
     if not good:
         raise ConfigurationError(f"{owner}: {name} must be {wanted}, not {value!r}")
     return value
+
+
+def check_parts(
+    capture_content: object, redact: object, eval_sink: object, anomalies: object
+) -> None:
+    """``Telemetry``'s parts, checked: one of the wrong kind failed the telemetry of every
+    call (an ``EvalSink``'s path for the sink, a number for ``anomalies``), or, for a
+    ``capture_content`` that is no bool (``"false"``), captured the prompts."""
+    from .anomaly import Anomalies
+    from .sampling import EvalSink
+
+    if not isinstance(capture_content, bool):
+        raise ConfigurationError(f"capture_content must be True or False, not {capture_content!r}")
+    if not callable(redact):
+        raise ConfigurationError(f"redact must be a function of a string, not {redact!r}")
+    if eval_sink is not None and not isinstance(eval_sink, EvalSink):
+        raise ConfigurationError(f"eval_sink must be an EvalSink or None, not {eval_sink!r}")
+    if anomalies is not None and not isinstance(anomalies, (bool, Anomalies)):
+        raise ConfigurationError(
+            f"anomalies must be an Anomalies, True or False, not {anomalies!r}"
+        )

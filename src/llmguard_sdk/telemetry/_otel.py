@@ -27,6 +27,7 @@ from ._attributes import (
     wall_ns,
 )
 from ._instruments import Instruments
+from ._options import check_parts
 from ._quality import Quality, signals_of
 from ._sdk_names import UNKNOWN
 from ._semconv import Names, SemconvMode, names_for
@@ -96,6 +97,7 @@ class Telemetry:
         eval_sink: EvalSink | None = None,
         anomalies: Anomalies | bool = True,
     ) -> None:
+        check_parts(capture_content, redact, eval_sink, anomalies)
         self.eval_sink = eval_sink
         self.anomalies = Anomalies() if anomalies is True else anomalies or None
         self.names: Names = names_for(semconv)
