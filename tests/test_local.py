@@ -191,6 +191,16 @@ def test_the_model_and_its_kv_cache_live_across_calls(guard: Guard, local: Local
     assert local._engine is engine  # one llama context, reused: prefix-stable prompts start fast
 
 
+def test_a_prompt_cached_whole_counts_every_token_cached(guard: Guard) -> None:
+    # A one-token answer leaves the KV cache holding exactly the prompt: asked again,
+    # llama-cpp-python samples from the logits it holds and computes no token, where the
+    # usage said one token of the prompt was computed again.
+    guard.chat(QUESTION, temperature=0, max_tokens=1)
+    again = guard.chat(QUESTION, temperature=0, max_tokens=1)
+    assert again.usage is not None
+    assert again.usage.cached_input_tokens == again.usage.input_tokens
+
+
 def test_async_streaming_does_not_block_the_event_loop(guard: Guard) -> None:
     async def run() -> tuple[str, int]:
         ticks = 0

@@ -132,13 +132,19 @@ class _Engine:
         """How many of ``tokens`` llama.cpp keeps from the previous call's KV cache.
 
         ``Llama.generate`` keeps the longest common prefix of the cached tokens and the new
-        prompt, less one token when the whole prompt matches (its logits are computed again).
+        prompt. When that is the whole prompt it computes the last token again (for its
+        logits), unless the cache is exactly the prompt, last computed by a decode (not a
+        restored state): llama-cpp-python 0.3.x then samples from the logits it holds.
         """
         llm = self.llm
         if llm.n_tokens <= 0:
             return 0
         shared = int(llm.longest_token_prefix(llm.input_ids[: llm.n_tokens].tolist(), tokens))
-        return shared - 1 if shared == len(tokens) else shared
+        if shared < len(tokens):
+            return shared
+        # (older llama-cpp-python has no _requires_eval: it always computed the token again)
+        held = llm.n_tokens == len(tokens) and getattr(llm, "_requires_eval", True) is False
+        return shared if held else shared - 1
 
     def generate(self, job: _Job, stop: Callable[[], bool]) -> None:
         request, owner = job.request, self.owner
