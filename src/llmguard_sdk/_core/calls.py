@@ -88,13 +88,12 @@ def _complete_once(ctx: CallContext, stages: Stages) -> ChatResponse:
     try:
         if (cached := opening.begin(ctx, stages)) is not None:
             return finish(ctx, stages, cached)
-        raw = response = None
+        response = None
         try:
-            raw = complete(_run(ctx, stages, opening))
-            response = finish(ctx, stages, raw)
-        finally:  # settle to what was served; nothing served: release the hold
+            response = finish(ctx, stages, complete(_run(ctx, stages, opening)))
+        finally:  # settle to what was served; nothing served: to what went out
             if opening.held is not None and stages.spend is not None:
-                opening.tail.add(stages.spend.settle_steps(opening.held, ctx, response or raw))
+                opening.tail.add(stages.spend.settle_steps(opening.held, ctx, response))
         opening.remember_later(ctx, stages, response)
         return response
     finally:
@@ -107,13 +106,12 @@ async def _acomplete_once(ctx: CallContext, stages: Stages) -> ChatResponse:
     try:
         if (cached := opening.begin(ctx, stages)) is not None:
             return finish(ctx, stages, cached)
-        raw = response = None
+        response = None
         try:
-            raw = await acomplete(_run(ctx, stages, opening))
-            response = finish(ctx, stages, raw)
-        finally:  # settle to what was served; nothing served (or cancelled): release
+            response = finish(ctx, stages, await acomplete(_run(ctx, stages, opening)))
+        finally:  # settle to what was served; nothing served (or cancelled): to what went out
             if opening.held is not None and stages.spend is not None:
-                opening.tail.add(stages.spend.settle_steps(opening.held, ctx, response or raw))
+                opening.tail.add(stages.spend.settle_steps(opening.held, ctx, response))
         await opening.aremember_later(ctx, stages, response)
         return response
     finally:

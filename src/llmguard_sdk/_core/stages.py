@@ -219,8 +219,13 @@ def finish(ctx: CallContext, stages: Stages, response: ChatResponse) -> ChatResp
                 update["cost_usd"] += unserved
                 update["cost_source"] = "estimated"
     response = updated(response, update)
-    for output_filter in stages.output_filters:
-        response = _apply_filter(output_filter, response, ChatResponse, "output")
+    try:
+        for output_filter in stages.output_filters:
+            response = _apply_filter(output_filter, response, ChatResponse, "output")
+    except BaseException:  # refused after the provider billed it: an unserved attempt
+        if update["route"] not in (None, CACHE, DEGRADED):
+            ctx.unserved.append((update["route"], usage))
+        raise
     return response
 
 
