@@ -483,3 +483,32 @@ def test_a_file_saved_with_a_byte_order_mark_is_read(tmp_path: Path, name: str, 
     path = tmp_path / name
     path.write_bytes(b"\xef\xbb\xbf" + text.encode())
     assert load_config(path).routes[0].model == "ollama/m"  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("source", "error"),
+    [("def classify(:\n", "SyntaxError"), ("raise RuntimeError('no DB')\n", "no DB")],
+)
+def test_a_task_function_whose_module_fails_to_import_names_the_key(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    source: str,
+    error: str,
+) -> None:
+    """A module that fails at import (a syntax error, a raise) was a traceback out of
+    ``llmguard check`` and ``Guard.from_config``; it is a ConfigurationError naming the key."""
+    module = f"broken_routing_{abs(hash(source))}"
+    (tmp_path / f"{module}.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    text = (
+        '[[routes]]\nmodel = "vllm/x"\nname = "x"\nbase_url = "http://127.0.0.1:9/v1"\n'
+        f'[tasks]\ntiers = {{ s = ["x"] }}\nclassifier = "{module}:classify"\n'
+    )
+    path = _write(tmp_path, "guard.toml", text)
+    with pytest.raises(ConfigurationError, match=r"tasks\.classifier"):
+        Guard.from_config(path, environ={})
+    assert main(["check", str(path)]) == 2
+    err = capsys.readouterr().err
+    for said in ("guard.toml", "tasks.classifier", error):
+        assert said in err

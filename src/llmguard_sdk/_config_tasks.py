@@ -140,6 +140,9 @@ def _imported(path: str, where: str) -> Callable[..., Any]:
         found = getattr(importlib.import_module(module_name), attribute)
     except (ImportError, AttributeError) as exc:
         raise ConfigurationError(f"{where}: cannot import {path!r}: {exc}") from None
+    except Exception as exc:  # the module failed as it ran: a syntax error, a raise
+        problem = f"{type(exc).__name__}: {exc}"
+        raise ConfigurationError(f"{where}: importing {path!r} failed: {problem}") from exc
     if not callable(found):
         raise ConfigurationError(f"{where}: {path!r} is not callable")
     return found  # type: ignore[no-any-return]
