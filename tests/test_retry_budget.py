@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import anyio
 import pytest
 
@@ -198,6 +200,23 @@ def test_bad_budget_policies(bad: dict[str, object]) -> None:
 
     with pytest.raises(ConfigurationError):
         RetryBudgetPolicy(**bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("build", "match"),
+    [
+        (lambda: RedisRetryBudget("redis://127.0.0.1:6379"), "RedisStore"),  # a URL
+        (lambda: RedisRetryBudget(None), "RedisStore"),
+        (lambda: MemoryRetryBudget(clock=5), "clock"),
+    ],
+)
+def test_budgets_of_the_wrong_parts_are_configuration_errors(build: Any, match: str) -> None:
+    """A URL for the store raised AttributeError ('str' object has no attribute
+    'resend_seconds'); a clock that is no callable raised TypeError at the first call."""
+    from llmguard_sdk import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match=match):
+        build()
 
 
 def test_redis_a_very_long_window_still_counts_in_redis(redis_url: str, redis_prefix: str) -> None:

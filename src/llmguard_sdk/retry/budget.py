@@ -164,6 +164,8 @@ class MemoryRetryBudget:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.policy = budget_policy(policy)
+        if not callable(clock):
+            raise ConfigurationError(f"clock: a callable returning seconds, got {clock!r}")
         self._clock = clock
         self._lock = threading.Lock()
         # least recently touched first, so the idle ones are found at the front

@@ -17,6 +17,7 @@ from typing import ClassVar, TypeVar
 
 from .._state.steps import Step, entry_points
 from .._state.stores import Outage, RedisScripts, RedisStore, hash_id, lua, redis_errors
+from ..errors import ConfigurationError
 from .budget import MemoryRetryBudget, RetryBudgetPolicy, budget_policy
 
 __all__ = ["RedisRetryBudget"]
@@ -33,6 +34,10 @@ class RedisRetryBudget:
     """
 
     def __init__(self, store: RedisStore, policy: RetryBudgetPolicy | None = None) -> None:
+        if not isinstance(store, RedisStore):
+            raise ConfigurationError(
+                f"a RedisRetryBudget needs a RedisStore (RedisStore(url)), got {store!r}"
+            )
         self.policy = budget_policy(policy)
         self._store = store
         # a spend or a refund runs once per command on a store that re-sends (a retry
