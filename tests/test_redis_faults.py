@@ -219,9 +219,13 @@ def test_a_hung_redis_costs_no_waiting_per_call(
 
 def test_fail_closed_refuses_while_redis_is_down(fake: FakeProvider, tmp_path: Path) -> None:
     guard = _guard(fake.base_url, "redis://127.0.0.1:1/0", str(tmp_path), fail_open=False)
-    with pytest.raises(BudgetUnavailableError):
+    with pytest.raises(BudgetUnavailableError) as refused:
         guard.chat(USER, max_tokens=8)
     assert fake.requests == []  # refused before any provider call
+    # when the store tries Redis again (its retry_pause, 0.2 s, and up to 20 % jitter): it
+    # said 5 s whatever the pause
+    assert refused.value.retry_after is not None
+    assert 0.0 <= refused.value.retry_after <= 0.2 * 1.2
     guard.close()
 
 

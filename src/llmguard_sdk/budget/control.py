@@ -315,7 +315,7 @@ class SpendControl:
                     scope="*",
                     limit_usd=specs[0].limit / NANO,
                     spent_usd=math.nan,
-                    retry_after=5.0,
+                    retry_after=result.retry_after,
                 )
             following = self._refused(specs[result.refused_index], result, level, notes)
             level = following

@@ -214,8 +214,10 @@ def drop_hold(state: CounterState, rid: str) -> None:
 class ReserveResult:
     """The answer to a reservation: granted output tokens and the amount held, or the
     counter that had no room (its index, settled spend, reserved amount, reset time);
-    ``unavailable`` when the shared store could not be reached (fail closed); ``alerted``
-    when this refusal is the window's 100 % alert (see :func:`exhausted_alert`)."""
+    ``unavailable`` when the shared store could not be reached (fail closed), and
+    ``retry_after`` then: the seconds until the store tries it again (5 where a backend
+    does not say); ``alerted`` when this
+    refusal is the window's 100 % alert (see :func:`exhausted_alert`)."""
 
     allowed: bool
     tokens: int = 0
@@ -226,6 +228,7 @@ class ReserveResult:
     resets_at: float = 0.0
     unavailable: bool = False
     alerted: bool = False
+    retry_after: float = 5.0
 
 
 @dataclass(frozen=True)

@@ -187,9 +187,15 @@ class RedisBudgetBackend:
     def _locally(self, rid: str, specs: Sequence[CounterSpec], hold: HoldArgs) -> ReserveResult:
         """Redis is unreachable: refuse (fail closed), or reserve on this process's part."""
         if not self.fail_open:
-            return ReserveResult(False, refused_index=-1, unavailable=True)
+            return ReserveResult(
+                False, refused_index=-1, unavailable=True, retry_after=self._retry_in()
+            )
         self._note_local(rid)
         return self._fallback.reserve(rid, self._local_specs(specs), **hold)
+
+    def _retry_in(self) -> float:
+        """Seconds until the store tries Redis again (0: at the next call)."""
+        return max(0.0, self._outage.health.down_until - time.monotonic())
 
     def _failed(self, exc: BaseException) -> None:
         self._outage.failed(exc)
@@ -361,7 +367,7 @@ class RedisBudgetBackend:
             scope="*",
             limit_usd=specs[0].limit / NANO if specs else math.nan,
             spent_usd=math.nan,
-            retry_after=max(0.0, self._outage.health.down_until - time.monotonic()),
+            retry_after=self._retry_in(),
         )
 
 
