@@ -312,19 +312,24 @@ def test_a_degraded_answer_after_a_timeout_pays_for_the_prompt_that_went_out(
     assert _spent(guard) == pytest.approx(PROMPT_USD)
 
 
-def test_a_cascades_answer_counts_the_request_its_failed_tier_sent(
-    fake: FakeProvider, fake2: FakeProvider, make_guard: MakeGuard
-) -> None:
-    """The small tier timed out (its request went out) and the large one answered: the
-    budgets charged both, the answer's cost_usd the large tier's alone."""
+def _cascade(make_guard: MakeGuard, *fakes: FakeProvider, **options: Any) -> Guard:
+    """A Guard whose calls go to the small tier (``primary``), then the large (``backup``);
+    an attempt that stays silent 0.3 s times out."""
     router = TaskRouter(
         {"small": ["primary"], "large": ["backup"]},
         cascades={"auto": Cascade(["small", "large"])},
         default="auto",
     )
-    guard = make_guard(
-        fake, fake2, budgets=BUDGETS, retry=None, attempt_timeout=0.3, timeout=10, tasks=router
-    )
+    options.update(budgets=BUDGETS, retry=None, attempt_timeout=0.3, timeout=10, tasks=router)
+    return make_guard(*fakes, **options)
+
+
+def test_a_cascades_answer_counts_the_request_its_failed_tier_sent(
+    fake: FakeProvider, fake2: FakeProvider, make_guard: MakeGuard
+) -> None:
+    """The small tier timed out (its request went out) and the large one answered: the
+    budgets charged both, the answer's cost_usd the large tier's alone."""
+    guard = _cascade(make_guard, fake, fake2)
     fake.always(Fault(latency=1.0))
     answer = guard.chat(USER, max_tokens=10)
     assert answer.route == "backup"
@@ -333,3 +338,19 @@ def test_a_cascades_answer_counts_the_request_its_failed_tier_sent(
     assert answer.cost_usd > PROMPT_USD
     assert answer.cost_source == "estimated"
     assert _spent(guard) == pytest.approx(answer.cost_usd)
+
+
+def test_a_failed_cascades_event_counts_every_tiers_requests(
+    fake: FakeProvider, fake2: FakeProvider, make_guard: MakeGuard
+) -> None:
+    """Both tiers timed out: the budgets charged both prompts, the event only the last's."""
+    events: list[CallEvent] = []
+    guard = _cascade(make_guard, fake, fake2, hooks=[events.append])
+    for server in (fake, fake2):
+        server.always(Fault(latency=1.0))
+    with pytest.raises(AllRoutesFailedError):
+        guard.chat(USER, max_tokens=10)
+    charged = _spent(guard)
+    assert charged == pytest.approx(PROMPT_USD + PROMPT_USD / 10)
+    (event,) = events
+    assert event.cost_usd == pytest.approx(charged)

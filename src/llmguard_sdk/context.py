@@ -158,8 +158,9 @@ class CallContext:
     # off after their request was sent (a hedge race's loser, a call cancelled, a stream
     # closed early). The provider bills them: the call's cost (or spend) includes them.
     unserved: list[tuple[str, Usage]] = field(default_factory=list)
-    # what a call that ended without an answer cost (USD): its ``unserved`` attempts priced,
-    # as its budgets were charged; set as it ends (None: nothing went out, or no price)
+    # what a call that ended without an answer cost (USD): its ``unserved`` attempts priced
+    # (and a cascade's tiers tried before), as its budgets were charged; set as it ends
+    # (None: nothing went out, or no price)
     unserved_usd: float | None = None
     # input tokens a continuation adds to the request (the partial answer, the instruction
     # to go on) for the attempts after an interrupted stream

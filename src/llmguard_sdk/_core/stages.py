@@ -279,7 +279,7 @@ def report(
     """The end of a call: export its telemetry, then give its :class:`CallEvent` to the
     hooks. Neither can break the call."""
     if response is None and stages.spend is not None:  # what its budgets charged it
-        ctx.unserved_usd = stages.spend.unserved_cost(ctx, stages)
+        ctx.unserved_usd = stages.spend.charged_unanswered(ctx, stages)
     if stages.telemetry is not None:
         try:
             stages.telemetry.record(

@@ -508,6 +508,17 @@ class SpendControl:
         found = [cost.usd for cost in costs if cost is not None]
         return sum(found) if found else None
 
+    def charged_unanswered(self, ctx: CallContext, stages: Stages) -> float | None:
+        """What a call that ended without an answer was charged, in USD: its attempts that
+        went out (:meth:`unserved_cost`), and a cascade's tiers tried before (their answers,
+        their requests), each settled with its tier's spend; None when none cost anything
+        known."""
+        found = self.unserved_cost(ctx, stages)
+        tried = ctx.task.tried if ctx.task is not None else ()
+        if any(t.cost_usd is not None for t in tried):
+            found = (found or 0.0) + sum(t.cost_usd or 0.0 for t in tried)
+        return found
+
     def partial(
         self, ctx: CallContext, stages: Stages, text: str = "", usage: Usage | None = None
     ) -> ChatResponse | None:
