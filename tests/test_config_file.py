@@ -512,3 +512,47 @@ def test_a_task_function_whose_module_fails_to_import_names_the_key(
     err = capsys.readouterr().err
     for said in ("guard.toml", "tasks.classifier", error):
         assert said in err
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "key"),
+    [
+        (
+            "guard.json",
+            '{"timeout": 5, "routes": [{"model": "vllm/x", "base_url": "http://h/v1"}],'
+            ' "timeout": 50}',
+            "timeout",
+        ),
+        (
+            "guard.yaml",
+            "routes:\n  - {model: openai/gpt-4o-mini}\ntimeout: 5\n"
+            "routes:\n  - {model: vllm/x, base_url: 'http://h/v1'}\n",
+            "routes",
+        ),
+        (
+            "guard.yaml",
+            "routes:\n  - model: vllm/x\n    base_url: http://h/v1\n    name: a\n    name: b\n",
+            "name",
+        ),
+    ],
+)
+def test_a_key_given_twice_is_refused_naming_the_file_and_key(
+    tmp_path: Path, name: str, text: str, key: str
+) -> None:
+    """JSON and YAML readers keep the last of two equal keys: a second ``routes:`` dropped
+    the first list of routes without a word (TOML refuses it already)."""
+    path = _write(tmp_path, name, text)
+    with pytest.raises(ConfigurationError) as caught:
+        load_config(path)
+    assert str(caught.value).startswith(str(path))
+    assert f"{key!r} is given twice" in str(caught.value)
+
+
+def test_yaml_merge_keys_still_read_and_their_keys_may_be_overridden(tmp_path: Path) -> None:
+    text = (
+        "routes:\n  - &first {model: vllm/x, base_url: 'http://h/v1', name: a}\n"
+        "  - <<: *first\n    name: b\n"
+    )
+    config = load_config(_write(tmp_path, "guard.yaml", text))
+    _entries, routes = resolve(config, {})
+    assert [(r.name, r.base_url) for r in routes] == [("a", "http://h/v1"), ("b", "http://h/v1")]

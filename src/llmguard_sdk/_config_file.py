@@ -262,15 +262,45 @@ def _read(path: Path) -> Any:
     readers = {".toml": ("tomllib", "tomli"), ".yaml": ("yaml",), ".yml": ("yaml",)}
     try:
         if suffix == ".json":
-            return json.loads(text)
+            return json.loads(text, object_pairs_hook=_unique_keys)
         if suffix in readers:
             module = _first_module(readers[suffix], f"{path}: reading {suffix} needs")
-            return module.safe_load(text) if suffix != ".toml" else module.loads(text)
+            return _yaml_load(module, text) if suffix != ".toml" else module.loads(text)
     except ConfigurationError:
         raise
     except Exception as exc:  # a syntax error of the format
         raise ConfigurationError(f"{path}: {exc}") from None
     raise ConfigurationError(f"{path}: a configuration is a .toml, .yaml, .yml or .json file")
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are unique (``json`` kept the last of two equal keys: a
+    second ``"routes"`` dropped the first list without a word; TOML refuses it)."""
+    found: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in found:
+            raise ValueError(f"the key {key!r} is given twice")
+        found[key] = value
+    return found
+
+
+def _yaml_load(yaml: Any, text: str) -> Any:
+    """``yaml.safe_load`` that refuses a mapping's key given twice, as :func:`_unique_keys`."""
+
+    class UniqueKeyLoader(yaml.SafeLoader):  # type: ignore[name-defined,misc]
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            seen = []
+            for key_node, _value in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":  # "<<: *base" (merged keys
+                    continue  # are the base's; the mapping's own may override them)
+                key = self.construct_object(key_node, deep=deep)
+                if key in seen:
+                    line = key_node.start_mark.line + 1
+                    raise ValueError(f"the key {key!r} is given twice (line {line})")
+                seen.append(key)
+            return super().construct_mapping(node, deep=deep)
+
+    return yaml.load(text, Loader=UniqueKeyLoader)
 
 
 def _first_module(names: tuple[str, ...], needs: str) -> Any:
