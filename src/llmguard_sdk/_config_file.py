@@ -287,7 +287,7 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 def _yaml_load(yaml: Any, text: str) -> Any:
     """``yaml.safe_load`` that refuses a mapping's key given twice, as :func:`_unique_keys`."""
 
-    class UniqueKeyLoader(yaml.SafeLoader):  # type: ignore[name-defined,misc]
+    class UniqueKeyLoader(yaml.SafeLoader):  # type: ignore[misc]
         def construct_mapping(self, node: Any, deep: bool = False) -> Any:
             seen = []
             for key_node, _value in node.value:
