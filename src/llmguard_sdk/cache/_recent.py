@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+import time
 from collections import OrderedDict
 
 from .._lazy import np
@@ -14,9 +15,16 @@ from .embedders.base import embed_within
 from .entry import decode_vector, encode_vector
 from .index import Probe
 
-__all__ = ["RecentEmbeddings"]
+__all__ = ["RecentEmbeddings", "embedding_time"]
 
 _KEPT_CHARS = 2048  # a longer query is remembered under its digest, not its text
+_EMBEDDING_SHARE = 0.5  # of what is left of a call's deadline, for an embedder that waits
+
+
+def embedding_time(deadline: float | None) -> float | None:
+    """The most seconds the embedding may wait: half of what is left before ``deadline`` (a
+    :func:`time.monotonic` instant; the other half is the provider's, on a miss)."""
+    return None if deadline is None else (deadline - time.monotonic()) * _EMBEDDING_SHARE
 
 
 class _Embedded:

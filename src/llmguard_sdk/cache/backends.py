@@ -96,9 +96,6 @@ class MemoryCacheBackend:
     its vector's (float16, as the index holds it), counted once when it is stored. The least
     recently used go first, as beyond ``max_entries``; an entry larger than the whole bound
     is not stored.
-
-    .. versionchanged:: 0.2.0
-       ``max_bytes``.
     """
 
     def __init__(self, max_entries: int, max_bytes: int | None = None) -> None:

@@ -18,13 +18,13 @@ from typing_extensions import Unpack
 
 from .._closing import AsyncCloses, Closes
 from .._state.steps import Batch, Step, arun, run, work
-from .._state.stores import Store, hash_id, open_store
+from .._state.stores import RedisStore, Store, hash_id, open_store
 from ..context import Scope, current_scope
 from ..errors import ConfigurationError, ProviderError
 from ..models import ChatRequest, ChatResponse
 from ._config import check_call, check_matching, check_parts, check_policy, check_scope
 from ._local import _LocalIndexes
-from ._recent import RecentEmbeddings
+from ._recent import RecentEmbeddings, embedding_time
 from ._served import matched_by
 from ._storable import storable
 from .backends import Change, MemoryCacheBackend, open_backend
@@ -43,7 +43,6 @@ logger = logging.getLogger("llmguard_sdk")
 _NEAR_MISS_BAND = 0.1
 _CANDIDATES = 4  # nearest entries read per semantic search
 _RECENT_VECTORS = 256
-_EMBEDDING_SHARE = 0.5  # of what is left of a call's deadline, for an embedder that waits
 # hash_id of the tenants, users and (partition, context) pairs that come again
 _id_hash = lru_cache(maxsize=4096)(hash_id)
 
@@ -361,7 +360,7 @@ class ResponseCache(Closes, AsyncCloses):
         cache is semantic and the query not blank; ``deadline``: see :class:`CacheOptions`."""
         now = time.time()
         try:
-            probe = self._recent.embedded(keys.query, _embedding_time(deadline)).probe
+            probe = self._recent.embedded(keys.query, embedding_time(deadline)).probe
         except ProviderError as exc:  # an endpoint down or slow: a miss, not a failed call
             logger.warning("response cache: the embedder failed (%s); a semantic miss", exc)
             return None
@@ -388,11 +387,9 @@ class ResponseCache(Closes, AsyncCloses):
                         return None
                 if below and not strict_agreement(keys.query, known):
                     continue
-            entry = self._backend.get(match.entry_id)
-            if entry is None:  # expired or evicted meanwhile: forget it, try the next one
-                self._local.forget(match.entry_id)
+            entry = self._candidate(match.entry_id)
+            if entry is None:  # expired or evicted meanwhile: try the next one
                 continue
-            self._local.know(entry.entry_id, entry.query)
             if not stale and entry.fresh_until <= now:
                 continue
             if below and known is None and not strict_agreement(keys.query, entry.query):
@@ -460,7 +457,7 @@ class ResponseCache(Closes, AsyncCloses):
             return None
         vector = None
         if self.semantic and keys.query.strip():
-            timeout = _embedding_time(options.get("deadline"))
+            timeout = embedding_time(options.get("deadline"))
             vector = self._recent.embedded(keys.query, timeout).encoded()
         now = time.time()  # after the embedding (a first one can take a second or more)
         return CacheEntry(
@@ -558,6 +555,17 @@ class ResponseCache(Closes, AsyncCloses):
     def _sync(self) -> None:
         run(self.sync_steps())
 
+    def _candidate(self, entry_id: str) -> CacheEntry | None:
+        """A semantic candidate's entry (its query kept); ``None`` when it is gone, forgotten
+        too unless Redis is away (then a miss says nothing: it may well be there)."""
+        entry = self._backend.get(entry_id)
+        if entry is None:
+            if not isinstance(self.state, RedisStore) or not self.state.health.failures:
+                self._local.forget(entry_id)
+            return None
+        self._local.know(entry.entry_id, entry.query)
+        return entry
+
     def _backend_step(self, name: str, *args: Any) -> Step[Any]:
         """The backend's step for ``name`` (a Redis backend's own), else its method as
         blocking work."""
@@ -571,29 +579,18 @@ class ResponseCache(Closes, AsyncCloses):
         """Stop the monitor's background checks (queued ones are dropped, one under way is
         waited for at most ``timeout`` seconds) and close the store's connections. A closed
         cache still answers (the store reconnects when used) but queues no more checks; the
-        embedder is the caller's and stays open (the default one holds nothing).
-
-        .. versionchanged:: 0.2.0
-           Stops the monitor; ``timeout``."""
+        embedder is the caller's and stays open (the default one holds nothing)."""
         self._closed = True
         if self.monitor is not None:  # (a monitor shared with another cache restarts there)
             self.monitor.close(timeout)
         self.state.close()
 
     async def aclose(self, timeout: float = 5.0) -> None:
-        """Async twin of :meth:`close`: also closes this event loop's async Redis client.
-
-        .. versionadded:: 0.2.0"""
+        """Async twin of :meth:`close`: also closes this event loop's async Redis client."""
         self._closed, monitor = True, self.monitor
         if monitor is not None:
             await anyio.to_thread.run_sync(monitor.close, timeout)
         await self.state.aclose()
-
-
-def _embedding_time(deadline: float | None) -> float | None:
-    """The most seconds the embedding may wait: half of what is left before ``deadline`` (a
-    :func:`time.monotonic` instant; the other half is the provider's, on a miss)."""
-    return None if deadline is None else (deadline - time.monotonic()) * _EMBEDDING_SHARE
 
 
 def _hit(kind: Literal["exact", "semantic"], entry: CacheEntry, similarity: float) -> CacheHit:
