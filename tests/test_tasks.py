@@ -430,6 +430,17 @@ def test_json_schema_tells_booleans_from_numbers_and_takes_whole_floats_as_integ
     assert verdict(SCHEMA, '{"answer": 3.5}') == "json_schema"
 
 
+@pytest.mark.parametrize("verdict", [False, True, 0])
+def test_a_check_answering_yes_or_no_is_a_configuration_error(verdict: object) -> None:
+    """A check returning a bool (``False`` meant as "nothing wrong") had its answer taken as
+    the reason "False": every answer of the small tier was rejected, every call paid for
+    both tiers."""
+    cascade = Cascade(["small", "large"], checks=[lambda request, response: verdict])
+    request = ChatRequest(messages=_ask("x"))
+    with pytest.raises(ConfigurationError, match="validator"):
+        cascade.rejects(request, ChatResponse(text="fine"))
+
+
 def test_json_schema_bounds_a_huge_integer_rather_than_raise() -> None:
     """An answer holding an integer of 400 digits made ``float()`` raise OverflowError out of
     the check (the call failed untyped after paying for the small tier); a bound that is no

@@ -80,8 +80,13 @@ class Cascade:
         """Why the first check that rejects ``response`` does, or ``None``."""
         for check in self.checks:
             reason = check(request, response)
+            if reason is not None and not isinstance(reason, str):
+                raise ConfigurationError(
+                    f"cascade check {check!r} returned {reason!r}: a check returns None "
+                    "(accepted) or the reason (a string); wrap a yes/no test in validator()"
+                )
             if reason is not None:
-                return str(reason)
+                return reason
         return None
 
 
