@@ -18,8 +18,7 @@ from llmguard_sdk.ratelimit import RateLimit
 from llmguard_sdk.store import RedisStore
 from llmguard_sdk.testing import FakeProvider, Fault
 
-from .conftest import USER
-from .test_hedging import MODES, call
+from .conftest import MODES, USER, chat_in_mode
 
 MakeGuard = Callable[..., Guard]
 
@@ -37,7 +36,7 @@ def test_a_timeout_of_never_is_served_in_both_modes(
     socket's timeout (sync calls) or the hedge race's queue wait; now it is a call."""
     guard = make_guard(fake, fake2, timeout=sys.maxsize, hedge_after=hedge_after)
     fake.script(Fault(latency=0.2))
-    response = call(guard, mode)
+    response = chat_in_mode(guard, mode)
     assert response.text
 
 
