@@ -60,3 +60,26 @@ def test_a_registered_secret_is_masked_in_text_without_a_pattern() -> None:
         assert redact_secrets("chatcmpl-private-value") == "[secret]"
     finally:
         redaction._registered.discard("chatcmpl-private-value")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "What is the price of the basic plan?",  # the eval sink replayed "... basic [secret]?"
+        "Explain basic arithmetic to a child",
+        "BASIC programs from the eighties",
+        "basic words first",  # five letters: no base64 is that long
+    ],
+)
+def test_the_word_basic_in_prose_is_no_credential(text: str) -> None:
+    assert redact_secrets(text) == text
+
+
+@pytest.mark.parametrize(
+    "credential",
+    ["dXNlcjpwYXNz", "YWxhZGRpbjpvcGVuc2VzYW1l", "dXNlcjpwYXNzd29yZA==", "dXNlcjpwYXNzd29yZA"],
+)
+def test_basic_credentials_are_masked(credential: str) -> None:
+    """What follows ``Basic`` is base64 of ``user:password`` (padded or not)."""
+    assert redact_secrets(f"Authorization: Basic {credential}") == "Authorization: Basic [secret]"
+    assert credential not in redact_secrets(f"sent basic {credential} to the proxy")

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import base64
 import re
 import threading
 
@@ -30,6 +31,7 @@ _SECRET_PATTERNS = (
     ),
 )
 _SPACE = re.compile(r"\s")
+_BASE64 = re.compile(r"[A-Za-z0-9+/]+")
 _EMAIL = re.compile(r"\b[A-Za-z0-9._%+\-]+@[A-Za-z0-9.\-]+\.[A-Za-z]{2,}\b")
 _CARD = re.compile(r"\b(?:\d[ \-]?){12,18}\d\b")
 _PHONE = re.compile(r"(?<![\w.])\+?\d[\d \-().]{7,}\d(?![\w.])")
@@ -50,8 +52,25 @@ def _mask_pattern(match: re.Match[str]) -> str:
     if match.lastindex and match.lastindex >= 2:  # key=value: keep the name
         return f"{match.group(1)}{match.group(2)}[secret]"
     if match.lastindex == 1:  # Bearer xxx
-        return f"{match.group(1)} [secret]"
+        scheme = match.group(1)
+        if scheme.lower() == "basic" and _no_basic_credential(match.group(0)[len(scheme) :]):
+            return match.group(0)  # "the basic plan": prose
+        return f"{scheme} [secret]"
     return "[secret]"
+
+
+def _no_basic_credential(text: str) -> bool:
+    """Whether what follows ``Basic`` cannot be its credential, base64 of ``user:password``:
+    base64 that decodes to bytes without a colon (``plan``, ``arithmetic``), or letters and
+    digits no base64 is as long as (``words``). Anything else (a colon inside, other
+    characters) counts as one."""
+    token = text.strip().rstrip("=")
+    if not _BASE64.fullmatch(token):
+        return False
+    if len(token) % 4 == 1:  # a length no base64 has ("basic words")
+        return True
+    decoded = base64.b64decode(token + "=" * (-len(token) % 4))
+    return b":" not in decoded
 
 
 def redact_secrets(text: str) -> str:
