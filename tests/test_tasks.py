@@ -139,12 +139,14 @@ def test_bad_routers_name_what_is_wrong() -> None:
         lambda: Rule("small", min_tokens=True),
         lambda: Rule("small", min_tokens=100, max_tokens=10),
         lambda: Cascade([["small"], ["large"]]),  # type: ignore[list-item]
+        lambda: TaskRouter({"small": ["s", "l", "s"]}),
     ],
 )
 def test_one_item_where_a_list_goes_is_a_configuration_error(build: Any) -> None:
     """A single check, rule or a list of cascades raised TypeError or ValueError; so did a
     list of tier pairs, a feature that is no name, a tier that is a list (unhashable); a
-    token bound of ``True`` counted as 1, and bounds that no count meets were taken."""
+    token bound of ``True`` counted as 1, and bounds that no count meets were taken; a tier
+    naming a route twice sent each call there twice, all its retries each time."""
     with pytest.raises(ConfigurationError):
         build()
 

@@ -173,6 +173,9 @@ class TaskRouter:
             if not listed:
                 raise ConfigurationError(f"tier {name!r} lists no route")
             self.tiers[name] = tuple(_entry_name(m) for m in listed)
+            twice = sorted({n for n in self.tiers[name] if self.tiers[name].count(n) > 1})
+            if twice:
+                raise ConfigurationError(f"tier {name!r} lists {twice} more than once")
         if not isinstance(cascades or {}, Mapping) or not isinstance(rules, Sequence):
             raise ConfigurationError("cascades: a mapping of names to Cascades; rules: a list")
         self.cascades: dict[str, Cascade] = dict(cascades or {})
