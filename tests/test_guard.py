@@ -71,6 +71,30 @@ def test_invalid_request_fails_before_any_network_call(
     assert fake.stats.requests == 0
 
 
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_request_or_stream_of_the_wrong_kind_is_a_validation_error(
+    fake: FakeProvider, make_guard: MakeGuard, mode: str
+) -> None:
+    seen: list[ChatRequest] = []
+    guard = make_guard(fake, input_filters=[seen.append])
+
+    def chat(messages: object = None, **options: object) -> object:
+        if mode == "sync":
+            return guard.chat(messages, **options)  # type: ignore[call-overload]
+        return anyio.run(lambda: guard.achat(messages, **options))  # type: ignore[call-overload]
+
+    for request in ("hello", 5, [USER]):
+        with pytest.raises(RequestValidationError, match="request must be a ChatRequest"):
+            chat(request=request)
+    for stream in ("no", 1, None):  # ("no" would be true: a stream, not an answer)
+        with pytest.raises(RequestValidationError, match="stream must be True or False"):
+            chat(USER, stream=stream)
+    assert fake.stats.requests == 0
+    answer = chat(request={"messages": USER}, model="chosen")  # a mapping of its fields
+    assert isinstance(answer, ChatResponse)
+    assert [request.model for request in seen] == ["chosen"]
+
+
 def test_chat_options_name_every_request_parameter_and_nothing_else(
     fake: FakeProvider, make_guard: MakeGuard
 ) -> None:

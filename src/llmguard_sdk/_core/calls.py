@@ -21,7 +21,7 @@ from .opening import OpeningOutcome, aopen_call, open_call
 from .run import Run
 from .stages import Stages, finish, prepare, resolve_scope
 
-__all__ = ["MessagesArg", "acomplete_call", "call_context", "complete_call"]
+__all__ = ["MessagesArg", "acomplete_call", "call_context", "complete_call", "stream_flag"]
 
 MessagesArg = Sequence[Message | Mapping[str, Any]]
 """Chat messages as :class:`~llmguard_sdk.Message` objects or dicts."""
@@ -54,6 +54,14 @@ def call_context(
     if stages.tasks is not None:  # the call's tier: its routes, or a cascade's first
         stages.tasks.assign(ctx, ctx.route_order or stages.routes)
     return ctx
+
+
+def stream_flag(stream: object) -> bool:
+    """``Guard.chat``'s ``stream``, checked: True or False (``"no"`` would be true: a stream
+    where the caller wanted an answer)."""
+    if not isinstance(stream, bool):
+        raise RequestValidationError(f"stream must be True or False, got {stream!r:.80}")
+    return stream
 
 
 def _tags(tags: Any) -> tuple[str, ...]:
@@ -140,6 +148,12 @@ def _request_data(
         if messages is not None or params:
             raise RequestValidationError(
                 "pass either request= or messages and parameters, not both"
+            )
+        if isinstance(request, Mapping):  # its fields, validated with the rest
+            return dict(request) if model is None else {**request, "model": model}
+        if not isinstance(request, ChatRequest):
+            raise RequestValidationError(
+                f"request must be a ChatRequest or a mapping of its fields, got {request!r:.80}"
             )
         return request if model is None else request.model_copy(update={"model": model})
     data: dict[str, Any] = dict(params)
