@@ -731,3 +731,20 @@ def test_short_limit_window_and_exact_retry_after_ms() -> None:
         while client.post(url, json=body).status_code == 429:
             assert time.monotonic() < deadline
             time.sleep(0.05)
+
+
+def test_a_lone_surrogate_is_refused_with_a_400_as_providers_do(
+    fake: FakeProvider, client: httpx.Client
+) -> None:
+    """JSON's "\\ud800" escape parses to a lone surrogate, no text: the server dropped the
+    connection (its answer could not be encoded), which a client reads as an outage and
+    retries; providers answer 400."""
+    bad = {"model": "fake-model", "messages": [{"role": "user", "content": "\ud800 hi"}]}
+    answer = client.post("/chat/completions", content=json.dumps(bad).encode())
+    assert answer.status_code == 400
+    assert answer.json()["error"]["type"] == "invalid_request_error"
+    emoji = {"model": "fake-model", "messages": [{"role": "user", "content": "hi \U0001f600"}]}
+    echoed = client.post("/chat/completions", content=json.dumps(emoji).encode())  # "\ud83d\ude00"
+    assert echoed.status_code == 200
+    assert "\U0001f600" in echoed.json()["choices"][0]["message"]["content"]
+    assert len(fake.requests) == 2

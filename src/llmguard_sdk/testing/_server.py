@@ -55,6 +55,14 @@ class _Handler(_ChatHandler, _MessagesHandler, _ResponsesHandler, _BatchHandler)
             except (ValueError, UnicodeDecodeError):
                 body = None
         n = provider._record_request(self.command, self.path, self._header_dict(), body)
+        if b"\\ud" in raw.lower() and not _is_text(body):  # a lone surrogate (\ud800)
+            err = _error_body(
+                "the request body is not valid JSON: a string holds a lone surrogate",
+                "invalid_request_error",
+                "invalid_json",
+            )
+            self._send(400, _dumps(err), "application/json", provider._common_headers(n))
+            return
         if self.command == "POST" and path in _CHAT_PATHS:
             self._chat(raw, n)
             return
@@ -89,6 +97,16 @@ class _Handler(_ChatHandler, _MessagesHandler, _ResponsesHandler, _BatchHandler)
             key = name.lower()
             out[key] = f"{out[key]}, {value}" if key in out else value
         return out
+
+
+def _is_text(body: Any) -> bool:
+    """Whether every string of a parsed JSON body is text that UTF-8 can carry (JSON's
+    ``\\ud800`` escapes parse to lone surrogates, which real providers refuse with a 400)."""
+    try:
+        json.dumps(body, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 class _Server(ThreadingHTTPServer):
