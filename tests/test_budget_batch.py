@@ -120,6 +120,20 @@ def test_a_batch_that_does_not_end_in_time_fails_its_calls(fake: FakeProvider) -
     guard.close()
 
 
+def test_a_batch_call_that_timed_out_is_not_charged(fake: FakeProvider) -> None:
+    """Its batch was cancelled (or never left): batch APIs bill completed requests only, so
+    it is no unserved attempt billed its prompt, as a timed-out interactive request is."""
+    fake.batch_seconds = 30.0  # type: ignore[attr-defined]
+    route = BatchProvider(fake.base_url, model="fake-model", window=0.05, poll_interval=0.05)
+    budgets = Budgets([Budget(limit_usd=10.0)], prices=PRICES)
+    guard = Guard(route, budgets=budgets, environ={}, timeout=1.0, retry=None)
+    with pytest.raises(ProviderTimeoutError):
+        guard.chat([{"role": "user", "content": "slow"}], max_tokens=5, priority="batch")
+    (row,) = guard.budget_status()
+    guard.close()
+    assert (row["spent_usd"], row["held_usd"]) == (0, 0)
+
+
 @pytest.mark.parametrize("budgeted", [True, False])
 def test_priority_batch_calls_take_the_batch_route_and_others_never_do(
     fake: FakeProvider, budgeted: bool

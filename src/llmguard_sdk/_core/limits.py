@@ -107,15 +107,18 @@ def cut_off(ctx: CallContext, route: str, reservation: Reservation | None) -> Us
 
 
 def timed_out(
-    ctx: CallContext, route: str, reservation: Reservation | None, error: ProviderError
+    ctx: CallContext, route: Provider, reservation: Reservation | None, error: ProviderError
 ) -> None:
     """Note an attempt that timed out after its request was sent, no answer come (the
     deadline or ``attempt_timeout`` passed first): its provider bills the prompt, as for one
     cut off (:func:`cut_off`); a stream that stalled after its 200 too. A provider's 408
-    error answer is no such attempt: it did not take the request."""
+    error answer is no such attempt (it did not take the request), nor a batch route's call
+    (batch APIs bill completed requests only; a batch nobody waits for is cancelled)."""
     status = error.status_code
-    if isinstance(error, ProviderTimeoutError) and error.request_sent and (status or 0) < 400:
-        cut_off(ctx, route, reservation)
+    if not (isinstance(error, ProviderTimeoutError) and error.request_sent and (status or 0) < 400):
+        return
+    if getattr(route, "service_tier", None) != "batch":
+        cut_off(ctx, route.name, reservation)
 
 
 # the longest pause a provider's hint teaches a route's limits (a 429's Retry-After, a reset

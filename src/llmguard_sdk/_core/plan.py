@@ -170,7 +170,7 @@ def _complete(
     except ProviderError as failure:
         record.end(failure)
         run.settle(reservation, error=failure)  # nothing was generated: tokens back
-        limits.timed_out(ctx, route.name, reservation, failure)  # (sent: its prompt billed)
+        limits.timed_out(ctx, route, reservation, failure)  # (sent: its prompt billed)
         run.record(route, failure, elapsed_since(started))
         raise
     except BaseException:  # closed, cancelled or a bug: no outcome; it may have been sent
@@ -228,7 +228,7 @@ def _stream(
         if used is not None and assembler.delivered:  # billed, whoever continues the call
             ctx.unserved.append((route.name, used))
         else:  # nothing came: billed its prompt if it timed out once sent
-            limits.timed_out(ctx, route.name, reservation, failure)
+            limits.timed_out(ctx, route, reservation, failure)
         run.record(route, failure, assembler.seconds())
         raise
     except BaseException:  # closed early or cancelled: no outcome; settle to what came

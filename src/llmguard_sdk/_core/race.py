@@ -137,7 +137,7 @@ def _ended(state: _Race, event: LegEvent) -> bool:
     state.errors[leg.route.name] = event.error
     leg.record.end(event.error)
     run.settle(leg.reservation, error=event.error)
-    limits.timed_out(run.ctx, leg.route.name, leg.reservation, event.error)
+    limits.timed_out(run.ctx, leg.route, leg.reservation, event.error)
     run.record(leg.route, event.error, elapsed_since(leg.started))
     return True
 
