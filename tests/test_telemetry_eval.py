@@ -251,3 +251,26 @@ def test_a_sample_over_half_the_limit_is_not_written(
     assert [s["call_id"] for s in read_samples(path)][-1] == "59"
     assert any("max_bytes" in record.getMessage() for record in caplog.records)
     assert not sink.feedback("big", 1.0, None)  # no feedback line for a call not written
+
+
+def test_a_hand_edited_sample_is_skipped_or_counted_unknown_not_a_crash(tmp_path: Path) -> None:
+    """A line with a cost or latency that is no number raised ``TypeError`` out of
+    ``llmguard eval``; one without its request, ``KeyError``."""
+    messages = [{"role": "user", "content": "hello there"}]
+    lines = [
+        {"type": "call", "call_id": "a", "request": {"messages": messages}, "answer": "hi",
+         "cost_usd": "0.1", "latency_s": "fast"},
+        {"type": "call", "call_id": "b", "answer": "hi"},  # no request
+        {"type": "call", "call_id": "c", "request": {"messages": "hello"}, "answer": "hi"},
+        {"type": "call", "call_id": "d", "request": ["hello"], "answer": "hi"},
+    ]  # fmt: skip
+    path = tmp_path / "samples.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    with FakeProvider(model="fake-model") as fake:
+        provider = OpenAICompatibleProvider(fake.base_url, api_key="k", model="fake-model")
+        with Guard(provider, retry=None, environ={}) as guard:
+            report = replay(path, guard)
+    assert (report.overall.compared, report.skipped) == (1, 3)
+    recorded = report.as_dict()["overall"]["recorded"]
+    assert (recorded["cost_usd"], recorded["latency_p50_s"]) == (None, None)
+    assert main(["eval", str(path), "--base-url", "http://127.0.0.1:9/v1"]) == 1  # replay failed

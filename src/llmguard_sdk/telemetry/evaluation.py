@@ -108,7 +108,7 @@ class _Group:
         self.scores.extend(
             f["score"] for f in sample.get("feedback", []) if _is_number(f.get("score"))
         )
-        self.recorded.add(sample.get("latency_s"), sample.get("cost_usd"))
+        self.recorded.add(_known(sample.get("latency_s")), _known(sample.get("cost_usd")))
         self.replayed.add(elapsed, cost, error=failed)
 
     def as_dict(self) -> dict[str, Any]:
@@ -226,7 +226,7 @@ def replay(
     for sample in records:
         if limit is not None and report.overall.compared >= limit:
             break
-        if sample.get("error") or not isinstance(sample.get("answer"), str):
+        if sample.get("error") or not _replayable(sample):
             report.skipped += 1
             continue
         params = {k: v for k, v in sample["request"].items() if k not in dropped}
@@ -255,6 +255,22 @@ def replay(
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _known(value: Any) -> float | None:
+    """A recorded figure, or None when the line holds no finite number there."""
+    return float(value) if _is_number(value) and math.isfinite(value) else None
+
+
+def _replayable(sample: dict[str, Any]) -> bool:
+    """An answered sample whose request can be sent again (a line edited by hand may lack
+    its request or messages)."""
+    request = sample.get("request")
+    return (
+        isinstance(sample.get("answer"), str)
+        and isinstance(request, dict)
+        and isinstance(request.get("messages"), list)
+    )
 
 
 def _route_name(guard: Guard) -> str:
