@@ -1,0 +1,220 @@
+"""The README stays true to the code: its Python blocks parse, the names they import are
+public, the keywords it gives the classes it names and ``Guard.chat`` exist, the examples it
+lists are the ones in ``examples/``, and every ``llmguard`` command line it shows names a
+command and options the CLI has."""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import importlib
+import inspect
+import io
+import re
+import textwrap
+import typing
+from pathlib import Path
+
+import pytest
+
+from llmguard_sdk.cli import main
+from llmguard_sdk.guard import ChatOptions
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+
+# Public packages whose names the README uses beside ``llmguard_sdk``'s own.
+PACKAGES = (
+    "llmguard_sdk",
+    "llmguard_sdk.releases",
+    "llmguard_sdk.router",
+    "llmguard_sdk.cache",
+    "llmguard_sdk.telemetry",
+    "llmguard_sdk.testing",
+    "llmguard_sdk.retry",
+    "llmguard_sdk.ratelimit",
+    "llmguard_sdk.prompts",
+    "llmguard_sdk.providers.batch",
+)
+CHAT_KEYWORDS = set(typing.get_type_hints(ChatOptions)) | {"stream"}
+
+
+def _fences() -> list[tuple[str, str]]:
+    """Every fenced block of the README as (language, dedented text), nested in lists too."""
+    blocks, opened, lines = [], None, []
+    for line in README.splitlines():
+        fence = re.fullmatch(r"( *)```(\w*)", line)
+        if opened is None and fence:
+            opened, lines = fence, []
+        elif opened is not None and fence and fence.group(1) == opened.group(1):
+            blocks.append((opened.group(2), textwrap.dedent("\n".join(lines) + "\n")))
+            opened = None
+        elif opened is not None:
+            lines.append(line)
+    return blocks
+
+
+def _fenced(*languages: str) -> list[str]:
+    return [text for language, text in _fences() if language in languages]
+
+
+def _parse(source: str) -> ast.Module:
+    flags = ast.PyCF_ONLY_AST | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+    tree: ast.Module = compile(source, "README.md", "exec", flags=flags)
+    return tree
+
+
+PYTHON_BLOCKS = _fenced("python")
+
+
+def _public_names() -> dict[str, object]:
+    names: dict[str, object] = {}
+    for package in reversed(PACKAGES):
+        module = importlib.import_module(package)
+        names.update({name: getattr(module, name) for name in module.__all__})
+    return names
+
+
+def _inline_calls() -> list[ast.Call]:
+    calls = []
+    for span in re.findall(r"`([^`\n]*\([^`]*\))`", README):
+        with contextlib.suppress(SyntaxError):
+            node = ast.parse(span.replace("...", "x"), mode="eval").body
+            if isinstance(node, ast.Call):
+                calls.append(node)
+    return calls
+
+
+def _calls() -> list[ast.Call]:
+    calls = _inline_calls()
+    for block in PYTHON_BLOCKS:
+        calls += [node for node in ast.walk(_parse(block)) if isinstance(node, ast.Call)]
+    return calls
+
+
+def test_the_readme_has_python_blocks() -> None:
+    assert len(PYTHON_BLOCKS) >= 15
+
+
+@pytest.mark.parametrize("index", range(len(PYTHON_BLOCKS)))
+def test_python_block_parses(index: int) -> None:
+    _parse(PYTHON_BLOCKS[index])
+
+
+def test_imports_name_public_names() -> None:
+    wrong = []
+    for block in PYTHON_BLOCKS:
+        for node in ast.walk(_parse(block)):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("llmguard_sdk"):
+                module = importlib.import_module(node.module or "")
+                public = getattr(module, "__all__", ())
+                wrong += [f"{node.module}.{a.name}" for a in node.names if a.name not in public]
+    assert not wrong, f"the README imports names that are not public: {wrong}"
+
+
+# What the README's prose calls its instances: ``guard.budget_status(...)``, ``cache.stats`` ...
+INSTANCES = {
+    "guard": "Guard",
+    "cache": "ResponseCache",
+    "builder": "PromptBuilder",
+    "support": "PromptBuilder",
+    "prompt": "Prompt",
+    "group": "DeploymentGroup",
+    "stats": "PrefixCacheStats",
+    "monitor": "FalseHitMonitor",
+    "provider": "LocalProvider",
+    "local": "LocalProvider",
+}
+
+
+def _callee(func: ast.expr, public: dict[str, object]) -> tuple[str, object]:
+    """What a call in the README calls: (how it reads, the object; None: not ours)."""
+    if isinstance(func, ast.Name):
+        return func.id, public.get(func.id)
+    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+        owner = public.get(INSTANCES.get(func.value.id, func.value.id))
+        label = f"{func.value.id}.{func.attr}"
+        if owner is None:
+            return label, None
+        return label, getattr(owner, func.attr, _MISSING)
+    return "", None
+
+
+_MISSING = object()
+
+
+def _wrong_keywords(call: ast.Call, label: str, target: object) -> list[str]:
+    if label.rpartition(".")[2] in ("chat", "achat"):  # guard.chat(...), `chat(..., priority=...)`
+        return [f"chat({k.arg}=)" for k in call.keywords if k.arg not in CHAT_KEYWORDS]
+    if target is _MISSING:
+        return [f"{label}: no such attribute"]
+    if target is None or not callable(target):
+        return []
+    try:
+        parameters = inspect.signature(target).parameters
+    except (TypeError, ValueError):
+        return []
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return []
+    return [f"{label}({k.arg}=)" for k in call.keywords if k.arg and k.arg not in parameters]
+
+
+def test_calls_name_methods_and_keywords_that_exist() -> None:
+    public = _public_names()
+    wrong = []
+    for call in _calls():
+        label, target = _callee(call.func, public)
+        if label == "chat" or target is not None:
+            wrong += _wrong_keywords(call, label, target)
+    assert not wrong, f"the README calls what the code does not have: {sorted(set(wrong))}"
+
+
+def test_every_example_is_listed_and_every_listed_one_exists() -> None:
+    examples = ROOT / "examples"
+    scripts = {path.name for path in examples.glob("*.py")}
+    listed = set(re.findall(r"`(?:examples/)?([a-z_]+\.py)`", README)) & (
+        scripts | set(re.findall(r"examples/([a-z_]+\.py)", README))
+    )
+    assert scripts <= listed, f"examples the README does not name: {sorted(scripts - listed)}"
+    for path in re.findall(r"examples/[\w./-]+\w", README):
+        assert (ROOT / path).exists(), path
+
+
+def _command_lines() -> list[str]:
+    lines = [span for span in re.findall(r"`(llmguard [^`]+)`", README)]
+    for block in _fenced("bash", ""):
+        lines += re.findall(r"^\$? ?(llmguard [^\n#]+)", block, re.M)
+    return [" ".join(line.split()) for line in lines]
+
+
+def test_the_readme_shows_command_lines() -> None:
+    assert len(_command_lines()) >= 10
+
+
+@pytest.mark.parametrize("line", sorted(set(_command_lines())))
+def test_command_line_names_real_options(line: str) -> None:
+    words = [word.strip("[]") for word in line.split()[1:]]
+    options = {word.split("=")[0] for word in words if word.startswith("--")}
+    help_text = io.StringIO()
+    with contextlib.redirect_stdout(help_text), pytest.raises(SystemExit) as exit_:
+        # every word before the first option, then --help: a command that is not there
+        # exits 2; one that is prints its options
+        main([*words[: _first_option_at(words)], "--help"])
+    assert exit_.value.code == 0, line
+    missing = {
+        option for option in options if not re.search(rf"{option}(?![\w-])", help_text.getvalue())
+    }
+    assert not missing, f"{line}: options the command does not have: {sorted(missing)}"
+
+
+def _first_option_at(words: list[str]) -> int:
+    return next((i for i, word in enumerate(words) if word.startswith("-")), len(words))
+
+
+def test_placement_is_described_by_its_method() -> None:
+    """The README quotes ``placement.describe()``'s line; ``str(placement)`` is the repr."""
+    from llmguard_sdk.providers._gpu import Placement
+
+    line = Placement(-1, 8192, "the whole model fits in free VRAM", 80532 * 2**20).describe()
+    assert line in " ".join(README.split())
+    assert "placement.describe()" in README
