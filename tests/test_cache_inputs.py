@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from llmguard_sdk.cache import Pair, ResponseCache, read_pairs
+from llmguard_sdk.cache import HashingEmbedder, HybridEmbedder, Pair, ResponseCache, read_pairs
 from llmguard_sdk.cache._config import MAX_LIFETIME_S
+from llmguard_sdk.cache.verifier import ParaphraseVerifier
 from llmguard_sdk.cli import main
 from llmguard_sdk.errors import ConfigurationError, RequestValidationError
 from tests.test_cache import answer, ask
@@ -95,3 +96,39 @@ def test_the_longest_lifetimes_work_in_redis(redis_url: str, redis_prefix: str) 
     assert hit.kind == "exact"
     assert cache.state.health.up()  # type: ignore[attr-defined]
     cache.close()
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: HashingEmbedder(1024.0),  # type: ignore[arg-type]
+        lambda: HashingEmbedder("1024"),  # type: ignore[arg-type]
+        lambda: HashingEmbedder(ngram_sizes=3),  # type: ignore[arg-type]
+        lambda: HashingEmbedder(ngram_sizes=(3.5,)),  # type: ignore[arg-type]
+        lambda: HashingEmbedder(ngram_sizes=("3",)),  # type: ignore[arg-type]
+        lambda: HashingEmbedder(char_weight=float("nan")),
+        lambda: HashingEmbedder(pair_weight=float("inf")),
+        lambda: HashingEmbedder(char_weight="0.5"),  # type: ignore[arg-type]
+        lambda: HybridEmbedder([(HashingEmbedder(), "1")]),  # type: ignore[list-item]
+        lambda: HybridEmbedder([("hashing", 1.0)]),  # type: ignore[list-item]
+        lambda: HybridEmbedder([(HashingEmbedder(), 1.0)], default_threshold="0.7"),  # type: ignore[arg-type]
+        lambda: ParaphraseVerifier(HashingEmbedder(), threshold="0.8"),  # type: ignore[arg-type]
+    ],
+)
+def test_embedder_options_of_the_wrong_kind_are_configuration_errors(build: Any) -> None:
+    """Each was a ``TypeError`` or ``AttributeError`` at construction or at the first
+    lookup, or taken silently: a NaN or infinite weight made every vector NaN (no semantic
+    hit, ever), a threshold given as text was ignored."""
+    with pytest.raises(ConfigurationError):
+        build()
+
+
+def test_embedder_options_of_the_right_kind_still_work() -> None:
+    hashing = HashingEmbedder(64, ngram_sizes=[3, 4], char_weight=0, pair_weight=1)
+    hybrid = HybridEmbedder([[hashing, 1], (HashingEmbedder(), 2.5)], default_threshold=0.6)  # type: ignore[list-item]
+    cache = ResponseCache(embedder=hybrid)
+    assert cache.threshold == 0.6
+    assert cache.store(ask("How do I reset my password?"), answer("a"))
+    hit = cache.lookup(ask("How can I reset my password?"))
+    assert hit is not None
+    assert hit.kind == "semantic"

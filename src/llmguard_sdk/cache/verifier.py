@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 from .._lazy import np
 from ..errors import ConfigurationError
 from ._framings import MANNER
+from .embedders.base import finite_number
 from .guards import request_terms, term_of
 
 if TYPE_CHECKING:
@@ -56,8 +57,8 @@ class ParaphraseVerifier:
     """
 
     def __init__(self, encoder: BertEmbedder, *, threshold: float = 0.75) -> None:
-        if not 0.0 <= threshold <= 1.0:
-            raise ConfigurationError("verifier threshold must be in [0, 1]")
+        if not finite_number(threshold) or not 0.0 <= threshold <= 1.0:
+            raise ConfigurationError(f"verifier threshold must be in [0, 1], got {threshold!r}")
         self.encoder = encoder
         self.threshold = threshold
         self.name = f"paraphrase-verifier({encoder.name})"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
 import numbers
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol, TypeAlias, runtime_checkable
@@ -14,9 +15,11 @@ __all__ = [
     "DEFAULT_THRESHOLD",
     "Embedder",
     "embed_within",
+    "finite_number",
     "normalise",
     "suggested_threshold",
     "takes_timeout",
+    "whole_number",
 ]
 
 if TYPE_CHECKING:
@@ -79,6 +82,17 @@ def embed_within(embedder: Embedder, texts: Sequence[str], timeout: float | None
         return embedder.embed(texts)
     vectors: Vectors = embedder.embed(texts, timeout=timeout)  # type: ignore[call-arg]
     return vectors
+
+
+def finite_number(value: object) -> bool:
+    """Whether ``value`` is a finite number (not a bool, not NaN): an option's check."""
+    real = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    return real and math.isfinite(value)  # type: ignore[arg-type]
+
+
+def whole_number(value: object) -> bool:
+    """Whether ``value`` is a whole number (an ``int`` or numpy's, not a bool)."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def suggested_threshold(embedder: Embedder) -> float:

@@ -8,14 +8,14 @@ import math
 import re
 import unicodedata
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from ..._lazy import np
 from ...errors import ConfigurationError
 from ...tokens import cl100k_encoding
-from .base import normalise
+from .base import finite_number, normalise, whole_number
 
 if TYPE_CHECKING:
     import numpy.typing as npt
@@ -70,12 +70,21 @@ class HashingEmbedder:
         char_weight: float = 0.5,
         pair_weight: float = 0.5,
     ) -> None:
-        if dimension < 16:
-            raise ConfigurationError("HashingEmbedder dimension must be at least 16")
-        if not ngram_sizes or min(ngram_sizes) < 2:
-            raise ConfigurationError("ngram_sizes must be lengths of 2 or more")
-        self.dimension = dimension
-        self._sizes = tuple(sorted(set(ngram_sizes)))
+        if not whole_number(dimension) or dimension < 16:
+            raise ConfigurationError(
+                f"HashingEmbedder dimension must be a whole number >= 16, got {dimension!r}"
+            )
+        listed = isinstance(ngram_sizes, Iterable) and not isinstance(ngram_sizes, str | bytes)
+        lengths = tuple(ngram_sizes) if listed else ()
+        if not lengths or not all(whole_number(n) and n >= 2 for n in lengths):
+            raise ConfigurationError(
+                f"ngram_sizes must be lengths of 2 or more, got {ngram_sizes!r}"
+            )
+        for option, weight in (("char_weight", char_weight), ("pair_weight", pair_weight)):
+            if not finite_number(weight) or weight < 0:  # (NaN made every vector NaN)
+                raise ConfigurationError(f"{option} must be a finite number >= 0, got {weight!r}")
+        self.dimension = int(dimension)
+        self._sizes = tuple(sorted({int(n) for n in lengths}))
         self._char_weight = char_weight
         self._pair_weight = pair_weight
         self._words: dict[str, tuple[npt.NDArray[np.intp], npt.NDArray[np.float32]]] = {}

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from ..._lazy import np
 from ...errors import ConfigurationError
-from .base import Embedder, embed_within, normalise, suggested_threshold
+from .base import Embedder, embed_within, finite_number, normalise, suggested_threshold
 from .hashing import HashingEmbedder
 
 if TYPE_CHECKING:
@@ -35,8 +35,17 @@ class HybridEmbedder:
         *,
         default_threshold: float | None = None,
     ) -> None:
-        if not parts or any(not 0 < weight < math.inf for _, weight in parts):  # (NaN too)
-            raise ConfigurationError("HybridEmbedder needs parts with positive, finite weights")
+        if not isinstance(parts, Sequence) or not parts or not all(map(_part, parts)):
+            raise ConfigurationError(
+                f"HybridEmbedder needs (embedder, weight) parts with positive, finite weights, "
+                f"got {parts!r:.80}"
+            )
+        if default_threshold is not None and not (
+            finite_number(default_threshold) and -1 <= default_threshold <= 1
+        ):
+            raise ConfigurationError(
+                f"default_threshold must be a similarity in [-1, 1], got {default_threshold!r}"
+            )
         total = sum(weight for _, weight in parts)
         self.parts = [(embedder, weight / total) for embedder, weight in parts]
         self._scales = [np.float32(math.sqrt(weight)) for _, weight in self.parts]
@@ -79,3 +88,11 @@ class HybridEmbedder:
             vectors = embed_within(embedder, texts, left)
             blocks.append(np.asarray(vectors, dtype=np.float32) * scale)
         return normalise(np.concatenate(blocks, axis=1))
+
+
+def _part(part: object) -> bool:
+    """Whether ``part`` is an ``(embedder, weight)`` pair with a positive, finite weight."""
+    if not isinstance(part, tuple | list) or len(part) != 2:
+        return False
+    embedder, weight = part
+    return isinstance(embedder, Embedder) and finite_number(weight) and weight > 0
