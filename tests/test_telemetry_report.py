@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import subprocess
 import sys
 import time
@@ -70,6 +71,25 @@ def test_the_page_has_every_plot_with_marks() -> None:
     assert "no data" not in page
     empty = render_report([])
     assert empty.count("no data") == len(PLOTS)
+
+
+def test_odd_records_are_left_out_or_read_as_text_not_a_crash() -> None:
+    """A usage line edited by hand (a route that is a list, a time of ``Infinity`` or
+    ``true``) raised ``TypeError`` out of ``llmguard report`` or drew no page."""
+    records, samples = six_hours()
+    odd = [
+        {"ts": records[0]["ts"], "outcome": "error", "route": ["primary"], "cost_usd": 1},
+        {"ts": records[0]["ts"], "outcome": "ok", "route": {"a": 1}, "latency_s": 0.1},
+        {"ts": float("inf"), "outcome": "ok", "route": "primary"},
+        {"ts": float("nan"), "outcome": "ok", "route": "primary"},
+        {"ts": True, "outcome": "ok", "route": "primary"},
+    ]
+    page = render_report(records + odd, samples)
+    assert "2,002 calls" in page  # the two with a time; their routes read as text
+    for name in PLOTS:
+        figure = page.split(f'data-plot="{name}"', 1)[1].split("</figure>", 1)[0]
+        assert 'class="mark"' in figure, name
+        assert not re.search(r"[\s\"=,(:]-?(nan|inf)\b", figure.lower()), name
 
 
 def test_a_real_guards_usage_file_makes_a_report(

@@ -164,13 +164,26 @@ def _feedback(samples: list[dict[str, Any]], width: int) -> tuple[dict[str, Any]
             score = given.get("score")
             if isinstance(score, int | float) and not isinstance(score, bool):
                 label = str(given.get("label") or "score")
-                means[label][sample.get("ts", 0) // width * width].append(float(score))
+                means[label][sample["ts"] // width * width].append(float(score))
                 labels[label] += 1
     series = {
         label: sorted((start, sum(v) / len(v)) for start, v in cells.items())
         for label, cells in sorted(means.items())
     }
     return series, labels
+
+
+def _timed(record: Mapping[str, Any]) -> bool:
+    """Whether ``record`` has a time to plot it at (a finite number; ``true`` is none)."""
+    ts = record.get("ts")
+    return isinstance(ts, int | float) and not isinstance(ts, bool) and math.isfinite(ts)
+
+
+def _readable(record: dict[str, Any]) -> dict[str, Any]:
+    """``record`` with a ``route`` that is no string (a list, in a line edited by hand) as
+    text: routes are keys of the series."""
+    route = record.get("route")
+    return record if route is None or isinstance(route, str) else {**record, "route": str(route)}
 
 
 def _figure(name: str, title: str, chart: str, caption: str = "") -> str:
@@ -211,9 +224,9 @@ def render_report(
     title: str = "llmguard usage report",
 ) -> str:
     """The report page for ``usage`` records (and the ``samples`` with their feedback)."""
-    records = [r for r in usage if isinstance(r.get("ts"), int | float)]
-    scored = list(samples)
-    width = _bucket(records + [s for s in scored if isinstance(s.get("ts"), int | float)])
+    records = [_readable(r) for r in usage if _timed(r)]  # a line edited by hand: left out,
+    scored = [s for s in samples if _timed(s)]  # or its route read as text
+    width = _bucket(records + scored)
     per = f"per {width // 60} min" if width < 3600 else f"per {width // 3600} h"
     feedback, labels = _feedback(scored, width)
     hits = _rate_series(records, width, lambda r: r.get("route") == "cache")
