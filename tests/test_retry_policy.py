@@ -126,3 +126,10 @@ def test_a_wait_never_ends_past_the_deadline(remaining: float, seed: int) -> Non
     )
     if decision.retry:
         assert decision.wait < remaining
+
+
+@pytest.mark.parametrize("hint", [None, 0.1])
+def test_a_time_left_that_is_no_number_leaves_no_time_for_a_retry(hint: float | None) -> None:
+    """``remaining=nan`` compared False against every wait, so the retry was taken."""
+    decision = decide(RetryPolicy(), attempt=1, retryable=True, hint=hint, remaining=float("nan"))
+    assert (decision.retry, decision.reason) == (False, "deadline")

@@ -175,7 +175,7 @@ def decide(
     if hint is not None:
         if hint > policy.cap:
             return Decision(False, hint, "hint-beyond-cap", hinted=True)
-        if hint + MIN_ATTEMPT_SECONDS > remaining:
+        if not hint + MIN_ATTEMPT_SECONDS <= remaining:  # (a NaN left: no time)
             return Decision(False, hint, "deadline", hinted=True)
         return Decision(True, hint, "retry", hinted=True)
     wait = backoff(
@@ -186,7 +186,7 @@ def decide(
         previous=previous_wait,
         rng=rng,
     )
-    if wait + MIN_ATTEMPT_SECONDS > remaining:
+    if not wait + MIN_ATTEMPT_SECONDS <= remaining:
         return Decision(False, wait, "deadline")
     return Decision(True, wait, "retry")
 
