@@ -556,3 +556,27 @@ def test_yaml_merge_keys_still_read_and_their_keys_may_be_overridden(tmp_path: P
     config = load_config(_write(tmp_path, "guard.yaml", text))
     _entries, routes = resolve(config, {})
     assert [(r.name, r.base_url) for r in routes] == [("a", "http://h/v1"), ("b", "http://h/v1")]
+
+
+@pytest.mark.parametrize(
+    "second",
+    [
+        '[[routes]]\nmodel = "vllm/b"\nbase_url = "http://127.0.0.1:9/v1"\nname = "g"\n',
+        '[[routes]]\ngroup = "g"\n'
+        'deployments = [{model = "vllm/b", base_url = "http://127.0.0.1:9/v1", name = "b"}]\n',
+    ],
+)
+def test_a_group_named_as_a_route_or_group_is_refused_by_check_as_by_the_guard(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], second: str
+) -> None:
+    """``llmguard check`` said such a file was good; the Guard refused it (a tier naming
+    ``g`` would not say which), without naming the file."""
+    first = (
+        '[[routes]]\ngroup = "g"\n'
+        'deployments = [{model = "vllm/a", base_url = "http://127.0.0.1:9/v1", name = "a"}]\n'
+    )
+    path = _write(tmp_path, "guard.toml", first + second)
+    with pytest.raises(ConfigurationError, match=r"guard\.toml: routes: .*\['g'\]"):
+        Guard.from_config(path, environ={})
+    assert main(["check", str(path)]) == 2
+    assert "['g']" in capsys.readouterr().err

@@ -342,11 +342,12 @@ def resolve(
             provider, info = _route(entry, environ, f"routes.{index}")
             entries.append(provider)
             described.append(info)
-    names = [info.name for info in described]
+    groups = [entry.group for entry in config.routes if isinstance(entry, GroupConfig)]
+    names = [info.name for info in described] + groups  # tiers name either
     repeated = sorted({name for name in names if names.count(name) > 1})
     if repeated:  # the Guard's rule: the file says which routes to name
         raise ConfigurationError(
-            f"routes: route names must be unique; repeated: {repeated} (give each a name)"
+            f"routes: route and group names must be unique; repeated: {repeated} (give each a name)"
         )
     return entries, described
 
