@@ -358,6 +358,40 @@ def test_bad_environment_values_name_the_variable(environ: dict[str, str], named
         Guard(environ=environ)
 
 
+async def _async_hook(value: object) -> None:
+    """An async callable: a Guard calls its hooks and filters, never awaits them."""
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({"hooks": print}, "hooks must be a list"),  # one callable, not a list of them
+        ({"input_filters": print}, "input_filters must be a list"),
+        ({"output_filters": print}, "output_filters must be a list"),
+        ({"breaker_hooks": print}, "breaker_hooks must be a list"),
+        ({"hooks": [_async_hook]}, "never awaited"),  # its events were silently dropped
+        ({"input_filters": [_async_hook]}, "never awaited"),
+        ({"output_filters": [_async_hook]}, "never awaited"),
+        ({"breaker_hooks": [_async_hook]}, "never awaited"),
+        ({"moves_on": 5}, "moves_on"),
+        ({"moves_on": _async_hook}, "moves_on"),
+        ({"degraded": 5}, "degraded"),
+        ({"continue_interrupted_streams": "yes"}, "continue_interrupted_streams"),
+        ({"store": 5}, "store"),  # was ignored: the Guard kept its state in memory
+        ({"environ": 5}, "environ"),
+        ({"breaker": 5}, "breaker"),
+    ],
+)
+def test_guard_arguments_of_the_wrong_kind_are_configuration_errors(
+    fake: FakeProvider, options: dict[str, object], named: str
+) -> None:
+    options.setdefault("environ", {})
+    provider = OpenAICompatibleProvider(fake.base_url, model=fake.model)
+    with pytest.raises(ConfigurationError, match=named):
+        Guard(provider, **options)  # type: ignore[arg-type]
+    assert fake.stats.requests == 0
+
+
 def test_guard_without_provider_explains_itself() -> None:
     guard = Guard(environ={})
     with pytest.raises(ConfigurationError, match="LLMGUARD_BASE_URL"):

@@ -227,6 +227,10 @@ class Guard(Closes, AsyncCloses):
         tasks: TaskRouter | None = None,
         release: Release | ReleasePlan | None = None,
     ) -> None:
+        wiring.arguments(
+            environ=environ, store=store, breaker=breaker, moves_on=moves_on,
+            degraded=degraded, continue_streams=continue_interrupted_streams,
+        )  # fmt: skip
         self.settings = GuardSettings.from_env(
             environ,
             store=store if isinstance(store, str) else None,
@@ -237,13 +241,10 @@ class Guard(Closes, AsyncCloses):
         )
         retry = wiring.retry_policy(retry, retry_budget, self.settings.retry_attempts)
         routes = wiring.routes(providers := wiring.chain(release, providers), self.settings)
-        for fn, what in (
-            [(f, "input filter") for f in input_filters]
-            + [(f, "output filter") for f in output_filters]
-            + [(h, "hook") for h in hooks]
-        ):
-            if not callable(fn):
-                raise ConfigurationError(f"{what} {fn!r} is not callable")
+        input_filters = wiring.callables("input_filters", input_filters)
+        output_filters = wiring.callables("output_filters", output_filters)
+        hooks = wiring.callables("hooks", hooks)
+        breaker_hooks = wiring.callables("breaker_hooks", breaker_hooks)
         self.store: Store = open_store(
             store if isinstance(store, Store) else self.settings.store,
             key_prefix=self.settings.key_prefix,

@@ -4,7 +4,8 @@ backends for its store, telemetry, spend control, the cache)."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 from ..breaker import (
     BreakerBackend,
@@ -30,6 +31,7 @@ from ..retry import (
     RetryBudgetPolicy,
     RetryPolicy,
 )
+from ..retry._api import is_async_callable
 from ..router import DeploymentGroup, TaskRouter
 from ..store import RedisStore, Store
 from ..telemetry import Telemetry
@@ -38,8 +40,10 @@ from .routing import Routing, flatten
 from .tasks import TaskRouting
 
 __all__ = [
+    "arguments",
     "breakers",
     "cache",
+    "callables",
     "chain",
     "limiter",
     "releases",
@@ -50,6 +54,53 @@ __all__ = [
     "tasks",
     "telemetry",
 ]
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def callables(name: str, fns: Sequence[F]) -> tuple[F, ...]:
+    """The Guard's ``name`` (hooks, filters): a list of plain callables, else a
+    :class:`ConfigurationError` (an async one would be called and never awaited: its
+    filter's answer a coroutine, its hook's work never done)."""
+    if callable(fns) or isinstance(fns, (str, bytes)) or not isinstance(fns, Sequence):
+        raise ConfigurationError(f"Guard {name} must be a list of callables, got {fns!r:.80}")
+    for fn in fns:
+        if not callable(fn):
+            raise ConfigurationError(f"Guard {name}: {fn!r:.80} is not callable")
+        if is_async_callable(fn):
+            raise ConfigurationError(
+                f"Guard {name} are called, never awaited: none may be async, got {fn!r:.80}"
+            )
+    return tuple(fns)
+
+
+def arguments(
+    *,
+    environ: object,
+    store: object,
+    breaker: object,
+    moves_on: object,
+    degraded: object,
+    continue_streams: object,
+) -> None:
+    """Check the Guard's arguments that no stage checks, before any is used: each of the
+    wrong kind is a :class:`ConfigurationError` (found out otherwise at a failure, after the
+    call went out, or never: a ``store`` of another kind kept the state in memory)."""
+    kinds: list[tuple[str, object, tuple[type, ...], str]] = [
+        ("environ", environ, (Mapping, type(None)), "a mapping of variables or None"),
+        ("store", store, (str, Store, type(None)), "'memory', a Redis URL or a Store"),
+        ("breaker", breaker, (BreakerPolicy, Breakers, type(None)), "a BreakerPolicy"),
+        ("degraded", degraded, (str, type(None)), "a string or None"),
+        ("continue_interrupted_streams", continue_streams, (bool,), "True or False"),
+    ]
+    for name, value, allowed, kind in kinds:
+        if not isinstance(value, allowed):
+            raise ConfigurationError(f"Guard {name}= must be {kind}, got {value!r:.80}")
+    if moves_on is not None and (not callable(moves_on) or is_async_callable(moves_on)):
+        raise ConfigurationError(
+            f"Guard moves_on= must be a plain function of the error, got {moves_on!r:.80}"
+        )
 
 
 def chain(release: Release | ReleasePlan | None, providers: Entries) -> Entries:
