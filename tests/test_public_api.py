@@ -180,3 +180,75 @@ def test_telemetry_exports_the_parts_passed_to_telemetry() -> None:
     )
     with pytest.raises(AttributeError, match="no attribute 'Nothing'"):
         telemetry.Nothing  # noqa: B018
+
+
+def _public_modules() -> list[str]:
+    import pkgutil
+
+    names = ["llmguard_sdk"]
+    for info in pkgutil.walk_packages(llmguard_sdk.__path__, "llmguard_sdk."):
+        if not any(part.startswith("_") for part in info.name.split(".")[1:]):
+            names.append(info.name)
+    return names
+
+
+def _assignment_documented(module_name: str, name: str, depth: int = 0) -> bool:
+    """Whether ``name`` is assigned at the top of ``module_name`` (or of the module it is
+    imported from) with a string right after it: an attribute docstring, which is what
+    ``help()`` and Sphinx show for a type alias or a constant."""
+    import ast
+    import importlib.util
+
+    spec = importlib.util.find_spec(module_name)
+    assert spec is not None
+    assert spec.origin is not None
+    assert depth < 10
+    with open(spec.origin, encoding="utf-8") as source:
+        body = ast.parse(source.read()).body
+    for index, node in enumerate(body):
+        targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+        if any(isinstance(t, ast.Name) and t.id == name for t in targets):
+            after = body[index + 1] if index + 1 < len(body) else None
+            return isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)
+        if isinstance(node, ast.ImportFrom):
+            for alias in node.names:
+                if (alias.asname or alias.name) == name:
+                    package = module_name  # a package's own __init__, else its parent
+                    if not spec.submodule_search_locations:
+                        package = module_name.rpartition(".")[0]
+                    relative = "." * node.level + (node.module or "")
+                    origin = importlib.util.resolve_name(relative, package)
+                    return _assignment_documented(origin, alias.name, depth + 1)
+    return False
+
+
+def _undocumented(module_name: str) -> list[str]:
+    import importlib
+
+    module = importlib.import_module(module_name)
+    missing = []
+    for name in getattr(module, "__all__", ()):
+        value = getattr(module, name)
+        if inspect.ismodule(value) or name.startswith("__"):
+            continue
+        if inspect.isclass(value):
+            if not (value.__dict__.get("__doc__") or "").strip():
+                missing.append(name)
+            for attr, member in vars(value).items():
+                function = getattr(member, "__func__", member)
+                public = not attr.startswith("_") or attr == "__call__"
+                # getdoc lends __call__ the doc of type's own ("Call self as a function.")
+                doc = function.__doc__ if attr == "__call__" else inspect.getdoc(function)
+                if public and inspect.isfunction(function) and not doc:
+                    missing.append(f"{name}.{attr}")
+        elif callable(value) and getattr(value, "__module__", "").startswith("llmguard_sdk"):
+            if not inspect.getdoc(value):
+                missing.append(name)
+        elif not _assignment_documented(module_name, name):
+            missing.append(name)  # a type alias or a constant: a string after it documents it
+    return missing
+
+
+@pytest.mark.parametrize("module_name", _public_modules())
+def test_every_public_name_of_every_public_module_is_documented(module_name: str) -> None:
+    assert not _undocumented(module_name), f"{module_name}: no docstring for these"

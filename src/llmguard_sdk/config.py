@@ -32,6 +32,7 @@ from .errors import ConfigurationError
 __all__ = ["ENV_PREFIX", "GuardSettings"]
 
 ENV_PREFIX = "LLMGUARD_"
+"""The prefix of every environment variable the settings read."""
 
 
 def _not_a_bool(value: object) -> object:

@@ -50,6 +50,7 @@ __all__ = [
 ]
 
 State = Literal["closed", "open", "half_open", "isolated"]
+"""A breaker's state: ``isolated`` is open by hand (``Breakers.isolate``) until reset."""
 Outcome = Literal["ok", "slow", "fail", "rate_limited"]
 """How a call went, for the breaker: ``rate_limited`` opens it for the server's hint."""
 

@@ -54,8 +54,12 @@ _MAX_NANO = 2**53 - 1
 _SAFE = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 WindowKind = Literal["minute", "hour", "day", "month", "rolling"]
+"""A budget's window: a calendar minute, hour, day or month in UTC, or ``rolling``."""
 ScopeKind = Literal["global", "tenant", "feature", "user", "tag"]
+"""What a budget counts: every call, or each tenant, feature, user or tag of its own."""
 ExhaustionPolicy = Literal["refuse", "downgrade", "local_only"]
+"""What a call meets when a budget has no room: refused, sent to the ``downgrade_to``
+routes, or to the local model routes only."""
 _WINDOWS = ("minute", "hour", "day", "month", "rolling")
 _SCOPES = ("global", "tenant", "feature", "user", "tag")
 _POLICIES = ("refuse", "downgrade", "local_only")

@@ -85,6 +85,7 @@ class UsageRecorder:
         }
 
     def __call__(self, event: CallEvent) -> None:
+        """Append ``event``'s record to the file as one JSON line (thread-safe)."""
         line = json.dumps(self.record(event), separators=(",", ":")) + "\n"
         with self._lock, self.path.open("a", encoding="utf-8") as out:
             out.write(line)

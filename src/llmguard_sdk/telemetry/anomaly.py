@@ -41,6 +41,8 @@ from ._repeats import log_repeated
 __all__ = ["Anomalies", "AnomalyEvent", "AnomalyKind", "RollingBaseline", "TimeBuckets"]
 
 AnomalyKind = Literal["tokens_per_request", "cost_per_hour", "error_rate"]
+"""What an :class:`AnomalyEvent` flags: a call's tokens, a feature's hourly cost, or a
+minute's error rate, each against its baseline."""
 _REFRESH_EVERY = 16
 _MAX_KEYS = 10_000
 logger = logging.getLogger("llmguard_sdk")

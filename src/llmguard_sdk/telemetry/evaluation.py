@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 __all__ = ["Comparator", "EvalReport", "Side", "compare_exact", "compare_overlap", "replay"]
 
 Comparator = Callable[[str, str], "bool | float"]
+"""``(recorded, replayed) -> agree``: a bool, or a score that agrees from the threshold up."""
 _WORD = re.compile(r"\w+")
 
 

@@ -39,6 +39,7 @@ PLOTS = (
     "failures-by-route",
     "feedback",
 )
+"""The report's plots, in page order: each is a ``<figure data-plot="NAME">``."""
 _BUCKETS = (60, 300, 900, 3600, 6 * 3600, 86_400)
 _TOP = 7
 _STYLE = """
