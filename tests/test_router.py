@@ -140,6 +140,24 @@ def test_calls_in_flight_multiply_the_cost() -> None:
     assert group.local_leases.counts("g", group.names) == [0, 0]
 
 
+def test_a_deployment_not_yet_measured_takes_its_share_not_every_call() -> None:
+    """Never measured, it cost 0 however many calls it had in flight: a burst went there
+    whole (a deployment added to a busy group took every call until two answers came back)."""
+    clock = Clock()
+    group = DeploymentGroup("g", _named("a", "new"), seed=3, clock=clock)
+    for _ in range(2):
+        group.observe("a", 0.1, failed=False)
+    assert group.ranked()[0].name == "new"  # nothing in flight there: measured early
+    firsts = []
+    for call in range(20):  # a burst: each call leases the deployment it leads with
+        first = group.ranked()[0].name
+        firsts.append(first)
+        group.local_leases.take(
+            LeaseAsk("g", group.names, group.names.index(first), 0, f"c{call}", 60.0)
+        )
+    assert 5 <= firsts.count("new") <= 15  # shared as if it were as fast as the best
+
+
 def test_power_of_two_choices_puts_the_faster_of_the_pair_first() -> None:
     rng = random.Random(7)
     firsts = [rank_by_latency([0.1, 0.3, 0.9], rng)[0] for _ in range(3000)]

@@ -304,7 +304,15 @@ class DeploymentGroup:
             }
 
     def _by_latency(self, in_flight: list[int], now: float) -> list[int]:
-        costs = [c * (1 + n) for c, n in zip(self._estimates(), in_flight, strict=True)]
+        estimates = self._estimates()
+        measured = [self._latency[name].first_s is not None for name in self.names]
+        best = min((e for e, known in zip(estimates, measured, strict=True) if known), default=0.0)
+        # one never measured costs nothing while idle (so it is measured early), and as the
+        # best does once it has calls in flight (not a whole burst while none came back)
+        costs = [
+            (e if known else best if n else 0.0) * (1 + n)
+            for e, known, n in zip(estimates, measured, in_flight, strict=True)
+        ]
         old = [
             stale(self._latency[name], self._led.get(name, 0.0), now, self.half_life_s)
             for name in self.names

@@ -22,8 +22,9 @@ to the peak again. Exploring also refreshes an average that one stray sample lef
 (the best's may have got worse since). A deployment's first answer pays for its connection
 (TLS, a cold pool) and is not measured. Within the band the ranking takes the power of two
 choices: two deployments drawn at random, the cheaper first (a deployment never measured
-costs 0, so each is measured early); then the others, cheapest first, as the failover order
-within the group.
+costs 0 while it has no call in flight, so each is measured early, and as the best one once
+it has: a burst is shared, not all sent there); then the others, cheapest first, as the
+failover order within the group.
 
 .. versionadded:: 0.2.0
 """
