@@ -92,6 +92,27 @@ def test_odd_records_are_left_out_or_read_as_text_not_a_crash() -> None:
         assert not re.search(r"[\s\"=,(:]-?(nan|inf)\b", figure.lower()), name
 
 
+def test_a_latency_that_is_no_finite_number_is_left_out() -> None:
+    """``"latency_s": Infinity`` (JSON reads it) raised ``OverflowError`` out of the latency
+    plot; NaN and ``true`` were counted as latencies."""
+    records, _ = six_hours()
+    start = records[0]["ts"]
+    odd = [
+        {"ts": start, "outcome": "ok", "route": "primary", "latency_s": value}
+        for value in (float("inf"), float("nan"), True, -1.0)
+    ]
+    page = render_report(records + odd)
+    expected = render_report(records + [{**r, "latency_s": None} for r in odd])
+    plot = 'data-plot="latency-by-route"'
+    assert (
+        page.split(plot)[1].split("</figure>")[0] == expected.split(plot)[1].split("</figure>")[0]
+    )
+    alone = [{"ts": start, "outcome": "ok", "route": "r", "latency_s": float("inf")}]
+    assert 'data-plot="latency-by-route"' in render_report(alone)  # (OverflowError)
+    scored = [{"ts": start, "feedback": [{"score": float("inf")}, {"score": 1}]}]
+    assert 'data-plot="feedback"' in render_report(records, scored)  # (OverflowError)
+
+
 def test_a_real_guards_usage_file_makes_a_report(
     tmp_path: Path, fake: FakeProvider, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -25,7 +25,7 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from ._svg import bar_chart, line_chart
 
@@ -149,7 +149,7 @@ def _latency_groups(records: list[dict[str, Any]]) -> dict[str, dict[str, float]
     by_route: dict[str, list[float]] = defaultdict(list)
     for record in records:
         latency = record.get("latency_s")
-        if isinstance(latency, int | float) and record.get("route"):
+        if _seconds(latency) and record.get("route"):
             by_route[str(record["route"])].append(float(latency) * 1000)
     return {
         route: {f"p{int(s * 100)}": _percentile(v, s) for s in (0.5, 0.95, 0.99)}
@@ -163,7 +163,11 @@ def _feedback(samples: list[dict[str, Any]], width: int) -> tuple[dict[str, Any]
     for sample in samples:
         for given in sample.get("feedback", []):
             score = given.get("score")
-            if isinstance(score, int | float) and not isinstance(score, bool):
+            if (
+                isinstance(score, int | float)
+                and not isinstance(score, bool)
+                and math.isfinite(score)
+            ):
                 label = str(given.get("label") or "score")
                 means[label][sample["ts"] // width * width].append(float(score))
                 labels[label] += 1
@@ -172,6 +176,11 @@ def _feedback(samples: list[dict[str, Any]], width: int) -> tuple[dict[str, Any]
         for label, cells in sorted(means.items())
     }
     return series, labels
+
+
+def _seconds(value: Any) -> TypeGuard[float]:
+    """Whether ``value`` is a latency: a finite number >= 0 (``Infinity`` broke the plot)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value < math.inf
 
 
 def _timed(record: Mapping[str, Any]) -> bool:
