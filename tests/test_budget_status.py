@@ -15,6 +15,7 @@ import pytest
 
 from llmguard_sdk import Guard, OpenAICompatibleProvider, RequestValidationError
 from llmguard_sdk.budget import Budget, Budgets, BudgetUnavailableError, Price, PriceTable
+from llmguard_sdk.budget.redis import RedisBudgetBackend
 from llmguard_sdk.store import RedisStore
 from llmguard_sdk.testing import FakeProvider
 
@@ -145,3 +146,31 @@ def test_a_scope_keyword_it_does_not_know_is_refused(fake: FakeProvider) -> None
         ]
     finally:
         guard.close()
+
+
+def test_a_tenants_named_budget_is_found_and_another_scopes_is_not(
+    fake: FakeProvider, redis_url: str, redis_prefix: str
+) -> None:
+    """``--tenant`` looked for counters named ``tenant.*``: a tenant budget given a
+    ``name=`` was never shown, and a user budget of that id could pass for one."""
+    budgets = [
+        Budget(limit_usd=1.0, scope="tenant", name="gold"),
+        Budget(limit_usd=2.0, scope="user", name="vip"),
+    ]
+    guard = Guard(
+        OpenAICompatibleProvider(fake.base_url, model="fake-model", name="primary"),
+        budgets=Budgets(budgets, prices=PRICES),
+        store=redis_url,
+        key_prefix=redis_prefix,
+        environ={},
+    )
+    try:
+        guard.chat(USER, max_tokens=3, tenant="acme", user="acme")
+    finally:
+        guard.close()
+    store = RedisStore(redis_url, key_prefix=redis_prefix)
+    try:
+        (spec,) = RedisBudgetBackend(store).stored_counters(tenant="acme")
+    finally:
+        store.close()
+    assert (spec.scope, spec.limit) == ("tenant:acme", 1_000_000_000)

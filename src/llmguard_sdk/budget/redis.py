@@ -149,7 +149,8 @@ class RedisBudgetBackend:
         args = [self.clock_offset, rid, repr(float(hold["ttl"])), hold["base"]]
         args += [repr(float(hold["per_token"])), hold["want"], hold["minimum"], len(specs)]
         keys = [*self._keys(specs), self._store.key("budget", self._tag, "p")]
-        return keys, [*args, *self._spec_args(specs), self._pid, repr(_ALIVE)]
+        kinds = [spec.scope.partition(":")[0] for spec in specs]  # stored for the status tool
+        return keys, [*args, *self._spec_args(specs), self._pid, repr(_ALIVE), *kinds]
 
     def _note_rooms(self, specs: Sequence[CounterSpec], live: int, rooms: list[int]) -> None:
         """Remember what the fleet may spend on each counter should Redis go away."""
@@ -326,16 +327,20 @@ class RedisBudgetBackend:
         for raw in client.scan_iter(match=pattern, count=500):
             key = _text(raw)
             name = key.rpartition(":c:")[2]
-            if wanted is not None and not (name.startswith("tenant.") and name.endswith(wanted)):
+            if wanted is not None and not name.endswith(wanted):
                 continue
-            limit, kind, seconds, alerts = (
+            limit, kind, seconds, alerts, scope = (
                 _text(v) if v is not None else None
                 for v in (
-                    client.hmget(key, ["L", "K", "S", "A"])  # type: ignore[union-attr]
+                    client.hmget(key, ["L", "K", "S", "A", "P"])  # type: ignore[union-attr]
                 )
             )
             if limit is None or kind is None:
                 continue  # not reserved on since its spec is stored
+            # a tenant's counter: its stored scope kind says so (a named budget's key does
+            # not; a user's of the same id ends alike), else (stored before) its key's name
+            if wanted is not None and (scope or name.partition(".")[0]) != "tenant":
+                continue
             found.append(
                 CounterSpec(
                     key=name,

@@ -3,7 +3,8 @@
 --       5 nano-dollars per output token, 6 wanted output tokens, 7 fewest output tokens,
 --       8 number of counters, then 5 arguments per counter (see common.lua).
 --       After the counters: the calling process's id and the seconds a process counts as
---       alive since its last reservation. KEYS: 3 per counter, then the set's process set.
+--       alive since its last reservation, then each counter's scope kind (tenant, user ...).
+--       KEYS: 3 per counter, then the set's process set.
 -- Returns {1, tokens, amount, ...} or {0, refused counter (0-based), spent, reserved,
 -- resets_at, 1 when this refusal is the window's 100 % alert: the settled spend alone leaves
 -- no room for a call that would fit an empty window, ...}; "..." is the number of processes
@@ -61,12 +62,13 @@ end
 local amount = math.ceil(base + tokens * per)
 for i = 1, n do
   local c = counters[i]
-  -- the counter's spec beside its state (L limit, K window, S rolling seconds, A alerts), so
-  -- `llmguard budget status` can read a counter without the application's configuration
+  -- the counter's spec beside its state (L limit, K window, S rolling seconds, A alerts, P
+  -- scope kind), so `llmguard budget status` can read a counter without the application's
+  -- configuration
   redis.call('HSET', c.h, 'r', string.format('%d', c.reserved + amount),
     'h:' .. ARGV[2], string.format('%d', amount),
     'L', string.format('%d', c.limit), 'K', c.kind, 'S', ARGV[9 + (i - 1) * 5 + 2],
-    'A', ARGV[9 + (i - 1) * 5 + 3])
+    'A', ARGV[9 + (i - 1) * 5 + 3], 'P', ARGV[10 + n * 5 + i])
   redis.call('ZADD', c.e, string.format('%.6f', now + hold), ARGV[2])
   keep(c, hold)
 end
