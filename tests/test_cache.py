@@ -425,13 +425,14 @@ def test_hashing_embedder_is_deterministic_and_unit_length() -> None:
     [
         ("How do I reset my password?", "b5aeb077896fef1c"),
         ("Where is my order 4417? It was due on Monday.", "b2a32e252c9abdda"),
-        ("Ünïcödé naïve façade, don't", "00f5d4ba1742beab"),
+        ("Ünïcödé naïve façade, don't", "4ca21f821d87462e"),
+        ("rock'n'roll in the 90's, x'1 o'clock", "d44dd502fa238d39"),  # as v1 (ASCII)
         ("x", "bcc45f638e825374"),
     ],
 )
 def test_hashing_embedder_vectors_stay_the_same_bits(text: str, digest: str) -> None:
     # Entries written by one process (or version) are searched by another under the
-    # embedder's name ("hashing-v1-..."): a faster embedding must give the very same floats.
+    # embedder's name ("hashing-v2-..."): a faster embedding must give the very same floats.
     if cl100k_encoding() is None:
         pytest.skip("word rarity comes from tiktoken's cl100k encoding")
     one = HashingEmbedder().embed([text])[0].astype("<f4")

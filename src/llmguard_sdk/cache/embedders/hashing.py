@@ -26,7 +26,9 @@ __all__ = ["HashingEmbedder"]
 
 _WORD_CACHE_SIZE = 16_384  # words (and word pairs) kept with their hashed contributions (about
 # 10 MB and 3 MB at most)
-_WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
+# letters and digits of every script (on ASCII text, what [a-z0-9]+(?:'[a-z]+)? read: v1 read
+# nothing else, so a Russian or Chinese question embedded as its Latin words and numbers alone)
+_WORD = re.compile(r"[^\W_]+(?:'[^\W\d_]+)?")
 
 
 @lru_cache(maxsize=_WORD_CACHE_SIZE)
@@ -35,7 +37,7 @@ def _rarity(word: str) -> float:
     encoding = cl100k_encoding()
     if encoding is None:
         return 1.0 if len(word) > 3 else 0.3
-    if word.isdigit():  # (ASCII: see _WORD) cl100k encodes " 4417" as " ", "441", "7"
+    if word.isdigit():  # cl100k encodes " 4417" as " ", "441", "7"
         return 1.0 + 0.1 * -(-len(word) // 3)  # (a new order number, say: no encoder call)
     tokens = encoding.encode(" " + word, disallowed_special=())
     if len(tokens) != 1:
@@ -90,7 +92,7 @@ class HashingEmbedder:
         self._words: dict[str, tuple[npt.NDArray[np.intp], npt.NDArray[np.float32]]] = {}
         self._pairs: dict[tuple[str, str], tuple[int, float]] = {}
         sizes = "".join(str(n) for n in self._sizes)
-        self.name = f"hashing-v1-d{dimension}-n{sizes}-c{char_weight:g}-p{pair_weight:g}"
+        self.name = f"hashing-v2-d{dimension}-n{sizes}-c{char_weight:g}-p{pair_weight:g}"
 
     def __repr__(self) -> str:
         return f"HashingEmbedder({self.name})"
