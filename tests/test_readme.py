@@ -218,3 +218,13 @@ def test_placement_is_described_by_its_method() -> None:
     line = Placement(-1, 8192, "the whole model fits in free VRAM", 80532 * 2**20).describe()
     assert line in " ".join(README.split())
     assert "placement.describe()" in README
+
+
+def test_every_benchmark_is_in_the_benchmarks_list() -> None:
+    """The Benchmarks section's commands name every bench script (helpers start with ``_``)."""
+    listed = set()
+    for block in _fenced("bash"):
+        listed |= set(re.findall(r"bench/(\w+\.py)", block))
+    scripts = {path.name for path in (ROOT / "bench").glob("[!_]*.py")}
+    assert scripts <= listed, f"benchmarks the README does not list: {sorted(scripts - listed)}"
+    assert all((ROOT / "bench" / name).exists() for name in listed), sorted(listed)
