@@ -274,3 +274,17 @@ def test_a_hand_edited_sample_is_skipped_or_counted_unknown_not_a_crash(tmp_path
     recorded = report.as_dict()["overall"]["recorded"]
     assert (recorded["cost_usd"], recorded["latency_p50_s"]) == (None, None)
     assert main(["eval", str(path), "--base-url", "http://127.0.0.1:9/v1"]) == 1  # replay failed
+
+
+def test_feedback_lines_with_an_odd_call_id_are_skipped(tmp_path: Path) -> None:
+    """A feedback line whose ``call_id`` is a list raised ``TypeError`` (unhashable)."""
+    path = tmp_path / "samples.jsonl"
+    lines = [
+        {"type": "call", "call_id": "a", "request": {"messages": []}, "answer": "hi"},
+        {"type": "feedback", "call_id": ["a"], "score": 1},
+        {"type": "feedback", "call_id": {"a": 1}, "score": 1},
+        {"type": "feedback", "call_id": "a", "score": 0.5},
+    ]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    (sample,) = read_samples(path)
+    assert sample["feedback"] == [{"score": 0.5, "label": None}]

@@ -248,9 +248,11 @@ def read_samples(path: str | Path) -> list[dict[str, Any]]:
     for part in (base.with_name(base.name + ".1"), base):
         if part == base or part.exists():
             for line in _lines(part):
-                if line.get("type") == "call" and isinstance(line.get("call_id"), str):
+                if not isinstance(line.get("call_id"), str):  # (a list: unhashable)
+                    continue
+                if line.get("type") == "call":
                     calls[line["call_id"]] = {**line, "feedback": []}
-                elif line.get("type") == "feedback" and line.get("call_id") in calls:
+                elif line.get("type") == "feedback" and line["call_id"] in calls:
                     calls[line["call_id"]]["feedback"].append(
                         {"score": line.get("score"), "label": line.get("label")}
                     )
