@@ -580,6 +580,7 @@ def test_a_protected_call_of_an_unknown_sdk_is_labelled_unknown(otel: Exported) 
 def test_the_provider_name_of_sdk_objects() -> None:
     """A client class says more than its package (Azure OpenAI is the openai package); an
     exception raised from the SDK's tells too; a plain answer tells nothing."""
+    import anthropic
     import httpx
     import openai
 
@@ -594,6 +595,9 @@ def test_the_provider_name_of_sdk_objects() -> None:
     wrapped.__cause__ = openai.APITimeoutError(request=httpx.Request("POST", "http://h/"))
     assert sdk_provider_name(wrapped) == "openai"
     assert sdk_provider_name({"model": "m"}) is None
+    anthropic_client = anthropic.Anthropic(api_key="k")
+    assert first_sdk_provider_name([openai, openai.APIError, anthropic_client]) == "anthropic"
+    anthropic_client.close()
     assert first_sdk_provider_name([None, {}]) is None
 
 

@@ -55,11 +55,17 @@ def sdk_provider_name(found: object) -> str | None:
 
 
 def first_sdk_provider_name(candidates: Iterable[object]) -> str | None:
-    """The provider of the first of ``candidates`` that belongs to a known SDK's (a client
-    class such as ``AzureOpenAI`` first: it says more than the ``openai`` module does)."""
-    names = [name for name in map(sdk_provider_name, candidates) if name is not None]
-    specific = [name for name in names if name in _CLASSES.values()]
-    return next(iter(specific or names), None)
+    """The provider of the candidate that tells the most: a client class such as
+    ``AzureOpenAI`` (it says more than the ``openai`` package), then an object (a client, an
+    answer) before a class or a module (a function that catches ``openai.APIError`` around
+    an ``anthropic`` client calls Anthropic); the first of equals."""
+    ranked = []
+    for order, found in enumerate(candidates):
+        name = sdk_provider_name(found)
+        if name is not None:
+            plain = isinstance(found, (type, types.ModuleType))
+            ranked.append((name not in _CLASSES.values(), plain, order, name))
+    return min(ranked)[-1] if ranked else None
 
 
 class ProviderNames:
