@@ -11,7 +11,7 @@ import pytest
 
 from llmguard_sdk import CallEvent, ChatResponse, Guard, GuardrailRejectedError
 from llmguard_sdk.budget import Budget, Budgets, Price, PriceTable
-from llmguard_sdk.testing import FakeProvider
+from llmguard_sdk.testing import FakeProvider, Fault
 
 from .conftest import USER
 
@@ -70,3 +70,33 @@ def test_an_answer_an_output_filter_rejects_is_charged_as_it_was_billed(
     assert event.outcome == "error"
     assert event.cost_usd == pytest.approx(CALL_USD)
     assert event.cost_source == "estimated"
+
+
+@pytest.mark.parametrize("shape", ["stream", "astream", "achat"])
+def test_a_call_cancelled_before_any_content_names_no_route(
+    fake: FakeProvider, make_guard: MakeGuard, shape: str
+) -> None:
+    events: list[CallEvent] = []
+    guard = make_guard(fake, hooks=[events.append])
+    fake.script(Fault(latency=1.0) if shape == "achat" else Fault(first_token_delay=0.5))
+    if shape == "stream":
+        stream = guard.chat(USER, stream=True)
+        assert next(stream).text == ""  # the role-only opening chunk: no content yet
+        stream.close()
+    else:
+
+        async def run() -> None:
+            if shape == "astream":
+                chunks = await guard.achat(USER, stream=True)
+                assert (await chunks.__anext__()).text == ""
+                await chunks.aclose()
+            else:
+                with anyio.move_on_after(0.2):
+                    await guard.achat(USER)
+            await guard.aclose()
+
+        anyio.run(run)
+    (event,) = events
+    assert event.outcome == "cancelled"
+    assert event.route is None  # no route served it (it named the route it had opened)
+    assert event.attempts == 1

@@ -232,6 +232,8 @@ def _stream(
         run.record(route, failure, assembler.seconds())
         raise
     except BaseException:  # closed early or cancelled: no outcome; settle to what came
+        if not assembler.delivered:  # no route served the call (as for a plain call)
+            ctx.route = None
         run.release(route)  # (billed: its prompt was sent, and what it delivered)
         used = assembler.used(route.name, limits.sent_input(ctx, reservation), None)
         if used is not None:
