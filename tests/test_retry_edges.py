@@ -28,6 +28,7 @@ from llmguard_sdk.retry import (
     MemoryRetryBudget,
     RedisRetryBudget,
     RetryBudgetPolicy,
+    RetryDetails,
     RetryPolicy,
     is_retryable,
     is_testing,
@@ -290,3 +291,40 @@ def test_an_object_with_an_async_call_is_retried_as_async() -> None:
     with waits_off():
         assert anyio.run(wrapped) == "ok"
     assert client.calls == 3
+
+
+def _one_retry_budget() -> MemoryRetryBudget:
+    """A budget that holds one retry (and no share of traffic)."""
+    return MemoryRetryBudget(RetryBudgetPolicy(ratio=0.0, min_per_second=1.0, window=1.0))
+
+
+def test_a_retry_a_hook_stopped_goes_back_to_the_budget() -> None:
+    """A hook that raised ended the loop after the budget gave its retry: that retry was
+    never made but stayed spent (a Guard gives it back; the standalone loop did not)."""
+    budget = _one_retry_budget()
+
+    def broken_hook(details: RetryDetails) -> None:
+        raise RuntimeError("telemetry down")
+
+    @retry(attempts=2, budget=budget, hooks=[broken_hook], name="r")
+    def down() -> None:
+        raise ProviderUnavailableError("down")
+
+    with waits_off(), pytest.raises(RuntimeError, match="telemetry"):
+        down()
+    assert budget.state("r").retries == pytest.approx(0.0)
+
+
+def test_a_retry_whose_wait_was_cancelled_goes_back_to_the_budget() -> None:
+    budget = _one_retry_budget()
+
+    async def run() -> None:
+        with anyio.move_on_after(0.2):  # the caller gives up during the backoff
+            async for attempt in retry_context(
+                attempts=2, budget=budget, name="r", on=lambda exc: 5.0
+            ):
+                with attempt:
+                    raise ProviderUnavailableError("down")
+
+    anyio.run(run)
+    assert budget.state("r").retries == pytest.approx(0.0)

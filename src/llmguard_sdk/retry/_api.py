@@ -318,26 +318,53 @@ class Retrying:
         return (Attempt(self, number, loop) for number in itertools.count(1))
 
     def __iter__(self) -> Iterator[Attempt]:
-        attempts = self._attempts()
-        if self.budget is not None:
-            self.budget.record_request(self.budget_key)
+        attempts, budget = self._attempts(), self.budget
+        if budget is not None:
+            budget.record_request(self.budget_key)
         for attempt in attempts:
             yield attempt
             if attempt.cause is None:
                 return
-            granted = self.budget is None or self.budget.try_spend(self.budget_key)
-            time.sleep(self._go_on(attempt, granted))
+            granted = budget is None or budget.try_spend(self.budget_key)
+            try:
+                time.sleep(self._go_on(attempt, granted))
+            except BaseException:  # a hook raised, the wait was interrupted: never made
+                if granted and budget is not None:
+                    _give_back(budget, self.budget_key)
+                raise
 
     async def __aiter__(self) -> AsyncIterator[Attempt]:
-        attempts = self._attempts()
-        if self.budget is not None:
-            await self.budget.arecord_request(self.budget_key)
+        attempts, budget = self._attempts(), self.budget
+        if budget is not None:
+            await budget.arecord_request(self.budget_key)
         for attempt in attempts:
             yield attempt
             if attempt.cause is None:
                 return
-            granted = self.budget is None or await self.budget.atry_spend(self.budget_key)
-            await anyio.sleep(self._go_on(attempt, granted))
+            granted = budget is None or await budget.atry_spend(self.budget_key)
+            try:
+                await anyio.sleep(self._go_on(attempt, granted))
+            except BaseException:  # a hook raised, the wait was cancelled: never made
+                if granted and budget is not None:
+                    await _agive_back(budget, self.budget_key)
+                raise
+
+
+def _give_back(budget: RetryBudget, key: str) -> None:
+    """Return a retry ``budget`` gave that was never made (a budget without ``refund``,
+    which :class:`RetryBudget` does not require, keeps it)."""
+    refund = getattr(budget, "refund", None)
+    if callable(refund):
+        refund(key)
+
+
+async def _agive_back(budget: RetryBudget, key: str) -> None:
+    """Async :func:`_give_back`, shielded: it runs while the loop is being cancelled (a
+    Redis budget's call is bounded by the store's socket timeout)."""
+    refund = getattr(budget, "arefund", None)
+    if callable(refund):
+        with anyio.CancelScope(shield=True):
+            await refund(key)
 
 
 def is_async_callable(fn: object) -> bool:

@@ -118,7 +118,8 @@ class RetryBudget(Protocol):
     """Where budgets live: this process, or Redis for the whole fleet. Each operation is
     written once, as steps; the blocking and async entry points are derived from them.
     The SDK's budgets also have ``refund_steps`` (``refund``, ``arefund``): a retry taken,
-    then not made; the Guard gives one back through it when a budget has it."""
+    then not made; the Guard, :func:`~llmguard_sdk.retry.retry` and
+    :func:`~llmguard_sdk.retry.retry_context` give one back through it when a budget has it."""
 
     policy: RetryBudgetPolicy
 
