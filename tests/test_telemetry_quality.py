@@ -160,6 +160,15 @@ def test_feedback_refuses_what_is_not_a_score(otel: Exported, score: Any) -> Non
         otel.telemetry.feedback("x", 1.0, label=3)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("call_id", [["x"], None, 5])
+def test_feedback_refuses_a_call_id_that_is_no_string(otel: Exported, call_id: Any) -> None:
+    """A list raised ``TypeError`` (unhashable); ``None`` or a number recorded a score under
+    no call without a word."""
+    with pytest.raises(RequestValidationError, match="call_id"):
+        otel.telemetry.feedback(call_id, 1.0)
+    assert otel.points("llmguard.feedback.score") == []
+
+
 def test_cached_answers_carry_their_own_call_id(
     fake: FakeProvider, make_guard: MakeGuard, otel: Exported
 ) -> None:

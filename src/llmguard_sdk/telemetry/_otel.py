@@ -276,8 +276,8 @@ class Telemetry:
         known (one of the last 10,000 calls of this Telemetry).
 
         Raises:
-            RequestValidationError: ``score`` is not a finite number, or ``label`` not a
-                string.
+            RequestValidationError: ``score`` is not a finite number, or ``call_id`` or
+                ``label`` not a string.
 
         .. versionadded:: 0.2.0
         """

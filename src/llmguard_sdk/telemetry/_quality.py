@@ -112,7 +112,9 @@ def _is_a(value: Any, expected: type | tuple[type, ...]) -> bool:
     return isinstance(value, expected)
 
 
-def _check(score: object, label: object) -> float:
+def _check(call_id: object, score: object, label: object) -> float:
+    if not isinstance(call_id, str):
+        raise RequestValidationError(f"feedback call_id must be a string, not {call_id!r}")
     if isinstance(score, bool) or not isinstance(score, int | float) or not math.isfinite(score):
         raise RequestValidationError(f"feedback score must be a finite number, not {score!r}")
     if label is not None and not isinstance(label, str):
@@ -168,7 +170,7 @@ class Quality:
     def feedback(self, call_id: str, score: float, label: str | None) -> CallNote | None:
         """Record a score for ``call_id``; the call's note, or None when it is not known
         (too old, from another process): the score is then counted without its labels."""
-        score = _check(score, label)
+        score = _check(call_id, score, label)
         with self._lock:
             note = self._calls.get(call_id)
         labels: Attributes = {k: str(v) for k, v in note.labels.items()} if note else {}
