@@ -108,6 +108,31 @@ def test_an_over_long_prompt_keeps_system_and_latest_turns(guard: Guard) -> None
     assert answer.metadata["context_trimmed"]["truncated"]
 
 
+@pytest.mark.timeout(600)
+def test_a_long_history_is_trimmed_within_the_deadline() -> None:
+    # Trimming dropped the oldest turn one at a time and tokenized the rest again after each
+    # drop: quadratic in the history (800 messages held the one worker for 160 s on a busy
+    # 2-core machine, 2,000 for many minutes, past any deadline; the deadline is not read
+    # while trimming). Now it renders the whole prompt once and then only the tail it keeps.
+    # (A small context: what is kept is read quickly even on a busy machine.)
+    history = []
+    for i in range(1000):
+        history.append({"role": "user", "content": f"Old question {i}: " + "filler " * 40})
+        history.append({"role": "assistant", "content": "Old answer " + "filler " * 40})
+    provider = LocalProvider(n_ctx=256, warm_up=True)
+    try:
+        assert provider.wait_loaded(120)
+        guard = Guard(provider, timeout=120, retry=None, environ={})
+        answer = guard.chat([QUESTION[0], *history, QUESTION[1]], temperature=0, max_tokens=60)
+    finally:
+        provider.close()
+    trimmed = answer.metadata["context_trimmed"]
+    assert trimmed["dropped_messages"] > 1990  # the latest turns are kept
+    assert not trimmed["truncated"]
+    assert answer.usage is not None
+    assert answer.usage.input_tokens == trimmed["prompt_tokens"] <= 256 - 60
+
+
 # The stories below hold the model for seconds (about a second of decoding on an idle
 # machine, far longer on a busy one) within a deadline that holds either way.
 STORY = [{"role": "user", "content": "Write a long story about a cat."}]

@@ -102,10 +102,10 @@ class _Engine:
         lead = [m for m in messages if m["role"] in ("system", "developer")]
         turns = [m for m in messages if m["role"] not in ("system", "developer")]
         dropped = 0
-        while len(turns) > 1 and len(tokens) > budget:
-            turns.pop(0)
-            dropped += 1
-            tokens = self.tokens(lead + turns)
+        if len(turns) > 1:
+            latest, tokens = self._latest_turns(lead, turns, budget)
+            dropped = len(turns) - latest
+            turns = turns[dropped:]
         truncated = False
         for target in ([turns[-1]] if turns else []) + lead[::-1]:
             if len(tokens) <= budget:
@@ -127,6 +127,33 @@ class _Engine:
             "prompt_tokens": len(tokens),
             "n_ctx": self.owner.n_ctx,
         }
+
+    def _latest_turns(
+        self, lead: list[dict[str, str]], turns: list[dict[str, str]], budget: int
+    ) -> tuple[int, list[int]]:
+        """How many of the latest ``turns`` fit in ``budget`` after ``lead`` (at least one;
+        all of them do not), and the prompt's tokens with them.
+
+        Fewer turns never take more tokens, so the count is found by doubling it and then
+        halving the gap: a few renders of about the kept size each, where dropping one turn
+        at a time rendered the rest after each drop (quadratic in the history).
+        """
+        sizes: dict[int, list[int]] = {}
+
+        def fits(kept: int) -> bool:
+            sizes[kept] = self.tokens(lead + turns[-kept:])
+            return len(sizes[kept]) <= budget
+
+        good, bad = 0, len(turns)  # good: fits (0: none found yet); bad: does not fit
+        probe = 1
+        while probe < bad and fits(probe):
+            good, probe = probe, probe * 2
+        bad = min(probe, bad)
+        while bad - good > 1:
+            middle = (good + bad) // 2
+            good, bad = (middle, bad) if fits(middle) else (good, middle)
+        kept = max(good, 1)
+        return kept, sizes[kept]  # (always rendered: fits(1) is the first probe)
 
     def reused(self, tokens: list[int]) -> int:
         """How many of ``tokens`` llama.cpp keeps from the previous call's KV cache.
