@@ -228,3 +228,27 @@ def test_every_benchmark_is_in_the_benchmarks_list() -> None:
     scripts = {path.name for path in (ROOT / "bench").glob("[!_]*.py")}
     assert scripts <= listed, f"benchmarks the README does not list: {sorted(scripts - listed)}"
     assert all((ROOT / "bench" / name).exists() for name in listed), sorted(listed)
+
+
+def test_every_llmguard_environment_variable_is_documented() -> None:
+    source = "".join(p.read_text(encoding="utf-8") for p in (ROOT / "src").rglob("*.py"))
+    variables = set(re.findall(r"LLMGUARD_[A-Z0-9_]+", source)) - {"LLMGUARD_"}
+    assert variables, "no LLMGUARD_ variable found in src"
+    missing = {name for name in variables if name not in README}
+    assert not missing, f"environment variables the README does not name: {sorted(missing)}"
+
+
+def test_default_folders_are_the_ones_the_readme_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The journal and the joined-model cache follow ``$XDG_CACHE_HOME``, as the README says."""
+    from llmguard_sdk.budget.journal import default_journal_dir
+    from llmguard_sdk.providers._chunked import model_cache_dir
+
+    monkeypatch.delenv("LLMGUARD_MODEL_CACHE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    text = " ".join(README.split())
+    assert default_journal_dir() == tmp_path / "llmguard" / "journal"
+    assert "default `$XDG_CACHE_HOME/llmguard/journal`" in text
+    assert model_cache_dir() == tmp_path / "llmguard-sdk" / "models"
+    assert "default `$XDG_CACHE_HOME/llmguard-sdk/models`" in text
