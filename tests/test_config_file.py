@@ -580,3 +580,21 @@ def test_a_group_named_as_a_route_or_group_is_refused_by_check_as_by_the_guard(
         Guard.from_config(path, environ={})
     assert main(["check", str(path)]) == 2
     assert "['g']" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_llmguard_check_shows_a_base_url_reference_as_written_never_its_value(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    as_json: bool,
+) -> None:
+    """A gateway that takes its key in the URL (``?key=${GW_KEY}``): check printed the URL
+    with the key read from the environment; it shows the reference, as for ``store``."""
+    monkeypatch.setenv("GW_KEY", "gw-secret-value-123")
+    text = '[[routes]]\nmodel = "vllm/x"\nbase_url = "https://gw.example/v1?key=${GW_KEY}"\n'
+    path = _write(tmp_path, "guard.toml", text)
+    assert main(["check", str(path), *(["--json"] if as_json else [])]) == 0
+    out = capsys.readouterr().out
+    assert "gw-secret-value-123" not in out
+    assert "https://gw.example/v1?key=${GW_KEY}" in out

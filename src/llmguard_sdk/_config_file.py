@@ -212,7 +212,8 @@ def _store_problem(store: str) -> None:
 
 @dataclass(frozen=True)
 class ResolvedRoute:
-    """A route as built, for ``llmguard check``: its name, kind, model and where it goes."""
+    """A route as built, for ``llmguard check``: its name, kind, model and where it goes
+    (its URL's ``${NAME}`` references as written, never their values)."""
 
     name: str
     kind: str
@@ -422,7 +423,10 @@ def _route(
             )  # fmt: skip
     except ConfigurationError as exc:
         raise ConfigurationError(f"{where}: {exc}") from None
-    return provider, ResolvedRoute(name, shortcut, model, base_url, key_from)
+    shown = base_url  # a ${NAME} in it is shown as written: it may hold a key (?key=${KEY})
+    if route.base_url is not None and _EMBEDDED.search(route.base_url):
+        shown = _base_url(shortcut, model, route, environ, where, route.base_url)
+    return provider, ResolvedRoute(name, shortcut, model, shown, key_from)
 
 
 def _key_variable(shortcut: str) -> str | None:
