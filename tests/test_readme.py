@@ -16,6 +16,7 @@ import typing
 from pathlib import Path
 
 import pytest
+import typing_extensions
 
 from llmguard_sdk.cli import main
 from llmguard_sdk.guard import ChatOptions
@@ -154,9 +155,26 @@ def _wrong_keywords(call: ast.Call, label: str, target: object) -> list[str]:
         parameters = inspect.signature(target).parameters
     except (TypeError, ValueError):
         return []
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
-        return []
-    return [f"{label}({k.arg}=)" for k in call.keywords if k.arg and k.arg not in parameters]
+    accepted = set(parameters)
+    for parameter in parameters.values():
+        if parameter.kind is inspect.Parameter.VAR_KEYWORD:
+            options = _typed_options(target, parameter.name)
+            if options is None:
+                return []  # **kwargs of any name
+            accepted |= options
+    return [f"{label}({k.arg}=)" for k in call.keywords if k.arg and k.arg not in accepted]
+
+
+def _typed_options(target: object, name: str) -> set[str] | None:
+    """The keys of ``**name: Unpack[SomeTypedDict]``, or None for untyped ``**kwargs``."""
+    try:
+        hint = typing.get_type_hints(target, include_extras=True).get(name)
+    except Exception:  # an annotation that does not resolve at run time
+        return None
+    unpack = (typing_extensions.Unpack, getattr(typing, "Unpack", None))
+    if hint is None or typing.get_origin(hint) not in unpack:
+        return None
+    return set(typing.get_type_hints(typing.get_args(hint)[0]))
 
 
 def test_calls_name_methods_and_keywords_that_exist() -> None:
