@@ -285,6 +285,37 @@ def test_filter_returning_the_wrong_type_is_a_configuration_error(
         guard.chat(USER)
 
 
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize(
+    ("update", "named"),
+    [
+        ({"messages": []}, "messages"),
+        ({"max_tokens": -5}, "max_tokens"),
+        ({"temperature": "hot"}, "temperature"),
+    ],
+)
+def test_an_input_filters_invalid_request_fails_before_any_network_call(
+    fake: FakeProvider, make_guard: MakeGuard, stream: bool, update: dict[str, object], named: str
+) -> None:
+    def rewrite(request: ChatRequest) -> ChatRequest:
+        return request.model_copy(update=update)  # (model_copy does not validate)
+
+    guard = make_guard(fake, input_filters=[rewrite])
+    with pytest.raises(RequestValidationError, match=f"input filter .*{named}"):
+        guard.chat(USER, stream=stream)  # (checked as the call starts, before a stream)
+    assert fake.stats.requests == 0
+
+
+def test_an_input_filters_messages_given_as_dicts_are_validated(
+    fake: FakeProvider, make_guard: MakeGuard
+) -> None:
+    def redact(request: ChatRequest) -> ChatRequest:
+        return request.model_copy(update={"messages": [{"role": "user", "content": "redacted"}]})
+
+    guard = make_guard(fake, input_filters=[redact], max_input_tokens=100)
+    assert guard.chat(USER).text == "Echo: redacted"  # (dicts failed: AttributeError)
+
+
 def test_max_input_tokens_refuses_large_requests(fake: FakeProvider, make_guard: MakeGuard) -> None:
     guard = make_guard(fake, max_input_tokens=20)
     assert guard.chat(USER).text

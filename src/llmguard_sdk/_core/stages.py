@@ -178,12 +178,24 @@ def _checked(request: ChatRequest | Mapping[str, Any], stages: Stages) -> ChatRe
         keyed = _keyed(request, stages.retry)
     checked = validated = validate_request(request)
     for input_filter in stages.input_filters:
-        checked = _apply_filter(input_filter, checked, ChatRequest, "input")
+        replaced = _apply_filter(input_filter, checked, ChatRequest, "input")
+        checked = checked if replaced is checked else _filtered_request(input_filter, replaced)
     if checked.model is None and any(route.model is None for route in stages.routes):
         raise RequestValidationError("no model: pass model=... or give every provider a model")
     if not keyed or checked is not validated:  # (a filter's new request may lack the key)
         checked = _with_idempotency_key(checked, stages.retry)
     return checked
+
+
+def _filtered_request(input_filter: InputFilter, request: ChatRequest) -> ChatRequest:
+    """An input filter's new request, validated as the caller's was (``model_copy`` builds
+    one without validation: dicts for messages, a negative ``max_tokens``, sent as given)."""
+    try:
+        return validate_request(dict(request))
+    except RequestValidationError as exc:
+        raise RequestValidationError(
+            f"input filter {input_filter!r} returned an invalid request: {exc}", exc.details
+        ) from None
 
 
 def resolve_scope(tenant: str | None, feature: str | None, user: str | None) -> Scope:
