@@ -15,6 +15,8 @@ from llmguard_sdk import (
     Guard,
     OpenAICompatibleProvider,
 )
+from llmguard_sdk.models import ChatRequest
+from llmguard_sdk.router.groups import CallFacts
 from llmguard_sdk.router.leases import LeaseAsk
 from llmguard_sdk.router.policy import (
     Latency,
@@ -156,6 +158,20 @@ def test_a_deployment_not_yet_measured_takes_its_share_not_every_call() -> None:
             LeaseAsk("g", group.names, group.names.index(first), 0, f"c{call}", 60.0)
         )
     assert 5 <= firsts.count("new") <= 15  # shared as if it were as fast as the best
+
+
+def test_latency_predicts_no_longer_an_answer_than_the_call_allows() -> None:
+    """A call allowing 5 tokens was ranked by the group's typical answer (1000 tokens): it
+    went to the deployment fast per token but slow to its first one."""
+    clock = Clock()
+    group = DeploymentGroup("g", _named("quick", "steady"), seed=3, clock=clock)
+    for _ in range(3):  # streams: quick starts in 0.1 s, then 10 ms a token; steady 1 s, 1 ms
+        group.observe("quick", 0.1 + 999 * 0.01, failed=False, first_s=0.1, tokens=1000)
+        group.observe("steady", 1.0 + 999 * 0.001, failed=False, first_s=1.0, tokens=1000)
+    assert group.ranked()[0].name == "steady"  # 1000 tokens: 2 s against 10.1 s
+    short = ChatRequest.model_validate({"messages": [USER[0]], "max_tokens": 5})
+    firsts = {group.ranked(CallFacts(request=short))[0].name for _ in range(5)}
+    assert firsts == {"quick"}  # 5 tokens: 0.14 s against 1.004 s
 
 
 def test_power_of_two_choices_puts_the_faster_of_the_pair_first() -> None:

@@ -120,22 +120,37 @@ def test_a_bogus_wait_hint_leaves_a_deployment_no_headroom_an_hour_at_most() -> 
     assert {group.ranked()[0].name for _ in range(4)} == {"a", "b"}  # a leads again
 
 
-def test_cheapest_prices_the_answer_length_the_group_saw_from_its_first_answer() -> None:
-    prices = PriceTable(
-        {
-            "a/fake-model": Price(input=10.0, output=1.0),  # dear input, cheap output
-            "b/fake-model": Price(input=1.0, output=10.0),
-        }
-    )
+# a dear input and cheap output, b the other way round
+OPPOSITE_PRICES = PriceTable(
+    {"a/fake-model": Price(input=10.0, output=1.0), "b/fake-model": Price(input=1.0, output=10.0)}
+)
+
+
+def _cheapest_pair_with_long_answers() -> DeploymentGroup:
     routes = [
         OpenAICompatibleProvider("http://127.0.0.1:9/v1", model="fake-model", name=n)
         for n in ("a", "b")
     ]
     group = DeploymentGroup("g", routes, strategy="cheapest")
-    facts = CallFacts(input_tokens=200.0, prices=prices)
     group.observe("a", 1.0, failed=False, tokens=1000)  # answers run to 1000 tokens
+    return group
+
+
+def test_cheapest_prices_the_answer_length_the_group_saw_from_its_first_answer() -> None:
+    group = _cheapest_pair_with_long_answers()
+    facts = CallFacts(input_tokens=200.0, prices=OPPOSITE_PRICES)
     # 200 in, 1000 out: a costs 3000, b 10200 (taken as 100 out, b was the cheaper)
     assert [group.ranked(facts)[0].name for _ in range(3)] == ["a"] * 3
+
+
+def test_cheapest_prices_no_more_output_than_the_call_allows() -> None:
+    """With the group's typical answer learnt (1000 tokens), a call allowing 5 was priced as
+    if it would get 1000, and went where output is cheap and input dear."""
+    group = _cheapest_pair_with_long_answers()
+    short = ChatRequest.model_validate({"messages": [USER[0]], "max_tokens": 5})
+    facts = CallFacts(request=short, input_tokens=200.0, prices=OPPOSITE_PRICES)
+    # 200 in, 5 out at most: a costs 2005, b 250
+    assert [group.ranked(facts)[0].name for _ in range(3)] == ["b"] * 3
 
 
 def test_headroom_ranks_most_left_first_and_ties_go_round() -> None:

@@ -197,7 +197,7 @@ class DeploymentGroup:
             elif self.strategy == "weighted":
                 order = rank_by_weight(self.weights, self._rng)
             elif self.strategy == "latency":
-                order = self._by_latency(in_flight, now)
+                order = self._by_latency(in_flight, now, self._answer_tokens(facts.request))
             elif self.strategy == "least_outstanding":  # a guess: the lease decides
                 order = rank_by_load(self._loads, self._turn)
             elif self.strategy == "headroom":
@@ -303,8 +303,8 @@ class DeploymentGroup:
                 for i, name in enumerate(self.names)
             }
 
-    def _by_latency(self, in_flight: list[int], now: float) -> list[int]:
-        estimates = self._estimates()
+    def _by_latency(self, in_flight: list[int], now: float, tokens: float) -> list[int]:
+        estimates = self._estimates(tokens)
         measured = [self._latency[name].first_s is not None for name in self.names]
         best = min((e for e, known in zip(estimates, measured, strict=True) if known), default=0.0)
         # one never measured costs nothing while idle (so it is measured early), and as the
@@ -322,10 +322,10 @@ class DeploymentGroup:
     def _by_cost(self, facts: CallFacts) -> list[int]:
         """Those that fit the call first, each by the call's price on it."""
         request = facts.request
-        output = self._tokens or (request.output_limit if request else None)
-        output = output or _DEFAULT_ANSWER_TOKENS
+        limit = request.output_limit if request is not None else None
+        output = self._answer_tokens(request) or limit or _DEFAULT_ANSWER_TOKENS
         wanted = needs(request) if request is not None else frozenset()
-        tokens = facts.input_tokens + (request.output_limit or 0 if request else 0)
+        tokens = facts.input_tokens + (limit or 0)
         fit = [fits(d, tokens, wanted) for d in self.deployments]
         costs = [self._price(d, facts, output) for d in self.deployments]
         return rank_by_cost(costs, fit, self._turn)
@@ -342,8 +342,17 @@ class DeploymentGroup:
         price = price.for_input(facts.input_tokens)
         return facts.input_tokens * price.input + output * price.output
 
-    def _estimates(self) -> list[float]:
-        now, tokens = self._clock(), self._tokens
+    def _answer_tokens(self, request: ChatRequest | None) -> float:
+        """The output tokens a call is expected to produce: the group's typical answer
+        (0: none seen yet), never more than the call allows."""
+        limit = request.output_limit if request is not None else None
+        return min(self._tokens, limit) if limit else self._tokens
+
+    def _estimates(self, tokens: float | None = None) -> list[float]:
+        """Each deployment's predicted latency for an answer of ``tokens`` (default: the
+        group's typical one)."""
+        now = self._clock()
+        tokens = self._tokens if tokens is None else tokens
         means = [predicted(self._latency[name], tokens) for name in self.names]
         best = min((m for m in means if m is not None), default=0.0)
         return [

@@ -9,8 +9,8 @@ replaces it at once (fast rise: one slow answer is enough to stop sending traffi
 sample below pulls it down by how long the average went unfed (slow fall, halfway per
 ``half_life_s``), as Finagle's and Linkerd's peak EWMA do. A failed attempt counts as
 ``penalty_s`` (or its own time, when longer). The cost of a deployment is its predicted
-latency for the group's typical answer length, times one plus the calls it has in flight
-(load x latency).
+latency for the group's typical answer length (at most the call's ``max_tokens``), times
+one plus the calls it has in flight (load x latency).
 
 Read back, an average drifts toward the group's best one, halfway per ``half_life_s`` since
 it was last fed, so a deployment that was slow, or failed, a while ago is tried again and
