@@ -1,5 +1,6 @@
-"""The local model ends its answer where the model ends its turn: on any end-of-generation
-token, not only on the GGUF's end-of-sequence token."""
+"""How the local model ends: an answer where the model ends its turn (any end-of-generation
+token, not only the GGUF's end-of-sequence token), a prompt that cannot fit, a model that
+cannot load."""
 
 from __future__ import annotations
 
@@ -10,7 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from llmguard_sdk import ContextLengthExceededError, Guard, LocalProvider
+from llmguard_sdk import (
+    ContextLengthExceededError,
+    Guard,
+    LocalProvider,
+    ProviderUnavailableError,
+)
 from llmguard_sdk.providers.local import bundled_model_path
 
 pytestmark = pytest.mark.local_model
@@ -81,5 +87,21 @@ def test_a_prompt_that_cannot_fit_is_a_context_length_error_not_retried() -> Non
             guard.chat([*rules, {"role": "user", "content": "Hi"}], max_tokens=8)
         assert caught.value.route == "local"
         assert not caught.value.retryable
+    finally:
+        provider.close()
+
+
+def test_a_model_that_fails_to_load_is_not_reported_loaded(tmp_path: Path) -> None:
+    # wait_loaded() said True (the load was over) when the load had failed: a caller that
+    # waited for the model went on to calls that all failed.
+    cut = tmp_path / "cut.gguf"
+    with open(bundled_model_path(), "rb") as whole:
+        cut.write_bytes(whole.read(20 << 20))  # the metadata and part of the weights
+    provider = LocalProvider(cut, n_ctx=256)
+    try:
+        assert not provider.wait_loaded(120)
+        guard = Guard(provider, timeout=60, retry=None, environ={})
+        with pytest.raises(ProviderUnavailableError, match="failed to load"):
+            guard.chat(QUESTION, max_tokens=4)
     finally:
         provider.close()

@@ -244,9 +244,17 @@ class LocalProvider(_Streams):
                 self._worker.start()
 
     def wait_loaded(self, timeout: float) -> bool:
-        """Wait (bounded) until the model is loaded; True when it is."""
+        """Wait (bounded) until the model is loaded; True when it is. False when ``timeout``
+        ran out first, or when the model failed to load (each call then says why, as a
+        :class:`~llmguard_sdk.errors.ProviderUnavailableError`; it is logged at warning
+        level)."""
         self._ensure_worker()
-        return self._loaded.wait(timeout)
+        return self._loaded.wait(timeout) and self._load_error is None
+
+    def _load_failure(self) -> ProviderUnavailableError:
+        return ProviderUnavailableError(
+            f"local model failed to load: {self._load_error!r}", route=self.name
+        )
 
     def close(self) -> None:
         """Refuse new calls, cancel the waiting ones, stop the current generation at its next
@@ -286,16 +294,13 @@ class LocalProvider(_Streams):
             self._engine = _Engine(self)
         except Exception as exc:  # a broken GGUF, out of memory: every call learns why
             self._load_error = exc
+            logger.warning("local model %s failed to load: %r", self.path.name, exc)
         finally:
             self._loaded.set()
         try:
             while (job := self._next_job()) is not None:
                 if self._engine is None:
-                    job.out.put(
-                        ProviderUnavailableError(
-                            f"local model failed to load: {self._load_error!r}", route=self.name
-                        )
-                    )
+                    job.out.put(self._load_failure())
                     continue
                 with self._busy:
                     try:
