@@ -132,3 +132,14 @@ def test_embedder_options_of_the_right_kind_still_work() -> None:
     hit = cache.lookup(ask("How can I reset my password?"))
     assert hit is not None
     assert hit.kind == "semantic"
+
+
+def test_a_nan_deadline_is_a_typed_error() -> None:
+    """A NaN deadline was taken: an embedder that takes a timeout then had "no time left" on
+    every call (each lookup a miss, each store an error), the hashing one ignored it."""
+    cache = ResponseCache()
+    with pytest.raises(RequestValidationError, match="deadline"):
+        cache.lookup(ask("How do I reset my password?"), deadline=float("nan"))
+    with pytest.raises(RequestValidationError, match="deadline"):
+        cache.store(ask("How do I reset my password?"), answer("a"), deadline=float("nan"))
+    assert cache.stats.stores == 0

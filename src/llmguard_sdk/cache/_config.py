@@ -125,7 +125,7 @@ def check_call(
     if not options:
         return
     deadline, keys = options.get("deadline"), options.get("keys")
-    if deadline is not None and not _real(deadline):
+    if deadline is not None and (not _real(deadline) or deadline != deadline):  # (NaN)
         raise RequestValidationError(
             f"deadline must be a time.monotonic() instant, got {deadline!r:.80}"
         )
