@@ -187,6 +187,20 @@ def test_budgeted_calls_get_a_bounded_max_tokens_and_can_be_clamped(
     assert row["spent_usd"] <= 0.01
 
 
+@pytest.mark.parametrize("model", ["o4-mini", "gpt-5-mini", "openai/o3-mini"])
+def test_a_budgeted_reasoning_model_call_gets_max_completion_tokens(
+    make_guard: MakeGuard, model: str
+) -> None:
+    """OpenAI's reasoning models refuse ``max_tokens`` (HTTP 400: use
+    ``max_completion_tokens``): a budgeted call that set no limit was given ``max_tokens``."""
+    prices = PRICES.with_prices({model.rpartition("/")[2]: Price(input=1.0, output=4.0)})
+    with FakeProvider(model=model, name="reasoner") as server:
+        guard = make_guard(server, budgets=Budgets([Budget(limit_usd=1.0)], prices=prices))
+        guard.chat(USER)
+        body = server.requests[-1].body
+    assert (body.get("max_completion_tokens"), "max_tokens" in body) == (1024, False)
+
+
 def test_alerts_fire_once_per_threshold_through_the_guard(
     fake: FakeProvider, make_guard: MakeGuard
 ) -> None:

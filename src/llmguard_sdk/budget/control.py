@@ -22,7 +22,7 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from typing_extensions import Unpack
 
@@ -41,7 +41,7 @@ from ..providers.base import Provider, is_local
 from ..telemetry._repeats import log_repeated
 from ..tokens import count_text_tokens
 from ._budgets import Budgets, EventHook
-from ._source import normal_tier
+from ._routes import Level, asked_tier, route_tier, takes_completion_limit, tier_routes
 from .memory import BudgetBackend, MemoryBudgetBackend
 from .policy import (
     NANO,
@@ -70,7 +70,6 @@ __all__ = [
     "status_row",
 ]
 
-Level = Literal["all", "downgrade", "local"]
 _DEGRADED = "degraded"
 _RESERVATION_IDS = UniqueIds(random_digits=8)  # 24 hex digits, as os.urandom(12) gave
 _SCOPE_KEYWORDS = frozenset(BudgetScope.__annotations__)  # tenant, feature, user, tags
@@ -132,6 +131,7 @@ class SpendControl:
         self.local = frozenset(config.local_routes) | {
             route.name for route in routes if is_local(route)
         }
+        self._completion_limit = any(takes_completion_limit(r.model) for r in routes)
         policies = {b.on_exhausted for b in config.budgets}
         if "downgrade" in policies and not config.downgrade_to:
             raise ConfigurationError('on_exhausted="downgrade" needs Budgets(downgrade_to=[...])')
@@ -144,7 +144,7 @@ class SpendControl:
         self.runaway = (
             RunawayDetector(config.runaway_factor) if config.runaway_factor is not None else None
         )
-        batch_routes = any(_route_tier(route) == "batch" for route in routes)
+        batch_routes = any(route_tier(route) == "batch" for route in routes)
         self.active = bool(config.budgets or config.on_event or batch_routes)
         """Whether calls go through reserve and settle (budgets or event callbacks are set,
         or a batch route is in the chain: this stage picks the routes of batch calls);
@@ -188,7 +188,7 @@ class SpendControl:
         prompts."""
         input_tokens = ctx.input_tokens().tokens * (1.0 + self.config.input_margin)
         prompts, per = [0], 0.0
-        asked = _asked_tier(ctx)
+        asked = asked_tier(ctx)
         table, local = self.prices, self.local
         for route in routes:
             name = route.name
@@ -197,7 +197,7 @@ class SpendControl:
             model = route.model or ctx.request.model
             assert model is not None  # prepare() checked it
             # a route that always serves one tier (a BatchProvider: "batch") says so
-            tier = _route_tier(route) or asked
+            tier = route_tier(route) or asked
             prices = [table.price(model, provider=name, tier=tier)]
             if tier is not None and tier != "batch":  # may be served at the standard tier
                 prices.append(table.price(model, provider=name))
@@ -242,7 +242,7 @@ class SpendControl:
         if not model:
             return None
         return cost_of_response(
-            response, self.prices, model=model, provider=name, usage=usage, tier=_asked_tier(ctx)
+            response, self.prices, model=model, provider=name, usage=usage, tier=asked_tier(ctx)
         )
 
     # -- reserve -----------------------------------------------------------------------------
@@ -250,11 +250,14 @@ class SpendControl:
     def prepare(self, ctx: CallContext) -> None:
         """Give a budgeted call without ``max_tokens`` the default one (its worst case must
         be bounded); done before any other stage sees the request, so the cache keys and
-        rate-limit reservation of the call see the same request as its provider."""
+        rate-limit reservation of the call see the same request as its provider. A call
+        that an OpenAI reasoning model may serve (``o1``, ``o3``, ``o4-mini``, ``gpt-5``
+        ...: a route's model or the request's) gets it as ``max_completion_tokens``, the
+        only name those models take."""
         if self.active and ctx.request.output_limit is None and self.scopes.of_call(ctx):
-            ctx.request = ctx.request.model_copy(
-                update={"max_tokens": self.config.default_output_tokens}
-            )
+            newer = self._completion_limit or takes_completion_limit(ctx.request.model)
+            name = "max_completion_tokens" if newer else "max_tokens"
+            ctx.request = ctx.request.model_copy(update={name: self.config.default_output_tokens})
 
     def _steps(
         self,
@@ -279,7 +282,7 @@ class SpendControl:
             asked.append(Held(rid, specs, 0, stages))
         while True:
             routes = self._routes(stages, level)
-            base, per = self._route_price_args(ctx, _tier_routes(ctx, routes, level))
+            base, per = self._route_price_args(ctx, tier_routes(ctx, routes, level))
             chosen = stages if level == "all" else dataclasses.replace(stages, routes=routes)
             if base == 0 and per == 0:  # free routes: nothing to hold
                 return Held(rid, (), 0, chosen, level, notes=notes)
@@ -357,7 +360,7 @@ class SpendControl:
         """Batch routes (a :class:`~llmguard_sdk.providers.batch.BatchProvider`: routes whose
         ``service_tier`` is ``"batch"``) serve the calls with ``priority="batch"``, and only
         those: a batch call goes to them when the chain has any, other calls never do."""
-        batch = [route for route in stages.routes if _route_tier(route) == "batch"]
+        batch = [route for route in stages.routes if route_tier(route) == "batch"]
         if not batch:
             return stages
         wanted = batch if ctx.priority == "batch" else [r for r in stages.routes if r not in batch]
@@ -566,25 +569,3 @@ class SpendControl:
                     hook(event)
                 except Exception:
                     logger.exception("llmguard budget hook %r failed", hook)
-
-
-def _route_tier(route: Provider) -> str | None:
-    """The one service tier a route serves, when it says (``service_tier``)."""
-    tier = getattr(route, "service_tier", None)
-    return normal_tier(tier) if isinstance(tier, str) else None
-
-
-def _asked_tier(ctx: CallContext) -> str | None:
-    """The service tier a call asks for (``extra_body={"service_tier": ...}``)."""
-    tier = (ctx.request.extra_body or {}).get("service_tier")
-    return normal_tier(tier) if isinstance(tier, str) else None
-
-
-def _tier_routes(
-    ctx: CallContext, routes: tuple[Provider, ...], level: Level
-) -> Sequence[Provider]:
-    """The routes a call's worst case is priced over: a task-routed call's tier's only (it
-    tries no other route unless a budget downgrade sends it on)."""
-    if level != "all" or ctx.task is None or not ctx.route_order:
-        return routes
-    return [route for route in ctx.route_order if route in routes] or routes

@@ -1,0 +1,50 @@
+"""What the spend stage reads off a call's routes and request: the service tier a route
+serves or a call asks for, the routes a task-routed call is priced over, and whether a model
+takes its output limit as ``max_completion_tokens``.
+
+.. versionadded:: 0.2.0
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Literal
+
+from ..context import CallContext
+from ..providers.base import Provider
+from ._source import normal_tier
+
+__all__ = ["Level", "asked_tier", "route_tier", "takes_completion_limit", "tier_routes"]
+
+Level = Literal["all", "downgrade", "local"]
+"""The routes a call may take: all, a budget's downgrade routes, or local ones only."""
+# OpenAI's reasoning models (o1, o3, o4-mini, gpt-5 ...) refuse max_tokens: the limit a
+# budget gives a call for them goes as max_completion_tokens
+_COMPLETION_LIMIT_MODELS = re.compile(r"(?:o\d|gpt-5)(?![a-z])")
+
+
+def takes_completion_limit(model: str | None) -> bool:
+    """Whether ``model`` (``provider/`` prefix aside) is an OpenAI reasoning model, which
+    takes ``max_completion_tokens`` and refuses ``max_tokens``."""
+    return model is not None and bool(_COMPLETION_LIMIT_MODELS.match(model.rpartition("/")[2]))
+
+
+def route_tier(route: Provider) -> str | None:
+    """The one service tier a route serves, when it says (``service_tier``)."""
+    tier = getattr(route, "service_tier", None)
+    return normal_tier(tier) if isinstance(tier, str) else None
+
+
+def asked_tier(ctx: CallContext) -> str | None:
+    """The service tier a call asks for (``extra_body={"service_tier": ...}``)."""
+    tier = (ctx.request.extra_body or {}).get("service_tier")
+    return normal_tier(tier) if isinstance(tier, str) else None
+
+
+def tier_routes(ctx: CallContext, routes: tuple[Provider, ...], level: Level) -> Sequence[Provider]:
+    """The routes a call's worst case is priced over: a task-routed call's tier's only (it
+    tries no other route unless a budget downgrade sends it on)."""
+    if level != "all" or ctx.task is None or not ctx.route_order:
+        return routes
+    return [route for route in ctx.route_order if route in routes] or routes
