@@ -380,8 +380,10 @@ def test_configuration_from_environment(fake: FakeProvider) -> None:
     [
         ({"LLMGUARD_TIMEOUT": "soon"}, "LLMGUARD_TIMEOUT"),
         ({"LLMGUARD_MAX_INPUT_TOKENS": "-5"}, "LLMGUARD_MAX_INPUT_TOKENS"),
-        ({"LLMGUARD_STORE": "mongodb://x"}, "store"),
-        ({"LLMGUARD_BASE_URL": "not a url"}, "base_url"),
+        ({"LLMGUARD_STORE": "mongodb://x"}, "LLMGUARD_STORE"),  # (it said "store must be")
+        ({"LLMGUARD_STORE": "memroy"}, "LLMGUARD_STORE"),
+        ({"LLMGUARD_BASE_URL": "not a url"}, "LLMGUARD_BASE_URL"),
+        ({"LLMGUARD_BASE_URL": "localhost:8000"}, "LLMGUARD_BASE_URL"),
     ],
 )
 def test_bad_environment_values_name_the_variable(environ: dict[str, str], named: str) -> None:

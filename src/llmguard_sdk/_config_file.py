@@ -62,8 +62,7 @@ from pydantic import (
 
 from ._config_tasks import TasksConfig
 from ._problems import problems
-from ._state.stores import _CLUSTER_SCHEMES, _REDIS_SCHEMES
-from .config import _not_a_bool
+from .config import _bad_store, _not_a_bool
 from .errors import ConfigurationError
 from .providers.anthropic import AnthropicProvider
 from .providers.base import Provider
@@ -205,9 +204,9 @@ class ConfigFile(BaseModel):
 
 def _store_problem(store: str) -> None:
     """Raise ``ValueError`` unless ``store`` names a store the Guard opens."""
-    schemes = (*_REDIS_SCHEMES, *_CLUSTER_SCHEMES)
-    if store.strip().lower() != "memory" and urlsplit(store.strip()).scheme not in schemes:
-        raise ValueError(f"must be 'memory' or a URL of {', '.join(schemes)}")
+    problem = _bad_store(store)
+    if problem is not None:
+        raise ValueError(problem)
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -33,6 +34,17 @@ __all__ = ["ENV_PREFIX", "GuardSettings"]
 
 ENV_PREFIX = "LLMGUARD_"
 """The prefix of every environment variable the settings read."""
+
+
+def _bad_store(store: str) -> str | None:
+    """What is wrong with ``store`` as a store the Guard opens (``memory`` or a Redis URL),
+    or None. The value is not repeated: a URL may hold a password."""
+    from ._state.stores import _CLUSTER_SCHEMES, _REDIS_SCHEMES
+
+    schemes = (*_REDIS_SCHEMES, *_CLUSTER_SCHEMES)
+    if store.strip().lower() != "memory" and urlsplit(store.strip()).scheme not in schemes:
+        return f"must be 'memory' or a URL of {', '.join(schemes)}"
+    return None
 
 
 def _not_a_bool(value: object) -> object:
@@ -60,6 +72,25 @@ class GuardSettings(BaseModel):
     _numbers = field_validator(
         "timeout", "attempt_timeout", "max_input_tokens", "retry_attempts", mode="before"
     )(_not_a_bool)
+
+    @field_validator("store")
+    @classmethod
+    def _check_store(cls, store: str) -> str:
+        """Checked here, so that the error names the variable (``LLMGUARD_STORE``)."""
+        problem = _bad_store(store)
+        if problem is not None:
+            raise ValueError(problem)
+        return store
+
+    @field_validator("base_url")
+    @classmethod
+    def _check_base_url(cls, base_url: str | None) -> str | None:
+        """An http(s) URL with a host (checked here too: the error names the variable)."""
+        if base_url is not None:
+            parts = urlsplit(base_url.strip())
+            if parts.scheme not in ("http", "https") or not parts.netloc:
+                raise ValueError("must be an http(s) URL such as https://<provider host>/v1")
+        return base_url
 
     @classmethod
     def from_env(
