@@ -413,6 +413,9 @@ async def _async_hook(value: object) -> None:
         ({"store": 5}, "store"),  # was ignored: the Guard kept its state in memory
         ({"environ": 5}, "environ"),
         ({"breaker": 5}, "breaker"),
+        ({"hedge_after": -1}, "hedge_after"),  # (each call was refused, as a bad request)
+        ({"hedge_after": "0.5"}, "hedge_after"),
+        ({"hedge_after": True}, "hedge_after"),
     ],
 )
 def test_guard_arguments_of_the_wrong_kind_are_configuration_errors(

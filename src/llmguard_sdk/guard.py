@@ -230,6 +230,7 @@ class Guard(Closes, AsyncCloses):
         wiring.arguments(
             environ=environ, store=store, breaker=breaker, moves_on=moves_on,
             degraded=degraded, continue_streams=continue_interrupted_streams,
+            hedge_after=hedge_after,
         )  # fmt: skip
         self.settings = GuardSettings.from_env(
             environ,
@@ -262,9 +263,7 @@ class Guard(Closes, AsyncCloses):
             output_filters=tuple(output_filters),
             hooks=tuple(hooks),
             retry=retry,
-            retry_budget=wiring.retry_budget(retry_budget, self.store)
-            if retry is not None
-            else None,
+            retry_budget=wiring.retry_budget(retry_budget if retry else None, self.store),
             continue_streams=continue_interrupted_streams,
             breakers=(breakers := wiring.breakers(breaker, breaker_hooks, self.store)),
             prober=wiring.prober(breakers),

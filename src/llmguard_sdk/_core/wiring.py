@@ -4,6 +4,7 @@ backends for its store, telemetry, spend control, the cache)."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -83,6 +84,7 @@ def arguments(
     moves_on: object,
     degraded: object,
     continue_streams: object,
+    hedge_after: object,
 ) -> None:
     """Check the Guard's arguments that no stage checks, before any is used: each of the
     wrong kind is a :class:`ConfigurationError` (found out otherwise at a failure, after the
@@ -97,6 +99,14 @@ def arguments(
     for name, value, allowed, kind in kinds:
         if not isinstance(value, allowed):
             raise ConfigurationError(f"Guard {name}= must be {kind}, got {value!r:.80}")
+    if hedge_after is not None and not (
+        isinstance(hedge_after, (int, float))
+        and not isinstance(hedge_after, bool)
+        and 0 <= hedge_after < math.inf
+    ):
+        raise ConfigurationError(
+            f"Guard hedge_after= must be seconds >= 0, got {hedge_after!r:.80}"
+        )
     if moves_on is not None and (not callable(moves_on) or is_async_callable(moves_on)):
         raise ConfigurationError(
             f"Guard moves_on= must be a plain function of the error, got {moves_on!r:.80}"
