@@ -3,6 +3,7 @@ found again once it is back (its own redis-server, killed and restarted from its
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 
@@ -54,4 +55,31 @@ def test_a_redis_outage_leaves_the_semantic_index_whole(server: RedisServer) -> 
         assert hit is not None
         assert (hit.kind, hit.response.text) == ("semantic", "a")
     finally:
+        cache.close()
+
+
+def test_an_answer_this_version_cannot_read_is_a_miss(redis_url: str, redis_prefix: str) -> None:
+    """An entry whose answer another version wrote in a shape this one refuses (a
+    ``cost_source`` it does not know) raised ``ValidationError`` out of every lookup, exact,
+    semantic and stale: through a Guard, the call failed instead of asking the provider."""
+    import redis
+
+    cache = ResponseCache(redis_url, key_prefix=redis_prefix, sync_interval=0.0)
+    try:
+        assert cache.store(ask(FAQ), answer("a"))
+        client = redis.Redis.from_url(redis_url)
+        (key,) = client.keys(f"{redis_prefix}:cache:*:e:*")
+        written = json.loads(client.get(key))
+        written["response"]["cost_source"] = "from-a-newer-version"
+        client.set(key, json.dumps(written), keepttl=True)
+        client.close()
+        assert cache.lookup(ask(FAQ)) is None
+        assert cache.lookup(ask(PARAPHRASE)) is None
+        assert cache.lookup_stale(ask(FAQ)) is None
+        assert cache.store(ask(FAQ), answer("b"))  # written again in this version's shape
+        hit = cache.lookup(ask(FAQ))
+        assert hit is not None
+        assert hit.response.text == "b"
+    finally:
+        cache.clear()
         cache.close()

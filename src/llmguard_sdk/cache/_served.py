@@ -6,13 +6,29 @@ alone, not the :class:`~llmguard_sdk.cache.CacheHit`, and reports a false hit wi
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Literal
 
 from ..errors import RequestValidationError
 from ..models import ChatResponse
-from .entry import CacheHit
+from .entry import CacheEntry, CacheHit
 
-__all__ = ["hit_metadata", "matched_by"]
+__all__ = ["hit_metadata", "matched_by", "served_hit"]
+
+logger = logging.getLogger("llmguard_sdk")
+
+
+def served_hit(
+    kind: Literal["exact", "semantic"], entry: CacheEntry, similarity: float
+) -> CacheHit | None:
+    """``entry`` as a hit found by ``kind``; ``None`` (a miss, logged) when its answer is in
+    a shape this version cannot read (another version's, sharing the namespace in Redis)."""
+    try:
+        response = entry.chat_response()
+    except ValueError as exc:  # (pydantic's ValidationError is one)
+        logger.warning("response cache: an answer this version cannot read is a miss: %s", exc)
+        return None
+    return CacheHit(kind, entry.entry_id, similarity, response, entry.query, kind)
 
 
 def hit_metadata(hit: CacheHit) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from ..models import ChatRequest, ChatResponse
 from ._config import check_call, check_matching, check_parts, check_policy, check_scope
 from ._local import _LocalIndexes
 from ._recent import RecentEmbeddings, embedding_time
-from ._served import matched_by
+from ._served import matched_by, served_hit
 from ._storable import storable
 from .backends import Change, MemoryCacheBackend, open_backend
 from .calibrate import Pair, Scorer, target_threshold
@@ -256,7 +256,7 @@ class ResponseCache(Closes, AsyncCloses):
             return None
         entry: CacheEntry | None = yield from self._backend_step("get", keys.exact)
         if entry is not None and entry.fresh_until > time.time():
-            hit: CacheHit | None = _hit("exact", entry, 1.0)
+            hit = served_hit("exact", entry, 1.0)
         elif self.semantic and keys.query.strip() and (self._local or self._server is not None):
             deadline = options.get("deadline")
             hit = yield work(lambda: self._semantic(keys, stale=False, deadline=deadline))
@@ -343,7 +343,7 @@ class ResponseCache(Closes, AsyncCloses):
         now = time.time()
         entry = self._backend.get(keys.exact)
         if entry is not None and (stale or entry.fresh_until > now):
-            return _hit("exact", entry, 1.0)
+            return served_hit("exact", entry, 1.0)
         stopped = self.monitor is not None and not self.monitor.serving(self.namespace)
         if stopped or not self.semantic or not keys.query.strip():
             return None  # (semantic hits the monitor stopped are not served stale either)
@@ -398,7 +398,7 @@ class ResponseCache(Closes, AsyncCloses):
             if refusal is not None:
                 self.stats._reject(refusal)
                 return None
-            return _hit("semantic", entry, match.similarity)
+            return served_hit("semantic", entry, match.similarity)
         return None
 
     def _candidates(self, index_key: str, probe: Probe) -> list[Match]:
@@ -591,7 +591,3 @@ class ResponseCache(Closes, AsyncCloses):
         if monitor is not None:
             await anyio.to_thread.run_sync(monitor.close, timeout)
         await self.state.aclose()
-
-
-def _hit(kind: Literal["exact", "semantic"], entry: CacheEntry, similarity: float) -> CacheHit:
-    return CacheHit(kind, entry.entry_id, similarity, entry.chat_response(), entry.query, kind)
