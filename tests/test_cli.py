@@ -305,3 +305,17 @@ def test_cost_models_matches_names_of_any_case(capsys: pytest.CaptureFixture[str
     for match in (name, name.lower(), name.upper()):
         assert main(["cost", "models", match, "--json"]) == 0
         assert name in json.loads(capsys.readouterr().out)["models"]
+
+
+def test_a_bad_price_table_file_is_named_in_the_error(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``a price table is an object with a 'prices' list`` said what, not which file."""
+    bad = tmp_path / "my-prices.json"
+    bad.write_text('{"models": 5}')
+    argv = ["cost", "estimate", "--requests-per-day", "10", "--input-tokens", "5"]
+    argv += ["--output-tokens", "5", "--model", "gpt-4o", "--prices", str(bad)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"--prices {bad}: " in err
+    assert err.count(str(bad)) == 1

@@ -104,7 +104,11 @@ def _report_arguments(rep: argparse.ArgumentParser) -> None:
 def _table(path: str | None) -> PriceTable:
     table = PriceTable.default_table()
     if path:
-        mine = PriceTable.from_json(path)
+        try:
+            mine = PriceTable.from_json(path)
+        except ConfigurationError as exc:  # what is wrong, and in which file
+            said = str(exc).replace(f"cannot read price table {path}: ", "cannot read it: ")
+            raise ConfigurationError(f"--prices {path}: {said}") from None
         table = table.with_prices(mine.entries(), default=mine.default)
     return table
 
