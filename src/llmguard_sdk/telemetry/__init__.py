@@ -28,6 +28,9 @@ provider attempt carries ``llmguard.route``, ``llmguard.attempt``, ``llmguard.re
 routes that were skipped or failed (an open breaker, no rate-limit room ...) are events on
 the call span. Spans are written when the call ends, with the times the call and each
 attempt really started and ended, under the span that was current when the call began.
+A ``@guard.protect`` call's span and points name the provider of the SDK the function uses
+(``gen_ai.provider.name``: ``openai``, ``anthropic`` ..., ``unknown`` when nothing tells)
+and its label as ``llmguard.route``.
 
 **Metrics.** ``gen_ai.client.operation.duration`` (s) and ``gen_ai.client.token.usage``
 ({token}, ``gen_ai.token.type`` input / output) as the conventions define them;
