@@ -252,3 +252,35 @@ def _undocumented(module_name: str) -> list[str]:
 @pytest.mark.parametrize("module_name", _public_modules())
 def test_every_public_name_of_every_public_module_is_documented(module_name: str) -> None:
     assert not _undocumented(module_name), f"{module_name}: no docstring for these"
+
+
+def _args_section_gaps(value: type) -> list[str]:
+    """Parameters of ``value`` that its docstring (the class's and its __init__'s), when it
+    has an ``Args:`` section, names neither there nor as ``name`` in its prose."""
+    import re
+
+    own_init = value.__dict__.get("__init__")
+    doc = (value.__doc__ or "") + ((own_init.__doc__ or "") if own_init else "")
+    if "Args:" not in doc:
+        return []
+    try:
+        parameters = inspect.signature(value).parameters
+    except (TypeError, ValueError):
+        return []
+    section = doc.split("Args:", 1)[1]
+    documented = set()  # "name:", "*name:", "name (unit):", "a, b:" or "a / b:" at a line's start
+    separator = r"(?:,(?: and)? | / )"
+    pattern = rf"^\s+(\**\w+(?:{separator}\**\w+)*)(?: \(.*?\))?:"
+    for names in re.findall(pattern, section, re.M):
+        documented |= {n.strip("* ") for n in re.split(separator, names)}
+    named = set(re.findall(r"``(\w+)", doc))  # or named in the prose: ``ttl`` seconds ...
+    return [n for n in parameters if n not in documented | named and not n.startswith("_")]
+
+
+def test_an_args_section_names_every_parameter() -> None:
+    gaps = {}
+    for name in llmguard_sdk.__all__:
+        value = getattr(llmguard_sdk, name)
+        if inspect.isclass(value) and (missing := _args_section_gaps(value)):
+            gaps[name] = missing
+    assert not gaps, f"parameters missing from the Args: sections: {gaps}"

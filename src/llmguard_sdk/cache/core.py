@@ -71,7 +71,7 @@ class ResponseCache(Closes, AsyncCloses):
     stale-if-error reads (:meth:`lookup_stale`, used by the Guard when every route failed).
 
     Args:
-        store: ``"memory"``, a Redis URL, or a :class:`~llmguard_sdk.store.Store`.
+        store: ``"memory"``, a Redis URL (keys under ``key_prefix``), or a ``Store``.
         max_entries: the most entries kept, least recently used evicted first.
         max_bytes: in memory, the most bytes of entries kept too (an entry's stored answer
             and its vector; one larger than the bound is not stored); ``None``: no bound.
@@ -94,6 +94,8 @@ class ResponseCache(Closes, AsyncCloses):
             scoring ``verifier`` decides instead.
         margin: refuse a semantic match when another entry with a different answer scores
             within ``margin`` of it (an ambiguous question); 0 turns the check off.
+        guards: ``False``: similarity alone serves a match (no false-hit guard refuses it).
+        verify_band: the band above ``threshold`` the ``verifier`` decides (default 0.05).
         sync_interval: seconds between reads of other processes' changes (Redis only).
         vector_search: ``"local"`` (default): every process searches its own in-memory
             index, kept in step through the change stream, no round trip per search;

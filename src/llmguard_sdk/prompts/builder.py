@@ -242,6 +242,8 @@ class PromptBuilder:
         drift: the :class:`DriftMonitor` told about every build (default: the process-wide
             :data:`~llmguard_sdk.prompts.default_drift_monitor`); ``None`` turns drift
             tracking off.
+        examples_heading / documents_heading: the line that opens the examples' and the
+            documents' section of the system message.
 
     The setters (:meth:`set_instructions` ...) return the builder, so they chain. Building is
     thread-safe; configure the builder before sharing it.

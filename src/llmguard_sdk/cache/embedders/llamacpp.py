@@ -21,6 +21,12 @@ class LlamaCppEmbedder:
 
     Needs the ``local`` extra (llama-cpp-python). Do not point it at a chat model: their
     embeddings are poor at similarity.
+
+    Args:
+        model_path: the GGUF file.
+        n_threads: CPU threads llama.cpp uses (default: llama-cpp-python's).
+        llama_options: passed on to ``llama_cpp.Llama`` (mean pooling unless
+            ``pooling_type`` says otherwise).
     """
 
     def __init__(

@@ -34,6 +34,7 @@ class OpenAIEmbedder:
         dimension: the model's vector size (checked on every answer).
         api_key: sent as a bearer token when given.
         timeout: seconds for each request (:meth:`embed` may be given less).
+        transport: the httpx transport requests go through (default: httpx's own).
     """
 
     def __init__(
