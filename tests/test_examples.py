@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+import importlib
 import subprocess
 import sys
 from pathlib import Path
@@ -123,6 +125,23 @@ EXPECTED = {
         "requests the provider saw: 1",
     ],
 }
+
+
+def test_examples_import_only_public_names() -> None:
+    """What an example imports from the SDK is in its module's ``__all__``, never private."""
+    wrong = []
+    for path in sorted(EXAMPLES.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("llmguard_sdk"):
+                module_name = node.module or ""
+                public = getattr(importlib.import_module(module_name), "__all__", ())
+                private = any(part.startswith("_") for part in module_name.split("."))
+                wrong += [
+                    f"{path.name}: {module_name}.{alias.name}"
+                    for alias in node.names
+                    if private or alias.name not in public
+                ]
+    assert not wrong, f"examples import names that are not public: {wrong}"
 
 
 def test_every_example_is_checked() -> None:
