@@ -155,8 +155,9 @@ class CallContext:
     route_errors: dict[str, BaseException] = field(default_factory=dict)
     # attempts that went out and did not serve the call, each (route, what it used as far
     # as known): streams broken after content that another route continued, attempts cut
-    # off after their request was sent (a hedge race's loser, a call cancelled, a stream
-    # closed early). The provider bills them: the call's cost (or spend) includes them.
+    # off after their request was sent (a hedge race's loser, a call cancelled or timed
+    # out, a stream closed early), answers an output filter refused. The provider bills
+    # them: the call's cost (or spend) includes them.
     unserved: list[tuple[str, Usage]] = field(default_factory=list)
     # what a call that ended without an answer cost (USD): its ``unserved`` attempts priced
     # (and a cascade's tiers tried before), as its budgets were charged; set as it ends

@@ -529,8 +529,9 @@ class SpendControl:
         None when no request went out. Every attempt that went out is billed by its provider
         and counted (:meth:`unserved_cost`): a stream cut off or closed after content, its
         usage if the provider sent one, else its input and the text it delivered, counted
-        here; a stream closed before its first content, a call cancelled after its request
-        was sent, a hedge race's loser: their input tokens. ``text`` and ``usage``: a part
+        here; a stream closed before its first content, a call cancelled or timed out after
+        its request was sent (not on a batch route), a hedge race's loser: their input
+        tokens; an answer an output filter refused. ``text`` and ``usage``: a part
         of the serving route's answer that is not among those attempts, counted as well."""
         extra = self.unserved_cost(ctx, stages)
         if not text and usage is None:
