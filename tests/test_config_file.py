@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -598,3 +599,32 @@ def test_llmguard_check_shows_a_base_url_reference_as_written_never_its_value(
     out = capsys.readouterr().out
     assert "gw-secret-value-123" not in out
     assert "https://gw.example/v1?key=${GW_KEY}" in out
+
+
+@pytest.mark.parametrize(
+    ("data", "key"),
+    [
+        (
+            {"routes": [{"group": "g", "strategy": "weighted", "weights": [True, False],
+                         "deployments": [{"model": "vllm/a", "base_url": "http://h/v1"}]}]},
+            "routes.0.weights",
+        ),
+        (
+            {"routes": [{"model": "vllm/a", "base_url": "http://h/v1"}],
+             "tasks": {"tiers": {"s": ["vllm"]}, "rules": [{"tier": "s", "min_tokens": True}]}},
+            "tasks.rules.0.min_tokens",
+        ),
+        (
+            {"routes": [{"model": "vllm/a", "base_url": "http://h/v1"}],
+             "tasks": {"tiers": {"s": ["vllm"]}, "rules": [{"tier": "s", "max_tokens": False}]}},
+            "tasks.rules.0.max_tokens",
+        ),
+    ],
+)  # fmt: skip
+def test_a_bool_where_a_number_belongs_is_refused_naming_the_key(
+    data: dict[str, object], key: str
+) -> None:
+    """``weights = [true, false]`` was read as ``[1.0, 0.0]`` and ``min_tokens = true`` as 1,
+    as ``timeout = true`` is refused (a 1 s timeout)."""
+    with pytest.raises(ConfigurationError, match=re.escape(key)):
+        load_config(data)

@@ -149,6 +149,15 @@ class GroupConfig(BaseModel):
     region: str | None = None
     deployments: list[RouteConfig] = Field(min_length=1)
 
+    @field_validator("weights", mode="before")
+    @classmethod
+    def _check_weights(cls, weights: object) -> object:
+        """``[true, false]`` was read as ``[1.0, 0.0]``."""
+        if isinstance(weights, list):
+            for weight in weights:
+                _not_a_bool(weight)
+        return weights
+
 
 def _kind(entry: Any) -> str:
     """Which of a route and a group an entry of ``routes`` is (one with ``group`` is a group):

@@ -28,8 +28,9 @@ import importlib
 from collections.abc import Callable
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from .config import _not_a_bool
 from .errors import ConfigurationError
 from .router import Cascade, Rule, TaskRouter
 from .router.cascade import Check, finish_reason, json_schema, not_empty, validator
@@ -49,6 +50,8 @@ class RuleConfig(BaseModel):
     max_tokens: int | None = Field(default=None, ge=0)
     tools: bool | None = None
     when: str | None = Field(default=None, pattern=r"^[\w.]+:\w+$")
+
+    _numbers = field_validator("min_tokens", "max_tokens", mode="before")(_not_a_bool)
 
 
 class CascadeConfig(BaseModel):
