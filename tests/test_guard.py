@@ -95,6 +95,26 @@ def test_a_request_or_stream_of_the_wrong_kind_is_a_validation_error(
     assert [request.model for request in seen] == ["chosen"]
 
 
+@pytest.mark.parametrize(
+    ("messages", "named"),
+    [
+        (5, "messages must be a list"),  # (TypeError: not iterable)
+        ("hello", "messages must be a list"),  # (each character a message)
+        ({"role": "user", "content": "hi"}, "messages must be a list"),  # (each key one)
+        (Message(role="user", content="hi"), "messages must be a list"),  # (each field one)
+        (ChatRequest(messages=[Message(role="user", content="hi")]), "request="),
+    ],
+)
+def test_messages_that_are_not_a_list_of_messages_are_named_so(
+    fake: FakeProvider, make_guard: MakeGuard, messages: object, named: str
+) -> None:
+    guard = make_guard(fake)
+    with pytest.raises(RequestValidationError, match=named):
+        guard.chat(messages)  # type: ignore[arg-type]
+    assert fake.stats.requests == 0
+    assert guard.chat(m for m in USER).text == "Echo: hello there"  # any iterable of them
+
+
 def test_chat_options_name_every_request_parameter_and_nothing_else(
     fake: FakeProvider, make_guard: MakeGuard
 ) -> None:

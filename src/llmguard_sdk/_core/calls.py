@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import anyio
+from pydantic import BaseModel
 
 from ..context import CallContext
 from ..errors import RequestValidationError
@@ -158,8 +159,25 @@ def _request_data(
         return request if model is None else request.model_copy(update={"model": model})
     data: dict[str, Any] = dict(params)
     data["messages"] = [
-        m.model_dump(exclude_none=True) if isinstance(m, Message) else m for m in messages or ()
+        m.model_dump(exclude_none=True) if isinstance(m, Message) else m
+        for m in _messages(messages)
     ]
     if model is not None:
         data["model"] = model
     return data
+
+
+def _messages(messages: object) -> Iterable[Any]:
+    """``Guard.chat``'s messages: a list (any iterable) of them, else a
+    :class:`RequestValidationError` saying so (one message, a string or a request would be
+    read item by item, each refused on its own)."""
+    if messages is None:
+        return ()
+    one = isinstance(messages, (str, bytes, Mapping, BaseModel))
+    if one or not isinstance(messages, Iterable):
+        hint = ": pass a ChatRequest as request=" if isinstance(messages, ChatRequest) else ""
+        raise RequestValidationError(
+            f"messages must be a list of messages (dicts or Message objects), got "
+            f"{type(messages).__name__}{hint}"
+        )
+    return messages
