@@ -270,3 +270,21 @@ def test_default_folders_are_the_ones_the_readme_names(
     assert "default `$XDG_CACHE_HOME/llmguard/journal`" in text
     assert model_cache_dir() == tmp_path / "llmguard-sdk" / "models"
     assert "default `$XDG_CACHE_HOME/llmguard-sdk/models`" in text
+
+
+def test_every_command_and_action_is_shown() -> None:
+    """Each ``llmguard`` command (and each action of a command that has actions) appears in
+    one of the README's command lines."""
+    from llmguard_sdk.cli import _COMMANDS
+    from llmguard_sdk.cli._command import Group
+
+    shown = {" ".join(line.split()[:3]) for line in _command_lines()}
+    shown |= {" ".join(line.split()[:2]) for line in _command_lines()}
+    missing = []
+    for command in _COMMANDS:
+        actions = command.actions if isinstance(command, Group) else ()
+        paths = [f"llmguard {command.name} {a.name}" for a in actions] or [
+            f"llmguard {command.name}"
+        ]
+        missing += [path for path in paths if path not in shown]
+    assert not missing, f"commands the README never shows: {missing}"
