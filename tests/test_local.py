@@ -91,12 +91,17 @@ def test_max_tokens_and_stop_strings(guard: Guard) -> None:
     assert cut.finish_reason == "stop"
 
 
-def test_an_over_long_prompt_keeps_system_and_latest_turns(guard: Guard) -> None:
+def old_turns(count: int, *, words: int) -> list[dict[str, str]]:
+    """``count`` past question-and-answer pairs of ``words`` filler words each."""
     history = []
-    for i in range(30):
-        history.append({"role": "user", "content": f"Old question {i}: " + "filler " * 40})
-        history.append({"role": "assistant", "content": "Old answer " + "filler " * 40})
-    messages = [QUESTION[0], *history, QUESTION[1]]
+    for i in range(count):
+        history.append({"role": "user", "content": f"Old question {i}: " + "filler " * words})
+        history.append({"role": "assistant", "content": "Old answer " + "filler " * words})
+    return history
+
+
+def test_an_over_long_prompt_keeps_system_and_latest_turns(guard: Guard) -> None:
+    messages = [QUESTION[0], *old_turns(30, words=40), QUESTION[1]]
     answer = guard.chat(messages, temperature=0, max_tokens=20)
     trimmed = answer.metadata["context_trimmed"]
     assert trimmed["dropped_messages"] > 0
@@ -115,10 +120,7 @@ def test_a_long_history_is_trimmed_within_the_deadline() -> None:
     # 2-core machine, 2,000 for many minutes, past any deadline; the deadline is not read
     # while trimming). Now it renders the whole prompt once and then only the tail it keeps.
     # (A small context: what is kept is read quickly even on a busy machine.)
-    history = []
-    for i in range(1000):
-        history.append({"role": "user", "content": f"Old question {i}: " + "filler " * 40})
-        history.append({"role": "assistant", "content": "Old answer " + "filler " * 40})
+    history = old_turns(1000, words=40)
     provider = LocalProvider(n_ctx=256, warm_up=True)
     try:
         assert provider.wait_loaded(120)

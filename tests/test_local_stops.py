@@ -17,7 +17,9 @@ from llmguard_sdk import (
     LocalProvider,
     ProviderUnavailableError,
 )
+from llmguard_sdk.models import ChatRequest
 from llmguard_sdk.providers.local import bundled_model_path
+from tests.test_local import old_turns
 
 pytestmark = pytest.mark.local_model
 
@@ -105,3 +107,28 @@ def test_a_model_that_fails_to_load_is_not_reported_loaded(tmp_path: Path) -> No
             guard.chat(QUESTION, max_tokens=4)
     finally:
         provider.close()
+
+
+@pytest.mark.timeout(600)
+def test_the_route_token_limit_leaves_the_rest_of_the_context_to_the_prompt() -> None:
+    # The room kept for the answer was the request's max_tokens (up to half the context) even
+    # where the route's own max_tokens cut the answer shorter: a prompt that fitted was
+    # trimmed, its oldest turns dropped for room the answer could never use.
+    messages = [
+        *old_turns(6, words=20),
+        {"role": "user", "content": "What is the capital of France?"},
+    ]
+    provider = LocalProvider(n_ctx=512, max_tokens=8, warm_up=True)
+    try:
+        assert provider.wait_loaded(120)
+        prompt = provider.count_tokens(ChatRequest.model_validate({"messages": messages}))
+        assert prompt is not None
+        assert 256 < prompt < 512 - 16  # fits beside 16 tokens of answer, not beside 256
+        guard = Guard(provider, timeout=240, environ={})
+        answer = guard.chat(messages, temperature=0, max_tokens=400)
+    finally:
+        provider.close()
+    assert "context_trimmed" not in answer.metadata
+    assert answer.usage is not None
+    assert answer.usage.input_tokens == prompt
+    assert answer.usage.output_tokens <= 8

@@ -94,7 +94,10 @@ class _Engine:
     def fit(self, request: ChatRequest) -> tuple[list[int], dict[str, Any] | None]:
         """The prompt's tokens, trimmed to leave room for the reply (see the module docs)."""
         messages = self.owner._messages(request)
-        reply_room = min(request.output_limit or 256, self.owner.n_ctx // 2)
+        wanted = request.output_limit or 256
+        if self.owner.max_tokens is not None:  # the route cuts answers shorter still
+            wanted = min(wanted, self.owner.max_tokens)
+        reply_room = min(wanted, self.owner.n_ctx // 2)
         budget = self.owner.n_ctx - max(reply_room, _MIN_REPLY_TOKENS)
         tokens = self.tokens(messages)
         if len(tokens) <= budget:
