@@ -628,3 +628,13 @@ def test_a_bool_where_a_number_belongs_is_refused_naming_the_key(
     as ``timeout = true`` is refused (a 1 s timeout)."""
     with pytest.raises(ConfigurationError, match=re.escape(key)):
         load_config(data)
+
+
+def test_weights_of_a_group_whose_strategy_is_not_weighted_are_refused() -> None:
+    """Accepted and never used (the group ranked by latency), as a route's unused keys are
+    refused."""
+    deployments = [{"model": "vllm/a", "base_url": "http://h/v1"}]
+    group = {"group": "g", "strategy": "latency", "weights": [1.0], "deployments": deployments}
+    with pytest.raises(ConfigurationError, match=r"routes\.0: .*weights.*weighted"):
+        load_config({"routes": [group]})
+    load_config({"routes": [{**group, "strategy": "weighted"}]})

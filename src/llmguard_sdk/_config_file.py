@@ -158,6 +158,14 @@ class GroupConfig(BaseModel):
                 _not_a_bool(weight)
         return weights
 
+    @model_validator(mode="after")
+    def _check(self) -> GroupConfig:
+        if self.weights is not None and self.strategy != "weighted":  # accepted, never used
+            raise ValueError(
+                f"weights are for strategy = 'weighted'; this group's is {self.strategy!r}"
+            )
+        return self
+
 
 def _kind(entry: Any) -> str:
     """Which of a route and a group an entry of ``routes`` is (one with ``group`` is a group):
