@@ -132,3 +132,25 @@ def test_the_route_token_limit_leaves_the_rest_of_the_context_to_the_prompt() ->
     assert answer.usage is not None
     assert answer.usage.input_tokens == prompt
     assert answer.usage.output_tokens <= 8
+
+
+def test_a_developer_message_is_the_system_message_of_a_model_without_one() -> None:
+    # OpenAI's developer messages (the system message's newer name) reached SmolLM2's chat
+    # template as a turn of an unknown role, after the template's own default system message
+    # ("You are a helpful AI assistant named SmolLM ...") that a system message replaces.
+    provider = LocalProvider(n_ctx=512, warm_up=True)
+    try:
+        assert provider.wait_loaded(120)
+        guard = Guard(provider, timeout=240, environ={})
+        rule, question = QUESTION
+        as_system = guard.chat([rule, question], temperature=0, max_tokens=12)
+        as_developer = guard.chat(
+            [{**rule, "role": "developer"}, question], temperature=0, max_tokens=12
+        )
+    finally:
+        provider.close()
+    assert as_developer.usage is not None
+    assert as_system.usage is not None
+    assert as_developer.usage.input_tokens == as_system.usage.input_tokens
+    assert as_developer.usage.cached_input_tokens >= as_system.usage.input_tokens - 1  # the same
+    assert as_developer.text == as_system.text

@@ -72,6 +72,8 @@ class _Engine:
         template = self.llm.metadata.get("tokenizer.chat_template")
         if not template:
             raise ConfigurationError(f"{owner.path.name} has no chat template")
+        # OpenAI's developer message is the system message of a template without that role
+        self.developer_role = "developer" in template
         eos = self.llm.token_eos()
         # every token that ends a turn (<|im_end|>, <|eot_id|>, ...), not only EOS
         vocab = llama_cpp.llama_model_get_vocab(self.llm.model)
@@ -86,6 +88,10 @@ class _Engine:
         )
 
     def tokens(self, messages: list[dict[str, str]]) -> list[int]:
+        if not self.developer_role:
+            messages = [
+                {**m, "role": "system"} if m["role"] == "developer" else m for m in messages
+            ]
         result = self.formatter(messages=messages)  # type: ignore[arg-type]
         return self.llm.tokenize(
             result.prompt.encode("utf-8"), add_bos=not result.added_special, special=True

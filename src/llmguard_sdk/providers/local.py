@@ -21,6 +21,8 @@ How it behaves under load and failure:
   ``response.metadata["context_trimmed"]``; one whose turn markers alone do not fit is a
   :class:`~llmguard_sdk.errors.ContextLengthExceededError`, not retried.
 * Usage is exact (the model's own tokenizer); the cost is 0.
+* A ``developer`` message (OpenAI's newer name for the system message) is a system message
+  for a model whose chat template has no developer role.
 * Unless given, ``n_gpu_layers`` and ``n_ctx`` are chosen from the GGUF's shape and the GPU's
   free memory (``placement`` says what and why): every layer on the GPU when the model and
   its KV cache fit, else as many as fit, none without a GPU.
