@@ -152,6 +152,12 @@ def test_bad_anomaly_options_are_configuration_errors_naming_the_option(
         Anomalies(**options).observe("faq", 10, 0.5, failed=False)  # type: ignore[arg-type]
 
 
+def test_whole_number_options_may_be_written_as_floats() -> None:
+    """``cost_history_hours=24.0`` raised ``TypeError`` (a deque's maxlen) at the first call."""
+    watch = Anomalies(cost_history_hours=24.0, token_window=500.0)  # type: ignore[arg-type]
+    assert watch.observe("faq", 10, 0.5, failed=False) == []
+
+
 def test_through_a_guard_a_hook_a_span_event_a_metric_and_one_log_line(
     fake: FakeProvider, make_guard: MakeGuard, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -91,11 +91,12 @@ def test_everything_sampled_and_nothing_sampled(tmp_path: Path) -> None:
         EvalSink(tmp_path / "x.jsonl", max_bytes=10)
     bad: list[tuple[str, object]] = [
         ("share", "0.1"), ("share", True), ("share", math.nan), ("max_bytes", "1e6"),
-        ("max_bytes", 4096.5), ("max_age_s", None), ("max_age_s", math.inf),
+        ("max_bytes", math.inf), ("max_age_s", None), ("max_age_s", math.inf),
     ]  # fmt: skip
     for name, value in bad:  # a TypeError, or accepted (True sampled every call)
         with pytest.raises(ConfigurationError, match=name):
             EvalSink(tmp_path / "x.jsonl", **{name: value})  # type: ignore[arg-type]
+    EvalSink(tmp_path / "x.jsonl", max_bytes=5e7)  # type: ignore[arg-type]  # 5e7: a number
 
 
 def test_retention_by_size_and_by_age(tmp_path: Path) -> None:

@@ -24,9 +24,10 @@ def checked_number(
     at_least: float | None = None,
     at_most: float | None = None,
 ) -> Any:
-    """``value``, when it is a finite number (a whole one with ``whole``) in the bounds
-    given; else a :class:`ConfigurationError` that names ``owner`` and ``name``."""
-    kinds: tuple[type, ...] = (int,) if whole else (int, float)
+    """``value``, when it is a finite number (a whole one with ``whole``: ``24`` or
+    ``24.0``) in the bounds given; else a :class:`ConfigurationError` that names ``owner``
+    and ``name``."""
+    kinds: tuple[type, ...] = (int, float)
     bounds = [
         f"{word} {bound:g}"
         for word, bound in ((">", above), (">=", at_least), ("<=", at_most))
@@ -38,10 +39,14 @@ def checked_number(
     good = isinstance(value, kinds) and not isinstance(value, bool)
     if good:
         number = float(value)  # type: ignore[arg-type]
-        good = math.isfinite(number) and not (
-            (above is not None and not number > above)
-            or (at_least is not None and number < at_least)
-            or (at_most is not None and number > at_most)
+        good = (
+            math.isfinite(number)
+            and (number.is_integer() or not whole)
+            and not (
+                (above is not None and not number > above)
+                or (at_least is not None and number < at_least)
+                or (at_most is not None and number > at_most)
+            )
         )
     if not good:
         raise ConfigurationError(f"{owner}: {name} must be {wanted}, not {value!r}")

@@ -237,6 +237,9 @@ class Anomalies:
             )
         self.on_event = tuple(on_event)
         _check_options(locals())
+        token_window, token_min_samples = int(token_window), int(token_min_samples)  # 24.0
+        cost_history_hours, cost_min_hours = int(cost_history_hours), int(cost_min_hours)
+        error_history_minutes, error_min_calls = int(error_history_minutes), int(error_min_calls)
         self._tokens = RollingBaseline(token_factor, token_window, token_min_samples)
         self._cost = TimeBuckets(
             3600.0,

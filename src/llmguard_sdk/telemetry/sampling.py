@@ -85,14 +85,14 @@ class EvalSink:
         seed: int | None = None,
     ) -> None:
         checked_number("EvalSink", "share", share, at_least=0, at_most=1)
-        checked_number("EvalSink", "max_bytes", max_bytes, whole=True, at_least=2048)
+        checked_number("EvalSink", "max_bytes", max_bytes, at_least=2048)  # (5e7 too)
         checked_number("EvalSink", "max_age_s", max_age_s, above=0)
         if not callable(redact):
             raise ConfigurationError("redact must be a function of a string")
         self.path = Path(path)
         self.share = share
         self._redact = redact
-        self._max_bytes = max_bytes
+        self._max_bytes = int(max_bytes)
         self._max_age_s = max_age_s
         self._random = random.Random(seed)
         self._lock = threading.Lock()
