@@ -348,6 +348,54 @@ def test_closing_a_stream_from_another_thread_ends_the_reader(
     assert events[-1].outcome == "cancelled"
 
 
+def test_a_reader_asking_for_a_chunk_while_another_thread_closes_the_stream_stops(
+    fake: FakeProvider, make_guard: MakeGuard
+) -> None:
+    closing, asked = threading.Event(), threading.Event()
+
+    def slow_report(event: CallEvent) -> None:  # runs inside the stream's closing
+        closing.set()
+        asked.wait(5)
+
+    guard = make_guard(fake, hooks=[slow_report])
+    stream = guard.chat([{"role": "user", "content": " ".join(["w"] * 20)}], stream=True)
+    next(stream)
+    closer = threading.Thread(target=stream.close)  # the reader is between two chunks
+    closer.start()
+    assert closing.wait(5)
+    try:
+        with pytest.raises(StopIteration):  # (was ValueError: generator already executing)
+            next(stream)
+    finally:
+        asked.set()
+        closer.join(10)
+    assert not closer.is_alive()
+
+
+@pytest.mark.anyio
+async def test_an_async_reader_between_chunks_while_another_task_closes_the_stream_stops(
+    fake: FakeProvider, make_guard: MakeGuard
+) -> None:
+    guard = make_guard(fake)
+    failures: list[BaseException] = []
+    for delay in [0.001 * i for i in range(20)]:
+        stream = await guard.achat([{"role": "user", "content": " ".join(["w"] * 60)}], stream=True)
+
+        async def read(chunks: Any = stream) -> None:
+            try:
+                async for _ in chunks:
+                    await anyio.sleep(0.001)  # between two chunks: the closer may run
+            except Exception as exc:  # (was RuntimeError: anext(): ... already running)
+                failures.append(exc)
+
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(read)
+            await anyio.sleep(delay)
+            await stream.aclose()
+    assert failures == []
+    await guard.aclose()
+
+
 @pytest.mark.anyio
 async def test_closing_an_async_stream_from_another_task_ends_the_reader(
     fake: FakeProvider, make_guard: MakeGuard

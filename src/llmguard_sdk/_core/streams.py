@@ -15,6 +15,7 @@ decisions that need no answer wait in the call's tail, sent in one batch after t
 
 from __future__ import annotations
 
+import threading
 from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterator
 
 import anyio
@@ -41,6 +42,8 @@ class _StreamBase:
         self._response: ChatResponse | None = None
         self._ended = False
         self._close_requested = False
+        self._reading = False  # a reader waits inside next(): a close waits for its chunk
+        self._shutting = False  # closed (or being closed): a reader's next call ends its loop
         self._tail = Tail()  # decisions that need no answer: sent after the last chunk
         self._ahead: Ahead | None = None  # the first route's permit and reservation
         self._opening: OpeningOutcome | None = None
@@ -52,6 +55,17 @@ class _StreamBase:
         if self._response is None:
             raise RuntimeError("the stream has not been read to its end yet")
         return self._response
+
+    def _claim_close(self) -> bool:
+        """Whether this close closes the stream now: not while a reader waits for its next
+        chunk (noted: it takes effect when that chunk arrives), nor a second time."""
+        if self._reading:
+            self._close_requested = True
+            return False
+        if self._shutting:
+            return False
+        self._shutting = True
+        return True
 
     def _ended_by(self, exc: BaseException) -> None:
         """Report the stream's end: its natural end, the failure that ended it, or (the
@@ -139,6 +153,7 @@ class ChatStream(_StreamBase, Closes):
     def __init__(self, ctx: CallContext, stages: Stages) -> None:
         super().__init__(ctx, stages)
         self._chunks = self._guarded()
+        self._lock = threading.Lock()  # a reader and a closer in two threads
 
     def _guarded(self) -> Generator[StreamChunk, None, None]:
         """The stream between its two round trips: the opening batch (a cache hit is
@@ -175,11 +190,18 @@ class ChatStream(_StreamBase, Closes):
         return self
 
     def __next__(self) -> StreamChunk:
+        with self._lock:
+            if self._shutting:  # closed from another thread between two chunks
+                raise StopIteration
+            self._reading = True
         try:
             chunk = next(self._chunks)
         except BaseException as exc:
             self._ended_by(exc)
             raise
+        finally:
+            with self._lock:
+                self._reading = False
         if self._close_requested:  # close() came from another thread while we waited
             self.close()
             raise StopIteration
@@ -189,11 +211,12 @@ class ChatStream(_StreamBase, Closes):
         """Stop the stream and release its connection.
 
         Called from another thread while a reader waits for the next chunk, it takes effect
-        when that chunk arrives (or the deadline passes): the reader's loop then ends.
+        when that chunk arrives (or the deadline passes): the reader's loop then ends (as it
+        does when the reader asks for its next chunk while the stream is being closed).
         """
-        if getattr(self._chunks, "gi_running", False):
-            self._close_requested = True
-            return
+        with self._lock:
+            if not self._claim_close():
+                return
         self._chunks.close()
         self._end(cancelled=self._response is None)
 
@@ -246,11 +269,16 @@ class AsyncChatStream(_StreamBase, AsyncCloses):
         return self
 
     async def __anext__(self) -> StreamChunk:
+        if self._shutting:  # closed from another task between two chunks
+            raise StopAsyncIteration
+        self._reading = True
         try:
             chunk = await self._chunks.__anext__()
         except BaseException as exc:
             self._ended_by(exc)
             raise
+        finally:
+            self._reading = False
         if self._close_requested:  # aclose() came from another task while we waited
             await self.aclose()
             raise StopAsyncIteration
@@ -263,8 +291,7 @@ class AsyncChatStream(_StreamBase, AsyncCloses):
         when that chunk arrives (or the deadline passes): the reader's loop then ends. To stop
         at once, cancel the reading task instead.
         """
-        if getattr(self._chunks, "ag_running", False):
-            self._close_requested = True
+        if not self._claim_close():
             return
         await self._chunks.aclose()
         self._end(cancelled=self._response is None)
