@@ -638,3 +638,22 @@ def test_weights_of_a_group_whose_strategy_is_not_weighted_are_refused() -> None
     with pytest.raises(ConfigurationError, match=r"routes\.0: .*weights.*weighted"):
         load_config({"routes": [group]})
     load_config({"routes": [{**group, "strategy": "weighted"}]})
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        {"Authorization": "Bearer sk-live-abcdef123456"},
+        {"X-Gateway-Key": "gw-literal-key-value"},
+        {"x-api-token": "literal"},
+    ],
+)
+def test_a_credential_header_written_in_the_file_is_refused(header: dict[str, str]) -> None:
+    """``api_key = "sk-..."`` is refused so that keys never sit in the file; the same key
+    as an ``Authorization`` header was accepted."""
+    route = {"model": "vllm/x", "base_url": "http://h/v1", "headers": header}
+    name = next(iter(header))
+    with pytest.raises(ConfigurationError, match=rf"routes\.0\.headers.*{name}.*VARIABLE"):
+        load_config({"routes": [route]})
+    referenced = {name: "Bearer ${TOKEN}", "X-Team": "search"}  # a reference; no credential
+    load_config({"routes": [{**route, "headers": referenced}]})

@@ -31,9 +31,10 @@ by default), ``vllm/`` (``base_url`` required), ``local/`` (``bundled`` or a GGU
 A ``${NAME}`` reference in ``api_key``, ``base_url``, ``headers`` or ``store`` (a Redis URL
 with its password, say), the whole value or a part of it (``Bearer ${TOKEN}``), is read from
 the environment when the Guard is built; an ``api_key`` given
-as plain text is refused, so keys never sit in the file. An ``azure/`` route's ``base_url``
-is its resource endpoint (as ``AZURE_OPENAI_ENDPOINT``), unless it is a whole
-``.../openai/...`` URL.
+as plain text is refused, as is a credential header's value (``Authorization``, a header
+named ``...Key``, ``...Token``) without a reference, so keys never sit in the file. An
+``azure/`` route's ``base_url`` is its resource endpoint (as ``AZURE_OPENAI_ENDPOINT``),
+unless it is a whole ``.../openai/...`` URL.
 """
 
 from __future__ import annotations
@@ -82,6 +83,7 @@ __all__ = [
 CONFIG_ENV = "LLMGUARD_CONFIG"
 _REFERENCE = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$")
 _EMBEDDED = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")  # "Bearer ${TOKEN}"
+_CREDENTIAL_HEADER = re.compile(r"(?i)authorization|key|token|secret|password")
 
 # shortcut -> (base URL or None, environment variable of the key, of the base URL)
 _OPENAI_LIKE: dict[str, tuple[str | None, str | None, str | None]] = {
@@ -124,6 +126,19 @@ class RouteConfig(BaseModel):
         if api_key is not None and not _REFERENCE.match(api_key):
             raise ValueError("api_key must be a ${VARIABLE} reference, never the key itself")
         return api_key
+
+    @field_validator("headers")
+    @classmethod
+    def _check_headers(cls, headers: dict[str, str] | None) -> dict[str, str] | None:
+        """A credential header (``Authorization``, ``X-Gateway-Key`` ...) is a reference,
+        as ``api_key`` is: a key written in the file was accepted there."""
+        for name, value in (headers or {}).items():
+            if _CREDENTIAL_HEADER.search(name) and not _EMBEDDED.search(value):
+                raise ValueError(
+                    f"header {name!r} carries a credential: a ${{VARIABLE}} reference "
+                    '("Bearer ${TOKEN}"), never the key itself'
+                )
+        return headers
 
     @model_validator(mode="after")
     def _check(self) -> RouteConfig:
