@@ -220,6 +220,30 @@ def test_async_drop_in_client(fake: FakeProvider, make_guard: MakeGuard) -> None
     assert anyio.run(run) == ("Echo: hello there", "Echo: hello there")
 
 
+def test_an_answers_message_object_goes_back_into_the_next_call(
+    fake: FakeProvider, make_guard: MakeGuard
+) -> None:
+    # openai's habit: messages.append(completion.choices[0].message), a model object, not a dict
+    guard = make_guard(fake)
+    client = GuardedClient(guard)
+    first = client.chat.completions.create(model="m", messages=USER)
+    history = [*USER, first.choices[0].message, {"role": "user", "content": "and then"}]
+    second = client.chat.completions.create(model="m", messages=history)
+    assert second.choices[0].message.content == "Echo: and then"
+    third = guard.chat([*USER, openai_message("Echo: hello there"), USER[0]])  # openai's own
+    assert third.text == "Echo: hello there"
+    assert fake.requests[-1].body["messages"][1] == {
+        "role": "assistant",
+        "content": "Echo: hello there",
+    }
+
+
+def openai_message(text: str) -> Any:
+    from openai.types.chat import ChatCompletionMessage
+
+    return ChatCompletionMessage(role="assistant", content=text)
+
+
 def test_look_alike_streams_usage_only_when_asked(
     fake: FakeProvider, make_guard: MakeGuard
 ) -> None:

@@ -158,8 +158,8 @@ def _request_data(
             )
         return request if model is None else request.model_copy(update={"model": model})
     data: dict[str, Any] = dict(params)
-    data["messages"] = [
-        m.model_dump(exclude_none=True) if isinstance(m, Message) else m
+    data["messages"] = [  # a model object (a Message, openai's answer's message): its fields
+        m.model_dump(exclude_none=True) if isinstance(m, BaseModel) else m
         for m in _messages(messages)
     ]
     if model is not None:
