@@ -657,3 +657,14 @@ def test_a_credential_header_written_in_the_file_is_refused(header: dict[str, st
         load_config({"routes": [route]})
     referenced = {name: "Bearer ${TOKEN}", "X-Team": "search"}  # a reference; no credential
     load_config({"routes": [{**route, "headers": referenced}]})
+
+
+def test_llmguard_check_says_where_a_local_route_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``local: local bundled at None; key no key``."""
+    path = _write(tmp_path, "guard.toml", '[[routes]]\nmodel = "local/bundled"\n')
+    assert main(["check", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "None" not in out
+    assert "local: local bundled in this process" in out

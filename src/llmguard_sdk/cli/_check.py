@@ -49,6 +49,9 @@ def _run(args: argparse.Namespace) -> int:
         print(f"tasks: {tasks!r}")
     for row in rows:
         group = f" (group {row['group']})" if row["group"] else ""
+        if row["base_url"] is None:  # the local model: no URL, no key
+            print(f"{row['name']}{group}: {row['kind']} {row['model']} in this process")
+            continue
         key = row["key_from"] or "no key"
         print(f"{row['name']}{group}: {row['kind']} {row['model']} at {row['base_url']}; key {key}")
     return 0
