@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from llmguard_sdk import (
+    BadRequestError,
     ContextLengthExceededError,
     Guard,
     LocalProvider,
@@ -41,6 +42,52 @@ def with_eos(source: Path, target: Path, eos: int) -> Path:
         assert struct.unpack_from("<I", head, at)[0] == _GGUF_UINT32
         gguf.seek(at + 4)
         gguf.write(struct.pack("<I", eos))
+    return target
+
+
+_SIZES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}  # GGUF scalars
+
+
+def _value_end(data: bytes, at: int, kind: int) -> int:
+    """Where the GGUF metadata value of type ``kind`` at ``at`` ends."""
+    if kind == 8:  # a string
+        return at + 8 + struct.unpack_from("<Q", data, at)[0]
+    if kind == 9:  # an array
+        item, count = struct.unpack_from("<IQ", data, at)
+        at += 12
+        if item != 8:
+            return at + _SIZES[item] * count
+        for _ in range(count):
+            at += 8 + struct.unpack_from("<Q", data, at)[0]
+        return at
+    return at + _SIZES[kind]
+
+
+def with_template(source: Path, target: Path, template: str) -> Path:
+    """A copy of the GGUF ``source`` with another chat template (the metadata written again,
+    the tensor descriptions and the weights copied, aligned as before)."""
+    data = source.read_bytes()
+    n_tensors, n_kv = struct.unpack_from("<QQ", data, 8)
+    out, at, alignment = bytearray(data[:24]), 24, 32
+    for _ in range(n_kv):
+        size = struct.unpack_from("<Q", data, at)[0]
+        key, kind = data[at + 8 : at + 8 + size], struct.unpack_from("<I", data, at + 8 + size)[0]
+        value, end = at + 12 + size, _value_end(data, at + 12 + size, kind)
+        if key == b"tokenizer.chat_template":
+            raw = template.encode()
+            out += data[at:value] + struct.pack("<Q", len(raw)) + raw
+        else:
+            out += data[at:end]
+        if key == b"general.alignment":
+            alignment = struct.unpack_from("<I", data, value)[0]
+        at = end
+    infos = at
+    for _ in range(n_tensors):
+        at += 8 + struct.unpack_from("<Q", data, at)[0]
+        at += 4 + 8 * struct.unpack_from("<I", data, at)[0] + 4 + 8
+    out += data[infos:at]
+    out += bytes(-len(out) % alignment)
+    target.write_bytes(bytes(out) + data[at + (-at % alignment) :])
     return target
 
 
@@ -154,3 +201,31 @@ def test_a_developer_message_is_the_system_message_of_a_model_without_one() -> N
     assert as_developer.usage.input_tokens == as_system.usage.input_tokens
     assert as_developer.usage.cached_input_tokens >= as_system.usage.input_tokens - 1  # the same
     assert as_developer.text == as_system.text
+
+
+# A template that refuses system messages, as Gemma 2's and others do.
+REFUSES_SYSTEM = (
+    r"{% for message in messages %}{% if message['role'] == 'system' %}"
+    r"{{ raise_exception('System role not supported') }}{% endif %}"
+    r"{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n' }}"
+    r"{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+
+def test_messages_the_chat_template_refuses_are_a_bad_request(tmp_path: Path) -> None:
+    # The template's error was wrapped as a retryable ProviderUnavailableError (retried, and
+    # counted by the breaker as an outage), and count_tokens() raised jinja2's TemplateError
+    # into the call's rate-limit stage.
+    path = with_template(bundled_model_path(), tmp_path / "no-system.gguf", REFUSES_SYSTEM)
+    provider = LocalProvider(path, n_ctx=256, warm_up=True)
+    try:
+        assert provider.wait_loaded(120)
+        refused = ChatRequest.model_validate({"messages": QUESTION})
+        assert provider.count_tokens(refused) is None
+        guard = Guard(provider, timeout=120, environ={})
+        with pytest.raises(BadRequestError, match="System role not supported") as caught:
+            guard.chat(QUESTION, max_tokens=4)
+        assert caught.value.route == "local"
+        assert guard.chat([QUESTION[1]], temperature=0, max_tokens=4).text  # a user turn: fine
+    finally:
+        provider.close()

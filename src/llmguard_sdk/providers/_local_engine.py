@@ -14,6 +14,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ..errors import (
+    BadRequestError,
     ConfigurationError,
     ContextLengthExceededError,
     ProviderTimeoutError,
@@ -72,6 +73,10 @@ class _Engine:
         template = self.llm.metadata.get("tokenizer.chat_template")
         if not template:
             raise ConfigurationError(f"{owner.path.name} has no chat template")
+        import jinja2  # (llama-cpp-python's dependency)
+
+        # what a template raises for messages it refuses (its raise_exception()), or when broken
+        self.template_errors: tuple[type[Exception], ...] = (ValueError, jinja2.TemplateError)
         # OpenAI's developer message is the system message of a template without that role
         self.developer_role = "developer" in template
         eos = self.llm.token_eos()
@@ -92,7 +97,13 @@ class _Engine:
             messages = [
                 {**m, "role": "system"} if m["role"] == "developer" else m for m in messages
             ]
-        result = self.formatter(messages=messages)  # type: ignore[arg-type]
+        try:
+            result = self.formatter(messages=messages)  # type: ignore[arg-type]
+        except self.template_errors as exc:
+            raise BadRequestError(
+                f"the local model's chat template refused the messages: {exc}",
+                route=self.owner.name,
+            ) from exc
         return self.llm.tokenize(
             result.prompt.encode("utf-8"), add_bos=not result.added_special, special=True
         )

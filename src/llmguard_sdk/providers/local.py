@@ -52,6 +52,7 @@ import anyio
 
 from .._core.assembly import merge_metadata
 from ..errors import (
+    BadRequestError,
     ConfigurationError,
     ProviderBusyError,
     ProviderError,
@@ -336,15 +337,20 @@ class LocalProvider(_Streams):
 
     def count_tokens(self, request: ChatRequest) -> int | None:
         """The request's prompt tokens as this model counts them (its own tokenizer and chat
-        template, before any trimming); ``None`` while the model is not loaded yet. Rate
-        limits use it for their estimates.
+        template, before any trimming); ``None`` while the model is not loaded yet, or when
+        its chat template refuses the messages (the call fails with a
+        :class:`~llmguard_sdk.errors.BadRequestError` that says why). Rate limits use it for
+        their estimates.
 
         .. versionadded:: 0.2.0
         """
         engine = self._engine
         if engine is None:
             return None
-        return len(engine.tokens(self._messages(request)))
+        try:
+            return len(engine.tokens(self._messages(request)))
+        except BadRequestError:  # the chat template refuses the messages: the call will say so
+            return None
 
     # -- calls -------------------------------------------------------------------------------
 
