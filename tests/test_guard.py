@@ -336,6 +336,26 @@ def test_an_input_filters_messages_given_as_dicts_are_validated(
     assert guard.chat(USER).text == "Echo: redacted"  # (dicts failed: AttributeError)
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_output_filters_invalid_response_is_a_configuration_error(
+    fake: FakeProvider, make_guard: MakeGuard, stream: bool
+) -> None:
+    def blank(response: ChatResponse) -> ChatResponse:
+        return response.model_copy(update={"text": None})  # (model_copy does not validate)
+
+    guard = make_guard(fake, output_filters=[blank])
+
+    def call() -> None:  # (the caller got text=None; the cache's store failed on it)
+        if not stream:
+            guard.chat(USER)
+            return
+        with guard.chat(USER, stream=True) as chunks:  # (the error comes as the stream ends)
+            list(chunks)
+
+    with pytest.raises(ConfigurationError, match=r"output filter .* invalid response: text"):
+        call()
+
+
 def test_max_input_tokens_refuses_large_requests(fake: FakeProvider, make_guard: MakeGuard) -> None:
     guard = make_guard(fake, max_input_tokens=20)
     assert guard.chat(USER).text

@@ -11,8 +11,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from pydantic import ValidationError
+
 from .._copies import frozen, updated
 from .._ids import UniqueIds
+from .._problems import problems
 from ..breaker import Breakers
 from ..budget.control import SpendControl
 from ..cache import CacheHit, ResponseCache
@@ -198,6 +201,18 @@ def _filtered_request(input_filter: InputFilter, request: ChatRequest) -> ChatRe
         ) from None
 
 
+def _filtered_response(output_filter: OutputFilter, response: ChatResponse) -> ChatResponse:
+    """An output filter's new response, validated (``model_copy`` builds one without
+    validation: a ``text`` of None reached the caller and failed the cache's store)."""
+    try:
+        return ChatResponse.model_validate(dict(response))
+    except ValidationError as exc:
+        found = "; ".join(problems(exc, "response"))
+        raise ConfigurationError(
+            f"output filter {output_filter!r} returned an invalid response: {found}"
+        ) from None
+
+
 def resolve_scope(tenant: str | None, feature: str | None, user: str | None) -> Scope:
     """The call's scope: explicit keywords over the enclosing :func:`scoped` block (ids that
     are not strings: :class:`~llmguard_sdk.errors.RequestValidationError`)."""
@@ -233,7 +248,9 @@ def finish(ctx: CallContext, stages: Stages, response: ChatResponse) -> ChatResp
     response = updated(response, update)
     try:
         for output_filter in stages.output_filters:
-            response = _apply_filter(output_filter, response, ChatResponse, "output")
+            replaced = _apply_filter(output_filter, response, ChatResponse, "output")
+            if replaced is not response:
+                response = _filtered_response(output_filter, replaced)
     except BaseException:  # refused after the provider billed it: an unserved attempt
         if update["route"] not in (None, CACHE, DEGRADED):
             ctx.unserved.append((update["route"], usage))
