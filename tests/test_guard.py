@@ -115,6 +115,19 @@ def test_messages_that_are_not_a_list_of_messages_are_named_so(
     assert guard.chat(m for m in USER).text == "Echo: hello there"  # any iterable of them
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_extra_body_may_not_say_whether_the_answer_streams(
+    fake: FakeProvider, make_guard: MakeGuard, stream: bool
+) -> None:
+    # it overrode the SDK's own: each answer came in the other format, every attempt on every
+    # route failed as malformed (retried, and recorded against the routes' breakers)
+    guard = make_guard(fake)
+    with pytest.raises(RequestValidationError, match=r"extra_body.*stream=True"):
+        guard.chat(USER, stream=stream, extra_body={"stream": not stream, "top_k": 3})
+    assert fake.stats.requests == 0
+    assert guard.chat(USER, extra_body={"top_k": 3}).text == "Echo: hello there"
+
+
 def test_chat_options_name_every_request_parameter_and_nothing_else(
     fake: FakeProvider, make_guard: MakeGuard
 ) -> None:

@@ -183,6 +183,10 @@ def _checked(request: ChatRequest | Mapping[str, Any], stages: Stages) -> ChatRe
     for input_filter in stages.input_filters:
         replaced = _apply_filter(input_filter, checked, ChatRequest, "input")
         checked = checked if replaced is checked else _filtered_request(input_filter, replaced)
+    if checked.extra_body and "stream" in checked.extra_body:  # (the answer's format is ours)
+        raise RequestValidationError(
+            "extra_body may not set 'stream': pass stream=True to Guard.chat for a stream"
+        )
     if checked.model is None and any(route.model is None for route in stages.routes):
         raise RequestValidationError("no model: pass model=... or give every provider a model")
     if not keyed or checked is not validated:  # (a filter's new request may lack the key)
