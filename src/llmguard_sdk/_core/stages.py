@@ -292,6 +292,7 @@ def _event(
             "retries": tuple(ctx.retries),
             "cost_usd": response.cost_usd if response else charged,
             "cost_source": response.cost_source if response else _estimated(charged),
+            "provider": None,  # (a protected function's SDK; a Guard's routes have names)
         },
     )
 
