@@ -319,3 +319,20 @@ def test_a_bad_price_table_file_is_named_in_the_error(
     err = capsys.readouterr().err
     assert f"--prices {bad}: " in err
     assert err.count(str(bad)) == 1
+
+
+def test_a_reader_that_stops_early_gets_no_traceback() -> None:
+    """``llmguard cost models | head``: the pipe closes before the table is written; the
+    command printed a BrokenPipeError traceback (and another at exit)."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "llmguard_sdk.cli", "cost", "models"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert process.stdout is not None
+    assert process.stderr is not None
+    process.stdout.close()  # before the command has imported itself: nobody reads
+    errors = process.stderr.read().decode()
+    assert process.wait(timeout=120) == 1
+    assert "Traceback" not in errors
+    assert "BrokenPipeError" not in errors

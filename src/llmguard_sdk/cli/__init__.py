@@ -11,6 +11,8 @@ once, as data (:mod:`._command`), in its own module.
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 from collections.abc import Sequence
 
 from .._version import __version__
@@ -47,5 +49,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     if run is None:
         parser.print_help()
         return 0
-    status: int = run(args)
+    try:
+        status: int = run(args)
+        sys.stdout.flush()  # here, where a reader gone early is met (not at exit)
+    except BrokenPipeError:  # `llmguard cost models | head`: the reader had enough
+        _silence_stdout()
+        return 1
     return status
+
+
+def _silence_stdout() -> None:
+    """Point stdout at the null device, so the interpreter's last flush finds no closed pipe
+    (Python's documented way out of a BrokenPipeError)."""
+    try:
+        descriptor = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # not a file (a test's capture)
+        return
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, descriptor)
+    os.close(null)
