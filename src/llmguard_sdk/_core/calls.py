@@ -135,7 +135,7 @@ def _run(ctx: CallContext, stages: Stages, opening: OpeningOutcome) -> Run:
     held = opening.held
     return Run(
         ctx, held.stages if held is not None else stages, streaming=False,
-        tail=opening.tail, ahead=opening.ahead,
+        tail=opening.tail, ahead=opening.ahead, held=held,
     )  # fmt: skip
 
 

@@ -24,7 +24,7 @@ import time
 from collections.abc import Generator
 from typing import Any
 
-from ..errors import ProviderError, StreamInterruptedError
+from ..errors import BudgetExceededError, ProviderError, StreamInterruptedError
 from ..models import ChatResponse, StreamChunk
 from ..providers.base import Provider
 from . import limits, routes
@@ -71,6 +71,8 @@ def _route_loop(run: Run) -> Plan:
             opened, raced = (raced, None) if raced is not None else (None, None)
             reservation: Reservation | None
             if opened is None:
+                if attempt == 0:  # (a retry's hold was topped up before its wait)
+                    yield from _hold_enough(run, route)
                 admitted, reservation = yield from admit(run, route)
                 if not admitted:
                     break
@@ -112,6 +114,7 @@ def _retry(
     )
     if not decision.retry or not routes.still_fits(ctx, decision):
         return None  # (asked before the budget: no retry is spent on one not made)
+    yield from _hold_enough(run, route)  # (no room: the call ends, no retry spent)
     budget = stages.retry_budget
     if budget is not None:
         if not (yield from answer_of(budget.try_spend_steps(route.name))):
@@ -123,6 +126,23 @@ def _retry(
             return None
     yield Sleep(routes.note_retry(ctx, route, error, attempt, decision))
     return decision.wait
+
+
+def _hold_enough(run: Run, route: Provider) -> Generator[Any, Any, None]:
+    """Before an attempt: the call's spend hold covers what its attempts that went out were
+    charged plus this attempt's worst case, topped up when not; a budget without room for
+    that ends the call (:class:`~llmguard_sdk.errors.BudgetExceededError`), so the guard's
+    own retries never spend past a hard cap. A stream that delivered text before it was
+    interrupted ends with that interruption (its text), caused by the budget's error."""
+    held, spend = run.held, run.stages.spend
+    if held is None or spend is None or not run.ctx.unserved:
+        return
+    try:
+        yield from answer_of(spend.top_up_steps(held, run.ctx, route))
+    except BudgetExceededError as refused:
+        if run.interrupted is not None:
+            raise run.interrupted from refused
+        raise
 
 
 def admit(run: Run, route: Provider) -> Generator[Any, Any, tuple[bool, Reservation | None]]:

@@ -16,6 +16,7 @@ from typing import Any
 
 from .._state.steps import Step
 from ..breaker import Permit
+from ..budget.control import Held
 from ..context import CallContext
 from ..errors import ProviderError, RateLimitedError, StreamInterruptedError
 from ..models import ChatRequest, ChatResponse, StreamChunk, Usage
@@ -40,6 +41,7 @@ class Run:
     streaming: bool
     tail: Tail  # where decisions that need no answer wait for the next round trip
     ahead: Ahead | None = None  # what the opening batch took for the first route
+    held: Held | None = None  # the call's spend hold (topped up before a charged retry)
     request: ChatRequest = field(init=False)  # a continuation replaces it
     tried: set[str] = field(default_factory=set)  # routes a hedge race used up
     probes: dict[str, bool] = field(default_factory=dict)  # route: its permit is a probe

@@ -104,7 +104,10 @@ class _StreamBase:
         return cached
 
     def _run(self) -> Run:
-        return Run(self._ctx, self._stages, streaming=True, tail=self._tail, ahead=self._ahead)
+        held = self._opening.held if self._opening is not None else None
+        return Run(
+            self._ctx, self._stages, streaming=True, tail=self._tail, ahead=self._ahead, held=held
+        )
 
     def _ended_with(self, response: ChatResponse | None) -> StreamChunk | None:
         """The route loop's answer becomes the stream's response; a whole answer that no

@@ -22,7 +22,7 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from typing_extensions import Unpack
 
@@ -42,6 +42,7 @@ from ..telemetry._repeats import log_repeated
 from ..tokens import count_text_tokens
 from ._budgets import Budgets, EventHook
 from ._routes import Level, asked_tier, route_tier, takes_completion_limit, tier_routes
+from ._topup import top_up_steps
 from .memory import BudgetBackend, MemoryBudgetBackend
 from .policy import (
     NANO,
@@ -79,8 +80,9 @@ logger = logging.getLogger("llmguard_sdk")
 
 @dataclass
 class Held:
-    """One call's reservation: its id, counters, amount held (nano-dollars), the stages
-    (routes) the call may use, and whether it was settled."""
+    """One call's reservation: its id, counters, amount held (nano-dollars, top-ups
+    included), the stages (routes) the call may use, whether it was settled, and the ids of
+    its top-ups (:mod:`._topup`: released when it settles)."""
 
     rid: str
     specs: tuple[CounterSpec, ...]
@@ -89,6 +91,7 @@ class Held:
     level: Level = "all"
     done: bool = False
     notes: list[BudgetEvent] = field(default_factory=list)
+    extra: list[str] = field(default_factory=list)
 
 
 class SpendControl:
@@ -182,11 +185,14 @@ class SpendControl:
 
     # -- prices ------------------------------------------------------------------------------
 
-    def _route_price_args(self, ctx: CallContext, routes: Sequence[Provider]) -> tuple[int, float]:
-        """(base, per output token), nano-dollars: the worst case over ``routes``. A hedged
-        call may also be billed its race's losing prompt: its base is the two dearest
-        prompts."""
-        input_tokens = ctx.input_tokens().tokens * (1.0 + self.config.input_margin)
+    def route_price_args(
+        self, ctx: CallContext, routes: Sequence[Provider], *, input_tokens: int | None = None
+    ) -> tuple[int, float]:
+        """(base, per output token), nano-dollars: the worst case over ``routes`` of a
+        request of ``input_tokens`` (default: the call's). A hedged call may also be billed
+        its race's losing prompt: its base is the two dearest prompts."""
+        counted = ctx.input_tokens().tokens if input_tokens is None else input_tokens
+        priced = counted * (1.0 + self.config.input_margin)
         prompts, per = [0], 0.0
         asked = asked_tier(ctx)
         table, local = self.prices, self.local
@@ -201,9 +207,9 @@ class SpendControl:
             prices = [table.price(model, provider=name, tier=tier)]
             if tier is not None and tier != "batch":  # may be served at the standard tier
                 prices.append(table.price(model, provider=name))
-            prompts.append(max(nano(price.worst_case(input_tokens, 0)) for price in prices))
+            prompts.append(max(nano(price.worst_case(priced, 0)) for price in prices))
             for price in prices:
-                per = max(per, price.for_input(input_tokens).output_max * NANO / 1_000_000)
+                per = max(per, price.for_input(priced).output_max * NANO / 1_000_000)
         prompts.sort()
         raced = ctx.hedge_after is not None and len(prompts) > 2
         return prompts[-1] + (prompts[-2] if raced else 0), per
@@ -282,7 +288,7 @@ class SpendControl:
             asked.append(Held(rid, specs, 0, stages))
         while True:
             routes = self._routes(stages, level)
-            base, per = self._route_price_args(ctx, tier_routes(ctx, routes, level))
+            base, per = self.route_price_args(ctx, tier_routes(ctx, routes, level))
             chosen = stages if level == "all" else dataclasses.replace(stages, routes=routes)
             if base == 0 and per == 0:  # free routes: nothing to hold
                 return Held(rid, (), 0, chosen, level, notes=notes)
@@ -311,23 +317,30 @@ class SpendControl:
                     ctx.request = ctx.request.model_copy(update={limit_name: result.tokens})
                 return Held(rid, specs, result.amount, chosen, level, notes=notes)
             if result.unavailable:
-                notes.append(BudgetEvent("unavailable", config.name, "*", action="refused"))
-                raise BudgetUnavailableError(
-                    "spend budgets are unavailable (Redis cannot be reached); budgeted calls "
-                    "are refused until it answers (Budgets(fail_open=True) counts per process)",
-                    scope="*",
-                    limit_usd=specs[0].limit / NANO,
-                    spent_usd=math.nan,
-                    retry_after=result.retry_after,
-                )
-            following = self._refused(specs[result.refused_index], result, level, notes)
-            level = following
+                self.unavailable(specs, result, notes)
+            level = self.refused(specs[result.refused_index], result, level, notes)
 
-    def _refused(
+    def unavailable(
+        self, specs: Sequence[CounterSpec], result: ReserveResult, notes: list[BudgetEvent]
+    ) -> NoReturn:
+        """The backend could not be reached: note it and raise
+        :class:`BudgetUnavailableError`."""
+        notes.append(BudgetEvent("unavailable", self.config.name, "*", action="refused"))
+        raise BudgetUnavailableError(
+            "spend budgets are unavailable (Redis cannot be reached); budgeted calls "
+            "are refused until it answers (Budgets(fail_open=True) counts per process)",
+            scope="*",
+            limit_usd=specs[0].limit / NANO,
+            spent_usd=math.nan,
+            retry_after=result.retry_after,
+        )
+
+    def refused(
         self, spec: CounterSpec, result: ReserveResult, level: Level, notes: list[BudgetEvent]
     ) -> Level:
         """A budget had no room: note it, and the level to try next (a downgrade, local
-        routes only); raises :class:`BudgetExceededError` when the budget refuses."""
+        routes only); raises :class:`BudgetExceededError` when the budget refuses (at
+        ``level="local"`` it always does)."""
         budget = self.config.budgets[spec.budget_index]
         following = self._next_level(level, budget.on_exhausted)
         note = BudgetEvent(
@@ -489,9 +502,17 @@ class SpendControl:
                 result: SettleResult = self.backend.settle(**kwargs)
             else:
                 result = yield from self.backend.settle_steps(**kwargs)
+            for rid in held.extra:  # the top-ups: released (the spend is the first's)
+                yield from self.backend.settle_steps(rid, held.specs, actual=0, ttl=kwargs["ttl"])
         else:
             held.done, result = True, SettleResult(False)
         self._after(ctx, held, result, response.usage if response is not None else None)
+
+    def top_up_steps(self, held: Held, ctx: CallContext, route: Provider) -> store_steps.Step[None]:
+        """Before an attempt on ``route`` after attempts that were charged: hold what was
+        charged plus that attempt's worst case (:mod:`._topup`; raises
+        :class:`BudgetExceededError` when the budgets have no room for it)."""
+        return top_up_steps(self, held, ctx, route)
 
     def settle(self, held: Held, ctx: CallContext, response: ChatResponse | None) -> None:
         """Settle the hold to the response's cost (``None``: nothing served, release)."""

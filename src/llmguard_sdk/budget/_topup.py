@@ -1,0 +1,75 @@
+"""Topping up a call's spend hold before a retry or a fallback attempt.
+
+A call holds its worst case once, before its first attempt (one prompt and its
+``max_tokens`` of output; two prompts when hedged). An attempt that went out and served
+nothing is billed all the same (a timeout after sending: its prompt; a stream cut off:
+what it delivered), so a call that retries after such attempts could settle past its hold,
+and past a hard cap. Before each attempt after one that was charged, the hold must cover
+what was charged so far plus that attempt's worst case on its route; when it does not, the
+difference is reserved as a reservation of its own (same counters, all or nothing). A
+top-up the budgets refuse ends the call with :class:`~llmguard_sdk.errors.BudgetExceededError`
+(what went out stays charged when the call settles). The call's settle turns its first
+reservation into the actual spend and releases the top-ups.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from .._state import steps as store_steps
+from ..context import CallContext
+from ..providers.base import Provider
+from .memory import HoldArgs, MemoryBudgetBackend
+from .policy import BudgetEvent, ReserveResult, nano
+
+if TYPE_CHECKING:
+    from .control import Held, SpendControl
+
+__all__ = ["top_up_steps"]
+
+
+def _next_attempt(spend: SpendControl, ctx: CallContext, route: Provider) -> int:
+    """The worst case of one attempt on ``route``, nano-dollars: the prompt it sends now
+    (a continuation's included) and the call's ``max_tokens`` of output."""
+    base, per = spend.route_price_args(ctx, (route,), input_tokens=ctx.sent_input_tokens())
+    output = ctx.request.output_limit or spend.config.default_output_tokens
+    return base + math.ceil(output * per)
+
+
+def top_up_steps(
+    spend: SpendControl, held: Held, ctx: CallContext, route: Provider
+) -> store_steps.Step[None]:
+    """Make ``held`` cover what the call was charged so far and an attempt on ``route``
+    (see the module docs); raises :class:`BudgetExceededError` (or
+    :class:`BudgetUnavailableError`) when the budgets have no room for the difference."""
+    if held.done or not held.specs or not ctx.unserved:
+        return  # nothing charged yet: the first hold covers any one attempt
+    charged = spend.unserved_cost(ctx, held.stages)
+    need = nano(charged or 0.0) + _next_attempt(spend, ctx, route)
+    if need <= held.amount:
+        return
+    rid = f"{held.rid}.{len(held.extra) + 1}"
+    held.extra.append(rid)  # before it goes out: cut short, the settle releases it
+    hold: HoldArgs = {
+        "base": need - held.amount,
+        "per_token": 0.0,
+        "want": 0,
+        "minimum": 0,
+        "ttl": max(0.0, ctx.remaining()) + spend.config.hold_seconds,
+    }
+    result: ReserveResult
+    if type(spend.backend) is MemoryBudgetBackend:  # (as SpendControl does)
+        result = spend.backend.reserve(rid, held.specs, **hold)
+    else:
+        result = yield from spend.backend.reserve_steps(rid, held.specs, **hold)
+    if result.allowed:
+        held.amount += result.amount
+        return
+    notes: list[BudgetEvent] = []
+    try:  # refused whatever the budget's on_exhausted: the call is under way on its routes
+        if result.unavailable:
+            spend.unavailable(held.specs, result, notes)
+        spend.refused(held.specs[result.refused_index], result, "local", notes)
+    finally:
+        spend.emit(notes)

@@ -1,0 +1,122 @@
+"""A hard spend cap is never overshot by the guard's own retries: an attempt that timed out
+after its request went out is billed its prompt, so before a retry or a fallback attempt the
+call's hold is topped up to what was charged plus that attempt's worst case; a top-up the
+budget refuses stops the call with the budget's error, charged what went out."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import anyio
+import pytest
+
+from llmguard_sdk import BudgetExceededError, Guard
+from llmguard_sdk.budget import Budget, Budgets
+from llmguard_sdk.retry import RetryPolicy
+from llmguard_sdk.store import RedisStore
+from llmguard_sdk.testing import FakeProvider, Fault
+
+from .conftest import USER
+from .test_budget_unserved import PRICES, PROMPT_USD
+
+MakeGuard = Callable[..., Guard]
+RETRIES = RetryPolicy(attempts=3, base=0.01, cap=0.05)
+# one attempt's hold: the prompt with its 10 % margin and one output token at $200/M
+ONE_ATTEMPT_USD = PROMPT_USD * 1.1 + 200 / 1e6
+TIGHT_USD = ONE_ATTEMPT_USD + PROMPT_USD / 10  # one attempt fits; a second prompt does not
+
+
+@pytest.fixture(params=["memory", "redis"])
+def store(request: pytest.FixtureRequest) -> Iterator[RedisStore | None]:
+    if request.param == "memory":
+        yield None
+        return
+    url, prefix = request.getfixturevalue("redis_url"), request.getfixturevalue("redis_prefix")
+    store = RedisStore(url, key_prefix=prefix)
+    yield store
+    store.close()
+
+
+def _guard(
+    make_guard: MakeGuard, store: RedisStore | None, *fakes: FakeProvider, limit: float
+) -> Guard:
+    options = {} if store is None else {"store": store}
+    budgets = Budgets([Budget(limit_usd=limit)], prices=PRICES)
+    return make_guard(
+        *fakes, budgets=budgets, retry=RETRIES, attempt_timeout=0.2, timeout=10, **options
+    )
+
+
+def _spent(guard: Guard) -> float:
+    (row,) = guard.budget_status()
+    assert row["held_usd"] == 0  # every hold, top-ups included, settled
+    return float(row["spent_usd"])
+
+
+@pytest.mark.parametrize("twin", ["sync", "async"])
+def test_a_retry_after_a_charged_timeout_is_refused_when_the_cap_has_no_room(
+    fake: FakeProvider, make_guard: MakeGuard, store: RedisStore | None, twin: str
+) -> None:
+    """The hold covered one attempt; each attempt that timed out was billed its prompt, so
+    three of them spent past the cap ($0.0013 capped, $0.0022 spent after two)."""
+    guard = _guard(make_guard, store, fake, limit=TIGHT_USD)
+    fake.always(Fault(latency=1.0))
+    if twin == "sync":
+        call = lambda: guard.chat(USER, max_tokens=1)  # noqa: E731
+    else:
+        call = lambda: anyio.run(lambda: guard.achat(USER, max_tokens=1))  # noqa: E731
+    with pytest.raises(BudgetExceededError) as refused:
+        call()
+    assert fake.stats.requests == 1  # the retry never went out
+    assert refused.value.limit_usd == pytest.approx(TIGHT_USD)
+    spent = _spent(guard)
+    assert spent == pytest.approx(PROMPT_USD)  # what went out, and nothing lost
+    assert spent <= TIGHT_USD
+
+
+def test_retries_after_charged_timeouts_top_up_the_hold_when_there_is_room(
+    fake: FakeProvider, make_guard: MakeGuard, store: RedisStore | None
+) -> None:
+    guard = _guard(make_guard, store, fake, limit=1.0)
+    fake.script(Fault(latency=1.0), Fault(latency=1.0), None)
+    answer = guard.chat(USER, max_tokens=1)
+    assert fake.stats.requests == 3
+    assert answer.cost_usd is not None
+    assert answer.cost_usd > 2 * PROMPT_USD  # the two timed-out prompts, then the answer
+    assert _spent(guard) == pytest.approx(answer.cost_usd)
+
+
+def test_a_stream_retried_after_a_charged_timeout_is_refused_when_the_cap_has_no_room(
+    fake: FakeProvider, make_guard: MakeGuard, store: RedisStore | None
+) -> None:
+    guard = _guard(make_guard, store, fake, limit=TIGHT_USD)
+    fake.always(Fault(first_token_delay=1.0))
+    with (
+        pytest.raises(BudgetExceededError),
+        guard.chat(USER, stream=True, max_tokens=1) as stream,
+    ):
+        list(stream)
+    assert fake.stats.requests == 1
+    assert _spent(guard) == pytest.approx(PROMPT_USD)
+
+
+def test_a_cheaper_fallback_that_fits_the_hold_still_goes_out_under_a_tight_cap(
+    fake: FakeProvider, fake2: FakeProvider, make_guard: MakeGuard
+) -> None:
+    """The primary's timed-out prompt plus the backup's worst case fit the hold (priced at
+    the dearer route): no top-up is needed, and the backup serves the call."""
+    fake.always(Fault(latency=1.0))
+    guard = make_guard(
+        fake,
+        fake2,
+        budgets=Budgets([Budget(limit_usd=TIGHT_USD)], prices=PRICES),
+        retry=None,
+        attempt_timeout=0.2,
+        timeout=10,
+    )
+    answer = guard.chat(USER, max_tokens=1)
+    assert answer.route == "backup"
+    assert answer.cost_usd is not None
+    spent = _spent(guard)
+    assert spent == pytest.approx(answer.cost_usd)
+    assert spent <= TIGHT_USD
