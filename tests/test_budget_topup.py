@@ -1,20 +1,25 @@
 """A hard spend cap is never overshot by the guard's own retries: an attempt that timed out
 after its request went out is billed its prompt, so before a retry or a fallback attempt the
 call's hold is topped up to what was charged plus that attempt's worst case; a top-up the
-budget refuses stops the call with the budget's error, charged what went out."""
+budget refuses stops the call with the budget's error, charged what went out. Token-metered
+rate limits count that prompt too (the provider does)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import anyio
 import pytest
 
-from llmguard_sdk import BudgetExceededError, Guard
+from llmguard_sdk import BudgetExceededError, Guard, ProviderError, RateLimitExceededError
 from llmguard_sdk.budget import Budget, Budgets
+from llmguard_sdk.models import Message
+from llmguard_sdk.ratelimit import RateLimit
 from llmguard_sdk.retry import RetryPolicy
 from llmguard_sdk.store import RedisStore
 from llmguard_sdk.testing import FakeProvider, Fault
+from llmguard_sdk.tokens import count_request_tokens
 
 from .conftest import USER
 from .test_budget_unserved import PRICES, PROMPT_USD
@@ -120,3 +125,43 @@ def test_a_cheaper_fallback_that_fits_the_hold_still_goes_out_under_a_tight_cap(
     spent = _spent(guard)
     assert spent == pytest.approx(answer.cost_usd)
     assert spent <= TIGHT_USD
+
+
+def _prompt_tokens() -> int:
+    return count_request_tokens([Message(**m) for m in USER]).tokens
+
+
+def _call(guard: Guard, kind: str) -> None:
+    if kind == "complete":
+        guard.chat(USER, max_tokens=5)
+        return
+    with guard.chat(USER, max_tokens=5, stream=True) as stream:
+        list(stream)
+
+
+@pytest.mark.parametrize("kind", ["complete", "stream"])
+def test_a_rate_limit_keeps_the_prompt_of_an_attempt_that_timed_out_after_sending(
+    fake: FakeProvider, make_guard: MakeGuard, store: RedisStore | None, kind: str
+) -> None:
+    """The provider counts a prompt it received against its limits whether or not it
+    answered in time (and the budgets charge it): the reservation gave it all back, so the
+    limiter let through more input than the provider takes."""
+    prompt = _prompt_tokens()
+    limit = RateLimit(input_tpm=prompt * 1.5, period=3600)  # room for one prompt
+    options: dict[str, Any] = {} if store is None else {"store": store}
+    guard = make_guard(
+        fake,
+        rate_limits={"primary": limit},
+        retry=None,
+        breaker=None,
+        attempt_timeout=0.2,
+        timeout=10,
+        **options,
+    )
+    fake.script(Fault(latency=1.0) if kind == "complete" else Fault(first_token_delay=1.0))
+    with pytest.raises(ProviderError):
+        _call(guard, kind)
+    assert fake.stats.requests == 1
+    with pytest.raises(RateLimitExceededError):  # the first prompt still counts
+        guard.chat(USER, max_tokens=5)
+    assert fake.stats.requests == 1

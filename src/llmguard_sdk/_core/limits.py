@@ -107,18 +107,27 @@ def cut_off(ctx: CallContext, route: str, reservation: Reservation | None) -> Us
 
 
 def timed_out(
-    ctx: CallContext, route: Provider, reservation: Reservation | None, error: ProviderError
-) -> None:
+    ctx: CallContext,
+    route: Provider,
+    reservation: Reservation | None,
+    error: ProviderError,
+    known: Usage | None = None,
+) -> Usage | None:
     """Note an attempt that timed out after its request was sent, no answer come (the
     deadline or ``attempt_timeout`` passed first): its provider bills the prompt, as for one
     cut off (:func:`cut_off`); a stream that stalled after its 200 too. A provider's 408
     error answer is no such attempt (it did not take the request), nor a batch route's call
-    (batch APIs bill completed requests only; a batch nobody waits for is cancelled)."""
+    (batch APIs bill completed requests only; a batch nobody waits for is cancelled).
+    Returns what the attempt used, to settle its rate-limit reservation to: ``known`` (the
+    provider's usage) when given, else for such an attempt its prompt (the provider counts
+    it against its rate limits too), else None (all tokens go back)."""
     status = error.status_code
     if not (isinstance(error, ProviderTimeoutError) and error.request_sent and (status or 0) < 400):
-        return
-    if getattr(route, "service_tier", None) != "batch":
-        cut_off(ctx, route.name, reservation)
+        return known
+    if getattr(route, "service_tier", None) == "batch":
+        return known
+    sent = cut_off(ctx, route.name, reservation)
+    return known if known is not None else sent
 
 
 # the longest pause a provider's hint teaches a route's limits (a 429's Retry-After, a reset

@@ -189,8 +189,8 @@ def _complete(
         response: ChatResponse = yield complete_op(run, route)
     except ProviderError as failure:
         record.end(failure)
-        run.settle(reservation, error=failure)  # nothing was generated: tokens back
-        limits.timed_out(ctx, route, reservation, failure)  # (sent: its prompt billed)
+        sent = limits.timed_out(ctx, route, reservation, failure)  # (sent: its prompt billed)
+        run.settle(reservation, used=sent, error=failure)  # nothing generated: output back
         run.record(route, failure, elapsed_since(started))
         raise
     except BaseException:  # closed, cancelled or a bug: no outcome; it may have been sent
@@ -244,11 +244,11 @@ def _stream(
         ctx.route = None
         record.end(failure)
         used = assembler.used(route.name, limits.sent_input(ctx, reservation), failure)
-        run.settle(reservation, used=used, error=failure)
         if used is not None and assembler.delivered:  # billed, whoever continues the call
             ctx.unserved.append((route.name, used))
-        else:  # nothing came: billed its prompt if it timed out once sent
-            limits.timed_out(ctx, route, reservation, failure)
+        else:  # nothing came: billed its prompt if it timed out once sent (and counted)
+            used = limits.timed_out(ctx, route, reservation, failure, used)
+        run.settle(reservation, used=used, error=failure)
         run.record(route, failure, assembler.seconds())
         raise
     except BaseException:  # closed early or cancelled: no outcome; settle to what came
