@@ -34,6 +34,37 @@ def test_memory_leases_pick_the_least_loaded_and_run_out() -> None:
     assert leases.counts("g", NAMES) == [0, 0, 0]
 
 
+def test_memory_leases_never_given_back_end_even_where_no_call_asks_again() -> None:
+    """Leases were pruned only when their own deployment was counted: those a stuck caller
+    left on a group (or deployment) no later call asked about stayed for good, and every
+    deployment once leased kept its entry."""
+    import gc
+    import tracemalloc
+
+    clock = Clock()
+    leases = MemoryLeases(clock=clock)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        for i in range(5000):  # stuck callers, on groups no call goes to again
+            leases.take(LeaseAsk(f"old-{i % 50}", NAMES, i % 3, 0, f"stuck-{i}", 5.0))
+        for i in range(1000):  # calls that end, each on a deployment of its own
+            leases.take(LeaseAsk("g", (f"d-{i}",), None, 0, f"done-{i}", 5.0))
+            leases.give_back("g", f"d-{i}", f"done-{i}")
+        full = tracemalloc.get_traced_memory()[0] - base
+        clock.now += 6  # every stuck lease ran out; one call on another group
+        assert leases.take(LeaseAsk("new", NAMES, None, 0, "live", 5.0)) == (0, [0, 0, 0])
+        leases.give_back("new", "a", "live")
+        gc.collect()
+        left = tracemalloc.get_traced_memory()[0] - base
+    finally:
+        tracemalloc.stop()
+    assert full > 500_000  # (what 5000 leases take: the measure sees them)
+    assert left < 20_000  # nothing of them stays
+    assert leases.counts("old-0", NAMES) == [0, 0, 0]
+
+
 def test_processes_count_each_others_calls_in_flight_through_redis(
     redis_url: str, redis_prefix: str
 ) -> None:

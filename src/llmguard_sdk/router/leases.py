@@ -3,8 +3,9 @@
 
 A call takes a lease on the deployment it goes to when its route loop starts and gives it
 back when the call ends; a lease also ends at its deadline (the call's own, plus a margin),
-so a caller that crashed holds nothing for long. The leases of a deployment are pruned by
-deadline at each decision: the state is bounded by the calls in flight, not by time.
+so a caller that crashed holds nothing for long. Each decision first drops the leases whose
+deadline passed (in this process, from a queue ordered by deadline: a decision's cost does not
+grow with the calls in flight): the state is bounded by the calls in flight, not by time.
 
 With Redis, each decision is one Lua script (``lua/take.lua``): it prunes, counts, picks the
 deployment with the fewest calls in flight (or the one asked for) and adds the lease, on
@@ -16,6 +17,7 @@ reached, the process counts its own calls for a while.
 
 from __future__ import annotations
 
+import heapq
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -62,28 +64,46 @@ class Leases(Protocol):
 
 
 class MemoryLeases:
-    """Calls in flight in this process; ``clock`` is injectable for tests."""
+    """Calls in flight in this process; ``clock`` is injectable for tests.
+
+    Every lease is also queued by deadline (a heap): each decision first drops the leases
+    whose deadline passed, wherever they are, so what a decision costs does not grow with the
+    calls in flight, and a lease never given back ends at its deadline even on a deployment
+    (or group) no call asks about again."""
 
     def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
         self._lock = threading.Lock()
         self._held: dict[tuple[str, str], dict[str, float]] = {}
+        self._deadlines: list[tuple[float, tuple[str, str], str]] = []
+        self._count = 0  # leases in ``_held``
 
     def take(self, ask: LeaseAsk) -> Taken:
         """Take the lease ``ask`` describes (see :class:`LeaseAsk`)."""
         with self._lock:
-            now = self._clock()
-            counts = [len(self._live(ask.group, name, now)) for name in ask.names]
+            now = self._expire()
+            counts = [len(self._held.get((ask.group, name), ())) for name in ask.names]
             index = rank_by_load(counts, ask.turn)[0] if ask.pick is None else ask.pick
-            self._held.setdefault((ask.group, ask.names[index]), {})[ask.call_id] = (
-                now + ask.lease_s
-            )
+            key, deadline = (ask.group, ask.names[index]), now + ask.lease_s
+            held = self._held.setdefault(key, {})
+            self._count += ask.call_id not in held
+            held[ask.call_id] = deadline
+            heapq.heappush(self._deadlines, (deadline, key, ask.call_id))
             return index, counts
 
     def give_back(self, group: str, name: str, call_id: str) -> None:
         """End ``call_id``'s lease on ``name``."""
         with self._lock:
-            self._held.get((group, name), {}).pop(call_id, None)
+            self._drop((group, name), call_id)
+            # given back before their deadline, leases leave entries behind in the queue:
+            # rebuilt when those are most of it (amortized, a give-back costs the same)
+            if len(self._deadlines) > 2 * self._count + 64:
+                self._deadlines = [
+                    (deadline, key, call_id)
+                    for key, held in self._held.items()
+                    for call_id, deadline in held.items()
+                ]
+                heapq.heapify(self._deadlines)
 
     take_steps, atake = in_place(take)
     give_back_steps, agive_back = in_place(give_back)
@@ -91,16 +111,25 @@ class MemoryLeases:
     def counts(self, group: str, names: Sequence[str]) -> list[int]:
         """Each deployment's calls in flight now."""
         with self._lock:
-            now = self._clock()
-            return [len(self._live(group, name, now)) for name in names]
+            self._expire()
+            return [len(self._held.get((group, name), ())) for name in names]
 
-    def _live(self, group: str, name: str, now: float) -> dict[str, float]:
-        held = self._held.get((group, name))
-        if not held:
-            return {}
-        for call_id in [c for c, deadline in held.items() if deadline <= now]:
-            del held[call_id]
-        return held
+    def _expire(self) -> float:
+        """Drop the leases whose deadline passed; the time now."""
+        now = self._clock()
+        queue = self._deadlines
+        while queue and queue[0][0] <= now:
+            deadline, key, call_id = heapq.heappop(queue)
+            if self._held.get(key, {}).get(call_id) == deadline:  # else given back or taken anew
+                self._drop(key, call_id)
+        return now
+
+    def _drop(self, key: tuple[str, str], call_id: str) -> None:
+        held = self._held.get(key)
+        if held is not None and held.pop(call_id, None) is not None:
+            self._count -= 1
+            if not held:  # a deployment without calls in flight keeps nothing
+                del self._held[key]
 
 
 class RedisLeases:
