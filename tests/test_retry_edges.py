@@ -328,3 +328,62 @@ def test_a_retry_whose_wait_was_cancelled_goes_back_to_the_budget() -> None:
 
     anyio.run(run)
     assert budget.state("r").retries == pytest.approx(0.0)
+
+
+def _storm(budget: MemoryRetryBudget) -> int:
+    """A loop that always fails; how many attempts it made."""
+    attempts = 0
+
+    def loop() -> None:
+        nonlocal attempts
+        for attempt in retry_context(attempts=5, budget=budget):
+            with attempt:
+                attempts += 1
+                raise ProviderUnavailableError("down")
+
+    with pytest.raises(ProviderUnavailableError):
+        loop()
+    return attempts
+
+
+def _fails_once(budget: MemoryRetryBudget) -> str:
+    calls = 0
+    for attempt in retry_context(attempts=3, budget=budget):
+        with attempt:
+            calls += 1
+            if calls == 1:
+                raise ProviderUnavailableError("blip")
+            return "ok"
+    raise AssertionError
+
+
+def test_unnamed_retry_contexts_in_different_places_keep_budgets_of_their_own() -> None:
+    """Every retry_context without a name spent the budget's key "": one caller's retry
+    storm left no retry to an unrelated one."""
+    # two retries per key, and only those (no share of the requests, no decay to speak of)
+    budget = MemoryRetryBudget(RetryBudgetPolicy(ratio=0.0, min_per_second=2e-9, window=1e9))
+    with waits_off():
+        assert _storm(budget) == 3  # its two retries spent
+        assert _fails_once(budget) == "ok"  # another place's retry: still allowed
+        assert _storm(budget) == 1  # the same place again: the same key, nothing left
+
+
+def test_retried_functions_of_one_name_in_two_modules_keep_budgets_of_their_own() -> None:
+    """@retry keyed the budget by the qualified name alone: ``fetch`` of one module spent
+    the retries of ``fetch`` in another."""
+    budget = MemoryRetryBudget(RetryBudgetPolicy(ratio=0.0, min_per_second=1e-9, window=1e9))
+    calls: dict[str, int] = {}
+
+    def decorated(module: str) -> Any:
+        def fetch() -> str:
+            calls[module] = calls.get(module, 0) + 1
+            if calls[module] == 1:
+                raise ProviderUnavailableError("blip")
+            return module
+
+        fetch.__module__ = module
+        return retry(attempts=2, budget=budget)(fetch)
+
+    with waits_off():
+        assert decorated("app.billing")() == "app.billing"
+        assert decorated("app.search")() == "app.search"  # its own retry, not billing's

@@ -27,6 +27,7 @@ import functools
 import inspect
 import itertools
 import random
+import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
@@ -61,7 +62,10 @@ class RetryOptions(TypedDict, total=False):
     - ``attempts``, ``timeout``: shortcuts that override the policy's.
     - ``hooks``: callables receiving :class:`RetryDetails` before each wait.
     - ``name``: the name in :class:`RetryDetails` and the budget's key (``@retry``: the
-      function's qualified name).
+      function's qualified name). Without it, each place that retries keeps a budget of its
+      own: ``@retry``'s key is the function's module and qualified name, a
+      :func:`retry_context`'s the module, function and line it is called from (as many keys
+      as there are such places in the code, never one per call).
     - ``budget``: a :class:`~llmguard_sdk.retry.budget.RetryBudget`.
 
     .. versionadded:: 0.2.0
@@ -255,7 +259,9 @@ class Retrying:
                 "retry budget= must be a RetryBudget (MemoryRetryBudget or RedisRetryBudget "
                 f"built from a RetryBudgetPolicy), got {self.budget!r}"
             )
-        self.budget_key = budget_key or self.name
+        self.budget_key = (
+            budget_key or self.name or (_call_site() if self.budget is not None else "")
+        )
         self.rng = rng
 
     def judge(
@@ -350,6 +356,17 @@ class Retrying:
                 raise
 
 
+def _call_site() -> str:
+    """Where the code outside this module made the loop: ``module.function:line`` (the
+    budget's key of a loop without a name; unrelated loops shared the key "")."""
+    frame = sys._getframe(1)
+    while frame.f_back is not None and frame.f_globals.get("__name__") == __name__:
+        frame = frame.f_back
+    code = frame.f_code
+    function = getattr(code, "co_qualname", code.co_name)  # (co_qualname: Python 3.11+)
+    return f"{frame.f_globals.get('__name__', '?')}.{function}:{frame.f_lineno}"
+
+
 def _give_back(budget: RetryBudget, key: str) -> None:
     """Return a retry ``budget`` gave that was never made (a budget without ``refund``,
     which :class:`RetryBudget` does not require, keeps it)."""
@@ -382,7 +399,9 @@ def is_async_callable(fn: object) -> bool:
 def retry_context(**options: Unpack[RetryOptions]) -> Retrying:
     """Retry a block: ``for attempt in retry_context(...): with attempt: ...``.
 
-    Also ``async for`` in async code. Options (:class:`RetryOptions`) as for :func:`retry`.
+    Also ``async for`` in async code. Options (:class:`RetryOptions`) as for :func:`retry`;
+    without ``name``, a ``budget`` is kept per place in the code that calls this (its module,
+    function and line), not shared by every unnamed loop.
     """
     return Retrying(**options)
 
@@ -409,7 +428,10 @@ def retry(func: F | None = None, **given: Unpack[RetryOptions]) -> Any:
         name = getattr(fn, "__qualname__", type(fn).__qualname__)
         options = given.copy()
         options.setdefault("name", name)
-        Retrying(**options)  # validate the options now, not at the first call
+        # the budget's key: the function's module too, unless the name was given
+        module = getattr(fn, "__module__", None) or type(fn).__module__
+        key = options["name"] if "name" in given else f"{module}.{name}"
+        Retrying(budget_key=key, **options)  # validate the options now, not at the first call
         if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
             raise ConfigurationError(
                 f"retry cannot wrap the generator {name}: its failures happen while it is "
@@ -420,7 +442,7 @@ def retry(func: F | None = None, **given: Unpack[RetryOptions]) -> Any:
 
             @functools.wraps(fn)
             async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-                async for attempt in Retrying(**options):
+                async for attempt in Retrying(budget_key=key, **options):
                     with attempt:
                         return await fn(*args, **kwargs)
                 raise AssertionError("unreachable: the last attempt re-raises")
@@ -429,7 +451,7 @@ def retry(func: F | None = None, **given: Unpack[RetryOptions]) -> Any:
 
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            for attempt in Retrying(**options):
+            for attempt in Retrying(budget_key=key, **options):
                 with attempt:
                     return fn(*args, **kwargs)
             raise AssertionError("unreachable: the last attempt re-raises")
