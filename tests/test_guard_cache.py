@@ -348,3 +348,77 @@ def test_a_local_routes_own_answers_are_cached_when_it_comes_first() -> None:
         again = guard.chat(QUESTION)
         guard.close()
     assert (again.route, again.metadata["cached_route"]) == ("cache", "local")
+
+
+@pytest.mark.parametrize(
+    ("declared", "served_by"),
+    [
+        ({}, "fallback"),  # a remote fallback answers as well as the primary: it is called
+        ({"is_local": True}, "cache"),  # the primary's expired answer beats the local model's
+        ({"cache_answers": False}, "cache"),
+        ({"is_local": True, "cache_answers": True}, "fallback"),
+    ],
+)
+def test_a_stale_answer_comes_before_a_route_standing_in_for_the_primary(
+    declared: dict[str, bool], served_by: str
+) -> None:
+    import time
+
+    with FakeProvider(name="primary") as primary, FakeProvider(name="fallback") as fallback:
+        guard = _chain(primary, fallback, ResponseCache(ttl=0.2, stale_ttl=60), **declared)
+        fresh = guard.chat(QUESTION)
+        time.sleep(0.3)  # (the entry expires: only a stale-if-error read finds it)
+        primary.always(Fault(status=503))
+        with waits_off():
+            during = guard.chat(QUESTION)
+            with guard.chat(PARAPHRASE, stream=True) as stream:
+                streamed = "".join(chunk.text for chunk in stream)
+            unknown = guard.chat([{"role": "user", "content": "Where is my parcel?"}])
+        guard.close()
+    assert during.route == served_by
+    if served_by == "cache":
+        assert stream.response.route == "cache"
+        assert (during.metadata["cache"], during.text) == ("stale", fresh.text)
+        assert during.metadata["route_errors"] == {"primary": "ProviderUnavailableError"}
+        assert streamed == fresh.text
+        assert fallback.stats.requests == 1  # only the question the cache did not know
+    assert unknown.route == "fallback"
+
+
+def test_an_async_call_is_served_the_stale_answer_before_the_local_route() -> None:
+    import time
+
+    with FakeProvider(name="primary") as primary, FakeProvider(name="fallback") as fallback:
+        guard = _chain(primary, fallback, ResponseCache(ttl=0.2, stale_ttl=60), is_local=True)
+        fresh = guard.chat(QUESTION)
+        time.sleep(0.3)
+        primary.always(Fault(status=503))
+
+        async def main() -> list[Any]:
+            with waits_off():
+                answer = await guard.achat(QUESTION)
+                stream = await guard.achat(PARAPHRASE, stream=True)
+                async with stream:
+                    text = "".join([chunk.text async for chunk in stream])
+            return [answer.route, answer.metadata.get("cache"), stream.response.route, text]
+
+        found = anyio.run(main)
+        guard.close()
+    assert found == ["cache", "stale", "cache", fresh.text]
+    assert fallback.stats.requests == 0
+
+
+def test_a_local_route_first_in_the_chain_is_called_though_a_stale_answer_is_kept() -> None:
+    import time
+
+    with FakeProvider(name="local") as local, FakeProvider(name="remote") as remote:
+        first = OpenAICompatibleProvider(local.base_url, model=local.model, name="local")
+        first.is_local = True  # type: ignore[attr-defined]
+        second = OpenAICompatibleProvider(remote.base_url, model=remote.model, name="remote")
+        guard = Guard([first, second], cache=ResponseCache(ttl=0.2, stale_ttl=60), environ={})
+        guard.chat(QUESTION)
+        time.sleep(0.3)
+        again = guard.chat(QUESTION)
+        guard.close()
+    assert again.route == "local"
+    assert local.stats.requests == 2

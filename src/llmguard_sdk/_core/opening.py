@@ -30,10 +30,9 @@ from ..cache import CacheHit, CacheKeys, CacheOptions, ResponseCache
 from ..context import CallContext, Scope
 from ..errors import ProviderError
 from ..models import ChatRequest, ChatResponse
-from ..providers.base import Provider, cache_answers, is_local
 from ..ratelimit import Grant, MemoryRateLimiter, RateLimiter
 from .limits import Reservation, reserve_steps, settle_args, token_reservation
-from .routes import call_routes, too_small_for
+from .routes import answers_cached, first_route
 from .stages import CACHE, DEGRADED, Stages, cache_model, cache_request, from_cache
 
 __all__ = [
@@ -288,21 +287,7 @@ def _answer_cached(ctx: CallContext, stages: Stages, served_by: str) -> bool:
     if served_by in (CACHE, DEGRADED):
         return False
     route = next((route for route in stages.routes if route.name == served_by), None)
-    if route is None:
-        return True
-    declared = cache_answers(route)
-    if declared is not None:
-        return declared
-    if not is_local(route):
-        return True
-    first = first_route(ctx, stages)
-    return first is None or is_local(first)
-
-
-def first_route(ctx: CallContext, stages: Stages) -> Provider | None:
-    """The route the chain tries first (the first one whose context holds the request)."""
-    ranked = call_routes(ctx, stages)
-    return next((route for route in ranked if not too_small_for(ctx, route)), None)
+    return route is None or answers_cached(ctx, stages, route)
 
 
 def _shared(stage: Breakers | RateLimiter | None) -> bool:

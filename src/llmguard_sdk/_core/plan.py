@@ -4,6 +4,7 @@ Plain calls and streams, hedged or not, walk the same loop::
 
     [hedge race of the first two usable routes]
     for each route (a race's winner first):
+        [a stale cached answer instead of a local route standing in for remote ones]
         retry budget counts the request
         loop: admit (breaker permit, rate-limit reservation, wait for its slot)
               attempt (a whole answer; or a stream read chunk by chunk, each emitted)
@@ -66,6 +67,10 @@ def _route_loop(run: Run) -> Plan:
     for route in run.route_order(raced.route if raced is not None else None):
         if routes.too_small_for(ctx, route):
             continue
+        if raced is None:
+            stale = yield from run.stale_in_place_of(route)
+            if stale is not None:
+                return stale
         attempt, previous_wait, previous = 0, 0.0, None
         while True:
             opened, raced = (raced, None) if raced is not None else (None, None)

@@ -23,7 +23,7 @@ from ..errors import (
     StreamInterruptedError,
 )
 from ..models import ChatRequest, ChatResponse, Message, Usage
-from ..providers.base import Provider
+from ..providers.base import Provider, cache_answers, is_local
 from ..ratelimit import Grant
 from ..ratelimit._rules import never_fits
 from ..retry._api import testing_attempts, testing_wait
@@ -40,11 +40,13 @@ from .stages import (
 
 __all__ = [
     "CONTINUE_PROMPT",
+    "answers_cached",
     "attempt_deadline",
     "continuation_request",
     "degraded_response",
     "failure",
     "fall_through",
+    "first_route",
     "is_route_failure",
     "note_retry",
     "real_error",
@@ -52,6 +54,8 @@ __all__ = [
     "route_model",
     "route_rate_limited",
     "route_refused",
+    "stale_response",
+    "stands_in",
     "still_fits",
     "too_small_for",
 ]
@@ -239,6 +243,32 @@ def call_routes(ctx: CallContext, stages: Stages) -> Sequence[Provider]:
     return kept
 
 
+def first_route(ctx: CallContext, stages: Stages) -> Provider | None:
+    """The route the chain tries first (the first one whose context holds the request)."""
+    ranked = call_routes(ctx, stages)
+    return next((route for route in ranked if not too_small_for(ctx, route)), None)
+
+
+def answers_cached(ctx: CallContext, stages: Stages, route: Provider) -> bool:
+    """Whether the response cache keeps ``route``'s answers: as the route declares
+    (``cache_answers``); undeclared, unless it is a local route standing in for a remote one
+    (see :mod:`llmguard_sdk.providers.base`)."""
+    declared = cache_answers(route)
+    if declared is not None:
+        return declared
+    if not is_local(route):
+        return True
+    first = first_route(ctx, stages)
+    return first is None or is_local(first)
+
+
+def stands_in(ctx: CallContext, stages: Stages, route: Provider) -> bool:
+    """Whether ``route`` stands in for the routes before it: not the chain's first, and its
+    answers are not cached (a local model behind remote ones). An expired cached answer of
+    the routes it stands in for is served before it is called (stale-if-error)."""
+    return not answers_cached(ctx, stages, route) and route is not first_route(ctx, stages)
+
+
 def too_small_for(ctx: CallContext, route: Provider) -> bool:
     """Skip a route whose known context window cannot hold the request (and say why)."""
     window = getattr(route, "context_window", None)
@@ -273,23 +303,33 @@ def failure(ctx: CallContext, stages: Stages) -> Exception:
     return AllRoutesFailedError(ctx.route_errors)
 
 
-def degraded_response(ctx: CallContext, stages: Stages) -> ChatResponse | None:
-    """When no route could serve the call: a stale cached answer (stale-if-error), else the
-    configured degraded answer, else None."""
-    if stages.cache is not None:
-        hit = stages.cache.lookup_stale(
-            cache_request(ctx, stages),
-            ctx.scope,
-            tags=ctx.cache_tags,
-            cacheable=ctx.cacheable,
-            deadline=ctx.deadline,
-        )
-        if hit is not None:
-            response = from_cache(ctx, hit)
-            errors = {name: type(e).__name__ for name, e in ctx.route_errors.items()}
-            return response.model_copy(
-                update={"metadata": {**response.metadata, "route_errors": errors}}
-            )
+def stale_response(ctx: CallContext, stages: Stages) -> ChatResponse | None:
+    """A fresh or expired cached answer (within the cache's ``stale_ttl``), for a call the
+    routes could not serve (stale-if-error); None without one."""
+    if stages.cache is None:
+        return None
+    hit = stages.cache.lookup_stale(
+        cache_request(ctx, stages),
+        ctx.scope,
+        tags=ctx.cache_tags,
+        cacheable=ctx.cacheable,
+        deadline=ctx.deadline,
+    )
+    if hit is None:
+        return None
+    response = from_cache(ctx, hit)
+    errors = {name: type(e).__name__ for name, e in ctx.route_errors.items()}
+    return response.model_copy(update={"metadata": {**response.metadata, "route_errors": errors}})
+
+
+def degraded_response(
+    ctx: CallContext, stages: Stages, *, stale: bool = True
+) -> ChatResponse | None:
+    """When no route could serve the call: a stale cached answer (stale-if-error; ``stale``
+    False: already looked up), else the configured degraded answer, else None."""
+    found = stale_response(ctx, stages) if stale else None
+    if found is not None:
+        return found
     if stages.degraded_text is None:
         return None
     ctx.route = DEGRADED

@@ -51,6 +51,7 @@ class Run:
     delivered_text: str = ""
     carried: str = ""
     interrupted: StreamInterruptedError | None = None
+    stale_looked_up: bool = False  # the cache's stale answer was asked for (and missed)
     _emitted: bool = False
 
     def __post_init__(self) -> None:
@@ -237,15 +238,35 @@ class Run:
         if self.interrupted is not None:
             raise self.interrupted  # the caller has text: say so, with all of it
         ctx, stages = self.ctx, self.stages
-        if stages.cache is not None:
+        stale = not self.stale_looked_up
+        if stages.cache is not None and stale:
             degraded: ChatResponse | None = yield Blocking(
                 lambda: routes.degraded_response(ctx, stages)
             )
         else:
-            degraded = routes.degraded_response(ctx, stages)
+            degraded = routes.degraded_response(ctx, stages, stale=stale)
         if degraded is None:
             raise routes.failure(self.ctx, self.stages)
         return degraded
+
+    def stale_in_place_of(self, route: Provider) -> Generator[Any, Any, ChatResponse | None]:
+        """An expired cached answer served in place of ``route`` where it stands in for the
+        routes before it (a local model behind remote ones, see
+        :func:`~.routes.stands_in`): the remote model's own answer to the question, if
+        only expired, is better than a small model's. Looked up once a call, not after a
+        stream delivered text."""
+        ctx, stages = self.ctx, self.stages
+        if (
+            stages.cache is None
+            or self.stale_looked_up
+            or self.delivered
+            or self.interrupted is not None
+            or not routes.stands_in(ctx, stages, route)
+        ):
+            return None
+        self.stale_looked_up = True
+        found: ChatResponse | None = yield Blocking(lambda: routes.stale_response(ctx, stages))
+        return found
 
     def route_order(self, winner: Provider | None) -> list[Provider]:
         """The routes still to try: a race's winner first, without the routes it used up."""
