@@ -101,6 +101,19 @@ def test_bad_limit_maps_raise_typed_errors(bad: Any) -> None:
         MemoryRateLimiter(bad)
 
 
+@pytest.mark.parametrize("limit", [RateLimit(rpm=0.5), RateLimit(rpm=1.5, burst=0.5)])
+def test_a_request_rate_that_never_admits_a_request_is_a_configuration_error(
+    limit: RateLimit,
+) -> None:
+    """rpm=0.5 (meant: one request every two minutes) with a burst of one period has room
+    for half a request: every call was refused, as "larger than the limit allows at once"."""
+    with pytest.raises(ConfigurationError, match=r"rate_limits\['r'\].*period"):
+        MemoryRateLimiter({"r": limit})
+    meant = MemoryRateLimiter({"r": RateLimit(rpm=1, period=120)})  # what the error suggests
+    assert meant.reserve("r").allowed
+    assert not meant.reserve("r").allowed
+
+
 def test_a_concurrency_cap_alone_is_a_limit() -> None:
     assert RateLimit(concurrency=3).concurrency == 3
 

@@ -48,7 +48,23 @@ def normalize(limits: LimitsConfig) -> Rules:
                 f"rate_limits[{key!r}] must be a RateLimit or a list of them, got {value!r}"
             )
         rules[key] = cast(tuple[RateLimit, ...], found)
+        for limit in rules[key]:
+            _admits_a_request(key, limit)
     return rules
+
+
+def _admits_a_request(key: str, limit: RateLimit) -> None:
+    """A request rate whose burst holds less than one request refuses every call: say so
+    (``rpm=0.5`` meant one request every two minutes: ``rpm=1, period=120``). A process's
+    share of a shared limit may (it admits one call of the whole limit's burst)."""
+    rpm = limit.rpm
+    if rpm is not None and rpm * limit.burst < 1 - 1e-9 and not limit._ceilings[0]:
+        every = limit.period / rpm
+        raise ConfigurationError(
+            f"rate_limits[{key!r}]: rpm={rpm:g} with burst={limit.burst:g} has room for "
+            f"{rpm * limit.burst:.3g} of a request, so no call ever fits (rpm x burst must be "
+            f"at least 1); one request every {every:g} s is rpm=1, period={every:g}, burst=1"
+        )
 
 
 _MAY_BE_INFINITE = frozenset(  # a reservation's: a call that never fits, or no cap of its own
