@@ -12,8 +12,14 @@ from typing import Any
 import anyio
 import pytest
 
-from llmguard_sdk import BudgetExceededError, Guard, ProviderError, RateLimitExceededError
-from llmguard_sdk.budget import Budget, Budgets
+from llmguard_sdk import (
+    BudgetExceededError,
+    Guard,
+    ProviderError,
+    RateLimitExceededError,
+    StreamInterruptedError,
+)
+from llmguard_sdk.budget import Budget, Budgets, Price
 from llmguard_sdk.models import Message
 from llmguard_sdk.ratelimit import RateLimit
 from llmguard_sdk.retry import RetryPolicy
@@ -22,7 +28,7 @@ from llmguard_sdk.testing import FakeProvider, Fault
 from llmguard_sdk.tokens import count_request_tokens
 
 from .conftest import USER
-from .test_budget_unserved import PRICES, PROMPT_USD
+from .test_budget_unserved import PRICES, PRIMARY_PART_USD, PROMPT_USD
 
 MakeGuard = Callable[..., Guard]
 RETRIES = RetryPolicy(attempts=3, base=0.01, cap=0.05)
@@ -165,3 +171,26 @@ def test_a_rate_limit_keeps_the_prompt_of_an_attempt_that_timed_out_after_sendin
     with pytest.raises(RateLimitExceededError):  # the first prompt still counts
         guard.chat(USER, max_tokens=5)
     assert fake.stats.requests == 1
+
+
+def test_a_continuation_the_cap_has_no_room_for_ends_with_the_interruption(
+    fake: FakeProvider, fake2: FakeProvider, make_guard: MakeGuard
+) -> None:
+    """The primary's stream broke after content (billed: its prompt and that text); the
+    backup's continuation (a longer prompt, max_tokens again) does not fit the cap: the
+    caller gets the interruption with its text, caused by the budget's refusal."""
+    dear = PRICES.with_prices({"backup-model": Price(input=100.0, output=200.0)})
+    hold_usd = PROMPT_USD * 1.1 + 10 * 200 / 1e6  # one attempt with max_tokens=10
+    budgets = Budgets([Budget(limit_usd=hold_usd + PROMPT_USD / 10)], prices=dear)
+    guard = make_guard(fake, fake2, budgets=budgets, retry=None, continue_interrupted_streams=True)
+    fake.script(Fault(cut_stream_after=2))
+    delivered: list[str] = []
+    with (
+        pytest.raises(StreamInterruptedError) as interrupted,
+        guard.chat(USER, stream=True, max_tokens=10) as stream,
+    ):
+        delivered.extend(chunk.text for chunk in stream)
+    assert isinstance(interrupted.value.__cause__, BudgetExceededError)
+    assert interrupted.value.partial_text == "".join(delivered) == "Echo: hello"
+    assert fake2.stats.requests == 0
+    assert _spent(guard) == pytest.approx(PRIMARY_PART_USD)
