@@ -97,6 +97,49 @@ class _Protected:
             ),
         )
 
+    def timed_out(self) -> ProviderTimeoutError:
+        """The error of an async call whose timeout was spent."""
+        return ProviderTimeoutError(
+            f"protected call took longer than {self.timeout} s", route=self.route
+        )
+
+
+class _Call:
+    """One call of a protected function, sync or async, plain or streamed: when it started
+    and its retries. A failure (or a cancellation) that leaves its ``with`` block is reported
+    on its way out; :meth:`end` reports a call that returned. Everything but the call itself
+    (and its ``await``) is here, written once for the wrappers below."""
+
+    __slots__ = ("protected", "retries", "started", "usage")
+
+    def __init__(self, protected: _Protected, started: float | None = None) -> None:
+        self.protected = protected
+        self.started = time.monotonic() if started is None else started
+        self.retries: list[RetryDetails] = []
+        self.usage: object = None  # a stream's last item that carried usage
+
+    def attempts(self) -> Retrying:
+        """The retry loop of the call (of a stream: up to its first item)."""
+        return self.protected.attempts(self.retries)
+
+    def __enter__(self) -> _Call:
+        return self
+
+    def __exit__(self, _type: object, exc: BaseException | None, _traceback: object) -> None:
+        if exc is not None:  # GeneratorExit too: the caller closed a stream (cancelled)
+            self.protected.report(self.started, self.retries, error=exc)
+
+    def see(self, item: Any) -> Any:
+        """Note a stream's ``item`` on its way to the caller (kept when it carries usage)."""
+        if _carries_usage(item):
+            self.usage = item
+        return item
+
+    def end(self, result: Any) -> Any:
+        """Report the call that returned ``result`` (a stream: its last item with usage)."""
+        self.protected.report(self.started, self.retries, result)
+        return result
+
 
 def protect_function(
     fn: F,
@@ -139,17 +182,11 @@ def protect_function(
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        started = time.monotonic()
-        retries: list[RetryDetails] = []
-        try:
-            for attempt in protected.attempts(retries):
+        with _Call(protected) as call:
+            for attempt in call.attempts():
                 with attempt:
                     result = fn(*args, **kwargs)
-        except BaseException as exc:
-            protected.report(started, retries, error=exc)
-            raise
-        protected.report(started, retries, result)
-        return result
+        return call.end(result)
 
     return cast(F, wrapper)
 
@@ -164,28 +201,16 @@ async def _call_async(
 ) -> Any:
     """One protected call of an async ``fn``: its attempts (the first one ``first`` when the
     call was already made), bounded by the timeout, reported."""
-    started = time.monotonic() if started is None else started
-    retries: list[RetryDetails] = []
-    scope = anyio.CancelScope(deadline=anyio.current_time() + protected.timeout)
-    try:
-        with scope:
-            async for attempt in protected.attempts(retries):
+    with _Call(protected, started) as call:
+        with anyio.CancelScope(deadline=anyio.current_time() + protected.timeout) as scope:
+            async for attempt in call.attempts():
                 with attempt:
-                    call, first = (
-                        (first, None) if first is not None else (fn(*args, **kwargs), None)
-                    )
-                    result = await call
-    except BaseException as exc:
-        protected.report(started, retries, error=exc)
-        raise
-    if scope.cancelled_caught:
-        error = ProviderTimeoutError(
-            f"protected call took longer than {protected.timeout} s", route=protected.route
-        )
-        protected.report(started, retries, error=error)
-        raise error
-    protected.report(started, retries, result)
-    return result
+                    pending = first if first is not None else fn(*args, **kwargs)
+                    first = None  # a retry calls fn again
+                    result = await pending
+        if scope.cancelled_caught:
+            raise protected.timed_out()
+    return call.end(result)
 
 
 def _may_return_awaitable(fn: Callable[..., Any]) -> bool:
@@ -210,16 +235,11 @@ def _protect_either(fn: Callable[..., Any], protected: _Protected) -> Any:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        started = time.monotonic()
-        try:
+        with _Call(protected) as call:
             first = fn(*args, **kwargs)
-        except BaseException as exc:
-            protected.report(started, [], error=exc)
-            raise
         if inspect.isawaitable(first):
-            return _call_async(fn, protected, args, kwargs, first, started)
-        protected.report(started, [], first)
-        return first
+            return _call_async(fn, protected, args, kwargs, first, call.started)
+        return call.end(first)
 
     return wrapper
 
@@ -233,33 +253,6 @@ def _carries_usage(item: object) -> bool:
     return usage is not None
 
 
-class _StreamCall:
-    """One call of a protected generator: when it started, its retries and the last item
-    that carried usage, which :meth:`report` reports."""
-
-    def __init__(self, protected: _Protected) -> None:
-        self.protected = protected
-        self.started = time.monotonic()
-        self.retries: list[RetryDetails] = []
-        self.result: object = None
-
-    def attempts(self) -> Retrying:
-        """The retry loop of the call's opening (up to its first item)."""
-        return self.protected.attempts(self.retries)
-
-    def see(self, item: Any) -> Any:
-        """Note ``item`` on its way to the caller (kept when it carries usage)."""
-        if _carries_usage(item):
-            self.result = item
-        return item
-
-    def report(self, error: BaseException | None = None) -> None:
-        """Report the call: with the usage of the last item that carried one when it
-        ended, with ``error`` when it failed or was closed."""
-        result = self.result if error is None else None
-        self.protected.report(self.started, self.retries, result, error=error)
-
-
 def _protect_generator(fn: Callable[..., Iterator[Any]], protected: _Protected) -> Any:
     """A generator function guarded while it is iterated: a failure before the first item is
     retried (after it, the caller has had part of the stream, and the failure propagates);
@@ -268,24 +261,22 @@ def _protect_generator(fn: Callable[..., Iterator[Any]], protected: _Protected) 
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Iterator[Any]:
-        call = _StreamCall(protected)
+        call = _Call(protected)
         items: Iterator[Any] = iter(())
         try:
-            for attempt in call.attempts():
-                with attempt:
-                    items = fn(*args, **kwargs)
+            with call:
+                for attempt in call.attempts():
+                    with attempt:
+                        items = fn(*args, **kwargs)
+                        item = next(items, _END)
+                while item is not _END:
+                    yield call.see(item)
                     item = next(items, _END)
-            while item is not _END:
-                yield call.see(item)
-                item = next(items, _END)
-        except BaseException as exc:  # GeneratorExit: the caller closed it (cancelled)
-            call.report(exc)
-            raise
         finally:
             close = getattr(items, "close", None)
             if close is not None:
                 close()
-        call.report()
+        call.end(call.usage)
 
     return wrapper
 
@@ -294,37 +285,32 @@ def _protect_async_generator(fn: Callable[..., AsyncIterator[Any]], protected: _
     """The async twin of :func:`_protect_generator`, bounded by the timeout: the whole
     iteration, from the call to the last item (the caller's own time between items counts),
     ends with :class:`ProviderTimeoutError` once it is spent."""
-    timeout = protected.timeout
 
     async def step(items: AsyncIterator[Any], deadline: float) -> Any:
         with anyio.CancelScope(deadline=deadline):
             return await anext(items, _END)
         # a scope lets the block end without its return only when its deadline cancelled it
-        raise ProviderTimeoutError(
-            f"protected call took longer than {timeout} s", route=protected.route
-        )
+        raise protected.timed_out()
 
     @functools.wraps(fn)
     async def wrapper(*args: Any, **kwargs: Any) -> AsyncIterator[Any]:
-        call = _StreamCall(protected)
-        deadline = anyio.current_time() + timeout
+        call = _Call(protected)
+        deadline = anyio.current_time() + protected.timeout
         items: AsyncIterator[Any] | None = None
         try:
-            async for attempt in call.attempts():
-                with attempt:
-                    items = fn(*args, **kwargs)
-                    item = await step(items, deadline)
-            while item is not _END:
-                yield call.see(item)
-                item = await step(items, deadline)  # type: ignore[arg-type]
-        except BaseException as exc:  # GeneratorExit: the caller closed it (cancelled)
-            call.report(exc)
-            raise
+            with call:
+                async for attempt in call.attempts():
+                    with attempt:
+                        items = fn(*args, **kwargs)
+                        item = await step(items, deadline)
+                while item is not _END:
+                    yield call.see(item)
+                    item = await step(items, deadline)  # type: ignore[arg-type]
         finally:
             close = getattr(items, "aclose", None)
             if close is not None:
                 await close()
-        call.report()
+        call.end(call.usage)
 
     return wrapper
 
