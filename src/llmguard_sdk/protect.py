@@ -19,7 +19,7 @@ import math
 import time
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import CodeType
 from typing import Any, TypeVar, cast
 
@@ -47,7 +47,7 @@ class _Protected:
     route: str
     scope_keywords: tuple[str | None, str | None, str | None]
     timeout: float
-    policy: RetryPolicy
+    policy: RetryPolicy  # its timeout is the protect timeout
     budget: RetryBudget | None
     provider: ProviderNames = field(default_factory=lambda: ProviderNames(()))
 
@@ -55,7 +55,6 @@ class _Protected:
         """The retry loop of one call; each retry is noted in ``retries``."""
         return Retrying(
             policy=self.policy,
-            timeout=self.timeout,
             hooks=[retries.append],
             name=self.route,
             budget=self.budget,
@@ -164,6 +163,7 @@ def protect_function(
     with contextlib.suppress(ValueError):  # a cycle of __wrapped__: told by what it returns
         reachable = _objects_reachable_from(fn, heeding_with_options=False)
     provider = ProviderNames(reachable)
+    policy = replace(policy, timeout=timeout)  # once, not at every call
     protected = _Protected(hooks, route, scope_keywords, timeout, policy, budget, provider)
     if inspect.isasyncgenfunction(fn):
         return cast(F, _protect_async_generator(fn, protected))
