@@ -379,6 +379,58 @@ def test_cascade_telemetry_spans_events_and_escalation_metric(
     tracer_provider.shutdown()
 
 
+def test_a_custom_checks_text_stays_on_the_span_and_is_custom_on_the_metric(
+    fakes: tuple[FakeProvider, FakeProvider],
+) -> None:
+    """The metric's ``llmguard.cascade.reason`` label was the check's text as returned: a
+    check quoting the answer (or an id) made one series per call, without bound."""
+    spans = InMemorySpanExporter()
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(spans))
+    reader = InMemoryMetricReader()
+    meter_provider = MeterProvider(metric_readers=[reader])
+
+    def quoted(request: ChatRequest, response: ChatResponse) -> str | None:
+        if response.text.startswith("{"):
+            return None
+        return f"not JSON: {request.last_user_text()!r}"
+
+    def odd_finish(request: ChatRequest, response: ChatResponse) -> str | None:
+        return "finish_reason:made-up-42" if "odd" in request.last_user_text() else None
+
+    router = TaskRouter(
+        {"small": ["small"], "large": ["large"]},
+        cascades={"auto": Cascade(["small", "large"], checks=[odd_finish, quoted])},
+        default="auto",
+    )
+    telemetry = Telemetry(tracer_provider=tracer_provider, meter_provider=meter_provider)
+    asked = [f"hard one #{i}" for i in range(5)] + ["easy odd one", "easy one"]
+    with Guard(_routes(*fakes), tasks=router, environ={}, telemetry=telemetry) as guard:
+        for text in asked:
+            guard.chat(_ask(text), max_tokens=20)
+    reasons = {
+        str(s.attributes["llmguard.cascade.reason"])
+        for s in spans.get_finished_spans()
+        if s.parent is None and s.attributes and "llmguard.cascade.reason" in s.attributes
+    }
+    assert reasons == {f"not JSON: 'hard one #{i}'" for i in range(5)} | {
+        "finish_reason:made-up-42"
+    }  # the span says what the check said
+    data = reader.get_metrics_data()
+    assert data is not None
+    labels = [
+        point.attributes.get("llmguard.cascade.reason")  # type: ignore[union-attr]
+        for resource in data.resource_metrics
+        for scope in resource.scope_metrics
+        for metric in scope.metrics
+        if metric.name == "llmguard.cascade.calls"
+        for point in metric.data.data_points
+    ]
+    assert sorted(labels) == ["custom", "finish_reason:other", "none"]  # three series, not 7
+    meter_provider.shutdown()
+    tracer_provider.shutdown()
+
+
 def test_validators_and_schemas() -> None:
     request = ChatRequest(messages=_ask("x"))
     fenced = ChatResponse(text='```json\n{"answer": 3}\n```')

@@ -31,12 +31,29 @@ from ..router.cascade import Cascade
 from ..router.tasks import TaskRouter
 from .stages import DEGRADED, IDEMPOTENCY_PREFIX, OutputFilter, Stages, new_idempotency_key
 
-__all__ = ["TaskChoice", "TaskRouting", "acomplete", "complete"]
+__all__ = ["TaskChoice", "TaskRouting", "acomplete", "complete", "metric_reason"]
 
 _ESCALATING = (ProviderError, AllRoutesFailedError, CircuitOpenError, RateLimitExceededError)
 Attributes = dict[str, str | bool | int | float]
 Plan = Generator[Stages, ChatResponse | Exception, ChatResponse]
 """A cascade's plan: yields each tier's stages, receives its answer or error."""
+
+# the reasons a metric's label may name: the SDK's own (a check's custom text is "custom" there,
+# and a finish reason of no known kind "finish_reason:other"; the span keeps the text)
+_LABELLED = frozenset(
+    {"none", "error", "output_filter", "empty", "json_schema", "validator"}
+    | {
+        f"finish_reason:{kind}"
+        for kind in ("length", "content_filter", "stop", "tool_calls", "function_call")
+    }
+)
+
+
+def metric_reason(reason: str) -> str:
+    """``reason`` as the label ``llmguard.cascade.reason`` of a metric: one of a fixed set."""
+    if reason in _LABELLED:
+        return reason
+    return "finish_reason:other" if reason.startswith("finish_reason:") else "custom"
 
 
 @dataclass
@@ -71,12 +88,15 @@ class TaskChoice:
         return found
 
     def metric_labels(self) -> Attributes:
-        """The labels of the call's point on ``llmguard.cascade.calls``."""
+        """The labels of the call's point on ``llmguard.cascade.calls`` (the reason as
+        :func:`metric_reason` bounds it)."""
         return {
             "llmguard.cascade": self.cascade_name or "",
             "llmguard.tier": self.tier,
             "llmguard.cascade.escalated": bool(self.tried),
-            "llmguard.cascade.reason": self.tried[-1].reason if self.tried else "none",
+            "llmguard.cascade.reason": metric_reason(
+                self.tried[-1].reason if self.tried else "none"
+            ),
         }
 
     def events(self) -> list[tuple[str, Attributes]]:

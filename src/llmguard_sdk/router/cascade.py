@@ -9,7 +9,8 @@ or every route of the tier failed, the call goes on to the next tier. The last t
 is served unchecked.
 
 A check is any ``check(request, response) -> str | None``: ``None`` accepts the answer, a
-string is the reason it was rejected (reported in telemetry). The ones here:
+string is the reason it was rejected (the call's span reports it as it is; the metric
+``llmguard.cascade.calls`` labels a reason that is not the SDK's own ``custom``). The ones here:
 :func:`finish_reason`, :func:`json_schema`, :func:`not_empty`, :func:`validator`.
 
 Every tier's call is a call of its own for budgets (reserved and settled each), rate limits,
