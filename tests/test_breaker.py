@@ -467,3 +467,42 @@ def test_redis_down_isolate_and_reset_act_on_the_local_breakers() -> None:
     breakers.reset("r")
     assert breakers.permit("r").allowed
     store.close()
+
+
+def test_memory_breakers_forget_routes_left_idle_as_redis_expires_their_keys() -> None:
+    """Every route's state stayed in memory for good (breakers keyed per tenant or host grew
+    without bound), where Redis expires an idle route's keys after ``forget_after``."""
+    import gc
+    import tracemalloc
+
+    from llmguard_sdk.breaker.memory import forget_after
+
+    now = [0.0]
+    breakers = Breakers(MemoryBreakerBackend(POLICY, clock=lambda: now[0]))
+    idle = forget_after(POLICY)
+    assert idle == 3600
+    gc.collect()
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        for i in range(3000):  # one breaker per tenant, each with something in its window
+            breakers.record(f"tenant-{i}", ProviderUnavailableError("down"), seconds=0.1)
+        breakers.isolate("kept")
+        for _ in range(3):
+            breakers.record("r", ProviderUnavailableError("down"), seconds=0.1)
+        full = tracemalloc.get_traced_memory()[0] - base
+        now[0] += idle  # none of them heard of for that long: forgotten
+        assert breakers.permit("other").allowed
+        gc.collect()
+        left = tracemalloc.get_traced_memory()[0] - base
+    finally:
+        tracemalloc.stop()
+    assert full > 300_000  # (what 3000 breakers take: the measure sees them)
+    assert left < full / 5  # (what stays is the table's room for that many, not the states)
+    breakers.record("r", ProviderUnavailableError("down"), seconds=0.1)
+    assert breakers.state("r") == "closed"  # 3 failures forgotten: 1 of minimum_calls 4
+    assert breakers.state("kept") == "isolated"  # isolated: until reset, never forgotten
+    now[0] += 2 * idle
+    assert breakers.state("kept") == "isolated"
+    breakers.reset("kept")
+    assert breakers.state("kept") == "closed"

@@ -214,7 +214,10 @@ class Breakers:
             return  # no change (nearly every call): no lock taken
         with self._lock:
             before = self._seen.get(route, "closed")
-            self._seen[route] = state
+            if state == "closed":  # the default: routes seen closed keep no entry
+                self._seen.pop(route, None)
+            else:
+                self._seen[route] = state
         if before != state:
             transition = BreakerTransition(route, before, state)
             logger.info("breaker %s: %s -> %s", route, before, state)

@@ -1,5 +1,9 @@
 """Breaker state in this process: one :class:`BreakerState` per route, behind a lock.
 
+A route unheard of for :func:`forget_after` seconds is forgotten (its window with it), as
+Redis expires a :class:`~llmguard_sdk.breaker.redis.RedisBreakerBackend`'s keys: breakers
+keyed per tenant, host or key keep only those in use. An isolated breaker is kept until reset.
+
 .. versionadded:: 0.1.0
 """
 
@@ -7,6 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 
 from .._state.steps import in_place
@@ -22,7 +27,15 @@ from .policy import (
     release,
 )
 
-__all__ = ["MemoryBreakerBackend"]
+__all__ = ["MemoryBreakerBackend", "forget_after"]
+
+
+def forget_after(policy: BreakerPolicy) -> int:
+    """Seconds after which a route's breaker nothing touched is forgotten: an hour, or twice
+    the longest open duration or the window if longer (at most 2^31 s: Redis's ``EXPIRE``
+    refuses what overflows its clock)."""
+    idle = max(3600.0, policy.max_open_seconds * 2, policy.window * 2)
+    return int(min(idle, 2**31 - 1))
 
 
 class MemoryBreakerBackend:
@@ -35,11 +48,16 @@ class MemoryBreakerBackend:
         self._clock = clock
         self._lock = threading.Lock()
         self._states: dict[str, BreakerState] = {}
+        # when each route's state was last stored, least recently first
+        self._stored: OrderedDict[str, float] = OrderedDict()
+        self._idle_s = forget_after(policy)
 
     def acquire(self, route: str) -> Permit:
         """A permit for one call to ``route`` (or a refusal with ``retry_after``)."""
         with self._lock:
-            permit, self._states[route] = acquire(self._get(route), self._clock(), self.policy)
+            now = self._clock()
+            permit, state = acquire(self._get(route, now), now, self.policy)
+            self._put(route, state, now)
             return permit
 
     def record(
@@ -49,14 +67,15 @@ class MemoryBreakerBackend:
         returns the breaker's state afterwards."""
         with self._lock:
             now = self._clock()
-            state = record(self._get(route), now, self.policy, outcome, hint=hint, probe=probe)
-            self._states[route] = state
+            state = record(self._get(route, now), now, self.policy, outcome, hint=hint, probe=probe)
+            self._put(route, state, now)
             return state.state
 
     def release(self, route: str, probe: bool | None = None) -> None:
         """Give back a permit whose call has no outcome to record."""
         with self._lock:
-            self._states[route] = release(self._get(route), probe)
+            now = self._clock()
+            self._put(route, release(self._get(route, now), probe), now)
 
     acquire_steps, aacquire = in_place(acquire)
     record_steps, arecord = in_place(record)
@@ -65,25 +84,47 @@ class MemoryBreakerBackend:
     def end_open_wait(self, route: str) -> None:
         """A probe of ``route`` succeeded: an open breaker half-opens at the next permit."""
         with self._lock:
-            self._states[route] = probe_passed(self._get(route))
+            now = self._clock()
+            self._put(route, probe_passed(self._get(route, now)), now)
 
     def state(self, route: str) -> State:
         """The breaker's current state (an expired OPEN reads as OPEN until the next call)."""
         with self._lock:
-            return self._get(route).state
+            return self._get(route, self._clock()).state
 
     def isolate(self, route: str) -> None:
         """Open ``route``'s breaker until :meth:`reset`."""
         with self._lock:
-            self._states[route] = BreakerState(state="isolated")
+            self._put(route, BreakerState(state="isolated"), self._clock())
 
     def reset(self, route: str) -> None:
         """Close ``route``'s breaker and forget its window."""
         with self._lock:
-            self._states[route] = _CLOSED
+            self._put(route, _CLOSED, self._clock())
 
-    def _get(self, route: str) -> BreakerState:
+    def _get(self, route: str, now: float) -> BreakerState:
+        """``route``'s state, once the routes idle for :func:`forget_after` are forgotten
+        (oldest first, without looking at the others)."""
+        stored = self._stored
+        while stored:
+            oldest, at = next(iter(stored.items()))
+            if now - at < self._idle_s:
+                break
+            if self._states[oldest].state == "isolated":  # until reset
+                stored[oldest] = now
+                stored.move_to_end(oldest)
+            else:
+                del stored[oldest], self._states[oldest]
         return self._states.get(route, _CLOSED)
+
+    def _put(self, route: str, state: BreakerState, now: float) -> None:
+        if state == _CLOSED:  # nothing to remember (a closed breaker with an empty window)
+            self._states.pop(route, None)
+            self._stored.pop(route, None)
+            return
+        self._states[route] = state
+        self._stored[route] = now
+        self._stored.move_to_end(route)
 
 
 _CLOSED = BreakerState()

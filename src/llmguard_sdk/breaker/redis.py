@@ -20,7 +20,7 @@ from typing import Any
 
 from .._state.steps import Step, blocking, entry_points
 from .._state.stores import Outage, RedisScripts, RedisStore, hash_id, lua, redis_errors
-from .memory import MemoryBreakerBackend
+from .memory import MemoryBreakerBackend, forget_after
 from .policy import TIME_BUCKETS, BreakerPolicy, Outcome, Permit, State
 
 __all__ = ["RedisBreakerBackend"]
@@ -56,10 +56,7 @@ class RedisBreakerBackend:
         self._scripts = RedisScripts(store, _ACQUIRE, _RECORD, _RELEASE, _END_WAIT, once=(0, 1, 2))
         self._fallback = MemoryBreakerBackend(policy)
         self._outage = Outage("breakers", "using local breakers", store)
-        # at most 2^31 s: EXPIRE refuses what overflows its clock (a script error reads as
-        # Redis down)
-        ttl = max(3600.0, policy.max_open_seconds * 2, policy.window * 2)
-        self._ttl = int(min(ttl, 2**31 - 1))
+        self._ttl = forget_after(policy)  # (what overflows EXPIRE's clock reads as Redis down)
 
     def _keys(self, route: str) -> list[str]:
         tag = hash_id(route)
