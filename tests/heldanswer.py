@@ -10,14 +10,16 @@ from typing import Any
 
 class AnswerHeld:
     """A loopback proxy in front of Redis: it forwards every command and every answer but the
-    answer to the first command that holds ``marker`` and runs (a script Redis had not
-    loaded yet does not), which it keeps (``holding`` is set once that command has run)."""
+    answers to the first ``holds`` commands that hold ``marker`` and run (a script Redis had
+    not loaded yet does not), which it keeps (``holding`` is set once the first has run;
+    ``forwarded`` counts the commands with ``marker`` sent on to Redis)."""
 
-    def __init__(self, redis_url: str, marker: bytes) -> None:
+    def __init__(self, redis_url: str, marker: bytes, holds: int = 1) -> None:
         self.target = urllib.parse.urlsplit(redis_url)
         self.marker = marker
         self.holding = asyncio.Event()
-        self.held = False
+        self.left = holds
+        self.forwarded = 0
         self.pumps: set[asyncio.Task[None]] = set()
 
     async def __aenter__(self) -> str:
@@ -41,8 +43,11 @@ class AnswerHeld:
 
     async def _out(self, reader: Any, writer: Any, mine: dict[str, bool]) -> None:
         while data := await reader.read(65536):
-            if self.marker in data and not self.held:
-                self.held = mine["held"] = True
+            if self.marker in data:
+                self.forwarded += 1
+                if self.left > 0 and not mine["held"]:
+                    self.left -= 1
+                    mine["held"] = True
             writer.write(data)
             await writer.drain()
         writer.close()
@@ -50,7 +55,8 @@ class AnswerHeld:
     async def _back(self, reader: Any, writer: Any, mine: dict[str, bool]) -> None:
         while data := await reader.read(65536):
             if mine["held"] and data.startswith(b"-NOSCRIPT"):  # not run: the next one
-                self.held = mine["held"] = False
+                self.left += 1
+                mine["held"] = False
             elif mine["held"]:  # the command ran; its answer never comes
                 self.holding.set()
                 return

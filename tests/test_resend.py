@@ -7,6 +7,7 @@ outcome, a deployment lease, a retry token, a canary's counters."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,8 +18,10 @@ from llmguard_sdk.breaker import BreakerPolicy, RedisBreakerBackend
 from llmguard_sdk.budget import RedisBudgetBackend
 from llmguard_sdk.budget.policy import CounterSpec, nano
 from llmguard_sdk.ratelimit import RateLimit, RedisRateLimiter
-from llmguard_sdk.store import RedisStore, hash_id
+from llmguard_sdk.store import RedisClusterStore, RedisStore, hash_id
 from tests.conftest import RedisTarget, redis_store
+
+from .heldanswer import AnswerHeld
 
 
 class ResendingStore(RedisStore):
@@ -192,8 +195,6 @@ def test_a_resent_reserve_through_a_lost_answer_holds_once(
     """End to end: the answer to the reserve is held back by a proxy, the client times out
     and sends the command again on a new connection, which the proxy lets through: the
     budget holds the call's worst case once and the call is granted."""
-    from .heldanswer import AnswerHeld
-
     specs = [counter()]
     direct = RedisBudgetBackend(RedisStore(redis_url, key_prefix=redis_prefix), name="e2e")
 
@@ -265,8 +266,6 @@ def test_what_a_marked_command_leaves_in_redis(redis_url: str, redis_prefix: str
     where the client re-sends; nothing where it sends each command once."""
     import redis
 
-    from llmguard_sdk.store import RedisClusterStore
-
     client = redis.Redis.from_url(redis_url)
     for made, marked in ((RedisStore, 0), (ResendingStore, 1)):
         store = made(redis_url, key_prefix=redis_prefix)
@@ -283,25 +282,20 @@ def test_what_a_marked_command_leaves_in_redis(redis_url: str, redis_prefix: str
     assert cluster.resend_seconds == 40  # 10 x (2 s to connect + 2 s to answer)
 
 
-def test_the_cluster_client_resends_a_reserve_whose_answer_was_lost_and_it_holds_once(
-    redis_cluster_url: str, cluster_prefix: str
-) -> None:
-    """End to end on Redis Cluster: the node of the budget's slot is reached through a proxy
-    that holds the reserve's answer back; redis-py's (sync) cluster pipeline times out and
-    sends the reserve again on a new connection, which the proxy lets through: one hold, and
-    the call granted."""
+@contextlib.contextmanager
+def held_node(
+    cluster_url: str, prefix: str, specs: list[CounterSpec], holds: int = 1
+) -> Iterator[tuple[AnswerHeld, type[RedisClusterStore]]]:
+    """The node of the budget's slot reached through a proxy that holds back the answers of
+    the first ``holds`` budget commands, and a store class that reaches it so."""
     import threading
 
-    from llmguard_sdk.store import RedisClusterStore
-
-    from .heldanswer import AnswerHeld
-
-    specs = [counter()]
-    direct_store = RedisClusterStore(redis_cluster_url, key_prefix=cluster_prefix)
+    direct_store = RedisClusterStore(cluster_url, key_prefix=prefix)
     direct = RedisBudgetBackend(direct_store, name="e2e")
     node = direct_store.client.get_node_from_key(direct._keys(specs)[0])  # type: ignore[attr-defined]
+    direct_store.close()
     held_at = (node.host, node.port)
-    proxy = AnswerHeld(f"redis://{node.host}:{node.port}", f"{cluster_prefix}:budget:".encode())
+    proxy = AnswerHeld(f"redis://{node.host}:{node.port}", f"{prefix}:budget:".encode(), holds)
     loop = asyncio.new_event_loop()
     threading.Thread(target=loop.run_forever, daemon=True).start()
     url = asyncio.run_coroutine_threadsafe(proxy.__aenter__(), loop).result(timeout=10)
@@ -314,14 +308,96 @@ def test_the_cluster_client_resends_a_reserve_whose_answer_was_lost_and_it_holds
         def _cluster_options(self) -> dict[str, Any]:
             return {**super()._cluster_options(), "address_remap": remap}
 
-    store = Proxied(redis_cluster_url, key_prefix=cluster_prefix, socket_timeout=0.5)
     try:
-        result = RedisBudgetBackend(store, name="e2e").reserve("r1", specs, **HOLD)
-        assert proxy.holding.is_set()  # the first answer was held back
+        yield proxy, Proxied
     finally:
-        store.close()
         asyncio.run_coroutine_threadsafe(proxy.__aexit__(None, None, None), loop).result(10)
         loop.call_soon_threadsafe(loop.stop)
+
+
+def test_the_cluster_client_resends_a_reserve_whose_answer_was_lost_and_it_holds_once(
+    redis_cluster_url: str, cluster_prefix: str
+) -> None:
+    """End to end on Redis Cluster: the node of the budget's slot is reached through a proxy
+    that holds the reserve's answer back; redis-py's (sync) cluster pipeline times out and
+    sends the reserve again on a new connection, which the proxy lets through: one hold, and
+    the call granted."""
+    specs = [counter()]
+    with held_node(redis_cluster_url, cluster_prefix, specs) as (proxy, proxied):
+        store = proxied(redis_cluster_url, key_prefix=cluster_prefix, socket_timeout=0.5)
+        try:
+            result = RedisBudgetBackend(store, name="e2e").reserve("r1", specs, **HOLD)
+            assert proxy.holding.is_set()  # the first answer was held back
+        finally:
+            store.close()
     assert result.allowed
+    direct_store = RedisClusterStore(redis_cluster_url, key_prefix=cluster_prefix)
+    direct = RedisBudgetBackend(direct_store, name="e2e")
     assert [reserved for _, reserved, _ in direct.status(specs)] == [nano(0.3)]
+    direct_store.close()
+
+
+def test_the_cluster_client_sends_nothing_again_once_the_marker_may_have_expired(
+    redis_cluster_url: str, cluster_prefix: str
+) -> None:
+    """The answers of the reserve and of its first re-send are held back: redis-py's cluster
+    client took a new slot map and sent the reserve a third time, after its once-marker (2 s
+    here) had expired, and the reserve held the call's worst case twice. Re-sends now stop
+    one attempt before ``resend_seconds`` run out: the call is refused (the budget fails
+    closed, Redis unreachable), and the first reserve's hold is the only one."""
+
+    specs = [counter()]
+    with held_node(redis_cluster_url, cluster_prefix, specs, holds=2) as (proxy, proxied):
+
+        class ShortMarkers(proxied):  # type: ignore[misc, valid-type]
+            @property
+            def resend_seconds(self) -> int:
+                return 2  # between the 1st re-send (1.5 s on) and the 2nd (3 s on)
+
+        url = f"{redis_cluster_url}?socket_connect_timeout=0.1"
+        store = ShortMarkers(url, key_prefix=cluster_prefix, socket_timeout=1.5)
+        try:
+            result = RedisBudgetBackend(store, name="e2e").reserve("r1", specs, **HOLD)
+            assert proxy.holding.is_set()
+        finally:
+            store.close()
+    direct_store = RedisClusterStore(redis_cluster_url, key_prefix=cluster_prefix)
+    direct = RedisBudgetBackend(direct_store, name="e2e")
+    assert [reserved for _, reserved, _ in direct.status(specs)] == [nano(0.3)]
+    direct_store.close()
+    assert not result.allowed
+    assert proxy.forwarded == 1  # (before: sent 3 times, the 3rd past its marker's life)
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_both_cluster_clients_write_nothing_past_the_resend_bound(
+    redis_cluster_url: str, cluster_prefix: str, asynchronous: bool
+) -> None:
+    """The bound holds for the sync client's node pools and for the async client's nodes
+    alike: with markers that would outlive no attempt at all, not even the first send goes
+    out (the reserve fails closed, nothing is held)."""
+
+    class NoTime(RedisClusterStore):
+        @property
+        def resend_seconds(self) -> int:
+            return 1  # less than one attempt (2 x 1 s)
+
+    specs = [counter()]
+    store = NoTime(redis_cluster_url, key_prefix=cluster_prefix, socket_timeout=1.0)
+    backend = RedisBudgetBackend(store, name="bound")
+    if asynchronous:
+
+        async def reserve() -> Any:
+            try:
+                return await backend.areserve("r1", specs, **HOLD)
+            finally:
+                await store.aclose()
+
+        result = asyncio.run(reserve())
+    else:
+        result = backend.reserve("r1", specs, **HOLD)
+        store.close()
+    assert not result.allowed
+    direct_store = RedisClusterStore(redis_cluster_url, key_prefix=cluster_prefix)
+    assert [s[1] for s in RedisBudgetBackend(direct_store, name="bound").status(specs)] == [0]
     direct_store.close()

@@ -13,15 +13,43 @@ connection costs that call one ``socket_timeout`` (the PING's wait) and a reconn
 check of a fresh connection (its handshake's) is final: a hung Redis costs the call that
 finds it two socket timeouts, each later attempt one, as before.
 
+A cluster store's connections (:func:`resends_bounded`) refuse to write once a round's
+re-sends would outlive the marker keys of :mod:`._state.once`: redis-py's cluster client and
+pipeline send a command again after a lost reply, a MOVED or ASK redirection, or a connection
+error (each after a new slot map, whose queries to the startup nodes may each take a
+timeout), with no bound on the time that takes; a re-send that came after the command's
+marker key expired ran its script a second time (a budget held twice ...). Every write of a
+round (a pipeline's, a re-send of one of its commands, an ``ASKING``, a slot map query) is
+refused once ``resend_seconds`` minus one attempt (a connection, then an answer) has passed
+since the round began: the last re-send reaches Redis while the first run's marker lives.
+
 Private. redis is imported when a store's pool is built, never before.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
-from typing import Any
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, cast
 
-__all__ = ["sent_once"]
+if TYPE_CHECKING:
+    from .stores import RedisStore
+
+__all__ = [
+    "bound_async_cluster",
+    "bounded_pool",
+    "resends_bounded",
+    "sends_bounded",
+    "sent_once",
+]
+
+# the monotonic instant after which the round under way writes nothing more (None: no bound)
+_WRITE_BY: contextvars.ContextVar[float | None] = contextvars.ContextVar(
+    "llmguard_write_by", default=None
+)
 
 
 def sent_once(url: str, *, asynchronous: bool) -> dict[str, Any]:
@@ -105,3 +133,82 @@ class _AsyncCheckedAgain:
             await parent.disconnect()
             await self.connect()
             await parent.check_health()
+
+
+@contextlib.contextmanager
+def resends_bounded(store: RedisStore) -> Iterator[None]:
+    """Around one round of ``store`` (a pipeline and whatever the client re-sends of it): no
+    write after ``resend_seconds`` less one attempt from now (see the module's docs); nothing
+    to bound on a store whose client sends each command once."""
+    seconds = store.resend_seconds
+    if seconds <= 0:
+        yield
+        return
+    token = _WRITE_BY.set(time.monotonic() + seconds - store.health.attempt_seconds)
+    try:
+        yield
+    finally:
+        _WRITE_BY.reset(token)
+
+
+def _check_write() -> None:
+    by = _WRITE_BY.get()
+    if by is not None and time.monotonic() >= by:
+        from redis.exceptions import ConnectionError
+
+        raise ConnectionError(
+            "not sent: a re-send this late could find its command's once-marker expired "
+            "(resend_seconds passed since the round began)"
+        )
+
+
+@functools.cache
+def sends_bounded(base: Any, asynchronous: bool) -> type[Any]:
+    """``base`` (redis-py's connection class of a cluster node, sync or ``asynchronous``)
+    whose writes :func:`resends_bounded` stops."""
+    mixin = _AsyncBoundedSends if asynchronous else _BoundedSends
+    if issubclass(base, mixin):  # (bounded already)
+        return cast(type[Any], base)
+    return type(base.__name__, (mixin, base), {})
+
+
+class _BoundedSends:
+    """Mixed into a sync redis-py connection class (see :func:`resends_bounded`)."""
+
+    def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        _check_write()
+        parent: Any = super()
+        parent.send_packed_command(command, check_health)
+
+
+class _AsyncBoundedSends:
+    """Mixed into an async redis-py connection class: :class:`_BoundedSends`'s twin."""
+
+    async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        _check_write()
+        parent: Any = super()
+        await parent.send_packed_command(command, check_health)
+
+
+@functools.cache
+def bounded_pool() -> type[Any]:
+    """redis-py's blocking pool, whose connections are :func:`sends_bounded` (the pool class
+    of a sync cluster client's nodes)."""
+    import redis
+
+    class BoundedPool(redis.BlockingConnectionPool):
+        def __init__(self, connection_class: Any = redis.Connection, **options: Any) -> None:
+            bounded = sends_bounded(connection_class, False)
+            super().__init__(connection_class=bounded, **options)  # type: ignore[no-untyped-call]
+
+    return BoundedPool
+
+
+def bound_async_cluster(client: Any) -> None:
+    """Make the connections of an async cluster client (not connected yet) and of the nodes
+    it discovers :func:`sends_bounded` (its class takes no pool or connection class)."""
+    for kwargs in (client.connection_kwargs, client.nodes_manager.connection_kwargs):
+        if "connection_class" in kwargs:
+            kwargs["connection_class"] = sends_bounded(kwargs["connection_class"], True)
+    for node in client.nodes_manager.startup_nodes.values():
+        node.connection_class = sends_bounded(node.connection_class, True)

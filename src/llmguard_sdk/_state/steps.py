@@ -21,6 +21,8 @@ import anyio
 import anyio.to_thread
 from typing_extensions import ParamSpec
 
+from .connections import resends_bounded
+
 if TYPE_CHECKING:
     import redis.asyncio
 
@@ -439,14 +441,17 @@ def _execute(store: RedisStore, commands: Sequence[Command]) -> list[Any]:
         client = store.client
         pipe = client.pipeline(transaction=False)
         _pack(pipe, commands, client, store.cluster)
-        replies = list(pipe.execute(raise_on_error=False))
+        with resends_bounded(store):  # (a cluster client's re-sends end in time)
+            replies = list(pipe.execute(raise_on_error=False))
         missing = _missing(replies)
         if missing:  # Redis restarted or flushed its scripts: load them, send those again
             for source in {commands[index].source for index in missing}:
                 client.script_load(source)
             pipe = client.pipeline(transaction=False)
             _pack(pipe, [commands[index] for index in missing], client, store.cluster)
-            for index, reply in zip(missing, pipe.execute(raise_on_error=False), strict=True):
+            with resends_bounded(store):  # (those never ran: a round of their own)
+                again = pipe.execute(raise_on_error=False)
+            for index, reply in zip(missing, again, strict=True):
                 replies[index] = reply
         store.health.succeeded()  # (a probe after a pause answered: the outage is over)
         return replies
@@ -463,14 +468,16 @@ async def _aexecute(store: RedisStore, commands: Sequence[Command]) -> list[Any]
                 await cast("redis.asyncio.RedisCluster", client).initialize()
             pipe = client.pipeline(transaction=False)
             _pack(pipe, commands, client, store.cluster)
-            replies = list(await pipe.execute(raise_on_error=False))
+            with resends_bounded(store):
+                replies = list(await pipe.execute(raise_on_error=False))
             missing = _missing(replies)
             if missing:
                 for source in {commands[index].source for index in missing}:
                     await client.script_load(source)
                 pipe = client.pipeline(transaction=False)
                 _pack(pipe, [commands[index] for index in missing], client, store.cluster)
-                again = await pipe.execute(raise_on_error=False)
+                with resends_bounded(store):
+                    again = await pipe.execute(raise_on_error=False)
                 for index, reply in zip(missing, again, strict=True):
                     replies[index] = reply
             store.health.succeeded()

@@ -23,7 +23,7 @@ from urllib.parse import parse_qs, parse_qsl, unquote, urlsplit
 
 from .._loops import PerLoop
 from ..errors import ConfigurationError
-from .connections import sent_once
+from .connections import bound_async_cluster, bounded_pool, sent_once
 from .health import Outage, RedisHealth
 from .once import marked, wrapped
 from .steps import Command
@@ -323,9 +323,9 @@ class RedisStore(Store):
     def resend_seconds(self) -> int:
         """How long the reply of a script that changes state is kept for a command sent
         again (see :mod:`._state.once`): 0 (nothing kept) when the client sends each command
-        once; else ten attempts' worth (a connection, then an answer), at least 10 s, past
-        the longest a client takes to re-send (a pipeline's send, its commands' one by one,
-        a retry of each after a new slot map)."""
+        once; else ten attempts' worth (a connection, then an answer), at least 10 s. The
+        client's re-sends (a pipeline's commands one by one, a retry of each after a new
+        slot map, redirections) stop one attempt before it runs out (connections.py)."""
         if not self.resends:
             return 0
         attempt = float(self._options["socket_connect_timeout"] + self._options["socket_timeout"])
@@ -460,7 +460,7 @@ class RedisClusterStore(RedisStore):
             client = redis.RedisCluster(
                 url=f"{scheme}://{address}",
                 startup_nodes=nodes,
-                connection_pool_class=redis.BlockingConnectionPool,
+                connection_pool_class=bounded_pool(),  # (whose writes are bounded)
                 **options,
             )
         except RedisClusterException as exc:  # no node answered: as a connection error
@@ -475,6 +475,7 @@ class RedisClusterStore(RedisStore):
         options = self._cluster_options()
         options.pop("timeout")  # no pool to wait for: async_round_trip() waits instead
         client = redis.asyncio.RedisCluster(startup_nodes=nodes, **options)
+        bound_async_cluster(client)  # its re-sends bounded (see connections.py)
         return cast(redis.asyncio.Redis, client)  # connects on its first command
 
     def _disconnect(self) -> None:
