@@ -3,9 +3,14 @@ the journal, and what a crash leaves behind is exactly what was not replayed."""
 
 from __future__ import annotations
 
+import asyncio
+import os
+import socket
+import threading
 import time
 from pathlib import Path
 
+import anyio.to_thread
 import pytest
 
 from llmguard_sdk.budget.journal import SpendJournal, record
@@ -84,3 +89,93 @@ def test_a_mostly_replayed_journal_is_copied_down_to_what_is_left(tmp_path: Path
     with SpendJournal(tmp_path, "set").orphans() as found:
         assert found == []  # the copy is locked too: still this live process's file
     journal.close()
+
+
+class HeldFsync:
+    """``os.fsync`` whose first call waits (at most 10 s) until :meth:`release` before it
+    syncs; counts the calls."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.entered = threading.Event()
+        self.gate = threading.Event()
+        self.released_in_time: bool | None = None
+        self._fsync = os.fsync
+
+    def __call__(self, descriptor: int) -> None:
+        self.calls += 1
+        if not self.entered.is_set():
+            self.entered.set()
+            self.released_in_time = self.gate.wait(10)
+        self._fsync(descriptor)
+
+    def release(self) -> None:
+        self.gate.set()
+
+
+def test_appends_made_while_an_fsync_runs_share_the_next_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Four threads append while a fifth's fsync runs: they wrote their records and wait for
+    one fsync together, and none returns before it (each took the lock and synced in turn:
+    five fsyncs, the disk's latency paid five times over)."""
+    journal = SpendJournal(tmp_path, "set")
+
+    def append(n: int) -> None:
+        journal.append(record(f"rid-{n}", (SPEC,), 10, 60.0, time.time()))
+
+    append(0)  # (the file made)
+    fsync = HeldFsync()
+    monkeypatch.setattr(os, "fsync", fsync)
+    first = threading.Thread(target=append, args=(1,))
+    first.start()
+    assert fsync.entered.wait(10)
+    others = [threading.Thread(target=append, args=(n,)) for n in range(2, 6)]
+    for thread in others:
+        thread.start()
+    waited = time.monotonic() + 10
+    while journal.path.read_text().count('"rid"') < 6 and time.monotonic() < waited:
+        time.sleep(0.01)
+    written = journal.path.read_text().count('"rid"')
+    returned = [not thread.is_alive() for thread in others]
+    fsync.release()
+    for thread in (first, *others):
+        thread.join(10)
+    assert written == 6  # all written while the first fsync was held
+    assert returned == [False] * 4  # none returned before an fsync covered it
+    assert fsync.calls == 2  # the first one's, and one for the four
+    assert fsync.released_in_time
+    assert sorted(entry["rid"] for entry in journal.own_records()) == [f"rid-{n}" for n in range(6)]
+    journal.close()
+
+
+def test_an_async_settle_journals_without_blocking_the_event_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While Redis is down, an async settle's journal append (its fsync waits for the disk)
+    ran on the event loop: every other task waited for the disk. The loop now goes on: here
+    it is the loop that lets the held fsync finish."""
+    from llmguard_sdk.budget import RedisBudgetBackend
+    from llmguard_sdk.store import RedisStore
+
+    with socket.socket() as probe:  # a port where no Redis listens: Redis is down
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    store = RedisStore(f"redis://127.0.0.1:{port}", key_prefix="journal-async")
+    backend = RedisBudgetBackend(store, name="j", fail_open=True, journal_dir=str(tmp_path))
+    hold = {"base": 1000, "per_token": 0.0, "want": 0, "minimum": 0, "ttl": 60.0}
+    fsync = HeldFsync()
+
+    async def main() -> None:
+        assert (await backend.areserve("r1", [SPEC], **hold)).allowed  # counted locally
+        monkeypatch.setattr(os, "fsync", fsync)
+        settling = asyncio.ensure_future(backend.asettle("r1", [SPEC], actual=500, ttl=60.0))
+        await anyio.to_thread.run_sync(fsync.entered.wait, 10)  # (the loop free meanwhile)
+        fsync.release()  # (from the loop: it runs while the fsync waits)
+        await settling
+
+    asyncio.run(main())
+    assert fsync.released_in_time
+    assert [entry["rid"] for entry in backend.journal.own_records()] == ["r1"]
+    backend.journal.close()
+    store.close()

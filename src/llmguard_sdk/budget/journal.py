@@ -1,7 +1,11 @@
 """The spend journal: settles that could not reach Redis, kept on disk until they do.
 
 Each process appends to a file of its own (JSON Lines, one settle per line, flushed and
-fsynced before the call returns) and holds an exclusive lock on it while it lives. When Redis
+fsynced before the call returns) and holds an exclusive lock on it while it lives. The
+fsyncs are a group commit: one caller syncs what every caller wrote so far, and the callers
+that write while it runs wait for it and share the next one, so threads (and async calls,
+which journal in worker threads) that settle together while Redis is down pay about one
+fsync per batch instead of one each, in turn; none returns before its record is on disk. When Redis
 answers again, the process first adopts the files of processes that died (nobody holds their
 lock): their records are appended to its own file, durably, before the dead file is removed.
 Then it replays its file a few records per call (see
@@ -101,6 +105,10 @@ class SpendJournal:
         self._start = _HEADER_SIZE  # where this process's records not yet replayed start
         self._read_ends: list[int] = []  # where each record own_records gave ends
         self._lock = threading.Lock()
+        self._synced = threading.Condition()  # the group commit (see the module's docs)
+        self._written = 0  # appends written to the file (flushed), in order
+        self._durable = 0  # of them, those an fsync has covered
+        self._syncing = False  # a caller's fsync is under way
         self.pending = 0  # records of this process not yet replayed
         self.appended = 0  # records this process wrote
         self.orphans_checked = False
@@ -122,8 +130,39 @@ class SpendJournal:
                 self._file = self._open_locked()
             self._file.writelines(lines)
             self._file.flush()
-            os.fsync(self._file.fileno())
             self.pending += len(lines)
+            self._written += 1
+            written = self._written
+        self._sync(written)
+
+    def _sync(self, written: int) -> None:
+        """Return once the first ``written`` appends are on disk: this caller fsyncs all
+        that was written so far, unless another's fsync is under way, which it waits for
+        (and then fsyncs what was written meanwhile, its own included, unless a caller that
+        waited with it did so first)."""
+        with self._synced:
+            while self._durable < written and self._syncing:
+                self._synced.wait()
+            if self._durable >= written:
+                return
+            self._syncing = True
+        durable = self._durable
+        try:
+            with self._lock:  # what is written now, on a descriptor of its own: a
+                durable = self._written  # compaction may replace (and close) the file
+                descriptor = os.dup(self._file.fileno()) if self._file is not None else -1
+            if descriptor >= 0:  # (closed meanwhile: close() synced it)
+                try:
+                    os.fsync(descriptor)
+                finally:
+                    os.close(descriptor)
+        except BaseException:
+            durable = self._durable  # (not synced: the next caller tries again)
+            raise
+        finally:
+            with self._synced:
+                self._durable, self._syncing = durable, False
+                self._synced.notify_all()
 
     def _open_locked(self) -> IO[str]:
         """This process's file, locked before it bears the name other processes' sweeps look
@@ -254,6 +293,8 @@ class SpendJournal:
         with self._lock:
             if self._file is None:
                 return
+            if self.pending:  # appended records a group commit may not have synced yet
+                os.fsync(self._file.fileno())
             self._file.close()
             self._file = None
             if self.pending == 0:

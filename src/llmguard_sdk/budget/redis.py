@@ -44,7 +44,7 @@ from typing import Any
 
 from typing_extensions import Unpack
 
-from .._state.steps import Step, entry_points, run
+from .._state.steps import Call, Step, entry_points, run, work
 from .._state.stores import Outage, RedisScripts, RedisStore, hash_id, redis_errors
 from ..errors import BudgetUnavailableError, ConfigurationError
 from .journal import JournalRecord, SpendJournal, record, specs_of
@@ -202,8 +202,12 @@ class RedisBudgetBackend:
         self._outage.failed(exc)
         self.journal.orphans_checked = False  # other processes may have died meanwhile
 
-    def _journal(self, rid: str, specs: Sequence[CounterSpec], actual: int, ttl: float) -> None:
-        self.journal.append(record(rid, tuple(specs), actual, ttl, time.time()))
+    def _journal(self, rid: str, specs: Sequence[CounterSpec], actual: int, ttl: float) -> Call:
+        """The journal's append of a settle, as blocking work (its fsync waits for the disk):
+        inline in sync code, in a worker thread in async code (the loop goes on, and the
+        appends of calls settling together share their fsyncs, see journal.py)."""
+        entry = record(rid, tuple(specs), actual, ttl, time.time())
+        return work(lambda: self.journal.append(entry))
 
     def _replay_call(self, entry: JournalRecord) -> tuple[list[str], list[Any]]:
         """The settle script call of a journal record (a no-op call for a broken record)."""
@@ -289,7 +293,7 @@ class RedisBudgetBackend:
             local = self._local_specs(specs)
             result = self._fallback.settle(rid, local, actual=actual, ttl=ttl)
             if result.applied and actual > 0:
-                self._journal(rid, specs, actual, ttl)
+                yield self._journal(rid, specs, actual, ttl)
                 if self._outage.up():
                     yield from self.replay_steps(_REPLAY_PER_CALL)
             return result
@@ -300,7 +304,7 @@ class RedisBudgetBackend:
                 return _settled((yield self._scripts.command(1, keys, args)))
             except redis_errors() as exc:
                 self._failed(exc)
-        self._journal(rid, specs, actual, ttl)
+        yield self._journal(rid, specs, actual, ttl)
         return SettleResult(False)
 
     reserve, areserve = entry_points(reserve_steps)
