@@ -18,7 +18,7 @@ from typing import Any
 import anyio
 import pytest
 
-from llmguard_sdk import Guard, ProviderUnavailableError, RateLimitExceededError
+from llmguard_sdk import ConfigurationError, Guard, ProviderUnavailableError, RateLimitExceededError
 from llmguard_sdk._core.limits import provider_counters
 from llmguard_sdk.models import ChatRequest, Message
 from llmguard_sdk.ratelimit import RateLimit
@@ -46,6 +46,15 @@ def test_limits_per_tenant(fake: FakeProvider, make_guard: MakeGuard) -> None:
     assert info.value.retry_after is not None
     assert guard.chat(USER, tenant="globex").route == "primary"
     assert fake.stats.requests == 3
+
+
+def test_a_limit_on_a_route_the_guard_does_not_have_is_a_configuration_error(
+    fake: FakeProvider, make_guard: MakeGuard
+) -> None:
+    """A misspelt route name (or a deployment group's) was accepted and never applied: the
+    route went unlimited."""
+    with pytest.raises(ConfigurationError, match=r"\['primray'\].*\['primary'\]"):
+        make_guard(fake, rate_limits={"primray": RateLimit(rpm=1)})
 
 
 def test_a_concurrency_cap_refuses_calls_beyond_it(

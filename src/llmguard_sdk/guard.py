@@ -270,7 +270,7 @@ class Guard(Closes, AsyncCloses):
             moves_on=moves_on,
             degraded_text=degraded,
             hedge_after=hedge_after,
-            limiter=wiring.limiter(_cap_pools(routes, rate_limits), self.store),
+            limiter=wiring.limiter(_cap_pools(routes, rate_limits), self.store, routes),
             spend=wiring.spend(budgets, prices, routes, self.store, observer),
             cache=wiring.cache(cache, self.store),
             telemetry=observer,

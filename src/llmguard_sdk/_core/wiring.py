@@ -157,7 +157,11 @@ def spend(
     return SpendControl(config, routes, store)
 
 
-def limiter(limits: LimitsConfig | None, store: Store) -> RateLimiter | None:
+def limiter(
+    limits: LimitsConfig | None, store: Store, routes: Sequence[Provider]
+) -> RateLimiter | None:
+    """The routes' rate limiter (None: no limits); a limit keyed by a name that is no
+    route's (a typo, a deployment group's name) would never apply, so it is refused."""
     if limits is None:
         return None
     limiter: MemoryRateLimiter | RedisRateLimiter = (
@@ -165,6 +169,13 @@ def limiter(limits: LimitsConfig | None, store: Store) -> RateLimiter | None:
         if isinstance(store, RedisStore)
         else MemoryRateLimiter(limits)
     )
+    names = [route.name for route in routes]
+    unknown = sorted(set(limiter.limits) - set(names))
+    if unknown:
+        raise ConfigurationError(
+            f"rate_limits names routes the Guard does not have: {unknown} (its routes: "
+            f"{names}; a deployment group's limits are its deployments')"
+        )
     return limiter if limiter.limits else None
 
 
