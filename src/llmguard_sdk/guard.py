@@ -5,22 +5,20 @@
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal, TypedDict, TypeVar, overload
+from typing import Any, Literal, TypedDict, overload
 
-import anyio
 from typing_extensions import Unpack
 
-from ._closing import AsyncCloses, Closes
+from ._adoption import Adoption
 from ._config_file import CONFIG_ENV, load_config, naming, resolve, tasks_of
 from ._core import wiring
 from ._core.buffered import achat_stream, chat_stream
 from ._core.calls import MessagesArg, acomplete_call, call_context, complete_call, stream_flag
 from ._core.stages import InputFilter, OutputFilter, Stages, reporting
 from ._core.streams import AsyncChatStream, ChatStream
-from ._state.steps import Step, arun, done, run
+from ._lifecycle import Lifecycle
 from .breaker import (
     BreakerHook,
     BreakerPolicy,
@@ -44,18 +42,11 @@ from .router import DeploymentGroup, TaskRouter
 from .store import Store, open_store
 from .telemetry import Telemetry
 
-if TYPE_CHECKING:
-    from openai import AsyncOpenAI, OpenAI
-
 __all__ = ["ChatOptions", "Guard"]
-
-logger = logging.getLogger("llmguard_sdk")
 
 DEFAULT_RETRY = RetryPolicy()
 DEFAULT_RETRY_BUDGET = RetryBudgetPolicy()
 DEFAULT_BREAKER = BreakerPolicy()
-
-F = TypeVar("F", bound=Callable[..., Any])
 
 
 class ChatOptions(TypedDict, total=False):
@@ -100,7 +91,7 @@ class ChatOptions(TypedDict, total=False):
     extra_query: Mapping[str, str] | None
 
 
-class Guard(Closes, AsyncCloses):
+class Guard(Adoption, Lifecycle):
     """Wraps LLM calls with the SDK's pipeline; build one per application and share it.
 
     Args:
@@ -446,152 +437,3 @@ class Guard(Closes, AsyncCloses):
             return achat_stream(ctx, self._stages)
         with reporting(ctx, self._stages, "chat") as outcome:  # cancelled: reported as such
             return outcome.served(await acomplete_call(ctx, self._stages))
-
-    # -- adoption helpers -------------------------------------------------------------------
-
-    def _protect_hooks(self) -> tuple[Hook, ...]:
-        telemetry = self._stages.telemetry
-        if telemetry is None:
-            return self._stages.hooks
-        return (*self._stages.hooks, telemetry.on_protect_event)
-
-    def protect(
-        self,
-        func: F | None = None,
-        *,
-        route: str = "protected",
-        tenant: str | None = None,
-        feature: str | None = None,
-        user: str | None = None,
-        timeout: float | None = None,
-    ) -> Any:
-        """Decorate an existing function that calls an LLM, sync or async.
-
-        Use as ``@guard.protect`` or ``@guard.protect(feature="search")``. The function runs
-        unchanged and returns what it returned; the Guard retries it with its retry policy
-        and budget when it fails with a retryable provider error (429, 5xx, timeouts, from
-        openai-python, httpx or this SDK; Retry-After honoured), reads the usage from the
-        result (openai objects and plain dicts), reports a :class:`~llmguard_sdk.CallEvent` to
-        its hooks, and bounds async functions by ``timeout`` (raising
-        :class:`~llmguard_sdk.errors.ProviderTimeoutError`; one that is not a positive, finite
-        number of seconds is a :class:`~llmguard_sdk.errors.ConfigurationError` at once). The
-        last exception propagates unchanged; the event records how the SDK classified it. A
-        :class:`~llmguard_sdk.errors.RetryMultiplicationWarning` says when the function uses
-        an openai client that retries on its own. A generator or async generator (a streaming
-        function) is guarded while it is iterated: retried only before its first item, reported
-        when it ends with the usage of the last item carrying one (an async one bounded by
-        ``timeout`` from the call to its last item).
-        """
-        from .protect import protect_function
-
-        def decorate(fn: F) -> F:
-            return protect_function(
-                fn,
-                hooks=self._protect_hooks(),
-                route=route,
-                scope_keywords=(tenant, feature, user),
-                timeout=self._stages.timeout if timeout is None else timeout,
-                retry=self._stages.retry,
-                budget=self._stages.retry_budget,
-            )
-
-        return decorate(func) if func is not None else decorate
-
-    def client(self) -> OpenAI:
-        """openai's own ``OpenAI`` client whose requests this Guard answers:
-        ``client.chat.completions.create(...)``, ``client.responses.create(...)``,
-        ``with_raw_response`` ... return openai's objects (see :mod:`llmguard_sdk.client`);
-        without openai installed, the look-alike :class:`~llmguard_sdk.GuardedClient`.
-
-        .. versionchanged:: 0.2.0 openai's own client where openai is installed.
-        """
-        from .client import _openai_client
-
-        return _openai_client(self)  # type: ignore[no-any-return]
-
-    def aclient(self) -> AsyncOpenAI:
-        """The async twin of :meth:`client` (``openai.AsyncOpenAI``)."""
-        from .client import _async_openai_client
-
-        return _async_openai_client(self)  # type: ignore[no-any-return]
-
-    def http_client(self, *, library: Literal["httpx", "httpx2"] | None = None) -> Any:
-        """An HTTP client for ``OpenAI(http_client=...)`` / ``Anthropic(http_client=...)``
-        whose requests this Guard answers, whatever its routes speak (the transport seam,
-        :mod:`llmguard_sdk.transport`): httpx2 where installed, else httpx.
-
-        .. versionadded:: 0.2.0
-        """
-        from .transport import http_client
-
-        return http_client(self, library=library)
-
-    def async_http_client(self, *, library: Literal["httpx", "httpx2"] | None = None) -> Any:
-        """The async twin of :meth:`http_client` (``AsyncOpenAI(http_client=...)``).
-
-        .. versionadded:: 0.2.0
-        """
-        from .transport import async_http_client
-
-        return async_http_client(self, library=library)
-
-    def feedback(self, call_id: str, score: float, *, label: str | None = None) -> bool:
-        """Record a score for the answer whose ``metadata["call_id"]`` is ``call_id`` (a
-        thumb, a grader's): :meth:`~llmguard_sdk.telemetry.Telemetry.feedback`; whether the
-        call was known (False with telemetry off).
-
-        .. versionadded:: 0.2.0
-        """
-        telemetry, releases = self._stages.telemetry, self._stages.releases
-        known = telemetry.feedback(call_id, score, label=label) if telemetry else False
-        if releases is not None:  # the canary counts scores on the call's arm (once valid)
-            releases.feedback(call_id, score)
-        return known
-
-    def report_false_hit(self, response: ChatResponse) -> bool:
-        """Report that ``response``, served from the cache, answered another question: feeds
-        the cache's ``stats.false_hit_rate`` and its monitor (see
-        :meth:`ResponseCache.report_false_hit <llmguard_sdk.cache.ResponseCache.report_false_hit>`);
-        whether it counted (only answers found by similarity do; False without a cache).
-
-        .. versionadded:: 0.2.0
-        """
-        cache = self._stages.cache
-        return cache.report_false_hit(response) if cache is not None else False
-
-    # -- lifecycle ---------------------------------------------------------------------------
-
-    def close(self) -> None:
-        """Replay spend journaled while Redis was unreachable (one try), then close every
-        route's connections and the store's."""
-        try:
-            run(self._spend_flush())
-        except Exception:
-            logger.exception("replaying the spend journal at close failed")
-        if self._stages.prober is not None:
-            self._stages.prober.close()
-        if self._stages.releases is not None:
-            self._stages.releases.close()
-        for route in self.routes:
-            route.close()
-        self.store.close()
-
-    async def aclose(self) -> None:
-        """Async twin of :meth:`close` (the route's async and sync connections)."""
-        try:
-            await arun(self._spend_flush())
-        except Exception:
-            logger.exception("replaying the spend journal at close failed")
-        if self._stages.prober is not None:
-            await anyio.to_thread.run_sync(self._stages.prober.close)
-        if self._stages.releases is not None:
-            await anyio.to_thread.run_sync(self._stages.releases.close)
-        for route in self.routes:
-            await route.aclose()
-        await self.store.aclose()
-
-    def _spend_flush(self) -> Step[bool]:
-        spend = self._stages.spend
-        if spend is None or not spend.active:
-            return done(True)
-        return spend.flush_steps()
