@@ -11,6 +11,7 @@ from typing import Any, Literal, TypedDict, overload
 
 from typing_extensions import Unpack
 
+from . import tokens
 from ._adoption import Adoption
 from ._config_file import CONFIG_ENV, load_config, naming, resolve, tasks_of
 from ._core import wiring
@@ -181,6 +182,9 @@ class Guard(Adoption, Lifecycle):
 
     Arguments given here win over the environment. A bad value raises
     :class:`~llmguard_sdk.errors.ConfigurationError` at once, before any call.
+    Building a Guard loads the tokenizer encodings its calls count with (``cl100k_base`` and
+    its routes' models' own where available offline), so that no call spends its deadline
+    loading one.
 
     Example::
 
@@ -268,6 +272,7 @@ class Guard(Adoption, Lifecycle):
             tasks=wiring.tasks(tasks, providers, routes),
             releases=wiring.releases(release, self.store, prices, observer),
         )
+        tokens.warm(route.model for route in routes)  # now, not in a call's deadline
 
     def __repr__(self) -> str:
         names = ", ".join(route.name for route in self.routes)

@@ -23,7 +23,7 @@ import os
 import tempfile
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -186,6 +186,16 @@ def _counter(model: str | None) -> tuple[_Encoding | None, str, bool]:
             return encoding, wanted, True
     fallback = _cl100k()
     return fallback, ("cl100k_base" if fallback is not None else "chars/4"), False
+
+
+def warm(models: Iterable[str | None]) -> None:
+    """Load, now, the encodings counting for ``models`` uses (their own where available
+    offline, and cl100k_base, every count's fallback): a Guard calls it as it is built, so
+    that its first call does not spend its deadline loading one (half a second each)."""
+    for model in {*models, None}:
+        encoding, _name, _own = _counter(model)
+        if encoding is not None:
+            encoding.encode("warm")  # (tiktoken builds some of its tables at first use)
 
 
 def _count_with(text: str, encoding: _Encoding | None) -> int:
