@@ -51,7 +51,7 @@ class Message(BaseModel):
     name: str | None = None
     tool_calls: list[dict[str, JsonValue]] | None = None
     tool_call_id: str | None = None
-    is_error: bool | None = None
+    is_error: bool | None = Field(default=None, strict=True)
     thinking: list[dict[str, JsonValue]] | None = None
 
     @model_validator(mode="after")
@@ -94,12 +94,14 @@ class ChatRequest(BaseModel):
 
     messages: list[Message] = Field(min_length=1)
     model: str | None = Field(default=None, min_length=1)
-    max_tokens: int | None = Field(default=None, gt=0)
-    max_completion_tokens: int | None = Field(default=None, gt=0)
-    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
-    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    # strict: a bool or a string is an error, not a number (True was max_tokens=1); an int
+    # is still a float
+    max_tokens: int | None = Field(default=None, gt=0, strict=True)
+    max_completion_tokens: int | None = Field(default=None, gt=0, strict=True)
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0, strict=True)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0, strict=True)
     stop: str | list[str] | None = None
-    seed: int | None = None
+    seed: int | None = Field(default=None, strict=True)
     tools: list[dict[str, JsonValue]] | None = None
     tool_choice: str | dict[str, JsonValue] | None = None
     response_format: dict[str, JsonValue] | None = None
