@@ -66,3 +66,85 @@ def test_a_guard_refuses_a_string_number_before_sending(
     with pytest.raises(RequestValidationError, match="temperature"):
         guard.chat(USER, temperature="0.5")  # type: ignore[typeddict-item]
     assert fake.requests == []
+
+
+_SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}}
+_GOOD_TOOL = {"type": "function", "function": {"name": "get_weather", "parameters": _SCHEMA}}
+
+
+@pytest.mark.parametrize(
+    ("tool", "problem"),
+    [
+        ({"type": "function"}, "function"),
+        ({"type": "function", "function": "get_weather"}, "function"),
+        ({"type": "function", "function": {"parameters": _SCHEMA}}, "name"),
+        ({"type": "function", "function": {"name": ""}}, "name"),
+        ({"type": "function", "function": {"name": "get weather"}}, "name"),
+        ({"type": "function", "function": {"name": "f" * 65}}, "name"),
+        ({"type": "function", "function": {"name": "f", "parameters": "city: str"}}, "parameters"),
+        ({"type": "function", "function": {"name": "f", "parameters": [_SCHEMA]}}, "parameters"),
+        (
+            {"type": "function", "function": {"name": "f", "parameters": {"type": "string"}}},
+            "object",
+        ),
+        ({"type": "function", "function": {"name": "f", "description": 3}}, "description"),
+        ({"type": "function", "function": {"name": "f", "strict": "yes"}}, "strict"),
+        ({"function": {"name": "f"}}, "name"),  # no type: Anthropic's shape, which names it
+        ({"name": "lookup", "input_schema": "x"}, "input_schema"),
+    ],
+)
+def test_a_malformed_tool_is_a_request_validation_error(tool: dict[str, Any], problem: str) -> None:
+    """Such a tool went to the provider, which refused it with a 400 on every route."""
+    with pytest.raises(RequestValidationError, match=problem) as info:
+        validate_request(_request(tools=[_GOOD_TOOL, tool]))
+    assert "tools.1" in str(info.value)  # which tool
+
+
+@pytest.mark.parametrize(
+    "tool",
+    [
+        _GOOD_TOOL,
+        {"type": "function", "function": {"name": "f"}},  # parameters may be left out
+        {"type": "function", "function": {"name": "f-2", "description": "d", "strict": True}},
+        {"name": "lookup", "input_schema": {"type": "object"}},  # Anthropic's shape
+        {"name": "lookup", "input_schema": {"type": "object"}, "cache_control": {"type": "x"}},
+        {"type": "web_search_20250305", "name": "web_search", "max_uses": 5},  # a server tool
+    ],
+)
+def test_well_formed_tools_are_taken_as_they_are(tool: dict[str, Any]) -> None:
+    assert validate_request(_request(tools=[tool])).tools == [tool]
+
+
+def test_an_empty_tool_list_is_not_sent() -> None:
+    """OpenAI refuses ``"tools": []`` (a 400 on every route); no tools is what it means."""
+    assert validate_request(_request(tools=[])).tools is None
+
+
+@pytest.mark.parametrize(
+    ("choice", "problem"),
+    [
+        ({"type": "function", "function": {}}, "name"),
+        ({"type": "function"}, "function"),
+        ({"type": "function", "function": {"name": "other"}}, "other"),
+    ],
+)
+def test_a_tool_choice_names_one_of_the_tools(choice: dict[str, Any], problem: str) -> None:
+    with pytest.raises(RequestValidationError, match=problem):
+        validate_request(_request(tools=[_GOOD_TOOL], tool_choice=choice))
+
+
+def test_a_guard_refuses_a_malformed_tool_before_sending(
+    fake: FakeProvider, make_guard: MakeGuard
+) -> None:
+    guard = make_guard(fake, retry=None)
+    with pytest.raises(RequestValidationError, match="tools"):
+        guard.chat(USER, tools=[{"type": "function", "function": {"parameters": _SCHEMA}}])
+    assert fake.requests == []
+    answer = guard.chat(USER, tools=[_GOOD_TOOL], tool_choice="auto")
+    assert answer.route == "primary"
+
+
+def test_a_tool_choice_may_name_an_anthropic_shaped_tool() -> None:
+    tools = [{"name": "lookup", "input_schema": {"type": "object"}}]
+    choice = {"type": "function", "function": {"name": "lookup"}}
+    assert validate_request(_request(tools=tools, tool_choice=choice)).tool_choice == choice

@@ -10,9 +10,18 @@ with the provider-neutral names the rest of the SDK uses (``input_tokens`` rathe
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from ._problems import problems
 from .errors import RequestValidationError
@@ -76,6 +85,60 @@ class Message(BaseModel):
         return "".join(str(p.get("text", "")) for p in self.content if p.get("type") == "text")
 
 
+_TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # the chat API's rule for a function's name
+
+
+def _checked_tool(tool: dict[str, JsonValue]) -> dict[str, JsonValue]:
+    """A tool in the shape the providers take, else a ValueError saying what is wrong:
+    OpenAI's function tool (``{"type": "function", "function": {"name": ..., "parameters":
+    {...}}}``), Anthropic's (``{"name": ..., "input_schema": {...}}``, no ``type``); other
+    types (server tools) go as they are."""
+    kind = tool.get("type")
+    if kind is None:  # Anthropic's shape: a name and (if given) an input schema object
+        if not isinstance(tool.get("name"), str) or not tool["name"]:
+            raise ValueError("a tool without a type is Anthropic's shape and needs a name")
+        if "input_schema" in tool and not isinstance(tool["input_schema"], dict):
+            raise ValueError("a tool's input_schema must be a JSON Schema object")
+        return tool
+    if kind != "function":
+        return tool
+    function = tool.get("function")
+    if not isinstance(function, dict):
+        raise ValueError('a function tool needs a "function" object (its name, parameters)')
+    name = function.get("name")
+    if not isinstance(name, str) or _TOOL_NAME.fullmatch(name) is None:
+        raise ValueError(
+            f"function.name must be 1 to 64 letters, digits, '_' or '-', got {name!r:.80}"
+        )
+    parameters = function.get("parameters", {})
+    if not isinstance(parameters, dict) or parameters.get("type", "object") != "object":
+        raise ValueError("function.parameters must be a JSON Schema object (type: object)")
+    if not isinstance(function.get("description", ""), str):
+        raise ValueError("function.description must be a string")
+    if not isinstance(function.get("strict", False), bool):
+        raise ValueError("function.strict must be true or false")
+    return tool
+
+
+def _tool_name(tool: dict[str, JsonValue]) -> JsonValue:
+    function = tool.get("function")
+    return function.get("name") if isinstance(function, dict) else tool.get("name")
+
+
+def _tool_choice_problem(choice: object, tools: list[dict[str, JsonValue]] | None) -> str | None:
+    """What is wrong with a ``tool_choice`` that names a function, or None."""
+    if not isinstance(choice, dict) or choice.get("type") != "function":
+        return None
+    function = choice.get("function")
+    name = function.get("name") if isinstance(function, dict) else None
+    if not isinstance(name, str):
+        return 'tool_choice: a function choice needs "function": {"name": ...}'
+    names = {_tool_name(tool) for tool in tools or ()}
+    if tools and name not in names:
+        return f"tool_choice: {name!r:.80} is not one of the request's tools"
+    return None
+
+
 class ChatRequest(BaseModel):
     """A chat-completion request, provider-neutral.
 
@@ -87,7 +150,11 @@ class ChatRequest(BaseModel):
     ``extra_headers`` / ``extra_query`` add HTTP headers and query parameters to the request
     (a header's name a token, its value ASCII without a line break or a NUL; not
     ``Content-Length`` or ``Transfer-Encoding``: the body's framing is the SDK's).
-    Every free-form field must hold JSON values (no sets, no arbitrary objects).
+    Every free-form field must hold JSON values (no sets, no arbitrary objects). Each of
+    ``tools`` is OpenAI's function tool (``function.name`` 1 to 64 of ``[A-Za-z0-9_-]``,
+    ``parameters`` a JSON Schema object), Anthropic's shape (``name``, ``input_schema``) or
+    another typed tool (sent as it is); ``tools=[]`` is no tools, and a ``tool_choice`` that
+    names a function names one of them. The numbers are numbers: a bool or a string is refused.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -102,7 +169,7 @@ class ChatRequest(BaseModel):
     top_p: float | None = Field(default=None, gt=0.0, le=1.0, strict=True)
     stop: str | list[str] | None = None
     seed: int | None = Field(default=None, strict=True)
-    tools: list[dict[str, JsonValue]] | None = None
+    tools: list[Annotated[dict[str, JsonValue], AfterValidator(_checked_tool)]] | None = None
     tool_choice: str | dict[str, JsonValue] | None = None
     response_format: dict[str, JsonValue] | None = None
     metadata: dict[str, str] | None = None
@@ -110,10 +177,21 @@ class ChatRequest(BaseModel):
     extra_headers: dict[str, str] | None = None
     extra_query: dict[str, str] | None = None
 
+    @field_validator("tools")
+    @classmethod
+    def _no_empty_tools(
+        cls, tools: list[dict[str, JsonValue]] | None
+    ) -> list[dict[str, JsonValue]] | None:
+        return tools or None  # (OpenAI refuses "tools": [], on every route)
+
     @model_validator(mode="after")
     def _check_stop(self) -> ChatRequest:
         if isinstance(self.stop, list) and len(self.stop) > 4:
             raise ValueError("stop takes at most 4 sequences")
+        if self.tool_choice is not None:
+            problem = _tool_choice_problem(self.tool_choice, self.tools)
+            if problem is not None:
+                raise ValueError(problem)
         for name, value in (self.extra_headers or {}).items():
             if _HEADER_NAME.fullmatch(name) is None or not _is_header_text(value):
                 raise ValueError(
