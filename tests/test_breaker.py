@@ -506,3 +506,21 @@ def test_memory_breakers_forget_routes_left_idle_as_redis_expires_their_keys() -
     assert breakers.state("kept") == "isolated"
     breakers.reset("kept")
     assert breakers.state("kept") == "closed"
+
+
+@pytest.mark.parametrize(
+    ("build", "named"),
+    [
+        (lambda: MemoryBreakerBackend("strict"), "BreakerPolicy"),  # type: ignore[arg-type]
+        (lambda: MemoryBreakerBackend(POLICY, clock=5), "clock"),  # type: ignore[arg-type]
+        (lambda: RedisBreakerBackend("redis://localhost", POLICY), "RedisStore"),  # type: ignore[arg-type]
+        (lambda: Breakers("memory"), "breaker backend"),  # type: ignore[arg-type]
+    ],
+)
+def test_a_breaker_built_of_the_wrong_parts_is_a_configuration_error(
+    build: Any, named: str
+) -> None:
+    """A wrong policy, clock, store or backend was taken and raised AttributeError or
+    TypeError at the first call (inside the Guard's pipeline)."""
+    with pytest.raises(ConfigurationError, match=named):
+        build()

@@ -107,6 +107,17 @@ class BreakerBackend(Protocol):
         ...
 
 
+_BACKEND_METHODS = (
+    "acquire_steps",
+    "record_steps",
+    "release_steps",
+    "state",
+    "isolate",
+    "end_open_wait",
+    "reset",
+)
+
+
 @dataclass(frozen=True)
 class BreakerTransition:
     """A breaker changed state, as this process saw it (``before`` -> ``after``)."""
@@ -128,6 +139,12 @@ class Breakers:
     """
 
     def __init__(self, backend: BreakerBackend, hooks: Sequence[BreakerHook] = ()) -> None:
+        missing = [name for name in _BACKEND_METHODS if not callable(getattr(backend, name, None))]
+        if missing or not isinstance(getattr(backend, "policy", None), BreakerPolicy):
+            raise ConfigurationError(
+                "Breakers needs a breaker backend (MemoryBreakerBackend(policy) or "
+                f"RedisBreakerBackend(store, policy)), got {backend!r}"
+            )
         self.backend = backend
         self.hooks = tuple(hooks) if isinstance(hooks, Iterable) else (hooks,)
         if not all(callable(hook) for hook in self.hooks):

@@ -15,6 +15,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 
 from .._state.steps import in_place
+from ..errors import ConfigurationError
 from .policy import (
     BreakerPolicy,
     BreakerState,
@@ -27,7 +28,15 @@ from .policy import (
     release,
 )
 
-__all__ = ["MemoryBreakerBackend", "forget_after"]
+__all__ = ["MemoryBreakerBackend", "breaker_policy", "forget_after"]
+
+
+def breaker_policy(policy: object, owner: str) -> BreakerPolicy:
+    """``policy`` when it is a :class:`BreakerPolicy`; else a :class:`ConfigurationError`
+    naming ``owner``, at once rather than an AttributeError at the first call."""
+    if not isinstance(policy, BreakerPolicy):
+        raise ConfigurationError(f"a {owner} needs a BreakerPolicy, got {policy!r}")
+    return policy
 
 
 def forget_after(policy: BreakerPolicy) -> int:
@@ -44,7 +53,9 @@ class MemoryBreakerBackend:
     def __init__(
         self, policy: BreakerPolicy, *, clock: Callable[[], float] = time.monotonic
     ) -> None:
-        self.policy = policy
+        self.policy = breaker_policy(policy, "MemoryBreakerBackend")
+        if not callable(clock):
+            raise ConfigurationError(f"clock: a callable returning seconds, got {clock!r}")
         self._clock = clock
         self._lock = threading.Lock()
         self._states: dict[str, BreakerState] = {}

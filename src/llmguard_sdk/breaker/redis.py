@@ -20,7 +20,8 @@ from typing import Any
 
 from .._state.steps import Step, blocking, entry_points
 from .._state.stores import Outage, RedisScripts, RedisStore, hash_id, lua, redis_errors
-from .memory import MemoryBreakerBackend, forget_after
+from ..errors import ConfigurationError
+from .memory import MemoryBreakerBackend, breaker_policy, forget_after
 from .policy import TIME_BUCKETS, BreakerPolicy, Outcome, Permit, State
 
 __all__ = ["RedisBreakerBackend"]
@@ -50,7 +51,11 @@ class RedisBreakerBackend:
     """
 
     def __init__(self, store: RedisStore, policy: BreakerPolicy) -> None:
-        self.policy = policy
+        if not isinstance(store, RedisStore):
+            raise ConfigurationError(
+                f"a RedisBreakerBackend needs a RedisStore (RedisStore(url)), got {store!r}"
+            )
+        self.policy = breaker_policy(policy, "RedisBreakerBackend")
         self.clock_offset = 0.0
         self._store = store
         self._scripts = RedisScripts(store, _ACQUIRE, _RECORD, _RELEASE, _END_WAIT, once=(0, 1, 2))
