@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import random
+import re
 import time
 from typing import TYPE_CHECKING
 
@@ -13,9 +14,27 @@ from ..errors import ConfigurationError
 if TYPE_CHECKING:
     from .stores import RedisStore
 
-__all__ = ["Outage", "RedisHealth"]
+__all__ = ["Outage", "RedisHealth", "refused"]
 
 logger = logging.getLogger("llmguard_sdk")
+_ERROR_CODE = re.compile(r"^[A-Z]+ ")  # an error reply's code, as redis-py keeps it
+
+
+def refused(exc: BaseException) -> bool:
+    """Whether ``exc`` is Redis answering that this command failed (a script's error, a key
+    of another type, keys across slots) rather than Redis unable to serve it (down, loading,
+    read-only, out of memory, busy, a cluster failing over ...): an answer that the next
+    command gets again, so no outage, and no reason to leave Redis alone."""
+    from redis.exceptions import ClusterCrossSlotError, ResponseError
+
+    if isinstance(exc, ClusterCrossSlotError):
+        return True
+    if type(exc) is not ResponseError:  # its subclasses: redirections, states of the server
+        return False
+    text, code = str(exc), getattr(exc, "status_code", None)
+    if code == "ERR" or text.startswith("WRONGTYPE "):
+        return True
+    return code is None and not _ERROR_CODE.match(text)  # (redis-py < 7 drops "ERR ")
 
 
 class RedisHealth:
@@ -119,13 +138,28 @@ class Outage:
         self.waits = waits
         self.health = store.health if store is not None else RedisHealth(seconds, seconds)
         self._logged = 0  # the outage last logged
+        self._refusal = ""  # the refusal last logged
 
     def up(self) -> bool:
         """Whether this stage may try Redis now (:meth:`RedisHealth.may_try`)."""
         return self.health.may_try(waits=self.waits)
 
     def failed(self, exc: BaseException) -> None:
-        """Redis just failed: pause it (for every stage of the store) and log once."""
+        """Redis just failed: pause it (for every stage of the store) and log once. An answer
+        that refuses the command itself (:func:`refused`) pauses nothing: it is logged (as an
+        error, once while it stays the same) and only this decision is made without Redis."""
+        if refused(exc):
+            if self._refusal != str(exc):
+                self._refusal = str(exc)
+                logger.error(
+                    "%s: Redis refused a command (%s): a key of another kind under the "
+                    "store's key_prefix, or a script this Redis cannot run; %s for the "
+                    "decisions it refuses (Redis is not paused)",
+                    self.what,
+                    exc,
+                    self.instead,
+                )
+            return
         pause = self.health.failed()
         if self._logged != self.health.outages:
             self._logged = self.health.outages
