@@ -71,7 +71,7 @@ def test_errors_are_the_sdk_s_and_not_retried_by_it(
     assert len(fake.requests) == 1  # x-should-retry: false: the SDK did not retry
     with pytest.raises(openai.BadRequestError, match="n must be 1"):
         seam.chat.completions.create(model="m", messages=USER, n=2)
-    with pytest.raises(openai.BadRequestError, match="does not serve"):
+    with pytest.raises(openai.NotFoundError, match="does not serve"):
         seam.embeddings.create(model="m", input="x")
 
 

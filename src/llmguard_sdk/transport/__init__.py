@@ -5,8 +5,10 @@ the SDK makes through the Guard, in process, without a socket: the request is pa
 :meth:`~llmguard_sdk.Guard.chat` call (so the routes may be any provider, the local model
 included), and the Guard's answer goes back in the shape the SDK expects, JSON or server-sent
 events, headers included. Served paths: ``POST .../chat/completions``, ``POST .../responses``
-(OpenAI), ``POST .../messages`` (Anthropic), plain and streamed, and ``GET .../models`` (the
-routes' models).
+(OpenAI), ``POST .../messages`` (Anthropic), plain and streamed, and ``GET .../models`` and
+``GET .../models/{id}`` (the routes' models). Any other path or method is answered 404 in the
+SDK's error shape (the SDK raises its ``NotFoundError``), as is a model no route serves
+(code ``model_not_found``).
 
 openai-python 3.x and anthropic's SDK build on httpx2 (they still accept httpx clients); the
 seam offers both: ``library="httpx2"`` or ``"httpx"``; by default httpx2 when it is installed.
@@ -15,15 +17,14 @@ seam offers both: ``library="httpx2"`` or ``"httpx"``; by default httpx2 when it
 openai-python and anthropic's SDK obey, so their own retries (``max_retries``, 2 by default)
 never repeat a call the Guard has already retried and moved through its fallback chain;
 ``max_retries=0`` on the SDK says the same explicitly. An error answer carries the Guard's
-error class in ``x-llmguard-error``; the SDK raises its own error for the status
-(400 invalid request, 401, 429 rate limited or budget exhausted, 502 malformed answer,
-503 unavailable or circuit open, 504 timeout). The Guard's ``timeout`` bounds each call; the
-SDK's timeout (its read timeout), when shorter, becomes the call's total. A ``timeout`` in the
+error class in ``x-llmguard-error``; the SDK raises its own error for the status (400 invalid
+request, 404 not served, 401, 429 rate limited or budget exhausted, 502 malformed answer, 503
+unavailable or circuit open, 504 timeout). The Guard's ``timeout`` bounds each call; the SDK's
+timeout (its read timeout), when shorter, becomes the call's total. A ``timeout`` in the
 request body (``extra_body={"timeout": ...}``) is ignored: it neither sets the call's deadline
-nor goes to the provider. The scope of a call
-comes from :func:`~llmguard_sdk.scoped`, or from ``x-llmguard-tenant`` /
-``x-llmguard-feature`` headers; any other header or query parameter the caller adds is
-forwarded to the provider.
+nor goes to the provider. The scope of a call comes from :func:`~llmguard_sdk.scoped`, or from
+``x-llmguard-tenant`` / ``x-llmguard-feature`` headers; any other header or query parameter the
+caller adds is forwarded to the provider.
 
 Successful answers carry ``x-llmguard-route`` (which route served, ``cache`` for a cache hit),
 plain ones ``x-llmguard-attempts`` too (a stream's headers leave before its attempts are known).

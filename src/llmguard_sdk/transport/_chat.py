@@ -149,3 +149,13 @@ class ModelsWire:
             if route.model
         ]
         return {"object": "list", "data": data}
+
+    def model(self, model: str) -> dict[str, Any]:
+        """``GET /v1/models/{model}``: a route's model, else a 404 as OpenAI answers one."""
+        for found in self.listing()["data"]:
+            if found["id"] == model:
+                return dict(found)
+        raise _wire.NotServedError(
+            f"The model '{model}' does not exist or the Guard has no route for it",
+            code="model_not_found",
+        )

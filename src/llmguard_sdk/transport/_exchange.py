@@ -6,13 +6,13 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING
 
-from ..errors import LLMGuardError, RequestValidationError
+from ..errors import LLMGuardError
 from ..models import StreamChunk
 from . import _wire
 from ._chat import ChatWire, ModelsWire
 from ._messages import MessagesWire
 from ._responses import ResponsesWire
-from ._wire import Answer, Call, Incoming, Writer
+from ._wire import Answer, Call, Incoming, NotServedError, Writer
 
 if TYPE_CHECKING:
     from .._core.streams import AsyncChatStream, ChatStream
@@ -39,13 +39,17 @@ def _wire_for(path: str) -> _wire.Wire:
 def plan(guard: Guard, incoming: Incoming) -> Call | Answer:
     """The Guard call ``incoming`` asks for, or the answer when it needs none."""
     path = incoming.path.rstrip("/")
-    if incoming.method == "GET" and path.endswith("/models"):
-        listing = ModelsWire(guard.routes).listing()
-        return Answer(200, [("content-type", "application/json")], _wire.dumps(listing))
+    if incoming.method == "GET" and (path.endswith("/models") or "/models/" in path):
+        models = ModelsWire(guard.routes)
+        _, slash, model = path.rpartition("/models/")
+        body = models.model(model) if slash else models.listing()
+        return Answer(200, [("content-type", "application/json")], _wire.dumps(body))
     wire = _wire_for(path)
     if incoming.method != "POST" or not any(path.endswith(s) for s in _ROUTES):
-        raise RequestValidationError(
+        served = "POST .../chat/completions, .../responses, .../messages; GET .../models"
+        raise NotServedError(
             f"the Guard's transport does not serve {incoming.method} {incoming.path}"
+            f" (it serves {served})"
         )
     body = _wire.load_object(incoming.body)
     stream = body.get("stream") is True

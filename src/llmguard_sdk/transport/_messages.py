@@ -52,6 +52,8 @@ _ANTHROPIC_ONLY = ("thinking", "top_k")
 _ERRORS = {
     400: "invalid_request_error",
     401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
     429: "rate_limit_error",
     503: "overloaded_error",
     504: "timeout_error",

@@ -59,6 +59,16 @@ _SSE = "text/event-stream"
 _LONGEST_RETRY_AFTER_S = 1e9  # (about 31 years) what an error answer's retry-after-ms says at most
 
 
+class NotServedError(RequestValidationError):
+    """A path, method or model the seam does not serve: answered 404 (``NotFoundError`` in
+    the SDKs), as OpenAI and Anthropic answer an unknown URL; ``code`` goes in OpenAI's
+    error body (``model_not_found`` for an unknown model)."""
+
+    def __init__(self, message: str, code: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+
+
 @dataclass
 class Incoming:
     """One HTTP request as an SDK sent it (library-neutral)."""
@@ -202,7 +212,7 @@ def error_answer(wire: Wire, exc: LLMGuardError) -> Answer:
     headers = [
         ("content-type", _JSON),
         ("x-should-retry", "false"),
-        ("x-llmguard-error", type(exc).__name__),
+        ("x-llmguard-error", _public_name(exc)),
     ]
     if isinstance(last, ProviderError):
         headers += _provider_headers(last.headers)
@@ -212,6 +222,14 @@ def error_answer(wire: Wire, exc: LLMGuardError) -> Answer:
         millis = min(retry_after, _LONGEST_RETRY_AFTER_S) * 1000
         headers.append(("retry-after-ms", str(int(millis))))
     return Answer(status, headers, dumps(wire.error(exc)), error=exc)
+
+
+def _public_name(exc: LLMGuardError) -> str:
+    """The name of ``exc``'s class among the public errors (the seam's own are private)."""
+    for kind in type(exc).__mro__:
+        if kind.__module__ == RequestValidationError.__module__:
+            return kind.__name__
+    return type(exc).__name__
 
 
 def _last(exc: LLMGuardError) -> BaseException | None:
@@ -228,6 +246,7 @@ def status_of(exc: LLMGuardError) -> int:
         last = _last(exc)
         return status_of(last) if isinstance(last, LLMGuardError) else 503
     table: Sequence[tuple[type[LLMGuardError], int]] = (
+        (NotServedError, 404),
         (RequestValidationError, 400),
         (BadRequestError, 400),
         (AuthenticationError, 401),
@@ -252,6 +271,7 @@ def error_type(status: int) -> str:
     return {
         400: "invalid_request_error",
         401: "authentication_error",
+        404: "invalid_request_error",  # OpenAI's, for an unknown URL or model
         429: "rate_limit_error",
     }.get(status, "server_error")
 
@@ -264,6 +284,8 @@ def openai_error(exc: LLMGuardError) -> dict[str, Any]:
         if isinstance(exc, BudgetExceededError)
         else "context_length_exceeded"  # what frameworks tell an overflow by
         if isinstance(last, ContextLengthExceededError)
+        else exc.code
+        if isinstance(exc, NotServedError)
         else None
     )
     return {"error": {"message": str(exc), "type": error_type(status), "param": None, "code": code}}
