@@ -133,8 +133,9 @@ def test_an_endpoint_the_seam_does_not_serve_answers_in_anthropics_shape(
     chat = OpenAICompatibleProvider(fake.base_url, model=fake.model, name="primary")
     with Guard(chat, retry=None, environ={}) as guard:
         client = anthropic_client(guard)
-        with pytest.raises(anthropic.BadRequestError) as refused:
+        with pytest.raises(anthropic.NotFoundError) as refused:
             client.messages.count_tokens(model="m", messages=USER)
     assert isinstance(refused.value.body, dict)
     assert refused.value.body["type"] == "error"
+    assert refused.value.body["error"]["type"] == "not_found_error"
     assert "count_tokens" in refused.value.body["error"]["message"]
