@@ -61,7 +61,7 @@ def test_memory_leases_never_given_back_end_even_where_no_call_asks_again() -> N
     finally:
         tracemalloc.stop()
     assert full > 500_000  # (what 5000 leases take: the measure sees them)
-    assert left < 20_000  # nothing of them stays
+    assert left < full / 20  # nothing of them stays (a table's room at most)
     assert leases.counts("old-0", NAMES) == [0, 0, 0]
 
 
