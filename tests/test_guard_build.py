@@ -9,6 +9,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import anyio
+import pytest
+
+from llmguard_sdk import Guard, OpenAICompatibleProvider
+
 SOURCE = str(Path(__file__).resolve().parent.parent / "src")
 
 _WARMED = """
@@ -42,3 +47,67 @@ def test_a_guard_loads_the_encodings_of_its_routes_when_it_is_built() -> None:
     assert report["before"] == [False, []]  # nothing loaded by the import
     assert report["loaded"] is True  # cl100k_base, every count's fallback
     assert {"o200k_base", "p50k_base"} <= set(report["others"])  # the routes' own, probed
+
+
+class _ClosesBadly(OpenAICompatibleProvider):
+    """A route whose close fails after releasing its pool (a socket already gone)."""
+
+    def close(self) -> None:
+        super().close()
+        raise OSError(f"{self.name}: socket gone")
+
+    async def aclose(self) -> None:
+        await super().aclose()
+        raise OSError(f"{self.name}: socket gone")
+
+
+class _RecordsClose(OpenAICompatibleProvider):
+    closed = 0
+
+    def close(self) -> None:
+        super().close()
+        self.closed += 1
+
+    async def aclose(self) -> None:
+        await super().aclose()
+        self.closed += 1
+
+
+def _routes() -> list[OpenAICompatibleProvider]:
+    url = "http://127.0.0.1:9/v1"
+    return [
+        _ClosesBadly(url, model="m", name="first"),
+        _ClosesBadly(url, model="m", name="second"),
+        _RecordsClose(url, model="m", name="third"),
+    ]
+
+
+def test_close_closes_every_route_when_one_fails_then_raises_the_first_error() -> None:
+    """close() stopped at the first route whose close raised: the routes after it stayed
+    open. Now every route is closed, then the first error is raised, the others noted."""
+    routes = _routes()
+    guard = Guard(routes, environ={}, telemetry=False)
+    with pytest.raises(OSError, match="first: socket gone") as info:
+        guard.close()
+    assert routes[2].closed == 1  # type: ignore[attr-defined]
+    assert any("second: socket gone" in note for note in getattr(info.value, "__notes__", []))
+
+
+def test_aclose_closes_every_route_when_one_fails_then_raises_the_first_error() -> None:
+    routes = _routes()
+    guard = Guard(routes, environ={}, telemetry=False)
+
+    async def main() -> None:
+        await guard.aclose()
+
+    with pytest.raises(OSError, match="first: socket gone") as info:
+        anyio.run(main)
+    assert routes[2].closed == 1  # type: ignore[attr-defined]
+    assert any("second: socket gone" in note for note in getattr(info.value, "__notes__", []))
+
+
+def test_a_guard_used_in_with_still_raises_its_close_error() -> None:
+    routes = _routes()
+    with pytest.raises(OSError, match="first"), Guard(routes, environ={}, telemetry=False):
+        pass
+    assert routes[2].closed == 1  # type: ignore[attr-defined]
