@@ -6,10 +6,8 @@
 from __future__ import annotations
 
 import dataclasses
-import logging
 import time
 from collections.abc import Sequence
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
@@ -18,12 +16,13 @@ from typing_extensions import Unpack
 
 from .._closing import AsyncCloses, Closes
 from .._state.steps import Batch, Step, arun, run, work
-from .._state.stores import RedisStore, Store, hash_id, open_store
+from .._state.stores import Store, open_store
 from ..context import Scope, current_scope
-from ..errors import ConfigurationError, ProviderError
+from ..errors import ConfigurationError
 from ..models import ChatRequest, ChatResponse
 from ._config import check_call, check_matching, check_parts, check_policy, check_scope
 from ._local import _LocalIndexes
+from ._matching import _id_hash, _SemanticMatching
 from ._recent import RecentEmbeddings, embedding_time
 from ._served import matched_by, served_hit
 from ._storable import storable
@@ -31,23 +30,16 @@ from .backends import Change, MemoryCacheBackend, open_backend
 from .calibrate import Pair, Scorer, target_threshold
 from .embedders import DEFAULT_THRESHOLD, Embedder, HashingEmbedder, suggested_threshold
 from .entry import CacheEntry, CacheHit, CacheOptions, CacheStats
-from .guards import AGREED_ALLOWANCE, Verifier, guard_rejection, strict_agreement
-from .index import Match, Probe
+from .guards import Verifier
 from .keys import CacheKeys, _joined_tags, request_keys
 from .monitor import FalseHitMonitor
 
 __all__ = ["DEFAULT_THRESHOLD", "ResponseCache"]
 
-logger = logging.getLogger("llmguard_sdk")
-
-_NEAR_MISS_BAND = 0.1
-_CANDIDATES = 4  # nearest entries read per semantic search
 _RECENT_VECTORS = 256
-# hash_id of the tenants, users and (partition, context) pairs that come again
-_id_hash = lru_cache(maxsize=4096)(hash_id)
 
 
-class ResponseCache(Closes, AsyncCloses):
+class ResponseCache(_SemanticMatching, Closes, AsyncCloses):
     """Exact and semantic response cache, in memory or shared through Redis.
 
     A lookup first tries the **exact** key (the whole canonical request plus its partition),
@@ -352,93 +344,6 @@ class ResponseCache(Closes, AsyncCloses):
         self._sync()
         return self._semantic(keys, stale=stale, deadline=deadline)
 
-    def _semantic(
-        self, keys: CacheKeys, *, stale: bool, deadline: float | None = None
-    ) -> CacheHit | None:
-        """The closest earlier query's answer that passes every check, or None. A candidate
-        whose query this process knows is checked by the guards before it is read. Below the
-        threshold, only a request the strict guards read as the same one (within
-        :data:`~llmguard_sdk.cache.guards.AGREED_ALLOWANCE`) is served. Callers check that the
-        cache is semantic and the query not blank; ``deadline``: see :class:`CacheOptions`."""
-        now = time.time()
-        try:
-            probe = self._recent.embedded(keys.query, embedding_time(deadline)).probe
-        except ProviderError as exc:  # an endpoint down or slow: a miss, not a failed call
-            logger.warning("response cache: the embedder failed (%s); a semantic miss", exc)
-            return None
-        except Exception:
-            logger.exception("response cache: the embedder failed; a semantic miss")
-            return None
-        matches = self._candidates(self._index_key(keys), probe)
-        threshold = self.threshold
-        if self.monitor is not None:
-            threshold += self.monitor.threshold_raise(self.namespace)
-        floor = threshold - AGREED_ALLOWANCE if self.strict and self.guards else threshold
-        if matches and threshold - _NEAR_MISS_BAND <= matches[0].similarity < threshold:
-            self.stats._add("near_misses")  # the best candidate fell just short (served or not)
-        for match in matches:
-            if match.similarity < floor:
-                return None
-            below = match.similarity < threshold
-            known = self._local.queries.get(match.entry_id)
-            if known is not None:
-                if self.guards:
-                    reason = self._guard(keys.query, known)
-                    if reason is not None:
-                        self.stats._reject(reason)
-                        return None
-                if below and not strict_agreement(keys.query, known):
-                    continue
-            entry = self._candidate(match.entry_id)
-            if entry is None:  # expired or evicted meanwhile: try the next one
-                continue
-            if not stale and entry.fresh_until <= now:
-                continue
-            if below and known is None and not strict_agreement(keys.query, entry.query):
-                continue  # (a known query was judged before the read)
-            refusal = self._refusal(keys.query, entry, match.similarity, matches)
-            if refusal is not None:
-                self.stats._reject(refusal)
-                return None
-            return served_hit("semantic", entry, match.similarity)
-        return None
-
-    def _candidates(self, index_key: str, probe: Probe) -> list[Match]:
-        """One partition's nearest entries, best first: from the local index or the server."""
-        if self._server is not None:
-            return self._server.search(index_key, probe.vector, _CANDIDATES)
-        return self._local.search(index_key, probe, _CANDIDATES)
-
-    def _guard(self, query: str, cached: str) -> str | None:
-        """The guards' reason to refuse (a scoring verifier judges key-term swaps itself)."""
-        # a runtime-checkable Protocol's isinstance costs microseconds: test for None first
-        substitutions = self.verifier is None or not isinstance(self.verifier, Scorer)
-        return guard_rejection(query, cached, strict=self.strict, key_terms=substitutions)
-
-    def _refusal(
-        self, query: str, entry: CacheEntry, similarity: float, matches: list[Match]
-    ) -> str | None:
-        if self.guards:
-            reason = self._guard(query, entry.query)
-            if reason is not None:
-                return reason
-        if self.margin:
-            for other in matches:
-                if other.entry_id != entry.entry_id and other.similarity > similarity - self.margin:
-                    rival = self._backend.get(other.entry_id)
-                    if rival is not None and rival.response.get("text") != entry.response.get(
-                        "text"
-                    ):
-                        return "ambiguous"
-        if self.verifier is not None and similarity < self.threshold + self.verify_band:
-            try:
-                if not self.verifier(query, entry.query):
-                    return "verifier"
-            except Exception:
-                logger.exception("cache verifier failed; refusing the match")
-                return "verifier"
-        return None
-
     # -- stores -----------------------------------------------------------------------------
 
     def entry_for(
@@ -551,22 +456,8 @@ class ResponseCache(Closes, AsyncCloses):
 
     # -- the in-memory index ------------------------------------------------------------------
 
-    def _index_key(self, keys: CacheKeys) -> str:
-        return _id_hash(keys.partition + keys.context)
-
     def _sync(self) -> None:
         run(self.sync_steps())
-
-    def _candidate(self, entry_id: str) -> CacheEntry | None:
-        """A semantic candidate's entry (its query kept); ``None`` when it is gone, forgotten
-        too unless Redis is away (then a miss says nothing: it may well be there)."""
-        entry = self._backend.get(entry_id)
-        if entry is None:
-            if not isinstance(self.state, RedisStore) or not self.state.health.failures:
-                self._local.forget(entry_id)
-            return None
-        self._local.know(entry.entry_id, entry.query)
-        return entry
 
     def _backend_step(self, name: str, *args: Any) -> Step[Any]:
         """The backend's step for ``name`` (a Redis backend's own), else its method as
