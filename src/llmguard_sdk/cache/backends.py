@@ -72,8 +72,9 @@ class CacheBackend(Protocol):
         """The live entry (not past ``stale_until``), marked as recently used; else None."""
         ...
 
-    def put(self, entry: CacheEntry) -> list[str]:
-        """Store ``entry``; returns the ids evicted to make room."""
+    def put(self, entry: CacheEntry) -> list[str] | None:
+        """Store ``entry``; returns the ids evicted to make room (``entry``'s own when it
+        was not kept), or ``None`` when nothing was written (a shared store unreachable)."""
         ...
 
     def clear(self) -> None:
@@ -272,10 +273,11 @@ class RedisCacheBackend:
         entry = _on_this_clock(entry, int(raw[1]))
         return entry if entry.stale_until > time.time() else None
 
-    def put_steps(self, entry: CacheEntry) -> Step[list[str]]:
-        """:meth:`put` as a step of a :class:`~llmguard_sdk._state.steps.Batch`."""
+    def put_steps(self, entry: CacheEntry) -> Step[list[str] | None]:
+        """:meth:`put` as a step of a :class:`~llmguard_sdk._state.steps.Batch`: ``None``
+        when Redis is away (paused, or the write failed) and nothing was written."""
         if not self._outage.up():
-            return []
+            return None
         ttl_ms = max(1, int((entry.stale_until - time.time()) * 1000))
         # The vector goes to the server's vector set, or into the stream for local indexes.
         server_vector, stream_vector = b"", entry.vector or ""
@@ -309,7 +311,7 @@ class RedisCacheBackend:
             )
         except redis_errors() as exc:
             self._failed(exc)
-            return []
+            return None
         return [_text(item) for item in evicted]
 
     def search_steps(
@@ -430,7 +432,7 @@ class RedisCacheBackend:
         """See :class:`CacheBackend`."""
         return run(self.get_steps(entry_id))
 
-    def put(self, entry: CacheEntry) -> list[str]:
+    def put(self, entry: CacheEntry) -> list[str] | None:
         """See :class:`CacheBackend`."""
         return run(self.put_steps(entry))
 

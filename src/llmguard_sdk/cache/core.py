@@ -386,8 +386,11 @@ class ResponseCache(_SemanticMatching, Closes, AsyncCloses):
 
     def put_steps(self, entry: CacheEntry) -> Step[bool]:
         """Write ``entry`` (from :meth:`entry_for`), as a step of a
-        :class:`~llmguard_sdk._state.steps.Batch`."""
-        evicted: list[str] = yield from self._backend_step("put", entry)
+        :class:`~llmguard_sdk._state.steps.Batch`; whether it was stored (False: not kept
+        within ``max_bytes``, or a shared store unreachable, so nothing was written)."""
+        evicted: list[str] | None = yield from self._backend_step("put", entry)
+        if evicted is None:  # (Redis away: the write was dropped, logged once per outage)
+            return False
         kept = entry.entry_id not in evicted  # (one larger than a byte bound is not)
         if entry.vector is not None and self._server is None and kept:
             stored = self._recent.stored_probe(entry.query, entry.vector)
@@ -411,7 +414,10 @@ class ResponseCache(_SemanticMatching, Closes, AsyncCloses):
         scope: Scope | None = None,
         **options: Unpack[CacheOptions],
     ) -> bool:
-        """Cache ``response`` for this call; returns whether it was stored.
+        """Cache ``response`` for this call; returns whether it was stored: False when it
+        may not be (see below), when it is larger than ``max_bytes``, and when a Redis
+        store could not be reached (the answer is then in no store, this process's index
+        included).
 
         Answers with tool calls, truncated (``finish_reason`` other than a natural stop),
         degraded or already-cached answers, refusals, blank answers and answers that are not
