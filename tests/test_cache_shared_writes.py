@@ -8,10 +8,13 @@ from __future__ import annotations
 import anyio
 import pytest
 import with_redis
+from tools.redis_cluster import RedisServer
 
 from llmguard_sdk.cache import ResponseCache
+from llmguard_sdk.errors import StoreUnavailableError
 from llmguard_sdk.store import RedisStore
 from tests.test_cache import FAQ, PARAPHRASE, answer, ask
+from tests.test_cache_outage import _until_found
 
 pytestmark = pytest.mark.redis
 
@@ -56,3 +59,42 @@ def test_a_store_redis_took_returns_true(redis_url: str, redis_prefix: str) -> N
         assert cache.stats.stores == 1
     finally:
         cache.close()
+
+
+def test_a_clear_redis_did_not_take_raises() -> None:
+    """``clear()`` while Redis was down returned as if the shared cache were empty (only
+    this process's index was dropped; every process still served the old answers)."""
+    cache = _unreachable()
+    try:
+        with pytest.raises(StoreUnavailableError, match="not cleared"):
+            cache.clear()
+        with pytest.raises(StoreUnavailableError):  # paused for other operations: still tried
+            cache.clear()
+    finally:
+        cache.close()
+
+
+def test_a_clear_that_failed_leaves_the_entries_found_once_redis_is_back() -> None:
+    """A clear that could not reach Redis deletes nothing in this process either: its
+    semantic index still matches what Redis holds, so paraphrases are served when the
+    outage ends (the clear is to be tried again), and a clear that reaches Redis clears.
+    (Its own redis-server, killed and restarted from its append-only file.)"""
+    server = RedisServer(persist=True).start()
+    store = RedisStore(server.url, key_prefix="clear", socket_timeout=0.25, retry_pause=0.2)
+    cache = ResponseCache(store, sync_interval=0.0)
+    try:
+        assert cache.store(ask(FAQ), answer("a"))
+        server.kill()
+        with pytest.raises(StoreUnavailableError):
+            cache.clear()
+        server.start()
+        assert _until_found(cache, FAQ)
+        hit = cache.lookup(ask(PARAPHRASE))
+        assert hit is not None
+        assert hit.kind == "semantic"
+        cache.clear()
+        assert cache.lookup(ask(FAQ)) is None
+        assert cache.lookup(ask(PARAPHRASE)) is None
+    finally:
+        cache.close()
+        server.stop()

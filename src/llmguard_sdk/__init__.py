@@ -61,6 +61,7 @@ from .errors import (
     ReleaseConflictError,
     RequestValidationError,
     RetryMultiplicationWarning,
+    StoreUnavailableError,
     StreamInterruptedError,
     UnknownModelPriceError,
 )
@@ -157,6 +158,7 @@ __all__ = [
     "Rule",
     "Scope",
     "Store",
+    "StoreUnavailableError",
     "StreamChunk",
     "StreamInterruptedError",
     "TaskRouter",

@@ -21,6 +21,7 @@ Catch :class:`LLMGuardError` to catch everything the SDK raises itself::
     │   ├── MalformedResponseError      bad JSON, wrong content type, missing fields
     │   └── StreamInterruptedError      a stream broke after it started (never replayed)
     ├── ReleaseConflictError        a canary moved by hand kept being moved by other processes
+    ├── StoreUnavailableError       the shared store (Redis) was needed and could not be reached
     ├── RefusedError                the SDK refused to send the call (carries retry_after)
     │   ├── CircuitOpenError            the route's circuit breaker is open
     │   ├── RateLimitExceededError      no rate-limit capacity within the allowed wait
@@ -71,6 +72,7 @@ __all__ = [
     "ReleaseConflictError",
     "RequestValidationError",
     "RetryMultiplicationWarning",
+    "StoreUnavailableError",
     "StreamInterruptedError",
     "UnknownModelPriceError",
 ]
@@ -305,6 +307,16 @@ class ReleaseConflictError(LLMGuardError, RuntimeError):
         self.key = key
         self.action = action
         self.attempts = attempts
+
+
+class StoreUnavailableError(LLMGuardError):
+    """An operation that only the shared store (Redis) can carry out could not reach it, so
+    it did not happen there (say :meth:`ResponseCache.clear
+    <llmguard_sdk.cache.ResponseCache.clear>`: the entries other processes share are still
+    there). Calls never raise it: while Redis is away they decide locally instead.
+
+    .. versionadded:: 0.2.0
+    """
 
 
 class RefusedError(LLMGuardError):

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 from .._state.steps import Step, run
 from .._state.stores import Outage, RedisScripts, RedisStore, Store, hash_id, redis_errors
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, StoreUnavailableError
 from .entry import CacheEntry, decode_vector
 from .index import Match
 
@@ -78,7 +78,8 @@ class CacheBackend(Protocol):
         ...
 
     def clear(self) -> None:
-        """Delete every entry."""
+        """Delete every entry; :class:`~llmguard_sdk.errors.StoreUnavailableError` when a
+        shared store could not be reached (nothing was deleted there)."""
         ...
 
     def changes(self) -> list[Change]:
@@ -437,7 +438,7 @@ class RedisCacheBackend:
         return run(self.put_steps(entry))
 
     def clear(self) -> None:
-        """See :class:`CacheBackend`."""
+        """See :class:`CacheBackend` (tried even while other operations wait out a pause)."""
         try:
             self._scripts.sync(2)(
                 keys=[self._lru, self._log, self._uses, self._vector_index],
@@ -445,6 +446,9 @@ class RedisCacheBackend:
             )
         except redis_errors() as exc:
             self._outage.failed(exc)
+            raise StoreUnavailableError(
+                f"the response cache was not cleared: Redis could not be reached ({exc})"
+            ) from exc
 
     def changes(self) -> list[Change]:
         """Read the change stream from where this process stopped (loads everything at first)."""

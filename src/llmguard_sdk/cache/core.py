@@ -441,7 +441,11 @@ class ResponseCache(_SemanticMatching, Closes, AsyncCloses):
         return entry is not None and await arun(self.put_steps(entry))
 
     def clear(self) -> None:
-        """Delete every entry of this cache's namespace (in every process sharing it)."""
+        """Delete every entry of this cache's namespace (in every process sharing it).
+
+        Raises :class:`~llmguard_sdk.errors.StoreUnavailableError` when its Redis could not
+        be reached: nothing was deleted, there or here (this process's index still matches
+        what Redis holds); try again once Redis is back."""
         self._backend.clear()
         self._local.clear()
 
