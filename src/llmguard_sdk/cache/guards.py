@@ -31,6 +31,7 @@ from ._framings import (
     of_inverted,
     unfronted,
 )
+from ._words import CASED_WORD, WORD, ascii_digits, minor, names, squashed
 
 __all__ = [
     "AGREED_ALLOWANCE",
@@ -54,7 +55,6 @@ _CODE = re.compile(r"`([^`]+)`")
 _IDENTIFIER = re.compile(r"\b[A-Za-z_]*(?:[a-z][A-Z]|[A-Z]{2}|_|[A-Za-z]\d|\d[A-Za-z])[\w.]*\b")
 # Capitalised words that do not start a sentence: names of people, places, products.
 _NAME = re.compile(r"(?<![.!?:]\s)(?<!^)(?<![.!?:])\b[A-Z][a-z]{2,}\b")
-_WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
 # In a short query every content word carries the meaning: "cancel my order" / "cancel my
 # subscription", "reset my password on the mobile app" / "... on the web site". There, any
 # word of one side replaced by another word is a different question; in longer text such
@@ -171,7 +171,7 @@ _STOP = frozenset(
 
 
 def _numbers(text: str) -> set[str]:
-    return set(_NUMBER.findall(text))
+    return set(_NUMBER.findall(ascii_digits(text)))
 
 
 def _numbers_differ(query: str, cached: str) -> bool:
@@ -189,7 +189,7 @@ def _negated(text: str) -> bool:
 def _entities(text: str) -> set[str]:
     found = {m.lower() for m in _CODE.findall(text)}
     found |= {m.lower() for m in _IDENTIFIER.findall(text)}
-    found |= {m.lower() for m in _NAME.findall(text)}
+    found |= {m.lower() for m in _NAME.findall(text)} | names(text)
     return {e for e in found if not e.isdigit()}
 
 
@@ -267,19 +267,16 @@ def _stem(word: str) -> str:
     return word
 
 
-def _squashed(text: str) -> str:
-    return re.sub(r"[^a-z0-9]", "", text.lower())
-
-
 def _foreign(entities: set[str], other_text: str) -> set[str]:
     """The entities that do not occur in ``other_text`` (ignoring case, spaces, punctuation)."""
-    squashed = _squashed(other_text)
-    return {e for e in entities if _squashed(e) not in squashed}
+    other = squashed(other_text)
+    return {e for e in entities if squashed(e) not in other}
 
 
 def content_words(text: str) -> set[str]:
     """Lower-cased, lightly stemmed words of ``text`` without function words."""
-    return {_stem(w) for w in _WORD.findall(text.lower()) if w not in _STOP}
+    words = WORD.findall(ascii_digits(text).lower())
+    return {_stem(w) for w in words if w not in _STOP and not minor(w)}
 
 
 # The strict guards (the zero-configuration default, without a verifier): a short request,
@@ -349,14 +346,11 @@ _REQUEST_VERBS = frozenset(
 )
 
 
-_CASED_WORD = re.compile(r"[A-Za-z0-9]+(?:['\u2019][A-Za-z]+)?")
-
-
 def _tokens(text: str) -> list[str]:
     """Words with contractions cut ("what's" -> "what", "can't" -> "can"), lower-cased but
     for acronyms, which keep their case (and so their last letter: "HTTP" / "HTTPS"; a
     plural "IDs" is "ID")."""
-    words = (re.split("['\u2019]", w)[0] for w in _CASED_WORD.findall(text))
+    words = (re.split("['\u2019]", w)[0] for w in CASED_WORD.findall(ascii_digits(text)))
     return [w if _acronym(w) else w.lower() for w in words]
 
 
@@ -421,7 +415,7 @@ def _compatible(first: str, second: str) -> bool:
 
 
 def _is_request(text: str, words: list[str]) -> bool:
-    if text.rstrip().endswith("?"):
+    if text.rstrip().endswith(("?", "\uff1f", "\u061f")):  # (full-width, Arabic)
         return True
     return bool(words) and (words[0] in _REQUEST_VERBS or words[0] in _WH or words[0] in _AUX)
 
@@ -464,7 +458,7 @@ def term_of(word: str) -> str | None:
     if _acronym(word):
         return word[:-1] if word[-1] == "s" else word
     word = word.lower()
-    return None if word in _STRICT_STOP else _stem(word)
+    return None if word in _STRICT_STOP or minor(word) else _stem(word)
 
 
 def request_terms(query: str, cached: str) -> tuple[list[str], list[str]] | None:
