@@ -12,7 +12,8 @@ class AnswerHeld:
     """A loopback proxy in front of Redis: it forwards every command and every answer but the
     answers to the first ``holds`` commands that hold ``marker`` and run (a script Redis had
     not loaded yet does not), which it keeps (``holding`` is set once the first has run;
-    ``forwarded`` counts the commands with ``marker`` sent on to Redis)."""
+    ``forwarded`` counts the commands with ``marker`` that ran: sent on to Redis, and not
+    answered NOSCRIPT)."""
 
     def __init__(self, redis_url: str, marker: bytes, holds: int = 1) -> None:
         self.target = urllib.parse.urlsplit(redis_url)
@@ -43,7 +44,8 @@ class AnswerHeld:
 
     async def _out(self, reader: Any, writer: Any, mine: dict[str, bool]) -> None:
         while data := await reader.read(65536):
-            if self.marker in data:
+            mine["marked"] = self.marker in data
+            if mine["marked"]:
                 self.forwarded += 1
                 if self.left > 0 and not mine["held"]:
                     self.left -= 1
@@ -54,6 +56,8 @@ class AnswerHeld:
 
     async def _back(self, reader: Any, writer: Any, mine: dict[str, bool]) -> None:
         while data := await reader.read(65536):
+            if mine.get("marked") and data.startswith(b"-NOSCRIPT"):  # it did not run
+                self.forwarded -= 1
             if mine["held"] and data.startswith(b"-NOSCRIPT"):  # not run: the next one
                 self.left += 1
                 mine["held"] = False

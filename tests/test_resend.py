@@ -341,7 +341,7 @@ def test_the_cluster_client_sends_nothing_again_once_the_marker_may_have_expired
     redis_cluster_url: str, cluster_prefix: str
 ) -> None:
     """The answers of the reserve and of its first re-send are held back: redis-py's cluster
-    client took a new slot map and sent the reserve a third time, after its once-marker (2 s
+    client took a new slot map and sent the reserve a third time, after its once-marker (4 s
     here) had expired, and the reserve held the call's worst case twice. Re-sends now stop
     one attempt before ``resend_seconds`` run out: the call is refused (the budget fails
     closed, Redis unreachable), and the first reserve's hold is the only one."""
@@ -352,10 +352,10 @@ def test_the_cluster_client_sends_nothing_again_once_the_marker_may_have_expired
         class ShortMarkers(proxied):  # type: ignore[misc, valid-type]
             @property
             def resend_seconds(self) -> int:
-                return 2  # between the 1st re-send (1.5 s on) and the 2nd (3 s on)
+                return 4  # between the 1st re-send (3 s on) and the 2nd (6 s on)
 
         url = f"{redis_cluster_url}?socket_connect_timeout=0.1"
-        store = ShortMarkers(url, key_prefix=cluster_prefix, socket_timeout=1.5)
+        store = ShortMarkers(url, key_prefix=cluster_prefix, socket_timeout=3.0)
         try:
             result = RedisBudgetBackend(store, name="e2e").reserve("r1", specs, **HOLD)
             assert proxy.holding.is_set()
