@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import socket
 import threading
-from types import TracebackType
 
 from typing_extensions import Self
 
@@ -49,10 +48,5 @@ class LoopbackServer:
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
