@@ -17,7 +17,7 @@ from typing import Any
 import anyio
 import pytest
 
-from llmguard_sdk import ChatResponse, Guard, OpenAICompatibleProvider
+from llmguard_sdk import ChatResponse, Guard, LocalProvider, OpenAICompatibleProvider
 from llmguard_sdk.testing import FakeProvider
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
@@ -26,6 +26,7 @@ import redis_cluster
 import with_redis
 
 from llmguard_sdk.store import RedisClusterStore, RedisStore
+from tests.localmodel import loaded_model
 
 USER = [{"role": "user", "content": "hello there"}]
 MODES = ["sync", "async"]  # the ways :func:`chat_in_mode` calls a Guard
@@ -196,6 +197,13 @@ def make_guard() -> Iterator[Callable[..., Guard]]:
     yield build
     for guard in guards:
         guard.close()
+
+
+@pytest.fixture(scope="module")
+def local() -> Iterator[LocalProvider]:
+    """The bundled local model (1,024 tokens of context), loaded once per module using it."""
+    with loaded_model(n_ctx=1024, wait=60) as provider:
+        yield provider
 
 
 @pytest.fixture(scope="session")

@@ -28,24 +28,10 @@ from llmguard_sdk._core.assembly import merge_metadata
 from llmguard_sdk.models import ChatRequest, Message, StreamChunk
 from llmguard_sdk.providers.local import _assemble, bundled_model_path, load_llama
 from llmguard_sdk.testing import FakeProvider, Fault
+from tests.localmodel import QUESTION, loaded_model, old_turns
 from tests.peers import stop_process
 
 pytestmark = pytest.mark.local_model
-
-QUESTION = [
-    {"role": "system", "content": "Answer in one short sentence."},
-    {"role": "user", "content": "What is the capital of France?"},
-]
-
-
-@pytest.fixture(scope="module")
-def local() -> Iterator[LocalProvider]:
-    provider = LocalProvider(n_ctx=1024, warm_up=True)
-    try:
-        assert provider.wait_loaded(60)
-        yield provider
-    finally:
-        provider.close()
 
 
 @pytest.fixture(scope="module")
@@ -91,15 +77,6 @@ def test_max_tokens_and_stop_strings(guard: Guard) -> None:
     assert cut.finish_reason == "stop"
 
 
-def old_turns(count: int, *, words: int) -> list[dict[str, str]]:
-    """``count`` past question-and-answer pairs of ``words`` filler words each."""
-    history = []
-    for i in range(count):
-        history.append({"role": "user", "content": f"Old question {i}: " + "filler " * words})
-        history.append({"role": "assistant", "content": "Old answer " + "filler " * words})
-    return history
-
-
 def test_an_over_long_prompt_keeps_system_and_latest_turns(guard: Guard) -> None:
     messages = [QUESTION[0], *old_turns(30, words=40), QUESTION[1]]
     answer = guard.chat(messages, temperature=0, max_tokens=20)
@@ -121,13 +98,9 @@ def test_a_long_history_is_trimmed_within_the_deadline() -> None:
     # while trimming). Now it renders the whole prompt once and then only the tail it keeps.
     # (A small context: what is kept is read quickly even on a busy machine.)
     history = old_turns(1000, words=40)
-    provider = LocalProvider(n_ctx=256, warm_up=True)
-    try:
-        assert provider.wait_loaded(120)
+    with loaded_model(n_ctx=256) as provider:
         guard = Guard(provider, timeout=120, retry=None, environ={})
         answer = guard.chat([QUESTION[0], *history, QUESTION[1]], temperature=0, max_tokens=60)
-    finally:
-        provider.close()
     trimmed = answer.metadata["context_trimmed"]
     assert trimmed["dropped_messages"] > 1990  # the latest turns are kept
     assert not trimmed["truncated"]

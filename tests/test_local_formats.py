@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from llmguard_sdk import Guard, LocalProvider
+from llmguard_sdk import Guard
+from tests.localmodel import loaded_model
 
 pytestmark = pytest.mark.local_model
 
@@ -22,13 +23,11 @@ SCHEMA = {
 
 @pytest.fixture(scope="module")
 def guard() -> Iterator[Guard]:
-    provider = LocalProvider(n_ctx=512, warm_up=True)
-    try:
-        assert provider.wait_loaded(60)
-        with Guard(provider, timeout=60, environ={}) as guard:
-            yield guard
-    finally:
-        provider.close()
+    with (
+        loaded_model(n_ctx=512, wait=60) as provider,
+        Guard(provider, timeout=60, environ={}) as guard,
+    ):
+        yield guard
 
 
 @pytest.mark.parametrize(

@@ -20,14 +20,10 @@ from llmguard_sdk import (
 )
 from llmguard_sdk.models import ChatRequest
 from llmguard_sdk.providers.local import bundled_model_path
-from tests.test_local import old_turns
+from tests.localmodel import QUESTION, loaded_model, old_turns
 
 pytestmark = pytest.mark.local_model
 
-QUESTION = [
-    {"role": "system", "content": "Answer in one short sentence."},
-    {"role": "user", "content": "What is the capital of France?"},
-]
 _EOS_KEY = b"tokenizer.ggml.eos_token_id"
 _GGUF_UINT32 = 4
 
@@ -97,12 +93,8 @@ def eos_apart(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalProvide
     (2), which llama.cpp counts as an end-of-generation token, as GGUFs of chat models often
     have it (EOS for documents, another token for the end of a turn)."""
     path = with_eos(bundled_model_path(), tmp_path_factory.mktemp("gguf") / "eos0.gguf", 0)
-    provider = LocalProvider(path, n_ctx=512, warm_up=True)
-    try:
-        assert provider.wait_loaded(120)
+    with loaded_model(path, n_ctx=512) as provider:
         yield provider
-    finally:
-        provider.close()
 
 
 @pytest.mark.timeout(600)
@@ -127,17 +119,13 @@ def test_a_prompt_that_cannot_fit_is_a_context_length_error_not_retried() -> Non
     # Twelve system messages: their turn markers alone outgrow a 64-token context, whatever is
     # trimmed. The engine's typed error was wrapped as ProviderUnavailableError (retryable):
     # retried, and counted by the route's breaker as an outage.
-    provider = LocalProvider(n_ctx=64, warm_up=True)
-    try:
-        assert provider.wait_loaded(120)
+    with loaded_model(n_ctx=64) as provider:
         guard = Guard(provider, timeout=120, environ={})
         rules = [{"role": "system", "content": f"Rule {i}."} for i in range(12)]
         with pytest.raises(ContextLengthExceededError, match="cannot be trimmed") as caught:
             guard.chat([*rules, {"role": "user", "content": "Hi"}], max_tokens=8)
         assert caught.value.route == "local"
         assert not caught.value.retryable
-    finally:
-        provider.close()
 
 
 def test_a_model_that_fails_to_load_is_not_reported_loaded(tmp_path: Path) -> None:
@@ -165,16 +153,12 @@ def test_the_route_token_limit_leaves_the_rest_of_the_context_to_the_prompt() ->
         *old_turns(6, words=20),
         {"role": "user", "content": "What is the capital of France?"},
     ]
-    provider = LocalProvider(n_ctx=512, max_tokens=8, warm_up=True)
-    try:
-        assert provider.wait_loaded(120)
+    with loaded_model(n_ctx=512, max_tokens=8) as provider:
         prompt = provider.count_tokens(ChatRequest.model_validate({"messages": messages}))
         assert prompt is not None
         assert 256 < prompt < 512 - 16  # fits beside 16 tokens of answer, not beside 256
         guard = Guard(provider, timeout=240, environ={})
         answer = guard.chat(messages, temperature=0, max_tokens=400)
-    finally:
-        provider.close()
     assert "context_trimmed" not in answer.metadata
     assert answer.usage is not None
     assert answer.usage.input_tokens == prompt
@@ -185,17 +169,13 @@ def test_a_developer_message_is_the_system_message_of_a_model_without_one() -> N
     # OpenAI's developer messages (the system message's newer name) reached SmolLM2's chat
     # template as a turn of an unknown role, after the template's own default system message
     # ("You are a helpful AI assistant named SmolLM ...") that a system message replaces.
-    provider = LocalProvider(n_ctx=512, warm_up=True)
-    try:
-        assert provider.wait_loaded(120)
+    with loaded_model(n_ctx=512) as provider:
         guard = Guard(provider, timeout=240, environ={})
         rule, question = QUESTION
         as_system = guard.chat([rule, question], temperature=0, max_tokens=12)
         as_developer = guard.chat(
             [{**rule, "role": "developer"}, question], temperature=0, max_tokens=12
         )
-    finally:
-        provider.close()
     assert as_developer.usage is not None
     assert as_system.usage is not None
     assert as_developer.usage.input_tokens == as_system.usage.input_tokens
@@ -217,9 +197,7 @@ def test_messages_the_chat_template_refuses_are_a_bad_request(tmp_path: Path) ->
     # counted by the breaker as an outage), and count_tokens() raised jinja2's TemplateError
     # into the call's rate-limit stage.
     path = with_template(bundled_model_path(), tmp_path / "no-system.gguf", REFUSES_SYSTEM)
-    provider = LocalProvider(path, n_ctx=256, warm_up=True)
-    try:
-        assert provider.wait_loaded(120)
+    with loaded_model(path, n_ctx=256) as provider:
         refused = ChatRequest.model_validate({"messages": QUESTION})
         assert provider.count_tokens(refused) is None
         guard = Guard(provider, timeout=120, environ={})
@@ -227,5 +205,3 @@ def test_messages_the_chat_template_refuses_are_a_bad_request(tmp_path: Path) ->
             guard.chat(QUESTION, max_tokens=4)
         assert caught.value.route == "local"
         assert guard.chat([QUESTION[1]], temperature=0, max_tokens=4).text  # a user turn: fine
-    finally:
-        provider.close()

@@ -7,7 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from llmguard_sdk import Guard, LocalProvider, PromptBuilder
+from llmguard_sdk import Guard, PromptBuilder
+from tests.localmodel import loaded_model
 
 pytestmark = pytest.mark.local_model
 
@@ -19,9 +20,10 @@ RULES = "\n".join(
 
 @pytest.fixture(scope="module")
 def guard() -> Iterator[Guard]:
-    provider = LocalProvider(n_ctx=1024, warm_up=True)
-    assert provider.wait_loaded(60)
-    with Guard(provider, timeout=60, environ={}) as guard:
+    with (
+        loaded_model(n_ctx=1024, wait=60) as provider,
+        Guard(provider, timeout=60, environ={}) as guard,
+    ):
         yield guard
 
 

@@ -10,12 +10,12 @@ from llmguard_sdk import Guard, LocalProvider, OpenAICompatibleProvider
 from llmguard_sdk.testing import FakeProvider, Fault
 from llmguard_sdk.transport import http_client
 
-from .test_local import QUESTION, local  # noqa: F401 (the bundled model, loaded once per module)
+from .localmodel import QUESTION
 
 pytestmark = pytest.mark.local_model
 
 
-def test_the_local_model_answers_the_openai_sdk(local: LocalProvider) -> None:  # noqa: F811
+def test_the_local_model_answers_the_openai_sdk(local: LocalProvider) -> None:
     with FakeProvider(name="primary") as primary:
         primary.always(Fault(status=503))
         remote = OpenAICompatibleProvider(primary.base_url, model="gpt-x", name="primary")
@@ -45,4 +45,4 @@ def test_the_local_model_answers_the_openai_sdk(local: LocalProvider) -> None:  
         )
         text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
         assert text == completion.choices[0].message.content
-        remote.close()  # the local model is closed by its fixture
+        remote.close()  # the local model is closed by its fixture (conftest)
