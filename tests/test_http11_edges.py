@@ -98,27 +98,6 @@ REPEATED_LINES = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nContent-Length: 2\r\n
 CONFLICTING = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\ncontent-length: 5\r\n\r\n{}"
 
 
-@pytest.mark.parametrize("raw", [REPEATED, REPEATED_LINES])
-def test_a_length_repeated_frames_the_body_as_h11_reads_it(raw: bytes) -> None:
-    """A length given twice alike (proxies repeat it, as a list or as lines) is that length,
-    as h11 reads it: ``int("2, 2")`` failed and the body was read until the connection closed
-    (here held: until the read timeout)."""
-    with RawServer(raw, hold=True) as server:
-        transport = StdlibTransport()
-        assert _send(transport, f"{server.base_url}/x") == b"{}"
-        assert transport._open == 1  # read whole and kept
-        transport.close()
-
-
-def test_lengths_that_disagree_are_a_protocol_error_as_h11_reads_them() -> None:
-    with RawServer(CONFLICTING, hold=True) as server:
-        transport = StdlibTransport()
-        with pytest.raises(httpx.RemoteProtocolError):
-            _send(transport, f"{server.base_url}/x")
-        assert transport._open == 0
-        transport.close()
-
-
 HTTP10 = b"HTTP/1.0 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}"
 HTTP10_KEPT = b"HTTP/1.0 200 OK\r\nconnection: keep-alive\r\ncontent-length: 2\r\n\r\n{}"
 _CHUNKED = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
@@ -127,6 +106,20 @@ SIGNED_CHUNK_SIZE = _CHUNKED + b"+2\r\n{}\r\n0\r\n\r\n"  # int(b"+2", 16) reads 
 ENDLESS_TRAILERS = _CHUNKED + b"2\r\n{}\r\n0\r\n" + b"x-trailer: 1\r\n" * 101 + b"\r\n"
 OVERLONG_CHUNK = _CHUNKED + b"2\r\n{}XX0\r\n\r\n"  # "XX" past the chunk's size
 FEW_TRAILERS = _CHUNKED + b"2\r\n{}\r\n0\r\n" + b"x-trailer: 1\r\n" * 3 + b"\r\n"
+# answers framed as h11 reads them: read whole, their connection kept (both transports)
+FRAMED = [
+    pytest.param(REPEATED, id="length-listed-twice"),
+    pytest.param(REPEATED_LINES, id="length-lines-twice"),
+    pytest.param(FEW_TRAILERS, id="few-trailers"),
+]
+# answers h11 refuses: a protocol error, their connection closed (both transports)
+MISFRAMED = [
+    pytest.param(CONFLICTING, id="lengths-disagree"),
+    pytest.param(LONG_CHUNK_SIZE, id="long"),
+    pytest.param(SIGNED_CHUNK_SIZE, id="signed"),
+    pytest.param(ENDLESS_TRAILERS, id="trailers"),
+    pytest.param(OVERLONG_CHUNK, id="overlong"),
+]
 
 
 @pytest.mark.parametrize(("raw", "kept"), [(HTTP10, 0), (HTTP10_KEPT, 1)], ids=["close", "kept"])
@@ -145,28 +138,28 @@ def test_an_http_1_0_answer_says_so_and_closes_unless_kept_alive(raw: bytes, kep
         transport.close()
 
 
-@pytest.mark.parametrize(
-    "raw",
-    [LONG_CHUNK_SIZE, SIGNED_CHUNK_SIZE, ENDLESS_TRAILERS, OVERLONG_CHUNK],
-    ids=["long", "signed", "trailers", "overlong"],
-)
-def test_a_chunk_size_or_trailers_past_bounds_are_a_protocol_error(raw: bytes) -> None:
-    """A chunk size of 16 hex digits or more (or one ``int()`` reads but HTTP does not: a
-    sign), and more trailer lines than a head may have, are refused as a head's would be:
-    http.client took any ``int(line, 16)`` and read trailers without end."""
+@pytest.mark.parametrize("raw", FRAMED)
+def test_an_answer_framed_as_h11_reads_it_is_read_whole_and_kept(raw: bytes) -> None:
+    """A length given twice alike (proxies repeat it, as a list or as lines) is that length,
+    as h11 reads it: ``int("2, 2")`` failed and the body was read until the connection closed
+    (here held: until the read timeout). A few trailers are read past."""
+    with RawServer(raw, hold=True) as server:
+        transport = StdlibTransport()
+        assert _send(transport, f"{server.base_url}/x") == b"{}"
+        assert transport._open == 1  # read whole and kept
+        transport.close()
+
+
+@pytest.mark.parametrize("raw", MISFRAMED)
+def test_an_answer_h11_refuses_is_a_protocol_error(raw: bytes) -> None:
+    """Lengths that disagree, a chunk size of 16 hex digits or more (or one ``int()`` reads but
+    HTTP does not: a sign), and more trailer lines than a head may have, are refused as a
+    head's would be: http.client took any ``int(line, 16)`` and read trailers without end."""
     with RawServer(raw, hold=True) as server:
         transport = StdlibTransport()
         with pytest.raises(httpx.RemoteProtocolError):
             _send(transport, f"{server.base_url}/x")
         assert transport._open == 0
-        transport.close()
-
-
-def test_a_few_trailers_are_read_past_and_the_connection_kept() -> None:
-    with RawServer(FEW_TRAILERS, hold=True) as server:
-        transport = StdlibTransport()
-        assert _send(transport, f"{server.base_url}/x") == b"{}"
-        assert transport._open == 1
         transport.close()
 
 
