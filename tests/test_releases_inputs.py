@@ -42,10 +42,12 @@ def test_a_release_refuses_parameters_a_request_could_not_carry(parameters: Any)
 
 
 def test_a_release_applies_its_parameters_as_a_request_holds_them() -> None:
-    release = Release("bot", "v1", ROUTE, parameters={"temperature": "0.5", "max_tokens": 7})
+    # (numbers are strict since requests are: an int temperature is held as a float)
+    release = Release("bot", "v1", ROUTE, parameters={"temperature": 1, "max_tokens": 7})
     request = release.apply(ChatRequest(messages=[{"role": "user", "content": "hi"}]))
-    assert (request.temperature, request.max_tokens) == (0.5, 7)
-    assert release.parameters == {"temperature": 0.5, "max_tokens": 7}
+    assert (request.temperature, request.max_tokens) == (1.0, 7)
+    assert isinstance(release.parameters["temperature"], float)
+    assert release.parameters == {"temperature": 1.0, "max_tokens": 7}
 
 
 @pytest.mark.parametrize("timeout", [0, -1.0, math.nan, math.inf, True, "30"])
@@ -163,3 +165,79 @@ def test_a_user_id_with_a_lone_surrogate_is_served_under_a_canary() -> None:
         finally:
             guard.close()
     assert len(routes) == 1  # sticky: one arm, every time
+
+
+@pytest.mark.parametrize(
+    "setting",
+    [
+        {"alpha": "0.01"},
+        {"ratio": None},
+        {"min_control": "5"},
+        {"min_control": 0.5},
+        {"latency_tolerance": "2"},
+        {"cost_tolerance": None},
+        {"latency_quantile": math.nan},
+        {"flush_interval": "1"},
+        {"stages": 0.5},
+        {"stages": "1"},
+        {"stages": (0.5, "1")},
+        {"auto": "no"},
+    ],
+)
+def test_a_canary_policy_names_a_setting_of_the_wrong_kind(setting: Any) -> None:
+    """A text or None number raised TypeError ('<' not supported ...), ``stages=0.5``
+    TypeError ('float' object is not iterable); ``stages="1"`` was taken as one stage and
+    ``auto="no"`` as true (the canary decided by itself)."""
+    name = next(iter(setting))
+    with pytest.raises(ConfigurationError, match=name):
+        CanaryPolicy(**setting)
+
+
+@pytest.mark.parametrize(
+    "setting",
+    [
+        {"share": "0.1"},
+        {"share": None},
+        {"max_queue": 2.5},
+        {"rate_per_s": "5"},
+        {"max_cost_usd": math.nan},
+        {"max_cost_usd": "1"},
+        {"comparators": [len]},
+        {"segment": "feature"},
+        {"seed": "s"},
+    ],
+)
+def test_a_shadow_policy_names_a_setting_of_the_wrong_kind(setting: Any) -> None:
+    """``max_cost_usd=nan`` turned the spend cap off (no spend compares above NaN); text
+    numbers raised TypeError, a list of comparators AttributeError, and a text ``segment``
+    was accepted (each shadowed call then failed calling it)."""
+    name = next(iter(setting))
+    with pytest.raises(ConfigurationError, match=name):
+        ShadowPolicy(**setting)
+
+
+def test_a_release_plan_refuses_a_canary_or_shadow_that_is_no_policy() -> None:
+    """``canary="x"`` (or a shadow given as a dict) built a Guard whose first call raised
+    AttributeError deep in the call path; a bad key or clock failed only later as well."""
+    release, candidate = Release("bot", "v1", ROUTE), Release("bot", "v2", ROUTE)
+    bad: list[dict[str, Any]] = [
+        {"canary": "x"},
+        {"shadow": {"share": 0.1}},
+        {"canary": CanaryPolicy(), "key": 5},
+        {"canary": CanaryPolicy(), "key": ""},
+        {"clock": 5},
+    ]
+    for setting in bad:
+        name = next(iter(setting)) if "key" not in setting else "key"
+        with pytest.raises(ConfigurationError, match=name):
+            ReleasePlan(release, candidate=candidate, **setting)
+
+
+@pytest.mark.parametrize("setting", [{"system_prompt": 5}, {"prompt_version": ["v1"]}])
+def test_a_release_refuses_a_system_prompt_or_prompt_version_that_is_no_text(
+    setting: Any,
+) -> None:
+    """A number as the system prompt was accepted, and every call of the release then failed
+    validating its system message; a list as the prompt version went to telemetry."""
+    with pytest.raises(ConfigurationError, match=next(iter(setting))):
+        Release("bot", "v1", ROUTE, **setting)

@@ -102,6 +102,7 @@ class CanaryPolicy:
     auto: bool = True
 
     def __post_init__(self) -> None:
+        _check_kinds(self)
         stages = tuple(float(s) for s in self.stages)
         if not stages or stages[-1] != 1.0 or any(not 0 < s <= 1 for s in stages):
             raise ConfigurationError("stages: shares in (0, 1], rising, the last 1.0")
@@ -130,6 +131,36 @@ class CanaryPolicy:
     def bound(self) -> float:
         """The log likelihood ratio at which a metric breaches: ``log(1 / alpha)``."""
         return math.log(1.0 / self.alpha)
+
+
+_NUMBERS = (
+    "alpha", "ratio", "latency_quantile", "latency_tolerance", "cost_tolerance",
+    "feedback_threshold", "flush_interval",
+)  # fmt: skip
+
+
+def is_number(value: object) -> bool:
+    """Whether ``value`` is a real number (an int or a float, not a bool, not NaN)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and value == value
+
+
+def _check_kinds(policy: CanaryPolicy) -> None:
+    """A :class:`ConfigurationError` naming the first setting of the wrong kind (a text or
+    ``None`` number raised TypeError from a comparison; ``auto="no"`` read as true)."""
+    for name in _NUMBERS:
+        value = getattr(policy, name)
+        if not is_number(value):
+            raise ConfigurationError(f"{name} must be a number, got {value!r:.80}")
+    stages = policy.stages
+    if isinstance(stages, str | bytes) or not isinstance(stages, tuple | list):
+        raise ConfigurationError(f"stages must be a tuple of shares, got {stages!r:.80}")
+    if not all(is_number(s) for s in stages):
+        raise ConfigurationError(f"stages must be numbers (shares in (0, 1]), got {stages!r:.80}")
+    control = policy.min_control
+    if isinstance(control, bool) or not (isinstance(control, int) and control >= 1):
+        raise ConfigurationError(f"min_control must be an int >= 1, got {control!r:.80}")
+    if not isinstance(policy.auto, bool):
+        raise ConfigurationError(f"auto must be True or False, got {policy.auto!r:.80}")
 
 
 @dataclass(frozen=True)

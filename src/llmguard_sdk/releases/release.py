@@ -105,6 +105,9 @@ class Release:
         entries = tuple(routes) if isinstance(routes, Sequence) else (routes,)
         if not entries or not all(isinstance(e, (Provider, DeploymentGroup)) for e in entries):
             raise ConfigurationError(f"release {name!r} needs Provider or DeploymentGroup routes")
+        for label, given in (("system_prompt", system_prompt), ("prompt_version", prompt_version)):
+            if given is not None and not isinstance(given, str):
+                raise ConfigurationError(f"release {label} must be a string, got {given!r:.80}")
         unknown = sorted(set(parameters or {}) - _PARAMETERS)
         if unknown:
             raise ConfigurationError(f"release {name!r}: unknown parameters {unknown}")
@@ -224,6 +227,7 @@ class ReleasePlan:
             raise ConfigurationError("release must be a Release")
         if self.candidate is not None and not isinstance(self.candidate, Release):
             raise ConfigurationError("candidate must be a Release")
+        _check_policies(self)
         if (self.canary is not None or self.shadow is not None) and self.candidate is None:
             raise ConfigurationError("a canary or a shadow needs a candidate release")
         if self.candidate is not None and self.candidate.id == self.release.id:
@@ -239,6 +243,21 @@ class ReleasePlan:
     def store_key(self) -> str:
         """The name the canary's stage is stored under: ``key``, else the release's name."""
         return self.key or self.release.name
+
+
+def _check_policies(plan: ReleasePlan) -> None:
+    """A :class:`ConfigurationError` for a canary or shadow that is no policy, a key that is
+    no name, a clock that is no callable (each failed only at a call, deep inside)."""
+    from .shadow import ShadowPolicy
+
+    if plan.canary is not None and not isinstance(plan.canary, CanaryPolicy):
+        raise ConfigurationError(f"canary must be a CanaryPolicy, got {plan.canary!r:.80}")
+    if plan.shadow is not None and not isinstance(plan.shadow, ShadowPolicy):
+        raise ConfigurationError(f"shadow must be a ShadowPolicy, got {plan.shadow!r:.80}")
+    if plan.key is not None and not (isinstance(plan.key, str) and plan.key.strip()):
+        raise ConfigurationError(f"key must be a non-empty string, got {plan.key!r:.80}")
+    if not callable(plan.clock):
+        raise ConfigurationError(f"clock must be callable, got {plan.clock!r:.80}")
 
 
 def retirements(

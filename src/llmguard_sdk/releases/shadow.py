@@ -102,6 +102,7 @@ class ShadowPolicy:
     seed: int | None = None
 
     def __post_init__(self) -> None:
+        _check_kinds(self)
         if not 0 <= self.share <= 1 or self.max_queue < 1 or not self.rate_per_s > 0:
             raise ConfigurationError("shadow: share in [0, 1], max_queue >= 1, rate_per_s > 0")
         if self.max_cost_usd is not None and self.max_cost_usd < 0:
@@ -113,6 +114,26 @@ class ShadowPolicy:
             raise ConfigurationError(f"shadow: timeout must be finite seconds > 0, got {timeout!r}")
         if not all(callable(c) for c in self.comparators.values()):
             raise ConfigurationError("shadow comparators must be callable")
+
+
+def _check_kinds(policy: ShadowPolicy) -> None:
+    """A :class:`ConfigurationError` naming the first setting of the wrong kind
+    (``max_cost_usd=nan`` turned the cap off: no spend compares above NaN)."""
+    from .policy import is_number
+
+    for name in ("share", "rate_per_s", "max_cost_usd"):
+        value = getattr(policy, name)
+        if not is_number(value) and not (name == "max_cost_usd" and value is None):
+            raise ConfigurationError(f"shadow: {name} must be a number, got {value!r:.80}")
+    for name, value in (("max_queue", policy.max_queue), ("seed", policy.seed)):
+        if isinstance(value, bool) or not (
+            isinstance(value, int) or (name == "seed" and value is None)
+        ):
+            raise ConfigurationError(f"shadow: {name} must be an int, got {value!r:.80}")
+    if not isinstance(policy.comparators, Mapping):
+        raise ConfigurationError("shadow: comparators must be a mapping of name to callable")
+    if policy.segment is not None and not callable(policy.segment):
+        raise ConfigurationError(f"shadow: segment must be callable, got {policy.segment!r:.80}")
 
 
 @dataclass
