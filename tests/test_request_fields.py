@@ -148,3 +148,42 @@ def test_a_tool_choice_may_name_an_anthropic_shaped_tool() -> None:
     tools = [{"name": "lookup", "input_schema": {"type": "object"}}]
     choice = {"type": "function", "function": {"name": "lookup"}}
     assert validate_request(_request(tools=tools, tool_choice=choice)).tool_choice == choice
+
+
+_SCHEMA_FORMAT = {"type": "json_schema", "json_schema": {"name": "answer", "schema": _SCHEMA}}
+
+
+@pytest.mark.parametrize(
+    ("response_format", "problem"),
+    [
+        ({}, "type"),
+        ({"type": 1}, "type"),
+        ({"type": "json_schema"}, "json_schema"),
+        ({"type": "json_schema", "json_schema": {"schema": _SCHEMA}}, "name"),
+        ({"type": "json_schema", "json_schema": {"name": "a b", "schema": _SCHEMA}}, "name"),
+        ({"type": "json_schema", "json_schema": {"name": "a", "schema": "{}"}}, "schema"),
+        ({"type": "json_schema", "json_schema": {"name": "a", "strict": "yes"}}, "strict"),
+    ],
+)
+def test_a_malformed_response_format_is_a_request_validation_error(
+    response_format: dict[str, Any], problem: str
+) -> None:
+    """It went to every route, each answering 400 (a local route: free text, not JSON)."""
+    with pytest.raises(RequestValidationError, match=problem) as info:
+        validate_request(_request(response_format=response_format))
+    assert "response_format" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "response_format",
+    [
+        {"type": "text"},
+        {"type": "json_object"},
+        _SCHEMA_FORMAT,
+        {"type": "json_schema", "json_schema": {"name": "a", "schema": _SCHEMA, "strict": True}},
+        {"type": "structural_tag", "structures": []},  # another server's own: as it is
+    ],
+)
+def test_well_formed_response_formats_are_taken(response_format: dict[str, Any]) -> None:
+    checked = validate_request(_request(response_format=response_format))
+    assert checked.response_format == response_format

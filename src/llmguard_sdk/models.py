@@ -120,6 +120,29 @@ def _checked_tool(tool: dict[str, JsonValue]) -> dict[str, JsonValue]:
     return tool
 
 
+def _checked_format(response_format: dict[str, JsonValue]) -> dict[str, JsonValue]:
+    """A ``response_format`` the providers take (a ``type``; a ``json_schema`` one with
+    ``json_schema.name`` and a schema object), else a ValueError saying what is wrong."""
+    kind = response_format.get("type")
+    if not isinstance(kind, str):
+        raise ValueError('needs a "type" ("text", "json_object" or "json_schema")')
+    if kind != "json_schema":
+        return response_format
+    spec = response_format.get("json_schema")
+    if not isinstance(spec, dict):
+        raise ValueError('a json_schema format needs a "json_schema" object (name, schema)')
+    name = spec.get("name")
+    if not isinstance(name, str) or _TOOL_NAME.fullmatch(name) is None:
+        raise ValueError(
+            f"json_schema.name must be 1 to 64 letters, digits, '_' or '-', got {name!r:.80}"
+        )
+    if not isinstance(spec.get("schema", {}), dict):
+        raise ValueError("json_schema.schema must be a JSON Schema object")
+    if not isinstance(spec.get("strict", False), bool):
+        raise ValueError("json_schema.strict must be true or false")
+    return response_format
+
+
 def _tool_name(tool: dict[str, JsonValue]) -> JsonValue:
     function = tool.get("function")
     return function.get("name") if isinstance(function, dict) else tool.get("name")
@@ -154,7 +177,9 @@ class ChatRequest(BaseModel):
     ``tools`` is OpenAI's function tool (``function.name`` 1 to 64 of ``[A-Za-z0-9_-]``,
     ``parameters`` a JSON Schema object), Anthropic's shape (``name``, ``input_schema``) or
     another typed tool (sent as it is); ``tools=[]`` is no tools, and a ``tool_choice`` that
-    names a function names one of them. The numbers are numbers: a bool or a string is refused.
+    names a function names one of them. A ``json_schema`` ``response_format`` needs
+    ``json_schema.name`` and a schema object. The numbers are numbers: a bool or a string is
+    refused.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -171,7 +196,7 @@ class ChatRequest(BaseModel):
     seed: int | None = Field(default=None, strict=True)
     tools: list[Annotated[dict[str, JsonValue], AfterValidator(_checked_tool)]] | None = None
     tool_choice: str | dict[str, JsonValue] | None = None
-    response_format: dict[str, JsonValue] | None = None
+    response_format: Annotated[dict[str, JsonValue], AfterValidator(_checked_format)] | None = None
     metadata: dict[str, str] | None = None
     extra_body: dict[str, JsonValue] | None = None
     extra_headers: dict[str, str] | None = None
