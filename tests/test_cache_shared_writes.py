@@ -10,6 +10,7 @@ import pytest
 import with_redis
 from tools.redis_cluster import RedisServer
 
+from llmguard_sdk._state.steps import Batch
 from llmguard_sdk.cache import ResponseCache
 from llmguard_sdk.errors import StoreUnavailableError
 from llmguard_sdk.store import RedisStore
@@ -98,3 +99,26 @@ def test_a_clear_that_failed_leaves_the_entries_found_once_redis_is_back() -> No
     finally:
         cache.close()
         server.stop()
+
+
+def test_a_large_shared_cache_is_cleared_in_short_scripts(
+    redis_url: str, redis_prefix: str
+) -> None:
+    """``clear()`` deleted every entry in one script: 100k entries held Redis (every stage
+    of every process) for half a second, past the default socket timeout, so the client gave
+    up on a clear that went on, and the store paused all its stages as if Redis were down. It
+    now deletes a page at a time (one short script each)."""
+    store = RedisStore(redis_url, key_prefix=redis_prefix, socket_timeout=0.1)
+    cache = ResponseCache(store, semantic=False, max_entries=100_000)
+    try:
+        entries = [cache.entry_for(ask(f"question {i}"), answer("a")) for i in range(60_000)]
+        for at in range(0, len(entries), 5_000):
+            Batch([cache.put_steps(e) for e in entries[at : at + 5_000] if e is not None]).run()
+        assert cache.lookup(ask("question 59999")) is not None
+        cache.clear()  # (one script timed out after 0.1 s: StoreUnavailableError)
+        assert store.health.failures == 0
+        assert cache.lookup(ask("question 59999")) is None
+        client = store.client
+        assert not list(client.scan_iter(match=f"{redis_prefix}:cache:*:e:*", count=1000))
+    finally:
+        cache.close()

@@ -1,10 +1,19 @@
--- Delete every entry of one cache namespace and log a clear.
+-- Delete a page of one cache namespace's entries, least recently used first; once none is
+-- left, delete the rest of its keys and log a clear. Called until it says it is done: one
+-- script over 100k entries held Redis for half a second.
 -- KEYS[1] LRU sorted set, KEYS[2] change log, KEYS[3] use counter, KEYS[4] hash: entry id ->
 -- index key (server-side search). ARGV[1] entry key prefix, ARGV[2] stream length,
--- ARGV[3] vector-set key prefix.
-local ids = redis.call('ZRANGE', KEYS[1], 0, -1)
+-- ARGV[3] vector-set key prefix, ARGV[4] entries per page (0: all at once).
+-- Returns {entries deleted, 1 when done else 0}.
+local ids = redis.call('ZRANGE', KEYS[1], 0, tonumber(ARGV[4] or '0') - 1)
 for i = 1, #ids do
   redis.call('DEL', ARGV[1] .. ids[i])
+end
+for i = 1, #ids, 1000 do
+  redis.call('ZREM', KEYS[1], unpack(ids, i, math.min(i + 999, #ids)))
+end
+if redis.call('ZCARD', KEYS[1]) > 0 then
+  return {#ids, 0}
 end
 local index_keys = redis.call('HVALS', KEYS[4])
 local seen = {}
@@ -16,4 +25,4 @@ for i = 1, #index_keys do
 end
 redis.call('DEL', KEYS[1], KEYS[3], KEYS[4])
 redis.call('XADD', KEYS[2], 'MAXLEN', '~', tonumber(ARGV[2]), '*', 'op', 'clear')
-return #ids
+return {#ids, 1}
