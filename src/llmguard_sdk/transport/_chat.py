@@ -80,7 +80,8 @@ class ChatWire:
 class ChunkWriter:
     """``chat.completion.chunk`` events: the role on the first chunk, as OpenAI sends it;
     usage (which the Guard always asks its routes for) only when ``usage`` (the request's
-    ``stream_options.include_usage``), as OpenAI sends it."""
+    ``stream_options.include_usage``), as OpenAI sends it: alone, on a last chunk whose
+    ``choices`` is empty."""
 
     def __init__(self, model: str, *, usage: bool = True) -> None:
         self._model = model
@@ -105,9 +106,13 @@ class ChunkWriter:
         if chunk.usage is None or chat_chunk_carries(chunk):
             data["choices"] = [self._choice(chunk)]
         usage = _wire.openai_usage(chunk.usage) if self._usage else None
-        if usage is not None:
-            data["usage"] = usage
-        return _wire.sse(data)
+        if usage is None:
+            return _wire.sse(data)
+        if not data["choices"]:
+            return _wire.sse({**data, "usage": usage})
+        # a chunk that also finishes (a cache hit's only one, a local model's last): its
+        # choice, then its usage on a chunk of its own without choices, as OpenAI sends it
+        return _wire.sse(data) + _wire.sse({**data, "choices": [], "usage": usage})
 
     def _choice(self, chunk: StreamChunk) -> dict[str, Any]:
         delta: dict[str, Any] = {}

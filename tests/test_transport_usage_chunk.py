@@ -1,0 +1,72 @@
+"""The seam's chat-completions stream: usage (with ``stream_options.include_usage``) comes
+on a chunk of its own with no choices, as OpenAI sends it, also when the Guard's stream has
+one chunk that finishes and carries usage (a cache hit)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import openai
+
+from llmguard_sdk import Guard
+from llmguard_sdk.testing import FakeProvider
+from llmguard_sdk.transport import async_http_client, http_client
+
+from .conftest import USER
+
+MakeGuard = Callable[..., Guard]
+OPTIONS: dict[str, Any] = {"stream": True, "stream_options": {"include_usage": True}}
+
+
+def _shape(chunks: list[Any]) -> list[tuple[int, str | None, bool]]:
+    """Per chunk: how many choices, its finish reason, whether it carries usage."""
+    return [
+        (len(c.choices), c.choices[0].finish_reason if c.choices else None, c.usage is not None)
+        for c in chunks
+    ]
+
+
+def _text(chunks: list[Any]) -> str:
+    return "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+
+
+def test_a_cache_hit_s_stream_ends_in_a_usage_chunk_without_choices(
+    fake: FakeProvider, make_guard: MakeGuard
+) -> None:
+    seam = openai.OpenAI(
+        api_key="sk-x",
+        base_url="http://guard.test/v1",
+        http_client=http_client(make_guard(fake, cache=True)),
+    )
+    miss = list(seam.chat.completions.create(model="m", messages=USER, **OPTIONS))
+    raw = seam.chat.completions.with_raw_response.create(model="m", messages=USER, **OPTIONS)
+    assert raw.headers["x-llmguard-route"] == "cache"
+    hit = list(raw.parse())
+    assert _text(hit) == _text(miss) == "Echo: hello there"
+    # the finish on a chunk with its choice, then usage alone (it was one chunk with both)
+    assert _shape(hit) == [(1, "stop", False), (0, None, True)]
+    assert _shape(miss)[-2:] == [(1, "stop", False), (0, None, True)]
+    assert hit[-1].usage is not None
+    assert len({c.id for c in hit}) == 1
+    plain = list(seam.chat.completions.create(model="m", messages=USER, stream=True))
+    assert _shape(plain) == [(1, "stop", False)]  # no usage asked for: none sent
+    assert len(fake.requests) == 1
+
+
+def test_the_async_seam_splits_a_cache_hit_s_usage_too(
+    fake: FakeProvider, make_guard: MakeGuard
+) -> None:
+    guard = make_guard(fake, cache=True)
+
+    async def run() -> list[tuple[int, str | None, bool]]:
+        seam = openai.AsyncOpenAI(
+            api_key="sk-x", base_url="http://guard.test/v1", http_client=async_http_client(guard)
+        )
+        for _ in range(2):
+            stream = await seam.chat.completions.create(model="m", messages=USER, **OPTIONS)
+            chunks = [chunk async for chunk in stream]
+        return _shape(chunks)
+
+    assert anyio.run(run) == [(1, "stop", False), (0, None, True)]
