@@ -105,19 +105,27 @@ def _checked_tool(tool: dict[str, JsonValue]) -> dict[str, JsonValue]:
     function = tool.get("function")
     if not isinstance(function, dict):
         raise ValueError('a function tool needs a "function" object (its name, parameters)')
-    name = function.get("name")
+    _check_named(function, "function", "parameters")
+    parameters = function.get("parameters", {})
+    if isinstance(parameters, dict) and parameters.get("type", "object") != "object":
+        raise ValueError("function.parameters must be a JSON Schema object (type: object)")
+    return tool
+
+
+def _check_named(spec: dict[str, JsonValue], where: str, schema: str) -> None:
+    """A function's or a JSON schema format's ``name`` (the chat API's rule), its ``schema``
+    (an object), ``description`` (a string) and ``strict`` (a bool), as the API takes them."""
+    name = spec.get("name")
     if not isinstance(name, str) or _TOOL_NAME.fullmatch(name) is None:
         raise ValueError(
-            f"function.name must be 1 to 64 letters, digits, '_' or '-', got {name!r:.80}"
+            f"{where}.name must be 1 to 64 letters, digits, '_' or '-', got {name!r:.80}"
         )
-    parameters = function.get("parameters", {})
-    if not isinstance(parameters, dict) or parameters.get("type", "object") != "object":
-        raise ValueError("function.parameters must be a JSON Schema object (type: object)")
-    if not isinstance(function.get("description", ""), str):
-        raise ValueError("function.description must be a string")
-    if not isinstance(function.get("strict", False), bool):
-        raise ValueError("function.strict must be true or false")
-    return tool
+    if not isinstance(spec.get(schema, {}), dict):
+        raise ValueError(f"{where}.{schema} must be a JSON Schema object")
+    if not isinstance(spec.get("description", ""), str):
+        raise ValueError(f"{where}.description must be a string")
+    if not isinstance(spec.get("strict", False), bool):
+        raise ValueError(f"{where}.strict must be true or false")
 
 
 def _checked_format(response_format: dict[str, JsonValue]) -> dict[str, JsonValue]:
@@ -131,15 +139,7 @@ def _checked_format(response_format: dict[str, JsonValue]) -> dict[str, JsonValu
     spec = response_format.get("json_schema")
     if not isinstance(spec, dict):
         raise ValueError('a json_schema format needs a "json_schema" object (name, schema)')
-    name = spec.get("name")
-    if not isinstance(name, str) or _TOOL_NAME.fullmatch(name) is None:
-        raise ValueError(
-            f"json_schema.name must be 1 to 64 letters, digits, '_' or '-', got {name!r:.80}"
-        )
-    if not isinstance(spec.get("schema", {}), dict):
-        raise ValueError("json_schema.schema must be a JSON Schema object")
-    if not isinstance(spec.get("strict", False), bool):
-        raise ValueError("json_schema.strict must be true or false")
+    _check_named(spec, "json_schema", "schema")
     return response_format
 
 
