@@ -101,6 +101,7 @@ def test_a_clear_that_failed_leaves_the_entries_found_once_redis_is_back() -> No
         server.stop()
 
 
+@pytest.mark.slow  # 60k entries written (about 20 s)
 def test_a_large_shared_cache_is_cleared_in_short_scripts(
     redis_url: str, redis_prefix: str
 ) -> None:
