@@ -76,3 +76,24 @@ def test_openai_params_leave_out_what_chat_completions_lacks(fake: FakeProvider)
         set()
     ] * len(sent)
     client.close()
+
+
+def test_a_tenant_id_with_a_lone_surrogate_gets_a_cache_key(fake: FakeProvider) -> None:
+    # UnicodeEncodeError ('surrogates not allowed') from build(): an id read from JSON may
+    # hold a lone surrogate, and the canary and the cache keys already hash such ids
+    from llmguard_sdk import Guard, OpenAICompatibleProvider, scoped
+
+    odd = "acme\ud800"
+    prompt = builder().build("hi", tenant=odd)
+    assert prompt.cache_key == builder().build("hi", tenant=odd).cache_key  # stable
+    assert prompt.cache_key not in (
+        builder().build("hi", tenant="acme").cache_key,
+        builder().build("hi").cache_key,
+    )
+    assert odd not in prompt.cache_key
+    with scoped(tenant=odd):
+        assert builder().build("hi").cache_key == prompt.cache_key
+    route = OpenAICompatibleProvider(fake.base_url, model=fake.model, name="primary")
+    with Guard(route, environ={}, retry=None) as guard:
+        assert guard.chat(request=prompt.request()).text == "Echo: hi"
+    assert fake.requests[-1].body["prompt_cache_key"] == prompt.cache_key

@@ -61,7 +61,8 @@ def prompt_cache_key(template: str, tenant: str | None = None) -> str:
         name = f"{name[:35]}-{digest}" if name.strip("-") else f"prompt-{digest}"
     if tenant is None:
         return name
-    digest = hashlib.sha256(tenant.encode("utf-8")).hexdigest()[:16]
+    # (an id read from JSON may hold a lone surrogate: hashed all the same)
+    digest = hashlib.sha256(tenant.encode("utf-8", "surrogatepass")).hexdigest()[:16]
     return f"{name}:{digest}"
 
 
