@@ -97,3 +97,12 @@ def test_a_tenant_id_with_a_lone_surrogate_gets_a_cache_key(fake: FakeProvider) 
     with Guard(route, environ={}, retry=None) as guard:
         assert guard.chat(request=prompt.request()).text == "Echo: hi"
     assert fake.requests[-1].body["prompt_cache_key"] == prompt.cache_key
+
+
+def test_a_request_cannot_replace_the_prompt_s_messages() -> None:
+    # messages= silently replaced the assembled prompt (its static prefix and the user's
+    # content gone, while the metadata still described the prompt's static part)
+    prompt = builder().build("hi")
+    with pytest.raises(RequestValidationError, match="messages"):
+        prompt.request(messages=[{"role": "user", "content": "other"}])
+    assert [m.content for m in prompt.request().messages] == ["Answer briefly.", "hi"]

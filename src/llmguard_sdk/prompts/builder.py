@@ -166,6 +166,10 @@ class Prompt:
         for field_name in ("metadata", "extra_body"):
             if not isinstance(params.get(field_name) or {}, Mapping):
                 raise RequestValidationError(f"invalid prompt request: {field_name} is no object")
+        if "messages" in params:  # it replaced the prompt, its static part with it
+            raise RequestValidationError(
+                "invalid prompt request: messages come from the prompt (its builder's build)"
+            )
         if self.tools and params.get("tools") is not None:
             raise RequestValidationError(
                 "invalid prompt request: tools come from the prompt's builder (set_tools)"
