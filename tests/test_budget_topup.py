@@ -13,6 +13,7 @@ import anyio
 import pytest
 
 from llmguard_sdk import (
+    AllRoutesFailedError,
     BudgetExceededError,
     Guard,
     ProviderError,
@@ -194,3 +195,29 @@ def test_a_continuation_the_cap_has_no_room_for_ends_with_the_interruption(
     assert interrupted.value.partial_text == "".join(delivered) == "Echo: hello"
     assert fake2.stats.requests == 0
     assert _spent(guard) == pytest.approx(PRIMARY_PART_USD)
+
+
+def test_a_hedged_call_timed_out_at_its_deadline_gives_back_its_output_tokens(
+    fake: FakeProvider, fake2: FakeProvider, make_guard: MakeGuard
+) -> None:
+    """Both legs still waiting at the call's deadline: each kept its prompt (as a plain
+    call that timed out does) but held its whole max_tokens of output too, so the next
+    call found no room on the primary's output limit and went to the backup."""
+    limit = RateLimit(output_tpm=15, period=3600)  # one call of max_tokens=10 at a time
+    guard = make_guard(
+        fake,
+        fake2,
+        rate_limits={"primary": limit},
+        hedge_after=0.05,
+        timeout=0.4,
+        retry=None,
+        breaker=None,
+    )
+    for server in (fake, fake2):
+        server.script(Fault(latency=2.0))
+    with pytest.raises(AllRoutesFailedError):
+        guard.chat(USER, max_tokens=10)
+    assert [server.stats.requests for server in (fake, fake2)] == [1, 1]
+    answer = guard.chat(USER, max_tokens=10, timeout=5, hedge_after=30.0)  # (no race now)
+    assert answer.route == "primary"
+    assert fake.stats.requests == 2

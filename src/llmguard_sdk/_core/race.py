@@ -192,8 +192,9 @@ def _stop(state: _Race) -> StopLegs:
             )
             state.errors[leg.route.name] = timed_out
             run.record(leg.route, timed_out, elapsed_since(leg.started))
-            limits.cut_off(run.ctx, leg.route.name, leg.reservation)  # (its prompt billed)
-            after[leg.route.name] = run.settle_steps(leg.reservation, sent=True)
+            sent = limits.cut_off(run.ctx, leg.route.name, leg.reservation)  # (billed)
+            # its prompt kept, its output back (as a plain call that timed out)
+            after[leg.route.name] = run.settle_steps(leg.reservation, used=sent, sent=True)
         else:  # a loser: its request was sent, the provider bills its prompt
             limits.cut_off(run.ctx, leg.route.name, leg.reservation)
             after[leg.route.name] = run.give_back_steps(leg.route, leg.reservation)
