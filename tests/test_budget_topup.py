@@ -30,6 +30,7 @@ from llmguard_sdk.tokens import count_request_tokens
 
 from .conftest import USER
 from .test_budget_unserved import PRICES, PRIMARY_PART_USD, PROMPT_USD
+from .test_fake_provider import wait_until
 
 MakeGuard = Callable[..., Guard]
 RETRIES = RetryPolicy(attempts=3, base=0.01, cap=0.05)
@@ -55,7 +56,7 @@ def _guard(
     options = {} if store is None else {"store": store}
     budgets = Budgets([Budget(limit_usd=limit)], prices=PRICES)
     return make_guard(
-        *fakes, budgets=budgets, retry=RETRIES, attempt_timeout=0.2, timeout=10, **options
+        *fakes, budgets=budgets, retry=RETRIES, attempt_timeout=1.0, timeout=20, **options
     )
 
 
@@ -72,7 +73,7 @@ def test_a_retry_after_a_charged_timeout_is_refused_when_the_cap_has_no_room(
     """The hold covered one attempt; each attempt that timed out was billed its prompt, so
     three of them spent past the cap ($0.0013 capped, $0.0022 spent after two)."""
     guard = _guard(make_guard, store, fake, limit=TIGHT_USD)
-    fake.always(Fault(latency=1.0))
+    fake.always(Fault(latency=3.0))
     if twin == "sync":
         call = lambda: guard.chat(USER, max_tokens=1)  # noqa: E731
     else:
@@ -90,7 +91,7 @@ def test_retries_after_charged_timeouts_top_up_the_hold_when_there_is_room(
     fake: FakeProvider, make_guard: MakeGuard, store: RedisStore | None
 ) -> None:
     guard = _guard(make_guard, store, fake, limit=1.0)
-    fake.script(Fault(latency=1.0), Fault(latency=1.0), None)
+    fake.script(Fault(latency=3.0), Fault(latency=3.0), None)
     answer = guard.chat(USER, max_tokens=1)
     assert fake.stats.requests == 3
     assert answer.cost_usd is not None
@@ -102,7 +103,7 @@ def test_a_stream_retried_after_a_charged_timeout_is_refused_when_the_cap_has_no
     fake: FakeProvider, make_guard: MakeGuard, store: RedisStore | None
 ) -> None:
     guard = _guard(make_guard, store, fake, limit=TIGHT_USD)
-    fake.always(Fault(first_token_delay=1.0))
+    fake.always(Fault(first_token_delay=3.0))
     with (
         pytest.raises(BudgetExceededError),
         guard.chat(USER, stream=True, max_tokens=1) as stream,
@@ -117,14 +118,14 @@ def test_a_cheaper_fallback_that_fits_the_hold_still_goes_out_under_a_tight_cap(
 ) -> None:
     """The primary's timed-out prompt plus the backup's worst case fit the hold (priced at
     the dearer route): no top-up is needed, and the backup serves the call."""
-    fake.always(Fault(latency=1.0))
+    fake.always(Fault(latency=3.0))
     guard = make_guard(
         fake,
         fake2,
         budgets=Budgets([Budget(limit_usd=TIGHT_USD)], prices=PRICES),
         retry=None,
-        attempt_timeout=0.2,
-        timeout=10,
+        attempt_timeout=1.0,
+        timeout=20,
     )
     answer = guard.chat(USER, max_tokens=1)
     assert answer.route == "backup"
@@ -161,11 +162,11 @@ def test_a_rate_limit_keeps_the_prompt_of_an_attempt_that_timed_out_after_sendin
         rate_limits={"primary": limit},
         retry=None,
         breaker=None,
-        attempt_timeout=0.2,
-        timeout=10,
+        attempt_timeout=1.0,
+        timeout=20,
         **options,
     )
-    fake.script(Fault(latency=1.0) if kind == "complete" else Fault(first_token_delay=1.0))
+    fake.script(Fault(latency=3.0) if kind == "complete" else Fault(first_token_delay=3.0))
     with pytest.raises(ProviderError):
         _call(guard, kind)
     assert fake.stats.requests == 1
@@ -203,21 +204,29 @@ def test_a_hedged_call_timed_out_at_its_deadline_gives_back_its_output_tokens(
     """Both legs still waiting at the call's deadline: each kept its prompt (as a plain
     call that timed out does) but held its whole max_tokens of output too, so the next
     call found no room on the primary's output limit and went to the backup."""
-    limit = RateLimit(output_tpm=15, period=3600)  # one call of max_tokens=10 at a time
+    limit = RateLimit(output_tpm=15, concurrency=5, period=3600)  # one call of 10 tokens
     guard = make_guard(
         fake,
         fake2,
         rate_limits={"primary": limit},
         hedge_after=0.05,
-        timeout=0.4,
+        timeout=1.5,
         retry=None,
         breaker=None,
     )
     for server in (fake, fake2):
-        server.script(Fault(latency=2.0))
+        server.script(Fault(latency=4.0))
     with pytest.raises(AllRoutesFailedError):
         guard.chat(USER, max_tokens=10)
     assert [server.stats.requests for server in (fake, fake2)] == [1, 1]
+    # a stopped leg settles once its attempt has ended (its thread may end after the call)
+    assert wait_until(lambda: _in_flight(guard) == 0)
     answer = guard.chat(USER, max_tokens=10, timeout=5, hedge_after=30.0)  # (no race now)
     assert answer.route == "primary"
     assert fake.stats.requests == 2
+
+
+def _in_flight(guard: Guard) -> int:
+    """The primary's calls holding a rate-limit lease (a stopped leg's, until it settles)."""
+    limiter: Any = guard.rate_limiter
+    return int(limiter.in_flight("primary"))
