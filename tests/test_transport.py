@@ -336,6 +336,10 @@ def test_a_refusal_reaches_the_sdk_as_a_refusal() -> None:
         ("/v1/responses", {"tools": 5}),
         ("/v1/chat/completions", {"extra_body": 5}),
         ("/v1/chat/completions", {"extra_body": "x"}),
+        # a stream flag that is not a boolean was read as false: a JSON answer, not a stream
+        ("/v1/chat/completions", {"stream": "true"}),
+        ("/v1/responses", {"stream": 1}),
+        ("/v1/messages", {"stream": "yes"}),
     ],
 )
 def test_a_malformed_request_is_a_400_not_a_crash(

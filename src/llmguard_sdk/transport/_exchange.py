@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING
 
-from ..errors import LLMGuardError
+from ..errors import LLMGuardError, RequestValidationError
 from ..models import StreamChunk
 from . import _wire
 from ._chat import ChatWire, ModelsWire
@@ -52,11 +52,13 @@ def plan(guard: Guard, incoming: Incoming) -> Call | Answer:
             f" (it serves {served})"
         )
     body = _wire.load_object(incoming.body)
-    stream = body.get("stream") is True
+    stream = body.get("stream")
+    if stream is not None and not isinstance(stream, bool):  # "true" was read as false
+        raise RequestValidationError(f"stream must be true or false, got {stream!r:.40}")
     arguments = wire.arguments(body, incoming)
     if incoming.timeout is not None:  # the SDK's timeout, when shorter than the Guard's
         arguments["timeout"] = min(incoming.timeout, guard.settings.timeout)
-    return Call(wire, arguments, stream, body)
+    return Call(wire, arguments, stream is True, body)
 
 
 def _failed(incoming: Incoming, exc: LLMGuardError, raise_errors: bool) -> Answer:
