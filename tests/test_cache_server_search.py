@@ -171,7 +171,7 @@ def test_server_search_configuration_errors() -> None:
 
 def test_an_unreachable_server_means_misses() -> None:
     cache = ResponseCache("redis://127.0.0.1:1/0", vector_search="server")
-    assert cache.store(ask(FAQ), answer("a"))  # dropped, logged once
+    assert not cache.store(ask(FAQ), answer("a"))  # not stored (says so), logged once
     assert cache.lookup(ask(PARAPHRASE)) is None
     cache.close()
 
@@ -185,7 +185,7 @@ def test_a_server_without_vector_sets_found_late_pauses_nothing_else(
     port = with_redis.free_port()
     cache = ResponseCache(f"redis://127.0.0.1:{port}/0", vector_search="server")
     with with_redis.throwaway(port=port):
-        assert cache.store(ask(FAQ), answer("a"))
+        assert not cache.store(ask(FAQ), answer("a"))  # not stored: VADD failed first
         assert cache.lookup(ask(PARAPHRASE)) is None
         assert cache.lookup(ask(FAQ)) is None  # nothing was written: VADD failed first
         assert cache.state.health.up()
