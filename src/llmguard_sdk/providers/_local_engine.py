@@ -4,8 +4,10 @@ the provider's worker thread), and the job a call hands it."""
 from __future__ import annotations
 
 import codecs
+import logging
 import os
 import queue
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -31,6 +33,7 @@ __all__: list[str] = []
 
 _DEFAULT_TEMPERATURE = 0.2
 _MIN_REPLY_TOKENS = 16
+logger = logging.getLogger("llmguard_sdk")
 
 
 @dataclass
@@ -93,20 +96,38 @@ class _Engine:
         )
 
     def tokens(self, messages: list[dict[str, str]]) -> list[int]:
+        """The prompt's tokens: the chat template's markup read as markup (its control tokens),
+        each message's content read as text, so that a caller's ``<|im_end|>`` cannot end a
+        turn nor start one of another role."""
         if not self.developer_role:
             messages = [
                 {**m, "role": "system"} if m["role"] == "developer" else m for m in messages
             ]
+        prompt = self._render(messages)
+        # the same render with each content a marker: what lies between markers is markup
+        pieces = _MARKER.split(
+            self._render([{**m, "content": _marker(i)} for i, m in enumerate(messages)])
+        )
+        contents = [m["content"] for m in messages]
+        shape = _content_shape(pieces, contents, prompt)
+        tokenize = self.llm.tokenize
+        tokens: list[int] = []
+        for at, piece in enumerate(pieces):
+            if at % 2 == 0:  # the template's own text
+                tokens += tokenize(piece.encode("utf-8"), add_bos=False, special=True)
+            else:  # a message's content, never read as markup
+                text = shape(contents[int(piece)])
+                tokens += tokenize(text.encode("utf-8"), add_bos=False, special=False)
+        return tokens
+
+    def _render(self, messages: list[dict[str, str]]) -> str:
         try:
-            result = self.formatter(messages=messages)  # type: ignore[arg-type]
+            return self.formatter(messages=messages).prompt  # type: ignore[arg-type]
         except self.template_errors as exc:
             raise BadRequestError(
                 f"the local model's chat template refused the messages: {exc}",
                 route=self.owner.name,
             ) from exc
-        return self.llm.tokenize(
-            result.prompt.encode("utf-8"), add_bos=not result.added_special, special=True
-        )
 
     def fit(self, request: ChatRequest) -> tuple[list[int], dict[str, Any] | None]:
         """The prompt's tokens, trimmed to leave room for the reply (see the module docs)."""
@@ -253,6 +274,31 @@ class _Engine:
             )
         )
         job.out.put(None)
+
+
+_MARKER = re.compile("\ue000([0-9]+)\ue001")  # (private-use characters: no template's text)
+
+
+def _marker(index: int) -> str:
+    return f"\ue000{index}\ue001"
+
+
+def _content_shape(pieces: list[str], contents: list[str], prompt: str) -> Callable[[str], str]:
+    """How the template writes a message's content into the prompt: as it is, or trimmed
+    (Llama 3's and Gemma's templates). Any other change of the content is not followed: the
+    content is then written as it is (as text, as always)."""
+    for shape in (_as_is, str.strip):
+        rendered = (
+            shape(contents[int(piece)]) if at % 2 else piece for at, piece in enumerate(pieces)
+        )
+        if "".join(rendered) == prompt:
+            return shape
+    logger.debug("local model: the chat template changes contents; they are written as they are")
+    return _as_is
+
+
+def _as_is(text: str) -> str:
+    return text
 
 
 def _first(*values: float | None) -> float:
