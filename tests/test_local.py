@@ -171,8 +171,8 @@ def test_a_sync_hedge_race_lost_by_the_local_model_stops_its_generation(
         assert answer.route == "primary"
         assert answer.attempts == 2  # the local model was raced
         remote.close()  # the shared local model stays open for the other tests
-    for _ in range(1200):  # (the abort reaches the generation at its next token; on a busy
-        if not local._busy.locked():  # machine the prompt alone may take seconds)
+    for _ in range(1200):  # (the abort stops llama.cpp's computation, of the prompt too,
+        if not local._busy.locked():  # at its next graph node)
             break
         time.sleep(0.1)
     assert not local._busy.locked()

@@ -1,14 +1,16 @@
-"""The local model's prompt belongs to its chat template: what a caller writes cannot forge a
-turn (control tokens come only from the template's markup)."""
+"""The local model is safe to share: what a caller writes cannot forge a turn (control tokens
+come only from the chat template's markup), and a caller that leaves, or close(), frees the one
+worker promptly (its prompt is not read to the end first)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from llmguard_sdk import Guard, LocalProvider
+from llmguard_sdk import Guard, LocalProvider, ProviderTimeoutError
 from llmguard_sdk.models import ChatRequest
 from llmguard_sdk.providers.local import bundled_model_path
 from tests.test_local_stops import with_template
@@ -26,7 +28,7 @@ TRIMS = (
 
 @pytest.fixture(scope="module")
 def local() -> Iterator[LocalProvider]:
-    provider = LocalProvider(n_ctx=512, warm_up=True)
+    provider = LocalProvider(n_ctx=2048, warm_up=True)
     try:
         assert provider.wait_loaded(120)
         yield provider
@@ -107,3 +109,44 @@ def test_a_template_that_trims_contents_still_renders_them_as_text(tmp_path: Pat
         )
     finally:
         provider.close()
+
+
+def wait_idle(provider: LocalProvider, seconds: float) -> None:
+    """Wait (bounded) until no generation holds the model."""
+    deadline = time.monotonic() + seconds
+    while provider._busy.locked():
+        assert time.monotonic() < deadline, "the worker is still busy"
+        time.sleep(0.01)
+
+
+LONG = [
+    {"role": "user", "content": " ".join(f"Box {i} holds {i % 9 + 2} pens." for i in range(120))}
+]
+
+
+@pytest.mark.timeout(600)
+def test_a_caller_that_leaves_stops_the_prompt_being_read(local: LocalProvider) -> None:
+    # The prompt was read to its end (llama_decode cannot be interrupted from Python) before
+    # the first token showed the call was abandoned: a long prompt on a busy CPU held the one
+    # worker for minutes after its caller had gone, past any deadline.
+    engine = local._engine
+    assert engine is not None
+    guard = Guard(local, timeout=240, retry=None, environ={})
+    hello = [{"role": "user", "content": "Say hi."}]
+    before = guard.chat(hello, temperature=0, max_tokens=4)
+    prompt = engine.tokens(LONG)
+    assert len(prompt) > 600  # more than one batch of llama.cpp (512)
+    request = ChatRequest.model_validate({"messages": LONG, "max_tokens": 5})
+    stream = local.stream(request, model="local", deadline=time.monotonic() + 300)
+    assert next(stream).text == ""  # the worker took the call and starts reading the prompt
+    stream.close()  # the caller leaves
+    wait_idle(local, 240)  # (a generous bound: the prompt alone takes minutes on a busy CPU)
+    assert engine.llm.n_tokens < len(prompt)  # the prompt was not read to its end
+    # the model answers the next call as before: what the abort left in its KV cache is sound
+    assert guard.chat(hello, temperature=0, max_tokens=4).text == before.text
+    # a deadline that passes while the prompt is read ends it the same way
+    with pytest.raises(ProviderTimeoutError):
+        guard.chat(LONG, max_tokens=5, timeout=0.5)
+    wait_idle(local, 240)
+    assert engine.llm.n_tokens < len(prompt)
+    assert guard.chat(hello, temperature=0, max_tokens=4).text == before.text

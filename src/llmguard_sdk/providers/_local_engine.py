@@ -4,6 +4,7 @@ the provider's worker thread), and the job a call hands it."""
 from __future__ import annotations
 
 import codecs
+import ctypes
 import logging
 import os
 import queue
@@ -44,6 +45,19 @@ class _Job:
         default_factory=queue.SimpleQueue
     )
     cancelled: threading.Event = field(default_factory=threading.Event)
+    # read by llama.cpp while it computes (see _abort_callback): b"\1" stops it at once
+    abort_flag: ctypes.Array[ctypes.c_char] = field(
+        default_factory=lambda: ctypes.create_string_buffer(2)
+    )
+
+    def cancel(self) -> None:
+        """The caller is gone: the worker stops, even in the middle of reading the prompt."""
+        self.cancelled.set()
+        self.stop_computing()
+
+    def stop_computing(self) -> None:
+        """Abort the model's computation for this job (at its next graph node)."""
+        self.abort_flag[0] = b"\x01"
 
 
 class _Engine:
@@ -94,6 +108,8 @@ class _Engine:
             ),
             stop_token_ids=[eos],
         )
+        self._abort = _abort_callback()
+        self._go_on = ctypes.create_string_buffer(2)  # the flag read between jobs: never set
 
     def tokens(self, messages: list[dict[str, str]]) -> list[int]:
         """The prompt's tokens: the chat template's markup read as markup (its control tokens),
@@ -215,6 +231,43 @@ class _Engine:
         return shared if held else shared - 1
 
     def generate(self, job: _Job, stop: Callable[[], bool]) -> None:
+        """Answer ``job`` on its queue; a job cancelled, or the provider closed (``stop``),
+        aborts llama.cpp's computation (of a long prompt too) at once."""
+        self._watch(job.abort_flag)
+        try:
+            self._generate(job, stop)
+        except RuntimeError:  # llama_decode returned 2: aborted (or failed, then re-raised)
+            if not self._halted(job, stop):
+                raise
+            # the aborted batch is not in the KV cache, nor its logits held: compute them again
+            self.llm._requires_eval = True
+        finally:
+            self._watch(self._go_on)
+
+    def _watch(self, flag: ctypes.Array[ctypes.c_char]) -> None:
+        """Let llama.cpp's computation be aborted by ``flag``."""
+        if self._abort is not None:
+            import llama_cpp
+
+            llama_cpp.llama_set_abort_callback(
+                self.llm.ctx, self._abort, ctypes.cast(flag, ctypes.c_void_p)
+            )
+
+    def _halted(self, job: _Job, stop: Callable[[], bool]) -> bool:
+        """Whether ``job`` must end now, saying why to a caller that still waits: the provider
+        was closed, the caller left, or the job's time ran out."""
+        route = self.owner.name
+        if stop():
+            job.out.put(ProviderUnavailableError("the local model was closed", route=route))
+            return True
+        if job.cancelled.is_set():
+            return True
+        if time.monotonic() > job.deadline:
+            job.out.put(ProviderTimeoutError("the local model ran out of time", route=route))
+            return True
+        return False
+
+    def _generate(self, job: _Job, stop: Callable[[], bool]) -> None:
         request, owner = job.request, self.owner
         tokens, trimmed = self.fit(request)
         cached = self.reused(tokens)
@@ -237,12 +290,7 @@ class _Engine:
             reset=True,
             grammar=_response_grammar(request.response_format),  # JSON when asked for
         ):
-            if job.cancelled.is_set():
-                return  # the caller is gone
-            if stop():
-                job.out.put(
-                    ProviderUnavailableError("the local model was closed", route=owner.name)
-                )
+            if self._halted(job, stop):
                 return
             if self.ends_turn(token):
                 finish = "stop"
@@ -254,11 +302,6 @@ class _Engine:
                 break
             if len(generated) >= limit:
                 break
-            if time.monotonic() > job.deadline:
-                job.out.put(
-                    ProviderTimeoutError("the local model ran out of time", route=owner.name)
-                )
-                return
         emitter.text(decoder.decode(b"", final=True), flush=True)
         emitter.emit(
             StreamChunk(
@@ -274,6 +317,24 @@ class _Engine:
             )
         )
         job.out.put(None)
+
+
+def _abort_callback() -> Any:
+    """libc's ``strlen`` as llama.cpp's abort callback, or None where no libc is found (a
+    computation then ends only at its end).
+
+    ggml asks the callback at every node of the graph it computes: hundreds a token, and a
+    batch of the prompt is one graph. A Python callback would take the GIL each time (behind
+    a busy thread, up to 5 ms a node). ``strlen`` reads a job's ``abort_flag`` without Python:
+    its length, 0 or 1, is the bool the callback returns."""
+    import llama_cpp
+
+    try:
+        libc = ctypes.cdll.msvcrt if os.name == "nt" else ctypes.CDLL(None)
+        address = ctypes.cast(libc.strlen, ctypes.c_void_p).value
+    except (OSError, AttributeError):
+        return None
+    return None if address is None else llama_cpp.ggml_abort_callback(address)
 
 
 _MARKER = re.compile("\ue000([0-9]+)\ue001")  # (private-use characters: no template's text)

@@ -200,6 +200,7 @@ class LocalProvider(_Streams):
         self._wake = threading.Condition(self._lock)
         self._closed = False
         self._worker: threading.Thread | None = None
+        self._running: _Job | None = None  # the job the worker runs
         self._engine: _Engine | None = None
         self._load_error: BaseException | None = None
         self._loaded = threading.Event()
@@ -266,11 +267,13 @@ class LocalProvider(_Streams):
             self._closed = True
             waiting = list(self._pending)
             self._pending.clear()
-            worker = self._worker
+            worker, running = self._worker, self._running
             self._wake.notify_all()
         for job in waiting:
-            job.cancelled.set()
+            job.cancel()
             job.out.put(ProviderUnavailableError("the local model was closed", route=self.name))
+        if running is not None:  # stopped now, even while it reads its prompt; told why
+            running.stop_computing()
         if worker is not None:
             worker.join(timeout=10)
 
@@ -289,7 +292,8 @@ class LocalProvider(_Streams):
                 while self._pending and self._pending[0].cancelled.is_set():
                     self._pending.popleft()
                 if self._pending:
-                    return self._pending.popleft()
+                    self._running = self._pending.popleft()
+                    return self._running
                 self._wake.wait()
 
     def _run(self) -> None:
@@ -316,6 +320,9 @@ class LocalProvider(_Streams):
                                 f"local model failed: {exc!r}", route=self.name
                             )
                         )
+                    finally:
+                        with self._lock:
+                            self._running = None
         finally:
             self._engine = None  # the model is freed with the worker
 
@@ -399,7 +406,7 @@ def _default_threads() -> int:
 
 def _abandon(job: _Job) -> None:
     """The caller is gone: stop the generation, and wake a thread still waiting for it."""
-    job.cancelled.set()
+    job.cancel()
     job.out.put(None)
 
 
@@ -411,7 +418,7 @@ def _take(job: _Job, route: str, deadline: float, idle_timeout: float | None) ->
     try:
         item = job.out.get(timeout=max(0.0, wait))
     except queue.Empty:
-        job.cancelled.set()
+        job.cancel()
         raise ProviderTimeoutError("the local model did not answer in time", route=route) from None
     if isinstance(item, BaseException):
         raise item
