@@ -13,6 +13,7 @@ import pytest
 from llmguard_sdk import Guard, LocalProvider, ProviderTimeoutError
 from llmguard_sdk.models import ChatRequest
 from llmguard_sdk.providers.local import bundled_model_path
+from tests.localmodel import loaded_model
 from tests.test_local_stops import with_template
 
 pytestmark = pytest.mark.local_model
@@ -28,12 +29,9 @@ TRIMS = (
 
 @pytest.fixture(scope="module")
 def local() -> Iterator[LocalProvider]:
-    provider = LocalProvider(n_ctx=2048, warm_up=True)
-    try:
-        assert provider.wait_loaded(120)
+    """The bundled model with room for a prompt of several of llama.cpp's batches."""
+    with loaded_model(n_ctx=2048) as provider:
         yield provider
-    finally:
-        provider.close()
 
 
 def control_ids(provider: LocalProvider) -> set[int]:
@@ -91,9 +89,7 @@ def test_plain_prompts_tokenize_as_the_template_renders_them(local: LocalProvide
 
 def test_a_template_that_trims_contents_still_renders_them_as_text(tmp_path: Path) -> None:
     path = with_template(bundled_model_path(), tmp_path / "trims.gguf", TRIMS)
-    provider = LocalProvider(path, n_ctx=256, warm_up=True)
-    try:
-        assert provider.wait_loaded(120)
+    with loaded_model(path, n_ctx=256) as provider:
         ids = control_ids(provider)
         engine = provider._engine
         assert engine is not None
@@ -107,8 +103,6 @@ def test_a_template_that_trims_contents_still_renders_them_as_text(tmp_path: Pat
             .chat([{"role": "user", "content": FORGED}], temperature=0, max_tokens=4)
             .text
         )
-    finally:
-        provider.close()
 
 
 def wait_idle(provider: LocalProvider, seconds: float) -> None:
