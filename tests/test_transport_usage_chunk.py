@@ -70,3 +70,26 @@ def test_the_async_seam_splits_a_cache_hit_s_usage_too(
         return _shape(chunks)
 
     assert anyio.run(run) == [(1, "stop", False), (0, None, True)]
+
+
+def test_the_look_alike_client_splits_a_cache_hit_s_usage_too(
+    fake: FakeProvider, make_guard: MakeGuard
+) -> None:
+    from llmguard_sdk.client import AsyncGuardedClient, GuardedClient
+
+    guard = make_guard(fake, cache=True)
+    client = GuardedClient(guard)
+    miss = list(client.chat.completions.create(model="m", messages=USER, **OPTIONS))
+    hit = list(client.chat.completions.create(model="m", messages=USER, **OPTIONS))
+    assert _text(hit) == _text(miss) == "Echo: hello there"
+    assert _shape(hit) == [(1, "stop", False), (0, None, True)]
+    plain = list(client.chat.completions.create(model="m", messages=USER, stream=True))
+    assert _shape(plain) == [(1, "stop", False)]
+
+    async def run() -> list[tuple[int, str | None, bool]]:
+        stream = await AsyncGuardedClient(guard).chat.completions.create(
+            model="m", messages=USER, **OPTIONS
+        )
+        return _shape([chunk async for chunk in stream])
+
+    assert anyio.run(run) == [(1, "stop", False), (0, None, True)]

@@ -277,9 +277,24 @@ class _Chunks(Generic[_GuardStream]):
         self._stream: _GuardStream = stream
         self._created = int(time.time())
         self._usage = usage
+        self._held: ChatCompletionChunk | None = None  # a usage chunk due next
 
     def _skips(self, chunk: StreamChunk) -> bool:
         return chat_chunk_skipped(chunk, usage=self._usage)
+
+    def _converted(self, chunk: StreamChunk) -> ChatCompletionChunk:
+        """``chunk`` as openai's; one that finishes and carries usage (a cache hit's only
+        chunk) is its choice now and its usage next, on a chunk without choices, as openai
+        sends usage."""
+        out = to_chunk(chunk, self._created, usage=self._usage)
+        if out.usage is not None and out.choices:
+            self._held = out.model_copy(update={"choices": []})
+            out = out.model_copy(update={"usage": None})
+        return out
+
+    def _take_held(self) -> ChatCompletionChunk | None:
+        held, self._held = self._held, None
+        return held
 
     @property
     def response(self) -> ChatResponse:
@@ -297,10 +312,13 @@ class ChunkStream(_Chunks["ChatStream"]):
         return self
 
     def __next__(self) -> ChatCompletionChunk:
+        held = self._take_held()
+        if held is not None:
+            return held
         chunk = next(self._stream)
         while self._skips(chunk):
             chunk = next(self._stream)
-        return to_chunk(chunk, self._created, usage=self._usage)
+        return self._converted(chunk)
 
     def close(self) -> None:
         """Stop the stream and release its connection."""
@@ -320,10 +338,13 @@ class AsyncChunkStream(_Chunks["AsyncChatStream"]):
         return self
 
     async def __anext__(self) -> ChatCompletionChunk:
+        held = self._take_held()
+        if held is not None:
+            return held
         chunk = await self._stream.__anext__()
         while self._skips(chunk):
             chunk = await self._stream.__anext__()
-        return to_chunk(chunk, self._created, usage=self._usage)
+        return self._converted(chunk)
 
     async def close(self) -> None:
         """Stop the stream and release its connection (openai's name)."""
