@@ -387,3 +387,24 @@ def test_retried_functions_of_one_name_in_two_modules_keep_budgets_of_their_own(
     with waits_off():
         assert decorated("app.billing")() == "app.billing"
         assert decorated("app.search")() == "app.search"  # its own retry, not billing's
+
+
+def test_retried_partials_keep_budgets_of_their_own() -> None:
+    """A callable without a qualified name (a functools.partial) was keyed by its type:
+    every retried partial in a program shared one budget."""
+    import functools
+
+    budget = MemoryRetryBudget(RetryBudgetPolicy(ratio=0.0, min_per_second=1e-9, window=1e9))
+    calls: dict[str, int] = {}
+
+    def fetch(what: str) -> str:
+        calls[what] = calls.get(what, 0) + 1
+        if calls[what] == 1:
+            raise ProviderUnavailableError("blip")
+        return what
+
+    billing = retry(attempts=2, budget=budget)(functools.partial(fetch, "billing"))
+    search = retry(attempts=2, budget=budget)(functools.partial(fetch, "search"))
+    with waits_off():
+        assert billing() == "billing"
+        assert search() == "search"  # its own retry, not billing's

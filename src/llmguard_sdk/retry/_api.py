@@ -63,7 +63,8 @@ class RetryOptions(TypedDict, total=False):
     - ``hooks``: callables receiving :class:`RetryDetails` before each wait.
     - ``name``: the name in :class:`RetryDetails` and the budget's key (``@retry``: the
       function's qualified name). Without it, each place that retries keeps a budget of its
-      own: ``@retry``'s key is the function's module and qualified name, a
+      own: ``@retry``'s key is the function's module and qualified name (a callable without
+      one, such as a ``functools.partial``: the module, function and line decorating it), a
       :func:`retry_context`'s the module, function and line it is called from (as many keys
       as there are such places in the code, never one per call).
     - ``budget``: a :class:`~llmguard_sdk.retry.budget.RetryBudget`.
@@ -425,12 +426,17 @@ def retry(func: F | None = None, **given: Unpack[RetryOptions]) -> Any:
         )
 
     def decorate(fn: F) -> F:
-        name = getattr(fn, "__qualname__", type(fn).__qualname__)
+        own_name = getattr(fn, "__qualname__", None)
+        name = own_name or type(fn).__qualname__
         options = given.copy()
         options.setdefault("name", name)
-        # the budget's key: the function's module too, unless the name was given
+        # the budget's key: the function's module too, unless the name was given; a callable
+        # without a name of its own (a functools.partial): where it was decorated
         module = getattr(fn, "__module__", None) or type(fn).__module__
-        key = options["name"] if "name" in given else f"{module}.{name}"
+        if "name" in given:
+            key = options["name"]
+        else:
+            key = f"{module}.{name}" if own_name else _call_site()
         Retrying(budget_key=key, **options)  # validate the options now, not at the first call
         if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
             raise ConfigurationError(
