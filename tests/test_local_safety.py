@@ -4,13 +4,23 @@ worker promptly (its prompt is not read to the end first)."""
 
 from __future__ import annotations
 
+import inspect
+import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import FrameType
+from typing import Any
 
 import pytest
 
-from llmguard_sdk import Guard, LocalProvider, ProviderTimeoutError
+from llmguard_sdk import (
+    Guard,
+    LocalProvider,
+    ProviderTimeoutError,
+    ProviderUnavailableError,
+)
 from llmguard_sdk.models import ChatRequest
 from llmguard_sdk.providers.local import bundled_model_path
 from tests.localmodel import loaded_model
@@ -144,3 +154,63 @@ def test_a_caller_that_leaves_stops_the_prompt_being_read(local: LocalProvider) 
     wait_idle(local, 240)
     assert engine.llm.n_tokens < len(prompt)
     assert guard.chat(hello, temperature=0, max_tokens=4).text == before.text
+
+
+def test_a_call_submitted_while_close_runs_is_refused_not_left_waiting() -> None:
+    # A call that had passed the closed check when close() ran was queued after close() had
+    # emptied the queue and the worker had stopped: nobody answered it, and it waited for its
+    # deadline (minutes by default). Here the call is held (a trace of its thread) at the
+    # point between the check and the queue while close() runs, so the race happens each time.
+    provider = LocalProvider(n_ctx=256)
+    request = ChatRequest.model_validate({"messages": [{"role": "user", "content": "Hi."}]})
+    lines, first = inspect.getsourcelines(LocalProvider._submit)
+    window = first + next(i for i, line in enumerate(lines) if "_Job(" in line)
+    held, go_on = threading.Event(), threading.Event()
+    outcome: list[BaseException] = []
+
+    def trace(frame: FrameType, event: str, arg: object) -> Any:
+        if frame.f_code is not LocalProvider._submit.__code__:
+            return None
+
+        def line(frame: FrameType, event: str, arg: object) -> Any:
+            if event == "line" and frame.f_lineno == window:
+                held.set()
+                go_on.wait(60)
+            return line
+
+        return line
+
+    def call() -> None:
+        sys.settrace(trace)
+        try:
+            provider.complete(request, model="local", deadline=time.monotonic() + 20)
+        except BaseException as exc:  # recorded for the assertions below
+            outcome.append(exc)
+        finally:
+            sys.settrace(None)
+
+    caller = threading.Thread(target=call)
+    caller.start()
+    try:
+        assert held.wait(60)  # the call passed the closed check and is about to queue
+        provider.close()
+    finally:
+        go_on.set()
+        caller.join(60)
+    assert not caller.is_alive()
+    assert len(outcome) == 1
+    assert isinstance(outcome[0], ProviderUnavailableError), repr(outcome[0])  # not a timeout
+    assert "closed" in str(outcome[0])
+
+
+def test_close_during_a_long_prompt_tells_its_caller_and_ends_the_worker() -> None:
+    with loaded_model(n_ctx=2048) as provider:
+        request = ChatRequest.model_validate({"messages": LONG, "max_tokens": 5})
+        stream = provider.stream(request, model="local", deadline=time.monotonic() + 300)
+        assert next(stream).text == ""  # the worker took the call and reads the prompt
+        worker = provider._worker
+        assert worker is not None
+        provider.close()  # waits for the worker (at most 10 s)
+        assert not worker.is_alive()  # the prompt was not read to its end first
+        with pytest.raises(ProviderUnavailableError, match="closed"):
+            next(stream)

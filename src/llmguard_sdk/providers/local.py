@@ -330,6 +330,8 @@ class LocalProvider(_Streams):
         self._ensure_worker()
         job = _Job(request, deadline)
         with self._wake:
+            if self._closed:  # since _ensure_worker: close() has emptied the queue already
+                raise ProviderUnavailableError("the local model was closed", route=self.name)
             live = [j for j in self._pending if not j.cancelled.is_set()]
             self._pending = deque(live)
             idle = not live and not self._busy.locked()
