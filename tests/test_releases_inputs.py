@@ -241,3 +241,36 @@ def test_a_release_refuses_a_system_prompt_or_prompt_version_that_is_no_text(
     validating its system message; a list as the prompt version went to telemetry."""
     with pytest.raises(ConfigurationError, match=next(iter(setting))):
         Release("bot", "v1", ROUTE, **setting)
+
+
+def test_retirement_warnings_keep_no_mark_of_earlier_days() -> None:
+    """A model retiring soon was warned about once a day, and each day's mark was kept for
+    good (a long-lived process gathered one per model per day)."""
+    import datetime as dt
+
+    from llmguard_sdk.budget.prices import Price, PriceTable
+    from llmguard_sdk.releases import ReleaseEvent
+
+    events: list[ReleaseEvent] = []
+    model = "fake-a-2025-01-01"
+    table = PriceTable().with_prices({model: Price(1.0, 1.0, retires_on=dt.date(2026, 3, 1))})
+    route = OpenAICompatibleProvider("http://127.0.0.1:9", model=model, name="a")
+    start = dt.datetime(2026, 1, 1, 12, tzinfo=dt.timezone.utc).timestamp()
+    now = [start]
+    plan = ReleasePlan(
+        Release("bot", "v1", route), hooks=[events.append], prices=table, clock=lambda: now[0],
+        warn_days=90,
+    )  # fmt: skip
+    guard = Guard(release=plan, environ={}, telemetry=False)
+    try:
+        controls = guard.releases
+        assert controls is not None
+        for day in range(40):
+            now[0] = start + day * 86400
+            controls.check_retirements()
+            controls.check_retirements()  # the same day: no second warning
+        assert len(controls._warned) == 1  # today's mark only
+    finally:
+        guard.close()
+    assert len(events) == 40  # once a day, every day
+    assert {e.day for e in events} == {dt.date(2026, 3, 1)}

@@ -305,6 +305,9 @@ class ReleaseControl:
         if self._fixed_arm is not None:
             return
         today = dt.datetime.fromtimestamp(self.plan.clock(), dt.timezone.utc).date()
+        with self._lock:  # earlier days' marks (one a model a day, for good) are done with
+            for old in [mark for mark in self._warned if mark[2] != today]:
+                self._warned.discard(old)
         for release, route, day in retirements(self.plan, self.prices, today):
             mark = (route.model or "", day, today)
             with self._lock:  # two threads checking at once warn once
