@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import anyio
 import pytest
 
 from llmguard_sdk import Guard, RequestValidationError
@@ -187,3 +188,27 @@ def test_a_malformed_response_format_is_a_request_validation_error(
 def test_well_formed_response_formats_are_taken(response_format: dict[str, Any]) -> None:
     checked = validate_request(_request(response_format=response_format))
     assert checked.response_format == response_format
+
+
+@pytest.mark.parametrize("stream", ["false", "no", 1])
+def test_the_look_alike_client_takes_stream_as_a_bool_only(
+    fake: FakeProvider, make_guard: MakeGuard, stream: object
+) -> None:
+    """``stream="false"`` was true: a stream where the caller wanted a completion (Guard.chat
+    refuses it; the look-alike client read it as a truth value first)."""
+    from llmguard_sdk import AsyncGuardedClient, GuardedClient
+
+    guard = make_guard(fake)
+    with pytest.raises(RequestValidationError, match="stream"):
+        GuardedClient(guard).chat.completions.create(model="m", messages=USER, stream=stream)  # type: ignore[arg-type]
+
+    async def run() -> None:
+        await AsyncGuardedClient(guard).chat.completions.create(
+            model="m",
+            messages=USER,
+            stream=stream,  # type: ignore[arg-type]
+        )
+
+    with pytest.raises(RequestValidationError, match="stream"):
+        anyio.run(run)
+    assert fake.requests == []

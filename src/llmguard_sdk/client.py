@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ._core.calls import stream_flag
 from .errors import RequestValidationError
 from .models import ChatRequest, ChatResponse, StreamChunk, Usage
 from .providers.wire import chat_chunk_carries, chat_chunk_skipped
@@ -242,7 +243,7 @@ class _Completions:
         """Like ``openai.OpenAI().chat.completions.create``, through the Guard."""
         usage = _asks_usage(params)
         arguments = _call_arguments(messages, model, params)
-        if stream:
+        if stream_flag(stream):  # ("false" would be true: a stream, not a completion)
             return ChunkStream(self._guard.chat(stream=True, **arguments), usage=usage)
         return to_completion(self._guard.chat(**arguments))
 
@@ -262,7 +263,7 @@ class _AsyncCompletions:
         """Like ``openai.AsyncOpenAI().chat.completions.create``, through the Guard."""
         usage = _asks_usage(params)
         arguments = _call_arguments(messages, model, params)
-        if stream:
+        if stream_flag(stream):
             return AsyncChunkStream(await self._guard.achat(stream=True, **arguments), usage=usage)
         return to_completion(await self._guard.achat(**arguments))
 
