@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import shutil
 import struct
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +20,8 @@ from llmguard_sdk import (
     ProviderUnavailableError,
 )
 from llmguard_sdk.models import ChatRequest
+from llmguard_sdk.providers._emitter import _Emitter
+from llmguard_sdk.providers._local_engine import _Job
 from llmguard_sdk.providers.local import bundled_model_path
 from tests.localmodel import QUESTION, loaded_model, old_turns
 
@@ -205,3 +208,33 @@ def test_messages_the_chat_template_refuses_are_a_bad_request(tmp_path: Path) ->
             guard.chat(QUESTION, max_tokens=4)
         assert caught.value.route == "local"
         assert guard.chat([QUESTION[1]], temperature=0, max_tokens=4).text  # a user turn: fine
+
+
+@pytest.mark.parametrize(
+    ("stops", "pieces", "sent"),
+    [
+        (["\n\n", "."], ["Paris", ".\n\n", "More"], "Paris"),  # one token holds both stops
+        (["."], ["Paris", ".\n\n"], "Paris"),
+        (["a", "cat"], ["The c", "at sat"], "The "),  # "cat" starts first
+        ([" sat", "at"], ["The c", "at sat"], "The c"),
+    ],
+)
+def test_an_answer_ends_at_the_first_stop_string_in_it(
+    stops: list[str], pieces: list[str], sent: str
+) -> None:
+    # The stop strings were tried in the order given, and the answer cut at the first one
+    # found, not at the one that comes first: ".\\n\\n" with stops ["\\n\\n", "."] let the "."
+    # through.
+    request = ChatRequest.model_validate({"messages": [{"role": "user", "content": "Hi."}]})
+    job = _Job(request, time.monotonic() + 10)
+    emitter = _Emitter(job, "m", "local", stops)
+    stopped = False
+    for piece in pieces:
+        if emitter.text(piece):
+            stopped = True
+            break
+    assert stopped
+    chunks = []
+    while not job.out.empty():
+        chunks.append(job.out.get())
+    assert "".join(c.text for c in chunks) == sent

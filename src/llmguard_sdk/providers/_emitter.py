@@ -25,12 +25,11 @@ class _Emitter:
     def text(self, piece: str, *, flush: bool = False) -> bool:
         """Add ``piece``; True when a stop string was reached (text before it is sent)."""
         self.pending += piece
-        for stop in self.stops:
-            index = self.pending.find(stop) if stop else -1
-            if index >= 0:
-                self._send(self.pending[:index])
-                self.pending = ""
-                return True
+        found = [at for stop in self.stops if stop and (at := self.pending.find(stop)) >= 0]
+        if found:  # the answer ends where the first stop string in it starts
+            self._send(self.pending[: min(found)])
+            self.pending = ""
+            return True
         hold = 0 if flush else _partial_stop(self.pending, self.stops)
         self._send(self.pending[: len(self.pending) - hold])
         self.pending = self.pending[len(self.pending) - hold :]
