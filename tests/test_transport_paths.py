@@ -101,3 +101,25 @@ def test_the_look_alike_client_raises_the_guard_s_error_for_an_unknown_path(
     with pytest.raises(RequestValidationError, match="does not serve"):
         client.post("/v1/embeddings", json={"input": "x"})
     assert isinstance(client, httpx.Client)
+
+
+def test_anthropic_s_sdk_lists_and_retrieves_models_in_its_shape(
+    fake: FakeProvider, make_guard: MakeGuard
+) -> None:
+    # the model list and a model came in OpenAI's shape: anthropic's ModelInfo had no type,
+    # display_name or created_at (None where its types promise a str and a datetime)
+    import anthropic
+
+    from llmguard_sdk.client import anthropic_client
+
+    client = anthropic_client(make_guard(fake))  # anthropic's own, over the seam
+    page = client.models.list()
+    assert [(m.id, m.type, m.display_name) for m in page.data] == [
+        ("fake-model", "model", "fake-model")
+    ]
+    assert (page.has_more, page.first_id, page.last_id) == (False, "fake-model", "fake-model")
+    model = client.models.retrieve("fake-model")
+    assert model.created_at.year == 1970
+    with pytest.raises(anthropic.NotFoundError) as caught:
+        client.models.retrieve("claude-9")
+    assert caught.value.body["error"]["type"] == "not_found_error"  # type: ignore[index]

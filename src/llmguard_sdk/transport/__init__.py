@@ -6,9 +6,9 @@ the SDK makes through the Guard, in process, without a socket: the request is pa
 included), and the Guard's answer goes back in the shape the SDK expects, JSON or server-sent
 events, headers included. Served paths: ``POST .../chat/completions``, ``POST .../responses``
 (OpenAI), ``POST .../messages`` (Anthropic), plain and streamed, and ``GET .../models`` and
-``GET .../models/{id}`` (the routes' models). Any other path or method is answered 404 in the
-SDK's error shape (the SDK raises its ``NotFoundError``), as is a model no route serves
-(code ``model_not_found``).
+``GET .../models/{id}`` (the routes' models, in Anthropic's shape for anthropic's SDK). Any
+other path or method is answered 404 in the SDK's error shape (the SDK raises its
+``NotFoundError``), as is a model no route serves (code ``model_not_found``).
 
 openai-python 3.x and anthropic's SDK build on httpx2 (they still accept httpx clients); the
 seam offers both: ``library="httpx2"`` or ``"httpx"``; by default httpx2 when it is installed.

@@ -141,25 +141,39 @@ class ChunkWriter:
 
 
 class ModelsWire:
-    """``GET /v1/models``: the models of the Guard's routes."""
+    """``GET /v1/models``: the models of the Guard's routes, in OpenAI's shape, or in
+    Anthropic's when ``anthropic`` (its SDK asked)."""
 
-    def __init__(self, routes: Any) -> None:
+    def __init__(self, routes: Any, *, anthropic: bool = False) -> None:
         self._routes = routes
+        self._anthropic = anthropic
+
+    def _models(self) -> list[dict[str, Any]]:
+        found: dict[str, dict[str, Any]] = {}
+        for route in self._routes:
+            if route.model and route.model not in found:
+                found[route.model] = self._model(route.model, route.name)
+        return list(found.values())
+
+    def _model(self, model: str, owner: str) -> dict[str, Any]:
+        if self._anthropic:  # (when it was made is unknown: the epoch, as OpenAI's created)
+            created = "1970-01-01T00:00:00Z"
+            return {"type": "model", "id": model, "display_name": model, "created_at": created}
+        return {"id": model, "object": "model", "created": 0, "owned_by": owner}
 
     def listing(self) -> dict[str, Any]:
-        """The model list of the routes that pin one."""
-        data = [
-            {"id": route.model, "object": "model", "created": 0, "owned_by": route.name}
-            for route in self._routes
-            if route.model
-        ]
+        """The model list of the routes that pin one (each model once)."""
+        data = self._models()
+        if self._anthropic:
+            first, last = (data[0]["id"], data[-1]["id"]) if data else (None, None)
+            return {"data": data, "has_more": False, "first_id": first, "last_id": last}
         return {"object": "list", "data": data}
 
     def model(self, model: str) -> dict[str, Any]:
         """``GET /v1/models/{model}``: a route's model, else a 404 as OpenAI answers one."""
-        for found in self.listing()["data"]:
+        for found in self._models():
             if found["id"] == model:
-                return dict(found)
+                return found
         raise _wire.NotServedError(
             f"The model '{model}' does not exist or the Guard has no route for it",
             code="model_not_found",

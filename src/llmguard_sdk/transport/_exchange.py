@@ -3,7 +3,7 @@ calls :meth:`Guard.chat` / :meth:`Guard.achat` and answers in the SDK's shape.""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from ..errors import LLMGuardError, RequestValidationError
@@ -27,20 +27,26 @@ _ROUTES: dict[str, _wire.Wire] = {
 }
 
 
-def _wire_for(path: str) -> _wire.Wire:
+def _wire_for(path: str, headers: Mapping[str, str] | None = None) -> _wire.Wire:
     for suffix, wire in _ROUTES.items():
         if path.rstrip("/").endswith(suffix):
             return wire
-    if "/messages/" in path:  # an Anthropic endpoint the seam does not serve: its error shape
+    # an Anthropic endpoint the seam does not serve, or anthropic's SDK asking (it sends
+    # anthropic-version on every request): Anthropic's error shape
+    if "/messages/" in path or _from_anthropic(headers):
         return _ROUTES["/messages"]
     return _CHAT
+
+
+def _from_anthropic(headers: Mapping[str, str] | None) -> bool:
+    return headers is not None and "anthropic-version" in headers
 
 
 def plan(guard: Guard, incoming: Incoming) -> Call | Answer:
     """The Guard call ``incoming`` asks for, or the answer when it needs none."""
     path = incoming.path.rstrip("/")
     if incoming.method == "GET" and (path.endswith("/models") or "/models/" in path):
-        models = ModelsWire(guard.routes)
+        models = ModelsWire(guard.routes, anthropic=_from_anthropic(incoming.headers))
         _, slash, model = path.rpartition("/models/")
         body = models.model(model) if slash else models.listing()
         return Answer(200, [("content-type", "application/json")], _wire.dumps(body))
@@ -64,7 +70,7 @@ def plan(guard: Guard, incoming: Incoming) -> Call | Answer:
 def _failed(incoming: Incoming, exc: LLMGuardError, raise_errors: bool) -> Answer:
     if raise_errors:
         raise exc
-    return _wire.error_answer(_wire_for(incoming.path), exc)
+    return _wire.error_answer(_wire_for(incoming.path, incoming.headers), exc)
 
 
 def handle(guard: Guard, incoming: Incoming, *, raise_errors: bool = False) -> Answer:
