@@ -3,8 +3,9 @@ once, when the Telemetry is (never per call), with the GenAI conventions' advise
 
 from __future__ import annotations
 
-from opentelemetry import metrics
+from typing import Any
 
+from ._labels import CappedMeter
 from ._semconv import Names
 
 __all__ = ["Instruments"]
@@ -14,12 +15,12 @@ _DURATION_BUCKETS = [0.01 * 2**i for i in range(14)]  # theirs too: 0.01, 0.02 .
 
 
 def _seconds(
-    meter: metrics.Meter,
+    meter: CappedMeter,
     name: str,
     description: str,
     *,
     buckets: list[float] | None = _DURATION_BUCKETS,
-) -> metrics.Histogram:
+) -> Any:
     """A histogram of durations (unit ``s``; the duration buckets unless told otherwise)."""
     if buckets is None:
         return meter.create_histogram(name, unit="s", description=description)
@@ -31,7 +32,7 @@ def _seconds(
 class Instruments:
     """The counters, histograms and gauge a Telemetry records on (see the package docs)."""
 
-    def __init__(self, meter: metrics.Meter, names: Names) -> None:
+    def __init__(self, meter: CappedMeter, names: Names) -> None:
         self.duration = _seconds(
             meter, "gen_ai.client.operation.duration", "GenAI operation duration"
         )

@@ -27,7 +27,8 @@ from ._attributes import (
     wall_ns,
 )
 from ._instruments import Instruments
-from ._options import check_parts
+from ._labels import CappedMeter
+from ._options import check_parts, checked_number
 from ._quality import Quality, signals_of
 from ._sdk_names import UNKNOWN
 from ._semconv import Names, SemconvMode, names_for
@@ -79,9 +80,14 @@ class Telemetry:
         anomalies: alerts on tokens per request, cost per feature per hour and error rate
             against their rolling baselines (:class:`~llmguard_sdk.telemetry.anomaly.
             Anomalies`; ``True``: the defaults, ``False``: none).
+        max_label_values: at most this many distinct values of each metric attribute
+            (feature, release, model ...); further new values are recorded as ``"other"``
+            (logged once), so a per-request value cannot grow the series without end.
+            Spans keep the full values.
 
     .. versionchanged:: 0.2.0
-       ``semconv``: the current conventions (cache and stream attributes) or the previous.
+       ``semconv``: the current conventions (cache and stream attributes) or the previous;
+       ``max_label_values``.
     """
 
     def __init__(
@@ -96,6 +102,7 @@ class Telemetry:
         semconv: SemconvMode | None = None,
         eval_sink: EvalSink | None = None,
         anomalies: Anomalies | bool = True,
+        max_label_values: int = 100,
     ) -> None:
         check_parts(capture_content, redact, eval_sink, anomalies)
         self.eval_sink = eval_sink
@@ -108,7 +115,12 @@ class Telemetry:
         self._redact = redact
         self._max_chars, self._log_level = check_options(max_content_chars, log_level)
         self._tracer = trace.get_tracer(_SCOPE, __version__, tracer_provider=tracer_provider)
-        meter = metrics.get_meter(_SCOPE, __version__, meter_provider=meter_provider)
+        meter = CappedMeter(
+            metrics.get_meter(_SCOPE, __version__, meter_provider=meter_provider),
+            checked_number(
+                "Telemetry", "max_label_values", max_label_values, whole=True, at_least=1
+            ),
+        )
         self._metrics = Instruments(meter, self.names)
         self._quality = Quality(meter, self._tracer)
 

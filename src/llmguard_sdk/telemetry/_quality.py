@@ -31,13 +31,14 @@ import threading
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from opentelemetry import metrics, trace
+from opentelemetry import trace
 from opentelemetry.trace import Link, SpanKind
 
 from ..errors import GuardrailRejectedError, RequestValidationError
 
 if TYPE_CHECKING:
     from ..models import ChatRequest, ChatResponse
+    from ._labels import CappedMeter
     from .anomaly import AnomalyEvent
 
 __all__ = ["CallNote", "Quality", "signals_of"]
@@ -125,7 +126,7 @@ def _check(call_id: object, score: object, label: object) -> float:
 class Quality:
     """The quality instruments of one :class:`~llmguard_sdk.telemetry.Telemetry`."""
 
-    def __init__(self, meter: metrics.Meter, tracer: trace.Tracer) -> None:
+    def __init__(self, meter: CappedMeter, tracer: trace.Tracer) -> None:
         self._tracer = tracer
         self._signals = meter.create_counter(
             "llmguard.quality.signals",
