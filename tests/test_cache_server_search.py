@@ -193,3 +193,25 @@ def test_a_server_without_vector_sets_found_late_pauses_nothing_else(
         errors = [r for r in caplog.records if "needs a Redis with vector sets" in r.message]
         assert len(errors) == 1
     cache.close()
+
+
+def test_a_partitions_vector_set_expires_with_its_longest_lived_entry(
+    redis8_url: str, server: Any
+) -> None:
+    """Each partition (each tenant) has a vector set of its own; it had no expiry, so a
+    tenant gone idle left its set for good (its entries' keys expired, their vectors not)."""
+    cache = ResponseCache(
+        redis8_url, key_prefix="vs-x", vector_search="server", ttl=60, stale_ttl=30
+    )
+    for tenant in ("acme", "globex"):
+        with scoped(tenant=tenant):
+            cache.store(ask(FAQ), answer(tenant))
+    sets = list(vector_sets(server, "vs-x"))
+    assert len(sets) == 2
+    assert all(0 < server.pttl(key) <= 90_000 for key in sets)
+    short = ResponseCache(redis8_url, key_prefix="vs-x", vector_search="server", ttl=1, stale_ttl=0)
+    with scoped(tenant="acme"):  # a shorter-lived entry does not cut the set's life short
+        short.store(ask("How do I change the e-mail address of my account?"), answer("x"))
+    assert all(server.pttl(key) > 60_000 for key in sets)
+    short.close()
+    cache.close()

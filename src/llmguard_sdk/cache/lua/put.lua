@@ -9,8 +9,15 @@
 local vsets = ARGV[10]
 if vsets ~= '' and ARGV[11] ~= '' then
   -- First, so that a server without vector sets fails the script before it writes anything.
-  redis.call('VADD', vsets .. ARGV[6], 'FP32', ARGV[11], ARGV[1], 'NOQUANT')
+  local vset = vsets .. ARGV[6]
+  redis.call('VADD', vset, 'FP32', ARGV[11], ARGV[1], 'NOQUANT')
   redis.call('HSET', KEYS[5], ARGV[1], ARGV[6])
+  -- The partition's set lives as long as its longest-lived entry: a partition (a tenant)
+  -- idle past its entries' time to live leaves nothing behind.
+  local left = redis.call('PTTL', vset)
+  if left == -1 or left < tonumber(ARGV[3]) then
+    redis.call('PEXPIRE', vset, ARGV[3])
+  end
 end
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
 redis.call('ZADD', KEYS[2], redis.call('INCR', KEYS[4]), ARGV[1])
