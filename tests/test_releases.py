@@ -22,6 +22,7 @@ from llmguard_sdk.errors import ConfigurationError, MovingModelAliasError
 from llmguard_sdk.releases import (
     CanaryPolicy,
     Release,
+    ReleaseControl,
     ReleaseEvent,
     ReleasePlan,
     ShadowPolicy,
@@ -466,21 +467,28 @@ def test_shadow_measures_agreement_and_never_changes_the_answer(otel: Exported) 
     assert (arms.count("control"), arms.count("shadow")) == (40, 40)
 
 
+def _canary_and_shadow(pair: Any, stages: tuple[float, ...]) -> tuple[Guard, ReleaseControl]:
+    """A Guard canarying ``pair``'s candidate by hand (``stages``), every call shadowed."""
+    current, candidate = releases(*pair)
+    canary = CanaryPolicy(stages=stages, flush_interval=60.0, min_calls=10**6)
+    shadow = ShadowPolicy(share=1.0, rate_per_s=1000, max_cost_usd=None)
+    plan = ReleasePlan(current, candidate=candidate, canary=canary, shadow=shadow)
+    guard = Guard(release=plan, environ={}, prices=PRICES, telemetry=False)
+    controls = guard.releases
+    assert controls is not None
+    assert controls.shadow is not None
+    controls.start_now()
+    return guard, controls
+
+
 def test_a_promoted_candidate_is_not_shadowed_to_itself(pair: Any) -> None:
     """Once the canary promoted the candidate (it serves every call, on the control arm),
     the shadow copied the candidate's own calls to the candidate: each call paid twice and
     the report compared the candidate with itself."""
-    a, b = pair
-    current, candidate = releases(a, b)
-    canary = CanaryPolicy(stages=(0.5, 1.0), flush_interval=60.0, min_calls=10**6)
-    shadow = ShadowPolicy(share=1.0, rate_per_s=1000, max_cost_usd=None)
-    plan = ReleasePlan(current, candidate=candidate, canary=canary, shadow=shadow)
-    guard = Guard(release=plan, environ={}, prices=PRICES, telemetry=False)
+    b = pair[1]
+    guard, controls = _canary_and_shadow(pair, (0.5, 1.0))
     try:
-        controls = guard.releases
-        assert controls is not None
         assert controls.shadow is not None
-        controls.start_now()
         assert controls.promote().status == "promoted"
         served = [guard.chat(USER, user=f"u{i}").route for i in range(5)]
         assert controls.shadow.drain(30.0)
@@ -490,6 +498,29 @@ def test_a_promoted_candidate_is_not_shadowed_to_itself(pair: Any) -> None:
     assert served == ["b"] * 5
     assert len(b.requests) == 5  # each call once: none copied to the candidate again
     assert (report["offered"], report["pairs"]) == (0, 0)
+
+
+def test_a_rolled_back_candidate_is_no_longer_shadowed(pair: Any) -> None:
+    """A rollback sent every call back to the release, yet the shadow went on copying calls
+    to the candidate the canary had just found bad (paying for them up to its cap); a hand
+    promotion after the rollback starts it again."""
+    guard, controls = _canary_and_shadow(pair, (0.25, 0.5, 1.0))
+    try:
+        assert controls.shadow is not None
+        assert controls.rollback().status == "rolled_back"
+        served = [guard.chat(USER, user=f"u{i}").route for i in range(5)]
+        assert controls.shadow.drain(30.0)
+        after_rollback = controls.shadow.report()["offered"]
+        assert controls.promote().status == "canary"
+        served_after = [guard.chat(USER, user=f"u{i}") for i in range(40)]
+        assert controls.shadow.drain(30.0)
+        report = controls.shadow.report()
+    finally:
+        guard.close()
+    assert served == ["a"] * 5
+    assert after_rollback == 0
+    control_calls = sum(1 for r in served_after if r.route == "a")
+    assert 0 < report["offered"] == control_calls  # the release's calls shadowed again
 
 
 # -- streams, async calls, output filters -------------------------------------------------------

@@ -180,8 +180,10 @@ class ReleaseControl:
                 cost = response.cost_usd if response is not None else None
                 delta = observation(ctx.elapsed(), cost, failed=failed, rejected=rejected)
                 self._count(ctx.arm, delta, call_id)
-        # the release's calls only: a promoted candidate's would be shadowed to itself
+        # the release's calls only: a promoted candidate's would be shadowed to itself; and
+        # none to a candidate rolled back (the canary found it bad: its calls cost, for nothing)
         shadowed = ctx.arm == "control" and ctx.release == self.plan.release.id
+        shadowed = shadowed and (stage is None or stage.status != "rolled_back")
         if self.shadow is not None and shadowed and response is not None:
             self.shadow.offer(ctx, response)
 

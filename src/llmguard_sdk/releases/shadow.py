@@ -1,11 +1,12 @@
 """Shadow traffic: a share of live calls also sent to the candidate release in the
 background, the pair compared, never shown to the user.
 
-A served call is offered to a bounded queue (a full queue drops it: counted, never waited
-for); one worker thread sends it to the candidate through a Guard of its own (its own
-breakers, the shadow's own rate and spend caps, calls labelled ``arm="shadow"``) and
-compares the two answers with each comparator. :meth:`Shadow.report` says how often they
-agreed, overall and per segment (the call's feature, or ``ShadowPolicy.segment``).
+No call is shadowed while a canary of the same plan stands rolled back. A served call is
+offered to a bounded queue (a full queue drops it: counted, never waited for); one worker
+thread sends it to the candidate through a Guard of its own (its own breakers, the shadow's own
+rate and spend caps, calls labelled ``arm="shadow"``) and compares the two answers with each
+comparator. :meth:`Shadow.report` says how often they agreed, overall and per segment (the
+call's feature, or ``ShadowPolicy.segment``).
 
 .. versionadded:: 0.2.0
 """
