@@ -212,3 +212,15 @@ def test_the_look_alike_client_takes_stream_as_a_bool_only(
     with pytest.raises(RequestValidationError, match="stream"):
         anyio.run(run)
     assert fake.requests == []
+
+
+@pytest.mark.parametrize("choice", ["requried", "Auto", "function", ""])
+def test_a_tool_choice_word_is_one_the_providers_know(choice: str) -> None:
+    """A misspelt one went to every route, each answering 400."""
+    with pytest.raises(RequestValidationError, match="tool_choice"):
+        validate_request(_request(tools=[_GOOD_TOOL], tool_choice=choice))
+
+
+@pytest.mark.parametrize("choice", ["none", "auto", "required", "any"])
+def test_the_tool_choice_words_are_taken(choice: str) -> None:
+    assert validate_request(_request(tools=[_GOOD_TOOL], tool_choice=choice)).tool_choice == choice

@@ -148,8 +148,16 @@ def _tool_name(tool: dict[str, JsonValue]) -> JsonValue:
     return function.get("name") if isinstance(function, dict) else tool.get("name")
 
 
+_TOOL_CHOICES = frozenset({"none", "auto", "required", "any"})  # ("any": Anthropic's "required")
+
+
 def _tool_choice_problem(choice: object, tools: list[dict[str, JsonValue]] | None) -> str | None:
-    """What is wrong with a ``tool_choice`` that names a function, or None."""
+    """What is wrong with a ``tool_choice``: a word no provider knows, a function choice
+    without a name or naming none of the request's tools; or None."""
+    if isinstance(choice, str) and choice not in _TOOL_CHOICES:
+        return (
+            f"tool_choice must be one of {sorted(_TOOL_CHOICES)} or an object, got {choice!r:.80}"
+        )
     if not isinstance(choice, dict) or choice.get("type") != "function":
         return None
     function = choice.get("function")
