@@ -8,7 +8,7 @@ import inspect
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -18,6 +18,7 @@ import pytest
 from llmguard_sdk import (
     Guard,
     LocalProvider,
+    ProviderBusyError,
     ProviderTimeoutError,
     ProviderUnavailableError,
 )
@@ -156,6 +157,26 @@ def test_a_caller_that_leaves_stops_the_prompt_being_read(local: LocalProvider) 
     assert guard.chat(hello, temperature=0, max_tokens=4).text == before.text
 
 
+class Hold:
+    """A trace function that holds a thread at the first line of ``function`` that holds
+    ``text`` (``held`` is set) until ``go_on`` is: the window of a race, opened each time."""
+
+    def __init__(self, function: Callable[..., Any], text: str) -> None:
+        lines, first = inspect.getsourcelines(function)
+        self.code = function.__code__
+        self.line = first + next(i for i, line in enumerate(lines) if text in line)
+        self.held, self.go_on = threading.Event(), threading.Event()
+
+    def trace(self, frame: FrameType, event: str, arg: object) -> Any:
+        return self._line if frame.f_code is self.code else None
+
+    def _line(self, frame: FrameType, event: str, arg: object) -> Any:
+        if event == "line" and frame.f_lineno == self.line:
+            self.held.set()
+            self.go_on.wait(60)
+        return self._line
+
+
 def test_a_call_submitted_while_close_runs_is_refused_not_left_waiting() -> None:
     # A call that had passed the closed check when close() ran was queued after close() had
     # emptied the queue and the worker had stopped: nobody answered it, and it waited for its
@@ -163,25 +184,11 @@ def test_a_call_submitted_while_close_runs_is_refused_not_left_waiting() -> None
     # point between the check and the queue while close() runs, so the race happens each time.
     provider = LocalProvider(n_ctx=256)
     request = ChatRequest.model_validate({"messages": [{"role": "user", "content": "Hi."}]})
-    lines, first = inspect.getsourcelines(LocalProvider._submit)
-    window = first + next(i for i, line in enumerate(lines) if "_Job(" in line)
-    held, go_on = threading.Event(), threading.Event()
+    hold = Hold(LocalProvider._submit, "_Job(")
     outcome: list[BaseException] = []
 
-    def trace(frame: FrameType, event: str, arg: object) -> Any:
-        if frame.f_code is not LocalProvider._submit.__code__:
-            return None
-
-        def line(frame: FrameType, event: str, arg: object) -> Any:
-            if event == "line" and frame.f_lineno == window:
-                held.set()
-                go_on.wait(60)
-            return line
-
-        return line
-
     def call() -> None:
-        sys.settrace(trace)
+        sys.settrace(hold.trace)
         try:
             provider.complete(request, model="local", deadline=time.monotonic() + 20)
         except BaseException as exc:  # recorded for the assertions below
@@ -192,10 +199,10 @@ def test_a_call_submitted_while_close_runs_is_refused_not_left_waiting() -> None
     caller = threading.Thread(target=call)
     caller.start()
     try:
-        assert held.wait(60)  # the call passed the closed check and is about to queue
+        assert hold.held.wait(60)  # the call passed the closed check and is about to queue
         provider.close()
     finally:
-        go_on.set()
+        hold.go_on.set()
         caller.join(60)
     assert not caller.is_alive()
     assert len(outcome) == 1
@@ -214,3 +221,51 @@ def test_close_during_a_long_prompt_tells_its_caller_and_ends_the_worker() -> No
         assert not worker.is_alive()  # the prompt was not read to its end first
         with pytest.raises(ProviderUnavailableError, match="closed"):
             next(stream)
+
+
+def test_with_no_queue_a_call_is_refused_while_the_worker_takes_another() -> None:
+    # The worker counted as busy only once it held its lock for the generation: a call that
+    # came after the worker took a job from the queue, and before that, found the queue empty
+    # and the worker idle, and was queued past max_queue=0. The worker is held (a trace of
+    # its thread) in that window here, so the race happens each time.
+    provider = LocalProvider(n_ctx=256, max_queue=0)
+    request = ChatRequest.model_validate({"messages": [{"role": "user", "content": "Hi."}]})
+    hold = Hold(LocalProvider._serve, "with self._busy")
+    deadline = time.monotonic() + 120
+    first_call = threading.Thread(
+        target=provider.complete, args=(request,), kwargs={"model": "m", "deadline": deadline}
+    )
+    threading.settrace(hold.trace)  # (the worker, started by the first call, is traced)
+    try:
+        first_call.start()
+        assert hold.held.wait(120)  # the worker took the first call, about to generate
+    finally:
+        threading.settrace(None)  # type: ignore[arg-type]
+    try:
+        with pytest.raises(ProviderBusyError):
+            provider.complete(request, model="m", deadline=time.monotonic() + 5)
+    finally:
+        hold.go_on.set()
+        first_call.join(120)
+        provider.close()
+
+
+def test_with_no_queue_calls_one_after_another_are_all_served(tmp_path: Path) -> None:
+    # A call made as soon as the previous one's answer arrived could be refused as busy: the
+    # worker was counted busy until it got back to its queue, after handing the answer over.
+    request = ChatRequest.model_validate({"messages": [{"role": "user", "content": "Hi."}]})
+    with loaded_model(n_ctx=256, max_queue=0) as provider:
+        for _ in range(5):
+            answer = provider.complete(request, model="m", deadline=time.monotonic() + 120)
+            assert answer.route == "local"
+    cut = tmp_path / "cut.gguf"  # a model that fails to load: each call says so, none is busy
+    with open(bundled_model_path(), "rb") as whole:
+        cut.write_bytes(whole.read(20 << 20))
+    provider = LocalProvider(cut, n_ctx=256, max_queue=0)
+    try:
+        assert not provider.wait_loaded(120)
+        for _ in range(5):
+            with pytest.raises(ProviderUnavailableError, match="failed to load"):
+                provider.complete(request, model="m", deadline=time.monotonic() + 60)
+    finally:
+        provider.close()

@@ -50,6 +50,13 @@ class _Job:
         default_factory=lambda: ctypes.create_string_buffer(2)
     )
 
+    done: bool = False  # the last item is handed over: the worker is as good as free
+
+    def finish(self, item: StreamChunk | BaseException | None) -> None:
+        """Hand the caller the job's last item: None (the answer is whole) or its error."""
+        self.done = True
+        self.out.put(item)
+
     def cancel(self) -> None:
         """The caller is gone: the worker stops, even in the middle of reading the prompt."""
         self.cancelled.set()
@@ -258,12 +265,12 @@ class _Engine:
         was closed, the caller left, or the job's time ran out."""
         route = self.owner.name
         if stop():
-            job.out.put(ProviderUnavailableError("the local model was closed", route=route))
+            job.finish(ProviderUnavailableError("the local model was closed", route=route))
             return True
         if job.cancelled.is_set():
             return True
         if time.monotonic() > job.deadline:
-            job.out.put(ProviderTimeoutError("the local model ran out of time", route=route))
+            job.finish(ProviderTimeoutError("the local model ran out of time", route=route))
             return True
         return False
 
@@ -316,7 +323,7 @@ class _Engine:
                 metadata={"context_trimmed": trimmed} if trimmed is not None else {},
             )
         )
-        job.out.put(None)
+        job.finish(None)
 
 
 def _abort_callback() -> Any:

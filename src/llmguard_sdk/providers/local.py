@@ -271,7 +271,7 @@ class LocalProvider(_Streams):
             self._wake.notify_all()
         for job in waiting:
             job.cancel()
-            job.out.put(ProviderUnavailableError("the local model was closed", route=self.name))
+            job.finish(ProviderUnavailableError("the local model was closed", route=self.name))
         if running is not None:  # stopped now, even while it reads its prompt; told why
             running.stop_computing()
         if worker is not None:
@@ -306,25 +306,29 @@ class LocalProvider(_Streams):
             self._loaded.set()
         try:
             while (job := self._next_job()) is not None:
-                if self._engine is None:
-                    job.out.put(self._load_failure())
-                    continue
-                with self._busy:
-                    try:
-                        self._engine.generate(job, stop=lambda: self._closed)
-                    except ProviderError as exc:  # typed already (a prompt that cannot fit)
-                        job.out.put(exc)
-                    except Exception as exc:
-                        job.out.put(
-                            ProviderUnavailableError(
-                                f"local model failed: {exc!r}", route=self.name
-                            )
-                        )
-                    finally:
-                        with self._lock:
-                            self._running = None
+                try:
+                    self._serve(job)
+                finally:
+                    with self._lock:
+                        self._running = None
         finally:
             self._engine = None  # the model is freed with the worker
+
+    def _serve(self, job: _Job) -> None:
+        """Answer ``job`` (on its queue, errors too)."""
+        engine = self._engine
+        if engine is None:
+            job.finish(self._load_failure())
+            return
+        with self._busy:
+            try:
+                engine.generate(job, stop=lambda: self._closed)
+            except ProviderError as exc:  # typed already (a prompt that cannot fit)
+                job.finish(exc)
+            except Exception as exc:
+                job.finish(
+                    ProviderUnavailableError(f"local model failed: {exc!r}", route=self.name)
+                )
 
     def _submit(self, request: ChatRequest, deadline: float) -> _Job:
         self._ensure_worker()
@@ -334,7 +338,8 @@ class LocalProvider(_Streams):
                 raise ProviderUnavailableError("the local model was closed", route=self.name)
             live = [j for j in self._pending if not j.cancelled.is_set()]
             self._pending = deque(live)
-            idle = not live and not self._busy.locked()
+            running = self._running  # (set as the worker takes a job)
+            idle = not live and (running is None or running.done)
             if not idle and len(live) >= self._max_queue:
                 raise ProviderBusyError(
                     f"the local model is busy ({len(live)} waiting, at most {self._max_queue})",
