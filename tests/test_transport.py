@@ -204,15 +204,21 @@ def test_a_stream_broken_after_content_ends_in_the_sdk_s_error(
     assert pieces == ["", "Echo:", " hello"]  # what came before the break reached the caller
 
 
-def test_a_huge_retry_after_is_the_sdk_s_rate_limit_error(
-    fake: FakeProvider, make_guard: MakeGuard
+@pytest.mark.parametrize(
+    ("given", "waits"), [("1e306", (str(10**12), str(10**9))), ("2.5", ("2500", "3"))]
+)
+def test_a_retry_after_is_the_sdk_s_rate_limit_error_with_its_wait(
+    fake: FakeProvider, make_guard: MakeGuard, given: str, waits: tuple[str, str]
 ) -> None:
-    # Retry-After: 1e306 is finite, its milliseconds were not: OverflowError out of the SDK
+    # Retry-After: 1e306 is finite, its milliseconds were not: OverflowError out of the SDK;
+    # and only retry-after-ms was sent: frameworks and HTTP clients that read Retry-After
+    # (whole seconds, rounded up, as OpenAI and Anthropic send beside the ms) found no wait
     seam = _sdk(http_client(make_guard(fake, retry=None)))
-    fake.always(Fault(status=429, retry_after="1e306"))
+    fake.always(Fault(status=429, retry_after=given))
     with pytest.raises(openai.RateLimitError) as caught:
         seam.chat.completions.create(model="m", messages=USER)
-    assert caught.value.response.headers["retry-after-ms"] == str(10**12)
+    headers = caught.value.response.headers
+    assert (headers["retry-after-ms"], headers["retry-after"]) == waits
 
 
 def test_non_ascii_header_values_reach_the_sdk(fake: FakeProvider) -> None:

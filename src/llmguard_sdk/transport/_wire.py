@@ -8,6 +8,7 @@ a Guard answer (or stream chunk, or error) back into bytes and headers.
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -206,7 +207,8 @@ def _provider_headers(headers: Mapping[str, str]) -> list[tuple[str, str]]:
 
 def error_answer(wire: Wire, exc: LLMGuardError) -> Answer:
     """``exc`` as the status and error body the SDK expects; ``x-should-retry: false`` keeps the
-    SDK from retrying what the Guard has already retried (one retry loop: the Guard's). The
+    SDK from retrying what the Guard has already retried (one retry loop: the Guard's). A
+    wait goes in ``retry-after-ms`` and ``retry-after`` (whole seconds, rounded up). The
     provider's request id and rate-limit headers (of the last route's error) come along."""
     status, last = status_of(exc), _last(exc)
     headers = [
@@ -219,8 +221,10 @@ def error_answer(wire: Wire, exc: LLMGuardError) -> Answer:
     retry_after = getattr(exc, "retry_after", None)
     if isinstance(retry_after, (int, float)) and retry_after >= 0:  # (NaN: none)
         # a provider's Retry-After of 1e306 s is finite, its milliseconds are not
-        millis = min(retry_after, _LONGEST_RETRY_AFTER_S) * 1000
-        headers.append(("retry-after-ms", str(int(millis))))
+        seconds = min(retry_after, _LONGEST_RETRY_AFTER_S)
+        headers.append(("retry-after-ms", str(int(seconds * 1000))))
+        # whole seconds, rounded up, for whoever reads Retry-After (HTTP's delta-seconds)
+        headers.append(("retry-after", str(math.ceil(seconds))))
     return Answer(status, headers, dumps(wire.error(exc)), error=exc)
 
 
