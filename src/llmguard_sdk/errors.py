@@ -12,7 +12,7 @@ Catch :class:`LLMGuardError` to catch everything the SDK raises itself::
     │   └── PromptLintError         a strict PromptBuilder found cache-breaking static text
     ├── ProviderError               a provider answered badly or not at all
     │   ├── RateLimitedError            429 (carries retry_after from Retry-After / retry-after-ms)
-    │   ├── ProviderUnavailableError    5xx, 529, connection refused / reset
+    │   ├── ProviderUnavailableError    5xx, 529, 425, connection refused / reset
     │   ├── ProviderTimeoutError        no answer within the call's deadline, or 408
     │   ├── ProviderBusyError           a local model's queue is full: refused at once
     │   ├── BadRequestError             400, 404, 409, 422: the provider refused the request
@@ -34,8 +34,11 @@ would stack on retries (an openai client retrying inside ``guard.protect``).
 
 Every :class:`ProviderError` knows the ``route`` that raised it, the HTTP ``status_code`` (if
 any), the response ``headers`` (Retry-After, ``x-ratelimit-*`` ...), and whether it is
-``retryable`` by the SDK's rules. Nothing here is ever raised for a caller's own bug: an
-exception raised inside a user callback propagates unchanged.
+``retryable`` by the SDK's rules (an ``x-should-retry: true|false`` header on the answer
+overrides the status's rule, as openai-python reads it). An error event inside a stream
+becomes the error its ``type`` or ``code`` names (``rate_limit_error``: RateLimitedError,
+``invalid_request_error``: BadRequestError ...). Nothing here is ever raised for a caller's
+own bug: an exception raised inside a user callback propagates unchanged.
 
 .. versionadded:: 0.1.0
 """

@@ -35,10 +35,11 @@ from collections.abc import Generator, Mapping
 from typing import Any
 
 from .._http_library import Library
-from ..errors import ConfigurationError, MalformedResponseError, ProviderUnavailableError
+from ..errors import ConfigurationError, MalformedResponseError
 from ..models import ChatRequest, ChatResponse, Message, StreamChunk
 from ..prompts.adapters import CACHE_HISTORY_KEY, STATIC_MESSAGES_KEY, add_cache_breakpoints
 from ..telemetry.redaction import register_secret
+from ._error_kinds import stream_error_kind
 from .openai_compat import OpenAICompatibleProvider
 from .wire import (
     AnswerShape,
@@ -440,7 +441,7 @@ class AnthropicStreamState(StreamState):
             error = event.get("error")
             message = error.get("message") if isinstance(error, dict) else None
             raise self.failure(
-                ProviderUnavailableError,
+                stream_error_kind(error),
                 message if isinstance(message, str) else "provider reported an error in the stream",
             )
         if self._of_thinking(event, index):

@@ -17,8 +17,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from .._core.assembly import merge_metadata
-from ..errors import MalformedResponseError, ProviderUnavailableError
+from ..errors import MalformedResponseError
 from ..models import ChatRequest, ChatResponse, Message, StreamChunk
+from ._error_kinds import stream_error_kind
 from .anthropic import AnthropicStreamState
 from .openai_compat import OpenAICompatibleProvider
 from .wire import (
@@ -205,7 +206,8 @@ def parse_response(
     if data.get("status") == "failed":
         error = data.get("error")
         message = error.get("message") if isinstance(error, dict) else None
-        raise ProviderUnavailableError(str(message or "the response failed"), route=route)
+        kind = stream_error_kind(error)
+        raise kind(str(message or "the response failed"), route=route, status_code=status)
     if not isinstance(data.get("output"), list):
         raise problem("response has no output list")
     text, calls, metadata = _output(data)
@@ -246,7 +248,7 @@ class ResponsesStreamState(AnthropicStreamState):
             failed = response.get("error") if isinstance(response, dict) else None
             error = event if kind == "error" else failed
             message = error.get("message") if isinstance(error, dict) else None
-            raise self.failure(ProviderUnavailableError, str(message or "the response failed"))
+            raise self.failure(stream_error_kind(error), str(message or "the response failed"))
         if kind == "response.created":
             response = event.get("response")
             if not isinstance(response, dict):

@@ -28,6 +28,7 @@ from ..errors import (
     StreamInterruptedError,
 )
 from ..models import ChatRequest, ChatResponse, StreamChunk
+from ._error_kinds import CONTEXT_LENGTH_MARKERS, server_says_retry, stream_error_kind
 from .headers import server_wait_hint
 from .sse import SSEDecoder
 
@@ -76,13 +77,6 @@ _PAYLOAD_FIELDS = set(
         "tool_choice",
         "response_format",
     }
-)
-_CONTEXT_LENGTH_MARKERS = (
-    "context_length_exceeded",
-    "maximum context length",
-    "context window",
-    "too many tokens",
-    "prompt is too long",  # Anthropic
 )
 # Parsing untrusted JSON can fail in more ways than JSONDecodeError: 100k nested brackets
 # raise RecursionError, a 5,000-digit integer raises ValueError.
@@ -240,25 +234,36 @@ def error_from_status(
     status: int, headers: Mapping[str, str], body: str, *, route: str
 ) -> ProviderError:
     """The typed error for an HTTP error answer (429, 5xx, 4xx ...)."""
-    message = _error_message(body) or f"provider answered HTTP {status}"
-    common: dict[str, Any] = {
+    error = _error_of_status(status, body, common=_common(status, headers, body, route))
+    verdict = server_says_retry(headers)
+    if verdict is not None:  # the server's own word wins over the status's rule
+        error.retryable = verdict
+    return error
+
+
+def _common(status: int, headers: Mapping[str, str], body: str, route: str) -> dict[str, Any]:
+    return {
         "route": route,
         "status_code": status,
         "headers": headers,
         "retry_after": server_wait_hint(headers),
         "body": body[:2000],
     }
+
+
+def _error_of_status(status: int, body: str, *, common: dict[str, Any]) -> ProviderError:
+    message = _error_message(body) or f"provider answered HTTP {status}"
     if status == 429:
         return RateLimitedError(message, **common)
     if status in (401, 403):
         return AuthenticationError(message, **common)
     if status == 408:
         return ProviderTimeoutError(message, **common)
-    if status >= 500:
+    if status >= 500 or status == 425:  # 425 Too Early: not processed, send it again later
         return ProviderUnavailableError(message, **common)
     if 400 <= status < 500:
         lowered = body.lower()
-        if any(marker in lowered for marker in _CONTEXT_LENGTH_MARKERS):
+        if any(marker in lowered for marker in CONTEXT_LENGTH_MARKERS):
             return ContextLengthExceededError(message, **common)
         return BadRequestError(message, **common)
     return MalformedResponseError(f"unexpected HTTP status {status}", **common)
@@ -332,7 +337,7 @@ class StreamState:
         event = self.event_object(data)
         if "error" in event:
             message = _error_message(data) or "provider reported an error in the stream"
-            raise self.failure(ProviderUnavailableError, message)
+            raise self.failure(stream_error_kind(event["error"]), message)
         usage, _cost = usage_from_payload(
             event.get("usage"), service_tier=event.get("service_tier")
         )

@@ -1,0 +1,76 @@
+"""Which typed error an error answer is, where its HTTP status alone does not settle it.
+
+- ``x-should-retry: true|false`` is the server's own word on retrying (OpenAI sends it;
+  openai-python obeys it over the status): it sets the error's ``retryable``.
+- An error event inside a stream (OpenAI's ``{"error": {...}}``, Anthropic's ``error``
+  event) names its kind in ``type`` or ``code``: a rate limit is a
+  :class:`~llmguard_sdk.errors.RateLimitedError`, a refused request a
+  :class:`~llmguard_sdk.errors.BadRequestError` (not retried: it would fail again), an
+  unknown or server-side kind a :class:`~llmguard_sdk.errors.ProviderUnavailableError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from ..errors import (
+    AuthenticationError,
+    BadRequestError,
+    ContextLengthExceededError,
+    ProviderError,
+    ProviderUnavailableError,
+    RateLimitedError,
+)
+
+__all__ = ["CONTEXT_LENGTH_MARKERS", "server_says_retry", "stream_error_kind"]
+
+CONTEXT_LENGTH_MARKERS = (
+    "context_length_exceeded",
+    "maximum context length",
+    "context window",
+    "too many tokens",
+    "prompt is too long",  # Anthropic
+)
+_RATE_LIMITED = ("rate_limit", "insufficient_quota")
+_REFUSED = (
+    "invalid_request",
+    "not_found",
+    "request_too_large",
+    "invalid_prompt",
+    "bad_request",
+)
+_DENIED = ("authentication", "permission", "invalid_api_key")
+
+
+def server_says_retry(headers: Mapping[str, str]) -> bool | None:
+    """``x-should-retry``'s verdict: True or False, ``None`` when absent or unclear."""
+    for name, value in headers.items():
+        if name.lower() == "x-should-retry":
+            verdict = value.strip().lower()
+            return True if verdict == "true" else False if verdict == "false" else None
+    return None
+
+
+def stream_error_kind(error: object) -> type[ProviderError]:
+    """The typed error for a stream's error event's ``error`` object."""
+    if not isinstance(error, Mapping):
+        return ProviderUnavailableError
+    words = " ".join(
+        str(error.get(field)).lower()
+        for field in ("type", "code", "message")
+        if isinstance(error.get(field), str)
+    )
+    if any(marker in words for marker in CONTEXT_LENGTH_MARKERS):
+        return ContextLengthExceededError
+    named = " ".join(
+        str(error.get(field)).lower()
+        for field in ("type", "code")
+        if isinstance(error.get(field), str)
+    )
+    if any(marker in named for marker in _RATE_LIMITED):
+        return RateLimitedError
+    if any(marker in named for marker in _DENIED):
+        return AuthenticationError
+    if any(marker in named for marker in _REFUSED):
+        return BadRequestError
+    return ProviderUnavailableError

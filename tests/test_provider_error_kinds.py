@@ -1,0 +1,153 @@
+"""How error answers the status alone does not settle are classified: ``x-should-retry``
+(the server's own word, as openai-python reads it), 425 Too Early, and error events inside
+a stream, whose type says whether another attempt can help."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from llmguard_sdk import (
+    AnthropicProvider,
+    AuthenticationError,
+    BadRequestError,
+    ChatRequest,
+    ContextLengthExceededError,
+    OpenAICompatibleProvider,
+    OpenAIResponsesProvider,
+    ProviderError,
+    ProviderUnavailableError,
+    RateLimitedError,
+)
+from llmguard_sdk.testing import FakeProvider, Fault
+
+from .rawserver import RawServer, sse_head
+
+REQUEST = ChatRequest.model_validate({"messages": [{"role": "user", "content": "hi"}]})
+
+
+def _raised(provider: OpenAICompatibleProvider, streaming: bool) -> Exception:
+    deadline = time.monotonic() + 5.0
+    try:
+        if streaming:
+            list(provider.stream(REQUEST, model="m", deadline=deadline))
+        else:
+            provider.complete(REQUEST, model="m", deadline=deadline)
+    except ProviderError as exc:
+        return exc
+    finally:
+        provider.close()
+    raise AssertionError("the call did not fail")
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+@pytest.mark.parametrize(
+    ("fault", "kind", "retryable"),
+    [
+        (Fault(status=503, headers={"x-should-retry": "false"}), ProviderUnavailableError, False),
+        (Fault(status=409, headers={"x-should-retry": "true"}), BadRequestError, True),
+        (Fault(status=429, headers={"X-Should-Retry": "False"}), RateLimitedError, False),
+        (Fault(status=503, headers={"x-should-retry": "maybe"}), ProviderUnavailableError, True),
+        (Fault(status=425), ProviderUnavailableError, True),
+    ],
+)
+def test_the_servers_word_on_retrying_is_kept(
+    fake: FakeProvider,
+    streaming: bool,
+    fault: Fault,
+    kind: type[ProviderError],
+    retryable: bool,
+) -> None:
+    fake.script(fault)
+    raised = _raised(OpenAICompatibleProvider(fake.base_url, name="p"), streaming)
+    assert type(raised) is kind
+    assert isinstance(raised, ProviderError)
+    assert raised.retryable is retryable
+    assert raised.status_code == fault.status
+
+
+def _openai_error_event(error: dict[str, object]) -> bytes:
+    return b"data: " + json.dumps({"error": error}).encode() + b"\n\n"
+
+
+@pytest.mark.parametrize(
+    ("error", "kind"),
+    [
+        (
+            {"message": "slow down", "type": "requests", "code": "rate_limit_exceeded"},
+            RateLimitedError,
+        ),
+        (
+            {
+                "message": "too long",
+                "type": "invalid_request_error",
+                "code": "context_length_exceeded",
+            },
+            ContextLengthExceededError,
+        ),
+        ({"message": "bad", "type": "invalid_request_error", "code": None}, BadRequestError),
+        ({"message": "who", "type": "authentication_error"}, AuthenticationError),
+        ({"message": "oops", "type": "server_error"}, ProviderUnavailableError),
+        ({"message": "?"}, ProviderUnavailableError),
+    ],
+)
+def test_an_openai_error_event_before_content_keeps_its_kind(
+    error: dict[str, object], kind: type[ProviderError]
+) -> None:
+    with RawServer(sse_head(), (_openai_error_event(error),)) as raw:
+        raised = _raised(OpenAICompatibleProvider(raw.base_url, name="p"), True)
+    assert type(raised) is kind
+    assert str(error["message"]) in str(raised)
+
+
+def _anthropic_error_event(kind: str) -> bytes:
+    data = {"type": "error", "error": {"type": kind, "message": f"it is {kind}"}}
+    return b"event: error\ndata: " + json.dumps(data).encode() + b"\n\n"
+
+
+@pytest.mark.parametrize(
+    ("error_type", "kind"),
+    [
+        ("overloaded_error", ProviderUnavailableError),
+        ("api_error", ProviderUnavailableError),
+        ("rate_limit_error", RateLimitedError),
+        ("invalid_request_error", BadRequestError),
+        ("request_too_large", BadRequestError),
+        ("not_found_error", BadRequestError),
+        ("permission_error", AuthenticationError),
+        ("authentication_error", AuthenticationError),
+    ],
+)
+def test_an_anthropic_error_event_before_content_keeps_its_kind(
+    error_type: str, kind: type[ProviderError]
+) -> None:
+    with RawServer(sse_head(), (_anthropic_error_event(error_type),)) as raw:
+        provider = AnthropicProvider(raw.base_url, api_key="k", model="m", name="a")
+        raised = _raised(provider, True)
+    assert type(raised) is kind
+    assert f"it is {error_type}" in str(raised)
+
+
+@pytest.mark.parametrize(
+    ("event", "kind"),
+    [
+        ({"type": "error", "code": "rate_limit_exceeded", "message": "m"}, RateLimitedError),
+        ({"type": "error", "code": "server_error", "message": "m"}, ProviderUnavailableError),
+        (
+            {
+                "type": "response.failed",
+                "response": {"error": {"code": "invalid_prompt", "message": "m"}},
+            },
+            BadRequestError,
+        ),
+    ],
+)
+def test_a_responses_error_event_keeps_its_kind(
+    event: dict[str, object], kind: type[ProviderError]
+) -> None:
+    data = b"data: " + json.dumps(event).encode() + b"\n\n"
+    with RawServer(sse_head(), (data,)) as raw:
+        raised = _raised(OpenAIResponsesProvider(raw.base_url, name="r"), True)
+    assert type(raised) is kind
