@@ -22,6 +22,7 @@ __all__ = [
     "add_response",
     "add_scope",
     "check_options",
+    "error_status",
     "input_messages",
     "provider_name",
     "quality_labels",
@@ -31,6 +32,7 @@ __all__ = [
 ]
 
 Attributes = dict[str, Any]
+_SHORTEST_ID = 4  # a tenant or user id this long is masked wherever an error names it
 _PROVIDER_NAMES = {
     "AnthropicProvider": "anthropic",
     "LocalProvider": "llama.cpp",
@@ -48,6 +50,22 @@ def check_options(max_content_chars: int, log_level: int | None) -> tuple[int, i
     if max_content_chars < 0:
         raise ConfigurationError(f"max_content_chars must be >= 0, not {max_content_chars}")
     return max_content_chars, log_level
+
+
+def error_status(error: BaseException, scope: Scope) -> str:
+    """A span's status text for ``error``: its message with credentials masked, the call's
+    tenant id hashed as the ``llmguard.tenant`` attribute has it and its user id masked
+    (a budget's refusal names its scope, ``tenant:acme``), cut to 500 characters."""
+    text = redact_secrets(str(error))
+    for kind, value, shown in (
+        ("tenant", scope.tenant, hash_id(scope.tenant) if scope.tenant else ""),
+        ("user", scope.user, "[user]"),
+    ):
+        if value:
+            text = text.replace(f"{kind}:{value}", f"{kind}:{shown}")
+            if len(value) >= _SHORTEST_ID:  # shorter ones: too likely ordinary words
+                text = text.replace(value, shown)
+    return text[:500]
 
 
 def input_messages(text: str) -> str:

@@ -19,6 +19,7 @@ from ._attributes import (
     add_response,
     add_scope,
     check_options,
+    error_status,
     input_messages,
     provider_name,
     quality_labels,
@@ -172,7 +173,7 @@ class Telemetry:
             start_time=end_ns - int(event.latency_s * 1e9),
         )
         if event.error is not None:
-            span.set_status(Status(StatusCode.ERROR, redact_secrets(str(event.error))[:500]))
+            span.set_status(Status(StatusCode.ERROR, error_status(event.error, event.scope)))
         span.end(end_time=end_ns)
         labels = {
             key: attributes[key]
@@ -411,7 +412,7 @@ class Telemetry:
             route = route_named(routes, attempt.route)
             self._attempt_span(ctx, attempt, number, route, inside, end)
         if error is not None:
-            span.set_status(Status(StatusCode.ERROR, redact_secrets(str(error))[:500]))
+            span.set_status(Status(StatusCode.ERROR, error_status(error, ctx.scope)))
         elif cancelled:
             span.set_attribute("llmguard.cancelled", True)
         span.end(end_time=wall_ns(ctx, end))
@@ -451,7 +452,7 @@ class Telemetry:
             start_time=wall_ns(ctx, attempt.started),
         )
         if attempt.error is not None:
-            span.set_status(Status(StatusCode.ERROR, redact_secrets(str(attempt.error))[:500]))
+            span.set_status(Status(StatusCode.ERROR, error_status(attempt.error, ctx.scope)))
         span.end(end_time=wall_ns(ctx, attempt.ended or call_end))
 
     def _export_metrics(
