@@ -11,6 +11,11 @@ How it behaves under load and failure:
   queue, and a call that finds the queue full is refused at once with
   :class:`~llmguard_sdk.errors.ProviderBusyError`, so the chain can answer otherwise instead of
   piling up. Nothing runs on the caller's event loop.
+* A call whose caller leaves (cancelled, beaten in a hedge race, out of time), or
+  :meth:`~LocalProvider.close`, stops llama.cpp's computation at once, in the middle of a
+  long prompt too, so the worker is free for the next call.
+* The chat template's markup is read as markup and each message's content as text: a
+  user's ``<|im_end|>`` cannot end a turn nor start one.
 * The model is loaded on first use, or at once in the background with ``warm_up=True``.
 * The context (and its KV cache) lives as long as the provider: a prompt that shares its prefix
   with the previous one only computes the new tokens, and its usage says how many it reused
@@ -261,8 +266,9 @@ class LocalProvider(_Streams):
         )
 
     def close(self) -> None:
-        """Refuse new calls, cancel the waiting ones, stop the current generation at its next
-        token, and free the model. Bounded: waits at most 10 s for the worker."""
+        """Refuse new calls (those under way too), cancel the waiting ones, stop the current
+        one at once (its prompt too), and free the model. Bounded: waits at most 10 s for the
+        worker."""
         with self._wake:
             self._closed = True
             waiting = list(self._pending)
