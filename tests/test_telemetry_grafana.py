@@ -45,7 +45,8 @@ def instruments() -> set[str]:
     telemetry = Telemetry(meter_provider=provider)
     names: set[str] = set()
     for owner in (telemetry._metrics, telemetry._quality):
-        for value in vars(owner).values():
+        for found in vars(owner).values():
+            value = getattr(found, "_instrument", found)  # (the SDK's, behind its label cap)
             kind = type(value).__name__.lstrip("_")
             if (
                 hasattr(value, "name")
