@@ -224,3 +224,32 @@ def test_a_tool_choice_word_is_one_the_providers_know(choice: str) -> None:
 @pytest.mark.parametrize("choice", ["none", "auto", "required", "any"])
 def test_the_tool_choice_words_are_taken(choice: str) -> None:
     assert validate_request(_request(tools=[_GOOD_TOOL], tool_choice=choice)).tool_choice == choice
+
+
+@pytest.mark.parametrize(
+    ("parts", "problem"),
+    [
+        ([{"type": "text", "text": 5}], "text"),  # the seam answered 200, OpenAI refuses it
+        ([{"type": "text"}], "text"),
+        ([{"text": "hi"}], "type"),
+        ([{"type": 3, "text": "hi"}], "type"),
+    ],
+)
+def test_a_malformed_content_part_is_a_request_validation_error(
+    parts: list[dict[str, Any]], problem: str
+) -> None:
+    content = [{"type": "text", "text": "Describe this:"}, *parts]
+    with pytest.raises(RequestValidationError, match=problem) as info:
+        validate_request({"messages": [{"role": "user", "content": content}]})
+    assert "content part 1" in str(info.value)  # which part
+
+
+def test_well_formed_content_parts_are_taken_as_they_are() -> None:
+    parts = [
+        {"type": "text", "text": "What is in this image?"},
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
+        {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}},
+    ]
+    request = validate_request({"messages": [{"role": "user", "content": parts}]})
+    assert request.messages[0].content == parts
+    assert request.messages[0].text == "What is in this image?"

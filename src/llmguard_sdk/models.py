@@ -73,6 +73,9 @@ class Message(BaseModel):
             raise ValueError("only an assistant message has thinking")
         if self.content is None and not (self.role == "assistant" and self.tool_calls):
             raise ValueError(f"a {self.role} message needs content")
+        if isinstance(self.content, list):
+            for at, part in enumerate(self.content):
+                _check_part(at, part)
         return self
 
     @property
@@ -83,6 +86,17 @@ class Message(BaseModel):
         if not self.content:
             return ""
         return "".join(str(p.get("text", "")) for p in self.content if p.get("type") == "text")
+
+
+def _check_part(at: int, part: dict[str, JsonValue]) -> None:
+    """A content part has a ``type``; a text part's ``text`` is a string (other parts, such as
+    images, go as they are). Else a ValueError naming the part: the provider refused it with
+    a 400 on every route."""
+    kind = part.get("type")
+    if not isinstance(kind, str) or not kind:
+        raise ValueError(f"content part {at} needs a type (a string such as 'text')")
+    if kind == "text" and not isinstance(part.get("text"), str):
+        raise ValueError(f"content part {at} is a text part: its text must be a string")
 
 
 _TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # the chat API's rule for a function's name
