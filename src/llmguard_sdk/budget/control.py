@@ -51,6 +51,7 @@ from .policy import (
     ReserveResult,
     RunawayDetector,
     SettleResult,
+    for_log,
     nano,
 )
 from .prices import Cost, PriceTable, cost_of_response
@@ -583,9 +584,11 @@ class SpendControl:
         for event in events:
             if event.kind in ("runaway", "unavailable"):
                 key = ("budget", event.kind, event.budget)  # once, then counts
-                log_repeated(logger, logging.WARNING, key, "llmguard budget event: %s", event)
+                log_repeated(
+                    logger, logging.WARNING, key, "llmguard budget event: %s", for_log(event)
+                )
             elif event.kind == "alert":
-                logger.info("llmguard budget event: %s", event)
+                logger.info("llmguard budget event: %s", for_log(event))
             for hook in self.config.on_event:
                 try:
                     hook(event)

@@ -17,7 +17,7 @@ import heapq
 import math
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from ..errors import ConfigurationError
@@ -42,6 +42,7 @@ __all__ = [
     "drop_hold",
     "exhausted_alert",
     "fire_alerts",
+    "for_log",
     "nano",
     "window_bounds",
 ]
@@ -272,6 +273,17 @@ class BudgetEvent:
     tokens: int | None = None
     p95: float | None = None
     factor: float | None = None
+
+
+def for_log(event: BudgetEvent) -> BudgetEvent:
+    """``event`` as the SDK logs it: a tenant's or user's id in its scope hashed
+    (``tenant:<hash>``, as keys and the usage file have it); ``on_event`` gets the raw one."""
+    kind, _, who = event.scope.partition(":")
+    if kind not in ("tenant", "user") or not who:
+        return event
+    from .._state.stores import hash_id
+
+    return replace(event, scope=f"{kind}:{hash_id(who)}")
 
 
 def _month_bounds(now: float) -> tuple[int, float]:
