@@ -151,3 +151,36 @@ def test_a_responses_error_event_keeps_its_kind(
     with RawServer(sse_head(), (data,)) as raw:
         raised = _raised(OpenAIResponsesProvider(raw.base_url, name="r"), True)
     assert type(raised) is kind
+
+
+def _big_error(status: str, extra: str) -> bytes:
+    page = b"<html><body>" + b"<p>upstream trouble</p>" * 20_000 + b"</body></html>"  # ~460 KB
+    return (
+        f"HTTP/1.1 {status}\r\ncontent-type: text/html\r\n{extra}"
+        f"content-length: {len(page)}\r\nconnection: close\r\n\r\n"
+    ).encode() + page
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+@pytest.mark.parametrize(
+    ("status", "extra", "kind"),
+    [
+        ("429 Too Many Requests", "retry-after: 7\r\n", RateLimitedError),
+        ("502 Bad Gateway", "", ProviderUnavailableError),
+        ("400 Bad Request", "", BadRequestError),
+    ],
+)
+def test_an_error_answer_with_a_big_body_keeps_its_status(
+    streaming: bool, status: str, extra: str, kind: type[ProviderError]
+) -> None:
+    """A proxy's HTML error page can be larger than the error body kept: the status still
+    decides the error (it was a MalformedResponseError without status or retry_after)."""
+    with RawServer(_big_error(status, extra)) as raw:
+        raised = _raised(OpenAICompatibleProvider(raw.base_url, name="p"), streaming)
+    assert type(raised) is kind
+    assert isinstance(raised, ProviderError)
+    assert raised.status_code == int(status.split()[0])
+    assert raised.body is not None
+    assert raised.body.startswith("<html><body><p>upstream")
+    if extra:
+        assert raised.retry_after == 7.0

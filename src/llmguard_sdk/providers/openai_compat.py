@@ -272,9 +272,10 @@ class OpenAICompatibleProvider(_Streams):
         try:
             response = pool.send(built)
             with _Reading(response, deadline):
-                collected = _Collector(self.name, deadline, _limit(response))
+                collected = _Collector.of(response, self.name, deadline)
                 for piece in response.iter_bytes():
-                    collected.add(piece)
+                    if collected.add(piece):
+                        break
         except httpx.HTTPError as exc:
             raise _transport_error(exc, self.name, deadline) from exc
         return self._parse(response.status_code, _plain(response.headers), collected.data)
@@ -288,9 +289,10 @@ class OpenAICompatibleProvider(_Streams):
             with anyio.fail_after(max(0.0, deadline - time.monotonic())):
                 response = await pool.asend(built)
                 try:
-                    collected = _Collector(self.name, deadline, _limit(response))
+                    collected = _Collector.of(response, self.name, deadline)
                     async for piece in response.aiter_bytes():
-                        collected.add(piece)
+                        if collected.add(piece):
+                            break
                 finally:
                     await response.aclose()
         except TimeoutError:
@@ -314,7 +316,8 @@ class OpenAICompatibleProvider(_Streams):
                 if not state.accept(response.status_code, _plain(response.headers)):
                     error = _Collector(self.name, deadline, MAX_ERROR_BODY_BYTES, truncate=True)
                     for piece in response.iter_bytes():
-                        error.add(piece)
+                        if error.add(piece):
+                            break
                     raise state.http_error(error.data)
                 for raw in response.iter_bytes():
                     yield from state.feed(raw)
@@ -348,7 +351,8 @@ class OpenAICompatibleProvider(_Streams):
             if not state.accept(response.status_code, _plain(response.headers)):
                 error = _Collector(self.name, deadline, MAX_ERROR_BODY_BYTES, truncate=True)
                 while (piece := await _next_before(pieces, deadline, state, errors)) is not None:
-                    error.add(piece)
+                    if error.add(piece):
+                        break
                 raise state.http_error(error.data)
             while (raw := await _next_before(pieces, deadline, state, errors)) is not None:
                 for chunk in state.feed(raw):
@@ -394,7 +398,9 @@ async def _next_before(
 
 
 class _Collector:
-    """Collects a body, enforcing the deadline and a size cap between pieces."""
+    """Collects a body, enforcing the deadline and a size cap between pieces: a body past
+    the cap is an error, or with ``truncate`` (an error answer's: its status decides the
+    error, the body only tells more) is cut at the cap."""
 
     def __init__(self, route: str, deadline: float, limit: int, *, truncate: bool = False) -> None:
         self.route = route
@@ -404,7 +410,14 @@ class _Collector:
         self._pieces: list[bytes] = []
         self._size = 0
 
-    def add(self, piece: bytes) -> None:
+    @classmethod
+    def of(cls, response: Any, route: str, deadline: float) -> _Collector:
+        """The collector of ``response``'s body: an error answer's cut at its cap."""
+        ok = response.status_code == 200
+        return cls(route, deadline, MAX_BODY_BYTES if ok else MAX_ERROR_BODY_BYTES, truncate=not ok)
+
+    def add(self, piece: bytes) -> bool:
+        """Add ``piece``; True once a truncated body is full (the rest is not wanted)."""
         if self._size + len(piece) > self.limit:
             if not self.truncate:
                 raise MalformedResponseError(
@@ -415,6 +428,7 @@ class _Collector:
         self._size += len(piece)
         if time.monotonic() > self.deadline:
             raise _deadline_passed(self.route)
+        return self.truncate and self._size >= self.limit
 
     @property
     def data(self) -> bytes:
@@ -445,10 +459,6 @@ def _plain(headers: Any) -> dict[str, str]:
     in one pass: the parsers' lookups then cost a dict's, not a scan of the list each."""
     plain: dict[str, str] = dict(headers.items())
     return plain
-
-
-def _limit(response: Any) -> int:
-    return MAX_BODY_BYTES if response.status_code == 200 else MAX_ERROR_BODY_BYTES
 
 
 class _Reading:
