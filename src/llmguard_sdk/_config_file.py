@@ -301,8 +301,17 @@ def _read(path: Path) -> Any:
     except ConfigurationError:
         raise
     except Exception as exc:  # a syntax error of the format
-        raise ConfigurationError(f"{path}: {exc}") from None
+        raise ConfigurationError(f"{path}: {_one_line(exc)}") from None
     raise ConfigurationError(f"{path}: a configuration is a .toml, .yaml, .yml or .json file")
+
+
+def _one_line(exc: Exception) -> str:
+    """A format's syntax error in one line: YAML's (a problem, then the text it is in, over
+    several lines) as its problem and ``(at line L, column C)``, as TOML's errors end."""
+    problem, mark = getattr(exc, "problem", None), getattr(exc, "problem_mark", None)
+    if isinstance(problem, str) and mark is not None:
+        return f"{problem} (at line {mark.line + 1}, column {mark.column + 1})"
+    return " ".join(str(exc).split())
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
