@@ -23,7 +23,7 @@ from llmguard_sdk import (
 )
 from llmguard_sdk.testing import FakeProvider, Fault
 
-from .rawserver import RawServer, sse_head
+from .rawserver import RawServer, http_response, sse_head
 
 REQUEST = ChatRequest.model_validate({"messages": [{"role": "user", "content": "hi"}]})
 
@@ -184,3 +184,32 @@ def test_an_error_answer_with_a_big_body_keeps_its_status(
     assert raised.body.startswith("<html><body><p>upstream")
     if extra:
         assert raised.retry_after == 7.0
+
+
+@pytest.mark.parametrize(
+    ("error", "kind"),
+    [
+        ({"message": "slow down", "code": 429, "type": "rate_limit_exceeded"}, RateLimitedError),
+        ({"message": "upstream died", "code": 502}, ProviderUnavailableError),
+        ({"message": "bad model", "type": "invalid_request_error"}, BadRequestError),
+    ],
+)
+def test_a_200_answer_that_is_an_error_keeps_its_kind_and_message(
+    error: dict[str, object], kind: type[ProviderError]
+) -> None:
+    """Routers (OpenRouter and the like) answer 200 with an error object when the model
+    behind them failed: it is that error, not a malformed answer without a message."""
+    body = json.dumps({"error": error}).encode()
+    with RawServer(http_response(body)) as raw:
+        raised = _raised(OpenAICompatibleProvider(raw.base_url, name="p"), False)
+    assert type(raised) is kind
+    assert str(error["message"]) in str(raised)
+
+
+def test_an_sse_error_event_without_an_error_key_keeps_its_message() -> None:
+    """``event: error`` names the event an error even where its data is the error itself."""
+    data = b'event: error\ndata: {"message": "model is overloaded", "type": "server_error"}\n\n'
+    with RawServer(sse_head(), (data,)) as raw:
+        raised = _raised(OpenAICompatibleProvider(raw.base_url, name="p"), True)
+    assert type(raised) is ProviderUnavailableError
+    assert "model is overloaded" in str(raised)

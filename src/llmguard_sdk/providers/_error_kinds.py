@@ -3,7 +3,8 @@
 - ``x-should-retry: true|false`` is the server's own word on retrying (OpenAI sends it;
   openai-python obeys it over the status): it sets the error's ``retryable``.
 - An error event inside a stream (OpenAI's ``{"error": {...}}``, Anthropic's ``error``
-  event) names its kind in ``type`` or ``code``: a rate limit is a
+  event), or a 200 answer that is an error object (a router's whose model failed), names
+  its kind in ``type`` or ``code`` (a router's: the HTTP status): a rate limit is a
   :class:`~llmguard_sdk.errors.RateLimitedError`, a refused request a
   :class:`~llmguard_sdk.errors.BadRequestError` (not retried: it would fail again), an
   unknown or server-side kind a :class:`~llmguard_sdk.errors.ProviderUnavailableError`.
@@ -55,6 +56,9 @@ def stream_error_kind(error: object) -> type[ProviderError]:
     """The typed error for a stream's error event's ``error`` object."""
     if not isinstance(error, Mapping):
         return ProviderUnavailableError
+    code = error.get("code")
+    if isinstance(code, int) and not isinstance(code, bool) and 400 <= code <= 599:
+        return _of_status(code)  # a router's (OpenRouter's): the HTTP status of the failure
     words = " ".join(
         str(error.get(field)).lower()
         for field in ("type", "code", "message")
@@ -74,3 +78,13 @@ def stream_error_kind(error: object) -> type[ProviderError]:
     if any(marker in named for marker in _REFUSED):
         return BadRequestError
     return ProviderUnavailableError
+
+
+def _of_status(status: int) -> type[ProviderError]:
+    if status == 429:
+        return RateLimitedError
+    if status in (401, 403):
+        return AuthenticationError
+    if status >= 500 or status in (408, 425):
+        return ProviderUnavailableError
+    return BadRequestError

@@ -143,6 +143,8 @@ def parse_completion(
     """Turn a non-streaming answer into a :class:`ChatResponse`, or raise its typed error."""
     data, problem = checked_answer(status, headers, body, route=route)
     choices = data.get("choices")
+    if "choices" not in data and data.get("error"):  # a router's: the model behind it failed
+        raise _error_answer(data["error"], headers, body, route=route)
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
         raise problem("response has no choices")
     message = choices[0].get("message")
@@ -170,6 +172,21 @@ def parse_completion(
         headers=headers,
         problem=problem,
         metadata=metadata,
+    )
+
+
+def _error_answer(
+    error: object, headers: Mapping[str, str], body: bytes, *, route: str
+) -> ProviderError:
+    """The typed error of a 200 answer whose JSON is an ``error`` object."""
+    said = error.get("message") if isinstance(error, dict) else error
+    text = body[:2000].decode("utf-8", errors="replace")
+    return stream_error_kind(error)(
+        said if isinstance(said, str) and said else "the provider answered an error",
+        route=route,
+        status_code=200,
+        headers=headers,
+        body=text,
     )
 
 
@@ -312,7 +329,7 @@ class StreamState:
             if event.data.strip() == "[DONE]":
                 self.done = True
                 return
-            chunk = self._chunk(event.data)
+            chunk = self._chunk(event.data, errs=event.event == "error")
             if chunk.text:
                 self.partial.append(chunk.text)
             if chunk.tool_calls:
@@ -333,11 +350,16 @@ class StreamState:
             raise self.failure(MalformedResponseError, "stream event is not a JSON object")
         return event
 
-    def _chunk(self, data: str) -> StreamChunk:
+    def _chunk(self, data: str, *, errs: bool = False) -> StreamChunk:
+        """The chunk of one event; an error event (``errs``: named ``error``, whose data may
+        be the error itself) raises its typed error."""
         event = self.event_object(data)
-        if "error" in event:
-            message = _error_message(data) or "provider reported an error in the stream"
-            raise self.failure(stream_error_kind(event["error"]), message)
+        if "error" in event or errs:
+            error = event.get("error", event)
+            message = _error_message(data) or _str_or_none(event.get("message"))
+            raise self.failure(
+                stream_error_kind(error), message or "provider reported an error in the stream"
+            )
         usage, _cost = usage_from_payload(
             event.get("usage"), service_tier=event.get("service_tier")
         )
