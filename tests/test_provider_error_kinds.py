@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import time
 
+import anyio
 import pytest
 
 from llmguard_sdk import (
@@ -213,3 +214,53 @@ def test_an_sse_error_event_without_an_error_key_keeps_its_message() -> None:
         raised = _raised(OpenAICompatibleProvider(raw.base_url, name="p"), True)
     assert type(raised) is ProviderUnavailableError
     assert "model is overloaded" in str(raised)
+
+
+def _mislabelled(status: str) -> bytes:
+    page = b"<html>502 Bad Gateway</html>"  # not gzip, whatever the proxy says
+    return (
+        f"HTTP/1.1 {status}\r\ncontent-type: text/html\r\ncontent-encoding: gzip\r\n"
+        f"retry-after: 4\r\ncontent-length: {len(page)}\r\nconnection: close\r\n\r\n"
+    ).encode() + page
+
+
+@pytest.mark.parametrize("mode", ["sync", "async", "async-httpx"])
+@pytest.mark.parametrize("streaming", [False, True])
+@pytest.mark.parametrize(
+    ("status", "kind"),
+    [("429 Too Many Requests", RateLimitedError), ("400 Bad Request", BadRequestError)],
+)
+def test_an_error_answer_whose_body_cannot_be_decoded_keeps_its_status(
+    mode: str, streaming: bool, status: str, kind: type[ProviderError]
+) -> None:
+    """A proxy's error page labelled gzip but sent plain: the status decides the error (it
+    was a MalformedResponseError without status or retry_after, and retried a 400)."""
+    with RawServer(_mislabelled(status)) as raw:
+        provider = OpenAICompatibleProvider(raw.base_url, name="p")
+        raised = _run(provider, mode, streaming)
+    assert type(raised) is kind
+    assert isinstance(raised, ProviderError)
+    assert raised.status_code == int(status.split()[0])
+    assert raised.retry_after == 4.0
+
+
+def _run(provider: OpenAICompatibleProvider, mode: str, streaming: bool) -> Exception:
+    if mode == "sync":
+        return _raised(provider, streaming)
+    if mode == "async-httpx":
+        provider._async_library = "httpx"
+
+    async def run() -> Exception:
+        deadline = time.monotonic() + 5.0
+        try:
+            if streaming:
+                _ = [c async for c in provider.astream(REQUEST, model="m", deadline=deadline)]
+            else:
+                await provider.acomplete(REQUEST, model="m", deadline=deadline)
+        except ProviderError as exc:
+            return exc
+        finally:
+            await provider.aclose()
+        raise AssertionError("the call did not fail")
+
+    return anyio.run(run)

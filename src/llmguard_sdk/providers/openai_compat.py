@@ -18,6 +18,7 @@ round to round with how many are idle), httpx2's does not. Sync calls use httpx.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import socket
 import sys
@@ -28,6 +29,7 @@ from collections.abc import (
     AsyncGenerator,
     AsyncIterator,
     Generator,
+    Iterator,
     Mapping,
     Sequence,
 )
@@ -273,9 +275,10 @@ class OpenAICompatibleProvider(_Streams):
             response = pool.send(built)
             with _Reading(response, deadline):
                 collected = _Collector.of(response, self.name, deadline)
-                for piece in response.iter_bytes():
-                    if collected.add(piece):
-                        break
+                with _undecodable(response, httpx.DecodingError):
+                    for piece in response.iter_bytes():
+                        if collected.add(piece):
+                            break
         except httpx.HTTPError as exc:
             raise _transport_error(exc, self.name, deadline) from exc
         return self._parse(response.status_code, _plain(response.headers), collected.data)
@@ -290,9 +293,10 @@ class OpenAICompatibleProvider(_Streams):
                 response = await pool.asend(built)
                 try:
                     collected = _Collector.of(response, self.name, deadline)
-                    async for piece in response.aiter_bytes():
-                        if collected.add(piece):
-                            break
+                    with _undecodable(response, errors.decoding):
+                        async for piece in response.aiter_bytes():
+                            if collected.add(piece):
+                                break
                 finally:
                     await response.aclose()
         except TimeoutError:
@@ -314,10 +318,11 @@ class OpenAICompatibleProvider(_Streams):
             response = pool.send(built)
             with _Reading(response, deadline):
                 if not state.accept(response.status_code, _plain(response.headers)):
-                    error = _Collector(self.name, deadline, MAX_ERROR_BODY_BYTES, truncate=True)
-                    for piece in response.iter_bytes():
-                        if error.add(piece):
-                            break
+                    error = _Collector.of(response, self.name, deadline)
+                    with _undecodable(response, httpx.DecodingError):
+                        for piece in response.iter_bytes():
+                            if error.add(piece):
+                                break
                     raise state.http_error(error.data)
                 for raw in response.iter_bytes():
                     yield from state.feed(raw)
@@ -349,8 +354,11 @@ class OpenAICompatibleProvider(_Streams):
         try:
             pieces = response.aiter_bytes()
             if not state.accept(response.status_code, _plain(response.headers)):
-                error = _Collector(self.name, deadline, MAX_ERROR_BODY_BYTES, truncate=True)
-                while (piece := await _next_before(pieces, deadline, state, errors)) is not None:
+                error = _Collector.of(response, self.name, deadline)
+                ends = (errors.decoding,)  # an undecodable error body: its status decides
+                while (
+                    piece := await _next_before(pieces, deadline, state, errors, ends)
+                ) is not None:
                     if error.add(piece):
                         break
                 raise state.http_error(error.data)
@@ -383,18 +391,35 @@ def _cap_pools(routes: Sequence[object], limits: LimitsConfig | None) -> LimitsC
 
 
 async def _next_before(
-    pieces: AsyncIterator[bytes], deadline: float, state: StreamState, errors: HttpErrors
+    pieces: AsyncIterator[bytes],
+    deadline: float,
+    state: StreamState,
+    errors: HttpErrors,
+    ends: tuple[type[Exception], ...] = (),
 ) -> bytes | None:
-    """The next piece of an async body, or None at its end; the deadline is exact."""
+    """The next piece of an async body, or None at its end (or on one of ``ends``); the
+    deadline is exact."""
+    ended: tuple[type[BaseException], ...] = (StopAsyncIteration, *ends)
     try:
         with anyio.fail_after(max(0.0, deadline - time.monotonic())):
             return await pieces.__anext__()
-    except StopAsyncIteration:
+    except ended:
         return None
     except TimeoutError:
         raise state.timed_out() from None
     except errors.any as exc:
         raise state.broken(exc, timed_out=isinstance(exc, errors.timeout)) from exc
+
+
+@contextlib.contextmanager
+def _undecodable(response: Any, decoding: type[Exception]) -> Iterator[None]:
+    """An error answer's body that cannot be decoded (a proxy's page labelled gzip, sent
+    plain) ends where it fails: its status decides the error. A 200's fails the call."""
+    try:
+        yield
+    except decoding:
+        if response.status_code == 200:
+            raise
 
 
 class _Collector:
