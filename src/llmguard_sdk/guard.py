@@ -182,9 +182,10 @@ class Guard(Adoption, Lifecycle):
 
     Arguments given here win over the environment. A bad value raises
     :class:`~llmguard_sdk.errors.ConfigurationError` at once, before any call.
-    Building a Guard loads the tokenizer encodings its calls count with (``cl100k_base`` and
-    its routes' models' own where available offline), so that no call spends its deadline
-    loading one.
+    Building a Guard starts loading the tokenizer encodings its calls count with
+    (``cl100k_base`` and its routes' models' own where available offline) in a background
+    thread, so that no call spends its deadline loading one and the construction does not
+    wait for them.
 
     Example::
 
@@ -272,7 +273,7 @@ class Guard(Adoption, Lifecycle):
             tasks=wiring.tasks(tasks, providers, routes),
             releases=wiring.releases(release, self.store, prices, observer),
         )
-        tokens.warm(route.model for route in routes)  # now, not in a call's deadline
+        tokens.warm(route.model for route in routes)  # meanwhile, not in a call's deadline
 
     def __repr__(self) -> str:
         names = ", ".join(route.name for route in self.routes)

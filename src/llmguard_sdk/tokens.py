@@ -188,11 +188,28 @@ def _counter(model: str | None) -> tuple[_Encoding | None, str, bool]:
     return fallback, ("cl100k_base" if fallback is not None else "chars/4"), False
 
 
-def warm(models: Iterable[str | None]) -> None:
-    """Load, now, the encodings counting for ``models`` uses (their own where available
-    offline, and cl100k_base, every count's fallback): a Guard calls it as it is built, so
-    that its first call does not spend its deadline loading one (half a second each)."""
-    for model in {*models, None}:
+def warm(models: Iterable[str | None]) -> threading.Thread | None:
+    """Start loading the encodings counting for ``models`` uses (their own where available
+    offline, and cl100k_base, every count's fallback) in a daemon thread, unless each was
+    looked up already; returns the thread (None: nothing to load). A Guard calls it as it is
+    built: its construction does not wait for the load (half a second each), and its first
+    call does not spend its deadline on it (a count meanwhile waits for the load under way,
+    never loads twice)."""
+    wanted = {*models, None}
+    if _encoding_loaded and all(_looked_up(model) for model in wanted):
+        return None
+    thread = threading.Thread(target=_load, args=(wanted,), name="llmguard-tokenizer", daemon=True)
+    thread.start()
+    return thread
+
+
+def _looked_up(model: str | None) -> bool:
+    name = encoding_for_model(model)
+    return name is None or name == "cl100k_base" or name in _others
+
+
+def _load(models: set[str | None]) -> None:
+    for model in models:
         encoding, _name, _own = _counter(model)
         if encoding is not None:
             encoding.encode("warm")  # (tiktoken builds some of its tables at first use)
