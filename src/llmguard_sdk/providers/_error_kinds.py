@@ -64,17 +64,17 @@ def stream_error_kind(error: object) -> type[ProviderError]:
         for field in ("type", "code", "message")
         if isinstance(error.get(field), str)
     )
-    if any(marker in words for marker in CONTEXT_LENGTH_MARKERS):
-        return ContextLengthExceededError
     named = " ".join(
         str(error.get(field)).lower()
         for field in ("type", "code")
         if isinstance(error.get(field), str)
     )
-    if any(marker in named for marker in _RATE_LIMITED):
+    if any(marker in named for marker in _RATE_LIMITED):  # the named kind before the words
         return RateLimitedError
     if any(marker in named for marker in _DENIED):
         return AuthenticationError
+    if any(marker in words for marker in CONTEXT_LENGTH_MARKERS):
+        return ContextLengthExceededError
     if any(marker in named for marker in _REFUSED):
         return BadRequestError
     return ProviderUnavailableError

@@ -48,6 +48,7 @@ import httpx
 from ..errors import ConfigurationError, ProviderError, ProviderTimeoutError
 from ..models import ChatRequest, ChatResponse, StreamChunk
 from ..telemetry.redaction import register_secret
+from ._error_kinds import stream_error_kind
 from .anthropic import ANTHROPIC_VERSION, build_anthropic_payload, parse_anthropic_message
 from .base import StreamCall, _Streams
 from .wire import build_payload, error_from_status, parse_completion
@@ -299,6 +300,8 @@ class BatchProvider(_Streams):
 
     def _openai_result(self, row: Mapping[str, Any]) -> ChatResponse | BaseException:
         response = row.get("response") or {}
+        if not response and row.get("error"):  # an error file's row: never answered
+            return self._errored(row["error"])
         code = int(response.get("status_code") or 0)
         body = json.dumps(response.get("body") or row.get("error") or {}).encode()
         try:
@@ -323,6 +326,9 @@ class BatchProvider(_Streams):
 
     def _anthropic_result(self, row: Mapping[str, Any]) -> ChatResponse | BaseException:
         result = row.get("result") or {}
+        if result.get("type") == "errored":
+            error = result.get("error")  # {"type": "error", "error": {"type": ..., "message"}}
+            return self._errored(error.get("error", error) if isinstance(error, dict) else error)
         if result.get("type") != "succeeded":
             kind = result.get("type")
             return ProviderError(f"the batch did not answer this call ({kind})", route=self.name)
@@ -331,6 +337,15 @@ class BatchProvider(_Streams):
             return _batch_tier(parse_anthropic_message(200, _JSON, body, route=self.name))
         except ProviderError as exc:
             return exc
+
+    def _errored(self, error: object) -> ProviderError:
+        """The typed error a result's ``error`` names (a rate limit, an overload, a refused
+        request ...), with its message."""
+        said = error.get("message") if isinstance(error, Mapping) else None
+        text = said if isinstance(said, str) and said else "errored"
+        return stream_error_kind(error)(
+            f"the batch did not answer this call: {text}", route=self.name
+        )
 
     # -- closing ----------------------------------------------------------------------------
 
