@@ -16,6 +16,7 @@ from llmguard_sdk import (
     BadRequestError,
     ChatRequest,
     ContextLengthExceededError,
+    MalformedResponseError,
     OpenAICompatibleProvider,
     OpenAIResponsesProvider,
     ProviderError,
@@ -264,3 +265,21 @@ def _run(provider: OpenAICompatibleProvider, mode: str, streaming: bool) -> Exce
         raise AssertionError("the call did not fail")
 
     return anyio.run(run)
+
+
+@pytest.mark.parametrize("mode", ["sync", "async", "async-httpx"])
+def test_a_stream_answered_with_a_json_error_keeps_its_kind(mode: str) -> None:
+    """A router answers a stream request 200 with a JSON error object, not an event stream:
+    it is the error it names (it was a MalformedResponseError about the content type)."""
+    body = json.dumps({"error": {"message": "upstream busy", "code": 429}}).encode()
+    with RawServer(http_response(body)) as raw:
+        raised = _run(OpenAICompatibleProvider(raw.base_url, name="p"), mode, True)
+    assert type(raised) is RateLimitedError
+    assert "upstream busy" in str(raised)
+
+
+def test_a_stream_answered_with_json_that_is_no_error_is_malformed() -> None:
+    with RawServer(http_response(b'{"choices": []}')) as raw:
+        raised = _raised(OpenAICompatibleProvider(raw.base_url, name="p"), True)
+    assert type(raised) is MalformedResponseError
+    assert "content type" in str(raised)

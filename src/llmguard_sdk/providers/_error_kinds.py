@@ -23,7 +23,7 @@ from ..errors import (
     RateLimitedError,
 )
 
-__all__ = ["CONTEXT_LENGTH_MARKERS", "server_says_retry", "stream_error_kind"]
+__all__ = ["CONTEXT_LENGTH_MARKERS", "error_answer", "server_says_retry", "stream_error_kind"]
 
 CONTEXT_LENGTH_MARKERS = (
     "context_length_exceeded",
@@ -78,6 +78,21 @@ def stream_error_kind(error: object) -> type[ProviderError]:
     if any(marker in named for marker in _REFUSED):
         return BadRequestError
     return ProviderUnavailableError
+
+
+def error_answer(
+    error: object, headers: Mapping[str, str], body: bytes, *, route: str
+) -> ProviderError:
+    """The typed error of a 200 answer whose JSON is an ``error`` object."""
+    said = error.get("message") if isinstance(error, dict) else error
+    text = body[:2000].decode("utf-8", errors="replace")
+    return stream_error_kind(error)(
+        said if isinstance(said, str) and said else "the provider answered an error",
+        route=route,
+        status_code=200,
+        headers=headers,
+        body=text,
+    )
 
 
 def _of_status(status: int) -> type[ProviderError]:

@@ -28,7 +28,12 @@ from ..errors import (
     StreamInterruptedError,
 )
 from ..models import ChatRequest, ChatResponse, StreamChunk
-from ._error_kinds import CONTEXT_LENGTH_MARKERS, server_says_retry, stream_error_kind
+from ._error_kinds import (
+    CONTEXT_LENGTH_MARKERS,
+    error_answer,
+    server_says_retry,
+    stream_error_kind,
+)
 from .headers import server_wait_hint
 from .sse import SSEDecoder
 
@@ -144,7 +149,7 @@ def parse_completion(
     data, problem = checked_answer(status, headers, body, route=route)
     choices = data.get("choices")
     if "choices" not in data and data.get("error"):  # a router's: the model behind it failed
-        raise _error_answer(data["error"], headers, body, route=route)
+        raise error_answer(data["error"], headers, body, route=route)
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
         raise problem("response has no choices")
     message = choices[0].get("message")
@@ -172,21 +177,6 @@ def parse_completion(
         headers=headers,
         problem=problem,
         metadata=metadata,
-    )
-
-
-def _error_answer(
-    error: object, headers: Mapping[str, str], body: bytes, *, route: str
-) -> ProviderError:
-    """The typed error of a 200 answer whose JSON is an ``error`` object."""
-    said = error.get("message") if isinstance(error, dict) else error
-    text = body[:2000].decode("utf-8", errors="replace")
-    return stream_error_kind(error)(
-        said if isinstance(said, str) and said else "the provider answered an error",
-        route=route,
-        status_code=200,
-        headers=headers,
-        body=text,
     )
 
 
@@ -312,6 +302,8 @@ class StreamState:
         if status != 200:
             return False
         content_type = self.headers.get("content-type", "")
+        if "json" in content_type:  # a router's error object, read as an error body
+            return False
         if "text/event-stream" not in content_type:
             raise self.failure(
                 MalformedResponseError,
@@ -320,8 +312,19 @@ class StreamState:
         return True
 
     def http_error(self, body: bytes) -> ProviderError:
-        """The typed error of a non-200 answer to a stream request."""
-        return http_error(self.status, self.headers, body, route=self.route)
+        """The typed error of a non-200 answer to a stream request, or of a 200 JSON one
+        (an ``error`` object: the error it names; anything else is malformed)."""
+        if self.status != 200:
+            return http_error(self.status, self.headers, body, route=self.route)
+        try:
+            data = json.loads(body)
+        except _JSON_ERRORS:
+            data = None
+        if isinstance(data, dict) and data.get("error"):
+            return error_answer(data["error"], self.headers, body, route=self.route)
+        kind = self.headers.get("content-type", "")
+        message = f"stream answered with content type {kind!r}, not text/event-stream"
+        return self.failure(MalformedResponseError, message)
 
     def feed(self, raw: bytes) -> Generator[StreamChunk, None, None]:
         """The chunks ``raw`` completes; checks the deadline afterwards."""
