@@ -20,11 +20,12 @@ from typing import TYPE_CHECKING
 from .._state import steps as store_steps
 from ..context import CallContext
 from ..providers.base import Provider
+from ._reserve import Held, refused, unavailable
 from .memory import HoldArgs, MemoryBudgetBackend
 from .policy import BudgetEvent, ReserveResult, nano
 
 if TYPE_CHECKING:
-    from .control import Held, SpendControl
+    from .control import SpendControl
 
 __all__ = ["top_up_steps"]
 
@@ -69,7 +70,7 @@ def top_up_steps(
     notes: list[BudgetEvent] = []
     try:  # refused whatever the budget's on_exhausted: the call is under way on its routes
         if result.unavailable:
-            spend.unavailable(held.specs, result, notes)
-        spend.refused(held.specs[result.refused_index], result, "local", notes)
+            unavailable(spend.config, held.specs, result, notes)
+        refused(spend.config, held.specs[result.refused_index], result, "local", notes)
     finally:
         spend.emit(notes)

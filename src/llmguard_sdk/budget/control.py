@@ -8,52 +8,36 @@ downgraded to the cheaper routes, or sent to the local model only. After the cal
 settled to the served response's cost (the provider's reported cost, else the price table's
 estimate) and alerts fire; a failed call releases it.
 
-The reservation logic is written once, as a generator of backend steps, and driven by a
-sync and an async twin (as the plan in :mod:`llmguard_sdk._core.plan` does for the route loop).
+The reservation logic (:mod:`._reserve`) and the top-ups before a charged retry
+(:mod:`._topup`) are written once, as generators of backend steps, and driven by a sync and
+an async twin (as the plan in :mod:`llmguard_sdk._core.plan` does for the route loop).
 
 .. versionadded:: 0.2.0
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
-import math
-import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
 from typing_extensions import Unpack
 
-from .._ids import UniqueIds
 from .._state import steps as store_steps
 from .._state.stores import RedisStore, Store
 from ..context import CallContext
-from ..errors import (
-    BudgetExceededError,
-    BudgetUnavailableError,
-    ConfigurationError,
-    RequestValidationError,
-)
+from ..errors import BudgetUnavailableError, ConfigurationError, RequestValidationError
 from ..models import ChatResponse, Usage
 from ..providers.base import Provider, is_local
 from ..telemetry._repeats import log_repeated
 from ..tokens import count_text_tokens
+from . import _reserve
 from ._budgets import Budgets, EventHook
-from ._routes import Level, asked_tier, route_tier, takes_completion_limit, tier_routes
+from ._reserve import Held
+from ._routes import asked_tier, route_tier, takes_completion_limit
 from ._topup import top_up_steps
 from .memory import BudgetBackend, MemoryBudgetBackend
-from .policy import (
-    NANO,
-    BudgetEvent,
-    CounterSpec,
-    ReserveResult,
-    RunawayDetector,
-    SettleResult,
-    for_log,
-    nano,
-)
+from .policy import NANO, BudgetEvent, CounterSpec, RunawayDetector, SettleResult, for_log, nano
 from .prices import Cost, PriceTable, cost_of_response
 from .redis import RedisBudgetBackend
 from .scopes import BudgetScope, CounterStatus, ScopeCounters, status_row
@@ -73,26 +57,9 @@ __all__ = [
 ]
 
 _DEGRADED = "degraded"
-_RESERVATION_IDS = UniqueIds(random_digits=8)  # 24 hex digits, as os.urandom(12) gave
 _SCOPE_KEYWORDS = frozenset(BudgetScope.__annotations__)  # tenant, feature, user, tags
 _NOTHING = ChatResponse(text="")  # an attempt that served nothing, priced by its usage
 logger = logging.getLogger("llmguard_sdk")
-
-
-@dataclass
-class Held:
-    """One call's reservation: its id, counters, amount held (nano-dollars, top-ups
-    included), the stages (routes) the call may use, whether it was settled, and the ids of
-    its top-ups (:mod:`._topup`: released when it settles)."""
-
-    rid: str
-    specs: tuple[CounterSpec, ...]
-    amount: int
-    stages: Stages
-    level: Level = "all"
-    done: bool = False
-    notes: list[BudgetEvent] = field(default_factory=list)
-    extra: list[str] = field(default_factory=list)
 
 
 class SpendControl:
@@ -266,133 +233,6 @@ class SpendControl:
             name = "max_completion_tokens" if newer else "max_tokens"
             ctx.request = ctx.request.model_copy(update={name: self.config.default_output_tokens})
 
-    def _steps(
-        self,
-        ctx: CallContext,
-        stages: Stages,
-        notes: list[BudgetEvent],
-        asked: list[Held] | None = None,
-    ) -> store_steps.Step[Held]:
-        """The reservation logic; events to emit are appended to ``notes`` (the caller emits
-        them, also when this raises), the hold to ``asked`` before it goes out."""
-        rid = _RESERVATION_IDS.next()
-        specs = self.scopes.of_call(ctx)
-        stages = self._by_priority(ctx, stages)
-        if not specs:
-            return Held(rid, (), 0, stages)
-        config = self.config
-        self.prepare(ctx)
-        want = ctx.request.output_limit or config.default_output_tokens
-        level: Level = "all"
-        ttl = max(0.0, ctx.remaining()) + config.hold_seconds
-        if asked is not None:  # its amount unknown until the answer: settled to nothing
-            asked.append(Held(rid, specs, 0, stages))
-        while True:
-            routes = self._routes(stages, level)
-            base, per = self.route_price_args(ctx, tier_routes(ctx, routes, level))
-            chosen = stages if level == "all" else dataclasses.replace(stages, routes=routes)
-            if base == 0 and per == 0:  # free routes: nothing to hold
-                return Held(rid, (), 0, chosen, level, notes=notes)
-            minimum = min(config.min_output_tokens, want) if config.clamp_max_tokens else want
-            hold: dict[str, Any] = {
-                "rid": rid,
-                "specs": specs,
-                "base": base,
-                "per_token": per,
-                "want": want,
-                "minimum": minimum,
-                "ttl": ttl,
-            }
-            result: ReserveResult
-            if type(self.backend) is MemoryBudgetBackend:  # its steps only run it: run it here
-                result = self.backend.reserve(**hold)
-            else:
-                result = yield from self.backend.reserve_steps(**hold)
-            if result.allowed:
-                if result.tokens < want:
-                    limit_name = (
-                        "max_completion_tokens"
-                        if ctx.request.max_completion_tokens is not None
-                        else "max_tokens"
-                    )
-                    ctx.request = ctx.request.model_copy(update={limit_name: result.tokens})
-                return Held(rid, specs, result.amount, chosen, level, notes=notes)
-            if result.unavailable:
-                self.unavailable(specs, result, notes)
-            level = self.refused(specs[result.refused_index], result, level, notes)
-
-    def unavailable(
-        self, specs: Sequence[CounterSpec], result: ReserveResult, notes: list[BudgetEvent]
-    ) -> NoReturn:
-        """The backend could not be reached: note it and raise
-        :class:`BudgetUnavailableError`."""
-        notes.append(BudgetEvent("unavailable", self.config.name, "*", action="refused"))
-        raise BudgetUnavailableError(
-            "spend budgets are unavailable (Redis cannot be reached); budgeted calls "
-            "are refused until it answers (Budgets(fail_open=True) counts per process)",
-            scope="*",
-            limit_usd=specs[0].limit / NANO,
-            spent_usd=math.nan,
-            retry_after=result.retry_after,
-        )
-
-    def refused(
-        self, spec: CounterSpec, result: ReserveResult, level: Level, notes: list[BudgetEvent]
-    ) -> Level:
-        """A budget had no room: note it, and the level to try next (a downgrade, local
-        routes only); raises :class:`BudgetExceededError` when the budget refuses (at
-        ``level="local"`` it always does)."""
-        budget = self.config.budgets[spec.budget_index]
-        following = self._next_level(level, budget.on_exhausted)
-        note = BudgetEvent(
-            "exhausted",
-            budget.key_name,
-            spec.scope,
-            limit_usd=spec.limit / NANO,
-            spent_usd=result.spent / NANO,
-            resets_at=result.resets_at,
-            action={"downgrade": "downgraded", "local": "local_only", None: "refused"}[following],
-        )
-        if result.alerted:
-            notes.append(dataclasses.replace(note, kind="alert", threshold=1.0, action=None))
-        notes.append(note)
-        if following is None:
-            held = (result.reserved / NANO) if result.reserved else 0.0
-            raise BudgetExceededError(
-                f"budget {budget.key_name!r} of {spec.scope} has no room for this call: "
-                f"${result.spent / NANO:.6f} spent of ${spec.limit / NANO:.6f}"
-                + (f" (and ${held:.6f} held by calls in flight)" if held else ""),
-                scope=spec.scope,
-                limit_usd=spec.limit / NANO,
-                spent_usd=result.spent / NANO,
-                resets_at=result.resets_at,
-                retry_after=max(0.0, result.resets_at - time.time()),
-            )
-        return following
-
-    def _by_priority(self, ctx: CallContext, stages: Stages) -> Stages:
-        """Batch routes (a :class:`~llmguard_sdk.providers.batch.BatchProvider`: routes whose
-        ``service_tier`` is ``"batch"``) serve the calls with ``priority="batch"``, and only
-        those: a batch call goes to them when the chain has any, other calls never do."""
-        batch = [route for route in stages.routes if route_tier(route) == "batch"]
-        if not batch:
-            return stages
-        wanted = batch if ctx.priority == "batch" else [r for r in stages.routes if r not in batch]
-        return dataclasses.replace(stages, routes=tuple(wanted)) if wanted else stages
-
-    def _routes(self, stages: Stages, level: Level) -> tuple[Provider, ...]:
-        if level == "all":
-            return stages.routes
-        wanted = set(self.config.downgrade_to) if level == "downgrade" else self.local
-        return tuple(route for route in stages.routes if route.name in wanted)
-
-    def _next_level(self, level: Level, policy: str) -> Level | None:
-        if policy == "downgrade" and level == "all":
-            return "downgrade"
-        if policy == "local_only" and level != "local":
-            return "local"
-        return None
-
     def reserve_steps(
         self,
         ctx: CallContext,
@@ -404,7 +244,7 @@ class SpendControl:
         asks the backend again); its events go to ``notes``, for the caller to emit, and its
         hold to ``asked`` before it goes out (a caller cut short before the answer settles
         that to nothing)."""
-        return self._steps(ctx, stages, notes, asked)
+        return _reserve.reserve_steps(self, ctx, stages, notes, asked)
 
     def reserve(self, ctx: CallContext, stages: Stages) -> Held:
         """Hold the call's worst case on its counters (raises BudgetExceededError)."""

@@ -1,0 +1,190 @@
+"""Reserving a call's worst case before its route loop, and what a refusal does.
+
+A call's worst case on the routes it may take is held on every counter it touches in one
+atomic step. A budget without room for it decides by its ``on_exhausted``
+(:data:`~llmguard_sdk.budget.ExhaustionPolicy`): the call is refused, or asks again at the
+next level of routes (:data:`~._routes.Level`: the ``downgrade_to`` routes, or the local
+ones only). Written once, as a generator of backend steps, driven sync or async by
+:class:`~.control.SpendControl`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from .._ids import UniqueIds
+from .._state import steps as store_steps
+from ..context import CallContext
+from ..errors import BudgetExceededError, BudgetUnavailableError
+from ..providers.base import Provider
+from ._budgets import Budgets
+from ._routes import Level, route_tier, tier_routes
+from .memory import MemoryBudgetBackend
+from .policy import NANO, BudgetEvent, CounterSpec, ReserveResult
+
+if TYPE_CHECKING:
+    from .._core.stages import Stages
+    from .control import SpendControl
+
+__all__ = ["Held", "by_priority", "level_routes", "refused", "reserve_steps", "unavailable"]
+
+_RESERVATION_IDS = UniqueIds(random_digits=8)  # 24 hex digits, as os.urandom(12) gave
+
+
+@dataclass
+class Held:
+    """One call's reservation: its id, counters, amount held (nano-dollars, top-ups
+    included), the stages (routes) the call may use, whether it was settled, and the ids of
+    its top-ups (:mod:`._topup`: released when it settles)."""
+
+    rid: str
+    specs: tuple[CounterSpec, ...]
+    amount: int
+    stages: Stages
+    level: Level = "all"
+    done: bool = False
+    notes: list[BudgetEvent] = field(default_factory=list)
+    extra: list[str] = field(default_factory=list)
+
+
+def reserve_steps(
+    spend: SpendControl,
+    ctx: CallContext,
+    stages: Stages,
+    notes: list[BudgetEvent],
+    asked: list[Held] | None = None,
+) -> store_steps.Step[Held]:
+    """The reservation logic; events to emit are appended to ``notes`` (the caller emits
+    them, also when this raises), the hold to ``asked`` before it goes out."""
+    rid = _RESERVATION_IDS.next()
+    specs = spend.scopes.of_call(ctx)
+    stages = by_priority(ctx, stages)
+    if not specs:
+        return Held(rid, (), 0, stages)
+    config = spend.config
+    spend.prepare(ctx)
+    want = ctx.request.output_limit or config.default_output_tokens
+    level: Level = "all"
+    ttl = max(0.0, ctx.remaining()) + config.hold_seconds
+    if asked is not None:  # its amount unknown until the answer: settled to nothing
+        asked.append(Held(rid, specs, 0, stages))
+    while True:
+        routes = level_routes(spend, stages, level)
+        base, per = spend.route_price_args(ctx, tier_routes(ctx, routes, level))
+        chosen = stages if level == "all" else dataclasses.replace(stages, routes=routes)
+        if base == 0 and per == 0:  # free routes: nothing to hold
+            return Held(rid, (), 0, chosen, level, notes=notes)
+        minimum = min(config.min_output_tokens, want) if config.clamp_max_tokens else want
+        hold: dict[str, Any] = {
+            "rid": rid,
+            "specs": specs,
+            "base": base,
+            "per_token": per,
+            "want": want,
+            "minimum": minimum,
+            "ttl": ttl,
+        }
+        result: ReserveResult
+        if type(spend.backend) is MemoryBudgetBackend:  # its steps only run it: run it here
+            result = spend.backend.reserve(**hold)
+        else:
+            result = yield from spend.backend.reserve_steps(**hold)
+        if result.allowed:
+            if result.tokens < want:
+                limit_name = (
+                    "max_completion_tokens"
+                    if ctx.request.max_completion_tokens is not None
+                    else "max_tokens"
+                )
+                ctx.request = ctx.request.model_copy(update={limit_name: result.tokens})
+            return Held(rid, specs, result.amount, chosen, level, notes=notes)
+        if result.unavailable:
+            unavailable(config, specs, result, notes)
+        level = refused(config, specs[result.refused_index], result, level, notes)
+
+
+def unavailable(
+    config: Budgets, specs: Sequence[CounterSpec], result: ReserveResult, notes: list[BudgetEvent]
+) -> NoReturn:
+    """The backend could not be reached: note it and raise
+    :class:`BudgetUnavailableError`."""
+    notes.append(BudgetEvent("unavailable", config.name, "*", action="refused"))
+    raise BudgetUnavailableError(
+        "spend budgets are unavailable (Redis cannot be reached); budgeted calls "
+        "are refused until it answers (Budgets(fail_open=True) counts per process)",
+        scope="*",
+        limit_usd=specs[0].limit / NANO,
+        spent_usd=math.nan,
+        retry_after=result.retry_after,
+    )
+
+
+def refused(
+    config: Budgets,
+    spec: CounterSpec,
+    result: ReserveResult,
+    level: Level,
+    notes: list[BudgetEvent],
+) -> Level:
+    """A budget had no room: note it, and the level to try next (a downgrade, local
+    routes only); raises :class:`BudgetExceededError` when the budget refuses (at
+    ``level="local"`` it always does)."""
+    budget = config.budgets[spec.budget_index]
+    following = _next_level(level, budget.on_exhausted)
+    note = BudgetEvent(
+        "exhausted",
+        budget.key_name,
+        spec.scope,
+        limit_usd=spec.limit / NANO,
+        spent_usd=result.spent / NANO,
+        resets_at=result.resets_at,
+        action={"downgrade": "downgraded", "local": "local_only", None: "refused"}[following],
+    )
+    if result.alerted:
+        notes.append(dataclasses.replace(note, kind="alert", threshold=1.0, action=None))
+    notes.append(note)
+    if following is None:
+        held = (result.reserved / NANO) if result.reserved else 0.0
+        raise BudgetExceededError(
+            f"budget {budget.key_name!r} of {spec.scope} has no room for this call: "
+            f"${result.spent / NANO:.6f} spent of ${spec.limit / NANO:.6f}"
+            + (f" (and ${held:.6f} held by calls in flight)" if held else ""),
+            scope=spec.scope,
+            limit_usd=spec.limit / NANO,
+            spent_usd=result.spent / NANO,
+            resets_at=result.resets_at,
+            retry_after=max(0.0, result.resets_at - time.time()),
+        )
+    return following
+
+
+def by_priority(ctx: CallContext, stages: Stages) -> Stages:
+    """Batch routes (a :class:`~llmguard_sdk.providers.batch.BatchProvider`: routes whose
+    ``service_tier`` is ``"batch"``) serve the calls with ``priority="batch"``, and only
+    those: a batch call goes to them when the chain has any, other calls never do."""
+    batch = [route for route in stages.routes if route_tier(route) == "batch"]
+    if not batch:
+        return stages
+    wanted = batch if ctx.priority == "batch" else [r for r in stages.routes if r not in batch]
+    return dataclasses.replace(stages, routes=tuple(wanted)) if wanted else stages
+
+
+def level_routes(spend: SpendControl, stages: Stages, level: Level) -> tuple[Provider, ...]:
+    """The routes of ``stages`` a call at ``level`` may take."""
+    if level == "all":
+        return stages.routes
+    wanted = set(spend.config.downgrade_to) if level == "downgrade" else spend.local
+    return tuple(route for route in stages.routes if route.name in wanted)
+
+
+def _next_level(level: Level, policy: str) -> Level | None:
+    if policy == "downgrade" and level == "all":
+        return "downgrade"
+    if policy == "local_only" and level != "local":
+        return "local"
+    return None
