@@ -22,6 +22,7 @@ from .adapters import (
     PrefixCacheStats,
     add_cache_breakpoints,
     prompt_cache_key,
+    static_prefix_hash,
 )
 from .builder import Document, Example, Prompt, PromptBuilder, canonical_json
 from .drift import DriftHook, DriftMonitor, PrefixDrift, default_drift_monitor
@@ -49,4 +50,5 @@ __all__ = [
     "default_drift_monitor",
     "lint_text",
     "prompt_cache_key",
+    "static_prefix_hash",
 ]

@@ -21,10 +21,11 @@ from __future__ import annotations
 import hashlib
 import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .._json import canonical_json
 from ..context import CallEvent
 
 __all__ = [
@@ -36,6 +37,7 @@ __all__ = [
     "PrefixCacheStats",
     "add_cache_breakpoints",
     "prompt_cache_key",
+    "static_prefix_hash",
 ]
 
 TEMPLATE_KEY = "llmguard.prompt.template"
@@ -49,6 +51,17 @@ CACHE_HISTORY_KEY = "llmguard.prompt.cache_history"
 
 _EPHEMERAL: dict[str, Any] = {"type": "ephemeral"}
 _KEY_CHARS = re.compile(r"[^A-Za-z0-9_.:-]+")
+
+
+def static_prefix_hash(system: str, tools: Sequence[Mapping[str, Any]] | None = None) -> str:
+    """The prefix hash of a static part: its system message's text and its tools (as canonical
+    JSON, in their order). :attr:`PromptBuilder.prefix_hash
+    <llmguard_sdk.prompts.PromptBuilder.prefix_hash>` is this hash of its static part; a
+    :class:`~llmguard_sdk.releases.Release` whose system prompt replaces that part stamps the
+    request with this hash of what it sends."""
+    listed = canonical_json([dict(t) for t in tools]) if tools else ""
+    document = canonical_json({"system": system, "tools": listed})
+    return hashlib.sha256(document.encode()).hexdigest()[:16]
 
 
 def prompt_cache_key(template: str, tenant: str | None = None) -> str:

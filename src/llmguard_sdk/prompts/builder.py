@@ -21,7 +21,6 @@ Sections 1-4 are the *static part*: one system message whose text, with the tool
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import threading
@@ -41,6 +40,7 @@ from .adapters import (
     STATIC_MESSAGES_KEY,
     TEMPLATE_KEY,
     prompt_cache_key,
+    static_prefix_hash,
 )
 from .drift import DriftMonitor, default_drift_monitor
 from .lint import RULES, LintWarning, lint_text
@@ -104,9 +104,7 @@ class _Static:
             ]
             sections["documents"] = "\n\n".join([self.documents_heading, *docs])
         text = "\n\n".join(v for k, v in sections.items() if k != "tools")
-        digest = hashlib.sha256(
-            canonical_json({"system": text, "tools": sections.get("tools", "")}).encode()
-        ).hexdigest()[:16]
+        digest = static_prefix_hash(text, self.tools)
         object.__setattr__(self, "sections", sections)
         object.__setattr__(self, "text", text)
         object.__setattr__(self, "prefix_hash", digest)

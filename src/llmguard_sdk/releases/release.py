@@ -20,6 +20,12 @@ from .._problems import problems
 from ..budget.prices import PriceTable
 from ..errors import ConfigurationError, MovingModelAliasError
 from ..models import ChatRequest
+from ..prompts.adapters import (
+    CACHE_HISTORY_KEY,
+    PREFIX_HASH_KEY,
+    STATIC_MESSAGES_KEY,
+    static_prefix_hash,
+)
 from ..providers.base import Provider
 from ..router import DeploymentGroup
 from .policy import CanaryPolicy
@@ -142,21 +148,53 @@ class Release:
         )
 
     def apply(self, request: ChatRequest) -> ChatRequest:
-        """``request`` with this release's parameters (where unset) and system prompt."""
+        """``request`` with this release's parameters (where unset) and system prompt.
+
+        A :class:`~llmguard_sdk.prompts.PromptBuilder`'s request keeps metadata that describe
+        what is sent: its prefix hash is the release's prompt's (with the request's tools),
+        the prompt counts as static, and the history's breakpoint moves with an inserted
+        message."""
         update = {k: v for k, v in self.parameters.items() if getattr(request, k) is None}
-        if self.system_prompt is not None:
+        if self.system_prompt is not None and request.messages:
             messages = list(request.messages)
-            first = messages[0] if messages else None
-            system = type(first)(role="system", content=self.system_prompt) if first else None
-            if first is not None and first.role == "system":
-                messages[0] = system  # type: ignore[assignment]
-            elif system is not None:
+            first = messages[0]
+            system = type(first)(role="system", content=self.system_prompt)
+            inserted = first.role != "system"
+            if inserted:
                 messages.insert(0, system)
+            else:
+                messages[0] = system
             update["messages"] = messages
+            metadata = _prompt_metadata(request, self.system_prompt, inserted)
+            if metadata is not None:
+                update["metadata"] = metadata
         return request.model_copy(update=update) if update else request
 
     def __repr__(self) -> str:
         return f"Release({self.id!r}, routes={[p.name for p in self.providers]})"
+
+
+def _prompt_metadata(
+    request: ChatRequest, system_prompt: str, inserted: bool
+) -> dict[str, str] | None:
+    """A builder's request's metadata once ``system_prompt`` leads its messages (``inserted``
+    before them, or in the place of its first): None for a request no builder made."""
+    metadata = request.metadata or {}
+    if PREFIX_HASH_KEY not in metadata:
+        return None
+    updated = dict(metadata)
+    updated[PREFIX_HASH_KEY] = static_prefix_hash(system_prompt, request.tools)
+    static = _count(metadata.get(STATIC_MESSAGES_KEY))
+    updated[STATIC_MESSAGES_KEY] = str(max(static + inserted, 1))
+    history = _count(metadata.get(CACHE_HISTORY_KEY))
+    if history:  # the breakpoint stays on the history's last message
+        updated[CACHE_HISTORY_KEY] = str(history + inserted)
+    return updated
+
+
+def _count(value: str | None) -> int:
+    """A metadata count (a decimal string); 0 when absent or no count."""
+    return int(value) if value is not None and value.isascii() and value.isdigit() else 0
 
 
 def _checked_parameters(name: str, parameters: Mapping[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,89 @@
+"""A release's prompt over a PromptBuilder's request: what is sent and what the request's
+metadata says about it (prefix hash, static messages, the history's breakpoint) agree."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from llmguard_sdk import AnthropicProvider, Guard, PromptBuilder
+from llmguard_sdk.prompts import CACHE_HISTORY_KEY, PREFIX_HASH_KEY, STATIC_MESSAGES_KEY
+from llmguard_sdk.providers.anthropic import anthropic_params
+from llmguard_sdk.releases import Release
+from llmguard_sdk.testing import FakeProvider
+
+TOOL = {"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}
+STATIC = " ".join(f"Rule {i}: answer from the handbook and cite the rule." for i in range(40))
+RELEASED = " ".join(f"Rule {i}: answer in one sentence, cite nothing." for i in range(40))
+HISTORY = [
+    {"role": "user", "content": "My bike squeaks. " * 20},
+    {"role": "assistant", "content": "Oil the chain. " * 20},
+]
+
+
+@pytest.fixture
+def api() -> Iterator[FakeProvider]:
+    with FakeProvider(model="claude-fake-2025-01-01", prefix_cache=True) as server:
+        yield server
+
+
+def release(api: FakeProvider | None = None) -> Release:
+    url = api.base_url if api is not None else "http://127.0.0.1:9"
+    route = AnthropicProvider(url, api_key="k", model="claude-fake-2025-01-01")
+    return Release("support", "v2", route, system_prompt=RELEASED)
+
+
+def test_a_replaced_static_part_is_described_by_the_prefix_hash_sent() -> None:
+    built = PromptBuilder(
+        "support", instructions=STATIC, tools=[TOOL], examples=[("Q", "A")], drift=None
+    ).build("Which oil?")
+    applied = release().apply(built.request())
+    assert applied.messages[0].content == RELEASED
+    # the hash a builder whose static part is the release's prompt (and the same tools) has
+    expected = PromptBuilder("other", instructions=RELEASED, tools=[TOOL], drift=None)
+    assert applied.metadata is not None
+    assert applied.metadata[PREFIX_HASH_KEY] == expected.prefix_hash != built.prefix_hash
+    assert applied.metadata[STATIC_MESSAGES_KEY] == "1"
+
+
+def test_a_release_prompt_before_a_builders_history_keeps_its_breakpoints() -> None:
+    built = PromptBuilder("chat", drift=None).build("Which oil?", history=HISTORY)
+    assert built.static_messages == 0
+    applied = release().apply(built.request(cache_history=True))
+    assert applied.metadata is not None
+    assert (
+        applied.metadata[PREFIX_HASH_KEY]
+        == PromptBuilder("x", instructions=RELEASED, drift=None).prefix_hash
+    )
+    assert (applied.metadata[STATIC_MESSAGES_KEY], applied.metadata[CACHE_HISTORY_KEY]) == (
+        "1", "3"
+    )  # fmt: skip
+    params = anthropic_params(applied)
+    assert params["system"][0]["cache_control"] == {"type": "ephemeral"}  # the release's prompt
+    assert "cache_control" not in str(params["messages"][0])
+    assert params["messages"][1]["content"][-1]["cache_control"] == {"type": "ephemeral"}
+
+
+def test_a_guard_serving_a_release_caches_the_prompt_it_sends(api: FakeProvider) -> None:
+    builder = PromptBuilder("chat", drift=None)
+    with Guard(release=release(api), timeout=10, retry=None, environ={}) as guard:
+        answers = [
+            guard.chat(request=builder.build(q, history=HISTORY).request(cache_history=True))
+            for q in ("Which oil?", "How often?")
+        ]
+    body = api.requests[-1].body
+    assert body["system"][0] == {
+        "type": "text", "text": RELEASED, "cache_control": {"type": "ephemeral"}
+    }  # fmt: skip
+    assert body["messages"][1]["content"][-1]["cache_control"] == {"type": "ephemeral"}
+    usage = answers[-1].usage
+    assert usage is not None
+    assert usage.cached_input_tokens >= len(RELEASED.split()) + 2 * 4 + 3 * 20 + 3 * 20
+
+
+def test_a_request_not_built_by_a_builder_gets_no_prompt_metadata() -> None:
+    from llmguard_sdk import ChatRequest
+
+    plain = ChatRequest(messages=[{"role": "user", "content": "hi"}])
+    assert release().apply(plain).metadata is None
