@@ -40,11 +40,12 @@ unless it is a whole ``.../openai/...`` URL.
 from __future__ import annotations
 
 import contextlib
+import difflib
 import importlib
 import json
 import os
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
@@ -76,6 +77,7 @@ __all__ = [
     "ResolvedRoute",
     "load_config",
     "naming",
+    "options_for",
     "resolve",
     "tasks_of",
 ]
@@ -259,6 +261,11 @@ def load_config(source: str | os.PathLike[str] | Mapping[str, Any]) -> ConfigFil
     where = "configuration"
     if isinstance(source, Mapping):
         data: Any = dict(source)
+    elif not isinstance(source, (str, os.PathLike)):  # a number raised TypeError from Path
+        raise ConfigurationError(
+            f"a configuration is a file's path (str or os.PathLike) or a mapping, got "
+            f"{type(source).__name__}"
+        )
     else:
         path = Path(source)
         where = str(path)
@@ -279,7 +286,7 @@ def naming(source: str | os.PathLike[str] | Mapping[str, Any]) -> Iterator[None]
     try:
         yield
     except ConfigurationError as exc:
-        where = None if isinstance(source, Mapping) else str(Path(source))
+        where = str(Path(source)) if isinstance(source, (str, os.PathLike)) else None
         if where is None or type(exc) is not ConfigurationError or where in str(exc):
             raise
         raise ConfigurationError(f"{where}: {exc}") from None
@@ -406,6 +413,46 @@ def tasks_of(config: ConfigFile, entries: list[Provider | DeploymentGroup]) -> T
     except ConfigurationError as exc:
         raise ConfigurationError(f"tasks: {exc}") from None
     return router
+
+
+_CHAIN = {  # options that would replace the file's routes, and what to do instead
+    "providers": "add the route to its routes, or build Guard(providers, ...) in code",
+    "routes": "add the route to its routes, or build Guard(providers, ...) in code",
+    "release": "a release's routes replace them: build Guard(release=...) in code",
+}
+
+
+def options_for(
+    options: Mapping[str, Any], accepted: Collection[str], config: ConfigFile | None = None
+) -> dict[str, Any]:
+    """The :class:`~llmguard_sdk.Guard` arguments ``options`` (``from_config``'s keywords)
+    add to what the file gives. One the Guard does not take, one that would replace the
+    file's routes (``providers``, ``release``) and ``tasks`` beside the file's ``[tasks]``
+    are :class:`ConfigurationError`s naming the option (the first two raised a bare
+    ``TypeError``, the last dropped the file's table); without ``config`` only the names are
+    checked. ``None`` for a setting the file gives keeps the file's (``None`` is the Guard's
+    "not given"), as ``providers=None`` and ``release=None`` are nothing given."""
+    for name, value in options.items():
+        if name in _CHAIN and value is not None:
+            raise ConfigurationError(
+                f"Guard.from_config takes no {name}=: the configuration's routes are the "
+                f"chain ({_CHAIN[name]})"
+            )
+        if name in _CHAIN:  # None: not given
+            continue
+        if name not in accepted:
+            near = difflib.get_close_matches(name, sorted(accepted), n=1)
+            hint = f"did you mean {near[0]}=?" if near else "it takes the Guard's arguments"
+            raise ConfigurationError(f"Guard.from_config got an unknown option {name}=; {hint}")
+    if config is None:
+        return dict(options)
+    if options.get("tasks") is not None and config.tasks is not None:
+        raise ConfigurationError(
+            "Guard.from_config: tasks= and the configuration's tasks table both route the "
+            "calls: give one of them"
+        )
+    given = {*config.settings(), *_CHAIN, *(("tasks",) if config.tasks is not None else ())}
+    return {k: v for k, v in options.items() if v is not None or k not in given}
 
 
 def _in_group(info: ResolvedRoute, group: str) -> ResolvedRoute:

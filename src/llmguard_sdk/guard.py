@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, TypedDict, overload
@@ -13,7 +14,7 @@ from typing_extensions import Unpack
 
 from . import tokens
 from ._adoption import Adoption
-from ._config_file import CONFIG_ENV, load_config, naming, resolve, tasks_of
+from ._config_file import CONFIG_ENV, load_config, naming, options_for, resolve, tasks_of
 from ._core import wiring
 from ._core.buffered import achat_stream, chat_stream
 from ._core.calls import MessagesArg, acomplete_call, call_context, complete_call, stream_flag
@@ -314,13 +315,23 @@ class Guard(Adoption, Lifecycle):
         file ``LLMGUARD_CONFIG`` names). The file gives the routes (provider shortcuts such as
         ``openai/gpt-4o-mini``, deployment groups, the local model) and settings (``timeout``,
         ``store`` ...); ``options`` are any other :class:`Guard` arguments and win over the
-        file. Keys are ``${VARIABLE}`` references read from ``environ`` (default
+        file's settings (``None`` keeps the file's). An option the Guard does not take, one
+        that would replace the file's routes (``providers``, ``release``) and ``tasks`` beside
+        the file's ``[tasks]`` raise :class:`~llmguard_sdk.errors.ConfigurationError` naming
+        it. Keys are ``${VARIABLE}`` references read from ``environ`` (default
         ``os.environ``), never stored in the file. A bad configuration raises
         :class:`~llmguard_sdk.errors.ConfigurationError` naming the file and the key.
         ``llmguard check FILE`` validates one and prints its routes.
 
         .. versionadded:: 0.2.0
         """
+        accepted = [*inspect.signature(cls).parameters][1:]  # (not providers)
+        options_for(options, accepted)  # (before the file is read: a typo is said first)
+        if environ is not None and not isinstance(environ, Mapping):  # (read before the Guard)
+            raise ConfigurationError(
+                f"Guard.from_config environ= must be a mapping of variables or None, got "
+                f"{type(environ).__name__}"
+            )
         env = os.environ if environ is None else environ
         if source is None:
             source = env.get(CONFIG_ENV) or None
@@ -328,6 +339,7 @@ class Guard(Adoption, Lifecycle):
                 raise ConfigurationError(f"no configuration given and {CONFIG_ENV} is not set")
         with naming(source):
             config = load_config(source)
+            options = options_for(options, accepted, config)
             entries, _routes = resolve(config, env)
             tasks = tasks_of(config, entries)
             settings = {**config.settings(env), **({"tasks": tasks} if tasks is not None else {})}

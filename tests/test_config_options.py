@@ -1,0 +1,72 @@
+"""``Guard.from_config``'s own arguments: the options it passes on to the Guard, the source and
+the environment, each of the wrong kind a ConfigurationError naming it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from llmguard_sdk import ConfigurationError, Guard, OpenAICompatibleProvider, TaskRouter
+
+ROUTE = {"model": "vllm/m", "name": "a", "base_url": "http://127.0.0.1:9/v1"}
+CONFIG: dict[str, Any] = {"routes": [ROUTE], "timeout": 5, "store": "memory"}
+TASKS = {"tiers": {"small": ["a"]}}
+
+
+@pytest.mark.parametrize("name", ["providers", "routes", "release"])
+def test_an_option_that_would_replace_the_files_routes_says_where_routes_go(name: str) -> None:
+    """``providers=`` was a bare ``TypeError`` ("got multiple values for argument"),
+    ``routes=`` one about an unexpected keyword, ``release=`` "pass providers or release=,
+    not both" (the caller passed no providers)."""
+    route = OpenAICompatibleProvider("http://127.0.0.1:9/v1", model="m", name="b")
+    with pytest.raises(ConfigurationError, match=f"takes no {name}=: the configuration's routes"):
+        Guard.from_config(CONFIG, environ={}, **{name: [route]})
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [("timeuot", "unknown option timeuot=; did you mean timeout=?"), ("bogus", "bogus=")],
+)
+def test_an_option_the_guard_does_not_take_is_named_before_the_file_is_read(
+    tmp_path: Path, name: str, expected: str
+) -> None:
+    """It was Python's ``TypeError`` about ``Guard.__init__``, after the file was read."""
+    missing = tmp_path / "absent.toml"
+    with pytest.raises(ConfigurationError, match=expected.replace("?", r"\?")):
+        Guard.from_config(missing, environ={}, **{name: 3})
+
+
+def test_tasks_beside_the_files_tasks_table_is_refused_and_alone_it_is_used() -> None:
+    """The file's ``[tasks]`` table was dropped without a word for ``tasks=``."""
+    router = TaskRouter({"only": ["a"]})
+    with pytest.raises(ConfigurationError, match="tasks= and the configuration's tasks table"):
+        Guard.from_config({**CONFIG, "tasks": TASKS}, environ={}, tasks=router)
+    with Guard.from_config(CONFIG, environ={}, tasks=router, telemetry=False) as guard:
+        assert guard._stages.tasks is not None
+    with Guard.from_config({**CONFIG, "tasks": TASKS}, environ={}, tasks=None) as guard:
+        assert guard._stages.tasks is not None  # None: the file's table
+
+
+def test_none_for_a_setting_the_file_gives_keeps_the_files() -> None:
+    """``timeout=None`` (a wrapper passing its own default on) replaced the file's 5 s with
+    the Guard's 60 s default; ``None`` is the Guard's "not given"."""
+    with Guard.from_config(CONFIG, environ={}, timeout=None, store=None) as guard:
+        assert guard.settings.timeout == 5
+        assert guard.settings.store == "memory"
+    with Guard.from_config(CONFIG, environ={}, timeout=7, providers=None) as guard:
+        assert guard.settings.timeout == 7  # a value still wins over the file's
+
+
+@pytest.mark.parametrize("source", [5, b"guard.toml", ["guard.toml"]])
+def test_a_source_of_the_wrong_kind_is_a_configuration_error(source: Any) -> None:
+    """A number, bytes or a list raised ``TypeError`` from ``pathlib``."""
+    with pytest.raises(ConfigurationError, match="a configuration is a file's path"):
+        Guard.from_config(source, environ={})
+
+
+def test_an_environ_that_is_not_a_mapping_is_a_configuration_error() -> None:
+    """A list raised ``AttributeError`` (``'list' object has no attribute 'get'``)."""
+    with pytest.raises(ConfigurationError, match="environ= must be a mapping"):
+        Guard.from_config(CONFIG, environ=["OPENAI_API_KEY=sk"])  # type: ignore[arg-type]
