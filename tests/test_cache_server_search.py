@@ -7,6 +7,7 @@ another process without the change stream, and removed on eviction, expiry and c
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -214,4 +215,57 @@ def test_a_partitions_vector_set_expires_with_its_longest_lived_entry(
         short.store(ask("How do I change the e-mail address of my account?"), answer("x"))
     assert all(server.pttl(key) > 60_000 for key in sets)
     short.close()
+    cache.close()
+
+
+def test_an_entrys_vector_is_stored_once_in_its_vector_set(redis8_url: str, server: Any) -> None:
+    """Each entry's vector was stored twice: in its partition's vector set and in the
+    entry's JSON too (base64 of float16: 2.7 KB an entry with the default embedder, which
+    nothing read back with server-side search). The JSON now holds no vector."""
+    cache = ResponseCache(redis8_url, key_prefix="vs-once", vector_search="server")
+    assert cache.store(ask(FAQ), answer("once"))
+    (key,) = server.scan_iter(match="vs-once:cache:*:e:*")
+    stored = json.loads(server.get(key))
+    assert "vector" not in stored
+    assert stored["query"] == FAQ
+    assert stored["embedder"] == cache.embedder.name
+    assert sum(vector_sets(server, "vs-once").values()) == 1
+    slim = server.memory_usage(key)
+    entry = cache.entry_for(ask(FAQ), answer("once"))
+    assert entry is not None
+    assert entry.vector is not None
+    server.set(key, entry.model_dump_json(), keepttl=True)  # as an earlier version wrote it
+    assert server.memory_usage(key) - slim >= len(entry.vector)  # 2,732 bytes of base64
+    cache.close()
+
+
+def test_entries_an_earlier_version_wrote_with_their_vector_are_still_served(
+    redis8_url: str, server: Any
+) -> None:
+    """A rolling upgrade: entries an earlier version wrote (the vector in the JSON as well
+    as in the vector set) are found exactly, by similarity and stale, and evicted with their
+    vector, beside the entries this version writes."""
+    cache = ResponseCache(redis8_url, key_prefix="vs-old", vector_search="server", max_entries=2)
+    assert cache.store(ask(FAQ), answer("old format"))
+    entry = cache.entry_for(ask(FAQ), answer("old format"))
+    assert entry is not None
+    (key,) = server.scan_iter(match="vs-old:cache:*:e:*")
+    server.set(key, entry.model_dump_json(), keepttl=True)
+    assert "vector" in json.loads(server.get(key))
+    for lookup, kind in ((cache.lookup, "exact"), (cache.lookup_stale, "stale")):
+        hit = lookup(ask(FAQ))
+        assert hit is not None
+        assert (hit.kind, hit.matched, hit.response.text) == (kind, "exact", "old format")
+    for lookup, kind in ((cache.lookup, "semantic"), (cache.lookup_stale, "stale")):
+        hit = lookup(ask(PARAPHRASE))
+        assert hit is not None
+        assert (hit.kind, hit.matched, hit.response.text) == (kind, "semantic", "old format")
+    cache.store(ask("How do I change the e-mail address of my account?"), answer("new"))
+    cache.store(ask("What are your opening hours on public holidays?"), answer("9 to 5"))
+    # max_entries=2: the old entry, least recently used, left its vector set with it
+    assert server.get(key) is None
+    assert sum(vector_sets(server, "vs-old").values()) == 2
+    hit = cache.lookup(ask("What are your opening hours on public holiday?"))
+    assert hit is not None
+    assert hit.response.text == "9 to 5"
     cache.close()
