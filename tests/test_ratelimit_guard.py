@@ -358,3 +358,22 @@ def test_the_local_route_counts_with_its_own_tokenizer() -> None:
         assert counted.tokens == answer.usage.input_tokens
     finally:
         local.close()
+
+
+def test_a_route_whose_model_counts_like_the_calls_reuses_the_calls_count() -> None:
+    from llmguard_sdk import OpenAICompatibleProvider
+    from llmguard_sdk._core.limits import route_input_tokens
+    from llmguard_sdk.context import CallContext, Scope
+
+    request = ChatRequest(messages=[Message(role="user", content="Where is my parcel?")])
+    for model, alike in (("fake-model", True), ("another-unknown-model", True), ("gpt-4", False)):
+        route = OpenAICompatibleProvider("http://127.0.0.1:9", model=model, name="r")
+        ctx = CallContext(request=request, scope=Scope(), deadline=1e12)
+        counted = route_input_tokens(ctx, route)
+        # the call counts without a model: an estimate with cl100k_base, as any model
+        # tiktoken does not know counts; gpt-4's own encoding is cl100k_base, not an estimate
+        assert (counted is ctx.input_tokens()) is alike, model
+        assert (model in ctx.route_counts) is not alike, model
+        assert counted.tokens == count_request_tokens(request, model).tokens
+        assert counted.estimated is alike
+        route.close()

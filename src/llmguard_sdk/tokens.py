@@ -188,6 +188,13 @@ def _counter(model: str | None) -> tuple[_Encoding | None, str, bool]:
     return fallback, ("cl100k_base" if fallback is not None else "chars/4"), False
 
 
+def counts_alike(first: str | None, second: str | None) -> bool:
+    """Whether requests counted for model ``first`` and for ``second`` get the same count:
+    the same encoding, the model's own for both or for neither (a route whose model counts
+    like the call's reuses the call's count instead of encoding the request again)."""
+    return first == second or _counter(first)[1:] == _counter(second)[1:]
+
+
 def warm(models: Iterable[str | None]) -> threading.Thread | None:
     """Start loading the encodings counting for ``models`` uses (their own where available
     offline, and cl100k_base, every count's fallback) in a daemon thread, unless each was

@@ -18,7 +18,7 @@ from ..providers.headers import rate_limit_reset_seconds
 from ..ratelimit import Grant, LearnArgs, SettleArgs
 from ..ratelimit._rules import new_call_id
 from ..retry.policy import MIN_ATTEMPT_SECONDS
-from ..tokens import TokenCount, count_request_tokens, count_text_tokens
+from ..tokens import TokenCount, count_request_tokens, count_text_tokens, counts_alike
 from .stages import Stages
 
 __all__ = [
@@ -71,7 +71,7 @@ def route_input_tokens(ctx: CallContext, route: Provider) -> TokenCount:
         if isinstance(counted, int):
             return TokenCount(counted, estimated=False, method=f"{route.name} tokenizer")
     model = route.model or ctx.request.model
-    if model is None or model == (ctx.input_model or ctx.request.model):
+    if model is None or counts_alike(model, ctx.input_model or ctx.request.model):
         return ctx.input_tokens()  # the count the call's other stages use
     count = ctx.route_counts.get(model)
     if count is None:
