@@ -7,8 +7,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from llmguard_sdk import AnthropicProvider, Guard, PromptBuilder
-from llmguard_sdk.prompts import CACHE_HISTORY_KEY, PREFIX_HASH_KEY, STATIC_MESSAGES_KEY
+from llmguard_sdk import AnthropicProvider, Guard, OpenAICompatibleProvider, PromptBuilder
+from llmguard_sdk.prompts import (
+    CACHE_HISTORY_KEY,
+    PREFIX_HASH_KEY,
+    STATIC_MESSAGES_KEY,
+    TEMPLATE_KEY,
+)
 from llmguard_sdk.providers.anthropic import anthropic_params
 from llmguard_sdk.releases import Release
 from llmguard_sdk.testing import FakeProvider
@@ -16,6 +21,7 @@ from llmguard_sdk.testing import FakeProvider
 TOOL = {"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}
 STATIC = " ".join(f"Rule {i}: answer from the handbook and cite the rule." for i in range(40))
 RELEASED = " ".join(f"Rule {i}: answer in one sentence, cite nothing." for i in range(40))
+ROUTE_A = OpenAICompatibleProvider("http://127.0.0.1:9", model="m-2025-01-01", name="a")
 HISTORY = [
     {"role": "user", "content": "My bike squeaks. " * 20},
     {"role": "assistant", "content": "Oil the chain. " * 20},
@@ -87,3 +93,42 @@ def test_a_request_not_built_by_a_builder_gets_no_prompt_metadata() -> None:
 
     plain = ChatRequest(messages=[{"role": "user", "content": "hi"}])
     assert release().apply(plain).metadata is None
+
+
+# -- a release's parameters where the call (or its builder) set some -----------------------------
+
+
+@pytest.mark.parametrize(
+    ("released", "own"),
+    [("max_completion_tokens", "max_tokens"), ("max_tokens", "max_completion_tokens")],
+)
+def test_a_calls_own_output_limit_wins_under_either_name(released: str, own: str) -> None:
+    with FakeProvider(model="m-2025-01-01") as fake:
+        route = OpenAICompatibleProvider(fake.base_url, model="m-2025-01-01", name="a")
+        bound = Release("bot", "v1", route, parameters={released: 100})
+        with Guard(release=bound, environ={}, telemetry=False, retry=None) as guard:
+            guard.chat([{"role": "user", "content": "hi"}], **{own: 3})
+            guard.chat([{"role": "user", "content": "hi"}])
+    mine, theirs = (r.body for r in fake.requests)
+    assert mine[own] == 3
+    assert released not in mine  # the call's limit is the limit: the release sets no other
+    assert theirs[released] == 100
+
+
+def test_a_releases_extra_body_and_metadata_join_a_builders_request() -> None:
+    bound = Release(
+        "bot", "v1", ROUTE_A,
+        parameters={
+            "extra_body": {"service_tier": "flex", "prompt_cache_key": "release"},
+            "metadata": {"tags": "release-v1"},
+        },
+    )  # fmt: skip
+    request = PromptBuilder("support", instructions="Be kind.", drift=None).build("Hi?").request()
+    applied = bound.apply(request)
+    assert applied.extra_body == {
+        "service_tier": "flex",
+        "prompt_cache_key": request.extra_body["prompt_cache_key"],  # the request's own wins
+    }
+    assert applied.metadata is not None
+    assert applied.metadata["tags"] == "release-v1"
+    assert applied.metadata[TEMPLATE_KEY] == "support"

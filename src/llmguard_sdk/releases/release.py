@@ -78,7 +78,9 @@ class Release:
         system_prompt: the system message it sends (replaces the request's first one, or
             goes first when the request has none).
         parameters: request parameters (``temperature``, ``max_tokens`` ...) applied where a
-            call sets none; validated as a request's (a bad one raises
+            call sets none (a mapping's keys where the call's lacks them; an output limit
+            where the call has neither ``max_tokens`` nor ``max_completion_tokens``);
+            validated as a request's (a bad one raises
             :class:`~llmguard_sdk.errors.ConfigurationError`).
         allow_alias: accept moving model aliases (``gpt-4o``); otherwise they raise
             :class:`~llmguard_sdk.errors.MovingModelAliasError`.
@@ -150,11 +152,15 @@ class Release:
     def apply(self, request: ChatRequest) -> ChatRequest:
         """``request`` with this release's parameters (where unset) and system prompt.
 
+        A mapping (``extra_body``, ``metadata`` ...) joins the request's, whose own keys win;
+        a request with an output limit (``max_tokens`` or ``max_completion_tokens``) takes
+        neither from the release.
+
         A :class:`~llmguard_sdk.prompts.PromptBuilder`'s request keeps metadata that describe
         what is sent: its prefix hash is the release's prompt's (with the request's tools),
         the prompt counts as static, and the history's breakpoint moves with an inserted
         message."""
-        update = {k: v for k, v in self.parameters.items() if getattr(request, k) is None}
+        update = _unset_parameters(self.parameters, request)
         if self.system_prompt is not None and request.messages:
             messages = list(request.messages)
             first = messages[0]
@@ -165,7 +171,9 @@ class Release:
             else:
                 messages[0] = system
             update["messages"] = messages
-            metadata = _prompt_metadata(request, self.system_prompt, inserted)
+            metadata = _prompt_metadata(
+                request, update.get("metadata", request.metadata), self.system_prompt, inserted
+            )
             if metadata is not None:
                 update["metadata"] = metadata
         return request.model_copy(update=update) if update else request
@@ -174,12 +182,32 @@ class Release:
         return f"Release({self.id!r}, routes={[p.name for p in self.providers]})"
 
 
+_OUTPUT_LIMITS = ("max_tokens", "max_completion_tokens")
+
+
+def _unset_parameters(parameters: Mapping[str, Any], request: ChatRequest) -> dict[str, Any]:
+    """What ``parameters`` set that ``request`` does not: a mapping's keys it lacks, an output
+    limit only when it has neither (a release's ``max_completion_tokens`` beside a call's
+    ``max_tokens`` became its limit), any other field where it is unset."""
+    update: dict[str, Any] = {}
+    for name, value in parameters.items():
+        own = getattr(request, name)
+        if name in _OUTPUT_LIMITS and request.output_limit is not None:
+            continue
+        if own is None:
+            update[name] = value
+        elif isinstance(own, Mapping) and isinstance(value, Mapping):
+            update[name] = {**value, **own}  # (a builder's request has both: they were lost)
+    return update
+
+
 def _prompt_metadata(
-    request: ChatRequest, system_prompt: str, inserted: bool
+    request: ChatRequest, metadata: Mapping[str, str] | None, system_prompt: str, inserted: bool
 ) -> dict[str, str] | None:
-    """A builder's request's metadata once ``system_prompt`` leads its messages (``inserted``
-    before them, or in the place of its first): None for a request no builder made."""
-    metadata = request.metadata or {}
+    """A builder's request's ``metadata`` once ``system_prompt`` leads its messages
+    (``inserted`` before them, or in the place of its first): None for a request no builder
+    made."""
+    metadata = metadata or {}
     if PREFIX_HASH_KEY not in metadata:
         return None
     updated = dict(metadata)
