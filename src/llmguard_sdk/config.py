@@ -15,7 +15,9 @@ variable                    meaning                                             
 ``LLMGUARD_CONFIG``         a configuration file for ``Guard.from_config()``        none
 =========================== ===================================================== ===========
 
-Values given in code win over the environment.
+Values given in code win over the environment. In code a number is a number: a string
+(``timeout="5"``) is a :class:`~llmguard_sdk.errors.ConfigurationError`, as it is in a
+request; the variables (and configuration files) are text, read as numbers.
 
 .. versionadded:: 0.1.0
 """
@@ -52,6 +54,20 @@ def _not_a_bool(value: object) -> object:
     if isinstance(value, bool):
         raise ValueError("a bool is not a number")
     return value
+
+
+_NUMBERS = ("timeout", "attempt_timeout", "max_input_tokens", "retry_attempts")
+
+
+def _check_number(name: str, value: object) -> None:
+    """A number given in code is a number: a string (``timeout="5"``) is refused, as a
+    request's numbers are; only the environment and configuration files are text."""
+    if name in _NUMBERS and isinstance(value, (str, bytes, bytearray)):
+        raise ConfigurationError(
+            f"invalid settings: argument {name}=: must be a number, got a string "
+            f"({value!r:.40}); strings are read from {ENV_PREFIX}{name.upper()} and "
+            "configuration files only"
+        )
 
 
 class GuardSettings(BaseModel):
@@ -113,6 +129,7 @@ class GuardSettings(BaseModel):
             if name not in cls.model_fields:
                 raise ConfigurationError(f"unknown setting {name!r}")
             if value is not None:
+                _check_number(name, value)
                 values[name] = value
                 sources[name] = f"argument {name}="
         try:

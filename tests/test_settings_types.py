@@ -1,0 +1,36 @@
+"""The Guard's numeric settings: numbers in code, text in the environment and in files."""
+
+from __future__ import annotations
+
+import pytest
+
+from llmguard_sdk import ConfigurationError, Guard, OpenAICompatibleProvider
+
+SETTINGS = [("timeout", "5"), ("attempt_timeout", "2"), ("max_input_tokens", "100")]
+
+
+def _route() -> OpenAICompatibleProvider:
+    return OpenAICompatibleProvider("http://127.0.0.1:9/v1", model="m")
+
+
+@pytest.mark.parametrize(("name", "text"), SETTINGS)
+def test_a_string_where_code_gives_a_number_is_refused_naming_the_setting(
+    name: str, text: str
+) -> None:
+    """``Guard(timeout="5")`` was read as 5 s: a typed library refuses a string for a number,
+    as a request's ``max_tokens="5"`` is refused."""
+    with pytest.raises(ConfigurationError, match=f"argument {name}=: must be a number") as caught:
+        Guard(_route(), environ={}, telemetry=False, **{name: text})
+    assert f"LLMGUARD_{name.upper()}" in str(caught.value)  # where text belongs
+
+
+@pytest.mark.parametrize(("name", "text"), SETTINGS)
+def test_the_environment_and_files_still_give_numbers_as_text(name: str, text: str) -> None:
+    with Guard(_route(), environ={f"LLMGUARD_{name.upper()}": text}, telemetry=False) as guard:
+        assert getattr(guard.settings, name) == float(text)
+    route = {"model": "vllm/m", "base_url": "http://127.0.0.1:9/v1"}
+    config = {"routes": [route], name: text}  # (a YAML or JSON file may quote a number)
+    with Guard.from_config(config, environ={}, telemetry=False) as guard:
+        assert getattr(guard.settings, name) == float(text)
+    with Guard(_route(), environ={}, telemetry=False, **{name: int(text)}) as guard:
+        assert getattr(guard.settings, name) == float(text)
