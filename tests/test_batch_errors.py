@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import re
 import threading
@@ -15,11 +16,15 @@ import pytest
 from llmguard_sdk import (
     BadRequestError,
     ChatRequest,
+    ChatResponse,
+    MalformedResponseError,
     ProviderError,
+    ProviderTimeoutError,
     ProviderUnavailableError,
     RateLimitedError,
 )
 from llmguard_sdk.providers.batch import BatchProvider
+from llmguard_sdk.testing import FakeProvider
 
 REQUEST = ChatRequest.model_validate({"messages": [{"role": "user", "content": "hi"}]})
 
@@ -129,3 +134,111 @@ def test_an_openai_batch_row_error_keeps_its_kind_and_message(
     raised = _failure(batches, "openai", result)
     assert type(raised) is RateLimitedError
     assert "too many tokens in flight" in str(raised)
+
+
+# -- against FakeProvider's batch APIs: rows it breaks, results that are no answer ------------
+
+
+def _text_of(row: dict[str, Any]) -> str:
+    """The answer text of a result row of either API (the fake echoes the question)."""
+    if "result" in row:
+        return str(row["result"]["message"]["content"][0]["text"])
+    return str(row["response"]["body"]["choices"][0]["message"]["content"])
+
+
+def _outcomes(
+    fake: FakeProvider, api: Literal["openai", "anthropic"], questions: list[str]
+) -> dict[str, ChatResponse | BaseException]:
+    """Each question's answer or error, all sent as one batch."""
+    route = BatchProvider(
+        fake.base_url, api=api, model="m", window=5.0, max_batch=len(questions),
+        poll_interval=0.02,
+    )  # fmt: skip
+
+    def ask(question: str) -> ChatResponse:
+        request = ChatRequest.model_validate({"messages": [{"role": "user", "content": question}]})
+        return route.complete(request, model="m", deadline=time.monotonic() + 10)
+
+    try:
+        with concurrent.futures.ThreadPoolExecutor(len(questions)) as pool:
+            futures = {q: pool.submit(ask, q) for q in questions}
+            return {q: f.exception() or f.result() for q, f in futures.items()}
+    finally:
+        route.close()
+
+
+BROKEN_ROWS: list[Callable[[dict[str, Any]], object]] = [
+    lambda row: {k: v for k, v in row.items() if k != "custom_id"},  # no custom_id
+    lambda row: json.dumps(row)[:40],  # cut: not JSON
+    lambda row: "[1, 2]",  # JSON, not an object
+    lambda row: {**row, "custom_id": 7},  # a custom_id that is no string
+]
+
+
+@pytest.mark.parametrize("broken", BROKEN_ROWS)
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+def test_a_row_that_names_no_call_costs_only_its_own_call(
+    fake: FakeProvider, api: Literal["openai", "anthropic"], broken: Callable[..., object]
+) -> None:
+    """A malformed row failed the whole batch (every caller got ``the batch failed:
+    KeyError``); the rows read answer their calls, the call left without one is told so."""
+    fake.batch_rows = lambda row: broken(row) if "two" in _text_of(row) else row  # type: ignore[attr-defined]
+    got = _outcomes(fake, api, ["one", "two", "three"])
+    assert isinstance(got["one"], ChatResponse)
+    assert got["one"].text == "Echo: one"
+    assert isinstance(got["three"], ChatResponse)
+    assert got["three"].text == "Echo: three"
+    missing = got["two"]
+    assert type(missing) is ProviderError
+    assert "without this call's result" in str(missing)
+    assert "1 result row could not be read" in str(missing)
+
+
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+def test_a_row_whose_result_is_malformed_fails_its_call_alone(
+    fake: FakeProvider, api: Literal["openai", "anthropic"]
+) -> None:
+    """A row naming its call whose result has the wrong shape (a string) fails that call as
+    malformed; it failed the whole batch."""
+    key = "result" if api == "anthropic" else "response"
+    fake.batch_rows = lambda row: {**row, key: "oops"} if "two" in _text_of(row) else row  # type: ignore[attr-defined]
+    got = _outcomes(fake, api, ["one", "two"])
+    assert isinstance(got["one"], ChatResponse)
+    assert isinstance(got["two"], MalformedResponseError)
+
+
+@pytest.mark.parametrize(
+    ("api", "make", "kind", "retryable"),
+    [
+        ("anthropic", lambda i: {"custom_id": i, "result": {"type": "expired"}},
+         ProviderTimeoutError, True),
+        ("anthropic", lambda i: {"custom_id": i, "result": {"type": "canceled"}},
+         ProviderUnavailableError, False),
+        ("openai", lambda i: {"custom_id": i, "response": None, "error": {
+            "code": "batch_expired", "message": "not run before the window ended"}},
+         ProviderTimeoutError, True),
+        ("openai", lambda i: {"custom_id": i, "response": None, "error": {
+            "code": "batch_cancelled", "message": "the batch was cancelled"}},
+         ProviderUnavailableError, False),
+        ("openai", lambda i: {"custom_id": i, "response": None, "error": {
+            "code": "request_timeout", "message": "the model timed out"}},
+         ProviderTimeoutError, True),
+    ],
+)  # fmt: skip
+def test_a_result_the_batch_never_ran_says_why(
+    fake: FakeProvider,
+    api: Literal["openai", "anthropic"],
+    make: Callable[[str], dict[str, Any]],
+    kind: type[ProviderError],
+    retryable: bool,
+) -> None:
+    """An expired request is a timeout (another batch may serve it); a cancelled one is
+    not resubmitted (someone cancelled the batch at the provider). Both were a bare
+    ProviderError."""
+    fake.batch_rows = lambda row: make(row["custom_id"])  # type: ignore[attr-defined]
+    (raised,) = _outcomes(fake, api, ["q"]).values()
+    assert type(raised) is kind
+    assert isinstance(raised, ProviderError)
+    assert raised.retryable is retryable
+    word = "expired" if kind is ProviderTimeoutError and api == "anthropic" else ""
+    assert word in str(raised)

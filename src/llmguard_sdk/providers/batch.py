@@ -39,13 +39,19 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import AsyncGenerator, Generator, Mapping
+from collections.abc import AsyncGenerator, Callable, Generator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import httpx
 
-from ..errors import ConfigurationError, ProviderError, ProviderTimeoutError
+from ..errors import (
+    ConfigurationError,
+    MalformedResponseError,
+    ProviderError,
+    ProviderTimeoutError,
+    ProviderUnavailableError,
+)
 from ..models import ChatRequest, ChatResponse, StreamChunk
 from ..telemetry.redaction import register_secret
 from ._error_kinds import stream_error_kind
@@ -59,6 +65,11 @@ logger = logging.getLogger("llmguard_sdk")
 
 _JSON = {"content-type": "application/json"}
 _ENDED = {"completed", "failed", "expired", "cancelled", "ended"}
+_NOT_JSON = (ValueError, RecursionError)  # a bad line, bad UTF-8, 100k nested brackets
+_EXPIRED = {"expired", "batch_expired", "request_timeout"}  # not run in time: a timeout
+_CANCELLED = {"canceled", "batch_cancelled"}  # someone cancelled the batch at the provider
+
+Outcome = ChatResponse | BaseException
 
 
 @dataclass
@@ -212,29 +223,60 @@ class BatchProvider(_Streams):
         if not calls:
             return
         try:
-            results = self._openai(calls) if self.api == "openai" else self._anthropic(calls)
+            results, note = self._openai(calls) if self.api == "openai" else self._anthropic(calls)
             for call in calls:
                 found = results.get(call.custom_id)
-                _settle(call.future, self._missing() if found is None else found)
+                _settle(call.future, self._missing(note) if found is None else found)
         except BaseException as exc:  # every caller gets the batch's failure
             failure = exc if isinstance(exc, ProviderError) else self._failed(exc)
             for call in calls:
                 _settle(call.future, failure)
 
-    def _missing(self) -> ProviderError:
-        return ProviderError("the batch ended without this call's result", route=self.name)
+    def _missing(self, note: str) -> ProviderError:
+        """The error of a call the ended batch has no result row for (``note``: why there
+        may be none: rows that named no call, the batch's own failure)."""
+        said = f" ({note})" if note else ""
+        return ProviderError(f"the batch ended without this call's result{said}", route=self.name)
 
     def _failed(self, exc: BaseException) -> ProviderError:
         return ProviderError(f"the batch failed: {exc!r}", route=self.name)
 
-    def _checked(self, response: httpx.Response) -> Any:
-        """A JSON answer's object, a JSON Lines answer's bytes; the typed error otherwise."""
+    def _ok(self, response: httpx.Response) -> httpx.Response:
+        """``response`` when it is a 200; its typed error otherwise."""
         if response.status_code != 200:
             raise error_from_status(
                 response.status_code, response.headers, response.text[:2000], route=self.name
             )
-        kind = response.headers.get("content-type", "")
-        return response.content if "jsonl" in kind or "json" not in kind else response.json()
+        return response
+
+    def _checked(self, response: httpx.Response) -> Any:
+        """A JSON answer's object; the typed error of an error answer."""
+        return self._ok(response).json()
+
+    def _read(
+        self, url: str, result: Callable[[Mapping[str, Any]], Outcome]
+    ) -> tuple[dict[str, Outcome], int]:
+        """The outcome of each call a result file (JSON Lines, whatever its content type)
+        has a row for, by ``custom_id``, and how many rows named no call (not JSON, no
+        ``custom_id``): those cost only their own calls, which are left without a result."""
+        response = self._ok(self._http.get(url))
+        found: dict[str, Outcome] = {}
+        unread = 0
+        for line in response.content.splitlines():  # bytes: U+2028 in a string is no end
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except _NOT_JSON:
+                row = None
+            custom_id = row.get("custom_id") if isinstance(row, dict) else None
+            if isinstance(custom_id, str):
+                found[custom_id] = result(row)
+            else:
+                unread += 1
+        if unread:
+            logger.warning("%s: %d batch result rows named no call", self.name, unread)
+        return found, unread
 
     def _poll(self, path: str, calls: list[_Call], ended: str) -> dict[str, Any]:
         """The batch's status once ``ended`` says it ended; ProviderTimeoutError past the
@@ -260,7 +302,7 @@ class BatchProvider(_Streams):
         except (httpx.HTTPError, ProviderError) as exc:
             logger.warning("%s: could not cancel the batch %s: %r", self.name, path, exc)
 
-    def _openai(self, calls: list[_Call]) -> dict[str, ChatResponse | BaseException]:
+    def _openai(self, calls: list[_Call]) -> tuple[dict[str, Outcome], str]:
         lines = "".join(
             json.dumps(
                 {
@@ -291,25 +333,29 @@ class BatchProvider(_Streams):
             )
         )
         status = self._poll(f"batches/{created['id']}", calls, "status")
-        found: dict[str, ChatResponse | BaseException] = {}
+        found: dict[str, Outcome] = {}
+        unread = 0
         for file_id in (status.get("output_file_id"), status.get("error_file_id")):
             if file_id:
-                for row in _rows(self._checked(self._http.get(f"files/{file_id}/content"))):
-                    found[row["custom_id"]] = self._openai_result(row)
-        return found
+                rows, skipped = self._read(f"files/{file_id}/content", self._openai_result)
+                found.update(rows)
+                unread += skipped
+        return found, _note(unread)
 
-    def _openai_result(self, row: Mapping[str, Any]) -> ChatResponse | BaseException:
+    def _openai_result(self, row: Mapping[str, Any]) -> Outcome:
         response = row.get("response") or {}
         if not response and row.get("error"):  # an error file's row: never answered
             return self._errored(row["error"])
-        code = int(response.get("status_code") or 0)
+        code = response.get("status_code") if isinstance(response, dict) else None
+        if not isinstance(code, int) or isinstance(code, bool):
+            return self._malformed("its response has no status_code")
         body = json.dumps(response.get("body") or row.get("error") or {}).encode()
         try:
             return _batch_tier(parse_completion(code, _JSON, body, route=self.name))
         except ProviderError as exc:
             return exc
 
-    def _anthropic(self, calls: list[_Call]) -> dict[str, ChatResponse | BaseException]:
+    def _anthropic(self, calls: list[_Call]) -> tuple[dict[str, Outcome], str]:
         created = self._checked(
             self._http.post(
                 "messages/batches",
@@ -318,19 +364,22 @@ class BatchProvider(_Streams):
         )
         status = self._poll(f"messages/batches/{created['id']}", calls, "processing_status")
         url = status.get("results_url")
-        found: dict[str, ChatResponse | BaseException] = {}
-        if url:
-            for row in _rows(self._checked(self._http.get(url))):
-                found[row["custom_id"]] = self._anthropic_result(row)
-        return found
+        if not url:
+            return {}, ""
+        found, unread = self._read(url, self._anthropic_result)
+        return found, _note(unread)
 
-    def _anthropic_result(self, row: Mapping[str, Any]) -> ChatResponse | BaseException:
-        result = row.get("result") or {}
-        if result.get("type") == "errored":
+    def _anthropic_result(self, row: Mapping[str, Any]) -> Outcome:
+        result = row.get("result")
+        if not isinstance(result, dict):
+            return self._malformed("it has no result object")
+        kind = result.get("type")
+        if kind == "errored":
             error = result.get("error")  # {"type": "error", "error": {"type": ..., "message"}}
             return self._errored(error.get("error", error) if isinstance(error, dict) else error)
-        if result.get("type") != "succeeded":
-            kind = result.get("type")
+        if kind in _EXPIRED or kind in _CANCELLED:
+            return self._not_run(str(kind), None)
+        if kind != "succeeded":
             return ProviderError(f"the batch did not answer this call ({kind})", route=self.name)
         body = json.dumps(result.get("message") or {}).encode()
         try:
@@ -340,11 +389,33 @@ class BatchProvider(_Streams):
 
     def _errored(self, error: object) -> ProviderError:
         """The typed error a result's ``error`` names (a rate limit, an overload, a refused
-        request ...), with its message."""
+        request, a request the batch never ran ...), with its message."""
         said = error.get("message") if isinstance(error, Mapping) else None
         text = said if isinstance(said, str) and said else "errored"
+        code = error.get("code") if isinstance(error, Mapping) else None
+        if code in _EXPIRED or code in _CANCELLED:
+            return self._not_run(str(code), text)
         return stream_error_kind(error)(
             f"the batch did not answer this call: {text}", route=self.name
+        )
+
+    def _not_run(self, kind: str, said: str | None) -> ProviderError:
+        """The error of a request the batch never ran (unbilled). Expired (the batch's
+        window ended first) or timed out: a :class:`ProviderTimeoutError`, which another
+        batch may serve. Cancelled: someone cancelled the batch at the provider (this
+        route cancels only batches nobody waits for), so it is not sent again, neither
+        retried nor moved on to the next route: a :class:`ProviderUnavailableError` (the
+        route served no answer) that is not retryable."""
+        text = f"the batch did not run this call ({kind})" + (f": {said}" if said else "")
+        if kind in _EXPIRED:
+            return ProviderTimeoutError(text, route=self.name)
+        error = ProviderUnavailableError(text, route=self.name)
+        error.retryable = False
+        return error
+
+    def _malformed(self, why: str) -> MalformedResponseError:
+        return MalformedResponseError(
+            f"the batch's result row for this call is malformed: {why}", route=self.name
         )
 
     # -- closing ----------------------------------------------------------------------------
@@ -377,9 +448,11 @@ def _settle(
         pass
 
 
-def _rows(content: Any) -> list[dict[str, Any]]:
-    text = content.decode() if isinstance(content, bytes) else json.dumps(content)
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
+def _note(unread: int) -> str:
+    """Why a call may have no result row: ``unread`` rows named no call."""
+    if not unread:
+        return ""
+    return f"{unread} result row{'' if unread == 1 else 's'} could not be read"
 
 
 def _batch_tier(response: ChatResponse) -> ChatResponse:

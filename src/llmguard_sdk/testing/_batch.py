@@ -16,7 +16,10 @@ Both: ``POST .../{id}/cancel`` cancels a batch that is not done: it ends at once
 
 A batch is answered when it is created (each request as the chat or messages endpoint would
 answer it, counted in the provider's stats) and reported done ``batch_seconds`` later (an
-attribute of the :class:`~llmguard_sdk.testing.FakeProvider`, default 0.2 s).
+attribute of the :class:`~llmguard_sdk.testing.FakeProvider`, default 0.2 s). Its
+``batch_rows`` attribute, when set, rewrites each result row as it is stored:
+``batch_rows(row)`` returns the row to write (a dict), a raw line (a str: a row the provider
+broke) or ``None`` (the row left out).
 """
 
 from __future__ import annotations
@@ -141,6 +144,17 @@ def _multipart_file(headers: dict[str, str], raw: bytes) -> tuple[bytes, str] | 
     return None if content is None else (content, purpose)
 
 
+def _lines(provider: FakeProvider, rows: list[dict[str, Any]]) -> bytes:
+    """The JSON Lines of a batch's result rows, each as ``provider.batch_rows`` rewrites it."""
+    edit = getattr(provider, "batch_rows", None)
+    out = []
+    for row in rows:
+        written = edit(row) if edit is not None else row
+        if written is not None:
+            out.append(written if isinstance(written, str) else json.dumps(written))
+    return "".join(line + "\n" for line in out).encode()
+
+
 class _BatchHandler(_BaseHandler):
     def _batch_api(self, path: str, raw: bytes, n: int) -> bool:
         """Answer a batch API request; False when ``path`` is not one."""
@@ -197,7 +211,7 @@ class _BatchHandler(_BaseHandler):
                 }
             )
         output_id = f"file-{uuid.uuid4().hex[:16]}"
-        store.files[output_id] = "".join(json.dumps(row) + "\n" for row in out).encode()
+        store.files[output_id] = _lines(provider, out)
         batch_id = f"batch_{uuid.uuid4().hex[:16]}"
         store.batches[batch_id] = {
             "kind": "openai",
@@ -228,7 +242,8 @@ class _BatchHandler(_BaseHandler):
         store.batches[batch_id] = {
             "kind": "anthropic",
             "done_at": time.monotonic() + getattr(provider, "batch_seconds", 0.2),
-            "results": "".join(json.dumps(row) + "\n" for row in rows).encode(),
+            "results": _lines(provider, rows),
+            "ids": [row["custom_id"] for row in rows],
             "count": len(rows),
         }
         return 200, self._anthropic_status(batch_id, store.batches[batch_id])
@@ -246,8 +261,7 @@ class _BatchHandler(_BaseHandler):
         if time.monotonic() < batch["done_at"]:
             batch["cancelled"], batch["done_at"] = True, time.monotonic()
             if kind == "anthropic":
-                ids = [json.loads(line)["custom_id"] for line in batch["results"].splitlines()]
-                canceled = ({"custom_id": i, "result": {"type": "canceled"}} for i in ids)
+                canceled = ({"custom_id": i, "result": {"type": "canceled"}} for i in batch["ids"])
                 batch["results"] = "".join(json.dumps(r) + "\n" for r in canceled).encode()
         if kind == "anthropic":
             return 200, self._anthropic_status(parts[-1], batch)
