@@ -18,6 +18,10 @@ from llmguard_sdk.providers.anthropic import anthropic_params
 from llmguard_sdk.releases import Release
 from llmguard_sdk.testing import FakeProvider
 
+from .test_telemetry import Exported, exporting
+
+otel = pytest.fixture(exporting, name="otel")
+
 TOOL = {"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}
 STATIC = " ".join(f"Rule {i}: answer from the handbook and cite the rule." for i in range(40))
 RELEASED = " ".join(f"Rule {i}: answer in one sentence, cite nothing." for i in range(40))
@@ -132,3 +136,23 @@ def test_a_releases_extra_body_and_metadata_join_a_builders_request() -> None:
     assert applied.metadata is not None
     assert applied.metadata["tags"] == "release-v1"
     assert applied.metadata[TEMPLATE_KEY] == "support"
+
+
+# -- telemetry ------------------------------------------------------------------------------------
+
+
+def test_a_calls_span_carries_its_releases_prompt_version(otel: Exported) -> None:
+    with FakeProvider(model="m-2025-01-01") as fake:
+        route = OpenAICompatibleProvider(fake.base_url, model="m-2025-01-01", name="a")
+        versioned = Release("bot", "v1", route, system_prompt="Be kind.", prompt_version="p7")
+        with Guard(release=versioned, environ={}, telemetry=otel.telemetry) as guard:
+            guard.chat([{"role": "user", "content": "hi"}])
+        with Guard(release=Release("bot", "v2", route), environ={}, telemetry=otel.telemetry) as g:
+            g.chat([{"role": "user", "content": "hi"}])
+    first, second = (
+        dict(s.attributes or {}) for s in otel.finished() if "llmguard.kind" in (s.attributes or {})
+    )
+    assert (first["llmguard.release"], first["llmguard.release.prompt_version"]) == (
+        "bot@v1", "p7"
+    )  # fmt: skip
+    assert "llmguard.release.prompt_version" not in second  # a release without one

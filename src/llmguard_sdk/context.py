@@ -177,6 +177,7 @@ class CallContext:
     region: str | None = None  # the region whose deployments the call prefers
     task: TaskChoice | None = None  # the call's tier (task routing) and cascade record
     release: str | None = None  # the release serving the call (name@version), if any
+    prompt_version: str | None = None  # that release's prompt_version, if it has one
     arm: Literal["control", "canary", "shadow"] | None = None  # its side of the release
     base_request: ChatRequest | None = None  # the request before the release applied itself
 

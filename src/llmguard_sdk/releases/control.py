@@ -152,6 +152,7 @@ class ReleaseControl:
         key = ctx.scope.user if sticky == "user" else ctx.scope.tenant
         release, arm = self.serving(key)
         ctx.release, ctx.arm, ctx.base_request = release.id, arm, ctx.request
+        ctx.prompt_version = release.prompt_version
         ctx.request = release.apply(ctx.request)  # before a ranking counts its tokens
         ctx.route_order = self._routing[release.id].ranked(ctx, prices)
         ctx.cache_tags = (f"release:{release.id}",)

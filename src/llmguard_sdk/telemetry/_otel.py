@@ -363,6 +363,8 @@ class Telemetry:
         if ctx.release is not None:  # which release served the call, on which side
             attributes["llmguard.release"] = ctx.release
             attributes["llmguard.release.arm"] = ctx.arm or "control"
+            if ctx.prompt_version is not None:  # (the span's: no metric label)
+                attributes["llmguard.release.prompt_version"] = ctx.prompt_version
         if response is not None:
             add_response(attributes, response, self.names)
         elif ctx.unserved_usd is not None:  # no answer: what its attempts that went out cost
