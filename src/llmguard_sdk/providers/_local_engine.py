@@ -26,6 +26,7 @@ from ..errors import (
 from ..models import ChatRequest, StreamChunk, Usage
 from ._emitter import _Emitter
 from ._llama import _load_llama, _response_grammar
+from ._llama_log import expected_aborts, install_log_filter
 
 if TYPE_CHECKING:
     from .local import LocalProvider
@@ -116,6 +117,7 @@ class _Engine:
             stop_token_ids=[eos],
         )
         self._abort = _abort_callback()
+        install_log_filter()  # our aborts are expected: llama.cpp's lines about them are not shown
         self._go_on = ctypes.create_string_buffer(2)  # the flag read between jobs: never set
 
     def tokens(self, messages: list[dict[str, str]]) -> list[int]:
@@ -242,7 +244,8 @@ class _Engine:
         aborts llama.cpp's computation (of a long prompt too) at once."""
         self._watch(job.abort_flag)
         try:
-            self._generate(job, stop)
+            with expected_aborts(job.abort_flag):
+                self._generate(job, stop)
         except RuntimeError:  # llama_decode returned 2: aborted (or failed, then re-raised)
             if not self._halted(job, stop):
                 raise
