@@ -15,7 +15,7 @@ from llmguard_sdk.prompts import (
     TEMPLATE_KEY,
 )
 from llmguard_sdk.providers.anthropic import anthropic_params
-from llmguard_sdk.releases import Release
+from llmguard_sdk.releases import CanaryPolicy, Release, ReleasePlan
 from llmguard_sdk.testing import FakeProvider
 
 from .test_telemetry import Exported, exporting
@@ -156,3 +156,27 @@ def test_a_calls_span_carries_its_releases_prompt_version(otel: Exported) -> Non
         "bot@v1", "p7"
     )  # fmt: skip
     assert "llmguard.release.prompt_version" not in second  # a release without one
+
+
+# -- moves by hand --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("move", ["promote", "rollback"])
+def test_a_canary_moves_by_hand_before_the_guards_first_call(move: str) -> None:
+    with FakeProvider(model="m-2025-01-01") as a, FakeProvider(model="m-2025-02-01") as b:
+        current = Release(
+            "bot", "v1", OpenAICompatibleProvider(a.base_url, name="a", model="m-2025-01-01")
+        )
+        candidate = Release(
+            "bot", "v2", OpenAICompatibleProvider(b.base_url, name="b", model="m-2025-02-01")
+        )
+        policy = CanaryPolicy(stages=(0.5, 1.0), flush_interval=60.0)
+        plan = ReleasePlan(current, candidate=candidate, canary=policy)
+        with Guard(release=plan, environ={}, telemetry=False) as guard:
+            assert guard.releases is not None
+            stage = getattr(guard.releases, move)()  # it raised LookupError: no canary stored
+            answer = guard.chat([{"role": "user", "content": "hi"}], user="u1")
+    assert (stage.status, stage.candidate) == (
+        ("promoted", "bot@v2") if move == "promote" else ("rolled_back", "bot@v2")
+    )
+    assert answer.route == ("b" if move == "promote" else "a")

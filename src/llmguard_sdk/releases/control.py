@@ -332,15 +332,18 @@ class ReleaseControl:
 
     def promote(self) -> Stage:
         """Move the canary to its next stage now, in every process."""
-        with self._flushing:
-            stage = move_by_hand(*self._canary(), "promote")
-            self._moved(stage)
-        return stage
+        return self._move("promote")
 
     def rollback(self) -> Stage:
         """Send every call back to the release now, in every process."""
+        return self._move("rollback")
+
+    def _move(self, action: str) -> Stage:
+        canary = self._canary()
         with self._flushing:
-            stage = move_by_hand(*self._canary(), "rollback")
+            if self._stage is None:  # before the first call: its candidate is stored first
+                self._flush()
+            stage = move_by_hand(*canary, action)
             self._moved(stage)
         return stage
 
