@@ -64,6 +64,7 @@ from pydantic import (
 
 from ._config_tasks import TasksConfig
 from ._problems import problems
+from ._state.stores import _redacted
 from .config import _bad_store, _not_a_bool
 from .errors import ConfigurationError
 from .providers.anthropic import AnthropicProvider
@@ -78,6 +79,7 @@ __all__ = [
     "load_config",
     "naming",
     "options_for",
+    "redacted",
     "resolve",
     "tasks_of",
 ]
@@ -86,6 +88,7 @@ CONFIG_ENV = "LLMGUARD_CONFIG"
 _REFERENCE = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$")
 _EMBEDDED = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")  # "Bearer ${TOKEN}"
 _CREDENTIAL_HEADER = re.compile(r"(?i)authorization|key|token|secret|password")
+_QUERY_PARAMETER = re.compile(r"([?&])([^=&#]+)=([^&#]*)")
 
 # shortcut -> (base URL or None, environment variable of the key, of the base URL)
 _OPENAI_LIKE: dict[str, tuple[str | None, str | None, str | None]] = {
@@ -234,6 +237,22 @@ class ConfigFile(BaseModel):
             except ValueError as exc:
                 raise ConfigurationError(f"store (from the environment): {exc}") from None
         return found
+
+
+def redacted(url: str) -> str:
+    """``url`` as errors and ``llmguard check`` show it: without its password
+    (``user:***@``) nor the value of a query parameter named as a credential (``?key=***``,
+    ``?password=***``); a ``${NAME}`` reference is shown as written."""
+
+    def parameter(match: re.Match[str]) -> str:
+        sign, name, value = match.groups()
+        if not _CREDENTIAL_HEADER.search(name) or _REFERENCE.match(value):
+            return match.group(0)
+        return f"{sign}{name}=***"
+
+    with contextlib.suppress(ValueError):  # (not a URL urlsplit reads: its query still)
+        url = _redacted(url)
+    return _QUERY_PARAMETER.sub(parameter, url)
 
 
 def _store_problem(store: str) -> None:
@@ -493,6 +512,9 @@ def _route(
         for key, value in (route.headers or {}).items()
     }
     name = route.name or shortcut
+    shown = base_url  # a ${NAME} in it is shown as written: it may hold a key (?key=${KEY})
+    if route.base_url is not None and _EMBEDDED.search(route.base_url):
+        shown = _base_url(shortcut, model, route, environ, where, route.base_url)
     try:
         provider: Provider
         if shortcut == "anthropic":
@@ -508,11 +530,9 @@ def _route(
                 base_url, api_key=api_key, model=model,
                 name=name, headers=headers, context_window=route.context_window,
             )  # fmt: skip
-    except ConfigurationError as exc:
-        raise ConfigurationError(f"{where}: {exc}") from None
-    shown = base_url  # a ${NAME} in it is shown as written: it may hold a key (?key=${KEY})
-    if route.base_url is not None and _EMBEDDED.search(route.base_url):
-        shown = _base_url(shortcut, model, route, environ, where, route.base_url)
+    except ConfigurationError as exc:  # its URL as written, never a reference's value
+        problem = str(exc).replace(base_url, redacted(shown))  # ("got 'ftp://h/?key=sk-..'")
+        raise ConfigurationError(f"{where}: {problem}") from None
     return provider, ResolvedRoute(name, shortcut, model, shown, key_from)
 
 

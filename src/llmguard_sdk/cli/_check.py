@@ -7,8 +7,7 @@ import json
 import os
 from typing import TYPE_CHECKING, Any
 
-from .._config_file import load_config, naming, resolve, tasks_of
-from .._state.stores import _redacted
+from .._config_file import load_config, naming, redacted, resolve, tasks_of
 from ._command import Command
 
 if TYPE_CHECKING:
@@ -36,7 +35,7 @@ def _run(args: argparse.Namespace) -> int:
         close = getattr(entry, "close", None)
         if close is not None:
             close()
-    # never a password (a Redis URL's, a URL's user:password@): keys are never shown either
+    # never a password (a Redis URL's, a URL's user:password@, ?password=, ?key=): nor keys
     rows = [{**route.__dict__, "base_url": _shown(route.base_url)} for route in routes]
     settings = {key: _shown(value) for key, value in config.settings().items()}
     if args.json:
@@ -66,7 +65,7 @@ def _tasks_shown(config: TasksConfig | None, router: TaskRouter | None) -> Any:
 
 
 def _shown(value: Any) -> Any:
-    return _redacted(value) if isinstance(value, str) and "@" in value else value
+    return redacted(value) if isinstance(value, str) else value
 
 
 CHECK = Command(
