@@ -70,6 +70,7 @@ def read_stream(guard: Guard, mode: str, seen: list[str]) -> ChatResponse:
     "fault",
     [
         Fault(status=408),
+        Fault(status=409),  # a lock timeout: openai-python and anthropic retry it too
         Fault(status=429),
         Fault(status=500),
         Fault(status=502),

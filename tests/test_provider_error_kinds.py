@@ -49,7 +49,9 @@ def _raised(provider: OpenAICompatibleProvider, streaming: bool) -> Exception:
     ("fault", "kind", "retryable"),
     [
         (Fault(status=503, headers={"x-should-retry": "false"}), ProviderUnavailableError, False),
-        (Fault(status=409, headers={"x-should-retry": "true"}), BadRequestError, True),
+        (Fault(status=409, headers={"x-should-retry": "true"}), ProviderUnavailableError, True),
+        (Fault(status=409), ProviderUnavailableError, True),  # a lock timeout, as the SDKs say
+        (Fault(status=409, headers={"x-should-retry": "false"}), ProviderUnavailableError, False),
         (Fault(status=429, headers={"X-Should-Retry": "False"}), RateLimitedError, False),
         (Fault(status=503, headers={"x-should-retry": "maybe"}), ProviderUnavailableError, True),
         (Fault(status=425), ProviderUnavailableError, True),
@@ -193,6 +195,7 @@ def test_an_error_answer_with_a_big_body_keeps_its_status(
     [
         ({"message": "slow down", "code": 429, "type": "rate_limit_exceeded"}, RateLimitedError),
         ({"message": "upstream died", "code": 502}, ProviderUnavailableError),
+        ({"message": "lock timeout", "code": 409}, ProviderUnavailableError),
         ({"message": "bad model", "type": "invalid_request_error"}, BadRequestError),
     ],
 )

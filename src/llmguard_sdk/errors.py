@@ -12,10 +12,10 @@ Catch :class:`LLMGuardError` to catch everything the SDK raises itself::
     │   └── PromptLintError         a strict PromptBuilder found cache-breaking static text
     ├── ProviderError               a provider answered badly or not at all
     │   ├── RateLimitedError            429 (carries retry_after from Retry-After / retry-after-ms)
-    │   ├── ProviderUnavailableError    5xx, 529, 425, connection refused / reset
+    │   ├── ProviderUnavailableError    5xx, 529, 409, 425, connection refused / reset
     │   ├── ProviderTimeoutError        no answer within the call's deadline, or 408
     │   ├── ProviderBusyError           a local model's queue is full: refused at once
-    │   ├── BadRequestError             400, 404, 409, 422: the provider refused the request
+    │   ├── BadRequestError             400, 404, 422: the provider refused the request
     │   │   └── ContextLengthExceededError
     │   ├── AuthenticationError         401, 403
     │   ├── MalformedResponseError      bad JSON, wrong content type, missing fields
@@ -247,7 +247,8 @@ class RateLimitedError(ProviderError):
 
 
 class ProviderUnavailableError(ProviderError):
-    """The provider is down: 5xx, 529, connection refused or reset."""
+    """The provider is down or cannot serve the call now: 5xx, 529, 409 (a lock timeout),
+    425 Too Early, connection refused or reset."""
 
     retryable = True
 
@@ -264,7 +265,7 @@ class ProviderBusyError(ProviderError):
 
 
 class BadRequestError(ProviderError):
-    """The provider refused the request itself (400, 404, 409, 422); retrying will not help."""
+    """The provider refused the request itself (400, 404, 422); retrying will not help."""
 
 
 class ContextLengthExceededError(BadRequestError):

@@ -23,7 +23,19 @@ from ..errors import (
     RateLimitedError,
 )
 
-__all__ = ["CONTEXT_LENGTH_MARKERS", "error_answer", "server_says_retry", "stream_error_kind"]
+__all__ = [
+    "CONTEXT_LENGTH_MARKERS",
+    "UNAVAILABLE_4XX",
+    "error_answer",
+    "server_says_retry",
+    "stream_error_kind",
+]
+
+UNAVAILABLE_4XX = frozenset({409, 425})
+"""4xx statuses that say "not now" rather than "not this request", so another attempt may
+succeed: :class:`~llmguard_sdk.errors.ProviderUnavailableError`, retryable. 409 Conflict is a
+lock timeout at OpenAI and Anthropic (openai-python and anthropic-sdk-python retry it unless
+``x-should-retry: false``); 425 Too Early was not processed, send it again later."""
 
 CONTEXT_LENGTH_MARKERS = (
     "context_length_exceeded",
@@ -100,6 +112,6 @@ def _of_status(status: int) -> type[ProviderError]:
         return RateLimitedError
     if status in (401, 403):
         return AuthenticationError
-    if status >= 500 or status in (408, 425):
+    if status >= 500 or status == 408 or status in UNAVAILABLE_4XX:
         return ProviderUnavailableError
     return BadRequestError

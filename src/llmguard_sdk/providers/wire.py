@@ -30,6 +30,7 @@ from ..errors import (
 from ..models import ChatRequest, ChatResponse, StreamChunk
 from ._error_kinds import (
     CONTEXT_LENGTH_MARKERS,
+    UNAVAILABLE_4XX,
     error_answer,
     server_says_retry,
     stream_error_kind,
@@ -266,7 +267,7 @@ def _error_of_status(status: int, body: str, *, common: dict[str, Any]) -> Provi
         return AuthenticationError(message, **common)
     if status == 408:
         return ProviderTimeoutError(message, **common)
-    if status >= 500 or status == 425:  # 425 Too Early: not processed, send it again later
+    if status >= 500 or status in UNAVAILABLE_4XX:  # 409 (a lock timeout), 425 Too Early
         return ProviderUnavailableError(message, **common)
     if 400 <= status < 500:
         lowered = body.lower()
