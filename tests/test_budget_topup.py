@@ -20,7 +20,7 @@ from llmguard_sdk import (
     RateLimitExceededError,
     StreamInterruptedError,
 )
-from llmguard_sdk.budget import Budget, Budgets, Price
+from llmguard_sdk.budget import Budget, BudgetEvent, Budgets, Price
 from llmguard_sdk.models import Message
 from llmguard_sdk.ratelimit import RateLimit
 from llmguard_sdk.retry import RetryPolicy
@@ -230,3 +230,125 @@ def _in_flight(guard: Guard) -> int:
     """The primary's calls holding a rate-limit lease (a stopped leg's, until it settles)."""
     limiter: Any = guard.rate_limiter
     return int(limiter.in_flight("primary"))
+
+
+# -- a refused top-up acts by the budget's on_exhausted, as the call's reservation does ------
+
+
+def _moving_guard(
+    make_guard: MakeGuard,
+    store: RedisStore | None,
+    *fakes: FakeProvider,
+    policy: str,
+    events: list[BudgetEvent],
+    **options: Any,
+) -> Guard:
+    """A cap with room for one attempt on the primary, whose budget acts by ``policy``."""
+    if store is not None:
+        options["store"] = store
+    budgets = Budgets(
+        [Budget(limit_usd=TIGHT_USD, on_exhausted=policy)],  # type: ignore[arg-type]
+        prices=PRICES,
+        downgrade_to=["backup"] if policy == "downgrade" else (),
+        local_routes=["local"] if policy == "local_only" else (),
+        on_event=events.append,
+    )
+    return make_guard(
+        *fakes, budgets=budgets, retry=RETRIES, attempt_timeout=1.0, timeout=20, **options
+    )
+
+
+def _answer(guard: Guard, twin: str) -> tuple[str, float | None]:
+    """(route, cost) of a call made sync, async or streamed."""
+    if twin == "sync":
+        answer = guard.chat(USER, max_tokens=1)
+    elif twin == "async":
+        answer = anyio.run(lambda: guard.achat(USER, max_tokens=1))
+    else:
+        with guard.chat(USER, stream=True, max_tokens=1) as stream:
+            list(stream)
+        answer = stream.response
+    return answer.route, answer.cost_usd
+
+
+def _slow(twin: str) -> Fault:
+    """An attempt that times out after its request went out (billed its prompt)."""
+    return Fault(first_token_delay=3.0) if twin == "stream" else Fault(latency=3.0)
+
+
+@pytest.mark.parametrize("twin", ["sync", "async", "stream"])
+def test_a_refused_top_up_downgrades_the_call_when_its_budget_says_downgrade(
+    fake: FakeProvider,
+    fake2: FakeProvider,
+    make_guard: MakeGuard,
+    store: RedisStore | None,
+    twin: str,
+) -> None:
+    """The primary's retry does not fit the cap: the budget says downgrade, so the call
+    goes to the cheaper backup (which fits what is held) instead of ending with
+    BudgetExceededError."""
+    events: list[BudgetEvent] = []
+    guard = _moving_guard(make_guard, store, fake, fake2, policy="downgrade", events=events)
+    fake.always(_slow(twin))
+    route, cost = _answer(guard, twin)
+    assert route == "backup"
+    assert fake.stats.requests == 1  # the primary's retry never went out
+    assert [e.action for e in events if e.kind == "exhausted"] == ["downgraded"]
+    assert cost is not None
+    assert cost > PROMPT_USD  # the primary's prompt, then the backup
+    spent = _spent(guard)
+    assert spent == pytest.approx(cost)
+    assert spent <= TIGHT_USD
+
+
+@pytest.mark.parametrize("twin", ["sync", "async", "stream"])
+def test_a_refused_top_up_sends_the_call_to_its_local_route_when_its_budget_says_local_only(
+    fake: FakeProvider, make_guard: MakeGuard, store: RedisStore | None, twin: str
+) -> None:
+    events: list[BudgetEvent] = []
+    with FakeProvider(model="local-model", name="local") as local:
+        guard = _moving_guard(make_guard, store, fake, local, policy="local_only", events=events)
+        fake.always(_slow(twin))
+        route, cost = _answer(guard, twin)
+        assert (route, local.stats.requests, fake.stats.requests) == ("local", 1, 1)
+    assert [e.action for e in events if e.kind == "exhausted"] == ["local_only"]
+    assert cost == pytest.approx(PROMPT_USD)  # the primary's prompt; the local answer is free
+    assert _spent(guard) == pytest.approx(PROMPT_USD)
+
+
+def test_a_refused_top_up_ends_the_call_when_the_cheaper_route_was_tried_already(
+    fake: FakeProvider, fake2: FakeProvider, make_guard: MakeGuard
+) -> None:
+    """The backup failed first; the primary's retry does not fit: no cheaper route is left,
+    so the call ends with the budget's error, as a budget that refuses does."""
+    events: list[BudgetEvent] = []
+    guard = _moving_guard(make_guard, None, fake2, fake, policy="downgrade", events=events)
+    fake2.always(Fault(status=503))
+    fake.always(Fault(latency=3.0))
+    with pytest.raises(BudgetExceededError):
+        guard.chat(USER, max_tokens=1)
+    assert fake.stats.requests == 1
+    assert [e.action for e in events if e.kind == "exhausted"] == ["refused"]
+    assert _spent(guard) == pytest.approx(PROMPT_USD)
+
+
+def test_a_downgraded_call_whose_cheaper_route_does_not_fit_either_is_refused(
+    fake: FakeProvider, fake2: FakeProvider, make_guard: MakeGuard
+) -> None:
+    """Moved to the backup after a refused top-up, the backup's own attempt needs more
+    than the cap has room for: the call ends there (a downgrade happens once)."""
+    dear = PRICES.with_prices({"backup-model": Price(input=100.0, output=200.0)})
+    events: list[BudgetEvent] = []
+    budgets = Budgets(
+        [Budget(limit_usd=TIGHT_USD, on_exhausted="downgrade")],
+        prices=dear,
+        downgrade_to=["backup"],
+        on_event=events.append,
+    )
+    guard = make_guard(fake, fake2, budgets=budgets, retry=RETRIES, attempt_timeout=1.0)
+    fake.always(Fault(latency=3.0))
+    with pytest.raises(BudgetExceededError):
+        guard.chat(USER, max_tokens=1)
+    assert (fake.stats.requests, fake2.stats.requests) == (1, 0)
+    assert [e.action for e in events if e.kind == "exhausted"] == ["downgraded", "refused"]
+    assert _spent(guard) == pytest.approx(PROMPT_USD)

@@ -64,7 +64,10 @@ def _route_loop(run: Run) -> Plan:
         if isinstance(won, ChatResponse):
             return won
         raced = won
-    for route in run.route_order(raced.route if raced is not None else None):
+    order = run.route_order(raced.route if raced is not None else None)
+    while order:
+        route = order.pop(0)
+        run.tried.add(route.name)  # reached: a budget's move sends the call to others
         if routes.too_small_for(ctx, route):
             continue
         if raced is None:
@@ -76,8 +79,9 @@ def _route_loop(run: Run) -> Plan:
             opened, raced = (raced, None) if raced is not None else (None, None)
             reservation: Reservation | None
             if opened is None:
-                if attempt == 0:  # (a retry's hold was topped up before its wait)
-                    yield from _hold_enough(run, route)
+                # (a retry's hold was topped up before its wait)
+                if attempt == 0 and (yield from _hold_enough(run, route, order)):
+                    break  # no room for this route: a budget moved the call on
                 admitted, reservation = yield from admit(run, route)
                 if not admitted:
                     break
@@ -94,7 +98,7 @@ def _route_loop(run: Run) -> Plan:
                     response = yield from _complete(run, route, reservation)
             except ProviderError as failure:
                 exc = previous = routes.real_error(failure, previous)
-                waited = yield from _retry(run, route, exc, attempt, previous_wait)
+                waited = yield from _retry(run, route, exc, attempt, previous_wait, order)
                 if waited is not None:
                     previous_wait = waited
                     continue
@@ -106,11 +110,17 @@ def _route_loop(run: Run) -> Plan:
 
 
 def _retry(
-    run: Run, route: Provider, error: ProviderError, attempt: int, previous_wait: float
+    run: Run,
+    route: Provider,
+    error: ProviderError,
+    attempt: int,
+    previous_wait: float,
+    order: list[Provider],
 ) -> Generator[Any, Any, float | None]:
-    """Whether to retry ``route`` after ``error`` (the policy, the time left, then the retry
-    budget); when so, wait the backoff first and return the policy's wait (None: no retry).
-    A retry the budget's own round trip left no time for gives its spend back."""
+    """Whether to retry ``route`` after ``error`` (the policy, the time left, the spend
+    hold, then the retry budget); when so, wait the backoff first and return the policy's
+    wait (None: no retry). A retry the budget's own round trip left no time for gives its
+    spend back."""
     ctx, stages = run.ctx, run.stages
     if stages.routing is not None and stages.routing.can_fail_over(route.name, ctx.route_errors):
         return None  # a sibling deployment of its group takes the call now, without a wait
@@ -119,7 +129,8 @@ def _retry(
     )
     if not decision.retry or not routes.still_fits(ctx, decision):
         return None  # (asked before the budget: no retry is spent on one not made)
-    yield from _hold_enough(run, route)  # (no room: the call ends, no retry spent)
+    if (yield from _hold_enough(run, route, order)):
+        return None  # no room: a budget moved the call on (or it ended), no retry spent
     budget = stages.retry_budget
     if budget is not None:
         if not (yield from answer_of(budget.try_spend_steps(route.name))):
@@ -133,21 +144,29 @@ def _retry(
     return decision.wait
 
 
-def _hold_enough(run: Run, route: Provider) -> Generator[Any, Any, None]:
+def _hold_enough(run: Run, route: Provider, order: list[Provider]) -> Generator[Any, Any, bool]:
     """Before an attempt: the call's spend hold covers what its attempts that went out were
-    charged plus this attempt's worst case, topped up when not; a budget without room for
-    that ends the call (:class:`~llmguard_sdk.errors.BudgetExceededError`), so the guard's
-    own retries never spend past a hard cap. A stream that delivered text before it was
-    interrupted ends with that interruption (its text), caused by the budget's error."""
+    charged plus this attempt's worst case, topped up when not, so the guard's own retries
+    never spend past a hard cap. A budget without room for that acts by its
+    ``on_exhausted``, as at the call's reservation: it moves the call to its cheaper or local
+    routes not reached yet (``order`` becomes them; True), else ends the call
+    (:class:`~llmguard_sdk.errors.BudgetExceededError`). A stream that delivered text before
+    it was interrupted ends with that interruption (its text), caused by the budget's
+    error."""
     held, spend = run.held, run.stages.spend
     if held is None or spend is None or not run.ctx.unserved:
-        return
+        return False
+    left = [r for r in run.stages.routes if r.name not in run.tried]
     try:
-        yield from answer_of(spend.top_up_steps(held, run.ctx, route))
+        moved = yield from answer_of(spend.top_up_steps(held, run.ctx, route, left))
     except BudgetExceededError as refused:
         if run.interrupted is not None:
             raise run.interrupted from refused
         raise
+    if not moved:
+        return False
+    order[:] = run.moved_order(moved)
+    return True
 
 
 def admit(run: Run, route: Provider) -> Generator[Any, Any, tuple[bool, Reservation | None]]:

@@ -9,8 +9,9 @@ learning, the retry budget's request count) is queued in the tail here, never se
 
 from __future__ import annotations
 
+import dataclasses
 import time
-from collections.abc import Generator, Mapping
+from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,7 +44,7 @@ class Run:
     ahead: Ahead | None = None  # what the opening batch took for the first route
     held: Held | None = None  # the call's spend hold (topped up before a charged retry)
     request: ChatRequest = field(init=False)  # a continuation replaces it
-    tried: set[str] = field(default_factory=set)  # routes a hedge race used up
+    tried: set[str] = field(default_factory=set)  # routes a hedge race used up, or reached
     probes: dict[str, bool] = field(default_factory=dict)  # route: its permit is a probe
     response: ChatResponse | None = None  # what the plan returned
     # streams only: what the last attempt delivered, and an interruption carried on
@@ -274,6 +275,13 @@ class Run:
         if winner is not None:
             left = [winner] + [r for r in left if r is not winner]
         return left
+
+    def moved_order(self, moved: Sequence[Provider]) -> list[Provider]:
+        """The routes a budget moved the call to mid-call, in the order a call sent to them
+        at its reservation takes them (its ranking, its tier's), none it reached before."""
+        narrowed = dataclasses.replace(self.stages, routes=tuple(moved))
+        ranked = routes.call_routes(self.ctx, narrowed)
+        return [r for r in ranked if r in moved and r.name not in self.tried]
 
 
 def elapsed_since(started: float) -> float:

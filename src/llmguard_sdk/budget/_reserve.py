@@ -31,7 +31,15 @@ if TYPE_CHECKING:
     from .._core.stages import Stages
     from .control import SpendControl
 
-__all__ = ["Held", "by_priority", "level_routes", "refused", "reserve_steps", "unavailable"]
+__all__ = [
+    "Held",
+    "by_priority",
+    "level_routes",
+    "next_level",
+    "refused",
+    "reserve_steps",
+    "unavailable",
+]
 
 _RESERVATION_IDS = UniqueIds(random_digits=8)  # 24 hex digits, as os.urandom(12) gave
 
@@ -74,7 +82,7 @@ def reserve_steps(
     if asked is not None:  # its amount unknown until the answer: settled to nothing
         asked.append(Held(rid, specs, 0, stages))
     while True:
-        routes = level_routes(spend, stages, level)
+        routes = level_routes(spend, stages.routes, level)
         base, per = spend.route_price_args(ctx, tier_routes(ctx, routes, level))
         chosen = stages if level == "all" else dataclasses.replace(stages, routes=routes)
         if base == 0 and per == 0:  # free routes: nothing to hold
@@ -135,7 +143,7 @@ def refused(
     routes only); raises :class:`BudgetExceededError` when the budget refuses (at
     ``level="local"`` it always does)."""
     budget = config.budgets[spec.budget_index]
-    following = _next_level(level, budget.on_exhausted)
+    following = next_level(level, budget.on_exhausted)
     note = BudgetEvent(
         "exhausted",
         budget.key_name,
@@ -174,15 +182,19 @@ def by_priority(ctx: CallContext, stages: Stages) -> Stages:
     return dataclasses.replace(stages, routes=tuple(wanted)) if wanted else stages
 
 
-def level_routes(spend: SpendControl, stages: Stages, level: Level) -> tuple[Provider, ...]:
-    """The routes of ``stages`` a call at ``level`` may take."""
+def level_routes(
+    spend: SpendControl, routes: Sequence[Provider], level: Level
+) -> tuple[Provider, ...]:
+    """The ones of ``routes`` a call at ``level`` may take, in their order."""
     if level == "all":
-        return stages.routes
+        return tuple(routes)
     wanted = set(spend.config.downgrade_to) if level == "downgrade" else spend.local
-    return tuple(route for route in stages.routes if route.name in wanted)
+    return tuple(route for route in routes if route.name in wanted)
 
 
-def _next_level(level: Level, policy: str) -> Level | None:
+def next_level(level: Level, policy: str) -> Level | None:
+    """Where a call at ``level`` goes when a budget whose ``on_exhausted`` is ``policy`` has
+    no room for it: the ``downgrade_to`` routes, the local ones, or nowhere (None)."""
     if policy == "downgrade" and level == "all":
         return "downgrade"
     if policy == "local_only" and level != "local":

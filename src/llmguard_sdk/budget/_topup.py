@@ -6,23 +6,30 @@ nothing is billed all the same (a timeout after sending: its prompt; a stream cu
 what it delivered), so a call that retries after such attempts could settle past its hold,
 and past a hard cap. Before each attempt after one that was charged, the hold must cover
 what was charged so far plus that attempt's worst case on its route; when it does not, the
-difference is reserved as a reservation of its own (same counters, all or nothing). A
-top-up the budgets refuse ends the call with :class:`~llmguard_sdk.errors.BudgetExceededError`
-(what went out stays charged when the call settles). The call's settle turns its first
-reservation into the actual spend and releases the top-ups.
+difference is reserved as a reservation of its own (same counters, all or nothing). An
+attempt on a free route (a local model) puts nothing more at risk and needs none.
+
+A top-up the budgets refuse gets what the refusing budget's ``on_exhausted`` says, as the
+call's reservation did: ``"downgrade"`` moves the call on to the ``downgrade_to`` routes it has
+not reached yet, ``"local_only"`` to its local routes not reached yet (each attempt there is
+topped up in turn, and a downgraded call refused again ends). Otherwise, or when no such route
+is left, the call ends with :class:`~llmguard_sdk.errors.BudgetExceededError` (what went out
+stays charged when the call settles). The call's settle turns its first reservation into the
+actual spend and releases the top-ups.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from .._state import steps as store_steps
 from ..context import CallContext
 from ..providers.base import Provider
-from ._reserve import Held, refused, unavailable
+from ._reserve import Held, level_routes, next_level, refused, unavailable
 from .memory import HoldArgs, MemoryBudgetBackend
-from .policy import BudgetEvent, ReserveResult, nano
+from .policy import BudgetEvent, CounterSpec, ReserveResult, nano
 
 if TYPE_CHECKING:
     from .control import SpendControl
@@ -39,17 +46,25 @@ def _next_attempt(spend: SpendControl, ctx: CallContext, route: Provider) -> int
 
 
 def top_up_steps(
-    spend: SpendControl, held: Held, ctx: CallContext, route: Provider
-) -> store_steps.Step[None]:
+    spend: SpendControl,
+    held: Held,
+    ctx: CallContext,
+    route: Provider,
+    left: Sequence[Provider] = (),
+) -> store_steps.Step[tuple[Provider, ...]]:
     """Make ``held`` cover what the call was charged so far and an attempt on ``route``
-    (see the module docs); raises :class:`BudgetExceededError` (or
-    :class:`BudgetUnavailableError`) when the budgets have no room for the difference."""
+    (see the module docs). Returns ``()`` when it does; when the budgets have no room, the
+    routes of ``left`` (those the call has not reached) the refusing budget moves the call to,
+    else raises :class:`BudgetExceededError` (or :class:`BudgetUnavailableError`)."""
     if held.done or not held.specs or not ctx.unserved:
-        return  # nothing charged yet: the first hold covers any one attempt
+        return ()  # nothing charged yet: the first hold covers any one attempt
+    attempt = _next_attempt(spend, ctx, route)
+    if attempt == 0:
+        return ()  # a free route: nothing more at risk
     charged = spend.unserved_cost(ctx, held.stages)
-    need = nano(charged or 0.0) + _next_attempt(spend, ctx, route)
+    need = nano(charged or 0.0) + attempt
     if need <= held.amount:
-        return
+        return ()
     rid = f"{held.rid}.{len(held.extra) + 1}"
     held.extra.append(rid)  # before it goes out: cut short, the settle releases it
     hold: HoldArgs = {
@@ -66,11 +81,26 @@ def top_up_steps(
         result = yield from spend.backend.reserve_steps(rid, held.specs, **hold)
     if result.allowed:
         held.amount += result.amount
-        return
+        return ()
     notes: list[BudgetEvent] = []
-    try:  # refused whatever the budget's on_exhausted: the call is under way on its routes
+    try:
         if result.unavailable:
             unavailable(spend.config, held.specs, result, notes)
-        refused(spend.config, held.specs[result.refused_index], result, "local", notes)
+        spec = held.specs[result.refused_index]
+        moved = _moved_to(spend, held, spec, left)
+        # no route to move to: refused whatever the budget's on_exhausted ("local" refuses)
+        level = refused(spend.config, spec, result, held.level if moved else "local", notes)
+        held.level = level
+        return moved
     finally:
         spend.emit(notes)
+
+
+def _moved_to(
+    spend: SpendControl, held: Held, spec: CounterSpec, left: Sequence[Provider]
+) -> tuple[Provider, ...]:
+    """The routes of ``left`` that the budget of ``spec`` sends a call it has no room for
+    to, from the call's level (none: the budget refuses, or none of them is left)."""
+    budget = spend.config.budgets[spec.budget_index]
+    following = next_level(held.level, budget.on_exhausted)
+    return () if following is None else level_routes(spend, left, following)

@@ -349,11 +349,15 @@ class SpendControl:
             held.done, result = True, SettleResult(False)
         self._after(ctx, held, result, response.usage if response is not None else None)
 
-    def top_up_steps(self, held: Held, ctx: CallContext, route: Provider) -> store_steps.Step[None]:
+    def top_up_steps(
+        self, held: Held, ctx: CallContext, route: Provider, left: Sequence[Provider] = ()
+    ) -> store_steps.Step[tuple[Provider, ...]]:
         """Before an attempt on ``route`` after attempts that were charged: hold what was
-        charged plus that attempt's worst case (:mod:`._topup`; raises
-        :class:`BudgetExceededError` when the budgets have no room for it)."""
-        return top_up_steps(self, held, ctx, route)
+        charged plus that attempt's worst case (:mod:`._topup`). When the budgets have no
+        room for it, the routes of ``left`` (not reached yet) the refusing budget's
+        ``on_exhausted`` moves the call to (``()``: the hold covers the attempt); none:
+        :class:`BudgetExceededError`."""
+        return top_up_steps(self, held, ctx, route, left)
 
     def settle(self, held: Held, ctx: CallContext, response: ChatResponse | None) -> None:
         """Settle the hold to the response's cost (``None``: nothing served, release)."""

@@ -91,7 +91,8 @@ class Budget:
         on_exhausted: what a call that does not fit gets: ``"refuse"``
             (:class:`~llmguard_sdk.errors.BudgetExceededError`), ``"downgrade"`` (the
             cheaper routes of ``Budgets(downgrade_to=...)``) or ``"local_only"`` (the local
-            model routes).
+            model routes); at its reservation, and when the top-up before a retry or a
+            fallback after billed attempts does not fit (then to such routes not tried yet).
         alerts: fractions of the limit at which a :class:`BudgetEvent` fires, once per
             threshold per window, when the *settled* spend reaches them. Holds keep the
             settled spend from touching the limit, so 1.0 also fires at the window's first
