@@ -22,6 +22,7 @@ SPECS = [
     CounterSpec("tenant.t1", nano(0.5), "month", 3600.0, (1.0,), "tenant", 0),
     CounterSpec("user.u1", nano(0.5), "rolling", 3600.0, (0.5,), "user", 0),
 ]
+FAQ = "How do I reset my password on the mobile app?"
 HOLD = {"per_token": 0.0, "want": 0, "minimum": 0, "ttl": 60.0}
 
 
@@ -72,3 +73,87 @@ def test_every_key_the_stages_write_expires(redis_url: str, redis_prefix: str) -
     assert kinds >= {"budget", "rl", "cb", "rb", "rt"}  # each stage wrote
     assert [key for key in keys if client.ttl(key) == -1] == []
     client.close()
+
+
+def exercise_cache(url: str, prefix: str, *, server: bool) -> None:
+    """Every path of the response cache's scripts: stores, hits, an eviction, the read of an
+    entry gone before its id left the LRU, another process's sync, a clear and a store after it."""
+    from llmguard_sdk.cache import ResponseCache
+    from llmguard_sdk.models import ChatRequest, ChatResponse, Message
+
+    def ask(text: str) -> ChatRequest:
+        return ChatRequest(messages=[Message(role="user", content=text)], model="m")
+
+    mode = "server" if server else "local"
+    options: dict[str, object] = {"key_prefix": prefix, "vector_search": mode, "max_entries": 2}
+    cache = ResponseCache(url, sync_interval=0.0, **options)  # type: ignore[arg-type]
+    other = ResponseCache(url, sync_interval=0.0, **options)  # type: ignore[arg-type]
+    questions = ["Where is my parcel?", "Can I pay by card?", FAQ]
+    for question in questions:
+        assert cache.store(ask(question), ChatResponse(text="a", finish_reason="stop"))
+    assert cache.lookup(ask(questions[-1])) is not None
+    assert other.lookup(ask("How can I reset my password in the mobile app?")) is not None
+    client = redis.Redis.from_url(url)
+    (entry,) = client.scan_iter(match=f"{prefix}:cache:*:e:{cache.keys(ask(questions[1])).exact}")
+    client.delete(entry)  # as if it expired: its id is still in the LRU
+    assert cache.lookup(ask(questions[1])) is None
+    client.close()
+    cache.clear()
+    assert other.lookup(ask(questions[-1])) is None
+    assert cache.store(ask(questions[0]), ChatResponse(text="b", finish_reason="stop"))
+    other.close()
+    cache.close()
+
+
+def test_every_key_the_response_cache_writes_expires(redis_url: str, redis_prefix: str) -> None:
+    """The cache's LRU set, its use counter and its change stream had no expiry: a namespace
+    left idle (a cache's namespace renamed, a service retired) kept them for good, the
+    stream with up to ``2 x max_entries`` vectors of entries long dead. They now live as long
+    as the namespace's longest-lived entry."""
+    exercise_cache(redis_url, redis_prefix, server=False)
+    client = redis.Redis.from_url(redis_url)
+    keys = [key.decode() for key in client.scan_iter(match=f"{redis_prefix}:cache:*")]
+    assert {key.rsplit(":", 1)[-1] for key in keys} >= {"lru", "uses", "log"}
+    assert [key for key in keys if client.ttl(key) == -1] == []
+    client.close()
+
+
+def test_every_key_of_the_server_side_search_expires(redis8_url: str) -> None:
+    """With server-side search the hash of entry ids to partitions too (``vix``)."""
+    exercise_cache(redis8_url, "exp-vs", server=True)
+    client = redis.Redis.from_url(redis8_url)
+    keys = [key.decode() for key in client.scan_iter(match="exp-vs:cache:*")]
+    assert {key.rsplit(":", 1)[-1] for key in keys} >= {"lru", "uses", "log", "vix"}
+    assert [key for key in keys if client.ttl(key) == -1] == []
+    client.close()
+
+
+def test_a_reader_of_a_change_log_that_expired_loads_the_live_entries(
+    redis_url: str, redis_prefix: str
+) -> None:
+    """The change log expires with the namespace's longest-lived entry; a process still
+    holding its cursor into it sees a log written again after it as trimmed: it forgets
+    what it indexed and loads the live entries (a stale index entry would never be dropped)."""
+    from llmguard_sdk.cache import ResponseCache
+    from llmguard_sdk.models import ChatRequest, ChatResponse, Message
+
+    def ask(text: str) -> ChatRequest:
+        return ChatRequest(messages=[Message(role="user", content=text)], model="m")
+
+    writer = ResponseCache(redis_url, key_prefix=redis_prefix, guards=False)
+    reader = ResponseCache(redis_url, key_prefix=redis_prefix, guards=False, sync_interval=0.0)
+    assert writer.store(ask("Where is my parcel?"), ChatResponse(text="a", finish_reason="stop"))
+    assert reader.lookup(ask("Where is my parcel now?")) is not None  # indexed from the log
+    old = writer.keys(ask("Where is my parcel?")).exact
+    client = redis.Redis.from_url(redis_url)
+    for key in client.scan_iter(match=f"{redis_prefix}:cache:*"):
+        client.delete(key)  # as if every key expired
+    client.close()
+    assert writer.store(ask(FAQ), ChatResponse(text="b", finish_reason="stop"))
+    reader._sync()  # (a lookup's own sync goes out beside its search, not before it)
+    hit = reader.lookup(ask("How can I reset my password in the mobile app?"))
+    assert hit is not None
+    assert hit.response.text == "b"
+    assert old not in reader._local.index_of
+    writer.close()
+    reader.close()

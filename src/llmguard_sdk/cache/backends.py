@@ -213,7 +213,9 @@ class RedisCacheBackend:
 
     Keys: ``{prefix}:cache:{<namespace hash>}:e:<id>`` (an entry), ``...:lru`` (ids, least
     recently used first), ``...:uses`` (the LRU's clock) and ``...:log`` (the change stream);
-    one hash tag per namespace, so every script runs on one Redis Cluster slot. When Redis
+    one hash tag per namespace, so every script runs on one Redis Cluster slot. Each key
+    expires with the longest-lived entry written to it (a namespace left idle leaves nothing
+    behind; a reader whose log expired forgets what it indexed from it). When Redis
     cannot be reached, reads are misses and writes are dropped for a few seconds (logged once).
     The stream keeps the last ``max(1000, 2 x max_entries)`` changes or so; a process that
     starts after it lost some (or falls that far behind) loads the live entries instead, a

@@ -24,5 +24,9 @@ for i = 1, #index_keys do
   end
 end
 redis.call('DEL', KEYS[1], KEYS[3], KEYS[4])
-redis.call('XADD', KEYS[2], 'MAXLEN', '~', tonumber(ARGV[2]), '*', 'op', 'clear')
+-- Logged for the readers of the log (where there is none, every entry logged expired and
+-- there is nothing to clear; a log written here would never expire: put.lua sets its life).
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  redis.call('XADD', KEYS[2], 'MAXLEN', '~', tonumber(ARGV[2]), '*', 'op', 'clear')
+end
 return {#ids, 1}

@@ -7,8 +7,10 @@
 -- with the writer's.
 local value = redis.call('GET', KEYS[1])
 if not value then
-  if redis.call('ZREM', KEYS[2], ARGV[1]) == 1 then
-    -- expired: logged, so that other processes drop it from their indexes (no eviction will)
+  if redis.call('ZREM', KEYS[2], ARGV[1]) == 1 and redis.call('EXISTS', KEYS[4]) == 1 then
+    -- expired: logged, so that other processes drop it from their indexes (no eviction will);
+    -- not into a log that expired (it would never expire again: put.lua sets its life; its
+    -- readers find their cursor trimmed once it is written again)
     redis.call('XADD', KEYS[4], 'MAXLEN', '~', tonumber(ARGV[2]), '*', 'op', 'del', 'id', ARGV[1])
   end
   if ARGV[3] ~= '' then

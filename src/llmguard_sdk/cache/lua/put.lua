@@ -6,24 +6,33 @@
 --       vector-set key prefix ('' unless server-side search is on), vector (FP32 blob).
 -- The change logged carries the time to live ('ttl', ms): a reader counts it from the
 -- message's id (this server's clock), not from 'until' (the writer's clock).
+-- Every key written lives as long as the longest-lived entry written to it: a namespace (or a
+-- partition, a tenant) idle past its entries' time to live leaves nothing behind. A reader of
+-- a change log that expired and was written again finds its cursor trimmed (read.lua).
+local ttl = tonumber(ARGV[3])
+local function outlive(key)
+  local left = redis.call('PTTL', key)
+  if left == -1 or left < ttl then
+    redis.call('PEXPIRE', key, ttl)
+  end
+end
 local vsets = ARGV[10]
 if vsets ~= '' and ARGV[11] ~= '' then
   -- First, so that a server without vector sets fails the script before it writes anything.
   local vset = vsets .. ARGV[6]
   redis.call('VADD', vset, 'FP32', ARGV[11], ARGV[1], 'NOQUANT')
   redis.call('HSET', KEYS[5], ARGV[1], ARGV[6])
-  -- The partition's set lives as long as its longest-lived entry: a partition (a tenant)
-  -- idle past its entries' time to live leaves nothing behind.
-  local left = redis.call('PTTL', vset)
-  if left == -1 or left < tonumber(ARGV[3]) then
-    redis.call('PEXPIRE', vset, ARGV[3])
-  end
+  outlive(vset)
+  outlive(KEYS[5])
 end
-redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ttl)
 redis.call('ZADD', KEYS[2], redis.call('INCR', KEYS[4]), ARGV[1])
 local maxlen = tonumber(ARGV[9])
 redis.call('XADD', KEYS[3], 'MAXLEN', '~', maxlen, '*',
   'op', 'put', 'id', ARGV[1], 'ix', ARGV[6], 'v', ARGV[7], 'until', ARGV[8], 'ttl', ARGV[3])
+outlive(KEYS[2])
+outlive(KEYS[3])
+outlive(KEYS[4])
 local evicted = {}
 local extra = redis.call('ZCARD', KEYS[2]) - tonumber(ARGV[4])
 if extra > 0 then
