@@ -106,3 +106,13 @@ def test_a_request_cannot_replace_the_prompt_s_messages() -> None:
     with pytest.raises(RequestValidationError, match="messages"):
         prompt.request(messages=[{"role": "user", "content": "other"}])
     assert [m.content for m in prompt.request().messages] == ["Answer briefly.", "hi"]
+
+
+@pytest.mark.parametrize(
+    "content",
+    [[{"type": "text"}], [{"type": "text", "text": 5}], [{"text": "no type"}]],
+)
+def test_content_parts_a_message_cannot_hold_are_a_typed_error(content: Any) -> None:
+    # pydantic's ValidationError escaped build(), which documents RequestValidationError
+    with pytest.raises(RequestValidationError, match="content"):
+        builder().build(content)

@@ -31,6 +31,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from .._json import canonical_json
+from .._problems import problems
 from ..context import current_scope
 from ..errors import ConfigurationError, PromptLintError, RequestValidationError
 from ..models import ChatRequest, Message
@@ -193,10 +194,8 @@ class Prompt:
         try:
             return ChatRequest.model_validate(data)
         except ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
-            )
-            raise RequestValidationError(f"invalid prompt request: {problems}") from None
+            found = "; ".join(problems(exc, "request"))
+            raise RequestValidationError(f"invalid prompt request: {found}") from None
 
     def openai_params(self) -> dict[str, Any]:
         """Keyword arguments for openai-python's ``chat.completions.create``: ``messages``,
@@ -410,7 +409,7 @@ class PromptBuilder:
             messages.append(Message(role="system", content=static.text))
         turns = [_message(m) for m in history]
         messages.extend(turns)
-        messages.append(Message(role="user", content=_with_context(content, context)))
+        messages.append(_user_message(_with_context(content, context)))
         return Prompt(
             template=self.name,
             messages=tuple(messages),
@@ -443,16 +442,16 @@ class PromptBuilder:
                 for w in lint_text(text, section=section, known_values=values, ignore=others)
                 if w.text in values
             ]
-        problems = [*found, *leaks]
-        if not problems:
+        findings = [*found, *leaks]
+        if not findings:
             return
         if self.strict:
-            raise PromptLintError(self.name, problems)
+            raise PromptLintError(self.name, findings)
         if first or leaks:
             logger.warning(
                 "prompt template %r: cache-breaking text in the static part: %s",
                 self.name,
-                "; ".join(str(w) for w in problems[:5]),
+                "; ".join(str(w) for w in findings[:5]),
             )
 
 
@@ -517,6 +516,16 @@ def _message(value: Message | Mapping[str, Any]) -> Message:
         return Message.model_validate(value)
     except ValidationError as exc:
         raise RequestValidationError(f"invalid history message: {exc.errors()[0]['msg']}") from None
+
+
+def _user_message(content: str | list[dict[str, Any]]) -> Message:
+    """The user's message, or a :class:`RequestValidationError` naming what it cannot hold (a
+    content part without a type, a text part whose text is no string)."""
+    try:
+        return Message(role="user", content=content)
+    except ValidationError as exc:
+        found = "; ".join(problems(exc, "content"))
+        raise RequestValidationError(f"invalid user content: {found}") from None
 
 
 def _with_context(
