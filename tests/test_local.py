@@ -268,6 +268,21 @@ def test_by_default_half_the_cpus_decode_and_all_read_the_prompt() -> None:
         local.close()
 
 
+def test_a_platform_without_cpu_affinity_uses_every_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    # macOS and Windows have no os.sched_getaffinity: LocalProvider() raised AttributeError
+    # (and with n_threads given, the model failed to load on every call for the same reason).
+    monkeypatch.delattr(os, "sched_getaffinity")
+    cpus = os.cpu_count() or 1
+    local = LocalProvider(n_ctx=256)
+    try:
+        assert local.n_threads == max(1, cpus // 2)
+        assert local.wait_loaded(120)
+        assert local._engine is not None
+        assert local._engine.llm.context_params.n_threads_batch == cpus
+    finally:
+        local.close()
+
+
 # llama_cpp.server as is, except that on AMX CPUs llama.cpp's extra weight buffers stay off
 # (llama.cpp 0.3.x crashes at the first decode there; LocalProvider does the same).
 _SERVER_ON_ANY_CPU = """

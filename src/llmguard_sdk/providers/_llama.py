@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import logging
 import math
+import os
 import threading
 from collections.abc import Mapping, Sequence
 from importlib import resources
@@ -27,6 +28,15 @@ _INSTALL_HINT = (
 logger = logging.getLogger("llmguard_sdk")
 _LOAD_LOCK = threading.Lock()
 _SUPPRESSOR = "suppress_stdout_stderr"  # llama-cpp-python's fd-level silencer (see _load_llama)
+
+
+def _usable_cpus() -> int:
+    """The CPUs this process may run on: its affinity where the platform has one (Linux),
+    else every CPU (macOS and Windows have no ``os.sched_getaffinity``); at least one."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
 
 
 def _cpu_has_amx() -> bool:

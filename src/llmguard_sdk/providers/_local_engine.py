@@ -25,7 +25,7 @@ from ..errors import (
 )
 from ..models import ChatRequest, StreamChunk, Usage
 from ._emitter import _Emitter
-from ._llama import _load_llama, _response_grammar
+from ._llama import _load_llama, _response_grammar, _usable_cpus
 from ._llama_log import expected_aborts, install_log_filter
 
 if TYPE_CHECKING:
@@ -86,7 +86,7 @@ class _Engine:
             model_path=str(owner.path),
             n_ctx=owner.n_ctx,
             n_threads=owner.n_threads,
-            n_threads_batch=len(os.sched_getaffinity(0)),
+            n_threads_batch=_usable_cpus(),
             n_gpu_layers=owner.n_gpu_layers,
             seed=owner.seed,
             draft_model=draft,

@@ -76,6 +76,7 @@ from ._llama import (
     _cpu_has_amx,
     _packaged_gguf,
     _route_messages,
+    _usable_cpus,
     bundled_model_path,
     load_llama,
 )
@@ -414,7 +415,7 @@ class LocalProvider(_Streams):
 def _default_threads() -> int:
     """Decode threads by default: half the CPUs this process may use (the physical cores
     where each has two hardware threads; llama-cpp-python's own rule), at least one."""
-    return max(1, len(os.sched_getaffinity(0)) // 2)
+    return max(1, _usable_cpus() // 2)
 
 
 def _abandon(job: _Job) -> None:
