@@ -8,7 +8,7 @@ import openai
 import pytest
 
 from llmguard_sdk import ConfigurationError, RequestValidationError
-from llmguard_sdk.prompts import PromptBuilder, lint_text
+from llmguard_sdk.prompts import DriftMonitor, PromptBuilder, lint_text, prompt_cache_key
 from llmguard_sdk.testing import FakeProvider
 
 TOOLS = [{"name": "search", "input_schema": {"type": "object"}}]
@@ -116,3 +116,50 @@ def test_content_parts_a_message_cannot_hold_are_a_typed_error(content: Any) -> 
     # pydantic's ValidationError escaped build(), which documents RequestValidationError
     with pytest.raises(RequestValidationError, match="content"):
         builder().build(content)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"hooks": None},  # TypeError: not iterable
+        {"hooks": print},  # one hook, not a list: TypeError
+        {"hooks": ["not callable"]},  # failed at every drift, logged
+        {"max_templates": "5"},  # TypeError from a comparison
+        {"max_templates": True},
+        {"max_templates": 0},
+    ],
+)
+def test_a_drift_monitor_refuses_settings_of_the_wrong_kind(options: dict[str, Any]) -> None:
+    with pytest.raises(ConfigurationError):
+        DriftMonitor(**options)
+    with pytest.raises(ConfigurationError, match="callable"):
+        DriftMonitor().add_hook("not callable")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"drift": True},  # AttributeError at every build
+        {"strict": "no"},  # read as true: builds raised PromptLintError
+        {"examples_heading": None, "examples": [("q", "a")]},  # TypeError joining
+        {"documents_heading": 5, "documents": ["a document"]},
+        {"lint_ignore": None},  # TypeError: not iterable
+    ],
+)
+def test_a_builder_refuses_settings_of_the_wrong_kind(options: dict[str, Any]) -> None:
+    with pytest.raises(ConfigurationError):
+        PromptBuilder("inputs", **options)
+
+
+@pytest.mark.parametrize(
+    ("call", "error"),
+    [
+        (lambda: lint_text(5), "text must be a string"),  # TypeError from re
+        (lambda: lint_text("abc", known_values=[5]), "known_values"),  # AttributeError: strip
+        (lambda: prompt_cache_key(None), "template"),  # TypeError from re
+        (lambda: prompt_cache_key("t", 5), "tenant"),  # AttributeError: encode
+    ],
+)
+def test_lint_and_cache_keys_refuse_values_that_are_no_text(call: Any, error: str) -> None:
+    with pytest.raises(ConfigurationError, match=error):
+        call()

@@ -27,6 +27,7 @@ from typing import Any
 
 from .._json import canonical_json
 from ..context import CallEvent
+from ..errors import ConfigurationError
 
 __all__ = [
     "CACHE_HISTORY_KEY",
@@ -68,6 +69,11 @@ def prompt_cache_key(template: str, tenant: str | None = None) -> str:
     """OpenAI's ``prompt_cache_key`` for ``template`` and ``tenant``: stable across calls and
     processes, different per template and tenant, and without the tenant id in clear (a name
     with characters other than ``A-Za-z0-9_.:-``, or over 48 of them, gets a digest of itself)."""
+    if not isinstance(template, str) or not (tenant is None or isinstance(tenant, str)):
+        raise ConfigurationError(
+            f"prompt_cache_key needs a template name and a tenant id that are strings, "
+            f"not {template!r:.40} and {tenant!r:.40}"
+        )
     name = _KEY_CHARS.sub("-", template)[:48]
     if name != template or not name:
         digest = hashlib.sha256(template.encode("utf-8", "surrogatepass")).hexdigest()[:12]

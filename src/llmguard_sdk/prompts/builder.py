@@ -266,6 +266,9 @@ class PromptBuilder:
     ) -> None:
         if not isinstance(name, str) or not name.strip():
             raise ConfigurationError("a prompt template needs a non-empty name")
+        _check_settings(strict, drift, examples_heading, documents_heading)
+        if not isinstance(lint_ignore, str):
+            lint_ignore = _listed(lint_ignore, "lint_ignore")
         self.name = name
         self.strict = strict
         self.lint_ignore = frozenset([lint_ignore] if isinstance(lint_ignore, str) else lint_ignore)
@@ -453,6 +456,17 @@ class PromptBuilder:
                 self.name,
                 "; ".join(str(w) for w in findings[:5]),
             )
+
+
+def _check_settings(strict: object, drift: object, *headings: object) -> None:
+    """A :class:`ConfigurationError` for a builder setting of the wrong kind (``strict="no"``
+    was true; a ``drift`` that is no monitor failed every build)."""
+    if not isinstance(strict, bool):
+        raise ConfigurationError(f"strict must be True or False, not {strict!r:.80}")
+    if drift is not None and not isinstance(drift, DriftMonitor):
+        raise ConfigurationError(f"drift must be a DriftMonitor or None, not {drift!r:.80}")
+    if not all(isinstance(h, str) for h in headings):
+        raise ConfigurationError("examples_heading and documents_heading must be strings")
 
 
 def _listed(values: Iterable[Any], what: str) -> Iterable[Any]:

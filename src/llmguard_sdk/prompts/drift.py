@@ -17,6 +17,8 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from ..errors import ConfigurationError
+
 __all__ = ["DriftHook", "DriftMonitor", "PrefixDrift", "default_drift_monitor"]
 
 logger = logging.getLogger("llmguard_sdk")
@@ -63,6 +65,9 @@ class DriftMonitor:
             ``llmguard_sdk`` logger.
         max_templates: templates remembered at most (the oldest are forgotten beyond it).
 
+    A setting of the wrong kind raises :class:`~llmguard_sdk.errors.ConfigurationError` (a
+    :class:`ValueError`).
+
     Thread-safe; share one monitor between the builders of a process (the default one,
     :data:`default_drift_monitor`, is shared already).
     """
@@ -70,15 +75,25 @@ class DriftMonitor:
     def __init__(
         self, hooks: tuple[DriftHook, ...] | list[DriftHook] = (), *, max_templates: int = 10_000
     ) -> None:
-        if max_templates < 1:
-            raise ValueError("max_templates must be at least 1")
+        if isinstance(hooks, (str, bytes)) or not isinstance(hooks, (list, tuple)):
+            raise ConfigurationError(f"drift hooks must be a list of callables, not {hooks!r:.80}")
+        for hook in hooks:
+            _check_hook(hook)
+        if isinstance(max_templates, bool) or not (
+            isinstance(max_templates, int) and max_templates >= 1
+        ):
+            raise ConfigurationError(
+                f"max_templates must be an int >= 1, not {max_templates!r:.40}"
+            )
         self._hooks = list(hooks)
         self._max = max_templates
         self._last: dict[str, _Last] = {}
         self._lock = threading.Lock()
 
     def add_hook(self, hook: DriftHook) -> None:
-        """Also give every later event to ``hook``."""
+        """Also give every later event to ``hook`` (a callable, else a
+        :class:`~llmguard_sdk.errors.ConfigurationError`)."""
+        _check_hook(hook)
         with self._lock:
             self._hooks.append(hook)
 
@@ -146,6 +161,13 @@ class DriftMonitor:
                 self._last.clear()
             else:
                 self._last.pop(template, None)
+
+
+def _check_hook(hook: object) -> None:
+    """A :class:`ConfigurationError` for a hook that is no callable (it failed at each drift,
+    logged, and the drift went unreported)."""
+    if not callable(hook):
+        raise ConfigurationError(f"a drift hook must be callable, not {hook!r:.80}")
 
 
 def _first_difference(a: str, b: str) -> int:

@@ -233,11 +233,15 @@ def lint_text(
 
     ``known_values`` are strings that differ per user or tenant (their ids, names): any of
     them in ``text`` is a ``per-user`` finding. ``section`` names the text in the findings.
-    An unknown rule name in ``ignore`` raises :class:`~llmguard_sdk.errors.ConfigurationError`
-    (a :class:`ValueError`). A single string is one value
-    (one rule), not its characters.
+    An unknown rule name in ``ignore``, a ``text`` or a known value that is no string raise
+    :class:`~llmguard_sdk.errors.ConfigurationError` (a :class:`ValueError`). A single string
+    is one value (one rule), not its characters.
     """
-    known_values = [known_values] if isinstance(known_values, str) else known_values
+    if not isinstance(text, str):
+        raise ConfigurationError(f"the linted text must be a string, not {text!r:.80}")
+    known_values = [known_values] if isinstance(known_values, str) else list(known_values)
+    if not all(isinstance(v, str) for v in known_values):
+        raise ConfigurationError(f"known_values must be strings, got {known_values!r:.80}")
     skipped = {ignore} if isinstance(ignore, str) else set(ignore)
     unknown = skipped - set(RULES)
     if unknown:
