@@ -20,6 +20,7 @@ from llmguard_sdk import (
     OpenAICompatibleProvider,
     OpenAIResponsesProvider,
     ProviderError,
+    ProviderTimeoutError,
     ProviderUnavailableError,
     RateLimitedError,
 )
@@ -196,6 +197,7 @@ def test_an_error_answer_with_a_big_body_keeps_its_status(
         ({"message": "slow down", "code": 429, "type": "rate_limit_exceeded"}, RateLimitedError),
         ({"message": "upstream died", "code": 502}, ProviderUnavailableError),
         ({"message": "lock timeout", "code": 409}, ProviderUnavailableError),
+        ({"message": "upstream took too long", "code": 408}, ProviderTimeoutError),
         ({"message": "bad model", "type": "invalid_request_error"}, BadRequestError),
     ],
 )

@@ -19,6 +19,7 @@ from ..errors import (
     BadRequestError,
     ContextLengthExceededError,
     ProviderError,
+    ProviderTimeoutError,
     ProviderUnavailableError,
     RateLimitedError,
 )
@@ -28,6 +29,7 @@ __all__ = [
     "UNAVAILABLE_4XX",
     "error_answer",
     "server_says_retry",
+    "status_error_kind",
     "stream_error_kind",
 ]
 
@@ -70,7 +72,7 @@ def stream_error_kind(error: object) -> type[ProviderError]:
         return ProviderUnavailableError
     code = error.get("code")
     if isinstance(code, int) and not isinstance(code, bool) and 400 <= code <= 599:
-        return _of_status(code)  # a router's (OpenRouter's): the HTTP status of the failure
+        return status_error_kind(code)  # a router's (OpenRouter's): the HTTP status of the failure
     words = " ".join(
         str(error.get(field)).lower()
         for field in ("type", "code", "message")
@@ -107,11 +109,16 @@ def error_answer(
     )
 
 
-def _of_status(status: int) -> type[ProviderError]:
+def status_error_kind(status: int) -> type[ProviderError]:
+    """The error of an HTTP error status (400-599 and beyond), whether an answer's or a
+    numeric ``code`` in an error object (the HTTP status of a router's failure); a
+    context-length refusal, which its words tell, is the caller's to find."""
     if status == 429:
         return RateLimitedError
     if status in (401, 403):
         return AuthenticationError
-    if status >= 500 or status == 408 or status in UNAVAILABLE_4XX:
+    if status == 408:
+        return ProviderTimeoutError
+    if status >= 500 or status in UNAVAILABLE_4XX:
         return ProviderUnavailableError
     return BadRequestError

@@ -16,23 +16,21 @@ from pydantic import ValidationError
 
 from ..budget._usage import usage_from_payload  # every usage shape, read once
 from ..errors import (
-    AuthenticationError,
     BadRequestError,
     ContextLengthExceededError,
     MalformedResponseError,
     ProviderError,
     ProviderTimeoutError,
     ProviderUnavailableError,
-    RateLimitedError,
     RequestValidationError,
     StreamInterruptedError,
 )
 from ..models import ChatRequest, ChatResponse, StreamChunk
 from ._error_kinds import (
     CONTEXT_LENGTH_MARKERS,
-    UNAVAILABLE_4XX,
     error_answer,
     server_says_retry,
+    status_error_kind,
     stream_error_kind,
 )
 from .headers import server_wait_hint
@@ -260,21 +258,15 @@ def _common(status: int, headers: Mapping[str, str], body: str, route: str) -> d
 
 
 def _error_of_status(status: int, body: str, *, common: dict[str, Any]) -> ProviderError:
+    if status < 400:
+        return MalformedResponseError(f"unexpected HTTP status {status}", **common)
     message = _error_message(body) or f"provider answered HTTP {status}"
-    if status == 429:
-        return RateLimitedError(message, **common)
-    if status in (401, 403):
-        return AuthenticationError(message, **common)
-    if status == 408:
-        return ProviderTimeoutError(message, **common)
-    if status >= 500 or status in UNAVAILABLE_4XX:  # 409 (a lock timeout), 425 Too Early
-        return ProviderUnavailableError(message, **common)
-    if 400 <= status < 500:
+    kind = status_error_kind(status)
+    if kind is BadRequestError:
         lowered = body.lower()
         if any(marker in lowered for marker in CONTEXT_LENGTH_MARKERS):
-            return ContextLengthExceededError(message, **common)
-        return BadRequestError(message, **common)
-    return MalformedResponseError(f"unexpected HTTP status {status}", **common)
+            kind = ContextLengthExceededError
+    return kind(message, **common)
 
 
 class StreamState:
