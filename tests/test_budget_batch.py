@@ -13,13 +13,14 @@ from typing import Any, Literal
 import pytest
 
 from llmguard_sdk import Guard, OpenAICompatibleProvider
-from llmguard_sdk.budget import Budget, Budgets, Price, PriceTable
-from llmguard_sdk.errors import ConfigurationError, ProviderTimeoutError
+from llmguard_sdk.budget import Budget, BudgetEvent, Budgets, Price, PriceTable
+from llmguard_sdk.errors import BudgetExceededError, ConfigurationError, ProviderTimeoutError
 from llmguard_sdk.models import ChatRequest
 from llmguard_sdk.providers.batch import BatchProvider
 from llmguard_sdk.telemetry.redaction import redact_secrets
 from llmguard_sdk.testing import FakeProvider
 
+from .conftest import USER
 from .test_budget_fixtures import _Recording
 
 # $100 / $200 per million tokens, standard; the batch tier is half of it
@@ -258,3 +259,32 @@ def test_a_batch_nobody_waits_for_any_more_is_cancelled_at_the_provider(
         assert status.json()["status"] in ("cancelling", "cancelled")
     else:
         assert status.json()["request_counts"]["canceled"] == 1
+
+
+@pytest.mark.parametrize("policy", ["downgrade", "local_only"])
+def test_a_budget_with_no_route_to_send_a_call_to_refuses_it(
+    fake: FakeProvider, policy: str
+) -> None:
+    """The batch route serves batch calls only: a budget whose downgrade route is the batch
+    route, or a batch call whose budget says local only, has nowhere to send the call it has
+    no room for, so it refuses it (the call went to no route at all, an AllRoutesFailedError
+    with no error in it, and the event said it was downgraded)."""
+    events: list[BudgetEvent] = []
+    batch = BatchProvider(fake.base_url, api="openai", model="fake-model", name="nightly")
+    local = OpenAICompatibleProvider(fake.base_url, model="fake-model", name="local")
+    budgets = Budgets(
+        [Budget(limit_usd=0.0001, on_exhausted=policy)],  # type: ignore[arg-type]
+        prices=PRICES,
+        downgrade_to=["nightly"] if policy == "downgrade" else (),
+        local_routes=["local"] if policy == "local_only" else (),
+        on_event=events.append,
+    )
+    guard = Guard([local, batch], budgets=budgets, environ={}, timeout=10, retry=None)
+    priority = "batch" if policy == "local_only" else "interactive"
+    try:
+        with pytest.raises(BudgetExceededError):
+            guard.chat(USER, max_tokens=10, priority=priority)
+    finally:
+        guard.close()
+    assert [e.action for e in events if e.kind == "exhausted"] == ["refused"]
+    assert fake.stats.requests == 0

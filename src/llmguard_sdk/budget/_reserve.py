@@ -35,6 +35,7 @@ __all__ = [
     "Held",
     "by_priority",
     "level_routes",
+    "moved_to",
     "next_level",
     "refused",
     "reserve_steps",
@@ -113,7 +114,9 @@ def reserve_steps(
             return Held(rid, specs, result.amount, chosen, level, notes=notes)
         if result.unavailable:
             unavailable(config, specs, result, notes)
-        level = refused(config, specs[result.refused_index], result, level, notes)
+        spec = specs[result.refused_index]
+        open_routes = moved_to(spend, spec, level, stages.routes)
+        level = refused(config, spec, result, level if open_routes else "local", notes)
 
 
 def unavailable(
@@ -190,6 +193,18 @@ def level_routes(
         return tuple(routes)
     wanted = set(spend.config.downgrade_to) if level == "downgrade" else spend.local
     return tuple(route for route in routes if route.name in wanted)
+
+
+def moved_to(
+    spend: SpendControl, spec: CounterSpec, level: Level, routes: Sequence[Provider]
+) -> tuple[Provider, ...]:
+    """The ones of ``routes`` that the budget of ``spec``, without room for a call at
+    ``level``, sends it to; none: the budget refuses it (its ``on_exhausted`` says so, or
+    none of ``routes`` is a route it would send the call to: a batch call's routes are
+    its batch routes only, another call's never are)."""
+    budget = spend.config.budgets[spec.budget_index]
+    following = next_level(level, budget.on_exhausted)
+    return () if following is None else level_routes(spend, routes, following)
 
 
 def next_level(level: Level, policy: str) -> Level | None:

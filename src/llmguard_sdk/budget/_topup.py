@@ -27,9 +27,9 @@ from typing import TYPE_CHECKING
 from .._state import steps as store_steps
 from ..context import CallContext
 from ..providers.base import Provider
-from ._reserve import Held, level_routes, next_level, refused, unavailable
+from ._reserve import Held, moved_to, refused, unavailable
 from .memory import HoldArgs, MemoryBudgetBackend
-from .policy import BudgetEvent, CounterSpec, ReserveResult, nano
+from .policy import BudgetEvent, ReserveResult, nano
 
 if TYPE_CHECKING:
     from .control import SpendControl
@@ -87,20 +87,10 @@ def top_up_steps(
         if result.unavailable:
             unavailable(spend.config, held.specs, result, notes)
         spec = held.specs[result.refused_index]
-        moved = _moved_to(spend, held, spec, left)
+        moved = moved_to(spend, spec, held.level, left)
         # no route to move to: refused whatever the budget's on_exhausted ("local" refuses)
         level = refused(spend.config, spec, result, held.level if moved else "local", notes)
         held.level = level
         return moved
     finally:
         spend.emit(notes)
-
-
-def _moved_to(
-    spend: SpendControl, held: Held, spec: CounterSpec, left: Sequence[Provider]
-) -> tuple[Provider, ...]:
-    """The routes of ``left`` that the budget of ``spec`` sends a call it has no room for
-    to, from the call's level (none: the budget refuses, or none of them is left)."""
-    budget = spend.config.budgets[spec.budget_index]
-    following = next_level(held.level, budget.on_exhausted)
-    return () if following is None else level_routes(spend, left, following)
