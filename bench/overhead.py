@@ -38,6 +38,11 @@ and ``all_stages_no_sdk_us`` the same stages with the default telemetry (no SDK 
 so the SDK's own share can be told apart. ``stage_us`` splits the every-stage cost: what
 each stage that is off by default adds to the default Guard on its own (``telemetry_sdk``,
 ``rate_limits``, ``spend_budget``, ``cache``), measured in the same rounds.
+``all_stages_sdk_us`` is the SDK's share of the every-stage Guard (``all_stages`` less
+``all_stages_no_sdk``); ``otel_sdk_floor_us`` what the OpenTelemetry SDK alone costs for the
+very spans and metric points one every-stage call exports (``otel_exported`` counts them),
+handed to a fresh SDK configured alike with no llmguard code in between (``_otel_replay``):
+the part of the SDK's share no Guard exporting those signals can save.
 ``seam_us``: the openai SDK over the Guard's transport seam,
 ``OpenAI(http_client=http_client(guard))``, through the default Guard (the SDK builds and
 parses HTTP, the transport parses and answers it in process): ``seam_vs_guard_us`` is what the
@@ -62,6 +67,7 @@ from typing import Any
 
 import httpx
 from _benchkit import LOOPBACK_SERVERS, exit_on_signals, popen_group, stop_group
+from _otel_replay import Replay, capture, recording_providers
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
@@ -229,6 +235,9 @@ def main() -> None:
         }
         for stage, arguments in extra_stages().items():  # each alone, over the default Guard
             guards[f"only_{stage}"] = Guard(guard_provider, **arguments, **common)
+        tracer_provider, meter_provider, span_memory, metric_memory = recording_providers()
+        recorded = Telemetry(tracer_provider=tracer_provider, meter_provider=meter_provider)
+        guards["recorded"] = every_stage_guard(guard_provider, recorded, common)
         closers.extend(guard.close for guard in guards.values())
         request = ChatRequest.model_validate({"messages": MESSAGES, "max_tokens": 64})
         body = {"model": "fake-model", "messages": MESSAGES, "max_tokens": 64}
@@ -286,7 +295,10 @@ def main() -> None:
             )
             return completion.choices[0].message.content
 
+        # what one every-stage call exports, handed to a bare SDK: the SDK's own floor
+        exported = capture(through(guards.pop("recorded")), span_memory, metric_memory)
         sides: dict[str, Callable[[], object]] = {
+            "otel_sdk_floor": Replay(exported),
             "httpx": plain_httpx,
             "openai_sdk": openai_sdk,
             "bare": bare,
@@ -348,6 +360,9 @@ def main() -> None:
         "all_stages_us": round(median["all_stages"] - provider_us, 1),
         "all_stages_overhead_us": round(median["all_stages"] - bare_us, 1),
         "all_stages_no_sdk_us": round(median["all_stages_no_sdk"] - provider_us, 1),
+        "all_stages_sdk_us": round(median["all_stages"] - median["all_stages_no_sdk"], 1),
+        "otel_sdk_floor_us": round(median["otel_sdk_floor"], 1),
+        "otel_exported": exported.summary(),
         "stage_us": {  # what each stage adds to the default Guard (alone)
             "telemetry_sdk": round(median["telemetry_sdk"] - guard_us, 1),
             **{

@@ -136,6 +136,12 @@ def test_overhead_reports_both_sides_and_the_stages() -> None:
     stage_us = result["stage_us"]
     assert set(stage_us) == {"telemetry_sdk", "rate_limits", "spend_budget", "cache"}
     assert stage_us["cache"] > 0
+    # the OpenTelemetry SDK alone, handed what one every-stage call exported: the call span
+    # and its attempt's, the duration, two token counts, the cache and the cost points
+    assert result["otel_sdk_floor_us"] > 0
+    exported = result["otel_exported"]
+    assert exported["spans"] == 2 and exported["metric_points"] == 5
+    assert exported["span_attributes"] > 10
     counted = result["count_long_system_prompt_us"]
     assert 0 < counted["remembered"] < counted["fresh"]
 
