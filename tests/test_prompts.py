@@ -447,25 +447,25 @@ def test_the_monitor_forgets_the_oldest_templates_beyond_its_bound() -> None:
 # -- hit ratio per feature -----------------------------------------------------------------
 
 
+def call_event(feature: str | None, usage: Usage | None) -> CallEvent:
+    return CallEvent(
+        kind="chat",
+        outcome="ok",
+        scope=Scope(feature=feature),
+        model="m",
+        route="r",
+        attempts=1,
+        latency_s=0.1,
+        usage=usage,
+    )
+
+
 def test_prefix_cache_stats_sum_cached_tokens_per_feature() -> None:
     stats = PrefixCacheStats()
-
-    def event(feature: str | None, usage: Usage | None) -> CallEvent:
-        return CallEvent(
-            kind="chat",
-            outcome="ok",
-            scope=Scope(feature=feature),
-            model="m",
-            route="r",
-            attempts=1,
-            latency_s=0.1,
-            usage=usage,
-        )
-
-    stats(event("support", Usage(input_tokens=100, cached_input_tokens=0)))
-    stats(event("support", Usage(input_tokens=100, cached_input_tokens=80)))
-    stats(event("search", Usage(input_tokens=50, cache_write_input_tokens=50)))
-    stats(event("support", None))
+    stats(call_event("support", Usage(input_tokens=100, cached_input_tokens=0)))
+    stats(call_event("support", Usage(input_tokens=100, cached_input_tokens=80)))
+    stats(call_event("search", Usage(input_tokens=50, cache_write_input_tokens=50)))
+    stats(call_event("support", None))
     support = stats.feature("support")
     assert (support.calls, support.input_tokens, support.cached_tokens) == (2, 200, 80)
     assert support.calls_with_hits == 1
@@ -475,6 +475,22 @@ def test_prefix_cache_stats_sum_cached_tokens_per_feature() -> None:
     assert set(stats.snapshot()) == {"support", "search"}
     stats.reset()
     assert stats.snapshot() == {}
+
+
+def test_prefix_cache_stats_keep_a_bounded_number_of_features(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # a request id passed as the feature grew the stats by one entry a call, for good
+    stats = PrefixCacheStats(max_features=2)
+    for feature in ("support", "search", "req-1", "req-2", "support"):
+        stats(call_event(feature, Usage(input_tokens=10, cached_input_tokens=5)))
+    snapshot = stats.snapshot()
+    assert set(snapshot) == {"support", "search", "other"}
+    assert (snapshot["support"].calls, snapshot["other"].calls) == (2, 2)
+    assert stats.feature("req-1").calls == 0  # counted under "other"
+    assert sum("max_features" in r.getMessage() for r in caplog.records) == 1
+    with pytest.raises(ConfigurationError, match="max_features"):
+        PrefixCacheStats(max_features=0)
 
 
 def test_openai_route_sends_the_cache_key_and_reports_the_hit_ratio() -> None:

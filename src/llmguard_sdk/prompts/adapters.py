@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 import threading
 from collections.abc import Mapping, Sequence
@@ -51,6 +52,8 @@ CACHE_HISTORY_KEY = "llmguard.prompt.cache_history"
 """``ChatRequest.metadata`` key: ``"1"`` to also put a breakpoint after the history."""
 
 _EPHEMERAL: dict[str, Any] = {"type": "ephemeral"}
+_OVERFLOW = "other"  # the feature later new features count under, past max_features
+logger = logging.getLogger("llmguard_sdk")
 _KEY_CHARS = re.compile(r"[^A-Za-z0-9_.:-]+")
 
 
@@ -147,10 +150,17 @@ class PrefixCacheStats:
 
     Every call with usage counts (estimated usage too, which never has cached tokens);
     ``stats.hit_ratio("support")`` is the share of that feature's input tokens that the
-    providers read from their prefix caches. Thread-safe.
+    providers read from their prefix caches. At most ``max_features`` features are kept
+    apart; calls of later new ones count under ``"other"`` (logged once), as telemetry's
+    labels do. Thread-safe.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, max_features: int = 1000) -> None:
+        if isinstance(max_features, bool) or not (
+            isinstance(max_features, int) and max_features >= 1
+        ):
+            raise ConfigurationError(f"max_features must be an int >= 1, not {max_features!r:.40}")
+        self.max_features = max_features
         self._lock = threading.Lock()
         self._features: dict[str | None, FeatureCacheStats] = {}
 
@@ -161,6 +171,15 @@ class PrefixCacheStats:
             return
         feature = event.scope.feature
         with self._lock:
+            if feature not in self._features and len(self._features) >= self.max_features:
+                if _OVERFLOW not in self._features:
+                    logger.warning(
+                        "llmguard prefix-cache stats: over max_features=%d features (an id "
+                        "passed as a feature?); later new ones count under %r",
+                        self.max_features,
+                        _OVERFLOW,
+                    )
+                feature = _OVERFLOW
             old = self._features.get(feature) or FeatureCacheStats(feature)
             self._features[feature] = FeatureCacheStats(
                 feature=feature,
