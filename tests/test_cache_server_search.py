@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import redis
 
-from llmguard_sdk._state.stores import RedisStore
+from llmguard_sdk._state.stores import RedisStore, hash_id
 from llmguard_sdk.cache import RedisCacheBackend, ResponseCache
 from llmguard_sdk.context import scoped
 from llmguard_sdk.errors import ConfigurationError
@@ -119,7 +119,7 @@ def test_another_process_finds_entries_without_reading_the_change_stream(
     )
     assert reader.lookup(ask(PARAPHRASE)) is None
     writer = f"""
-from llmguard_sdk._state.stores import RedisStore
+from llmguard_sdk._state.stores import RedisStore, hash_id
 from llmguard_sdk.cache import RedisCacheBackend, ResponseCache
 from llmguard_sdk.context import scoped
 from llmguard_sdk.models import ChatRequest, ChatResponse, Message
@@ -268,4 +268,31 @@ def test_entries_an_earlier_version_wrote_with_their_vector_are_still_served(
     hit = cache.lookup(ask("What are your opening hours on public holiday?"))
     assert hit is not None
     assert hit.response.text == "9 to 5"
+    cache.close()
+
+
+def test_a_write_refused_or_out_of_memory_is_logged_as_what_it_is(
+    redis8_url: str, server: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With server-side search, any error reply to a write or a search was taken for a
+    server without vector sets: logged once as such (a key of another kind, Redis out of
+    memory ...) and never again, whatever failed next, and Redis out of memory was not paused
+    as it is for every other stage. Only an unknown command says the server lacks them."""
+    cache = ResponseCache(redis8_url, key_prefix="vs-err", vector_search="server")
+    vix = f"vs-err:cache:{{{hash_id('default')}}}:vix"
+    server.set(vix, "a string where the cache keeps a hash")
+    assert not cache.store(ask(FAQ), answer("a"))
+    assert any("WRONGTYPE" in r.message for r in caplog.records)
+    assert cache.state.health.failures == 0  # refused: nothing to wait out
+    server.delete(vix)
+    assert cache.store(ask(FAQ), answer("a"))
+    server.config_set("maxmemory", "1")
+    try:
+        assert not cache.store(ask("How do I change my e-mail address?"), answer("b"))
+    finally:
+        server.config_set("maxmemory", "0")
+    assert cache.state.health.failures == 1  # paused, as for every stage of the store
+    messages = [record.message for record in caplog.records]
+    assert any("Redis unavailable" in m and "maxmemory" in m for m in messages)
+    assert not [m for m in messages if "needs a Redis with vector sets" in m]
     cache.close()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import threading
 import time
 from collections import OrderedDict
@@ -50,6 +51,10 @@ _NO_VECTOR_SETS = (
     "vector_search='server' needs a Redis with vector sets (VADD / VSIM, Redis 8 or later); "
     "the server answered: {}"
 )
+
+# Redis's answer to a command it does not have: "unknown command 'VADD'", and from a script
+# "Unknown Redis command called from script" (Lua script, before Redis 7)
+_UNKNOWN_COMMAND = re.compile(r"unknown (redis )?command", re.IGNORECASE)
 
 logger = logging.getLogger("llmguard_sdk")
 
@@ -365,12 +370,12 @@ class RedisCacheBackend:
         return True
 
     def _failed(self, exc: Exception) -> None:
-        """Redis failed a write or a search. With server-side search, a script error is the
-        server lacking vector sets, not an outage: logged once, and every lookup misses
-        (the script fails before it writes); other stages on the store carry on."""
-        import redis
-
-        if self.vector_search and isinstance(exc, redis.ResponseError):
+        """Redis failed a write or a search. With server-side search, a script calling an
+        unknown command is the server lacking vector sets, not an outage: logged once, and
+        every lookup misses (the script fails before it writes); other stages on the store
+        carry on. Any other failure is the store's (:class:`Outage`: Redis out of memory is
+        paused, a key of another kind logged as a refusal)."""
+        if self.vector_search and _unknown_command(exc):
             if not self._script_failed:
                 self._script_failed = True
                 logger.error(_NO_VECTOR_SETS.format(exc) + "; serving misses")
@@ -475,6 +480,13 @@ class RedisCacheBackend:
     def changes(self) -> list[Change]:
         """Read the change stream from where this process stopped (loads everything at first)."""
         return run(self.changes_steps())
+
+
+def _unknown_command(exc: Exception) -> bool:
+    """Whether ``exc`` is Redis answering that a command (a script's) does not exist."""
+    import redis
+
+    return isinstance(exc, redis.ResponseError) and _UNKNOWN_COMMAND.search(str(exc)) is not None
 
 
 def _readable(raw: bytes | str) -> CacheEntry | None:
