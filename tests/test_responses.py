@@ -14,7 +14,14 @@ import openai
 import pytest
 from openai.types.responses import Response
 
-from llmguard_sdk import CallEvent, Guard, ProviderError, ProviderUnavailableError
+from llmguard_sdk import (
+    CallEvent,
+    ChatRequest,
+    Guard,
+    ProviderError,
+    ProviderUnavailableError,
+    RateLimitedError,
+)
 from llmguard_sdk.budget import Budget, Budgets, Price, PriceTable
 from llmguard_sdk.client import _openai_client
 from llmguard_sdk.models import StreamChunk
@@ -269,3 +276,28 @@ def test_a_responses_route_passes_on_refusals_and_logprobs(chunks: tuple[StreamC
     streamed = writer.answer
     assert plain.get("refusal", "") == streamed.refusal
     assert plain.get("logprobs", {}).get("content", []) == streamed.logprobs
+
+
+def test_a_failed_response_keeps_its_headers_and_body() -> None:
+    """A 200 Responses answer whose ``status`` is ``failed`` raised the error it names without
+    the answer's headers (its request id, its rate-limit counters) or body."""
+    error = {"code": "rate_limit_exceeded", "message": "slow down"}
+    body = json.dumps(
+        {"id": "resp_1", "object": "response", "status": "failed", "error": error, "output": []}
+    ).encode()
+    answer = (
+        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nx-request-id: req_42\r\n"
+        f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
+    ).encode() + body
+    with RawServer(answer) as raw:
+        route = OpenAIResponsesProvider(raw.base_url, model="m")
+        request = ChatRequest.model_validate({"messages": USER})
+        try:
+            with pytest.raises(RateLimitedError) as info:
+                route.complete(request, model="m", deadline=time.monotonic() + 5)
+        finally:
+            route.close()
+    assert "slow down" in str(info.value)
+    assert info.value.headers.get("x-request-id") == "req_42"
+    assert info.value.body is not None
+    assert "rate_limit_exceeded" in info.value.body

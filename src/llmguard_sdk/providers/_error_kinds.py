@@ -95,13 +95,19 @@ def stream_error_kind(error: object) -> type[ProviderError]:
 
 
 def error_answer(
-    error: object, headers: Mapping[str, str], body: bytes, *, route: str
+    error: object,
+    headers: Mapping[str, str],
+    body: bytes,
+    *,
+    route: str,
+    default: str = "the provider answered an error",
 ) -> ProviderError:
-    """The typed error of a 200 answer whose JSON is an ``error`` object."""
+    """The typed error of a 200 answer whose JSON is an ``error`` object (``default``: its
+    message where the error has none), with the answer's headers and body."""
     said = error.get("message") if isinstance(error, dict) else error
     text = body[:2000].decode("utf-8", errors="replace")
     return stream_error_kind(error)(
-        said if isinstance(said, str) and said else "the provider answered an error",
+        said if isinstance(said, str) and said else default,
         route=route,
         status_code=200,
         headers=headers,

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from .._core.assembly import merge_metadata
 from ..errors import MalformedResponseError
 from ..models import ChatRequest, ChatResponse, Message, StreamChunk
-from ._error_kinds import stream_error_kind
+from ._error_kinds import error_answer, stream_error_kind
 from .anthropic import AnthropicStreamState
 from .openai_compat import OpenAICompatibleProvider
 from .wire import (
@@ -203,11 +203,9 @@ def parse_response(
 ) -> ChatResponse:
     """A Responses answer as a :class:`ChatResponse`, or its typed error."""
     data, problem = checked_answer(status, headers, body, route=route)
-    if data.get("status") == "failed":
+    if data.get("status") == "failed":  # with the answer's headers (request id) and body
         error = data.get("error")
-        message = error.get("message") if isinstance(error, dict) else None
-        kind = stream_error_kind(error)
-        raise kind(str(message or "the response failed"), route=route, status_code=status)
+        raise error_answer(error, headers, body, route=route, default="the response failed")
     if not isinstance(data.get("output"), list):
         raise problem("response has no output list")
     text, calls, metadata = _output(data)
