@@ -30,7 +30,8 @@ Shortcuts and the environment variables they read when the route names no key (o
 by default), ``vllm/`` (``base_url`` required), ``local/`` (``bundled`` or a GGUF path).
 A ``${NAME}`` reference in ``api_key``, ``base_url``, ``headers`` or ``store`` (a Redis URL
 with its password, say), the whole value or a part of it (``Bearer ${TOKEN}``), is read from
-the environment when the Guard is built; an ``api_key`` given
+the environment when the Guard is built (a reference in any other key is refused: it would
+be taken as written); an ``api_key`` given
 as plain text is refused, as is a credential header's value (``Authorization``, a header
 named ``...Key``, ``...Token``) without a reference, so keys never sit in the file. An
 ``azure/`` route's ``base_url`` is its resource endpoint (as ``AZURE_OPENAI_ENDPOINT``),
@@ -65,7 +66,7 @@ from pydantic import (
 from ._config_tasks import TasksConfig
 from ._problems import problems
 from ._state.stores import _redacted
-from .config import _bad_store, _not_a_bool
+from .config import _bad_store, _literal, _not_a_bool
 from .errors import ConfigurationError
 from .providers.anthropic import AnthropicProvider
 from .providers.base import Provider
@@ -116,6 +117,7 @@ class RouteConfig(BaseModel):
     headers: dict[str, str] | None = None
 
     _numbers = field_validator("context_window", mode="before")(_not_a_bool)
+    _literals = field_validator("model", "name", "api_version", mode="before")(_literal)
 
     @field_validator("model")
     @classmethod
@@ -168,6 +170,8 @@ class GroupConfig(BaseModel):
     regions: dict[str, str] | None = None
     region: str | None = None
     deployments: list[RouteConfig] = Field(min_length=1)
+
+    _literals = field_validator("group", "regions", "region", mode="before")(_literal)
 
     @field_validator("weights", mode="before")
     @classmethod

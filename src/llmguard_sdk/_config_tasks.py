@@ -30,7 +30,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from .config import _not_a_bool
+from .config import _literal, _not_a_bool
 from .errors import ConfigurationError
 from .router import Cascade, Rule, TaskRouter
 from .router.cascade import Check, finish_reason, json_schema, not_empty, validator
@@ -52,6 +52,7 @@ class RuleConfig(BaseModel):
     when: str | None = Field(default=None, pattern=r"^[\w.]+:\w+$")
 
     _numbers = field_validator("min_tokens", "max_tokens", mode="before")(_not_a_bool)
+    _literals = field_validator("tier", "feature", "tenant", mode="before")(_literal)
 
 
 class CascadeConfig(BaseModel):
@@ -66,6 +67,8 @@ class CascadeConfig(BaseModel):
     validator: str | None = Field(default=None, pattern=r"^[\w.]+:\w+$")
     on_error: bool = True
     on_output_filter: bool = True
+
+    _literals = field_validator("tiers", "finish_reasons", mode="before")(_literal)
 
     @model_validator(mode="after")
     def _check(self) -> CascadeConfig:
@@ -86,6 +89,8 @@ class TasksConfig(BaseModel):
     rules: list[RuleConfig] = Field(default_factory=list)
     classifier: str | None = Field(default=None, pattern=r"^[\w.]+:\w+$")
     default: str | None = None
+
+    _literals = field_validator("tiers", "default", mode="before")(_literal)
 
     def build(self) -> TaskRouter:
         """The :class:`~llmguard_sdk.TaskRouter` (its callables imported); a bad name raises

@@ -25,6 +25,7 @@ request; the variables (and configuration files) are text, read as numbers.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from urllib.parse import urlsplit
 
@@ -47,6 +48,26 @@ def _bad_store(store: str) -> str | None:
     if store.strip().lower() != "memory" and urlsplit(store.strip()).scheme not in schemes:
         return f"must be 'memory' or a URL of {', '.join(schemes)}"
     return None
+
+
+_A_REFERENCE = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*\}")
+
+
+def _literal(value: object) -> object:
+    """A configuration value (a string, or a list or table of them) without a ``${NAME}``
+    reference: one outside ``api_key``, ``base_url``, ``headers`` and ``store`` was taken as
+    written (``model = "openai/${MODEL}"`` sent the model ``${MODEL}``)."""
+    texts = value.items() if isinstance(value, Mapping) else [value]
+    for text in texts:
+        if isinstance(text, (list, tuple)):
+            for part in text:
+                _literal(part)
+        elif isinstance(text, str) and _A_REFERENCE.search(text):
+            raise ValueError(
+                "a ${VARIABLE} reference is read only in api_key, base_url, headers and "
+                "store; write the value itself"
+            )
+    return value
 
 
 def _not_a_bool(value: object) -> object:
