@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 from typing import Any
 
@@ -274,3 +275,41 @@ def test_retirement_warnings_keep_no_mark_of_earlier_days() -> None:
         guard.close()
     assert len(events) == 40  # once a day, every day
     assert {e.day for e in events} == {dt.date(2026, 3, 1)}
+
+
+@pytest.mark.parametrize(
+    ("setting", "name"),
+    [
+        ({"retirements": {"m-2025-01-01": "2026-01-01"}}, "retirements"),
+        ({"retirements": {5: dt.date(2026, 1, 1)}}, "retirements"),
+        ({"prices": "table"}, "prices"),
+    ],
+)
+def test_a_release_plan_refuses_retirements_and_prices_of_the_wrong_kind(
+    setting: Any, name: str
+) -> None:
+    """A retirement day given as text made ``Guard(release=...)`` raise TypeError as it
+    checked for retiring models; a price table that is none, AttributeError."""
+    with pytest.raises(ConfigurationError, match=name):
+        ReleasePlan(Release("bot", "v1", ROUTE), **setting)
+
+
+def test_a_retirement_given_as_a_datetime_is_warned_about_on_its_day() -> None:
+    """A ``datetime`` (a ``date`` too) made the Guard raise TypeError subtracting a date."""
+    events: list[Any] = []
+    plan = ReleasePlan(
+        Release("bot", "v1", ROUTE),
+        retirements={"m-2025-01-01": dt.datetime(2026, 1, 10, 15, 30)},
+        hooks=[events.append],
+        clock=lambda: dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc).timestamp(),
+    )
+    with Guard(release=plan, environ={}, telemetry=False):
+        pass
+    assert [(e.kind, e.day) for e in events] == [("retiring", dt.date(2026, 1, 10))]
+
+
+def test_a_release_refuses_an_allow_alias_that_is_no_bool() -> None:
+    """``allow_alias="no"`` was true: a moving alias was let through."""
+    route = OpenAICompatibleProvider("http://127.0.0.1:9", model="gpt-4o", name="openai")
+    with pytest.raises(ConfigurationError, match="allow_alias"):
+        Release("bot", "v1", route, allow_alias="no")  # type: ignore[arg-type]

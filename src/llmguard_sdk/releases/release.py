@@ -113,6 +113,8 @@ class Release:
         entries = tuple(routes) if isinstance(routes, Sequence) else (routes,)
         if not entries or not all(isinstance(e, (Provider, DeploymentGroup)) for e in entries):
             raise ConfigurationError(f"release {name!r} needs Provider or DeploymentGroup routes")
+        if not isinstance(allow_alias, bool):  # ("no" was true: a moving alias let through)
+            raise ConfigurationError(f"allow_alias must be True or False, got {allow_alias!r:.80}")
         for label, given in (("system_prompt", system_prompt), ("prompt_version", prompt_version)):
             if given is not None and not isinstance(given, str):
                 raise ConfigurationError(f"release {label} must be a string, got {given!r:.80}")
@@ -304,11 +306,28 @@ class ReleasePlan:
             raise ConfigurationError(f"warn_days must be an int, got {self.warn_days!r}")
         if not isinstance(self.retirements, Mapping):
             raise ConfigurationError("retirements must be a mapping of model to date")
+        object.__setattr__(self, "retirements", _days(self.retirements))
+        if self.prices is not None and not isinstance(self.prices, PriceTable):
+            raise ConfigurationError(f"prices must be a PriceTable, got {self.prices!r:.80}")
 
     @property
     def store_key(self) -> str:
         """The name the canary's stage is stored under: ``key``, else the release's name."""
         return self.key or self.release.name
+
+
+def _days(retirements: Mapping[str, dt.date]) -> dict[str, dt.date]:
+    """``retirements`` checked (model names to dates; a datetime is its day), or a
+    :class:`ConfigurationError` (a day as text raised TypeError as the Guard started)."""
+    days: dict[str, dt.date] = {}
+    for model, day in retirements.items():
+        if not isinstance(model, str) or not isinstance(day, dt.date):
+            raise ConfigurationError(
+                f"retirements map model names to dates (datetime.date), got {model!r:.40}: "
+                f"{day!r:.40}"
+            )
+        days[model] = day.date() if isinstance(day, dt.datetime) else day
+    return days
 
 
 def _check_policies(plan: ReleasePlan) -> None:
