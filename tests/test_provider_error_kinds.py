@@ -288,3 +288,22 @@ def test_a_stream_answered_with_json_that_is_no_error_is_malformed() -> None:
         raised = _raised(OpenAICompatibleProvider(raw.base_url, name="p"), True)
     assert type(raised) is MalformedResponseError
     assert "content type" in str(raised)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        # Gemini's OpenAI-compatible endpoint: a list of one error
+        [{"error": {"code": 400, "message": "the model said no", "status": "INVALID_ARGUMENT"}}],
+        # vLLM's error object: its message at the top
+        {"object": "error", "message": "the model said no", "type": "BadRequestError", "code": 400},
+        {"detail": "the model said no"},  # FastAPI's
+    ],
+)
+def test_an_error_answers_message_is_kept_in_other_servers_shapes(body: object) -> None:
+    """The message of error bodies not shaped as OpenAI's was lost ("provider answered HTTP
+    400"): a user saw why the request was refused only by reading ``body``."""
+    with RawServer(http_response(json.dumps(body).encode(), status="400 Bad Request")) as raw:
+        raised = _raised(OpenAICompatibleProvider(raw.base_url, name="p"), False)
+    assert type(raised) is BadRequestError
+    assert "the model said no" in str(raised)

@@ -563,15 +563,25 @@ def _tool_calls(raw: object, problem: Any) -> list[dict[str, Any]] | None:
 
 
 def _error_message(body: str) -> str | None:
+    """An error body's message: OpenAI's and Anthropic's ``error.message``, an ``error``
+    string (Ollama's, TGI's), a list of one error (Gemini's OpenAI-compatible endpoint), a
+    top-level ``message`` (vLLM's error object) or ``detail`` (FastAPI's)."""
     try:
         data = json.loads(body)
     except (*_JSON_ERRORS, TypeError):
         return None
-    error = data.get("error") if isinstance(data, dict) else None
+    if isinstance(data, list) and len(data) == 1:
+        data = data[0]
+    if not isinstance(data, dict):
+        return None
+    error = data.get("error")
     if isinstance(error, dict) and isinstance(error.get("message"), str):
         return str(error["message"])
     if isinstance(error, str):
         return error
+    for key in ("message", "detail"):
+        if isinstance(data.get(key), str) and data[key]:
+            return str(data[key])
     return None
 
 
