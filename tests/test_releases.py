@@ -803,3 +803,22 @@ def test_a_shadow_never_spends_past_its_cap(pair: Any, max_tokens: int | None) -
     assert report["spent_usd"] <= 2.5 * one
     assert report["pairs"] >= 1
     assert report["skipped_budget"] == 10 - report["pairs"]
+
+
+def test_a_shadows_failed_calls_count_against_its_cap(pair: Any) -> None:
+    """A candidate call that timed out after its request went out (billed its input) counted
+    nothing: a candidate timing out on every call was sent every call, past the cap."""
+    a, b = pair
+    b.always(Fault(hang=True))
+
+    def shadow(cap: float | None, calls: int) -> dict[str, Any]:
+        policy = ShadowPolicy(share=1.0, rate_per_s=1000, max_cost_usd=cap, timeout=0.3)
+        return _shadowed(a, b, policy, calls, False)[1]
+
+    one = shadow(None, 1)
+    assert one["candidate_errors"] == 1
+    assert one["spent_usd"] > 0  # its input, as its budgets would have charged it
+    report = shadow(2.5 * one["spent_usd"], 6)
+    assert report["spent_usd"] <= 2.5 * one["spent_usd"]
+    assert 1 <= report["candidate_errors"] < 6
+    assert report["skipped_budget"] == 6 - report["candidate_errors"]

@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..context import CallContext, Scope
+from ..context import CallContext, CallEvent, Scope
 from ..errors import ConfigurationError, LLMGuardError, UnknownModelPriceError
 from ..models import ChatRequest, ChatResponse
 from ..tokens import count_request_tokens
@@ -81,7 +81,8 @@ class ShadowPolicy:
         share: the share of served calls copied to the candidate.
         max_queue: calls waiting for the worker at most (beyond: dropped, counted).
         rate_per_s: shadow calls per second at most (this process; beyond: skipped).
-        max_cost_usd: what the shadow calls may spend in this process (``None``: no cap).
+        max_cost_usd: what the shadow calls may spend in this process (``None``: no cap),
+            calls that got no answer included (what their attempts that went out cost).
             Each call is reserved before it goes: its worst case (its input and output
             limit at the candidate's dearest route) must fit in what is left; a call whose
             output has no limit (no ``max_tokens``) reserves the dearest shadow call so far.
@@ -293,13 +294,20 @@ class Shadow:
         plan = ReleasePlan(self._plan.candidate, warn_days=-(10**9), prices=self._prices)
         guard = Guard(
             release=plan, store="memory", telemetry=self._telemetry or False, environ={},
-            prices=self._prices,
+            prices=self._prices, hooks=[self._unanswered],
         )  # fmt: skip
         controls = guard._stages.releases
         if controls is not None:
             controls._fixed_arm = "shadow"
         self._guard = guard
         return guard
+
+    def _unanswered(self, event: CallEvent) -> None:
+        """Count what a shadow call that got no answer cost (its attempts that went out: a
+        timeout after the request was sent bills its input) against the spend cap."""
+        if event.outcome != "ok" and event.cost_usd:
+            with self._lock:
+                self._spent += event.cost_usd
 
     def _compare(self, served: ChatResponse, shadow: ChatResponse, segment: str) -> None:
         verdicts: dict[str, bool | None] = {}
