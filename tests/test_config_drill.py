@@ -101,3 +101,31 @@ def test_a_bad_config_or_primary_exits_2(
     bad.write_text('[[routes]]\nmodel = "vllm/x"\nbase_url = "http://127.0.0.1:9/v1"\nkey = 1\n')
     assert main(["drill", "--config", str(bad), *QUICK]) == 2
     assert "routes.0.key" in capsys.readouterr().err
+
+
+def test_the_drill_keeps_a_primarys_group_as_the_file_gives_it() -> None:
+    """The group around the fault injector was rebuilt without the file's ``regions`` and
+    ``region``: the drill ranked its deployments without the region preference the Guard
+    uses."""
+    from llmguard_sdk import DeploymentGroup
+    from llmguard_sdk._config_file import load_config, resolve
+    from llmguard_sdk.testing.config_drill import _with_outage
+
+    deployments = [
+        {"model": "vllm/m", "name": name, "base_url": "http://127.0.0.1:9/v1"}
+        for name in ("east", "west")
+    ]
+    group = {"group": "g", "deployments": deployments, "region": "us-west",
+             "regions": {"east": "us-east", "west": "us-west"}}  # fmt: skip
+    entries, _ = resolve(load_config({"routes": [group]}), {})
+    swapped, outage = _with_outage(entries, "east")
+    before, after = entries[0], swapped[0]
+    assert isinstance(before, DeploymentGroup)
+    assert isinstance(after, DeploymentGroup)
+    assert after.deployments[0] is outage
+    assert (after.regions, after.region) == (("us-east", "us-west"), "us-west")
+    assert (after.strategy, after.half_life_s, after.slack) == (
+        before.strategy, before.half_life_s, before.slack,
+    )  # fmt: skip
+    for route in before.deployments:
+        route.close()

@@ -179,9 +179,12 @@ def _with_outage(
     for entry in entries:
         if isinstance(entry, DeploymentGroup) and any(d is found[0] for d in entry.deployments):
             deployments = [outage if d is found[0] else d for d in entry.deployments]
-            entry = DeploymentGroup(
-                entry.name, deployments, strategy=entry.strategy, weights=entry.weights
-            )
+            entry = DeploymentGroup(  # the file's group as it is, but for the injector
+                entry.name, deployments, strategy=entry.strategy, weights=entry.weights,
+                half_life_s=entry.half_life_s, penalty_s=entry.penalty_s, slack=entry.slack,
+                regions={n: r for n, r in zip(entry.names, entry.regions, strict=True) if r},
+                region=entry.region,
+            )  # fmt: skip
         swapped.append(outage if entry is found[0] else entry)
     return swapped, outage
 
