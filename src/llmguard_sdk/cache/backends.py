@@ -44,6 +44,8 @@ _SEARCH = _LUA.joinpath("search.lua").read_text(encoding="utf-8")
 _LIVE = _LUA.joinpath("live.lua").read_text(encoding="utf-8")
 _BATCH = 1000  # change-stream messages read at once
 _CLEAR_PAGE = 1000  # entries a clear deletes per script
+# entries a store evicts at most (a namespace far over max_entries shrinks over the next stores)
+_EVICT_AT_ONCE = 64
 _BATCHES = 4  # reads of the change stream a sync makes at most
 _LIVE_PAGE = 500  # live entries read at once when the stream was trimmed past the cursor
 _LIVE_PAGES = 4  # pages of live entries a sync reads at most
@@ -321,6 +323,7 @@ class RedisCacheBackend:
                     self._stream_length,
                     self._vector_sets if self.vector_search else "",
                     server_vector,
+                    _EVICT_AT_ONCE,
                 ],
             )
         except redis_errors() as exc:

@@ -3,7 +3,9 @@
 -- log (stream), KEYS[5] hash: entry id -> index key (server-side search only); one hash tag.
 -- ARGV: entry id, entry JSON, time to live (ms), max entries, entry key prefix,
 --       index key, vector (base64), stale_until (s), stream length,
---       vector-set key prefix ('' unless server-side search is on), vector (FP32 blob).
+--       vector-set key prefix ('' unless server-side search is on), vector (FP32 blob),
+--       entries evicted at most (a namespace far over max entries, the bound lowered or a
+--       process with a lower one sharing it, shrinks over the next stores, not in one script).
 -- The change logged carries the time to live ('ttl', ms): a reader counts it from the
 -- message's id (this server's clock), not from 'until' (the writer's clock).
 -- Every key written lives as long as the longest-lived entry written to it: a namespace (or a
@@ -34,7 +36,7 @@ outlive(KEYS[2])
 outlive(KEYS[3])
 outlive(KEYS[4])
 local evicted = {}
-local extra = redis.call('ZCARD', KEYS[2]) - tonumber(ARGV[4])
+local extra = math.min(redis.call('ZCARD', KEYS[2]) - tonumber(ARGV[4]), tonumber(ARGV[12]))
 if extra > 0 then
   local oldest = redis.call('ZPOPMIN', KEYS[2], extra)
   for i = 1, #oldest, 2 do
