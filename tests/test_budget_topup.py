@@ -139,11 +139,11 @@ def _prompt_tokens() -> int:
     return count_request_tokens([Message(**m) for m in USER]).tokens
 
 
-def _call(guard: Guard, kind: str) -> None:
+def _call(guard: Guard, kind: str, max_tokens: int = 5) -> None:
     if kind == "complete":
-        guard.chat(USER, max_tokens=5)
+        guard.chat(USER, max_tokens=max_tokens)
         return
-    with guard.chat(USER, max_tokens=5, stream=True) as stream:
+    with guard.chat(USER, max_tokens=max_tokens, stream=True) as stream:
         list(stream)
 
 
@@ -352,3 +352,32 @@ def test_a_downgraded_call_whose_cheaper_route_does_not_fit_either_is_refused(
     assert (fake.stats.requests, fake2.stats.requests) == (1, 0)
     assert [e.action for e in events if e.kind == "exhausted"] == ["downgraded", "refused"]
     assert _spent(guard) == pytest.approx(PROMPT_USD)
+
+
+@pytest.mark.parametrize("clamp", [True, False])
+@pytest.mark.parametrize("kind", ["complete", "stream"])
+def test_a_retry_the_cap_has_too_little_room_for_is_clamped_with_clamp_max_tokens(
+    fake: FakeProvider, make_guard: MakeGuard, store: RedisStore | None, kind: str, clamp: bool
+) -> None:
+    """With ``clamp_max_tokens`` a call's ``max_tokens`` is lowered to what the budgets
+    allow instead of refusing it: a retry's top-up too (it was refused, whatever the
+    setting, while the cap had room for a few of its output tokens)."""
+    hold_usd = PROMPT_USD * 1.1 + 10 * 200 / 1e6  # one attempt with max_tokens=10
+    limit = hold_usd + PROMPT_USD / 2  # the retry's prompt fits, not its 10 output tokens
+    budgets = Budgets(
+        [Budget(limit_usd=limit)], prices=PRICES, clamp_max_tokens=clamp, min_output_tokens=2
+    )
+    options: dict[str, Any] = {} if store is None else {"store": store}
+    guard = make_guard(
+        fake, budgets=budgets, retry=RETRIES, attempt_timeout=1.0, timeout=20, **options
+    )
+    fake.script(_slow("stream" if kind == "stream" else "sync"), None)
+    if not clamp:
+        with pytest.raises(BudgetExceededError):
+            _call(guard, kind, max_tokens=10)
+        assert fake.stats.requests == 1
+        return
+    _call(guard, kind, max_tokens=10)
+    assert fake.stats.requests == 2
+    assert [r.body["max_tokens"] for r in fake.requests] == [10, pytest.approx(5, abs=3)]
+    assert _spent(guard) <= limit

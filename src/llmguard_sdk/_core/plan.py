@@ -25,6 +25,7 @@ import time
 from collections.abc import Generator
 from typing import Any
 
+from ..budget._reserve import with_output_limit
 from ..errors import BudgetExceededError, ProviderError, StreamInterruptedError
 from ..models import ChatResponse, StreamChunk
 from ..providers.base import Provider
@@ -147,7 +148,8 @@ def _retry(
 def _hold_enough(run: Run, route: Provider, order: list[Provider]) -> Generator[Any, Any, bool]:
     """Before an attempt: the call's spend hold covers what its attempts that went out were
     charged plus this attempt's worst case, topped up when not, so the guard's own retries
-    never spend past a hard cap. A budget without room for that acts by its
+    never spend past a hard cap (with ``clamp_max_tokens``, the attempt's ``max_tokens`` is
+    lowered to what the budgets allow instead). A budget without room for that acts by its
     ``on_exhausted``, as at the call's reservation: it moves the call to its cheaper or local
     routes not reached yet (``order`` becomes them; True), else ends the call
     (:class:`~llmguard_sdk.errors.BudgetExceededError`). A stream that delivered text before
@@ -163,6 +165,9 @@ def _hold_enough(run: Run, route: Provider, order: list[Provider]) -> Generator[
         if run.interrupted is not None:
             raise run.interrupted from refused
         raise
+    limit = run.ctx.request.output_limit  # lowered by a clamped top-up: sent so
+    if limit is not None and limit < (run.request.output_limit or limit + 1):
+        run.request = with_output_limit(run.request, limit)
     if not moved:
         return False
     order[:] = run.moved_order(moved)

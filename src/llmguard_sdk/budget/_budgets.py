@@ -42,7 +42,8 @@ class Budgets:
             (each process takes its part: the share divided by the processes alive then);
             ``None``: the store's ``local_share`` (0.25).
         clamp_max_tokens: lower a call's ``max_tokens`` to what the budgets still allow
-            (down to ``min_output_tokens``) instead of refusing it.
+            (down to ``min_output_tokens``) instead of refusing it, at its reservation and
+            at the top-up before a retry or fallback attempt after billed attempts.
         min_output_tokens: the fewest output tokens a clamped call is given.
         default_output_tokens: the ``max_tokens`` given to a budgeted call that set none (its
             worst case must be bounded for the cap to hold).

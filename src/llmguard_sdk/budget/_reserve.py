@@ -21,6 +21,7 @@ from .._ids import UniqueIds
 from .._state import steps as store_steps
 from ..context import CallContext
 from ..errors import BudgetExceededError, BudgetUnavailableError
+from ..models import ChatRequest
 from ..providers.base import Provider
 from ._budgets import Budgets
 from ._routes import Level, route_tier, tier_routes
@@ -40,6 +41,7 @@ __all__ = [
     "refused",
     "reserve_steps",
     "unavailable",
+    "with_output_limit",
 ]
 
 _RESERVATION_IDS = UniqueIds(random_digits=8)  # 24 hex digits, as os.urandom(12) gave
@@ -105,12 +107,7 @@ def reserve_steps(
             result = yield from spend.backend.reserve_steps(**hold)
         if result.allowed:
             if result.tokens < want:
-                limit_name = (
-                    "max_completion_tokens"
-                    if ctx.request.max_completion_tokens is not None
-                    else "max_tokens"
-                )
-                ctx.request = ctx.request.model_copy(update={limit_name: result.tokens})
+                ctx.request = with_output_limit(ctx.request, result.tokens)
             return Held(rid, specs, result.amount, chosen, level, notes=notes)
         if result.unavailable:
             unavailable(config, specs, result, notes)
@@ -172,6 +169,12 @@ def refused(
             retry_after=max(0.0, result.resets_at - time.time()),
         )
     return following
+
+
+def with_output_limit(request: ChatRequest, tokens: int) -> ChatRequest:
+    """``request`` with its output limit lowered to ``tokens``, under the name it has."""
+    name = "max_completion_tokens" if request.max_completion_tokens is not None else "max_tokens"
+    return request.model_copy(update={name: tokens})
 
 
 def by_priority(ctx: CallContext, stages: Stages) -> Stages:

@@ -6,8 +6,10 @@ nothing is billed all the same (a timeout after sending: its prompt; a stream cu
 what it delivered), so a call that retries after such attempts could settle past its hold,
 and past a hard cap. Before each attempt after one that was charged, the hold must cover
 what was charged so far plus that attempt's worst case on its route; when it does not, the
-difference is reserved as a reservation of its own (same counters, all or nothing). An
-attempt on a free route (a local model) puts nothing more at risk and needs none.
+difference is reserved as a reservation of its own (same counters, all or nothing; with
+``clamp_max_tokens``, as many of the attempt's output tokens as the budgets allow, down to
+``min_output_tokens``, and the attempt's ``max_tokens`` is lowered to them). An attempt on
+a free route (a local model) puts nothing more at risk and needs none.
 
 A top-up the budgets refuse gets what the refusing budget's ``on_exhausted`` says, as the
 call's reservation did: ``"downgrade"`` moves the call on to the ``downgrade_to`` routes it has
@@ -27,7 +29,7 @@ from typing import TYPE_CHECKING
 from .._state import steps as store_steps
 from ..context import CallContext
 from ..providers.base import Provider
-from ._reserve import Held, moved_to, refused, unavailable
+from ._reserve import Held, moved_to, refused, unavailable, with_output_limit
 from .memory import HoldArgs, MemoryBudgetBackend
 from .policy import BudgetEvent, ReserveResult, nano
 
@@ -37,12 +39,36 @@ if TYPE_CHECKING:
 __all__ = ["top_up_steps"]
 
 
-def _next_attempt(spend: SpendControl, ctx: CallContext, route: Provider) -> int:
-    """The worst case of one attempt on ``route``, nano-dollars: the prompt it sends now
-    (a continuation's included) and the call's ``max_tokens`` of output."""
+def _hold_args(
+    spend: SpendControl, held: Held, ctx: CallContext, route: Provider, charged: int
+) -> tuple[HoldArgs, int] | None:
+    """The top-up an attempt on ``route`` needs (None: the hold covers it), and the output
+    tokens the hold covers already beyond what it asks for. The attempt's worst case is the
+    prompt it sends now (a continuation's included) and the call's ``max_tokens`` of output;
+    with ``clamp_max_tokens`` the top-up asks for output tokens, as a reservation does (the
+    hold's room beyond the charges and the prompt counts as tokens already held), else for
+    the whole difference at once."""
     base, per = spend.route_price_args(ctx, (route,), input_tokens=ctx.sent_input_tokens())
     output = ctx.request.output_limit or spend.config.default_output_tokens
-    return base + math.ceil(output * per)
+    attempt = base + math.ceil(output * per)
+    if attempt == 0 or charged + attempt <= held.amount:
+        return None  # a free route (nothing more at risk), or the hold covers it
+    ttl = max(0.0, ctx.remaining()) + spend.config.hold_seconds
+    config = spend.config
+    if not config.clamp_max_tokens or per <= 0:
+        base = charged + attempt - held.amount
+        return {"base": base, "per_token": 0.0, "want": 0, "minimum": 0, "ttl": ttl}, 0
+    slack = held.amount - charged - base  # room for output tokens in the hold already
+    covered = min(output, math.floor(slack / per)) if slack > 0 else 0
+    fewest = min(config.min_output_tokens, output)
+    hold: HoldArgs = {
+        "base": max(0, -slack),
+        "per_token": per,
+        "want": output - covered,
+        "minimum": max(0, fewest - covered),
+        "ttl": ttl,
+    }
+    return hold, covered
 
 
 def top_up_steps(
@@ -58,22 +84,13 @@ def top_up_steps(
     else raises :class:`BudgetExceededError` (or :class:`BudgetUnavailableError`)."""
     if held.done or not held.specs or not ctx.unserved:
         return ()  # nothing charged yet: the first hold covers any one attempt
-    attempt = _next_attempt(spend, ctx, route)
-    if attempt == 0:
-        return ()  # a free route: nothing more at risk
-    charged = spend.unserved_cost(ctx, held.stages)
-    need = nano(charged or 0.0) + attempt
-    if need <= held.amount:
+    charged = nano(spend.unserved_cost(ctx, held.stages) or 0.0)
+    asked = _hold_args(spend, held, ctx, route, charged)
+    if asked is None:
         return ()
+    hold, covered = asked
     rid = f"{held.rid}.{len(held.extra) + 1}"
     held.extra.append(rid)  # before it goes out: cut short, the settle releases it
-    hold: HoldArgs = {
-        "base": need - held.amount,
-        "per_token": 0.0,
-        "want": 0,
-        "minimum": 0,
-        "ttl": max(0.0, ctx.remaining()) + spend.config.hold_seconds,
-    }
     result: ReserveResult
     if type(spend.backend) is MemoryBudgetBackend:  # (as SpendControl does)
         result = spend.backend.reserve(rid, held.specs, **hold)
@@ -81,6 +98,8 @@ def top_up_steps(
         result = yield from spend.backend.reserve_steps(rid, held.specs, **hold)
     if result.allowed:
         held.amount += result.amount
+        if hold["want"] and covered + result.tokens < (ctx.request.output_limit or 0):
+            ctx.request = with_output_limit(ctx.request, covered + result.tokens)  # clamped
         return ()
     notes: list[BudgetEvent] = []
     try:
