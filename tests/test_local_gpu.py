@@ -136,6 +136,24 @@ def test_keys_in_any_order_per_layer_arrays_and_explicit_head_widths(tmp_path: P
     assert read_gguf(write(tmp_path, gguf(without_kv))).head_count_kv == 8  # MHA: kv = heads
 
 
+def test_sizes_not_above_zero_are_read_as_absent(tmp_path: Path) -> None:
+    # A negative value width made the KV cache negative: every layer "fit" in no free VRAM.
+    pairs = [  # (the later of two equal keys wins)
+        *LLAMA_LIKE,
+        ("llama.attention.key_length", I32, -64),
+        ("llama.attention.value_length", I32, -1_000_000),
+        ("llama.attention.head_count_kv", I32, -3),
+        ("llama.context_length", I32, -1),
+    ]
+    path = write(tmp_path, gguf(pairs))
+    info = read_gguf(path)
+    assert (info.head_count_kv, info.key_length, info.value_length) == (9, 64, 64)
+    assert info.context_length is None
+    assert info.kv_bytes_per_token > 0
+    none = place(path, n_gpu_layers=None, n_ctx=None, offload=True, vram=lambda: Vram(0, GIB, "0"))
+    assert none.n_gpu_layers == 0
+
+
 ONE_KEY = b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + _string("general.architecture")
 
 
@@ -401,6 +419,7 @@ def fake_smi(tmp_path: Path, output: str, *, status: int = 0, delay: float = 0.0
         (TWO_SAME, {"CUDA_VISIBLE_DEVICES": "-1"}, None),
         (TWO_SAME, {"CUDA_VISIBLE_DEVICES": "MIG-1234"}, None),  # a MIG slice: not readable
         (TWO_SAME, {"CUDA_VISIBLE_DEVICES": "fast"}, None),
+        (TWO_SAME, {"CUDA_VISIBLE_DEVICES": "\u00b2"}, None),  # "²": a digit, not a number
         # different GPUs, CUDA's fastest-first numbering: either could be device 0
         (TWO_MIXED, {}, ("min of 2", 9000)),
         (TWO_MIXED, {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}, ("0", 20000)),

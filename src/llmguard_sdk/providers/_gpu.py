@@ -229,11 +229,14 @@ def _shape(found: dict[str, object], name: str, version: int, tensors: int, size
         raise GGUFError(f"{name}: no general.architecture")
 
     def number(key: str, pick: Callable[[list[int]], int] = max) -> int | None:
-        return _whole(found.get(f"{arch}.{key}"), pick)
+        """The key's value; None when absent, or not above 0 (no size of a real model: a
+        negative head width made the KV cache negative, and every layer "fit" in no VRAM)."""
+        value = _whole(found.get(f"{arch}.{key}"), pick)
+        return value if value is not None and value > 0 else None
 
     blocks, width = number("block_count"), number("embedding_length")
     heads = number("attention.head_count", min)  # the fewest heads: the widest head
-    if not blocks or not width or not heads or blocks < 0 or width < 0 or heads < 0:
+    if not blocks or not width or not heads:
         raise GGUFError(f"{name}: no layer count, embedding width or head count for {arch}")
     kv_heads = number("attention.head_count_kv") or heads
     head_width = width // heads
@@ -248,7 +251,7 @@ def _shape(found: dict[str, object], name: str, version: int, tensors: int, size
         head_count_kv=kv_heads,
         key_length=number("attention.key_length") or head_width,
         value_length=number("attention.value_length") or head_width,
-        context_length=context if context and context > 0 else None,
+        context_length=context,
         file_size=size,
         vocab_size=_whole(found.get(_TOKENS), max) or 0,
     )
@@ -330,7 +333,7 @@ def _pick_device(
         chosen = [row for row in rows if row[1].upper().startswith(first.upper())]
         if len(chosen) != 1:
             return None
-    elif first.isdigit():
+    elif first.isascii() and first.isdigit():  # ("²".isdigit(), but int("²") fails)
         if order != "PCI_BUS_ID" and len({row[2] for row in rows}) > 1:
             chosen = rows  # fastest-first numbering: this index could be any of them
         else:
