@@ -5,6 +5,7 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import re
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -30,7 +31,9 @@ REQUEST = ChatRequest.model_validate({"messages": [{"role": "user", "content": "
 
 
 class _Batches(BaseHTTPRequestHandler):
-    """Every batch ends at once; each call's result is ``server.result(custom_id)``."""
+    """Every batch ends at once; each call's result is ``server.result(custom_id)``. The
+    first ``server.failures[kind]`` status (``"status"``) or results (``"results"``) reads
+    answer 503; ``server.created`` (bytes), when set, is the answer to a batch's creation."""
 
     server: Any
 
@@ -56,11 +59,22 @@ class _Batches(BaseHTTPRequestHandler):
         else:
             ids = self.server.ids
         self.server.ids = ids
-        self._send(200, json.dumps({"id": "b1"}).encode())
+        self._send(200, getattr(self.server, "created", None) or json.dumps({"id": "b1"}).encode())
+
+    def _failing(self, kind: str) -> bool:
+        failures = getattr(self.server, "failures", {})
+        if failures.get(kind, 0) <= 0:
+            return False
+        failures[kind] -= 1
+        self._send(503, json.dumps({"error": {"message": f"{kind} unavailable"}}).encode())
+        return True
 
     def do_GET(self) -> None:
         base = f"http://127.0.0.1:{self.server.server_port}/v1"
-        if self.path.endswith("/results") or self.path.endswith("/content"):
+        results = self.path.endswith("/results") or self.path.endswith("/content")
+        if self._failing("results" if results else "status"):
+            return
+        if results:
             rows = [self.server.result(i) for i in self.server.ids]
             self._send(200, "\n".join(json.dumps(r) for r in rows).encode(), "application/jsonl")
             return
@@ -242,3 +256,80 @@ def test_a_result_the_batch_never_ran_says_why(
     assert raised.retryable is retryable
     word = "expired" if kind is ProviderTimeoutError and api == "anthropic" else ""
     assert word in str(raised)
+
+
+# -- the batch's own requests: sending it, reading its status and results --------------------
+
+
+def _succeeded(api: str) -> Callable[[str], dict[str, Any]]:
+    """Result rows that answer each call "done"."""
+
+    def result(custom_id: str) -> dict[str, Any]:
+        if api == "anthropic":
+            message = {
+                "type": "message",
+                "id": "msg_1",
+                "model": "m",
+                "role": "assistant",
+                "content": [{"type": "text", "text": "done"}],
+                "stop_reason": "end_turn",
+            }
+            return {"custom_id": custom_id, "result": {"type": "succeeded", "message": message}}
+        body = {
+            "id": "c1",
+            "model": "m",
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": "done"},
+                    "finish_reason": "stop",
+                }
+            ],
+        }
+        return {"custom_id": custom_id, "response": {"status_code": 200, "body": body}}
+
+    return result  # fmt: skip
+
+
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+def test_reads_that_fail_for_a_while_do_not_fail_the_batch(
+    batches: ThreadingHTTPServer, api: Literal["openai", "anthropic"]
+) -> None:
+    """A status or results read answered 503 failed every call of a batch that went on
+    running (and billing) at the provider; such reads are asked again until the deadline."""
+    batches.result = _succeeded(api)  # type: ignore[attr-defined]
+    batches.failures = {"status": 2, "results": 1}  # type: ignore[attr-defined]
+    url = f"http://127.0.0.1:{batches.server_port}/v1"
+    provider = BatchProvider(url, api=api, model="m", window=0.01, poll_interval=0.01)
+    try:
+        answer = provider.complete(REQUEST, model="m", deadline=time.monotonic() + 10)
+    finally:
+        provider.close()
+    assert answer.text == "done"
+    assert batches.failures == {"status": 0, "results": 0}  # type: ignore[attr-defined]
+
+
+def test_a_batch_that_cannot_be_sent_is_a_route_failure() -> None:
+    """A connection refused while sending the batch was a bare ProviderError, neither retried
+    nor moved past; it is a ProviderUnavailableError, the request provably not sent."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    provider = BatchProvider(f"http://127.0.0.1:{port}/v1", model="m", window=0.01)
+    try:
+        with pytest.raises(ProviderError) as info:
+            provider.complete(REQUEST, model="m", deadline=time.monotonic() + 10)
+    finally:
+        provider.close()
+    assert type(info.value) is ProviderUnavailableError
+    assert info.value.request_sent is False
+
+
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+def test_a_batch_created_with_an_answer_that_is_not_json_is_malformed(
+    batches: ThreadingHTTPServer, api: Literal["openai", "anthropic"]
+) -> None:
+    """It was a bare ProviderError ("the batch failed: JSONDecodeError")."""
+    batches.created = b"<html>oops</html>"  # type: ignore[attr-defined]
+    raised = _failure(batches, api, _succeeded(api))
+    assert type(raised) is MalformedResponseError

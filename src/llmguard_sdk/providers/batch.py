@@ -57,6 +57,7 @@ from ..telemetry.redaction import register_secret
 from ._error_kinds import stream_error_kind
 from .anthropic import ANTHROPIC_VERSION, build_anthropic_payload, parse_anthropic_message
 from .base import StreamCall, _Streams
+from .openai_compat import _transport_error
 from .wire import build_payload, error_from_status, parse_completion
 
 __all__ = ["BatchProvider"]
@@ -228,18 +229,25 @@ class BatchProvider(_Streams):
                 found = results.get(call.custom_id)
                 _settle(call.future, self._missing(note) if found is None else found)
         except BaseException as exc:  # every caller gets the batch's failure
-            failure = exc if isinstance(exc, ProviderError) else self._failed(exc)
+            failure = self._failure(exc, calls)
             for call in calls:
                 _settle(call.future, failure)
+
+    def _failure(self, exc: BaseException, calls: list[_Call]) -> ProviderError:
+        """The typed error of a batch that failed with ``exc``: an error answer's own, a
+        transport failure's (connection refused: not sent, so another attempt is safe), a
+        bare ProviderError for anything else."""
+        if isinstance(exc, ProviderError):
+            return exc
+        if isinstance(exc, httpx.HTTPError):
+            return _transport_error(exc, self.name, max(call.deadline for call in calls))
+        return ProviderError(f"the batch failed: {exc!r}", route=self.name)
 
     def _missing(self, note: str) -> ProviderError:
         """The error of a call the ended batch has no result row for (``note``: why there
         may be none: rows that named no call, the batch's own failure)."""
         said = f" ({note})" if note else ""
         return ProviderError(f"the batch ended without this call's result{said}", route=self.name)
-
-    def _failed(self, exc: BaseException) -> ProviderError:
-        return ProviderError(f"the batch failed: {exc!r}", route=self.name)
 
     def _ok(self, response: httpx.Response) -> httpx.Response:
         """``response`` when it is a 200; its typed error otherwise."""
@@ -249,17 +257,56 @@ class BatchProvider(_Streams):
             )
         return response
 
-    def _checked(self, response: httpx.Response) -> Any:
-        """A JSON answer's object; the typed error of an error answer."""
-        return self._ok(response).json()
+    def _checked(self, response: httpx.Response) -> dict[str, Any]:
+        """A JSON object answer; the typed error of an error answer, a
+        MalformedResponseError of one that is no JSON object."""
+        try:
+            data = self._ok(response).json()
+        except _NOT_JSON:
+            data = None
+        if not isinstance(data, dict):
+            raise MalformedResponseError(
+                "the batch API's answer is not a JSON object",
+                route=self.name,
+                status_code=response.status_code,
+                headers=response.headers,
+                body=response.text[:2000],
+            )
+        return data
+
+    def _id(self, answer: Mapping[str, Any]) -> str:
+        """The ``id`` of a created file or batch."""
+        found = answer.get("id")
+        if not isinstance(found, str) or not found:
+            raise MalformedResponseError("the batch API's answer has no id", route=self.name)
+        return found
+
+    def _again(self, exc: Exception, what: str) -> None:
+        """Raise ``exc`` unless it may pass (a transport failure, a retryable answer: 5xx,
+        429, a garbled one); a read of a batch that runs on at the provider is asked again."""
+        if isinstance(exc, ProviderError) and not exc.retryable:
+            raise exc
+        logger.warning("%s: could not read the batch's %s (%r); asking again", self.name, what, exc)
+
+    def _fetch(self, url: str, last: float) -> httpx.Response:
+        """A result file's 200 answer, asked again every ``poll_interval`` after a failure
+        that may pass, until ``last``."""
+        while True:
+            try:
+                return self._ok(self._http.get(url))
+            except (httpx.HTTPError, ProviderError) as exc:
+                if time.monotonic() + self.poll_interval > last:
+                    raise
+                self._again(exc, "results")
+            time.sleep(self.poll_interval)
 
     def _read(
-        self, url: str, result: Callable[[Mapping[str, Any]], Outcome]
+        self, url: str, result: Callable[[Mapping[str, Any]], Outcome], last: float
     ) -> tuple[dict[str, Outcome], int]:
         """The outcome of each call a result file (JSON Lines, whatever its content type)
         has a row for, by ``custom_id``, and how many rows named no call (not JSON, no
         ``custom_id``): those cost only their own calls, which are left without a result."""
-        response = self._ok(self._http.get(url))
+        response = self._fetch(url, last)
         found: dict[str, Outcome] = {}
         unread = 0
         for line in response.content.splitlines():  # bytes: U+2028 in a string is no end
@@ -284,9 +331,13 @@ class BatchProvider(_Streams):
         at the provider then: nobody would get its answers)."""
         last = max(call.deadline for call in calls)
         while True:
-            status = self._checked(self._http.get(path))
+            try:
+                status = self._checked(self._http.get(path))
+            except (httpx.HTTPError, ProviderError) as exc:
+                self._again(exc, "status")
+                status = {}  # not known to have ended: polled on until the last deadline
             if status.get(ended) in _ENDED:
-                return dict(status)
+                return status
             if time.monotonic() + self.poll_interval > last or all(
                 call.future.done() for call in calls
             ):
@@ -326,18 +377,20 @@ class BatchProvider(_Streams):
             self._http.post(
                 "batches",
                 json={
-                    "input_file_id": upload["id"],
+                    "input_file_id": self._id(upload),
                     "endpoint": "/v1/chat/completions",
                     "completion_window": "24h",
                 },
             )
         )
-        status = self._poll(f"batches/{created['id']}", calls, "status")
+        status = self._poll(f"batches/{self._id(created)}", calls, "status")
+        last = max(call.deadline for call in calls)
         found: dict[str, Outcome] = {}
         unread = 0
         for file_id in (status.get("output_file_id"), status.get("error_file_id")):
             if file_id:
-                rows, skipped = self._read(f"files/{file_id}/content", self._openai_result)
+                path = f"files/{file_id}/content"
+                rows, skipped = self._read(path, self._openai_result, last)
                 found.update(rows)
                 unread += skipped
         return found, _note(unread)
@@ -362,11 +415,12 @@ class BatchProvider(_Streams):
                 json={"requests": [{"custom_id": c.custom_id, "params": c.body} for c in calls]},
             )
         )
-        status = self._poll(f"messages/batches/{created['id']}", calls, "processing_status")
+        path = f"messages/batches/{self._id(created)}"
+        status = self._poll(path, calls, "processing_status")
         url = status.get("results_url")
         if not url:
             return {}, ""
-        found, unread = self._read(url, self._anthropic_result)
+        found, unread = self._read(url, self._anthropic_result, max(c.deadline for c in calls))
         return found, _note(unread)
 
     def _anthropic_result(self, row: Mapping[str, Any]) -> Outcome:
