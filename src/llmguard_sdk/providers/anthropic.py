@@ -40,7 +40,7 @@ from ..models import ChatRequest, ChatResponse, Message, StreamChunk
 from ..prompts.adapters import CACHE_HISTORY_KEY, STATIC_MESSAGES_KEY, add_cache_breakpoints
 from ..telemetry.redaction import register_secret
 from ._error_kinds import stream_error_kind
-from .openai_compat import OpenAICompatibleProvider
+from .openai_compat import OpenAICompatibleProvider, _check_count
 from .wire import (
     AnswerShape,
     StreamState,
@@ -135,8 +135,7 @@ class AnthropicProvider(OpenAICompatibleProvider):
         async_transport: Any = None,
         http_library: Library | None = None,
     ) -> None:
-        if default_max_tokens < 1:
-            raise ConfigurationError("default_max_tokens must be at least 1")
+        _check_count("default_max_tokens", default_max_tokens, optional=False)
         extra = {"anthropic-version": anthropic_version, **dict(headers or {})}
         if api_key is not None:
             if not api_key or api_key != api_key.strip():

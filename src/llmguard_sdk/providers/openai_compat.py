@@ -121,8 +121,11 @@ class OpenAICompatibleProvider(_Streams):
                 f"base_url must be an http(s) URL such as https://<provider host>/v1, "
                 f"got {base_url!r}"
             )
-        if max_connections is not None and max_connections < 1:
-            raise ConfigurationError("max_connections must be at least 1")
+        for option, count in (
+            ("max_connections", max_connections),
+            ("context_window", context_window),
+        ):
+            _check_count(option, count)  # ("5" raised TypeError, or was never used)
         self._headers = {"accept": "application/json", **dict(headers or {})}
         if api_key is not None:
             if not api_key or api_key != api_key.strip():
@@ -371,6 +374,16 @@ class OpenAICompatibleProvider(_Streams):
         finally:
             with anyio.CancelScope(shield=True):
                 await response.aclose()
+
+
+def _check_count(option: str, value: object, *, optional: bool = True) -> None:
+    """A whole number of at least 1 (or None when ``optional``): a string or a bool is
+    refused, not read."""
+    if value is None and optional:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        either = " or None" if optional else ""
+        raise ConfigurationError(f"{option} must be a whole number >= 1{either}, got {value!r:.40}")
 
 
 def _cap_pools(routes: Sequence[object], limits: LimitsConfig | None) -> LimitsConfig | None:
