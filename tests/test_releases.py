@@ -8,6 +8,7 @@ import datetime as dt
 import json
 import random
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -264,11 +265,16 @@ def _traffic(guard: Guard, calls: int, start: int = 0) -> None:
             guard.chat(USER, user=f"u{i}")
 
 
-def test_a_failing_candidate_is_rolled_back_and_serves_nothing_after(pair: Any) -> None:
+# with ``degraded``, the Guard's answer stood in for the candidate's failures and counted as
+# a healthy call (fast, cheap): the candidate was promoted
+@pytest.mark.parametrize("options", [{}, {"degraded": "Answers are limited right now."}])
+def test_a_failing_candidate_is_rolled_back_and_serves_nothing_after(
+    pair: Any, options: dict[str, Any]
+) -> None:
     a, b = pair
     b.always(Fault(status=500))
     events: list[ReleaseEvent] = []
-    guard = _canary_guard(a, b, hooks=[events.append])
+    guard = _canary_guard(a, b, hooks=[events.append], **options)
     try:
         controls = guard.releases
         assert controls is not None
@@ -822,3 +828,31 @@ def test_a_shadows_failed_calls_count_against_its_cap(pair: Any) -> None:
     assert report["spent_usd"] <= 2.5 * one["spent_usd"]
     assert 1 <= report["candidate_errors"] < 6
     assert report["skipped_budget"] == 6 - report["candidate_errors"]
+
+
+def test_a_stale_answer_standing_in_for_the_candidate_counts_as_its_failure(pair: Any) -> None:
+    """A stale cached answer served because the candidate's routes failed was taken for a
+    cache hit and not counted at all: the canary never saw the failure."""
+    from llmguard_sdk import ResponseCache
+
+    a, b = pair
+    current, candidate = releases(a, b)
+    policy = CanaryPolicy(stages=(0.5, 1.0), sticky_by="tenant", flush_interval=60.0)
+    plan = ReleasePlan(current, candidate=candidate, canary=policy)
+    cache = ResponseCache(ttl=0.05, semantic=False)  # (a call with a user id is not cached)
+    guard = Guard(release=plan, environ={}, retry=None, telemetry=False, cache=cache)
+    try:
+        controls = guard.releases
+        assert controls is not None
+        controls.start_now()
+        tenant = next(f"t{i}" for i in range(100) if in_canary(f"bot:t{i}", 0.5))
+        guard.chat(USER, tenant=tenant)  # answered by the candidate, cached
+        time.sleep(0.1)  # (expired: served again only when the routes fail)
+        b.always(Fault(status=500))
+        answer = guard.chat(USER, tenant=tenant)
+        controls.flush()
+        figures = controls.status()["candidate"]
+    finally:
+        guard.close()
+    assert answer.metadata.get("cache")  # the stale answer stood in
+    assert (figures["calls"], figures["error_rate"]) == (2, 0.5)

@@ -167,15 +167,17 @@ class ReleaseControl:
         """Count a finished call on its arm; offer it to the shadow."""
         if ctx.arm is None or cancelled:
             return
-        if response is not None and response.metadata.get("cache"):
+        stood_in = _stood_in(ctx, response)  # every route of the arm failed
+        if response is not None and response.metadata.get("cache") and not stood_in:
             return  # a cache hit says nothing about the release
         call_id = response.metadata.get("call_id") if response is not None else None
         stage = self._stage
         if stage is not None and stage.status == "canary" and ctx.arm in ("control", "canary"):
             rejected = isinstance(error, GuardrailRejectedError) and error.stage == "output"
             # the user's own fault (a bad request) or a spend budget is no sign of the arm's
-            failed = error is not None and not isinstance(
-                error, (RequestValidationError, BudgetExceededError)
+            failed = stood_in or (
+                error is not None
+                and not isinstance(error, (RequestValidationError, BudgetExceededError))
             )
             if error is None or rejected or failed:
                 cost = response.cost_usd if response is not None else None
@@ -185,7 +187,7 @@ class ReleaseControl:
         # none to a candidate rolled back (the canary found it bad: its calls cost, for nothing)
         shadowed = ctx.arm == "control" and ctx.release == self.plan.release.id
         shadowed = shadowed and (stage is None or stage.status != "rolled_back")
-        if self.shadow is not None and shadowed and response is not None:
+        if self.shadow is not None and shadowed and response is not None and not stood_in:
             self.shadow.offer(ctx, response)
 
     def _count(self, arm: Arm, delta: Mapping[str, float], call_id: Any) -> None:
@@ -363,6 +365,16 @@ class ReleaseControl:
                 logger.exception("llmguard releases: the last canary exchange failed")
         if self.shadow is not None:
             self.shadow.close()
+
+
+def _stood_in(ctx: CallContext, response: ChatResponse | None) -> bool:
+    """Whether ``response`` stood in for routes that all failed: the Guard's degraded answer,
+    or a stale cached one (stale-if-error) after the routes' errors."""
+    if response is None:
+        return False
+    return bool(response.metadata.get("degraded")) or bool(
+        response.metadata.get("cache") and ctx.route_errors
+    )
 
 
 def move_by_hand(backend: ReleaseBackend, key: str, policy: CanaryPolicy, action: str) -> Stage:
