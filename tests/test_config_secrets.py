@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from llmguard_sdk import ConfigurationError, Guard
+from llmguard_sdk import AnthropicProvider, ConfigurationError, Guard
 from llmguard_sdk.cli import main
 
 SECRET = "sk-secret-value-123"
@@ -50,3 +50,17 @@ def test_llmguard_check_hides_credential_query_parameters(
     assert SECRET not in out
     assert "redis://127.0.0.1:6379/0?password=***" in out
     assert "http://127.0.0.1:9/v1?api_key=***&v=2" in out
+
+
+def test_a_route_from_the_environment_is_named_and_shown_without_its_password() -> None:
+    """``LLMGUARD_BASE_URL=https://user:password@host/v1`` named the route
+    ``user:password@host``: the name every span, metric, log line and Redis key carries; the
+    providers' reprs (the Guard's too) showed the password as well."""
+    environ = {"LLMGUARD_BASE_URL": f"https://app:{SECRET}@gw.example/v1", "LLMGUARD_MODEL": "m"}
+    with Guard(environ=environ, telemetry=False) as guard:
+        assert [route.name for route in guard.routes] == ["gw.example"]
+        assert SECRET not in repr(guard)
+        assert SECRET not in repr(guard.routes)
+    anthropic = AnthropicProvider(f"https://app:{SECRET}@gw.example/v1", api_key="k")
+    assert "https://app:***@gw.example/v1" in repr(anthropic)
+    anthropic.close()

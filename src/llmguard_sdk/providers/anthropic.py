@@ -40,7 +40,7 @@ from ..models import ChatRequest, ChatResponse, Message, StreamChunk
 from ..prompts.adapters import CACHE_HISTORY_KEY, STATIC_MESSAGES_KEY, add_cache_breakpoints
 from ..telemetry.redaction import register_secret
 from ._error_kinds import stream_error_kind
-from .openai_compat import OpenAICompatibleProvider, _check_count
+from .openai_compat import OpenAICompatibleProvider, _check_count, _shown
 from .wire import (
     AnswerShape,
     StreamState,
@@ -157,7 +157,7 @@ class AnthropicProvider(OpenAICompatibleProvider):
         self._url = self.base_url + "/messages"
 
     def __repr__(self) -> str:
-        return f"AnthropicProvider(name={self.name!r}, base_url={self.base_url!r})"
+        return f"AnthropicProvider(name={self.name!r}, base_url={_shown(self.base_url)!r})"
 
     def _payload(self, request: ChatRequest, model: str, *, stream: bool) -> dict[str, Any]:
         return build_anthropic_payload(

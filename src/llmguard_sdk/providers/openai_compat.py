@@ -139,7 +139,7 @@ class OpenAICompatibleProvider(_Streams):
         self.base_url = base_url.removesuffix(query).rstrip("/")
         self.model = model
         self.context_window = context_window
-        self.name = name or parts.netloc
+        self.name = name or parts.netloc.rpartition("@")[2]  # never a user:password@
         self._url = self.base_url + "/chat/completions" + query
         self._max_connections = max_connections
         self._route_cap: int | None = None
@@ -152,7 +152,7 @@ class OpenAICompatibleProvider(_Streams):
         self._builders: dict[str, RequestBuilder] = {}  # per library: its clients' headers
 
     def __repr__(self) -> str:
-        return f"OpenAICompatibleProvider(name={self.name!r}, base_url={self.base_url!r})"
+        return f"OpenAICompatibleProvider(name={self.name!r}, base_url={_shown(self.base_url)!r})"
 
     # -- clients -------------------------------------------------------------------------
 
@@ -374,6 +374,13 @@ class OpenAICompatibleProvider(_Streams):
         finally:
             with anyio.CancelScope(shield=True):
                 await response.aclose()
+
+
+def _shown(url: str) -> str:
+    """``url`` without its password (``user:***@``), as a repr shows it."""
+    from .._state.stores import _redacted
+
+    return _redacted(url)
 
 
 def _check_count(option: str, value: object, *, optional: bool = True) -> None:
