@@ -84,6 +84,7 @@ class _Batches(BaseHTTPRequestHandler):
             "results_url": f"{base}/messages/batches/b1/results",
             "status": "completed",
             "output_file_id": "file-out",
+            **getattr(self.server, "status", {}),
         }
         self._send(200, json.dumps(status).encode())
 
@@ -333,3 +334,20 @@ def test_a_batch_created_with_an_answer_that_is_not_json_is_malformed(
     batches.created = b"<html>oops</html>"  # type: ignore[attr-defined]
     raised = _failure(batches, api, _succeeded(api))
     assert type(raised) is MalformedResponseError
+
+
+def test_a_failed_openai_batch_says_why_to_each_call(batches: ThreadingHTTPServer) -> None:
+    """A batch OpenAI failed (its input refused, a queue limit) has no output file; its
+    calls were told only that the batch ended without their result, not what it said."""
+    error = {
+        "code": "token_limit_exceeded",
+        "message": "Enqueued token limit reached",
+        "line": None,
+    }
+    batches.status = {  # type: ignore[attr-defined]
+        "status": "failed",
+        "output_file_id": None,
+        "errors": {"object": "list", "data": [error]},
+    }
+    raised = _failure(batches, "openai", _succeeded("openai"))
+    assert "(batch failed: Enqueued token limit reached)" in str(raised)

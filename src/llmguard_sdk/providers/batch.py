@@ -393,7 +393,8 @@ class BatchProvider(_Streams):
                 rows, skipped = self._read(path, self._openai_result, last)
                 found.update(rows)
                 unread += skipped
-        return found, _note(unread)
+        said = _openai_errors(status)
+        return found, "; ".join(n for n in (said, _note(unread)) if n)
 
     def _openai_result(self, row: Mapping[str, Any]) -> Outcome:
         response = row.get("response") or {}
@@ -507,6 +508,23 @@ def _note(unread: int) -> str:
     if not unread:
         return ""
     return f"{unread} result row{'' if unread == 1 else 's'} could not be read"
+
+
+def _openai_errors(status: Mapping[str, Any]) -> str:
+    """What an OpenAI batch that did not complete said: its status and its ``errors``'
+    messages (a batch refused whole, say: ``failed``, "Enqueued token limit reached")."""
+    if status.get("status") == "completed":
+        return ""
+    errors = status.get("errors")
+    data = errors.get("data") if isinstance(errors, Mapping) else None
+    said = [
+        e["message"] for e in data or () if isinstance(e, Mapping) and _is_text(e.get("message"))
+    ]
+    return f"batch {status.get('status')}" + (f": {'; '.join(said[:5])}" if said else "")
+
+
+def _is_text(value: object) -> bool:
+    return isinstance(value, str) and bool(value)
 
 
 def _batch_tier(response: ChatResponse) -> ChatResponse:
