@@ -369,6 +369,20 @@ def test_lenient_builders_log_their_findings_once_per_prefix(
     assert caplog.text.count("cache-breaking text") == 1
 
 
+def test_a_lenient_builder_logs_a_tenant_in_its_static_part_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # every build of the tenant's calls logged it again: a warning a call
+    b = PromptBuilder("per-tenant", instructions="You serve Globex Inc.", drift=None)
+    with caplog.at_level(logging.WARNING, logger="llmguard_sdk"):
+        for _ in range(3):
+            b.build("hi", tenant="Globex")
+        b.build("hi", tenant="acme")  # (not in the static part: nothing to say)
+        b.build("hi", tenant="Inc.")  # another value found: said once too
+        b.build("hi", tenant="Inc.")
+    assert caplog.text.count("cache-breaking text") == 2
+
+
 # -- drift ---------------------------------------------------------------------------------
 
 

@@ -51,6 +51,7 @@ __all__ = ["Document", "Example", "Prompt", "PromptBuilder", "canonical_json"]
 logger = logging.getLogger("llmguard_sdk")
 
 _LINT_MEMORY = 64  # prefixes whose lint results a builder remembers
+_LEAK_MEMORY = 1024  # (prefix, per-call values found in it) already logged
 
 
 @dataclass(frozen=True)
@@ -238,7 +239,8 @@ class PromptBuilder:
             ``text`` (and ``title`` / ``id``); sorted by id, title, then text.
         strict: raise :class:`~llmguard_sdk.errors.PromptLintError` from :meth:`build` when
             the linter finds cache-breaking text in the static part (otherwise such findings
-            are logged once per static prefix).
+            are logged once per static prefix, and a call's tenant or user id found in it
+            once per prefix and id).
         lint_ignore: lint rules not to apply (see :mod:`llmguard_sdk.prompts.lint`).
         drift: the :class:`DriftMonitor` told about every build (default: the process-wide
             :data:`~llmguard_sdk.prompts.default_drift_monitor`); ``None`` turns drift
@@ -276,6 +278,7 @@ class PromptBuilder:
         self.drift = drift
         self._lock = threading.Lock()
         self._linted: dict[str, list[LintWarning]] = {}
+        self._leaks_logged: dict[tuple[str, ...], None] = {}  # (prefix, values) logged
         self._static = _Static(
             examples_heading=examples_heading, documents_heading=documents_heading
         )
@@ -424,6 +427,18 @@ class PromptBuilder:
             cache_key=prompt_cache_key(self.name, tenant),
         )
 
+    def _first_leak(self, prefix_hash: str, leaks: list[LintWarning]) -> bool:
+        """Whether these per-call values were not yet found in this prefix (each is logged
+        once, not at every call of its tenant or user)."""
+        mark = (prefix_hash, *sorted({w.text for w in leaks}))
+        with self._lock:
+            if mark in self._leaks_logged:
+                return False
+            self._leaks_logged[mark] = None
+            while len(self._leaks_logged) > _LEAK_MEMORY:
+                del self._leaks_logged[next(iter(self._leaks_logged))]
+        return True
+
     def _check_lint(self, static: _Static, per_call: list[str]) -> None:
         with self._lock:
             found = self._linted.get(static.prefix_hash)
@@ -450,7 +465,8 @@ class PromptBuilder:
             return
         if self.strict:
             raise PromptLintError(self.name, findings)
-        if first or leaks:
+        new_leak = bool(leaks) and self._first_leak(static.prefix_hash, leaks)
+        if first or new_leak:
             logger.warning(
                 "prompt template %r: cache-breaking text in the static part: %s",
                 self.name,
