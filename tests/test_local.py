@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -469,6 +470,21 @@ for p in providers:
     tocks = [line for line in result.stderr.splitlines() if line.startswith("tock ")]
     assert len(ticks) == printed
     assert len(tocks) == printed
+
+
+def test_waits_without_an_end_are_taken_not_an_overflow_error(local: LocalProvider) -> None:
+    # A deadline or wait_loaded timeout of math.inf (no bound of the caller's: the answer and
+    # the load always end) raised OverflowError from the thread library; NaN a ValueError.
+    request = ChatRequest(messages=[Message(role="user", content="Hi")], max_tokens=2)
+    answer = local.complete(request, model="m", deadline=math.inf)
+    assert answer.usage is not None
+    assert answer.usage.output_tokens >= 1
+    chunks = list(local.stream(request, model="m", deadline=math.inf, idle_timeout=math.inf))
+    assert chunks[-1].finish_reason in ("stop", "length")
+    assert local.wait_loaded(math.inf)
+    for bad in (math.nan, "5", None, True):
+        with pytest.raises(ConfigurationError, match="wait_loaded timeout"):
+            local.wait_loaded(bad)  # type: ignore[arg-type]
 
 
 def test_a_plain_answer_folds_chunk_metadata_as_streams_do() -> None:

@@ -257,9 +257,12 @@ class LocalProvider(_Streams):
         """Wait (bounded) until the model is loaded; True when it is. False when ``timeout``
         ran out first, or when the model failed to load (each call then says why, as a
         :class:`~llmguard_sdk.errors.ProviderUnavailableError`; it is logged at warning
-        level)."""
+        level). ``timeout`` is seconds (``math.inf``: until the load ends, as it always does);
+        not a number, or NaN, is a :class:`~llmguard_sdk.errors.ConfigurationError`."""
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout != timeout:
+            raise ConfigurationError(f"wait_loaded timeout must be seconds, not {timeout!r}")
         self._ensure_worker()
-        return self._loaded.wait(timeout) and self._load_error is None
+        return self._loaded.wait(_bounded(timeout)) and self._load_error is None
 
     def _load_failure(self) -> ProviderUnavailableError:
         return ProviderUnavailableError(
@@ -418,6 +421,12 @@ def _default_threads() -> int:
     return max(1, _usable_cpus() // 2)
 
 
+def _bounded(seconds: float) -> float:
+    """``seconds`` as a wait the thread library takes: 0 below 0 (and for NaN), at most
+    ``threading.TIMEOUT_MAX`` (a longer one, math.inf too, raised OverflowError)."""
+    return min(max(0.0, seconds), threading.TIMEOUT_MAX)
+
+
 def _abandon(job: _Job) -> None:
     """The caller is gone: stop the generation, and wake a thread still waiting for it."""
     job.cancel()
@@ -429,8 +438,8 @@ def _take(job: _Job, route: str, deadline: float, idle_timeout: float | None) ->
     wait = deadline - time.monotonic()
     if idle_timeout is not None:
         wait = min(wait, idle_timeout)
-    try:
-        item = job.out.get(timeout=max(0.0, wait))
+    try:  # (a deadline of math.inf: until the answer ends, as it always does)
+        item = job.out.get(timeout=_bounded(wait))
     except queue.Empty:
         job.cancel()
         raise ProviderTimeoutError("the local model did not answer in time", route=route) from None
