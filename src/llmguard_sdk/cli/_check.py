@@ -8,6 +8,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from .._config_file import load_config, naming, redacted, resolve, tasks_of
+from ..config import GuardSettings
 from ._command import Command
 
 if TYPE_CHECKING:
@@ -29,7 +30,8 @@ def _run(args: argparse.Namespace) -> int:
     with naming(args.config):
         config = load_config(args.config)
         entries, routes = resolve(config, os.environ)
-        config.settings(os.environ)  # a ${NAME} store is set and names a store (as written)
+        settings = config.settings(os.environ)  # a ${NAME} store is read and names a store
+        GuardSettings.from_env(os.environ, **settings)  # the LLMGUARD_* ones the file leaves
         tasks = tasks_of(config, entries)  # tiers name routes of the file
     for entry in entries:
         close = getattr(entry, "close", None)
