@@ -1,6 +1,7 @@
 """What the false-hit guards read in any language: words of any script (Han and kana a
 character at a time, as they run without spaces), digits of any numeral system, and
-capitalised names in any cased script (Cyrillic, Greek, accented Latin ...).
+capitalised names in any cased script (Cyrillic, Greek, accented Latin ...), and the words
+that negate a sentence in the common languages besides English.
 
 For pure ASCII text these read exactly what the English guards read before them.
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 import re
 import unicodedata
 
-__all__ = ["WORD", "CASED_WORD", "ascii_digits", "minor", "names", "squashed"]
+__all__ = ["WORD", "CASED_WORD", "ascii_digits", "minor", "names", "negated", "squashed"]
 
 # Hiragana, katakana and Han (CJK ideographs and their extension A and compatibility blocks)
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
@@ -63,3 +64,90 @@ def names(text: str) -> set[str]:
         if at >= 0 and text[at] not in _SENTENCE_END:
             found.add(word.lower())
     return found
+
+
+# Words that negate a sentence, by language (English's are the guards' own; Spanish and
+# Italian "no" is English's). Left out: words that also mean something else in a question
+# (Italian "mai" and Greek "ποτέ" are "ever" there, Vietnamese "không" ends a yes/no question,
+# French "personne" is "a person", Polish "tak" is "yes"), and negation written as a verb's
+# ending only (Turkish "-me", Finnish) or as a prefix ("не-" in "незаконный").
+_NEGATIONS = {
+    "French": "ne pas jamais aucun aucune rien",  # and "n'", "non" (below)
+    "Spanish": "nunca jamás tampoco ni nadie ningún ninguno ninguna",
+    "Portuguese": "não nunca jamais nem ninguém nenhum nenhuma",
+    "Italian": "nessuno nessuna niente nulla",  # and "non" (below)
+    "German": "nicht nichts nie niemals niemand kein keine keinen keinem keiner keines",
+    "Dutch": "niet niets geen nooit niemand",
+    "Swedish, Danish, Norwegian": "inte ikke aldrig aldri",
+    "Polish, Czech, Slovak": "nie nigdy nikdy",
+    "Russian, Ukrainian, Bulgarian": "не нет нельзя никогда ні ніколи немає никога",
+    "Greek": "δεν μην όχι",
+    "Turkish": "değil yok asla",
+    "Indonesian, Malay": "tidak bukan belum jangan",
+    "Arabic": "لا ولا فلا ليس ليست لست لم ولم لن ولن",
+    "Hebrew": "לא אין אינו אינה אינם אינן",
+    "Hindi, Urdu": "नहीं نہیں",
+    "Korean": "안 못",  # and words opening with 않 / 없 / 아니 / 아닌 / 아닙 (below)
+}
+_LISTED = frozenset(w for words in _NEGATIONS.values() for w in words.split()) | {"non"}
+# a word with its Indic vowel signs (Python reads those of "नहीं" as no word characters)
+_LETTERS_AND_SIGNS = re.compile(r"[\w\u0900-\u0dff]+")
+_CAPITAL_NEXT = re.compile(" [A-Z]")
+# French "n'" before a word ("n'est"); Korean words opening with a negative stem ("하지
+# 않아요", "없어요", "아닙니다"). Each a whole word's start: not "rock'n'roll", "안녕하세요".
+_OPENING = re.compile(r"[Nn]['\u2019](?=[^\W\d_])|[않없]|아[니닌닙]")
+_KANA = re.compile("[\u3040-\u30ff]")
+# Chinese: 不 / 没 / 沒 before a word, "无法" (cannot); not in "A不A" questions ("能不能",
+# "有没有": "can ... or not"), nor in words where they negate nothing ("不过" is "but", "不同"
+# "different", "不好意思" "excuse me", "没错" "right", "不得不" "must").
+_CHINESE_NEGATION = re.compile("[不没沒]|[无無]法")
+_CHINESE_SIGN = re.compile("[不没沒无無]")
+_CHINESE_NOT_NEGATING = re.compile(
+    r"([\u4e00-\u9fff])[不没沒]\1|不得不|不好意思|差不多|不[过過仅僅断斷管少久同错錯]"
+    r"|[没沒](?:错|錯|关系|關係)"
+)
+# Japanese (text with kana): a verb's negative ending ("できない", "できません", "なかった")
+# and "不可" ("不可能"); not "すみません" ("excuse me"), "かまいません" ("I don't mind": it
+# is all right) or "なければならない" ("must").
+_JAPANESE_NEGATION = re.compile("ない|なかった|ません|不可")
+_JAPANESE_NOT_NEGATING = re.compile(
+    "すみません|かまいません|構いません|なければな(?:らない|りません)"
+)
+
+
+def negated(text: str) -> bool:
+    """Whether ``text`` holds a word that negates a sentence in a language besides English:
+    French "ne ... pas" / "n'", German "nicht" / "kein", Spanish "nunca", Portuguese "não",
+    Italian "non", Dutch "niet", Russian "не", Polish "nie", Greek "δεν", Turkish "değil",
+    Indonesian "tidak", Arabic "لا", Hebrew "לא", Hindi "नहीं", Korean "안" / "않-", Chinese
+    "不" / "没" and Japanese "-ない" / "-ません" (``_NEGATIONS`` lists them). Pure ASCII text
+    reads as negated only by a listed word of another language ("nicht", "pas")."""
+    if any(_word_start(text, found.start()) for found in _OPENING.finditer(text)):
+        return True
+    if not _LISTED.isdisjoint(_LETTERS_AND_SIGNS.findall(text.lower())) and any(
+        map(_negating, _LETTERS_AND_SIGNS.finditer(text))
+    ):
+        return True
+    if _KANA.search(text) is not None:
+        return _JAPANESE_NEGATION.search(_JAPANESE_NOT_NEGATING.sub("", text)) is not None
+    if _CHINESE_SIGN.search(text) is None:
+        return False
+    return _CHINESE_NEGATION.search(_CHINESE_NOT_NEGATING.sub("", text)) is not None
+
+
+def _word_start(text: str, at: int) -> bool:
+    return at == 0 or not (text[at - 1].isalnum() or text[at - 1] in "'\u2019")
+
+
+def _negating(found: re.Match[str]) -> bool:
+    """A listed word, lower-case or capitalised ("NE" is a compass point), no hyphen after
+    it ("non-profit", as English "no" in "no-code"), "non" not before a capital (English's
+    prefix in "Non Destructive")."""
+    word = found[0]
+    low = word.lower()
+    if low not in _LISTED or word not in (low, low[0].upper() + low[1:]):
+        return False
+    end = found.end()
+    if found.string[end : end + 1] == "-":
+        return False
+    return low != "non" or _CAPITAL_NEXT.match(found.string, end) is None

@@ -31,7 +31,7 @@ from ._framings import (
     of_inverted,
     unfronted,
 )
-from ._words import CASED_WORD, WORD, ascii_digits, minor, names, squashed
+from ._words import CASED_WORD, WORD, ascii_digits, minor, names, negated, squashed
 
 __all__ = [
     "AGREED_ALLOWANCE",
@@ -49,6 +49,7 @@ Verifier = Callable[[str, str], bool]
 
 _NUMBER = re.compile(r"\d+(?:[.,:/-]\d+)*")
 # Sentence negation only: "without" or "none of" are too often paraphrases of positive text.
+# (English here; other languages' in :func:`._words.negated`.)
 _NEGATION = re.compile(r"\b(?:not|no(?!-)|never|neither|nor|cannot)\b|n['\u2019]t\b", re.IGNORECASE)
 # Identifier-like tokens: `code`, CamelCase / ALLCAPS / snake_case / digits-inside words.
 _CODE = re.compile(r"`([^`]+)`")
@@ -183,7 +184,7 @@ def _numbers_differ(query: str, cached: str) -> bool:
 
 
 def _negated(text: str) -> bool:
-    return _NEGATION.search(text) is not None
+    return _NEGATION.search(text) is not None or negated(text)
 
 
 def _entities(text: str) -> set[str]:
