@@ -296,3 +296,32 @@ def test_a_write_refused_or_out_of_memory_is_logged_as_what_it_is(
     assert any("Redis unavailable" in m and "maxmemory" in m for m in messages)
     assert not [m for m in messages if "needs a Redis with vector sets" in m]
     cache.close()
+
+
+def test_a_search_that_meets_expired_entries_looks_past_them(redis8_url: str, server: Any) -> None:
+    """The search read the ``k`` (4) nearest vectors and dropped the expired ones: when they
+    were all expired (paraphrases stored before, dead now) it found nothing, though a live
+    entry came next, and the lookup missed."""
+    short = ResponseCache(
+        redis8_url, key_prefix="vs-past", vector_search="server", ttl=0.3, stale_ttl=0.0
+    )
+    paraphrases = [
+        "How do I reset my password in the mobile app?",
+        "How can I reset my password on the mobile app?",
+        "How do I reset the password on the mobile app?",
+        "How do I reset my password on the mobile app please?",
+        "How do I reset my password on your mobile app?",
+    ]
+    for text in paraphrases:
+        assert short.store(ask(text), answer("dead"))
+    stored = time.monotonic()
+    lasting = ResponseCache(redis8_url, key_prefix="vs-past", vector_search="server", guards=False)
+    assert lasting.store(
+        ask("How would I reset my password in the mobile application?"), answer("live")
+    )
+    time.sleep(max(0.0, stored + 0.4 - time.monotonic()))
+    hit = lasting.lookup(ask(FAQ))
+    assert hit is not None
+    assert hit.response.text == "live"
+    short.close()
+    lasting.close()
