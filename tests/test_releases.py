@@ -856,3 +856,28 @@ def test_a_stale_answer_standing_in_for_the_candidate_counts_as_its_failure(pair
         guard.close()
     assert answer.metadata.get("cache")  # the stale answer stood in
     assert (figures["calls"], figures["error_rate"]) == (2, 0.5)
+
+
+def test_task_tiers_keep_each_call_on_its_arms_routes(pair: Any) -> None:
+    """A tier naming routes of both releases served every call from its first route,
+    whichever arm the call was on: the canary's calls were the release's (and counted on
+    the canary arm). A tier naming none of the arm's routes gives the arm's own."""
+    from llmguard_sdk import TaskRouter
+
+    a, b = pair
+    current, candidate = releases(a, b)
+    policy = CanaryPolicy(stages=(0.5, 1.0), flush_interval=60.0, min_calls=10**6)
+    plan = ReleasePlan(current, candidate=candidate, canary=policy)
+    tasks = TaskRouter({"all": ["a", "b"]})
+    with Guard(release=plan, environ={}, prices=PRICES, telemetry=False, tasks=tasks) as guard:
+        assert guard.releases is not None
+        guard.releases.start_now()
+        inside = next(f"u{i}" for i in range(100) if in_canary(f"bot:u{i}", 0.5))
+        outside = next(f"u{i}" for i in range(100) if not in_canary(f"bot:u{i}", 0.5))
+        served = [guard.chat(USER, user=user).route for user in (inside, outside)]
+        small = TaskRouter({"small": ["a"]})
+    assert served == ["b", "a"]
+    with Guard(release=plan, environ={}, prices=PRICES, telemetry=False, tasks=small) as guard:
+        assert guard.releases is not None
+        guard.releases.start_now()
+        assert guard.chat(USER, user=inside).route == "b"

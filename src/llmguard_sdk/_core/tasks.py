@@ -75,6 +75,7 @@ class TaskChoice:
     cascade_name: str | None = None
     ranked: tuple[Provider, ...] = ()
     tried: list[Tried] = field(default_factory=list)
+    bounded: bool = False  # the ranked routes bound every tier's (a release's arm's routes)
 
     def attributes(self) -> Attributes:
         """The call span's attributes (``llmguard.tier``, the cascade's)."""
@@ -148,17 +149,24 @@ class TaskRouting:
         name = self.router.choose(ctx.request, ctx.scope, lambda: ctx.input_tokens().tokens)
         cascade = self.router.cascades.get(name)
         tier = cascade.tiers[0] if cascade is not None else name
-        choice = TaskChoice(tier, cascade, name if cascade is not None else None, routes)
+        choice = TaskChoice(
+            tier, cascade, name if cascade is not None else None, routes,
+            bounded=ctx.release is not None,
+        )  # fmt: skip
         ctx.task = choice
         ctx.route_order = self.order(choice, tier)
 
     def order(self, choice: TaskChoice, tier: str) -> tuple[Provider, ...]:
         """``tier``'s routes in the order this call tries them (each group's deployments as
-        ranked for the call)."""
+        ranked for the call). Under a release only the call's arm's routes: a tier naming
+        both releases' routes served the canary's calls from the release's; one naming none
+        of the arm's gives the arm's own."""
         position = {route.name: i for i, route in enumerate(choice.ranked)}
         ordered: list[Provider] = []
         for member in self._tiers[tier]:
             ordered += sorted(member, key=lambda r: position.get(r.name, len(position)))
+        if choice.bounded:
+            return tuple(r for r in ordered if r.name in position) or choice.ranked
         return tuple(ordered)
 
 
