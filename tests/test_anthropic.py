@@ -549,3 +549,25 @@ def test_a_streamed_tool_use_without_input_has_the_arguments_a_whole_answer_has(
     )
     assert parsed.tool_calls is not None
     assert parsed.tool_calls[0]["function"]["arguments"] == "{}"
+
+
+def test_an_answer_cut_at_the_context_window_finishes_as_length() -> None:
+    """``model_context_window_exceeded`` (the output ran into the context window) was passed on
+    as it is, so code that tells a cut answer by ``finish_reason == "length"`` missed it."""
+    answer = {**TOOL_ANSWER, "content": [{"type": "text", "text": "Partial"}]}
+    answer["stop_reason"] = "model_context_window_exceeded"
+    response = parse_anthropic_message(
+        200, {"content-type": "application/json"}, json.dumps(answer).encode(), route="a"
+    )
+    assert response.finish_reason == "length"
+
+
+def test_a_200_answer_that_is_an_anthropic_error_keeps_its_kind_and_message() -> None:
+    """A gateway's 200 answer holding Anthropic's error object was a MalformedResponseError
+    ("response is not a message object") without the error's kind or message."""
+    error = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
+    headers = {"content-type": "application/json", "request-id": "req_7"}
+    with pytest.raises(ProviderUnavailableError) as info:
+        parse_anthropic_message(200, headers, json.dumps(error).encode(), route="a")
+    assert "Overloaded" in str(info.value)
+    assert info.value.headers["request-id"] == "req_7"

@@ -39,7 +39,7 @@ from ..errors import ConfigurationError, MalformedResponseError
 from ..models import ChatRequest, ChatResponse, Message, StreamChunk
 from ..prompts.adapters import CACHE_HISTORY_KEY, STATIC_MESSAGES_KEY, add_cache_breakpoints
 from ..telemetry.redaction import register_secret
-from ._error_kinds import stream_error_kind
+from ._error_kinds import error_answer, stream_error_kind
 from .openai_compat import OpenAICompatibleProvider, _check_count, _shown
 from .wire import (
     AnswerShape,
@@ -69,6 +69,7 @@ _FINISH = {
     "end_turn": "stop",
     "stop_sequence": "stop",
     "max_tokens": "length",
+    "model_context_window_exceeded": "length",  # the output ran into the context window
     "tool_use": "tool_calls",
     "pause_turn": "stop",
     "refusal": "content_filter",
@@ -360,6 +361,8 @@ def parse_anthropic_message(
     """Turn a non-streaming Messages answer into a :class:`ChatResponse`, or raise its typed
     error (Anthropic's error bodies carry ``error.message`` as OpenAI's do)."""
     data, problem = checked_answer(status, headers, body, route=route)
+    if data.get("type") == "error" and data.get("error"):  # a gateway's 200 error answer
+        raise error_answer(data["error"], headers, body, route=route)
     if data.get("type") != "message":
         raise problem("response is not a message object")
     blocks = data.get("content")
