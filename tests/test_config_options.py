@@ -70,3 +70,21 @@ def test_an_environ_that_is_not_a_mapping_is_a_configuration_error() -> None:
     """A list raised ``AttributeError`` (``'list' object has no attribute 'get'``)."""
     with pytest.raises(ConfigurationError, match="environ= must be a mapping"):
         Guard.from_config(CONFIG, environ=["OPENAI_API_KEY=sk"])  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("environ", [{"GW_KEY": 5}, {7: "k"}])
+def test_an_environ_with_a_value_or_name_that_is_not_text_is_refused_by_name(
+    environ: dict[Any, Any],
+) -> None:
+    """A number where a reference read it raised ``TypeError`` ("sequence item 0: expected
+    str instance, int found"); only the names are said, never a value (it may be a key)."""
+    route = {**ROUTE, "api_key": "${GW_KEY}"}
+    with pytest.raises(ConfigurationError, match="variables are names and text") as caught:
+        Guard.from_config({"routes": [route]}, environ=environ)
+    assert "5" not in str(caught.value)
+
+
+def test_a_variable_set_to_nothing_is_said_to_be_unset_or_empty() -> None:
+    route = {**ROUTE, "api_key": "${GW_KEY}"}
+    with pytest.raises(ConfigurationError, match="GW_KEY is not set \\(or empty\\)"):
+        Guard.from_config({"routes": [route]}, environ={"GW_KEY": ""})

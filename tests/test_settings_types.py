@@ -34,3 +34,9 @@ def test_the_environment_and_files_still_give_numbers_as_text(name: str, text: s
         assert getattr(guard.settings, name) == float(text)
     with Guard(_route(), environ={}, telemetry=False, **{name: int(text)}) as guard:
         assert getattr(guard.settings, name) == float(text)
+
+
+def test_an_environment_value_that_is_not_text_is_a_configuration_error() -> None:
+    """``environ={"LLMGUARD_TIMEOUT": 5}`` raised ``AttributeError`` (``.strip()``)."""
+    with pytest.raises(ConfigurationError, match="'LLMGUARD_TIMEOUT'"):
+        Guard(_route(), environ={"LLMGUARD_TIMEOUT": 5}, telemetry=False)  # type: ignore[dict-item]

@@ -493,7 +493,7 @@ def _value(text: str | None, environ: Mapping[str, str], where: str) -> str | No
         value = environ.get(match.group(1))
         if not value:
             raise ConfigurationError(
-                f"{where}: the environment variable {match.group(1)} is not set"
+                f"{where}: the environment variable {match.group(1)} is not set (or empty)"
             )
         return value
 

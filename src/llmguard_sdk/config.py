@@ -50,6 +50,26 @@ def _bad_store(store: str) -> str | None:
     return None
 
 
+def _text_environ(environ: Mapping[str, str] | None, who: str) -> Mapping[str, str]:
+    """``environ`` (default ``os.environ``) once checked: a mapping of names to text (a
+    number in it raised ``AttributeError`` or ``TypeError`` where it was read). Only the
+    names are shown: a value may be a key."""
+    if environ is None:
+        return os.environ
+    if not isinstance(environ, Mapping):
+        raise ConfigurationError(
+            f"{who} environ= must be a mapping of variables or None, got {type(environ).__name__}"
+        )
+    odd = sorted(
+        repr(k) for k, v in environ.items() if not isinstance(k, str) or not isinstance(v, str)
+    )
+    if odd:
+        raise ConfigurationError(
+            f"{who} environ=: variables are names and text (str); not {', '.join(odd[:5])}"
+        )
+    return environ
+
+
 _A_REFERENCE = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*\}")
 
 
@@ -138,7 +158,7 @@ class GuardSettings(BaseModel):
         Raises :class:`~llmguard_sdk.errors.ConfigurationError` naming the variable or
         argument that holds a bad value.
         """
-        env = os.environ if environ is None else environ
+        env = _text_environ(environ, "Guard")
         values: dict[str, object] = {}
         sources: dict[str, str] = {}
         for name in cls.model_fields:

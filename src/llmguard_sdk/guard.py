@@ -28,7 +28,7 @@ from .breaker import (
 )
 from .budget import Budget, Budgets, BudgetScope, CounterStatus, PriceTable
 from .cache import ResponseCache
-from .config import GuardSettings
+from .config import GuardSettings, _text_environ
 from .context import Hook
 from .errors import ConfigurationError, ProviderError
 from .models import ChatRequest, ChatResponse
@@ -327,12 +327,7 @@ class Guard(Adoption, Lifecycle):
         """
         accepted = [*inspect.signature(cls).parameters][1:]  # (not providers)
         options_for(options, accepted)  # (before the file is read: a typo is said first)
-        if environ is not None and not isinstance(environ, Mapping):  # (read before the Guard)
-            raise ConfigurationError(
-                f"Guard.from_config environ= must be a mapping of variables or None, got "
-                f"{type(environ).__name__}"
-            )
-        env = os.environ if environ is None else environ
+        env = _text_environ(environ, "Guard.from_config")  # (read before the Guard is built)
         if source is None:
             source = env.get(CONFIG_ENV) or None
             if source is None:

@@ -32,6 +32,7 @@ import anyio
 from .._config_file import load_config, naming, resolve, tasks_of
 from .._core.routing import flatten
 from ..breaker import BreakerTransition
+from ..config import _text_environ
 from ..errors import ConfigurationError
 from ..guard import Guard
 from ..providers.base import Provider
@@ -210,7 +211,7 @@ def run_config_drill(
     """
     if not all(0 < value < math.inf for value in (rate, before, outage, after)):
         raise ConfigurationError("rate and every phase duration must be positive and finite")
-    env = os.environ if environ is None else environ
+    env = _text_environ(environ, "run_config_drill")
     with naming(config):
         loaded = load_config(config)
         entries, _described = resolve(loaded, env)
