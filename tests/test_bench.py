@@ -140,7 +140,8 @@ def test_overhead_reports_both_sides_and_the_stages() -> None:
     # and its attempt's, the duration, two token counts, the cache and the cost points
     assert result["otel_sdk_floor_us"] > 0
     exported = result["otel_exported"]
-    assert exported["spans"] == 2 and exported["metric_points"] == 5
+    assert exported["spans"] == 2
+    assert exported["metric_points"] == 5
     assert exported["span_attributes"] > 10
     counted = result["count_long_system_prompt_us"]
     assert 0 < counted["remembered"] < counted["fresh"]
