@@ -88,3 +88,18 @@ def test_a_variable_set_to_nothing_is_said_to_be_unset_or_empty() -> None:
     route = {**ROUTE, "api_key": "${GW_KEY}"}
     with pytest.raises(ConfigurationError, match="GW_KEY is not set \\(or empty\\)"):
         Guard.from_config({"routes": [route]}, environ={"GW_KEY": ""})
+
+
+def test_a_subclass_taking_its_own_keywords_gets_them() -> None:
+    """A subclass's own arguments are the Guard's it is built as (**kwargs passes any on)."""
+
+    class Tagged(Guard):
+        def __init__(self, *args: Any, team: str = "", **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.team = team
+
+    with Tagged.from_config(CONFIG, environ={}, team="search", telemetry=False) as guard:
+        assert guard.team == "search"
+        assert guard.settings.timeout == 5
+    with pytest.raises(ConfigurationError, match="takes no providers="):
+        Tagged.from_config(CONFIG, environ={}, providers=[ROUTE])

@@ -446,7 +446,9 @@ _CHAIN = {  # options that would replace the file's routes, and what to do inste
 
 
 def options_for(
-    options: Mapping[str, Any], accepted: Collection[str], config: ConfigFile | None = None
+    options: Mapping[str, Any],
+    accepted: Collection[str] | None,
+    config: ConfigFile | None = None,
 ) -> dict[str, Any]:
     """The :class:`~llmguard_sdk.Guard` arguments ``options`` (``from_config``'s keywords)
     add to what the file gives. One the Guard does not take, one that would replace the
@@ -463,7 +465,7 @@ def options_for(
             )
         if name in _CHAIN:  # None: not given
             continue
-        if name not in accepted:
+        if accepted is not None and name not in accepted:  # (None: a **kwargs subclass's)
             near = difflib.get_close_matches(name, sorted(accepted), n=1)
             hint = f"did you mean {near[0]}=?" if near else "it takes the Guard's arguments"
             raise ConfigurationError(f"Guard.from_config got an unknown option {name}=; {hint}")

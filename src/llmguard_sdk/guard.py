@@ -325,7 +325,9 @@ class Guard(Adoption, Lifecycle):
 
         .. versionadded:: 0.2.0
         """
-        accepted = [*inspect.signature(cls).parameters][1:]  # (not providers)
+        parameters = inspect.signature(cls).parameters  # (a subclass's own, **kwargs: any)
+        takes_any = any(p.kind is p.VAR_KEYWORD for p in parameters.values())
+        accepted = None if takes_any else [*parameters][1:]  # (not providers)
         options_for(options, accepted)  # (before the file is read: a typo is said first)
         env = _text_environ(environ, "Guard.from_config")  # (read before the Guard is built)
         if source is None:
