@@ -5,6 +5,7 @@ worker promptly (its prompt is not read to the end first)."""
 from __future__ import annotations
 
 import inspect
+import logging
 import sys
 import threading
 import time
@@ -221,6 +222,36 @@ def test_close_during_a_long_prompt_tells_its_caller_and_ends_the_worker() -> No
         assert not worker.is_alive()  # the prompt was not read to its end first
         with pytest.raises(ProviderUnavailableError, match="closed"):
             next(stream)
+
+
+def test_close_during_the_load_stops_the_load(caplog: pytest.LogCaptureFixture) -> None:
+    # close() waited (at most 10 s) for a load it could not stop, and returned with the
+    # worker still loading the whole model, to free it at once. The worker is held here at
+    # the start of the load (a trace of its thread) while close() runs.
+    from llmguard_sdk.providers._local_engine import _Engine
+
+    hold = Hold(_Engine.__init__, "_load_llama(")
+    threading.settrace(hold.trace)  # (the worker, started by warm_up, is traced)
+    try:
+        provider = LocalProvider(n_ctx=256, warm_up=True)
+        assert hold.held.wait(120)  # the worker is about to load the model
+    finally:
+        threading.settrace(None)  # type: ignore[arg-type]
+    worker = provider._worker
+    assert worker is not None
+    closer = threading.Thread(target=provider.close)
+    with caplog.at_level(logging.DEBUG, logger="llmguard_sdk"):
+        closer.start()
+        while not provider._closed:
+            time.sleep(0.01)
+        hold.go_on.set()  # the load starts after close() began
+        closer.join(60)
+    assert not closer.is_alive()
+    assert not worker.is_alive()
+    assert isinstance(provider._load_error, ValueError), repr(provider._load_error)  # stopped
+    assert provider._engine is None
+    assert "closed while it loaded" in caplog.text
+    assert "failed to load" not in caplog.text
 
 
 def test_with_no_queue_a_call_is_refused_while_the_worker_takes_another() -> None:

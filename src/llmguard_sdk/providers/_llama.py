@@ -7,7 +7,7 @@ import logging
 import math
 import os
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -61,33 +61,42 @@ class _Unsuppressed:
         return None
 
 
-def _load_llama(*, extra_buffers: bool, **kwargs: Any) -> Any:
+def _load_llama(
+    *, extra_buffers: bool, keep_going: Callable[[], bool] | None = None, **kwargs: Any
+) -> Any:
     """``llama_cpp.Llama(**kwargs)``, one load at a time, under a lock.
 
     Two things of llama-cpp-python are replaced while the model loads. Its default model
     parameters, to turn llama.cpp's extra weight buffers off unless ``extra_buffers``
-    (there is no argument for it). And its quiet load (``verbose=False``), which points the
-    process's stdout and stderr at /dev/null and back: every other thread's output in that
-    time was lost, and two loads at once could leave them there for good. A quiet load
-    prints nothing without it: llama.cpp's messages go through llama-cpp-python's log
-    callback, which keeps only errors when ``verbose`` is off."""
+    (there is no argument for it), and to give llama.cpp a progress callback that stops the
+    load (llama-cpp-python's ``ValueError``) as soon as ``keep_going()`` is false. And its
+    quiet load (``verbose=False``), which points the process's stdout and stderr at /dev/null
+    and back: every other thread's output in that time was lost, and two loads at once could
+    leave them there for good. A quiet load prints nothing without it: llama.cpp's messages
+    go through llama-cpp-python's log callback, which keeps only errors when ``verbose`` is
+    off."""
     import llama_cpp
     import llama_cpp._internals as internals
     import llama_cpp.llama as llama_module
 
     params = llama_cpp.llama_cpp
     quieted = (llama_module, internals)  # the modules that use the suppressor while loading
+    progress = None
+    if keep_going is not None:
+        progress = params.llama_progress_callback(lambda _done, _data: bool(keep_going()))
     with _LOAD_LOCK:
         default = params.llama_model_default_params
         suppressors = [getattr(module, _SUPPRESSOR) for module in quieted]
 
-        def without_extra_buffers() -> Any:
+        def ours() -> Any:
             found = default()
-            found.use_extra_bufts = False
+            if not extra_buffers:
+                found.use_extra_bufts = False
+            if progress is not None:
+                found.progress_callback = progress
             return found
 
-        if not extra_buffers:
-            params.llama_model_default_params = without_extra_buffers
+        params.llama_model_default_params = ours
         for module in quieted:
             setattr(module, _SUPPRESSOR, _Unsuppressed)
         try:

@@ -83,6 +83,7 @@ class _Engine:
         self.owner = owner
         self.llm: llama_cpp.Llama = _load_llama(
             extra_buffers=owner.extra_buffers,
+            keep_going=lambda: not owner._closed,  # close() stops the load too
             model_path=str(owner.path),
             n_ctx=owner.n_ctx,
             n_threads=owner.n_threads,

@@ -311,7 +311,10 @@ class LocalProvider(_Streams):
             self._engine = _Engine(self)
         except Exception as exc:  # a broken GGUF, out of memory: every call learns why
             self._load_error = exc
-            logger.warning("local model %s failed to load: %r", self.path.name, exc)
+            if self._closed:  # close() stopped the load: nothing failed
+                logger.debug("local model %s: closed while it loaded", self.path.name)
+            else:
+                logger.warning("local model %s failed to load: %r", self.path.name, exc)
         finally:
             self._loaded.set()
         try:
