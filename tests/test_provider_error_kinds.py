@@ -16,6 +16,7 @@ from llmguard_sdk import (
     BadRequestError,
     ChatRequest,
     ContextLengthExceededError,
+    Guard,
     MalformedResponseError,
     OpenAICompatibleProvider,
     OpenAIResponsesProvider,
@@ -24,8 +25,10 @@ from llmguard_sdk import (
     ProviderUnavailableError,
     RateLimitedError,
 )
+from llmguard_sdk.budget import Budget, Budgets, Price, PriceTable
 from llmguard_sdk.testing import FakeProvider, Fault
 
+from .conftest import USER
 from .rawserver import RawServer, http_response, sse_head
 
 REQUEST = ChatRequest.model_validate({"messages": [{"role": "user", "content": "hi"}]})
@@ -307,3 +310,49 @@ def test_an_error_answers_message_is_kept_in_other_servers_shapes(body: object) 
         raised = _raised(OpenAICompatibleProvider(raw.base_url, name="p"), False)
     assert type(raised) is BadRequestError
     assert "the model said no" in str(raised)
+
+
+def _router_error(code: int) -> bytes:
+    return http_response(
+        json.dumps({"error": {"code": code, "message": f"upstream {code}"}}).encode()
+    )
+
+
+def test_a_routers_timeout_answer_is_not_billed_as_a_stalled_attempt() -> None:
+    """A 200 answer naming an upstream 408 is an answer, not an attempt that stalled after
+    its request was sent: the budget counted its prompt as spent."""
+    prices = PriceTable.default_table().with_prices({"m": Price(input=100.0, output=200.0)})
+    with RawServer(_router_error(408)) as raw:
+        route = OpenAICompatibleProvider(raw.base_url, model="m", name="router")
+        budgets = Budgets([Budget(limit_usd=1.0)], prices=prices)
+        with Guard(route, budgets=budgets, retry=None, environ={}) as guard:
+            with pytest.raises(ProviderTimeoutError) as info:
+                guard.chat(USER)
+            (row,) = guard.budget_status()
+    assert row["spent_usd"] == 0
+    assert info.value.status_code == 408
+
+
+def test_a_routers_402_answer_moves_the_call_to_the_next_route(fake: FakeProvider) -> None:
+    """A router's 200 answer naming a 402 (no credit there) stopped the chain as a refused
+    request; a 402 answer moves the call on, and so does this one."""
+    with RawServer(_router_error(402)) as raw:
+        first = OpenAICompatibleProvider(raw.base_url, model="m", name="router")
+        second = OpenAICompatibleProvider(fake.base_url, model=fake.model, name="backup")
+        with Guard([first, second], retry=None, environ={}) as guard:
+            answer = guard.chat(USER)
+    assert answer.route == "backup"
+
+
+def test_a_routers_timeout_event_in_a_stream_is_not_billed_as_a_stall() -> None:
+    """As its whole-answer twin: an error event naming an upstream 408 is an answer."""
+    prices = PriceTable.default_table().with_prices({"m": Price(input=100.0, output=200.0)})
+    event = _openai_error_event({"code": 408, "message": "upstream timed out"})
+    with RawServer(sse_head(), (event,)) as raw:
+        route = OpenAICompatibleProvider(raw.base_url, model="m", name="router")
+        budgets = Budgets([Budget(limit_usd=1.0)], prices=prices)
+        with Guard(route, budgets=budgets, retry=None, environ={}) as guard:
+            with pytest.raises(ProviderTimeoutError), guard.chat(USER, stream=True) as stream:
+                list(stream)
+            (row,) = guard.budget_status()
+    assert row["spent_usd"] == 0

@@ -28,6 +28,7 @@ __all__ = [
     "CONTEXT_LENGTH_MARKERS",
     "UNAVAILABLE_4XX",
     "error_answer",
+    "error_status",
     "server_says_retry",
     "status_error_kind",
     "stream_error_kind",
@@ -103,16 +104,29 @@ def error_answer(
     default: str = "the provider answered an error",
 ) -> ProviderError:
     """The typed error of a 200 answer whose JSON is an ``error`` object (``default``: its
-    message where the error has none), with the answer's headers and body."""
+    message where the error has none), with the answer's headers and body; its status is
+    :func:`error_status`'s."""
     said = error.get("message") if isinstance(error, dict) else error
     text = body[:2000].decode("utf-8", errors="replace")
     return stream_error_kind(error)(
         said if isinstance(said, str) and said else default,
         route=route,
-        status_code=200,
+        status_code=error_status(error, 200),
         headers=headers,
         body=text,
     )
+
+
+def error_status(error: object, answered: int) -> int:
+    """The ``status_code`` of an error object that came in an answer of status ``answered``
+    (a 200, a stream's): its numeric ``code`` where that is an HTTP status (a router's: the
+    status of the failure behind it), so the error is read as that answer's would be (a 402
+    or 404 moves the call to the next route, a 408 is no attempt that stalled, whose prompt
+    the budget counts); else ``answered``."""
+    code = error.get("code") if isinstance(error, Mapping) else None
+    if isinstance(code, int) and not isinstance(code, bool) and 400 <= code <= 599:
+        return code
+    return answered
 
 
 def status_error_kind(status: int) -> type[ProviderError]:

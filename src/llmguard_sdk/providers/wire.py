@@ -29,6 +29,7 @@ from ..models import ChatRequest, ChatResponse, StreamChunk
 from ._error_kinds import (
     CONTEXT_LENGTH_MARKERS,
     error_answer,
+    error_status,
     server_says_retry,
     status_error_kind,
     stream_error_kind,
@@ -354,7 +355,9 @@ class StreamState:
             error = event.get("error", event)
             message = _error_message(data) or _str_or_none(event.get("message"))
             raise self.failure(
-                stream_error_kind(error), message or "provider reported an error in the stream"
+                stream_error_kind(error),
+                message or "provider reported an error in the stream",
+                status=error_status(error, self.status),
             )
         usage, _cost = usage_from_payload(
             event.get("usage"), service_tier=event.get("service_tier")
@@ -421,19 +424,21 @@ class StreamState:
         """The error for a stream that ran past the call's deadline."""
         return self.failure(ProviderTimeoutError, "the call's deadline passed during the stream")
 
-    def failure(self, kind: type[ProviderError], message: str) -> ProviderError:
-        """``kind`` before any content was delivered; StreamInterruptedError after."""
+    def failure(
+        self, kind: type[ProviderError], message: str, *, status: int | None = None
+    ) -> ProviderError:
+        """``kind`` before any content was delivered; StreamInterruptedError after
+        (``status``: the error's own, an error event's, in place of the answer's)."""
+        code = (status or self.status) or None
         if self.partial or self.delivered_tool_calls:
             return StreamInterruptedError(
                 message,
                 partial_text="".join(self.partial),
                 route=self.route,
-                status_code=self.status or None,
+                status_code=code,
                 headers=self.headers,
             )
-        return kind(
-            message, route=self.route, status_code=self.status or None, headers=self.headers
-        )
+        return kind(message, route=self.route, status_code=code, headers=self.headers)
 
     def _malformed(self, message: str) -> ProviderError:
         return self.failure(MalformedResponseError, message)
