@@ -4,6 +4,7 @@ worker promptly (its prompt is not read to the end first)."""
 
 from __future__ import annotations
 
+import gc
 import inspect
 import logging
 import sys
@@ -298,5 +299,32 @@ def test_with_no_queue_calls_one_after_another_are_all_served(tmp_path: Path) ->
         for _ in range(5):
             with pytest.raises(ProviderUnavailableError, match="failed to load"):
                 provider.complete(request, model="m", deadline=time.monotonic() + 60)
+    finally:
+        provider.close()
+
+
+def test_a_model_that_fails_to_load_after_llama_cpp_read_it_is_freed(tmp_path: Path) -> None:
+    # A GGUF that llama.cpp loads but the provider refuses (no chat template) kept the loaded
+    # llama model for the provider's lifetime: the load error's traceback held the half-built
+    # engine's frame, and the engine its model. The model is closed and the error kept without
+    # frames; calls still learn why.
+    import llama_cpp
+
+    blank = with_template(bundled_model_path(), tmp_path / "blank.gguf", "")
+    provider = LocalProvider(blank, n_ctx=256)
+    try:
+        assert not provider.wait_loaded(120)
+        request = ChatRequest.model_validate({"messages": [{"role": "user", "content": "Hi"}]})
+        with pytest.raises(ProviderUnavailableError, match="no chat template"):
+            provider.complete(request, model="m", deadline=time.monotonic() + 60)
+        gc.collect()
+        live = [
+            o
+            for o in gc.get_objects()
+            if isinstance(o, llama_cpp.Llama) and o.model_path == str(blank)
+        ]
+        assert live == []
+        assert provider._load_error is not None
+        assert provider._load_error.__traceback__ is None
     finally:
         provider.close()

@@ -73,7 +73,6 @@ class _Engine:
 
     def __init__(self, owner: LocalProvider) -> None:
         import llama_cpp
-        from llama_cpp import llama_chat_format
 
         draft = None
         if owner.prompt_lookup_tokens is not None:
@@ -96,6 +95,21 @@ class _Engine:
             logits_all=draft is not None,
             verbose=False,
         )
+        try:
+            self._read_template()
+        except BaseException:  # (no chat template, ...): the model is freed now, not kept
+            self.llm.close()
+            raise
+        self._abort = _abort_callback()
+        install_log_filter()  # our aborts are expected: llama.cpp's lines about them are not shown
+        self._go_on = ctypes.create_string_buffer(2)  # the flag read between jobs: never set
+
+    def _read_template(self) -> None:
+        """The chat template's formatter, and the tokens that end a turn."""
+        import llama_cpp
+        from llama_cpp import llama_chat_format
+
+        owner = self.owner
         template = self.llm.metadata.get("tokenizer.chat_template")
         if not template:
             raise ConfigurationError(f"{owner.path.name} has no chat template")
@@ -117,9 +131,6 @@ class _Engine:
             ),
             stop_token_ids=[eos],
         )
-        self._abort = _abort_callback()
-        install_log_filter()  # our aborts are expected: llama.cpp's lines about them are not shown
-        self._go_on = ctypes.create_string_buffer(2)  # the flag read between jobs: never set
 
     def tokens(self, messages: list[dict[str, str]]) -> list[int]:
         """The prompt's tokens: the chat template's markup read as markup (its control tokens),

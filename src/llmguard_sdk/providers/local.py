@@ -48,6 +48,7 @@ import os
 import queue
 import threading
 import time
+import traceback
 from collections import deque
 from collections.abc import AsyncGenerator, Generator, Iterator, Sequence
 from pathlib import Path
@@ -310,7 +311,7 @@ class LocalProvider(_Streams):
         try:
             self._engine = _Engine(self)
         except Exception as exc:  # a broken GGUF, out of memory: every call learns why
-            self._load_error = exc
+            self._load_error = _without_frames(exc)  # (its frames held the half-built engine)
             if self._closed:  # close() stopped the load: nothing failed
                 logger.debug("local model %s: closed while it loaded", self.path.name)
             else:
@@ -428,6 +429,20 @@ def _bounded(seconds: float) -> float:
     """``seconds`` as a wait the thread library takes: 0 below 0 (and for NaN), at most
     ``threading.TIMEOUT_MAX`` (a longer one, math.inf too, raised OverflowError)."""
     return min(max(0.0, seconds), threading.TIMEOUT_MAX)
+
+
+def _without_frames(exc: BaseException) -> BaseException:
+    """``exc`` (and the errors it was raised from) without tracebacks, their frames cleared:
+    kept for the provider's lifetime, it must not keep what those frames held alive."""
+    seen: set[int] = set()
+    chained: BaseException | None = exc
+    while chained is not None and id(chained) not in seen:
+        seen.add(id(chained))
+        if chained.__traceback__ is not None:
+            traceback.clear_frames(chained.__traceback__)
+            chained.__traceback__ = None
+        chained = chained.__cause__ or chained.__context__
+    return exc
 
 
 def _abandon(job: _Job) -> None:
