@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -12,6 +13,7 @@ import anyio
 import pytest
 
 from llmguard_sdk import (
+    AnthropicProvider,
     AuthenticationError,
     BadRequestError,
     ChatRequest,
@@ -21,10 +23,12 @@ from llmguard_sdk import (
     Guard,
     MalformedResponseError,
     OpenAICompatibleProvider,
+    OpenAIResponsesProvider,
     ProviderError,
     ProviderTimeoutError,
     ProviderUnavailableError,
     RateLimitedError,
+    RequestValidationError,
     StreamChunk,
     StreamInterruptedError,
 )
@@ -341,3 +345,50 @@ def test_a_streamed_refusal_reaches_the_response_metadata() -> None:
             assert "".join(chunk.text for chunk in stream) == ""
     assert stream.response is not None
     assert stream.response.metadata.get("refusal") == "I cannot help with that."  # was dropped
+
+
+def _each_provider(fake: FakeProvider) -> list[OpenAICompatibleProvider]:
+    return [
+        OpenAICompatibleProvider(fake.base_url, api_key="sk-test", name="primary"),
+        AnthropicProvider(fake.base_url, api_key="sk-test", model="fake-model"),
+        OpenAIResponsesProvider(fake.base_url, api_key="sk-test"),
+    ]
+
+
+def _call(provider: OpenAICompatibleProvider, mode: str, streaming: bool, deadline: Any) -> str:
+    if mode == "sync":
+        if streaming:
+            return "".join(c.text for c in provider.stream(REQUEST, model="m", deadline=deadline))
+        return provider.complete(REQUEST, model="m", deadline=deadline).text
+    _library(provider, mode)
+
+    async def run() -> str:
+        try:
+            if streaming:
+                chunks = provider.astream(REQUEST, model="m", deadline=deadline)
+                return "".join([c.text async for c in chunks])
+            return (await provider.acomplete(REQUEST, model="m", deadline=deadline)).text
+        finally:
+            await provider.aclose()
+
+    return anyio.run(run)
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+@pytest.mark.parametrize("mode", MODES)
+def test_a_deadline_of_math_inf_is_no_deadline_and_nan_is_refused(
+    fake: FakeProvider, mode: str, streaming: bool
+) -> None:
+    # A provider called directly (public API) with deadline=math.inf raised OverflowError (the
+    # socket's timeout), and with NaN a bare ValueError; inf now means no deadline, and NaN or
+    # what is not a number is refused before anything is sent.
+    for provider in _each_provider(fake):
+        try:
+            assert "tell me four words" in _call(provider, mode, streaming, math.inf)
+            sent = len(fake.requests)
+            for bad in (math.nan, "soon", None, True):
+                with pytest.raises(RequestValidationError, match="deadline"):
+                    _call(provider, mode, streaming, bad)
+            assert len(fake.requests) == sent
+        finally:
+            provider.close()

@@ -292,6 +292,29 @@ def test_the_deadline_watchdog_keeps_no_entry_per_finished_call() -> None:
         peer.close()
 
 
+def test_a_watch_without_a_deadline_leaves_the_watchdog_running() -> None:
+    """A watch at math.inf (a provider called with no deadline) killed the watchdog's thread
+    (OverflowError from its wait) once it was the earliest: no later deadline was enforced."""
+    dog = _Watchdog()
+    endless, endless_peer = socket.socketpair()
+    first, first_peer = socket.socketpair()
+    second, second_peer = socket.socketpair()
+    try:
+        dog.watch(endless, math.inf)
+        dog.watch(first, time.monotonic())  # due now
+        first.settimeout(30)
+        assert first.recv(1) == b""  # shut down; the watchdog then waits for math.inf
+        dog.watch(second, time.monotonic())
+        second.settimeout(30)
+        assert second.recv(1) == b""  # still enforced
+        assert dog._thread is not None
+        assert dog._thread.is_alive()
+        assert endless in dog._sockets.values()
+    finally:
+        for sock in (endless, endless_peer, first, first_peer, second, second_peer):
+            sock.close()
+
+
 def test_an_abort_shuts_down_only_the_reads_still_watched_under_it() -> None:
     """A hedge loser's abort: its socket still being read is shut down now; one whose watch
     was cancelled (back in the pool, perhaps another call's) is left alone; a read watched

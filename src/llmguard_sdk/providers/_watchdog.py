@@ -80,8 +80,8 @@ class _Watchdog:
                     self._cond.wait()
                     continue
                 delay = self._heap[0][0] - time.monotonic()
-                if delay > 0:
-                    self._cond.wait(delay)
+                if delay > 0:  # (a call with no deadline, math.inf: waits its longest)
+                    self._cond.wait(min(delay, threading.TIMEOUT_MAX))
                     continue
                 _, token = heapq.heappop(self._heap)
                 due.append(self._sockets.pop(token))

@@ -47,6 +47,7 @@ from ..errors import (
     ProviderError,
     ProviderTimeoutError,
     ProviderUnavailableError,
+    RequestValidationError,
 )
 from ..models import ChatRequest, ChatResponse, StreamChunk
 from ..ratelimit._rules import LimitsConfig, normalize
@@ -529,15 +530,29 @@ class _Reading:
             self._response.close()
 
 
+_LONGEST_WAIT = 24 * 3600.0
+"""The longest single wait (connect, a read, ...) of a call with no deadline (``math.inf``): a
+socket's timeout cannot be infinite (OverflowError), and a day of silence is an answer."""
+
+
 def _timeout_until(deadline: float, route: str, idle: float | None = None) -> float:
     """The request's timeout (every one of httpx's: connect, read, write, pool): no single
-    wait may outlast the deadline (or ``idle``)."""
+    wait may outlast the deadline (or ``idle``). A deadline of ``math.inf`` is none; NaN, or
+    what is not a number, is a :class:`~llmguard_sdk.errors.RequestValidationError`."""
+    for what, seconds in (("deadline", deadline), ("idle_timeout", idle)):
+        if (seconds is not None or what == "deadline") and not _a_number(seconds):
+            raise RequestValidationError(f"{what} must be a number of seconds, not {seconds!r}")
     remaining = deadline - time.monotonic()
     if remaining <= 0:
         raise ProviderTimeoutError(
             "the call's deadline passed before the request", route=route, request_sent=False
         )
-    return remaining if idle is None else min(remaining, idle)
+    return min(remaining, _LONGEST_WAIT if idle is None else idle, _LONGEST_WAIT)
+
+
+def _a_number(value: object) -> bool:
+    """An int or a float (no bool), not NaN: math.inf is one."""
+    return not isinstance(value, bool) and isinstance(value, int | float) and value == value
 
 
 def _deadline_passed(route: str) -> ProviderTimeoutError:
