@@ -460,6 +460,17 @@ def test_explicit_breakpoints_are_sent_as_they_are() -> None:
     assert json.dumps(params).count("cache_control") == 1
 
 
+@pytest.mark.parametrize("count", ["\u00b2", "\u0661", "1\u00b2"])
+@pytest.mark.parametrize(
+    "key", ["llmguard.prompt.static_messages", "llmguard.prompt.cache_history"]
+)
+def test_a_non_ascii_digit_count_in_the_metadata_is_ignored(key: str, count: str) -> None:
+    """``_int`` took "\u00b2" for a number (``str.isdigit``), then ``int()`` raised ValueError."""
+    messages: list[Any] = [{"role": "system", "content": "S"}, {"role": "user", "content": "q"}]
+    params = anthropic_params(ChatRequest(messages=messages, metadata={key: count}))
+    assert params == anthropic_params(ChatRequest(messages=messages))  # as if none were given
+
+
 def test_anthropic_usage_is_read_from_streams_and_reaches_the_hit_ratio(api: FakeProvider) -> None:
     stats = PrefixCacheStats()
     builder = PromptBuilder("handbook", instructions=STATIC, drift=None)

@@ -269,7 +269,8 @@ def _openai_counterparts(payload: dict[str, Any], extra: Mapping[str, Any]) -> N
 
 def _int(metadata: Mapping[str, str] | None, key: str) -> int | None:
     raw = (metadata or {}).get(key)
-    return int(raw) if raw is not None and raw.isdigit() else None
+    # ASCII digits only: "²".isdigit() and "١٢".isdigit() hold, but int() rejects the first
+    return int(raw) if raw is not None and raw.isascii() and raw.isdigit() else None
 
 
 def _blocks(message: Message) -> list[dict[str, Any]]:
