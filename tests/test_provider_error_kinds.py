@@ -356,3 +356,35 @@ def test_a_routers_timeout_event_in_a_stream_is_not_billed_as_a_stall() -> None:
                 list(stream)
             (row,) = guard.budget_status()
     assert row["spent_usd"] == 0
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_a_spent_quota_moves_the_call_on_without_retrying_the_route(
+    fake: FakeProvider, fake2: FakeProvider, streaming: bool
+) -> None:
+    """OpenAI's ``insufficient_quota`` 429 is a billing state, not a rate limit: the same
+    route was retried (waiting for a quota no wait brings back); it is still a
+    RateLimitedError, not retryable, and the chain moves on to the next route."""
+    fake.always(Fault(status=429, error_code="insufficient_quota"))
+    spent = _raised(OpenAICompatibleProvider(fake.base_url, name="p"), streaming)
+    assert type(spent) is RateLimitedError
+    assert spent.retryable is False
+    first = OpenAICompatibleProvider(fake.base_url, model=fake.model, name="primary")
+    second = OpenAICompatibleProvider(fake2.base_url, model=fake2.model, name="backup")
+    fake.reset_stats()
+    with Guard([first, second], environ={}) as guard:
+        if streaming:
+            with guard.chat(USER, stream=True) as stream:
+                list(stream)
+        else:
+            assert guard.chat(USER).route == "backup"
+    assert fake.stats.requests == 1
+    assert fake2.stats.succeeded == 1
+
+
+def test_a_plain_rate_limit_is_still_retried_on_its_route(fake: FakeProvider) -> None:
+    """Only the spent quota changed: a ``rate_limit_exceeded`` 429 stays retryable."""
+    fake.script(Fault(status=429, error_code="rate_limit_exceeded"))
+    raised = _raised(OpenAICompatibleProvider(fake.base_url, name="p"), False)
+    assert type(raised) is RateLimitedError
+    assert raised.retryable is True

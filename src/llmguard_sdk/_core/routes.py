@@ -19,6 +19,7 @@ from ..errors import (
     ProviderBusyError,
     ProviderError,
     ProviderTimeoutError,
+    RateLimitedError,
     RateLimitExceededError,
     StreamInterruptedError,
 )
@@ -289,7 +290,11 @@ def is_route_failure(error: ProviderError) -> bool:
     """Whether ``error`` says something about the route rather than about the request."""
     return (
         error.retryable
-        or isinstance(error, (AuthenticationError, ContextLengthExceededError, ProviderBusyError))
+        or isinstance(
+            error,
+            # a 429 not retried here (a spent quota, x-should-retry: false) is still the route's
+            (AuthenticationError, ContextLengthExceededError, ProviderBusyError, RateLimitedError),
+        )
         or error.status_code in _ROUTE_STATUSES
     )
 

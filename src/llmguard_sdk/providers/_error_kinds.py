@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 
 from ..errors import (
@@ -27,8 +28,11 @@ from ..errors import (
 __all__ = [
     "CONTEXT_LENGTH_MARKERS",
     "UNAVAILABLE_4XX",
+    "body_error",
     "error_answer",
     "error_status",
+    "judge_retry",
+    "quota_spent",
     "server_says_retry",
     "status_error_kind",
     "stream_error_kind",
@@ -48,6 +52,7 @@ CONTEXT_LENGTH_MARKERS = (
     "prompt is too long",  # Anthropic
 )
 _RATE_LIMITED = ("rate_limit", "insufficient_quota")
+_QUOTA_SPENT = "insufficient_quota"  # OpenAI's: a billing state, not back within the call
 _REFUSED = (
     "invalid_request",
     "not_found",
@@ -65,6 +70,35 @@ def server_says_retry(headers: Mapping[str, str]) -> bool | None:
             verdict = value.strip().lower()
             return True if verdict == "true" else False if verdict == "false" else None
     return None
+
+
+def body_error(body: str) -> object:
+    """The ``error`` member of an error answer's JSON body; ``None`` without one."""
+    try:
+        data = json.loads(body)
+    except (ValueError, TypeError, RecursionError):
+        return None
+    return data.get("error") if isinstance(data, dict) else None
+
+
+def quota_spent(error: object) -> bool:
+    """Whether an error object names a spent quota or credit (OpenAI's 429
+    ``insufficient_quota``): a billing state that no wait within the call ends, so the
+    :class:`~llmguard_sdk.errors.RateLimitedError` is not retryable and the chain moves on."""
+    if not isinstance(error, Mapping):
+        return False
+    return any(error.get(field) == _QUOTA_SPENT for field in ("type", "code"))
+
+
+def judge_retry(error: ProviderError, headers: Mapping[str, str], error_object: object) -> None:
+    """Set ``error.retryable`` where the answer says more than its status: a spent quota
+    (:func:`quota_spent` of its ``error_object``) is not retried; ``x-should-retry``, the
+    server's own word, wins over both."""
+    if isinstance(error, RateLimitedError) and quota_spent(error_object):
+        error.retryable = False
+    verdict = server_says_retry(headers)
+    if verdict is not None:
+        error.retryable = verdict
 
 
 def stream_error_kind(error: object) -> type[ProviderError]:
@@ -108,13 +142,15 @@ def error_answer(
     :func:`error_status`'s."""
     said = error.get("message") if isinstance(error, dict) else error
     text = body[:2000].decode("utf-8", errors="replace")
-    return stream_error_kind(error)(
+    answer = stream_error_kind(error)(
         said if isinstance(said, str) and said else default,
         route=route,
         status_code=error_status(error, 200),
         headers=headers,
         body=text,
     )
+    judge_retry(answer, headers, error)
+    return answer
 
 
 def error_status(error: object, answered: int) -> int:

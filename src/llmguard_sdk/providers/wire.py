@@ -28,9 +28,10 @@ from ..errors import (
 from ..models import ChatRequest, ChatResponse, StreamChunk
 from ._error_kinds import (
     CONTEXT_LENGTH_MARKERS,
+    body_error,
     error_answer,
     error_status,
-    server_says_retry,
+    judge_retry,
     status_error_kind,
     stream_error_kind,
 )
@@ -242,9 +243,7 @@ def error_from_status(
 ) -> ProviderError:
     """The typed error for an HTTP error answer (429, 5xx, 4xx ...)."""
     error = _error_of_status(status, body, common=_common(status, headers, body, route))
-    verdict = server_says_retry(headers)
-    if verdict is not None:  # the server's own word wins over the status's rule
-        error.retryable = verdict
+    judge_retry(error, headers, body_error(body))  # a spent quota; the server's own word
     return error
 
 
