@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Held",
     "by_priority",
+    "counted_locally",
     "level_routes",
     "moved_to",
     "next_level",
@@ -105,6 +106,7 @@ def reserve_steps(
             result = spend.backend.reserve(**hold)
         else:
             result = yield from spend.backend.reserve_steps(**hold)
+        counted_locally(config, result, notes)
         if result.allowed:
             if result.tokens < want:
                 ctx.request = with_output_limit(ctx.request, result.tokens)
@@ -114,6 +116,15 @@ def reserve_steps(
         spec = specs[result.refused_index]
         open_routes = moved_to(spend, spec, level, stages.routes)
         level = refused(config, spec, result, level if open_routes else "local", notes)
+
+
+def counted_locally(config: Budgets, result: ReserveResult, notes: list[BudgetEvent]) -> None:
+    """Note a reservation counted in this process's memory, Redis away (``fail_open``),
+    when it is the outage's first (:attr:`ReserveResult.first_local`): from now until Redis
+    answers, the budgets are not enforced across the fleet, and ``on_event`` is told so
+    once."""
+    if result.first_local:
+        notes.append(BudgetEvent("unavailable", config.name, "*", action="counted_locally"))
 
 
 def unavailable(

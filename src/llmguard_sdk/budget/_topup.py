@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 from .._state import steps as store_steps
 from ..context import CallContext
 from ..providers.base import Provider
-from ._reserve import Held, moved_to, refused, unavailable, with_output_limit
+from ._reserve import Held, counted_locally, moved_to, refused, unavailable, with_output_limit
 from .memory import HoldArgs, MemoryBudgetBackend
 from .policy import BudgetEvent, ReserveResult, nano
 
@@ -96,13 +96,14 @@ def top_up_steps(
         result = spend.backend.reserve(rid, held.specs, **hold)
     else:
         result = yield from spend.backend.reserve_steps(rid, held.specs, **hold)
-    if result.allowed:
-        held.amount += result.amount
-        if hold["want"] and covered + result.tokens < (ctx.request.output_limit or 0):
-            ctx.request = with_output_limit(ctx.request, covered + result.tokens)  # clamped
-        return ()
     notes: list[BudgetEvent] = []
     try:
+        counted_locally(spend.config, result, notes)
+        if result.allowed:
+            held.amount += result.amount
+            if hold["want"] and covered + result.tokens < (ctx.request.output_limit or 0):
+                ctx.request = with_output_limit(ctx.request, covered + result.tokens)  # clamped
+            return ()
         if result.unavailable:
             unavailable(spend.config, held.specs, result, notes)
         spec = held.specs[result.refused_index]

@@ -223,7 +223,10 @@ class ReserveResult:
     ``unavailable`` when the shared store could not be reached (fail closed), and
     ``retry_after`` then: the seconds until the store tries it again (5 where a backend
     does not say); ``alerted`` when this
-    refusal is the window's 100 % alert (see :func:`exhausted_alert`)."""
+    refusal is the window's 100 % alert (see :func:`exhausted_alert`); ``first_local`` when
+    the store could not be reached and this is the first reservation of the outage that a
+    ``fail_open`` backend counted in its process's memory (once per outage: the caller
+    tells ``on_event``)."""
 
     allowed: bool
     tokens: int = 0
@@ -235,6 +238,7 @@ class ReserveResult:
     unavailable: bool = False
     alerted: bool = False
     retry_after: float = 5.0
+    first_local: bool = False
 
 
 @dataclass(frozen=True)
@@ -260,7 +264,12 @@ class BudgetEvent:
       ``"downgraded"`` or ``"local_only"``);
     * ``"runaway"``: a call of feature ``scope`` used ``tokens`` tokens, over ``factor``
       times the feature's rolling p95 (``p95``);
-    * ``"unavailable"``: Redis could not be reached and ``action`` says what was done.
+    * ``"unavailable"``: Redis could not be reached and ``action`` says what was done:
+      ``"refused"`` (the budgets fail closed: each call refused, one event each) or
+      ``"counted_locally"`` (``Budgets(fail_open=True)``: calls are let through on each
+      process's own count in memory, within its part of ``fail_open_share``, so the limits
+      are not enforced across the fleet until Redis answers; one event per outage, at the
+      first call (or retry's top-up) counted so, and one again in the next outage).
     """
 
     kind: Literal["alert", "exhausted", "runaway", "unavailable"]

@@ -10,7 +10,8 @@ that died come back by themselves.
 
 When Redis cannot be reached, calls fail closed (the reply says ``unavailable``) unless the
 backend was built with ``fail_open=True``: then each process counts on its own, in memory,
-until Redis answers again, within a bound for the whole fleet. Each reservation registers
+until Redis answers again, within a bound for the whole fleet (the first reservation counted
+so in each outage says ``first_local``: ``on_event`` is told). Each reservation registers
 its process in a sorted set of the budget set (alive while it reserved in the last
 ``_ALIVE`` seconds) and the script answers with the processes alive and each counter's
 room left; while Redis is away a process may spend ``fleet_share`` of the room its counters
@@ -44,6 +45,7 @@ from typing import Any
 
 from typing_extensions import Unpack
 
+from .._state.health import refused
 from .._state.steps import Call, Step, entry_points, run, work
 from .._state.stores import Outage, RedisScripts, RedisStore, hash_id, redis_errors
 from ..errors import BudgetUnavailableError, ConfigurationError
@@ -115,6 +117,8 @@ class RedisBudgetBackend:
             journal_dir or store.journal_dir, f"{prefix}-{hash_id(store.url)}-{self._tag}"
         )
         self._replaying = threading.Lock()
+        self._told: object = None  # the outage (or refusal) a reservation's result last told
+        self._telling = threading.Lock()
         weakref.finalize(self, self.journal.close)
         self._outage = Outage(
             "budgets",
@@ -185,14 +189,29 @@ class RedisBudgetBackend:
             found.append(dataclasses.replace(spec, limit=int(self._share * room / self._live)))
         return tuple(found)
 
-    def _locally(self, rid: str, specs: Sequence[CounterSpec], hold: HoldArgs) -> ReserveResult:
-        """Redis is unreachable: refuse (fail closed), or reserve on this process's part."""
+    def _locally(
+        self, rid: str, specs: Sequence[CounterSpec], hold: HoldArgs, why: str | None
+    ) -> ReserveResult:
+        """Redis is unreachable: refuse (fail closed), or reserve on this process's part
+        (``first_local`` on the first such reservation of an outage, see :meth:`_news`)."""
         if not self.fail_open:
             return ReserveResult(
                 False, refused_index=-1, unavailable=True, retry_after=self._retry_in()
             )
         self._note_local(rid)
-        return self._fallback.reserve(rid, self._local_specs(specs), **hold)
+        result = self._fallback.reserve(rid, self._local_specs(specs), **hold)
+        return dataclasses.replace(result, first_local=True) if self._news(why) else result
+
+    def _news(self, why: str | None) -> bool:
+        """Whether a reservation counted locally is the first of its outage (as the store's
+        health counts them: whichever stage met it first), or the first since Redis refused
+        the script with the error ``why`` (it answers, so no outage): the one to tell."""
+        mark: object = self._outage.health.outages if why is None else why
+        with self._telling:
+            if mark == self._told:
+                return False
+            self._told = mark
+            return True
 
     def _retry_in(self) -> float:
         """Seconds until the store tries Redis again (0: at the next call)."""
@@ -273,6 +292,7 @@ class RedisBudgetBackend:
     ) -> Step[ReserveResult]:
         """Hold a call's worst case on every counter in one script, all or nothing (a
         journal to replay first costs round trips of its own)."""
+        why: str | None = None  # Redis away (paused, or it failed now)
         if self._outage.up():
             try:
                 yield from self._flush_steps()
@@ -282,7 +302,8 @@ class RedisBudgetBackend:
                 return result
             except redis_errors() as exc:
                 self._failed(exc)
-        return self._locally(rid, specs, hold)
+                why = f"refused: {exc}" if refused(exc) else None
+        return self._locally(rid, specs, hold, why)
 
     def settle_steps(
         self, rid: str, specs: Sequence[CounterSpec], *, actual: int, ttl: float

@@ -1,0 +1,155 @@
+"""Budgets that fail open tell ``on_event`` that Redis is away: once per outage, at the
+first call counted in the process's memory (its reservation or a retry's top-up), and again
+at the next outage once Redis has answered in between (a redis-server of its own, killed and
+restarted from its file)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+from tools.redis_cluster import RedisServer
+
+from llmguard_sdk import Guard, OpenAICompatibleProvider
+from llmguard_sdk.budget import Budget, BudgetEvent, Budgets
+from llmguard_sdk.retry import RetryPolicy
+from llmguard_sdk.store import RedisStore
+from llmguard_sdk.testing import FakeProvider, Fault
+
+from .conftest import USER
+from .test_budget_guard import CALL_USD, PRICES
+from .test_fake_provider import wait_until
+
+pytestmark = pytest.mark.redis
+LOCALLY = BudgetEvent("unavailable", "default", "*", action="counted_locally")
+
+
+@pytest.fixture
+def server() -> Iterator[RedisServer]:
+    made = RedisServer(persist=True)
+    try:
+        yield made.start()
+    finally:
+        made.stop()
+
+
+def _guard(
+    fake: FakeProvider, store: RedisStore, events: list[BudgetEvent], **options: object
+) -> Guard:
+    return Guard(
+        OpenAICompatibleProvider(fake.base_url, model="fake-model", name="primary"),
+        store=store,
+        budgets=Budgets(
+            [Budget(limit_usd=1.0)], prices=PRICES, fail_open=True, on_event=[events.append]
+        ),
+        environ={},
+        **options,  # type: ignore[arg-type]
+    )
+
+
+def _outages(events: list[BudgetEvent]) -> list[BudgetEvent]:
+    return [event for event in events if event.kind == "unavailable"]
+
+
+def _served(guard: Guard, twin: str) -> float | None:
+    if twin == "sync":
+        return guard.chat(USER, max_tokens=3).cost_usd
+    return anyio.run(lambda: guard.achat(USER, max_tokens=3)).cost_usd
+
+
+def test_fail_open_tells_on_event_once_per_outage(
+    server: RedisServer, fake: FakeProvider, tmp_path: Path
+) -> None:
+    """Calls counted per process while Redis was away (the budget not enforced across the
+    fleet) told ``on_event`` nothing: only failing closed sent an "unavailable" event."""
+    store = RedisStore(
+        server.url, key_prefix="outage", socket_timeout=0.25, journal_dir=str(tmp_path)
+    )
+    events: list[BudgetEvent] = []
+    guard = _guard(fake, store, events)
+    try:
+        assert _served(guard, "sync") == pytest.approx(CALL_USD)
+        assert _outages(events) == []  # Redis answers: nothing to tell
+        server.kill()
+        for twin in ("sync", "async", "sync", "async"):  # every call let through
+            assert _served(guard, twin) == pytest.approx(CALL_USD)
+        assert _outages(events) == [LOCALLY]  # once for the outage, not per call
+        server.start()  # from its append-only file
+        deadline = time.monotonic() + 10
+        while store.health.failures and time.monotonic() < deadline:
+            _served(guard, "sync")  # counted locally until a call finds Redis back
+            time.sleep(0.05)
+        assert store.health.failures == 0  # Redis answered: that outage is over
+        _served(guard, "async")
+        assert _outages(events) == [LOCALLY]
+        server.kill()  # a new outage, told again (an async call first this time)
+        for twin in ("async", "sync", "async"):
+            assert _served(guard, twin) == pytest.approx(CALL_USD)
+        assert _outages(events) == [LOCALLY, LOCALLY]
+        assert fake.stats.requests >= 10
+    finally:
+        guard.close()
+
+
+def test_a_retry_counted_locally_tells_on_event(
+    server: RedisServer, fake: FakeProvider, tmp_path: Path
+) -> None:
+    """Redis went away during a call's first attempt: the top-up before its retry was the
+    first decision of the outage counted in memory, and told nothing."""
+    store = RedisStore(
+        server.url, key_prefix="outage", socket_timeout=0.25, journal_dir=str(tmp_path)
+    )
+    events: list[BudgetEvent] = []
+    guard = _guard(
+        fake,
+        store,
+        events,
+        retry=RetryPolicy(attempts=2, base=0.01, cap=0.05),
+        attempt_timeout=2.0,
+        timeout=20,
+    )
+    fake.script(Fault(latency=4.0), None)  # the first attempt times out after it went out
+    killer = threading.Thread(
+        target=lambda: wait_until(lambda: fake.stats.requests == 1) and server.kill()
+    )
+    killer.start()
+    try:
+        answer = guard.chat(USER, max_tokens=3)
+        killer.join()
+        assert fake.stats.requests == 2  # the retry went out, topped up in memory
+        assert answer.cost_usd is not None
+        assert _outages(events) == [LOCALLY]
+    finally:
+        killer.join()
+        guard.close()
+
+
+@pytest.mark.parametrize("twin", ["sync", "async"])
+def test_a_reservation_script_redis_refuses_is_told_once(
+    fake: FakeProvider, redis_url: str, redis_prefix: str, tmp_path: Path, twin: str
+) -> None:
+    """Redis answers but refuses the reservation (a key of another kind where a counter
+    is): the calls are counted per process, as during an outage, and ``on_event`` is told
+    once while the refusal stays the same."""
+    import redis
+
+    store = RedisStore(redis_url, key_prefix=redis_prefix, journal_dir=str(tmp_path))
+    events: list[BudgetEvent] = []
+    guard = _guard(fake, store, events)
+    client = redis.Redis.from_url(redis_url)
+    try:
+        _served(guard, twin)
+        (counter,) = client.keys(f"{redis_prefix}:budget:*:c:*")
+        client.delete(counter)
+        client.set(counter, "not a counter")
+        for _ in range(3):
+            assert _served(guard, twin) == pytest.approx(CALL_USD)
+        assert store.health.failures == 0  # Redis answered: no outage
+        assert _outages(events) == [LOCALLY]
+    finally:
+        client.close()
+        guard.close()
