@@ -119,20 +119,29 @@ def test_a_failed_call_releases_its_hold(fake: FakeProvider, make_guard: MakeGua
     assert spend_of(guard)[0]["spent_usd"] == pytest.approx(CALL_USD)
 
 
+def _downgrading(
+    make_guard: MakeGuard,
+    fake: FakeProvider,
+    fake2: FakeProvider,
+    events: list[BudgetEvent],
+    **options: Any,
+) -> Guard:
+    """A Guard whose $0.01 budget downgrades the call to the backup route."""
+    budget = Budget(limit_usd=0.01, on_exhausted="downgrade")
+    return make_guard(
+        fake,
+        fake2,
+        budgets=Budgets(
+            [budget], prices=PRICES, downgrade_to=["backup"], on_event=events.append, **options
+        ),
+    )
+
+
 def test_downgrade_moves_the_call_to_the_cheaper_route(
     fake: FakeProvider, fake2: FakeProvider, make_guard: MakeGuard
 ) -> None:
     events: list[BudgetEvent] = []
-    guard = make_guard(
-        fake,
-        fake2,
-        budgets=Budgets(
-            [Budget(limit_usd=0.01, on_exhausted="downgrade")],
-            prices=PRICES,
-            downgrade_to=["backup"],
-            on_event=events.append,
-        ),
-    )
+    guard = _downgrading(make_guard, fake, fake2, events)
     routes = []
     for _ in range(12):
         routes.append(guard.chat(USER, max_tokens=10).route)
@@ -185,6 +194,26 @@ def test_budgeted_calls_get_a_bounded_max_tokens_and_can_be_clamped(
     assert 16 <= sent < 50
     (row,) = spend_of(guard)
     assert row["spent_usd"] <= 0.01
+
+
+def test_clamping_comes_before_a_downgrade(
+    fake: FakeProvider, fake2: FakeProvider, make_guard: MakeGuard
+) -> None:
+    """With ``clamp_max_tokens`` and ``on_exhausted="downgrade"`` (as the README says): a
+    smaller ``max_tokens`` on the full chain first; downgraded only when not even
+    ``min_output_tokens`` fit there, and clamped again on the cheaper route."""
+    events: list[BudgetEvent] = []
+    guard = _downgrading(make_guard, fake, fake2, events, clamp_max_tokens=True)
+    routes = [guard.chat(USER, max_tokens=1000).route for _ in range(10)]
+    assert routes[0] == "primary"
+    first_backup = routes.index("backup")
+    assert first_backup > 1  # several calls clamped on the full chain first
+    assert set(routes[first_backup:]) == {"backup"}
+    assert all(16 <= r.body["max_tokens"] < 1000 for r in fake.requests)  # clamped
+    assert all(16 <= r.body["max_tokens"] < 1000 for r in fake2.requests)  # clamped again
+    exhausted = [e for e in events if e.kind == "exhausted"]
+    assert len(exhausted) == len(routes) - first_backup  # each downgrade, no other
+    assert {e.action for e in exhausted} == {"downgraded"}
 
 
 @pytest.mark.parametrize("model", ["o4-mini", "gpt-5-mini", "openai/o3-mini"])
