@@ -830,21 +830,28 @@ def test_a_shadows_failed_calls_count_against_its_cap(pair: Any) -> None:
     assert report["skipped_budget"] == 6 - report["candidate_errors"]
 
 
+def _tenant_canary(a: FakeProvider, b: FakeProvider, **options: Any) -> Guard:
+    """A Guard at its canary's first stage (half the tenants), its arms a and b, no retries."""
+    current, candidate = releases(a, b)
+    policy = CanaryPolicy(stages=(0.5, 1.0), sticky_by="tenant", flush_interval=60.0)
+    plan = ReleasePlan(current, candidate=candidate, canary=policy)
+    guard = Guard(release=plan, environ={}, retry=None, telemetry=False, **options)
+    assert guard.releases is not None
+    guard.releases.start_now()
+    return guard
+
+
 def test_a_stale_answer_standing_in_for_the_candidate_counts_as_its_failure(pair: Any) -> None:
     """A stale cached answer served because the candidate's routes failed was taken for a
     cache hit and not counted at all: the canary never saw the failure."""
     from llmguard_sdk import ResponseCache
 
     a, b = pair
-    current, candidate = releases(a, b)
-    policy = CanaryPolicy(stages=(0.5, 1.0), sticky_by="tenant", flush_interval=60.0)
-    plan = ReleasePlan(current, candidate=candidate, canary=policy)
     cache = ResponseCache(ttl=0.05, semantic=False)  # (a call with a user id is not cached)
-    guard = Guard(release=plan, environ={}, retry=None, telemetry=False, cache=cache)
+    guard = _tenant_canary(a, b, cache=cache)
     try:
         controls = guard.releases
         assert controls is not None
-        controls.start_now()
         tenant = next(f"t{i}" for i in range(100) if in_canary(f"bot:t{i}", 0.5))
         guard.chat(USER, tenant=tenant)  # answered by the candidate, cached
         time.sleep(0.1)  # (expired: served again only when the routes fail)
@@ -881,3 +888,35 @@ def test_task_tiers_keep_each_call_on_its_arms_routes(pair: Any) -> None:
         assert guard.releases is not None
         guard.releases.start_now()
         assert guard.chat(USER, user=inside).route == "b"
+
+
+def test_the_guards_own_rate_limit_refusals_do_not_count_against_an_arm(pair: Any) -> None:
+    """A per-tenant limit refusing one heavy tenant on the canary counted each refusal as a
+    candidate failure: one user could roll back a healthy candidate."""
+    from llmguard_sdk.errors import AllRoutesFailedError, RateLimitExceededError
+    from llmguard_sdk.ratelimit import RateLimit
+
+    a, b = pair
+    limits = {"b": RateLimit(rpm=1, per_tenant=True, period=3600, max_wait=0)}
+    guard = _tenant_canary(a, b, rate_limits=limits)
+    try:
+        controls = guard.releases
+        assert controls is not None
+        tenant = next(f"t{i}" for i in range(100) if in_canary(f"bot:t{i}", 0.5))
+        guard.chat(USER, tenant=tenant)
+        refused = 0
+        for _ in range(5):
+            with pytest.raises((RateLimitExceededError, AllRoutesFailedError)) as caught:
+                guard.chat(USER, tenant=tenant)
+            errors = getattr(caught.value, "errors", {"b": caught.value})
+            refused += all(isinstance(e, RateLimitExceededError) for e in errors.values())
+        b.always(Fault(status=429))  # the provider's own 429: the candidate's route failing
+        other = next(f"u{i}" for i in range(100) if in_canary(f"bot:u{i}", 0.5))
+        with pytest.raises(Exception):  # noqa: B017, PT011 (whichever error wraps the 429)
+            guard.chat(USER, tenant=other)
+        controls.flush()
+        figures = controls.status()["candidate"]
+    finally:
+        guard.close()
+    assert refused == 5
+    assert (figures["calls"], figures["error_rate"]) == (2, 0.5)

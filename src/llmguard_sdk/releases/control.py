@@ -23,9 +23,11 @@ from .._state.stores import Outage, RedisStore, Store, redis_errors
 from ..budget.prices import PriceTable
 from ..context import CallContext
 from ..errors import (
+    AllRoutesFailedError,
     BudgetExceededError,
     ConfigurationError,
     GuardrailRejectedError,
+    RateLimitExceededError,
     ReleaseConflictError,
     RequestValidationError,
 )
@@ -172,7 +174,10 @@ class ReleaseControl:
             return  # a cache hit says nothing about the release
         call_id = response.metadata.get("call_id") if response is not None else None
         stage = self._stage
-        if stage is not None and stage.status == "canary" and ctx.arm in ("control", "canary"):
+        counted = (
+            stage is not None and stage.status == "canary" and ctx.arm in ("control", "canary")
+        )
+        if counted and not _refused_by_guard(ctx, error, stood_in):
             rejected = isinstance(error, GuardrailRejectedError) and error.stage == "output"
             # the user's own fault (a bad request) or a spend budget is no sign of the arm's
             failed = stood_in or (
@@ -365,6 +370,21 @@ class ReleaseControl:
                 logger.exception("llmguard releases: the last canary exchange failed")
         if self.shadow is not None:
             self.shadow.close()
+
+
+_OWN_REFUSALS = (RateLimitExceededError, BudgetExceededError)
+
+
+def _refused_by_guard(ctx: CallContext, error: BaseException | None, stood_in: bool) -> bool:
+    """Whether the Guard itself refused the call (its own rate limiter, a per-tenant limit
+    say, or a spend budget) on every route it tried: no sign of the arm's health. A
+    provider's 429 (:class:`~llmguard_sdk.errors.RateLimitedError`) is the route failing."""
+    if isinstance(error, _OWN_REFUSALS):
+        return True
+    if not isinstance(error, AllRoutesFailedError) and not stood_in:
+        return False  # served (after any route the limiter skipped), or failed on its own
+    errors = list(ctx.route_errors.values())  # (a degraded or stale answer: its routes' errors)
+    return bool(errors) and all(isinstance(e, _OWN_REFUSALS) for e in errors)
 
 
 def _stood_in(ctx: CallContext, response: ChatResponse | None) -> bool:
