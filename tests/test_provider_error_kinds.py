@@ -388,3 +388,37 @@ def test_a_plain_rate_limit_is_still_retried_on_its_route(fake: FakeProvider) ->
     raised = _raised(OpenAICompatibleProvider(fake.base_url, name="p"), False)
     assert type(raised) is RateLimitedError
     assert raised.retryable is True
+
+
+def _oversize_answer() -> bytes:
+    body = b'{"pad": "' + b"x" * (32 * 1024 * 1024) + b'"}'  # past the 32 MiB cap
+    return (
+        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nx-request-id: req-big\r\n"
+        f"x-ratelimit-remaining-requests: 41\r\ncontent-length: {len(body)}\r\n"
+        "connection: close\r\n\r\n"
+    ).encode() + body
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_an_oversize_answer_keeps_its_status_and_headers(mode: str) -> None:
+    """A 200 body past the size cap was a MalformedResponseError without the answer's
+    status and headers (its request id, its rate-limit counters), as the other malformed
+    answers keep them."""
+    with RawServer(_oversize_answer()) as raw:
+        provider = OpenAICompatibleProvider(raw.base_url, name="p")
+        deadline = time.monotonic() + 30.0
+
+        def call() -> object:
+            if mode == "sync":
+                return provider.complete(REQUEST, model="m", deadline=deadline)
+            return anyio.run(lambda: provider.acomplete(REQUEST, model="m", deadline=deadline))
+
+        try:
+            with pytest.raises(MalformedResponseError) as info:
+                call()
+        finally:
+            provider.close()
+    assert "larger than" in str(info.value)
+    assert info.value.status_code == 200
+    assert info.value.headers["x-request-id"] == "req-big"
+    assert info.value.headers["x-ratelimit-remaining-requests"] == "41"

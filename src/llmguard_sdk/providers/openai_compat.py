@@ -285,7 +285,7 @@ class OpenAICompatibleProvider(_Streams):
                             break
         except httpx.HTTPError as exc:
             raise _transport_error(exc, self.name, deadline) from exc
-        return self._parse(response.status_code, _plain(response.headers), collected.data)
+        return self._parse(response.status_code, collected.headers, collected.data)
 
     async def acomplete(self, request: ChatRequest, *, model: str, deadline: float) -> ChatResponse:
         """Async twin of :meth:`complete`."""
@@ -307,7 +307,7 @@ class OpenAICompatibleProvider(_Streams):
             raise _deadline_passed(self.name) from None
         except errors.any as exc:
             raise _transport_error(exc, self.name, deadline, errors) from exc
-        return self._parse(response.status_code, _plain(response.headers), collected.data)
+        return self._parse(response.status_code, collected.headers, collected.data)
 
     def _stream(self, call: StreamCall) -> Generator[StreamChunk, None, None]:
         """Stream a chat completion (server-sent events), asking for usage in the last chunk."""
@@ -453,21 +453,30 @@ class _Collector:
         self.deadline = deadline
         self.limit = limit
         self.truncate = truncate
+        self.status: int | None = None
+        self.headers: dict[str, str] = {}
         self._pieces: list[bytes] = []
         self._size = 0
 
     @classmethod
     def of(cls, response: Any, route: str, deadline: float) -> _Collector:
-        """The collector of ``response``'s body: an error answer's cut at its cap."""
+        """The collector of ``response``'s body: an error answer's cut at its cap; an
+        over-size answer's error keeps its status and headers (request id, rate limits)."""
         ok = response.status_code == 200
-        return cls(route, deadline, MAX_BODY_BYTES if ok else MAX_ERROR_BODY_BYTES, truncate=not ok)
+        limit = MAX_BODY_BYTES if ok else MAX_ERROR_BODY_BYTES
+        collector = cls(route, deadline, limit, truncate=not ok)
+        collector.status, collector.headers = response.status_code, _plain(response.headers)
+        return collector
 
     def add(self, piece: bytes) -> bool:
         """Add ``piece``; True once a truncated body is full (the rest is not wanted)."""
         if self._size + len(piece) > self.limit:
             if not self.truncate:
                 raise MalformedResponseError(
-                    f"response body is larger than {self.limit} bytes", route=self.route
+                    f"response body is larger than {self.limit} bytes",
+                    route=self.route,
+                    status_code=self.status,
+                    headers=self.headers,
                 )
             piece = piece[: max(0, self.limit - self._size)]
         self._pieces.append(piece)
