@@ -920,3 +920,21 @@ def test_the_guards_own_rate_limit_refusals_do_not_count_against_an_arm(pair: An
         guard.close()
     assert refused == 5
     assert (figures["calls"], figures["error_rate"]) == (2, 0.5)
+
+
+def test_status_has_one_shape_with_or_without_a_canary(pair: Any) -> None:
+    """With no canary, status() answered {"release", "canary"}; with one not yet stored,
+    {"key", "canary"}: a caller could not read both the same way."""
+    a, b = pair
+    current, candidate = releases(a, b)
+    policy = CanaryPolicy(stages=(0.5, 1.0), flush_interval=60.0)
+    plans = (ReleasePlan(current), ReleasePlan(current, candidate=candidate, canary=policy))
+    answers = []
+    for plan in plans:
+        guard = Guard(release=plan, environ={}, telemetry=False)
+        try:
+            assert guard.releases is not None
+            answers.append(guard.releases.status())
+        finally:
+            guard.close()
+    assert answers == [{"key": "bot", "release": current.id, "canary": None}] * 2

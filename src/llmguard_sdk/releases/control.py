@@ -332,10 +332,15 @@ class ReleaseControl:
     # -- by hand ------------------------------------------------------------------------------
 
     def status(self) -> dict[str, Any]:
-        """The canary's stage and each arm's guardrail figures (see :func:`status_of`)."""
-        if self.backend is None or self.policy is None:
-            return {"release": self.plan.release.id, "canary": None}
-        return status_of(self.backend, self.plan.store_key, self.policy)
+        """The canary's stage and each arm's guardrail figures, one shape whatever the plan:
+        ``key`` (the name the stage is stored under), ``release`` (the current release's id)
+        and ``canary``: ``None`` when the plan has no canary or none is stored yet, else the
+        stage, with ``control``, ``candidate``, ``log_likelihood_ratios`` and ``bound`` beside
+        it (see :func:`status_of`)."""
+        found: dict[str, Any] = {"key": self.plan.store_key, "canary": None}
+        if self.backend is not None and self.policy is not None:
+            found = status_of(self.backend, self.plan.store_key, self.policy)
+        return {"key": found.pop("key"), "release": self.plan.release.id, **found}
 
     def promote(self) -> Stage:
         """Move the canary to its next stage now, in every process."""
