@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import calendar
 import datetime as dt
+import math
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -172,6 +173,24 @@ def test_calendar_windows_end_on_utc_boundaries() -> None:
     december = window_bounds("month", _epoch(2025, 12, 31, 12, 0, 0))
     assert december[1] == _epoch(2026, 1, 1, 0, 0, 0)
     assert window_bounds("month", _epoch(2026, 1, 1, 0, 0, 0))[0] == december[0] + 1
+
+
+def test_window_bounds_follow_the_clock_back_and_forth_across_edges() -> None:
+    # each kind remembers the window it was last asked about: a clock that leaves it (on
+    # either side, by a second or by a fraction, or jumping back) gets that clock's window
+    edges = [_epoch(2024, 2, 29, 23, 59, 0), _epoch(2024, 3, 1, 0, 0, 0), _epoch(2025, 1, 1, 0, 0)]
+    clocks = [edge + delta for edge in edges for delta in (-1.0, -1e-6, 0.0, 1e-6, 0.5, 1.0)]
+    for now in [*clocks, *reversed(clocks), *clocks[::3], *clocks[1::2]]:
+        for kind, seconds in (("minute", 60), ("hour", 3600), ("day", 86400)):
+            index = math.floor(now / seconds)
+            assert window_bounds(kind, now) == (index, float((index + 1) * seconds))
+        day = dt.datetime.fromtimestamp(math.floor(now), tz=dt.timezone.utc)
+        after = (day.year, day.month + 1) if day.month < 12 else (day.year + 1, 1)
+        assert window_bounds("month", now) == (
+            day.year * 12 + day.month - 1,
+            float(calendar.timegm((*after, 1, 0, 0, 0))),
+        )
+    assert window_bounds("rolling", 12.5) == (0, 12.5)
 
 
 def test_decide_clamps_between_the_minimum_and_the_wish() -> None:

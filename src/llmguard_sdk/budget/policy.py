@@ -302,16 +302,31 @@ def _month_bounds(now: float) -> tuple[int, float]:
     return day.year * 12 + day.month - 1, float(calendar.timegm((year, month, 1, 0, 0, 0)))
 
 
+_BOUNDS: dict[str, tuple[float, float, tuple[int, float]]] = {}
+"""The window each calendar kind was last asked about: (from, until, its bounds); a call
+checks that its clock is in it instead of working the bounds out again (a month's take a
+datetime and a ``timegm``: every reserve and settle asks twice)."""
+
+
 def window_bounds(window: WindowKind, now: float) -> tuple[int, float]:
     """(window id, when the window ends) for a calendar window at ``now`` (epoch seconds,
     UTC); rolling windows have id 0 and no end of their own."""
+    last = _BOUNDS.get(window)
+    if last is not None and last[0] <= now < last[1]:
+        return last[2]
     if window == "month":
-        return _month_bounds(now)
+        found = _month_bounds(now)
+        start = calendar.timegm((found[0] // 12, found[0] % 12 + 1, 1, 0, 0, 0))
+        _BOUNDS[window] = (float(start), found[1], found)
+        return found
     seconds = _SECONDS.get(window)
     if seconds is None:
         return 0, now
     index = math.floor(now / seconds)
-    return index, float((index + 1) * seconds)
+    found = index, float((index + 1) * seconds)
+    # a second inside each edge: a clock within rounding of one works it out in full
+    _BOUNDS[window] = (index * seconds + 1.0, found[1] - 1.0, found)
+    return found
 
 
 def bring_to_now(state: CounterState, spec: CounterSpec, now: float) -> tuple[int, float]:
