@@ -24,6 +24,7 @@ from llmguard_sdk import (
     ProviderBusyError,
     ProviderTimeoutError,
     ProviderUnavailableError,
+    RequestValidationError,
 )
 from llmguard_sdk._core.assembly import merge_metadata
 from llmguard_sdk.models import ChatRequest, Message, StreamChunk
@@ -485,6 +486,29 @@ def test_waits_without_an_end_are_taken_not_an_overflow_error(local: LocalProvid
     for bad in (math.nan, "5", None, True):
         with pytest.raises(ConfigurationError, match="wait_loaded timeout"):
             local.wait_loaded(bad)  # type: ignore[arg-type]
+
+
+def test_a_deadline_that_is_nan_or_no_number_is_refused_as_the_http_providers_do() -> None:
+    # A NaN deadline (or idle_timeout) was a wait of 0: a ProviderTimeoutError that the chain
+    # retries elsewhere, where the HTTP providers refuse it as a RequestValidationError.
+    provider = LocalProvider(n_ctx=256)
+    request = ChatRequest(messages=[Message(role="user", content="Hi")], max_tokens=2)
+    try:
+        for bad in (math.nan, "soon", None, True):
+            with pytest.raises(RequestValidationError, match="deadline"):
+                provider.complete(request, model="m", deadline=bad)  # type: ignore[arg-type]
+
+            async def streamed(deadline: Any = bad) -> None:
+                async for _ in provider.astream(request, model="m", deadline=deadline):
+                    pass
+
+            with pytest.raises(RequestValidationError, match="deadline"):
+                anyio.run(streamed)
+        with pytest.raises(RequestValidationError, match="idle_timeout"):
+            list(provider.stream(request, model="m", deadline=math.inf, idle_timeout=math.nan))
+        assert provider._worker is None  # refused before the model was loaded
+    finally:
+        provider.close()
 
 
 def test_a_plain_answer_folds_chunk_metadata_as_streams_do() -> None:

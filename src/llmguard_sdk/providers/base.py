@@ -37,6 +37,7 @@ from typing import Protocol, TypedDict, runtime_checkable
 
 from typing_extensions import NotRequired, Unpack
 
+from ..errors import RequestValidationError
 from ..models import ChatRequest, ChatResponse, StreamChunk
 
 __all__ = [
@@ -179,3 +180,13 @@ def token_counter(provider: object) -> Callable[[ChatRequest], int | None] | Non
     """
     counter = getattr(provider, "count_tokens", None)
     return counter if callable(counter) else None
+
+
+def _check_timing(deadline: object, idle_timeout: object = None) -> None:
+    """Refuse (:class:`~llmguard_sdk.errors.RequestValidationError`) a call's ``deadline`` or
+    ``idle_timeout`` that is NaN or not a number; ``math.inf`` is one (no deadline)."""
+    for what, seconds in (("deadline", deadline), ("idle_timeout", idle_timeout)):
+        if seconds is None and what == "idle_timeout":
+            continue
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds != seconds:
+            raise RequestValidationError(f"{what} must be a number of seconds, not {seconds!r}")

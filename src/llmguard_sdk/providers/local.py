@@ -82,7 +82,7 @@ from ._llama import (
     load_llama,
 )
 from ._local_engine import _Engine, _Job
-from .base import StreamCall, _Streams
+from .base import StreamCall, _check_timing, _Streams
 
 __all__ = ["DEFAULT_MODEL_PACKAGE", "LocalProvider", "bundled_model_path", "load_llama"]
 
@@ -384,6 +384,7 @@ class LocalProvider(_Streams):
 
     def _stream(self, call: StreamCall) -> Generator[StreamChunk, None, None]:
         """Stream an answer; the last chunk carries the exact usage."""
+        _check_timing(call.deadline, call.idle_timeout)  # (NaN: no wait at all, a timeout)
         job = self._submit(call.request, call.deadline)
         when_aborted(_abandon, job)  # a sync hedge race's loser: stopped now
         try:
@@ -397,6 +398,7 @@ class LocalProvider(_Streams):
 
     async def _astream(self, call: StreamCall) -> AsyncGenerator[StreamChunk, None]:
         """Async twin of :meth:`_stream`: waits happen in a worker thread, not on the loop."""
+        _check_timing(call.deadline, call.idle_timeout)
         job = self._submit(call.request, call.deadline)
         try:
             while True:

@@ -47,7 +47,6 @@ from ..errors import (
     ProviderError,
     ProviderTimeoutError,
     ProviderUnavailableError,
-    RequestValidationError,
 )
 from ..models import ChatRequest, ChatResponse, StreamChunk
 from ..ratelimit._rules import LimitsConfig, normalize
@@ -55,7 +54,7 @@ from ..telemetry.redaction import register_secret
 from ._http11 import DEADLINE
 from ._requests import Pool, RequestBuilder, own_transport
 from ._watchdog import watchdog
-from .base import StreamCall, _Streams
+from .base import StreamCall, _check_timing, _Streams
 from .wire import (
     CHAT_COMPLETIONS,
     MAX_BODY_BYTES,
@@ -548,20 +547,13 @@ def _timeout_until(deadline: float, route: str, idle: float | None = None) -> fl
     """The request's timeout (every one of httpx's: connect, read, write, pool): no single
     wait may outlast the deadline (or ``idle``). A deadline of ``math.inf`` is none; NaN, or
     what is not a number, is a :class:`~llmguard_sdk.errors.RequestValidationError`."""
-    for what, seconds in (("deadline", deadline), ("idle_timeout", idle)):
-        if (seconds is not None or what == "deadline") and not _a_number(seconds):
-            raise RequestValidationError(f"{what} must be a number of seconds, not {seconds!r}")
+    _check_timing(deadline, idle)
     remaining = deadline - time.monotonic()
     if remaining <= 0:
         raise ProviderTimeoutError(
             "the call's deadline passed before the request", route=route, request_sent=False
         )
     return min(remaining, _LONGEST_WAIT if idle is None else idle, _LONGEST_WAIT)
-
-
-def _a_number(value: object) -> bool:
-    """An int or a float (no bool), not NaN: math.inf is one."""
-    return not isinstance(value, bool) and isinstance(value, int | float) and value == value
 
 
 def _deadline_passed(route: str) -> ProviderTimeoutError:
