@@ -938,3 +938,31 @@ def test_status_has_one_shape_with_or_without_a_canary(pair: Any) -> None:
         finally:
             guard.close()
     assert answers == [{"key": "bot", "release": current.id, "canary": None}] * 2
+
+
+def test_max_input_tokens_counts_with_the_model_of_the_calls_arm(pair: Any) -> None:
+    """The size check counted with the current release's model even for a call the canary's
+    candidate served: here an estimate for "fake-a" instead of gpt-4's exact cl100k count."""
+    from llmguard_sdk.errors import InputTooLargeError
+
+    a, b = pair
+    current = Release("bot", "v1", provider(a, "a", "fake-a-2025-01-01"))
+    candidate = Release("bot", "v2", provider(b, "b", "gpt-4-0613"))
+    policy = CanaryPolicy(stages=(0.5, 1.0), sticky_by="tenant", flush_interval=60.0)
+    plan = ReleasePlan(current, candidate=candidate, canary=policy)
+    guard = Guard(release=plan, max_input_tokens=50, environ={}, telemetry=False)
+    tenants = [f"t{i}" for i in range(100)]
+    big = [{"role": "user", "content": "hello world " * 100}]
+    try:
+        assert guard.releases is not None
+        guard.releases.start_now()
+        caught = []
+        for arm in (True, False):
+            tenant = next(t for t in tenants if in_canary(f"bot:{t}", 0.5) is arm)
+            with pytest.raises(InputTooLargeError) as error:
+                guard.chat(big, tenant=tenant)
+            caught.append(error.value.estimated)
+    finally:
+        guard.close()
+    assert caught == [False, True]  # the candidate's gpt-4 counts exactly, "fake-a" estimates
+    assert a.requests == b.requests == []

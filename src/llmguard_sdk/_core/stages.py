@@ -157,7 +157,8 @@ def prepare(
     elif stages.routing is not None:
         ctx.route_order = stages.routing.ranked(ctx, prices)
     if stages.max_input_tokens is not None:  # (the request as sent: a release's prompt in)
-        ctx.input_model = ctx.request.model or stages.routes[0].model
+        # counted as the model of the call's first route counts: its arm's under a canary
+        ctx.input_model = ctx.request.model or (ctx.route_order or stages.routes)[0].model
         # counted only when a bound without encoding does not show that the request fits
         if request_tokens_at_most(ctx.request) > stages.max_input_tokens:
             count = ctx.input_tokens()
