@@ -351,3 +351,25 @@ def test_a_failed_openai_batch_says_why_to_each_call(batches: ThreadingHTTPServe
     }
     raised = _failure(batches, "openai", _succeeded("openai"))
     assert "(batch failed: Enqueued token limit reached)" in str(raised)
+
+
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+def test_an_infinite_deadline_waits_for_the_batch_and_nan_is_refused(
+    fake: FakeProvider, api: Literal["openai", "anthropic"]
+) -> None:
+    import asyncio
+    import math
+
+    from llmguard_sdk import RequestValidationError
+
+    route = BatchProvider(fake.base_url, api=api, model="m", window=0.02, poll_interval=0.02)
+    try:  # math.inf: no deadline (it raised OverflowError), in both twins
+        assert route.complete(REQUEST, model="m", deadline=math.inf).text
+        answer = asyncio.run(route.acomplete(REQUEST, model="m", deadline=math.inf))
+        assert answer.text
+        for bad in (math.nan, "soon"):
+            with pytest.raises(RequestValidationError, match="deadline"):
+                route.complete(REQUEST, model="m", deadline=bad)  # type: ignore[arg-type]
+        assert not route._waiting  # refused before it joined a batch
+    finally:
+        route.close()

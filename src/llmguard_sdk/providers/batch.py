@@ -56,7 +56,7 @@ from ..models import ChatRequest, ChatResponse, StreamChunk
 from ..telemetry.redaction import register_secret
 from ._error_kinds import stream_error_kind
 from .anthropic import ANTHROPIC_VERSION, build_anthropic_payload, parse_anthropic_message
-from .base import StreamCall, _Streams
+from .base import StreamCall, _check_timing, _Streams
 from .openai_compat import _transport_error
 from .wire import build_payload, error_from_status, parse_completion
 
@@ -151,6 +151,7 @@ class BatchProvider(_Streams):
     # -- one call ---------------------------------------------------------------------------
 
     def _enqueue(self, request: ChatRequest, model: str, deadline: float) -> _Call:
+        _check_timing(deadline)  # (NaN or no number: refused before it joins a batch)
         if self.api == "anthropic":
             body = build_anthropic_payload(request, model=model, stream=False)
         else:
@@ -177,7 +178,7 @@ class BatchProvider(_Streams):
         """Answer ``request`` through the next batch (waits until the batch ends)."""
         call = self._enqueue(request, model, deadline)
         try:
-            return call.future.result(timeout=max(0.0, deadline - time.monotonic()))
+            return call.future.result(timeout=_seconds_until(deadline))
         except concurrent.futures.TimeoutError:
             call.future.cancel()  # not sent with a batch that has not left yet
             raise self._timed_out() from None
@@ -187,7 +188,7 @@ class BatchProvider(_Streams):
         call = self._enqueue(request, model, deadline)
         try:
             return await asyncio.wait_for(
-                asyncio.wrap_future(call.future), max(0.0, deadline - time.monotonic())
+                asyncio.wrap_future(call.future), _seconds_until(deadline)
             )
         except asyncio.TimeoutError:
             raise self._timed_out() from None
@@ -487,6 +488,11 @@ class BatchProvider(_Streams):
     async def aclose(self) -> None:
         """Async twin of :meth:`close`."""
         self.close()
+
+
+def _seconds_until(deadline: float) -> float:
+    """The wait left before ``deadline`` (``math.inf``: as long as a wait can be)."""
+    return min(max(0.0, deadline - time.monotonic()), threading.TIMEOUT_MAX)
 
 
 def _settle(
