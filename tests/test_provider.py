@@ -278,6 +278,36 @@ def test_a_trickling_body_cannot_hold_the_call_past_its_deadline(mode: str) -> N
     assert time.monotonic() - started < 5  # bounded (generous: shared CI machines)
 
 
+def test_an_async_call_starts_one_timer_for_its_deadline(fake: FakeProvider) -> None:
+    """The deadline's cancel scope bounds an async call's whole exchange: its writes and reads
+    start no timers of their own (each read and write started one, about a fifth of an async
+    call's CPU at 500 calls in flight). A call with no deadline keeps the day-long timeouts."""
+    import asyncio
+
+    async def timers(deadline: float) -> int:
+        loop = asyncio.get_running_loop()
+        started = [0]
+        call_at = loop.call_at
+
+        def counted(when: float, callback: Any, *args: Any, **kwargs: Any) -> Any:
+            started[0] += 1
+            return call_at(when, callback, *args, **kwargs)
+
+        provider = OpenAICompatibleProvider(fake.base_url)
+        try:
+            await provider.acomplete(REQUEST, model="m", deadline=time.monotonic() + 5)  # warm
+            loop.call_at = counted  # type: ignore[method-assign]
+            answer = await provider.acomplete(REQUEST, model="m", deadline=deadline)
+            assert "tell me four words" in answer.text
+            return started[0]
+        finally:
+            loop.call_at = call_at  # type: ignore[method-assign]
+            await provider.aclose()
+
+    assert anyio.run(timers, time.monotonic() + 5) == 1
+    assert anyio.run(timers, math.inf) >= 2  # no deadline: each read and write is bounded
+
+
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("streaming", [False, True])
 def test_connection_refused_says_the_request_was_never_sent(mode: str, streaming: bool) -> None:

@@ -314,8 +314,11 @@ async def _send_request(
 
 async def _write(connection: Connection, data: bytes, timeout: float | None, module: Any) -> None:
     try:
-        with anyio.fail_after(timeout):
+        if timeout is None:  # (a cancel scope at the call's deadline bounds it)
             await connection.stream.send(data)
+        else:
+            with anyio.fail_after(timeout):
+                await connection.stream.send(data)
     except TimeoutError as exc:
         raise module.WriteTimeout(str(exc) or "write timed out") from exc
     except STREAM_ERRORS as exc:

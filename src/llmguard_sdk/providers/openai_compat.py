@@ -250,9 +250,13 @@ class OpenAICompatibleProvider(_Streams):
         stream: bool,
         deadline: float,
         idle_timeout: float | None = None,
+        scoped: bool = False,
     ) -> Any:
         """The call's HTTP request for ``client``: the encoded body, per-request headers,
-        deadline timeouts."""
+        deadline timeouts. ``scoped``: the caller bounds the whole exchange with a cancel
+        scope at the deadline, so its reads and writes get no timeouts of their own where
+        the deadline's scope ends them first anyway (each would start a timer per read or
+        write: at 500 calls in flight, a fifth of an async call's CPU)."""
         library = "httpx" if isinstance(client, httpx.Client) else self._async_library
         builder = self._builders.get(library)
         if builder is None:
@@ -268,6 +272,9 @@ class OpenAICompatibleProvider(_Streams):
         )
         if isinstance(client, httpx.Client):  # the watchdog bounds the send and head too
             built.extensions[DEADLINE] = deadline
+        elif scoped and idle_timeout is None and deadline - time.monotonic() <= _LONGEST_WAIT:
+            unbounded = {"read": None, "write": None}
+            built.extensions["timeout"] = {**built.extensions["timeout"], **unbounded}
         return built
 
     def complete(self, request: ChatRequest, *, model: str, deadline: float) -> ChatResponse:
@@ -289,7 +296,9 @@ class OpenAICompatibleProvider(_Streams):
     async def acomplete(self, request: ChatRequest, *, model: str, deadline: float) -> ChatResponse:
         """Async twin of :meth:`complete`."""
         pool = self._async_pool()
-        built = self._build(pool.client, request, model, stream=False, deadline=deadline)
+        built = self._build(
+            pool.client, request, model, stream=False, deadline=deadline, scoped=True
+        )
         errors = _errors(self._async_library)
         try:
             with anyio.fail_after(max(0.0, deadline - time.monotonic())):
