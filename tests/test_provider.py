@@ -308,6 +308,37 @@ def test_an_async_call_starts_one_timer_for_its_deadline(fake: FakeProvider) -> 
     assert anyio.run(timers, math.inf) >= 2  # no deadline: each read and write is bounded
 
 
+def test_an_async_stream_starts_one_timer_a_read(fake: FakeProvider) -> None:
+    """A stream's send and each read of its body wait under a cancel scope at the deadline:
+    the transport's reads start no second timer each (two a read before)."""
+    import asyncio
+
+    async def timers_and_chunks() -> tuple[int, int]:
+        loop = asyncio.get_running_loop()
+        started = [0]
+        call_at = loop.call_at
+
+        def counted(when: float, callback: Any, *args: Any, **kwargs: Any) -> Any:
+            started[0] += 1
+            return call_at(when, callback, *args, **kwargs)
+
+        provider = OpenAICompatibleProvider(fake.base_url)
+        try:
+            await provider.acomplete(REQUEST, model="m", deadline=time.monotonic() + 5)  # warm
+            fake.script(Fault(inter_token_delay=0.02))  # a read for each chunk
+            loop.call_at = counted  # type: ignore[method-assign]
+            chunks = provider.astream(REQUEST, model="m", deadline=time.monotonic() + 5)
+            got = [chunk async for chunk in chunks]
+            return started[0], len(got)
+        finally:
+            loop.call_at = call_at  # type: ignore[method-assign]
+            await provider.aclose()
+
+    timers, chunks = anyio.run(timers_and_chunks)
+    assert chunks >= 4
+    assert timers <= chunks + 3  # the send's, one a read (and the last reads at the end)
+
+
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("streaming", [False, True])
 def test_connection_refused_says_the_request_was_never_sent(mode: str, streaming: bool) -> None:

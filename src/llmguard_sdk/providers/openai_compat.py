@@ -253,10 +253,11 @@ class OpenAICompatibleProvider(_Streams):
         scoped: bool = False,
     ) -> Any:
         """The call's HTTP request for ``client``: the encoded body, per-request headers,
-        deadline timeouts. ``scoped``: the caller bounds the whole exchange with a cancel
-        scope at the deadline, so its reads and writes get no timeouts of their own where
-        the deadline's scope ends them first anyway (each would start a timer per read or
-        write: at 500 calls in flight, a fifth of an async call's CPU)."""
+        deadline timeouts. ``scoped``: the caller puts every wait of the exchange (the
+        send, each read) under a cancel scope at the deadline, so its reads and writes get
+        no timeouts of their own where the deadline's scope ends them first anyway (each
+        would start a timer per read or write: at 500 calls in flight, a fifth of an async
+        call's CPU)."""
         library = "httpx" if isinstance(client, httpx.Client) else self._async_library
         builder = self._builders.get(library)
         if builder is None:
@@ -347,12 +348,13 @@ class OpenAICompatibleProvider(_Streams):
         state.check_ended()
 
     async def _astream(self, call: StreamCall) -> AsyncGenerator[StreamChunk, None]:
-        """Async twin of :meth:`_stream`."""
+        """Async twin of :meth:`_stream` (each read of the body under a cancel scope at the
+        deadline: without an idle timeout, the reads start no timers of their own)."""
         deadline = call.deadline
         pool = self._async_pool()
         built = self._build(
             pool.client, call.request, call.model, stream=True, deadline=deadline,
-            idle_timeout=call.idle_timeout,
+            idle_timeout=call.idle_timeout, scoped=True,
         )  # fmt: skip
         state = self._answers.stream_state(self.name, deadline)
         errors = _errors(self._async_library)
