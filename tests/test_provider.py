@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import anyio
@@ -278,30 +280,38 @@ def test_a_trickling_body_cannot_hold_the_call_past_its_deadline(mode: str) -> N
     assert time.monotonic() - started < 5  # bounded (generous: shared CI machines)
 
 
+@contextlib.contextmanager
+def _timers_started() -> Iterator[list[int]]:
+    """Counts the timers the running event loop is asked to start (``loop.call_at``)."""
+    loop = asyncio.get_running_loop()
+    started = [0]
+    call_at = loop.call_at
+
+    def counted(when: float, callback: Any, *args: Any, **kwargs: Any) -> Any:
+        started[0] += 1
+        return call_at(when, callback, *args, **kwargs)
+
+    loop.call_at = counted  # type: ignore[method-assign]
+    try:
+        yield started
+    finally:
+        loop.call_at = call_at  # type: ignore[method-assign]
+
+
 def test_an_async_call_starts_one_timer_for_its_deadline(fake: FakeProvider) -> None:
     """The deadline's cancel scope bounds an async call's whole exchange: its writes and reads
     start no timers of their own (each read and write started one, about a fifth of an async
     call's CPU at 500 calls in flight). A call with no deadline keeps the day-long timeouts."""
-    import asyncio
 
     async def timers(deadline: float) -> int:
-        loop = asyncio.get_running_loop()
-        started = [0]
-        call_at = loop.call_at
-
-        def counted(when: float, callback: Any, *args: Any, **kwargs: Any) -> Any:
-            started[0] += 1
-            return call_at(when, callback, *args, **kwargs)
-
         provider = OpenAICompatibleProvider(fake.base_url)
         try:
             await provider.acomplete(REQUEST, model="m", deadline=time.monotonic() + 5)  # warm
-            loop.call_at = counted  # type: ignore[method-assign]
-            answer = await provider.acomplete(REQUEST, model="m", deadline=deadline)
+            with _timers_started() as started:
+                answer = await provider.acomplete(REQUEST, model="m", deadline=deadline)
             assert "tell me four words" in answer.text
             return started[0]
         finally:
-            loop.call_at = call_at  # type: ignore[method-assign]
             await provider.aclose()
 
     assert anyio.run(timers, time.monotonic() + 5) == 1
@@ -311,27 +321,17 @@ def test_an_async_call_starts_one_timer_for_its_deadline(fake: FakeProvider) -> 
 def test_an_async_stream_starts_one_timer_a_read(fake: FakeProvider) -> None:
     """A stream's send and each read of its body wait under a cancel scope at the deadline:
     the transport's reads start no second timer each (two a read before)."""
-    import asyncio
 
     async def timers_and_chunks() -> tuple[int, int]:
-        loop = asyncio.get_running_loop()
-        started = [0]
-        call_at = loop.call_at
-
-        def counted(when: float, callback: Any, *args: Any, **kwargs: Any) -> Any:
-            started[0] += 1
-            return call_at(when, callback, *args, **kwargs)
-
         provider = OpenAICompatibleProvider(fake.base_url)
         try:
             await provider.acomplete(REQUEST, model="m", deadline=time.monotonic() + 5)  # warm
             fake.script(Fault(inter_token_delay=0.02))  # a read for each chunk
-            loop.call_at = counted  # type: ignore[method-assign]
-            chunks = provider.astream(REQUEST, model="m", deadline=time.monotonic() + 5)
-            got = [chunk async for chunk in chunks]
+            with _timers_started() as started:
+                chunks = provider.astream(REQUEST, model="m", deadline=time.monotonic() + 5)
+                got = [chunk async for chunk in chunks]
             return started[0], len(got)
         finally:
-            loop.call_at = call_at  # type: ignore[method-assign]
             await provider.aclose()
 
     timers, chunks = anyio.run(timers_and_chunks)
