@@ -17,16 +17,18 @@ __all__ = ["STREAM_ERRORS", "Connection"]
 STREAM_ERRORS = (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError)
 """What a broken or closed stream raises (besides anyio's ``EndOfStream``)."""
 _CHUNK = 65_536
+_UNKNOWN = object()
 
 
 class Connection:
     """An anyio byte stream and the bytes read from it that nobody took yet."""
 
-    __slots__ = ("buffer", "stream")
+    __slots__ = ("_socket", "buffer", "stream")
 
     def __init__(self, stream: anyio.abc.ByteStream) -> None:
         self.stream = stream
         self.buffer = bytearray()
+        self._socket: Any = _UNKNOWN  # the raw socket, looked up once (see reusable)
 
     async def fill(self, timeout: float | None, module: ModuleType) -> bool:
         """Read what the server sent next into the buffer (``False``: it closed)."""
@@ -58,10 +60,14 @@ class Connection:
         is not reused."""
         if self.buffer or _read_ahead(self.stream):
             return False
+        if self._socket is _UNKNOWN:  # (anyio builds a dict of every attribute per lookup)
+            try:
+                self._socket = self.stream.extra(anyio.abc.SocketAttribute.raw_socket)
+            except anyio.TypedAttributeLookupError:
+                self._socket = None
         try:
-            sock = self.stream.extra(anyio.abc.SocketAttribute.raw_socket)
-            return not readable(sock.fileno())
-        except (anyio.TypedAttributeLookupError, OSError, ValueError):
+            return self._socket is not None and not readable(self._socket.fileno())
+        except (OSError, ValueError):
             return False
 
     async def close(self) -> None:
