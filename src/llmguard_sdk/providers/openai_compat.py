@@ -307,7 +307,7 @@ class OpenAICompatibleProvider(_Streams):
                 try:
                     collected = _Collector.of(response, self.name, deadline)
                     with _undecodable(response, errors.decoding):
-                        async for piece in response.aiter_bytes():
+                        async for piece in _abody(response, collected.headers):
                             if collected.add(piece):
                                 break
                 finally:
@@ -517,6 +517,16 @@ def _async_library(library: Library | None, transport: object) -> Library:
 @functools.cache
 def _errors(library: Library) -> HttpErrors:
     return HttpErrors.of(library_module(library))
+
+
+def _abody(response: Any, headers: Mapping[str, str]) -> AsyncIterator[bytes]:
+    """``response``'s body as it arrives, decoded: a body sent as is (no
+    ``content-encoding``) skips httpx's decoder and chunker layers."""
+    if headers.get("content-encoding", "identity").strip().lower() in ("identity", ""):
+        body: AsyncIterator[bytes] = response.aiter_raw()
+        return body
+    decoded: AsyncIterator[bytes] = response.aiter_bytes()
+    return decoded
 
 
 def _plain(headers: Any) -> dict[str, str]:
