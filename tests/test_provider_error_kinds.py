@@ -161,6 +161,39 @@ def test_a_responses_error_event_keeps_its_kind(
     assert type(raised) is kind
 
 
+@pytest.mark.parametrize(
+    ("provider", "event"),
+    [
+        ("chat", {"error": {"type": "insufficient_quota", "message": "m"}}),
+        ("chat", {"error": {"code": "insufficient_quota", "message": "m"}}),
+        ("responses", {"type": "error", "code": "insufficient_quota", "message": "m"}),
+        (
+            "responses",
+            {
+                "type": "response.failed",
+                "response": {"error": {"code": "insufficient_quota", "message": "m"}},
+            },
+        ),
+    ],
+)
+def test_a_spent_quota_in_a_stream_is_not_retried(provider: str, event: dict[str, object]) -> None:
+    """A stream's error event naming a spent quota was a retryable RateLimitedError, where
+    the same error as a 429 answer is not retried: both are read alike now (and a plain rate
+    limit in a stream stays retryable)."""
+    plain = json.loads(json.dumps(event).replace("insufficient_quota", "rate_limit_exceeded"))
+    for sent, retryable in ((event, False), (plain, True)):
+        data = b"data: " + json.dumps(sent).encode() + b"\n\n"
+        with RawServer(sse_head(), (data,)) as raw:
+            route = (
+                OpenAICompatibleProvider(raw.base_url, name="p")
+                if provider == "chat"
+                else OpenAIResponsesProvider(raw.base_url, name="r")
+            )
+            raised = _raised(route, True)
+        assert type(raised) is RateLimitedError
+        assert raised.retryable is retryable
+
+
 def _big_error(status: str, extra: str) -> bytes:
     page = b"<html><body>" + b"<p>upstream trouble</p>" * 20_000 + b"</body></html>"  # ~460 KB
     return (

@@ -39,7 +39,7 @@ from ..errors import ConfigurationError, MalformedResponseError
 from ..models import ChatRequest, ChatResponse, Message, StreamChunk
 from ..prompts.adapters import CACHE_HISTORY_KEY, STATIC_MESSAGES_KEY, add_cache_breakpoints
 from ..telemetry.redaction import register_secret
-from ._error_kinds import error_answer, stream_error_kind
+from ._error_kinds import error_answer
 from .openai_compat import OpenAICompatibleProvider, _check_count, _shown
 from .wire import (
     AnswerShape,
@@ -443,10 +443,7 @@ class AnthropicStreamState(StreamState):
         if kind == "error":
             error = event.get("error")
             message = error.get("message") if isinstance(error, dict) else None
-            raise self.failure(
-                stream_error_kind(error),
-                message if isinstance(message, str) else "provider reported an error in the stream",
-            )
+            raise self.error_event(error, message if isinstance(message, str) else None)
         if self._of_thinking(event, index):
             return self._think(kind, index, event)
         if kind == "message_start":

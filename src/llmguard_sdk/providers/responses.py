@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from .._core.assembly import merge_metadata
 from ..errors import MalformedResponseError
 from ..models import ChatRequest, ChatResponse, Message, StreamChunk
-from ._error_kinds import error_answer, stream_error_kind
+from ._error_kinds import error_answer
 from .anthropic import AnthropicStreamState
 from .openai_compat import OpenAICompatibleProvider
 from .wire import (
@@ -246,7 +246,8 @@ class ResponsesStreamState(AnthropicStreamState):
             failed = response.get("error") if isinstance(response, dict) else None
             error = event if kind == "error" else failed
             message = error.get("message") if isinstance(error, dict) else None
-            raise self.failure(stream_error_kind(error), str(message or "the response failed"))
+            text = message if isinstance(message, str) else None
+            raise self.error_event(error, text, default="the response failed")
         if kind == "response.created":
             response = event.get("response")
             if not isinstance(response, dict):

@@ -38,6 +38,8 @@ from ._error_kinds import (
 from .headers import server_wait_hint
 from .sse import SSEDecoder
 
+_STREAM_ERROR = "provider reported an error in the stream"
+
 __all__ = [
     "ANTHROPIC_ONLY_KEY",
     "CACHE_CONTROL",
@@ -352,11 +354,8 @@ class StreamState:
         event = self.event_object(data)
         if "error" in event or errs:
             error = event.get("error", event)
-            message = _error_message(data) or _str_or_none(event.get("message"))
-            raise self.failure(
-                stream_error_kind(error),
-                message or "provider reported an error in the stream",
-                status=error_status(error, self.status),
+            raise self.error_event(
+                error, _error_message(data) or _str_or_none(event.get("message"))
             )
         usage, _cost = usage_from_payload(
             event.get("usage"), service_tier=event.get("service_tier")
@@ -438,6 +437,19 @@ class StreamState:
                 headers=self.headers,
             )
         return kind(message, route=self.route, status_code=code, headers=self.headers)
+
+    def error_event(
+        self, error: object, message: str | None, default: str = _STREAM_ERROR
+    ) -> ProviderError:
+        """The typed error of a stream's error event whose error object is ``error``, read
+        as the same object in an error answer is (:func:`error_answer`): its kind, its
+        status, and a spent quota not retried (``message``: its text, else ``default``)."""
+        failure = self.failure(
+            stream_error_kind(error), message or default, status=error_status(error, self.status)
+        )
+        if not isinstance(failure, StreamInterruptedError):  # (text delivered: never retried)
+            judge_retry(failure, self.headers, error)
+        return failure
 
     def _malformed(self, message: str) -> ProviderError:
         return self.failure(MalformedResponseError, message)
