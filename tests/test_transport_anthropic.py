@@ -179,22 +179,32 @@ def test_anthropic_client_needs_no_openai(anthropic: Any) -> None:
     assert result.stdout.strip() == "Echo: hi 1"
 
 
-def test_a_refusal_stays_a_refusal(anthropic: Any) -> None:
-    # Claude's stop_reason "refusal" (content_filter in between) came back as "end_turn"
+@pytest.mark.parametrize(
+    ("stop_reason", "finish_reason"),
+    [
+        # "refusal" (content_filter in between) came back as "end_turn"
+        ("refusal", "content_filter"),
+        # "pause_turn" (a long turn of server tools paused half-way: the answer is incomplete)
+        # came back as finish_reason "stop" and stop_reason "end_turn"
+        ("pause_turn", "pause_turn"),
+    ],
+)
+def test_claudes_stop_reason_is_kept(anthropic: Any, stop_reason: str, finish_reason: str) -> None:
     body = (
         b'{"id":"msg_1","type":"message","role":"assistant","model":"claude-x",'
-        b'"content":[],"stop_reason":"refusal","stop_sequence":null,'
-        b'"usage":{"input_tokens":5,"output_tokens":0}}'
+        b'"content":[],"stop_reason":"%s","stop_sequence":null,'
+        b'"usage":{"input_tokens":5,"output_tokens":0}}' % stop_reason.encode()
     )
     with RawServer(http_response(body)) as raw:
         guard = Guard(
             AnthropicProvider(raw.base_url, api_key="sk-ant", model="claude-x"), environ={}
         )
+        assert guard.chat(ASK, max_tokens=9).finish_reason == finish_reason
         message = anthropic_client(guard).messages.create(
             model="claude-x", max_tokens=9, messages=ASK
         )
         guard.close()
-    assert message.stop_reason == "refusal"
+    assert message.stop_reason == stop_reason
 
 
 def test_anthropic_client_with_options_keeps_the_guard(

@@ -71,9 +71,11 @@ _FINISH = {
     "max_tokens": "length",
     "model_context_window_exceeded": "length",  # the output ran into the context window
     "tool_use": "tool_calls",
-    "pause_turn": "stop",
     "refusal": "content_filter",
 }
+# Not mapped, so kept as Claude says it (as any reason not above): "pause_turn", a long turn of
+# server tools paused half-way (the answer is incomplete: sent back, Claude goes on), which
+# read as "stop" would pass for a whole answer.
 # OpenAI chat-completions parameters Anthropic has no field for (the drop-in client passes them
 # on in ``extra_body``): Anthropic answers 400 "Extra inputs are not permitted" to each
 _NOT_SENT = frozenset(

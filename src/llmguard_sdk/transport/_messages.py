@@ -31,6 +31,7 @@ _STOP = {
     "length": "max_tokens",
     "tool_calls": "tool_use",
     "content_filter": "refusal",
+    "pause_turn": "pause_turn",  # Claude's own, kept by AnthropicProvider
 }
 _KNOWN = frozenset(
     {
