@@ -179,6 +179,8 @@ def _status(finish_reason: str | None) -> tuple[str, dict[str, Any] | None]:
         return "incomplete", {"reason": "max_output_tokens"}
     if finish_reason == "content_filter":
         return "incomplete", {"reason": "content_filter"}
+    if finish_reason == "pause_turn":  # Claude paused a long server-tool turn: unfinished
+        return "incomplete", {"reason": "pause_turn"}
     return "completed", None
 
 

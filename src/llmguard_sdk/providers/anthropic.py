@@ -19,8 +19,11 @@ here as pure functions:
   :func:`~llmguard_sdk.prompts.add_cache_breakpoints`); breakpoints already in a request's
   content parts or tools are sent as they are.
 * answers: text and ``tool_use`` blocks (as OpenAI-shaped ``tool_calls``), ``stop_reason``
-  mapped to OpenAI's finish reasons, and usage with ``cache_read_input_tokens`` and
-  ``cache_creation_input_tokens`` (``Usage.input_tokens`` counts them too).
+  mapped to OpenAI's finish reasons where they have its meaning (:data:`STOP_REASONS`; one
+  they lack, ``pause_turn``, is the finish reason as Claude sent it, never ``stop``) and kept
+  as it is in the response's ``metadata["stop_reason"]``, and usage with
+  ``cache_read_input_tokens`` and ``cache_creation_input_tokens`` (``Usage.input_tokens``
+  counts them too).
 * streams: the ``message_start`` / ``content_block_*`` / ``message_delta`` / ``message_stop``
   events; an ``error`` event is a provider error (retryable before the first text).
 
@@ -32,6 +35,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Generator, Mapping
+from types import MappingProxyType
 from typing import Any
 
 from .._http_library import Library
@@ -52,6 +56,7 @@ from .wire import (
 __all__ = [
     "ANTHROPIC_VERSION",
     "THINKING_BLOCKS",
+    "STOP_REASONS",
     "AnthropicProvider",
     "anthropic_params",
     "build_anthropic_payload",
@@ -65,17 +70,21 @@ THINKING_BLOCKS = ("thinking", "redacted_thinking")
 """Claude's content blocks of its extended thinking: an answer's are in its response's
 ``metadata["thinking"]``, each block as Claude sent it (a stream's, each whole when it ends)."""
 
-_FINISH = {
-    "end_turn": "stop",
-    "stop_sequence": "stop",
-    "max_tokens": "length",
-    "model_context_window_exceeded": "length",  # the output ran into the context window
-    "tool_use": "tool_calls",
-    "refusal": "content_filter",
-}
-# Not mapped, so kept as Claude says it (as any reason not above): "pause_turn", a long turn of
-# server tools paused half-way (the answer is incomplete: sent back, Claude goes on), which
-# read as "stop" would pass for a whole answer.
+STOP_REASONS: Mapping[str, str] = MappingProxyType(
+    {
+        "end_turn": "stop",
+        "stop_sequence": "stop",
+        "max_tokens": "length",
+        "model_context_window_exceeded": "length",  # the output ran into the context window
+        "tool_use": "tool_calls",
+        "refusal": "content_filter",
+    }
+)
+"""Claude's ``stop_reason`` -> the response's ``finish_reason`` (OpenAI's word of the same
+meaning). Any other reason is the finish reason as Claude sent it: ``pause_turn`` (Claude
+paused a long server-tool turn; the answer is incomplete, send it back to continue) has no
+OpenAI counterpart and is no complete ``stop``. The raw reason is always in the response's
+``metadata["stop_reason"]`` (a stream's, on the chunk that finishes it)."""
 # OpenAI chat-completions parameters Anthropic has no field for (the drop-in client passes them
 # on in ``extra_body``): Anthropic answers 400 "Extra inputs are not permitted" to each
 _NOT_SENT = frozenset(
@@ -375,6 +384,9 @@ def parse_anthropic_message(
     uses = [b for b in blocks if b.get("type") == "tool_use"]
     tool_calls = [{k: v for k, v in _tool_call(b, 0).items() if k != "index"} for b in uses]
     thinking = [b for b in blocks if b.get("type") in THINKING_BLOCKS]
+    metadata = _stop_metadata(data.get("stop_reason"))
+    if thinking:
+        metadata["thinking"] = thinking
     return answer_response(
         data,
         text=text,
@@ -383,7 +395,7 @@ def parse_anthropic_message(
         route=route,
         headers=headers,
         problem=problem,
-        metadata={"thinking": thinking} if thinking else None,
+        metadata=metadata,
     )
 
 
@@ -401,7 +413,13 @@ def _tool_call(
 
 
 def _finish(raw: object) -> str | None:
-    return _FINISH.get(raw, raw) if isinstance(raw, str) else None
+    return STOP_REASONS.get(raw, raw) if isinstance(raw, str) else None
+
+
+def _stop_metadata(raw: object) -> dict[str, Any]:
+    """``{"stop_reason": raw}``: Claude's own reason, which the finish reason may not tell
+    (``end_turn`` from ``stop_sequence``, ``max_tokens`` from the context window)."""
+    return {"stop_reason": raw} if isinstance(raw, str) and raw else {}
 
 
 def _is_str(value: object) -> bool:
@@ -478,10 +496,12 @@ class AnthropicStreamState(StreamState):
         if kind == "message_delta":
             delta = event.get("delta")
             self._add_usage(event.get("usage"))
-            finish = _finish(delta.get("stop_reason")) if isinstance(delta, dict) else None
+            raw = delta.get("stop_reason") if isinstance(delta, dict) else None
             self.finished = True
             usage, _cost = usage_from_payload(self.usage)
-            return self._make(finish=finish or "stop", usage=usage)
+            return self._make(
+                finish=_finish(raw) or "stop", usage=usage, metadata=_stop_metadata(raw)
+            )
         if kind == "message_stop":
             self.done = True
             return None

@@ -2,7 +2,10 @@
 
 The request becomes a chat call of the Guard (any route answers it), and the answer goes back
 as Anthropic's ``message`` (or ``message_start`` ... ``message_stop`` events): text and
-``tool_use`` blocks, ``stop_reason``, usage with ``cache_read_input_tokens``.
+``tool_use`` blocks, ``stop_reason``, usage with ``cache_read_input_tokens``. The stop reason
+is Claude's own where an Anthropic route served (its ``metadata["stop_reason"]``: a paused
+turn stays ``pause_turn``, a stop sequence ``stop_sequence``), else the finish reason's
+counterpart.
 
 Parameters chat completions has no counterpart for go on in ``extra_body``; of them, the
 Anthropic-only ``top_k`` and ``thinking`` reach Anthropic routes only (named under
@@ -292,7 +295,7 @@ class MessagesWire:
             "role": "assistant",
             "model": response.model,
             "content": content,
-            "stop_reason": _STOP.get(response.finish_reason or "stop", "end_turn"),
+            "stop_reason": _stop_reason(response.finish_reason, response.metadata),
             "stop_sequence": None,
             "usage": _usage(response.usage),
         }
@@ -308,6 +311,16 @@ class MessagesWire:
         return {"type": "error", "error": {"type": kind, "message": str(exc)}}
 
 
+def _stop_reason(finish_reason: str | None, metadata: Mapping[str, Any]) -> str:
+    """Anthropic's ``stop_reason`` of an answer: an Anthropic route's own (``metadata``'s
+    ``stop_reason``), else the counterpart of ``finish_reason`` (``end_turn`` for one that
+    has none)."""
+    raw = metadata.get("stop_reason")
+    if isinstance(raw, str) and raw:
+        return raw
+    return _STOP.get(finish_reason or "stop", "end_turn")
+
+
 class EventsWriter:
     """Anthropic's stream events for the transport's stream loop."""
 
@@ -318,6 +331,7 @@ class EventsWriter:
         self._blocks = 0
         self._calls: dict[int, int] = {}  # tool call index -> block index
         self._finish: str | None = None
+        self._stop: object = None  # an Anthropic route's own stop reason
         self._usage: Usage | None = None
 
     def _start(self, chunk: StreamChunk | None) -> bytes:
@@ -390,6 +404,7 @@ class EventsWriter:
                 delta = {"type": "input_json_delta", "partial_json": function["arguments"]}
                 out += self._delta(delta)
         self._finish = chunk.finish_reason or self._finish
+        self._stop = chunk.metadata.get("stop_reason") or self._stop
         self._usage = chunk.usage or self._usage
         return out
 
@@ -403,7 +418,7 @@ class EventsWriter:
         delta = {
             "type": "message_delta",
             "delta": {
-                "stop_reason": _STOP.get(self._finish or "stop", "end_turn"),
+                "stop_reason": _stop_reason(self._finish, {"stop_reason": self._stop}),
                 "stop_sequence": None,
             },
             "usage": _usage(self._usage),

@@ -1,0 +1,157 @@
+"""Claude's ``stop_reason`` kept where the OpenAI-shaped ``finish_reason`` has no word for it:
+a paused turn (``pause_turn``: a long server-tool turn Claude stopped, to be sent back to
+continue) is no complete ``stop``, and the raw reason stays in ``metadata["stop_reason"]``,
+through the provider and through the transport seam."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+
+from llmguard_sdk import AnthropicProvider, ChatRequest, Guard
+from llmguard_sdk.cache._storable import storable
+from llmguard_sdk.transport import http_client
+
+from .conftest import require_module
+from .rawserver import RawServer, http_response, sse_head
+
+QUESTION: Any = [{"role": "user", "content": "Search the web for the latest release."}]
+
+
+def _message(stop_reason: str) -> bytes:
+    return json.dumps(
+        {
+            "id": "msg_1",
+            "type": "message",
+            "role": "assistant",
+            "model": "claude-x",
+            "content": [{"type": "text", "text": "Searching"}],
+            "stop_reason": stop_reason,
+            "stop_sequence": None,
+            "usage": {"input_tokens": 5, "output_tokens": 2},
+        }
+    ).encode()
+
+
+def _event(kind: str, **data: Any) -> bytes:
+    return f"event: {kind}\ndata: {json.dumps({'type': kind, **data})}\n\n".encode()
+
+
+def _stream(stop_reason: str) -> bytes:
+    start = {"id": "msg_1", "model": "claude-x", "usage": {"input_tokens": 5, "output_tokens": 0}}
+    return (
+        _event("message_start", message=start)
+        + _event("content_block_start", index=0, content_block={"type": "text", "text": ""})
+        + _event("content_block_delta", index=0, delta={"type": "text_delta", "text": "Searching"})
+        + _event("content_block_stop", index=0)
+        + _event("message_delta", delta={"stop_reason": stop_reason}, usage={"output_tokens": 2})
+        + _event("message_stop")
+    )
+
+
+@contextmanager
+def _claude(stop_reason: str, *, streaming: bool) -> Iterator[Guard]:
+    """A Guard over an Anthropic route whose answer (plain or streamed) stops for
+    ``stop_reason``."""
+    answer = (
+        (sse_head(), (_stream(stop_reason),))
+        if streaming
+        else (http_response(_message(stop_reason)),)
+    )
+    with RawServer(*answer) as raw:
+        route = AnthropicProvider(raw.base_url, api_key="sk-ant", model="claude-x")
+        with Guard(route, timeout=10, retry=None, environ={}) as guard:
+            yield guard
+
+
+@pytest.mark.parametrize(
+    ("stop_reason", "finish_reason"),
+    [
+        ("pause_turn", "pause_turn"),  # was "stop": the incomplete turn looked finished
+        ("end_turn", "stop"),
+        ("stop_sequence", "stop"),
+        ("model_context_window_exceeded", "length"),
+    ],
+)
+@pytest.mark.parametrize("streaming", [False, True])
+def test_a_paused_turn_is_not_a_complete_stop_and_the_raw_reason_is_kept(
+    streaming: bool, stop_reason: str, finish_reason: str
+) -> None:
+    with _claude(stop_reason, streaming=streaming) as guard:
+        if streaming:
+            with guard.chat(QUESTION, stream=True) as stream:
+                assert "".join(chunk.text for chunk in stream) == "Searching"
+            response = stream.response
+        else:
+            response = guard.chat(QUESTION)
+    assert response is not None
+    assert response.finish_reason == finish_reason
+    assert response.metadata["stop_reason"] == stop_reason
+
+
+def test_a_provider_call_reports_a_paused_turn() -> None:
+    with RawServer(http_response(_message("pause_turn"))) as raw:
+        provider = AnthropicProvider(raw.base_url, api_key="sk-ant", model="claude-x")
+        try:
+            request = ChatRequest.model_validate({"messages": QUESTION})
+            answer = provider.complete(request, model="claude-x", deadline=time.monotonic() + 10)
+        finally:
+            provider.close()
+    assert answer.finish_reason != "stop"
+    assert answer.metadata["stop_reason"] == "pause_turn"
+    assert not storable(request, answer)  # an unfinished turn is no answer to cache
+
+
+@pytest.mark.parametrize("stop_reason", ["pause_turn", "stop_sequence"])
+@pytest.mark.parametrize("streaming", [False, True])
+def test_anthropic_s_sdk_through_the_seam_sees_claude_s_own_stop_reason(
+    streaming: bool, stop_reason: str
+) -> None:
+    """The seam's Messages answer said ``end_turn`` for a paused turn (and for a stop
+    sequence): anthropic's SDK, pointed at the Guard, read a complete answer."""
+    anthropic = require_module("anthropic", "anthropic is a dev dependency")
+    with _claude(stop_reason, streaming=streaming) as guard:
+        sdk = anthropic.Anthropic(
+            api_key="unused", base_url="http://guard.test", http_client=http_client(guard)
+        )
+        options: Any = {"model": "claude-x", "max_tokens": 50, "messages": QUESTION}
+        if streaming:
+            with sdk.messages.stream(**options) as stream:
+                message = stream.get_final_message()
+        else:
+            message = sdk.messages.create(**options)
+    assert message.stop_reason == stop_reason
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_openai_s_sdk_through_the_seam_sees_a_paused_turn_as_unfinished(streaming: bool) -> None:
+    """Chat completions have no word for a paused turn: the finish reason is Claude's own
+    (it was ``stop``); the Responses API says ``incomplete`` (it said ``completed``)."""
+    openai = require_module("openai", "openai is a dev dependency")
+    with _claude("pause_turn", streaming=streaming) as guard:
+        sdk = openai.OpenAI(
+            api_key="unused", base_url="http://guard.test/v1", http_client=http_client(guard)
+        )
+        if streaming:
+            chunks = list(
+                sdk.chat.completions.create(model="claude-x", messages=QUESTION, stream=True)
+            )
+            finish = [c.choices[0].finish_reason for c in chunks if c.choices]
+            events = list(sdk.responses.create(model="claude-x", input="hi", stream=True))
+            status = events[-1].response.status
+            assert events[-1].type == "response.incomplete"
+        else:
+            completion = sdk.chat.completions.create(model="claude-x", messages=QUESTION)
+            finish = [completion.choices[0].finish_reason]
+            response = sdk.responses.create(model="claude-x", input="hi")
+            status = response.status
+            assert response.incomplete_details is not None
+            assert response.incomplete_details.reason == "pause_turn"
+    assert "pause_turn" in finish
+    assert "stop" not in finish
+    assert status == "incomplete"
