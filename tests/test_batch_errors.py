@@ -151,6 +151,36 @@ def test_an_openai_batch_row_error_keeps_its_kind_and_message(
     assert "too many tokens in flight" in str(raised)
 
 
+@pytest.mark.parametrize(
+    ("api", "error", "kind", "status", "retryable"),
+    [
+        ("openai", {"code": "insufficient_quota"}, RateLimitedError, 429, False),
+        ("anthropic", {"type": "billing_error"}, BadRequestError, 402, False),
+        ("anthropic", {"type": "timeout_error"}, ProviderUnavailableError, 504, True),
+    ],
+)
+def test_an_errored_batch_result_is_the_error_its_http_answer_is(
+    batches: ThreadingHTTPServer,
+    api: Literal["openai", "anthropic"],
+    error: dict[str, Any],
+    kind: type[ProviderError],
+    status: int,
+    retryable: bool,
+) -> None:
+    """An errored result had its kind's class without the status it stands for, and a spent
+    quota (or credit) was a retryable error, as a row with a ``status_code`` is not."""
+    said = {**error, "message": "it failed"}
+
+    def result(custom_id: str) -> dict[str, Any]:
+        if api == "openai":
+            return {"id": "r", "custom_id": custom_id, "response": None, "error": said}
+        errored = {"type": "errored", "error": {"type": "error", "error": said}}
+        return {"custom_id": custom_id, "result": errored}
+
+    raised = _failure(batches, api, result)
+    assert (type(raised), raised.status_code, raised.retryable) == (kind, status, retryable)
+
+
 # -- against FakeProvider's batch APIs: rows it breaks, results that are no answer ------------
 
 

@@ -36,8 +36,10 @@ Every :class:`ProviderError` knows the ``route`` that raised it, the HTTP ``stat
 any), the response ``headers`` (Retry-After, ``x-ratelimit-*`` ...), and whether it is
 ``retryable`` by the SDK's rules (an ``x-should-retry: true|false`` header on the answer
 overrides the status's rule, as openai-python reads it). An error event inside a stream
-becomes the error its ``type`` or ``code`` names (``rate_limit_error``: RateLimitedError,
-``invalid_request_error``: BadRequestError ...). Nothing here is ever raised for a caller's
+is the error its ``type`` or ``code`` names, with the HTTP status that kind comes with
+(``rate_limit_error``: RateLimitedError, 429; ``invalid_request_error``: BadRequestError,
+400; ``timeout_error``: ProviderUnavailableError, 504 ...), as the same error answered over
+HTTP is. Nothing here is ever raised for a caller's
 own bug: an exception raised inside a user callback propagates unchanged.
 
 .. versionadded:: 0.1.0

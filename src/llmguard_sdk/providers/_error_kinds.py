@@ -2,12 +2,16 @@
 
 - ``x-should-retry: true|false`` is the server's own word on retrying (OpenAI sends it;
   openai-python obeys it over the status): it sets the error's ``retryable``.
-- An error event inside a stream (OpenAI's ``{"error": {...}}``, Anthropic's ``error``
-  event), or a 200 answer that is an error object (a router's whose model failed), names
-  its kind in ``type`` or ``code`` (a router's: the HTTP status): a rate limit is a
-  :class:`~llmguard_sdk.errors.RateLimitedError`, a refused request a
-  :class:`~llmguard_sdk.errors.BadRequestError` (not retried: it would fail again), an
-  unknown or server-side kind a :class:`~llmguard_sdk.errors.ProviderUnavailableError`.
+- An error object that came in a 200 answer (an error event inside a stream: OpenAI's
+  ``{"error": {...}}``, Anthropic's ``error`` event, the Responses API's ``error``; a router's
+  200 answer whose model failed) names its kind in ``type`` or ``code`` (a router's: the HTTP
+  status). One table (:data:`NAMED_STATUSES`) gives each named kind the HTTP status it comes
+  with as an error answer (``rate_limit_error`` 429, ``overloaded_error`` 529,
+  ``timeout_error`` 504 ...), and from there the error is that answer's: the same class (by
+  :func:`status_error_kind`), the same ``status_code`` and the same retry verdict
+  (:func:`judge_retry`: a spent quota is not retried), whether it came as an HTTP error, a
+  200 error answer or an event inside a stream. A kind the table does not know is a
+  :class:`~llmguard_sdk.errors.ProviderUnavailableError` with the answer's own status.
 """
 
 from __future__ import annotations
@@ -27,15 +31,15 @@ from ..errors import (
 
 __all__ = [
     "CONTEXT_LENGTH_MARKERS",
+    "NAMED_STATUSES",
     "UNAVAILABLE_4XX",
     "body_error",
     "error_answer",
-    "error_status",
+    "error_kind",
     "judge_retry",
     "quota_spent",
     "server_says_retry",
     "status_error_kind",
-    "stream_error_kind",
 ]
 
 UNAVAILABLE_4XX = frozenset({409, 425})
@@ -51,16 +55,27 @@ CONTEXT_LENGTH_MARKERS = (
     "too many tokens",
     "prompt is too long",  # Anthropic
 )
-_RATE_LIMITED = ("rate_limit", "insufficient_quota")
-_QUOTA_SPENT = "insufficient_quota"  # OpenAI's: a billing state, not back within the call
-_REFUSED = (
-    "invalid_request",
-    "not_found",
-    "request_too_large",
-    "invalid_prompt",
-    "bad_request",
+NAMED_STATUSES: tuple[tuple[str, int], ...] = (
+    ("insufficient_quota", 429),  # OpenAI's spent quota: a 429 not retried (quota_spent)
+    ("rate_limit", 429),  # rate_limit_exceeded (OpenAI), rate_limit_error (Anthropic)
+    ("authentication", 401),
+    ("invalid_api_key", 401),
+    ("permission", 403),
+    ("billing", 402),  # Anthropic's billing_error: no credit on this route
+    ("not_found", 404),  # not_found_error (Anthropic), model_not_found (OpenAI)
+    ("request_too_large", 413),
+    ("invalid_request", 400),
+    ("invalid_prompt", 400),  # the Responses API's
+    ("bad_request", 400),
+    ("timeout", 504),  # Anthropic's timeout_error
+    ("overloaded", 529),  # Anthropic's overloaded_error
+    ("api_error", 500),  # Anthropic's
+    ("server_error", 500),  # OpenAI's
 )
-_DENIED = ("authentication", "permission", "invalid_api_key")
+"""An error object's named kind (a word in its ``type`` or ``code``, first match wins) and the
+HTTP status an error answer of that kind has: the one table by which an error inside a
+stream (or a 200 answer) is read as the HTTP error answer it stands for."""
+_QUOTA_SPENT = "insufficient_quota"  # OpenAI's: a billing state, not back within the call
 
 
 def server_says_retry(headers: Mapping[str, str]) -> bool | None:
@@ -101,32 +116,43 @@ def judge_retry(error: ProviderError, headers: Mapping[str, str], error_object: 
         error.retryable = verdict
 
 
-def stream_error_kind(error: object) -> type[ProviderError]:
-    """The typed error for a stream's error event's ``error`` object."""
-    if not isinstance(error, Mapping):
-        return ProviderUnavailableError
-    code = error.get("code")
+def error_kind(error: object, answered: int, text: str = "") -> tuple[type[ProviderError], int]:
+    """The typed error, and its ``status_code``, of a failure answered with HTTP status
+    ``answered`` and carrying the error object ``error`` (``None`` without one; ``text``:
+    the answer's body, where words may tell a context-length refusal, else the object's).
+
+    An error answer (``answered`` >= 400) is its status's error. An error object in a 200
+    answer (a stream's error event, a router's error answer) stands for the HTTP status its
+    numeric ``code`` gives (a router's: the status of the failure behind it), else for the
+    status of its named kind (:data:`NAMED_STATUSES`), and is that status's error; one that
+    names no known kind is a :class:`~llmguard_sdk.errors.ProviderUnavailableError` with
+    status ``answered``. Either way a refused request whose words say the context is too
+    long is a :class:`~llmguard_sdk.errors.ContextLengthExceededError`."""
+    status = answered if answered >= 400 else _named_status(error)
+    words = (text or _words(error, ("type", "code", "message"))).lower()
+    too_long = any(marker in words for marker in CONTEXT_LENGTH_MARKERS)
+    if status is None:
+        return (ContextLengthExceededError if too_long else ProviderUnavailableError), answered
+    kind = status_error_kind(status)
+    if kind is BadRequestError and too_long:
+        kind = ContextLengthExceededError
+    return kind, status
+
+
+def _named_status(error: object) -> int | None:
+    """The HTTP status an error object stands for: its numeric ``code`` where that is one,
+    else its named kind's (:data:`NAMED_STATUSES`); ``None`` for neither."""
+    code = error.get("code") if isinstance(error, Mapping) else None
     if isinstance(code, int) and not isinstance(code, bool) and 400 <= code <= 599:
-        return status_error_kind(code)  # a router's (OpenRouter's): the HTTP status of the failure
-    words = " ".join(
-        str(error.get(field)).lower()
-        for field in ("type", "code", "message")
-        if isinstance(error.get(field), str)
-    )
-    named = " ".join(
-        str(error.get(field)).lower()
-        for field in ("type", "code")
-        if isinstance(error.get(field), str)
-    )
-    if any(marker in named for marker in _RATE_LIMITED):  # the named kind before the words
-        return RateLimitedError
-    if any(marker in named for marker in _DENIED):
-        return AuthenticationError
-    if any(marker in words for marker in CONTEXT_LENGTH_MARKERS):
-        return ContextLengthExceededError
-    if any(marker in named for marker in _REFUSED):
-        return BadRequestError
-    return ProviderUnavailableError
+        return code
+    named = _words(error, ("type", "code")).lower()
+    return next((status for word, status in NAMED_STATUSES if word in named), None)
+
+
+def _words(error: object, fields: tuple[str, ...]) -> str:
+    if not isinstance(error, Mapping):
+        return ""
+    return " ".join(str(error[field]) for field in fields if isinstance(error.get(field), str))
 
 
 def error_answer(
@@ -138,31 +164,21 @@ def error_answer(
     default: str = "the provider answered an error",
 ) -> ProviderError:
     """The typed error of a 200 answer whose JSON is an ``error`` object (``default``: its
-    message where the error has none), with the answer's headers and body; its status is
-    :func:`error_status`'s."""
+    message where the error has none), with the answer's headers and body: the error, status
+    and retry verdict the same failure answered as an HTTP error has (:func:`error_kind`,
+    :func:`judge_retry`)."""
     said = error.get("message") if isinstance(error, dict) else error
     text = body[:2000].decode("utf-8", errors="replace")
-    answer = stream_error_kind(error)(
+    kind, status = error_kind(error, 200)
+    answer = kind(
         said if isinstance(said, str) and said else default,
         route=route,
-        status_code=error_status(error, 200),
+        status_code=status,
         headers=headers,
         body=text,
     )
     judge_retry(answer, headers, error)
     return answer
-
-
-def error_status(error: object, answered: int) -> int:
-    """The ``status_code`` of an error object that came in an answer of status ``answered``
-    (a 200, a stream's): its numeric ``code`` where that is an HTTP status (a router's: the
-    status of the failure behind it), so the error is read as that answer's would be (a 402
-    or 404 moves the call to the next route, a 408 is no attempt that stalled, whose prompt
-    the budget counts); else ``answered``."""
-    code = error.get("code") if isinstance(error, Mapping) else None
-    if isinstance(code, int) and not isinstance(code, bool) and 400 <= code <= 599:
-        return code
-    return answered
 
 
 def status_error_kind(status: int) -> type[ProviderError]:

@@ -25,7 +25,9 @@ here as pure functions:
   ``cache_read_input_tokens`` and ``cache_creation_input_tokens`` (``Usage.input_tokens``
   counts them too).
 * streams: the ``message_start`` / ``content_block_*`` / ``message_delta`` / ``message_stop``
-  events; an ``error`` event is a provider error (retryable before the first text).
+  events; an ``error`` event is the provider error its type's HTTP status is
+  (``overloaded_error``: a 529, ``timeout_error``: a 504 ...; after the first text a
+  :class:`~llmguard_sdk.errors.StreamInterruptedError`).
 
 .. versionadded:: 0.2.0
 """

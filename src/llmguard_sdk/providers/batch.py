@@ -54,7 +54,7 @@ from ..errors import (
 )
 from ..models import ChatRequest, ChatResponse, StreamChunk
 from ..telemetry.redaction import register_secret
-from ._error_kinds import stream_error_kind
+from ._error_kinds import error_kind, judge_retry
 from .anthropic import ANTHROPIC_VERSION, build_anthropic_payload, parse_anthropic_message
 from .base import StreamCall, _check_timing, _Streams
 from .openai_compat import _transport_error
@@ -445,15 +445,22 @@ class BatchProvider(_Streams):
 
     def _errored(self, error: object) -> ProviderError:
         """The typed error a result's ``error`` names (a rate limit, an overload, a refused
-        request, a request the batch never ran ...), with its message."""
+        request, a request the batch never ran ...), with its message: the error, status
+        and retry verdict of the same failure answered as an HTTP error, as a row with its
+        ``status_code`` has."""
         said = error.get("message") if isinstance(error, Mapping) else None
         text = said if isinstance(said, str) and said else "errored"
         code = error.get("code") if isinstance(error, Mapping) else None
         if code in _EXPIRED or code in _CANCELLED:
             return self._not_run(str(code), text)
-        return stream_error_kind(error)(
-            f"the batch did not answer this call: {text}", route=self.name
+        kind, status = error_kind(error, 200)
+        failure = kind(
+            f"the batch did not answer this call: {text}",
+            route=self.name,
+            status_code=None if status == 200 else status,
         )
+        judge_retry(failure, {}, error)  # a spent quota is not retried
+        return failure
 
     def _not_run(self, kind: str, said: str | None) -> ProviderError:
         """The error of a request the batch never ran (unbilled). Expired (the batch's

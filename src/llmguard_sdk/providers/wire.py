@@ -16,8 +16,6 @@ from pydantic import ValidationError
 
 from ..budget._usage import usage_from_payload  # every usage shape, read once
 from ..errors import (
-    BadRequestError,
-    ContextLengthExceededError,
     MalformedResponseError,
     ProviderError,
     ProviderTimeoutError,
@@ -26,15 +24,7 @@ from ..errors import (
     StreamInterruptedError,
 )
 from ..models import ChatRequest, ChatResponse, StreamChunk
-from ._error_kinds import (
-    CONTEXT_LENGTH_MARKERS,
-    body_error,
-    error_answer,
-    error_status,
-    judge_retry,
-    status_error_kind,
-    stream_error_kind,
-)
+from ._error_kinds import body_error, error_answer, error_kind, judge_retry
 from .headers import server_wait_hint
 from .sse import SSEDecoder
 
@@ -244,8 +234,9 @@ def error_from_status(
     status: int, headers: Mapping[str, str], body: str, *, route: str
 ) -> ProviderError:
     """The typed error for an HTTP error answer (429, 5xx, 4xx ...)."""
-    error = _error_of_status(status, body, common=_common(status, headers, body, route))
-    judge_retry(error, headers, body_error(body))  # a spent quota; the server's own word
+    error_object = body_error(body)
+    error = _error_of_status(status, body, error_object, _common(status, headers, body, route))
+    judge_retry(error, headers, error_object)  # a spent quota; the server's own word
     return error
 
 
@@ -259,15 +250,13 @@ def _common(status: int, headers: Mapping[str, str], body: str, route: str) -> d
     }
 
 
-def _error_of_status(status: int, body: str, *, common: dict[str, Any]) -> ProviderError:
+def _error_of_status(
+    status: int, body: str, error_object: object, common: dict[str, Any]
+) -> ProviderError:
     if status < 400:
         return MalformedResponseError(f"unexpected HTTP status {status}", **common)
     message = _error_message(body) or f"provider answered HTTP {status}"
-    kind = status_error_kind(status)
-    if kind is BadRequestError:
-        lowered = body.lower()
-        if any(marker in lowered for marker in CONTEXT_LENGTH_MARKERS):
-            kind = ContextLengthExceededError
+    kind, _status = error_kind(error_object, status, body)
     return kind(message, **common)
 
 
@@ -441,12 +430,14 @@ class StreamState:
     def error_event(
         self, error: object, message: str | None, default: str = _STREAM_ERROR
     ) -> ProviderError:
-        """The typed error of a stream's error event whose error object is ``error``, read
-        as the same object in an error answer is (:func:`error_answer`): its kind, its
-        status, and a spent quota not retried (``message``: its text, else ``default``)."""
-        failure = self.failure(
-            stream_error_kind(error), message or default, status=error_status(error, self.status)
-        )
+        """The typed error of a stream's error event whose error object is ``error``: the
+        error, status and retry verdict the same failure answered as an HTTP error has
+        (:func:`~llmguard_sdk.providers._error_kinds.error_kind`, as :func:`error_answer`
+        reads one: its kind, the HTTP status that kind stands for, a spent quota not
+        retried), or :class:`StreamInterruptedError` after content (``message``: its text,
+        else ``default``)."""
+        kind, status = error_kind(error, self.status)
+        failure = self.failure(kind, message or default, status=status)
         if not isinstance(failure, StreamInterruptedError):  # (text delivered: never retried)
             judge_retry(failure, self.headers, error)
         return failure

@@ -1,0 +1,145 @@
+"""An error inside a stream (an ``error`` event) is the same error as the same failure answered
+as an HTTP error: one table gives an error object's named kind the HTTP status it stands
+for, and that status gives the typed error, its ``status_code`` and whether it is retried
+(a spent quota is not)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+
+import pytest
+
+from llmguard_sdk import (
+    AnthropicProvider,
+    ChatRequest,
+    Guard,
+    OpenAICompatibleProvider,
+    ProviderError,
+    ProviderUnavailableError,
+)
+from llmguard_sdk.testing import FakeProvider
+
+from .conftest import USER
+from .rawserver import RawServer, http_response, sse_head
+
+REQUEST = ChatRequest.model_validate({"messages": [{"role": "user", "content": "hi"}]})
+
+# Anthropic's error types and the HTTP status each comes with
+ANTHROPIC = [
+    ("invalid_request_error", "400 Bad Request"),
+    ("authentication_error", "401 Unauthorized"),
+    ("billing_error", "402 Payment Required"),
+    ("permission_error", "403 Forbidden"),
+    ("not_found_error", "404 Not Found"),
+    ("request_too_large", "413 Payload Too Large"),
+    ("rate_limit_error", "429 Too Many Requests"),
+    ("api_error", "500 Internal Server Error"),
+    ("timeout_error", "504 Gateway Timeout"),
+    ("overloaded_error", "529 Overloaded"),
+]
+# OpenAI's error objects and the HTTP status each comes with
+OPENAI = [
+    ({"type": "insufficient_quota", "code": "insufficient_quota"}, "429 Too Many Requests"),
+    ({"type": "requests", "code": "rate_limit_exceeded"}, "429 Too Many Requests"),
+    ({"type": "invalid_request_error", "code": "model_not_found"}, "404 Not Found"),
+    ({"type": "invalid_request_error", "code": "invalid_api_key"}, "401 Unauthorized"),
+    ({"type": "invalid_request_error", "code": "context_length_exceeded"}, "400 Bad Request"),
+    ({"type": "server_error", "code": None}, "500 Internal Server Error"),
+]
+
+
+def _raised(provider: OpenAICompatibleProvider, streaming: bool) -> ProviderError:
+    try:
+        if streaming:
+            list(provider.stream(REQUEST, model="m", deadline=time.monotonic() + 10))
+        else:
+            provider.complete(REQUEST, model="m", deadline=time.monotonic() + 10)
+    except ProviderError as exc:
+        return exc
+    finally:
+        provider.close()
+    raise AssertionError("the call did not fail")
+
+
+def _seen(error: ProviderError) -> tuple[type[ProviderError], int | None, bool]:
+    return type(error), error.status_code, error.retryable
+
+
+def _anthropic(kind: str) -> dict[str, object]:
+    return {"type": "error", "error": {"type": kind, "message": f"it is {kind}"}}
+
+
+@pytest.mark.parametrize(("kind", "status"), ANTHROPIC)
+def test_an_anthropic_error_event_is_the_error_its_http_answer_is(kind: str, status: str) -> None:
+    """Before: an error event kept its kind's class at best, with the stream's 200 as its
+    status (so a ``not_found_error`` did not move the call on as a 404 does), and a
+    ``billing_error`` was a retried ProviderUnavailableError, not the 402's refusal."""
+    body = json.dumps(_anthropic(kind)).encode()
+    with RawServer(http_response(body, status=status)) as raw:
+        answered = _raised(AnthropicProvider(raw.base_url, api_key="k", model="m"), False)
+    event = b"event: error\ndata: " + body + b"\n\n"
+    with RawServer(sse_head(), (event,)) as raw:
+        streamed = _raised(AnthropicProvider(raw.base_url, api_key="k", model="m"), True)
+    assert _seen(streamed) == _seen(answered)
+    assert streamed.status_code == int(status.split()[0])
+    assert f"it is {kind}" in str(streamed)
+
+
+@pytest.mark.parametrize(("error", "status"), OPENAI)
+def test_an_openai_error_event_is_the_error_its_http_answer_is(
+    error: dict[str, object], status: str
+) -> None:
+    body = json.dumps({"error": {"message": "it failed", **error}}).encode()
+    with RawServer(http_response(body, status=status)) as raw:
+        answered = _raised(OpenAICompatibleProvider(raw.base_url, name="p"), False)
+    with RawServer(sse_head(), (b"data: " + body + b"\n\n",)) as raw:
+        streamed = _raised(OpenAICompatibleProvider(raw.base_url, name="p"), True)
+    assert _seen(streamed) == _seen(answered)
+
+
+class _Counting(RawServer):
+    """A RawServer that counts the requests it answered (one per connection)."""
+
+    def __init__(self, head: bytes, parts: tuple[bytes, ...]) -> None:
+        self.requests = 0
+        super().__init__(head, parts)
+
+    def handle(self, conn: socket.socket) -> None:
+        self.requests += 1
+        super().handle(conn)
+
+
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+def test_a_spent_quota_in_a_stream_moves_the_call_on_at_once(fake2: FakeProvider, api: str) -> None:
+    """OpenAI's ``insufficient_quota`` and Anthropic's ``billing_error`` (its 402) in a stream
+    were retried on the route (a retryable error) before the chain moved on."""
+    if api == "openai":
+        event = b'data: {"error": {"message": "quota", "code": "insufficient_quota"}}\n\n'
+    else:
+        event = b"event: error\ndata: " + json.dumps(_anthropic("billing_error")).encode()
+        event += b"\n\n"
+    with _Counting(sse_head(), (event,)) as raw:
+        first: OpenAICompatibleProvider = (
+            OpenAICompatibleProvider(raw.base_url, model="m", name="primary")
+            if api == "openai"
+            else AnthropicProvider(raw.base_url, api_key="k", model="m", name="primary")
+        )
+        second = OpenAICompatibleProvider(fake2.base_url, model=fake2.model, name="backup")
+        with Guard([first, second], environ={}) as guard, guard.chat(USER, stream=True) as stream:
+            list(stream)
+    assert stream.response is not None
+    assert stream.response.route == "backup"
+    assert raw.requests == 1  # not retried on the route whose quota is spent
+
+
+def test_a_timeout_error_event_is_a_retryable_504() -> None:
+    """Anthropic's ``timeout_error`` is its 504: retried, and (a status at or above 400) no
+    attempt that stalled after its request, whose prompt the budget would count."""
+    event = b"event: error\ndata: " + json.dumps(_anthropic("timeout_error")).encode() + b"\n\n"
+    with RawServer(sse_head(), (event,)) as raw:
+        raised = _raised(AnthropicProvider(raw.base_url, api_key="k", model="m"), True)
+    assert type(raised) is ProviderUnavailableError
+    assert raised.retryable is True
+    assert raised.status_code == 504
