@@ -5,15 +5,20 @@ OpenTelemetry SDK with in-memory exporters."""
 
 from __future__ import annotations
 
+import gc
 import json
 from collections.abc import Callable
 from typing import Any
 
 import pytest
+from opentelemetry import context as otel_context
+from opentelemetry import metrics, trace
 
 from llmguard_sdk import Guard, GuardrailRejectedError, OpenAICompatibleProvider
 from llmguard_sdk.errors import RequestValidationError
 from llmguard_sdk.models import ChatResponse
+from llmguard_sdk.telemetry._labels import CappedMeter
+from llmguard_sdk.telemetry._quality import Quality
 from llmguard_sdk.testing import FakeProvider
 
 from .rawserver import RawServer
@@ -194,3 +199,67 @@ def test_guard_feedback_goes_to_its_telemetry(
         guard.feedback(answer.metadata["call_id"], float("nan"))
     quiet = make_guard(fake, telemetry=False)
     assert not quiet.feedback("whatever", 1.0)
+
+
+def test_feedback_links_the_calls_span_with_its_trace_state(
+    fake: FakeProvider, make_guard: MakeGuard, otel: Exported
+) -> None:
+    """What is remembered of a call is rebuilt into the same span context: ids, flags and
+    the trace state the call inherited from its caller's trace."""
+    guard = make_guard(fake, telemetry=otel.telemetry)
+    caller = trace.SpanContext(
+        0x1234, 0x5678, True, trace.TraceFlags(1), trace.TraceState([("vendor", "t61rcWkgMzE")])
+    )
+    token = otel_context.attach(trace.set_span_in_context(trace.NonRecordingSpan(caller)))
+    try:
+        answer = guard.chat(USER, feature="faq", metadata={"release": "v7"})
+    finally:
+        otel_context.detach(token)
+    span = call_span(otel)
+    assert span.context.trace_state.get("vendor") == "t61rcWkgMzE"
+    assert otel.telemetry.feedback(answer.metadata["call_id"], 1.0)
+    (feedback,) = [s for s in otel.finished() if s.name == "llmguard.feedback"]
+    assert [link.context for link in feedback.links] == [span.context]
+    (point,) = otel.points("llmguard.feedback.score")
+    assert dict(point.attributes or {}) == {
+        "llmguard.feature": "faq",
+        "llmguard.served_by": "primary",
+        "llmguard.release": "v7",
+    }
+
+
+def _remembered(quality: Quality) -> list[object]:
+    return list(quality._calls.values())
+
+
+def test_remembered_calls_keep_no_object_the_collector_tracks(
+    fake: FakeProvider, make_guard: MakeGuard, otel: Exported
+) -> None:
+    """Each remembered call was a NamedTuple of the call's labels dict and its SpanContext
+    (and its TraceFlags): up to 30,000 objects that every full collection walked. Now a plain
+    tuple of strings and integers, which the collector stops tracking."""
+    guard = make_guard(fake, telemetry=otel.telemetry)
+    for feature in ("faq", "faq", None):
+        guard.chat(USER, feature=feature, metadata={"release": "v2"})
+    kept = _remembered(otel.telemetry._quality)
+    assert len(kept) == 3
+    for value in kept:
+        assert type(value) is tuple
+        assert not any(gc.is_tracked(part) for part in value)
+    gc.collect()
+    assert not any(gc.is_tracked(value) for value in kept)
+
+
+def test_a_call_without_a_span_is_remembered_with_its_labels() -> None:
+    """Without an OpenTelemetry SDK no span is made: feedback finds the call's labels (as
+    strings, as they were recorded) and no span to link."""
+    quality = Quality(CappedMeter(metrics.NoOpMeter("test"), 100), trace.NoOpTracer())
+    quality.remember("c1", {"llmguard.feature": "faq", "llmguard.release": 2}, None)
+    note = quality.feedback("c1", 0.5, None)
+    assert note is not None
+    assert note.labels == {"llmguard.feature": "faq", "llmguard.release": "2"}
+    assert note.span is None
+    assert quality.feedback("c2", 0.5, None) is None
+    (value,) = _remembered(quality)
+    gc.collect()
+    assert not gc.is_tracked(value)
