@@ -1,0 +1,125 @@
+"""A configuration's routes built: providers and deployment groups, their keys and URLs read
+from the environment (``resolve``), and a description of each for ``llmguard check``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ._config_references import EMBEDDED, read_references, redacted
+from ._config_schema import ConfigFile, GroupConfig, RouteConfig
+from ._config_shortcuts import api_root, key_variable
+from .errors import ConfigurationError
+from .providers.anthropic import AnthropicProvider
+from .providers.base import Provider
+from .providers.openai_compat import OpenAICompatibleProvider
+from .router import DeploymentGroup
+
+__all__ = ["ResolvedRoute", "resolve"]
+
+
+@dataclass(frozen=True)
+class ResolvedRoute:
+    """A route as built, for ``llmguard check``: its name, kind, model and where it goes
+    (its URL's ``${NAME}`` references as written, never their values)."""
+
+    name: str
+    kind: str
+    model: str | None
+    base_url: str | None
+    key_from: str | None
+    group: str | None = None
+
+
+def resolve(
+    config: ConfigFile, environ: Mapping[str, str]
+) -> tuple[list[Provider | DeploymentGroup], list[ResolvedRoute]]:
+    """The chain's entries, and a description of each route (keys never shown)."""
+    entries: list[Provider | DeploymentGroup] = []
+    described: list[ResolvedRoute] = []
+    for index, entry in enumerate(config.routes):
+        if isinstance(entry, GroupConfig):
+            built = [
+                _route(route, environ, f"routes.{index}.deployments.{i}")
+                for i, route in enumerate(entry.deployments)
+            ]
+            try:
+                group = DeploymentGroup(
+                    entry.group,
+                    [provider for provider, _ in built],
+                    strategy=entry.strategy,
+                    weights=entry.weights,
+                    regions=entry.regions,
+                    region=entry.region,
+                )
+            except ConfigurationError as exc:  # its own keys ("weights: ..."), in routes.N
+                raise ConfigurationError(f"routes.{index}: {exc}") from None
+            entries.append(group)
+            described += [_in_group(info, entry.group) for _, info in built]
+        else:
+            provider, info = _route(entry, environ, f"routes.{index}")
+            entries.append(provider)
+            described.append(info)
+    groups = [entry.group for entry in config.routes if isinstance(entry, GroupConfig)]
+    names = [info.name for info in described] + groups  # tiers name either
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:  # the Guard's rule: the file says which routes to name
+        raise ConfigurationError(
+            f"routes: route and group names must be unique; repeated: {repeated} (give each a name)"
+        )
+    return entries, described
+
+
+def _in_group(info: ResolvedRoute, group: str) -> ResolvedRoute:
+    return ResolvedRoute(info.name, info.kind, info.model, info.base_url, info.key_from, group)
+
+
+def _route(
+    route: RouteConfig, environ: Mapping[str, str], where: str
+) -> tuple[Provider, ResolvedRoute]:
+    shortcut, model = route.model.split("/", 1)
+    if shortcut == "local":
+        return _local(route, model, where)
+    key_var = key_variable(shortcut)
+    key_from = route.api_key or (f"${{{key_var}}}" if key_var and environ.get(key_var) else None)
+    api_key = read_references(key_from, environ, f"{where}.api_key")
+    given = read_references(route.base_url, environ, f"{where}.base_url")
+    base_url = api_root(shortcut, model, route, environ, where, given)
+    headers = {
+        key: read_references(value, environ, f"{where}.headers.{key}") or ""
+        for key, value in (route.headers or {}).items()
+    }
+    name = route.name or shortcut
+    shown = base_url  # a ${NAME} in it is shown as written: it may hold a key (?key=${KEY})
+    if route.base_url is not None and EMBEDDED.search(route.base_url):
+        shown = api_root(shortcut, model, route, environ, where, route.base_url)
+    try:
+        provider: Provider
+        if shortcut == "anthropic":
+            provider = AnthropicProvider(
+                base_url, api_key=api_key, model=model, name=name, headers=headers,
+                context_window=route.context_window,
+            )  # fmt: skip
+        else:
+            if shortcut == "azure" and api_key is not None:
+                headers["api-key"] = api_key
+                api_key = None
+            provider = OpenAICompatibleProvider(
+                base_url, api_key=api_key, model=model,
+                name=name, headers=headers, context_window=route.context_window,
+            )  # fmt: skip
+    except ConfigurationError as exc:  # its URL as written, never a reference's value
+        problem = str(exc).replace(base_url, redacted(shown))  # ("got 'ftp://h/?key=sk-..'")
+        raise ConfigurationError(f"{where}: {problem}") from None
+    return provider, ResolvedRoute(name, shortcut, model, shown, key_from)
+
+
+def _local(route: RouteConfig, model: str, where: str) -> tuple[Provider, ResolvedRoute]:
+    from .providers.local import LocalProvider
+
+    path = None if model == "bundled" else model
+    try:
+        provider = LocalProvider(path, name=route.name or "local")
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"{where}: {exc}") from None
+    return provider, ResolvedRoute(provider.name, "local", model, None, None)
