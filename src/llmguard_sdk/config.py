@@ -19,6 +19,11 @@ Values given in code win over the environment. In code a number is a number: a s
 (``timeout="5"``) is a :class:`~llmguard_sdk.errors.ConfigurationError`, as it is in a
 request; the variables (and configuration files) are text, read as numbers.
 
+A wrong value raises :class:`~llmguard_sdk.errors.SettingsValidationError`, a
+:class:`~llmguard_sdk.errors.ConfigurationError` and pydantic's ``ValidationError`` both, also
+when ``GuardSettings`` is built directly (``GuardSettings(timeout=-1)``, ``model_validate``):
+its message names each field (or the variable or argument that gave it) and what was expected.
+
 .. versionadded:: 0.1.0
 """
 
@@ -26,12 +31,14 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from .errors import ConfigurationError
+from ._problems import problems
+from .errors import ConfigurationError, SettingsValidationError
 
 __all__ = ["ENV_PREFIX", "GuardSettings"]
 
@@ -111,8 +118,46 @@ def _check_number(name: str, value: object) -> None:
         )
 
 
+def _shown_input(detail: Mapping[str, Any]) -> object:
+    """The input a settings error keeps in its details: never a value that may be a secret
+    (a key, a store's or URL's password; an unknown setting's value: ``apikey=`` mistyped)."""
+    from ._config_references import redacted
+
+    field, value = (detail["loc"] or ("",))[0], detail["input"]
+    if field == "api_key" or detail["type"] == "extra_forbidden":
+        return "***"
+    if field in ("store", "base_url") and isinstance(value, str):
+        return redacted(value)
+    return value
+
+
+def _invalid(error: ValidationError, found: list[str]) -> SettingsValidationError:
+    """``error`` as the SDK's :class:`SettingsValidationError`: ``found`` (each problem as
+    ``where: what was expected``) as its message, pydantic's details kept (secrets masked)."""
+    return SettingsValidationError.from_validation_error(
+        error, "invalid settings: " + "; ".join(found), shown_input=_shown_input
+    )
+
+
+_T = TypeVar("_T")
+
+
+def _checked(validate: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
+    """``validate(*args, **kwargs)``, pydantic's ``ValidationError`` raised as the SDK's."""
+    try:
+        return validate(*args, **kwargs)
+    except ValidationError as exc:
+        raise _invalid(exc, problems(exc, "settings")) from None
+
+
 class GuardSettings(BaseModel):
-    """The settings a :class:`~llmguard_sdk.Guard` is built from (see the module table)."""
+    """The settings a :class:`~llmguard_sdk.Guard` is built from (see the module table).
+
+    Built directly (``GuardSettings(timeout=30)``, ``model_validate`` ...), a wrong value
+    raises :class:`~llmguard_sdk.errors.SettingsValidationError`: a
+    :class:`~llmguard_sdk.errors.ConfigurationError` naming the field, and pydantic's
+    ``ValidationError`` with its details.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -149,6 +194,29 @@ class GuardSettings(BaseModel):
                 raise ValueError("must be an http(s) URL such as https://<provider host>/v1")
         return base_url
 
+    if not TYPE_CHECKING:  # (type checkers keep the fields' own signature)
+
+        def __init__(self, /, **data: Any) -> None:
+            _checked(super().__init__, **data)
+
+        @classmethod
+        def model_validate(cls, *args: Any, **kwargs: Any) -> GuardSettings:
+            """Pydantic's ``model_validate``; a wrong value raises
+            :class:`~llmguard_sdk.errors.SettingsValidationError`."""
+            return _checked(super().model_validate, *args, **kwargs)
+
+        @classmethod
+        def model_validate_json(cls, *args: Any, **kwargs: Any) -> GuardSettings:
+            """Pydantic's ``model_validate_json``; a wrong value raises
+            :class:`~llmguard_sdk.errors.SettingsValidationError`."""
+            return _checked(super().model_validate_json, *args, **kwargs)
+
+        @classmethod
+        def model_validate_strings(cls, *args: Any, **kwargs: Any) -> GuardSettings:
+            """Pydantic's ``model_validate_strings``; a wrong value raises
+            :class:`~llmguard_sdk.errors.SettingsValidationError`."""
+            return _checked(super().model_validate_strings, *args, **kwargs)
+
     @classmethod
     def from_env(
         cls, environ: Mapping[str, str] | None = None, **overrides: object
@@ -175,9 +243,9 @@ class GuardSettings(BaseModel):
                 sources[name] = f"argument {name}="
         try:
             return cls.model_validate(values)
-        except ValidationError as exc:
-            problems = []
+        except ValidationError as exc:  # the variable or argument that gave each value
+            found = []
             for err in exc.errors():
                 field = str(err["loc"][0]) if err["loc"] else "settings"
-                problems.append(f"{sources.get(field, field)}: {err['msg']}")
-            raise ConfigurationError("invalid settings: " + "; ".join(problems)) from None
+                found.append(f"{sources.get(field, field)}: {err['msg']}")
+            raise _invalid(exc, found) from None
