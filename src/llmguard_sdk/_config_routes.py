@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ._config_references import EMBEDDED, read_references, redacted
+from ._config_references import EMBEDDED, REFERENCE, read_references, redacted
 from ._config_schema import ConfigFile, GroupConfig, RouteConfig
 from ._config_shortcuts import api_root, key_variable
 from .errors import ConfigurationError
@@ -80,8 +80,7 @@ def _route(
     shortcut, model = route.model.split("/", 1)
     if shortcut == "local":
         return _local(route, model, where)
-    key_var = key_variable(shortcut)
-    key_from = route.api_key or (f"${{{key_var}}}" if key_var and environ.get(key_var) else None)
+    key_from = _key_from(route.api_key, key_variable(shortcut), environ, f"{where}.api_key")
     api_key = read_references(key_from, environ, f"{where}.api_key")
     given = read_references(route.base_url, environ, f"{where}.base_url")
     base_url = api_root(shortcut, model, route, environ, where, given)
@@ -112,6 +111,36 @@ def _route(
         problem = str(exc).replace(base_url, redacted(shown))  # ("got 'ftp://h/?key=sk-..'")
         raise ConfigurationError(f"{where}: {problem}") from None
     return provider, ResolvedRoute(name, shortcut, model, shown, key_from)
+
+
+def _key_from(
+    api_key: str | None, variable: str | None, environ: Mapping[str, str], where: str
+) -> str | None:
+    """The ``${NAME}`` reference the route's key is read from: its ``api_key``, else its
+    shortcut's ``variable`` where it is set (unset: the route sends no key, a local server's).
+    A variable set is meant to be the key: one set but empty or blank (``OPENAI_API_KEY=""``,
+    a compose file passing on a variable the host lacks), or with whitespace around the key
+    (a ``.env`` file's line end), is refused naming it; it went as no key, or was refused as
+    an ``api_key`` without saying which variable, and the first call failed with 401."""
+    implicit = api_key is None and variable is not None and variable in environ
+    if implicit:
+        api_key = f"${{{variable}}}"
+    match = REFERENCE.match(api_key or "")  # (a route's api_key is one reference)
+    value = environ.get(match.group(1)) if match else None
+    if match is None or value is None or (value == "" and not implicit):
+        return api_key  # (a reference unset or empty is said when it is read)
+    if not value.strip():
+        no_key = ", or unset it for a route that sends no key" if implicit else ""
+        raise ConfigurationError(
+            f"{where}: the environment variable {match.group(1)} is set but empty: set it to "
+            f"the key{no_key}"
+        )
+    if value != value.strip():
+        raise ConfigurationError(
+            f"{where}: the environment variable {match.group(1)} has whitespace around the "
+            "key (a line end from a .env file?): remove it"
+        )
+    return api_key
 
 
 def _local(route: RouteConfig, model: str, where: str) -> tuple[Provider, ResolvedRoute]:

@@ -10,7 +10,7 @@ variable                    meaning                                             
 ``LLMGUARD_MAX_INPUT_TOKENS`` refuse requests with more input tokens than this     no limit
 ``LLMGUARD_RETRY_ATTEMPTS`` attempts per route, the first included (1: no retries)  ``3``
 ``LLMGUARD_BASE_URL``       OpenAI-compatible API root for a default provider      none
-``LLMGUARD_API_KEY``        its API key                                            none
+``LLMGUARD_API_KEY``        its API key (set but empty: refused; unset: no key)    none
 ``LLMGUARD_MODEL``          its model                                              none
 ``LLMGUARD_CONFIG``         a configuration file for ``Guard.from_config()``        none
 =========================== ===================================================== ===========
@@ -242,10 +242,17 @@ class GuardSettings(BaseModel):
                 values[name] = value
                 sources[name] = f"argument {name}="
         try:
-            return cls.model_validate(values)
+            settings = cls.model_validate(values)
         except ValidationError as exc:  # the variable or argument that gave each value
             found = []
             for err in exc.errors():
                 field = str(err["loc"][0]) if err["loc"] else "settings"
                 found.append(f"{sources.get(field, field)}: {err['msg']}")
             raise _invalid(exc, found) from None
+        key = f"{ENV_PREFIX}API_KEY"  # the key of the route LLMGUARD_BASE_URL makes
+        if settings.base_url is not None and settings.api_key is None and key in env:
+            raise ConfigurationError(  # (set but blank: it went as no key, 401 at first call)
+                f"invalid settings: environment variable {key} is set but empty: set it to the "
+                f"key of the {ENV_PREFIX}BASE_URL route, or unset it for a route that sends no key"
+            )
+        return settings
