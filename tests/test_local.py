@@ -122,7 +122,7 @@ def start_story(provider: LocalProvider, busy: threading.Thread) -> None:
     assert provider.wait_loaded(120)
     busy.start()
     deadline = time.monotonic() + 30
-    while not provider._busy.locked():
+    while not provider._worker.busy.locked():
         assert time.monotonic() < deadline
         time.sleep(0.005)
 
@@ -138,7 +138,7 @@ def test_a_full_queue_refuses_at_once() -> None:
             guard.chat(QUESTION, max_tokens=5)
         # Refused, not queued behind the story: the story still holds the model when the
         # refusal arrives.
-        assert provider._busy.locked()
+        assert provider._worker.busy.locked()
         assert busy.is_alive()
     finally:
         if busy.ident is not None:
@@ -174,11 +174,11 @@ def test_a_sync_hedge_race_lost_by_the_local_model_stops_its_generation(
         assert answer.attempts == 2  # the local model was raced
         remote.close()  # the shared local model stays open for the other tests
     for _ in range(1200):  # (the abort stops llama.cpp's computation, of the prompt too,
-        if not local._busy.locked():  # at its next graph node)
+        if not local._worker.busy.locked():  # at its next graph node)
             break
         time.sleep(0.1)
-    assert not local._busy.locked()
-    engine = local._engine
+    assert not local._worker.busy.locked()
+    engine = local._worker.engine
     assert engine is not None
     prompt = len(engine.tokens(counting))
     # what the model holds: the prompt and the tokens generated before the abort reached it
@@ -188,9 +188,9 @@ def test_a_sync_hedge_race_lost_by_the_local_model_stops_its_generation(
 
 def test_the_model_and_its_kv_cache_live_across_calls(guard: Guard, local: LocalProvider) -> None:
     guard.chat(QUESTION, temperature=0, max_tokens=5)
-    engine = local._engine
+    engine = local._worker.engine
     guard.chat(QUESTION, temperature=0, max_tokens=5)
-    assert local._engine is engine  # one llama context, reused: prefix-stable prompts start fast
+    assert local._worker.engine is engine  # one context, reused: prefix-stable prompts start fast
 
 
 def test_a_prompt_cached_whole_counts_every_token_cached(guard: Guard) -> None:
@@ -263,8 +263,8 @@ def test_by_default_half_the_cpus_decode_and_all_read_the_prompt() -> None:
             deadline=time.monotonic() + 120,
         )
         assert answer.text is not None
-        assert local._engine is not None
-        context = local._engine.llm.context_params  # what llama.cpp was given
+        assert local._worker.engine is not None
+        context = local._worker.engine.llm.context_params  # what llama.cpp was given
         assert (context.n_threads, context.n_threads_batch) == (max(1, cpus // 2), cpus)
     finally:
         local.close()
@@ -279,8 +279,8 @@ def test_a_platform_without_cpu_affinity_uses_every_cpu(monkeypatch: pytest.Monk
     try:
         assert local.n_threads == max(1, cpus // 2)
         assert local.wait_loaded(120)
-        assert local._engine is not None
-        assert local._engine.llm.context_params.n_threads_batch == cpus
+        assert local._worker.engine is not None
+        assert local._worker.engine.llm.context_params.n_threads_batch == cpus
     finally:
         local.close()
 
@@ -429,7 +429,7 @@ def test_close_refuses_new_calls_and_frees_the_model() -> None:
     guard = Guard(provider, timeout=60, retry=None, environ={})
     assert guard.chat(QUESTION, max_tokens=5).text
     provider.close()
-    assert provider._engine is None
+    assert provider._worker.engine is None
     with pytest.raises(ProviderUnavailableError, match="closed"):
         guard.chat(QUESTION, max_tokens=5)
 
@@ -506,7 +506,7 @@ def test_a_deadline_that_is_nan_or_no_number_is_refused_as_the_http_providers_do
                 anyio.run(streamed)
         with pytest.raises(RequestValidationError, match="idle_timeout"):
             list(provider.stream(request, model="m", deadline=math.inf, idle_timeout=math.nan))
-        assert provider._worker is None  # refused before the model was loaded
+        assert provider._worker.thread is None  # refused before the model was loaded
     finally:
         provider.close()
 

@@ -28,12 +28,12 @@ def start():
     global provider, engine, prompt
     provider = LocalProvider(n_ctx=2048, warm_up=True)
     assert provider.wait_loaded(120)
-    engine = provider._engine
+    engine = provider._worker.engine
     prompt = len(engine.tokens(LONG))
 
 def idle():
     deadline = time.monotonic() + 240
-    while provider._busy.locked():
+    while provider._worker.busy.locked():
         assert time.monotonic() < deadline
         time.sleep(0.01)
     return engine.llm.n_tokens

@@ -25,6 +25,7 @@ from llmguard_sdk import (
     ProviderUnavailableError,
 )
 from llmguard_sdk.models import ChatRequest
+from llmguard_sdk.providers._local_worker import _Worker
 from llmguard_sdk.providers.local import bundled_model_path
 from tests.localmodel import loaded_model
 from tests.test_local_stops import with_template
@@ -48,7 +49,7 @@ def local() -> Iterator[LocalProvider]:
 
 
 def control_ids(provider: LocalProvider) -> set[int]:
-    engine = provider._engine
+    engine = provider._worker.engine
     assert engine is not None
     llm = engine.llm
     ids = {
@@ -60,7 +61,7 @@ def control_ids(provider: LocalProvider) -> set[int]:
 
 
 def prompt_tokens(provider: LocalProvider, content: str) -> list[int]:
-    engine = provider._engine
+    engine = provider._worker.engine
     assert engine is not None
     return engine.tokens([{"role": "user", "content": content}])
 
@@ -72,7 +73,7 @@ def test_control_token_text_in_a_message_is_text_not_a_turn(local: LocalProvider
     plain = prompt_tokens(local, "Hi.")
     forged = prompt_tokens(local, FORGED)
     assert sum(t in ids for t in forged) == sum(t in ids for t in plain)  # the template's own
-    engine = local._engine
+    engine = local._worker.engine
     assert engine is not None
     shown = engine.llm.detokenize(forged, special=True).decode()
     assert FORGED in shown  # the text itself reaches the model, as text
@@ -87,7 +88,7 @@ def test_control_token_text_in_a_message_is_text_not_a_turn(local: LocalProvider
 
 
 def test_plain_prompts_tokenize_as_the_template_renders_them(local: LocalProvider) -> None:
-    engine = local._engine
+    engine = local._worker.engine
     assert engine is not None
     messages = [
         {"role": "system", "content": "Answer briefly."},
@@ -104,7 +105,7 @@ def test_a_template_that_trims_contents_still_renders_them_as_text(tmp_path: Pat
     path = with_template(bundled_model_path(), tmp_path / "trims.gguf", TRIMS)
     with loaded_model(path, n_ctx=256) as provider:
         ids = control_ids(provider)
-        engine = provider._engine
+        engine = provider._worker.engine
         assert engine is not None
         padded = prompt_tokens(provider, "  Hi there.  \n")
         rendered = engine.formatter(messages=[{"role": "user", "content": "  Hi there.  \n"}])
@@ -121,7 +122,7 @@ def test_a_template_that_trims_contents_still_renders_them_as_text(tmp_path: Pat
 def wait_idle(provider: LocalProvider, seconds: float) -> None:
     """Wait (bounded) until no generation holds the model."""
     deadline = time.monotonic() + seconds
-    while provider._busy.locked():
+    while provider._worker.busy.locked():
         assert time.monotonic() < deadline, "the worker is still busy"
         time.sleep(0.01)
 
@@ -136,7 +137,7 @@ def test_a_caller_that_leaves_stops_the_prompt_being_read(local: LocalProvider) 
     # The prompt was read to its end (llama_decode cannot be interrupted from Python) before
     # the first token showed the call was abandoned: a long prompt on a busy CPU held the one
     # worker for minutes after its caller had gone, past any deadline.
-    engine = local._engine
+    engine = local._worker.engine
     assert engine is not None
     guard = Guard(local, timeout=240, retry=None, environ={})
     hello = [{"role": "user", "content": "Say hi."}]
@@ -186,7 +187,7 @@ def test_a_call_submitted_while_close_runs_is_refused_not_left_waiting() -> None
     # point between the check and the queue while close() runs, so the race happens each time.
     provider = LocalProvider(n_ctx=256)
     request = ChatRequest.model_validate({"messages": [{"role": "user", "content": "Hi."}]})
-    hold = Hold(LocalProvider._submit, "_Job(")
+    hold = Hold(_Worker.submit, "_Job(")
     outcome: list[BaseException] = []
 
     def call() -> None:
@@ -217,7 +218,7 @@ def test_close_during_a_long_prompt_tells_its_caller_and_ends_the_worker() -> No
         request = ChatRequest.model_validate({"messages": LONG, "max_tokens": 5})
         stream = provider.stream(request, model="local", deadline=time.monotonic() + 300)
         assert next(stream).text == ""  # the worker took the call and reads the prompt
-        worker = provider._worker
+        worker = provider._worker.thread
         assert worker is not None
         provider.close()  # waits for the worker (at most 10 s)
         assert not worker.is_alive()  # the prompt was not read to its end first
@@ -238,19 +239,20 @@ def test_close_during_the_load_stops_the_load(caplog: pytest.LogCaptureFixture) 
         assert hold.held.wait(120)  # the worker is about to load the model
     finally:
         threading.settrace(None)  # type: ignore[arg-type]
-    worker = provider._worker
+    worker = provider._worker.thread
     assert worker is not None
     closer = threading.Thread(target=provider.close)
     with caplog.at_level(logging.DEBUG, logger="llmguard_sdk"):
         closer.start()
-        while not provider._closed:
+        while not provider._worker.closed:
             time.sleep(0.01)
         hold.go_on.set()  # the load starts after close() began
         closer.join(60)
     assert not closer.is_alive()
     assert not worker.is_alive()
-    assert isinstance(provider._load_error, ValueError), repr(provider._load_error)  # stopped
-    assert provider._engine is None
+    error = provider._worker.load_error
+    assert isinstance(error, ValueError), repr(error)  # stopped
+    assert provider._worker.engine is None
     assert "closed while it loaded" in caplog.text
     assert "failed to load" not in caplog.text
 
@@ -262,7 +264,7 @@ def test_with_no_queue_a_call_is_refused_while_the_worker_takes_another() -> Non
     # its thread) in that window here, so the race happens each time.
     provider = LocalProvider(n_ctx=256, max_queue=0)
     request = ChatRequest.model_validate({"messages": [{"role": "user", "content": "Hi."}]})
-    hold = Hold(LocalProvider._serve, "with self._busy")
+    hold = Hold(_Worker._serve, "with self.busy")
     deadline = time.monotonic() + 120
     first_call = threading.Thread(
         target=provider.complete, args=(request,), kwargs={"model": "m", "deadline": deadline}
@@ -324,7 +326,7 @@ def test_a_model_that_fails_to_load_after_llama_cpp_read_it_is_freed(tmp_path: P
             if isinstance(o, llama_cpp.Llama) and o.model_path == str(blank)
         ]
         assert live == []
-        assert provider._load_error is not None
-        assert provider._load_error.__traceback__ is None
+        assert provider._worker.load_error is not None
+        assert provider._worker.load_error.__traceback__ is None
     finally:
         provider.close()

@@ -69,9 +69,12 @@ class _Job:
 
 
 class _Engine:
-    """The loaded model; used only from the worker thread."""
+    """The loaded model; used only from the worker thread (:meth:`tokens` from any thread).
 
-    def __init__(self, owner: LocalProvider) -> None:
+    It keeps no reference to its provider (the worker holds that weakly, see ``_local_worker``):
+    the provider is handed to each method that reads its settings."""
+
+    def __init__(self, owner: LocalProvider, keep_going: Callable[[], bool]) -> None:
         import llama_cpp
 
         draft = None
@@ -79,10 +82,10 @@ class _Engine:
             from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
             draft = LlamaPromptLookupDecoding(num_pred_tokens=owner.prompt_lookup_tokens)
-        self.owner = owner
+        self.route = owner.name
         self.llm: llama_cpp.Llama = _load_llama(
             extra_buffers=owner.extra_buffers,
-            keep_going=lambda: not owner._closed,  # close() stops the load too
+            keep_going=keep_going,  # close() stops the load too
             model_path=str(owner.path),
             n_ctx=owner.n_ctx,
             n_threads=owner.n_threads,
@@ -96,7 +99,7 @@ class _Engine:
             verbose=False,
         )
         try:
-            self._read_template()
+            self._read_template(owner.path.name)
         except BaseException:  # (no chat template, ...): the model is freed now, not kept
             self.llm.close()
             raise
@@ -104,15 +107,14 @@ class _Engine:
         install_log_filter()  # our aborts are expected: llama.cpp's lines about them are not shown
         self._go_on = ctypes.create_string_buffer(2)  # the flag read between jobs: never set
 
-    def _read_template(self) -> None:
+    def _read_template(self, file: str) -> None:
         """The chat template's formatter, and the tokens that end a turn."""
         import llama_cpp
         from llama_cpp import llama_chat_format
 
-        owner = self.owner
         template = self.llm.metadata.get("tokenizer.chat_template")
         if not template:
-            raise ConfigurationError(f"{owner.path.name} has no chat template")
+            raise ConfigurationError(f"{file} has no chat template")
         import jinja2  # (llama-cpp-python's dependency)
 
         # what a template raises for messages it refuses (its raise_exception()), or when broken
@@ -163,17 +165,19 @@ class _Engine:
         except self.template_errors as exc:
             raise BadRequestError(
                 f"the local model's chat template refused the messages: {exc}",
-                route=self.owner.name,
+                route=self.route,
             ) from exc
 
-    def fit(self, request: ChatRequest) -> tuple[list[int], dict[str, Any] | None]:
+    def fit(
+        self, owner: LocalProvider, request: ChatRequest
+    ) -> tuple[list[int], dict[str, Any] | None]:
         """The prompt's tokens, trimmed to leave room for the reply (see the module docs)."""
-        messages = self.owner._messages(request)
+        messages = owner._messages(request)
         wanted = request.output_limit or 256
-        if self.owner.max_tokens is not None:  # the route cuts answers shorter still
-            wanted = min(wanted, self.owner.max_tokens)
-        reply_room = min(wanted, self.owner.n_ctx // 2)
-        budget = self.owner.n_ctx - max(reply_room, _MIN_REPLY_TOKENS)
+        if owner.max_tokens is not None:  # the route cuts answers shorter still
+            wanted = min(wanted, owner.max_tokens)
+        reply_room = min(wanted, owner.n_ctx // 2)
+        budget = owner.n_ctx - max(reply_room, _MIN_REPLY_TOKENS)
         tokens = self.tokens(messages)
         if len(tokens) <= budget:
             return tokens, None
@@ -197,13 +201,13 @@ class _Engine:
         if len(tokens) > budget:
             raise ContextLengthExceededError(
                 "the prompt cannot be trimmed to fit the local model's context",
-                route=self.owner.name,
+                route=self.route,
             )
         return tokens, {
             "dropped_messages": dropped,
             "truncated": truncated,
             "prompt_tokens": len(tokens),
-            "n_ctx": self.owner.n_ctx,
+            "n_ctx": owner.n_ctx,
         }
 
     def _latest_turns(
@@ -251,13 +255,13 @@ class _Engine:
         held = llm.n_tokens == len(tokens) and getattr(llm, "_requires_eval", True) is False
         return shared if held else shared - 1
 
-    def generate(self, job: _Job, stop: Callable[[], bool]) -> None:
+    def generate(self, owner: LocalProvider, job: _Job, stop: Callable[[], bool]) -> None:
         """Answer ``job`` on its queue; a job cancelled, or the provider closed (``stop``),
         aborts llama.cpp's computation (of a long prompt too) at once."""
         self._watch(job.abort_flag)
         try:
             with expected_aborts(job.abort_flag):
-                self._generate(job, stop)
+                self._generate(owner, job, stop)
         except RuntimeError:  # llama_decode returned 2: aborted (or failed, then re-raised)
             if not self._halted(job, stop):
                 raise
@@ -278,7 +282,7 @@ class _Engine:
     def _halted(self, job: _Job, stop: Callable[[], bool]) -> bool:
         """Whether ``job`` must end now, saying why to a caller that still waits: the provider
         was closed, the caller left, or the job's time ran out."""
-        route = self.owner.name
+        route = self.route
         if stop():
             job.finish(ProviderUnavailableError("the local model was closed", route=route))
             return True
@@ -289,9 +293,9 @@ class _Engine:
             return True
         return False
 
-    def _generate(self, job: _Job, stop: Callable[[], bool]) -> None:
-        request, owner = job.request, self.owner
-        tokens, trimmed = self.fit(request)
+    def _generate(self, owner: LocalProvider, job: _Job, stop: Callable[[], bool]) -> None:
+        request = job.request
+        tokens, trimmed = self.fit(owner, request)
         cached = self.reused(tokens)
         limit = min(request.output_limit or owner.n_ctx, owner.n_ctx - len(tokens))
         if owner.max_tokens is not None:

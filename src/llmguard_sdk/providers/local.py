@@ -17,6 +17,9 @@ How it behaves under load and failure:
 * The chat template's markup is read as markup and each message's content as text: a
   user's ``<|im_end|>`` cannot end a turn nor start one.
 * The model is loaded on first use, or at once in the background with ``warm_up=True``.
+* :meth:`~LocalProvider.close` stops the worker and frees the model. A provider dropped without
+  it is freed when it is garbage collected (its worker holds it weakly), with a
+  :class:`ResourceWarning` as an unclosed file gives.
 * The context (and its KV cache) lives as long as the provider: a prompt that shares its prefix
   with the previous one only computes the new tokens, and its usage says how many it reused
   (``cached_input_tokens``). Prompts assembled by a
@@ -48,8 +51,7 @@ import os
 import queue
 import threading
 import time
-import traceback
-from collections import deque
+import weakref
 from collections.abc import AsyncGenerator, Generator, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -60,8 +62,6 @@ from .._core.assembly import merge_metadata
 from ..errors import (
     BadRequestError,
     ConfigurationError,
-    ProviderBusyError,
-    ProviderError,
     ProviderTimeoutError,
     ProviderUnavailableError,
 )
@@ -81,7 +81,8 @@ from ._llama import (
     bundled_model_path,
     load_llama,
 )
-from ._local_engine import _Engine, _Job
+from ._local_engine import _Job
+from ._local_worker import _Worker
 from .base import StreamCall, _check_timing, _Streams
 
 __all__ = ["DEFAULT_MODEL_PACKAGE", "LocalProvider", "bundled_model_path", "load_llama"]
@@ -201,19 +202,12 @@ class LocalProvider(_Streams):
         self.prompt_lookup_tokens = prompt_lookup_tokens
         self.seed = seed
         self.extra_buffers = not _cpu_has_amx() if extra_buffers is None else extra_buffers
-        self._pending: deque[_Job] = deque()
-        self._max_queue = max_queue
-        self._lock = threading.Lock()
-        self._wake = threading.Condition(self._lock)
-        self._closed = False
-        self._worker: threading.Thread | None = None
-        self._running: _Job | None = None  # the job the worker runs
-        self._engine: _Engine | None = None
-        self._load_error: BaseException | None = None
-        self._loaded = threading.Event()
-        self._busy = threading.Lock()  # held while a generation runs
+        self._worker = _Worker(name, path.name, max_queue)
+        # dropped unclosed: the worker (which holds this provider weakly) ends, with a warning
+        self._finalizer = weakref.finalize(self, self._worker.collected)
+        self._finalizer.atexit = False  # (at exit the daemon thread ends with the process)
         if warm_up:
-            self._ensure_worker()
+            self._worker.start(self)
 
     def __repr__(self) -> str:
         return f"LocalProvider(name={self.name!r}, model={self.model!r})"
@@ -244,16 +238,6 @@ class LocalProvider(_Streams):
 
     # -- lifecycle ---------------------------------------------------------------------------
 
-    def _ensure_worker(self) -> None:
-        with self._lock:
-            if self._closed:
-                raise ProviderUnavailableError("the local model was closed", route=self.name)
-            if self._worker is None:
-                self._worker = threading.Thread(
-                    target=self._run, name=f"llmguard-local-{self.name}", daemon=True
-                )
-                self._worker.start()
-
     def wait_loaded(self, timeout: float) -> bool:
         """Wait (bounded) until the model is loaded; True when it is. False when ``timeout``
         ran out first, or when the model failed to load (each call then says why, as a
@@ -262,106 +246,24 @@ class LocalProvider(_Streams):
         not a number, or NaN, is a :class:`~llmguard_sdk.errors.ConfigurationError`."""
         if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout != timeout:
             raise ConfigurationError(f"wait_loaded timeout must be seconds, not {timeout!r}")
-        self._ensure_worker()
-        return self._loaded.wait(_bounded(timeout)) and self._load_error is None
-
-    def _load_failure(self) -> ProviderUnavailableError:
-        return ProviderUnavailableError(
-            f"local model failed to load: {self._load_error!r}", route=self.name
-        )
+        worker = self._worker
+        worker.start(self)
+        return worker.loaded.wait(_bounded(timeout)) and worker.load_error is None
 
     def close(self) -> None:
         """Refuse new calls (those under way too), cancel the waiting ones, stop the current
-        one at once (its prompt too), and free the model. Bounded: waits at most 10 s for the
-        worker."""
-        with self._wake:
-            self._closed = True
-            waiting = list(self._pending)
-            self._pending.clear()
-            worker, running = self._worker, self._running
-            self._wake.notify_all()
-        for job in waiting:
-            job.cancel()
-            job.finish(ProviderUnavailableError("the local model was closed", route=self.name))
-        if running is not None:  # stopped now, even while it reads its prompt; told why
-            running.stop_computing()
-        if worker is not None:
-            worker.join(timeout=10)
+        one at once (its prompt too, or the model's load), and free the model. Bounded: waits
+        at most 10 s for the worker. A provider garbage collected unclosed does the same,
+        without the wait, and warns (:class:`ResourceWarning`)."""
+        self._finalizer.detach()  # closed: nothing to warn of when it is collected
+        self._worker.close(wait=10)
 
     async def aclose(self) -> None:
         """Same as :meth:`close`, off the event loop."""
         await anyio.to_thread.run_sync(self.close)
 
-    # -- the worker --------------------------------------------------------------------------
-
-    def _next_job(self) -> _Job | None:
-        """The next live job, or None once the provider is closed."""
-        with self._wake:
-            while True:
-                if self._closed:
-                    return None
-                while self._pending and self._pending[0].cancelled.is_set():
-                    self._pending.popleft()
-                if self._pending:
-                    self._running = self._pending.popleft()
-                    return self._running
-                self._wake.wait()
-
-    def _run(self) -> None:
-        try:
-            self._engine = _Engine(self)
-        except Exception as exc:  # a broken GGUF, out of memory: every call learns why
-            self._load_error = _without_frames(exc)  # (its frames held the half-built engine)
-            if self._closed:  # close() stopped the load: nothing failed
-                logger.debug("local model %s: closed while it loaded", self.path.name)
-            else:
-                logger.warning("local model %s failed to load: %r", self.path.name, exc)
-        finally:
-            self._loaded.set()
-        try:
-            while (job := self._next_job()) is not None:
-                try:
-                    self._serve(job)
-                finally:
-                    with self._lock:
-                        self._running = None
-        finally:
-            self._engine = None  # the model is freed with the worker
-
-    def _serve(self, job: _Job) -> None:
-        """Answer ``job`` (on its queue, errors too)."""
-        engine = self._engine
-        if engine is None:
-            job.finish(self._load_failure())
-            return
-        with self._busy:
-            try:
-                engine.generate(job, stop=lambda: self._closed)
-            except ProviderError as exc:  # typed already (a prompt that cannot fit)
-                job.finish(exc)
-            except Exception as exc:
-                job.finish(
-                    ProviderUnavailableError(f"local model failed: {exc!r}", route=self.name)
-                )
-
     def _submit(self, request: ChatRequest, deadline: float) -> _Job:
-        self._ensure_worker()
-        job = _Job(request, deadline)
-        with self._wake:
-            if self._closed:  # since _ensure_worker: close() has emptied the queue already
-                raise ProviderUnavailableError("the local model was closed", route=self.name)
-            live = [j for j in self._pending if not j.cancelled.is_set()]
-            self._pending = deque(live)
-            running = self._running  # (set as the worker takes a job)
-            idle = not live and (running is None or running.done)
-            if not idle and len(live) >= self._max_queue:
-                raise ProviderBusyError(
-                    f"the local model is busy ({len(live)} waiting, at most {self._max_queue})",
-                    route=self.name,
-                )
-            self._pending.append(job)
-            self._wake.notify()
-        return job
+        return self._worker.submit(self, request, deadline)
 
     def count_tokens(self, request: ChatRequest) -> int | None:
         """The request's prompt tokens as this model counts them (its own tokenizer and chat
@@ -372,7 +274,7 @@ class LocalProvider(_Streams):
 
         .. versionadded:: 0.2.0
         """
-        engine = self._engine
+        engine = self._worker.engine
         if engine is None:
             return None
         try:
@@ -431,20 +333,6 @@ def _bounded(seconds: float) -> float:
     """``seconds`` as a wait the thread library takes: 0 below 0 (and for NaN), at most
     ``threading.TIMEOUT_MAX`` (a longer one, math.inf too, raised OverflowError)."""
     return min(max(0.0, seconds), threading.TIMEOUT_MAX)
-
-
-def _without_frames(exc: BaseException) -> BaseException:
-    """``exc`` (and the errors it was raised from) without tracebacks, their frames cleared:
-    kept for the provider's lifetime, it must not keep what those frames held alive."""
-    seen: set[int] = set()
-    chained: BaseException | None = exc
-    while chained is not None and id(chained) not in seen:
-        seen.add(id(chained))
-        if chained.__traceback__ is not None:
-            traceback.clear_frames(chained.__traceback__)
-            chained.__traceback__ = None
-        chained = chained.__cause__ or chained.__context__
-    return exc
 
 
 def _abandon(job: _Job) -> None:

@@ -1,0 +1,237 @@
+"""The local model's worker: the one thread that owns the model, the queue of calls it serves,
+and how it ends.
+
+The worker holds its :class:`~llmguard_sdk.providers.local.LocalProvider` weakly: the thread
+dereferences it only while it loads the model or serves a call. So a provider dropped without
+``close()`` (or in a Guard dropped without ``close()``) is collected, and its finalizer
+(:meth:`_Worker.collected`) stops the worker as ``close()`` does, without waiting for it: the
+thread ends and frees the model, and a :class:`ResourceWarning` says that ``close()`` was not
+called, as an unclosed file does. A provider that never started its worker holds nothing and
+warns of nothing.
+
+A worker that ends for any other reason (an error no call caught) fails the calls still queued
+and the one it served, so that none waits for its deadline.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import traceback
+import warnings
+import weakref
+from collections import deque
+from typing import TYPE_CHECKING
+
+from ..errors import ProviderBusyError, ProviderError, ProviderUnavailableError
+from ..models import ChatRequest
+from ._local_engine import _Engine, _Job
+
+if TYPE_CHECKING:
+    from .local import LocalProvider
+
+__all__: list[str] = []
+
+logger = logging.getLogger("llmguard_sdk")
+
+
+class _Worker:
+    """The worker thread of one provider and the state it shares with the callers."""
+
+    def __init__(self, route: str, model_file: str, max_queue: int) -> None:
+        self.route = route
+        self.model_file = model_file  # (for the log)
+        self.max_queue = max_queue
+        self.pending: deque[_Job] = deque()
+        self.lock = threading.Lock()
+        self.wake = threading.Condition(self.lock)
+        self.closed = False
+        self.died = False  # the thread ended of an error no call caught
+        self.thread: threading.Thread | None = None
+        self.running: _Job | None = None  # the job the worker runs
+        self.engine: _Engine | None = None
+        self.load_error: BaseException | None = None
+        self.loaded = threading.Event()
+        self.busy = threading.Lock()  # held while a generation runs
+
+    def _closed_error(self) -> ProviderUnavailableError:
+        if self.died:
+            return ProviderUnavailableError(
+                "the local model's worker thread ended of an error (logged)", route=self.route
+            )
+        return ProviderUnavailableError("the local model was closed", route=self.route)
+
+    def load_failure(self) -> ProviderUnavailableError:
+        """What a call learns when the model failed to load."""
+        return ProviderUnavailableError(
+            f"local model failed to load: {self.load_error!r}", route=self.route
+        )
+
+    # -- the callers' side -------------------------------------------------------------------
+
+    def start(self, owner: LocalProvider) -> None:
+        """Start the thread (once); refused once closed."""
+        with self.lock:
+            if self.closed:
+                raise self._closed_error()
+            if self.thread is None:
+                self.thread = threading.Thread(
+                    target=self._run,
+                    args=(weakref.ref(owner),),  # (never the provider itself: see the module)
+                    name=f"llmguard-local-{self.route}",
+                    daemon=True,
+                )
+                self.thread.start()
+
+    def submit(self, owner: LocalProvider, request: ChatRequest, deadline: float) -> _Job:
+        """Queue a call (started if need be); refused at once when the queue is full."""
+        self.start(owner)
+        job = _Job(request, deadline)
+        with self.wake:
+            if self.closed:  # since start(): stop() has emptied the queue already
+                raise self._closed_error()
+            live = [j for j in self.pending if not j.cancelled.is_set()]
+            self.pending = deque(live)
+            running = self.running  # (set as the worker takes a job)
+            idle = not live and (running is None or running.done)
+            if not idle and len(live) >= self.max_queue:
+                raise ProviderBusyError(
+                    f"the local model is busy ({len(live)} waiting, at most {self.max_queue})",
+                    route=self.route,
+                )
+            self.pending.append(job)
+            self.wake.notify()
+        return job
+
+    def stop(self) -> threading.Thread | None:
+        """Refuse new calls, cancel the waiting ones, stop the current one at once (its
+        prompt too) and let the thread end; the thread, if one was started."""
+        with self.wake:
+            self.closed = True
+            waiting = list(self.pending)
+            self.pending.clear()
+            thread, running = self.thread, self.running
+            self.wake.notify_all()
+        for job in waiting:
+            job.cancel()
+            job.finish(self._closed_error())
+        if running is not None:  # stopped now, even while it reads its prompt; told why
+            running.stop_computing()
+        return thread
+
+    def close(self, wait: float) -> None:
+        """:meth:`stop`, then wait (at most ``wait`` seconds) for the thread to end."""
+        thread = self.stop()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=wait)
+
+    def collected(self) -> None:
+        """The provider was collected unclosed: stop the worker (it frees the model as it
+        ends; not waited for: this may run on any thread, the worker's too) and warn."""
+        thread = self.stop()
+        if thread is not None:
+            warnings.warn(
+                f"LocalProvider {self.route!r} was not closed: its worker thread and model "
+                "were freed when it was garbage collected; call close()",
+                ResourceWarning,
+                stacklevel=2,
+            )
+
+    # -- the thread --------------------------------------------------------------------------
+
+    def _run(self, owner: weakref.ref[LocalProvider]) -> None:
+        try:
+            self._load(owner)
+            while self._serve_next(owner):
+                pass
+        finally:
+            self.engine = None  # the model is freed with the worker
+            self._fail_the_rest()
+
+    def _load(self, owner: weakref.ref[LocalProvider]) -> None:
+        try:
+            provider = owner()
+            if provider is None:  # dropped before the thread ran: nothing to load
+                return
+            self.engine = _Engine(provider, keep_going=lambda: not self.closed)
+        except Exception as exc:  # a broken GGUF, out of memory: every call learns why
+            self.load_error = _without_frames(exc)  # (its frames held the half-built engine)
+            if self.closed:  # close() stopped the load: nothing failed
+                logger.debug("local model %s: closed while it loaded", self.model_file)
+            else:
+                logger.warning("local model %s failed to load: %r", self.model_file, exc)
+        finally:
+            self.loaded.set()
+
+    def _next_job(self) -> _Job | None:
+        """The next live job, or None once the provider is closed."""
+        with self.wake:
+            while True:
+                if self.closed:
+                    return None
+                while self.pending and self.pending[0].cancelled.is_set():
+                    self.pending.popleft()
+                if self.pending:
+                    self.running = self.pending.popleft()
+                    return self.running
+                self.wake.wait()  # (until a call, close() or the provider's finalizer)
+
+    def _serve_next(self, owner: weakref.ref[LocalProvider]) -> bool:
+        """Answer the next job (on its queue, errors too); False once closed. What it used
+        (the provider, the job, its errors' frames) is let go before the next wait."""
+        job = self._next_job()
+        if job is None:
+            return False
+        self._serve(job, owner)  # (an error it does not catch ends the thread: see _fail_the_rest)
+        with self.lock:
+            self.running = None
+        # The job (whose error may hold the provider, in its frames) goes with this frame, not
+        # under the lock: the provider's finalizer may run on this thread, and it takes the lock.
+        return True
+
+    def _serve(self, job: _Job, owner: weakref.ref[LocalProvider]) -> None:
+        engine, provider = self.engine, owner()
+        if engine is None:
+            job.finish(self.load_failure())
+            return
+        if provider is None:  # (collected: stop() ends the worker)
+            job.finish(self._closed_error())
+            return
+        with self.busy:
+            try:
+                engine.generate(provider, job, stop=lambda: self.closed)
+            except ProviderError as exc:  # typed already (a prompt that cannot fit)
+                job.finish(exc)
+            except Exception as exc:
+                job.finish(
+                    ProviderUnavailableError(f"local model failed: {exc!r}", route=self.route)
+                )
+
+    def _fail_the_rest(self) -> None:
+        """The thread ends: no call may wait for it (closed, or it died of an error)."""
+        with self.wake:
+            self.died = not self.closed
+            self.closed = True
+            waiting = list(self.pending)
+            self.pending.clear()
+            running, self.running = self.running, None
+        if self.died:
+            logger.error("local model %s: its worker thread ended of an error", self.model_file)
+        error = self._closed_error()
+        for job in waiting + ([running] if running is not None and not running.done else []):
+            job.cancel()
+            job.finish(error)
+
+
+def _without_frames(exc: BaseException) -> BaseException:
+    """``exc`` (and the errors it was raised from) without tracebacks, their frames cleared:
+    kept for the provider's lifetime, it must not keep what those frames held alive."""
+    seen: set[int] = set()
+    chained: BaseException | None = exc
+    while chained is not None and id(chained) not in seen:
+        seen.add(id(chained))
+        if chained.__traceback__ is not None:
+            traceback.clear_frames(chained.__traceback__)
+            chained.__traceback__ = None
+        chained = chained.__cause__ or chained.__context__
+    return exc

@@ -1,0 +1,167 @@
+"""How long the local model lives: a provider dropped without close() (or in a Guard dropped
+without close()) frees its worker thread and its model, with a ResourceWarning as an unclosed
+file gives; one closed first gives none."""
+
+from __future__ import annotations
+
+import gc
+import threading
+import time
+import warnings
+import weakref
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
+
+import pytest
+
+from llmguard_sdk import Guard, LocalProvider, ProviderUnavailableError
+from llmguard_sdk.models import ChatRequest
+from llmguard_sdk.providers._local_worker import _Worker
+from tests.localmodel import QUESTION
+
+pytestmark = pytest.mark.local_model
+
+HI = ChatRequest.model_validate({"messages": [{"role": "user", "content": "Hi."}], "max_tokens": 2})
+
+
+def worker_of(name: str) -> threading.Thread:
+    """The worker thread of the provider named ``name`` (started, alive)."""
+    found = [t for t in threading.enumerate() if t.name == f"llmguard-local-{name}"]
+    assert len(found) == 1, found
+    return found[0]
+
+
+def new_models(call: Callable[[], Any]) -> tuple[Any, list[weakref.ref[Any]]]:
+    """What ``call()`` returns, and weak references to the llama.cpp models it loaded."""
+    import llama_cpp
+
+    gc.collect()
+    before = {id(o) for o in gc.get_objects() if isinstance(o, llama_cpp.Llama)}
+    result = call()
+    loaded = [
+        weakref.ref(o)
+        for o in gc.get_objects()
+        if isinstance(o, llama_cpp.Llama) and id(o) not in before
+    ]
+    assert loaded
+    return result, loaded
+
+
+def ended(thread: threading.Thread, models: list[weakref.ref[Any]]) -> None:
+    """``thread`` ends within a bound, and the models it held are freed."""
+    thread.join(60)
+    assert not thread.is_alive()
+    gc.collect()
+    assert [ref for ref in models if ref() is not None] == []
+
+
+def dropped(held: list[Any], name: str, thread: threading.Thread | None = None) -> list[str]:
+    """Drop what ``held`` holds (its only reference), collect it, wait (bounded) for
+    ``thread`` to end; the ResourceWarnings issued meanwhile about the provider ``name``. (The
+    worker may hold its provider a moment longer, or through a load: it then warns.)"""
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        held.clear()
+        gc.collect()
+        if thread is not None:
+            thread.join(120)
+    messages = [str(w.message) for w in seen if w.category is ResourceWarning]
+    return [message for message in messages if repr(name) in message]
+
+
+def test_a_provider_dropped_unclosed_ends_its_worker_and_frees_its_model() -> None:
+    # The worker thread held the provider (its bound method was the thread's target): a
+    # provider dropped without close() was never collected, and its thread waited for the
+    # next call, holding the model, for the process's lifetime.
+    def make() -> list[LocalProvider]:
+        provider = LocalProvider(name="dropped", n_ctx=256)
+        assert provider.complete(HI, model="m", deadline=time.monotonic() + 120).text is not None
+        return [provider]
+
+    held, models = new_models(make)
+    thread = worker_of("dropped")
+    warned = dropped(held, "dropped", thread)
+    assert len(warned) == 1, warned
+    assert "close()" in warned[0]
+    ended(thread, models)
+
+
+def test_a_guard_dropped_unclosed_ends_its_local_worker() -> None:
+    def make() -> list[Guard]:
+        guard = Guard(LocalProvider(name="guarded", n_ctx=256), timeout=120, environ={})
+        assert guard.chat(QUESTION, max_tokens=2).route == "guarded"
+        return [guard]
+
+    held, models = new_models(make)
+    thread = worker_of("guarded")
+    assert len(dropped(held, "guarded", thread)) == 1
+    ended(thread, models)
+
+
+def test_a_provider_closed_and_then_dropped_gives_no_warning() -> None:
+    provider = LocalProvider(name="closed-first", n_ctx=256)
+    provider.complete(HI, model="m", deadline=time.monotonic() + 120)
+    thread = worker_of("closed-first")
+    provider.close()
+    assert not thread.is_alive()
+    held = [provider]
+    del provider
+    assert dropped(held, "closed-first") == []
+
+
+def test_a_provider_never_used_holds_nothing_and_gives_no_warning() -> None:
+    assert dropped([LocalProvider(name="unused", n_ctx=256)], "unused") == []
+
+
+def test_a_provider_dropped_while_its_model_loads_ends_after_the_load() -> None:
+    # warm_up started the load, which holds the provider until it ends; then nothing does:
+    # the provider is collected (on the worker's thread), the worker ends, the model is freed.
+    import llama_cpp
+
+    gc.collect()
+    before = {id(o) for o in gc.get_objects() if isinstance(o, llama_cpp.Llama)}
+    held = [LocalProvider(name="loading", n_ctx=256, warm_up=True)]
+    thread = worker_of("loading")
+    assert len(dropped(held, "loading", thread)) == 1
+    assert not thread.is_alive()
+    gc.collect()
+    live = [o for o in gc.get_objects() if isinstance(o, llama_cpp.Llama) and id(o) not in before]
+    assert live == []
+
+
+class Died(BaseException):
+    """What ends the worker thread in the test below (no call's error handling catches it)."""
+
+
+def test_a_worker_that_dies_fails_its_calls_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A worker thread ended by an error no call caught left its call (and those queued) to
+    # wait for their deadline: minutes by default, for ever with math.inf.
+    ended_with: list[BaseException | None] = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: ended_with.append(args.exc_value))
+    serve, armed = _Worker._serve.__code__, threading.Event()
+
+    def trace(frame: FrameType, event: str, arg: object) -> Any:
+        if frame.f_code is serve and armed.is_set():
+            raise Died  # (raised in the worker's _serve as it is called)
+        return None
+
+    threading.settrace(trace)  # (the worker, started by warm_up, is traced)
+    try:
+        provider = LocalProvider(name="dies", n_ctx=256, warm_up=True)
+    finally:
+        threading.settrace(None)  # type: ignore[arg-type]
+    try:
+        assert provider.wait_loaded(120)
+        thread = worker_of("dies")
+        armed.set()
+        with pytest.raises(ProviderUnavailableError, match="ended of an error"):
+            provider.complete(HI, model="m", deadline=time.monotonic() + 30)
+        thread.join(60)
+        assert not thread.is_alive()
+        assert len(ended_with) == 1
+        assert isinstance(ended_with[0], Died)
+        with pytest.raises(ProviderUnavailableError, match="ended of an error"):
+            provider.complete(HI, model="m", deadline=time.monotonic() + 30)
+    finally:
+        provider.close()
