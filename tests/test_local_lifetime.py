@@ -17,8 +17,10 @@ import pytest
 
 from llmguard_sdk import Guard, LocalProvider, ProviderUnavailableError
 from llmguard_sdk.models import ChatRequest
+from llmguard_sdk.providers._llama import _load_llama
 from llmguard_sdk.providers._local_worker import _Worker
 from tests.localmodel import QUESTION
+from tests.test_local_safety import Hold
 
 pytestmark = pytest.mark.local_model
 
@@ -128,6 +130,31 @@ def test_a_provider_dropped_while_its_model_loads_ends_after_the_load() -> None:
     gc.collect()
     live = [o for o in gc.get_objects() if isinstance(o, llama_cpp.Llama) and id(o) not in before]
     assert live == []
+
+
+def test_close_while_the_load_waits_for_another_load_ends_the_worker() -> None:
+    # Loads take turns (one lock a process). A provider closed while its worker waited for
+    # another provider's load kept that thread until the other load ended (minutes for a big
+    # model; close() gave up after 10 s), and then loaded its model for nothing.
+    first_load = Hold(_load_llama, "return llama_cpp.Llama(**kwargs)")
+    threading.settrace(first_load.trace)  # (the first worker, started by warm_up, is traced)
+    try:
+        first = LocalProvider(name="first", n_ctx=256, warm_up=True)
+        assert first_load.held.wait(120)  # the first load holds its turn
+    finally:
+        threading.settrace(None)  # type: ignore[arg-type]
+    try:
+        second = LocalProvider(name="second", n_ctx=256, warm_up=True)
+        waiting = worker_of("second")
+        second.close()  # while the first load still holds its turn
+        assert not waiting.is_alive()
+        assert second._worker.loaded.is_set()
+        assert isinstance(second._worker.load_error, ValueError)  # stopped, never loaded
+        assert second._worker.engine is None
+    finally:
+        first_load.go_on.set()
+    assert first.wait_loaded(120)  # the first load went on
+    first.close()
 
 
 class Died(BaseException):

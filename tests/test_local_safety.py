@@ -229,10 +229,11 @@ def test_close_during_a_long_prompt_tells_its_caller_and_ends_the_worker() -> No
 def test_close_during_the_load_stops_the_load(caplog: pytest.LogCaptureFixture) -> None:
     # close() waited (at most 10 s) for a load it could not stop, and returned with the
     # worker still loading the whole model, to free it at once. The worker is held here at
-    # the start of the load (a trace of its thread) while close() runs.
-    from llmguard_sdk.providers._local_engine import _Engine
+    # the start of the load (a trace of its thread: its turn to load taken, llama.cpp about to
+    # be called) while close() runs.
+    from llmguard_sdk.providers._llama import _load_llama
 
-    hold = Hold(_Engine.__init__, "_load_llama(")
+    hold = Hold(_load_llama, "return llama_cpp.Llama(**kwargs)")
     threading.settrace(hold.trace)  # (the worker, started by warm_up, is traced)
     try:
         provider = LocalProvider(n_ctx=256, warm_up=True)
@@ -251,7 +252,8 @@ def test_close_during_the_load_stops_the_load(caplog: pytest.LogCaptureFixture) 
     assert not closer.is_alive()
     assert not worker.is_alive()
     error = provider._worker.load_error
-    assert isinstance(error, ValueError), repr(error)  # stopped
+    assert isinstance(error, ValueError), repr(error)  # stopped by llama.cpp's progress callback
+    assert "before it began" not in str(error)
     assert provider._worker.engine is None
     assert "closed while it loaded" in caplog.text
     assert "failed to load" not in caplog.text

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import math
 import os
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -74,7 +75,11 @@ def _load_llama(
     and back: every other thread's output in that time was lost, and two loads at once could
     leave them there for good. A quiet load prints nothing without it: llama.cpp's messages
     go through llama-cpp-python's log callback, which keeps only errors when ``verbose`` is
-    off."""
+    off.
+
+    A load that waits for another one to end stops waiting (the same ``ValueError``) as soon
+    as ``keep_going()`` is false: a provider closed meanwhile does not keep its thread until
+    the other load ends, and then load its model for nothing."""
     import llama_cpp
     import llama_cpp._internals as internals
     import llama_cpp.llama as llama_module
@@ -84,7 +89,7 @@ def _load_llama(
     progress = None
     if keep_going is not None:
         progress = params.llama_progress_callback(lambda _done, _data: bool(keep_going()))
-    with _LOAD_LOCK:
+    with _load_turn(keep_going):
         default = params.llama_model_default_params
         suppressors = [getattr(module, _SUPPRESSOR) for module in quieted]
 
@@ -105,6 +110,28 @@ def _load_llama(
             params.llama_model_default_params = default
             for module, suppressor in zip(quieted, suppressors, strict=True):
                 setattr(module, _SUPPRESSOR, suppressor)
+
+
+_STOPPED = "the model's load was stopped before it began"
+_LOAD_POLL = 0.05  # seconds between looks at keep_going() while another load runs
+
+
+@contextlib.contextmanager
+def _load_turn(keep_going: Callable[[], bool] | None) -> Iterator[None]:
+    """Hold the load lock; raise ValueError instead once ``keep_going()`` is false."""
+    if keep_going is None:
+        with _LOAD_LOCK:
+            yield
+        return
+    while not _LOAD_LOCK.acquire(timeout=_LOAD_POLL):
+        if not keep_going():
+            raise ValueError(_STOPPED)
+    try:
+        if not keep_going():  # (stopped while it waited its turn, or before)
+            raise ValueError(_STOPPED)
+        yield
+    finally:
+        _LOAD_LOCK.release()
 
 
 def load_llama(*, extra_buffers: bool | None = None, **kwargs: Any) -> Any:
