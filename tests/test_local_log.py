@@ -6,10 +6,13 @@ reads the process's own stderr (fd 2), where llama-cpp-python's callback prints.
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 
 import pytest
+
+from llmguard_sdk.providers._llama_log import _TABLE, _first_levels, log_levels, parse_levels
 
 pytestmark = pytest.mark.local_model
 
@@ -49,6 +52,15 @@ def aborted(how):
         assert next(stream).text == ""  # the worker took the call: the prompt is read now
         stream.close() if how == "leave" else provider.close()
     print(how, idle(), "of", prompt, flush=True)
+
+def recording():  # the lines llama.cpp logs from now on, to a callback of the application's
+    lines = []
+    @llama_cpp.llama_log_callback
+    def recorder(level, text, data):
+        lines.append((level, text))
+    recording.callback = recorder  # (kept alive: llama.cpp holds a pointer to it)
+    llama_cpp.llama_log_set(recorder, None)
+    return lines
 
 def log(level, text):  # a line as llama.cpp would log it, to the callback in place
     callback, data = llama_cpp.llama_log_callback(), ctypes.c_void_p()
@@ -98,11 +110,7 @@ def test_the_log_callback_in_place_gets_every_other_line() -> None:
     # (the load's, any other model's) as before, but not those of the aborts of ours.
     result = run(
         """
-lines = []
-@llama_cpp.llama_log_callback
-def recorder(level, text, data):
-    lines.append((level, text))
-llama_cpp.llama_log_set(recorder, None)
+lines = recording()
 start()
 loaded = len(lines)
 aborted("leave")
@@ -120,3 +128,85 @@ for level, text in lines[loaded:]:
     assert after[-1] == "line 4 b'llama_decode: failed to decode, ret = 2\\n'"
     assert not [line for line in after[:-1] if "decode" in line or "compute" in line], after
     assert result.stderr == ""
+
+
+# llama.cpp's log levels, read from the installed llama-cpp-python (its enum, else the ggml.h
+# its wheel ships), else the table of the llama.cpp the filter was written for.
+
+
+def test_the_log_levels_are_those_of_the_installed_package() -> None:
+    import re
+    from importlib import metadata
+
+    import llama_cpp
+
+    levels = log_levels()
+    assert {"DEBUG", "INFO", "WARN", "ERROR", "CONT"} <= set(levels)
+    enum = getattr(llama_cpp, "GGMLLogLevel", None)
+    with contextlib.suppress(ImportError):
+        import llama_cpp._ggml as ggml
+
+        enum = getattr(ggml, "GGMLLogLevel", enum)
+    if enum is not None:
+        assert levels == {m.name.removeprefix("GGML_LOG_LEVEL_"): m.value for m in enum}
+    headers = [f for f in metadata.files("llama_cpp_python") or () if f.name == "ggml.h"]
+    for header in headers:  # (the wheel's own header, where it ships one)
+        text = header.locate().read_text(encoding="utf-8")
+        for name, value in levels.items():
+            assert re.search(rf"GGML_LOG_LEVEL_{name}\s*=\s*{value}\b", text), (name, value)
+    assert enum is not None or headers  # the test read the package, not the fallback table
+
+
+@pytest.mark.timeout(600)
+def test_llama_cpp_logs_at_the_levels_read() -> None:
+    # What llama.cpp itself logs, to a callback of the application's: its load's INFO and
+    # DEBUG lines, and the ERROR of a decode given a token that is not in the vocabulary,
+    # arrive at the levels log_levels() says (llama-cpp-python 0.3.x's own table has 1 as
+    # INFO and 4 as DEBUG: llama.cpp's DEBUG and ERROR).
+    result = run(
+        """
+from llmguard_sdk.providers._llama_log import log_levels
+lines = recording()
+start()
+try:
+    engine.llm.eval([10 ** 7])
+except Exception:
+    pass
+provider.close()
+levels = log_levels()
+for what, start_of_line in (
+    ("INFO", b"llama_model_loader: loaded meta data"),
+    ("DEBUG", b"init_tokenizer:"),
+    ("ERROR", b"llama_decode: failed to decode, ret = -1"),
+):
+    found = {level for level, text in lines if text.startswith(start_of_line)}
+    print(what, levels[what], "found", sorted(found), flush=True)
+"""
+    )
+    for what in ("INFO", "DEBUG", "ERROR"):
+        line = next(line for line in result.stdout.splitlines() if line.startswith(what + " "))
+        level, found = line.split(" found ")
+        assert found == f"[{level.split()[1]}]", line
+
+
+def test_levels_fall_back_to_the_table_where_the_package_says_nothing() -> None:
+    def fails() -> dict[str, int] | None:
+        raise OSError("no such file")
+
+    assert _first_levels([lambda: None, fails]) == _TABLE
+    assert _first_levels([lambda: None, lambda: {"ERROR": 2}]) == {"ERROR": 2}
+
+
+def test_a_header_s_levels_are_read_whatever_the_version() -> None:
+    older = """
+    // older llama.cpp
+    enum ggml_log_level {
+        GGML_LOG_LEVEL_ERROR = 2,
+        GGML_LOG_LEVEL_WARN = 3,   /* warnings */
+        GGML_LOG_LEVEL_INFO = 4,
+        GGML_LOG_LEVEL_DEBUG = 5
+    };
+    typedef void (*ggml_log_callback)(enum ggml_log_level level, const char * text, void * u);
+    """
+    assert parse_levels(older) == {"ERROR": 2, "WARN": 3, "INFO": 4, "DEBUG": 5}  # no CONT
+    assert parse_levels("enum ggml_type { GGML_TYPE_F32 = 0 };") is None

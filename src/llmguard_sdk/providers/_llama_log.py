@@ -14,20 +14,32 @@ of ours (:func:`expected_aborts`) whose abort flag we set. Other models in the p
 other errors of ours, are logged as before. A callback set after :func:`install_log_filter`
 replaces the filter (its owner then sees those lines too); the filter is put in place once a
 process, never again in front of a later one (which may forward to it: a loop).
+
+llama.cpp's log levels (``enum ggml_log_level``) were renumbered between its versions (ERROR
+was 2, then 3, now 4; CONT, "the last line goes on", came later). :func:`log_levels` reads
+them from the installed llama-cpp-python: its ``GGMLLogLevel`` enum (newer releases), else the
+``ggml.h`` its wheel ships, else the table of the llama.cpp this module was written for.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import re
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
+from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 __all__: list[str] = []
 
-_CONT = 5  # GGML_LOG_LEVEL_CONT: the last line goes on (the other levels moved between versions)
+# ggml_log_level of llama.cpp since late 2024 (llama-cpp-python 0.3.x's ggml.h), by name
+_TABLE: dict[str, int] = {"NONE": 0, "DEBUG": 1, "INFO": 2, "WARN": 3, "ERROR": 4, "CONT": 5}
+_PREFIX = "GGML_LOG_LEVEL_"
+_ENUM = re.compile(r"enum\s+ggml_log_level\s*\{(.*?)\}", re.DOTALL)
+_MEMBER = re.compile(r"\bGGML_LOG_LEVEL_([A-Z]+)\s*=\s*([0-9]+)")
 # what llama.cpp logs about a computation that its abort callback stopped (GGML_STATUS_ABORTED
 # is 1; llama_decode's 2 says aborted), in the wordings of llama.cpp's versions
 _ABORT_LINE = re.compile(
@@ -41,6 +53,67 @@ _local = threading.local()  # .flag: the abort flag of the computation this thre
 _installed: Any = None  # our callback (kept alive: llama.cpp holds a pointer to it)
 _forward: Any = None  # the callback in place before ours, and its user data
 _forward_data: Any = None
+_cont: int | None = _TABLE["CONT"]  # the level of a line that goes on (set as the filter is put)
+
+
+def log_levels() -> dict[str, int]:
+    """llama.cpp's log levels by name (``"DEBUG"``, ``"WARN"``, ``"CONT"``, ...), as the
+    installed llama-cpp-python defines them (see the module docs); read once."""
+    return dict(_installed_levels())
+
+
+@functools.lru_cache(maxsize=1)
+def _installed_levels() -> dict[str, int]:
+    return _first_levels((_enum_levels, _header_levels))
+
+
+def _first_levels(sources: Iterable[Callable[[], dict[str, int] | None]]) -> dict[str, int]:
+    """The levels of the first source that has them (one that fails has none), else the table."""
+    for source in sources:
+        try:
+            found = source()
+        except Exception:  # an odd install: the next source, at worst the table
+            found = None
+        if found:
+            return found
+    return dict(_TABLE)
+
+
+def _enum_levels() -> dict[str, int] | None:
+    """llama-cpp-python's ``GGMLLogLevel`` enum (in ``llama_cpp._ggml`` since 0.3.x's later
+    releases), or its module-level ``GGML_LOG_LEVEL_*`` constants where it has those."""
+    import llama_cpp
+
+    ggml: Any = None
+    with contextlib.suppress(ImportError):
+        import llama_cpp._ggml as ggml
+    enum = getattr(ggml, "GGMLLogLevel", None) or getattr(llama_cpp, "GGMLLogLevel", None)
+    if enum is not None:
+        return {m.name.removeprefix(_PREFIX): int(m.value) for m in enum}
+    constants = {
+        name.removeprefix(_PREFIX): value
+        for name, value in vars(llama_cpp).items()
+        if name.startswith(_PREFIX) and type(value) is int
+    }
+    return constants or None
+
+
+def _header_levels() -> dict[str, int] | None:
+    """The ``ggml_log_level`` enum of the ``ggml.h`` that llama-cpp-python's wheel ships."""
+    for file in metadata.files("llama_cpp_python") or ():
+        if file.name == "ggml.h":
+            text = Path(file.locate()).read_text(encoding="utf-8", errors="replace")
+            return parse_levels(text)
+    return None
+
+
+def parse_levels(header: str) -> dict[str, int] | None:
+    """The members of ``enum ggml_log_level`` in a C header's text (None: no such enum)."""
+    enum = _ENUM.search(header)
+    if enum is None:
+        return None
+    body = re.sub(r"//[^\n]*|/\*.*?\*/", "", enum.group(1), flags=re.DOTALL)
+    return {name: int(value) for name, value in _MEMBER.findall(body)} or None
 
 
 @contextlib.contextmanager
@@ -57,7 +130,7 @@ def expected_aborts(flag: ctypes.Array[ctypes.c_char]) -> Iterator[None]:
 
 def _ours(level: int, text: bytes | None) -> bool:
     """Whether a line is one of an abort this thread asked for (see the module docs)."""
-    if level == _CONT:  # the rest of the last line: dropped with it
+    if level == _cont:  # the rest of the last line: dropped with it
         return bool(getattr(_local, "dropping", False))
     flag = getattr(_local, "flag", None)
     dropping = (
@@ -82,12 +155,13 @@ def _filter(level: int, text: bytes | None, user_data: Any) -> None:
 def install_log_filter() -> None:
     """Put the filter in front of llama.cpp's log callback, once a process (the callback then in
     place, or llama-cpp-python's, gets every other line)."""
-    global _installed, _forward, _forward_data
+    global _installed, _forward, _forward_data, _cont
     import llama_cpp
 
     with _lock:
         if _installed is not None:
             return
+        _cont = log_levels().get("CONT")  # (None: a llama.cpp without continued lines)
         current, data = _current_callback(llama_cpp)
         _forward, _forward_data = current, data
         _installed = llama_cpp.llama_log_callback(_filter)
