@@ -5,6 +5,7 @@ file gives; one closed first gives none."""
 from __future__ import annotations
 
 import gc
+import inspect
 import threading
 import time
 import warnings
@@ -130,6 +131,48 @@ def test_a_provider_dropped_while_its_model_loads_ends_after_the_load() -> None:
     gc.collect()
     live = [o for o in gc.get_objects() if isinstance(o, llama_cpp.Llama) and id(o) not in before]
     assert live == []
+
+
+def test_a_provider_collected_on_its_worker_s_thread_under_its_lock_ends_the_worker() -> None:
+    # A collection runs where an allocation starts it: on the worker's thread too, while it
+    # holds its lock. The finalizer took that lock (not reentrant): the worker waited for
+    # itself for ever, holding the model. Here a provider in a reference cycle (only a
+    # collection frees it) is collected by the worker itself, at a line under its lock.
+    lines, first = inspect.getsourcelines(_Worker._next_job)
+    line = first + next(i for i, text in enumerate(lines) if "if self.closed:" in text)
+    armed = threading.Event()
+
+    def at_line(frame: FrameType, event: str, arg: object) -> Any:
+        if event == "line" and frame.f_lineno == line and armed.is_set():
+            armed.clear()
+            gc.collect()  # (on the worker's thread, the lock held)
+        return at_line
+
+    def trace(frame: FrameType, event: str, arg: object) -> Any:
+        return at_line if frame.f_code is _Worker._next_job.__code__ else None
+
+    gc.disable()  # (no collection but the worker's)
+    try:
+        threading.settrace(trace)  # (the worker, started by warm_up, is traced)
+        try:
+            provider = LocalProvider(name="cyclic", n_ctx=256, warm_up=True)
+        finally:
+            threading.settrace(None)  # type: ignore[arg-type]
+        provider.complete(HI, model="m", deadline=time.monotonic() + 120)
+        provider.cycle = provider  # type: ignore[attr-defined]
+        worker = provider._worker
+        thread = worker_of("cyclic")
+        del provider
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            armed.set()
+            worker.wake.put(None)  # the worker looks at its queue again: collects at the line
+            thread.join(60)
+        assert not armed.is_set()  # (collected there)
+        assert not thread.is_alive()
+        assert [w for w in seen if "'cyclic'" in str(w.message)]
+    finally:
+        gc.enable()
 
 
 def test_close_while_the_load_waits_for_another_load_ends_the_worker() -> None:

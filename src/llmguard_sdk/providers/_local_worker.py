@@ -16,6 +16,7 @@ and the one it served, so that none waits for its deadline.
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import traceback
 import warnings
@@ -43,8 +44,11 @@ class _Worker:
         self.model_file = model_file  # (for the log)
         self.max_queue = max_queue
         self.pending: deque[_Job] = deque()
-        self.lock = threading.Lock()
-        self.wake = threading.Condition(self.lock)
+        self.lock = threading.Lock()  # (pending, running, thread; closed is set under it, but
+        # the provider's finalizer sets it without: see collected())
+        # what wakes the idle worker: a call queued, close(), the finalizer. (SimpleQueue.put
+        # takes no lock of Python's: safe in a finalizer, on any thread, this one's too.)
+        self.wake: queue.SimpleQueue[None] = queue.SimpleQueue()
         self.closed = False
         self.died = False  # the thread ended of an error no call caught
         self.thread: threading.Thread | None = None
@@ -87,7 +91,7 @@ class _Worker:
         """Queue a call (started if need be); refused at once when the queue is full."""
         self.start(owner)
         job = _Job(request, deadline)
-        with self.wake:
+        with self.lock:
             if self.closed:  # since start(): stop() has emptied the queue already
                 raise self._closed_error()
             live = [j for j in self.pending if not j.cancelled.is_set()]
@@ -100,18 +104,18 @@ class _Worker:
                     route=self.route,
                 )
             self.pending.append(job)
-            self.wake.notify()
+        self.wake.put(None)
         return job
 
     def stop(self) -> threading.Thread | None:
         """Refuse new calls, cancel the waiting ones, stop the current one at once (its
         prompt too) and let the thread end; the thread, if one was started."""
-        with self.wake:
+        with self.lock:
             self.closed = True
             waiting = list(self.pending)
             self.pending.clear()
             thread, running = self.thread, self.running
-            self.wake.notify_all()
+        self.wake.put(None)
         for job in waiting:
             job.cancel()
             job.finish(self._closed_error())
@@ -126,10 +130,19 @@ class _Worker:
             thread.join(timeout=wait)
 
     def collected(self) -> None:
-        """The provider was collected unclosed: stop the worker (it frees the model as it
-        ends; not waited for: this may run on any thread, the worker's too) and warn."""
-        thread = self.stop()
-        if thread is not None:
+        """The provider was collected unclosed: stop the worker, which frees the model and
+        fails what is queued as it ends, and warn.
+
+        This runs where the collection happens: any thread, the worker's too, maybe while it
+        holds :attr:`lock` (a collection can start at any allocation). So it takes no lock
+        and waits for nothing: it sets ``closed`` (which the worker reads, between jobs, in
+        a load and between tokens) and wakes the worker through a lock-free queue."""
+        self.closed = True
+        running = self.running
+        if running is not None:  # (none: the worker holds its provider while it serves)
+            running.stop_computing()
+        self.wake.put(None)
+        if self.thread is not None:
             warnings.warn(
                 f"LocalProvider {self.route!r} was not closed: its worker thread and model "
                 "were freed when it was garbage collected; call close()",
@@ -165,8 +178,8 @@ class _Worker:
 
     def _next_job(self) -> _Job | None:
         """The next live job, or None once the provider is closed."""
-        with self.wake:
-            while True:
+        while True:
+            with self.lock:
                 if self.closed:
                     return None
                 while self.pending and self.pending[0].cancelled.is_set():
@@ -174,7 +187,9 @@ class _Worker:
                 if self.pending:
                     self.running = self.pending.popleft()
                     return self.running
-                self.wake.wait()  # (until a call, close() or the provider's finalizer)
+            # until a call, close() or the finalizer (each puts one: none is missed; one
+            # left over from calls already served only turns the loop once more)
+            self.wake.get()
 
     def _serve_next(self, owner: weakref.ref[LocalProvider]) -> bool:
         """Answer the next job (on its queue, errors too); False once closed. What it used
@@ -185,8 +200,6 @@ class _Worker:
         self._serve(job, owner)  # (an error it does not catch ends the thread: see _fail_the_rest)
         with self.lock:
             self.running = None
-        # The job (whose error may hold the provider, in its frames) goes with this frame, not
-        # under the lock: the provider's finalizer may run on this thread, and it takes the lock.
         return True
 
     def _serve(self, job: _Job, owner: weakref.ref[LocalProvider]) -> None:
@@ -209,7 +222,7 @@ class _Worker:
 
     def _fail_the_rest(self) -> None:
         """The thread ends: no call may wait for it (closed, or it died of an error)."""
-        with self.wake:
+        with self.lock:
             self.died = not self.closed
             self.closed = True
             waiting = list(self.pending)
