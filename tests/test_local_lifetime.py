@@ -235,3 +235,24 @@ def test_a_worker_that_dies_fails_its_calls_at_once(monkeypatch: pytest.MonkeyPa
             provider.complete(HI, model="m", deadline=time.monotonic() + 30)
     finally:
         provider.close()
+
+
+def test_a_worker_thread_that_cannot_start_is_a_typed_error_and_tried_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # When the worker thread could not start (the process at its thread limit), the call got
+    # the thread library's RuntimeError, and the provider kept the thread as started: every
+    # later call was queued for a worker that never ran, and waited for its deadline.
+    def refuse(thread: threading.Thread) -> None:
+        raise RuntimeError("can't start new thread")
+
+    provider = LocalProvider(name="no-thread", n_ctx=256)
+    try:
+        with monkeypatch.context() as patched:
+            patched.setattr(threading.Thread, "start", refuse)
+            with pytest.raises(ProviderUnavailableError, match="can't start new thread"):
+                provider.complete(HI, model="m", deadline=time.monotonic() + 30)
+        answer = provider.complete(HI, model="m", deadline=time.monotonic() + 120)
+        assert answer.route == "no-thread"
+    finally:
+        provider.close()

@@ -74,18 +74,26 @@ class _Worker:
     # -- the callers' side -------------------------------------------------------------------
 
     def start(self, owner: LocalProvider) -> None:
-        """Start the thread (once); refused once closed."""
+        """Start the thread (once it started; a start that failed is a
+        :class:`ProviderUnavailableError`, tried again by the next call); refused once closed."""
         with self.lock:
             if self.closed:
                 raise self._closed_error()
             if self.thread is None:
-                self.thread = threading.Thread(
+                thread = threading.Thread(
                     target=self._run,
                     args=(weakref.ref(owner),),  # (never the provider itself: see the module)
                     name=f"llmguard-local-{self.route}",
                     daemon=True,
                 )
-                self.thread.start()
+                try:
+                    thread.start()
+                except RuntimeError as exc:  # (the process at its thread limit): next call tries
+                    raise ProviderUnavailableError(
+                        f"the local model's worker thread could not start: {exc}",
+                        route=self.route,
+                    ) from None
+                self.thread = thread
 
     def submit(self, owner: LocalProvider, request: ChatRequest, deadline: float) -> _Job:
         """Queue a call (started if need be); refused at once when the queue is full."""
