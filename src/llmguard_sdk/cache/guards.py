@@ -31,7 +31,7 @@ from ._framings import (
     of_inverted,
     unfronted,
 )
-from ._words import CASED_WORD, WORD, ascii_digits, minor, names, negated, squashed
+from ._words import CASED_WORD, WORD, ascii_digits, minor, names, negated, squashed, word_count
 
 __all__ = [
     "AGREED_ALLOWANCE",
@@ -62,7 +62,8 @@ _NAME = re.compile(r"(?<![.!?:]\s)(?<!^)(?<![.!?:])\b[A-Z][a-z]{2,}\b")
 # swaps are usually synonyms.
 _SHORT_QUERY_WORDS = 6
 # Negation flips a question or a short statement; in a paragraph it sits in one clause among
-# many and is paraphrased freely ("without waiting" / "you don't have to wait").
+# many and is paraphrased freely ("without waiting" / "you don't have to wait"). Counted
+# language-fairly (:func:`._words.word_count`: a Han character is 0.4 of a word, a kana 0.2).
 _NEGATION_SCOPE_WORDS = 15
 _STOP = frozenset(
     {
@@ -566,8 +567,9 @@ def guard_rejection(
     """Why a semantic match of ``query`` to ``cached`` must be refused, or ``None``.
 
     The reasons: ``"number"`` (the numbers differ; "three" is "3"), ``"negation"`` (one is
-    negated, the other not; for texts of up to 15 content words), ``"entity"`` (each names
-    something that does not occur in the other: identifiers, code, proper names),
+    negated, the other not; for texts of up to 15 content words, a Han character counting
+    0.4 of a word and a kana 0.2), ``"entity"`` (each names something that does not occur
+    in the other: identifiers, code, proper names),
     ``"key_term"`` (short queries, up to 6 content words, where each side has a content word
     the other lacks, as in "cancel my order" / "cancel my subscription"; not with
     ``key_terms=False``, where a verifier judges substitutions); with ``strict``, those of
@@ -577,7 +579,7 @@ def guard_rejection(
     if _numbers_differ(query, cached):
         return "number"
     words, cached_words = content_words(query), content_words(cached)
-    short = len(words | cached_words) <= _NEGATION_SCOPE_WORDS
+    short = word_count(words | cached_words) <= _NEGATION_SCOPE_WORDS
     if short and _negated(query) != _negated(cached):
         return "negation"
     if _foreign(_entities(query), cached) and _foreign(_entities(cached), query):
