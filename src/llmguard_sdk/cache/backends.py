@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import re
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib import resources
 from typing import TYPE_CHECKING, Literal, Protocol
@@ -41,7 +42,10 @@ _READ = _LUA.joinpath("read.lua").read_text(encoding="utf-8")
 _SEARCH = _LUA.joinpath("search.lua").read_text(encoding="utf-8")
 _LIVE = _LUA.joinpath("live.lua").read_text(encoding="utf-8")
 _BATCH = 1000  # change-stream messages read at once
-_CLEAR_PAGE = 1000  # entries a clear deletes per script
+_CLEAR_PAGE = 1000  # entries (or fields of the vector-set hash) a clear deletes per script
+# vectors a clear frees per script at most (Redis frees one in about 3 us; a set larger than
+# this goes in a script of its own)
+_CLEAR_VECTORS = 5000
 # entries a store evicts at most (a namespace far over max_entries shrinks over the next stores)
 _EVICT_AT_ONCE = 64
 _BATCHES = 4  # reads of the change stream a sync makes at most
@@ -353,30 +357,44 @@ class RedisCacheBackend:
 
     def clear(self) -> None:
         """See :class:`CacheBackend` (tried even while other operations wait out a pause).
-        The entries go ``_CLEAR_PAGE`` at a time, least recently used first, one script each
-        (a few milliseconds: one script over 100k entries held Redis for half a second, past
-        a socket timeout); the last page logs the clear. Entries written meanwhile go too,
-        up to a bound of pages past which the rest go in one script."""
-        pages = 2 * (self._max // _CLEAR_PAGE) + 2  # (the LRU holds max_entries or so)
+        The namespace goes a bounded step at a time, one script each (a few milliseconds:
+        one script over 100k entries held Redis for half a second, past a socket timeout):
+        with server-side search, the vector sets first, ``_CLEAR_PAGE`` fields of the hash
+        naming them a step and ``_CLEAR_VECTORS`` vectors freed at most (a larger set goes
+        alone: Redis frees a vector set in one go); then the entries, ``_CLEAR_PAGE`` a step,
+        least recently used first; the last step logs the clear. Entries written meanwhile go
+        too, up to a bound of steps past which the rest go in one script."""
         try:
-            for page in range(pages + 1):
-                _, done = self._scripts.sync(2)(
-                    keys=[self._lru, self._log, self._uses, self._vector_index],
-                    args=[
-                        self._entry_prefix,
-                        self._stream_length,
-                        self._vector_sets,
-                        _CLEAR_PAGE if page < pages else 0,
-                    ],
-                )
-                if done:
-                    return
+            for _ in self._clear_steps():
+                pass
         except redis_errors() as exc:
             self._outage.failed(exc)
             raise StoreUnavailableError(
                 f"the response cache was not cleared (or only partly): Redis could not be "
                 f"reached ({exc})"
             ) from exc
+
+    def _clear_steps(self) -> Iterator[int]:
+        """Run :meth:`clear`'s scripts one by one, yielding after each how many entries (or
+        hash fields) it deleted."""
+        # (the LRU and the hash hold max_entries or so each; a step frees 5 pages' vectors)
+        steps = 4 * (self._max // _CLEAR_PAGE) + 6
+        cursor = "0"
+        for step in range(steps + 1):
+            deleted, done, cursor = self._scripts.sync(2)(
+                keys=[self._lru, self._log, self._uses, self._vector_index],
+                args=[
+                    self._entry_prefix,
+                    self._stream_length,
+                    self._vector_sets,
+                    _CLEAR_PAGE if step < steps else 0,
+                    _text(cursor),
+                    _CLEAR_VECTORS,
+                ],
+            )
+            yield int(deleted)
+            if done:
+                return
 
     def changes(self) -> list[Change]:
         """Read the change stream from where this process stopped (loads everything at first)."""
