@@ -41,6 +41,7 @@ _CLEAR = _LUA.joinpath("clear.lua").read_text(encoding="utf-8")
 _READ = _LUA.joinpath("read.lua").read_text(encoding="utf-8")
 _SEARCH = _LUA.joinpath("search.lua").read_text(encoding="utf-8")
 _LIVE = _LUA.joinpath("live.lua").read_text(encoding="utf-8")
+_VECTORS = _LUA.joinpath("vectors.lua").read_text(encoding="utf-8")
 _BATCH = 1000  # change-stream messages read at once
 _CLEAR_PAGE = 1000  # entries (or fields of the vector-set hash) a clear deletes per script
 # vectors a clear frees per script at most (Redis frees one in about 3 us; a set larger than
@@ -55,6 +56,22 @@ _NO_VECTOR_SETS = (
     "vector_search='server' needs a Redis with vector sets (VADD / VSIM, Redis 8 or later); "
     "the server answered: {}"
 )
+
+_OTHER_KIND = (
+    "response cache namespace {namespace!r}: its entries' vectors are kept by "
+    "vector_search={marked!r} caches ({where}), and a vector_search={mine!r} cache can find "
+    "none of them by similarity; {remedy}"
+)
+_WHERE = {
+    "server": "in the Redis server's vector sets",
+    "local": "in the entries and the change stream, for each process's own index",
+}
+_REMEDY = (
+    "use another namespace for vector_search={mine!r} (the old one expires with its entries), "
+    "or stop every process of the other kind and clear the namespace first (ResponseCache(..., "
+    "vector_search={marked!r}).clear())"
+)
+_OTHER_KIND_REPLY = re.compile(r"LLMGUARD_VECTORS (server|local)")
 
 # Redis's answer to a command it does not have: "unknown command 'VADD'", and from a script
 # "Unknown Redis command called from script" (Lua script, before Redis 7)
@@ -98,10 +115,18 @@ class CacheBackend(Protocol):
 
 
 def open_backend(
-    store: Store, namespace: str, max_entries: int, max_bytes: int | None, *, server: bool
+    store: Store,
+    namespace: str,
+    max_entries: int,
+    max_bytes: int | None,
+    *,
+    server: bool,
+    semantic: bool = True,
 ) -> tuple[CacheBackend, RedisCacheBackend | None]:
     """A cache's backend for ``store``, and the same backend again where it searches the
-    vectors on the server (``server``: needs a Redis store; ``max_bytes``: a memory one)."""
+    vectors on the server (``server``: needs a Redis store; ``max_bytes``: a memory one).
+    A semantic cache over a Redis namespace whose live entries keep their vectors the other
+    way (``vector_search="local"`` / ``"server"``) is a :class:`ConfigurationError`."""
     if isinstance(store, RedisStore):
         if max_bytes is not None:
             raise ConfigurationError(
@@ -111,6 +136,8 @@ def open_backend(
         backend = RedisCacheBackend(store, namespace, max_entries, vector_search=server)
         if server and not backend.check_vector_search():
             logger.warning("Redis unreachable: whether it has vector sets is not known yet")
+        if semantic:
+            backend.check_vectors_kept()
         return backend, backend if server else None
     if server:
         raise ConfigurationError("vector_search='server' needs a Redis store")
@@ -121,10 +148,12 @@ class RedisCacheBackend:
     """Entries as JSON strings with a TTL, an LRU sorted set and a change stream, in Redis.
 
     Keys: ``{prefix}:cache:{<namespace hash>}:e:<id>`` (an entry), ``...:lru`` (ids, least
-    recently used first), ``...:uses`` (the LRU's clock) and ``...:log`` (the change stream);
-    one hash tag per namespace, so every script runs on one Redis Cluster slot. Each key
-    expires with the longest-lived entry written to it (a namespace left idle leaves nothing
-    behind; a reader whose log expired forgets what it indexed from it). When Redis
+    recently used first), ``...:uses`` (the LRU's clock), ``...:log`` (the change stream)
+    and ``...:vectors`` (where the entries' vectors are kept, ``local`` or ``server``: a
+    namespace keeps them one way, see :meth:`check_vectors_kept`); one hash tag per
+    namespace, so every script runs on one Redis Cluster slot. Each key expires with the
+    longest-lived entry written to it (a namespace left idle leaves nothing behind; a
+    reader whose log expired forgets what it indexed from it). When Redis
     cannot be reached, reads are misses and writes are dropped for a few seconds (logged once).
     The stream keeps the last ``max(1000, 2 x max_entries)`` changes or so; a process that
     starts after it lost some (or falls that far behind) loads the live entries instead, a
@@ -148,6 +177,9 @@ class RedisCacheBackend:
         self.vector_search = vector_search
         self._vector_sets = store.key("cache", tag, "v") + ":"
         self._vector_index = store.key("cache", tag, "vix")
+        self._namespace = namespace
+        self._vectors_kept = store.key("cache", tag, "vectors")  # 'server' / 'local' (put.lua)
+        self._other_kind_logged = False
         self._script_failed = False
         self._entry_prefix = store.key("cache", tag, "e") + ":"
         self._lru = store.key("cache", tag, "lru")
@@ -155,7 +187,7 @@ class RedisCacheBackend:
         self._uses = store.key("cache", tag, "uses")
         self._max = max_entries
         self._stream_length = max(1000, 2 * max_entries)
-        self._scripts = RedisScripts(store, _PUT, _GET, _CLEAR, _READ, _SEARCH, _LIVE)
+        self._scripts = RedisScripts(store, _PUT, _GET, _CLEAR, _READ, _SEARCH, _LIVE, _VECTORS)
         self._cursor = "0-0"
         self._loading: str | None = None  # the last score a load of the live entries read
         self._outage = Outage("response cache", "serving misses", store)
@@ -212,6 +244,7 @@ class RedisCacheBackend:
                     self._log,
                     self._uses,
                     self._vector_index,
+                    self._vectors_kept,
                 ],
                 [
                     entry.entry_id,
@@ -274,12 +307,50 @@ class RedisCacheBackend:
             return False
         return True
 
+    def check_vectors_kept(self) -> None:
+        """Raise :class:`ConfigurationError` when the namespace's live entries keep their
+        vectors the other way (``vector_search="server"`` / ``"local"``): this cache could
+        find none of them by similarity, and its stores would be refused. Nothing is checked
+        while Redis cannot be reached (a store refused later is logged once)."""
+        try:
+            marked = self._scripts.sync(6)(
+                keys=[self._vectors_kept, self._vector_index, self._lru],
+                args=[self._entry_prefix],
+            )
+        except redis_errors():
+            return
+        marked = _text(marked or "")
+        if marked in _WHERE and marked != self._kind:
+            raise ConfigurationError(self._other_kind(marked))
+
+    @property
+    def _kind(self) -> str:
+        return "server" if self.vector_search else "local"
+
+    def _other_kind(self, marked: str) -> str:
+        """Why this cache's vectors cannot go where the namespace keeps them."""
+        mine = self._kind
+        return _OTHER_KIND.format(
+            namespace=self._namespace,
+            marked=marked,
+            mine=mine,
+            where=_WHERE[marked],
+            remedy=_REMEDY.format(mine=mine, marked=marked),
+        )
+
     def _failed(self, exc: Exception) -> None:
         """Redis failed a write or a search. With server-side search, a script calling an
         unknown command is the server lacking vector sets, not an outage: logged once, and
         every lookup misses (the script fails before it writes); other stages on the store
-        carry on. Any other failure is the store's (:class:`Outage`: Redis out of memory is
-        paused, a key of another kind logged as a refusal)."""
+        carry on. A store refused because the namespace keeps its vectors the other way is
+        logged once (nothing was written). Any other failure is the store's (:class:`Outage`:
+        Redis out of memory is paused, a key of another kind logged as a refusal)."""
+        other = _OTHER_KIND_REPLY.search(str(exc))
+        if other is not None:
+            if not self._other_kind_logged:
+                self._other_kind_logged = True
+                logger.error(self._other_kind(other[1]) + "; not storing")
+            return
         if self.vector_search and _unknown_command(exc):
             if not self._script_failed:
                 self._script_failed = True
@@ -382,7 +453,7 @@ class RedisCacheBackend:
         cursor = "0"
         for step in range(steps + 1):
             deleted, done, cursor = self._scripts.sync(2)(
-                keys=[self._lru, self._log, self._uses, self._vector_index],
+                keys=[self._lru, self._log, self._uses, self._vector_index, self._vectors_kept],
                 args=[
                     self._entry_prefix,
                     self._stream_length,

@@ -6,10 +6,10 @@
 -- set in one go, DEL or UNLINK); then a page of entries, least recently used first; once
 -- none is left, the rest of the keys, and the clear is logged.
 -- KEYS[1] LRU sorted set, KEYS[2] change log, KEYS[3] use counter, KEYS[4] hash: entry id ->
--- index key (server-side search). ARGV[1] entry key prefix, ARGV[2] stream length,
--- ARGV[3] vector-set key prefix, ARGV[4] entries (and hash fields) per page (0: everything
--- at once), ARGV[5] the hash's scan cursor ('0' at first), ARGV[6] vectors freed per call
--- at most (but one set).
+-- index key (server-side search), KEYS[5] where the vectors are kept (put.lua's mark).
+-- ARGV[1] entry key prefix, ARGV[2] stream length, ARGV[3] vector-set key prefix, ARGV[4]
+-- entries (and hash fields) per page (0: everything at once), ARGV[5] the hash's scan cursor
+-- ('0' at first), ARGV[6] vectors freed per call at most (but one set).
 -- Returns {entries or fields deleted, 1 when done else 0, the next scan cursor}.
 local page = tonumber(ARGV[4])
 local function delete_fields(fields)
@@ -69,7 +69,7 @@ if page == 0 then  -- everything at once: the vector sets the whole hash names
     end
   end
 end
-redis.call('DEL', KEYS[1], KEYS[3], KEYS[4])
+redis.call('DEL', KEYS[1], KEYS[3], KEYS[4], KEYS[5])  -- (either kind may write now)
 -- Logged for the readers of the log (where there is none, every entry logged expired and
 -- there is nothing to clear; a log written here would never expire: put.lua sets its life).
 if redis.call('EXISTS', KEYS[2]) == 1 then

@@ -1,6 +1,7 @@
 -- Store one cache entry, mark it most recently used, log it, evict the least recently used.
 -- KEYS[1] entry key, KEYS[2] LRU sorted set (score: a use counter, KEYS[4]), KEYS[3] change
--- log (stream), KEYS[5] hash: entry id -> index key (server-side search only); one hash tag.
+-- log (stream), KEYS[5] hash: entry id -> index key (server-side search only), KEYS[6] where
+-- the namespace's vectors are kept ('server' or 'local', vectors.lua); one hash tag.
 -- ARGV: entry id, entry JSON, time to live (ms), max entries, entry key prefix,
 --       index key, vector (base64), stale_until (s), stream length,
 --       vector-set key prefix ('' unless server-side search is on), vector (FP32 blob),
@@ -19,13 +20,37 @@ local function outlive(key)
   end
 end
 local vsets = ARGV[10]
+-- A namespace keeps its vectors in one place: a writer of the other kind is refused before
+-- anything is written (its entries could never be found by similarity where they are read).
+local kind = ''
 if vsets ~= '' and ARGV[11] ~= '' then
+  kind = 'server'
+elseif vsets == '' and ARGV[7] ~= '' then
+  kind = 'local'
+end
+local marked = false
+if kind ~= '' then
+  marked = redis.call('GET', KEYS[6])
+  if not marked and kind == 'local' and redis.call('EXISTS', KEYS[5]) == 1 then
+    marked = 'server'  -- (written before the mark)
+  end
+  if marked and marked ~= kind then
+    return redis.error_reply('LLMGUARD_VECTORS ' .. marked)
+  end
+end
+if kind == 'server' then
   -- First, so that a server without vector sets fails the script before it writes anything.
   local vset = vsets .. ARGV[6]
   redis.call('VADD', vset, 'FP32', ARGV[11], ARGV[1], 'NOQUANT')
   redis.call('HSET', KEYS[5], ARGV[1], ARGV[6])
   outlive(vset)
   outlive(KEYS[5])
+end
+if kind ~= '' then
+  if not marked then
+    redis.call('SET', KEYS[6], kind)
+  end
+  outlive(KEYS[6])
 end
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ttl)
 redis.call('ZADD', KEYS[2], redis.call('INCR', KEYS[4]), ARGV[1])
