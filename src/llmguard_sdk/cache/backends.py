@@ -71,7 +71,7 @@ _REMEDY = (
     "or stop every process of the other kind and clear the namespace first (ResponseCache(..., "
     "vector_search={marked!r}).clear())"
 )
-_OTHER_KIND_REPLY = re.compile(r"LLMGUARD_VECTORS (server|local)")
+_OTHER_KIND_REPLY = re.compile(r"LLMGUARD-VECTORS (server|local)")
 
 # Redis's answer to a command it does not have: "unknown command 'VADD'", and from a script
 # "Unknown Redis command called from script" (Lua script, before Redis 7)

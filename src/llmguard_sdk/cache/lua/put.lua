@@ -35,7 +35,7 @@ if kind ~= '' then
     marked = 'server'  -- (written before the mark)
   end
   if marked and marked ~= kind then
-    return redis.error_reply('LLMGUARD_VECTORS ' .. marked)
+    return redis.error_reply('LLMGUARD-VECTORS ' .. marked)
   end
 end
 if kind == 'server' then
