@@ -250,13 +250,12 @@ class OpenAICompatibleProvider(_Streams):
         stream: bool,
         deadline: float,
         idle_timeout: float | None = None,
-        scoped: bool = False,
     ) -> Any:
         """The call's HTTP request for ``client``: the encoded body, per-request headers,
-        deadline timeouts. ``scoped``: the caller puts every wait of the exchange (the
-        send, each read) under a cancel scope at the deadline, so its reads and writes get
-        no timeouts of their own where the deadline's scope ends them first anyway (a timer
-        per read or write: a fifth of an async call's CPU at 500 calls in flight)."""
+        deadline timeouts. The async calls put every wait of the exchange (the send, each
+        read) under a cancel scope at the deadline, so an async request's reads and writes
+        get no timeouts of their own where that scope ends them first anyway (a timer per
+        read or write: a fifth of an async call's CPU at 500 calls in flight)."""
         library = "httpx" if isinstance(client, httpx.Client) else self._async_library
         builder = self._builders.get(library)
         if builder is None:
@@ -272,7 +271,7 @@ class OpenAICompatibleProvider(_Streams):
         )
         if isinstance(client, httpx.Client):  # the watchdog bounds the send and head too
             built.extensions[DEADLINE] = deadline
-        elif scoped and idle_timeout is None and deadline - time.monotonic() <= _LONGEST_WAIT:
+        elif idle_timeout is None and deadline - time.monotonic() <= _LONGEST_WAIT:
             unbounded = {"read": None, "write": None}
             built.extensions["timeout"] = {**built.extensions["timeout"], **unbounded}
         return built
@@ -296,9 +295,7 @@ class OpenAICompatibleProvider(_Streams):
     async def acomplete(self, request: ChatRequest, *, model: str, deadline: float) -> ChatResponse:
         """Async twin of :meth:`complete`."""
         pool = self._async_pool()
-        built = self._build(
-            pool.client, request, model, stream=False, deadline=deadline, scoped=True
-        )
+        built = self._build(pool.client, request, model, stream=False, deadline=deadline)
         errors = _errors(self._async_library)
         try:
             with anyio.fail_after(max(0.0, deadline - time.monotonic())):
@@ -353,7 +350,7 @@ class OpenAICompatibleProvider(_Streams):
         pool = self._async_pool()
         built = self._build(
             pool.client, call.request, call.model, stream=True, deadline=deadline,
-            idle_timeout=call.idle_timeout, scoped=True,
+            idle_timeout=call.idle_timeout,
         )  # fmt: skip
         state = self._answers.stream_state(self.name, deadline)
         errors = _errors(self._async_library)
