@@ -95,6 +95,7 @@ EXPECTED = [
     "Timings",
     "TokenCount",
     "UnknownModelPriceError",
+    "UnknownSettingWarning",
     "Usage",
     "UsageRecorder",
     "__version__",

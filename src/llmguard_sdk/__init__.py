@@ -64,6 +64,7 @@ from .errors import (
     StoreUnavailableError,
     StreamInterruptedError,
     UnknownModelPriceError,
+    UnknownSettingWarning,
 )
 from .guard import ChatOptions, Guard
 from .models import ChatRequest, ChatResponse, Message, StreamChunk, Timings, Usage
@@ -166,6 +167,7 @@ __all__ = [
     "Timings",
     "TokenCount",
     "UnknownModelPriceError",
+    "UnknownSettingWarning",
     "Usage",
     "UsageRecorder",
     "__version__",

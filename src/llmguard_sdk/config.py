@@ -29,8 +29,10 @@ its message names each field (or the variable or argument that gave it) and what
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
+import warnings
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
@@ -38,12 +40,33 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ._problems import problems
-from .errors import ConfigurationError, SettingsValidationError
+from .errors import ConfigurationError, SettingsValidationError, UnknownSettingWarning
 
 __all__ = ["ENV_PREFIX", "GuardSettings"]
 
 ENV_PREFIX = "LLMGUARD_"
 """The prefix of every environment variable the settings read."""
+
+_READ_ELSEWHERE = ("LLMGUARD_CONFIG", "LLMGUARD_MODEL_CACHE")  # (Guard.from_config, models)
+_warned_names: set[str] = set()  # (at most the environment's own names)
+
+
+def _warn_misspelled(env: Mapping[str, str], known: frozenset[str]) -> None:
+    """Warn once per name about an ``LLMGUARD_*`` variable nothing reads that is spelled
+    like one that is (the timeout's name less a letter): it would be ignored without a word.
+    Names far from every setting (a tool's own) are left alone."""
+    for name in env:
+        if not name.startswith(ENV_PREFIX) or name in known or name in _warned_names:
+            continue
+        close = difflib.get_close_matches(name, known, n=2, cutoff=0.8)
+        if close:
+            _warned_names.add(name)
+            warnings.warn(
+                f"environment variable {name} is not a setting and is ignored: "
+                f"did you mean {' or '.join(close)}?",
+                UnknownSettingWarning,
+                stacklevel=4,
+            )
 
 
 def _bad_store(store: str) -> str | None:
@@ -227,6 +250,8 @@ class GuardSettings(BaseModel):
         argument that holds a bad value.
         """
         env = _text_environ(environ, "Guard")
+        known = frozenset(ENV_PREFIX + name.upper() for name in cls.model_fields)
+        _warn_misspelled(env, known | frozenset(_READ_ELSEWHERE))
         values: dict[str, object] = {}
         sources: dict[str, str] = {}
         for name in cls.model_fields:

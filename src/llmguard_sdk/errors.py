@@ -80,6 +80,7 @@ __all__ = [
     "ReleaseConflictError",
     "RequestValidationError",
     "RetryMultiplicationWarning",
+    "UnknownSettingWarning",
     "SettingsValidationError",
     "StoreUnavailableError",
     "StreamInterruptedError",
@@ -444,6 +445,14 @@ class BudgetUnavailableError(BudgetExceededError):
 
 class RetryMultiplicationWarning(UserWarning):
     """Two retry layers are stacked, so the attempts multiply; turn the inner one off."""
+
+
+class UnknownSettingWarning(UserWarning):
+    """An ``LLMGUARD_*`` environment variable that no setting reads, spelled like one that
+    does (the timeout's name less a letter): it is ignored, and its value never shown.
+
+    .. versionadded:: 0.2.0
+    """
 
 
 class AllRoutesFailedError(LLMGuardError):
