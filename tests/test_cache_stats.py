@@ -119,6 +119,18 @@ def test_an_openai_embedder_with_a_timeout_or_dimension_of_the_wrong_kind_is_ref
         OpenAIEmbedder("http://127.0.0.1:1/v1", "m", 0)
 
 
+@pytest.mark.parametrize("api_key", ["", " sk-embed-key\n"])
+def test_an_openai_embedder_refuses_an_empty_key_as_routes_do(api_key: str) -> None:
+    """``api_key=""`` sent no key without a word (each embedding then a 401, read as the
+    endpoint failing); routes refuse an empty key, or one with whitespace around it."""
+    from llmguard_sdk.cache import OpenAIEmbedder
+    from llmguard_sdk.errors import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="api_key is empty"):
+        OpenAIEmbedder("http://127.0.0.1:1/v1", "m", 8, api_key=api_key)
+    OpenAIEmbedder("http://127.0.0.1:1/v1", "m", 8).close()  # no key: none sent, as before
+
+
 def test_the_recent_embeddings_keep_no_long_query_text() -> None:
     """The last 256 queries' embeddings were kept under the query's text: 256 long prompts
     (documents pasted in, say) held their whole text, 256 MB for prompts of 1 MB, however

@@ -41,10 +41,10 @@ from types import MappingProxyType
 from typing import Any
 
 from .._http_library import Library
-from ..errors import ConfigurationError, MalformedResponseError
+from .._keys import check_api_key
+from ..errors import MalformedResponseError
 from ..models import ChatRequest, ChatResponse, Message, StreamChunk
 from ..prompts.adapters import CACHE_HISTORY_KEY, STATIC_MESSAGES_KEY, add_cache_breakpoints
-from ..telemetry.redaction import register_secret
 from ._error_kinds import error_answer
 from .openai_compat import OpenAICompatibleProvider, _check_count, _shown
 from .wire import (
@@ -151,11 +151,9 @@ class AnthropicProvider(OpenAICompatibleProvider):
     ) -> None:
         _check_count("default_max_tokens", default_max_tokens, optional=False)
         extra = {"anthropic-version": anthropic_version, **dict(headers or {})}
+        check_api_key(api_key)  # masked in every error message and telemetry export
         if api_key is not None:
-            if not api_key or api_key != api_key.strip():
-                raise ConfigurationError("api_key is empty or has surrounding whitespace")
             extra["x-api-key"] = api_key
-            register_secret(api_key)  # masked in every error message and telemetry export
         super().__init__(
             base_url,
             model=model,

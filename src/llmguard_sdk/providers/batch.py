@@ -45,6 +45,7 @@ from typing import Any, Literal
 
 import httpx
 
+from .._keys import check_api_key
 from ..errors import (
     ConfigurationError,
     MalformedResponseError,
@@ -53,7 +54,6 @@ from ..errors import (
     ProviderUnavailableError,
 )
 from ..models import ChatRequest, ChatResponse, StreamChunk
-from ..telemetry.redaction import register_secret
 from ._error_kinds import error_kind, judge_retry
 from .anthropic import ANTHROPIC_VERSION, build_anthropic_payload, parse_anthropic_message
 from .base import StreamCall, _check_timing, _Streams
@@ -122,10 +122,7 @@ class BatchProvider(_Streams):
             raise ConfigurationError(f"api must be 'openai' or 'anthropic', got {api!r}")
         if not (0 < window < 3600 and 0 < poll_interval < 3600 and 1 <= max_batch <= 50_000):
             raise ConfigurationError("window and poll_interval in (0, 3600) s, max_batch 1-50000")
-        if api_key is not None:  # as every route's key: checked, and masked where shown
-            if not api_key or api_key != api_key.strip():
-                raise ConfigurationError("api_key is empty or has surrounding whitespace")
-            register_secret(api_key)
+        check_api_key(api_key)  # as every route's key: checked, and masked where shown
         headers: dict[str, str] = {"accept": "application/json"}
         if api == "anthropic":
             headers["anthropic-version"] = ANTHROPIC_VERSION

@@ -40,6 +40,7 @@ import anyio
 import httpx
 
 from .._http_library import HttpErrors, Library, library_module, pick_library
+from .._keys import check_api_key
 from .._loops import PerLoop
 from ..errors import (
     ConfigurationError,
@@ -50,7 +51,6 @@ from ..errors import (
 )
 from ..models import ChatRequest, ChatResponse, StreamChunk
 from ..ratelimit._rules import LimitsConfig, normalize
-from ..telemetry.redaction import register_secret
 from ._http11 import DEADLINE
 from ._requests import Pool, RequestBuilder, own_transport
 from ._watchdog import watchdog
@@ -127,11 +127,9 @@ class OpenAICompatibleProvider(_Streams):
         ):
             _check_count(option, count)  # ("5" raised TypeError, or was never used)
         self._headers = {"accept": "application/json", **dict(headers or {})}
+        check_api_key(api_key)  # masked in every error message and telemetry export
         if api_key is not None:
-            if not api_key or api_key != api_key.strip():
-                raise ConfigurationError("api_key is empty or has surrounding whitespace")
             self._headers["authorization"] = f"Bearer {api_key}"
-            register_secret(api_key)  # masked in every error message and telemetry export
         for key, value in self._headers.items():
             if not _header_safe(key) or not _header_safe(value):
                 raise ConfigurationError(f"header {key!r} must be ASCII without line breaks")

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from ..._keys import check_api_key
 from ..._lazy import np
 from ...errors import (
     ConfigurationError,
@@ -32,7 +33,8 @@ class OpenAIEmbedder:
         base_url: the API root, e.g. ``http://127.0.0.1:8080/v1``.
         model: the embedding model to ask for.
         dimension: the model's vector size (checked on every answer).
-        api_key: sent as a bearer token when given.
+        api_key: sent as a bearer token when given (empty, or with whitespace around it:
+            :class:`~llmguard_sdk.errors.ConfigurationError`).
         timeout: seconds for each request (:meth:`embed` may be given less).
         transport: the httpx transport requests go through (default: httpx's own).
     """
@@ -53,7 +55,8 @@ class OpenAIEmbedder:
             raise ConfigurationError(f"timeout must be positive and finite, got {timeout!r}")
         if isinstance(dimension, bool) or not isinstance(dimension, int) or dimension < 1:
             raise ConfigurationError(f"dimension must be a whole number >= 1, got {dimension!r}")
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        check_api_key(api_key)  # "" sent no key: a 401 at the first call, read as an outage
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key is not None else {}
         self._client = httpx.Client(
             base_url=base_url.rstrip("/") + "/",
             headers=headers,
