@@ -201,6 +201,26 @@ def test_eval_refuses_options_it_would_ignore_or_misread(
         assert named in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(("value", "said"), [(None, "is not set"), ("", "is empty")])
+def test_eval_says_whether_the_key_variable_is_unset_or_empty(
+    tmp_path: Any,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    value: str | None,
+    said: str,
+) -> None:
+    """A key variable set to an empty value was reported as not set."""
+    if value is None:
+        monkeypatch.delenv("LLMGUARD_TEST_EVAL_KEY", raising=False)
+    else:
+        monkeypatch.setenv("LLMGUARD_TEST_EVAL_KEY", value)
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text("")
+    argv = ["eval", str(samples), "--base-url", "http://127.0.0.1:9/v1"]
+    assert main([*argv, "--api-key-env", "LLMGUARD_TEST_EVAL_KEY"]) == 2
+    assert f"LLMGUARD_TEST_EVAL_KEY {said}" in capsys.readouterr().err
+
+
 def test_report_into_a_folder_that_does_not_exist_is_one_line_and_status_2(
     tmp_path: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -95,7 +95,8 @@ def _run(args: argparse.Namespace) -> int:
 
     key = os.environ.get(args.api_key_env) if args.api_key_env else None
     if args.api_key_env and not key:  # else every replayed call goes without a key (401)
-        raise ConfigurationError(f"--api-key-env: {args.api_key_env} is not set")
+        state = "is not set" if key is None else "is empty"
+        raise ConfigurationError(f"--api-key-env: {args.api_key_env} {state}")
     provider = OpenAICompatibleProvider(
         args.base_url, api_key=key, model=args.model, name=args.name
     )
