@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from llmguard_sdk import ConfigurationError, Guard, OpenAICompatibleProvider
+from llmguard_sdk import ConfigurationError, Guard, GuardSettings, OpenAICompatibleProvider
 
 SETTINGS = [("timeout", "5"), ("attempt_timeout", "2"), ("max_input_tokens", "100")]
 
@@ -40,3 +40,22 @@ def test_an_environment_value_that_is_not_text_is_a_configuration_error() -> Non
     """``environ={"LLMGUARD_TIMEOUT": 5}`` raised ``AttributeError`` (``.strip()``)."""
     with pytest.raises(ConfigurationError, match="'LLMGUARD_TIMEOUT'"):
         Guard(_route(), environ={"LLMGUARD_TIMEOUT": 5}, telemetry=False)  # type: ignore[dict-item]
+
+
+@pytest.mark.parametrize(("name", "text"), [*SETTINGS, ("retry_attempts", "2")])
+def test_guard_settings_built_in_code_refuse_a_string_for_a_number(name: str, text: str) -> None:
+    """``GuardSettings(timeout="5")`` was read as 5 s where ``Guard(timeout="5")`` is refused:
+    built in code, numbers are numbers; text (``from_env``, ``model_validate_strings``,
+    ``model_validate_json``) is still read as numbers."""
+    for build in (
+        lambda: GuardSettings(**{name: text}),
+        lambda: GuardSettings.model_validate({name: text}),
+    ):
+        with pytest.raises(ConfigurationError, match=f"{name}: .*must be a number, got a string"):
+            build()
+    number = float(text)
+    assert getattr(GuardSettings(**{name: int(text)}), name) == number
+    assert getattr(GuardSettings.model_validate_strings({name: text}), name) == number
+    assert getattr(GuardSettings.model_validate_json(f'{{"{name}": "{text}"}}'), name) == number
+    environ = {f"LLMGUARD_{name.upper()}": text}
+    assert getattr(GuardSettings.from_env(environ), name) == number

@@ -16,8 +16,10 @@ variable                    meaning                                             
 =========================== ===================================================== ===========
 
 Values given in code win over the environment. In code a number is a number: a string
-(``timeout="5"``) is a :class:`~llmguard_sdk.errors.ConfigurationError`, as it is in a
-request; the variables (and configuration files) are text, read as numbers.
+(``timeout="5"``, ``GuardSettings(timeout="5")``) is a
+:class:`~llmguard_sdk.errors.ConfigurationError`, as it is in a request; the variables (and
+configuration files, ``model_validate_strings``, ``model_validate_json``) are text, read as
+numbers.
 
 A wrong value raises :class:`~llmguard_sdk.errors.SettingsValidationError`, a
 :class:`~llmguard_sdk.errors.ConfigurationError` and pydantic's ``ValidationError`` both, also
@@ -34,10 +36,18 @@ import os
 import re
 import warnings
 from collections.abc import Callable, Mapping
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 from ._problems import problems
 from .errors import ConfigurationError, SettingsValidationError, UnknownSettingWarning
@@ -128,17 +138,38 @@ def _not_a_bool(value: object) -> object:
 
 
 _NUMBERS = ("timeout", "attempt_timeout", "max_input_tokens", "retry_attempts")
+_TEXT: ContextVar[bool] = ContextVar("llmguard_settings_text", default=False)
+"""Set while the values validated are text (variables, files), numbers read from it (a
+context var: pydantic calls the model's own ``__init__``, without its validation context)."""
+
+
+def _no_string(name: str, value: object) -> str | None:
+    """Why ``value``, given in code for the setting ``name``, is refused: a number given in
+    code is a number, a string (``timeout="5"``) is not, as a request's numbers are; only the
+    environment and configuration files are text."""
+    if name in _NUMBERS and isinstance(value, (str, bytes, bytearray)):
+        return (
+            f"must be a number, got a string ({value!r:.40}); strings are read from "
+            f"{ENV_PREFIX}{name.upper()} and configuration files only"
+        )
+    return None
+
+
+def _a_number(value: object, info: ValidationInfo) -> object:
+    """A numeric setting's value: never a bool (:func:`_not_a_bool`), and a string only
+    where the values are text (:data:`_TEXT`)."""
+    _not_a_bool(value)
+    problem = None if _TEXT.get() else _no_string(info.field_name or "", value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
 
 
 def _check_number(name: str, value: object) -> None:
-    """A number given in code is a number: a string (``timeout="5"``) is refused, as a
-    request's numbers are; only the environment and configuration files are text."""
-    if name in _NUMBERS and isinstance(value, (str, bytes, bytearray)):
-        raise ConfigurationError(
-            f"invalid settings: argument {name}=: must be a number, got a string "
-            f"({value!r:.40}); strings are read from {ENV_PREFIX}{name.upper()} and "
-            "configuration files only"
-        )
+    """An argument of ``name`` given in code is refused when a string (:func:`_no_string`)."""
+    problem = _no_string(name, value)
+    if problem is not None:
+        raise ConfigurationError(f"invalid settings: argument {name}=: {problem}")
 
 
 def _shown_input(detail: Mapping[str, Any]) -> object:
@@ -173,13 +204,25 @@ def _checked(validate: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
         raise _invalid(exc, problems(exc, "settings")) from None
 
 
+def _as_text(validate: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
+    """``validate(*args, **kwargs)`` of values that are text (strings, JSON, variables):
+    numbers are read from it."""
+    token = _TEXT.set(True)
+    try:
+        return validate(*args, **kwargs)
+    finally:
+        _TEXT.reset(token)
+
+
 class GuardSettings(BaseModel):
     """The settings a :class:`~llmguard_sdk.Guard` is built from (see the module table).
 
     Built directly (``GuardSettings(timeout=30)``, ``model_validate`` ...), a wrong value
     raises :class:`~llmguard_sdk.errors.SettingsValidationError`: a
     :class:`~llmguard_sdk.errors.ConfigurationError` naming the field, and pydantic's
-    ``ValidationError`` with its details.
+    ``ValidationError`` with its details. A number given in code is a number
+    (``GuardSettings(timeout="5")`` is refused); ``model_validate_strings`` and
+    ``model_validate_json`` read text, as :meth:`from_env` does.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -194,9 +237,7 @@ class GuardSettings(BaseModel):
     api_key: str | None = None
     model: str | None = None
 
-    _numbers = field_validator(
-        "timeout", "attempt_timeout", "max_input_tokens", "retry_attempts", mode="before"
-    )(_not_a_bool)
+    _numbers = field_validator(*_NUMBERS, mode="before")(_a_number)
 
     @field_validator("store")
     @classmethod
@@ -232,13 +273,13 @@ class GuardSettings(BaseModel):
         def model_validate_json(cls, *args: Any, **kwargs: Any) -> GuardSettings:
             """Pydantic's ``model_validate_json``; a wrong value raises
             :class:`~llmguard_sdk.errors.SettingsValidationError`."""
-            return _checked(super().model_validate_json, *args, **kwargs)
+            return _checked(_as_text, super().model_validate_json, *args, **kwargs)
 
         @classmethod
         def model_validate_strings(cls, *args: Any, **kwargs: Any) -> GuardSettings:
             """Pydantic's ``model_validate_strings``; a wrong value raises
             :class:`~llmguard_sdk.errors.SettingsValidationError`."""
-            return _checked(super().model_validate_strings, *args, **kwargs)
+            return _checked(_as_text, super().model_validate_strings, *args, **kwargs)
 
     @classmethod
     def from_env(
@@ -267,7 +308,7 @@ class GuardSettings(BaseModel):
                 values[name] = value
                 sources[name] = f"argument {name}="
         try:
-            settings = cls.model_validate(values)
+            settings = _as_text(cls.model_validate, values)  # (the arguments: checked above)
         except ValidationError as exc:  # the variable or argument that gave each value
             found = []
             for err in exc.errors():
