@@ -143,3 +143,36 @@ def test_a_timeout_error_event_is_a_retryable_504() -> None:
     assert type(raised) is ProviderUnavailableError
     assert raised.retryable is True
     assert raised.status_code == 504
+
+
+def _stream_head(should_retry: str) -> bytes:
+    return (
+        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+        f"x-should-retry: {should_retry}\r\nconnection: close\r\n\r\n"
+    ).encode()
+
+
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+@pytest.mark.parametrize(
+    ("should_retry", "kind", "retryable"),
+    [("true", "invalid_request_error", False), ("false", "overloaded_error", True)],
+)
+def test_a_stream_s_x_should_retry_does_not_judge_its_error_events(
+    api: str, should_retry: str, kind: str, retryable: bool
+) -> None:
+    """``x-should-retry`` on a stream's 200 answer describes that answer, not an error event
+    that comes later inside the stream: it decided the event's retry (a bad request retried
+    under ``true``, an overload not retried under ``false``); the event's own kind does."""
+    if api == "anthropic":
+        event = b"event: error\ndata: " + json.dumps(_anthropic(kind)).encode() + b"\n\n"
+    else:
+        event = b"data: " + json.dumps({"error": {"message": "m", "type": kind}}).encode()
+        event += b"\n\n"
+    with RawServer(_stream_head(should_retry), (event,)) as raw:
+        route: OpenAICompatibleProvider = (
+            AnthropicProvider(raw.base_url, api_key="k", model="m")
+            if api == "anthropic"
+            else OpenAICompatibleProvider(raw.base_url, name="p")
+        )
+        raised = _raised(route, True)
+    assert raised.retryable is retryable

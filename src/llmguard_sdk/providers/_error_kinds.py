@@ -1,7 +1,8 @@
 """Which typed error an error answer is, where its HTTP status alone does not settle it.
 
 - ``x-should-retry: true|false`` is the server's own word on retrying (OpenAI sends it;
-  openai-python obeys it over the status): it sets the error's ``retryable``.
+  openai-python obeys it over the status): it sets the ``retryable`` of the error its HTTP
+  answer is, never of an error event later inside a stream (the header is the 200 answer's).
 - An error object that came in a 200 answer (an error event inside a stream: OpenAI's
   ``{"error": {...}}``, Anthropic's ``error`` event, the Responses API's ``error``; a router's
   200 answer whose model failed) names its kind in ``type`` or ``code`` (a router's: the HTTP

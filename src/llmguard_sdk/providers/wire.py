@@ -432,14 +432,14 @@ class StreamState:
     ) -> ProviderError:
         """The typed error of a stream's error event whose error object is ``error``: the
         error, status and retry verdict the same failure answered as an HTTP error has
-        (:func:`~llmguard_sdk.providers._error_kinds.error_kind`, as :func:`error_answer`
-        reads one: its kind, the HTTP status that kind stands for, a spent quota not
-        retried), or :class:`StreamInterruptedError` after content (``message``: its text,
+        (:func:`~llmguard_sdk.providers._error_kinds.error_kind`: its kind, the status that
+        kind stands for, a spent quota not retried; never the ``x-should-retry`` of the 200
+        answer), or :class:`StreamInterruptedError` after content (``message``: its text,
         else ``default``)."""
         kind, status = error_kind(error, self.status)
         failure = self.failure(kind, message or default, status=status)
         if not isinstance(failure, StreamInterruptedError):  # (text delivered: never retried)
-            judge_retry(failure, self.headers, error)
+            judge_retry(failure, {}, error)  # the event's own content decides
         return failure
 
     def _malformed(self, message: str) -> ProviderError:
