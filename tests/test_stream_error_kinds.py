@@ -13,11 +13,13 @@ import pytest
 
 from llmguard_sdk import (
     AnthropicProvider,
+    BadRequestError,
     ChatRequest,
     Guard,
     OpenAICompatibleProvider,
     ProviderError,
     ProviderUnavailableError,
+    RateLimitedError,
 )
 from llmguard_sdk.testing import FakeProvider
 
@@ -143,6 +145,53 @@ def test_a_timeout_error_event_is_a_retryable_504() -> None:
     assert type(raised) is ProviderUnavailableError
     assert raised.retryable is True
     assert raised.status_code == 504
+
+
+# Anthropic's answer when the account's credit is spent: a 400 of the same type as a bad request
+CREDIT = {
+    "type": "error",
+    "error": {
+        "type": "invalid_request_error",
+        "message": "Your credit balance is too low to access the Anthropic API. Please go to "
+        "Plans & Billing to upgrade or purchase credits.",
+    },
+}
+
+
+@pytest.mark.parametrize("how", ["answer", "streamed answer", "stream event"])
+def test_anthropic_s_spent_credit_moves_the_call_on_at_once(fake2: FakeProvider, how: str) -> None:
+    """Anthropic's "credit balance is too low" 400 stopped the chain as a bad request would
+    (which fails everywhere); it is a spent quota, as OpenAI's ``insufficient_quota``: the
+    next route answers, and the spent one is not asked again."""
+    body = json.dumps(CREDIT).encode()
+    if how == "stream event":
+        head, parts = sse_head(), (b"event: error\ndata: " + body + b"\n\n",)
+    else:
+        head, parts = http_response(body, status="400 Bad Request"), ()
+    with _Counting(head, parts) as raw:
+        first = AnthropicProvider(raw.base_url, api_key="k", model="m", name="primary")
+        second = OpenAICompatibleProvider(fake2.base_url, model=fake2.model, name="backup")
+        with Guard([first, second], environ={}) as guard:
+            if how == "answer":
+                response = guard.chat(USER)
+            else:
+                with guard.chat(USER, stream=True) as stream:
+                    list(stream)
+                assert stream.response is not None
+                response = stream.response
+    assert response.route == "backup"
+    assert raw.requests == 1
+
+
+def test_only_the_credit_message_makes_a_400_a_spent_quota() -> None:
+    spent = json.dumps(CREDIT).encode()
+    with RawServer(http_response(spent, status="400 Bad Request")) as raw:
+        raised = _raised(AnthropicProvider(raw.base_url, api_key="k", model="m"), False)
+    assert _seen(raised) == (RateLimitedError, 400, False)
+    other = json.dumps(_anthropic("invalid_request_error")).encode()  # a plain bad request
+    with RawServer(http_response(other, status="400 Bad Request")) as raw:
+        raised = _raised(AnthropicProvider(raw.base_url, api_key="k", model="m"), False)
+    assert _seen(raised) == (BadRequestError, 400, False)
 
 
 def _stream_head(should_retry: str) -> bytes:

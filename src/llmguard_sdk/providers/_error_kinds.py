@@ -77,6 +77,9 @@ NAMED_STATUSES: tuple[tuple[str, int], ...] = (
 HTTP status an error answer of that kind has: the one table by which an error inside a
 stream (or a 200 answer) is read as the HTTP error answer it stands for."""
 _QUOTA_SPENT = "insufficient_quota"  # OpenAI's: a billing state, not back within the call
+# Anthropic's spent credit: a 400 invalid_request_error "Your credit balance is too low to
+# access the Anthropic API ...", a billing state too (told by its words: the type is any 400's)
+_CREDIT_SPENT = ("invalid_request_error", "credit balance is too low")
 
 
 def server_says_retry(headers: Mapping[str, str]) -> bool | None:
@@ -99,11 +102,17 @@ def body_error(body: str) -> object:
 
 def quota_spent(error: object) -> bool:
     """Whether an error object names a spent quota or credit (OpenAI's 429
-    ``insufficient_quota``): a billing state that no wait within the call ends, so the
-    :class:`~llmguard_sdk.errors.RateLimitedError` is not retryable and the chain moves on."""
+    ``insufficient_quota``; Anthropic's 400 ``invalid_request_error`` whose message says the
+    credit balance is too low): a billing state that no wait within the call ends, so it is
+    a :class:`~llmguard_sdk.errors.RateLimitedError` (:func:`error_kind`), not retryable, and
+    the chain moves on."""
     if not isinstance(error, Mapping):
         return False
-    return any(error.get(field) == _QUOTA_SPENT for field in ("type", "code"))
+    if any(error.get(field) == _QUOTA_SPENT for field in ("type", "code")):
+        return True
+    kind, words = _CREDIT_SPENT
+    message = error.get("message")
+    return error.get("type") == kind and isinstance(message, str) and words in message.lower()
 
 
 def judge_retry(error: ProviderError, headers: Mapping[str, str], error_object: object) -> None:
@@ -128,8 +137,12 @@ def error_kind(error: object, answered: int, text: str = "") -> tuple[type[Provi
     status of its named kind (:data:`NAMED_STATUSES`), and is that status's error; one that
     names no known kind is a :class:`~llmguard_sdk.errors.ProviderUnavailableError` with
     status ``answered``. Either way a refused request whose words say the context is too
-    long is a :class:`~llmguard_sdk.errors.ContextLengthExceededError`."""
+    long is a :class:`~llmguard_sdk.errors.ContextLengthExceededError`. A spent quota or
+    credit (:func:`quota_spent`; Anthropic's comes as a 400) is a
+    :class:`~llmguard_sdk.errors.RateLimitedError`, as OpenAI's 429 is."""
     status = answered if answered >= 400 else _named_status(error)
+    if quota_spent(error):
+        return RateLimitedError, status or answered
     words = (text or _words(error, ("type", "code", "message"))).lower()
     too_long = any(marker in words for marker in CONTEXT_LENGTH_MARKERS)
     if status is None:
