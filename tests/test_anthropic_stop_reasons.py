@@ -13,8 +13,21 @@ from typing import Any
 
 import pytest
 
-from llmguard_sdk import AnthropicProvider, ChatRequest, Guard
+from llmguard_sdk import (
+    AnthropicProvider,
+    Cascade,
+    ChatRequest,
+    ChatResponse,
+    Guard,
+    GuardedClient,
+    OpenAICompatibleProvider,
+    TaskRouter,
+)
+from llmguard_sdk._core.tasks import metric_reason
 from llmguard_sdk.cache._storable import storable
+from llmguard_sdk.router import finish_reason
+from llmguard_sdk.telemetry._quality import signals_of
+from llmguard_sdk.testing import FakeProvider
 from llmguard_sdk.transport import http_client
 
 from .conftest import require_module
@@ -152,6 +165,70 @@ def test_openai_s_sdk_through_the_seam_sees_a_paused_turn_as_unfinished(streamin
             status = response.status
             assert response.incomplete_details is not None
             assert response.incomplete_details.reason == "pause_turn"
-    assert "pause_turn" in finish
+    # OpenAI's schema has no pause_turn (openai-python's Literal: stop, length, tool_calls,
+    # content_filter, function_call): an unfinished answer is "length" there
+    assert "length" in finish
+    assert "pause_turn" not in finish
     assert "stop" not in finish
     assert status == "incomplete"
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_the_openai_look_alike_client_says_length_and_keeps_the_raw_reason(
+    streaming: bool,
+) -> None:
+    """``GuardedClient`` (the look-alike without openai) gave ``finish_reason="pause_turn"``,
+    no value of OpenAI's schema; the Guard's own view keeps Claude's reason."""
+    with _claude("pause_turn", streaming=streaming) as guard:
+        client = GuardedClient(guard)
+        if streaming:
+            chunks = list(
+                client.chat.completions.create(model="claude-x", messages=QUESTION, stream=True)
+            )
+            finish = [c.choices[0].finish_reason for c in chunks if c.choices]
+        else:
+            completion = client.chat.completions.create(model="claude-x", messages=QUESTION)
+            finish = [completion.choices[0].finish_reason]
+            assert completion.llmguard is not None
+            assert completion.llmguard.finish_reason == "pause_turn"
+            assert completion.llmguard.metadata["stop_reason"] == "pause_turn"
+    assert "length" in finish
+    assert "pause_turn" not in finish
+
+
+def test_incomplete_finish_reasons_are_one_definition() -> None:
+    from llmguard_sdk.models import INCOMPLETE_FINISH_REASONS, openai_finish_reason
+
+    assert {"length", "pause_turn"} <= INCOMPLETE_FINISH_REASONS
+    assert openai_finish_reason("pause_turn") == "length"
+    assert openai_finish_reason("stop") == "stop"
+    assert openai_finish_reason(None) is None
+
+
+def test_a_paused_turn_is_truncated_and_a_cascade_escalates_past_it() -> None:
+    """The cascade's default check and the quality signal ``truncated`` knew only ``length``:
+    a paused (unfinished) small-tier answer was served and counted as complete."""
+    with (
+        RawServer(http_response(_message("pause_turn"))) as raw,
+        FakeProvider(model="large-model", name="large", reply=lambda body: "Done.") as large,
+    ):
+        small = AnthropicProvider(raw.base_url, api_key="sk-ant", model="claude-x", name="small")
+        router = TaskRouter(
+            {"small": ["small"], "large": ["large"]},
+            cascades={"auto": Cascade(["small", "large"])},
+            default="auto",
+        )
+        routes = [
+            small,
+            OpenAICompatibleProvider(large.base_url, model="large-model", name="large"),
+        ]
+        with Guard(routes, tasks=router, timeout=10, retry=None, environ={}) as guard:
+            answer = guard.chat(QUESTION)
+    assert answer.route == "large"
+    (escalation,) = answer.metadata["cascade"]["escalated_from"]
+    assert escalation["reason"] == "finish_reason:pause_turn"
+    assert metric_reason("finish_reason:pause_turn") == "finish_reason:pause_turn"
+    paused = ChatResponse(text="Searching", finish_reason="pause_turn")
+    request = ChatRequest.model_validate({"messages": QUESTION})
+    assert signals_of(request, paused, None) == ["truncated"]
+    assert finish_reason()(request, paused) == "finish_reason:pause_turn"

@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ._core.calls import stream_flag
 from .errors import RequestValidationError
-from .models import ChatRequest, ChatResponse, StreamChunk, Usage
+from .models import ChatRequest, ChatResponse, StreamChunk, Usage, openai_finish_reason
 from .providers.wire import chat_chunk_carries, chat_chunk_skipped
 
 if TYPE_CHECKING:
@@ -143,7 +143,8 @@ def _choice(response: ChatResponse) -> Choice:
     logprobs = (
         {"logprobs": response.metadata["logprobs"]} if "logprobs" in response.metadata else {}
     )
-    return Choice(message=message, finish_reason=response.finish_reason, **logprobs)
+    finish = openai_finish_reason(response.finish_reason)  # Claude's pause_turn: "length"
+    return Choice(message=message, finish_reason=finish, **logprobs)
 
 
 def to_completion(response: ChatResponse) -> ChatCompletion:
@@ -169,7 +170,8 @@ def _chunk_choice(chunk: StreamChunk) -> ChunkChoice:
     pieces: dict[str, Any] = {"refusal": refusal} if isinstance(refusal, str) and refusal else {}
     delta = ChoiceDelta(role="assistant", content=chunk.text, tool_calls=chunk.tool_calls, **pieces)
     logprobs = {"logprobs": chunk.metadata["logprobs"]} if "logprobs" in chunk.metadata else {}
-    return ChunkChoice(delta=delta, finish_reason=chunk.finish_reason, **logprobs)
+    finish = openai_finish_reason(chunk.finish_reason)
+    return ChunkChoice(delta=delta, finish_reason=finish, **logprobs)
 
 
 def to_chunk(chunk: StreamChunk, created: int, *, usage: bool = True) -> ChatCompletionChunk:

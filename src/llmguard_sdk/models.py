@@ -27,6 +27,7 @@ from ._problems import problems
 from .errors import RequestValidationError
 
 __all__ = [
+    "INCOMPLETE_FINISH_REASONS",
     "ChatRequest",
     "ChatResponse",
     "Message",
@@ -34,8 +35,31 @@ __all__ = [
     "StreamChunk",
     "Timings",
     "Usage",
+    "openai_finish_reason",
     "validate_request",
 ]
+
+INCOMPLETE_FINISH_REASONS = frozenset({"length", "pause_turn"})
+"""Finish reasons of an answer that stopped before it was complete: ``length`` (cut at
+``max_tokens`` or by the context window) and Claude's ``pause_turn`` (a long server-tool turn
+paused half-way; sent back, it goes on). The cascade's :func:`~llmguard_sdk.router.finish_reason`
+check rejects them and the quality signal ``truncated`` counts them.
+
+.. versionadded:: 0.2.0
+"""
+
+
+def openai_finish_reason(reason: str | None) -> str | None:
+    """``reason`` in OpenAI's chat-completions words (``stop``, ``length``, ``tool_calls``,
+    ``content_filter``, ``function_call``): an incomplete reason OpenAI has no word for
+    (:data:`INCOMPLETE_FINISH_REASONS`: Claude's ``pause_turn``) is ``length``, an unfinished
+    answer; any other is as it is. The raw reason stays in the response (an Anthropic
+    route's ``metadata["stop_reason"]``).
+
+    .. versionadded:: 0.2.0
+    """
+    return "length" if reason in INCOMPLETE_FINISH_REASONS else reason
+
 
 Role = Literal["system", "developer", "user", "assistant", "tool"]
 """The roles a chat message can have."""

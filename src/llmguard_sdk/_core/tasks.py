@@ -24,7 +24,7 @@ from ..errors import (
     ProviderError,
     RateLimitExceededError,
 )
-from ..models import ChatRequest, ChatResponse
+from ..models import INCOMPLETE_FINISH_REASONS, ChatRequest, ChatResponse
 from ..providers.base import Provider
 from ..router import DeploymentGroup
 from ..router.cascade import Cascade
@@ -44,7 +44,8 @@ _LABELLED = frozenset(
     {"none", "error", "output_filter", "empty", "json_schema", "validator"}
     | {
         f"finish_reason:{kind}"
-        for kind in ("length", "content_filter", "stop", "tool_calls", "function_call")
+        for kind in {"content_filter", "stop", "tool_calls", "function_call"}
+        | INCOMPLETE_FINISH_REASONS
     }
 )
 

@@ -4,9 +4,9 @@ answer.
 A :class:`Cascade` names two or more tiers of a :class:`~llmguard_sdk.router.TaskRouter`,
 cheapest first. Each tier but the last answers under the cascade's checks: when one rejects
 the answer (it is not valid JSON or not of the schema, a validator of yours says no, it was
-cut at ``max_tokens`` or by a content filter), or an output filter of the Guard refuses it,
-or every route of the tier failed, the call goes on to the next tier. The last tier's answer
-is served unchecked.
+cut at ``max_tokens``, paused unfinished or stopped by a content filter), or an output filter
+of the Guard refuses it, or every route of the tier failed, the call goes on to the next tier.
+The last tier's answer is served unchecked.
 
 A check is any ``check(request, response) -> str | None``: ``None`` accepts the answer, a
 string is the reason it was rejected (the call's span reports it as it is; the metric
@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ConfigurationError
-from ..models import ChatRequest, ChatResponse
+from ..models import INCOMPLETE_FINISH_REASONS, ChatRequest, ChatResponse
 
 __all__ = ["Cascade", "Check", "finish_reason", "json_schema", "not_empty", "validator"]
 
@@ -92,9 +92,11 @@ class Cascade:
 
 
 def finish_reason(*rejected: str) -> Check:
-    """Reject an answer that ended for one of ``rejected`` (default: ``length``, cut at
-    ``max_tokens``, and ``content_filter``); the reason is ``finish_reason:<value>``."""
-    refused = frozenset(rejected or ("length", "content_filter"))
+    """Reject an answer that ended for one of ``rejected`` (default: the incomplete ones,
+    :data:`~llmguard_sdk.models.INCOMPLETE_FINISH_REASONS`: ``length``, cut at ``max_tokens``,
+    and Claude's ``pause_turn``; and ``content_filter``); the reason is
+    ``finish_reason:<value>``."""
+    refused = frozenset(rejected or (*INCOMPLETE_FINISH_REASONS, "content_filter"))
 
     def check(request: ChatRequest, response: ChatResponse) -> str | None:
         if response.finish_reason in refused:

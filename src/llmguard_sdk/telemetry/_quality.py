@@ -5,7 +5,9 @@ tells without a grader:
 
 * ``refusal``: the provider refused (``finish_reason`` ``content_filter``, or a refusal in
   the answer's metadata);
-* ``truncated``: the answer hit its token limit (``finish_reason`` ``length``);
+* ``truncated``: the answer is incomplete: it hit its token limit (``finish_reason``
+  ``length``) or Claude paused its turn (``pause_turn``;
+  :data:`~llmguard_sdk.models.INCOMPLETE_FINISH_REASONS`);
 * ``empty``: no text and no tool call;
 * ``json_schema``: the request asked for JSON (``response_format`` ``json_object`` or
   ``json_schema``) and the answer is not JSON, or not of the schema's top-level type, or
@@ -39,6 +41,7 @@ from opentelemetry import trace
 from opentelemetry.trace import Link, SpanContext, SpanKind, TraceFlags, TraceState
 
 from ..errors import GuardrailRejectedError, RequestValidationError
+from ..models import INCOMPLETE_FINISH_REASONS
 
 if TYPE_CHECKING:
     from ..models import ChatRequest, ChatResponse
@@ -113,7 +116,7 @@ def signals_of(
     found = []
     if response.finish_reason == "content_filter" or response.metadata.get("refusal"):
         found.append("refusal")
-    if response.finish_reason == "length":
+    if response.finish_reason in INCOMPLETE_FINISH_REASONS:
         found.append("truncated")
     if not response.text.strip() and not response.tool_calls:
         found.append("empty")

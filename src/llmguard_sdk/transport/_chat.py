@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import LLMGuardError, RequestValidationError
-from ..models import ChatResponse, StreamChunk
+from ..models import ChatResponse, StreamChunk, openai_finish_reason
 from ..providers.wire import chat_chunk_carries, chat_chunk_skipped
 from . import _wire
 from ._wire import Incoming
@@ -51,12 +51,13 @@ class ChatWire:
             message["refusal"] = refusal
         if response.tool_calls:
             message["tool_calls"] = response.tool_calls
+        finish = openai_finish_reason(response.finish_reason)  # Claude's pause_turn: "length"
         body: dict[str, Any] = {
             "id": response.id or _wire.new_id("chatcmpl"),
             "object": "chat.completion",
             "created": int(time.time()),
             "model": response.model,
-            "choices": [{"index": 0, "message": message, "finish_reason": response.finish_reason}],
+            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
         }
         if "logprobs" in response.metadata:  # the provider's, asked for with logprobs=True
             body["choices"][0]["logprobs"] = response.metadata["logprobs"]
@@ -126,7 +127,8 @@ class ChunkWriter:
         refusal = chunk.metadata.get("refusal")  # this chunk's piece of OpenAI's refusal
         if isinstance(refusal, str) and refusal:
             delta["refusal"] = refusal
-        choice = {"index": 0, "delta": delta, "finish_reason": chunk.finish_reason}
+        finish = openai_finish_reason(chunk.finish_reason)
+        choice = {"index": 0, "delta": delta, "finish_reason": finish}
         if "logprobs" in chunk.metadata:  # this chunk's, as the provider sent them
             choice["logprobs"] = chunk.metadata["logprobs"]
         return choice
