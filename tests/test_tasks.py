@@ -26,6 +26,7 @@ from llmguard_sdk import (
     DeploymentGroup,
     Guard,
     GuardrailRejectedError,
+    InputTooLargeError,
     OpenAICompatibleProvider,
     ResponseCache,
     Rule,
@@ -690,3 +691,58 @@ def test_a_cascade_and_a_tier_of_it_keep_their_own_cache_entries(
     assert (draft_again.route, draft_again.text) == ("cache", "I think it is about four?")
     assert (small.stats.requests, large.stats.requests) == (2, 1)
     guard.close()
+
+
+# -- the size check ---------------------------------------------------------------------------
+
+_BIG = _ask("hello world " * 100)  # about 200 tokens: more than max_input_tokens=50
+
+
+def test_max_input_tokens_counts_as_the_calls_tiers_first_route(
+    fakes: tuple[FakeProvider, FakeProvider],
+) -> None:
+    """The size check ran before the call's tier was chosen: it counted a call its tier sends
+    to gpt-4 (cl100k_base, exact) as the chain's first route's "small-model" (an estimate)."""
+    small, _ = fakes
+    with FakeProvider(model="gpt-4-0613", name="exact") as exact:
+        router = TaskRouter(
+            {"small": ["small"], "exact": ["exact"]}, rules=[Rule("exact", tenant="x")]
+        )
+        caught = []
+        with Guard(_routes(small, exact), tasks=router, max_input_tokens=50, environ={}) as g:
+            for tenant in (None, "x"):
+                with pytest.raises(InputTooLargeError) as error:
+                    g.chat(_BIG, tenant=tenant)
+                caught.append(error.value.estimated)
+        assert exact.stats.requests == 0
+    assert caught == [True, False]  # "small-model" estimates, the tier's gpt-4 counts exactly
+    assert small.stats.requests == 0
+
+
+def test_a_cheapest_rankings_count_serves_the_tiers_size_check(
+    fakes: tuple[FakeProvider, FakeProvider], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ``cheapest`` group counts the request for no model in particular (cl100k_base, an
+    estimate); the tier's gpt-4 counts with that encoding too: the size check takes its count
+    (exact now) rather than reuse it as it was or encode the request again."""
+    from llmguard_sdk import context
+
+    counted: list[str | None] = []
+
+    def counting(request: ChatRequest, model: str | None = None) -> Any:
+        counted.append(model)
+        return count_request_tokens(request, model)
+
+    count_request_tokens = context.count_request_tokens
+    monkeypatch.setattr(context, "count_request_tokens", counting)
+    small, large = fakes
+    group = DeploymentGroup("pair", _routes(small, large), strategy="cheapest")
+    with FakeProvider(model="gpt-4-0613", name="exact") as exact:
+        (solo,) = _routes(exact)
+        router = TaskRouter({"pair": ["pair"], "exact": [solo]}, rules=[Rule("exact", tenant="x")])
+        guard = Guard([group, solo], tasks=router, prices=PRICES, max_input_tokens=50, environ={})
+        with guard, pytest.raises(InputTooLargeError) as error:
+            guard.chat(_BIG, tenant="x")
+        assert exact.stats.requests == 0
+    assert error.value.estimated is False
+    assert counted == [None]  # encoded once, by the ranking

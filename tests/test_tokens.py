@@ -16,7 +16,7 @@ from llmguard_sdk import (
     count_text_tokens,
 )
 from llmguard_sdk.models import Message
-from llmguard_sdk.tokens import request_tokens_at_most
+from llmguard_sdk.tokens import TokenCount, recounted, request_tokens_at_most
 
 
 def test_cl100k_models_are_exact_and_match_tiktoken() -> None:
@@ -55,6 +55,24 @@ def test_tools_make_the_count_an_estimate() -> None:
     count = count_request_tokens(request)
     assert count.estimated
     assert count.tokens > without_tools.tokens
+
+
+def test_a_count_serves_another_model_of_its_encoding_without_encoding_again() -> None:
+    """A count taken for no model in particular (cl100k_base, an estimate: a ``cheapest``
+    ranking's) is gpt-4's too, exact then unless the request made it an estimate (tools);
+    a model of another encoding gets no count (None: counted anew)."""
+    plain = ChatRequest(messages=[Message(role="user", content="hello world")])
+    tools = [{"type": "function", "function": {"name": "lookup"}}]
+    tooled = plain.model_copy(update={"tools": tools})
+    for request, estimated in ((plain, False), (tooled, True)):
+        count = count_request_tokens(request)
+        assert count.estimated
+        exact = recounted(count, request, "gpt-4")
+        assert exact == TokenCount(count.tokens, estimated, "cl100k_base")
+        assert exact is not None
+        assert recounted(exact, request, "some-model") == count
+    other = TokenCount(5, estimated=False, method="o200k_base")
+    assert recounted(other, plain, "gpt-4") is None
 
 
 def test_a_repeated_system_prompt_is_encoded_once() -> None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from .models import ChatRequest, Usage
-from .tokens import TokenCount, count_request_tokens
+from .tokens import TokenCount, count_request_tokens, recounted
 
 if TYPE_CHECKING:
     from ._core.tasks import TaskChoice
@@ -192,6 +192,14 @@ class CallContext:
         if self.input_count is None:
             self.input_count = count_request_tokens(self.request, self.input_model)
         return self.input_count
+
+    def count_input_for(self, model: str | None) -> None:
+        """Count the request's input tokens as ``model`` does from now on (None: as the
+        request's model). A count taken already (a ``cheapest`` ranking's, a task rule's)
+        stays when ``model``'s encoding took it: the request is not encoded twice."""
+        if self.input_count is not None:
+            self.input_count = recounted(self.input_count, self.request, model)
+        self.input_model = model
 
     def sent_input_tokens(self) -> int:
         """Input tokens of the request the call's attempts send now: the request's, plus what

@@ -195,6 +195,18 @@ def counts_alike(first: str | None, second: str | None) -> bool:
     return first == second or _counter(first)[1:] == _counter(second)[1:]
 
 
+def recounted(count: TokenCount, request: ChatRequest, model: str | None) -> TokenCount | None:
+    """``count`` (a count of ``request``) as ``model`` counts it, when ``model``'s encoding is
+    the one that took it: the same tokens, nothing encoded again (only whether it is an
+    estimate may differ: ``model``'s own encoding or not); None when ``model`` counts with
+    another encoding (count anew)."""
+    _, method, own = _counter(model or request.model)
+    if method != count.method:
+        return None
+    estimated = not own or (count.estimated and _request_texts(request)[2])
+    return count if estimated == count.estimated else TokenCount(count.tokens, estimated, method)
+
+
 def warm(models: Iterable[str | None]) -> threading.Thread | None:
     """Start loading the encodings counting for ``models`` uses (their own where available
     offline, and cl100k_base, every count's fallback) in a daemon thread, unless each was

@@ -52,8 +52,6 @@ def call_context(
         region=region,
     )
     ctx.cacheable, ctx.cache_tags = cacheable, (*ctx.cache_tags, *cache_tags)
-    if stages.tasks is not None:  # the call's tier: its routes, or a cascade's first
-        stages.tasks.assign(ctx, ctx.route_order or stages.routes)
     return ctx
 
 

@@ -122,7 +122,9 @@ def prepare(
     priority: Literal["interactive", "batch"] = "interactive",
     region: str | None = None,
 ) -> CallContext:
-    """Validate the request, run input guardrails and the size check; start the clock."""
+    """Validate the request, run input guardrails, choose the call's routes (a release's,
+    a group's ranking, its tier's) and check its size as its first route counts; start the
+    clock."""
     started, started_ns = time.monotonic(), time.time_ns()
     if not stages.routes:
         raise ConfigurationError(
@@ -156,17 +158,26 @@ def prepare(
         stages.releases.assign(ctx, prices)
     elif stages.routing is not None:
         ctx.route_order = stages.routing.ranked(ctx, prices)
-    if stages.max_input_tokens is not None:  # (the request as sent: a release's prompt in)
-        # counted as the model of the call's first route counts: its arm's under a canary
-        ctx.input_model = ctx.request.model or (ctx.route_order or stages.routes)[0].model
-        # counted only when a bound without encoding does not show that the request fits
-        if request_tokens_at_most(ctx.request) > stages.max_input_tokens:
-            count = ctx.input_tokens()
-            if count.tokens > stages.max_input_tokens:
-                raise InputTooLargeError(
-                    count.tokens, stages.max_input_tokens, estimated=count.estimated
-                )
+    if stages.tasks is not None:  # the call's tier: its routes, or a cascade's first
+        ctx.count_input_for(_first_model(ctx, stages))  # a rule counts as the chain's first
+        stages.tasks.assign(ctx, ctx.route_order or stages.routes)
+    if stages.tasks is not None or stages.max_input_tokens is not None:
+        # counted as the model of the call's first route counts: its arm's under a canary,
+        # its tier's first route's with task routing (a count taken already is kept when
+        # that model's encoding took it)
+        ctx.count_input_for(_first_model(ctx, stages))
+    most = stages.max_input_tokens  # (the request as sent: a release's prompt in)
+    # counted only when a bound without encoding does not show that the request fits
+    if most is not None and request_tokens_at_most(ctx.request) > most:
+        count = ctx.input_tokens()
+        if count.tokens > most:
+            raise InputTooLargeError(count.tokens, most, estimated=count.estimated)
     return ctx
+
+
+def _first_model(ctx: CallContext, stages: Stages) -> str | None:
+    """The request's model, else the model of the call's first route (as ranked for it)."""
+    return ctx.request.model or (ctx.route_order or stages.routes)[0].model
 
 
 def _seconds(value: object) -> bool:
