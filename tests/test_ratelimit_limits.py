@@ -16,6 +16,7 @@ import pytest
 import redis
 
 from llmguard_sdk import ConfigurationError
+from llmguard_sdk._state.steps import run
 from llmguard_sdk.ratelimit import LimitsConfig, MemoryRateLimiter, RateLimit, RedisRateLimiter
 from llmguard_sdk.ratelimit.policy import CellState, reserve, reserve_all, settle
 from llmguard_sdk.store import RedisStore, hash_id
@@ -383,6 +384,15 @@ def test_redis_concurrency_queue_forgets_its_waiters(redis_url: str, redis_prefi
         store.close()
 
 
+def _enter(limiter: Any, operation: str, entry: str, args: dict[str, Any]) -> Any:
+    """``operation`` on route "r" through one of its public entry points."""
+    if entry == "async":
+        return anyio.run(lambda: getattr(limiter, f"a{operation}")("r", **args))
+    if entry == "steps":
+        return run(getattr(limiter, f"{operation}_steps")("r", **args))
+    return getattr(limiter, operation)("r", **args)
+
+
 @pytest.mark.parametrize(
     ("operation", "args"),
     [
@@ -394,12 +404,13 @@ def test_redis_concurrency_queue_forgets_its_waiters(redis_url: str, redis_prefi
         ("learn", {"pause": math.inf}),
     ],
 )
+@pytest.mark.parametrize("entry", ["blocking", "async", "steps"])
 def test_contract_a_nan_or_infinite_amount_is_a_typed_error(
-    backend: Backend, operation: str, args: dict[str, float]
+    backend: Backend, operation: str, args: dict[str, float], entry: str
 ) -> None:
     limiter = backend.make({"r": RateLimit(tpm=1000, concurrency=5)})
     with pytest.raises(ConfigurationError, match="finite"):
-        getattr(limiter, operation)("r", **args)
+        _enter(limiter, operation, entry, args)
     for _ in range(2):  # the shared state still limits
         assert limiter.reserve("r", tokens=600).allowed is (_ == 0)
 
@@ -426,14 +437,17 @@ def test_contract_a_nan_or_infinite_amount_is_a_typed_error(
         ("learn", {"pause": True}),
     ],
 )
+@pytest.mark.parametrize("entry", ["blocking", "async", "steps"])
 def test_contract_a_bad_argument_is_a_typed_error(
-    backend: Backend, operation: str, args: dict[str, Any]
+    backend: Backend, operation: str, args: dict[str, Any], entry: str
 ) -> None:
+    """Every public entry point checks (the Guard's own calls skip the checks: their
+    arguments are sound)."""
     limiter = backend.make(
         {"r": [RateLimit(tpm=1000, concurrency=1), RateLimit(rpm=5, per_tenant=True)]}
     )
     with pytest.raises(ConfigurationError, match=next(iter(args))):
-        getattr(limiter, operation)("r", **args)
+        _enter(limiter, operation, entry, args)
     held = limiter.reserve("r", tokens=600)  # the state is untouched: the cap still holds
     assert held.allowed
     assert not limiter.reserve("r", tokens=1).allowed

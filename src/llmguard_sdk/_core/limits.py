@@ -155,15 +155,17 @@ def reserve_steps(
     remaining = ctx.remaining()  # a call may wait what its deadline leaves an attempt
     # named before it goes out: cut short before the answer, the call gives the lease back
     reservation.lease, reservation.asked = new_call_id(), True
-    grant: Grant = yield from stages.limiter.reserve_steps(
+    grant: Grant = yield from stages.limiter._reserve_steps(  # (its arguments: sound)
         reservation.route,
-        tenant=reservation.tenant,
-        lease=reservation.lease,
-        input_tokens=reservation.input,
-        output_tokens=reservation.output,
-        priority=ctx.priority,
-        max_wait=max(0.0, remaining - MIN_ATTEMPT_SECONDS) if wait else 0.0,
-        lease_seconds=max(0.0, remaining) + _LEASE_GRACE_S,
+        {
+            "tenant": reservation.tenant,
+            "lease": reservation.lease,
+            "input_tokens": reservation.input,
+            "output_tokens": reservation.output,
+            "priority": ctx.priority,
+            "max_wait": max(0.0, remaining - MIN_ATTEMPT_SECONDS) if wait else 0.0,
+            "lease_seconds": max(0.0, remaining) + _LEASE_GRACE_S,
+        },
     )
     granted(reservation, grant)
     return grant

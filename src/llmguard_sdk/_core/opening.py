@@ -162,7 +162,7 @@ class Ahead:
             if args is not None:
                 if self.reservation.granted:  # (else asked, no answer: was it counted?)
                     args["request_delta"] = -1.0
-                undo.append(stages.limiter.settle_steps(self.route, **args))
+                undo.append(stages.limiter._settle_steps(self.route, args))
         self.permit_taken = self.grant_taken = True
         return undo
 

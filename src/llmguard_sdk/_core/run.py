@@ -157,14 +157,14 @@ class Run:
         steps: list[Step[Any]] = []
         args = limits.settle_args(reservation, refund=not sent)
         if args is not None:
-            steps.append(limiter.settle_steps(reservation.route, **args))
+            steps.append(limiter._settle_steps(reservation.route, args))
         taught: LearnArgs | None = None
         if isinstance(error, RateLimitedError):
             taught = {"pause": min(error.retry_after or 0.0, limits.MAX_LEARNED_PAUSE_S)}
         elif headers is not None:
             taught = limits.learned(headers)
         if taught is not None:
-            steps.append(limiter.learn_steps(reservation.route, **taught))
+            steps.append(limiter._learn_steps(reservation.route, taught))
         return steps
 
     def settle(self, reservation: Reservation | None, **outcome: Any) -> None:

@@ -31,7 +31,7 @@ from ..errors import (
 )
 from ..models import ChatRequest, ChatResponse, Timings, Usage, validate_request
 from ..providers.base import Provider
-from ..ratelimit import RateLimiter
+from ..ratelimit import MemoryRateLimiter, RedisRateLimiter
 from ..releases.control import ReleaseControl
 from ..retry.budget import RetryBudget
 from ..retry.policy import RetryPolicy
@@ -99,7 +99,8 @@ class Stages:
     moves_on: Callable[[ProviderError], bool] | None = None
     degraded_text: str | None = None
     hedge_after: float | None = None
-    limiter: RateLimiter | None = None
+    # (the two limiters: the Guard calls their private steps, its arguments unchecked)
+    limiter: MemoryRateLimiter | RedisRateLimiter | None = None
     spend: SpendControl | None = None  # spend budgets and costs (not the retry budget)
     cache: ResponseCache | None = None
     telemetry: Telemetry | None = None

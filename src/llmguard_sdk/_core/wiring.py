@@ -22,7 +22,7 @@ from ..config import GuardSettings
 from ..errors import ConfigurationError
 from ..providers.base import Provider
 from ..providers.openai_compat import OpenAICompatibleProvider
-from ..ratelimit import LimitsConfig, MemoryRateLimiter, RateLimiter, RedisRateLimiter
+from ..ratelimit import LimitsConfig, MemoryRateLimiter, RedisRateLimiter
 from ..releases import Release, ReleaseControl, ReleasePlan
 from ..releases.control import entries as release_entries
 from ..retry import (
@@ -159,7 +159,7 @@ def spend(
 
 def limiter(
     limits: LimitsConfig | None, store: Store, routes: Sequence[Provider]
-) -> RateLimiter | None:
+) -> MemoryRateLimiter | RedisRateLimiter | None:
     """The routes' rate limiter (None: no limits); a limit keyed by a name that is no
     route's (a typo, a deployment group's name) would never apply, so it is refused."""
     if limits is None:

@@ -14,11 +14,10 @@ from collections.abc import Callable
 import anyio
 from typing_extensions import Unpack
 
-from .._keywords import check_keywords
 from .._state.recent import Recent
 from .._state.steps import Call, Step, in_place
 from .._state.stores import hash_id
-from ._rules import LimiterBase, LimitsConfig, check_numbers
+from ._rules import LimiterBase, LimitsConfig, check_args
 from .policy import (
     CellState,
     Grant,
@@ -142,8 +141,6 @@ class MemoryRateLimiter(LimiterBase):
 
     def _asked(self, key: str, ask: ReserveArgs) -> tuple[_Cells, str, _Kwargs, float]:
         """(cells, call id, the policy's keywords, until when the call may wait)."""
-        check_keywords(ask, ReserveArgs, "reserve")
-        check_numbers(ask, "reserve")
         kwargs: dict[str, object] = dict(ask)  # the policy's keywords: all but these two
         cells = self._keys(key, kwargs.pop("tenant", None))  # type: ignore[arg-type]
         lease, named = kwargs.pop("lease", None), self.call_id(key)
@@ -155,6 +152,7 @@ class MemoryRateLimiter(LimiterBase):
         see :func:`~llmguard_sdk.ratelimit.reserve_all`. A call that finds every
         concurrency slot taken waits here (bounded by ``max_wait`` and the limits' own) for
         one to be given back."""
+        check_args(ask, ReserveArgs, "reserve")
         asked = self._asked(key, ask)
         first = self._first_try(*asked)
         return first if first is not None else self._wait(*asked)
@@ -162,6 +160,7 @@ class MemoryRateLimiter(LimiterBase):
     async def areserve(self, key: str, **ask: Unpack[ReserveArgs]) -> Grant:
         """Async twin of :meth:`reserve` (waits for a concurrency slot without blocking the
         event loop)."""
+        check_args(ask, ReserveArgs, "reserve")
         asked = self._asked(key, ask)
         first = self._first_try(*asked)
         return first if first is not None else await self._await(*asked)
@@ -170,6 +169,11 @@ class MemoryRateLimiter(LimiterBase):
         """:meth:`reserve` as a step: decided in place, unless the call must wait for a
         concurrency slot (then it waits the blocking or the async way of the code that runs
         it)."""
+        check_args(ask, ReserveArgs, "reserve")
+        return self._reserve_steps(key, ask)
+
+    def _reserve_steps(self, key: str, ask: ReserveArgs) -> Step[Grant]:
+        """:meth:`reserve_steps` without the checks of its arguments (the Guard's own)."""
         asked = self._asked(key, ask)
         first = self._first_try(*asked)
         if first is not None:
@@ -233,8 +237,11 @@ class MemoryRateLimiter(LimiterBase):
     def learn(self, key: str, **taught: Unpack[LearnArgs]) -> None:
         """Bring ``key``'s route-wide state down to what the provider reported (per-tenant
         limits are ours, not the provider's: they are left alone)."""
-        check_keywords(taught, LearnArgs, "learn")
-        check_numbers(taught, "learn")
+        check_args(taught, LearnArgs, "learn")
+        self._learn(key, taught)
+
+    def _learn(self, key: str, taught: LearnArgs) -> None:
+        """:meth:`learn` without the checks of its arguments (the Guard's own)."""
         with self._lock:
             now = self._clock()
             for name, limit in self._keys(key, None):
@@ -246,8 +253,11 @@ class MemoryRateLimiter(LimiterBase):
     def settle(self, key: str, **settled: Unpack[SettleArgs]) -> None:
         """Correct a reservation on ``key`` to what the call really used, and give its
         concurrency ``lease`` back (``request_delta=-1``: and its request)."""
-        check_keywords(settled, SettleArgs, "settle")
-        check_numbers(settled, "settle")
+        check_args(settled, SettleArgs, "settle")
+        self._settle(key, settled)
+
+    def _settle(self, key: str, settled: SettleArgs) -> None:
+        """:meth:`settle` without the checks of its arguments (the Guard's own)."""
         corrections: dict[str, object] = dict(settled)  # the policy's keywords: all but the tenant
         cells = self._keys(key, corrections.pop("tenant", None))  # type: ignore[arg-type]
         with self._lock:  # (the lock of ``_freed``)
@@ -277,6 +287,8 @@ class MemoryRateLimiter(LimiterBase):
 
     settle_steps, asettle = in_place(settle)
     learn_steps, alearn = in_place(learn)
+    _settle_steps = in_place(_settle)[0]  # (the Guard's: unchecked)
+    _learn_steps = in_place(_learn)[0]
     release_steps, arelease = in_place(release)
 
     def in_flight(self, key: str, *, tenant: str | None = None) -> int:

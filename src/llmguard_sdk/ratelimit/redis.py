@@ -24,10 +24,9 @@ from typing import Any, cast
 
 from typing_extensions import Unpack
 
-from .._keywords import check_keywords
 from .._state.steps import Pause, Step, entry_points
 from .._state.stores import Outage, RedisScripts, RedisStore, hash_id, lua, redis_errors
-from ._rules import LimiterBase, LimitsConfig, check_numbers, new_call_id, wait_bound
+from ._rules import LimiterBase, LimitsConfig, check_args, new_call_id, wait_bound
 from .memory import MemoryRateLimiter
 from .policy import CONCURRENCY_POLL, Grant, LearnArgs, RateLimit, ReserveArgs, SettleArgs
 
@@ -116,8 +115,11 @@ class RedisRateLimiter(LimiterBase):
         that finds every concurrency slot taken asks again every few tens of milliseconds
         while it may wait. In a batch, the first ask goes out with the batch; a call queued
         for a concurrency slot asks again alone."""
-        check_keywords(ask, ReserveArgs, "reserve")
-        check_numbers(ask, "reserve")
+        check_args(ask, ReserveArgs, "reserve")
+        return self._reserve_steps(key, ask)
+
+    def _reserve_steps(self, key: str, ask: ReserveArgs) -> Step[Grant]:
+        """:meth:`reserve_steps` without the checks of its arguments (the Guard's own)."""
         cells = self._cells(key, ask.get("tenant"))
         if not cells:
             return Grant(True)
@@ -135,14 +137,14 @@ class RedisRateLimiter(LimiterBase):
             if not grant.queued and (grant.allowed or not queued):
                 return grant
             if left <= 0 or not grant.queued:  # it leaves the queue now, not a moment later
-                yield from self.settle_steps(key, tenant=ask.get("tenant"), lease=call_id)
+                yield from self._settle_steps(key, {"tenant": ask.get("tenant"), "lease": call_id})
                 return _final(grant)
             queued = True
             yield Pause(min(left, _poll(grant)))
             # asking again, it may wait only what is left (its place in the queue lapses then)
             keys, args = self._reserve_call(cells, call_id, _what_is_left(ask, until))
         self._fell_back = True
-        fallback: Grant = yield from self._fallback.reserve_steps(key, **_what_is_left(ask, until))
+        fallback: Grant = yield from self._fallback._reserve_steps(key, _what_is_left(ask, until))
         return fallback
 
     def _learn_call(self, key: str, taught: LearnArgs) -> tuple[list[str], list[Any]]:
@@ -165,8 +167,11 @@ class RedisRateLimiter(LimiterBase):
 
     def learn_steps(self, key: str, **taught: Unpack[LearnArgs]) -> Step[None]:
         """Bring ``key``'s shared route-wide state down to what the provider reported."""
-        check_keywords(taught, LearnArgs, "learn")
-        check_numbers(taught, "learn")
+        check_args(taught, LearnArgs, "learn")
+        return self._learn_steps(key, taught)
+
+    def _learn_steps(self, key: str, taught: LearnArgs) -> Step[None]:
+        """:meth:`learn_steps` without the checks of its arguments (the Guard's own)."""
         keys, args = self._learn_call(key, taught)
         if not keys:
             return
@@ -176,7 +181,7 @@ class RedisRateLimiter(LimiterBase):
                 return
             except redis_errors() as exc:
                 self._outage.failed(exc)
-        self._fallback.learn(key, **taught)
+        self._fallback._learn(key, taught)
 
     def _settle_call(self, key: str, settled: SettleArgs) -> tuple[list[str], list[Any]] | None:
         token_delta = settled.get("token_delta", 0.0)
@@ -201,8 +206,11 @@ class RedisRateLimiter(LimiterBase):
     def settle_steps(self, key: str, **settled: Unpack[SettleArgs]) -> Step[None]:
         """Correct a reservation in Redis, and give its concurrency ``lease`` back;
         ``request_delta=-1`` also gives back the request (a call never sent)."""
-        check_keywords(settled, SettleArgs, "settle")
-        check_numbers(settled, "settle")
+        check_args(settled, SettleArgs, "settle")
+        return self._settle_steps(key, settled)
+
+    def _settle_steps(self, key: str, settled: SettleArgs) -> Step[None]:
+        """:meth:`settle_steps` without the checks of its arguments (the Guard's own)."""
         call = self._settle_call(key, settled)
         if call is None:
             return
@@ -216,7 +224,7 @@ class RedisRateLimiter(LimiterBase):
                 if self._fell_back and lease is not None:  # taken locally in an outage?
                     self._fallback.release(key, tenant=settled.get("tenant"), lease=lease)
                 return
-        self._fallback.settle(key, **settled)
+        self._fallback._settle(key, settled)
 
     def release_steps(self, key: str, *, tenant: str | None = None, lease: str) -> Step[None]:
         """Give a concurrency lease back without settling tokens."""
