@@ -40,6 +40,54 @@ def test_a_timeout_of_never_is_served_in_both_modes(
     assert response.text
 
 
+def _limited(kind: str) -> dict[str, Any]:
+    """A Guard's options: a rate limit on its route, or a spend budget."""
+    if kind == "rate_limits":
+        return {"rate_limits": {"primary": RateLimit(tpm=10_000, concurrency=2)}}
+    prices = PriceTable.default_table().with_prices({"fake-model": Price(input=1.0, output=2.0)})
+    return {"budgets": Budgets([Budget(limit_usd=1.0)], prices=prices)}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("limit", ["max_tokens", "max_completion_tokens"])
+@pytest.mark.parametrize("kind", ["rate_limits", "budgets"])
+def test_a_huge_output_limit_is_a_request_error_before_anything_is_reserved(
+    fake: FakeProvider, make_guard: MakeGuard, kind: str, limit: str, mode: str
+) -> None:
+    """``max_tokens=10**400`` was a bare OverflowError from the rate limit's reservation (or
+    the budget's estimate) turning it into a float; no model answers more than 2**31 - 1
+    tokens: a larger limit is a RequestValidationError naming it, before any stage runs."""
+    guard = make_guard(fake, **_limited(kind))
+    for huge in (10**400, 2**31):
+        with pytest.raises(RequestValidationError, match=f"{limit}: .*2147483647"):
+            chat_in_mode(guard, mode, **{limit: huge})
+    assert fake.stats.requests == 0
+    if kind == "rate_limits":
+        limiter: Any = guard.rate_limiter
+        assert limiter.in_flight("primary") == 0
+        whole = limiter.reserve("primary", tokens=10_000)  # nothing was taken
+        assert whole.allowed
+        limiter.settle("primary", token_delta=-10_000, lease=whole.lease)
+    else:
+        assert [(row["spent_usd"], row["held_usd"]) for row in guard.budget_status()] == [
+            (0.0, 0.0)
+        ]
+    assert chat_in_mode(guard, "sync", **{limit: 20}).text  # a sound limit is served
+
+
+def test_the_largest_output_limit_is_refused_by_the_limit_or_budget_it_exceeds(
+    fake: FakeProvider, make_guard: MakeGuard
+) -> None:
+    """At the bound, the stages refuse the call with their own typed errors."""
+    from llmguard_sdk import BudgetExceededError, RateLimitExceededError
+
+    for kind, error in (("rate_limits", RateLimitExceededError), ("budgets", BudgetExceededError)):
+        guard = make_guard(fake, **_limited(kind))
+        with pytest.raises(error):
+            guard.chat(USER, max_tokens=2**31 - 1)
+    assert fake.stats.requests == 0
+
+
 def test_a_stream_whose_reader_is_cancelled_is_reported_cancelled_like_a_plain_call(
     fake: FakeProvider, make_guard: MakeGuard
 ) -> None:

@@ -208,6 +208,9 @@ def _tool_choice_problem(choice: object, tools: list[dict[str, JsonValue]] | Non
     return None
 
 
+_MOST_OUTPUT_TOKENS = 2**31 - 1  # an output limit's bound (an int32, as the chat APIs take)
+
+
 class ChatRequest(BaseModel):
     """A chat-completion request, provider-neutral.
 
@@ -225,7 +228,9 @@ class ChatRequest(BaseModel):
     another typed tool (sent as it is); ``tools=[]`` is no tools, and a ``tool_choice`` that
     names a function names one of them. A ``json_schema`` ``response_format`` needs
     ``json_schema.name`` and a schema object. The numbers are numbers: a bool or a string is
-    refused.
+    refused; ``max_tokens`` and ``max_completion_tokens`` are at most 2**31 - 1 (no model
+    answers more; a larger one, ``10**400``, passed a Guard's checks and broke its rate
+    limits and budgets, which reserve it as a float).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -234,8 +239,10 @@ class ChatRequest(BaseModel):
     model: str | None = Field(default=None, min_length=1)
     # strict: a bool or a string is an error, not a number (True was max_tokens=1); an int
     # is still a float
-    max_tokens: int | None = Field(default=None, gt=0, strict=True)
-    max_completion_tokens: int | None = Field(default=None, gt=0, strict=True)
+    max_tokens: int | None = Field(default=None, gt=0, le=_MOST_OUTPUT_TOKENS, strict=True)
+    max_completion_tokens: int | None = Field(
+        default=None, gt=0, le=_MOST_OUTPUT_TOKENS, strict=True
+    )
     temperature: float | None = Field(default=None, ge=0.0, le=2.0, strict=True)
     top_p: float | None = Field(default=None, gt=0.0, le=1.0, strict=True)
     stop: str | list[str] | None = None
