@@ -95,3 +95,28 @@ def test_the_error_pickles_and_copies_as_itself(clone: Any) -> None:
     assert [(e["type"], e["loc"]) for e in again.errors()] == [
         (e["type"], e["loc"]) for e in error.errors()
     ]
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: GuardSettings.model_validate_json(f'{{"api_key": "{SECRET}", }}'),  # a stray comma
+        lambda: GuardSettings.model_validate_json(f'["{SECRET}"]'),
+        lambda: GuardSettings.model_validate_strings(f"api_key={SECRET}"),
+        lambda: GuardSettings.model_validate([("api_key", SECRET)]),
+    ],
+    ids=["json_invalid", "json_not_an_object", "strings_not_a_mapping", "not_a_mapping"],
+)
+def test_a_whole_input_refused_is_not_kept_in_the_details(
+    build: Callable[[], GuardSettings],
+) -> None:
+    """Settings refused as a whole (JSON that does not parse, a value that is no mapping)
+    keep pydantic's error at no field, whose input is everything given, the key with it:
+    masked, as a field's that may hold a secret is."""
+    with pytest.raises(SettingsValidationError) as caught:
+        build()
+    error = caught.value
+    assert [e["loc"] for e in error.errors()] == [()]
+    shown = [str(error), repr(error), repr(error.errors()), error.json()]
+    assert not any(SECRET in text for text in shown)
+    assert error.errors()[0]["input"] == "***"

@@ -174,10 +174,13 @@ def _check_number(name: str, value: object) -> None:
 
 def _shown_input(detail: Mapping[str, Any]) -> object:
     """The input a settings error keeps in its details: never a value that may be a secret
-    (a key, a store's or URL's password; an unknown setting's value: ``apikey=`` mistyped)."""
+    (a key, a store's or URL's password; an unknown setting's value: ``apikey=`` mistyped;
+    the whole input of settings refused as a whole, JSON that does not parse ...)."""
     from ._config_references import redacted
 
-    field, value = (detail["loc"] or ("",))[0], detail["input"]
+    if not detail["loc"]:  # (no field: its input is everything given, the key with it)
+        return "***"
+    field, value = detail["loc"][0], detail["input"]
     if field == "api_key" or detail["type"] == "extra_forbidden":
         return "***"
     if field in ("store", "base_url") and isinstance(value, str):
