@@ -15,6 +15,7 @@ import pytest
 from llmguard_sdk import ConfigurationError, Guard
 from llmguard_sdk._config_file import load_config, resolve
 from llmguard_sdk.cli import main
+from llmguard_sdk.providers.openai_compat import OpenAICompatibleProvider
 
 AZURE = {"AZURE_OPENAI_ENDPOINT": "https://example-resource.openai.azure.com"}
 ROUTES: list[tuple[dict[str, Any], str, dict[str, str]]] = [
@@ -100,10 +101,8 @@ def test_llmguard_api_key_set_to_nothing_beside_llmguard_base_url_is_refused(
     [
         ("anthropic/claude-3-5-haiku-latest", {"ANTHROPIC_API_KEY": ""},
          "guard.toml: routes.0.api_key: the environment variable ANTHROPIC_API_KEY is set but"),
-        ("ollama/llama3.2", {"LLMGUARD_BASE_URL": "http://127.0.0.1:9/v1", "LLMGUARD_API_KEY": ""},
-         "environment variable LLMGUARD_API_KEY is set but empty"),
     ],
-    ids=["route key", "LLMGUARD_API_KEY"],
+    ids=["route key"],
 )  # fmt: skip
 def test_llmguard_check_reports_an_empty_key_variable_as_the_guard(
     tmp_path: Path,
@@ -126,3 +125,23 @@ def test_llmguard_check_reports_an_empty_key_variable_as_the_guard(
         monkeypatch.delenv(name)
     assert main(["check", str(path)]) == 0
     assert "key no key" in capsys.readouterr().out
+
+
+def test_llmguard_api_key_set_to_nothing_is_not_read_by_a_guard_of_its_own_routes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``LLMGUARD_BASE_URL``'s route is built only for a Guard given no routes: one given its
+    routes, in code or in a configuration file, reads neither variable, and refused to be
+    built (and ``llmguard check`` to pass the file) for that unbuilt route's empty key."""
+    environ = {"LLMGUARD_BASE_URL": "http://127.0.0.1:9/v1", "LLMGUARD_API_KEY": ""}
+    mine = OpenAICompatibleProvider("http://127.0.0.1:9/v1", model="m", name="mine")
+    with Guard(mine, environ=environ, telemetry=False) as guard:
+        assert [route.name for route in guard.routes] == ["mine"]
+    routes = {"routes": [{"model": "ollama/llama3.2"}]}
+    with Guard.from_config(routes, environ=environ, telemetry=False) as guard:
+        assert [route.name for route in guard.routes] == ["ollama"]
+    path = tmp_path / "guard.toml"
+    path.write_text('[[routes]]\nmodel = "ollama/llama3.2"\n', encoding="utf-8")
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    assert main(["check", str(path)]) == 0

@@ -318,10 +318,17 @@ class GuardSettings(BaseModel):
                 field = str(err["loc"][0]) if err["loc"] else "settings"
                 found.append(f"{sources.get(field, field)}: {err['msg']}")
             raise _invalid(exc, found) from None
-        key = f"{ENV_PREFIX}API_KEY"  # the key of the route LLMGUARD_BASE_URL makes
-        if settings.base_url is not None and settings.api_key is None and key in env:
-            raise ConfigurationError(  # (set but blank: it went as no key, 401 at first call)
-                f"invalid settings: environment variable {key} is set but empty: set it to the "
-                f"key of the {ENV_PREFIX}BASE_URL route, or unset it for a route that sends no key"
-            )
         return settings
+
+
+def _check_default_key(settings: GuardSettings, environ: Mapping[str, str] | None) -> None:
+    """Refuse ``LLMGUARD_API_KEY`` set but empty or blank where ``settings`` build the route
+    ``LLMGUARD_BASE_URL`` names (a Guard given no routes): it went as no key, and the first
+    call failed with 401. A Guard given its routes reads neither variable."""
+    key = f"{ENV_PREFIX}API_KEY"
+    env = _text_environ(environ, "Guard")
+    if settings.base_url is not None and settings.api_key is None and key in env:
+        raise ConfigurationError(
+            f"invalid settings: environment variable {key} is set but empty: set it to the "
+            f"key of the {ENV_PREFIX}BASE_URL route, or unset it for a route that sends no key"
+        )

@@ -18,7 +18,7 @@ from ..breaker import (
 )
 from ..budget import Budget, Budgets, PriceTable, SpendControl
 from ..cache import ResponseCache
-from ..config import GuardSettings
+from ..config import GuardSettings, _check_default_key
 from ..errors import ConfigurationError
 from ..providers.base import Provider
 from ..providers.openai_compat import OpenAICompatibleProvider
@@ -242,11 +242,15 @@ def retry_budget(policy: RetryBudgetPolicy | None, store: Store) -> RetryBudget 
 Entries = Provider | DeploymentGroup | Sequence[Provider | DeploymentGroup] | None
 
 
-def routes(providers: Entries, settings: GuardSettings) -> tuple[Provider, ...]:
-    """The chain's routes, each deployment group's deployments in its place."""
+def routes(
+    providers: Entries, settings: GuardSettings, environ: Mapping[str, str] | None = None
+) -> tuple[Provider, ...]:
+    """The chain's routes, each deployment group's deployments in its place; without
+    ``providers``, the route ``LLMGUARD_BASE_URL`` names (its key checked in ``environ``)."""
     if providers is None:
         if settings.base_url is None:
             return ()
+        _check_default_key(settings, environ)
         return (
             OpenAICompatibleProvider(
                 settings.base_url, api_key=settings.api_key, model=settings.model
