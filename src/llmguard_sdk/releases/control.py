@@ -337,10 +337,10 @@ class ReleaseControl:
         and ``canary``: ``None`` when the plan has no canary or none is stored yet, else the
         stage, with ``control``, ``candidate``, ``log_likelihood_ratios`` and ``bound`` beside
         it (see :func:`status_of`)."""
-        found: dict[str, Any] = {"key": self.plan.store_key, "canary": None}
-        if self.backend is not None and self.policy is not None:
-            found = status_of(self.backend, self.plan.store_key, self.policy)
-        return {"key": found.pop("key"), "release": self.plan.release.id, **found}
+        release = self.plan.release.id
+        if self.backend is None or self.policy is None:
+            return {"key": self.plan.store_key, "release": release, "canary": None}
+        return status_of(self.backend, self.plan.store_key, self.policy, release=release)
 
     def promote(self) -> Stage:
         """Move the canary to its next stage now, in every process."""
@@ -439,16 +439,21 @@ def _arm_figures(counters: Counters) -> dict[str, Any]:
     }
 
 
-def status_of(backend: ReleaseBackend, key: str, policy: CanaryPolicy) -> dict[str, Any]:
+def status_of(
+    backend: ReleaseBackend, key: str, policy: CanaryPolicy, *, release: str | None = None
+) -> dict[str, Any]:
     """The stage stored under ``key`` and, for its current stage, each arm's figures and
-    each metric's log likelihood ratio against the breach bound."""
+    each metric's log likelihood ratio against the breach bound. ``release`` is the current
+    release's id, given back as is: the store keeps the candidate's only, so a reader of the
+    store alone (``llmguard release status``) has ``None`` there, in the same shape."""
     found = backend.exchange(key, "", 0, {}, {})
     stage = found.stage
     if stage is None:
-        return {"key": key, "canary": None}
+        return {"key": key, "release": release, "canary": None}
     counts = metric_counts(found.control, found.canary, policy)
     return {
         "key": key,
+        "release": release,
         "canary": {
             "candidate": stage.candidate,
             "status": stage.status,

@@ -1,0 +1,72 @@
+"""``llmguard release status --json``: one shape, that of ``ReleaseControl.status()``, whether
+the canary's state lives in memory or in Redis, and whether a canary is stored or not."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from llmguard_sdk import Guard, RedisStore
+from llmguard_sdk.cli import main
+from llmguard_sdk.releases import RedisReleaseBackend
+from llmguard_sdk.testing import FakeProvider
+
+from .test_releases import _canary_guard, _traffic
+
+
+@pytest.fixture
+def pair() -> Iterator[tuple[FakeProvider, FakeProvider]]:
+    with FakeProvider(name="a") as a, FakeProvider(name="b") as b:
+        yield a, b
+
+
+def _status(guard: Guard) -> dict[str, Any]:
+    """``guard``'s canary after some traffic, as ``ReleaseControl.status()`` reads it."""
+    controls = guard.releases
+    assert controls is not None
+    try:
+        controls.start_now()
+        _traffic(guard, 20)
+        controls.flush()
+        return controls.status()
+    finally:
+        guard.close()
+
+
+def _cli(capsys: pytest.CaptureFixture[str], key: str, *where: str) -> tuple[int, Any]:
+    code = main(["release", "status", key, *where, "--stages", "0.5,1", "--json"])
+    return code, json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("state", ["memory", "redis"])
+def test_release_status_json_has_the_shape_of_release_control_status(
+    pair: Any, state: str, redis_url: str, redis_prefix: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The CLI's report had no ``release`` key (Redis stores the candidate only, not the
+    current release's id): a reader of ``ReleaseControl.status()`` and of the CLI's JSON
+    could not read both the same way. It is there, ``null``, as the CLI cannot know it."""
+    a, b = pair
+    where = ("--store", redis_url, "--prefix", redis_prefix)
+    if state == "redis":
+        status = _status(_canary_guard(a, b, store=redis_url, key_prefix=redis_prefix))
+    else:  # the Guard's canary in memory; the CLI reads one stored in Redis by hand
+        status = _status(_canary_guard(a, b))
+        store = RedisStore(redis_url, key_prefix=redis_prefix)
+        try:
+            RedisReleaseBackend(store).exchange("bot", "bot@v2", 0, {}, {})
+        finally:
+            store.close()
+    assert status["release"] == "bot@v1"
+    assert status["canary"] is not None
+    code, report = _cli(capsys, "bot", *where)
+    assert code == 0
+    assert list(report) == list(status)  # the same keys, in the same order
+    assert report["release"] is None
+    if state == "redis":  # the same canary read both ways: the same figures
+        assert report == {**status, "release": None}
+    code, report = _cli(capsys, "nobody", *where)
+    assert code == 1
+    assert report == {"key": "nobody", "release": None, "canary": None}
