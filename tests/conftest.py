@@ -121,7 +121,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 # -- markers: what a test needs (pyproject.toml registers them; `make check` leaves them out) --
 
-_REDIS_FIXTURES = frozenset({"redis_url", "redis_prefix", "redis8_url"})
+_REDIS_FIXTURES = frozenset({"redis_url", "redis_prefix", "redis8_url", "redis_server"})
 _CLUSTER_FIXTURES = frozenset({"redis_cluster_url", "cluster_prefix", "redis8_cluster_url"})
 
 
@@ -282,6 +282,17 @@ def redis8_cluster_url() -> Iterator[str]:
         yield cluster.url
     finally:
         cluster.stop()
+
+
+@pytest.fixture
+def redis_server() -> Iterator[redis_cluster.RedisServer]:
+    """A redis-server of this test's own on a free loopback port, started, that the test may
+    kill and restart (from its append-only file: ``persist=True``); stopped afterwards."""
+    made = redis_cluster.RedisServer(persist=True)
+    try:
+        yield made.start()
+    finally:
+        made.stop()
 
 
 RedisTarget = Callable[[str], tuple[str, str]]

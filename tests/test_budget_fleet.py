@@ -7,7 +7,6 @@ from __future__ import annotations
 import multiprocessing
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,13 +19,6 @@ from llmguard_sdk.store import RedisStore
 
 pytestmark = pytest.mark.redis
 DRILL_LIMIT_USD = 0.3
-
-
-@pytest.fixture
-def server() -> Iterator[RedisServer]:
-    redis = RedisServer(persist=True).start()
-    yield redis
-    redis.stop()
 
 
 def _spec(limit_usd: float = 1.0) -> CounterSpec:
@@ -47,9 +39,9 @@ def _process(server: RedisServer, journal: Path, share: float | None = None) -> 
 
 @pytest.mark.parametrize("processes", [3, 12])
 def test_the_fleet_spends_at_most_its_share_of_what_was_left(
-    server: RedisServer, tmp_path: Path, processes: int
+    redis_server: RedisServer, tmp_path: Path, processes: int
 ) -> None:
-    fleet = [_process(server, tmp_path) for _ in range(processes)]
+    fleet = [_process(redis_server, tmp_path) for _ in range(processes)]
     spent = 0.0
     for i, backend in enumerate(fleet):  # $0.60 of $1 spent, every process seen by Redis
         assert _reserve(backend, f"before-{i}", 0.6 / processes)
@@ -58,7 +50,7 @@ def test_the_fleet_spends_at_most_its_share_of_what_was_left(
     for backend in fleet:  # a last reservation each, so each knows how many are alive
         assert _reserve(backend, f"probe-{id(backend)}", 0.0001)
         backend.settle(f"probe-{id(backend)}", [_spec()], actual=0, ttl=600)
-    server.kill()
+    redis_server.kill()
     local = 0.0
     for n, backend in enumerate(fleet):  # each spends all it may on its own
         for call in range(10_000):
@@ -70,7 +62,7 @@ def test_the_fleet_spends_at_most_its_share_of_what_was_left(
     left = 1.0 - spent
     assert local <= 0.25 * left + 1e-9  # a quarter of what was left, for all of them
     assert local >= 0.25 * left - processes * 0.001 - 1e-9  # and each got its part
-    server.start()
+    redis_server.start()
     for backend in fleet:  # nothing lost: every local settle reaches Redis
         assert backend.replay()
     ((settled, held, _),) = fleet[0].status([_spec()])
@@ -82,12 +74,12 @@ def test_the_fleet_spends_at_most_its_share_of_what_was_left(
 
 
 def test_failing_closed_spends_nothing_while_redis_is_away(
-    server: RedisServer, tmp_path: Path
+    redis_server: RedisServer, tmp_path: Path
 ) -> None:
-    store = RedisStore(server.url, key_prefix="fleet", socket_timeout=0.2)
+    store = RedisStore(redis_server.url, key_prefix="fleet", socket_timeout=0.2)
     backend = RedisBudgetBackend(store, journal_dir=str(tmp_path))
     assert _reserve(backend, "a", 0.5)
-    server.kill()
+    redis_server.kill()
     result = backend.reserve("b", [_spec()], base=1, per_token=0.0, want=0, minimum=0, ttl=60)
     assert not result.allowed
     assert result.unavailable
@@ -129,15 +121,14 @@ def _drill_worker(url: str, journal: str, fail_open: bool, until: float, out: An
 @pytest.mark.slow
 @pytest.mark.parametrize("fail_open", [True, False])
 def test_a_three_process_drill_with_redis_killed_and_restarted(
-    tmp_path: Path, fail_open: bool
+    redis_server: RedisServer, tmp_path: Path, fail_open: bool
 ) -> None:
-    server = RedisServer(persist=True).start()
     context = multiprocessing.get_context("spawn")
     out = context.Queue()
     until = time.time() + 12
     workers = [
         context.Process(
-            target=_drill_worker, args=(server.url, str(tmp_path), fail_open, until, out)
+            target=_drill_worker, args=(redis_server.url, str(tmp_path), fail_open, until, out)
         )
         for _ in range(3)
     ]
@@ -145,20 +136,19 @@ def test_a_three_process_drill_with_redis_killed_and_restarted(
         for worker in workers:
             worker.start()
         time.sleep(6)  # the limit (300 calls' worth) is spent by then
-        server.kill()
+        redis_server.kill()
         time.sleep(3)
-        server.start()
+        redis_server.start()
         reports = [out.get(timeout=90) for _ in workers]
         for worker in workers:
             worker.join(timeout=30)
-        store = RedisStore(server.url, key_prefix="drill", journal_dir=str(tmp_path))
+        store = RedisStore(redis_server.url, key_prefix="drill", journal_dir=str(tmp_path))
         ((settled, held, _),) = RedisBudgetBackend(store).status([_spec(DRILL_LIMIT_USD)])
         store.close()
     finally:
         for worker in workers:
             if worker.is_alive():
                 worker.kill()
-        server.stop()
     recorded = sum(report["recorded"] for report in reports)
     assert all(report["pending"] == 0 for report in reports)
     assert settled == recorded  # nothing lost, nothing counted twice

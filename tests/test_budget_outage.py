@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
@@ -26,15 +25,6 @@ from .test_fake_provider import wait_until
 
 pytestmark = pytest.mark.redis
 LOCALLY = BudgetEvent("unavailable", "default", "*", action="counted_locally")
-
-
-@pytest.fixture
-def server() -> Iterator[RedisServer]:
-    made = RedisServer(persist=True)
-    try:
-        yield made.start()
-    finally:
-        made.stop()
 
 
 def _guard(
@@ -62,23 +52,23 @@ def _served(guard: Guard, twin: str) -> float | None:
 
 
 def test_fail_open_tells_on_event_once_per_outage(
-    server: RedisServer, fake: FakeProvider, tmp_path: Path
+    redis_server: RedisServer, fake: FakeProvider, tmp_path: Path
 ) -> None:
     """Calls counted per process while Redis was away (the budget not enforced across the
     fleet) told ``on_event`` nothing: only failing closed sent an "unavailable" event."""
     store = RedisStore(
-        server.url, key_prefix="outage", socket_timeout=0.25, journal_dir=str(tmp_path)
+        redis_server.url, key_prefix="outage", socket_timeout=0.25, journal_dir=str(tmp_path)
     )
     events: list[BudgetEvent] = []
     guard = _guard(fake, store, events)
     try:
         assert _served(guard, "sync") == pytest.approx(CALL_USD)
         assert _outages(events) == []  # Redis answers: nothing to tell
-        server.kill()
+        redis_server.kill()
         for twin in ("sync", "async", "sync", "async"):  # every call let through
             assert _served(guard, twin) == pytest.approx(CALL_USD)
         assert _outages(events) == [LOCALLY]  # once for the outage, not per call
-        server.start()  # from its append-only file
+        redis_server.start()  # from its append-only file
         deadline = time.monotonic() + 10
         while store.health.failures and time.monotonic() < deadline:
             _served(guard, "sync")  # counted locally until a call finds Redis back
@@ -86,7 +76,7 @@ def test_fail_open_tells_on_event_once_per_outage(
         assert store.health.failures == 0  # Redis answered: that outage is over
         _served(guard, "async")
         assert _outages(events) == [LOCALLY]
-        server.kill()  # a new outage, told again (an async call first this time)
+        redis_server.kill()  # a new outage, told again (an async call first this time)
         for twin in ("async", "sync", "async"):
             assert _served(guard, twin) == pytest.approx(CALL_USD)
         assert _outages(events) == [LOCALLY, LOCALLY]
@@ -96,12 +86,12 @@ def test_fail_open_tells_on_event_once_per_outage(
 
 
 def test_a_retry_counted_locally_tells_on_event(
-    server: RedisServer, fake: FakeProvider, tmp_path: Path
+    redis_server: RedisServer, fake: FakeProvider, tmp_path: Path
 ) -> None:
     """Redis went away during a call's first attempt: the top-up before its retry was the
     first decision of the outage counted in memory, and told nothing."""
     store = RedisStore(
-        server.url, key_prefix="outage", socket_timeout=0.25, journal_dir=str(tmp_path)
+        redis_server.url, key_prefix="outage", socket_timeout=0.25, journal_dir=str(tmp_path)
     )
     events: list[BudgetEvent] = []
     guard = _guard(
@@ -114,7 +104,7 @@ def test_a_retry_counted_locally_tells_on_event(
     )
     fake.script(Fault(latency=4.0), None)  # the first attempt times out after it went out
     killer = threading.Thread(
-        target=lambda: wait_until(lambda: fake.stats.requests == 1) and server.kill()
+        target=lambda: wait_until(lambda: fake.stats.requests == 1) and redis_server.kill()
     )
     killer.start()
     try:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 
 import pytest
 from tools.redis_cluster import RedisServer
@@ -15,15 +14,6 @@ from llmguard_sdk.store import RedisStore
 from tests.test_cache import FAQ, PARAPHRASE, answer, ask
 
 pytestmark = pytest.mark.redis
-
-
-@pytest.fixture
-def server() -> Iterator[RedisServer]:
-    made = RedisServer(persist=True)
-    try:
-        yield made.start()
-    finally:
-        made.stop()
 
 
 def _until_found(cache: ResponseCache, question: str) -> bool:
@@ -37,19 +27,19 @@ def _until_found(cache: ResponseCache, question: str) -> bool:
     return False
 
 
-def test_a_redis_outage_leaves_the_semantic_index_whole(server: RedisServer) -> None:
+def test_a_redis_outage_leaves_the_semantic_index_whole(redis_server: RedisServer) -> None:
     """A semantic lookup while Redis was away read each candidate as gone (a miss and a
     deleted entry looked the same) and dropped it from this process's index: once Redis was
     back, its entries were found by their exact key only, never again by similarity."""
-    store = RedisStore(server.url, key_prefix="outage", socket_timeout=0.25, retry_pause=0.2)
+    store = RedisStore(redis_server.url, key_prefix="outage", socket_timeout=0.25, retry_pause=0.2)
     cache = ResponseCache(store, sync_interval=0.0)
     try:
         assert cache.store(ask(FAQ), answer("a"))
         assert cache.lookup(ask(PARAPHRASE)) is not None
-        server.kill()
+        redis_server.kill()
         assert cache.lookup(ask(PARAPHRASE)) is None  # away: a miss, not an error
         assert cache.lookup(ask(PARAPHRASE)) is None
-        server.start()  # from its append-only file: the entry is there
+        redis_server.start()  # from its append-only file: the entry is there
         assert _until_found(cache, FAQ)  # by its exact key (which leaves the index as it is)
         hit = cache.lookup(ask(PARAPHRASE))
         assert hit is not None

@@ -75,20 +75,21 @@ def test_a_clear_redis_did_not_take_raises() -> None:
         cache.close()
 
 
-def test_a_clear_that_failed_leaves_the_entries_found_once_redis_is_back() -> None:
+def test_a_clear_that_failed_leaves_the_entries_found_once_redis_is_back(
+    redis_server: RedisServer,
+) -> None:
     """A clear that could not reach Redis deletes nothing in this process either: its
     semantic index still matches what Redis holds, so paraphrases are served when the
     outage ends (the clear is to be tried again), and a clear that reaches Redis clears.
     (Its own redis-server, killed and restarted from its append-only file.)"""
-    server = RedisServer(persist=True).start()
-    store = RedisStore(server.url, key_prefix="clear", socket_timeout=0.25, retry_pause=0.2)
+    store = RedisStore(redis_server.url, key_prefix="clear", socket_timeout=0.25, retry_pause=0.2)
     cache = ResponseCache(store, sync_interval=0.0)
     try:
         assert cache.store(ask(FAQ), answer("a"))
-        server.kill()
+        redis_server.kill()
         with pytest.raises(StoreUnavailableError):
             cache.clear()
-        server.start()
+        redis_server.start()
         assert _until_found(cache, FAQ)
         hit = cache.lookup(ask(PARAPHRASE))
         assert hit is not None
@@ -98,7 +99,6 @@ def test_a_clear_that_failed_leaves_the_entries_found_once_redis_is_back() -> No
         assert cache.lookup(ask(PARAPHRASE)) is None
     finally:
         cache.close()
-        server.stop()
 
 
 @pytest.mark.slow  # 60k entries written (about 20 s)
