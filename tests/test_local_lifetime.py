@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import gc
 import inspect
+import subprocess
+import sys
 import threading
 import time
 import warnings
@@ -20,6 +22,7 @@ from llmguard_sdk import Guard, LocalProvider, ProviderUnavailableError
 from llmguard_sdk.models import ChatRequest
 from llmguard_sdk.providers._llama import _load_llama
 from llmguard_sdk.providers._local_worker import _Worker
+from tests.conftest import require_module
 from tests.localmodel import QUESTION
 from tests.test_local_safety import Hold
 
@@ -256,3 +259,20 @@ def test_a_worker_thread_that_cannot_start_is_a_typed_error_and_tried_again(
         assert answer.route == "no-thread"
     finally:
         provider.close()
+
+
+@pytest.mark.parametrize("first", ["llmguard_sdk.providers.local", "llama_cpp"])
+def test_a_process_that_used_llama_cpp_ends_without_resource_warnings(first: str) -> None:
+    """llama-cpp-python's ``_utils`` opens /dev/null twice at import and never closes it:
+    every process that used the local provider (whichever it imported first) ended with two
+    "unclosed file '/dev/null'" ResourceWarnings (``-X dev``, ``-W error``, a test run)."""
+    require_module("llama_cpp", "the local provider needs llama-cpp-python")
+    second = "llama_cpp" if first != "llama_cpp" else "llmguard_sdk.providers.local"
+    result = subprocess.run(
+        [sys.executable, "-X", "dev", "-W", "error::ResourceWarning", "-c",
+         f"import {first}\nimport {second}\n"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "/dev/null" not in result.stderr
+    assert "ResourceWarning" not in result.stderr

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import functools
+import io
 import logging
 import math
 import os
+import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from importlib import resources
@@ -29,6 +32,20 @@ _INSTALL_HINT = (
 logger = logging.getLogger("llmguard_sdk")
 _LOAD_LOCK = threading.Lock()
 _SUPPRESSOR = "suppress_stdout_stderr"  # llama-cpp-python's fd-level silencer (see _load_llama)
+
+
+def _close_llama_devnull() -> None:
+    """Close the two /dev/null files llama-cpp-python's ``_utils`` opens at import (for its
+    quiet loads) and never closes: each was a ResourceWarning at the interpreter's exit.
+    At exit only, and only what is there: open file objects of a ``llama_cpp`` imported."""
+    utils = sys.modules.get("llama_cpp._utils")
+    for name in ("outnull_file", "errnull_file"):
+        found = getattr(utils, name, None)
+        if isinstance(found, io.IOBase) and not found.closed:
+            found.close()
+
+
+atexit.register(_close_llama_devnull)  # (whichever module imports llama_cpp, and when)
 
 
 def _usable_cpus() -> int:
