@@ -352,7 +352,8 @@ def test_a_reader_that_stops_early_gets_no_traceback() -> None:
     assert process.stdout is not None
     assert process.stderr is not None
     process.stdout.close()  # before the command has imported itself: nobody reads
-    errors = process.stderr.read().decode()
+    with process.stderr:  # (closed afterwards: a ResourceWarning otherwise)
+        errors = process.stderr.read().decode()
     assert process.wait(timeout=120) == 1
     assert "Traceback" not in errors
     assert "BrokenPipeError" not in errors

@@ -185,8 +185,12 @@ def test_with_options_keeps_the_guard(fake: FakeProvider, make_guard: MakeGuard)
 
     async def run() -> str | None:
         aclient = _async_openai_client(guard).with_options(timeout=5.0)
-        assert aclient.guard is guard
-        answer = await aclient.chat.completions.create(model="m", messages=USER)
-        return answer.choices[0].message.content
+        try:
+            assert aclient.guard is guard
+            answer = await aclient.chat.completions.create(model="m", messages=USER)
+            return answer.choices[0].message.content
+        finally:  # the client, then the Guard's async side (its connections in this loop)
+            await aclient.close()
+            await guard.aclose()
 
     assert anyio.run(run) == "Echo: hello there"
