@@ -581,7 +581,7 @@ def test_the_provider_name_of_sdk_objects() -> None:
     """A client class says more than its package (Azure OpenAI is the openai package); an
     exception raised from the SDK's tells too; a plain answer tells nothing."""
     import anthropic
-    import httpx
+    import httpx2  # (what openai 3.x builds on: its errors take httpx2's requests)
     import openai
 
     from llmguard_sdk.telemetry._sdk_names import first_sdk_provider_name, sdk_provider_name
@@ -592,7 +592,7 @@ def test_the_provider_name_of_sdk_objects() -> None:
     assert first_sdk_provider_name([openai, azure]) == "azure.ai.openai"
     azure.close()
     wrapped = RuntimeError("wrapped")
-    wrapped.__cause__ = openai.APITimeoutError(request=httpx.Request("POST", "http://h/"))
+    wrapped.__cause__ = openai.APITimeoutError(request=httpx2.Request("POST", "http://h/"))
     assert sdk_provider_name(wrapped) == "openai"
     assert sdk_provider_name({"model": "m"}) is None
     anthropic_client = anthropic.Anthropic(api_key="k")

@@ -153,7 +153,9 @@ def test_feedback_is_counted_with_the_calls_labels_and_linked_to_its_span(
     feedback = [s for s in otel.finished() if s.name == "llmguard.feedback"]
     assert len(feedback) == 3
     assert [link.context.span_id for link in feedback[0].links] == [span.context.span_id]
-    assert feedback[0].events[0].attributes["llmguard.feedback.score"] == 1.0
+    scored = feedback[0].events[0].attributes
+    assert scored is not None
+    assert scored["llmguard.feedback.score"] == 1.0
     assert not feedback[2].links
 
 
