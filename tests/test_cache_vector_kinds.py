@@ -8,13 +8,15 @@ a store from the other kind writes nothing (logged once); a clear frees the name
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 
 import pytest
 import redis
 
-from llmguard_sdk.cache import ResponseCache
+from llmguard_sdk._state.stores import RedisStore
+from llmguard_sdk.cache import RedisCacheBackend, ResponseCache
 from llmguard_sdk.errors import ConfigurationError
 from tests.test_cache import FAQ, PARAPHRASE, answer, ask
 
@@ -132,3 +134,64 @@ def test_local_caches_mark_their_namespace_on_any_redis(redis_url: str, redis_pr
     finally:
         cache.clear()
         cache.close()
+
+
+def _vectors(server: redis.Redis, prefix: str) -> int:
+    """How many vectors the vector sets under ``prefix`` hold."""
+    keys = server.scan_iter(match=f"{prefix}:cache:*:v:*")
+    return sum(int(server.execute_command("VCARD", key)) for key in keys)
+
+
+def _indexed(server: redis.Redis, prefix: str) -> int:
+    """How many entry ids the ``vix`` hashes under ``prefix`` name."""
+    return sum(int(server.hlen(key)) for key in server.scan_iter(match=f"{prefix}:cache:*:vix"))
+
+
+def test_an_exact_only_writer_evicting_server_entries_removes_their_vectors(
+    redis8_url: str, server: redis.Redis
+) -> None:
+    """A cache without similarity search (``semantic=False``) may share a namespace that
+    ``vector_search="server"`` caches keep; its stores evicted their entries but left the
+    vectors in the vector sets (and the ids in the ``vix`` hash), for good."""
+    prefix = _prefix()
+    remote = ResponseCache(redis8_url, key_prefix=prefix, vector_search="server", max_entries=2)
+    exact = ResponseCache(redis8_url, key_prefix=prefix, semantic=False, max_entries=2)
+    try:
+        assert remote.store(ask(FAQ), answer("a"))
+        assert remote.store(ask("How do I delete my account?"), answer("b"))
+        assert (_vectors(server, prefix), _indexed(server, prefix)) == (2, 2)
+        assert exact.store(ask("What is the capital of France?"), answer("Paris"))
+        assert (_vectors(server, prefix), _indexed(server, prefix)) == (1, 1)
+        assert exact.store(ask("What is the capital of Italy?"), answer("Rome"))
+        assert (_vectors(server, prefix), _indexed(server, prefix)) == (0, 0)
+        assert remote.lookup(ask(PARAPHRASE)) is None
+    finally:
+        remote.close()
+        exact.close()
+
+
+def test_an_exact_only_reader_of_an_expired_server_entry_removes_its_vector(
+    redis8_url: str, server: redis.Redis
+) -> None:
+    """The read of an expired entry's key takes it out of the LRU (no eviction will pop it):
+    its vector goes then too, whichever cache reads it (the vector set lives on with a
+    longer-lived entry's vector)."""
+    prefix = _prefix()
+    remote = ResponseCache(
+        redis8_url, key_prefix=prefix, vector_search="server", ttl=1.0, stale_ttl=0.0
+    )
+    lasting = ResponseCache(redis8_url, key_prefix=prefix, vector_search="server", ttl=60)
+    store = RedisStore(redis8_url, key_prefix=prefix)
+    exact = RedisCacheBackend(store, "default", 10)  # (vector_search=False)
+    try:
+        assert remote.store(ask(FAQ), answer("short-lived"))
+        stored = time.monotonic()
+        assert lasting.store(ask("How do I delete my account?"), answer("lasting"))
+        assert (_vectors(server, prefix), _indexed(server, prefix)) == (2, 2)
+        time.sleep(max(0.0, stored + 1.1 - time.monotonic()))
+        assert exact.get(remote.keys(ask(FAQ)).exact) is None  # the exact read, no search
+        assert (_vectors(server, prefix), _indexed(server, prefix)) == (1, 1)
+    finally:
+        remote.close()
+        lasting.close()
+        store.close()

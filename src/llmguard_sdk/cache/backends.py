@@ -206,7 +206,7 @@ class RedisCacheBackend:
                     self._log,
                     self._vector_index,
                 ],
-                [entry_id, self._stream_length, self._vector_sets if self.vector_search else ""],
+                [entry_id, self._stream_length, self._vector_sets],
             )
         except redis_errors() as exc:
             self._outage.failed(exc)
@@ -256,7 +256,7 @@ class RedisCacheBackend:
                     stream_vector,
                     entry.stale_until,
                     self._stream_length,
-                    self._vector_sets if self.vector_search else "",
+                    self._vector_sets,
                     server_vector,
                     _EVICT_AT_ONCE,
                 ],

@@ -1,8 +1,7 @@
 -- Read one cache entry and mark it most recently used; forget ids whose entry has expired.
 -- KEYS[1] entry key, KEYS[2] LRU sorted set, KEYS[3] use counter, KEYS[4] change log,
 -- KEYS[5] hash: entry id -> index key (server-side search).
--- ARGV[1] entry id, ARGV[2] stream length, ARGV[3] vector-set key prefix ('' unless
--- server-side search is on).
+-- ARGV[1] entry id, ARGV[2] stream length, ARGV[3] vector-set key prefix.
 -- Returns {entry JSON, its remaining life in ms (PTTL)}: the reader's clock need not agree
 -- with the writer's.
 local value = redis.call('GET', KEYS[1])
@@ -13,14 +12,12 @@ if not value then
     -- readers find their cursor trimmed once it is written again)
     redis.call('XADD', KEYS[4], 'MAXLEN', '~', tonumber(ARGV[2]), '*', 'op', 'del', 'id', ARGV[1])
   end
-  if ARGV[3] ~= '' then
-    -- its vector too: out of the LRU, no eviction would remove it, and a search meets it
-    -- only while it is among the nearest
-    local index_key = redis.call('HGET', KEYS[5], ARGV[1])
-    if index_key then
-      redis.call('VREM', ARGV[3] .. index_key, ARGV[1])
-      redis.call('HDEL', KEYS[5], ARGV[1])
-    end
+  -- its vector too, whoever reads it: out of the LRU, no eviction would remove it, and a
+  -- search meets it only while it is among the nearest
+  local index_key = redis.call('HGET', KEYS[5], ARGV[1])
+  if index_key then
+    redis.call('VREM', ARGV[3] .. index_key, ARGV[1])
+    redis.call('HDEL', KEYS[5], ARGV[1])
   end
   return false
 end

@@ -4,7 +4,7 @@
 -- the namespace's vectors are kept ('server' or 'local', vectors.lua); one hash tag.
 -- ARGV: entry id, entry JSON, time to live (ms), max entries, entry key prefix,
 --       index key, vector (base64), stale_until (s), stream length,
---       vector-set key prefix ('' unless server-side search is on), vector (FP32 blob),
+--       vector-set key prefix, vector (FP32 blob: server-side search only),
 --       entries evicted at most (a namespace far over max entries, the bound lowered or a
 --       process with a lower one sharing it, shrinks over the next stores, not in one script).
 -- The change logged carries the time to live ('ttl', ms): a reader counts it from the
@@ -22,10 +22,11 @@ end
 local vsets = ARGV[10]
 -- A namespace keeps its vectors in one place: a writer of the other kind is refused before
 -- anything is written (its entries could never be found by similarity where they are read).
+-- (A server-side writer sends its vector as ARGV[11] alone, a local one as ARGV[7] alone.)
 local kind = ''
-if vsets ~= '' and ARGV[11] ~= '' then
+if ARGV[11] ~= '' then
   kind = 'server'
-elseif vsets == '' and ARGV[7] ~= '' then
+elseif ARGV[7] ~= '' then
   kind = 'local'
 end
 local marked = false
@@ -67,12 +68,11 @@ if extra > 0 then
   for i = 1, #oldest, 2 do
     local id = oldest[i]
     redis.call('DEL', ARGV[5] .. id)
-    if vsets ~= '' then
-      local index_key = redis.call('HGET', KEYS[5], id)
-      if index_key then
-        redis.call('VREM', vsets .. index_key, id)
-        redis.call('HDEL', KEYS[5], id)
-      end
+    -- its vector too, whoever evicts it (a writer without server-side search included)
+    local index_key = redis.call('HGET', KEYS[5], id)
+    if index_key then
+      redis.call('VREM', vsets .. index_key, id)
+      redis.call('HDEL', KEYS[5], id)
     end
     redis.call('XADD', KEYS[3], 'MAXLEN', '~', maxlen, '*', 'op', 'del', 'id', id)
     evicted[#evicted + 1] = id
