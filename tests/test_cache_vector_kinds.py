@@ -3,8 +3,10 @@ and the change stream (each process's own index), by ``vector_search="server"`` 
 Redis server's vector sets. A cache of one kind switched onto a namespace the other kind
 filled found none of its entries by similarity, silently (every semantic lookup a miss), and
 the two kinds sharing a namespace were each blind to the other's entries. Now a semantic
-cache over a namespace the other kind keeps is a ``ConfigurationError`` at construction, and
-a store from the other kind writes nothing (logged once); a clear frees the namespace."""
+cache over a namespace the other kind keeps raises ``ConfigurationError`` at its first lookup
+or store (and at each after, until the namespace is free: construction sends nothing to
+Redis), and a store from the other kind writes nothing (logged once); a clear frees the
+namespace."""
 
 from __future__ import annotations
 
@@ -41,8 +43,11 @@ def test_switching_kinds_over_live_entries_is_a_configuration_error(
     prefix, second = _prefix(), OTHER[first]
     old = ResponseCache(redis8_url, key_prefix=prefix, vector_search=first)  # type: ignore[arg-type]
     assert old.store(ask(FAQ), answer(f"by {first}"))
+    switched = ResponseCache(redis8_url, key_prefix=prefix, vector_search=second)  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError) as raised:
-        ResponseCache(redis8_url, key_prefix=prefix, vector_search=second)  # type: ignore[arg-type]
+        switched.lookup(ask(FAQ))
+    with pytest.raises(ConfigurationError):
+        switched.store(ask(FAQ), answer(f"by {second}"))
     message = str(raised.value)
     assert f"vector_search='{first}'" in message
     assert f"vector_search='{second}'" in message
@@ -60,23 +65,25 @@ def test_switching_kinds_over_live_entries_is_a_configuration_error(
     assert elsewhere.store(ask(FAQ), answer(f"by {second}"))
     # cleared, it is free for either kind
     old.clear()
-    new = ResponseCache(redis8_url, key_prefix=prefix, vector_search=second)  # type: ignore[arg-type]
-    assert new.store(ask(FAQ), answer(f"by {second}"))
-    hit = new.lookup(ask(PARAPHRASE))
+    assert switched.store(ask(FAQ), answer(f"by {second}"))  # (its check passes now)
+    hit = switched.lookup(ask(PARAPHRASE))
     assert hit is not None
     assert (hit.kind, hit.response.text) == ("semantic", f"by {second}")
-    for cache in (old, exact, elsewhere, new):
+    for cache in (old, exact, elsewhere, switched):
         cache.close()
 
 
 def test_a_store_from_the_other_kind_writes_nothing_and_is_logged_once(
     redis8_url: str, server: redis.Redis, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Two kinds started on an empty namespace: the first to store a vector keeps it."""
+    """Two kinds started on an empty namespace (each used once: its checks passed): the
+    first to store a vector keeps it."""
     prefix = _prefix()
     local = ResponseCache(redis8_url, key_prefix=prefix, vector_search="local")
     remote = ResponseCache(redis8_url, key_prefix=prefix, vector_search="server")
     try:
+        assert local.lookup(ask(FAQ)) is None
+        assert remote.lookup(ask(FAQ)) is None
         assert remote.store(ask(FAQ), answer("by server"))
         entries = set(server.scan_iter(match=f"{prefix}:cache:*:e:*"))
         assert not local.store(ask("How do I delete my account?"), answer("by local"))
@@ -108,8 +115,10 @@ def test_a_namespace_written_before_the_mark_is_read_from_its_keys(
     assert server.get(mark) == first.encode()
     assert server.pttl(mark) > 0
     server.delete(mark)
+    other = ResponseCache(redis8_url, key_prefix=prefix, vector_search=OTHER[first])  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError):
-        ResponseCache(redis8_url, key_prefix=prefix, vector_search=OTHER[first])  # type: ignore[arg-type]
+        other.lookup(ask(FAQ))
+    other.close()
     same = ResponseCache(redis8_url, key_prefix=prefix, vector_search=first)  # type: ignore[arg-type]
     assert same.store(ask("How do I delete my account?"), answer("b"))
     same.clear()

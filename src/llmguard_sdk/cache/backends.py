@@ -42,6 +42,7 @@ _READ = _LUA.joinpath("read.lua").read_text(encoding="utf-8")
 _SEARCH = _LUA.joinpath("search.lua").read_text(encoding="utf-8")
 _LIVE = _LUA.joinpath("live.lua").read_text(encoding="utf-8")
 _VECTORS = _LUA.joinpath("vectors.lua").read_text(encoding="utf-8")
+_PROBE = "return redis.call('VCARD', KEYS[1])"  # (an error without vector sets)
 _BATCH = 1000  # change-stream messages read at once
 _CLEAR_PAGE = 1000  # entries (or fields of the vector-set hash) a clear deletes per script
 # vectors a clear frees per script at most (Redis frees one in about 3 us; a set larger than
@@ -125,19 +126,17 @@ def open_backend(
 ) -> tuple[CacheBackend, RedisCacheBackend | None]:
     """A cache's backend for ``store``, and the same backend again where it searches the
     vectors on the server (``server``: needs a Redis store; ``max_bytes``: a memory one).
-    A semantic cache over a Redis namespace whose live entries keep their vectors the other
-    way (``vector_search="local"`` / ``"server"``) is a :class:`ConfigurationError`."""
+    Nothing is sent to Redis here: a Redis backend checks the server on its first read or
+    write (see :class:`RedisCacheBackend`)."""
     if isinstance(store, RedisStore):
         if max_bytes is not None:
             raise ConfigurationError(
                 "max_bytes bounds an in-memory cache; bound a Redis cache with max_entries "
                 "and the server's maxmemory"
             )
-        backend = RedisCacheBackend(store, namespace, max_entries, vector_search=server)
-        if server and not backend.check_vector_search():
-            logger.warning("Redis unreachable: whether it has vector sets is not known yet")
-        if semantic:
-            backend.check_vectors_kept()
+        backend = RedisCacheBackend(
+            store, namespace, max_entries, vector_search=server, semantic=semantic
+        )
         return backend, backend if server else None
     if server:
         raise ConfigurationError("vector_search='server' needs a Redis store")
@@ -167,12 +166,27 @@ class RedisCacheBackend:
     An entry that expired leaves its vector set when a search meets it or a read of its key
     finds it gone. The change stream
     then carries no vectors (nothing reads them: no process keeps a local index).
+
+    Constructing one sends nothing to Redis. Its first read or write checks the server first
+    (:meth:`check_vector_search` with ``vector_search``, :meth:`check_vectors_kept` with
+    ``semantic``) and raises their :class:`ConfigurationError`; until Redis answers a check,
+    each read or write tries it again (one refused raises again: a namespace cleared since
+    is free).
     """
 
     def __init__(
-        self, store: RedisStore, namespace: str, max_entries: int, *, vector_search: bool = False
+        self,
+        store: RedisStore,
+        namespace: str,
+        max_entries: int,
+        *,
+        vector_search: bool = False,
+        semantic: bool = False,
     ) -> None:
         self._store = store
+        self._unchecked = {"vector sets"} if vector_search else set()
+        if semantic:
+            self._unchecked.add("vectors kept")
         tag = hash_id(namespace)
         self.vector_search = vector_search
         self._vector_sets = store.key("cache", tag, "v") + ":"
@@ -187,7 +201,9 @@ class RedisCacheBackend:
         self._uses = store.key("cache", tag, "uses")
         self._max = max_entries
         self._stream_length = max(1000, 2 * max_entries)
-        self._scripts = RedisScripts(store, _PUT, _GET, _CLEAR, _READ, _SEARCH, _LIVE, _VECTORS)
+        self._scripts = RedisScripts(
+            store, _PUT, _GET, _CLEAR, _READ, _SEARCH, _LIVE, _VECTORS, _PROBE
+        )
         self._cursor = "0-0"
         self._loading: str | None = None  # the last score a load of the live entries read
         self._outage = Outage("response cache", "serving misses", store)
@@ -197,6 +213,7 @@ class RedisCacheBackend:
         if not self._outage.up():
             return None
         try:
+            yield from self._checked_steps()
             raw = yield self._scripts.command(
                 1,
                 [
@@ -236,6 +253,7 @@ class RedisCacheBackend:
                 left_out = {"vector"}
         stored = entry.model_dump_json(exclude=left_out)
         try:
+            yield from self._checked_steps()
             evicted = yield self._scripts.command(
                 0,
                 [
@@ -295,14 +313,8 @@ class RedisCacheBackend:
         """Whether the server has vector sets; raises :class:`ConfigurationError` when it
         answers without them, returns False when it cannot be reached (then a script that
         fails for want of them later logs an error, and the cache misses)."""
-        import redis
-
         try:
-            self._store.client.eval(
-                "return redis.call('VCARD', KEYS[1])", 1, self._vector_sets + "probe"
-            )
-        except redis.ResponseError as exc:
-            raise ConfigurationError(_NO_VECTOR_SETS.format(exc)) from None
+            run(self._vector_sets_steps())
         except redis_errors():
             return False
         return True
@@ -313,12 +325,35 @@ class RedisCacheBackend:
         find none of them by similarity, and its stores would be refused. Nothing is checked
         while Redis cannot be reached (a store refused later is logged once)."""
         try:
-            marked = self._scripts.sync(6)(
-                keys=[self._vectors_kept, self._vector_index, self._lru],
-                args=[self._entry_prefix],
-            )
+            run(self._vectors_kept_steps())
         except redis_errors():
             return
+
+    def _checked_steps(self) -> Step[None]:
+        """The checks a first read or write makes (see the class docs); each is done once it
+        passes. A Redis error is the caller's to handle (the check stays due)."""
+        if "vector sets" in self._unchecked:
+            yield from self._vector_sets_steps()
+            self._unchecked.discard("vector sets")
+        if "vectors kept" in self._unchecked:
+            yield from self._vectors_kept_steps()
+            self._unchecked.discard("vectors kept")
+
+    def _vector_sets_steps(self) -> Step[None]:
+        """:meth:`check_vector_search` as steps (a Redis error other than the server's
+        refusal raised as it is)."""
+        import redis
+
+        try:
+            yield self._scripts.command(7, [self._vector_sets + "probe"])
+        except redis.ResponseError as exc:
+            raise ConfigurationError(_NO_VECTOR_SETS.format(exc)) from None
+
+    def _vectors_kept_steps(self) -> Step[None]:
+        """:meth:`check_vectors_kept` as steps (a Redis error raised as it is)."""
+        marked = yield self._scripts.command(
+            6, [self._vectors_kept, self._vector_index, self._lru], [self._entry_prefix]
+        )
         marked = _text(marked or "")
         if marked in _WHERE and marked != self._kind:
             raise ConfigurationError(self._other_kind(marked))

@@ -95,12 +95,14 @@ class ResponseCache(_SemanticMatching, Closes, AsyncCloses):
             ``VSIM``), one per partition, and each semantic search adds a round trip (the
             ``VSIM``) — for caches too large to hold in every process. Needs a Redis store
             whose server has vector sets (:class:`~llmguard_sdk.errors.ConfigurationError`
-            when it answers without them at construction). A namespace keeps its vectors one
-            way: a semantic cache of one kind over a namespace whose live entries were
-            stored by the other is a :class:`~llmguard_sdk.errors.ConfigurationError` at
-            construction (it could find none of them by similarity; use another namespace,
-            or clear it first), and a store from a cache of the other kind writes nothing
-            (logged once).
+            when it answers without them). A namespace keeps its vectors one way: a
+            semantic cache of one kind over a namespace whose live entries were stored by
+            the other is a :class:`~llmguard_sdk.errors.ConfigurationError` (it could find
+            none of them by similarity; use another namespace, or clear it first), and a
+            store from a cache of the other kind writes nothing (logged once). Both are
+            checked by the cache's first lookup or store, not at construction (which sends
+            nothing to Redis); a check that fails raises at each lookup or store until it
+            passes.
         monitor: a :class:`~llmguard_sdk.cache.FalseHitMonitor` that re-asks a sample of
             semantic hits in the background and raises this namespace's threshold, or stops
             its semantic hits, when the estimated false-hit rate exceeds its target.
