@@ -136,6 +136,10 @@ LANGUAGES = [
 # the pieces that Indic vowel signs cut words into pass for function words) and refuse every
 # match of two different texts: a rewording is served by the standard guards only.
 NO_STRICT_TERMS = {"Korean", "Hindi"}
+# An opening "excuse me" is a term on one side for the strict guards (as in English: "Excuse
+# me, can I cancel my order?" / "Can I cancel my order?"), since they count a kana as a fifth
+# of a word (as the other guards do): before, the pair was "too long" for them as characters.
+STRICT_REFUSES = {"すみません、注文をキャンセルできますか？"}
 
 
 @pytest.mark.parametrize(
@@ -154,7 +158,7 @@ def test_a_negated_question_is_refused_and_a_rewording_served(
         assert cache.store(ask(question), answer("yes"))
         assert cache.lookup(ask(negation)) is None
         assert cache.store(ask(negation), answer("no"))
-        if strict and language in NO_STRICT_TERMS:
+        if strict and (language in NO_STRICT_TERMS or reworded in STRICT_REFUSES):
             continue
         hit = cache.lookup(ask(reworded))
         assert hit is not None, language

@@ -62,9 +62,10 @@ _NAME = re.compile(r"(?<![.!?:]\s)(?<!^)(?<![.!?:])\b[A-Z][a-z]{2,}\b")
 # swaps are usually synonyms.
 _SHORT_QUERY_WORDS = 6
 # Negation flips a question or a short statement; in a paragraph it sits in one clause among
-# many and is paraphrased freely ("without waiting" / "you don't have to wait"). Counted
-# language-fairly (:func:`._words.word_count`: a Han character is 0.4 of a word, a kana 0.2).
+# many and is paraphrased freely ("without waiting" / "you don't have to wait").
 _NEGATION_SCOPE_WORDS = 15
+# (Each bound on words is counted language-fairly, by :func:`._words.word_count`: a Han
+# character is 0.4 of a word, a kana 0.2.)
 _STOP = frozenset(
     {
         "a",
@@ -466,14 +467,15 @@ def term_of(word: str) -> str | None:
 def request_terms(query: str, cached: str) -> tuple[list[str], list[str]] | None:
     """The content words (in order of first use) of two short requests, as the strict guards
     compare them; ``None`` where the strict guards do not judge the pair (statements, or
-    more than 12 content words in all); ``([], [])`` for two kinds of question."""
+    more than 12 content words in all, a Han character counting 0.4 of a word and a kana
+    0.2); ``([], [])`` for two kinds of question."""
     words = _tokens(listed(unfronted(query), _is_content))
     cached_words = _tokens(listed(unfronted(cached), _is_content))
     if not (_is_request(query, words) or _is_request(cached, cached_words)):
         return None
     (kind, framed), (cached_kind, cached_framed) = _framed(words), _framed(cached_words)
     terms, cached_terms = _strict_terms(framed), _strict_terms(cached_framed)
-    if len(set(terms) | set(cached_terms)) > _STRICT_WORDS:
+    if word_count(set(terms) | set(cached_terms)) > _STRICT_WORDS:
         return None
     if not _compatible(kind, cached_kind):
         return [], []
@@ -503,7 +505,8 @@ def _in_one_order(
 def strict_rejection(query: str, cached: str) -> str | None:
     """The strict guards' reason to refuse a match of two short requests, or ``None``.
 
-    They judge requests (a question or an instruction) of up to 12 content words in all:
+    They judge requests (a question or an instruction) of up to 12 content words in all (a
+    Han character counting 0.4 of a word, a kana 0.2, as :func:`guard_rejection` counts):
     ``"question_kind"`` (why / when / where / who / how much / yes-no / should-I / what-how
     / what-X-means / what-X-stands-for differ), ``"term"`` (a content word, quantifiers such
     as "most" or "only" included, on one side only: "learn Python" / "learn Python fast")
@@ -567,14 +570,15 @@ def guard_rejection(
     """Why a semantic match of ``query`` to ``cached`` must be refused, or ``None``.
 
     The reasons: ``"number"`` (the numbers differ; "three" is "3"), ``"negation"`` (one is
-    negated, the other not; for texts of up to 15 content words, a Han character counting
-    0.4 of a word and a kana 0.2), ``"entity"`` (each names something that does not occur
-    in the other: identifiers, code, proper names),
+    negated, the other not; for texts of up to 15 content words), ``"entity"`` (each
+    names something that does not occur in the other: identifiers, code, proper names),
     ``"key_term"`` (short queries, up to 6 content words, where each side has a content word
     the other lacks, as in "cancel my order" / "cancel my subscription"; not with
     ``key_terms=False``, where a verifier judges substitutions); with ``strict``, those of
     :func:`strict_rejection` too, and key terms compared without the requests' framings (as
-    :func:`strict_rejection` reads them).
+    :func:`strict_rejection` reads them). Words are counted language-fairly: a Han
+    character (Chinese and Japanese run without spaces, read a character at a time) counts
+    0.4 of a word and a kana 0.2 (:func:`._words.word_count`).
     """
     if _numbers_differ(query, cached):
         return "number"
@@ -587,6 +591,6 @@ def guard_rejection(
     if strict:  # their framings aside ("the best way to V" / "the steps to V" is no swap)
         words, cached_words = _key_words(query), _key_words(cached)
     substituted = bool(words - cached_words) and bool(cached_words - words)
-    if key_terms and substituted and len(words | cached_words) <= _SHORT_QUERY_WORDS:
+    if key_terms and substituted and word_count(words | cached_words) <= _SHORT_QUERY_WORDS:
         return "key_term"
     return strict_rejection(query, cached) if strict else None
