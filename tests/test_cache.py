@@ -432,7 +432,7 @@ def test_hashing_embedder_is_deterministic_and_unit_length() -> None:
 )
 def test_hashing_embedder_vectors_stay_the_same_bits(text: str, digest: str) -> None:
     # Entries written by one process (or version) are searched by another under the
-    # embedder's name ("hashing-v2-..."): a faster embedding must give the very same floats.
+    # embedder's name ("hashing-v3-..."): a faster embedding must give the very same floats.
     if cl100k_encoding() is None:
         pytest.skip("word rarity comes from tiktoken's cl100k encoding")
     one = HashingEmbedder().embed([text])[0].astype("<f4")

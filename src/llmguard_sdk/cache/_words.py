@@ -15,6 +15,7 @@ import unicodedata
 
 __all__ = [
     "CASED_WORD",
+    "CJK",
     "WORD",
     "ascii_digits",
     "minor",
@@ -24,14 +25,15 @@ __all__ = [
     "word_count",
 ]
 
-# Hiragana, katakana and Han (CJK ideographs and their extension A and compatibility blocks)
-_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
-WORD = re.compile(rf"[{_CJK}]|[^\W_{_CJK}]+(?:'[^\W\d_{_CJK}]+)?")
+CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+"""The scripts written without spaces between words, as a character class's ranges:
+hiragana, katakana and Han (CJK ideographs and their extension A and compatibility blocks)."""
+WORD = re.compile(rf"[{CJK}]|[^\W_{CJK}]+(?:'[^\W\d_{CJK}]+)?")
 """A word of lower-cased text (ASCII: ``[a-z0-9]+(?:'[a-z]+)?``)."""
-CASED_WORD = re.compile(rf"[{_CJK}]|[^\W_{_CJK}]+(?:['\u2019][^\W\d_{_CJK}]+)?")
+CASED_WORD = re.compile(rf"[{CJK}]|[^\W_{CJK}]+(?:['\u2019][^\W\d_{CJK}]+)?")
 """A word as written, its contraction kept (ASCII: ``[A-Za-z0-9]+(?:['\u2019][A-Za-z]+)?``)."""
-_LETTERS = re.compile(rf"[^\W\d_{_CJK}]+")
-_ONE_CJK = re.compile(rf"[{_CJK}]")
+_LETTERS = re.compile(rf"[^\W\d_{CJK}]+")
+_ONE_CJK = re.compile(rf"[{CJK}]")
 _ONE_KANA = re.compile("[\u3040-\u30ff]")
 # What a Han or kana character is worth in words, for the rules that count words (a Chinese
 # or Japanese text is read a character at a time): on 21 English questions and statements

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from ..._lazy import np
 from ...errors import ConfigurationError
 from ...tokens import cl100k_encoding
+from .._words import CJK
 from .base import finite_number, normalise, whole_number
 
 if TYPE_CHECKING:
@@ -26,9 +27,21 @@ __all__ = ["HashingEmbedder"]
 
 _WORD_CACHE_SIZE = 16_384  # words (and word pairs) kept with their hashed contributions (about
 # 10 MB and 3 MB at most)
-# letters and digits of every script (on ASCII text, what [a-z0-9]+(?:'[a-z]+)? read: v1 read
-# nothing else, so a Russian or Chinese question embedded as its Latin words and numbers alone)
-_WORD = re.compile(r"[^\W_]+(?:'[^\W\d_]+)?")
+# Han and hiragana (Chinese; Japanese's kanji with their endings and particles) run without
+# spaces: a run of them is read as its character bigrams (see _unspaced), a bigram of
+# hiragana at a quarter of its weight (Japanese writes its grammar in hiragana, its content
+# in kanji and katakana). A run of katakana is a word (a loanword: "インストール"), as a
+# Latin one is.
+_UNSPACED_CHARACTERS = "\u3041-\u309f\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+_KATAKANA = "\u30a1-\u30fa\u30fc-\u30ff"  # (not "・", which parts words)
+_UNSPACED = re.compile(f"[{_UNSPACED_CHARACTERS}]")
+_HIRAGANA = re.compile("[\u3041-\u309f]+")
+_HIRAGANA_WEIGHT = 0.25
+# Else letters and digits of every script (on ASCII text, what [a-z0-9]+(?:'[a-z]+)? read: v1
+# read nothing else, so a Russian or Chinese question embedded as its Latin words and numbers
+# alone; v2 read a run of Han and kana as one word, so two Chinese questions one character
+# apart shared nothing but a few character n-grams).
+_WORD = re.compile(rf"[{_UNSPACED_CHARACTERS}]+|[{_KATAKANA}]+|[^\W_{CJK}]+(?:'[^\W\d_{CJK}]+)?")
 
 
 @lru_cache(maxsize=_WORD_CACHE_SIZE)
@@ -59,7 +72,8 @@ class HashingEmbedder:
     Args:
         dimension: number of hashed dimensions (1024 keeps collisions rare for sentences).
         ngram_sizes: character n-gram lengths taken inside each word (spelling variants,
-            inflections and compounds still overlap).
+            inflections and compounds still overlap). Chinese and Japanese, written without
+            spaces, are read as overlapping character bigrams (a katakana word whole).
         char_weight / pair_weight: weight of a word's character n-grams and of adjacent word
             pairs, relative to the word itself.
     """
@@ -92,7 +106,7 @@ class HashingEmbedder:
         self._words: dict[str, tuple[npt.NDArray[np.intp], npt.NDArray[np.float32]]] = {}
         self._pairs: dict[tuple[str, str], tuple[int, float]] = {}
         sizes = "".join(str(n) for n in self._sizes)
-        self.name = f"hashing-v2-d{dimension}-n{sizes}-c{char_weight:g}-p{pair_weight:g}"
+        self.name = f"hashing-v3-d{dimension}-n{sizes}-c{char_weight:g}-p{pair_weight:g}"
 
     def __repr__(self) -> str:
         return f"HashingEmbedder({self.name})"
@@ -108,9 +122,12 @@ class HashingEmbedder:
         if known is not None:
             return known
         weight = _rarity(word)
+        if _HIRAGANA.fullmatch(word) is not None:
+            weight *= _HIRAGANA_WEIGHT
         features = [f"w{_stem(word)}"]
         weights = [weight]
-        if self._char_weight:
+        if self._char_weight and _UNSPACED.match(word) is None:  # (not a bigram's: the
+            # bigram again)
             padded = f"<{word}>"
             grams = [padded[i : i + n] for n in self._sizes for i in range(len(padded) - n + 1)]
             share = weight * self._char_weight / math.sqrt(len(grams) or 1)
@@ -141,7 +158,10 @@ class HashingEmbedder:
 
     def _counts(self, text: str) -> npt.NDArray[np.float32]:
         """The summed contributions of one text's words and word pairs (not normalised)."""
-        words = _WORD.findall(unicodedata.normalize("NFKC", text).lower())
+        text = unicodedata.normalize("NFKC", text).lower()
+        words = _WORD.findall(text)
+        if not text.isascii() and _UNSPACED.search(text) is not None:  # (Chinese, Japanese)
+            words = _unspaced(words)
         if not words:
             return np.zeros(self.dimension, dtype=np.float32)
         known, pairs = self._words, self._pairs  # (dict reads first: most words are known)
@@ -169,6 +189,20 @@ class HashingEmbedder:
             self._pairs.clear()
         self._pairs[first, second] = found
         return found
+
+
+def _unspaced(words: list[str]) -> list[str]:
+    """``words`` with each run of Han and hiragana read as its overlapping character bigrams
+    (one character alone as itself): Chinese and Japanese run without spaces, so a run is a
+    clause, and a question differing from another in one character shares most of its
+    bigrams with it (as CJK search engines index them, Lucene's CJKAnalyzer)."""
+    read: list[str] = []
+    for word in words:
+        if len(word) > 2 and _UNSPACED.match(word) is not None:
+            read += [word[i : i + 2] for i in range(len(word) - 1)]
+        else:
+            read.append(word)
+    return read
 
 
 def _unit(vector: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
