@@ -5,44 +5,38 @@
 rate) and variants per request context (``service_tier`` flex / priority / fast, and
 ``processing`` batch). This module turns what one model costs on one day and one service tier
 into a :class:`~llmguard_sdk.budget.Price`, so that the per-call path only does float maths
-on a price looked up once (the :class:`~llmguard_sdk.budget.PriceTable` caches it).
+on a price looked up once (the :class:`~llmguard_sdk.budget.PriceTable` caches it). The data is
+read once into a compact table of our own (``_genai_table``), and genai-prices' objects are let
+go of.
 
-Off-peak prices (a time-of-day window, DeepSeek's) are not applied: the standard price
-counts, which is the higher one.
+Off-peak prices (a time-of-day window, DeepSeek's) are not applied: the price listed without a
+window counts.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import functools
-import re
 from collections.abc import Iterator, Mapping
-from decimal import Decimal
 from typing import TYPE_CHECKING, Any
+
+from . import _genai_table
+from ._genai_table import CONTEXT, FIELDS
 
 if TYPE_CHECKING:
     from .prices import Price
 
 __all__ = ["TIERS", "GenaiSource", "normal_tier"]
 
-TIERS = ("batch", "flex", "priority", "fast")
-"""The service tiers priced apart from the standard one."""
+TIERS = tuple(CONTEXT)
+"""The service tiers priced apart from the standard one: batch, flex, priority, fast."""
 
-_CONTEXT: dict[str, dict[str, str]] = {
-    "batch": {"processing": "batch"},
-    "flex": {"service_tier": "flex"},
-    "priority": {"service_tier": "priority"},
-    "fast": {"service_tier": "fast"},
-}
-_FIELDS = {
-    "input_mtok": "input",
-    "output_mtok": "output",
-    "cache_read_mtok": "cached_input",
-    "cache_write_mtok": "cache_write",
-    "cache_write_1h_mtok": "cache_write_1h",
-    "output_reasoning_mtok": "reasoning",
-}
-_DATE = re.compile(r"(?:verified|as of|checked)[a-z ]* (20\d\d-\d\d-\d\d)")
+_NAMES = dict(
+    zip(
+        FIELDS,
+        ("input", "output", "cached_input", "cache_write", "cache_write_1h", "reasoning"),
+        strict=True,
+    )
+)
 
 
 def normal_tier(tier: str | None) -> str | None:
@@ -57,15 +51,7 @@ def normal_tier(tier: str | None) -> str | None:
 
 
 class GenaiSource:
-    """Lookups in the ``genai-prices`` data (imported on first use)."""
-
-    def __init__(self) -> None:
-        self._snapshot: Any = None
-
-    def _data(self) -> Any:
-        if self._snapshot is None:
-            self._snapshot = _snapshot()
-        return self._snapshot
+    """Lookups in the ``genai-prices`` data (read on first use)."""
 
     def find(
         self, model: str, provider: str | None, day: dt.date, tier: str | None
@@ -73,126 +59,80 @@ class GenaiSource:
         """The price of ``model`` (served by ``provider`` when it names a provider the data
         knows) on ``day`` at service tier ``tier``; None when the data has no token price for
         it (or none for that tier)."""
-        found = self._model(model, provider) if self._data() is not _ABSENT else None
-        if found is None:
+        table = _genai_table.load()
+        found = _genai_table.find(table, model, provider) if table is not None else None
+        if table is None or found is None:
             return None
         owner, info = found
-        fields = _standard(info, day)
+        conditional, variants = _genai_table.prices(table, info)
+        fields = _standard(conditional, day)
         if tier is not None:
-            own = any(info is m for m in owner.models)  # variants are the owner's only
-            overrides = _variant(info, day, _CONTEXT[tier]) if own else None
+            own = _genai_table.owns(table, owner, info)  # variants are the owner's only
+            overrides = _variant(variants, day, CONTEXT[tier]) if own else None
             if not overrides:
                 return None
             fields = {**fields, **overrides}
         return _to_price(fields, tier)
 
-    def _model(self, model: str, provider: str | None) -> tuple[Any, Any] | None:
-        """The provider named (when the data knows it), else the one whose models' names
-        look like ``model``, else the first provider listing it."""
-        data = self._data()
-        try:
-            found: tuple[Any, Any] = data.find_provider_model(model, None, provider, None)
-            return found
-        except LookupError:
-            if provider is not None:
-                return None
-        for owner in data.providers:
-            info = owner.find_model(model)
-            if info is not None:
-                return owner, info
-        return None
-
     def models(self) -> Iterator[tuple[str, str]]:
         """``(provider id, model id)`` of every model with a token price that its id finds."""
         day = dt.datetime.now(dt.timezone.utc).date()
-        for provider in _providers():
-            for info in provider.models:
-                fields = _standard(info, day)
-                if "input_mtok" in fields and "output_mtok" in fields and info.is_match(info.id):
-                    yield provider.id, info.id
+        table = _genai_table.load()
+        if table is None:
+            return
+        for provider, info in _genai_table.models(table):
+            fields = _standard(_genai_table.prices(table, info)[0], day)
+            if "input_mtok" in fields and "output_mtok" in fields:
+                yield provider, table.model_ids[info]
 
     @property
     def version(self) -> str:
         """``genai-prices <version> (<snapshot date>)``."""
-        if self._data() is _ABSENT:
+        table = _genai_table.load()
+        if table is None:
             return "genai-prices (not installed)"
         from genai_prices import __version__
 
-        return f"genai-prices {__version__} ({snapshot_date()})"
+        return f"genai-prices {__version__} ({table.snapshot_date})"
 
 
-_ABSENT = object()
+def _active(since: int | None, day: dt.date) -> bool:
+    return since is not None and since <= day.toordinal()  # time-of-day windows: never
 
 
-def _snapshot() -> Any:
-    """genai-prices' data (a snapshot it was given with ``UpdatePrices``, else the bundled
-    one); ``_ABSENT`` when the package is not installed (Python 3.10)."""
-    try:
-        from genai_prices import data_snapshot
-    except ImportError:
-        return _ABSENT
-    return data_snapshot.get_snapshot()
+def _fields(rates: list[Any]) -> dict[str, Any]:
+    return {key: rate for key, rate in zip(FIELDS, rates, strict=True) if rate is not None}
 
 
-def _providers() -> list[Any]:
-    data = _snapshot()
-    return [] if data is _ABSENT else list(data.providers)
+def _standard(conditional: list[Any], day: dt.date) -> dict[str, Any]:
+    chosen = conditional[0][1]
+    for since, rates in reversed(conditional):
+        if _active(since, day):
+            chosen = rates
+            break
+    return _fields(chosen)
 
 
-@functools.lru_cache(maxsize=1)
-def snapshot_date() -> str:
-    """The newest day the bundled data says its prices were verified on."""
-    providers = _providers()
-    dates = [
-        day
-        for provider in providers
-        for info in [provider, *provider.models]
-        for day in _DATE.findall(info.price_comments or "")
-    ]
-    return max(dates, default="undated")
-
-
-def _active(constraint: Any, day: dt.date) -> bool:
-    if constraint is None:
-        return True
-    start = getattr(constraint, "start_date", None)
-    return start is not None and start <= day  # time-of-day windows: never (see module doc)
-
-
-def _standard(info: Any, day: dt.date) -> dict[str, Any]:
-    prices = info.prices
-    if isinstance(prices, list):
-        chosen = prices[0].prices
-        for conditional in reversed(prices):
-            if _active(conditional.constraint, day):
-                chosen = conditional.prices
-                break
-        prices = chosen
-    return {k: v for k, v in vars(prices).items() if k in _FIELDS and v is not None}
-
-
-def _variant(info: Any, day: dt.date, context: Mapping[str, str]) -> dict[str, Any]:
+def _variant(variants: list[Any], day: dt.date, context: Mapping[str, str]) -> dict[str, Any]:
     overrides: dict[str, Any] = {}
-    for variant in info.price_variants or ():
-        if not _active(variant.constraint, day):
-            continue
-        if all(context.get(key) == value for key, value in variant.when.items()):
-            for key, value in vars(variant.prices).items():
-                if key in _FIELDS and value is not None:
-                    overrides.setdefault(key, value)
+    for when, since, rates in variants:
+        if _active(since, day) and all(context.get(key) == value for key, value in when):
+            for key, rate in _fields(rates).items():
+                overrides.setdefault(key, rate)
     return overrides
 
 
 def _rate(value: Any, above: int | None) -> float:
     """A flat rate, or a tiered one's rate for a call of more than ``above`` input tokens."""
-    if isinstance(value, Decimal):
-        return float(value)
-    rate = value.base
+    if isinstance(value, float):
+        return value
+    rate: float
+    rate, steps = value
     if above is not None:
-        for tier in value.tiers:
-            if above >= tier.start:
-                rate = tier.price
-    return float(rate)
+        for start, price in steps:
+            if above >= start:
+                rate = price
+    return rate
 
 
 def _to_price(fields: Mapping[str, Any], tier: str | None) -> Price | None:
@@ -200,17 +140,17 @@ def _to_price(fields: Mapping[str, Any], tier: str | None) -> Price | None:
 
     if "input_mtok" not in fields or "output_mtok" not in fields:
         return None
-    tiered = [value for value in fields.values() if not isinstance(value, Decimal)]
-    starts = sorted({step.start for value in tiered for step in value.tiers})
+    tiered = [value for value in fields.values() if not isinstance(value, float)]
+    starts = sorted({start for value in tiered for start, _ in value[1]})
 
     def at(above: int | None) -> Price:
-        rates: dict[str, Any] = {_FIELDS[k]: _rate(value, above) for k, value in fields.items()}
+        rates: dict[str, Any] = {_NAMES[k]: _rate(value, above) for k, value in fields.items()}
         return Price(**rates, tier=tier)
 
     flat = at(None)
     if not starts:
         return flat
-    rates: dict[str, Any] = {name: getattr(flat, name) for name in _FIELDS.values()}
+    rates: dict[str, Any] = {name: getattr(flat, name) for name in _NAMES.values()}
     return Price(
         **rates,
         tier=tier,

@@ -1,0 +1,187 @@
+"""The genai-prices source: a compact table of its prices, the same answers as genai-prices for
+every model it lists, and few objects left for the garbage collector to walk."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import subprocess
+import sys
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from llmguard_sdk.budget import Price
+from llmguard_sdk.budget._source import TIERS, GenaiSource
+from llmguard_sdk.models import Usage
+
+genai_prices = pytest.importorskip("genai_prices")  # Python 3.11+
+
+_CONTEXT = {
+    "batch": {"processing": "batch"},
+    "flex": {"service_tier": "flex"},
+    "priority": {"service_tier": "priority"},
+    "fast": {"service_tier": "fast"},
+}
+_DAY = dt.datetime.now(dt.timezone.utc).date()
+_EARLIER = dt.date(2025, 3, 1)  # before many models' current prices (and before some models)
+
+
+def _evening(day: dt.date) -> dt.datetime:
+    """A call's time on ``day``: outside every time-of-day window (DeepSeek's), which the
+    source never applies."""
+    return dt.datetime.combine(day, dt.time(20), dt.timezone.utc)
+
+
+def _listed() -> list[tuple[str, str, set[str]]]:
+    """``(provider id, model id, tiers with rates of their own)`` of every model genai-prices
+    lists that its id finds (a fresh snapshot: the source lets go of the one it read)."""
+    from genai_prices import data_snapshot
+
+    snapshot = data_snapshot.get_snapshot()
+    found: list[tuple[str, str, set[str]]] = []
+    for provider in snapshot.providers:
+        for info in provider.models:
+            try:
+                owner, model = snapshot.find_provider_model(info.id, None, provider.id, None)
+            except LookupError:
+                continue
+            if model is not info or owner is not provider:
+                continue
+            tiers = {
+                tier
+                for tier, context in _CONTEXT.items()
+                for variant in info.price_variants or ()
+                if all(context.get(k) == v for k, v in variant.when.items())
+            }
+            found.append((provider.id, info.id, tiers))
+    return found
+
+
+def _theirs(
+    usage: Usage, model: str, provider: str | None, tier: str | None, day: dt.date = _DAY
+) -> float:
+    """genai-prices' price of ``usage``'s tokens (a per-request fee, which we do not
+    charge, taken off: the price of no tokens)."""
+
+    def calc(input_tokens: int, cached: int, output_tokens: int) -> Decimal:
+        found = genai_prices.calc_price(
+            genai_prices.Usage(
+                input_tokens=input_tokens,
+                cache_read_tokens=cached,
+                output_tokens=output_tokens,
+            ),
+            model,
+            provider_id=provider,
+            genai_request_timestamp=_evening(day),
+            price_context=_CONTEXT.get(tier or ""),
+        )
+        total: Decimal = found.total_price
+        return total
+
+    tokens = calc(usage.input_tokens, usage.cached_input_tokens, usage.output_tokens)
+    return float(tokens - calc(0, 0, 0))
+
+
+def _usages(price: Price) -> list[Usage]:
+    """Calls below, at and past each long-context threshold, with and without cache reads."""
+    counts = {1, 1_000, 50_000}
+    for threshold, _ in price.long_context:
+        counts.update({threshold, threshold + 1, threshold * 2})
+    return [
+        Usage(input_tokens=n, cached_input_tokens=cached, output_tokens=out)
+        for n in sorted(counts)
+        for cached, out in [(0, 700), (n // 4, 3)]
+    ]
+
+
+@pytest.mark.parametrize(
+    ("tier", "day"), [(None, _DAY), (None, _EARLIER), *((tier, _DAY) for tier in TIERS)]
+)
+def test_every_listed_model_costs_what_genai_prices_says(tier: str | None, day: dt.date) -> None:
+    source = GenaiSource()
+    compared = tiered = 0
+    for provider, model, tiers in _listed():
+        if tier is not None and tier not in tiers:
+            continue  # no rates of the tier's own: the table bills the standard ones
+        price = source.find(model, provider, day, tier)
+        if price is None:
+            continue  # no token price (an embedding or audio model priced otherwise)
+        tiered += bool(price.long_context)
+        for usage in _usages(price):
+            theirs = _theirs(usage, model, provider, tier, day)
+            assert price.cost(usage) == pytest.approx(theirs, rel=1e-12, abs=1e-15), (
+                provider,
+                model,
+                tier,
+                day,
+                usage,
+            )
+            compared += 1
+    assert compared > (5_000 if tier is None else 50)
+    assert tier is not None or tiered > 50  # long-context tiers were compared
+
+
+def test_names_other_than_ids_find_the_model_genai_prices_finds() -> None:
+    source = GenaiSource()
+    usage = Usage(input_tokens=300_000, cached_input_tokens=1_000, output_tokens=2_000)
+    refs = [
+        ("gpt-5-2025-08-07", "openai"),
+        ("GPT-5", None),
+        ("claude-sonnet-4-5-20250929", None),
+        ("claude-sonnet-4-5", "google"),  # Google's fallback to Anthropic's models
+        ("gpt-4o", "azure"),
+        ("anthropic/claude-haiku-4-5", "litellm"),
+        ("gemini-2.5-pro", None),
+        ("gpt-5.2-20251211", "openai"),  # a compact date, as LiteLLM writes it
+    ]
+    for model, provider in refs:
+        price = source.find(model.lower(), provider, _DAY, None)
+        assert price is not None, model
+        assert price.cost(usage) == pytest.approx(_theirs(usage, model, provider, None))
+    assert source.find("surely-not-a-model-7b", None, _DAY, None) is None
+    assert source.find("gpt-5", "no-such-provider", _DAY, None) is None
+
+
+_LOAD = """
+import gc, json, sys, time
+import genai_prices  # the package's own import (its modules) is not the price table
+from llmguard_sdk.budget import PriceTable
+gc.collect()
+before = len(gc.get_objects())
+start = time.perf_counter()
+price = PriceTable.default_table().find("gemini-2.5-pro", provider="google")
+seconds = time.perf_counter() - start
+gc.collect()
+added = len(gc.get_objects()) - before
+usage = genai_prices.Usage(input_tokens=300_000, output_tokens=1_000)  # still usable
+theirs = genai_prices.calc_price(usage, "gemini-2.5-pro", provider_id="google").total_price
+print(json.dumps({"added": added, "seconds": seconds, "input": price.for_input(300_000).input,
+                  "theirs": float(theirs)}))
+"""
+
+
+def test_the_price_table_leaves_few_objects_for_the_garbage_collector() -> None:
+    """genai-prices' snapshot is ~16k tracked objects, which every full collection walked in
+    a long-running server; the source keeps a compact table of its own instead."""
+    done = subprocess.run(
+        [sys.executable, "-c", _LOAD], capture_output=True, text=True, timeout=120, check=True
+    )
+    found: dict[str, Any] = json.loads(done.stdout)
+    assert found["added"] < 1_000, found
+    assert found["theirs"] == pytest.approx((300_000 * found["input"] + 1_000 * 15.0) / 1e6)
+
+
+_KEPT = """
+import sys
+from genai_prices import data_snapshot
+snapshot = data_snapshot.get_snapshot()  # the application's own use of genai-prices
+from llmguard_sdk.budget import PriceTable
+assert PriceTable.default_table().find("gpt-5", provider="openai") is not None
+assert "genai_prices.data" in sys.modules and data_snapshot.get_snapshot() is snapshot
+"""
+
+
+def test_data_genai_prices_loaded_for_someone_else_is_left_alone() -> None:
+    subprocess.run([sys.executable, "-c", _KEPT], capture_output=True, timeout=120, check=True)
