@@ -15,6 +15,7 @@ import unicodedata
 
 __all__ = [
     "CASED_WORD",
+    "CHINESE_FUNCTION",
     "CJK",
     "WORD",
     "ascii_digits",
@@ -57,10 +58,24 @@ def ascii_digits(text: str) -> str:
     return _DIGIT.sub(lambda found: str(unicodedata.decimal(found[0])), text)
 
 
+# Chinese function characters, as the English lists name function words: the particles
+# that end a sentence (吗 / 嗎, 呢, 啊, 呀, 嘛, 哦, 啦: a question's or a tone's, as "?" is),
+# "的" ("'s", "of") and "了" (done: as "did" / "has" are). Only characters seldom part of a
+# content word, whose absence changes no request: not "吧" ("酒吧" a bar: "附近有酒吧吗" /
+# "附近有酒吗"), "过" ("你去过北京吗" has been / "你去北京吗" goes), "着", "地" ("地图" a
+# map), "得" ("得到" get), "是", "和" ("和平" peace), nor the pronouns ("你叫什么名字" /
+# "我叫什么名字": your name / my name).
+CHINESE_FUNCTION = frozenset("吗嗎呢啊呀嘛哦啦的了")
+"""Han characters the guards read as function words: Chinese particles."""
+
+
 def minor(word: str) -> bool:
     """Whether the guards take ``word`` for a function word without knowing its language:
-    a word beyond ASCII of three letters or fewer ("мне", "на", "où", "的" aside: a Han or
-    kana character is read as a word of its own). ASCII words are the English lists'."""
+    a word beyond ASCII of three letters or fewer ("мне", "на", "où"), but for a Han or
+    kana character, read as a word of its own and a function word only if listed in
+    :data:`CHINESE_FUNCTION` ("的", "吗", "呢"). ASCII words are the English lists'."""
+    if word in CHINESE_FUNCTION:
+        return True
     return len(word) <= 3 and not word.isascii() and _ONE_CJK.match(word) is None
 
 
