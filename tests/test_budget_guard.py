@@ -3,6 +3,7 @@ release on failure, every exhaustion policy, streams, Redis shared and unreachab
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -15,6 +16,7 @@ from llmguard_sdk import (
     BadRequestError,
     BudgetExceededError,
     CallEvent,
+    ChatResponse,
     ConfigurationError,
     Guard,
     Message,
@@ -30,6 +32,9 @@ from llmguard_sdk.budget import (
     PriceTable,
     UnknownModelPriceError,
 )
+from llmguard_sdk.budget.policy import NANO
+from llmguard_sdk.context import CallContext, Scope
+from llmguard_sdk.models import ChatRequest, Usage
 from llmguard_sdk.store import RedisStore
 from llmguard_sdk.testing import FakeProvider, Fault
 from llmguard_sdk.tokens import count_request_tokens, count_text_tokens
@@ -459,3 +464,39 @@ def test_a_continued_stream_closed_early_pays_for_both_routes(
     (row,) = spend_of(guard)
     assert row["spent_usd"] == pytest.approx(primary_usd + backup_usd)
     assert row["held_usd"] == 0
+
+
+def test_a_peak_hour_call_is_held_and_charged_at_deepseeks_peak_price(
+    make_guard: MakeGuard,
+) -> None:
+    """genai-prices lists deepseek-chat's peak price ($0.27/M input, $1.10/M output, 00:30 to
+    16:30 UTC) under a time-of-day window: a call that starts at peak hours holds and pays
+    that, one that starts in the evening the off-peak half (the call's start, not the wall
+    clock, decides)."""
+    pytest.importorskip("genai_prices")
+    with FakeProvider(model="deepseek-chat", name="deepseek") as server:
+        guard = make_guard(server, budgets=Budgets([Budget(limit_usd=10.0)]))
+        spend, stages = guard._stages.spend, guard._stages
+        assert spend is not None
+        request = ChatRequest(
+            messages=[Message(role="user", content="hello there")], max_tokens=100
+        )
+        usage = Usage(input_tokens=1_000, output_tokens=400)
+        spent = 0.0
+        for hour, (input_rate, output_rate) in ((8, (0.27, 1.1)), (20, (0.135, 0.55))):
+            start = dt.datetime(2026, 10, 1, hour, tzinfo=dt.timezone.utc)
+            ctx = CallContext(
+                request=request,
+                scope=Scope(),
+                deadline=time.monotonic() + 60,
+                started_ns=int(start.timestamp()) * 10**9,
+            )
+            held = spend.reserve(ctx, stages)
+            priced = ctx.input_tokens().tokens * (1 + spend.config.input_margin)
+            worst = (priced * input_rate + 100 * output_rate) / 1e6
+            assert held.amount / NANO == pytest.approx(worst, rel=1e-6), hour
+            spend.settle(held, ctx, ChatResponse(text="hi", usage=usage, route="deepseek"))
+            spent += (1_000 * input_rate + 400 * output_rate) / 1e6
+            (row,) = spend_of(guard)
+            assert row["spent_usd"] == pytest.approx(spent, rel=1e-6), hour
+            assert row["held_usd"] == 0

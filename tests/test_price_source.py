@@ -29,9 +29,13 @@ _EARLIER = dt.date(2025, 3, 1)  # before many models' current prices (and before
 
 
 def _evening(day: dt.date) -> dt.datetime:
-    """A call's time on ``day``: outside every time-of-day window (DeepSeek's), which the
-    source never applies."""
+    """A call's time on ``day``: outside every time-of-day window (DeepSeek's peak hours)."""
     return dt.datetime.combine(day, dt.time(20), dt.timezone.utc)
+
+
+def _peak(day: dt.date) -> dt.datetime:
+    """A call's time on ``day``: inside every time-of-day window genai-prices lists."""
+    return dt.datetime.combine(day, dt.time(8), dt.timezone.utc)
 
 
 def _listed() -> list[tuple[str, str, set[str]]]:
@@ -60,7 +64,11 @@ def _listed() -> list[tuple[str, str, set[str]]]:
 
 
 def _theirs(
-    usage: Usage, model: str, provider: str | None, tier: str | None, day: dt.date = _DAY
+    usage: Usage,
+    model: str,
+    provider: str | None,
+    tier: str | None,
+    at: dt.datetime | None = None,
 ) -> float:
     """genai-prices' price of ``usage``'s tokens (a per-request fee, which we do not
     charge, taken off: the price of no tokens)."""
@@ -74,7 +82,7 @@ def _theirs(
             ),
             model,
             provider_id=provider,
-            genai_request_timestamp=_evening(day),
+            genai_request_timestamp=at or _evening(_DAY),
             price_context=_CONTEXT.get(tier or ""),
         )
         total: Decimal = found.total_price
@@ -97,25 +105,32 @@ def _usages(price: Price) -> list[Usage]:
 
 
 @pytest.mark.parametrize(
-    ("tier", "day"), [(None, _DAY), (None, _EARLIER), *((tier, _DAY) for tier in TIERS)]
+    ("tier", "at"),
+    [
+        (None, _evening(_DAY)),
+        (None, _peak(_DAY)),
+        (None, _evening(_EARLIER)),
+        *((tier, _evening(_DAY)) for tier in TIERS),
+        ("batch", _peak(_DAY)),
+    ],
 )
-def test_every_listed_model_costs_what_genai_prices_says(tier: str | None, day: dt.date) -> None:
+def test_every_listed_model_costs_what_genai_prices_says(tier: str | None, at: dt.datetime) -> None:
     source = GenaiSource()
     compared = tiered = 0
     for provider, model, tiers in _listed():
         if tier is not None and tier not in tiers:
             continue  # no rates of the tier's own: the table bills the standard ones
-        price = source.find(model, provider, day, tier)
+        price = source.find(model, provider, at, tier)
         if price is None:
             continue  # no token price (an embedding or audio model priced otherwise)
         tiered += bool(price.long_context)
         for usage in _usages(price):
-            theirs = _theirs(usage, model, provider, tier, day)
+            theirs = _theirs(usage, model, provider, tier, at)
             assert price.cost(usage) == pytest.approx(theirs, rel=1e-12, abs=1e-15), (
                 provider,
                 model,
                 tier,
-                day,
+                at,
                 usage,
             )
             compared += 1
@@ -142,6 +157,103 @@ def test_names_other_than_ids_find_the_model_genai_prices_finds() -> None:
         assert price.cost(usage) == pytest.approx(_theirs(usage, model, provider, None))
     assert source.find("surely-not-a-model-7b", None, _DAY, None) is None
     assert source.find("gpt-5", "no-such-provider", _DAY, None) is None
+
+
+# DeepSeek lists its peak price under a time-of-day window, the off-peak one without
+_DEEPSEEK = ["deepseek-chat", "deepseek-reasoner", "deepseek-v4-flash", "deepseek-v4-pro"]
+_UTC = dt.timezone.utc
+_BEIJING = dt.timezone(dt.timedelta(hours=8))
+_OCTOBER = dt.date(2026, 10, 1)  # after every DeepSeek price's start date
+_TIMES = [
+    dt.datetime.combine(_OCTOBER, moment, _UTC)
+    for moment in (
+        dt.time(0, 0),
+        dt.time(0, 29, 59, 999_999),  # chat, reasoner: peak 00:30-16:30
+        dt.time(0, 30),
+        dt.time(1, 0),  # V4: peak 01:00-04:00 and 06:00-10:00
+        dt.time(3, 59, 59, 999_999),
+        dt.time(4, 0),
+        dt.time(6, 0),
+        dt.time(9, 59, 59),
+        dt.time(10, 0),
+        dt.time(16, 29, 59),
+        dt.time(16, 30),
+        dt.time(23, 59, 59, 999_999),
+    )
+] + [
+    dt.datetime(2026, 10, 1, 9, 30, tzinfo=_BEIJING),  # 01:30 UTC: an offset is read in UTC
+    dt.datetime(2026, 10, 2, 0, 15, tzinfo=_BEIJING),  # 16:15 UTC the day before
+    dt.datetime(2026, 10, 1, 7, 0),  # naive: UTC, as genai-prices reads it
+]
+
+
+@pytest.mark.parametrize("model", _DEEPSEEK)
+def test_time_of_day_prices_are_the_ones_genai_prices_applies(model: str) -> None:
+    from llmguard_sdk.budget import PriceTable
+
+    source = GenaiSource()
+    table = PriceTable.default_table()
+    usage = Usage(input_tokens=1_000_000, cached_input_tokens=200_000, output_tokens=300_000)
+    inputs = set()
+    for at in _TIMES:
+        theirs = _theirs(usage, model, "deepseek", None, at)
+        price = source.find(model, "deepseek", at, None)
+        assert price is not None
+        assert price.cost(usage) == pytest.approx(theirs, rel=1e-12), (model, at)
+        # the table's cache, asked in this order on one day, never serves one stretch's
+        # price in another
+        assert table.cost(usage, model, provider="deepseek", at=at).usd == pytest.approx(
+            theirs, rel=1e-12
+        ), (model, at)
+        inputs.add(price.input)
+    assert len(inputs) == 2  # the peak price and the off-peak one both came up
+    peak = table.price(model, provider="deepseek", at=_peak(_OCTOBER))
+    evening = table.price(model, provider="deepseek", at=_evening(_OCTOBER))
+    assert peak.input > evening.input
+    assert peak.output > evening.output
+
+
+def test_deepseek_chat_costs_twice_as_much_at_peak() -> None:
+    """The case that was wrong: deepseek-chat billed $0.135/M input at any hour."""
+    peak = GenaiSource().find("deepseek-chat", "deepseek", _peak(_OCTOBER), None)
+    evening = GenaiSource().find("deepseek-chat", "deepseek", _evening(_OCTOBER), None)
+    assert peak is not None
+    assert evening is not None
+    assert (peak.input, peak.output, peak.cached_rate) == (0.27, 1.1, 0.07)
+    assert (evening.input, evening.output, evening.cached_rate) == (0.135, 0.55, 0.035)
+
+
+@pytest.mark.parametrize(
+    ("start", "end"),
+    [
+        (dt.time(22, 0, tzinfo=_UTC), dt.time(2, 0, tzinfo=_UTC)),  # wraps past midnight
+        (dt.time(0, 30, tzinfo=_BEIJING), dt.time(8, 30, tzinfo=_BEIJING)),  # 16:30-00:30 UTC
+        (dt.time(9, 0, tzinfo=_BEIJING), dt.time(12, 0, tzinfo=_BEIJING)),  # 01:00-04:00 UTC
+        (dt.time(6, 0), dt.time(10, 0, 0, 500)),  # naive times are UTC
+        (dt.time(5, 0), dt.time(5, 0)),  # empty: never
+    ],
+)
+def test_a_window_holds_exactly_when_genai_prices_says_it_does(
+    start: dt.time, end: dt.time
+) -> None:
+    """Windows genai-prices' data does not list yet, against its own constraint."""
+    from genai_prices.types import TimeOfDateConstraint
+
+    from llmguard_sdk.budget import _genai_table, _source
+
+    constraint = TimeOfDateConstraint(start_time=start, end_time=end)
+    since = _genai_table._since(constraint)
+    day = dt.datetime(2026, 10, 1, tzinfo=_UTC)
+    edges = [dt.timedelta(minutes=m) for m in range(0, 24 * 60, 30)]
+    edges += [
+        dt.timedelta(hours=h, microseconds=d)
+        for h in (0, 1, 2, 4, 10, 16, 22)
+        for d in (-1, 0, 500)
+    ]
+    for offset in edges:
+        for at in (day + offset, (day + offset).astimezone(_BEIJING)):
+            ours = _genai_table.active(since, *_source._ordinal(at))
+            assert ours == constraint.active(at), (start, end, at)
 
 
 _LOAD = """

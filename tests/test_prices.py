@@ -100,6 +100,37 @@ def test_a_model_is_looked_up_once_not_per_call() -> None:
     assert 1 <= source.lookups <= 2  # one call's lookups, then the cache
 
 
+def test_a_price_is_cached_per_stretch_between_time_of_day_windows_edges() -> None:
+    """A cache per model and day served the first price asked all day: DeepSeek's off-peak
+    price at peak hours, or the reverse."""
+    source = _Counting()
+    table = PriceTable(_source=source, _base=PriceTable.shipped_table())
+    day = dt.datetime(2026, 10, 1, tzinfo=dt.timezone.utc)
+    usage = Usage(input_tokens=1_000_000, output_tokens=0)
+    hours = [20, 8, 20.5, 8.5, 23.99, 0.6, 16.49, 16.5, 0.25]  # chat's peak: 00:30-16:30
+    costs = [
+        table.cost(usage, "deepseek-chat", provider="deepseek", at=day + dt.timedelta(hours=h))
+        for h in hours
+    ]
+    assert [cost.usd for cost in costs] == pytest.approx(
+        [0.135, 0.27, 0.135, 0.27, 0.135, 0.27, 0.27, 0.135, 0.135]
+    )
+    # one lookup per stretch asked: 16:30-..., 06:00-10:00, 00:30-01:00, 10:00-16:30,
+    # 00:00-00:30 (V4's windows cut the day too)
+    assert source.lookups == 5
+    day_only = table.price("deepseek-chat", provider="deepseek", at=day.date())
+    assert day_only.input == 0.135  # a day is its 00:00 UTC: off-peak
+
+
+def test_a_moment_finds_the_users_dated_prices_too() -> None:
+    table = PriceTable(
+        {"m": [Price(1.0, 2.0), Price(3.0, 4.0, effective_from=dt.date(2026, 6, 1))]}
+    )
+    before = dt.datetime(2026, 5, 31, 23, 0, tzinfo=dt.timezone(dt.timedelta(hours=-2)))
+    assert table.price("m", at=before).input == 3.0  # 01:00 UTC on June 1st
+    assert table.price("m", at=dt.datetime(2026, 5, 31, 23, 0)).input == 1.0  # naive: UTC
+
+
 _MODELS = [
     ("gpt-5", "openai", None),
     ("gpt-5", "openai", "flex"),

@@ -13,6 +13,12 @@ the one read.
 Models are found as genai-prices finds them: its match clauses (kept in prefix order in one
 flat tuple), a provider named by its id or its own match clause, the providers a provider falls
 back to, ``litellm`` names (``anthropic/claude-...``) and compact dates (``-20251211``).
+
+A price's constraint is kept as genai-prices applies it: a start date as its day's ordinal, a
+time-of-day window (DeepSeek's peak hours) as ``[start, end]`` in microseconds into the UTC day
+(the window's times turned to UTC as genai-prices turns them; ``end < start`` wraps past
+midnight). :attr:`Table.windows` lists every window's ends, so that a cache of prices per day
+can tell the stretches of a day within which no window opens or closes.
 """
 
 from __future__ import annotations
@@ -26,7 +32,19 @@ from collections.abc import Iterator, Sequence
 from decimal import Decimal
 from typing import Any, NamedTuple
 
-__all__ = ["CONTEXT", "FIELDS", "Table", "find", "load", "models", "owns", "prices"]
+__all__ = [
+    "CONTEXT",
+    "FIELDS",
+    "Table",
+    "active",
+    "find",
+    "load",
+    "micros",
+    "models",
+    "owns",
+    "prices",
+    "windows",
+]
 
 CONTEXT: dict[str, dict[str, str]] = {
     "batch": {"processing": "batch"},
@@ -72,6 +90,8 @@ class Table(NamedTuple):
     clauses: tuple[str | int, ...]
     """Match clauses in prefix order: ``kind, text`` with kind ``==``, ``^``, ``$``, ``in``
     or ``re``; ``or`` / ``and``, the number of clauses, those clauses."""
+    windows: tuple[int, ...]
+    """Every time-of-day window's start and end (microseconds into the UTC day), sorted."""
     snapshot_date: str
     """The newest day the data says its prices were verified on."""
 
@@ -89,6 +109,15 @@ def load() -> Table | None:
             if not _loaded:
                 _loaded.append(_read())
     return _loaded[0]
+
+
+def windows() -> tuple[int, ...] | None:
+    """The table's :attr:`~Table.windows` (``()`` without the package); ``None`` while it is
+    not read yet (this never reads it)."""
+    if not _loaded:
+        return None
+    table = _loaded[0]
+    return () if table is None else table.windows
 
 
 def _read() -> Table | None:
@@ -117,9 +146,10 @@ def _release(data_snapshot: Any) -> None:
 
 def _build(providers: Any) -> Table:
     intern = sys.intern
-    columns: dict[str, list[Any]] = {name: [] for name in Table._fields[:-2]}
+    columns: dict[str, list[Any]] = {name: [] for name in Table._fields[:-3]}
     clauses: list[str | int] = []
     dates: list[str] = []
+    windows: set[int] = set()
     for provider in providers:
         columns["provider_ids"].append(intern(provider.id))
         columns["first_model"].append(len(columns["model_ids"]))
@@ -133,11 +163,25 @@ def _build(providers: Any) -> Table:
             columns["match"].append(at)
             columns["listed"].append(_matches(clauses, at, info.id.lower())[0])
             rows = [_conditional(info.prices), _variants(info.price_variants)]
+            windows.update(_edges(rows))
             columns["prices"].append(_json(rows))
             dates.extend(_DATE.findall(info.price_comments or ""))
     columns["first_model"].append(len(columns["model_ids"]))
     flat = {name: tuple(values) for name, values in columns.items()}
-    return Table(**flat, clauses=tuple(clauses), snapshot_date=max(dates, default="undated"))
+    return Table(
+        **flat,
+        clauses=tuple(clauses),
+        windows=tuple(sorted(windows)),
+        snapshot_date=max(dates, default="undated"),
+    )
+
+
+def _edges(rows: list[Any]) -> Iterator[int]:
+    """The ends of the time-of-day windows in one model's ``[prices, variants]``."""
+    conditional, variants = rows
+    for since in [since for since, _ in conditional] + [since for _, since, _ in variants]:
+        if isinstance(since, list):
+            yield from since
 
 
 def _clause(clause: Any, out: list[str | int]) -> int:
@@ -166,13 +210,48 @@ def _clause(clause: Any, out: list[str | int]) -> int:
     return start
 
 
-def _since(constraint: Any) -> int | None:
-    """The ordinal of the first day a price applies: 1 (``date.min``) without a constraint,
-    ``None`` for a time-of-day window (never applied)."""
+def _since(constraint: Any) -> int | list[int] | None:
+    """When a price applies: the ordinal of its first day (1, ``date.min``, without a
+    constraint), or ``[start, end]`` of its time-of-day window in microseconds into the UTC
+    day; ``None`` for a constraint of a kind this module does not know (never applied)."""
     if constraint is None:
         return 1
     start = getattr(constraint, "start_date", None)
-    return start.toordinal() if isinstance(start, dt.date) else None
+    if isinstance(start, dt.date):
+        return start.toordinal()
+    times = [getattr(constraint, name, None) for name in ("start_time", "end_time")]
+    edges = [_utc_micros(value) for value in times if isinstance(value, dt.time)]
+    return edges if len(edges) == 2 else None
+
+
+def _utc_micros(value: dt.time) -> int:
+    """A time of day as microseconds into the UTC day, turned to UTC as genai-prices'
+    ``TimeOfDateConstraint`` turns it (a naive time is UTC; an offset is taken on
+    1970-01-01)."""
+    if value.tzinfo is not None:
+        moment = dt.datetime.combine(dt.date(1970, 1, 1), value).astimezone(dt.timezone.utc)
+        value = moment.time()
+    return micros(value)
+
+
+def micros(value: dt.time | dt.datetime) -> int:
+    """Microseconds from midnight to ``value``'s time of day (its own clock: convert first)."""
+    return ((value.hour * 60 + value.minute) * 60 + value.second) * 1_000_000 + value.microsecond
+
+
+def active(since: int | list[int] | None, day: int, moment: int) -> bool:
+    """Whether a price whose constraint is ``since`` (see :func:`_since`) applies on the day
+    of ordinal ``day``, ``moment`` microseconds into it (UTC), as genai-prices decides:
+    a window holds from its start (included) to its end (excluded), past midnight when it
+    ends before it starts."""
+    if since is None:
+        return False
+    if isinstance(since, int):
+        return since <= day
+    start, end = since
+    if end < start:
+        return moment >= start or moment < end
+    return start <= moment < end
 
 
 def _rates(prices: Any) -> list[Any]:
@@ -208,9 +287,9 @@ def _variants(variants: Any) -> list[Any]:
 
 
 def prices(table: Table, model: int) -> tuple[list[Any], list[Any]]:
-    """Model ``model``'s prices, ``[[first day's ordinal or None, rates], ...]`` (the last
-    whose day has come counts, else the first), and its variants, ``[[[[key, value], ...],
-    first day's ordinal or None, rates], ...]``."""
+    """Model ``model``'s prices, ``[[constraint, rates], ...]`` (the last that is
+    :func:`active` counts, else the first), and its variants, ``[[[[key, value], ...],
+    constraint, rates], ...]``; a constraint as :func:`_since` gives it."""
     conditional, variants = json.loads(table.prices[model])
     return conditional, variants
 

@@ -1,12 +1,13 @@
 """What the spend stage reads off a call's routes and request: the service tier a route
-serves or a call asks for, the routes a task-routed call is priced over, and whether a model
-takes its output limit as ``max_completion_tokens``.
+serves or a call asks for, the routes a task-routed call is priced over, whether a model
+takes its output limit as ``max_completion_tokens``, and the moment a call is priced at.
 
 .. versionadded:: 0.2.0
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from collections.abc import Sequence
 from typing import Literal
@@ -15,13 +16,21 @@ from ..context import CallContext
 from ..providers.base import Provider
 from ._source import normal_tier
 
-__all__ = ["Level", "asked_tier", "route_tier", "takes_completion_limit", "tier_routes"]
+__all__ = [
+    "Level",
+    "asked_tier",
+    "route_tier",
+    "started_at",
+    "takes_completion_limit",
+    "tier_routes",
+]
 
 Level = Literal["all", "downgrade", "local"]
 """The routes a call may take: all, a budget's downgrade routes, or local ones only."""
 # OpenAI's reasoning models (o1, o3, o4-mini, gpt-5 ...) refuse max_tokens: the limit a
 # budget gives a call for them goes as max_completion_tokens
 _COMPLETION_LIMIT_MODELS = re.compile(r"(?:o\d|gpt-5)(?![a-z])")
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 
 
 def takes_completion_limit(model: str | None) -> bool:
@@ -48,3 +57,9 @@ def tier_routes(ctx: CallContext, routes: tuple[Provider, ...], level: Level) ->
     if level != "all" or ctx.task is None or not ctx.route_order:
         return routes
     return [route for route in ctx.route_order if route in routes] or routes
+
+
+def started_at(ctx: CallContext) -> dt.datetime:
+    """When the call started (UTC): the moment its hold and its cost are priced at, so that
+    time-of-day prices (DeepSeek's peak hours) are those of the call's start."""
+    return _EPOCH + dt.timedelta(microseconds=ctx.started_ns // 1000)

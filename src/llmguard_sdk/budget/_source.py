@@ -1,21 +1,24 @@
-"""Prices read from Pydantic's ``genai-prices`` package, converted once per model and day.
+"""Prices read from Pydantic's ``genai-prices`` package, converted once per model and moment.
 
 ``genai-prices`` keeps prices per provider and model with date ranges, long-context tiers
 (``TieredPrices``: past a number of input tokens, every token of the call pays the tier's
 rate) and variants per request context (``service_tier`` flex / priority / fast, and
-``processing`` batch). This module turns what one model costs on one day and one service tier
-into a :class:`~llmguard_sdk.budget.Price`, so that the per-call path only does float maths
-on a price looked up once (the :class:`~llmguard_sdk.budget.PriceTable` caches it). The data is
-read once into a compact table of our own (``_genai_table``), and genai-prices' objects are let
-go of.
+``processing`` batch). This module turns what one model costs at one moment and one service
+tier into a :class:`~llmguard_sdk.budget.Price`, so that the per-call path only does float
+maths on a price looked up once (the :class:`~llmguard_sdk.budget.PriceTable` caches it).
+The data is read once into a compact table of our own (``_genai_table``), and genai-prices'
+objects are let go of.
 
-Off-peak prices (a time-of-day window, DeepSeek's) are not applied: the price listed without a
-window counts.
+Time-of-day windows (DeepSeek's peak hours) apply as genai-prices applies them: in UTC, from
+the window's start (included) to its end (excluded), past midnight when it ends before it
+starts; the last price whose constraint holds counts. :meth:`GenaiSource.windows` gives the
+times of day where a window opens or closes, for the table's cache.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import time
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +28,7 @@ from ._genai_table import CONTEXT, FIELDS
 if TYPE_CHECKING:
     from .prices import Price
 
-__all__ = ["TIERS", "GenaiSource", "normal_tier"]
+__all__ = ["TIERS", "GenaiSource", "instant", "moment", "normal_tier"]
 
 TIERS = tuple(CONTEXT)
 """The service tiers priced apart from the standard one: batch, flex, priority, fast."""
@@ -53,22 +56,22 @@ def normal_tier(tier: str | None) -> str | None:
 class GenaiSource:
     """Lookups in the ``genai-prices`` data (read on first use)."""
 
-    def find(
-        self, model: str, provider: str | None, day: dt.date, tier: str | None
-    ) -> Price | None:
+    def find(self, model: str, provider: str | None, at: dt.date, tier: str | None) -> Price | None:
         """The price of ``model`` (served by ``provider`` when it names a provider the data
-        knows) on ``day`` at service tier ``tier``; None when the data has no token price for
-        it (or none for that tier)."""
+        knows) at ``at`` (a datetime, naive meaning UTC; a date: its 00:00 UTC) at service
+        tier ``tier``; None when the data has no token price for it (or none for that
+        tier)."""
         table = _genai_table.load()
         found = _genai_table.find(table, model, provider) if table is not None else None
         if table is None or found is None:
             return None
         owner, info = found
         conditional, variants = _genai_table.prices(table, info)
-        fields = _standard(conditional, day)
+        when = _ordinal(at)
+        fields = _standard(conditional, when)
         if tier is not None:
             own = _genai_table.owns(table, owner, info)  # variants are the owner's only
-            overrides = _variant(variants, day, CONTEXT[tier]) if own else None
+            overrides = _variant(variants, when, CONTEXT[tier]) if own else None
             if not overrides:
                 return None
             fields = {**fields, **overrides}
@@ -76,14 +79,20 @@ class GenaiSource:
 
     def models(self) -> Iterator[tuple[str, str]]:
         """``(provider id, model id)`` of every model with a token price that its id finds."""
-        day = dt.datetime.now(dt.timezone.utc).date()
+        when = _ordinal(dt.datetime.now(dt.timezone.utc))
         table = _genai_table.load()
         if table is None:
             return
         for provider, info in _genai_table.models(table):
-            fields = _standard(_genai_table.prices(table, info)[0], day)
+            fields = _standard(_genai_table.prices(table, info)[0], when)
             if "input_mtok" in fields and "output_mtok" in fields:
                 yield provider, table.model_ids[info]
+
+    def windows(self) -> tuple[int, ...] | None:
+        """The times of day (microseconds into the UTC day, sorted) where a time-of-day
+        price window opens or closes; ``None`` while the data is not read yet (this does
+        not read it)."""
+        return _genai_table.windows()
 
     @property
     def version(self) -> str:
@@ -96,27 +105,61 @@ class GenaiSource:
         return f"genai-prices {__version__} ({table.snapshot_date})"
 
 
-def _active(since: int | None, day: dt.date) -> bool:
-    return since is not None and since <= day.toordinal()  # time-of-day windows: never
+_DAY_NS = 86_400 * 10**9
+_today: tuple[int, dt.date] = (-1, dt.date(1970, 1, 1))
+
+
+def moment(at: dt.date | None) -> tuple[dt.date, int]:
+    """``(UTC day, microseconds into it)`` of ``at``, as genai-prices reads a request's
+    timestamp (a naive datetime is UTC); a date is its 00:00; ``None`` is now (today's date
+    made once a day: a price lookup is on every call's path)."""
+    global _today
+    if isinstance(at, dt.datetime):
+        if at.tzinfo is not None:
+            at = at.astimezone(dt.timezone.utc)
+        return at.date(), _genai_table.micros(at)
+    if at is not None:
+        return at, 0
+    number, rest = divmod(time.time_ns(), _DAY_NS)
+    if number != _today[0]:
+        _today = (number, dt.date(1970, 1, 1) + dt.timedelta(days=number))
+    return _today[1], rest // 1000
+
+
+def instant(day: dt.date, micros: int) -> dt.datetime:
+    """The UTC moment ``micros`` microseconds into ``day``."""
+    start = dt.datetime.combine(day, dt.time(), dt.timezone.utc)
+    return start + dt.timedelta(microseconds=micros)
+
+
+def _ordinal(at: dt.date) -> tuple[int, int]:
+    day, micros = moment(at)
+    return day.toordinal(), micros
+
+
+def _active(since: int | list[int] | None, when: tuple[int, int]) -> bool:
+    return _genai_table.active(since, *when)
 
 
 def _fields(rates: list[Any]) -> dict[str, Any]:
     return {key: rate for key, rate in zip(FIELDS, rates, strict=True) if rate is not None}
 
 
-def _standard(conditional: list[Any], day: dt.date) -> dict[str, Any]:
+def _standard(conditional: list[Any], when: tuple[int, int]) -> dict[str, Any]:
     chosen = conditional[0][1]
     for since, rates in reversed(conditional):
-        if _active(since, day):
+        if _active(since, when):
             chosen = rates
             break
     return _fields(chosen)
 
 
-def _variant(variants: list[Any], day: dt.date, context: Mapping[str, str]) -> dict[str, Any]:
+def _variant(
+    variants: list[Any], at: tuple[int, int], context: Mapping[str, str]
+) -> dict[str, Any]:
     overrides: dict[str, Any] = {}
     for when, since, rates in variants:
-        if _active(since, day) and all(context.get(key) == value for key, value in when):
+        if _active(since, at) and all(context.get(key) == value for key, value in when):
             for key, rate in _fields(rates).items():
                 overrides.setdefault(key, rate)
     return overrides

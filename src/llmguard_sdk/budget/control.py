@@ -34,7 +34,7 @@ from ..tokens import count_text_tokens
 from . import _reserve
 from ._budgets import Budgets, EventHook
 from ._reserve import Held
-from ._routes import asked_tier, route_tier, takes_completion_limit
+from ._routes import asked_tier, route_tier, started_at, takes_completion_limit
 from ._topup import top_up_steps
 from .memory import BudgetBackend, MemoryBudgetBackend
 from .policy import NANO, BudgetEvent, CounterSpec, RunawayDetector, SettleResult, for_log, nano
@@ -158,12 +158,15 @@ class SpendControl:
     ) -> tuple[int, float]:
         """(base, per output token), nano-dollars: the worst case over ``routes`` of a
         request of ``input_tokens`` (default: the call's). A hedged call may also be billed
-        its race's losing prompt: its base is the two dearest prompts."""
+        its race's losing prompt: its base is the two dearest prompts. Prices are those in
+        force when the call started (time-of-day prices: DeepSeek's peak hours), the moment
+        :meth:`cost` prices the call at too, so a call that runs past a window's edge is held
+        and charged at one price."""
         counted = ctx.input_tokens().tokens if input_tokens is None else input_tokens
         priced = counted * (1.0 + self.config.input_margin)
         prompts, per = [0], 0.0
         asked = asked_tier(ctx)
-        table, local = self.prices, self.local
+        table, local, at = self.prices, self.local, started_at(ctx)
         for route in routes:
             name = route.name
             if name in local:
@@ -172,9 +175,9 @@ class SpendControl:
             assert model is not None  # prepare() checked it
             # a route that always serves one tier (a BatchProvider: "batch") says so
             tier = route_tier(route) or asked
-            prices = [table.price(model, provider=name, tier=tier)]
+            prices = [table.price(model, provider=name, tier=tier, at=at)]
             if tier is not None and tier != "batch":  # may be served at the standard tier
-                prices.append(table.price(model, provider=name))
+                prices.append(table.price(model, provider=name, at=at))
             prompts.append(max(nano(price.worst_case(priced, 0)) for price in prices))
             for price in prices:
                 per = max(per, price.for_input(priced).output_max * NANO / 1_000_000)
@@ -193,8 +196,9 @@ class SpendControl:
     ) -> Cost | None:
         """The served response's cost: the provider's, else the price table's estimate from
         ``usage`` (default: the response's) at the model of ``route`` (default: the route
-        that served the call). The configured degraded answer costs nothing (the attempts
-        that went out before it are the call's unserved ones)."""
+        that served the call), at the prices in force when the call started (as genai-prices
+        prices a request at its timestamp). The configured degraded answer costs nothing
+        (the attempts that went out before it are the call's unserved ones)."""
         if response.cost_source == "reported" and response.cost_usd is not None:
             return Cost(response.cost_usd, "reported")
         usage = usage or response.usage
@@ -216,7 +220,13 @@ class SpendControl:
         if not model:
             return None
         return cost_of_response(
-            response, self.prices, model=model, provider=name, usage=usage, tier=asked_tier(ctx)
+            response,
+            self.prices,
+            model=model,
+            provider=name,
+            usage=usage,
+            tier=asked_tier(ctx),
+            at=started_at(ctx),
         )
 
     # -- reserve -----------------------------------------------------------------------------

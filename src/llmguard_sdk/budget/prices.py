@@ -23,6 +23,7 @@ over the table; a cost from the table is always ``"estimated"``.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import datetime as dt
 import functools
@@ -30,7 +31,6 @@ import json
 import logging
 import math
 import re
-import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from importlib import resources
@@ -39,7 +39,7 @@ from typing import Any, ClassVar, Literal
 
 from ..errors import ConfigurationError, UnknownModelPriceError
 from ..models import ChatResponse, Usage
-from ._source import TIERS, GenaiSource, normal_tier
+from ._source import TIERS, GenaiSource, instant, moment, normal_tier
 
 __all__ = [
     "Cost",
@@ -225,7 +225,8 @@ class PriceTable:
     tier if it has one, else its standard price; in the user's and the shipped entries (which
     list no tiers unless told) the ``"batch"`` tier is the standard price less
     ``batch_discount`` (OpenAI, Anthropic and Google bill batches at half price). A lookup is
-    done once per model, tier and day, then cached.
+    done once per model, tier, day and stretch of the day between the source's time-of-day
+    windows' edges (DeepSeek's peak hours), then cached.
 
     Args:
         entries: ``{"provider/model" or "model": Price or [Price, ...]}``.
@@ -269,7 +270,8 @@ class PriceTable:
             if not all(isinstance(p, Price) for p in prices):
                 raise ConfigurationError(f"price entry {key!r} must hold Price objects")
             self._entries[key.lower()] = tuple(sorted(prices, key=lambda p: p.effective_from))
-        self._cache: dict[tuple[str | None, str, dt.date, str | None], Price | None] = {}
+        self._cache: dict[tuple[str | None, str, dt.date, int, str | None], Price | None] = {}
+        self._windows: tuple[int, ...] | None = None  # see _read_windows
 
     def __repr__(self) -> str:
         return f"PriceTable(version={self.version!r}, models={len(self._entries)})"
@@ -339,18 +341,35 @@ class PriceTable:
         at: dt.date | None = None,
         tier: str | None = None,
     ) -> Price | None:
-        """The price of ``model`` on day ``at`` (default today, UTC) at service tier ``tier``
-        (``None``: standard), or None if unknown."""
-        day = at or _today()
-        key = (provider, model, day, tier)  # as asked: a hit needs no normalising
-        if key in self._cache:
+        """The price of ``model`` at ``at`` at service tier ``tier`` (``None``: standard), or
+        None if unknown. ``at`` is a moment (a datetime; naive means UTC) or a day (its 00:00
+        UTC); default: now. Time-of-day prices (DeepSeek's peak hours) count at that moment.
+        """
+        day, micros = moment(at)
+        windows = self._windows if self._windows is not None else self._read_windows()
+        key = (provider, model, day, bisect.bisect_right(windows, micros), tier)
+        if key in self._cache:  # as asked, per day and stretch between window edges
             return self._cache[key]
         wanted = normal_tier(tier)
-        found = self._find(model.lower(), provider.lower() if provider else None, day, wanted)
+        found = self._find(
+            model.lower(), provider.lower() if provider else None, instant(day, micros), wanted
+        )
+        if self._windows is None:  # the lookup may have read the source's windows
+            key = (provider, model, day, bisect.bisect_right(self._read_windows(), micros), tier)
         if len(self._cache) >= 4096:
             self._cache.clear()
         self._cache[key] = found
         return found
+
+    def _read_windows(self) -> tuple[int, ...]:
+        """The times of day where a source's time-of-day price starts or ends (a key of the
+        cache: a price found between two of them holds until the next); kept once every
+        source has read its data."""
+        read = [layer._source.windows() for layer in self._layers() if layer._source is not None]
+        windows = tuple(sorted({edge for edges in read for edge in edges or ()}))
+        if None not in read:
+            self._windows = windows
+        return windows
 
     def _layers(self) -> list[PriceTable]:
         layers: list[PriceTable] = []
@@ -360,23 +379,26 @@ class PriceTable:
             table = table._base
         return layers
 
-    def _own(self, name: str, provider: str | None, day: dt.date, tier: str | None) -> Price | None:
+    def _own(
+        self, name: str, provider: str | None, when: dt.datetime, tier: str | None
+    ) -> Price | None:
         """This layer's price (entries, then source) for ``provider/name`` or ``name``."""
         key = f"{provider}/{name}" if provider else name
         prices = self._entries.get(key)
         if prices is not None:
+            day = when.date()
             own = _dated(tuple(p for p in prices if p.tier == tier), day)
             if own is not None or tier is None:
                 return own
             return self._tiered(_dated(tuple(p for p in prices if p.tier is None), day), tier)
         if self._source is None:
             return None
-        found = self._source.find(name, provider, day, tier)
+        found = self._source.find(name, provider, when, tier)
         if found is not None or tier is None:
             return found
         # the source lists tiers model by model: a model without the tier's rates (one
         # without a batch API, say) is billed at its standard rates
-        standard = self._source.find(name, provider, day, None)
+        standard = self._source.find(name, provider, when, None)
         if standard is not None and tier == "priority":  # dearer than standard: say so
             logger.warning(
                 "llmguard prices: %s lists no %s rates for %s; its standard rates count",
@@ -393,7 +415,7 @@ class PriceTable:
         return standard.scaled(1.0 - self.batch_discount, tier="batch")
 
     def _find(
-        self, model: str, provider: str | None, day: dt.date, tier: str | None
+        self, model: str, provider: str | None, when: dt.datetime, tier: str | None
     ) -> Price | None:
         names = [model]
         undated = _DATED.sub("", model)
@@ -406,14 +428,14 @@ class PriceTable:
             # provider: the shipped (vendor) entries before a user's entry for one route
             for layer in layers:
                 for owner in [provider, None] if provider else [None]:
-                    price = layer._own(name, owner, day, tier)
+                    price = layer._own(name, owner, when, tier)
                     if price is not None:
                         return price
             for layer in reversed(layers):
                 for key in layer._entries:
                     owner, _, bare = key.rpartition("/")
                     if bare == name and owner:
-                        price = layer._own(name, owner, day, tier)
+                        price = layer._own(name, owner, when, tier)
                         if price is not None:
                             return price
         return None
@@ -482,37 +504,27 @@ def cost_of_response(
     provider: str | None = None,
     usage: Usage | None = None,
     tier: str | None = None,
+    at: dt.date | None = None,
 ) -> Cost | None:
     """The provider's reported cost when there is one, else the table's estimate from
     ``usage`` (default: the response's) at the service tier the usage reports (else
-    ``tier``, the one asked for); ``None`` when there is no usage or the model has no price."""
+    ``tier``, the one asked for) and the prices in force at ``at`` (the call's start, as
+    genai-prices prices a request at its timestamp; default: now); ``None`` when there is no
+    usage or the model has no price."""
     if response.cost_usd is not None and response.cost_source == "reported":
         return Cost(response.cost_usd, "reported")
     usage = usage or response.usage
     if usage is None:
         return None
     wanted = usage.service_tier or tier
-    price = table.find(model, provider=provider, tier=wanted)
+    price = table.find(model, provider=provider, tier=wanted, at=at)
     if price is None and response.model and response.model != model:
-        price = table.find(response.model, provider=provider, tier=wanted)
+        price = table.find(response.model, provider=provider, tier=wanted, at=at)
     if price is None:
         price = next((t.default for t in table._layers() if t.default is not None), None)
         if price is None:
             return None
     return Cost(price.cost(usage), "estimated")
-
-
-_DAY_SECONDS = 86_400
-_today_cache: tuple[int, dt.date] = (-1, dt.date(1970, 1, 1))
-
-
-def _today() -> dt.date:
-    """Today's date in UTC, made once a day (a price lookup is on every call's path)."""
-    global _today_cache
-    number = int(time.time() // _DAY_SECONDS)
-    if number != _today_cache[0]:
-        _today_cache = (number, dt.date(1970, 1, 1) + dt.timedelta(days=number))
-    return _today_cache[1]
 
 
 def _dated(prices: tuple[Price, ...] | None, day: dt.date) -> Price | None:
