@@ -122,7 +122,7 @@ def start_story(provider: LocalProvider, busy: threading.Thread) -> None:
     assert provider.wait_loaded(120)
     busy.start()
     deadline = time.monotonic() + 30
-    while not provider._worker.busy.locked():
+    while provider._worker.running is None:
         assert time.monotonic() < deadline
         time.sleep(0.005)
 
@@ -138,7 +138,7 @@ def test_a_full_queue_refuses_at_once() -> None:
             guard.chat(QUESTION, max_tokens=5)
         # Refused, not queued behind the story: the story still holds the model when the
         # refusal arrives.
-        assert provider._worker.busy.locked()
+        assert provider._worker.running is not None
         assert busy.is_alive()
     finally:
         if busy.ident is not None:
@@ -174,10 +174,10 @@ def test_a_sync_hedge_race_lost_by_the_local_model_stops_its_generation(
         assert answer.attempts == 2  # the local model was raced
         remote.close()  # the shared local model stays open for the other tests
     for _ in range(1200):  # (the abort stops llama.cpp's computation, of the prompt too,
-        if not local._worker.busy.locked():  # at its next graph node)
+        if local._worker.running is None:  # at its next graph node)
             break
         time.sleep(0.1)
-    assert not local._worker.busy.locked()
+    assert local._worker.running is None
     engine = local._worker.engine
     assert engine is not None
     prompt = len(engine.tokens(counting))

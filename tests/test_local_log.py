@@ -36,7 +36,7 @@ def start():
 
 def idle():
     deadline = time.monotonic() + 240
-    while provider._worker.busy.locked():
+    while provider._worker.running is not None:
         assert time.monotonic() < deadline
         time.sleep(0.01)
     return engine.llm.n_tokens

@@ -122,7 +122,7 @@ def test_a_template_that_trims_contents_still_renders_them_as_text(tmp_path: Pat
 def wait_idle(provider: LocalProvider, seconds: float) -> None:
     """Wait (bounded) until no generation holds the model."""
     deadline = time.monotonic() + seconds
-    while provider._worker.busy.locked():
+    while provider._worker.running is not None:
         assert time.monotonic() < deadline, "the worker is still busy"
         time.sleep(0.01)
 
@@ -266,7 +266,7 @@ def test_with_no_queue_a_call_is_refused_while_the_worker_takes_another() -> Non
     # its thread) in that window here, so the race happens each time.
     provider = LocalProvider(n_ctx=256, max_queue=0)
     request = ChatRequest.model_validate({"messages": [{"role": "user", "content": "Hi."}]})
-    hold = Hold(_Worker._serve, "with self.busy")
+    hold = Hold(_Worker._serve, "engine.generate(")
     deadline = time.monotonic() + 120
     first_call = threading.Thread(
         target=provider.complete, args=(request,), kwargs={"model": "m", "deadline": deadline}

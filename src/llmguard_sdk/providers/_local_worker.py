@@ -56,7 +56,6 @@ class _Worker:
         self.engine: _Engine | None = None
         self.load_error: BaseException | None = None
         self.loaded = threading.Event()
-        self.busy = threading.Lock()  # held while a generation runs
 
     def _closed_error(self) -> ProviderUnavailableError:
         if self.died:
@@ -218,15 +217,12 @@ class _Worker:
         if provider is None:  # (collected: stop() ends the worker)
             job.finish(self._closed_error())
             return
-        with self.busy:
-            try:
-                engine.generate(provider, job, stop=lambda: self.closed)
-            except ProviderError as exc:  # typed already (a prompt that cannot fit)
-                job.finish(exc)
-            except Exception as exc:
-                job.finish(
-                    ProviderUnavailableError(f"local model failed: {exc!r}", route=self.route)
-                )
+        try:
+            engine.generate(provider, job, stop=lambda: self.closed)
+        except ProviderError as exc:  # typed already (a prompt that cannot fit)
+            job.finish(exc)
+        except Exception as exc:
+            job.finish(ProviderUnavailableError(f"local model failed: {exc!r}", route=self.route))
 
     def _fail_the_rest(self) -> None:
         """The thread ends: no call may wait for it (closed, or it died of an error)."""
