@@ -4,6 +4,7 @@ file gives; one closed first gives none."""
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import inspect
 import subprocess
@@ -12,7 +13,7 @@ import threading
 import time
 import warnings
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import Any
 
@@ -20,7 +21,7 @@ import pytest
 
 from llmguard_sdk import Guard, LocalProvider, ProviderUnavailableError
 from llmguard_sdk.models import ChatRequest
-from llmguard_sdk.providers._llama import _load_llama
+from llmguard_sdk.providers._llama import _load_llama, _load_turn
 from llmguard_sdk.providers._local_worker import _Worker
 from tests.conftest import require_module
 from tests.localmodel import QUESTION
@@ -178,18 +179,30 @@ def test_a_provider_collected_on_its_worker_s_thread_under_its_lock_ends_the_wor
         gc.enable()
 
 
-def test_close_while_the_load_waits_for_another_load_ends_the_worker() -> None:
-    # Loads take turns (one lock a process). A provider closed while its worker waited for
-    # another provider's load kept that thread until the other load ended (minutes for a big
-    # model; close() gave up after 10 s), and then loaded its model for nothing.
+@contextlib.contextmanager
+def another_load(name: str) -> Iterator[None]:
+    """A provider ``name`` whose load holds its turn (loads take turns: one lock a process)
+    in the block; then its load goes on, and it is closed."""
     first_load = Hold(_load_llama, "return llama_cpp.Llama(**kwargs)")
     threading.settrace(first_load.trace)  # (the first worker, started by warm_up, is traced)
     try:
-        first = LocalProvider(name="first", n_ctx=256, warm_up=True)
+        first = LocalProvider(name=name, n_ctx=256, warm_up=True)
         assert first_load.held.wait(120)  # the first load holds its turn
     finally:
         threading.settrace(None)  # type: ignore[arg-type]
     try:
+        yield
+    finally:
+        first_load.go_on.set()
+    assert first.wait_loaded(120)  # the first load went on
+    first.close()
+
+
+def test_close_while_the_load_waits_for_another_load_ends_the_worker() -> None:
+    # A provider closed while its worker waited for another provider's load kept that thread
+    # until the other load ended (minutes for a big model; close() gave up after 10 s), and
+    # then loaded its model for nothing.
+    with another_load("first"):
         second = LocalProvider(name="second", n_ctx=256, warm_up=True)
         waiting = worker_of("second")
         second.close()  # while the first load still holds its turn
@@ -197,10 +210,37 @@ def test_close_while_the_load_waits_for_another_load_ends_the_worker() -> None:
         assert second._worker.loaded.is_set()
         assert isinstance(second._worker.load_error, ValueError)  # stopped, never loaded
         assert second._worker.engine is None
-    finally:
-        first_load.go_on.set()
-    assert first.wait_loaded(120)  # the first load went on
-    first.close()
+
+
+def test_a_provider_dropped_while_its_load_waits_for_another_load_loads_nothing() -> None:
+    # The worker held its provider through its whole load, its wait for its turn too: a
+    # provider dropped unclosed while another provider's model loaded was not collected, and
+    # loaded its model for nothing when its turn came (and only then was freed).
+    with another_load("first-of-two"):
+        second = [LocalProvider(name="second-of-two", n_ctx=256, warm_up=True)]
+        worker, waiting = second[0]._worker, worker_of("second-of-two")
+        waits_its_turn(waiting)
+        warned = dropped(second, "second-of-two")  # collected at once
+        waiting.join(30)
+        assert not waiting.is_alive()  # ended while the first load still holds its turn
+        assert len(warned) == 1, warned
+        assert isinstance(worker.load_error, ValueError)  # stopped, never loaded
+        assert "before it began" in str(worker.load_error)
+        assert worker.engine is None
+
+
+def waits_its_turn(thread: threading.Thread) -> None:
+    """Wait (bounded) until ``thread`` waits for its turn to load a model."""
+    turn = _load_turn.__wrapped__.__code__  # type: ignore[attr-defined]
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        frame: FrameType | None = sys._current_frames().get(thread.ident or 0)
+        while frame is not None and frame.f_code is not turn:
+            frame = frame.f_back
+        if frame is not None:
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"{thread.name} never waited for its turn to load")
 
 
 class Died(BaseException):

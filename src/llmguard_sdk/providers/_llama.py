@@ -30,7 +30,9 @@ _INSTALL_HINT = (
     "(it builds llama.cpp from source, about 4 minutes on 2 cores, once)"
 )
 logger = logging.getLogger("llmguard_sdk")
-_LOAD_LOCK = threading.Lock()
+# (reentrant: a provider's worker takes its turn before it reads its provider, and keeps it
+# through the load; see _local_worker)
+_LOAD_LOCK = threading.RLock()
 _SUPPRESSOR = "suppress_stdout_stderr"  # llama-cpp-python's fd-level silencer (see _load_llama)
 
 

@@ -2,10 +2,11 @@
 and how it ends.
 
 The worker holds its :class:`~llmguard_sdk.providers.local.LocalProvider` weakly: the thread
-dereferences it only while it loads the model or serves a call. So a provider dropped without
-``close()`` (or in a Guard dropped without ``close()``) is collected, and its finalizer
-(:meth:`_Worker.collected`) stops the worker as ``close()`` does, without waiting for it: the
-thread ends and frees the model, and a :class:`ResourceWarning` says that ``close()`` was not
+dereferences it only while it loads the model (once its turn to load came: loads take turns)
+or serves a call. So a provider dropped without ``close()`` (or in a Guard dropped without
+``close()``) is collected, and its finalizer (:meth:`_Worker.collected`) stops the worker as
+``close()`` does, without waiting for it: the thread ends and frees the model (a load that
+waited its turn loads nothing), and a :class:`ResourceWarning` says that ``close()`` was not
 called, as an unclosed file does. A provider that never started its worker holds nothing and
 warns of nothing.
 
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import ProviderBusyError, ProviderError, ProviderUnavailableError
 from ..models import ChatRequest
+from ._llama import _load_turn
 from ._local_engine import _Engine, _Job
 
 if TYPE_CHECKING:
@@ -169,11 +171,17 @@ class _Worker:
             self._fail_the_rest()
 
     def _load(self, owner: weakref.ref[LocalProvider]) -> None:
+        def keep_going() -> bool:  # (the provider's finalizer closes the worker)
+            return not self.closed
+
         try:
-            provider = owner()
-            if provider is None:  # dropped before the thread ran: nothing to load
-                return
-            self.engine = _Engine(provider, keep_going=lambda: not self.closed)
+            # Its turn (another provider may be loading) is awaited holding the provider
+            # weakly: one dropped meanwhile is collected, its worker closed, and loads nothing.
+            with _load_turn(keep_going):
+                provider = owner()
+                if provider is None:  # dropped before the thread ran: nothing to load
+                    return
+                self.engine = _Engine(provider, keep_going=keep_going)
         except Exception as exc:  # a broken GGUF, out of memory: every call learns why
             self.load_error = _without_frames(exc)  # (its frames held the half-built engine)
             if self.closed:  # close() stopped the load: nothing failed
