@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import inspect
+import logging
 import subprocess
 import sys
 import threading
@@ -247,9 +248,12 @@ class Died(BaseException):
     """What ends the worker thread in the test below (no call's error handling catches it)."""
 
 
-def test_a_worker_that_dies_fails_its_calls_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_worker_that_dies_fails_its_calls_at_once_and_logs_why(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     # A worker thread ended by an error no call caught left its call (and those queued) to
-    # wait for their deadline: minutes by default, for ever with math.inf.
+    # wait for their deadline: minutes by default, for ever with math.inf. And the error the
+    # call says was "(logged)" was not: the log said the thread ended, not of what.
     ended_with: list[BaseException | None] = []
     monkeypatch.setattr(threading, "excepthook", lambda args: ended_with.append(args.exc_value))
     serve, armed = _Worker._serve.__code__, threading.Event()
@@ -268,12 +272,17 @@ def test_a_worker_that_dies_fails_its_calls_at_once(monkeypatch: pytest.MonkeyPa
         assert provider.wait_loaded(120)
         thread = worker_of("dies")
         armed.set()
-        with pytest.raises(ProviderUnavailableError, match="ended of an error"):
-            provider.complete(HI, model="m", deadline=time.monotonic() + 30)
-        thread.join(60)
+        with caplog.at_level(logging.ERROR, logger="llmguard_sdk"):
+            with pytest.raises(ProviderUnavailableError, match=r"ended of an error \(logged\)"):
+                provider.complete(HI, model="m", deadline=time.monotonic() + 30)
+            thread.join(60)
         assert not thread.is_alive()
         assert len(ended_with) == 1
         assert isinstance(ended_with[0], Died)
+        [logged] = [r for r in caplog.records if "ended of an error" in r.getMessage()]
+        assert logged.exc_info is not None
+        assert logged.exc_info[1] is ended_with[0]
+        assert "Traceback" in caplog.text  # with its traceback
         with pytest.raises(ProviderUnavailableError, match="ended of an error"):
             provider.complete(HI, model="m", deadline=time.monotonic() + 30)
     finally:

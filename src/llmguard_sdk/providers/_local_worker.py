@@ -10,8 +10,9 @@ waited its turn loads nothing), and a :class:`ResourceWarning` says that ``close
 called, as an unclosed file does. A provider that never started its worker holds nothing and
 warns of nothing.
 
-A worker that ends for any other reason (an error no call caught) fails the calls still queued
-and the one it served, so that none waits for its deadline.
+A worker that ends for any other reason (an error no call caught) logs that error, with its
+traceback, and fails the calls still queued and the one it served, so that none waits for its
+deadline.
 """
 
 from __future__ import annotations
@@ -162,13 +163,17 @@ class _Worker:
     # -- the thread --------------------------------------------------------------------------
 
     def _run(self, owner: weakref.ref[LocalProvider]) -> None:
+        error: BaseException | None = None
         try:
             self._load(owner)
             while self._serve_next(owner):
                 pass
+        except BaseException as exc:
+            error = exc  # (logged as the thread ends; threading.excepthook gets it too)
+            raise
         finally:
             self.engine = None  # the model is freed with the worker
-            self._fail_the_rest()
+            self._fail_the_rest(error)
 
     def _load(self, owner: weakref.ref[LocalProvider]) -> None:
         def keep_going() -> bool:  # (the provider's finalizer closes the worker)
@@ -232,8 +237,8 @@ class _Worker:
         except Exception as exc:
             job.finish(ProviderUnavailableError(f"local model failed: {exc!r}", route=self.route))
 
-    def _fail_the_rest(self) -> None:
-        """The thread ends: no call may wait for it (closed, or it died of an error)."""
+    def _fail_the_rest(self, error: BaseException | None) -> None:
+        """The thread ends: no call may wait for it (closed, or it died of ``error``)."""
         with self.lock:
             self.died = not self.closed
             self.closed = True
@@ -241,11 +246,15 @@ class _Worker:
             self.pending.clear()
             running, self.running = self.running, None
         if self.died:
-            logger.error("local model %s: its worker thread ended of an error", self.model_file)
-        error = self._closed_error()
+            logger.error(
+                "local model %s: its worker thread ended of an error",
+                self.model_file,
+                exc_info=error,
+            )
+        told = self._closed_error()
         for job in waiting + ([running] if running is not None and not running.done else []):
             job.cancel()
-            job.finish(error)
+            job.finish(told)
 
 
 def _without_frames(exc: BaseException) -> BaseException:
