@@ -310,6 +310,29 @@ def test_a_worker_thread_that_cannot_start_is_a_typed_error_and_tried_again(
         provider.close()
 
 
+def test_from_config_builds_a_local_route_without_a_thread_and_its_call_says_why(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A local route is built cold (no warm_up): the process at its thread limit does not
+    # fail Guard.from_config; the route's first call says why, a typed error naming it.
+    start = threading.Thread.start
+
+    def refuse_workers(thread: threading.Thread) -> None:
+        if thread.name.startswith("llmguard-local-"):
+            raise RuntimeError("can't start new thread")
+        start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", refuse_workers)
+    config = {"routes": [{"model": "local/bundled", "name": "cold"}]}
+    guard = Guard.from_config(config, environ={}, retry=None)
+    try:
+        with pytest.raises(ProviderUnavailableError, match="could not start") as raised:
+            guard.chat(QUESTION, max_tokens=2)
+        assert raised.value.route == "cold"
+    finally:
+        guard.close()
+
+
 @pytest.mark.parametrize("first", ["llmguard_sdk.providers.local", "llama_cpp"])
 def test_a_process_that_used_llama_cpp_ends_without_resource_warnings(first: str) -> None:
     """llama-cpp-python's ``_utils`` opens /dev/null twice at import and never closes it:
