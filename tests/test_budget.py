@@ -67,6 +67,28 @@ def test_anthropic_shaped_usage_counts_cache_reads_and_writes_once() -> None:
     assert HAIKU.cost(usage) == pytest.approx(0.0008 + 0.0016 + 0.004 + 0.002)
 
 
+_ABSURD_USAGES = [
+    {"prompt_tokens": 10, "completion_tokens": 2**31},
+    {
+        "prompt_tokens": 1,
+        "completion_tokens": 1,
+        "prompt_tokens_details": {"cached_tokens": 10**400},
+    },
+    {"input_tokens": 1, "output_tokens": 1, "output_tokens_details": {"reasoning_tokens": 2**31}},
+    {"input_tokens": 2**30, "output_tokens": 1, "cache_read_input_tokens": 2**30},  # 2**31 in all
+    {"input_tokens": 1, "output_tokens": 1, "cache_creation": {"ephemeral_1h_input_tokens": 2**40}},
+]
+
+
+@pytest.mark.parametrize("raw", _ABSURD_USAGES)
+def test_a_count_above_int32_anywhere_in_the_usage_makes_it_unusable(raw: dict[str, int]) -> None:
+    """A count above 2**31 - 1 (no context or ``max_tokens`` holds it) is the provider's
+    error: the whole usage is unusable (the Guard estimates it), a detail's too (10**400
+    cached tokens were clamped and passed; 2**40 written for an hour made the input 2**40)."""
+    assert usage_from_payload({**raw, "cost": 0.5}) == (None, 0.5)
+    assert usage_from_payload({"prompt_tokens": 2**31 - 1, "completion_tokens": 0})[0] is not None
+
+
 def test_a_reported_cost_wins_and_estimates_say_so() -> None:
     usage = Usage(input_tokens=1_000_000, output_tokens=0)
     table = PriceTable.default_table()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import json
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -19,6 +20,7 @@ from llmguard_sdk.store import RedisStore
 from llmguard_sdk.testing import FakeProvider, Fault
 
 from .conftest import MODES, USER, chat_in_mode
+from .rawserver import RawServer, chat_chunk_event, http_response, sse_head
 
 MakeGuard = Callable[..., Guard]
 
@@ -468,3 +470,81 @@ def test_an_async_call_cancelled_while_its_spend_hold_is_in_redis_gives_it_back(
     taken, after = asyncio.run(cancelled())
     assert taken > 0
     assert after == 0  # given back as the call ended
+
+
+def _absurd_answer(shape: str, huge: int) -> tuple[bytes, tuple[bytes, ...]]:
+    """A loopback provider's answer ("Hi"), its usage reporting ``huge`` tokens."""
+    if shape == "messages":  # Anthropic: huge cache reads beside a small input
+        usage: dict[str, Any] = {"input_tokens": 3, "output_tokens": 1}
+        usage["cache_read_input_tokens"] = huge
+        body = {
+            "id": "msg_1", "type": "message", "role": "assistant", "model": "m",
+            "content": [{"type": "text", "text": "Hi"}], "stop_reason": "end_turn",
+            "usage": usage,
+        }  # fmt: skip
+        return http_response(json.dumps(body).encode()), ()
+    usage = {"prompt_tokens": huge, "completion_tokens": 1}
+    if shape == "stream":  # the usage chunk of include_usage
+        last = {"id": "c", "object": "chat.completion.chunk", "model": "m", "choices": []}
+        events = chat_chunk_event({"content": "Hi"}) + chat_chunk_event({}, "stop")
+        final = b"data: " + json.dumps({**last, "usage": usage}).encode() + b"\n\n"
+        return sse_head(), (events + final + b"data: [DONE]\n\n",)
+    body = {
+        "id": "c", "object": "chat.completion", "model": "m",
+        "choices": [{"index": 0, "finish_reason": "stop",
+                     "message": {"role": "assistant", "content": "Hi"}}],
+        "usage": usage,
+    }  # fmt: skip
+    return http_response(json.dumps(body).encode()), ()
+
+
+@pytest.mark.parametrize("huge", [10**400, 2**31], ids=["10**400", "2**31"])
+@pytest.mark.parametrize("shape", ["chat", "stream", "messages"])
+def test_an_absurd_reported_usage_is_estimated_and_limits_settle_on_a_sane_number(
+    shape: str, huge: int, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A provider reporting 10**400 tokens made the rate limit's settle (``10**400 - 1.0``)
+    or the cost an OverflowError deep inside the call; 2**31 tokens (more than any context or
+    ``max_tokens`` holds) drained the limit and the budget. A count above 2**31 - 1 is no
+    count: the call is served, its usage estimated as for none reported, a warning logged."""
+    from llmguard_sdk.providers import AnthropicProvider, OpenAICompatibleProvider
+    from llmguard_sdk.telemetry import _repeats
+
+    log = _repeats.RepeatedLog(background=False)  # this test's window of repeated warnings
+    monkeypatch.setattr(_repeats, "repeats", log)
+    head, parts = _absurd_answer(shape, huge)
+    prices = PriceTable.default_table().with_prices({"m": Price(input=1.0, output=2.0)})
+    with RawServer(head, parts) as raw:
+        kind = AnthropicProvider if shape == "messages" else OpenAICompatibleProvider
+        route = kind(raw.base_url, model="m", name="raw")
+        guard = Guard(
+            route,
+            rate_limits={"raw": RateLimit(tpm=10_000, concurrency=2)},
+            budgets=Budgets([Budget(limit_usd=1.0)], prices=prices),
+            retry=None,
+            environ={},
+        )
+        with guard, caplog.at_level("WARNING", logger="llmguard_sdk"):
+            for mode in MODES * 2:
+                if shape == "stream":
+                    with guard.chat(USER, stream=True, max_tokens=20) as stream:
+                        assert "".join(chunk.text for chunk in stream) == "Hi"
+                    response = stream.response
+                else:
+                    response = chat_in_mode(guard, mode, max_tokens=20)
+                assert response.text == "Hi"
+                assert response.usage is not None
+                assert response.usage.estimated
+                assert 0 < response.usage.input_tokens < 100
+                assert response.cost_usd is not None
+                assert response.cost_usd < 1e-3
+            limiter: Any = guard.rate_limiter
+            whole = limiter.reserve("raw", tokens=9_000)  # settled on the estimates
+            assert whole.allowed
+            limiter.settle("raw", token_delta=-9_000, lease=whole.lease)
+            assert guard.budget_status()[0]["spent_usd"] < 1e-2
+            log.flush()
+    warned = [r.getMessage() for r in caplog.records if "reported usage" in r.getMessage()]
+    assert len(warned) == 2, warned  # once, then the count of the three calls after it
+    assert "above 2147483647 tokens" in warned[0]
+    assert "repeated 3 more times" in warned[1]

@@ -16,18 +16,38 @@ them) and ``output_tokens`` = every output token (reasoning among them):
   ``cache_creation.ephemeral_5m_input_tokens`` / ``ephemeral_1h_input_tokens``;
   ``output_tokens`` counts thinking; ``usage.service_tier`` is ``standard``, ``priority`` or
   ``batch``.
+
+A count above :data:`MOST_TOKENS` is no count (a provider's bad answer): the usage is
+unusable, as a missing one is (the Guard estimates it), and a warning says so.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
-from ..models import Usage
+from ..models import _MOST_OUTPUT_TOKENS, Usage
+from ..telemetry._repeats import log_repeated
 
-__all__ = ["usage_from_payload"]
+__all__ = ["MOST_TOKENS", "usage_from_payload"]
+
+MOST_TOKENS = _MOST_OUTPUT_TOKENS
+"""The most tokens one usage count may report, 2**31 - 1: ``max_tokens``'s bound (an int32, as
+the chat APIs take), far above any model's context window. A larger count (``10**400`` made the rate
+limit's settle an OverflowError; 2**31 drained the limits and budgets) is the provider's
+error, not a count."""
 
 _ANTHROPIC = ("cache_read_input_tokens", "cache_creation_input_tokens", "cache_creation")
+_DETAILS = (
+    "prompt_tokens_details",
+    "completion_tokens_details",
+    "input_tokens_details",
+    "output_tokens_details",
+    "cache_creation",
+)
+
+logger = logging.getLogger("llmguard_sdk")
 
 
 def _count(value: object) -> int | None:
@@ -35,6 +55,19 @@ def _count(value: object) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         return None
     return value
+
+
+def _absurd(raw: Mapping[str, Any]) -> str | None:
+    """The name of a token count (``*tokens``) in ``raw`` or in its details above
+    :data:`MOST_TOKENS`, if any."""
+    places = [("", raw)]
+    places += [(f"{name}.", raw[name]) for name in _DETAILS if isinstance(raw.get(name), Mapping)]
+    for prefix, counts in places:
+        for key, value in counts.items():
+            counts_tokens = isinstance(value, int) and not isinstance(value, bool)
+            if counts_tokens and value > MOST_TOKENS and key.endswith("tokens"):
+                return f"{prefix}{key}"
+    return None
 
 
 def _inner(raw: Mapping[str, Any], name: str, key: str) -> int:
@@ -92,7 +125,21 @@ def usage_from_payload(
         if isinstance(cost, (int, float)) and not isinstance(cost, bool) and 0 <= cost < 1e12
         else None
     )
-    counted = _tokens(raw)
+    absurd = _absurd(raw)
+    counted = None if absurd is not None else _tokens(raw)
+    if counted is not None and max(counted[:2]) > MOST_TOKENS:  # (input: Anthropic's sum)
+        absurd = "input_tokens"
+        counted = None
+    if absurd is not None:
+        log_repeated(
+            logger,
+            logging.WARNING,
+            "usage:absurd",
+            "llmguard: a provider reported usage.%s above %d tokens; the call's usage is "
+            "estimated instead",
+            absurd,
+            MOST_TOKENS,
+        )
     if counted is None:
         return None, reported
     input_tokens, output_tokens, cached, written, hour, reasoning = counted
