@@ -199,6 +199,25 @@ def make_guard() -> Iterator[Callable[..., Guard]]:
         guard.close()
 
 
+@pytest.fixture
+def o200k_offline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """gpt-4o's encoding (o200k_base) at hand offline, as when tiktoken's cache holds its file
+    (only cl100k_base ships with the SDK): a byte-level tiktoken encoding stands in for it (a
+    token a byte of UTF-8), so gpt-4o counts a request exactly, at about four times the
+    tokens GPT-4's cl100k_base counts, and models count differently, not just estimate."""
+    import tiktoken
+
+    from llmguard_sdk import tokens
+
+    standin = tiktoken.Encoding(
+        "o200k_base-standin",
+        pat_str=r"[\s\S]",
+        mergeable_ranks={bytes([i]): i for i in range(256)},
+        special_tokens={},
+    )
+    monkeypatch.setitem(tokens._others, "o200k_base", standin)
+
+
 @pytest.fixture(scope="module")
 def local() -> Iterator[LocalProvider]:
     """The bundled local model (1,024 tokens of context), loaded once per module using it."""

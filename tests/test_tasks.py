@@ -746,3 +746,51 @@ def test_a_cheapest_rankings_count_serves_the_tiers_size_check(
         assert exact.stats.requests == 0
     assert error.value.estimated is False
     assert counted == [None]  # encoded once, by the ranking
+
+
+@pytest.mark.usefixtures("o200k_offline")
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_an_escalation_counts_and_checks_the_size_as_the_later_tiers_model(mode: str) -> None:
+    """A cascade's later tier kept the first tier's count (its gpt-4, 200 tokens) and never
+    ran the size check again: gpt-4o (counting this request as 1,200 tokens) was sent a
+    request above ``max_input_tokens``. Now the later tier fails the size check as a first
+    tier would, before any request goes to it; the call cost the rejected answer, once."""
+    prices = PriceTable.default_table().with_prices(
+        {"gpt-4-0613": Price(input=1.0, output=2.0), "gpt-4o": Price(input=100.0, output=200.0)}
+    )
+    events: list[CallEvent] = []
+    with (
+        FakeProvider(model="gpt-4-0613", name="small", reply=_small_reply) as small,
+        FakeProvider(model="gpt-4o", name="wide", reply=lambda b: '{"answer": 4}') as wide,
+    ):
+        router = TaskRouter(
+            {"small": ["small"], "wide": ["wide"]},
+            cascades={"auto": Cascade(["small", "wide"], checks=[json_schema(SCHEMA)])},
+            rules=[Rule("small", feature="draft")],
+            default="auto",
+        )
+        guard = Guard(
+            _routes(small, wide),
+            tasks=router,
+            max_input_tokens=500,
+            prices=prices,
+            hooks=[events.append],
+            environ={},
+        )
+
+        async def escalate() -> None:
+            try:
+                await guard.achat(_BIG)
+            finally:
+                await guard.aclose()
+
+        with guard:
+            with pytest.raises(InputTooLargeError) as error:
+                guard.chat(_BIG) if mode == "sync" else anyio.run(escalate)
+            assert (small.stats.requests, wide.stats.requests) == (1, 0)  # small's rejected
+            draft = guard.chat(_BIG, feature="draft")  # the small tier alone serves it
+    assert error.value.estimated is False
+    assert error.value.tokens > 1200  # gpt-4o's count, not gpt-4's (about 200)
+    assert draft.route == "small"
+    assert draft.cost_usd is not None
+    assert events[0].cost_usd == pytest.approx(draft.cost_usd)  # the rejected answer's

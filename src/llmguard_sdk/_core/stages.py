@@ -53,6 +53,7 @@ __all__ = [
     "Stages",
     "cache_model",
     "cache_request",
+    "check_input_size",
     "finish",
     "from_cache",
     "new_idempotency_key",
@@ -163,17 +164,22 @@ def prepare(
         ctx.count_input_for(_first_model(ctx, stages))  # a rule counts as the chain's first
         stages.tasks.assign(ctx, ctx.route_order or stages.routes)
     if stages.tasks is not None or stages.max_input_tokens is not None:
-        # counted as the model of the call's first route counts: its arm's under a canary,
-        # its tier's first route's with task routing (a count taken already is kept when
-        # that model's encoding took it)
-        ctx.count_input_for(_first_model(ctx, stages))
+        check_input_size(ctx, stages)
+    return ctx
+
+
+def check_input_size(ctx: CallContext, stages: Stages) -> None:
+    """Count the call's input as the model of its first route counts it (its arm's under a
+    canary, its tier's first route's with task routing: a cascade's later tier counts anew;
+    a count taken already is kept when that model's encoding took it), and refuse a request
+    above ``max_input_tokens`` (:class:`~llmguard_sdk.errors.InputTooLargeError`)."""
+    ctx.count_input_for(_first_model(ctx, stages))
     most = stages.max_input_tokens  # (the request as sent: a release's prompt in)
     # counted only when a bound without encoding does not show that the request fits
     if most is not None and request_tokens_at_most(ctx.request) > most:
         count = ctx.input_tokens()
         if count.tokens > most:
             raise InputTooLargeError(count.tokens, most, estimated=count.estimated)
-    return ctx
 
 
 def _first_model(ctx: CallContext, stages: Stages) -> str | None:

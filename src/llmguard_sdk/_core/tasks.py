@@ -29,7 +29,14 @@ from ..providers.base import Provider
 from ..router import DeploymentGroup
 from ..router.cascade import Cascade
 from ..router.tasks import TaskRouter
-from .stages import DEGRADED, IDEMPOTENCY_PREFIX, OutputFilter, Stages, new_idempotency_key
+from .stages import (
+    DEGRADED,
+    IDEMPOTENCY_PREFIX,
+    OutputFilter,
+    Stages,
+    check_input_size,
+    new_idempotency_key,
+)
 
 __all__ = ["TaskChoice", "TaskRouting", "acomplete", "complete", "metric_reason"]
 
@@ -212,7 +219,7 @@ def _plan(ctx: CallContext, stages: Stages, routing: TaskRouting) -> Plan:
     for index, tier in enumerate(cascade.tiers):
         last = index == len(cascade.tiers) - 1
         if index:
-            _next_tier(ctx, routing.order(choice, tier), tier)
+            _next_tier(ctx, stages, routing.order(choice, tier), tier)
         run = stages
         if not last:
             screen = _screen(stages.output_filters, cascade, ctx.request)
@@ -237,10 +244,11 @@ def _unserved_usd(ctx: CallContext, stages: Stages) -> float | None:
     return stages.spend.unserved_cost(ctx, stages) if stages.spend is not None else None
 
 
-def _next_tier(ctx: CallContext, order: tuple[Provider, ...], tier: str) -> None:
+def _next_tier(ctx: CallContext, stages: Stages, order: tuple[Provider, ...], tier: str) -> None:
     """Make the call a fresh one on ``tier``'s routes (a new idempotency key: another
     request; the failed tier's errors go with its record, its unserved attempts with its
-    spend, settled already)."""
+    spend, settled already), its input counted as the tier's first route's model counts it
+    and too large for ``max_input_tokens`` as a first tier would be (InputTooLargeError)."""
     assert ctx.task is not None
     ctx.task.tier = tier
     ctx.route = None
@@ -254,6 +262,7 @@ def _next_tier(ctx: CallContext, order: tuple[Provider, ...], tier: str) -> None
             for k, v in headers.items()
         }
         ctx.request = ctx.request.model_copy(update={"extra_headers": fresh})
+    check_input_size(ctx, stages)  # last: what the tier before cost is in its record only
 
 
 def _served(ctx: CallContext, choice: TaskChoice, response: ChatResponse) -> ChatResponse:
