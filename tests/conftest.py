@@ -200,6 +200,24 @@ def make_guard() -> Iterator[Callable[..., Guard]]:
 
 
 @pytest.fixture
+def counted_models(monkeypatch: pytest.MonkeyPatch) -> list[str | None]:
+    """The models a call's request is encoded for, each time it is (the call's count, a
+    route's own): a count reused is not listed again."""
+    from llmguard_sdk import context, tokens
+    from llmguard_sdk._core import limits
+
+    counted: list[str | None] = []
+
+    def counting(request: Any, model: str | None = None) -> tokens.TokenCount:
+        counted.append(model)
+        return tokens.count_request_tokens(request, model)
+
+    monkeypatch.setattr(context, "count_request_tokens", counting)
+    monkeypatch.setattr(limits, "count_request_tokens", counting)
+    return counted
+
+
+@pytest.fixture
 def o200k_offline(monkeypatch: pytest.MonkeyPatch) -> None:
     """gpt-4o's encoding (o200k_base) at hand offline, as when tiktoken's cache holds its file
     (only cl100k_base ships with the SDK): a byte-level tiktoken encoding stands in for it (a

@@ -9,7 +9,9 @@ import math
 import pytest
 
 from llmguard_sdk import (
+    AllRoutesFailedError,
     ConfigurationError,
+    ContextLengthExceededError,
     DeploymentGroup,
     Guard,
     OpenAICompatibleProvider,
@@ -268,3 +270,57 @@ def test_least_outstanding_counts_within_the_callers_region(servers: list[FakePr
         routes = [guard.chat(USER, region="us").route for _ in range(4)]
         assert set(routes) == {"dep-1", "dep-2"}
         assert guard.chat(USER, region="eu").route == "dep-0"
+
+
+_WIDE = [{"role": "user", "content": "hello world " * 100}]  # gpt-4: ~200 tokens; gpt-4o: ~1,200
+
+
+@pytest.mark.usefixtures("o200k_offline")
+@pytest.mark.parametrize("first", ["gpt-4o", "gpt-4-0613"])
+def test_a_routes_context_window_holds_the_request_as_its_own_model_counts_it(first: str) -> None:
+    """A route's ``context_window`` was checked against the call's count, taken for the first
+    route's model: a gpt-4 route (600 tokens of context) behind gpt-4o was skipped for
+    gpt-4o's 1,200 tokens, and a gpt-4o route behind gpt-4 was sent 1,200 tokens its 600 do
+    not hold. Each route is checked with its own model's count."""
+    second = "gpt-4-0613" if first == "gpt-4o" else "gpt-4o"
+    with FakeProvider(model=first, name="first") as down, FakeProvider(model=second) as other:
+        down.always(Fault(status=503))
+        routes = [
+            OpenAICompatibleProvider(down.base_url, model=first, name="first"),
+            OpenAICompatibleProvider(
+                other.base_url, model=second, name="second", context_window=600
+            ),
+        ]
+        # max_input_tokens: the call counts as its first route's model
+        with Guard(routes, retry=None, max_input_tokens=5_000, environ={}) as guard:
+            if second == "gpt-4-0613":
+                assert guard.chat(_WIDE, max_tokens=10).route == "second"
+                return
+            with pytest.raises(AllRoutesFailedError) as caught:
+                guard.chat(_WIDE, max_tokens=10)
+        assert other.stats.requests == 0
+    skipped = caught.value.errors["second"]
+    assert isinstance(skipped, ContextLengthExceededError)
+    assert not skipped.request_sent
+    assert "needs about 1216 tokens" in str(skipped)
+
+
+def test_a_route_counting_with_the_calls_encoding_takes_the_calls_count(
+    counted_models: list[str | None],
+) -> None:
+    """Models "small-model" (an estimate) and gpt-4 (exact) both count with cl100k_base: the
+    gpt-4 route's context check takes the call's count (exact now) rather than encode the request
+    again for it."""
+    with FakeProvider() as down, FakeProvider() as other:
+        down.always(Fault(status=503))
+        routes = [
+            OpenAICompatibleProvider(down.base_url, model="small-model", name="first"),
+            OpenAICompatibleProvider(other.base_url, model="gpt-4-0613", context_window=100),
+        ]
+        guard = Guard(
+            routes, retry=None, max_input_tokens=1_000, environ={}
+        )  # 1,206 bytes: counted
+        with guard, pytest.raises(AllRoutesFailedError, match="needs about 2"):
+            guard.chat(_WIDE, max_tokens=10)
+        assert other.stats.requests == 0
+    assert counted_models == ["small-model"]  # the size check's count, once

@@ -720,21 +720,11 @@ def test_max_input_tokens_counts_as_the_calls_tiers_first_route(
 
 
 def test_a_cheapest_rankings_count_serves_the_tiers_size_check(
-    fakes: tuple[FakeProvider, FakeProvider], monkeypatch: pytest.MonkeyPatch
+    fakes: tuple[FakeProvider, FakeProvider], counted_models: list[str | None]
 ) -> None:
     """A ``cheapest`` group counts the request for no model in particular (cl100k_base, an
     estimate); the tier's gpt-4 counts with that encoding too: the size check takes its count
     (exact now) rather than reuse it as it was or encode the request again."""
-    from llmguard_sdk import context
-
-    counted: list[str | None] = []
-
-    def counting(request: ChatRequest, model: str | None = None) -> Any:
-        counted.append(model)
-        return count_request_tokens(request, model)
-
-    count_request_tokens = context.count_request_tokens
-    monkeypatch.setattr(context, "count_request_tokens", counting)
     small, large = fakes
     group = DeploymentGroup("pair", _routes(small, large), strategy="cheapest")
     with FakeProvider(model="gpt-4-0613", name="exact") as exact:
@@ -745,7 +735,7 @@ def test_a_cheapest_rankings_count_serves_the_tiers_size_check(
             guard.chat(_BIG, tenant="x")
         assert exact.stats.requests == 0
     assert error.value.estimated is False
-    assert counted == [None]  # encoded once, by the ranking
+    assert counted_models == [None]  # encoded once, by the ranking
 
 
 @pytest.mark.usefixtures("o200k_offline")

@@ -18,7 +18,13 @@ from ..providers.headers import rate_limit_reset_seconds
 from ..ratelimit import Grant, LearnArgs, SettleArgs
 from ..ratelimit._rules import new_call_id
 from ..retry.policy import MIN_ATTEMPT_SECONDS
-from ..tokens import TokenCount, count_request_tokens, count_text_tokens, counts_alike
+from ..tokens import (
+    TokenCount,
+    count_request_tokens,
+    count_text_tokens,
+    counts_alike,
+    recounted,
+)
 from .stages import Stages
 
 __all__ = [
@@ -64,7 +70,8 @@ class Reservation:
 def route_input_tokens(ctx: CallContext, route: Provider) -> TokenCount:
     """The request's input tokens as ``route`` counts them: a local model with its own
     tokenizer (a ``count_tokens(request)`` method), else tiktoken with the encoding of the
-    route's model (an estimate where that encoding is not available offline)."""
+    route's model (an estimate where that encoding is not available offline): the call's
+    count when that model counts alike, or its tokens when that encoding took them."""
     counter = getattr(route, "count_tokens", None)
     if callable(counter):
         counted = counter(ctx.request)
@@ -74,8 +81,11 @@ def route_input_tokens(ctx: CallContext, route: Provider) -> TokenCount:
     if model is None or counts_alike(model, ctx.input_model or ctx.request.model):
         return ctx.input_tokens()  # the count the call's other stages use
     count = ctx.route_counts.get(model)
-    if count is None:
-        count = ctx.route_counts[model] = count_request_tokens(ctx.request, model=model)
+    if count is None:  # the call's count when taken with this model's encoding, else anew
+        taken = ctx.input_count
+        taken = recounted(taken, ctx.request, model) if taken is not None else None
+        count = taken or count_request_tokens(ctx.request, model=model)
+        ctx.route_counts[model] = count
     return count
 
 

@@ -29,7 +29,7 @@ from ..ratelimit import Grant
 from ..ratelimit._rules import never_fits
 from ..retry._api import testing_attempts, testing_wait
 from ..retry.policy import MIN_ATTEMPT_SECONDS, Decision, decide_for_error
-from .limits import Reservation
+from .limits import Reservation, route_input_tokens
 from .stages import (
     DEGRADED,
     IDEMPOTENCY_PREFIX,
@@ -271,11 +271,12 @@ def stands_in(ctx: CallContext, stages: Stages, route: Provider) -> bool:
 
 
 def too_small_for(ctx: CallContext, route: Provider) -> bool:
-    """Skip a route whose known context window cannot hold the request (and say why)."""
+    """Skip a route whose known context window cannot hold the request as the route's own
+    model counts it (the call's count when that model counts alike), and say why."""
     window = getattr(route, "context_window", None)
     if window is None:
         return False
-    need = ctx.input_tokens().tokens + (ctx.request.output_limit or 0)
+    need = route_input_tokens(ctx, route).tokens + (ctx.request.output_limit or 0)
     if need <= window:
         return False
     ctx.route_errors[route.name] = ContextLengthExceededError(
