@@ -18,7 +18,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from ..errors import (
     AuthenticationError,
@@ -28,6 +28,7 @@ from ..errors import (
     ProviderTimeoutError,
     ProviderUnavailableError,
     RateLimitedError,
+    StreamInterruptedError,
 )
 
 __all__ = [
@@ -38,6 +39,7 @@ __all__ = [
     "error_answer",
     "error_kind",
     "judge_retry",
+    "judged_error",
     "quota_spent",
     "server_says_retry",
     "status_error_kind",
@@ -183,16 +185,33 @@ def error_answer(
     :func:`judge_retry`)."""
     said = error.get("message") if isinstance(error, dict) else error
     text = body[:2000].decode("utf-8", errors="replace")
-    kind, status = error_kind(error, 200)
-    answer = kind(
-        said if isinstance(said, str) and said else default,
-        route=route,
-        status_code=status,
-        headers=headers,
-        body=text,
-    )
-    judge_retry(answer, headers, error)
-    return answer
+    message = said if isinstance(said, str) and said else default
+
+    def build(kind: type[ProviderError], status: int) -> ProviderError:
+        return kind(message, route=route, status_code=status, headers=headers, body=text)
+
+    return judged_error(error, build, headers=headers)
+
+
+def judged_error(
+    error: object,
+    build: Callable[[type[ProviderError], int], ProviderError],
+    *,
+    answered: int = 200,
+    headers: Mapping[str, str] | None = None,
+) -> ProviderError:
+    """The typed error of an error object ``error`` that came in an answer of HTTP status
+    ``answered`` (a 200 answer's, a stream's error event, a batch's result row):
+    ``build(kind, status)`` makes it from the kind and status :func:`error_kind` gives, and
+    :func:`judge_retry` sets its retry verdict (``headers``: the answer's own, whose
+    ``x-should-retry`` wins; none for an event inside a stream or a result row). A
+    :class:`~llmguard_sdk.errors.StreamInterruptedError` (text was delivered) is never
+    retried: no verdict is set on it."""
+    kind, status = error_kind(error, answered)
+    failure = build(kind, status)
+    if not isinstance(failure, StreamInterruptedError):
+        judge_retry(failure, headers or {}, error)
+    return failure
 
 
 def status_error_kind(status: int) -> type[ProviderError]:

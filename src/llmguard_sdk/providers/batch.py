@@ -54,7 +54,7 @@ from ..errors import (
     ProviderUnavailableError,
 )
 from ..models import ChatRequest, ChatResponse, StreamChunk
-from ._error_kinds import error_kind, judge_retry
+from ._error_kinds import judged_error
 from .anthropic import ANTHROPIC_VERSION, build_anthropic_payload, parse_anthropic_message
 from .base import StreamCall, _check_timing, _Streams
 from .openai_compat import _transport_error
@@ -450,14 +450,12 @@ class BatchProvider(_Streams):
         code = error.get("code") if isinstance(error, Mapping) else None
         if code in _EXPIRED or code in _CANCELLED:
             return self._not_run(str(code), text)
-        kind, status = error_kind(error, 200)
-        failure = kind(
-            f"the batch did not answer this call: {text}",
-            route=self.name,
-            status_code=None if status == 200 else status,
-        )
-        judge_retry(failure, {}, error)  # a spent quota is not retried
-        return failure
+
+        def build(kind: type[ProviderError], status: int) -> ProviderError:
+            message = f"the batch did not answer this call: {text}"
+            return kind(message, route=self.name, status_code=None if status == 200 else status)
+
+        return judged_error(error, build)  # a spent quota is not retried
 
     def _not_run(self, kind: str, said: str | None) -> ProviderError:
         """The error of a request the batch never ran (unbilled). Expired (the batch's

@@ -24,7 +24,7 @@ from ..errors import (
     StreamInterruptedError,
 )
 from ..models import ChatRequest, ChatResponse, StreamChunk
-from ._error_kinds import body_error, error_answer, error_kind, judge_retry
+from ._error_kinds import body_error, error_answer, error_kind, judge_retry, judged_error
 from .headers import server_wait_hint
 from .sse import SSEDecoder
 
@@ -432,15 +432,15 @@ class StreamState:
     ) -> ProviderError:
         """The typed error of a stream's error event whose error object is ``error``: the
         error, status and retry verdict the same failure answered as an HTTP error has
-        (:func:`~llmguard_sdk.providers._error_kinds.error_kind`: its kind, the status that
+        (:func:`~llmguard_sdk.providers._error_kinds.judged_error`: its kind, the status that
         kind stands for, a spent quota not retried; never the ``x-should-retry`` of the 200
         answer), or :class:`StreamInterruptedError` after content (``message``: its text,
         else ``default``)."""
-        kind, status = error_kind(error, self.status)
-        failure = self.failure(kind, message or default, status=status)
-        if not isinstance(failure, StreamInterruptedError):  # (text delivered: never retried)
-            judge_retry(failure, {}, error)  # the event's own content decides
-        return failure
+
+        def build(kind: type[ProviderError], status: int) -> ProviderError:
+            return self.failure(kind, message or default, status=status)
+
+        return judged_error(error, build, answered=self.status)  # its own content decides
 
     def _malformed(self, message: str) -> ProviderError:
         return self.failure(MalformedResponseError, message)
