@@ -24,6 +24,7 @@ from ..errors import (
     StreamInterruptedError,
 )
 from ..models import ChatRequest, ChatResponse, StreamChunk
+from ._chat_content import choice_metadata, content_text, tool_calls_of
 from ._error_kinds import body_error, error_answer, error_kind, judge_retry, judged_error
 from .headers import server_wait_hint
 from .sse import SSEDecoder
@@ -149,18 +150,14 @@ def parse_completion(
     if not isinstance(message, dict):
         raise problem("response choice has no message")
     content = message.get("content")
-    tool_calls = _tool_calls(message.get("tool_calls"), problem)
+    tool_calls = tool_calls_of(message.get("tool_calls"), problem)
     refusal = _str_or_none(message.get("refusal"))  # OpenAI's refusal, in place of content
-    text = _text(content)
+    text = content_text(content)
     if text is None:
         raise problem("message content is neither a string nor a list of chunks")
     if content is None and not tool_calls and refusal is None:
         raise problem("message has neither content nor tool_calls")
-    metadata: dict[str, Any] = _reasoning(message)
-    if refusal:
-        metadata["refusal"] = refusal
-    if isinstance(choices[0].get("logprobs"), dict):  # asked for with logprobs=True
-        metadata["logprobs"] = choices[0]["logprobs"]
+    metadata = choice_metadata(choices[0], message)  # its refusal, logprobs, reasoning
     return answer_response(
         data,
         text=text,
@@ -358,10 +355,10 @@ class StreamState:
             delta = choice.get("delta") or {}
             if not isinstance(delta, dict):
                 raise self.failure(MalformedResponseError, "stream delta is not an object")
-            text = _text(delta.get("content")) or ""
+            text = content_text(delta.get("content")) or ""
             finish = _str_or_none(choice.get("finish_reason"))
-            tool_calls = _tool_calls(delta.get("tool_calls"), self._malformed)
-            metadata = _stream_metadata(choice, delta)
+            tool_calls = tool_calls_of(delta.get("tool_calls"), self._malformed)
+            metadata = choice_metadata(choice, delta)
         try:
             return StreamChunk(
                 text=text,
@@ -486,7 +483,8 @@ class _Problem:
 
 def chat_chunk_carries(chunk: StreamChunk) -> bool:
     """Whether a chunk carries what a chat-completions chunk's choice has a place for: text,
-    a finish, tool calls, a piece of a refusal or logprobs (see :func:`_stream_metadata`);
+    a finish, tool calls, a piece of a refusal or logprobs (see
+    :func:`~llmguard_sdk.providers._chat_content.choice_metadata`);
     not a thinking block of Claude's, say, or usage alone."""
     return bool(
         chunk.text
@@ -509,64 +507,6 @@ def chat_chunk_skipped(chunk: StreamChunk, *, usage: bool) -> bool:
     if chunk.usage is not None:
         return not usage
     return bool(chunk.metadata)
-
-
-def _reasoning(message: Mapping[str, Any]) -> dict[str, Any]:
-    """A message's (or a delta's) reasoning, where an OpenAI-compatible server sends it
-    beside the content (``reasoning_content``: DeepSeek, vLLM, llama.cpp; ``reasoning``:
-    OpenRouter, Ollama) or in it (Mistral's ``thinking`` chunks, see :func:`_text`), as
-    ``{"reasoning": text}``: never the content's text."""
-    keys = [message[k] for k in ("reasoning_content", "reasoning") if _is_text(message.get(k))]
-    pieces = keys[:1]  # (a server that sends both sends the same text twice)
-    content = message.get("content")
-    for part in content if isinstance(content, list) else ():
-        if isinstance(part, dict) and part.get("type") == "thinking":
-            inner = part.get("thinking")
-            chunks = inner if isinstance(inner, list) else [{"text": inner}]
-            pieces += [c["text"] for c in chunks if isinstance(c, dict) and _is_text(c.get("text"))]
-    text = "".join(pieces)
-    return {"reasoning": text} if text else {}
-
-
-def _text(content: object) -> str | None:
-    """A message's (or a delta's) content as text: a string as it is, a list of typed
-    chunks (Mistral's reasoning models: ``text`` chunks, and ``thinking`` chunks, which are
-    reasoning) as its text chunks' text joined; ``None`` for anything else."""
-    if content is None or isinstance(content, str):
-        return content or ""
-    if not isinstance(content, list):
-        return None
-    return "".join(
-        part["text"]
-        for part in content
-        if isinstance(part, dict) and part.get("type") == "text" and _is_text(part.get("text"))
-    )
-
-
-def _is_text(value: object) -> bool:
-    return isinstance(value, str) and bool(value)
-
-
-def _stream_metadata(choice: Mapping[str, Any], delta: Mapping[str, Any]) -> dict[str, Any]:
-    """What a chunk adds to the answer besides its content: its piece of OpenAI's refusal (a
-    delta beside the content's), its logprobs (asked for with ``logprobs=True``), each as
-    the provider sent it, and its piece of the model's reasoning (see :func:`_reasoning`);
-    the stream's assembly joins them (see :class:`StreamChunk`)."""
-    metadata: dict[str, Any] = _reasoning(delta)
-    refusal = delta.get("refusal")
-    if isinstance(refusal, str) and refusal:
-        metadata["refusal"] = refusal
-    if isinstance(choice.get("logprobs"), dict):
-        metadata["logprobs"] = choice["logprobs"]
-    return metadata
-
-
-def _tool_calls(raw: object, problem: Any) -> list[dict[str, Any]] | None:
-    if raw is None:
-        return None
-    if not isinstance(raw, list) or not all(isinstance(call, dict) for call in raw):
-        raise problem("tool_calls is not a list of objects")
-    return raw or None
 
 
 def _error_message(body: str) -> str | None:
