@@ -18,6 +18,7 @@ from llmguard_sdk import (
     Guard,
     OpenAICompatibleProvider,
     ProviderError,
+    ProviderTimeoutError,
     ProviderUnavailableError,
     RateLimitedError,
 )
@@ -145,6 +146,45 @@ def test_a_timeout_error_event_is_a_retryable_504() -> None:
     assert type(raised) is ProviderUnavailableError
     assert raised.retryable is True
     assert raised.status_code == 504
+
+
+# Error objects that name a timeout, as providers send them in a 200 answer or a stream's
+# error event, and the error each is: its class, status_code and retry verdict
+TIMEOUTS = [
+    # OpenAI's (a batch row's, a session turn's): the model timed out on this request, a
+    # timeout (as the batch reads it); the substring "timeout" made it a 504 unavailable
+    ({"type": "invalid_request_error", "code": "request_timeout"}, ProviderTimeoutError, 408),
+    ({"code": "request_timeout"}, ProviderTimeoutError, 408),
+    # the Responses API's: file_search's vector store did not answer in time, a gateway's 504
+    ({"type": "server_error", "code": "vector_store_timeout"}, ProviderUnavailableError, 504),
+    ({"type": "timeout_error"}, ProviderUnavailableError, 504),  # Anthropic's 504
+    # Gemini's: the numeric code decides (its status is no field the table reads)
+    ({"code": 504, "status": "DEADLINE_EXCEEDED"}, ProviderUnavailableError, 504),
+    # vLLM's: the numeric code, whatever the exception class in ``type`` says
+    ({"type": "TimeoutError", "code": 500, "object": "error"}, ProviderUnavailableError, 500),
+    # Anthropic's slow request body is a 400 (its error_code is in details, not read)
+    (
+        {"type": "invalid_request_error", "details": {"error_code": "request_body_timeout"}},
+        BadRequestError,
+        400,
+    ),
+]
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+@pytest.mark.parametrize(("error", "kind", "status"), TIMEOUTS)
+def test_an_error_named_a_timeout_is_the_error_its_exact_name_says(
+    streaming: bool, error: dict[str, object], kind: type[ProviderError], status: int
+) -> None:
+    """Any ``type`` or ``code`` holding the word ``timeout`` was a 504 unavailable: OpenAI's
+    ``request_timeout`` (a timeout, as a batch row reads it) among them. Names are matched
+    exactly now."""
+    body = json.dumps({"error": {"message": "it timed out", **error}}).encode()
+    answer = (sse_head(), (b"data: " + body + b"\n\n",)) if streaming else (http_response(body),)
+    with RawServer(*answer) as raw:
+        raised = _raised(OpenAICompatibleProvider(raw.base_url, name="p"), streaming)
+    assert _seen(raised) == (kind, status, kind is not BadRequestError)
+    assert "it timed out" in str(raised)
 
 
 # Anthropic's answer when the account's credit is spent: a 400 of the same type as a bad request

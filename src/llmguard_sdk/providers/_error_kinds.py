@@ -6,12 +6,13 @@
 - An error object that came in a 200 answer (an error event inside a stream: OpenAI's
   ``{"error": {...}}``, Anthropic's ``error`` event, the Responses API's ``error``; a router's
   200 answer whose model failed) names its kind in ``type`` or ``code`` (a router's: the HTTP
-  status). One table (:data:`NAMED_STATUSES`) gives each named kind the HTTP status it comes
-  with as an error answer (``rate_limit_error`` 429, ``overloaded_error`` 529,
-  ``timeout_error`` 504 ...), and from there the error is that answer's: the same class (by
+  status). Two tables (:data:`EXACT_STATUSES`: whole names, where a word would mislead;
+  :data:`NAMED_STATUSES`: words) give each named kind the HTTP status it comes with as an
+  error answer (``rate_limit_error`` 429, ``overloaded_error`` 529, ``timeout_error`` 504
+  ...), and from there the error is that answer's: the same class (by
   :func:`status_error_kind`), the same ``status_code`` and the same retry verdict
   (:func:`judge_retry`: a spent quota is not retried), whether it came as an HTTP error, a
-  200 error answer or an event inside a stream. A kind the table does not know is a
+  200 error answer or an event inside a stream. A kind the tables do not know is a
   :class:`~llmguard_sdk.errors.ProviderUnavailableError` with the answer's own status.
 """
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
+from types import MappingProxyType
 
 from ..errors import (
     AuthenticationError,
@@ -33,6 +35,7 @@ from ..errors import (
 
 __all__ = [
     "CONTEXT_LENGTH_MARKERS",
+    "EXACT_STATUSES",
     "NAMED_STATUSES",
     "UNAVAILABLE_4XX",
     "body_error",
@@ -70,14 +73,25 @@ NAMED_STATUSES: tuple[tuple[str, int], ...] = (
     ("invalid_request", 400),
     ("invalid_prompt", 400),  # the Responses API's
     ("bad_request", 400),
-    ("timeout", 504),  # Anthropic's timeout_error
     ("overloaded", 529),  # Anthropic's overloaded_error
     ("api_error", 500),  # Anthropic's
     ("server_error", 500),  # OpenAI's
 )
 """An error object's named kind (a word in its ``type`` or ``code``, first match wins) and the
 HTTP status an error answer of that kind has: the one table by which an error inside a
-stream (or a 200 answer) is read as the HTTP error answer it stands for."""
+stream (or a 200 answer) is read as the HTTP error answer it stands for. A name that
+:data:`EXACT_STATUSES` holds is read there first."""
+EXACT_STATUSES: Mapping[str, int] = MappingProxyType(
+    {
+        "timeout_error": 504,  # Anthropic's 504 (its GatewayTimeoutError)
+        "vector_store_timeout": 504,  # the Responses API's: file_search's store was too slow
+        "request_timeout": 408,  # OpenAI's (a batch row's, a session turn's): a timeout
+    }
+)
+"""Names of an error object's kind (its whole ``type`` or ``code``) whose word would mislead
+(any name holding ``timeout`` was a 504 unavailable, OpenAI's ``request_timeout`` among
+them), and the HTTP status each stands for; read before :data:`NAMED_STATUSES`. Gemini's
+``DEADLINE_EXCEEDED`` comes with its numeric ``code`` (504), which decides, as vLLM's does."""
 _QUOTA_SPENT = "insufficient_quota"  # OpenAI's: a billing state, not back within the call
 # Anthropic's spent credit: a 400 invalid_request_error "Your credit balance is too low to
 # access the Anthropic API ...", a billing state too (told by its words: the type is any 400's)
@@ -157,11 +171,15 @@ def error_kind(error: object, answered: int, text: str = "") -> tuple[type[Provi
 
 def _named_status(error: object) -> int | None:
     """The HTTP status an error object stands for: its numeric ``code`` where that is one,
-    else its named kind's (:data:`NAMED_STATUSES`); ``None`` for neither."""
+    else its named kind's (:data:`EXACT_STATUSES`, then :data:`NAMED_STATUSES`); ``None``
+    for neither."""
     code = error.get("code") if isinstance(error, Mapping) else None
     if isinstance(code, int) and not isinstance(code, bool) and 400 <= code <= 599:
         return code
     named = _words(error, ("type", "code")).lower()
+    exact = [EXACT_STATUSES[name] for name in named.split(" ") if name in EXACT_STATUSES]
+    if exact:
+        return exact[0]
     return next((status for word, status in NAMED_STATUSES if word in named), None)
 
 
