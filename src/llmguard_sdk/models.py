@@ -49,16 +49,56 @@ check rejects them and the quality signal ``truncated`` counts them.
 """
 
 
+_OPENAI_FINISH_REASONS = frozenset(
+    {"stop", "length", "tool_calls", "content_filter", "function_call"}
+)
+# Finish reasons OpenAI has no word for, and the nearest of its words (looked up in lower case;
+# an incomplete one, INCOMPLETE_FINISH_REASONS, is "length")
+_NEAREST_OPENAI_REASON = {
+    "degraded": "stop",  # the Guard's degraded answer: a whole answer of its own
+    # Claude's (AnthropicProvider says them in OpenAI's words; a server relaying them raw)
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "tool_use": "tool_calls",
+    "refusal": "content_filter",
+    "max_tokens": "length",  # (Gemini's MAX_TOKENS too)
+    "model_context_window_exceeded": "length",
+    # compatible servers' own
+    "eos_token": "stop",  # TGI: the model's end-of-sequence token
+    "model_length": "length",  # Mistral: the context window ended it
+    "insufficient_system_resource": "length",  # DeepSeek: cut off, unfinished
+    "abort": "length",  # vLLM: the request was aborted, unfinished
+    "error": "length",  # Mistral, vLLM: generation broke off, unfinished
+    # Gemini's blocked answers (its native reasons, relayed raw)
+    "safety": "content_filter",
+    "recitation": "content_filter",
+    "blocklist": "content_filter",
+    "prohibited_content": "content_filter",
+    "spii": "content_filter",
+}
+
+
 def openai_finish_reason(reason: str | None) -> str | None:
     """``reason`` in OpenAI's chat-completions words (``stop``, ``length``, ``tool_calls``,
-    ``content_filter``, ``function_call``): an incomplete reason OpenAI has no word for
-    (:data:`INCOMPLETE_FINISH_REASONS`: Claude's ``pause_turn``) is ``length``, an unfinished
-    answer; any other is as it is. The raw reason stays in the response (an Anthropic
-    route's ``metadata["stop_reason"]``).
+    ``content_filter``, ``function_call``), the only ones OpenAI's schema allows: one of
+    them as it is; an incomplete reason (:data:`INCOMPLETE_FINISH_REASONS`: Claude's
+    ``pause_turn``) ``length``, an unfinished answer; any other the nearest word: the
+    degraded answer's ``degraded`` ``stop``, a refusal or a blocked answer
+    (``refusal``, Gemini's ``SAFETY``) ``content_filter``, a server's word for a cut
+    (Mistral's ``model_length``) ``length``, a word of no known meaning ``stop``. No
+    reason (``None`` or ``""``, a chunk that does not finish) is ``None``. The raw reason
+    stays in the response (``ChatResponse.finish_reason``; an Anthropic route's
+    ``metadata["stop_reason"]``).
 
     .. versionadded:: 0.2.0
     """
-    return "length" if reason in INCOMPLETE_FINISH_REASONS else reason
+    if not reason:
+        return None
+    if reason in _OPENAI_FINISH_REASONS:
+        return reason
+    if reason in INCOMPLETE_FINISH_REASONS:
+        return "length"
+    return _NEAREST_OPENAI_REASON.get(reason.lower(), "stop")
 
 
 Role = Literal["system", "developer", "user", "assistant", "tool"]

@@ -14,7 +14,7 @@ from typing import Any
 
 from .._core.assembly import call_function, call_index
 from ..errors import RequestValidationError
-from ..models import StreamChunk, Usage
+from ..models import StreamChunk, Usage, openai_finish_reason
 
 # Parameters with the same name and meaning in chat completions.
 _SAME = ("temperature", "top_p", "metadata", "user", "parallel_tool_calls", "seed")
@@ -175,12 +175,16 @@ def usage_object(usage: Usage | None) -> dict[str, Any] | None:
 
 
 def _status(finish_reason: str | None) -> tuple[str, dict[str, Any] | None]:
-    if finish_reason == "length":
-        return "incomplete", {"reason": "max_output_tokens"}
-    if finish_reason == "content_filter":
-        return "incomplete", {"reason": "content_filter"}
+    """The response's status and ``incomplete_details`` for an answer's finish reason, read
+    in OpenAI's words (:func:`~llmguard_sdk.models.openai_finish_reason`: a server's own
+    ``model_length`` is a cut, ``length``); Claude's paused turn keeps its own reason."""
     if finish_reason == "pause_turn":  # Claude paused a long server-tool turn: unfinished
         return "incomplete", {"reason": "pause_turn"}
+    finish = openai_finish_reason(finish_reason)
+    if finish == "length":
+        return "incomplete", {"reason": "max_output_tokens"}
+    if finish == "content_filter":
+        return "incomplete", {"reason": "content_filter"}
     return "completed", None
 
 
