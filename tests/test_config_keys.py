@@ -145,3 +145,26 @@ def test_llmguard_api_key_set_to_nothing_is_not_read_by_a_guard_of_its_own_route
     for name, value in environ.items():
         monkeypatch.setenv(name, value)
     assert main(["check", str(path)]) == 0
+
+
+@pytest.mark.parametrize("api_key", [5, b"sk-bytes"])
+@pytest.mark.parametrize("kind", ["chat", "anthropic", "responses", "batch", "embedder"])
+def test_a_key_that_is_not_a_string_is_a_configuration_error(kind: str, api_key: Any) -> None:
+    """A route given ``api_key=5`` raised AttributeError (``int`` has no ``strip``); given
+    bytes, a chat, Responses or batch route sent ``Bearer b'sk-bytes'`` (an Anthropic route
+    raised TypeError), and the embedder sent either as its key. Each refuses it as a
+    ConfigurationError now."""
+    from llmguard_sdk import AnthropicProvider, OpenAIResponsesProvider
+    from llmguard_sdk.cache import OpenAIEmbedder
+    from llmguard_sdk.providers.batch import BatchProvider
+
+    url = "http://127.0.0.1:9/v1"
+    makers: dict[str, Any] = {
+        "chat": lambda: OpenAICompatibleProvider(url, api_key=api_key),
+        "anthropic": lambda: AnthropicProvider(url, api_key=api_key, model="m"),
+        "responses": lambda: OpenAIResponsesProvider(url, api_key=api_key),
+        "batch": lambda: BatchProvider(url, api_key=api_key),
+        "embedder": lambda: OpenAIEmbedder(url, "m", 8, api_key=api_key),
+    }
+    with pytest.raises(ConfigurationError, match="api_key must be a string"):
+        makers[kind]()
