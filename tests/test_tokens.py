@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -199,3 +201,30 @@ def test_text_that_is_not_a_string_is_a_typed_error(text: object) -> None:
     # None raised TypeError ("object of type 'NoneType' has no len()"); bytes were counted
     with pytest.raises(RequestValidationError, match="string"):
         count_text_tokens(text, "gpt-4")  # type: ignore[arg-type]
+
+
+def test_a_guard_is_built_where_no_thread_can_start_and_counts_all_the_same() -> None:
+    """At the process's thread limit the encodings' warm-up thread cannot start: building a
+    Guard raised the bare ``RuntimeError``; the warm-up is only a head start, so the Guard is
+    built and its first count loads the encoding itself (a fresh process: nothing loaded)."""
+    code = """
+import threading
+started = threading.Thread.start
+def refuse(self):
+    if self.name == "llmguard-tokenizer":
+        raise RuntimeError("can't start new thread")
+    started(self)
+threading.Thread.start = refuse
+from llmguard_sdk import Guard, OpenAICompatibleProvider
+from llmguard_sdk.tokens import count_request_tokens
+from llmguard_sdk.models import ChatRequest
+guard = Guard(OpenAICompatibleProvider("http://127.0.0.1:9/v1", model="gpt-4"), environ={})
+request = ChatRequest(messages=[{"role": "user", "content": "hello there"}])
+print(count_request_tokens(request, "gpt-4").tokens)
+guard.close()
+"""
+    run = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert int(run.stdout.strip()) > 0

@@ -213,12 +213,16 @@ def warm(models: Iterable[str | None]) -> threading.Thread | None:
     looked up already; returns the thread (None: nothing to load). A Guard calls it as it is
     built: its construction does not wait for the load (half a second each), and its first
     call does not spend its deadline on it (a count meanwhile waits for the load under way,
-    never loads twice)."""
+    never loads twice). A thread that cannot start (the process at its thread limit) starts
+    nothing: the first count loads the encoding instead, and the Guard is built all the same."""
     wanted = {*models, None}
     if _encoding_loaded and all(_looked_up(model) for model in wanted):
         return None
     thread = threading.Thread(target=_load, args=(wanted,), name="llmguard-tokenizer", daemon=True)
-    thread.start()
+    try:
+        thread.start()
+    except RuntimeError:  # "can't start new thread": only a head start is lost
+        return None
     return thread
 
 
