@@ -324,3 +324,50 @@ def test_a_route_counting_with_the_calls_encoding_takes_the_calls_count(
             guard.chat(_WIDE, max_tokens=10)
         assert other.stats.requests == 0
     assert counted_models == ["small-model"]  # the size check's count, once
+
+
+@pytest.mark.usefixtures("o200k_offline")
+@pytest.mark.parametrize(
+    ("call_model", "prices", "window", "encoded"),
+    [
+        # counted as cl100k_base (~200 tokens), "wide" looked 3 times cheaper; as gpt-4o
+        # counts it (~1,200 tokens) it is twice as dear as "narrow"
+        (None, {"wide": 1.0, "narrow": 3.0}, None, [None, "gpt-4o"]),
+        # counted as gpt-4o (~1,200 tokens), "narrow" (300 tokens of context) looked too small
+        # and went last; its gpt-4 counts ~200: it holds the call and is the cheapest
+        ("gpt-4o", {"wide": 3.0, "narrow": 1.0}, 300, [None, "gpt-4-0613"]),
+    ],
+)
+def test_cheapest_prices_and_fits_each_deployment_with_its_own_models_count(
+    counted_models: list[str | None],
+    call_model: str | None,
+    prices: dict[str, float],
+    window: int | None,
+    encoded: list[str | None],
+) -> None:
+    """``cheapest`` ranked every deployment with one count of the call: a gpt-4o deployment
+    (o200k_base) and a gpt-4 one (cl100k_base) count the same request differently. Each
+    encoding takes the request once a call (the call's count, listed as None, is for the
+    request's model): a deployment counting with the call's encoding reuses its count."""
+    with (
+        FakeProvider(model="gpt-4o", name="wide") as wide,
+        FakeProvider(model="gpt-4-0613", name="narrow") as narrow,
+    ):
+        routes = [
+            OpenAICompatibleProvider(wide.base_url, model="gpt-4o", name="wide"),
+            OpenAICompatibleProvider(
+                narrow.base_url, model="gpt-4-0613", name="narrow", context_window=window
+            ),
+        ]
+        table = PriceTable(
+            {
+                "wide/gpt-4o": Price(input=prices["wide"], output=0.0),
+                "narrow/gpt-4-0613": Price(input=prices["narrow"], output=0.0),
+            }
+        )
+        group = DeploymentGroup("m", routes, strategy="cheapest")
+        with Guard(group, environ={}, prices=table, retry=None) as guard:
+            answers = [guard.chat(_WIDE, max_tokens=10, model=call_model) for _ in range(2)]
+        assert [a.route for a in answers] == ["narrow"] * 2
+        assert wide.stats.requests == 0
+    assert counted_models == encoded * 2

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 from .._state.steps import Step
 from ..context import CallContext
@@ -25,7 +25,9 @@ from ..tokens import (
     counts_alike,
     recounted,
 )
-from .stages import Stages
+
+if TYPE_CHECKING:  # stages imports routing, which counts with route_input_tokens
+    from .stages import Stages
 
 __all__ = [
     "Reservation",

@@ -20,6 +20,7 @@ from ..router import DeploymentGroup
 from ..router.groups import CallFacts
 from ..router.leases import Leases, RedisLeases
 from ..store import RedisStore, Store
+from .limits import route_input_tokens
 
 if TYPE_CHECKING:
     from ..budget.prices import PriceTable
@@ -65,14 +66,18 @@ class Routing:
 
     def ranked(self, ctx: CallContext, prices: PriceTable | None = None) -> tuple[Provider, ...]:
         """Every route, each group's deployments in the order its strategy gives now for the
-        call ``ctx`` (``cheapest`` prices it with ``prices``)."""
-        counted = any(g.strategy == "cheapest" for g in self._groups.values())
-        facts = CallFacts(
-            ctx.request,
-            ctx.input_tokens().tokens if counted else 0.0,
-            ctx.region,
-            prices,
-        )
+        call ``ctx`` (``cheapest`` prices it with ``prices``, each deployment with the input
+        tokens its own model counts)."""
+        cheapest = [
+            route
+            for entry in self.entries
+            if isinstance(entry, DeploymentGroup) and entry.strategy == "cheapest"
+            for route in entry.deployments
+        ]
+        if cheapest:  # the call's count first: a deployment whose encoding took it reuses it
+            ctx.input_tokens()
+        counts = {route.name: float(route_input_tokens(ctx, route).tokens) for route in cheapest}
+        facts = CallFacts(ctx.request, region=ctx.region, prices=prices, counts=counts)
         return tuple(
             route
             for entry in self.entries

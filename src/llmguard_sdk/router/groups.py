@@ -87,12 +87,20 @@ def _weights(weights: object, count: int) -> tuple[float, ...]:
 @dataclass(frozen=True)
 class CallFacts:
     """What a ranking may read of the call: its request, its input tokens (counted only for
-    ``cheapest``), the region it prefers and the Guard's price table."""
+    ``cheapest``), the region it prefers, the Guard's price table, and ``counts``: the input
+    tokens by deployment name as that deployment's own model counts them (models count with
+    different encodings; a deployment not in it takes ``input_tokens``)."""
 
     request: ChatRequest | None = None
     input_tokens: float = 0.0
     region: str | None = None
     prices: PriceTable | None = None
+    counts: Mapping[str, float] | None = None
+
+    def tokens_on(self, deployment: Provider) -> float:
+        """The call's input tokens as ``deployment`` counts them."""
+        counts = self.counts or {}
+        return counts.get(deployment.name, self.input_tokens)
 
 
 class DeploymentGroup:
@@ -325,8 +333,7 @@ class DeploymentGroup:
         limit = request.output_limit if request is not None else None
         output = self._answer_tokens(request) or limit or _DEFAULT_ANSWER_TOKENS
         wanted = needs(request) if request is not None else frozenset()
-        tokens = facts.input_tokens + (limit or 0)
-        fit = [fits(d, tokens, wanted) for d in self.deployments]
+        fit = [fits(d, facts.tokens_on(d) + (limit or 0), wanted) for d in self.deployments]
         costs = [self._price(d, facts, output) for d in self.deployments]
         return rank_by_cost(costs, fit, self._turn)
 
@@ -339,8 +346,9 @@ class DeploymentGroup:
             price = facts.prices.price(route.model, provider=route.name)
         except ConfigurationError:  # an unknown model without a default price
             return math.inf
-        price = price.for_input(facts.input_tokens)
-        return facts.input_tokens * price.input + output * price.output
+        tokens = facts.tokens_on(route)
+        price = price.for_input(tokens)
+        return tokens * price.input + output * price.output
 
     def _answer_tokens(self, request: ChatRequest | None) -> float:
         """The output tokens a call is expected to produce: the group's typical answer
