@@ -16,14 +16,17 @@ import pytest
 
 from llmguard_sdk import (
     BadRequestError,
+    CallEvent,
     ConfigurationError,
     Guard,
     OpenAICompatibleProvider,
     ProviderUnavailableError,
+    ResponseCache,
     RetryMultiplicationWarning,
     StreamChunk,
     StreamInterruptedError,
 )
+from llmguard_sdk.models import ChatRequest
 from llmguard_sdk.retry import (
     MemoryRetryBudget,
     RedisRetryBudget,
@@ -39,6 +42,7 @@ from llmguard_sdk.retry import (
 )
 from llmguard_sdk.store import RedisStore
 from llmguard_sdk.testing import FakeProvider, Fault
+from llmguard_sdk.tokens import count_request_tokens
 
 from .conftest import USER
 from .rawserver import RawServer, sse_head
@@ -214,6 +218,74 @@ def test_a_refused_continuation_still_raises_the_interruption(
         seen.extend(chunk.text for chunk in stream)
     assert info.value.partial_text == "".join(seen) == "Echo: hello"
     assert isinstance(info.value.__cause__, BadRequestError)
+
+
+_LONG = [{"role": "user", "content": "word " * 60}]
+
+
+@pytest.mark.parametrize("slack", [10, 200])
+def test_a_continuation_goes_only_to_a_route_whose_window_holds_it(
+    fake: FakeProvider, fake2: FakeProvider, slack: int
+) -> None:
+    """A route's ``context_window`` was checked against the request alone: a continuation
+    (the request, the 40 words already streamed, the prompt to go on) went to a route whose
+    window holds the request with 10 tokens to spare, not the continuation. With 200 to
+    spare the continuation is sent there."""
+    request = ChatRequest.model_validate({"messages": _LONG, "model": fake2.model})
+    window = count_request_tokens(request).tokens + 20 + slack  # 20: max_tokens
+    routes = [
+        OpenAICompatibleProvider(fake.base_url, model=fake.model, name="primary"),
+        OpenAICompatibleProvider(
+            fake2.base_url, model=fake2.model, name="backup", context_window=window
+        ),
+    ]
+    fake.script(Fault(cut_stream_after=40))
+    events: list[CallEvent] = []
+    options: dict[str, Any] = {"retry": None, "hooks": [events.append], "environ": {}}
+    guard = Guard(routes, continue_interrupted_streams=True, **options)
+    seen: list[str] = []
+    with guard:
+        if slack > 100:
+            with guard.chat(_LONG, stream=True, max_tokens=20) as stream:
+                seen.extend(chunk.text for chunk in stream)
+            assert stream.response.route == "backup"
+            assert fake2.stats.requests == 1
+            return
+        with (
+            pytest.raises(StreamInterruptedError) as info,
+            guard.chat(_LONG, stream=True, max_tokens=20) as stream,
+        ):
+            seen.extend(chunk.text for chunk in stream)
+    assert info.value.partial_text == "".join(seen)
+    assert fake2.stats.requests == 0
+    assert ("backup", "ContextLengthExceededError") in events[-1].route_errors
+
+
+def test_a_continuation_leaves_the_chains_first_route_what_it_was(
+    fake: FakeProvider, fake2: FakeProvider
+) -> None:
+    """The chain's first route is the one the call starts on, whatever a continuation adds:
+    the cache's check of who serves in place of the first (a local one behind it) does not
+    take the route the stream broke on for too small, nor record such an error for it."""
+    request = ChatRequest.model_validate({"messages": _LONG, "model": fake.model})
+    window = count_request_tokens(request).tokens + 20 + 10  # holds the request only
+    routes = [
+        OpenAICompatibleProvider(
+            fake.base_url, model=fake.model, name="primary", context_window=window
+        ),
+        OpenAICompatibleProvider(fake2.base_url, model=fake2.model, name="backup"),
+    ]
+    routes[1].is_local = True  # type: ignore[attr-defined]
+    fake.script(Fault(cut_stream_after=40))
+    events: list[CallEvent] = []
+    options: dict[str, Any] = {"retry": None, "hooks": [events.append], "environ": {}}
+    guard = Guard(routes, cache=ResponseCache(), continue_interrupted_streams=True, **options)
+    with guard, guard.chat(_LONG, stream=True, max_tokens=20) as stream:
+        list(stream)
+    assert stream.response.route == "backup"
+    assert events[-1].route_errors == (("primary", "StreamInterruptedError"),)
+    with guard:  # the local route's continuation stood in for the remote one: not cached
+        assert guard.chat(_LONG, max_tokens=20).route == "primary"
 
 
 def test_a_continuation_gets_a_new_idempotency_key(

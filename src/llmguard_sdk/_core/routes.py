@@ -247,7 +247,7 @@ def call_routes(ctx: CallContext, stages: Stages) -> Sequence[Provider]:
 def first_route(ctx: CallContext, stages: Stages) -> Provider | None:
     """The route the chain tries first (the first one whose context holds the request)."""
     ranked = call_routes(ctx, stages)
-    return next((route for route in ranked if not too_small_for(ctx, route)), None)
+    return next((r for r in ranked if not too_small_for(ctx, r, continued=False)), None)
 
 
 def answers_cached(ctx: CallContext, stages: Stages, route: Provider) -> bool:
@@ -270,17 +270,20 @@ def stands_in(ctx: CallContext, stages: Stages, route: Provider) -> bool:
     return not answers_cached(ctx, stages, route) and route is not first_route(ctx, stages)
 
 
-def too_small_for(ctx: CallContext, route: Provider) -> bool:
+def too_small_for(ctx: CallContext, route: Provider, *, continued: bool = True) -> bool:
     """Skip a route whose known context window cannot hold the request as the route's own
-    model counts it (the call's count when that model counts alike), and say why."""
+    model counts it (the call's count when that model counts alike), with what continuing
+    an interrupted stream adds to it (``continued`` False: the request alone), and say why."""
     window = getattr(route, "context_window", None)
     if window is None:
         return False
-    need = route_input_tokens(ctx, route).tokens + (ctx.request.output_limit or 0)
+    extra = ctx.continued_input if continued else 0
+    need = route_input_tokens(ctx, route).tokens + extra + (ctx.request.output_limit or 0)
     if need <= window:
         return False
+    what = "the continuation of the interrupted stream" if extra else "the request"
     ctx.route_errors[route.name] = ContextLengthExceededError(
-        f"the request needs about {need} tokens; this route's context holds {window}",
+        f"{what} needs about {need} tokens; this route's context holds {window}",
         route=route.name,
         request_sent=False,
     )
