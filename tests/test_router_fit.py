@@ -371,3 +371,15 @@ def test_cheapest_prices_and_fits_each_deployment_with_its_own_models_count(
         assert [a.route for a in answers] == ["narrow"] * 2
         assert wide.stats.requests == 0
     assert counted_models == encoded * 2
+
+
+def test_a_context_window_that_is_no_int_is_unknown_to_the_routes_check_too() -> None:
+    """The route loop read ``context_window`` itself, where the ``cheapest`` ranking reads it
+    through ``providers.base.context_window()``: a bool set on a route (True) was a window of
+    one token there, and every call skipped the route; both take it for unknown now."""
+    with FakeProvider() as server:
+        route = OpenAICompatibleProvider(server.base_url, model="fake-model", name="only")
+        route.context_window = True
+        assert fits(route, 10**6, ())  # the ranking: no window known
+        with Guard(route, retry=None, environ={}) as guard:
+            assert guard.chat(USER).route == "only"

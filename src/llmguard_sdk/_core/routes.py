@@ -24,7 +24,7 @@ from ..errors import (
     StreamInterruptedError,
 )
 from ..models import ChatRequest, ChatResponse, Message, Usage
-from ..providers.base import Provider, cache_answers, is_local
+from ..providers.base import Provider, cache_answers, context_window, is_local
 from ..ratelimit import Grant
 from ..ratelimit._rules import never_fits
 from ..retry._api import testing_attempts, testing_wait
@@ -274,7 +274,7 @@ def too_small_for(ctx: CallContext, route: Provider, *, continued: bool = True) 
     """Skip a route whose known context window cannot hold the request as the route's own
     model counts it (the call's count when that model counts alike), with what continuing
     an interrupted stream adds to it (``continued`` False: the request alone), and say why."""
-    window = getattr(route, "context_window", None)
+    window = context_window(route)
     if window is None:
         return False
     extra = ctx.continued_input if continued else 0
