@@ -86,6 +86,25 @@ def chat_chunk_event(delta: dict[str, Any], finish: str | None = None) -> bytes:
     return b"data: " + json.dumps(chunk).encode() + b"\n\n"
 
 
+def chat_answer(content: str, finish: str | None = "stop") -> bytes:
+    """A whole HTTP answer: a ``chat.completion`` (model ``m``) saying ``content``, finished
+    for ``finish``."""
+    body = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "model": "m",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": content},
+                "finish_reason": finish,
+            }
+        ],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
+    }
+    return http_response(json.dumps(body).encode())
+
+
 def sse_head() -> bytes:
     """Headers of an event stream that ends when the connection closes."""
     return b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n"

@@ -6,7 +6,6 @@ reason stays in the Guard's own view (``completion.llmguard.finish_reason``)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
@@ -19,7 +18,7 @@ from llmguard_sdk.models import openai_finish_reason
 from llmguard_sdk.testing import FakeProvider, Fault
 
 from .conftest import USER
-from .rawserver import RawServer, chat_chunk_event, http_response, sse_head
+from .rawserver import RawServer, chat_answer, chat_chunk_event, sse_head
 
 MakeGuard = Callable[..., Guard]
 OPENAI_WORDS = {"stop", "length", "tool_calls", "content_filter", "function_call"}
@@ -94,20 +93,7 @@ def _server(reason: str, streaming: bool) -> RawServer:
         events = chat_chunk_event({"role": "assistant", "content": "Done."})
         events += chat_chunk_event({}, reason) + b"data: [DONE]\n\n"
         return RawServer(sse_head(), (events,))
-    body = {
-        "id": "chatcmpl-1",
-        "object": "chat.completion",
-        "model": "m",
-        "choices": [
-            {
-                "index": 0,
-                "message": {"role": "assistant", "content": "Done."},
-                "finish_reason": reason,
-            }
-        ],
-        "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
-    }
-    return RawServer(http_response(json.dumps(body).encode()))
+    return RawServer(chat_answer("Done.", reason))
 
 
 @pytest.mark.parametrize("streaming", [False, True])

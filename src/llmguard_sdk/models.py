@@ -39,21 +39,11 @@ __all__ = [
     "validate_request",
 ]
 
-INCOMPLETE_FINISH_REASONS = frozenset({"length", "pause_turn"})
-"""Finish reasons of an answer that stopped before it was complete: ``length`` (cut at
-``max_tokens`` or by the context window) and Claude's ``pause_turn`` (a long server-tool turn
-paused half-way; sent back, it goes on). The cascade's :func:`~llmguard_sdk.router.finish_reason`
-check rejects them and the quality signal ``truncated`` counts them.
-
-.. versionadded:: 0.2.0
-"""
-
-
 _OPENAI_FINISH_REASONS = frozenset(
     {"stop", "length", "tool_calls", "content_filter", "function_call"}
 )
 # Finish reasons OpenAI has no word for, and the nearest of its words (looked up in lower case;
-# an incomplete one, INCOMPLETE_FINISH_REASONS, is "length")
+# the ones said "length", unfinished answers, are INCOMPLETE_FINISH_REASONS)
 _NEAREST_OPENAI_REASON = {
     "degraded": "stop",  # the Guard's degraded answer: a whole answer of its own
     # Claude's (AnthropicProvider says them in OpenAI's words; a server relaying them raw)
@@ -61,6 +51,7 @@ _NEAREST_OPENAI_REASON = {
     "stop_sequence": "stop",
     "tool_use": "tool_calls",
     "refusal": "content_filter",
+    "pause_turn": "length",  # a long server-tool turn paused half-way
     "max_tokens": "length",  # (Gemini's MAX_TOKENS too)
     "model_context_window_exceeded": "length",
     # compatible servers' own
@@ -77,28 +68,42 @@ _NEAREST_OPENAI_REASON = {
     "spii": "content_filter",
 }
 
+INCOMPLETE_FINISH_REASONS = frozenset(
+    {"length"} | {reason for reason, word in _NEAREST_OPENAI_REASON.items() if word == "length"}
+)
+"""Finish reasons of an answer that stopped before it was complete, the ones
+:func:`openai_finish_reason` says ``length`` for (in any case): ``length`` (cut at
+``max_tokens`` or by the context window), Claude's ``pause_turn`` (a long server-tool turn
+paused half-way; sent back, it goes on) and ``max_tokens``, and compatible servers' words for
+a cut answer (Mistral's ``model_length``, vLLM's ``abort``, DeepSeek's
+``insufficient_system_resource``, ``error``, ``model_context_window_exceeded``). The
+cascade's :func:`~llmguard_sdk.router.finish_reason` check rejects them, the quality signal
+``truncated`` counts them and the response cache does not keep them.
+
+.. versionadded:: 0.2.0
+"""
+
 
 def openai_finish_reason(reason: str | None) -> str | None:
     """``reason`` in OpenAI's chat-completions words (``stop``, ``length``, ``tool_calls``,
-    ``content_filter``, ``function_call``), the only ones OpenAI's schema allows: one of
-    them as it is; an incomplete reason (:data:`INCOMPLETE_FINISH_REASONS`: Claude's
-    ``pause_turn``) ``length``, an unfinished answer; any other the nearest word: the
-    degraded answer's ``degraded`` ``stop``, a refusal or a blocked answer
-    (``refusal``, Gemini's ``SAFETY``) ``content_filter``, a server's word for a cut
-    (Mistral's ``model_length``) ``length``, a word of no known meaning ``stop``. No
-    reason (``None`` or ``""``, a chunk that does not finish) is ``None``. The raw reason
-    stays in the response (``ChatResponse.finish_reason``; an Anthropic route's
+    ``content_filter``, ``function_call``), the only ones OpenAI's schema allows, read in
+    lower case: one of them as it is; an incomplete reason
+    (:data:`INCOMPLETE_FINISH_REASONS`: Claude's ``pause_turn``, Mistral's
+    ``model_length``) ``length``, an unfinished answer; any other the nearest word: the
+    degraded answer's ``degraded`` ``stop``, a refusal or a blocked answer (``refusal``,
+    Gemini's ``SAFETY``) ``content_filter``, a word of no known meaning ``stop``. No reason
+    (``None`` or ``""``, a chunk that does not finish) is ``None``. The raw reason stays in
+    the response (``ChatResponse.finish_reason``; an Anthropic route's
     ``metadata["stop_reason"]``).
 
     .. versionadded:: 0.2.0
     """
     if not reason:
         return None
-    if reason in _OPENAI_FINISH_REASONS:
-        return reason
-    if reason in INCOMPLETE_FINISH_REASONS:
-        return "length"
-    return _NEAREST_OPENAI_REASON.get(reason.lower(), "stop")
+    word = reason.lower()
+    if word in _OPENAI_FINISH_REASONS:
+        return word
+    return _NEAREST_OPENAI_REASON.get(word, "stop")
 
 
 Role = Literal["system", "developer", "user", "assistant", "tool"]

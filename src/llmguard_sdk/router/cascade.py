@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ConfigurationError
-from ..models import INCOMPLETE_FINISH_REASONS, ChatRequest, ChatResponse
+from ..models import ChatRequest, ChatResponse, openai_finish_reason
 
 __all__ = ["Cascade", "Check", "finish_reason", "json_schema", "not_empty", "validator"]
 
@@ -93,13 +93,19 @@ class Cascade:
 
 def finish_reason(*rejected: str) -> Check:
     """Reject an answer that ended for one of ``rejected`` (default: the incomplete ones,
-    :data:`~llmguard_sdk.models.INCOMPLETE_FINISH_REASONS`: ``length``, cut at ``max_tokens``,
-    and Claude's ``pause_turn``; and ``content_filter``); the reason is
-    ``finish_reason:<value>``."""
-    refused = frozenset(rejected or (*INCOMPLETE_FINISH_REASONS, "content_filter"))
+    :data:`~llmguard_sdk.models.INCOMPLETE_FINISH_REASONS` in any case: ``length``, cut at
+    ``max_tokens``, Claude's ``pause_turn``, a server's own word for a cut answer such as
+    Mistral's ``model_length``; and ``content_filter``); the reason is
+    ``finish_reason:<value>``, the value as the answer said it."""
+    refused = frozenset(rejected)
+
+    def rejects(reason: str | None) -> bool:
+        if refused:
+            return reason in refused
+        return reason == "content_filter" or openai_finish_reason(reason) == "length"
 
     def check(request: ChatRequest, response: ChatResponse) -> str | None:
-        if response.finish_reason in refused:
+        if rejects(response.finish_reason):
             return f"finish_reason:{response.finish_reason}"
         return None
 

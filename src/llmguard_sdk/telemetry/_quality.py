@@ -6,8 +6,8 @@ tells without a grader:
 * ``refusal``: the provider refused (``finish_reason`` ``content_filter``, or a refusal in
   the answer's metadata);
 * ``truncated``: the answer is incomplete: it hit its token limit (``finish_reason``
-  ``length``) or Claude paused its turn (``pause_turn``;
-  :data:`~llmguard_sdk.models.INCOMPLETE_FINISH_REASONS`);
+  ``length``), Claude paused its turn (``pause_turn``) or a server cut it (Mistral's
+  ``model_length``, vLLM's ``abort``: :data:`~llmguard_sdk.models.INCOMPLETE_FINISH_REASONS`);
 * ``empty``: no text and no tool call;
 * ``json_schema``: the request asked for JSON (``response_format`` ``json_object`` or
   ``json_schema``) and the answer is not JSON, or not of the schema's top-level type, or
@@ -41,7 +41,7 @@ from opentelemetry import trace
 from opentelemetry.trace import Link, SpanContext, SpanKind, TraceFlags, TraceState
 
 from ..errors import GuardrailRejectedError, RequestValidationError
-from ..models import INCOMPLETE_FINISH_REASONS
+from ..models import openai_finish_reason
 
 if TYPE_CHECKING:
     from ..models import ChatRequest, ChatResponse
@@ -116,7 +116,7 @@ def signals_of(
     found = []
     if response.finish_reason == "content_filter" or response.metadata.get("refusal"):
         found.append("refusal")
-    if response.finish_reason in INCOMPLETE_FINISH_REASONS:
+    if openai_finish_reason(response.finish_reason) == "length":  # an incomplete answer
         found.append("truncated")
     if not response.text.strip() and not response.tool_calls:
         found.append("empty")
