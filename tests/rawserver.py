@@ -5,9 +5,14 @@ from __future__ import annotations
 import json
 import socket
 import threading
+import time
 from typing import Any
 
+from llmguard_sdk import ChatRequest, OpenAICompatibleProvider, ProviderError
+
 from .loopback import LoopbackServer
+
+HI = ChatRequest.model_validate({"messages": [{"role": "user", "content": "hi"}]})
 
 
 class RawServer(LoopbackServer):
@@ -116,3 +121,23 @@ REFUSAL = (
     b'"message":{"role":"assistant","content":null,"refusal":"I cannot help with that."}}],'
     b'"usage":{"prompt_tokens":9,"completion_tokens":6,"total_tokens":15}}'
 )
+
+
+def raised_by(provider: OpenAICompatibleProvider, streaming: bool) -> ProviderError:
+    """The error ``provider`` raises for one call (a stream's when ``streaming``) saying hi;
+    the provider is closed after."""
+    try:
+        if streaming:
+            list(provider.stream(HI, model="m", deadline=time.monotonic() + 10))
+        else:
+            provider.complete(HI, model="m", deadline=time.monotonic() + 10)
+    except ProviderError as exc:
+        return exc
+    finally:
+        provider.close()
+    raise AssertionError("the call did not fail")
+
+
+def seen(error: ProviderError) -> tuple[type[ProviderError], int | None, bool]:
+    """What a caller sees of a provider's error: its class, status and retry verdict."""
+    return type(error), error.status_code, error.retryable

@@ -7,14 +7,12 @@ from __future__ import annotations
 
 import json
 import socket
-import time
 
 import pytest
 
 from llmguard_sdk import (
     AnthropicProvider,
     BadRequestError,
-    ChatRequest,
     Guard,
     OpenAICompatibleProvider,
     ProviderError,
@@ -25,9 +23,7 @@ from llmguard_sdk import (
 from llmguard_sdk.testing import FakeProvider
 
 from .conftest import USER
-from .rawserver import RawServer, http_response, sse_head
-
-REQUEST = ChatRequest.model_validate({"messages": [{"role": "user", "content": "hi"}]})
+from .rawserver import RawServer, http_response, raised_by, seen, sse_head
 
 # Anthropic's error types and the HTTP status each comes with
 ANTHROPIC = [
@@ -53,23 +49,6 @@ OPENAI = [
 ]
 
 
-def _raised(provider: OpenAICompatibleProvider, streaming: bool) -> ProviderError:
-    try:
-        if streaming:
-            list(provider.stream(REQUEST, model="m", deadline=time.monotonic() + 10))
-        else:
-            provider.complete(REQUEST, model="m", deadline=time.monotonic() + 10)
-    except ProviderError as exc:
-        return exc
-    finally:
-        provider.close()
-    raise AssertionError("the call did not fail")
-
-
-def _seen(error: ProviderError) -> tuple[type[ProviderError], int | None, bool]:
-    return type(error), error.status_code, error.retryable
-
-
 def _anthropic(kind: str) -> dict[str, object]:
     return {"type": "error", "error": {"type": kind, "message": f"it is {kind}"}}
 
@@ -81,11 +60,11 @@ def test_an_anthropic_error_event_is_the_error_its_http_answer_is(kind: str, sta
     ``billing_error`` was a retried ProviderUnavailableError, not the 402's refusal."""
     body = json.dumps(_anthropic(kind)).encode()
     with RawServer(http_response(body, status=status)) as raw:
-        answered = _raised(AnthropicProvider(raw.base_url, api_key="k", model="m"), False)
+        answered = raised_by(AnthropicProvider(raw.base_url, api_key="k", model="m"), False)
     event = b"event: error\ndata: " + body + b"\n\n"
     with RawServer(sse_head(), (event,)) as raw:
-        streamed = _raised(AnthropicProvider(raw.base_url, api_key="k", model="m"), True)
-    assert _seen(streamed) == _seen(answered)
+        streamed = raised_by(AnthropicProvider(raw.base_url, api_key="k", model="m"), True)
+    assert seen(streamed) == seen(answered)
     assert streamed.status_code == int(status.split()[0])
     assert f"it is {kind}" in str(streamed)
 
@@ -96,10 +75,10 @@ def test_an_openai_error_event_is_the_error_its_http_answer_is(
 ) -> None:
     body = json.dumps({"error": {"message": "it failed", **error}}).encode()
     with RawServer(http_response(body, status=status)) as raw:
-        answered = _raised(OpenAICompatibleProvider(raw.base_url, name="p"), False)
+        answered = raised_by(OpenAICompatibleProvider(raw.base_url, name="p"), False)
     with RawServer(sse_head(), (b"data: " + body + b"\n\n",)) as raw:
-        streamed = _raised(OpenAICompatibleProvider(raw.base_url, name="p"), True)
-    assert _seen(streamed) == _seen(answered)
+        streamed = raised_by(OpenAICompatibleProvider(raw.base_url, name="p"), True)
+    assert seen(streamed) == seen(answered)
 
 
 class _Counting(RawServer):
@@ -142,7 +121,7 @@ def test_a_timeout_error_event_is_a_retryable_504() -> None:
     attempt that stalled after its request, whose prompt the budget would count."""
     event = b"event: error\ndata: " + json.dumps(_anthropic("timeout_error")).encode() + b"\n\n"
     with RawServer(sse_head(), (event,)) as raw:
-        raised = _raised(AnthropicProvider(raw.base_url, api_key="k", model="m"), True)
+        raised = raised_by(AnthropicProvider(raw.base_url, api_key="k", model="m"), True)
     assert type(raised) is ProviderUnavailableError
     assert raised.retryable is True
     assert raised.status_code == 504
@@ -182,8 +161,8 @@ def test_an_error_named_a_timeout_is_the_error_its_exact_name_says(
     body = json.dumps({"error": {"message": "it timed out", **error}}).encode()
     answer = (sse_head(), (b"data: " + body + b"\n\n",)) if streaming else (http_response(body),)
     with RawServer(*answer) as raw:
-        raised = _raised(OpenAICompatibleProvider(raw.base_url, name="p"), streaming)
-    assert _seen(raised) == (kind, status, kind is not BadRequestError)
+        raised = raised_by(OpenAICompatibleProvider(raw.base_url, name="p"), streaming)
+    assert seen(raised) == (kind, status, kind is not BadRequestError)
     assert "it timed out" in str(raised)
 
 
@@ -226,12 +205,12 @@ def test_anthropic_s_spent_credit_moves_the_call_on_at_once(fake2: FakeProvider,
 def test_only_the_credit_message_makes_a_400_a_spent_quota() -> None:
     spent = json.dumps(CREDIT).encode()
     with RawServer(http_response(spent, status="400 Bad Request")) as raw:
-        raised = _raised(AnthropicProvider(raw.base_url, api_key="k", model="m"), False)
-    assert _seen(raised) == (RateLimitedError, 400, False)
+        raised = raised_by(AnthropicProvider(raw.base_url, api_key="k", model="m"), False)
+    assert seen(raised) == (RateLimitedError, 400, False)
     other = json.dumps(_anthropic("invalid_request_error")).encode()  # a plain bad request
     with RawServer(http_response(other, status="400 Bad Request")) as raw:
-        raised = _raised(AnthropicProvider(raw.base_url, api_key="k", model="m"), False)
-    assert _seen(raised) == (BadRequestError, 400, False)
+        raised = raised_by(AnthropicProvider(raw.base_url, api_key="k", model="m"), False)
+    assert seen(raised) == (BadRequestError, 400, False)
 
 
 def _stream_head(should_retry: str) -> bytes:
@@ -263,5 +242,5 @@ def test_a_stream_s_x_should_retry_does_not_judge_its_error_events(
             if api == "anthropic"
             else OpenAICompatibleProvider(raw.base_url, name="p")
         )
-        raised = _raised(route, True)
+        raised = raised_by(route, True)
     assert raised.retryable is retryable

@@ -149,12 +149,13 @@ def error_kind(error: object, answered: int, text: str = "") -> tuple[type[Provi
 
     An error answer (``answered`` >= 400) is its status's error. An error object in a 200
     answer (a stream's error event, a router's error answer) stands for the HTTP status its
-    numeric ``code`` gives (a router's: the status of the failure behind it), else for the
-    status of its named kind (:data:`NAMED_STATUSES`), and is that status's error; one that
-    names no known kind is a :class:`~llmguard_sdk.errors.ProviderUnavailableError` with
-    status ``answered``. Either way a refused request whose words say the context is too
-    long is a :class:`~llmguard_sdk.errors.ContextLengthExceededError`. A spent quota or
-    credit (:func:`quota_spent`; Anthropic's comes as a 400) is a
+    numeric ``code`` gives (``408`` or ``"408"``; a router's: the status of the failure
+    behind it), else for the status of its named kind (:data:`NAMED_STATUSES`), and is
+    that status's error; one that names no known kind is a
+    :class:`~llmguard_sdk.errors.ProviderUnavailableError` with status ``answered``.
+    Either way a refused request whose words say the context is too long is a
+    :class:`~llmguard_sdk.errors.ContextLengthExceededError`. A spent quota or credit
+    (:func:`quota_spent`; Anthropic's comes as a 400) is a
     :class:`~llmguard_sdk.errors.RateLimitedError`, as OpenAI's 429 is."""
     status = answered if answered >= 400 else _named_status(error)
     if quota_spent(error):
@@ -170,10 +171,12 @@ def error_kind(error: object, answered: int, text: str = "") -> tuple[type[Provi
 
 
 def _named_status(error: object) -> int | None:
-    """The HTTP status an error object stands for: its numeric ``code`` where that is one,
-    else its named kind's (:data:`EXACT_STATUSES`, then :data:`NAMED_STATUSES`); ``None``
-    for neither."""
+    """The HTTP status an error object stands for: its numeric ``code`` where that is one
+    (an HTTP error status, 400-599, also as a string of three digits), else its named
+    kind's (:data:`EXACT_STATUSES`, then :data:`NAMED_STATUSES`); ``None`` for neither."""
     code = error.get("code") if isinstance(error, Mapping) else None
+    if isinstance(code, str) and len(code) == 3 and code.isascii() and code.isdigit():
+        code = int(code)  # LiteLLM's proxy sends "408"
     if isinstance(code, int) and not isinstance(code, bool) and 400 <= code <= 599:
         return code
     named = _words(error, ("type", "code")).lower()
