@@ -1,22 +1,33 @@
 """Error objects whose kind was read from no field the tables know: a numeric ``code`` sent as
-a string (LiteLLM's proxy)."""
+a string (LiteLLM's proxy), the Responses API's request-error codes (a bad image, a policy
+refusal)."""
 
 from __future__ import annotations
 
 import json
+import typing
 
 import pytest
+from openai.types.responses import ResponseError
 
 from llmguard_sdk import (
     BadRequestError,
     OpenAICompatibleProvider,
+    OpenAIResponsesProvider,
     ProviderError,
     ProviderTimeoutError,
     ProviderUnavailableError,
     RateLimitedError,
 )
+from llmguard_sdk.providers._error_kinds import error_kind
 
 from .rawserver import RawServer, http_response, raised_by, seen, sse_head
+
+# the Responses API's error codes (openai-python's ResponseError.code, the authority) that
+# the tables read by a name of their own; every other one says the request is at fault (a bad
+# image, a policy refusal): another attempt, or another route, gets the same refusal
+KNOWN = {"server_error", "rate_limit_exceeded", "invalid_prompt", "vector_store_timeout"}
+REQUEST_FAULTS = sorted(set(typing.get_args(ResponseError.model_fields["code"].annotation)) - KNOWN)
 
 
 def _chat_error(error: dict[str, object], streaming: bool) -> ProviderError:
@@ -51,3 +62,36 @@ def test_a_numeric_code_sent_as_a_string_is_the_status_it_names(
     raised = _chat_error(error, streaming)
     assert seen(raised) == expected
     assert "it failed" in str(raised)
+
+
+def test_the_responses_request_faults_are_the_bad_inputs_and_refusals() -> None:
+    assert {"invalid_image_url", "image_too_large", "bio_policy", "data_residency_mismatch"} <= set(
+        REQUEST_FAULTS
+    )
+    for code in KNOWN:  # read by the tables as the status their name says, not the 200's
+        assert error_kind({"code": code}, 200)[1] != 200, code
+
+
+def _responses_failed(code: str, streaming: bool) -> ProviderError:
+    error = {"code": code, "message": f"it is {code}"}
+    failed = {"id": "resp_1", "object": "response", "status": "failed", "error": error}
+    if streaming:
+        event = {"type": "response.failed", "response": {**failed, "output": []}}
+        answer = (sse_head(), (b"data: " + json.dumps(event).encode() + b"\n\n",))
+    else:
+        answer = (http_response(json.dumps({**failed, "output": []}).encode()),)
+    with RawServer(*answer) as raw:
+        return raised_by(OpenAIResponsesProvider(raw.base_url, name="r"), streaming)
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+@pytest.mark.parametrize("code", REQUEST_FAULTS)
+def test_a_responses_request_fault_is_a_bad_request(code: str, streaming: bool) -> None:
+    """A bad image or a policy refusal in a failed response matched no word: a retried
+    ProviderUnavailableError with status 200, asked again and again and then of every
+    route. It is the request's fault: a BadRequestError (400), not retried."""
+    raised = _responses_failed(code, streaming)
+    assert seen(raised) == (BadRequestError, 400, False)
+    assert f"it is {code}" in str(raised)
+    chat = _chat_error({"code": code, "message": "m", "type": "invalid_request_error"}, False)
+    assert seen(chat) == (BadRequestError, 400, False)

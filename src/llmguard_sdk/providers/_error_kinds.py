@@ -81,17 +81,41 @@ NAMED_STATUSES: tuple[tuple[str, int], ...] = (
 HTTP status an error answer of that kind has: the one table by which an error inside a
 stream (or a 200 answer) is read as the HTTP error answer it stands for. A name that
 :data:`EXACT_STATUSES` holds is read there first."""
+_REQUEST_FAULTS = (  # the Responses API's (openai-python's ResponseError.code): a bad input
+    "invalid_image",
+    "invalid_image_format",
+    "invalid_base64_image",
+    "invalid_image_url",
+    "image_too_large",
+    "image_too_small",
+    "image_parse_error",
+    "image_content_policy_violation",
+    "invalid_image_mode",
+    "image_file_too_large",
+    "unsupported_image_media_type",
+    "empty_image_file",
+    "failed_to_download_image",
+    "image_file_not_found",
+    "data_residency_mismatch",  # the project's data residency does not allow the request
+    "bio_policy",  # refused by a usage policy: so is every attempt
+    "misalignment_policy_violation",
+)
 EXACT_STATUSES: Mapping[str, int] = MappingProxyType(
     {
         "timeout_error": 504,  # Anthropic's 504 (its GatewayTimeoutError)
         "vector_store_timeout": 504,  # the Responses API's: file_search's store was too slow
         "request_timeout": 408,  # OpenAI's (a batch row's, a session turn's): a timeout
+        **dict.fromkeys(_REQUEST_FAULTS, 400),
     }
 )
-"""Names of an error object's kind (its whole ``type`` or ``code``) whose word would mislead
-(any name holding ``timeout`` was a 504 unavailable, OpenAI's ``request_timeout`` among
-them), and the HTTP status each stands for; read before :data:`NAMED_STATUSES`. Gemini's
-``DEADLINE_EXCEEDED`` comes with its numeric ``code`` (504), which decides, as vLLM's does."""
+"""Names of an error object's kind (its whole ``type`` or ``code``) that no word of
+:data:`NAMED_STATUSES` tells, or whose word would mislead (any name holding ``timeout`` was
+a 504 unavailable, OpenAI's ``request_timeout`` among them), and the HTTP status each stands
+for; read before :data:`NAMED_STATUSES`. The Responses API's request faults (a bad image,
+``invalid_image_url``, ``image_too_large`` ...; a policy refusal, ``bio_policy``; a
+``data_residency_mismatch``) are 400s: another attempt, or another route, is refused alike.
+Gemini's ``DEADLINE_EXCEEDED`` comes with its numeric ``code`` (504), which decides, as
+vLLM's does."""
 _QUOTA_SPENT = "insufficient_quota"  # OpenAI's: a billing state, not back within the call
 # Anthropic's spent credit: a 400 invalid_request_error "Your credit balance is too low to
 # access the Anthropic API ...", a billing state too (told by its words: the type is any 400's)
