@@ -1,6 +1,6 @@
 """Error objects whose kind was read from no field the tables know: a numeric ``code`` sent as
 a string (LiteLLM's proxy), the Responses API's request-error codes (a bad image, a policy
-refusal)."""
+refusal), and the error object inside Gemini's OpenAI-compatible list body."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from llmguard_sdk import (
     ProviderUnavailableError,
     RateLimitedError,
 )
-from llmguard_sdk.providers._error_kinds import error_kind
+from llmguard_sdk.providers._error_kinds import body_error, error_kind
 
 from .rawserver import RawServer, http_response, raised_by, seen, sse_head
 
@@ -95,3 +95,24 @@ def test_a_responses_request_fault_is_a_bad_request(code: str, streaming: bool) 
     assert f"it is {code}" in str(raised)
     chat = _chat_error({"code": code, "message": "m", "type": "invalid_request_error"}, False)
     assert seen(chat) == (BadRequestError, 400, False)
+
+
+def _list_body(status: str, error: dict[str, object], listed: bool) -> RawServer:
+    body = json.dumps([{"error": error}] if listed else {"error": error}).encode()
+    return RawServer(http_response(body, status=status))
+
+
+def test_the_error_object_of_gemini_s_list_body_is_read() -> None:
+    """Gemini's OpenAI-compatible endpoint wraps its error in a list: ``[{"error": {...}}]``;
+    the error object was read only from a JSON object."""
+    gemini = {"code": 400, "message": "API key not valid.", "status": "INVALID_ARGUMENT"}
+    assert body_error(json.dumps([{"error": gemini}])) == gemini
+    assert body_error(json.dumps([{"error": gemini}, {"error": gemini}])) is None  # not one
+    assert body_error(json.dumps(["error"])) is None
+    spent = {"code": "insufficient_quota", "message": "You exceeded your current quota."}
+    for listed in (False, True):
+        with _list_body("429 Too Many Requests", spent, listed) as raw:
+            raised = raised_by(OpenAICompatibleProvider(raw.base_url, name="p"), False)
+        # a spent quota (read from the error object) is not retried, listed or not
+        assert seen(raised) == (RateLimitedError, 429, False)
+        assert "You exceeded your current quota." in str(raised)

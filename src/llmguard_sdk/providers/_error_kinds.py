@@ -39,6 +39,7 @@ __all__ = [
     "NAMED_STATUSES",
     "UNAVAILABLE_4XX",
     "body_error",
+    "body_object",
     "error_answer",
     "error_kind",
     "judge_retry",
@@ -131,13 +132,24 @@ def server_says_retry(headers: Mapping[str, str]) -> bool | None:
     return None
 
 
-def body_error(body: str) -> object:
-    """The ``error`` member of an error answer's JSON body; ``None`` without one."""
+def body_object(body: str) -> dict[str, object] | None:
+    """The JSON object of an error answer's body: the object itself, or the one object of a
+    list of one (Gemini's OpenAI-compatible endpoint answers ``[{"error": {...}}]``);
+    ``None`` for any other body."""
     try:
         data = json.loads(body)
     except (ValueError, TypeError, RecursionError):
         return None
-    return data.get("error") if isinstance(data, dict) else None
+    if isinstance(data, list) and len(data) == 1:
+        data = data[0]
+    return data if isinstance(data, dict) else None
+
+
+def body_error(body: str) -> object:
+    """The ``error`` member of an error answer's JSON body (:func:`body_object`); ``None``
+    without one."""
+    data = body_object(body)
+    return data.get("error") if data is not None else None
 
 
 def quota_spent(error: object) -> bool:

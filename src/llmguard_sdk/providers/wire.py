@@ -25,7 +25,14 @@ from ..errors import (
 )
 from ..models import ChatRequest, ChatResponse, StreamChunk
 from ._chat_content import choice_metadata, content_text, tool_calls_of
-from ._error_kinds import body_error, error_answer, error_kind, judge_retry, judged_error
+from ._error_kinds import (
+    body_error,
+    body_object,
+    error_answer,
+    error_kind,
+    judge_retry,
+    judged_error,
+)
 from .headers import server_wait_hint
 from .sse import SSEDecoder
 
@@ -513,13 +520,8 @@ def _error_message(body: str) -> str | None:
     """An error body's message: OpenAI's and Anthropic's ``error.message``, an ``error``
     string (Ollama's, TGI's), a list of one error (Gemini's OpenAI-compatible endpoint), a
     top-level ``message`` (vLLM's error object) or ``detail`` (FastAPI's)."""
-    try:
-        data = json.loads(body)
-    except (*_JSON_ERRORS, TypeError):
-        return None
-    if isinstance(data, list) and len(data) == 1:
-        data = data[0]
-    if not isinstance(data, dict):
+    data = body_object(body)
+    if data is None:
         return None
     error = data.get("error")
     if isinstance(error, dict) and isinstance(error.get("message"), str):
