@@ -76,6 +76,26 @@ def test_the_servers_word_on_retrying_is_kept(
     assert raised.status_code == fault.status
 
 
+@pytest.mark.parametrize("streaming", [False, True])
+@pytest.mark.parametrize("should_retry", [None, "false"])
+def test_an_answer_under_400_is_malformed_whatever_its_body_says(
+    streaming: bool, should_retry: str | None
+) -> None:
+    """A 201 is no error status: its error body does not make it a rate limit; the server's
+    ``x-should-retry`` still decides whether it is retried."""
+    body = json.dumps({"error": {"message": "slow down", "code": "rate_limit_exceeded"}})
+    extra = f"x-should-retry: {should_retry}\r\n" if should_retry else ""
+    answer = (
+        f"HTTP/1.1 201 Created\r\ncontent-type: application/json\r\n{extra}"
+        f"content-length: {len(body)}\r\nconnection: close\r\n\r\n{body}"
+    ).encode()
+    with RawServer(answer) as raw:
+        raised = _raised(OpenAICompatibleProvider(raw.base_url, name="p"), streaming)
+    assert type(raised) is MalformedResponseError
+    assert (raised.status_code, raised.retryable) == (201, should_retry is None)
+    assert "unexpected HTTP status 201" in str(raised)
+
+
 def _openai_error_event(error: dict[str, object]) -> bytes:
     return b"data: " + json.dumps({"error": error}).encode() + b"\n\n"
 

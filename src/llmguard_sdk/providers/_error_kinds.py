@@ -256,15 +256,17 @@ def judged_error(
     *,
     answered: int = 200,
     headers: Mapping[str, str] | None = None,
+    text: str = "",
 ) -> ProviderError:
     """The typed error of an error object ``error`` that came in an answer of HTTP status
-    ``answered`` (a 200 answer's, a stream's error event, a batch's result row):
-    ``build(kind, status)`` makes it from the kind and status :func:`error_kind` gives, and
-    :func:`judge_retry` sets its retry verdict (``headers``: the answer's own, whose
-    ``x-should-retry`` wins; none for an event inside a stream or a result row). A
-    :class:`~llmguard_sdk.errors.StreamInterruptedError` (text was delivered) is never
-    retried: no verdict is set on it."""
-    kind, status = error_kind(error, answered)
+    ``answered`` (an HTTP error answer's, a 200 answer's, a stream's error event, a batch's
+    result row): ``build(kind, status)`` makes it from the kind and status
+    :func:`error_kind` gives (``text``: the answer's body, whose words may tell a
+    context-length refusal), and :func:`judge_retry` sets its retry verdict (``headers``:
+    the answer's own, whose ``x-should-retry`` wins; none for an event inside a stream or a
+    result row). A :class:`~llmguard_sdk.errors.StreamInterruptedError` (text was
+    delivered) is never retried: no verdict is set on it."""
+    kind, status = error_kind(error, answered, text)
     failure = build(kind, status)
     if not isinstance(failure, StreamInterruptedError):
         judge_retry(failure, headers or {}, error)

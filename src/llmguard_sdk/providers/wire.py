@@ -29,8 +29,6 @@ from ._error_kinds import (
     body_error,
     body_object,
     error_answer,
-    error_kind,
-    judge_retry,
     judged_error,
 )
 from .headers import server_wait_hint
@@ -237,11 +235,18 @@ def json_answer(
 def error_from_status(
     status: int, headers: Mapping[str, str], body: str, *, route: str
 ) -> ProviderError:
-    """The typed error for an HTTP error answer (429, 5xx, 4xx ...)."""
-    error_object = body_error(body)
-    error = _error_of_status(status, body, error_object, _common(status, headers, body, route))
-    judge_retry(error, headers, error_object)  # a spent quota; the server's own word
-    return error
+    """The typed error for an HTTP error answer (429, 5xx, 4xx ...:
+    :func:`~llmguard_sdk.providers._error_kinds.judged_error`, its kind told by the status
+    and the body's words, a spent quota not retried, ``x-should-retry`` the server's word);
+    an answer of a status under 400 here is malformed."""
+    common = _common(status, headers, body, route)
+
+    def build(kind: type[ProviderError], _status: int) -> ProviderError:
+        if status < 400:  # no error status: malformed, whatever its body says
+            return MalformedResponseError(f"unexpected HTTP status {status}", **common)
+        return kind(_error_message(body) or f"provider answered HTTP {status}", **common)
+
+    return judged_error(body_error(body), build, answered=status, headers=headers, text=body)
 
 
 def _common(status: int, headers: Mapping[str, str], body: str, route: str) -> dict[str, Any]:
@@ -252,16 +257,6 @@ def _common(status: int, headers: Mapping[str, str], body: str, route: str) -> d
         "retry_after": server_wait_hint(headers),
         "body": body[:2000],
     }
-
-
-def _error_of_status(
-    status: int, body: str, error_object: object, common: dict[str, Any]
-) -> ProviderError:
-    if status < 400:
-        return MalformedResponseError(f"unexpected HTTP status {status}", **common)
-    message = _error_message(body) or f"provider answered HTTP {status}"
-    kind, _status = error_kind(error_object, status, body)
-    return kind(message, **common)
 
 
 class StreamState:
