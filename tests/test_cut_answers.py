@@ -19,6 +19,7 @@ from llmguard_sdk import (
     OpenAICompatibleProvider,
     TaskRouter,
 )
+from llmguard_sdk.cache._storable import storable
 from llmguard_sdk.models import INCOMPLETE_FINISH_REASONS, openai_finish_reason
 from llmguard_sdk.router import finish_reason
 from llmguard_sdk.telemetry._quality import signals_of
@@ -98,3 +99,31 @@ def test_a_cut_answer_is_not_cached(reason: str) -> None:
     assert first.finish_reason == again.finish_reason == reason
     assert again.route == "server"  # asked again, not the cut answer from the cache
     assert raw.requests == 2
+
+
+@pytest.mark.parametrize("reason", ["refusal", "SAFETY", "prohibited_content", "content_filter"])
+def test_a_refused_or_blocked_answer_relayed_raw_is_a_refusal_and_fails_the_default_check(
+    reason: str,
+) -> None:
+    """Claude's ``refusal`` or Gemini's ``SAFETY`` relayed raw by a compatible server is what
+    OpenAI calls ``content_filter``: the quality signal counted no refusal and the cascade
+    served the small tier's refusal."""
+    request = ChatRequest.model_validate({"messages": USER})
+    refused = ChatResponse(text="I can't help with that.", finish_reason=reason)
+    assert signals_of(request, refused, None) == ["refusal"]
+    assert finish_reason()(request, refused) == f"finish_reason:{reason}"
+
+
+@pytest.mark.parametrize(
+    ("reason", "kept"),
+    [("STOP", True), ("eos_token", True), ("End_Turn", True), ("SAFETY", False), ("odd", False)],
+)
+def test_a_natural_stop_is_cached_in_any_case_and_an_unknown_word_is_not(
+    reason: str, kept: bool
+) -> None:
+    """Gemini's raw ``STOP`` and TGI's ``eos_token`` end a whole answer: it was never cached
+    (only the lower-case OpenAI and Claude words were); a word of no known meaning may be a
+    cut answer, so it stays out."""
+    request = ChatRequest.model_validate({"messages": USER})
+    answer = ChatResponse(text="Paris is the capital of France.", finish_reason=reason)
+    assert storable(request, answer) is kept

@@ -11,7 +11,10 @@ from ..telemetry._quality import signals_of
 
 __all__ = ["storable"]
 
-_SERVABLE_FINISH = frozenset({"stop", "end_turn", "stop_sequence"})
+# the words for a natural stop (read in lower case: Gemini's raw STOP): OpenAI's, Claude's,
+# TGI's end-of-sequence token; not any word openai_finish_reason reads as "stop" (an unknown
+# word is said "stop" there, and may mean an answer cut short)
+_SERVABLE_FINISH = frozenset({"stop", "end_turn", "stop_sequence", "eos_token"})
 
 
 def storable(request: ChatRequest, response: ChatResponse) -> bool:
@@ -20,7 +23,8 @@ def storable(request: ChatRequest, response: ChatResponse) -> bool:
     :mod:`llmguard_sdk.telemetry` (a refusal, a blank answer, or JSON asked for and not
     given: a later call asking again may well get a good answer, and a cached one would be
     served to every paraphrase for the whole ``ttl``)."""
-    if response.tool_calls or response.finish_reason not in _SERVABLE_FINISH:
+    finish = (response.finish_reason or "").lower()
+    if response.tool_calls or finish not in _SERVABLE_FINISH:
         return False
     if response.metadata.get("degraded") or response.metadata.get("cache"):
         return False

@@ -95,14 +95,15 @@ def finish_reason(*rejected: str) -> Check:
     """Reject an answer that ended for one of ``rejected`` (default: the incomplete ones,
     :data:`~llmguard_sdk.models.INCOMPLETE_FINISH_REASONS` in any case: ``length``, cut at
     ``max_tokens``, Claude's ``pause_turn``, a server's own word for a cut answer such as
-    Mistral's ``model_length``; and ``content_filter``); the reason is
+    Mistral's ``model_length``; and the refused or blocked ones, ``content_filter``, Claude's
+    ``refusal`` or Gemini's ``SAFETY`` relayed raw); the reason is
     ``finish_reason:<value>``, the value as the answer said it."""
     refused = frozenset(rejected)
 
     def rejects(reason: str | None) -> bool:
         if refused:
             return reason in refused
-        return reason == "content_filter" or openai_finish_reason(reason) == "length"
+        return openai_finish_reason(reason) in ("length", "content_filter")
 
     def check(request: ChatRequest, response: ChatResponse) -> str | None:
         if rejects(response.finish_reason):

@@ -3,8 +3,9 @@
 A call can be fast, error-free and wrong. Each finished call is checked for what its answer
 tells without a grader:
 
-* ``refusal``: the provider refused (``finish_reason`` ``content_filter``, or a refusal in
-  the answer's metadata);
+* ``refusal``: the provider refused (``finish_reason`` ``content_filter``, or its word
+  relayed raw: Claude's ``refusal``, Gemini's ``SAFETY``; or a refusal in the answer's
+  metadata);
 * ``truncated``: the answer is incomplete: it hit its token limit (``finish_reason``
   ``length``), Claude paused its turn (``pause_turn``) or a server cut it (Mistral's
   ``model_length``, vLLM's ``abort``: :data:`~llmguard_sdk.models.INCOMPLETE_FINISH_REASONS`);
@@ -114,7 +115,9 @@ def signals_of(
     if response is None or response.metadata.get("cache"):
         return []  # a cached answer was judged when it was first served
     found = []
-    if response.finish_reason == "content_filter" or response.metadata.get("refusal"):
+    if openai_finish_reason(response.finish_reason) == "content_filter" or response.metadata.get(
+        "refusal"
+    ):
         found.append("refusal")
     if openai_finish_reason(response.finish_reason) == "length":  # an incomplete answer
         found.append("truncated")
