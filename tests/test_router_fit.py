@@ -373,13 +373,18 @@ def test_cheapest_prices_and_fits_each_deployment_with_its_own_models_count(
     assert counted_models == encoded * 2
 
 
-def test_a_context_window_that_is_no_int_is_unknown_to_the_routes_check_too() -> None:
-    """The route loop read ``context_window`` itself, where the ``cheapest`` ranking reads it
-    through ``providers.base.context_window()``: a bool set on a route (True) was a window of
-    one token there, and every call skipped the route; both take it for unknown now."""
-    with FakeProvider() as server:
-        route = OpenAICompatibleProvider(server.base_url, model="fake-model", name="only")
-        route.context_window = True
+@pytest.mark.parametrize("window", [True, 8192.0, "8k", 0, -1])
+def test_a_context_window_that_is_no_whole_number_is_refused_as_the_guard_is_built(
+    window: object,
+) -> None:
+    """A custom provider's ``context_window`` of the wrong kind: the route loop read a bool
+    (True) as a window of one token (every call skipped the route), a string raised
+    TypeError mid-call, and after that the window was taken for unknown without a word. The
+    Guard now refuses it as it is built, naming the route (the ranking's own reading,
+    ``providers.base.context_window()``, still takes it for unknown)."""
+    route = OpenAICompatibleProvider("http://127.0.0.1:9/v1", model="fake-model", name="only")
+    route.context_window = window  # type: ignore[assignment]
+    if not isinstance(window, int) or isinstance(window, bool):
         assert fits(route, 10**6, ())  # the ranking: no window known
-        with Guard(route, retry=None, environ={}) as guard:
-            assert guard.chat(USER).route == "only"
+    with pytest.raises(ConfigurationError, match="route 'only': context_window must be"):
+        Guard(route, retry=None, environ={})

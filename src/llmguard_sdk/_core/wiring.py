@@ -20,7 +20,7 @@ from ..budget import Budget, Budgets, PriceTable, SpendControl
 from ..cache import ResponseCache
 from ..config import GuardSettings, _check_default_key
 from ..errors import ConfigurationError
-from ..providers.base import Provider
+from ..providers.base import Provider, context_window
 from ..providers.openai_compat import OpenAICompatibleProvider
 from ..ratelimit import LimitsConfig, MemoryRateLimiter, RedisRateLimiter
 from ..releases import Release, ReleaseControl, ReleasePlan
@@ -260,6 +260,13 @@ def routes(
         if not isinstance(entry, (Provider, DeploymentGroup)):
             raise ConfigurationError(f"{entry!r} is not a Provider or a DeploymentGroup")
     routes = flatten(_entries(providers))
+    for route in routes:  # (a custom provider's: ours check it as they are built)
+        window = getattr(route, "context_window", None)
+        if window is not None and (context_window(route) is None or window < 1):
+            raise ConfigurationError(
+                f"route {route.name!r}: context_window must be a whole number of tokens >= 1 "
+                f"or None (unknown), got {window!r}"
+            )
     # a group's name keys its shared load and names it in task tiers, as a route's name does
     groups = [entry.name for entry in _entries(providers) if isinstance(entry, DeploymentGroup)]
     names = [route.name for route in routes] + groups
