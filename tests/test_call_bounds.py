@@ -498,6 +498,25 @@ def _absurd_answer(shape: str, huge: int) -> tuple[bytes, tuple[bytes, ...]]:
     return http_response(json.dumps(body).encode()), ()
 
 
+def assert_estimated(response: Any) -> None:
+    """``response`` is "Hi" with its usage estimated (a sane one) and a sane cost."""
+    assert response.text == "Hi"
+    assert response.usage is not None
+    assert response.usage.estimated
+    assert 0 < response.usage.input_tokens < 100
+    assert response.cost_usd is not None
+    assert response.cost_usd < 1e-3
+
+
+def assert_settled_on_estimates(guard: Guard, route: str) -> None:
+    """The rate limit of ``route`` (10,000 tpm) and the budget were settled on estimates."""
+    limiter: Any = guard.rate_limiter
+    whole = limiter.reserve(route, tokens=9_000)
+    assert whole.allowed
+    limiter.settle(route, token_delta=-9_000, lease=whole.lease)
+    assert guard.budget_status()[0]["spent_usd"] < 1e-2
+
+
 @pytest.mark.parametrize("huge", [10**400, 2**31], ids=["10**400", "2**31"])
 @pytest.mark.parametrize("shape", ["chat", "stream", "messages"])
 def test_an_absurd_reported_usage_is_estimated_and_limits_settle_on_a_sane_number(
@@ -532,17 +551,8 @@ def test_an_absurd_reported_usage_is_estimated_and_limits_settle_on_a_sane_numbe
                     response = stream.response
                 else:
                     response = chat_in_mode(guard, mode, max_tokens=20)
-                assert response.text == "Hi"
-                assert response.usage is not None
-                assert response.usage.estimated
-                assert 0 < response.usage.input_tokens < 100
-                assert response.cost_usd is not None
-                assert response.cost_usd < 1e-3
-            limiter: Any = guard.rate_limiter
-            whole = limiter.reserve("raw", tokens=9_000)  # settled on the estimates
-            assert whole.allowed
-            limiter.settle("raw", token_delta=-9_000, lease=whole.lease)
-            assert guard.budget_status()[0]["spent_usd"] < 1e-2
+                assert_estimated(response)
+            assert_settled_on_estimates(guard, "raw")
             log.flush()
     warned = [r.getMessage() for r in caplog.records if "reported usage" in r.getMessage()]
     assert len(warned) == 2, warned  # once, then the count of the three calls after it

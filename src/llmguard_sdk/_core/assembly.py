@@ -6,6 +6,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from ..budget._usage import usable_usage
 from ..context import AttemptRecord, CallContext
 from ..errors import ProviderError
 from ..models import ChatResponse, StreamChunk, Usage
@@ -70,7 +71,7 @@ class Assembler:
         if chunk.tool_calls:
             merge_tool_call_deltas(self._tool_calls, chunk.tool_calls)
         self.finish_reason = chunk.finish_reason or self.finish_reason
-        self.usage = chunk.usage or self.usage
+        self.usage = usable_usage(chunk.usage) or self.usage  # (a provider object's: bounded)
         self.model = chunk.model or self.model
         self.id = chunk.id or self.id
         if chunk.metadata:

@@ -27,6 +27,7 @@ import anyio
 import anyio.abc
 import anyio.to_thread
 
+from ..budget._usage import usable_usage
 from ..errors import ProviderError
 from ..models import ChatResponse, StreamChunk
 from ..providers._abort import Abort, abortable
@@ -42,11 +43,19 @@ logger = logging.getLogger("llmguard_sdk")
 
 
 def _complete(op: ops.Complete) -> ChatResponse:
-    return op.route.complete(op.request, model=op.model, deadline=op.deadline)
+    return _bounded(op.route.complete(op.request, model=op.model, deadline=op.deadline))
 
 
 async def _acomplete(op: ops.Complete) -> ChatResponse:
-    return await op.route.acomplete(op.request, model=op.model, deadline=op.deadline)
+    return _bounded(await op.route.acomplete(op.request, model=op.model, deadline=op.deadline))
+
+
+def _bounded(response: ChatResponse) -> ChatResponse:
+    """A route's answer, its usage dropped (estimated, as a missing one) where a count is
+    absurd (:func:`~llmguard_sdk.budget._usage.usable_usage`: a provider object's own)."""
+    if isinstance(response, ChatResponse) and usable_usage(response.usage) is not response.usage:
+        return response.model_copy(update={"usage": None})
+    return response
 
 
 def _open(op: ops.Open) -> Generator[StreamChunk, None, None]:

@@ -18,7 +18,9 @@ them) and ``output_tokens`` = every output token (reasoning among them):
   ``batch``.
 
 A count above :data:`MOST_TOKENS` is no count (a provider's bad answer): the usage is
-unusable, as a missing one is (the Guard estimates it), and a warning says so.
+unusable, as a missing one is (the Guard estimates it), and a warning says so; so is a
+:class:`~llmguard_sdk.models.Usage` that a provider object reports with one
+(:func:`usable_usage`).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from typing import Any
 from ..models import _MOST_OUTPUT_TOKENS, Usage
 from ..telemetry._repeats import log_repeated
 
-__all__ = ["MOST_TOKENS", "usage_from_payload"]
+__all__ = ["MOST_TOKENS", "usable_usage", "usage_from_payload"]
 
 MOST_TOKENS = _MOST_OUTPUT_TOKENS
 """The most tokens one usage count may report, 2**31 - 1: ``max_tokens``'s bound (an int32, as
@@ -67,6 +69,40 @@ def _absurd(raw: Mapping[str, Any]) -> str | None:
             counts_tokens = isinstance(value, int) and not isinstance(value, bool)
             if counts_tokens and value > MOST_TOKENS and key.endswith("tokens"):
                 return f"{prefix}{key}"
+    return None
+
+
+def _warn_absurd(name: str) -> None:
+    """Say (once, then counted) that a usage's count ``name`` was above :data:`MOST_TOKENS`."""
+    log_repeated(
+        logger,
+        logging.WARNING,
+        "usage:absurd",
+        "llmguard: a provider reported usage.%s above %d tokens; the call's usage is "
+        "estimated instead",
+        name,
+        MOST_TOKENS,
+    )
+
+
+def usable_usage(usage: Usage | None) -> Usage | None:
+    """``usage`` as a provider object reported it, or ``None`` (estimate it) when one of its
+    counts is above :data:`MOST_TOKENS` (warned as a parsed usage's is): a
+    :class:`~llmguard_sdk.models.Usage` built by a provider of the user's own passed no
+    parser, and ``10**400`` made the rate limit's settle an OverflowError."""
+    if usage is None:
+        return None
+    counts = {
+        "input_tokens": usage.input_tokens,
+        "output_tokens": usage.output_tokens,
+        "cached_input_tokens": usage.cached_input_tokens,
+        "cache_write_input_tokens": usage.cache_write_input_tokens,
+        "cache_write_1h_input_tokens": usage.cache_write_1h_input_tokens,
+        "reasoning_tokens": usage.reasoning_tokens,
+    }
+    if max(counts.values()) <= MOST_TOKENS:  # (every call's: named only when one is not)
+        return usage
+    _warn_absurd(next(name for name, count in counts.items() if count > MOST_TOKENS))
     return None
 
 
@@ -131,15 +167,7 @@ def usage_from_payload(
         absurd = "input_tokens"
         counted = None
     if absurd is not None:
-        log_repeated(
-            logger,
-            logging.WARNING,
-            "usage:absurd",
-            "llmguard: a provider reported usage.%s above %d tokens; the call's usage is "
-            "estimated instead",
-            absurd,
-            MOST_TOKENS,
-        )
+        _warn_absurd(absurd)
     if counted is None:
         return None, reported
     input_tokens, output_tokens, cached, written, hour, reasoning = counted
