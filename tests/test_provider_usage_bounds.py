@@ -5,6 +5,7 @@ parsed one (``budget._usage.MOST_TOKENS``)."""
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Generator
+from typing import Any
 
 import anyio
 import pytest
@@ -20,16 +21,22 @@ from .test_call_bounds import assert_estimated, assert_settled_on_estimates
 class _Reporting:
     """A provider object that answers "Hi" and reports ``input_tokens`` of usage."""
 
-    def __init__(self, input_tokens: int) -> None:
+    def __init__(self, input_tokens: int, cost_usd: float | None = None) -> None:
         self.name = "mine"
         self.model: str | None = "m"
         self.input_tokens = input_tokens
+        self.cost_usd = cost_usd
 
     def _usage(self) -> Usage:
         return Usage(input_tokens=self.input_tokens, output_tokens=1)
 
     def complete(self, request: ChatRequest, *, model: str, deadline: float) -> ChatResponse:
-        return ChatResponse(text="Hi", model=model, route=self.name, usage=self._usage())
+        reported: dict[str, Any] = {}
+        if self.cost_usd is not None:
+            reported = {"cost_usd": self.cost_usd, "cost_source": "reported"}
+        return ChatResponse(
+            text="Hi", model=model, route=self.name, usage=self._usage(), **reported
+        )
 
     async def acomplete(self, request: ChatRequest, *, model: str, deadline: float) -> ChatResponse:
         return self.complete(request, model=model, deadline=deadline)
@@ -108,3 +115,27 @@ def test_a_sane_usage_of_a_provider_object_is_kept() -> None:
         response = guard.chat(USER)
     assert response.usage is not None
     assert (response.usage.input_tokens, response.usage.estimated) == (1_234, False)
+
+
+@pytest.mark.parametrize("cost", [float("inf"), float("nan"), 1e300, -5.0])
+@pytest.mark.parametrize("way", ["chat", "achat"])
+def test_an_absurd_reported_cost_of_a_provider_object_is_estimated(cost: float, way: str) -> None:
+    """A provider object reporting ``cost_usd`` infinite or 1e300 made the budget's settle a
+    bare OverflowError (NaN a ValueError), and a negative one was served as the call's cost. A
+    parsed cost counts only in [0, 1e12); so does a provider object's: else the table's
+    estimate."""
+    prices = PriceTable.default_table().with_prices({"m": Price(input=1.0, output=2.0)})
+    guard = Guard(
+        _Reporting(5, cost_usd=cost),
+        budgets=Budgets([Budget(limit_usd=1.0)], prices=prices),
+        retry=None,
+        environ={},
+    )
+    with guard:
+        for _ in range(2):
+            response = _served(guard, way)
+            assert response.text == "Hi"
+            assert response.cost_source == "estimated"
+            assert response.cost_usd is not None
+            assert 0 < response.cost_usd < 1e-3
+        assert 0 < guard.budget_status()[0]["spent_usd"] < 1e-2

@@ -27,7 +27,7 @@ import anyio
 import anyio.abc
 import anyio.to_thread
 
-from ..budget._usage import usable_usage
+from ..budget._usage import usable_cost, usable_usage
 from ..errors import ProviderError
 from ..models import ChatResponse, StreamChunk
 from ..providers._abort import Abort, abortable
@@ -52,10 +52,17 @@ async def _acomplete(op: ops.Complete) -> ChatResponse:
 
 def _bounded(response: ChatResponse) -> ChatResponse:
     """A route's answer, its usage dropped (estimated, as a missing one) where a count is
-    absurd (:func:`~llmguard_sdk.budget._usage.usable_usage`: a provider object's own)."""
-    if isinstance(response, ChatResponse) and usable_usage(response.usage) is not response.usage:
-        return response.model_copy(update={"usage": None})
-    return response
+    absurd, and its reported cost where it is no cost (a NaN, infinite, negative: see
+    :mod:`~llmguard_sdk.budget._usage`): a provider object's own passed no parser."""
+    if not isinstance(response, ChatResponse):
+        return response
+    dropped: dict[str, Any] = {}
+    if usable_usage(response.usage) is not response.usage:
+        dropped["usage"] = None
+    cost = response.cost_usd
+    if cost is not None and response.cost_source == "reported" and usable_cost(cost) is None:
+        dropped["cost_usd"] = dropped["cost_source"] = None
+    return response.model_copy(update=dropped) if dropped else response
 
 
 def _open(op: ops.Open) -> Generator[StreamChunk, None, None]:

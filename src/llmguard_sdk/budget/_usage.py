@@ -20,7 +20,7 @@ them) and ``output_tokens`` = every output token (reasoning among them):
 A count above :data:`MOST_TOKENS` is no count (a provider's bad answer): the usage is
 unusable, as a missing one is (the Guard estimates it), and a warning says so; so is a
 :class:`~llmguard_sdk.models.Usage` that a provider object reports with one
-(:func:`usable_usage`).
+(:func:`usable_usage`). A reported cost counts only in [0, 1e12) USD (:func:`usable_cost`).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from typing import Any
 from ..models import _MOST_OUTPUT_TOKENS, Usage
 from ..telemetry._repeats import log_repeated
 
-__all__ = ["MOST_TOKENS", "usable_usage", "usage_from_payload"]
+__all__ = ["MOST_TOKENS", "usable_cost", "usable_usage", "usage_from_payload"]
 
 MOST_TOKENS = _MOST_OUTPUT_TOKENS
 """The most tokens one usage count may report, 2**31 - 1: ``max_tokens``'s bound (an int32, as
@@ -106,6 +106,15 @@ def usable_usage(usage: Usage | None) -> Usage | None:
     return None
 
 
+def usable_cost(cost: object) -> float | None:
+    """A reported cost in USD as a float, or ``None`` (estimate it) for anything but a number
+    in [0, 1e12): a NaN, an infinite or a negative one (a parsed ``usage.cost``, or a
+    provider object's ``cost_usd``: 1e300 made the budget's settle an OverflowError)."""
+    if isinstance(cost, (int, float)) and not isinstance(cost, bool) and 0 <= cost < 1e12:
+        return float(cost)
+    return None
+
+
 def _inner(raw: Mapping[str, Any], name: str, key: str) -> int:
     """``raw[name][key]`` as a count (0 when absent or not a count)."""
     details = raw.get(name)
@@ -155,12 +164,7 @@ def usage_from_payload(
     """
     if not isinstance(raw, Mapping):
         return None, None
-    cost = raw.get("cost")
-    reported = (
-        float(cost)
-        if isinstance(cost, (int, float)) and not isinstance(cost, bool) and 0 <= cost < 1e12
-        else None
-    )
+    reported = usable_cost(raw.get("cost"))
     absurd = _absurd(raw)
     counted = None if absurd is not None else _tokens(raw)
     if counted is not None and max(counted[:2]) > MOST_TOKENS:  # (input: Anthropic's sum)
