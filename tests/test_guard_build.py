@@ -12,7 +12,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from llmguard_sdk import Guard, OpenAICompatibleProvider
+from llmguard_sdk import ConfigurationError, Guard, OpenAICompatibleProvider
 
 SOURCE = str(Path(__file__).resolve().parent.parent / "src")
 
@@ -116,3 +116,27 @@ def test_a_guard_used_in_with_still_raises_its_close_error() -> None:
     with pytest.raises(OSError, match="first"), Guard(routes, environ={}, telemetry=False):
         pass
     assert routes[2].closed == 1  # type: ignore[attr-defined]
+
+
+class _NoProvider:
+    """A provider object lacking ``aclose`` (so no :class:`Provider`), alone, not in a list."""
+
+    name = "mine"
+    model = "m"
+
+
+@pytest.mark.parametrize(
+    "given",
+    [object(), 5, _NoProvider(), "http://127.0.0.1:9/v1", b"route", iter([])],
+    ids=["object", "int", "no-aclose", "str", "bytes", "iterator"],
+)
+def test_providers_that_are_no_provider_nor_a_list_are_a_configuration_error(
+    given: object,
+) -> None:
+    """``Guard(obj)`` with an object that is no Provider raised a bare TypeError ("'object'
+    object is not iterable"), a string was read as a list of its characters ("'h' is not a
+    Provider"), and a generator was read empty (a Guard without routes, refused at its first
+    call): each is a ConfigurationError naming what was given."""
+    with pytest.raises(ConfigurationError, match="providers must be a Provider") as caught:
+        Guard(given, environ={})  # type: ignore[arg-type]
+    assert repr(given)[:20] in str(caught.value)

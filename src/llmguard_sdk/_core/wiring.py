@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 from ..breaker import (
@@ -307,4 +307,10 @@ def _entries(providers: Entries) -> tuple[Provider | DeploymentGroup, ...]:
         return ()
     if isinstance(providers, (Provider, DeploymentGroup)):
         return (providers,)
+    one_pass = isinstance(providers, Iterator)  # (read more than once: a generator was empty)
+    if one_pass or isinstance(providers, (str, bytes)) or not isinstance(providers, Iterable):
+        raise ConfigurationError(  # (a string was read as its characters, each "no Provider")
+            "providers must be a Provider, a DeploymentGroup or a list of them, "
+            f"got {providers!r:.80}"
+        )
     return tuple(providers)
