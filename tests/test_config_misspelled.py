@@ -46,7 +46,25 @@ def test_each_name_warns_once_and_settings_variables_never() -> None:
 def test_a_name_like_two_settings_names_both() -> None:
     with pytest.warns(UnknownSettingWarning) as caught:
         GuardSettings.from_env({"LLMGUARD_MODEL_NAME": "gpt-4o-mini"})
-    assert str(caught[0].message).endswith("did you mean LLMGUARD_MODEL_CACHE or LLMGUARD_MODEL?")
+    assert str(caught[0].message).endswith("did you mean LLMGUARD_MODEL or LLMGUARD_MODEL_CACHE?")
+
+
+@pytest.mark.parametrize(
+    "name", ["LLMGUARD_HOST", "LLMGUARD_PORT", "LLMGUARD_TOKEN", "LLMGUARD_LOG", "LLMGUARD_DEBUG"]
+)
+def test_a_name_like_no_setting_but_for_the_shared_prefix_is_left_alone(name: str) -> None:
+    """Compared whole, the shared ``LLMGUARD_`` made ``..._HOST`` look like ``..._STORE``."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UnknownSettingWarning)
+        GuardSettings.from_env({name: "x"})
+
+
+def test_a_longer_name_for_a_setting_names_it() -> None:
+    with pytest.warns(UnknownSettingWarning) as caught:
+        GuardSettings.from_env({"LLMGUARD_MAX_TOKENS": "100", "LLMGUARD_CONFIG_FILE": "g.toml"})
+    said = sorted(str(w.message) for w in caught)
+    assert said[0].endswith("did you mean LLMGUARD_CONFIG?")
+    assert said[1].endswith("did you mean LLMGUARD_MAX_INPUT_TOKENS?")
 
 
 def test_the_guard_warns_at_the_line_that_built_it() -> None:

@@ -61,14 +61,25 @@ _READ_ELSEWHERE = ("LLMGUARD_CONFIG", "LLMGUARD_MODEL_CACHE")  # (Guard.from_con
 _warned_names: set[str] = set()  # (at most the environment's own names)
 
 
+def _resembled(name: str, known: frozenset[str]) -> list[str]:
+    """The settings' variables ``name`` resembles (at most two, the likeliest first): those it
+    extends, then those spelled like it, each compared without :data:`ENV_PREFIX`."""
+    tail = name.removeprefix(ENV_PREFIX)
+    tails = {setting.removeprefix(ENV_PREFIX): setting for setting in known}
+    extended = sorted((t for t in tails if tail.startswith(t + "_")), key=len, reverse=True)
+    spelled = difflib.get_close_matches(tail, list(tails), n=2, cutoff=0.75)
+    return [tails[t] for t in dict.fromkeys([*extended, *spelled])][:2]
+
+
 def _warn_misspelled(env: Mapping[str, str], known: frozenset[str]) -> None:
     """Warn once per name about an ``LLMGUARD_*`` variable nothing reads that is spelled
-    like one that is (the timeout's name less a letter): it would be ignored without a word.
-    Names far from every setting (a tool's own) are left alone."""
+    like one that is (the timeout's name less a letter) or extends one (``..._MODEL_NAME``):
+    it would be ignored without a word. Names far from every setting (a tool's own,
+    ``..._HOST``) are left alone: the names are compared without the prefix they share."""
     for name in env:
         if not name.startswith(ENV_PREFIX) or name in known or name in _warned_names:
             continue
-        close = difflib.get_close_matches(name, known, n=2, cutoff=0.8)
+        close = _resembled(name, known)
         if close:
             _warned_names.add(name)
             warnings.warn(

@@ -80,11 +80,11 @@ __all__ = [
     "ReleaseConflictError",
     "RequestValidationError",
     "RetryMultiplicationWarning",
-    "UnknownSettingWarning",
     "SettingsValidationError",
     "StoreUnavailableError",
     "StreamInterruptedError",
     "UnknownModelPriceError",
+    "UnknownSettingWarning",
 ]
 
 
