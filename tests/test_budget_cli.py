@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from pathlib import Path
 
@@ -65,6 +66,30 @@ def test_cached_input_is_priced_at_the_cached_rate() -> None:
         days=1,
     )
     assert option.monthly_p50_usd == pytest.approx(5 + 0.5)
+
+
+def test_a_daily_forecast_uses_the_dearest_price_of_the_day() -> None:
+    """Made off-peak (20:00 UTC), a DeepSeek forecast still prices its calls at the peak
+    price (00:30-16:30 UTC): the forecast does not depend on the hour it is made at."""
+    pytest.importorskip("genai_prices")
+    table = PriceTable.default_table()
+    evening = dt.datetime(2026, 10, 1, 20, tzinfo=dt.timezone.utc)
+    peak = table.price("deepseek-chat", provider="deepseek", at=evening.replace(hour=8))
+    off = table.price("deepseek-chat", provider="deepseek", at=evening)
+    assert peak.input > off.input  # genai-prices lists the time-of-day window
+    found = {
+        at: estimate(
+            table,
+            requests_per_day=1,
+            input_tokens=(1_000_000, 1_000_000),
+            output_tokens=(1_000_000, 1_000_000),
+            options=[("deepseek/deepseek-chat", {"deepseek/deepseek-chat": 1.0})],
+            days=1,
+            at=at,
+        )[0].monthly_p50_usd
+        for at in (evening, evening.replace(hour=8), evening.date())
+    }
+    assert list(found.values()) == [pytest.approx(peak.input + peak.output)] * 3
 
 
 def test_estimate_errors_are_clear(capsys: pytest.CaptureFixture[str]) -> None:

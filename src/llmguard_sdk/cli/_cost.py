@@ -164,7 +164,7 @@ def _run_estimate(args: argparse.Namespace) -> int:
         ]
         print(f"{o.name:<{width}}  " + "  ".join(f"{cell:>12}" for cell in cells))
     tier = f", {args.service_tier} tier" if args.service_tier else ""
-    print(f"prices: {table.version}{tier}")
+    print(f"prices: {table.version}{tier}; each model at the dearest price of the day")
     return 0
 
 
