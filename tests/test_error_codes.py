@@ -116,3 +116,32 @@ def test_the_error_object_of_gemini_s_list_body_is_read() -> None:
         # a spent quota (read from the error object) is not retried, listed or not
         assert seen(raised) == (RateLimitedError, 429, False)
         assert "You exceeded your current quota." in str(raised)
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+@pytest.mark.parametrize(
+    ("error", "expected"),
+    [
+        ({"type": "gateway_timeout"}, (ProviderUnavailableError, 504, True)),
+        ({"code": "read_timeout", "type": "None"}, (ProviderUnavailableError, 504, True)),
+        (
+            {"type": "server_error", "code": "upstream_timeout"},
+            (ProviderUnavailableError, 504, True),
+        ),
+        ({"type": "GatewayTimeout"}, (ProviderUnavailableError, 504, True)),
+        # the exact names keep their own statuses; a 4xx word still decides
+        ({"type": "request_timeout"}, (ProviderTimeoutError, 408, True)),
+        ({"type": "timeout_error"}, (ProviderUnavailableError, 504, True)),
+        ({"type": "invalid_request_error", "code": "x_timeout"}, (BadRequestError, 400, False)),
+        # "timeout" inside a name, not at its end: no timeout kind
+        ({"type": "timeout_policy_unknown"}, (ProviderUnavailableError, 200, True)),
+    ],
+)
+def test_an_unknown_timeout_name_is_a_504(
+    error: dict[str, object], expected: tuple[type[ProviderError], int, bool], streaming: bool
+) -> None:
+    """Since ``timeout`` was dropped from the words (OpenAI's ``request_timeout`` is a 408),
+    ``gateway_timeout`` and the like inside a stream or a 200 answer kept the answer's status,
+    200, where they stand for a 504."""
+    raised = _chat_error({"message": "it timed out", **error}, streaming)
+    assert seen(raised) == expected

@@ -112,7 +112,9 @@ EXACT_STATUSES: Mapping[str, int] = MappingProxyType(
 """Names of an error object's kind (its whole ``type`` or ``code``) that no word of
 :data:`NAMED_STATUSES` tells, or whose word would mislead (any name holding ``timeout`` was
 a 504 unavailable, OpenAI's ``request_timeout`` among them), and the HTTP status each stands
-for; read before :data:`NAMED_STATUSES`. The Responses API's request faults (a bad image,
+for; read before :data:`NAMED_STATUSES`; another name ending in ``timeout`` that no word of
+:data:`NAMED_STATUSES` tells but a 5xx one (``gateway_timeout``, ``read_timeout``) stands for
+504, a timeout on the way. The Responses API's request faults (a bad image,
 ``invalid_image_url``, ``image_too_large`` ...; a policy refusal, ``bio_policy``; a
 ``data_residency_mismatch``) are 400s: another attempt, or another route, is refused alike.
 Gemini's ``DEADLINE_EXCEEDED`` comes with its numeric ``code`` (504), which decides, as
@@ -209,7 +211,8 @@ def error_kind(error: object, answered: int, text: str = "") -> tuple[type[Provi
 def _named_status(error: object) -> int | None:
     """The HTTP status an error object stands for: its numeric ``code`` where that is one
     (an HTTP error status, 400-599, also as a string of three digits), else its named
-    kind's (:data:`EXACT_STATUSES`, then :data:`NAMED_STATUSES`); ``None`` for neither."""
+    kind's (:data:`EXACT_STATUSES`, then :data:`NAMED_STATUSES`, then 504 for another name
+    ending in ``timeout``); ``None`` for none of these."""
     code = error.get("code") if isinstance(error, Mapping) else None
     if isinstance(code, str) and len(code) == 3 and code.isascii() and code.isdigit():
         code = int(code)  # LiteLLM's proxy sends "408"
@@ -219,7 +222,12 @@ def _named_status(error: object) -> int | None:
     exact = [EXACT_STATUSES[name] for name in named.split(" ") if name in EXACT_STATUSES]
     if exact:
         return exact[0]
-    return next((status for word, status in NAMED_STATUSES if word in named), None)
+    found = next((status for word, status in NAMED_STATUSES if word in named), None)
+    # gateway_timeout, read_timeout ...: a timeout on the way, as timeout_error; a 4xx word
+    # (invalid_request_error) still says the request is at fault, a 5xx one says less
+    if (found is None or found >= 500) and any(w.endswith("timeout") for w in named.split(" ")):
+        return 504
+    return found
 
 
 def _words(error: object, fields: tuple[str, ...]) -> str:
