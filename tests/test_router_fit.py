@@ -388,3 +388,30 @@ def test_a_context_window_that_is_no_whole_number_is_refused_as_the_guard_is_bui
         assert fits(route, 10**6, ())  # the ranking: no window known
     with pytest.raises(ConfigurationError, match="route 'only': context_window must be"):
         Guard(route, retry=None, environ={})
+
+
+class _OwnTokenizer(OpenAICompatibleProvider):
+    """A route with its own tokenizer (as a local model has), counting how often it is asked."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.counts = 0
+
+    def count_tokens(self, request: ChatRequest) -> int:
+        self.counts += 1
+        return 40
+
+
+def test_a_routes_own_tokenizer_counts_a_call_once() -> None:
+    """A route with its own ``count_tokens`` and a ``context_window`` under a rate limit: its
+    size check and its reservation each tokenized the request (no cache), twice a call."""
+    from llmguard_sdk import RateLimit
+
+    with FakeProvider() as server:
+        route = _OwnTokenizer(server.base_url, model="m", name="own", context_window=1000)
+        limits = {"own": RateLimit(input_tpm=10**6)}
+        with Guard([route], retry=None, rate_limits=limits, environ={}) as guard:
+            guard.chat(USER, max_tokens=10)
+            assert route.counts == 1
+            guard.chat(USER, max_tokens=10)
+            assert route.counts == 2  # once per call: a call's request is its own

@@ -147,6 +147,7 @@ class CallContext:
     input_count: TokenCount | None = None
     input_model: str | None = None  # the model input tokens are counted for (default: request's)
     route_counts: dict[str, TokenCount] = field(default_factory=dict)  # per route's model
+    tokenizer_counts: dict[str, TokenCount] = field(default_factory=dict)  # per route (its own)
     hedge_after: float | None = None
     priority: Literal["interactive", "batch"] = "interactive"
     attempts: int = 0

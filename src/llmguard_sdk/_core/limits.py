@@ -73,12 +73,19 @@ def route_input_tokens(ctx: CallContext, route: Provider) -> TokenCount:
     """The request's input tokens as ``route`` counts them: a local model with its own
     tokenizer (a ``count_tokens(request)`` method), else tiktoken with the encoding of the
     route's model (an estimate where that encoding is not available offline): the call's
-    count when that model counts alike, or its tokens when that encoding took them."""
+    count when that model counts alike, or its tokens when that encoding took them. Each
+    count is taken once per call (a route's own tokenizer's too: a route's context window
+    and its rate limit both ask)."""
     counter = getattr(route, "count_tokens", None)
     if callable(counter):
+        own = ctx.tokenizer_counts.get(route.name)  # tokenized once per call and route
+        if own is not None:
+            return own
         counted = counter(ctx.request)
         if isinstance(counted, int):
-            return TokenCount(counted, estimated=False, method=f"{route.name} tokenizer")
+            own = TokenCount(counted, estimated=False, method=f"{route.name} tokenizer")
+            ctx.tokenizer_counts[route.name] = own
+            return own
     model = route.model or ctx.request.model
     if model is None or counts_alike(model, ctx.input_model or ctx.request.model):
         return ctx.input_tokens()  # the count the call's other stages use
