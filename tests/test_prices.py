@@ -122,6 +122,42 @@ def test_a_price_is_cached_per_stretch_between_time_of_day_windows_edges() -> No
     assert day_only.input == 0.135  # a day is its 00:00 UTC: off-peak
 
 
+class _CountingWindows(GenaiSource):
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads = 0
+
+    def windows(self) -> tuple[int, ...] | None:
+        self.reads += 1
+        return super().windows()
+
+
+def test_the_windows_are_not_read_again_while_the_data_is_unread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A table whose prices all came from the user's entries never reads genai-prices' data:
+    every lookup walked the layers for their sources' time-of-day windows, twice."""
+    from llmguard_sdk.budget import _genai_table
+
+    monkeypatch.setattr(_genai_table, "_loaded", [])  # genai-prices' data not read yet
+    source = _CountingWindows()
+    under = PriceTable(_source=source, _base=PriceTable.shipped_table())
+    table = under.with_prices({"mine": Price(input=1.0, output=2.0)})
+    day = dt.datetime(2026, 10, 1, tzinfo=dt.timezone.utc)
+    for hour in range(50):
+        at = day + dt.timedelta(hours=hour / 3)
+        assert table.price("mine", at=at) == Price(input=1.0, output=2.0)
+    assert source.reads == 1
+    # once a lookup reads the data, its windows count (and are kept): no behaviour change
+    peak = table.price("deepseek-chat", provider="deepseek", at=day + dt.timedelta(hours=8))
+    off = table.price("deepseek-chat", provider="deepseek", at=day + dt.timedelta(hours=20))
+    assert (peak.input, off.input) == (0.27, 0.135)
+    reads = source.reads
+    table.price("mine", at=day)
+    table.price("deepseek-chat", provider="deepseek", at=day + dt.timedelta(hours=1))
+    assert source.reads == reads
+
+
 def test_a_moment_finds_the_users_dated_prices_too() -> None:
     table = PriceTable(
         {"m": [Price(1.0, 2.0), Price(3.0, 4.0, effective_from=dt.date(2026, 6, 1))]}

@@ -39,6 +39,7 @@ from typing import Any, ClassVar, Literal
 
 from ..errors import ConfigurationError, UnknownModelPriceError
 from ..models import ChatResponse, Usage
+from . import _genai_table
 from ._source import TIERS, GenaiSource, instant, moment, normal_tier
 
 __all__ = [
@@ -272,6 +273,7 @@ class PriceTable:
             self._entries[key.lower()] = tuple(sorted(prices, key=lambda p: p.effective_from))
         self._cache: dict[tuple[str | None, str, dt.date, int, str | None], Price | None] = {}
         self._windows: tuple[int, ...] | None = None  # see _read_windows
+        self._unread = False  # a source's data was not read yet: see _read_windows
 
     def __repr__(self) -> str:
         return f"PriceTable(version={self.version!r}, models={len(self._entries)})"
@@ -364,10 +366,13 @@ class PriceTable:
     def _read_windows(self) -> tuple[int, ...]:
         """The times of day where a source's time-of-day price starts or ends (a key of the
         cache: a price found between two of them holds until the next); kept once every
-        source has read its data."""
+        source has read its data, and none (the layers not walked again) until then."""
+        if self._unread and _genai_table.windows() is None:
+            return ()
         read = [layer._source.windows() for layer in self._layers() if layer._source is not None]
         windows = tuple(sorted({edge for edges in read for edge in edges or ()}))
-        if None not in read:
+        self._unread = None in read
+        if not self._unread:
             self._windows = windows
         return windows
 
