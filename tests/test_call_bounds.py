@@ -558,3 +558,15 @@ def test_an_absurd_reported_usage_is_estimated_and_limits_settle_on_a_sane_numbe
     assert len(warned) == 2, warned  # once, then the count of the three calls after it
     assert "above 2147483647 tokens" in warned[0]
     assert "repeated 3 more times" in warned[1]
+
+
+@pytest.mark.parametrize("seed", [2**63, -(2**63) - 1, 10**400])
+def test_a_seed_beyond_an_int64_is_a_request_error(seed: int) -> None:
+    """The chat APIs take a seed as an int64: a larger one went out and came back a 400 from
+    the provider (after the call's stages ran); it is refused as the request is read."""
+    from llmguard_sdk.models import validate_request
+
+    with pytest.raises(RequestValidationError, match="seed"):
+        validate_request({"messages": [{"role": "user", "content": "hi"}], "seed": seed})
+    kept = validate_request({"messages": [{"role": "user", "content": "hi"}], "seed": 2**63 - 1})
+    assert kept.seed == 2**63 - 1

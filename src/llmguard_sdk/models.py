@@ -291,7 +291,8 @@ class ChatRequest(BaseModel):
     temperature: float | None = Field(default=None, ge=0.0, le=2.0, strict=True)
     top_p: float | None = Field(default=None, gt=0.0, le=1.0, strict=True)
     stop: str | list[str] | None = None
-    seed: int | None = Field(default=None, strict=True)
+    # an int64, as the chat APIs take it (a larger one was sent, and refused there)
+    seed: int | None = Field(default=None, strict=True, ge=-(2**63), le=2**63 - 1)
     tools: list[Annotated[dict[str, JsonValue], AfterValidator(_checked_tool)]] | None = None
     tool_choice: str | dict[str, JsonValue] | None = None
     response_format: Annotated[dict[str, JsonValue], AfterValidator(_checked_format)] | None = None
