@@ -393,13 +393,14 @@ def test_a_context_window_that_is_no_whole_number_is_refused_as_the_guard_is_bui
 class _OwnTokenizer(OpenAICompatibleProvider):
     """A route with its own tokenizer (as a local model has), counting how often it is asked."""
 
-    def __init__(self, *args: object, **kwargs: object) -> None:
+    def __init__(self, *args: object, answer: int | None = 40, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self.counts = 0
+        self.answer = answer
 
-    def count_tokens(self, request: ChatRequest) -> int:
+    def count_tokens(self, request: ChatRequest) -> int | None:
         self.counts += 1
-        return 40
+        return self.answer  # (None: its tokenizer cannot count this request)
 
 
 def test_a_routes_own_tokenizer_counts_a_call_once() -> None:
@@ -415,3 +416,19 @@ def test_a_routes_own_tokenizer_counts_a_call_once() -> None:
             assert route.counts == 1
             guard.chat(USER, max_tokens=10)
             assert route.counts == 2  # once per call: a call's request is its own
+
+
+def test_a_tokenizer_that_cannot_count_is_asked_once_a_call_too() -> None:
+    """A local model's ``count_tokens`` says None when its chat template fails: the call fell
+    back to tiktoken but asked the tokenizer again at each stage (the size check, the
+    reservation), as nothing was kept."""
+    from llmguard_sdk import RateLimit
+
+    with FakeProvider() as server:
+        route = _OwnTokenizer(
+            server.base_url, model="m", name="own", context_window=1000, answer=None
+        )
+        limits = {"own": RateLimit(input_tpm=10**6)}
+        with Guard([route], retry=None, rate_limits=limits, environ={}) as guard:
+            guard.chat(USER, max_tokens=10)
+            assert route.counts == 1

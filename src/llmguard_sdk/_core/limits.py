@@ -77,15 +77,21 @@ def route_input_tokens(ctx: CallContext, route: Provider) -> TokenCount:
     count is taken once per call (a route's own tokenizer's too: a route's context window
     and its rate limit both ask)."""
     counter = getattr(route, "count_tokens", None)
-    if callable(counter):
-        own = ctx.tokenizer_counts.get(route.name)  # tokenized once per call and route
-        if own is not None:
-            return own
+    if not callable(counter):
+        return _model_count(ctx, route)
+    own = ctx.tokenizer_counts.get(route.name)  # tokenized once per call and route
+    if own is None:
         counted = counter(ctx.request)
-        if isinstance(counted, int):
+        if isinstance(counted, int) and not isinstance(counted, bool):
             own = TokenCount(counted, estimated=False, method=f"{route.name} tokenizer")
-            ctx.tokenizer_counts[route.name] = own
-            return own
+        else:  # (its tokenizer could not count this request: asked once, tiktoken counts)
+            own = _model_count(ctx, route)
+        ctx.tokenizer_counts[route.name] = own
+    return own
+
+
+def _model_count(ctx: CallContext, route: Provider) -> TokenCount:
+    """The request's input tokens as tiktoken counts them for ``route``'s model."""
     model = route.model or ctx.request.model
     if model is None or counts_alike(model, ctx.input_model or ctx.request.model):
         return ctx.input_tokens()  # the count the call's other stages use
