@@ -55,6 +55,13 @@ class Routing:
             if isinstance(entry, DeploymentGroup)
             for deployment in entry.deployments
         }
+        # the deployments a call counts its input for, each as its own model counts it
+        self._cheapest = tuple(
+            route
+            for entry in entries
+            if isinstance(entry, DeploymentGroup) and entry.strategy == "cheapest"
+            for route in entry.deployments
+        )
         shared = RedisLeases(store) if isinstance(store, RedisStore) else None
         self._leases: dict[str, Leases] = {
             entry.name: shared
@@ -68,12 +75,7 @@ class Routing:
         """Every route, each group's deployments in the order its strategy gives now for the
         call ``ctx`` (``cheapest`` prices it with ``prices``, each deployment with the input
         tokens its own model counts)."""
-        cheapest = [
-            route
-            for entry in self.entries
-            if isinstance(entry, DeploymentGroup) and entry.strategy == "cheapest"
-            for route in entry.deployments
-        ]
+        cheapest = self._cheapest
         if cheapest:  # the call's count first: a deployment whose encoding took it reuses it
             ctx.input_tokens()
         counts = {route.name: float(route_input_tokens(ctx, route).tokens) for route in cheapest}
