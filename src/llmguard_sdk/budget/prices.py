@@ -307,7 +307,9 @@ class PriceTable:
                 data = json.loads(Path(source).read_text(encoding="utf-8"))
             except (OSError, ValueError) as exc:
                 raise ConfigurationError(f"cannot read price table {source}: {exc}") from None
-        return _parse_table(data)
+        from ._price_json import parse_table  # (it builds tables: imported when one is read)
+
+        return parse_table(data)
 
     def with_prices(
         self, entries: Mapping[str, Price | Iterable[Price]], *, default: Price | None = None
@@ -537,57 +539,6 @@ def _dated(prices: tuple[Price, ...] | None, day: dt.date) -> Price | None:
     return usable[-1] if usable else None
 
 
-def _parse_table(data: Any) -> PriceTable:
-    if not isinstance(data, Mapping) or not isinstance(data.get("prices"), list):
-        raise ConfigurationError("a price table is an object with a 'prices' list")
-    if data.get("schema", 1) != 1:
-        raise ConfigurationError(f"unsupported price table schema {data.get('schema')!r}")
-    entries: dict[str, list[Price]] = {}
-    for row in data["prices"]:
-        if not isinstance(row, Mapping) or not isinstance(row.get("model"), str):
-            raise ConfigurationError(f"bad price row {row!r}")
-        try:
-            price = _row_price(row)
-            price = dataclasses.replace(
-                price,
-                effective_from=dt.date.fromisoformat(row.get("effective_from", "1970-01-01")),
-                tier=row.get("tier"),
-                deprecated_on=_day(row.get("deprecated_on")),
-                retires_on=_day(row.get("retires_on")),
-                long_context=tuple(
-                    (int(step["above"]), _row_price(step)) for step in row.get("long_context", ())
-                ),
-            )
-        except (KeyError, ValueError, TypeError, AttributeError) as exc:
-            raise ConfigurationError(f"bad price row {row!r}: {exc}") from None
-        provider = row.get("provider")
-        key = f"{provider}/{row['model']}" if provider else str(row["model"])
-        entries.setdefault(key, []).append(price)
-    default = data.get("default")
-    try:
-        fallback = (
-            None if default is None else Price(input=default["input"], output=default["output"])
-        )
-    except (KeyError, TypeError) as exc:
-        raise ConfigurationError(f"bad default price {default!r}: {exc}") from None
-    return PriceTable(entries, default=fallback, version=str(data.get("version", "unversioned")))
-
-
-def _day(text: Any) -> dt.date | None:
-    return None if text is None else dt.date.fromisoformat(text)
-
-
-def _row_price(row: Mapping[str, Any]) -> Price:
-    return Price(
-        input=row["input"],
-        output=row["output"],
-        cached_input=row.get("cached_input"),
-        cache_write=row.get("cache_write"),
-        cache_write_1h=row.get("cache_write_1h"),
-        reasoning=row.get("reasoning"),
-    )
-
-
 @functools.lru_cache(maxsize=1)
 def _default() -> PriceTable:
     return PriceTable(_source=GenaiSource(), _base=_shipped())
@@ -595,5 +546,7 @@ def _default() -> PriceTable:
 
 @functools.lru_cache(maxsize=1)
 def _shipped() -> PriceTable:
+    from ._price_json import parse_table
+
     text = resources.files(__package__).joinpath("prices.json").read_text(encoding="utf-8")
-    return _parse_table(json.loads(text))
+    return parse_table(json.loads(text))
