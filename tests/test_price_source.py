@@ -184,6 +184,11 @@ _TIMES = [
     dt.datetime(2026, 10, 1, 9, 30, tzinfo=_BEIJING),  # 01:30 UTC: an offset is read in UTC
     dt.datetime(2026, 10, 2, 0, 15, tzinfo=_BEIJING),  # 16:15 UTC the day before
     dt.datetime(2026, 10, 1, 7, 0),  # naive: UTC, as genai-prices reads it
+    # a weekend: DeepSeek bills V4 models off-peak all day, but genai-prices' windows hold
+    # every day (its data calls its weekend peak prices an upper bound), and so do ours
+    dt.datetime(2026, 10, 3, 2, 0, tzinfo=_UTC),  # Saturday, in every model's peak
+    dt.datetime(2026, 10, 4, 8, 0, tzinfo=_UTC),  # Sunday, likewise
+    dt.datetime(2026, 10, 4, 20, 0, tzinfo=_UTC),  # Sunday evening: off-peak
 ]
 
 
