@@ -35,7 +35,7 @@ import difflib
 import os
 import re
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
@@ -304,16 +304,27 @@ class GuardSettings(BaseModel):
         Raises :class:`~llmguard_sdk.errors.ConfigurationError` naming the variable or
         argument that holds a bad value.
         """
+        return cls._read_env(environ, **overrides)[0]
+
+    @classmethod
+    def _read_env(
+        cls, environ: Mapping[str, str] | None = None, **overrides: object
+    ) -> tuple[GuardSettings, frozenset[str]]:
+        """:meth:`from_env`'s settings, and the variables it found set but empty or blank
+        (read as unset), from one read of the environment."""
         env = _text_environ(environ, "Guard")
         known = frozenset(ENV_PREFIX + name.upper() for name in cls.model_fields)
         _warn_misspelled(env, known | frozenset(_READ_ELSEWHERE))
         values: dict[str, object] = {}
         sources: dict[str, str] = {}
+        blank: set[str] = set()
         for name in cls.model_fields:
             raw = env.get(ENV_PREFIX + name.upper())
             if raw is not None and raw.strip() != "":
                 values[name] = raw.strip()
                 sources[name] = f"environment variable {ENV_PREFIX}{name.upper()}"
+            elif raw is not None:
+                blank.add(ENV_PREFIX + name.upper())
         for name, value in overrides.items():
             if name not in cls.model_fields:
                 raise ConfigurationError(f"unknown setting {name!r}")
@@ -329,16 +340,16 @@ class GuardSettings(BaseModel):
                 field = str(err["loc"][0]) if err["loc"] else "settings"
                 found.append(f"{sources.get(field, field)}: {err['msg']}")
             raise _invalid(exc, found) from None
-        return settings
+        return settings, frozenset(blank)
 
 
-def _check_default_key(settings: GuardSettings, environ: Mapping[str, str] | None) -> None:
-    """Refuse ``LLMGUARD_API_KEY`` set but empty or blank where ``settings`` build the route
+def _check_default_key(settings: GuardSettings, blank: Collection[str]) -> None:
+    """Refuse ``LLMGUARD_API_KEY`` set but empty or blank (among ``blank``, the variables
+    :meth:`GuardSettings._read_env` read as unset) where ``settings`` build the route
     ``LLMGUARD_BASE_URL`` names (a Guard given no routes): it went as no key, and the first
     call failed with 401. A Guard given its routes reads neither variable."""
     key = f"{ENV_PREFIX}API_KEY"
-    env = _text_environ(environ, "Guard")
-    if settings.base_url is not None and settings.api_key is None and key in env:
+    if settings.base_url is not None and settings.api_key is None and key in blank:
         raise ConfigurationError(
             f"invalid settings: environment variable {key} is set but empty: set it to the "
             f"key of the {ENV_PREFIX}BASE_URL route, or unset it for a route that sends no key"

@@ -229,7 +229,7 @@ class Guard(Adoption, Lifecycle):
             degraded=degraded, continue_streams=continue_interrupted_streams,
             hedge_after=hedge_after,
         )  # fmt: skip
-        self.settings = settings = GuardSettings.from_env(
+        self.settings, blank = GuardSettings._read_env(  # (one read of the environment)
             environ,
             store=store if isinstance(store, str) else None,
             timeout=timeout,
@@ -238,7 +238,7 @@ class Guard(Adoption, Lifecycle):
             key_prefix=key_prefix,
         )
         retry = wiring.retry_policy(retry, retry_budget, self.settings.retry_attempts)
-        routes = wiring.routes(providers := wiring.chain(release, providers), settings, environ)
+        routes = wiring.routes(providers := wiring.chain(release, providers), self.settings, blank)
         input_filters = wiring.callables("input_filters", input_filters)
         output_filters = wiring.callables("output_filters", output_filters)
         hooks = wiring.callables("hooks", hooks)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 from ..breaker import (
@@ -243,14 +243,16 @@ Entries = Provider | DeploymentGroup | Sequence[Provider | DeploymentGroup] | No
 
 
 def routes(
-    providers: Entries, settings: GuardSettings, environ: Mapping[str, str] | None = None
+    providers: Entries, settings: GuardSettings, blank: Collection[str] = ()
 ) -> tuple[Provider, ...]:
     """The chain's routes, each deployment group's deployments in its place; without
-    ``providers``, the route ``LLMGUARD_BASE_URL`` names (its key checked in ``environ``)."""
+    ``providers``, the route ``LLMGUARD_BASE_URL`` names (its key refused when
+    ``LLMGUARD_API_KEY`` is among ``blank``, the variables the settings' read found set but
+    empty)."""
     if providers is None:
         if settings.base_url is None:
             return ()
-        _check_default_key(settings, environ)
+        _check_default_key(settings, blank)
         return (
             OpenAICompatibleProvider(
                 settings.base_url, api_key=settings.api_key, model=settings.model
