@@ -76,6 +76,23 @@ def test_the_guard_warns_at_the_line_that_built_it() -> None:
     assert "LLMGUARD_STORE" in str(caught[0].message)
 
 
+def test_from_env_and_from_config_warn_at_the_line_that_called_them() -> None:
+    """The warning's place was a fixed count of frames up: right for ``Guard(...)`` alone;
+    ``GuardSettings.from_env`` named its caller's caller, ``Guard.from_config`` a line of
+    ``guard.py``."""
+    with pytest.warns(UnknownSettingWarning) as caught:
+        GuardSettings.from_env({"LLMGUARD_ATTEMPT_TIMOUT": "5"})
+    assert caught[0].filename == __file__
+    route = {"model": "vllm/m", "base_url": "http://127.0.0.1:9/v1"}  # (never called)
+    with pytest.warns(UnknownSettingWarning) as caught:
+        guard = Guard.from_config(
+            {"routes": [route]}, environ={"LLMGUARD_KEY_PREFIKS": "x"}, telemetry=False
+        )
+    guard.close()
+    assert caught[0].filename == __file__
+    assert "LLMGUARD_KEY_PREFIX" in str(caught[0].message)
+
+
 def test_the_process_environment_is_read_too() -> None:
     code = (
         "import warnings; warnings.simplefilter('error');"
