@@ -301,3 +301,25 @@ def test_a_failed_response_keeps_its_headers_and_body() -> None:
     assert info.value.headers.get("x-request-id") == "req_42"
     assert info.value.body is not None
     assert "rate_limit_exceeded" in info.value.body
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_a_drop_in_response_is_valid_by_openai_s_own_types(
+    fake: FakeProvider, make_guard: MakeGuard, streaming: bool
+) -> None:
+    """openai-python's ``InputTokensDetails`` requires ``cache_write_tokens`` (the input
+    tokens written to the cache) beside ``cached_tokens``; the drop-in answer had only the
+    latter, so a client validating the body with openai's types (``Response.model_validate``)
+    refused it."""
+    client = _openai_client(make_guard(fake, retry=None))
+    if streaming:
+        events = list(client.responses.create(model="fake-model", input="hi", stream=True))
+        body = events[-1].response.model_dump(mode="json")
+    else:
+        raw = client.responses.with_raw_response.create(model="fake-model", input="hi")
+        body = raw.http_response.json()
+    response = Response.model_validate(body)
+    assert response.status == "completed"
+    assert response.usage is not None
+    assert response.usage.input_tokens_details.cache_write_tokens == 0
+    assert response.usage.input_tokens_details.cached_tokens == 0

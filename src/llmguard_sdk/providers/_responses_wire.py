@@ -162,12 +162,16 @@ def chat_arguments(body: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def usage_object(usage: Usage | None) -> dict[str, Any] | None:
-    """Responses usage: cached input and reasoning output tokens in their details."""
+    """Responses usage: cached input (read from and written to the cache) and reasoning
+    output tokens in their details."""
     if usage is None:
         return None
     return {
         "input_tokens": usage.input_tokens,
-        "input_tokens_details": {"cached_tokens": usage.cached_input_tokens},
+        "input_tokens_details": {
+            "cached_tokens": usage.cached_input_tokens,
+            "cache_write_tokens": usage.cache_write_input_tokens,
+        },
         "output_tokens": usage.output_tokens,
         "output_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
         "total_tokens": usage.total_tokens,
