@@ -11,7 +11,7 @@ from typing import Any
 
 import openai
 import pytest
-from openai.types.responses import ResponseCompletedEvent, ResponseIncompleteEvent
+from openai.types.responses import Response, ResponseCompletedEvent, ResponseIncompleteEvent
 
 from llmguard_sdk import Guard, GuardedClient, OpenAICompatibleProvider
 from llmguard_sdk.models import openai_finish_reason
@@ -120,11 +120,31 @@ def test_a_server_s_own_finish_reason_reaches_openai_s_sdk_in_openai_s_words(
     assert set(finish) <= OPENAI_WORDS | {None}
 
 
+def _responses_answer(reason: str, streaming: bool) -> Response:
+    """The Responses API's answer, through openai's SDK, to a server whose answer "Done."
+    finishes for ``reason`` (a stream's: its last event's), validated strictly by openai's
+    own types."""
+    with _server(reason, streaming) as raw:
+        route = OpenAICompatibleProvider(raw.base_url, model="m", name="server")
+        with Guard(route, retry=None, timeout=10, environ={}) as guard:
+            sdk = _sdk(guard)
+            if streaming:
+                events = list(sdk.responses.create(model="m", input="hi", stream=True))
+                assert isinstance(events[-1], ResponseCompletedEvent | ResponseIncompleteEvent)
+                body = events[-1].response.model_dump(mode="json")
+            else:
+                answer = sdk.responses.with_raw_response.create(model="m", input="hi")
+                body = answer.http_response.json()
+    return Response.model_validate(body)
+
+
 @pytest.mark.parametrize("streaming", [False, True])
 @pytest.mark.parametrize(
     ("reason", "status", "why"),
     [
         ("model_length", "incomplete", "max_output_tokens"),
+        ("MAX_TOKENS", "incomplete", "max_output_tokens"),  # Gemini's, relayed raw
+        ("model_context_window_exceeded", "incomplete", "max_output_tokens"),
         ("refusal", "incomplete", "content_filter"),
         ("degraded", "completed", None),
         ("something_new", "completed", None),
@@ -135,16 +155,25 @@ def test_the_responses_api_reads_a_server_s_own_finish_reason_in_openai_s_words(
 ) -> None:
     """The Responses API's status read only OpenAI's words: Mistral's ``model_length`` (a
     cut answer) said ``completed``, as chat completions said the raw word."""
-    with _server(reason, streaming) as raw:
-        route = OpenAICompatibleProvider(raw.base_url, model="m", name="server")
-        with Guard(route, retry=None, timeout=10, environ={}) as guard:
-            sdk = _sdk(guard)
-            if streaming:
-                events = list(sdk.responses.create(model="m", input="hi", stream=True))
-                assert isinstance(events[-1], ResponseCompletedEvent | ResponseIncompleteEvent)
-                response = events[-1].response
-            else:
-                response = sdk.responses.create(model="m", input="hi")
+    response = _responses_answer(reason, streaming)
     assert response.status == status
     details = response.incomplete_details
     assert (details.reason if details is not None else None) == why
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+@pytest.mark.parametrize("reason", ["abort", "error", "insufficient_system_resource"])
+def test_an_answer_broken_off_is_incomplete_without_a_reason_it_did_not_have(
+    reason: str, streaming: bool
+) -> None:
+    """vLLM's ``abort``, Mistral's and vLLM's ``error``, DeepSeek's
+    ``insufficient_system_resource``: the Responses API said ``incomplete_details.reason:
+    "max_output_tokens"``, as if the token limit had cut the answer. It is incomplete, with
+    ``reason: null`` (openai-python's ``IncompleteDetails.reason`` is Optional, so a client
+    reading openai's types parses it; ``failed`` would turn a delivered answer into an error
+    for a client, and for a Guard reading this Guard)."""
+    response = _responses_answer(reason, streaming)
+    assert response.status == "incomplete"
+    assert response.incomplete_details is not None
+    assert response.incomplete_details.reason is None
+    assert response.output_text == "Done."  # what the server said before it broke off
