@@ -141,11 +141,12 @@ TIMEOUTS = [
     ({"code": 504, "status": "DEADLINE_EXCEEDED"}, ProviderUnavailableError, 504),
     # vLLM's: the numeric code, whatever the exception class in ``type`` says
     ({"type": "TimeoutError", "code": 500, "object": "error"}, ProviderUnavailableError, 500),
-    # Anthropic's slow request body is a 400 (its error_code is in details, not read)
+    # Anthropic's request body that did not arrive in time (named in details.error_code,
+    # anthropic-python's BetaRequestBodyTimeoutError): HTTP's 408, retried; it was a 400
     (
         {"type": "invalid_request_error", "details": {"error_code": "request_body_timeout"}},
-        BadRequestError,
-        400,
+        ProviderTimeoutError,
+        408,
     ),
 ]
 

@@ -315,7 +315,8 @@ class ProviderUnavailableError(ProviderError):
 
 
 class ProviderTimeoutError(ProviderError):
-    """The provider did not answer within the call's deadline (or answered 408)."""
+    """The provider did not answer within the call's deadline, or answered 408 (or a 400
+    saying the request did not arrive in time: Anthropic's ``request_body_timeout``)."""
 
     retryable = True
 

@@ -106,15 +106,21 @@ EXACT_STATUSES: Mapping[str, int] = MappingProxyType(
         "timeout_error": 504,  # Anthropic's 504 (its GatewayTimeoutError)
         "vector_store_timeout": 504,  # the Responses API's: file_search's store was too slow
         "request_timeout": 408,  # OpenAI's (a batch row's, a session turn's): a timeout
+        # Anthropic's 400 whose body did not arrive in time (its details.error_code): nothing
+        # was done, and another attempt may arrive in time: HTTP's 408 in all but its status
+        "request_body_timeout": 408,
         **dict.fromkeys(_REQUEST_FAULTS, 400),
     }
 )
-"""Names of an error object's kind (its whole ``type`` or ``code``) that no word of
-:data:`NAMED_STATUSES` tells, or whose word would mislead (any name holding ``timeout`` was
-a 504 unavailable, OpenAI's ``request_timeout`` among them), and the HTTP status each stands
-for; read before :data:`NAMED_STATUSES`; another name ending in ``timeout`` that no word of
-:data:`NAMED_STATUSES` tells but a 5xx one (``gateway_timeout``, ``read_timeout``) stands for
-504, a timeout on the way. The Responses API's request faults (a bad image,
+"""Names of an error object's kind (its whole ``type`` or ``code``, or the cause Anthropic
+names in ``details.error_code``) that no word of :data:`NAMED_STATUSES` tells, or whose word
+would mislead (any name holding ``timeout`` was a 504 unavailable, OpenAI's
+``request_timeout`` among them), and the HTTP status each stands for; read before
+:data:`NAMED_STATUSES`. One that stands for 408, a request that did not arrive in time
+(Anthropic's ``request_body_timeout``, which comes as a 400), makes a 400 answer naming it
+a timeout too (:func:`error_kind`), retried. Another name ending in ``timeout`` that no word
+of :data:`NAMED_STATUSES` tells but a 5xx one (``gateway_timeout``, ``read_timeout``) stands
+for 504, a timeout on the way. The Responses API's request faults (a bad image,
 ``invalid_image_url``, ``image_too_large`` ...; a policy refusal, ``bio_policy``; a
 ``data_residency_mismatch``) are 400s: another attempt, or another route, is refused alike.
 Gemini's ``DEADLINE_EXCEEDED`` comes with its numeric ``code`` (504), which decides, as
@@ -185,7 +191,11 @@ def error_kind(error: object, answered: int, text: str = "") -> tuple[type[Provi
     ``answered`` and carrying the error object ``error`` (``None`` without one; ``text``:
     the answer's body, where words may tell a context-length refusal, else the object's).
 
-    An error answer (``answered`` >= 400) is its status's error. An error object in a 200
+    An error answer (``answered`` >= 400) is its status's error, but for a 400 whose error
+    object names a request that did not arrive in time (:data:`EXACT_STATUSES`' 408s:
+    Anthropic's ``details.error_code`` ``request_body_timeout``): a
+    :class:`~llmguard_sdk.errors.ProviderTimeoutError`, retryable (its ``status_code`` stays
+    the answer's 400). An error object in a 200
     answer (a stream's error event, a router's error answer) stands for the HTTP status its
     numeric ``code`` gives (``408`` or ``"408"``; a router's: the status of the failure
     behind it), else for the status of its named kind (:data:`NAMED_STATUSES`), and is
@@ -196,6 +206,8 @@ def error_kind(error: object, answered: int, text: str = "") -> tuple[type[Provi
     (:func:`quota_spent`; Anthropic's comes as a 400) is a
     :class:`~llmguard_sdk.errors.RateLimitedError`, as OpenAI's 429 is."""
     status = answered if answered >= 400 else _named_status(error)
+    if answered == 400 and _exact_status(error) == 408:  # a request that came too slowly
+        return ProviderTimeoutError, answered
     if quota_spent(error):
         return RateLimitedError, status or answered
     words = (text or _words(error, ("type", "code", "message"))).lower()
@@ -218,16 +230,27 @@ def _named_status(error: object) -> int | None:
         code = int(code)  # LiteLLM's proxy sends "408"
     if isinstance(code, int) and not isinstance(code, bool) and 400 <= code <= 599:
         return code
+    exact = _exact_status(error)
+    if exact is not None:
+        return exact
     named = _words(error, ("type", "code")).lower()
-    exact = [EXACT_STATUSES[name] for name in named.split(" ") if name in EXACT_STATUSES]
-    if exact:
-        return exact[0]
     found = next((status for word, status in NAMED_STATUSES if word in named), None)
     # gateway_timeout, read_timeout ...: a timeout on the way, as timeout_error; a 4xx word
     # (invalid_request_error) still says the request is at fault, a 5xx one says less
     if (found is None or found >= 500) and any(w.endswith("timeout") for w in named.split(" ")):
         return 504
     return found
+
+
+def _exact_status(error: object) -> int | None:
+    """The status :data:`EXACT_STATUSES` gives the first of an error object's names that it
+    holds (its ``type``, its ``code``, Anthropic's ``details.error_code``); ``None`` for none."""
+    names = _words(error, ("type", "code")).lower().split(" ")
+    details = error.get("details") if isinstance(error, Mapping) else None
+    cause = details.get("error_code") if isinstance(details, Mapping) else None
+    if isinstance(cause, str):
+        names.append(cause.lower())
+    return next((EXACT_STATUSES[name] for name in names if name in EXACT_STATUSES), None)
 
 
 def _words(error: object, fields: tuple[str, ...]) -> str:

@@ -32,7 +32,9 @@ class Fault:
     headers: Mapping[str, str] = field(default_factory=dict)
     """Extra response headers."""
     error_code: str | None = None
-    """Goes into ``error.code`` of the error body (e.g. ``"context_length_exceeded"``)."""
+    """Goes into ``error.code`` of the error body (e.g. ``"context_length_exceeded"``); on the
+    Anthropic Messages endpoint into ``error.details.error_code``, where Anthropic names an
+    error's cause (e.g. ``"request_body_timeout"``)."""
     latency: float = 0.0
     """Seconds to sleep before answering anything."""
     first_token_delay: float = 0.0

@@ -272,9 +272,13 @@ def _messages_problem(body: Any, version: str | None) -> str | None:
     return None
 
 
-def _anthropic_error(status: int, message: str) -> bytes:
+def _anthropic_error(status: int, message: str, code: str | None = None) -> bytes:
+    """Anthropic's error body; ``code``, the cause, in ``error.details.error_code``."""
     kind = _ANTHROPIC_ERRORS.get(status, "api_error" if status >= 500 else "invalid_request_error")
-    return _dumps({"type": "error", "error": {"type": kind, "message": message}})
+    error: dict[str, Any] = {"type": kind, "message": message}
+    if code is not None:
+        error["details"] = {"error_code": code}
+    return _dumps({"type": "error", "error": error})
 
 
 def _sse(kind: str, data: dict[str, Any]) -> bytes:
