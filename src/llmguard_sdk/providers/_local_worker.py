@@ -11,8 +11,9 @@ called, as an unclosed file does. A provider that never started its worker holds
 warns of nothing.
 
 A worker that ends for any other reason (an error no call caught) logs that error, with its
-traceback, and fails the calls still queued and the one it served, so that none waits for its
-deadline.
+traceback, once (the error is not raised on to :func:`threading.excepthook`, which printed the
+traceback a second time), and fails the calls still queued and the one it served, so that none
+waits for its deadline.
 """
 
 from __future__ import annotations
@@ -168,9 +169,8 @@ class _Worker:
             self._load(owner)
             while self._serve_next(owner):
                 pass
-        except BaseException as exc:
-            error = exc  # (logged as the thread ends; threading.excepthook gets it too)
-            raise
+        except BaseException as exc:  # logged, with its traceback, as the thread ends; not
+            error = exc  # raised on, or threading.excepthook would print that traceback again
         finally:
             self.engine = None  # the model is freed with the worker
             self._fail_the_rest(error)
