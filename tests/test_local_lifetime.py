@@ -23,6 +23,7 @@ import pytest
 from llmguard_sdk import Guard, LocalProvider, ProviderUnavailableError
 from llmguard_sdk.models import ChatRequest
 from llmguard_sdk.providers._llama import _load_llama, _load_turn
+from llmguard_sdk.providers._local_engine import _Engine
 from llmguard_sdk.providers._local_worker import _Worker
 from tests.conftest import require_module
 from tests.localmodel import QUESTION
@@ -122,20 +123,60 @@ def test_a_provider_never_used_holds_nothing_and_gives_no_warning() -> None:
     assert dropped([LocalProvider(name="unused", n_ctx=256)], "unused") == []
 
 
-def test_a_provider_dropped_while_its_model_loads_ends_after_the_load() -> None:
-    # warm_up started the load, which holds the provider until it ends; then nothing does:
-    # the provider is collected (on the worker's thread), the worker ends, the model is freed.
+def llama_ids() -> set[int]:
+    """The ids of the llama.cpp models alive now (after a collection)."""
     import llama_cpp
 
     gc.collect()
-    before = {id(o) for o in gc.get_objects() if isinstance(o, llama_cpp.Llama)}
+    return {id(o) for o in gc.get_objects() if isinstance(o, llama_cpp.Llama)}
+
+
+def test_a_provider_dropped_as_its_model_loads_ends_and_keeps_no_model() -> None:
+    # warm_up started the load; the provider is dropped wherever the load then is (waiting,
+    # loading, loaded): it is collected, the worker ends, no model is kept.
+    before = llama_ids()
     held = [LocalProvider(name="loading", n_ctx=256, warm_up=True)]
     thread = worker_of("loading")
     assert len(dropped(held, "loading", thread)) == 1
     assert not thread.is_alive()
-    gc.collect()
-    live = [o for o in gc.get_objects() if isinstance(o, llama_cpp.Llama) and id(o) not in before]
-    assert live == []
+    assert llama_ids() - before == set()
+
+
+@pytest.mark.parametrize(
+    ("function", "line", "stopped"),
+    [  # llama.cpp's progress callback says stop: llama-cpp-python's ValueError
+        (_load_llama, "return llama_cpp.Llama(**kwargs)", "Failed to load model"),
+        (_Engine.__init__, "self._read_template(", "stopped as it ended"),  # loaded: freed
+    ],
+    ids=["as-llama-cpp-loads", "as-the-load-ends"],
+)
+def test_a_provider_dropped_while_its_model_loads_stops_the_load(
+    function: Callable[..., Any], line: str, stopped: str
+) -> None:
+    # The load held its provider (its settings were read from it as the model loaded): a
+    # provider dropped unclosed while its model loaded was collected only once the load had
+    # ended (seconds, gigabytes for a big model, all for nothing). Here the load is held at
+    # ``line`` while the provider is dropped.
+    before = llama_ids()
+    load = Hold(function, line)
+    threading.settrace(load.trace)  # (the worker, started by warm_up, is traced)
+    try:
+        held = [LocalProvider(name="drop-in-load", n_ctx=256, warm_up=True)]
+        assert load.held.wait(120)  # the load is under way, held at the line
+    finally:
+        threading.settrace(None)  # type: ignore[arg-type]
+    worker, thread = held[0]._worker, worker_of("drop-in-load")
+    try:
+        warned = dropped(held, "drop-in-load")  # collected at once, its load still held
+    finally:
+        load.go_on.set()
+    thread.join(60)
+    assert not thread.is_alive()
+    assert len(warned) == 1, warned
+    assert isinstance(worker.load_error, ValueError)  # stopped
+    assert stopped in str(worker.load_error)
+    assert worker.engine is None
+    assert llama_ids() - before == set()  # no model kept
 
 
 def test_a_provider_collected_on_its_worker_s_thread_under_its_lock_ends_the_worker() -> None:

@@ -12,8 +12,9 @@ import re
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import partial
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import (
@@ -68,30 +69,56 @@ class _Job:
         self.abort_flag[0] = b"\x01"
 
 
+_STOPPED_LOADED = "the model's load was stopped as it ended (the model was freed)"
+
+
+@dataclass(frozen=True)
+class _Settings:
+    """What the model's load reads of its provider (its attributes of the same names), read
+    before the load begins: the load holds no provider, so one dropped while its model loads
+    is collected at once, and its finalizer (which closes the worker) stops the load."""
+
+    name: str
+    path: Path
+    n_ctx: int
+    n_threads: int
+    n_gpu_layers: int
+    seed: int
+    extra_buffers: bool
+    prompt_lookup_tokens: int | None
+
+    @classmethod
+    def of(cls, owner: LocalProvider) -> _Settings:
+        return cls(**{setting.name: getattr(owner, setting.name) for setting in fields(cls)})
+
+
 class _Engine:
     """The loaded model; used only from the worker thread (:meth:`tokens` from any thread).
 
     It keeps no reference to its provider (the worker holds that weakly, see ``_local_worker``):
-    the provider is handed to each method that reads its settings."""
+    its load reads a copy of the provider's settings (:class:`_Settings`), and the provider is
+    handed to each method that reads its settings later."""
 
-    def __init__(self, owner: LocalProvider, keep_going: Callable[[], bool]) -> None:
+    def __init__(self, settings: _Settings, keep_going: Callable[[], bool]) -> None:
+        """Load the model; ``keep_going()`` false (the provider closed or dropped) stops the
+        load (ValueError) as soon as llama.cpp asks, or frees a model that finished loading."""
         import llama_cpp
 
         draft = None
-        if owner.prompt_lookup_tokens is not None:
+        if settings.prompt_lookup_tokens is not None:
             from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
-            draft = LlamaPromptLookupDecoding(num_pred_tokens=owner.prompt_lookup_tokens)
-        self.route = owner.name
+            draft = LlamaPromptLookupDecoding(num_pred_tokens=settings.prompt_lookup_tokens)
+        self.route = settings.name
         self.llm: llama_cpp.Llama = _load_llama(
-            extra_buffers=owner.extra_buffers,
+            extra_buffers=settings.extra_buffers,
             keep_going=keep_going,  # close() stops the load too
-            model_path=str(owner.path),
-            n_ctx=owner.n_ctx,
-            n_threads=owner.n_threads,
+            model_path=str(settings.path),
+            n_ctx=settings.n_ctx,
+            n_threads=settings.n_threads,
             n_threads_batch=_usable_cpus(),
-            n_gpu_layers=owner.n_gpu_layers,
-            seed=owner.seed,
+            n_gpu_layers=settings.n_gpu_layers,
+            seed=settings.seed,
             draft_model=draft,
             # A draft model needs the logits of every token; llama-cpp-python sizes that
             # buffer from this argument, so it must be set when drafting (else > 512 fails).
@@ -99,8 +126,10 @@ class _Engine:
             verbose=False,
         )
         try:
-            self._read_template(owner.path.name)
-        except BaseException:  # (no chat template, ...): the model is freed now, not kept
+            self._read_template(settings.path.name)
+            if not keep_going():  # closed or dropped after llama.cpp's last look at it
+                raise ValueError(_STOPPED_LOADED)
+        except BaseException:  # (no chat template, stopped, ...): the model is freed now
             self.llm.close()
             raise
         self._abort = _abort_callback()

@@ -2,13 +2,18 @@
 and how it ends.
 
 The worker holds its :class:`~llmguard_sdk.providers.local.LocalProvider` weakly: the thread
-dereferences it only while it loads the model (once its turn to load came: loads take turns)
-or serves a call. So a provider dropped without ``close()`` (or in a Guard dropped without
-``close()``) is collected, and its finalizer (:meth:`_Worker.collected`) stops the worker as
-``close()`` does, without waiting for it: the thread ends and frees the model (a load that
-waited its turn loads nothing), and a :class:`ResourceWarning` says that ``close()`` was not
+dereferences it only to read its settings before it loads the model (once its turn to load
+came: loads take turns) and while it serves a call. So a provider dropped without ``close()``
+(or in a Guard dropped without ``close()``) is collected, and its finalizer
+(:meth:`_Worker.collected`) stops the worker as ``close()`` does, without waiting for it: the
+thread ends and frees the model, and a :class:`ResourceWarning` says that ``close()`` was not
 called, as an unclosed file does. A provider that never started its worker holds nothing and
 warns of nothing.
+
+A provider dropped (or closed) while its model loads stops the load: the load holds no
+provider, so one dropped is collected at once. A load only queued (waiting its turn) loads
+nothing, one under way stops at llama.cpp's next look at ``keep_going`` (its progress
+callback), and a model that finished loading is freed, not kept.
 
 A worker that ends for any other reason (an error no call caught) logs that error, with its
 traceback, once (the error is not raised on to :func:`threading.excepthook`, which printed the
@@ -30,7 +35,7 @@ from typing import TYPE_CHECKING
 from ..errors import ProviderBusyError, ProviderError, ProviderUnavailableError
 from ..models import ChatRequest
 from ._llama import _load_turn
-from ._local_engine import _Engine, _Job
+from ._local_engine import _Engine, _Job, _Settings
 
 if TYPE_CHECKING:
     from .local import LocalProvider
@@ -176,20 +181,23 @@ class _Worker:
             self._fail_the_rest(error)
 
     def _load(self, owner: weakref.ref[LocalProvider]) -> None:
-        def keep_going() -> bool:  # (the provider's finalizer closes the worker)
-            return not self.closed
+        def keep_going() -> bool:  # closed, or dropped (its finalizer closes the worker too)
+            return not self.closed and owner() is not None
 
         try:
-            # Its turn (another provider may be loading) is awaited holding the provider
-            # weakly: one dropped meanwhile is collected, its worker closed, and loads nothing.
+            # The load holds its provider weakly, its wait for its turn (another provider may
+            # be loading) too: one dropped meanwhile is collected at once, its worker closed,
+            # and its load stopped (one only queued loads nothing; a model loaded is freed).
             with _load_turn(keep_going):
                 provider = owner()
                 if provider is None:  # dropped before the thread ran: nothing to load
                     return
-                self.engine = _Engine(provider, keep_going=keep_going)
+                settings = _Settings.of(provider)
+                del provider
+                self.engine = _Engine(settings, keep_going=keep_going)
         except Exception as exc:  # a broken GGUF, out of memory: every call learns why
             self.load_error = _without_frames(exc)  # (its frames held the half-built engine)
-            if self.closed:  # close() stopped the load: nothing failed
+            if not keep_going():  # closed or dropped, which stopped the load: nothing failed
                 logger.debug("local model %s: closed while it loaded", self.model_file)
             else:
                 logger.warning("local model %s failed to load: %r", self.model_file, exc)
