@@ -338,6 +338,43 @@ def test_a_worker_that_dies_fails_its_calls_at_once_and_logs_why_once(
         provider.close()
 
 
+def test_a_worker_that_dies_as_it_closes_logs_why(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The error of a worker that died once closed was not logged (only a worker that died
+    # open was): threading.excepthook alone showed it. It is not raised on to that hook any
+    # more, so it must be logged, whether or not the worker was closed.
+    ended_with: list[BaseException | None] = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: ended_with.append(args.exc_value))
+    next_job = _Worker._next_job.__code__
+
+    def at_line(frame: FrameType, event: str, arg: object) -> Any:
+        if event == "line" and frame.f_locals["self"].closed:
+            raise Died  # (in the worker's _next_job, once close() woke it)
+        return at_line
+
+    def trace(frame: FrameType, event: str, arg: object) -> Any:
+        return at_line if frame.f_code is next_job else None
+
+    threading.settrace(trace)  # (the worker, started by warm_up, is traced)
+    try:
+        provider = LocalProvider(name="dies-closing", n_ctx=256, warm_up=True)
+    finally:
+        threading.settrace(None)  # type: ignore[arg-type]
+    assert provider.wait_loaded(120)
+    thread = worker_of("dies-closing")
+    with caplog.at_level(logging.ERROR, logger="llmguard_sdk"):
+        provider.close()
+        thread.join(60)
+    assert not thread.is_alive()
+    assert ended_with == []
+    [logged] = [r for r in caplog.records if "ended of an error" in r.getMessage()]
+    assert logged.exc_info is not None
+    assert isinstance(logged.exc_info[1], Died)
+    with pytest.raises(ProviderUnavailableError, match="was closed"):
+        provider.complete(HI, model="m", deadline=time.monotonic() + 30)
+
+
 def test_a_worker_thread_that_cannot_start_is_a_typed_error_and_tried_again(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -246,14 +246,15 @@ class _Worker:
             job.finish(ProviderUnavailableError(f"local model failed: {exc!r}", route=self.route))
 
     def _fail_the_rest(self, error: BaseException | None) -> None:
-        """The thread ends: no call may wait for it (closed, or it died of ``error``)."""
+        """The thread ends: no call may wait for it (closed, or it died of ``error``, which is
+        logged, closed or not: nothing else shows it)."""
         with self.lock:
             self.died = not self.closed
             self.closed = True
             waiting = list(self.pending)
             self.pending.clear()
             running, self.running = self.running, None
-        if self.died:
+        if error is not None:
             logger.error(
                 "local model %s: its worker thread ended of an error",
                 self.model_file,
