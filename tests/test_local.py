@@ -371,12 +371,13 @@ def test_a_real_openai_compatible_server_we_did_not_write(llama_server: str) -> 
     assert anyio.run(run) == answer.text
 
 
+@pytest.mark.timeout(600)  # a correctness test: 200 tokens on a busy 2-core machine
 def test_prompt_lookup_decoding_past_512_tokens() -> None:
     paragraph = " ".join(
         f"Item {i} in the warehouse list is a box of {i % 7 + 2} blue pens." for i in range(40)
     )
     provider = LocalProvider(n_ctx=1024, prompt_lookup_tokens=10)
-    guard = Guard(provider, timeout=120, environ={})
+    guard = Guard(provider, timeout=480, environ={})
     answer = guard.chat(
         [{"role": "user", "content": f"Repeat this text exactly:\n\n{paragraph}"}],
         temperature=0,
