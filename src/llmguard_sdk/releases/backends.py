@@ -7,6 +7,12 @@ both arms' counters back; :meth:`transition` moves the stage if nobody moved it 
 read (compare and set on its version), clearing the counters for the new stage (a rollback
 keeps them, for ``status``).
 
+A key holds one canary at a time, yet several candidates may ask for it (a rolling deploy,
+the processes of the previous one still running): a candidate other than the stored one
+starts its canary, and the stage it replaces is kept (those of the last 16 candidates). A
+candidate that comes back takes up its stage again (counters empty): a rolled-back one stays
+rolled back (start it again by hand, or under a new version), a promoted one stays promoted.
+
 .. versionadded:: 0.2.0
 """
 
@@ -15,7 +21,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, cast
 
 from .._state.steps import Step, blocking
@@ -32,6 +38,7 @@ __all__ = [
 _EXCHANGE = lua(__name__, "exchange")
 _TRANSITION = lua(__name__, "transition")
 _TTL = 30 * 86400  # a canary nobody reports on for 30 days is forgotten
+_REMEMBERED = 16  # candidates whose last stage a key keeps, besides the current one's
 
 
 @dataclass(frozen=True)
@@ -67,6 +74,7 @@ class MemoryReleaseBackend:
         self._lock = threading.Lock()
         self._stages: dict[str, Stage] = {}
         self._counters: dict[str, tuple[dict[str, float], dict[str, float]]] = {}
+        self._past: dict[str, dict[str, Stage]] = {}  # per key, oldest first
 
     def exchange(
         self, key: str, candidate: str, version: int, control: Counters, canary: Counters
@@ -75,10 +83,7 @@ class MemoryReleaseBackend:
         with self._lock:
             stage = self._stages.get(key)
             if candidate and (stage is None or stage.candidate != candidate):
-                stage = Stage(
-                    version=(stage.version if stage else 0) + 1, candidate=candidate,
-                    reason="new candidate", changed_at=self._clock(),
-                )  # fmt: skip
+                stage = self._switch(key, stage, candidate)
                 self._stages[key] = stage
                 self._counters[key] = ({}, {})
             elif stage is not None and stage.version == version:
@@ -89,6 +94,20 @@ class MemoryReleaseBackend:
                 return Exchange(None)
             ctl, can = self._counters[key]
             return Exchange(stage, dict(ctl), dict(can))
+
+    def _switch(self, key: str, stage: Stage | None, candidate: str) -> Stage:
+        """``candidate``'s stage, as it left it or a new canary; ``stage`` is remembered."""
+        past = self._past.setdefault(key, {})
+        before = past.pop(candidate, None)
+        if stage is not None:
+            past.pop(stage.candidate, None)
+            past[stage.candidate] = stage
+            while len(past) > _REMEMBERED:
+                del past[next(iter(past))]
+        version = (stage.version if stage else 0) + 1
+        if before is None:
+            return Stage(version, 0, "canary", candidate, "new candidate", self._clock())
+        return replace(before, version=version, changed_at=self._clock())
 
     def transition(
         self, key: str, version: int, index: int, status: StageStatus, reason: str,

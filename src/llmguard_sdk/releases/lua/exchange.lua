@@ -3,7 +3,8 @@
 -- ARGV: 1 candidate id ('' : read only), 2 the stage version the counters were taken under,
 --       3 TTL seconds, 4 how many control fields follow, then field, value pairs (control's,
 --       then the canary's)
--- A candidate other than the stored one starts a new canary at stage 0 (counters cleared);
+-- A candidate other than the stored one starts a new canary at stage 0 (counters cleared), or
+-- takes up the stage it had when another candidate replaced it;
 -- counters taken under another version (a stage since changed) are dropped.
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) + tonumber(clock[2]) / 1000000
@@ -11,11 +12,37 @@ local s = redis.call('HMGET', KEYS[1], 'v', 'i', 'st', 'cand', 'why', 'at')
 local cand = ARGV[1]
 local ttl = tonumber(ARGV[3])
 if cand ~= '' and s[4] ~= cand then
+  -- the stage replaced is kept ('p:<candidate>' = status|index|reason, 'past' the candidates
+  -- kept, oldest first, 16 at most); cand's own, when kept, is taken up again
   local v = (tonumber(s[1]) or 0) + 1
+  local st, i, why = 'canary', '0', 'new candidate'
+  local kept = redis.call('HGET', KEYS[1], 'p:' .. cand)
+  if kept then
+    local kst, ki, kwhy = string.match(kept, '^([%a_]+)|(%d+)|(.*)$')
+    if kst then
+      st, i, why = kst, ki, kwhy
+    end
+  end
+  local order = {}
+  for id in string.gmatch(redis.call('HGET', KEYS[1], 'past') or '', '%S+') do
+    if id ~= cand and id ~= s[4] then
+      order[#order + 1] = id
+    end
+  end
+  if s[4] then
+    order[#order + 1] = s[4]
+    redis.call('HSET', KEYS[1], 'p:' .. s[4],
+      (s[3] or 'canary') .. '|' .. (s[2] or '0') .. '|' .. (s[5] or ''))
+  end
+  while #order > 16 do
+    redis.call('HDEL', KEYS[1], 'p:' .. table.remove(order, 1))
+  end
+  redis.call('HDEL', KEYS[1], 'p:' .. cand)
   redis.call('DEL', KEYS[2], KEYS[3])
-  redis.call('HSET', KEYS[1], 'v', v, 'i', 0, 'st', 'canary', 'cand', cand, 'why', 'new candidate',
-    'at', string.format('%.6f', now))
-  s = {tostring(v), '0', 'canary', cand, 'new candidate', string.format('%.6f', now)}
+  local at = string.format('%.6f', now)
+  redis.call('HSET', KEYS[1], 'v', v, 'i', i, 'st', st, 'cand', cand, 'why', why, 'at', at,
+    'past', table.concat(order, ' '))
+  s = {tostring(v), i, st, cand, why, at}
 elseif s[1] and tonumber(ARGV[2]) == tonumber(s[1]) then
   local n = tonumber(ARGV[4])
   local i = 5
