@@ -134,3 +134,11 @@ def test_a_rollback_holds_while_a_fix_rolls_out_beside_the_old_processes(
         finally:
             old.close()
             new.close()
+
+
+def test_a_canary_keeps_the_stage_shares_of_its_guards(backend: ReleaseBackend) -> None:
+    """What ``llmguard release`` moves and reports a canary by (it knew only ``--stages``)."""
+    assert backend.exchange("bot", "", 0, {}, {}).stages == ()
+    found = backend.exchange("bot", "bot@v2", 0, {}, {}, (0.1, 0.5, 1.0))
+    assert found.stages == (0.1, 0.5, 1.0)
+    assert backend.exchange("bot", "", 0, {}, {}).stages == (0.1, 0.5, 1.0)

@@ -70,3 +70,42 @@ def test_release_status_json_has_the_shape_of_release_control_status(
     code, report = _cli(capsys, "nobody", *where)
     assert code == 1
     assert report == {"key": "nobody", "release": None, "canary": None}
+
+
+def test_the_cli_moves_a_canary_by_the_stages_its_guards_run(
+    pair: Any, redis_url: str, redis_prefix: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The CLI knew the stages only from ``--stages`` (default 1 % -> 5 % -> 25 % -> 100 %):
+    without it, promoting by hand a canary of six stages marked it promoted at the fourth,
+    every call then served by the candidate, and ``status`` printed other shares."""
+    from llmguard_sdk import OpenAICompatibleProvider
+    from llmguard_sdk.releases import CanaryPolicy, Release, ReleasePlan
+
+    a, b = pair
+    policy = CanaryPolicy(stages=(0.01, 0.02, 0.05, 0.1, 0.25, 1.0), min_calls=10**6)
+    plan = ReleasePlan(
+        Release("bot", "v1", OpenAICompatibleProvider(a.base_url, model="m-2025-01-01")),
+        candidate=Release("bot", "v2", OpenAICompatibleProvider(b.base_url, model="m-2025-02-01")),
+        canary=policy,
+    )
+    guard = Guard(release=plan, store=redis_url, key_prefix=redis_prefix, environ={})
+    where = ["bot", "--store", redis_url, "--prefix", redis_prefix]
+    try:
+        controls = guard.releases
+        assert controls is not None
+        controls.start_now()
+        for _ in range(3):
+            assert main(["release", "promote", *where]) == 0
+        stage = controls.flush()
+        assert stage is not None
+        assert (stage.status, stage.index, stage.share(policy)) == ("canary", 3, 0.1)
+        capsys.readouterr()
+        assert main(["release", "status", *where, "--json"]) == 0
+        report = json.loads(capsys.readouterr().out)
+        assert (report["canary"]["status"], report["canary"]["share"]) == ("canary", 0.1)
+        # stages that are not the Guards' are refused, naming both
+        assert main(["release", "promote", *where, "--stages", "0.5,1"]) == 1
+        assert "0.01,0.02,0.05,0.1,0.25,1" in capsys.readouterr().err
+        assert controls.flush().index == 3  # type: ignore[union-attr]
+    finally:
+        guard.close()

@@ -25,7 +25,11 @@ def _arguments(action: argparse.ArgumentParser) -> None:
         "--store", required=True, help="the Redis (or redis+cluster://) URL the Guards use"
     )
     action.add_argument("--prefix", default="llmguard", help="the store's key prefix")
-    action.add_argument("--stages", default="0.01,0.05,0.25,1", help="the canary's stage shares")
+    action.add_argument(
+        "--stages",
+        help="the canary's stage shares (default: those its Guards stored; else "
+        "0.01,0.05,0.25,1); shares other than the stored ones are refused",
+    )
     action.add_argument("--json", action="store_true", help="print JSON")
 
 
@@ -43,14 +47,18 @@ def _run(args: argparse.Namespace, action: str) -> int:
     from ..releases import CanaryPolicy, RedisReleaseBackend
     from ..releases.control import move_by_hand, status_of
 
-    try:
-        stages = tuple(float(s) for s in args.stages.split(","))
-    except ValueError:
-        raise ConfigurationError(f"--stages: shares separated by commas: {args.stages!r}") from None
-    policy = CanaryPolicy(stages=stages)
+    policy = CanaryPolicy() if args.stages is None else CanaryPolicy(stages=_stages(args.stages))
     store = redis_store(args)
     backend = RedisReleaseBackend(store)
     try:
+        stored = backend.exchange(args.key, "", 0, {}, {}).stages
+        if args.stages is not None and stored and stored != policy.stages:
+            print(
+                f"llmguard release: the canary under {args.key!r} runs the stages "
+                f"{_shares(stored)} (its Guards'), not --stages {_shares(policy.stages)}",
+                file=sys.stderr,
+            )
+            return 1
         if action != "status":
             move_by_hand(backend, args.key, policy, action)
         report = status_of(backend, args.key, policy)
@@ -67,6 +75,18 @@ def _run(args: argparse.Namespace, action: str) -> int:
         store.close()
     print(json.dumps(report) if args.json else _render(report))
     return 0 if report["canary"] is not None else 1
+
+
+def _stages(text: str) -> tuple[float, ...]:
+    """``--stages``: shares separated by commas."""
+    try:
+        return tuple(float(share) for share in text.split(","))
+    except ValueError:
+        raise ConfigurationError(f"--stages: shares separated by commas: {text!r}") from None
+
+
+def _shares(stages: tuple[float, ...]) -> str:
+    return ",".join(f"{share:g}" for share in stages)
 
 
 def _render(report: dict[str, Any]) -> str:

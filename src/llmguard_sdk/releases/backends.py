@@ -3,9 +3,11 @@ where every process of a fleet adds its counters and reads the same stage.
 
 Two decisions, each one Lua script in Redis (keys of one canary share a hash tag, Redis
 ``TIME`` is the clock): :meth:`exchange` adds a process's counters and reads the stage and
-both arms' counters back; :meth:`transition` moves the stage if nobody moved it since it was
-read (compare and set on its version), clearing the counters for the new stage (a rollback
-keeps them, for ``status``).
+both arms' counters back (a Guard's exchange stores its policy's stage shares with the
+canary, so that a reader of the store alone, ``llmguard release``, moves and reports it by
+them); :meth:`transition` moves the stage if nobody moved it since it was read (compare and
+set on its version), clearing the counters for the new stage (a rollback keeps them, for
+``status``).
 
 A key holds one canary at a time, yet several candidates may ask for it (a rolling deploy,
 the processes of the previous one still running): a candidate other than the stored one
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, cast
 
@@ -44,20 +46,23 @@ _REMEMBERED = 16  # candidates whose last stage a key keeps, besides the current
 @dataclass(frozen=True)
 class Exchange:
     """The stage and both arms' counters, summed over every process (``None`` stage: no
-    canary stored under the key)."""
+    canary stored under the key), and the stage shares its Guards run (``()``: none stored)."""
 
     stage: Stage | None
     control: Counters = field(default_factory=dict)
     canary: Counters = field(default_factory=dict)
+    stages: tuple[float, ...] = ()
 
 
 class ReleaseBackend(Protocol):
     """A canary's state: see the module docs."""
 
     def exchange(
-        self, key: str, candidate: str, version: int, control: Counters, canary: Counters
-    ) -> Exchange:
-        """Add counters taken under stage ``version``; the stage and counters afterwards."""
+        self, key: str, candidate: str, version: int, control: Counters, canary: Counters,
+        stages: Sequence[float] = (),
+    ) -> Exchange:  # fmt: skip
+        """Add counters taken under stage ``version``; the stage and counters afterwards.
+        ``stages``: the caller's stage shares, stored with ``candidate``'s canary."""
 
     def transition(
         self, key: str, version: int, index: int, status: StageStatus, reason: str,
@@ -75,11 +80,14 @@ class MemoryReleaseBackend:
         self._stages: dict[str, Stage] = {}
         self._counters: dict[str, tuple[dict[str, float], dict[str, float]]] = {}
         self._past: dict[str, dict[str, Stage]] = {}  # per key, oldest first
+        self._shares: dict[str, tuple[float, ...]] = {}
 
     def exchange(
-        self, key: str, candidate: str, version: int, control: Counters, canary: Counters
-    ) -> Exchange:
-        """Add counters taken under stage ``version``; the stage and counters afterwards."""
+        self, key: str, candidate: str, version: int, control: Counters, canary: Counters,
+        stages: Sequence[float] = (),
+    ) -> Exchange:  # fmt: skip
+        """Add counters taken under stage ``version``; the stage and counters afterwards.
+        ``stages``: the caller's stage shares, stored with ``candidate``'s canary."""
         with self._lock:
             stage = self._stages.get(key)
             if candidate and (stage is None or stage.candidate != candidate):
@@ -92,8 +100,10 @@ class MemoryReleaseBackend:
                         mine[name] = mine.get(name, 0.0) + value
             if stage is None:
                 return Exchange(None)
+            if candidate and stages:
+                self._shares[key] = tuple(float(share) for share in stages)
             ctl, can = self._counters[key]
-            return Exchange(stage, dict(ctl), dict(can))
+            return Exchange(stage, dict(ctl), dict(can), self._shares.get(key, ()))
 
     def _switch(self, key: str, stage: Stage | None, candidate: str) -> Stage:
         """``candidate``'s stage, as it left it or a new canary; ``stage`` is remembered."""
@@ -140,24 +150,27 @@ class RedisReleaseBackend:
         return [self._store.key("rel", tag, part) for part in ("s", "c", "k")]
 
     def exchange_steps(
-        self, key: str, candidate: str, version: int, control: Counters, canary: Counters
-    ) -> Step[Exchange]:
-        """Add counters taken under stage ``version``; the stage and counters afterwards."""
-        args: list[Any] = [candidate, version, _TTL, len(control)]
+        self, key: str, candidate: str, version: int, control: Counters, canary: Counters,
+        stages: Sequence[float] = (),
+    ) -> Step[Exchange]:  # fmt: skip
+        """Add counters taken under stage ``version``; the stage and counters afterwards.
+        ``stages``: the caller's stage shares, stored with ``candidate``'s canary."""
+        shares = ",".join(repr(float(share)) for share in stages) if candidate else ""
+        args: list[Any] = [candidate, version, _TTL, len(control), shares]
         for counters in (control, canary):
             for name, value in counters.items():
                 args += [name, repr(float(value))]
         reply = yield self._scripts.command(0, self._keys(key), args)
         if not reply:
             return Exchange(None)
-        raw, ctl, can = reply
+        raw, ctl, can, stored = reply
         values = [_text(v) if v is not None else "" for v in raw]
         stage = Stage(
             int(float(values[0])), int(float(values[1] or 0)),
             cast(StageStatus, values[2] or "canary"), values[3], values[4],
             float(values[5] or 0),
         )  # fmt: skip
-        return Exchange(stage, _pairs(ctl), _pairs(can))
+        return Exchange(stage, _pairs(ctl), _pairs(can), _shares(_text(stored)))
 
     def transition_steps(
         self, key: str, version: int, index: int, status: StageStatus, reason: str,
@@ -179,6 +192,14 @@ class RedisReleaseBackend:
 
 def _text(raw: object) -> str:
     return raw.decode() if isinstance(raw, bytes) else str(raw)
+
+
+def _shares(text: str) -> tuple[float, ...]:
+    """Stage shares as the store keeps them (``0.01,0.05,1.0``); ``()`` for none or junk."""
+    try:
+        return tuple(float(share) for share in text.split(",")) if text else ()
+    except ValueError:
+        return ()
 
 
 def _pairs(flat: list[Any]) -> Mapping[str, float]:

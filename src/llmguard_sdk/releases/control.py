@@ -17,6 +17,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from .._state.stores import Outage, RedisStore, Store, redis_errors
@@ -54,7 +55,7 @@ if TYPE_CHECKING:
     from ..telemetry import Telemetry
     from .shadow import Shadow
 
-__all__ = ["ReleaseControl", "entries", "move_by_hand", "status_of"]
+__all__ = ["ReleaseControl", "as_stored", "entries", "move_by_hand", "status_of"]
 
 logger = logging.getLogger("llmguard_sdk")
 _FEEDBACK_MEMORY = 10_000  # calls whose arm feedback can still find
@@ -256,7 +257,9 @@ class ReleaseControl:
             self._pending = ({}, {})
             version = self._stage.version if self._stage is not None else 0
         try:
-            found = backend.exchange(self.plan.store_key, candidate.id, version, control, canary)
+            found = backend.exchange(
+                self.plan.store_key, candidate.id, version, control, canary, policy.stages
+            )
             stage = found.stage
             decision = decide(stage, found.control, found.canary, policy) if stage else None
             if stage is not None and decision is not None:
@@ -404,11 +407,12 @@ def _stood_in(ctx: CallContext, response: ChatResponse | None) -> bool:
 
 def move_by_hand(backend: ReleaseBackend, key: str, policy: CanaryPolicy, action: str) -> Stage:
     """``promote`` or ``rollback`` the canary stored under ``key`` (every process follows
-    at its next exchange)."""
+    at its next exchange), by the stage shares its Guards stored (else ``policy``'s)."""
     for _ in range(10):  # another process may move it between the read and the move
         found = backend.exchange(key, "", 0, {}, {})
         if found.stage is None:
             raise LookupError(f"no canary is stored under {key!r}")
+        policy = as_stored(policy, found.stages)
         now = time.time()
         new = (
             rolled_back(found.stage, "rolled back by hand", now)
@@ -439,17 +443,29 @@ def _arm_figures(counters: Counters) -> dict[str, Any]:
     }
 
 
+def as_stored(policy: CanaryPolicy, stages: tuple[float, ...]) -> CanaryPolicy:
+    """``policy`` with the stage shares stored with the canary (its Guards'), if any."""
+    if not stages or stages == policy.stages:
+        return policy
+    try:
+        return replace(policy, stages=stages)
+    except ConfigurationError:  # no shares a policy takes: the caller's own
+        return policy
+
+
 def status_of(
     backend: ReleaseBackend, key: str, policy: CanaryPolicy, *, release: str | None = None
 ) -> dict[str, Any]:
     """The stage stored under ``key`` and, for its current stage, each arm's figures and
-    each metric's log likelihood ratio against the breach bound. ``release`` is the current
-    release's id, given back as is: the store keeps the candidate's only, so a reader of the
-    store alone (``llmguard release status``) has ``None`` there, in the same shape."""
+    each metric's log likelihood ratio against the breach bound (the share by the stage
+    shares its Guards stored, else ``policy``'s). ``release`` is the current release's id,
+    given back as is: the store keeps the candidate's only, so a reader of the store alone
+    (``llmguard release status``) has ``None`` there, in the same shape."""
     found = backend.exchange(key, "", 0, {}, {})
     stage = found.stage
     if stage is None:
         return {"key": key, "release": release, "canary": None}
+    policy = as_stored(policy, found.stages)
     counts = metric_counts(found.control, found.canary, policy)
     return {
         "key": key,

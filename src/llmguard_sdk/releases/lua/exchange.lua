@@ -1,8 +1,10 @@
 -- A process's canary counters added, the stage and both arms' counters read back.
 -- KEYS[1] the stage hash, KEYS[2] the control's counters, KEYS[3] the canary's (one hash tag)
 -- ARGV: 1 candidate id ('' : read only), 2 the stage version the counters were taken under,
---       3 TTL seconds, 4 how many control fields follow, then field, value pairs (control's,
+--       3 TTL seconds, 4 how many control fields follow, 5 the caller's stage shares ('0.01,1.0',
+--       stored with the candidate's canary; '' : none), then field, value pairs (control's,
 --       then the canary's)
+-- Returns {} (no canary), or {stage, control's counters, canary's counters, stage shares}.
 -- A candidate other than the stored one starts a new canary at stage 0 (counters cleared), or
 -- takes up the stage it had when another candidate replaced it;
 -- counters taken under another version (a stage since changed) are dropped.
@@ -45,10 +47,10 @@ if cand ~= '' and s[4] ~= cand then
   s = {tostring(v), i, st, cand, why, at}
 elseif s[1] and tonumber(ARGV[2]) == tonumber(s[1]) then
   local n = tonumber(ARGV[4])
-  local i = 5
+  local i = 6
   while i < #ARGV do
     local key = KEYS[2]
-    if (i - 5) / 2 >= n then key = KEYS[3] end
+    if (i - 6) / 2 >= n then key = KEYS[3] end
     redis.call('HINCRBYFLOAT', key, ARGV[i], ARGV[i + 1])
     i = i + 2
   end
@@ -56,7 +58,11 @@ end
 if not s[1] then
   return {}
 end
+if cand ~= '' and ARGV[5] ~= '' then
+  redis.call('HSET', KEYS[1], 'sh', ARGV[5])
+end
 for k = 1, 3 do
   redis.call('EXPIRE', KEYS[k], ttl)
 end
-return {s, redis.call('HGETALL', KEYS[2]), redis.call('HGETALL', KEYS[3])}
+return {s, redis.call('HGETALL', KEYS[2]), redis.call('HGETALL', KEYS[3]),
+  redis.call('HGET', KEYS[1], 'sh') or ''}
