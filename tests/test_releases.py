@@ -429,6 +429,30 @@ def test_counters_wait_out_a_redis_outage_instead_of_being_dropped(
     assert status["control"]["calls"] + status["candidate"]["calls"] == 10
 
 
+@pytest.mark.parametrize("action", ["status", "promote", "rollback"])
+def test_moving_a_canary_by_hand_without_redis_raises_a_typed_error(
+    pair: Any, redis_server: Any, action: str
+) -> None:
+    """``guard.releases.rollback()`` (and ``promote()``, ``status()``) with Redis down raised
+    redis-py's own ``ConnectionError``: outside the SDK's error tree, nothing saying whether
+    the canary was moved."""
+    from llmguard_sdk.errors import StoreUnavailableError
+
+    a, b = pair
+    guard = _canary_guard(a, b, store=redis_server.url)
+    try:
+        controls = guard.releases
+        assert controls is not None
+        controls.start_now()
+        redis_server.kill()
+        with pytest.raises(StoreUnavailableError, match="Redis"):
+            getattr(controls, action)()
+        redis_server.start()
+        assert controls.status()["canary"]["status"] == "canary"  # nothing was moved
+    finally:
+        guard.close()
+
+
 # -- shadow ---------------------------------------------------------------------------------------
 
 

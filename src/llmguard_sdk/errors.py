@@ -379,7 +379,8 @@ class StoreUnavailableError(LLMGuardError):
     """An operation that only the shared store (Redis) can carry out could not reach it, so
     it did not happen there (say :meth:`ResponseCache.clear
     <llmguard_sdk.cache.ResponseCache.clear>`: the entries other processes share are still
-    there). Calls never raise it: while Redis is away they decide locally instead.
+    there; ``guard.releases.rollback()``: the canary was not moved). Calls never raise it:
+    while Redis is away they decide locally instead.
 
     .. versionadded:: 0.2.0
     """

@@ -31,6 +31,7 @@ from ..errors import (
     RateLimitExceededError,
     ReleaseConflictError,
     RequestValidationError,
+    StoreUnavailableError,
 )
 from ..models import ChatResponse
 from ..providers.base import Provider
@@ -339,18 +340,33 @@ class ReleaseControl:
         ``key`` (the name the stage is stored under), ``release`` (the current release's id)
         and ``canary``: ``None`` when the plan has no canary or none is stored yet, else the
         stage, with ``control``, ``candidate``, ``log_likelihood_ratios`` and ``bound`` beside
-        it (see :func:`status_of`)."""
+        it (see :func:`status_of`).
+
+        Raises:
+            StoreUnavailableError: the canary lives in Redis, which could not be reached.
+        """
         release = self.plan.release.id
         if self.backend is None or self.policy is None:
             return {"key": self.plan.store_key, "release": release, "canary": None}
-        return status_of(self.backend, self.plan.store_key, self.policy, release=release)
+        try:
+            return status_of(self.backend, self.plan.store_key, self.policy, release=release)
+        except redis_errors() as exc:
+            raise self._unreachable("its status was not read", exc) from exc
 
     def promote(self) -> Stage:
-        """Move the canary to its next stage now, in every process."""
+        """Move the canary to its next stage now, in every process.
+
+        Raises:
+            StoreUnavailableError: Redis could not be reached (nothing was moved).
+        """
         return self._move("promote")
 
     def rollback(self) -> Stage:
-        """Send every call back to the release now, in every process."""
+        """Send every call back to the release now, in every process.
+
+        Raises:
+            StoreUnavailableError: Redis could not be reached (nothing was moved).
+        """
         return self._move("rollback")
 
     def _move(self, action: str) -> Stage:
@@ -358,9 +374,21 @@ class ReleaseControl:
         with self._flushing:
             if self._stage is None:  # before the first call: its candidate is stored first
                 self._flush()
-            stage = move_by_hand(*canary, action)
+            try:
+                stage = move_by_hand(*canary, action)
+            except redis_errors() as exc:
+                done = "rolled back" if action == "rollback" else "promoted"
+                raise self._unreachable(f"it was not {done}", exc) from exc
             self._moved(stage)
         return stage
+
+    def _unreachable(self, what: str, exc: Exception) -> StoreUnavailableError:
+        """The error of a move or read by hand that Redis did not answer (its pause noted)."""
+        self._outage.failed(exc)
+        key = self.plan.store_key
+        return StoreUnavailableError(
+            f"the canary under {key!r}: {what}, Redis could not be reached ({exc})"
+        )
 
     def _canary(self) -> tuple[ReleaseBackend, str, CanaryPolicy]:
         if self.backend is None or self.policy is None:
