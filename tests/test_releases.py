@@ -586,6 +586,49 @@ def test_streams_and_async_calls_follow_their_arm(pair: Any) -> None:
     assert (figures["candidate"]["calls"], figures["control"]["calls"]) == (1, 1)
 
 
+def test_a_candidate_whose_calls_callers_cut_short_is_rolled_back(pair: Any) -> None:
+    """A caller's own timeout (``anyio.fail_after``, ``asyncio.wait_for``, a web server
+    cancelling a request) cancels a call that hangs on the candidate: a cancelled call was
+    not counted at all, so a candidate that never answered in time was never rolled back.
+    Such a call counts as one that took at least as long as it ran."""
+    import anyio
+
+    a, b = pair
+    b.always(Fault(latency=2.0))
+    events: list[ReleaseEvent] = []
+    guard = _canary_guard(a, b, hooks=[events.append])
+    controls = guard.releases
+    assert controls is not None
+
+    async def traffic() -> int:
+        cut = 0
+
+        async def one(i: int) -> None:
+            nonlocal cut
+            with anyio.move_on_after(0.3) as scope:
+                await guard.achat(USER, user=f"u{i}")
+            cut += scope.cancelled_caught
+
+        await guard.achat(USER, user="warm")  # (the first answer pays for the connection)
+        for start in range(0, 120, 20):
+            async with anyio.create_task_group() as group:
+                for i in range(start, start + 20):
+                    group.start_soon(one, i)
+        return cut
+
+    try:
+        controls.start_now()
+        cut = anyio.run(traffic)
+        stage = controls.flush()
+    finally:
+        guard.close()
+    assert cut >= 30  # the canary's calls, every one cut short
+    assert stage is not None
+    assert stage.status == "rolled_back"
+    assert "slow breached" in stage.reason
+    assert [e.kind for e in events] == ["rolled_back"]
+
+
 def test_output_filter_rejections_count_on_the_arm(pair: Any) -> None:
     from llmguard_sdk.errors import GuardrailRejectedError
     from llmguard_sdk.models import ChatResponse

@@ -168,17 +168,25 @@ class ReleaseControl:
         error: BaseException | None,
         cancelled: bool,
     ) -> None:
-        """Count a finished call on its arm; offer it to the shadow."""
-        if ctx.arm is None or cancelled:
+        """Count a finished call on its arm; offer it to the shadow. A call its caller
+        cancelled (a timeout of the caller's own) counts as a call that took at least as
+        long as it ran: a candidate that hangs is slow, not unseen."""
+        if ctx.arm is None:
+            return
+        stage = self._stage
+        counted = (
+            stage is not None and stage.status == "canary" and ctx.arm in ("control", "canary")
+        )
+        if cancelled:
+            if counted:
+                self._count(
+                    ctx.arm, observation(ctx.elapsed(), None, failed=False, rejected=False), None
+                )
             return
         stood_in = _stood_in(ctx, response)  # every route of the arm failed
         if response is not None and response.metadata.get("cache") and not stood_in:
             return  # a cache hit says nothing about the release
         call_id = response.metadata.get("call_id") if response is not None else None
-        stage = self._stage
-        counted = (
-            stage is not None and stage.status == "canary" and ctx.arm in ("control", "canary")
-        )
         if counted and not _refused_by_guard(ctx, error, stood_in):
             rejected = isinstance(error, GuardrailRejectedError) and error.stage == "output"
             # the user's own fault (a bad request) or a spend budget is no sign of the arm's
