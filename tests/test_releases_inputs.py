@@ -313,3 +313,21 @@ def test_a_release_refuses_an_allow_alias_that_is_no_bool() -> None:
     route = OpenAICompatibleProvider("http://127.0.0.1:9", model="gpt-4o", name="openai")
     with pytest.raises(ConfigurationError, match="allow_alias"):
         Release("bot", "v1", route, allow_alias="no")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("call_id", [["a-call"], None, 7])
+def test_a_feedback_call_id_that_is_no_string_is_refused_with_telemetry_off(
+    call_id: Any,
+) -> None:
+    """With telemetry on, ``guard.feedback()`` refused a call id that is no string with a
+    RequestValidationError; off, the canary looked it up as it was: a list raised a bare
+    TypeError (unhashable), None or a number read as an unknown call."""
+    with FakeProvider(name="a") as a, FakeProvider(name="b") as b:
+        plan = ReleasePlan(
+            Release("bot", "v1", _route(a, "a", "fake-a-2025-01-01")),
+            candidate=Release("bot", "v2", _route(b, "b", "fake-b-2025-02-01")),
+            canary=CanaryPolicy(stages=(0.5, 1.0), flush_interval=60.0),
+        )
+        guard = Guard(release=plan, environ={}, telemetry=False)
+        with guard, pytest.raises(RequestValidationError, match="call_id"):
+            guard.feedback(call_id, 1.0)

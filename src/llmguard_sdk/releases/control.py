@@ -219,8 +219,11 @@ class ReleaseControl:
         """Count a feedback score on the arm of the call ``call_id`` (if remembered).
 
         Raises:
-            RequestValidationError: ``score`` is not a finite number (nothing is counted).
+            RequestValidationError: ``call_id`` is not a string, or ``score`` not a finite
+                number (nothing is counted).
         """
+        if not isinstance(call_id, str):  # (a list raised TypeError: unhashable)
+            raise RequestValidationError(f"feedback call_id must be a string, not {call_id!r}")
         if isinstance(score, bool) or not (isinstance(score, int | float) and math.isfinite(score)):
             raise RequestValidationError(f"feedback score must be a finite number, not {score!r}")
         arm = self._arms.get(call_id)
