@@ -164,13 +164,41 @@ def test_openai_s_sdk_through_the_seam_sees_a_paused_turn_as_unfinished(streamin
             response = sdk.responses.create(model="claude-x", input="hi")
             status = response.status
             assert response.incomplete_details is not None
-            assert response.incomplete_details.reason == "pause_turn"
+            assert response.incomplete_details.reason is None  # openai's types have no word
     # OpenAI's schema has no pause_turn (openai-python's Literal: stop, length, tool_calls,
     # content_filter, function_call): an unfinished answer is "length" there
     assert "length" in finish
     assert "pause_turn" not in finish
     assert "stop" not in finish
     assert status == "incomplete"
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_a_paused_turn_s_responses_body_is_valid_by_openai_s_own_types(streaming: bool) -> None:
+    """The Responses API said ``incomplete_details.reason: "pause_turn"``, which openai's
+    ``IncompleteDetails.reason`` (``max_output_tokens``, ``max_messages``, ``content_filter``,
+    ``steered`` or null) refuses: a client validating the body (``Response.model_validate``,
+    as frameworks over openai's types may) failed on it. The answer is ``incomplete`` with
+    ``reason: null``, as an abort's is: no token limit cut it, and what Claude said is kept."""
+    openai = require_module("openai", "openai is a dev dependency")
+    from openai.types.responses import Response
+
+    with _claude("pause_turn", streaming=streaming) as guard:
+        sdk = openai.OpenAI(
+            api_key="unused", base_url="http://guard.test/v1", http_client=http_client(guard)
+        )
+        if streaming:
+            events = list(sdk.responses.create(model="claude-x", input="hi", stream=True))
+            assert events[-1].type == "response.incomplete"
+            body = events[-1].response.model_dump(mode="json")
+        else:
+            raw = sdk.responses.with_raw_response.create(model="claude-x", input="hi")
+            body = raw.http_response.json()
+    response = Response.model_validate(body)  # strict: raised on "pause_turn"
+    assert response.status == "incomplete"
+    assert response.incomplete_details is not None
+    assert response.incomplete_details.reason is None
+    assert response.output_text == "Searching"
 
 
 @pytest.mark.parametrize("streaming", [False, True])

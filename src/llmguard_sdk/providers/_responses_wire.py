@@ -180,7 +180,7 @@ def usage_object(usage: Usage | None) -> dict[str, Any] | None:
 
 # The unfinished answers a token limit cut (max_tokens, the context window): the Responses
 # API's "max_output_tokens". The others said "length" (vLLM's abort, an error, DeepSeek's
-# insufficient_system_resource) broke off for another reason.
+# insufficient_system_resource, Claude's pause_turn) broke off or paused for another reason.
 _CUT_BY_A_LIMIT = frozenset(
     {"length", "max_tokens", "model_length", "model_context_window_exceeded"}
 )
@@ -189,16 +189,16 @@ _CUT_BY_A_LIMIT = frozenset(
 def _status(finish_reason: str | None) -> tuple[str, dict[str, Any] | None]:
     """The response's status and ``incomplete_details`` for an answer's finish reason, read
     in OpenAI's words (:func:`~llmguard_sdk.models.openai_finish_reason`: a server's own
-    ``model_length`` is a cut, ``length``); Claude's paused turn keeps its own reason.
+    ``model_length`` is a cut, ``length``).
 
     An unfinished answer is ``incomplete``, with the reason openai-python's
     ``IncompleteDetails.reason`` has for it: ``max_output_tokens`` where a token limit cut it
     (``length``, ``max_tokens``, the context window), ``content_filter`` for a refusal or a
     blocked answer, and ``null`` (the type allows no reason) for one broken off by an abort
-    or an error (vLLM's ``abort``, ``error``, DeepSeek's ``insufficient_system_resource``):
-    no limit cut it, and ``failed`` would make the text it delivered an error."""
-    if finish_reason == "pause_turn":  # Claude paused a long server-tool turn: unfinished
-        return "incomplete", {"reason": "pause_turn"}
+    or an error (vLLM's ``abort``, ``error``, DeepSeek's ``insufficient_system_resource``) or
+    paused (Claude's ``pause_turn``, a long server-tool turn: the type has no word for it,
+    and a client validating the body refused one): no limit cut it, and ``failed`` would
+    make the text it delivered an error."""
     finish = openai_finish_reason(finish_reason)
     if finish == "length":
         cut = (finish_reason or "").lower() in _CUT_BY_A_LIMIT
