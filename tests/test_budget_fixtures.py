@@ -91,6 +91,16 @@ def test_usage_shapes_are_read_whole() -> None:
     assert responses is not None
     assert (responses.input_tokens, responses.cached_input_tokens) == (20000, 16000)
     assert (responses.cache_write_input_tokens, responses.reasoning_tokens) == (0, 4096)
+    # OpenAI's cache writes (input_tokens_details / prompt_tokens_details.cache_write_tokens),
+    # billed above an input token on newer models (they were read as plain input)
+    for name, read, written in [
+        ("openai_responses_gpt61terra_cache_write", 2000, 6000),
+        ("openai_chat_stream_gpt61terra_cache_write", 1000, 4000),
+    ]:
+        usage = _recorded_usage(by_name[name])
+        assert usage is not None
+        assert (usage.cached_input_tokens, usage.cache_write_input_tokens) == (read, written)
+        assert usage.cache_write_1h_input_tokens == 0
     anthropic = _recorded_usage(by_name["anthropic_messages_sonnet45_cache_5m_1h"])
     assert anthropic is not None
     assert anthropic.input_tokens == 1500 + 40000 + 10000  # every input token, once
@@ -220,21 +230,33 @@ def test_anthropic_usage_counts_every_input_token_once(
 
 
 @settings(max_examples=200, deadline=None)
-@given(prompt=_COUNT, cached=_COUNT, completion=_COUNT, reasoning=_COUNT, responses=st.booleans())
+@given(
+    prompt=_COUNT,
+    cached=_COUNT,
+    written=st.one_of(st.none(), _COUNT),
+    completion=_COUNT,
+    reasoning=_COUNT,
+    responses=st.booleans(),
+)
 def test_openai_usage_keeps_cached_and_reasoning_within_their_totals(
-    prompt: int, cached: int, completion: int, reasoning: int, responses: bool
+    prompt: int, cached: int, written: int | None, completion: int, reasoning: int, responses: bool
 ) -> None:
+    """Cache reads and writes (``cache_write_tokens``, absent from older answers) are among
+    the input tokens, each counted once: together never more than the input."""
+    details: dict[str, Any] = {"cached_tokens": cached}
+    if written is not None:
+        details["cache_write_tokens"] = written
     if responses:
         raw: dict[str, Any] = {
             "input_tokens": prompt,
-            "input_tokens_details": {"cached_tokens": cached},
+            "input_tokens_details": details,
             "output_tokens": completion,
             "output_tokens_details": {"reasoning_tokens": reasoning},
         }
     else:
         raw = {
             "prompt_tokens": prompt,
-            "prompt_tokens_details": {"cached_tokens": cached},
+            "prompt_tokens_details": details,
             "completion_tokens": completion,
             "completion_tokens_details": {"reasoning_tokens": reasoning},
         }
@@ -243,7 +265,8 @@ def test_openai_usage_keeps_cached_and_reasoning_within_their_totals(
     assert (usage.input_tokens, usage.output_tokens) == (prompt, completion)
     assert usage.cached_input_tokens == min(cached, prompt)
     assert usage.reasoning_tokens == min(reasoning, completion)
-    assert usage.cache_write_input_tokens == 0
+    assert usage.cache_write_input_tokens == min(written or 0, prompt - min(cached, prompt))
+    assert usage.cache_write_1h_input_tokens == 0
     assert usage.service_tier == "flex"
 
 

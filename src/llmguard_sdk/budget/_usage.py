@@ -4,12 +4,15 @@ Shapes, all ending with ``input_tokens`` = every input token (cache reads and wr
 them) and ``output_tokens`` = every output token (reasoning among them):
 
 * OpenAI chat completions (also the last chunk of a stream with ``include_usage``):
-  ``prompt_tokens`` (cached included), ``prompt_tokens_details.cached_tokens``,
-  ``completion_tokens`` (reasoning included), ``completion_tokens_details.reasoning_tokens``;
-  the tier is the response's top-level ``service_tier``.
-* OpenAI Responses API: ``input_tokens`` (cached included),
-  ``input_tokens_details.cached_tokens``, ``output_tokens`` (reasoning included),
-  ``output_tokens_details.reasoning_tokens``.
+  ``prompt_tokens`` (cache reads and writes included), ``prompt_tokens_details.cached_tokens``
+  and ``.cache_write_tokens``, ``completion_tokens`` (reasoning included),
+  ``completion_tokens_details.reasoning_tokens``; the tier is the response's top-level
+  ``service_tier``.
+* OpenAI Responses API: ``input_tokens`` (cache reads and writes included),
+  ``input_tokens_details.cached_tokens`` and ``.cache_write_tokens``, ``output_tokens``
+  (reasoning included), ``output_tokens_details.reasoning_tokens``. OpenAI's newer models
+  bill a cache write above an input token (30-minute retention: 1.25x; the price table's
+  ``cache_write``); the others report none, or price it as input.
 * Anthropic messages (and the merged ``message_start`` / ``message_delta`` usage of a
   stream): ``input_tokens`` *without* ``cache_read_input_tokens`` and
   ``cache_creation_input_tokens``, the writes split by TTL in
@@ -129,10 +132,11 @@ def _tokens(raw: Mapping[str, Any]) -> tuple[int, ...] | None:
     if "prompt_tokens" in raw or "completion_tokens" in raw:  # OpenAI chat completions
         counted = (_count(raw.get("prompt_tokens", 0)), _count(raw.get("completion_tokens", 0)))
         cached = _inner(raw, "prompt_tokens_details", "cached_tokens")
+        written = _inner(raw, "prompt_tokens_details", "cache_write_tokens")
         reasoning = _inner(raw, "completion_tokens_details", "reasoning_tokens")
         if counted[0] is None or counted[1] is None:
             return None
-        return counted[0], counted[1], cached, 0, 0, reasoning
+        return counted[0], counted[1], cached, written, 0, reasoning
     if "input_tokens" not in raw and "output_tokens" not in raw:
         return None
     counted = (_count(raw.get("input_tokens", 0)), _count(raw.get("output_tokens", 0)))
@@ -143,15 +147,16 @@ def _tokens(raw: Mapping[str, Any]) -> tuple[int, ...] | None:
     )
     if not any(key in raw for key in _ANTHROPIC):  # OpenAI Responses API
         cached = _inner(raw, "input_tokens_details", "cached_tokens")
-        return counted[0], counted[1], cached, 0, 0, reasoning
+        written = _inner(raw, "input_tokens_details", "cache_write_tokens")
+        return counted[0], counted[1], cached, written, 0, reasoning
     read = _count(raw.get("cache_read_input_tokens") or 0)
-    written = _count(raw.get("cache_creation_input_tokens") or 0)
-    if read is None or written is None:
+    created = _count(raw.get("cache_creation_input_tokens") or 0)
+    if read is None or created is None:
         return None
     short = _inner(raw, "cache_creation", "ephemeral_5m_input_tokens")
     hour = _inner(raw, "cache_creation", "ephemeral_1h_input_tokens")
-    written = max(written, short + hour)
-    return counted[0] + read + written, counted[1], read, written, hour, reasoning
+    created = max(created, short + hour)
+    return counted[0] + read + created, counted[1], read, created, hour, reasoning
 
 
 def usage_from_payload(
@@ -175,13 +180,15 @@ def usage_from_payload(
     if counted is None:
         return None, reported
     input_tokens, output_tokens, cached, written, hour, reasoning = counted
+    cached = min(cached, input_tokens)
+    written = min(written, input_tokens - cached)  # an input token is read or written, once
     tier = raw.get("service_tier", service_tier)
     return (
         Usage(
             input_tokens=input_tokens,
             output_tokens=output_tokens,
-            cached_input_tokens=min(cached, input_tokens),
-            cache_write_input_tokens=min(written, input_tokens),
+            cached_input_tokens=cached,
+            cache_write_input_tokens=written,
             cache_write_1h_input_tokens=min(hour, written),
             reasoning_tokens=min(reasoning, output_tokens),
             service_tier=tier if isinstance(tier, str) and tier else None,
