@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ._core.calls import stream_flag
 from .errors import RequestValidationError
 from .models import ChatRequest, ChatResponse, StreamChunk, Usage, openai_finish_reason
-from .providers.wire import chat_chunk_carries, chat_chunk_skipped
+from .providers.wire import chat_chunk_carries, chat_chunk_skipped, chat_prompt_tokens_details
 
 if TYPE_CHECKING:
     from ._core.streams import AsyncChatStream, ChatStream
@@ -129,7 +129,7 @@ def _openai_usage(usage: Usage | None) -> CompletionUsage | None:
         prompt_tokens=usage.input_tokens,
         completion_tokens=usage.output_tokens,
         total_tokens=usage.total_tokens,
-        prompt_tokens_details={"cached_tokens": usage.cached_input_tokens},
+        prompt_tokens_details=chat_prompt_tokens_details(usage),
     )
 
 

@@ -30,6 +30,7 @@ from ..errors import (
     RequestValidationError,
 )
 from ..models import ChatResponse, StreamChunk, Usage
+from ..providers.wire import chat_prompt_tokens_details
 
 # Headers an SDK sets for itself: never forwarded to the provider.
 _OWN_HEADERS = frozenset(
@@ -296,14 +297,15 @@ def openai_error(exc: LLMGuardError) -> dict[str, Any]:
 
 
 def openai_usage(usage: Usage | None) -> dict[str, Any] | None:
-    """Chat-completions usage with its cached (and reasoning) token details."""
+    """Chat-completions usage with its cached (read and, where any, written) and reasoning
+    token details."""
     if usage is None:
         return None
     body: dict[str, Any] = {
         "prompt_tokens": usage.input_tokens,
         "completion_tokens": usage.output_tokens,
         "total_tokens": usage.total_tokens,
-        "prompt_tokens_details": {"cached_tokens": usage.cached_input_tokens},
+        "prompt_tokens_details": chat_prompt_tokens_details(usage),
     }
     if usage.reasoning_tokens:
         body["completion_tokens_details"] = {"reasoning_tokens": usage.reasoning_tokens}
