@@ -87,3 +87,44 @@ def test_a_call_whose_function_is_no_object_does_not_break_the_seams() -> None:
     _, response, message = _through_the_seams(events)
     assert [item.call_id for item in response.output if item.type == "function_call"] == ["call_a"]
     assert [block.id for block in message.content if block.type == "tool_use"] == ["call_a"]
+
+
+def _calls_at(indices: tuple[int, ...], text: str | None) -> bytes:
+    """A stream that says ``text`` (if any), then calls ``a``, ``b`` ... with these indices."""
+    events = chat_chunk_event({"role": "assistant", "content": text})
+    for n, index in enumerate(indices):
+        name = "ab"[n]
+        start = {"index": index, "id": f"call_{name}", "type": "function"}
+        events += chat_chunk_event({"tool_calls": [start | {"function": {"name": name}}]})
+        piece = {"index": index, "function": {"arguments": json.dumps({"x": n})}}
+        events += chat_chunk_event({"tool_calls": [piece]})
+    return events + chat_chunk_event({}, "tool_calls") + b"data: [DONE]\n\n"
+
+
+@pytest.mark.parametrize(
+    ("indices", "text"), [((1,), "Let me look. "), ((1, 3), None)], ids=["after-text", "gaps"]
+)
+def test_calls_numbered_from_elsewhere_reach_the_responses_sdk(
+    indices: tuple[int, ...], text: str | None
+) -> None:
+    """A route whose streamed calls do not count from 0 (a gateway in front of Claude numbers
+    them by content block: the first call after text is index 1): the Responses writer looked
+    the call up by that index in its list of calls and the stream ended with an IndexError
+    inside the SDK's iteration; its output items must be numbered as they stand."""
+    openai = require_module("openai", "openai is a dev dependency")
+    names = ["ab"[n] for n in range(len(indices))]
+    with (
+        RawServer(sse_head(), (_calls_at(indices, text),)) as raw,
+        Guard(OpenAICompatibleProvider(raw.base_url, model="m"), environ={}, retry=None) as guard,
+    ):
+        sdk = openai.OpenAI(api_key="sk-x", base_url="http://g/v1", http_client=http_client(guard))
+        with sdk.responses.stream(model="m", input="look") as stream:
+            events = list(stream)
+            response = stream.get_final_response()
+    calls = [item for item in response.output if item.type == "function_call"]
+    assert [(c.name, json.loads(c.arguments)) for c in calls] == [
+        (name, {"x": n}) for n, name in enumerate(names)
+    ]
+    assert response.output_text == (text or "")
+    added = [e.output_index for e in events if e.type == "response.output_item.added"]
+    assert added == list(range(len(response.output)))  # each item where it stands

@@ -314,8 +314,12 @@ class EventWriter:
         self._answer = answer
         self._seq = 0
         self._message_open = False
-        self._calls: dict[int, dict[str, Any]] = {}  # tool call index -> its output item
-        self._at: dict[int, int] = {}  # tool call index -> its output index
+        # a streamed call's index (as the route numbers it: a gateway in front of Claude counts
+        # content blocks, so the first call after text is 1) -> its output item, its output
+        # index and its place among the answer's calls (in the order they first came)
+        self._calls: dict[int, dict[str, Any]] = {}
+        self._at: dict[int, int] = {}
+        self._place: dict[int, int] = {}
 
     @property
     def answer(self) -> Answer:
@@ -386,9 +390,10 @@ class EventWriter:
 
     def _call_delta(self, call: Mapping[str, Any], index: int) -> bytes:
         function = call_function(call)
-        output_index = self._at.setdefault(index, index + int(self._message_open))
+        place = self._place.setdefault(index, len(self._place))
+        output_index = self._at.setdefault(index, place + int(self._message_open))
         if index not in self._calls:
-            item = _function_item({"id": call.get("id"), "function": function}, index)
+            item = _function_item({"id": call.get("id"), "function": function}, place)
             item.update(arguments="", status="in_progress")
             self._calls[index] = item
             self._answer.tool_calls.append(
@@ -405,7 +410,7 @@ class EventWriter:
         if not delta:
             return out
         self._calls[index]["arguments"] += delta
-        self._answer.tool_calls[index]["function"]["arguments"] += delta
+        self._answer.tool_calls[place]["function"]["arguments"] += delta
         return out + self._event(
             "response.function_call_arguments.delta",
             item_id=self._calls[index]["id"],
