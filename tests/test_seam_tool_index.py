@@ -128,3 +128,39 @@ def test_calls_numbered_from_elsewhere_reach_the_responses_sdk(
     assert response.output_text == (text or "")
     added = [e.output_index for e in events if e.type == "response.output_item.added"]
     assert added == list(range(len(response.output)))  # each item where it stands
+
+
+@pytest.mark.parametrize(
+    ("events", "count"),
+    [
+        (_calls_at((1,), "Let me look. "), 1),
+        (_calls_at((1, 3), None), 2),
+        (_stream({}), 2),
+        (_stream({"index": None}), 2),
+    ],
+    ids=["after-text", "gaps", "missing", "null"],
+)
+def test_the_chat_seam_numbers_streamed_calls_as_openai_s_helpers_read_them(
+    events: bytes, count: int
+) -> None:
+    """The chat seam passed each call's ``index`` on as the route gave it: openai's stream
+    helpers (``chat.completions.stream``, ``ChatCompletionStreamState``) put a call at
+    ``index`` in their list of calls, so a first call numbered 1 was an IndexError and one
+    without an index a TypeError, though the Guard's own answer held the calls; the seam
+    numbers them 0, 1 ... in the order they came, as OpenAI does."""
+    openai = require_module("openai", "openai is a dev dependency")
+    with (
+        RawServer(sse_head(), (events,)) as raw,
+        Guard(OpenAICompatibleProvider(raw.base_url, model="m"), environ={}, retry=None) as guard,
+    ):
+        sdk = openai.OpenAI(api_key="sk-x", base_url="http://g/v1", http_client=http_client(guard))
+        with sdk.chat.completions.stream(model="m", messages=ASK) as stream:
+            chunks = [e.chunk for e in stream if e.type == "chunk"]
+            completion = stream.get_final_completion()
+    calls = completion.choices[0].message.tool_calls or []
+    assert [(c.function.name, json.loads(c.function.arguments)) for c in calls] == [
+        ("a", {"x": 0}),
+        ("b", {"x": 1}),
+    ][:count]
+    deltas = [d for c in chunks if c.choices for d in c.choices[0].delta.tool_calls or ()]
+    assert sorted({d.index for d in deltas}) == list(range(count))

@@ -6,6 +6,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from .._core.assembly import call_index
 from ..errors import LLMGuardError, RequestValidationError
 from ..models import ChatResponse, StreamChunk, openai_finish_reason
 from ..providers.wire import chat_chunk_carries, chat_chunk_skipped
@@ -90,6 +91,7 @@ class ChunkWriter:
         self._created = int(time.time())
         self._id: str | None = None
         self._first = True
+        self._places: dict[int, int] = {}  # a call's index as the route gave it -> its place
 
     def event(self, chunk: StreamChunk) -> bytes:
         """One chunk as an SSE event."""
@@ -123,7 +125,7 @@ class ChunkWriter:
         elif chunk.text:
             delta["content"] = chunk.text
         if chunk.tool_calls:
-            delta["tool_calls"] = chunk.tool_calls
+            delta["tool_calls"] = [self._numbered(c, n) for n, c in enumerate(chunk.tool_calls)]
         refusal = chunk.metadata.get("refusal")  # this chunk's piece of OpenAI's refusal
         if isinstance(refusal, str) and refusal:
             delta["refusal"] = refusal
@@ -132,6 +134,15 @@ class ChunkWriter:
         if "logprobs" in chunk.metadata:  # this chunk's, as the provider sent them
             choice["logprobs"] = chunk.metadata["logprobs"]
         return choice
+
+    def _numbered(self, call: dict[str, Any], position: int) -> dict[str, Any]:
+        """A streamed call's piece with the call's place (0, 1 ... in the order the calls
+        came, as OpenAI numbers them) as its ``index``: a route may number them otherwise (a
+        gateway in front of Claude counts content blocks, Gemini sends none), and openai's
+        stream helpers put a call at its ``index`` in their list. The call is the one the
+        Guard's own assembly takes the piece for."""
+        place = self._places.setdefault(call_index(call, position), len(self._places))
+        return {**call, "index": place}
 
     def end(self) -> bytes:
         """The closing event."""
