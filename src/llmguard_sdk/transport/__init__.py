@@ -19,7 +19,8 @@ never repeat a call the Guard has already retried and moved through its fallback
 ``max_retries=0`` on the SDK says the same explicitly. An error answer carries the Guard's
 error class in ``x-llmguard-error``; the SDK raises its own error for the status (400 invalid
 request, 404 not served, 401, 429 rate limited or budget exhausted, 502 malformed answer, 503
-unavailable or circuit open, 504 timeout). The Guard's ``timeout`` bounds each call; the SDK's
+unavailable or circuit open, 504 timeout; a provider's own 4xx or 5xx status where it gave one,
+the last route's when every route failed). The Guard's ``timeout`` bounds each call; the SDK's
 timeout (its read timeout), when shorter, becomes the call's total. A ``timeout`` in the
 request body (``extra_body={"timeout": ...}``) is ignored: it neither sets the call's deadline
 nor goes to the provider. The scope of a call comes from :func:`~llmguard_sdk.scoped`, or from

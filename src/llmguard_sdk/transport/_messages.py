@@ -61,6 +61,7 @@ _ERRORS = {
     429: "rate_limit_error",
     503: "overloaded_error",
     504: "timeout_error",
+    529: "overloaded_error",  # Claude's own overload, kept as the route answered it
 }
 
 

@@ -244,9 +244,14 @@ def _last(exc: LLMGuardError) -> BaseException | None:
     return exc
 
 
+_KEPT = frozenset({400, 401, 403, 404, 422})  # a provider's client errors the SDKs tell apart
+
+
 def status_of(exc: LLMGuardError) -> int:
     """The HTTP status an SDK maps back to the closest error of its own (429 for the
-    provider's rate limits, the Guard's and its budgets)."""
+    provider's rate limits, the Guard's and its budgets); a provider's own client error
+    (400, 401, 403, 404, 422) or server error (500, 502, Claude's 529 ...) keeps its status,
+    as the SDK pointed at the provider would have seen it."""
     if isinstance(exc, AllRoutesFailedError):
         last = _last(exc)
         return status_of(last) if isinstance(last, LLMGuardError) else 503
@@ -265,8 +270,9 @@ def status_of(exc: LLMGuardError) -> int:
     )
     for kind, status in table:
         if isinstance(exc, kind):
-            if isinstance(exc, ProviderError) and exc.status_code in (400, 401, 403, 404, 422):
-                return exc.status_code
+            own = exc.status_code if isinstance(exc, ProviderError) else None
+            if own is not None and (own in _KEPT or (status >= 500 and 500 <= own <= 599)):
+                return own
             return status
     return 500
 
