@@ -23,7 +23,7 @@ from llmguard_sdk import (
     RateLimitedError,
 )
 from llmguard_sdk.budget import Budget, Budgets, Price, PriceTable
-from llmguard_sdk.client import _openai_client
+from llmguard_sdk.client import _async_openai_client, _openai_client
 from llmguard_sdk.models import StreamChunk
 from llmguard_sdk.providers._responses_wire import Answer, EventWriter
 from llmguard_sdk.providers.anthropic import AnthropicStreamState
@@ -35,7 +35,7 @@ from llmguard_sdk.providers.responses import (
 from llmguard_sdk.providers.wire import StreamState
 from llmguard_sdk.testing import FakeProvider, Fault
 
-from .conftest import USER
+from .conftest import USER, require_module
 from .rawserver import RawServer, http_response, sse_head
 
 MakeGuard = Callable[..., Guard]
@@ -323,3 +323,30 @@ def test_a_drop_in_response_is_valid_by_openai_s_own_types(
     assert response.usage is not None
     assert response.usage.input_tokens_details.cache_write_tokens == 0
     assert response.usage.input_tokens_details.cached_tokens == 0
+
+
+def test_logprobs_asked_through_the_responses_api_are_asked_of_a_chat_route(
+    fake: FakeProvider, make_guard: MakeGuard
+) -> None:
+    # the Responses API asks with include=["message.output_text.logprobs"] (and top_logprobs);
+    # the include was dropped and top_logprobs passed on alone: the route was never asked
+    # for logprobs, and OpenAI's chat completions refuse top_logprobs without logprobs
+    client = _openai_client(make_guard(fake))
+    asked = {"include": ["message.output_text.logprobs"], "top_logprobs": 2}
+    client.responses.create(model="fake-model", input="hello there", **asked)
+    body = fake.requests[-1].body or {}
+    assert (body.get("logprobs"), body.get("top_logprobs")) == (True, 2)
+    client.responses.create(model="fake-model", input="hello there", top_logprobs=2)
+    body = fake.requests[-1].body or {}  # no logprobs in the answer without the include
+    assert "logprobs" not in body
+    assert "top_logprobs" not in body
+    agents = require_module("agents", "openai-agents is a dev dependency")
+    agents.set_tracing_disabled(True)
+    model = agents.OpenAIResponsesModel(
+        model="fake-model", openai_client=_async_openai_client(make_guard(fake))
+    )
+    settings = agents.ModelSettings(top_logprobs=3)
+    agent = agents.Agent(name="h", instructions="Answer.", model=model, model_settings=settings)
+    assert agents.Runner.run_sync(agent, "hello there").final_output == "Echo: hello there"
+    body = fake.requests[-1].body or {}
+    assert (body.get("logprobs"), body.get("top_logprobs")) == (True, 3)

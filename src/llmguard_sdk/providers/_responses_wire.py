@@ -118,6 +118,17 @@ def _response_format(text: object) -> dict[str, Any] | None:
     return {"type": str(fmt.get("type"))}
 
 
+def _logprobs(body: Mapping[str, Any]) -> dict[str, Any]:
+    """Chat's ``logprobs`` (and ``top_logprobs``, which chat takes only beside it) where the
+    request includes the text's logprobs, as the Responses API asks for them; without the
+    include the answer has none, and ``top_logprobs`` is not passed on."""
+    include = body.get("include")
+    if not isinstance(include, list) or "message.output_text.logprobs" not in include:
+        return {}
+    top = body.get("top_logprobs")
+    return {"logprobs": True, **({"top_logprobs": top} if top is not None else {})}
+
+
 def chat_arguments(body: Mapping[str, Any]) -> dict[str, Any]:
     """A Responses request as chat-completions ``create()`` keywords."""
     if body.get("previous_response_id"):
@@ -134,6 +145,7 @@ def chat_arguments(body: Mapping[str, Any]) -> dict[str, Any]:
         "text",
         "reasoning",
         "stream",
+        "top_logprobs",
         *_SAME,
         *_DROPPED,
     }
@@ -151,6 +163,7 @@ def chat_arguments(body: Mapping[str, Any]) -> dict[str, Any]:
     response_format = _response_format(body.get("text"))
     if response_format is not None:
         params["response_format"] = response_format
+    params.update(_logprobs(body))
     reasoning = body.get("reasoning")
     if isinstance(reasoning, dict) and reasoning.get("effort"):
         params["reasoning_effort"] = reasoning["effort"]
