@@ -109,3 +109,48 @@ def test_the_cli_moves_a_canary_by_the_stages_its_guards_run(
         assert controls.flush().index == 3  # type: ignore[union-attr]
     finally:
         guard.close()
+
+
+_MONTH = 30 * 86400  # the canary's keys live this long after the last exchange or move
+
+
+def test_reading_a_canary_leaves_its_keys_to_expire(
+    pair: Any, redis_url: str, redis_prefix: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``llmguard release status`` and ``guard.releases.status()`` gave the canary's keys
+    their 30 days again: a dashboard polling the status of a canary no Guard serves any more
+    kept it stored for good. A read leaves their TTL as it is; an exchange from a serving
+    Guard and a move by hand (a rollback keeps its counters: theirs too) renew it."""
+    import redis
+
+    a, b = pair
+    guard = _canary_guard(a, b, store=redis_url, key_prefix=redis_prefix)
+    client = redis.Redis.from_url(redis_url)
+    where = ["bot", "--store", redis_url, "--prefix", redis_prefix]
+    try:
+        controls = guard.releases
+        assert controls is not None
+        store = RedisStore(redis_url, key_prefix=redis_prefix)
+        try:  # a Guard of a deploy gone by served the canary, then stopped
+            backend = RedisReleaseBackend(store)
+            backend.exchange("bot", "bot@v2", 0, {}, {})
+            backend.exchange("bot", "bot@v2", 1, {"calls": 3.0}, {"calls": 1.0})
+        finally:
+            store.close()
+        keys = sorted(client.scan_iter(match=f"{redis_prefix}:rel:*"))
+        assert len(keys) == 3  # the stage, the control's counters, the canary's
+        for key in keys:
+            client.expire(key, 100)
+        for _ in range(3):
+            assert controls.status()["canary"]["candidate"] == "bot@v2"
+            assert main(["release", "status", *where, "--json"]) == 0
+        assert all(0 < client.ttl(key) <= 100 for key in keys)
+        assert main(["release", "rollback", *where]) == 0  # a move by hand
+        assert all(client.ttl(key) > _MONTH - 60 for key in keys)
+        for key in keys:
+            client.expire(key, 100)
+        controls.start_now()  # a serving Guard's exchange
+        assert all(client.ttl(key) > _MONTH - 60 for key in keys)
+    finally:
+        guard.close()
+        client.close()

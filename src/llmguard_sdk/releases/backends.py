@@ -7,7 +7,10 @@ both arms' counters back (a Guard's exchange stores its policy's stage shares wi
 canary, so that a reader of the store alone, ``llmguard release``, moves and reports it by
 them); :meth:`transition` moves the stage if nobody moved it since it was read (compare and
 set on its version), clearing the counters for the new stage (a rollback keeps them, for
-``status``).
+``status``). A Redis canary's keys live 30 days after the last exchange of a
+serving Guard (a candidate given) or the last move; a read (no candidate: ``status``) leaves
+their TTL as it is, so a canary no Guard serves any more is forgotten however often it is
+read.
 
 A key holds one canary at a time, yet several candidates may ask for it (a rolling deploy,
 the processes of the previous one still running): a candidate other than the stored one
@@ -39,7 +42,7 @@ __all__ = [
 
 _EXCHANGE = lua(__name__, "exchange")
 _TRANSITION = lua(__name__, "transition")
-_TTL = 30 * 86400  # a canary nobody reports on for 30 days is forgotten
+_TTL = 30 * 86400  # a canary no Guard serves or moves for 30 days is forgotten
 _REMEMBERED = 16  # candidates whose last stage a key keeps, besides the current one's
 
 

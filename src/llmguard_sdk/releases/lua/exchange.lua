@@ -1,6 +1,6 @@
 -- A process's canary counters added, the stage and both arms' counters read back.
 -- KEYS[1] the stage hash, KEYS[2] the control's counters, KEYS[3] the canary's (one hash tag)
--- ARGV: 1 candidate id ('' : read only), 2 the stage version the counters were taken under,
+-- ARGV: 1 candidate id ('' : read only: the keys' TTL is left as it is), 2 the stage version the counters were taken under,
 --       3 TTL seconds, 4 how many control fields follow, 5 the caller's stage shares ('0.01,1.0',
 --       stored with the candidate's canary; '' : none), then field, value pairs (control's,
 --       then the canary's)
@@ -58,11 +58,14 @@ end
 if not s[1] then
   return {}
 end
-if cand ~= '' and ARGV[5] ~= '' then
-  redis.call('HSET', KEYS[1], 'sh', ARGV[5])
-end
-for k = 1, 3 do
-  redis.call('EXPIRE', KEYS[k], ttl)
+if cand ~= '' then
+  -- a serving Guard's exchange keeps the canary alive; a read (status, a dashboard) does not
+  if ARGV[5] ~= '' then
+    redis.call('HSET', KEYS[1], 'sh', ARGV[5])
+  end
+  for k = 1, 3 do
+    redis.call('EXPIRE', KEYS[k], ttl)
+  end
 end
 return {s, redis.call('HGETALL', KEYS[2]), redis.call('HGETALL', KEYS[3]),
   redis.call('HGET', KEYS[1], 'sh') or ''}

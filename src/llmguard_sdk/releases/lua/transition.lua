@@ -15,5 +15,7 @@ redis.call('HSET', KEYS[1], 'v', v, 'i', ARGV[2], 'st', ARGV[3], 'why', ARGV[4],
 if ARGV[3] ~= 'rolled_back' then  -- a rollback keeps its evidence for `llmguard release status`
   redis.call('DEL', KEYS[2], KEYS[3])
 end
-redis.call('EXPIRE', KEYS[1], tonumber(ARGV[5]))
+for k = 1, 3 do  -- a move renews the canary's life (a rollback's counters' too)
+  redis.call('EXPIRE', KEYS[k], tonumber(ARGV[5]))
+end
 return {1, tostring(v), ARGV[2], ARGV[3], s[4], ARGV[4], now}
