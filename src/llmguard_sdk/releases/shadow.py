@@ -46,12 +46,75 @@ _MAX_SEGMENTS = 100
 _INPUT_MARGIN = 0.1  # a reservation's input counts this much more (as Budgets' input_margin)
 
 
-def _is_json(text: str) -> bool:
+def _is_json(text: str | bytes) -> bool:
     try:
         json.loads(text)
     except ValueError:
         return False
     return True
+
+
+def _arguments(raw: object) -> object:
+    """A tool call's arguments as what they say: parsed JSON where they parse (key order
+    and whitespace aside), else as given."""
+    if isinstance(raw, str | bytes):
+        try:
+            return json.loads(raw)
+        except ValueError:
+            return raw
+    return raw
+
+
+def _function(call: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    function = call.get("function")
+    return function if isinstance(function, Mapping) else None
+
+
+def _calls(answer: ChatResponse) -> list[str]:
+    """``answer``'s tool calls, each as canonical JSON of what it is (its function's name
+    and parsed arguments; a call of another type as given), ids and stream indexes aside;
+    sorted, as parallel calls in another order are the same calls."""
+    calls = []
+    for call in answer.tool_calls or ():
+        what = {k: v for k, v in call.items() if k not in ("id", "index")}
+        function = _function(call)
+        if function is not None:
+            what.setdefault("type", "function")
+            what["function"] = {**function, "arguments": _arguments(function.get("arguments"))}
+        calls.append(json.dumps(what, sort_keys=True, separators=(",", ":"), default=repr))
+    return sorted(calls)
+
+
+def _same(a: ChatResponse, b: ChatResponse) -> bool:
+    """The same text (stripped) and the same tool calls."""
+    return a.text.strip() == b.text.strip() and _calls(a) == _calls(b)
+
+
+def _json_validity(answer: ChatResponse) -> tuple[bool | None, bool | None]:
+    """Whether ``answer``'s text is JSON (``None``: no text beside tool calls) and whether its
+    tool calls' arguments all are (``None``: no calls)."""
+    calls = answer.tool_calls or ()
+    text = _is_json(answer.text) if answer.text.strip() or not calls else None
+    if not calls:
+        return text, None
+    arguments = [(_function(call) or {}).get("arguments") for call in calls]
+    return text, all(isinstance(a, str | bytes) and _is_json(a) for a in arguments)
+
+
+def _size(answer: ChatResponse) -> int:
+    """``answer``'s length: its text's, and each tool call's name and arguments (compact JSON
+    where they parse; a call of another type: its JSON)."""
+    size = len(answer.text)
+    for call in answer.tool_calls or ():
+        function = _function(call)
+        if function is None:
+            size += len(json.dumps(call, sort_keys=True, default=repr))
+            continue
+        arguments = _arguments(function.get("arguments"))
+        if not isinstance(arguments, str):
+            arguments = json.dumps(arguments, separators=(",", ":"), default=repr)
+        size += len(str(function.get("name") or "")) + len(arguments)
+    return size
 
 
 def _ratio_ok(served: float | None, shadow: float | None, limit: float) -> bool | None:
@@ -61,16 +124,19 @@ def _ratio_ok(served: float | None, shadow: float | None, limit: float) -> bool 
 
 
 COMPARATORS: Mapping[str, Comparator] = {
-    "exact": lambda a, b: a.text.strip() == b.text.strip(),
-    "json_valid": lambda a, b: _is_json(a.text) == _is_json(b.text),
-    "length": lambda a, b: abs(len(a.text) - len(b.text)) <= 0.2 * max(len(a.text), 1),
+    "exact": _same,
+    "json_valid": lambda a, b: _json_validity(a) == _json_validity(b),
+    "length": lambda a, b: abs(_size(a) - _size(b)) <= 0.2 * max(_size(a), 1),
     "latency": lambda a, b: _ratio_ok(
         a.timings.total_s if a.timings else None, b.timings.total_s if b.timings else None, 1.5
     ),
     "cost": lambda a, b: _ratio_ok(a.cost_usd, b.cost_usd, 1.5),
 }
-"""The built-in comparisons: same text (stripped), same JSON validity, length within 20 %,
-latency and cost at most 1.5 times the served answer's."""
+"""The built-in comparisons of what the answers are, their text and their tool calls: the
+same text (stripped) and the same tool calls (``exact``: names and arguments, as parsed JSON
+where they parse, in any order, ids aside); the same JSON validity of the text and of the
+calls' arguments; length (text, tool names and arguments) within 20 %; latency and cost at
+most 1.5 times the served answer's."""
 
 
 @dataclass(frozen=True)

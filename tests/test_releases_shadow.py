@@ -1,0 +1,118 @@
+"""The shadow's built-in comparators judge what an answer is, its text and its tool calls (a
+FakeProvider's Responses endpoint answers a call of the tool its request requires)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from llmguard_sdk import Guard
+from llmguard_sdk.models import ChatResponse
+from llmguard_sdk.providers.responses import OpenAIResponsesProvider
+from llmguard_sdk.releases import Release, ReleasePlan, ShadowPolicy
+from llmguard_sdk.releases.shadow import COMPARATORS
+from llmguard_sdk.testing import FakeProvider
+
+
+def _tool(name: str) -> dict[str, Any]:
+    parameters = {"type": "object", "properties": {"q": {"type": "string"}}}
+    return {"type": "function", "function": {"name": name, "parameters": parameters}}
+
+
+def _release(fake: FakeProvider, version: str, model: str, tool: str) -> Release:
+    """A release whose calls that name no tools call ``tool`` (the call's own tools win)."""
+    route = OpenAIResponsesProvider(fake.base_url, model=model, name=f"r{version}")
+    return Release(
+        "bot", version, route, parameters={"tools": [_tool(tool)], "tool_choice": "required"}
+    )
+
+
+def test_the_shadow_tells_apart_answers_that_call_other_tools() -> None:
+    """Two answers with no text were in agreement by ``exact`` whatever tools they called
+    (and by ``json_valid`` and ``length`` too): a candidate calling the wrong tool on every
+    call agreed with the release on all of them."""
+    with FakeProvider(name="a") as a, FakeProvider(name="b") as b:
+        plan = ReleasePlan(
+            _release(a, "v1", "fake-a-2025-01-01", "lookup"),
+            candidate=_release(b, "v2", "fake-b-2025-02-01", "delete_account"),
+            shadow=ShadowPolicy(share=1.0, rate_per_s=1000, max_cost_usd=None),
+        )
+        guard = Guard(release=plan, environ={}, telemetry=False)
+        try:
+            user = [{"role": "user", "content": "find my order"}]
+            for _ in range(2):  # each release's own tool: other calls
+                assert guard.chat(user).tool_calls[0]["function"]["name"] == "lookup"  # type: ignore[index]
+            for _ in range(2):  # the call's own tools: the same call from both
+                guard.chat(user, tools=[_tool("lookup")], tool_choice="required")
+            shadow = guard.releases.shadow  # type: ignore[union-attr]
+            assert shadow is not None
+            assert shadow.drain(30.0)
+            report = shadow.report()
+        finally:
+            guard.close()
+    assert report["pairs"] == 4
+    assert report["agreement"]["exact"] == 0.5
+    assert report["agreement"]["length"] == 0.5  # "lookup" and "delete_account" differ
+    assert report["agreement"]["json_valid"] == 1.0  # every call's arguments parse
+
+
+def _answer(text: str = "", *calls: tuple[str, str], index: bool = False) -> ChatResponse:
+    """An answer with ``text`` and tool ``calls`` (name, arguments), ids of their own."""
+    tool_calls = [
+        {
+            "id": f"call_{id(text)}_{i}",
+            **({"index": i} if index else {}),
+            "type": "function",
+            "function": {"name": name, "arguments": arguments},
+        }
+        for i, (name, arguments) in enumerate(calls)
+    ]
+    return ChatResponse(text=text, tool_calls=tool_calls or None)
+
+
+ARGS = json.dumps({"q": "order 7", "limit": 3})
+SAME_ARGS = '{ "limit": 3,\n  "q": "order 7" }'  # other key order, other whitespace
+
+
+@pytest.mark.parametrize(
+    ("served", "shadow", "exact", "json_valid"),
+    [
+        (_answer("", ("lookup", ARGS)), _answer("", ("search", ARGS)), False, True),
+        (_answer("", ("lookup", ARGS)), _answer("", ("lookup", '{"q": "x"}')), False, True),
+        (_answer("", ("lookup", ARGS)), _answer("", ("lookup", SAME_ARGS), index=True), True, True),
+        (_answer("", ("lookup", ARGS)), _answer(""), False, False),
+        (_answer("", ("lookup", ARGS)), _answer("No.", ("lookup", ARGS)), False, False),
+        (_answer("", ("lookup", ARGS)), _answer("", ("lookup", "{broken")), False, False),
+        (_answer("", ("lookup", "{broken")), _answer("", ("lookup", "{broken")), True, True),
+        (
+            _answer("", ("a", "{}"), ("b", ARGS)),
+            _answer("", ("b", SAME_ARGS), ("a", "{ }")),  # parallel calls, in another order
+            True,
+            True,
+        ),
+        (_answer("", ("a", "{}"), ("a", "{}")), _answer("", ("a", "{}")), False, True),
+        (_answer(" Hello "), _answer("Hello"), True, True),
+        (_answer("Hello"), _answer("Bye"), False, True),
+    ],
+)
+def test_exact_and_json_valid_judge_text_and_tool_calls(
+    served: ChatResponse, shadow: ChatResponse, exact: bool, json_valid: bool
+) -> None:
+    """``exact`` compares the text (stripped) and the tool calls, by name and arguments (parsed
+    JSON where they parse: key order and whitespace aside; ids and indexes aside; parallel
+    calls in any order). ``json_valid`` compares whether each answer's text and its calls'
+    arguments are JSON."""
+    assert COMPARATORS["exact"](served, shadow) is exact
+    assert COMPARATORS["exact"](shadow, served) is exact
+    assert COMPARATORS["json_valid"](served, shadow) is json_valid
+
+
+def test_length_counts_tool_calls() -> None:
+    """Two answers without text were always of the same length, whatever they called."""
+    long = json.dumps({"q": "x" * 200})
+    assert not COMPARATORS["length"](_answer("", ("lookup", "{}")), _answer("", ("lookup", long)))
+    assert COMPARATORS["length"](_answer("", ("lookup", ARGS)), _answer("", ("lookup", SAME_ARGS)))
+    assert COMPARATORS["length"](_answer("a" * 100), _answer("a" * 110))
+    assert not COMPARATORS["length"](_answer("a" * 100), _answer("a" * 130))
