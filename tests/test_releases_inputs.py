@@ -331,3 +331,24 @@ def test_a_feedback_call_id_that_is_no_string_is_refused_with_telemetry_off(
         guard = Guard(release=plan, environ={}, telemetry=False)
         with guard, pytest.raises(RequestValidationError, match="call_id"):
             guard.feedback(call_id, 1.0)
+
+
+@pytest.mark.parametrize("now", ["now", math.nan, math.inf, None, True, 1.8e12])
+@pytest.mark.parametrize("canary", [False, True])
+def test_a_guard_names_a_release_clock_that_tells_no_time(now: Any, canary: bool) -> None:
+    """A ``ReleasePlan(clock=...)`` returning text raised a bare TypeError as the Guard was
+    built (reading the day for retirement warnings), NaN a ValueError, infinity an
+    OverflowError, milliseconds (``time.time() * 1000``, 1.8e12) a ValueError about year 55000."""
+    candidate = {"candidate": Release("bot", "v2", ROUTE), "canary": CanaryPolicy()}
+    plan = ReleasePlan(
+        Release("bot", "v1", ROUTE), clock=lambda: now, **(candidate if canary else {})
+    )
+    with pytest.raises(ConfigurationError, match=r"clock must return Unix seconds.*got"):
+        Guard(release=plan, environ={}, telemetry=False)
+
+
+def test_a_memory_release_backend_refuses_a_clock_that_is_no_callable() -> None:
+    from llmguard_sdk.releases import MemoryReleaseBackend
+
+    with pytest.raises(ConfigurationError, match="clock"):
+        MemoryReleaseBackend(clock=5)

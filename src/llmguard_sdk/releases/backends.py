@@ -25,12 +25,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, cast
 
 from .._state.steps import Step, blocking
 from .._state.stores import RedisScripts, RedisStore, hash_id, lua
+from ..errors import ConfigurationError
 from .policy import Counters, Stage, StageStatus
 
 __all__ = [
@@ -77,7 +78,9 @@ class ReleaseBackend(Protocol):
 class MemoryReleaseBackend:
     """A canary's state in this process (one Guard, or Guards sharing this backend)."""
 
-    def __init__(self, clock: Any = time.time) -> None:
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        if not callable(clock):
+            raise ConfigurationError(f"clock: a callable returning seconds, got {clock!r:.80}")
         self._clock = clock
         self._lock = threading.Lock()
         self._stages: dict[str, Stage] = {}

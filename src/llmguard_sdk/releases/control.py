@@ -50,7 +50,7 @@ from .policy import (
     promoted,
     rolled_back,
 )
-from .release import Arm, Release, ReleaseEvent, ReleasePlan, retirements
+from .release import Arm, Release, ReleaseEvent, ReleasePlan, read_clock, retirements
 
 if TYPE_CHECKING:
     from ..telemetry import Telemetry
@@ -275,7 +275,7 @@ class ReleaseControl:
             stage = found.stage
             decision = decide(stage, found.control, found.canary, policy) if stage else None
             if stage is not None and decision is not None:
-                now = self.plan.clock()
+                now = read_clock(self.plan.clock)
                 new = (
                     rolled_back(stage, decision.reason, now)
                     if decision.action == "rollback"
@@ -329,7 +329,8 @@ class ReleaseControl:
         self._next_check = time.monotonic() + _CHECK_EVERY_S
         if self._fixed_arm is not None:
             return
-        today = dt.datetime.fromtimestamp(self.plan.clock(), dt.timezone.utc).date()
+        now = read_clock(self.plan.clock)  # (a ConfigurationError as the Guard is built)
+        today = dt.datetime.fromtimestamp(now, dt.timezone.utc).date()
         with self._lock:  # earlier days' marks (one a model a day, for good) are done with
             for old in [mark for mark in self._warned if mark[2] != today]:
                 self._warned.discard(old)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import math
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -28,7 +29,7 @@ from ..prompts.adapters import (
 )
 from ..providers.base import Provider
 from ..router import DeploymentGroup
-from .policy import CanaryPolicy
+from .policy import CanaryPolicy, is_number
 
 if TYPE_CHECKING:
     from .shadow import ShadowPolicy
@@ -40,6 +41,7 @@ __all__ = [
     "ReleaseHook",
     "ReleasePlan",
     "is_moving_alias",
+    "read_clock",
     "retirements",
 ]
 
@@ -272,7 +274,9 @@ class ReleasePlan:
         retirements: ``{model: retirement day}`` beside the price table's ``retires_on``.
         prices: the table whose ``deprecated_on`` / ``retires_on`` are read (default: the
             Guard's).
-        clock: wall-clock seconds (``time.time``), injectable for tests.
+        clock: wall-clock seconds (``time.time``), injectable for tests; what it returns
+            must be Unix seconds (a finite number), else building the Guard raises
+            :class:`~llmguard_sdk.errors.ConfigurationError`.
         key: the name the canary's stage is kept under in the store (default: the
             release's name).
 
@@ -343,6 +347,23 @@ def _check_policies(plan: ReleasePlan) -> None:
         raise ConfigurationError(f"key must be a non-empty string, got {plan.key!r:.80}")
     if not callable(plan.clock):
         raise ConfigurationError(f"clock must be callable, got {plan.clock!r:.80}")
+
+
+def read_clock(clock: Callable[[], float]) -> float:
+    """What a plan's ``clock`` says, Unix seconds, or a :class:`ConfigurationError` naming
+    ``clock``: text raised a bare TypeError as the Guard was built, NaN a ValueError, and
+    milliseconds (a time no date has) a ValueError about the year."""
+    now = clock()
+    if is_number(now) and math.isfinite(now):
+        try:
+            dt.datetime.fromtimestamp(now, dt.timezone.utc)
+        except (OverflowError, OSError, ValueError):
+            pass
+        else:
+            return float(now)
+    raise ConfigurationError(
+        f"clock must return Unix seconds (as time.time() does), got {now!r:.80}"
+    )
 
 
 def retirements(
