@@ -109,6 +109,19 @@ def test_exact_and_json_valid_judge_text_and_tool_calls(
     assert COMPARATORS["json_valid"](served, shadow) is json_valid
 
 
+def test_exact_tells_a_refusal_from_an_empty_answer_and_from_another_refusal() -> None:
+    """A refusal has no text (OpenAI's is in ``metadata["refusal"]``): it agreed with an empty
+    answer and with any other refusal."""
+    refused = ChatResponse(text="", metadata={"refusal": "I can't help with that."})
+    other = ChatResponse(text="", metadata={"refusal": "No."})
+    same = ChatResponse(text="", metadata={"refusal": " I can't help with that. "})
+    exact = COMPARATORS["exact"]
+    assert not exact(refused, _answer(""))
+    assert not exact(_answer(""), refused)
+    assert not exact(refused, other)
+    assert exact(refused, same)
+
+
 def test_length_counts_tool_calls() -> None:
     """Two answers without text were always of the same length, whatever they called."""
     long = json.dumps({"q": "x" * 200})

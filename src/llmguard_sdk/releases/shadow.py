@@ -86,8 +86,16 @@ def _calls(answer: ChatResponse) -> list[str]:
 
 
 def _same(a: ChatResponse, b: ChatResponse) -> bool:
-    """The same text (stripped) and the same tool calls."""
-    return a.text.strip() == b.text.strip() and _calls(a) == _calls(b)
+    """The same text (stripped), the same tool calls and the same refusal (OpenAI's, kept in
+    ``metadata["refusal"]``: a refusal has no text)."""
+    return (
+        a.text.strip() == b.text.strip() and _calls(a) == _calls(b) and _refusal(a) == _refusal(b)
+    )
+
+
+def _refusal(answer: ChatResponse) -> str | None:
+    refusal = answer.metadata.get("refusal")
+    return refusal.strip() if isinstance(refusal, str) else None
 
 
 def _json_validity(answer: ChatResponse) -> tuple[bool | None, bool | None]:
