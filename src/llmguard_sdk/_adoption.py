@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast, overload
 
 from ._core.stages import Stages
 from .context import Hook
@@ -37,6 +37,30 @@ class Adoption:
             return self._stages.hooks
         return (*self._stages.hooks, telemetry.on_protect_event)
 
+    @overload
+    def protect(
+        self,
+        func: F,
+        *,
+        route: str = ...,
+        tenant: str | None = ...,
+        feature: str | None = ...,
+        user: str | None = ...,
+        timeout: float | None = ...,
+    ) -> F: ...
+
+    @overload
+    def protect(
+        self,
+        func: None = None,
+        *,
+        route: str = ...,
+        tenant: str | None = ...,
+        feature: str | None = ...,
+        user: str | None = ...,
+        timeout: float | None = ...,
+    ) -> Callable[[F], F]: ...
+
     def protect(
         self,
         func: F | None = None,
@@ -46,7 +70,7 @@ class Adoption:
         feature: str | None = None,
         user: str | None = None,
         timeout: float | None = None,
-    ) -> Any:
+    ) -> F | Callable[[F], F]:
         """Decorate an existing function that calls an LLM, sync or async.
 
         Use as ``@guard.protect`` or ``@guard.protect(feature="search")``. The function runs

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, overload
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -234,6 +234,36 @@ class _Completions:
     def __init__(self, guard: Guard) -> None:
         self._guard = guard
 
+    @overload
+    def create(
+        self,
+        *,
+        messages: Sequence[Mapping[str, Any]],
+        model: str | None = ...,
+        stream: Literal[False] = ...,
+        **params: Any,
+    ) -> ChatCompletion: ...
+
+    @overload
+    def create(
+        self,
+        *,
+        messages: Sequence[Mapping[str, Any]],
+        model: str | None = ...,
+        stream: Literal[True],
+        **params: Any,
+    ) -> ChunkStream: ...
+
+    @overload
+    def create(
+        self,
+        *,
+        messages: Sequence[Mapping[str, Any]],
+        model: str | None = ...,
+        stream: bool,
+        **params: Any,
+    ) -> ChatCompletion | ChunkStream: ...
+
     def create(
         self,
         *,
@@ -253,6 +283,36 @@ class _Completions:
 class _AsyncCompletions:
     def __init__(self, guard: Guard) -> None:
         self._guard = guard
+
+    @overload
+    async def create(
+        self,
+        *,
+        messages: Sequence[Mapping[str, Any]],
+        model: str | None = ...,
+        stream: Literal[False] = ...,
+        **params: Any,
+    ) -> ChatCompletion: ...
+
+    @overload
+    async def create(
+        self,
+        *,
+        messages: Sequence[Mapping[str, Any]],
+        model: str | None = ...,
+        stream: Literal[True],
+        **params: Any,
+    ) -> AsyncChunkStream: ...
+
+    @overload
+    async def create(
+        self,
+        *,
+        messages: Sequence[Mapping[str, Any]],
+        model: str | None = ...,
+        stream: bool,
+        **params: Any,
+    ) -> ChatCompletion | AsyncChunkStream: ...
 
     async def create(
         self,
@@ -364,9 +424,12 @@ class AsyncChunkStream(_Chunks["AsyncChatStream"]):
         await self._stream.aclose()
 
 
-class _Chat:
-    def __init__(self, completions: _Completions | _AsyncCompletions) -> None:
-        self.completions = completions
+_Completer = TypeVar("_Completer", _Completions, _AsyncCompletions)
+
+
+class _Chat(Generic[_Completer]):
+    def __init__(self, completions: _Completer) -> None:
+        self.completions: _Completer = completions
 
 
 class GuardedClient:

@@ -390,6 +390,15 @@ class Guard(Adoption, Lifecycle):
         **options: Unpack[ChatOptions],
     ) -> ChatStream: ...
 
+    @overload
+    def chat(
+        self,
+        messages: MessagesArg | None = ...,
+        *,
+        stream: bool,
+        **options: Unpack[ChatOptions],
+    ) -> ChatResponse | ChatStream: ...
+
     def chat(
         self,
         messages: MessagesArg | None = None,
@@ -437,6 +446,15 @@ class Guard(Adoption, Lifecycle):
         stream: Literal[True],
         **options: Unpack[ChatOptions],
     ) -> AsyncChatStream: ...
+
+    @overload
+    async def achat(
+        self,
+        messages: MessagesArg | None = ...,
+        *,
+        stream: bool,
+        **options: Unpack[ChatOptions],
+    ) -> ChatResponse | AsyncChatStream: ...
 
     async def achat(
         self,

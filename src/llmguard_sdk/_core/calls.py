@@ -7,7 +7,7 @@ envelope in :mod:`.streams`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import anyio
@@ -24,8 +24,8 @@ from .stages import Stages, finish, prepare, resolve_scope
 
 __all__ = ["MessagesArg", "acomplete_call", "call_context", "complete_call", "stream_flag"]
 
-MessagesArg = Sequence[Message | Mapping[str, Any]]
-"""Chat messages as :class:`~llmguard_sdk.Message` objects or dicts."""
+MessagesArg = Iterable[Message | Mapping[str, Any]]
+"""Chat messages as :class:`~llmguard_sdk.Message` objects or dicts (a list, or any iterable)."""
 
 
 def call_context(

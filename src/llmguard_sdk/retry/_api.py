@@ -32,7 +32,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from types import TracebackType
-from typing import Any, TypedDict, TypeVar, cast
+from typing import Any, TypedDict, TypeVar, cast, overload
 
 import anyio
 from typing_extensions import Unpack
@@ -407,7 +407,15 @@ def retry_context(**options: Unpack[RetryOptions]) -> Retrying:
     return Retrying(**options)
 
 
-def retry(func: F | None = None, **given: Unpack[RetryOptions]) -> Any:
+@overload
+def retry(func: F, **given: Unpack[RetryOptions]) -> F: ...
+
+
+@overload
+def retry(func: None = None, **given: Unpack[RetryOptions]) -> Callable[[F], F]: ...
+
+
+def retry(func: F | None = None, **given: Unpack[RetryOptions]) -> F | Callable[[F], F]:
     """Decorate a sync or async function so that its failures are retried.
 
     The options (:class:`RetryOptions`): ``on`` (what to retry; default

@@ -133,10 +133,10 @@ class DeploymentGroup:
     def __init__(
         self,
         name: str,
-        deployments: Sequence[Provider],
+        deployments: Iterable[Provider],
         *,
         strategy: Strategy = "latency",
-        weights: Sequence[float] | None = None,
+        weights: Iterable[float] | None = None,
         half_life_s: float = 10.0,
         penalty_s: float = 10.0,
         slack: float = 2.0,
