@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import pytest
@@ -28,19 +28,28 @@ import with_redis
 from llmguard_sdk.store import RedisClusterStore, RedisStore
 from tests.localmodel import loaded_model
 
-USER = [{"role": "user", "content": "hello there"}]
+if TYPE_CHECKING:
+    from openai.types.chat import ChatCompletionMessageParam
+
+USER: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hello there"}]
 MODES = ["sync", "async"]  # the ways :func:`chat_in_mode` calls a Guard
+
+RawRedis = Any
+"""A redis-py client that a test reads Redis with: redis-py types the replies of its sync
+client as ``Awaitable[Any] | Any`` (shared with its asyncio client), so they are Any here."""
 
 
 def chat_in_mode(guard: Guard, mode: str, **kwargs: Any) -> ChatResponse:
     """Send :data:`USER` through ``guard``: ``"sync"`` with ``chat``, ``"async"`` with
     ``achat`` in an event loop of its own (which closes the Guard's async side after it)."""
     if mode == "sync":
-        return guard.chat(USER, **kwargs)
+        response: ChatResponse = guard.chat(USER, **kwargs)
+        return response
 
     async def run() -> ChatResponse:
         try:
-            return await guard.achat(USER, **kwargs)
+            answer: ChatResponse = await guard.achat(USER, **kwargs)
+            return answer
         finally:
             await guard.aclose()
 

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llmguard_sdk import LocalProvider
 
-QUESTION = [
+if TYPE_CHECKING:
+    from openai.types.chat import ChatCompletionMessageParam
+
+QUESTION: list[ChatCompletionMessageParam] = [
     {"role": "system", "content": "Answer in one short sentence."},
     {"role": "user", "content": "What is the capital of France?"},
 ]

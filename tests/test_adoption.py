@@ -176,12 +176,12 @@ def test_drop_in_client_matches_openais_shape(fake: FakeProvider, make_guard: Ma
         model="ignored-by-pinned-route", messages=USER, max_tokens=20, frequency_penalty=0.5
     )
     assert isinstance(completion, object)
-    parsed = OpenAIChatCompletion.model_validate(completion.model_dump())  # type: ignore[union-attr]
+    parsed = OpenAIChatCompletion.model_validate(completion.model_dump())
     assert parsed.choices[0].message.content == "Echo: hello there"
     assert parsed.usage is not None
     assert parsed.usage.completion_tokens == 3
-    assert completion.llmguard is not None  # type: ignore[union-attr]
-    assert completion.llmguard.route == "primary"  # type: ignore[union-attr]
+    assert completion.llmguard is not None  # type: ignore[attr-defined]
+    assert completion.llmguard.route == "primary"  # type: ignore[attr-defined]
     body = fake.requests[-1].body
     assert body is not None
     assert body["frequency_penalty"] == 0.5  # unknown parameters pass through
@@ -213,9 +213,9 @@ def test_async_drop_in_client(fake: FakeProvider, make_guard: MakeGuard) -> None
         client = guard.aclient()
         completion = await client.chat.completions.create(model="m", messages=USER)
         stream = await client.chat.completions.create(model="m", messages=USER, stream=True)
-        pieces = [c.choices[0].delta.content async for c in stream if c.choices]  # type: ignore[union-attr]
+        pieces = [c.choices[0].delta.content async for c in stream if c.choices]
         await guard.aclose()
-        return completion.choices[0].message.content, "".join(p or "" for p in pieces)  # type: ignore[union-attr,return-value]
+        return completion.choices[0].message.content, "".join(p or "" for p in pieces)  # type: ignore[return-value]
 
     assert anyio.run(run) == ("Echo: hello there", "Echo: hello there")
 
@@ -227,7 +227,7 @@ def test_an_answers_message_object_goes_back_into_the_next_call(
     guard = make_guard(fake)
     client = GuardedClient(guard)
     first = client.chat.completions.create(model="m", messages=USER)
-    history = [*USER, first.choices[0].message, {"role": "user", "content": "and then"}]
+    history: list[Any] = [*USER, first.choices[0].message, {"role": "user", "content": "and then"}]
     second = client.chat.completions.create(model="m", messages=history)
     assert second.choices[0].message.content == "Echo: and then"
     third = guard.chat([*USER, openai_message("Echo: hello there"), USER[0]])  # openai's own
@@ -266,7 +266,7 @@ def test_look_alike_streams_usage_only_when_asked(
         stream = await AsyncGuardedClient(guard).chat.completions.create(
             model="m", messages=USER, stream=True
         )
-        return [c async for c in stream]  # type: ignore[union-attr]
+        return [c async for c in stream]
 
     assert all(c.choices for c in anyio.run(run))
 
@@ -323,6 +323,7 @@ async def test_protect_treats_an_async_sdk_method_as_async(fake: FakeProvider) -
     event = events[-1]
     assert (event.outcome, event.attempts, event.model) == ("ok", 2, "gpt-test")
     assert event.usage is not None
+    assert completion.usage is not None
     assert event.usage.output_tokens == completion.usage.completion_tokens
     await client.close()
 

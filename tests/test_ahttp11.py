@@ -45,7 +45,8 @@ async def post(
     content: Any = CHAT,
 ) -> httpx2.Response:
     request = httpx2.Request("POST", url, content=content, extensions={"timeout": timeouts})
-    return await transport.handle_async_request(request)
+    response: httpx2.Response = await transport.handle_async_request(request)
+    return response
 
 
 async def read_whole(transport: AnyioTransport, url: str) -> bytes:

@@ -19,6 +19,7 @@ from llmguard_sdk import (
     ContextLengthExceededError,
     Guard,
     MalformedResponseError,
+    Message,
     PromptBuilder,
     ProviderUnavailableError,
     RateLimitedError,
@@ -35,7 +36,7 @@ from llmguard_sdk.testing import FakeProvider, Fault
 
 from .rawserver import RawServer, http_response, sse_head
 
-QUESTION = [{"role": "user", "content": "What is a circuit breaker?"}]
+QUESTION = [Message(role="user", content="What is a circuit breaker?")]
 STATIC = " ".join(f"Rule {i}: answer from the handbook and cite the rule." for i in range(40))
 
 
@@ -316,35 +317,36 @@ def test_streamed_tool_use_is_assembled_by_the_guard() -> None:
 
 
 def test_openai_shaped_requests_are_translated() -> None:
+    messages: list[Any] = [  # dicts in OpenAI's shape: ChatRequest reads them as Messages
+        {"role": "system", "content": "Be brief."},
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "What is on it?"},
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
+                {"type": "image_url", "image_url": {"url": "https://example.invalid/i.png"}},
+            ],
+        },
+        {
+            "role": "assistant",
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "lookup", "arguments": '{"q": "x"}'},
+                },
+                {
+                    "id": "call_2",
+                    "type": "function",
+                    "function": {"name": "lookup", "arguments": '{"q": "y"}'},
+                },
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": "found x"},
+        {"role": "tool", "tool_call_id": "call_2", "content": "found y"},
+    ]
     request = ChatRequest(
-        messages=[
-            {"role": "system", "content": "Be brief."},
-            {
-                "role": "user",
-                "content": [
-                    {"type": "text", "text": "What is on it?"},
-                    {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
-                    {"type": "image_url", "image_url": {"url": "https://example.invalid/i.png"}},
-                ],
-            },
-            {
-                "role": "assistant",
-                "tool_calls": [
-                    {
-                        "id": "call_1",
-                        "type": "function",
-                        "function": {"name": "lookup", "arguments": '{"q": "x"}'},
-                    },
-                    {
-                        "id": "call_2",
-                        "type": "function",
-                        "function": {"name": "lookup", "arguments": '{"q": "y"}'},
-                    },
-                ],
-            },
-            {"role": "tool", "tool_call_id": "call_1", "content": "found x"},
-            {"role": "tool", "tool_call_id": "call_2", "content": "found y"},
-        ],
+        messages=messages,
         tools=[{"type": "function", "function": {"name": "lookup", "description": "Find."}}],
         tool_choice="required",
         seed=3,
@@ -451,9 +453,11 @@ def test_a_history_breakpoint_caches_the_conversation_so_far(
 
 def test_explicit_breakpoints_are_sent_as_they_are() -> None:
     marked = {"type": "text", "text": "Long context.", "cache_control": {"type": "ephemeral"}}
-    request = ChatRequest(
-        messages=[{"role": "user", "content": [marked]}, {"role": "user", "content": "q"}],
-        metadata={"llmguard.prompt.static_messages": "0"},
+    request = ChatRequest.model_validate(
+        {
+            "messages": [{"role": "user", "content": [marked]}, {"role": "user", "content": "q"}],
+            "metadata": {"llmguard.prompt.static_messages": "0"},
+        }
     )
     params = anthropic_params(request)
     assert params["messages"][0]["content"] == [marked]

@@ -19,6 +19,7 @@ import pytest
 from llmguard_sdk.cache import (
     DEFAULT_THRESHOLD,
     BertEmbedder,
+    Embedder,
     HashingEmbedder,
     HybridEmbedder,
     ResponseCache,
@@ -185,14 +186,14 @@ def test_hybrid_similarity_is_the_weighted_mean_of_its_parts(minilm: BertEmbedde
 
 
 def test_hybrid_thresholds_and_bad_weights(minilm: BertEmbedder) -> None:
-    parts = [(minilm, 1.0), (HashingEmbedder(), 1.0)]
+    parts: list[tuple[Embedder, float]] = [(minilm, 1.0), (HashingEmbedder(), 1.0)]
     assert suggested_threshold(minilm) == 0.8
     assert HybridEmbedder(parts).default_threshold == pytest.approx((0.8 + DEFAULT_THRESHOLD) / 2)
     assert HybridEmbedder(parts, default_threshold=0.6).default_threshold == 0.6
     unsuggested = BertEmbedder(Path(minilm.model_dir))
     assert unsuggested.default_threshold is None
     assert suggested_threshold(unsuggested) == DEFAULT_THRESHOLD
-    unsuggested.default_threshold = np.float32(0.75)  # type: ignore[assignment]
+    unsuggested.default_threshold = np.float32(0.75)
     assert suggested_threshold(unsuggested) == pytest.approx(0.75)
     with pytest.raises(ConfigurationError):
         HybridEmbedder([(minilm, 0.0)])

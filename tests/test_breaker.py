@@ -26,7 +26,7 @@ from llmguard_sdk.errors import (
     RateLimitedError,
 )
 from llmguard_sdk.store import RedisStore, hash_id
-from tests.conftest import RedisTarget, redis_store
+from tests.conftest import RawRedis, RedisTarget, redis_store
 
 POLICY = BreakerPolicy(
     window=10,
@@ -312,9 +312,9 @@ def test_a_route_name_that_is_no_string_is_a_configuration_error(driven: Driven)
             breakers.probe_passed,
         ):
             with pytest.raises(ConfigurationError):
-                use(bad)  # memory took it, Redis raised AttributeError
+                use(bad)  # type: ignore[arg-type]  # memory took it, Redis raised AttributeError
         with pytest.raises(ConfigurationError):
-            breakers.record(bad, None, seconds=0.1)
+            breakers.record(bad, None, seconds=0.1)  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError):
         breakers.record("r", None, seconds="0.1")  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError):
@@ -431,7 +431,8 @@ def test_redis_a_long_open_duration_still_trips_in_redis(redis_url: str, redis_p
         backend.record("r", "fail")
     assert store.health.up()
     assert backend.state("r") == "open"
-    assert store.client.ttl(store.key("cb", hash_id("r"), "s")) > 0
+    client: RawRedis = store.client
+    assert client.ttl(store.key("cb", hash_id("r"), "s")) > 0
     store.close()
 
 

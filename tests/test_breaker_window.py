@@ -20,7 +20,7 @@ from llmguard_sdk.breaker import (
     MemoryBreakerBackend,
     RedisBreakerBackend,
 )
-from llmguard_sdk.breaker.policy import TIME_BUCKETS, acquire, record
+from llmguard_sdk.breaker.policy import TIME_BUCKETS, Outcome, acquire, record
 from tests.conftest import RedisTarget, redis_store
 
 OUTCOMES = ["ok", "ok", "slow", "fail", "rate_limited"]
@@ -112,6 +112,7 @@ def replay(policy: BreakerPolicy, steps: list[tuple[str, int, Any]]) -> None:
             _, state = acquire(state, float(now), policy)
             _, reference.state = acquire(reference.state, float(now), policy)
             continue
+        outcome: Outcome
         outcome, hint = ("rate_limited", value) if what == "429" else (value, None)
         state = record(state, float(now), policy, outcome, hint=hint)
         reference.record(now, outcome, hint)
@@ -208,7 +209,8 @@ class Pair:
     def __init__(self, redis: RedisBreakerBackend, policy: BreakerPolicy) -> None:
         self.redis, self.now = redis, [1_000_005.0]
         self.memory = MemoryBreakerBackend(policy, clock=lambda: self.now[0])
-        started = float(redis._store.client.time()[0])
+        seconds, _ = redis._store.client.time()  # type: ignore[misc]  # redis-py: Awaitable | Any
+        started = float(seconds)
         redis.clock_offset = math.ceil(started / 100) * 100 + 5 - started
 
     def advance(self, seconds: float) -> None:
@@ -239,7 +241,7 @@ def test_the_redis_script_keeps_step_with_the_policy(target: Any, policy: Breake
                 "r", "rate_limited", 50.0
             )
         else:
-            outcome = rng.choice(["ok", "ok", "ok", "slow", "fail", "fail"])
+            outcome: Outcome = rng.choice(["ok", "ok", "ok", "slow", "fail", "fail"])
             assert pair.redis.record("r", outcome) == pair.memory.record("r", outcome)
     window_key = pair.redis._keys("r")[1]
     assert target.client.hlen(window_key) <= 4 + (
@@ -271,14 +273,14 @@ def test_the_redis_time_window_forgets_each_bucket(target: Any) -> None:
     pair = Pair(RedisBreakerBackend(target, TIME), TIME)
     both = (pair.memory, pair.redis)
     for backend in both:
-        for outcome in ["fail", "fail", "fail"]:
-            backend.record("r", outcome)
+        for _ in range(3):
+            backend.record("r", "fail")
     pair.advance(990)  # the window's last bucket: the failures still count
     assert pair.redis.record("r", "ok") == pair.memory.record("r", "ok") == "open"
     for backend in both:
         backend.reset("r")
-        for outcome in ["fail", "fail", "fail"]:  # 95 s into their bucket
-            backend.record("r", outcome)
+        for _ in range(3):  # 95 s into their bucket
+            backend.record("r", "fail")
     pair.advance(910)  # 905 s after their bucket ended: it has left the window
     assert pair.redis.record("r", "ok") == pair.memory.record("r", "ok") == "closed"
     fields = target.client.hgetall(pair.redis._keys("r")[1])
@@ -292,6 +294,6 @@ def test_a_window_left_by_0_1_0_does_not_get_in_the_way(target: Any) -> None:
     backend = RedisBreakerBackend(target, COUNT)
     old_key = backend._keys("r")[0][: -len(":s")] + ":w"
     target.client.lpush(old_key, "1800000000.000000|fail", "1800000000.000000|ok")
-    outcomes = ["fail", "ok", "fail", "fail"]
+    outcomes: list[Outcome] = ["fail", "ok", "fail", "fail"]
     assert [backend.record("r", o) for o in outcomes] == ["closed"] * 3 + ["open"]
     assert backend.state("r") == "open"  # in Redis, not in the local fallback of an outage

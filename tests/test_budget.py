@@ -27,7 +27,7 @@ from llmguard_sdk.budget import (
     UnknownModelPriceError,
     cost_of_response,
 )
-from llmguard_sdk.budget.policy import NANO, decide, nano, window_bounds
+from llmguard_sdk.budget.policy import NANO, WindowKind, decide, nano, window_bounds
 from llmguard_sdk.providers.wire import usage_from_payload
 from llmguard_sdk.store import RedisStore
 from tests.conftest import RedisTarget, redis_store
@@ -165,8 +165,8 @@ def test_a_price_table_file_round_trips(tmp_path: Any) -> None:
 @pytest.mark.parametrize(
     "make",
     [
-        lambda: PriceTable({"m": 1.0}),
-        lambda: PriceTable({"m": None}),
+        lambda: PriceTable({"m": 1.0}),  # type: ignore[dict-item]
+        lambda: PriceTable({"m": None}),  # type: ignore[dict-item]
         lambda: PriceTable([("m", Price(input=1, output=1))]),  # type: ignore[arg-type]
         lambda: PriceTable(default=1.0),  # type: ignore[arg-type]
         lambda: PriceTable().with_prices({}, default={"input": 1}),  # type: ignore[arg-type]
@@ -203,7 +203,8 @@ def test_window_bounds_follow_the_clock_back_and_forth_across_edges() -> None:
     edges = [_epoch(2024, 2, 29, 23, 59, 0), _epoch(2024, 3, 1, 0, 0, 0), _epoch(2025, 1, 1, 0, 0)]
     clocks = [edge + delta for edge in edges for delta in (-1.0, -1e-6, 0.0, 1e-6, 0.5, 1.0)]
     for now in [*clocks, *reversed(clocks), *clocks[::3], *clocks[1::2]]:
-        for kind, seconds in (("minute", 60), ("hour", 3600), ("day", 86400)):
+        kinds: tuple[tuple[WindowKind, int], ...] = (("minute", 60), ("hour", 3600), ("day", 86400))
+        for kind, seconds in kinds:
             index = math.floor(now / seconds)
             assert window_bounds(kind, now) == (index, float((index + 1) * seconds))
         day = dt.datetime.fromtimestamp(math.floor(now), tz=dt.timezone.utc)

@@ -15,7 +15,7 @@ import pytest
 from llmguard_sdk import Guard, OpenAICompatibleProvider
 from llmguard_sdk.budget import Budget, BudgetEvent, Budgets, Price, PriceTable
 from llmguard_sdk.errors import BudgetExceededError, ConfigurationError, ProviderTimeoutError
-from llmguard_sdk.models import ChatRequest
+from llmguard_sdk.models import ChatRequest, Message
 from llmguard_sdk.providers.batch import BatchProvider
 from llmguard_sdk.telemetry.redaction import redact_secrets
 from llmguard_sdk.testing import FakeProvider
@@ -68,8 +68,8 @@ def test_a_hundred_batch_calls_come_back_discounted_and_counted_once(
     guard.close()
     batches = [r for r in fake.requests if r.path.rstrip("/").endswith("batches")]
     assert 1 <= len([r for r in batches if r.method == "POST"]) <= 3  # a few batches, not 100
-    interactive = ("/chat/completions", "/messages")
-    assert not any(r.path.endswith(interactive) for r in fake.requests)  # batch API only
+    chat_paths = ("/chat/completions", "/messages")
+    assert not any(r.path.endswith(chat_paths) for r in fake.requests)  # batch API only
     total = 0.0
     for question, answer in zip(questions, answers, strict=True):
         assert question.split()[-1] in answer.text  # each caller got its own answer
@@ -82,17 +82,17 @@ def test_a_hundred_batch_calls_come_back_discounted_and_counted_once(
     assert row["spent_usd"] == pytest.approx(total, abs=1e-8)  # each call counted once
     assert row["held_usd"] == 0
     # holds are sized at the batch rates: half what the same call holds on a standard route
-    standard = Guard(
+    standard_guard = Guard(
         OpenAICompatibleProvider(fake.base_url, model="fake-model", name=api),
         budgets=Budgets([Budget(limit_usd=10.0, scope="tenant")], prices=PRICES),
         environ={},
     )
     interactive = _Recording()
-    spend = standard._stages.spend
+    spend = standard_guard._stages.spend
     assert spend is not None
     spend.backend = interactive
-    standard.chat([{"role": "user", "content": questions[55]}], max_tokens=20, tenant="acme")
-    standard.close()
+    standard_guard.chat([{"role": "user", "content": questions[55]}], max_tokens=20, tenant="acme")
+    standard_guard.close()
     assert max(held) * 2 == pytest.approx(interactive.held[0], abs=2)
 
 
@@ -177,7 +177,7 @@ def test_priority_batch_calls_take_the_batch_route_and_others_never_do(
 
 def test_closing_after_an_async_batch_call_gave_up_does_not_raise(fake: FakeProvider) -> None:
     route = BatchProvider(fake.base_url, model="fake-model", window=30.0, poll_interval=0.05)
-    request = ChatRequest(messages=[{"role": "user", "content": "gave up"}], max_tokens=5)
+    request = ChatRequest(messages=[Message(role="user", content="gave up")], max_tokens=5)
 
     async def run() -> None:
         with pytest.raises(ProviderTimeoutError):
@@ -193,7 +193,7 @@ def test_a_call_whose_caller_gave_up_before_its_batch_left_is_not_sent(
     fake: FakeProvider, asynchronous: bool
 ) -> None:
     route = BatchProvider(fake.base_url, model="fake-model", window=0.3, poll_interval=0.05)
-    request = ChatRequest(messages=[{"role": "user", "content": "gave up"}], max_tokens=5)
+    request = ChatRequest(messages=[Message(role="user", content="gave up")], max_tokens=5)
     deadline = time.monotonic() + 0.05
     if asynchronous:
         with pytest.raises(ProviderTimeoutError):
@@ -247,7 +247,7 @@ def test_a_batch_nobody_waits_for_any_more_is_cancelled_at_the_provider(
     fake.batch_seconds = 60.0  # type: ignore[attr-defined]
     route = BatchProvider(fake.base_url, api=api, model="fake-model", window=0.05,
                           poll_interval=0.05)  # fmt: skip
-    request = ChatRequest(messages=[{"role": "user", "content": "too slow"}], max_tokens=5)
+    request = ChatRequest(messages=[Message(role="user", content="too slow")], max_tokens=5)
     deadline = time.monotonic() + 0.5  # the batch leaves first, then the caller gives up
     call = route.acomplete if asynchronous else route.complete
     with pytest.raises(ProviderTimeoutError):
@@ -277,10 +277,10 @@ def test_a_budget_with_no_route_to_send_a_call_to_refuses_it(
         prices=PRICES,
         downgrade_to=["nightly"] if policy == "downgrade" else (),
         local_routes=["local"] if policy == "local_only" else (),
-        on_event=events.append,
+        on_event=[events.append],
     )
     guard = Guard([local, batch], budgets=budgets, environ={}, timeout=10, retry=None)
-    priority = "batch" if policy == "local_only" else "interactive"
+    priority: Literal["batch", "interactive"] = "batch" if policy == "local_only" else "interactive"
     try:
         with pytest.raises(BudgetExceededError):
             guard.chat(USER, max_tokens=10, priority=priority)

@@ -15,7 +15,7 @@ import pytest
 
 from llmguard_sdk.budget import MemoryBudgetBackend, RedisBudgetBackend
 from llmguard_sdk.budget.policy import CounterSpec, CounterState, add_hold, bring_to_now, nano
-from tests.conftest import redis_store
+from tests.conftest import RawRedis, redis_store
 
 DAY = 86400.0
 
@@ -176,7 +176,7 @@ def test_redis_counters_and_settled_markers_carry_ttls(redis_url: str, redis_pre
     counter = [spec("acme", window="hour")]
     assert reserve(backend, "r1", counter, 0.01).allowed
     assert backend.settle("r1", counter, actual=nano(0.01), ttl=120).applied
-    client = redis.Redis.from_url(redis_url)
+    client: RawRedis = redis.Redis.from_url(redis_url)
     try:
         keys = list(client.scan_iter(match=f"{redis_prefix}:*"))
         assert keys
@@ -216,7 +216,7 @@ def test_redis_counters_read_or_refused_on_carry_ttls(redis_url: str, redis_pref
     full = spec("global", window="hour", limit_usd=0.01)
     assert not reserve(backend, "r1", [full, spec("new-tenant", window="day")], 0.02).allowed
     backend.status([spec("looked-up", window="month")])
-    client = redis.Redis.from_url(redis_url)
+    client: RawRedis = redis.Redis.from_url(redis_url)
     try:
         keys = list(client.scan_iter(match=f"{redis_prefix}:*:c:*"))
         names = {key.decode().rpartition(":c:")[2] for key in keys}
@@ -239,7 +239,7 @@ def test_redis_a_hold_beyond_any_ttl_is_granted_and_expires(
     store = redis_store(redis_url, redis_prefix)
     backend = RedisBudgetBackend(store, name="expiry")
     counter = [spec("acme", window="hour")]
-    client = redis.Redis.from_url(redis_url)
+    client: RawRedis = redis.Redis.from_url(redis_url)
     try:
         assert reserve(backend, "r1", counter, 0.01, ttl=float(sys.maxsize)).allowed
         assert store.health.up()

@@ -120,7 +120,7 @@ class _Recording(MemoryBudgetBackend):
         super().__init__()
         self.held: list[int] = []
 
-    def reserve(self, rid: str, specs: Any, **hold: Any) -> Any:
+    def reserve(self, /, rid: str, specs: Any, **hold: Any) -> Any:
         result = super().reserve(rid, specs, **hold)
         if result.allowed:
             self.held.append(result.amount)
@@ -185,7 +185,12 @@ def test_a_budgeted_call_holds_its_worst_case_and_settles_to_the_bill(path: Path
             status = spend.status()
     assert answer is not None
     assert answer.usage is not None
-    tokens = ("input_tokens", "output_tokens", "cached_input_tokens", "reasoning_tokens")
+    tokens: tuple[str, ...] = (
+        "input_tokens",
+        "output_tokens",
+        "cached_input_tokens",
+        "reasoning_tokens",
+    )
     tokens += ("cache_write_input_tokens", "cache_write_1h_input_tokens")
     assert [getattr(answer.usage, t) for t in tokens] == [getattr(usage, t) for t in tokens]
     assert answer.cost_usd == pytest.approx(fixture["expected_usd"], rel=1e-12)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tools.redis_cluster import RedisServer
+from redis_cluster import RedisServer
 
 from llmguard_sdk.budget import Budgets, RedisBudgetBackend
 from llmguard_sdk.budget.policy import CounterSpec, nano

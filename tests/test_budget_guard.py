@@ -28,6 +28,7 @@ from llmguard_sdk.budget import (
     BudgetEvent,
     Budgets,
     BudgetUnavailableError,
+    CounterStatus,
     Price,
     PriceTable,
     UnknownModelPriceError,
@@ -54,7 +55,7 @@ PRICES = PriceTable.default_table().with_prices(
 CALL_USD = (6 * 100 + 3 * 200) / 1e6
 
 
-def spend_of(guard: Guard, **scope: Any) -> list[dict[str, Any]]:
+def spend_of(guard: Guard, **scope: Any) -> list[CounterStatus]:
     spend = guard._stages.spend
     assert spend is not None
     return spend.status(**scope)
@@ -137,7 +138,7 @@ def _downgrading(
         fake,
         fake2,
         budgets=Budgets(
-            [budget], prices=PRICES, downgrade_to=["backup"], on_event=events.append, **options
+            [budget], prices=PRICES, downgrade_to=["backup"], on_event=[events.append], **options
         ),
     )
 
@@ -244,7 +245,7 @@ def test_alerts_fire_once_per_threshold_through_the_guard(
         budgets=Budgets(
             [Budget(limit_usd=CALL_USD * 10, scope="feature", window="hour")],
             prices=PRICES,
-            on_event=events.append,
+            on_event=[events.append],
         ),
     )
     for _ in range(9):
@@ -268,7 +269,7 @@ def test_a_scope_of_the_wrong_kind_is_a_configuration_error(
         with pytest.raises(RequestValidationError):
             guard.chat(USER, max_tokens=3, **scope)
     with pytest.raises(RequestValidationError):  # as a call's scope
-        guard.budget_status(tenant=5)  # type: ignore[typeddict-item]
+        guard.budget_status(tenant=5)  # type: ignore[arg-type]
     with pytest.raises(RequestValidationError):
         guard.budget_status(tags=[5])  # type: ignore[list-item]
     assert fake.stats.requests == 0
@@ -295,7 +296,11 @@ def test_runaway_calls_raise_an_event(fake: FakeProvider, make_guard: MakeGuard)
     events: list[BudgetEvent] = []
     guard = make_guard(
         fake,
-        budgets=Budgets([Budget(limit_usd=100.0)], prices=PRICES, on_event=events.append),
+        budgets=Budgets(
+            [Budget(limit_usd=100.0)],
+            prices=PRICES,
+            on_event=events.append,  # type: ignore[arg-type]  # one hook: taken as [hook]
+        ),
     )
     for _ in range(50):
         guard.chat(USER, max_tokens=3, feature="search")

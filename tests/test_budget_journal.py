@@ -9,6 +9,7 @@ import socket
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import anyio.to_thread
 import pytest
@@ -163,7 +164,7 @@ def test_an_async_settle_journals_without_blocking_the_event_loop(
         port = probe.getsockname()[1]
     store = RedisStore(f"redis://127.0.0.1:{port}", key_prefix="journal-async")
     backend = RedisBudgetBackend(store, name="j", fail_open=True, journal_dir=str(tmp_path))
-    hold = {"base": 1000, "per_token": 0.0, "want": 0, "minimum": 0, "ttl": 60.0}
+    hold: dict[str, Any] = {"base": 1000, "per_token": 0.0, "want": 0, "minimum": 0, "ttl": 60.0}
     fsync = HeldFsync()
 
     async def main() -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import anyio
 import pytest
-from tools.redis_cluster import RedisServer
+from redis_cluster import RedisServer
 
 from llmguard_sdk import Guard, OpenAICompatibleProvider
 from llmguard_sdk.budget import Budget, BudgetEvent, Budgets
@@ -19,7 +19,7 @@ from llmguard_sdk.retry import RetryPolicy
 from llmguard_sdk.store import RedisStore
 from llmguard_sdk.testing import FakeProvider, Fault
 
-from .conftest import USER
+from .conftest import USER, RawRedis
 from .test_budget_guard import CALL_USD, PRICES
 from .test_fake_provider import wait_until
 
@@ -103,9 +103,12 @@ def test_a_retry_counted_locally_tells_on_event(
         timeout=20,
     )
     fake.script(Fault(latency=4.0), None)  # the first attempt times out after it went out
-    killer = threading.Thread(
-        target=lambda: wait_until(lambda: fake.stats.requests == 1) and redis_server.kill()
-    )
+
+    def kill_redis_once_sent() -> None:
+        if wait_until(lambda: fake.stats.requests == 1):
+            redis_server.kill()
+
+    killer = threading.Thread(target=kill_redis_once_sent)
     killer.start()
     try:
         answer = guard.chat(USER, max_tokens=3)
@@ -130,7 +133,7 @@ def test_a_reservation_script_redis_refuses_is_told_once(
     store = RedisStore(redis_url, key_prefix=redis_prefix, journal_dir=str(tmp_path))
     events: list[BudgetEvent] = []
     guard = _guard(fake, store, events)
-    client = redis.Redis.from_url(redis_url)
+    client: RawRedis = redis.Redis.from_url(redis_url)
     try:
         _served(guard, twin)
         (counter,) = client.keys(f"{redis_prefix}:budget:*:c:*")

@@ -15,6 +15,7 @@ import pytest
 from llmguard_sdk import (
     AllRoutesFailedError,
     BudgetExceededError,
+    ChatResponse,
     Guard,
     ProviderError,
     RateLimitExceededError,
@@ -74,6 +75,7 @@ def test_a_retry_after_a_charged_timeout_is_refused_when_the_cap_has_no_room(
     three of them spent past the cap ($0.0013 capped, $0.0022 spent after two)."""
     guard = _guard(make_guard, store, fake, limit=TIGHT_USD)
     fake.always(Fault(latency=3.0))
+    call: Callable[[], ChatResponse]
     if twin == "sync":
         call = lambda: guard.chat(USER, max_tokens=1)  # noqa: E731
     else:
@@ -251,7 +253,7 @@ def _moving_guard(
         prices=PRICES,
         downgrade_to=["backup"] if policy == "downgrade" else (),
         local_routes=["local"] if policy == "local_only" else (),
-        on_event=events.append,
+        on_event=[events.append],
     )
     return make_guard(
         *fakes, budgets=budgets, retry=RETRIES, attempt_timeout=1.0, timeout=20, **options
@@ -343,7 +345,7 @@ def test_a_downgraded_call_whose_cheaper_route_does_not_fit_either_is_refused(
         [Budget(limit_usd=TIGHT_USD, on_exhausted="downgrade")],
         prices=dear,
         downgrade_to=["backup"],
-        on_event=events.append,
+        on_event=[events.append],
     )
     guard = make_guard(fake, fake2, budgets=budgets, retry=RETRIES, attempt_timeout=1.0)
     fake.always(Fault(latency=3.0))

@@ -26,7 +26,7 @@ from llmguard_sdk.context import Scope, scoped
 from llmguard_sdk.errors import ConfigurationError, RequestValidationError
 from llmguard_sdk.models import ChatRequest, ChatResponse, Message
 from llmguard_sdk.tokens import cl100k_encoding
-from tests.conftest import RedisTarget
+from tests.conftest import RawRedis, RedisTarget
 
 FAQ = "How do I reset my password on the mobile app?"
 PARAPHRASE = "How can I reset my password in the mobile app?"
@@ -653,10 +653,10 @@ def test_redis_entries_are_json_with_a_ttl(redis_url: str, redis_prefix: str) ->
 
     cache = ResponseCache(redis_url, key_prefix=redis_prefix, ttl=60, stale_ttl=60)
     cache.store(ask(FAQ), answer("a"))
-    client = redis.Redis.from_url(redis_url)
+    client: RawRedis = redis.Redis.from_url(redis_url)
     keys = [k for k in client.scan_iter(match=f"{redis_prefix}:cache:*:e:*")]
     assert len(keys) == 1
-    assert json.loads(client.get(keys[0]))["query"] == FAQ  # type: ignore[arg-type]
+    assert json.loads(client.get(keys[0]))["query"] == FAQ
     assert 0 < client.pttl(keys[0]) <= 120_000
     client.close()
     cache.close()

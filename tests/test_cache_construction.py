@@ -12,9 +12,10 @@ import socket
 import time
 
 import pytest
+import with_redis
 
 from llmguard_sdk.cache import ResponseCache
-from tests.conftest import with_redis
+from llmguard_sdk.store import RedisStore
 from tests.loopback import LoopbackServer
 from tests.test_cache import FAQ, answer, ask
 
@@ -42,6 +43,7 @@ def test_building_a_cache_with_redis_down_neither_raises_nor_logs(
         cache = ResponseCache(url, vector_search=kind)  # type: ignore[arg-type]
     try:
         assert [r.getMessage() for r in caplog.records] == []
+        assert isinstance(cache.state, RedisStore)
         assert cache.state.health.failures == 0  # nothing was tried
         # the first use: a miss and nothing stored, as in any outage
         assert cache.lookup(ask(FAQ)) is None

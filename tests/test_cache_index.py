@@ -17,7 +17,8 @@ from llmguard_sdk.tokens import cl100k_encoding
 
 def _unit(rng: np.random.Generator, dimension: int) -> np.ndarray:
     vector = rng.standard_normal(dimension).astype(np.float32)
-    return vector / np.linalg.norm(vector)
+    unit: np.ndarray = vector / np.linalg.norm(vector)
+    return unit
 
 
 def test_a_one_entry_index_holds_one_row_and_no_sketch() -> None:
@@ -109,7 +110,8 @@ def test_an_entry_evicted_by_another_thread_before_it_was_indexed_leaves_no_vect
 def _sparse_unit(rng: np.random.Generator, dimension: int, nonzero: int) -> np.ndarray:
     vector = np.zeros(dimension, dtype=np.float32)
     vector[rng.choice(dimension, nonzero, replace=False)] = rng.standard_normal(nonzero)
-    return vector / np.linalg.norm(vector)
+    unit: np.ndarray = vector / np.linalg.norm(vector)
+    return unit
 
 
 def _brute_force(live: dict[str, np.ndarray], query: np.ndarray, k: int) -> list[tuple[str, float]]:
@@ -200,7 +202,9 @@ def _large_cache() -> ResponseCache:
 def test_the_store_after_a_miss_indexes_the_vector_and_sketch_the_lookup_computed() -> None:
     cache = _large_cache()
     (index,) = cache._local.indexes.values()
+    assert isinstance(index, VectorIndex)
     assert index._sketch is not None
+    assert index._rows is not None
     request = ChatRequest(messages=[Message(role="user", content="how do I reset my password")])
     assert cache.lookup(request) is None
     probe = cache._recent.embedded("how do I reset my password").probe  # the lookup's
@@ -229,6 +233,9 @@ def test_an_entry_with_another_vector_for_a_recent_query_is_indexed_with_its_own
     other = _unit(np.random.default_rng(9), cache.embedder.dimension)
     assert run(cache.put_steps(entry.model_copy(update={"vector": encode_vector(other)})))
     (index,) = cache._local.indexes.values()
+    assert isinstance(index, VectorIndex)
+    assert index._rows is not None
+    assert index._sketch is not None
     row = index._rows[entry.entry_id]
     np.testing.assert_array_equal(index._vectors[row], other.astype(np.float16))
     np.testing.assert_array_equal(

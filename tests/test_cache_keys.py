@@ -5,6 +5,7 @@ asks what was looked up; ``keys=`` does the same for direct users of the cache."
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import anyio
 import pytest
@@ -13,7 +14,7 @@ from llmguard_sdk import Guard
 from llmguard_sdk._core.opening import _clamped
 from llmguard_sdk.budget import Budget, Budgets, Price, PriceTable
 from llmguard_sdk.cache import ResponseCache, core
-from llmguard_sdk.cache.keys import CacheKeys
+from llmguard_sdk.cache.keys import CacheKeys, request_keys
 from llmguard_sdk.context import Scope
 from llmguard_sdk.models import ChatRequest, ChatResponse, Message
 from llmguard_sdk.testing import FakeProvider
@@ -34,11 +35,11 @@ def chat(text: str) -> list[dict[str, str]]:
 def computed(monkeypatch: pytest.MonkeyPatch) -> list[ChatRequest]:
     """The requests whose keys the cache computes (the real computation, counted)."""
     seen: list[ChatRequest] = []
-    real = core.request_keys
+    assert core.request_keys is request_keys  # type: ignore[attr-defined]  # (imported there)
 
     def counted(request: ChatRequest, partition: tuple[str, ...]) -> CacheKeys:
         seen.append(request)
-        return real(request, partition)
+        return request_keys(request, partition)
 
     monkeypatch.setattr(core, "request_keys", counted)
     return seen
@@ -104,7 +105,7 @@ def test_a_guarded_call_computes_its_keys_once_and_stores_under_them(
     cache = ResponseCache(semantic=False)  # a hit below is an exact one
     guard = make_guard(fake, cache=cache)
 
-    def call(text: str, **options: object) -> str:
+    def call(text: str, **options: Any) -> str:
         if mode == "sync":
             return guard.chat(chat(text), **options).route or ""
         if mode == "async":

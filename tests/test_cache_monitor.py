@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader, NumberDataPoint
 
 from llmguard_sdk.cache import FalseHitMonitor, ResponseCache
 from llmguard_sdk.errors import ConfigurationError
@@ -58,6 +58,8 @@ def _gauge(reader: InMemoryMetricReader) -> dict[str, float]:
             for metric in scope.metrics:
                 if metric.name == "llmguard.cache.false_hit_rate":
                     for point in metric.data.data_points:
+                        assert isinstance(point, NumberDataPoint)
+                        assert point.attributes is not None
                         found[str(point.attributes["namespace"])] = point.value
     return found
 
@@ -184,7 +186,7 @@ def test_the_budget_bounds_the_background_checks() -> None:
     asked: list[str] = []
 
     def ask(request: ChatRequest) -> ChatResponse:
-        asked.append(request.messages[-1].content or "")
+        asked.append(request.messages[-1].text)
         return ChatResponse(text="x", finish_reason="stop")
 
     monitor = FalseHitMonitor(ask, sample_rate=1.0, max_checks_per_minute=2, clock=lambda: clock[0])
@@ -199,7 +201,8 @@ def test_the_budget_bounds_the_background_checks() -> None:
     with pytest.raises(ConfigurationError):
         FalseHitMonitor(ask, target=0.0)
     nan = float("nan")  # a NaN budget took a token for every sample: no budget at all
-    for bad in ({"max_checks_per_minute": nan}, {"raise_step": nan}, {"agreement": nan}):
+    for name in ("max_checks_per_minute", "raise_step", "agreement"):
+        bad: dict[str, Any] = {name: nan}
         with pytest.raises(ConfigurationError):
             FalseHitMonitor(ask, **bad)
 

@@ -7,10 +7,11 @@ import json
 import time
 
 import pytest
-from tools.redis_cluster import RedisServer
+from redis_cluster import RedisServer
 
 from llmguard_sdk.cache import ResponseCache
 from llmguard_sdk.store import RedisStore
+from tests.conftest import RawRedis
 from tests.test_cache import FAQ, PARAPHRASE, answer, ask
 
 pytestmark = pytest.mark.redis
@@ -57,7 +58,7 @@ def test_an_answer_this_version_cannot_read_is_a_miss(redis_url: str, redis_pref
     cache = ResponseCache(redis_url, key_prefix=redis_prefix, sync_interval=0.0)
     try:
         assert cache.store(ask(FAQ), answer("a"))
-        client = redis.Redis.from_url(redis_url)
+        client: RawRedis = redis.Redis.from_url(redis_url)
         (key,) = client.keys(f"{redis_prefix}:cache:*:e:*")
         written = json.loads(client.get(key))
         written["response"]["cost_source"] = "from-a-newer-version"

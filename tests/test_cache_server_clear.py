@@ -18,6 +18,7 @@ import redis
 
 from llmguard_sdk.cache import HashingEmbedder, ResponseCache, backends
 from llmguard_sdk.context import scoped
+from tests.conftest import RawRedis
 from tests.test_cache_server_search import answer, ask
 
 PAGE = 40  # entries (or hash fields) a clear deletes per script, here
@@ -27,8 +28,8 @@ BIG = 150
 
 
 @pytest.fixture
-def server(redis8_url: str) -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(redis8_url)
+def server(redis8_url: str) -> Iterator[RawRedis]:
+    client: RawRedis = redis.Redis.from_url(redis8_url)
     yield client
     client.close()
 
@@ -51,9 +52,9 @@ def _filled(url: str, prefix: str) -> ResponseCache:
     return cache
 
 
-def _scripts_run(client: redis.Redis, url: str, act: Callable[[], None]) -> list[list[list[str]]]:
+def _scripts_run(client: RawRedis, url: str, act: Callable[[], None]) -> list[list[list[str]]]:
     """The commands each script ran while ``act()`` ran (read with MONITOR)."""
-    watcher = redis.Redis.from_url(url, socket_timeout=30)
+    watcher: RawRedis = redis.Redis.from_url(url, socket_timeout=30)
     end = f"scripts-end-{uuid.uuid4().hex}"
     scripts: list[list[list[str]]] = []
     try:
@@ -73,7 +74,7 @@ def _scripts_run(client: redis.Redis, url: str, act: Callable[[], None]) -> list
         watcher.close()
 
 
-def _sizes(client: redis.Redis, prefix: str) -> dict[str, int]:
+def _sizes(client: RawRedis, prefix: str) -> dict[str, int]:
     return {
         key.decode(): int(client.execute_command("VCARD", key))
         for key in client.scan_iter(match=f"{prefix}:cache:*:v:*")
@@ -81,7 +82,7 @@ def _sizes(client: redis.Redis, prefix: str) -> dict[str, int]:
 
 
 @pytest.fixture(params=["listpack", "hashtable"])
-def encoding(request: pytest.FixtureRequest, server: redis.Redis) -> Iterator[str]:
+def encoding(request: pytest.FixtureRequest, server: RawRedis) -> Iterator[str]:
     """The hashes' encoding: a small one is a listpack (HSCAN reads it whole), a larger one
     a hash table (HSCAN reads it from a cursor), here from 17 fields on."""
     (name, was), *_ = server.config_get("hash-max-listpack-entries").items()
@@ -92,7 +93,7 @@ def encoding(request: pytest.FixtureRequest, server: redis.Redis) -> Iterator[st
 
 
 def test_a_namespace_larger_than_a_page_is_cleared_in_bounded_scripts(
-    redis8_url: str, server: redis.Redis, monkeypatch: pytest.MonkeyPatch, encoding: str
+    redis8_url: str, server: RawRedis, monkeypatch: pytest.MonkeyPatch, encoding: str
 ) -> None:
     monkeypatch.setattr(backends, "_CLEAR_PAGE", PAGE)
     monkeypatch.setattr(backends, "_CLEAR_VECTORS", VECTORS)
@@ -134,7 +135,7 @@ def test_a_namespace_larger_than_a_page_is_cleared_in_bounded_scripts(
         cache.close()
 
 
-def _assert_nothing_left_but_the_log(client: redis.Redis, prefix: str) -> None:
+def _assert_nothing_left_but_the_log(client: RawRedis, prefix: str) -> None:
     """No entry, vector set, hash or LRU is left, and every key left expires."""
     left = [key.decode() for key in client.scan_iter(match=f"{prefix}:*")]
     assert [key.rsplit(":", 1)[-1] for key in left] == ["log"], left
@@ -142,7 +143,7 @@ def _assert_nothing_left_but_the_log(client: redis.Redis, prefix: str) -> None:
 
 
 def test_a_clear_with_writes_meanwhile_leaves_nothing_without_an_expiry(
-    redis8_url: str, server: redis.Redis, monkeypatch: pytest.MonkeyPatch
+    redis8_url: str, server: RawRedis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A store between two of a clear's scripts: its entry and vector go too, or stay
     whole (entry, vector and hash field, each with its expiry)."""

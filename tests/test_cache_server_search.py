@@ -16,13 +16,14 @@ from typing import Any
 
 import pytest
 import redis
+import with_redis
 
 from llmguard_sdk._state.stores import RedisStore, hash_id
 from llmguard_sdk.cache import RedisCacheBackend, ResponseCache
 from llmguard_sdk.context import scoped
 from llmguard_sdk.errors import ConfigurationError
 from llmguard_sdk.models import ChatRequest, ChatResponse, Message
-from tests.conftest import with_redis
+from tests.conftest import RawRedis
 
 FAQ = "How do I reset my password on the mobile app?"
 PARAPHRASE = "How can I reset my password in the mobile app?"
@@ -36,7 +37,7 @@ def answer(text: str) -> ChatResponse:
     return ChatResponse(text=text, finish_reason="stop")
 
 
-def vector_sets(client: redis.Redis, prefix: str) -> dict[str, int]:
+def vector_sets(client: RawRedis, prefix: str) -> dict[str, int]:
     """Each vector set of the cache under ``prefix`` and how many vectors it holds."""
     return {
         key.decode(): int(client.execute_command("VCARD", key))
@@ -46,7 +47,7 @@ def vector_sets(client: redis.Redis, prefix: str) -> dict[str, int]:
 
 @pytest.fixture
 def server(redis8_url: str) -> Any:
-    client = redis.Redis.from_url(redis8_url)
+    client: RawRedis = redis.Redis.from_url(redis8_url)
     yield client
     client.close()
 
@@ -138,7 +139,7 @@ cache.close()
 
 
 def _has_vector_sets(url: str, prefix: str) -> bool:
-    client = redis.Redis.from_url(url)
+    client: RawRedis = redis.Redis.from_url(url)
     try:
         client.execute_command("VCARD", f"{prefix}:probe")
         return True
@@ -198,6 +199,7 @@ def test_a_server_without_vector_sets_found_late_pauses_nothing_else(
             cache.store(ask(FAQ), answer("a"))
         with pytest.raises(ConfigurationError, match="VADD / VSIM"):
             cache.lookup(ask(PARAPHRASE))
+        assert isinstance(cache.state, RedisStore)
         assert cache.state.health.up()
         assert cache.state.health.failures == 0
         assert not [r for r in caplog.records if "needs a Redis with vector sets" in r.message]
@@ -291,6 +293,7 @@ def test_a_write_refused_or_out_of_memory_is_logged_as_what_it_is(
     server.set(vix, "a string where the cache keeps a hash")
     assert not cache.store(ask(FAQ), answer("a"))
     assert any("WRONGTYPE" in r.message for r in caplog.records)
+    assert isinstance(cache.state, RedisStore)
     assert cache.state.health.failures == 0  # refused: nothing to wait out
     server.delete(vix)
     assert cache.store(ask(FAQ), answer("a"))

@@ -8,7 +8,7 @@ from __future__ import annotations
 import anyio
 import pytest
 import with_redis
-from tools.redis_cluster import RedisServer
+from redis_cluster import RedisServer
 
 from llmguard_sdk._state.steps import Batch
 from llmguard_sdk.cache import ResponseCache

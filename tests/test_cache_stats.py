@@ -100,9 +100,9 @@ def test_what_is_not_a_request_an_answer_or_a_deadline_is_a_typed_error() -> Non
     with pytest.raises(RequestValidationError, match="ChatResponse"):
         cache.store(ask(FAQ), "the answer")  # type: ignore[arg-type]
     with pytest.raises(RequestValidationError, match="deadline"):
-        cache.store(ask(FAQ), answer("a"), deadline="5")  # type: ignore[typeddict-item]
+        cache.store(ask(FAQ), answer("a"), deadline="5")  # type: ignore[arg-type]
     with pytest.raises(RequestValidationError, match="deadline"):
-        cache.lookup(ask(FAQ), deadline=True)  # type: ignore[typeddict-item]
+        cache.lookup(ask(FAQ), deadline=True)
     assert cache.lookup(ask(FAQ), deadline=time.monotonic() + 5) is None
 
 
@@ -114,7 +114,7 @@ def test_an_openai_embedder_with_a_timeout_or_dimension_of_the_wrong_kind_is_ref
 
     for options in ({"timeout": "10"}, {"timeout": -1.0}, {"timeout": float("nan")}):
         with pytest.raises(ConfigurationError, match="timeout"):
-            OpenAIEmbedder("http://127.0.0.1:1/v1", "m", 8, **options)  # type: ignore[arg-type]
+            OpenAIEmbedder("http://127.0.0.1:1/v1", "m", 8, **options)
     with pytest.raises(ConfigurationError, match="dimension"):
         OpenAIEmbedder("http://127.0.0.1:1/v1", "m", 0)
 
@@ -152,10 +152,10 @@ def test_cache_options_of_the_wrong_kind_are_typed_errors() -> None:
     other than a CacheKeys raised ``AttributeError`` from inside the lookup."""
     cache = ResponseCache()
     with pytest.raises(RequestValidationError, match="cacheable"):
-        cache.store(ask(FAQ), answer("a"), cacheable="no")  # type: ignore[typeddict-item]
+        cache.store(ask(FAQ), answer("a"), cacheable="no")  # type: ignore[arg-type]
     assert cache.lookup(ask(FAQ)) is None  # nothing was stored
     with pytest.raises(RequestValidationError, match="keys"):
-        cache.lookup(ask(FAQ), keys="abc")  # type: ignore[typeddict-item]
+        cache.lookup(ask(FAQ), keys="abc")  # type: ignore[arg-type]
 
 
 class _ShortVectors(HashingEmbedder):

@@ -20,14 +20,15 @@ import redis
 from llmguard_sdk._state.stores import RedisStore
 from llmguard_sdk.cache import RedisCacheBackend, ResponseCache
 from llmguard_sdk.errors import ConfigurationError
+from tests.conftest import RawRedis
 from tests.test_cache import FAQ, PARAPHRASE, answer, ask
 
 OTHER = {"local": "server", "server": "local"}
 
 
 @pytest.fixture
-def server(redis8_url: str) -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(redis8_url)
+def server(redis8_url: str) -> Iterator[RawRedis]:
+    client: RawRedis = redis.Redis.from_url(redis8_url)
     yield client
     client.close()
 
@@ -74,7 +75,7 @@ def test_switching_kinds_over_live_entries_is_a_configuration_error(
 
 
 def test_a_store_from_the_other_kind_writes_nothing_and_is_logged_once(
-    redis8_url: str, server: redis.Redis, caplog: pytest.LogCaptureFixture
+    redis8_url: str, server: RawRedis, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Two kinds started on an empty namespace (each used once: its checks passed): the
     first to store a vector keeps it."""
@@ -92,6 +93,7 @@ def test_a_store_from_the_other_kind_writes_nothing_and_is_logged_once(
         refusals = [r for r in caplog.records if "vector_search='server'" in r.getMessage()]
         assert len(refusals) == 1
         assert refusals[0].levelname == "ERROR"
+        assert isinstance(local.state, RedisStore)
         assert local.state.health.failures == 0  # refused: no outage to wait out
         hit = local.lookup(ask(FAQ))  # exact reads still serve the other kind's entries
         assert hit is not None
@@ -104,7 +106,7 @@ def test_a_store_from_the_other_kind_writes_nothing_and_is_logged_once(
 
 @pytest.mark.parametrize("first", ["server", "local"])
 def test_a_namespace_written_before_the_mark_is_read_from_its_keys(
-    redis8_url: str, server: redis.Redis, first: str
+    redis8_url: str, server: RawRedis, first: str
 ) -> None:
     """Entries an earlier version wrote carry no mark: the ``vix`` hash says "server", an
     entry holding its vector "local"."""
@@ -145,19 +147,19 @@ def test_local_caches_mark_their_namespace_on_any_redis(redis_url: str, redis_pr
         cache.close()
 
 
-def _vectors(server: redis.Redis, prefix: str) -> int:
+def _vectors(server: RawRedis, prefix: str) -> int:
     """How many vectors the vector sets under ``prefix`` hold."""
     keys = server.scan_iter(match=f"{prefix}:cache:*:v:*")
     return sum(int(server.execute_command("VCARD", key)) for key in keys)
 
 
-def _indexed(server: redis.Redis, prefix: str) -> int:
+def _indexed(server: RawRedis, prefix: str) -> int:
     """How many entry ids the ``vix`` hashes under ``prefix`` name."""
     return sum(int(server.hlen(key)) for key in server.scan_iter(match=f"{prefix}:cache:*:vix"))
 
 
 def test_an_exact_only_writer_evicting_server_entries_removes_their_vectors(
-    redis8_url: str, server: redis.Redis
+    redis8_url: str, server: RawRedis
 ) -> None:
     """A cache without similarity search (``semantic=False``) may share a namespace that
     ``vector_search="server"`` caches keep; its stores evicted their entries but left the
@@ -180,7 +182,7 @@ def test_an_exact_only_writer_evicting_server_entries_removes_their_vectors(
 
 
 def test_an_exact_only_reader_of_an_expired_server_entry_removes_its_vector(
-    redis8_url: str, server: redis.Redis
+    redis8_url: str, server: RawRedis
 ) -> None:
     """The read of an expired entry's key takes it out of the LRU (no eviction will pop it):
     its vector goes then too, whichever cache reads it (the vector set lives on with a

@@ -217,11 +217,11 @@ def test_cache_tags_given_as_one_string_are_refused_before_any_call(
     guard.chat(USER, tenant="acme", cache_tags=["ab"])
     for tags in ("ab", "ba", b"ab"):
         with pytest.raises(RequestValidationError, match="cache_tags"):
-            guard.chat(USER, tenant="acme", cache_tags=tags)
+            guard.chat(USER, tenant="acme", cache_tags=tags)  # type: ignore[arg-type]
     with pytest.raises(RequestValidationError, match="cache_tags"):
-        guard.chat(USER, tenant="acme", cache_tags=["ab", 7])
+        guard.chat(USER, tenant="acme", cache_tags=["ab", 7])  # type: ignore[list-item]
     with pytest.raises(RequestValidationError, match="cache_tags"):
-        guard.chat(USER, tenant="acme", cache_tags=7)
+        guard.chat(USER, tenant="acme", cache_tags=7)  # type: ignore[call-overload]
     assert guard.chat(USER, tenant="acme", cache_tags=("ab",)).route == "cache"
     assert fake.stats.requests == 1
 
@@ -234,7 +234,7 @@ def test_a_cacheable_that_is_not_a_bool_is_refused_before_any_call(
     guard = make_guard(fake, cache=ResponseCache())
     for flag in ("no", "false", 0, None):
         with pytest.raises(RequestValidationError, match="cacheable"):
-            guard.chat(USER, cacheable=flag)
+            guard.chat(USER, cacheable=flag)  # type: ignore[call-overload]
     assert fake.stats.requests == 0
     guard.chat(USER, cacheable=False)
     assert guard.chat(USER).route == "primary"
@@ -248,9 +248,10 @@ def test_a_bool_is_no_number_of_seconds(
     guard = make_guard(fake)
     for flag in (True, False):
         with pytest.raises(RequestValidationError, match=option):
-            guard.chat(USER, **{option: flag})
+            guard.chat(USER, **{option: flag})  # type: ignore[call-overload]
     assert fake.stats.requests == 0
-    assert guard.chat(USER, **{option: 1}).text  # whole seconds are numbers
+    seconds: dict[str, Any] = {option: 1}
+    assert guard.chat(USER, **seconds).text  # whole seconds are numbers
 
 
 def test_async_hedged_streams_cancelled_as_their_race_ends_give_the_winner_back(

@@ -36,7 +36,7 @@ def test_completions_are_openais_own_objects(fake: FakeProvider, make_guard: Mak
     assert completion.choices[0].message.content == "Echo: hello there"
     assert completion.usage is not None
     assert completion.usage.prompt_tokens == 6
-    assert completion.llmguard.route == "primary"
+    assert completion.llmguard.route == "primary"  # type: ignore[attr-defined]
     assert "llmguard" not in completion.model_dump()
 
 
@@ -113,7 +113,7 @@ def test_async_client_is_openais(fake: FakeProvider, make_guard: MakeGuard) -> N
         client = _async_openai_client(guard)
         assert isinstance(client, openai.AsyncOpenAI)
         completion = await client.chat.completions.create(model="m", messages=USER)
-        assert completion.llmguard.route == "primary"
+        assert completion.llmguard.route == "primary"  # type: ignore[attr-defined]
         stream = await client.chat.completions.create(model="m", messages=USER, stream=True)
         pieces = [c.choices[0].delta.content or "" async for c in stream if c.choices]
         await guard.aclose()
@@ -188,7 +188,8 @@ def test_with_options_keeps_the_guard(fake: FakeProvider, make_guard: MakeGuard)
         try:
             assert aclient.guard is guard
             answer = await aclient.chat.completions.create(model="m", messages=USER)
-            return answer.choices[0].message.content
+            content: str | None = answer.choices[0].message.content
+            return content
         finally:  # the client, then the Guard's async side (its connections in this loop)
             await aclient.close()
             await guard.aclose()

@@ -18,7 +18,7 @@ from llmguard_sdk.budget import Budget, Budgets, Price, PriceTable
 from llmguard_sdk.ratelimit import RateLimit
 from llmguard_sdk.store import RedisClusterStore, RedisStore, open_store
 from llmguard_sdk.testing import FakeProvider
-from tests.conftest import crowd_a_small_pool
+from tests.conftest import RawRedis, crowd_a_small_pool
 
 pytestmark = pytest.mark.cluster
 
@@ -228,9 +228,9 @@ def test_a_cluster_store_takes_its_timeouts_by_the_standalone_path(
         assert (pool.timeout, pool.max_connections) == (2.5, 7)
 
     async def nodes() -> None:
-        client = cluster.aclient
+        client: RawRedis = cluster.aclient
         await client.ping()
-        for node in client.get_nodes():  # type: ignore[attr-defined]
+        for node in client.get_nodes():
             assert {name: node.connection_kwargs[name] for name in names} == expected
             assert node.max_connections == 7
         await cluster.aclose()

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 import redis
-from tools.redis_cluster import RedisCluster
+from redis_cluster import RedisCluster
 
 from llmguard_sdk import Guard, OpenAICompatibleProvider
 from llmguard_sdk.budget import Budget, Budgets
@@ -27,6 +27,7 @@ from llmguard_sdk.ratelimit import RateLimit
 from llmguard_sdk.store import RedisClusterStore
 from llmguard_sdk.testing import FakeProvider
 
+from .conftest import RawRedis
 from .test_redis_faults import LIMIT_USD, PRICES, USER, _results
 
 pytestmark = pytest.mark.cluster
@@ -88,7 +89,7 @@ def _budget_master(cluster: RedisCluster) -> int:
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         for index, port in enumerate(cluster.ports):
-            client = redis.Redis(port=port, socket_timeout=2)
+            client: RawRedis = redis.Redis(port=port, socket_timeout=2)
             try:
                 if client.execute_command("ROLE")[0] not in (b"master", "master"):
                     continue

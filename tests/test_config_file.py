@@ -12,6 +12,7 @@ from llmguard_sdk import ConfigurationError, DeploymentGroup, Guard, ProviderErr
 from llmguard_sdk._config_file import load_config, resolve, tasks_of
 from llmguard_sdk.cli import main
 from llmguard_sdk.config import GuardSettings
+from llmguard_sdk.store import RedisStore
 from llmguard_sdk.testing import FakeProvider
 
 from .conftest import USER
@@ -293,6 +294,7 @@ def test_a_reference_inside_a_header_or_url_is_read_from_the_environment(
         environ["REDIS_AT"] = environ["REDIS_AT"].rsplit("/", 1)[0]
         with Guard.from_config(config, environ=environ) as guard:
             guard.chat(USER)
+            assert isinstance(guard.store, RedisStore)
             assert guard.store.ping()
         assert fake.requests[-1].headers["authorization"] == "Bearer tok-1"
     with pytest.raises(ConfigurationError, match=r"routes\.0\.headers\.Authorization.*GW_TOKEN"):
@@ -416,6 +418,7 @@ def test_a_store_reference_is_read_from_the_environment(
     )
     path = _write(tmp_path, "guard.toml", text)
     with Guard.from_config(path, environ={"GUARD_STORE_URL": redis_url}) as guard:
+        assert isinstance(guard.store, RedisStore)
         assert guard.store.ping()  # the Redis the variable names
     with pytest.raises(ConfigurationError, match="GUARD_STORE_URL is not set"):
         Guard.from_config(path, environ={})

@@ -99,6 +99,7 @@ def test_a_subclass_taking_its_own_keywords_gets_them() -> None:
             self.team = team
 
     with Tagged.from_config(CONFIG, environ={}, team="search", telemetry=False) as guard:
+        assert isinstance(guard, Tagged)
         assert guard.team == "search"
         assert guard.settings.timeout == 5
     with pytest.raises(ConfigurationError, match="takes no providers="):

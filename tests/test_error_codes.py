@@ -58,7 +58,12 @@ def test_a_numeric_code_sent_as_a_string_is_the_status_it_names(
 ) -> None:
     """LiteLLM's proxy sends ``"code": "408"``: it was read as no code at all, a retried
     ProviderUnavailableError with status 200 (a timeout, a bad request alike)."""
-    error = {"message": "it failed", "type": "None", "param": "None", "code": code}
+    error: dict[str, object] = {
+        "message": "it failed",
+        "type": "None",
+        "param": "None",
+        "code": code,
+    }
     raised = _chat_error(error, streaming)
     assert seen(raised) == expected
     assert "it failed" in str(raised)
@@ -75,12 +80,13 @@ def test_the_responses_request_faults_are_the_bad_inputs_and_refusals() -> None:
 def _responses_failed(code: str, streaming: bool) -> ProviderError:
     error = {"code": code, "message": f"it is {code}"}
     failed = {"id": "resp_1", "object": "response", "status": "failed", "error": error}
+    parts: tuple[bytes, ...] = ()
     if streaming:
         event = {"type": "response.failed", "response": {**failed, "output": []}}
-        answer = (sse_head(), (b"data: " + json.dumps(event).encode() + b"\n\n",))
+        head, parts = sse_head(), (b"data: " + json.dumps(event).encode() + b"\n\n",)
     else:
-        answer = (http_response(json.dumps({**failed, "output": []}).encode()),)
-    with RawServer(*answer) as raw:
+        head = http_response(json.dumps({**failed, "output": []}).encode())
+    with RawServer(head, parts) as raw:
         return raised_by(OpenAIResponsesProvider(raw.base_url, name="r"), streaming)
 
 
@@ -109,7 +115,10 @@ def test_the_error_object_of_gemini_s_list_body_is_read() -> None:
     assert body_error(json.dumps([{"error": gemini}])) == gemini
     assert body_error(json.dumps([{"error": gemini}, {"error": gemini}])) is None  # not one
     assert body_error(json.dumps(["error"])) is None
-    spent = {"code": "insufficient_quota", "message": "You exceeded your current quota."}
+    spent: dict[str, object] = {
+        "code": "insufficient_quota",
+        "message": "You exceeded your current quota.",
+    }
     for listed in (False, True):
         with _list_body("429 Too Many Requests", spent, listed) as raw:
             raised = raised_by(OpenAICompatibleProvider(raw.base_url, name="p"), False)

@@ -110,7 +110,7 @@ def test_messages_that_are_not_a_list_of_messages_are_named_so(
 ) -> None:
     guard = make_guard(fake)
     with pytest.raises(RequestValidationError, match=named):
-        guard.chat(messages)  # type: ignore[arg-type]
+        guard.chat(messages)  # type: ignore[call-overload]
     assert fake.stats.requests == 0
     assert guard.chat(m for m in USER).text == "Echo: hello there"  # any iterable of them
 

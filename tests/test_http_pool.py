@@ -74,7 +74,7 @@ def test_pools_are_sized_by_the_routes_concurrency_cap(fake: FakeProvider, libra
 def test_an_explicit_pool_size_wins_and_per_tenant_caps_do_not_count() -> None:
     explicit = OpenAICompatibleProvider(NOWHERE, name="a", max_connections=40)
     tenants = OpenAICompatibleProvider(NOWHERE, name="b")
-    limits = {
+    limits: dict[str, RateLimit | list[RateLimit]] = {
         "a": RateLimit(concurrency=5),
         "b": [RateLimit(concurrency=4, per_tenant=True), RateLimit(rpm=100)],
     }

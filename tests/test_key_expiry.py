@@ -5,6 +5,8 @@ until it is reset.)"""
 
 from __future__ import annotations
 
+from typing import Any
+
 import redis
 
 from llmguard_sdk._state.steps import run
@@ -23,7 +25,7 @@ SPECS = [
     CounterSpec("user.u1", nano(0.5), "rolling", 3600.0, (0.5,), "user", 0),
 ]
 FAQ = "How do I reset my password on the mobile app?"
-HOLD = {"per_token": 0.0, "want": 0, "minimum": 0, "ttl": 60.0}
+HOLD: dict[str, Any] = {"per_token": 0.0, "want": 0, "minimum": 0, "ttl": 60.0}
 
 
 def exercise(store: RedisStore) -> None:

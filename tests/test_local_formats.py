@@ -7,13 +7,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 
 from llmguard_sdk import Guard
 from tests.localmodel import loaded_model
 
 pytestmark = pytest.mark.local_model
 
-QUESTION = [{"role": "user", "content": "Count from 1 to 5."}]
+QUESTION: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Count from 1 to 5."}]
 SCHEMA = {
     "type": "object",
     "properties": {"numbers": {"type": "array", "items": {"type": "integer"}, "maxItems": 5}},
@@ -37,7 +38,7 @@ def guard() -> Iterator[Guard]:
         {"type": "json_schema", "json_schema": {"name": "count", "schema": SCHEMA}},
     ],
 )
-def test_json_is_answered_when_asked_for(guard: Guard, response_format: dict[str, Any]) -> None:
+def test_json_is_answered_when_asked_for(guard: Guard, response_format: Any) -> None:
     # response_format was dropped: the local model answered prose ("1. 1\n...") to a caller
     # that parses JSON
     completion = guard.client().chat.completions.create(

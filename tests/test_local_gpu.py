@@ -15,6 +15,7 @@ import struct
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -219,7 +220,7 @@ def usable(free: int) -> int:
 
 
 def test_no_layers_without_gpu_offload_or_a_vram_reading() -> None:
-    common = {"model_bytes": MODEL, "layers": LAYERS, "kv_bytes_per_token": KV}
+    common: dict[str, Any] = {"model_bytes": MODEL, "layers": LAYERS, "kv_bytes_per_token": KV}
     built = plan(**common, free_vram=80 * GIB, wanted_ctx=None, trained_ctx=8192, offload=False)
     assert (built.n_gpu_layers, built.n_ctx) == (0, DEFAULT_N_CTX)
     assert "without GPU offload" in built.reason

@@ -203,7 +203,7 @@ def test_a_provider_collected_on_its_worker_s_thread_under_its_lock_ends_the_wor
         try:
             provider = LocalProvider(name="cyclic", n_ctx=256, warm_up=True)
         finally:
-            threading.settrace(None)  # type: ignore[arg-type]
+            threading.settrace(None)
         provider.complete(HI, model="m", deadline=time.monotonic() + 120)
         provider.cycle = provider  # type: ignore[attr-defined]
         worker = provider._worker
@@ -231,7 +231,7 @@ def another_load(name: str) -> Iterator[None]:
         first = LocalProvider(name=name, n_ctx=256, warm_up=True)
         assert first_load.held.wait(120)  # the first load holds its turn
     finally:
-        threading.settrace(None)  # type: ignore[arg-type]
+        threading.settrace(None)
     try:
         yield
     finally:
@@ -316,7 +316,7 @@ def test_a_worker_that_dies_fails_its_calls_at_once_and_logs_why_once(
     try:
         provider = LocalProvider(name="dies", n_ctx=256, warm_up=True)
     finally:
-        threading.settrace(None)  # type: ignore[arg-type]
+        threading.settrace(None)
     try:
         assert provider.wait_loaded(120)
         thread = worker_of("dies")

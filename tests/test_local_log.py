@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -151,7 +152,7 @@ def test_the_log_levels_are_those_of_the_installed_package() -> None:
         assert levels == {m.name.removeprefix("GGML_LOG_LEVEL_"): m.value for m in enum}
     headers = [f for f in metadata.files("llama_cpp_python") or () if f.name == "ggml.h"]
     for header in headers:  # (the wheel's own header, where it ships one)
-        text = header.locate().read_text(encoding="utf-8")
+        text = Path(header.locate()).read_text(encoding="utf-8")
         for name, value in levels.items():
             assert re.search(rf"GGML_LOG_LEVEL_{name}\s*=\s*{value}\b", text), (name, value)
     assert enum is not None or headers  # the test read the package, not the fallback table

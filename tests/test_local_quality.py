@@ -75,7 +75,7 @@ def _wrong_answer(item: dict[str, Any]) -> str:
     if "number" in item:
         return f"It is {item['number'] + 1}."
     if item.get("reject"):
-        return item["reject"][0]
+        return str(item["reject"][0])
     return "I do not know"
 
 

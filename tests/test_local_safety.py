@@ -239,7 +239,7 @@ def test_close_during_the_load_stops_the_load(caplog: pytest.LogCaptureFixture) 
         provider = LocalProvider(n_ctx=256, warm_up=True)
         assert hold.held.wait(120)  # the worker is about to load the model
     finally:
-        threading.settrace(None)  # type: ignore[arg-type]
+        threading.settrace(None)
     worker = provider._worker.thread
     assert worker is not None
     closer = threading.Thread(target=provider.close)
@@ -276,7 +276,7 @@ def test_with_no_queue_a_call_is_refused_while_the_worker_takes_another() -> Non
         first_call.start()
         assert hold.held.wait(120)  # the worker took the first call, about to generate
     finally:
-        threading.settrace(None)  # type: ignore[arg-type]
+        threading.settrace(None)
     try:
         with pytest.raises(ProviderBusyError):
             provider.complete(request, model="m", deadline=time.monotonic() + 5)

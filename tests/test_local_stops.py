@@ -19,7 +19,7 @@ from llmguard_sdk import (
     LocalProvider,
     ProviderUnavailableError,
 )
-from llmguard_sdk.models import ChatRequest
+from llmguard_sdk.models import ChatRequest, StreamChunk
 from llmguard_sdk.providers._emitter import _Emitter
 from llmguard_sdk.providers._local_engine import _Job
 from llmguard_sdk.providers.local import bundled_model_path
@@ -50,12 +50,13 @@ _SIZES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}  
 def _value_end(data: bytes, at: int, kind: int) -> int:
     """Where the GGUF metadata value of type ``kind`` at ``at`` ends."""
     if kind == 8:  # a string
-        return at + 8 + struct.unpack_from("<Q", data, at)[0]
+        length: int = struct.unpack_from("<Q", data, at)[0]
+        return at + 8 + length
     if kind == 9:  # an array
         item, count = struct.unpack_from("<IQ", data, at)
         at += 12
         if item != 8:
-            return at + _SIZES[item] * count
+            return int(at + _SIZES[item] * count)
         for _ in range(count):
             at += 8 + struct.unpack_from("<Q", data, at)[0]
         return at
@@ -237,4 +238,5 @@ def test_an_answer_ends_at_the_first_stop_string_in_it(
     chunks = []
     while not job.out.empty():
         chunks.append(job.out.get())
-    assert "".join(c.text for c in chunks) == sent
+    assert all(isinstance(c, StreamChunk) for c in chunks)
+    assert "".join(c.text for c in chunks if isinstance(c, StreamChunk)) == sent

@@ -118,9 +118,7 @@ def test_a_cache_folder_that_cannot_be_written_is_a_configuration_error(
 
 
 def test_each_known_model_has_an_extra_that_pins_exactly_its_chunk_packages() -> None:
-    if sys.version_info < (3, 11):
-        pytest.skip("tomllib is Python 3.11+")
-    import tomllib
+    tomllib = pytest.importorskip("tomllib", reason="tomllib is Python 3.11+")
 
     extras = tomllib.loads(PYPROJECT.read_text(encoding="utf-8"))["project"][
         "optional-dependencies"

@@ -118,7 +118,11 @@ def test_tools_are_canonical_json_in_a_stable_order() -> None:
 
 
 def test_documents_keep_a_stable_order_whatever_order_they_come_in() -> None:
-    docs = [Document("Text b.", id="2"), "Plain text a.", {"text": "Text c.", "id": "1"}]
+    docs: list[Document | str | dict[str, str]] = [
+        Document("Text b.", id="2"),
+        "Plain text a.",
+        {"text": "Text c.", "id": "1"},
+    ]
     one = PromptBuilder("docs", documents=docs, drift=None)
     other = PromptBuilder("docs", documents=list(reversed(docs)), drift=None)
     assert one.static_text == other.static_text
@@ -232,7 +236,8 @@ def test_a_single_document_string_is_one_document_not_one_per_character() -> Non
 
 
 def test_a_context_mapping_with_keys_of_mixed_types_is_rendered() -> None:
-    prompt = PromptBuilder("t", drift=None).build("q", context={"plan": "pro", 7: "seven"})
+    mixed: dict[Any, str] = {"plan": "pro", 7: "seven"}
+    prompt = PromptBuilder("t", drift=None).build("q", context=mixed)
     assert prompt.messages[-1].content == "<context>\n7: seven\nplan: pro\n</context>\n\nq"
 
 

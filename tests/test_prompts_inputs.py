@@ -30,7 +30,7 @@ def test_a_tenant_or_user_that_is_not_text_is_a_typed_error(who: dict[str, Any])
 def test_request_fields_that_are_not_objects_are_a_typed_error(field: str) -> None:
     # TypeError from dict() / ** on a list
     with pytest.raises(RequestValidationError, match=field):
-        builder().build("hi").request(**{field: [1]})
+        builder().build("hi").request(**{field: [1]})  # type: ignore[arg-type]
 
 
 def test_a_request_cannot_replace_the_builders_tools() -> None:
@@ -59,7 +59,7 @@ def test_setters_given_none_are_a_configuration_error(setter: str) -> None:
 def test_openai_params_leave_out_what_chat_completions_lacks(fake: FakeProvider) -> None:
     # an assistant turn's Claude thinking blocks and a tool result's is_error went to
     # openai's create() as message fields chat completions does not have
-    history = [
+    history: list[dict[str, Any]] = [
         {"role": "user", "content": "look it up"},
         {
             "role": "assistant",
@@ -154,10 +154,10 @@ def test_a_builder_refuses_settings_of_the_wrong_kind(options: dict[str, Any]) -
 @pytest.mark.parametrize(
     ("call", "error"),
     [
-        (lambda: lint_text(5), "text must be a string"),  # TypeError from re
-        (lambda: lint_text("abc", known_values=[5]), "known_values"),  # AttributeError: strip
-        (lambda: prompt_cache_key(None), "template"),  # TypeError from re
-        (lambda: prompt_cache_key("t", 5), "tenant"),  # AttributeError: encode
+        (lambda: lint_text(5), "text must be a string"),  # type: ignore[arg-type]  # TypeError from re
+        (lambda: lint_text("abc", known_values=[5]), "known_values"),  # type: ignore[list-item]  # AttributeError: strip
+        (lambda: prompt_cache_key(None), "template"),  # type: ignore[arg-type]  # TypeError from re
+        (lambda: prompt_cache_key("t", 5), "tenant"),  # type: ignore[arg-type]  # AttributeError: encode
     ],
 )
 def test_lint_and_cache_keys_refuse_values_that_are_no_text(call: Any, error: str) -> None:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Generator, Iterator
 from typing import Any
 
 import anyio
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 
 from llmguard_sdk import CallEvent, Guard, ProviderTimeoutError, RetryPolicy
 from llmguard_sdk.testing import FakeProvider, Fault
@@ -30,7 +31,7 @@ async def test_an_async_generator_is_reported_when_its_stream_ends(fake: FakePro
     @guard.protect(feature="chat")
     async def answer(question: str) -> AsyncIterator[Any]:
         """Stream the answer's chunks."""
-        messages = [{"role": "user", "content": question}]
+        messages: list[ChatCompletionMessageParam] = [{"role": "user", "content": question}]
         stream = await client.chat.completions.create(
             model="gpt-test", messages=messages, stream=True, stream_options=USAGE
         )
@@ -100,7 +101,7 @@ def test_a_generator_closed_early_is_reported_cancelled() -> None:
     guard = Guard(hooks=[events.append], environ={})
 
     @guard.protect
-    def count() -> Iterator[int]:
+    def count() -> Generator[int, None, None]:
         yield from range(10)
 
     numbers = count()
@@ -136,7 +137,7 @@ def test_an_async_generator_closed_early_is_reported_cancelled() -> None:
     guard = Guard(hooks=[events.append], environ={})
 
     @guard.protect
-    async def count() -> AsyncIterator[int]:
+    async def count() -> AsyncGenerator[int, None]:
         for number in range(10):
             yield number
 

@@ -292,7 +292,7 @@ def _timers_started() -> Iterator[list[int]]:
         started[0] += 1
         return call_at(when, callback, *args, **kwargs)
 
-    loop.call_at = counted  # type: ignore[method-assign]
+    loop.call_at = counted  # type: ignore[method-assign,assignment]
     try:
         yield started
     finally:

@@ -25,7 +25,8 @@ MakeGuard = Callable[..., Guard]
 
 def test_a_full_burst_then_one_request_per_interval() -> None:
     limit = RateLimit(rpm=60)
-    tats, granted = (0.0, 0.0), 0
+    tats: tuple[float, ...] = (0.0, 0.0)
+    granted = 0
     for _ in range(61):
         grant, tats = reserve(tats, 100.0, limit)
         granted += grant.allowed
@@ -39,7 +40,7 @@ def test_a_full_burst_then_one_request_per_interval() -> None:
 
 def test_tokens_are_reserved_and_settled() -> None:
     limit = RateLimit(tpm=3000)
-    tats = (0.0, 0.0)
+    tats: tuple[float, ...] = (0.0, 0.0)
     for _ in range(3):
         grant, tats = reserve(tats, 0.0, limit, tokens=1000)
         assert grant.allowed
@@ -53,7 +54,7 @@ def test_tokens_are_reserved_and_settled() -> None:
 
 def test_requests_and_tokens_are_all_or_nothing() -> None:
     limit = RateLimit(rpm=100, tpm=1000)
-    tats = (0.0, 0.0)
+    tats: tuple[float, ...] = (0.0, 0.0)
     grant, tats = reserve(tats, 0.0, limit, tokens=1000)
     assert grant.allowed
     refused, after = reserve(tats, 0.0, limit, tokens=10)
@@ -80,7 +81,7 @@ def test_concurrent_reservations_never_exceed_the_limit() -> None:
 
 
 @pytest.mark.parametrize("bad", [{}, {"rpm": 0}, {"tpm": -1}, {"rpm": 1, "period": 0}])
-def test_bad_limits(bad: dict[str, float]) -> None:
+def test_bad_limits(bad: dict[str, Any]) -> None:
     with pytest.raises(ConfigurationError):
         RateLimit(**bad)
 
@@ -234,7 +235,7 @@ def test_streams_reserve_and_settle_too(
 
 def test_waiting_takes_the_next_slot_in_arrival_order() -> None:
     limit = RateLimit(rpm=60, max_wait=2.5)
-    tats = (0.0, 0.0)
+    tats: tuple[float, ...] = (0.0, 0.0)
     for _ in range(60):
         tats = reserve(tats, 0.0, limit)[1]
     waits = []
@@ -260,7 +261,7 @@ def test_large_requests_are_not_starved_by_small_ones() -> None:
 
 def test_batch_calls_leave_headroom_to_interactive_ones() -> None:
     limit = RateLimit(rpm=10, batch_headroom=0.2)
-    tats = (0.0, 0.0)
+    tats: tuple[float, ...] = (0.0, 0.0)
     batch = 0
     for _ in range(10):
         grant, tats = reserve(tats, 0.0, limit, priority="batch")

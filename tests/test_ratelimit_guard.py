@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 import pytest
@@ -247,7 +247,11 @@ def test_a_far_fetched_wait_hint_pauses_a_route_an_hour_at_most(
     ],
 )
 def test_a_call_larger_than_its_burst_is_refused_at_once_saying_why(
-    fake: FakeProvider, make_guard: MakeGuard, priority: str, max_tokens: int, says: str
+    fake: FakeProvider,
+    make_guard: MakeGuard,
+    priority: Literal["interactive", "batch"],
+    max_tokens: int,
+    says: str,
 ) -> None:
     guard = make_guard(
         fake, rate_limits={"primary": RateLimit(tpm=1000, max_wait=30)}, breaker=None

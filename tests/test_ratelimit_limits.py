@@ -20,7 +20,7 @@ from llmguard_sdk._state.steps import run
 from llmguard_sdk.ratelimit import LimitsConfig, MemoryRateLimiter, RateLimit, RedisRateLimiter
 from llmguard_sdk.ratelimit.policy import CellState, reserve, reserve_all, settle
 from llmguard_sdk.store import RedisStore, hash_id
-from tests.conftest import RedisTarget, redis_store
+from tests.conftest import RawRedis, RedisTarget, redis_store
 
 Make = Callable[[LimitsConfig], Any]
 
@@ -317,7 +317,7 @@ def test_redis_keys_share_the_route_tag_and_hide_the_tenant(
     )
     grant = limiter.reserve("openai", tenant="acme-corp")
     assert grant.allowed
-    client = redis.Redis.from_url(redis_url)
+    client: RawRedis = redis.Redis.from_url(redis_url)
     keys = [k.decode() for k in client.scan_iter(match=f"{redis_prefix}:*")]
     client.close()
     store.close()
@@ -368,7 +368,7 @@ def test_redis_concurrency_queue_forgets_its_waiters(redis_url: str, redis_prefi
     over or when they get the slot (it does not grow with calls)."""
     store = RedisStore(redis_url, key_prefix=redis_prefix)
     limiter = RedisRateLimiter(store, {"r": RateLimit(concurrency=1, max_wait=5)})
-    client = redis.Redis.from_url(redis_url)
+    client: RawRedis = redis.Redis.from_url(redis_url)
     queue = store.key("rl", hash_id("r"), "0") + ":q"
     try:
         held = limiter.reserve("r")
@@ -459,7 +459,7 @@ def test_redis_state_far_in_the_future_still_expires(redis_url: str, redis_prefi
     store = RedisStore(redis_url, key_prefix=redis_prefix)
     limits = {"r": RateLimit(rpm=60), "s": RateLimit(tpm=1000, concurrency=1, lease_seconds=1e16)}
     limiter = RedisRateLimiter(store, limits)
-    client = redis.Redis.from_url(redis_url)
+    client: RawRedis = redis.Redis.from_url(redis_url)
     try:
         limiter.learn("r", pause=1e16)
         held = limiter.reserve("s", tokens=10)

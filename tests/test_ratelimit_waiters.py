@@ -14,7 +14,7 @@ import pytest
 
 from llmguard_sdk.ratelimit import LimitsConfig, MemoryRateLimiter, RateLimit, RedisRateLimiter
 from llmguard_sdk.store import hash_id
-from tests.conftest import RedisTarget, redis_store
+from tests.conftest import RawRedis, RedisTarget, redis_store
 
 
 @pytest.fixture(params=["memory", "redis"])
@@ -177,6 +177,7 @@ def test_a_tenants_token_state_in_redis_lapses_once_its_calls_settled(
     Guard's deadline + 5 s; 600 s by default), so its memory grew with the tenants of the
     last ten minutes."""
     store = redis_store(*redis_target("redis"))
+    client: RawRedis = store.client
     try:
         limiter = RedisRateLimiter(store, {"r": RateLimit(tpm=600_000, per_tenant=True)})
         state = store.key("rl", hash_id("r"), "0", "t", hash_id("a"))
@@ -185,17 +186,17 @@ def test_a_tenants_token_state_in_redis_lapses_once_its_calls_settled(
         assert second.allowed
         assert first.lease
         assert second.lease
-        assert store.client.ttl(state) > 500  # both calls may still settle on it
+        assert client.ttl(state) > 500  # both calls may still settle on it
         limiter.settle("r", tenant="a", token_delta=5, lease=first.lease)
-        assert store.client.ttl(state) > 500  # the second still may
+        assert client.ttl(state) > 500  # the second still may
         limiter.settle("r", tenant="a", token_delta=5, lease=second.lease)
-        assert 0 < store.client.ttl(state) <= 2  # its 30 tokens' moment, and a second
+        assert 0 < client.ttl(state) <= 2  # its 30 tokens' moment, and a second
         assert limiter.in_flight("r", tenant="a") == 0  # token holds are not concurrency
         # a settle without its lease (a caller that kept none) shortens nothing
         held = limiter.reserve("r", tenant="a", tokens=10)
         limiter.settle("r", tenant="a", token_delta=5)
-        assert store.client.ttl(state) > 500
+        assert client.ttl(state) > 500
         limiter.settle("r", tenant="a", lease=held.lease)
-        assert 0 < store.client.ttl(state) <= 2
+        assert 0 < client.ttl(state) <= 2
     finally:
         store.close()

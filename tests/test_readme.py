@@ -42,7 +42,9 @@ CHAT_KEYWORDS = set(typing.get_type_hints(ChatOptions)) | {"stream"}
 
 def _fences() -> list[tuple[str, str]]:
     """Every fenced block of the README as (language, dedented text), nested in lists too."""
-    blocks, opened, lines = [], None, []
+    blocks: list[tuple[str, str]] = []
+    opened: re.Match[str] | None = None
+    lines: list[str] = []
     for line in README.splitlines():
         fence = re.fullmatch(r"( *)```(\w*)", line)
         if opened is None and fence:

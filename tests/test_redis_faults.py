@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tools.redis_cluster import RedisServer
+from redis_cluster import RedisServer
 
 from llmguard_sdk import Guard, OpenAICompatibleProvider
 from llmguard_sdk.budget import Budget, Budgets, BudgetUnavailableError, Price, PriceTable

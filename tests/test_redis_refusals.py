@@ -5,6 +5,7 @@ state, a script error) is no Redis outage: it paused every stage of the store, l
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import pytest
 import redis
@@ -16,7 +17,7 @@ from llmguard_sdk.ratelimit.redis import RedisRateLimiter
 from llmguard_sdk.store import RedisStore
 
 SPEC = CounterSpec("tenant.acme", nano(1.0), "day", 3600.0, (), "tenant", 0)
-HOLD = {"base": nano(0.1), "per_token": 0.0, "want": 0, "minimum": 0, "ttl": 60.0}
+HOLD: dict[str, Any] = {"base": nano(0.1), "per_token": 0.0, "want": 0, "minimum": 0, "ttl": 60.0}
 
 
 def test_a_key_of_another_kind_fails_that_decision_and_pauses_nothing(

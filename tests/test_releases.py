@@ -10,7 +10,7 @@ import random
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from hypothesis import given, settings
@@ -692,7 +692,7 @@ def test_a_release_may_be_a_deployment_group(pair: Any) -> None:
 
 @pytest.mark.parametrize("strategy", ["ordered", "cheapest"])
 def test_a_budget_counts_the_releases_system_prompt_whatever_the_strategy(
-    pair: Any, strategy: str
+    pair: Any, strategy: Literal["ordered", "cheapest"]
 ) -> None:
     """A ``cheapest`` group counted the call's input tokens while ranking, before the
     release's system prompt went in, and that count stayed the call's: the budget reserved
@@ -787,7 +787,7 @@ class _RivalBackend(MemoryReleaseBackend):
     def exchange(self, key: str, candidate: str, version: int, control: Any, canary: Any) -> Any:
         found = super().exchange(key, candidate, version, control, canary)
         if found.stage is not None and not candidate:
-            self.transition(key, found.stage.version, found.stage.index, "running", "rival")
+            self.transition(key, found.stage.version, found.stage.index, "canary", "rival")
         return found
 
 

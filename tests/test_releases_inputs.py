@@ -10,7 +10,7 @@ import pytest
 
 from llmguard_sdk import Guard, OpenAICompatibleProvider
 from llmguard_sdk.errors import ConfigurationError, RequestValidationError
-from llmguard_sdk.models import ChatRequest
+from llmguard_sdk.models import ChatRequest, Message
 from llmguard_sdk.releases import CanaryPolicy, Release, ReleasePlan, ShadowPolicy, Stage
 from llmguard_sdk.testing import FakeProvider
 
@@ -45,7 +45,7 @@ def test_a_release_refuses_parameters_a_request_could_not_carry(parameters: Any)
 def test_a_release_applies_its_parameters_as_a_request_holds_them() -> None:
     # (numbers are strict since requests are: an int temperature is held as a float)
     release = Release("bot", "v1", ROUTE, parameters={"temperature": 1, "max_tokens": 7})
-    request = release.apply(ChatRequest(messages=[{"role": "user", "content": "hi"}]))
+    request = release.apply(ChatRequest(messages=[Message(role="user", content="hi")]))
     assert (request.temperature, request.max_tokens) == (1.0, 7)
     assert isinstance(release.parameters["temperature"], float)
     assert release.parameters == {"temperature": 1.0, "max_tokens": 7}

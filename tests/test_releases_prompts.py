@@ -4,6 +4,7 @@ metadata says about it (prefix hash, static messages, the history's breakpoint) 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -93,9 +94,9 @@ def test_a_guard_serving_a_release_caches_the_prompt_it_sends(api: FakeProvider)
 
 
 def test_a_request_not_built_by_a_builder_gets_no_prompt_metadata() -> None:
-    from llmguard_sdk import ChatRequest
+    from llmguard_sdk import ChatRequest, Message
 
-    plain = ChatRequest(messages=[{"role": "user", "content": "hi"}])
+    plain = ChatRequest(messages=[Message(role="user", content="hi")])
     assert release().apply(plain).metadata is None
 
 
@@ -111,7 +112,8 @@ def test_a_calls_own_output_limit_wins_under_either_name(released: str, own: str
         route = OpenAICompatibleProvider(fake.base_url, model="m-2025-01-01", name="a")
         bound = Release("bot", "v1", route, parameters={released: 100})
         with Guard(release=bound, environ={}, telemetry=False, retry=None) as guard:
-            guard.chat([{"role": "user", "content": "hi"}], **{own: 3})
+            limit: dict[str, Any] = {own: 3}
+            guard.chat([{"role": "user", "content": "hi"}], **limit)
             guard.chat([{"role": "user", "content": "hi"}])
     mine, theirs = (r.body for r in fake.requests)
     assert mine[own] == 3
@@ -129,6 +131,7 @@ def test_a_releases_extra_body_and_metadata_join_a_builders_request() -> None:
     )  # fmt: skip
     request = PromptBuilder("support", instructions="Be kind.", drift=None).build("Hi?").request()
     applied = bound.apply(request)
+    assert request.extra_body is not None
     assert applied.extra_body == {
         "service_tier": "flex",
         "prompt_cache_key": request.extra_body["prompt_cache_key"],  # the request's own wins

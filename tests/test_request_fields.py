@@ -65,7 +65,7 @@ def test_a_guard_refuses_a_string_number_before_sending(
 ) -> None:
     guard = make_guard(fake, retry=None)
     with pytest.raises(RequestValidationError, match="temperature"):
-        guard.chat(USER, temperature="0.5")  # type: ignore[typeddict-item]
+        guard.chat(USER, temperature="0.5")  # type: ignore[call-overload]
     assert fake.requests == []
 
 
@@ -200,13 +200,13 @@ def test_the_look_alike_client_takes_stream_as_a_bool_only(
 
     guard = make_guard(fake)
     with pytest.raises(RequestValidationError, match="stream"):
-        GuardedClient(guard).chat.completions.create(model="m", messages=USER, stream=stream)  # type: ignore[arg-type]
+        GuardedClient(guard).chat.completions.create(model="m", messages=USER, stream=stream)  # type: ignore[call-overload]
 
     async def run() -> None:
-        await AsyncGuardedClient(guard).chat.completions.create(
+        await AsyncGuardedClient(guard).chat.completions.create(  # type: ignore[call-overload]
             model="m",
             messages=USER,
-            stream=stream,  # type: ignore[arg-type]
+            stream=stream,
         )
 
     with pytest.raises(RequestValidationError, match="stream"):

@@ -19,7 +19,7 @@ from llmguard_sdk.budget import RedisBudgetBackend
 from llmguard_sdk.budget.policy import CounterSpec, nano
 from llmguard_sdk.ratelimit import RateLimit, RedisRateLimiter
 from llmguard_sdk.store import RedisClusterStore, RedisStore, hash_id
-from tests.conftest import RedisTarget, redis_store
+from tests.conftest import RawRedis, RedisTarget, redis_store
 
 from .heldanswer import AnswerHeld
 
@@ -84,7 +84,7 @@ def counter(
     return CounterSpec(key, nano(limit_usd), "day", 3600.0, alerts, key, 0)
 
 
-HOLD = {"base": nano(0.3), "per_token": 0.0, "want": 0, "minimum": 0, "ttl": 60.0}
+HOLD: dict[str, Any] = {"base": nano(0.3), "per_token": 0.0, "want": 0, "minimum": 0, "ttl": 60.0}
 
 
 def test_a_resent_budget_reserve_holds_once(store: RedisStore) -> None:
@@ -254,8 +254,8 @@ def test_a_resent_canary_exchange_adds_its_counters_once(store: RedisStore) -> N
     assert [first == again for first, again in replies] == [True]
     again = backend.exchange("bot", "", version + 1, {}, {})  # read only
     assert (again.control, again.canary) == ({"calls": 3.0}, {"calls": 1.0})
-    step = backend.transition_steps("bot", version, 1, "canary", "stage passed")
-    (moved, stage), replies = resent(store, step)
+    moved_step = backend.transition_steps("bot", version, 1, "canary", "stage passed")
+    (moved, stage), replies = resent(store, moved_step)
     assert moved
     assert stage.version == version + 1
     assert [first == again for first, again in replies] == [True]
@@ -266,7 +266,7 @@ def test_what_a_marked_command_leaves_in_redis(redis_url: str, redis_prefix: str
     where the client re-sends; nothing where it sends each command once."""
     import redis
 
-    client = redis.Redis.from_url(redis_url)
+    client: RawRedis = redis.Redis.from_url(redis_url)
     for made, marked in ((RedisStore, 0), (ResendingStore, 1)):
         store = made(redis_url, key_prefix=redis_prefix)
         assert RedisBudgetBackend(store, name="cost").reserve("r1", [counter()], **HOLD).allowed

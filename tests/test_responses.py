@@ -12,7 +12,7 @@ from typing import Any
 import anyio
 import openai
 import pytest
-from openai.types.responses import Response
+from openai.types.responses import Response, ResponseCompletedEvent
 
 from llmguard_sdk import (
     CallEvent,
@@ -124,12 +124,15 @@ def test_responses_create_through_the_guard(
     assert response.output_text == "Echo: hello there"
     assert response.usage is not None
     assert response.usage.input_tokens == 12  # instructions count as a system message
-    assert response.llmguard.route == "primary"
+    assert response.llmguard.route == "primary"  # type: ignore[attr-defined]
     events = list(client.responses.create(model="fake-model", input="hello there", stream=True))
     direct = openai.OpenAI(api_key="sk-x", base_url=fake.base_url, max_retries=0)
     expected = list(direct.responses.create(model="fake-model", input="hello there", stream=True))
     assert [e.type for e in events] == [e.type for e in expected]
-    assert events[-1].response.output_text == expected[-1].response.output_text
+    (last, expected_last) = (events[-1], expected[-1])
+    assert isinstance(last, ResponseCompletedEvent)
+    assert isinstance(expected_last, ResponseCompletedEvent)
+    assert last.response.output_text == expected_last.response.output_text
     guard.close()
 
 
@@ -151,7 +154,7 @@ def test_responses_tools_round_trip(fake: FakeProvider, make_guard: MakeGuard) -
     assert sent["input"][1:] == follow_up[1:]  # the Responses route sends the items back
     chat = _openai_client(make_guard(fake))  # a chat route gets them as chat messages
     assert chat.responses.create(model="m", input=follow_up).output_text == "Echo: find it"
-    messages = fake.requests[-1].body["messages"]  # type: ignore[index]
+    messages = fake.requests[-1].body["messages"]
     assert messages[1]["tool_calls"][0]["id"] == call.call_id
     assert messages[2] == {"role": "tool", "tool_call_id": call.call_id, "content": "found"}
 
@@ -234,7 +237,7 @@ def _upstream(*chunks: StreamChunk) -> bytes:
 
 
 def _pieces(client: openai.OpenAI) -> tuple[list[Any], list[Any]]:
-    events = list(client.responses.create(model="m", input="hi", stream=True))
+    events: list[Any] = list(client.responses.create(model="m", input="hi", stream=True))
     kinds = ("response.refusal.delta", "response.output_text.delta")
     deltas = [(e.type, e.delta, getattr(e, "logprobs", None)) for e in events if e.type in kinds]
     return deltas, events[-1].response.output[0].model_dump()["content"]

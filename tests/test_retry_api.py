@@ -186,7 +186,7 @@ def test_is_retryable_understands_openai_errors(fake: FakeProvider, no_waits: No
 
 def test_a_misspelt_option_is_a_configuration_error() -> None:
     with pytest.raises(ConfigurationError, match="atempts"):
-        retry(atempts=3)  # type: ignore[call-arg]
+        retry(atempts=3)  # type: ignore[call-overload]
     with pytest.raises(ConfigurationError, match="timeot"):
         retry_context(timeot=1.0)  # type: ignore[call-arg]
     assert sum(1 for _ in retry_context(attempts=2, name="ok")) == 1  # a first try that passes

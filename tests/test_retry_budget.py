@@ -11,7 +11,7 @@ from llmguard_sdk import Guard
 from llmguard_sdk.retry import MemoryRetryBudget, RedisRetryBudget, RetryBudgetPolicy
 from llmguard_sdk.retry.budget import BudgetState, deposit, spend
 from llmguard_sdk.store import RedisStore, hash_id
-from tests.conftest import RedisTarget, redis_store
+from tests.conftest import RawRedis, RedisTarget, redis_store
 
 # A long window makes decay negligible over a test, so counts are time-independent.
 STEADY = RetryBudgetPolicy(ratio=0.1, min_per_second=0.0, window=1e9)
@@ -116,9 +116,10 @@ def test_memory_and_redis_budgets_agree(kind: str, redis_target: RedisTarget) ->
     expected = [True] * 4 + [False] * 4 + [False]
     assert run_contract(MemoryRetryBudget(STEADY)) == expected
     assert run_contract(RedisRetryBudget(store, STEADY)) == expected
-    keys = list(store.client.scan_iter(match=f"{prefix}:rb:*"))
+    client: RawRedis = store.client
+    keys = list(client.scan_iter(match=f"{prefix}:rb:*"))
     assert len(keys) == 2
-    assert all(store.client.ttl(k) > 0 for k in keys)
+    assert all(client.ttl(k) > 0 for k in keys)
     store.close()
 
 
@@ -205,9 +206,9 @@ def test_bad_budget_policies(bad: dict[str, object]) -> None:
 @pytest.mark.parametrize(
     ("build", "match"),
     [
-        (lambda: RedisRetryBudget("redis://127.0.0.1:6379"), "RedisStore"),  # a URL
-        (lambda: RedisRetryBudget(None), "RedisStore"),
-        (lambda: MemoryRetryBudget(clock=5), "clock"),
+        (lambda: RedisRetryBudget("redis://127.0.0.1:6379"), "RedisStore"),  # type: ignore[arg-type]  # a URL
+        (lambda: RedisRetryBudget(None), "RedisStore"),  # type: ignore[arg-type]
+        (lambda: MemoryRetryBudget(clock=5), "clock"),  # type: ignore[arg-type]
     ],
 )
 def test_budgets_of_the_wrong_parts_are_configuration_errors(build: Any, match: str) -> None:
@@ -230,5 +231,6 @@ def test_redis_a_very_long_window_still_counts_in_redis(redis_url: str, redis_pr
     assert budget.try_spend("r")
     assert not budget.try_spend("r")  # 0.5 of 2 requests: one retry
     assert store.health.outages == 0
-    assert store.client.ttl(store.key("rb", hash_id("r"))) > 0
+    client: RawRedis = store.client
+    assert client.ttl(store.key("rb", hash_id("r"))) > 0
     store.close()

@@ -479,7 +479,7 @@ def test_drop_in_client_forwards_headers_query_and_openai_parameters(
 
 def test_drop_in_streams_close_like_openais(fake: FakeProvider, make_guard: MakeGuard) -> None:
     guard = make_guard(fake)
-    with guard.client().chat.completions.create(model="m", messages=USER, stream=True) as stream:  # type: ignore[union-attr]
+    with guard.client().chat.completions.create(model="m", messages=USER, stream=True) as stream:
         first = next(stream)
     assert first.choices[0].delta.role == "assistant"
 
@@ -487,9 +487,9 @@ def test_drop_in_streams_close_like_openais(fake: FakeProvider, make_guard: Make
         stream = await guard.aclient().chat.completions.create(
             model="m", messages=USER, stream=True
         )
-        async for _chunk in stream:  # type: ignore[union-attr]
+        async for _chunk in stream:
             break
-        await stream.close()  # type: ignore[union-attr]
+        await stream.close()
         await guard.aclose()
 
     anyio.run(run)

@@ -29,7 +29,7 @@ from llmguard_sdk.testing import FakeProvider
 from .conftest import RedisTarget, redis_store
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
-from roundtrips import RoundTrips  # type: ignore[import-not-found]
+from roundtrips import RoundTrips
 
 PRICES = PriceTable.default_table().with_prices(
     {"fake-model": Price(input=1.0, output=2.0), "backup-model": Price(input=1.0, output=2.0)}

@@ -206,10 +206,11 @@ def test_bad_groups_are_refused() -> None:
     # two groups of one name shared their load in the store, and a task tier naming it
     # went to one of them; a group named as a route made the tier's name ambiguous
     east, west, other = _named("east", "west", "other")
-    for entries in (
+    clashes: list[list[DeploymentGroup | OpenAICompatibleProvider]] = [
         [DeploymentGroup("g", [east]), DeploymentGroup("g", [west])],
         [DeploymentGroup("other", [east]), other],
-    ):
+    ]
+    for entries in clashes:
         with pytest.raises(ConfigurationError, match="unique"):
             Guard(entries, environ={})
 

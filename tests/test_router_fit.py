@@ -164,7 +164,7 @@ def test_cheapest_ranks_those_that_fit_by_price_then_the_others() -> None:
     assert rank_by_cost([3.0, 1.0, 2.0], [True, False, True], 0) == [2, 0, 1]
     assert [rank_by_cost([1.0, 1.0], [True, True], t)[0] for t in range(2)] == [0, 1]
     small = OpenAICompatibleProvider("http://127.0.0.1:9/v1", model="m", name="small")
-    small.context_window = 1000  # type: ignore[attr-defined]
+    small.context_window = 1000
     plain = OpenAICompatibleProvider("http://127.0.0.1:9/v1", model="m", name="plain")
     plain.capabilities = frozenset({"tools"})  # type: ignore[attr-defined]
     assert fits(small, 900, ())
@@ -228,7 +228,7 @@ def test_cheapest_takes_the_cheapest_deployment_that_fits(servers: list[FakeProv
         }
     )
     routes = _routes(servers)
-    routes[1].context_window = 20  # type: ignore[attr-defined]
+    routes[1].context_window = 20
     group = DeploymentGroup("m", routes, strategy="cheapest")
     with Guard(group, environ={}, prices=prices) as guard:
         assert guard.chat(USER, max_tokens=5).route == "dep-1"

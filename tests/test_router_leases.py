@@ -12,7 +12,7 @@ from llmguard_sdk._state.steps import in_place
 from llmguard_sdk.router.leases import LeaseAsk, MemoryLeases, RedisLeases
 from llmguard_sdk.testing import FakeProvider
 
-from .conftest import USER
+from .conftest import USER, RawRedis
 from .heldanswer import AnswerHeld
 from .test_router import Clock
 
@@ -100,7 +100,7 @@ def test_redis_leases_run_out_by_deadline_and_stay_bounded(
     for i in range(200):  # many calls come and go: the sets hold only those in flight
         index, _ = run(leases.take_steps(LeaseAsk("g", NAMES, None, i, f"call-{i}", 30.0)))
         run(leases.give_back_steps("g", NAMES[index], f"call-{i}"))
-    client = redis.Redis.from_url(redis_url)
+    client: RawRedis = redis.Redis.from_url(redis_url)
     keys = list(client.scan_iter(match=f"{redis_prefix}:rt:*"))
     assert 1 <= len(keys) <= 3  # one sorted set per deployment, gone when empty
     assert sum(client.zcard(k) for k in keys) == 2  # x and y
@@ -154,7 +154,7 @@ def test_async_calls_take_and_give_back_leases_through_redis(
             return [(await guard.achat(USER)).route for _ in range(3)]
 
     assert anyio.run(calls) == ["dep-2"] * 3  # dep-0 and dep-1 hold two calls each elsewhere
-    client = redis.Redis.from_url(redis_url)
+    client: RawRedis = redis.Redis.from_url(redis_url)
     keys = list(client.scan_iter(match=f"{redis_prefix}:rt:*"))
     assert sum(client.zcard(k) for k in keys) == 4  # the async calls gave theirs back
     client.close()
@@ -188,7 +188,7 @@ def test_a_short_lease_does_not_cut_a_long_ones_life_in_redis(
     leases = RedisLeases(store)
     run(leases.take_steps(LeaseAsk("g", NAMES, 0, 0, "long", 3000.0)))
     run(leases.take_steps(LeaseAsk("g", NAMES, 0, 0, "short", 1.0)))
-    client = redis.Redis.from_url(redis_url)
+    client: RawRedis = redis.Redis.from_url(redis_url)
     (key,) = client.scan_iter(match=f"{redis_prefix}:rt:*")
     assert client.ttl(key) >= 3000  # the key outlives every lease it holds
     client.close()
@@ -221,7 +221,7 @@ def test_a_failed_lease_gives_back_the_leases_taken_before_it(
     broken = DeploymentGroup("broken", routes[2:], strategy="round_robin")
     broken.local_leases = _BrokenLeases()
     store = RedisStore(redis_url, key_prefix=redis_prefix)
-    client = redis.Redis.from_url(redis_url)
+    client: RawRedis = redis.Redis.from_url(redis_url)
 
     def held() -> tuple[int, int]:
         keys = list(client.scan_iter(match=f"{redis_prefix}:rt:*"))
@@ -270,7 +270,7 @@ def test_an_async_call_cancelled_while_its_lease_is_taken_gives_its_leases_back(
     ]
     local = DeploymentGroup("local", routes[:1], strategy="round_robin")
     shared = DeploymentGroup("shared", routes[1:], strategy="least_outstanding")
-    client = redis.Redis.from_url(redis_url)
+    client: RawRedis = redis.Redis.from_url(redis_url)
 
     def held() -> tuple[int, int]:
         keys = list(client.scan_iter(match=f"{redis_prefix}:rt:*"))

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 
 from llmguard_sdk import ConfigurationError, Guard, GuardSettings, OpenAICompatibleProvider
@@ -20,7 +23,7 @@ def test_a_string_where_code_gives_a_number_is_refused_naming_the_setting(
     """``Guard(timeout="5")`` was read as 5 s: a typed library refuses a string for a number,
     as a request's ``max_tokens="5"`` is refused."""
     with pytest.raises(ConfigurationError, match=f"argument {name}=: must be a number") as caught:
-        Guard(_route(), environ={}, telemetry=False, **{name: text})
+        Guard(_route(), environ={}, telemetry=False, **{name: text})  # type: ignore[arg-type]
     assert f"LLMGUARD_{name.upper()}" in str(caught.value)  # where text belongs
 
 
@@ -32,7 +35,8 @@ def test_the_environment_and_files_still_give_numbers_as_text(name: str, text: s
     config = {"routes": [route], name: text}  # (a YAML or JSON file may quote a number)
     with Guard.from_config(config, environ={}, telemetry=False) as guard:
         assert getattr(guard.settings, name) == float(text)
-    with Guard(_route(), environ={}, telemetry=False, **{name: int(text)}) as guard:
+    number: dict[str, Any] = {name: int(text)}
+    with Guard(_route(), environ={}, telemetry=False, **number) as guard:
         assert getattr(guard.settings, name) == float(text)
 
 
@@ -47,14 +51,16 @@ def test_guard_settings_built_in_code_refuse_a_string_for_a_number(name: str, te
     """``GuardSettings(timeout="5")`` was read as 5 s where ``Guard(timeout="5")`` is refused:
     built in code, numbers are numbers; text (``from_env``, ``model_validate_strings``,
     ``model_validate_json``) is still read as numbers."""
-    for build in (
-        lambda: GuardSettings(**{name: text}),
+    builds: tuple[Callable[[], object], ...] = (
+        lambda: GuardSettings(**{name: text}),  # type: ignore[arg-type]
         lambda: GuardSettings.model_validate({name: text}),
-    ):
+    )
+    for build in builds:
         with pytest.raises(ConfigurationError, match=f"{name}: .*must be a number, got a string"):
             build()
     number = float(text)
-    assert getattr(GuardSettings(**{name: int(text)}), name) == number
+    given: dict[str, Any] = {name: int(text)}
+    assert getattr(GuardSettings(**given), name) == number
     assert getattr(GuardSettings.model_validate_strings({name: text}), name) == number
     assert getattr(GuardSettings.model_validate_json(f'{{"{name}": "{text}"}}'), name) == number
     environ = {f"LLMGUARD_{name.upper()}": text}

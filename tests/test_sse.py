@@ -31,7 +31,7 @@ def split(data: bytes, cuts: list[int]) -> list[bytes]:
 
 payloads = st.lists(
     st.text(
-        alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\r\n"),
+        alphabet=st.characters(exclude_categories=["Cs"], exclude_characters="\r\n"),
         max_size=30,
     ),
     min_size=1,

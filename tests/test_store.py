@@ -121,7 +121,7 @@ def test_a_journal_dir_that_is_no_path_is_a_configuration_error() -> None:
 def test_a_bool_is_no_share_or_pause(name: str) -> None:
     # bool is an int: local_share=True was a share of 1 (each process the whole limit)
     with pytest.raises(ConfigurationError, match=name):
-        RedisStore("redis://127.0.0.1:1/0", **{name: True})
+        RedisStore("redis://127.0.0.1:1/0", **{name: True})  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("bad", [None, 6379, ["memory"]])

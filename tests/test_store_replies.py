@@ -17,6 +17,7 @@ import struct
 import threading
 import time
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import anyio
 import pytest
@@ -26,7 +27,11 @@ from llmguard_sdk.ratelimit import RateLimit
 from llmguard_sdk.ratelimit.redis import RedisRateLimiter
 from llmguard_sdk.store import RedisScripts, RedisStore, redis_errors
 
+from .conftest import RawRedis
 from .loopback import LoopbackServer
+
+if TYPE_CHECKING:
+    import redis.asyncio
 
 INCR = "return redis.call('INCR', KEYS[1])"
 
@@ -108,6 +113,13 @@ def _chunks(end: socket.socket) -> Iterator[bytes]:
         yield data
 
 
+async def _aping(client: redis.asyncio.Redis) -> bool:
+    """``PING`` on an async client (redis-py types its reply ``Awaitable[bool] | bool``)."""
+    reply = client.ping()
+    assert not isinstance(reply, bool)
+    return await reply
+
+
 def test_a_script_whose_reply_is_lost_runs_once(redis_url: str, redis_prefix: str) -> None:
     """The lost reply is a Redis error (the stage decides locally, as for any Redis
     failure), not a second run of the script; the next call goes through."""
@@ -115,7 +127,7 @@ def test_a_script_whose_reply_is_lost_runs_once(redis_url: str, redis_prefix: st
     from redis.connection import parse_url
 
     where = parse_url(redis_url)  # type: ignore[no-untyped-call]
-    direct = redis.Redis.from_url(redis_url)
+    direct: RawRedis = redis.Redis.from_url(redis_url)
     direct.script_load(INCR)  # so that the proxied EVALSHA runs it at once
     key = f"{redis_prefix}:replies:{{t}}:n"
     with FaultyProxy(where.get("port", 6379)) as proxy:
@@ -176,7 +188,7 @@ def test_a_pooled_connection_gone_dead_is_replaced_before_a_command_goes_out(
         assert (store.health.outages, store.health.failures) == (0, 0)
 
         async def the_async_twin() -> None:
-            assert await store.aclient.ping()
+            assert await _aping(store.aclient)
             proxy.forget(how)
             await anyio.sleep(1.1)
             assert (await limiter.areserve("async")).allowed
@@ -210,14 +222,14 @@ def test_a_health_check_is_tried_once_more_and_not_on_a_fresh_connection(
 
         async def the_async_twin() -> None:
             proxy.forget("")
-            assert await store.aclient.ping()
+            assert await _aping(store.aclient)
             proxy.forget("silent", new_too=True)
             await anyio.sleep(1.1)
             with pytest.raises(redis_errors()):
-                await store.aclient.ping()
+                await _aping(store.aclient)
             assert len(proxy.pairs) == 5
             with pytest.raises(redis_errors()):
-                await store.aclient.ping()
+                await _aping(store.aclient)
             assert len(proxy.pairs) == 6
             await store.aclose()
 

@@ -184,6 +184,7 @@ def test_anthropic_s_spent_credit_moves_the_call_on_at_once(fake2: FakeProvider,
     (which fails everywhere); it is a spent quota, as OpenAI's ``insufficient_quota``: the
     next route answers, and the spent one is not asked again."""
     body = json.dumps(CREDIT).encode()
+    parts: tuple[bytes, ...]
     if how == "stream event":
         head, parts = sse_head(), (b"event: error\ndata: " + body + b"\n\n",)
     else:

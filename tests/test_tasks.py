@@ -11,6 +11,7 @@ from typing import Any
 
 import anyio
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
@@ -35,7 +36,7 @@ from llmguard_sdk import (
 )
 from llmguard_sdk.budget import Budget, Budgets, Price, PriceTable
 from llmguard_sdk.cli import main
-from llmguard_sdk.models import ChatRequest, ChatResponse
+from llmguard_sdk.models import ChatRequest, ChatResponse, Message
 from llmguard_sdk.router import finish_reason, json_schema, not_empty, validator
 from llmguard_sdk.telemetry import Telemetry
 from llmguard_sdk.testing import FakeProvider, Fault
@@ -44,7 +45,11 @@ PRICES = PriceTable.default_table().with_prices(
     {"small-model": Price(input=1.0, output=2.0), "large-model": Price(input=100.0, output=200.0)}
 )
 NOBODY = Scope()
-SCHEMA = {"type": "object", "required": ["answer"], "properties": {"answer": {"type": "integer"}}}
+SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["answer"],
+    "properties": {"answer": {"type": "integer"}},
+}
 
 
 def _small_reply(body: dict[str, Any]) -> str:
@@ -76,8 +81,12 @@ def _cascade_guard(fakes: tuple[FakeProvider, FakeProvider], **options: Any) -> 
     return Guard(_routes(*fakes), tasks=router, prices=PRICES, **options)
 
 
-def _ask(text: str) -> list[dict[str, str]]:
+def _ask(text: str) -> list[ChatCompletionMessageParam]:
     return [{"role": "user", "content": text}]
+
+
+def _said(text: str) -> list[Message]:
+    return [Message(role="user", content=text)]
 
 
 # -- choosing a tier ------------------------------------------------------------------------
@@ -97,7 +106,7 @@ def test_rules_then_classifier_then_default_choose_the_tier() -> None:
     )
 
     def choose(text: str, scope: Scope = NOBODY, **request: Any) -> str:
-        req = ChatRequest(messages=_ask(text), **request)
+        req = ChatRequest(messages=_said(text), **request)
         return router.choose(req, scope, lambda: len(req.last_user_text().split()))
 
     tool = {"type": "function", "function": {"name": "f", "parameters": {}}}
@@ -236,6 +245,8 @@ def test_a_cascade_escalates_when_the_check_rejects_and_counts_both_costs(
         large_alone = hard.cost_usd - tried["cost_usd"]
         assert large_alone > 10 * tried["cost_usd"]  # the large model's own cost is in it
         (row,) = guard.budget_status(tenant="t")
+        assert easy.cost_usd is not None
+        assert hard.cost_usd is not None
         assert row["spent_usd"] == pytest.approx(easy.cost_usd + hard.cost_usd)
         assert row["held_usd"] == 0
     assert (small.stats.requests, large.stats.requests) == (2, 1)
@@ -374,7 +385,7 @@ def test_cascade_telemetry_spans_events_and_escalation_metric(
         if metric.name == "llmguard.cascade.calls"
         for point in metric.data.data_points
     ]
-    by_escalated = {p.attributes["llmguard.cascade.escalated"]: p.value for p in points}  # type: ignore[attr-defined,index]
+    by_escalated = {p.attributes["llmguard.cascade.escalated"]: p.value for p in points}  # type: ignore[index,union-attr]
     assert by_escalated == {True: 1, False: 3}  # escalation rate 1 / 4
     meter_provider.shutdown()
     tracer_provider.shutdown()
@@ -427,13 +438,17 @@ def test_a_custom_checks_text_stays_on_the_span_and_is_custom_on_the_metric(
         if metric.name == "llmguard.cascade.calls"
         for point in metric.data.data_points
     ]
-    assert sorted(labels) == ["custom", "finish_reason:other", "none"]  # three series, not 7
+    assert sorted(map(str, labels)) == [
+        "custom",
+        "finish_reason:other",
+        "none",
+    ]  # three series, not 7
     meter_provider.shutdown()
     tracer_provider.shutdown()
 
 
 def test_validators_and_schemas() -> None:
-    request = ChatRequest(messages=_ask("x"))
+    request = ChatRequest(messages=_said("x"))
     fenced = ChatResponse(text='```json\n{"answer": 3}\n```')
     assert json_schema(SCHEMA)(request, fenced) is None
     assert json_schema(SCHEMA)(request, ChatResponse(text='{"answer": "3"}')) == "json_schema"
@@ -441,7 +456,7 @@ def test_validators_and_schemas() -> None:
     schema = {"type": "array", "items": {"type": "number", "minimum": 0}, "maxItems": 2}
     assert json_schema(schema)(request, ChatResponse(text="[1, -2]")) == "json_schema"
     asked = ChatRequest(
-        messages=_ask("x"),
+        messages=_said("x"),
         response_format={"type": "json_schema", "json_schema": {"name": "a", "schema": SCHEMA}},
     )
     assert json_schema()(asked, ChatResponse(text='{"other": 1}')) == "json_schema"
@@ -454,7 +469,7 @@ def test_validators_and_schemas() -> None:
 def test_a_fence_on_one_line_is_read_inside(text: str) -> None:
     """A fence whose language tag and JSON share one line raised IndexError from the check
     (the call crashed with an untyped error after paying for the small tier)."""
-    request = ChatRequest(messages=_ask("x"))
+    request = ChatRequest(messages=_said("x"))
     assert json_schema(SCHEMA)(request, ChatResponse(text=text)) is None
     assert json_schema(SCHEMA)(request, ChatResponse(text="```json```")) == "json_schema"
 
@@ -462,7 +477,7 @@ def test_a_fence_on_one_line_is_read_inside(text: str) -> None:
 def test_json_nested_too_deep_to_parse_is_rejected_not_raised() -> None:
     """An answer of 2,000 nested brackets made json.loads raise RecursionError out of the
     check (the call failed untyped)."""
-    request = ChatRequest(messages=_ask("x"))
+    request = ChatRequest(messages=_said("x"))
     deep = ChatResponse(text="[" * 2000 + "]" * 2000)
     assert json_schema()(request, deep) == "json_schema"
 
@@ -470,7 +485,7 @@ def test_json_nested_too_deep_to_parse_is_rejected_not_raised() -> None:
 def test_json_schema_tells_booleans_from_numbers_and_takes_whole_floats_as_integers() -> None:
     """Python's ``True == 1`` let ``true`` pass ``enum: [0, 1]`` and ``1`` pass
     ``const: true``; and ``3.0`` (an integer in JSON Schema) failed ``type: integer``."""
-    request = ChatRequest(messages=_ask("x"))
+    request = ChatRequest(messages=_said("x"))
 
     def verdict(schema: dict[str, object], text: str) -> str | None:
         return json_schema(schema)(request, ChatResponse(text=text))
@@ -490,8 +505,12 @@ def test_a_check_answering_yes_or_no_is_a_configuration_error(verdict: object) -
     """A check returning a bool (``False`` meant as "nothing wrong") had its answer taken as
     the reason "False": every answer of the small tier was rejected, every call paid for
     both tiers."""
-    cascade = Cascade(["small", "large"], checks=[lambda request, response: verdict])
-    request = ChatRequest(messages=_ask("x"))
+
+    def check(request: ChatRequest, response: ChatResponse) -> Any:
+        return verdict
+
+    cascade = Cascade(["small", "large"], checks=[check])
+    request = ChatRequest(messages=_said("x"))
     with pytest.raises(ConfigurationError, match="validator"):
         cascade.rejects(request, ChatResponse(text="fine"))
 
@@ -500,7 +519,7 @@ def test_json_schema_bounds_a_huge_integer_rather_than_raise() -> None:
     """An answer holding an integer of 400 digits made ``float()`` raise OverflowError out of
     the check (the call failed untyped after paying for the small tier); a bound that is no
     number raised TypeError."""
-    request = ChatRequest(messages=_ask("x"))
+    request = ChatRequest(messages=_said("x"))
     huge = ChatResponse(text="1" + "0" * 400)
 
     def verdict(schema: dict[str, object], response: ChatResponse = huge) -> str | None:

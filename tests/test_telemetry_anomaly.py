@@ -66,7 +66,8 @@ def test_the_runaway_check_is_one_case_of_the_rolling_baseline() -> None:
 
 
 def test_cost_per_hour_over_three_times_its_mean_fires_once_that_hour() -> None:
-    clock, events = Clock(), []
+    clock = Clock()
+    events: list[AnomalyEvent] = []
     anomalies = watch(clock, events)
     for _hour in range(4):  # 4 hours of $0.10
         for _ in range(10):
@@ -85,7 +86,8 @@ def test_cost_per_hour_over_three_times_its_mean_fires_once_that_hour() -> None:
 
 
 def test_an_error_rate_over_its_baseline_and_the_floor() -> None:
-    clock, events = Clock(), []
+    clock = Clock()
+    events: list[AnomalyEvent] = []
     anomalies = watch(clock, events)
     for minute in range(4):
         for call in range(20):  # 5 % failed: the usual

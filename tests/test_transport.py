@@ -11,11 +11,12 @@ import httpx
 import httpx2
 import openai
 import pytest
+from openai.types.responses import ResponseOutputMessage
 
 from llmguard_sdk import AnthropicProvider, Guard, OpenAICompatibleProvider
 from llmguard_sdk.client import GuardedClient
 from llmguard_sdk.errors import ConfigurationError, LLMGuardError
-from llmguard_sdk.ratelimit import RateLimit
+from llmguard_sdk.ratelimit import MemoryRateLimiter, RateLimit
 from llmguard_sdk.testing import FakeProvider, Fault
 from llmguard_sdk.transport import async_http_client, http_client, transport
 
@@ -250,7 +251,7 @@ def test_a_stream_closed_before_it_is_read_gives_its_slot_back(
     guard = make_guard(fake, rate_limits={"primary": RateLimit(concurrency=1)})
     seam = _sdk(http_client(guard, library=library))
     stream = seam.chat.completions.create(model="m", messages=USER, stream=True)
-    assert guard.rate_limiter is not None
+    assert isinstance(guard.rate_limiter, MemoryRateLimiter)
     assert guard.rate_limiter.in_flight("primary") == 1
     stream.close()
     assert guard.rate_limiter.in_flight("primary") == 0
@@ -272,7 +273,7 @@ def test_an_async_stream_closed_before_it_is_read_gives_its_slot_back(
         )
         stream = await client.chat.completions.create(model="m", messages=USER, stream=True)
         await stream.close()
-        assert guard.rate_limiter is not None
+        assert isinstance(guard.rate_limiter, MemoryRateLimiter)
         assert guard.rate_limiter.in_flight("primary") == 0
         completion = await client.chat.completions.create(model="m", messages=USER)
         await guard.aclose()
@@ -326,7 +327,9 @@ def test_a_refusal_reaches_the_sdk_as_a_refusal() -> None:
     assert message.choices[0].message.content is None
     # the Responses endpoint answered an empty output_text and no refusal part
     refusal = {"type": "refusal", "refusal": "I cannot help with that."}
-    assert [part.model_dump() for part in response.output[0].content] == [refusal]
+    output = response.output[0]
+    assert isinstance(output, ResponseOutputMessage)
+    assert [part.model_dump() for part in output.content] == [refusal]
 
 
 @pytest.mark.parametrize(
@@ -481,7 +484,7 @@ def test_a_stream_cut_after_a_refusal_piece_is_not_replayed() -> None:
 
 def _responses_streamed(client: openai.OpenAI) -> tuple[list[Any], Any]:
     """The refusal and text events of a Responses stream, and its final response."""
-    events = list(client.responses.create(model="m", input="hi", stream=True))
+    events: list[Any] = list(client.responses.create(model="m", input="hi", stream=True))
     kinds = ("response.refusal.delta", "response.refusal.done", "response.output_text.delta")
     return [e for e in events if e.type in kinds], events[-1].response
 

@@ -383,7 +383,12 @@ def _block_events(index: int, block: dict[str, Any], *deltas: dict[str, Any]) ->
 
 def _thinking_stream() -> bytes:
     """A Messages stream: a thinking block, a redacted one, then the text "Four."."""
-    start = {"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-x"}
+    start: dict[str, Any] = {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-x",
+    }
     start.update(content=[], stop_reason=None, stop_sequence=None)
     return (
         _sse("message_start", message={**start, "usage": {"input_tokens": 5, "output_tokens": 1}})
@@ -444,7 +449,12 @@ def test_a_thinking_block_is_no_empty_chunk_of_a_chat_completions_stream() -> No
 def test_a_stream_cut_after_a_thinking_block_is_not_replayed() -> None:
     # thinking blocks reach the caller now; a stream cut after one must not be retried, or
     # the caller gets the block again from each attempt
-    start = {"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-x"}
+    start: dict[str, Any] = {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-x",
+    }
     events = _sse("message_start", message={**start, "content": [], "usage": {}}) + _block_events(
         0, _REDACTED
     )

@@ -27,7 +27,7 @@ def test_the_local_model_answers_the_openai_sdk(local: LocalProvider) -> None:
             model="gpt-x",
             messages=QUESTION,
             temperature=0,
-            max_tokens=20,  # type: ignore[arg-type]
+            max_tokens=20,
         )
         assert raw.headers["x-llmguard-route"] == "local"
         completion = raw.parse()
@@ -40,7 +40,7 @@ def test_the_local_model_answers_the_openai_sdk(local: LocalProvider) -> None:
                 messages=QUESTION,
                 temperature=0,
                 max_tokens=20,
-                stream=True,  # type: ignore[arg-type]
+                stream=True,
             )
         )
         text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)

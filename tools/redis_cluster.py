@@ -201,7 +201,7 @@ class RedisCluster:
             for other, port in enumerate(self.ports):
                 if other == index or self.processes[other].poll() is not None:
                     continue
-                client = redis.Redis(port=port, socket_timeout=1)
+                client: Any = redis.Redis(port=port, socket_timeout=1)  # execute_command: untyped
                 try:
                     role = client.execute_command("ROLE")[0]
                     ok = client.execute_command("CLUSTER INFO").get("cluster_state") == "ok"
@@ -310,7 +310,7 @@ class RedisServer:
         """Make the server hang for ``seconds`` (``DEBUG SLEEP``), without waiting for it."""
         import redis
 
-        client = redis.Redis(port=self.port, socket_timeout=seconds + 10)
+        client: Any = redis.Redis(port=self.port, socket_timeout=seconds + 10)  # (untyped)
         try:
             client.execute_command("DEBUG", "SLEEP", 0)  # fails fast when DEBUG is off
             thread = threading.Thread(
