@@ -1,16 +1,19 @@
-"""The README stays true to the code: its Python blocks parse, the names they import are
-public, the keywords it gives the classes it names and ``Guard.chat`` exist, the examples it
-lists are the ones in ``examples/``, and every ``llmguard`` command line it shows names a
-command and options the CLI has."""
+"""The README stays true to the code: its Python blocks parse (and read as ``ruff format``
+writes them), the names they import are public, the keywords it gives the classes it names
+and ``Guard.chat`` exist, the examples it lists are the ones in ``examples/``, and every
+``llmguard`` command line it shows names a command and options the CLI has."""
 
 from __future__ import annotations
 
 import ast
 import contextlib
+import difflib
 import importlib
 import inspect
 import io
 import re
+import subprocess
+import sys
 import textwrap
 import typing
 from pathlib import Path
@@ -20,6 +23,8 @@ import typing_extensions
 
 from llmguard_sdk.cli import main
 from llmguard_sdk.guard import ChatOptions
+
+from .conftest import require
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -102,6 +107,25 @@ def test_the_readme_has_python_blocks() -> None:
 @pytest.mark.parametrize("index", range(len(PYTHON_BLOCKS)))
 def test_python_block_parses(index: int) -> None:
     _parse(PYTHON_BLOCKS[index])
+
+
+@pytest.mark.parametrize("index", range(len(PYTHON_BLOCKS)))
+def test_python_block_is_ruff_formatted(index: int) -> None:
+    """Each Python block is as ``ruff format`` (the project's settings) writes it: the code a
+    reader copies looks like the code they run ruff on (the quickstart's was hand-aligned)."""
+    ruff = Path(sys.executable).with_name("ruff")
+    require(ruff.exists(), f"ruff (a dev dependency) beside {sys.executable}")
+    block = PYTHON_BLOCKS[index]
+    formatted = subprocess.run(
+        [str(ruff), "format", "--config", str(ROOT / "pyproject.toml"), "-"],
+        input=block,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    ).stdout
+    diff = "".join(difflib.unified_diff(block.splitlines(True), formatted.splitlines(True)))
+    assert formatted == block, f"README python block {index} is not ruff-formatted:\n{diff}"
 
 
 def test_imports_name_public_names() -> None:
