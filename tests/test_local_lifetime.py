@@ -164,7 +164,7 @@ def test_a_provider_dropped_while_its_model_loads_stops_the_load(
         held = [LocalProvider(name="drop-in-load", n_ctx=256, warm_up=True)]
         assert load.held.wait(120)  # the load is under way, held at the line
     finally:
-        threading.settrace(None)  # type: ignore[arg-type]
+        threading.settrace(None)
     worker, thread = held[0]._worker, worker_of("drop-in-load")
     try:
         warned = dropped(held, "drop-in-load")  # collected at once, its load still held
@@ -360,7 +360,7 @@ def test_a_worker_that_dies_as_it_closes_logs_why(
     try:
         provider = LocalProvider(name="dies-closing", n_ctx=256, warm_up=True)
     finally:
-        threading.settrace(None)  # type: ignore[arg-type]
+        threading.settrace(None)
     assert provider.wait_loaded(120)
     thread = worker_of("dies-closing")
     with caplog.at_level(logging.ERROR, logger="llmguard_sdk"):

@@ -9,7 +9,7 @@ import json
 import random
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any, Literal
 
 import pytest
@@ -30,8 +30,8 @@ from llmguard_sdk.releases import (
     Stage,
     is_moving_alias,
 )
-from llmguard_sdk.releases.backends import MemoryReleaseBackend
-from llmguard_sdk.releases.policy import decide, in_canary, observation
+from llmguard_sdk.releases.backends import Exchange, MemoryReleaseBackend
+from llmguard_sdk.releases.policy import Counters, decide, in_canary, observation
 from llmguard_sdk.testing import FakeProvider, Fault
 
 from .test_telemetry import Exported, call_span, exporting
@@ -784,8 +784,16 @@ def test_the_cli_reads_and_moves_a_canary_on_redis_cluster(
 class _RivalBackend(MemoryReleaseBackend):
     """A canary another process moves right after each read (a promote by hand never wins)."""
 
-    def exchange(self, key: str, candidate: str, version: int, control: Any, canary: Any) -> Any:
-        found = super().exchange(key, candidate, version, control, canary)
+    def exchange(
+        self,
+        key: str,
+        candidate: str,
+        version: int,
+        control: Counters,
+        canary: Counters,
+        stages: Sequence[float] = (),
+    ) -> Exchange:
+        found = super().exchange(key, candidate, version, control, canary, stages)
         if found.stage is not None and not candidate:
             self.transition(key, found.stage.version, found.stage.index, "canary", "rival")
         return found
