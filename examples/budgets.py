@@ -45,7 +45,7 @@ with FakeProvider(model="large-model") as large, FakeProvider(model="small-model
             ],
             prices=PRICES,
             downgrade_to=["small"],
-            on_event=on_event,
+            on_event=[on_event],
         ),
     )
     print("tenant acme, $0.006 a day, downgrade when low:")

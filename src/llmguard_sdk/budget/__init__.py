@@ -11,7 +11,7 @@
             [Budget(limit_usd=50, scope="tenant", window="day", on_exhausted="downgrade"),
              Budget(limit_usd=2_000, window="month")],
             downgrade_to=["small"],
-            on_event=print,
+            on_event=[print],
         ),
     )
 
