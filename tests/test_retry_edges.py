@@ -46,6 +46,7 @@ from llmguard_sdk.tokens import count_request_tokens
 
 from .conftest import USER
 from .rawserver import RawServer, sse_head
+from .test_continuation_counts import LONG, assert_continued_or_refused
 
 
 def test_httpx_errors_are_classified_for_retries() -> None:
@@ -220,9 +221,6 @@ def test_a_refused_continuation_still_raises_the_interruption(
     assert isinstance(info.value.__cause__, BadRequestError)
 
 
-_LONG = [{"role": "user", "content": "word " * 60}]
-
-
 @pytest.mark.parametrize("slack", [10, 200])
 def test_a_continuation_goes_only_to_a_route_whose_window_holds_it(
     fake: FakeProvider, fake2: FakeProvider, slack: int
@@ -231,7 +229,7 @@ def test_a_continuation_goes_only_to_a_route_whose_window_holds_it(
     (the request, the 40 words already streamed, the prompt to go on) went to a route whose
     window holds the request with 10 tokens to spare, not the continuation. With 200 to
     spare the continuation is sent there."""
-    request = ChatRequest.model_validate({"messages": _LONG, "model": fake2.model})
+    request = ChatRequest.model_validate({"messages": LONG, "model": fake2.model})
     window = count_request_tokens(request).tokens + 20 + slack  # 20: max_tokens
     routes = [
         OpenAICompatibleProvider(fake.base_url, model=fake.model, name="primary"),
@@ -243,22 +241,7 @@ def test_a_continuation_goes_only_to_a_route_whose_window_holds_it(
     events: list[CallEvent] = []
     options: dict[str, Any] = {"retry": None, "hooks": [events.append], "environ": {}}
     guard = Guard(routes, continue_interrupted_streams=True, **options)
-    seen: list[str] = []
-    with guard:
-        if slack > 100:
-            with guard.chat(_LONG, stream=True, max_tokens=20) as stream:
-                seen.extend(chunk.text for chunk in stream)
-            assert stream.response.route == "backup"
-            assert fake2.stats.requests == 1
-            return
-        with (
-            pytest.raises(StreamInterruptedError) as info,
-            guard.chat(_LONG, stream=True, max_tokens=20) as stream,
-        ):
-            seen.extend(chunk.text for chunk in stream)
-    assert info.value.partial_text == "".join(seen)
-    assert fake2.stats.requests == 0
-    assert ("backup", "ContextLengthExceededError") in events[-1].route_errors
+    assert_continued_or_refused(guard, fake2, events, fits=slack > 100)
 
 
 def test_a_continuation_leaves_the_chains_first_route_what_it_was(
@@ -267,7 +250,7 @@ def test_a_continuation_leaves_the_chains_first_route_what_it_was(
     """The chain's first route is the one the call starts on, whatever a continuation adds:
     the cache's check of who serves in place of the first (a local one behind it) does not
     take the route the stream broke on for too small, nor record such an error for it."""
-    request = ChatRequest.model_validate({"messages": _LONG, "model": fake.model})
+    request = ChatRequest.model_validate({"messages": LONG, "model": fake.model})
     window = count_request_tokens(request).tokens + 20 + 10  # holds the request only
     routes = [
         OpenAICompatibleProvider(
@@ -280,12 +263,12 @@ def test_a_continuation_leaves_the_chains_first_route_what_it_was(
     events: list[CallEvent] = []
     options: dict[str, Any] = {"retry": None, "hooks": [events.append], "environ": {}}
     guard = Guard(routes, cache=ResponseCache(), continue_interrupted_streams=True, **options)
-    with guard, guard.chat(_LONG, stream=True, max_tokens=20) as stream:
+    with guard, guard.chat(LONG, stream=True, max_tokens=20) as stream:
         list(stream)
     assert stream.response.route == "backup"
     assert events[-1].route_errors == (("primary", "StreamInterruptedError"),)
     with guard:  # the local route's continuation stood in for the remote one: not cached
-        assert guard.chat(_LONG, max_tokens=20).route == "primary"
+        assert guard.chat(LONG, max_tokens=20).route == "primary"
 
 
 def test_a_continuation_gets_a_new_idempotency_key(

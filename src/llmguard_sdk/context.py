@@ -164,9 +164,12 @@ class CallContext:
     # (and a cascade's tiers tried before), as its budgets were charged; set as it ends
     # (None: nothing went out, or no price)
     unserved_usd: float | None = None
-    # input tokens a continuation adds to the request (the partial answer, the instruction
-    # to go on) for the attempts after an interrupted stream
+    # the request the attempts after an interrupted stream send (the request, the partial
+    # answer, the instruction to go on), and the input tokens it adds to the request as the
+    # call counts them (its budget's figure); each route's figure, as it counts, once a route
+    continuation: ChatRequest | None = None
     continued_input: int = 0
+    continued_counts: dict[str, int] = field(default_factory=dict)
     retries: list[RetryDetails] = field(default_factory=list)
     cacheable: bool = True
     cache_tags: tuple[str, ...] = ()
@@ -201,6 +204,15 @@ class CallContext:
         if self.input_count is not None:
             self.input_count = recounted(self.input_count, self.request, model)
         self.input_model = model
+
+    def continue_with(self, continuation: ChatRequest) -> None:
+        """The call's attempts send ``continuation`` from now on (an interrupted stream's):
+        what it adds to the request is counted as the call counts the request; each route
+        counts it its own way when it asks (see ``_core.limits.continued_input``)."""
+        self.continuation = continuation
+        self.continued_counts.clear()
+        sent = count_request_tokens(continuation, self.input_model).tokens
+        self.continued_input = max(0, sent - self.input_tokens().tokens)
 
     def sent_input_tokens(self) -> int:
         """Input tokens of the request the call's attempts send now: the request's, plus what

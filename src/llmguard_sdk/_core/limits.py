@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, cast
 from .._state.steps import Step
 from ..context import CallContext
 from ..errors import ProviderError, ProviderTimeoutError
-from ..models import ChatResponse, Usage
+from ..models import ChatRequest, ChatResponse, Usage
 from ..providers.base import Provider
 from ..providers.headers import rate_limit_reset_seconds
 from ..ratelimit import Grant, LearnArgs, SettleArgs
@@ -31,6 +31,7 @@ if TYPE_CHECKING:  # stages imports routing, which counts with route_input_token
 
 __all__ = [
     "Reservation",
+    "continued_input",
     "cut_off",
     "granted",
     "learned",
@@ -81,13 +82,52 @@ def route_input_tokens(ctx: CallContext, route: Provider) -> TokenCount:
         return _model_count(ctx, route)
     own = ctx.tokenizer_counts.get(route.name)  # tokenized once per call and route
     if own is None:
-        counted = counter(ctx.request)
-        if isinstance(counted, int) and not isinstance(counted, bool):
-            own = TokenCount(counted, estimated=False, method=f"{route.name} tokenizer")
+        counted = _tokens_of(counter(ctx.request))
+        if counted is not None:
+            own = TokenCount(counted, estimated=False, method=_tokenizer(route))
         else:  # (its tokenizer could not count this request: asked once, tiktoken counts)
             own = _model_count(ctx, route)
         ctx.tokenizer_counts[route.name] = own
     return own
+
+
+def continued_input(ctx: CallContext, route: Provider) -> int:
+    """The input tokens continuing an interrupted stream adds to the request (the text
+    streamed, the prompt to go on; 0 before any) as ``route`` counts them, as it counts the
+    request (:func:`route_input_tokens`): the call's figure where the route's model counts
+    alike, else counted once per route and continuation."""
+    continuation = ctx.continuation
+    if continuation is None:
+        return 0
+    added = ctx.continued_counts.get(route.name)
+    if added is None:
+        added = _continued(ctx, route, continuation)
+        ctx.continued_counts[route.name] = added
+    return added
+
+
+def _continued(ctx: CallContext, route: Provider, continuation: ChatRequest) -> int:
+    count = route_input_tokens(ctx, route)
+    counter = getattr(route, "count_tokens", None)
+    if callable(counter) and count.method == _tokenizer(route):  # it counted the request
+        counted = _tokens_of(counter(continuation))
+        if counted is not None:
+            return max(0, counted - count.tokens)
+        count = _model_count(ctx, route)  # (not the continuation: tiktoken counts both)
+    model = route.model or ctx.request.model
+    if model is None or counts_alike(model, ctx.input_model or ctx.request.model):
+        return ctx.continued_input
+    return max(0, count_request_tokens(continuation, model=model).tokens - count.tokens)
+
+
+def _tokenizer(route: Provider) -> str:
+    """The method of a count a route's own tokenizer took."""
+    return f"{route.name} tokenizer"
+
+
+def _tokens_of(counted: object) -> int | None:
+    """A tokenizer's answer as a count (None: it could not count)."""
+    return counted if isinstance(counted, int) and not isinstance(counted, bool) else None
 
 
 def _model_count(ctx: CallContext, route: Provider) -> TokenCount:
@@ -112,7 +152,7 @@ def token_reservation(ctx: CallContext, stages: Stages, route: Provider) -> Rese
         return None
     count = route_input_tokens(ctx, route)
     output = ctx.request.output_limit or max(limit.reserve_output_tokens for limit in rules)
-    sent = count.tokens + ctx.continued_input  # a continuation sends more than the request
+    sent = count.tokens + continued_input(ctx, route)  # a continuation sends more
     return Reservation(route.name, ctx.scope.tenant, float(sent), float(output), count.estimated)
 
 

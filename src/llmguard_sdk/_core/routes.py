@@ -29,7 +29,7 @@ from ..ratelimit import Grant
 from ..ratelimit._rules import never_fits
 from ..retry._api import testing_attempts, testing_wait
 from ..retry.policy import MIN_ATTEMPT_SECONDS, Decision, decide_for_error
-from .limits import Reservation, route_input_tokens
+from .limits import Reservation, continued_input, route_input_tokens
 from .stages import (
     DEGRADED,
     IDEMPOTENCY_PREFIX,
@@ -277,7 +277,7 @@ def too_small_for(ctx: CallContext, route: Provider, *, continued: bool = True) 
     window = context_window(route)
     if window is None:
         return False
-    extra = ctx.continued_input if continued else 0
+    extra = continued_input(ctx, route) if continued else 0
     need = route_input_tokens(ctx, route).tokens + extra + (ctx.request.output_limit or 0)
     if need <= window:
         return False

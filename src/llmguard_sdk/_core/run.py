@@ -23,7 +23,6 @@ from ..errors import ProviderError, RateLimitedError, StreamInterruptedError
 from ..models import ChatRequest, ChatResponse, StreamChunk, Usage
 from ..providers.base import Provider
 from ..ratelimit import Grant, LearnArgs
-from ..tokens import count_request_tokens
 from . import limits, routes
 from .limits import Reservation
 from .opening import Ahead, Tail
@@ -225,8 +224,7 @@ class Run:
             self.interrupted = error
             self.carried = self.delivered_text
             self.request = routes.continuation_request(ctx.request, self.carried)
-            sent = count_request_tokens(self.request, ctx.input_model).tokens
-            ctx.continued_input = max(0, sent - ctx.input_tokens().tokens)
+            ctx.continue_with(self.request)
             return
         routes.fall_through(
             ctx, route, error, delivered=self.delivered, moves_on=self.stages.moves_on
