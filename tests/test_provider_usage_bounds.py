@@ -1,6 +1,7 @@
 """A provider of the user's own (the :class:`~llmguard_sdk.providers.Provider` protocol, no
 wire parser in between) that reports an absurd usage: the Guard bounds it as it bounds a
-parsed one (``budget._usage.MOST_TOKENS``)."""
+parsed one (``budget._usage.MOST_TOKENS``); and a ``guard.protect``-ed function's result, whose
+usage passes no route (the parser alone bounds it)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 import anyio
 import pytest
 
-from llmguard_sdk import ChatRequest, ChatResponse, Guard, StreamChunk, Usage
+from llmguard_sdk import CallEvent, ChatRequest, ChatResponse, Guard, StreamChunk, Usage
 from llmguard_sdk.budget import Budget, Budgets, Price, PriceTable
 from llmguard_sdk.ratelimit import RateLimit
 
@@ -81,7 +82,12 @@ def _served(guard: Guard, way: str) -> ChatResponse:
 
     async def run() -> ChatResponse:
         try:
-            return await guard.achat(USER, max_tokens=20)
+            if way == "achat":
+                return await guard.achat(USER, max_tokens=20)
+            async with await guard.achat(USER, stream=True, max_tokens=20) as stream:
+                assert "".join([chunk.text async for chunk in stream]) == "Hi"
+            assert stream.response is not None
+            return stream.response
         finally:
             await guard.aclose()
 
@@ -89,7 +95,7 @@ def _served(guard: Guard, way: str) -> ChatResponse:
 
 
 @pytest.mark.parametrize("huge", [10**400, 2**31], ids=["10**400", "2**31"])
-@pytest.mark.parametrize("way", ["chat", "achat", "stream"])
+@pytest.mark.parametrize("way", ["chat", "achat", "stream", "astream"])
 def test_an_absurd_usage_of_a_provider_object_is_estimated(huge: int, way: str) -> None:
     """``Usage(input_tokens=10**400)`` from a provider object made the rate limit's settle a
     bare OverflowError (and its concurrency lease was never given back); 2**31 drained the
@@ -139,3 +145,25 @@ def test_an_absurd_reported_cost_of_a_provider_object_is_estimated(cost: float, 
             assert response.cost_usd is not None
             assert 0 < response.cost_usd < 1e-3
         assert 0 < guard.budget_status()[0]["spent_usd"] < 1e-2
+
+
+@pytest.mark.parametrize("huge", [10**400, 2**31], ids=["10**400", "2**31"])
+def test_an_absurd_usage_of_a_protected_functions_result_is_none(huge: int) -> None:
+    """A ``guard.protect``-ed function's result passes no route: the parser that reads its
+    usage is the only bound on it. A count above 2**31 - 1 is no count: the call's event
+    reports no usage (its hooks and metrics do not take 10**400 tokens); a sane one is kept."""
+    events: list[CallEvent] = []
+    guard = Guard(hooks=[events.append], environ={})
+
+    @guard.protect(route="mine")
+    def ask(prompt_tokens: int) -> dict[str, Any]:
+        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": 1}
+        return {"model": "m", "choices": [], "usage": usage}
+
+    with guard:
+        ask(huge)
+        ask(1_234)
+    assert [event.outcome for event in events] == ["ok", "ok"]
+    assert events[0].usage is None
+    assert events[1].usage is not None
+    assert events[1].usage.input_tokens == 1_234

@@ -53,7 +53,8 @@ async def _acomplete(op: ops.Complete) -> ChatResponse:
 def _bounded(response: ChatResponse) -> ChatResponse:
     """A route's answer, its usage dropped (estimated, as a missing one) where a count is
     absurd, and its reported cost where it is no cost (a NaN, infinite, negative: see
-    :mod:`~llmguard_sdk.budget._usage`): a provider object's own passed no parser."""
+    :mod:`~llmguard_sdk.budget._usage`): a provider object's own passed no parser (a usage
+    the parser built, bounded as it was read, passes as it is)."""
     if not isinstance(response, ChatResponse):
         return response
     dropped: dict[str, Any] = {}

@@ -24,11 +24,20 @@ A count above :data:`MOST_TOKENS` is no count (a provider's bad answer): the usa
 unusable, as a missing one is (the Guard estimates it), and a warning says so; so is a
 :class:`~llmguard_sdk.models.Usage` that a provider object reports with one
 (:func:`usable_usage`). A reported cost counts only in [0, 1e12) USD (:func:`usable_cost`).
+
+Both bounds are needed, each for its own input: :func:`usage_from_payload` reads what a
+provider sent (the SDK's providers' answers and stream chunks, ``guard.protect``'s results,
+which pass no route) and sees the detail counts a
+:class:`~llmguard_sdk.models.Usage` no longer holds (a cached count is clamped to the
+input); :func:`usable_usage` bounds the usage of any route's answer, a provider object's of the
+user's own among them. A usage the parser built is bounded already: :func:`usable_usage`
+passes it without reading its counts again.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -53,6 +62,10 @@ _DETAILS = (
 )
 
 logger = logging.getLogger("llmguard_sdk")
+
+# the usage the parser built last in this thread (bounded as it was read): the route's answer
+# that carries it is not bounded again (a usage is frozen: the same object, the same counts)
+_parsed = threading.local()
 
 
 def _count(value: object) -> int | None:
@@ -93,8 +106,8 @@ def usable_usage(usage: Usage | None) -> Usage | None:
     counts is above :data:`MOST_TOKENS` (warned as a parsed usage's is): a
     :class:`~llmguard_sdk.models.Usage` built by a provider of the user's own passed no
     parser, and ``10**400`` made the rate limit's settle an OverflowError."""
-    if usage is None:
-        return None
+    if usage is None or usage is getattr(_parsed, "usage", None):
+        return usage  # (none, or the parser's own)
     counts = {
         "input_tokens": usage.input_tokens,
         "output_tokens": usage.output_tokens,
@@ -183,15 +196,13 @@ def usage_from_payload(
     cached = min(cached, input_tokens)
     written = min(written, input_tokens - cached)  # an input token is read or written, once
     tier = raw.get("service_tier", service_tier)
-    return (
-        Usage(
-            input_tokens=input_tokens,
-            output_tokens=output_tokens,
-            cached_input_tokens=cached,
-            cache_write_input_tokens=written,
-            cache_write_1h_input_tokens=min(hour, written),
-            reasoning_tokens=min(reasoning, output_tokens),
-            service_tier=tier if isinstance(tier, str) and tier else None,
-        ),
-        reported,
+    _parsed.usage = usage = Usage(
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        cached_input_tokens=cached,
+        cache_write_input_tokens=written,
+        cache_write_1h_input_tokens=min(hour, written),
+        reasoning_tokens=min(reasoning, output_tokens),
+        service_tier=tier if isinstance(tier, str) and tier else None,
     )
+    return usage, reported
