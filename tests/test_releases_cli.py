@@ -14,6 +14,7 @@ from llmguard_sdk.cli import main
 from llmguard_sdk.releases import RedisReleaseBackend
 from llmguard_sdk.testing import FakeProvider
 
+from .conftest import RawRedis
 from .test_releases import _canary_guard, _traffic
 
 
@@ -125,7 +126,7 @@ def test_reading_a_canary_leaves_its_keys_to_expire(
 
     a, b = pair
     guard = _canary_guard(a, b, store=redis_url, key_prefix=redis_prefix)
-    client = redis.Redis.from_url(redis_url)
+    client: RawRedis = redis.Redis.from_url(redis_url)
     where = ["bot", "--store", redis_url, "--prefix", redis_prefix]
     try:
         controls = guard.releases

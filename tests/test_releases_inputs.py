@@ -339,9 +339,11 @@ def test_a_guard_names_a_release_clock_that_tells_no_time(now: Any, canary: bool
     """A ``ReleasePlan(clock=...)`` returning text raised a bare TypeError as the Guard was
     built (reading the day for retirement warnings), NaN a ValueError, infinity an
     OverflowError, milliseconds (``time.time() * 1000``, 1.8e12) a ValueError about year 55000."""
-    candidate = {"candidate": Release("bot", "v2", ROUTE), "canary": CanaryPolicy()}
-    plan = ReleasePlan(
-        Release("bot", "v1", ROUTE), clock=lambda: now, **(candidate if canary else {})
+    current = Release("bot", "v1", ROUTE)
+    plan = (
+        ReleasePlan(current, Release("bot", "v2", ROUTE), canary=CanaryPolicy(), clock=lambda: now)
+        if canary
+        else ReleasePlan(current, clock=lambda: now)
     )
     with pytest.raises(ConfigurationError, match=r"clock must return Unix seconds.*got"):
         Guard(release=plan, environ={}, telemetry=False)
@@ -351,4 +353,4 @@ def test_a_memory_release_backend_refuses_a_clock_that_is_no_callable() -> None:
     from llmguard_sdk.releases import MemoryReleaseBackend
 
     with pytest.raises(ConfigurationError, match="clock"):
-        MemoryReleaseBackend(clock=5)
+        MemoryReleaseBackend(clock=5)  # type: ignore[arg-type]
