@@ -2,11 +2,14 @@
 
 The rest of the code keeps calling ``client.chat.completions.create(...)`` and reading
 ``choices[0].message.content``; every call now goes through the Guard. ``scoped`` sets the
-tenant and feature for calls whose signature has no room for them.
+tenant and feature for calls whose signature has no room for them. A failed call raises
+openai's error, as before, and that error is the Guard's too (its class and attributes).
 """
 
-from llmguard_sdk import Guard, OpenAICompatibleProvider, scoped
-from llmguard_sdk.testing import FakeProvider
+import openai
+
+from llmguard_sdk import Guard, OpenAICompatibleProvider, RateLimitedError, scoped
+from llmguard_sdk.testing import FakeProvider, Fault
 
 with FakeProvider() as api:
     guard = Guard(OpenAICompatibleProvider(api.base_url, api_key="sk-example"))
@@ -30,4 +33,16 @@ with FakeProvider() as api:
         if chunk.choices:
             print(chunk.choices[0].delta.content or "", end="")
     print()
+
+    api.always(Fault(status=429, retry_after=30))  # longer than the Guard waits: no retry
+    try:
+        client.chat.completions.create(
+            model="gpt-4o-mini", messages=[{"role": "user", "content": "Hello!"}]
+        )
+    except openai.RateLimitError as error:  # your handler for OpenAI's errors still catches it
+        guard_error = isinstance(error, RateLimitedError)
+        print(
+            f"rate limited: HTTP {error.status_code}, the Guard's RateLimitedError: {guard_error},"
+            f" retry after {error.retry_after} s"
+        )
     guard.close()

@@ -33,7 +33,12 @@ EXPECTED = {
         "cheapest, long question: west",
     ],
     "streaming.py": ["first token after", "stream broke after: 'Echo: count to'", "async: Echo"],
-    "drop_in_client.py": ["Echo: Hello!", "tokens: 5 in, 2 out", "Echo: Stream it"],
+    "drop_in_client.py": [
+        "Echo: Hello!",
+        "tokens: 5 in, 2 out",
+        "Echo: Stream it",
+        "rate limited: HTTP 429, the Guard's RateLimitedError: True, retry after 30.0 s",
+    ],
     "protect_openai.py": [
         "[protect] ok feature=titles attempts=2",
         "[protect] error feature=titles attempts=1 usage=None error=RateLimitedError",

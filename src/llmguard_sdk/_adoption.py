@@ -107,9 +107,12 @@ class Adoption:
         """openai's own ``OpenAI`` client whose requests this Guard answers:
         ``client.chat.completions.create(...)``, ``client.responses.create(...)``,
         ``with_raw_response`` ... return openai's objects (see :mod:`llmguard_sdk.client`);
-        without openai installed, the look-alike :class:`~llmguard_sdk.GuardedClient`.
+        without openai installed, the look-alike :class:`~llmguard_sdk.GuardedClient`. A
+        failed call raises the Guard's error, which is also openai's for it
+        (``openai.RateLimitError`` ...: what the transport seam answers).
 
-        .. versionchanged:: 0.2.0 openai's own client where openai is installed.
+        .. versionchanged:: 0.2.0 openai's own client where openai is installed; its errors
+           are openai's as well as the Guard's.
         """
         from .client import _openai_client
 

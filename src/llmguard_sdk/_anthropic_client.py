@@ -29,9 +29,9 @@ _BASE_URL = "http://llmguard.invalid"
 def _anthropic_options(
     guard: Guard | None, options: dict[str, Any], *, asynchronous: bool
 ) -> dict[str, Any]:
-    # the Guard's errors as answers: anthropic's SDK wraps what a transport raises
-    how = {"base_url": _BASE_URL, "raise_errors": False}
-    return _given(guard, options, asynchronous=asynchronous, **how)
+    # the Guard's errors as answers, also inside a stream: anthropic's SDK wraps what a
+    # transport raises
+    return _given(guard, options, asynchronous=asynchronous, base_url=_BASE_URL)
 
 
 class GuardedAnthropic(_Tagged, anthropic.Anthropic):

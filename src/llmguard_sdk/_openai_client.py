@@ -3,10 +3,14 @@ transport, so every object is genuinely openai's (``ChatCompletion``, ``ChatComp
 ``Response``), and ``with_raw_response``, ``with_streaming_response``, ``models.list`` and
 ``responses.create`` work as frameworks expect.
 
-The SDK's retries are off (``max_retries=0``: one retry loop, the Guard's), and the Guard's
-own errors reach the caller unchanged (``RequestValidationError``, ``AllRoutesFailedError``
-...), as they did from the look-alike client. Each parsed object carries the Guard's view of
-the call as ``.llmguard`` (a :class:`~llmguard_sdk.ChatResponse`), left out of its dumps.
+The SDK's retries are off (``max_retries=0``: one retry loop, the Guard's). A failed call
+raises an error that is both the Guard's (``RequestValidationError``, ``AllRoutesFailedError``
+... with every attribute) and the openai error the transport seam gives for it (the seam's
+status and error body: ``openai.RateLimitError`` for 429 ..., ``openai.APIError`` for a
+stream that broke after it began), so ``except AllRoutesFailedError`` and ``except
+openai.APIStatusError`` (frameworks' fallbacks) both catch it. Each parsed object carries the
+Guard's view of the call as ``.llmguard`` (a :class:`~llmguard_sdk.ChatResponse`), left out
+of its dumps.
 """
 
 from __future__ import annotations
@@ -15,7 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 import openai
 
-from ._sdk_clients import _given, _Tagged
+from ._sdk_clients import _both, _given, _Tagged
+from .errors import LLMGuardError
+from .transport._wire import openai_error
 
 if TYPE_CHECKING:
     from .guard import Guard
@@ -25,17 +31,39 @@ __all__ = ["AsyncGuardedOpenAI", "GuardedOpenAI"]
 _BASE_URL = "http://llmguard.invalid/v1"
 
 
-class GuardedOpenAI(_Tagged, openai.OpenAI):
+def _broken_stream(exc: LLMGuardError, request: Any) -> BaseException:
+    """What openai raises for the seam's error event in a stream, as the Guard's error too."""
+    body = openai_error(exc)["error"]
+    return _both(exc, openai.APIError(body["message"], request, body=body))
+
+
+class _OpenAIErrors:
+    """openai's status error for a failed call (made from the seam's answer, as for any
+    server's), as the Guard's error too (the transport's ``llmguard_error``)."""
+
+    def _make_status_error(self, err_msg: str, *, body: object, response: Any) -> Any:
+        made = super()._make_status_error(  # type: ignore[misc]
+            err_msg, body=body, response=response
+        )
+        return _both(response.extensions.get("llmguard_error"), made)
+
+
+def _options(guard: Guard | None, options: dict[str, Any], *, asynchronous: bool) -> Any:
+    how = {"base_url": _BASE_URL, "stream_error": _broken_stream}
+    return _given(guard, options, asynchronous=asynchronous, **how)
+
+
+class GuardedOpenAI(_OpenAIErrors, _Tagged, openai.OpenAI):
     """``openai.OpenAI`` whose requests the Guard answers."""
 
     def __init__(self, guard: Guard | None = None, **options: Any) -> None:
-        super().__init__(**_given(guard, options, asynchronous=False, base_url=_BASE_URL))
+        super().__init__(**_options(guard, options, asynchronous=False))
         self.guard = guard
 
 
-class AsyncGuardedOpenAI(_Tagged, openai.AsyncOpenAI):
+class AsyncGuardedOpenAI(_OpenAIErrors, _Tagged, openai.AsyncOpenAI):
     """``openai.AsyncOpenAI`` whose requests the Guard answers."""
 
     def __init__(self, guard: Guard | None = None, **options: Any) -> None:
-        super().__init__(**_given(guard, options, asynchronous=True, base_url=_BASE_URL))
+        super().__init__(**_options(guard, options, asynchronous=True))
         self.guard = guard

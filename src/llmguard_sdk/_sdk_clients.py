@@ -3,8 +3,11 @@ anthropic's ``anthropic_client(guard)``), importing neither SDK."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, TypeVar
+import functools
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
+from .errors import LLMGuardError
 from .transport import _client
 
 if TYPE_CHECKING:
@@ -14,18 +17,23 @@ _COPY = "an SDK client of a Guard needs the Guard (or, from copy(), the SDK's ow
 
 _KEY = "llmguard"  # never sent anywhere: the transport answers in process
 T = TypeVar("T")
+E = TypeVar("E", bound=BaseException)
+StreamError = Callable[[LLMGuardError, Any], BaseException]
+_TEXT = "_llmguard_text"  # an SDK error that is also the Guard's: the Guard error's text
 
 
 def _options(
-    guard: Guard, *, asynchronous: bool, base_url: str, raise_errors: bool = True
+    guard: Guard, *, asynchronous: bool, base_url: str, stream_error: StreamError | None = None
 ) -> dict[str, Any]:
     """An SDK client's options over the Guard's transport (openai's, anthropic's): no retries
     (one loop, the Guard's) and no timeout of its own (the Guard's bounds each call, a per-call
     ``timeout=`` shortens it; anthropic's default one also refuses a plain call with a large
-    ``max_tokens``)."""
+    ``max_tokens``). A failed call is answered as the seam answers it (the SDK raises its error
+    for the status); ``stream_error``: what a stream that fails after it began raises (the
+    transport's ``stream_error``), else the seam's error event."""
     # httpx2 where installed (openai 3.x), else httpx (openai 1.x and 2.x)
     client = _client(
-        guard, None, asynchronous=asynchronous, raise_errors=raise_errors, base_url=base_url
+        guard, None, asynchronous=asynchronous, base_url=base_url, stream_error=stream_error
     )
     return {
         "api_key": _KEY,
@@ -68,3 +76,66 @@ class _Tagged:
         if served is not None and hasattr(parsed, "__pydantic_fields__"):
             object.__setattr__(parsed, "llmguard", served)  # outside the fields: not dumped
         return parsed
+
+
+def _both(guard_error: object, made: E) -> E:
+    """``made`` (the SDK's error for a failed call) as an error that is also ``guard_error``'s
+    class, with the Guard error's attributes and the SDK's (the SDK's win where both have one:
+    ``status_code``, ``body``), the Guard error's message, traceback and chaining; ``made``
+    itself when there is no Guard error or the two classes cannot be combined."""
+    if not isinstance(guard_error, LLMGuardError):
+        return made
+    kind = _both_class(type(guard_error), type(made))  # type: ignore[arg-type]  # (hashable)
+    if kind is None:
+        return made
+    both = cast("E", kind.__new__(kind))
+    both.args = guard_error.args
+    vars(both).update(vars(guard_error))
+    vars(both).update(vars(made))
+    # its text as it was (a ProviderError's names its status_code, which is now the SDK's)
+    vars(both)[_TEXT] = str(guard_error)
+    both.__traceback__ = guard_error.__traceback__
+    both.__cause__ = guard_error.__cause__
+    both.__context__ = guard_error.__context__
+    both.__suppress_context__ = guard_error.__suppress_context__
+    return both
+
+
+@functools.lru_cache(maxsize=128)
+def _both_class(guard: type, sdk: type) -> type[BaseException] | None:
+    """The class of the Guard's ``guard`` errors that are also the SDK's ``sdk`` ones, made
+    once per pair; named as ``guard`` is, so tracebacks read as before. ``None`` where their
+    layouts cannot be combined (no such pair today: pydantic's ``ValidationError`` is the only
+    C-level base in the tree, and settings errors never come from a call)."""
+    namespace = {
+        "__module__": guard.__module__,
+        "__qualname__": guard.__qualname__,
+        "__doc__": f"{guard.__name__} that is also {sdk.__module__}'s {sdk.__name__}.",
+        "__reduce__": _reduce_both,
+        "__str__": _text,
+    }
+    try:
+        return type(guard.__name__, (guard, sdk), namespace)
+    except TypeError:
+        return None
+
+
+def _text(error: BaseException) -> str:
+    return str(vars(error)[_TEXT])
+
+
+def _reduce_both(error: BaseException) -> tuple[Any, ...]:
+    # the class is made at run time: pickled as its two bases (each by its own name)
+    guard, sdk = type(error).__bases__
+    return (_rebuilt_both, (guard, sdk, error.args), vars(error))
+
+
+def _rebuilt_both(
+    guard: type[LLMGuardError], sdk: type[BaseException], args: tuple[Any, ...]
+) -> BaseException:
+    kind = _both_class(guard, sdk)  # type: ignore[arg-type]  # (a class is hashable)
+    if kind is None:  # (cannot happen: it was made before it was pickled)
+        raise TypeError(f"{guard.__name__} and {sdk.__name__} cannot be combined")
+    error = kind.__new__(kind)
+    error.args = args
+    return error

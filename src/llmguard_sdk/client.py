@@ -13,8 +13,12 @@ Where openai-python is installed, ``guard.client()`` is openai's own ``OpenAI`` 
 the Guard's transport (:mod:`llmguard_sdk.transport`): its objects are genuinely openai's
 (``isinstance(c, openai.types.chat.ChatCompletion)``), and ``with_raw_response``,
 ``with_streaming_response``, ``models.list`` and ``responses.create`` work as frameworks
-expect (``instructor.from_openai(guard.client())``, ``ChatOpenAI(root_client=...)``). The
-classes below are the look-alikes it falls back to without openai.
+expect (``instructor.from_openai(guard.client())``, ``ChatOpenAI(root_client=...)``). A
+failed call raises the Guard's error (``AllRoutesFailedError`` ..., every attribute), which is
+also openai's error for it, the one the seam answers (``openai.RateLimitError`` for a rate
+limit or budget, ``openai.APIError`` for a stream broken after it began ...), so code and
+frameworks that catch openai's errors work too. The classes below are the look-alikes it falls
+back to without openai; they raise the Guard's errors alone.
 
 .. versionadded:: 0.1.0
 """

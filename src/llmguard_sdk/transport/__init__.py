@@ -128,9 +128,12 @@ def _client(
     asynchronous: bool,
     raise_errors: bool = False,
     base_url: str = _BASE_URL,
+    stream_error: Any = None,
 ) -> Any:
     """The client of ``library`` over the Guard's transport; ``raise_errors``: the Guard's
-    errors propagate instead of becoming error answers (for the drop-in client)."""
+    errors propagate instead of becoming error answers; ``stream_error(error, request)``: the
+    exception a stream that fails after it began raises, in place of the error event (the
+    SDK clients of :mod:`llmguard_sdk.client`)."""
     chosen = _library(library)
     if chosen == "httpx":
         from . import _adapters as adapters
@@ -142,6 +145,6 @@ def _client(
 
         module = library_module("httpx2")
         kinds = (_httpx2.Httpx2Transport, _httpx2.Httpx2AsyncTransport)
-    seam = kinds[asynchronous](guard, raise_errors=raise_errors)
+    seam = kinds[asynchronous](guard, raise_errors=raise_errors, stream_error=stream_error)
     cls = module.AsyncClient if asynchronous else module.Client
     return cls(transport=seam, base_url=base_url)

@@ -7,11 +7,12 @@ logic lives in the mixins.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from ..errors import LLMGuardError
 from . import _exchange
 from ._wire import Answer, Incoming
 
@@ -40,9 +41,19 @@ class _Side:
     _library: Any  # the httpx or httpx2 module
     _body: Any  # its byte-stream class for SSE bodies
 
-    def __init__(self, guard: Guard, *, raise_errors: bool = False) -> None:
+    def __init__(
+        self,
+        guard: Guard,
+        *,
+        raise_errors: bool = False,
+        stream_error: Callable[[LLMGuardError, Any], BaseException] | None = None,
+    ) -> None:
         self._guard = guard
         self._raise_errors = raise_errors
+        # a stream that fails after it began raises stream_error(error, request) instead of
+        # sending the error event (the SDK clients: the Guard's error, as the SDK's too)
+        self._stream_error = stream_error
+        self._raise_in_stream = raise_errors or stream_error is not None
 
     def _response(self, answer: Answer, request: Any) -> Any:
         extensions = {"llmguard": answer.response, "llmguard_error": answer.error}
@@ -56,7 +67,7 @@ class _Side:
                 request=request,
                 extensions=extensions,
             )
-        body = self._body(answer.events, answer.close)
+        body = self._body(answer.events, answer.close, self._stream_error, request)
         return self._library.Response(
             answer.status,
             headers=headers,
@@ -67,35 +78,65 @@ class _Side:
 
     def _handle(self, request: Any) -> Any:
         answer = _exchange.handle(
-            self._guard, incoming(request, request.read()), raise_errors=self._raise_errors
+            self._guard,
+            incoming(request, request.read()),
+            raise_errors=self._raise_errors,
+            raise_in_stream=self._raise_in_stream,
         )
         return self._response(answer, request)
 
     async def _ahandle(self, request: Any) -> Any:
         answer = await _exchange.ahandle(
-            self._guard, incoming(request, await request.aread()), raise_errors=self._raise_errors
+            self._guard,
+            incoming(request, await request.aread()),
+            raise_errors=self._raise_errors,
+            raise_in_stream=self._raise_in_stream,
         )
         return self._response(answer, request)
 
 
 class _Events:
     """A response body of SSE byte strings; closing it closes the Guard's stream (also
-    when the body was never read)."""
+    when the body was never read). With ``failed``, a Guard error the stream raises becomes
+    ``failed(error, request)``."""
 
-    def __init__(self, events: Any, close: Any) -> None:
+    def __init__(
+        self,
+        events: Any,
+        close: Any,
+        failed: Callable[[LLMGuardError, Any], BaseException] | None = None,
+        request: Any = None,
+    ) -> None:
         self._events = events
         self._close = close
+        self._failed = failed
+        self._request = request
+
+    def _raised(self, exc: LLMGuardError) -> BaseException:
+        return exc if self._failed is None else self._failed(exc, self._request)
 
     def __iter__(self) -> Iterator[bytes]:
-        yield from self._events
+        try:
+            yield from self._events
+        except LLMGuardError as exc:
+            raised = self._raised(exc)
+        else:
+            return
+        raise raised  # outside the except: its own chaining, not "during handling of"
 
     def close(self) -> None:
         self._events.close()
         self._close()
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        async for event in self._events:
-            yield event
+        try:
+            async for event in self._events:
+                yield event
+        except LLMGuardError as exc:
+            raised = self._raised(exc)
+        else:
+            return
+        raise raised
 
     async def aclose(self) -> None:
         await self._events.aclose()

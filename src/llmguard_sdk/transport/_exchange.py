@@ -73,8 +73,12 @@ def _failed(incoming: Incoming, exc: LLMGuardError, raise_errors: bool) -> Answe
     return _wire.error_answer(_wire_for(incoming.path, incoming.headers), exc)
 
 
-def handle(guard: Guard, incoming: Incoming, *, raise_errors: bool = False) -> Answer:
-    """Answer ``incoming`` through ``guard`` (blocking)."""
+def handle(
+    guard: Guard, incoming: Incoming, *, raise_errors: bool = False, raise_in_stream: bool = False
+) -> Answer:
+    """Answer ``incoming`` through ``guard`` (blocking); ``raise_errors``: a Guard error
+    propagates instead of becoming an error answer; ``raise_in_stream``: so does one after a
+    stream began, in place of its error event."""
     try:
         call = plan(guard, incoming)
         if isinstance(call, Answer):
@@ -91,11 +95,13 @@ def handle(guard: Guard, incoming: Incoming, *, raise_errors: bool = False) -> A
     except LLMGuardError as exc:
         return _failed(incoming, exc, raise_errors)
     writer = call.wire.writer(call.arguments, call.body)
-    events = _events(stream, first, writer, raise_errors)
+    events = _events(stream, first, writer, raise_errors or raise_in_stream)
     return Answer(200, _wire.stream_headers(first), events=events, close=stream.close)
 
 
-async def ahandle(guard: Guard, incoming: Incoming, *, raise_errors: bool = False) -> Answer:
+async def ahandle(
+    guard: Guard, incoming: Incoming, *, raise_errors: bool = False, raise_in_stream: bool = False
+) -> Answer:
     """Async twin of :func:`handle`."""
     try:
         call = plan(guard, incoming)
@@ -113,7 +119,7 @@ async def ahandle(guard: Guard, incoming: Incoming, *, raise_errors: bool = Fals
     except LLMGuardError as exc:
         return _failed(incoming, exc, raise_errors)
     writer = call.wire.writer(call.arguments, call.body)
-    events = _aevents(stream, first, writer, raise_errors)
+    events = _aevents(stream, first, writer, raise_errors or raise_in_stream)
     return Answer(200, _wire.stream_headers(first), events=events, close=stream.aclose)
 
 
@@ -135,7 +141,7 @@ def _events(
                 yield writer.event(chunk)
         yield writer.end()
     except LLMGuardError as exc:
-        if raise_errors:  # the drop-in client: the Guard's error, as before the stream began
+        if raise_errors:  # the SDK clients: the Guard's error, not an error event
             raise
         yield writer.failure(exc)
     finally:
@@ -152,7 +158,7 @@ async def _aevents(
                 yield writer.event(chunk)
         yield writer.end()
     except LLMGuardError as exc:
-        if raise_errors:  # the drop-in client: the Guard's error, as before the stream began
+        if raise_errors:  # the SDK clients: the Guard's error, not an error event
             raise
         yield writer.failure(exc)
     finally:
