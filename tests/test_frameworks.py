@@ -130,6 +130,28 @@ def test_openai_agents_chat_completions(chain: Chain, agents_sdk: Any) -> None:
     _check_story(chain, lambda q: str(agents_sdk.Runner.run_sync(agent, q).final_output))
 
 
+def test_openai_agents_streamed_usage_needs_include_usage(chain: Chain, agents_sdk: Any) -> None:
+    # the chat-completions model asks for streamed usage (stream_options.include_usage) only
+    # of api.openai.com, so a streamed run through a Guard counted no tokens; the README says
+    # to set ModelSettings(include_usage=True)
+    model = agents_sdk.OpenAIChatCompletionsModel(
+        model="fake-model", openai_client=_async_openai_client(chain.guard)
+    )
+
+    async def streamed(settings: Any, question: str) -> tuple[int, int]:
+        agent = agents_sdk.Agent(name="h", instructions="Answer.", model=model)
+        agent.model_settings = settings
+        run = agents_sdk.Runner.run_streamed(agent, question)
+        async for _event in run.stream_events():
+            pass
+        usage = run.context_wrapper.usage
+        return usage.input_tokens, usage.output_tokens
+
+    assert anyio.run(streamed, agents_sdk.ModelSettings(), "hello there") == (0, 0)
+    with_usage = agents_sdk.ModelSettings(include_usage=True)
+    assert anyio.run(streamed, with_usage, "hello again") == (11, 3)  # (not a cache hit)
+
+
 def test_openai_agents_responses_model(chain: Chain, agents_sdk: Any) -> None:
     import openai
 
