@@ -106,7 +106,10 @@ def test_a_failure_is_the_guard_s_error_and_openai_s(
     assert error.status_code == status
     assert error.response.headers["x-llmguard-error"] == guard_kind.__name__
     assert error.response.extensions["llmguard_error"].__class__ is guard_kind
-    assert str(error) == str(error.response.extensions["llmguard_error"])
+    # the Guard error's text (an overflow's: with OpenAI's wording, which frameworks look for)
+    assert str(error).startswith(str(error.response.extensions["llmguard_error"]))
+    assert str(error) == error.body["message"]
+    assert ("context_length_exceeded" in str(error)) is (kind == "overflow")
     # the seam gives the same openai error for the same failure: class, status and body
     seam = openai.OpenAI(
         api_key="sk-x", base_url="http://guard.test/v1", http_client=guard.http_client()
@@ -250,10 +253,10 @@ def test_langchain_classifies_the_errors(fake: FakeProvider, make_guard: MakeGua
     llm = lc.ChatOpenAI(
         model="m", api_key="sk-not-sent", client=client.chat.completions, root_client=client
     )
-    fake.always(Fault(status=400, error_code="context_length_exceeded"))
+    fake.always(Fault(status=400))
     with pytest.raises(ModelInvalidRequestError) as refused:
         llm.invoke("hello there")
-    assert isinstance(refused.value.__cause__, ContextLengthExceededError)
+    assert isinstance(refused.value.__cause__, BadRequestError)
     fake.always(Fault(status=429))
     with pytest.raises(ModelRateLimitError) as limited:
         llm.invoke("hello there")
@@ -285,3 +288,46 @@ def test_without_openai_the_look_alike_raises_the_guard_s_errors() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ProviderError"
+
+
+@pytest.mark.parametrize("how", ["seam", "client"])
+@pytest.mark.parametrize("where", ["provider", "window"])
+def test_langchain_tells_a_context_overflow(
+    fake: FakeProvider, make_guard: MakeGuard, how: str, where: str
+) -> None:
+    # the seam's overflow answer had the code in its body but not in its text, which is where
+    # LangChain looks: its ContextOverflowError (its agents trim the messages and retry on it)
+    # never came, neither through the seam nor through guard.client()
+    lc = require_module("langchain_openai", "langchain-openai is a dev dependency")
+    from langchain_core.exceptions import ContextOverflowError
+
+    from llmguard_sdk import OpenAICompatibleProvider
+
+    if where == "provider":  # the provider's own 400
+        fake.always(Fault(status=400, error_code="context_length_exceeded"))
+        guard = make_guard(fake, retry=None, breaker=None)
+    else:  # the route's known window cannot hold it: not sent
+        small = OpenAICompatibleProvider(fake.base_url, model="fake-model", context_window=8)
+        guard = Guard(small, retry=None, breaker=None, environ={})
+    if how == "seam":
+        http = guard.http_client()
+        client: Any = openai.OpenAI(
+            api_key="sk-x", base_url="http://guard.test/v1", http_client=http
+        )
+    else:
+        client = _openai_client(guard)
+    llm = lc.ChatOpenAI(
+        model="m", api_key="sk-not-sent", client=client.chat.completions, root_client=client
+    )
+    with pytest.raises(ContextOverflowError) as caught:
+        llm.invoke("hello there " * 20)
+    cause: Any = caught.value.__cause__
+    assert isinstance(cause, openai.BadRequestError)
+    assert cause.code == "context_length_exceeded"
+    assert "maximum context length" in str(cause)
+    if how == "client":
+        assert isinstance(
+            cause, ContextLengthExceededError if where == "provider" else LLMGuardError
+        )
+    assert fake.stats.requests == (1 if where == "provider" else 0)
+    guard.close()

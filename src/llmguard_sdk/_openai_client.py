@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import openai
 
-from ._sdk_clients import _both, _given, _Tagged
+from ._sdk_clients import _both, _BothErrors, _given, _Tagged
 from .errors import LLMGuardError
 from .transport._wire import openai_error
 
@@ -37,23 +37,12 @@ def _broken_stream(exc: LLMGuardError, request: Any) -> BaseException:
     return _both(exc, openai.APIError(body["message"], request, body=body))
 
 
-class _OpenAIErrors:
-    """openai's status error for a failed call (made from the seam's answer, as for any
-    server's), as the Guard's error too (the transport's ``llmguard_error``)."""
-
-    def _make_status_error(self, err_msg: str, *, body: object, response: Any) -> Any:
-        made = super()._make_status_error(  # type: ignore[misc]
-            err_msg, body=body, response=response
-        )
-        return _both(response.extensions.get("llmguard_error"), made)
-
-
 def _options(guard: Guard | None, options: dict[str, Any], *, asynchronous: bool) -> Any:
     how = {"base_url": _BASE_URL, "stream_error": _broken_stream}
     return _given(guard, options, asynchronous=asynchronous, **how)
 
 
-class GuardedOpenAI(_OpenAIErrors, _Tagged, openai.OpenAI):
+class GuardedOpenAI(_BothErrors, _Tagged, openai.OpenAI):
     """``openai.OpenAI`` whose requests the Guard answers."""
 
     def __init__(self, guard: Guard | None = None, **options: Any) -> None:
@@ -61,7 +50,7 @@ class GuardedOpenAI(_OpenAIErrors, _Tagged, openai.OpenAI):
         self.guard = guard
 
 
-class AsyncGuardedOpenAI(_OpenAIErrors, _Tagged, openai.AsyncOpenAI):
+class AsyncGuardedOpenAI(_BothErrors, _Tagged, openai.AsyncOpenAI):
     """``openai.AsyncOpenAI`` whose requests the Guard answers."""
 
     def __init__(self, guard: Guard | None = None, **options: Any) -> None:

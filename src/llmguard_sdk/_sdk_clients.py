@@ -78,11 +78,12 @@ class _Tagged:
         return parsed
 
 
-def _both(guard_error: object, made: E) -> E:
+def _both(guard_error: object, made: E, text: str | None = None) -> E:
     """``made`` (the SDK's error for a failed call) as an error that is also ``guard_error``'s
     class, with the Guard error's attributes and the SDK's (the SDK's win where both have one:
-    ``status_code``, ``body``), the Guard error's message, traceback and chaining; ``made``
-    itself when there is no Guard error or the two classes cannot be combined."""
+    ``status_code``, ``body``), the Guard error's message (``text``, where given, in
+    ``str()``), traceback and chaining; ``made`` itself when there is no Guard error or the
+    two classes cannot be combined."""
     if not isinstance(guard_error, LLMGuardError):
         return made
     kind = _both_class(type(guard_error), type(made))  # type: ignore[arg-type]  # (hashable)
@@ -93,7 +94,7 @@ def _both(guard_error: object, made: E) -> E:
     vars(both).update(vars(guard_error))
     vars(both).update(vars(made))
     # its text as it was (a ProviderError's names its status_code, which is now the SDK's)
-    vars(both)[_TEXT] = str(guard_error)
+    vars(both)[_TEXT] = str(guard_error) if text is None else text
     both.__traceback__ = guard_error.__traceback__
     both.__cause__ = guard_error.__cause__
     both.__context__ = guard_error.__context__
@@ -139,3 +140,20 @@ def _rebuilt_both(
     error = kind.__new__(kind)
     error.args = args
     return error
+
+
+class _BothErrors:
+    """An SDK client's status error for a failed call (made from the seam's answer, as for
+    any server's: openai's, anthropic's ``_make_status_error``), as the Guard's error too (the
+    transport's ``llmguard_error``); put before the SDK's client class. Its text is the
+    seam's error message: the Guard error's, with OpenAI's wording for an overflow (what
+    frameworks look for)."""
+
+    def _make_status_error(self, err_msg: str, *, body: object, response: Any) -> Any:
+        made = super()._make_status_error(  # type: ignore[misc]
+            err_msg, body=body, response=response
+        )
+        error = body.get("error") if isinstance(body, dict) else None
+        text = error.get("message") if isinstance(error, dict) else None
+        guard_error = response.extensions.get("llmguard_error")
+        return _both(guard_error, made, text if isinstance(text, str) else None)

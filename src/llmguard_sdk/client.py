@@ -475,10 +475,14 @@ def anthropic_client(guard: Guard) -> Any:
     """anthropic's own ``Anthropic`` client whose requests ``guard`` answers (any route, the
     local model included): ``messages.create`` returns anthropic's ``Message`` (or streams its
     events), ``messages.stream`` and ``with_raw_response`` work; its retries are off. A failed
-    call raises anthropic's error for the status, carrying the Guard's error as
-    ``error.response.extensions["llmguard_error"]``. Needs the ``anthropic`` package.
+    call raises the Guard's error (every attribute), which is also anthropic's error for the
+    seam's answer (``anthropic.RateLimitError`` for a rate limit or budget,
+    ``anthropic.OverloadedError`` for Claude's 529 ...; its status error for a stream broken
+    after it began), so ``except AllRoutesFailedError`` and ``except anthropic.APIStatusError``
+    both catch it. Needs the ``anthropic`` package.
 
     .. versionadded:: 0.2.0
+    .. versionchanged:: 0.2.0 its errors are the Guard's as well as anthropic's.
     """
     from ._anthropic_client import GuardedAnthropic
 

@@ -58,6 +58,12 @@ _RATE_LIMIT_PREFIXES = ("x-ratelimit-", "anthropic-ratelimit-")
 _SCOPE_HEADERS = {"tenant": "x-llmguard-tenant", "feature": "x-llmguard-feature"}
 _JSON = "application/json"
 _SSE = "text/event-stream"
+# OpenAI's wording for an overflow, with its code: what frameworks look for in the error's
+# text (LangChain's ContextOverflowError, which its agents trim the messages and retry on)
+_OVERFLOW = (
+    " (context_length_exceeded: this model's maximum context length is exceeded by your"
+    " messages. Please reduce the length of the messages.)"
+)
 _LONGEST_RETRY_AFTER_S = 1e9  # (about 31 years) what an error answer's retry-after-ms says at most
 
 
@@ -299,7 +305,8 @@ def openai_error(exc: LLMGuardError) -> dict[str, Any]:
         if isinstance(exc, NotServedError)
         else None
     )
-    return {"error": {"message": str(exc), "type": error_type(status), "param": None, "code": code}}
+    message = str(exc) + (_OVERFLOW if code == "context_length_exceeded" else "")
+    return {"error": {"message": message, "type": error_type(status), "param": None, "code": code}}
 
 
 def openai_usage(usage: Usage | None) -> dict[str, Any] | None:
