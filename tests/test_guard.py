@@ -132,6 +132,7 @@ def test_chat_options_name_every_request_parameter_and_nothing_else(
     fake: FakeProvider, make_guard: MakeGuard
 ) -> None:
     call_options = {"request", "tenant", "feature", "user", "timeout", "hedge_after"}
+    call_options |= {"attempt_timeout"}
     call_options |= {"priority", "cacheable", "cache_tags", "region"}
     request_params = ChatOptions.__optional_keys__ - call_options
     assert request_params == ChatRequest.model_fields.keys() - {"messages"}

@@ -149,6 +149,9 @@ class CallContext:
     route_counts: dict[str, TokenCount] = field(default_factory=dict)  # per route's model
     tokenizer_counts: dict[str, TokenCount] = field(default_factory=dict)  # per route (its own)
     hedge_after: float | None = None
+    # seconds one route may stay silent (a plain call's whole answer, each chunk of a
+    # stream): the call's own, else the Guard's; None: only the deadline
+    attempt_timeout: float | None = None
     priority: Literal["interactive", "batch"] = "interactive"
     attempts: int = 0
     route: str | None = None

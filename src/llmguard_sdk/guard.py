@@ -71,6 +71,12 @@ class ChatOptions(TypedDict, total=False):
     """The call's total time in seconds, every route and retry included."""
     hedge_after: float | None
     """Start a second route's call when the first has not answered after this many seconds."""
+    attempt_timeout: float | None
+    """Seconds one route may stay silent in this call (instead of the Guard's
+    ``attempt_timeout``): the whole answer of a plain call, the first and every later chunk
+    of a stream.
+
+    .. versionadded:: 0.2.0"""
     priority: Literal["interactive", "batch"]
     region: str | None
     """Prefer the deployments of deployment groups tagged with this region (then the others)."""
@@ -146,7 +152,8 @@ class Guard(Adoption, Lifecycle):
         attempt_timeout: seconds one route may stay silent before the chain moves on: the
             whole answer of a plain call, the first and every later chunk of a stream.
             Default: no limit of its own (only ``timeout``), so a hung first route can use
-            up the whole call; set it when the chain has more than one route.
+            up the whole call; set it when the chain has more than one route. Per call:
+            ``chat(..., attempt_timeout=...)``.
         max_input_tokens: refuse requests with more input tokens than this.
         input_filters: guardrails run on each validated request, in order.
         output_filters: guardrails run on each response, in order.
@@ -411,7 +418,9 @@ class Guard(Adoption, Lifecycle):
         Pass ``messages`` (dicts or :class:`~llmguard_sdk.Message`) with request parameters
         as keywords (``max_tokens=``, ``temperature=``, ``tools=`` ...), or a ready
         :class:`~llmguard_sdk.ChatRequest` as ``request=``. ``tenant``, ``feature`` and
-        ``user`` set the call's scope; ``timeout`` its total time in seconds.
+        ``user`` set the call's scope; ``timeout`` its total time in seconds;
+        ``attempt_timeout`` how long one route may stay silent in it (a stream: before each
+        chunk), in place of the Guard's.
         With a ``cache``, ``cacheable=False`` skips it for this call and ``cache_tags``
         (permission tags) further partition what this call may read and write.
         :class:`~llmguard_sdk.ChatOptions` lists every keyword.

@@ -38,6 +38,7 @@ def call_context(
         params.pop("tenant", None), params.pop("feature", None), params.pop("user", None)
     )
     timeout, hedge_after = params.pop("timeout", None), params.pop("hedge_after", None)
+    attempt_timeout = params.pop("attempt_timeout", None)
     priority, region = params.pop("priority", "interactive"), params.pop("region", None)
     cacheable, cache_tags = params.pop("cacheable", True), _tags(params.pop("cache_tags", ()))
     if not isinstance(cacheable, bool):  # ("no" would be true: the answer cached)
@@ -48,6 +49,7 @@ def call_context(
         scope=scope,
         timeout=timeout,
         hedge_after=hedge_after,
+        attempt_timeout=attempt_timeout,
         priority=priority,
         region=region,
     )

@@ -240,7 +240,7 @@ def _stream(
     run: Run, route: Provider, reservation: Reservation | None, opened: Preopened | None
 ) -> Generator[Any, Any, ChatResponse]:
     """One streamed attempt: each chunk emitted as it comes; the assembled response."""
-    ctx, stages = run.ctx, run.stages
+    ctx = run.ctx
     ctx.route = route.name
     record = opened.record if opened is not None else ctx.begin_attempt(route.name)
     assembler = Assembler(ctx, run.carried, record)
@@ -249,18 +249,7 @@ def _stream(
         if opened is not None:
             chunks, buffered = opened.chunks, opened.buffered
         else:
-            chunks, buffered = (
-                (
-                    yield Open(
-                        route,
-                        run.request,
-                        routes.route_model(route, run.request),
-                        ctx.deadline,
-                        stages.attempt_timeout,
-                    )
-                ),
-                [],
-            )
+            chunks, buffered = (yield open_op(run, route)), []
         while True:
             chunk: StreamChunk | None = buffered.pop(0) if buffered else (yield Next(chunks))
             if chunk is None:
@@ -312,16 +301,17 @@ def complete_op(run: Run, route: Provider) -> Complete:
         route,
         run.request,
         routes.route_model(route, run.request),
-        routes.attempt_deadline(run.ctx, run.stages),
+        routes.attempt_deadline(run.ctx),
     )
 
 
 def open_op(run: Run, route: Provider) -> Open:
-    """A stream on ``route``: the call's deadline, the attempt timeout between chunks."""
+    """A stream on ``route``: the call's deadline, its attempt timeout (the call's own, else
+    the Guard's) before the first chunk and between chunks."""
     return Open(
         route,
         run.request,
         routes.route_model(route, run.request),
         run.ctx.deadline,
-        run.stages.attempt_timeout,
+        run.ctx.attempt_timeout,
     )

@@ -72,11 +72,12 @@ def route_model(route: Provider, request: ChatRequest) -> str:
     return model
 
 
-def attempt_deadline(ctx: CallContext, stages: Stages) -> float:
-    """When one non-streaming attempt must end: the call's deadline or the attempt timeout."""
-    if stages.attempt_timeout is None:
+def attempt_deadline(ctx: CallContext) -> float:
+    """When one non-streaming attempt must end: the call's deadline or its attempt timeout
+    (the call's own, else the Guard's)."""
+    if ctx.attempt_timeout is None:
         return ctx.deadline
-    return min(ctx.deadline, time.monotonic() + stages.attempt_timeout)
+    return min(ctx.deadline, time.monotonic() + ctx.attempt_timeout)
 
 
 def retry_after_failure(

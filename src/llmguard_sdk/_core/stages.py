@@ -121,6 +121,7 @@ def prepare(
     scope: Scope,
     timeout: float | None,
     hedge_after: float | None = None,
+    attempt_timeout: float | None = None,
     priority: Literal["interactive", "batch"] = "interactive",
     region: str | None = None,
 ) -> CallContext:
@@ -143,6 +144,12 @@ def prepare(
     hedge = stages.hedge_after if hedge_after is None else hedge_after
     if hedge is not None and not _seconds(hedge):
         raise RequestValidationError(f"hedge_after must be seconds >= 0, got {hedge!r}")
+    if attempt_timeout is None:
+        attempt_timeout = stages.attempt_timeout
+    elif not _seconds(attempt_timeout) or attempt_timeout == 0:
+        raise RequestValidationError(
+            f"attempt_timeout must be a positive number of seconds, got {attempt_timeout!r:.80}"
+        )
     ctx = CallContext(
         request=checked,
         scope=scope,
@@ -150,6 +157,7 @@ def prepare(
         started=started,
         started_ns=started_ns,
         hedge_after=hedge,
+        attempt_timeout=attempt_timeout,
         priority=priority,
         region=region,
     )
