@@ -2,7 +2,8 @@
 ``messages.create`` returns anthropic's ``Message`` (streams its events), answered by any route.
 
 Its retries are off (``max_retries=0``: one retry loop, the Guard's) and it has no timeout of
-its own (the Guard's bounds each call; a per-call ``timeout=`` shortens it). A failed call raises
+its own (the Guard's bounds each call; a per-call ``timeout=`` shortens a plain call's and
+bounds a stream's silence, as through the transport seam). A failed call raises
 an error that is both the Guard's (``AllRoutesFailedError`` ..., every attribute) and anthropic's
 own for the seam's answer (``anthropic.RateLimitError`` for 429, ``anthropic.OverloadedError``
 for Claude's 529 ...: anthropic's SDK wraps whatever a transport raises into its connection

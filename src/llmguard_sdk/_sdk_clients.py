@@ -26,11 +26,12 @@ def _options(
     guard: Guard, *, asynchronous: bool, base_url: str, stream_error: StreamError | None = None
 ) -> dict[str, Any]:
     """An SDK client's options over the Guard's transport (openai's, anthropic's): no retries
-    (one loop, the Guard's) and no timeout of its own (the Guard's bounds each call, a per-call
-    ``timeout=`` shortens it; anthropic's default one also refuses a plain call with a large
-    ``max_tokens``). A failed call is answered as the seam answers it (the SDK raises its error
-    for the status); ``stream_error``: what a stream that fails after it began raises (the
-    transport's ``stream_error``), else the seam's error event."""
+    (one loop, the Guard's) and no timeout of its own (the Guard's bounds each call; a per-call
+    ``timeout=`` shortens a plain call's and bounds a stream's silence, see
+    :mod:`llmguard_sdk.transport`; anthropic's default one also refuses a plain call with a
+    large ``max_tokens``). A failed call is answered as the seam answers it (the SDK raises its
+    error for the status); ``stream_error``: what a stream that fails after it began raises
+    (the transport's ``stream_error``), else the seam's error event."""
     # httpx2 where installed (openai 3.x), else httpx (openai 1.x and 2.x)
     client = _client(
         guard, None, asynchronous=asynchronous, base_url=base_url, stream_error=stream_error

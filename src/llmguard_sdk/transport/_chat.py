@@ -19,7 +19,7 @@ def guard_arguments(params: dict[str, Any], incoming: Incoming) -> dict[str, Any
     :meth:`Guard.chat` arguments, with the caller's headers, query and scope.
 
     A ``timeout`` in the body (an SDK's ``extra_body={"timeout": ...}``) is dropped: the call's
-    deadline is the Guard's ``timeout``, shortened by the SDK's own (see :func:`.plan`), and
+    deadline is the Guard's ``timeout``, which the SDK's own bounds as :func:`.plan` says, and
     no provider takes a ``timeout`` body field."""
     from ..client import _call_arguments
 

@@ -3,8 +3,9 @@ calls :meth:`Guard.chat` / :meth:`Guard.achat` and answers in the SDK's shape.""
 
 from __future__ import annotations
 
+import math
 from collections.abc import AsyncIterator, Iterator, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..errors import LLMGuardError, RequestValidationError
 from ..models import StreamChunk
@@ -62,9 +63,28 @@ def plan(guard: Guard, incoming: Incoming) -> Call | Answer:
     if stream is not None and not isinstance(stream, bool):  # "true" was read as false
         raise RequestValidationError(f"stream must be true or false, got {stream!r:.40}")
     arguments = wire.arguments(body, incoming)
-    if incoming.timeout is not None:  # the SDK's timeout, when shorter than the Guard's
-        arguments["timeout"] = min(incoming.timeout, guard.settings.timeout)
+    if incoming.timeout is not None:
+        _sdk_timeout(guard, arguments, incoming.timeout, stream=stream is True)
     return Call(wire, arguments, stream is True, body)
+
+
+def _sdk_timeout(guard: Guard, arguments: dict[str, Any], read: float, *, stream: bool) -> None:
+    """The SDK's read timeout, as httpx means it: the longest wait for the next byte.
+
+    A plain answer's bytes all come when the Guard's call ends (its retries and fallback
+    happen inside the one exchange the SDK sees), so there it bounds the whole call: the
+    call's ``timeout`` when shorter than the Guard's. A stream's bytes come chunk by chunk,
+    so there it bounds silence, not the stream: each route's wait for its first chunk and
+    between chunks (the call's ``attempt_timeout`` when shorter than the Guard's; a silent
+    route loses the call to the next), while the Guard's ``timeout`` stays the call's total.
+    Passed only when it is shorter: the default call stays as it was."""
+    settings = guard.settings
+    if not stream:
+        arguments["timeout"] = min(read, settings.timeout)
+        return
+    # (the call's deadline bounds any longer silence)
+    if read < min(settings.timeout, settings.attempt_timeout or math.inf):
+        arguments["attempt_timeout"] = read
 
 
 def _failed(incoming: Incoming, exc: LLMGuardError, raise_errors: bool) -> Answer:
