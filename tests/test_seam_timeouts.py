@@ -17,6 +17,7 @@ import openai
 import pytest
 
 from llmguard_sdk import Guard
+from llmguard_sdk.client import AsyncGuardedClient, GuardedClient
 from llmguard_sdk.errors import ProviderTimeoutError, RequestValidationError
 from llmguard_sdk.testing import FakeProvider, Fault
 from llmguard_sdk.transport import async_http_client, http_client
@@ -209,4 +210,45 @@ def test_a_bad_attempt_timeout_is_refused_before_any_call(
     guard = make_guard(fake)
     with pytest.raises(RequestValidationError, match="attempt_timeout"):
         guard.chat(USER, attempt_timeout=bad)
+    assert fake.stats.requests == 0
+
+
+# -- guard.client(): openai's own over the seam, and the look-alike without openai -----------
+
+
+@pytest.mark.parametrize("lookalike", [False, True])
+def test_guard_client_s_timeout_bounds_a_stream_s_silence_not_its_length(
+    fake: FakeProvider, make_guard: MakeGuard, lookalike: bool
+) -> None:
+    # the look-alike made a stream's timeout its total, as the seam did
+    guard = make_guard(fake, retry=None, timeout=10)
+    client: Any = GuardedClient(guard) if lookalike else guard.client()
+    fake.always(SLOW_STREAM)
+    stream = client.chat.completions.create(
+        model="m", messages=USER, stream=True, timeout=SDK_TIMEOUT
+    )
+    assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices) == (
+        "Echo: hello there"
+    )
+    fake.always(Fault(first_token_delay=5))
+    started = time.monotonic()
+    with pytest.raises((ProviderTimeoutError, openai.APIError)):
+        list(client.chat.completions.create(model="m", messages=USER, stream=True, timeout=0.5))
+    assert time.monotonic() - started < 3
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, float("nan")])
+def test_the_look_alike_refuses_a_bad_stream_timeout(
+    fake: FakeProvider, make_guard: MakeGuard, bad: Any
+) -> None:
+    client = GuardedClient(make_guard(fake))
+    with pytest.raises(RequestValidationError, match="timeout"):
+        client.chat.completions.create(model="m", messages=USER, stream=True, timeout=bad)
+
+    async def run() -> None:
+        aclient = AsyncGuardedClient(client.guard)
+        await aclient.chat.completions.create(model="m", messages=USER, stream=True, timeout=bad)
+
+    with pytest.raises(RequestValidationError, match="timeout"):
+        anyio.run(run)
     assert fake.stats.requests == 0

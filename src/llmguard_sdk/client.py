@@ -25,6 +25,7 @@ back to without openai; they raise the Guard's errors alone.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, overload
@@ -234,6 +235,22 @@ def _call_arguments(
     return arguments
 
 
+def _stream_silence(guard: Guard, arguments: dict[str, Any], read: float | None) -> None:
+    """A stream's ``timeout`` as openai's SDK means it (httpx's read timeout: the longest
+    wait for the next byte), not the stream's total: the call's ``attempt_timeout`` (each
+    route's wait for its first chunk and between chunks) when shorter than the Guard's own
+    bounds, its total the Guard's ``timeout`` (given only when shorter: the default call
+    stays as it was)."""
+    arguments["timeout"] = None
+    if read is None:
+        return
+    if isinstance(read, bool) or not read > 0:  # (NaN too)
+        raise RequestValidationError(f"timeout must be a positive number of seconds, got {read!r}")
+    settings = guard.settings  # (the call's deadline bounds any longer silence)
+    if read < min(settings.timeout, settings.attempt_timeout or math.inf):
+        arguments["attempt_timeout"] = read
+
+
 class _Completions:
     def __init__(self, guard: Guard) -> None:
         self._guard = guard
@@ -280,6 +297,7 @@ class _Completions:
         usage = _asks_usage(params)
         arguments = _call_arguments(messages, model, params)
         if stream_flag(stream):  # ("false" would be true: a stream, not a completion)
+            _stream_silence(self._guard, arguments, arguments["timeout"])
             return ChunkStream(self._guard.chat(stream=True, **arguments), usage=usage)
         return to_completion(self._guard.chat(**arguments))
 
@@ -330,6 +348,7 @@ class _AsyncCompletions:
         usage = _asks_usage(params)
         arguments = _call_arguments(messages, model, params)
         if stream_flag(stream):
+            _stream_silence(self._guard, arguments, arguments["timeout"])
             return AsyncChunkStream(await self._guard.achat(stream=True, **arguments), usage=usage)
         return to_completion(await self._guard.achat(**arguments))
 

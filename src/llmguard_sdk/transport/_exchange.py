@@ -3,10 +3,10 @@ calls :meth:`Guard.chat` / :meth:`Guard.achat` and answers in the SDK's shape.""
 
 from __future__ import annotations
 
-import math
 from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
+from ..client import _stream_silence
 from ..errors import LLMGuardError, RequestValidationError
 from ..models import StreamChunk
 from . import _wire
@@ -74,17 +74,12 @@ def _sdk_timeout(guard: Guard, arguments: dict[str, Any], read: float, *, stream
     A plain answer's bytes all come when the Guard's call ends (its retries and fallback
     happen inside the one exchange the SDK sees), so there it bounds the whole call: the
     call's ``timeout`` when shorter than the Guard's. A stream's bytes come chunk by chunk,
-    so there it bounds silence, not the stream: each route's wait for its first chunk and
-    between chunks (the call's ``attempt_timeout`` when shorter than the Guard's; a silent
-    route loses the call to the next), while the Guard's ``timeout`` stays the call's total.
-    Passed only when it is shorter: the default call stays as it was."""
-    settings = guard.settings
-    if not stream:
-        arguments["timeout"] = min(read, settings.timeout)
-        return
-    # (the call's deadline bounds any longer silence)
-    if read < min(settings.timeout, settings.attempt_timeout or math.inf):
-        arguments["attempt_timeout"] = read
+    so there it bounds silence, not the stream (see ``_stream_silence``): a silent route
+    loses the call to the next, and the Guard's ``timeout`` stays the call's total."""
+    if stream:
+        _stream_silence(guard, arguments, read)
+    else:
+        arguments["timeout"] = min(read, guard.settings.timeout)
 
 
 def _failed(incoming: Incoming, exc: LLMGuardError, raise_errors: bool) -> Answer:
