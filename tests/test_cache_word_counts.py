@@ -10,6 +10,11 @@ in English and served in Chinese and Japanese. English is counted as before."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+
 import pytest
 
 from llmguard_sdk.cache import ResponseCache
@@ -73,3 +78,42 @@ def test_a_cache_refuses_the_swapped_request_in_chinese_and_japanese(
     assert cache.store(ask(text), answer("yes"))
     assert cache.lookup(ask(swapped)) is None
     assert cache.stats.guard_rejections.get("key_term") == 1
+
+
+class _InOrder(set[str]):
+    """A set that gives its words in a chosen order (as another hash seed would)."""
+
+    def __init__(self, order: list[str]) -> None:
+        super().__init__(order)
+        self.order = order
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.order)
+
+
+def test_a_count_does_not_depend_on_the_order_of_the_words() -> None:
+    """The count summed 0.4s and 0.2s as floats in the order the set gave its words, which
+    changes with each process's hash seed: four words and five Han characters were 6.0 words
+    in one order and 6.000000000000002 in another (past the key-term guard's 6)."""
+    words = ["renew", "driver", "licens", "way", "上", "海", "今", "天", "气"]
+    orders = [words, words[4:] + words[:4], words[4:7] + words[:4] + words[7:]]
+    assert {word_count(_InOrder(order)) for order in orders} == {6.0}
+    assert word_count(_InOrder([*words, "カ", "ナ"])) == 6.4
+
+
+@pytest.mark.slow
+def test_two_processes_decide_a_pair_alike() -> None:
+    """The same pair, refused ("key_term") or served by the guards as the process's hash
+    seed had it: two processes sharing one cache decided it differently."""
+    code = (
+        "from llmguard_sdk.cache.guards import guard_rejection;"
+        "print(guard_rejection('上海今天天气', \"What is the way to renew my driver's license?\"))"
+    )
+    found = set()
+    for seed in ("1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        done = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+        )
+        found.add(done.stdout.strip())
+    assert found == {"key_term"}

@@ -41,9 +41,11 @@ _ONE_KANA = re.compile("[\u3040-\u30ff]")
 # with their Chinese and Japanese translations, a text's distinct Han characters number
 # about 2.5 per English content word, and a Japanese text's kana (particles, endings,
 # katakana loanwords) about 5; weighted so, the counts average 1.08 (Chinese) and 0.99
-# (Japanese) times the English ones.
-_HAN_WORD = 0.4
-_KANA_WORD = 0.2
+# (Japanese) times the English ones. Counted in fifths of a word, whole numbers: a sum of 0.4s
+# and 0.2s depended on the order a set gave its words in, which changes with each process's
+# hash seed (15 Han characters were 6.0 words in one process, 6.000000000000001 in another).
+_HAN_FIFTHS = 2
+_KANA_FIFTHS = 1
 _DIGIT = re.compile(r"\d")
 # what may stand between a sentence's end (or the text's start) and its first word
 _BEFORE_WORD = " \t\n\r\"'«»„“”\u2018\u2019([{-\u2013\u2014"
@@ -84,13 +86,13 @@ def word_count(words: set[str]) -> float:
     word of an alphabet counts one, a Han character 0.4 and a kana 0.2 (one English content
     word is about 2.5 distinct Han characters in Chinese, 5 kana in Japanese). For words of
     other scripts than Han and kana this is ``len(words)``."""
-    count = 0.0
+    fifths = 0
     for word in words:
         if _ONE_CJK.match(word) is None:
-            count += 1
+            fifths += 5
         else:
-            count += _KANA_WORD if _ONE_KANA.match(word) else _HAN_WORD
-    return count
+            fifths += _KANA_FIFTHS if _ONE_KANA.match(word) else _HAN_FIFTHS
+    return fifths / 5
 
 
 def squashed(text: str) -> str:
