@@ -31,6 +31,7 @@ from ._framings import (
     of_inverted,
     unfronted,
 )
+from ._japanese import asks, question_kind, unparticled
 from ._words import CASED_WORD, WORD, ascii_digits, minor, names, negated, squashed, word_count
 
 __all__ = [
@@ -278,7 +279,7 @@ def _foreign(entities: set[str], other_text: str) -> set[str]:
 
 def content_words(text: str) -> set[str]:
     """Lower-cased, lightly stemmed words of ``text`` without function words."""
-    words = WORD.findall(ascii_digits(text).lower())
+    words = WORD.findall(unparticled(ascii_digits(text).lower()))  # (Japanese particles out)
     return {_stem(w) for w in words if w not in _STOP and not minor(w)}
 
 
@@ -353,7 +354,8 @@ def _tokens(text: str) -> list[str]:
     """Words with contractions cut ("what's" -> "what", "can't" -> "can"), lower-cased but
     for acronyms, which keep their case (and so their last letter: "HTTP" / "HTTPS"; a
     plural "IDs" is "ID")."""
-    words = (re.split("['\u2019]", w)[0] for w in CASED_WORD.findall(ascii_digits(text)))
+    text = unparticled(ascii_digits(text))  # (Japanese particles out: ._japanese)
+    words = (re.split("['\u2019]", w)[0] for w in CASED_WORD.findall(text))
     return [w if _acronym(w) else w.lower() for w in words]
 
 
@@ -418,7 +420,7 @@ def _compatible(first: str, second: str) -> bool:
 
 
 def _is_request(text: str, words: list[str]) -> bool:
-    if text.rstrip().endswith(("?", "\uff1f", "\u061f")):  # (full-width, Arabic)
+    if text.rstrip().endswith(("?", "\uff1f", "\u061f")) or asks(text):  # (Japanese "か")
         return True
     return bool(words) and (words[0] in _REQUEST_VERBS or words[0] in _WH or words[0] in _AUX)
 
@@ -474,6 +476,7 @@ def request_terms(query: str, cached: str) -> tuple[list[str], list[str]] | None
     if not (_is_request(query, words) or _is_request(cached, cached_words)):
         return None
     (kind, framed), (cached_kind, cached_framed) = _framed(words), _framed(cached_words)
+    kind, cached_kind = question_kind(query, kind), question_kind(cached, cached_kind)
     terms, cached_terms = _strict_terms(framed), _strict_terms(cached_framed)
     if word_count(set(terms) | set(cached_terms)) > _STRICT_WORDS:
         return None

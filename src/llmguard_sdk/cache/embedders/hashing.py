@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from ..._lazy import np
 from ...errors import ConfigurationError
 from ...tokens import cl100k_encoding
+from .._japanese import function_spans, unparticled
 from .._words import CJK
 from .base import finite_number, normalise, whole_number
 
@@ -31,7 +32,9 @@ _WORD_CACHE_SIZE = 16_384  # words (and word pairs) kept with their hashed contr
 # spaces: a run of them is read as its character bigrams (see _unspaced), a bigram of
 # hiragana at a quarter of its weight (Japanese writes its grammar in hiragana, its content
 # in kanji and katakana). A run of katakana is a word (a loanword: "インストール"), as a
-# Latin one is.
+# Latin one is. Japanese particles and auxiliaries (``_japanese.function_spans``: "の", "は",
+# "です", "ください") part a run, each a word at that quarter weight, in no word pair: "東京の
+# 人口" reads "東京", "人口" and "の", as "Tokyo's population" would.
 _UNSPACED_CHARACTERS = "\u3041-\u309f\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
 _KATAKANA = "\u30a1-\u30fa\u30fc-\u30ff"  # (not "・", which parts words)
 _UNSPACED = re.compile(f"[{_UNSPACED_CHARACTERS}]")
@@ -159,13 +162,18 @@ class HashingEmbedder:
     def _counts(self, text: str) -> npt.NDArray[np.float32]:
         """The summed contributions of one text's words and word pairs (not normalised)."""
         text = unicodedata.normalize("NFKC", text).lower()
-        words = _WORD.findall(text)
+        particles = [text[start:end] for start, end in function_spans(text)]  # (Japanese)
+        words = _WORD.findall(unparticled(text) if particles else text)
         if not text.isascii() and _UNSPACED.search(text) is not None:  # (Chinese, Japanese)
             words = _unspaced(words)
-        if not words:
+        if not words and not particles:
             return np.zeros(self.dimension, dtype=np.float32)
         known, pairs = self._words, self._pairs  # (dict reads first: most words are known)
-        buckets, values = zip(*[known.get(word) or self._word(word) for word in words], strict=True)
+        buckets, values = zip(
+            *[known.get(word) or self._word(word) for word in words],
+            *map(self._particle, particles),
+            strict=True,
+        )
         if self._pair_weight and len(words) > 1:
             pair_buckets, pair_values = zip(
                 *[pairs.get(pair) or self._pair(*pair) for pair in itertools.pairwise(words)],
@@ -177,6 +185,12 @@ class HashingEmbedder:
         return np.bincount(
             np.concatenate(buckets), weights=np.concatenate(values), minlength=self.dimension
         ).astype(np.float32)
+
+    def _particle(self, word: str) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.float32]]:
+        """A Japanese function word's contributions: at the weight of a hiragana bigram
+        ("何" as a question's predicate too)."""
+        buckets, values = self._words.get(word) or self._word(word)
+        return buckets, values if _HIRAGANA.fullmatch(word) else values * _HIRAGANA_WEIGHT
 
     def _pair(self, first: str, second: str) -> tuple[int, float]:
         """An adjacent word pair's dimension and signed weight (computed once)."""
