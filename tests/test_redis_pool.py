@@ -18,7 +18,7 @@ from redis.exceptions import MaxConnectionsError
 from llmguard_sdk import ConfigurationError, Guard, RedisStore
 from llmguard_sdk.ratelimit import RateLimit, RedisRateLimiter
 from llmguard_sdk.testing import FakeProvider
-from tests.conftest import USER, RawRedis, RedisTarget, redis_store
+from tests.conftest import USER, RedisTarget, redis_store
 from tests.rawserver import RawServer
 
 OUTAGE = "Redis unavailable"
@@ -84,12 +84,11 @@ def test_a_pool_whose_connections_are_all_taken_is_no_redis_outage(
     limiter = _limiter(store)
 
     async def async_side() -> None:
-        client: RawRedis = store.aclient
-        pool = client.connection_pool
+        pool = store.aclient.connection_pool
         taken = await pool.get_connection()
         try:
             with pytest.raises(MaxConnectionsError):
-                await client.ping()
+                await store.aclient.ping()
             await limiter.areserve("r")
         finally:
             await pool.release(taken)
@@ -100,13 +99,12 @@ def test_a_pool_whose_connections_are_all_taken_is_no_redis_outage(
         if mode == "async":
             anyio.run(async_side)
         else:
-            sync_pool: RawRedis = store._pool
-            taken = sync_pool.get_connection()
+            taken = store._pool.get_connection()
             try:
                 assert store.ping() is False
                 limiter.reserve("r")
             finally:
-                sync_pool.release(taken)
+                store._pool.release(taken)
             limiter.reserve("r")
     assert (store.health.outages, store.health.crowded) == (0, 1)
     assert _logged(caplog, OUTAGE) == []
