@@ -29,10 +29,10 @@ round trip waits inside redis-py's pools; a wait that runs out raises redis-py's
 ``MaxConnectionsError``, as a pool whose wait runs out does here (:func:`waiting_pool`, in
 place of a bare "No connection available." ``ConnectionError``): this process's own load,
 which stages do not take for Redis down (:func:`.health.crowded`). So is a timeout of an async
-connection during which the event loop was blocked (:class:`_AsyncOnTime`: by other tasks'
-work, a burst of calls starting together), so the socket was not read when the answer may
-have been there; a connection attempt is made once more (nothing was written yet), a read or
-a write raises :func:`loop_blocked`'s error.
+connection that came well after it was due (:class:`_AsyncOnTime`): the event loop was
+blocked (by other tasks' work), so the socket was not read when the answer may have been
+there; a connection attempt is made once more (nothing was written yet), a read or a write
+raises :func:`loop_blocked`'s error.
 
 Private. redis is imported when a store's pool is built, never before.
 """
@@ -40,7 +40,6 @@ Private. redis is imported when a store's pool is built, never before.
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import contextvars
 import functools
@@ -48,7 +47,7 @@ import os
 import queue
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import TYPE_CHECKING, Any, cast
 
 import anyio
@@ -62,6 +61,7 @@ __all__ = [
     "RoundTrips",
     "bound_async_cluster",
     "bounded_pool",
+    "late",
     "loop_blocked",
     "resends_bounded",
     "sends_bounded",
@@ -277,131 +277,80 @@ def waiting_pool(asynchronous: bool) -> type[Any]:
 # -- a timeout on a blocked event loop ---------------------------------------------------------
 
 
-class _LoopLag:
-    """How long one event loop was blocked lately (busy with other tasks' work), measured by
-    how late a tick every 50 ms runs; it ticks only while a Redis wait is under way on it."""
-
-    EVERY = 0.05
-
-    def __init__(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._waits = 0
-        self._due: float | None = None  # when the pending tick is due (None: not ticking)
-        self._seen: collections.deque[tuple[float, float]] = collections.deque(maxlen=512)
-
-    def enter(self) -> None:
-        """A wait began (the ticks go on while one is under way)."""
-        self._waits += 1
-        if self._due is None:
-            self._schedule()
-
-    def exit(self) -> None:
-        """A wait ended."""
-        self._waits -= 1
-
-    def _schedule(self) -> None:
-        self._due = time.monotonic() + self.EVERY
-        self._loop.call_later(self.EVERY, self._tick)
-
-    def _tick(self) -> None:
-        now = time.monotonic()
-        if self._due is not None:
-            self._seen.append((now, now - self._due))
-        if self._waits > 0:
-            self._schedule()
-        else:
-            self._due = None
-
-    def blocked(self, started: float, timeout: float | None) -> bool:
-        """Whether a wait that began at ``started`` (monotonic) and timed out after
-        ``timeout`` seconds says nothing of Redis: the loop was blocked meanwhile (its ticks
-        ran late), or the timeout came well after it was due, by more than a quarter of it (at
-        most 0.25 s): the socket was not read while the answer may have been there, or the
-        answer was read but its task not woken before the timeout fell due."""
-        if not timeout:
-            return False
-        now = time.monotonic()
-        worst = now - started - timeout
-        if self._due is not None:
-            worst = max(worst, now - self._due)
-        for ran, lateness in reversed(self._seen):
-            if ran < started:
-                break
-            worst = max(worst, lateness)
-        return worst > min(timeout / 4, 0.25)
-
-
-_LAGS = PerLoop(_LoopLag)
+def late(started: float, timeout: float | None) -> bool:
+    """Whether a wait that began at ``started`` (monotonic) and timed out after ``timeout``
+    seconds ended well after it was due: the event loop was blocked when the timeout fell
+    due (by more than a quarter of it, at most 0.25 s), so the wait says nothing of Redis."""
+    if not timeout:
+        return False
+    return time.monotonic() - started > timeout + min(timeout / 4, 0.25)
 
 
 @functools.cache
 def loop_blocked() -> type[Exception]:
-    """The error of a Redis wait that timed out while this process's event loop was blocked
-    (a ``TimeoutError`` of redis-py's): not counted against Redis."""
+    """The error of a Redis read or write whose timeout came while this process's event
+    loop was blocked (a ``TimeoutError`` of redis-py's): not counted against Redis."""
     from redis.exceptions import TimeoutError
 
     class LoopBlockedError(TimeoutError):
-        """A Redis wait that timed out while the event loop was blocked."""
+        """A Redis wait that timed out while the event loop was blocked (see :func:`late`)."""
 
     return LoopBlockedError
 
 
 def _blocked(exc: BaseException, timeout: float | None) -> Exception:
     return loop_blocked()(
-        f"{str(exc) or 'timed out'} after {timeout:g} s, but the event loop was blocked "
-        "meanwhile (this process's load): the answer may have been there"
+        f"{str(exc) or 'timed out'} after {timeout:g} s, but the event loop was blocked when "
+        "it fell due (this process's load): the answer may have been there"
     )
 
 
 class _AsyncOnTime:
-    """Mixed into an async redis-py connection class: a timeout during which the event loop
-    was blocked (:meth:`_LoopLag.blocked`) is no verdict on Redis. A connection attempt is
-    made once more (nothing was written; a second such timeout raises
-    :func:`loop_blocked`'s error); a read or a write raises it at once (the command may have
-    run, so it is not sent again)."""
+    """Mixed into an async redis-py connection class: a timeout that came well after it was
+    due (:func:`late`) is no verdict on Redis. A connection attempt is made once more
+    (nothing was written; a fresh attempt on a loop that runs again; a second late one
+    raises :func:`loop_blocked`'s error); a read or a write raises it at once (the command may
+    have run, so it is not sent again)."""
 
     socket_timeout: float | None
     socket_connect_timeout: float | None
 
     async def _connect(self) -> None:
         parent: Any = super()
-        lag = _LAGS.get()
         for attempt in (1, 2):
             started = time.monotonic()
-            lag.enter()
             try:
                 await parent._connect()
                 return
             except asyncio.TimeoutError as exc:
-                if not lag.blocked(started, self.socket_connect_timeout):
+                if not late(started, self.socket_connect_timeout):
                     raise
                 if attempt == 2:  # (redis-py wraps it in a ConnectionError: its cause)
                     raise _blocked(exc, self.socket_connect_timeout) from exc
-            finally:
-                lag.exit()
 
     async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
-        parent: Any = super()
-        await self._judged(parent.send_packed_command(command, check_health))
-
-    async def read_response(self, *args: Any, **options: Any) -> Any:
-        parent: Any = super()  # (a timeout the caller passes returns None instead)
-        return await self._judged(parent.read_response(*args, **options))
-
-    async def _judged(self, waiting: Awaitable[Any]) -> Any:
         from redis.exceptions import TimeoutError
 
-        lag = _LAGS.get()
+        parent: Any = super()
         started = time.monotonic()
-        lag.enter()
         try:
-            return await waiting
+            await parent.send_packed_command(command, check_health)
         except TimeoutError as exc:
-            if type(exc) is TimeoutError and lag.blocked(started, self.socket_timeout):
+            if type(exc) is TimeoutError and late(started, self.socket_timeout):
                 raise _blocked(exc, self.socket_timeout) from exc
             raise
-        finally:
-            lag.exit()
+
+    async def read_response(self, *args: Any, **options: Any) -> Any:
+        from redis.exceptions import TimeoutError
+
+        parent: Any = super()
+        started = time.monotonic()
+        try:
+            return await parent.read_response(*args, **options)
+        except TimeoutError as exc:  # (a timeout the caller passes returns None instead)
+            if type(exc) is TimeoutError and late(started, self.socket_timeout):
+                raise _blocked(exc, self.socket_timeout) from exc
+            raise
 
 
 # -- the round trips' turns --------------------------------------------------------------------
