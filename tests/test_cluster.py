@@ -214,19 +214,18 @@ def test_a_cluster_store_takes_its_timeouts_by_the_standalone_path(
     its size (the cluster ignored its URL's query, and the pool's wait was passed by hand)."""
     import anyio
 
-    query = "socket_timeout=2.5&socket_connect_timeout=1.5&max_connections=7&timeout=3.5"
+    query = "socket_timeout=2.5&socket_connect_timeout=1.5&max_connections=7"
     single = RedisStore(f"{redis_url}?{query}", socket_timeout=0.7)
     cluster = RedisClusterStore(f"{redis_cluster_url}?{query}", socket_timeout=0.7)
     names = ("socket_timeout", "socket_connect_timeout")
     expected = {name: single._pool.connection_kwargs[name] for name in names}
     assert expected == {"socket_timeout": 2.5, "socket_connect_timeout": 1.5}
-    assert (single._pool.timeout, single._pool.max_connections) == (3.5, 7)
-    assert (single._turns.seconds, cluster._turns.seconds) == (3.5, 3.5)  # (pool_timeout)
+    assert (single._pool.timeout, single._pool.max_connections) == (2.5, 7)
     assert cluster.ping()
     for node in cluster.client.get_nodes():  # type: ignore[attr-defined]
         pool = node.redis_connection.connection_pool
         assert {name: pool.connection_kwargs[name] for name in names} == expected
-        assert (pool.timeout, pool.max_connections) == (3.5, 7)
+        assert (pool.timeout, pool.max_connections) == (2.5, 7)
 
     async def nodes() -> None:
         client: RawRedis = cluster.aclient

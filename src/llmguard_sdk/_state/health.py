@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import logging
-import math
 import random
 import re
 import time
@@ -15,10 +14,9 @@ from ..errors import ConfigurationError
 if TYPE_CHECKING:
     from .stores import RedisStore
 
-__all__ = ["Outage", "RedisHealth", "crowded", "refused"]
+__all__ = ["Outage", "RedisHealth", "refused"]
 
 logger = logging.getLogger("llmguard_sdk")
-_CROWD_LOG_SECONDS = 60.0  # a store logs its crowded decisions at most this often
 _ERROR_CODE = re.compile(r"^[A-Z]+ ")  # an error reply's code, as redis-py keeps it
 
 
@@ -37,27 +35,6 @@ def refused(exc: BaseException) -> bool:
     if code == "ERR" or text.startswith("WRONGTYPE "):
         return True
     return code is None and not _ERROR_CODE.match(text)  # (redis-py < 7 drops "ERR ")
-
-
-def crowded(exc: BaseException) -> bool:
-    """Whether ``exc`` is this process's own load rather than Redis failing: no connection
-    (or turn for a round trip) came free in ``pool_timeout`` (redis-py's
-    ``MaxConnectionsError``), or a timeout came while the event loop was blocked (see
-    :mod:`._state.connections`). Redis said nothing, so no outage, and no reason to leave
-    Redis alone."""
-    from redis.exceptions import MaxConnectionsError
-
-    from .connections import loop_blocked
-
-    load = (MaxConnectionsError, loop_blocked())
-    seen: BaseException | None = exc
-    for _ in range(4):  # (a cluster client's wrapping: a ConnectionError, a cluster error)
-        if seen is None:
-            return False
-        if isinstance(seen, load):
-            return True
-        seen = seen.__cause__
-    return False
 
 
 class RedisHealth:
@@ -91,18 +68,6 @@ class RedisHealth:
         self.down_until = 0.0
         self._pause = 0.0
         self._probe_until = 0.0  # while a probe after a pause is under way
-        self.crowded = 0  # decisions made without Redis for this process's load (crowded())
-        self._crowd_told = -math.inf  # when the last of them was logged
-
-    def overloaded(self) -> bool:
-        """A decision was made without Redis for this process's load (:func:`crowded`):
-        count it; returns whether to log it (at most once a minute per store)."""
-        self.crowded += 1
-        now = time.monotonic()
-        if now - self._crowd_told < _CROWD_LOG_SECONDS:
-            return False
-        self._crowd_told = now
-        return True
 
     def up(self) -> bool:
         """Whether Redis may be tried now: no pause, and no probe under way (see the class
@@ -182,8 +147,7 @@ class Outage:
     def failed(self, exc: BaseException) -> None:
         """Redis just failed: pause it (for every stage of the store) and log once. An answer
         that refuses the command itself (:func:`refused`) pauses nothing: it is logged (as an
-        error, once while it stays the same) and only this decision is made without Redis; so
-        does this process's own load (:func:`crowded`), logged once a minute at most."""
+        error, once while it stays the same) and only this decision is made without Redis."""
         if refused(exc):
             if self._refusal != str(exc):
                 self._refusal = str(exc)
@@ -191,18 +155,6 @@ class Outage:
                     "%s: Redis refused a command (%s): a key of another kind under the "
                     "store's key_prefix, or a script this Redis cannot run; %s for the "
                     "decisions it refuses (Redis is not paused)",
-                    self.what,
-                    exc,
-                    self.instead,
-                )
-            return
-        if crowded(exc):
-            if self.health.overloaded():
-                logger.warning(
-                    "%s: %s; %s for this decision (Redis is not paused: this process's own "
-                    "load; more follow unlogged for a minute, see the store's health.crowded). "
-                    "Raise the store's max_connections or pool_timeout, or run fewer calls at "
-                    "once per process",
                     self.what,
                     exc,
                     self.instead,

@@ -438,24 +438,23 @@ def _missing(replies: Sequence[Any]) -> list[int]:
 def _execute(store: RedisStore, commands: Sequence[Command]) -> list[Any]:
     """Send ``commands`` in one pipeline; each answer, or the exception in its place."""
     try:
-        with store.round_trip():  # (its turn: see RedisStore.round_trip)
-            client = store.client
+        client = store.client
+        pipe = client.pipeline(transaction=False)
+        _pack(pipe, commands, client, store.cluster)
+        with resends_bounded(store):  # (a cluster client's re-sends end in time)
+            replies = list(pipe.execute(raise_on_error=False))
+        missing = _missing(replies)
+        if missing:  # Redis restarted or flushed its scripts: load them, send those again
+            for source in {commands[index].source for index in missing}:
+                client.script_load(source)
             pipe = client.pipeline(transaction=False)
-            _pack(pipe, commands, client, store.cluster)
-            with resends_bounded(store):  # (a cluster client's re-sends end in time)
-                replies = list(pipe.execute(raise_on_error=False))
-            missing = _missing(replies)
-            if missing:  # Redis restarted or flushed its scripts: load them, send those again
-                for source in {commands[index].source for index in missing}:
-                    client.script_load(source)
-                pipe = client.pipeline(transaction=False)
-                _pack(pipe, [commands[index] for index in missing], client, store.cluster)
-                with resends_bounded(store):  # (those never ran: a round of their own)
-                    again = pipe.execute(raise_on_error=False)
-                for index, reply in zip(missing, again, strict=True):
-                    replies[index] = reply
-            store.health.succeeded()  # (a probe after a pause answered: the outage is over)
-            return replies
+            _pack(pipe, [commands[index] for index in missing], client, store.cluster)
+            with resends_bounded(store):  # (those never ran: a round of their own)
+                again = pipe.execute(raise_on_error=False)
+            for index, reply in zip(missing, again, strict=True):
+                replies[index] = reply
+        store.health.succeeded()  # (a probe after a pause answered: the outage is over)
+        return replies
     except Exception as exc:  # Redis failed as a whole: every command gets the error
         return [exc] * len(commands)
 

@@ -16,19 +16,20 @@ import os
 import re
 import threading
 import weakref
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from importlib import resources
 from typing import TYPE_CHECKING, Any, Literal, cast
 from urllib.parse import parse_qs, parse_qsl, unquote, urlsplit
 
 from .._loops import PerLoop
 from ..errors import ConfigurationError
-from .connections import RoundTrips, bound_async_cluster, bounded_pool, sent_once, waiting_pool
+from .connections import bound_async_cluster, bounded_pool, sent_once
 from .health import Outage, RedisHealth
 from .once import marked, wrapped
 from .steps import Command
 
 if TYPE_CHECKING:
+    import anyio
     import redis
     import redis.asyncio
     from redis.commands.core import AsyncScript, Script
@@ -174,23 +175,17 @@ class RedisStore(Store):
 
     Args:
         url: ``redis://[user:password@]host:port/db``, ``rediss://`` for TLS, or ``unix://``.
-            Its query may set ``socket_timeout``, ``socket_connect_timeout``, ``timeout``
-            (``pool_timeout``), ``max_connections`` (over the keywords), ``db``,
-            ``health_check_interval``, ``socket_keepalive``, ``client_name``, ``username``,
-            ``password`` and, for ``rediss://``, ``ssl_cert_reqs``, ``ssl_ca_certs``,
-            ``ssl_certfile``, ``ssl_keyfile``, ``ssl_check_hostname`` (a cluster URL: the
-            first four, and the ``ssl_*`` ones); any other option is a
-            :class:`ConfigurationError`.
+            Its query may set ``socket_timeout``, ``socket_connect_timeout``, ``timeout``,
+            ``max_connections`` (over the keywords), ``db``, ``health_check_interval``,
+            ``socket_keepalive``, ``client_name``, ``username``, ``password`` and, for
+            ``rediss://``, ``ssl_cert_reqs``, ``ssl_ca_certs``, ``ssl_certfile``,
+            ``ssl_keyfile``, ``ssl_check_hostname`` (a cluster URL: the first four, and the
+            ``ssl_*`` ones); any other option is a :class:`ConfigurationError`.
         key_prefix: prefix of every key the SDK writes.
         socket_timeout: seconds any single Redis operation may take (short by design: a slow
             Redis must not stall LLM calls; at most 3600).
-        max_connections: the most connections a pool opens (1 to 10,000; on a cluster, per
-            node): at most that many round trips at once, more wait their turn.
-        pool_timeout: seconds a round trip waits for its turn (a free connection) at most,
-            in order (at most 3600; the URL's ``timeout`` sets it too). When none comes,
-            that decision is made without Redis (as while Redis is down, for that decision
-            only): this process's load, not an outage, so Redis is not paused. Keep it
-            below the Guard's ``timeout``.
+        max_connections: the most connections a pool opens (1 to 10,000); more callers
+            wait for one, at most ``socket_timeout``.
         local_share: while Redis cannot be reached, each process enforces this share of every
             shared limit on its own (rate limits, fail-open budgets, the retry budget's
             floor): with N processes, at most N times this share gets through.
@@ -212,7 +207,6 @@ class RedisStore(Store):
         key_prefix: str = "llmguard",
         socket_timeout: float = 0.5,
         max_connections: int = 50,
-        pool_timeout: float = 10.0,
         local_share: float = 0.25,
         journal_dir: str | None = None,
         retry_pause: float = 1.0,
@@ -224,10 +218,6 @@ class RedisStore(Store):
         if not (_number(socket_timeout) and 0 < socket_timeout <= _MAX_SOCKET_TIMEOUT):
             raise ConfigurationError(
                 f"socket_timeout must be a number of seconds in (0, {_MAX_SOCKET_TIMEOUT:g}]"
-            )
-        if not (_number(pool_timeout) and 0 < pool_timeout <= _MAX_SOCKET_TIMEOUT):
-            raise ConfigurationError(
-                f"pool_timeout must be a number of seconds in (0, {_MAX_SOCKET_TIMEOUT:g}]"
             )
         if not (_whole(max_connections) and 1 <= max_connections <= _MAX_CONNECTIONS):
             raise ConfigurationError(
@@ -246,7 +236,6 @@ class RedisStore(Store):
             "socket_timeout": socket_timeout,
             "socket_connect_timeout": socket_timeout,
             "max_connections": max_connections,
-            "timeout": pool_timeout,
             "health_check_interval": 30,
         }
         self._lock = threading.Lock()
@@ -256,7 +245,6 @@ class RedisStore(Store):
         # an attempt: a connection (socket_connect_timeout), then an answer (socket_timeout)
         attempt = self._options["socket_connect_timeout"] + self._options["socket_timeout"]
         self.health = RedisHealth(float(retry_pause), attempt_seconds=float(attempt))
-        self._turns = RoundTrips(self)
 
     def _check_url(self, url: str) -> None:
         if urlsplit(url).scheme not in _REDIS_SCHEMES:
@@ -272,6 +260,7 @@ class RedisStore(Store):
         # restart) is replaced by the pool before a command is written to it, and one that
         # went dead while idle fails its health-check PING, which goes once more on a fresh
         # connection (see connections.py).
+        import redis
         from redis.connection import parse_url
 
         parts = urlsplit(self.url)
@@ -280,9 +269,7 @@ class RedisStore(Store):
             _check_query(parts.query, known)
             self._take_url_options(parse_url(self.url))  # type: ignore[no-untyped-call]
             options = {**self._pool_options(), **sent_once(self.url, asynchronous=False)}
-            self._pool: redis.BlockingConnectionPool = waiting_pool(False).from_url(
-                self.url, **options
-            )
+            self._pool = redis.BlockingConnectionPool.from_url(self.url, **options)
         except ValueError as exc:
             raise ConfigurationError(f"bad Redis URL {_redacted(self.url)!r}: {exc}") from None
 
@@ -318,14 +305,16 @@ class RedisStore(Store):
 
     def _pool_options(self) -> dict[str, Any]:
         """The options of every connection pool (standalone, or each cluster node's): a
-        caller waits for a free connection at most ``pool_timeout`` (``timeout``)."""
-        return dict(self._options)
+        caller waits for a free connection as long as for an answer, unless the URL's
+        ``timeout`` says otherwise (a full pool would raise "Too many connections", read as
+        Redis down)."""
+        return {"timeout": self._options["socket_timeout"], **self._options}
 
     def _new_async_client(self) -> redis.asyncio.Redis:
         import redis.asyncio
 
         options = {**self._pool_options(), **sent_once(self.url, asynchronous=True)}
-        pool = waiting_pool(True).from_url(self.url, **options)
+        pool = redis.asyncio.BlockingConnectionPool.from_url(self.url, **options)
         client = redis.asyncio.Redis(connection_pool=pool)
         client.auto_close_connection_pool = True  # (Redis.from_pool, from redis 5.0.1 on)
         return client
@@ -360,16 +349,10 @@ class RedisStore(Store):
     def _disconnect(self) -> None:
         self._pool.disconnect()
 
-    def round_trip(self) -> contextlib.AbstractContextManager[None]:
-        """Held around each blocking round trip of a batch: its turn, among at most
-        ``max_connections`` (see :class:`~._state.connections.RoundTrips`)."""
-        return self._turns.turn()
-
     def async_round_trip(self) -> contextlib.AbstractAsyncContextManager[None]:
-        """Held around each async round trip of a batch: its turn on this event loop, among
-        at most ``max_connections`` (redis-py's async pool serves its waiters out of turn,
-        and an async cluster node does not wait: "Too many connections")."""
-        return self._turns.aturn()
+        """Held around each async round trip of a batch: nothing to wait for on a single
+        Redis (its blocking pool waits for a free connection itself)."""
+        return contextlib.nullcontext()
 
     async def aclose(self) -> None:
         """Close the async client and the sync pool."""
@@ -425,6 +408,7 @@ class RedisClusterStore(RedisStore):
                 f"bad Redis Cluster URL {_redacted(self.url)!r}: {exc}"
             ) from None
         self._nodes = nodes
+        self._round_trips = PerLoop(self._new_round_trip_slots)
         options = self._options
         options.pop("health_check_interval", None)
         if parts.username:
@@ -438,6 +422,11 @@ class RedisClusterStore(RedisStore):
                     options[name] = values[-1]
                 elif name == "ssl_check_hostname":
                     options[name] = _FLAGS[values[-1].strip().lower()]
+
+    def _new_round_trip_slots(self) -> anyio.Semaphore:
+        import anyio
+
+        return anyio.Semaphore(self._options["max_connections"])
 
     def _cluster_options(self) -> dict[str, Any]:
         # One retry (a refreshed slot map after a failover), no backoff: the store's own
@@ -467,7 +456,7 @@ class RedisClusterStore(RedisStore):
         try:
             # The url= form is the one where redis-py builds each node's pool from
             # connection_pool_class: blocking pools, whose callers beyond max_connections
-            # wait (at most pool_timeout) as on a single Redis, not "Too many connections"
+            # wait (at most socket_timeout) as on a single Redis, not "Too many connections"
             client = redis.RedisCluster(
                 url=f"{scheme}://{address}",
                 startup_nodes=nodes,
@@ -491,6 +480,25 @@ class RedisClusterStore(RedisStore):
 
     def _disconnect(self) -> None:
         pass  # the cluster client owns its node pools; close() released them
+
+    @contextlib.asynccontextmanager
+    async def async_round_trip(self) -> AsyncIterator[None]:
+        """redis-py's async cluster nodes raise ``MaxConnectionsError`` beyond
+        ``max_connections`` instead of waiting (read as the cluster down by every stage): a
+        round trip first takes one of ``max_connections`` slots of its event loop, waiting
+        at most ``socket_timeout``, so no node is asked for more connections than that."""
+        import anyio
+        import redis
+
+        slots = self._round_trips.get()
+        with anyio.move_on_after(self._pool_options()["timeout"]) as waiting:
+            await slots.acquire()
+        if waiting.cancelled_caught:
+            raise redis.ConnectionError("no Redis Cluster connection came free in socket_timeout")
+        try:
+            yield
+        finally:
+            slots.release()
 
 
 def lua(module: str, name: str) -> str:
