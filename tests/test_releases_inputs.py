@@ -31,7 +31,7 @@ def _route(fake: FakeProvider, name: str, model: str) -> OpenAICompatibleProvide
         {"temperature": 5.0},
         {"max_tokens": -3},
         {"max_tokens": "many"},
-        {"top_p": 0.0},
+        {"top_p": 1.5},
         {"stop": ["a", "b", "c", "d", "e"]},
     ],
 )

@@ -60,6 +60,16 @@ def test_numbers_of_either_kind_are_still_taken() -> None:
     assert validate_request(_request(temperature=0.7, top_p=0.25)).temperature == 0.7
 
 
+def test_a_top_p_of_zero_is_sent_as_the_chat_apis_take_it(
+    fake: FakeProvider, make_guard: MakeGuard
+) -> None:
+    """OpenAI's and Anthropic's top_p ranges from 0 to 1: a request with top_p=0 (near-greedy
+    sampling) was refused before sending, where the provider takes it."""
+    guard = make_guard(fake, retry=None)
+    guard.chat(USER, top_p=0)
+    assert [request.body["top_p"] for request in fake.requests] == [0]
+
+
 def test_a_guard_refuses_a_string_number_before_sending(
     fake: FakeProvider, make_guard: MakeGuard
 ) -> None:

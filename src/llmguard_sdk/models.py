@@ -289,7 +289,9 @@ class ChatRequest(BaseModel):
         default=None, gt=0, le=_MOST_OUTPUT_TOKENS, strict=True
     )
     temperature: float | None = Field(default=None, ge=0.0, le=2.0, strict=True)
-    top_p: float | None = Field(default=None, gt=0.0, le=1.0, strict=True)
+    # 0 is allowed, as the chat APIs allow it (OpenAI's and Anthropic's range is [0, 1]):
+    # a provider that refuses it answers its own 400
+    top_p: float | None = Field(default=None, ge=0.0, le=1.0, strict=True)
     stop: str | list[str] | None = None
     # an int64, as the chat APIs take it (a larger one was sent, and refused there)
     seed: int | None = Field(default=None, strict=True, ge=-(2**63), le=2**63 - 1)
