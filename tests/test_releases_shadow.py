@@ -7,6 +7,8 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from llmguard_sdk import Guard
 from llmguard_sdk.models import ChatResponse
@@ -76,6 +78,9 @@ ARGS = json.dumps({"q": "order 7", "limit": 3})
 SAME_ARGS = '{ "limit": 3,\n  "q": "order 7" }'  # other key order, other whitespace
 
 
+JSON = '{"order": 7, "status": "shipped"}'
+
+
 @pytest.mark.parametrize(
     ("served", "shadow", "exact", "json_valid"),
     [
@@ -83,9 +88,11 @@ SAME_ARGS = '{ "limit": 3,\n  "q": "order 7" }'  # other key order, other whites
         (_answer("", ("lookup", ARGS)), _answer("", ("lookup", '{"q": "x"}')), False, True),
         (_answer("", ("lookup", ARGS)), _answer("", ("lookup", SAME_ARGS), index=True), True, True),
         (_answer("", ("lookup", ARGS)), _answer(""), False, False),
-        (_answer("", ("lookup", ARGS)), _answer("No.", ("lookup", ARGS)), False, False),
+        # the candidate's arguments are JSON where the release's are; its text is for `exact`
+        (_answer("", ("lookup", ARGS)), _answer("No.", ("lookup", ARGS)), False, True),
         (_answer("", ("lookup", ARGS)), _answer("", ("lookup", "{broken")), False, False),
-        (_answer("", ("lookup", "{broken")), _answer("", ("lookup", "{broken")), True, True),
+        # the release's own arguments are no JSON: nothing to keep, the pair says nothing
+        (_answer("", ("lookup", "{broken")), _answer("", ("lookup", "{broken")), True, None),
         (
             _answer("", ("a", "{}"), ("b", ARGS)),
             _answer("", ("b", SAME_ARGS), ("a", "{ }")),  # parallel calls, in another order
@@ -93,17 +100,25 @@ SAME_ARGS = '{ "limit": 3,\n  "q": "order 7" }'  # other key order, other whites
             True,
         ),
         (_answer("", ("a", "{}"), ("a", "{}")), _answer("", ("a", "{}")), False, True),
-        (_answer(" Hello "), _answer("Hello"), True, True),
-        (_answer("Hello"), _answer("Bye"), False, True),
+        (_answer(" Hello "), _answer("Hello"), True, None),  # prose: no JSON to judge
+        (_answer("Hello"), _answer("Bye"), False, None),
+        (_answer(""), _answer(""), True, None),  # two empty answers: neither is JSON
+        (_answer(JSON), _answer('{"order": 7}'), False, True),
+        (_answer(JSON), _answer("Your order shipped."), False, False),
+        (_answer(JSON), _answer(""), False, False),
+        (_answer(JSON), _answer("", ("lookup", ARGS)), False, False),  # no JSON text
+        (_answer("Your order shipped."), _answer(JSON), False, None),
     ],
 )
 def test_exact_and_json_valid_judge_text_and_tool_calls(
-    served: ChatResponse, shadow: ChatResponse, exact: bool, json_valid: bool
+    served: ChatResponse, shadow: ChatResponse, exact: bool, json_valid: bool | None
 ) -> None:
     """``exact`` compares the text (stripped) and the tool calls, by name and arguments (parsed
     JSON where they parse: key order and whitespace aside; ids and indexes aside; parallel
-    calls in any order). ``json_valid`` compares whether each answer's text and its calls'
-    arguments are JSON."""
+    calls in any order). ``json_valid`` asks whether the candidate's answer is JSON where the
+    release's is (its text, its calls' arguments); a release's answer with no JSON (prose, an
+    empty answer, broken arguments) says nothing. It said two empty answers, and any two
+    prose answers, agreed: a prose feature's shadow showed 100 % JSON agreement."""
     assert COMPARATORS["exact"](served, shadow) is exact
     assert COMPARATORS["exact"](shadow, served) is exact
     assert COMPARATORS["json_valid"](served, shadow) is json_valid
@@ -129,3 +144,22 @@ def test_length_counts_tool_calls() -> None:
     assert COMPARATORS["length"](_answer("", ("lookup", ARGS)), _answer("", ("lookup", SAME_ARGS)))
     assert COMPARATORS["length"](_answer("a" * 100), _answer("a" * 110))
     assert not COMPARATORS["length"](_answer("a" * 100), _answer("a" * 130))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=300), st.text(max_size=300))
+def test_length_judges_a_pair_the_same_both_ways(first: str, second: str) -> None:
+    """``length`` measured the difference against the served answer's length: 100 and 124
+    characters agreed with the longer one served (24 within 20 % of 124), not with the
+    shorter (24 beyond 20 % of 100). It is within 20 % of the longer of the two."""
+    length = COMPARATORS["length"]
+    assert length(_answer(first), _answer(second)) == length(_answer(second), _answer(first))
+
+
+def test_length_is_within_a_fifth_of_the_longer_answer() -> None:
+    length = COMPARATORS["length"]
+    for served, shadow in ((100, 124), (124, 100), (100, 125), (125, 100)):
+        assert length(_answer("a" * served), _answer("a" * shadow))
+    for served, shadow in ((100, 126), (126, 100), (0, 1), (1, 0)):
+        assert not length(_answer("a" * served), _answer("a" * shadow))
+    assert length(_answer(""), _answer(""))

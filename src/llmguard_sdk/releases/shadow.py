@@ -125,6 +125,25 @@ def _size(answer: ChatResponse) -> int:
     return size
 
 
+def _json_kept(served: ChatResponse, shadow: ChatResponse) -> bool | None:
+    """Whether ``shadow`` is JSON where ``served`` is: its text where the served text is
+    JSON, its tool calls' arguments where the served calls' all are. ``None`` where the
+    served answer has no JSON (prose, an empty answer, arguments that do not parse): no
+    JSON to keep, so the pair says nothing (two empty answers are no agreement of JSON)."""
+    text, calls = _json_validity(served)
+    if not text and not calls:
+        return None
+    their_text, their_calls = _json_validity(shadow)
+    return (not text or their_text is True) and (not calls or their_calls is True)
+
+
+def _similar_length(served: ChatResponse, shadow: ChatResponse) -> bool:
+    """Lengths within a fifth of the longer one's (in whole characters: the same verdict
+    whichever answer was served)."""
+    first, second = _size(served), _size(shadow)
+    return abs(first - second) * 5 <= max(first, second)
+
+
 def _ratio_ok(served: float | None, shadow: float | None, limit: float) -> bool | None:
     if served is None or shadow is None:
         return None
@@ -133,8 +152,8 @@ def _ratio_ok(served: float | None, shadow: float | None, limit: float) -> bool 
 
 COMPARATORS: Mapping[str, Comparator] = {
     "exact": _same,
-    "json_valid": lambda a, b: _json_validity(a) == _json_validity(b),
-    "length": lambda a, b: abs(_size(a) - _size(b)) <= 0.2 * max(_size(a), 1),
+    "json_valid": _json_kept,
+    "length": _similar_length,
     "latency": lambda a, b: _ratio_ok(
         a.timings.total_s if a.timings else None, b.timings.total_s if b.timings else None, 1.5
     ),
@@ -142,9 +161,11 @@ COMPARATORS: Mapping[str, Comparator] = {
 }
 """The built-in comparisons of what the answers are, their text and their tool calls: the
 same text (stripped) and the same tool calls (``exact``: names and arguments, as parsed JSON
-where they parse, in any order, ids aside); the same JSON validity of the text and of the
-calls' arguments; length (text, tool names and arguments) within 20 %; latency and cost at
-most 1.5 times the served answer's."""
+where they parse, in any order, ids aside); ``json_valid``: the candidate's text is JSON
+where the served text is, its calls' arguments where the served calls' are (a served answer
+with no JSON, prose or empty, is not judged); ``length`` (text, tool names and arguments)
+within 20 % of the longer answer's (the same verdict either way round); ``latency`` and
+``cost`` at most 1.5 times the served answer's."""
 
 
 @dataclass(frozen=True)
