@@ -13,6 +13,7 @@ from llmguard_sdk.errors import (
     AllRoutesFailedError,
     BudgetExceededError,
     BudgetUnavailableError,
+    CanaryNotFoundError,
     CircuitOpenError,
     ConfigurationError,
     GuardrailRejectedError,
@@ -45,6 +46,7 @@ ERRORS: list[LLMGuardError] = [
     BudgetExceededError("over", scope="tenant", limit_usd=1.0, spent_usd=1.2, retry_after=60),
     BudgetUnavailableError("redis down", scope="s", limit_usd=1.0, spent_usd=float("inf")),
     ReleaseConflictError("bot", "promote", attempts=10),
+    CanaryNotFoundError("bot", "rollback"),
     StoreUnavailableError("the shared cache was not cleared"),
     AllRoutesFailedError({"primary": CircuitOpenError("primary", "open", retry_after=3.0)}),
 ]

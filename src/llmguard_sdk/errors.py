@@ -22,6 +22,8 @@ Catch :class:`LLMGuardError` to catch everything the SDK raises itself::
     │   ├── MalformedResponseError      bad JSON, wrong content type, missing fields
     │   └── StreamInterruptedError      a stream broke after it started (never replayed)
     ├── ReleaseConflictError        a canary moved by hand kept being moved by other processes
+    ├── CanaryNotFoundError         a canary moved by hand is not under way (none stored, or
+    │                               forgotten: 30 days unserved and unmoved)
     ├── StoreUnavailableError       the shared store (Redis) was needed and could not be reached
     ├── RefusedError                the SDK refused to send the call (carries retry_after)
     │   ├── CircuitOpenError            the route's circuit breaker is open
@@ -61,6 +63,7 @@ __all__ = [
     "BadRequestError",
     "BudgetExceededError",
     "BudgetUnavailableError",
+    "CanaryNotFoundError",
     "CircuitOpenError",
     "ConfigurationError",
     "ContextLengthExceededError",
@@ -373,6 +376,27 @@ class ReleaseConflictError(LLMGuardError, RuntimeError):
         self.key = key
         self.action = action
         self.attempts = attempts
+
+
+class CanaryNotFoundError(LLMGuardError, LookupError):
+    """A canary's promote or rollback by hand found no canary under way under ``key``: none
+    was stored, or it was forgotten (its Redis keys expired, or its memory backend's
+    deadline passed: 30 days after its Guards' last exchange or the last move). Nothing was
+    changed; a Guard serving the candidate starts its canary again at its next exchange.
+    ``key`` names the canary, ``action`` the move. A LookupError too, for code written
+    before it had a type of its own.
+
+    .. versionadded:: 0.2.0
+    """
+
+    def __init__(self, key: str, action: str) -> None:
+        super().__init__(
+            f"could not {action} the canary under {key!r}: no canary is under way there "
+            "(none was stored, or it expired: 30 days after its Guards' last exchange or "
+            "the last move); nothing was moved"
+        )
+        self.key = key
+        self.action = action
 
 
 class StoreUnavailableError(LLMGuardError):

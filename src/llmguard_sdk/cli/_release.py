@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._state.stores import _redacted
-from ..errors import ConfigurationError, ReleaseConflictError
+from ..errors import CanaryNotFoundError, ConfigurationError, ReleaseConflictError
 from ._command import Command, Group, redis_store
 
 __all__ = ["RELEASE"]
@@ -62,7 +62,7 @@ def _run(args: argparse.Namespace, action: str) -> int:
         if action != "status":
             move_by_hand(backend, args.key, policy, action)
         report = status_of(backend, args.key, policy)
-    except (LookupError, ReleaseConflictError) as exc:
+    except (CanaryNotFoundError, ReleaseConflictError) as exc:
         print(f"llmguard release: {exc}", file=sys.stderr)
         return 1
     except redis.RedisError as exc:

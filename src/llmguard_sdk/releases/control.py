@@ -26,6 +26,7 @@ from ..context import CallContext
 from ..errors import (
     AllRoutesFailedError,
     BudgetExceededError,
+    CanaryNotFoundError,
     ConfigurationError,
     GuardrailRejectedError,
     RateLimitExceededError,
@@ -370,6 +371,9 @@ class ReleaseControl:
 
         Raises:
             StoreUnavailableError: Redis could not be reached (nothing was moved).
+            CanaryNotFoundError: no canary is under way any more (its state expired: 30 days
+                without an exchange of a serving Guard or a move; nothing was moved).
+            ReleaseConflictError: other processes kept moving it (nothing was moved).
         """
         return self._move("promote")
 
@@ -378,6 +382,8 @@ class ReleaseControl:
 
         Raises:
             StoreUnavailableError: Redis could not be reached (nothing was moved).
+            CanaryNotFoundError: no canary is under way any more (see :meth:`promote`).
+            ReleaseConflictError: other processes kept moving it (nothing was moved).
         """
         return self._move("rollback")
 
@@ -447,11 +453,17 @@ def _stood_in(ctx: CallContext, response: ChatResponse | None) -> bool:
 
 def move_by_hand(backend: ReleaseBackend, key: str, policy: CanaryPolicy, action: str) -> Stage:
     """``promote`` or ``rollback`` the canary stored under ``key`` (every process follows
-    at its next exchange), by the stage shares its Guards stored (else ``policy``'s)."""
+    at its next exchange), by the stage shares its Guards stored (else ``policy``'s).
+
+    Raises:
+        CanaryNotFoundError: no canary is under way under ``key`` (none stored, or its
+            state expired; also when it expires between the read and the move).
+        ReleaseConflictError: other processes moved it between each read and move.
+    """
     for _ in range(10):  # another process may move it between the read and the move
         found = backend.exchange(key, "", 0, {}, {})
-        if found.stage is None:
-            raise LookupError(f"no canary is stored under {key!r}")
+        if found.stage is None:  # never stored, or forgotten (its TTL passed)
+            raise CanaryNotFoundError(key, action)
         policy = as_stored(policy, found.stages)
         now = time.time()
         new = (
