@@ -14,6 +14,7 @@ from typing import Protocol, TypedDict
 
 from typing_extensions import Unpack
 
+from .._state.deadlines import Deadlines
 from .._state.steps import Step, in_place
 from ._spend import SpendTable
 from .policy import (
@@ -103,50 +104,6 @@ class BudgetBackend(Protocol):
         ...
 
 
-class _Deadlines:
-    """Keys, each with a deadline that only moves later, expired oldest first: a touch is
-    O(1), an expiry amortised O(log n) (a heap holds one entry per key; an entry whose key
-    was touched since is pushed again at its new deadline when it comes up). A key can be
-    forgotten early; the heap is rebuilt from the live keys once forgotten ones make up
-    most of it (amortised O(1) a key)."""
-
-    def __init__(self) -> None:
-        self.at: dict[str, float] = {}
-        self._heap: list[tuple[float, str]] = []
-
-    def touch(self, key: str, deadline: float) -> None:
-        old = self.at.get(key)
-        if old is None:
-            heapq.heappush(self._heap, (deadline, key))
-        if old is None or deadline > old:
-            self.at[key] = deadline
-
-    def forget(self, key: str) -> bool:
-        """Drop ``key`` now; whether it was kept."""
-        if self.at.pop(key, None) is None:
-            return False
-        if len(self._heap) > 2 * len(self.at) + 16:
-            self._heap = [(deadline, kept) for kept, deadline in self.at.items()]
-            heapq.heapify(self._heap)
-        return True
-
-    def expired(self, now: float) -> list[str]:
-        """The keys whose deadline passed (forgotten here)."""
-        gone: list[str] = []
-        heap = self._heap
-        while heap and heap[0][0] <= now:
-            _, key = heapq.heappop(heap)
-            deadline = self.at.get(key)
-            if deadline is None:
-                continue
-            if deadline > now:
-                heapq.heappush(heap, (deadline, key))
-            else:
-                del self.at[key]
-                gone.append(key)
-        return gone
-
-
 _GRANTED = ReserveResult(True).__dict__
 
 
@@ -187,10 +144,10 @@ class MemoryBudgetBackend:
         self._clock = clock
         self._lock = threading.Lock()
         self._states: dict[str, CounterState] = {}  # counters with holds or rolling buckets
-        self._idle = _Deadlines()  # those counters: when they can be dropped
+        self._idle = Deadlines()  # those counters: when they can be dropped
         self._quiet: dict[float, SpendTable] = {}  # window end: key: spend (and alerts)
         self._quiet_ends: list[float] = []  # heap of the ends of ``_quiet``
-        self._open = _Deadlines()  # reserved, not yet settled ids: until when settleable
+        self._open = Deadlines()  # reserved, not yet settled ids: until when settleable
 
     def _state(
         self, spec: CounterSpec, now: float, *, take: bool = True, keep: bool = True

@@ -7,10 +7,10 @@ both arms' counters back (a Guard's exchange stores its policy's stage shares wi
 canary, so that a reader of the store alone, ``llmguard release``, moves and reports it by
 them); :meth:`transition` moves the stage if nobody moved it since it was read (compare and
 set on its version), clearing the counters for the new stage (a rollback keeps them, for
-``status``). A Redis canary's keys live 30 days after the last exchange of a
-serving Guard (a candidate given) or the last move; a read (no candidate: ``status``) leaves
-their TTL as it is, so a canary no Guard serves any more is forgotten however often it is
-read.
+``status``). A canary lives 30 days after the last exchange of a serving Guard (a candidate
+given) or the last move (in Redis its keys' TTL; in memory a deadline per key, by the
+backend's clock); a read (no candidate: ``status``) leaves that as it is, so a canary no
+Guard serves any more is forgotten however often it is read.
 
 A key holds one canary at a time, yet several candidates may ask for it (a rolling deploy,
 the processes of the previous one still running): a candidate other than the stored one
@@ -29,6 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, cast
 
+from .._state.deadlines import Deadlines
 from .._state.steps import Step, blocking
 from .._state.stores import RedisScripts, RedisStore, hash_id, lua
 from ..errors import ConfigurationError
@@ -76,7 +77,10 @@ class ReleaseBackend(Protocol):
 
 
 class MemoryReleaseBackend:
-    """A canary's state in this process (one Guard, or Guards sharing this backend)."""
+    """A canary's state in this process (one Guard, or Guards sharing this backend), each
+    key's forgotten 30 days after its last serving exchange or move, as in Redis (see the
+    module docs): a process that runs canaries for release after release holds those still
+    served, not every one it ever saw. ``clock``: wall-clock seconds (``time.time``)."""
 
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
         if not callable(clock):
@@ -87,6 +91,16 @@ class MemoryReleaseBackend:
         self._counters: dict[str, tuple[dict[str, float], dict[str, float]]] = {}
         self._past: dict[str, dict[str, Stage]] = {}  # per key, oldest first
         self._shares: dict[str, tuple[float, ...]] = {}
+        self._deadlines = Deadlines()  # when each key's canary is forgotten
+
+    def _now(self) -> float:
+        """The clock's time, each key whose deadline it passed forgotten (amortised
+        O(log n) a key: no scan over those kept). Called under the lock."""
+        now = self._clock()
+        for key in self._deadlines.expired(now):
+            for table in (self._stages, self._counters, self._past, self._shares):
+                table.pop(key, None)
+        return now
 
     def exchange(
         self, key: str, candidate: str, version: int, control: Counters, canary: Counters,
@@ -95,9 +109,10 @@ class MemoryReleaseBackend:
         """Add counters taken under stage ``version``; the stage and counters afterwards.
         ``stages``: the caller's stage shares, stored with ``candidate``'s canary."""
         with self._lock:
+            now = self._now()
             stage = self._stages.get(key)
             if candidate and (stage is None or stage.candidate != candidate):
-                stage = self._switch(key, stage, candidate)
+                stage = self._switch(key, stage, candidate, now)
                 self._stages[key] = stage
                 self._counters[key] = ({}, {})
             elif stage is not None and stage.version == version:
@@ -106,12 +121,14 @@ class MemoryReleaseBackend:
                         mine[name] = mine.get(name, 0.0) + value
             if stage is None:
                 return Exchange(None)
-            if candidate and stages:
-                self._shares[key] = tuple(float(share) for share in stages)
+            if candidate:  # a serving Guard's exchange keeps the canary; a read does not
+                self._deadlines.touch(key, now + _TTL)
+                if stages:
+                    self._shares[key] = tuple(float(share) for share in stages)
             ctl, can = self._counters[key]
             return Exchange(stage, dict(ctl), dict(can), self._shares.get(key, ()))
 
-    def _switch(self, key: str, stage: Stage | None, candidate: str) -> Stage:
+    def _switch(self, key: str, stage: Stage | None, candidate: str, now: float) -> Stage:
         """``candidate``'s stage, as it left it or a new canary; ``stage`` is remembered."""
         past = self._past.setdefault(key, {})
         before = past.pop(candidate, None)
@@ -122,8 +139,8 @@ class MemoryReleaseBackend:
                 del past[next(iter(past))]
         version = (stage.version if stage else 0) + 1
         if before is None:
-            return Stage(version, 0, "canary", candidate, "new candidate", self._clock())
-        return replace(before, version=version, changed_at=self._clock())
+            return Stage(version, 0, "canary", candidate, "new candidate", now)
+        return replace(before, version=version, changed_at=now)
 
     def transition(
         self, key: str, version: int, index: int, status: StageStatus, reason: str,
@@ -131,15 +148,17 @@ class MemoryReleaseBackend:
     ) -> tuple[bool, Stage]:  # fmt: skip
         """Move the stage if it is still at ``version``; (moved, the stage now)."""
         with self._lock:
-            stage = self._stages.get(key, Stage())
+            now = self._now()
+            stage = self._stages.get(key)
+            if stage is None:  # none stored (or forgotten): nothing to move
+                return False, Stage()
             if stage.version != version or (candidate and candidate != stage.candidate):
                 return False, stage
-            stage = Stage(
-                version + 1, index, status, stage.candidate, reason, changed_at=self._clock()
-            )
+            stage = Stage(version + 1, index, status, stage.candidate, reason, changed_at=now)
             self._stages[key] = stage
             if status != "rolled_back":  # a rollback keeps its evidence for status()
                 self._counters[key] = ({}, {})
+            self._deadlines.touch(key, now + _TTL)  # a move renews the canary's life
             return True, stage
 
 
