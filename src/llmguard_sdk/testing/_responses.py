@@ -20,7 +20,8 @@ from typing import Any
 
 from ..errors import RequestValidationError
 from ..models import StreamChunk, Usage
-from ..providers._responses_wire import Answer, EventWriter, chat_messages
+from ..providers._responses_input import chat_messages
+from ..providers._responses_wire import Answer, EventWriter
 from ._faults import Fault
 from ._http import _BaseHandler
 from ._wire import _dumps, _error_body, _error_type, _fault_headers, _openai_tokens, _split_pieces

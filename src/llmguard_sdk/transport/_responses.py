@@ -12,7 +12,8 @@ from typing import Any
 
 from ..errors import LLMGuardError
 from ..models import ChatResponse, StreamChunk
-from ..providers._responses_wire import Answer, EventWriter, chat_arguments
+from ..providers._responses_input import chat_arguments
+from ..providers._responses_wire import Answer, EventWriter
 from . import _wire
 from ._chat import guard_arguments
 from ._wire import Incoming

@@ -1,0 +1,170 @@
+"""A Responses API request (``POST /v1/responses``) read as a server reads it: its
+``instructions`` and ``input`` items as chat messages, its parameters as chat-completions
+``create()`` keywords. What no chat route can serve is a :class:`RequestValidationError` (a
+400) naming it, never a silent drop.
+
+Used by the Guard's transport and by the fake provider; :mod:`._responses_wire` writes the
+answers.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from ..errors import RequestValidationError
+
+# Parameters with the same name and meaning in chat completions.
+_SAME = ("temperature", "top_p", "metadata", "user", "parallel_tool_calls", "seed")
+# Responses-only parameters the Guard serves without (the answer is not stored server-side).
+_DROPPED = frozenset({"store", "include", "truncation", "stream_options", "background"})
+_ROLES = frozenset({"system", "developer", "user", "assistant"})
+_TEXT_PARTS = frozenset({"input_text", "output_text", "text"})
+
+
+def _bad(message: str) -> RequestValidationError:
+    return RequestValidationError(f"responses request: {message}")
+
+
+def _part(part: object) -> dict[str, Any]:
+    if not isinstance(part, dict):
+        raise _bad("a content part must be an object")
+    kind = part.get("type")
+    if kind in _TEXT_PARTS:
+        return {"type": "text", "text": part.get("text", "")}
+    if kind == "input_image":
+        return {"type": "image_url", "image_url": {"url": part.get("image_url", "")}}
+    raise _bad(f"content part type {kind!r} is not supported")
+
+
+def _message(item: dict[str, Any]) -> dict[str, Any]:
+    role = item.get("role")
+    if role not in _ROLES:
+        raise _bad(f"role {role!r} is not supported")
+    content = item.get("content")
+    if isinstance(content, list):
+        parts = [_part(p) for p in content]
+        if all(p["type"] == "text" for p in parts):
+            return {"role": role, "content": "".join(str(p["text"]) for p in parts)}
+        return {"role": role, "content": parts}
+    if not isinstance(content, str):
+        raise _bad("message content must be a string or a list of parts")
+    return {"role": role, "content": content}
+
+
+def _tool_call(item: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": item.get("call_id") or item.get("id"),
+        "type": "function",
+        "function": {"name": item.get("name"), "arguments": item.get("arguments") or ""},
+    }
+
+
+def chat_messages(body: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The request's ``instructions`` and ``input`` as chat messages."""
+    messages: list[dict[str, Any]] = []
+    instructions = body.get("instructions")
+    if isinstance(instructions, str) and instructions:
+        messages.append({"role": "system", "content": instructions})
+    items = body.get("input")
+    if isinstance(items, str):
+        return [*messages, {"role": "user", "content": items}]
+    if not isinstance(items, list):
+        raise _bad("input must be a string or a list of items")
+    for item in items:
+        if not isinstance(item, dict):
+            raise _bad("each input item must be an object")
+        kind = item.get("type", "message")
+        if kind == "message":
+            messages.append(_message(item))
+        elif kind == "function_call":
+            last = messages[-1] if messages else None
+            if last is not None and last["role"] == "assistant" and last.get("tool_calls"):
+                last["tool_calls"].append(_tool_call(item))
+            else:
+                messages.append({"role": "assistant", "tool_calls": [_tool_call(item)]})
+        elif kind == "function_call_output":
+            output = item.get("output")
+            text = output if isinstance(output, str) else json.dumps(output)
+            messages.append({"role": "tool", "tool_call_id": item.get("call_id"), "content": text})
+        elif kind != "reasoning":  # reasoning items only replay a model's own thoughts
+            raise _bad(f"input item type {kind!r} is not supported")
+    return messages
+
+
+def _chat_tool(tool: object) -> dict[str, Any]:
+    if not isinstance(tool, dict) or tool.get("type") != "function":
+        kind = tool.get("type") if isinstance(tool, dict) else tool
+        raise _bad(f"only function tools are supported, not {kind!r}")
+    function = {k: tool[k] for k in ("name", "description", "parameters", "strict") if k in tool}
+    return {"type": "function", "function": function}
+
+
+def _tool_choice(choice: object) -> object:
+    if isinstance(choice, dict) and choice.get("type") == "function":
+        return {"type": "function", "function": {"name": choice.get("name")}}
+    return choice
+
+
+def _response_format(text: object) -> dict[str, Any] | None:
+    fmt = text.get("format") if isinstance(text, dict) else None
+    if not isinstance(fmt, dict) or fmt.get("type") in (None, "text"):
+        return None
+    if fmt.get("type") == "json_schema":
+        schema = {k: fmt[k] for k in ("name", "schema", "strict", "description") if k in fmt}
+        return {"type": "json_schema", "json_schema": schema}
+    return {"type": str(fmt.get("type"))}
+
+
+def _logprobs(body: Mapping[str, Any]) -> dict[str, Any]:
+    """Chat's ``logprobs`` (and ``top_logprobs``, which chat takes only beside it) where the
+    request includes the text's logprobs, as the Responses API asks for them; without the
+    include the answer has none, and ``top_logprobs`` is not passed on."""
+    include = body.get("include")
+    if not isinstance(include, list) or "message.output_text.logprobs" not in include:
+        return {}
+    top = body.get("top_logprobs")
+    return {"logprobs": True, **({"top_logprobs": top} if top is not None else {})}
+
+
+def chat_arguments(body: Mapping[str, Any]) -> dict[str, Any]:
+    """A Responses request as chat-completions ``create()`` keywords."""
+    if body.get("previous_response_id"):
+        raise _bad("previous_response_id needs state the Guard does not keep: send the input")
+    if body.get("background"):
+        raise _bad("background responses are not supported")
+    known = {
+        "model",
+        "input",
+        "instructions",
+        "max_output_tokens",
+        "tools",
+        "tool_choice",
+        "text",
+        "reasoning",
+        "stream",
+        "top_logprobs",
+        *_SAME,
+        *_DROPPED,
+    }
+    params: dict[str, Any] = {k: body[k] for k in _SAME if body.get(k) is not None}
+    params["messages"] = chat_messages(body)
+    params["model"] = body.get("model")
+    if body.get("max_output_tokens") is not None:
+        params["max_completion_tokens"] = body["max_output_tokens"]
+    if body.get("tools"):
+        if not isinstance(body["tools"], list):
+            raise _bad("tools must be a list")
+        params["tools"] = [_chat_tool(t) for t in body["tools"]]
+    if body.get("tool_choice") is not None:
+        params["tool_choice"] = _tool_choice(body["tool_choice"])
+    response_format = _response_format(body.get("text"))
+    if response_format is not None:
+        params["response_format"] = response_format
+    params.update(_logprobs(body))
+    reasoning = body.get("reasoning")
+    if isinstance(reasoning, dict) and reasoning.get("effort"):
+        params["reasoning_effort"] = reasoning["effort"]
+    params.update({k: v for k, v in body.items() if k not in known})
+    return params
