@@ -21,20 +21,41 @@ _SAME = ("temperature", "top_p", "metadata", "user", "parallel_tool_calls", "see
 _DROPPED = frozenset({"store", "include", "truncation", "stream_options", "background"})
 _ROLES = frozenset({"system", "developer", "user", "assistant"})
 _TEXT_PARTS = frozenset({"input_text", "output_text", "text"})
+_CHAT_DETAILS = frozenset({"low", "high"})  # an image's detail chat takes ("auto": its default)
 
 
 def _bad(message: str) -> RequestValidationError:
     return RequestValidationError(f"responses request: {message}")
 
 
-def _part(part: object) -> dict[str, Any]:
+def _image(part: Mapping[str, Any]) -> dict[str, Any]:
+    """An ``input_image`` as chat's ``image_url`` part: by URL (or data URL) only, as a chat
+    route takes an image; one naming an uploaded file (``file_id``) no route can fetch."""
+    url = part.get("image_url")
+    if not isinstance(url, str) or not url:
+        if part.get("file_id"):
+            raise _bad(
+                f"an input_image by file_id ({part['file_id']!r:.60}) cannot be sent to a chat"
+                " route, which cannot fetch an uploaded file: send its image_url (a URL or a"
+                " data: URL)"
+            )
+        raise _bad("an input_image needs an image_url")
+    image: dict[str, Any] = {"url": url}
+    if part.get("detail") in _CHAT_DETAILS:
+        image["detail"] = part["detail"]
+    return {"type": "image_url", "image_url": image}
+
+
+def _part(part: object, role: object) -> dict[str, Any]:
     if not isinstance(part, dict):
         raise _bad("a content part must be an object")
     kind = part.get("type")
     if kind in _TEXT_PARTS:
         return {"type": "text", "text": part.get("text", "")}
     if kind == "input_image":
-        return {"type": "image_url", "image_url": {"url": part.get("image_url", "")}}
+        return _image(part)
+    if kind == "refusal" and role == "assistant":  # an earlier answer's, sent back
+        return {"type": "text", "text": part.get("refusal") or ""}
     raise _bad(f"content part type {kind!r} is not supported")
 
 
@@ -44,7 +65,7 @@ def _message(item: dict[str, Any]) -> dict[str, Any]:
         raise _bad(f"role {role!r} is not supported")
     content = item.get("content")
     if isinstance(content, list):
-        parts = [_part(p) for p in content]
+        parts = [_part(p, role) for p in content]
         if all(p["type"] == "text" for p in parts):
             return {"role": role, "content": "".join(str(p["text"]) for p in parts)}
         return {"role": role, "content": parts}
@@ -59,6 +80,26 @@ def _tool_call(item: dict[str, Any]) -> dict[str, Any]:
         "type": "function",
         "function": {"name": item.get("name"), "arguments": item.get("arguments") or ""},
     }
+
+
+def _tool_output(output: object) -> str:
+    """A ``function_call_output``'s ``output`` as a tool message's text: a string as it is,
+    a list of parts as its text parts joined (a chat tool message carries text only: an
+    image or a file in it is refused), anything else as its JSON."""
+    if isinstance(output, str):
+        return output
+    if not isinstance(output, list):
+        return json.dumps(output)
+    texts = []
+    for part in output:
+        if not isinstance(part, dict) or part.get("type") not in _TEXT_PARTS:
+            kind = part.get("type") if isinstance(part, dict) else part
+            raise _bad(
+                f"a function_call_output part of type {kind!r:.40} cannot be sent to a chat route:"
+                " a tool's output there is text only"
+            )
+        texts.append(str(part.get("text", "")))
+    return "".join(texts)
 
 
 def chat_messages(body: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -85,8 +126,7 @@ def chat_messages(body: Mapping[str, Any]) -> list[dict[str, Any]]:
             else:
                 messages.append({"role": "assistant", "tool_calls": [_tool_call(item)]})
         elif kind == "function_call_output":
-            output = item.get("output")
-            text = output if isinstance(output, str) else json.dumps(output)
+            text = _tool_output(item.get("output"))
             messages.append({"role": "tool", "tool_call_id": item.get("call_id"), "content": text})
         elif kind != "reasoning":  # reasoning items only replay a model's own thoughts
             raise _bad(f"input item type {kind!r} is not supported")
@@ -107,14 +147,21 @@ def _tool_choice(choice: object) -> object:
     return choice
 
 
-def _response_format(text: object) -> dict[str, Any] | None:
-    fmt = text.get("format") if isinstance(text, dict) else None
+def _text(text: object) -> dict[str, Any]:
+    """``text``'s chat counterparts: ``response_format`` for its ``format`` (none for plain
+    text), ``verbosity`` as it is (a route whose API has none, Anthropic's, drops it)."""
+    if not isinstance(text, dict):
+        return {}
+    params: dict[str, Any] = {}
+    if text.get("verbosity") is not None:
+        params["verbosity"] = text["verbosity"]
+    fmt = text.get("format")
     if not isinstance(fmt, dict) or fmt.get("type") in (None, "text"):
-        return None
+        return params
     if fmt.get("type") == "json_schema":
         schema = {k: fmt[k] for k in ("name", "schema", "strict", "description") if k in fmt}
-        return {"type": "json_schema", "json_schema": schema}
-    return {"type": str(fmt.get("type"))}
+        return {**params, "response_format": {"type": "json_schema", "json_schema": schema}}
+    return {**params, "response_format": {"type": str(fmt.get("type"))}}
 
 
 def _logprobs(body: Mapping[str, Any]) -> dict[str, Any]:
@@ -128,12 +175,23 @@ def _logprobs(body: Mapping[str, Any]) -> dict[str, Any]:
     return {"logprobs": True, **({"top_logprobs": top} if top is not None else {})}
 
 
-def chat_arguments(body: Mapping[str, Any]) -> dict[str, Any]:
-    """A Responses request as chat-completions ``create()`` keywords."""
+def _refuse_state(body: Mapping[str, Any]) -> None:
+    """A request that needs what the Guard does not keep (earlier responses, conversations)
+    or do (background responses): a 400 naming the parameter."""
     if body.get("previous_response_id"):
         raise _bad("previous_response_id needs state the Guard does not keep: send the input")
+    if body.get("conversation"):
+        raise _bad(
+            "conversation needs state the Guard does not keep: send the conversation's items"
+            " as the input"
+        )
     if body.get("background"):
         raise _bad("background responses are not supported")
+
+
+def chat_arguments(body: Mapping[str, Any]) -> dict[str, Any]:
+    """A Responses request as chat-completions ``create()`` keywords."""
+    _refuse_state(body)
     known = {
         "model",
         "input",
@@ -145,6 +203,8 @@ def chat_arguments(body: Mapping[str, Any]) -> dict[str, Any]:
         "reasoning",
         "stream",
         "top_logprobs",
+        "conversation",
+        "previous_response_id",
         *_SAME,
         *_DROPPED,
     }
@@ -159,9 +219,7 @@ def chat_arguments(body: Mapping[str, Any]) -> dict[str, Any]:
         params["tools"] = [_chat_tool(t) for t in body["tools"]]
     if body.get("tool_choice") is not None:
         params["tool_choice"] = _tool_choice(body["tool_choice"])
-    response_format = _response_format(body.get("text"))
-    if response_format is not None:
-        params["response_format"] = response_format
+    params.update(_text(body.get("text")))
     params.update(_logprobs(body))
     reasoning = body.get("reasoning")
     if isinstance(reasoning, dict) and reasoning.get("effort"):

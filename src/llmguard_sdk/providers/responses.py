@@ -3,8 +3,9 @@
 The Guard's requests are chat-shaped; this provider sends them as Responses requests (system
 and developer messages as input items, assistant tool calls as ``function_call`` items, tool
 results as ``function_call_output`` items, ``max_output_tokens``, flat function tools,
-``text.format`` for structured output, ``reasoning.effort``) and reads the answer back:
-output text, function calls, and usage with its cached input and reasoning output tokens.
+``text.format`` for structured output, ``text.verbosity``, ``reasoning.effort``) and reads
+the answer back: output text, function calls, and usage with its cached input and reasoning
+output tokens.
 
 .. versionadded:: 0.2.0
 """
@@ -130,6 +131,9 @@ def build_responses_payload(request: ChatRequest, *, model: str, stream: bool) -
     effort = extra.pop("reasoning_effort", None)
     if effort is not None:
         payload["reasoning"] = {"effort": effort}
+    verbosity = extra.pop("verbosity", None)  # chat's, a Responses request's text.verbosity
+    if verbosity is not None:
+        payload["text"] = {**payload.get("text", {}), "verbosity": verbosity}
     payload.update(extra)
     if stream:
         payload["stream"] = True
