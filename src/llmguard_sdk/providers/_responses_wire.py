@@ -87,36 +87,129 @@ def _message_item(item_id: str, content: list[dict[str, Any]] | None = None) -> 
     }
 
 
+def _reasoning_item(item_id: str, text: str | None = None) -> dict[str, Any]:
+    """The route's reasoning (its own, as open models' servers send it; see
+    :func:`~llmguard_sdk.providers._chat_content.reasoning`) as a ``reasoning`` item whose
+    content is one ``reasoning_text``: completed with ``text``, in progress and empty without."""
+    content = [] if text is None else [{"type": "reasoning_text", "text": text}]
+    status = "in_progress" if text is None else "completed"
+    return {"type": "reasoning", "id": item_id, "summary": [], "content": content, "status": status}
+
+
 def _content_part(kind: str, text: str = "", logprobs: list[Any] | None = None) -> dict[str, Any]:
     if kind == "refusal":
         return {"type": "refusal", "refusal": text}
     return {"type": "output_text", "text": text, "annotations": [], "logprobs": logprobs or []}
 
 
+def _number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _token(token: object) -> dict[str, Any] | None:
+    """One token's logprob in Responses' shape: ``bytes`` a list of ints (the token's UTF-8
+    where chat's answer said ``null``)."""
+    if not isinstance(token, Mapping) or not isinstance(token.get("token"), str):
+        return None
+    if not _number(token.get("logprob")):
+        return None
+    given = token.get("bytes")
+    ints = isinstance(given, list) and all(isinstance(b, int) for b in given)
+    data = given if ints else list(token["token"].encode("utf-8"))
+    return {"token": token["token"], "logprob": token["logprob"], "bytes": data}
+
+
+def responses_logprobs(tokens: object) -> list[dict[str, Any]]:
+    """A text's tokens' logprobs (chat completions' ``logprobs.content``, or Responses' own)
+    in Responses' shape, each with its ``top_logprobs``; what is no token is left out."""
+    found = []
+    for token in tokens if isinstance(tokens, list) else ():
+        entry = _token(token)
+        if entry is None:
+            continue
+        top = token.get("top_logprobs") if isinstance(token, Mapping) else None
+        alternatives = [_token(t) for t in (top if isinstance(top, list) else ())]
+        entry["top_logprobs"] = [t for t in alternatives if t is not None]
+        found.append(entry)
+    return found
+
+
+# The request's parameters a Response echoes, as OpenAI's does, with what OpenAI's says when
+# the request did not give them (the others: null).
+_ECHO_DEFAULTS: dict[str, Any] = {
+    "instructions": None,
+    "metadata": {},
+    "parallel_tool_calls": True,
+    "temperature": None,
+    "top_p": None,
+    "tool_choice": "auto",
+    "tools": [],
+    "max_output_tokens": None,
+    "max_tool_calls": None,
+    "previous_response_id": None,
+    "prompt_cache_key": None,
+    "reasoning": None,
+    "safety_identifier": None,
+    "top_logprobs": None,
+    "truncation": "disabled",
+    "user": None,
+}
+
+
+def echoed(request: Mapping[str, Any]) -> dict[str, Any]:
+    """The parameters of the request (a Responses request's body) that its ``response``
+    object echoes: ``instructions``, ``metadata``, ``tools``, ``tool_choice``,
+    ``temperature``, ``text``, ``reasoning`` ... as asked, OpenAI's defaults for the others;
+    ``text`` always has its ``format``, and ``store`` is false (no response is stored)."""
+    fields = {
+        key: default if request.get(key) is None else request[key]
+        for key, default in _ECHO_DEFAULTS.items()
+    }
+    text = request.get("text")
+    fields["text"] = {"format": {"type": "text"}, **(text if isinstance(text, dict) else {})}
+    fields["store"] = False
+    return fields
+
+
 class Answer:
     """What a ``response`` object holds, gathered from a whole answer or from its chunks."""
 
-    def __init__(self, response_id: str, model: str, created: int | None = None) -> None:
+    def __init__(
+        self,
+        response_id: str,
+        model: str,
+        created: int | None = None,
+        request: Mapping[str, Any] | None = None,
+    ) -> None:
         self.id = response_id
         self.model = model
         self.created = int(time.time()) if created is None else created
+        self.echo = echoed(request or {})  # the request's parameters the response says
         self.text = ""
         self.tool_calls: list[dict[str, Any]] = []
         self.usage: Usage | None = None
         self.finish_reason: str | None = None
         self.refusal = ""  # OpenAI's refusal, in place of the text
+        self.reasoning = ""  # the route's own reasoning
         self.logprobs: list[Any] = []  # the text's tokens' logprobs, asked for with logprobs=True
         self.parts: list[str] = []  # the content parts' types, in the order a stream opened them
+        # the output items in the order a stream opened them ("reasoning", "message", "call N":
+        # the answer's N-th call); a whole answer's: reasoning, message, calls
+        self.order: list[str] = []
 
     def add_metadata(self, metadata: Mapping[str, Any]) -> None:
         """Take in what a response's (or a chunk's) ``metadata`` adds: its ``refusal`` (or the
-        chunk's piece of it) and its ``logprobs``' ``content`` (the text's tokens)."""
+        chunk's piece of it), its ``reasoning`` (or its piece) and its ``logprobs``'
+        ``content`` (the text's tokens, in Responses' shape)."""
         refusal = metadata.get("refusal")
         if isinstance(refusal, str):
             self.refusal += refusal
+        reasoning = metadata.get("reasoning")
+        if isinstance(reasoning, str):
+            self.reasoning += reasoning
         logprobs = metadata.get("logprobs")
         if isinstance(logprobs, Mapping) and isinstance(logprobs.get("content"), list):
-            self.logprobs += logprobs["content"]
+            self.logprobs += responses_logprobs(logprobs["content"])
 
     def part(self, kind: str) -> dict[str, Any]:
         """The content part of ``kind`` (``output_text`` or ``refusal``) as it stands."""
@@ -133,13 +226,29 @@ class Answer:
             kinds.insert(0, "output_text")
         return [self.part(kind) for kind in kinds]
 
+    def item(self, key: str) -> dict[str, Any]:
+        """The completed output item ``key`` (an entry of :attr:`order`)."""
+        if key == "reasoning":
+            return _reasoning_item(f"rs_{self.id}", self.reasoning)
+        if key == "message":
+            return _message_item(f"msg_{self.id}", self.content())
+        place = int(key.removeprefix("call "))
+        return _function_item(self.tool_calls[place], place)
+
+    def output(self) -> list[dict[str, Any]]:
+        """The output items, in the order a stream opened them (a whole answer's: its
+        reasoning, its message, its calls)."""
+        order = list(self.order)
+        if not order:
+            order = ["reasoning"] if self.reasoning else []
+            if self.text or self.refusal or not self.tool_calls:
+                order.append("message")
+            order += [f"call {place}" for place in range(len(self.tool_calls))]
+        return [self.item(key) for key in order]
+
     def body(self, status: str | None = None) -> dict[str, Any]:
         """The ``response`` object (``status`` overrides the one the finish reason gives)."""
         final, incomplete = _status(self.finish_reason)
-        output: list[dict[str, Any]] = []
-        if self.text or self.refusal or not self.tool_calls:
-            output.append(_message_item(f"msg_{self.id}", self.content()))
-        output += [_function_item(c, i) for i, c in enumerate(self.tool_calls)]
         in_progress = status == "in_progress"
         return {
             "id": self.id,
@@ -147,34 +256,27 @@ class Answer:
             "created_at": self.created,
             "status": status or final,
             "model": self.model,
-            "output": [] if in_progress else output,
+            "output": [] if in_progress else self.output(),
             "usage": None if in_progress else usage_object(self.usage),
             "incomplete_details": None if in_progress else incomplete,
             "error": None,
-            "instructions": None,
-            "metadata": {},
-            "parallel_tool_calls": True,
-            "temperature": None,
-            "top_p": None,
-            "tool_choice": "auto",
-            "tools": [],
+            **self.echo,
         }
 
 
 class EventWriter:
     """A stream's chunks as Responses events (``response.created`` ... ``response.completed``),
-    numbered with ``sequence_number`` as OpenAI numbers them."""
+    numbered with ``sequence_number`` as OpenAI numbers them; each output item (the route's
+    reasoning, the message, each call) has the next ``output_index`` when it first comes."""
 
     def __init__(self, answer: Answer) -> None:
         self._answer = answer
         self._seq = 0
-        self._message_open = False
         # a streamed call's index (as the route numbers it: a gateway in front of Claude counts
-        # content blocks, so the first call after text is 1) -> its output item, its output
-        # index and its place among the answer's calls (in the order they first came)
-        self._calls: dict[int, dict[str, Any]] = {}
-        self._at: dict[int, int] = {}
+        # content blocks, so the first call after text is 1) -> its place among the answer's
+        # calls (in the order they first came); each place's output item
         self._place: dict[int, int] = {}
+        self._calls: dict[int, dict[str, Any]] = {}
 
     @property
     def answer(self) -> Answer:
@@ -186,6 +288,14 @@ class EventWriter:
         self._seq += 1
         return f"event: {kind}\ndata: ".encode() + json.dumps(payload).encode() + b"\n\n"
 
+    def _add(self, key: str, item: dict[str, Any]) -> bytes:
+        """``response.output_item.added`` for the output item ``key``, at the next index."""
+        self._answer.order.append(key)
+        return self._event("response.output_item.added", output_index=self._at(key), item=item)
+
+    def _at(self, key: str) -> int:
+        return self._answer.order.index(key)
+
     def start(self) -> bytes:
         """``response.created`` and ``response.in_progress``."""
         body = self._answer.body(status="in_progress")
@@ -194,11 +304,14 @@ class EventWriter:
         )
 
     def chunk(self, chunk: StreamChunk) -> bytes:
-        """The events of one chunk: its text (with its logprobs), its piece of a refusal, its
-        tool calls' pieces."""
+        """The events of one chunk: its reasoning, its text (with its logprobs), its piece of
+        a refusal, its tool calls' pieces."""
         answer, out = self._answer, b""
         answer.model = chunk.model or answer.model
         answer.add_metadata(chunk.metadata)
+        reasoning = chunk.metadata.get("reasoning")
+        if isinstance(reasoning, str) and reasoning:
+            out += self._reasoned(reasoning)
         logprobs = chunk.metadata.get("logprobs")
         tokens = logprobs.get("content") if isinstance(logprobs, Mapping) else None
         if chunk.text:
@@ -208,7 +321,7 @@ class EventWriter:
                 "response.output_text.delta",
                 "output_text",
                 delta=chunk.text,
-                logprobs=tokens if isinstance(tokens, list) else [],  # as the provider sent them
+                logprobs=responses_logprobs(tokens),
             )
         refusal = chunk.metadata.get("refusal")
         if isinstance(refusal, str) and refusal:
@@ -220,24 +333,36 @@ class EventWriter:
         answer.finish_reason = chunk.finish_reason or answer.finish_reason
         return out
 
+    def _reasoned(self, delta: str) -> bytes:
+        """A piece of the route's reasoning: the reasoning item (opened at its first) gets
+        it as its ``reasoning_text``'s delta."""
+        item_id, out = f"rs_{self._answer.id}", b""
+        where = {"item_id": item_id, "content_index": 0}
+        if "reasoning" not in self._answer.order:
+            out += self._add("reasoning", _reasoning_item(item_id))
+            part = {"type": "reasoning_text", "text": ""}
+            at = self._at("reasoning")
+            out += self._event("response.content_part.added", output_index=at, part=part, **where)
+        at = self._at("reasoning")
+        return out + self._event(
+            "response.reasoning_text.delta", output_index=at, delta=delta, **where
+        )
+
     def _part_event(self, kind: str, of: str, **data: Any) -> bytes:
         """An event of the message's content part of type ``of``."""
         return self._event(
             kind,
             item_id=f"msg_{self._answer.id}",
-            output_index=0,
+            output_index=self._at("message"),
             content_index=self._answer.parts.index(of),
             **data,
         )
 
     def _open(self, part: str) -> bytes:
-        """The events that open the message (output 0) and its content part ``part``."""
+        """The events that open the message (at its first) and its content part ``part``."""
         answer, out = self._answer, b""
-        if not self._message_open:
-            self._message_open = True
-            out += self._event(
-                "response.output_item.added", output_index=0, item=_message_item(f"msg_{answer.id}")
-            )
+        if "message" not in answer.order:
+            out += self._add("message", _message_item(f"msg_{answer.id}"))
         if part in answer.parts:
             return out
         answer.parts.append(part)
@@ -246,11 +371,11 @@ class EventWriter:
     def _call_delta(self, call: Mapping[str, Any], index: int) -> bytes:
         function = call_function(call)
         place = self._place.setdefault(index, len(self._place))
-        output_index = self._at.setdefault(index, place + int(self._message_open))
-        if index not in self._calls:
+        out = b""
+        if place not in self._calls:
             item = _function_item({"id": call.get("id"), "function": function}, place)
             item.update(arguments="", status="in_progress")
-            self._calls[index] = item
+            self._calls[place] = item
             self._answer.tool_calls.append(
                 {
                     "id": item["call_id"],
@@ -258,39 +383,55 @@ class EventWriter:
                     "function": {"name": item["name"], "arguments": ""},
                 }
             )
-            out = self._event("response.output_item.added", output_index=output_index, item=item)
-        else:
-            out = b""
+            out = self._add(f"call {place}", item)
         delta = function.get("arguments") or ""
         if not delta:
             return out
-        self._calls[index]["arguments"] += delta
+        self._calls[place]["arguments"] += delta
         self._answer.tool_calls[place]["function"]["arguments"] += delta
         return out + self._event(
             "response.function_call_arguments.delta",
-            item_id=self._calls[index]["id"],
-            output_index=output_index,
+            item_id=self._calls[place]["id"],
+            output_index=self._at(f"call {place}"),
             delta=delta,
         )
 
     def end(self) -> bytes:
-        """The closing events, ``response.completed`` (``response.incomplete`` when cut)."""
-        answer, out = self._answer, b""
-        if self._message_open or not self._calls:
-            out += self._message_done()
-        for index, item in self._calls.items():
-            at = self._at[index]
-            out += self._event(
-                "response.function_call_arguments.done",
-                item_id=item["id"],
-                output_index=at,
-                arguments=item["arguments"],
-            )
-            item["status"] = "completed"
-            out += self._event("response.output_item.done", output_index=at, item=item)
+        """The closing events of each output item, in order, then ``response.completed``
+        (``response.incomplete`` when cut)."""
+        answer = self._answer
+        out = b"" if "message" in answer.order or self._calls else self._open("output_text")
+        for key in answer.order:
+            if key == "reasoning":
+                out += self._reasoning_done()
+            elif key == "message":
+                out += self._message_done()
+            else:
+                out += self._call_done(int(key.removeprefix("call ")))
         body = answer.body()
         kind = "response.incomplete" if body["status"] == "incomplete" else "response.completed"
         return out + self._event(kind, response=body)
+
+    def _reasoning_done(self) -> bytes:
+        answer = self._answer
+        at, item_id, text = self._at("reasoning"), f"rs_{answer.id}", answer.reasoning
+        where = {"item_id": item_id, "output_index": at, "content_index": 0}
+        part = {"type": "reasoning_text", "text": text}
+        out = self._event("response.reasoning_text.done", text=text, **where)
+        out += self._event("response.content_part.done", part=part, **where)
+        item = answer.item("reasoning")
+        return out + self._event("response.output_item.done", output_index=at, item=item)
+
+    def _call_done(self, place: int) -> bytes:
+        item, at = self._calls[place], self._at(f"call {place}")
+        out = self._event(
+            "response.function_call_arguments.done",
+            item_id=item["id"],
+            output_index=at,
+            arguments=item["arguments"],
+        )
+        item["status"] = "completed"
+        return out + self._event("response.output_item.done", output_index=at, item=item)
 
     def _message_done(self) -> bytes:
         """The events that close the message and each of its content parts (a text part,
@@ -305,8 +446,10 @@ class EventWriter:
                 done = {"text": answer.text, "logprobs": answer.logprobs}
                 out += self._part_event("response.output_text.done", kind, **done)
             out += self._part_event("response.content_part.done", kind, part=part)
-        item = _message_item(f"msg_{answer.id}", answer.content())
-        return out + self._event("response.output_item.done", output_index=0, item=item)
+        item = answer.item("message")
+        return out + self._event(
+            "response.output_item.done", output_index=self._at("message"), item=item
+        )
 
     def failure(self, message: str, code: str | None) -> bytes:
         """An ``error`` event: the stream failed after it started."""

@@ -4,8 +4,9 @@ Deterministic like the chat endpoint: the reply echoes the last user text (or th
 callback's answer, given the request as chat messages), input tokens count the same way (the
 ``instructions`` as a system message), ``prefix_cache=True`` reports
 ``input_tokens_details.cached_tokens``, ``max_output_tokens`` cuts the reply (status
-``incomplete``). A request with ``reasoning.effort`` also spends reasoning tokens (2 for
-``low``, 4 for ``medium``, 8 for ``high``) reported in ``output_tokens_details``. With tools and
+``incomplete``); the response echoes the request's parameters, as OpenAI's does. A request
+with ``reasoning.effort`` also spends reasoning tokens (2 for ``low``, 4 for ``medium``, 8 for
+``high``) reported in ``output_tokens_details``. With tools and
 a ``tool_choice`` of ``"required"`` or one named function, the answer is a ``function_call`` of
 that tool (the first one for ``"required"``) with the arguments ``{}``. Faults: delays apply as
 usual; a failing fault answers its status (500 for faults without one) with OpenAI's error
@@ -108,7 +109,7 @@ class _ResponsesHandler(_BaseHandler):
         chunks.append(
             StreamChunk(finish_reason=finish, usage=usage, tool_calls=[call] if call else None)
         )
-        writer = EventWriter(Answer(f"resp_fake_{n}", str(model)))
+        writer = EventWriter(Answer(f"resp_fake_{n}", str(model), request=body))
         provider._note_status(200)
         provider._note_success(len(tokens), usage.output_tokens)
         if body.get("stream") is not True:

@@ -43,8 +43,9 @@ class ChatWire:
         """``body`` (a chat-completions request) as Guard arguments."""
         return guard_arguments(body, incoming)
 
-    def answer(self, response: ChatResponse) -> dict[str, Any]:
-        """The ``chat.completion`` object of ``response``."""
+    def answer(self, response: ChatResponse, request: Mapping[str, Any]) -> dict[str, Any]:
+        """The ``chat.completion`` object of ``response`` (the request's body says nothing in
+        it)."""
         refusal = response.metadata.get("refusal")  # OpenAI's, in place of content
         text = response.text if response.text or not (response.tool_calls or refusal) else None
         message: dict[str, Any] = {"role": "assistant", "content": text}

@@ -100,7 +100,7 @@ def handle(
             return call
         if not call.stream:
             response = guard.chat(**call.arguments)
-            return _wire.json_answer(call.wire.answer(response), response)
+            return _wire.json_answer(call.wire.answer(response, call.body), response)
         stream = guard.chat(stream=True, **call.arguments)
         try:
             first = next(stream, None)
@@ -124,7 +124,7 @@ async def ahandle(
             return call
         if not call.stream:
             response = await guard.achat(**call.arguments)
-            return _wire.json_answer(call.wire.answer(response), response)
+            return _wire.json_answer(call.wire.answer(response, call.body), response)
         stream = await guard.achat(stream=True, **call.arguments)
         try:
             first = await anext_or_none(stream)

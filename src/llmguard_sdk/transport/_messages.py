@@ -284,8 +284,8 @@ class MessagesWire:
             arguments["metadata"] = {ANTHROPIC_ONLY_KEY: ",".join(only)}
         return arguments
 
-    def answer(self, response: ChatResponse) -> dict[str, Any]:
-        """The ``message`` object of ``response``."""
+    def answer(self, response: ChatResponse, request: Mapping[str, Any]) -> dict[str, Any]:
+        """The ``message`` object of ``response`` (the request's body says nothing in it)."""
         content = list(_thinking(response.metadata))  # Claude's, as it sent them
         if response.text or not response.tool_calls:
             content.append({"type": "text", "text": response.text})

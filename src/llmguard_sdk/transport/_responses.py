@@ -30,19 +30,21 @@ class ResponsesWire:
         """``body`` (a Responses request) as Guard arguments."""
         return guard_arguments(chat_arguments(body), incoming)
 
-    def answer(self, response: ChatResponse) -> dict[str, Any]:
-        """The ``response`` object of ``response``."""
-        answer = Answer(_response_id(response.id), response.model)
+    def answer(self, response: ChatResponse, request: Mapping[str, Any]) -> dict[str, Any]:
+        """The ``response`` object of ``response``, echoing the parameters of ``request`` (the
+        request's body)."""
+        answer = Answer(_response_id(response.id), response.model, request=request)
         answer.text = response.text
         answer.tool_calls = list(response.tool_calls or ())
         answer.usage, answer.finish_reason = response.usage, response.finish_reason
-        answer.add_metadata(response.metadata)  # a refusal, logprobs
+        answer.add_metadata(response.metadata)  # a refusal, reasoning, logprobs
         return answer.body()
 
     def writer(self, arguments: Mapping[str, Any], body: Mapping[str, Any]) -> EventsWriter:
         """A writer for one stream's events."""
         model = arguments.get("model")
-        return EventsWriter(Answer(_wire.new_id("resp"), model if isinstance(model, str) else ""))
+        name = model if isinstance(model, str) else ""
+        return EventsWriter(Answer(_wire.new_id("resp"), name, request=body))
 
     def error(self, exc: LLMGuardError) -> dict[str, Any]:
         """OpenAI's error body."""
