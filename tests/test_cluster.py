@@ -198,7 +198,7 @@ def test_more_callers_than_connections_wait_for_one_on_a_cluster(
     redis_cluster_url: str, cluster_prefix: str
 ) -> None:
     """As on a single Redis: threads and async tasks beyond ``max_connections`` (per node)
-    wait, at most the socket timeout, for a connection; a full pool is not the cluster down."""
+    wait, at most pool_timeout, for a connection; a full pool is not the cluster down."""
     store = RedisClusterStore(
         redis_cluster_url, key_prefix=cluster_prefix, max_connections=2, socket_timeout=5
     )
@@ -220,12 +220,14 @@ def test_a_cluster_store_takes_its_timeouts_by_the_standalone_path(
     names = ("socket_timeout", "socket_connect_timeout")
     expected = {name: single._pool.connection_kwargs[name] for name in names}
     assert expected == {"socket_timeout": 2.5, "socket_connect_timeout": 1.5}
-    assert (single._pool.timeout, single._pool.max_connections) == (2.5, 7)
+    # the pool's wait (pool_timeout): one attempt, a connection then an answer (1.5 + 2.5)
+    assert (single._pool.timeout, single._pool.max_connections) == (4.0, 7)
+    assert cluster.pool_timeout == single.pool_timeout == 4.0
     assert cluster.ping()
     for node in cluster.client.get_nodes():  # type: ignore[attr-defined]
         pool = node.redis_connection.connection_pool
         assert {name: pool.connection_kwargs[name] for name in names} == expected
-        assert (pool.timeout, pool.max_connections) == (2.5, 7)
+        assert (pool.timeout, pool.max_connections) == (4.0, 7)
 
     async def nodes() -> None:
         client: RawRedis = cluster.aclient

@@ -68,9 +68,9 @@ def test_password_is_redacted_in_repr() -> None:
 
 
 def test_more_callers_than_connections_wait_for_one(redis_url: str, redis_prefix: str) -> None:
-    """Callers beyond ``max_connections`` (threads and async tasks) wait (at most the socket
-    timeout) for a connection of the pool; a full pool is not Redis down (every stage would
-    go local, fail-closed budgets refusing every call)."""
+    """Callers beyond ``max_connections`` (threads and async tasks) wait (at most
+    ``pool_timeout``) for a connection of the pool; a full pool is not Redis down (every stage
+    would go local, fail-closed budgets refusing every call)."""
     store = RedisStore(redis_url, key_prefix=redis_prefix, max_connections=2, socket_timeout=5)
     crowd_a_small_pool(store)
     assert store.health.outages == 0

@@ -23,14 +23,22 @@ round (a pipeline's, a re-send of one of its commands, an ``ASKING``, a slot map
 refused once ``resend_seconds`` minus one attempt (a connection, then an answer) has passed
 since the round began: the last re-send reaches Redis while the first run's marker lives.
 
+A store's pools are redis-py's blocking pools (:func:`waiting_pool`): a caller beyond
+``max_connections`` waits for a free connection, at most the store's ``pool_timeout``. A wait
+that runs out raises :func:`pool_exhausted`'s error (redis-py's ``MaxConnectionsError``, in
+place of its bare "No connection available." ``ConnectionError``): this process's own load,
+which the stages do not take for Redis down (:func:`.health.exhausted`).
+
 Private. redis is imported when a store's pool is built, never before.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import contextvars
 import functools
+import queue
 import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, cast
@@ -41,9 +49,11 @@ if TYPE_CHECKING:
 __all__ = [
     "bound_async_cluster",
     "bounded_pool",
+    "pool_exhausted",
     "resends_bounded",
     "sends_bounded",
     "sent_once",
+    "waiting_pool",
 ]
 
 # the monotonic instant after which the round under way writes nothing more (None: no bound)
@@ -192,16 +202,77 @@ class _AsyncBoundedSends:
 
 @functools.cache
 def bounded_pool() -> type[Any]:
-    """redis-py's blocking pool, whose connections are :func:`sends_bounded` (the pool class
-    of a sync cluster client's nodes)."""
+    """:func:`waiting_pool`, whose connections are :func:`sends_bounded` (the pool class of
+    a sync cluster client's nodes)."""
     import redis
 
-    class BoundedPool(redis.BlockingConnectionPool):
+    class BoundedPool(waiting_pool(False)):  # type: ignore[misc]
         def __init__(self, connection_class: Any = redis.Connection, **options: Any) -> None:
             bounded = sends_bounded(connection_class, False)
-            super().__init__(connection_class=bounded, **options)  # type: ignore[no-untyped-call]
+            super().__init__(connection_class=bounded, **options)
 
     return BoundedPool
+
+
+@functools.cache
+def pool_exhausted() -> type[Exception]:
+    """The error of a round trip that found no free connection in ``pool_timeout``: redis-py's
+    ``MaxConnectionsError`` (a ``ConnectionError``; redis-py < 6 has none: one of ours)."""
+    from redis import exceptions
+
+    found = getattr(exceptions, "MaxConnectionsError", None)
+    if isinstance(found, type) and issubclass(found, exceptions.ConnectionError):
+        return found
+
+    class MaxConnectionsError(exceptions.ConnectionError):
+        """No connection of the pool came free in time (this process's load)."""
+
+    return MaxConnectionsError
+
+
+def _ran_out(pool: Any, exc: BaseException) -> None:
+    """Raise :func:`pool_exhausted`'s error (from ``exc``) when ``exc`` is the blocking
+    ``pool``'s wait for a free connection running out (a bare ``ConnectionError`` raised
+    from the wait's ``queue.Empty``, sync, or ``TimeoutError``, async); else nothing."""
+    from redis.exceptions import ConnectionError
+
+    waited = exc.__cause__ or exc.__context__
+    if type(exc) is ConnectionError and isinstance(
+        waited, (queue.Empty, TimeoutError, asyncio.TimeoutError)
+    ):
+        raise pool_exhausted()(
+            f"no connection of the pool came free in pool_timeout ({pool.timeout:g} s): all "
+            f"{pool.max_connections} (max_connections) in use"
+        ) from exc
+
+
+@functools.cache
+def waiting_pool(asynchronous: bool) -> type[Any]:
+    """redis-py's blocking pool (sync, or ``asynchronous``) whose wait for a free connection,
+    when it runs out, raises :func:`pool_exhausted`'s error."""
+    if asynchronous:
+        import redis.asyncio
+
+        class AsyncWaitingPool(redis.asyncio.BlockingConnectionPool):
+            async def get_connection(self, *args: Any, **options: Any) -> Any:
+                try:
+                    return await super().get_connection(*args, **options)  # type: ignore[no-untyped-call]
+                except redis.ConnectionError as exc:
+                    _ran_out(self, exc)
+                    raise
+
+        return AsyncWaitingPool
+    import redis
+
+    class WaitingPool(redis.BlockingConnectionPool):
+        def get_connection(self, *args: Any, **options: Any) -> Any:
+            try:
+                return super().get_connection(*args, **options)  # type: ignore[no-untyped-call]
+            except redis.ConnectionError as exc:
+                _ran_out(self, exc)
+                raise
+
+    return WaitingPool
 
 
 def bound_async_cluster(client: Any) -> None:

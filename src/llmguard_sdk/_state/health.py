@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import random
 import re
 import time
@@ -14,9 +15,10 @@ from ..errors import ConfigurationError
 if TYPE_CHECKING:
     from .stores import RedisStore
 
-__all__ = ["Outage", "RedisHealth", "refused"]
+__all__ = ["Outage", "RedisHealth", "exhausted", "refused"]
 
 logger = logging.getLogger("llmguard_sdk")
+_POOL_WARNING_SECONDS = 60.0  # a store warns of its full pool at most this often
 _ERROR_CODE = re.compile(r"^[A-Z]+ ")  # an error reply's code, as redis-py keeps it
 
 
@@ -37,6 +39,23 @@ def refused(exc: BaseException) -> bool:
     return code is None and not _ERROR_CODE.match(text)  # (redis-py < 7 drops "ERR ")
 
 
+def exhausted(exc: BaseException) -> bool:
+    """Whether ``exc`` is this process's own load rather than Redis failing: no connection of
+    the store's pool came free in ``pool_timeout`` (redis-py's ``MaxConnectionsError``, also
+    when a cluster client raises it as the cause of its own error). Redis said nothing, so
+    no outage, and no reason to leave Redis alone."""
+    from .connections import pool_exhausted
+
+    seen: BaseException | None = exc
+    for _ in range(3):  # (a cluster client's wrapping: a cluster error from it)
+        if seen is None:
+            return False
+        if isinstance(seen, pool_exhausted()):
+            return True
+        seen = seen.__cause__
+    return False
+
+
 class RedisHealth:
     """The breaker around Redis itself, shared by every stage of one store.
 
@@ -54,6 +73,10 @@ class RedisHealth:
     (a budget that refuses calls while Redis is away) asks with ``waits=True`` and tries Redis
     as soon as the pause ends.
 
+    A round trip that found no free connection of the store's pool in its ``pool_timeout``
+    (:func:`exhausted`) pauses nothing: the pool is this process's own load, not Redis down.
+    ``exhausted`` counts the decisions made without Redis for it.
+
     .. versionadded:: 0.2.0
     """
 
@@ -68,6 +91,18 @@ class RedisHealth:
         self.down_until = 0.0
         self._pause = 0.0
         self._probe_until = 0.0  # while a probe after a pause is under way
+        self.exhausted = 0  # decisions made without Redis for a full pool (not outages)
+        self._pool_warned = -math.inf  # when a full pool was last warned of
+
+    def pool_ran_out(self) -> bool:
+        """A decision was made without Redis because the pool stayed full (see the class
+        docs): count it; returns whether to warn of it (at most once a minute)."""
+        self.exhausted += 1
+        now = time.monotonic()
+        if now - self._pool_warned < _POOL_WARNING_SECONDS:
+            return False
+        self._pool_warned = now
+        return True
 
     def up(self) -> bool:
         """Whether Redis may be tried now: no pause, and no probe under way (see the class
@@ -147,7 +182,9 @@ class Outage:
     def failed(self, exc: BaseException) -> None:
         """Redis just failed: pause it (for every stage of the store) and log once. An answer
         that refuses the command itself (:func:`refused`) pauses nothing: it is logged (as an
-        error, once while it stays the same) and only this decision is made without Redis."""
+        error, once while it stays the same) and only this decision is made without Redis; so
+        does a full connection pool (:func:`exhausted`: this process's load), warned of at
+        most once a minute."""
         if refused(exc):
             if self._refusal != str(exc):
                 self._refusal = str(exc)
@@ -155,6 +192,18 @@ class Outage:
                     "%s: Redis refused a command (%s): a key of another kind under the "
                     "store's key_prefix, or a script this Redis cannot run; %s for the "
                     "decisions it refuses (Redis is not paused)",
+                    self.what,
+                    exc,
+                    self.instead,
+                )
+            return
+        if exhausted(exc):
+            if self.health.pool_ran_out():
+                logger.warning(
+                    "%s: %s; %s for this decision. Redis is not paused: the store's connection "
+                    "pool is too small for this process's load (warned once a minute; "
+                    "store.health.exhausted counts them): raise the store's max_connections "
+                    "(or pool_timeout)",
                     self.what,
                     exc,
                     self.instead,

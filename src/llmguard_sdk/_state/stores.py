@@ -23,7 +23,7 @@ from urllib.parse import parse_qs, parse_qsl, unquote, urlsplit
 
 from .._loops import PerLoop
 from ..errors import ConfigurationError
-from .connections import bound_async_cluster, bounded_pool, sent_once
+from .connections import bound_async_cluster, bounded_pool, pool_exhausted, sent_once, waiting_pool
 from .health import Outage, RedisHealth
 from .once import marked, wrapped
 from .steps import Command
@@ -175,17 +175,24 @@ class RedisStore(Store):
 
     Args:
         url: ``redis://[user:password@]host:port/db``, ``rediss://`` for TLS, or ``unix://``.
-            Its query may set ``socket_timeout``, ``socket_connect_timeout``, ``timeout``,
-            ``max_connections`` (over the keywords), ``db``, ``health_check_interval``,
-            ``socket_keepalive``, ``client_name``, ``username``, ``password`` and, for
-            ``rediss://``, ``ssl_cert_reqs``, ``ssl_ca_certs``, ``ssl_certfile``,
-            ``ssl_keyfile``, ``ssl_check_hostname`` (a cluster URL: the first four, and the
-            ``ssl_*`` ones); any other option is a :class:`ConfigurationError`.
+            Its query may set ``socket_timeout``, ``socket_connect_timeout``, ``timeout``
+            (``pool_timeout``), ``max_connections`` (over the keywords), ``db``,
+            ``health_check_interval``, ``socket_keepalive``, ``client_name``, ``username``,
+            ``password`` and, for ``rediss://``, ``ssl_cert_reqs``, ``ssl_ca_certs``,
+            ``ssl_certfile``, ``ssl_keyfile``, ``ssl_check_hostname`` (a cluster URL: the
+            first four, and the ``ssl_*`` ones); any other option is a
+            :class:`ConfigurationError`.
         key_prefix: prefix of every key the SDK writes.
         socket_timeout: seconds any single Redis operation may take (short by design: a slow
             Redis must not stall LLM calls; at most 3600).
-        max_connections: the most connections a pool opens (1 to 10,000); more callers
-            wait for one, at most ``socket_timeout``.
+        max_connections: the most connections a pool opens (1 to 10,000; on a cluster, per
+            node); more callers wait for one, at most ``pool_timeout``.
+        pool_timeout: seconds a round trip waits at most for a free connection when all
+            ``max_connections`` are in use (at most 3600; default: one attempt on Redis,
+            ``socket_connect_timeout`` + ``socket_timeout``). A round trip that gets none
+            is decided without Redis (as while Redis is down, for that decision only), but
+            Redis is not paused: a full pool is this process's own load, not an outage
+            (warned of at most once a minute, naming ``max_connections`` to raise).
         local_share: while Redis cannot be reached, each process enforces this share of every
             shared limit on its own (rate limits, fail-open budgets, the retry budget's
             floor): with N processes, at most N times this share gets through.
@@ -207,6 +214,7 @@ class RedisStore(Store):
         key_prefix: str = "llmguard",
         socket_timeout: float = 0.5,
         max_connections: int = 50,
+        pool_timeout: float | None = None,
         local_share: float = 0.25,
         journal_dir: str | None = None,
         retry_pause: float = 1.0,
@@ -215,10 +223,14 @@ class RedisStore(Store):
         if not isinstance(url, str):
             raise ConfigurationError(f"a Redis store's url must be a string, got {url!r}")
         self._check_url(url)
-        if not (_number(socket_timeout) and 0 < socket_timeout <= _MAX_SOCKET_TIMEOUT):
-            raise ConfigurationError(
-                f"socket_timeout must be a number of seconds in (0, {_MAX_SOCKET_TIMEOUT:g}]"
-            )
+        waits = {"socket_timeout": socket_timeout}
+        if pool_timeout is not None:  # (None: one attempt, see _pool_options)
+            waits["pool_timeout"] = pool_timeout
+        for name, seconds in waits.items():
+            if not (_number(seconds) and 0 < seconds <= _MAX_SOCKET_TIMEOUT):
+                raise ConfigurationError(
+                    f"{name} must be a number of seconds in (0, {_MAX_SOCKET_TIMEOUT:g}]"
+                )
         if not (_whole(max_connections) and 1 <= max_connections <= _MAX_CONNECTIONS):
             raise ConfigurationError(
                 f"max_connections must be a whole number in [1, {_MAX_CONNECTIONS}]"
@@ -237,6 +249,7 @@ class RedisStore(Store):
             "socket_connect_timeout": socket_timeout,
             "max_connections": max_connections,
             "health_check_interval": 30,
+            **({} if pool_timeout is None else {"timeout": pool_timeout}),  # (the URL's wins)
         }
         self._lock = threading.Lock()
         self._client: redis.Redis | None = None
@@ -260,7 +273,6 @@ class RedisStore(Store):
         # restart) is replaced by the pool before a command is written to it, and one that
         # went dead while idle fails its health-check PING, which goes once more on a fresh
         # connection (see connections.py).
-        import redis
         from redis.connection import parse_url
 
         parts = urlsplit(self.url)
@@ -269,7 +281,7 @@ class RedisStore(Store):
             _check_query(parts.query, known)
             self._take_url_options(parse_url(self.url))  # type: ignore[no-untyped-call]
             options = {**self._pool_options(), **sent_once(self.url, asynchronous=False)}
-            self._pool = redis.BlockingConnectionPool.from_url(self.url, **options)
+            self._pool = waiting_pool(False).from_url(self.url, **options)
         except ValueError as exc:
             raise ConfigurationError(f"bad Redis URL {_redacted(self.url)!r}: {exc}") from None
 
@@ -303,18 +315,26 @@ class RedisStore(Store):
         _check_url_options(url_options)
         self._options.update({k: url_options[k] for k in _POOL_OPTIONS if k in url_options})
 
+    @property
+    def pool_timeout(self) -> float:
+        """Seconds a round trip waits at most for a free connection (see the class docs).
+
+        .. versionadded:: 0.2.0
+        """
+        return cast(float, self._pool_options()["timeout"])
+
     def _pool_options(self) -> dict[str, Any]:
         """The options of every connection pool (standalone, or each cluster node's): a
-        caller waits for a free connection as long as for an answer, unless the URL's
-        ``timeout`` says otherwise (a full pool would raise "Too many connections", read as
-        Redis down)."""
-        return {"timeout": self._options["socket_timeout"], **self._options}
+        caller waits for a free connection at most ``pool_timeout`` (``timeout``), by default
+        one attempt (a connection, then an answer)."""
+        attempt = self._options["socket_connect_timeout"] + self._options["socket_timeout"]
+        return {"timeout": attempt, **self._options}
 
     def _new_async_client(self) -> redis.asyncio.Redis:
         import redis.asyncio
 
         options = {**self._pool_options(), **sent_once(self.url, asynchronous=True)}
-        pool = redis.asyncio.BlockingConnectionPool.from_url(self.url, **options)
+        pool = waiting_pool(True).from_url(self.url, **options)
         client = redis.asyncio.Redis(connection_pool=pool)
         client.auto_close_connection_pool = True  # (Redis.from_pool, from redis 5.0.1 on)
         return client
@@ -351,7 +371,7 @@ class RedisStore(Store):
 
     def async_round_trip(self) -> contextlib.AbstractAsyncContextManager[None]:
         """Held around each async round trip of a batch: nothing to wait for on a single
-        Redis (its blocking pool waits for a free connection itself)."""
+        Redis (its blocking pool waits for a free connection, at most ``pool_timeout``)."""
         return contextlib.nullcontext()
 
     async def aclose(self) -> None:
@@ -484,17 +504,18 @@ class RedisClusterStore(RedisStore):
     @contextlib.asynccontextmanager
     async def async_round_trip(self) -> AsyncIterator[None]:
         """redis-py's async cluster nodes raise ``MaxConnectionsError`` beyond
-        ``max_connections`` instead of waiting (read as the cluster down by every stage): a
-        round trip first takes one of ``max_connections`` slots of its event loop, waiting
-        at most ``socket_timeout``, so no node is asked for more connections than that."""
+        ``max_connections`` instead of waiting: a round trip first takes one of
+        ``max_connections`` slots of its event loop, waiting at most ``pool_timeout`` (then
+        raising ``MaxConnectionsError``, this process's load, as a full pool does), so no
+        node is asked for more connections than that."""
         import anyio
-        import redis
 
         slots = self._round_trips.get()
-        with anyio.move_on_after(self._pool_options()["timeout"]) as waiting:
+        with anyio.move_on_after(self.pool_timeout) as waiting:
             await slots.acquire()
         if waiting.cancelled_caught:
-            raise redis.ConnectionError("no Redis Cluster connection came free in socket_timeout")
+            seconds, most = self.pool_timeout, self._options["max_connections"]
+            raise pool_exhausted()(f"no turn in pool_timeout ({seconds:g} s): {most} under way")
         try:
             yield
         finally:
