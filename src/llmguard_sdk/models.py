@@ -447,7 +447,8 @@ class StreamChunk(BaseModel):
     the stream joins text to text and lists to lists, merges objects key by key by these rules,
     and lets any other value replace the one before.
     ``headers``: the HTTP response headers, on a stream's first chunk only (empty on the
-    others), so rate-limit counters can be read from streams too.
+    others), so rate-limit counters can be read from streams too; after a retry or a fallback,
+    on the first chunk of the attempt that answers.
     """
 
     model_config = ConfigDict(frozen=True)

@@ -256,8 +256,8 @@ def _stream(
                 break
             assembler.add(chunk)
             run.delivered, run.delivered_text = assembler.delivered, assembler.text
-            if run.worth_emitting(chunk):
-                yield Emit(chunk)
+            if (emitted := run.emitted(chunk)) is not None:
+                yield Emit(emitted)
     except ProviderError as failure:
         ctx.route = None
         record.end(failure)

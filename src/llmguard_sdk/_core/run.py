@@ -53,6 +53,7 @@ class Run:
     interrupted: StreamInterruptedError | None = None
     stale_looked_up: bool = False  # the cache's stale answer was asked for (and missed)
     _emitted: bool = False
+    _held_headers: tuple[str, dict[str, str]] | None = None  # a skipped chunk's (route's)
 
     def __post_init__(self) -> None:
         self.request = self.ctx.request
@@ -190,16 +191,23 @@ class Run:
 
     # -- streams ------------------------------------------------------------------------------
 
-    def worth_emitting(self, chunk: StreamChunk) -> bool:
-        """Skip chunks that carry nothing (a retry's second role-only opening chunk); one that
-        carries only metadata (a refusal's piece, logprobs) carries something."""
+    def emitted(self, chunk: StreamChunk) -> StreamChunk | None:
+        """``chunk`` as it goes to the caller, or None to skip one that carries nothing (a
+        retry's or the next route's role-only opening chunk: its headers, the provider's for
+        that attempt, go on that route's next chunk, so the caller learns who answers); one
+        that carries only metadata (a refusal's piece, logprobs) carries something."""
         empty = not (
             chunk.text or chunk.tool_calls or chunk.finish_reason or chunk.usage or chunk.metadata
         )
         if empty and self._emitted:
-            return False
+            if chunk.headers:
+                self._held_headers = (chunk.route, chunk.headers)
+            return None
         self._emitted = True
-        return True
+        held, self._held_headers = self._held_headers, None
+        if held is not None and held[0] == chunk.route and not chunk.headers:
+            return chunk.model_copy(update={"headers": held[1]})
+        return chunk
 
     # -- leaving a route ------------------------------------------------------------------------
 

@@ -35,6 +35,13 @@ caller adds is forwarded to the provider.
 
 Successful answers carry ``x-llmguard-route`` (which route served, ``cache`` for a cache hit),
 plain ones ``x-llmguard-attempts`` too (a stream's headers leave before its attempts are known).
+A stream's answer starts when its first content (text, a tool call) is ready, as the Guard
+moves a stream to its next route only before any: its headers (the route, the provider's
+request id and rate-limit headers) and the model its events report are those of the route
+that answers, also when a route opened its stream and failed before any content; a failure
+before any content is an error answer with its status, not a 200 whose last event is an
+error. (A stream the Guard continues on the next route after a break, with
+``continue_interrupted_streams``, keeps the headers of the route that began it.)
 
 .. versionadded:: 0.2.0
 """

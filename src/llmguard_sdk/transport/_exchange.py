@@ -11,6 +11,7 @@ from ..errors import LLMGuardError, RequestValidationError
 from ..models import StreamChunk
 from . import _wire
 from ._chat import ChatWire, ModelsWire
+from ._head import Head
 from ._messages import MessagesWire
 from ._responses import ResponsesWire
 from ._wire import Answer, Call, Incoming, NotServedError, Writer
@@ -102,16 +103,18 @@ def handle(
             response = guard.chat(**call.arguments)
             return _wire.json_answer(call.wire.answer(response, call.body), response)
         stream = guard.chat(stream=True, **call.arguments)
+        head = Head()
         try:
-            first = next(stream, None)
+            while head.add(next(stream, None)):
+                pass
         except BaseException:
             stream.close()
             raise
     except LLMGuardError as exc:
         return _failed(incoming, exc, raise_errors)
     writer = call.wire.writer(call.arguments, call.body)
-    events = _events(stream, first, writer, raise_errors or raise_in_stream)
-    return Answer(200, _wire.stream_headers(first), events=events, close=stream.close)
+    events = _events(stream, head.replayed(), writer, raise_errors or raise_in_stream)
+    return Answer(200, head.headers(), events=events, close=stream.close)
 
 
 async def ahandle(
@@ -126,16 +129,18 @@ async def ahandle(
             response = await guard.achat(**call.arguments)
             return _wire.json_answer(call.wire.answer(response, call.body), response)
         stream = await guard.achat(stream=True, **call.arguments)
+        head = Head()
         try:
-            first = await anext_or_none(stream)
+            while head.add(await anext_or_none(stream)):
+                pass
         except BaseException:
             await stream.aclose()
             raise
     except LLMGuardError as exc:
         return _failed(incoming, exc, raise_errors)
     writer = call.wire.writer(call.arguments, call.body)
-    events = _aevents(stream, first, writer, raise_errors or raise_in_stream)
-    return Answer(200, _wire.stream_headers(first), events=events, close=stream.aclose)
+    events = _aevents(stream, head.replayed(), writer, raise_errors or raise_in_stream)
+    return Answer(200, head.headers(), events=events, close=stream.aclose)
 
 
 async def anext_or_none(stream: AsyncChatStream) -> StreamChunk | None:
@@ -147,11 +152,12 @@ async def anext_or_none(stream: AsyncChatStream) -> StreamChunk | None:
 
 
 def _events(
-    stream: ChatStream, first: StreamChunk | None, writer: Writer, raise_errors: bool
+    stream: ChatStream, head: list[StreamChunk], writer: Writer, raise_errors: bool
 ) -> Iterator[bytes]:
     try:
-        if first is not None:
-            yield writer.event(first)
+        for chunk in head:
+            yield writer.event(chunk)
+        if head:
             for chunk in stream:
                 yield writer.event(chunk)
         yield writer.end()
@@ -164,11 +170,12 @@ def _events(
 
 
 async def _aevents(
-    stream: AsyncChatStream, first: StreamChunk | None, writer: Writer, raise_errors: bool
+    stream: AsyncChatStream, head: list[StreamChunk], writer: Writer, raise_errors: bool
 ) -> AsyncIterator[bytes]:
     try:
-        if first is not None:
-            yield writer.event(first)
+        for chunk in head:
+            yield writer.event(chunk)
+        if head:
             async for chunk in stream:
                 yield writer.event(chunk)
         yield writer.end()
