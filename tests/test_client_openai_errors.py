@@ -290,6 +290,18 @@ def test_without_openai_the_look_alike_raises_the_guard_s_errors() -> None:
     assert result.stdout.strip() == "ProviderError"
 
 
+def overflowing(where: str, fake: FakeProvider, make_guard: MakeGuard) -> Guard:
+    """A Guard whose call overflows: the provider's own 400 (``where="provider"``), or the
+    route's known window cannot hold it (``"window"``: not sent)."""
+    from llmguard_sdk import OpenAICompatibleProvider
+
+    if where == "provider":
+        fake.always(Fault(status=400, error_code="context_length_exceeded"))
+        return make_guard(fake, retry=None, breaker=None)
+    small = OpenAICompatibleProvider(fake.base_url, model="fake-model", context_window=8)
+    return Guard(small, retry=None, breaker=None, environ={})
+
+
 @pytest.mark.parametrize("how", ["seam", "client"])
 @pytest.mark.parametrize("where", ["provider", "window"])
 def test_langchain_tells_a_context_overflow(
@@ -301,14 +313,7 @@ def test_langchain_tells_a_context_overflow(
     lc = require_module("langchain_openai", "langchain-openai is a dev dependency")
     from langchain_core.exceptions import ContextOverflowError
 
-    from llmguard_sdk import OpenAICompatibleProvider
-
-    if where == "provider":  # the provider's own 400
-        fake.always(Fault(status=400, error_code="context_length_exceeded"))
-        guard = make_guard(fake, retry=None, breaker=None)
-    else:  # the route's known window cannot hold it: not sent
-        small = OpenAICompatibleProvider(fake.base_url, model="fake-model", context_window=8)
-        guard = Guard(small, retry=None, breaker=None, environ={})
+    guard = overflowing(where, fake, make_guard)
     if how == "seam":
         http = guard.http_client()
         client: Any = openai.OpenAI(

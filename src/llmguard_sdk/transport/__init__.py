@@ -20,18 +20,23 @@ never repeat a call the Guard has already retried and moved through its fallback
 error class in ``x-llmguard-error``; the SDK raises its own error for the status (400 invalid
 request, 404 not served, 401, 429 rate limited or budget exhausted, 502 malformed answer, 503
 unavailable or circuit open, 504 timeout; a provider's own 4xx or 5xx status where it gave one,
-the last route's when every route failed). The Guard's ``timeout`` bounds each call. The
-SDK's timeout (its read timeout) means what it means to httpx, the longest wait for the next
-byte: a plain answer's bytes all come when the Guard's call ends, so there, when shorter, it
-becomes the call's total; a stream's come chunk by chunk, so there it bounds silence, not the
-stream: when shorter than the Guard's ``attempt_timeout`` it takes its place for the call
-(a route silent that long before its first chunk, or between two, loses the call to the
-next; once text has reached the SDK, the stream breaks there), and a stream that
-keeps sending runs to its end, up to the Guard's ``timeout``. A ``timeout`` in the request
-body (``extra_body={"timeout": ...}``) is ignored: it neither sets the call's deadline nor
-goes to the provider. The scope of a call comes from :func:`~llmguard_sdk.scoped`, or from
-``x-llmguard-tenant`` / ``x-llmguard-feature`` headers; any other header or query parameter the
-caller adds is forwarded to the provider.
+the last route's when every route failed). An input too large, for a route's context window
+or for the Guard's ``max_input_tokens``, is an overflow as the SDKs and frameworks know one:
+400 with OpenAI's code ``context_length_exceeded`` and wording, or, through the Messages API,
+Anthropic's ``invalid_request_error`` whose message begins ``prompt is too long`` (``prompt is
+too long: N tokens > M maximum`` for ``max_input_tokens``).
+
+The Guard's ``timeout`` bounds each call. The SDK's timeout (its read timeout) means what it
+means to httpx, the longest wait for the next byte: a plain answer's bytes all come when the
+Guard's call ends, so there, when shorter, it becomes the call's total; a stream's come chunk by
+chunk, so there it bounds silence, not the stream: when shorter than the Guard's
+``attempt_timeout`` it takes its place for the call (a route silent that long before its first
+chunk, or between two, loses the call to the next; once text has reached the SDK, the stream
+breaks there), and a stream that keeps sending runs to its end, up to the Guard's ``timeout``. A
+``timeout`` in the request body (``extra_body={"timeout": ...}``) is ignored: it neither sets
+the call's deadline nor goes to the provider. The scope of a call comes from
+:func:`~llmguard_sdk.scoped`, or from ``x-llmguard-tenant`` / ``x-llmguard-feature`` headers;
+any other header or query parameter the caller adds is forwarded to the provider.
 
 Successful answers carry ``x-llmguard-route`` (which route served, ``cache`` for a cache hit),
 plain ones ``x-llmguard-attempts`` too (a stream's headers leave before its attempts are known).

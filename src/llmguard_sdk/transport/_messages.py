@@ -307,9 +307,10 @@ class MessagesWire:
         return EventsWriter(model if isinstance(model, str) else "")
 
     def error(self, exc: LLMGuardError) -> dict[str, Any]:
-        """Anthropic's error body."""
+        """Anthropic's error body (an overflow in Anthropic's words)."""
         kind = _ERRORS.get(_wire.status_of(exc), "api_error")
-        return {"type": "error", "error": {"type": kind, "message": str(exc)}}
+        text = _wire.anthropic_overflow(exc) if _wire.overflows(exc) else str(exc)
+        return {"type": "error", "error": {"type": kind, "message": text}}
 
 
 def _stop_reason(finish_reason: str | None, metadata: Mapping[str, Any]) -> str:

@@ -20,6 +20,7 @@ from ..errors import (
     BadRequestError,
     BudgetExceededError,
     ContextLengthExceededError,
+    InputTooLargeError,
     LLMGuardError,
     MalformedResponseError,
     ProviderError,
@@ -293,14 +294,31 @@ def error_type(status: int) -> str:
     }.get(status, "server_error")
 
 
+def overflows(exc: LLMGuardError) -> bool:
+    """Whether ``exc`` refuses an input too large: a route's context window (the provider's
+    overflow, or a window the Guard knows) or the Guard's ``max_input_tokens``, which an SDK
+    and the frameworks over it treat alike (an input to trim)."""
+    return isinstance(_last(exc), (ContextLengthExceededError, InputTooLargeError))
+
+
+def anthropic_overflow(exc: LLMGuardError) -> str:
+    """An overflow's message in Anthropic's words (``prompt is too long: N tokens > M
+    maximum``, what LangChain's Anthropic model and Claude's users tell an overflow by), the
+    Guard's own after them."""
+    text = str(exc)
+    if isinstance(exc, InputTooLargeError):
+        return f"prompt is too long: {exc.tokens} tokens > {exc.limit} maximum ({text})"
+    return text if text.lower().startswith("prompt is too long") else f"prompt is too long: {text}"
+
+
 def openai_error(exc: LLMGuardError) -> dict[str, Any]:
     """OpenAI's error body for ``exc``."""
-    status, last = status_of(exc), _last(exc)
+    status = status_of(exc)
     code = (
         "insufficient_quota"
         if isinstance(exc, BudgetExceededError)
         else "context_length_exceeded"  # what frameworks tell an overflow by
-        if isinstance(last, ContextLengthExceededError)
+        if overflows(exc)
         else exc.code
         if isinstance(exc, NotServedError)
         else None
