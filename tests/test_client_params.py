@@ -128,14 +128,15 @@ def test_cache_breakpoints_are_not_sent_to_a_chat_route(fake: FakeProvider) -> N
 def test_an_endpoint_the_seam_does_not_serve_answers_in_anthropics_shape(
     fake: FakeProvider,
 ) -> None:
-    # POST /v1/messages/count_tokens was refused with OpenAI's error body, which anthropic's
-    # SDK does not read as its own (no "type": "error")
+    # an Anthropic endpoint the seam does not serve (POST /v1/messages/count_tokens, before
+    # the seam served it) was refused with OpenAI's error body, which anthropic's SDK does not
+    # read as its own (no "type": "error")
     chat = OpenAICompatibleProvider(fake.base_url, model=fake.model, name="primary")
     with Guard(chat, retry=None, environ={}) as guard:
         client = anthropic_client(guard)
         with pytest.raises(anthropic.NotFoundError) as refused:
-            client.messages.count_tokens(model="m", messages=USER)
+            client.messages.batches.list()
     assert isinstance(refused.value.body, dict)
     assert refused.value.body["type"] == "error"
     assert refused.value.body["error"]["type"] == "not_found_error"
-    assert "count_tokens" in refused.value.body["error"]["message"]
+    assert "batches" in refused.value.body["error"]["message"]

@@ -1,5 +1,7 @@
 """Anthropic's own client over the Guard's transport (:func:`llmguard_sdk.client.anthropic_client`):
-``messages.create`` returns anthropic's ``Message`` (streams its events), answered by any route.
+``messages.create`` returns anthropic's ``Message`` (streams its events), answered by any route;
+``messages.count_tokens`` the Guard's own count (an estimate for Claude's models: see
+:mod:`llmguard_sdk.transport`).
 
 Its retries are off (``max_retries=0``: one retry loop, the Guard's) and it has no timeout of
 its own (the Guard's bounds each call; a per-call ``timeout=`` shortens a plain call's and

@@ -1,12 +1,15 @@
 """The transport seam: hand a Guard to any SDK or framework that builds its own client.
 
-``OpenAI(http_client=guard.http_client())`` (or ``http_client(guard)``) sends every request
-the SDK makes through the Guard, in process, without a socket: the request is parsed into a
+``OpenAI(http_client=guard.http_client())`` (or ``http_client(guard)``) sends every request the
+SDK makes through the Guard, in process, without a socket: the request is parsed into a
 :meth:`~llmguard_sdk.Guard.chat` call (so the routes may be any provider, the local model
 included), and the Guard's answer goes back in the shape the SDK expects, JSON or server-sent
 events, headers included. Served paths: ``POST .../chat/completions``, ``POST .../responses``
-(OpenAI), ``POST .../messages`` (Anthropic), plain and streamed, and ``GET .../models`` and
-``GET .../models/{id}`` (the routes' models, in Anthropic's shape for anthropic's SDK). Any
+(OpenAI), ``POST .../messages`` (Anthropic), plain and streamed, ``POST
+.../messages/count_tokens`` (the Guard's own count, as the route the call would take counts,
+without a provider call: ``{"input_tokens": N}``, with ``x-llmguard-estimated: true`` where it
+is an estimate, as for Claude's models, whose tokenizer is not public), and ``GET .../models``
+and ``GET .../models/{id}`` (the routes' models, in Anthropic's shape for anthropic's SDK). Any
 other path or method is answered 404 in the SDK's error shape (the SDK raises its
 ``NotFoundError``), as is a model no route serves (code ``model_not_found``).
 

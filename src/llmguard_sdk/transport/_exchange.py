@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from ..client import _stream_silence
 from ..errors import LLMGuardError, RequestValidationError
 from ..models import StreamChunk
-from . import _wire
+from . import _count, _wire
 from ._chat import ChatWire, ModelsWire
 from ._head import Head
 from ._messages import MessagesWire
@@ -52,9 +52,14 @@ def plan(guard: Guard, incoming: Incoming) -> Call | Answer:
         _, slash, model = path.rpartition("/models/")
         body = models.model(model) if slash else models.listing()
         return Answer(200, [("content-type", "application/json")], _wire.dumps(body))
+    if incoming.method == "POST" and path.endswith(_count.PATH):
+        return _count.count_tokens(guard, incoming)
     wire = _wire_for(path)
     if incoming.method != "POST" or not any(path.endswith(s) for s in _ROUTES):
-        served = "POST .../chat/completions, .../responses, .../messages; GET .../models"
+        served = (
+            "POST .../chat/completions, .../responses, .../messages,"
+            " .../messages/count_tokens; GET .../models"
+        )
         raise NotServedError(
             f"the Guard's transport does not serve {incoming.method} {incoming.path}"
             f" (it serves {served})"

@@ -1,0 +1,51 @@
+"""Anthropic's ``POST /v1/messages/count_tokens`` (``client.messages.count_tokens(...)``): the
+Guard's own count of the request's input tokens, no provider asked.
+
+The request is read as a Messages request is (:class:`~._messages.MessagesWire`) and prepared
+as the call would be (validated, through the input filters, its routes chosen: a release's,
+a group's ranking, a task's tier), so a request the call would refuse gets the same error
+(a request without a model where a route names none: 400). Its tokens are then counted as the
+route the call would go to first counts them (the first route of its chain whose known
+context holds it): a local model with its own tokenizer, another with its model's tiktoken
+encoding. Claude's tokenizer is not public: for an Anthropic model, as for any model whose
+encoding is not at hand offline, the count is the Guard's estimate (``cl100k_base``), the one
+its rate limits and budgets reserve by. The answer is ``{"input_tokens": N}``, with the route
+in ``x-llmguard-route``, ``x-llmguard-estimated: true`` or ``false`` and the counting method
+(``cl100k_base``, ``chars/4``, a route's tokenizer) in ``x-llmguard-count-method``. The
+Guard's ``max_input_tokens`` does not refuse a count: counting is how a caller learns whether
+its input fits. A breaker, a rate limit or a budget may still move the call itself to
+another route.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+from .._core.calls import call_context
+from .._core.limits import route_input_tokens
+from .._core.routes import call_routes, first_route
+from . import _wire
+from ._messages import MessagesWire
+from ._wire import Answer, Incoming
+
+if TYPE_CHECKING:
+    from ..guard import Guard
+
+PATH = "/messages/count_tokens"
+
+
+def count_tokens(guard: Guard, incoming: Incoming) -> Answer:
+    """The answer to a ``count_tokens`` request."""
+    arguments: dict[str, Any] = MessagesWire().arguments(_wire.load_object(incoming.body), incoming)
+    stages = dataclasses.replace(guard._stages, max_input_tokens=None)  # counted, not refused
+    ctx = call_context(stages, arguments.pop("messages"), arguments)
+    route = first_route(ctx, stages) or call_routes(ctx, stages)[0]
+    count = route_input_tokens(ctx, route)
+    headers = [
+        ("content-type", "application/json"),
+        ("x-llmguard-route", route.name),
+        ("x-llmguard-estimated", "true" if count.estimated else "false"),
+        ("x-llmguard-count-method", count.method),
+    ]
+    return Answer(200, headers, _wire.dumps({"input_tokens": count.tokens}))
