@@ -286,7 +286,24 @@ def waits_its_turn(thread: threading.Thread) -> None:
 
 
 class Died(BaseException):
-    """What ends the worker thread in the test below (no call's error handling catches it)."""
+    """What ends the worker thread in the tests below (no call's error handling catches it)."""
+
+
+def dying_provider(name: str, **options: Any) -> tuple[LocalProvider, threading.Event]:
+    """A provider (warmed up) whose worker thread dies of :class:`Died`, raised in its
+    ``_serve`` as the next call is served, once the event returned is set."""
+    serve, armed = _Worker._serve.__code__, threading.Event()
+
+    def trace(frame: FrameType, event: str, arg: object) -> Any:
+        if frame.f_code is serve and armed.is_set():
+            raise Died  # (raised in the worker's _serve as it is called)
+        return None
+
+    threading.settrace(trace)  # (the worker, started by warm_up, is traced)
+    try:
+        return LocalProvider(name=name, warm_up=True, **options), armed
+    finally:
+        threading.settrace(None)
 
 
 def test_a_worker_that_dies_fails_its_calls_at_once_and_logs_why_once(
@@ -305,18 +322,7 @@ def test_a_worker_that_dies_fails_its_calls_at_once_and_logs_why_once(
         threading.__excepthook__(args)  # (Python's own: prints the traceback to stderr)
 
     monkeypatch.setattr(threading, "excepthook", excepthook)
-    serve, armed = _Worker._serve.__code__, threading.Event()
-
-    def trace(frame: FrameType, event: str, arg: object) -> Any:
-        if frame.f_code is serve and armed.is_set():
-            raise Died  # (raised in the worker's _serve as it is called)
-        return None
-
-    threading.settrace(trace)  # (the worker, started by warm_up, is traced)
-    try:
-        provider = LocalProvider(name="dies", n_ctx=256, warm_up=True)
-    finally:
-        threading.settrace(None)
+    provider, armed = dying_provider("dies", n_ctx=256)
     try:
         assert provider.wait_loaded(120)
         thread = worker_of("dies")

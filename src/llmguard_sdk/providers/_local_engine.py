@@ -93,7 +93,8 @@ class _Settings:
 
 
 class _Engine:
-    """The loaded model; used only from the worker thread (:meth:`tokens` from any thread).
+    """The loaded model; used only from the worker thread (:meth:`count` from any thread),
+    which frees it (:meth:`close`) as it ends.
 
     It keeps no reference to its provider (the worker holds that weakly, see ``_local_worker``):
     its load reads a copy of the provider's settings (:class:`_Settings`), and the provider is
@@ -104,6 +105,9 @@ class _Engine:
         load (ValueError) as soon as llama.cpp asks, or frees a model that finished loading."""
         import llama_cpp
 
+        self.closed = False
+        # held to read the model from another thread (count_tokens), and to free it
+        self._using = threading.Lock()
         draft = None
         if settings.prompt_lookup_tokens is not None:
             from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
@@ -130,11 +134,27 @@ class _Engine:
             if not keep_going():  # closed or dropped after llama.cpp's last look at it
                 raise ValueError(_STOPPED_LOADED)
         except BaseException:  # (no chat template, stopped, ...): the model is freed now
-            self.llm.close()
+            self.close()
             raise
         self._abort = _abort_callback()
         install_log_filter()  # our aborts are expected: llama.cpp's lines about them are not shown
         self._go_on = ctypes.create_string_buffer(2)  # the flag read between jobs: never set
+
+    def close(self) -> None:
+        """Free the model and its context now, once (not when the last reference to them goes:
+        a caller's kept error, whose traceback holds the worker's frames, kept them). Called on
+        the worker's thread, which alone computes; a token count under way on another thread
+        ends first."""
+        with self._using:
+            if self.closed:
+                return
+            self.closed = True
+            self.llm.close()
+
+    def count(self, messages: list[dict[str, str]]) -> int | None:
+        """The prompt's token count, from any thread; None once the model is freed."""
+        with self._using:
+            return None if self.closed else len(self.tokens(messages))
 
     def _read_template(self, file: str) -> None:
         """The chat template's formatter, and the tokens that end a turn."""

@@ -19,6 +19,10 @@ A worker that ends for any other reason (an error no call caught) logs that erro
 traceback, once (the error is not raised on to :func:`threading.excepthook`, which printed the
 traceback a second time), and fails the calls still queued and the one it served, so that none
 waits for its deadline.
+
+However the thread ends (closed, its provider dropped, an error), it closes the llama.cpp
+model itself (:meth:`_Engine.close`): freed then, not when the last reference to it goes
+(an error a caller keeps holds the worker's frames, and so the engine).
 """
 
 from __future__ import annotations
@@ -177,7 +181,12 @@ class _Worker:
         except BaseException as exc:  # logged, with its traceback, as the thread ends; not
             error = exc  # raised on, or threading.excepthook would print that traceback again
         finally:
-            self.engine = None  # the model is freed with the worker
+            engine, self.engine = self.engine, None
+            if engine is not None:  # freed now, whatever still holds the engine
+                try:
+                    engine.close()
+                except Exception as exc:  # (logged with the thread's end)
+                    error = error or exc
             self._fail_the_rest(error)
 
     def _load(self, owner: weakref.ref[LocalProvider]) -> None:

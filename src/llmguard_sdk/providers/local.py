@@ -17,8 +17,9 @@ How it behaves under load and failure:
 * The chat template's markup is read as markup and each message's content as text: a
   user's ``<|im_end|>`` cannot end a turn nor start one.
 * The model is loaded on first use, or at once in the background with ``warm_up=True``.
-* :meth:`~LocalProvider.close` stops the worker and frees the model. A provider dropped without
-  it is freed when it is garbage collected (its worker holds it weakly), with a
+* :meth:`~LocalProvider.close` stops the worker and frees the model (llama.cpp's model and
+  context are closed as the worker ends, whatever still holds them). A provider dropped
+  without it is freed when it is garbage collected (its worker holds it weakly), with a
   :class:`ResourceWarning` as an unclosed file gives.
 * The context (and its KV cache) lives as long as the provider: a prompt that shares its prefix
   with the previous one only computes the new tokens, and its usage says how many it reused
@@ -252,8 +253,9 @@ class LocalProvider(_Streams):
 
     def close(self) -> None:
         """Refuse new calls (those under way too), cancel the waiting ones, stop the current
-        one at once (its prompt too, or the model's load), and free the model. Bounded: waits
-        at most 10 s for the worker. A provider garbage collected unclosed does the same,
+        one at once (its prompt too, or the model's load), and free the model (llama.cpp's
+        model and context are closed, not left to the garbage collector). Bounded: waits at
+        most 10 s for the worker. A provider garbage collected unclosed does the same,
         without the wait, and warns (:class:`ResourceWarning`)."""
         self._finalizer.detach()  # closed: nothing to warn of when it is collected
         self._worker.close(wait=10)
@@ -267,8 +269,8 @@ class LocalProvider(_Streams):
 
     def count_tokens(self, request: ChatRequest) -> int | None:
         """The request's prompt tokens as this model counts them (its own tokenizer and chat
-        template, before any trimming); ``None`` while the model is not loaded yet, or when
-        its chat template refuses the messages (the call fails with a
+        template, before any trimming); ``None`` while the model is not loaded (yet, or any
+        more: closed), or when its chat template refuses the messages (the call fails with a
         :class:`~llmguard_sdk.errors.BadRequestError` that says why). Rate limits use it for
         their estimates.
 
@@ -278,7 +280,7 @@ class LocalProvider(_Streams):
         if engine is None:
             return None
         try:
-            return len(engine.tokens(self._messages(request)))
+            return engine.count(self._messages(request))
         except BadRequestError:  # the chat template refuses the messages: the call will say so
             return None
 
