@@ -1,11 +1,14 @@
 """How the local model is freed: its worker closes llama.cpp's model itself however it ends
-(closed, dropped, dead), once, not when the last reference goes."""
+(closed, dropped, dead), once, not when the last reference goes; and close() does not wait for
+a phase of the load that llama.cpp cannot cut (what that phase loaded is freed as it ends)."""
 
 from __future__ import annotations
 
+import math
 import sys
 import threading
 import time
+from collections.abc import Callable
 from types import CodeType, FrameType
 from typing import Any
 
@@ -14,7 +17,7 @@ import pytest
 from llmguard_sdk import ContextLengthExceededError, LocalProvider, ProviderUnavailableError
 from llmguard_sdk.models import ChatRequest
 from llmguard_sdk.providers._local_engine import _Engine
-from tests.test_local_lifetime import HI, dropped, dying_provider, worker_of
+from tests.test_local_lifetime import HI, dropped, dying_provider, llama_ids, worker_of
 from tests.test_local_safety import Hold
 
 pytestmark = pytest.mark.local_model
@@ -94,6 +97,76 @@ def test_the_worker_closes_its_llama_model_once_however_it_ends(ending: str) -> 
     assert not thread.is_alive()
     assert closed(llm)  # freed, though still referenced
     assert closes == [1]  # once
+
+
+class Phase(Hold):
+    """A phase of the load that llama.cpp cannot cut, held at ``text`` in ``function`` (a
+    trace of the worker) until ``go_on`` is set, or for 5 s at most: shorter than close()'s
+    wait for a worker it can stop (10 s), so that a close() that waited for the phase
+    returned after it. ``over`` is set as the phase ends."""
+
+    def __init__(self, function: Callable[..., Any], text: str) -> None:
+        super().__init__(function, text)
+        self.over = threading.Event()
+
+    def _line(self, frame: FrameType, event: str, arg: object) -> Any:
+        if event == "line" and frame.f_lineno == self.line and not self.held.is_set():
+            self.held.set()
+            self.go_on.wait(5)
+            self.over.set()
+        return self._line
+
+
+def _uncut_phases() -> list[Any]:
+    import llama_cpp._internals as internals
+
+    return [
+        pytest.param(
+            internals.LlamaModel.__init__,
+            "llama_cpp.llama_model_load_from_file(",  # header, vocabulary, devices first
+            id="header-and-vocabulary",
+        ),
+        pytest.param(
+            internals.LlamaContext.__init__,
+            "llama_cpp.llama_init_from_model(",  # the KV cache and compute buffers
+            id="context",
+        ),
+    ]
+
+
+@pytest.mark.parametrize(("function", "line"), _uncut_phases())
+def test_close_does_not_wait_for_a_load_phase_that_cannot_be_cut(
+    function: Callable[..., Any], line: str
+) -> None:
+    # close() waited (up to 10 s) for a worker in a phase of the load that llama.cpp does not
+    # interrupt: creating a context of 65,536 tokens took up to 8.5 s here, and close() as long
+    # (the model only to be freed as the load ended). A wait for the load (wait_loaded, with
+    # no bound) went on to the phase's end too. The phase is held here while close() runs.
+    before = llama_ids()
+    phase = Phase(function, line)
+    threading.settrace(phase.trace)  # (the worker, started by warm_up, is traced)
+    try:
+        provider = LocalProvider(name="uncut", n_ctx=256, warm_up=True)
+        assert phase.held.wait(120)
+    finally:
+        threading.settrace(None)
+    thread, waited = worker_of("uncut"), list[bool]()
+    waiter = threading.Thread(target=lambda: waited.append(provider.wait_loaded(math.inf)))
+    try:
+        waiter.start()
+        assert in_call(waiter, threading.Event.wait.__code__)  # it waits for the load
+        provider.close()
+        waiter.join(30)
+        assert not phase.over.is_set()  # close() and the wait ended as the phase went on
+        assert not waiter.is_alive()
+        assert waited == [False]
+    finally:
+        phase.go_on.set()
+    thread.join(60)
+    assert not thread.is_alive()
+    assert isinstance(provider._worker.load_error, ValueError)  # the load stopped after it
+    assert provider._worker.engine is None
+    assert llama_ids() - before == set()  # what the phase loaded was freed
 
 
 def test_a_token_count_under_way_ends_before_the_worker_frees_the_model() -> None:

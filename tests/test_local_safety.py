@@ -230,7 +230,8 @@ def test_close_during_the_load_stops_the_load(caplog: pytest.LogCaptureFixture) 
     # close() waited (at most 10 s) for a load it could not stop, and returned with the
     # worker still loading the whole model, to free it at once. The worker is held here at
     # the start of the load (a trace of its thread: its turn to load taken, llama.cpp about to
-    # be called) while close() runs.
+    # be called) while close() runs. (close() does not wait for llama.cpp's first phase, which
+    # it cannot cut: the load stops at the first tensor, after close() returned.)
     from llmguard_sdk.providers._llama import _load_llama
 
     hold = Hold(_load_llama, "return llama_cpp.Llama(**kwargs)")
@@ -249,6 +250,7 @@ def test_close_during_the_load_stops_the_load(caplog: pytest.LogCaptureFixture) 
             time.sleep(0.01)
         hold.go_on.set()  # the load starts after close() began
         closer.join(60)
+        worker.join(60)
     assert not closer.is_alive()
     assert not worker.is_alive()
     error = provider._worker.load_error

@@ -82,7 +82,11 @@ class _Unsuppressed:
 
 
 def _load_llama(
-    *, extra_buffers: bool, keep_going: Callable[[], bool] | None = None, **kwargs: Any
+    *,
+    extra_buffers: bool,
+    keep_going: Callable[[], bool] | None = None,
+    cuttable: Callable[[bool], None] | None = None,
+    **kwargs: Any,
 ) -> Any:
     """``llama_cpp.Llama(**kwargs)``, one load at a time, under a lock.
 
@@ -98,7 +102,14 @@ def _load_llama(
 
     A load that waits for another one to end stops waiting (the same ``ValueError``) as soon
     as ``keep_going()`` is false: a provider closed meanwhile does not keep its thread until
-    the other load ends, and then load its model for nothing."""
+    the other load ends, and then load its model for nothing.
+
+    ``cuttable(can)`` is told, as the load goes, whether ``keep_going()`` false would stop it
+    now (``can``: waiting for the turn, or reading the weights, where llama.cpp asks between
+    tensors) or only once a phase that llama.cpp does not interrupt ends: its start (the
+    file's header, the vocabulary, the devices and buffers, before the first tensor) and its
+    end (after the last tensor: the context, its KV cache and compute buffers, and
+    llama-cpp-python's own setup). The load ends in such a phase."""
     import llama_cpp
     import llama_cpp._internals as internals
     import llama_cpp.llama as llama_module
@@ -107,7 +118,15 @@ def _load_llama(
     quieted = (llama_module, internals)  # the modules that use the suppressor while loading
     progress = None
     if keep_going is not None:
-        progress = params.llama_progress_callback(lambda _done, _data: bool(keep_going()))
+        going = keep_going
+
+        def look(done: float, _data: Any) -> bool:  # at each tensor, and once all are read
+            on = bool(going())
+            if cuttable is not None:  # (the last look, at 1.0, hands over to the context)
+                cuttable(not on or done < 1.0)
+            return on
+
+        progress = params.llama_progress_callback(look)
     with _load_turn(keep_going):
         default = params.llama_model_default_params
         suppressors = [getattr(module, _SUPPRESSOR) for module in quieted]
@@ -124,6 +143,8 @@ def _load_llama(
         for module in quieted:
             setattr(module, _SUPPRESSOR, _Unsuppressed)
         try:
+            if cuttable is not None:
+                cuttable(False)  # llama.cpp reads the header first: nothing asks keep_going
             return llama_cpp.Llama(**kwargs)
         finally:
             params.llama_model_default_params = default

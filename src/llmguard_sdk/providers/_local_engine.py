@@ -100,9 +100,15 @@ class _Engine:
     its load reads a copy of the provider's settings (:class:`_Settings`), and the provider is
     handed to each method that reads its settings later."""
 
-    def __init__(self, settings: _Settings, keep_going: Callable[[], bool]) -> None:
+    def __init__(
+        self,
+        settings: _Settings,
+        keep_going: Callable[[], bool],
+        cuttable: Callable[[bool], None] | None = None,
+    ) -> None:
         """Load the model; ``keep_going()`` false (the provider closed or dropped) stops the
-        load (ValueError) as soon as llama.cpp asks, or frees a model that finished loading."""
+        load (ValueError) as soon as llama.cpp asks, or frees a model that finished loading.
+        ``cuttable`` is told when it would not stop at once (see ``_load_llama``)."""
         import llama_cpp
 
         self.closed = False
@@ -117,6 +123,7 @@ class _Engine:
         self.llm: llama_cpp.Llama = _load_llama(
             extra_buffers=settings.extra_buffers,
             keep_going=keep_going,  # close() stops the load too
+            cuttable=cuttable,
             model_path=str(settings.path),
             n_ctx=settings.n_ctx,
             n_threads=settings.n_threads,

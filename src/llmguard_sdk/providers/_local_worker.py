@@ -15,6 +15,23 @@ provider, so one dropped is collected at once. A load only queued (waiting its t
 nothing, one under way stops at llama.cpp's next look at ``keep_going`` (its progress
 callback), and a model that finished loading is freed, not kept.
 
+What a load does, and whether it can be cut there (the load tells the worker, ``uncut``):
+
+* waiting for its turn (one load at a time a process): cut at once (looked at every 50 ms);
+* llama.cpp reading the file's header, hyperparameters and vocabulary, and setting up its
+  devices and weight buffers: not cut (llama.cpp asks nothing before the first tensor);
+* reading the weights: cut between tensors (llama.cpp's progress callback);
+* after the last tensor, creating the context (allocating and clearing the KV cache,
+  reserving the compute buffers: 2 to 8.5 s for 65,536 tokens of the bundled model on 2
+  busy cores), llama-cpp-python's setup and the chat template's reading: not cut; the engine
+  looks at ``keep_going`` as it ends, and frees the model it just loaded;
+* nothing else: neither llama-cpp-python nor the engine runs a warm-up computation (the
+  first call's prompt is the first one, and is cut at once by the abort callback).
+
+``close()`` waits (bounded) for the thread where it can be stopped, and not at all while
+the load is in a phase that cannot be: it returns, and the thread frees what the phase
+loaded as it ends. A wait for the load (``wait_loaded``) ends at once too.
+
 A worker that ends for any other reason (an error no call caught) logs that error, with its
 traceback, once (the error is not raised on to :func:`threading.excepthook`, which printed the
 traceback a second time), and fails the calls still queued and the one it served, so that none
@@ -30,6 +47,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 import traceback
 import warnings
 import weakref
@@ -47,6 +65,7 @@ if TYPE_CHECKING:
 __all__: list[str] = []
 
 logger = logging.getLogger("llmguard_sdk")
+_CLOSE_POLL = 0.05  # seconds between close()'s looks at whether the load can still be cut
 
 
 class _Worker:
@@ -69,6 +88,9 @@ class _Worker:
         self.engine: _Engine | None = None
         self.load_error: BaseException | None = None
         self.loaded = threading.Event()
+        self.settled = threading.Event()  # the load ended, or close() came: wait_loaded's wait
+        # the load is in a phase that llama.cpp does not interrupt: close() does not wait for it
+        self.uncut = False
 
     def _closed_error(self) -> ProviderUnavailableError:
         if self.died:
@@ -127,6 +149,13 @@ class _Worker:
         self.wake.put(None)
         return job
 
+    def wait_loaded(self, timeout: float) -> bool:
+        """Wait (at most ``timeout`` seconds) until the load ends; True when it loaded the
+        model. False at once when the provider is closed, even in a phase of the load that
+        cannot be cut (see the module docs)."""
+        self.settled.wait(timeout)
+        return self.loaded.is_set() and self.load_error is None and not self.closed
+
     def stop(self) -> threading.Thread | None:
         """Refuse new calls, cancel the waiting ones, stop the current one at once (its
         prompt too) and let the thread end; the thread, if one was started."""
@@ -136,6 +165,7 @@ class _Worker:
             self.pending.clear()
             thread, running = self.thread, self.running
         self.wake.put(None)
+        self.settled.set()  # (a wait for the load ends: there will be no model)
         for job in waiting:
             job.cancel()
             job.finish(self._closed_error())
@@ -144,10 +174,23 @@ class _Worker:
         return thread
 
     def close(self, wait: float) -> None:
-        """:meth:`stop`, then wait (at most ``wait`` seconds) for the thread to end."""
+        """:meth:`stop`, then wait (at most ``wait`` seconds) for the thread to end; not for
+        a phase of the load that llama.cpp does not interrupt, nor its end: the thread frees
+        what it loaded as that phase ends (see the module docs)."""
         thread = self.stop()
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout=wait)
+        if thread is None or thread is threading.current_thread():
+            return
+        end = time.monotonic() + wait
+        while thread.is_alive():
+            left = end - time.monotonic()
+            if self.uncut or left <= 0:
+                logger.debug(
+                    "local model %s: closed while %s; the worker frees it as it ends",
+                    self.model_file,
+                    "a phase of its load that cannot be cut runs" if self.uncut else "busy",
+                )
+                return
+            thread.join(timeout=min(left, _CLOSE_POLL))
 
     def collected(self) -> None:
         """The provider was collected unclosed: stop the worker, which frees the model and
@@ -203,7 +246,7 @@ class _Worker:
                     return
                 settings = _Settings.of(provider)
                 del provider
-                self.engine = _Engine(settings, keep_going=keep_going)
+                self.engine = _Engine(settings, keep_going=keep_going, cuttable=self._cuttable)
         except Exception as exc:  # a broken GGUF, out of memory: every call learns why
             self.load_error = _without_frames(exc)  # (its frames held the half-built engine)
             if not keep_going():  # closed or dropped, which stopped the load: nothing failed
@@ -211,7 +254,13 @@ class _Worker:
             else:
                 logger.warning("local model %s failed to load: %r", self.model_file, exc)
         finally:
+            self.uncut = False
             self.loaded.set()
+            self.settled.set()
+
+    def _cuttable(self, can: bool) -> None:
+        """The load tells whether ``keep_going`` false stops it at once (or soon) now."""
+        self.uncut = not can
 
     def _next_job(self) -> _Job | None:
         """The next live job, or None once the provider is closed."""

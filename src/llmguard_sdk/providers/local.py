@@ -21,6 +21,15 @@ How it behaves under load and failure:
   context are closed as the worker ends, whatever still holds them). A provider dropped
   without it is freed when it is garbage collected (its worker holds it weakly), with a
   :class:`ResourceWarning` as an unclosed file gives.
+* Closing (or dropping) a provider while its model loads stops the load where llama.cpp lets
+  it: at once while it waits for another model's load (loads take turns), between tensors
+  while it reads the weights. Two phases cannot be cut: llama.cpp reading the file's header
+  and vocabulary and setting up its devices (before the first tensor), and creating the
+  context (its KV cache and compute buffers: seconds for a long ``n_ctx``), with
+  llama-cpp-python's setup after it. :meth:`~LocalProvider.close` does not wait for them
+  (nor does :meth:`~LocalProvider.wait_loaded`): the worker frees what they loaded as they
+  end. No warm-up computation runs; the first call's prompt is the first, and it stops at
+  once.
 * The context (and its KV cache) lives as long as the provider: a prompt that shares its prefix
   with the previous one only computes the new tokens, and its usage says how many it reused
   (``cached_input_tokens``). Prompts assembled by a
@@ -241,22 +250,25 @@ class LocalProvider(_Streams):
 
     def wait_loaded(self, timeout: float) -> bool:
         """Wait (bounded) until the model is loaded; True when it is. False when ``timeout``
-        ran out first, or when the model failed to load (each call then says why, as a
+        ran out first, when the model failed to load (each call then says why, as a
         :class:`~llmguard_sdk.errors.ProviderUnavailableError`; it is logged at warning
-        level). ``timeout`` is seconds (``math.inf``: until the load ends, as it always does);
-        not a number, or NaN, is a :class:`~llmguard_sdk.errors.ConfigurationError`."""
+        level), or at once when the provider is closed. ``timeout`` is seconds
+        (``math.inf``: until the load ends, as it always does); not a number, or NaN, is a
+        :class:`~llmguard_sdk.errors.ConfigurationError`."""
         if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout != timeout:
             raise ConfigurationError(f"wait_loaded timeout must be seconds, not {timeout!r}")
         worker = self._worker
         worker.start(self)
-        return worker.loaded.wait(_bounded(timeout)) and worker.load_error is None
+        return worker.wait_loaded(_bounded(timeout))
 
     def close(self) -> None:
         """Refuse new calls (those under way too), cancel the waiting ones, stop the current
         one at once (its prompt too, or the model's load), and free the model (llama.cpp's
         model and context are closed, not left to the garbage collector). Bounded: waits at
-        most 10 s for the worker. A provider garbage collected unclosed does the same,
-        without the wait, and warns (:class:`ResourceWarning`)."""
+        most 10 s for the worker, and not at all for a phase of the load that llama.cpp does
+        not interrupt (the model's header and vocabulary, its context): the worker frees what
+        that phase loaded as it ends (see the module docs). A provider garbage collected
+        unclosed does the same, without the wait, and warns (:class:`ResourceWarning`)."""
         self._finalizer.detach()  # closed: nothing to warn of when it is collected
         self._worker.close(wait=10)
 
