@@ -7,6 +7,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+import openai
 import pytest
 
 from llmguard_sdk import ConfigurationError
@@ -26,7 +27,8 @@ from llmguard_sdk.errors import (
     RateLimitedError,
 )
 from llmguard_sdk.store import RedisStore, hash_id
-from tests.conftest import RawRedis, RedisTarget, redis_store
+from llmguard_sdk.testing import FakeProvider, Fault
+from tests.conftest import USER, RawRedis, RedisTarget, redis_store
 
 POLICY = BreakerPolicy(
     window=10,
@@ -395,6 +397,33 @@ def test_breakers_pass_on_whether_a_permit_was_a_probe() -> None:
     assert not breakers.permit("r").allowed
     breakers.record("r", None, seconds=0.1, probe=earlier.probe)
     assert breakers.state("r") == "half_open"
+
+
+def test_breakers_record_the_provider_sdks_own_errors(fake: FakeProvider) -> None:
+    """A standalone breaker around openai calls records openai's errors as the SDK classifies
+    them (a 503 fails, a 429 pauses for its Retry-After); they were taken for a caller's own
+    errors, not recorded, and the breaker never opened."""
+    now = [0.0]
+    breakers = Breakers(MemoryBreakerBackend(POLICY, clock=lambda: now[0]))
+
+    def call(route: str) -> None:
+        permit = breakers.permit(route)
+        try:
+            client.chat.completions.create(model="fake-model", messages=USER)
+        except openai.APIError as error:
+            breakers.record(route, error, seconds=0.1, probe=permit.probe)
+
+    with openai.OpenAI(base_url=fake.base_url, api_key="sk-test", max_retries=0) as client:
+        fake.script(*[Fault(status=503)] * 4)
+        for _ in range(4):
+            call("down")
+        assert breakers.state("down") == "open"
+        fake.script(Fault(status=429, retry_after=7))
+        call("limited")
+        assert breakers.permit("limited").retry_after == 7.0
+    for _ in range(4):
+        breakers.record("mine", ValueError("a bug of the caller's"), seconds=0.1)
+    assert breakers.backend.state("mine") == "closed"
 
 
 def test_a_breaker_tripped_in_another_os_process_is_open_here(

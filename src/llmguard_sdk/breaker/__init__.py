@@ -19,6 +19,7 @@ from typing import Protocol
 import anyio
 
 from .._state.steps import Step, arun, blocking, entry_points
+from ..classify import classify_exception
 from ..errors import ConfigurationError, ProviderError, RateLimitedError
 from .memory import MemoryBreakerBackend
 from .policy import BreakerPolicy, BreakerState, Outcome, Permit, State, outcome_of
@@ -175,10 +176,16 @@ class Breakers:
         ``probe``: whether the call's permit was a half-open probe (:attr:`Permit.probe`);
         a call let through before the breaker opened (``False``) that ends while it is
         half-open neither closes nor reopens it, nor frees a probe permit. ``None``: not
-        known (counted as a probe)."""
+        known (counted as a probe). ``error`` may be a provider SDK's own (openai's, httpx's
+        ...): it counts as the SDK classifies it; one that is no provider failure (a bug in
+        the caller's code) only gives the permit back.
+
+        .. versionchanged:: 0.2.0 provider SDKs' errors are classified, not ignored."""
         _named(route)
         if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
             raise ConfigurationError(f"seconds must be a number, got {seconds!r}")
+        if error is not None and not isinstance(error, ProviderError):
+            error = classify_exception(error, route=route) or error
         outcome = outcome_of(error, seconds=seconds, policy=self.policy)
         if outcome is None:
             yield from self.backend.release_steps(route, probe)
