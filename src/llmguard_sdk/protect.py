@@ -28,7 +28,7 @@ import anyio
 from .classify import classify_exception, usage_from_result
 from .context import CallEvent, Hook, RetryDetails, current_scope, emit
 from .errors import ConfigurationError, ProviderTimeoutError, RetryMultiplicationWarning
-from .retry._api import Retrying, is_async_callable
+from .retry._api import Retrying, is_async_callable, may_return_awaitable
 from .retry.budget import RetryBudget
 from .retry.policy import RetryPolicy
 from .telemetry._sdk_names import ProviderNames
@@ -177,7 +177,7 @@ def protect_function(
             return await _call_async(fn, protected, args, kwargs)
 
         return cast(F, async_wrapper)
-    if _may_return_awaitable(fn):
+    if may_return_awaitable(fn):
         return cast(F, _protect_either(fn, protected))
 
     @functools.wraps(fn)
@@ -211,21 +211,6 @@ async def _call_async(
         if scope.cancelled_caught:
             raise protected.timed_out()
     return call.end(result)
-
-
-def _may_return_awaitable(fn: Callable[..., Any]) -> bool:
-    """Whether ``fn`` is a plain function (or method, or partial of one) that a decorator
-    wrapped around an async function: openai's ``AsyncOpenAI().chat.completions.create``
-    is one, and returns a coroutine."""
-    target: Any = fn
-    while isinstance(target, functools.partial):
-        target = target.func
-    if not inspect.isroutine(target):
-        return False
-    try:
-        return inspect.iscoroutinefunction(inspect.unwrap(target))
-    except ValueError:  # a cycle of __wrapped__
-        return False
 
 
 def _protect_either(fn: Callable[..., Any], protected: _Protected) -> Any:

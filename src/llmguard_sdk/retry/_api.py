@@ -397,6 +397,21 @@ def is_async_callable(fn: object) -> bool:
     )
 
 
+def may_return_awaitable(fn: Callable[..., Any]) -> bool:
+    """Whether ``fn`` is a plain function (or method, or partial of one) that a decorator
+    wrapped around an async function: openai's ``AsyncOpenAI().chat.completions.create``
+    is one, and returns a coroutine."""
+    target: Any = fn
+    while isinstance(target, functools.partial):
+        target = target.func
+    if not inspect.isroutine(target):
+        return False
+    try:
+        return inspect.iscoroutinefunction(inspect.unwrap(target))
+    except ValueError:  # a cycle of __wrapped__
+        return False
+
+
 def retry_context(**options: Unpack[RetryOptions]) -> Retrying:
     """Retry a block: ``for attempt in retry_context(...): with attempt: ...``.
 
@@ -424,7 +439,9 @@ def retry(func: F | None = None, **given: Unpack[RetryOptions]) -> F | Callable[
     ``hooks`` (callables receiving :class:`RetryDetails` before each wait), ``budget`` (a
     :class:`~llmguard_sdk.retry.budget.RetryBudget` keyed by the function's name).
 
-    Use as ``@retry`` or ``@retry(attempts=5)``.
+    Use as ``@retry`` or ``@retry(attempts=5)``. A plain function that wraps an async one
+    (``AsyncOpenAI().chat.completions.create``) is retried as async: the decorated function
+    returns a coroutine.
     """
     check_keywords(given, RetryOptions, "retry")
     if func is not None and not callable(func):
@@ -452,13 +469,14 @@ def retry(func: F | None = None, **given: Unpack[RetryOptions]) -> F | Callable[
                 "iterated, after the call returned; retry the code that consumes it instead"
             )
 
-        if is_async_callable(fn):
+        if is_async_callable(fn) or may_return_awaitable(fn):
 
             @functools.wraps(fn)
             async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
                 async for attempt in Retrying(budget_key=key, **options):
                     with attempt:
-                        return await fn(*args, **kwargs)
+                        result = fn(*args, **kwargs)
+                        return await result if inspect.isawaitable(result) else result
                 raise AssertionError("unreachable: the last attempt re-raises")
 
             return cast(F, async_wrapper)

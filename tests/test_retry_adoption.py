@@ -1,0 +1,72 @@
+"""The standalone retry as a tenacity user adopts it: openai's own methods decorated as they
+are, the SDK's error types named in ``on=``, tests with waits off that do not depend on luck.
+Real openai clients against a FakeProvider on loopback."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
+
+import anyio
+import openai
+import pytest
+
+from llmguard_sdk.errors import ProviderUnavailableError
+from llmguard_sdk.retry import RetryDetails, retry, waits_off
+from llmguard_sdk.testing import FakeProvider, Fault
+
+from .conftest import USER
+
+
+@pytest.fixture
+def no_waits() -> Iterator[None]:
+    with waits_off():
+        yield
+
+
+def test_an_async_openai_method_decorated_as_it_is_is_retried(
+    fake: FakeProvider, no_waits: None
+) -> None:
+    """``AsyncOpenAI().chat.completions.create`` is a plain function (a decorator of openai's
+    wraps the async one) that returns a coroutine: the failure came when the caller awaited
+    it, after the decorator had returned, and was never retried."""
+    seen: list[RetryDetails] = []
+
+    async def main() -> str:
+        async with openai.AsyncOpenAI(
+            base_url=fake.base_url, api_key="sk-test", max_retries=0
+        ) as client:
+            create = retry(client.chat.completions.create, hooks=[seen.append])
+            completion = await create(model="fake-model", messages=USER)
+            return completion.choices[0].message.content or ""
+
+    fake.script(Fault(status=503))
+    assert anyio.run(main) == "Echo: hello there"
+    assert [type(d.cause) for d in seen] == [openai.InternalServerError]
+    assert len(fake.requests) == 2
+
+
+def async_wrapped_by_a_plain_decorator(
+    fn: Callable[..., Awaitable[str]],
+) -> Callable[..., Awaitable[str]]:
+    @functools.wraps(fn)
+    def plain(*args: Any, **kwargs: Any) -> Awaitable[str]:
+        return fn(*args, **kwargs)
+
+    return plain
+
+
+def test_an_async_function_under_a_plain_decorator_is_retried(no_waits: None) -> None:
+    calls: list[int] = []
+
+    @retry(attempts=3)
+    @async_wrapped_by_a_plain_decorator
+    async def flaky() -> str:
+        calls.append(1)
+        if len(calls) < 3:
+            raise ProviderUnavailableError("down")
+        return "ok"
+
+    assert anyio.run(flaky) == "ok"
+    assert len(calls) == 3
