@@ -12,7 +12,7 @@ import anyio
 import openai
 import pytest
 
-from llmguard_sdk.errors import ProviderUnavailableError
+from llmguard_sdk.errors import ProviderUnavailableError, RateLimitedError
 from llmguard_sdk.retry import RetryDetails, retry, waits_off
 from llmguard_sdk.testing import FakeProvider, Fault
 
@@ -70,3 +70,41 @@ def test_an_async_function_under_a_plain_decorator_is_retried(no_waits: None) ->
 
     assert anyio.run(flaky) == "ok"
     assert len(calls) == 3
+
+
+def test_the_sdks_error_types_in_on_match_the_provider_sdks_errors(
+    fake: FakeProvider, no_waits: None
+) -> None:
+    """``on=RateLimitedError`` retries openai's RateLimitError (which the SDK classifies as
+    one), and only that: a 503 is not a rate limit."""
+    seen: list[RetryDetails] = []
+    with openai.OpenAI(base_url=fake.base_url, api_key="sk-test", max_retries=0) as client:
+
+        @retry(on=RateLimitedError, hooks=[seen.append])
+        def ask() -> str:
+            completion = client.chat.completions.create(model="fake-model", messages=USER)
+            return completion.choices[0].message.content or ""
+
+        fake.script(Fault(status=429, retry_after_ms=20))
+        assert ask() == "Echo: hello there"
+        assert [(type(d.cause), d.wait, d.hinted) for d in seen] == [
+            (openai.RateLimitError, 0.02, True)
+        ]
+        fake.script(Fault(status=503))
+        with pytest.raises(openai.InternalServerError):
+            ask()
+        assert len(seen) == 1
+
+
+def test_a_named_type_that_is_no_sdk_error_matches_only_itself(no_waits: None) -> None:
+    """``on=ConnectionError`` is the caller's own choice of type, not a classification."""
+    calls: list[int] = []
+
+    @retry(on=ConnectionError, attempts=3)
+    def flaky() -> str:
+        calls.append(1)
+        raise ProviderUnavailableError("down")  # not a ConnectionError
+
+    with pytest.raises(ProviderUnavailableError):
+        flaky()
+    assert len(calls) == 1

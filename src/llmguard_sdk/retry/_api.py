@@ -40,7 +40,7 @@ from typing_extensions import Unpack
 from .._keywords import check_keywords
 from ..classify import classify_exception
 from ..context import RetryDetails
-from ..errors import ConfigurationError, ProviderError
+from ..errors import ConfigurationError, LLMGuardError, ProviderError
 from .budget import RetryBudget
 from .policy import Decision, RetryPolicy, decide
 
@@ -57,7 +57,9 @@ class RetryOptions(TypedDict, total=False):
     optional.
 
     - ``on``: an exception type, a tuple of types, or a callable ``exc -> bool | seconds`` (a
-      number is a server wait hint). Default: :func:`is_retryable`.
+      number is a server wait hint). Default: :func:`is_retryable`. The SDK's own error types
+      also match the exceptions it classifies as them: ``on=RateLimitedError`` retries
+      openai's ``RateLimitError`` too.
     - ``policy``: a :class:`RetryPolicy` (full jitter, 3 attempts, 60 s by default).
     - ``attempts``, ``timeout``: shortcuts that override the policy's.
     - ``hooks``: callables receiving :class:`RetryDetails` before each wait.
@@ -148,7 +150,9 @@ def is_retryable(exc: BaseException) -> bool | float:
 
 def _judge(on: RetryOn, exc: BaseException) -> tuple[bool, float | None]:
     if isinstance(on, (type, tuple)):
-        return isinstance(exc, on), _hint_of(exc)
+        error = exc if isinstance(exc, ProviderError) else classify_exception(exc)
+        hint = error.retry_after if error is not None else None
+        return isinstance(exc, on) or _classified_as(on, error), hint
     verdict = on(exc)
     if isinstance(verdict, bool) or verdict is None:
         return bool(verdict), _hint_of(exc) if verdict else None
@@ -160,6 +164,17 @@ def _judge(on: RetryOn, exc: BaseException) -> tuple[bool, float | None]:
 def _is_exception_types(on: object) -> bool:
     kinds = on if isinstance(on, tuple) else (on,)
     return all(isinstance(kind, type) and issubclass(kind, BaseException) for kind in kinds)
+
+
+def _classified_as(
+    on: type[BaseException] | tuple[type[BaseException], ...], error: ProviderError | None
+) -> bool:
+    """Whether the SDK's classification ``error`` of an exception is of a type of the SDK
+    that ``on`` names: ``on=RateLimitedError`` retries openai's ``RateLimitError`` too. A type
+    that is not the SDK's (``ConnectionError``) matches only what it says."""
+    kinds = on if isinstance(on, tuple) else (on,)
+    ours = tuple(kind for kind in kinds if issubclass(kind, LLMGuardError))
+    return bool(ours) and error is not None and isinstance(error, ours)
 
 
 def _hint_of(exc: BaseException) -> float | None:
