@@ -13,7 +13,7 @@ import openai
 import pytest
 
 from llmguard_sdk.errors import ProviderUnavailableError, RateLimitedError
-from llmguard_sdk.retry import RetryDetails, retry, waits_off
+from llmguard_sdk.retry import RetryDetails, RetryPolicy, retry, retry_context, waits_off
 from llmguard_sdk.testing import FakeProvider, Fault
 
 from .conftest import USER
@@ -108,3 +108,32 @@ def test_a_named_type_that_is_no_sdk_error_matches_only_itself(no_waits: None) -
     with pytest.raises(ProviderUnavailableError):
         flaky()
     assert len(calls) == 1
+
+
+def test_with_waits_off_a_short_timeout_spends_every_attempt() -> None:
+    """Waits that are not taken cannot overrun the timeout: with a 1 s timeout, retries whose
+    backoff was longer than the time left were refused, so with full jitter the same test
+    passed or failed by luck (here without jitter: 1, 2, 4 and 8 s were refused)."""
+    calls: list[int] = []
+
+    @retry(policy=RetryPolicy(attempts=6, timeout=1, jitter="none"))
+    def flaky() -> str:
+        calls.append(1)
+        if len(calls) < 6:
+            raise ProviderUnavailableError("down")
+        return "ok"
+
+    with waits_off():
+        assert flaky() == "ok"
+    assert len(calls) == 6
+
+
+def test_with_waits_off_a_server_hint_beyond_the_time_left_is_still_retried() -> None:
+    calls: list[int] = []
+    with waits_off():
+        for attempt in retry_context(timeout=2):
+            with attempt:
+                calls.append(1)
+                if len(calls) < 2:
+                    raise RateLimitedError("slow down", retry_after=5.0)  # within the cap
+    assert len(calls) == 2

@@ -310,7 +310,7 @@ def test_iterations_of_one_retrying_keep_their_own_clock() -> None:
     that starts meanwhile does not give another call back the time it has spent."""
     shared = retry_context(
         on=ValueError,
-        policy=RetryPolicy(attempts=5, base=0.5, cap=0.5, timeout=1.0, jitter="none"),
+        policy=RetryPolicy(attempts=5, base=0.5, cap=0.5, timeout=0.5, jitter="none"),
     )
     tries: list[int] = []
 
@@ -319,15 +319,15 @@ def test_iterations_of_one_retrying_keep_their_own_clock() -> None:
             with attempt:
                 tries.append(attempt.number)
                 if attempt.number == 2:
-                    time.sleep(0.6)  # this call's second attempt takes most of its second
+                    time.sleep(0.6)  # this call's second attempt spends all of its time
                     for other in shared:  # another call through the same object, meanwhile
                         with other:
                             pass
                 raise ValueError("down")
 
-    with waits_off(), pytest.raises(ValueError, match="down"):  # (decisions count 0.5 s waits)
+    with waits_off(), pytest.raises(ValueError, match="down"):  # (waits off: time spent counts)
         call()
-    assert tries == [1, 2]  # 0.4 s left: no room for a 0.5 s wait and an attempt
+    assert tries == [1, 2]  # no time left (the other call's clock did not give it back)
 
 
 def test_an_object_with_an_async_call_is_retried_as_async() -> None:

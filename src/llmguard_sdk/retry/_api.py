@@ -26,6 +26,7 @@ import dataclasses
 import functools
 import inspect
 import itertools
+import math
 import random
 import sys
 import threading
@@ -42,7 +43,7 @@ from ..classify import classify_exception
 from ..context import RetryDetails
 from ..errors import ConfigurationError, LLMGuardError, ProviderError
 from .budget import RetryBudget
-from .policy import Decision, RetryPolicy, decide
+from .policy import MIN_ATTEMPT_SECONDS, Decision, RetryPolicy, decide
 
 F = TypeVar("F", bound=Callable[..., Any])
 RetryOn = type[BaseException] | tuple[type[BaseException], ...] | Callable[[BaseException], Any]
@@ -93,7 +94,9 @@ def set_testing(enabled: bool, *, attempts: int | None = None) -> None:
     """Turn waits off (``enabled=True``) in tests; optionally cap attempts too.
 
     While on, every wait of :func:`retry`, :func:`retry_context` *and* the Guard's retry stage
-    is zero, so tests run fast without changing the code under test.
+    is zero, so tests run fast without changing the code under test. A wait not taken does
+    not count against the ``timeout`` of :func:`retry` and :func:`retry_context` (only the
+    time really spent does), so their retries do not depend on the jitter's draws.
     """
     if attempts is not None and (
         not isinstance(attempts, int) or isinstance(attempts, bool) or attempts < 1
@@ -297,6 +300,8 @@ class Retrying:
         retryable, hint = _judge(self.on, exc)
         elapsed = 0.0 if started is None else time.monotonic() - started
         remaining = self.policy.timeout - elapsed
+        if _Testing.enabled and remaining >= MIN_ATTEMPT_SECONDS:
+            remaining = math.inf  # waits are off: one not taken cannot overrun the timeout
         policy = self.policy
         attempts = testing_attempts(policy.attempts)
         if attempts != policy.attempts:
