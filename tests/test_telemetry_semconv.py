@@ -285,3 +285,23 @@ def test_histograms_have_the_conventions_bucket_boundaries_so_long_calls_are_mea
     assert tokens["input"].bucket_counts[-1] == 0
     meter_provider.shutdown()
     exported.tracer_provider.shutdown()
+
+
+@pytest.mark.parametrize("semconv", ["latest", "previous"])
+def test_the_time_per_output_chunk_histogram_has_the_conventions_buckets(semconv: str) -> None:
+    """The conventions advise the duration buckets for ``time_per_output_chunk`` too: it had
+    the SDK's default ones (0, 5, 10 ... 10000, made for milliseconds), so every gap between
+    chunks, a few hundredths of a second, fell in the one bucket (0, 5] s."""
+    exported, meter_provider = exporters(semconv=semconv)
+    with FakeProvider(name="primary") as fake:
+        route = OpenAICompatibleProvider(fake.base_url, model=fake.model, name=fake.name)
+        with Guard(route, telemetry=exported.telemetry, retry=None, environ={}) as guard:
+            fake.script(Fault(inter_token_delay=0.03))
+            question = [{"role": "user", "content": "one two three four five six"}]
+            with guard.chat(question, stream=True, max_tokens=6) as stream:
+                list(stream)
+    (gaps,) = exported.points(exported.telemetry.names.chunk_gap_metric)
+    assert list(gaps.explicit_bounds) == ADVISED_SECONDS
+    assert gaps.count >= 2
+    meter_provider.shutdown()
+    exported.tracer_provider.shutdown()

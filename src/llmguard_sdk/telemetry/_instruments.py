@@ -14,18 +14,14 @@ _TOKEN_BUCKETS = [4**i for i in range(14)]  # the conventions' advice: 1, 4 ... 
 _DURATION_BUCKETS = [0.01 * 2**i for i in range(14)]  # theirs too: 0.01, 0.02 ... 81.92 s
 
 
-def _seconds(
-    meter: CappedMeter,
-    name: str,
-    description: str,
-    *,
-    buckets: list[float] | None = _DURATION_BUCKETS,
-) -> Any:
-    """A histogram of durations (unit ``s``; the duration buckets unless told otherwise)."""
-    if buckets is None:
-        return meter.create_histogram(name, unit="s", description=description)
+def _seconds(meter: CappedMeter, name: str, description: str) -> Any:
+    """A histogram of durations: unit ``s``, the conventions' duration buckets (which they
+    advise for every GenAI duration, ``time_per_output_chunk`` included)."""
     return meter.create_histogram(
-        name, unit="s", description=description, explicit_bucket_boundaries_advisory=buckets
+        name,
+        unit="s",
+        description=description,
+        explicit_bucket_boundaries_advisory=_DURATION_BUCKETS,
     )
 
 
@@ -51,7 +47,6 @@ class Instruments:
             meter,
             names.chunk_gap_metric,
             "Time between consecutive content chunks of a stream",
-            buckets=None,
         )
         self.ttft = _seconds(
             meter,
