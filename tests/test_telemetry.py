@@ -19,6 +19,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 
 from llmguard_sdk import (
+    AllRoutesFailedError,
     BudgetExceededError,
     ConfigurationError,
     Guard,
@@ -187,6 +188,37 @@ def test_a_fallback(
     assert routes == ["primary", "backup"]
     (duration,) = otel.points("gen_ai.client.operation.duration")
     assert duration.attributes["llmguard.served_by"] == "backup"
+
+
+def test_failures_are_recorded_as_exception_events(
+    fake: FakeProvider, fake2: FakeProvider, make_guard: MakeGuard, otel: Exported
+) -> None:
+    """A failed call's span and each failed attempt's carry an ``exception`` event (the
+    exception conventions' ``exception.type``, fully qualified, and ``exception.message``,
+    redacted as the status is), which trace backends show as the span's error; there was
+    only the status text."""
+    guard = make_guard(fake, fake2, telemetry=otel.telemetry, retry=None)
+    fake.always(Fault(status=503))
+    fake2.always(Fault(status=500))
+    with pytest.raises(AllRoutesFailedError):
+        guard.chat(USER, tenant="tenant-acme-77")
+    span = call_span(otel)
+    (raised,) = [e for e in span.events if e.name == "exception"]
+    assert raised.attributes is not None
+    assert raised.attributes["exception.type"] == "llmguard_sdk.errors.AllRoutesFailedError"
+    assert raised.attributes["exception.message"] == span.status.description
+    assert "all routes failed" in str(raised.attributes["exception.message"])
+    for attempt in attempts_of(otel, span):
+        (failure,) = [e for e in attempt.events if e.name == "exception"]
+        assert failure.attributes is not None
+        assert failure.attributes["exception.type"] == (
+            "llmguard_sdk.errors.ProviderUnavailableError"
+        )
+        assert "HTTP 5" in str(failure.attributes["exception.message"])
+    fake.always(None)
+    guard.chat(USER)
+    served = [s for s in otel.finished() if "llmguard.kind" in (s.attributes or {})][-1]
+    assert all(e.name != "exception" for e in served.events)
 
 
 def test_a_cache_hit(fake: FakeProvider, make_guard: MakeGuard, otel: Exported) -> None:
@@ -524,6 +556,10 @@ def test_a_failed_protected_call_is_labelled_with_its_provider_as_a_served_one_i
     spans = otel.finished()
     assert {s.attributes["gen_ai.provider.name"] for s in spans} == {"openai"}  # type: ignore[index]
     assert {s.attributes["llmguard.route"] for s in spans} == {"vendor-sdk"}  # type: ignore[index]
+    raised = [e.attributes for s in spans for e in s.events if e.name == "exception"]
+    assert [dict(a or {}).get("exception.type") for a in raised] == [  # as error.type has it
+        "llmguard_sdk.errors.ProviderUnavailableError"
+    ]
 
 
 def test_protected_calls_are_counted_by_feature_as_guarded_calls_are(

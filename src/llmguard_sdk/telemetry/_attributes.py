@@ -23,6 +23,7 @@ __all__ = [
     "add_scope",
     "check_options",
     "error_status",
+    "exception_type",
     "input_messages",
     "provider_name",
     "quality_labels",
@@ -66,6 +67,14 @@ def error_status(error: BaseException, scope: Scope) -> str:
             if len(value) >= _SHORTEST_ID:  # shorter ones: too likely ordinary words
                 text = text.replace(value, shown)
     return text[:500]
+
+
+def exception_type(error: BaseException) -> str:
+    """The exception conventions' ``exception.type``: the class's fully qualified name
+    (``llmguard_sdk.errors.AllRoutesFailedError``; a builtin's bare, ``TimeoutError``)."""
+    cls = type(error)
+    module = cls.__module__
+    return cls.__qualname__ if module in (None, "builtins") else f"{module}.{cls.__qualname__}"
 
 
 def input_messages(text: str) -> str:

@@ -20,6 +20,7 @@ from ._attributes import (
     add_scope,
     check_options,
     error_status,
+    exception_type,
     input_messages,
     provider_name,
     quality_labels,
@@ -40,7 +41,7 @@ from .sampling import EvalSink, call_record
 if TYPE_CHECKING:
     from ..breaker import BreakerTransition
     from ..budget import BudgetEvent
-    from ..context import AttemptRecord, CallContext, CallEvent
+    from ..context import AttemptRecord, CallContext, CallEvent, Scope
     from ..models import ChatResponse
     from ..providers.base import Provider
     from ..releases.release import ReleaseEvent
@@ -173,7 +174,7 @@ class Telemetry:
             start_time=end_ns - int(event.latency_s * 1e9),
         )
         if event.error is not None:
-            span.set_status(Status(StatusCode.ERROR, error_status(event.error, event.scope)))
+            _failed(span, event.error, event.scope, end_ns)
         span.end(end_time=end_ns)
         labels = {
             key: attributes[key]
@@ -414,7 +415,7 @@ class Telemetry:
             route = route_named(routes, attempt.route)
             self._attempt_span(ctx, attempt, number, route, inside, end)
         if error is not None:
-            span.set_status(Status(StatusCode.ERROR, error_status(error, ctx.scope)))
+            _failed(span, error, ctx.scope, wall_ns(ctx, end))
         elif cancelled:
             span.set_attribute("llmguard.cancelled", True)
         span.end(end_time=wall_ns(ctx, end))
@@ -453,9 +454,10 @@ class Telemetry:
             attributes=attributes,
             start_time=wall_ns(ctx, attempt.started),
         )
+        end_ns = wall_ns(ctx, attempt.ended or call_end)
         if attempt.error is not None:
-            span.set_status(Status(StatusCode.ERROR, error_status(attempt.error, ctx.scope)))
-        span.end(end_time=wall_ns(ctx, attempt.ended or call_end))
+            _failed(span, attempt.error, ctx.scope, end_ns)
+        span.end(end_time=end_ns)
 
     def _export_metrics(
         self, ctx: CallContext, kind: str, call: Attributes, response: ChatResponse | None
@@ -548,6 +550,20 @@ class Telemetry:
 
     def _content(self, text: str) -> str:
         return self._redact(redact_secrets(text))[: self._max_chars]
+
+
+def _failed(span: trace.Span, error: BaseException, scope: Scope, at_ns: int) -> None:
+    """Mark ``span`` failed by ``error``: an ERROR status and an ``exception`` event (the
+    exception conventions' type and message; the message masked as the status is: no
+    credentials, the tenant hashed, no user id; no stack trace, whose source lines may hold
+    a prompt)."""
+    status = error_status(error, scope)
+    span.set_status(Status(StatusCode.ERROR, status))
+    span.add_event(
+        "exception",
+        {"exception.type": exception_type(error), "exception.message": status},
+        timestamp=at_ns,
+    )
 
 
 def _span_events(signals: list[str], anomalies: list[AnomalyEvent]) -> list[tuple[str, Attributes]]:
