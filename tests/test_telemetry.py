@@ -149,6 +149,46 @@ def test_a_plain_call(fake: FakeProvider, make_guard: MakeGuard, otel: Exported)
     assert cost.value == pytest.approx(answer.cost_usd)
 
 
+def test_the_requests_sampling_parameters_and_output_type_are_on_the_span(
+    fake: FakeProvider, make_guard: MakeGuard, otel: Exported
+) -> None:
+    """The conventions' recommended request attributes (``top_p``, ``stop_sequences``,
+    ``seed``, the penalties and ``choice.count`` sent in ``extra_body``) and, when the request
+    asks for a format, the conditionally required ``gen_ai.output.type``: only
+    ``max_tokens`` and ``temperature`` were there."""
+    guard = make_guard(fake, telemetry=otel.telemetry)
+    guard.chat(
+        USER,
+        top_p=0.5,
+        seed=7,
+        stop="END",
+        response_format={"type": "json_object"},
+        extra_body={"frequency_penalty": 0.25, "presence_penalty": -0.5, "n": 1},
+    )
+    guard.chat(USER, stop=["A", "B"], response_format={"type": "text"})
+    guard.chat(USER)
+    asked, text, plain = [
+        dict(s.attributes or {})
+        for s in sorted(
+            (s for s in otel.finished() if "llmguard.kind" in (s.attributes or {})),
+            key=lambda s: s.start_time or 0,
+        )
+    ]
+    assert asked["gen_ai.request.top_p"] == 0.5
+    assert asked["gen_ai.request.seed"] == 7
+    assert asked["gen_ai.request.stop_sequences"] == ("END",)
+    assert asked["gen_ai.output.type"] == "json"
+    assert asked["gen_ai.request.frequency_penalty"] == 0.25
+    assert asked["gen_ai.request.presence_penalty"] == -0.5
+    assert asked["gen_ai.request.choice.count"] == 1
+    assert text["gen_ai.request.stop_sequences"] == ("A", "B")
+    assert text["gen_ai.output.type"] == "text"
+    assert not {key for key in plain if key.startswith(("gen_ai.request.", "gen_ai.output."))} - {
+        "gen_ai.request.model",
+        "gen_ai.request.stream",
+    }
+
+
 def test_a_retried_call(fake: FakeProvider, make_guard: MakeGuard, otel: Exported) -> None:
     guard = make_guard(fake, telemetry=otel.telemetry)
     fake.script(Fault(status=503))

@@ -117,7 +117,15 @@ def emit_everything(mode: str) -> Emitted:
             with guard.chat(USER, stream=True, cacheable=False) as stream:
                 list(stream)
             primary.script(Fault(status=503))
-            guard.chat(USER, cacheable=False)  # served by the backup
+            guard.chat(  # served by the backup; every request parameter the conventions name
+                USER,
+                cacheable=False,
+                top_p=0.9,
+                seed=3,
+                stop=["END"],
+                response_format={"type": "json_object"},
+                extra_body={"frequency_penalty": 0.5, "presence_penalty": 0, "n": 1},
+            )
             primary.script(Fault(status=503))
             backup.script(Fault(status=503))
             with pytest.raises(LLMGuardError):  # every route fails: error.type

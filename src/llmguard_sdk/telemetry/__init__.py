@@ -18,6 +18,8 @@ A test checks every name and type against the conventions' own YAML models.
 semantic-convention attributes (``gen_ai.operation.name``, ``gen_ai.provider.name``,
 ``gen_ai.request.model``, ``gen_ai.response.model``, ``gen_ai.usage.input_tokens`` /
 ``output_tokens`` and the cache token counts, ``gen_ai.request.max_tokens``,
+``temperature``, ``top_p``, ``stop_sequences``, ``seed``, the penalties and ``choice.count``
+(from ``extra_body``), ``gen_ai.output.type`` (when a ``response_format`` asks),
 ``gen_ai.request.stream``, ``gen_ai.response.finish_reasons``, ``error.type``) and ours
 under ``llmguard.*``: ``feature``, ``tenant`` (hashed),
 ``served_by``, ``attempts``, ``cache`` (``exact`` / ``semantic`` / ``stale`` / ``miss``) and

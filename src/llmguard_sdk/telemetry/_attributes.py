@@ -14,11 +14,12 @@ from .redaction import redact_secrets
 
 if TYPE_CHECKING:
     from ..context import CallContext, RetryDetails, Scope
-    from ..models import ChatResponse
+    from ..models import ChatRequest, ChatResponse
     from ..providers.base import Provider
 
 __all__ = [
     "Attributes",
+    "add_request",
     "add_response",
     "add_scope",
     "check_options",
@@ -34,6 +35,12 @@ __all__ = [
 
 Attributes = dict[str, Any]
 _SHORTEST_ID = 4  # a tenant or user id this long is masked wherever an error names it
+_OUTPUT_TYPES = {"text": "text", "json_object": "json", "json_schema": "json"}  # response_format
+_EXTRA_NUMBERS = (  # extra_body parameters the conventions name: (key, attribute, type)
+    ("frequency_penalty", "gen_ai.request.frequency_penalty", float),
+    ("presence_penalty", "gen_ai.request.presence_penalty", float),
+    ("n", "gen_ai.request.choice.count", int),
+)
 _PROVIDER_NAMES = {
     "AnthropicProvider": "anthropic",
     "LocalProvider": "llama.cpp",
@@ -103,6 +110,33 @@ def route_named(routes: Sequence[Provider], name: str | None) -> Provider | None
         if route.name == name:
             return route
     return None
+
+
+def add_request(attributes: Attributes, request: ChatRequest) -> None:
+    """The request's parameters the conventions name: ``max_tokens``, ``temperature``,
+    ``top_p``, ``stop_sequences``, ``seed``, the penalties and ``choice.count`` (which only
+    ``extra_body`` carries), and ``gen_ai.output.type`` when a ``response_format`` asks."""
+    if request.output_limit is not None:
+        attributes["gen_ai.request.max_tokens"] = request.output_limit
+    if request.temperature is not None:
+        attributes["gen_ai.request.temperature"] = float(request.temperature)
+    if request.top_p is not None:
+        attributes["gen_ai.request.top_p"] = float(request.top_p)
+    if request.stop is not None:
+        stop = [request.stop] if isinstance(request.stop, str) else request.stop
+        attributes["gen_ai.request.stop_sequences"] = list(stop)
+    if request.seed is not None:
+        attributes["gen_ai.request.seed"] = request.seed
+    extra = request.extra_body or {}
+    for key, name, kind in _EXTRA_NUMBERS:
+        value = extra.get(key)
+        if isinstance(value, kind if kind is int else (int, float)) and not isinstance(
+            value, bool
+        ):
+            attributes[name] = kind(value)
+    output = (request.response_format or {}).get("type")
+    if isinstance(output, str) and output in _OUTPUT_TYPES:
+        attributes["gen_ai.output.type"] = _OUTPUT_TYPES[output]
 
 
 def add_scope(attributes: Attributes, scope: Scope, retries: Sequence[RetryDetails]) -> None:

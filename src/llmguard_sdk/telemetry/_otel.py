@@ -16,6 +16,7 @@ from .._version import __version__
 from ..errors import RequestValidationError
 from ._attributes import (
     Attributes,
+    add_request,
     add_response,
     add_scope,
     check_options,
@@ -343,11 +344,7 @@ class Telemetry:
             "llmguard.attempts": ctx.attempts,
             "llmguard.outcome": "error" if error else "cancelled" if cancelled else "ok",
         }
-        request = ctx.request
-        if request.output_limit is not None:
-            attributes["gen_ai.request.max_tokens"] = request.output_limit
-        if request.temperature is not None:
-            attributes["gen_ai.request.temperature"] = float(request.temperature)
+        add_request(attributes, ctx.request)
         if self.names.stream is not None and kind != "protect":
             attributes[self.names.stream] = kind == "stream"
         add_scope(attributes, ctx.scope, ctx.retries)
