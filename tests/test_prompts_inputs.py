@@ -163,3 +163,23 @@ def test_a_builder_refuses_settings_of_the_wrong_kind(options: dict[str, Any]) -
 def test_lint_and_cache_keys_refuse_values_that_are_no_text(call: Any, error: str) -> None:
     with pytest.raises(ConfigurationError, match=error):
         call()
+
+
+@pytest.mark.parametrize(("content", "problem"), [(5, "content"), (b"hi", "content")])
+def test_content_that_is_no_text_or_parts_is_a_typed_error(content: Any, problem: str) -> None:
+    # TypeError: 'int' object is not iterable; bytes went on as a list of integers' parts
+    with pytest.raises(RequestValidationError, match=problem):
+        builder().build(content)
+
+
+@pytest.mark.parametrize(
+    "history",
+    [
+        "hello",  # each character was taken for a message
+        {"role": "user", "content": "hi"},  # one message, not a list: its keys were messages
+        5,  # TypeError: not iterable
+    ],
+)
+def test_a_history_that_is_no_list_of_messages_says_so(history: Any) -> None:
+    with pytest.raises(RequestValidationError, match="history must be a list of messages"):
+        builder().build("q", history=history)

@@ -413,7 +413,7 @@ class PromptBuilder:
         messages: list[Message] = []
         if static.text:
             messages.append(Message(role="system", content=static.text))
-        turns = [_message(m) for m in history]
+        turns = [_message(m) for m in _history(history)]
         messages.extend(turns)
         messages.append(_user_message(_with_context(content, context)))
         return Prompt(
@@ -539,6 +539,16 @@ def _document(value: Document | str | Mapping[str, str]) -> Document:
     return document
 
 
+def _history(history: object) -> Iterable[Any]:
+    """``history``, or a :class:`RequestValidationError` when it is no collection of messages
+    (a string's characters, a single message's keys were taken for messages)."""
+    if isinstance(history, (str, bytes, Mapping, Message)) or not isinstance(history, Iterable):
+        raise RequestValidationError(
+            f"history must be a list of messages, not {type(history).__name__}"
+        )
+    return history
+
+
 def _message(value: Message | Mapping[str, Any]) -> Message:
     if isinstance(value, Message):
         return value
@@ -565,7 +575,12 @@ def _with_context(
         if not content:
             raise RequestValidationError("the user's content is empty")
         parts: str | list[dict[str, Any]] = content
-    elif content and all(isinstance(p, Mapping) for p in content):
+    elif (
+        isinstance(content, Sequence)
+        and not isinstance(content, (bytes, bytearray))
+        and content
+        and all(isinstance(p, Mapping) for p in content)
+    ):
         parts = [dict(p) for p in content]
     else:
         raise RequestValidationError("the user's content must be text or a list of content parts")
