@@ -183,3 +183,33 @@ def test_content_that_is_no_text_or_parts_is_a_typed_error(content: Any, problem
 def test_a_history_that_is_no_list_of_messages_says_so(history: Any) -> None:
     with pytest.raises(RequestValidationError, match="history must be a list of messages"):
         builder().build("q", history=history)
+
+
+SEARCH_SCHEMA = {"type": "object", "properties": {"q": {"type": "string"}}}
+ANTHROPIC_SEARCH = {"name": "search", "description": "Find.", "input_schema": SEARCH_SCHEMA}
+FUNCTION_SEARCH = {
+    "type": "function",
+    "function": {"name": "search", "description": "Find.", "parameters": SEARCH_SCHEMA},
+}
+
+
+def test_anthropic_shaped_tools_reach_openai_routes_as_function_tools(fake: FakeProvider) -> None:
+    """A builder takes tools in either provider's shape, and AnthropicProvider turns OpenAI's
+    into its own; Anthropic's went to chat completions (``openai_params()``, a Guard's OpenAI
+    and Responses routes) as they were, which OpenAI refuses (a 400: no ``type``)."""
+    from llmguard_sdk import Guard, OpenAICompatibleProvider
+    from llmguard_sdk.providers.responses import build_responses_payload
+
+    prompt = builder(tools=[ANTHROPIC_SEARCH]).build("hi")
+    params = prompt.openai_params()
+    assert params["tools"] == [FUNCTION_SEARCH]
+    client = openai.OpenAI(base_url=fake.base_url, api_key="sk-x", max_retries=0)
+    client.chat.completions.create(model="m", **params)
+    client.close()
+    route = OpenAICompatibleProvider(fake.base_url, model=fake.model, name="primary")
+    with Guard(route, environ={}, retry=None) as guard:
+        guard.chat(request=prompt.request())
+    assert fake.requests[-1].body["tools"] == [FUNCTION_SEARCH]
+    responses = build_responses_payload(prompt.request(), model="m", stream=False)
+    assert responses["tools"] == [{"type": "function", **FUNCTION_SEARCH["function"]}]
+    assert prompt.anthropic_params()["tools"][0]["input_schema"] == SEARCH_SCHEMA  # unchanged

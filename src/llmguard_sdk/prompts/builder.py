@@ -200,7 +200,10 @@ class Prompt:
 
     def openai_params(self) -> dict[str, Any]:
         """Keyword arguments for openai-python's ``chat.completions.create``: ``messages``,
-        ``tools`` (when there are any) and ``prompt_cache_key``."""
+        ``tools`` (when there are any; Anthropic-shaped ones as function tools) and
+        ``prompt_cache_key``."""
+        from ..providers.wire import function_tool
+
         params: dict[str, Any] = {
             # a tool result's is_error and an assistant's thinking are Anthropic's: chat
             # completions has no such fields
@@ -210,8 +213,8 @@ class Prompt:
             ],
             "prompt_cache_key": self.cache_key,
         }
-        if self.tools:
-            params["tools"] = [dict(t) for t in self.tools]
+        if self.tools:  # (in chat completions' shape: Anthropic's become function tools)
+            params["tools"] = [function_tool(t) for t in self.tools]
         return params
 
     def anthropic_params(self, *, cache_history: bool = False) -> dict[str, Any]:

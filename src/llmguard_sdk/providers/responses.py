@@ -26,6 +26,7 @@ from .openai_compat import OpenAICompatibleProvider
 from .wire import (
     AnswerShape,
     checked_answer,
+    function_tool,
     sent_extra_body,
     usage_from_payload,
 )
@@ -102,6 +103,7 @@ def _items(message: Message) -> list[dict[str, Any]]:
 
 
 def _tool(tool: Mapping[str, Any]) -> dict[str, Any]:
+    tool = function_tool(tool)  # (Anthropic's shape: a function tool first)
     function = tool.get("function")
     if tool.get("type") != "function" or not isinstance(function, dict):
         return dict(tool)  # already flat, or a built-in tool: sent as given

@@ -50,6 +50,7 @@ __all__ = [
     "encode_payload",
     "checked_answer",
     "error_from_status",
+    "function_tool",
     "http_error",
     "json_answer",
     "parse_completion",
@@ -100,6 +101,8 @@ def build_payload(request: ChatRequest, *, model: str, stream: bool) -> dict[str
         ],
     }
     payload.update(request.model_dump(include=_PAYLOAD_FIELDS, exclude_none=True))
+    if request.tools and any("type" not in tool for tool in request.tools):  # Anthropic's
+        payload["tools"] = [function_tool(tool) for tool in payload["tools"]]
     if stream:
         payload["stream"] = True
         payload["stream_options"] = {"include_usage": True}
@@ -107,6 +110,21 @@ def build_payload(request: ChatRequest, *, model: str, stream: bool) -> dict[str
     if CACHE_CONTROL in (request.metadata or {}).get(ANTHROPIC_ONLY_KEY, "").split(","):
         _drop_breakpoints(payload)
     return payload
+
+
+def function_tool(tool: Mapping[str, Any]) -> dict[str, Any]:
+    """``tool`` as chat completions takes it: one in Anthropic's shape (a ``name`` and an
+    ``input_schema``, no ``type``) as a function tool (its ``cache_control``, Anthropic's,
+    left out); any other as it is."""
+    if "type" in tool or not isinstance(tool.get("name"), str):
+        return dict(tool)
+    function: dict[str, Any] = {"name": tool["name"]}
+    if tool.get("description") is not None:
+        function["description"] = tool["description"]
+    function["parameters"] = tool.get("input_schema") or {"type": "object"}
+    if isinstance(tool.get("strict"), bool):
+        function["strict"] = tool["strict"]
+    return {"type": "function", "function": function}
 
 
 def _drop_breakpoints(payload: dict[str, Any]) -> None:
