@@ -241,6 +241,24 @@ def test_a_context_mapping_with_keys_of_mixed_types_is_rendered() -> None:
     assert prompt.messages[-1].content == "<context>\n7: seven\nplan: pro\n</context>\n\nq"
 
 
+def test_equal_contexts_render_the_same_bytes_whatever_order_they_were_built_in() -> None:
+    """Nested values of a context mapping were rendered with ``str()``: a dict in its
+    insertion order, a set in its hash order (which differs between processes), so equal
+    contexts made different requests, and the exact cache, keyed on them, missed. They are
+    canonical JSON now (sorted keys, sets sorted); text and numbers stay as they were."""
+    b = PromptBuilder("t", drift=None)
+    one = b.build("q", context={"cart": {"b": 1, "a": [2, {"y": 0, "x": 1}]}, "tags": {"z", "x"}})
+    two = b.build("q", context={"tags": {"x", "z"}, "cart": {"a": [2, {"x": 1, "y": 0}], "b": 1}})
+    assert one.messages[-1].content == two.messages[-1].content
+    assert one.messages[-1].content == (
+        '<context>\ncart: {"a":[2,{"x":1,"y":0}],"b":1}\ntags: ["x","z"]\n</context>\n\nq'
+    )
+    plain = b.build("q", context={"plan": "pro", "seats": 3, "trial": False, "ends": None})
+    assert plain.messages[-1].content == (
+        "<context>\nends: None\nplan: pro\nseats: 3\ntrial: False\n</context>\n\nq"
+    )
+
+
 def test_content_parts_and_examples_in_every_form() -> None:
     b = PromptBuilder(
         "t",

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -393,8 +394,9 @@ class PromptBuilder:
             content: the user's message (text, or content parts such as images).
             history: earlier turns, oldest first (messages or dicts).
             context: per-call data (the current time, the user's plan ...): a string, or a
-                mapping rendered as sorted ``key: value`` lines; it goes into the last user
-                message, before ``content``, never into the static part.
+                mapping rendered as sorted ``key: value`` lines (a value that is a mapping,
+                list or set as canonical JSON); it goes into the last user message, before
+                ``content``, never into the static part.
             tenant, user: the call's tenant and user (default: :func:`~llmguard_sdk.scoped`'s);
                 the tenant picks the cache key, and both are checked not to appear in the
                 static part.
@@ -571,6 +573,29 @@ def _user_message(content: str | list[dict[str, Any]]) -> Message:
         raise RequestValidationError(f"invalid user content: {found}") from None
 
 
+def _context_value(value: object) -> str:
+    """A context value as text: a string as it is, a mapping, list or set as canonical JSON
+    (equal values, equal bytes, whatever order they were built in), anything else ``str()``."""
+    if isinstance(value, (Mapping, list, tuple, set, frozenset)):
+        return canonical_json(_plain(value))
+    return str(value)
+
+
+def _plain(value: object) -> Any:
+    """``value`` as JSON values: mappings with text keys, sets sorted, other objects as text."""
+    if isinstance(value, Mapping):
+        return {str(key): _plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    if isinstance(value, (set, frozenset)):
+        return sorted((_plain(item) for item in value), key=canonical_json)
+    if value is None or isinstance(value, (str, int, bool)):
+        return value
+    if isinstance(value, float) and math.isfinite(value):
+        return value
+    return str(value)
+
+
 def _with_context(
     content: str | Sequence[Mapping[str, Any]], context: str | Mapping[str, Any] | None
 ) -> str | list[dict[str, Any]]:
@@ -590,7 +615,9 @@ def _with_context(
     if context is None:
         return parts
     if isinstance(context, Mapping):
-        rendered = "\n".join(f"{k}: {context[k]}" for k in sorted(context, key=str))
+        rendered = "\n".join(
+            f"{k}: {_context_value(context[k])}" for k in sorted(context, key=str)
+        )
     elif isinstance(context, str):
         rendered = context
     else:
