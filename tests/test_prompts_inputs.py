@@ -187,10 +187,12 @@ def test_a_history_that_is_no_list_of_messages_says_so(history: Any) -> None:
 
 SEARCH_SCHEMA = {"type": "object", "properties": {"q": {"type": "string"}}}
 ANTHROPIC_SEARCH = {"name": "search", "description": "Find.", "input_schema": SEARCH_SCHEMA}
-FUNCTION_SEARCH = {
-    "type": "function",
-    "function": {"name": "search", "description": "Find.", "parameters": SEARCH_SCHEMA},
+SEARCH_FUNCTION: dict[str, Any] = {
+    "name": "search",
+    "description": "Find.",
+    "parameters": SEARCH_SCHEMA,
 }
+FUNCTION_SEARCH = {"type": "function", "function": SEARCH_FUNCTION}
 
 
 def test_anthropic_shaped_tools_reach_openai_routes_as_function_tools(fake: FakeProvider) -> None:
@@ -211,5 +213,5 @@ def test_anthropic_shaped_tools_reach_openai_routes_as_function_tools(fake: Fake
         guard.chat(request=prompt.request())
     assert fake.requests[-1].body["tools"] == [FUNCTION_SEARCH]
     responses = build_responses_payload(prompt.request(), model="m", stream=False)
-    assert responses["tools"] == [{"type": "function", **FUNCTION_SEARCH["function"]}]
+    assert responses["tools"] == [{"type": "function", **SEARCH_FUNCTION}]
     assert prompt.anthropic_params()["tools"][0]["input_schema"] == SEARCH_SCHEMA  # unchanged

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -36,6 +35,7 @@ from .._problems import problems
 from ..context import current_scope
 from ..errors import ConfigurationError, PromptLintError, RequestValidationError
 from ..models import ChatRequest, Message
+from ._tail import history_messages, user_message
 from .adapters import (
     CACHE_HISTORY_KEY,
     PREFIX_HASH_KEY,
@@ -418,9 +418,9 @@ class PromptBuilder:
         messages: list[Message] = []
         if static.text:
             messages.append(Message(role="system", content=static.text))
-        turns = [_message(m) for m in _history(history)]
+        turns = history_messages(history)
         messages.extend(turns)
-        messages.append(_user_message(_with_context(content, context)))
+        messages.append(user_message(content, context))
         return Prompt(
             template=self.name,
             messages=tuple(messages),
@@ -542,87 +542,3 @@ def _document(value: Document | str | Mapping[str, str]) -> Document:
     if not document.text.strip():
         raise ConfigurationError("a reference document has no text")
     return document
-
-
-def _history(history: object) -> Iterable[Any]:
-    """``history``, or a :class:`RequestValidationError` when it is no collection of messages
-    (a string's characters, a single message's keys were taken for messages)."""
-    if isinstance(history, (str, bytes, Mapping, Message)) or not isinstance(history, Iterable):
-        raise RequestValidationError(
-            f"history must be a list of messages, not {type(history).__name__}"
-        )
-    return history
-
-
-def _message(value: Message | Mapping[str, Any]) -> Message:
-    if isinstance(value, Message):
-        return value
-    try:
-        return Message.model_validate(value)
-    except ValidationError as exc:
-        raise RequestValidationError(f"invalid history message: {exc.errors()[0]['msg']}") from None
-
-
-def _user_message(content: str | list[dict[str, Any]]) -> Message:
-    """The user's message, or a :class:`RequestValidationError` naming what it cannot hold (a
-    content part without a type, a text part whose text is no string)."""
-    try:
-        return Message(role="user", content=content)
-    except ValidationError as exc:
-        found = "; ".join(problems(exc, "content"))
-        raise RequestValidationError(f"invalid user content: {found}") from None
-
-
-def _context_value(value: object) -> str:
-    """A context value as text: a string as it is, a mapping, list or set as canonical JSON
-    (equal values, equal bytes, whatever order they were built in), anything else ``str()``."""
-    if isinstance(value, (Mapping, list, tuple, set, frozenset)):
-        return canonical_json(_plain(value))
-    return str(value)
-
-
-def _plain(value: object) -> Any:
-    """``value`` as JSON values: mappings with text keys, sets sorted, other objects as text."""
-    if isinstance(value, Mapping):
-        return {str(key): _plain(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(item) for item in value]
-    if isinstance(value, (set, frozenset)):
-        return sorted((_plain(item) for item in value), key=canonical_json)
-    if value is None or isinstance(value, (str, int, bool)):
-        return value
-    if isinstance(value, float) and math.isfinite(value):
-        return value
-    return str(value)
-
-
-def _with_context(
-    content: str | Sequence[Mapping[str, Any]], context: str | Mapping[str, Any] | None
-) -> str | list[dict[str, Any]]:
-    if isinstance(content, str):
-        if not content:
-            raise RequestValidationError("the user's content is empty")
-        parts: str | list[dict[str, Any]] = content
-    elif (
-        isinstance(content, Sequence)
-        and not isinstance(content, (bytes, bytearray))
-        and content
-        and all(isinstance(p, Mapping) for p in content)
-    ):
-        parts = [dict(p) for p in content]
-    else:
-        raise RequestValidationError("the user's content must be text or a list of content parts")
-    if context is None:
-        return parts
-    if isinstance(context, Mapping):
-        rendered = "\n".join(
-            f"{k}: {_context_value(context[k])}" for k in sorted(context, key=str)
-        )
-    elif isinstance(context, str):
-        rendered = context
-    else:
-        raise RequestValidationError("context must be a string or a mapping")
-    lead = f"<context>\n{rendered}\n</context>\n\n"
-    if isinstance(parts, str):
-        return lead + parts
-    return [{"type": "text", "text": lead}, *parts]

@@ -29,8 +29,9 @@ provider attempt carries ``llmguard.route``, ``llmguard.attempt``, ``llmguard.re
 (the wait that followed it) and, for streams, ``gen_ai.response.time_to_first_chunk``;
 routes that were skipped or failed (an open breaker, no rate-limit room ...) are events on
 the call span. A failed call or attempt has an ERROR status and an ``exception`` event
-(``exception.type``, fully qualified, and ``exception.message``, masked as the status is). Spans are written when the call ends, with the times the call and each
-attempt really started and ended, under the span that was current when the call began.
+(``exception.type``, fully qualified, and ``exception.message``, masked as the status is).
+Spans are written when the call ends, with the times the call and each attempt really
+started and ended, under the span that was current when the call began.
 A ``@guard.protect`` call's span and points name the provider of the SDK the function uses
 (``gen_ai.provider.name``: ``openai``, ``anthropic`` ..., ``unknown`` when nothing tells)
 and its label as ``llmguard.route``.

@@ -130,9 +130,7 @@ def add_request(attributes: Attributes, request: ChatRequest) -> None:
     extra = request.extra_body or {}
     for key, name, kind in _EXTRA_NUMBERS:
         value = extra.get(key)
-        if isinstance(value, kind if kind is int else (int, float)) and not isinstance(
-            value, bool
-        ):
+        if isinstance(value, kind if kind is int else (int, float)) and not isinstance(value, bool):
             attributes[name] = kind(value)
     output = (request.response_format or {}).get("type")
     if isinstance(output, str) and output in _OUTPUT_TYPES:
