@@ -124,6 +124,19 @@ def test_an_unknown_model_is_an_error_or_the_configured_default_never_zero() -> 
     assert cost_of_response(ChatResponse(text="", usage=usage), table, model="nope") is None
 
 
+def test_a_tables_default_price_is_asked_of_the_table() -> None:
+    """The price of a model no layer knows, as the table gives it (``cost_of_response`` read
+    the table's private layers for it): the default of its top layer that sets one."""
+    assert PriceTable.default_table().default_price() is None
+    fallback = PriceTable.default_table().with_prices({}, default=Price(input=3.0, output=4.0))
+    assert fallback.default_price() == Price(input=3.0, output=4.0)
+    assert fallback.with_prices({"m": Price(1.0, 1.0)}).default_price() == Price(3.0, 4.0)
+    usage = Usage(input_tokens=1_000_000, output_tokens=0)
+    cost = cost_of_response(ChatResponse(text="", usage=usage), fallback, model="unknown")
+    assert cost is not None
+    assert cost.usd == pytest.approx(3.0)
+
+
 def test_user_prices_override_by_route_or_model() -> None:
     table = PriceTable.default_table().with_prices(
         {"cheap-route/gpt-4o-mini": Price(input=0.01, output=0.02), "my-model": Price(1, 2)}

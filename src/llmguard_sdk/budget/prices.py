@@ -480,13 +480,18 @@ class PriceTable:
     ) -> Price:
         """Like :meth:`find`, but an unknown model gives the default price or raises
         :class:`UnknownModelPriceError`."""
-        found = self.find(model, provider=provider, at=at, tier=tier)
-        if found is not None:
-            return found
-        for layer in self._layers():
-            if layer.default is not None:
-                return layer.default
-        raise UnknownModelPriceError(provider, model)
+        found = self.find(model, provider=provider, at=at, tier=tier) or self.default_price()
+        if found is None:
+            raise UnknownModelPriceError(provider, model)
+        return found
+
+    def default_price(self) -> Price | None:
+        """The price of a model no layer knows: the ``default`` of the top layer that sets
+        one (``None``: an unknown model is an :class:`UnknownModelPriceError`).
+
+        .. versionadded:: 0.2.0
+        """
+        return next((t.default for t in self._layers() if t.default is not None), None)
 
     def cost(
         self,
@@ -528,7 +533,7 @@ def cost_of_response(
     if price is None and response.model and response.model != model:
         price = table.find(response.model, provider=provider, tier=wanted, at=at)
     if price is None:
-        price = next((t.default for t in table._layers() if t.default is not None), None)
+        price = table.default_price()
         if price is None:
             return None
     return Cost(price.cost(usage), "estimated")
