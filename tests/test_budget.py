@@ -8,7 +8,7 @@ import datetime as dt
 import math
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import anyio
@@ -87,6 +87,56 @@ def test_a_count_above_int32_anywhere_in_the_usage_makes_it_unusable(raw: dict[s
     cached tokens were clamped and passed; 2**40 written for an hour made the input 2**40)."""
     assert usage_from_payload({**raw, "cost": 0.5}) == (None, 0.5)
     assert usage_from_payload({"prompt_tokens": 2**31 - 1, "completion_tokens": 0})[0] is not None
+
+
+class _Watched(Mapping[str, Any]):
+    """A usage object that notes the keys read from it and cannot be walked (a check that
+    walks it fails)."""
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        self.data, self.read = data, set[str]()
+
+    def __getitem__(self, key: str) -> Any:
+        self.read.add(key)
+        return self.data[key]
+
+    def __iter__(self) -> Iterator[str]:
+        raise AssertionError("the usage was walked, not read")
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+
+@pytest.mark.parametrize("shape", ["chat", "responses", "messages"])
+def test_only_the_counts_read_are_checked_however_much_detail_a_usage_has(shape: str) -> None:
+    """The bound checked every key of a usage and of its details on every call (its cost grew
+    with the detail a provider sent: audio, image, per-modality counts ...); only the counts
+    the parser reads are checked, a few lookups whatever the usage holds. A count it does not
+    read cannot make the usage unusable; one it reads still does, with its name."""
+    extra = {f"modality_{i}_tokens": 2**40 for i in range(1_000)}
+    details = _Watched({"cached_tokens": 2, **extra})
+    top = _Watched(
+        {
+            "chat": {"prompt_tokens": 5, "completion_tokens": 1, "prompt_tokens_details": details},
+            "responses": {"input_tokens": 5, "output_tokens": 1, "input_tokens_details": details},
+            "messages": {
+                "input_tokens": 3,
+                "output_tokens": 1,
+                "cache_read_input_tokens": 2,
+                "cache_creation": details,
+            },
+        }[shape]
+        | extra
+    )
+    usage, _ = usage_from_payload(top)
+    assert usage is not None
+    assert (usage.input_tokens, usage.output_tokens) == (5, 1)
+    assert len(top.read) <= 12  # (the shape's keys, its counts, cost and tier)
+    assert len(details.read) <= 3
+    assert not (top.read | details.read) & set(extra)
+    absurd = {"chat": "prompt_tokens_details", "responses": "input_tokens_details"}.get(shape)
+    if absurd is not None:
+        assert usage_from_payload({**top.data, absurd: {"cached_tokens": 2**31}})[0] is None
 
 
 def test_a_reported_cost_wins_and_estimates_say_so() -> None:

@@ -20,10 +20,13 @@ them) and ``output_tokens`` = every output token (reasoning among them):
   ``output_tokens`` counts thinking; ``usage.service_tier`` is ``standard``, ``priority`` or
   ``batch``.
 
-A count above :data:`MOST_TOKENS` is no count (a provider's bad answer): the usage is
-unusable, as a missing one is (the Guard estimates it), and a warning says so; so is a
-:class:`~llmguard_sdk.models.Usage` that a provider object reports with one
-(:func:`usable_usage`). A reported cost counts only in [0, 1e12) USD (:func:`usable_cost`).
+A count the parser reads above :data:`MOST_TOKENS` is no count (a provider's bad answer): the
+usage is unusable, as a missing one is (the Guard estimates it), and a warning says so. Only
+the counts read are checked, a few lookups per call whatever else a usage holds (audio, image,
+per-modality details); a count not read cannot make a usage unusable. A
+:class:`~llmguard_sdk.models.Usage` that a provider object reports with such a count is
+unusable too (:func:`usable_usage`). A reported cost counts only in [0, 1e12) USD
+(:func:`usable_cost`).
 
 Both bounds are needed, each for its own input: :func:`usage_from_payload` reads what a
 provider sent (the SDK's providers' answers and stream chunks, ``guard.protect``'s results,
@@ -53,12 +56,39 @@ limit's settle an OverflowError; 2**31 drained the limits and budgets) is the pr
 error, not a count."""
 
 _ANTHROPIC = ("cache_read_input_tokens", "cache_creation_input_tokens", "cache_creation")
-_DETAILS = (
-    "prompt_tokens_details",
-    "completion_tokens_details",
-    "input_tokens_details",
-    "output_tokens_details",
-    "cache_creation",
+
+
+def _fields(*names: str) -> tuple[tuple[str, str | None], ...]:
+    """``outer.inner`` names as ``(outer, inner)`` pairs (``inner`` None: a top-level count)."""
+    return tuple((name.partition(".")[0], name.partition(".")[2] or None) for name in names)
+
+
+# the counts each shape's parser reads, in the order it reads them: the only ones checked
+# against MOST_TOKENS (a few lookups, whatever else a usage holds)
+_CHAT = _fields(
+    "prompt_tokens",
+    "completion_tokens",
+    "prompt_tokens_details.cached_tokens",
+    "prompt_tokens_details.cache_write_tokens",
+    "completion_tokens_details.reasoning_tokens",
+)
+_RESPONSES = _fields(
+    "input_tokens",
+    "output_tokens",
+    "input_tokens_details.cached_tokens",
+    "input_tokens_details.cache_write_tokens",
+    "output_tokens_details.reasoning_tokens",
+    "output_tokens_details.thinking_tokens",
+)
+_MESSAGES = _fields(
+    "input_tokens",
+    "output_tokens",
+    "cache_read_input_tokens",
+    "cache_creation_input_tokens",
+    "cache_creation.ephemeral_5m_input_tokens",
+    "cache_creation.ephemeral_1h_input_tokens",
+    "output_tokens_details.reasoning_tokens",
+    "output_tokens_details.thinking_tokens",
 )
 
 logger = logging.getLogger("llmguard_sdk")
@@ -75,16 +105,25 @@ def _count(value: object) -> int | None:
     return value
 
 
-def _absurd(raw: Mapping[str, Any]) -> str | None:
-    """The name of a token count (``*tokens``) in ``raw`` or in its details above
+def _read(raw: Mapping[str, Any], fields: tuple[tuple[str, str | None], ...]) -> list[object]:
+    """The values of ``fields`` in ``raw``: a top-level one as it is (0 when absent), a
+    detail's a count (0 when absent or not a count)."""
+    found: list[object] = []
+    for outer, inner in fields:
+        if inner is None:
+            found.append(raw.get(outer, 0))
+        else:
+            details = raw.get(outer)
+            found.append(_count(details.get(inner)) or 0 if isinstance(details, Mapping) else 0)
+    return found
+
+
+def _absurd(fields: tuple[tuple[str, str | None], ...], values: list[object]) -> str | None:
+    """The name of the first of the counts read (``values`` of ``fields``) above
     :data:`MOST_TOKENS`, if any."""
-    places = [("", raw)]
-    places += [(f"{name}.", raw[name]) for name in _DETAILS if isinstance(raw.get(name), Mapping)]
-    for prefix, counts in places:
-        for key, value in counts.items():
-            counts_tokens = isinstance(value, int) and not isinstance(value, bool)
-            if counts_tokens and value > MOST_TOKENS and key.endswith("tokens"):
-                return f"{prefix}{key}"
+    for (outer, inner), value in zip(fields, values, strict=True):
+        if isinstance(value, int) and not isinstance(value, bool) and value > MOST_TOKENS:
+            return outer if inner is None else f"{outer}.{inner}"
     return None
 
 
@@ -131,43 +170,33 @@ def usable_cost(cost: object) -> float | None:
     return None
 
 
-def _inner(raw: Mapping[str, Any], name: str, key: str) -> int:
-    """``raw[name][key]`` as a count (0 when absent or not a count)."""
-    details = raw.get(name)
-    if not isinstance(details, Mapping):
-        return 0
-    return _count(details.get(key)) or 0
-
-
-def _tokens(raw: Mapping[str, Any]) -> tuple[int, ...] | None:
-    """(input, output, cached, written, written for 1 hour, reasoning), every input token
-    counted in input and every output token in output; None for no usable usage."""
+def _shape(raw: Mapping[str, Any]) -> tuple[tuple[str, str | None], ...] | None:
+    """The counts the parser reads from ``raw``'s shape; None for no usage."""
     if "prompt_tokens" in raw or "completion_tokens" in raw:  # OpenAI chat completions
-        counted = (_count(raw.get("prompt_tokens", 0)), _count(raw.get("completion_tokens", 0)))
-        cached = _inner(raw, "prompt_tokens_details", "cached_tokens")
-        written = _inner(raw, "prompt_tokens_details", "cache_write_tokens")
-        reasoning = _inner(raw, "completion_tokens_details", "reasoning_tokens")
-        if counted[0] is None or counted[1] is None:
-            return None
-        return counted[0], counted[1], cached, written, 0, reasoning
+        return _CHAT
     if "input_tokens" not in raw and "output_tokens" not in raw:
         return None
-    counted = (_count(raw.get("input_tokens", 0)), _count(raw.get("output_tokens", 0)))
+    return _MESSAGES if any(key in raw for key in _ANTHROPIC) else _RESPONSES
+
+
+def _tokens(
+    fields: tuple[tuple[str, str | None], ...], values: list[object]
+) -> tuple[int, ...] | None:
+    """(input, output, cached, written, written for 1 hour, reasoning) from the ``values``
+    read of ``fields``, every input token counted in input and every output token in output;
+    None for no usable usage."""
+    counted = (_count(values[0]), _count(values[1]))
     if counted[0] is None or counted[1] is None:
         return None
-    reasoning = _inner(raw, "output_tokens_details", "reasoning_tokens") or _inner(
-        raw, "output_tokens_details", "thinking_tokens"
-    )
-    if not any(key in raw for key in _ANTHROPIC):  # OpenAI Responses API
-        cached = _inner(raw, "input_tokens_details", "cached_tokens")
-        written = _inner(raw, "input_tokens_details", "cache_write_tokens")
-        return counted[0], counted[1], cached, written, 0, reasoning
-    read = _count(raw.get("cache_read_input_tokens") or 0)
-    created = _count(raw.get("cache_creation_input_tokens") or 0)
+    counts = [value if isinstance(value, int) else 0 for value in values]
+    if fields is _CHAT:
+        return counted[0], counted[1], counts[2], counts[3], 0, counts[4]
+    if fields is _RESPONSES:  # (reasoning, else Anthropic-like thinking)
+        return counted[0], counted[1], counts[2], counts[3], 0, counts[4] or counts[5]
+    read, created = _count(values[2] or 0), _count(values[3] or 0)
     if read is None or created is None:
         return None
-    short = _inner(raw, "cache_creation", "ephemeral_5m_input_tokens")
-    hour = _inner(raw, "cache_creation", "ephemeral_1h_input_tokens")
+    short, hour, reasoning = counts[4], counts[5], counts[6] or counts[7]
     created = max(created, short + hour)
     return counted[0] + read + created, counted[1], read, created, hour, reasoning
 
@@ -183,8 +212,12 @@ def usage_from_payload(
     if not isinstance(raw, Mapping):
         return None, None
     reported = usable_cost(raw.get("cost"))
-    absurd = _absurd(raw)
-    counted = None if absurd is not None else _tokens(raw)
+    fields = _shape(raw)
+    if fields is None:
+        return None, reported
+    values = _read(raw, fields)
+    absurd = _absurd(fields, values)
+    counted = None if absurd is not None else _tokens(fields, values)
     if counted is not None and max(counted[:2]) > MOST_TOKENS:  # (input: Anthropic's sum)
         absurd = "input_tokens"
         counted = None
