@@ -100,7 +100,7 @@ def test_usage_shapes_are_read_whole() -> None:
         usage = _recorded_usage(by_name[name])
         assert usage is not None
         assert (usage.cached_input_tokens, usage.cache_write_input_tokens) == (read, written)
-        assert usage.cache_write_1h_input_tokens == 0
+        assert usage.cache_write_1h_input_tokens == usage.cache_write_12h_input_tokens == 0
     anthropic = _recorded_usage(by_name["anthropic_messages_sonnet45_cache_5m_1h"])
     assert anthropic is not None
     assert anthropic.input_tokens == 1500 + 40000 + 10000  # every input token, once
@@ -192,6 +192,7 @@ def test_a_budgeted_call_holds_its_worst_case_and_settles_to_the_bill(path: Path
         "reasoning_tokens",
     )
     tokens += ("cache_write_input_tokens", "cache_write_1h_input_tokens")
+    tokens += ("cache_write_12h_input_tokens",)
     assert [getattr(answer.usage, t) for t in tokens] == [getattr(usage, t) for t in tokens]
     assert answer.cost_usd == pytest.approx(fixture["expected_usd"], rel=1e-12)
     (held,) = backend.held

@@ -375,12 +375,14 @@ class Usage(BaseModel):
 
     ``output_tokens`` counts every output token, ``reasoning_tokens`` (OpenAI's
     ``reasoning_tokens``, Anthropic's thinking) among them; ``cache_write_1h_input_tokens`` are
-    the cache writes (among ``cache_write_input_tokens``) kept for an hour, billed at their own
-    rate. ``service_tier`` is the tier that served the call as the provider reported it
-    (``"flex"``, ``"priority"``, ``"batch"``...; ``None``: standard or not reported).
+    the cache writes (among ``cache_write_input_tokens``) kept for an hour (Anthropic's 1-hour
+    TTL), ``cache_write_12h_input_tokens`` those kept for 12 hours (OpenAI's 12-hour
+    retention), each billed at its own rate. ``service_tier`` is the tier that served the call
+    as the provider reported it (``"flex"``, ``"priority"``, ``"batch"``...; ``None``: standard
+    or not reported).
 
-    .. versionchanged:: 0.2.0 ``reasoning_tokens``, ``cache_write_1h_input_tokens`` and
-       ``service_tier``.
+    .. versionchanged:: 0.2.0 ``reasoning_tokens``, ``cache_write_1h_input_tokens``,
+       ``cache_write_12h_input_tokens`` and ``service_tier``.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -393,6 +395,7 @@ class Usage(BaseModel):
     reasoning_tokens: int = Field(default=0, ge=0)
     cache_write_1h_input_tokens: int = Field(default=0, ge=0)
     service_tier: str | None = None
+    cache_write_12h_input_tokens: int = Field(default=0, ge=0)
 
     @property
     def total_tokens(self) -> int:

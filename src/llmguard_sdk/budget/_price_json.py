@@ -69,5 +69,6 @@ def _row_price(row: Mapping[str, Any]) -> Price:
         cached_input=row.get("cached_input"),
         cache_write=row.get("cache_write"),
         cache_write_1h=row.get("cache_write_1h"),
+        cache_write_12h=row.get("cache_write_12h"),
         reasoning=row.get("reasoning"),
     )

@@ -5,14 +5,18 @@ them) and ``output_tokens`` = every output token (reasoning among them):
 
 * OpenAI chat completions (also the last chunk of a stream with ``include_usage``):
   ``prompt_tokens`` (cache reads and writes included), ``prompt_tokens_details.cached_tokens``
-  and ``.cache_write_tokens``, ``completion_tokens`` (reasoning included),
-  ``completion_tokens_details.reasoning_tokens``; the tier is the response's top-level
-  ``service_tier``.
+  and ``.cache_write_tokens`` (every write), split by retention in
+  ``.cache_write_tokens_details.ttl_30m_tokens`` / ``.ttl_12h_tokens``, ``completion_tokens``
+  (reasoning included), ``completion_tokens_details.reasoning_tokens``; the tier is the
+  response's top-level ``service_tier``.
 * OpenAI Responses API: ``input_tokens`` (cache reads and writes included),
-  ``input_tokens_details.cached_tokens`` and ``.cache_write_tokens``, ``output_tokens``
-  (reasoning included), ``output_tokens_details.reasoning_tokens``. OpenAI's newer models
-  bill a cache write above an input token (30-minute retention: 1.25x; the price table's
-  ``cache_write``); the others report none, or price it as input.
+  ``input_tokens_details.cached_tokens``, ``.cache_write_tokens`` and its
+  ``.cache_write_tokens_details``, as above, ``output_tokens`` (reasoning included),
+  ``output_tokens_details.reasoning_tokens``. OpenAI's newer models bill a cache write above
+  an input token (30-minute retention: 1.25x, the price table's ``cache_write``; 12-hour
+  retention: 2x, its ``cache_write_12h``); the others report none, or price it as input. How
+  long the writes are kept is their ``prompt_cache_options.ttl``; ``prompt_cache_retention``
+  (``"24h"``) is a maximum retention, which does not change their price.
 * Anthropic messages (and the merged ``message_start`` / ``message_delta`` usage of a
   stream): ``input_tokens`` *without* ``cache_read_input_tokens`` and
   ``cache_creation_input_tokens``, the writes split by TTL in
@@ -58,9 +62,12 @@ error, not a count."""
 _ANTHROPIC = ("cache_read_input_tokens", "cache_creation_input_tokens", "cache_creation")
 
 
-def _fields(*names: str) -> tuple[tuple[str, str | None], ...]:
-    """``outer.inner`` names as ``(outer, inner)`` pairs (``inner`` None: a top-level count)."""
-    return tuple((name.partition(".")[0], name.partition(".")[2] or None) for name in names)
+Path = tuple[str, ...]
+
+
+def _fields(*names: str) -> tuple[Path, ...]:
+    """Dotted names as paths of keys (``a.b``: ``raw["a"]["b"]``)."""
+    return tuple(tuple(name.split(".")) for name in names)
 
 
 # the counts each shape's parser reads, in the order it reads them: the only ones checked
@@ -71,6 +78,8 @@ _CHAT = _fields(
     "prompt_tokens_details.cached_tokens",
     "prompt_tokens_details.cache_write_tokens",
     "completion_tokens_details.reasoning_tokens",
+    "prompt_tokens_details.cache_write_tokens_details.ttl_30m_tokens",
+    "prompt_tokens_details.cache_write_tokens_details.ttl_12h_tokens",
 )
 _RESPONSES = _fields(
     "input_tokens",
@@ -78,6 +87,8 @@ _RESPONSES = _fields(
     "input_tokens_details.cached_tokens",
     "input_tokens_details.cache_write_tokens",
     "output_tokens_details.reasoning_tokens",
+    "input_tokens_details.cache_write_tokens_details.ttl_30m_tokens",
+    "input_tokens_details.cache_write_tokens_details.ttl_12h_tokens",
     "output_tokens_details.thinking_tokens",
 )
 _MESSAGES = _fields(
@@ -85,9 +96,9 @@ _MESSAGES = _fields(
     "output_tokens",
     "cache_read_input_tokens",
     "cache_creation_input_tokens",
+    "output_tokens_details.reasoning_tokens",
     "cache_creation.ephemeral_5m_input_tokens",
     "cache_creation.ephemeral_1h_input_tokens",
-    "output_tokens_details.reasoning_tokens",
     "output_tokens_details.thinking_tokens",
 )
 
@@ -105,25 +116,27 @@ def _count(value: object) -> int | None:
     return value
 
 
-def _read(raw: Mapping[str, Any], fields: tuple[tuple[str, str | None], ...]) -> list[object]:
+def _read(raw: Mapping[str, Any], fields: tuple[Path, ...]) -> list[object]:
     """The values of ``fields`` in ``raw``: a top-level one as it is (0 when absent), a
     detail's a count (0 when absent or not a count)."""
     found: list[object] = []
-    for outer, inner in fields:
-        if inner is None:
-            found.append(raw.get(outer, 0))
-        else:
-            details = raw.get(outer)
-            found.append(_count(details.get(inner)) or 0 if isinstance(details, Mapping) else 0)
+    for path in fields:
+        if len(path) == 1:
+            found.append(raw.get(path[0], 0))
+            continue
+        value: object = raw
+        for key in path:
+            value = value.get(key) if isinstance(value, Mapping) else None
+        found.append(_count(value) or 0)
     return found
 
 
-def _absurd(fields: tuple[tuple[str, str | None], ...], values: list[object]) -> str | None:
+def _absurd(fields: tuple[Path, ...], values: list[object]) -> str | None:
     """The name of the first of the counts read (``values`` of ``fields``) above
     :data:`MOST_TOKENS`, if any."""
-    for (outer, inner), value in zip(fields, values, strict=True):
+    for path, value in zip(fields, values, strict=True):
         if isinstance(value, int) and not isinstance(value, bool) and value > MOST_TOKENS:
-            return outer if inner is None else f"{outer}.{inner}"
+            return ".".join(path)
     return None
 
 
@@ -153,6 +166,7 @@ def usable_usage(usage: Usage | None) -> Usage | None:
         "cached_input_tokens": usage.cached_input_tokens,
         "cache_write_input_tokens": usage.cache_write_input_tokens,
         "cache_write_1h_input_tokens": usage.cache_write_1h_input_tokens,
+        "cache_write_12h_input_tokens": usage.cache_write_12h_input_tokens,
         "reasoning_tokens": usage.reasoning_tokens,
     }
     if max(counts.values()) <= MOST_TOKENS:  # (every call's: named only when one is not)
@@ -170,7 +184,7 @@ def usable_cost(cost: object) -> float | None:
     return None
 
 
-def _shape(raw: Mapping[str, Any]) -> tuple[tuple[str, str | None], ...] | None:
+def _shape(raw: Mapping[str, Any]) -> tuple[Path, ...] | None:
     """The counts the parser reads from ``raw``'s shape; None for no usage."""
     if "prompt_tokens" in raw or "completion_tokens" in raw:  # OpenAI chat completions
         return _CHAT
@@ -179,26 +193,24 @@ def _shape(raw: Mapping[str, Any]) -> tuple[tuple[str, str | None], ...] | None:
     return _MESSAGES if any(key in raw for key in _ANTHROPIC) else _RESPONSES
 
 
-def _tokens(
-    fields: tuple[tuple[str, str | None], ...], values: list[object]
-) -> tuple[int, ...] | None:
-    """(input, output, cached, written, written for 1 hour, reasoning) from the ``values``
-    read of ``fields``, every input token counted in input and every output token in output;
-    None for no usable usage."""
+def _tokens(fields: tuple[Path, ...], values: list[object]) -> tuple[int, ...] | None:
+    """(input, output, cached, written, written for 1 hour, written for 12 hours, reasoning)
+    from the ``values`` read of ``fields``, every input token counted in input and every
+    output token in output; None for no usable usage."""
     counted = (_count(values[0]), _count(values[1]))
     if counted[0] is None or counted[1] is None:
         return None
     counts = [value if isinstance(value, int) else 0 for value in values]
-    if fields is _CHAT:
-        return counted[0], counted[1], counts[2], counts[3], 0, counts[4]
-    if fields is _RESPONSES:  # (reasoning, else Anthropic-like thinking)
-        return counted[0], counted[1], counts[2], counts[3], 0, counts[4] or counts[5]
+    reasoning = counts[4] or (counts[7] if len(counts) > 7 else 0)  # (or Claude's thinking)
+    if fields is not _MESSAGES:  # OpenAI: every write, and its split by retention
+        written = max(counts[3], counts[5] + counts[6])
+        return counted[0], counted[1], counts[2], written, 0, counts[6], reasoning
     read, created = _count(values[2] or 0), _count(values[3] or 0)
     if read is None or created is None:
         return None
-    short, hour, reasoning = counts[4], counts[5], counts[6] or counts[7]
+    short, hour = counts[5], counts[6]
     created = max(created, short + hour)
-    return counted[0] + read + created, counted[1], read, created, hour, reasoning
+    return counted[0] + read + created, counted[1], read, created, hour, 0, reasoning
 
 
 def usage_from_payload(
@@ -225,7 +237,7 @@ def usage_from_payload(
         _warn_absurd(absurd)
     if counted is None:
         return None, reported
-    input_tokens, output_tokens, cached, written, hour, reasoning = counted
+    input_tokens, output_tokens, cached, written, hour, half_day, reasoning = counted
     cached = min(cached, input_tokens)
     written = min(written, input_tokens - cached)  # an input token is read or written, once
     tier = raw.get("service_tier", service_tier)
@@ -235,6 +247,7 @@ def usage_from_payload(
         cached_input_tokens=cached,
         cache_write_input_tokens=written,
         cache_write_1h_input_tokens=min(hour, written),
+        cache_write_12h_input_tokens=min(half_day, written),
         reasoning_tokens=min(reasoning, output_tokens),
         service_tier=tier if isinstance(tier, str) and tier else None,
     )

@@ -34,6 +34,7 @@ from ..tokens import count_text_tokens
 from . import _reserve
 from ._budgets import Budgets, EventHook
 from ._reserve import Held
+from ._retention import attributed
 from ._routes import asked_tier, route_tier, started_at, takes_completion_limit
 from ._topup import top_up_steps
 from .memory import BudgetBackend, MemoryBudgetBackend
@@ -197,7 +198,8 @@ class SpendControl:
         """The served response's cost: the provider's, else the price table's estimate from
         ``usage`` (default: the response's) at the model of ``route`` (default: the route
         that served the call), at the prices in force when the call started (as genai-prices
-        prices a request at its timestamp). The configured degraded answer costs nothing
+        prices a request at its timestamp), its cache writes at the rate of the retention they
+        were made with (:mod:`._retention`). The configured degraded answer costs nothing
         (the attempts that went out before it are the call's unserved ones)."""
         if response.cost_source == "reported" and response.cost_usd is not None:
             return Cost(response.cost_usd, "reported")
@@ -224,7 +226,7 @@ class SpendControl:
             self.prices,
             model=model,
             provider=name,
-            usage=usage,
+            usage=attributed(usage, ctx.request),  # (by the retention asked)
             tier=asked_tier(ctx),
             at=started_at(ctx),
         )

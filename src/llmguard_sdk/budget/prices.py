@@ -1,8 +1,9 @@
 """Prices per model, and the cost of a call from its usage.
 
 A :class:`PriceTable` holds, per provider and model, the USD price per million tokens of
-input, output, cached input (read from the provider's prompt cache), 5-minute and 1-hour cache
-writes and reasoning output, each from an effective date, per service tier, with long-context
+input, output, cached input (read from the provider's prompt cache), cache writes (Anthropic's
+5-minute and OpenAI's 30-minute ones; Anthropic's 1-hour and OpenAI's 12-hour ones at their
+own rates) and reasoning output, each from an effective date, per service tier, with long-context
 tiers. The default table is the user's prices over the maintained ``genai-prices`` data over
 the table the package ships (``prices.json``). An unknown model is an
 :class:`UnknownModelPriceError`, or the table's configured ``default`` price: never a silent $0.
@@ -12,7 +13,8 @@ input token (cache reads and writes among them), ``output_tokens`` every output 
 (reasoning among them), so, at the rates of the call's long-context tier::
 
     cost = (input - cached - written) * input + cached * cached_input
-           + (written - written_1h) * cache_write + written_1h * cache_write_1h
+           + (written - written_1h - written_12h) * cache_write
+           + written_1h * cache_write_1h + written_12h * cache_write_12h
            + (output - reasoning) * output + reasoning * reasoning
 
 A cost the provider reported (``ChatResponse.cost_usd`` with ``cost_source="reported"``) wins
@@ -39,6 +41,7 @@ from typing import Any, ClassVar, Literal
 
 from ..errors import ConfigurationError, UnknownModelPriceError
 from ..models import ChatResponse, Usage
+from ..telemetry._repeats import log_repeated
 from . import _genai_table
 from ._source import TIERS, GenaiSource, instant, moment, normal_tier
 
@@ -54,7 +57,19 @@ logger = logging.getLogger("llmguard_sdk")
 _MILLION = 1_000_000.0
 _DATED = re.compile(r"(-\d{4}-\d{2}-\d{2}|-\d{8}|-latest)$")
 _EPOCH = dt.date(1970, 1, 1)
-_RATES = ("input", "output", "cached_input", "cache_write", "cache_write_1h", "reasoning")
+_NO_12H = (
+    "llmguard prices: %d tokens written to the prompt cache for 12 hours were priced at the "
+    "model's cache-write rate: its price has no cache_write_12h (PriceTable.with_prices sets it)"
+)
+_RATES = (
+    "input",
+    "output",
+    "cached_input",
+    "cache_write",
+    "cache_write_1h",
+    "reasoning",
+    "cache_write_12h",
+)
 
 
 @dataclass(frozen=True)
@@ -64,13 +79,15 @@ class Price:
     ``effective_from`` is the first UTC day the price applies (entries of one model with
     later dates replace earlier ones from their date on). ``cache_write_1h`` is the rate of
     cache writes kept for an hour (Anthropic's 1-hour TTL; default: ``cache_write``),
-    ``reasoning`` the rate of reasoning output tokens (default: ``output``). ``tier`` names
-    the service tier the price is for (``"flex"``, ``"priority"``, ``"batch"``, ``"fast"``;
-    ``None``: standard). ``long_context`` holds ``(threshold, price)`` pairs: a call of more
+    ``cache_write_12h`` that of writes kept for 12 hours (OpenAI's 12-hour retention; default:
+    ``cache_write``, with a warning when a call's writes are priced so), ``reasoning`` the
+    rate of reasoning output tokens (default: ``output``). ``tier`` names the service tier
+    the price is for (``"flex"``, ``"priority"``, ``"batch"``, ``"fast"``; ``None``:
+    standard). ``long_context`` holds ``(threshold, price)`` pairs: a call of more
     than ``threshold`` input tokens pays that price for all of its tokens.
 
-    .. versionchanged:: 0.2.0 ``cache_write_1h``, ``reasoning``, ``tier`` and
-       ``long_context``.
+    .. versionchanged:: 0.2.0 ``cache_write_1h``, ``cache_write_12h``, ``reasoning``,
+       ``tier`` and ``long_context``.
     """
 
     input: float
@@ -84,6 +101,7 @@ class Price:
     long_context: tuple[tuple[int, Price], ...] = ()
     deprecated_on: dt.date | None = None
     retires_on: dt.date | None = None
+    cache_write_12h: float | None = None
 
     def __post_init__(self) -> None:
         for name in _RATES:
@@ -120,12 +138,14 @@ class Price:
             write,
             write if self.cache_write_1h is None else self.cache_write_1h,
             self.output if self.reasoning is None else self.reasoning,
+            write if self.cache_write_12h is None else self.cache_write_12h,
         )
         object.__setattr__(self, "_rates", rates)
-        object.__setattr__(self, "_input_max", max(self.input, rates[1], rates[2]))
+        object.__setattr__(self, "_input_max", max(self.input, rates[1], rates[2], rates[4]))
         object.__setattr__(self, "_output_max", max(self.output, rates[3]))
 
-    _rates: ClassVar[tuple[float, float, float, float]]  # cached, write, write_1h, reasoning
+    # cached, write, write_1h, reasoning, write_12h
+    _rates: ClassVar[tuple[float, float, float, float, float]]
     _input_max: ClassVar[float]
     _output_max: ClassVar[float]
 
@@ -143,6 +163,11 @@ class Price:
     def write_1h_rate(self) -> float:
         """Price of an input token written to the prompt cache for an hour (per million)."""
         return self._rates[2]
+
+    @property
+    def write_12h_rate(self) -> float:
+        """Price of an input token written to the prompt cache for 12 hours (per million)."""
+        return self._rates[4]
 
     @property
     def reasoning_rate(self) -> float:
@@ -167,20 +192,25 @@ class Price:
         return dataclasses.replace(self, **rates, tier=tier, long_context=steps)
 
     def cost(self, usage: Usage) -> float:
-        """The USD cost of ``usage`` at this price: cached reads, 5-minute and 1-hour cache
-        writes and reasoning output at their own rates, the long-context tier of its input."""
+        """The USD cost of ``usage`` at this price: cached reads, cache writes by retention
+        (5 or 30 minutes, 1 hour, 12 hours) and reasoning output at their own rates, the
+        long-context tier of its input."""
         price = self.for_input(usage.input_tokens)
         cached = min(usage.cached_input_tokens, usage.input_tokens)
         written = min(usage.cache_write_input_tokens, usage.input_tokens - cached)
         hour = min(usage.cache_write_1h_input_tokens, written)
+        half_day = min(usage.cache_write_12h_input_tokens, written - hour)
         plain = usage.input_tokens - cached - written
         reasoning = min(usage.reasoning_tokens, usage.output_tokens)
-        cached_rate, write_rate, write_1h_rate, reasoning_rate = price._rates
+        cached_rate, write_rate, write_1h_rate, reasoning_rate, write_12h_rate = price._rates
+        if half_day and price.cache_write_12h is None:  # (genai-prices lists none for OpenAI)
+            log_repeated(logger, logging.WARNING, "prices:12h", _NO_12H, half_day)
         return (
             plain * price.input
             + cached * cached_rate
-            + (written - hour) * write_rate
+            + (written - hour - half_day) * write_rate
             + hour * write_1h_rate
+            + half_day * write_12h_rate
             + (usage.output_tokens - reasoning) * price.output
             + reasoning * reasoning_rate
         ) / _MILLION
