@@ -22,7 +22,9 @@ from llmguard_sdk import (
     ProviderError,
     ProviderTimeoutError,
     StreamInterruptedError,
+    Usage,
 )
+from llmguard_sdk._core.calls import call_context
 from llmguard_sdk.budget import Budget, Budgets, Price, PriceTable, UsageRecorder, read_usage
 from llmguard_sdk.budget.policy import nano
 from llmguard_sdk.router import Cascade, TaskRouter
@@ -356,3 +358,35 @@ def test_a_failed_cascades_event_counts_every_tiers_requests(
     assert charged == pytest.approx(PROMPT_USD + PROMPT_USD / 10)
     (event,) = events
     assert event.cost_usd == pytest.approx(charged)
+
+
+def test_a_partial_answer_is_priced_at_the_model_of_the_route_that_gave_it(
+    fake: FakeProvider, fake2: FakeProvider, make_guard: MakeGuard
+) -> None:
+    """``SpendControl.partial`` priced a part of an answer (``text``, ``usage``) at the call's
+    route, else at the request's model: a stream cut off on its fallback route (the call then
+    has no route) was priced at the model the caller asked for, not at the fallback's own. It
+    is priced at the route named, else the one that served the call, else the last tried."""
+    guard = make_guard(fake, fake2, budgets=BUDGETS, retry=None)
+    spend, stages = guard._stages.spend, guard._stages
+    assert spend is not None
+    ctx = call_context(stages, USER, {"model": "fake-model"})
+    ctx.begin_attempt("primary")
+    ctx.begin_attempt("backup")  # the backup, cut off after content: the call has no route
+    used = Usage(input_tokens=1_000, output_tokens=100)
+    backup_usd = (1_000 * 10 + 100 * 20) / 1e6  # (the request's model: ten times dearer)
+    for named in ({}, {"route": "backup"}):
+        part = spend.partial(ctx, stages, "Echo: hello", used, **named)
+        assert part is not None
+        assert part.cost_usd == pytest.approx(backup_usd)
+    ctx.route = "primary"  # a part of the answer of the route that served the call
+    part = spend.partial(ctx, stages, "Echo: hello", used)
+    assert part is not None
+    assert part.cost_usd == pytest.approx((1_000 * 100 + 100 * 200) / 1e6)
+    # without the provider's usage: the text counted as that route's model counts it
+    counted = spend.partial(ctx, stages, "Echo: hello", route="backup")
+    assert counted is not None
+    assert counted.usage is not None
+    assert counted.cost_usd == pytest.approx(
+        (counted.usage.input_tokens * 10 + count_text_tokens("Echo: hello").tokens * 20) / 1e6
+    )

@@ -211,14 +211,7 @@ class SpendControl:
             return None
         if name in self.local:
             return Cost(0.0, "estimated")
-        model = None
-        for provider in stages.routes:
-            if provider.name == name:
-                model = provider.model
-                break
-        model = model or ctx.request.model
-        if model is None:
-            model = response.model
+        model = self.route_model(ctx, stages, name) or response.model
         if not model:
             return None
         return cost_of_response(
@@ -230,6 +223,11 @@ class SpendControl:
             tier=asked_tier(ctx),
             at=started_at(ctx),
         )
+
+    def route_model(self, ctx: CallContext, stages: Stages, route: str | None) -> str | None:
+        """The model ``route`` serves the call with: its own, else the request's."""
+        found = next((r.model for r in stages.routes if r.name == route), None)
+        return found or ctx.request.model
 
     # -- reserve -----------------------------------------------------------------------------
 
@@ -401,7 +399,13 @@ class SpendControl:
         return found
 
     def partial(
-        self, ctx: CallContext, stages: Stages, text: str = "", usage: Usage | None = None
+        self,
+        ctx: CallContext,
+        stages: Stages,
+        text: str = "",
+        usage: Usage | None = None,
+        *,
+        route: str | None = None,
     ) -> ChatResponse | None:
         """What a call that ended without a whole answer cost, as a response to settle with;
         None when no request went out. Every attempt that went out is billed by its provider
@@ -409,21 +413,26 @@ class SpendControl:
         usage if the provider sent one, else its input and the text it delivered, counted
         here; a stream closed before its first content, a call cancelled or timed out after
         its request was sent (not on a batch route), a hedge race's loser: their input
-        tokens; an answer an output filter refused. ``text`` and ``usage``: a part
-        of the serving route's answer that is not among those attempts, counted as well."""
+        tokens; an answer an output filter refused. ``text`` and ``usage``: a part of an
+        answer that is not among those attempts, counted as well, priced at the model of
+        ``route``, the route that gave it (default: the one that served the call, else the
+        last one tried: a stream cut off leaves the call without a route)."""
         extra = self.unserved_cost(ctx, stages)
         if not text and usage is None:
             if extra is None:
                 return None
             return ChatResponse(text="", route=ctx.route or "", cost_usd=extra)
+        tried = ctx.attempt_log[-1].route if ctx.attempt_log else None
+        name = route or ctx.route or tried or ""
         if usage is None:
+            model = self.route_model(ctx, stages, name)
             usage = Usage(
                 input_tokens=ctx.sent_input_tokens(),
-                output_tokens=count_text_tokens(text, ctx.request.model).tokens,
+                output_tokens=count_text_tokens(text, model).tokens,
                 estimated=True,
             )
-        response = ChatResponse(text=text, usage=usage, route=ctx.route or "")
-        cost = self.cost(ctx, stages, response)
+        response = ChatResponse(text=text, usage=usage, route=name)
+        cost = self.cost(ctx, stages, response, route=name)
         if cost is None:
             return response
         source = "estimated" if extra is not None else cost.source
