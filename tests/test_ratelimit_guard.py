@@ -18,7 +18,13 @@ from typing import Any, Literal
 import anyio
 import pytest
 
-from llmguard_sdk import ConfigurationError, Guard, ProviderUnavailableError, RateLimitExceededError
+from llmguard_sdk import (
+    ConfigurationError,
+    Guard,
+    OpenAICompatibleProvider,
+    ProviderUnavailableError,
+    RateLimitExceededError,
+)
 from llmguard_sdk._core.limits import provider_counters
 from llmguard_sdk.models import ChatRequest, Message
 from llmguard_sdk.ratelimit import RateLimit
@@ -339,6 +345,68 @@ def test_input_tokens_are_counted_for_the_routes_model(
         limiter.reserve("primary", input_tokens=400, output_tokens=0).allowed for _ in range(30)
     )
     assert 22 <= granted <= 24
+
+
+class _OwnTokenizer(OpenAICompatibleProvider):
+    """A route with a tokenizer of its own, which counts every request as 1,000 tokens (the
+    call's own count, tiktoken's, is a few)."""
+
+    def count_tokens(self, request: ChatRequest) -> int:
+        return 1_000
+
+
+def _room(guard: Guard, route: str) -> int:
+    """Input tokens ``route``'s limit has room for now (its 10,000 a day, less what calls
+    settled to: a day's limit refills no token within a test)."""
+    limiter: Any = guard.rate_limiter
+    low, high = 0, 10_000
+    while low < high:  # the largest reservation granted at once (refused ones take nothing)
+        middle = (low + high + 1) // 2
+        grant = limiter.reserve(route, input_tokens=middle, output_tokens=0, max_wait=0)
+        if grant.allowed:
+            limiter.settle(route, input_delta=-middle, lease=grant.lease)
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
+@pytest.mark.parametrize("reported", [True, False], ids=["usage", "no-usage"])
+@pytest.mark.parametrize("stream", [False, True], ids=["chat", "stream"])
+def test_the_rate_limit_and_the_budget_count_a_calls_input_alike(
+    fake: FakeProvider, reported: bool, stream: bool
+) -> None:
+    """The rate limit settled a call to the provider's usage, else to the input the route
+    counted (its own tokenizer's 1,000); the budget charged the provider's usage, else the
+    call's own count (tiktoken's): the two disagreed on a call whose provider sent no usage.
+    Both count the provider's usage (here its count differs from both of ours), and without
+    one the input the route counted."""
+    from llmguard_sdk.budget import Budget, Budgets, Price, PriceTable
+
+    if not reported:
+        fake.always(Fault(omit_usage=True))
+    prices = PriceTable.default_table().with_prices({"fake-model": Price(1.0, 0.0)})
+    route = _OwnTokenizer(fake.base_url, model="fake-model", name="primary")
+    guard = Guard(
+        route,
+        rate_limits={"primary": RateLimit(input_tpm=10_000, period=86_400, max_wait=0)},
+        budgets=Budgets([Budget(limit_usd=1.0)], prices=prices),
+        retry=None,
+        environ={},
+    )
+    with guard:
+        if stream:
+            with guard.chat(USER, stream=True, max_tokens=5) as chunks:
+                list(chunks)
+            answer = chunks.response
+        else:
+            answer = guard.chat(USER, max_tokens=5)
+        assert answer.usage is not None
+        assert answer.usage.estimated is not reported
+        used = answer.usage.input_tokens
+        assert used == (fake.stats.input_tokens if reported else 1_000)
+        assert 10_000 - _room(guard, "primary") == used  # the rate limit settled to it
+        assert guard.budget_status()[0]["spent_usd"] == pytest.approx(used / 1e6)
 
 
 def test_provider_counters_of_openai_and_anthropic_shapes() -> None:

@@ -96,17 +96,20 @@ class Assembler:
         """Everything the caller has received: carried text and this route's."""
         return self._carried + "".join(self._text)
 
-    def used(self, route: str, input_tokens: float, error: ProviderError | None) -> Usage | None:
-        """What the attempt used, for settling its rate-limit reservation: the provider's
-        usage, else the SDK's count of what was delivered; None after a failure before any
-        content (everything goes back). A stream closed before its first content keeps its
-        input tokens: the prompt was sent."""
+    def used(
+        self, model: str | None, input_tokens: float, error: ProviderError | None
+    ) -> Usage | None:
+        """What the attempt used, for settling its rate-limit reservation and pricing it: the
+        provider's usage, else the SDK's count of what this route delivered (carried text
+        aside), its text as ``model`` counts it; None after a failure before any content
+        (everything goes back). A stream closed before its first content keeps its input
+        tokens: the prompt was sent."""
         if self.usage is not None:
             return self.usage
         if not (self.delivered or error is None):
             return None
         own = "".join(self._text)
-        output = count_text_tokens(own, route).tokens if own else 0
+        output = count_text_tokens(own, model).tokens if own else 0
         return Usage(input_tokens=int(input_tokens), output_tokens=output, estimated=True)
 
     def response(self, route: str) -> ChatResponse:

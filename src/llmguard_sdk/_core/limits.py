@@ -31,6 +31,7 @@ if TYPE_CHECKING:  # stages imports routing, which counts with route_input_token
 
 __all__ = [
     "Reservation",
+    "answer_model",
     "continued_input",
     "cut_off",
     "granted",
@@ -43,6 +44,7 @@ __all__ = [
     "settle_args",
     "timed_out",
     "token_reservation",
+    "with_usage",
 ]
 
 
@@ -156,18 +158,27 @@ def token_reservation(ctx: CallContext, stages: Stages, route: Provider) -> Rese
     return Reservation(route.name, ctx.scope.tenant, float(sent), float(output), count.estimated)
 
 
-def sent_input(ctx: CallContext, reservation: Reservation | None) -> int:
-    """The input tokens an attempt sent: as its route counts them when it reserved them,
-    else the call's count (a continuation's part included)."""
-    return int(reservation.input) if reservation is not None else ctx.sent_input_tokens()
+def sent_input(ctx: CallContext, route: Provider, reservation: Reservation | None) -> int:
+    """The input tokens an attempt on ``route`` sent, as the route counts them (what it
+    reserved, when it did; a continuation's part included)."""
+    if reservation is not None:
+        return int(reservation.input)
+    return route_input_tokens(ctx, route).tokens + continued_input(ctx, route)
 
 
-def cut_off(ctx: CallContext, route: str, reservation: Reservation | None) -> Usage:
+def answer_model(ctx: CallContext, route: Provider, answered: str | None) -> str | None:
+    """The model whose tokenizer counts an answer's text: the one that answered (as the
+    provider named it), else the route's, else the request's."""
+    return answered or route.model or ctx.request.model
+
+
+def cut_off(ctx: CallContext, route: Provider, reservation: Reservation | None) -> Usage:
     """Note an attempt cut off after its request was sent, before any content (a hedge
     race's loser, a call cancelled): the provider bills its prompt, so the call's spend
     counts it (``ctx.unserved``); returns what it used, for its rate-limit settle."""
-    used = Usage(input_tokens=sent_input(ctx, reservation), output_tokens=0, estimated=True)
-    ctx.unserved.append((route, used))
+    sent = sent_input(ctx, route, reservation)
+    used = Usage(input_tokens=sent, output_tokens=0, estimated=True)
+    ctx.unserved.append((route.name, used))
     return used
 
 
@@ -191,7 +202,7 @@ def timed_out(
         return known
     if getattr(route, "service_tier", None) == "batch":
         return known
-    sent = cut_off(ctx, route.name, reservation)
+    sent = cut_off(ctx, route, reservation)
     return known if known is not None else sent
 
 
@@ -262,12 +273,29 @@ def settle_args(reservation: Reservation, *, refund: bool = True) -> SettleArgs 
     return args
 
 
-def response_usage(ctx: CallContext, reservation: Reservation, response: ChatResponse) -> Usage:
-    """What a call used: the provider's usage, else the SDK's own count of it."""
+def response_usage(
+    ctx: CallContext, route: Provider, reservation: Reservation | None, response: ChatResponse
+) -> Usage:
+    """What an answer of ``route`` used: the provider's usage, else the SDK's own count of
+    it, the input as the route counts it (:func:`sent_input`), the text as the model that
+    answered does. The rate limit settles to it and the call is priced from it: both count
+    the call alike (:func:`with_usage`)."""
     if response.usage is not None:
         return response.usage
-    output = count_text_tokens(response.text, reservation.route).tokens if response.text else 0
-    return Usage(input_tokens=int(reservation.input), output_tokens=output, estimated=True)
+    text, model = response.text, answer_model(ctx, route, response.model)
+    output = count_text_tokens(text, model).tokens if text else 0
+    sent = sent_input(ctx, route, reservation)
+    return Usage(input_tokens=sent, output_tokens=output, estimated=True)
+
+
+def with_usage(response: ChatResponse, used: Usage | None) -> ChatResponse:
+    """``response`` carrying ``used``, the usage its rate-limit reservation settled to, when
+    its provider reported none: the call's cost is estimated from the same count (the
+    finish's own estimate counted the request as the call counts it, not as the route
+    does)."""
+    if response.usage is not None or used is None:
+        return response
+    return response.model_copy(update={"usage": used})
 
 
 _REMAINING = (

@@ -223,17 +223,17 @@ def _complete(
         run.record(route, failure, elapsed_since(started))
         raise
     except BaseException:  # closed, cancelled or a bug: no outcome; it may have been sent
-        limits.cut_off(ctx, route.name, reservation)  # (its prompt billed)
+        limits.cut_off(ctx, route, reservation)  # (its prompt billed)
         run.queue(run.give_back_steps(route, reservation))
         raise
     record.end()
     seconds = elapsed_since(started)
     out = response.usage.output_tokens if response.usage is not None else 0
     run.record(route, None, seconds, sample=(seconds, None, out), headers=response.headers)
+    used = limits.response_usage(ctx, route, reservation, response)
     if reservation is not None:
-        used = limits.response_usage(ctx, reservation, response)
         run.settle(reservation, used=used, headers=response.headers)
-    return response
+    return limits.with_usage(response, used)  # (priced as settled)
 
 
 def _stream(
@@ -261,7 +261,9 @@ def _stream(
     except ProviderError as failure:
         ctx.route = None
         record.end(failure)
-        used = assembler.used(route.name, limits.sent_input(ctx, reservation), failure)
+        used = assembler.used(
+            _counting(run, route, assembler), _sent(run, route, reservation), failure
+        )
         if used is not None and assembler.delivered:  # billed, whoever continues the call
             ctx.unserved.append((route.name, used))
         else:  # nothing came: billed its prompt if it timed out once sent (and counted)
@@ -273,7 +275,9 @@ def _stream(
         if not assembler.delivered:  # no route served the call (as for a plain call)
             ctx.route = None
         run.release(route)  # (billed: its prompt was sent, and what it delivered)
-        used = assembler.used(route.name, limits.sent_input(ctx, reservation), None)
+        used = assembler.used(
+            _counting(run, route, assembler), _sent(run, route, reservation), None
+        )
         if used is not None:
             ctx.unserved.append((route.name, used))
         run.settle(reservation, used=used, headers=assembler.headers)
@@ -282,10 +286,10 @@ def _stream(
     run.record(
         route, None, assembler.seconds(), sample=assembler.sample(), headers=assembler.headers
     )
+    used = assembler.used(_counting(run, route, assembler), _sent(run, route, reservation), None)
     if reservation is not None:
-        used = assembler.used(route.name, reservation.input, None)
         run.settle(reservation, used=used, headers=assembler.headers)
-    response = assembler.response(route.name)
+    response = limits.with_usage(assembler.response(route.name), used)  # (priced as settled)
     if run.carried:
         continued = [
             name for name, e in ctx.route_errors.items() if isinstance(e, StreamInterruptedError)
@@ -293,6 +297,16 @@ def _stream(
         metadata = {**response.metadata, "continued_after": continued}
         response = response.model_copy(update={"metadata": metadata})
     return response
+
+
+def _counting(run: Run, route: Provider, assembler: Assembler) -> str | None:
+    """The model whose tokenizer counts what a streamed attempt delivered."""
+    return limits.answer_model(run.ctx, route, assembler.model)
+
+
+def _sent(run: Run, route: Provider, reservation: Reservation | None) -> int:
+    """The input tokens a streamed attempt sent (:func:`~.limits.sent_input`)."""
+    return limits.sent_input(run.ctx, route, reservation)
 
 
 def complete_op(run: Run, route: Provider) -> Complete:

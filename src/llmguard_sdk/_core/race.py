@@ -90,7 +90,7 @@ def race(
     except BaseException:  # closed or cancelled mid-race: every running leg gives back
         for leg in state.running():
             leg.ended = True
-            limits.cut_off(run.ctx, leg.route.name, leg.reservation)  # (its prompt billed)
+            limits.cut_off(run.ctx, leg.route, leg.reservation)  # (its prompt billed)
             run.queue(run.give_back_steps(leg.route, leg.reservation))
         raise
     return _outcome(state)
@@ -192,11 +192,11 @@ def _stop(state: _Race) -> StopLegs:
             )
             state.errors[leg.route.name] = timed_out
             run.record(leg.route, timed_out, elapsed_since(leg.started))
-            sent = limits.cut_off(run.ctx, leg.route.name, leg.reservation)  # (billed)
+            sent = limits.cut_off(run.ctx, leg.route, leg.reservation)  # (billed)
             # its prompt kept, its output back (as a plain call that timed out)
             after[leg.route.name] = run.settle_steps(leg.reservation, used=sent, sent=True)
         else:  # a loser: its request was sent, the provider bills its prompt
-            limits.cut_off(run.ctx, leg.route.name, leg.reservation)
+            limits.cut_off(run.ctx, leg.route, leg.reservation)
             after[leg.route.name] = run.give_back_steps(leg.route, leg.reservation)
     winner = state.winner
     return StopLegs(winner[0].route.name if winner and run.streaming else None, after)
@@ -229,11 +229,11 @@ def _won(run: Run, leg: _Leg, event: LegEvent) -> ChatResponse | Preopened:
         response = event.value
         leg.record.end()
         run.record(leg.route, None, elapsed_since(leg.started))
+        used = limits.response_usage(run.ctx, leg.route, leg.reservation, response)
         if leg.reservation is not None:
-            used = limits.response_usage(run.ctx, leg.reservation, response)
             run.settle(leg.reservation, used=used, headers=response.headers)
         run.ctx.route = leg.route.name
-        return response
+        return limits.with_usage(response, used)  # (priced as settled)
     assert event.value is not None
     buffered, chunks = event.value
     run.tried.discard(leg.route.name)

@@ -253,9 +253,11 @@ def resolve_scope(tenant: str | None, feature: str | None, user: str | None) -> 
 
 
 def finish(ctx: CallContext, stages: Stages, response: ChatResponse) -> ChatResponse:
-    """Stamp route, attempts, timings and (estimated when missing) usage; run output filters."""
+    """Stamp route, attempts, timings and (estimated when missing) usage; run output filters.
+    A route's answer carries a usage already, its provider's or the count its rate limit
+    settled to (:func:`~.limits.with_usage`): the call is priced from the same count."""
     usage = response.usage
-    if usage is None:
+    if usage is None:  # (an answer no route gave: degraded, stale)
         usage = Usage(
             input_tokens=ctx.sent_input_tokens(),
             output_tokens=count_text_tokens(response.text, response.model or None).tokens,
