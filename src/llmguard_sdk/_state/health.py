@@ -7,6 +7,7 @@ import logging
 import math
 import random
 import re
+import threading
 import time
 from typing import TYPE_CHECKING
 
@@ -77,6 +78,11 @@ class RedisHealth:
     (:func:`exhausted`) pauses nothing: the pool is this process's own load, not Redis down.
     ``exhausted`` counts the decisions made without Redis for it.
 
+    Every thread that calls through the store shares this object: a change of its state (a
+    failure, a probe taken, an outage ended, a decision counted) is made under a lock held
+    for that arithmetic only; while Redis answers, :meth:`up`, :meth:`may_try` and
+    :meth:`succeeded` take no lock.
+
     .. versionadded:: 0.2.0
     """
 
@@ -93,16 +99,20 @@ class RedisHealth:
         self._probe_until = 0.0  # while a probe after a pause is under way
         self.exhausted = 0  # decisions made without Redis for a full pool (not outages)
         self._pool_warned = -math.inf  # when a full pool was last warned of
+        # held for a change of the state above (never for I/O); a change writes the pause
+        # before ``failures``, so a reader without it never sees an outage with no pause
+        self._lock = threading.Lock()
 
     def pool_ran_out(self) -> bool:
         """A decision was made without Redis because the pool stayed full (see the class
         docs): count it; returns whether to warn of it (at most once a minute)."""
-        self.exhausted += 1
         now = time.monotonic()
-        if now - self._pool_warned < _POOL_WARNING_SECONDS:
-            return False
-        self._pool_warned = now
-        return True
+        with self._lock:
+            self.exhausted += 1
+            if now - self._pool_warned < _POOL_WARNING_SECONDS:
+                return False
+            self._pool_warned = now
+            return True
 
     def up(self) -> bool:
         """Whether Redis may be tried now: no pause, and no probe under way (see the class
@@ -122,32 +132,38 @@ class RedisHealth:
             return False
         if waits:
             return True
-        if now < self._probe_until:
-            return False  # another caller's probe is under way
-        self._probe_until = now + (self.attempt_seconds or self.base)
-        return True
+        with self._lock:  # (one caller takes the probe)
+            if not self.failures:
+                return True  # Redis answered meanwhile
+            if now < self.down_until or now < self._probe_until:
+                return False  # paused again, or another caller's probe is under way
+            self._probe_until = now + (self.attempt_seconds or self.base)
+            return True
 
     def succeeded(self) -> None:
         """Redis answered: the outage, if one was under way, is over."""
         if self.failures:
-            self.failures = 0
-            self._probe_until = 0.0
+            with self._lock:
+                self._probe_until = 0.0
+                self.failures = 0
 
     def failed(self) -> float:
         """Redis just failed: pause it; returns the pause in seconds."""
-        now = time.monotonic()
-        if now < self.down_until:  # another caller already paused it
-            return self.down_until - now
-        since = now - self.down_until
-        probing = self.failures and since < max(self._pause, self.base) + self.attempt_seconds
-        self.failures = self.failures + 1 if probing else 1
-        if self.failures == 1:
-            self.outages += 1
-        pause = min(self.cap, self.base * 2 ** (self.failures - 1))
-        self._pause = pause * (0.8 + 0.4 * random.random())
-        self.down_until = now + self._pause
-        self._probe_until = 0.0
-        return self._pause
+        jitter = 0.8 + 0.4 * random.random()
+        with self._lock:  # (callers failing at once: one failure, one pause)
+            now = time.monotonic()
+            if now < self.down_until:  # another caller already paused it
+                return self.down_until - now
+            since = now - self.down_until
+            probing = self.failures and since < max(self._pause, self.base) + self.attempt_seconds
+            failures = self.failures + 1 if probing else 1
+            self._pause = min(self.cap, self.base * 2 ** (failures - 1)) * jitter
+            self.down_until = now + self._pause
+            self._probe_until = 0.0
+            self.failures = failures  # (after the pause: see __init__)
+            if failures == 1:
+                self.outages += 1
+            return self._pause
 
 
 class Outage:
@@ -174,6 +190,7 @@ class Outage:
         self.health = store.health if store is not None else RedisHealth(seconds, seconds)
         self._logged = 0  # the outage last logged
         self._refusal = ""  # the refusal last logged
+        self._lock = threading.Lock()  # (threads failing at once: one of them logs)
 
     def up(self) -> bool:
         """Whether this stage may try Redis now (:meth:`RedisHealth.may_try`)."""
@@ -186,8 +203,9 @@ class Outage:
         does a full connection pool (:func:`exhausted`: this process's load), warned of at
         most once a minute."""
         if refused(exc):
-            if self._refusal != str(exc):
-                self._refusal = str(exc)
+            with self._lock:
+                news, self._refusal = self._refusal != str(exc), str(exc)
+            if news:
                 logger.error(
                     "%s: Redis refused a command (%s): a key of another kind under the "
                     "store's key_prefix, or a script this Redis cannot run; %s for the "
@@ -210,8 +228,11 @@ class Outage:
                 )
             return
         pause = self.health.failed()
-        if self._logged != self.health.outages:
-            self._logged = self.health.outages
+        outage = self.health.outages
+        with self._lock:
+            news = outage > self._logged
+            self._logged = max(outage, self._logged)
+        if news:
             logger.warning(
                 "%s: Redis unavailable (%s); %s, trying Redis again in %.1f s",
                 self.what,
