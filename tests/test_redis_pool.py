@@ -15,10 +15,13 @@ from collections.abc import AsyncIterator, Iterator
 import anyio
 import pytest
 
-from llmguard_sdk import ConfigurationError
+from llmguard_sdk import ConfigurationError, Guard, OpenAICompatibleProvider
+from llmguard_sdk.budget import Budget, Budgets, BudgetUnavailableError
 from llmguard_sdk.ratelimit import RateLimit, RedisRateLimiter
 from llmguard_sdk.store import RedisStore
-from tests.conftest import RawRedis, RedisTarget, redis_store
+from llmguard_sdk.testing import FakeProvider
+from tests.conftest import USER, RawRedis, RedisTarget, redis_store
+from tests.test_budget_guard import PRICES
 
 OUTAGE = "Redis unavailable"
 TOO_SMALL = "max_connections"  # the setting the pool's warning names
@@ -186,3 +189,44 @@ def test_the_pool_timeout_is_one_attempt_unless_set(redis_url: str) -> None:
     stores = (default, keyword, query)
     assert [store.pool_timeout for store in stores] == [4.0, 3, 4]
     assert [store._pool.timeout for store in stores] == [4.0, 3, 4]
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_fail_closed_budget_meeting_a_full_pool_says_so(
+    redis_url: str, redis_prefix: str, fake: FakeProvider, mode: str
+) -> None:
+    """A budget that refuses calls while Redis is away, meeting a pool held full past
+    ``pool_timeout``, refuses the call with :class:`BudgetUnavailableError` saying what
+    happened (the pool stayed full; raise ``max_connections`` or ``pool_timeout``), not
+    "Redis cannot be reached": Redis is not paused, so ``retry_after`` is 0 (at once)."""
+    store = RedisStore(redis_url, key_prefix=redis_prefix, max_connections=1, pool_timeout=0.05)
+    guard = Guard(
+        OpenAICompatibleProvider(fake.base_url, model="fake-model", name="primary"),
+        store=store,
+        budgets=Budgets([Budget(limit_usd=1.0)], prices=PRICES, fail_open=False),
+        breaker=None,
+        retry_budget=None,
+        environ={},
+    )
+
+    async def achat() -> None:
+        async with _apool_held(store):
+            await guard.achat(USER, max_tokens=3)
+
+    def call() -> None:
+        if mode == "async":
+            anyio.run(achat)
+        else:
+            with _pool_held(store):
+                guard.chat(USER, max_tokens=3)
+
+    with pytest.raises(BudgetUnavailableError) as refused:
+        call()
+    text = str(refused.value)
+    assert "cannot be reached" not in text
+    assert "connection pool stayed full for pool_timeout (0.05 s)" in text
+    assert "max_connections" in text
+    assert refused.value.retry_after == 0.0
+    assert fake.stats.requests == 0  # refused before the provider call
+    assert (store.health.outages, store.health.failures, store.health.exhausted) == (0, 0, 1)
+    guard.close()

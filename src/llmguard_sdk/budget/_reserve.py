@@ -131,10 +131,11 @@ def unavailable(
     config: Budgets, specs: Sequence[CounterSpec], result: ReserveResult, notes: list[BudgetEvent]
 ) -> NoReturn:
     """The backend could not be reached: note it and raise
-    :class:`BudgetUnavailableError`."""
+    :class:`BudgetUnavailableError` (saying why: :attr:`ReserveResult.detail`)."""
     notes.append(BudgetEvent("unavailable", config.name, "*", action="refused"))
     raise BudgetUnavailableError(
-        "spend budgets are unavailable (Redis cannot be reached); budgeted calls "
+        result.detail
+        or "spend budgets are unavailable (Redis cannot be reached); budgeted calls "
         "are refused until it answers (Budgets(fail_open=True) counts per process)",
         scope="*",
         limit_usd=specs[0].limit / NANO,

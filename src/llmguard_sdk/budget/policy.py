@@ -222,7 +222,8 @@ class ReserveResult:
     counter that had no room (its index, settled spend, reserved amount, reset time);
     ``unavailable`` when the shared store could not be reached (fail closed), and
     ``retry_after`` then: the seconds until the store tries it again (5 where a backend
-    does not say); ``alerted`` when this
+    does not say), and ``detail``: why, where that was not the store being away (a full
+    connection pool: this process's load; empty otherwise); ``alerted`` when this
     refusal is the window's 100 % alert (see :func:`exhausted_alert`); ``first_local`` when
     the store could not be reached and this is the first reservation of the outage that a
     ``fail_open`` backend counted in its process's memory (once per outage: the caller
@@ -239,6 +240,7 @@ class ReserveResult:
     alerted: bool = False
     retry_after: float = 5.0
     first_local: bool = False
+    detail: str = ""
 
 
 @dataclass(frozen=True)

@@ -45,7 +45,7 @@ from typing import Any
 
 from typing_extensions import Unpack
 
-from .._state.health import refused
+from .._state.health import exhausted, refused
 from .._state.steps import Call, Step, entry_points, run, work
 from .._state.stores import Outage, RedisScripts, RedisStore, hash_id, redis_errors
 from ..errors import BudgetUnavailableError, ConfigurationError
@@ -190,13 +190,31 @@ class RedisBudgetBackend:
         return tuple(found)
 
     def _locally(
-        self, rid: str, specs: Sequence[CounterSpec], hold: HoldArgs, why: str | None
+        self,
+        rid: str,
+        specs: Sequence[CounterSpec],
+        hold: HoldArgs,
+        why: str | None,
+        full: bool = False,
     ) -> ReserveResult:
         """Redis is unreachable: refuse (fail closed), or reserve on this process's part
-        (``first_local`` on the first such reservation of an outage, see :meth:`_news`)."""
+        (``first_local`` on the first such reservation of an outage, see :meth:`_news`).
+        ``full``: rather, the store's connection pool stayed full (the refusal says so)."""
         if not self.fail_open:
+            detail = ""
+            if full:
+                detail = (
+                    "spend budgets are unavailable for this call: the Redis store's connection "
+                    f"pool stayed full for pool_timeout ({self._store.pool_timeout:g} s), "
+                    "this process's own load (Redis is not paused); raise the store's "
+                    "max_connections or pool_timeout"
+                )
             return ReserveResult(
-                False, refused_index=-1, unavailable=True, retry_after=self._retry_in()
+                False,
+                refused_index=-1,
+                unavailable=True,
+                retry_after=self._retry_in(),
+                detail=detail,
             )
         self._note_local(rid)
         result = self._fallback.reserve(rid, self._local_specs(specs), **hold)
@@ -293,6 +311,7 @@ class RedisBudgetBackend:
         """Hold a call's worst case on every counter in one script, all or nothing (a
         journal to replay first costs round trips of its own)."""
         why: str | None = None  # Redis away (paused, or it failed now)
+        full = False  # rather, the store's connection pool stayed full
         if self._outage.up():
             try:
                 yield from self._flush_steps()
@@ -303,7 +322,8 @@ class RedisBudgetBackend:
             except redis_errors() as exc:
                 self._failed(exc)
                 why = f"refused: {exc}" if refused(exc) else None
-        return self._locally(rid, specs, hold, why)
+                full = exhausted(exc)
+        return self._locally(rid, specs, hold, why, full)
 
     def settle_steps(
         self, rid: str, specs: Sequence[CounterSpec], *, actual: int, ttl: float
