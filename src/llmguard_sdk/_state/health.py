@@ -16,10 +16,10 @@ from ..errors import ConfigurationError
 if TYPE_CHECKING:
     from .stores import RedisStore
 
-__all__ = ["Outage", "RedisHealth", "exhausted", "refused"]
+__all__ = ["Outage", "RedisHealth", "caused_by", "exhausted", "lagging", "refused"]
 
 logger = logging.getLogger("llmguard_sdk")
-_POOL_WARNING_SECONDS = 60.0  # a store warns of its full pool at most this often
+_LOAD_WARNING_SECONDS = 60.0  # a store warns of its full pool (busy loop) at most this often
 _ERROR_CODE = re.compile(r"^[A-Z]+ ")  # an error reply's code, as redis-py keeps it
 
 
@@ -47,11 +47,24 @@ def exhausted(exc: BaseException) -> bool:
     no outage, and no reason to leave Redis alone."""
     from .connections import pool_exhausted
 
+    return caused_by(exc, pool_exhausted())
+
+
+def lagging(exc: BaseException) -> bool:
+    """Whether ``exc`` is a Redis timeout that this process's event loop caused, running late
+    for most of the round trip (see :mod:`._state.lag`): its own load, as :func:`exhausted`."""
+    from .lag import loop_busy
+
+    return caused_by(exc, loop_busy())
+
+
+def caused_by(exc: BaseException, kind: type[Exception]) -> bool:
+    """Whether ``exc`` is a ``kind``, or raised from one (up to two causes deep)."""
     seen: BaseException | None = exc
     for _ in range(3):  # (a cluster client's wrapping: a cluster error from it)
         if seen is None:
             return False
-        if isinstance(seen, pool_exhausted()):
+        if isinstance(seen, kind):
             return True
         seen = seen.__cause__
     return False
@@ -76,7 +89,9 @@ class RedisHealth:
 
     A round trip that found no free connection of the store's pool in its ``pool_timeout``
     (:func:`exhausted`) pauses nothing: the pool is this process's own load, not Redis down.
-    ``exhausted`` counts the decisions made without Redis for it.
+    ``exhausted`` counts the decisions made without Redis for it. So does an async round
+    trip's timeout that the event loop's own lag caused (:func:`lagging`), counted by
+    ``lagged``.
 
     Every thread that calls through the store shares this object: a change of its state (a
     failure, a probe taken, an outage ended, a decision counted) is made under a lock held
@@ -98,7 +113,8 @@ class RedisHealth:
         self._pause = 0.0
         self._probe_until = 0.0  # while a probe after a pause is under way
         self.exhausted = 0  # decisions made without Redis for a full pool (not outages)
-        self._pool_warned = -math.inf  # when a full pool was last warned of
+        self.lagged = 0  # decisions made without Redis for a busy event loop (not outages)
+        self._warned: dict[str, float] = {}  # when each kind of load was last warned of
         # held for a change of the state above (never for I/O); a change writes the pause
         # before ``failures``, so a reader without it never sees an outage with no pause
         self._lock = threading.Lock()
@@ -106,13 +122,25 @@ class RedisHealth:
     def pool_ran_out(self) -> bool:
         """A decision was made without Redis because the pool stayed full (see the class
         docs): count it; returns whether to warn of it (at most once a minute)."""
-        now = time.monotonic()
         with self._lock:
             self.exhausted += 1
-            if now - self._pool_warned < _POOL_WARNING_SECONDS:
-                return False
-            self._pool_warned = now
-            return True
+            return self._warns("pool")
+
+    def loop_ran_late(self) -> bool:
+        """A decision was made without Redis because the event loop's lag caused its round
+        trip's timeout (see the class docs): count it; returns whether to warn of it (at
+        most once a minute)."""
+        with self._lock:
+            self.lagged += 1
+            return self._warns("loop")
+
+    def _warns(self, kind: str) -> bool:
+        """Whether to warn of the load ``kind`` now (under the lock)."""
+        now = time.monotonic()
+        if now - self._warned.get(kind, -math.inf) < _LOAD_WARNING_SECONDS:
+            return False
+        self._warned[kind] = now
+        return True
 
     def up(self) -> bool:
         """Whether Redis may be tried now: no pause, and no probe under way (see the class
@@ -200,8 +228,9 @@ class Outage:
         """Redis just failed: pause it (for every stage of the store) and log once. An answer
         that refuses the command itself (:func:`refused`) pauses nothing: it is logged (as an
         error, once while it stays the same) and only this decision is made without Redis; so
-        does a full connection pool (:func:`exhausted`: this process's load), warned of at
-        most once a minute."""
+        does a full connection pool (:func:`exhausted`: this process's load), or a timeout
+        that the event loop's lag caused (:func:`lagging`), each warned of at most once a
+        minute."""
         if refused(exc):
             with self._lock:
                 news, self._refusal = self._refusal != str(exc), str(exc)
@@ -222,6 +251,17 @@ class Outage:
                     "pool is too small for this process's load (warned once a minute; "
                     "store.health.exhausted counts them): raise the store's max_connections "
                     "(or pool_timeout)",
+                    self.what,
+                    exc,
+                    self.instead,
+                )
+            return
+        if lagging(exc):
+            if self.health.loop_ran_late():
+                logger.warning(
+                    "%s: %s; %s for this decision. Redis is not paused: this process's event "
+                    "loop was too busy to read Redis in time (warned once a minute; "
+                    "store.health.lagged counts them): run fewer calls at once per event loop",
                     self.what,
                     exc,
                     self.instead,

@@ -22,6 +22,7 @@ import anyio.to_thread
 from typing_extensions import ParamSpec
 
 from .connections import resends_bounded
+from .lag import judged, lags
 
 if TYPE_CHECKING:
     import redis.asyncio
@@ -460,27 +461,30 @@ def _execute(store: RedisStore, commands: Sequence[Command]) -> list[Any]:
 
 
 async def _aexecute(store: RedisStore, commands: Sequence[Command]) -> list[Any]:
-    """Async twin of :func:`_execute`."""
-    try:
-        async with store.async_round_trip():
-            client = store.aclient
-            if store.cluster:  # the slot map (fetched once, on first use)
-                await cast("redis.asyncio.RedisCluster", client).initialize()
-            pipe = client.pipeline(transaction=False)
-            _pack(pipe, commands, client, store.cluster)
-            with resends_bounded(store):
-                replies = list(await pipe.execute(raise_on_error=False))
-            missing = _missing(replies)
-            if missing:
-                for source in {commands[index].source for index in missing}:
-                    await client.script_load(source)
+    """Async twin of :func:`_execute`; a Redis timeout that this event loop's own lag
+    caused is :func:`.lag.loop_busy`'s error (see :mod:`.lag`)."""
+    began = time.monotonic()
+    with lags.get().watching() as late:
+        try:
+            async with store.async_round_trip():
+                client = store.aclient
+                if store.cluster:  # the slot map (fetched once, on first use)
+                    await cast("redis.asyncio.RedisCluster", client).initialize()
                 pipe = client.pipeline(transaction=False)
-                _pack(pipe, [commands[index] for index in missing], client, store.cluster)
+                _pack(pipe, commands, client, store.cluster)
                 with resends_bounded(store):
-                    again = await pipe.execute(raise_on_error=False)
-                for index, reply in zip(missing, again, strict=True):
-                    replies[index] = reply
-            store.health.succeeded()
-            return replies
-    except Exception as exc:
-        return [exc] * len(commands)
+                    replies = list(await pipe.execute(raise_on_error=False))
+                missing = _missing(replies)
+                if missing:
+                    for source in {commands[index].source for index in missing}:
+                        await client.script_load(source)
+                    pipe = client.pipeline(transaction=False)
+                    _pack(pipe, [commands[index] for index in missing], client, store.cluster)
+                    with resends_bounded(store):
+                        again = await pipe.execute(raise_on_error=False)
+                    for index, reply in zip(missing, again, strict=True):
+                        replies[index] = reply
+                store.health.succeeded()
+                return replies
+        except Exception as exc:
+            return [judged(exc, time.monotonic() - began, late())] * len(commands)

@@ -45,7 +45,7 @@ from typing import Any
 
 from typing_extensions import Unpack
 
-from .._state.health import exhausted, refused
+from .._state.health import exhausted, lagging, refused
 from .._state.steps import Call, Step, entry_points, run, work
 from .._state.stores import Outage, RedisScripts, RedisStore, hash_id, redis_errors
 from ..errors import BudgetUnavailableError, ConfigurationError
@@ -195,30 +195,37 @@ class RedisBudgetBackend:
         specs: Sequence[CounterSpec],
         hold: HoldArgs,
         why: str | None,
-        full: bool = False,
+        load: BaseException | None = None,
     ) -> ReserveResult:
         """Redis is unreachable: refuse (fail closed), or reserve on this process's part
         (``first_local`` on the first such reservation of an outage, see :meth:`_news`).
-        ``full``: rather, the store's connection pool stayed full (the refusal says so)."""
+        ``load``: rather, this process's load kept Redis from deciding (the refusal says
+        how)."""
         if not self.fail_open:
-            detail = ""
-            if full:
-                detail = (
-                    "spend budgets are unavailable for this call: the Redis store's connection "
-                    f"pool stayed full for pool_timeout ({self._store.pool_timeout:g} s), "
-                    "this process's own load (Redis is not paused); raise the store's "
-                    "max_connections or pool_timeout"
-                )
             return ReserveResult(
                 False,
                 refused_index=-1,
                 unavailable=True,
                 retry_after=self._retry_in(),
-                detail=detail,
+                detail="" if load is None else self._load_detail(load),
             )
         self._note_local(rid)
         result = self._fallback.reserve(rid, self._local_specs(specs), **hold)
         return dataclasses.replace(result, first_local=True) if self._news(why) else result
+
+    def _load_detail(self, load: BaseException) -> str:
+        """The refusal's text for a decision that this process's ``load`` kept from Redis."""
+        if lagging(load):
+            return (
+                "spend budgets are unavailable for this call: this process's event loop was "
+                "too busy to read the Redis store's answer in time (its own load; Redis is "
+                "not paused); run fewer calls at once per event loop"
+            )
+        return (
+            "spend budgets are unavailable for this call: the Redis store's connection pool "
+            f"stayed full for pool_timeout ({self._store.pool_timeout:g} s), this process's "
+            "own load (Redis is not paused); raise the store's max_connections or pool_timeout"
+        )
 
     def _news(self, why: str | None) -> bool:
         """Whether a reservation counted locally is the first of its outage (as the store's
@@ -311,7 +318,7 @@ class RedisBudgetBackend:
         """Hold a call's worst case on every counter in one script, all or nothing (a
         journal to replay first costs round trips of its own)."""
         why: str | None = None  # Redis away (paused, or it failed now)
-        full = False  # rather, the store's connection pool stayed full
+        load: BaseException | None = None  # rather, this process's load kept it from Redis
         if self._outage.up():
             try:
                 yield from self._flush_steps()
@@ -322,8 +329,8 @@ class RedisBudgetBackend:
             except redis_errors() as exc:
                 self._failed(exc)
                 why = f"refused: {exc}" if refused(exc) else None
-                full = exhausted(exc)
-        return self._locally(rid, specs, hold, why, full)
+                load = exc if exhausted(exc) or lagging(exc) else None
+        return self._locally(rid, specs, hold, why, load)
 
     def settle_steps(
         self, rid: str, specs: Sequence[CounterSpec], *, actual: int, ttl: float

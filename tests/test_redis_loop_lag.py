@@ -1,0 +1,133 @@
+"""An async Redis round trip that timed out while this process's event loop was busy (a
+burst of calls' own work) is this process's load, not Redis down: it is decided without
+Redis, but the store is not paused and no outage is logged. A Redis that does not answer
+in time on a loop that ran on time is still an outage. Real Redis; the loop is kept busy by
+a task that blocks it, as a burst's CPU work does."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+
+from llmguard_sdk.budget import RedisBudgetBackend
+from llmguard_sdk.budget.memory import HoldArgs
+from llmguard_sdk.budget.policy import CounterSpec, ReserveResult
+from llmguard_sdk.ratelimit import RateLimit, RedisRateLimiter
+from llmguard_sdk.store import RedisStore
+from tests.slowanswer import SlowAnswers
+
+OUTAGE = "Redis unavailable"
+
+
+def _logged(caplog: pytest.LogCaptureFixture, text: str) -> list[str]:
+    return [r.getMessage() for r in caplog.records if text in r.getMessage()]
+
+
+def _work(seconds: float) -> None:
+    """A burst's CPU work: nothing else on the event loop runs meanwhile."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        pass
+
+
+def _limiter(store: RedisStore) -> RedisRateLimiter:
+    """Every call granted by Redis holds a lease there: Redis's count says how many."""
+    return RedisRateLimiter(store, {"r": RateLimit(rpm=10**9, concurrency=10_000)})
+
+
+def test_a_connect_timeout_on_a_busy_event_loop_is_no_outage(
+    redis_url: str, redis_prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A round trip starts connecting, then another task keeps the loop busy past the
+    connect timeout (the loop cannot read the socket, whose connection Redis had made): the
+    timeout fires once the loop runs again. That decision is made without Redis (this
+    process's share), but Redis is not paused: the next call reaches it. It was "Redis
+    unavailable (Timeout connecting to server)" and every stage of the store paused."""
+    store = RedisStore(redis_url, key_prefix=redis_prefix, socket_timeout=0.05)
+    limiter = _limiter(store)
+    grants: list[bool] = []
+
+    async def busy_loop() -> None:
+        _work(0.4)
+
+    async def calls() -> None:
+        async with anyio.create_task_group() as group:
+            group.start_soon(lambda: _granted(limiter, grants))  # starts connecting first
+            group.start_soon(busy_loop)
+        grants.append((await limiter.areserve("r")).allowed)
+        await store.aclose()
+
+    with caplog.at_level(logging.WARNING, logger="llmguard_sdk"):
+        anyio.run(calls)
+    assert grants == [True, True]
+    assert limiter.in_flight("r") == 1  # the first decided locally, the second in Redis
+    assert (store.health.outages, store.health.failures, store.health.lagged) == (0, 0, 1)
+    assert _logged(caplog, OUTAGE) == []
+    warned = _logged(caplog, "event loop")
+    assert len(warned) == 1
+    store.close()
+
+
+async def _granted(limiter: RedisRateLimiter, grants: list[bool]) -> None:
+    grants.append((await limiter.areserve("r")).allowed)
+
+
+def test_a_redis_too_slow_on_an_idle_event_loop_is_an_outage(
+    redis_url: str, redis_prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Redis's answer held back past ``socket_timeout`` while the loop ran on time: an outage
+    (the store paused, logged), as before."""
+    with SlowAnswers(redis_url, b"EVALSHA", delay=1.0) as slow:
+        store = RedisStore(slow.url, key_prefix=redis_prefix, socket_timeout=0.1)
+        limiter = _limiter(store)
+
+        async def call() -> None:
+            assert (await limiter.areserve("r")).allowed  # (this process's share)
+            await store.aclose()
+
+        with caplog.at_level(logging.WARNING, logger="llmguard_sdk"):
+            anyio.run(call)
+        assert (store.health.outages, store.health.failures, store.health.lagged) == (1, 1, 0)
+        assert len(_logged(caplog, OUTAGE)) == 1
+        store.close()
+
+
+def test_a_fail_closed_budget_refusing_for_a_busy_event_loop_says_so(
+    redis_url: str, redis_prefix: str, tmp_path: Path
+) -> None:
+    """A fail-closed budget whose round trip timed out on a busy loop refuses that call,
+    saying the event loop was too busy (not "Redis cannot be reached"); Redis is not paused,
+    and the next reservation reaches it."""
+    store = RedisStore(
+        redis_url, key_prefix=redis_prefix, socket_timeout=0.05, journal_dir=str(tmp_path)
+    )
+    backend = RedisBudgetBackend(store)
+    spec = CounterSpec("global-x", 10**12, "day", 3600.0, (), "global", 0)
+    results: list[ReserveResult] = []
+
+    async def reserve(rid: str) -> None:
+        hold = HoldArgs(base=1000, per_token=0.0, want=0, minimum=0, ttl=60.0)
+        results.append(await backend.areserve(rid, [spec], **hold))
+
+    async def busy_loop() -> None:
+        _work(0.4)
+
+    async def calls() -> None:
+        async with anyio.create_task_group() as group:
+            group.start_soon(reserve, "call-1")  # starts connecting first
+            group.start_soon(busy_loop)
+        await reserve("call-2")
+        await store.aclose()
+
+    anyio.run(calls)
+    refused, granted = results
+    assert (refused.allowed, refused.unavailable) == (False, True)
+    assert "event loop was too busy" in refused.detail
+    assert refused.retry_after == 0.0
+    assert granted.allowed
+    assert (store.health.outages, store.health.failures, store.health.lagged) == (0, 0, 1)
+    store.close()
