@@ -1,7 +1,10 @@
 """A Responses API request (``POST /v1/responses``) read as a server reads it: its
 ``instructions`` and ``input`` items as chat messages, its parameters as chat-completions
 ``create()`` keywords. What no chat route can serve is a :class:`RequestValidationError` (a
-400) naming it, never a silent drop.
+400) naming it, never a silent drop; parameters chat has too go on under their names, and what
+changes nothing through the Guard (``store``, ``max_tool_calls`` ..., the ``include`` values
+for items no answer through the Guard has: built-in tools' results and outputs, input image
+URLs) is left out, never sent to a route whose API would refuse it as unknown.
 
 Used by the Guard's transport and by the fake provider; :mod:`._responses_wire` writes the
 answers.
@@ -15,10 +18,49 @@ from typing import Any
 
 from ..errors import RequestValidationError
 
-# Parameters with the same name and meaning in chat completions.
+# Parameters with the same name and meaning in chat completions (``prompt_cache_key``,
+# ``prompt_cache_retention``, ``safety_identifier``, ``service_tier``, ``moderation`` and any
+# other the request names go on as they are: see chat_arguments).
 _SAME = ("temperature", "top_p", "metadata", "user", "parallel_tool_calls", "seed")
-# Responses-only parameters the Guard serves without (the answer is not stored server-side).
-_DROPPED = frozenset({"store", "include", "truncation", "stream_options", "background"})
+# Responses-only parameters that change nothing through the Guard, left out (a chat route's
+# API refuses them as unknown): ``store`` and ``truncation`` (nothing is stored; the input is
+# sent whole), ``stream_options`` (its ``include_obfuscation``: the Guard's events carry no
+# obfuscation), ``background`` false and ``background_options`` (a background response is a
+# 400), ``max_tool_calls`` (it counts calls of built-in tools, and only function tools go
+# through), ``context_management`` (compaction: the input is sent whole, no compaction item
+# comes back), ``image`` (image context compression, an optimisation) and
+# ``access_programs`` (the route resolves the program, as OpenAI does when it is not given).
+_DROPPED = frozenset(
+    {
+        "store",
+        "truncation",
+        "stream_options",
+        "background",
+        "background_options",
+        "max_tool_calls",
+        "context_management",
+        "image",
+        "access_programs",
+    }
+)
+# ``include`` values for output no chat route's answer has (items of built-in tools, which
+# are a 400; input images, which the Guard does not store): asking changes nothing
+_INCLUDE_NOTHING = frozenset(
+    {
+        "file_search_call.results",
+        "web_search_call.results",
+        "web_search_call.action.sources",
+        "message.input_image.image_url",
+        "computer_call_output.output.image_url",
+        "code_interpreter_call.outputs",
+    }
+)
+_INCLUDE_LOGPROBS = "message.output_text.logprobs"  # asked of a chat route as logprobs: true
+# asked of Responses routes only (a chat route's reasoning is text, never encrypted)
+_INCLUDE_RESPONSES = ("reasoning.encrypted_content",)
+RESPONSES_ONLY = ("include",)
+"""The keywords of :func:`chat_arguments` that only Responses routes may be sent (the seam
+names them under :data:`~llmguard_sdk.providers.wire.RESPONSES_ONLY_KEY`)."""
 _ROLES = frozenset({"system", "developer", "user", "assistant"})
 _TEXT_PARTS = frozenset({"input_text", "output_text", "text"})
 _CHAT_DETAILS = frozenset({"low", "high"})  # an image's detail chat takes ("auto": its default)
@@ -164,15 +206,43 @@ def _text(text: object) -> dict[str, Any]:
     return {**params, "response_format": {"type": str(fmt.get("type"))}}
 
 
-def _logprobs(body: Mapping[str, Any]) -> dict[str, Any]:
-    """Chat's ``logprobs`` (and ``top_logprobs``, which chat takes only beside it) where the
-    request includes the text's logprobs, as the Responses API asks for them; without the
-    include the answer has none, and ``top_logprobs`` is not passed on."""
+def _include(body: Mapping[str, Any]) -> dict[str, Any]:
+    """``include``'s chat counterparts: chat's ``logprobs`` (and ``top_logprobs``, which chat
+    takes only beside it) for the text's logprobs, as the Responses API asks for them (without
+    that value the answer has none, and ``top_logprobs`` is not passed on); ``include`` of the
+    values only a Responses route can serve (``reasoning.encrypted_content``), a keyword only
+    Responses routes are sent (:data:`RESPONSES_ONLY`). Values for output no answer through
+    the Guard has are left out; a value of no known meaning is a 400."""
     include = body.get("include")
-    if not isinstance(include, list) or "message.output_text.logprobs" not in include:
+    if include is None:
         return {}
-    top = body.get("top_logprobs")
-    return {"logprobs": True, **({"top_logprobs": top} if top is not None else {})}
+    if not isinstance(include, list):
+        raise _bad("include must be a list")
+    params: dict[str, Any] = {}
+    for value in include:
+        if value not in _INCLUDE_NOTHING | {_INCLUDE_LOGPROBS, *_INCLUDE_RESPONSES}:
+            raise _bad(f"include value {value!r:.80} is not one the Guard can serve")
+    if _INCLUDE_LOGPROBS in include:
+        top = body.get("top_logprobs")
+        params.update(logprobs=True, **({"top_logprobs": top} if top is not None else {}))
+    routed = [value for value in _INCLUDE_RESPONSES if value in include]
+    return {**params, "include": routed} if routed else params
+
+
+def _prompt_cache(options: object) -> dict[str, Any]:
+    """``prompt_cache_options`` as chat takes it (its ``mode`` and ``ttl``; the diagnostics'
+    ``comparison_response_id`` is left out); a ``prewarm``, which answers no output, a 400."""
+    if options is None:
+        return {}
+    if not isinstance(options, dict):
+        raise _bad("prompt_cache_options must be an object")
+    if options.get("prewarm"):
+        raise _bad(
+            "prompt_cache_options.prewarm asks for no output, and the Guard answers every"
+            " request: warm the cache with a request of the prompt"
+        )
+    kept = {k: options[k] for k in ("mode", "ttl") if k in options}
+    return {"prompt_cache_options": kept} if kept else {}
 
 
 def _refuse_state(body: Mapping[str, Any]) -> None:
@@ -186,7 +256,12 @@ def _refuse_state(body: Mapping[str, Any]) -> None:
             " as the input"
         )
     if body.get("background"):
-        raise _bad("background responses are not supported")
+        raise _bad("background responses are not supported: send background false")
+    if body.get("prompt"):
+        raise _bad(
+            "prompt (a stored prompt template, by id) is not supported: no route the Guard"
+            " sends messages to has the stored prompt; send its text as instructions and input"
+        )
 
 
 def chat_arguments(body: Mapping[str, Any]) -> dict[str, Any]:
@@ -203,8 +278,11 @@ def chat_arguments(body: Mapping[str, Any]) -> dict[str, Any]:
         "reasoning",
         "stream",
         "top_logprobs",
+        "include",
+        "prompt_cache_options",
         "conversation",
         "previous_response_id",
+        "prompt",
         *_SAME,
         *_DROPPED,
     }
@@ -220,7 +298,8 @@ def chat_arguments(body: Mapping[str, Any]) -> dict[str, Any]:
     if body.get("tool_choice") is not None:
         params["tool_choice"] = _tool_choice(body["tool_choice"])
     params.update(_text(body.get("text")))
-    params.update(_logprobs(body))
+    params.update(_include(body))
+    params.update(_prompt_cache(body.get("prompt_cache_options")))
     reasoning = body.get("reasoning")
     if isinstance(reasoning, dict) and reasoning.get("effort"):
         params["reasoning_effort"] = reasoning["effort"]

@@ -48,10 +48,12 @@ from ..prompts.adapters import CACHE_HISTORY_KEY, STATIC_MESSAGES_KEY, add_cache
 from ._error_kinds import error_answer
 from .openai_compat import OpenAICompatibleProvider, _check_count, _shown
 from .wire import (
+    RESPONSES_ONLY_KEY,
     AnswerShape,
     StreamState,
     answer_response,
     checked_answer,
+    named_keys,
     usage_from_payload,
 )
 
@@ -103,6 +105,7 @@ _NOT_SENT = frozenset(
         "prediction",
         "presence_penalty",
         "prompt_cache_key",
+        "prompt_cache_options",
         "prompt_cache_retention",
         "reasoning_effort",
         "safety_identifier",
@@ -251,8 +254,9 @@ def build_anthropic_payload(
         )
     if stream:
         payload["stream"] = True
+    responses_only = named_keys(request, RESPONSES_ONLY_KEY)  # (the Responses API's)
     for key, value in (request.extra_body or {}).items():
-        if key not in _NOT_SENT:
+        if key not in _NOT_SENT and key not in responses_only:
             payload[key] = value
     _openai_counterparts(payload, request.extra_body or {})
     return payload

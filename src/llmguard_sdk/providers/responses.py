@@ -34,6 +34,7 @@ from .wire import (
 __all__ = ["OpenAIResponsesProvider"]
 
 _SAME = ("temperature", "top_p", "tool_choice")
+_TEXT_LOGPROBS = "message.output_text.logprobs"
 
 
 class OpenAIResponsesProvider(OpenAICompatibleProvider):
@@ -129,7 +130,8 @@ def build_responses_payload(request: ChatRequest, *, model: str, stream: bool) -
         schema = fmt.get("json_schema")
         flat = schema if isinstance(schema, dict) else {}
         payload["text"] = {"format": {"type": fmt.get("type"), **flat}}
-    extra = sent_extra_body(request)
+    extra = sent_extra_body(request, responses=True)
+    _logprobs_asked(extra)
     effort = extra.pop("reasoning_effort", None)
     if effort is not None:
         payload["reasoning"] = {"effort": effort}
@@ -140,6 +142,19 @@ def build_responses_payload(request: ChatRequest, *, model: str, stream: bool) -
     if stream:
         payload["stream"] = True
     return payload
+
+
+def _logprobs_asked(extra: dict[str, Any]) -> None:
+    """Chat's ``logprobs: true`` (in ``extra``, a request's ``extra_body``) as the Responses
+    API asks for the text's logprobs: ``include``'s ``message.output_text.logprobs`` (beside
+    ``top_logprobs``, as chat's); the Responses API has no ``logprobs`` parameter."""
+    if extra.pop("logprobs", None) is not True:
+        return
+    include = extra.get("include")
+    include = list(include) if isinstance(include, list) else []
+    if _TEXT_LOGPROBS not in include:
+        include.append(_TEXT_LOGPROBS)
+    extra["include"] = include
 
 
 # -- answers -------------------------------------------------------------------------------

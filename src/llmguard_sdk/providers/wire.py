@@ -38,6 +38,7 @@ _STREAM_ERROR = "provider reported an error in the stream"
 
 __all__ = [
     "ANTHROPIC_ONLY_KEY",
+    "RESPONSES_ONLY_KEY",
     "CACHE_CONTROL",
     "AnswerShape",
     "CHAT_COMPLETIONS",
@@ -53,6 +54,7 @@ __all__ = [
     "function_tool",
     "http_error",
     "json_answer",
+    "named_keys",
     "parse_completion",
     "sent_extra_body",
     "usage_from_payload",
@@ -62,6 +64,10 @@ ANTHROPIC_ONLY_KEY = "llmguard.anthropic_only"
 """``ChatRequest.metadata`` key: the ``extra_body`` keys (comma-separated) that only Anthropic
 routes send, parameters of Anthropic's Messages API that chat completions and Responses lack
 (the transport seam's ``/messages`` names ``top_k`` and ``thinking`` here)."""
+RESPONSES_ONLY_KEY = "llmguard.responses_only"
+"""``ChatRequest.metadata`` key: the ``extra_body`` keys (comma-separated) that only OpenAI
+Responses routes send, parameters of the Responses API that chat completions and Anthropic's
+Messages lack (the transport seam's ``/responses`` names ``include`` here)."""
 CACHE_CONTROL = "cache_control"
 """Named under :data:`ANTHROPIC_ONLY_KEY`: the request's content parts and tools hold Anthropic
 cache breakpoints that only Anthropic routes send (the transport seam's ``/messages`` names it);
@@ -107,7 +113,7 @@ def build_payload(request: ChatRequest, *, model: str, stream: bool) -> dict[str
         payload["stream"] = True
         payload["stream_options"] = {"include_usage": True}
     payload.update(sent_extra_body(request))
-    if CACHE_CONTROL in (request.metadata or {}).get(ANTHROPIC_ONLY_KEY, "").split(","):
+    if CACHE_CONTROL in named_keys(request, ANTHROPIC_ONLY_KEY):
         _drop_breakpoints(payload)
     return payload
 
@@ -143,11 +149,22 @@ def _drop_breakpoints(payload: dict[str, Any]) -> None:
         ]
 
 
-def sent_extra_body(request: ChatRequest) -> dict[str, Any]:
+def named_keys(request: ChatRequest, key: str) -> list[str]:
+    """The ``extra_body`` keys ``request.metadata[key]`` names (:data:`ANTHROPIC_ONLY_KEY`,
+    :data:`RESPONSES_ONLY_KEY`)."""
+    return [name for name in (request.metadata or {}).get(key, "").split(",") if name]
+
+
+def sent_extra_body(request: ChatRequest, *, responses: bool = False) -> dict[str, Any]:
     """``request.extra_body`` as a route that does not speak Anthropic's API sends it: less
-    the keys ``request.metadata[ANTHROPIC_ONLY_KEY]`` names (all of it when none are named)."""
+    the keys ``request.metadata[ANTHROPIC_ONLY_KEY]`` names, and unless ``responses`` (a
+    Responses route) those ``request.metadata[RESPONSES_ONLY_KEY]`` names (all of it when
+    none are named)."""
     extra = dict(request.extra_body or {})
-    for key in (request.metadata or {}).get(ANTHROPIC_ONLY_KEY, "").split(","):
+    dropped = named_keys(request, ANTHROPIC_ONLY_KEY)
+    if not responses:
+        dropped += named_keys(request, RESPONSES_ONLY_KEY)
+    for key in dropped:
         extra.pop(key, None)
     return extra
 

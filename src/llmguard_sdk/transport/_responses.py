@@ -12,8 +12,9 @@ from typing import Any
 
 from ..errors import LLMGuardError
 from ..models import ChatResponse, StreamChunk
-from ..providers._responses_input import chat_arguments
+from ..providers._responses_input import RESPONSES_ONLY, chat_arguments
 from ..providers._responses_wire import Answer, EventWriter
+from ..providers.wire import RESPONSES_ONLY_KEY
 from . import _wire
 from ._chat import guard_arguments
 from ._wire import Incoming
@@ -27,8 +28,15 @@ class ResponsesWire:
     """Responses: parse a request, answer a ``response`` object or its events."""
 
     def arguments(self, body: dict[str, Any], incoming: Incoming) -> dict[str, Any]:
-        """``body`` (a Responses request) as Guard arguments."""
-        return guard_arguments(chat_arguments(body), incoming)
+        """``body`` (a Responses request) as Guard arguments; its Responses-only parameters
+        named for the routes that do not speak Responses to leave out."""
+        params = chat_arguments(body)
+        only = [key for key in RESPONSES_ONLY if key in params]
+        arguments = guard_arguments(params, incoming)
+        if only:
+            tags = arguments.get("metadata") or {}
+            arguments["metadata"] = {**tags, RESPONSES_ONLY_KEY: ",".join(only)}
+        return arguments
 
     def answer(self, response: ChatResponse, request: Mapping[str, Any]) -> dict[str, Any]:
         """The ``response`` object of ``response``, echoing the parameters of ``request`` (the
