@@ -15,12 +15,12 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from openai.types.chat.completion_create_params import CompletionCreateParamsBase
 from openai.types.responses.response_create_params import ResponseCreateParamsBase
 
-from llmguard_sdk import Guard, OpenAICompatibleProvider
-from llmguard_sdk.providers.anthropic import AnthropicProvider
+from llmguard_sdk import Guard
 from llmguard_sdk.providers.responses import OpenAIResponsesProvider
 from llmguard_sdk.testing import FakeProvider
 
 from .rawserver import RawServer, http_response, sse_head
+from .routekinds import guard_over
 
 _CHAT_FIELDS = frozenset(CompletionCreateParamsBase.__annotations__) | {"stream"}
 _RESPONSES_FIELDS = frozenset(ResponseCreateParamsBase.__annotations__) | {"stream"}
@@ -54,16 +54,6 @@ _HARMLESS: dict[str, Any] = {
 }
 
 
-def _guard(fake: FakeProvider, route: str) -> Guard:
-    kinds = {
-        "chat": OpenAICompatibleProvider,
-        "responses": OpenAIResponsesProvider,
-        "anthropic": AnthropicProvider,
-    }
-    provider = kinds[route](fake.base_url, model=fake.model, name=fake.name)
-    return Guard(provider, environ={}, retry=None)
-
-
 def _sent(fake: FakeProvider) -> dict[str, Any]:
     return fake.requests[-1].body or {}
 
@@ -89,7 +79,7 @@ def test_responses_only_parameters_reach_a_route_only_as_its_api_takes_them(
     cache_options = {"mode": "explicit", "ttl": "30m", "comparison_response_id": "resp_1"}
     request: dict[str, Any] = {**_SHARED, **_HARMLESS, "top_logprobs": 2}
     request["include"] = [*_HARMLESS["include"], "message.output_text.logprobs"]
-    with _guard(fake, route) as guard:
+    with guard_over(fake, route) as guard:
         guard.client().responses.create(
             model="fake-model",
             input="hello there",
@@ -124,7 +114,7 @@ def test_what_a_chat_route_cannot_serve_is_a_400_naming_it(
 ) -> None:
     """A stored prompt (``prompt`` by id) went on to a chat route as a body field, answered
     without the prompt's text; ``prompt_cache_options.prewarm`` (no output) too."""
-    with _guard(fake, "chat") as guard:
+    with guard_over(fake, "chat") as guard:
         message = _bad_request(guard.client(), **request_)
     assert named in message
     assert fake.requests == []
@@ -136,7 +126,7 @@ def test_reasoning_encrypted_content_is_asked_of_responses_routes_only(fake: Fak
     never to a chat or Anthropic route, which have no ``include``."""
     include: Any = ["reasoning.encrypted_content"]
     for route in ("responses", "chat", "anthropic"):
-        with _guard(fake, route) as guard:
+        with guard_over(fake, route) as guard:
             guard.client().responses.create(
                 model="fake-model", input="hi", include=include, metadata={"ticket": "42"}
             )
@@ -149,7 +139,7 @@ def test_reasoning_encrypted_content_is_asked_of_responses_routes_only(fake: Fak
 def test_an_anthropic_route_is_not_sent_prompt_cache_options(fake: FakeProvider) -> None:
     """Chat's ``prompt_cache_options`` went on to an Anthropic route (which answers 400 "Extra
     inputs are not permitted"), as its other OpenAI-only parameters do not."""
-    with _guard(fake, "anthropic") as guard:
+    with guard_over(fake, "anthropic") as guard:
         guard.client().responses.create(
             model="fake-model",
             input="hi",
@@ -238,7 +228,7 @@ def test_a_chat_caller_s_logprobs_are_asked_of_a_responses_route_as_it_asks_them
     """``logprobs=True`` went to a Responses route as ``logprobs: true``, a parameter the
     Responses API does not have (a 400 from OpenAI): it is ``include``'s
     ``message.output_text.logprobs``, beside ``top_logprobs``."""
-    with _guard(fake, "responses") as guard:
+    with guard_over(fake, "responses") as guard:
         ask: Any = [{"role": "user", "content": "hi"}]
         guard.client().chat.completions.create(
             model="fake-model", messages=ask, logprobs=True, top_logprobs=3

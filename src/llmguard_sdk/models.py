@@ -119,7 +119,9 @@ class Message(BaseModel):
     with ``is_error=True`` that the tool failed (Anthropic's ``tool_result.is_error``; only
     Anthropic routes send it, chat completions has no such field). An assistant message may
     carry Claude's ``thinking`` blocks of that turn, as Claude sent them (Claude wants them back
-    with a tool's result when thinking is on); only Anthropic routes send them.
+    with a tool's result when thinking is on); only Anthropic routes send them. Its
+    ``thinking`` may also hold OpenAI Responses' ``reasoning`` items that led to it, as the
+    route sent them; only Responses routes send those.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -446,9 +448,10 @@ class StreamChunk(BaseModel):
     ``text`` is the content delta ('' for role-only, finish and usage chunks). The last chunk of
     a stream that asked for usage carries ``usage``; ``metadata`` carries what the chunk adds to
     the assembled response's metadata (a local model's context trimming, a piece of OpenAI's
-    ``refusal``, the chunk's ``logprobs``, an Anthropic thinking block in a ``thinking`` list):
-    the stream joins text to text and lists to lists, merges objects key by key by these rules,
-    and lets any other value replace the one before.
+    ``refusal``, the chunk's ``logprobs``, an Anthropic thinking block in a ``thinking`` list,
+    a Responses route's reasoning item in a ``reasoning_items`` list): the stream joins text to
+    text and lists to lists (an object with the ``id`` of one before in its place), merges
+    objects key by key by these rules, and lets any other value replace the one before.
     ``headers``: the HTTP response headers, on a stream's first chunk only (empty on the
     others), so rate-limit counters can be read from streams too; after a retry or a fallback,
     on the first chunk of the attempt that answers.

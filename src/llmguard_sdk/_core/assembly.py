@@ -128,21 +128,42 @@ class Assembler:
 
 def merge_metadata(into: dict[str, Any], piece: Mapping[str, Any]) -> None:
     """Fold one chunk's ``metadata`` (what it adds) into the stream's so far: text joins
-    text (a refusal's pieces), a list extends a list (logprobs' ``content``), an object
-    merges into an object by these rules, key by key; any other value replaces the one
-    before (the last chunk's wins)."""
+    text (a refusal's pieces), a list extends a list (logprobs' ``content``), but an object
+    in it with the ``id`` of one before replaces that one (a Responses route's reasoning
+    item, sent again as it grows); an object merges into an object by these rules, key by
+    key; any other value replaces the one before (the last chunk's wins)."""
     for key, value in piece.items():
         before = into.get(key)
         if isinstance(before, str) and isinstance(value, str):
             into[key] = before + value
         elif isinstance(before, list) and isinstance(value, list):
-            into[key] = [*before, *value]
+            into[key] = _extended(before, value)
         elif isinstance(before, dict) and isinstance(value, Mapping):
             merged = dict(before)
             merge_metadata(merged, value)
             into[key] = merged
         else:
             into[key] = value
+
+
+def _id(entry: object) -> object:
+    return entry.get("id") if isinstance(entry, Mapping) else None
+
+
+def _extended(before: list[Any], more: list[Any]) -> list[Any]:
+    """``before`` and then ``more``; an object of ``more`` whose string ``id`` an object of
+    the list has takes that one's place."""
+    merged = list(before)
+    for entry in more:
+        entry_id = _id(entry)
+        at = None  # (only an object with an id is looked for: logprobs' tokens have none)
+        if isinstance(entry_id, str):
+            at = next((n for n, e in enumerate(merged) if _id(e) == entry_id), None)
+        if at is None:
+            merged.append(entry)
+        else:
+            merged[at] = entry
+    return merged
 
 
 def call_index(delta: Mapping[str, Any], position: int) -> int:

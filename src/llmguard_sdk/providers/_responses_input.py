@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import RequestValidationError
+from ._responses_reasoning import made_by_the_guard
 
 # Parameters with the same name and meaning in chat completions (``prompt_cache_key``,
 # ``prompt_cache_retention``, ``safety_identifier``, ``service_tier``, ``moderation`` and any
@@ -155,23 +156,49 @@ def chat_messages(body: Mapping[str, Any]) -> list[dict[str, Any]]:
         return [*messages, {"role": "user", "content": items}]
     if not isinstance(items, list):
         raise _bad("input must be a string or a list of items")
+    return _item_messages(items, messages)
+
+
+def _item_messages(items: list[object], messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``input``'s items as chat messages after ``messages``: a function call joins the
+    assistant message of the calls before it (chat wants a turn's calls in one message, its
+    tool messages after it).
+
+    A ``reasoning`` item sent back (a model's earlier thoughts) has no place in chat: a
+    route's own (its id a provider's) rides on the next assistant message's ``thinking``,
+    which only Responses routes send, in its place before the message and its calls; the
+    Guard's own (made of a route's reasoning text, see
+    :func:`~._responses_reasoning.made_by_the_guard`) no route could find, and is left out, as is
+    one that no assistant item follows."""
+    thoughts: list[dict[str, Any]] = []  # reasoning items, for the next assistant message
     for item in items:
         if not isinstance(item, dict):
             raise _bad("each input item must be an object")
         kind = item.get("type", "message")
+        if kind == "reasoning":
+            if not made_by_the_guard(item.get("id")):
+                thoughts.append(item)
+            continue
+        last = messages[-1] if messages else None
         if kind == "message":
-            messages.append(_message(item))
+            message = _message(item)
         elif kind == "function_call":
-            last = messages[-1] if messages else None
             if last is not None and last["role"] == "assistant" and last.get("tool_calls"):
                 last["tool_calls"].append(_tool_call(item))
-            else:
-                messages.append({"role": "assistant", "tool_calls": [_tool_call(item)]})
+                if thoughts:
+                    last["thinking"] = [*last.get("thinking", ()), *thoughts]
+                thoughts = []
+                continue
+            message = {"role": "assistant", "tool_calls": [_tool_call(item)]}
         elif kind == "function_call_output":
             text = _tool_output(item.get("output"))
-            messages.append({"role": "tool", "tool_call_id": item.get("call_id"), "content": text})
-        elif kind != "reasoning":  # reasoning items only replay a model's own thoughts
+            message = {"role": "tool", "tool_call_id": item.get("call_id"), "content": text}
+        else:
             raise _bad(f"input item type {kind!r} is not supported")
+        if thoughts and message["role"] == "assistant":
+            message["thinking"] = thoughts
+        thoughts = []
+        messages.append(message)
     return messages
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from .._core.assembly import call_function, call_index
 from ..models import StreamChunk, Usage, openai_finish_reason
+from ._responses_reasoning import ItemEvents, guard_reasoning_id, opening, route_items
 
 
 def usage_object(usage: Usage | None) -> dict[str, Any] | None:
@@ -190,7 +191,9 @@ class Answer:
         self.usage: Usage | None = None
         self.finish_reason: str | None = None
         self.refusal = ""  # OpenAI's refusal, in place of the text
-        self.reasoning = ""  # the route's own reasoning
+        self.reasoning = ""  # the route's reasoning text
+        # a Responses route's own reasoning items, by id (the last of each), in their order
+        self.route_reasoning: dict[str, dict[str, Any]] = {}
         self.logprobs: list[Any] = []  # the text's tokens' logprobs, asked for with logprobs=True
         self.parts: list[str] = []  # the content parts' types, in the order a stream opened them
         # the output items in the order a stream opened them ("reasoning", "message", "call N":
@@ -199,8 +202,11 @@ class Answer:
 
     def add_metadata(self, metadata: Mapping[str, Any]) -> None:
         """Take in what a response's (or a chunk's) ``metadata`` adds: its ``refusal`` (or the
-        chunk's piece of it), its ``reasoning`` (or its piece) and its ``logprobs``'
-        ``content`` (the text's tokens, in Responses' shape)."""
+        chunk's piece of it), its ``reasoning`` (or its piece), a Responses route's
+        ``reasoning_items`` and its ``logprobs``' ``content`` (the text's tokens, in
+        Responses' shape)."""
+        for item in route_items(metadata):
+            self.route_reasoning[item["id"]] = item
         refusal = metadata.get("refusal")
         if isinstance(refusal, str):
             self.refusal += refusal
@@ -229,7 +235,9 @@ class Answer:
     def item(self, key: str) -> dict[str, Any]:
         """The completed output item ``key`` (an entry of :attr:`order`)."""
         if key == "reasoning":
-            return _reasoning_item(f"rs_{self.id}", self.reasoning)
+            return _reasoning_item(guard_reasoning_id(self.id), self.reasoning)
+        if key.startswith("reasoning "):  # a Responses route's own, as it sent it
+            return self.route_reasoning[key.removeprefix("reasoning ")]
         if key == "message":
             return _message_item(f"msg_{self.id}", self.content())
         place = int(key.removeprefix("call "))
@@ -237,10 +245,12 @@ class Answer:
 
     def output(self) -> list[dict[str, Any]]:
         """The output items, in the order a stream opened them (a whole answer's: its
-        reasoning, its message, its calls)."""
+        reasoning, the route's own items or the Guard's item of its text, its message, its
+        calls)."""
         order = list(self.order)
         if not order:
-            order = ["reasoning"] if self.reasoning else []
+            order = [f"reasoning {item_id}" for item_id in self.route_reasoning]
+            order = order or (["reasoning"] if self.reasoning else [])
             if self.text or self.refusal or not self.tool_calls:
                 order.append("message")
             order += [f"call {place}" for place in range(len(self.tool_calls))]
@@ -277,6 +287,7 @@ class EventWriter:
         # calls (in the order they first came); each place's output item
         self._place: dict[int, int] = {}
         self._calls: dict[int, dict[str, Any]] = {}
+        self._items: dict[str, ItemEvents] = {}  # a route's own reasoning items' events
 
     @property
     def answer(self) -> Answer:
@@ -310,7 +321,10 @@ class EventWriter:
         answer.model = chunk.model or answer.model
         answer.add_metadata(chunk.metadata)
         reasoning = chunk.metadata.get("reasoning")
-        if isinstance(reasoning, str) and reasoning:
+        items = route_items(chunk.metadata)
+        for item in items:  # (the item holds the piece of its text the chunk brings)
+            out += self._route_item(item)
+        if isinstance(reasoning, str) and reasoning and not items:
             out += self._reasoned(reasoning)
         logprobs = chunk.metadata.get("logprobs")
         tokens = logprobs.get("content") if isinstance(logprobs, Mapping) else None
@@ -333,10 +347,20 @@ class EventWriter:
         answer.finish_reason = chunk.finish_reason or answer.finish_reason
         return out
 
+    def _route_item(self, item: dict[str, Any]) -> bytes:
+        """One of a Responses route's reasoning items as it stands: opened at its first
+        (its own id), the rest of its text as its parts' deltas."""
+        key, out = f"reasoning {item['id']}", b""
+        if key not in self._answer.order:
+            out += self._add(key, opening(item))
+            where = {"item_id": item["id"], "output_index": self._at(key)}
+            self._items[key] = ItemEvents(self._event, where)
+        return out + self._items[key].grow(item)
+
     def _reasoned(self, delta: str) -> bytes:
-        """A piece of the route's reasoning: the reasoning item (opened at its first) gets
-        it as its ``reasoning_text``'s delta."""
-        item_id, out = f"rs_{self._answer.id}", b""
+        """A piece of the route's reasoning text: the Guard's reasoning item (opened at its
+        first) gets it as its ``reasoning_text``'s delta."""
+        item_id, out = guard_reasoning_id(self._answer.id), b""
         where = {"item_id": item_id, "content_index": 0}
         if "reasoning" not in self._answer.order:
             out += self._add("reasoning", _reasoning_item(item_id))
@@ -404,6 +428,10 @@ class EventWriter:
         for key in answer.order:
             if key == "reasoning":
                 out += self._reasoning_done()
+            elif key in self._items:
+                item, at = answer.item(key), self._at(key)
+                out += self._items[key].end(item)
+                out += self._event("response.output_item.done", output_index=at, item=item)
             elif key == "message":
                 out += self._message_done()
             else:
@@ -414,7 +442,8 @@ class EventWriter:
 
     def _reasoning_done(self) -> bytes:
         answer = self._answer
-        at, item_id, text = self._at("reasoning"), f"rs_{answer.id}", answer.reasoning
+        at, text = self._at("reasoning"), answer.reasoning
+        item_id = guard_reasoning_id(answer.id)
         where = {"item_id": item_id, "output_index": at, "content_index": 0}
         part = {"type": "reasoning_text", "text": text}
         out = self._event("response.reasoning_text.done", text=text, **where)

@@ -326,7 +326,9 @@ def _turn(message: Message) -> tuple[str, list[dict[str, Any]]]:
         if message.is_error:
             result["is_error"] = True
         return "user", [result]
-    blocks = [*(message.thinking or ()), *_blocks(message)]  # Claude's thinking comes first
+    # Claude's thinking comes first (a Responses route's reasoning items there are not sent)
+    thinking = [b for b in message.thinking or () if b.get("type") in THINKING_BLOCKS]
+    blocks = [*thinking, *_blocks(message)]
     for call in message.tool_calls or []:
         function = call.get("function")
         function = function if isinstance(function, dict) else {}

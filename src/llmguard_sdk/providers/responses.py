@@ -3,9 +3,12 @@
 The Guard's requests are chat-shaped; this provider sends them as Responses requests (system
 and developer messages as input items, assistant tool calls as ``function_call`` items, tool
 results as ``function_call_output`` items, ``max_output_tokens``, flat function tools,
-``text.format`` for structured output, ``text.verbosity``, ``reasoning.effort``) and reads
-the answer back: output text, function calls, and usage with its cached input and reasoning
-output tokens.
+``text.format`` for structured output, ``text.verbosity``, ``reasoning.effort``, chat's
+``logprobs: true`` as ``include``'s ``message.output_text.logprobs``, an assistant message's
+reasoning items on its ``thinking`` before it) and reads the answer back: output text,
+function calls, the reasoning's text in ``metadata["reasoning"]`` and its items, as the
+route sent them, in ``metadata["reasoning_items"]``, and usage with its cached input and
+reasoning output tokens.
 
 .. versionadded:: 0.2.0
 """
@@ -21,6 +24,7 @@ from .._core.assembly import merge_metadata
 from ..errors import MalformedResponseError
 from ..models import ChatRequest, ChatResponse, Message, StreamChunk
 from ._error_kinds import error_answer
+from ._responses_reasoning import StreamedItems
 from .anthropic import AnthropicStreamState
 from .openai_compat import OpenAICompatibleProvider
 from .wire import (
@@ -78,6 +82,9 @@ def _content(message: Message) -> str | list[dict[str, Any]]:
 
 
 def _items(message: Message) -> list[dict[str, Any]]:
+    """``message`` as input items: an assistant message's reasoning items (Responses' own,
+    sent back on its ``thinking``; Claude's thinking blocks there are not sent) before its
+    content and its calls, as the answer that made them had them."""
     if message.role == "tool":
         return [
             {
@@ -86,7 +93,9 @@ def _items(message: Message) -> list[dict[str, Any]]:
                 "output": message.text,
             }
         ]
-    items: list[dict[str, Any]] = []
+    items: list[dict[str, Any]] = [
+        dict(t) for t in message.thinking or () if t.get("type") == "reasoning"
+    ]
     if message.content:
         items.append({"role": message.role, "content": _content(message)})
     for call in message.tool_calls or ():
@@ -170,11 +179,13 @@ def _finish(data: Mapping[str, Any], has_calls: bool) -> str:
 
 def _output(data: Mapping[str, Any]) -> tuple[str, list[dict[str, Any]], dict[str, Any]]:
     """The answer's text, tool calls and metadata (its refusal, its text's logprobs in chat
-    completions' shape, ``{"content": [...]}``)."""
+    completions' shape, ``{"content": [...]}``, its reasoning's text and its reasoning
+    items as they came, ``reasoning_items``)."""
     text: list[str] = []
     calls: list[dict[str, Any]] = []
     metadata: dict[str, Any] = {}
     reasoning: list[str] = []
+    items: list[dict[str, Any]] = []
     output = data.get("output")
     for item in output if isinstance(output, list) else ():
         if not isinstance(item, dict):
@@ -189,6 +200,7 @@ def _output(data: Mapping[str, Any]) -> tuple[str, list[dict[str, Any]], dict[st
                     merge_metadata(metadata, {"refusal": str(part.get("refusal") or "")})
         elif item.get("type") == "reasoning":
             reasoning += _reasoning_texts(item)
+            items += [item] if isinstance(item.get("id"), str) else []
         elif item.get("type") == "function_call":
             calls.append(
                 {
@@ -199,6 +211,8 @@ def _output(data: Mapping[str, Any]) -> tuple[str, list[dict[str, Any]], dict[st
             )
     if reasoning:  # as a stream gives it (see ResponsesStreamState._reasoned)
         metadata["reasoning"] = "\n\n".join(reasoning)
+    if items:
+        metadata["reasoning_items"] = items
     return "".join(text), calls, metadata
 
 
@@ -258,6 +272,7 @@ class ResponsesStreamState(AnthropicStreamState):
         super().__init__(route, deadline)
         self.calls: dict[int, int] = {}  # output index -> tool call index
         self.reasoning_part: tuple[object, ...] | None = None  # the last reasoning delta's
+        self.reasoning_items = StreamedItems()
 
     def _event(self, data: str) -> StreamChunk | None:
         event = self.event_object(data)
@@ -278,6 +293,10 @@ class ResponsesStreamState(AnthropicStreamState):
             return self._make()
         if kind in ("response.output_text.delta", "response.refusal.delta"):
             return self._delta(kind, event.get("delta"), event.get("logprobs"))
+        if kind in ("response.output_item.added", "response.output_item.done"):
+            item = self.reasoning_items.item(event.get("item"), done=kind.endswith("done"))
+            if item is not None:  # (the route's own, given out as it came)
+                return self._make(metadata={"reasoning_items": [item]})
         if kind in ("response.output_item.added", "response.function_call_arguments.delta"):
             return self._call(kind, event)
         if kind in ("response.reasoning_summary_text.delta", "response.reasoning_text.delta"):
@@ -305,7 +324,7 @@ class ResponsesStreamState(AnthropicStreamState):
         """A piece of the model's reasoning (of its summary, or its own) as
         ``metadata["reasoning"]``, never the text; a new part (of a summary, or of a
         reasoning item) after another starts with a blank line, as a whole answer's
-        parts are joined."""
+        parts are joined. The reasoning item it adds to comes with it, as it now stands."""
         delta = event.get("delta")
         if not isinstance(delta, str) or not delta:
             return None
@@ -313,7 +332,11 @@ class ResponsesStreamState(AnthropicStreamState):
         if self.reasoning_part is not None and part != self.reasoning_part:
             delta = "\n\n" + delta
         self.reasoning_part = part
-        return self._make(metadata={"reasoning": delta})
+        metadata: dict[str, Any] = {"reasoning": delta}
+        item = self.reasoning_items.grown(event)
+        if item is not None:
+            metadata["reasoning_items"] = [item]
+        return self._make(metadata=metadata)
 
     def _call(self, kind: str, event: dict[str, Any]) -> StreamChunk | None:
         at = event.get("output_index")
