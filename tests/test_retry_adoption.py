@@ -137,3 +137,71 @@ def test_with_waits_off_a_server_hint_beyond_the_time_left_is_still_retried() ->
                 if len(calls) < 2:
                     raise RateLimitedError("slow down", retry_after=5.0)  # within the cap
     assert len(calls) == 2
+
+
+def test_retry_above_staticmethod_is_retried_through_the_class_and_its_instances(
+    fake: FakeProvider, no_waits: None
+) -> None:
+    """``@retry`` stacked above ``@staticmethod`` was accepted, but a call through an instance
+    passed the instance as the first argument (TypeError)."""
+    with openai.OpenAI(base_url=fake.base_url, api_key="sk-test", max_retries=0) as client:
+
+        class Assistant:
+            @retry(attempts=3)
+            @staticmethod
+            def ask(question: str) -> str:
+                messages = [{"role": "user", "content": question}]
+                completion = client.chat.completions.create(
+                    model="fake-model",
+                    messages=messages,  # type: ignore[arg-type]
+                )
+                return completion.choices[0].message.content or ""
+
+        fake.script(Fault(status=503))
+        assert Assistant().ask("hello there") == "Echo: hello there"
+        fake.script(Fault(status=503))
+        assert Assistant.ask("hi") == "Echo: hi"
+    assert len(fake.requests) == 4
+
+
+def test_retry_above_an_async_staticmethod_is_retried_as_async(
+    fake: FakeProvider, no_waits: None
+) -> None:
+    async def main() -> str:
+        async with openai.AsyncOpenAI(
+            base_url=fake.base_url, api_key="sk-test", max_retries=0
+        ) as client:
+
+            class Assistant:
+                @retry
+                @staticmethod
+                async def ask() -> str:
+                    completion = await client.chat.completions.create(
+                        model="fake-model", messages=USER
+                    )
+                    return completion.choices[0].message.content or ""
+
+            return await Assistant().ask()
+
+    fake.script(Fault(status=503))
+    assert anyio.run(main) == "Echo: hello there"
+    assert len(fake.requests) == 2
+
+
+def test_retry_above_classmethod_is_retried_with_its_class(no_waits: None) -> None:
+    """``@retry`` above ``@classmethod`` was refused as no function; it wraps the
+    classmethod's function now, which gets its class as ever."""
+
+    class Counter:
+        calls = 0
+
+        @retry(attempts=3)
+        @classmethod
+        def flaky(cls, answer: str) -> str:
+            cls.calls += 1
+            if cls.calls < 3:
+                raise ProviderUnavailableError("down")
+            return answer
+
+    assert Counter().flaky("ok") == "ok"
+    assert Counter.calls == 3

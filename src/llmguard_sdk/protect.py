@@ -25,10 +25,11 @@ from typing import Any, TypeVar, cast
 
 import anyio
 
+from ._decorating import is_async_callable, may_return_awaitable
 from .classify import classify_exception, usage_from_result
 from .context import CallEvent, Hook, RetryDetails, current_scope, emit
 from .errors import ConfigurationError, ProviderTimeoutError, RetryMultiplicationWarning
-from .retry._api import Retrying, is_async_callable, may_return_awaitable
+from .retry._api import Retrying
 from .retry.budget import RetryBudget
 from .retry.policy import RetryPolicy
 from .telemetry._sdk_names import ProviderNames

@@ -8,6 +8,7 @@ import math
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
+from .._decorating import is_async_callable
 from ..breaker import (
     BreakerBackend,
     BreakerHook,
@@ -32,7 +33,6 @@ from ..retry import (
     RetryBudgetPolicy,
     RetryPolicy,
 )
-from ..retry._api import is_async_callable
 from ..router import DeploymentGroup, TaskRouter
 from ..store import RedisStore, Store
 from ..telemetry import Telemetry

@@ -38,6 +38,7 @@ from typing import Any, TypedDict, TypeVar, cast, overload
 import anyio
 from typing_extensions import Unpack
 
+from .._decorating import is_async_callable, may_return_awaitable, refuse_generator, unwrap_method
 from .._keywords import check_keywords
 from ..classify import classify_exception
 from ..context import RetryDetails
@@ -405,33 +406,6 @@ async def _agive_back(budget: RetryBudget, key: str) -> None:
             await refund(key)
 
 
-def is_async_callable(fn: object) -> bool:
-    """Whether calling ``fn`` returns a coroutine (whose failures come when it is awaited):
-    an async function, or an object whose ``__call__`` is one."""
-    if inspect.iscoroutinefunction(fn):
-        return True
-    return (
-        callable(fn)
-        and not inspect.isroutine(fn)
-        and inspect.iscoroutinefunction(type(fn).__call__)
-    )
-
-
-def may_return_awaitable(fn: Callable[..., Any]) -> bool:
-    """Whether ``fn`` is a plain function (or method, or partial of one) that a decorator
-    wrapped around an async function: openai's ``AsyncOpenAI().chat.completions.create``
-    is one, and returns a coroutine."""
-    target: Any = fn
-    while isinstance(target, functools.partial):
-        target = target.func
-    if not inspect.isroutine(target):
-        return False
-    try:
-        return inspect.iscoroutinefunction(inspect.unwrap(target))
-    except ValueError:  # a cycle of __wrapped__
-        return False
-
-
 def retry_context(**options: Unpack[RetryOptions]) -> Retrying:
     """Retry a block: ``for attempt in retry_context(...): with attempt: ...``.
 
@@ -461,16 +435,21 @@ def retry(func: F | None = None, **given: Unpack[RetryOptions]) -> F | Callable[
 
     Use as ``@retry`` or ``@retry(attempts=5)``. A plain function that wraps an async one
     (``AsyncOpenAI().chat.completions.create``) is retried as async: the decorated function
-    returns a coroutine.
+    returns a coroutine. Stacked above ``@staticmethod`` or ``@classmethod``, it wraps their
+    function and stays a staticmethod or classmethod. A generator function is refused
+    (:class:`ConfigurationError`): its failures come while it is iterated.
+
+    .. versionchanged:: 0.2.0 above ``@staticmethod`` and ``@classmethod``.
     """
     check_keywords(given, RetryOptions, "retry")
-    if func is not None and not callable(func):
+    if func is not None and not isinstance(func, classmethod) and not callable(func):
         raise ConfigurationError(
             f"retry takes a function, then its options as keywords (@retry(attempts=3)), "
             f"got {func!r}"
         )
 
-    def decorate(fn: F) -> F:
+    def decorate(method: F) -> F:
+        fn, takes_its_place = unwrap_method(method)
         own_name = getattr(fn, "__qualname__", None)
         name = own_name or type(fn).__qualname__
         options = given.copy()
@@ -483,11 +462,7 @@ def retry(func: F | None = None, **given: Unpack[RetryOptions]) -> F | Callable[
         else:
             key = f"{module}.{name}" if own_name else _call_site()
         Retrying(budget_key=key, **options)  # validate the options now, not at the first call
-        if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
-            raise ConfigurationError(
-                f"retry cannot wrap the generator {name}: its failures happen while it is "
-                "iterated, after the call returned; retry the code that consumes it instead"
-            )
+        refuse_generator(fn, name, "retry", "retry the code that consumes it instead")
 
         if is_async_callable(fn) or may_return_awaitable(fn):
 
@@ -499,7 +474,7 @@ def retry(func: F | None = None, **given: Unpack[RetryOptions]) -> F | Callable[
                         return await result if inspect.isawaitable(result) else result
                 raise AssertionError("unreachable: the last attempt re-raises")
 
-            return cast(F, async_wrapper)
+            return cast(F, takes_its_place(async_wrapper))
 
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -508,6 +483,6 @@ def retry(func: F | None = None, **given: Unpack[RetryOptions]) -> F | Callable[
                     return fn(*args, **kwargs)
             raise AssertionError("unreachable: the last attempt re-raises")
 
-        return cast(F, wrapper)
+        return cast(F, takes_its_place(wrapper))
 
     return decorate(func) if func is not None else decorate
