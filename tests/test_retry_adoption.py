@@ -5,6 +5,7 @@ Real openai clients against a FakeProvider on loopback."""
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
@@ -205,3 +206,71 @@ def test_retry_above_classmethod_is_retried_with_its_class(no_waits: None) -> No
 
     assert Counter().flaky("ok") == "ok"
     assert Counter.calls == 3
+
+
+def test_a_predicate_returning_a_match_or_a_status_code_retries_by_its_truthiness(
+    fake: FakeProvider, no_waits: None
+) -> None:
+    """A regex match (truthy, no bool) raised ConfigurationError at the failure, hiding the
+    503; a status code was taken for seconds to wait (503 s: beyond the cap, no retry)."""
+    seen: list[RetryDetails] = []
+    with openai.OpenAI(base_url=fake.base_url, api_key="sk-test", max_retries=0) as client:
+
+        def ask() -> str:
+            completion = client.chat.completions.create(model="fake-model", messages=USER)
+            return completion.choices[0].message.content or ""
+
+        by_text = retry(ask, on=lambda exc: re.search(r"Error code: 5\d\d", str(exc)))
+        by_status = retry(ask, on=lambda exc: getattr(exc, "status_code", 0), hooks=[seen.append])
+        fake.script(Fault(status=503))
+        assert by_text() == "Echo: hello there"
+        fake.script(Fault(status=503))
+        assert by_status() == "Echo: hello there"
+    assert len(fake.requests) == 4
+    assert [(d.hinted, d.wait < 503) for d in seen] == [(False, True)]  # the backoff's wait
+
+
+def test_a_predicate_returning_a_float_retries_after_that_wait(no_waits: None) -> None:
+    seen: list[RetryDetails] = []
+    calls: list[int] = []
+
+    @retry(on=lambda exc: 0.5, hooks=[seen.append])
+    def flaky() -> str:
+        calls.append(1)
+        if len(calls) < 2:
+            raise ValueError("once")
+        return "ok"
+
+    assert flaky() == "ok"
+    assert [(d.wait, d.hinted) for d in seen] == [(0.5, True)]
+
+
+class NoTruth:
+    def __bool__(self) -> bool:
+        raise ValueError("the truth value of an array is ambiguous")
+
+
+@pytest.mark.parametrize(
+    ("predicate", "named"),
+    [
+        (lambda exc: exc.response.status_code >= 500, "AttributeError"),
+        (lambda exc: NoTruth(), "ambiguous"),
+    ],
+)
+def test_a_predicate_that_fails_never_hides_the_error_it_judged(
+    no_waits: None, predicate: Callable[[BaseException], Any], named: str
+) -> None:
+    """The predicate's own error took the place of the provider's (a ProviderError has no
+    ``response``): the provider's error propagates, not retried, with a note that says why."""
+    calls: list[int] = []
+
+    @retry(on=predicate, attempts=3)
+    def flaky() -> str:
+        calls.append(1)
+        raise ProviderUnavailableError("down")
+
+    with pytest.raises(ProviderUnavailableError, match="down") as raised:
+        flaky()
+    assert len(calls) == 1
+    notes = getattr(raised.value, "__notes__", [])
+    assert any("on=" in note and named in note for note in notes), notes

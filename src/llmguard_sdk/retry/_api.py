@@ -58,10 +58,15 @@ class RetryOptions(TypedDict, total=False):
     """How :func:`retry`, :func:`retry_context` and :class:`Retrying` retry; every key is
     optional.
 
-    - ``on``: an exception type, a tuple of types, or a callable ``exc -> bool | seconds`` (a
-      number is a server wait hint). Default: :func:`is_retryable`. The SDK's own error types
-      also match the exceptions it classifies as them: ``on=RateLimitedError`` retries
-      openai's ``RateLimitError`` too.
+    - ``on``: an exception type, a tuple of types, or a predicate ``exc -> bool | float``.
+      Default: :func:`is_retryable`. The SDK's own error types also match the exceptions it
+      classifies as them: ``on=RateLimitedError`` retries openai's ``RateLimitError`` too. A
+      predicate's ``float`` retries after that many seconds (a wait hint, as
+      :func:`is_retryable` returns); anything else it returns counts by its truthiness: a
+      truthy value (``True``, a regex match, a status code such as ``503``: an ``int`` is no
+      wait) retries with the backoff (or the server's hint), a falsy one does not. A
+      predicate that raises retries nothing: the error it judged propagates, with a note
+      (PEP 678) naming the predicate's error.
     - ``policy``: a :class:`RetryPolicy` (full jitter, 3 attempts, 60 s by default).
     - ``attempts``, ``timeout``: shortcuts that override the policy's.
     - ``hooks``: callables receiving :class:`RetryDetails` before each wait.
@@ -149,7 +154,7 @@ def is_retryable(exc: BaseException) -> bool | float:
     error = classify_exception(exc)
     if error is None or not error.retryable:
         return False
-    return error.retry_after if error.retry_after is not None else True
+    return float(error.retry_after) if error.retry_after is not None else True
 
 
 def _judge(on: RetryOn, exc: BaseException) -> tuple[bool, float | None]:
@@ -157,12 +162,25 @@ def _judge(on: RetryOn, exc: BaseException) -> tuple[bool, float | None]:
         error = exc if isinstance(exc, ProviderError) else classify_exception(exc)
         hint = error.retry_after if error is not None else None
         return isinstance(exc, on) or _classified_as(on, error), hint
-    verdict = on(exc)
-    if isinstance(verdict, bool) or verdict is None:
-        return bool(verdict), _hint_of(exc) if verdict else None
-    if isinstance(verdict, (int, float)):
-        return True, float(verdict)
-    raise ConfigurationError(f"on= callable returned {verdict!r}: expected bool or seconds")
+    try:
+        verdict = on(exc)
+        if isinstance(verdict, float):  # (a bool or an int is no wait: a status code is not)
+            return True, verdict
+        retryable = bool(verdict)
+    except Exception as broken:  # the caller's predicate: the error it judged still stands
+        _note(exc, f"not retried: the retry on= predicate {on!r} raised {broken!r}")
+        return False, None
+    return retryable, _hint_of(exc) if retryable else None
+
+
+def _note(exc: BaseException, note: str) -> None:
+    """Add ``note`` to ``exc`` (PEP 678; on Python 3.10, to its ``__notes__`` alone)."""
+    add_note = getattr(exc, "add_note", None)
+    if callable(add_note):
+        add_note(note)
+    else:
+        notes = getattr(exc, "__notes__", None)
+        exc.__notes__ = [*(notes or ()), note]  # type: ignore[attr-defined]
 
 
 def _is_exception_types(on: object) -> bool:
