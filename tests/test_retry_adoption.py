@@ -4,7 +4,9 @@ Real openai clients against a FakeProvider on loopback."""
 
 from __future__ import annotations
 
+import builtins
 import functools
+import importlib
 import re
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
@@ -13,8 +15,16 @@ import anyio
 import openai
 import pytest
 
-from llmguard_sdk.errors import ProviderUnavailableError, RateLimitedError
-from llmguard_sdk.retry import RetryDetails, RetryPolicy, retry, retry_context, waits_off
+from llmguard_sdk.classify import classify_exception
+from llmguard_sdk.errors import BadRequestError, ProviderUnavailableError, RateLimitedError
+from llmguard_sdk.retry import (
+    RetryDetails,
+    RetryPolicy,
+    is_retryable,
+    retry,
+    retry_context,
+    waits_off,
+)
 from llmguard_sdk.testing import FakeProvider, Fault
 
 from .conftest import USER
@@ -274,3 +284,89 @@ def test_a_predicate_that_fails_never_hides_the_error_it_judged(
     assert len(calls) == 1
     notes = getattr(raised.value, "__notes__", [])
     assert any("on=" in note and named in note for note in notes), notes
+
+
+async def ask_twice_at_once(client: openai.AsyncOpenAI) -> list[str]:
+    """Two requests in one task group: when both fail, it raises an ExceptionGroup of both
+    (each is shielded, so the first failure does not cancel the other's request)."""
+    answers: list[str] = []
+
+    async def ask() -> None:
+        with anyio.CancelScope(shield=True):
+            completion = await client.chat.completions.create(model="fake-model", messages=USER)
+        answers.append(completion.choices[0].message.content or "")
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(ask)
+        group.start_soon(ask)
+    return answers
+
+
+def test_a_task_groups_exception_group_of_retryable_failures_is_retried(
+    fake: FakeProvider, no_waits: None
+) -> None:
+    """An ExceptionGroup whose members are all retryable is retried, after the longest wait
+    its members asked for; it was not classified, so it was never retried by default."""
+    seen: list[RetryDetails] = []
+
+    async def main() -> list[str]:
+        async with openai.AsyncOpenAI(
+            base_url=fake.base_url, api_key="sk-test", max_retries=0
+        ) as client:
+            return await retry(ask_twice_at_once, hooks=[seen.append])(client)
+
+    fake.script(Fault(status=429, retry_after_ms=50), Fault(status=429, retry_after_ms=20))
+    assert anyio.run(main) == ["Echo: hello there"] * 2
+    assert [(d.wait, d.hinted) for d in seen] == [(0.05, True)]
+    assert len(fake.requests) == 4
+
+
+@pytest.mark.parametrize(
+    ("status", "raised_by_openai"),
+    [(400, openai.BadRequestError), (401, openai.AuthenticationError)],
+)
+def test_an_exception_group_with_a_member_not_worth_retrying_is_not_retried(
+    fake: FakeProvider, no_waits: None, status: int, raised_by_openai: type[Exception]
+) -> None:
+    async def main() -> list[str]:
+        async with openai.AsyncOpenAI(
+            base_url=fake.base_url, api_key="sk-test", max_retries=0
+        ) as client:
+            return await retry(ask_twice_at_once)(client)
+
+    fake.script(Fault(status=503), Fault(status=status))
+    with pytest.raises(Exception, match="TaskGroup") as raised:  # an ExceptionGroup
+        anyio.run(main)
+    members = getattr(raised.value, "exceptions", ())
+    assert {type(member) for member in members} == {openai.InternalServerError, raised_by_openai}
+    assert len(fake.requests) == 2
+
+
+def test_an_exception_group_is_classified_by_its_members() -> None:
+    """Every member a provider failure: the group counts as its first member not worth
+    retrying, else as the retryable member with the longest wait (nested groups too); a
+    member that is no provider failure (a bug) leaves the group unclassified."""
+    slow = RateLimitedError("slow down", retry_after=2.0)
+    slower = RateLimitedError("slower", retry_after=5.0)
+    down = ProviderUnavailableError("down")
+    bad = BadRequestError("bad", status_code=400)
+    group = exception_group([down, exception_group([slow, slower])])
+    assert classify_exception(group) is slower
+    assert is_retryable(group) == 5.0
+    assert classify_exception(exception_group([down, bad, slow])) is bad
+    assert classify_exception(exception_group([down, ValueError("a bug")])) is None
+    assert is_retryable(exception_group([down, ValueError("a bug")])) is False
+    refused = ProviderUnavailableError("refused", request_sent=False)
+    both = classify_exception(exception_group([refused, down]))
+    assert both is not None
+    assert (str(both), both.request_sent) == ("refused", True)  # one of them was sent
+
+
+def exception_group(members: list[Exception]) -> Exception:
+    """An ExceptionGroup (the builtin, or the backport anyio uses on Python 3.10)."""
+    kind: Any = (
+        getattr(builtins, "ExceptionGroup", None)
+        or importlib.import_module("exceptiongroup").ExceptionGroup
+    )
+    group: Exception = kind("failed", members)
+    return group

@@ -7,6 +7,7 @@ Works by duck typing, so no provider SDK needs to be installed.
 
 from __future__ import annotations
 
+import copy
 import json
 import sys
 from collections.abc import Mapping
@@ -42,9 +43,19 @@ def classify_exception(exc: BaseException, *, route: str = "") -> ProviderError 
     Returns the matching :class:`~llmguard_sdk.errors.ProviderError` (itself when it already
     is one), or ``None`` when the exception is not a provider failure (a bug in the caller's
     code, say). Works by duck typing, so no provider SDK needs to be installed.
+
+    An exception group (a task group's ``ExceptionGroup``) is classified by its members, nested
+    groups too: when every member is a provider failure, it counts as its first member that is
+    not worth retrying, else (all retryable) as the member that asked for the longest wait
+    (the first, when none did); a member that is no provider failure leaves it unclassified.
+
+    .. versionchanged:: 0.2.0 exception groups are classified by their members.
     """
     if isinstance(exc, ProviderError):
         return exc
+    members = _group_members(exc)
+    if members is not None:
+        return _classify_group(members, route)
     found = _http_error(exc, route)
     if found is not None:
         return found
@@ -74,6 +85,32 @@ def classify_exception(exc: BaseException, *, route: str = "") -> ProviderError 
     if ("decod" in name or "json" in name) and _parsing_an_answer(exc):
         return MalformedResponseError(str(exc) or name, route=route)
     return None
+
+
+def _group_members(exc: BaseException) -> tuple[BaseException, ...] | None:
+    """The members of an exception group (the builtin, or the backport of Python 3.10), or
+    ``None`` for any other exception."""
+    if not any(kind.__name__ == "BaseExceptionGroup" for kind in type(exc).__mro__):
+        return None
+    members = getattr(exc, "exceptions", None)
+    return members if isinstance(members, tuple) else None
+
+
+def _classify_group(members: tuple[BaseException, ...], route: str) -> ProviderError | None:
+    """A group's classification (see :func:`classify_exception`); a group whose chosen member
+    provably never left while another did counts as sent (a retry would send one again)."""
+    errors = [classify_exception(member, route=route) for member in members]
+    failures = [error for error in errors if error is not None]
+    if not failures or len(failures) < len(errors):
+        return None
+    stuck = [error for error in failures if not error.retryable]
+    if stuck:
+        return stuck[0]
+    chosen = max(failures, key=lambda e: -1.0 if e.retry_after is None else e.retry_after)
+    if not chosen.request_sent and any(error.request_sent for error in failures):
+        chosen = copy.copy(chosen)
+        chosen.request_sent = True
+    return chosen
 
 
 def _http_error(exc: BaseException, route: str) -> ProviderError | None:

@@ -149,7 +149,9 @@ def is_retryable(exc: BaseException) -> bool | float:
     """The default ``on=``: retry provider failures the SDK classifies as retryable.
 
     Returns the server's wait hint (seconds) when there is one, ``True`` to retry with
-    backoff, ``False`` not to retry.
+    backoff, ``False`` not to retry. An exception group (a task group's) is retried when
+    every member is retryable, after the longest wait its members asked for
+    (:func:`~llmguard_sdk.classify.classify_exception`).
     """
     error = classify_exception(exc)
     if error is None or not error.retryable:
