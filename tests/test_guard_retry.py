@@ -186,6 +186,24 @@ def test_the_deadline_is_never_exceeded(
     assert event.latency_s < 1.5
 
 
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("jitter", ["none", "full"])
+def test_with_waits_off_a_short_timeout_spends_every_attempt(
+    fake: FakeProvider, make_guard: MakeGuard, mode: str, jitter: Any, no_waits: None
+) -> None:
+    """A wait not taken cannot overrun the call's timeout: with a 1 s timeout, retries whose
+    backoff (0.5, 1, 2, 4 s without jitter) did not fit the time left were refused, so the
+    call gave up after 3 attempts (with full jitter: by the draw), as ``@retry`` did."""
+    events: list[CallEvent] = []
+    policy = RetryPolicy(attempts=5, jitter=jitter)
+    guard = make_guard(fake, retry=policy, timeout=1, breaker=None, hooks=[events.append])
+    fake.script(*[Fault(status=503)] * 4)
+    response = chat_in_mode(guard, mode)
+    assert response.attempts == 5
+    assert fake.stats.requests == 5
+    assert len(events[-1].retries) == 4
+
+
 STORM_BUDGET = RetryBudgetPolicy(ratio=0.1, min_per_second=0.0, window=1e9)
 
 

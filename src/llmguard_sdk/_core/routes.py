@@ -27,7 +27,7 @@ from ..models import ChatRequest, ChatResponse, Message, Usage
 from ..providers.base import Provider, cache_answers, context_window, is_local
 from ..ratelimit import Grant
 from ..ratelimit._rules import never_fits
-from ..retry._api import testing_attempts, testing_wait
+from ..retry._api import testing_attempts, testing_remaining, testing_wait
 from ..retry.policy import MIN_ATTEMPT_SECONDS, Decision, decide_for_error
 from .limits import Reservation, continued_input, route_input_tokens
 from .stages import (
@@ -89,7 +89,9 @@ def retry_after_failure(
     previous_wait: float,
     delivered: bool = False,
 ) -> Decision:
-    """Whether to retry the same route after ``error`` (before the retry budget is asked)."""
+    """Whether to retry the same route after ``error`` (before the retry budget is asked);
+    with waits off (:func:`~llmguard_sdk.retry.set_testing`), a wait not taken does not
+    count against the call's deadline, as for :func:`~llmguard_sdk.retry.retry`."""
     policy = stages.retry
     if policy is None:
         return Decision(False, 0.0, "attempts-exhausted")
@@ -100,15 +102,16 @@ def retry_after_failure(
         policy,
         error,
         attempt=attempt,
-        remaining=ctx.remaining(),
+        remaining=testing_remaining(ctx.remaining()),
         previous_wait=previous_wait,
         delivered=delivered,
     )
 
 
 def still_fits(ctx: CallContext, decision: Decision) -> bool:
-    """Whether the retry's wait still leaves the next attempt time (the budget took some)."""
-    return decision.wait + MIN_ATTEMPT_SECONDS <= ctx.remaining()
+    """Whether the retry's wait still leaves the next attempt time (the budget took some;
+    with waits off, only the time really spent counts)."""
+    return decision.wait + MIN_ATTEMPT_SECONDS <= testing_remaining(ctx.remaining())
 
 
 def real_error(error: ProviderError, previous: ProviderError | None) -> ProviderError:

@@ -101,8 +101,9 @@ def set_testing(enabled: bool, *, attempts: int | None = None) -> None:
 
     While on, every wait of :func:`retry`, :func:`retry_context` *and* the Guard's retry stage
     is zero, so tests run fast without changing the code under test. A wait not taken does
-    not count against the ``timeout`` of :func:`retry` and :func:`retry_context` (only the
-    time really spent does), so their retries do not depend on the jitter's draws.
+    not count against the ``timeout`` of :func:`retry` and :func:`retry_context`, nor against
+    a Guard call's (only the time really spent does), so their retries do not depend on the
+    jitter's draws.
     """
     if attempts is not None and (
         not isinstance(attempts, int) or isinstance(attempts, bool) or attempts < 1
@@ -137,6 +138,15 @@ def is_testing() -> bool:
 def testing_wait(wait: float) -> float:
     """``wait``, or 0 while testing mode is on."""
     return 0.0 if _Testing.enabled else wait
+
+
+def testing_remaining(remaining: float) -> float:
+    """The time left that a retry's wait must fit in: ``remaining`` seconds, or, while
+    testing mode is on and an attempt still fits, no bound (a wait not taken cannot overrun
+    the timeout: only the time really spent counts)."""
+    if _Testing.enabled and remaining >= MIN_ATTEMPT_SECONDS:
+        return math.inf
+    return remaining
 
 
 def testing_attempts(attempts: int) -> int:
@@ -320,9 +330,7 @@ class Retrying:
         """
         retryable, hint = _judge(self.on, exc)
         elapsed = 0.0 if started is None else time.monotonic() - started
-        remaining = self.policy.timeout - elapsed
-        if _Testing.enabled and remaining >= MIN_ATTEMPT_SECONDS:
-            remaining = math.inf  # waits are off: one not taken cannot overrun the timeout
+        remaining = testing_remaining(self.policy.timeout - elapsed)
         policy = self.policy
         attempts = testing_attempts(policy.attempts)
         if attempts != policy.attempts:
