@@ -52,6 +52,15 @@ EXPECTED = {
         "retry 1 of block: InternalServerError",
         "Echo: once more",
     ],
+    "breaker_standalone.py": [
+        "Echo: hello?",
+        "after 5 ValueErrors: closed",
+        "breaker openai: closed -> open",
+        "call 3: 503 from the provider",
+        "call 4: refused unsent (open, retry in 30 s)",
+        "requests the provider saw: 4",
+        "retried until the breaker opened: 4 attempts sent",
+    ],
     "prompt_builder.py": [
         "openai: 248 input tokens, 0 cached",
         "openai: 248 input tokens, 239 cached",

@@ -10,11 +10,11 @@ import time
 from collections.abc import Callable, Sequence
 
 from ..breaker import Permit
+from ..breaker._guarded import refusal
 from ..context import CallContext, RetryDetails
 from ..errors import (
     AllRoutesFailedError,
     AuthenticationError,
-    CircuitOpenError,
     ContextLengthExceededError,
     ProviderBusyError,
     ProviderError,
@@ -194,12 +194,7 @@ def route_refused(ctx: CallContext, stages: Stages, route: Provider, permit: Per
     """
     if permit.state == "open" and stages.prober is not None:
         stages.prober.maybe_probe(route, route_model(route, ctx.request))
-    # isolated: never by itself; half open, every probe out: when one ends is unknown
-    unknown = permit.retry_after == math.inf or permit.state == "half_open"
-    retry_after = None if unknown else permit.retry_after
-    ctx.route_errors.setdefault(
-        route.name, CircuitOpenError(route.name, permit.state, retry_after=retry_after)
-    )
+    ctx.route_errors.setdefault(route.name, refusal(route.name, permit))
 
 
 def route_rate_limited(

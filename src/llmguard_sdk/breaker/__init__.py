@@ -12,15 +12,16 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, ParamSpec, Protocol, TypeVar, cast
 
 import anyio
 
 from .._state.steps import Step, arun, blocking, entry_points
 from ..classify import classify_exception
 from ..errors import ConfigurationError, ProviderError, RateLimitedError
+from ._guarded import acall_through, call_through, check_callable, protecting
 from .memory import MemoryBreakerBackend
 from .policy import BreakerPolicy, BreakerState, Outcome, Permit, State, outcome_of
 from .redis import RedisBreakerBackend
@@ -39,6 +40,10 @@ __all__ = [
 ]
 
 logger = logging.getLogger("llmguard_sdk")
+
+F = TypeVar("F", bound=Callable[..., Any])
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 class BreakerBackend(Protocol):
@@ -133,7 +138,17 @@ BreakerHook = Callable[[BreakerTransition], None]
 
 
 class Breakers:
-    """The breakers of a Guard's routes; ``guard.breakers`` for manual control.
+    """The breakers of a Guard's routes, one per route name; ``guard.breakers`` for manual
+    control. On their own, around any call (pybreaker's ``@breaker`` and ``breaker.call``):
+
+    ::
+
+        breakers = Breakers(MemoryBreakerBackend(BreakerPolicy(minimum_calls=5)))
+
+        @breakers.protect("openai")
+        def ask(question): ...
+
+        breakers.call("openai", client.chat.completions.create, model=..., messages=...)
 
     State changes made by other processes (through Redis) are reported when this process
     next sees them.
@@ -206,6 +221,48 @@ class Breakers:
         """Async twin of :meth:`release`; runs even inside a cancelled scope."""
         with anyio.CancelScope(shield=True):
             await arun(self.release_steps(route, probe))
+
+    def protect(self, route: str) -> Callable[[F], F]:
+        """Decorate a function so that each of its calls goes through ``route``'s breaker.
+
+        A sync or async function or method keeps its signature (above ``@staticmethod`` or
+        ``@classmethod`` too; a plain function that returns a coroutine, such as
+        ``AsyncOpenAI().chat.completions.create``, is awaited). Each call asks for a permit:
+        a breaker that refuses raises :class:`~llmguard_sdk.errors.CircuitOpenError`
+        (``retry_after``: when a probe may go) without calling the function. Its outcome is
+        recorded as :meth:`record` classifies it: a provider failure (the SDK's, openai's,
+        httpx's ...: 5xx, timeouts, connection errors) counts, a 429 pauses the route for its
+        Retry-After, a success slower than ``slow_call_seconds`` is slow; anything else (a
+        4xx, a bug of the caller's such as a ``ValueError``) only gives the permit back, as a
+        cancelled or interrupted call does. Exceptions propagate unchanged. A generator
+        function is refused (:class:`~llmguard_sdk.errors.ConfigurationError`): its failures
+        come while it is read. ``@retry`` above it retries: each attempt asks the breaker,
+        and a refusal is not retried.
+
+        .. versionadded:: 0.2.0
+        """
+        return protecting(self, _named(route))
+
+    def call(self, route: str, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
+        """``fn(*args, **kwargs)`` through ``route``'s breaker, as :meth:`protect` runs each
+        call. An async ``fn`` is refused (:class:`~llmguard_sdk.errors.ConfigurationError`):
+        await :meth:`acall`.
+
+        .. versionadded:: 0.2.0
+        """
+        check_callable(fn, _named(route), waits=False)
+        return cast(R, call_through(self, route, fn, args, kwargs))
+
+    async def acall(
+        self, route: str, fn: Callable[P, Awaitable[R]], /, *args: P.args, **kwargs: P.kwargs
+    ) -> R:
+        """Async :meth:`call`: ``await fn(*args, **kwargs)`` through ``route``'s breaker; a
+        cancelled call gives its permit back.
+
+        .. versionadded:: 0.2.0
+        """
+        check_callable(fn, _named(route))
+        return cast(R, await acall_through(self, route, fn, args, kwargs))
 
     def state(self, route: str) -> State:
         """The breaker state of ``route``."""
