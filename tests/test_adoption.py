@@ -62,6 +62,40 @@ def test_protect_reads_usage_from_the_real_openai_client(fake: FakeProvider) -> 
     client.close()
 
 
+@pytest.mark.parametrize("kind", ["staticmethod", "classmethod"])
+def test_protect_above_a_staticmethod_or_classmethod_is_called_through_instances(
+    fake: FakeProvider, kind: str
+) -> None:
+    """``@guard.protect`` stacked above ``@staticmethod`` passed the instance as the first
+    argument when called through an instance (TypeError); above ``@classmethod`` the wrapped
+    object got no class."""
+    events: list[CallEvent] = []
+    guard = Guard(hooks=[events.append], environ={}, retry=RetryPolicy(attempts=2))
+    client = openai.OpenAI(base_url=fake.base_url, api_key="sk-x", max_retries=0)
+
+    def complete(question: str) -> str:
+        completion = client.chat.completions.create(
+            model="gpt-test", messages=[{"role": "user", "content": question}]
+        )
+        return completion.choices[0].message.content or ""
+
+    def of_class(cls: type, question: str) -> str:
+        assert cls.__name__ == "Assistant"
+        return complete(question)
+
+    method: Any = staticmethod(complete) if kind == "staticmethod" else classmethod(of_class)
+
+    class Assistant:
+        answer = guard.protect(feature="faq")(method)
+
+    fake.script(Fault(status=503))
+    assert Assistant().answer("hi") == "Echo: hi"
+    assert Assistant.answer("there") == "Echo: there"
+    assert [event.outcome for event in events] == ["ok", "ok"]
+    assert len(fake.requests) == 3  # the first call retried once
+    client.close()
+
+
 def test_protect_lets_provider_errors_through_and_classifies_them(fake: FakeProvider) -> None:
     events: list[CallEvent] = []
     guard = Guard(hooks=[events.append], environ={})

@@ -25,7 +25,7 @@ from typing import Any, TypeVar, cast
 
 import anyio
 
-from ._decorating import is_async_callable, may_return_awaitable
+from ._decorating import is_async_callable, may_return_awaitable, unwrap_method
 from .classify import classify_exception, usage_from_result
 from .context import CallEvent, Hook, RetryDetails, current_scope, emit
 from .errors import ConfigurationError, ProviderTimeoutError, RetryMultiplicationWarning
@@ -157,39 +157,40 @@ def protect_function(
         raise ConfigurationError(f"protect timeout must be a number of seconds, not {timeout!r}")
     if not 0 < timeout < math.inf:
         raise ConfigurationError(f"protect timeout must be positive and finite, not {timeout!r}")
+    function, place = unwrap_method(fn)  # (a @staticmethod or @classmethod below the decorator)
     policy = retry or _NO_RETRY
     if policy.attempts > 1:
-        _warn_if_client_retries(fn)
+        _warn_if_client_retries(function)
     reachable: list[object] = []
     with contextlib.suppress(ValueError):  # a cycle of __wrapped__: told by what it returns
-        reachable = _objects_reachable_from(fn, heeding_with_options=False)
+        reachable = _objects_reachable_from(function, heeding_with_options=False)
     provider = ProviderNames(reachable)
     policy = replace(policy, timeout=timeout)  # once, not at every call
     protected = _Protected(hooks, route, scope_keywords, timeout, policy, budget, provider)
-    if inspect.isasyncgenfunction(fn):
-        return cast(F, _protect_async_generator(fn, protected))
-    if inspect.isgeneratorfunction(fn):
-        return cast(F, _protect_generator(fn, protected))
+    if inspect.isasyncgenfunction(function):
+        return cast(F, place(_protect_async_generator(function, protected)))
+    if inspect.isgeneratorfunction(function):
+        return cast(F, place(_protect_generator(function, protected)))
 
-    if is_async_callable(fn):
+    if is_async_callable(function):
 
-        @functools.wraps(fn)
+        @functools.wraps(function)
         async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-            return await _call_async(fn, protected, args, kwargs)
+            return await _call_async(function, protected, args, kwargs)
 
-        return cast(F, async_wrapper)
-    if may_return_awaitable(fn):
-        return cast(F, _protect_either(fn, protected))
+        return cast(F, place(async_wrapper))
+    if may_return_awaitable(function):
+        return cast(F, place(_protect_either(function, protected)))
 
-    @functools.wraps(fn)
+    @functools.wraps(function)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         with _Call(protected) as call:
             for attempt in call.attempts():
                 with attempt:
-                    result = fn(*args, **kwargs)
+                    result = function(*args, **kwargs)
         return call.end(result)
 
-    return cast(F, wrapper)
+    return cast(F, place(wrapper))
 
 
 async def _call_async(
