@@ -13,7 +13,10 @@ here as pure functions:
   OpenAI's own parameters in ``extra_body`` (``prompt_cache_key``, ``frequency_penalty``,
   ``logprobs`` ...: Anthropic refuses them), but ``user`` becomes ``metadata.user_id`` (other
   ``metadata`` keys are left out) and ``parallel_tool_calls=False`` the tool choice's
-  ``disable_parallel_tool_use``. Everything else in ``extra_body`` is sent.
+  ``disable_parallel_tool_use``. A ``service_tier`` goes on where Claude has it (``auto``,
+  ``standard_only``); OpenAI's others (``default``, ``flex``, ``scale``, ``priority``,
+  ``fast``) are left out, with a debug log (Claude then serves at its default, ``auto``).
+  Everything else in ``extra_body`` is sent.
 * prompt caching: requests built by a :class:`~llmguard_sdk.prompts.PromptBuilder` get
   ``cache_control`` breakpoints at the end of their static part (see
   :func:`~llmguard_sdk.prompts.add_cache_breakpoints`); breakpoints already in a request's
@@ -45,15 +48,14 @@ from .._keys import check_api_key
 from ..errors import MalformedResponseError
 from ..models import ChatRequest, ChatResponse, Message, StreamChunk
 from ..prompts.adapters import CACHE_HISTORY_KEY, STATIC_MESSAGES_KEY, add_cache_breakpoints
+from ._anthropic_params import add_extra_body
 from ._error_kinds import error_answer
 from .openai_compat import OpenAICompatibleProvider, _check_count, _shown
 from .wire import (
-    RESPONSES_ONLY_KEY,
     AnswerShape,
     StreamState,
     answer_response,
     checked_answer,
-    named_keys,
     usage_from_payload,
 )
 
@@ -89,34 +91,6 @@ meaning). Any other reason is the finish reason as Claude sent it: ``pause_turn`
 paused a long server-tool turn; the answer is incomplete, send it back to continue) has no
 OpenAI counterpart and is no complete ``stop``. The raw reason is always in the response's
 ``metadata["stop_reason"]`` (a stream's, on the chunk that finishes it)."""
-# OpenAI chat-completions parameters Anthropic has no field for (the drop-in client passes them
-# on in ``extra_body``): Anthropic answers 400 "Extra inputs are not permitted" to each
-_NOT_SENT = frozenset(
-    {
-        "audio",
-        "frequency_penalty",
-        "function_call",
-        "functions",
-        "logit_bias",
-        "logprobs",
-        "modalities",
-        "n",
-        "parallel_tool_calls",
-        "prediction",
-        "presence_penalty",
-        "prompt_cache_key",
-        "prompt_cache_options",
-        "prompt_cache_retention",
-        "reasoning_effort",
-        "safety_identifier",
-        "store",
-        "stream_options",
-        "top_logprobs",
-        "user",
-        "verbosity",
-        "web_search_options",
-    }
-)
 _JSON_ERRORS = (ValueError, RecursionError)
 
 
@@ -254,32 +228,8 @@ def build_anthropic_payload(
         )
     if stream:
         payload["stream"] = True
-    responses_only = named_keys(request, RESPONSES_ONLY_KEY)  # (the Responses API's)
-    for key, value in (request.extra_body or {}).items():
-        if key not in _NOT_SENT and key not in responses_only:
-            payload[key] = value
-    _openai_counterparts(payload, request.extra_body or {})
+    add_extra_body(payload, request)
     return payload
-
-
-def _openai_counterparts(payload: dict[str, Any], extra: Mapping[str, Any]) -> None:
-    """OpenAI's ``user``, ``metadata`` and ``parallel_tool_calls`` as Anthropic's
-    ``metadata.user_id`` (the only key its metadata takes) and ``disable_parallel_tool_use``."""
-    metadata = payload.get("metadata")
-    if isinstance(metadata, Mapping):
-        metadata = {k: v for k, v in metadata.items() if k == "user_id"}
-        user = extra.get("user")
-        if "user_id" not in metadata and isinstance(user, str) and user:
-            metadata["user_id"] = user
-        payload["metadata"] = metadata
-    elif isinstance(extra.get("user"), str) and extra["user"]:
-        payload["metadata"] = {"user_id": extra["user"]}
-    if payload.get("metadata") == {}:
-        del payload["metadata"]
-    if extra.get("parallel_tool_calls") is False and payload.get("tools"):
-        choice = dict(payload.get("tool_choice") or {"type": "auto"})
-        if choice.get("type") != "none":
-            payload["tool_choice"] = {**choice, "disable_parallel_tool_use": True}
 
 
 def _int(metadata: Mapping[str, str] | None, key: str) -> int | None:
