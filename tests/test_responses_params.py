@@ -1,7 +1,9 @@
 """The Responses API's own parameters through ``guard.client()``: what chat completions has
-too goes on under its name, what no chat route can serve is a 400 naming it, what changes
-nothing through a chat route is left out (never sent to a route that would refuse it as
-unknown); and logprobs asked of a Responses route by a chat-completions caller. Every body a
+too goes on under its name, what no chat route can serve is a 400 naming it, what only a
+Responses route serves (``store``, ``truncation``, ``reasoning`` whole) reaches Responses
+routes alone, what changes nothing through a chat route is left out (never sent to a route
+that would refuse it as unknown); and logprobs asked of a Responses route by a
+chat-completions caller. Every body a
 route receives is checked against openai's own parameter types."""
 
 from __future__ import annotations
@@ -41,8 +43,6 @@ _HARMLESS: dict[str, Any] = {
     "context_management": [{"type": "compaction", "compact_threshold": 1000}],
     "image": {"context_compression": "auto"},
     "access_programs": {"cyber": "standard"},
-    "store": False,
-    "truncation": "disabled",
     "include": [
         "message.input_image.image_url",
         "web_search_call.action.sources",
@@ -51,6 +51,12 @@ _HARMLESS: dict[str, Any] = {
         "file_search_call.results",
         "computer_call_output.output.image_url",
     ],
+}
+# what Responses routes alone are sent, as asked
+_RESPONSES_ROUTES: dict[str, Any] = {
+    "store": False,
+    "truncation": "auto",
+    "reasoning": {"effort": "low", "summary": "auto"},
 }
 
 
@@ -77,7 +83,7 @@ def test_responses_only_parameters_reach_a_route_only_as_its_api_takes_them(
     sent chat's ``logprobs: true``, which the Responses API refuses, and no ``include``, so
     no logprobs came back."""
     cache_options = {"mode": "explicit", "ttl": "30m", "comparison_response_id": "resp_1"}
-    request: dict[str, Any] = {**_SHARED, **_HARMLESS, "top_logprobs": 2}
+    request: dict[str, Any] = {**_SHARED, **_HARMLESS, **_RESPONSES_ROUTES, "top_logprobs": 2}
     request["include"] = [*_HARMLESS["include"], "message.output_text.logprobs"]
     with guard_over(fake, route) as guard:
         guard.client().responses.create(
@@ -95,8 +101,11 @@ def test_responses_only_parameters_reach_a_route_only_as_its_api_takes_them(
     if route == "chat":
         assert sent["logprobs"] is True
         assert "include" not in sent
+        assert not set(_RESPONSES_ROUTES) & set(sent)
+        assert sent["reasoning_effort"] == "low"
     else:
         assert sent["include"] == ["message.output_text.logprobs"]
+        assert {k: sent.get(k) for k in _RESPONSES_ROUTES} == _RESPONSES_ROUTES
 
 
 @pytest.mark.parametrize(
@@ -149,6 +158,56 @@ def test_an_anthropic_route_is_not_sent_prompt_cache_options(fake: FakeProvider)
     sent = _sent(fake)
     assert "prompt_cache_options" not in sent
     assert "prompt_cache_key" not in sent
+
+
+# -- reasoning and truncation: whole to Responses routes ------------------------------------
+
+_ALLOWED = {"chat": _CHAT_FIELDS, "responses": _RESPONSES_FIELDS}
+
+
+@pytest.mark.parametrize("route", ["responses", "chat", "anthropic"])
+def test_reasoning_reaches_a_responses_route_whole(fake: FakeProvider, route: str) -> None:
+    """``reasoning.summary`` (and all of ``reasoning`` but its ``effort``) was dropped: a
+    Responses route was sent ``{"effort": ...}`` alone, so the summaries the caller asked for
+    were never requested. A Responses route gets ``reasoning`` as asked; a chat route its
+    ``effort`` as ``reasoning_effort``; an Anthropic route neither."""
+    reasoning: Any = {"effort": "low", "summary": "detailed"}
+    with guard_over(fake, route) as guard:
+        guard.client().responses.create(model="fake-model", input="hi", reasoning=reasoning)
+    sent = _sent(fake)
+    assert set(sent) <= _ALLOWED.get(route, set(sent)), set(sent)
+    if route == "responses":
+        assert sent["reasoning"] == reasoning
+        assert "reasoning_effort" not in sent
+    else:
+        assert "reasoning" not in sent
+        assert sent.get("reasoning_effort") == ("low" if route == "chat" else None)
+
+
+def test_a_summary_alone_is_asked_of_a_responses_route_alone(fake: FakeProvider) -> None:
+    """(No effort: a chat route gets no ``reasoning_effort``; a Responses route the summary.)"""
+    reasoning: Any = {"summary": "auto"}
+    for route in ("responses", "chat"):
+        with guard_over(fake, route) as guard:
+            guard.client().responses.create(model="fake-model", input="hi", reasoning=reasoning)
+        sent = _sent(fake)
+        assert sent.get("reasoning") == (reasoning if route == "responses" else None), route
+        assert "reasoning_effort" not in sent, route
+
+
+@pytest.mark.parametrize("route", ["responses", "chat", "anthropic"])
+@pytest.mark.parametrize("truncation", ["auto", "disabled"])
+def test_truncation_reaches_a_responses_route(
+    fake: FakeProvider, route: str, truncation: Any
+) -> None:
+    """``truncation: "auto"`` was dropped: a long input got a context-length error where
+    OpenAI would have truncated it. A Responses route gets it; chat and Anthropic routes
+    have no such parameter, and are not sent it (an input too long for them is their
+    explicit overflow error, see the README)."""
+    with guard_over(fake, route) as guard:
+        guard.client().responses.create(model="fake-model", input="hi", truncation=truncation)
+    sent = _sent(fake)
+    assert sent.get("truncation") == (truncation if route == "responses" else None)
 
 
 # -- a chat-completions caller's logprobs from a Responses route ------------------------------

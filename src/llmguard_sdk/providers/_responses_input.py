@@ -1,10 +1,12 @@
 """A Responses API request (``POST /v1/responses``) read as a server reads it: its
 ``instructions`` and ``input`` items as chat messages, its parameters as chat-completions
 ``create()`` keywords. What no chat route can serve is a :class:`RequestValidationError` (a
-400) naming it, never a silent drop; parameters chat has too go on under their names, and what
-changes nothing through the Guard (``store``, ``max_tool_calls`` ..., the ``include`` values
-for items no answer through the Guard has: built-in tools' results and outputs, input image
-URLs) is left out, never sent to a route whose API would refuse it as unknown.
+400) naming it, never a silent drop; parameters chat has too go on under their names, those
+only the Responses API has that a Responses route serves (``store``, ``truncation``,
+``reasoning`` whole, ``include``'s ``reasoning.encrypted_content``) go to Responses routes
+only, and what changes nothing through the Guard (``max_tool_calls`` ..., the ``include``
+values for items no answer through the Guard has: built-in tools' results and outputs, input
+image URLs) is left out, never sent to a route whose API would refuse it as unknown.
 
 Used by the Guard's transport and by the fake provider; :mod:`._responses_wire` writes the
 answers.
@@ -24,17 +26,15 @@ from ._responses_reasoning import made_by_the_guard
 # other the request names go on as they are: see chat_arguments).
 _SAME = ("temperature", "top_p", "metadata", "user", "parallel_tool_calls", "seed")
 # Responses-only parameters that change nothing through the Guard, left out (a chat route's
-# API refuses them as unknown): ``store`` and ``truncation`` (nothing is stored; the input is
-# sent whole), ``stream_options`` (its ``include_obfuscation``: the Guard's events carry no
-# obfuscation), ``background`` false and ``background_options`` (a background response is a
-# 400), ``max_tool_calls`` (it counts calls of built-in tools, and only function tools go
-# through), ``context_management`` (compaction: the input is sent whole, no compaction item
-# comes back), ``image`` (image context compression, an optimisation) and
-# ``access_programs`` (the route resolves the program, as OpenAI does when it is not given).
+# API refuses them as unknown): ``stream_options`` (its ``include_obfuscation``: the Guard's
+# events carry no obfuscation), ``background`` false and ``background_options`` (a
+# background response is a 400), ``max_tool_calls`` (it counts calls of built-in tools, and
+# only function tools go through), ``context_management`` (compaction: the input is sent
+# whole, no compaction item comes back), ``image`` (image context compression, an
+# optimisation) and ``access_programs`` (the route resolves the program, as OpenAI does when
+# it is not given).
 _DROPPED = frozenset(
     {
-        "store",
-        "truncation",
         "stream_options",
         "background",
         "background_options",
@@ -59,7 +59,11 @@ _INCLUDE_NOTHING = frozenset(
 _INCLUDE_LOGPROBS = "message.output_text.logprobs"  # asked of a chat route as logprobs: true
 # asked of Responses routes only (a chat route's reasoning is text, never encrypted)
 _INCLUDE_RESPONSES = ("reasoning.encrypted_content",)
-RESPONSES_ONLY = ("include",)
+# asked of Responses routes as the caller asked them (chat and Anthropic routes have none of
+# them: a chat route is sent reasoning's effort as reasoning_effort, and stores nothing
+# unless asked; an input too long for it is its own overflow error, truncation or not)
+_ROUTED = ("store", "truncation")
+RESPONSES_ONLY = ("include", "reasoning", *_ROUTED)
 """The keywords of :func:`chat_arguments` that only Responses routes may be sent (the seam
 names them under :data:`~llmguard_sdk.providers.wire.RESPONSES_ONLY_KEY`)."""
 _ROLES = frozenset({"system", "developer", "user", "assistant"})
@@ -311,9 +315,10 @@ def chat_arguments(body: Mapping[str, Any]) -> dict[str, Any]:
         "previous_response_id",
         "prompt",
         *_SAME,
+        *_ROUTED,
         *_DROPPED,
     }
-    params: dict[str, Any] = {k: body[k] for k in _SAME if body.get(k) is not None}
+    params: dict[str, Any] = {k: body[k] for k in (*_SAME, *_ROUTED) if body.get(k) is not None}
     params["messages"] = chat_messages(body)
     params["model"] = body.get("model")
     if body.get("max_output_tokens") is not None:
@@ -328,7 +333,9 @@ def chat_arguments(body: Mapping[str, Any]) -> dict[str, Any]:
     params.update(_include(body))
     params.update(_prompt_cache(body.get("prompt_cache_options")))
     reasoning = body.get("reasoning")
-    if isinstance(reasoning, dict) and reasoning.get("effort"):
-        params["reasoning_effort"] = reasoning["effort"]
+    if isinstance(reasoning, dict) and reasoning:  # whole, to Responses routes (its summary)
+        params["reasoning"] = dict(reasoning)
+        if reasoning.get("effort"):  # a chat route's counterpart
+            params["reasoning_effort"] = reasoning["effort"]
     params.update({k: v for k, v in body.items() if k not in known})
     return params

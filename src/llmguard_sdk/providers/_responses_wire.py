@@ -161,7 +161,9 @@ def echoed(request: Mapping[str, Any]) -> dict[str, Any]:
     """The parameters of the request (a Responses request's body) that its ``response``
     object echoes: ``instructions``, ``metadata``, ``tools``, ``tool_choice``,
     ``temperature``, ``text``, ``reasoning`` ... as asked, OpenAI's defaults for the others;
-    ``text`` always has its ``format``, and ``store`` is false (no response is stored)."""
+    ``text`` always has its ``format``, and ``store`` is false (the Guard stores no response
+    and answers no ``previous_response_id``; a caller's ``store`` goes on to Responses
+    routes)."""
     fields = {
         key: default if request.get(key) is None else request[key]
         for key, default in _ECHO_DEFAULTS.items()

@@ -3,9 +3,11 @@
 The Guard's requests are chat-shaped; this provider sends them as Responses requests (system
 and developer messages as input items, assistant tool calls as ``function_call`` items, tool
 results as ``function_call_output`` items, ``max_output_tokens``, flat function tools,
-``text.format`` for structured output, ``text.verbosity``, ``reasoning.effort``, chat's
-``logprobs: true`` as ``include``'s ``message.output_text.logprobs``, an assistant message's
-reasoning items on its ``thinking`` before it) and reads the answer back: output text,
+``text.format`` for structured output, ``text.verbosity``, ``reasoning.effort`` (and a
+Responses caller's whole ``reasoning``), chat's ``logprobs: true`` as ``include``'s
+``message.output_text.logprobs``, an assistant message's reasoning items on its ``thinking``
+before it, ``store: false`` unless the request or the provider says otherwise) and reads the
+answer back: output text,
 function calls, the reasoning's text in ``metadata["reasoning"]`` and its items, as the
 route sent them, in ``metadata["reasoning_items"]``, and usage with its cached input and
 reasoning output tokens.
@@ -21,7 +23,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from .._core.assembly import merge_metadata
-from ..errors import MalformedResponseError
+from ..errors import ConfigurationError, MalformedResponseError
 from ..models import ChatRequest, ChatResponse, Message, StreamChunk
 from ._error_kinds import error_answer
 from ._responses_reasoning import StreamedItems
@@ -44,23 +46,39 @@ _TEXT_LOGPROBS = "message.output_text.logprobs"
 class OpenAIResponsesProvider(OpenAICompatibleProvider):
     """OpenAI's Responses API, sync and async, streaming and not.
 
-    Takes the arguments of :class:`~llmguard_sdk.OpenAICompatibleProvider` (``base_url``
-    such as ``https://<provider host>/v1``, ``api_key``, ``model``, ``name`` ...). Answers
-    carry ``usage.cached_input_tokens`` and ``usage.reasoning_tokens``; an ``incomplete``
-    answer cut by ``max_output_tokens`` has ``finish_reason="length"``.
+    Args:
+        base_url: the API root including its version path, such as
+            ``https://<provider host>/v1``.
+        options: the other arguments of :class:`~llmguard_sdk.OpenAICompatibleProvider`
+            (``api_key``, ``model``, ``name`` ...).
+        store: the ``store`` sent with requests that do not set their own (a Responses
+            caller's ``store``, ``extra_body={"store": ...}``). ``False`` by default: OpenAI
+            keeps a response it is not told not to store (for 30 days at least), and the
+            Guard never uses a stored response (``previous_response_id`` is refused).
+            ``True`` stores them; ``None`` sends no ``store`` (the server's default). With
+            ``store: false`` a reasoning item sent back by its id alone (without its
+            ``encrypted_content``) is left out: the route kept nothing to find it by; ask for
+            ``include=["reasoning.encrypted_content"]`` to send a reasoning model's thoughts
+            back without storing them.
+
+    Answers carry ``usage.cached_input_tokens`` and ``usage.reasoning_tokens``; an
+    ``incomplete`` answer cut by ``max_output_tokens`` has ``finish_reason="length"``.
 
     .. versionadded:: 0.2.0
     """
 
-    def __init__(self, base_url: str, **options: Any) -> None:
+    def __init__(self, base_url: str, *, store: bool | None = False, **options: Any) -> None:
+        if store is not None and not isinstance(store, bool):
+            raise ConfigurationError(f"store must be True, False or None, got {store!r:.40}")
         super().__init__(base_url, **options)
         self._url = self.base_url + "/responses"
+        self.store = store
 
     def __repr__(self) -> str:
         return f"OpenAIResponsesProvider(name={self.name!r}, base_url={self.base_url!r})"
 
     def _payload(self, request: ChatRequest, model: str, *, stream: bool) -> dict[str, Any]:
-        return build_responses_payload(request, model=model, stream=stream)
+        return build_responses_payload(request, model=model, stream=stream, store=self.store)
 
 
 # -- requests ------------------------------------------------------------------------------
@@ -120,8 +138,11 @@ def _tool(tool: Mapping[str, Any]) -> dict[str, Any]:
     return {"type": "function", **function}
 
 
-def build_responses_payload(request: ChatRequest, *, model: str, stream: bool) -> dict[str, Any]:
-    """The JSON body of a Responses call for ``request``."""
+def build_responses_payload(
+    request: ChatRequest, *, model: str, stream: bool, store: bool | None = None
+) -> dict[str, Any]:
+    """The JSON body of a Responses call for ``request`` (``store``: the one sent when the
+    request sets none; ``None``: none)."""
     payload: dict[str, Any] = {
         "model": model,
         "input": [item for m in request.messages for item in _items(m)],
@@ -142,15 +163,28 @@ def build_responses_payload(request: ChatRequest, *, model: str, stream: bool) -
     extra = sent_extra_body(request, responses=True)
     _logprobs_asked(extra)
     effort = extra.pop("reasoning_effort", None)
-    if effort is not None:
-        payload["reasoning"] = {"effort": effort}
+    reasoning = extra.pop("reasoning", None)  # a Responses caller's, whole (its summary)
+    reasoning = dict(reasoning) if isinstance(reasoning, Mapping) else {}
+    if effort is not None or reasoning:
+        payload["reasoning"] = {**({"effort": effort} if effort is not None else {}), **reasoning}
     verbosity = extra.pop("verbosity", None)  # chat's, a Responses request's text.verbosity
     if verbosity is not None:
         payload["text"] = {**payload.get("text", {}), "verbosity": verbosity}
     payload.update(extra)
+    if store is not None:
+        payload.setdefault("store", store)
+    if payload.get("store") is False:
+        payload["input"] = [item for item in payload["input"] if _findable(item)]
     if stream:
         payload["stream"] = True
     return payload
+
+
+def _findable(item: Mapping[str, Any]) -> bool:
+    """Whether a route that stores nothing can read input ``item``: any but a reasoning item
+    sent back by its id alone (without its ``encrypted_content``), which OpenAI answers
+    with a 404 ("Items are not persisted when `store` is set to false")."""
+    return item.get("type") != "reasoning" or bool(item.get("encrypted_content"))
 
 
 def _logprobs_asked(extra: dict[str, Any]) -> None:

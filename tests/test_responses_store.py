@@ -1,0 +1,142 @@
+"""Data retention on OpenAI's Responses API: OpenAI stores a response unless it is sent
+``store: false``. A Responses caller's ``store`` reaches Responses routes as asked; the
+Guard's own calls to a Responses route (``guard.chat``, a chat-completions caller, a
+Responses caller who said nothing) ask it to store nothing unless the provider is set to;
+chat completions' own ``store`` reaches chat and Responses routes as asked. With nothing
+stored a route cannot find an earlier reasoning item by its id alone: such items are left
+out, those with their ``encrypted_content`` sent back."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from llmguard_sdk import ConfigurationError, Guard
+from llmguard_sdk.providers.responses import OpenAIResponsesProvider
+from llmguard_sdk.testing import FakeProvider
+
+from .routekinds import guard_over
+
+_USER: Any = [{"role": "user", "content": "hi"}]
+
+
+def _sent(fake: FakeProvider) -> dict[str, Any]:
+    return fake.requests[-1].body or {}
+
+
+def _responses_guard(fake: FakeProvider, **options: Any) -> Guard:
+    route = OpenAIResponsesProvider(fake.base_url, model=fake.model, name=fake.name, **options)
+    return Guard(route, environ={}, retry=None)
+
+
+@pytest.mark.parametrize("store", [False, True])
+def test_a_responses_caller_s_store_reaches_a_responses_route(
+    fake: FakeProvider, store: bool
+) -> None:
+    """``store: false`` was dropped at the seam, so the route was sent no ``store`` and
+    OpenAI kept (for 30 days at least) the response the caller asked it not to store."""
+    with guard_over(fake, "responses") as guard:
+        guard.client().responses.create(model="fake-model", input="hi", store=store)
+    assert _sent(fake)["store"] is store
+
+
+@pytest.mark.parametrize("route", ["chat", "anthropic"])
+def test_a_responses_caller_s_store_reaches_no_other_route(fake: FakeProvider, route: str) -> None:
+    """(Chat completions' ``store`` keeps completions for distillation and evals, another
+    thing, and stores nothing when not sent; Claude has no ``store``.)"""
+    with guard_over(fake, route) as guard:
+        guard.client().responses.create(model="fake-model", input="hi", store=True)
+    assert "store" not in _sent(fake)
+
+
+def test_the_guard_s_own_calls_ask_a_responses_route_to_store_nothing(
+    fake: FakeProvider,
+) -> None:
+    """A Responses route was sent no ``store`` by ``guard.chat`` (or for a caller who said
+    nothing), and OpenAI's default keeps every response; the Guard uses no stored response."""
+    with guard_over(fake, "responses") as guard:
+        guard.chat(_USER)
+        list(guard.chat(_USER, stream=True))
+        guard.client().responses.create(model="fake-model", input="hi")
+        guard.client().chat.completions.create(model="fake-model", messages=_USER)
+    assert [r.body and r.body.get("store") for r in fake.requests] == [False] * 4
+
+
+def test_the_provider_s_store_setting_and_the_caller_s_word(fake: FakeProvider) -> None:
+    """``store=True`` on the provider asks OpenAI to store its responses; ``store=None``
+    sends no ``store`` (the server's default); a request's own ``store`` wins over either."""
+    with _responses_guard(fake, store=True) as guard:
+        guard.chat(_USER)
+        guard.chat(_USER, extra_body={"store": False})
+        guard.client().responses.create(model="fake-model", input="hi", store=False)
+    with _responses_guard(fake, store=None) as guard:
+        guard.chat(_USER)
+    with _responses_guard(fake) as guard:
+        guard.chat(_USER, extra_body={"store": True})
+    assert [(r.body or {}).get("store", "unsent") for r in fake.requests] == [
+        True,
+        False,
+        False,
+        "unsent",
+        True,
+    ]
+
+
+@pytest.mark.parametrize("store", ["no", 1])
+def test_a_store_setting_that_is_not_a_bool_is_refused(fake: FakeProvider, store: Any) -> None:
+    with pytest.raises(ConfigurationError, match="store"):
+        OpenAIResponsesProvider(fake.base_url, store=store)
+
+
+@pytest.mark.parametrize("route", ["chat", "responses", "anthropic"])
+@pytest.mark.parametrize("store", [True, False])
+def test_a_chat_caller_s_store_reaches_chat_and_responses_routes(
+    fake: FakeProvider, route: str, store: bool
+) -> None:
+    """Chat completions' ``store`` (default false) goes on as asked; Claude has none."""
+    with guard_over(fake, route) as guard:
+        guard.client().chat.completions.create(model="fake-model", messages=_USER, store=store)
+    assert _sent(fake).get("store") == (None if route == "anthropic" else store)
+
+
+# -- reasoning items sent back when nothing is stored ----------------------------------------
+
+_BY_ID = {"type": "reasoning", "id": "rs_0a", "summary": [{"type": "summary_text", "text": "a"}]}
+_SEALED = {"type": "reasoning", "id": "rs_0b", "summary": [], "encrypted_content": "gAAAA-b"}
+
+
+def _history() -> list[dict[str, Any]]:
+    thinking = [dict(_BY_ID), dict(_SEALED)]
+    return [
+        {"role": "user", "content": "look"},
+        {"role": "assistant", "content": "Looked.", "thinking": thinking},
+        {"role": "user", "content": "again"},
+    ]
+
+
+@pytest.mark.parametrize("store", [False, True, None])
+def test_reasoning_items_a_route_cannot_find_are_not_sent_back(
+    fake: FakeProvider, store: bool | None
+) -> None:
+    """With ``store: false`` OpenAI keeps no item, and one sent back by its id alone is a 404
+    ("Items are not persisted when `store` is set to false"): such items are left out; an
+    item with its ``encrypted_content`` goes back. With responses stored, every item goes."""
+    with _responses_guard(fake, store=store) as guard:
+        guard.chat(_history())
+    reasoning = [i for i in _sent(fake)["input"] if i.get("type") == "reasoning"]
+    assert reasoning == ([_SEALED] if store is False else [_BY_ID, _SEALED])
+
+
+def test_a_caller_s_store_false_leaves_out_items_found_by_id_alone(fake: FakeProvider) -> None:
+    items: Any = [
+        {"role": "user", "content": "look"},
+        _BY_ID,
+        _SEALED,
+        {"type": "message", "role": "assistant", "content": "Looked."},
+        {"role": "user", "content": "again"},
+    ]
+    with _responses_guard(fake, store=True) as guard:
+        guard.client().responses.create(model="fake-model", input=items, store=False)
+    reasoning = [i for i in _sent(fake)["input"] if i.get("type") == "reasoning"]
+    assert reasoning == [_SEALED]
