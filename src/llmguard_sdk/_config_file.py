@@ -64,7 +64,9 @@ def load_config(source: str | os.PathLike[str] | Mapping[str, Any]) -> ConfigFil
     try:
         return ConfigFile.model_validate(data)
     except ValidationError as exc:
-        found = problems(exc, "configuration", skip=("RouteConfig", "GroupConfig"))
+        found = problems(
+            exc, "configuration", skip=("RouteConfig", "GroupConfig"), model=ConfigFile
+        )
         raise ConfigurationError(f"{where}: " + "; ".join(found)) from None
 
 

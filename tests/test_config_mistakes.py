@@ -1,0 +1,90 @@
+"""A newcomer's mistakes in a configuration file, as ``llmguard check`` and ``load_config``
+say them: a misspelled key names the key it resembles (among the keys its own table takes),
+and a value that should be a table of keys but is not (an empty YAML file, a route written as
+its model alone) says so in the file's words, not by pydantic's class names."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from llmguard_sdk import ConfigurationError
+from llmguard_sdk._config_file import load_config
+from llmguard_sdk.cli import main
+
+ROUTE = {"model": "vllm/m", "base_url": "http://127.0.0.1:9/v1"}
+
+
+@pytest.mark.parametrize(
+    ("config", "said"),
+    [
+        ({"timout": 30, "routes": [ROUTE]}, "timout: Extra inputs are not permitted (did you mean timeout?)"),
+        ({"route": [ROUTE]}, "route: Extra inputs are not permitted (did you mean routes?)"),
+        ({"routes": [{**ROUTE, "nmae": "a"}]}, "routes.0.nmae: Extra inputs are not permitted (did you mean name?)"),
+        ({"routes": [{"group": "g", "stratgy": "latency", "deployments": [ROUTE]}]},
+         "routes.0.stratgy: Extra inputs are not permitted (did you mean strategy?)"),
+        ({"routes": [{"group": "g", "deployments": [{**ROUTE, "api_verison": "1"}]}]},
+         "routes.0.deployments.0.api_verison: Extra inputs are not permitted (did you mean api_version?)"),
+        ({"routes": [ROUTE], "tasks": {"tiers": {"s": ["vllm"]}, "defualt": "s"}},
+         "tasks.defualt: Extra inputs are not permitted (did you mean default?)"),
+        ({"routes": [ROUTE], "tasks": {"tiers": {"s": ["vllm"]}, "rules": [{"tier": "s", "tool": True}]}},
+         "tasks.rules.0.tool: Extra inputs are not permitted (did you mean tools?)"),
+        ({"routes": [ROUTE], "tasks": {"tiers": {"s": ["vllm"], "l": ["vllm"]},
+          "cascades": {"c": {"tiers": ["s", "l"], "chekcs": ["json"]}}}},
+         "tasks.cascades.c.chekcs: Extra inputs are not permitted (did you mean checks?)"),
+    ],
+)  # fmt: skip
+def test_a_misspelled_key_names_the_key_of_its_table_it_resembles(
+    config: dict[str, object], said: str
+) -> None:
+    """``routes.0.modle: Extra inputs are not permitted`` said which key was wrong, not
+    which was meant (a misspelled ``LLMGUARD_*`` variable names its setting)."""
+    with pytest.raises(ConfigurationError) as caught:
+        load_config(config)
+    assert said in str(caught.value)
+
+
+def test_a_key_like_no_key_of_its_table_gets_no_guess() -> None:
+    """Only the keys the table takes are guessed from: ``weight`` in a route is like no
+    route key (``weights`` is a group's)."""
+    with pytest.raises(ConfigurationError) as caught:
+        load_config({"routes": [{**ROUTE, "weight": 2}]})
+    message = str(caught.value)
+    assert message.endswith("routes.0.weight: Extra inputs are not permitted")
+
+
+def test_check_names_the_key_meant_too(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "guard.toml"
+    path.write_text('[[routes]]\nmodle = "openai/gpt-4o-mini"\n', encoding="utf-8")
+    assert main(["check", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "routes.0.modle: Extra inputs are not permitted (did you mean model?)" in err
+    assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "said"),
+    [
+        ("guard.yaml", "", "configuration: Input should be a table of keys, got nothing (an empty file?)"),
+        ("guard.yaml", "# routes: to come\n", "configuration: Input should be a table of keys, got nothing"),
+        ("guard.json", "[]", "configuration: Input should be a table of keys, got a list"),
+        ("guard.yaml", "routes:\n  - openai/gpt-4o-mini\n", "routes.0: Input should be a table of keys, got text"),
+        ('guard.toml', 'routes = ["openai/gpt-4o-mini"]\n', "routes.0: Input should be a table of keys, got text"),
+        ("guard.toml", 'tasks = "auto"\n[[routes]]\nmodel = "ollama/m"\n', "tasks: Input should be a table of keys, got text"),
+    ],
+)  # fmt: skip
+def test_a_value_that_is_no_table_says_so_without_class_names(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str, text: str, said: str
+) -> None:
+    """``Input should be a valid dictionary or instance of ConfigFile`` (or RouteConfig,
+    TasksConfig): names of our classes the file never shows."""
+    if name.endswith(".yaml"):
+        pytest.importorskip("yaml")
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    assert main(["check", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert said in err
+    assert "instance of" not in err
+    assert "Config" not in err
