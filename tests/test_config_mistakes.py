@@ -16,33 +16,37 @@ from llmguard_sdk.cli import main
 ROUTE = {"model": "vllm/m", "base_url": "http://127.0.0.1:9/v1"}
 
 
+TIERS = {"s": ["vllm"], "l": ["vllm"]}
+EXTRA = "Extra inputs are not permitted"
+
+
 @pytest.mark.parametrize(
-    ("config", "said"),
+    ("config", "where", "meant"),
     [
-        ({"timout": 30, "routes": [ROUTE]}, "timout: Extra inputs are not permitted (did you mean timeout?)"),
-        ({"route": [ROUTE]}, "route: Extra inputs are not permitted (did you mean routes?)"),
-        ({"routes": [{**ROUTE, "nmae": "a"}]}, "routes.0.nmae: Extra inputs are not permitted (did you mean name?)"),
+        ({"timout": 30, "routes": [ROUTE]}, "timout", "timeout"),
+        ({"route": [ROUTE]}, "route", "routes"),
+        ({"routes": [{**ROUTE, "nmae": "a"}]}, "routes.0.nmae", "name"),
         ({"routes": [{"group": "g", "stratgy": "latency", "deployments": [ROUTE]}]},
-         "routes.0.stratgy: Extra inputs are not permitted (did you mean strategy?)"),
+         "routes.0.stratgy", "strategy"),
         ({"routes": [{"group": "g", "deployments": [{**ROUTE, "api_verison": "1"}]}]},
-         "routes.0.deployments.0.api_verison: Extra inputs are not permitted (did you mean api_version?)"),
-        ({"routes": [ROUTE], "tasks": {"tiers": {"s": ["vllm"]}, "defualt": "s"}},
-         "tasks.defualt: Extra inputs are not permitted (did you mean default?)"),
-        ({"routes": [ROUTE], "tasks": {"tiers": {"s": ["vllm"]}, "rules": [{"tier": "s", "tool": True}]}},
-         "tasks.rules.0.tool: Extra inputs are not permitted (did you mean tools?)"),
-        ({"routes": [ROUTE], "tasks": {"tiers": {"s": ["vllm"], "l": ["vllm"]},
+         "routes.0.deployments.0.api_verison", "api_version"),
+        ({"routes": [ROUTE], "tasks": {"tiers": TIERS, "defualt": "s"}},
+         "tasks.defualt", "default"),
+        ({"routes": [ROUTE], "tasks": {"tiers": TIERS, "rules": [{"tier": "s", "tool": True}]}},
+         "tasks.rules.0.tool", "tools"),
+        ({"routes": [ROUTE], "tasks": {"tiers": TIERS,
           "cascades": {"c": {"tiers": ["s", "l"], "chekcs": ["json"]}}}},
-         "tasks.cascades.c.chekcs: Extra inputs are not permitted (did you mean checks?)"),
+         "tasks.cascades.c.chekcs", "checks"),
     ],
 )  # fmt: skip
 def test_a_misspelled_key_names_the_key_of_its_table_it_resembles(
-    config: dict[str, object], said: str
+    config: dict[str, object], where: str, meant: str
 ) -> None:
     """``routes.0.modle: Extra inputs are not permitted`` said which key was wrong, not
     which was meant (a misspelled ``LLMGUARD_*`` variable names its setting)."""
     with pytest.raises(ConfigurationError) as caught:
         load_config(config)
-    assert said in str(caught.value)
+    assert f"{where}: {EXTRA} (did you mean {meant}?)" in str(caught.value)
 
 
 def test_a_key_like_no_key_of_its_table_gets_no_guess() -> None:
@@ -51,7 +55,7 @@ def test_a_key_like_no_key_of_its_table_gets_no_guess() -> None:
     with pytest.raises(ConfigurationError) as caught:
         load_config({"routes": [{**ROUTE, "weight": 2}]})
     message = str(caught.value)
-    assert message.endswith("routes.0.weight: Extra inputs are not permitted")
+    assert message.endswith(f"routes.0.weight: {EXTRA}")
 
 
 def test_check_names_the_key_meant_too(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -59,21 +63,24 @@ def test_check_names_the_key_meant_too(tmp_path: Path, capsys: pytest.CaptureFix
     path.write_text('[[routes]]\nmodle = "openai/gpt-4o-mini"\n', encoding="utf-8")
     assert main(["check", str(path)]) == 2
     err = capsys.readouterr().err
-    assert "routes.0.modle: Extra inputs are not permitted (did you mean model?)" in err
+    assert f"routes.0.modle: {EXTRA} (did you mean model?)" in err
     assert err.count("\n") == 1
+
+
+TABLE = "Input should be a table of keys, got"
 
 
 @pytest.mark.parametrize(
     ("name", "text", "said"),
     [
-        ("guard.yaml", "", "configuration: Input should be a table of keys, got nothing (an empty file?)"),
-        ("guard.yaml", "# routes: to come\n", "configuration: Input should be a table of keys, got nothing"),
-        ("guard.json", "[]", "configuration: Input should be a table of keys, got a list"),
-        ("guard.yaml", "routes:\n  - openai/gpt-4o-mini\n", "routes.0: Input should be a table of keys, got text"),
-        ('guard.toml', 'routes = ["openai/gpt-4o-mini"]\n', "routes.0: Input should be a table of keys, got text"),
-        ("guard.toml", 'tasks = "auto"\n[[routes]]\nmodel = "ollama/m"\n', "tasks: Input should be a table of keys, got text"),
+        ("guard.yaml", "", f"configuration: {TABLE} nothing (an empty file?)"),
+        ("guard.yaml", "# routes: to come\n", f"configuration: {TABLE} nothing"),
+        ("guard.json", "[]", f"configuration: {TABLE} a list"),
+        ("guard.yaml", "routes:\n  - openai/gpt-4o-mini\n", f"routes.0: {TABLE} text"),
+        ("guard.toml", 'routes = ["openai/gpt-4o-mini"]\n', f"routes.0: {TABLE} text"),
+        ("guard.toml", 'tasks = "auto"\n[[routes]]\nmodel = "ollama/m"\n', f"tasks: {TABLE} text"),
     ],
-)  # fmt: skip
+)
 def test_a_value_that_is_no_table_says_so_without_class_names(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str, text: str, said: str
 ) -> None:

@@ -8,7 +8,9 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from .._config_file import load_config, naming, redacted, resolve, tasks_of
+from .._config_shortcuts import key_variable
 from ..config import GuardSettings
+from ..store import open_store
 from ._command import Command
 
 if TYPE_CHECKING:
@@ -31,7 +33,8 @@ def _run(args: argparse.Namespace) -> int:
         config = load_config(args.config)
         entries, routes = resolve(config, os.environ)
         settings = config.settings(os.environ)  # a ${NAME} store is read and names a store
-        GuardSettings.from_env(os.environ, **settings)  # the LLMGUARD_* ones the file leaves
+        guard = GuardSettings.from_env(os.environ, **settings)  # the LLMGUARD_* ones it leaves
+        open_store(guard.store, key_prefix=guard.key_prefix).close()  # its URL read, no connection
         tasks = tasks_of(config, entries)  # tiers name routes of the file
     for entry in entries:
         close = getattr(entry, "close", None)
@@ -53,9 +56,16 @@ def _run(args: argparse.Namespace) -> int:
         if row["base_url"] is None:  # the local model: no URL, no key
             print(f"{row['name']}{group}: {row['kind']} {row['model']} in this process")
             continue
-        key = row["key_from"] or "no key"
+        key = row["key_from"] or _no_key(row["kind"])
         print(f"{row['name']}{group}: {row['kind']} {row['model']} at {row['base_url']}; key {key}")
     return 0
+
+
+def _no_key(shortcut: str) -> str:
+    """What a route without a key says: the variable it reads, unset (a hosted provider
+    answers 401 to every call without one)."""
+    variable = key_variable(shortcut)
+    return "no key" if variable is None else f"no key ({variable} is not set)"
 
 
 def _tasks_shown(config: TasksConfig | None, router: TaskRouter | None) -> Any:
