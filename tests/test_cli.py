@@ -285,6 +285,16 @@ def test_a_config_drill_refuses_the_options_it_would_ignore(
     assert option[0] in capsys.readouterr().err
 
 
+def test_a_drill_without_config_refuses_primary(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--primary`` names a route of ``--config``'s file: without one it was ignored and the
+    built-in drill ran (for seconds) on its own primary, as if the named route were drilled."""
+    argv = ["drill", "--no-local", "--before", "0.1", "--outage", "0.1", "--after", "0.1"]
+    assert main([*argv, "--primary", "openai"]) == 2
+    captured = capsys.readouterr()
+    assert "--primary: only with --config" in captured.err
+    assert captured.out == ""  # refused before the drill ran
+
+
 def test_errors_go_to_stderr_so_json_output_stays_json(
     tmp_path: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:

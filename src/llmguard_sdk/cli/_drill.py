@@ -38,6 +38,8 @@ def _run(args: argparse.Namespace) -> int:
         if ignored:  # a drill of the file's own routes draws no picture and adds no model
             raise ConfigurationError(f"{' and '.join(ignored)}: not with --config")
         return run_config_drill_command(args)
+    if args.primary is not None:  # a route of the file: the built-in drill has its own
+        raise ConfigurationError("--primary: only with --config (the route of its file to fail)")
     from ..testing.drill import run_drill
 
     if args.png is not None and not Path(args.png).resolve().parent.is_dir():
