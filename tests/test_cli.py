@@ -221,6 +221,29 @@ def test_eval_says_whether_the_key_variable_is_unset_or_empty(
     assert f"LLMGUARD_TEST_EVAL_KEY {said}" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("as_json", [False, True])
+@pytest.mark.parametrize(
+    "lines",
+    [
+        [],  # an empty file
+        ['{"timestamp": 1, "route": "openai", "cost_usd": 0.01}'],  # a usage file given
+        ['{"type": "call", "call_id": "a", "request": {"messages": []}, "error": "timeout"}'],
+    ],
+)
+def test_eval_of_a_file_without_answered_calls_fails(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str], lines: list[str], as_json: bool
+) -> None:
+    """A table of 0 calls and exit 0: a CI step that replays the wrong file (or one whose
+    calls all failed) passed, as if the candidate agreed (``cost report`` says so, exit 1)."""
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text("".join(line + "\n" for line in lines))
+    argv = ["eval", str(samples), "--base-url", "http://127.0.0.1:9/v1"]  # (never called)
+    assert main([*argv, *(["--json"] if as_json else [])]) == 1
+    captured = capsys.readouterr()
+    assert f"no answered calls to replay in {samples}" in captured.err
+    assert captured.out == ""
+
+
 def test_report_into_a_folder_that_does_not_exist_is_one_line_and_status_2(
     tmp_path: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -16,6 +16,7 @@ import importlib
 import json
 import math
 import os
+import sys
 from typing import Any
 
 from ..errors import ConfigurationError
@@ -88,7 +89,8 @@ def _comparator(spec: str) -> Any:
 
 
 def _run(args: argparse.Namespace) -> int:
-    """Run ``llmguard eval``; returns the exit status (1 when a replayed call failed)."""
+    """Run ``llmguard eval``; returns the exit status (1 when a replayed call failed, or
+    the file held no answered call to replay)."""
     from .. import Guard, OpenAICompatibleProvider
     from ..budget import Price, PriceTable
     from ..telemetry.evaluation import replay
@@ -112,6 +114,12 @@ def _run(args: argparse.Namespace) -> int:
             candidate=args.name,
             limit=args.limit,
         )
+    if not report.overall.compared:  # the wrong file, or every call failed: nothing agreed
+        skipped = f" ({report.skipped} failed or not replayable)" if report.skipped else ""
+        print(
+            f"llmguard eval: no answered calls to replay in {args.file}{skipped}", file=sys.stderr
+        )
+        return 1
     print(json.dumps(report.as_dict(), indent=2) if args.json else report.render())
     return 1 if report.overall.replayed.errors else 0
 
