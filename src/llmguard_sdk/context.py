@@ -17,6 +17,8 @@ from .models import ChatRequest, Usage
 from .tokens import TokenCount, count_request_tokens, recounted
 
 if TYPE_CHECKING:
+    from opentelemetry.trace import Span
+
     from ._core.tasks import TaskChoice
     from .providers.base import Provider
 
@@ -115,7 +117,8 @@ class AttemptRecord:
     """One provider attempt of a call, for telemetry: which route, when (``time.monotonic``
     instants), how it ended (``error`` None = success; ``ended`` None = abandoned or
     cancelled), the first content token and the gaps between content chunks of a stream,
-    and the wait before the retry that followed it."""
+    and the wait before the retry that followed it. ``span``: its span, where it was started
+    as the attempt began (its request carried the span's trace context)."""
 
     route: str
     started: float = field(default_factory=time.monotonic)
@@ -124,6 +127,7 @@ class AttemptRecord:
     first_token_at: float | None = None
     chunk_gaps: list[float] = field(default_factory=list)
     retry_wait: float | None = None
+    span: Span | None = None
 
     def end(self, error: BaseException | None = None) -> None:
         """Mark the attempt finished (the first call wins)."""
@@ -180,6 +184,7 @@ class CallContext:
     attempt_log: list[AttemptRecord] = field(default_factory=list)
     rate_wait_s: float = 0.0
     trace_parent: object = None
+    span: Span | None = None  # the call's span, where started as its first traced attempt began
     route_order: tuple[Provider, ...] = ()  # this call's routes, ranked (deployment groups)
     region: str | None = None  # the region whose deployments the call prefers
     task: TaskChoice | None = None  # the call's tier (task routing) and cascade record

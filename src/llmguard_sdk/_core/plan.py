@@ -26,6 +26,7 @@ from collections.abc import Generator
 from typing import Any
 
 from ..budget._reserve import with_output_limit
+from ..context import AttemptRecord
 from ..errors import BudgetExceededError, ProviderError, StreamInterruptedError
 from ..models import ChatResponse, StreamChunk
 from ..providers.base import Provider
@@ -215,7 +216,7 @@ def _complete(
     started = time.monotonic()
     record = ctx.begin_attempt(route.name)
     try:
-        response: ChatResponse = yield complete_op(run, route)
+        response: ChatResponse = yield complete_op(run, route, record)
     except ProviderError as failure:
         record.end(failure)
         sent = limits.timed_out(ctx, route, reservation, failure)  # (sent: its prompt billed)
@@ -249,7 +250,7 @@ def _stream(
         if opened is not None:
             chunks, buffered = opened.chunks, opened.buffered
         else:
-            chunks, buffered = (yield open_op(run, route)), []
+            chunks, buffered = (yield open_op(run, route, record)), []
         while True:
             chunk: StreamChunk | None = buffered.pop(0) if buffered else (yield Next(chunks))
             if chunk is None:
@@ -309,22 +310,24 @@ def _sent(run: Run, route: Provider, reservation: Reservation | None) -> int:
     return limits.sent_input(run.ctx, route, reservation)
 
 
-def complete_op(run: Run, route: Provider) -> Complete:
-    """One non-streaming attempt on ``route``: its model, its deadline."""
+def complete_op(run: Run, route: Provider, record: AttemptRecord) -> Complete:
+    """One non-streaming attempt on ``route`` (``record``: its record, just begun): its
+    model, its deadline, its trace context."""
     return Complete(
         route,
-        run.request,
+        run.attempt_request(record),
         routes.route_model(route, run.request),
         routes.attempt_deadline(run.ctx),
     )
 
 
-def open_op(run: Run, route: Provider) -> Open:
-    """A stream on ``route``: the call's deadline, its attempt timeout (the call's own, else
-    the Guard's) before the first chunk and between chunks."""
+def open_op(run: Run, route: Provider, record: AttemptRecord) -> Open:
+    """A stream on ``route`` (``record``: its attempt's, just begun): the call's deadline,
+    its attempt timeout (the call's own, else the Guard's) before the first chunk and
+    between chunks, its trace context."""
     return Open(
         route,
-        run.request,
+        run.attempt_request(record),
         routes.route_model(route, run.request),
         run.ctx.deadline,
         run.ctx.attempt_timeout,

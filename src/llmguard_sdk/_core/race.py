@@ -99,7 +99,8 @@ def race(
 def _start(run: Run, leg: _Leg) -> StartLeg:
     run.ctx.attempts += 1
     run.tried.add(leg.route.name)
-    op = plan.open_op(run, leg.route) if run.streaming else plan.complete_op(run, leg.route)
+    make = plan.open_op if run.streaming else plan.complete_op
+    op = make(run, leg.route, leg.record)
     return StartLeg(op)
 
 

@@ -18,7 +18,7 @@ from typing import Any
 from .._state.steps import Step
 from ..breaker import Permit
 from ..budget.control import Held
-from ..context import CallContext
+from ..context import AttemptRecord, CallContext
 from ..errors import ProviderError, RateLimitedError, StreamInterruptedError
 from ..models import ChatRequest, ChatResponse, StreamChunk, Usage
 from ..providers.base import Provider
@@ -57,6 +57,14 @@ class Run:
 
     def __post_init__(self) -> None:
         self.request = self.ctx.request
+
+    def attempt_request(self, record: AttemptRecord) -> ChatRequest:
+        """The request the attempt of ``record`` (just begun) sends: the call's, with the
+        trace context of the attempt's span in its headers where the telemetry sends it."""
+        telemetry = self.stages.telemetry
+        if telemetry is None:
+            return self.request
+        return telemetry.trace_attempt(self.ctx, self.stages.routes, record, self.request)
 
     # -- what the opening batch took ahead --------------------------------------------------
 

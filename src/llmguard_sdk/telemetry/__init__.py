@@ -32,6 +32,15 @@ the call span. A failed call or attempt has an ERROR status and an ``exception``
 (``exception.type``, fully qualified, and ``exception.message``, masked as the status is).
 Spans are written when the call ends, with the times the call and each attempt really
 started and ended, under the span that was current when the call began.
+
+**Trace context on requests.** With an SDK's tracer provider, each attempt's HTTP request
+carries the W3C ``traceparent`` / ``tracestate`` of the attempt's span and what else the
+global propagator injects (``baggage`` by default), so a server that traces requests makes
+its spans children of the attempt's: the call's span and the attempt's are then started as
+the attempt begins (same start times, the rest set as the call ends: the same tree).
+``Telemetry(propagate=...)``: ``True`` (default: every route, as OpenTelemetry's HTTP client
+instrumentations do), a collection of route names, or ``False``. Without an SDK, or with
+``telemetry=False``, nothing is sent and spans are built at the end as before.
 A ``@guard.protect`` call's span and points name the provider of the SDK the function uses
 (``gen_ai.provider.name``: ``openai``, ``anthropic`` ..., ``unknown`` when nothing tells)
 and its label as ``llmguard.route``.

@@ -7,11 +7,12 @@ as a share of 1)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
 from typing import Any
 
 from ..errors import ConfigurationError
 
-__all__ = ["check_parts", "checked_number"]
+__all__ = ["check_parts", "checked_number", "checked_propagate"]
 
 
 def checked_number(
@@ -72,3 +73,19 @@ def check_parts(
         raise ConfigurationError(
             f"anomalies must be an Anomalies, True or False, not {anomalies!r}"
         )
+
+
+def checked_propagate(propagate: object) -> bool | frozenset[str]:
+    """``Telemetry``'s ``propagate``: ``True``, ``False`` or route names (a collection of
+    strings, not one string, whose letters would be taken for names)."""
+    if isinstance(propagate, bool):
+        return propagate
+    if (
+        isinstance(propagate, Collection)
+        and not isinstance(propagate, (str, bytes))
+        and all(isinstance(name, str) for name in propagate)
+    ):
+        return frozenset(propagate)
+    raise ConfigurationError(
+        f"propagate must be True, False or a collection of route names, not {propagate!r}"
+    )

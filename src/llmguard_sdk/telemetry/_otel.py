@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Literal
 
 from opentelemetry import context as otel_context
 from opentelemetry import metrics, trace
-from opentelemetry.trace import SpanKind, Status, StatusCode
+from opentelemetry.trace import SpanKind
 
 from .._ids import UniqueIds
 from .._version import __version__
@@ -20,8 +20,6 @@ from ._attributes import (
     add_response,
     add_scope,
     check_options,
-    error_status,
-    exception_type,
     input_messages,
     provider_name,
     quality_labels,
@@ -31,10 +29,11 @@ from ._attributes import (
 )
 from ._instruments import Instruments
 from ._labels import CappedMeter
-from ._options import check_parts, checked_number
+from ._options import check_parts, checked_number, checked_propagate
 from ._quality import Quality, signals_of
 from ._sdk_names import UNKNOWN
 from ._semconv import Names, SemconvMode, names_for
+from ._spans import end_started, failed, start_traced_attempt, with_trace, write_attempts
 from .anomaly import Anomalies, AnomalyEvent
 from .redaction import redact, redact_secrets
 from .sampling import EvalSink, call_record
@@ -42,8 +41,8 @@ from .sampling import EvalSink, call_record
 if TYPE_CHECKING:
     from ..breaker import BreakerTransition
     from ..budget import BudgetEvent
-    from ..context import AttemptRecord, CallContext, CallEvent, Scope
-    from ..models import ChatResponse
+    from ..context import AttemptRecord, CallContext, CallEvent
+    from ..models import ChatRequest, ChatResponse
     from ..providers.base import Provider
     from ..releases.release import ReleaseEvent
 
@@ -87,10 +86,18 @@ class Telemetry:
             (feature, release, model ...); further new values are recorded as ``"other"``
             (logged once), so a per-request value cannot grow the series without end.
             Spans keep the full values.
+        propagate: send each attempt's trace context with its HTTP request (W3C
+            ``traceparent`` / ``tracestate`` of the attempt's span, and what else the global
+            propagator injects: the caller's ``baggage`` by default), so a server that
+            traces requests (vLLM, a gateway) makes its spans children of the attempt's.
+            ``True`` (default): every route's requests, as OpenTelemetry's HTTP client
+            instrumentations do; a collection of route names: those routes' only (your own
+            servers, not a third-party API); ``False``: none. Nothing is sent while no
+            tracer provider of an SDK is configured.
 
     .. versionchanged:: 0.2.0
        ``semconv``: the current conventions (cache and stream attributes) or the previous;
-       ``max_label_values``.
+       ``max_label_values``; ``propagate``.
     """
 
     def __init__(
@@ -106,15 +113,21 @@ class Telemetry:
         eval_sink: EvalSink | None = None,
         anomalies: Anomalies | bool = True,
         max_label_values: int = 100,
+        propagate: bool | Collection[str] = True,
     ) -> None:
         check_parts(capture_content, redact, eval_sink, anomalies)
+        self._propagate = checked_propagate(propagate)
         self.eval_sink = eval_sink
         self.anomalies = Anomalies() if anomalies is True else anomalies or None
         self.names: Names = names_for(semconv)
         self.capture_content = capture_content
         self._explicit = tracer_provider is not None or meter_provider is not None
-        self._sdk_configured = False
+        self._sdk_configured = self._sdk_tracing = False
         self._sdk_checked_until = -float("inf")
+        # whether spans reach an SDK: the given tracer provider's (None: the global one's)
+        self._own_tracing = (
+            None if tracer_provider is None else type(tracer_provider).__name__ not in _PROXIES
+        )
         self._redact = redact
         self._max_chars, self._log_level = check_options(max_content_chars, log_level)
         self._tracer = trace.get_tracer(_SCOPE, __version__, tracer_provider=tracer_provider)
@@ -135,6 +148,25 @@ class Telemetry:
     def parent(self) -> object:
         """The context a call's span will be a child of (captured when the call starts)."""
         return otel_context.get_current()
+
+    def trace_attempt(
+        self,
+        ctx: CallContext,
+        routes: tuple[Provider, ...],
+        attempt: AttemptRecord,
+        request: ChatRequest,
+    ) -> ChatRequest:
+        """The request ``attempt`` (the call's last, just begun) sends: ``request`` with the
+        trace context of the attempt's span in its headers, where it is propagated to the
+        attempt's route and an SDK is configured (the call's span and the attempt's are then
+        started now, not as the call ends); else ``request`` itself."""
+        wanted = self._propagate
+        if wanted is False or (wanted is not True and attempt.route not in wanted):
+            return request
+        if not self._tracing():
+            return request
+        headers = start_traced_attempt(self._tracer, self.names, ctx, routes, attempt)
+        return with_trace(request, headers) if headers else request
 
     def on_breaker_transition(self, transition: BreakerTransition) -> None:
         """A breaker hook: counts transitions by route and new state."""
@@ -175,7 +207,7 @@ class Telemetry:
             start_time=end_ns - int(event.latency_s * 1e9),
         )
         if event.error is not None:
-            _failed(span, event.error, event.scope, end_ns)
+            failed(span, event.error, event.scope, end_ns)
         span.end(end_time=end_ns)
         labels = {
             key: attributes[key]
@@ -239,7 +271,7 @@ class Telemetry:
         if response is not None:
             response.metadata["call_id"] = call_id
         anomalies = self._watch(ctx, response, error)  # their hooks and log see them
-        exporting = self._exporting()
+        exporting = ctx.span is not None or self._exporting()
         sink = self.eval_sink
         if not exporting and not self._logging() and sink is None:
             if response is not None:
@@ -303,18 +335,30 @@ class Telemetry:
 
     def _exporting(self) -> bool:
         """False while only the API's proxies exist (no SDK configured): spans and metric
-        points would go nowhere. Looked up at most every ``_SDK_CHECK_SECONDS`` (the lookup
-        reads the environment), so an SDK configured later is used within that time."""
+        points would go nowhere."""
         if self._explicit:
             return True
+        self._look_up()
+        return self._sdk_configured
+
+    def _tracing(self) -> bool:
+        """Whether spans reach an SDK's tracer provider (given, or configured globally)."""
+        if self._own_tracing is not None:
+            return self._own_tracing
+        self._look_up()
+        return self._sdk_tracing
+
+    def _look_up(self) -> None:
+        """Whether the global providers are an SDK's, looked up at most every
+        ``_SDK_CHECK_SECONDS`` (the lookup reads the environment), so an SDK configured
+        later is used within that time."""
         now = time.monotonic()
         if now >= self._sdk_checked_until:
             self._sdk_checked_until = now + _SDK_CHECK_SECONDS
-            self._sdk_configured = not (
-                type(trace.get_tracer_provider()).__name__ in _PROXIES
-                and type(metrics.get_meter_provider()).__name__ in _PROXIES
+            self._sdk_tracing = type(trace.get_tracer_provider()).__name__ not in _PROXIES
+            self._sdk_configured = (
+                self._sdk_tracing or type(metrics.get_meter_provider()).__name__ not in _PROXIES
             )
-        return self._sdk_configured
 
     def _logging(self) -> bool:
         return self._log_level is not None and _CALL_LOG.isEnabledFor(self._log_level)
@@ -385,16 +429,24 @@ class Telemetry:
         cancelled: bool,
         events: list[tuple[str, Attributes]],
     ) -> trace.SpanContext | None:
-        parent = ctx.trace_parent if ctx.trace_parent is not None else self.parent()
-        span = self._tracer.start_span(
-            f"chat {call['gen_ai.request.model']}".strip(),
-            context=parent,  # type: ignore[arg-type]
-            kind=SpanKind.CLIENT,
-            attributes=call,
-            start_time=ctx.started_ns,
-        )
+        name = f"chat {call['gen_ai.request.model']}".strip()
+        span = ctx.span  # started as its first attempt began (see trace_attempt)
+        if span is None:
+            parent = ctx.trace_parent if ctx.trace_parent is not None else self.parent()
+            span = self._tracer.start_span(
+                name,
+                context=parent,  # type: ignore[arg-type]
+                kind=SpanKind.CLIENT,
+                attributes=call,
+                start_time=ctx.started_ns,
+            )
+        else:
+            if getattr(span, "name", name) != name:  # (an SDK span tells its name)
+                span.update_name(name)
+            span.set_attributes(call)
         if not span.is_recording():
-            span.end()
+            end_started(ctx, end)  # (unsampled spans, started to be propagated)
+            span.end(end_time=wall_ns(ctx, end))
             return None
         for name, attributes in events:
             span.add_event(name, attributes)
@@ -408,53 +460,13 @@ class Telemetry:
             text = self._content(ctx.request.last_user_text())
             span.set_attribute("gen_ai.input.messages", input_messages(text))
         inside = trace.set_span_in_context(span)
-        for number, attempt in enumerate(ctx.attempt_log, 1):
-            route = route_named(routes, attempt.route)
-            self._attempt_span(ctx, attempt, number, route, inside, end)
+        write_attempts(self._tracer, self.names, ctx, routes, inside, end)
         if error is not None:
-            _failed(span, error, ctx.scope, wall_ns(ctx, end))
+            failed(span, error, ctx.scope, wall_ns(ctx, end))
         elif cancelled:
             span.set_attribute("llmguard.cancelled", True)
         span.end(end_time=wall_ns(ctx, end))
         return span.get_span_context()
-
-    def _attempt_span(
-        self,
-        ctx: CallContext,
-        attempt: AttemptRecord,
-        number: int,
-        route: Provider | None,
-        parent: otel_context.Context,
-        call_end: float,
-    ) -> None:
-        attributes: Attributes = {
-            "gen_ai.operation.name": "chat",
-            self.names.provider: provider_name(route),
-            "gen_ai.request.model": (route.model if route is not None else None)
-            or ctx.request.model
-            or "",
-            "llmguard.route": attempt.route,
-            "llmguard.attempt": number,
-        }
-        if attempt.retry_wait is not None:
-            attributes["llmguard.retry_wait_s"] = attempt.retry_wait
-        if attempt.first_token_at is not None:
-            attributes[self.names.first_chunk] = attempt.first_token_at - attempt.started
-        if attempt.error is not None:
-            attributes["error.type"] = type(attempt.error).__name__
-        elif attempt.ended is None:
-            attributes["llmguard.cancelled"] = True
-        span = self._tracer.start_span(
-            f"chat {attributes['gen_ai.request.model']}".strip(),
-            context=parent,
-            kind=SpanKind.CLIENT,
-            attributes=attributes,
-            start_time=wall_ns(ctx, attempt.started),
-        )
-        end_ns = wall_ns(ctx, attempt.ended or call_end)
-        if attempt.error is not None:
-            _failed(span, attempt.error, ctx.scope, end_ns)
-        span.end(end_time=end_ns)
 
     def _export_metrics(
         self, ctx: CallContext, kind: str, call: Attributes, response: ChatResponse | None
@@ -547,20 +559,6 @@ class Telemetry:
 
     def _content(self, text: str) -> str:
         return self._redact(redact_secrets(text))[: self._max_chars]
-
-
-def _failed(span: trace.Span, error: BaseException, scope: Scope, at_ns: int) -> None:
-    """Mark ``span`` failed by ``error``: an ERROR status and an ``exception`` event (the
-    exception conventions' type and message; the message masked as the status is: no
-    credentials, the tenant hashed, no user id; no stack trace, whose source lines may hold
-    a prompt)."""
-    status = error_status(error, scope)
-    span.set_status(Status(StatusCode.ERROR, status))
-    span.add_event(
-        "exception",
-        {"exception.type": exception_type(error), "exception.message": status},
-        timestamp=at_ns,
-    )
 
 
 def _span_events(signals: list[str], anomalies: list[AnomalyEvent]) -> list[tuple[str, Attributes]]:
