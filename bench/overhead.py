@@ -30,7 +30,8 @@ The default Guard has telemetry on with no OpenTelemetry SDK configured (the API
 providers, as in an application that does not export telemetry): ``overhead_us``. Variants,
 measured in the same rounds, each over the provider object (the stages alone):
 ``telemetry_off_us`` (``telemetry=False``), ``telemetry_sdk_us``
-(the real SDK recording every span and metric, exported to memory and dropped), and
+(the real SDK recording every span and metric, exported to memory and dropped; each request
+carrying its attempt span's trace context, ``Telemetry(propagate=True)``, the default), and
 ``all_stages_us``: telemetry with the SDK plus rate limits, a spend budget and the response
 cache (every call a new question: an exact miss, a semantic search and a store);
 ``all_stages_overhead_us`` is that Guard's call over bare httpx (the name the issue checks),
