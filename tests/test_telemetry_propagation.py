@@ -166,7 +166,9 @@ def test_without_an_sdk_or_with_telemetry_off_nothing_is_sent(
     fake: FakeProvider, make_guard: MakeGuard
 ) -> None:
     # (no test in this process configures the global tracer provider: the API's no-op)
-    assert type(trace.get_tracer_provider()).__name__ == "ProxyTracerProvider"
+    assert type(trace.get_tracer_provider()).__name__ == "ProxyTracerProvider", (
+        "a test set the global tracer provider in this process: run it in a subprocess"
+    )
     make_guard(fake).chat(USER)  # telemetry=True, the default
     make_guard(fake, telemetry=False).chat(USER)
     make_guard(fake, telemetry=Telemetry(log_level=None)).chat(USER)
