@@ -15,9 +15,7 @@ from .wire import RESPONSES_ONLY_KEY, named_keys
 
 logger = logging.getLogger("llmguard_sdk")
 
-# OpenAI chat-completions parameters Anthropic has no field for (the drop-in client passes them
-# on in ``extra_body``): Anthropic answers 400 "Extra inputs are not permitted" to each
-_NOT_SENT = frozenset(
+OPENAI_ONLY = frozenset(
     {
         "audio",
         "frequency_penalty",
@@ -44,6 +42,9 @@ _NOT_SENT = frozenset(
         "web_search_options",
     }
 )
+"""OpenAI chat-completions parameters Claude has no field for (the drop-in client passes them
+on in ``extra_body``): Claude answers 400 "Extra inputs are not permitted" to each, so an
+Anthropic route leaves them out; a Messages request's (the seam's) go on to other routes."""
 _CLAUDE_TIERS = frozenset({"auto", "standard_only"})  # the Messages API's service_tier values
 
 
@@ -54,7 +55,7 @@ def add_extra_body(payload: dict[str, Any], request: ChatRequest) -> None:
     extra = request.extra_body or {}
     responses_only = named_keys(request, RESPONSES_ONLY_KEY)  # (the Responses API's)
     for key, value in extra.items():
-        if key not in _NOT_SENT and key not in responses_only:
+        if key not in OPENAI_ONLY and key not in responses_only:
             payload[key] = value
     _openai_counterparts(payload, extra)
     _claude_tier(payload)

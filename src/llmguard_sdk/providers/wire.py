@@ -63,7 +63,8 @@ __all__ = [
 ANTHROPIC_ONLY_KEY = "llmguard.anthropic_only"
 """``ChatRequest.metadata`` key: the ``extra_body`` keys (comma-separated) that only Anthropic
 routes send, parameters of Anthropic's Messages API that chat completions and Responses lack
-(the transport seam's ``/messages`` names ``top_k`` and ``thinking`` here)."""
+(the transport seam's ``/messages`` names here every field of a Messages request it does not
+translate: ``top_k``, ``thinking``, ``container`` ...)."""
 RESPONSES_ONLY_KEY = "llmguard.responses_only"
 """``ChatRequest.metadata`` key: the ``extra_body`` keys (comma-separated) that only OpenAI
 Responses routes send, parameters of the Responses API that chat completions and Anthropic's

@@ -7,12 +7,19 @@ is Claude's own where an Anthropic route served (its ``metadata["stop_reason"]``
 turn stays ``pause_turn``, a stop sequence ``stop_sequence``), else the finish reason's
 counterpart.
 
-Parameters chat completions has no counterpart for go on in ``extra_body``; of them, the
-Anthropic-only ``top_k`` and ``thinking`` reach Anthropic routes only (named under
-:data:`~llmguard_sdk.providers.wire.ANTHROPIC_ONLY_KEY`): chat-completions and Responses
-routes, which reject or ignore them, do not get them. So it is with ``cache_control``
-breakpoints on system, message and tool blocks: Anthropic routes send them (prompt caching
-works through the seam), other routes leave them out.
+The fields chat completions has counterparts for are translated (``system``, ``tools``,
+``tool_choice``, ``stop_sequences`` as ``stop``, ``metadata.user_id`` as ``user``, an
+``output_config.format`` JSON schema as ``response_format``). Every other field goes on in
+``extra_body`` and reaches Anthropic routes only (named under
+:data:`~llmguard_sdk.providers.wire.ANTHROPIC_ONLY_KEY`): ``thinking``, ``top_k``,
+``service_tier`` (Claude's ``standard_only``), ``container``, ``output_config`` whole (its
+``effort`` too, as ``thinking``), ``inference_geo``, ``speed``, ``diagnostics``, a top-level
+``cache_control``, the beta API's ``mcp_servers`` and ``context_management``, and any field
+Claude adds: chat-completions and Responses routes, which answer 400 to a field they do not
+know, do not get them. (A field named as one of OpenAI's chat-completions parameters,
+``reasoning_effort`` say, goes on to those routes: an Anthropic route leaves it out.) So it
+is with ``cache_control`` breakpoints on system, message and tool blocks: Anthropic routes
+send them (prompt caching works through the seam), other routes leave them out.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from typing import Any
 from .._core.assembly import call_function, call_index
 from ..errors import LLMGuardError, RequestValidationError
 from ..models import ChatResponse, StreamChunk, Usage
+from ..providers._anthropic_params import OPENAI_ONLY
 from ..providers.wire import ANTHROPIC_ONLY_KEY, CACHE_CONTROL
 from . import _wire
 from ._chat import guard_arguments
@@ -51,8 +59,6 @@ _KNOWN = frozenset(
         "metadata",
     }
 )
-# Messages parameters only Anthropic routes are sent (others reject or ignore them)
-_ANTHROPIC_ONLY = ("thinking", "top_k")
 _ERRORS = {
     400: "invalid_request_error",
     401: "authentication_error",
@@ -230,8 +236,29 @@ def chat_params(body: Mapping[str, Any]) -> dict[str, Any]:
     metadata = body.get("metadata")
     if isinstance(metadata, dict) and isinstance(metadata.get("user_id"), str):
         params["user"] = metadata["user_id"]
+    output = _output_format(body.get("output_config"))
+    if output is not None:
+        params["response_format"] = output
     params.update({k: v for k, v in body.items() if k not in _KNOWN})
     return params
+
+
+def _output_format(config: object) -> dict[str, Any] | None:
+    """``output_config``'s JSON schema (Claude's structured output) as chat's
+    ``response_format``; ``None`` for none (its ``effort`` has no chat counterpart every
+    model takes: Anthropic routes only, as ``thinking``)."""
+    fmt = config.get("format") if isinstance(config, dict) else None
+    if not isinstance(fmt, dict) or fmt.get("type") != "json_schema":
+        return None
+    if not isinstance(fmt.get("schema"), dict):
+        raise _bad("output_config.format needs a schema object")
+    return {"type": "json_schema", "json_schema": {"name": "output", "schema": fmt["schema"]}}
+
+
+def anthropic_only(body: Mapping[str, Any]) -> list[str]:
+    """The fields of Messages request ``body`` only Anthropic routes are sent: all but those
+    :func:`chat_params` translates and OpenAI's own parameters."""
+    return [key for key in body if key not in _KNOWN and key not in OPENAI_ONLY]
 
 
 def _usage(usage: Usage | None) -> dict[str, int]:
@@ -277,7 +304,7 @@ class MessagesWire:
         """``body`` (a Messages request) as Guard arguments; its Anthropic-only parameters
         named for the routes that do not speak Anthropic to leave out."""
         arguments = guard_arguments(chat_params(body), incoming)
-        only = [key for key in _ANTHROPIC_ONLY if key in body]
+        only = anthropic_only(body)
         if _has_breakpoints(body):
             only.append(CACHE_CONTROL)  # chat routes send none
         if only:

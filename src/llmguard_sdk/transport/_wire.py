@@ -52,7 +52,10 @@ _OWN_HEADERS = frozenset(
 )
 _OWN_PREFIXES = ("x-stainless-", "openai-", "x-llmguard-", "anthropic-")
 # ... but these, though an SDK sets them, say what the caller asked for: forwarded
-_CALLER_HEADERS = frozenset({"anthropic-beta"})  # anthropic's `betas=[...]`
+# (anthropic's `betas=[...]`, and its messages.create's user_profile_id and workspace_id)
+_CALLER_HEADERS = frozenset(
+    {"anthropic-beta", "anthropic-user-profile-id", "anthropic-workspace-id"}
+)
 # The provider's headers an answer passes on to the SDK (OpenAI's names, then Anthropic's).
 _REQUEST_ID_HEADERS = frozenset({"x-request-id", "request-id"})
 _RATE_LIMIT_PREFIXES = ("x-ratelimit-", "anthropic-ratelimit-")
