@@ -168,3 +168,69 @@ def test_a_service_tier_claude_does_not_have_is_left_out(
     logged = [r.getMessage() for r in caplog.records if "service_tier" in r.getMessage()]
     assert bool(logged) == (sent_as is None)
     assert all(repr(tier) in message for message in logged)
+
+
+_BREAKPOINT = {"mode": "explicit", "ttl": "30m"}
+_IMAGE = "data:image/png;base64,iVBORw0KGgo="
+
+
+def _part(text: str, breakpoint: bool = True) -> dict[str, Any]:
+    part: dict[str, Any] = {"type": "text", "text": text}
+    return {**part, "prompt_cache_breakpoint": _BREAKPOINT} if breakpoint else part
+
+
+def test_a_prompt_cache_breakpoint_reaches_claude_as_its_cache_control(
+    fake: FakeProvider,
+) -> None:
+    """openai's content parts may end a reusable prefix (``prompt_cache_breakpoint``), as
+    Claude's blocks do (``cache_control``); the part went to Claude as it was, and Claude
+    answers 400 to the field it does not know."""
+    image: dict[str, Any] = {
+        "type": "image_url",
+        "image_url": {"url": _IMAGE},
+        "prompt_cache_breakpoint": _BREAKPOINT,
+    }
+    messages: Any = [
+        {"role": "system", "content": [_part("the handbook")]},
+        {"role": "user", "content": [_part("question one", breakpoint=False), image]},
+        {"role": "assistant", "content": "answer one"},
+        {"role": "user", "content": [_part("question two")]},
+    ]
+    with guard_over(fake, "anthropic") as guard:
+        guard.client().chat.completions.create(model="fake-model", messages=messages)
+    sent = _sent(fake)
+    assert "prompt_cache_breakpoint" not in str(sent)
+    ephemeral = {"type": "ephemeral"}  # Claude's (its lifetime: Claude's default)
+    assert sent["system"] == [{"type": "text", "text": "the handbook", "cache_control": ephemeral}]
+    assert sent["messages"][0]["content"][0] == {"type": "text", "text": "question one"}
+    assert sent["messages"][0]["content"][1]["type"] == "image"
+    assert sent["messages"][0]["content"][1]["cache_control"] == ephemeral
+    assert sent["messages"][2]["content"] == [
+        {"type": "text", "text": "question two", "cache_control": ephemeral}
+    ]
+
+
+def test_claude_is_sent_no_more_breakpoints_than_it_takes(fake: FakeProvider) -> None:
+    """Claude takes four blocks with ``cache_control`` at most (400 beyond); openai's
+    breakpoints may be more (OpenAI writes the latest four): the latest are kept, as many as
+    the request's own ``cache_control`` leaves room for."""
+    own = {"type": "text", "text": "rules", "cache_control": {"type": "ephemeral"}}
+    turns: Any = [{"role": "system", "content": [own]}]
+    for n in range(6):
+        turns += [
+            {"role": "user", "content": [_part(f"question {n}")]},
+            {"role": "assistant", "content": f"answer {n}"},
+        ]
+    turns.append({"role": "user", "content": "last"})
+    with guard_over(fake, "anthropic") as guard:
+        guard.client().chat.completions.create(model="fake-model", messages=turns)
+    sent = _sent(fake)
+    assert "prompt_cache_breakpoint" not in str(sent)
+    assert sent["system"] == [own]
+    marked = [
+        n
+        for n, turn in enumerate(sent["messages"])
+        if isinstance(turn["content"], list) and "cache_control" in turn["content"][-1]
+    ]
+    assert marked == [6, 8, 10]  # questions 3, 4 and 5
+    assert sent["messages"][0]["content"] == "question 0"  # a plain text turn again

@@ -20,7 +20,10 @@ here as pure functions:
 * prompt caching: requests built by a :class:`~llmguard_sdk.prompts.PromptBuilder` get
   ``cache_control`` breakpoints at the end of their static part (see
   :func:`~llmguard_sdk.prompts.add_cache_breakpoints`); breakpoints already in a request's
-  content parts or tools are sent as they are.
+  content parts or tools are sent as they are, and openai's ``prompt_cache_breakpoint`` on a
+  content part (the same mark: the end of a reusable prefix) is Claude's
+  ``cache_control: {"type": "ephemeral"}`` on that block (the latest ones, as many as Claude
+  takes: :data:`MAX_CACHE_BREAKPOINTS` in all).
 * answers: text and ``tool_use`` blocks (as OpenAI-shaped ``tool_calls``), ``stop_reason``
   mapped to OpenAI's finish reasons where they have its meaning (:data:`STOP_REASONS`; one
   they lack, ``pause_turn``, is the finish reason as Claude sent it, never ``stop``) and kept
@@ -39,7 +42,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Generator, Mapping
+from collections.abc import Generator, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
@@ -61,6 +64,7 @@ from .wire import (
 
 __all__ = [
     "ANTHROPIC_VERSION",
+    "MAX_CACHE_BREAKPOINTS",
     "THINKING_BLOCKS",
     "STOP_REASONS",
     "AnthropicProvider",
@@ -91,6 +95,9 @@ meaning). Any other reason is the finish reason as Claude sent it: ``pause_turn`
 paused a long server-tool turn; the answer is incomplete, send it back to continue) has no
 OpenAI counterpart and is no complete ``stop``. The raw reason is always in the response's
 ``metadata["stop_reason"]`` (a stream's, on the chunk that finishes it)."""
+MAX_CACHE_BREAKPOINTS = 4
+"""The most blocks with ``cache_control`` Claude takes in one request (it answers 400 to more)."""
+_OPENAI_BREAKPOINT = "prompt_cache_breakpoint"  # openai's, on a content part
 _JSON_ERRORS = (ValueError, RecursionError)
 
 
@@ -177,6 +184,7 @@ def anthropic_params(request: ChatRequest) -> dict[str, Any]:
         else:
             messages.append({"role": role, "content": blocks})
         position[index] = len(messages)
+    _cache_breakpoints(system, messages, request.tools)
     for message in messages:  # plain single-text turns stay plain strings
         content = message["content"]
         if (
@@ -248,6 +256,25 @@ def _blocks(message: Message) -> list[dict[str, Any]]:
     return [_part(dict(part)) for part in content]
 
 
+def _cache_breakpoints(
+    system: list[dict[str, Any]],
+    messages: list[dict[str, Any]],
+    tools: Sequence[Mapping[str, Any]] | None,
+) -> None:
+    """openai's ``prompt_cache_breakpoint`` on content blocks (the end of a reusable prefix)
+    as Claude's ``cache_control`` (in place): the latest ones, as many as Claude takes beside
+    the request's own (:data:`MAX_CACHE_BREAKPOINTS`; OpenAI also writes the latest only),
+    each ``{"type": "ephemeral"}`` (Claude's default lifetime, renewed by each read: a 1-hour
+    ``ttl`` would have to come before every shorter one); none reaches Claude as it is."""
+    blocks = [b for m in messages if isinstance(m["content"], list) for b in m["content"]]
+    blocks = [*system, *blocks]
+    own = sum("cache_control" in b for b in [*blocks, *(tools or ())])
+    marked = [b for b in blocks if b.pop(_OPENAI_BREAKPOINT, None) and "cache_control" not in b]
+    room = max(0, MAX_CACHE_BREAKPOINTS - own)
+    for block in marked[max(0, len(marked) - room) :] if room else ():
+        block["cache_control"] = {"type": "ephemeral"}
+
+
 def _part(part: dict[str, Any]) -> dict[str, Any]:
     if part.get("type") != "image_url":
         return part  # text (with any cache_control), or already Anthropic-shaped
@@ -261,8 +288,9 @@ def _part(part: dict[str, Any]) -> dict[str, Any]:
     else:
         source = {"type": "url", "url": url}
     block: dict[str, Any] = {"type": "image", "source": source}
-    if "cache_control" in part:
-        block["cache_control"] = part["cache_control"]
+    for key in ("cache_control", _OPENAI_BREAKPOINT):
+        if key in part:
+            block[key] = part[key]
     return block
 
 
