@@ -16,14 +16,20 @@ HI = ChatRequest.model_validate({"messages": [{"role": "user", "content": "hi"}]
 
 
 class RawServer(LoopbackServer):
-    """Accepts connections; on each request sends ``head`` then each of ``parts`` after
-    ``gap`` seconds; ``hold`` keeps the connection open (silent) until closed."""
+    """Accepts connections; on each request sends ``head`` (:meth:`respond`'s answer to the
+    request's body) then each of ``parts`` after ``gap`` seconds; ``hold`` keeps the
+    connection open (silent) until closed. ``received``: the bodies of the requests so far."""
 
     def __init__(
         self, head: bytes, parts: tuple[bytes, ...] = (), *, gap: float = 0.0, hold: bool = False
     ) -> None:
         self.head, self.parts, self.gap, self.hold = head, parts, gap, hold
+        self.received: list[bytes] = []
         super().__init__()
+
+    def respond(self, body: bytes) -> bytes:
+        """What is sent first in answer to a request whose body is ``body``: ``head``."""
+        return self.head
 
     @property
     def base_url(self) -> str:
@@ -35,8 +41,9 @@ class RawServer(LoopbackServer):
     def _answer(self, conn: socket.socket) -> None:
         with conn:
             try:
-                _read_request(conn)
-                conn.sendall(self.head)
+                body = _read_request(conn)
+                self.received.append(body)
+                conn.sendall(self.respond(body))
                 for part in self.parts:
                     if self.stop.wait(self.gap):
                         return
@@ -47,15 +54,15 @@ class RawServer(LoopbackServer):
                 return
 
 
-def _read_request(conn: socket.socket) -> None:
-    """Read one whole request (headers and Content-Length body): unread bytes at close
-    would make the kernel answer with a reset instead of our response."""
+def _read_request(conn: socket.socket) -> bytes:
+    """Read one whole request (headers and Content-Length body) and return its body: unread
+    bytes at close would make the kernel answer with a reset instead of our response."""
     conn.settimeout(10)
     data = b""
     while b"\r\n\r\n" not in data:
         piece = conn.recv(65536)
         if not piece:
-            return
+            return b""
         data += piece
     head, _, body = data.partition(b"\r\n\r\n")
     length = 0
@@ -66,8 +73,9 @@ def _read_request(conn: socket.socket) -> None:
     while len(body) < length:
         piece = conn.recv(65536)
         if not piece:
-            return
+            return body
         body += piece
+    return body
 
 
 def http_response(

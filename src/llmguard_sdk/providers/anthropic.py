@@ -17,6 +17,13 @@ here as pure functions:
   ``standard_only``); OpenAI's others (``default``, ``flex``, ``scale``, ``priority``,
   ``fast``) are left out, with a debug log (Claude then serves at its default, ``auto``).
   Everything else in ``extra_body`` is sent.
+* sampling parameters a model refuses: newer Claude models answer 400 "`temperature` is
+  deprecated for this model." (``top_p``, ``top_k`` alike; some 4.x models refuse
+  ``temperature`` and ``top_p`` together, "cannot both be specified"). The attempt is sent
+  again without the parameter Claude named (``top_p`` for the pair), and later calls to that
+  model leave it out (a warning is logged once per model and parameter; the provider
+  remembers the last 256 models). Nothing Claude did not name in those words is left out,
+  and no other 400 is sent again.
 * prompt caching: requests built by a :class:`~llmguard_sdk.prompts.PromptBuilder` get
   ``cache_control`` breakpoints at the end of their static part (see
   :func:`~llmguard_sdk.prompts.add_cache_breakpoints`); breakpoints already in a request's
@@ -52,8 +59,9 @@ from ..errors import MalformedResponseError
 from ..models import ChatRequest, ChatResponse, Message, StreamChunk
 from ..prompts.adapters import CACHE_HISTORY_KEY, STATIC_MESSAGES_KEY, add_cache_breakpoints
 from ._anthropic_params import add_extra_body
+from ._anthropic_sampling import SamplingRetries
 from ._error_kinds import error_answer
-from .openai_compat import OpenAICompatibleProvider, _check_count, _shown
+from .openai_compat import _check_count, _shown
 from .wire import (
     AnswerShape,
     StreamState,
@@ -101,7 +109,7 @@ _OPENAI_BREAKPOINT = "prompt_cache_breakpoint"  # openai's, on a content part
 _JSON_ERRORS = (ValueError, RecursionError)
 
 
-class AnthropicProvider(OpenAICompatibleProvider):
+class AnthropicProvider(SamplingRetries):
     """Anthropic's Messages API, sync and async, streaming and not.
 
     Args:
@@ -155,7 +163,7 @@ class AnthropicProvider(OpenAICompatibleProvider):
     def __repr__(self) -> str:
         return f"AnthropicProvider(name={self.name!r}, base_url={_shown(self.base_url)!r})"
 
-    def _payload(self, request: ChatRequest, model: str, *, stream: bool) -> dict[str, Any]:
+    def _asked(self, request: ChatRequest, model: str, *, stream: bool) -> dict[str, Any]:
         return build_anthropic_payload(
             request, model=model, stream=stream, default_max_tokens=self.default_max_tokens
         )
