@@ -127,3 +127,58 @@ def test_every_messages_field_reaches_an_anthropic_route(
         else:
             assert sent.get(key) == value, key
     assert not {"user", "stop", "response_format", "parallel_tool_calls"} & set(sent)
+
+
+_SERVER_TOOL = {"type": "web_search_20250305", "name": "web_search", "max_uses": 3}
+
+
+def _tool_names(body: dict[str, Any]) -> list[str]:
+    return [t.get("name") or t["function"]["name"] for t in body.get("tools") or ()]
+
+
+@pytest.mark.parametrize("route", ["anthropic", "chat", "responses"])
+def test_a_server_tool_reaches_anthropic_routes_only(fake: FakeProvider, route: str) -> None:
+    """Claude's server tools (web search, code execution ...: a ``type`` of their own) were
+    made function tools with no schema: Claude was sent a client tool of that name, which
+    it asks the caller to run, and OpenAI a function the caller does not have."""
+    with guard_over(fake, route) as guard:
+        anthropic_client(guard).messages.create(
+            model="fake-model",
+            max_tokens=20,
+            messages=[{"role": "user", "content": "hi"}],
+            tools=[_TOOL, _SERVER_TOOL],
+            tool_choice={"type": "auto"},
+        )
+        sent: dict[str, Any] = fake.requests[-1].body or {}
+        if route == "anthropic":
+            assert sent["tools"] == [_TOOL, _SERVER_TOOL]
+        else:
+            assert _tool_names(sent) == ["lookup"]
+            assert sent["tool_choice"] == "auto"
+        # a request with server tools alone: no tools (nor a tool choice) on other routes
+        anthropic_client(guard).messages.create(
+            model="fake-model",
+            max_tokens=20,
+            messages=[{"role": "user", "content": "hi"}],
+            tools=[_SERVER_TOOL],
+            tool_choice={"type": "auto", "disable_parallel_tool_use": True},
+        )
+        sent = fake.requests[-1].body or {}
+        if route == "anthropic":
+            assert sent["tools"] == [_SERVER_TOOL]
+        else:
+            assert not {"tools", "tool_choice", "parallel_tool_calls"} & set(sent)
+        # a tool choice naming a server tool: none on other routes (OpenAI 400s it)
+        anthropic_client(guard).messages.create(
+            model="fake-model",
+            max_tokens=20,
+            messages=[{"role": "user", "content": "hi"}],
+            tools=[_TOOL, _SERVER_TOOL],
+            tool_choice={"type": "tool", "name": "web_search"},
+        )
+    sent = fake.requests[-1].body or {}
+    if route == "anthropic":
+        assert sent["tool_choice"] == {"type": "tool", "name": "web_search"}
+    else:
+        assert _tool_names(sent) == ["lookup"]
+        assert "tool_choice" not in sent

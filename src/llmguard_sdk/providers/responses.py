@@ -25,14 +25,18 @@ from pydantic import ValidationError
 from .._core.assembly import merge_metadata
 from ..errors import ConfigurationError, MalformedResponseError
 from ..models import ChatRequest, ChatResponse, Message, StreamChunk
+from ._anthropic_only import leave_out_server_tools
 from ._error_kinds import error_answer
 from ._responses_reasoning import StreamedItems
 from .anthropic import AnthropicStreamState
 from .openai_compat import OpenAICompatibleProvider
 from .wire import (
+    ANTHROPIC_ONLY_KEY,
+    SERVER_TOOLS,
     AnswerShape,
     checked_answer,
     function_tool,
+    named_keys,
     sent_extra_body,
     usage_from_payload,
 )
@@ -175,6 +179,8 @@ def build_responses_payload(
         payload.setdefault("store", store)
     if payload.get("store") is False:
         payload["input"] = [item for item in payload["input"] if _findable(item)]
+    if SERVER_TOOLS in named_keys(request, ANTHROPIC_ONLY_KEY):
+        leave_out_server_tools(payload)
     if stream:
         payload["stream"] = True
     return payload

@@ -24,6 +24,7 @@ from ..errors import (
     StreamInterruptedError,
 )
 from ..models import ChatRequest, ChatResponse, StreamChunk, Usage
+from ._anthropic_only import drop_breakpoints, leave_out_server_tools
 from ._chat_content import choice_metadata, content_text, tool_calls_of
 from ._error_kinds import (
     body_error,
@@ -40,6 +41,7 @@ __all__ = [
     "ANTHROPIC_ONLY_KEY",
     "RESPONSES_ONLY_KEY",
     "CACHE_CONTROL",
+    "SERVER_TOOLS",
     "AnswerShape",
     "CHAT_COMPLETIONS",
     "StreamState",
@@ -73,6 +75,11 @@ CACHE_CONTROL = "cache_control"
 """Named under :data:`ANTHROPIC_ONLY_KEY`: the request's content parts and tools hold Anthropic
 cache breakpoints that only Anthropic routes send (the transport seam's ``/messages`` names it);
 a chat route leaves them out, and sends text-only content as one string."""
+SERVER_TOOLS = "server_tools"
+"""Named under :data:`ANTHROPIC_ONLY_KEY`: the request's tools hold Claude's server tools (web
+search, code execution ...: a ``type`` of their own, run by Anthropic), which only Anthropic
+routes send (the transport seam's ``/messages`` names it); other routes send the function
+tools alone."""
 MAX_BODY_BYTES = 32 * 1024 * 1024
 """Largest answer body accepted; anything bigger is a malformed answer."""
 MAX_ERROR_BODY_BYTES = 64 * 1024
@@ -114,8 +121,11 @@ def build_payload(request: ChatRequest, *, model: str, stream: bool) -> dict[str
         payload["stream"] = True
         payload["stream_options"] = {"include_usage": True}
     payload.update(sent_extra_body(request))
-    if CACHE_CONTROL in named_keys(request, ANTHROPIC_ONLY_KEY):
-        _drop_breakpoints(payload)
+    named = named_keys(request, ANTHROPIC_ONLY_KEY)
+    if CACHE_CONTROL in named:
+        drop_breakpoints(payload)
+    if SERVER_TOOLS in named:
+        leave_out_server_tools(payload)
     return payload
 
 
@@ -132,22 +142,6 @@ def function_tool(tool: Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(tool.get("strict"), bool):
         function["strict"] = tool["strict"]
     return {"type": "function", "function": function}
-
-
-def _drop_breakpoints(payload: dict[str, Any]) -> None:
-    """Leave Anthropic's cache breakpoints out of a chat payload's messages and tools (in
-    place); content left with text parts alone is sent as one string."""
-    for message in payload["messages"]:
-        content = message.get("content")
-        if not isinstance(content, list):
-            continue
-        parts = [{k: v for k, v in p.items() if k != CACHE_CONTROL} for p in content]
-        text_only = all(p.get("type") == "text" for p in parts)
-        message["content"] = "".join(str(p.get("text", "")) for p in parts) if text_only else parts
-    if payload.get("tools"):
-        payload["tools"] = [
-            {k: v for k, v in t.items() if k != CACHE_CONTROL} for t in payload["tools"]
-        ]
 
 
 def named_keys(request: ChatRequest, key: str) -> list[str]:

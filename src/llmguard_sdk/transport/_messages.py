@@ -19,7 +19,9 @@ Claude adds: chat-completions and Responses routes, which answer 400 to a field 
 know, do not get them. (A field named as one of OpenAI's chat-completions parameters,
 ``reasoning_effort`` say, goes on to those routes: an Anthropic route leaves it out.) So it
 is with ``cache_control`` breakpoints on system, message and tool blocks: Anthropic routes
-send them (prompt caching works through the seam), other routes leave them out.
+send them (prompt caching works through the seam), other routes leave them out, and with
+Claude's server tools (``web_search``, code execution ...): Anthropic routes get them as they
+are, other routes the function tools alone.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from .._core.assembly import call_function, call_index
 from ..errors import LLMGuardError, RequestValidationError
 from ..models import ChatResponse, StreamChunk, Usage
 from ..providers._anthropic_params import OPENAI_ONLY
-from ..providers.wire import ANTHROPIC_ONLY_KEY, CACHE_CONTROL
+from ..providers.wire import ANTHROPIC_ONLY_KEY, CACHE_CONTROL, SERVER_TOOLS
 from . import _wire
 from ._chat import guard_arguments
 from ._wire import Incoming
@@ -212,21 +214,7 @@ def chat_params(body: Mapping[str, Any]) -> dict[str, Any]:
     if body.get("stop_sequences"):
         params["stop"] = body["stop_sequences"]
     if tools:
-        params["tools"] = [
-            _cached(
-                {
-                    "type": "function",
-                    "function": {
-                        "name": t.get("name"),
-                        "description": t.get("description", ""),
-                        "parameters": t.get("input_schema", {}),
-                    },
-                },
-                t,
-            )
-            for t in tools
-            if isinstance(t, dict)
-        ]
+        params["tools"] = [_tool(t) for t in tools if isinstance(t, dict)]
     choice = _tool_choice(body.get("tool_choice"))
     if choice is not None:
         params["tool_choice"] = choice
@@ -241,6 +229,24 @@ def chat_params(body: Mapping[str, Any]) -> dict[str, Any]:
         params["response_format"] = output
     params.update({k: v for k, v in body.items() if k not in _KNOWN})
     return params
+
+
+def _is_server_tool(tool: object) -> bool:
+    """Whether ``tool`` is one of Claude's server tools (a ``type`` other than ``custom``)."""
+    return isinstance(tool, dict) and tool.get("type") not in (None, "custom")
+
+
+def _tool(tool: dict[str, Any]) -> dict[str, Any]:
+    """A Messages tool as chat's function tool; a server tool as it is (Anthropic routes only:
+    :data:`~llmguard_sdk.providers.wire.SERVER_TOOLS`)."""
+    if _is_server_tool(tool):
+        return dict(tool)
+    function = {
+        "name": tool.get("name"),
+        "description": tool.get("description", ""),
+        "parameters": tool.get("input_schema", {}),
+    }
+    return _cached({"type": "function", "function": function}, tool)
 
 
 def _output_format(config: object) -> dict[str, Any] | None:
@@ -307,6 +313,9 @@ class MessagesWire:
         only = anthropic_only(body)
         if _has_breakpoints(body):
             only.append(CACHE_CONTROL)  # chat routes send none
+        tools = body.get("tools")
+        if isinstance(tools, list) and any(_is_server_tool(t) for t in tools):
+            only.append(SERVER_TOOLS)
         if only:
             arguments["metadata"] = {ANTHROPIC_ONLY_KEY: ",".join(only)}
         return arguments
