@@ -18,7 +18,8 @@ from llmguard_sdk.testing import FakeProvider
 from .routekinds import guard_over
 
 # the sampling parameters: Claude's models that sample take them (newer ones refuse them, and
-# anthropic's SDK dropped them from its types), the provider sends what the caller asked
+# anthropic's SDK dropped them from its types), the provider sends what the caller asked until
+# the model refuses one (tests/test_anthropic_sampling.py)
 _SAMPLING = frozenset({"temperature", "top_p", "top_k"})
 _CLAUDE_FIELDS = frozenset(MessageCreateParamsBase.__annotations__) | {"stream"} | _SAMPLING
 _CLAUDE_TIERS = ("auto", "standard_only")  # MessageCreateParamsBase's service_tier
