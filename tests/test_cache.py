@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from llmguard_sdk._state.stores import hash_id
 from llmguard_sdk.cache import (
+    CacheHit,
     HashingEmbedder,
     ResponseCache,
     guard_rejection,
@@ -40,6 +41,14 @@ def ask(text: str, *, system: str | None = None, **fields: Any) -> ChatRequest:
 
 def answer(text: str, **fields: Any) -> ChatResponse:
     return ChatResponse(text=text, finish_reason=fields.pop("finish_reason", "stop"), **fields)
+
+
+def looked_up(stored: str, asked: str, **options: Any) -> CacheHit | None:
+    """The answer a fresh in-memory ``ResponseCache(**options)`` that stored one to
+    ``stored`` gives ``asked``."""
+    cache = ResponseCache(**options)
+    assert cache.store(ask(stored), answer("A."))
+    return cache.lookup(ask(asked))
 
 
 @pytest.fixture(params=["memory", "redis", "cluster", "server_search", "server_search_cluster"])

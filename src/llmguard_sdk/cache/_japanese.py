@@ -15,6 +15,10 @@ they leave are content, as every character was before: a word written in hiragan
 that is a one-character particle ("とけい" a clock: "け", "い"). Text without hiragana (Chinese,
 English) is read as before.
 
+Katakana writes loanwords and foreign names ("コンピューター", "ロンドン"): a run of it is a
+word, whose final prolonged sound mark is a spelling variant (:func:`standard_katakana`),
+and which names something, as a capitalised English word does (:func:`loanwords`).
+
 .. versionadded:: 0.2.0
 """
 
@@ -23,14 +27,18 @@ English) is read as before.
 from __future__ import annotations
 
 import re
+import unicodedata
 from functools import lru_cache
 
 __all__ = [
     "JAPANESE_FUNCTION",
     "asks",
     "function_spans",
+    "holds_loanword",
     "japanese",
+    "loanwords",
     "question_kind",
+    "standard_katakana",
     "unparticled",
 ]
 
@@ -187,3 +195,53 @@ def asks(text: str) -> bool:
     """Whether ``text`` is a Japanese question or request without a question mark: it ends
     with the question particle か (かな, かしら) or ください (please)."""
     return japanese(text) and _REQUEST_END.search(text) is not None
+
+
+# Katakana: letters (not "・", which parts words) and the prolonged sound mark "ー"
+_KATAKANA_RUN = re.compile("[\u30a1-\u30fa\u30fc]+")
+# small kana that join the kana before them into one mora ("ピュ", "シャ"; not "ッ")
+_JOINING = "ァィゥェォャュョヮ"
+_LOANWORD = re.compile(f"(?![{_JOINING}])[\u30a1-\u30fa][\u30a1-\u30fa\u30fc]+")
+_LONG_MARK = "ー"
+
+
+def standard_katakana(text: str) -> str:
+    """``text`` with the prolonged sound mark "ー" that ends a katakana word of three morae
+    or more dropped, as JIS Z 8301 writes such words: "コンピューター" is "コンピュータ",
+    "サーバー" "サーバ"; words of two morae keep it ("カバー" a cover is not "カバ" a hippo,
+    "シャワー" a shower). Full-width katakana only (NFKC turns half-width into it); ``text``
+    itself where nothing is dropped."""
+    if text.isascii() or _LONG_MARK not in text:
+        return text
+    return _KATAKANA_RUN.sub(_shortened, text)
+
+
+def _shortened(found: re.Match[str]) -> str:
+    word = found[0]
+    stem = word.rstrip(_LONG_MARK)
+    morae = len(stem) - sum(stem.count(kana) for kana in _JOINING)
+    return stem if morae >= 3 and stem != word else word
+
+
+def loanwords(text: str) -> set[str]:
+    """The katakana words of ``text`` (NFKC, :func:`standard_katakana`), two kana or more:
+    loanwords and foreign names, which the entity guard reads as names ("ロンドン", "パリ")."""
+    if text.isascii():
+        return set()
+    return set(_LOANWORD.findall(standard_katakana(unicodedata.normalize("NFKC", text))))
+
+
+def holds_loanword(text: str, word: str) -> bool:
+    """Whether ``text`` holds the katakana ``word`` (one of :func:`loanwords`), alone or in
+    a compound ("リセット" in "パスワードリセット"), not as part of a longer mora ("カバ" in
+    "カバー", "シャ" in "シャワー" are other words)."""
+    if text.isascii():
+        return False
+    text = standard_katakana(unicodedata.normalize("NFKC", text))
+    at = text.find(word)
+    while at >= 0:
+        after = text[at + len(word) : at + len(word) + 1]
+        if not after or (after != _LONG_MARK and after not in _JOINING):
+            return True
+        at = text.find(word, at + 1)
+    return False

@@ -12,6 +12,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from ._cjk import asks, question_kind, unparticled
+from ._entities import names_missing
 from ._framings import (
     CLOSERS,
     DIFFERENCE,
@@ -31,8 +33,7 @@ from ._framings import (
     of_inverted,
     unfronted,
 )
-from ._japanese import asks, question_kind, unparticled
-from ._words import CASED_WORD, WORD, ascii_digits, minor, names, negated, squashed, word_count
+from ._words import CASED_WORD, WORD, ascii_digits, minor, negated, word_count
 
 __all__ = [
     "AGREED_ALLOWANCE",
@@ -52,11 +53,6 @@ _NUMBER = re.compile(r"\d+(?:[.,:/-]\d+)*")
 # Sentence negation only: "without" or "none of" are too often paraphrases of positive text.
 # (English here; other languages' in :func:`._words.negated`.)
 _NEGATION = re.compile(r"\b(?:not|no(?!-)|never|neither|nor|cannot)\b|n['\u2019]t\b", re.IGNORECASE)
-# Identifier-like tokens: `code`, CamelCase / ALLCAPS / snake_case / digits-inside words.
-_CODE = re.compile(r"`([^`]+)`")
-_IDENTIFIER = re.compile(r"\b[A-Za-z_]*(?:[a-z][A-Z]|[A-Z]{2}|_|[A-Za-z]\d|\d[A-Za-z])[\w.]*\b")
-# Capitalised words that do not start a sentence: names of people, places, products.
-_NAME = re.compile(r"(?<![.!?:]\s)(?<!^)(?<![.!?:])\b[A-Z][a-z]{2,}\b")
 # In a short query every content word carries the meaning: "cancel my order" / "cancel my
 # subscription", "reset my password on the mobile app" / "... on the web site". There, any
 # word of one side replaced by another word is a different question; in longer text such
@@ -190,13 +186,6 @@ def _negated(text: str) -> bool:
     return _NEGATION.search(text) is not None or negated(text)
 
 
-def _entities(text: str) -> set[str]:
-    found = {m.lower() for m in _CODE.findall(text)}
-    found |= {m.lower() for m in _IDENTIFIER.findall(text)}
-    found |= {m.lower() for m in _NAME.findall(text)} | names(text)
-    return {e for e in found if not e.isdigit()}
-
-
 # Irregular past forms and participles of common verbs, read as the verb ("spoken" is
 # "speak", "made" is "make"); forms that are also common other words ("left", "found",
 # "bit", "drunk", "shot") are not listed.
@@ -271,15 +260,9 @@ def _stem(word: str) -> str:
     return word
 
 
-def _foreign(entities: set[str], other_text: str) -> set[str]:
-    """The entities that do not occur in ``other_text`` (ignoring case, spaces, punctuation)."""
-    other = squashed(other_text)
-    return {e for e in entities if squashed(e) not in other}
-
-
 def content_words(text: str) -> set[str]:
     """Lower-cased, lightly stemmed words of ``text`` without function words."""
-    words = WORD.findall(unparticled(ascii_digits(text).lower()))  # (Japanese particles out)
+    words = WORD.findall(unparticled(ascii_digits(text).lower()))  # (Japanese particles out: ._cjk)
     return {_stem(w) for w in words if w not in _STOP and not minor(w)}
 
 
@@ -354,7 +337,7 @@ def _tokens(text: str) -> list[str]:
     """Words with contractions cut ("what's" -> "what", "can't" -> "can"), lower-cased but
     for acronyms, which keep their case (and so their last letter: "HTTP" / "HTTPS"; a
     plural "IDs" is "ID")."""
-    text = unparticled(ascii_digits(text))  # (Japanese particles out: ._japanese)
+    text = unparticled(ascii_digits(text))  # (Japanese particles out: ._cjk)
     words = (re.split("['\u2019]", w)[0] for w in CASED_WORD.findall(text))
     return [w if _acronym(w) else w.lower() for w in words]
 
@@ -420,7 +403,7 @@ def _compatible(first: str, second: str) -> bool:
 
 
 def _is_request(text: str, words: list[str]) -> bool:
-    if text.rstrip().endswith(("?", "\uff1f", "\u061f")) or asks(text):  # (Japanese "か")
+    if text.rstrip().endswith(("?", "\uff1f", "\u061f")) or asks(text):  # (か, 吗: ._cjk)
         return True
     return bool(words) and (words[0] in _REQUEST_VERBS or words[0] in _WH or words[0] in _AUX)
 
@@ -511,7 +494,9 @@ def strict_rejection(query: str, cached: str) -> str | None:
     They judge requests (a question or an instruction) of up to 12 content words in all (a
     Han character counting 0.4 of a word, a kana 0.2, as :func:`guard_rejection` counts):
     ``"question_kind"`` (why / when / where / who / how much / yes-no / should-I / what-how
-    / what-X-means / what-X-stands-for differ), ``"term"`` (a content word, quantifiers such
+    / what-X-means / what-X-stands-for differ; a Japanese or Chinese question is yes-no or
+    general, a Chinese one ending in 吗 yes-no with a question mark or without: "今天下雨吗"
+    is no statement "今天下雨"), ``"term"`` (a content word, quantifiers such
     as "most" or "only" included, on one side only: "learn Python" / "learn Python fast")
     and ``"order"`` (the same words in another order: "Celsius to Fahrenheit" / "Fahrenheit
     to Celsius"). Each request's framing is read as its intent first: "what is the best way
@@ -574,7 +559,8 @@ def guard_rejection(
 
     The reasons: ``"number"`` (the numbers differ; "three" is "3"), ``"negation"`` (one is
     negated, the other not; for texts of up to 15 content words), ``"entity"`` (each
-    names something that does not occur in the other: identifiers, code, proper names),
+    names something that does not occur in the other: identifiers, code, proper names,
+    katakana words, "ロンドン" / "パリ", a final "ー" aside: "コンピューター" is "コンピュータ"),
     ``"key_term"`` (short queries, up to 6 content words, where each side has a content word
     the other lacks, as in "cancel my order" / "cancel my subscription"; not with
     ``key_terms=False``, where a verifier judges substitutions); with ``strict``, those of
@@ -589,7 +575,7 @@ def guard_rejection(
     short = word_count(words | cached_words) <= _NEGATION_SCOPE_WORDS
     if short and _negated(query) != _negated(cached):
         return "negation"
-    if _foreign(_entities(query), cached) and _foreign(_entities(cached), query):
+    if names_missing(query, cached) and names_missing(cached, query):
         return "entity"
     if strict:  # their framings aside ("the best way to V" / "the steps to V" is no swap)
         words, cached_words = _key_words(query), _key_words(cached)

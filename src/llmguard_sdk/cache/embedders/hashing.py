@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from ..._lazy import np
 from ...errors import ConfigurationError
 from ...tokens import cl100k_encoding
-from .._japanese import function_spans, unparticled
+from .._japanese import function_spans, standard_katakana, unparticled
 from .._words import CJK
 from .base import finite_number, normalise, whole_number
 
@@ -32,9 +32,11 @@ _WORD_CACHE_SIZE = 16_384  # words (and word pairs) kept with their hashed contr
 # spaces: a run of them is read as its character bigrams (see _unspaced), a bigram of
 # hiragana at a quarter of its weight (Japanese writes its grammar in hiragana, its content
 # in kanji and katakana). A run of katakana is a word (a loanword: "インストール"), as a
-# Latin one is. Japanese particles and auxiliaries (``_japanese.function_spans``: "の", "は",
-# "です", "ください") part a run, each a word at that quarter weight, in no word pair: "東京の
-# 人口" reads "東京", "人口" and "の", as "Tokyo's population" would.
+# Latin one is, its final "ー" dropped from three morae on ("コンピューター" is "コンピュータ":
+# ``_japanese.standard_katakana``). Japanese particles and auxiliaries
+# (``_japanese.function_spans``: "の", "は", "です", "ください") part a run, each a word at
+# that quarter weight, in no word pair: "東京の人口" reads "東京", "人口" and "の", as
+# "Tokyo's population" would. (Not the Chinese question particle "吗": see ``_chinese``.)
 _UNSPACED_CHARACTERS = "\u3041-\u309f\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
 _KATAKANA = "\u30a1-\u30fa\u30fc-\u30ff"  # (not "・", which parts words)
 _UNSPACED = re.compile(f"[{_UNSPACED_CHARACTERS}]")
@@ -161,7 +163,7 @@ class HashingEmbedder:
 
     def _counts(self, text: str) -> npt.NDArray[np.float32]:
         """The summed contributions of one text's words and word pairs (not normalised)."""
-        text = unicodedata.normalize("NFKC", text).lower()
+        text = standard_katakana(unicodedata.normalize("NFKC", text).lower())
         particles = [text[start:end] for start, end in function_spans(text)]  # (Japanese)
         words = _WORD.findall(unparticled(text) if particles else text)
         if not text.isascii() and _UNSPACED.search(text) is not None:  # (Chinese, Japanese)
