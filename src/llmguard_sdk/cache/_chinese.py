@@ -9,7 +9,8 @@ mark or without. Only a sentence-final 吗 is the particle: "吗啡" (morphine) 
 character, and "干吗" (what ... doing) is an interrogative. (The hashing embedder reads it as
 a character, in the bigram of the character before it: weighed as a Japanese particle, "取消
 订单" / "我可以取消订单吗" and "附近有酒吗" / "附近有酒吧吗" came over the threshold, served
-with the strict guards off.)
+with the strict guards off.) A request asking how (如何, 怎么) or about a topic ("我的订单呢")
+is a question without a question mark too.
 
 .. versionadded:: 0.2.0
 """
@@ -35,6 +36,7 @@ _INTERROGATIVE = re.compile(
 )
 _TOPIC_ONLY = re.compile(r"呢\s*[?？]?\s*$")  # "我的订单呢？": what about my order
 _QUESTION_MARK = re.compile(r"[?？]\s*$")
+_HOW = re.compile("如何|怎")  # how: 怎么, 怎麼, 怎样, 怎樣
 
 
 def _chinese(text: str) -> bool:
@@ -59,5 +61,9 @@ def question_kind(text: str, english: str) -> str:
 
 def asks(text: str) -> bool:
     """Whether ``text`` is a Chinese question without a question mark: it ends with the
-    question particle 吗 (嗎)."""
-    return _chinese(text) and _FINAL.search(text) is not None
+    question particle 吗 (嗎) or a topic and 呢 ("我的订单呢" what about my order), or asks
+    how (如何, 怎么: "如何取消订单" how do I cancel an order, as English "how ..." is a
+    question)."""
+    if not _chinese(text):
+        return False
+    return any(found.search(text) is not None for found in (_FINAL, _TOPIC_ONLY, _HOW))

@@ -6,18 +6,28 @@ question particle 吗 included). Text of other languages passes through unchange
 .. versionadded:: 0.2.0
 """
 
+# ruff: noqa: RUF001 (full-width punctuation, on purpose)
+
 from __future__ import annotations
+
+import re
 
 from . import _chinese, _japanese
 
 __all__ = ["asks", "question_kind", "unparticled"]
 
+# "…を教えて(ください)" (tell me ...) ending a request: its framing, as English "tell me"
+_TELL_ME = re.compile(r"教えて(?=(?:ください|下さい)?[\s。.!！?？]*$)")
+
 
 def unparticled(text: str) -> str:
     """``text`` in its standard katakana spelling (:func:`._japanese.standard_katakana`), its
-    Japanese function words as spaces (:func:`._japanese.unparticled`); other text as it
-    is (the Chinese particles are function words by themselves: :data:`._words.
-    CHINESE_FUNCTION`)."""
+    Japanese function words as spaces (:func:`._japanese.unparticled`), and a request's
+    closing "教えて" (tell me: "東京の天気を教えて") too, as the guards read English "tell";
+    other text as it is (the Chinese particles are function words by themselves:
+    :data:`._words.CHINESE_FUNCTION`)."""
+    if "教えて" in text:
+        text = _TELL_ME.sub(" ", text)
     return _japanese.unparticled(_japanese.standard_katakana(text))
 
 
@@ -29,5 +39,5 @@ def question_kind(text: str, english: str) -> str:
 
 def asks(text: str) -> bool:
     """Whether ``text`` is a Japanese or Chinese question (or a Japanese request) without a
-    question mark: it ends with か, ください or 吗."""
+    question mark: it ends with か, ください, 教えて, 方法 or 吗, or asks how (如何, 怎么)."""
     return _japanese.asks(text) or _chinese.asks(text)

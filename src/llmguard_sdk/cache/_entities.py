@@ -42,7 +42,9 @@ def _foreign(found: set[str], other_text: str) -> set[str]:
 def names_missing(text: str, other_text: str) -> bool:
     """Whether ``text`` names something that ``other_text`` does not: one of its
     :func:`entities`, or a katakana word (:func:`._japanese.loanwords`; a final "ー" aside,
-    and in a compound too: "リセット" is in "パスワードリセット")."""
+    and in a compound of ``text``'s own words too: "リセット" is in "パスワードリセット" where
+    ``text`` names "パスワード"; "インストール" is not in "アンインストール")."""
     if _foreign(entities(text), other_text):
         return True
-    return any(not holds_loanword(other_text, word) for word in loanwords(text))
+    words = loanwords(text)
+    return any(not holds_loanword(other_text, word, words) for word in words)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Collection
 from functools import lru_cache
 
 __all__ = [
@@ -94,7 +95,8 @@ _INTERROGATIVE = re.compile(
 )
 _TOPIC_ONLY = re.compile(r"(?:は|って)\s*[?？]\s*$")  # "東京の人口は？": what about X
 _QUESTION_END = re.compile(r"(?:か|かな|かしら)[\s。.!！]*$|[?？]\s*$")
-_REQUEST_END = re.compile(r"(?:か|かな|かしら|ください|下さい)[\s。.!！]*$")
+# ... and requests: please, tell me, "…する方法" (how to ...)
+_REQUEST_END = re.compile(r"(?:か|かな|かしら|ください|下さい|教えて|方法は?)[\s。.!！]*$")
 
 
 def japanese(text: str) -> bool:
@@ -193,7 +195,8 @@ def question_kind(text: str, english: str) -> str:
 
 def asks(text: str) -> bool:
     """Whether ``text`` is a Japanese question or request without a question mark: it ends
-    with the question particle か (かな, かしら) or ください (please)."""
+    with the question particle か (かな, かしら), ください (please), 教えて (tell me) or
+    方法 (how to: "Pythonをインストールする方法", as English "how to install Python")."""
     return japanese(text) and _REQUEST_END.search(text) is not None
 
 
@@ -231,17 +234,19 @@ def loanwords(text: str) -> set[str]:
     return set(_LOANWORD.findall(standard_katakana(unicodedata.normalize("NFKC", text))))
 
 
-def holds_loanword(text: str, word: str) -> bool:
-    """Whether ``text`` holds the katakana ``word`` (one of :func:`loanwords`), alone or in
-    a compound ("リセット" in "パスワードリセット"), not as part of a longer mora ("カバ" in
-    "カバー", "シャ" in "シャワー" are other words)."""
+def holds_loanword(text: str, word: str, words: Collection[str] = ()) -> bool:
+    """Whether ``text`` holds the katakana ``word`` (one of :func:`loanwords`): as a whole
+    katakana word, or in a compound whose rest is one of ``words`` (the other loanwords of
+    ``word``'s own text) on either side: "リセット" is in "パスワードリセット" for a text that
+    names "パスワード" too. A longer word is another word ("アンインストール" uninstall holds
+    no "インストール" install, "メールアドレス" no "アドレス", "カバー" no "カバ")."""
     if text.isascii():
         return False
-    text = standard_katakana(unicodedata.normalize("NFKC", text))
-    at = text.find(word)
-    while at >= 0:
-        after = text[at + len(word) : at + len(word) + 1]
-        if not after or (after != _LONG_MARK and after not in _JOINING):
-            return True
-        at = text.find(word, at + 1)
+    for run in _KATAKANA_RUN.findall(standard_katakana(unicodedata.normalize("NFKC", text))):
+        at = run.find(word)
+        while at >= 0:
+            rest = (run[:at], run[at + len(word) :])
+            if all(not part or standard_katakana(part) in words for part in rest):
+                return True
+            at = run.find(word, at + 1)
     return False

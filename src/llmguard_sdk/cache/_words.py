@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Iterable
 
 __all__ = [
     "CASED_WORD",
@@ -23,6 +24,7 @@ __all__ = [
     "names",
     "negated",
     "squashed",
+    "unspaced",
     "word_count",
 ]
 
@@ -82,6 +84,13 @@ def minor(word: str) -> bool:
     if word in CHINESE_FUNCTION:
         return True
     return len(word) <= 3 and not word.isascii() and _ONE_CJK.match(word) is None
+
+
+def unspaced(words: Iterable[str]) -> bool:
+    """Whether one of ``words`` is written in a script without spaces (holds a Han or kana
+    character: :data:`CJK`), which an English sentence encoder cannot judge (MiniLM reads
+    most Han characters as one unknown token: "订单" order / "订阅" subscription)."""
+    return any(_ONE_CJK.search(word) is not None for word in words)
 
 
 def word_count(words: set[str]) -> float:

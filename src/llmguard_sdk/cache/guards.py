@@ -33,7 +33,7 @@ from ._framings import (
     of_inverted,
     unfronted,
 )
-from ._words import CASED_WORD, WORD, ascii_digits, minor, negated, word_count
+from ._words import CASED_WORD, WORD, ascii_digits, minor, negated, unspaced, word_count
 
 __all__ = [
     "AGREED_ALLOWANCE",
@@ -560,10 +560,12 @@ def guard_rejection(
     The reasons: ``"number"`` (the numbers differ; "three" is "3"), ``"negation"`` (one is
     negated, the other not; for texts of up to 15 content words), ``"entity"`` (each
     names something that does not occur in the other: identifiers, code, proper names,
-    katakana words, "ロンドン" / "パリ", a final "ー" aside: "コンピューター" is "コンピュータ"),
+    katakana words, "ロンドン" / "パリ", a final "ー" aside: "コンピューター" is "コンピュータ";
+    a longer one is another word: "アンインストール" / "インストール"),
     ``"key_term"`` (short queries, up to 6 content words, where each side has a content word
     the other lacks, as in "cancel my order" / "cancel my subscription"; not with
-    ``key_terms=False``, where a verifier judges substitutions); with ``strict``, those of
+    ``key_terms=False``, where a verifier judges substitutions, but for those of Chinese or
+    Japanese words, which an English encoder cannot judge); with ``strict``, those of
     :func:`strict_rejection` too, and key terms compared without the requests' framings (as
     :func:`strict_rejection` reads them). Words are counted language-fairly: a Han
     character (Chinese and Japanese run without spaces, read a character at a time) counts
@@ -580,6 +582,7 @@ def guard_rejection(
     if strict:  # their framings aside ("the best way to V" / "the steps to V" is no swap)
         words, cached_words = _key_words(query), _key_words(cached)
     substituted = bool(words - cached_words) and bool(cached_words - words)
-    if key_terms and substituted and word_count(words | cached_words) <= _SHORT_QUERY_WORDS:
+    judged = key_terms or unspaced(words ^ cached_words)  # (no verifier reads Han or kana)
+    if judged and substituted and word_count(words | cached_words) <= _SHORT_QUERY_WORDS:
         return "key_term"
     return strict_rejection(query, cached) if strict else None

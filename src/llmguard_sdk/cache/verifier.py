@@ -10,11 +10,13 @@ questions; see the README). The score is the weakest substitution: 1.0 for the s
 in the same order, about 0.8 for "quickly" / "fast" or "signs" / "symptoms", 0.3 to 0.7 for
 "order" / "subscription", "teach" / "learn" or "open" / "close". A word on one side only
 ("learn Python" / "learn Python fast"), the same words in another order ("Celsius to
-Fahrenheit") or another kind of question ("why" / "when") scores 0; the words compared
-are those of each request without its framing, read as the strict guards read it ("what is
-the best way to V" asks "how do I V"). Long texts and statements (see
-:func:`~llmguard_sdk.cache.guards.strict_rejection`) score 1.0: the embedder's similarity
-and the standard guards decide them.
+Fahrenheit"), another kind of question ("why" / "when") or a Chinese or Japanese word
+substituted ("订单" / "订阅": the encoder is an English one, which reads most Han
+characters as one unknown token; the key-term guard refuses such swaps in short texts)
+scores 0; the words compared are those of each request without its framing, read as the
+strict guards read it ("what is the best way to V" asks "how do I V"). Long texts and
+statements (see :func:`~llmguard_sdk.cache.guards.strict_rejection`) score 1.0: the
+embedder's similarity and the standard guards decide them.
 
 Use it as the cache's ``verifier``: every semantic candidate above the similarity threshold
 (the recall threshold) is then served only when the verifier's score reaches its
@@ -34,6 +36,7 @@ from typing import TYPE_CHECKING
 from .._lazy import np
 from ..errors import ConfigurationError
 from ._framings import MANNER
+from ._words import unspaced
 from .embedders.base import finite_number
 from .guards import request_terms, term_of
 
@@ -96,6 +99,8 @@ class ParaphraseVerifier:
             return 0.0  # a word added on one side
         if not only_mine:
             return 1.0 if mine == theirs else 0.0  # the same words, in another order
+        if unspaced(only_mine) or unspaced(only_theirs):
+            return 0.0  # Han or kana: MiniLM reads most Han characters as one unknown token
         vectors, cached_vectors = self._words(query), self._words(cached)
         if any(t not in vectors for t in only_mine) or any(
             t not in cached_vectors for t in only_theirs
