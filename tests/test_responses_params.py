@@ -301,3 +301,44 @@ def test_a_chat_caller_s_logprobs_are_asked_of_a_responses_route_as_it_asks_them
     )
     assert "logprobs" not in second
     assert "include" not in second
+
+
+_BREAKPOINT = {"mode": "explicit", "ttl": "30m"}
+
+
+def test_a_prompt_cache_breakpoint_reaches_a_responses_route(fake: FakeProvider) -> None:
+    """openai's ``prompt_cache_breakpoint`` on a chat content part (the end of a reusable
+    prefix) is the Responses API's too, on its ``input_text`` and ``input_image`` parts
+    (openai's ``ResponseInputTextParam``, ``ResponseInputImageParam``): it was dropped, and
+    the route cached at its own implicit breakpoint only."""
+    image = {"url": "data:image/png;base64,iVBORw0KGgo=", "detail": "low"}
+    messages: Any = [
+        {
+            "role": "system",
+            "content": [
+                {"type": "text", "text": "the handbook", "prompt_cache_breakpoint": _BREAKPOINT}
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "question"},
+                {"type": "image_url", "image_url": image, "prompt_cache_breakpoint": _BREAKPOINT},
+            ],
+        },
+    ]
+    with guard_over(fake, "responses") as guard:
+        guard.client().chat.completions.create(model="fake-model", messages=messages)
+    system, user = _sent(fake)["input"]
+    assert system["content"] == [
+        {"type": "input_text", "text": "the handbook", "prompt_cache_breakpoint": _BREAKPOINT}
+    ]
+    assert user["content"] == [
+        {"type": "input_text", "text": "question"},
+        {
+            "type": "input_image",
+            "image_url": image["url"],
+            "detail": "low",
+            "prompt_cache_breakpoint": _BREAKPOINT,
+        },
+    ]

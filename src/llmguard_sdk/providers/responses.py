@@ -4,7 +4,8 @@ The Guard's requests are chat-shaped; this provider sends them as Responses requ
 and developer messages as input items, assistant tool calls as ``function_call`` items, tool
 results as ``function_call_output`` items, ``max_output_tokens``, flat function tools,
 ``text.format`` for structured output, ``text.verbosity``, ``reasoning.effort`` (and a
-Responses caller's whole ``reasoning``), chat's ``logprobs: true`` as ``include``'s
+Responses caller's whole ``reasoning``), a content part's ``prompt_cache_breakpoint`` (on
+``input_text`` and ``input_image``, as chat's), chat's ``logprobs: true`` as ``include``'s
 ``message.output_text.logprobs``, an assistant message's reasoning items on its ``thinking``
 before it, ``store: false`` unless the request or the provider says otherwise) and reads the
 answer back: output text,
@@ -45,6 +46,7 @@ __all__ = ["OpenAIResponsesProvider"]
 
 _SAME = ("temperature", "top_p", "tool_choice")
 _TEXT_LOGPROBS = "message.output_text.logprobs"
+_BREAKPOINT = "prompt_cache_breakpoint"  # openai's, on a chat and a Responses input part
 
 
 class OpenAIResponsesProvider(OpenAICompatibleProvider):
@@ -89,17 +91,27 @@ class OpenAIResponsesProvider(OpenAICompatibleProvider):
 
 
 def _content(message: Message) -> str | list[dict[str, Any]]:
+    """A message's content as Responses content parts: a part's ``prompt_cache_breakpoint``
+    (the end of a reusable prefix) goes on, as Responses' ``input_text`` and ``input_image``
+    take it, and an image's ``detail``."""
     if isinstance(message.content, str) or message.content is None:
         return message.content or ""
     text_type = "output_text" if message.role == "assistant" else "input_text"
     parts: list[dict[str, Any]] = []
     for part in message.content:
         if part.get("type") == "text":
-            parts.append({"type": text_type, "text": part.get("text", "")})
+            made: dict[str, Any] = {"type": text_type, "text": part.get("text", "")}
         elif part.get("type") == "image_url":
             image = part.get("image_url")
             url = image.get("url") if isinstance(image, dict) else image
-            parts.append({"type": "input_image", "image_url": url})
+            made = {"type": "input_image", "image_url": url}
+            if isinstance(image, dict) and image.get("detail") is not None:
+                made["detail"] = image["detail"]
+        else:
+            continue
+        if part.get(_BREAKPOINT) is not None and made["type"] != "output_text":
+            made[_BREAKPOINT] = part[_BREAKPOINT]
+        parts.append(made)
     return parts
 
 
