@@ -235,3 +235,46 @@ def test_claude_is_sent_no_more_breakpoints_than_it_takes(fake: FakeProvider) ->
     ]
     assert marked == [6, 8, 10]  # questions 3, 4 and 5
     assert sent["messages"][0]["content"] == "question 0"  # a plain text turn again
+
+
+_SCHEMA = {
+    "type": "object",
+    "properties": {"city": {"type": "string"}},
+    "required": ["city"],
+    "additionalProperties": False,
+}
+_JSON_SCHEMA: Any = {"type": "json_schema", "json_schema": {"name": "city", "schema": _SCHEMA}}
+
+
+def test_a_json_schema_response_format_reaches_claude_as_its_output_format(
+    fake: FakeProvider,
+) -> None:
+    """A chat caller's ``response_format`` JSON schema is Claude's structured output,
+    ``output_config.format`` (anthropic's ``JSONOutputFormatParam``: its type and schema); it
+    was left out, and Claude answered free text. A ``json_object`` format has no counterpart
+    (Claude takes a schema only): none is sent. The caller's own ``output_config`` (its
+    ``effort``) is kept beside it."""
+    output_format = {"type": "json_schema", "schema": _SCHEMA}
+    with guard_over(fake, "anthropic") as guard:
+        guard.client().chat.completions.create(
+            model="fake-model",
+            messages=[{"role": "user", "content": "hi"}],
+            response_format=_JSON_SCHEMA,
+        )
+        assert _sent(fake)["output_config"] == {"format": output_format}
+        assert "response_format" not in _sent(fake)
+        guard.chat(
+            [{"role": "user", "content": "hi"}],
+            response_format=_JSON_SCHEMA,
+            extra_body={"output_config": {"effort": "low"}},
+        )
+        assert _sent(fake)["output_config"] == {"effort": "low", "format": output_format}
+        guard.chat([{"role": "user", "content": "hi"}], response_format={"type": "json_object"})
+        assert "output_config" not in _sent(fake)
+        # a Responses caller's text.format, the same
+        guard.client().responses.create(
+            model="fake-model",
+            input="hi",
+            text={"format": {"type": "json_schema", "name": "city", "schema": _SCHEMA}},
+        )
+        assert _sent(fake)["output_config"] == {"format": output_format}

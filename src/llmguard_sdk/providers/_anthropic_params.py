@@ -48,14 +48,30 @@ Anthropic route leaves them out; a Messages request's (the seam's) go on to othe
 _CLAUDE_TIERS = frozenset({"auto", "standard_only"})  # the Messages API's service_tier values
 
 
+def add_output_format(payload: dict[str, Any], request: ChatRequest) -> None:
+    """A ``json_schema`` ``response_format`` as Claude's structured output (in place):
+    ``output_config.format``, its type and schema (anthropic's ``JSONOutputFormatParam``; the
+    schema's ``name`` and ``strict`` have no place there: Claude's output always follows it).
+    Other formats (``json_object``, ``text``) have no counterpart: none is sent."""
+    fmt = request.response_format or {}
+    spec = fmt.get("json_schema")
+    schema = spec.get("schema") if isinstance(spec, Mapping) else None
+    if fmt.get("type") == "json_schema" and isinstance(schema, Mapping):
+        payload["output_config"] = {"format": {"type": "json_schema", "schema": schema}}
+
+
 def add_extra_body(payload: dict[str, Any], request: ChatRequest) -> None:
     """Put ``request.extra_body`` into a Messages ``payload`` as Claude takes it (in place):
     less OpenAI's own parameters and those only Responses routes are sent, with OpenAI's
-    counterparts of Claude's fields translated."""
+    counterparts of Claude's fields translated. Its ``output_config`` goes over the one a
+    ``response_format`` made, key by key (a Messages caller's ``effort`` beside it)."""
     extra = request.extra_body or {}
     responses_only = named_keys(request, RESPONSES_ONLY_KEY)  # (the Responses API's)
     for key, value in extra.items():
         if key not in OPENAI_ONLY and key not in responses_only:
+            made = payload.get(key) if key == "output_config" else None
+            if isinstance(made, Mapping) and isinstance(value, Mapping):
+                value = {**made, **value}
             payload[key] = value
     _openai_counterparts(payload, extra)
     _claude_tier(payload)

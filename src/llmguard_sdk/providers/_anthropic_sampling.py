@@ -92,19 +92,14 @@ class RefusedSampling:
 
 
 class SamplingRetries(OpenAICompatibleProvider):
-    """A provider whose payloads leave out what :class:`RefusedSampling` learnt, and whose
-    attempts are sent again when the model refuses a sampling parameter (each parameter
-    once: ``len(SAMPLING)`` times at most; a stream's refusal comes before any chunk). A
-    subclass writes ``_asked``, the payload before anything is left out."""
+    """A provider whose attempts are sent again when the model refuses a sampling parameter
+    (each parameter once: ``len(SAMPLING)`` times at most; a stream's refusal comes before
+    any chunk). A subclass writes ``_asked``, the payload before anything is left out, and
+    ``_payload``, the one sent: less what its :class:`RefusedSampling` learnt."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._refused = RefusedSampling(self.name)
-
-    def _payload(self, request: ChatRequest, model: str, *, stream: bool) -> dict[str, Any]:
-        payload = self._asked(request, model, stream=stream)
-        self._refused.leave_out(model, payload)
-        return payload
 
     def _asked(self, request: ChatRequest, model: str, *, stream: bool) -> dict[str, Any]:
         """The payload ``request`` makes, before the parameters ``model`` refused are left

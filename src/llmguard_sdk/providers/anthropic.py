@@ -7,9 +7,11 @@ here as pure functions:
 
 * requests: system messages become ``system`` blocks, OpenAI-style image parts, tool calls,
   tool results, tools and ``tool_choice`` are translated, ``max_tokens`` (which Anthropic
-  requires) defaults to ``default_max_tokens``, ``stop`` becomes ``stop_sequences``, and a
-  ``temperature`` above 1 is sent as 1 (Anthropic's range is 0-1).
-  ``seed`` and ``response_format`` have no Anthropic counterpart and are not sent; neither are
+  requires) defaults to ``default_max_tokens``, ``stop`` becomes ``stop_sequences``, a
+  ``temperature`` above 1 is sent as 1 (Anthropic's range is 0-1), a ``json_schema``
+  ``response_format`` is Claude's structured output, ``output_config.format`` (its schema),
+  and a function tool's ``strict`` goes on. ``seed`` and the other ``response_format`` types
+  (``json_object``) have no Anthropic counterpart and are not sent; neither are
   OpenAI's own parameters in ``extra_body`` (``prompt_cache_key``, ``frequency_penalty``,
   ``logprobs`` ...: Anthropic refuses them), but ``user`` becomes ``metadata.user_id`` (other
   ``metadata`` keys are left out) and ``parallel_tool_calls=False`` the tool choice's
@@ -58,8 +60,9 @@ from .._keys import check_api_key
 from ..errors import MalformedResponseError
 from ..models import ChatRequest, ChatResponse, Message, StreamChunk
 from ..prompts.adapters import CACHE_HISTORY_KEY, STATIC_MESSAGES_KEY, add_cache_breakpoints
-from ._anthropic_params import add_extra_body
-from ._anthropic_sampling import SamplingRetries
+from ._anthropic_params import add_extra_body, add_output_format
+from ._anthropic_sampling import RefusedSampling, SamplingRetries
+from ._anthropic_tools import claude_tool, claude_tool_choice
 from ._error_kinds import error_answer
 from .openai_compat import _check_count, _shown
 from .wire import (
@@ -168,6 +171,18 @@ class AnthropicProvider(SamplingRetries):
             request, model=model, stream=stream, default_max_tokens=self.default_max_tokens
         )
 
+    def _payload(self, request: ChatRequest, model: str, *, stream: bool) -> dict[str, Any]:
+        return claude_payload(
+            request,
+            model=model,
+            stream=stream,
+            refused=self._refused,
+            default_max_tokens=self.default_max_tokens,
+        )
+
+    def _extra_headers(self, request: ChatRequest) -> dict[str, str] | None:
+        return request.extra_headers  # Claude's own (anthropic-beta ...) among them
+
 
 # -- requests ------------------------------------------------------------------------------
 
@@ -205,7 +220,7 @@ def anthropic_params(request: ChatRequest) -> dict[str, Any]:
             }
         ):
             message["content"] = content[0]["text"]
-    tools = [_tool(t) for t in request.tools] if request.tools else None
+    tools = [claude_tool(t) for t in request.tools] if request.tools else None
     history = _int(request.metadata, CACHE_HISTORY_KEY)
     if static is not None:
         add_cache_breakpoints(
@@ -221,7 +236,7 @@ def anthropic_params(request: ChatRequest) -> dict[str, Any]:
     if tools:
         params["tools"] = tools
     if request.tool_choice is not None:
-        params["tool_choice"] = _tool_choice(request.tool_choice)
+        params["tool_choice"] = claude_tool_choice(request.tool_choice)
     return params
 
 
@@ -244,7 +259,26 @@ def build_anthropic_payload(
         )
     if stream:
         payload["stream"] = True
+    add_output_format(payload, request)
     add_extra_body(payload, request)
+    return payload
+
+
+def claude_payload(
+    request: ChatRequest,
+    *,
+    model: str,
+    stream: bool,
+    refused: RefusedSampling,
+    default_max_tokens: int = 1024,
+) -> dict[str, Any]:
+    """The body a Claude call sends (an :class:`AnthropicProvider`'s, a Claude batch call's
+    ``params``): :func:`build_anthropic_payload`'s, less the sampling parameters ``refused``
+    learnt ``model`` refuses."""
+    payload = build_anthropic_payload(
+        request, model=model, stream=stream, default_max_tokens=default_max_tokens
+    )
+    refused.leave_out(model, payload)
     return payload
 
 
@@ -332,28 +366,6 @@ def _turn(message: Message) -> tuple[str, list[dict[str, Any]]]:
             }
         )
     return message.role, blocks
-
-
-def _tool(tool: Mapping[str, Any]) -> dict[str, Any]:
-    function = tool.get("function")
-    if tool.get("type") != "function" or not isinstance(function, dict):
-        return dict(tool)  # Anthropic-shaped already (or a server tool)
-    converted: dict[str, Any] = {"name": function.get("name")}
-    if function.get("description") is not None:
-        converted["description"] = function["description"]
-    converted["input_schema"] = function.get("parameters") or {"type": "object"}
-    if "cache_control" in tool:
-        converted["cache_control"] = tool["cache_control"]
-    return converted
-
-
-def _tool_choice(choice: str | Mapping[str, Any]) -> dict[str, Any]:
-    if isinstance(choice, str):
-        return {"type": {"required": "any"}.get(choice, choice)}
-    function = choice.get("function")
-    if choice.get("type") == "function" and isinstance(function, dict):
-        return {"type": "tool", "name": function.get("name")}
-    return dict(choice)
 
 
 # -- answers -------------------------------------------------------------------------------

@@ -21,6 +21,13 @@ OpenAI and Anthropic)::
 A Guard whose chain holds a batch route sends the calls with ``priority="batch"`` to its batch
 routes, and never the others (the spend stage picks the routes, as it does for downgrades).
 
+Each call's body is the one the API's plain route sends for it (Anthropic:
+:func:`~llmguard_sdk.providers.anthropic.claude_payload`, openai's cache breakpoints as
+Claude's ``cache_control`` and all). A call a Claude model refused for a sampling parameter
+("`temperature` is deprecated for this model.") joins the next batch without it, and later
+calls to that model leave it out, as :class:`~llmguard_sdk.providers.AnthropicProvider`
+does.
+
 A call waits for its batch until its deadline (batch APIs answer within minutes to hours:
 give batch calls a long ``timeout``); a batch that has not ended by the last of its calls'
 deadlines fails them with :class:`~llmguard_sdk.errors.ProviderTimeoutError`. A batch that
@@ -54,8 +61,14 @@ from ..errors import (
     ProviderUnavailableError,
 )
 from ..models import ChatRequest, ChatResponse, StreamChunk
+from ._anthropic_sampling import SAMPLING, RefusedSampling
 from ._error_kinds import judged_error
-from .anthropic import ANTHROPIC_VERSION, build_anthropic_payload, parse_anthropic_message
+from .anthropic import (
+    ANTHROPIC_VERSION,
+    build_anthropic_payload,
+    claude_payload,
+    parse_anthropic_message,
+)
 from .base import StreamCall, _check_timing, _Streams
 from .openai_compat import _transport_error
 from .wire import build_payload, error_from_status, parse_completion
@@ -78,9 +91,12 @@ class _Call:
     custom_id: str
     body: dict[str, Any]
     deadline: float
+    request: ChatRequest
+    model: str
     future: concurrent.futures.Future[ChatResponse] = field(
         default_factory=concurrent.futures.Future
     )
+    resent: int = 0  # times sent again without a sampling parameter the model refused
 
 
 class BatchProvider(_Streams):
@@ -141,19 +157,28 @@ class BatchProvider(_Streams):
         self._waiting: list[_Call] = []
         self._timer: threading.Timer | None = None
         self._closed = False
+        self._refused = RefusedSampling(self.name)  # (a Claude model's, as a plain route's)
 
     def __repr__(self) -> str:
         return f"BatchProvider(api={self.api!r}, name={self.name!r}, model={self.model!r})"
 
     # -- one call ---------------------------------------------------------------------------
 
+    def _body(self, request: ChatRequest, model: str) -> dict[str, Any]:
+        """A call's body: what the plain route of this API sends (a Claude call's leaves out
+        the sampling parameters the model refused)."""
+        if self.api == "anthropic":
+            return claude_payload(request, model=model, stream=False, refused=self._refused)
+        return build_payload(request, model=model, stream=False)
+
     def _enqueue(self, request: ChatRequest, model: str, deadline: float) -> _Call:
         _check_timing(deadline)  # (NaN or no number: refused before it joins a batch)
-        if self.api == "anthropic":
-            body = build_anthropic_payload(request, model=model, stream=False)
-        else:
-            body = build_payload(request, model=model, stream=False)
-        call = _Call(uuid.uuid4().hex, body, deadline)
+        call = _Call(uuid.uuid4().hex, self._body(request, model), deadline, request, model)
+        self._join(call)
+        return call
+
+    def _join(self, call: _Call) -> None:
+        """Put ``call`` in the next batch (at once when it fills the batch)."""
         with self._lock:
             if self._closed:
                 raise ConfigurationError("the BatchProvider is closed")
@@ -164,7 +189,24 @@ class BatchProvider(_Streams):
                 self._timer = threading.Timer(self.window, self._flush)
                 self._timer.daemon = True
                 self._timer.start()
-        return call
+
+    def _resend(self, call: _Call, outcome: Outcome) -> bool:
+        """Whether ``call``, answered ``outcome``, joins the next batch: its model refused a
+        sampling parameter it asked for (remembered: left out of this and later calls, as a
+        plain Claude route leaves it out; each parameter once)."""
+        if self.api != "anthropic" or not isinstance(outcome, ProviderError):
+            return False
+        asked = build_anthropic_payload(call.request, model=call.model, stream=False)
+        if call.resent >= len(SAMPLING) or not self._refused.learn(call.model, outcome, asked):
+            return False
+        call.resent += 1
+        call.body = self._body(call.request, call.model)
+        call.custom_id = uuid.uuid4().hex
+        try:
+            self._join(call)
+        except ConfigurationError as exc:  # closed meanwhile
+            _settle(call.future, ProviderError(str(exc), route=self.name))
+        return True
 
     def _timed_out(self) -> ProviderTimeoutError:
         return ProviderTimeoutError(
@@ -225,7 +267,9 @@ class BatchProvider(_Streams):
             results, note = self._openai(calls) if self.api == "openai" else self._anthropic(calls)
             for call in calls:
                 found = results.get(call.custom_id)
-                _settle(call.future, self._missing(note) if found is None else found)
+                outcome = self._missing(note) if found is None else found
+                if not self._resend(call, outcome):
+                    _settle(call.future, outcome)
         except BaseException as exc:  # every caller gets the batch's failure
             failure = self._failure(exc, calls)
             for call in calls:

@@ -25,14 +25,7 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import (
-    AsyncGenerator,
-    AsyncIterator,
-    Generator,
-    Iterator,
-    Mapping,
-    Sequence,
-)
+from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterator, Mapping, Sequence
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
@@ -51,11 +44,13 @@ from ..errors import (
 )
 from ..models import ChatRequest, ChatResponse, StreamChunk
 from ..ratelimit._rules import LimitsConfig, normalize
+from ._anthropic_only import sent_headers
 from ._http11 import DEADLINE
 from ._requests import Pool, RequestBuilder, own_transport
 from ._watchdog import watchdog
 from .base import StreamCall, _check_timing, _Streams
 from .wire import (
+    ANTHROPIC_ONLY_KEY,
     CHAT_COMPLETIONS,
     MAX_BODY_BYTES,
     MAX_ERROR_BODY_BYTES,
@@ -63,6 +58,7 @@ from .wire import (
     StreamState,
     build_payload,
     encode_payload,
+    named_keys,
 )
 
 __all__ = ["OpenAICompatibleProvider"]
@@ -233,6 +229,10 @@ class OpenAICompatibleProvider(_Streams):
         """The JSON body of a call."""
         return build_payload(request, model=model, stream=stream)
 
+    def _extra_headers(self, request: ChatRequest) -> dict[str, str] | None:
+        """The request's headers this route sends (not Claude's where named Anthropic's)."""
+        return sent_headers(request.extra_headers, named_keys(request, ANTHROPIC_ONLY_KEY))
+
     def _parse(self, status: int, headers: Mapping[str, str], body: bytes) -> ChatResponse:
         """A non-streaming answer as a response, or its typed error."""
         return self._answers.parse(status, headers, body, route=self.name)
@@ -264,7 +264,7 @@ class OpenAICompatibleProvider(_Streams):
             client,
             encode_payload(self._payload(request, model, stream=stream)),
             timeout=_timeout_until(deadline, self.name, idle_timeout),
-            headers=request.extra_headers,
+            headers=self._extra_headers(request),
             params=request.extra_query,
         )
         if isinstance(client, httpx.Client):  # the watchdog bounds the send and head too

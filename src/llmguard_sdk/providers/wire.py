@@ -24,7 +24,7 @@ from ..errors import (
     StreamInterruptedError,
 )
 from ..models import ChatRequest, ChatResponse, StreamChunk, Usage
-from ._anthropic_only import drop_breakpoints, leave_out_server_tools
+from ._anthropic_only import CACHE_CONTROL, SERVER_TOOLS, leave_out_for_chat
 from ._chat_content import choice_metadata, content_text, tool_calls_of
 from ._error_kinds import (
     body_error,
@@ -66,20 +66,12 @@ ANTHROPIC_ONLY_KEY = "llmguard.anthropic_only"
 """``ChatRequest.metadata`` key: the ``extra_body`` keys (comma-separated) that only Anthropic
 routes send, parameters of Anthropic's Messages API that chat completions and Responses lack
 (the transport seam's ``/messages`` names here every field of a Messages request it does not
-translate: ``top_k``, ``thinking``, ``container`` ...)."""
+translate: ``top_k``, ``thinking``, ``container`` ...), and what else of the request only
+they send (:data:`CACHE_CONTROL`, :data:`SERVER_TOOLS`, Claude's own tool fields and headers)."""
 RESPONSES_ONLY_KEY = "llmguard.responses_only"
 """``ChatRequest.metadata`` key: the ``extra_body`` keys (comma-separated) that only OpenAI
 Responses routes send, parameters of the Responses API that chat completions and Anthropic's
 Messages lack (the transport seam's ``/responses`` names ``include`` here)."""
-CACHE_CONTROL = "cache_control"
-"""Named under :data:`ANTHROPIC_ONLY_KEY`: the request's content parts and tools hold Anthropic
-cache breakpoints that only Anthropic routes send (the transport seam's ``/messages`` names it);
-a chat route leaves them out, and sends text-only content as one string."""
-SERVER_TOOLS = "server_tools"
-"""Named under :data:`ANTHROPIC_ONLY_KEY`: the request's tools hold Claude's server tools (web
-search, code execution ...: a ``type`` of their own, run by Anthropic), which only Anthropic
-routes send (the transport seam's ``/messages`` names it); other routes send the function
-tools alone."""
 MAX_BODY_BYTES = 32 * 1024 * 1024
 """Largest answer body accepted; anything bigger is a malformed answer."""
 MAX_ERROR_BODY_BYTES = 64 * 1024
@@ -121,18 +113,15 @@ def build_payload(request: ChatRequest, *, model: str, stream: bool) -> dict[str
         payload["stream"] = True
         payload["stream_options"] = {"include_usage": True}
     payload.update(sent_extra_body(request))
-    named = named_keys(request, ANTHROPIC_ONLY_KEY)
-    if CACHE_CONTROL in named:
-        drop_breakpoints(payload)
-    if SERVER_TOOLS in named:
-        leave_out_server_tools(payload)
+    leave_out_for_chat(payload, named_keys(request, ANTHROPIC_ONLY_KEY), request.extra_body)
     return payload
 
 
 def function_tool(tool: Mapping[str, Any]) -> dict[str, Any]:
     """``tool`` as chat completions takes it: one in Anthropic's shape (a ``name`` and an
-    ``input_schema``, no ``type``) as a function tool (its ``cache_control``, Anthropic's,
-    left out); any other as it is."""
+    ``input_schema``, no ``type``) as a function tool (its name, description, schema and
+    ``strict``: none of Claude's own fields, its ``cache_control``, ``input_examples`` ...);
+    any other as it is."""
     if "type" in tool or not isinstance(tool.get("name"), str):
         return dict(tool)
     function: dict[str, Any] = {"name": tool["name"]}

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._json import canonical_json
+from ..providers._anthropic_only import without_breakpoint
 from ._faults import Fault
 
 _POLL_S = 0.05  # how often the accept loop checks for stop()
@@ -218,7 +219,7 @@ def _anthropic_tokens(body: dict[str, Any]) -> tuple[list[str], list[int]]:
     breakpoints: list[int] = []
     for tool in body.get("tools") or []:
         if isinstance(tool, dict):
-            bare = {k: v for k, v in tool.items() if k != "cache_control"}
+            bare = without_breakpoint(tool)
             tokens += _framed("tool", json.dumps(bare, sort_keys=True, default=str).split())
             if "cache_control" in tool:
                 breakpoints.append(len(tokens))

@@ -7,9 +7,12 @@ is Claude's own where an Anthropic route served (its ``metadata["stop_reason"]``
 turn stays ``pause_turn``, a stop sequence ``stop_sequence``), else the finish reason's
 counterpart.
 
-The fields chat completions has counterparts for are translated (``system``, ``tools``,
-``tool_choice``, ``stop_sequences`` as ``stop``, ``metadata.user_id`` as ``user``, an
-``output_config.format`` JSON schema as ``response_format``). Every other field goes on in
+The fields chat completions has counterparts for are translated (``system``, ``tools`` (a
+client tool's ``strict`` too), ``tool_choice``, ``stop_sequences`` as ``stop``,
+``metadata.user_id`` as ``user``, an ``output_config.format`` JSON schema as
+``response_format``). More ``stop_sequences`` than chat's ``stop`` takes (4) are all sent to
+Anthropic routes, the first 4 to chat-completions routes (with a warning; the Responses API
+has no stop sequences). Every other field goes on in
 ``extra_body`` and reaches Anthropic routes only (named under
 :data:`~llmguard_sdk.providers.wire.ANTHROPIC_ONLY_KEY`): ``thinking``, ``top_k``,
 ``service_tier`` (Claude's ``standard_only``), ``container``, ``output_config`` whole (its
@@ -21,7 +24,10 @@ know, do not get them. (A field named as one of OpenAI's chat-completions parame
 is with ``cache_control`` breakpoints on system, message and tool blocks: Anthropic routes
 send them (prompt caching works through the seam), other routes leave them out, and with
 Claude's server tools (``web_search``, code execution ...): Anthropic routes get them as they
-are, other routes the function tools alone.
+are, other routes the function tools alone; with a client tool's fields chat's function
+tool lacks (``input_examples``, ``defer_loading`` ...); and with the headers anthropic's SDK
+sends for its caller (``anthropic-beta``, the workspace and user-profile ids): Anthropic routes
+only.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from typing import Any
 from .._core.assembly import call_function, call_index
 from ..errors import LLMGuardError, RequestValidationError
 from ..models import ChatResponse, StreamChunk, Usage
+from ..providers._anthropic_only import CLAUDE_HEADERS, CLAUDE_TOOL_FIELDS, HEADERS, MAX_STOP
 from ..providers._anthropic_params import OPENAI_ONLY
 from ..providers.wire import ANTHROPIC_ONLY_KEY, CACHE_CONTROL, SERVER_TOOLS
 from . import _wire
@@ -211,8 +218,11 @@ def chat_params(body: Mapping[str, Any]) -> dict[str, Any]:
     for key in ("max_tokens", "temperature", "top_p"):
         if body.get(key) is not None:
             params[key] = body[key]
-    if body.get("stop_sequences"):
-        params["stop"] = body["stop_sequences"]
+    stops = body.get("stop_sequences")
+    if stops:
+        params["stop"] = stops[:MAX_STOP] if isinstance(stops, list) else stops
+        if isinstance(stops, list) and len(stops) > MAX_STOP:
+            params["stop_sequences"] = stops  # all of them: Anthropic routes only
     if tools:
         params["tools"] = [_tool(t) for t in tools if isinstance(t, dict)]
     choice = _tool_choice(body.get("tool_choice"))
@@ -236,9 +246,14 @@ def _is_server_tool(tool: object) -> bool:
     return isinstance(tool, dict) and tool.get("type") not in (None, "custom")
 
 
+_FUNCTION_FIELDS = frozenset({"type", "name", "description", "input_schema", "strict"})
+
+
 def _tool(tool: dict[str, Any]) -> dict[str, Any]:
-    """A Messages tool as chat's function tool; a server tool as it is (Anthropic routes only:
-    :data:`~llmguard_sdk.providers.wire.SERVER_TOOLS`)."""
+    """A Messages tool as chat's function tool (its ``strict`` too), with Claude's own fields
+    beside it (``cache_control``, ``input_examples``, ``defer_loading`` ...: Anthropic routes
+    only, :data:`~llmguard_sdk.providers._anthropic_only.CLAUDE_TOOL_FIELDS`); a server tool
+    as it is (Anthropic routes only: :data:`~llmguard_sdk.providers.wire.SERVER_TOOLS`)."""
     if _is_server_tool(tool):
         return dict(tool)
     function = {
@@ -246,7 +261,14 @@ def _tool(tool: dict[str, Any]) -> dict[str, Any]:
         "description": tool.get("description", ""),
         "parameters": tool.get("input_schema", {}),
     }
-    return _cached({"type": "function", "function": function}, tool)
+    if isinstance(tool.get("strict"), bool):
+        function["strict"] = tool["strict"]
+    return {"type": "function", "function": function, **_claude_fields(tool)}
+
+
+def _claude_fields(tool: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields of a client tool chat's function tool lacks."""
+    return {k: v for k, v in tool.items() if k not in _FUNCTION_FIELDS}
 
 
 def _output_format(config: object) -> dict[str, Any] | None:
@@ -314,8 +336,15 @@ class MessagesWire:
         if _has_breakpoints(body):
             only.append(CACHE_CONTROL)  # chat routes send none
         tools = body.get("tools")
-        if isinstance(tools, list) and any(_is_server_tool(t) for t in tools):
+        tools = [t for t in tools if isinstance(t, dict)] if isinstance(tools, list) else []
+        if any(_is_server_tool(t) for t in tools):
             only.append(SERVER_TOOLS)
+        if any(_claude_fields(t) for t in tools if not _is_server_tool(t)):
+            only.append(CLAUDE_TOOL_FIELDS)
+        if "stop_sequences" in (arguments.get("extra_body") or {}):
+            only.append("stop_sequences")  # more than chat's stop takes
+        if HEADERS & set(incoming.headers):
+            only.append(CLAUDE_HEADERS)
         if only:
             arguments["metadata"] = {ANTHROPIC_ONLY_KEY: ",".join(only)}
         return arguments
