@@ -78,6 +78,7 @@ EXPECTED = [
     "RedisClusterStore",
     "RedisStore",
     "RefusedError",
+    "RejectedResultError",
     "ReleaseConflictError",
     "RequestValidationError",
     "ResponseCache",
@@ -123,7 +124,7 @@ def test_every_exported_name_exists_and_is_documented() -> None:
 
 def test_every_error_is_an_llmguard_error() -> None:
     errors = [getattr(llmguard_sdk, n) for n in llmguard_sdk.__all__ if n.endswith("Error")]
-    assert len(errors) == 26
+    assert len(errors) == 27
     for error in errors:
         assert issubclass(error, llmguard_sdk.LLMGuardError)
         assert error.__name__ in llmguard_sdk.errors.__doc__  # the documented tree is complete

@@ -97,11 +97,22 @@ def scoped(
 
 @dataclass(frozen=True)
 class RetryDetails:
-    """What a retry hook receives, once per retry, before the wait.
+    """What a retry hook receives, once per retry, before the wait; and what a give-up hook
+    (``give_up_hooks=`` of :func:`~llmguard_sdk.retry.retry`) receives, once, when the
+    retries stop on a failure they would have retried.
 
-    ``attempt`` is the number of the attempt that failed (1-based), ``wait`` the seconds until
-    the next one, ``cause`` the exception, ``elapsed`` the seconds since the first attempt,
-    ``hinted`` whether the wait came from the server (Retry-After and friends).
+    ``attempt`` is the number of the attempt that failed (1-based; on giving up, the
+    attempts made), ``wait`` the seconds until the next one (0 on giving up), ``cause`` the
+    exception (a result that ``on_result=`` retried:
+    :class:`~llmguard_sdk.errors.RejectedResultError`, its ``result`` the attempt's),
+    ``elapsed`` the seconds since the first attempt, ``hinted`` whether the wait came from
+    the server (Retry-After and friends), ``waited`` the seconds of the waits before this
+    attempt (the retries' ``wait`` summed: what the call spent waiting so far), ``reason``
+    ``"retry"``, or on giving up why (:class:`~llmguard_sdk.retry.Decision`'s ``reason``:
+    ``"attempts-exhausted"``, ``"deadline"``, ``"budget-exhausted"``, ``"stream-delivered"``
+    ...).
+
+    .. versionchanged:: 0.2.0 ``waited`` and ``reason``; give-up hooks.
     """
 
     name: str
@@ -110,6 +121,8 @@ class RetryDetails:
     cause: BaseException
     elapsed: float
     hinted: bool = False
+    waited: float = 0.0
+    reason: str = "retry"
 
 
 @dataclass(slots=True)

@@ -25,6 +25,7 @@ Catch :class:`LLMGuardError` to catch everything the SDK raises itself::
     ├── CanaryNotFoundError         a canary moved by hand is not under way (none stored, or
     │                               forgotten: 30 days unserved and unmoved)
     ├── StoreUnavailableError       the shared store (Redis) was needed and could not be reached
+    ├── RejectedResultError         ``retry(on_result=...)`` ran out on a result it asked to retry
     ├── RefusedError                the SDK refused to send the call (carries retry_after)
     │   ├── CircuitOpenError            the route's circuit breaker is open
     │   ├── RateLimitExceededError      no rate-limit capacity within the allowed wait
@@ -50,6 +51,7 @@ own bug: an exception raised inside a user callback propagates unchanged.
 
 from __future__ import annotations
 
+import reprlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -80,6 +82,7 @@ __all__ = [
     "RateLimitExceededError",
     "RateLimitedError",
     "RefusedError",
+    "RejectedResultError",
     "ReleaseConflictError",
     "RequestValidationError",
     "RetryMultiplicationWarning",
@@ -408,6 +411,32 @@ class StoreUnavailableError(LLMGuardError):
 
     .. versionadded:: 0.2.0
     """
+
+
+class RejectedResultError(LLMGuardError):
+    """A retry loop stopped on a result that its ``on_result=`` predicate asked to retry
+    (:func:`~llmguard_sdk.retry.retry`; tenacity's ``RetryError``): the caller never gets
+    it as if it were good. ``result`` is that attempt's result, ``attempts`` the attempts
+    made, ``reason`` why the retries stopped (``"attempts-exhausted"``, ``"deadline"``,
+    ``"budget-exhausted"`` ...). A retry hook's ``cause`` for a result that is retried is
+    one too, its ``reason`` ``"retry"``.
+
+    .. versionadded:: 0.2.0
+    """
+
+    def __init__(self, result: object, *, attempts: int, reason: str) -> None:
+        shown = reprlib.repr(result)
+        if reason == "retry":
+            message = f"attempt {attempts}'s result is retried (on_result= asked for it): {shown}"
+        else:
+            message = (
+                f"the retries stopped ({reason}) after {attempts} attempt(s) on a result that "
+                f"on_result= asked to retry: {shown}"
+            )
+        super().__init__(message)
+        self.result = result
+        self.attempts = attempts
+        self.reason = reason
 
 
 class RefusedError(LLMGuardError):

@@ -27,7 +27,7 @@ from ..models import ChatRequest, ChatResponse, Message, Usage
 from ..providers.base import Provider, cache_answers, context_window, is_local
 from ..ratelimit import Grant
 from ..ratelimit._rules import never_fits
-from ..retry._api import testing_attempts, testing_remaining, testing_wait
+from ..retry._testing import testing_attempts, testing_remaining, testing_wait
 from ..retry.policy import MIN_ATTEMPT_SECONDS, Decision, decide_for_error
 from .limits import Reservation, continued_input, route_input_tokens
 from .stages import (
@@ -134,6 +134,7 @@ def note_retry(
             cause=error,
             elapsed=ctx.elapsed(),
             hinted=decision.hinted,
+            waited=sum(earlier.wait for earlier in ctx.retries),
         )
     )
     if ctx.attempt_log:

@@ -7,18 +7,17 @@ function through :func:`retry` and :func:`retry_context`, no Guard needed.
 """
 
 from ..context import RetryDetails
+from ..errors import RejectedResultError
 from ._api import (
     Attempt,
     RetryHook,
     Retrying,
     RetryOptions,
-    is_retryable,
-    is_testing,
     retry,
     retry_context,
-    set_testing,
-    waits_off,
 )
+from ._testing import is_testing, set_testing, waits_off
+from ._verdicts import is_retryable
 from .budget import MemoryRetryBudget, RetryBudget, RetryBudgetPolicy
 from .policy import Decision, Jitter, RetryPolicy, backoff, decide
 from .redis import RedisRetryBudget
@@ -29,6 +28,7 @@ __all__ = [
     "Jitter",
     "MemoryRetryBudget",
     "RedisRetryBudget",
+    "RejectedResultError",
     "RetryBudget",
     "RetryBudgetPolicy",
     "RetryDetails",

@@ -12,6 +12,9 @@
         with attempt:
             do_something()
 
+    @retry(on_result=lambda job: job.state == "pending")   # retry on a result too
+    def poll(): ...
+
 By default an exception is retried when the SDK classifies it as a retryable provider failure
 (429, 5xx, timeouts, connection errors, from this SDK, openai-python, httpx or anything shaped
 like them), and a server's ``Retry-After`` is honoured. :func:`set_testing` turns waits off.
@@ -21,15 +24,12 @@ like them), and a server's ``Retry-After`` is honoured. :func:`set_testing` turn
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import inspect
 import itertools
-import math
 import random
 import sys
-import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from types import TracebackType
@@ -42,12 +42,23 @@ from .._decorating import is_async_callable, may_return_awaitable, refuse_genera
 from .._keywords import check_keywords
 from ..classify import classify_exception
 from ..context import RetryDetails
-from ..errors import ConfigurationError, LLMGuardError, ProviderError
+from ..errors import ConfigurationError, ProviderError, RejectedResultError
+from ._testing import testing_attempts, testing_remaining, testing_wait
+from ._verdicts import (
+    NO_RESULT,
+    RetryOn,
+    check_result_predicate,
+    is_exception_types,
+    is_retryable,
+    judge,
+    judge_result,
+    note,
+)
 from .budget import RetryBudget
-from .policy import MIN_ATTEMPT_SECONDS, Decision, RetryPolicy, decide
+from .policy import Decision, RetryPolicy, decide
 
 F = TypeVar("F", bound=Callable[..., Any])
-RetryOn = type[BaseException] | tuple[type[BaseException], ...] | Callable[[BaseException], Any]
+T = TypeVar("T")
 
 
 RetryHook = Callable[[RetryDetails], None]
@@ -69,7 +80,22 @@ class RetryOptions(TypedDict, total=False):
       (PEP 678) naming the predicate's error.
     - ``policy``: a :class:`RetryPolicy` (full jitter, 3 attempts, 60 s by default).
     - ``attempts``, ``timeout``: shortcuts that override the policy's.
+    - ``on_result``: a predicate ``result -> bool | float`` asking for another attempt after
+      one that returned ``result`` (tenacity's ``retry_if_result``), read as ``on``'s
+      predicate: a ``float`` retries after that many seconds, anything else by its
+      truthiness. When the retries run out on a result,
+      :class:`~llmguard_sdk.errors.RejectedResultError` is raised (as tenacity's
+      ``RetryError``), carrying the last ``result``: a result asked to be retried is never
+      returned as if it were good. A predicate that raises propagates its error (with a
+      note), neither retried nor returned. :func:`retry` judges what the function returns;
+      a :func:`retry_context` loop what ``attempt.set_result(value)`` gives it, inside the
+      block or after it.
     - ``hooks``: callables receiving :class:`RetryDetails` before each wait.
+    - ``give_up_hooks``: callables receiving :class:`RetryDetails` once, when the retries
+      stop on a failure (or a result) they would retry: attempts run out, the deadline, the
+      budget, a stream that delivered (``reason`` says which); ``attempt``, ``elapsed`` and
+      ``waited`` are the call's statistics. Not called for what is never retried (an error
+      ``on`` does not match). Nothing is done for them while none is given.
     - ``name``: the name in :class:`RetryDetails` and the budget's key (``@retry``: the
       function's qualified name). Without it, each place that retries keeps a budget of its
       own: ``@retry``'s key is the function's module and qualified name (a callable without
@@ -78,142 +104,18 @@ class RetryOptions(TypedDict, total=False):
       as there are such places in the code, never one per call).
     - ``budget``: a :class:`~llmguard_sdk.retry.budget.RetryBudget`.
 
-    .. versionadded:: 0.2.0
+    .. versionadded:: 0.2.0 (``on_result`` and ``give_up_hooks`` too)
     """
 
     on: RetryOn
     policy: RetryPolicy | None
     attempts: int | None
     timeout: float | None
+    on_result: Callable[[Any], Any] | None
     hooks: Sequence[RetryHook]
+    give_up_hooks: Sequence[RetryHook]
     name: str
     budget: RetryBudget | None
-
-
-class _Testing:
-    lock = threading.Lock()
-    enabled = False
-    attempts: int | None = None
-
-
-def set_testing(enabled: bool, *, attempts: int | None = None) -> None:
-    """Turn waits off (``enabled=True``) in tests; optionally cap attempts too.
-
-    While on, every wait of :func:`retry`, :func:`retry_context` *and* the Guard's retry stage
-    is zero, so tests run fast without changing the code under test. A wait not taken does
-    not count against the ``timeout`` of :func:`retry` and :func:`retry_context`, nor against
-    a Guard call's (only the time really spent does), so their retries do not depend on the
-    jitter's draws.
-    """
-    if attempts is not None and (
-        not isinstance(attempts, int) or isinstance(attempts, bool) or attempts < 1
-    ):
-        raise ConfigurationError(f"attempts must be a whole number >= 1, got {attempts!r}")
-    with _Testing.lock:
-        _Testing.enabled = enabled
-        _Testing.attempts = attempts if enabled else None
-
-
-@contextlib.contextmanager
-def waits_off(*, attempts: int | None = None) -> Iterator[None]:
-    """Turn waits off (and optionally cap attempts) for a block, then restore the setting.
-
-    The switch is process-wide (it reaches code running in other threads too), as stamina's.
-    """
-    with _Testing.lock:
-        saved = (_Testing.enabled, _Testing.attempts)
-    set_testing(True, attempts=attempts)
-    try:
-        yield
-    finally:
-        with _Testing.lock:
-            _Testing.enabled, _Testing.attempts = saved
-
-
-def is_testing() -> bool:
-    """Whether :func:`set_testing` turned waits off."""
-    return _Testing.enabled
-
-
-def testing_wait(wait: float) -> float:
-    """``wait``, or 0 while testing mode is on."""
-    return 0.0 if _Testing.enabled else wait
-
-
-def testing_remaining(remaining: float) -> float:
-    """The time left that a retry's wait must fit in: ``remaining`` seconds, or, while
-    testing mode is on and an attempt still fits, no bound (a wait not taken cannot overrun
-    the timeout: only the time really spent counts)."""
-    if _Testing.enabled and remaining >= MIN_ATTEMPT_SECONDS:
-        return math.inf
-    return remaining
-
-
-def testing_attempts(attempts: int) -> int:
-    """``attempts``, capped while testing mode says so."""
-    cap = _Testing.attempts
-    return min(attempts, cap) if cap is not None else attempts
-
-
-def is_retryable(exc: BaseException) -> bool | float:
-    """The default ``on=``: retry provider failures the SDK classifies as retryable.
-
-    Returns the server's wait hint (seconds) when there is one, ``True`` to retry with
-    backoff, ``False`` not to retry. An exception group (a task group's) is retried when
-    every member is retryable, after the longest wait its members asked for
-    (:func:`~llmguard_sdk.classify.classify_exception`).
-    """
-    error = classify_exception(exc)
-    if error is None or not error.retryable:
-        return False
-    return float(error.retry_after) if error.retry_after is not None else True
-
-
-def _judge(on: RetryOn, exc: BaseException) -> tuple[bool, float | None]:
-    if isinstance(on, (type, tuple)):
-        error = exc if isinstance(exc, ProviderError) else classify_exception(exc)
-        hint = error.retry_after if error is not None else None
-        return isinstance(exc, on) or _classified_as(on, error), hint
-    try:
-        verdict = on(exc)
-        if isinstance(verdict, float):  # (a bool or an int is no wait: a status code is not)
-            return True, verdict
-        retryable = bool(verdict)
-    except Exception as broken:  # the caller's predicate: the error it judged still stands
-        _note(exc, f"not retried: the retry on= predicate {on!r} raised {broken!r}")
-        return False, None
-    return retryable, _hint_of(exc) if retryable else None
-
-
-def _note(exc: BaseException, note: str) -> None:
-    """Add ``note`` to ``exc`` (PEP 678; on Python 3.10, to its ``__notes__`` alone)."""
-    add_note = getattr(exc, "add_note", None)
-    if callable(add_note):
-        add_note(note)
-    else:
-        notes = getattr(exc, "__notes__", None)
-        exc.__notes__ = [*(notes or ()), note]  # type: ignore[attr-defined]
-
-
-def _is_exception_types(on: object) -> bool:
-    kinds = on if isinstance(on, tuple) else (on,)
-    return all(isinstance(kind, type) and issubclass(kind, BaseException) for kind in kinds)
-
-
-def _classified_as(
-    on: type[BaseException] | tuple[type[BaseException], ...], error: ProviderError | None
-) -> bool:
-    """Whether the SDK's classification ``error`` of an exception is of a type of the SDK
-    that ``on`` names: ``on=RateLimitedError`` retries openai's ``RateLimitError`` too. A type
-    that is not the SDK's (``ConnectionError``) matches only what it says."""
-    kinds = on if isinstance(on, tuple) else (on,)
-    ours = tuple(kind for kind in kinds if issubclass(kind, LLMGuardError))
-    return bool(ours) and error is not None and isinstance(error, ours)
-
-
-def _hint_of(exc: BaseException) -> float | None:
-    error = exc if isinstance(exc, ProviderError) else classify_exception(exc)
-    return error.retry_after if error is not None else None
 
 
 @dataclasses.dataclass
@@ -223,6 +125,7 @@ class _Loop:
 
     started: float = dataclasses.field(default_factory=time.monotonic)
     previous_wait: float = 0.0
+    waited: float = 0.0  # the waits before the retries so far, summed
 
 
 _BUDGET_METHODS = ("record_request", "try_spend", "arecord_request", "atry_spend")
@@ -237,6 +140,27 @@ class Attempt:
         self.number = number
         self.decision: Decision | None = None
         self.cause: Exception | None = None  # set when a failure was swallowed for a retry
+        self.delivered = False
+        self._result: Any = NO_RESULT
+
+    def set_result(self, result: Any) -> None:
+        """Give the loop this attempt's result, for its ``on_result=`` predicate to judge
+        before the next attempt (in the block or after it; without ``on_result``, ignored).
+
+        .. versionadded:: 0.2.0
+        """
+        self._result = result
+
+    def deliver(self, item: T) -> T:
+        """``item``, noted as handed on to a consumer: ``yield attempt.deliver(chunk)`` in a
+        generator. A failure after it is never retried (the consumer has part of the stream;
+        a retry would give it the same items again): it propagates, as the Guard's streams
+        do after their first token. A failure before it is retried as ever.
+
+        .. versionadded:: 0.2.0
+        """
+        self.delivered = True
+        return item
 
     def __enter__(self) -> Attempt:
         return self
@@ -249,13 +173,19 @@ class Attempt:
     ) -> bool:
         if exc is None or not isinstance(exc, Exception):
             return False
-        loop = self._loop
-        self.decision = self._retrying.judge(
-            self.number, exc, started=loop.started, previous_wait=loop.previous_wait
+        loop, retrying = self._loop, self._retrying
+        decision = self.decision = retrying.judge(
+            self.number,
+            exc,
+            started=loop.started,
+            previous_wait=loop.previous_wait,
+            delivered=self.delivered,
         )
-        if self.decision.retry:
+        if decision.retry:
             self.cause = exc  # swallowed: the loop asks the budget, then waits and goes on
-        return self.decision.retry
+        elif decision.reason != "not-retryable":
+            retrying.give_up(self, exc, decision)
+        return decision.retry
 
 
 class Retrying:
@@ -280,7 +210,7 @@ class Retrying:
             policy = dataclasses.replace(policy, **overrides)
         self.policy = policy
         on = self.on = options.get("on", is_retryable)
-        if not _is_exception_types(on) and (isinstance(on, type) or not callable(on)):
+        if not is_exception_types(on) and (isinstance(on, type) or not callable(on)):
             raise ConfigurationError(
                 f"retry on= must be an exception type, a tuple of them or a callable, got {on!r}"
             )
@@ -288,16 +218,10 @@ class Retrying:
             raise ConfigurationError(
                 f"retry on= is called, never awaited: it must not be async, got {on!r}"
             )
-        hooks = options.get("hooks", ())
-        if isinstance(hooks, str) or not isinstance(hooks, Iterable):
-            raise ConfigurationError(f"retry hooks= must be a sequence of callables, got {hooks!r}")
-        self.hooks = tuple(hooks)
-        if not all(callable(hook) for hook in self.hooks):
-            raise ConfigurationError(f"retry hooks= must all be callables, got {self.hooks!r}")
-        if any(is_async_callable(hook) for hook in self.hooks):
-            raise ConfigurationError(
-                f"retry hooks= are called, never awaited: none may be async, got {self.hooks!r}"
-            )
+        self.on_result = options.get("on_result")
+        check_result_predicate(self.on_result)
+        self.hooks = _hooks(options.get("hooks", ()), "hooks")
+        self.give_up_hooks = _hooks(options.get("give_up_hooks", ()), "give_up_hooks")
         self.name = options.get("name", "")
         if not isinstance(self.name, str):
             raise ConfigurationError(f"retry name= must be a string, got {self.name!r}")
@@ -321,21 +245,40 @@ class Retrying:
         *,
         started: float | None = None,
         previous_wait: float = 0.0,
+        delivered: bool = False,
     ) -> Decision:
         """The policy's decision after attempt ``number`` failed with ``exc``, in a loop that
-        ``started`` then (default: now) and waited ``previous_wait`` before this attempt.
+        ``started`` then (default: now) and waited ``previous_wait`` before this attempt;
+        an attempt that ``delivered`` items (:meth:`Attempt.deliver`) is not retried.
 
         The retry budget is asked afterwards, by the iterator (sync or async as it runs), so
         an async loop never blocks on a sync Redis call.
+
+        .. versionchanged:: 0.2.0 ``delivered``.
         """
-        retryable, hint = _judge(self.on, exc)
+        retryable, hint = judge(self.on, exc)
+        if retryable and delivered:
+            note(exc, f"not retried: attempt {number} had delivered items (attempt.deliver)")
+            return Decision(False, 0.0, "stream-delivered")
+        error = exc if isinstance(exc, ProviderError) else classify_exception(exc)
+        sent = error.request_sent if error is not None else True
+        return self._decide(number, retryable, hint, sent, started, previous_wait)
+
+    def _decide(
+        self,
+        number: int,
+        retryable: bool,
+        hint: float | None,
+        request_sent: bool,
+        started: float | None,
+        previous_wait: float,
+    ) -> Decision:
         elapsed = 0.0 if started is None else time.monotonic() - started
         remaining = testing_remaining(self.policy.timeout - elapsed)
         policy = self.policy
         attempts = testing_attempts(policy.attempts)
         if attempts != policy.attempts:
             policy = dataclasses.replace(policy, attempts=attempts)
-        error = exc if isinstance(exc, ProviderError) else classify_exception(exc)
         return decide(
             policy,
             attempt=number,
@@ -344,26 +287,75 @@ class Retrying:
             remaining=remaining,
             previous_wait=previous_wait,
             idempotent=policy.idempotent,
-            request_sent=error.request_sent if error is not None else True,
+            request_sent=request_sent,
             rng=self.rng,
         )
 
+    def rejects(self, attempt: Attempt) -> bool:
+        """Whether the result given to ``attempt`` (:meth:`Attempt.set_result`) is retried:
+        ``on_result`` asks for it and the policy allows it (the attempt's ``cause`` is then a
+        :class:`RejectedResultError`). Raises that error, the give-up hooks told, when the
+        retries ran out on it; without ``on_result`` or a result, ``False``."""
+        result = attempt._result
+        if self.on_result is None or result is NO_RESULT:
+            return False
+        retryable, hint = judge_result(self.on_result, result, attempt.number)
+        if not retryable:
+            return False
+        loop = attempt._loop
+        decision = attempt.decision = self._decide(
+            attempt.number, True, hint, True, loop.started, loop.previous_wait
+        )
+        if not decision.retry:
+            raise self.give_up(
+                attempt,
+                RejectedResultError(result, attempts=attempt.number, reason=decision.reason),
+                decision,
+            )
+        attempt.cause = RejectedResultError(result, attempts=attempt.number, reason="retry")
+        return True
+
+    def give_up(self, attempt: Attempt, error: BaseException, decision: Decision) -> BaseException:
+        """Tell the give-up hooks (if any) that the loop stops on ``error`` after
+        ``attempt`` (for the ``decision``'s reason); returns ``error``."""
+        if self.give_up_hooks:
+            details = RetryDetails(
+                name=self.name,
+                attempt=attempt.number,
+                wait=0.0,
+                cause=error,
+                elapsed=time.monotonic() - attempt._loop.started,
+                hinted=decision.hinted,
+                waited=attempt._loop.waited,
+                reason=decision.reason,
+            )
+            for hook in self.give_up_hooks:
+                hook(details)
+        return error
+
     def _go_on(self, attempt: Attempt, budget_granted: bool) -> float:
         """After a swallowed failure: the wait before the next attempt, or re-raise."""
-        decision, cause = attempt.decision, attempt.cause
+        decision, cause, loop = attempt.decision, attempt.cause, attempt._loop
         assert decision is not None
         assert cause is not None
-        if not budget_granted:
-            raise cause  # no retry budget left: the failure stands
-        attempt._loop.previous_wait = decision.wait
+        if not budget_granted:  # no retry budget left: the failure (or the result) stands
+            spent = Decision(False, 0.0, "budget-exhausted")
+            if isinstance(cause, RejectedResultError) and cause.reason == "retry":
+                cause = RejectedResultError(
+                    cause.result, attempts=attempt.number, reason=spent.reason
+                )
+            raise self.give_up(attempt, cause, spent)
         details = RetryDetails(
             name=self.name,
             attempt=attempt.number,
             wait=decision.wait,
             cause=cause,
-            elapsed=time.monotonic() - attempt._loop.started,
+            elapsed=time.monotonic() - loop.started,
             hinted=decision.hinted,
+            waited=loop.waited,
         )
+        loop.previous_wait = decision.wait
+        loop.waited += decision.wait
         for hook in self.hooks:
             hook(details)
         return testing_wait(decision.wait)
@@ -379,7 +371,7 @@ class Retrying:
             budget.record_request(self.budget_key)
         for attempt in attempts:
             yield attempt
-            if attempt.cause is None:
+            if attempt.cause is None and not self.rejects(attempt):
                 return
             granted = budget is None or budget.try_spend(self.budget_key)
             try:
@@ -395,7 +387,7 @@ class Retrying:
             await budget.arecord_request(self.budget_key)
         for attempt in attempts:
             yield attempt
-            if attempt.cause is None:
+            if attempt.cause is None and not self.rejects(attempt):
                 return
             granted = budget is None or await budget.atry_spend(self.budget_key)
             try:
@@ -404,6 +396,21 @@ class Retrying:
                 if granted and budget is not None:
                     await _agive_back(budget, self.budget_key)
                 raise
+
+
+def _hooks(hooks: object, option: str) -> tuple[RetryHook, ...]:
+    """``hooks`` (the option ``option``) as a tuple of sync callables, else a
+    :class:`ConfigurationError`."""
+    if isinstance(hooks, str) or not isinstance(hooks, Iterable):
+        raise ConfigurationError(f"retry {option}= must be a sequence of callables, got {hooks!r}")
+    found = tuple(hooks)
+    if not all(callable(hook) for hook in found):
+        raise ConfigurationError(f"retry {option}= must all be callables, got {found!r}")
+    if any(is_async_callable(hook) for hook in found):
+        raise ConfigurationError(
+            f"retry {option}= are called, never awaited: none may be async, got {found!r}"
+        )
+    return found
 
 
 def _call_site() -> str:
@@ -439,7 +446,18 @@ def retry_context(**options: Unpack[RetryOptions]) -> Retrying:
 
     Also ``async for`` in async code. Options (:class:`RetryOptions`) as for :func:`retry`;
     without ``name``, a ``budget`` is kept per place in the code that calls this (its module,
-    function and line), not shared by every unnamed loop.
+    function and line), not shared by every unnamed loop. With ``on_result``, give the loop
+    what the block got (``attempt.set_result(value)``, in the block or after it); running out
+    on a rejected result raises :class:`~llmguard_sdk.errors.RejectedResultError` from the
+    ``for`` line.
+
+    In a generator that yields inside the block, yield each item through
+    :meth:`Attempt.deliver` (``yield attempt.deliver(chunk)``): a failure before the first
+    item is retried, one after it propagates unretried, as the Guard's streams do after
+    their first token. An item yielded without it is unknown to the loop, which would
+    retry and hand the consumer the same items again.
+
+    .. versionchanged:: 0.2.0 ``on_result``, ``give_up_hooks``, :meth:`Attempt.deliver`.
     """
     return Retrying(**options)
 
@@ -458,7 +476,11 @@ def retry(func: F | None = None, **given: Unpack[RetryOptions]) -> F | Callable[
     The options (:class:`RetryOptions`): ``on`` (what to retry; default
     :func:`is_retryable`), ``policy`` (a :class:`RetryPolicy`: full jitter, 3 attempts, 60 s
     by default), ``attempts`` and ``timeout`` (shortcuts that override the policy's),
-    ``hooks`` (callables receiving :class:`RetryDetails` before each wait), ``budget`` (a
+    ``hooks`` (callables receiving :class:`RetryDetails` before each wait),
+    ``give_up_hooks`` (called once when the retries stop on what they would retry),
+    ``on_result`` (a predicate on what the function returns: truthy, or a ``float`` wait,
+    calls it again; running out raises :class:`~llmguard_sdk.errors.RejectedResultError`
+    carrying the last result), ``budget`` (a
     :class:`~llmguard_sdk.retry.budget.RetryBudget` keyed by the function's name).
 
     Use as ``@retry`` or ``@retry(attempts=5)``. A plain function that wraps an async one
@@ -467,7 +489,8 @@ def retry(func: F | None = None, **given: Unpack[RetryOptions]) -> F | Callable[
     function and stays a staticmethod or classmethod. A generator function is refused
     (:class:`ConfigurationError`): its failures come while it is iterated.
 
-    .. versionchanged:: 0.2.0 above ``@staticmethod`` and ``@classmethod``.
+    .. versionchanged:: 0.2.0 above ``@staticmethod`` and ``@classmethod``; ``on_result``
+       and ``give_up_hooks``.
     """
     check_keywords(given, RetryOptions, "retry")
     if func is not None and not isinstance(func, classmethod) and not callable(func):
@@ -499,8 +522,10 @@ def retry(func: F | None = None, **given: Unpack[RetryOptions]) -> F | Callable[
                 async for attempt in Retrying(budget_key=key, **options):
                     with attempt:
                         result = fn(*args, **kwargs)
-                        return await result if inspect.isawaitable(result) else result
-                raise AssertionError("unreachable: the last attempt re-raises")
+                        if inspect.isawaitable(result):
+                            result = await result
+                        attempt.set_result(result)
+                return result  # (the loop ends on an attempt that returned one)
 
             return cast(F, takes_its_place(async_wrapper))
 
@@ -508,8 +533,9 @@ def retry(func: F | None = None, **given: Unpack[RetryOptions]) -> F | Callable[
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             for attempt in Retrying(budget_key=key, **options):
                 with attempt:
-                    return fn(*args, **kwargs)
-            raise AssertionError("unreachable: the last attempt re-raises")
+                    result = fn(*args, **kwargs)
+                    attempt.set_result(result)
+            return result  # (the loop ends on an attempt that returned one)
 
         return cast(F, takes_its_place(wrapper))
 
