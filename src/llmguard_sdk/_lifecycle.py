@@ -13,7 +13,7 @@ from functools import partial
 
 from anyio import to_thread
 
-from ._closing import AsyncCloses, Closes
+from ._closing import AsyncCloses, Closes, aclose_all, close_all
 from ._core.stages import Stages
 from ._state.steps import Step, arun, done, run
 from .store import Store
@@ -34,45 +34,49 @@ class Lifecycle(Closes, AsyncCloses):
 
     def close(self) -> None:
         """Replay spend journaled while Redis was unreachable (one try), then close every
-        route's connections and the store's. Each is closed even when one before it fails;
-        then the first failure is raised, the others noted on it (and logged)."""
+        route's connections and the store's. The routes are closed together (a local
+        model's close may take seconds: the others do not wait for it), the wait bounded
+        (30 s: a route still closing then is a :class:`TimeoutError`). Each is closed even
+        when another fails; then the first failure is raised, the others noted on it (and
+        logged).
+
+        .. versionchanged:: 0.2.0 the routes are closed together, not one after another.
+        """
         try:
             run(self._spend_flush())
         except Exception:
             logger.exception("replaying the spend journal at close failed")
         failures: list[tuple[str, Exception]] = []
-        for what, close, _aclose in self._closers():
-            try:
-                close()
-            except Exception as exc:
-                failures.append((what, exc))
+        for closers in self._closers():
+            failures += close_all([(what, close) for what, close, _aclose in closers])
         _raise_first(failures)
 
     async def aclose(self) -> None:
-        """Async twin of :meth:`close` (the route's async and sync connections)."""
+        """Async twin of :meth:`close` (the route's async and sync connections; the routes
+        closed together, in tasks of their own).
+
+        .. versionchanged:: 0.2.0 the routes are closed together, not one after another.
+        """
         try:
             await arun(self._spend_flush())
         except Exception:
             logger.exception("replaying the spend journal at close failed")
         failures: list[tuple[str, Exception]] = []
-        for what, _close, aclose in self._closers():
-            try:
-                await aclose()
-            except Exception as exc:
-                failures.append((what, exc))
+        for closers in self._closers():
+            failures += await aclose_all([(what, aclose) for what, _close, aclose in closers])
         _raise_first(failures)
 
-    def _closers(self) -> list[_Closer]:
-        """What the Guard closes, in order: what it is (for the error notes), its close and
-        its async close (background threads are joined off the event loop)."""
+    def _closers(self) -> tuple[list[_Closer], list[_Closer], list[_Closer]]:
+        """What the Guard closes, in order, each group's together: its background threads,
+        its routes, its store; each as what it is (for the error notes), its close and its
+        async close (background threads are joined off the event loop)."""
         stages = self._stages
-        closers: list[_Closer] = []
+        background: list[_Closer] = []
         for what, threads in (("breaker probes", stages.prober), ("releases", stages.releases)):
             if threads is not None:
-                closers.append((what, threads.close, partial(to_thread.run_sync, threads.close)))
-        closers += [(f"route {r.name!r}", r.close, r.aclose) for r in stages.routes]
-        closers.append(("store", self.store.close, self.store.aclose))
-        return closers
+                background.append((what, threads.close, partial(to_thread.run_sync, threads.close)))
+        routes: list[_Closer] = [(f"route {r.name!r}", r.close, r.aclose) for r in stages.routes]
+        return background, routes, [("store", self.store.close, self.store.aclose)]
 
     def _spend_flush(self) -> Step[bool]:
         spend = self._stages.spend
