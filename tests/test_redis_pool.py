@@ -11,12 +11,17 @@ import logging
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
 
 from llmguard_sdk import ConfigurationError, Guard, OpenAICompatibleProvider
 from llmguard_sdk.budget import Budget, Budgets, BudgetUnavailableError
+from llmguard_sdk.budget.memory import HoldArgs
+from llmguard_sdk.budget.policy import CounterSpec, nano
+from llmguard_sdk.budget.redis import RedisBudgetBackend
 from llmguard_sdk.ratelimit import RateLimit, RedisRateLimiter
 from llmguard_sdk.store import RedisStore
 from llmguard_sdk.testing import FakeProvider
@@ -191,6 +196,19 @@ def test_the_pool_timeout_is_one_attempt_unless_set(redis_url: str) -> None:
     assert [store._pool.timeout for store in stores] == [4.0, 3, 4]
 
 
+def budgeted(fake: FakeProvider, store: RedisStore, **options: Any) -> Guard:
+    """A Guard of one route and a $1 budget (``options``: more of its :class:`Budgets`)
+    through ``store``, with no other stage that keeps state in it."""
+    return Guard(
+        OpenAICompatibleProvider(fake.base_url, model="fake-model", name="primary"),
+        store=store,
+        budgets=Budgets([Budget(limit_usd=1.0)], prices=PRICES, **options),
+        breaker=None,
+        retry_budget=None,
+        environ={},
+    )
+
+
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_a_fail_closed_budget_meeting_a_full_pool_says_so(
     redis_url: str, redis_prefix: str, fake: FakeProvider, mode: str
@@ -200,14 +218,7 @@ def test_a_fail_closed_budget_meeting_a_full_pool_says_so(
     happened (the pool stayed full; raise ``max_connections`` or ``pool_timeout``), not
     "Redis cannot be reached": Redis is not paused, so ``retry_after`` is 0 (at once)."""
     store = RedisStore(redis_url, key_prefix=redis_prefix, max_connections=1, pool_timeout=0.05)
-    guard = Guard(
-        OpenAICompatibleProvider(fake.base_url, model="fake-model", name="primary"),
-        store=store,
-        budgets=Budgets([Budget(limit_usd=1.0)], prices=PRICES, fail_open=False),
-        breaker=None,
-        retry_budget=None,
-        environ={},
-    )
+    guard = budgeted(fake, store, fail_open=False)
 
     async def achat() -> None:
         async with _apool_held(store):
@@ -230,3 +241,51 @@ def test_a_fail_closed_budget_meeting_a_full_pool_says_so(
     assert fake.stats.requests == 0  # refused before the provider call
     assert (store.health.outages, store.health.failures, store.health.exhausted) == (0, 0, 1)
     guard.close()
+
+
+def _slot_map_queries(nodes: list[tuple[str, int]]) -> int:
+    """How many ``CLUSTER SLOTS`` (a client's slot-map refresh) the cluster's nodes served."""
+    import redis
+
+    served = 0
+    for host, port in nodes:
+        client: RawRedis = redis.Redis(host=host, port=port)
+        served += client.info("commandstats").get("cmdstat_cluster|slots", {}).get("calls", 0)
+        client.close()
+    return served
+
+
+def test_a_full_node_pool_on_a_cluster_refreshes_no_slot_map(
+    redis_cluster_url: str, cluster_prefix: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The pool of the node that serves a budget's keys held full past ``pool_timeout`` (the
+    other nodes' free): the sync cluster client read redis-py's ``MaxConnectionsError`` as a
+    connection error and refreshed its slot map (``CLUSTER SLOTS`` on each node in turn, each
+    waiting ``pool_timeout`` on a full pool, and a reconnect of every connection of the node
+    that answered), logged as "Redis Cluster cannot be connected". It is this process's
+    load: the decision is made without Redis at once, nothing is asked of the cluster."""
+    options = {"max_connections": 1, "pool_timeout": 0.05, "journal_dir": str(tmp_path)}
+    store = redis_store(redis_cluster_url, cluster_prefix, **options)
+    budgets = RedisBudgetBackend(store, fail_open=True)
+    spec = CounterSpec("global", nano(1.0), "day", 3600.0, (), "global", 0)
+    hold = HoldArgs(base=nano(0.1), per_token=0.0, want=0, minimum=0, ttl=60.0)
+    assert budgets.reserve("first", [spec], **hold).allowed  # (the slot map, fetched)
+    client: RawRedis = store.client
+    nodes = [(node.host, node.port) for node in client.get_nodes()]
+    pool = client.get_node_from_key(budgets._keys([spec])[0]).redis_connection.connection_pool
+    before = _slot_map_queries(nodes)
+    with caplog.at_level(logging.WARNING, logger="llmguard_sdk"):
+        held = pool.get_connection()
+        try:
+            counted = budgets.reserve("second", [spec], **hold)
+        finally:
+            pool.release(held)
+    assert (counted.allowed, counted.first_local) == (True, True)  # counted in this process
+    assert _slot_map_queries(nodes) == before  # no slot map asked for
+    assert (store.health.outages, store.health.failures, store.health.exhausted) == (0, 0, 1)
+    warned = _logged(caplog, TOO_SMALL)
+    assert len(warned) == 1
+    assert "cannot be connected" not in warned[0]
+    assert budgets.reserve("third", [spec], **hold).allowed
+    assert _slot_map_queries(nodes) == before
+    store.close()

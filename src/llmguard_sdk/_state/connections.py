@@ -27,7 +27,9 @@ A store's pools are redis-py's blocking pools (:func:`waiting_pool`): a caller b
 ``max_connections`` waits for a free connection, at most the store's ``pool_timeout``. A wait
 that runs out raises :func:`pool_exhausted`'s error (redis-py's ``MaxConnectionsError``, in
 place of its bare "No connection available." ``ConnectionError``): this process's own load,
-which the stages do not take for Redis down (:func:`.health.exhausted`).
+which the stages do not take for Redis down (:func:`.health.exhausted`); a sync cluster
+node's pool raises it wrapped (:func:`node_pool_full`), so that redis-py's cluster client
+does not answer it with a slot-map refresh.
 
 Private. redis is imported when a store's pool is built, never before.
 """
@@ -49,6 +51,7 @@ if TYPE_CHECKING:
 __all__ = [
     "bound_async_cluster",
     "bounded_pool",
+    "node_pool_full",
     "pool_exhausted",
     "resends_bounded",
     "sends_bounded",
@@ -202,16 +205,36 @@ class _AsyncBoundedSends:
 
 @functools.cache
 def bounded_pool() -> type[Any]:
-    """:func:`waiting_pool`, whose connections are :func:`sends_bounded` (the pool class of
-    a sync cluster client's nodes)."""
+    """:func:`waiting_pool`, whose connections are :func:`sends_bounded` and whose wait that
+    runs out raises :func:`node_pool_full`'s error (the pool class of a sync cluster
+    client's nodes)."""
     import redis
 
     class BoundedPool(waiting_pool(False)):  # type: ignore[misc]
+        node_of_cluster = True  # (its wait that runs out: node_pool_full's error)
+
         def __init__(self, connection_class: Any = redis.Connection, **options: Any) -> None:
             bounded = sends_bounded(connection_class, False)
             super().__init__(connection_class=bounded, **options)
 
     return BoundedPool
+
+
+@functools.cache
+def node_pool_full() -> type[Exception]:
+    """The error of a sync cluster node's pool whose wait for a free connection ran out:
+    :func:`pool_exhausted`'s error raised from it as a ``RedisError`` that is no
+    ``ConnectionError``. redis-py's cluster pipeline answers a connection error from a
+    node's pool with a slot-map refresh (``CLUSTER SLOTS`` on each known node in turn, each
+    waiting ``pool_timeout`` on a full pool, then a reconnect of every connection of the
+    node that answered); a full pool is this process's load, so the round trip fails at
+    once (:func:`.health.exhausted` finds its cause) and nothing is asked of the cluster."""
+    from redis.exceptions import RedisError
+
+    class NodePoolFullError(RedisError):
+        """No connection of a cluster node's pool came free in time (this process's load)."""
+
+    return NodePoolFullError
 
 
 @functools.cache
@@ -231,19 +254,24 @@ def pool_exhausted() -> type[Exception]:
 
 
 def _ran_out(pool: Any, exc: BaseException) -> None:
-    """Raise :func:`pool_exhausted`'s error (from ``exc``) when ``exc`` is the blocking
-    ``pool``'s wait for a free connection running out (a bare ``ConnectionError`` raised
-    from the wait's ``queue.Empty``, sync, or ``TimeoutError``, async); else nothing."""
+    """Raise :func:`pool_exhausted`'s error (from ``exc``; a sync cluster node's pool:
+    :func:`node_pool_full`'s, from that) when ``exc`` is the blocking ``pool``'s wait for a
+    free connection running out (a bare ``ConnectionError`` raised from the wait's
+    ``queue.Empty``, sync, or ``TimeoutError``, async); else nothing."""
     from redis.exceptions import ConnectionError
 
     waited = exc.__cause__ or exc.__context__
     if type(exc) is ConnectionError and isinstance(
         waited, (queue.Empty, TimeoutError, asyncio.TimeoutError)
     ):
-        raise pool_exhausted()(
+        full = pool_exhausted()(
             f"no connection of the pool came free in pool_timeout ({pool.timeout:g} s): all "
             f"{pool.max_connections} (max_connections) in use"
-        ) from exc
+        )
+        full.__cause__ = exc
+        if getattr(pool, "node_of_cluster", False):
+            raise node_pool_full()(str(full)) from full
+        raise full
 
 
 @functools.cache
