@@ -45,10 +45,10 @@ from typing import Any
 
 from typing_extensions import Unpack
 
-from .._state.health import exhausted, lagging, refused
 from .._state.steps import Call, Step, entry_points, run, work
 from .._state.stores import Outage, RedisScripts, RedisStore, hash_id, redis_errors
 from ..errors import BudgetUnavailableError, ConfigurationError
+from ._reasons import Cause, cause, reason
 from .journal import JournalRecord, SpendJournal, record, specs_of
 from .memory import HoldArgs, MemoryBudgetBackend, Status
 from .policy import NANO, CounterSpec, ReserveResult, SettleResult
@@ -190,48 +190,32 @@ class RedisBudgetBackend:
         return tuple(found)
 
     def _locally(
-        self,
-        rid: str,
-        specs: Sequence[CounterSpec],
-        hold: HoldArgs,
-        why: str | None,
-        load: BaseException | None = None,
+        self, rid: str, specs: Sequence[CounterSpec], hold: HoldArgs, exc: BaseException | None
     ) -> ReserveResult:
-        """Redis is unreachable: refuse (fail closed), or reserve on this process's part
-        (``first_local`` on the first such reservation of an outage, see :meth:`_news`).
-        ``load``: rather, this process's load kept Redis from deciding (the refusal says
-        how)."""
+        """Redis did not decide (``exc``: its failure; ``None``: paused): refuse (fail
+        closed, saying why where Redis is not away: :mod:`._reasons`), or reserve on this
+        process's part (``first_local`` on the first such reservation of an outage, or since
+        Redis refused the script with another error, see :meth:`_news`)."""
+        why = cause(exc)
         if not self.fail_open:
+            told = reason(why, exc, self._store.pool_timeout)
             return ReserveResult(
                 False,
                 refused_index=-1,
                 unavailable=True,
                 retry_after=self._retry_in(),
-                detail="" if load is None else self._load_detail(load),
+                detail=told and f"spend budgets are unavailable for this call: {told}",
             )
         self._note_local(rid)
         result = self._fallback.reserve(rid, self._local_specs(specs), **hold)
-        return dataclasses.replace(result, first_local=True) if self._news(why) else result
+        news = self._news(why, exc)
+        return dataclasses.replace(result, first_local=True) if news else result
 
-    def _load_detail(self, load: BaseException) -> str:
-        """The refusal's text for a decision that this process's ``load`` kept from Redis."""
-        if lagging(load):
-            return (
-                "spend budgets are unavailable for this call: this process's event loop was "
-                "too busy to read the Redis store's answer in time (its own load; Redis is "
-                "not paused); run fewer calls at once per event loop"
-            )
-        return (
-            "spend budgets are unavailable for this call: the Redis store's connection pool "
-            f"stayed full for pool_timeout ({self._store.pool_timeout:g} s), this process's "
-            "own load (Redis is not paused); raise the store's max_connections or pool_timeout"
-        )
-
-    def _news(self, why: str | None) -> bool:
+    def _news(self, why: Cause, exc: BaseException | None) -> bool:
         """Whether a reservation counted locally is the first of its outage (as the store's
         health counts them: whichever stage met it first), or the first since Redis refused
-        the script with the error ``why`` (it answers, so no outage): the one to tell."""
-        mark: object = self._outage.health.outages if why is None else why
+        the script with the error ``exc`` (it answers, so no outage): the one to tell."""
+        mark: object = str(exc) if why == "refused" else self._outage.health.outages
         with self._telling:
             if mark == self._told:
                 return False
@@ -317,8 +301,7 @@ class RedisBudgetBackend:
     ) -> Step[ReserveResult]:
         """Hold a call's worst case on every counter in one script, all or nothing (a
         journal to replay first costs round trips of its own)."""
-        why: str | None = None  # Redis away (paused, or it failed now)
-        load: BaseException | None = None  # rather, this process's load kept it from Redis
+        failure: BaseException | None = None  # (None: Redis paused)
         if self._outage.up():
             try:
                 yield from self._flush_steps()
@@ -328,9 +311,8 @@ class RedisBudgetBackend:
                 return result
             except redis_errors() as exc:
                 self._failed(exc)
-                why = f"refused: {exc}" if refused(exc) else None
-                load = exc if exhausted(exc) or lagging(exc) else None
-        return self._locally(rid, specs, hold, why, load)
+                failure = exc
+        return self._locally(rid, specs, hold, failure)
 
     def settle_steps(
         self, rid: str, specs: Sequence[CounterSpec], *, actual: int, ttl: float
@@ -358,14 +340,20 @@ class RedisBudgetBackend:
     reserve, areserve = entry_points(reserve_steps)
     settle, asettle = entry_points(settle_steps)
 
-    def status(self, specs: Sequence[CounterSpec]) -> list[Status]:
+    def status_steps(self, specs: Sequence[CounterSpec]) -> Step[list[Status]]:
         """Each counter's settled spend, reserved amount and reset time (raises
-        :class:`~llmguard_sdk.errors.BudgetUnavailableError` when Redis cannot be reached)."""
+        :class:`~llmguard_sdk.errors.BudgetUnavailableError` when Redis did not answer,
+        saying why)."""
+        if not specs:
+            return []
         args = [self.clock_offset, len(specs), *self._spec_args(specs)]
         try:
-            return _statuses(self._scripts.sync(2)(keys=self._keys(specs), args=args))
+            reply = yield self._scripts.command(2, self._keys(specs), args)
         except redis_errors() as exc:
             raise self._unreadable(specs, exc) from exc
+        return _statuses(reply)
+
+    status, astatus = entry_points(status_steps)
 
     def stored_counters(self, *, tenant: str | None = None) -> list[CounterSpec]:
         """The counters of this budget set found in Redis (each granted reservation stores
@@ -406,21 +394,13 @@ class RedisBudgetBackend:
             )
         return sorted(found, key=lambda spec: spec.key)
 
-    # -- async ------------------------------------------------------------------------------
-
-    async def astatus(self, specs: Sequence[CounterSpec]) -> list[Status]:
-        """Async twin of :meth:`status`."""
-        args = [self.clock_offset, len(specs), *self._spec_args(specs)]
-        try:
-            return _statuses(await self._scripts.aio(2)(keys=self._keys(specs), args=args))
-        except redis_errors() as exc:
-            raise self._unreadable(specs, exc) from exc
-
     def _unreadable(self, specs: Sequence[CounterSpec], exc: BaseException) -> Exception:
-        """The error of a status read that Redis did not answer (noted as an outage)."""
+        """The error of a status read that Redis did not answer, saying why (noted as the
+        store's health takes it: an outage, load, a refusal)."""
         self._failed(exc)
+        told = reason(cause(exc), exc, self._store.pool_timeout)
         return BudgetUnavailableError(
-            f"spend budgets cannot be read: Redis did not answer ({exc})",
+            f"spend budgets cannot be read: {told or f'Redis did not answer ({exc})'}",
             scope="*",
             limit_usd=specs[0].limit / NANO if specs else math.nan,
             spent_usd=math.nan,

@@ -1,0 +1,53 @@
+"""Why Redis did not decide a budget's reservation or status read, in the words of its
+refusal, its status error and its ``on_event`` news: this process's load (a full connection
+pool, a busy event loop), Redis refusing the script (it answered, with an error), or Redis
+away (paused, or failing now).
+
+Private. redis is imported when a failure is judged, never before.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from .._state.health import exhausted, lagging, refused
+
+__all__ = ["Cause", "cause", "reason"]
+
+Cause = Literal["away", "pool", "loop", "refused"]
+
+
+def cause(exc: BaseException | None) -> Cause:
+    """Why the round trip that raised ``exc`` was not decided by Redis (``None``: it was not
+    tried, Redis paused)."""
+    if exc is None:
+        return "away"
+    if lagging(exc):
+        return "loop"
+    if exhausted(exc):
+        return "pool"
+    if refused(exc):
+        return "refused"
+    return "away"
+
+
+def reason(why: Cause, exc: BaseException | None, pool_timeout: float) -> str:
+    """What to tell of ``why`` (the error ``exc``; the store's ``pool_timeout``), but for
+    Redis away: "" (each says that in its own words)."""
+    if why == "loop":
+        return (
+            "this process's event loop was too busy to read the Redis store's answer in time "
+            "(its own load; Redis is not paused); run fewer calls at once per event loop"
+        )
+    if why == "pool":
+        return (
+            f"the Redis store's connection pool stayed full for pool_timeout ({pool_timeout:g} "
+            "s), this process's own load (Redis is not paused); raise the store's "
+            "max_connections or pool_timeout"
+        )
+    if why == "refused":
+        return (
+            f"Redis refused the budget script ({exc}): a key of another kind under the store's "
+            "key_prefix, or a script this Redis cannot run (Redis is not paused)"
+        )
+    return ""
