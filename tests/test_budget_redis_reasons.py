@@ -1,11 +1,14 @@
 """What a Redis-backed budget says when Redis did not decide for it, and why: a full
 connection pool or a busy event loop (this process's load), Redis refusing the script (it
 answered, with an error), or Redis away. Each is said in the refusal of a fail-closed
-budget and in a status read alike. Real Redis; the pool is held full by taking its
-connections, the loop kept busy by a task that blocks it."""
+budget and in a status read alike; a fail-open budget tells ``on_event`` once per outage and
+once per episode of load. Real Redis; the pool is held full by taking its connections, the
+loop kept busy by a task that blocks it."""
 
 from __future__ import annotations
 
+import logging
+import time
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +16,7 @@ import anyio
 import pytest
 import redis
 
-from llmguard_sdk.budget import BudgetUnavailableError
+from llmguard_sdk.budget import BudgetEvent, BudgetUnavailableError
 from llmguard_sdk.budget.policy import CounterSpec, nano
 from llmguard_sdk.budget.redis import RedisBudgetBackend
 from llmguard_sdk.store import RedisStore
@@ -25,6 +28,7 @@ from tests.test_redis_pool import _apool_held, _pool_held, budgeted
 SPEC = CounterSpec("tenant.acme", nano(1.0), "day", 3600.0, (), "tenant", 0)
 ROLLING = CounterSpec("tenant.acme", nano(1.0), "rolling", 3600.0, (), "tenant", 0)
 HOLD: dict[str, Any] = {"base": nano(0.1), "per_token": 0.0, "want": 0, "minimum": 0, "ttl": 60.0}
+LOCALLY = BudgetEvent("unavailable", "default", "*", action="counted_locally")
 
 
 def _status(backend: RedisBudgetBackend, spec: CounterSpec, mode: str) -> BudgetUnavailableError:
@@ -176,4 +180,49 @@ def test_a_fail_closed_guard_says_redis_refused_the_script(
         assert fake.stats.requests == 1  # the refused call went nowhere
     finally:
         client.close()
+        guard.close()
+
+
+def test_fail_open_tells_on_event_once_per_episode_of_a_full_pool(
+    fake: FakeProvider,
+    redis_url: str,
+    redis_prefix: str,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A fail-open budget meeting a full pool counts that call locally and tells
+    ``on_event`` once for the episode (not per call); once the pool has served calls again
+    for longer than a wait and an attempt, a new episode is told again, as a new outage is.
+    It was told once per process."""
+    store = RedisStore(
+        redis_url,
+        key_prefix=redis_prefix,
+        max_connections=1,
+        pool_timeout=0.05,
+        socket_timeout=0.1,
+        retry_pause=0.1,
+        journal_dir=str(tmp_path),
+    )
+    events: list[BudgetEvent] = []
+    guard = budgeted(fake, store, fail_open=True, on_event=[events.append])
+
+    def told() -> list[BudgetEvent]:
+        return [event for event in events if event.kind == "unavailable"]
+
+    quiet = store.pool_timeout + store.health.attempt_seconds + store.health.base
+    try:
+        with caplog.at_level(logging.WARNING, logger="llmguard_sdk"), _pool_held(store):
+            guard.chat(USER, max_tokens=3)
+            guard.chat(USER, max_tokens=3)
+        assert told() == [LOCALLY]  # once for the episode, not per call
+        guard.chat(USER, max_tokens=3)  # the pool free: in Redis
+        assert told() == [LOCALLY]
+        time.sleep(2 * quiet)  # the episode over: no decision made for load meanwhile
+        guard.chat(USER, max_tokens=3)
+        with _pool_held(store):
+            guard.chat(USER, max_tokens=3)
+        assert told() == [LOCALLY, LOCALLY]  # a new episode, told again
+        assert (store.health.outages, store.health.failures) == (0, 0)
+        assert store.health.overloads == 2
+    finally:
         guard.close()

@@ -91,7 +91,10 @@ class RedisHealth:
     (:func:`exhausted`) pauses nothing: the pool is this process's own load, not Redis down.
     ``exhausted`` counts the decisions made without Redis for it. So does an async round
     trip's timeout that the event loop's own lag caused (:func:`lagging`), counted by
-    ``lagged``.
+    ``lagged``. Such decisions come in episodes, as failures come in outages: one made more
+    than ``wait_seconds`` (the store's ``pool_timeout``) + ``attempt_seconds`` + ``base``
+    after the last (a wait for the pool, an attempt on Redis and a pause, with no decision
+    made for load meanwhile) begins a new episode, counted by ``overloads``.
 
     Every thread that calls through the store shares this object: a change of its state (a
     failure, a probe taken, an outage ended, a decision counted) is made under a lock held
@@ -101,12 +104,20 @@ class RedisHealth:
     .. versionadded:: 0.2.0
     """
 
-    def __init__(self, base: float = 1.0, cap: float = 30.0, attempt_seconds: float = 0.0) -> None:
+    def __init__(
+        self,
+        base: float = 1.0,
+        cap: float = 30.0,
+        attempt_seconds: float = 0.0,
+        *,
+        wait_seconds: float = 0.0,
+    ) -> None:
         if not (0 < base <= cap):
             raise ConfigurationError("Redis retry pauses need 0 < base <= cap")
         self.base = base
         self.cap = cap
         self.attempt_seconds = attempt_seconds
+        self.wait_seconds = wait_seconds
         self.failures = 0  # failures of the outage under way (0: Redis answered since)
         self.outages = 0  # outages so far (a failure long after the last pause starts one)
         self.down_until = 0.0
@@ -114,6 +125,8 @@ class RedisHealth:
         self._probe_until = 0.0  # while a probe after a pause is under way
         self.exhausted = 0  # decisions made without Redis for a full pool (not outages)
         self.lagged = 0  # decisions made without Redis for a busy event loop (not outages)
+        self.overloads = 0  # episodes of such decisions (see the class docs)
+        self._loaded_at = -math.inf  # when the last decision was made for load
         self._warned: dict[str, float] = {}  # when each kind of load was last warned of
         # held for a change of the state above (never for I/O); a change writes the pause
         # before ``failures``, so a reader without it never sees an outage with no pause
@@ -124,7 +137,7 @@ class RedisHealth:
         docs): count it; returns whether to warn of it (at most once a minute)."""
         with self._lock:
             self.exhausted += 1
-            return self._warns("pool")
+            return self._loaded("pool")
 
     def loop_ran_late(self) -> bool:
         """A decision was made without Redis because the event loop's lag caused its round
@@ -132,11 +145,15 @@ class RedisHealth:
         most once a minute)."""
         with self._lock:
             self.lagged += 1
-            return self._warns("loop")
+            return self._loaded("loop")
 
-    def _warns(self, kind: str) -> bool:
-        """Whether to warn of the load ``kind`` now (under the lock)."""
+    def _loaded(self, kind: str) -> bool:
+        """A decision was made for the load ``kind`` (under the lock): an episode begins
+        after a quiet stretch (see the class docs); returns whether to warn of it now."""
         now = time.monotonic()
+        if now - self._loaded_at > self.wait_seconds + self.attempt_seconds + self.base:
+            self.overloads += 1
+        self._loaded_at = now
         if now - self._warned.get(kind, -math.inf) < _LOAD_WARNING_SECONDS:
             return False
         self._warned[kind] = now

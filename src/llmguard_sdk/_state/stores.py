@@ -255,9 +255,9 @@ class RedisStore(Store):
         self._client: redis.Redis | None = None
         self._aclients = PerLoop(self._new_async_client)
         self._setup()
-        # an attempt: a connection (socket_connect_timeout), then an answer (socket_timeout)
         attempt = self._options["socket_connect_timeout"] + self._options["socket_timeout"]
-        self.health = RedisHealth(float(retry_pause), attempt_seconds=float(attempt))
+        times = {"attempt_seconds": float(attempt), "wait_seconds": self.pool_timeout}
+        self.health = RedisHealth(float(retry_pause), **times)  # (a connection, then an answer)
 
     def _check_url(self, url: str) -> None:
         if urlsplit(url).scheme not in _REDIS_SCHEMES:

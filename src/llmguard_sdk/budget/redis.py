@@ -117,7 +117,7 @@ class RedisBudgetBackend:
             journal_dir or store.journal_dir, f"{prefix}-{hash_id(store.url)}-{self._tag}"
         )
         self._replaying = threading.Lock()
-        self._told: object = None  # the outage (or refusal) a reservation's result last told
+        self._told: dict[str, object] = {}  # the outage, refusal, episode of load last told
         self._telling = threading.Lock()
         weakref.finalize(self, self.journal.close)
         self._outage = Outage(
@@ -194,8 +194,9 @@ class RedisBudgetBackend:
     ) -> ReserveResult:
         """Redis did not decide (``exc``: its failure; ``None``: paused): refuse (fail
         closed, saying why where Redis is not away: :mod:`._reasons`), or reserve on this
-        process's part (``first_local`` on the first such reservation of an outage, or since
-        Redis refused the script with another error, see :meth:`_news`)."""
+        process's part (``first_local`` on the first such reservation of an outage, of an
+        episode of load, or since Redis refused the script with another error, see
+        :meth:`_news`)."""
         why = cause(exc)
         if not self.fail_open:
             told = reason(why, exc, self._store.pool_timeout)
@@ -213,13 +214,20 @@ class RedisBudgetBackend:
 
     def _news(self, why: Cause, exc: BaseException | None) -> bool:
         """Whether a reservation counted locally is the first of its outage (as the store's
-        health counts them: whichever stage met it first), or the first since Redis refused
-        the script with the error ``exc`` (it answers, so no outage): the one to tell."""
-        mark: object = str(exc) if why == "refused" else self._outage.health.outages
+        health counts them: whichever stage met it first), of its episode of this process's
+        load (a full pool, a busy loop: counted alike), or since Redis refused the script
+        with the error ``exc`` (it answers, so no outage): the one to tell."""
+        health = self._outage.health
+        kind: str = why
+        mark: object = health.outages
+        if why == "refused":
+            mark = str(exc)
+        elif why != "away":  # a full pool or a busy loop: one episode of load
+            kind, mark = "load", health.overloads
         with self._telling:
-            if mark == self._told:
+            if self._told.get(kind) == mark:
                 return False
-            self._told = mark
+            self._told[kind] = mark
             return True
 
     def _retry_in(self) -> float:
