@@ -12,7 +12,14 @@ from typing import Any
 import anyio
 import pytest
 
-from llmguard_sdk.ratelimit import LimitsConfig, MemoryRateLimiter, RateLimit, RedisRateLimiter
+from llmguard_sdk._state.steps import Call, Command, Step, _execute
+from llmguard_sdk.ratelimit import (
+    Grant,
+    LimitsConfig,
+    MemoryRateLimiter,
+    RateLimit,
+    RedisRateLimiter,
+)
 from llmguard_sdk.store import hash_id
 from tests.conftest import RawRedis, RedisTarget, redis_store
 
@@ -41,6 +48,81 @@ def in_queue(limiter: Any) -> int:
         return len(limiter._cells[("r", 0, None)].queue)
     store = limiter._store
     return int(store.client.zcard(store.key("rl", hash_id("r"), "0") + ":q"))
+
+
+def queued(limiter: Any, lease: str) -> tuple[Step[Grant], object]:
+    """A call on ``r`` that asked once and queued for a slot, caught between two of its
+    asks: (its step, what it waits on before asking again)."""
+    step: Step[Grant] = limiter.reserve_steps("r", lease=lease)
+    request = step.send(None)
+    if isinstance(request, Command):  # Redis: its first ask's answer
+        request = step.send(_execute(request.store, [request])[0])
+    assert not isinstance(request, Command)  # it waits before asking again
+    return step, request
+
+
+def asks_again(step: Step[Grant], request: object) -> Grant:
+    """Let a :func:`queued` call go on (without its pause) to its grant."""
+    while True:
+        if isinstance(request, Call):
+            reply = request.sync()
+        elif isinstance(request, Command):
+            reply = _execute(request.store, [request])[0]
+        else:  # a pause before it asks again: none here
+            reply = None
+        try:
+            request = step.send(reply)
+        except StopIteration as finished:
+            grant: Grant = finished.value
+            return grant
+
+
+def test_a_freed_slot_goes_to_the_call_waiting_for_it_not_to_a_later_one(
+    make: Callable[[LimitsConfig], Any],
+) -> None:
+    """A call that queued for a concurrency slot asks again every few tens of milliseconds;
+    a slot freed meanwhile went to whichever call asked first, so a worker that settles and
+    reserves again in a loop took every slot and the waiter was refused after its whole
+    wait. Now a call not yet waiting leaves a free slot to the calls waiting for one."""
+    limiter = make({"r": RateLimit(concurrency=1, max_wait=30)})
+    held = limiter.reserve("r")
+    assert held.allowed
+    waiting, request = queued(limiter, "waiter")
+    limiter.settle("r", lease=held.lease)  # the slot is free, and the waiter's
+    later = limiter.reserve("r", max_wait=0)  # a later call asks before the waiter does
+    assert (later.allowed, later.reason) == (False, "concurrency")
+    grant = asks_again(waiting, request)
+    assert grant.allowed
+    assert grant.lease == "waiter"
+    assert limiter.reserve("r", max_wait=0).reason == "concurrency"  # it holds the slot
+    limiter.settle("r", lease="waiter")
+    assert limiter.reserve("r", max_wait=0).allowed  # nobody waits: a free slot is anyone's
+
+
+def test_a_call_that_just_queued_waits_before_it_asks_again() -> None:
+    """In memory a call that queued for a slot asked again at once, so a worker that settled
+    and reserved again took the slot it had just given back from the call waiting for it
+    (every time: the waiter was refused after its whole wait)."""
+    limiter = MemoryRateLimiter({"r": RateLimit(concurrency=1, max_wait=30)})
+    served: list[str] = []
+
+    async def reserve(name: str) -> None:
+        grant = await limiter.areserve("r")
+        assert grant.allowed
+        served.append(name)
+        await limiter.asettle("r", lease=grant.lease)
+
+    async def run() -> None:
+        held = await limiter.areserve("r")
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(reserve, "waiter")
+            await anyio.wait_all_tasks_blocked()
+            assert in_queue(limiter) == 1  # the waiter asked, and waits to ask again
+            await limiter.asettle("r", lease=held.lease)
+            await reserve("the worker again")  # at once, as a worker in a loop does
+
+    anyio.run(run)
+    assert served == ["waiter", "the worker again"]
 
 
 def test_a_waiter_that_gave_up_leaves_the_queue(make: Callable[[LimitsConfig], Any]) -> None:

@@ -19,6 +19,7 @@ from .._state.steps import Call, Step, in_place
 from .._state.stores import hash_id
 from ._rules import LimiterBase, LimitsConfig, check_args
 from .policy import (
+    CONCURRENCY_POLL,
     CellState,
     Grant,
     LearnArgs,
@@ -193,22 +194,26 @@ class MemoryRateLimiter(LimiterBase):
         return None if left else grant
 
     def _wait(self, cells: _Cells, call_id: str, kwargs: _Kwargs, until: float) -> Grant:
-        """Try again each time a slot is given back (at least once a second) until ``until``."""
+        """Try again each time a slot is given back (at least once a second) until ``until``.
+        A queued call waits before it asks again: at once, it would take a slot freed
+        meanwhile from a call that waited longer (its first ask just queued it)."""
         with self._freed:
+            pause = CONCURRENCY_POLL  # (a slot freed before this lock was taken: no notice)
             while True:
+                self._freed.wait(max(0.0, min(until - time.monotonic(), pause)))
                 grant, left = self._step(cells, call_id, _what_is_left(kwargs, until), until)
                 if not left:
                     return grant
-                self._freed.wait(min(left, 1.0))
+                pause = 1.0
 
     async def _await(self, cells: _Cells, call_id: str, kwargs: _Kwargs, until: float) -> Grant:
-        """Async twin of :meth:`_wait`: tries again after each grant's ``retry_after``."""
+        """Async twin of :meth:`_wait`: asks again every ``CONCURRENCY_POLL`` seconds."""
         while True:
+            await anyio.sleep(max(0.0, min(until - time.monotonic(), CONCURRENCY_POLL)))
             with self._lock:
                 grant, left = self._step(cells, call_id, _what_is_left(kwargs, until), until)
             if not left:
                 return grant
-            await anyio.sleep(min(left, grant.retry_after))
 
     def _step(
         self, cells: _Cells, call_id: str, kwargs: _Kwargs, until: float

@@ -19,7 +19,8 @@ when it lies in the future, and is told to wait until then. Slots are handed out
 order, so waiting calls are served first-in first-out whatever their size, and the wait bound
 is a bound on the queue's length in time; ``max_queue`` also bounds it in calls (further
 calls are shed at once). A call refused for want of a free concurrency slot may wait too: it
-joins the queue and asks again (see the limiters). A ``batch`` call leaves ``batch_headroom``
+joins the queue and asks again (see the limiters); a slot freed meanwhile is left to the calls
+waiting for one, so later calls do not overtake them. A ``batch`` call leaves ``batch_headroom``
 of the burst to interactive calls: it only gets a slot that keeps that share free. Providers'
 own counters correct the state (:func:`learn`): fewer remaining units than ours, or a 429,
 move the TATs forward.
@@ -44,6 +45,7 @@ from typing import Any, ClassVar, Literal, TypedDict, TypeGuard, TypeVar
 from typing_extensions import Unpack
 
 from ..errors import ConfigurationError
+from ._slots import slots_taken
 
 __all__ = [
     "CellAsk",
@@ -413,7 +415,7 @@ def reserve_all(
     wait, planned = found
     full = [
         limit.concurrency is not None
-        and sum(1 for lease in state.leases if lease != call_id) >= limit.concurrency
+        and slots_taken(state.leases, state.queue, call_id) >= limit.concurrency
         for state, (_, limit) in zip(fresh, cells, strict=True)
     ]
     if any(full):

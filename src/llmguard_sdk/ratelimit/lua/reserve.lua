@@ -59,6 +59,17 @@ for c = 1, cells do
     redis.call('ZREMRANGEBYSCORE', leases, '-inf', now)
     local held = redis.call('ZCARD', leases)
     if redis.call('ZSCORE', leases, call) then held = held - 1 end
+    -- a call not yet waiting for a slot leaves a free one to the calls that are (a later
+    -- call does not overtake them between their asks; a queued call holding a lease waits
+    -- for the rate, not for a slot)
+    local queue = KEYS[3 * c - 1]
+    redis.call('ZREMRANGEBYSCORE', queue, '-inf', now)
+    if held < concurrency and not redis.call('ZSCORE', queue, call) then
+      for _, other in ipairs(redis.call('ZRANGE', queue, 0, -1)) do
+        if not redis.call('ZSCORE', leases, other) then held = held + 1 end
+        if held >= concurrency then break end
+      end
+    end
     if held >= concurrency then
       full[c] = true
       any_full = true
