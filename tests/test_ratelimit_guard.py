@@ -269,6 +269,26 @@ def test_a_call_larger_than_its_burst_is_refused_at_once_saying_why(
     assert guard.chat(USER, max_tokens=700, priority="batch").route == "primary"
 
 
+def test_a_call_without_max_tokens_too_large_for_its_output_reservation_says_so(
+    fake: FakeProvider, make_guard: MakeGuard
+) -> None:
+    """A call of a few tokens refused as larger than a tenant's tpm=1000 said only "the
+    call's 1030 tokens": it set no max_tokens, so it reserved ``reserve_output_tokens``
+    (1024) of output; the message says so, and what to set."""
+    guard = make_guard(
+        fake, rate_limits={"primary": RateLimit(tpm=1000, per_tenant=True)}, breaker=None
+    )
+    with pytest.raises(RateLimitExceededError) as info:
+        guard.chat(USER, tenant="free-tier")
+    message = str(info.value)
+    assert "set no max_tokens" in message
+    assert "reserve_output_tokens=1024" in message
+    with pytest.raises(RateLimitExceededError) as sized:  # its own max_tokens: no such hint
+        guard.chat(USER, tenant="free-tier", max_tokens=2000)
+    assert "max_tokens" not in str(sized.value)
+    assert guard.chat(USER, tenant="free-tier", max_tokens=100).route == "primary"
+
+
 def test_async_streams_learn_from_their_response_headers(make_guard: MakeGuard) -> None:
     with FakeProvider(name="primary", rpm=1) as strict:
         guard = make_guard(strict, rate_limits={"primary": RateLimit(rpm=100)}, breaker=None)

@@ -210,15 +210,16 @@ def route_rate_limited(
         "queue": "the wait queue is full",
     }.get(grant.reason, "no room in time")
     if grant.reason == "never" and stages.limiter is not None:
-        why = (
-            never_fits(
-                stages.limiter.rules(route.name),
-                input_tokens=reservation.input,
-                output_tokens=reservation.output,
-                priority=ctx.priority,
+        rules, sent, priority = stages.limiter.rules(route.name), reservation.input, ctx.priority
+        output = reservation.output
+        why = never_fits(rules, input_tokens=sent, output_tokens=output, priority=priority) or why
+        unsized = not ctx.request.output_limit  # (its output reservation: the limits' own)
+        if unsized and not never_fits(rules, input_tokens=sent, output_tokens=0, priority=priority):
+            why += (  # that reservation alone makes it too large
+                f" (the call set no max_tokens, so it reserved reserve_output_tokens="
+                f"{output:g} output tokens: set max_tokens, or a smaller "
+                "RateLimit.reserve_output_tokens)"
             )
-            or why
-        )
     ctx.route_errors.setdefault(
         route.name,
         RateLimitExceededError(
