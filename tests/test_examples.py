@@ -52,6 +52,14 @@ EXPECTED = {
         "retry 1 of block: InternalServerError",
         "Echo: once more",
     ],
+    "ratelimit_standalone.py": [
+        "call 1 (acme): sent at once, 9 tokens",
+        "call 2 (acme): sent at once, 9 tokens",
+        "call 3 (globex): sent after its wait, 9 tokens",
+        "call 4 (acme): refused (rate), room in ",
+        "a 100k-token call: refused: never fits",
+        "async (umbrella): sent after its wait",
+    ],
     "breaker_standalone.py": [
         "Echo: hello?",
         "after 5 ValueErrors: closed",

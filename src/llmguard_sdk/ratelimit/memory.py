@@ -50,6 +50,7 @@ class MemoryRateLimiter(LimiterBase):
         limiter = MemoryRateLimiter({"openai": RateLimit(rpm=500, tpm=200_000)})
         grant = limiter.reserve("openai", tokens=1_200)
         if grant.allowed:
+            time.sleep(grant.wait)  # its slot (0 unless a max_wait let it wait)
             ...  # call, then:
             limiter.settle("openai", token_delta=actual_tokens - 1_200, lease=grant.lease)
 
