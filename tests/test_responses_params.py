@@ -104,7 +104,8 @@ def test_responses_only_parameters_reach_a_route_only_as_its_api_takes_them(
         assert not set(_RESPONSES_ROUTES) & set(sent)
         assert sent["reasoning_effort"] == "low"
     else:
-        assert sent["include"] == ["message.output_text.logprobs"]
+        # (store false and reasoning: its items sealed, to be sent back next turn)
+        assert sent["include"] == ["message.output_text.logprobs", "reasoning.encrypted_content"]
         assert {k: sent.get(k) for k in _RESPONSES_ROUTES} == _RESPONSES_ROUTES
 
 

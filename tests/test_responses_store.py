@@ -140,3 +140,81 @@ def test_a_caller_s_store_false_leaves_out_items_found_by_id_alone(fake: FakePro
         guard.client().responses.create(model="fake-model", input=items, store=False)
     reasoning = [i for i in _sent(fake)["input"] if i.get("type") == "reasoning"]
     assert reasoning == [_SEALED]
+
+
+# -- reasoning carried across turns without storing --------------------------------------------
+
+_ENCRYPTED = "reasoning.encrypted_content"
+
+
+def _included(fake: FakeProvider) -> list[Any]:
+    return list(_sent(fake).get("include") or [])
+
+
+@pytest.mark.parametrize(
+    ("model", "options"),
+    [
+        ("fake-model", {"extra_body": {"reasoning": {"effort": "low", "summary": "auto"}}}),
+        ("fake-model", {"extra_body": {"reasoning_effort": "high"}}),
+        ("gpt-5-mini", {}),
+        ("o4-mini", {}),
+    ],
+    ids=["reasoning", "reasoning_effort", "gpt-5", "o-series"],
+)
+def test_a_reasoning_call_that_stores_nothing_asks_for_its_encrypted_reasoning(
+    fake: FakeProvider, model: str, options: dict[str, Any]
+) -> None:
+    """With ``store: false`` (the provider's default) OpenAI keeps no reasoning item and gives
+    none back sealed unless asked: the next turn had nothing to send back, and a reasoning
+    model lost its thoughts between a call and its tool's output."""
+    route = OpenAIResponsesProvider(fake.base_url, model=model, name=fake.name)
+    with Guard(route, environ={}, retry=None) as guard:
+        guard.chat(_USER, **options)
+        list(guard.chat(_USER, stream=True, **options))
+    assert [(r.body or {}).get("include") for r in fake.requests] == [[_ENCRYPTED]] * 2
+
+
+def test_reasoning_sent_back_sealed_asks_for_the_next_turn_s_sealed_too(fake: FakeProvider) -> None:
+    with _responses_guard(fake) as guard:
+        guard.chat(_history())
+    assert _included(fake) == [_ENCRYPTED]
+
+
+def test_encrypted_reasoning_joins_what_the_caller_included(fake: FakeProvider) -> None:
+    with _responses_guard(fake) as guard:
+        guard.chat(_USER, extra_body={"reasoning_effort": "low", "logprobs": True})
+        guard.client().responses.create(
+            model="fake-model", input="hi", reasoning={"effort": "low"}, include=[_ENCRYPTED]
+        )
+    first, second = ((r.body or {}).get("include") for r in fake.requests)
+    assert first == ["message.output_text.logprobs", _ENCRYPTED]
+    assert second == [_ENCRYPTED]
+
+
+@pytest.mark.parametrize(
+    ("model", "store", "options"),
+    [
+        ("fake-model", False, {}),  # no reasoning asked, no reasoning model
+        ("gpt-5-chat-latest", False, {}),  # gpt-5's chat model does not reason
+        ("gpt-4o", False, {}),
+        ("fake-model", True, {"extra_body": {"reasoning_effort": "low"}}),  # stored: by id
+        ("fake-model", None, {"extra_body": {"reasoning_effort": "low"}}),
+    ],
+)
+def test_no_encrypted_reasoning_is_asked_where_none_is_needed(
+    fake: FakeProvider, model: str, store: bool | None, options: dict[str, Any]
+) -> None:
+    """(A model that does not reason refuses the include; a stored response's items are found
+    by their ids.)"""
+    route = OpenAIResponsesProvider(fake.base_url, model=model, name=fake.name, store=store)
+    with Guard(route, environ={}, retry=None) as guard:
+        guard.chat(_USER, **options)
+    assert _ENCRYPTED not in _included(fake)
+
+
+def test_a_caller_s_store_false_asks_for_encrypted_reasoning(fake: FakeProvider) -> None:
+    with _responses_guard(fake, store=True) as guard:
+        guard.client().responses.create(
+            model="fake-model", input="hi", store=False, reasoning={"effort": "low"}
+        )
+    assert _included(fake) == [_ENCRYPTED]

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import RequestValidationError
-from ._responses_reasoning import made_by_the_guard
+from ._responses_reasoning import ENCRYPTED, made_by_the_guard
 
 # Parameters with the same name and meaning in chat completions (``prompt_cache_key``,
 # ``prompt_cache_retention``, ``safety_identifier``, ``service_tier``, ``moderation`` and any
@@ -58,7 +58,7 @@ _INCLUDE_NOTHING = frozenset(
 )
 _INCLUDE_LOGPROBS = "message.output_text.logprobs"  # asked of a chat route as logprobs: true
 # asked of Responses routes only (a chat route's reasoning is text, never encrypted)
-_INCLUDE_RESPONSES = ("reasoning.encrypted_content",)
+_INCLUDE_RESPONSES = (ENCRYPTED,)
 # asked of Responses routes as the caller asked them (chat and Anthropic routes have none of
 # them: a chat route is sent reasoning's effort as reasoning_effort, and stores nothing
 # unless asked; an input too long for it is its own overflow error, truncation or not)

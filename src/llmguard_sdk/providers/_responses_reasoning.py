@@ -16,10 +16,16 @@ that bring the caller from one to the next.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
 _GUARD_PREFIX = "rs_resp"
+ENCRYPTED = "reasoning.encrypted_content"
+"""The ``include`` value that asks for reasoning items' ``encrypted_content``."""
+# OpenAI's reasoning models (o1, o3, o4-mini, gpt-5, gpt-5.1 ...), not gpt-5's chat models,
+# which do not reason (and refuse reasoning's parameters)
+_REASONING_MODELS = re.compile(r"(?:o\d|gpt-5)(?![a-z])(?!.*-chat)")
 _MOST_PARTS = 64  # a part index past it (a hostile stream's) opens no parts up to it
 # an item's parts: (its field, its parts' type, the part events' prefix, the text events'
 # prefix, the index's name)
@@ -50,6 +56,35 @@ def made_by_the_guard(item_id: object) -> bool:
     """Whether ``item_id`` is one :func:`guard_reasoning_id` made (``rs_resp...``; no
     provider's id starts so: OpenAI's are ``rs_`` and hex digits)."""
     return isinstance(item_id, str) and item_id.startswith(_GUARD_PREFIX)
+
+
+def included(payload: dict[str, Any], value: str) -> None:
+    """Add ``value`` to the ``include`` list of ``payload`` (a Responses request's body), once."""
+    include = payload.get("include")
+    include = list(include) if isinstance(include, list) else []
+    if value not in include:
+        include.append(value)
+    payload["include"] = include
+
+
+def keep_reasoning(payload: dict[str, Any]) -> None:
+    """With ``store: false``, ask for the answer's reasoning items sealed (``include``'s
+    ``reasoning.encrypted_content``) when the call reasons: it asks for reasoning (``reasoning``),
+    sends reasoning items back, or names one of OpenAI's reasoning models. OpenAI keeps no item
+    of a response it does not store, so the next turn can send a reasoning model's thoughts
+    back only with their ``encrypted_content``; a model that does not reason would refuse the
+    value, and a stored response's items are found by their ids."""
+    if payload.get("store") is not False:
+        return
+    model = payload.get("model")
+    named = isinstance(model, str) and bool(_REASONING_MODELS.match(model.rpartition("/")[2]))
+    items = payload.get("input")
+    sent_back = any(
+        isinstance(item, Mapping) and item.get("type") == "reasoning"
+        for item in (items if isinstance(items, list) else ())
+    )
+    if named or sent_back or payload.get("reasoning"):
+        included(payload, ENCRYPTED)
 
 
 def route_items(metadata: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -7,11 +7,11 @@ results as ``function_call_output`` items, ``max_output_tokens``, flat function 
 Responses caller's whole ``reasoning``), a content part's ``prompt_cache_breakpoint`` (on
 ``input_text`` and ``input_image``, as chat's), chat's ``logprobs: true`` as ``include``'s
 ``message.output_text.logprobs``, an assistant message's reasoning items on its ``thinking``
-before it, ``store: false`` unless the request or the provider says otherwise) and reads the
-answer back: output text,
-function calls, the reasoning's text in ``metadata["reasoning"]`` and its items, as the
-route sent them, in ``metadata["reasoning_items"]``, and usage with its cached input and
-reasoning output tokens.
+before it, ``store: false`` unless the request or the provider says otherwise, with
+``include``'s ``reasoning.encrypted_content`` when it reasons) and reads the answer back:
+output text, function calls, the reasoning's text in ``metadata["reasoning"]`` and its
+items, as the route sent them, in ``metadata["reasoning_items"]``, and usage with its cached
+input and reasoning output tokens.
 
 .. versionadded:: 0.2.0
 """
@@ -28,7 +28,7 @@ from ..errors import ConfigurationError, MalformedResponseError
 from ..models import ChatRequest, ChatResponse, Message, StreamChunk
 from ._anthropic_only import leave_out_server_tools
 from ._error_kinds import error_answer
-from ._responses_reasoning import StreamedItems
+from ._responses_reasoning import StreamedItems, included, keep_reasoning
 from .anthropic import AnthropicStreamState
 from .openai_compat import OpenAICompatibleProvider
 from .wire import (
@@ -62,10 +62,15 @@ class OpenAIResponsesProvider(OpenAICompatibleProvider):
             keeps a response it is not told not to store (for 30 days at least), and the
             Guard never uses a stored response (``previous_response_id`` is refused).
             ``True`` stores them; ``None`` sends no ``store`` (the server's default). With
-            ``store: false`` a reasoning item sent back by its id alone (without its
-            ``encrypted_content``) is left out: the route kept nothing to find it by; ask for
-            ``include=["reasoning.encrypted_content"]`` to send a reasoning model's thoughts
-            back without storing them.
+            ``store: false`` a call that reasons (it asks for ``reasoning`` or
+            ``reasoning_effort``, sends reasoning items back, or names one of OpenAI's
+            reasoning models: ``o1``, ``o3``, ``o4-mini``, ``gpt-5`` ..., not gpt-5's chat
+            models) asks for its reasoning items sealed, ``include``'s
+            ``reasoning.encrypted_content`` (added to the request's own ``include``), so that
+            the next turn can send them back (an answer's ``metadata["reasoning_items"]``, on
+            the assistant message's ``thinking``); a reasoning item sent back by its id alone
+            (without its ``encrypted_content``) is left out: the route kept nothing to find
+            it by.
 
     Answers carry ``usage.cached_input_tokens`` and ``usage.reasoning_tokens``; an
     ``incomplete`` answer cut by ``max_output_tokens`` has ``finish_reason="length"``.
@@ -191,6 +196,7 @@ def build_responses_payload(
         payload.setdefault("store", store)
     if payload.get("store") is False:
         payload["input"] = [item for item in payload["input"] if _findable(item)]
+    keep_reasoning(payload)
     if SERVER_TOOLS in named_keys(request, ANTHROPIC_ONLY_KEY):
         leave_out_server_tools(payload)
     if stream:
@@ -209,13 +215,8 @@ def _logprobs_asked(extra: dict[str, Any]) -> None:
     """Chat's ``logprobs: true`` (in ``extra``, a request's ``extra_body``) as the Responses
     API asks for the text's logprobs: ``include``'s ``message.output_text.logprobs`` (beside
     ``top_logprobs``, as chat's); the Responses API has no ``logprobs`` parameter."""
-    if extra.pop("logprobs", None) is not True:
-        return
-    include = extra.get("include")
-    include = list(include) if isinstance(include, list) else []
-    if _TEXT_LOGPROBS not in include:
-        include.append(_TEXT_LOGPROBS)
-    extra["include"] = include
+    if extra.pop("logprobs", None) is True:
+        included(extra, _TEXT_LOGPROBS)
 
 
 # -- answers -------------------------------------------------------------------------------
