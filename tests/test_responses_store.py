@@ -8,14 +8,16 @@ out, those with their ``encrypted_content`` sent back."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 
-from llmguard_sdk import ConfigurationError, Guard
+from llmguard_sdk import ConfigurationError, Guard, OpenAICompatibleProvider
 from llmguard_sdk.providers.responses import OpenAIResponsesProvider
 from llmguard_sdk.testing import FakeProvider
 
+from .rawserver import RawServer, sse_head
 from .routekinds import guard_over
 
 _USER: Any = [{"role": "user", "content": "hi"}]
@@ -218,3 +220,80 @@ def test_a_caller_s_store_false_asks_for_encrypted_reasoning(fake: FakeProvider)
             model="fake-model", input="hi", store=False, reasoning={"effort": "low"}
         )
     assert _included(fake) == [_ENCRYPTED]
+
+
+# -- what the response says of its storing ---------------------------------------------------
+
+
+def _said_store(guard: Guard, **request: Any) -> tuple[bool, bool, bool]:
+    """The ``store`` of the plain answer, and of a stream's created and completed events."""
+    client = guard.client()
+    plain = client.responses.create(model="fake-model", input="hi", **request)
+    events = list(client.responses.create(model="fake-model", input="hi", stream=True, **request))
+    created = next(e for e in events if e.type == "response.created")
+    completed = next(e for e in events if e.type == "response.completed")
+    return bool(plain.store), bool(created.response.store), bool(completed.response.store)
+
+
+@pytest.mark.parametrize(
+    ("options", "request_", "stored"),
+    [
+        ({"store": True}, {}, True),  # the provider stores
+        ({"store": None}, {}, True),  # no store sent: OpenAI's default stores
+        ({}, {"store": True}, True),  # the caller asks
+        ({}, {}, False),
+        ({"store": True}, {"store": False}, False),
+    ],
+)
+def test_a_response_says_whether_the_route_stored_it(
+    fake: FakeProvider, options: dict[str, Any], request_: dict[str, Any], stored: bool
+) -> None:
+    """The response said ``store: false`` whatever the route was sent: a caller whose Responses
+    route stored the answer (the provider's ``store=True``, or its own ``store: true``) was
+    told it was not."""
+    with _responses_guard(fake, **options) as guard:
+        assert _said_store(guard, **request_) == (stored, stored, stored)
+
+
+@pytest.mark.parametrize("route", ["chat", "anthropic"])
+def test_a_route_that_stores_nothing_says_store_false(fake: FakeProvider, route: str) -> None:
+    with guard_over(fake, route) as guard:
+        assert _said_store(guard, store=True) == (False, False, False)
+
+
+def test_a_cached_answer_says_store_false(fake: FakeProvider) -> None:
+    """(The route stored the answer it gave the first caller; a cache hit is stored nowhere.)"""
+    route = OpenAIResponsesProvider(fake.base_url, model=fake.model, name=fake.name, store=True)
+    with Guard(route, environ={}, retry=None, cache=True) as guard:
+        first = guard.client().responses.with_raw_response.create(model="fake-model", input="hi")
+        again = guard.client().responses.with_raw_response.create(model="fake-model", input="hi")
+    assert first.parse().store is True
+    assert again.headers["x-llmguard-route"] == "cache"
+    assert again.parse().store is False
+
+
+def test_a_stream_that_fell_back_says_what_the_answering_route_did(fake: FakeProvider) -> None:
+    """A Responses route that stored its response opened its stream and broke before any
+    content; a chat route answered: the stream said the first route's ``store: true``."""
+    created = {
+        "type": "response.created",
+        "response": {
+            "id": "resp_1",
+            "object": "response",
+            "created_at": 1,
+            "model": "m",
+            "status": "in_progress",
+            "output": [],
+            "store": True,
+        },
+    }
+    with RawServer(sse_head(), (b"data: " + json.dumps(created).encode() + b"\n\n",)) as raw:
+        first = OpenAIResponsesProvider(raw.base_url, model="m", name="first", store=True)
+        chat = OpenAICompatibleProvider(fake.base_url, model=fake.model, name="chat")
+        with Guard([first, chat], environ={}, retry=None, breaker=None) as guard:
+            events = list(guard.client().responses.create(model="m", input="hi", stream=True))
+    assert raw.received
+    assert fake.requests
+    kinds = ("response.created", "response.completed")
+    said = [e.response.store for e in events if e.type in kinds]
+    assert said == [False, False]  # created, completed

@@ -6,15 +6,20 @@ asking the model again.
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..models import ChatRequest, ChatResponse
 from ..telemetry._quality import signals_of
 
-__all__ = ["storable"]
+__all__ = ["cached_form", "storable"]
 
 # the words for a natural stop (read in lower case: Gemini's raw STOP): OpenAI's, Claude's,
 # TGI's end-of-sequence token; not any word openai_finish_reason reads as "stop" (an unknown
 # word is said "stop" there, and may mean an answer cut short)
 _SERVABLE_FINISH = frozenset({"stop", "end_turn", "stop_sequence", "eos_token"})
+# what an answer's metadata says of the call that got it, not of the answer a later call is
+# given: whether the route stored the response (a Responses route's ``store``)
+_THAT_CALL_S = ("store",)
 
 
 def storable(request: ChatRequest, response: ChatResponse) -> bool:
@@ -29,3 +34,17 @@ def storable(request: ChatRequest, response: ChatResponse) -> bool:
     if response.metadata.get("degraded") or response.metadata.get("cache"):
         return False
     return not signals_of(request, response, None)
+
+
+def cached_form(response: ChatResponse) -> dict[str, Any]:
+    """``response`` as the cache keeps it: as JSON, without what only the call that got it
+    had (its headers, timings and attempts, and the metadata of that call alone: whether
+    the route stored the response)."""
+    kept = response.model_dump(
+        mode="json",
+        exclude={"headers", "timings", "attempts"},
+        exclude_none=True,
+        exclude_defaults=True,
+    )
+    metadata = {k: v for k, v in kept.pop("metadata", {}).items() if k not in _THAT_CALL_S}
+    return {**kept, "metadata": metadata} if metadata else kept

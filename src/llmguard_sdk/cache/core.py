@@ -25,7 +25,7 @@ from ._local import _LocalIndexes
 from ._matching import _id_hash, _SemanticMatching
 from ._recent import RecentEmbeddings, embedding_time
 from ._served import matched_by, served_hit
-from ._storable import storable
+from ._storable import cached_form, storable
 from .backends import Change, MemoryCacheBackend, open_backend
 from .calibrate import Pair, Scorer, target_threshold
 from .embedders import DEFAULT_THRESHOLD, Embedder, HashingEmbedder, suggested_threshold
@@ -379,12 +379,7 @@ class ResponseCache(_SemanticMatching, Closes, AsyncCloses):
             entry_id=keys.exact,
             index_key=self._index_key(keys),
             query=keys.query,
-            response=response.model_dump(
-                mode="json",
-                exclude={"headers", "timings", "attempts"},
-                exclude_none=True,
-                exclude_defaults=True,
-            ),
+            response=cached_form(response),
             created_at=now,
             fresh_until=now + self.ttl,
             stale_until=now + self.ttl + self.stale_ttl,

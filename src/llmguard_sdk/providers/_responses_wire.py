@@ -157,20 +157,20 @@ _ECHO_DEFAULTS: dict[str, Any] = {
 }
 
 
-def echoed(request: Mapping[str, Any]) -> dict[str, Any]:
+def echoed(request: Mapping[str, Any], *, store: bool = False) -> dict[str, Any]:
     """The parameters of the request (a Responses request's body) that its ``response``
     object echoes: ``instructions``, ``metadata``, ``tools``, ``tool_choice``,
     ``temperature``, ``text``, ``reasoning`` ... as asked, OpenAI's defaults for the others;
-    ``text`` always has its ``format``, and ``store`` is false (the Guard stores no response
-    and answers no ``previous_response_id``; a caller's ``store`` goes on to Responses
-    routes)."""
+    ``text`` always has its ``format``, and ``store`` is ``store``: whether the response was
+    stored (the Guard stores none and answers no ``previous_response_id``; a Responses route
+    stores one as it was sent ``store``, see :meth:`Answer.add_metadata`)."""
     fields = {
         key: default if request.get(key) is None else request[key]
         for key, default in _ECHO_DEFAULTS.items()
     }
     text = request.get("text")
     fields["text"] = {"format": {"type": "text"}, **(text if isinstance(text, dict) else {})}
-    fields["store"] = False
+    fields["store"] = store
     return fields
 
 
@@ -183,11 +183,13 @@ class Answer:
         model: str,
         created: int | None = None,
         request: Mapping[str, Any] | None = None,
+        *,
+        store: bool = False,
     ) -> None:
         self.id = response_id
         self.model = model
         self.created = int(time.time()) if created is None else created
-        self.echo = echoed(request or {})  # the request's parameters the response says
+        self.echo = echoed(request or {}, store=store)  # the request's parameters it says
         self.text = ""
         self.tool_calls: list[dict[str, Any]] = []
         self.usage: Usage | None = None
@@ -205,8 +207,9 @@ class Answer:
     def add_metadata(self, metadata: Mapping[str, Any]) -> None:
         """Take in what a response's (or a chunk's) ``metadata`` adds: its ``refusal`` (or the
         chunk's piece of it), its ``reasoning`` (or its piece), a Responses route's
-        ``reasoning_items`` and its ``logprobs``' ``content`` (the text's tokens, in
-        Responses' shape)."""
+        ``reasoning_items`` and ``store`` (whether it stored the response) and its
+        ``logprobs``' ``content`` (the text's tokens, in Responses' shape)."""
+        self.take_store(metadata)
         for item in route_items(metadata):
             self.route_reasoning[item["id"]] = item
         refusal = metadata.get("refusal")
@@ -218,6 +221,13 @@ class Answer:
         logprobs = metadata.get("logprobs")
         if isinstance(logprobs, Mapping) and isinstance(logprobs.get("content"), list):
             self.logprobs += responses_logprobs(logprobs["content"])
+
+    def take_store(self, metadata: Mapping[str, Any]) -> None:
+        """Echo the ``store`` a Responses route said in ``metadata`` (it stored the response,
+        or not), the answering route's word."""
+        store = metadata.get("store")
+        if isinstance(store, bool):
+            self.echo["store"] = store
 
     def part(self, kind: str) -> dict[str, Any]:
         """The content part of ``kind`` (``output_text`` or ``refusal``) as it stands."""

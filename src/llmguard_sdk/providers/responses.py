@@ -10,7 +10,8 @@ Responses caller's whole ``reasoning``), a content part's ``prompt_cache_breakpo
 before it, ``store: false`` unless the request or the provider says otherwise, with
 ``include``'s ``reasoning.encrypted_content`` when it reasons) and reads the answer back:
 output text, function calls, the reasoning's text in ``metadata["reasoning"]`` and its
-items, as the route sent them, in ``metadata["reasoning_items"]``, and usage with its cached
+items, as the route sent them, in ``metadata["reasoning_items"]``, whether the route stored
+the response (the response's ``store``) in ``metadata["store"]``, and usage with its cached
 input and reasoning output tokens.
 
 .. versionadded:: 0.2.0
@@ -266,7 +267,15 @@ def _output(data: Mapping[str, Any]) -> tuple[str, list[dict[str, Any]], dict[st
         metadata["reasoning"] = "\n\n".join(reasoning)
     if items:
         metadata["reasoning_items"] = items
+    metadata.update(_stored(data))
     return "".join(text), calls, metadata
+
+
+def _stored(response: Mapping[str, Any]) -> dict[str, Any]:
+    """Whether the route stored the response, as the response says (its ``store``), as
+    ``metadata["store"]``; nothing where it does not say."""
+    store = response.get("store")
+    return {"store": store} if isinstance(store, bool) else {}
 
 
 def _reasoning_texts(item: Mapping[str, Any]) -> list[str]:
@@ -343,7 +352,7 @@ class ResponsesStreamState(AnthropicStreamState):
                 raise self.failure(MalformedResponseError, "response.created has no response")
             self.model = str(response.get("model") or "")
             self.message_id = response.get("id") if isinstance(response.get("id"), str) else None
-            return self._make()
+            return self._make(metadata=_stored(response))
         if kind in ("response.output_text.delta", "response.refusal.delta"):
             return self._delta(kind, event.get("delta"), event.get("logprobs"))
         if kind in ("response.output_item.added", "response.output_item.done"):

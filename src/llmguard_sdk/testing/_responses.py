@@ -109,7 +109,8 @@ class _ResponsesHandler(_BaseHandler):
         chunks.append(
             StreamChunk(finish_reason=finish, usage=usage, tool_calls=[call] if call else None)
         )
-        writer = EventWriter(Answer(f"resp_fake_{n}", str(model), request=body))
+        stored = body.get("store") is not False  # (OpenAI stores unless told not to)
+        writer = EventWriter(Answer(f"resp_fake_{n}", str(model), request=body, store=stored))
         provider._note_status(200)
         provider._note_success(len(tokens), usage.output_tokens)
         if body.get("stream") is not True:

@@ -8,8 +8,8 @@ sees besides (a refusal's piece, a thinking block), the route is the answer's. S
 reads that far (or to the stream's end) before it answers: the headers, ``x-llmguard-route``
 and the provider's request id and rate-limit headers, are the answering route's; a failure
 before it is an error answer with its own status, as a provider's would be; and an opening
-chunk of a route that then failed goes out as the answering route's (its model and id), as
-the provider that answers would have sent its own.
+chunk of a route that then failed goes out as the answering route's (its model and id,
+without the failed call's metadata), as the provider that answers would have sent its own.
 """
 
 from __future__ import annotations
@@ -51,7 +51,9 @@ class Head:
 
     def replayed(self) -> list[StreamChunk]:
         """The chunks to send, those of a route that failed before any content as the
-        answering route's (its model, id and name)."""
+        answering route's (its model, id and name), without what they said of the failed
+        route's own call (its metadata: a Responses route's ``store``, a reasoning item it
+        opened and never finished)."""
         if not self.chunks:
             return []
         last = self.chunks[-1]
@@ -60,5 +62,6 @@ class Head:
             "model": last.model,
             "id": last.id,
             "headers": {},
+            "metadata": {},
         }
         return [c if c.route == last.route else c.model_copy(update=mine) for c in self.chunks]

@@ -73,7 +73,10 @@ class EventsWriter:
         return self._events.start()
 
     def event(self, chunk: StreamChunk) -> bytes:
-        """The events of one chunk."""
+        """The events of one chunk (the first's ``store``, a Responses route's, in the opening
+        events' response too)."""
+        if not self._started:
+            self._events.answer.take_store(chunk.metadata)
         return self._start() + self._events.chunk(chunk)
 
     def end(self) -> bytes:
