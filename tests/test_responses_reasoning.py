@@ -265,22 +265,34 @@ def test_a_guard_stream_s_response_has_each_reasoning_item_once() -> None:
     assert metadata["reasoning"] == "Look it up first."
 
 
-def test_a_cached_answer_gives_the_route_s_reasoning_item_again() -> None:
-    """(A cache hit is one chunk: the item opens, its whole summary is one delta, and it
-    closes as the route finished it; a plain answer from the cache has it too.)"""
+def test_a_cached_answer_carries_no_route_s_reasoning_item() -> None:
+    """A cache hit gave the route's reasoning item of the call that filled the entry (its id
+    and ``encrypted_content``): another caller sent that call's sealed thoughts back to the
+    route as its own. The cache keeps the answer and its reasoning's text, not the route's
+    items: a hit's reasoning is the Guard's item of that text (which reaches no route sent
+    back), streamed and whole; the call that got it keeps the route's item."""
     with RawServer(sse_head(), (_stream(calls=False),)) as raw:
         route = OpenAIResponsesProvider(raw.base_url, model="m")
         with Guard(route, environ={}, retry=None, cache=True) as guard:
             create = guard.client().responses.with_raw_response.create
-            for _ in range(2):
-                answer = create(model="m", input="go", stream=True)
-                lines = list(answer.http_response.iter_lines())
+            first = create(model="m", input="go", stream=True)
+            first_lines = list(first.http_response.iter_lines())
+            answer = create(model="m", input="go", stream=True)
+            lines = list(answer.http_response.iter_lines())
             plain = create(model="m", input="go")
+            hit = guard.chat([{"role": "user", "content": "go"}])
     assert answer.headers["x-llmguard-route"] == plain.headers["x-llmguard-route"] == "cache"
+    assert "gAAAA-sealed" in "".join(first_lines)  # the call that got it
     events = [_EVENTS.validate_json(line[6:]) for line in lines if line.startswith("data: ")]
-    deltas = [e.delta for e in events if e.type == "response.reasoning_summary_text.delta"]
-    assert deltas == ["Look it up first."]
+    assert "gAAAA-sealed" not in "".join(lines)
     done = [e.item for e in events if e.type == "response.output_item.done"]
-    assert done[0].model_dump(mode="json", exclude_none=True) == {**_OWN, "status": "completed"}
     output = Response.model_validate(plain.http_response.json()).output
-    assert output[0].model_dump(mode="json", exclude_none=True) == {**_OWN, "status": "completed"}
+    for items in (done, output):
+        reasoning = items[0].model_dump(mode="json", exclude_none=True)
+        assert reasoning["type"] == "reasoning"
+        assert reasoning["id"] != _OWN["id"]
+        assert "encrypted_content" not in reasoning
+        assert reasoning["content"] == [{"type": "reasoning_text", "text": "Look it up first."}]
+    assert "reasoning_items" not in hit.metadata
+    assert hit.metadata["reasoning"] == "Look it up first."
+    assert hit.text == "Found it."

@@ -18,8 +18,10 @@ __all__ = ["cached_form", "storable"]
 # word is said "stop" there, and may mean an answer cut short)
 _SERVABLE_FINISH = frozenset({"stop", "end_turn", "stop_sequence", "eos_token"})
 # what an answer's metadata says of the call that got it, not of the answer a later call is
-# given: whether the route stored the response (a Responses route's ``store``)
-_THAT_CALL_S = ("store",)
+# given: a Responses route's reasoning items (that call's thoughts, by their ids and sealed in
+# their encrypted_content: a later caller would send them back to the route as its own; the
+# reasoning's text stays, as the answer's does) and whether the route stored the response
+_THAT_CALL_S = ("reasoning_items", "store")
 
 
 def storable(request: ChatRequest, response: ChatResponse) -> bool:
@@ -38,8 +40,9 @@ def storable(request: ChatRequest, response: ChatResponse) -> bool:
 
 def cached_form(response: ChatResponse) -> dict[str, Any]:
     """``response`` as the cache keeps it: as JSON, without what only the call that got it
-    had (its headers, timings and attempts, and the metadata of that call alone: whether
-    the route stored the response)."""
+    had (its headers, timings and attempts, and the metadata of that call alone: a
+    Responses route's reasoning items, whether it stored the response). Its text, tool
+    calls and reasoning's text are kept."""
     kept = response.model_dump(
         mode="json",
         exclude={"headers", "timings", "attempts"},
