@@ -14,7 +14,7 @@ import pytest
 from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
 
-from llmguard_sdk import Guard
+from llmguard_sdk import Guard, OpenAICompatibleProvider
 from llmguard_sdk.providers.responses import OpenAIResponsesProvider
 from llmguard_sdk.testing import FakeProvider
 
@@ -296,3 +296,77 @@ def test_a_cached_answer_carries_no_route_s_reasoning_item() -> None:
     assert "reasoning_items" not in hit.metadata
     assert hit.metadata["reasoning"] == "Look it up first."
     assert hit.text == "Found it."
+
+
+# -- a stream that leaves a route after its reasoning item opened ---------------------------
+
+_OPENED = {"type": "reasoning", "id": "rs_0a1b2c", "summary": [], "encrypted_content": "gAA"}
+
+
+def _broken(*, text: bool) -> bytes:
+    """A Responses route's stream that opens a reasoning item and breaks: before any content,
+    or (``text``) after a piece of the item's summary and of the message's text."""
+    where = {"item_id": "rs_0a1b2c", "output_index": 0, "summary_index": 0}
+    events: list[dict[str, Any]] = [
+        {"type": "response.created", "response": {**_BODY, "status": "in_progress", "output": []}},
+        {"type": "response.output_item.added", "output_index": 0, "item": _OPENED},
+    ]
+    if text:
+        message = {"type": "message", "id": "msg_9", "role": "assistant", "content": []}
+        at = {"output_index": 1, "item_id": "msg_9", "content_index": 0}
+        events += [
+            {"type": "response.reasoning_summary_text.delta", **where, "delta": "Look it "},
+            {"type": "response.output_item.added", "output_index": 1, "item": message},
+            {"type": "response.output_text.delta", **at, "delta": "Found "},
+        ]
+    return b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events)
+
+
+def _moved_on(fake: FakeProvider, *, text: bool) -> tuple[list[Any], Response]:
+    """The events of a stream whose Responses route broke (see :func:`_broken`) and whose
+    chat route answered (continued it, after text), and openai's stream helper's response."""
+    with RawServer(sse_head(), (_broken(text=text),)) as raw:
+        first = OpenAIResponsesProvider(raw.base_url, model="m", name="first")
+        chat = OpenAICompatibleProvider(fake.base_url, model=fake.model, name="chat")
+        options: dict[str, Any] = {"retry": None, "breaker": None}
+        with Guard([first, chat], environ={}, continue_interrupted_streams=True, **options) as g:
+            client = g.client()
+            answer = client.responses.with_raw_response.create(model="m", input="hi", stream=True)
+            lines = list(answer.http_response.iter_lines())
+            with client.responses.stream(model="m", input="hi") as stream:
+                final = stream.get_final_response()
+    assert len(raw.received) == 2
+    events = [_EVENTS.validate_json(line[6:]) for line in lines if line.startswith("data: ")]
+    return events, final
+
+
+def test_a_reasoning_item_of_a_route_left_before_any_content_is_not_given_out(
+    fake: FakeProvider,
+) -> None:
+    """The route that answered had opened no reasoning item; the one it replaced had, and
+    its half item (never finished, without ``encrypted_content``) opened and closed in the
+    answer's events."""
+    events, final = _moved_on(fake, text=False)
+    assert "reasoning" not in {getattr(e, "item", e).type for e in events}
+    assert [item.type for item in events[-1].response.output] == ["message"]
+    assert [item.type for item in final.output] == ["message"]
+
+
+def test_a_reasoning_item_a_continued_stream_never_finished_closes_incomplete(
+    fake: FakeProvider,
+) -> None:
+    """Once its summary reached the caller the item is the caller's; the route broke before
+    it finished it (no ``encrypted_content``) and the stream went on on another route: it
+    closed as if the route had finished it. It closes ``incomplete``, with what came of it."""
+    events, final = _moved_on(fake, text=True)
+    done = [e.item for e in events if e.type == "response.output_item.done"]
+    expected = {
+        "type": "reasoning",
+        "id": "rs_0a1b2c",
+        "summary": [{"type": "summary_text", "text": "Look it "}],
+        "status": "incomplete",
+    }
+    assert done[0].model_dump(mode="json", exclude_none=True) == expected
+    last = events[-1].response.output[0]
+    assert last.model_dump(mode="json", exclude_none=True) == expected
+    assert final.output[0].model_dump(mode="json", exclude_none=True) == expected

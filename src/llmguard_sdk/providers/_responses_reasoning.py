@@ -87,6 +87,14 @@ def keep_reasoning(payload: dict[str, Any]) -> None:
         included(payload, ENCRYPTED)
 
 
+def unfinished(item: dict[str, Any]) -> dict[str, Any]:
+    """A route's reasoning item as an answer that ends gives it out: one its route never
+    finished (``in_progress``: the stream went on on another route) ``incomplete``, as
+    OpenAI closes an item a response left unfinished; it has no ``encrypted_content``, so
+    a route that stores nothing is not sent it back."""
+    return {**item, "status": "incomplete"} if item.get("status") == "in_progress" else item
+
+
 def route_items(metadata: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The route's own reasoning items in ``metadata["reasoning_items"]``: objects of type
     ``reasoning`` with a string id."""
@@ -156,8 +164,8 @@ class ItemEvents:
 
 class StreamedItems:
     """A Responses route's reasoning items as its stream builds them (for its stream state):
-    each as its ``response.output_item.added`` opened it (without ``encrypted_content``),
-    with the text of each summary or text delta since, then as its
+    each as its ``response.output_item.added`` opened it (without ``encrypted_content``,
+    ``in_progress``), with the text of each summary or text delta since, then as its
     ``response.output_item.done`` finished it."""
 
     def __init__(self) -> None:
@@ -169,8 +177,9 @@ class StreamedItems:
         if not route_items({"reasoning_items": [item]}):
             return None
         assert isinstance(item, dict)  # (as route_items found)
-        if not done:
+        if not done:  # (in progress until the route finishes it)
             item = {k: v for k, v in item.items() if k != "encrypted_content"}
+            item["status"] = "in_progress"
         self._items[item["id"]] = item
         return item
 

@@ -14,7 +14,13 @@ from typing import Any
 
 from .._core.assembly import call_function, call_index
 from ..models import StreamChunk, Usage, openai_finish_reason
-from ._responses_reasoning import ItemEvents, guard_reasoning_id, opening, route_items
+from ._responses_reasoning import (
+    ItemEvents,
+    guard_reasoning_id,
+    opening,
+    route_items,
+    unfinished,
+)
 
 
 def usage_object(usage: Usage | None) -> dict[str, Any] | None:
@@ -249,7 +255,7 @@ class Answer:
         if key == "reasoning":
             return _reasoning_item(guard_reasoning_id(self.id), self.reasoning)
         if key.startswith("reasoning "):  # a Responses route's own, as it sent it
-            return self.route_reasoning[key.removeprefix("reasoning ")]
+            return unfinished(self.route_reasoning[key.removeprefix("reasoning ")])
         if key == "message":
             return _message_item(f"msg_{self.id}", self.content())
         place = int(key.removeprefix("call "))
