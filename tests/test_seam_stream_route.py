@@ -129,3 +129,34 @@ def test_a_guard_stream_carries_the_answering_route_s_headers(
     backup = [c for c in chunks if c.route == "backup"]
     assert backup[0].headers[REMAINING] == "41"
     assert stream.response.headers[REMAINING] == "41"
+
+
+def test_a_continued_stream_s_headers_name_the_route_that_began_it(
+    fake: FakeProvider, fake2: FakeProvider, make_guard: MakeGuard
+) -> None:
+    """(The documented limit: the headers left with the first content, before the break; the
+    route that finished the stream is named where the wire names a model after that: each
+    chat chunk's ``model``, the completed Responses response's ``model``. Anthropic's stream
+    names its model once, at ``message_start``.)"""
+    require_module("anthropic", "anthropic is a dev dependency")
+    fake.always(Fault(cut_stream_after=2))
+    guard = make_guard(fake, fake2, retry=None, breaker=None, continue_interrupted_streams=True)
+    seam = _sdk(http_client(guard))
+    ask: Any = {"model": "m", "stream": True}
+    with seam.chat.completions.with_streaming_response.create(messages=USER, **ask) as answer:
+        assert answer.headers["x-llmguard-route"] == "primary"
+        models = [chunk.model for chunk in answer.parse()]
+    assert models[0] == "fake-model"
+    assert models[-1] == "backup-model"
+    with seam.responses.with_streaming_response.create(input="hello there", **ask) as answer:
+        assert answer.headers["x-llmguard-route"] == "primary"
+        events = list(answer.parse())
+    assert events[-1].type == "response.completed"
+    assert events[-1].response.model == "backup-model"
+    messages = anthropic_client(guard).messages
+    with messages.with_streaming_response.create(max_tokens=50, messages=USER, **ask) as answer:
+        assert answer.headers["x-llmguard-route"] == "primary"
+        kinds = [event.type for event in answer.parse()]
+    assert kinds.count("message_start") == 1  # (its model the first route's)
+    assert kinds[-1] == "message_stop"
+    assert (len(fake.requests), len(fake2.requests)) == (3, 3)

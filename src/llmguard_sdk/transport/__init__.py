@@ -48,8 +48,14 @@ moves a stream to its next route only before any: its headers (the route, the pr
 request id and rate-limit headers) and the model its events report are those of the route
 that answers, also when a route opened its stream and failed before any content; a failure
 before any content is an error answer with its status, not a 200 whose last event is an
-error. (A stream the Guard continues on the next route after a break, with
-``continue_interrupted_streams``, keeps the headers of the route that began it.)
+error. A stream the Guard continues on the next route after a break, with
+``continue_interrupted_streams``, keeps the headers of the route that began it: they left
+with its first content, before the break, and HTTP has no way to change them after. The
+route that finished it is named where the wire names a model after the break: each chat
+chunk's ``model`` and the completed Responses response's ``model`` are the finishing
+route's; Anthropic's stream names its model once, in ``message_start``, the first route's.
+(The Guard's own stream says it all: ``stream.response.route`` and
+``metadata["continued_after"]``.)
 
 .. versionadded:: 0.2.0
 """
