@@ -6,6 +6,7 @@ too long: N tokens > M maximum``, which LangChain's Anthropic model looks for)."
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -19,7 +20,7 @@ from llmguard_sdk import (
     OpenAICompatibleProvider,
 )
 from llmguard_sdk.client import _openai_client, anthropic_client
-from llmguard_sdk.testing import FakeProvider
+from llmguard_sdk.testing import FakeProvider, Fault
 from llmguard_sdk.transport import http_client
 
 from .conftest import require_module
@@ -124,3 +125,68 @@ def test_a_provider_s_overflow_in_anthropic_s_words(
     assert "prompt is too long" in error.message
     assert issubclass(type(error), ContextLengthExceededError)
     guard.close()
+
+
+# a provider's own words for an overflow, and the numbers in them (tokens, maximum)
+_WORDINGS = [
+    (
+        "This model's maximum context length is 8192 tokens. However, your messages resulted"
+        " in 9001 tokens. Please reduce the length of the messages.",
+        (9001, 8192),
+    ),
+    (
+        "This model's maximum context length is 4096 tokens. However, you requested 5000"
+        " tokens (4000 in the messages, 1000 in the completion). Please reduce the length of"
+        " the messages or completion.",
+        (5000, 4096),
+    ),
+    (
+        "This model's maximum context length is 4096 tokens. However, your request has 4500"
+        " input tokens. Please reduce the length of the input messages.",
+        (4500, 4096),
+    ),
+    ("prompt is too long: 210000 tokens > 200000 maximum", (210000, 200000)),
+]
+
+
+@pytest.mark.parametrize(
+    ("said", "numbers"), _WORDINGS, ids=["openai", "vllm", "vllm-input", "claude"]
+)
+def test_a_provider_s_overflow_keeps_its_numbers_in_anthropic_s_words(
+    anthropic: Any,
+    fake: FakeProvider,
+    make_guard: MakeGuard,
+    said: str,
+    numbers: tuple[int, int],
+) -> None:
+    # the Messages seam answered "prompt is too long: This model's maximum ..." without
+    # Anthropic's "N tokens > M maximum", which code that trims by the numbers reads
+    fake.always(Fault(status=400, error_code="context_length_exceeded", error_message=said))
+    guard = make_guard(fake, retry=None, breaker=None)
+    with pytest.raises(anthropic.BadRequestError) as caught:
+        anthropic_client(guard).messages.create(model="m", max_tokens=10, messages=LONG)
+    message = caught.value.body["error"]["message"]
+    assert message.startswith(f"prompt is too long: {numbers[0]} tokens > {numbers[1]} maximum")
+    assert said in message  # the provider's own words stay
+
+
+def test_a_known_window_s_overflow_has_its_numbers_in_anthropic_s_words(
+    anthropic: Any, fake: FakeProvider, make_guard: MakeGuard
+) -> None:
+    guard = overflowing("window", fake, make_guard)
+    with pytest.raises(anthropic.BadRequestError) as caught:
+        anthropic_client(guard).messages.create(model="m", max_tokens=10, messages=LONG)
+    message = caught.value.body["error"]["message"]
+    assert re.match(r"prompt is too long: \d+ tokens > 8 maximum \(", message), message
+    guard.close()
+
+
+def test_an_overflow_without_numbers_is_said_without_them(
+    anthropic: Any, fake: FakeProvider, make_guard: MakeGuard
+) -> None:
+    fake.always(Fault(status=400, error_code="context_length_exceeded"))
+    guard = make_guard(fake, retry=None, breaker=None)
+    with pytest.raises(anthropic.BadRequestError) as caught:
+        anthropic_client(guard).messages.create(model="m", max_tokens=10, messages=LONG)
+    message = caught.value.body["error"]["message"]
+    assert message.startswith("prompt is too long: fake error 400")

@@ -124,9 +124,7 @@ class _ChatHandler(_BaseHandler):
             return
         headers = provider._common_headers(n) + _fault_headers(fault)
         if fault.status is not None:
-            err = _error_body(
-                f"fake error {fault.status}", _error_type(fault.status), fault.error_code
-            )
+            err = _error_body(fault.message, _error_type(fault.status), fault.error_code)
             provider._note_status(fault.status)
             self._send(fault.status, _dumps(err), "application/json", headers)
             return

@@ -35,6 +35,12 @@ class Fault:
     """Goes into ``error.code`` of the error body (e.g. ``"context_length_exceeded"``); on the
     Anthropic Messages endpoint into ``error.details.error_code``, where Anthropic names an
     error's cause (e.g. ``"request_body_timeout"``)."""
+    error_message: str | None = None
+    """The error body's ``error.message`` (``None``: ``"fake error <status>"``), such as a
+    provider's own words for an input too long.
+
+    .. versionadded:: 0.2.0
+    """
     latency: float = 0.0
     """Seconds to sleep before answering anything."""
     first_token_delay: float = 0.0
@@ -59,6 +65,11 @@ class Fault:
     """200 with valid JSON that has no ``"choices"``."""
     omit_usage: bool = False
     """A normal answer without ``usage`` (streams: no usage chunk), as some servers give."""
+
+    @property
+    def message(self) -> str:
+        """The error body's message: ``error_message``, else ``"fake error <status>"``."""
+        return self.error_message or f"fake error {self.status or 500}"
 
     def __post_init__(self) -> None:
         if self.status is not None and not 400 <= self.status <= 599:

@@ -158,7 +158,7 @@ class _MessagesHandler(_BaseHandler):
         headers = provider._common_headers(n) + _fault_headers(fault)
         if fault.status is not None:
             provider._note_status(fault.status)
-            error = _anthropic_error(fault.status, f"fake error {fault.status}", fault.error_code)
+            error = _anthropic_error(fault.status, fault.message, fault.error_code)
             self._send(fault.status, error, "application/json", headers)
             return
         provider._note_status(200)

@@ -68,7 +68,7 @@ class _ResponsesHandler(_BaseHandler):
                 return
             status = fault.status or 500
             provider._note_status(status)
-            err = _error_body(f"fake error {status}", _error_type(status), fault.error_code)
+            err = _error_body(fault.message, _error_type(status), fault.error_code)
             headers = provider._common_headers(n) + _fault_headers(fault)
             self._send(status, _dumps(err), "application/json", headers)
             return

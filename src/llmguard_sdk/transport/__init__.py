@@ -27,7 +27,8 @@ the last route's when every route failed). An input too large, for a route's con
 or for the Guard's ``max_input_tokens``, is an overflow as the SDKs and frameworks know one:
 400 with OpenAI's code ``context_length_exceeded`` and wording, or, through the Messages API,
 Anthropic's ``invalid_request_error`` whose message begins ``prompt is too long`` (``prompt is
-too long: N tokens > M maximum`` for ``max_input_tokens``).
+too long: N tokens > M maximum`` where the refusal gives the numbers: ``max_input_tokens``, a
+window the Guard knows, a provider's own words such as OpenAI's and vLLM's).
 
 The Guard's ``timeout`` bounds each call. The SDK's timeout (its read timeout) means what it
 means to httpx, the longest wait for the next byte: a plain answer's bytes all come when the

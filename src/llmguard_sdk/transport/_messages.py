@@ -374,7 +374,7 @@ class MessagesWire:
     def error(self, exc: LLMGuardError) -> dict[str, Any]:
         """Anthropic's error body (an overflow in Anthropic's words)."""
         kind = _ERRORS.get(_wire.status_of(exc), "api_error")
-        text = _wire.anthropic_overflow(exc) if _wire.overflows(exc) else str(exc)
+        text = _wire.overflow_message(exc) if _wire.overflows(exc) else str(exc)
         return {"type": "error", "error": {"type": kind, "message": text}}
 
 

@@ -32,6 +32,7 @@ from ..errors import (
 )
 from ..models import ChatResponse, StreamChunk, Usage
 from ..providers.wire import chat_prompt_tokens_details
+from ._overflow import anthropic_overflow
 
 # Headers an SDK sets for itself: never forwarded to the provider.
 _OWN_HEADERS = frozenset(
@@ -304,14 +305,12 @@ def overflows(exc: LLMGuardError) -> bool:
     return isinstance(_last(exc), (ContextLengthExceededError, InputTooLargeError))
 
 
-def anthropic_overflow(exc: LLMGuardError) -> str:
-    """An overflow's message in Anthropic's words (``prompt is too long: N tokens > M
-    maximum``, what LangChain's Anthropic model and Claude's users tell an overflow by), the
-    Guard's own after them."""
-    text = str(exc)
-    if isinstance(exc, InputTooLargeError):
-        return f"prompt is too long: {exc.tokens} tokens > {exc.limit} maximum ({text})"
-    return text if text.lower().startswith("prompt is too long") else f"prompt is too long: {text}"
+def overflow_message(exc: LLMGuardError) -> str:
+    """An overflow's message in Anthropic's words (see :mod:`._overflow`): the numbers of the
+    refusal the answer speaks for (every route failed: the last route's), the Guard's own
+    text after them."""
+    last = _last(exc)
+    return anthropic_overflow(last if last is not None else exc, str(exc))
 
 
 def openai_error(exc: LLMGuardError) -> dict[str, Any]:
