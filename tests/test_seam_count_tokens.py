@@ -11,9 +11,16 @@ from typing import Any
 import anyio
 import pytest
 
-from llmguard_sdk import AnthropicProvider, Guard, OpenAICompatibleProvider
+from llmguard_sdk import (
+    AnthropicProvider,
+    BreakerPolicy,
+    Budget,
+    Guard,
+    OpenAICompatibleProvider,
+    RateLimit,
+)
 from llmguard_sdk.client import anthropic_client, async_anthropic_client
-from llmguard_sdk.testing import FakeProvider
+from llmguard_sdk.testing import FakeProvider, Fault
 from llmguard_sdk.tokens import count_request_tokens
 
 from .conftest import USER, require_module
@@ -113,3 +120,61 @@ def test_the_async_client_counts(anthropic: Any, fake: FakeProvider) -> None:
         return int(counted.input_tokens)
 
     assert anyio.run(run) == count_request_tokens(USER, model="gpt-4").tokens
+
+
+@pytest.mark.parametrize("how", ["isolated", "opened"])
+def test_a_count_skips_a_route_whose_breaker_is_open(
+    anthropic: Any, fake: FakeProvider, fake2: FakeProvider, how: str
+) -> None:
+    # the count named (and counted as) the first route, which the call would not take
+    fake.always(Fault(status=500))
+    guard = Guard(
+        [_gpt(fake), _claude(fake2)],
+        environ={},
+        retry=None,
+        breaker=BreakerPolicy(minimum_calls=1, failure_rate=0.5),
+    )
+    assert guard.breakers is not None
+    if how == "isolated":
+        guard.breakers.isolate("gpt")
+    else:
+        guard.chat(USER)  # the gpt route fails and its breaker opens; claude answers
+    assert guard.breakers.state("gpt") in ("open", "isolated")
+    raw = anthropic_client(guard).messages.with_raw_response.count_tokens(
+        model="m", system="be brief", messages=USER
+    )
+    assert raw.headers["x-llmguard-route"] == "claude"
+    assert raw.parse().input_tokens == count_request_tokens(SENT, model="claude-x").tokens
+    guard.breakers.reset("gpt")
+    again = anthropic_client(guard).messages.with_raw_response.count_tokens(
+        model="m", system="be brief", messages=USER
+    )
+    assert again.headers["x-llmguard-route"] == "gpt"
+    guard.close()
+
+
+def test_a_count_when_every_breaker_is_open_is_the_first_route_s(
+    anthropic: Any, fake: FakeProvider, fake2: FakeProvider
+) -> None:
+    guard = Guard([_gpt(fake), _claude(fake2)], environ={})
+    assert guard.breakers is not None
+    guard.breakers.isolate("gpt")
+    guard.breakers.isolate("claude")
+    raw = anthropic_client(guard).messages.with_raw_response.count_tokens(model="m", messages=USER)
+    assert raw.headers["x-llmguard-route"] == "gpt"
+    guard.close()
+
+
+def test_a_count_spends_no_rate_limit_and_no_budget(anthropic: Any, fake: FakeProvider) -> None:
+    """Counting is free at Anthropic, and asks no provider here: it takes no request from a
+    rate limit and holds no spend, however often a caller counts."""
+    limits: Any = {"gpt": RateLimit(rpm=1)}
+    guard = Guard(_gpt(fake), environ={}, rate_limits=limits, budgets=[Budget(limit_usd=1.0)])
+    client = anthropic_client(guard)
+    for _ in range(5):
+        client.messages.count_tokens(model="m", messages=USER)
+    ((row,),) = [guard.budget_status()]
+    assert (row["spent_usd"], row["held_usd"]) == (0, 0)
+    guard.chat(USER, max_tokens=1, timeout=5)  # the one request a minute, still there
+    assert len(fake.requests) == 1
+    guard.close()
