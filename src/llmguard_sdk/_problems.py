@@ -19,7 +19,8 @@ def problems(
     model: type[BaseModel] | None = None,
 ) -> list[str]:
     """Each error of ``exc`` as ``location: message``: the location's parts joined by dots,
-    ``skip`` (a union's branch names) left out, ``default`` where none is left. With the
+    ``skip`` (a union's branch names) left out, ``default`` where none is left; a validator's
+    own message without pydantic's ``Value error, `` before it. With the
     ``model`` validated (a file's), a key it does not take names the key of its table it
     resembles, and a value that is no table says so without naming our classes."""
     return [
@@ -31,6 +32,8 @@ def problems(
 
 def _message(err: Any, model: type[BaseModel] | None) -> str:
     message: str = err["msg"]
+    if err["type"] == "value_error":  # our validators' own words, without pydantic's prefix
+        message = message.removeprefix("Value error, ")
     if model is None:
         return message
     if err["type"] == "model_type":  # "... a valid dictionary or instance of RouteConfig"
