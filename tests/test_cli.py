@@ -390,3 +390,18 @@ def test_a_reader_that_stops_early_gets_no_traceback() -> None:
     assert process.wait(timeout=120) == 1
     assert "Traceback" not in errors
     assert "BrokenPipeError" not in errors
+
+
+@pytest.mark.parametrize("command", [["release", "status", "k"], ["budget", "status"]])
+@pytest.mark.parametrize("store", ["memory", "ftp://127.0.0.1:9/0"])
+def test_a_store_that_is_no_redis_is_refused_with_the_urls_it_takes(
+    capsys: pytest.CaptureFixture[str], command: list[str], store: str
+) -> None:
+    """The message offered ``memory`` (open_store's), then ``--store memory`` was refused:
+    these commands read what the Guards share in Redis, and say so whatever was given."""
+    assert main([*command, "--store", store]) == 2
+    said = capsys.readouterr().err
+    assert "'memory'" not in said.replace(f"got {store!r}", "")  # offered nowhere
+    assert "redis://" in said  # what it takes
+    assert "redis+cluster://" in said
+    assert f"got {store!r}" in said

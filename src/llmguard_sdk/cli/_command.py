@@ -83,10 +83,19 @@ def positive_int(text: str) -> int:
 
 def redis_store(args: argparse.Namespace) -> RedisStore:
     """The store ``--store`` / ``--prefix`` name: a Redis or Redis Cluster URL the Guards use
-    (``redis+cluster://`` too); anything else is a :class:`ConfigurationError`."""
+    (``redis+cluster://`` too). Anything else, ``memory`` among them (a process's own: no
+    other process reads it), is a :class:`ConfigurationError` naming the URLs taken;
+    ``open_store``'s said ``memory`` was one."""
+    from urllib.parse import urlsplit
+
+    from .._state.stores import _CLUSTER_SCHEMES, _REDIS_SCHEMES, _redacted
     from ..store import RedisStore, open_store
 
-    store = open_store(args.store, key_prefix=args.prefix)
-    if not isinstance(store, RedisStore):
-        raise ConfigurationError(f"--store: the Redis URL the Guards use, got {args.store!r}")
+    if urlsplit(args.store.strip()).scheme not in (*_REDIS_SCHEMES, *_CLUSTER_SCHEMES):
+        raise ConfigurationError(
+            "--store: the URL of the Redis the Guards share (redis://, rediss://, unix://, "
+            f"redis+cluster:// or rediss+cluster://), got {_redacted(args.store)!r}"
+        )
+    store = open_store(args.store, key_prefix=args.prefix)  # (a bad Redis URL: its error)
+    assert isinstance(store, RedisStore)  # (a Redis scheme: a RedisStore or a cluster's)
     return store
