@@ -118,3 +118,25 @@ def test_a_route_whose_provider_reads_no_key_says_no_more(
     path.write_text('[[routes]]\nmodel = "ollama/llama3.2"\n', encoding="utf-8")
     assert main(["check", str(path)]) == 0
     assert capsys.readouterr().out.rstrip().endswith("; key no key")
+
+
+def test_check_reads_the_file_llmguard_config_names_when_given_none(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As ``Guard.from_config()`` does: ``llmguard check`` needed the path again."""
+    path = tmp_path / "guard.toml"
+    path.write_text(ROUTES, encoding="utf-8")
+    monkeypatch.setenv("LLMGUARD_CONFIG", str(path))
+    assert main(["check"]) == 0
+    assert "vllm m at http://127.0.0.1:9/v1" in capsys.readouterr().out
+    monkeypatch.setenv("LLMGUARD_CONFIG", str(tmp_path / "missing.toml"))
+    assert main(["check"]) == 2
+    assert "missing.toml" in capsys.readouterr().err
+    for unset in ("", None):  # empty: not set, as the Guard reads it
+        if unset is None:
+            monkeypatch.delenv("LLMGUARD_CONFIG")
+        else:
+            monkeypatch.setenv("LLMGUARD_CONFIG", unset)
+        assert main(["check"]) == 2
+        said = capsys.readouterr().err
+        assert "no configuration given and LLMGUARD_CONFIG is not set" in said

@@ -89,6 +89,23 @@ def test_the_command_fails_when_the_fallback_path_does(
     assert data["failures"]
 
 
+def test_config_without_a_file_drills_the_one_llmguard_config_names(
+    servers: tuple[FakeProvider, FakeProvider],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``llmguard drill --config`` needed the path even with ``LLMGUARD_CONFIG`` set (as the
+    Guard reads it); a plain ``llmguard drill`` is the built-in drill whatever it names."""
+    monkeypatch.delenv("LLMGUARD_CONFIG", raising=False)
+    assert main(["drill", "--config", *QUICK]) == 2
+    assert "no configuration given and LLMGUARD_CONFIG is not set" in capsys.readouterr().err
+    good = _config(tmp_path, *(s.base_url for s in servers))
+    monkeypatch.setenv("LLMGUARD_CONFIG", str(good))
+    assert main(["drill", "--config", "--json", *QUICK]) == 0
+    assert json.loads(capsys.readouterr().out)["routes"] == ["main", "spare"]
+
+
 def test_a_bad_config_or_primary_exits_2(
     servers: tuple[FakeProvider, FakeProvider],
     tmp_path: Path,

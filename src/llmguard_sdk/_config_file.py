@@ -35,6 +35,7 @@ from .router import DeploymentGroup, TaskRouter
 __all__ = [
     "CONFIG_ENV",
     "ConfigFile",
+    "config_source",
     "ResolvedRoute",
     "load_config",
     "naming",
@@ -45,6 +46,19 @@ __all__ = [
 ]
 
 CONFIG_ENV = "LLMGUARD_CONFIG"
+
+
+def config_source(
+    source: str | os.PathLike[str] | Mapping[str, Any] | None, environ: Mapping[str, str]
+) -> str | os.PathLike[str] | Mapping[str, Any]:
+    """``source``, or when it is None the file :data:`CONFIG_ENV` names in ``environ`` (set
+    but empty: not set), as ``Guard.from_config()``, ``llmguard check`` and ``llmguard drill
+    --config`` read it; neither is a :class:`ConfigurationError`."""
+    if source is None:
+        source = environ.get(CONFIG_ENV) or None
+        if source is None:
+            raise ConfigurationError(f"no configuration given and {CONFIG_ENV} is not set")
+    return source
 
 
 def load_config(source: str | os.PathLike[str] | Mapping[str, Any]) -> ConfigFile:

@@ -14,7 +14,7 @@ from typing_extensions import Unpack
 
 from . import tokens
 from ._adoption import Adoption
-from ._config_file import CONFIG_ENV, load_config, naming, options_for, resolve, tasks_of
+from ._config_file import config_source, load_config, naming, options_for, resolve, tasks_of
 from ._core import wiring
 from ._core.buffered import achat_stream, chat_stream
 from ._core.calls import MessagesArg, acomplete_call, call_context, complete_call, stream_flag
@@ -30,7 +30,7 @@ from .budget import Budget, Budgets, BudgetScope, CounterStatus, PriceTable
 from .cache import ResponseCache
 from .config import GuardSettings, _text_environ
 from .context import Hook
-from .errors import ConfigurationError, ProviderError
+from .errors import ProviderError
 from .models import ChatRequest, ChatResponse
 from .providers.base import Provider
 from .providers.openai_compat import _cap_pools
@@ -337,10 +337,7 @@ class Guard(Adoption, Lifecycle):
         accepted = None if takes_any else [*parameters][1:]  # (not providers)
         options_for(options, accepted)  # (before the file is read: a typo is said first)
         env = _text_environ(environ, "Guard.from_config")  # (read before the Guard is built)
-        if source is None:
-            source = env.get(CONFIG_ENV) or None
-            if source is None:
-                raise ConfigurationError(f"no configuration given and {CONFIG_ENV} is not set")
+        source = config_source(source, env)
         with naming(source):
             config = load_config(source)
             options = options_for(options, accepted, config)

@@ -7,7 +7,7 @@ import json
 import os
 from typing import TYPE_CHECKING, Any
 
-from .._config_file import load_config, naming, redacted, resolve, tasks_of
+from .._config_file import config_source, load_config, naming, redacted, resolve, tasks_of
 from .._config_shortcuts import key_variable
 from ..config import GuardSettings
 from ..store import open_store
@@ -21,7 +21,9 @@ __all__ = ["CHECK"]
 
 
 def _arguments(check: argparse.ArgumentParser) -> None:
-    check.add_argument("config", help="the configuration file")
+    check.add_argument(
+        "config", nargs="?", help="the configuration file (default: the one LLMGUARD_CONFIG names)"
+    )
     check.add_argument(
         "--json", action="store_true", help="print the settings, tasks and routes as JSON"
     )
@@ -29,8 +31,9 @@ def _arguments(check: argparse.ArgumentParser) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     """Run ``llmguard check``: 0 when the configuration is good, 2 when it is not."""
-    with naming(args.config):
-        config = load_config(args.config)
+    source = config_source(args.config, os.environ)
+    with naming(source):
+        config = load_config(source)
         entries, routes = resolve(config, os.environ)
         settings = config.settings(os.environ)  # a ${NAME} store is read and names a store
         guard = GuardSettings.from_env(os.environ, **settings)  # the LLMGUARD_* ones it leaves

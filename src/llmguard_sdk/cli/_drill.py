@@ -32,7 +32,7 @@ def _arguments(drill: argparse.ArgumentParser) -> None:
 def _run(args: argparse.Namespace) -> int:
     """Run ``llmguard drill``: 0 when every call was answered (``--config``: when the
     fallback path held)."""
-    if args.config:
+    if args.config is not None:  # ("": --config alone, the file LLMGUARD_CONFIG names)
         given = (("--png", args.png is not None), ("--no-local", args.no_local))
         ignored = [name for name, used in given if used]
         if ignored:  # a drill of the file's own routes draws no picture and adds no model

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 
 __all__ = ["add_config_drill_arguments", "run_config_drill_command"]
 
@@ -14,9 +15,12 @@ def add_config_drill_arguments(drill: argparse.ArgumentParser) -> None:
     drill.add_argument(
         "--config",
         metavar="FILE",
-        help="drill your own configuration (TOML, YAML or JSON): faults are injected in front "
-        "of its primary route in the client, its real backups answer; exits 1 when a call "
-        "during the outage was not answered by a backup",
+        nargs="?",
+        const="",
+        help="drill your own configuration (TOML, YAML or JSON; --config alone: the file "
+        "LLMGUARD_CONFIG names): faults are injected in front of its primary route in the "
+        "client, its real backups answer; exits 1 when a call during the outage was not "
+        "answered by a backup",
     )
     drill.add_argument(
         "--primary", metavar="ROUTE", help="with --config: the route to fail (default: first)"
@@ -26,10 +30,11 @@ def add_config_drill_arguments(drill: argparse.ArgumentParser) -> None:
 def run_config_drill_command(args: argparse.Namespace) -> int:
     """Run the drill on ``args.config``: 0 when the fallback path held, 1 when it did not (a
     bad configuration raises ConfigurationError: exit 2)."""
+    from .._config_file import config_source
     from ..testing.config_drill import run_config_drill
 
     report = run_config_drill(
-        args.config,
+        config_source(args.config or None, os.environ),
         primary=args.primary,
         rate=args.rate,
         before=args.before,
