@@ -62,7 +62,9 @@ def config_source(
 
 
 def load_config(source: str | os.PathLike[str] | Mapping[str, Any]) -> ConfigFile:
-    """Read and validate a configuration; errors name the file and the bad key."""
+    """Read and validate a configuration; errors name the file and the bad key. A file's
+    ``local/`` routes read a relative GGUF path from the file's folder (a mapping's: from the
+    working directory)."""
     where = "configuration"
     if isinstance(source, Mapping):
         data: Any = dict(source)
@@ -76,12 +78,15 @@ def load_config(source: str | os.PathLike[str] | Mapping[str, Any]) -> ConfigFil
         where = str(path)
         data = read_data(path)
     try:
-        return ConfigFile.model_validate(data)
+        config = ConfigFile.model_validate(data)
     except ValidationError as exc:
         found = problems(
             exc, "configuration", skip=("RouteConfig", "GroupConfig"), model=ConfigFile
         )
         raise ConfigurationError(f"{where}: " + "; ".join(found)) from None
+    if isinstance(source, Mapping):  # (a local/ route's relative path: the working directory)
+        return config
+    return config.found_in(Path(source).absolute().parent)
 
 
 @contextlib.contextmanager

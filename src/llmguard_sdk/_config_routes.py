@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from ._config_references import EMBEDDED, REFERENCE, read_references, redacted
 from ._config_schema import ConfigFile, GroupConfig, RouteConfig
@@ -40,7 +41,7 @@ def resolve(
     for index, entry in enumerate(config.routes):
         if isinstance(entry, GroupConfig):
             built = [
-                _route(route, environ, f"routes.{index}.deployments.{i}")
+                _route(route, environ, f"routes.{index}.deployments.{i}", config.folder)
                 for i, route in enumerate(entry.deployments)
             ]
             try:
@@ -57,7 +58,7 @@ def resolve(
             entries.append(group)
             described += [_in_group(info, entry.group) for _, info in built]
         else:
-            provider, info = _route(entry, environ, f"routes.{index}")
+            provider, info = _route(entry, environ, f"routes.{index}", config.folder)
             entries.append(provider)
             described.append(info)
     groups = [entry.group for entry in config.routes if isinstance(entry, GroupConfig)]
@@ -75,11 +76,11 @@ def _in_group(info: ResolvedRoute, group: str) -> ResolvedRoute:
 
 
 def _route(
-    route: RouteConfig, environ: Mapping[str, str], where: str
+    route: RouteConfig, environ: Mapping[str, str], where: str, folder: Path | None
 ) -> tuple[Provider, ResolvedRoute]:
     shortcut, model = route.model.split("/", 1)
     if shortcut == "local":
-        return _local(route, model, where)
+        return _local(route, model, where, folder)
     key_from = _key_from(route.api_key, key_variable(shortcut), environ, f"{where}.api_key")
     api_key = read_references(key_from, environ, f"{where}.api_key")
     given = read_references(route.base_url, environ, f"{where}.base_url")
@@ -143,12 +144,17 @@ def _key_from(
     return api_key
 
 
-def _local(route: RouteConfig, model: str, where: str) -> tuple[Provider, ResolvedRoute]:
+def _local(
+    route: RouteConfig, model: str, where: str, folder: Path | None
+) -> tuple[Provider, ResolvedRoute]:
+    """The ``local/`` route: the bundled model, or a GGUF file (a relative path in a file
+    read from the file's ``folder``; built in Python, from the working directory)."""
     from .providers.local import LocalProvider
 
-    path = None if model == "bundled" else model
+    path = None if model == "bundled" else Path(model) if folder is None else folder / model
     try:
         provider = LocalProvider(path, name=route.name or "local")
     except ConfigurationError as exc:
         raise ConfigurationError(f"{where}: {exc}") from None
-    return provider, ResolvedRoute(provider.name, "local", model, None, None)
+    shown = model if path is None else str(path)  # (llmguard check: the file it loads)
+    return provider, ResolvedRoute(provider.name, "local", shown, None, None)

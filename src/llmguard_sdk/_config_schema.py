@@ -17,7 +17,8 @@
     ]
 
     [[routes]]
-    model = "local/bundled"                       # the bundled llama.cpp model (or a .gguf path)
+    model = "local/bundled"                       # the bundled llama.cpp model, or a .gguf path
+                                                  # (relative: from the file's folder)
 
     [tasks]                                       # optional: task routing and cascades
     tiers = { small = ["openai"], large = ["claude"] }     # (see _config_tasks.py)
@@ -32,6 +33,7 @@ is refused, as is a credential header's value (``Authorization``, a header named
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import (
@@ -39,6 +41,7 @@ from pydantic import (
     ConfigDict,
     Discriminator,
     Field,
+    PrivateAttr,
     Tag,
     field_validator,
     model_validator,
@@ -171,6 +174,18 @@ class ConfigFile(BaseModel):
     _numbers = field_validator("timeout", "attempt_timeout", "max_input_tokens", mode="before")(
         _not_a_bool
     )
+    _folder: Path | None = PrivateAttr(default=None)
+
+    @property
+    def folder(self) -> Path | None:
+        """The folder of the file this was read from (None: built from a mapping): a
+        ``local/`` route's relative GGUF path is read from it."""
+        return self._folder
+
+    def found_in(self, folder: Path) -> ConfigFile:
+        """This configuration, as read from a file in ``folder`` (an absolute path): it."""
+        self._folder = folder
+        return self
 
     @field_validator("store")
     @classmethod

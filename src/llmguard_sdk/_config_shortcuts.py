@@ -6,10 +6,11 @@ Shortcuts and the environment variables they read when the route names no key (o
 ``OPENAI_API_VERSION``), ``openrouter/`` (``OPENROUTER_API_KEY``), ``groq/``
 (``GROQ_API_KEY``), ``together/`` (``TOGETHER_API_KEY``), ``ollama/`` (``OLLAMA_HOST``, local
 by default), ``vllm/`` (``base_url`` required, ``VLLM_API_KEY``), ``local/`` (``bundled`` or
-a GGUF path). An ``azure/`` route's ``base_url`` is its resource endpoint (as
-``AZURE_OPENAI_ENDPOINT``), unless it is a whole ``.../openai/...`` URL. A key variable that
-is unset leaves the route without a key (a local server's); one set but empty is refused
-naming it (``_config_routes.py``), as an empty ``${NAME}`` reference is.
+a GGUF path; relative in a file: from the file's folder). An ``azure/`` route's
+``base_url`` is its resource endpoint (as ``AZURE_OPENAI_ENDPOINT``), unless it is a whole
+``.../openai/...`` URL. A key variable that is unset leaves the route without a key (a local
+server's); one set but empty is refused naming it (``_config_routes.py``), as an empty
+``${NAME}`` reference is.
 """
 
 from __future__ import annotations
