@@ -675,3 +675,25 @@ def test_llmguard_check_says_where_a_local_route_runs(
     out = capsys.readouterr().out
     assert "None" not in out
     assert "local: local bundled in this process" in out
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("guard.json", '{"routes": [{"model": "ollama/m", "context_window": 1e30}]}'),
+        ("guard.toml", '[[routes]]\nmodel = "ollama/m"\ncontext_window = 3000000000\n'),
+        ("guard.yaml", "routes:\n  - model: ollama/m\n    context_window: 1.0e+400\n"),
+        ("guard.json", '{"max_input_tokens": 1e30, "routes": [{"model": "ollama/m"}]}'),
+    ],
+)
+def test_a_huge_token_count_is_refused_naming_the_bound(
+    tmp_path: Path, name: str, text: str
+) -> None:
+    """1e30 said pydantic's "Unable to parse input string as an integer, exceeded maximum
+    size" (no string was given), 3e9 passed (no context window is that large)."""
+    key = "context_window" if "context_window" in text else "max_input_tokens"
+    with pytest.raises(ConfigurationError) as caught:
+        load_config(_write(tmp_path, name, text))
+    message = str(caught.value)
+    assert f"{key}: must be a whole number of tokens from 1 to 2147483647, got " in message
+    assert "parse" not in message

@@ -52,9 +52,23 @@ from ._config_shortcuts import SHORTCUTS
 from ._config_tasks import TasksConfig
 from .config import _bad_store, _literal, _not_a_bool
 from .errors import ConfigurationError
+from .models import _MOST_OUTPUT_TOKENS as _MOST_TOKENS
 from .router import Strategy
 
 __all__ = ["ConfigFile", "GroupConfig", "RouteConfig"]
+
+
+def _token_count(value: object) -> object:
+    """A count of tokens (``context_window``, ``max_input_tokens``): no bool, and at most
+    :data:`~llmguard_sdk.budget._usage.MOST_TOKENS`, the bound of every token count (1e30 said
+    pydantic's "Unable to parse input string as an integer, exceeded maximum size"; 3e9
+    passed, larger than any model's context)."""
+    _not_a_bool(value)
+    if isinstance(value, int | float) and not value <= _MOST_TOKENS:  # (NaN too)
+        raise ValueError(
+            f"must be a whole number of tokens from 1 to {_MOST_TOKENS}, got {value!r:.40}"
+        )
+    return value
 
 
 class RouteConfig(BaseModel):
@@ -70,7 +84,7 @@ class RouteConfig(BaseModel):
     context_window: int | None = Field(default=None, gt=0)
     headers: dict[str, str] | None = None
 
-    _numbers = field_validator("context_window", mode="before")(_not_a_bool)
+    _numbers = field_validator("context_window", mode="before")(_token_count)
     _literals = field_validator("model", "name", "api_version", mode="before")(_literal)
 
     @field_validator("model")
@@ -171,9 +185,8 @@ class ConfigFile(BaseModel):
     routes: list[_Entry] = Field(min_length=1)
     tasks: TasksConfig | None = None
 
-    _numbers = field_validator("timeout", "attempt_timeout", "max_input_tokens", mode="before")(
-        _not_a_bool
-    )
+    _numbers = field_validator("timeout", "attempt_timeout", mode="before")(_not_a_bool)
+    _tokens = field_validator("max_input_tokens", mode="before")(_token_count)
     _folder: Path | None = PrivateAttr(default=None)
 
     @property
