@@ -133,9 +133,29 @@ def test_recorded_usage_reports_cost_per_tenant_feature_and_success(
     assert main(["cost", "report", str(path)]) == 0
     assert "acme" in capsys.readouterr().out
     # a file with no usage record in it (not a usage file): exit 1, as llmguard report does
-    (tmp_path / "garbage.jsonl").write_text("not json\n[1, 2]\n")
-    assert main(["cost", "report", str(tmp_path / "garbage.jsonl")]) == 1
-    assert "no usage records" in capsys.readouterr().err
+    (tmp_path / "other.jsonl").write_text('{"a": 1}\n[1, 2]\n')
+    assert main(["cost", "report", str(tmp_path / "other.jsonl")]) == 1
+    assert "no usage records in" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [
+        ("tenant,feature,cost\nacme,faq,0.1\n", 1),  # a CSV export
+        ('{"a": 1}\n\n[1, 2]\n{"outcome": \n', 4),  # JSON, then a line that is not
+        ('{\n  "outcome": "ok"\n}\n', 1),  # one JSON object over lines: not JSON Lines
+    ],
+)
+def test_a_file_that_is_not_json_lines_is_said_so_with_its_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, line: int
+) -> None:
+    """It said "no usage records in FILE", as of a JSON Lines file of other records."""
+    path = tmp_path / "usage.csv"
+    path.write_text(text, encoding="utf-8")
+    assert main(["cost", "report", str(path)]) == 1
+    said = capsys.readouterr().err
+    assert f"{path} is not JSON Lines: line {line} is not JSON" in said
+    assert "no usage records" not in said
 
 
 def test_hashed_ids_keep_tenants_out_of_the_file(tmp_path: Path, make_guard: MakeGuard) -> None:
