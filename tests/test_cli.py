@@ -405,3 +405,46 @@ def test_a_store_that_is_no_redis_is_refused_with_the_urls_it_takes(
     assert "redis://" in said  # what it takes
     assert "redis+cluster://" in said
     assert f"got {store!r}" in said
+
+
+def _parsers() -> list[tuple[str, Any]]:
+    """Every command's (and action's) parser, by its path: ``llmguard cost estimate`` ..."""
+    import argparse
+
+    from llmguard_sdk.cli import _COMMANDS
+    from llmguard_sdk.cli._command import register
+
+    root = argparse.ArgumentParser(prog="llmguard")
+    commands = root.add_subparsers()
+    for command in _COMMANDS:
+        register(commands, command)
+    found: list[tuple[str, Any]] = []
+    waiting: list[tuple[str, Any]] = [("llmguard", root)]
+    while waiting:
+        path, parser = waiting.pop()
+        found.append((path, parser))
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                waiting += [(f"{path} {n}", p) for n, p in action.choices.items()]
+    return found
+
+
+def test_every_option_with_a_default_says_it_in_its_help() -> None:
+    """``--before`` (3 s), ``--prefix`` (llmguard), ``--cache-hit-rate`` (0) ... said no
+    default; each default is shown from argparse's own (``%(default)s``), never retyped."""
+    import argparse
+
+    missing = []
+    for path, parser in _parsers():
+        formatter = parser._get_formatter()
+        for action in parser._actions:
+            default = action.default
+            if not action.option_strings or not isinstance(default, (str, int, float)):
+                continue  # (positionals; flags, lists and None: no default to say)
+            if isinstance(default, bool) or default == argparse.SUPPRESS:  # (-h, --version)
+                continue
+            shown = f"{default:g}" if isinstance(default, float) else str(default)
+            help_text = formatter._expand_help(action)
+            if "%(default)" not in (action.help or "") or f"default: {shown})" not in help_text:
+                missing.append(f"{path} {action.option_strings[0]}: {help_text!r}")
+    assert missing == []

@@ -26,8 +26,12 @@ __all__ = ["BUDGET"]
 
 def _status_arguments(status: argparse.ArgumentParser) -> None:
     status.add_argument("--store", required=True, help="the Redis URL the Guards use")
-    status.add_argument("--prefix", default="llmguard", help="the store's key prefix")
-    status.add_argument("--name", default="default", help="the budget set's name (Budgets)")
+    status.add_argument(
+        "--prefix", default="llmguard", help="the store's key prefix (default: %(default)s)"
+    )
+    status.add_argument(
+        "--name", default="default", help="the budget set's name (Budgets; default: %(default)s)"
+    )
     status.add_argument("--tenant", help="only this tenant's counters")
     status.add_argument("--json", action="store_true", help="print JSON")
 

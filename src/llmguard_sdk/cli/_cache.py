@@ -49,7 +49,7 @@ def _calibrate_arguments(parser: argparse.ArgumentParser) -> None:
         dest="precision",
         type=float,
         default=0.95,
-        help="target precision, met by its lower 95%% confidence bound (0.95)",
+        help="target precision, met by its lower 95%% confidence bound (default: %(default)g)",
     )
     parser.add_argument(
         "--no-guards", action="store_true", help="score similarity alone (guards off)"
@@ -60,7 +60,10 @@ def _calibrate_arguments(parser: argparse.ArgumentParser) -> None:
         help="the standard guards only (the strict ones are the default cache's)",
     )
     parser.add_argument(
-        "--embedder", choices=EMBEDDERS, default="hashing", help="what embeds the texts (hashing)"
+        "--embedder",
+        choices=EMBEDDERS,
+        default="hashing",
+        help="what embeds the texts (default: %(default)s)",
     )
     parser.add_argument(
         "--verifier",

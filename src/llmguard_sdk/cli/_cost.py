@@ -74,12 +74,15 @@ def _estimate_arguments(est: argparse.ArgumentParser) -> None:
         default=[],
         help="a routing split, e.g. gpt-4o-mini=70,gpt-4o=30 (repeatable)",
     )
-    est.add_argument("--cache-hit-rate", type=_fraction, default=0.0, help="answered by cache")
+    for option, text in (
+        ("--cache-hit-rate", "answered by cache"),
+        ("--cached-input-share", "input read from prompt cache"),
+        ("--retry-rate", "billed extra attempts"),
+    ):
+        est.add_argument(option, type=_fraction, default=0.0, help=f"{text} (default: %(default)g)")
     est.add_argument(
-        "--cached-input-share", type=_fraction, default=0.0, help="input read from prompt cache"
+        "--days", type=_positive, default=30.0, help="days in a month (default: %(default)g)"
     )
-    est.add_argument("--retry-rate", type=_fraction, default=0.0, help="billed extra attempts")
-    est.add_argument("--days", type=_positive, default=30.0, help="days in a month (30)")
     est.add_argument(
         "--service-tier",
         choices=TIERS,

@@ -345,8 +345,12 @@ async def _burst(guard: Guard, requests: int, concurrency: int) -> None:
 
 
 def _arguments(demo: argparse.ArgumentParser) -> None:
-    demo.add_argument("--requests", type=positive_int, default=60, help="calls to send (60)")
-    demo.add_argument("--concurrency", type=positive_int, default=8, help="calls in flight (8)")
+    demo.add_argument(
+        "--requests", type=positive_int, default=60, help="calls to send (default: %(default)s)"
+    )
+    demo.add_argument(
+        "--concurrency", type=positive_int, default=8, help="calls in flight (default: %(default)s)"
+    )
     demo.add_argument("--json", action="store_true", help="print the summary as JSON")
 
 

@@ -17,10 +17,15 @@ __all__ = ["DRILL"]
 
 
 def _arguments(drill: argparse.ArgumentParser) -> None:
-    drill.add_argument("--rate", type=float, default=20.0, help="requests per second (20)")
-    drill.add_argument("--before", type=float, default=3.0, help="seconds before the outage")
-    drill.add_argument("--outage", type=float, default=2.0, help="seconds of each down phase")
-    drill.add_argument("--after", type=float, default=4.0, help="seconds after the return")
+    for option, default, text in (
+        ("--rate", 20.0, "requests per second"),
+        ("--before", 3.0, "seconds before the outage"),
+        ("--outage", 2.0, "seconds of each down phase"),
+        ("--after", 4.0, "seconds after the return"),
+    ):
+        drill.add_argument(
+            option, type=float, default=default, help=f"{text} (default: %(default)g)"
+        )
     drill.add_argument(
         "--no-local", action="store_true", help="leave the local model out (not with --config)"
     )

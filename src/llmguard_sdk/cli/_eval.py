@@ -49,19 +49,22 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", help="the samples file (JSON Lines from EvalSink)")
     parser.add_argument("--base-url", required=True, help="the candidate's endpoint")
     parser.add_argument("--model", help="the candidate's model (default: the endpoint's)")
-    parser.add_argument("--name", default="candidate", help="the candidate's name")
+    parser.add_argument(
+        "--name", default="candidate", help="the candidate's name (default: %(default)s)"
+    )
     parser.add_argument("--api-key-env", metavar="VAR", help="environment variable of its key")
     parser.add_argument(
         "--compare",
         default="overlap",
-        help="overlap (shared words, default), exact, or module:function(recorded, replayed)",
+        help="overlap (shared words), exact, or module:function(recorded, replayed) "
+        "(default: %(default)s)",
     )
     parser.add_argument(
         "--threshold",
         type=_finite,
         default=0.6,
-        help="agreement from this share of shared words, 0 to 1 (0.6), or this score of a "
-        "module:function comparison",
+        help="agreement from this share of shared words, 0 to 1, or this score of a "
+        "module:function comparison (default: %(default)g)",
     )
     parser.add_argument("--limit", type=positive_int, help="replay at most this many calls")
     parser.add_argument(
@@ -72,7 +75,9 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
         metavar="MODEL=IN/OUT",
         help="a price in USD per million tokens, for models the price table lacks",
     )
-    parser.add_argument("--timeout", type=float, default=30.0, help="per call, seconds (30)")
+    parser.add_argument(
+        "--timeout", type=float, default=30.0, help="per call, seconds (default: %(default)g)"
+    )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
 
 

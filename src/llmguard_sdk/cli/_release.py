@@ -24,7 +24,9 @@ def _arguments(action: argparse.ArgumentParser) -> None:
     action.add_argument(
         "--store", required=True, help="the Redis (or redis+cluster://) URL the Guards use"
     )
-    action.add_argument("--prefix", default="llmguard", help="the store's key prefix")
+    action.add_argument(
+        "--prefix", default="llmguard", help="the store's key prefix (default: %(default)s)"
+    )
     action.add_argument(
         "--stages",
         help="the canary's stage shares (default: those its Guards stored; else "
