@@ -49,6 +49,36 @@ def test_openai_12_hour_writes_are_read_apart_from_30_minute_ones(shape: str) ->
     assert usage_from_payload(absurd)[0] is None  # (a count read: bounded)
 
 
+@pytest.mark.parametrize("shape", ["chat", "responses"])
+@pytest.mark.parametrize("thirty", [None, 2000])
+def test_a_flat_12_hour_write_count_is_read_as_the_split_one(
+    shape: str, thirty: int | None
+) -> None:
+    """A usage that gives the 12-hour writes beside the others in its input details
+    (``cache_write_12h_tokens``, as OpenAI's usage API names them ``input_cache_write_12h_
+    tokens``; a proxy's flattening of ``cache_write_tokens_details``) was read as no 12-hour
+    write: priced at the 30-minute rate."""
+    top, details = ("prompt", "prompt_tokens_details")
+    if shape == "responses":
+        top, details = ("input", "input_tokens_details")
+    out = "completion" if shape == "chat" else "output"
+    flat = {"cached_tokens": 1000, "cache_write_tokens": 6000, "cache_write_12h_tokens": 4000}
+    if thirty is not None:
+        flat["cache_write_30m_tokens"] = thirty
+    raw: dict[str, Any] = {f"{top}_tokens": 10000, f"{out}_tokens": 10, details: flat}
+    usage, _ = usage_from_payload(raw)
+    assert usage is not None
+    assert (usage.cached_input_tokens, usage.cache_write_input_tokens) == (1000, 6000)
+    assert usage.cache_write_12h_input_tokens == 4000
+    assert TERRA.cost(usage) == pytest.approx((3000 + 50 + 2500 + 8000 + 50) / 1e6)
+    split = {**raw, details: {**flat, **_written(6000, 6000, 0)}}  # the split's word wins
+    usage, _ = usage_from_payload(split)
+    assert usage is not None
+    assert usage.cache_write_12h_input_tokens == 0
+    absurd = {**raw, details: {**flat, "cache_write_12h_tokens": 2**31}}
+    assert usage_from_payload(absurd)[0] is None  # (a count read: bounded)
+
+
 def test_a_price_without_a_12_hour_rate_says_so_and_uses_its_write_rate(
     caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -2,7 +2,8 @@
 
 A provider's usage splits its cache writes by retention (Anthropic's
 ``cache_creation.ephemeral_5m_input_tokens`` / ``ephemeral_1h_input_tokens``, OpenAI's
-``cache_write_tokens_details.ttl_30m_tokens`` / ``ttl_12h_tokens``), read by :mod:`._usage`;
+``cache_write_tokens_details.ttl_30m_tokens`` / ``ttl_12h_tokens``, or the 12-hour ones flat
+as ``cache_write_12h_tokens``), read by :mod:`._usage`;
 each is priced at its own rate. A usage that reports no write kept longer than the default (one
 that does not split them: an older API version's, a proxy's) leaves them to the
 request, when it asked one lifetime for all of its writes:

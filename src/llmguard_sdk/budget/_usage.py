@@ -8,7 +8,9 @@ them) and ``output_tokens`` = every output token (reasoning among them):
   and ``.cache_write_tokens`` (every write), split by retention in
   ``.cache_write_tokens_details.ttl_30m_tokens`` / ``.ttl_12h_tokens``, ``completion_tokens``
   (reasoning included), ``completion_tokens_details.reasoning_tokens``; the tier is the
-  response's top-level ``service_tier``.
+  response's top-level ``service_tier``. A usage that reports writes without that split may
+  give the 12-hour ones flat, as ``.cache_write_12h_tokens`` (the name of OpenAI's usage API,
+  ``input_cache_write_12h_tokens``; a proxy's flattening of the split): read as the same count.
 * OpenAI Responses API: ``input_tokens`` (cache reads and writes included),
   ``input_tokens_details.cached_tokens``, ``.cache_write_tokens`` and its
   ``.cache_write_tokens_details``, as above, ``output_tokens`` (reasoning included),
@@ -90,6 +92,12 @@ _RESPONSES = _fields(
     "input_tokens_details.cache_write_tokens_details.ttl_30m_tokens",
     "input_tokens_details.cache_write_tokens_details.ttl_12h_tokens",
     "output_tokens_details.thinking_tokens",
+)
+# the 12-hour writes given flat beside the total (chat, responses): read for a call that
+# wrote to the cache without the split above, one lookup more
+_FLAT_12H = (
+    _fields("prompt_tokens_details.cache_write_12h_tokens"),
+    _fields("input_tokens_details.cache_write_12h_tokens"),
 )
 _MESSAGES = _fields(
     "input_tokens",
@@ -229,6 +237,10 @@ def usage_from_payload(
         return None, reported
     values = _read(raw, fields)
     absurd = _absurd(fields, values)
+    if fields is not _MESSAGES and values[3] and not (values[5] or values[6]):  # flat, if any
+        flat = _FLAT_12H[fields is _RESPONSES]
+        values[6] = _read(raw, flat)[0]
+        absurd = absurd or _absurd(flat, values[6:7])
     counted = None if absurd is not None else _tokens(fields, values)
     if counted is not None and max(counted[:2]) > MOST_TOKENS:  # (input: Anthropic's sum)
         absurd = "input_tokens"
