@@ -26,7 +26,7 @@ from . import _genai_table
 from ._genai_table import CONTEXT, FIELDS
 
 if TYPE_CHECKING:
-    from .prices import Price
+    from ._price import Price
 
 __all__ = ["TIERS", "GenaiSource", "instant", "moment", "normal_tier"]
 
@@ -179,7 +179,7 @@ def _rate(value: Any, above: int | None) -> float:
 
 
 def _to_price(fields: Mapping[str, Any], tier: str | None) -> Price | None:
-    from .prices import Price
+    from ._price import Price
 
     if "input_mtok" not in fields or "output_mtok" not in fields:
         return None

@@ -1,0 +1,203 @@
+"""A model's :class:`Price` (USD per million tokens of each kind) and the :class:`Cost` of
+a call's usage at it: cached reads, cache writes by retention and reasoning output at their own
+rates, in the long-context tier of the call's input (the formula is in :mod:`.prices`).
+
+.. versionadded:: 0.2.0
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import logging
+import math
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+from ..errors import ConfigurationError
+from ..models import Usage
+from ..telemetry._repeats import log_repeated
+from ._source import TIERS
+
+__all__ = ["Cost", "Price"]
+
+logger = logging.getLogger("llmguard_sdk")
+_MILLION = 1_000_000.0
+_EPOCH = dt.date(1970, 1, 1)
+_NO_12H = (
+    "llmguard prices: %d tokens written to the prompt cache for 12 hours were priced at the "
+    "model's cache-write rate: its price has no cache_write_12h (PriceTable.with_prices sets it)"
+)
+_RATES = (
+    "input",
+    "output",
+    "cached_input",
+    "cache_write",
+    "cache_write_1h",
+    "reasoning",
+    "cache_write_12h",
+)
+
+
+@dataclass(frozen=True)
+class Price:
+    """USD per million tokens; ``cached_input`` and ``cache_write`` default to ``input``.
+
+    ``effective_from`` is the first UTC day the price applies (entries of one model with
+    later dates replace earlier ones from their date on). ``cache_write_1h`` is the rate of
+    cache writes kept for an hour (Anthropic's 1-hour TTL; default: ``cache_write``),
+    ``cache_write_12h`` that of writes kept for 12 hours (OpenAI's 12-hour retention; default:
+    ``cache_write``, with a warning when a call's writes are priced so), ``reasoning`` the
+    rate of reasoning output tokens (default: ``output``). ``tier`` names the service tier
+    the price is for (``"flex"``, ``"priority"``, ``"batch"``, ``"fast"``; ``None``:
+    standard). ``long_context`` holds ``(threshold, price)`` pairs: a call of more
+    than ``threshold`` input tokens pays that price for all of its tokens.
+
+    .. versionchanged:: 0.2.0 ``cache_write_1h``, ``cache_write_12h``, ``reasoning``,
+       ``tier`` and ``long_context``.
+    """
+
+    input: float
+    output: float
+    cached_input: float | None = None
+    cache_write: float | None = None
+    effective_from: dt.date = _EPOCH
+    cache_write_1h: float | None = None
+    reasoning: float | None = None
+    tier: str | None = None
+    long_context: tuple[tuple[int, Price], ...] = ()
+    deprecated_on: dt.date | None = None
+    retires_on: dt.date | None = None
+    cache_write_12h: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in _RATES:
+            value = getattr(self, name)
+            if value is None and name not in ("input", "output"):
+                continue
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or not 0 <= value < math.inf
+            ):
+                raise ConfigurationError(f"price {name} must be a number >= 0, got {value!r}")
+        for day in (self.effective_from, self.deprecated_on or _EPOCH, self.retires_on or _EPOCH):
+            if not isinstance(day, dt.date):
+                raise ConfigurationError("effective_from, deprecated_on, retires_on are dates")
+        if self.tier is not None and self.tier not in TIERS:
+            raise ConfigurationError(f"tier must be one of {TIERS} or None, got {self.tier!r}")
+        steps = tuple(self.long_context)
+        if not all(
+            isinstance(step, tuple)
+            and len(step) == 2
+            and isinstance(step[0], int)
+            and step[0] >= 0
+            and isinstance(step[1], Price)
+            for step in steps
+        ):
+            raise ConfigurationError("long_context holds (threshold, Price) pairs")
+        object.__setattr__(self, "long_context", tuple(sorted(steps, key=lambda s: s[0])))
+        # the rates that default to others, and the dearest input and output rates: read by
+        # every call's worst case and cost (attributes, not fields; a Price never changes)
+        write = self.input if self.cache_write is None else self.cache_write
+        rates = (
+            self.input if self.cached_input is None else self.cached_input,
+            write,
+            write if self.cache_write_1h is None else self.cache_write_1h,
+            self.output if self.reasoning is None else self.reasoning,
+            write if self.cache_write_12h is None else self.cache_write_12h,
+        )
+        object.__setattr__(self, "_rates", rates)
+        object.__setattr__(self, "_input_max", max(self.input, rates[1], rates[2], rates[4]))
+        object.__setattr__(self, "_output_max", max(self.output, rates[3]))
+
+    # cached, write, write_1h, reasoning, write_12h
+    _rates: ClassVar[tuple[float, float, float, float, float]]
+    _input_max: ClassVar[float]
+    _output_max: ClassVar[float]
+
+    @property
+    def cached_rate(self) -> float:
+        """Price of a cached input token read (per million)."""
+        return self._rates[0]
+
+    @property
+    def write_rate(self) -> float:
+        """Price of an input token written to the prompt cache (per million)."""
+        return self._rates[1]
+
+    @property
+    def write_1h_rate(self) -> float:
+        """Price of an input token written to the prompt cache for an hour (per million)."""
+        return self._rates[2]
+
+    @property
+    def write_12h_rate(self) -> float:
+        """Price of an input token written to the prompt cache for 12 hours (per million)."""
+        return self._rates[4]
+
+    @property
+    def reasoning_rate(self) -> float:
+        """Price of a reasoning output token (per million)."""
+        return self._rates[3]
+
+    def for_input(self, input_tokens: float) -> Price:
+        """The price a call of ``input_tokens`` input tokens pays (its long-context tier)."""
+        found = self
+        for threshold, price in self.long_context:
+            if input_tokens > threshold:
+                found = price
+        return found
+
+    def scaled(self, factor: float, *, tier: str | None = None) -> Price:
+        """Every rate times ``factor`` (a batch discount), long-context tiers included."""
+        rates: dict[str, Any] = {
+            name: None if getattr(self, name) is None else getattr(self, name) * factor
+            for name in _RATES
+        }
+        steps = tuple((t, p.scaled(factor, tier=tier)) for t, p in self.long_context)
+        return dataclasses.replace(self, **rates, tier=tier, long_context=steps)
+
+    def cost(self, usage: Usage) -> float:
+        """The USD cost of ``usage`` at this price: cached reads, cache writes by retention
+        (5 or 30 minutes, 1 hour, 12 hours) and reasoning output at their own rates, the
+        long-context tier of its input."""
+        price = self.for_input(usage.input_tokens)
+        cached = min(usage.cached_input_tokens, usage.input_tokens)
+        written = min(usage.cache_write_input_tokens, usage.input_tokens - cached)
+        hour = min(usage.cache_write_1h_input_tokens, written)
+        half_day = min(usage.cache_write_12h_input_tokens, written - hour)
+        plain = usage.input_tokens - cached - written
+        reasoning = min(usage.reasoning_tokens, usage.output_tokens)
+        cached_rate, write_rate, write_1h_rate, reasoning_rate, write_12h_rate = price._rates
+        if half_day and price.cache_write_12h is None:  # (genai-prices lists none for OpenAI)
+            log_repeated(logger, logging.WARNING, "prices:12h", _NO_12H, half_day)
+        return (
+            plain * price.input
+            + cached * cached_rate
+            + (written - hour - half_day) * write_rate
+            + hour * write_1h_rate
+            + half_day * write_12h_rate
+            + (usage.output_tokens - reasoning) * price.output
+            + reasoning * reasoning_rate
+        ) / _MILLION
+
+    def worst_case(self, input_tokens: float, output_tokens: float) -> float:
+        """The most a call of this many tokens can cost: no input counted as cached, every
+        input token written to the cache at the dearest rate, every output token at the
+        dearer of the output and reasoning rates, in the call's long-context tier."""
+        price = self.for_input(input_tokens)
+        return (input_tokens * price._input_max + output_tokens * price._output_max) / _MILLION
+
+    @property
+    def output_max(self) -> float:
+        """The dearer of the output and reasoning rates (per million)."""
+        return self._output_max
+
+
+@dataclass(frozen=True)
+class Cost:
+    """A call's cost in USD and where it came from (``"reported"`` or ``"estimated"``)."""
+
+    usd: float
+    source: Literal["reported", "estimated"]

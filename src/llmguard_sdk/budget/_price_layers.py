@@ -1,0 +1,145 @@
+"""How a :class:`~llmguard_sdk.budget.prices.PriceTable` looks a price up through its layers
+(the user's prices, the ``genai-prices`` source, the shipped table): in each layer its entries
+or its source; this provider's price, then the model's for any provider, then the model under
+another provider; the dated name, then the undated one; a tier's price, else the standard one
+(a batch at the table's discount). :class:`PriceLayers` holds this; ``PriceTable`` its API.
+
+.. versionadded:: 0.2.0
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import re
+
+from . import _genai_table
+from ._price import Price
+from ._source import GenaiSource
+
+__all__ = ["PriceLayers"]
+
+logger = logging.getLogger("llmguard_sdk")
+_DATED = re.compile(r"(-\d{4}-\d{2}-\d{2}|-\d{8}|-latest)$")
+
+
+class PriceLayers:
+    """A table's layers and the order its prices are looked up in (see the module docs)."""
+
+    default: Price | None
+    batch_discount: float
+    _entries: dict[str, tuple[Price, ...]]
+    _base: PriceLayers | None
+    _source: GenaiSource | None
+    _windows: tuple[int, ...] | None
+    _unread: bool
+
+    def _read_windows(self) -> tuple[int, ...]:
+        """The times of day where a source's time-of-day price starts or ends (a key of the
+        cache: a price found between two of them holds until the next); kept once every
+        source has read its data, and none (the layers not walked again) until then."""
+        if self._unread and _genai_table.windows() is None:
+            return ()
+        read = [layer._source.windows() for layer in self._layers() if layer._source is not None]
+        windows = tuple(sorted({edge for edges in read for edge in edges or ()}))
+        self._unread = None in read
+        if not self._unread:
+            self._windows = windows
+        return windows
+
+    def _layers(self) -> list[PriceLayers]:
+        layers: list[PriceLayers] = []
+        table: PriceLayers | None = self
+        while table is not None:
+            layers.append(table)
+            table = table._base
+        return layers
+
+    def _own(
+        self, name: str, provider: str | None, when: dt.datetime, tier: str | None
+    ) -> Price | None:
+        """This layer's price (entries, then source) for ``provider/name`` or ``name``."""
+        key = f"{provider}/{name}" if provider else name
+        prices = self._entries.get(key)
+        if prices is not None:
+            day = when.date()
+            own = _dated(tuple(p for p in prices if p.tier == tier), day)
+            if own is not None or tier is None:
+                return own
+            return self._tiered(_dated(tuple(p for p in prices if p.tier is None), day), tier)
+        if self._source is None:
+            return None
+        found = self._source.find(name, provider, when, tier)
+        if found is not None or tier is None:
+            return found
+        # the source lists tiers model by model: a model without the tier's rates (one
+        # without a batch API, say) is billed at its standard rates
+        standard = self._source.find(name, provider, when, None)
+        if standard is not None and tier == "priority":  # dearer than standard: say so
+            logger.warning(
+                "llmguard prices: %s lists no %s rates for %s; its standard rates count",
+                self._source.version,
+                tier,
+                name,
+            )
+        return standard
+
+    def _tiered(self, standard: Price | None, tier: str) -> Price | None:
+        """A tier's price from the standard one: batch at the discount, others as is."""
+        if standard is None or tier != "batch":
+            return standard
+        return standard.scaled(1.0 - self.batch_discount, tier="batch")
+
+    def _find(
+        self, model: str, provider: str | None, when: dt.datetime, tier: str | None
+    ) -> Price | None:
+        names = [model]
+        undated = _DATED.sub("", model)
+        if undated != model:
+            names.append(undated)
+        layers = self._layers()
+        for name in names:
+            # user prices over the source over shipped; in each, this provider's own price,
+            # then the model's price for any provider; then the model under another
+            # provider: the shipped (vendor) entries before a user's entry for one route
+            for layer in layers:
+                for owner in [provider, None] if provider else [None]:
+                    price = layer._own(name, owner, when, tier)
+                    if price is not None:
+                        return price
+            for layer in reversed(layers):
+                for key in layer._entries:
+                    owner, _, bare = key.rpartition("/")
+                    if bare == name and owner:
+                        price = layer._own(name, owner, when, tier)
+                        if price is not None:
+                            return price
+        return None
+
+    def lifecycle(
+        self, model: str, *, provider: str | None = None
+    ) -> tuple[dt.date | None, dt.date | None]:
+        """``(deprecated_on, retires_on)`` of ``model`` (or of its undated name), from the
+        first layer's entries that give either (``(None, None)``: none announced).
+
+        .. versionadded:: 0.2.0
+        """
+        name = model.lower()
+        names = [name] + ([_DATED.sub("", name)] if _DATED.sub("", name) != name else [])
+        for candidate in names:
+            keys = [f"{provider.lower()}/{candidate}"] if provider else []
+            for layer in self._layers():
+                for key in [
+                    *keys,
+                    candidate,
+                    *(k for k in layer._entries if k.endswith("/" + candidate)),
+                ]:
+                    for price in reversed(layer._entries.get(key, ())):
+                        if price.deprecated_on or price.retires_on:
+                            return price.deprecated_on, price.retires_on
+        return None, None
+
+
+def _dated(prices: tuple[Price, ...] | None, day: dt.date) -> Price | None:
+    usable = [p for p in prices or () if p.effective_from <= day]
+    return usable[-1] if usable else None
