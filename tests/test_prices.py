@@ -136,13 +136,15 @@ def test_the_windows_are_not_read_again_while_the_data_is_unread(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A table whose prices all came from the user's entries never reads genai-prices' data:
-    every lookup walked the layers for their sources' time-of-day windows, twice."""
+    every lookup walked the layers for their sources' time-of-day windows, twice. (Whole
+    prices, ``replace=True``: a partial one takes its unset rates from the layers below,
+    which reads the data.)"""
     from llmguard_sdk.budget import _genai_table
 
     monkeypatch.setattr(_genai_table, "_loaded", [])  # genai-prices' data not read yet
     source = _CountingWindows()
     under = PriceTable(_source=source, _base=PriceTable.shipped_table())
-    table = under.with_prices({"mine": Price(input=1.0, output=2.0)})
+    table = under.with_prices({"mine": Price(input=1.0, output=2.0)}, replace=True)
     day = dt.datetime(2026, 10, 1, tzinfo=dt.timezone.utc)
     for hour in range(50):
         at = day + dt.timedelta(hours=hour / 3)

@@ -2,24 +2,28 @@
 (the user's prices, the ``genai-prices`` source, the shipped table): in each layer its entries
 or its source; this provider's price, then the model's for any provider, then the model under
 another provider; the dated name, then the undated one; a tier's price, else the standard one
-(a batch at the table's discount). :class:`PriceLayers` holds this; ``PriceTable`` its API.
+(a batch at the table's discount). A price found in a layer of ``with_prices`` takes the rates
+it leaves unset (``None``) from the price the layers below give the same lookup, unless the
+layer replaces (``replace=True``). :class:`PriceLayers` holds this; ``PriceTable`` its API.
 
 .. versionadded:: 0.2.0
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import logging
 import re
 
 from . import _genai_table
-from ._price import Price
+from ._price import _RATES, Price
 from ._source import GenaiSource
 
 __all__ = ["PriceLayers"]
 
 logger = logging.getLogger("llmguard_sdk")
+_DEFAULTED = _RATES[2:]  # the rates that default to others when unset: cached_input ...
 _DATED = re.compile(r"(-\d{4}-\d{2}-\d{2}|-\d{8}|-latest)$")
 
 
@@ -33,6 +37,7 @@ class PriceLayers:
     _source: GenaiSource | None
     _windows: tuple[int, ...] | None
     _unread: bool
+    _merges: bool  # (a layer of with_prices: a price's unset rates are the layers below's)
 
     def _read_windows(self) -> tuple[int, ...]:
         """The times of day where a source's time-of-day price starts or ends (a key of the
@@ -106,15 +111,27 @@ class PriceLayers:
                 for owner in [provider, None] if provider else [None]:
                     price = layer._own(name, owner, when, tier)
                     if price is not None:
-                        return price
+                        return layer._filled(price, model, provider, when, tier)
             for layer in reversed(layers):
                 for key in layer._entries:
                     owner, _, bare = key.rpartition("/")
                     if bare == name and owner:
                         price = layer._own(name, owner, when, tier)
                         if price is not None:
-                            return price
+                            return layer._filled(price, model, provider, when, tier)
         return None
+
+    def _filled(
+        self, price: Price, model: str, provider: str | None, when: dt.datetime, tier: str | None
+    ) -> Price:
+        """``price`` found in this layer, its unset rates those the layers below give the
+        same lookup, when this layer merges (``with_prices``; not with ``replace=True``)."""
+        unset = [name for name in _DEFAULTED if getattr(price, name) is None]
+        if not self._merges or self._base is None or not unset:
+            return price
+        below = self._base._find(model, provider, when, tier)
+        kept = {name: getattr(below, name) for name in unset} if below is not None else {}
+        return dataclasses.replace(price, **{k: v for k, v in kept.items() if v is not None})
 
     def lifecycle(
         self, model: str, *, provider: str | None = None

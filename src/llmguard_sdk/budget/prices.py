@@ -92,6 +92,7 @@ class PriceTable(PriceLayers):
         batch_discount: float = 0.5,
         _base: PriceTable | None = None,
         _source: GenaiSource | None = None,
+        _merges: bool = False,
     ) -> None:
         if isinstance(batch_discount, bool) or not (
             isinstance(batch_discount, (int, float)) and 0 <= batch_discount < 1
@@ -106,6 +107,7 @@ class PriceTable(PriceLayers):
         self.batch_discount = float(batch_discount)
         self._base = _base
         self._source = _source
+        self._merges = _merges
         self._entries: dict[str, tuple[Price, ...]] = {}
         for key, value in (entries or {}).items():
             if not isinstance(value, (Price, Iterable)) or isinstance(value, (str, bytes)):
@@ -157,14 +159,30 @@ class PriceTable(PriceLayers):
         return parse_table(data)
 
     def with_prices(
-        self, entries: Mapping[str, Price | Iterable[Price]], *, default: Price | None = None
+        self,
+        entries: Mapping[str, Price | Iterable[Price]],
+        *,
+        default: Price | None = None,
+        replace: bool = False,
     ) -> PriceTable:
-        """A new table whose ``entries`` (and ``default``) win over this one's."""
+        """A new table whose ``entries`` (and ``default``) win over this one's.
+
+        A price given for a model this table knows changes the rates it sets: each rate it
+        leaves unset (``cached_input``, ``cache_write``, ``cache_write_1h``,
+        ``cache_write_12h``, ``reasoning``: ``None``) is the one this table gives the same
+        lookup (model, provider or route, day, tier), so ``Price(input=..., output=...)``
+        keeps the model's cache and reasoning rates; its dates and long-context tiers are
+        its own. ``replace=True``: each price given is the model's whole price, its unset
+        rates defaulting to its own ``input`` / ``cache_write`` / ``output``.
+        """
+        if not isinstance(replace, bool):
+            raise ConfigurationError(f"replace must be True or False, got {replace!r}")
         return PriceTable(
             entries,
             default=default if default is not None else self.default,
             batch_discount=self.batch_discount,
             _base=self,
+            _merges=not replace,
         )
 
     def entries(self) -> dict[str, tuple[Price, ...]]:
