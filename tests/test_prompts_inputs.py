@@ -215,3 +215,36 @@ def test_anthropic_shaped_tools_reach_openai_routes_as_function_tools(fake: Fake
     responses = build_responses_payload(prompt.request(), model="m", stream=False)
     assert responses["tools"] == [{"type": "function", **SEARCH_FUNCTION}]
     assert prompt.anthropic_params()["tools"][0]["input_schema"] == SEARCH_SCHEMA  # unchanged
+
+
+@pytest.mark.parametrize("empty", [{}, ""])
+def test_an_empty_context_renders_nothing(empty: Any) -> None:
+    # context={} rendered "<context>\n\n</context>" before the user's message
+    plain = builder().build("hi")
+    given = builder().build("hi", context=empty)
+    assert given.messages[-1].content == "hi"
+    assert given.messages == plain.messages
+
+
+def _self_containing() -> list[Any]:
+    value: dict[str, Any] = {"plan": "pro"}
+    value["again"] = value
+    items: list[Any] = ["a"]
+    items.append(items)
+    deep: list[Any] = []
+    for _ in range(5000):  # no cycle, deeper than the interpreter's recursion limit
+        deep = [deep]
+    return [value, items, {"nested": [value]}, deep]
+
+
+@pytest.mark.parametrize("value", _self_containing())
+def test_a_context_value_that_contains_itself_is_a_typed_error(value: Any) -> None:
+    # RecursionError from rendering it as JSON
+    with pytest.raises(RequestValidationError, match="context"):
+        builder().build("hi", context={"account": value})
+
+
+def test_a_context_value_repeated_without_a_cycle_renders() -> None:
+    shared = {"tier": "gold"}
+    prompt = builder().build("hi", context={"account": [shared, shared]})
+    assert '[{"tier":"gold"},{"tier":"gold"}]' in str(prompt.messages[-1].content)

@@ -16,6 +16,8 @@ from ..models import Message
 
 __all__ = ["history_messages", "user_message"]
 
+_DEEPEST = 100  # levels of a context value's nesting (a deeper one is refused)
+
 
 def history_messages(history: object) -> list[Message]:
     """The history's turns as messages (a :class:`RequestValidationError` for what is none)."""
@@ -62,18 +64,26 @@ def _context_value(value: object) -> str:
     """A context value as text: a string as it is, a mapping, list or set as canonical JSON
     (equal values, equal bytes, whatever order they were built in), anything else ``str()``."""
     if isinstance(value, (Mapping, list, tuple, set, frozenset)):
-        return canonical_json(_plain(value))
+        return canonical_json(_plain(value, (), 0))
     return str(value)
 
 
-def _plain(value: object) -> Any:
-    """``value`` as JSON values: mappings with text keys, sets sorted, other objects as text."""
+def _plain(value: object, inside: tuple[int, ...], depth: int) -> Any:
+    """``value`` as JSON values: mappings with text keys, sets sorted, other objects as text
+    (``inside``: the ids of the containers it is in; a value inside itself, or nested deeper
+    than :data:`_DEEPEST`, is a :class:`RequestValidationError`, not a ``RecursionError``)."""
+    if isinstance(value, (Mapping, list, tuple, set, frozenset)):
+        if id(value) in inside:
+            raise RequestValidationError("a context value contains itself")
+        if depth >= _DEEPEST:
+            raise RequestValidationError(f"a context value is nested over {_DEEPEST} levels deep")
+        inside, depth = (*inside, id(value)), depth + 1
     if isinstance(value, Mapping):
-        return {str(key): _plain(item) for key, item in value.items()}
+        return {str(key): _plain(item, inside, depth) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_plain(item) for item in value]
+        return [_plain(item, inside, depth) for item in value]
     if isinstance(value, (set, frozenset)):
-        return sorted((_plain(item) for item in value), key=canonical_json)
+        return sorted((_plain(item, inside, depth) for item in value), key=canonical_json)
     if value is None or isinstance(value, (str, int, bool)):
         return value
     if isinstance(value, float) and math.isfinite(value):
@@ -103,8 +113,8 @@ def _with_context(
         parts = [dict(p) for p in content]
     else:
         raise RequestValidationError("the user's content must be text or a list of content parts")
-    if context is None:
-        return parts
+    if context is None or (isinstance(context, (str, Mapping)) and not context):
+        return parts  # (an empty context: no empty context block either)
     if isinstance(context, Mapping):
         rendered = "\n".join(f"{k}: {_context_value(context[k])}" for k in sorted(context, key=str))
     elif isinstance(context, str):

@@ -396,12 +396,13 @@ class PromptBuilder:
             context: per-call data (the current time, the user's plan ...): a string, or a
                 mapping rendered as sorted ``key: value`` lines (a value that is a mapping,
                 list or set as canonical JSON); it goes into the last user message, before
-                ``content``, never into the static part.
+                ``content``, never into the static part. An empty one adds nothing.
             tenant, user: the call's tenant and user (default: :func:`~llmguard_sdk.scoped`'s);
                 the tenant picks the cache key, and both are checked not to appear in the
                 static part.
 
-        Raises :class:`~llmguard_sdk.errors.RequestValidationError` for bad messages, and
+        Raises :class:`~llmguard_sdk.errors.RequestValidationError` for bad messages or a bad
+        context (a value that contains itself, or is nested over 100 levels deep), and
         :class:`~llmguard_sdk.errors.PromptLintError` when the builder is strict and the
         static part has cache-breaking text.
         """
