@@ -1,17 +1,27 @@
-"""The metric instruments of one :class:`~llmguard_sdk.telemetry.Telemetry`: each created
-once, when the Telemetry is (never per call), with the GenAI conventions' advised buckets."""
+"""The metric instruments of one :class:`~llmguard_sdk.telemetry.Telemetry` (each created
+once, when the Telemetry is: never per call; with the GenAI conventions' advised buckets), and
+the points a finished call records on them."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._labels import CappedMeter
 from ._semconv import Names
+
+if TYPE_CHECKING:
+    from ..context import CallContext
+    from ..models import ChatResponse
 
 __all__ = ["Instruments"]
 
 _TOKEN_BUCKETS = [4**i for i in range(14)]  # the conventions' advice: 1, 4 ... 67108864
 _DURATION_BUCKETS = [0.01 * 2**i for i in range(14)]  # theirs too: 0.01, 0.02 ... 81.92 s
+_METRIC_KEYS = (  # of the call's attributes, those its duration and token points carry too
+    "gen_ai.response.model", "error.type", "llmguard.served_by", "llmguard.release",
+    "llmguard.release.arm",
+)  # fmt: skip
+Attributes = dict[str, Any]
 
 
 def _seconds(meter: CappedMeter, name: str, description: str) -> Any:
@@ -29,6 +39,7 @@ class Instruments:
     """The counters, histograms and gauge a Telemetry records on (see the package docs)."""
 
     def __init__(self, meter: CappedMeter, names: Names) -> None:
+        self._provider = names.provider
         self.duration = _seconds(
             meter, "gen_ai.client.operation.duration", "GenAI operation duration"
         )
@@ -84,3 +95,72 @@ class Instruments:
             description="Calls whose tier was a cascade, by whether they escalated "
             "(the escalation rate)",
         )
+
+    def record_call(
+        self, ctx: CallContext, kind: str, call: Attributes, response: ChatResponse | None
+    ) -> None:
+        """The metric points of one finished call, labelled from its span's attributes
+        ``call``: its duration, tokens, cost, retries, cascade, cache lookup; a stream's
+        first token and chunk times and its output speed."""
+        provider = self._provider
+        labels: Attributes = {
+            "gen_ai.operation.name": "chat",
+            provider: call[provider],
+            "gen_ai.request.model": call["gen_ai.request.model"],
+        }
+        for key in _METRIC_KEYS:
+            if key in call:
+                labels[key] = call[key]
+        cache = call.get("llmguard.cache")
+        if cache is not None:
+            self.cache.add(1, {"llmguard.cache": cache})
+            if cache != "miss":
+                labels["llmguard.cache"] = cache  # never mixed into provider latency
+        if ctx.scope.feature is not None:
+            labels["llmguard.feature"] = ctx.scope.feature
+        self.duration.record(ctx.elapsed(), labels)
+        if ctx.retries:
+            self.retries.add(len(ctx.retries), {"llmguard.kind": kind})
+        if ctx.task is not None and ctx.task.cascade_name is not None:
+            self.cascades.add(1, ctx.task.metric_labels())
+        served_by_provider = response is not None and cache in (None, "miss")
+        if served_by_provider and response is not None and response.usage is not None:
+            for token_type, count in (
+                ("input", response.usage.input_tokens),
+                ("output", response.usage.output_tokens),
+            ):
+                self.tokens.record(count, {**labels, "gen_ai.token.type": token_type})
+        cost = response.cost_usd if response is not None else ctx.unserved_usd
+        if cost:  # (no answer: its attempts that went out, as its budgets were charged)
+            source = response.cost_source if response is not None else "estimated"
+            cost_labels: Attributes = {"llmguard.cost_source": source or "unknown"}
+            if ctx.scope.feature is not None:
+                cost_labels["llmguard.feature"] = ctx.scope.feature
+            self.cost.add(cost, cost_labels)
+        if kind == "stream" and served_by_provider:
+            self._stream_metrics(ctx, labels, response)
+
+    def _stream_metrics(
+        self, ctx: CallContext, labels: Attributes, response: ChatResponse | None
+    ) -> None:
+        """Time to first token, per attempt time to first chunk and the gaps between
+        chunks, and output tokens per second of a stream a provider served."""
+        if ctx.first_token_at is not None:
+            self.ttft.record(ctx.first_token_at - ctx.started, labels)
+        provider = self._provider
+        for attempt in ctx.attempt_log:  # the call's first three labels and the route
+            attempt_labels: Attributes = {
+                "gen_ai.operation.name": "chat",
+                provider: labels[provider],
+                "gen_ai.request.model": labels["gen_ai.request.model"],
+                "llmguard.route": attempt.route,
+            }
+            if attempt.first_token_at is not None:
+                self.first_chunk.record(attempt.first_token_at - attempt.started, attempt_labels)
+            for gap in attempt.chunk_gaps:
+                self.chunk_gap.record(gap, attempt_labels)
+        last = ctx.attempt_log[-1] if ctx.attempt_log else None
+        if last and last.first_token_at and last.ended and response and response.usage:
+            streaming_s = last.ended - last.first_token_at
+            if streaming_s > 0 and response.usage.output_tokens > 1:
+                self.speed.record((response.usage.output_tokens - 1) / streaming_s, labels)

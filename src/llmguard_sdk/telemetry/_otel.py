@@ -52,10 +52,6 @@ _SCOPE = "llmguard_sdk"
 _CALL_LOG = logging.getLogger("llmguard_sdk.calls")
 _SDK_CHECK_SECONDS = 1.0
 _call_ids = UniqueIds(random_digits=8)  # metadata["call_id"]
-_METRIC_KEYS = (  # of the call's attributes, those its duration and token points carry too
-    "gen_ai.response.model", "error.type", "llmguard.served_by", "llmguard.release",
-    "llmguard.release.arm",
-)  # fmt: skip
 _PROXIES = frozenset(
     {"ProxyTracerProvider", "NoOpTracerProvider", "_ProxyMeterProvider", "NoOpMeterProvider"}
 )
@@ -288,7 +284,7 @@ class Telemetry:
         if exporting:
             events = _span_events(signals, anomalies) + (ctx.task.events() if ctx.task else [])
             span = self._export_spans(ctx, routes, call, end, error, cancelled, events)
-            self._export_metrics(ctx, kind, call, response)
+            self._metrics.record_call(ctx, kind, call, response)
             if signals:
                 self._quality.count(signals, labels)
             if anomalies:
@@ -467,74 +463,6 @@ class Telemetry:
             span.set_attribute("llmguard.cancelled", True)
         span.end(end_time=wall_ns(ctx, end))
         return span.get_span_context()
-
-    def _export_metrics(
-        self, ctx: CallContext, kind: str, call: Attributes, response: ChatResponse | None
-    ) -> None:
-        provider = self.names.provider
-        labels: Attributes = {
-            "gen_ai.operation.name": "chat",
-            provider: call[provider],
-            "gen_ai.request.model": call["gen_ai.request.model"],
-        }
-        for key in _METRIC_KEYS:
-            if key in call:
-                labels[key] = call[key]
-        cache = call.get("llmguard.cache")
-        if cache is not None:
-            self._metrics.cache.add(1, {"llmguard.cache": cache})
-            if cache != "miss":
-                labels["llmguard.cache"] = cache  # never mixed into provider latency
-        if ctx.scope.feature is not None:
-            labels["llmguard.feature"] = ctx.scope.feature
-        self._metrics.duration.record(ctx.elapsed(), labels)
-        if ctx.retries:
-            self._metrics.retries.add(len(ctx.retries), {"llmguard.kind": kind})
-        if ctx.task is not None and ctx.task.cascade_name is not None:
-            self._metrics.cascades.add(1, ctx.task.metric_labels())
-        served_by_provider = response is not None and cache in (None, "miss")
-        if served_by_provider and response is not None and response.usage is not None:
-            for token_type, count in (
-                ("input", response.usage.input_tokens),
-                ("output", response.usage.output_tokens),
-            ):
-                self._metrics.tokens.record(count, {**labels, "gen_ai.token.type": token_type})
-        cost = response.cost_usd if response is not None else ctx.unserved_usd
-        if cost:  # (no answer: its attempts that went out, as its budgets were charged)
-            source = response.cost_source if response is not None else "estimated"
-            cost_labels: Attributes = {"llmguard.cost_source": source or "unknown"}
-            if ctx.scope.feature is not None:
-                cost_labels["llmguard.feature"] = ctx.scope.feature
-            self._metrics.cost.add(cost, cost_labels)
-        if kind == "stream" and served_by_provider:
-            self._stream_metrics(ctx, labels, response)
-
-    def _stream_metrics(
-        self, ctx: CallContext, labels: Attributes, response: ChatResponse | None
-    ) -> None:
-        """Time to first token, per attempt time to first chunk and the gaps between
-        chunks, and output tokens per second of a stream a provider served."""
-        if ctx.first_token_at is not None:
-            self._metrics.ttft.record(ctx.first_token_at - ctx.started, labels)
-        provider = self.names.provider
-        for attempt in ctx.attempt_log:  # the call's first three labels and the route
-            attempt_labels: Attributes = {
-                "gen_ai.operation.name": "chat",
-                provider: labels[provider],
-                "gen_ai.request.model": labels["gen_ai.request.model"],
-                "llmguard.route": attempt.route,
-            }
-            if attempt.first_token_at is not None:
-                self._metrics.first_chunk.record(
-                    attempt.first_token_at - attempt.started, attempt_labels
-                )
-            for gap in attempt.chunk_gaps:
-                self._metrics.chunk_gap.record(gap, attempt_labels)
-        last = ctx.attempt_log[-1] if ctx.attempt_log else None
-        if last and last.first_token_at and last.ended and response and response.usage:
-            streaming_s = last.ended - last.first_token_at
-            if streaming_s > 0 and response.usage.output_tokens > 1:
-                self._metrics.speed.record((response.usage.output_tokens - 1) / streaming_s, labels)
 
     def _log(self, ctx: CallContext, call: Attributes, response: ChatResponse | None) -> None:
         if self._log_level is None or not self._logging():
