@@ -38,6 +38,10 @@ SEMCONV = Path(__file__).parent / "data" / "semconv"
 USER = [{"role": "user", "content": "hello there"}]
 STATIC = " ".join(f"Rule {i}: answer from the handbook and cite the rule." for i in range(40))
 _SCALARS = {"string": str, "int": int, "double": float, "boolean": bool}
+# The GenAI models refer to server.address and server.port (the inference span, the client
+# metrics) but the server registry defines them; it is not vendored (its examples name hosts
+# that are no loopback address). Both are stable, a string and an int, in both versions.
+_SERVER_TYPES = {"server.address": "string", "server.port": "int"}
 
 
 @dataclass
@@ -66,7 +70,7 @@ def _type_of(attribute: dict[str, Any]) -> str:
 
 
 def load(version: str) -> Model:
-    model = Model()
+    model = Model(types=dict(_SERVER_TYPES))
     for path in sorted((SEMCONV / version).rglob("*.yaml")):
         for group in yaml.safe_load(path.read_text())["groups"]:
             model.groups[group["id"]] = group

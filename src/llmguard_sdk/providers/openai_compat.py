@@ -88,6 +88,9 @@ class OpenAICompatibleProvider(_Streams):
         http_library: the async calls' library, ``"httpx2"`` or ``"httpx"``; ``None``: httpx2
             where it is installed, else httpx (or the library of ``async_transport``).
 
+    ``server_address`` / ``server_port``: the host and port of ``base_url`` (its scheme's when
+    it names none), telemetry's ``server.address`` / ``server.port``.
+
     Connections are pooled and reused: one pool for sync calls, and one per event loop for
     async calls. Close them with :meth:`aclose` in async code (or :meth:`close` in sync code),
     or let :class:`~llmguard_sdk.Guard` do it.
@@ -112,7 +115,7 @@ class OpenAICompatibleProvider(_Streams):
             port_ok = parts.port is None or parts.port > 0
         except ValueError:
             port_ok = False
-        if parts.scheme not in ("http", "https") or not parts.hostname or not port_ok:
+        if parts.scheme not in ("http", "https") or not (host := parts.hostname) or not port_ok:
             raise ConfigurationError(
                 f"base_url must be an http(s) URL such as https://<provider host>/v1, "
                 f"got {base_url!r}"
@@ -134,6 +137,8 @@ class OpenAICompatibleProvider(_Streams):
         self.model = model
         self.context_window = context_window
         self.name = name or parts.netloc.rpartition("@")[2]  # never a user:password@
+        self.server_address = host  # (telemetry's server.address and .port)
+        self.server_port = parts.port or (443 if parts.scheme == "https" else 80)
         self._url = self.base_url + "/chat/completions" + query
         self._max_connections = max_connections
         self._route_cap: int | None = None

@@ -14,24 +14,31 @@ explicit ones and the content and logging options.
 v1.36.0 names instead (``gen_ai.system``; what v1.36.0 has no name for under ``llmguard.*``).
 A test checks every name and type against the conventions' own YAML models.
 
-**Spans.** One ``CLIENT`` span per guarded call, named ``chat {model}``, with the GenAI
-semantic-convention attributes (``gen_ai.operation.name``, ``gen_ai.provider.name``,
-``gen_ai.request.model``, ``gen_ai.response.model``, ``gen_ai.usage.input_tokens`` /
-``output_tokens`` and the cache token counts, ``gen_ai.request.max_tokens``,
-``temperature``, ``top_p``, ``stop_sequences``, ``seed``, the penalties and ``choice.count``
-(from ``extra_body``), ``gen_ai.output.type`` (when a ``response_format`` asks),
-``gen_ai.request.stream``, ``gen_ai.response.finish_reasons``, ``error.type``) and ours
-under ``llmguard.*``: ``feature``, ``tenant`` (hashed),
+**Spans.** One ``CLIENT`` span per guarded call, named ``chat {model}``: the call's GenAI
+operation, its retries and fallbacks included (as the conventions have it for a retried
+request), with the GenAI semantic-convention attributes (``gen_ai.operation.name``,
+``gen_ai.provider.name``, ``gen_ai.request.model``, ``server.address`` / ``server.port`` (of
+the route that answered, else the first one tried), ``gen_ai.response.model``,
+``gen_ai.usage.input_tokens`` / ``output_tokens`` and the cache token counts,
+``gen_ai.request.max_tokens``, ``temperature``, ``top_p``, ``stop_sequences``, ``seed``, the
+penalties and ``choice.count`` (from ``extra_body``), ``gen_ai.output.type`` (when a
+``response_format`` asks), ``gen_ai.request.stream``, ``gen_ai.response.time_to_first_chunk``
+(streams), ``gen_ai.response.finish_reasons``, ``error.type``) and ours under
+``llmguard.*``: ``feature``, ``tenant`` (hashed),
 ``served_by``, ``attempts``, ``cache`` (``exact`` / ``semantic`` / ``stale`` / ``miss``) and
 ``cache.similarity``, ``cost_usd`` and ``cost_source``, ``retry_wait_s``,
-``rate_limit_wait_s``, ``time_to_first_token_s`` (streams), ``degraded``. A child span per
-provider attempt carries ``llmguard.route``, ``llmguard.attempt``, ``llmguard.retry_wait_s``
-(the wait that followed it) and, for streams, ``gen_ai.response.time_to_first_chunk``;
+``rate_limit_wait_s``, ``time_to_first_token_s`` (streams), ``degraded``. The operation, the
+provider, the model and the server are given as the span starts, for samplers. A child
+``INTERNAL`` span per provider attempt, ``llmguard.attempt``, carries ``llmguard.route``,
+``llmguard.attempt``, ``server.address`` / ``server.port``, ``llmguard.retry_wait_s`` (the
+wait that followed it) and, for streams, ``llmguard.time_to_first_chunk_s``, and no
+``gen_ai.*`` attribute: no GenAI backend counts an attempt as an operation of its own;
 routes that were skipped or failed (an open breaker, no rate-limit room ...) are events on
 the call span. A failed call or attempt has an ERROR status and an ``exception`` event
 (``exception.type``, fully qualified, and ``exception.message``, masked as the status is).
-Spans are written when the call ends, with the times the call and each attempt really
-started and ended, under the span that was current when the call began.
+Spans are written when the call ends,
+with the times the call and each attempt really started and ended, under the span that was
+current when the call began.
 
 **Trace context on requests.** With an SDK's tracer provider, each attempt's HTTP request
 carries the W3C ``traceparent`` / ``tracestate`` of the attempt's span and what else the

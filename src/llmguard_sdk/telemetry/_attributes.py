@@ -19,16 +19,22 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Attributes",
+    "add_first_chunk",
     "add_request",
     "add_response",
     "add_scope",
+    "add_server",
+    "call_route",
     "check_options",
     "error_status",
     "exception_type",
     "input_messages",
+    "operation",
     "provider_name",
     "quality_labels",
+    "requested_model",
     "route_named",
+    "route_of",
     "scope_label",
     "wall_ns",
 ]
@@ -104,12 +110,61 @@ def provider_name(route: Provider | None) -> str:
     return type(route).__name__.lower()
 
 
+def add_server(attributes: Attributes, route: Provider | None) -> None:
+    """The ``server.address`` and ``server.port`` of ``route``, as it read them off its base
+    URL when it was made (a route without them, a local model or your own: none)."""
+    address = getattr(route, "server_address", None)
+    if isinstance(address, str) and address:
+        attributes["server.address"] = address
+        port = getattr(route, "server_port", None)
+        if isinstance(port, int):
+            attributes["server.port"] = port
+
+
+def operation(
+    names: Names, route: Provider | None, model: str, *, server: bool = True
+) -> Attributes:
+    """What names a call's GenAI operation, known as it starts and given to the sampler then
+    (the attributes the conventions ask at span creation): the operation, the provider of
+    ``route`` (the one it goes to first) and its server (unless ``server`` is false: no
+    request went out), the requested ``model``."""
+    attributes: Attributes = {
+        "gen_ai.operation.name": "chat",
+        names.provider: provider_name(route),
+        "gen_ai.request.model": model,
+    }
+    if server:
+        add_server(attributes, route)
+    return attributes
+
+
 def route_named(routes: Sequence[Provider], name: str | None) -> Provider | None:
     """The route called ``name`` (route names are unique), or None."""
     for route in routes:
         if route.name == name:
             return route
     return None
+
+
+def route_of(ctx: CallContext, routes: Sequence[Provider], name: str | None) -> Provider | None:
+    """The route called ``name`` among the Guard's ``routes`` or the call's own (ranked
+    for it: a deployment group's, a release's, a tier's), or None."""
+    return route_named(routes, name) or route_named(ctx.route_order, name)
+
+
+def call_route(ctx: CallContext, routes: Sequence[Provider]) -> Provider | None:
+    """The route a call goes to first: its first attempt's, else the first of its ranked
+    routes (none yet, or none at all: a cache hit), else the Guard's first."""
+    if ctx.attempt_log:
+        return route_of(ctx, routes, ctx.attempt_log[0].route)
+    order = ctx.route_order or routes
+    return order[0] if order else None
+
+
+def requested_model(ctx: CallContext, route: Provider | None) -> str:
+    """``gen_ai.request.model``: the request's model, else the model of the call's first
+    ``route`` ("" if neither names one)."""
+    return ctx.request.model or (route.model if route is not None else None) or ""
 
 
 def add_request(attributes: Attributes, request: ChatRequest) -> None:
@@ -171,6 +226,17 @@ def scope_label(scope: str) -> str:
 def wall_ns(ctx: CallContext, instant: float) -> int:
     """A ``time.monotonic`` instant of this call as Unix nanoseconds (for span times)."""
     return ctx.started_ns + int((instant - ctx.started) * 1e9)
+
+
+def add_first_chunk(attributes: Attributes, ctx: CallContext, names: Names) -> None:
+    """A stream's time to its first chunk (``gen_ai.response.time_to_first_chunk``, today's
+    conventions only): from the request of the attempt that streamed the answer."""
+    if names.first_chunk is None:
+        return
+    for attempt in reversed(ctx.attempt_log):
+        if attempt.first_token_at is not None:
+            attributes[names.first_chunk] = attempt.first_token_at - attempt.started
+            return
 
 
 def add_response(attributes: Attributes, response: ChatResponse, names: Names) -> None:

@@ -16,14 +16,17 @@ from .._version import __version__
 from ..errors import RequestValidationError
 from ._attributes import (
     Attributes,
+    add_first_chunk,
     add_request,
     add_response,
     add_scope,
+    call_route,
     check_options,
     input_messages,
-    provider_name,
+    operation,
     quality_labels,
-    route_named,
+    requested_model,
+    route_of,
     scope_label,
     wall_ns,
 )
@@ -372,18 +375,17 @@ class Telemetry:
         cache_on: bool,
     ) -> Attributes:
         """The call span's attributes, built in one dict (the log record's fields too)."""
-        first = routes[0] if routes else None
-        served = route_named(routes, ctx.route) if error is None else None
-        attributes: Attributes = {
-            "gen_ai.operation.name": "chat",
-            self.names.provider: provider_name(served or first),
-            "gen_ai.request.model": ctx.request.model
-            or (first.model if first is not None else None)
-            or "",
-            "llmguard.kind": kind,
-            "llmguard.attempts": ctx.attempts,
-            "llmguard.outcome": "error" if error else "cancelled" if cancelled else "ok",
-        }
+        first = call_route(ctx, routes)
+        served = route_of(ctx, routes, ctx.route) if error is None else None
+        attributes = operation(
+            self.names,
+            served or first,
+            requested_model(ctx, first),
+            server=bool(ctx.attempt_log),  # (a cache hit: no request went out)
+        )
+        attributes["llmguard.kind"] = kind
+        attributes["llmguard.attempts"] = ctx.attempts
+        attributes["llmguard.outcome"] = "error" if error else "cancelled" if cancelled else "ok"
         add_request(attributes, ctx.request)
         if self.names.stream is not None and kind != "protect":
             attributes[self.names.stream] = kind == "stream"
@@ -396,6 +398,7 @@ class Telemetry:
             attributes["llmguard.hedge_after_s"] = ctx.hedge_after
         if ctx.first_token_at is not None:
             attributes["llmguard.time_to_first_token_s"] = ctx.first_token_at - ctx.started
+            add_first_chunk(attributes, ctx, self.names)
         if error is not None:
             attributes["error.type"] = type(error).__name__
         if ctx.release is not None:  # which release served the call, on which side
@@ -456,7 +459,7 @@ class Telemetry:
             text = self._content(ctx.request.last_user_text())
             span.set_attribute("gen_ai.input.messages", input_messages(text))
         inside = trace.set_span_in_context(span)
-        write_attempts(self._tracer, self.names, ctx, routes, inside, end)
+        write_attempts(self._tracer, ctx, routes, inside, end)
         if error is not None:
             failed(span, error, ctx.scope, wall_ns(ctx, end))
         elif cancelled:

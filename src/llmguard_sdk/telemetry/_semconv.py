@@ -4,7 +4,10 @@ The OpenTelemetry GenAI conventions renamed attributes after v1.36.0 (``gen_ai.s
 became ``gen_ai.provider.name``) and added cache and reasoning token attributes,
 ``gen_ai.request.stream`` and the stream chunk metrics. ``"latest"`` emits those (the models
 of the conventions' last release, checked by ``tests/test_telemetry_semconv.py``);
-``"previous"`` emits the v1.36.0 names, and what v1.36.0 has no name for under ``llmguard.*``.
+``"previous"`` emits the v1.36.0 names, and what v1.36.0 has no name for under ``llmguard.*``
+(or not at all where an ``llmguard.*`` attribute tells it already: the time to the first
+chunk of a stream is the call span's ``llmguard.time_to_first_token_s`` and each attempt
+span's ``llmguard.time_to_first_chunk_s``).
 
 Chosen by ``Telemetry(semconv=...)``, else by ``OTEL_SEMCONV_STABILITY_OPT_IN`` as the
 OpenTelemetry instrumentations read it: a list holding ``gen_ai_latest_experimental`` picks
@@ -38,7 +41,7 @@ class Names:
     cache_creation_tokens: str
     reasoning_tokens: str
     stream: str | None
-    first_chunk: str  # attribute of an attempt span (seconds)
+    first_chunk: str | None  # attribute of the call's span (seconds)
     first_chunk_metric: str
     chunk_gap_metric: str
 
@@ -56,7 +59,7 @@ _TABLE: dict[str, tuple[str, str | None]] = {
     ),
     "reasoning_tokens": ("gen_ai.usage.reasoning.output_tokens", "llmguard.usage.reasoning_tokens"),
     "stream": ("gen_ai.request.stream", None),
-    "first_chunk": ("gen_ai.response.time_to_first_chunk", "llmguard.time_to_first_chunk_s"),
+    "first_chunk": ("gen_ai.response.time_to_first_chunk", None),
     "first_chunk_metric": (
         "gen_ai.client.operation.time_to_first_chunk",
         "llmguard.client.operation.time_to_first_chunk",
@@ -70,6 +73,7 @@ LATEST = Names("latest", **{field: latest for field, (latest, _) in _TABLE.items
 PREVIOUS = Names(
     "previous",
     stream=None,
+    first_chunk=None,
     **{field: previous for field, (_, previous) in _TABLE.items() if previous is not None},
 )
 

@@ -21,10 +21,13 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from ..models import _HEADER_NAME, ChatRequest, _is_header_text
 from ._attributes import (
     Attributes,
+    add_server,
+    call_route,
     error_status,
     exception_type,
-    provider_name,
-    route_named,
+    operation,
+    requested_model,
+    route_of,
     wall_ns,
 )
 from ._semconv import Names
@@ -33,12 +36,22 @@ if TYPE_CHECKING:
     from ..context import AttemptRecord, CallContext, Scope
     from ..providers.base import Provider
 
-__all__ = ["end_started", "failed", "start_traced_attempt", "with_trace", "write_attempts"]
+__all__ = [
+    "ATTEMPT",
+    "end_started",
+    "failed",
+    "start_traced_attempt",
+    "with_trace",
+    "write_attempts",
+]
+
+
+ATTEMPT = "llmguard.attempt"
+"""The name of an attempt's span (an ``INTERNAL`` one under the call's ``CLIENT`` span)."""
 
 
 def start_attempt(
     tracer: trace.Tracer,
-    names: Names,
     ctx: CallContext,
     attempt: AttemptRecord,
     number: int,
@@ -48,21 +61,19 @@ def start_attempt(
 ) -> trace.Span:
     """The span of ``ctx``'s attempt number ``number`` (on ``route``), started at the
     attempt's start under ``parent`` (the call's span) with what is known as it begins
-    (and its ``outcome``'s attributes, when it is written as the call ends)."""
-    model = (route.model if route is not None else None) or ctx.request.model or ""
-    attributes: Attributes = {
-        "gen_ai.operation.name": "chat",
-        names.provider: provider_name(route),
-        "gen_ai.request.model": model,
-        "llmguard.route": attempt.route,
-        "llmguard.attempt": number,
-    }
+    (and its ``outcome``'s attributes, when it is written as the call ends).
+
+    The call's span is the GenAI operation (the conventions: one span for the logical
+    operation, its retries included); an attempt's is ``INTERNAL``, with no ``gen_ai.*``
+    attribute, so that no GenAI backend counts it as an operation of its own."""
+    attributes: Attributes = {"llmguard.route": attempt.route, "llmguard.attempt": number}
+    add_server(attributes, route)
     if outcome:
         attributes.update(outcome)
     return tracer.start_span(
-        f"chat {model}".strip(),
+        ATTEMPT,
         context=parent,
-        kind=SpanKind.CLIENT,
+        kind=SpanKind.INTERNAL,
         attributes=attributes,
         start_time=wall_ns(ctx, attempt.started),
     )
@@ -70,7 +81,6 @@ def start_attempt(
 
 def write_attempts(
     tracer: trace.Tracer,
-    names: Names,
     ctx: CallContext,
     routes: Sequence[Provider],
     parent: otel_context.Context,
@@ -84,15 +94,15 @@ def write_attempts(
         if attempt.retry_wait is not None:
             outcome["llmguard.retry_wait_s"] = attempt.retry_wait
         if attempt.first_token_at is not None:
-            outcome[names.first_chunk] = attempt.first_token_at - attempt.started
+            outcome["llmguard.time_to_first_chunk_s"] = attempt.first_token_at - attempt.started
         if attempt.error is not None:
             outcome["error.type"] = type(attempt.error).__name__
         elif attempt.ended is None:
             outcome["llmguard.cancelled"] = True
         span = attempt.span
         if span is None:
-            route = route_named(routes, attempt.route)
-            span = start_attempt(tracer, names, ctx, attempt, number, route, parent, outcome)
+            route = route_of(ctx, routes, attempt.route)
+            span = start_attempt(tracer, ctx, attempt, number, route, parent, outcome)
         elif outcome:
             span.set_attributes(outcome)
         end_ns = wall_ns(ctx, attempt.ended or call_end)
@@ -122,21 +132,21 @@ def start_traced_attempt(
     from opentelemetry import propagate  # (reads its entry points: imported when first used)
 
     caller = cast("otel_context.Context | None", ctx.trace_parent)
+    route = route_of(ctx, routes, attempt.route)
     call = ctx.span
-    if call is None:  # its name and the attributes that name it; the rest as it ends
-        first = routes[0] if routes else None
-        model = ctx.request.model or (first.model if first is not None else None) or ""
+    if call is None:  # what names its operation, for the sampler; the rest as it ends
+        first = call_route(ctx, routes)  # (the route of the call's first attempt)
+        attributes = operation(names, first, requested_model(ctx, first))
         call = ctx.span = tracer.start_span(
-            f"chat {model}".strip(),
+            f"chat {attributes['gen_ai.request.model']}".strip(),
             context=caller,
             kind=SpanKind.CLIENT,
-            attributes={"gen_ai.operation.name": "chat", "gen_ai.request.model": model},
+            attributes=attributes,
             start_time=ctx.started_ns,
         )
     number = next(n for n, a in enumerate(ctx.attempt_log, 1) if a is attempt)
-    route = route_named(routes, attempt.route)
     inside = trace.set_span_in_context(call)
-    attempt.span = start_attempt(tracer, names, ctx, attempt, number, route, inside)
+    attempt.span = start_attempt(tracer, ctx, attempt, number, route, inside)
     carrier: dict[str, str] = {}
     propagate.inject(carrier, context=trace.set_span_in_context(attempt.span, caller))
     return {

@@ -1,0 +1,192 @@
+"""The shape of a guarded call's spans as the GenAI conventions have it: one ``CLIENT``
+inference span per call (the logical operation, its retries included) naming the server it
+went to, with what a sampler needs at its start; attempt spans that no GenAI backend counts as
+another operation; ``error.type`` as the error conventions name it; requests refused before
+any attempt traced and measured as failed operations.
+
+Real OpenTelemetry SDK with in-memory exporters, FakeProviders on loopback."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pytest
+from opentelemetry.context import Context
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult
+from opentelemetry.trace import Link, SpanKind
+from opentelemetry.trace.span import TraceState
+from opentelemetry.util.types import Attributes
+
+from llmguard_sdk import (
+    OpenAICompatibleProvider,
+)
+from llmguard_sdk.retry import waits_off
+from llmguard_sdk.telemetry import Telemetry
+from llmguard_sdk.testing import FakeProvider, Fault
+
+from .conftest import USER, chat_in_mode
+from .test_telemetry import Exported, MakeGuard, attempts_of, call_span, exporters
+
+UNAVAILABLE = "llmguard_sdk.errors.ProviderUnavailableError"
+
+
+@pytest.fixture(params=[True, False], ids=["propagated", "not-propagated"])
+def otel(request: pytest.FixtureRequest) -> Iterator[Exported]:
+    """Spans started as the attempts begin (trace context sent) or written as calls end."""
+    exported, meter_provider = exporters(log_level=None, propagate=request.param)
+    yield exported
+    meter_provider.shutdown()
+    exported.tracer_provider.shutdown()
+
+
+def port_of(server: FakeProvider) -> int:
+    return int(server.base_url.split("://")[1].split("/")[0].rpartition(":")[2])
+
+
+def genai_spans(otel: Exported) -> list[ReadableSpan]:
+    """The spans a GenAI backend takes for inference operations."""
+    return [
+        s
+        for s in otel.finished()
+        if s.kind == SpanKind.CLIENT or any(k.startswith("gen_ai.") for k in s.attributes or {})
+    ]
+
+
+# -- server.address / server.port ------------------------------------------------------------
+
+
+def test_spans_name_the_server_each_request_went_to(
+    fake: FakeProvider, fake2: FakeProvider, make_guard: MakeGuard, otel: Exported
+) -> None:
+    guard = make_guard(fake, fake2, telemetry=otel.telemetry, retry=None)
+    fake.script(Fault(status=503))
+    guard.chat(USER)  # the primary fails, the backup serves
+    span = call_span(otel)
+    first, second = attempts_of(otel, span)
+    assert first.attributes is not None
+    assert second.attributes is not None
+    assert (first.attributes["server.address"], first.attributes["server.port"]) == (
+        "127.0.0.1",
+        port_of(fake),
+    )
+    assert (second.attributes["server.address"], second.attributes["server.port"]) == (
+        "127.0.0.1",
+        port_of(fake2),
+    )
+    assert span.attributes is not None  # the operation's: the server that answered it
+    assert span.attributes["server.address"] == "127.0.0.1"
+    assert span.attributes["server.port"] == port_of(fake2)
+
+
+@pytest.mark.parametrize(
+    ("base_url", "address", "port"),
+    [
+        ("http://localhost/v1", "localhost", 80),
+        ("https://localhost/v1", "localhost", 443),
+        ("http://127.0.0.1:8123/v1?api-version=1", "127.0.0.1", 8123),
+        ("http://user:secret@[::1]:9000/v1", "::1", 9000),
+    ],
+)
+def test_a_route_knows_its_server_from_its_base_url(base_url: str, address: str, port: int) -> None:
+    route = OpenAICompatibleProvider(base_url, model="m")
+    assert (route.server_address, route.server_port) == (address, port)
+
+
+# -- one GenAI operation per call ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_retried_call_is_one_genai_operation(
+    fake: FakeProvider, make_guard: MakeGuard, otel: Exported, mode: str
+) -> None:
+    """The conventions: a GenAI span covers the logical operation with all its retries. The
+    attempts were ``CLIENT`` ``chat {model}`` spans with the GenAI attributes too, which a
+    GenAI backend counted as operations of their own: three for this one call."""
+    guard = make_guard(fake, telemetry=otel.telemetry)
+    fake.script(Fault(status=503))
+    with waits_off():
+        chat_in_mode(guard, mode)
+    span = call_span(otel)
+    assert genai_spans(otel) == [span]
+    assert span.kind == SpanKind.CLIENT
+    assert span.name == "chat fake-model"
+    attempts = attempts_of(otel, span)
+    assert len(attempts) == 2
+    for number, attempt in enumerate(attempts, 1):
+        assert attempt.kind == SpanKind.INTERNAL
+        assert attempt.name == "llmguard.attempt"
+        assert attempt.attributes is not None
+        assert attempt.attributes["llmguard.route"] == "primary"
+        assert attempt.attributes["llmguard.attempt"] == number
+
+
+def test_a_streams_first_chunk_is_on_the_operations_span(
+    fake: FakeProvider, make_guard: MakeGuard, otel: Exported
+) -> None:
+    guard = make_guard(fake, telemetry=otel.telemetry)
+    fake.script(Fault(first_token_delay=0.05))
+    with guard.chat(USER, stream=True) as chunks:
+        list(chunks)
+    span = call_span(otel)
+    assert span.attributes is not None
+    first_chunk = span.attributes["gen_ai.response.time_to_first_chunk"]
+    assert isinstance(first_chunk, float)
+    assert first_chunk >= 0.05
+    (attempt,) = attempts_of(otel, span)
+    assert attempt.attributes is not None
+    assert attempt.attributes["llmguard.time_to_first_chunk_s"] == first_chunk
+    assert genai_spans(otel) == [span]
+
+
+# -- what a sampler sees ---------------------------------------------------------------------
+
+
+class Recording(Sampler):
+    """Samples every span and keeps what it was shown at each span's start."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, SpanKind | None, dict[str, Any]]] = []
+
+    def should_sample(
+        self,
+        parent_context: Context | None,
+        trace_id: int,
+        name: str,
+        kind: SpanKind | None = None,
+        attributes: Attributes = None,
+        links: Sequence[Link] | None = None,
+        trace_state: TraceState | None = None,
+    ) -> SamplingResult:
+        self.seen.append((name, kind, dict(attributes or {})))
+        return SamplingResult(Decision.RECORD_AND_SAMPLE, attributes)
+
+    def get_description(self) -> str:
+        return "Recording"
+
+
+@pytest.mark.parametrize("propagate", [True, False])
+def test_a_sampler_sees_the_operations_attributes_at_its_start(
+    fake: FakeProvider, make_guard: MakeGuard, propagate: bool
+) -> None:
+    """The conventions list the attributes that "should be provided at span creation time
+    (if provided at all)" for sampling: a sampler saw the operation and model alone."""
+    sampler = Recording()
+    provider = TracerProvider(sampler=sampler)
+    provider.add_span_processor(SimpleSpanProcessor(InMemorySpanExporter()))
+    telemetry = Telemetry(tracer_provider=provider, log_level=None, propagate=propagate)
+    make_guard(fake, telemetry=telemetry).chat(USER)
+    (operation,) = [seen for seen in sampler.seen if seen[1] == SpanKind.CLIENT]
+    name, _, attributes = operation
+    assert name == "chat fake-model"
+    assert {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.provider.name": "openai",
+        "gen_ai.request.model": "fake-model",
+        "server.address": "127.0.0.1",
+        "server.port": port_of(fake),
+    }.items() <= attributes.items()
+    provider.shutdown()
