@@ -198,7 +198,7 @@ def test_a_retried_call(fake: FakeProvider, make_guard: MakeGuard, otel: Exporte
     first, second = attempts_of(otel, span)
     assert first.attributes is not None
     assert second.attributes is not None
-    assert first.attributes["error.type"] == "ProviderUnavailableError"
+    assert first.attributes["error.type"] == "llmguard_sdk.errors.ProviderUnavailableError"
     assert first.status.status_code == StatusCode.ERROR
     assert "llmguard.retry_wait_s" in first.attributes
     assert "error.type" not in second.attributes
@@ -222,7 +222,7 @@ def test_a_fallback(
     assert [e.name for e in span.events] == ["llmguard.route_failed"]
     assert span.events[0].attributes == {
         "llmguard.route": "primary",
-        "error.type": "ProviderUnavailableError",
+        "error.type": "llmguard_sdk.errors.ProviderUnavailableError",
     }
     routes = [a.attributes["llmguard.route"] for a in attempts_of(otel, span) if a.attributes]
     assert routes == ["primary", "backup"]
@@ -300,13 +300,13 @@ def test_a_budget_refusal(fake: FakeProvider, make_guard: MakeGuard, otel: Expor
         guard.chat(USER, max_tokens=10)
     span = call_span(otel)
     assert span.attributes is not None
-    assert span.attributes["error.type"] == "BudgetExceededError"
+    assert span.attributes["error.type"] == "llmguard_sdk.errors.BudgetExceededError"
     assert span.attributes["llmguard.outcome"] == "error"
     assert span.status.status_code == StatusCode.ERROR
     assert attempts_of(otel, span) == []
     assert fake.stats.requests == 0
     (duration,) = otel.points("gen_ai.client.operation.duration")
-    assert duration.attributes["error.type"] == "BudgetExceededError"
+    assert duration.attributes["error.type"] == "llmguard_sdk.errors.BudgetExceededError"
 
 
 def test_budget_events_are_counted_with_scopes_and_no_tenant_ids(

@@ -22,8 +22,12 @@ from opentelemetry.trace.span import TraceState
 from opentelemetry.util.types import Attributes
 
 from llmguard_sdk import (
+    AllRoutesFailedError,
+    CallEvent,
     OpenAICompatibleProvider,
+    Scope,
 )
+from llmguard_sdk.errors import ProviderUnavailableError
 from llmguard_sdk.retry import waits_off
 from llmguard_sdk.telemetry import Telemetry
 from llmguard_sdk.testing import FakeProvider, Fault
@@ -140,6 +144,46 @@ def test_a_streams_first_chunk_is_on_the_operations_span(
     assert attempt.attributes is not None
     assert attempt.attributes["llmguard.time_to_first_chunk_s"] == first_chunk
     assert genai_spans(otel) == [span]
+
+
+# -- error.type ------------------------------------------------------------------------------
+
+
+def test_error_type_is_the_qualified_class_name_as_exception_type_is(
+    fake: FakeProvider, fake2: FakeProvider, make_guard: MakeGuard, otel: Exported
+) -> None:
+    guard = make_guard(fake, fake2, telemetry=otel.telemetry, retry=None)
+    fake.always(Fault(status=503))
+    fake2.always(Fault(status=503))
+    with pytest.raises(AllRoutesFailedError):
+        guard.chat(USER)
+    span = call_span(otel)
+    assert span.attributes is not None
+    assert span.attributes["error.type"] == "llmguard_sdk.errors.AllRoutesFailedError"
+    (raised,) = [e for e in span.events if e.name == "exception"]
+    assert raised.attributes is not None
+    assert span.attributes["error.type"] == raised.attributes["exception.type"]
+    failed_routes = [e.attributes for e in span.events if e.name == "llmguard.route_failed"]
+    assert [dict(a or {}).get("error.type") for a in failed_routes] == [UNAVAILABLE] * 2
+    for attempt in attempts_of(otel, span):
+        assert attempt.attributes is not None
+        assert attempt.attributes["error.type"] == UNAVAILABLE
+    (duration,) = otel.points("gen_ai.client.operation.duration")
+    assert duration.attributes["error.type"] == "llmguard_sdk.errors.AllRoutesFailedError"
+
+
+def test_a_protected_calls_error_type_is_qualified() -> None:
+    exported, meter_provider = exporters(log_level=None)
+    error = ProviderUnavailableError("down", route="sdk")
+    event = CallEvent("protect", "error", Scope(), "gpt-test", "sdk", 1, 0.01, error=error)
+    exported.telemetry.on_protect_event(event)
+    (span,) = exported.finished()
+    assert span.attributes is not None
+    assert span.attributes["error.type"] == UNAVAILABLE
+    (duration,) = exported.points("gen_ai.client.operation.duration")
+    assert duration.attributes["error.type"] == UNAVAILABLE
+    meter_provider.shutdown()
+    exported.tracer_provider.shutdown()
 
 
 # -- what a sampler sees ---------------------------------------------------------------------

@@ -130,7 +130,7 @@ def test_each_retry_sends_its_own_attempt_span(
     assert sent(fake) == [traceparent(first), traceparent(second)]
     assert first.context.span_id != second.context.span_id
     assert first.attributes is not None
-    assert first.attributes["error.type"] == ("ProviderUnavailableError")
+    assert first.attributes["error.type"] == "llmguard_sdk.errors.ProviderUnavailableError"
     # the idempotency key is the call's: the same on both attempts, next to the trace
     keys = {r.headers.get("idempotency-key") for r in fake.requests}
     assert len(keys) == 1

@@ -34,9 +34,10 @@ provider, the model and the server are given as the span starts, for samplers. A
 wait that followed it) and, for streams, ``llmguard.time_to_first_chunk_s``, and no
 ``gen_ai.*`` attribute: no GenAI backend counts an attempt as an operation of its own;
 routes that were skipped or failed (an open breaker, no rate-limit room ...) are events on
-the call span. A failed call or attempt has an ERROR status and an ``exception`` event
-(``exception.type``, fully qualified, and ``exception.message``, masked as the status is).
-Spans are written when the call ends,
+the call span. A failed call or attempt has an ERROR status, an ``exception`` event
+(``exception.type`` and ``exception.message``, masked as the status is) and ``error.type``,
+the exception's fully qualified class name as ``exception.type`` has it
+(``llmguard_sdk.errors.ProviderUnavailableError``). Spans are written when the call ends,
 with the times the call and each attempt really started and ended, under the span that was
 current when the call began.
 

@@ -22,6 +22,7 @@ from ._attributes import (
     add_scope,
     call_route,
     check_options,
+    exception_type,
     input_messages,
     operation,
     quality_labels,
@@ -195,7 +196,7 @@ class Telemetry:
         }
         add_scope(attributes, event.scope, event.retries)
         if event.error is not None:
-            attributes["error.type"] = type(event.error).__name__
+            attributes["error.type"] = exception_type(event.error)
         if event.usage is not None:
             attributes["gen_ai.usage.input_tokens"] = event.usage.input_tokens
             attributes["gen_ai.usage.output_tokens"] = event.usage.output_tokens
@@ -400,7 +401,7 @@ class Telemetry:
             attributes["llmguard.time_to_first_token_s"] = ctx.first_token_at - ctx.started
             add_first_chunk(attributes, ctx, self.names)
         if error is not None:
-            attributes["error.type"] = type(error).__name__
+            attributes["error.type"] = exception_type(error)
         if ctx.release is not None:  # which release served the call, on which side
             attributes["llmguard.release"] = ctx.release
             attributes["llmguard.release.arm"] = ctx.arm or "control"
@@ -452,7 +453,7 @@ class Telemetry:
         for name, failure in ctx.route_errors.items():
             span.add_event(
                 "llmguard.route_failed",
-                {"llmguard.route": name, "error.type": type(failure).__name__},
+                {"llmguard.route": name, "error.type": exception_type(failure)},
                 timestamp=wall_ns(ctx, end),
             )
         if self.capture_content:

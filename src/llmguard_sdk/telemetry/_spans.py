@@ -96,7 +96,7 @@ def write_attempts(
         if attempt.first_token_at is not None:
             outcome["llmguard.time_to_first_chunk_s"] = attempt.first_token_at - attempt.started
         if attempt.error is not None:
-            outcome["error.type"] = type(attempt.error).__name__
+            outcome["error.type"] = exception_type(attempt.error)
         elif attempt.ended is None:
             outcome["llmguard.cancelled"] = True
         span = attempt.span
