@@ -17,14 +17,16 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult
-from opentelemetry.trace import Link, SpanKind
+from opentelemetry.trace import Link, SpanKind, StatusCode
 from opentelemetry.trace.span import TraceState
 from opentelemetry.util.types import Attributes
 
 from llmguard_sdk import (
     AllRoutesFailedError,
     CallEvent,
+    InputTooLargeError,
     OpenAICompatibleProvider,
+    RequestValidationError,
     Scope,
 )
 from llmguard_sdk.errors import ProviderUnavailableError
@@ -184,6 +186,91 @@ def test_a_protected_calls_error_type_is_qualified() -> None:
     assert duration.attributes["error.type"] == UNAVAILABLE
     meter_provider.shutdown()
     exported.tracer_provider.shutdown()
+
+
+# -- refused requests ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_request_refused_by_validation_is_a_failed_operation(
+    fake: FakeProvider, make_guard: MakeGuard, otel: Exported, mode: str
+) -> None:
+    """A bad request left no span and no duration point: an error rate that leaves out every
+    request the Guard refused."""
+    guard = make_guard(fake, telemetry=otel.telemetry)
+    with pytest.raises(RequestValidationError):
+        chat_in_mode(guard, mode, temperature="hot")
+    span = call_span(otel)
+    assert span.kind == SpanKind.CLIENT
+    assert span.status.status_code == StatusCode.ERROR
+    assert span.attributes is not None
+    assert span.attributes["error.type"] == "llmguard_sdk.errors.RequestValidationError"
+    assert span.attributes["llmguard.outcome"] == "error"
+    assert span.attributes["llmguard.attempts"] == 0
+    assert span.attributes["gen_ai.operation.name"] == "chat"
+    assert span.attributes["gen_ai.request.model"] == "fake-model"
+    (raised,) = [e for e in span.events if e.name == "exception"]
+    assert raised.attributes is not None
+    assert raised.attributes["exception.type"] == span.attributes["error.type"]
+    assert attempts_of(otel, span) == []
+    (duration,) = otel.points("gen_ai.client.operation.duration")
+    assert duration.count == 1
+    assert duration.attributes["error.type"] == "llmguard_sdk.errors.RequestValidationError"
+    assert duration.attributes["gen_ai.operation.name"] == "chat"
+    assert fake.stats.requests == 0
+
+
+def test_a_request_over_max_input_tokens_is_a_failed_operation(
+    fake: FakeProvider, make_guard: MakeGuard, otel: Exported
+) -> None:
+    guard = make_guard(fake, telemetry=otel.telemetry, max_input_tokens=5)
+    question = [{"role": "user", "content": "far too many words for this guard " * 20}]
+    with pytest.raises(InputTooLargeError), guard.chat(question, stream=True, feature="faq"):
+        pass
+    span = call_span(otel)
+    assert span.attributes is not None
+    assert span.attributes["error.type"] == "llmguard_sdk.errors.InputTooLargeError"
+    assert span.attributes["llmguard.kind"] == "stream"
+    assert span.attributes["llmguard.feature"] == "faq"
+    (duration,) = otel.points("gen_ai.client.operation.duration")
+    assert duration.attributes["error.type"] == "llmguard_sdk.errors.InputTooLargeError"
+    assert duration.attributes["llmguard.feature"] == "faq"
+    assert fake.stats.requests == 0
+
+
+def test_a_refused_request_under_the_callers_span_is_its_child(
+    fake: FakeProvider, make_guard: MakeGuard, otel: Exported
+) -> None:
+    guard = make_guard(fake, telemetry=otel.telemetry)
+    tracer = otel.tracer_provider.get_tracer("app")
+    with (
+        tracer.start_as_current_span("user-request") as outer,
+        pytest.raises(RequestValidationError),
+    ):
+        guard.chat(USER, temperature="hot")  # type: ignore[call-overload]
+    span = call_span(otel)
+    assert span.parent is not None
+    assert span.parent.span_id == outer.get_span_context().span_id
+
+
+def test_an_input_guardrails_refusal_is_a_failed_operation_and_a_quality_signal(
+    fake: FakeProvider, make_guard: MakeGuard, otel: Exported
+) -> None:
+    from llmguard_sdk import GuardrailRejectedError
+
+    def refuse(request: Any) -> None:
+        raise GuardrailRejectedError("no weapons")
+
+    guard = make_guard(fake, telemetry=otel.telemetry, input_filters=[refuse])
+    with pytest.raises(GuardrailRejectedError):
+        guard.chat(USER, feature="faq")
+    span = call_span(otel)
+    assert span.attributes is not None
+    assert span.attributes["error.type"] == "llmguard_sdk.errors.GuardrailRejectedError"
+    assert span.attributes["llmguard.quality.signals"] == ("input_filter",)
+    (signal,) = otel.points("llmguard.quality.signals")
+    assert signal.attributes["llmguard.quality.signal"] == "input_filter"
+    assert signal.attributes["llmguard.feature"] == "faq"
 
 
 # -- what a sampler sees ---------------------------------------------------------------------

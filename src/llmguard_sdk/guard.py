@@ -429,7 +429,7 @@ class Guard(Adoption, Lifecycle):
         :class:`~llmguard_sdk.errors.AllRoutesFailedError` when no route could answer.
         """
         streamed = stream_flag(stream)  # (checked first: nothing runs for a bad call)
-        ctx = call_context(self._stages, messages, options)
+        ctx = call_context(self._stages, messages, options, "stream" if streamed else "chat")
         if streamed:
             return chat_stream(ctx, self._stages)  # a cascade's: buffered
         with reporting(ctx, self._stages, "chat") as outcome:
@@ -471,7 +471,7 @@ class Guard(Adoption, Lifecycle):
     ) -> ChatResponse | AsyncChatStream:
         """Async twin of :meth:`chat`; ``stream=True`` gives an :class:`AsyncChatStream`."""
         streamed = stream_flag(stream)  # (checked first: nothing runs for a bad call)
-        ctx = call_context(self._stages, messages, options)
+        ctx = call_context(self._stages, messages, options, "stream" if streamed else "chat")
         if streamed:
             return achat_stream(ctx, self._stages)
         with reporting(ctx, self._stages, "chat") as outcome:  # cancelled: reported as such

@@ -7,13 +7,15 @@ envelope in :mod:`.streams`.
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 from pydantic import BaseModel
 
-from ..context import CallContext
+from ..context import CallContext, Scope, current_scope
 from ..errors import RequestValidationError
 from ..models import ChatRequest, ChatResponse, Message
 from . import tasks
@@ -24,37 +26,80 @@ from .stages import Stages, finish, prepare, resolve_scope
 
 __all__ = ["MessagesArg", "acomplete_call", "call_context", "complete_call", "stream_flag"]
 
+logger = logging.getLogger("llmguard_sdk")
+
 MessagesArg = Iterable[Message | Mapping[str, Any]]
 """Chat messages as :class:`~llmguard_sdk.Message` objects or dicts (a list, or any iterable)."""
 
 
 def call_context(
-    stages: Stages, messages: MessagesArg | None, options: Mapping[str, Any]
+    stages: Stages,
+    messages: MessagesArg | None,
+    options: Mapping[str, Any],
+    kind: Literal["chat", "stream"] | None = None,
 ) -> CallContext:
-    """The call's context from ``Guard.chat``'s arguments (validated; no network yet)."""
+    """The call's context from ``Guard.chat``'s arguments (validated; no network yet). A
+    ``kind`` of call refused here (its request invalid, an input guardrail's refusal, over
+    ``max_input_tokens``) is reported to the telemetry as a failed operation."""
+    started, started_ns = time.monotonic(), time.time_ns()
     params: dict[str, Any] = dict(options)  # less the call's own options: the request's
     request, model = params.pop("request", None), params.pop("model", None)
-    scope = resolve_scope(
-        params.pop("tenant", None), params.pop("feature", None), params.pop("user", None)
-    )
-    timeout, hedge_after = params.pop("timeout", None), params.pop("hedge_after", None)
-    attempt_timeout = params.pop("attempt_timeout", None)
-    priority, region = params.pop("priority", "interactive"), params.pop("region", None)
-    cacheable, cache_tags = params.pop("cacheable", True), _tags(params.pop("cache_tags", ()))
-    if not isinstance(cacheable, bool):  # ("no" would be true: the answer cached)
-        raise RequestValidationError(f"cacheable must be True or False, got {cacheable!r}")
-    ctx = prepare(
-        stages,
-        _request_data(messages, request, model, params),
-        scope=scope,
-        timeout=timeout,
-        hedge_after=hedge_after,
-        attempt_timeout=attempt_timeout,
-        priority=priority,
-        region=region,
-    )
+    scope: Scope | None = None
+    try:
+        scope = resolve_scope(
+            params.pop("tenant", None), params.pop("feature", None), params.pop("user", None)
+        )
+        timeout, hedge_after = params.pop("timeout", None), params.pop("hedge_after", None)
+        attempt_timeout = params.pop("attempt_timeout", None)
+        priority, region = params.pop("priority", "interactive"), params.pop("region", None)
+        cacheable, cache_tags = params.pop("cacheable", True), _tags(params.pop("cache_tags", ()))
+        if not isinstance(cacheable, bool):  # ("no" would be true: the answer cached)
+            raise RequestValidationError(f"cacheable must be True or False, got {cacheable!r}")
+        ctx = prepare(
+            stages,
+            _request_data(messages, request, model, params),
+            scope=scope,
+            timeout=timeout,
+            hedge_after=hedge_after,
+            attempt_timeout=attempt_timeout,
+            priority=priority,
+            region=region,
+            started_at=(started, started_ns),
+        )
+    except Exception as error:
+        if kind is not None and stages.telemetry is not None:
+            _refused(stages, kind, error, scope, model or request, (started, started_ns))
+        raise
     ctx.cacheable, ctx.cache_tags = cacheable, (*ctx.cache_tags, *cache_tags)
     return ctx
+
+
+def _refused(
+    stages: Stages,
+    kind: Literal["chat", "stream"],
+    error: Exception,
+    scope: Scope | None,
+    asked: object,
+    started: tuple[float, int],
+) -> None:
+    """Report a call refused before its first attempt to the telemetry (which cannot break
+    the call: the caller gets ``error`` whatever happens here); ``asked``: the model it asked
+    for, or its request (a ChatRequest, a mapping) naming one."""
+    telemetry = stages.telemetry
+    assert telemetry is not None
+    model = asked.get("model") if isinstance(asked, Mapping) else getattr(asked, "model", asked)
+    try:
+        telemetry.refused(
+            kind,
+            error,
+            scope=scope if scope is not None else current_scope(),
+            model=model if isinstance(model, str) else None,
+            routes=stages.routes,
+            started=started[0],
+            started_ns=started[1],
+        )
+    except Exception:
+        logger.exception("llmguard telemetry failed")
 
 
 def stream_flag(stream: object) -> bool:

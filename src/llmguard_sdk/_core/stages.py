@@ -124,11 +124,12 @@ def prepare(
     attempt_timeout: float | None = None,
     priority: Literal["interactive", "batch"] = "interactive",
     region: str | None = None,
+    started_at: tuple[float, int] | None = None,
 ) -> CallContext:
     """Validate the request, run input guardrails, choose the call's routes (a release's,
     a group's ranking, its tier's) and check its size as its first route counts; start the
-    clock."""
-    started, started_ns = time.monotonic(), time.time_ns()
+    clock (or take ``started_at``, its ``time.monotonic()`` and ``time.time_ns()`` start)."""
+    started, started_ns = started_at or (time.monotonic(), time.time_ns())
     if not stages.routes:
         raise ConfigurationError(
             "this Guard has no provider: pass providers=[...] or set LLMGUARD_BASE_URL"

@@ -12,6 +12,7 @@ from ._semconv import Names
 if TYPE_CHECKING:
     from ..context import CallContext
     from ..models import ChatResponse
+    from ._quality import Quality
 
 __all__ = ["Instruments"]
 
@@ -95,6 +96,25 @@ class Instruments:
             description="Calls whose tier was a cascade, by whether they escalated "
             "(the escalation rate)",
         )
+
+    def record_refused(
+        self,
+        elapsed: float,
+        call: Attributes,
+        feature: str | None,
+        quality: Quality,
+        signals: list[str],
+    ) -> None:
+        """The points of a call refused before its first attempt (``call``: its span's
+        attributes): its duration, with ``error.type``, and its quality signals."""
+        labels = {key: call[key] for key in ("gen_ai.operation.name", self._provider)}
+        labels["gen_ai.request.model"] = call["gen_ai.request.model"]
+        labels["error.type"] = call["error.type"]
+        if feature is not None:
+            labels["llmguard.feature"] = feature
+        self.duration.record(elapsed, labels)
+        if signals:
+            quality.count(signals, {"llmguard.feature": feature} if feature is not None else {})
 
     def record_call(
         self, ctx: CallContext, kind: str, call: Attributes, response: ChatResponse | None

@@ -45,7 +45,7 @@ from .sampling import EvalSink, call_record
 if TYPE_CHECKING:
     from ..breaker import BreakerTransition
     from ..budget import BudgetEvent
-    from ..context import AttemptRecord, CallContext, CallEvent
+    from ..context import AttemptRecord, CallContext, CallEvent, Scope
     from ..models import ChatRequest, ChatResponse
     from ..providers.base import Provider
     from ..releases.release import ReleaseEvent
@@ -295,9 +295,52 @@ class Telemetry:
                 self._quality.anomalies(anomalies)
         if response is not None:
             self._quality.remember(call_id, labels, span)
-        self._log(ctx, call, response)
+        self._log(call, ctx.elapsed(), ctx.attempts, ctx.request, response)
         if sink is not None and not (response is not None and response.metadata.get("cache")):
             sink.offer(lambda: call_record(sink, ctx, call, response), call_id)
+
+    def refused(
+        self,
+        kind: Literal["chat", "stream"],
+        error: BaseException,
+        *,
+        scope: Scope,
+        model: str | None,
+        routes: tuple[Provider, ...],
+        started: float,
+        started_ns: int,
+    ) -> None:
+        """Export a call refused before its first attempt (an invalid request, an input
+        guardrail's refusal, one over ``max_input_tokens``) as the conventions have a failed
+        operation: its span under the current one (an ERROR status, ``error.type``), a
+        duration point with ``error.type``, its quality signal, a log record."""
+        exporting = self._exporting()
+        if not exporting and not self._logging():
+            return  # (the no-SDK path, as a call's)
+        elapsed = time.monotonic() - started
+        first = routes[0] if routes else None
+        model = model or (first.model if first is not None else None) or ""
+        call = operation(self.names, first, model, server=False)  # (no request went out)
+        call.update({"llmguard.kind": kind, "llmguard.attempts": 0, "llmguard.outcome": "error"})
+        call["error.type"] = exception_type(error)
+        add_scope(call, scope, ())
+        signals = signals_of(None, None, error)
+        if signals:
+            call["llmguard.quality.signals"] = signals
+        if exporting:
+            end_ns = started_ns + int(elapsed * 1e9)
+            span = self._tracer.start_span(
+                f"chat {model}".strip(),
+                kind=SpanKind.CLIENT,
+                attributes=call,
+                start_time=started_ns,
+            )
+            for name, attributes in _span_events(signals, []):
+                span.add_event(name, attributes, timestamp=end_ns)
+            failed(span, error, scope, end_ns)
+            span.end(end_time=end_ns)
+            self._metrics.record_refused(elapsed, call, scope.feature, self._quality, signals)
+        self._log(call, elapsed, 0, None, None)
 
     def _watch(
         self, ctx: CallContext, response: ChatResponse | None, error: BaseException | None
@@ -468,12 +511,20 @@ class Telemetry:
         span.end(end_time=wall_ns(ctx, end))
         return span.get_span_context()
 
-    def _log(self, ctx: CallContext, call: Attributes, response: ChatResponse | None) -> None:
+    def _log(
+        self,
+        call: Attributes,
+        elapsed: float,
+        attempts: int,
+        request: ChatRequest | None,
+        response: ChatResponse | None,
+    ) -> None:
         if self._log_level is None or not self._logging():
             return
         fields = {key: value for key, value in call.items()}
         if self.capture_content:
-            fields["prompt"] = self._content(ctx.request.last_user_text())
+            if request is not None:
+                fields["prompt"] = self._content(request.last_user_text())
             if response is not None:
                 fields["answer"] = self._content(response.text)
         error = call.get("error.type")
@@ -483,8 +534,8 @@ class Telemetry:
             call.get("llmguard.kind"),
             call.get("gen_ai.request.model"),
             call.get("llmguard.served_by", "no route"),
-            ctx.elapsed() * 1000,
-            ctx.attempts,
+            elapsed * 1000,
+            attempts,
             f", {error}" if error else "",
             extra={"llmguard": fields},
         )

@@ -107,9 +107,10 @@ def _note(kept: _Kept) -> CallNote:
 
 
 def signals_of(
-    request: ChatRequest, response: ChatResponse | None, error: BaseException | None
+    request: ChatRequest | None, response: ChatResponse | None, error: BaseException | None
 ) -> list[str]:
-    """The quality signals of one finished call (see the module docs)."""
+    """The quality signals of one finished call (see the module docs; ``request`` None: one
+    refused before its request was made, whose error alone tells)."""
     if isinstance(error, GuardrailRejectedError):
         return ["output_filter" if error.stage == "output" else "input_filter"]
     if response is None or response.metadata.get("cache"):
@@ -123,7 +124,7 @@ def signals_of(
         found.append("truncated")
     if not response.text.strip() and not response.tool_calls:
         found.append("empty")
-    elif request.response_format and not _fits(request.response_format, response.text):
+    elif request and request.response_format and not _fits(request.response_format, response.text):
         found.append("json_schema")
     return found
 
