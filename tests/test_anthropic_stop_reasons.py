@@ -26,7 +26,7 @@ from llmguard_sdk import (
 from llmguard_sdk._core.tasks import metric_reason
 from llmguard_sdk.cache._storable import storable
 from llmguard_sdk.router import finish_reason
-from llmguard_sdk.telemetry._quality import signals_of
+from llmguard_sdk.telemetry._signals import signals_of
 from llmguard_sdk.testing import FakeProvider
 from llmguard_sdk.transport import http_client
 

@@ -22,7 +22,7 @@ from llmguard_sdk import (
 from llmguard_sdk.cache._storable import storable
 from llmguard_sdk.models import INCOMPLETE_FINISH_REASONS, openai_finish_reason
 from llmguard_sdk.router import finish_reason
-from llmguard_sdk.telemetry._quality import signals_of
+from llmguard_sdk.telemetry._signals import signals_of
 from llmguard_sdk.testing import FakeProvider
 
 from .conftest import USER

@@ -8,6 +8,9 @@ Real OpenTelemetry SDK with in-memory exporters, FakeProviders on loopback."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -321,3 +324,28 @@ def test_a_sampler_sees_the_operations_attributes_at_its_start(
         "server.port": port_of(fake),
     }.items() <= attributes.items()
     provider.shutdown()
+
+
+# -- import cost -----------------------------------------------------------------------------
+
+
+def test_import_and_a_guard_without_telemetry_load_no_opentelemetry() -> None:
+    """``import llmguard_sdk`` imported OpenTelemetry's trace and metrics APIs, telemetry
+    off or not; they now come with the first Telemetry (``telemetry=True``, the default)."""
+    code = (
+        "import json, sys; import llmguard_sdk; "
+        "from llmguard_sdk import Guard, OpenAICompatibleProvider; "
+        "Guard(OpenAICompatibleProvider('http://127.0.0.1:9/v1', model='m'), "
+        "telemetry=False, environ={}).close(); "
+        "before = sorted(m for m in sys.modules if m.startswith('opentelemetry')); "
+        "Guard(OpenAICompatibleProvider('http://127.0.0.1:9/v1', model='m'), environ={}).close(); "
+        "after = 'opentelemetry.trace' in sys.modules; "
+        "print(json.dumps([before, after, llmguard_sdk.Telemetry.__name__]))"
+    )
+    found = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    before, after, name = json.loads(found.stdout)
+    assert before == []
+    assert after is True
+    assert name == "Telemetry"

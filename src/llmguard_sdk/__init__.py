@@ -8,9 +8,12 @@ it returns, and the errors it raises. A stage used on its own has its own packag
 everything in a module whose name starts with an underscore is private. Start with
 :class:`Guard`.
 
-``import llmguard_sdk`` imports neither redis nor numpy: they are imported when a Redis
-store or a semantic cache is first used.
+``import llmguard_sdk`` imports neither redis nor numpy nor OpenTelemetry: they are imported
+when a Redis store, a semantic cache or a :class:`Telemetry` (a Guard's by default) is first
+used.
 """
+
+from typing import TYPE_CHECKING, Any
 
 from ._core.stages import InputFilter, OutputFilter
 from ._core.streams import AsyncChatStream, ChatStream
@@ -82,8 +85,10 @@ from .ratelimit import RateLimit
 from .retry import RetryBudgetPolicy, RetryPolicy
 from .router import Cascade, DeploymentGroup, Rule, TaskRouter
 from .store import MemoryStore, RedisClusterStore, RedisStore, Store
-from .telemetry import Telemetry
 from .tokens import TokenCount, count_request_tokens, count_text_tokens
+
+if TYPE_CHECKING:
+    from .telemetry import Telemetry
 
 __all__ = [
     "AllRoutesFailedError",
@@ -182,3 +187,13 @@ __all__ = [
     "scoped",
     "usage_from_result",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """:class:`Telemetry` (and with it OpenTelemetry's API), imported at its first use."""
+    if name == "Telemetry":
+        from .telemetry import Telemetry
+
+        globals()["Telemetry"] = Telemetry  # (later reads: a plain attribute)
+        return Telemetry
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import inspect
 import os
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal, TypedDict, overload
+from typing import TYPE_CHECKING, Any, Literal, TypedDict, overload
 
 from typing_extensions import Unpack
 
@@ -42,7 +42,9 @@ from .retry import (
 )
 from .router import DeploymentGroup, TaskRouter
 from .store import Store, open_store
-from .telemetry import Telemetry
+
+if TYPE_CHECKING:
+    from .telemetry import Telemetry  # (imported with the first one: OpenTelemetry too)
 
 __all__ = ["ChatOptions", "Guard"]
 

@@ -35,12 +35,12 @@ from ..ratelimit import MemoryRateLimiter, RedisRateLimiter
 from ..releases.control import ReleaseControl
 from ..retry.budget import RetryBudget
 from ..retry.policy import RetryPolicy
-from ..telemetry import Telemetry
 from ..tokens import count_text_tokens, request_tokens_at_most
 from .probes import Prober
 from .routing import Routing
 
 if TYPE_CHECKING:
+    from ..telemetry import Telemetry
     from .tasks import TaskRouting
 
 __all__ = [

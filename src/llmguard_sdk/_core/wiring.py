@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .._decorating import is_async_callable
 from ..breaker import (
@@ -35,10 +35,12 @@ from ..retry import (
 )
 from ..router import DeploymentGroup, TaskRouter
 from ..store import RedisStore, Store
-from ..telemetry import Telemetry
 from .probes import Prober
 from .routing import Routing, flatten
 from .tasks import TaskRouting
+
+if TYPE_CHECKING:
+    from ..telemetry import Telemetry
 
 __all__ = [
     "arguments",
@@ -180,8 +182,12 @@ def limiter(
 
 
 def telemetry(telemetry: Telemetry | bool) -> Telemetry | None:
+    """The Guard's telemetry (OpenTelemetry is imported here, with the first one: a Guard
+    with ``telemetry=False`` never imports it)."""
     if telemetry is False:
         return None
+    from ..telemetry import Telemetry  # (after the first time: a dict lookup)
+
     if telemetry is True:
         return Telemetry()
     if not isinstance(telemetry, Telemetry):

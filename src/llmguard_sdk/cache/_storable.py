@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..models import ChatRequest, ChatResponse
-from ..telemetry._quality import signals_of
+from ..telemetry._signals import signals_of
 
 __all__ = ["cached_form", "storable"]
 

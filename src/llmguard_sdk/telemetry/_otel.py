@@ -34,9 +34,10 @@ from ._attributes import (
 from ._instruments import Instruments
 from ._labels import CappedMeter
 from ._options import check_parts, checked_number, checked_propagate
-from ._quality import Quality, signals_of
+from ._quality import Quality
 from ._sdk_names import UNKNOWN
 from ._semconv import Names, SemconvMode, names_for
+from ._signals import signals_of
 from ._spans import end_started, failed, start_traced_attempt, with_trace, write_attempts
 from .anomaly import Anomalies, AnomalyEvent
 from .redaction import redact, redact_secrets
