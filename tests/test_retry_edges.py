@@ -77,14 +77,6 @@ def test_negative_or_nan_hints_are_ignored() -> None:
         assert retry(flaky, on=lambda exc: float("nan"))() == "ok"
 
 
-def test_generators_cannot_be_wrapped() -> None:
-    def numbers() -> Any:
-        yield 1
-
-    with pytest.raises(ConfigurationError, match="generator"):
-        retry(numbers)
-
-
 @pytest.mark.parametrize("bad", [0, True, "3", 2.5])
 def test_a_testing_attempts_cap_is_a_whole_number(bad: Any) -> None:
     # "3" raised TypeError, True capped every loop at one attempt; waits_off() too

@@ -1,10 +1,11 @@
-"""``retry_context`` inside a generator that yields chunks: as the Guard's own streams, a
-failure before the first chunk is retried, one after it never is (the consumer already has
-part of the stream; a retry would hand it the same chunks again)."""
+"""``retry_context`` inside a generator that yields chunks, and ``@retry`` over a generator
+function: as the Guard's own streams, a failure before the first chunk is retried, one after
+it never is (the consumer already has part of the stream; a retry would hand it the same
+chunks again)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 
 import anyio
 import httpx
@@ -12,7 +13,7 @@ import openai
 import pytest
 
 from llmguard_sdk.context import RetryDetails
-from llmguard_sdk.retry import retry_context, waits_off
+from llmguard_sdk.retry import retry, retry_context, waits_off
 from llmguard_sdk.testing import FakeProvider, Fault
 
 from .conftest import USER
@@ -35,14 +36,35 @@ def _words(client: openai.OpenAI, gave_up: list[RetryDetails]) -> Iterator[str]:
                     yield attempt.deliver(chunk.choices[0].delta.content)
 
 
-def test_a_stream_cut_after_chunks_were_yielded_is_not_retried(fake: FakeProvider) -> None:
-    """It was retried: the consumer got the first chunks, then the whole answer again."""
+def _decorated_words(client: openai.OpenAI, gave_up: list[RetryDetails]) -> Iterator[str]:
+    """:func:`_words` as ``@retry`` over a generator function (no ``deliver``: each item it
+    yields is delivered)."""
+
+    @retry(attempts=3, give_up_hooks=[gave_up.append])
+    def words() -> Iterator[str]:
+        stream = client.chat.completions.create(model="m", messages=USER, stream=True)
+        for chunk in stream:
+            if chunk.choices and chunk.choices[0].delta.content:
+                yield chunk.choices[0].delta.content
+
+    return words()
+
+
+WAYS = [_words, _decorated_words]
+
+
+@pytest.mark.parametrize("words", WAYS)
+def test_a_stream_cut_after_chunks_were_yielded_is_not_retried(
+    fake: FakeProvider, words: Callable[[openai.OpenAI, list[RetryDetails]], Iterator[str]]
+) -> None:
+    """It was retried: the consumer got the first chunks, then the whole answer again
+    (``@retry`` refused a generator function: it could not be retried at all)."""
     client = openai.OpenAI(base_url=fake.base_url, api_key="x", max_retries=0)
     fake.script(Fault(cut_stream_after=2))
     seen: list[str] = []
     gave_up: list[RetryDetails] = []
     with pytest.raises(openai.APIConnectionError) as info:
-        seen.extend(_words(client, gave_up))
+        seen.extend(words(client, gave_up))
     assert fake.stats.requests == 1
     assert len(seen) == 2
     assert ANSWER.startswith("".join(seen))
@@ -51,12 +73,13 @@ def test_a_stream_cut_after_chunks_were_yielded_is_not_retried(fake: FakeProvide
     client.close()
 
 
+@pytest.mark.parametrize("words", WAYS)
 def test_a_stream_cut_before_its_first_chunk_is_retried_and_delivered_once(
-    fake: FakeProvider,
+    fake: FakeProvider, words: Callable[[openai.OpenAI, list[RetryDetails]], Iterator[str]]
 ) -> None:
     client = openai.OpenAI(base_url=fake.base_url, api_key="x", max_retries=0)
     fake.script(Fault(cut_stream_after=0), Fault(status=503))
-    assert "".join(_words(client, [])) == ANSWER
+    assert "".join(words(client, [])) == ANSWER
     assert fake.stats.requests == 3
     client.close()
 

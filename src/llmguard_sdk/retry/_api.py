@@ -38,11 +38,12 @@ from typing import Any, TypedDict, TypeVar, cast, overload
 import anyio
 from typing_extensions import Unpack
 
-from .._decorating import is_async_callable, may_return_awaitable, refuse_generator, unwrap_method
+from .._decorating import is_async_callable, may_return_awaitable, unwrap_method
 from .._keywords import check_keywords
 from ..classify import classify_exception
 from ..context import RetryDetails
 from ..errors import ConfigurationError, ProviderError, RejectedResultError
+from ._generators import retry_generator
 from ._testing import testing_attempts, testing_remaining, testing_wait
 from ._verdicts import (
     NO_RESULT,
@@ -486,11 +487,15 @@ def retry(func: F | None = None, **given: Unpack[RetryOptions]) -> F | Callable[
     Use as ``@retry`` or ``@retry(attempts=5)``. A plain function that wraps an async one
     (``AsyncOpenAI().chat.completions.create``) is retried as async: the decorated function
     returns a coroutine. Stacked above ``@staticmethod`` or ``@classmethod``, it wraps their
-    function and stays a staticmethod or classmethod. A generator function is refused
-    (:class:`ConfigurationError`): its failures come while it is iterated.
+    function and stays a staticmethod or classmethod.
+
+    A generator function (sync or async) is retried as ``@guard.protect`` retries one: before
+    its first item; after it, a failure propagates unretried, noted, the give-up hooks told
+    ``reason="stream-delivered"`` (as after :meth:`Attempt.deliver`: no item is handed over
+    twice). ``on_result`` is refused for a generator.
 
     .. versionchanged:: 0.2.0 above ``@staticmethod`` and ``@classmethod``; ``on_result``
-       and ``give_up_hooks``.
+       and ``give_up_hooks``; generator functions, sync and async (they were refused).
     """
     check_keywords(given, RetryOptions, "retry")
     if func is not None and not isinstance(func, classmethod) and not callable(func):
@@ -512,14 +517,17 @@ def retry(func: F | None = None, **given: Unpack[RetryOptions]) -> F | Callable[
             key = options["name"]
         else:
             key = f"{module}.{name}" if own_name else _call_site()
-        Retrying(budget_key=key, **options)  # validate the options now, not at the first call
-        refuse_generator(fn, name, "retry", "retry the code that consumes it instead")
+        loop = functools.partial(Retrying, budget_key=key, **options)
+        loop()  # validate the options now, not at the first call
+        streaming = retry_generator(fn, name, loop, options.get("on_result"))
+        if streaming is not None:
+            return cast(F, takes_its_place(streaming))
 
         if is_async_callable(fn) or may_return_awaitable(fn):
 
             @functools.wraps(fn)
             async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-                async for attempt in Retrying(budget_key=key, **options):
+                async for attempt in loop():
                     with attempt:
                         result = fn(*args, **kwargs)
                         if inspect.isawaitable(result):
@@ -531,7 +539,7 @@ def retry(func: F | None = None, **given: Unpack[RetryOptions]) -> F | Callable[
 
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            for attempt in Retrying(budget_key=key, **options):
+            for attempt in loop():
                 with attempt:
                     result = fn(*args, **kwargs)
                     attempt.set_result(result)
