@@ -218,6 +218,23 @@ def test_is_retryable_understands_errors_carrying_the_response(
     assert ask()["choices"][0]["message"]["content"] == "Echo: hello there"
 
 
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({"on_result": "x"}, "on_result"),
+        ({"attempts": -1}, "attempts"),
+        ({"on": "ValueError"}, "on="),
+        ({"hooks": [5]}, "hooks"),
+        ({"name": 3}, "name"),
+    ],
+)
+def test_retry_checks_its_options_before_it_decorates(options: dict[str, Any], named: str) -> None:
+    """``retry(on_result="x")`` returned a decorator, and the error came only when it was
+    applied (far from the line that was wrong)."""
+    with pytest.raises(ConfigurationError, match=named):
+        retry(**options)
+
+
 @pytest.mark.parametrize("bad", ["ValueError", None, 5, int, (ValueError, "x")])
 def test_an_on_that_is_no_exception_type_or_callable_is_a_configuration_error(bad: Any) -> None:
     # it was found out at the first failure: a TypeError ("'str' object is not callable")

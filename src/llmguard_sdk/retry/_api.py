@@ -484,10 +484,10 @@ def retry(func: F | None = None, **given: Unpack[RetryOptions]) -> F | Callable[
     carrying the last result), ``budget`` (a
     :class:`~llmguard_sdk.retry.budget.RetryBudget` keyed by the function's name).
 
-    Use as ``@retry`` or ``@retry(attempts=5)``. A plain function that wraps an async one
-    (``AsyncOpenAI().chat.completions.create``) is retried as async: the decorated function
-    returns a coroutine. Stacked above ``@staticmethod`` or ``@classmethod``, it wraps their
-    function and stays a staticmethod or classmethod.
+    Use as ``@retry`` or ``@retry(attempts=5)`` (a bad option: :class:`ConfigurationError`
+    at once). A plain function that wraps an async one (``AsyncOpenAI().chat.completions
+    .create``) is retried as async: the decorated function returns a coroutine. Stacked above
+    ``@staticmethod`` or ``@classmethod``, it wraps their function and stays one.
 
     A generator function (sync or async) is retried as ``@guard.protect`` retries one: before
     its first item; after it, a failure propagates unretried, noted, the give-up hooks told
@@ -495,7 +495,8 @@ def retry(func: F | None = None, **given: Unpack[RetryOptions]) -> F | Callable[
     twice). ``on_result`` is refused for a generator.
 
     .. versionchanged:: 0.2.0 above ``@staticmethod`` and ``@classmethod``; ``on_result``
-       and ``give_up_hooks``; generator functions, sync and async (they were refused).
+       and ``give_up_hooks``; generator functions, sync and async (they were refused); the
+       options checked when ``retry(...)`` is called.
     """
     check_keywords(given, RetryOptions, "retry")
     if func is not None and not isinstance(func, classmethod) and not callable(func):
@@ -503,6 +504,7 @@ def retry(func: F | None = None, **given: Unpack[RetryOptions]) -> F | Callable[
             f"retry takes a function, then its options as keywords (@retry(attempts=3)), "
             f"got {func!r}"
         )
+    Retrying(budget_key="retry", **given)  # checked now, not once it decorates something
 
     def decorate(method: F) -> F:
         fn, takes_its_place = unwrap_method(method)
@@ -518,7 +520,6 @@ def retry(func: F | None = None, **given: Unpack[RetryOptions]) -> F | Callable[
         else:
             key = f"{module}.{name}" if own_name else _call_site()
         loop = functools.partial(Retrying, budget_key=key, **options)
-        loop()  # validate the options now, not at the first call
         streaming = retry_generator(fn, name, loop, options.get("on_result"))
         if streaming is not None:
             return cast(F, takes_its_place(streaming))
