@@ -9,14 +9,17 @@ from typing import Any
 from .._core.assembly import call_index
 from ..errors import LLMGuardError, RequestValidationError
 from ..models import ChatResponse, StreamChunk, openai_finish_reason
-from ..providers.wire import chat_chunk_carries, chat_chunk_skipped
+from ..providers._anthropic_only import CLAUDE_HEADERS, HEADERS
+from ..providers.wire import ANTHROPIC_ONLY_KEY, chat_chunk_carries, chat_chunk_skipped
 from . import _wire
 from ._wire import Incoming
 
 
 def guard_arguments(params: dict[str, Any], incoming: Incoming) -> dict[str, Any]:
     """openai ``create()`` keywords (``messages`` and ``model`` among them) as
-    :meth:`Guard.chat` arguments, with the caller's headers, query and scope.
+    :meth:`Guard.chat` arguments, with the caller's headers, query and scope; Claude's own
+    headers among them (``anthropic-beta`` ...) are named for the routes that do not speak
+    Anthropic's API to leave out, whichever API the request came in.
 
     A ``timeout`` in the body (an SDK's ``extra_body={"timeout": ...}``) is dropped: the call's
     deadline is the Guard's ``timeout``, which the SDK's own bounds as :func:`.plan` says, and
@@ -33,6 +36,8 @@ def guard_arguments(params: dict[str, Any], incoming: Incoming) -> dict[str, Any
         raise RequestValidationError("model must be a string")
     arguments = _call_arguments(messages, model, params)
     arguments.update(_wire.passthrough(incoming))
+    if HEADERS & set(incoming.headers):  # forwarded to Anthropic routes alone
+        _wire.name_only(arguments, ANTHROPIC_ONLY_KEY, [CLAUDE_HEADERS])
     return arguments
 
 

@@ -39,7 +39,7 @@ from typing import Any
 from .._core.assembly import call_function, call_index
 from ..errors import LLMGuardError, RequestValidationError
 from ..models import ChatResponse, StreamChunk, Usage
-from ..providers._anthropic_only import CLAUDE_HEADERS, CLAUDE_TOOL_FIELDS, HEADERS, MAX_STOP
+from ..providers._anthropic_only import CLAUDE_TOOL_FIELDS, MAX_STOP
 from ..providers._anthropic_params import OPENAI_ONLY
 from ..providers.wire import ANTHROPIC_ONLY_KEY, CACHE_CONTROL, SERVER_TOOLS
 from . import _wire
@@ -343,10 +343,7 @@ class MessagesWire:
             only.append(CLAUDE_TOOL_FIELDS)
         if "stop_sequences" in (arguments.get("extra_body") or {}):
             only.append("stop_sequences")  # more than chat's stop takes
-        if HEADERS & set(incoming.headers):
-            only.append(CLAUDE_HEADERS)
-        if only:
-            arguments["metadata"] = {ANTHROPIC_ONLY_KEY: ",".join(only)}
+        _wire.name_only(arguments, ANTHROPIC_ONLY_KEY, only)  # (Claude's headers: named)
         return arguments
 
     def answer(self, response: ChatResponse, request: Mapping[str, Any]) -> dict[str, Any]:

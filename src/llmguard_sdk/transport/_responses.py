@@ -33,9 +33,7 @@ class ResponsesWire:
         params = chat_arguments(body)
         only = [key for key in RESPONSES_ONLY if key in params]
         arguments = guard_arguments(params, incoming)
-        if only:
-            tags = arguments.get("metadata") or {}
-            arguments["metadata"] = {**tags, RESPONSES_ONLY_KEY: ",".join(only)}
+        _wire.name_only(arguments, RESPONSES_ONLY_KEY, only)
         return arguments
 
     def answer(self, response: ChatResponse, request: Mapping[str, Any]) -> dict[str, Any]:

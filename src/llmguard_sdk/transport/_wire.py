@@ -31,6 +31,7 @@ from ..errors import (
     RequestValidationError,
 )
 from ..models import ChatResponse, StreamChunk, Usage
+from ..providers._anthropic_only import HEADERS as CLAUDE_OWN_HEADERS
 from ..providers.wire import chat_prompt_tokens_details
 from ._overflow import anthropic_overflow
 
@@ -52,11 +53,10 @@ _OWN_HEADERS = frozenset(
     }
 )
 _OWN_PREFIXES = ("x-stainless-", "openai-", "x-llmguard-", "anthropic-")
-# ... but these, though an SDK sets them, say what the caller asked for: forwarded
-# (anthropic's `betas=[...]`, and its messages.create's user_profile_id and workspace_id)
-_CALLER_HEADERS = frozenset(
-    {"anthropic-beta", "anthropic-user-profile-id", "anthropic-workspace-id"}
-)
+# ... but Claude's own (anthropic's `betas=[...]`, its messages.create's user_profile_id and
+# workspace_id), though an SDK sets them, say what the caller asked for: forwarded, to
+# Anthropic routes alone (_chat.guard_arguments names them under ANTHROPIC_ONLY_KEY)
+_CALLER_HEADERS = CLAUDE_OWN_HEADERS
 # The provider's headers an answer passes on to the SDK (OpenAI's names, then Anthropic's).
 _REQUEST_ID_HEADERS = frozenset({"x-request-id", "request-id"})
 _RATE_LIMIT_PREFIXES = ("x-ratelimit-", "anthropic-ratelimit-")
@@ -181,6 +181,20 @@ def passthrough(incoming: Incoming) -> dict[str, Any]:
         if header in incoming.headers:
             extra[key] = incoming.headers[header]
     return extra
+
+
+def name_only(arguments: dict[str, Any], key: str, names: Sequence[str]) -> None:
+    """Name ``names`` under ``metadata[key]`` of the Guard ``arguments`` (in place, after
+    those named there already): what only the routes of one API send (``key``:
+    :data:`~llmguard_sdk.providers.wire.ANTHROPIC_ONLY_KEY`, ``RESPONSES_ONLY_KEY``). A
+    ``metadata`` that is no object is left as it is, for the request's check to refuse."""
+    tags = arguments.get("metadata")
+    if not names or not isinstance(tags, (Mapping, type(None))):
+        return
+    tags = dict(tags or {})
+    had = [name for name in str(tags.get(key, "")).split(",") if name]
+    tags[key] = ",".join(dict.fromkeys([*had, *names]))
+    arguments["metadata"] = tags
 
 
 def json_answer(body: dict[str, Any], response: ChatResponse) -> Answer:
