@@ -28,6 +28,13 @@ Claude's ``cache_control`` and all). A call a Claude model refused for a samplin
 calls to that model leave it out, as :class:`~llmguard_sdk.providers.AnthropicProvider`
 does.
 
+A call's ``extra_headers`` and ``extra_query`` are its batch's, as neither batch API takes
+them per call: every request of the batch (its creation, status reads, results) is sent
+with them (``anthropic-beta`` turns a beta on for the whole Claude batch; an Azure
+``api-version`` query), and calls that ask for different ones go into different batches.
+A call's own idempotency key and trace context are left out (a batch's ``custom_id`` does
+the key's work; no request of a batch is one call's).
+
 A call waits for its batch until its deadline (batch APIs answer within minutes to hours:
 give batch calls a long ``timeout``); a batch that has not ended by the last of its calls'
 deadlines fails them with :class:`~llmguard_sdk.errors.ProviderTimeoutError`. A batch that
@@ -62,6 +69,8 @@ from ..errors import (
 )
 from ..models import ChatRequest, ChatResponse, StreamChunk
 from ._anthropic_sampling import SAMPLING, RefusedSampling
+from ._batch_results import as_chunk, batch_tier, missing_note, openai_errors
+from ._batch_sent import BatchOptions, batch_options
 from ._error_kinds import judged_error
 from .anthropic import (
     ANTHROPIC_VERSION,
@@ -93,6 +102,7 @@ class _Call:
     deadline: float
     request: ChatRequest
     model: str
+    options: BatchOptions = ((), ())  # its batch's headers and query: calls share a batch by them
     future: concurrent.futures.Future[ChatResponse] = field(
         default_factory=concurrent.futures.Future
     )
@@ -154,7 +164,7 @@ class BatchProvider(_Streams):
             base_url=base_url.rstrip("/") + "/", headers=headers, timeout=30.0, transport=transport
         )
         self._lock = threading.Lock()
-        self._waiting: list[_Call] = []
+        self._waiting: dict[BatchOptions, list[_Call]] = {}  # by the batch's headers and query
         self._timer: threading.Timer | None = None
         self._closed = False
         self._refused = RefusedSampling(self.name)  # (a Claude model's, as a plain route's)
@@ -173,18 +183,24 @@ class BatchProvider(_Streams):
 
     def _enqueue(self, request: ChatRequest, model: str, deadline: float) -> _Call:
         _check_timing(deadline)  # (NaN or no number: refused before it joins a batch)
-        call = _Call(uuid.uuid4().hex, self._body(request, model), deadline, request, model)
+        options = batch_options(request, anthropic=self.api == "anthropic")
+        body = self._body(request, model)
+        call = _Call(uuid.uuid4().hex, body, deadline, request, model, options)
         self._join(call)
         return call
 
     def _join(self, call: _Call) -> None:
-        """Put ``call`` in the next batch (at once when it fills the batch)."""
+        """Put ``call`` in the next batch sent with its headers and query (at once when it
+        fills the batch)."""
         with self._lock:
             if self._closed:
                 raise ConfigurationError("the BatchProvider is closed")
-            self._waiting.append(call)
-            if len(self._waiting) >= self.max_batch:
-                self._start(self._take())
+            waiting = self._waiting.setdefault(call.options, [])
+            waiting.append(call)
+            if len(waiting) >= self.max_batch:
+                self._start(self._waiting.pop(call.options))
+                if not self._waiting:
+                    self._stop_timer()
             elif self._timer is None:
                 self._timer = threading.Timer(self.window, self._flush)
                 self._timer.daemon = True
@@ -233,25 +249,31 @@ class BatchProvider(_Streams):
             raise self._timed_out() from None
 
     def _stream(self, call: StreamCall) -> Generator[StreamChunk, None, None]:
-        yield _chunk(self.complete(call.request, model=call.model, deadline=call.deadline))
+        yield as_chunk(self.complete(call.request, model=call.model, deadline=call.deadline))
 
     async def _astream(self, call: StreamCall) -> AsyncGenerator[StreamChunk, None]:
-        yield _chunk(await self.acomplete(call.request, model=call.model, deadline=call.deadline))
+        yield as_chunk(await self.acomplete(call.request, model=call.model, deadline=call.deadline))
 
     # -- batches ----------------------------------------------------------------------------
 
-    def _take(self) -> list[_Call]:
-        taken, self._waiting = self._waiting, []
+    def _take(self) -> list[list[_Call]]:
+        """The waiting calls, a batch of them for each set of headers and query."""
+        taken, self._waiting = list(self._waiting.values()), {}
+        self._stop_timer()
+        return taken
+
+    def _stop_timer(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        return taken
 
     def _flush(self) -> None:
         with self._lock:
-            calls = self._take()
-        if calls:
-            self._run(calls)
+            batches = self._take()
+        for calls in batches[1:]:  # each in a thread of its own: a batch runs for hours
+            self._start(calls)
+        if batches:
+            self._run(batches[0])
 
     def _start(self, calls: list[_Call]) -> None:
         threading.Thread(target=self._run, args=(calls,), daemon=True).start()
@@ -330,12 +352,21 @@ class BatchProvider(_Streams):
             raise exc
         logger.warning("%s: could not read the batch's %s (%r); asking again", self.name, what, exc)
 
-    def _fetch(self, url: str, last: float) -> httpx.Response:
+    def _send(self, calls: list[_Call], method: str, url: str, **sent: Any) -> httpx.Response:
+        """One request of the batch of ``calls``, with the headers and query they ask for
+        (the same for each of them: :mod:`._batch_sent`)."""
+        headers, query = calls[0].options
+        return self._http.request(
+            method, url, headers=dict(headers) or None, params=dict(query) or None, **sent
+        )
+
+    def _fetch(self, url: str, calls: list[_Call]) -> httpx.Response:
         """A result file's 200 answer, asked again every ``poll_interval`` after a failure
-        that may pass, until ``last``."""
+        that may pass, until the last deadline of ``calls``."""
+        last = max(call.deadline for call in calls)
         while True:
             try:
-                return self._ok(self._http.get(url))
+                return self._ok(self._send(calls, "GET", url))
             except (httpx.HTTPError, ProviderError) as exc:
                 if time.monotonic() + self.poll_interval > last:
                     raise
@@ -343,12 +374,12 @@ class BatchProvider(_Streams):
             time.sleep(self.poll_interval)
 
     def _read(
-        self, url: str, result: Callable[[Mapping[str, Any]], Outcome], last: float
+        self, url: str, result: Callable[[Mapping[str, Any]], Outcome], calls: list[_Call]
     ) -> tuple[dict[str, Outcome], int]:
         """The outcome of each call a result file (JSON Lines, whatever its content type)
         has a row for, by ``custom_id``, and how many rows named no call (not JSON, no
         ``custom_id``): those cost only their own calls, which are left without a result."""
-        response = self._fetch(url, last)
+        response = self._fetch(url, calls)
         found: dict[str, Outcome] = {}
         unread = 0
         for line in response.content.splitlines():  # bytes: U+2028 in a string is no end
@@ -374,7 +405,7 @@ class BatchProvider(_Streams):
         last = max(call.deadline for call in calls)
         while True:
             try:
-                status = self._checked(self._http.get(path))
+                status = self._checked(self._send(calls, "GET", path))
             except (httpx.HTTPError, ProviderError) as exc:
                 self._again(exc, "status")
                 status = {}  # not known to have ended: polled on until the last deadline
@@ -383,15 +414,15 @@ class BatchProvider(_Streams):
             if time.monotonic() + self.poll_interval > last or all(
                 call.future.done() for call in calls
             ):
-                self._cancel(path)
+                self._cancel(path, calls)
                 raise self._timed_out()
             time.sleep(self.poll_interval)
 
-    def _cancel(self, path: str) -> None:
-        """Cancel the batch at ``path`` (both APIs: ``POST {path}/cancel``); a failure is
-        logged, the callers' timeout stands."""
+    def _cancel(self, path: str, calls: list[_Call]) -> None:
+        """Cancel the batch of ``calls`` at ``path`` (both APIs: ``POST {path}/cancel``); a
+        failure is logged, the callers' timeout stands."""
         try:
-            self._checked(self._http.post(f"{path}/cancel"))
+            self._checked(self._send(calls, "POST", f"{path}/cancel"))
         except (httpx.HTTPError, ProviderError) as exc:
             logger.warning("%s: could not cancel the batch %s: %r", self.name, path, exc)
 
@@ -409,14 +440,18 @@ class BatchProvider(_Streams):
             for c in calls
         )
         upload = self._checked(
-            self._http.post(
+            self._send(
+                calls,
+                "POST",
                 "files",
                 files={"file": ("batch.jsonl", lines.encode(), "application/jsonl")},
                 data={"purpose": "batch"},
             )
         )
         created = self._checked(
-            self._http.post(
+            self._send(
+                calls,
+                "POST",
                 "batches",
                 json={
                     "input_file_id": self._id(upload),
@@ -426,17 +461,16 @@ class BatchProvider(_Streams):
             )
         )
         status = self._poll(f"batches/{self._id(created)}", calls, "status")
-        last = max(call.deadline for call in calls)
         found: dict[str, Outcome] = {}
         unread = 0
         for file_id in (status.get("output_file_id"), status.get("error_file_id")):
             if file_id:
                 path = f"files/{file_id}/content"
-                rows, skipped = self._read(path, self._openai_result, last)
+                rows, skipped = self._read(path, self._openai_result, calls)
                 found.update(rows)
                 unread += skipped
-        said = _openai_errors(status)
-        return found, "; ".join(n for n in (said, _note(unread)) if n)
+        said = openai_errors(status)
+        return found, "; ".join(n for n in (said, missing_note(unread)) if n)
 
     def _openai_result(self, row: Mapping[str, Any]) -> Outcome:
         response = row.get("response") or {}
@@ -447,13 +481,15 @@ class BatchProvider(_Streams):
             return self._malformed("its response has no status_code")
         body = json.dumps(response.get("body") or row.get("error") or {}).encode()
         try:
-            return _batch_tier(parse_completion(code, _JSON, body, route=self.name))
+            return batch_tier(parse_completion(code, _JSON, body, route=self.name))
         except ProviderError as exc:
             return exc
 
     def _anthropic(self, calls: list[_Call]) -> tuple[dict[str, Outcome], str]:
         created = self._checked(
-            self._http.post(
+            self._send(
+                calls,
+                "POST",
                 "messages/batches",
                 json={"requests": [{"custom_id": c.custom_id, "params": c.body} for c in calls]},
             )
@@ -463,8 +499,8 @@ class BatchProvider(_Streams):
         url = status.get("results_url")
         if not url:
             return {}, ""
-        found, unread = self._read(url, self._anthropic_result, max(c.deadline for c in calls))
-        return found, _note(unread)
+        found, unread = self._read(url, self._anthropic_result, calls)
+        return found, missing_note(unread)
 
     def _anthropic_result(self, row: Mapping[str, Any]) -> Outcome:
         result = row.get("result")
@@ -480,7 +516,7 @@ class BatchProvider(_Streams):
             return ProviderError(f"the batch did not answer this call ({kind})", route=self.name)
         body = json.dumps(result.get("message") or {}).encode()
         try:
-            return _batch_tier(parse_anthropic_message(200, _JSON, body, route=self.name))
+            return batch_tier(parse_anthropic_message(200, _JSON, body, route=self.name))
         except ProviderError as exc:
             return exc
 
@@ -526,7 +562,7 @@ class BatchProvider(_Streams):
         """Fail the calls still waiting for a batch, release the connection pool."""
         with self._lock:
             self._closed = True
-            calls = self._take()
+            calls = [call for batch in self._take() for call in batch]
         for call in calls:  # a cancelled one (its async caller gave up) is left as it is
             _settle(call.future, ProviderError("the BatchProvider closed", route=self.name))
         self._http.close()
@@ -553,47 +589,3 @@ def _settle(
             future.set_result(outcome)
     except concurrent.futures.InvalidStateError:
         pass
-
-
-def _note(unread: int) -> str:
-    """Why a call may have no result row: ``unread`` rows named no call."""
-    if not unread:
-        return ""
-    return f"{unread} result row{'' if unread == 1 else 's'} could not be read"
-
-
-def _openai_errors(status: Mapping[str, Any]) -> str:
-    """What an OpenAI batch that did not complete said: its status and its ``errors``'
-    messages (a batch refused whole, say: ``failed``, "Enqueued token limit reached")."""
-    if status.get("status") == "completed":
-        return ""
-    errors = status.get("errors")
-    data = errors.get("data") if isinstance(errors, Mapping) else None
-    said = [
-        e["message"] for e in data or () if isinstance(e, Mapping) and _is_text(e.get("message"))
-    ]
-    return f"batch {status.get('status')}" + (f": {'; '.join(said[:5])}" if said else "")
-
-
-def _is_text(value: object) -> bool:
-    return isinstance(value, str) and bool(value)
-
-
-def _batch_tier(response: ChatResponse) -> ChatResponse:
-    """The answer of a batch: its usage says so, whatever the body's ``service_tier``."""
-    if response.usage is None:
-        return response
-    usage = response.usage.model_copy(update={"service_tier": "batch"})
-    return response.model_copy(update={"usage": usage})
-
-
-def _chunk(response: ChatResponse) -> StreamChunk:
-    return StreamChunk(
-        text=response.text,
-        finish_reason=response.finish_reason or "stop",
-        usage=response.usage,
-        tool_calls=response.tool_calls,
-        model=response.model,
-        route=response.route,
-        id=response.id,
-    )

@@ -1,0 +1,58 @@
+"""What of a call's ``extra_headers`` and ``extra_query`` a batch route sends.
+
+A batch is one set of HTTP requests (create it, poll it, read its results) carrying many
+calls; neither batch API takes headers or a query per call (OpenAI's JSON Lines rows are
+``custom_id``, ``method``, ``url``, ``body``; Anthropic's ``custom_id`` and ``params``). So
+the headers and query of a call are the batch's: ``anthropic-beta`` turns a beta on for
+every call of a Claude batch, ``OpenAI-Project`` or an Azure ``api-version`` apply to the
+batch's requests. Calls that ask for different ones go into different batches.
+
+Two kinds of header are the call's alone and left out (they never split a batch): the
+Guard's idempotency key (a batch's ``custom_id`` does that work) and the trace context of
+the call's attempt span (``traceparent``, ``tracestate``, ``baggage`` and whatever else the
+OpenTelemetry propagator writes): no request of a batch is one call's.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+
+from .._core.stages import IDEMPOTENCY_PREFIX
+from ..models import ChatRequest
+from ._anthropic_only import sent_headers
+from .wire import ANTHROPIC_ONLY_KEY, named_keys
+
+__all__ = ["BatchOptions", "batch_options"]
+
+BatchOptions = tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]]
+"""A batch's headers and query, each as sorted ``(name, value)`` pairs (header names in
+lower case): calls with equal options share a batch."""
+
+_PER_CALL = frozenset({"idempotency-key", "traceparent", "tracestate", "baggage"})
+
+
+def _trace_fields() -> frozenset[str]:
+    """The header names the OpenTelemetry propagator writes (where it has been imported: the
+    Guard's trace context is set only then), with W3C's."""
+    propagate = sys.modules.get("opentelemetry.propagate")
+    textmap = getattr(propagate, "get_global_textmap", None)
+    fields = getattr(textmap(), "fields", ()) if callable(textmap) else ()
+    return _PER_CALL | {name.lower() for name in fields if isinstance(name, str)}
+
+
+def batch_options(request: ChatRequest, *, anthropic: bool) -> BatchOptions:
+    """The headers and query ``request`` asks its batch to be sent with: its
+    ``extra_headers`` as the plain route of the API sends them (a non-Anthropic batch leaves
+    Claude's own out where the request names them), less the call's own idempotency key and
+    trace context; its ``extra_query``."""
+    headers: Mapping[str, str] | None = request.extra_headers
+    if not anthropic:
+        headers = sent_headers(headers, named_keys(request, ANTHROPIC_ONLY_KEY))
+    per_call = _trace_fields() if headers else _PER_CALL
+    kept = {
+        name.lower(): value
+        for name, value in (headers or {}).items()
+        if name.lower() not in per_call and not value.startswith(IDEMPOTENCY_PREFIX)
+    }
+    return tuple(sorted(kept.items())), tuple(sorted((request.extra_query or {}).items()))
