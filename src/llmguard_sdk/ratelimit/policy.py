@@ -40,11 +40,11 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal, TypedDict, TypeGuard, TypeVar
+from typing import Any, ClassVar, Literal, TypedDict, TypeVar
 
 from typing_extensions import Unpack
 
-from ..errors import ConfigurationError
+from ._checks import check_limit
 from ._slots import slots_taken
 
 __all__ = [
@@ -124,20 +124,6 @@ CONCURRENCY_POLL = 0.05
 (when a slot frees is not known in advance)."""
 
 _EPSILON = 1e-9
-_QUANTITIES = ("rpm", "tpm", "input_tpm", "output_tpm")
-
-
-def _number(value: object) -> TypeGuard[float]:
-    """Whether ``value`` is an int or a float, not a bool (which is an int)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _whole(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _positive(value: object) -> bool:
-    return _number(value) and 0 < float(value) < math.inf
 
 
 @dataclass(frozen=True)
@@ -190,32 +176,7 @@ class RateLimit:
     lease_seconds: float = 600.0
 
     def __post_init__(self) -> None:
-        for name in _QUANTITIES:
-            value = getattr(self, name)
-            if value is not None and not _positive(value):
-                raise ConfigurationError(f"RateLimit.{name} must be a positive number")
-        if self.concurrency is not None and (not _whole(self.concurrency) or self.concurrency < 1):
-            raise ConfigurationError("RateLimit.concurrency must be a whole number >= 1")
-        if all(getattr(self, name) is None for name in (*_QUANTITIES, "concurrency")):
-            raise ConfigurationError(
-                "a RateLimit needs rpm, tpm, input_tpm, output_tpm or concurrency"
-            )
-        if not _positive(self.period):
-            raise ConfigurationError("RateLimit.period must be a positive number of seconds")
-        if not (_positive(self.burst) and self.burst <= 1):
-            raise ConfigurationError("RateLimit.burst must be in (0, 1]")
-        if not _number(self.max_wait) or not (0 <= self.max_wait < math.inf):
-            raise ConfigurationError("RateLimit.max_wait must be a number of seconds >= 0")
-        if not _number(self.batch_headroom) or not (0 <= self.batch_headroom < 1):
-            raise ConfigurationError("RateLimit.batch_headroom must be in [0, 1)")
-        if self.max_queue is not None and (not _whole(self.max_queue) or self.max_queue < 0):
-            raise ConfigurationError("RateLimit.max_queue must be a whole number >= 0 or None")
-        if not _whole(self.reserve_output_tokens) or self.reserve_output_tokens < 0:
-            raise ConfigurationError("RateLimit.reserve_output_tokens must be a whole number >= 0")
-        if not isinstance(self.per_tenant, bool):
-            raise ConfigurationError("RateLimit.per_tenant must be True or False")
-        if not _positive(self.lease_seconds):
-            raise ConfigurationError("RateLimit.lease_seconds must be a positive number")
+        check_limit(self)
         # (index in CellState.tats, the limit, seconds a unit costs) of each limit set
         intervals = tuple(
             (index, per_period, self.period / per_period)
