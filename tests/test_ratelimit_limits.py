@@ -469,8 +469,8 @@ def test_redis_state_far_in_the_future_still_expires(redis_url: str, redis_prefi
         assert held.lease
         assert not limiter.reserve("s", max_wait=0).allowed
         for route in ("r", "s"):
-            base = store.key("rl", hash_id(route), "0")
-            for key in (base, base + ":c") if route == "s" else (base,):
+            [(state, _, leases)] = [names for names, _ in limiter._cells(route, None)]
+            for key in (state, leases) if route == "s" else (state,):
                 assert client.ttl(key) > 0, key
     finally:
         client.close()

@@ -1,4 +1,4 @@
-"""Rate limits as configured: what a bad value's error says."""
+"""Rate limits as configured: a changed limit's Redis state, what a bad value's error says."""
 
 from __future__ import annotations
 
@@ -8,7 +8,63 @@ from typing import Any
 import pytest
 
 from llmguard_sdk import ConfigurationError
-from llmguard_sdk.ratelimit import RateLimit
+from llmguard_sdk.ratelimit import RateLimit, RedisRateLimiter
+from tests.conftest import RedisTarget, redis_store
+
+# -- a changed limit does not read the state of the old one ----------------------------------
+
+
+@pytest.mark.parametrize(
+    "changed",
+    [
+        RateLimit(rpm=6, period=6),  # the same rate over a shorter period: a 6 s burst
+        RateLimit(rpm=60, burst=0.1),  # a smaller burst
+        RateLimit(rpm=30),  # a lower rate
+    ],
+    ids=["period", "burst", "rpm"],
+)
+@pytest.mark.parametrize("kind", ["redis", "cluster"])
+def test_a_changed_limit_starts_from_a_state_of_its_own(
+    kind: str, changed: RateLimit, redis_target: RedisTarget
+) -> None:
+    """A redeploy that changed a route's limit read the old limit's state (its TATs a whole
+    old burst ahead): the route was blocked for up to the old burst window (60 s)."""
+    url, prefix = redis_target(kind)
+    stores = [redis_store(url, prefix) for _ in range(3)]
+    try:
+        old = RedisRateLimiter(stores[0], {"r": RateLimit(rpm=60)})
+        assert old.reserve("r", requests=60).allowed  # its whole burst, 60 s ahead
+        assert not old.reserve("r").allowed
+        # another process with the same limit (written otherwise) shares its state
+        same = RedisRateLimiter(stores[1], {"r": RateLimit(rpm=60.0, period=60)})
+        assert not same.reserve("r").allowed
+        new = RedisRateLimiter(stores[2], {"r": changed})
+        grant = new.reserve("r")
+        assert grant.allowed, grant
+    finally:
+        for store in stores:
+            store.close()
+
+
+def test_a_changed_limit_still_counts_the_calls_in_flight(
+    redis_url: str, redis_prefix: str
+) -> None:
+    """A concurrency cap counts every process's calls in flight, whatever the limit they
+    were reserved under (a rolling deploy runs old and new limits at once)."""
+    stores = [redis_store(redis_url, redis_prefix) for _ in range(2)]
+    try:
+        old = RedisRateLimiter(stores[0], {"r": RateLimit(rpm=60, concurrency=1)})
+        held = old.reserve("r")
+        assert held.allowed
+        new = RedisRateLimiter(stores[1], {"r": RateLimit(rpm=30, concurrency=1)})
+        refused = new.reserve("r")
+        assert (refused.allowed, refused.reason) == (False, "concurrency")
+        old.release("r", lease=held.lease or "")
+        assert new.reserve("r").allowed
+    finally:
+        for store in stores:
+            store.close()
+
 
 # -- a bad value's error says what was given --------------------------------------------------
 

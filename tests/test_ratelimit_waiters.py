@@ -262,7 +262,7 @@ def test_a_tenants_token_state_in_redis_lapses_once_its_calls_settled(
     client: RawRedis = store.client
     try:
         limiter = RedisRateLimiter(store, {"r": RateLimit(tpm=600_000, per_tenant=True)})
-        state = store.key("rl", hash_id("r"), "0", "t", hash_id("a"))
+        [([state, _, _], _)] = limiter._cells("r", "a")
         first, second = (limiter.reserve("r", tenant="a", tokens=10) for _ in range(2))
         assert first.allowed
         assert second.allowed

@@ -37,6 +37,9 @@ _SETTLE = lua(__name__, "settle")
 _LEARN = lua(__name__, "learn")
 
 
+_Bases = tuple[tuple[str, str, RateLimit], ...]
+
+
 def _opt(value: float | None) -> float | str:
     return "" if value is None else value
 
@@ -44,9 +47,19 @@ def _opt(value: float | None) -> float | str:
 class RedisRateLimiter(LimiterBase):
     """:class:`~llmguard_sdk.ratelimit.MemoryRateLimiter`'s contract, shared through Redis.
 
-    Keys of a route: ``{prefix}:rl:{<route hash>}:<limit index>`` (a hash of TATs), plus
-    ``:q`` (the queue) and ``:c`` (concurrency leases); a per-tenant limit adds
-    ``:t:<tenant hash>`` before those. ``clock_offset`` shifts the scripts' clock for tests.
+    Keys of a route: ``{prefix}:rl:{<route hash>}:<limit index>:<limit hash>`` (a hash of
+    TATs), plus ``{prefix}:rl:{<route hash>}:<limit index>:q`` (the queue) and ``...:c``
+    (concurrency leases); a per-tenant limit adds ``:t:<tenant hash>`` after the index.
+
+    The TATs' key names the limit they were metered for (a hash of its rates, ``period``
+    and ``burst``), so a changed limit starts from a state of its own instead of TATs worked
+    out for the old one (a burst of an old, longer ``period`` ahead: the route was blocked
+    for up to that long); processes with the same limit share it, however it is written.
+    While processes with different limits run at once (a rolling deploy), each meters
+    against its own limit's state, so together they may let up to both limits' worth
+    through until the old ones are gone; the queue and the concurrency leases are the
+    route's whatever its limit (they are calls waiting and in flight), so a concurrency cap
+    counts every process's calls. ``clock_offset`` shifts the scripts' clock for tests.
     """
 
     def __init__(self, store: RedisStore, limits: LimitsConfig) -> None:
@@ -62,20 +75,35 @@ class RedisRateLimiter(LimiterBase):
         )
         self._outage = Outage("rate limits", "limiting per process", store)
         self._fell_back = False  # whether the process's own share ever granted a call
+        # per key: its limits, and each one's key base and the hash of what its TATs mean
+        self._bases: dict[str, tuple[tuple[RateLimit, ...], _Bases]] = {}
+
+    def _layout(self, key: str) -> _Bases:
+        """Each limit of ``key``: its keys' base, the hash of what its TATs mean, the limit
+        (worked out once per key, again if its limits were replaced)."""
+        rules = self.rules(key)
+        known = self._bases.get(key)
+        if known is not None and known[0] is rules:
+            return known[1]
+        tag = hash_id(key)
+        bases = tuple(
+            (self._store.key("rl", tag, str(index)), _metered(limit), limit)
+            for index, limit in enumerate(rules)
+        )
+        if rules:  # (keys without limits: none kept)
+            self._bases[key] = (rules, bases)
+        return bases
 
     def _cells(
         self, key: str, tenant: str | None, *, route_only: bool = False
     ) -> list[tuple[list[str], RateLimit]]:
-        tag = hash_id(key)
         found = []
-        for index, limit in enumerate(self.rules(key)):
-            if limit.per_tenant and route_only:
-                continue
-            parts = [str(index)]
+        for base, metered, limit in self._layout(key):
             if limit.per_tenant:
-                parts += ["t", hash_id(tenant or "")]
-            base = self._store.key("rl", tag, *parts)
-            found.append(([base, base + ":q", base + ":c"], limit))
+                if route_only:
+                    continue
+                base = f"{base}:t:{hash_id(tenant or '')}"
+            found.append(([f"{base}:{metered}", base + ":q", base + ":c"], limit))
         return found
 
     def _reserve_call(
@@ -255,6 +283,14 @@ class RedisRateLimiter(LimiterBase):
             if limit.concurrency is not None  # (token limits hold leases too, until settled)
         ]
         return max(counts, default=0)
+
+
+def _metered(limit: RateLimit) -> str:
+    """A hash of what ``limit``'s TATs mean: its rates, ``period`` and ``burst`` (each as a
+    float: ``rpm=60`` and ``rpm=60.0`` are one limit). The rest (concurrency, waits, the
+    queue, leases) changes no TAT."""
+    meaning = (*limit.limits(), limit.period, limit.burst)
+    return hash_id(repr(tuple(None if value is None else float(value) for value in meaning)))
 
 
 def share_of(limit: RateLimit, share: float) -> RateLimit:
