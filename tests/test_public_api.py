@@ -73,6 +73,7 @@ EXPECTED = [
     "ProviderTimeoutError",
     "ProviderUnavailableError",
     "RateLimit",
+    "RateLimitConfigWarning",
     "RateLimitExceededError",
     "RateLimitedError",
     "RedisClusterStore",

@@ -23,6 +23,7 @@ from llmguard_sdk import (
     Guard,
     OpenAICompatibleProvider,
     ProviderUnavailableError,
+    RateLimitConfigWarning,
     RateLimitExceededError,
 )
 from llmguard_sdk._core.limits import provider_counters
@@ -275,9 +276,10 @@ def test_a_call_without_max_tokens_too_large_for_its_output_reservation_says_so(
     """A call of a few tokens refused as larger than a tenant's tpm=1000 said only "the
     call's 1030 tokens": it set no max_tokens, so it reserved ``reserve_output_tokens``
     (1024) of output; the message says so, and what to set."""
-    guard = make_guard(
-        fake, rate_limits={"primary": RateLimit(tpm=1000, per_tenant=True)}, breaker=None
-    )
+    with pytest.warns(RateLimitConfigWarning, match="reserve_output_tokens=1024"):  # said early
+        guard = make_guard(
+            fake, rate_limits={"primary": RateLimit(tpm=1000, per_tenant=True)}, breaker=None
+        )
     with pytest.raises(RateLimitExceededError) as info:
         guard.chat(USER, tenant="free-tier")
     message = str(info.value)

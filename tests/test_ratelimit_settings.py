@@ -1,15 +1,26 @@
-"""Rate limits as configured: a changed limit's Redis state, what a bad value's error says."""
+"""Rate limits as configured: a changed limit's Redis state, what a bad value's error says, a
+token limit too small for a call's output reservation."""
 
 from __future__ import annotations
 
 import re
+import warnings
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from llmguard_sdk import ConfigurationError
+from llmguard_sdk import (
+    ConfigurationError,
+    Guard,
+    OpenAICompatibleProvider,
+    RateLimitConfigWarning,
+)
 from llmguard_sdk.ratelimit import RateLimit, RedisRateLimiter
-from tests.conftest import RedisTarget, redis_store
+from llmguard_sdk.testing import FakeProvider
+from tests.conftest import USER, RedisTarget, redis_store
+
+MakeGuard = Callable[..., Guard]
 
 # -- a changed limit does not read the state of the old one ----------------------------------
 
@@ -91,3 +102,55 @@ def test_a_changed_limit_still_counts_the_calls_in_flight(
 def test_a_bad_value_is_named_in_its_error(given: dict[str, Any], says: str) -> None:
     with pytest.raises(ConfigurationError, match=re.escape(says) + "$"):
         RateLimit(**given)
+
+
+# -- a token limit smaller than a call's output reservation ----------------------------------
+
+
+@pytest.mark.parametrize(
+    ("limits", "says"),
+    [
+        (RateLimit(tpm=1000), r"reserve_output_tokens=1024.*tpm 1000 x burst 1"),
+        (RateLimit(tpm=20_000, burst=0.05), r"reserve_output_tokens=1024.*tpm 20000 x burst"),
+        (RateLimit(output_tpm=500, per_tenant=True), r"reserve_output_tokens=1024.*output_tpm"),
+        (  # the largest reservation of the route's limits is the one made
+            [RateLimit(tpm=100_000, reserve_output_tokens=4096), RateLimit(tpm=4000)],
+            r"reserve_output_tokens=4096.*tpm 4000",
+        ),
+        (RateLimit(tpm=1200), r"batch call.*reserve_output_tokens=1024.*batch_headroom"),
+    ],
+    ids=["tpm", "burst", "output_tpm", "largest", "batch"],
+)
+def test_a_token_limit_smaller_than_the_output_reservation_warns(
+    fake: FakeProvider, limits: Any, says: str
+) -> None:
+    """Every call without max_tokens reserves reserve_output_tokens of output: a tpm whose
+    burst holds fewer refused every such call at call time, without a word before."""
+    route = OpenAICompatibleProvider(fake.base_url, model=fake.model, name="primary")
+    with pytest.warns(
+        RateLimitConfigWarning, match=r"rate_limits\['primary'\]: .*" + says
+    ) as found:
+        guard = Guard([route], rate_limits={"primary": limits}, environ={})
+    guard.close()
+    assert len(found) == 1
+    assert found[0].filename == __file__  # the caller's line: the Guard it built
+
+
+def test_a_token_limit_with_room_for_the_output_reservation_is_quiet(
+    fake: FakeProvider, make_guard: MakeGuard
+) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        guard = make_guard(
+            fake,
+            rate_limits={
+                "primary": [
+                    RateLimit(tpm=1300),  # a batch call's 80 %: 1,040 of room
+                    RateLimit(output_tpm=2000, per_tenant=True),
+                    # input tokens (no output reserved); rpm=1: no batch call fits, whatever
+                    # its output (not this warning's)
+                    RateLimit(rpm=1, input_tpm=500),
+                ]
+            },
+        )
+    assert guard.chat(USER, max_tokens=5).route == "primary"

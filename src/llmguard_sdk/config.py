@@ -34,7 +34,6 @@ from __future__ import annotations
 import difflib
 import os
 import re
-import sys
 import warnings
 from collections.abc import Callable, Collection, Mapping
 from contextvars import ContextVar
@@ -50,6 +49,7 @@ from pydantic import (
     field_validator,
 )
 
+from ._callers import caller_level
 from ._problems import problems
 from .errors import ConfigurationError, SettingsValidationError, UnknownSettingWarning
 
@@ -60,7 +60,6 @@ ENV_PREFIX = "LLMGUARD_"
 
 _READ_ELSEWHERE = ("LLMGUARD_CONFIG", "LLMGUARD_MODEL_CACHE")  # (Guard.from_config, models)
 _warned_names: set[str] = set()  # (at most the environment's own names)
-_PACKAGE = __name__.partition(".")[0] + "."
 
 
 def _resembled(name: str, known: frozenset[str]) -> list[str]:
@@ -71,16 +70,6 @@ def _resembled(name: str, known: frozenset[str]) -> list[str]:
     extended = sorted((t for t in tails if tail.startswith(t + "_")), key=len, reverse=True)
     spelled = difflib.get_close_matches(tail, list(tails), n=2, cutoff=0.75)
     return [tails[t] for t in dict.fromkeys([*extended, *spelled])][:2]
-
-
-def _caller_level() -> int:
-    """The ``stacklevel`` of the first frame outside this package, for a warning raised by
-    the function that calls this: the application's line, whichever way it came in
-    (``GuardSettings.from_env``, ``Guard(...)``, ``Guard.from_config``)."""
-    frame, level = sys._getframe(1), 1
-    while frame.f_back is not None and frame.f_globals.get("__name__", "").startswith(_PACKAGE):
-        frame, level = frame.f_back, level + 1
-    return level
 
 
 def _warn_misspelled(env: Mapping[str, str], known: frozenset[str]) -> None:
@@ -98,7 +87,7 @@ def _warn_misspelled(env: Mapping[str, str], known: frozenset[str]) -> None:
                 f"environment variable {name} is not a setting and is ignored: "
                 f"did you mean {' or '.join(close)}?",
                 UnknownSettingWarning,
-                stacklevel=_caller_level(),
+                stacklevel=caller_level(),
             )
 
 

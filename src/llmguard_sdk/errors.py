@@ -33,8 +33,9 @@ Catch :class:`LLMGuardError` to catch everything the SDK raises itself::
     │       └── BudgetUnavailableError  the budgets' Redis is unreachable (fail closed)
     └── AllRoutesFailedError        every route of the fallback chain failed (carries each error)
 
-One warning stands outside the tree: :class:`RetryMultiplicationWarning`, issued when retries
-would stack on retries (an openai client retrying inside ``guard.protect``).
+Warnings stand outside the tree: :class:`RetryMultiplicationWarning`, issued when retries
+would stack on retries (an openai client retrying inside ``guard.protect``),
+:class:`UnknownSettingWarning` and :class:`RateLimitConfigWarning`.
 
 Every :class:`ProviderError` knows the ``route`` that raised it, the HTTP ``status_code`` (if
 any), the response ``headers`` (Retry-After, ``x-ratelimit-*`` ...), and whether it is
@@ -79,6 +80,7 @@ __all__ = [
     "ProviderError",
     "ProviderTimeoutError",
     "ProviderUnavailableError",
+    "RateLimitConfigWarning",
     "RateLimitExceededError",
     "RateLimitedError",
     "RefusedError",
@@ -500,6 +502,16 @@ class BudgetUnavailableError(BudgetExceededError):
 
 class RetryMultiplicationWarning(UserWarning):
     """Two retry layers are stacked, so the attempts multiply; turn the inner one off."""
+
+
+class RateLimitConfigWarning(UserWarning):
+    """Rate limits set up so that they will not do what was likely meant: a route's token
+    limit too small for the output a call without ``max_tokens`` reserves (every such call
+    is refused), or a standalone limiter asked for a key it has no limits for (a misspelt
+    key passes every call).
+
+    .. versionadded:: 0.2.0
+    """
 
 
 class UnknownSettingWarning(UserWarning):

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from .._callers import caller_level
 from .._decorating import is_async_callable
 from ..breaker import (
     BreakerBackend,
@@ -20,10 +22,11 @@ from ..breaker import (
 from ..budget import Budget, Budgets, PriceTable, SpendControl
 from ..cache import ResponseCache
 from ..config import GuardSettings, _check_default_key
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, RateLimitConfigWarning
 from ..providers.base import Provider, context_window
 from ..providers.openai_compat import OpenAICompatibleProvider
 from ..ratelimit import LimitsConfig, MemoryRateLimiter, RedisRateLimiter
+from ..ratelimit._rules import unsized_calls_never_fit
 from ..releases import Release, ReleaseControl, ReleasePlan
 from ..releases.control import entries as release_entries
 from ..retry import (
@@ -163,7 +166,9 @@ def limiter(
     limits: LimitsConfig | None, store: Store, routes: Sequence[Provider]
 ) -> MemoryRateLimiter | RedisRateLimiter | None:
     """The routes' rate limiter (None: no limits); a limit keyed by a name that is no
-    route's (a typo, a deployment group's name) would never apply, so it is refused."""
+    route's (a typo, a deployment group's name) would never apply, so it is refused. A
+    token limit too small for the output a call without ``max_tokens`` reserves is warned
+    about (:class:`~llmguard_sdk.RateLimitConfigWarning`): every such call would be refused."""
     if limits is None:
         return None
     limiter: MemoryRateLimiter | RedisRateLimiter = (
@@ -178,6 +183,10 @@ def limiter(
             f"rate_limits names routes the Guard does not have: {unknown} (its routes: "
             f"{names}; a deployment group's limits are its deployments')"
         )
+    for key, rules in limiter.limits.items():
+        why = unsized_calls_never_fit(key, rules)
+        if why is not None:
+            warnings.warn(why, RateLimitConfigWarning, stacklevel=caller_level())
     return limiter if limiter.limits else None
 
 

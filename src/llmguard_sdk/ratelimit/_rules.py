@@ -23,6 +23,7 @@ __all__ = [
     "never_fits",
     "new_call_id",
     "normalize",
+    "unsized_calls_never_fit",
     "wait_bound",
 ]
 
@@ -166,6 +167,29 @@ def never_fits(
                     f"batch call may take at once ({at_once}, less batch_headroom "
                     f"{limit.batch_headroom:g}); it fits as an interactive call"
                 )
+    return None
+
+
+def unsized_calls_never_fit(key: str, rules: Sequence[RateLimit]) -> str | None:
+    """Why every call of the Guard's on route ``key`` that sets no ``max_tokens`` is refused
+    as never fitting, in words; None when such a call fits. The Guard reserves the largest
+    ``reserve_output_tokens`` of the route's limits as its output: a ``tpm`` or
+    ``output_tpm`` whose burst holds fewer tokens refuses it whatever its input (a ``batch``
+    call: one whose share of the burst does). Calls that set ``max_tokens`` may still fit,
+    so this is a warning's, not an error's."""
+    reserved = max((limit.reserve_output_tokens for limit in rules), default=0)
+    kinds: tuple[tuple[Priority, str], ...] = (("interactive", "a call"), ("batch", "a batch call"))
+    for priority, kind in kinds:
+        if never_fits(rules, input_tokens=0, output_tokens=0, priority=priority) is not None:
+            return None  # (not for its output: one request is already too many)
+        why = never_fits(rules, input_tokens=0, output_tokens=reserved, priority=priority)
+        if why is not None:
+            return (
+                f"rate_limits[{key!r}]: {kind} that sets no max_tokens reserves "
+                f"reserve_output_tokens={reserved} output tokens, so every such call is "
+                f"refused ({why}); set max_tokens on those calls, a smaller "
+                "RateLimit.reserve_output_tokens, or a larger limit or burst"
+            )
     return None
 
 
