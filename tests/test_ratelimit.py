@@ -11,7 +11,13 @@ from typing import Any
 import anyio
 import pytest
 
-from llmguard_sdk import ConfigurationError, Guard, OpenAICompatibleProvider, RateLimitExceededError
+from llmguard_sdk import (
+    ConfigurationError,
+    Guard,
+    OpenAICompatibleProvider,
+    RateLimitConfigWarning,
+    RateLimitExceededError,
+)
 from llmguard_sdk.ratelimit import MemoryRateLimiter, RateLimit, RedisRateLimiter
 from llmguard_sdk.ratelimit.policy import reserve, settle
 from llmguard_sdk.store import RedisStore
@@ -160,7 +166,8 @@ def test_contract_limits_hold_and_refill(limiters: Limiters) -> None:
     assert 5.9 < refused.retry_after <= 6.0  # one request every 6 s at 10 per minute
     limiters.advance(6.1)
     assert limiter.reserve("r", tokens=10).allowed
-    assert limiter.reserve("unlimited", tokens=10**9).allowed
+    with pytest.warns(RateLimitConfigWarning, match="'unlimited'"):  # (a misspelt key?)
+        assert limiter.reserve("unlimited", tokens=10**9).allowed  # no limits: it passes
 
 
 def test_contract_tokens_settle_and_all_or_nothing(limiters: Limiters) -> None:

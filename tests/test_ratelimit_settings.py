@@ -1,5 +1,6 @@
 """Rate limits as configured: a changed limit's Redis state, what a bad value's error says, a
-token limit too small for a call's output reservation."""
+token limit too small for a call's output reservation, a standalone limiter asked for a key it
+has no limits for."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from llmguard_sdk import (
     OpenAICompatibleProvider,
     RateLimitConfigWarning,
 )
-from llmguard_sdk.ratelimit import RateLimit, RedisRateLimiter
+from llmguard_sdk.ratelimit import MemoryRateLimiter, RateLimit, RedisRateLimiter
 from llmguard_sdk.testing import FakeProvider
 from tests.conftest import USER, RedisTarget, redis_store
 
@@ -154,3 +155,71 @@ def test_a_token_limit_with_room_for_the_output_reservation_is_quiet(
             },
         )
     assert guard.chat(USER, max_tokens=5).route == "primary"
+
+
+# -- a standalone limiter asked for a key it has no limits for --------------------------------
+
+
+def test_an_unknown_key_warns_once(redis_url: str, redis_prefix: str) -> None:
+    """A misspelt key passed every call, silently: its limits never applied."""
+    store = redis_store(redis_url, redis_prefix)
+    limiters: list[MemoryRateLimiter | RedisRateLimiter] = [
+        MemoryRateLimiter({"openai": RateLimit(rpm=1)}),
+        RedisRateLimiter(store, {"openai": RateLimit(rpm=1)}),
+    ]
+    try:
+        for limiter in limiters:
+            with warnings.catch_warnings(record=True) as found:
+                warnings.simplefilter("always")
+                assert limiter.reserve("opnai").allowed
+                assert limiter.reserve("opnai").allowed  # (once per key)
+                limiter.settle("opnai", token_delta=-1)
+                limiter.learn("opnai", remaining_requests=0)
+            assert [w.category for w in found] == [RateLimitConfigWarning]
+            assert re.search(r"'opnai'.*did you mean 'openai'.*\['openai'\]", str(found[0].message))
+            assert found[0].filename == __file__  # the caller's line
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")
+                assert limiter.reserve("openai").allowed  # a configured key: not a word
+                assert not limiter.reserve("openai").allowed
+    finally:
+        store.close()
+
+
+def test_an_unknown_key_warns_in_async_code_too() -> None:
+    import anyio
+
+    limiter = MemoryRateLimiter({"openai": RateLimit(rpm=1)})
+
+    async def reserve() -> bool:
+        return (await limiter.areserve("opnai")).allowed
+
+    with pytest.warns(RateLimitConfigWarning, match="'opnai'"):
+        assert anyio.run(reserve)
+
+
+def test_the_unknown_keys_remembered_are_bounded() -> None:
+    """Keys made per call (a user id as a key) warn for the first few, not for ever."""
+    limiter = MemoryRateLimiter({"openai": RateLimit(rpm=1)})
+    with warnings.catch_warnings(record=True) as found:
+        warnings.simplefilter("always")
+        for n in range(1000):
+            limiter.reserve(f"user-{n}")
+    assert {w.category for w in found} == {RateLimitConfigWarning}
+    assert 1 < len(found) < 100
+    assert "further" in str(found[-1].message)  # the last says no more will be reported
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        limiter.reserve("user-1000")
+
+
+def test_the_guards_routes_without_limits_do_not_warn(
+    fake: FakeProvider, fake2: FakeProvider, make_guard: MakeGuard
+) -> None:
+    """The Guard asks its limiter only about routes with limits (and never through the
+    public entry points): a route left unlimited is no misspelt key."""
+    guard = make_guard(fake, fake2, rate_limits={"primary": RateLimit(rpm=1)})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert guard.chat(USER, max_tokens=5).route == "primary"
+        assert guard.chat(USER, max_tokens=5).route == "backup"  # primary: no room

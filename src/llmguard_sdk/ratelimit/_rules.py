@@ -5,13 +5,16 @@
 
 from __future__ import annotations
 
+import difflib
 import math
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, cast
 
+from .._callers import caller_level
 from .._ids import UniqueIds
 from .._keywords import check_keywords
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, RateLimitConfigWarning
 from .policy import Priority, RateLimit
 
 __all__ = [
@@ -206,6 +209,9 @@ def wait_bound(rules: Sequence[RateLimit], max_wait: float | None) -> float:
     return max((limit.patience(max_wait) for limit in rules), default=0.0)
 
 
+_UNKNOWN_KEYS_TOLD = 16  # keys without limits a limiter warns about, at most (then: no more)
+
+
 class LimiterBase:
     """What both limiters share: the limits of each key."""
 
@@ -222,6 +228,34 @@ class LimiterBase:
             )
             for key, rules in self.limits.items()
         }
+        self._unknown_keys: set[str] = set()  # those warned about (a bounded few)
+
+    def _configured(self, key: str) -> None:
+        """Warn (:class:`~llmguard_sdk.RateLimitConfigWarning`) the first time a caller asks
+        about ``key`` when it has no limits: every call on it passes, as documented, but a
+        misspelt key means its limits never apply. Once per key, for the first
+        :data:`_UNKNOWN_KEYS_TOLD` keys (keys made per call are not remembered for ever);
+        not at all for a limiter without limits. The public entry points ask; the Guard,
+        which only reserves on routes with limits, goes to the private steps."""
+        told = self._unknown_keys
+        if not self.limits or key in self.limits or key in told:
+            return
+        if len(told) >= _UNKNOWN_KEYS_TOLD:
+            return
+        told.add(key)
+        known = sorted(self.limits)
+        close = difflib.get_close_matches(str(key), known, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        more = f" and {len(known) - 8} more" if len(known) > 8 else ""
+        last = (
+            "; further keys without limits go unreported" if len(told) == _UNKNOWN_KEYS_TOLD else ""
+        )
+        warnings.warn(
+            f"the rate limiter has no limits for key {key!r}, so every call on it passes "
+            f"unlimited ({hint}its keys: {known[:8]}{more}){last}",
+            RateLimitConfigWarning,
+            stacklevel=caller_level(),
+        )
 
     def wait_bound(self, key: str, max_wait: float | None) -> float:
         """:func:`wait_bound` of ``key``'s limits (the longest ``max_wait`` of its limits,

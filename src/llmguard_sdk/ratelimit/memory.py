@@ -55,7 +55,9 @@ class MemoryRateLimiter(LimiterBase):
             limiter.settle("openai", token_delta=actual_tokens - 1_200, lease=grant.lease)
 
     ``limits`` maps a key to one :class:`~llmguard_sdk.ratelimit.RateLimit` or several that
-    all apply (a route's own and a per-tenant one, say). Keys without limits always pass.
+    all apply (a route's own and a per-tenant one, say). Keys without limits always pass;
+    the first time one is asked for, a :class:`~llmguard_sdk.RateLimitConfigWarning` says so
+    (a misspelt key would leave its limits unapplied).
     """
 
     def __init__(
@@ -155,6 +157,7 @@ class MemoryRateLimiter(LimiterBase):
         concurrency slot taken waits here (bounded by ``max_wait`` and the limits' own) for
         one to be given back."""
         check_args(ask, ReserveArgs, "reserve")
+        self._configured(key)
         asked = self._asked(key, ask)
         first = self._first_try(*asked)
         return first if first is not None else self._wait(*asked)
@@ -163,6 +166,7 @@ class MemoryRateLimiter(LimiterBase):
         """Async twin of :meth:`reserve` (waits for a concurrency slot without blocking the
         event loop)."""
         check_args(ask, ReserveArgs, "reserve")
+        self._configured(key)
         asked = self._asked(key, ask)
         first = self._first_try(*asked)
         return first if first is not None else await self._await(*asked)
@@ -172,6 +176,7 @@ class MemoryRateLimiter(LimiterBase):
         concurrency slot (then it waits the blocking or the async way of the code that runs
         it)."""
         check_args(ask, ReserveArgs, "reserve")
+        self._configured(key)
         return self._reserve_steps(key, ask)
 
     def _reserve_steps(self, key: str, ask: ReserveArgs) -> Step[Grant]:
@@ -244,6 +249,7 @@ class MemoryRateLimiter(LimiterBase):
         """Bring ``key``'s route-wide state down to what the provider reported (per-tenant
         limits are ours, not the provider's: they are left alone)."""
         check_args(taught, LearnArgs, "learn")
+        self._configured(key)
         self._learn(key, taught)
 
     def _learn(self, key: str, taught: LearnArgs) -> None:
@@ -260,6 +266,7 @@ class MemoryRateLimiter(LimiterBase):
         """Correct a reservation on ``key`` to what the call really used, and give its
         concurrency ``lease`` back (``request_delta=-1``: and its request)."""
         check_args(settled, SettleArgs, "settle")
+        self._configured(key)
         self._settle(key, settled)
 
     def _settle(self, key: str, settled: SettleArgs) -> None:
@@ -282,6 +289,7 @@ class MemoryRateLimiter(LimiterBase):
 
     def release(self, key: str, *, tenant: str | None = None, lease: str) -> None:
         """Give a concurrency lease back without settling tokens."""
+        self._configured(key)
         with self._freed:
             now = self._clock()
             for name, _limit in self._keys(key, tenant):

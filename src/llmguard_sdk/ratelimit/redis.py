@@ -139,11 +139,13 @@ class RedisRateLimiter(LimiterBase):
         return keys, args
 
     def reserve_steps(self, key: str, **ask: Unpack[ReserveArgs]) -> Step[Grant]:
-        """Reserve a call on ``key`` in Redis (keys without a limit always pass); a call
-        that finds every concurrency slot taken asks again every few tens of milliseconds
-        while it may wait. In a batch, the first ask goes out with the batch; a call queued
-        for a concurrency slot asks again alone."""
+        """Reserve a call on ``key`` in Redis (keys without a limit always pass, with a
+        warning the first time: see :class:`MemoryRateLimiter`); a call that finds every
+        concurrency slot taken asks again every few tens of milliseconds while it may wait.
+        In a batch, the first ask goes out with the batch; a call queued for a concurrency
+        slot asks again alone."""
         check_args(ask, ReserveArgs, "reserve")
+        self._configured(key)
         return self._reserve_steps(key, ask)
 
     def _reserve_steps(self, key: str, ask: ReserveArgs) -> Step[Grant]:
@@ -196,6 +198,7 @@ class RedisRateLimiter(LimiterBase):
     def learn_steps(self, key: str, **taught: Unpack[LearnArgs]) -> Step[None]:
         """Bring ``key``'s shared route-wide state down to what the provider reported."""
         check_args(taught, LearnArgs, "learn")
+        self._configured(key)
         return self._learn_steps(key, taught)
 
     def _learn_steps(self, key: str, taught: LearnArgs) -> Step[None]:
@@ -235,6 +238,7 @@ class RedisRateLimiter(LimiterBase):
         """Correct a reservation in Redis, and give its concurrency ``lease`` back;
         ``request_delta=-1`` also gives back the request (a call never sent)."""
         check_args(settled, SettleArgs, "settle")
+        self._configured(key)
         return self._settle_steps(key, settled)
 
     def _settle_steps(self, key: str, settled: SettleArgs) -> Step[None]:
