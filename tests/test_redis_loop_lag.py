@@ -1,8 +1,10 @@
-"""An async Redis round trip that timed out while this process's event loop was busy (a
-burst of calls' own work) is this process's load, not Redis down: it is decided without
-Redis, but the store is not paused and no outage is logged. A Redis that does not answer
-in time on a loop that ran on time is still an outage. Real Redis; the loop is kept busy by
-a task that blocks it, as a burst's CPU work does."""
+"""An async Redis round trip waits for Redis on its event loop's on-time clock: while this
+process's event loop is busy (a burst of calls' own work), up to ten times the store's
+timeouts, so a busy loop's lag is waited out. One that timed out all the same (the loop busy
+past that) is this process's load, not Redis down: it is decided without Redis, but the
+store is not paused and no outage is logged. A Redis that does not answer in time on a loop
+that ran on time is still an outage. Real Redis; the loop is kept busy by a task that blocks
+it, as a burst's CPU work does."""
 
 from __future__ import annotations
 
@@ -21,6 +23,9 @@ from llmguard_sdk.store import RedisStore
 from tests.slowanswer import SlowAnswers
 
 OUTAGE = "Redis unavailable"
+# with socket_timeout=0.05, a fresh connection's bound is 0.1 s (a connection, then an
+# answer) on the on-time clock: a loop busy for longer than ten times that times it out
+PAST_THE_CAP = 1.3
 
 
 def _logged(caplog: pytest.LogCaptureFixture, text: str) -> list[str]:
@@ -42,27 +47,15 @@ def _limiter(store: RedisStore) -> RedisRateLimiter:
 def test_a_connect_timeout_on_a_busy_event_loop_is_no_outage(
     redis_url: str, redis_prefix: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A round trip starts connecting, then another task keeps the loop busy past the
-    connect timeout (the loop cannot read the socket, whose connection Redis had made): the
-    timeout fires once the loop runs again. That decision is made without Redis (this
+    """A round trip starts connecting, then another task keeps the loop busy past ten times
+    the round trip's bound (the loop cannot read the socket, whose connection Redis had
+    made): the timeout fires once the loop runs again. That decision is made without Redis (this
     process's share), but Redis is not paused: the next call reaches it. It was "Redis
     unavailable (Timeout connecting to server)" and every stage of the store paused."""
     store = RedisStore(redis_url, key_prefix=redis_prefix, socket_timeout=0.05)
     limiter = _limiter(store)
-    grants: list[bool] = []
-
-    async def busy_loop() -> None:
-        _work(0.4)
-
-    async def calls() -> None:
-        async with anyio.create_task_group() as group:
-            group.start_soon(lambda: _granted(limiter, grants))  # starts connecting first
-            group.start_soon(busy_loop)
-        grants.append((await limiter.areserve("r")).allowed)
-        await store.aclose()
-
     with caplog.at_level(logging.WARNING, logger="llmguard_sdk"):
-        anyio.run(calls)
+        grants = _connecting_while_busy(store, limiter, PAST_THE_CAP)
     assert grants == [True, True]
     assert limiter.in_flight("r") == 1  # the first decided locally, the second in Redis
     assert (store.health.outages, store.health.failures, store.health.lagged) == (0, 0, 1)
@@ -72,8 +65,46 @@ def test_a_connect_timeout_on_a_busy_event_loop_is_no_outage(
     store.close()
 
 
-async def _granted(limiter: RedisRateLimiter, grants: list[bool]) -> None:
-    grants.append((await limiter.areserve("r")).allowed)
+def _connecting_while_busy(
+    store: RedisStore, limiter: RedisRateLimiter, seconds: float
+) -> list[bool]:
+    """A round trip starts connecting, then another task keeps the loop busy for ``seconds``;
+    then a second round trip: whether each was granted."""
+    grants: list[bool] = []
+
+    async def granted() -> None:
+        grants.append((await limiter.areserve("r")).allowed)
+
+    async def busy_loop() -> None:
+        _work(seconds)
+
+    async def calls() -> None:
+        async with anyio.create_task_group() as group:
+            group.start_soon(granted)  # starts connecting first
+            group.start_soon(busy_loop)
+        await granted()
+        await store.aclose()
+
+    anyio.run(calls)
+    return grants
+
+
+def test_a_busy_event_loop_s_lag_is_waited_out(
+    redis_url: str, redis_prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A round trip starts connecting, then another task keeps the loop busy for four times
+    the connect timeout (0.2 s), but less than ten times the round trip's bound: the round
+    trip waits on the loop's on-time clock, which stood still meanwhile, so Redis decides
+    it (it was decided without Redis, as load). Nothing is counted or logged."""
+    store = RedisStore(redis_url, key_prefix=redis_prefix, socket_timeout=0.05)
+    limiter = _limiter(store)
+    with caplog.at_level(logging.WARNING, logger="llmguard_sdk"):
+        grants = _connecting_while_busy(store, limiter, 0.2)
+    assert grants == [True, True]
+    assert limiter.in_flight("r") == 2  # both decided in Redis
+    assert (store.health.outages, store.health.lagged, store.health.exhausted) == (0, 0, 0)
+    assert caplog.records == []
+    store.close()
 
 
 def test_a_redis_too_slow_on_an_idle_event_loop_is_an_outage(
@@ -114,7 +145,7 @@ def test_a_fail_closed_budget_refusing_for_a_busy_event_loop_says_so(
         results.append(await backend.areserve(rid, [spec], **hold))
 
     async def busy_loop() -> None:
-        _work(0.4)
+        _work(PAST_THE_CAP)
 
     async def calls() -> None:
         async with anyio.create_task_group() as group:

@@ -45,6 +45,8 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, cast
 
+from . import turns
+
 if TYPE_CHECKING:
     from .stores import RedisStore
 
@@ -121,25 +123,63 @@ class _CheckedAgain:
 
 
 class _AsyncCheckedAgain:
-    """Mixed into an async redis-py connection class: :class:`_CheckedAgain`'s twin."""
+    """Mixed into an async redis-py connection class: :class:`_CheckedAgain`'s twin. It also
+    bounds the round trip of a turn (:mod:`._state.turns`) from the moment the connection is
+    asked for: the pool asks it to connect (a fresh connection, or nothing to do) before
+    every command or pipeline; redis-py's own timeouts are raised to the bound's cap
+    meanwhile. The health check's PING waits on its own ``socket_timeout`` (as before: a
+    silent idle connection is replaced), unbounded by the round trip's."""
 
     _fresh = False
+    _bounded = False  # whether a turn's round trip bounds it (its timeouts raised)
+    _timeouts: tuple[float | None, float | None]  # (socket, connect) timeouts as set
+    socket_timeout: float | None
+    socket_connect_timeout: float | None
 
     async def connect(self) -> None:
         parent: Any = super()
+        bounded = turns.arm(fresh=not parent.is_connected)
+        if bounded is not self._bounded:
+            self._bound(bounded)
         fresh, self._fresh = self._fresh, True
         try:
             await parent.connect()
         finally:
             self._fresh = fresh
 
-    async def check_health(self) -> None:
-        from redis.exceptions import ConnectionError, TimeoutError
+    def _bound(self, bounded: bool) -> None:
+        """redis-py's timeouts: raised to the cap of a turn's bound, or as set."""
+        if not self._bounded:
+            self._timeouts = (self.socket_timeout, self.socket_connect_timeout)
+        self._bounded = bounded
+        factor = turns.CAP if bounded else 1.0
+        answer, connect = self._timeouts
+        self.socket_timeout = None if answer is None else factor * answer
+        self.socket_connect_timeout = None if connect is None else factor * connect
 
+    async def check_health(self) -> None:
         parent: Any = super()
         if self._fresh:
             await parent.check_health()
             return
+        if not self._bounded:
+            await self._check_again(parent)
+            return
+        if not parent.health_check_interval or asyncio.get_running_loop().time() <= getattr(
+            parent, "next_health_check", 0
+        ):
+            return  # no check due (redis-py checks the same)
+        turns.pause()
+        self.socket_timeout = self._timeouts[0]
+        try:
+            await self._check_again(parent)
+        finally:
+            self.socket_timeout = self._timeouts[0] and turns.CAP * self._timeouts[0]
+        turns.arm(fresh=False)  # the command's answer
+
+    async def _check_again(self, parent: Any) -> None:
+        from redis.exceptions import ConnectionError, TimeoutError
+
         try:
             await parent.check_health()
         except (ConnectionError, TimeoutError):

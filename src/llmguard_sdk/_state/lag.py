@@ -11,6 +11,11 @@ the round trip took is :func:`loop_busy`'s error (:func:`judged`): this process'
 load, decided without Redis like a full pool, not an outage. A timeout on a loop that ran
 on time is judged as before (a hung or unreachable Redis is an outage).
 
+The loop's *on-time clock* (:meth:`LoopLag.ontime`) is its clock less that lag: it stands
+still while the loop runs late. A standalone store's async round trips wait for Redis on it
+(:mod:`._state.turns`), so a burst's own lag no longer runs them out at all; a timeout that
+does come on a loop that ran late (past ten times the bound) is :func:`loop_busy`'s error.
+
 Private. redis is imported at the first judgement, never before.
 """
 
@@ -20,14 +25,24 @@ import asyncio
 import contextlib
 import functools
 from collections.abc import Callable, Iterator
+from typing import Protocol
 
 from .._loops import PerLoop
 from .health import caused_by
 
-__all__ = ["LoopLag", "judged", "lags", "loop_busy"]
+__all__ = ["LoopLag", "Watched", "judged", "lags", "loop_busy", "unanswered"]
 
 _TICK = 0.01  # seconds between ticks while round trips are under way
 _MOSTLY = 0.5  # the share of a round trip the loop ran late for that makes it the load's
+
+
+class Watched(Protocol):
+    """What a tick checks (:meth:`LoopLag.check_on_ticks`): waits bounded on the on-time
+    clock."""
+
+    def check(self, now: float, ontime: float) -> None:
+        """Cut short the waits past their bound: ``now`` on the loop's clock, ``ontime`` on
+        its on-time clock."""
 
 
 class LoopLag:
@@ -42,6 +57,7 @@ class LoopLag:
         self._late = 0.0  # seconds the ticks ran late, in all
         self._due: float | None = None  # when the next tick is due (None: not ticking)
         self._watching = 0  # round trips under way
+        self._checked: set[Watched] = set()  # what each tick checks (while it has waits)
 
     def _tick(self) -> None:
         loop, due = self._loop, self._due
@@ -50,6 +66,10 @@ class LoopLag:
         now = loop.time()
         self._late += max(0.0, now - due)
         self._due = None
+        if self._checked:
+            ontime = now - self._late
+            for watched in tuple(self._checked):
+                watched.check(now, ontime)
         if self._watching:
             self._due = now + _TICK
             loop.call_at(self._due, self._tick)
@@ -60,19 +80,41 @@ class LoopLag:
             return self._late
         return self._late + max(0.0, self._loop.time() - self._due)
 
-    @contextlib.contextmanager
-    def watching(self) -> Iterator[Callable[[], float]]:
-        """Around a round trip: yields a function that says how late the loop ran since the
-        round trip began."""
+    def ontime(self) -> float:
+        """The loop's on-time clock: its clock less the seconds it ran late (see the
+        module's docs)."""
+        if self._loop is None:
+            return 0.0
+        return self._loop.time() - self.late()
+
+    def start(self) -> None:
+        """A round trip begins: tick (every 10 ms) until :meth:`stop` ends the last one."""
         self._watching += 1
         if self._loop is not None and self._due is None:
             self._due = self._loop.time() + _TICK
             self._loop.call_at(self._due, self._tick)
+
+    def stop(self) -> None:
+        """A round trip that :meth:`start` began has ended."""
+        self._watching -= 1
+
+    def check_on_ticks(self, watched: Watched, checked: bool) -> None:
+        """Have each tick check ``watched`` (or, ``checked`` false, no longer)."""
+        if checked:
+            self._checked.add(watched)
+        else:
+            self._checked.discard(watched)
+
+    @contextlib.contextmanager
+    def watching(self) -> Iterator[Callable[[], float]]:
+        """Around a round trip: yields a function that says how late the loop ran since the
+        round trip began."""
+        self.start()
         began = self.late()
         try:
             yield lambda: self.late() - began
         finally:
-            self._watching -= 1
+            self.stop()
 
 
 lags: PerLoop[LoopLag] = PerLoop(LoopLag)
@@ -90,6 +132,19 @@ def loop_busy() -> type[Exception]:
     return LoopBusyError
 
 
+@functools.cache
+def unanswered() -> type[Exception]:
+    """The error of a Redis round trip that the store's own bound cut short while the event
+    loop ran on time (a redis-py ``TimeoutError``): Redis did not answer, an outage as
+    before; never :func:`loop_busy`'s."""
+    from redis.exceptions import TimeoutError
+
+    class NoAnswerError(TimeoutError):
+        """Redis did not answer in time while this event loop ran on time."""
+
+    return NoAnswerError
+
+
 def _timed_out(exc: BaseException) -> bool:
     from redis.exceptions import TimeoutError
 
@@ -102,6 +157,8 @@ def judged(exc: Exception, took: float, late: float) -> Exception:
     ``took``, :func:`loop_busy`'s error from it (see the module's docs)."""
     if late < _MOSTLY * took or not _timed_out(exc):
         return exc
+    if caused_by(exc, unanswered()) or caused_by(exc, loop_busy()):
+        return exc  # (judged already, on the on-time clock)
     busy = loop_busy()(
         f"{exc} after {took:.2f} s, of which this process's event loop ran {late:.2f} s late "
         "(its own load: Redis may have answered in time)"

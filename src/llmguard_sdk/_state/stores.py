@@ -16,20 +16,20 @@ import os
 import re
 import threading
 import weakref
-from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from importlib import resources
 from typing import TYPE_CHECKING, Any, Literal, cast
 from urllib.parse import parse_qs, parse_qsl, unquote, urlsplit
 
 from .._loops import PerLoop
 from ..errors import ConfigurationError
-from .connections import bound_async_cluster, bounded_pool, pool_exhausted, sent_once, waiting_pool
+from . import turns
+from .connections import bound_async_cluster, bounded_pool, sent_once, waiting_pool
 from .health import Outage, RedisHealth
 from .once import marked, wrapped
 from .steps import Command
 
 if TYPE_CHECKING:
-    import anyio
     import redis
     import redis.asyncio
     from redis.commands.core import AsyncScript, Script
@@ -184,12 +184,17 @@ class RedisStore(Store):
             :class:`ConfigurationError`.
         key_prefix: prefix of every key the SDK writes.
         socket_timeout: seconds any single Redis operation may take (short by design: a slow
-            Redis must not stall LLM calls; at most 3600).
+            Redis must not stall LLM calls; at most 3600). An async one on a single Redis
+            takes it on the event loop's on-time clock (its clock less how late it ran: a
+            busy loop's lag is waited out), at most ten times it in all.
         max_connections: the most connections a pool opens (1 to 10,000; on a cluster, per
             node); more callers wait for one, at most ``pool_timeout``.
         pool_timeout: seconds a round trip waits at most for a free connection when all
             ``max_connections`` are in use (at most 3600; default: one attempt on Redis,
-            ``socket_connect_timeout`` + ``socket_timeout``). A round trip that gets none
+            ``socket_connect_timeout`` + ``socket_timeout``). Async round trips take turns,
+            first come, first served, and wait while connections keep coming free (none in
+            ``pool_timeout`` on the on-time clock: stuck), at most ten times
+            ``pool_timeout``. A round trip that gets none
             is decided without Redis (as while Redis is down, for that decision only), but
             Redis is not paused: a full pool is this process's own load, not an outage
             (warned of at most once a minute, naming ``max_connections`` to raise).
@@ -255,6 +260,7 @@ class RedisStore(Store):
         self._client: redis.Redis | None = None
         self._aclients = PerLoop(self._new_async_client)
         self._setup()
+        self._turns = PerLoop(self._new_turns)
         attempt = self._options["socket_connect_timeout"] + self._options["socket_timeout"]
         times = {"attempt_seconds": float(attempt), "wait_seconds": self.pool_timeout}
         self.health = RedisHealth(float(retry_pause), **times)  # (a connection, then an answer)
@@ -369,10 +375,22 @@ class RedisStore(Store):
     def _disconnect(self) -> None:
         self._pool.disconnect()
 
+    def _new_turns(self) -> turns.Turns:
+        options = self._options
+        return turns.Turns(
+            options["max_connections"],
+            self.pool_timeout,
+            options["socket_connect_timeout"],
+            options["socket_timeout"],
+        )
+
     def async_round_trip(self) -> contextlib.AbstractAsyncContextManager[None]:
-        """Held around each async round trip of a batch: nothing to wait for on a single
-        Redis (its blocking pool waits for a free connection, at most ``pool_timeout``)."""
-        return contextlib.nullcontext()
+        """Held around each async round trip: one of ``max_connections`` turns of the running
+        event loop, waited for (FIFO) while turns keep coming free (see
+        :mod:`._state.turns`), so no round trip waits in redis-py's pool (a cluster's async
+        nodes would refuse more than ``max_connections`` rather than wait); a standalone
+        store's waits for Redis inside are bounded on the loop's on-time clock."""
+        return self._turns.get()()
 
     async def aclose(self) -> None:
         """Close the async client and the sync pool."""
@@ -428,7 +446,6 @@ class RedisClusterStore(RedisStore):
                 f"bad Redis Cluster URL {_redacted(self.url)!r}: {exc}"
             ) from None
         self._nodes = nodes
-        self._round_trips = PerLoop(self._new_round_trip_slots)
         options = self._options
         options.pop("health_check_interval", None)
         if parts.username:
@@ -442,11 +459,6 @@ class RedisClusterStore(RedisStore):
                     options[name] = values[-1]
                 elif name == "ssl_check_hostname":
                     options[name] = _FLAGS[values[-1].strip().lower()]
-
-    def _new_round_trip_slots(self) -> anyio.Semaphore:
-        import anyio
-
-        return anyio.Semaphore(self._options["max_connections"])
 
     def _cluster_options(self) -> dict[str, Any]:
         # One retry (a refreshed slot map after a failover), no backoff: the store's own
@@ -493,33 +505,13 @@ class RedisClusterStore(RedisStore):
 
         nodes = [redis.asyncio.cluster.ClusterNode(host, port) for host, port in self._nodes]
         options = self._cluster_options()
-        options.pop("timeout")  # no pool to wait for: async_round_trip() waits instead
+        options.pop("timeout")  # no pool to wait for: async_round_trip()'s turns instead
         client = redis.asyncio.RedisCluster(startup_nodes=nodes, **options)
         bound_async_cluster(client)  # its re-sends bounded (see connections.py)
         return cast(redis.asyncio.Redis, client)  # connects on its first command
 
     def _disconnect(self) -> None:
         pass  # the cluster client owns its node pools; close() released them
-
-    @contextlib.asynccontextmanager
-    async def async_round_trip(self) -> AsyncIterator[None]:
-        """redis-py's async cluster nodes raise ``MaxConnectionsError`` beyond
-        ``max_connections`` instead of waiting: a round trip first takes one of
-        ``max_connections`` slots of its event loop, waiting at most ``pool_timeout`` (then
-        raising ``MaxConnectionsError``, this process's load, as a full pool does), so no
-        node is asked for more connections than that."""
-        import anyio
-
-        slots = self._round_trips.get()
-        with anyio.move_on_after(self.pool_timeout) as waiting:
-            await slots.acquire()
-        if waiting.cancelled_caught:
-            seconds, most = self.pool_timeout, self._options["max_connections"]
-            raise pool_exhausted()(f"no turn in pool_timeout ({seconds:g} s): {most} under way")
-        try:
-            yield
-        finally:
-            slots.release()
 
 
 def lua(module: str, name: str) -> str:

@@ -1,0 +1,66 @@
+"""A burst of concurrent async calls through one Guard whose store is Redis is served by
+Redis: its round trips queue for the store's connections and wait out the event loop's own
+lag (the burst's CPU work) instead of running out of ``pool_timeout`` and the socket
+timeouts on the wall clock. It was every call of the burst (or most) refused by a
+fail-closed budget ("no connection of the pool came free", "the event loop was too busy").
+Real Redis, real HTTP (FakeProvider on loopback)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import anyio
+
+from llmguard_sdk import Guard, OpenAICompatibleProvider
+from llmguard_sdk.budget import Budget, Budgets
+from llmguard_sdk.ratelimit import RateLimit
+from llmguard_sdk.store import RedisStore
+from llmguard_sdk.testing import FakeProvider
+from tests.conftest import USER
+from tests.test_budget_guard import PRICES
+
+CALLS = 1000  # at once, on one event loop
+CONNECTIONS = 2  # the store's max_connections: its round trips queue for them
+
+
+def test_a_burst_of_async_calls_is_served_by_redis(
+    redis_url: str, redis_prefix: str, fake: FakeProvider, tmp_path: Path
+) -> None:
+    """1,000 ``achat`` at once through a Guard with a fail-closed Redis budget and a Redis
+    rate limit, on a store of 2 connections (its other settings the defaults): every call
+    is answered, each decided in Redis (no decision made without it for a full pool, a busy
+    loop or an outage)."""
+    store = RedisStore(
+        redis_url, key_prefix=redis_prefix, max_connections=CONNECTIONS, journal_dir=str(tmp_path)
+    )
+    guard = Guard(
+        OpenAICompatibleProvider(fake.base_url, model="fake-model", name="primary"),
+        store=store,
+        rate_limits={"primary": RateLimit(rpm=10**8, tpm=10**11)},
+        budgets=Budgets([Budget(limit_usd=10**6)], prices=PRICES, fail_open=False),
+        breaker=None,
+        retry_budget=None,
+        environ={},
+    )
+    outcomes: Counter[str] = Counter()
+
+    async def call() -> None:
+        try:
+            await guard.achat(USER, max_tokens=3)
+            outcomes["answered"] += 1
+        except Exception as exc:  # (counted by kind: the assertion names them)
+            outcomes[type(exc).__name__] += 1
+
+    async def burst() -> None:
+        async with anyio.create_task_group() as group:
+            for _ in range(CALLS):
+                group.start_soon(call)
+        await guard.aclose()
+
+    anyio.run(burst)
+    guard.close()
+    assert outcomes == {"answered": CALLS}
+    assert fake.stats.requests == CALLS
+    health = store.health
+    assert (health.exhausted, health.lagged, health.outages) == (0, 0, 0)
