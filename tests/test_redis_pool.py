@@ -26,6 +26,7 @@ from llmguard_sdk.ratelimit import RateLimit, RedisRateLimiter
 from llmguard_sdk.store import RedisStore
 from llmguard_sdk.testing import FakeProvider
 from tests.conftest import USER, RawRedis, RedisTarget, redis_store
+from tests.slowanswer import SlowAnswers
 from tests.test_budget_guard import PRICES
 
 OUTAGE = "Redis unavailable"
@@ -104,6 +105,37 @@ def test_round_trips_beyond_a_small_pool_wait_their_turn(
     assert (store.health.outages, store.health.failures, store.health.exhausted) == (0, 0, 0)
     assert _logged(caplog, OUTAGE) == []
     store.close()
+
+
+def test_round_trips_queued_behind_a_redis_gone_silent_are_not_sent(
+    redis_url: str, redis_prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """20 round trips queue for a store's one connection; the first one's answer never comes
+    in time (an outage: the store is paused), so the others, when their turn comes, are
+    decided without Redis at once, unsent (each would have waited for Redis in turn)."""
+    truth = _limiter(RedisStore(redis_url, key_prefix=redis_prefix))
+    assert truth.reserve("r").allowed  # (its script loaded in Redis: the EVALSHA runs)
+    with SlowAnswers(redis_url, b"EVALSHA", delay=2.0) as slow:
+        store = RedisStore(slow.url, key_prefix=redis_prefix, max_connections=1, socket_timeout=0.1)
+        limiter = _limiter(store)
+        grants: list[bool] = []
+
+        async def calls() -> None:
+            async def call() -> None:
+                grants.append((await limiter.areserve("r")).allowed)
+
+            async with anyio.create_task_group() as group:
+                for _ in range(20):
+                    group.start_soon(call)
+            await store.aclose()
+
+        with caplog.at_level(logging.WARNING, logger="llmguard_sdk"):
+            anyio.run(calls)
+        assert grants == [True] * 20  # (this process's share, each)
+        assert truth.in_flight("r") == 2  # the warm-up's, and the first round trip's only
+        assert (store.health.outages, store.health.exhausted) == (1, 0)
+        assert len(_logged(caplog, OUTAGE)) == 1
+        store.close()
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])

@@ -193,8 +193,8 @@ class RedisStore(Store):
             ``max_connections`` are in use (at most 3600; default: one attempt on Redis,
             ``socket_connect_timeout`` + ``socket_timeout``). Async round trips take turns,
             first come, first served, and wait while connections keep coming free (none in
-            ``pool_timeout`` on the on-time clock: stuck), at most ten times
-            ``pool_timeout``. A round trip that gets none
+            ``pool_timeout`` on the on-time clock, none of them waiting for Redis: stuck),
+            at most ten times ``pool_timeout``. A round trip that gets none
             is decided without Redis (as while Redis is down, for that decision only), but
             Redis is not paused: a full pool is this process's own load, not an outage
             (warned of at most once a minute, naming ``max_connections`` to raise).
@@ -382,6 +382,7 @@ class RedisStore(Store):
             self.pool_timeout,
             options["socket_connect_timeout"],
             options["socket_timeout"],
+            self.health,
         )
 
     def async_round_trip(self) -> contextlib.AbstractAsyncContextManager[None]:

@@ -9,8 +9,11 @@ Redis (a fail-closed budget refused every one). Here:
 * A round trip first takes one of ``max_connections`` turns of its event loop (FIFO), so it
   never waits in redis-py's pool. A turn wait runs out (:func:`.connections.pool_exhausted`'s
   error, this process's load) only when no turn came free for ``pool_timeout`` on the
-  on-time clock (the round trips holding them are stuck), or after ten times
-  ``pool_timeout`` in all: a queue that moves is waited out.
+  on-time clock while none of the round trips holding them waits for Redis (they are stuck
+  elsewhere: one waiting for Redis ends within its bound), or after ten times
+  ``pool_timeout`` in all: a queue that moves is waited out. A turn that comes while the
+  store is paused (an outage began meanwhile) is given on at once: its round trip fails as
+  Redis down, unsent.
 * A standalone store's connections (:mod:`._state.connections`) bound each wait for Redis
   from the moment they are asked for: an answer ``socket_timeout``, a fresh connection
   ``socket_connect_timeout`` more; on the on-time clock, and at most ten times that in all.
@@ -31,10 +34,15 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import time
 from collections import deque
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 from .lag import LoopLag, lags, loop_busy, unanswered
+
+if TYPE_CHECKING:
+    from .health import RedisHealth
 
 __all__ = ["CAP", "RoundTrip", "Turns", "arm", "pause"]
 
@@ -91,8 +99,11 @@ class Turns:
     coming free runs out; a connection bounded by ``connect`` seconds, an answer by
     ``answer``."""
 
-    def __init__(self, slots: int, wait: float, connect: float, answer: float) -> None:
+    def __init__(
+        self, slots: int, wait: float, connect: float, answer: float, health: RedisHealth
+    ) -> None:
         self.slots, self.wait, self.connect, self.answer = slots, wait, connect, answer
+        self._health = health
         self._free = slots
         self._lag: LoopLag = lags.get()
         self._loop = asyncio.get_running_loop()
@@ -102,6 +113,7 @@ class Turns:
         self._armed: tuple[_Armed, _Armed] = (deque(), deque())
         self._moved = 0.0  # on the on-time clock: a turn last came free to a waiter
         self._busy = 0  # turns taken, and waits for one
+        self._in_redis = 0  # turns whose round trip waits for Redis (bounded: armed)
 
     def __call__(self) -> RoundTrip:
         """Around one round trip: takes a turn (waiting FIFO), gives it back after."""
@@ -119,6 +131,7 @@ class Turns:
                 self._free -= 1
             else:
                 await self._wait()
+                self._check_paused()
         except BaseException:
             self._left()
             raise
@@ -137,8 +150,21 @@ class Turns:
                 self._give()  # handed a turn as it was cancelled: the next waiter's
             raise
 
+    def _check_paused(self) -> None:
+        health = self._health
+        if health.failures and time.monotonic() < health.down_until:
+            from redis.exceptions import ConnectionError
+
+            self._give()
+            raise ConnectionError(
+                "not sent: Redis is paused (an outage began while this round trip waited "
+                "for its turn at the store's connections)"
+            )
+
     def give(self, trip: _Trip) -> None:
         trip.done = True
+        if trip.arms:
+            self._in_redis -= 1
         self._give()
         self._left()
 
@@ -166,6 +192,8 @@ class Turns:
     def arm(self, trip: _Trip, fresh: bool) -> None:
         seconds = self.connect + self.answer if fresh else self.answer
         trip.seconds = seconds
+        if not trip.arms:
+            self._in_redis += 1
         trip.arms += 1
         self._armed[fresh].append(
             (self._lag.ontime() + seconds, self._loop.time() + CAP * seconds, trip.arms, trip)
@@ -186,7 +214,7 @@ class Turns:
                 else:
                     break
         waiting = self._waiting
-        if waiting and ontime - self._moved >= self.wait:
+        if waiting and not self._in_redis and ontime - self._moved >= self.wait:
             self._run_out(len(waiting), stuck=True)
         while waiting and now - waiting[0][1] >= CAP * self.wait:
             self._run_out(1, stuck=False)
