@@ -50,25 +50,20 @@ from pydantic import (
 from ._config_references import CREDENTIAL_HEADER, EMBEDDED, REFERENCE, read_references
 from ._config_shortcuts import SHORTCUTS
 from ._config_tasks import TasksConfig
+from ._whole_counts import read_count
 from .config import _bad_store, _literal, _not_a_bool
 from .errors import ConfigurationError
-from .models import _MOST_OUTPUT_TOKENS as _MOST_TOKENS
 from .router import Strategy
 
 __all__ = ["ConfigFile", "GroupConfig", "RouteConfig"]
 
 
 def _token_count(value: object) -> object:
-    """A count of tokens (``context_window``, ``max_input_tokens``): no bool, and at most
-    :data:`~llmguard_sdk.budget._usage.MOST_TOKENS`, the bound of every token count (1e30 said
-    pydantic's "Unable to parse input string as an integer, exceeded maximum size"; 3e9
-    passed, larger than any model's context)."""
-    _not_a_bool(value)
-    if isinstance(value, int | float) and not value <= _MOST_TOKENS:  # (NaN too)
-        raise ValueError(
-            f"must be a whole number of tokens from 1 to {_MOST_TOKENS}, got {value!r:.40}"
-        )
-    return value
+    """A count of tokens (``context_window``, ``max_input_tokens``): no bool, and a whole number
+    from 1 to 2**31 - 1 (:func:`~llmguard_sdk._whole_counts.read_count`; 1e30 said pydantic's
+    "Unable to parse input string as an integer, exceeded maximum size"; 3e9 passed, larger
+    than any model's context)."""
+    return read_count(_not_a_bool(value))
 
 
 class RouteConfig(BaseModel):

@@ -19,7 +19,8 @@ Values given in code win over the environment. In code a number is a number: a s
 (``timeout="5"``, ``GuardSettings(timeout="5")``) is a
 :class:`~llmguard_sdk.errors.ConfigurationError`, as it is in a request; the variables (and
 configuration files, ``model_validate_strings``, ``model_validate_json``) are text, read as
-numbers.
+numbers. A count (``max_input_tokens``, ``retry_attempts``) is a whole number from 1 to
+2147483647, as in a configuration file (``1e3`` is one).
 
 A wrong value raises :class:`~llmguard_sdk.errors.SettingsValidationError`, a
 :class:`~llmguard_sdk.errors.ConfigurationError` and pydantic's ``ValidationError`` both, also
@@ -50,7 +51,8 @@ from pydantic import (
 )
 
 from ._callers import caller_level
-from ._problems import problems
+from ._problems import _message, problems
+from ._whole_counts import read_count
 from .errors import ConfigurationError, SettingsValidationError, UnknownSettingWarning
 
 __all__ = ["ENV_PREFIX", "GuardSettings"]
@@ -177,6 +179,14 @@ def _a_number(value: object, info: ValidationInfo) -> object:
     return value
 
 
+def _a_count(value: object, info: ValidationInfo) -> object:
+    """A count's value (``max_input_tokens``, ``retry_attempts``): a number
+    (:func:`_a_number`), a whole one from 1 to 2**31 - 1, as a configuration file's
+    (:func:`~llmguard_sdk._whole_counts.read_count`)."""
+    unit = "attempts" if info.field_name == "retry_attempts" else "tokens"
+    return read_count(_a_number(value, info), unit)
+
+
 def _check_number(name: str, value: object) -> None:
     """An argument of ``name`` given in code is refused when a string (:func:`_no_string`)."""
     problem = _no_string(name, value)
@@ -252,7 +262,8 @@ class GuardSettings(BaseModel):
     api_key: str | None = None
     model: str | None = None
 
-    _numbers = field_validator(*_NUMBERS, mode="before")(_a_number)
+    _numbers = field_validator("timeout", "attempt_timeout", mode="before")(_a_number)
+    _counts = field_validator("max_input_tokens", "retry_attempts", mode="before")(_a_count)
 
     @field_validator("store")
     @classmethod
@@ -339,7 +350,7 @@ class GuardSettings(BaseModel):
             found = []
             for err in exc.errors():
                 field = str(err["loc"][0]) if err["loc"] else "settings"
-                found.append(f"{sources.get(field, field)}: {err['msg']}")
+                found.append(f"{sources.get(field, field)}: {_message(err, None)}")
             raise _invalid(exc, found) from None
         return settings, frozenset(blank)
 
