@@ -1,6 +1,6 @@
 """A provider's counts given in code (``max_connections``, ``context_window``, Anthropic's
 ``default_max_tokens``) are whole numbers: a string or a bool is a ConfigurationError naming
-the option."""
+the option; a ``context_window`` has a configuration file's bound, 2**31 - 1."""
 
 from __future__ import annotations
 
@@ -8,9 +8,16 @@ from typing import Any
 
 import pytest
 
-from llmguard_sdk import AnthropicProvider, ConfigurationError, OpenAICompatibleProvider
+from llmguard_sdk import (
+    AnthropicProvider,
+    ConfigurationError,
+    Guard,
+    OpenAICompatibleProvider,
+    OpenAIResponsesProvider,
+)
 
 URL = "http://127.0.0.1:9/v1"
+BOUND = "from 1 to 2147483647, got "
 
 
 @pytest.mark.parametrize("option", ["max_connections", "context_window"])
@@ -38,3 +45,33 @@ def test_whole_numbers_are_kept() -> None:
     assert anthropic.default_max_tokens == 64
     route.close()
     anthropic.close()
+
+
+@pytest.mark.parametrize(
+    "provider", [OpenAICompatibleProvider, AnthropicProvider, OpenAIResponsesProvider]
+)
+@pytest.mark.parametrize("window", [10**30, 2**31])
+def test_a_providers_huge_context_window_is_refused_at_construction(
+    provider: Any, window: int
+) -> None:
+    """``OpenAICompatibleProvider(context_window=10**30)`` was kept: no model's context is
+    that large."""
+    with pytest.raises(
+        ConfigurationError, match=f"context_window must be a whole number of tokens {BOUND}"
+    ):
+        provider(URL, model="m", context_window=window)
+    kept = provider(URL, model="m", context_window=2**31 - 1)
+    assert kept.context_window == 2**31 - 1
+    kept.close()
+
+
+def test_a_custom_providers_huge_context_window_is_refused_by_the_guard() -> None:
+    """A provider of the caller's own declaring a window no model has (set here on ours after
+    its construction, as a custom provider declares it)."""
+    route = OpenAICompatibleProvider(URL, model="m", name="custom")
+    route.context_window = 10**30
+    with pytest.raises(
+        ConfigurationError,
+        match=f"route 'custom': context_window must be a whole number of tokens {BOUND}",
+    ):
+        Guard(route, environ={})

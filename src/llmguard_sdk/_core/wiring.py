@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from .._callers import caller_level
 from .._decorating import is_async_callable
+from .._whole_counts import count_problem
 from ..breaker import (
     BreakerBackend,
     BreakerHook,
@@ -23,7 +24,7 @@ from ..budget import Budget, Budgets, PriceTable, SpendControl
 from ..cache import ResponseCache
 from ..config import GuardSettings, _check_default_key
 from ..errors import ConfigurationError, RateLimitConfigWarning
-from ..providers.base import Provider, context_window
+from ..providers.base import Provider
 from ..providers.openai_compat import OpenAICompatibleProvider
 from ..ratelimit import LimitsConfig, MemoryRateLimiter, RedisRateLimiter
 from ..ratelimit._rules import unsized_calls_never_fit
@@ -279,10 +280,10 @@ def routes(
     routes = flatten(_entries(providers))
     for route in routes:  # (a custom provider's: ours check it as they are built)
         window = getattr(route, "context_window", None)
-        if window is not None and (context_window(route) is None or window < 1):
+        problem = None if window is None else count_problem(window)
+        if problem is not None:
             raise ConfigurationError(
-                f"route {route.name!r}: context_window must be a whole number of tokens >= 1 "
-                f"or None (unknown), got {window!r}"
+                f"route {route.name!r}: context_window {problem} (or None: unknown)"
             )
     # a group's name keys its shared load and names it in task tiers, as a route's name does
     groups = [entry.name for entry in _entries(providers) if isinstance(entry, DeploymentGroup)]

@@ -19,8 +19,8 @@ declares none of them is still a :class:`Provider`, with the defaults):
 - ``is_local`` (``bool``, default ``False``): the model runs on this machine, costs nothing
   and needs no network (budgets send ``on_exhausted="local_only"`` calls to such routes);
   :class:`~llmguard_sdk.LocalProvider` declares it.
-- ``context_window`` (``int | None``, default ``None``): the model's context in tokens; the
-  Guard skips a route that cannot hold the request.
+- ``context_window`` (``int | None``, default ``None``): the model's context in tokens (1 to
+  2**31 - 1: a Guard refuses another); the Guard skips a route that cannot hold the request.
 - ``count_tokens(request) -> int | None``: the request's input tokens as the model counts
   them (its own tokenizer); rate limits and budgets use it instead of tiktoken's estimate.
 - ``cache_answers`` (``bool``, default: undeclared): whether the response cache keeps this

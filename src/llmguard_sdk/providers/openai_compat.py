@@ -35,6 +35,7 @@ import httpx
 from .._http_library import HttpErrors, Library, library_module, pick_library
 from .._keys import check_api_key
 from .._loops import PerLoop
+from .._whole_counts import count_problem
 from ..errors import (
     ConfigurationError,
     MalformedResponseError,
@@ -81,8 +82,9 @@ class OpenAICompatibleProvider(_Streams):
             route's concurrency cap where a Guard's ``rate_limits`` set one
             (``RateLimit(concurrency=...)``, the largest where Guards share this provider),
             else 100.
-        context_window: the model's context in tokens, when known: the Guard then skips this
-            route for requests that cannot fit (moving to a route with a larger context).
+        context_window: the model's context in tokens (1 to 2**31 - 1), when known: the Guard
+            then skips this route for requests that cannot fit (moving to a route with a
+            larger context).
         transport, async_transport: httpx transports, for tests or custom networking
             (``async_transport`` may be an httpx2 one: async calls then use httpx2).
         http_library: the async calls' library, ``"httpx2"`` or ``"httpx"``; ``None``: httpx2
@@ -120,11 +122,10 @@ class OpenAICompatibleProvider(_Streams):
                 f"base_url must be an http(s) URL such as https://<provider host>/v1, "
                 f"got {base_url!r}"
             )
-        for option, count in (
-            ("max_connections", max_connections),
-            ("context_window", context_window),
-        ):
-            _check_count(option, count)  # ("5" raised TypeError, or was never used)
+        _check_count("max_connections", max_connections)  # ("5" raised TypeError)
+        window_problem = None if context_window is None else count_problem(context_window)
+        if window_problem is not None:  # ("5" was never used; 10**30 was kept)
+            raise ConfigurationError(f"context_window {window_problem}")
         self._headers = {"accept": "application/json", **dict(headers or {})}
         check_api_key(api_key)  # masked in every error message and telemetry export
         if api_key is not None:
