@@ -146,16 +146,21 @@ def test_recorded_usage_reports_cost_per_tenant_feature_and_success(
         ('{\n  "outcome": "ok"\n}\n', 1),  # one JSON object over lines: not JSON Lines
     ],
 )
+@pytest.mark.parametrize("command", ["cost report", "report"])
 def test_a_file_that_is_not_json_lines_is_said_so_with_its_line(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, line: int
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, line: int, command: str
 ) -> None:
-    """It said "no usage records in FILE", as of a JSON Lines file of other records."""
-    path = tmp_path / "usage.csv"
+    """``llmguard cost report`` said "no usage records in FILE", as of a JSON Lines file of
+    other records; ``llmguard report`` wrote a page of 0 calls. Neither writes anything."""
+    path, page = tmp_path / "usage.csv", tmp_path / "report.html"
     path.write_text(text, encoding="utf-8")
-    assert main(["cost", "report", str(path)]) == 1
-    said = capsys.readouterr().err
-    assert f"{path} is not JSON Lines: line {line} is not JSON" in said
-    assert "no usage records" not in said
+    html = ["--html", str(page)] if command == "report" else []
+    assert main([*command.split(), str(path), *html]) == 1
+    said = capsys.readouterr()
+    assert f"llmguard {command}: {path} is not JSON Lines: line {line} is not JSON" in said.err
+    assert "no usage records" not in said.err
+    assert said.out == ""
+    assert not page.exists()
 
 
 def test_hashed_ids_keep_tenants_out_of_the_file(tmp_path: Path, make_guard: MakeGuard) -> None:

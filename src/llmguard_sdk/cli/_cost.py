@@ -23,6 +23,7 @@ from ..budget.prices import PriceTable
 from ..budget.recorder import read_usage, usage_report
 from ..errors import ConfigurationError
 from ._command import Command, Group
+from ._usage_file import no_usage_records
 
 __all__ = ["COST"]
 
@@ -171,30 +172,10 @@ def _run_estimate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _first_line_not_json(path: str) -> int | None:
-    """The number of the first line of ``path`` (read already: UTF-8 text) that is not JSON
-    (blank lines aside), None when each is: a file with no usage record in it is then of
-    other records, else it is no JSON Lines (a CSV export, one object over many lines)."""
-    with open(path, encoding="utf-8") as lines:
-        for number, line in enumerate(lines, 1):
-            try:
-                json.loads(line) if line.strip() else None
-            except ValueError:
-                return number
-    return None
-
-
 def _run_report(args: argparse.Namespace) -> int:
     report = usage_report(read_usage(args.file))
     if not report["total"]["calls"]:  # nothing read: not a usage file (as llmguard report)
-        line = _first_line_not_json(args.file)
-        said = (
-            f"no usage records in {args.file}"
-            if line is None
-            else f"{args.file} is not JSON Lines: line {line} is not JSON (a UsageRecorder "
-            "file holds a JSON object per line)"
-        )
-        print(f"llmguard cost report: {said}", file=sys.stderr)
+        print(f"llmguard cost report: {no_usage_records(args.file)}", file=sys.stderr)
         return 1
     if args.json:
         print(json.dumps(report))

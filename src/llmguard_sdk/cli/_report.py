@@ -10,9 +10,11 @@ page of :mod:`llmguard_sdk.telemetry.report`.
 from __future__ import annotations
 
 import argparse
+import sys
 
 from ..errors import ConfigurationError
 from ._command import Command
+from ._usage_file import not_json_lines
 
 __all__ = ["REPORT"]
 
@@ -24,11 +26,18 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    """Run ``llmguard report``; returns the exit status (1 when the file had no call)."""
-    from ..telemetry.report import write_report
+    """Run ``llmguard report``; returns the exit status (1 when the file had no call; a file
+    that is not JSON Lines is said so, and no page is written)."""
+    from ..budget.recorder import read_usage
+    from ..telemetry.report import _write_page
 
+    records = list(read_usage(args.usage))
+    said = None if records else not_json_lines(args.usage)
+    if said is not None:  # (a CSV export: a page of 0 calls was written)
+        print(f"llmguard report: {said}", file=sys.stderr)
+        return 1
     try:
-        calls = write_report(args.usage, args.html, args.samples)
+        calls = _write_page(records, args.html, args.samples)
     except OSError as exc:  # the files are read first (a ConfigurationError): the page's write
         raise ConfigurationError(f"cannot write {args.html}: {exc}") from None
     print(f"wrote {args.html}: {calls} calls")

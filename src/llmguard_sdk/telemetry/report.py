@@ -293,9 +293,17 @@ def write_report(
     """Write the report of a usage file (and a samples file) to ``html_path``; returns the
     number of calls it covers."""
     from ..budget.recorder import read_usage
+
+    return _write_page(list(read_usage(usage_path)), html_path, samples_path)
+
+
+def _write_page(
+    records: list[dict[str, Any]], html_path: str | Path, samples_path: str | Path | None
+) -> int:
+    """Write the report of the usage ``records`` read already (and of a samples file) to
+    ``html_path``; returns the number of calls it covers."""
     from .sampling import read_samples
 
-    records = list(read_usage(usage_path))
     samples = read_samples(samples_path) if samples_path else []
     Path(html_path).write_text(render_report(records, samples), encoding="utf-8")
     return len(records)
