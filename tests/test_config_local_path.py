@@ -74,3 +74,26 @@ def test_an_absolute_path_and_a_dicts_relative_path_are_kept(
     monkeypatch.chdir(config)  # built in Python: from the working directory, as before
     with Guard.from_config({"routes": [{"model": "local/models/m.gguf"}]}, environ={}) as guard:
         assert _route(guard).path == Path("models/m.gguf")
+
+
+def test_a_home_path_is_expanded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``local/~/models/m.gguf`` looked for ``<file's folder>/~/models/m.gguf``; a file's and a
+    dict's ``~`` are the home folder, as in a shell."""
+    home, elsewhere = _folders(tmp_path)
+    monkeypatch.setenv("HOME", str(home))
+    path = elsewhere / "guard.toml"
+    path.write_text('[[routes]]\nmodel = "local/~/models/m.gguf"\n', encoding="utf-8")
+    with Guard.from_config(path, environ={}) as guard:
+        assert _route(guard).path == home / "models" / "m.gguf"
+    with Guard.from_config({"routes": [{"model": "local/~/models/m.gguf"}]}, environ={}) as guard:
+        assert _route(guard).path == home / "models" / "m.gguf"
+
+
+def test_a_home_that_cannot_be_found_is_a_configuration_error(tmp_path: Path) -> None:
+    """``~nobody/m.gguf``: pathlib's bare ``RuntimeError`` came out of ``Guard.from_config``."""
+    path = tmp_path / "guard.toml"
+    path.write_text('[[routes]]\nmodel = "local/~no-such-user-xyz/m.gguf"\n', encoding="utf-8")
+    with pytest.raises(
+        ConfigurationError, match=r"routes\.0: cannot expand ~ in '~no-such-user-xyz/m\.gguf'"
+    ):
+        Guard.from_config(path, environ={})

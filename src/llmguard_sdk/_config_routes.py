@@ -147,14 +147,27 @@ def _key_from(
 def _local(
     route: RouteConfig, model: str, where: str, folder: Path | None
 ) -> tuple[Provider, ResolvedRoute]:
-    """The ``local/`` route: the bundled model, or a GGUF file (a relative path in a file
-    read from the file's ``folder``; built in Python, from the working directory)."""
+    """The ``local/`` route: the bundled model, or a GGUF file (``~`` the home folder; a
+    relative path in a file read from the file's ``folder``; built in Python, from the
+    working directory)."""
     from .providers.local import LocalProvider
 
-    path = None if model == "bundled" else Path(model) if folder is None else folder / model
+    path = None if model == "bundled" else _gguf_path(model, where, folder)
     try:
         provider = LocalProvider(path, name=route.name or "local")
     except ConfigurationError as exc:
         raise ConfigurationError(f"{where}: {exc}") from None
     shown = model if path is None else str(path)  # (llmguard check: the file it loads)
     return provider, ResolvedRoute(provider.name, "local", shown, None, None)
+
+
+def _gguf_path(model: str, where: str, folder: Path | None) -> Path:
+    """A ``local/`` route's GGUF path: ``~`` expanded, then read from ``folder`` when relative
+    (an absolute path is kept)."""
+    try:
+        path = Path(model).expanduser()
+    except RuntimeError:  # ("~nobody/m.gguf", or no home folder known)
+        raise ConfigurationError(
+            f"{where}: cannot expand ~ in {model!r}: no such user, or no home folder"
+        ) from None
+    return path if folder is None else folder / path

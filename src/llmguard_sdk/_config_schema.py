@@ -18,7 +18,7 @@
 
     [[routes]]
     model = "local/bundled"                       # the bundled llama.cpp model, or a .gguf path
-                                                  # (relative: from the file's folder)
+                                                  # (~: home; relative: from the file's folder)
 
     [tasks]                                       # optional: task routing and cascades
     tiers = { small = ["openai"], large = ["claude"] }     # (see _config_tasks.py)
