@@ -5,15 +5,15 @@ and told to the give-up hooks as ``"stream-delivered"`` (:meth:`Attempt.deliver`
 
 from __future__ import annotations
 
-import functools
 import inspect
-from collections.abc import AsyncIterator, Callable, Generator, Iterator
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from .._generators import Step, watched_async_generator, watched_generator
 from ..errors import ConfigurationError
 
 if TYPE_CHECKING:
-    from ._api import Retrying
+    from ._api import Attempt, Retrying
 
 __all__ = ["retry_generator"]
 
@@ -33,70 +33,56 @@ def retry_generator(
             "items are the consumer's once yielded: leave on_result out"
         )
     if inspect.isasyncgenfunction(fn):
-        return _async_generator(fn, loop)
-    return _generator(fn, loop)
+        return watched_async_generator(fn, lambda: _AsyncWatch(loop))
+    return watched_generator(fn, lambda: _Watch(loop))
 
 
-def _step(items: Iterator[Any]) -> tuple[bool, Any]:
-    """``(False, item)`` for the next item of ``items``; ``(True, value)`` at its end
-    (``value``: what the generator returned)."""
-    try:
-        return False, next(items)
-    except StopIteration as stop:
-        return True, stop.value
+class _Watch:
+    """One call's retries: the attempts of a fresh loop up to the first item; after it, each
+    failure is judged by the last attempt as delivered (noted, never retried)."""
+
+    def __init__(self, loop: Callable[[], Retrying]) -> None:
+        self.loop = loop
+        self.attempt: Attempt  # the last one, once start returned
+
+    def start(self, first: Callable[[], Step]) -> Step:
+        for attempt in self.loop():
+            with attempt:
+                step = first()
+        self.attempt = attempt
+        return step
+
+    def step(self, following: Callable[[], Step]) -> Step:
+        attempt = self.attempt
+        attempt.delivered = True  # an item went to the consumer: judged, noted, never retried
+        with attempt:
+            step = following()
+        return step
+
+    def end(self, error: BaseException | None) -> None:
+        """Nothing: each attempt judged its own failure."""
 
 
-async def _astep(items: AsyncIterator[Any]) -> tuple[bool, Any]:
-    """The async twin of :func:`_step` (an async generator returns nothing)."""
-    try:
-        return False, await items.__anext__()
-    except StopAsyncIteration:
-        return True, None
+class _AsyncWatch:
+    """The async twin of :class:`_Watch` (the loop's waits are async)."""
 
+    def __init__(self, loop: Callable[[], Retrying]) -> None:
+        self.loop = loop
+        self.attempt: Attempt
 
-def _generator(fn: Callable[..., Iterator[Any]], loop: Callable[[], Retrying]) -> Any:
-    """A generator function that retries ``fn`` with a fresh ``loop()`` per call, up to its
-    first item; the generator ``fn`` made is closed when the consumer stops early."""
+    async def start(self, first: Callable[[], Awaitable[Step]]) -> Step:
+        async for attempt in self.loop():
+            with attempt:
+                step = await first()
+        self.attempt = attempt
+        return step
 
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Generator[Any, Any, Any]:
-        items: Iterator[Any] | None = None
-        try:
-            for attempt in loop():
-                with attempt:
-                    items = fn(*args, **kwargs)
-                    done, value = _step(items)
-            while not done:
-                yield attempt.deliver(value)
-                with attempt:  # delivered: judged, noted, never retried
-                    done, value = _step(items)  # type: ignore[arg-type]
-            return value
-        finally:
-            close = getattr(items, "close", None)
-            if close is not None:
-                close()
+    async def step(self, following: Callable[[], Awaitable[Step]]) -> Step:
+        attempt = self.attempt
+        attempt.delivered = True  # an item went to the consumer: judged, noted, never retried
+        with attempt:
+            step = await following()
+        return step
 
-    return wrapper
-
-
-def _async_generator(fn: Callable[..., AsyncIterator[Any]], loop: Callable[[], Retrying]) -> Any:
-    """The async twin of :func:`_generator` (the loop's waits are async)."""
-
-    @functools.wraps(fn)
-    async def wrapper(*args: Any, **kwargs: Any) -> AsyncIterator[Any]:
-        items: AsyncIterator[Any] | None = None
-        try:
-            async for attempt in loop():
-                with attempt:
-                    items = fn(*args, **kwargs)
-                    done, value = await _astep(items)
-            while not done:
-                yield attempt.deliver(value)
-                with attempt:  # delivered: judged, noted, never retried
-                    done, value = await _astep(items)  # type: ignore[arg-type]
-        finally:
-            close = getattr(items, "aclose", None)
-            if close is not None:
-                await close()
-
-    return wrapper
+    async def end(self, error: BaseException | None) -> None:
+        """Nothing: each attempt judged its own failure."""

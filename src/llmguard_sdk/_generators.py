@@ -1,0 +1,128 @@
+"""What the SDK's decorators share to wrap a generator function, sync or async: a wrapper that
+calls it, hands its items on one at a time, keeps its return value and closes it however the
+consumer stops. A :class:`Watch` (:class:`AsyncWatch`) says what a decorator does around one
+call: ``@retry`` its attempts up to the first item, ``@breakers.protect`` the breaker's permit
+and outcome."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator
+from typing import Any, Protocol
+
+__all__ = ["AsyncWatch", "Step", "Watch", "watched_async_generator", "watched_generator"]
+
+Step = tuple[bool, Any]
+"""``(False, item)``: the generator's next item; ``(True, value)``: its end (``value``: what
+it returned)."""
+
+
+class Watch(Protocol):
+    """What a decorator does around one call of the generator function it wraps (a fresh
+    watch per call)."""
+
+    def start(self, first: Callable[[], Step]) -> Step:
+        """Run ``first`` (which calls the function and takes its first item), as often as
+        the decorator allows; raise to end the call before anything is yielded."""
+
+    def step(self, following: Callable[[], Step]) -> Step:
+        """Run ``following`` (the next item, after one went to the consumer)."""
+
+    def end(self, error: BaseException | None) -> None:
+        """The call ended: exhausted (``None``), failed (:meth:`start`'s own error too), or
+        stopped by its consumer (a ``GeneratorExit``)."""
+
+
+class AsyncWatch(Protocol):
+    """The async twin of :class:`Watch`."""
+
+    async def start(self, first: Callable[[], Awaitable[Step]]) -> Step:
+        """As :meth:`Watch.start`."""
+
+    async def step(self, following: Callable[[], Awaitable[Step]]) -> Step:
+        """As :meth:`Watch.step`."""
+
+    async def end(self, error: BaseException | None) -> None:
+        """As :meth:`Watch.end`."""
+
+
+def _step(items: Iterator[Any]) -> Step:
+    try:
+        return False, next(items)
+    except StopIteration as stop:
+        return True, stop.value
+
+
+async def _astep(items: AsyncIterator[Any]) -> Step:
+    try:
+        return False, await items.__anext__()
+    except StopAsyncIteration:  # (an async generator returns nothing)
+        return True, None
+
+
+def watched_generator(fn: Callable[..., Iterator[Any]], watch: Callable[[], Watch]) -> Any:
+    """A generator function that runs ``fn`` under a fresh ``watch()`` per call; the
+    generator ``fn`` made is closed when the consumer stops early."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Generator[Any, Any, Any]:
+        watcher = watch()
+        items: Iterator[Any] | None = None
+
+        def first() -> Step:
+            nonlocal items
+            items = fn(*args, **kwargs)
+            return _step(items)
+
+        try:
+            done, value = watcher.start(first)
+            assert items is not None  # (start returns once first has made them)
+            following = functools.partial(_step, items)
+            while not done:
+                yield value
+                done, value = watcher.step(following)
+        except BaseException as error:
+            watcher.end(error)
+            raise
+        finally:
+            close = getattr(items, "close", None)
+            if close is not None:
+                close()
+        watcher.end(None)
+        return value
+
+    return wrapper
+
+
+def watched_async_generator(
+    fn: Callable[..., AsyncIterator[Any]], watch: Callable[[], AsyncWatch]
+) -> Any:
+    """The async twin of :func:`watched_generator`."""
+
+    @functools.wraps(fn)
+    async def wrapper(*args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+        watcher = watch()
+        items: AsyncIterator[Any] | None = None
+
+        async def first() -> Step:
+            nonlocal items
+            items = fn(*args, **kwargs)
+            return await _astep(items)
+
+        try:
+            done, value = await watcher.start(first)
+            assert items is not None  # (start returns once first has made them)
+            following = functools.partial(_astep, items)
+            while not done:
+                yield value
+                done, value = await watcher.step(following)
+        except BaseException as error:
+            await watcher.end(error)
+            raise
+        finally:
+            close = getattr(items, "aclose", None)
+            if close is not None:
+                await close()
+        await watcher.end(None)
+
+    return wrapper
