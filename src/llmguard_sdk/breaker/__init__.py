@@ -21,7 +21,8 @@ import anyio
 from .._state.steps import Step, arun, blocking, entry_points
 from ..classify import classify_exception
 from ..errors import ConfigurationError, ProviderError, RateLimitedError
-from ._guarded import acall_through, call_through, check_callable, protecting
+from ._guarded import acall_through, call_through, check_callable
+from ._protecting import protecting
 from .memory import MemoryBreakerBackend
 from .policy import BreakerPolicy, BreakerState, Outcome, Permit, State, outcome_of
 from .redis import RedisBreakerBackend
@@ -234,23 +235,31 @@ class Breakers:
         httpx's ...: 5xx, timeouts, connection errors) counts, a 429 pauses the route for its
         Retry-After, a success slower than ``slow_call_seconds`` is slow; anything else (a
         4xx, a bug of the caller's such as a ``ValueError``) only gives the permit back, as a
-        cancelled or interrupted call does. Exceptions propagate unchanged. A generator
-        function is refused (:class:`~llmguard_sdk.errors.ConfigurationError`): its failures
-        come while it is read. ``@retry`` above it retries: each attempt asks the breaker,
-        and a refusal is not retried.
+        cancelled or interrupted call does. Exceptions propagate unchanged. ``@retry`` above
+        it retries: each attempt asks the breaker, and a refusal is not retried.
+
+        A generator function, sync or async, is watched while it is read (as ``@retry`` and
+        ``@guard.protect`` wrap one): the permit is asked when the first item is, before the
+        function runs (a refusal raises there); the outcome is recorded when the generator
+        ends: read to its end, a success (slow when its first item came after
+        ``slow_call_seconds``); failed, as above; closed early by its consumer (or
+        cancelled), no outcome: its permit is given back.
 
         .. versionadded:: 0.2.0
+
+        .. versionchanged:: 0.2.0 generator functions, sync and async (they were refused).
         """
         return protecting(self, _named(route))
 
     def call(self, route: str, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
         """``fn(*args, **kwargs)`` through ``route``'s breaker, as :meth:`protect` runs each
         call. An async ``fn`` is refused (:class:`~llmguard_sdk.errors.ConfigurationError`):
-        await :meth:`acall`.
+        await :meth:`acall`; so is a generator function (its call returns it unread):
+        decorate it with :meth:`protect`, which watches it while it is read.
 
         .. versionadded:: 0.2.0
         """
-        check_callable(fn, _named(route), waits=False)
+        check_callable(fn, _named(route), "call", waits=False)
         return cast(R, call_through(self, route, fn, args, kwargs))
 
     async def acall(
@@ -261,7 +270,7 @@ class Breakers:
 
         .. versionadded:: 0.2.0
         """
-        check_callable(fn, _named(route))
+        check_callable(fn, _named(route), "acall")
         return cast(R, await acall_through(self, route, fn, args, kwargs))
 
     def state(self, route: str) -> State:
