@@ -1,12 +1,16 @@
 """Ids that no other call of any process uses, made without a system call per id: a random
-part drawn once per process (again after a fork) and a count."""
+part drawn once per process (again after a fork) and a count; and the prefix of the Guard's
+idempotency keys (what tells them from a caller's own)."""
 
 from __future__ import annotations
 
 import itertools
 import os
 
-__all__ = ["UniqueIds"]
+__all__ = ["IDEMPOTENCY_PREFIX", "UniqueIds"]
+
+IDEMPOTENCY_PREFIX = "llmguard-"
+"""How the idempotency keys the Guard makes begin (a key a caller set does not)."""
 
 
 class UniqueIds:

@@ -9,6 +9,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 
+from .._ids import IDEMPOTENCY_PREFIX
 from ..breaker import Permit
 from ..breaker._guarded import refusal
 from ..context import CallContext, RetryDetails
@@ -32,7 +33,6 @@ from ..retry.policy import MIN_ATTEMPT_SECONDS, Decision, decide_for_error
 from .limits import Reservation, continued_input, route_input_tokens
 from .stages import (
     DEGRADED,
-    IDEMPOTENCY_PREFIX,
     Stages,
     cache_request,
     from_cache,

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import ValidationError
 
 from .._copies import frozen, updated
-from .._ids import UniqueIds
+from .._ids import IDEMPOTENCY_PREFIX, UniqueIds
 from .._problems import problems
 from ..breaker import Breakers
 from ..budget.control import SpendControl
@@ -46,7 +46,6 @@ if TYPE_CHECKING:
 __all__ = [
     "CACHE",
     "DEGRADED",
-    "IDEMPOTENCY_PREFIX",
     "InputFilter",
     "Outcome",
     "OutputFilter",
@@ -426,9 +425,6 @@ def _keyed(data: dict[str, Any], policy: RetryPolicy | None) -> bool:
         data["extra_headers"] = {header: new_idempotency_key()}
         return True
     return False
-
-
-IDEMPOTENCY_PREFIX = "llmguard-"
 
 
 def new_idempotency_key() -> str:

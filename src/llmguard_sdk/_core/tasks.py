@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._ids import IDEMPOTENCY_PREFIX
 from ..context import CallContext
 from ..errors import (
     AllRoutesFailedError,
@@ -31,7 +32,6 @@ from ..router.cascade import Cascade
 from ..router.tasks import TaskRouter
 from .stages import (
     DEGRADED,
-    IDEMPOTENCY_PREFIX,
     OutputFilter,
     Stages,
     check_input_size,

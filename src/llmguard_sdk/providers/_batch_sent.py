@@ -18,7 +18,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Mapping
 
-from .._core.stages import IDEMPOTENCY_PREFIX
+from .._ids import IDEMPOTENCY_PREFIX
 from ..models import ChatRequest
 from ._anthropic_only import sent_headers
 from .wire import ANTHROPIC_ONLY_KEY, named_keys
