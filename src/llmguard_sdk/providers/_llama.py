@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .._json import canonical_json
+from .._whole_counts import MOST, count_problem
 from ..errors import ConfigurationError
 from ._chunked import PACKAGED_MODELS, packaged_model_path
 
@@ -215,7 +216,57 @@ def _check_sampling(
     if repeat_penalty is not None and not 0.0 < repeat_penalty < math.inf:  # NaN too
         raise ConfigurationError("repeat_penalty must be a number above 0")
     if max_tokens is not None:
-        _check_whole("max_tokens", max_tokens, 1)
+        _check_count("max_tokens", max_tokens)
+
+
+MOST_THREADS = 512
+"""ggml's ``GGML_MAX_N_THREADS``: more threads crashed the process (``n_threads=10**6``: a
+segmentation fault at the first call)."""
+
+MOST_SEED = 2**32 - 2
+"""llama.cpp's seeds are ``uint32``; 2**32 - 1 (``LLAMA_DEFAULT_SEED``, and -1 wrapped to it)
+means a random seed, and larger seeds wrapped."""
+
+
+def _check_engine_numbers(
+    n_ctx: int | None,
+    n_threads: int | None,
+    n_gpu_layers: int | None,
+    prompt_lookup_tokens: int | None,
+    max_queue: int,
+    seed: int,
+) -> None:
+    """Refuse (ConfigurationError) at construction the numbers llama.cpp would fail on, crash
+    on or silently wrap at the first call."""
+    if n_ctx is not None:
+        _check_count("n_ctx", n_ctx)
+        _check_whole("n_ctx", n_ctx, 64)
+    if n_threads is not None:
+        _check_between("n_threads", n_threads, 1, MOST_THREADS, "threads")
+    if n_gpu_layers is not None:
+        _check_between("n_gpu_layers", n_gpu_layers, -MOST - 1, MOST, "layers (below 0: all)")
+    if prompt_lookup_tokens is not None:
+        _check_count("prompt_lookup_tokens", prompt_lookup_tokens)
+    _check_whole("max_queue", max_queue, 0)
+    _check_between("seed", seed, 0, MOST_SEED, "the sampler's seed")
+
+
+def _check_count(name: str, value: object) -> None:
+    """Refuse (ConfigurationError) what is no count of tokens from 1 to 2**31 - 1, the bound
+    of every token count (:mod:`llmguard_sdk._whole_counts`): llama.cpp's ``int32`` fields
+    silently wrapped a larger one (``n_ctx=2**31`` failed at the first call)."""
+    problem = count_problem(value)
+    if problem is not None:
+        raise ConfigurationError(f"{name} {problem}")
+
+
+def _check_between(name: str, value: object, low: int, high: int, unit: str) -> None:
+    """Refuse (ConfigurationError) what is not a whole number (an int, not a bool) of ``unit``
+    from ``low`` to ``high``."""
+    if type(value) is not int or not low <= value <= high:
+        raise ConfigurationError(
+            f"{name} must be a whole number of {unit} from {low} to {high}, got {value!r:.40}"
+        )
 
 
 def _check_whole(name: str, value: object, low: int | None) -> None:

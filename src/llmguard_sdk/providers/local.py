@@ -81,8 +81,8 @@ from ._gpu import Placement, place
 from ._llama import (
     _INSTALL_HINT,
     DEFAULT_MODEL_PACKAGE,
+    _check_engine_numbers,
     _check_sampling,
-    _check_whole,
     _checked_examples,
     _cpu_has_amx,
     _packaged_gguf,
@@ -113,13 +113,14 @@ class LocalProvider(_Streams):
             at least one; the prompt is read with all of them). Every token is a step at
             which the threads wait for each other, so a thread per CPU loses most of its
             speed as soon as another process takes a core: on two loaded cores, 16 tokens
-            took 14-31 s with two threads and about 1 s with one.
-        n_gpu_layers: layers offloaded to a GPU, -1 for all (default: chosen by free VRAM
+            took 14-31 s with two threads and about 1 s with one. At most 512 (ggml's bound).
+        n_gpu_layers: layers offloaded to a GPU, -1 (or below) for all (default: chosen by free VRAM
             when llama.cpp has GPU support, else none; see ``placement``).
         max_queue: calls that may wait while one generates; more are refused at once.
         warm_up: load the model now, in the background, instead of on first use.
         prompt_lookup_tokens: tokens drafted per step by prompt-lookup decoding (off: None).
-        seed: sampling seed, so answers at a given temperature are repeatable.
+        seed: sampling seed, so answers at a given temperature are repeatable: 0 to
+            2**32 - 2 (llama.cpp's seeds are 32 bits, and 2**32 - 1 means a random one).
         extra_buffers: let llama.cpp repack the weights into its extra CPU buffer types (AMX,
             ...). Default: on, except on CPUs with AMX, where llama.cpp 0.3.x's AMX path
             crashes (a segmentation fault at the first decode) with the bundled model.
@@ -176,16 +177,7 @@ class LocalProvider(_Streams):
         path = Path(model_path) if model_path is not None else bundled_model_path()
         if not path.is_file():
             raise ConfigurationError(f"no GGUF model at {path}")
-        for setting, value, low in (
-            ("n_ctx", n_ctx, 64),
-            ("n_threads", n_threads, 1),
-            ("n_gpu_layers", n_gpu_layers, None),  # below 0: every layer
-            ("prompt_lookup_tokens", prompt_lookup_tokens, 1),
-        ):
-            if value is not None:
-                _check_whole(setting, value, low)
-        _check_whole("max_queue", max_queue, 0)
-        _check_whole("seed", seed, None)
+        _check_engine_numbers(n_ctx, n_threads, n_gpu_layers, prompt_lookup_tokens, max_queue, seed)
         _check_sampling(temperature, top_p, repeat_penalty, max_tokens)
         self.system_prompt = system_prompt
         self.keep_system = keep_system
@@ -200,7 +192,8 @@ class LocalProvider(_Streams):
         self.n_threads = n_threads or _default_threads()
         self.placement: Placement = place(
             path,
-            n_gpu_layers=n_gpu_layers,
+            # below 0: every layer (llama-cpp-python maps only -1 to every layer)
+            n_gpu_layers=None if n_gpu_layers is None else max(n_gpu_layers, -1),
             n_ctx=n_ctx,
             offload=bool(llama_cpp.llama_supports_gpu_offload()),
             # drafting keeps logits for the whole context (n_ctx x vocabulary floats, host RAM)
