@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from llmguard_sdk import Guard, OpenAICompatibleProvider
+from llmguard_sdk import ConfigurationError, Guard, OpenAICompatibleProvider
 from llmguard_sdk.budget import Price, PriceTable, UsageRecorder, read_usage
 from llmguard_sdk.cli import main
-from llmguard_sdk.telemetry.report import PLOTS, render_report
+from llmguard_sdk.telemetry.report import PLOTS, render_report, write_report
 from llmguard_sdk.testing import FakeProvider, Fault
 
 from .conftest import require
@@ -193,3 +193,29 @@ def test_headless_chromium_draws_every_plot(tmp_path: Path) -> None:
 def test_the_finder_honours_a_given_binary(missing: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(missing, "/nonexistent/chromium")
     assert chromium.find() is None
+
+
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [("tenant,feature,cost\nacme,faq,0.1\n", 1), ('{\n  "outcome": "ok"\n}\n', 1)],
+)
+def test_write_report_refuses_a_file_that_is_not_json_lines(
+    tmp_path: Path, text: str, line: int
+) -> None:
+    """``write_report`` wrote a page of 0 calls for a CSV export; only ``llmguard report``
+    refused it. It raises what the command says, and writes nothing."""
+    usage, page = tmp_path / "usage.csv", tmp_path / "report.html"
+    usage.write_text(text, encoding="utf-8")
+    said = f"{usage} is not JSON Lines: line {line} is not JSON"
+    with pytest.raises(ConfigurationError, match=re.escape(said)):
+        write_report(usage, page)
+    assert not page.exists()
+
+
+def test_write_report_of_json_lines_without_usage_writes_a_page_of_no_calls(
+    tmp_path: Path,
+) -> None:
+    usage, page = tmp_path / "samples.jsonl", tmp_path / "report.html"
+    usage.write_text('{"prompt": "hi"}\n', encoding="utf-8")
+    assert write_report(usage, page) == 0
+    assert "0 calls" in page.read_text(encoding="utf-8")

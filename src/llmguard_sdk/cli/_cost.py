@@ -18,12 +18,12 @@ import sys
 from dataclasses import asdict
 
 from ..budget._source import TIERS
+from ..budget._usage_file import no_usage_records
 from ..budget.estimate import estimate
 from ..budget.prices import PriceTable
 from ..budget.recorder import read_usage, usage_report
 from ..errors import ConfigurationError
 from ._command import Command, Group
-from ._usage_file import no_usage_records
 
 __all__ = ["COST"]
 

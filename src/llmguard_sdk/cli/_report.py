@@ -12,9 +12,9 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..budget._usage_file import not_json_lines
 from ..errors import ConfigurationError
 from ._command import Command
-from ._usage_file import not_json_lines
 
 __all__ = ["REPORT"]
 

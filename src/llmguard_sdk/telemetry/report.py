@@ -27,6 +27,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeGuard
 
+from ..errors import ConfigurationError
 from ._svg import bar_chart, line_chart
 
 __all__ = ["PLOTS", "render_report", "write_report"]
@@ -291,10 +292,22 @@ def write_report(
     usage_path: str | Path, html_path: str | Path, samples_path: str | Path | None = None
 ) -> int:
     """Write the report of a usage file (and a samples file) to ``html_path``; returns the
-    number of calls it covers."""
+    number of calls it covers.
+
+    Raises:
+        ConfigurationError: a file cannot be read, or the usage file is not JSON Lines (a CSV
+            export, one JSON object over many lines: the message names its first line that is
+            not JSON, as ``llmguard report`` says); nothing is written then. A JSON Lines file
+            without usage records writes a page of 0 calls.
+    """
+    from ..budget._usage_file import not_json_lines
     from ..budget.recorder import read_usage
 
-    return _write_page(list(read_usage(usage_path)), html_path, samples_path)
+    records = list(read_usage(usage_path))
+    said = None if records else not_json_lines(str(usage_path))
+    if said is not None:  # (a page of 0 calls was written)
+        raise ConfigurationError(said)
+    return _write_page(records, html_path, samples_path)
 
 
 def _write_page(

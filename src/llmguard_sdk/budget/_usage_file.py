@@ -1,7 +1,8 @@
 """What the commands that read a :class:`~llmguard_sdk.budget.UsageRecorder` file (``llmguard
-cost report``, ``llmguard report``) say of one with no usage record in it: that it is not JSON
-Lines, naming its first line that is not JSON (a CSV export, one object over many lines), or
-that it holds no usage record (JSON Lines of other records)."""
+cost report``, ``llmguard report``, and :func:`~llmguard_sdk.telemetry.report.write_report`) say
+of one with no usage record in it: that it is not JSON Lines, naming its first line that is not
+JSON (a CSV export, one object over many lines), or that it holds no usage record (JSON Lines of
+other records)."""
 
 from __future__ import annotations
 
