@@ -46,23 +46,40 @@ class AsyncWatch(Protocol):
         """As :meth:`Watch.end`."""
 
 
-def _step(items: Iterator[Any]) -> Step:
+def _resume(items: Iterator[Any], sent: Any, thrown: BaseException | None) -> Step:
+    """The next step after the consumer's ``send(sent)`` or ``throw(thrown)``, passed on to
+    ``items`` as ``yield from`` does (an iterator without ``throw`` gets it raised here, one
+    without ``send`` only ``None``: its ``next``)."""
     try:
-        return False, next(items)
+        if thrown is not None:
+            throw = getattr(items, "throw", None)
+            if throw is None:
+                raise thrown
+            return False, throw(thrown)
+        return False, next(items) if sent is None else items.send(sent)  # type: ignore[attr-defined]
     except StopIteration as stop:
         return True, stop.value
 
 
-async def _astep(items: AsyncIterator[Any]) -> Step:
+async def _aresume(items: AsyncIterator[Any], sent: Any, thrown: BaseException | None) -> Step:
+    """The async twin of :func:`_resume` (``asend``, ``athrow``)."""
     try:
-        return False, await items.__anext__()
-    except StopAsyncIteration:  # (an async generator returns nothing)
+        if thrown is not None:
+            athrow = getattr(items, "athrow", None)
+            if athrow is None:
+                raise thrown
+            return False, await athrow(thrown)
+        if sent is None:
+            return False, await items.__anext__()
+        return False, await items.asend(sent)  # type: ignore[attr-defined]
+    except StopAsyncIteration:
         return True, None
 
 
 def watched_generator(fn: Callable[..., Iterator[Any]], watch: Callable[[], Watch]) -> Any:
     """A generator function that runs ``fn`` under a fresh ``watch()`` per call; the
-    generator ``fn`` made is closed when the consumer stops early."""
+    generator ``fn`` made is closed when the consumer stops early, and gets what the consumer
+    sends or throws in (``send``, ``throw``), as with ``yield from``."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Generator[Any, Any, Any]:
@@ -72,15 +89,20 @@ def watched_generator(fn: Callable[..., Iterator[Any]], watch: Callable[[], Watc
         def first() -> Step:
             nonlocal items
             items = fn(*args, **kwargs)
-            return _step(items)
+            return _resume(items, None, None)
 
         try:
             done, value = watcher.start(first)
             assert items is not None  # (start returns once first has made them)
-            following = functools.partial(_step, items)
             while not done:
-                yield value
-                done, value = watcher.step(following)
+                sent, thrown = None, None
+                try:
+                    sent = yield value
+                except GeneratorExit:
+                    raise
+                except BaseException as error:  # the consumer's throw(): passed on
+                    thrown = error
+                done, value = watcher.step(functools.partial(_resume, items, sent, thrown))
         except BaseException as error:
             watcher.end(error)
             raise
@@ -97,7 +119,7 @@ def watched_generator(fn: Callable[..., Iterator[Any]], watch: Callable[[], Watc
 def watched_async_generator(
     fn: Callable[..., AsyncIterator[Any]], watch: Callable[[], AsyncWatch]
 ) -> Any:
-    """The async twin of :func:`watched_generator`."""
+    """The async twin of :func:`watched_generator` (``asend``, ``athrow``)."""
 
     @functools.wraps(fn)
     async def wrapper(*args: Any, **kwargs: Any) -> AsyncIterator[Any]:
@@ -107,15 +129,20 @@ def watched_async_generator(
         async def first() -> Step:
             nonlocal items
             items = fn(*args, **kwargs)
-            return await _astep(items)
+            return await _aresume(items, None, None)
 
         try:
             done, value = await watcher.start(first)
             assert items is not None  # (start returns once first has made them)
-            following = functools.partial(_astep, items)
             while not done:
-                yield value
-                done, value = await watcher.step(following)
+                sent, thrown = None, None
+                try:
+                    sent = yield value
+                except GeneratorExit:
+                    raise
+                except BaseException as error:  # the consumer's athrow(): passed on
+                    thrown = error
+                done, value = await watcher.step(functools.partial(_aresume, items, sent, thrown))
         except BaseException as error:
             await watcher.end(error)
             raise
