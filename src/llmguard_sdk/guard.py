@@ -119,7 +119,8 @@ class Guard(Adoption, Lifecycle):
             (:class:`~llmguard_sdk.retry.RetryBudgetPolicy`, default 10 % plus 1 per second),
             shared through Redis when ``store`` is Redis; ``None``: no budget.
         continue_interrupted_streams: when a stream breaks after delivering text, ask the next
-            route to continue from that text (instead of raising StreamInterruptedError).
+            route to continue from that text (instead of raising StreamInterruptedError);
+            after the model's reasoning alone, to answer the question as asked.
         breaker: the circuit breaker of every route (:class:`~llmguard_sdk.breaker.
             BreakerPolicy`: opens at 50 % failures of the last 20 calls, at least 10 of them,
             for 30 s growing on repeated trips, probes with 2 calls); shared through Redis when

@@ -291,7 +291,7 @@ def _stream(
     if reservation is not None:
         run.settle(reservation, used=used, headers=assembler.headers)
     response = limits.with_usage(assembler.response(route.name), used)  # (priced as settled)
-    if run.carried:
+    if run.interrupted is not None:  # (a continuation, after text or reasoning alone)
         continued = [
             name for name, e in ctx.route_errors.items() if isinstance(e, StreamInterruptedError)
         ]

@@ -143,12 +143,16 @@ def note_retry(
 
 
 def continuation_request(request: ChatRequest, partial_text: str) -> ChatRequest:
-    """A request asking the next route to continue an answer that broke after ``partial_text``."""
-    messages = [
-        *request.messages,
-        Message(role="assistant", content=partial_text),
-        Message(role="user", content=CONTINUE_PROMPT),
-    ]
+    """A request asking the next route to continue an answer that broke after ``partial_text``;
+    one that broke before any text (after the model's reasoning alone) has nothing to go on
+    from: the next route is asked the question as it was (no empty assistant turn, which
+    Anthropic refuses), its own reasoning following the first's."""
+    messages = list(request.messages)
+    if partial_text:
+        messages += [
+            Message(role="assistant", content=partial_text),
+            Message(role="user", content=CONTINUE_PROMPT),
+        ]
     # A new body needs a new idempotency key, or the provider may answer with the old one.
     headers = {
         name: new_idempotency_key() if value.startswith(IDEMPOTENCY_PREFIX) else value

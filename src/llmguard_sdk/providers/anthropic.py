@@ -449,10 +449,7 @@ class AnthropicStreamState(StreamState):
             chunk = self._event(event.data)
             if chunk is None:
                 continue
-            if chunk.text:
-                self.partial.append(chunk.text)
-            if chunk.tool_calls:
-                self.delivered_tool_calls = True
+            self.delivering(chunk)
             yield chunk
             if self.done:
                 return

@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 
 from pydantic import ValidationError
 
+from .._core.assembly import shows
 from ..budget._usage import usage_from_payload  # every usage shape, read once
 from ..errors import (
     MalformedResponseError,
@@ -283,7 +284,11 @@ class StreamState:
     """What the sync and async stream loops share: decoding, chunk mapping, end checks.
 
     Failures before any content reached the caller are retryable errors; after content they
-    are :class:`StreamInterruptedError` carrying the text delivered so far.
+    are :class:`StreamInterruptedError` carrying the text delivered so far. Content is what
+    the caller is shown: text, tool calls, and what
+    :func:`~llmguard_sdk._core.assembly.shows` counts (a model's reasoning, a thinking block,
+    a refusal's piece), so a stream cut after reasoning alone is interrupted too (with no
+    text): replayed, it would show that reasoning twice.
     """
 
     def __init__(self, route: str, deadline: float) -> None:
@@ -294,6 +299,7 @@ class StreamState:
         self.finished = False
         self.partial: list[str] = []
         self.delivered_tool_calls = False
+        self.shown = False  # reasoning, a thinking block or a refusal's piece went out
         self.status = 0
         self.headers: dict[str, str] = {}
         self._headers_given = False  # the first chunk carries the response headers
@@ -336,15 +342,25 @@ class StreamState:
                 self.done = True
                 return
             chunk = self._chunk(event.data, errs=event.event == "error")
-            if chunk.text:
-                self.partial.append(chunk.text)
-            if chunk.tool_calls:
-                self.delivered_tool_calls = True
+            self.delivering(chunk)
             if chunk.finish_reason:
                 self.finished = True
             yield chunk
         if time.monotonic() > self.deadline:
             raise self.timed_out()
+
+    def delivering(self, chunk: StreamChunk) -> None:
+        """Note what ``chunk``, about to go to the caller, delivers."""
+        if chunk.text:
+            self.partial.append(chunk.text)
+        if chunk.tool_calls:
+            self.delivered_tool_calls = True
+        self.shown = self.shown or shows(chunk)
+
+    @property
+    def delivered(self) -> bool:
+        """Whether content reached the caller: text, tool calls, reasoning (see the class)."""
+        return bool(self.partial or self.delivered_tool_calls or self.shown)
 
     def event_object(self, data: str) -> dict[str, Any]:
         """One stream event's JSON object; anything else fails the stream as malformed."""
@@ -433,10 +449,11 @@ class StreamState:
     def failure(
         self, kind: type[ProviderError], message: str, *, status: int | None = None
     ) -> ProviderError:
-        """``kind`` before any content was delivered; StreamInterruptedError after
-        (``status``: the error's own, an error event's, in place of the answer's)."""
+        """``kind`` before any content was delivered; StreamInterruptedError after, its
+        ``partial_text`` the text (empty after reasoning alone) (``status``: the error's
+        own, an error event's, in place of the answer's)."""
         code = (status or self.status) or None
-        if self.partial or self.delivered_tool_calls:
+        if self.delivered:
             return StreamInterruptedError(
                 message,
                 partial_text="".join(self.partial),
