@@ -12,7 +12,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import anyio
-import httpx
 import pytest
 
 from llmguard_sdk import (
@@ -30,8 +29,8 @@ from llmguard_sdk._core.assembly import merge_metadata
 from llmguard_sdk.models import ChatRequest, Message, StreamChunk
 from llmguard_sdk.providers.local import _assemble, bundled_model_path, load_llama
 from llmguard_sdk.testing import FakeProvider, Fault
+from tests.llamaserver import llama_server as running_llama_server
 from tests.localmodel import QUESTION, loaded_model, old_turns
-from tests.peers import stop_process
 
 pytestmark = pytest.mark.local_model
 
@@ -285,65 +284,11 @@ def test_a_platform_without_cpu_affinity_uses_every_cpu(monkeypatch: pytest.Monk
         local.close()
 
 
-# llama_cpp.server as is, except that on AMX CPUs llama.cpp's extra weight buffers stay off
-# (llama.cpp 0.3.x crashes at the first decode there; LocalProvider does the same).
-_SERVER_ON_ANY_CPU = """
-import runpy, sys
-import llama_cpp
-from llmguard_sdk.providers import local
-if local._cpu_has_amx():
-    default = llama_cpp.llama_cpp.llama_model_default_params
-    def without_extra_buffers():
-        params = default()
-        params.use_extra_bufts = False
-        return params
-    llama_cpp.llama_cpp.llama_model_default_params = without_extra_buffers
-sys.argv = ["llama_cpp.server", *sys.argv[1:]]
-runpy.run_module("llama_cpp.server", run_name="__main__")
-"""
-
-
 @pytest.fixture(scope="module")
 def llama_server() -> Iterator[str]:
     """llama-cpp-python's own OpenAI-compatible server on a loopback port, same GGUF."""
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tools"))
-    import with_redis
-
-    port = with_redis.free_port()
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            _SERVER_ON_ANY_CPU,
-            "--model",
-            str(bundled_model_path()),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--n_ctx",
-            "1024",
-            "--model_alias",
-            "smollm2",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    base_url = f"http://127.0.0.1:{port}/v1"
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            assert process.poll() is None, "llama_cpp.server exited"
-            try:
-                if httpx.get(base_url + "/models", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "llama_cpp.server did not start"
-            time.sleep(0.2)
+    with running_llama_server(n_ctx=1024) as base_url:
         yield base_url
-    finally:  # also when it never started: no server outlives the module
-        stop_process(process, timeout=20)
 
 
 def test_a_real_openai_compatible_server_we_did_not_write(llama_server: str) -> None:

@@ -58,10 +58,23 @@ lock timeout at OpenAI and Anthropic (openai-python and anthropic-sdk-python ret
 CONTEXT_LENGTH_MARKERS = (
     "context_length_exceeded",
     "maximum context length",
-    "context window",
+    "context window",  # also llama-cpp-python's "Requested tokens (N) exceed context window of M"
     "too many tokens",
     "prompt is too long",  # Anthropic
+    # llama.cpp's server (llama-server): its error type, stable, and its words, which moved
+    # between builds ("the request exceeds the available context size, try increasing it",
+    # "request (N tokens) exceeds the available context size (M tokens) ...", "request (N
+    # tokens) exceeds context size (M tokens)"; a multimodal input's "input (N tokens) is
+    # larger than the max context size (M tokens)")
+    "exceed_context_size_error",
+    "exceeds the available context size",
+    "exceeds context size",
+    "larger than the max context size",
 )
+"""Words of a refused request that say the input is longer than the model's context: read in
+the answer's body (or the error object's type, code and message), they make the refusal a
+:class:`~llmguard_sdk.errors.ContextLengthExceededError` (the chain moves on to a route
+with room) instead of a plain bad request."""
 NAMED_STATUSES: tuple[tuple[str, int], ...] = (
     ("insufficient_quota", 429),  # OpenAI's spent quota: a 429 not retried (quota_spent)
     ("rate_limit", 429),  # rate_limit_exceeded (OpenAI), rate_limit_error (Anthropic)
