@@ -220,6 +220,21 @@ def test_missing_fields_is_malformed(
 
 
 @pytest.mark.parametrize("mode", MODES)
+def test_a_malformed_stream_event_is_kept_in_the_error(
+    fake: FakeProvider, provider: OpenAICompatibleProvider, mode: str
+) -> None:
+    """The error said "stream event is not JSON" and nothing of the event: a stream that
+    failed so once (a test under load) left nothing to tell what had come instead."""
+    fake.script(Fault(malformed_json=True))
+    with pytest.raises(MalformedResponseError, match="not JSON") as info:
+        stream(provider, mode)
+    assert (
+        info.value.body
+        == '{"id":"chatcmpl-fake-1","object":"chat.completion","choices":[{"index":0,'
+    )
+
+
+@pytest.mark.parametrize("mode", MODES)
 def test_stream_cut_after_content_is_interrupted_with_the_partial_text(
     fake: FakeProvider, provider: OpenAICompatibleProvider, mode: str
 ) -> None:

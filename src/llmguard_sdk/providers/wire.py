@@ -367,9 +367,13 @@ class StreamState:
         try:
             event = json.loads(data)
         except _JSON_ERRORS:
-            raise self.failure(MalformedResponseError, "stream event is not JSON") from None
+            raise self.failure(
+                MalformedResponseError, "stream event is not JSON", body=data
+            ) from None
         if not isinstance(event, dict):
-            raise self.failure(MalformedResponseError, "stream event is not a JSON object")
+            raise self.failure(
+                MalformedResponseError, "stream event is not a JSON object", body=data
+            )
         return event
 
     def _chunk(self, data: str, *, errs: bool = False) -> StreamChunk:
@@ -447,21 +451,22 @@ class StreamState:
         return self.failure(ProviderTimeoutError, "the call's deadline passed during the stream")
 
     def failure(
-        self, kind: type[ProviderError], message: str, *, status: int | None = None
+        self,
+        kind: type[ProviderError],
+        message: str,
+        *,
+        status: int | None = None,
+        body: str | None = None,
     ) -> ProviderError:
         """``kind`` before any content was delivered; StreamInterruptedError after, its
         ``partial_text`` the text (empty after reasoning alone) (``status``: the error's
-        own, an error event's, in place of the answer's)."""
-        code = (status or self.status) or None
+        own, an error event's, in place of the answer's; ``body``: what came instead of an
+        event, its ``body``, the first 2,000 characters)."""
+        common: dict[str, Any] = {"route": self.route, "headers": self.headers}
+        common.update(status_code=(status or self.status) or None, body=body and body[:2000])
         if self.delivered:
-            return StreamInterruptedError(
-                message,
-                partial_text="".join(self.partial),
-                route=self.route,
-                status_code=code,
-                headers=self.headers,
-            )
-        return kind(message, route=self.route, status_code=code, headers=self.headers)
+            return StreamInterruptedError(message, partial_text="".join(self.partial), **common)
+        return kind(message, **common)
 
     def error_event(
         self, error: object, message: str | None, default: str = _STREAM_ERROR
