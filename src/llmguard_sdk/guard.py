@@ -160,7 +160,8 @@ class Guard(Adoption, Lifecycle):
         max_input_tokens: refuse requests with more input tokens than this.
         input_filters: guardrails run on each validated request, in order.
         output_filters: guardrails run on each response, in order.
-        hooks: callables that receive a :class:`~llmguard_sdk.CallEvent` after every call.
+        hooks: callables that receive a :class:`~llmguard_sdk.CallEvent` after every call
+            (one refused before its first attempt too: ``outcome="error"``, no attempt).
         budgets: spend budgets (:class:`~llmguard_sdk.budget.Budgets`, or a list of
             :class:`~llmguard_sdk.budget.Budget`): each call's worst-case cost is reserved on
             every budget that applies before the route loop (all or nothing, shared through

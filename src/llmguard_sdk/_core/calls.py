@@ -7,7 +7,6 @@ envelope in :mod:`.streams`.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal
@@ -15,18 +14,17 @@ from typing import Any, Literal
 import anyio
 from pydantic import BaseModel
 
-from ..context import CallContext, Scope, current_scope
+from ..context import CallContext, Scope
 from ..errors import RequestValidationError
 from ..models import ChatRequest, ChatResponse, Message
 from . import tasks
 from .drive import acomplete, complete
 from .opening import OpeningOutcome, aopen_call, open_call
+from .refusals import report_refused
 from .run import Run
 from .stages import Stages, finish, prepare, resolve_scope
 
 __all__ = ["MessagesArg", "acomplete_call", "call_context", "complete_call", "stream_flag"]
-
-logger = logging.getLogger("llmguard_sdk")
 
 MessagesArg = Iterable[Message | Mapping[str, Any]]
 """Chat messages as :class:`~llmguard_sdk.Message` objects or dicts (a list, or any iterable)."""
@@ -40,7 +38,8 @@ def call_context(
 ) -> CallContext:
     """The call's context from ``Guard.chat``'s arguments (validated; no network yet). A
     ``kind`` of call refused here (its request invalid, an input guardrail's refusal, over
-    ``max_input_tokens``) is reported to the telemetry as a failed operation."""
+    ``max_input_tokens``) is reported as a failed call: to the telemetry, and to the hooks as
+    a :class:`~llmguard_sdk.CallEvent`."""
     started, started_ns = time.monotonic(), time.time_ns()
     params: dict[str, Any] = dict(options)  # less the call's own options: the request's
     request, model = params.pop("request", None), params.pop("model", None)
@@ -67,39 +66,11 @@ def call_context(
             started_at=(started, started_ns),
         )
     except Exception as error:
-        if kind is not None and stages.telemetry is not None:
-            _refused(stages, kind, error, scope, model or request, (started, started_ns))
+        if kind is not None and (stages.telemetry is not None or stages.hooks):
+            report_refused(stages, kind, error, scope, model or request, (started, started_ns))
         raise
     ctx.cacheable, ctx.cache_tags = cacheable, (*ctx.cache_tags, *cache_tags)
     return ctx
-
-
-def _refused(
-    stages: Stages,
-    kind: Literal["chat", "stream"],
-    error: Exception,
-    scope: Scope | None,
-    asked: object,
-    started: tuple[float, int],
-) -> None:
-    """Report a call refused before its first attempt to the telemetry (which cannot break
-    the call: the caller gets ``error`` whatever happens here); ``asked``: the model it asked
-    for, or its request (a ChatRequest, a mapping) naming one."""
-    telemetry = stages.telemetry
-    assert telemetry is not None
-    model = asked.get("model") if isinstance(asked, Mapping) else getattr(asked, "model", asked)
-    try:
-        telemetry.refused(
-            kind,
-            error,
-            scope=scope if scope is not None else current_scope(),
-            model=model if isinstance(model, str) else None,
-            routes=stages.routes,
-            started=started[0],
-            started_ns=started[1],
-        )
-    except Exception:
-        logger.exception("llmguard telemetry failed")
 
 
 def stream_flag(stream: object) -> bool:
