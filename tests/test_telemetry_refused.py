@@ -1,5 +1,5 @@
-"""A call refused before its first attempt (an invalid request or option, an input
-guardrail's refusal, a request over ``max_input_tokens``) is reported as every other
+"""A call refused before its first attempt (an invalid request or option, a bad ``stream=``,
+an input guardrail's refusal, a request over ``max_input_tokens``) is reported as every other
 failed call is: a failed operation to the telemetry and a :class:`~llmguard_sdk.CallEvent`
 to the Guard's hooks.
 
@@ -11,6 +11,7 @@ from typing import Any
 
 import anyio
 import pytest
+from opentelemetry.trace import StatusCode
 
 from llmguard_sdk import (
     CallEvent,
@@ -124,3 +125,35 @@ def test_a_failing_hook_does_not_replace_the_refusal(
     with pytest.raises(RequestValidationError):
         guard.chat(USER, temperature="hot")  # type: ignore[call-overload]
     assert "hook bug" in caplog.text
+
+
+# -- stream= ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+@pytest.mark.parametrize("stream", ["no", None, 1])
+def test_a_bad_stream_value_is_a_refused_call_reported_as_such(
+    fake: FakeProvider, make_guard: MakeGuard, otel: Exported, mode: str, stream: object
+) -> None:
+    """``stream=`` was checked before the call's context was made: its refusal left no
+    span, no duration point and no CallEvent."""
+    events: list[CallEvent] = []
+    filtered: list[Any] = []
+    guard = make_guard(
+        fake, hooks=[events.append], telemetry=otel.telemetry, input_filters=[filtered.append]
+    )
+    with pytest.raises(RequestValidationError, match="stream must be True or False") as raised:
+        call(guard, mode, stream=stream, feature="faq")
+    error = raised.value
+    span = call_span(otel)
+    assert span.status.status_code == StatusCode.ERROR
+    assert span.attributes is not None
+    assert span.attributes["error.type"] == "llmguard_sdk.errors.RequestValidationError"
+    assert span.attributes["llmguard.kind"] == "chat"  # (no stream was made)
+    assert span.attributes["llmguard.feature"] == "faq"
+    (duration,) = otel.points("gen_ai.client.operation.duration")
+    assert duration.attributes["error.type"] == "llmguard_sdk.errors.RequestValidationError"
+    (event,) = events
+    assert (event.kind, event.outcome, event.error) == ("chat", "error", error)
+    assert filtered == []  # checked first still: no guardrail ran for it
+    assert fake.stats.requests == 0

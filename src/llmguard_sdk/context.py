@@ -265,8 +265,8 @@ class CallEvent:
     ``provider`` is, for a ``"protect"`` call, the provider of the SDK the function used as
     the GenAI conventions name it (``"openai"``, ``"anthropic"``; ``"unknown"`` when nothing
     told it); ``route`` is then the label given to ``guard.protect``.
-    A call the Guard refused before its first attempt (an invalid request, an input
-    guardrail's refusal, one over ``max_input_tokens``) is an ``"error"`` too, with
+    A call the Guard refused before its first attempt (an invalid request or ``stream=``, an
+    input guardrail's refusal, one over ``max_input_tokens``) is an ``"error"`` too, with
     ``attempts`` 0, no route and no cost; its ``model`` is the one the call asked for.
 
     .. versionchanged:: 0.2.0 a call without an answer reports what its budgets charged; a

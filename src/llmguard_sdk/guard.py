@@ -17,7 +17,7 @@ from ._adoption import Adoption
 from ._config_file import config_source, load_config, naming, options_for, resolve, tasks_of
 from ._core import wiring
 from ._core.buffered import achat_stream, chat_stream
-from ._core.calls import MessagesArg, acomplete_call, call_context, complete_call, stream_flag
+from ._core.calls import MessagesArg, acomplete_call, call_context, complete_call
 from ._core.stages import InputFilter, OutputFilter, Stages, reporting
 from ._core.streams import AsyncChatStream, ChatStream
 from ._lifecycle import Lifecycle
@@ -432,9 +432,8 @@ class Guard(Adoption, Lifecycle):
         :class:`~llmguard_sdk.errors.ProviderError` (one route) or
         :class:`~llmguard_sdk.errors.AllRoutesFailedError` when no route could answer.
         """
-        streamed = stream_flag(stream)  # (checked first: nothing runs for a bad call)
-        ctx = call_context(self._stages, messages, options, "stream" if streamed else "chat")
-        if streamed:
+        ctx = call_context(self._stages, messages, options, stream=stream, reported=True)
+        if stream:  # (checked: True or False)
             return chat_stream(ctx, self._stages)  # a cascade's: buffered
         with reporting(ctx, self._stages, "chat") as outcome:
             return outcome.served(complete_call(ctx, self._stages))
@@ -474,9 +473,8 @@ class Guard(Adoption, Lifecycle):
         **options: Unpack[ChatOptions],
     ) -> ChatResponse | AsyncChatStream:
         """Async twin of :meth:`chat`; ``stream=True`` gives an :class:`AsyncChatStream`."""
-        streamed = stream_flag(stream)  # (checked first: nothing runs for a bad call)
-        ctx = call_context(self._stages, messages, options, "stream" if streamed else "chat")
-        if streamed:
+        ctx = call_context(self._stages, messages, options, stream=stream, reported=True)
+        if stream:  # (checked: True or False)
             return achat_stream(ctx, self._stages)
         with reporting(ctx, self._stages, "chat") as outcome:  # cancelled: reported as such
             return outcome.served(await acomplete_call(ctx, self._stages))

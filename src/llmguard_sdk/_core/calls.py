@@ -34,12 +34,16 @@ def call_context(
     stages: Stages,
     messages: MessagesArg | None,
     options: Mapping[str, Any],
-    kind: Literal["chat", "stream"] | None = None,
+    *,
+    stream: object = False,
+    reported: bool = False,
 ) -> CallContext:
-    """The call's context from ``Guard.chat``'s arguments (validated; no network yet). A
-    ``kind`` of call refused here (its request invalid, an input guardrail's refusal, over
-    ``max_input_tokens``) is reported as a failed call: to the telemetry, and to the hooks as
-    a :class:`~llmguard_sdk.CallEvent`."""
+    """The call's context from ``Guard.chat``'s arguments (validated, ``stream`` too: see
+    :func:`stream_flag`; no network yet). A ``reported`` call refused here (its request or
+    ``stream`` invalid, an input guardrail's refusal, over ``max_input_tokens``) is reported
+    as a failed call: to the telemetry, and to the hooks as a
+    :class:`~llmguard_sdk.CallEvent` (a ``"stream"`` if ``stream`` is True, else a
+    ``"chat"``)."""
     started, started_ns = time.monotonic(), time.time_ns()
     params: dict[str, Any] = dict(options)  # less the call's own options: the request's
     request, model = params.pop("request", None), params.pop("model", None)
@@ -48,6 +52,7 @@ def call_context(
         scope = resolve_scope(
             params.pop("tenant", None), params.pop("feature", None), params.pop("user", None)
         )
+        stream_flag(stream)  # (before any guardrail runs: nothing runs for a bad call)
         timeout, hedge_after = params.pop("timeout", None), params.pop("hedge_after", None)
         attempt_timeout = params.pop("attempt_timeout", None)
         priority, region = params.pop("priority", "interactive"), params.pop("region", None)
@@ -66,7 +71,8 @@ def call_context(
             started_at=(started, started_ns),
         )
     except Exception as error:
-        if kind is not None and (stages.telemetry is not None or stages.hooks):
+        if reported and (stages.telemetry is not None or stages.hooks):
+            kind: Literal["chat", "stream"] = "stream" if stream is True else "chat"
             report_refused(stages, kind, error, scope, model or request, (started, started_ns))
         raise
     ctx.cacheable, ctx.cache_tags = cacheable, (*ctx.cache_tags, *cache_tags)

@@ -39,9 +39,10 @@ the call span. A failed call or attempt has an ERROR status, an ``exception`` ev
 the exception's fully qualified class name as ``exception.type`` has it
 (``llmguard_sdk.errors.ProviderUnavailableError``). Spans are written when the call ends,
 with the times the call and each attempt really started and ended, under the span that was
-current when the call began. A call refused before its first attempt (an invalid request, an
-input guardrail's refusal, one over ``max_input_tokens``) is a failed operation too: its
-span (``llmguard.attempts`` 0, ``error.type``, no server) and its duration point.
+current when the call began. A call refused before its first attempt (an invalid request or
+``stream=`` value, an input guardrail's refusal, one over ``max_input_tokens``) is a failed
+operation too: its span (``llmguard.attempts`` 0, ``error.type``, no server) and its duration
+point.
 
 **Trace context on requests.** With an SDK's tracer provider, each attempt's HTTP request
 carries the W3C ``traceparent`` / ``tracestate`` of the attempt's span and what else the
