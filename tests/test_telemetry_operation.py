@@ -91,6 +91,57 @@ def test_spans_name_the_server_each_request_went_to(
     assert span.attributes["server.port"] == port_of(fake2)
 
 
+def server_of(point: Any) -> tuple[object, object]:
+    return point.attributes.get("server.address"), point.attributes.get("server.port")
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_duration_and_token_points_name_the_server_that_answered(
+    fake: FakeProvider,
+    fake2: FakeProvider,
+    make_guard: MakeGuard,
+    otel: Exported,
+    streaming: bool,
+) -> None:
+    """The conventions recommend ``server.address`` and ``server.port`` on the duration and
+    token usage metrics too: only the spans had them, so no latency could be split by the
+    server (a region, a gateway) that answered."""
+    guard = make_guard(fake, fake2, telemetry=otel.telemetry, retry=None)
+    fake.script(Fault(status=503))
+    if streaming:  # the primary fails, the backup serves
+        with guard.chat(USER, stream=True) as chunks:
+            list(chunks)
+    else:
+        guard.chat(USER)
+    answered = ("127.0.0.1", port_of(fake2))
+    (duration,) = otel.points("gen_ai.client.operation.duration")
+    assert server_of(duration) == answered
+    tokens = otel.points("gen_ai.client.token.usage")
+    assert [server_of(p) for p in tokens] == [answered] * 2
+    span = call_span(otel)
+    assert span.attributes is not None  # the span's, as the span says it
+    assert (span.attributes["server.address"], span.attributes["server.port"]) == answered
+
+
+def test_cache_hits_and_refused_calls_name_no_server_on_their_points(
+    fake: FakeProvider, make_guard: MakeGuard, otel: Exported
+) -> None:
+    guard = make_guard(fake, telemetry=otel.telemetry, cache=True)
+    guard.chat(USER)
+    guard.chat(USER)  # a hit: no request went out
+    with pytest.raises(RequestValidationError):
+        guard.chat(USER, temperature="hot")  # type: ignore[call-overload]
+    by_kind = {
+        (p.attributes.get("llmguard.cache"), p.attributes.get("error.type")): server_of(p)
+        for p in otel.points("gen_ai.client.operation.duration")
+    }
+    assert by_kind == {
+        (None, None): ("127.0.0.1", port_of(fake)),
+        ("exact", None): (None, None),
+        (None, "llmguard_sdk.errors.RequestValidationError"): (None, None),
+    }
+
+
 @pytest.mark.parametrize(
     ("base_url", "address", "port"),
     [

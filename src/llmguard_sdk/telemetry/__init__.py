@@ -66,7 +66,9 @@ second``; ``llmguard.cost`` (USD; a call without an answer counts what its reque
 went out cost, as its budgets were charged); ``llmguard.cache.lookups`` (by result);
 ``llmguard.breaker.transitions``; ``llmguard.retries``; ``llmguard.budget.events`` and
 ``llmguard.budget.remaining`` (at each alert or refusal, by budget and scope: a tenant or user
-scope by its kind alone, no ids on metrics). Answers from the
+scope by its kind alone, no ids on metrics). Duration and token points carry the
+``server.address`` / ``server.port`` of the route that answered, as the call's span does (none
+for a cache hit or a refused call: no request went out). Answers from the
 cache carry ``llmguard.cache`` on the duration metric, so they never mix into provider
 latency, and report no token usage.
 

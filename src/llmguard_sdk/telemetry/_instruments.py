@@ -21,6 +21,7 @@ _DURATION_BUCKETS = [0.01 * 2**i for i in range(14)]  # theirs too: 0.01, 0.02 .
 _METRIC_KEYS = (  # of the call's attributes, those its duration and token points carry too
     "gen_ai.response.model", "error.type", "llmguard.served_by", "llmguard.release",
     "llmguard.release.arm",
+    "server.address", "server.port",  # the span's: the route that answered (none: no request)
 )  # fmt: skip
 Attributes = dict[str, Any]
 
