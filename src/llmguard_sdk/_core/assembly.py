@@ -57,6 +57,11 @@ class Assembler:
         to the caller: a stream that breaks after it is not replayed."""
         return bool(self._text or self._tool_calls or self._shown)
 
+    @property
+    def called(self) -> bool:
+        """Whether part of a tool call has gone to the caller."""
+        return bool(self._tool_calls)
+
     def add(self, chunk: StreamChunk) -> None:
         if chunk.text:
             now = time.monotonic()

@@ -245,7 +245,7 @@ def _stream(
     ctx.route = route.name
     record = opened.record if opened is not None else ctx.begin_attempt(route.name)
     assembler = Assembler(ctx, run.carried, record)
-    run.delivered, run.delivered_text = False, run.carried
+    run.delivered, run.delivered_text, run.delivered_tool_call = False, run.carried, False
     try:
         if opened is not None:
             chunks, buffered = opened.chunks, opened.buffered
@@ -256,7 +256,11 @@ def _stream(
             if chunk is None:
                 break
             assembler.add(chunk)
-            run.delivered, run.delivered_text = assembler.delivered, assembler.text
+            run.delivered, run.delivered_text, run.delivered_tool_call = (
+                assembler.delivered,
+                assembler.text,
+                assembler.called,
+            )
             if (emitted := run.emitted(chunk)) is not None:
                 yield Emit(emitted)
     except ProviderError as failure:

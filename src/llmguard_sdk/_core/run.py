@@ -49,6 +49,7 @@ class Run:
     # streams only: what the last attempt delivered, and an interruption carried on
     delivered: bool = False
     delivered_text: str = ""
+    delivered_tool_call: bool = False  # part of a tool call went out: nothing goes on from it
     carried: str = ""
     interrupted: StreamInterruptedError | None = None
     stale_looked_up: bool = False  # the cache's stale answer was asked for (and missed)
@@ -233,6 +234,7 @@ class Run:
         if (
             self.stages.continue_streams
             and self.delivered
+            and not self.delivered_tool_call  # (cut JSON: no route continues a call's arguments)
             and isinstance(error, StreamInterruptedError)
         ):
             ctx.route_errors[route.name] = error
