@@ -237,8 +237,6 @@ class OpenAICompatibleProvider(_Streams):
 
     def _extra_headers(self, request: ChatRequest) -> dict[str, str] | None:
         """The request's headers this route sends (not Claude's where named Anthropic's)."""
-        if not request.extra_headers:  # (most calls: no metadata to read)
-            return None
         return sent_headers(request.extra_headers, named_keys(request, ANTHROPIC_ONLY_KEY))
 
     def _parse(self, status: int, headers: Mapping[str, str], body: bytes) -> ChatResponse:
