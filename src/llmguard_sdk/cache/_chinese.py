@@ -23,9 +23,13 @@ import re
 
 from ._japanese import japanese
 
-__all__ = ["asks", "question_kind"]
+__all__ = ["A_NOT_A", "asks", "question_kind", "unasked"]
 
 _HAN = re.compile("[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+A_NOT_A = re.compile(r"(?<!一)([\u4e00-\u9fff]{1,2})[不没沒]\1")
+"""A verb or adjective, 不 / 没 and itself again: the "A-not-A" yes/no question ("能不能退款"
+can I get a refund, "是不是免费" is it free, "有没有折扣" is there a discount, "喜欢不喜欢");
+its 不 negates nothing. Not after 一 ("一动不动": motionless)."""
 # 吗 / 嗎 ending the text (not "干吗" / "幹嗎": what ... doing)
 _FINAL = re.compile(r"(?<![干幹])[吗嗎][\s?？。.!！,，;；]*$")
 # interrogatives (what, who, which / where, how, why, how many, when); not "几乎"
@@ -47,12 +51,13 @@ def question_kind(text: str, english: str) -> str:
     """The kind of question ``text`` asks, as the strict guards name English ones:
     ``english`` (the kind its English words say), but where that is ``other`` and ``text``
     Chinese: ``yes/no`` (ending with 吗, whatever it holds: "你想吃点什么吗" do you want
-    something to eat), ``general`` (an interrogative: 什么, 谁, 哪, 怎么, 几 ...; or a topic
-    and 呢, "我的订单呢？" what about my order) or ``yes/no`` again (a question mark without
-    an interrogative: "今天下雨？")."""
+    something to eat; or asking "A-not-A": "能不能退款" can I get a refund), ``general``
+    (an interrogative: 什么, 谁, 哪, 怎么, 几 ...; or a topic and 呢, "我的订单呢？" what
+    about my order) or ``yes/no`` again (a question mark without an interrogative:
+    "今天下雨？")."""
     if english != "other" or not _chinese(text):
         return english
-    if _FINAL.search(text) is not None:
+    if _FINAL.search(text) is not None or A_NOT_A.search(text) is not None:
         return "yes/no"
     if _INTERROGATIVE.search(text) is not None or _TOPIC_ONLY.search(text) is not None:
         return "general"
@@ -61,9 +66,18 @@ def question_kind(text: str, english: str) -> str:
 
 def asks(text: str) -> bool:
     """Whether ``text`` is a Chinese question without a question mark: it ends with the
-    question particle 吗 (嗎) or a topic and 呢 ("我的订单呢" what about my order), or asks
-    how (如何, 怎么: "如何取消订单" how do I cancel an order, as English "how ..." is a
-    question)."""
+    question particle 吗 (嗎) or a topic and 呢 ("我的订单呢" what about my order), asks
+    "A-not-A" ("是不是免费" is it free), or asks how (如何, 怎么: "如何取消订单" how do I
+    cancel an order, as English "how ..." is a question)."""
     if not _chinese(text):
         return False
-    return any(found.search(text) is not None for found in (_FINAL, _TOPIC_ONLY, _HOW))
+    return any(found.search(text) is not None for found in (_FINAL, A_NOT_A, _TOPIC_ONLY, _HOW))
+
+
+def unasked(text: str) -> str:
+    """``text`` with each "A-not-A" question form (:data:`A_NOT_A`) read as its verb alone,
+    as the question particle 吗 is a function word: "能不能退款" reads "能退款", the words of
+    "能退款吗" (can I get a refund); :func:`question_kind` says it is a yes/no question."""
+    if not _chinese(text):
+        return text
+    return A_NOT_A.sub(r"\1", text)

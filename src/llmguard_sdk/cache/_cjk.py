@@ -11,6 +11,7 @@ question particle 吗 included). Text of other languages passes through unchange
 from __future__ import annotations
 
 import re
+import unicodedata
 
 from . import _chinese, _japanese
 
@@ -21,14 +22,19 @@ _TELL_ME = re.compile(r"教えて(?=(?:ください|下さい)?[\s。.!！?？]*
 
 
 def unparticled(text: str) -> str:
-    """``text`` in its standard katakana spelling (:func:`._japanese.standard_katakana`), its
-    Japanese function words as spaces (:func:`._japanese.unparticled`), and a request's
-    closing "教えて" (tell me: "東京の天気を教えて") too, as the guards read English "tell";
-    other text as it is (the Chinese particles are function words by themselves:
-    :data:`._words.CHINESE_FUNCTION`)."""
+    """``text`` in its NFKC form (half-width katakana full-width: "ﾊﾟｽﾜｰﾄﾞ" is "パスワード",
+    as the embedders read it) and standard katakana spelling
+    (:func:`._japanese.standard_katakana`), its Japanese function words as spaces
+    (:func:`._japanese.unparticled`), and a request's closing "教えて" (tell me: "東京の天気を
+    教えて") too, as the guards read English "tell"; a Chinese "A-not-A" question as its verb
+    alone (:func:`._chinese.unasked`: "能不能退款" reads "能退款"); ASCII text as it is (the
+    Chinese particles are function words by themselves: :data:`._words.CHINESE_FUNCTION`)."""
+    if text.isascii():
+        return text
+    text = unicodedata.normalize("NFKC", text)
     if "教えて" in text:
         text = _TELL_ME.sub(" ", text)
-    return _japanese.unparticled(_japanese.standard_katakana(text))
+    return _chinese.unasked(_japanese.unparticled(_japanese.standard_katakana(text)))
 
 
 def question_kind(text: str, english: str) -> str:

@@ -14,6 +14,8 @@ import re
 import unicodedata
 from collections.abc import Iterable
 
+from ._chinese import A_NOT_A
+
 __all__ = [
     "CASED_WORD",
     "CHINESE_FUNCTION",
@@ -166,7 +168,7 @@ _KANA = re.compile("[\u3040-\u30ff]")
 _CHINESE_NEGATION = re.compile("[不没沒]|[无無]法")
 _CHINESE_SIGN = re.compile("[不没沒无無]")
 _CHINESE_NOT_NEGATING = re.compile(
-    r"([\u4e00-\u9fff])[不没沒]\1|不得不|不好意思|差不多|不[过過仅僅断斷管少久同错錯]"
+    rf"{A_NOT_A.pattern}|不得不|不好意思|差不多|不[过過仅僅断斷管少久同错錯]"
     r"|[没沒](?:错|錯|关系|關係)"
 )
 # Japanese (text with kana): a verb's negative ending ("できない", "できません", "なかった")
