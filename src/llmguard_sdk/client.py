@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, overload
 from pydantic import BaseModel, ConfigDict, Field
 
 from ._core.calls import stream_flag
+from ._core.refusals import refusals
 from .errors import RequestValidationError
 from .models import ChatRequest, ChatResponse, StreamChunk, Usage, openai_finish_reason
 from .providers.wire import chat_chunk_carries, chat_chunk_skipped, chat_prompt_tokens_details
@@ -251,6 +252,25 @@ def _stream_silence(guard: Guard, arguments: dict[str, Any], read: float | None)
         arguments["attempt_timeout"] = read
 
 
+def _create_arguments(
+    guard: Guard,
+    messages: Sequence[Mapping[str, Any]],
+    model: str | None,
+    stream: object,
+    params: dict[str, Any],
+) -> tuple[dict[str, Any], bool]:
+    """``create()``'s arguments as :meth:`Guard.chat`'s, and whether it streams (``"false"``
+    would be true: a stream, not a completion). Arguments refused here never reach the Guard:
+    their call is reported as the Guard reports one it refuses (its span, its duration point,
+    a failed :class:`~llmguard_sdk.CallEvent`), with the error the caller gets."""
+    with refusals(guard._stages, asked=model, stream=stream):
+        arguments = _call_arguments(messages, model, params)
+        streaming = stream_flag(stream)
+        if streaming:
+            _stream_silence(guard, arguments, arguments["timeout"])
+    return arguments, streaming
+
+
 class _Completions:
     def __init__(self, guard: Guard) -> None:
         self._guard = guard
@@ -295,9 +315,8 @@ class _Completions:
     ) -> ChatCompletion | ChunkStream:
         """Like ``openai.OpenAI().chat.completions.create``, through the Guard."""
         usage = _asks_usage(params)
-        arguments = _call_arguments(messages, model, params)
-        if stream_flag(stream):  # ("false" would be true: a stream, not a completion)
-            _stream_silence(self._guard, arguments, arguments["timeout"])
+        arguments, streaming = _create_arguments(self._guard, messages, model, stream, params)
+        if streaming:
             return ChunkStream(self._guard.chat(stream=True, **arguments), usage=usage)
         return to_completion(self._guard.chat(**arguments))
 
@@ -346,9 +365,8 @@ class _AsyncCompletions:
     ) -> ChatCompletion | AsyncChunkStream:
         """Like ``openai.AsyncOpenAI().chat.completions.create``, through the Guard."""
         usage = _asks_usage(params)
-        arguments = _call_arguments(messages, model, params)
-        if stream_flag(stream):
-            _stream_silence(self._guard, arguments, arguments["timeout"])
+        arguments, streaming = _create_arguments(self._guard, messages, model, stream, params)
+        if streaming:
             return AsyncChunkStream(await self._guard.achat(stream=True, **arguments), usage=usage)
         return to_completion(await self._guard.achat(**arguments))
 

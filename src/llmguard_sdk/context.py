@@ -266,8 +266,9 @@ class CallEvent:
     the GenAI conventions name it (``"openai"``, ``"anthropic"``; ``"unknown"`` when nothing
     told it); ``route`` is then the label given to ``guard.protect``.
     A call the Guard refused before its first attempt (an invalid request or ``stream=``, an
-    input guardrail's refusal, one over ``max_input_tokens``) is an ``"error"`` too, with
-    ``attempts`` 0, no route and no cost; its ``model`` is the one the call asked for.
+    input guardrail's refusal, one over ``max_input_tokens``, arguments a drop-in client or
+    the transport seam refused) is an ``"error"`` too, with ``attempts`` 0, no route and no
+    cost; its ``model`` is the one the call asked for.
 
     .. versionchanged:: 0.2.0 a call without an answer reports what its budgets charged; a
        call refused before its first attempt reaches the hooks.

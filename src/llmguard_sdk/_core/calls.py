@@ -7,20 +7,19 @@ envelope in :mod:`.streams`.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable, Mapping
-from typing import Any, Literal
+from typing import Any
 
 import anyio
 from pydantic import BaseModel
 
-from ..context import CallContext, Scope
+from ..context import CallContext
 from ..errors import RequestValidationError
 from ..models import ChatRequest, ChatResponse, Message
 from . import tasks
 from .drive import acomplete, complete
 from .opening import OpeningOutcome, aopen_call, open_call
-from .refusals import report_refused
+from .refusals import refusals
 from .run import Run
 from .stages import Stages, finish, prepare, resolve_scope
 
@@ -44,12 +43,10 @@ def call_context(
     as a failed call: to the telemetry, and to the hooks as a
     :class:`~llmguard_sdk.CallEvent` (a ``"stream"`` if ``stream`` is True, else a
     ``"chat"``)."""
-    started, started_ns = time.monotonic(), time.time_ns()
     params: dict[str, Any] = dict(options)  # less the call's own options: the request's
     request, model = params.pop("request", None), params.pop("model", None)
-    scope: Scope | None = None
-    try:
-        scope = resolve_scope(
+    with refusals(stages, asked=model or request, stream=stream, reported=reported) as refusal:
+        scope = refusal.scope = resolve_scope(
             params.pop("tenant", None), params.pop("feature", None), params.pop("user", None)
         )
         stream_flag(stream)  # (before any guardrail runs: nothing runs for a bad call)
@@ -68,13 +65,8 @@ def call_context(
             attempt_timeout=attempt_timeout,
             priority=priority,
             region=region,
-            started_at=(started, started_ns),
+            started_at=refusal.started,
         )
-    except Exception as error:
-        if reported and (stages.telemetry is not None or stages.hooks):
-            kind: Literal["chat", "stream"] = "stream" if stream is True else "chat"
-            report_refused(stages, kind, error, scope, model or request, (started, started_ns))
-        raise
     ctx.cacheable, ctx.cache_tags = cacheable, (*ctx.cache_tags, *cache_tags)
     return ctx
 

@@ -1,6 +1,7 @@
 """A call refused before its first attempt (an invalid request or option, an input
-guardrail's refusal, a request over ``max_input_tokens``), reported as every failed call is:
-a failed operation to the telemetry, a :class:`~llmguard_sdk.CallEvent` to the hooks.
+guardrail's refusal, a request over ``max_input_tokens``; a drop-in client's or the transport
+seam's own checks of what it was given), reported as every failed call is: a failed operation
+to the telemetry, a :class:`~llmguard_sdk.CallEvent` to the hooks.
 
 Nothing here runs for a call that is accepted."""
 
@@ -8,33 +9,63 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Literal
 
 from ..context import CallEvent, Scope, current_scope, emit
 from .stages import Stages
 
-__all__ = ["report_refused"]
+__all__ = ["Refusal", "refusals"]
 
 logger = logging.getLogger("llmguard_sdk")
 
 
-def report_refused(
-    stages: Stages,
-    kind: Literal["chat", "stream"],
-    error: Exception,
-    scope: Scope | None,
-    asked: object,
-    started: tuple[float, int],
+def _now() -> tuple[float, int]:
+    return time.monotonic(), time.time_ns()
+
+
+@dataclass
+class Refusal:
+    """What a refused call reports, filled in as the checks learn it: the model it asked for
+    (``asked``: the model, or its request, a ChatRequest or a mapping, naming one), its
+    ``scope`` (None: the enclosing :func:`~llmguard_sdk.scoped` block's), its ``stream=``
+    (reported as a ``"stream"`` when True, else a ``"chat"``), its ``time.monotonic()`` and
+    ``time.time_ns()`` start."""
+
+    asked: object = None
+    scope: Scope | None = None
+    stream: object = False
+    started: tuple[float, int] = field(default_factory=_now)
+
+
+@contextmanager
+def refusals(
+    stages: Stages, *, asked: object = None, stream: object = False, reported: bool = True
+) -> Iterator[Refusal]:
+    """Checks of a call before its first attempt: an exception raised inside is reported as
+    a refused call (when ``reported`` and the Guard has telemetry or hooks, which cannot
+    break the call: the caller gets the exception whatever happens here), then propagates.
+    Only the checks go inside, never the Guard's call itself, which reports its own end."""
+    refusal = Refusal(asked, None, stream)
+    try:
+        yield refusal
+    except Exception as error:
+        if reported and (stages.telemetry is not None or stages.hooks):
+            kind: Literal["chat", "stream"] = "stream" if refusal.stream is True else "chat"
+            _report(stages, kind, error, refusal)
+        raise
+
+
+def _report(
+    stages: Stages, kind: Literal["chat", "stream"], error: Exception, refusal: Refusal
 ) -> None:
-    """Report a call refused before its first attempt to the telemetry and the hooks (which
-    cannot break the call: the caller gets ``error`` whatever happens here); ``scope``: the
-    call's (None: it was refused, the enclosing :func:`~llmguard_sdk.scoped` block's);
-    ``asked``: the model it asked for, or its request (a ChatRequest, a mapping) naming one;
-    ``started``: its ``time.monotonic()`` and ``time.time_ns()`` start."""
+    """Report a call refused before its first attempt to the telemetry and the hooks."""
+    asked, started = refusal.asked, refusal.started
     model = asked.get("model") if isinstance(asked, Mapping) else getattr(asked, "model", asked)
     model = model if isinstance(model, str) else None
-    scope = scope if scope is not None else current_scope()
+    scope = refusal.scope if refusal.scope is not None else current_scope()
     telemetry = stages.telemetry
     if telemetry is not None:
         try:

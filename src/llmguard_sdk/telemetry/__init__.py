@@ -40,7 +40,8 @@ the exception's fully qualified class name as ``exception.type`` has it
 (``llmguard_sdk.errors.ProviderUnavailableError``). Spans are written when the call ends,
 with the times the call and each attempt really started and ended, under the span that was
 current when the call began. A call refused before its first attempt (an invalid request or
-``stream=`` value, an input guardrail's refusal, one over ``max_input_tokens``) is a failed
+``stream=`` value, an input guardrail's refusal, one over ``max_input_tokens``, arguments a
+drop-in client or the transport seam refuses before the Guard sees them) is a failed
 operation too: its span (``llmguard.attempts`` 0, ``error.type``, no server) and its duration
 point.
 

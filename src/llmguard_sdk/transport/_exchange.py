@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
+from .._core.refusals import refusals
+from .._core.stages import resolve_scope
 from ..client import _stream_silence
 from ..errors import LLMGuardError, RequestValidationError
 from ..models import StreamChunk
@@ -45,7 +47,10 @@ def _from_anthropic(headers: Mapping[str, str] | None) -> bool:
 
 
 def plan(guard: Guard, incoming: Incoming) -> Call | Answer:
-    """The Guard call ``incoming`` asks for, or the answer when it needs none."""
+    """The Guard call ``incoming`` asks for, or the answer when it needs none. A chat request
+    refused here (its body, its ``stream``, its arguments or the SDK's timeout invalid) is
+    reported as the Guard reports a call it refuses; a request for what the seam does not
+    serve, a model lookup or a token count is no chat call: not reported."""
     path = incoming.path.rstrip("/")
     if incoming.method == "GET" and (path.endswith("/models") or "/models/" in path):
         models = ModelsWire(guard.routes, anthropic=_from_anthropic(incoming.headers))
@@ -64,13 +69,17 @@ def plan(guard: Guard, incoming: Incoming) -> Call | Answer:
             f"the Guard's transport does not serve {incoming.method} {incoming.path}"
             f" (it serves {served})"
         )
-    body = _wire.load_object(incoming.body)
-    stream = body.get("stream")
-    if stream is not None and not isinstance(stream, bool):  # "true" was read as false
-        raise RequestValidationError(f"stream must be true or false, got {stream!r:.40}")
-    arguments = wire.arguments(body, incoming)
-    if incoming.timeout is not None:
-        _sdk_timeout(guard, arguments, incoming.timeout, stream=stream is True)
+    with refusals(guard._stages) as refusal:  # reported as the Guard reports its refusals
+        named = _wire.scope(incoming)
+        refusal.scope = resolve_scope(named.get("tenant"), named.get("feature"), None)
+        body = _wire.load_object(incoming.body)
+        refusal.asked = body
+        refusal.stream = stream = body.get("stream")
+        if stream is not None and not isinstance(stream, bool):  # "true" was read as false
+            raise RequestValidationError(f"stream must be true or false, got {stream!r:.40}")
+        arguments = wire.arguments(body, incoming)
+        if incoming.timeout is not None:
+            _sdk_timeout(guard, arguments, incoming.timeout, stream=stream is True)
     return Call(wire, arguments, stream is True, body)
 
 

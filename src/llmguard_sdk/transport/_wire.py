@@ -177,10 +177,17 @@ def passthrough(incoming: Incoming) -> dict[str, Any]:
         extra["extra_headers"] = headers
     if incoming.query:
         extra["extra_query"] = dict(incoming.query)
-    for key, header in _SCOPE_HEADERS.items():
-        if header in incoming.headers:
-            extra[key] = incoming.headers[header]
+    extra.update(scope(incoming))
     return extra
+
+
+def scope(incoming: Incoming) -> dict[str, str]:
+    """The call's ``tenant`` and ``feature`` the SDK's caller set in its headers."""
+    return {
+        key: incoming.headers[header]
+        for key, header in _SCOPE_HEADERS.items()
+        if header in incoming.headers
+    }
 
 
 def name_only(arguments: dict[str, Any], key: str, names: Sequence[str]) -> None:
