@@ -123,6 +123,37 @@ def test_duration_and_token_points_name_the_server_that_answered(
     assert (span.attributes["server.address"], span.attributes["server.port"]) == answered
 
 
+@pytest.mark.parametrize(
+    "metric",
+    [
+        "gen_ai.client.operation.time_to_first_chunk",
+        "gen_ai.client.operation.time_per_output_chunk",
+    ],
+)
+def test_chunk_timing_points_name_the_server_of_their_attempt(
+    fake: FakeProvider, fake2: FakeProvider, make_guard: MakeGuard, otel: Exported, metric: str
+) -> None:
+    """Each attempt's chunk-timing points carry its route's ``server.address`` and
+    ``server.port``, as its attempt span does: they had none while the call's duration and
+    token points named the server, so a slow first chunk could not be split by server."""
+    guard = make_guard(
+        fake, fake2, telemetry=otel.telemetry, retry=None, continue_interrupted_streams=True
+    )
+    fake.script(Fault(cut_stream_after=3))  # the primary streams, breaks; the backup goes on
+    with guard.chat(USER, stream=True) as chunks:
+        list(chunks)
+    by_route = {p.attributes["llmguard.route"]: server_of(p) for p in otel.points(metric)}
+    assert by_route == {
+        "primary": ("127.0.0.1", port_of(fake)),
+        "backup": ("127.0.0.1", port_of(fake2)),
+    }
+    span = call_span(otel)
+    for attempt in attempts_of(otel, span):  # what each attempt span says
+        assert attempt.attributes is not None
+        route = attempt.attributes["llmguard.route"]
+        assert by_route[route] == server_of(attempt)
+
+
 def test_cache_hits_and_refused_calls_name_no_server_on_their_points(
     fake: FakeProvider, make_guard: MakeGuard, otel: Exported
 ) -> None:

@@ -69,9 +69,10 @@ went out cost, as its budgets were charged); ``llmguard.cache.lookups`` (by resu
 ``llmguard.budget.remaining`` (at each alert or refusal, by budget and scope: a tenant or user
 scope by its kind alone, no ids on metrics). Duration and token points carry the
 ``server.address`` / ``server.port`` of the route that answered, as the call's span does (none
-for a cache hit or a refused call: no request went out). Answers from the
-cache carry ``llmguard.cache`` on the duration metric, so they never mix into provider
-latency, and report no token usage.
+for a cache hit or a refused call: no request went out); each attempt's
+``time_to_first_chunk`` and ``time_per_output_chunk`` points carry its route's, as its
+attempt span does. Answers from the cache carry ``llmguard.cache`` on the duration metric,
+so they never mix into provider latency, and report no token usage.
 
 **Quality signals and feedback.** Refusals, truncated and empty answers, JSON-schema
 failures and guardrail rejections are counted on ``llmguard.quality.signals`` (by

@@ -4,14 +4,17 @@ the points a finished call records on them."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from ._attributes import add_server, route_of
 from ._labels import CappedMeter
 from ._semconv import Names
 
 if TYPE_CHECKING:
     from ..context import CallContext
     from ..models import ChatResponse
+    from ..providers.base import Provider
     from ._quality import Quality
 
 __all__ = ["Instruments"]
@@ -118,11 +121,17 @@ class Instruments:
             quality.count(signals, {"llmguard.feature": feature} if feature is not None else {})
 
     def record_call(
-        self, ctx: CallContext, kind: str, call: Attributes, response: ChatResponse | None
+        self,
+        ctx: CallContext,
+        routes: Sequence[Provider],
+        kind: str,
+        call: Attributes,
+        response: ChatResponse | None,
     ) -> None:
         """The metric points of one finished call, labelled from its span's attributes
         ``call``: its duration, tokens, cost, retries, cascade, cache lookup; a stream's
-        first token and chunk times and its output speed."""
+        first token and chunk times (each attempt's with its route's server, among the
+        Guard's ``routes`` or the call's own) and its output speed."""
         provider = self._provider
         labels: Attributes = {
             "gen_ai.operation.name": "chat",
@@ -159,23 +168,29 @@ class Instruments:
                 cost_labels["llmguard.feature"] = ctx.scope.feature
             self.cost.add(cost, cost_labels)
         if kind == "stream" and served_by_provider:
-            self._stream_metrics(ctx, labels, response)
+            self._stream_metrics(ctx, routes, labels, response)
 
     def _stream_metrics(
-        self, ctx: CallContext, labels: Attributes, response: ChatResponse | None
+        self,
+        ctx: CallContext,
+        routes: Sequence[Provider],
+        labels: Attributes,
+        response: ChatResponse | None,
     ) -> None:
         """Time to first token, per attempt time to first chunk and the gaps between
-        chunks, and output tokens per second of a stream a provider served."""
+        chunks (with the server of the attempt's route, as its span has it), and output
+        tokens per second of a stream a provider served."""
         if ctx.first_token_at is not None:
             self.ttft.record(ctx.first_token_at - ctx.started, labels)
         provider = self._provider
-        for attempt in ctx.attempt_log:  # the call's first three labels and the route
+        for attempt in ctx.attempt_log:  # the call's first three labels, the route, its server
             attempt_labels: Attributes = {
                 "gen_ai.operation.name": "chat",
                 provider: labels[provider],
                 "gen_ai.request.model": labels["gen_ai.request.model"],
                 "llmguard.route": attempt.route,
             }
+            add_server(attempt_labels, route_of(ctx, routes, attempt.route))
             if attempt.first_token_at is not None:
                 self.first_chunk.record(attempt.first_token_at - attempt.started, attempt_labels)
             for gap in attempt.chunk_gaps:

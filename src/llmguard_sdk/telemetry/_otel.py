@@ -289,7 +289,7 @@ class Telemetry:
         if exporting:
             events = _span_events(signals, anomalies) + (ctx.task.events() if ctx.task else [])
             span = self._export_spans(ctx, routes, call, end, error, cancelled, events)
-            self._metrics.record_call(ctx, kind, call, response)
+            self._metrics.record_call(ctx, routes, kind, call, response)
             if signals:
                 self._quality.count(signals, labels)
             if anomalies:
