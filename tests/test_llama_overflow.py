@@ -88,7 +88,7 @@ def test_llama_cpp_s_overflow_moves_the_call_to_the_next_route(fake: FakeProvide
         with Guard(routes, environ={}, retry=None, hooks=[events.append]) as guard:
             answer = guard.chat(ASK)
     assert answer.route == "backup"
-    assert events[-1].route_errors == (("llama", "ContextLengthExceededError"),)
+    assert events[-1].route_errors == (("llama", "llmguard_sdk.errors.ContextLengthExceededError"),)
 
 
 @pytest.mark.parametrize("wording", list(LLAMA_CPP))
@@ -155,4 +155,4 @@ def test_llama_cpp_python_s_server_overflow_is_a_context_overflow(fake: FakeProv
     message = caught.value.body["error"]["message"]
     assert message.startswith("prompt is too long: ")
     assert " tokens > 256 maximum (" in message
-    assert events[-1].route_errors == (("llama", "ContextLengthExceededError"),)
+    assert events[-1].route_errors == (("llama", "llmguard_sdk.errors.ContextLengthExceededError"),)

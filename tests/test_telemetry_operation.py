@@ -27,6 +27,7 @@ from opentelemetry.util.types import Attributes
 from llmguard_sdk import (
     AllRoutesFailedError,
     CallEvent,
+    Guard,
     InputTooLargeError,
     OpenAICompatibleProvider,
     RequestValidationError,
@@ -239,11 +240,14 @@ def test_a_streams_first_chunk_is_on_the_operations_span(
 def test_error_type_is_the_qualified_class_name_as_exception_type_is(
     fake: FakeProvider, fake2: FakeProvider, make_guard: MakeGuard, otel: Exported
 ) -> None:
-    guard = make_guard(fake, fake2, telemetry=otel.telemetry, retry=None)
+    events: list[CallEvent] = []
+    guard = make_guard(fake, fake2, telemetry=otel.telemetry, retry=None, hooks=[events.append])
     fake.always(Fault(status=503))
     fake2.always(Fault(status=503))
     with pytest.raises(AllRoutesFailedError):
         guard.chat(USER)
+    (event,) = events  # the hooks name each route's error as the spans do (the bare name was)
+    assert event.route_errors == (("primary", UNAVAILABLE), ("backup", UNAVAILABLE))
     span = call_span(otel)
     assert span.attributes is not None
     assert span.attributes["error.type"] == "llmguard_sdk.errors.AllRoutesFailedError"
@@ -257,6 +261,30 @@ def test_error_type_is_the_qualified_class_name_as_exception_type_is(
         assert attempt.attributes["error.type"] == UNAVAILABLE
     (duration,) = otel.points("gen_ai.client.operation.duration")
     assert duration.attributes["error.type"] == "llmguard_sdk.errors.AllRoutesFailedError"
+
+
+def test_a_protected_calls_route_errors_name_its_error_as_its_span_does(
+    fake: FakeProvider, otel: Exported
+) -> None:
+    import openai
+
+    events: list[CallEvent] = []
+    guard = Guard(telemetry=otel.telemetry, environ={}, retry=None, hooks=[events.append])
+    client = openai.OpenAI(base_url=fake.base_url, api_key="sk-x", max_retries=0)
+
+    @guard.protect(route="vendor-sdk")
+    def ask() -> Any:
+        return client.chat.completions.create(model="gpt-test", messages=[USER[0]])
+
+    fake.script(Fault(status=503))
+    with pytest.raises(openai.InternalServerError):
+        ask()
+    client.close()
+    (event,) = events
+    (span,) = otel.finished()
+    assert span.attributes is not None
+    assert event.route_errors == (("vendor-sdk", span.attributes["error.type"]),)
+    assert event.route_errors == (("vendor-sdk", UNAVAILABLE),)
 
 
 def test_a_protected_calls_error_type_is_qualified() -> None:

@@ -257,7 +257,9 @@ class CallEvent:
     or ``"cancelled"`` (a stream closed before its end, a call cancelled or interrupted: no
     ``error``). ``route`` is the route that served the
     call (``None`` when none did); ``route_errors`` names the error type of each route that
-    failed first; ``retries`` holds one :class:`RetryDetails` per retry the Guard made.
+    failed first, as ``error.type`` on the spans names it: the class's fully qualified name
+    (``llmguard_sdk.errors.ProviderUnavailableError``; a builtin's bare, ``TimeoutError``);
+    ``retries`` holds one :class:`RetryDetails` per retry the Guard made.
     ``cost_usd`` / ``cost_source`` are the served response's (see :class:`ChatResponse`); a
     call that ended without an answer (failed, cancelled, a stream closed early) reports what
     its attempts that went out cost, as its budgets were charged for them (their prompts, a
@@ -271,7 +273,8 @@ class CallEvent:
     cost; its ``model`` is the one the call asked for.
 
     .. versionchanged:: 0.2.0 a call without an answer reports what its budgets charged; a
-       call refused before its first attempt reaches the hooks.
+       call refused before its first attempt reaches the hooks; ``route_errors`` names each
+       error's class by its fully qualified name (it was the bare class name).
     """
 
     kind: Literal["chat", "stream", "protect"]

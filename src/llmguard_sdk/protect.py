@@ -32,6 +32,7 @@ from .errors import ConfigurationError, ProviderTimeoutError, RetryMultiplicatio
 from .retry._api import Retrying
 from .retry.budget import RetryBudget
 from .retry.policy import RetryPolicy
+from .telemetry._attributes import exception_type
 from .telemetry._sdk_names import ProviderNames
 
 __all__ = ["protect_function"]
@@ -91,7 +92,7 @@ class _Protected:
                 latency_s=time.monotonic() - started,
                 usage=usage_from_result(result) if error is None and not cancelled else None,
                 error=classified or error,
-                route_errors=((route, type(classified or error).__name__),) if error else (),
+                route_errors=((route, exception_type(classified or error)),) if error else (),
                 retries=tuple(retries),
                 provider=self.provider.of(result, error),
             ),

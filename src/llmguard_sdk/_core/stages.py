@@ -35,6 +35,7 @@ from ..ratelimit import MemoryRateLimiter, RedisRateLimiter
 from ..releases.control import ReleaseControl
 from ..retry.budget import RetryBudget
 from ..retry.policy import RetryPolicy
+from ..telemetry._attributes import exception_type
 from ..tokens import count_text_tokens, request_tokens_at_most
 from .probes import Prober
 from .routing import Routing
@@ -317,7 +318,9 @@ def _event(
             "first_token_s": first_token,
             "usage": response.usage if response else None,
             "error": error,
-            "route_errors": tuple((name, type(e).__name__) for name, e in ctx.route_errors.items()),
+            "route_errors": tuple(
+                (name, exception_type(e)) for name, e in ctx.route_errors.items()
+            ),
             "retries": tuple(ctx.retries),
             "cost_usd": response.cost_usd if response else charged,
             "cost_source": response.cost_source if response else _estimated(charged),

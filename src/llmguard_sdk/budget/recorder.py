@@ -9,7 +9,7 @@ The format is JSON Lines, one object per guarded call::
      "latency_s": 0.84, "route_errors": {"openai": "ProviderUnavailableError"}}
 
 ``route`` is the route that answered (``null`` when none did); ``route_errors`` names the error
-of each route that failed on the way, so failures are counted per route.
+of each route that failed on the way (its class's name), so failures are counted per route.
 ``cost_usd`` is the answer's cost; for a call without an answer (failed, cancelled), what its
 requests that went out cost, as its budgets were charged for them (``null`` when none went
 out), so the file's spend is the budgets' spend.
@@ -81,7 +81,8 @@ class UsageRecorder:
             "cost_usd": getattr(event, "cost_usd", None),
             "cost_source": getattr(event, "cost_source", None),
             "latency_s": round(event.latency_s, 4),
-            "route_errors": dict(event.route_errors),
+            # (the error's class name, as the file always had it: not the event's full name)
+            "route_errors": {route: kind.rpartition(".")[2] for route, kind in event.route_errors},
         }
 
     def __call__(self, event: CallEvent) -> None:

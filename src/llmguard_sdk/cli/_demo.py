@@ -311,7 +311,8 @@ def run_demo(*, requests: int = 60, concurrency: int = 8) -> DemoSummary:
             summary.retries[retry.name] += 1
             summary.retry_causes.setdefault(retry.name, Counter())[type(retry.cause).__name__] += 1
         for route, error_type in event.route_errors:
-            summary.route_failures.setdefault(route, Counter())[error_type] += 1
+            name = error_type.rpartition(".")[2]  # (as the retry causes: the class's name)
+            summary.route_failures.setdefault(route, Counter())[name] += 1
         if event.outcome == "ok" and event.route:
             summary.served_by[event.route] += 1
             summary.latencies_ms.append(event.latency_s * 1000)

@@ -11,6 +11,7 @@ from typing import Any
 
 from ..breaker import BreakerPolicy, BreakerTransition
 from ..context import CallEvent
+from ..errors import CircuitOpenError
 from ._drill_report import P99_MIN_SAMPLES, DrillReport
 from ._drill_run import (
     ATTEMPT_TIMEOUT,
@@ -23,6 +24,9 @@ from ._drill_run import (
     _Call,
     _Run,
 )
+
+# a CallEvent's route_errors name each error as its span's error.type does
+_CIRCUIT_OPEN = f"{CircuitOpenError.__module__}.{CircuitOpenError.__qualname__}"
 
 
 def _percentile(values: list[float], q: float) -> float | None:
@@ -279,7 +283,7 @@ def _primary_skipped(event: CallEvent | None) -> bool:
     if event is None:
         return False
     errors = dict(event.route_errors)
-    return errors.get("primary") == "CircuitOpenError" and not any(
+    return errors.get("primary") == _CIRCUIT_OPEN and not any(
         r.name == "primary" for r in event.retries
     )
 
