@@ -196,12 +196,17 @@ SAME_WORD: dict[str, str] = dict(
 _NUMBER_WORD = re.compile(
     r"\b(?:" + "|".join(w for w, d in SAME_WORD.items() if d.isdigit()) + r")\b", re.IGNORECASE
 )
+# The same words in lower-cased text, ASCII rules (a quarter of the time: Unicode case-folding
+# makes the pattern above slow): a prefilter, never missing a word the pattern replaces.
+_LOWER_NUMBER_WORD = re.compile(_NUMBER_WORD.pattern, re.ASCII)
 
 
 def in_digits(text: str) -> str:
     """``text`` with its numbers written out in digits ("three" is "3"). (A word the pattern
     matches case-insensitively that ``lower()`` does not turn into a number word, "sİx" with
     a dotted capital I, is left as it is.)"""
+    if _LOWER_NUMBER_WORD.search(text.lower()) is None:  # (most texts: none written out)
+        return text
     return _NUMBER_WORD.sub(lambda found: SAME_WORD.get(found[0].lower(), found[0]), text)
 
 

@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from ._chinese import A_NOT_A
 
 __all__ = [
+    "ASCII_WORD",
     "CASED_WORD",
     "CHINESE_FUNCTION",
     "CJK",
@@ -35,6 +36,9 @@ CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
 hiragana, katakana and Han (CJK ideographs and their extension A and compatibility blocks)."""
 WORD = re.compile(rf"[{CJK}]|[^\W_{CJK}]+(?:'[^\W\d_{CJK}]+)?")
 """A word of lower-cased text (ASCII: ``[a-z0-9]+(?:'[a-z]+)?``)."""
+ASCII_WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
+""":data:`WORD` on lower-cased ASCII text (the same words, found in about two-thirds of the
+time: no Unicode classes)."""
 CASED_WORD = re.compile(rf"[{CJK}]|[^\W_{CJK}]+(?:['\u2019][^\W\d_{CJK}]+)?")
 """A word as written, its contraction kept (ASCII: ``[A-Za-z0-9]+(?:['\u2019][A-Za-z]+)?``)."""
 _LETTERS = re.compile(rf"[^\W\d_{CJK}]+")

@@ -33,7 +33,16 @@ from ._framings import (
     of_inverted,
     unfronted,
 )
-from ._words import CASED_WORD, WORD, ascii_digits, minor, negated, unspaced, word_count
+from ._words import (
+    ASCII_WORD,
+    CASED_WORD,
+    WORD,
+    ascii_digits,
+    minor,
+    negated,
+    unspaced,
+    word_count,
+)
 
 __all__ = [
     "AGREED_ALLOWANCE",
@@ -49,7 +58,7 @@ __all__ = [
 Verifier = Callable[[str, str], bool]
 """Decides a borderline match: gets (query, cached query) and returns True to accept it."""
 
-_NUMBER = re.compile(r"\d+(?:[.,:/-]\d+)*")
+_NUMBER = re.compile(r"\d+(?:[.,:/-]\d+)*", re.ASCII)  # (read after ascii_digits)
 # Sentence negation only: "without" or "none of" are too often paraphrases of positive text.
 # (English here; other languages' in :func:`._words.negated`.)
 _NEGATION = re.compile(r"\b(?:not|no(?!-)|never|neither|nor|cannot)\b|n['\u2019]t\b", re.IGNORECASE)
@@ -177,9 +186,15 @@ def _numbers(text: str) -> set[str]:
 def _numbers_differ(query: str, cached: str) -> bool:
     """The numbers differ, also with those written out read as digits ("three" / "3"); one
     written out on one side only is left to the other guards ("two dogs" / "the dogs")."""
-    if _numbers(query) == _numbers(cached):
+    numbers, cached_numbers = _numbers(query), _numbers(cached)
+    if numbers == cached_numbers:
         return False
-    return _numbers(in_digits(query)) != _numbers(in_digits(cached))
+    spelt, cached_spelt = in_digits(query), in_digits(cached)  # (the text itself: no words)
+    if spelt is not query:
+        numbers = _numbers(spelt)
+    if cached_spelt is not cached:
+        cached_numbers = _numbers(cached_spelt)
+    return numbers != cached_numbers
 
 
 def _negated(text: str) -> bool:
@@ -262,7 +277,8 @@ def _stem(word: str) -> str:
 
 def content_words(text: str) -> set[str]:
     """Lower-cased, lightly stemmed words of ``text`` without function words."""
-    words = WORD.findall(unparticled(ascii_digits(text).lower()))  # (Japanese particles out: ._cjk)
+    text = unparticled(ascii_digits(text).lower())  # (Japanese particles out: ._cjk)
+    words = (ASCII_WORD if text.isascii() else WORD).findall(text)
     return {_stem(w) for w in words if w not in _STOP and not minor(w)}
 
 

@@ -16,7 +16,7 @@ from ..._lazy import np
 from ...errors import ConfigurationError
 from ...tokens import cl100k_encoding
 from .._japanese import function_spans, standard_katakana, unparticled
-from .._words import CJK
+from .._words import ASCII_WORD, CJK
 from .base import finite_number, normalise, whole_number
 
 if TYPE_CHECKING:
@@ -165,7 +165,10 @@ class HashingEmbedder:
         """The summed contributions of one text's words and word pairs (not normalised)."""
         text = standard_katakana(unicodedata.normalize("NFKC", text).lower())
         particles = [text[start:end] for start, end in function_spans(text)]  # (Japanese)
-        words = _WORD.findall(unparticled(text) if particles else text)
+        if text.isascii():
+            words = ASCII_WORD.findall(text)  # (what _WORD finds there)
+        else:
+            words = _WORD.findall(unparticled(text) if particles else text)
         if not text.isascii() and _UNSPACED.search(text) is not None:  # (Chinese, Japanese)
             words = _unspaced(words)
         if not words and not particles:
