@@ -29,6 +29,7 @@ __all__ = [
     "squashed",
     "unspaced",
     "word_count",
+    "words_of",
 ]
 
 CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
@@ -61,6 +62,11 @@ _DIGIT = re.compile(r"\d")
 # what may stand between a sentence's end (or the text's start) and its first word
 _BEFORE_WORD = " \t\n\r\"'«»„“”\u2018\u2019([{-\u2013\u2014"
 _SENTENCE_END = ".!?:;¿¡。\uff01\uff1f؟"
+
+
+def words_of(text: str) -> list[str]:
+    """The words (:data:`WORD`) of lower-cased ``text``."""
+    return (ASCII_WORD if text.isascii() else WORD).findall(text)
 
 
 def ascii_digits(text: str) -> str:

@@ -33,16 +33,7 @@ from ._framings import (
     of_inverted,
     unfronted,
 )
-from ._words import (
-    ASCII_WORD,
-    CASED_WORD,
-    WORD,
-    ascii_digits,
-    minor,
-    negated,
-    unspaced,
-    word_count,
-)
+from ._words import CASED_WORD, ascii_digits, minor, negated, unspaced, word_count, words_of
 
 __all__ = [
     "AGREED_ALLOWANCE",
@@ -277,8 +268,7 @@ def _stem(word: str) -> str:
 
 def content_words(text: str) -> set[str]:
     """Lower-cased, lightly stemmed words of ``text`` without function words."""
-    text = unparticled(ascii_digits(text).lower())  # (Japanese particles out: ._cjk)
-    words = (ASCII_WORD if text.isascii() else WORD).findall(text)
+    words = words_of(unparticled(ascii_digits(text).lower()))  # (Japanese particles out: ._cjk)
     return {_stem(w) for w in words if w not in _STOP and not minor(w)}
 
 
