@@ -114,4 +114,4 @@ def assert_continued_or_refused(
             seen.extend(chunk.text for chunk in stream)
     assert info.value.partial_text == "".join(seen)
     assert backup.stats.requests == 0
-    assert ("backup", refusal) in events[-1].route_errors
+    assert ("backup", f"llmguard_sdk.errors.{refusal}") in events[-1].route_errors

@@ -163,7 +163,7 @@ def test_fallback_chain_serves_from_the_next_route(
     assert response.route == "backup"
     assert response.model == "backup-model"
     assert response.attempts == 2
-    assert events[-1].route_errors == (("primary", "ProviderUnavailableError"),)
+    assert events[-1].route_errors == (("primary", "llmguard_sdk.errors.ProviderUnavailableError"),)
     assert events[-1].route == "backup"
 
 

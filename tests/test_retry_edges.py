@@ -258,7 +258,7 @@ def test_a_continuation_leaves_the_chains_first_route_what_it_was(
     with guard, guard.chat(LONG, stream=True, max_tokens=20) as stream:
         list(stream)
     assert stream.response.route == "backup"
-    assert events[-1].route_errors == (("primary", "StreamInterruptedError"),)
+    assert events[-1].route_errors == (("primary", "llmguard_sdk.errors.StreamInterruptedError"),)
     with guard:  # the local route's continuation stood in for the remote one: not cached
         assert guard.chat(LONG, max_tokens=20).route == "primary"
 
