@@ -46,7 +46,11 @@ with FakeProvider(name="primary") as primary, FakeProvider(name="backup") as bac
         answer = guard.chat([{"role": "user", "content": label}])
         event = events[-1]
         retried = ", ".join(type(r.cause).__name__ for r in event.retries) or "no retry"
-        moved = ", ".join(f"{route}: {error}" for route, error in event.route_errors) or "-"
+        # (route_errors name each error's class fully: llmguard_sdk.errors.RateLimitedError)
+        moved = ", ".join(
+            f"{route}: {error.rpartition('.')[2]}" for route, error in event.route_errors
+        )
+        moved = moved or "-"
         print(
             f"{label:>15}: served by {answer.route} after {answer.attempts} attempt(s); "
             f"retried after: {retried}; moved on after: {moved}"
