@@ -64,7 +64,7 @@ from ._anthropic_params import add_extra_body, add_output_format
 from ._anthropic_sampling import RefusedSampling, SamplingRetries
 from ._anthropic_tools import claude_tool, claude_tool_choice
 from ._error_kinds import error_answer
-from .openai_compat import _check_count, _shown
+from ._route_options import check_count, shown
 from .wire import (
     AnswerShape,
     StreamState,
@@ -144,7 +144,7 @@ class AnthropicProvider(SamplingRetries):
         async_transport: Any = None,
         http_library: Library | None = None,
     ) -> None:
-        _check_count("default_max_tokens", default_max_tokens, optional=False)
+        check_count("default_max_tokens", default_max_tokens, optional=False)
         extra = {"anthropic-version": anthropic_version, **dict(headers or {})}
         check_api_key(api_key)  # masked in every error message and telemetry export
         if api_key is not None:
@@ -164,7 +164,7 @@ class AnthropicProvider(SamplingRetries):
         self._url = self.base_url + "/messages"
 
     def __repr__(self) -> str:
-        return f"AnthropicProvider(name={self.name!r}, base_url={_shown(self.base_url)!r})"
+        return f"AnthropicProvider(name={self.name!r}, base_url={shown(self.base_url)!r})"
 
     def _asked(self, request: ChatRequest, model: str, *, stream: bool) -> dict[str, Any]:
         return build_anthropic_payload(

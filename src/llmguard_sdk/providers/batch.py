@@ -72,6 +72,7 @@ from ._anthropic_sampling import SAMPLING, RefusedSampling
 from ._batch_results import as_chunk, batch_tier, missing_note, openai_errors
 from ._batch_sent import BatchOptions, batch_options
 from ._error_kinds import judged_error
+from ._http_errors import transport_error
 from .anthropic import (
     ANTHROPIC_VERSION,
     build_anthropic_payload,
@@ -79,7 +80,6 @@ from .anthropic import (
     parse_anthropic_message,
 )
 from .base import StreamCall, _check_timing, _Streams
-from .openai_compat import _transport_error
 from .wire import build_payload, error_from_status, parse_completion
 
 __all__ = ["BatchProvider"]
@@ -304,7 +304,7 @@ class BatchProvider(_Streams):
         if isinstance(exc, ProviderError):
             return exc
         if isinstance(exc, httpx.HTTPError):
-            return _transport_error(exc, self.name, max(call.deadline for call in calls))
+            return transport_error(exc, self.name, max(call.deadline for call in calls))
         return ProviderError(f"the batch failed: {exc!r}", route=self.name)
 
     def _missing(self, note: str) -> ProviderError:

@@ -1,0 +1,49 @@
+"""An HTTP route's options, checked before any call: its pool size, its headers, the async
+calls' library; and its URL as a repr shows it (no password)."""
+
+from __future__ import annotations
+
+import sys
+
+import httpx
+
+from .._http_library import Library, pick_library
+from ..errors import ConfigurationError
+
+__all__ = ["async_library", "check_count", "header_safe", "shown"]
+
+
+def shown(url: str) -> str:
+    """``url`` without its password (``user:***@``), as a repr shows it."""
+    from .._state.stores import _redacted
+
+    return _redacted(url)
+
+
+def check_count(option: str, value: object, *, optional: bool = True) -> None:
+    """A whole number of at least 1 (or None when ``optional``): a string or a bool is
+    refused, not read."""
+    if value is None and optional:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        either = " or None" if optional else ""
+        raise ConfigurationError(f"{option} must be a whole number >= 1{either}, got {value!r:.40}")
+
+
+def async_library(library: Library | None, transport: object) -> Library:
+    """The async calls' library: ``async_transport``'s where one is given, else ``library``
+    (``None``: httpx2 where installed)."""
+    if transport is None or isinstance(transport, httpx.AsyncBaseTransport):
+        chosen = pick_library(library) if transport is None else "httpx"
+    else:
+        httpx2 = sys.modules.get("httpx2")
+        base = getattr(httpx2, "AsyncBaseTransport", ())
+        chosen = "httpx2" if isinstance(transport, base) else pick_library(library)
+    if library is not None and library != chosen:
+        raise ConfigurationError(f"http_library={library!r} but async_transport is {chosen}'s")
+    return chosen
+
+
+def header_safe(text: str) -> bool:
+    """Whether ``text`` can be a header's name or value: ASCII without line breaks."""
+    return text.isascii() and "\r" not in text and "\n" not in text
