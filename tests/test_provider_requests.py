@@ -19,41 +19,13 @@ from llmguard_sdk.providers._http11 import StdlibTransport
 from llmguard_sdk.providers._requests import Pool
 from llmguard_sdk.testing import FakeProvider, Fault
 
-LIBRARIES = ["sync", "httpx2", "httpx"]
+from .providercalls import LIBRARIES, send_calls
 
 
 def _request(**extra: object) -> ChatRequest:
     return ChatRequest.model_validate(
         {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 8, **extra}
     )
-
-
-def _two_calls(
-    provider: OpenAICompatibleProvider, library: str, requests: list[ChatRequest], stream: bool
-) -> None:
-    """Send ``requests`` one after another over one client of ``library``."""
-    if library == "sync":
-        for request in requests:
-            deadline = time.monotonic() + 5
-            if stream:
-                list(provider.stream(request, model="m", deadline=deadline))
-            else:
-                provider.complete(request, model="m", deadline=deadline)
-        return
-    provider._async_library = library  # type: ignore[assignment]
-
-    async def run() -> None:
-        try:
-            for request in requests:
-                deadline = time.monotonic() + 5
-                if stream:
-                    [c async for c in provider.astream(request, model="m", deadline=deadline)]
-                else:
-                    await provider.acomplete(request, model="m", deadline=deadline)
-        finally:
-            await provider.aclose()
-
-    anyio.run(run)
 
 
 @pytest.mark.parametrize("library", LIBRARIES)
@@ -63,7 +35,7 @@ def test_a_cookie_the_provider_set_is_sent_back(
 ) -> None:
     provider = OpenAICompatibleProvider(fake.base_url, api_key="sk-test", name="p")
     fake.script(Fault(headers={"set-cookie": "__lb=blue; Path=/"}))
-    _two_calls(provider, library, [_request(), _request()], stream)
+    send_calls(provider, library, [_request(), _request()], stream)
     first, second = fake.requests[-2], fake.requests[-1]
     assert "cookie" not in first.headers
     assert second.headers["cookie"] == "__lb=blue"
@@ -79,7 +51,7 @@ def test_the_call_headers_override_the_provider_headers_and_queries_reach_the_ur
     )
     plain = _request(extra_headers={"authorization": "Bearer sk-call", "x-trace": "t1"})
     queried = _request(extra_query={"api-version": "2024-10-21"})
-    _two_calls(provider, library, [plain, queried], stream=False)
+    send_calls(provider, library, [plain, queried], stream=False)
     first, second = fake.requests[-2], fake.requests[-1]
     assert first.headers["authorization"] == "Bearer sk-call"  # the call's, not the route's
     assert (first.headers["x-trace"], first.headers["x-team"]) == ("t1", "search")
@@ -127,7 +99,7 @@ def test_requests_go_to_the_providers_own_transport_without_proxies_in_the_envir
         assert isinstance(pool.transport, AnyioTransport)
         assert pool.transport._module is module
         assert pool.transport._max == 3
-    _two_calls(provider, library, [_request(), _request()], stream=False)
+    send_calls(provider, library, [_request(), _request()], stream=False)
     assert len(fake.requests) == 2
 
 
@@ -148,12 +120,12 @@ def test_with_proxies_in_the_environment_the_client_sends_and_honours_no_proxy(
         assert transport._proxy is None
     else:
         assert transport is None
-    _two_calls(provider, library, [_request(), _request()], stream=True)
+    send_calls(provider, library, [_request(), _request()], stream=True)
     assert len(fake.requests) == 2
     monkeypatch.setenv("NO_PROXY", "example.invalid")  # now the loopback goes to the proxy
     proxied = OpenAICompatibleProvider(fake.base_url, name="p")
     with pytest.raises(ProviderUnavailableError):
-        _two_calls(proxied, library, [_request()], stream=False)
+        send_calls(proxied, library, [_request()], stream=False)
     assert len(fake.requests) == 2
 
 
@@ -164,7 +136,7 @@ def test_a_connection_error_from_the_transport_names_its_request(library: str) -
         port = probe.getsockname()[1]
     provider = OpenAICompatibleProvider(f"http://127.0.0.1:{port}/v1", name="p")
     with pytest.raises(ProviderUnavailableError) as caught:
-        _two_calls(provider, library, [_request()], stream=False)
+        send_calls(provider, library, [_request()], stream=False)
     cause = caught.value.__cause__
     assert cause is not None
     assert cause.request.url == f"http://127.0.0.1:{port}/v1/chat/completions"  # type: ignore[attr-defined]
