@@ -98,12 +98,15 @@ def _function_only(tool: dict[str, Any]) -> dict[str, Any]:
 
 def sent_headers(
     headers: Mapping[str, str] | None, named: Collection[str]
-) -> dict[str, str] | None:
+) -> Mapping[str, str] | None:
     """A request's ``extra_headers`` as a route that does not speak Anthropic's API sends
     them: less Claude's own (:data:`HEADERS`) where ``named`` (the names under the request's
-    :data:`~llmguard_sdk.providers.wire.ANTHROPIC_ONLY_KEY`) holds :data:`CLAUDE_HEADERS`."""
-    if not headers or CLAUDE_HEADERS not in named:
-        return dict(headers) if headers else None
+    :data:`~llmguard_sdk.providers.wire.ANTHROPIC_ONLY_KEY`) holds :data:`CLAUDE_HEADERS`.
+    With nothing to leave out, ``headers`` itself, not a copy: its callers only read it."""
+    if not headers:
+        return None
+    if CLAUDE_HEADERS not in named:
+        return headers
     return {k: v for k, v in headers.items() if k.lower() not in HEADERS} or None
 
 

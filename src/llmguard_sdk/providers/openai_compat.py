@@ -231,8 +231,10 @@ class OpenAICompatibleProvider(_Streams):
         """The JSON body of a call."""
         return build_payload(request, model=model, stream=stream)
 
-    def _extra_headers(self, request: ChatRequest) -> dict[str, str] | None:
+    def _extra_headers(self, request: ChatRequest) -> Mapping[str, str] | None:
         """The request's headers this route sends (not Claude's where named Anthropic's)."""
+        if not request.extra_headers:  # (a call without: no metadata to read)
+            return None
         return sent_headers(request.extra_headers, named_keys(request, ANTHROPIC_ONLY_KEY))
 
     def _parse(self, status: int, headers: Mapping[str, str], body: bytes) -> ChatResponse:
