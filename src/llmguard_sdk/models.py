@@ -159,15 +159,28 @@ class Message(BaseModel):
         return "".join(str(p.get("text", "")) for p in self.content if p.get("type") == "text")
 
 
+# the detail values of chat's image_url part ("auto": the default); the Responses API's
+# input_image takes them too (and "original", which no chat route takes)
+_IMAGE_DETAILS = ("auto", "low", "high")
+
+
 def _check_part(at: int, part: dict[str, JsonValue]) -> None:
-    """A content part has a ``type``; a text part's ``text`` is a string (other parts, such as
-    images, go as they are). Else a ValueError naming the part: the provider refused it with
-    a 400 on every route."""
+    """A content part has a ``type``; a text part's ``text`` is a string; an image's
+    ``detail``, where given, is ``"auto"``, ``"low"`` or ``"high"`` (other parts go as they
+    are). Else a ValueError naming the part: an OpenAI route, chat or Responses, refused it
+    with a 400 (a Claude route sends no detail: a typo there failed only on the fallback)."""
     kind = part.get("type")
     if not isinstance(kind, str) or not kind:
         raise ValueError(f"content part {at} needs a type (a string such as 'text')")
     if kind == "text" and not isinstance(part.get("text"), str):
         raise ValueError(f"content part {at} is a text part: its text must be a string")
+    image = part.get("image_url")
+    detail = image.get("detail") if kind == "image_url" and isinstance(image, dict) else None
+    if detail is not None and detail not in _IMAGE_DETAILS:
+        raise ValueError(
+            f"content part {at} is an image_url part: its detail must be 'auto', 'low' or"
+            f" 'high', got {detail!r:.40}"
+        )
 
 
 _TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # the chat API's rule for a function's name

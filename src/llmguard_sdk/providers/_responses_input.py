@@ -69,6 +69,7 @@ names them under :data:`~llmguard_sdk.providers.wire.RESPONSES_ONLY_KEY`)."""
 _ROLES = frozenset({"system", "developer", "user", "assistant"})
 _TEXT_PARTS = frozenset({"input_text", "output_text", "text"})
 _CHAT_DETAILS = frozenset({"low", "high"})  # an image's detail chat takes ("auto": its default)
+_DETAILS = ("low", "high", "auto", "original")  # an input_image's, in the Responses API
 
 
 def _bad(message: str) -> RequestValidationError:
@@ -77,7 +78,9 @@ def _bad(message: str) -> RequestValidationError:
 
 def _image(part: Mapping[str, Any]) -> dict[str, Any]:
     """An ``input_image`` as chat's ``image_url`` part: by URL (or data URL) only, as a chat
-    route takes an image; one naming an uploaded file (``file_id``) no route can fetch."""
+    route takes an image; one naming an uploaded file (``file_id``) no route can fetch. Its
+    ``detail`` goes on (``"auto"``, the default, as none); a value chat has not (``"original"``)
+    or no value of the API is a 400 naming it, never dropped."""
     url = part.get("image_url")
     if not isinstance(url, str) or not url:
         if part.get("file_id"):
@@ -88,8 +91,19 @@ def _image(part: Mapping[str, Any]) -> dict[str, Any]:
             )
         raise _bad("an input_image needs an image_url")
     image: dict[str, Any] = {"url": url}
-    if part.get("detail") in _CHAT_DETAILS:
-        image["detail"] = part["detail"]
+    detail = part.get("detail")
+    if detail in _CHAT_DETAILS:
+        image["detail"] = detail
+    elif detail == "original":  # (was dropped: the image went at "auto", maybe low resolution)
+        raise _bad(
+            "an input_image's detail 'original' cannot be sent: the Guard's requests are"
+            " chat's, whose image detail is 'low', 'high' or 'auto' (send 'high')"
+        )
+    elif detail not in (None, "auto"):
+        raise _bad(
+            f"an input_image's detail must be one of {', '.join(map(repr, _DETAILS))},"
+            f" got {detail!r:.40}"
+        )
     return {"type": "image_url", "image_url": image}
 
 

@@ -99,7 +99,9 @@ class OpenAIResponsesProvider(OpenAICompatibleProvider):
 def _content(message: Message) -> str | list[dict[str, Any]]:
     """A message's content as Responses content parts: a part's ``prompt_cache_breakpoint``
     (the end of a reusable prefix) goes on, as Responses' ``input_text`` and ``input_image``
-    take it, and an image's ``detail``."""
+    take it, and an image's ``detail``: chat's ``image_url.detail``, ``"auto"`` (the default of
+    both APIs) when it has none; openai's own ``ResponseInputImageParam`` requires it, as
+    servers that check input against it do (vLLM: a 400 "Field required")."""
     if isinstance(message.content, str) or message.content is None:
         return message.content or ""
     text_type = "output_text" if message.role == "assistant" else "input_text"
@@ -110,9 +112,8 @@ def _content(message: Message) -> str | list[dict[str, Any]]:
         elif part.get("type") == "image_url":
             image = part.get("image_url")
             url = image.get("url") if isinstance(image, dict) else image
-            made = {"type": "input_image", "image_url": url}
-            if isinstance(image, dict) and image.get("detail") is not None:
-                made["detail"] = image["detail"]
+            detail = image.get("detail") if isinstance(image, dict) else None
+            made = {"type": "input_image", "image_url": url, "detail": detail or "auto"}
         else:
             continue
         if part.get(_BREAKPOINT) is not None and made["type"] != "output_text":
