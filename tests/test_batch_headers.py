@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import concurrent.futures
 import time
+import warnings
 from typing import Any
 
-from llmguard_sdk import ChatRequest, ChatResponse
+import pytest
+
+from llmguard_sdk import BatchSplitWarning, ChatRequest, ChatResponse
 from llmguard_sdk.providers._anthropic_only import CLAUDE_HEADERS
 from llmguard_sdk.providers.batch import BatchProvider
 from llmguard_sdk.providers.wire import ANTHROPIC_ONLY_KEY
@@ -42,7 +45,8 @@ def test_a_claude_batch_is_sent_with_its_calls_betas(fake: FakeProvider) -> None
         _request(),
     ]
     try:
-        answers = _all_at_once(route, requests)
+        with pytest.warns(BatchSplitWarning, match="differ in header 'anthropic-beta' "):
+            answers = _all_at_once(route, requests)
     finally:
         route.close()
     assert [a.text for a in answers] == ["Echo: hi"] * 4
@@ -94,3 +98,56 @@ def test_an_openai_batch_is_sent_with_its_calls_query_and_headers(fake: FakeProv
     assert {r.headers.get("openai-project") for r in sent} == {"proj_1"}
     for name in ("idempotency-key", "traceparent", "anthropic-beta"):
         assert {r.headers.get(name) for r in sent} == {None}
+
+
+def _split_warnings(route: BatchProvider, requests: list[ChatRequest]) -> list[str]:
+    """The :class:`BatchSplitWarning` messages of ``requests`` sent to ``route`` in one window."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        answers = _all_at_once(route, requests)
+    assert [a.text for a in answers] == ["Echo: hi"] * len(requests)
+    return [str(w.message) for w in caught if issubclass(w.category, BatchSplitWarning)]
+
+
+def test_a_header_unique_to_each_call_is_named_once_a_window(fake: FakeProvider) -> None:
+    """A header that differs from call to call (a request id) split a window's calls into a
+    batch each, silently: the caller saw its batch discount's calls go one by one. Once a
+    window, a warning names the headers and query parameters that differ, never a value."""
+    route = BatchProvider(fake.base_url, api="openai", window=1.0, poll_interval=0.02)
+    requests = [
+        _request(
+            extra_headers={"OpenAI-Project": "proj_1", "X-Request-Id": f"req-{n}"},
+            extra_query={"api-version": "2024-10-21", "trace": f"t{n}"},
+        )
+        for n in range(3)
+    ]
+    try:
+        first = _split_warnings(route, requests)
+        second = _split_warnings(route, requests[:2])  # the next window says it again
+    finally:
+        route.close()
+    created = [r for r in fake.requests if r.method == "POST" and "/batches" in r.path]
+    assert len(created) == 5  # a batch a call
+    assert len(first) == 1
+    assert len(second) == 1
+    said = first[0]
+    assert "differ in header 'x-request-id', query 'trace' (" in said
+    for shared in ("openai-project", "api-version"):  # the same for every call: no split
+        assert shared not in said
+    for value in ("req-", "proj_1"):  # names, never values
+        assert value not in said
+
+
+def test_calls_that_share_a_batch_warn_of_nothing(fake: FakeProvider) -> None:
+    """Calls whose headers differ only in what is each call's own (its idempotency key, its
+    trace context) share one batch, and no warning."""
+    route = BatchProvider(fake.base_url, api="openai", window=1.0, poll_interval=0.02)
+    requests = [
+        _request(extra_headers={"Idempotency-Key": f"llmguard-{n}", "OpenAI-Project": "p"})
+        for n in range(3)
+    ]
+    try:
+        assert _split_warnings(route, requests) == []
+    finally:
+        route.close()
+    assert len([r for r in fake.requests if r.method == "POST" and "/batches" in r.path]) == 1

@@ -19,6 +19,7 @@ EXPECTED = [
     "AsyncGuardedClient",
     "AuthenticationError",
     "BadRequestError",
+    "BatchSplitWarning",
     "BertEmbedder",
     "BreakerPolicy",
     "BreakerTransition",

@@ -35,7 +35,8 @@ Catch :class:`LLMGuardError` to catch everything the SDK raises itself::
 
 Warnings stand outside the tree: :class:`RetryMultiplicationWarning`, issued when retries
 would stack on retries (an openai client retrying inside ``guard.protect``),
-:class:`UnknownSettingWarning` and :class:`RateLimitConfigWarning`.
+:class:`UnknownSettingWarning`, :class:`RateLimitConfigWarning` and
+:class:`BatchSplitWarning`.
 
 Every :class:`ProviderError` knows the ``route`` that raised it, the HTTP ``status_code`` (if
 any), the response ``headers`` (Retry-After, ``x-ratelimit-*`` ...), and whether it is
@@ -64,6 +65,7 @@ __all__ = [
     "AllRoutesFailedError",
     "AuthenticationError",
     "BadRequestError",
+    "BatchSplitWarning",
     "BudgetExceededError",
     "BudgetUnavailableError",
     "CanaryNotFoundError",
@@ -517,6 +519,18 @@ class RateLimitConfigWarning(UserWarning):
 class UnknownSettingWarning(UserWarning):
     """An ``LLMGUARD_*`` environment variable that no setting reads, spelled like one that
     does (the timeout's name less a letter): it is ignored, and its value never shown.
+
+    .. versionadded:: 0.2.0
+    """
+
+
+class BatchSplitWarning(UserWarning):
+    """Calls that reached a :class:`~llmguard_sdk.providers.BatchProvider` in one window went
+    into more than one batch: a batch is sent with one set of ``extra_headers`` and
+    ``extra_query`` (neither batch API takes them per call), and theirs differ. Said once a
+    window, naming the headers and query parameters that differ (never their values). A header
+    unique to each call (a request id) sends every call in a batch of its own: leave it off
+    batch calls.
 
     .. versionadded:: 0.2.0
     """

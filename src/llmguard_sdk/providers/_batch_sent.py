@@ -10,20 +10,23 @@ batch's requests. Calls that ask for different ones go into different batches.
 Two kinds of header are the call's alone and left out (they never split a batch): the
 Guard's idempotency key (a batch's ``custom_id`` does that work) and the trace context of
 the call's attempt span (``traceparent``, ``tracestate``, ``baggage`` and whatever else the
-OpenTelemetry propagator writes): no request of a batch is one call's.
+OpenTelemetry propagator writes): no request of a batch is one call's. Any other header is
+the batch's, whatever it means: one unique to each call (a request id) sends every call in a
+batch of its own, which :class:`~llmguard_sdk.errors.BatchSplitWarning` says (once a window,
+see :func:`split_note`), never leaving a header out that the caller may need.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 from .._ids import IDEMPOTENCY_PREFIX
 from ..models import ChatRequest
 from ._anthropic_only import sent_headers
 from .wire import ANTHROPIC_ONLY_KEY, named_keys
 
-__all__ = ["BatchOptions", "batch_options"]
+__all__ = ["BatchOptions", "batch_options", "split_note"]
 
 BatchOptions = tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]]
 """A batch's headers and query, each as sorted ``(name, value)`` pairs (header names in
@@ -56,3 +59,28 @@ def batch_options(request: ChatRequest, *, anthropic: bool) -> BatchOptions:
         if name.lower() not in per_call and not value.startswith(IDEMPOTENCY_PREFIX)
     }
     return tuple(sorted(kept.items())), tuple(sorted((request.extra_query or {}).items()))
+
+
+def _differing(options: BatchOptions, other: BatchOptions) -> list[str]:
+    """The headers and query parameters ``options`` and ``other`` do not share as they are."""
+    headers = {name for name, _ in set(options[0]) ^ set(other[0])}
+    query = {name for name, _ in set(options[1]) ^ set(other[1])}
+    return [f"header {n!r}" for n in sorted(headers)] + [f"query {n!r}" for n in sorted(query)]
+
+
+def split_note(route: str, options: BatchOptions, waiting: Collection[BatchOptions]) -> str | None:
+    """What a call sent with ``options`` says as it starts a batch of its own beside those
+    ``waiting`` in its window (None: it joins one of them, or none waits): the names (never the
+    values) by which it differs from the nearest of them."""
+    if options in waiting:
+        return None
+    found = [_differing(options, other) for other in waiting]
+    if not found:
+        return None
+    nearest: list[str] = min(found, key=len)
+    names = ", ".join(nearest)
+    return (
+        f"{route}: calls of one batch window go into separate batches, as they differ in"
+        f" {names} (a batch is sent with one set of extra_headers and extra_query); a header"
+        " unique to each call, such as a request id, sends every call in a batch of its own"
+    )

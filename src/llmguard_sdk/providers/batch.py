@@ -31,9 +31,9 @@ does.
 A call's ``extra_headers`` and ``extra_query`` are its batch's, as neither batch API takes
 them per call: every request of the batch (its creation, status reads, results) is sent
 with them (``anthropic-beta`` turns a beta on for the whole Claude batch; an Azure
-``api-version`` query), and calls that ask for different ones go into different batches.
-A call's own idempotency key and trace context are left out (a batch's ``custom_id`` does
-the key's work; no request of a batch is one call's).
+``api-version`` query), and calls that ask for different ones go into different batches
+(:class:`~llmguard_sdk.errors.BatchSplitWarning` says so). A call's own idempotency key and
+trace context are left out (a batch's ``custom_id`` does the key's work).
 
 A call waits for its batch until its deadline (batch APIs answer within minutes to hours:
 give batch calls a long ``timeout``); a batch that has not ended by the last of its calls'
@@ -53,14 +53,17 @@ import logging
 import threading
 import time
 import uuid
+import warnings
 from collections.abc import AsyncGenerator, Callable, Generator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import httpx
 
+from .._callers import caller_level
 from .._keys import check_api_key
 from ..errors import (
+    BatchSplitWarning,
     ConfigurationError,
     MalformedResponseError,
     ProviderError,
@@ -70,7 +73,7 @@ from ..errors import (
 from ..models import ChatRequest, ChatResponse, StreamChunk
 from ._anthropic_sampling import SAMPLING, RefusedSampling
 from ._batch_results import as_chunk, batch_tier, missing_note, openai_errors
-from ._batch_sent import BatchOptions, batch_options
+from ._batch_sent import BatchOptions, batch_options, split_note
 from ._error_kinds import judged_error
 from ._http_errors import transport_error
 from .anthropic import (
@@ -166,6 +169,7 @@ class BatchProvider(_Streams):
         self._lock = threading.Lock()
         self._waiting: dict[BatchOptions, list[_Call]] = {}  # by the batch's headers and query
         self._timer: threading.Timer | None = None
+        self._split_told = False  # this window's calls were told they went into two batches
         self._closed = False
         self._refused = RefusedSampling(self.name)  # (a Claude model's, as a plain route's)
 
@@ -191,10 +195,12 @@ class BatchProvider(_Streams):
 
     def _join(self, call: _Call) -> None:
         """Put ``call`` in the next batch sent with its headers and query (at once when it
-        fills the batch)."""
+        fills the batch); the first call of a window to start a batch beside another warns."""
         with self._lock:
             if self._closed:
                 raise ConfigurationError("the BatchProvider is closed")
+            split = None if self._split_told else split_note(self.name, call.options, self._waiting)
+            self._split_told = self._split_told or split is not None
             waiting = self._waiting.setdefault(call.options, [])
             waiting.append(call)
             if len(waiting) >= self.max_batch:
@@ -205,6 +211,8 @@ class BatchProvider(_Streams):
                 self._timer = threading.Timer(self.window, self._flush)
                 self._timer.daemon = True
                 self._timer.start()
+        if split is not None:
+            warnings.warn(split, BatchSplitWarning, stacklevel=caller_level())
 
     def _resend(self, call: _Call, outcome: Outcome) -> bool:
         """Whether ``call``, answered ``outcome``, joins the next batch: its model refused a
@@ -262,7 +270,8 @@ class BatchProvider(_Streams):
         self._stop_timer()
         return taken
 
-    def _stop_timer(self) -> None:
+    def _stop_timer(self) -> None:  # (the window ends)
+        self._split_told = False
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
