@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from llmguard_sdk import ConfigurationError, LocalProvider
+from llmguard_sdk import ConfigurationError, Guard, LocalProvider, RequestValidationError
 
 pytest.importorskip("llama_cpp")
 
@@ -58,3 +58,24 @@ def test_the_bounds_themselves_are_taken() -> None:
         assert provider.max_tokens == 2**31 - 1
     finally:
         provider.close()
+
+
+@pytest.mark.parametrize("seed", [-1, 2**32 - 1, 2**32, 2**40, -(2**63)])
+def test_a_request_seed_llama_cpp_cannot_take_is_refused_before_the_model_runs(
+    seed: int,
+) -> None:
+    """A request's ``seed`` went to llama.cpp's ``uint32`` as it was: -1 (and 2**32 - 1) asked
+    for a random seed, 2**32 wrapped to 0, so "repeat this answer" did not, or repeated
+    another seed's. Refused as the provider's own seed is, before anything loads."""
+    provider = LocalProvider(n_ctx=64)
+    guard = Guard(provider, environ={}, retry=None)
+    try:
+        with pytest.raises(RequestValidationError) as info:
+            guard.chat([{"role": "user", "content": "hi"}], seed=seed)
+        assert str(info.value) == (
+            f"seed must be from 0 to 4294967294 on the local route 'local' (llama.cpp's seeds"
+            f" are 32 bits), got {seed}"
+        )
+        assert provider._worker.thread is None  # no worker started: no model loaded
+    finally:
+        guard.close()

@@ -18,7 +18,7 @@ from typing import Any
 
 from .._json import canonical_json
 from .._whole_counts import MOST, count_problem
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, RequestValidationError
 from ._chunked import PACKAGED_MODELS, packaged_model_path
 
 __all__ = ["DEFAULT_MODEL_PACKAGE", "bundled_model_path", "load_llama"]
@@ -249,6 +249,18 @@ def _check_engine_numbers(
         _check_count("prompt_lookup_tokens", prompt_lookup_tokens)
     _check_whole("max_queue", max_queue, 0)
     _check_between("seed", seed, 0, MOST_SEED, "the sampler's seed")
+
+
+def _check_request_seed(seed: int | None, route: str) -> None:
+    """Refuse (RequestValidationError) a request's ``seed`` outside the bounds of the
+    provider's own (:data:`MOST_SEED`): llama.cpp's ``uint32`` took -1 (and 2**32 - 1) as a
+    random seed and wrapped a larger one (2**32: seed 0), so an answer asked to repeat did
+    not, or repeated another seed's. Other routes (OpenAI's: any int64) take it."""
+    if seed is not None and not 0 <= seed <= MOST_SEED:
+        raise RequestValidationError(
+            f"seed must be from 0 to {MOST_SEED} on the local route {route!r} (llama.cpp's"
+            f" seeds are 32 bits), got {seed}"
+        )
 
 
 def _check_count(name: str, value: object) -> None:
