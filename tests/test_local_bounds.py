@@ -1,14 +1,22 @@
 """LocalProvider refuses at construction the numbers llama.cpp failed on, crashed on or wrapped
-at the first call (no model is loaded here: the refusal comes before)."""
+at the first call (no model is loaded here: the refusal comes before), and a request's seed
+before the model runs; an ``n_ctx`` above the model's trained context is that context."""
 
 from __future__ import annotations
 
 import re
+import warnings
 from typing import Any
 
 import pytest
 
-from llmguard_sdk import ConfigurationError, Guard, LocalProvider, RequestValidationError
+from llmguard_sdk import (
+    ConfigurationError,
+    Guard,
+    LocalContextWarning,
+    LocalProvider,
+    RequestValidationError,
+)
 
 pytest.importorskip("llama_cpp")
 
@@ -79,3 +87,35 @@ def test_a_request_seed_llama_cpp_cannot_take_is_refused_before_the_model_runs(
         assert provider._worker.thread is None  # no worker started: no model loaded
     finally:
         guard.close()
+
+
+def test_an_n_ctx_above_the_trained_context_is_the_trained_one() -> None:
+    """``n_ctx=2**31 - 1`` (a count within bounds) passed construction and failed at the
+    model's load, "Failed to create llama_context", on every call: llama.cpp sized a KV cache
+    for all of it, far past the 8192 tokens the bundled model was trained on. It is cut to
+    those, with a warning, as llama-server caps its slots; the model loads and answers."""
+    said = (
+        "n_ctx=2147483647 is more than the 8192 tokens SmolLM2-135M-Instruct.Q4_1.gguf was"
+        " trained on: the local model's context is 8192 tokens"
+    )
+    with pytest.warns(LocalContextWarning, match="^" + re.escape(said)) as caught:
+        provider = LocalProvider(n_ctx=2**31 - 1, warm_up=True)
+    try:
+        assert len(caught) == 1
+        assert caught[0].filename == __file__  # the caller's line
+        assert provider.n_ctx == provider.placement.n_ctx == 8192
+        assert provider.wait_loaded(120)
+        guard = Guard(provider, environ={}, retry=None)
+        assert guard.chat([{"role": "user", "content": "hi"}], max_tokens=1).text is not None
+    finally:
+        provider.close()
+
+
+def test_the_trained_context_itself_is_taken_without_a_word() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        provider = LocalProvider(n_ctx=8192)
+    try:
+        assert provider.n_ctx == 8192
+    finally:
+        provider.close()

@@ -55,6 +55,7 @@ EXPECTED = [
     "InputTooLargeError",
     "LLMGuardError",
     "LlamaCppEmbedder",
+    "LocalContextWarning",
     "LocalProvider",
     "MalformedResponseError",
     "MemoryStore",

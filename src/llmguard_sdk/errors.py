@@ -35,8 +35,8 @@ Catch :class:`LLMGuardError` to catch everything the SDK raises itself::
 
 Warnings stand outside the tree: :class:`RetryMultiplicationWarning`, issued when retries
 would stack on retries (an openai client retrying inside ``guard.protect``),
-:class:`UnknownSettingWarning`, :class:`RateLimitConfigWarning` and
-:class:`BatchSplitWarning`.
+:class:`UnknownSettingWarning`, :class:`RateLimitConfigWarning`, :class:`BatchSplitWarning`
+and :class:`LocalContextWarning`.
 
 Every :class:`ProviderError` knows the ``route`` that raised it, the HTTP ``status_code`` (if
 any), the response ``headers`` (Retry-After, ``x-ratelimit-*`` ...), and whether it is
@@ -75,6 +75,7 @@ __all__ = [
     "GuardrailRejectedError",
     "InputTooLargeError",
     "LLMGuardError",
+    "LocalContextWarning",
     "MalformedResponseError",
     "MovingModelAliasError",
     "PromptLintError",
@@ -531,6 +532,17 @@ class BatchSplitWarning(UserWarning):
     window, naming the headers and query parameters that differ (never their values). A header
     unique to each call (a request id) sends every call in a batch of its own: leave it off
     batch calls.
+
+    .. versionadded:: 0.2.0
+    """
+
+
+class LocalContextWarning(UserWarning):
+    """A :class:`~llmguard_sdk.providers.LocalProvider` was given an ``n_ctx`` above the
+    context its model was trained on (its GGUF's ``<architecture>.context_length``): the
+    context is that one instead, as llama-server caps its slots. A model reads nothing past
+    it well, and a context far above it failed at the model's load ("Failed to create
+    llama_context", on every call).
 
     .. versionadded:: 0.2.0
     """

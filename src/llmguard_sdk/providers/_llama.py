@@ -11,15 +11,18 @@ import math
 import os
 import sys
 import threading
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from .._callers import caller_level
 from .._json import canonical_json
 from .._whole_counts import MOST, count_problem
-from ..errors import ConfigurationError, RequestValidationError
+from ..errors import ConfigurationError, LocalContextWarning, RequestValidationError
 from ._chunked import PACKAGED_MODELS, packaged_model_path
+from ._gpu import GGUFError, read_gguf
 
 __all__ = ["DEFAULT_MODEL_PACKAGE", "bundled_model_path", "load_llama"]
 
@@ -240,7 +243,7 @@ def _check_engine_numbers(
     on or silently wrap at the first call."""
     if n_ctx is not None:
         _check_count("n_ctx", n_ctx)
-        _check_whole("n_ctx", n_ctx, 64)
+        _check_whole("n_ctx", n_ctx, _LEAST_N_CTX)
     if n_threads is not None:
         _check_between("n_threads", n_threads, 1, MOST_THREADS, "threads")
     if n_gpu_layers is not None:
@@ -249,6 +252,35 @@ def _check_engine_numbers(
         _check_count("prompt_lookup_tokens", prompt_lookup_tokens)
     _check_whole("max_queue", max_queue, 0)
     _check_between("seed", seed, 0, MOST_SEED, "the sampler's seed")
+
+
+_LEAST_N_CTX = 64  # (the least n_ctx taken)
+
+
+def _within_training(path: Path, n_ctx: int | None) -> int | None:
+    """``n_ctx``, or the context the model at ``path`` was trained on (its GGUF's
+    ``<architecture>.context_length``) where ``n_ctx`` is more, with a
+    :class:`~llmguard_sdk.errors.LocalContextWarning`: llama.cpp itself only logs that the
+    context overflows the training's and sizes its KV cache for the whole of it (2**31 - 1
+    failed at the load, "Failed to create llama_context"); llama-server caps its slots at the
+    trained context, as this does. As given where the file does not say (or cannot be read:
+    the load says why)."""
+    if n_ctx is None:
+        return None
+    try:
+        trained = read_gguf(path).context_length
+    except (GGUFError, OSError):
+        return n_ctx
+    if trained is None or n_ctx <= max(trained, _LEAST_N_CTX):
+        return n_ctx
+    kept = max(trained, _LEAST_N_CTX)
+    warnings.warn(
+        f"n_ctx={n_ctx} is more than the {trained} tokens {path.name} was trained on: the"
+        f" local model's context is {kept} tokens (as llama-server caps it)",
+        LocalContextWarning,
+        stacklevel=caller_level(),
+    )
+    return kept
 
 
 def _check_request_seed(seed: int | None, route: str) -> None:

@@ -89,6 +89,7 @@ from ._llama import (
     _packaged_gguf,
     _route_messages,
     _usable_cpus,
+    _within_training,
     bundled_model_path,
     load_llama,
 )
@@ -109,7 +110,9 @@ class LocalProvider(_Streams):
         name: the route name (``"local"``).
         model: the model name reported in responses (default: the file's name).
         n_ctx: context size in tokens (default: 2048, or up to the model's trained context
-            and at most 8192 when the whole model fits in free VRAM with room to spare).
+            and at most 8192 when the whole model fits in free VRAM with room to spare). One
+            above the model's trained context (its GGUF's ``context_length``) is cut to it,
+            with a :class:`~llmguard_sdk.errors.LocalContextWarning`, as llama-server does.
         n_threads: CPU threads that decode (default: half the CPUs this process may use,
             at least one; the prompt is read with all of them). Every token is a step at
             which the threads wait for each other, so a thread per CPU loses most of its
@@ -182,6 +185,7 @@ class LocalProvider(_Streams):
             raise ConfigurationError(f"no GGUF model at {path}")
         _check_engine_numbers(n_ctx, n_threads, n_gpu_layers, prompt_lookup_tokens, max_queue, seed)
         _check_sampling(temperature, top_p, repeat_penalty, max_tokens)
+        n_ctx = _within_training(path, n_ctx)
         self.system_prompt = system_prompt
         self.keep_system = keep_system
         self.examples = tuple(_checked_examples(examples))
