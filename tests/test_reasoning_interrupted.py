@@ -17,6 +17,7 @@ import pytest
 from llmguard_sdk import (
     AnthropicProvider,
     AsyncChatStream,
+    ChatResponse,
     Guard,
     OpenAICompatibleProvider,
     OpenAIResponsesProvider,
@@ -24,6 +25,7 @@ from llmguard_sdk import (
     StreamChunk,
     StreamInterruptedError,
 )
+from llmguard_sdk._core.assembly import merge_metadata
 from llmguard_sdk.providers.base import Provider
 from llmguard_sdk.testing import FakeProvider
 
@@ -182,6 +184,8 @@ def test_the_next_route_answers_a_stream_broken_after_reasoning_alone(
     for chunk in chunks:
         _fold(got, chunk.metadata)
     assert _shown(got) == reasoning  # the first route's, before the next route's answer
+    # the response says what the caller was shown: it held the next route's metadata alone
+    assert _shown(chat.response.metadata) == reasoning
     assert fake.requests[-1].body["messages"] == ASK
 
 
@@ -220,3 +224,54 @@ def test_an_async_stream_broken_after_reasoning_alone_is_interrupted() -> None:
     with RawServer(sse_head(), (_chat("reasoning"),)) as raw:
         assert anyio.run(run, raw.base_url) == "Two and two."
         assert len(raw.received) == 1
+
+
+def _answered(reasoning: str, text: str) -> bytes:
+    """A whole chat-completions stream: ``reasoning`` (``reasoning_content``), then ``text``."""
+    return (
+        chat_chunk_event({"role": "assistant", "content": ""})
+        + chat_chunk_event({"content": None, "reasoning_content": reasoning})
+        + chat_chunk_event({"content": text})
+        + chat_chunk_event({}, "stop")
+        + b"data: [DONE]\n\n"
+    )
+
+
+def _folded(chunks: Iterable[StreamChunk]) -> dict[str, Any]:
+    """What the chunks' metadata adds up to, as a stream folds it."""
+    folded: dict[str, Any] = {}
+    for chunk in chunks:
+        merge_metadata(folded, chunk.metadata)
+    return folded
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+def test_a_continued_stream_s_response_keeps_every_route_s_reasoning(asynchronous: bool) -> None:
+    """A stream broken after reasoning and text, continued by a route that reasons too: the
+    response's reasoning was the continuing route's alone, though the caller had been
+    streamed the first route's before it; now it is both, in the order streamed."""
+    broken = _chat("reasoning_content") + chat_chunk_event({"content": "Four"})
+    with (
+        RawServer(sse_head(), (broken,)) as first,
+        RawServer(sse_head(), (_answered("Carry on.", ", surely."),)) as then,
+    ):
+        routes = [
+            OpenAICompatibleProvider(first.base_url, model="m", name="first"),
+            OpenAICompatibleProvider(then.base_url, model="m", name="then"),
+        ]
+        options: dict[str, Any] = {"environ": {}, "retry": None}
+        guard = Guard(routes, continue_interrupted_streams=True, **options)
+        if asynchronous:
+
+            async def read() -> tuple[list[StreamChunk], ChatResponse]:
+                async with guard, await guard.achat(ASK, stream=True) as chat:
+                    return [c async for c in chat], chat.response
+
+            chunks, response = anyio.run(read)
+        else:
+            with guard, guard.chat(ASK, stream=True) as chat:
+                chunks, response = list(chat), chat.response
+    assert response.text == "".join(c.text for c in chunks) == "Four, surely."
+    assert response.metadata["reasoning"] == "Two and two.Carry on."
+    added = {"continued_after": ["first"], "call_id": response.metadata["call_id"]}
+    assert response.metadata == {**_folded(chunks), **added}

@@ -121,7 +121,8 @@ class Guard(Adoption, Lifecycle):
         continue_interrupted_streams: when a stream breaks after delivering text, ask the next
             route to continue from that text (instead of raising StreamInterruptedError);
             after the model's reasoning alone, to answer the question as asked; never after
-            part of a tool call (its cut arguments: StreamInterruptedError is raised).
+            part of a tool call (its cut arguments: StreamInterruptedError is raised). The
+            stream's response holds what every route streamed (text, reasoning), in order.
         breaker: the circuit breaker of every route (:class:`~llmguard_sdk.breaker.
             BreakerPolicy`: opens at 50 % failures of the last 20 calls, at least 10 of them,
             for 30 s growing on repeated trips, probes with 2 calls); shared through Redis when

@@ -31,11 +31,19 @@ def shows(chunk: StreamChunk) -> bool:
 class Assembler:
     """Collects one attempt's chunks into the response they add up to.
 
-    ``carried`` is text an interrupted earlier route already delivered; this route continues
-    it, and ``delivered`` counts only this route's own content.
+    ``carried`` is text an interrupted earlier route already delivered, and
+    ``carried_metadata`` what its chunks' metadata added up to (its reasoning, thinking
+    blocks, a refusal's pieces): this route continues them (its own metadata folds into
+    that, as a route's chunks fold), and ``delivered`` counts only this route's own content.
     """
 
-    def __init__(self, ctx: CallContext, carried: str, record: AttemptRecord) -> None:
+    def __init__(
+        self,
+        ctx: CallContext,
+        carried: str,
+        record: AttemptRecord,
+        carried_metadata: Mapping[str, Any] | None = None,
+    ) -> None:
         self._ctx = ctx
         self._carried = carried
         self.record = record
@@ -47,7 +55,7 @@ class Assembler:
         self.usage: Usage | None = None
         self.model = ""
         self.id: str | None = None
-        self.metadata: dict[str, Any] = {}
+        self.metadata: dict[str, Any] = dict(carried_metadata or {})  # (folding copies)
         self.headers: dict[str, str] = {}
         self._shown = False  # a piece of OpenAI's refusal, or a thinking block, went out
 

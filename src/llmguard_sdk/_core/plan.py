@@ -244,8 +244,9 @@ def _stream(
     ctx = run.ctx
     ctx.route = route.name
     record = opened.record if opened is not None else ctx.begin_attempt(route.name)
-    assembler = Assembler(ctx, run.carried, record)
+    assembler = Assembler(ctx, run.carried, record, run.carried_metadata)
     run.delivered, run.delivered_text, run.delivered_tool_call = False, run.carried, False
+    run.delivered_metadata = assembler.metadata  # (it grows with each chunk)
     try:
         if opened is not None:
             chunks, buffered = opened.chunks, opened.buffered
@@ -295,13 +296,16 @@ def _stream(
     if reservation is not None:
         run.settle(reservation, used=used, headers=assembler.headers)
     response = limits.with_usage(assembler.response(route.name), used)  # (priced as settled)
-    if run.interrupted is not None:  # (a continuation, after text or reasoning alone)
-        continued = [
-            name for name, e in ctx.route_errors.items() if isinstance(e, StreamInterruptedError)
-        ]
-        metadata = {**response.metadata, "continued_after": continued}
-        response = response.model_copy(update={"metadata": metadata})
-    return response
+    return _continued(run, response) if run.interrupted is not None else response
+
+
+def _continued(run: Run, response: ChatResponse) -> ChatResponse:
+    """A continuation's response (after text or reasoning alone), its metadata naming the
+    routes that broke (``continued_after``): its text and metadata hold theirs too."""
+    errors = run.ctx.route_errors.items()
+    continued = [name for name, e in errors if isinstance(e, StreamInterruptedError)]
+    metadata = {**response.metadata, "continued_after": continued}
+    return response.model_copy(update={"metadata": metadata})
 
 
 def _counting(run: Run, route: Provider, assembler: Assembler) -> str | None:

@@ -50,7 +50,9 @@ class Run:
     delivered: bool = False
     delivered_text: str = ""
     delivered_tool_call: bool = False  # part of a tool call went out: nothing goes on from it
+    delivered_metadata: dict[str, Any] = field(default_factory=dict)  # (carried's with it)
     carried: str = ""
+    carried_metadata: dict[str, Any] = field(default_factory=dict)  # its reasoning ...
     interrupted: StreamInterruptedError | None = None
     stale_looked_up: bool = False  # the cache's stale answer was asked for (and missed)
     _emitted: bool = False
@@ -241,6 +243,7 @@ class Run:
             error.partial_text = self.delivered_text
             self.interrupted = error
             self.carried = self.delivered_text
+            self.carried_metadata = self.delivered_metadata
             self.request = routes.continuation_request(ctx.request, self.carried)
             ctx.continue_with(self.request)
             return
