@@ -58,6 +58,7 @@ class Assembler:
         self.metadata: dict[str, Any] = dict(carried_metadata or {})  # (folding copies)
         self.headers: dict[str, str] = {}
         self._shown = False  # a piece of OpenAI's refusal, or a thinking block, went out
+        self.chunks = 0  # this route's so far
 
     @property
     def delivered(self) -> bool:
@@ -71,6 +72,7 @@ class Assembler:
         return bool(self._tool_calls)
 
     def add(self, chunk: StreamChunk) -> None:
+        self.chunks += 1
         if chunk.text:
             now = time.monotonic()
             if self._first_token_at is None:

@@ -27,7 +27,12 @@ from typing import Any
 
 from ..budget._reserve import with_output_limit
 from ..context import AttemptRecord
-from ..errors import BudgetExceededError, ProviderError, StreamInterruptedError
+from ..errors import (
+    BudgetExceededError,
+    ProviderError,
+    ProviderUnavailableError,
+    StreamInterruptedError,
+)
 from ..models import ChatResponse, StreamChunk
 from ..providers.base import Provider
 from . import limits, routes
@@ -41,6 +46,8 @@ from .run import Run, elapsed_since
 __all__ = ["admit", "complete_op", "open_op", "plan"]
 
 Plan = Generator[Any, Any, ChatResponse]
+
+_EMPTY = "empty stream: the route's stream ended without any chunk"
 
 
 def plan(run: Run) -> Plan:
@@ -255,6 +262,8 @@ def _stream(
         while True:
             chunk: StreamChunk | None = buffered.pop(0) if buffered else (yield Next(chunks))
             if chunk is None:
+                if not assembler.chunks:  # whatever the route: never an empty answer
+                    raise ProviderUnavailableError(_EMPTY, route=route.name)
                 break
             assembler.add(chunk)
             run.delivered, run.delivered_text, run.delivered_tool_call = (

@@ -338,7 +338,7 @@ class OpenAICompatibleProvider(_Streams):
                 for raw in response.iter_bytes():
                     yield from state.feed(raw)
                     if state.done:
-                        return
+                        break
         except httpx.HTTPError as exc:
             if not state.status:  # no answer yet: the request may never have left
                 raise transport_error(exc, self.name, deadline) from exc
@@ -378,7 +378,7 @@ class OpenAICompatibleProvider(_Streams):
                 for chunk in state.feed(raw):
                     yield chunk
                 if state.done:
-                    return
+                    break
             state.check_ended()
         finally:
             with anyio.CancelScope(shield=True):

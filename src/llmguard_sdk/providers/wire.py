@@ -300,6 +300,7 @@ class StreamState:
         self.partial: list[str] = []
         self.delivered_tool_calls = False
         self.shown = False  # reasoning, a thinking block or a refusal's piece went out
+        self.chunks = 0  # given out so far (none at the end: an empty stream)
         self.status = 0
         self.headers: dict[str, str] = {}
         self._headers_given = False  # the first chunk carries the response headers
@@ -351,6 +352,7 @@ class StreamState:
 
     def delivering(self, chunk: StreamChunk) -> None:
         """Note what ``chunk``, about to go to the caller, delivers."""
+        self.chunks += 1
         if chunk.text:
             self.partial.append(chunk.text)
         if chunk.tool_calls:
@@ -423,15 +425,22 @@ class StreamState:
         return self.headers
 
     def check_ended(self) -> None:
-        """The body ended: fine after [DONE] (or a finish with nothing pending), else a cut."""
-        if self.done or (self.finished and not self.decoder.pending):
+        """The body ended, or its last event came: fine after [DONE] (or a finish with
+        nothing pending), else a cut; a stream that gave no chunk is no answer either, an
+        empty stream (as llama-cpp-python's server answers a stream request it failed
+        before it began, a prompt past its context among them; a plain call gets its 400)."""
+        cut = self.decoder.pending  # (an event begun: a cut, not an empty stream)
+        ended = self.done or (self.finished and not cut)
+        if not ended:  # the body may have ended inside its last event (no blank line after)
+            last = self.decoder.flush()
+            ended = last is not None and self.ends_stream(last.data)
+        if ended and self.chunks:
             return
-        last = self.decoder.flush()  # the body ended inside an event (no blank line after it)
-        if last is not None and self.ends_stream(last.data):
-            return
-        if time.monotonic() >= self.deadline:  # the watchdog ended it
+        if not ended and time.monotonic() >= self.deadline:  # the watchdog ended it
             raise self.timed_out()
-        raise self.failure(ProviderUnavailableError, "stream ended before it was complete")
+        if not ended and (self.chunks or cut):
+            raise self.failure(ProviderUnavailableError, "stream ended before it was complete")
+        raise self.failure(ProviderUnavailableError, "empty stream: it ended without any answer")
 
     def ends_stream(self, data: str) -> bool:
         """Whether an event's ``data`` is the stream's last event, one that carries nothing
