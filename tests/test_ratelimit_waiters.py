@@ -4,6 +4,7 @@ real Redis."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -20,6 +21,7 @@ from llmguard_sdk.ratelimit import (
     RateLimit,
     RedisRateLimiter,
 )
+from llmguard_sdk.ratelimit.policy import CellState, reserve_all
 from llmguard_sdk.store import hash_id
 from tests.conftest import RawRedis, RedisTarget, redis_store
 
@@ -97,6 +99,141 @@ def test_a_freed_slot_goes_to_the_call_waiting_for_it_not_to_a_later_one(
     assert limiter.reserve("r", max_wait=0).reason == "concurrency"  # it holds the slot
     limiter.settle("r", lease="waiter")
     assert limiter.reserve("r", max_wait=0).allowed  # nobody waits: a free slot is anyone's
+
+
+def ask_once(limiter: Any, lease: str, tenant: str | None = None) -> Grant | None:
+    """One ask of a call on ``r`` that may wait (its limits' ``max_wait``): its grant, or
+    None when it is queued for a slot (it keeps its place, and asks no more here)."""
+    step: Step[Grant] = limiter.reserve_steps("r", lease=lease, tenant=tenant)
+    reply: object = None
+    try:
+        request = step.send(reply)
+        if isinstance(request, Command):  # Redis: the ask's answer
+            request = step.send(_execute(request.store, [request])[0])
+    except StopIteration as finished:
+        grant: Grant = finished.value
+        return grant
+    step.close()  # (it would wait, then ask again)
+    return None
+
+
+def test_a_freed_slot_goes_to_the_call_that_has_waited_longest(
+    make: Callable[[LimitsConfig], Any],
+) -> None:
+    """Among the calls waiting for a slot, whichever asked first after it was freed took it
+    (in Redis, the waiter whose jittered pause happened to end first): a call could wait its
+    whole ``max_wait`` while later ones went. Now the one whose wait ends first goes (the
+    earliest, for calls allowed the same wait); the names sort the other way."""
+    limiter = make({"r": RateLimit(concurrency=1, max_wait=30)})
+    held = limiter.reserve("r")
+    assert held.allowed
+    assert ask_once(limiter, "z-first") is None
+    assert ask_once(limiter, "a-second") is None
+    limiter.settle("r", lease=held.lease)
+    assert ask_once(limiter, "a-second") is None  # it asks first: still the first's slot
+    grant = ask_once(limiter, "z-first")
+    assert grant is not None
+    assert (grant.allowed, grant.lease) == (True, "z-first")
+    limiter.settle("r", lease="z-first")
+    second = ask_once(limiter, "a-second")
+    assert second is not None
+    assert (second.allowed, second.lease) == (True, "a-second")
+
+
+def test_a_waiter_ahead_that_waits_for_another_limit_leaves_a_free_slot_to_the_next(
+    make: Callable[[LimitsConfig], Any],
+) -> None:
+    """A call ahead in the route's queue that also waits for its tenant's slot cannot take
+    the route's free one: at its next ask it steps out of that queue, and the call behind
+    it goes (else a tenant at its own cap would hold the route's slots from the others)."""
+    limiter = make(
+        {
+            "r": [
+                RateLimit(concurrency=2, max_wait=30),
+                RateLimit(concurrency=1, per_tenant=True, max_wait=30),
+            ]
+        }
+    )
+    busy, other = limiter.reserve("r", tenant="busy"), limiter.reserve("r", tenant="other")
+    assert busy.allowed
+    assert other.allowed
+    assert ask_once(limiter, "ahead", tenant="busy") is None  # both its limits full
+    assert ask_once(limiter, "behind", tenant="free") is None  # the route's full
+    limiter.settle("r", tenant="other", lease=other.lease)  # a route slot; busy's still held
+    assert ask_once(limiter, "behind", tenant="free") is None  # "ahead" has not asked yet
+    assert ask_once(limiter, "ahead", tenant="busy") is None  # it still waits for busy's
+    grant = ask_once(limiter, "behind", tenant="free")
+    assert grant is not None
+    assert grant.allowed
+    limiter.settle("r", tenant="busy", lease=busy.lease)  # its tenant's slot, and the route's
+    ahead = ask_once(limiter, "ahead", tenant="busy")
+    assert ahead is not None
+    assert ahead.allowed
+
+
+def test_waiters_are_served_in_the_order_they_came(make: Callable[[LimitsConfig], Any]) -> None:
+    """Threads that queued one after another for the one slot get it in that order, each
+    through the blocking entry point as a caller would wait."""
+    limiter = make({"r": RateLimit(concurrency=1, max_wait=20)})
+    held = limiter.reserve("r")
+    assert held.allowed
+    served: list[int] = []
+
+    def call(number: int) -> None:
+        grant = limiter.reserve("r", lease=f"w{9 - number}")  # (names: the other order)
+        assert grant.allowed
+        served.append(number)
+        time.sleep(0.02)
+        limiter.settle("r", lease=grant.lease)
+
+    threads = [threading.Thread(target=call, args=(number,)) for number in range(4)]
+    for count, thread in enumerate(threads, start=1):
+        thread.start()
+        deadline = time.monotonic() + 5
+        while in_queue(limiter) < count and time.monotonic() < deadline:
+            time.sleep(0.005)
+    limiter.settle("r", lease=held.lease)
+    for thread in threads:
+        thread.join(20)
+    assert served == [0, 1, 2, 3]
+
+
+def test_a_call_keeps_one_place_in_every_queue_it_waits_in() -> None:
+    """A call that waited on one limit's queue and then found another limit full too joined
+    it with the deadline of its ask (the wait left, on the limiter's clock: a little off its
+    first): two calls could each be ahead of the other on one of them, and wait for each
+    other until one gave up."""
+    route, tenant = RateLimit(concurrency=1, max_wait=30), RateLimit(concurrency=1, max_wait=30)
+    cells = [
+        (CellState(leases={"held": 100.0}, queue={"a": 40.0}), route),
+        (CellState(leases={"held": 100.0}), tenant),
+    ]
+    grant, after = reserve_all(cells, 20.0, call_id="a", max_wait=19.99)
+    assert grant.queued
+    assert [state.queue["a"] for state in after] == [40.0, 40.0]
+
+
+def test_a_call_keeps_one_place_in_every_redis_queue_it_waits_in(
+    redis_target: RedisTarget,
+) -> None:
+    """reserve.lua as the policy: the deadline it first joined a queue with, on each."""
+    store = redis_store(*redis_target("redis"))
+    client: RawRedis = store.client
+    try:
+        limit = RateLimit(concurrency=1, max_wait=30)
+        limiter = RedisRateLimiter(
+            store, {"r": [limit, dataclasses.replace(limit, per_tenant=True)]}
+        )
+        (route, _), (tenant, _) = limiter._cells("r", "t")
+        seconds, micros = client.time()
+        first = seconds + micros / 1e6 + 40  # (its first ask's deadline: 40 s from now)
+        client.zadd(route[1], {"a": first})
+        for leases in (route[2], tenant[2]):
+            client.zadd(leases, {"held": first + 100})
+        assert ask_once(limiter, "a", tenant="t") is None
+        assert client.zscore(route[1], "a") == client.zscore(tenant[1], "a") == first
+    finally:
+        store.close()
 
 
 def test_a_call_that_just_queued_waits_before_it_asks_again() -> None:

@@ -20,10 +20,11 @@ order, so waiting calls are served first-in first-out whatever their size, and t
 is a bound on the queue's length in time; ``max_queue`` also bounds it in calls (further
 calls are shed at once). A call refused for want of a free concurrency slot may wait too: it
 joins the queue and asks again (see the limiters); a slot freed meanwhile is left to the calls
-waiting for one, so later calls do not overtake them. A ``batch`` call leaves ``batch_headroom``
-of the burst to interactive calls: it only gets a slot that keeps that share free. Providers'
-own counters correct the state (:func:`learn`): fewer remaining units than ours, or a 429,
-move the TATs forward.
+waiting for one, so later calls do not overtake them, and among those to the one whose wait
+ends first (first come, first served for calls allowed the same wait). A ``batch`` call
+leaves ``batch_headroom`` of the burst to interactive calls: it only gets a slot that keeps
+that share free. Providers' own counters correct the state (:func:`learn`): fewer remaining
+units than ours, or a 429, move the TATs forward.
 
 Several limits can apply to one call (a route's and its tenant's): :func:`reserve_all`
 checks and debits them together, all or nothing. Each limit's state is a :class:`CellState`;
@@ -423,11 +424,18 @@ def _no_slot(
         queue_full = limit.max_queue is not None and len(state.queue) >= limit.max_queue
         if busy and queue_full and call_id not in state.queue:
             return Grant(False, CONCURRENCY_POLL, reason="queue"), [s for s, _ in cells]
+    # one place in every queue it waits in: the instant its wait ends, as it first joined
+    # one (a call waiting on several limits is in the same order on each: none waits for
+    # another that waits for it)
+    placed = [state.queue[call_id] for state in fresh if call_id in state.queue]
+    till = min(placed) if placed else now + patience
     result = []
     for state, busy in zip(fresh, full, strict=True):
         queue = dict(state.queue)
         if busy:
-            queue[call_id] = max(queue.get(call_id, 0.0), now + patience)
+            queue[call_id] = till
+        else:  # a slot is free for it here: the calls behind it may take it meanwhile
+            queue.pop(call_id, None)
         result.append(CellState(state.tats, state.leases, queue))
     return Grant(False, CONCURRENCY_POLL, reason="concurrency", queued=True), result
 

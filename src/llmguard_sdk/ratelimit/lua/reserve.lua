@@ -60,12 +60,14 @@ for c = 1, cells do
     local held = redis.call('ZCARD', leases)
     if redis.call('ZSCORE', leases, call) then held = held - 1 end
     -- a call not yet waiting for a slot leaves a free one to the calls that are (a later
-    -- call does not overtake them between their asks; a queued call holding a lease waits
-    -- for the rate, not for a slot)
+    -- call does not overtake them between their asks), a waiting call to those ahead of it
+    -- in the queue (whose wait ends first; ties: the smaller id); a queued call holding a
+    -- lease waits for the rate, not for a slot (as ratelimit._slots.slots_taken)
     local queue = KEYS[3 * c - 1]
     redis.call('ZREMRANGEBYSCORE', queue, '-inf', now)
-    if held < concurrency and not redis.call('ZSCORE', queue, call) then
-      for _, other in ipairs(redis.call('ZRANGE', queue, 0, -1)) do
+    local place = redis.call('ZRANK', queue, call)
+    if held < concurrency and place ~= 0 then
+      for _, other in ipairs(redis.call('ZRANGE', queue, 0, place and place - 1 or -1)) do
         if not redis.call('ZSCORE', leases, other) then held = held + 1 end
         if held >= concurrency then break end
       end
@@ -95,15 +97,24 @@ if any_full then
       end
     end
   end
+  -- one place in every queue it waits in: the instant its wait ends, as it first joined one
+  -- (a call waiting on several limits is in the same order on each: none waits for another
+  -- that waits for it)
+  local till
   for c = 1, cells do
+    local queue = KEYS[3 * c - 1]
+    redis.call('ZREMRANGEBYSCORE', queue, '-inf', now)  -- waits over (with or without max_queue)
+    local before = tonumber(redis.call('ZSCORE', queue, call))
+    if before and (not till or before < till) then till = before end
+  end
+  till = till or now + patience
+  for c = 1, cells do
+    local queue = KEYS[3 * c - 1]
     if full[c] then
-      local queue = KEYS[3 * c - 1]
-      local till = now + patience
-      local before = tonumber(redis.call('ZSCORE', queue, call))
-      if before and before > till then till = before end
-      redis.call('ZREMRANGEBYSCORE', queue, '-inf', now)  -- waits over (with or without max_queue)
       redis.call('ZADD', queue, till, call)
       expire_zset(queue)
+    else  -- a slot is free for it here: the calls behind it may take it meanwhile
+      redis.call('ZREM', queue, call)
     end
   end
   return {0, poll, '0', 'concurrency', '', 1}
