@@ -293,7 +293,7 @@ def test_contract_provider_counters_and_429s_bring_the_state_down(limiters: Limi
 
 def test_contract_waiting(limiters: Limiters) -> None:
     limiter = limiters.limiter
-    limiter.limits["w"] = (RateLimit(rpm=60, max_wait=2.5),)
+    limiter.set_limits("w", RateLimit(rpm=60, max_wait=2.5))
     started = time.monotonic()
     for _ in range(60):
         assert limiter.reserve("w").allowed

@@ -8,8 +8,8 @@ from __future__ import annotations
 import difflib
 import math
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, cast
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any, NoReturn, cast
 
 from .._callers import caller_level
 from .._ids import UniqueIds
@@ -23,6 +23,7 @@ __all__ = [
     "Rules",
     "check_args",
     "check_numbers",
+    "metered",
     "never_fits",
     "new_call_id",
     "normalize",
@@ -212,23 +213,101 @@ def wait_bound(rules: Sequence[RateLimit], max_wait: float | None) -> float:
 _UNKNOWN_KEYS_TOLD = 16  # keys without limits a limiter warns about, at most (then: no more)
 
 
+def metered(limit: RateLimit) -> tuple[float | None, ...]:
+    """What ``limit``'s TATs mean: its rates, ``period`` and ``burst``, each as a float
+    (``rpm=60`` and ``rpm=60.0`` are one limit). The rest (concurrency, waits, the queue,
+    leases) changes no TAT, so a limit replaced by one that meters the same keeps its state."""
+    meaning = (*limit.limits(), limit.period, limit.burst)
+    return tuple(None if value is None else float(value) for value in meaning)
+
+
+class _Limits(Mapping[str, tuple[RateLimit, ...]]):
+    """A limiter's limits per key, read-only: a key's are replaced with ``set_limits``,
+    which also moves what the limiter worked out from them (an item assigned here would
+    leave that behind: waits, lease names, a memory limiter's cells)."""
+
+    __slots__ = ("_rules",)
+
+    def __init__(self, rules: Rules) -> None:
+        self._rules = rules
+
+    def __getitem__(self, key: str) -> tuple[RateLimit, ...]:
+        return self._rules[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._rules)
+
+    def __len__(self) -> int:
+        return len(self._rules)
+
+    def __repr__(self) -> str:
+        return repr(self._rules)
+
+    def __setitem__(self, key: str, value: object) -> NoReturn:
+        _read_only(key)
+
+    def __delitem__(self, key: str) -> NoReturn:
+        _read_only(key)
+
+
+def _read_only(key: str) -> NoReturn:
+    """Refuse a change of ``key`` in a limiter's :class:`_Limits`, naming the way to make it."""
+    raise ConfigurationError(
+        f"a limiter's limits are read-only: limiter.set_limits({key!r}, RateLimit(...)) "
+        "replaces a key's limits (and what the limiter keeps for them)"
+    )
+
+
 class LimiterBase:
     """What both limiters share: the limits of each key."""
 
     def __init__(self, limits: LimitsConfig) -> None:
-        self.limits: Rules = normalize(limits)
+        self._rules: Rules = {}
+        self._limits = _Limits(self._rules)
         # per key, worked out once: the longest any of its limits lets a call wait, and
         # whether a call needs an id (a concurrency lease or a place in a queue)
-        self._patience = {
-            key: max(float(limit.max_wait) for limit in rules) for key, rules in self.limits.items()
-        }
-        self._named = {
-            key: any(
-                limit.concurrency is not None or limit.max_queue is not None for limit in rules
-            )
-            for key, rules in self.limits.items()
-        }
+        self._patience: dict[str, float] = {}
+        self._named: dict[str, bool] = {}
+        for key, rules in normalize(limits).items():
+            self._note(key, rules)
         self._unknown_keys: set[str] = set()  # those warned about (a bounded few)
+
+    @property
+    def limits(self) -> Mapping[str, tuple[RateLimit, ...]]:
+        """The limits of each key (read-only: :meth:`set_limits` replaces a key's)."""
+        return self._limits
+
+    def set_limits(self, key: str, limits: RateLimit | Sequence[RateLimit]) -> None:
+        """Replace ``key``'s limits (or give a key its first), checked as the limiter's
+        own are, on a limiter in use. The next calls on ``key`` meet the new limits; a limit
+        that meters differently (other rates, ``period`` or ``burst``) starts from a state
+        of its own, not from TATs worked out for the old one; the calls holding a
+        concurrency lease or waiting for a slot still count (they are in flight, or
+        waiting; a call already waiting for a slot waits on under the limits it asked
+        with). In Redis, only this process's limiter changes: see
+        :class:`~llmguard_sdk.ratelimit.RedisRateLimiter` on processes with different limits.
+
+        Raises:
+            ConfigurationError: ``key`` or ``limits`` are not a route name and a
+                :class:`~llmguard_sdk.ratelimit.RateLimit` (or several), or the limits can
+                never admit a call.
+
+        .. versionadded:: 0.2.0
+        """
+        self._replace(key, normalize({key: limits})[key])
+
+    def _replace(self, key: str, rules: tuple[RateLimit, ...]) -> None:
+        """Replace ``key``'s limits by ``rules`` (checked); limiters extend it to move what
+        they keep per limit."""
+        self._note(key, rules)
+
+    def _note(self, key: str, rules: tuple[RateLimit, ...]) -> None:
+        """Keep ``rules`` as ``key``'s limits, and what is worked out once from them."""
+        self._patience[key] = max(float(limit.max_wait) for limit in rules)
+        self._named[key] = any(
+            limit.concurrency is not None or limit.max_queue is not None for limit in rules
+        )
+        self._rules[key] = rules
 
     def _configured(self, key: str) -> None:
         """Warn (:class:`~llmguard_sdk.RateLimitConfigWarning`) the first time a caller asks
@@ -238,12 +317,12 @@ class LimiterBase:
         not at all for a limiter without limits. The public entry points ask; the Guard,
         which only reserves on routes with limits, goes to the private steps."""
         told = self._unknown_keys
-        if not self.limits or key in self.limits or key in told:
+        if not self._rules or key in self._rules or key in told:
             return
         if len(told) >= _UNKNOWN_KEYS_TOLD:
             return
         told.add(key)
-        known = sorted(self.limits)
+        known = sorted(self._rules)
         close = difflib.get_close_matches(str(key), known, n=1)
         hint = f"did you mean {close[0]!r}? " if close else ""
         more = f" and {len(known) - 8} more" if len(known) > 8 else ""
@@ -270,4 +349,4 @@ class LimiterBase:
 
     def rules(self, key: str) -> tuple[RateLimit, ...]:
         """The limits that apply on ``key`` (empty: none)."""
-        return self.limits.get(key, ())
+        return self._rules.get(key, ())

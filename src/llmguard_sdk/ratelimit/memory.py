@@ -17,7 +17,7 @@ from typing_extensions import Unpack
 from .._state.recent import Recent
 from .._state.steps import Call, Step, in_place
 from .._state.stores import hash_id
-from ._rules import LimiterBase, LimitsConfig, check_args
+from ._rules import LimiterBase, LimitsConfig, check_args, metered
 from .policy import (
     CONCURRENCY_POLL,
     CellState,
@@ -57,7 +57,8 @@ class MemoryRateLimiter(LimiterBase):
     ``limits`` maps a key to one :class:`~llmguard_sdk.ratelimit.RateLimit` or several that
     all apply (a route's own and a per-tenant one, say). Keys without limits always pass;
     the first time one is asked for, a :class:`~llmguard_sdk.RateLimitConfigWarning` says so
-    (a misspelt key would leave its limits unapplied).
+    (a misspelt key would leave its limits unapplied). ``limits`` is read-only afterwards:
+    :meth:`set_limits` replaces a key's.
     """
 
     def __init__(
@@ -75,6 +76,25 @@ class MemoryRateLimiter(LimiterBase):
         # per-tenant token cells with calls that may still settle on them (a debit on a
         # forgotten cell would be lost): how many, and until when at the latest (their leases)
         self._held: dict[CellKey, tuple[int, float]] = {}
+
+    def _replace(self, key: str, rules: tuple[RateLimit, ...]) -> None:
+        """:meth:`set_limits`, under the lock: ``key``'s cells are found afresh; one whose
+        limit meters differently starts from no TATs (its leases and queue kept: calls in
+        flight and waiting, as in Redis); one of a limit gone, or now per tenant or no
+        longer, is dropped (nothing reads it any more)."""
+        with self._lock:
+            before = self.rules(key)
+            super()._replace(key, rules)
+            self._recent_keys = Recent(self._cells_of, _RECENT_KEYS)
+            for name in [name for name in self._cells if name[0] == key]:
+                index = name[1]
+                old, new = before[index], rules[index] if index < len(rules) else None
+                if new is None or new.per_tenant != old.per_tenant:
+                    del self._cells[name]
+                    self._held.pop(name, None)
+                elif metered(new) != metered(old):
+                    state = self._cells[name]
+                    self._cells[name] = CellState(leases=state.leases, queue=state.queue)
 
     def _keys(self, key: str, tenant: str | None) -> _Cells:
         return self._recent_keys((key, tenant))

@@ -26,7 +26,7 @@ from typing_extensions import Unpack
 
 from .._state.steps import Pause, Step, entry_points
 from .._state.stores import Outage, RedisScripts, RedisStore, hash_id, lua, redis_errors
-from ._rules import LimiterBase, LimitsConfig, check_args, new_call_id, wait_bound
+from ._rules import LimiterBase, LimitsConfig, check_args, metered, new_call_id, wait_bound
 from .memory import MemoryRateLimiter
 from .policy import CONCURRENCY_POLL, Grant, LearnArgs, RateLimit, ReserveArgs, SettleArgs
 
@@ -67,16 +67,21 @@ class RedisRateLimiter(LimiterBase):
         self.clock_offset = 0.0
         self._store = store
         self._scripts = RedisScripts(store, _RESERVE, _SETTLE, _LEARN, once=(0, 1))
-        self._fallback = MemoryRateLimiter(
-            {
-                key: tuple(share_of(limit, store.local_share) for limit in rules)
-                for key, rules in self.limits.items()
-            }
-        )
+        self._fallback = MemoryRateLimiter({})  # (its limits: shares of these, below)
         self._outage = Outage("rate limits", "limiting per process", store)
         self._fell_back = False  # whether the process's own share ever granted a call
         # per key: its limits, and each one's key base and the hash of what its TATs mean
         self._bases: dict[str, tuple[tuple[RateLimit, ...], _Bases]] = {}
+        for key, rules in list(self.limits.items()):
+            self._replace(key, rules)
+
+    def _replace(self, key: str, rules: tuple[RateLimit, ...]) -> None:
+        """:meth:`set_limits`: the fallback's share of the new limits too. The new limits'
+        keys follow from them (:meth:`_layout`): a limit that meters differently has TATs
+        of its own (the old ones lapse), the queue and the leases are the route's."""
+        super()._replace(key, rules)
+        share = self._store.local_share
+        self._fallback._replace(key, tuple(share_of(limit, share) for limit in rules))
 
     def _layout(self, key: str) -> _Bases:
         """Each limit of ``key``: its keys' base, the hash of what its TATs mean, the limit
@@ -98,12 +103,12 @@ class RedisRateLimiter(LimiterBase):
         self, key: str, tenant: str | None, *, route_only: bool = False
     ) -> list[tuple[list[str], RateLimit]]:
         found = []
-        for base, metered, limit in self._layout(key):
+        for base, meaning, limit in self._layout(key):
             if limit.per_tenant:
                 if route_only:
                     continue
                 base = f"{base}:t:{hash_id(tenant or '')}"
-            found.append(([f"{base}:{metered}", base + ":q", base + ":c"], limit))
+            found.append(([f"{base}:{meaning}", base + ":q", base + ":c"], limit))
         return found
 
     def _reserve_call(
@@ -290,11 +295,8 @@ class RedisRateLimiter(LimiterBase):
 
 
 def _metered(limit: RateLimit) -> str:
-    """A hash of what ``limit``'s TATs mean: its rates, ``period`` and ``burst`` (each as a
-    float: ``rpm=60`` and ``rpm=60.0`` are one limit). The rest (concurrency, waits, the
-    queue, leases) changes no TAT."""
-    meaning = (*limit.limits(), limit.period, limit.burst)
-    return hash_id(repr(tuple(None if value is None else float(value) for value in meaning)))
+    """A hash of what ``limit``'s TATs mean (:func:`~._rules.metered`), for their key's name."""
+    return hash_id(repr(metered(limit)))
 
 
 def share_of(limit: RateLimit, share: float) -> RateLimit:
