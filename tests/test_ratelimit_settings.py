@@ -4,6 +4,7 @@ has no limits for."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import warnings
 from collections.abc import Callable
@@ -148,13 +149,82 @@ def test_a_token_limit_with_room_for_the_output_reservation_is_quiet(
                 "primary": [
                     RateLimit(tpm=1300),  # a batch call's 80 %: 1,040 of room
                     RateLimit(output_tpm=2000, per_tenant=True),
-                    # input tokens (no output reserved); rpm=1: no batch call fits, whatever
-                    # its output (not this warning's)
-                    RateLimit(rpm=1, input_tpm=500),
+                    # input tokens (no output reserved); batch_headroom=0: a batch call
+                    # fits rpm=1 too (else it warns: see test_ratelimit_limits.py)
+                    RateLimit(rpm=1, input_tpm=500, batch_headroom=0),
                 ]
             },
         )
     assert guard.chat(USER, max_tokens=5).route == "primary"
+
+
+# -- a request rate without room for a batch call ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("limit", "says", "fixed"),
+    [
+        (RateLimit(rpm=1), r"room for 0\.8 of a request.*batch_headroom=0,", 0.0),
+        (
+            RateLimit(rpm=6, burst=0.2),
+            r"rpm=6 with burst=0\.2 .*room for 0\.96 .*batch_headroom=0\.166 or less",
+            0.166,
+        ),
+        (RateLimit(rpm=10, burst=0.1, batch_headroom=0.5), r"room for 0\.5 of a", 0.0),
+    ],
+    ids=["rpm=1", "burst", "headroom"],
+)
+def test_a_request_rate_without_room_for_a_batch_call_warns(
+    limit: RateLimit, says: str, fixed: float, redis_url: str, redis_prefix: str
+) -> None:
+    """rpm x burst x (1 - batch_headroom) < 1: every batch call was refused as never
+    fitting, without a word before (interactive calls fit). Once per limiter (the Redis
+    limiter's own share of it, for an outage, says nothing more), at the caller's line."""
+    store = redis_store(redis_url, redis_prefix, local_share=1.0)
+    try:
+        for build in (MemoryRateLimiter, lambda limits: RedisRateLimiter(store, limits)):
+            with pytest.warns(
+                RateLimitConfigWarning, match=r"rate_limits\['r'\]: .*" + says
+            ) as found:
+                limiter = build({"r": limit})
+            assert len(found) == 1
+            assert found[0].filename == __file__
+            assert limiter.reserve("r", priority="batch").reason == "never"
+            assert limiter.reserve("r").allowed
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # what the warning suggests is quiet, and fits
+            limiter = MemoryRateLimiter({"r": dataclasses.replace(limit, batch_headroom=fixed)})
+        assert limiter.reserve("r", priority="batch").allowed
+    finally:
+        store.close()
+
+
+def test_a_guards_route_without_room_for_a_batch_call_warns_when_it_is_built(
+    fake: FakeProvider,
+) -> None:
+    """The output reservation's warning says nothing of such a limit (one request is already
+    too many for a batch call): this one does."""
+    route = OpenAICompatibleProvider(fake.base_url, model=fake.model, name="primary")
+    with pytest.warns(RateLimitConfigWarning, match=r"rate_limits\['primary'\]: rpm=1 ") as found:
+        guard = Guard([route], rate_limits={"primary": RateLimit(rpm=1, input_tpm=500)}, environ={})
+    guard.close()
+    assert len(found) == 1
+    assert found[0].filename == __file__
+
+
+def test_a_request_rate_with_room_for_a_batch_call_is_quiet(
+    redis_url: str, redis_prefix: str
+) -> None:
+    store = redis_store(redis_url, redis_prefix, local_share=0.25)  # (shares of rpm=2: 1)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            limits = {"r": [RateLimit(rpm=2), RateLimit(rpm=60, burst=1 / 48)]}  # 1.6, 1.0
+            MemoryRateLimiter(limits)
+            limiter = RedisRateLimiter(store, limits)
+        assert limiter.reserve("r", priority="batch").allowed
+    finally:
+        store.close()
 
 
 # -- a standalone limiter asked for a key it has no limits for --------------------------------

@@ -510,8 +510,9 @@ class RetryMultiplicationWarning(UserWarning):
 class RateLimitConfigWarning(UserWarning):
     """Rate limits set up so that they will not do what was likely meant: a route's token
     limit too small for the output a call without ``max_tokens`` reserves (every such call
-    is refused), or a standalone limiter asked for a key it has no limits for (a misspelt
-    key passes every call).
+    is refused), a request rate whose burst less ``batch_headroom`` holds less than one
+    request (every ``batch`` call is refused), or a standalone limiter asked for a key it
+    has no limits for (a misspelt key passes every call).
 
     .. versionadded:: 0.2.0
     """

@@ -70,7 +70,33 @@ def _admits_a_request(key: str, limit: RateLimit) -> None:
         raise ConfigurationError(
             f"rate_limits[{key!r}]: rpm={rpm:g} with burst={limit.burst:g} has room for "
             f"{rpm * limit.burst:.3g} of a request, so no call ever fits (rpm x burst must be "
-            f"at least 1); one request every {every:g} s is rpm=1, period={every:g}, burst=1"
+            f"at least 1); one request every {every:g} s is rpm=1, period={every:g}, burst=1 "
+            "(and batch_headroom=0 for batch calls to fit too)"
+        )
+
+
+def _warn_unfit_batches(key: str, rules: Sequence[RateLimit]) -> None:
+    """A request rate whose burst less ``batch_headroom`` holds less than one request
+    refuses every ``batch`` call (interactive calls fit): warn
+    (:class:`~llmguard_sdk.RateLimitConfigWarning`), once per limit, when a limiter is given
+    it (not when a Guard only reads its ``rate_limits``, nor for a process's share)."""
+    for limit in rules:
+        rpm = limit.rpm
+        if rpm is None or limit._ceilings[0]:
+            continue
+        room = rpm * limit.burst  # (at least 1: normalize)
+        batch = room * (1 - limit.batch_headroom)
+        if batch >= 1 - 1e-9:
+            continue
+        most = math.floor((1 - 1 / room) * 1000) / 1000  # (rounded down: it still fits)
+        headroom = f"batch_headroom={most:g} or less" if most > 0 else "batch_headroom=0"
+        warnings.warn(
+            f"rate_limits[{key!r}]: rpm={rpm:g} with burst={limit.burst:g} leaves batch calls "
+            f"(batch_headroom={limit.batch_headroom:g}) room for {batch:.3g} of a request, so "
+            "every call with priority='batch' is refused as never fitting (interactive calls "
+            f"fit); set {headroom}, or a larger rpm or burst",
+            RateLimitConfigWarning,
+            stacklevel=caller_level(),
         )
 
 
@@ -269,6 +295,7 @@ class LimiterBase:
         self._patience: dict[str, float] = {}
         self._named: dict[str, bool] = {}
         for key, rules in normalize(limits).items():
+            _warn_unfit_batches(key, rules)
             self._note(key, rules)
         self._unknown_keys: set[str] = set()  # those warned about (a bounded few)
 
@@ -292,9 +319,15 @@ class LimiterBase:
                 :class:`~llmguard_sdk.ratelimit.RateLimit` (or several), or the limits can
                 never admit a call.
 
+        Warns:
+            RateLimitConfigWarning: as when the limiter is built, for a request rate with no
+                room for a ``batch`` call.
+
         .. versionadded:: 0.2.0
         """
-        self._replace(key, normalize({key: limits})[key])
+        rules = normalize({key: limits})[key]
+        _warn_unfit_batches(key, rules)
+        self._replace(key, rules)
 
     def _replace(self, key: str, rules: tuple[RateLimit, ...]) -> None:
         """Replace ``key``'s limits by ``rules`` (checked); limiters extend it to move what
