@@ -12,7 +12,7 @@ import contextlib
 import re
 from collections.abc import Mapping
 
-from ._state.stores import _redacted
+from ._state.urls import redacted_url
 from .errors import ConfigurationError
 
 __all__ = ["CREDENTIAL_HEADER", "EMBEDDED", "REFERENCE", "read_references", "redacted"]
@@ -38,7 +38,7 @@ def redacted(url: str) -> str:
         return f"{sign}{name}=***"
 
     with contextlib.suppress(ValueError):  # (not a URL urlsplit reads: its query still)
-        url = _redacted(url)
+        url = redacted_url(url)
     return _QUERY_PARAMETER.sub(parameter, url)
 
 

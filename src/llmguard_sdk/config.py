@@ -96,9 +96,9 @@ def _warn_misspelled(env: Mapping[str, str], known: frozenset[str]) -> None:
 def _bad_store(store: str) -> str | None:
     """What is wrong with ``store`` as a store the Guard opens (``memory`` or a Redis URL),
     or None. The value is not repeated: a URL may hold a password."""
-    from ._state.stores import _CLUSTER_SCHEMES, _REDIS_SCHEMES
+    from ._state.urls import CLUSTER_SCHEMES, REDIS_SCHEMES
 
-    schemes = (*_REDIS_SCHEMES, *_CLUSTER_SCHEMES)
+    schemes = (*REDIS_SCHEMES, *CLUSTER_SCHEMES)
     if store.strip().lower() != "memory" and urlsplit(store.strip()).scheme not in schemes:
         return f"must be 'memory' or a URL of {', '.join(schemes)}"
     return None

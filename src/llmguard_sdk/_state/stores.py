@@ -15,24 +15,36 @@ import math
 import os
 import re
 import threading
-import weakref
-from collections.abc import Callable, Collection, Mapping, Sequence
-from importlib import resources
 from typing import TYPE_CHECKING, Any, Literal, cast
-from urllib.parse import parse_qs, parse_qsl, unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from .._loops import PerLoop
 from ..errors import ConfigurationError
 from . import turns
 from .connections import bound_async_cluster, bounded_pool, sent_once, waiting_pool
 from .health import Outage, RedisHealth
-from .once import marked, wrapped
-from .steps import Command
+from .scripts import RedisScripts, lua
+from .urls import (
+    CLUSTER_QUERY_OPTIONS,
+    CLUSTER_SCHEMES,
+    FLAGS,
+    MAX_CONNECTIONS,
+    MAX_SOCKET_TIMEOUT,
+    POOL_OPTIONS,
+    QUERY_OPTIONS,
+    REDIS_SCHEMES,
+    TLS_OPTIONS,
+    TLS_QUERY_OPTIONS,
+    check_query,
+    check_url_options,
+    is_number,
+    is_whole,
+    redacted_url,
+)
 
 if TYPE_CHECKING:
     import redis
     import redis.asyncio
-    from redis.commands.core import AsyncScript, Script
 
 __all__ = [
     "MemoryStore",
@@ -50,10 +62,6 @@ __all__ = [
 
 logger = logging.getLogger("llmguard_sdk")
 _SAFE_PART = re.compile(r"^[A-Za-z0-9_.-]+$")
-_REDIS_SCHEMES = ("redis", "rediss", "unix")
-_CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
-# the pool options a Redis URL's query may set (over the keywords)
-_POOL_OPTIONS = ("socket_timeout", "socket_connect_timeout", "timeout", "max_connections")
 
 
 @functools.cache
@@ -107,67 +115,6 @@ class MemoryStore(Store):
 
     def __repr__(self) -> str:
         return "MemoryStore()"
-
-
-_MAX_SOCKET_TIMEOUT = 3600.0  # a socket timeout past ~1e10 s overflows the platform's time_t
-# Redis's own default maxclients; redis-py's blocking pool fills a queue with a slot per
-# connection when it is built (10**9: most of an hour, gigabytes)
-_MAX_CONNECTIONS = 10_000
-
-
-def _number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _whole(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-_TLS_OPTIONS = ("ssl_cert_reqs", "ssl_ca_certs", "ssl_certfile", "ssl_keyfile")
-_FLAGS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
-
-
-def _whole_text(low: int) -> Callable[[str], bool]:
-    return lambda text: text.isascii() and text.isdigit() and int(text) >= low
-
-
-# What a Redis URL's query may set, each with a check of its text; redis-py passes any name
-# it does not know on to its connection class (a TypeError at the first command), and
-# reads a flag that is no flag as true. The pool options' ranges: _check_url_options.
-_QUERY_OPTIONS: dict[str, Callable[[str], bool]] = {
-    **dict.fromkeys(_POOL_OPTIONS, lambda text: True),
-    "db": _whole_text(0),
-    "health_check_interval": _whole_text(0),  # seconds; 0: no check
-    "socket_keepalive": lambda text: text.lower() in _FLAGS,
-    **dict.fromkeys(("client_name", "username", "password"), lambda text: True),
-}
-_TLS_QUERY_OPTIONS: dict[str, Callable[[str], bool]] = {
-    **dict.fromkeys(_TLS_OPTIONS, lambda text: True),
-    "ssl_check_hostname": lambda text: text.lower() in _FLAGS,
-}
-_CLUSTER_QUERY_OPTIONS = {name: _QUERY_OPTIONS[name] for name in _POOL_OPTIONS}
-
-
-def _check_query(query: str, known: Mapping[str, Callable[[str], bool]]) -> None:
-    """Raise ValueError for an option of a Redis URL's ``query`` not in ``known``, or whose
-    text its check refuses: at once, naming it, rather than at the first command."""
-    for name, text in parse_qsl(query):
-        check = known.get(name)
-        if check is None:
-            takes = ", ".join(sorted(known))
-            raise ValueError(f"unknown option {name!r} in the URL's query (it takes {takes})")
-        if not check(text.strip()):
-            raise ValueError(f"option {name}={text!r} in the URL's query is out of range")
-
-
-def _check_url_options(options: dict[str, Any]) -> None:
-    """Raise ValueError for pool options of a Redis URL's query that the keywords refuse."""
-    for name in ("socket_timeout", "socket_connect_timeout", "timeout"):
-        seconds = options.get(name)
-        if seconds is not None and not 0 < seconds <= _MAX_SOCKET_TIMEOUT:
-            raise ValueError(f"{name} must be in (0, {_MAX_SOCKET_TIMEOUT:g}] seconds")
-    if not 1 <= options.get("max_connections", 1) <= _MAX_CONNECTIONS:
-        raise ValueError(f"max_connections must be in [1, {_MAX_CONNECTIONS}]")
 
 
 class RedisStore(Store):
@@ -232,17 +179,17 @@ class RedisStore(Store):
         if pool_timeout is not None:  # (None: one attempt, see _pool_options)
             waits["pool_timeout"] = pool_timeout
         for name, seconds in waits.items():
-            if not (_number(seconds) and 0 < seconds <= _MAX_SOCKET_TIMEOUT):
+            if not (is_number(seconds) and 0 < seconds <= MAX_SOCKET_TIMEOUT):
                 raise ConfigurationError(
-                    f"{name} must be a number of seconds in (0, {_MAX_SOCKET_TIMEOUT:g}]"
+                    f"{name} must be a number of seconds in (0, {MAX_SOCKET_TIMEOUT:g}]"
                 )
-        if not (_whole(max_connections) and 1 <= max_connections <= _MAX_CONNECTIONS):
+        if not (is_whole(max_connections) and 1 <= max_connections <= MAX_CONNECTIONS):
             raise ConfigurationError(
-                f"max_connections must be a whole number in [1, {_MAX_CONNECTIONS}]"
+                f"max_connections must be a whole number in [1, {MAX_CONNECTIONS}]"
             )
-        if not (_number(local_share) and 0 < local_share <= 1):
+        if not (is_number(local_share) and 0 < local_share <= 1):
             raise ConfigurationError("local_share must be in (0, 1]")
-        if not (_number(retry_pause) and 0 < retry_pause <= 30):
+        if not (is_number(retry_pause) and 0 < retry_pause <= 30):
             raise ConfigurationError("retry_pause must be in (0, 30] seconds")
         if not (journal_dir is None or isinstance(journal_dir, (str, os.PathLike))):
             raise ConfigurationError(f"journal_dir must be a path or None, got {journal_dir!r}")
@@ -266,10 +213,10 @@ class RedisStore(Store):
         self.health = RedisHealth(float(retry_pause), **times)  # (a connection, then an answer)
 
     def _check_url(self, url: str) -> None:
-        if urlsplit(url).scheme not in _REDIS_SCHEMES:
+        if urlsplit(url).scheme not in REDIS_SCHEMES:
             raise ConfigurationError(
                 "store must be 'memory', a redis://, rediss:// or unix:// URL, or a "
-                f"redis+cluster:// URL, got {_redacted(url)!r}"
+                f"redis+cluster:// URL, got {redacted_url(url)!r}"
             )
 
     def _setup(self) -> None:
@@ -282,17 +229,19 @@ class RedisStore(Store):
         from redis.connection import parse_url
 
         parts = urlsplit(self.url)
-        known = {**_QUERY_OPTIONS, **(_TLS_QUERY_OPTIONS if parts.scheme == "rediss" else {})}
+        known = {**QUERY_OPTIONS, **(TLS_QUERY_OPTIONS if parts.scheme == "rediss" else {})}
         try:  # more callers than connections wait for one (bounded), not "Redis down"
-            _check_query(parts.query, known)
+            check_query(parts.query, known)
             self._take_url_options(parse_url(self.url))  # type: ignore[no-untyped-call]
             options = {**self._pool_options(), **sent_once(self.url, asynchronous=False)}
             self._pool = waiting_pool(False).from_url(self.url, **options)
         except ValueError as exc:
-            raise ConfigurationError(f"bad Redis URL {_redacted(self.url)!r}: {exc}") from None
+            raise ConfigurationError(f"bad Redis URL {redacted_url(self.url)!r}: {exc}") from None
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(url={_redacted(self.url)!r}, key_prefix={self.key_prefix!r})"
+        return (
+            f"{type(self).__name__}(url={redacted_url(self.url)!r}, key_prefix={self.key_prefix!r})"
+        )
 
     @property
     def client(self) -> redis.Redis:
@@ -318,8 +267,8 @@ class RedisStore(Store):
     def _take_url_options(self, url_options: dict[str, Any]) -> None:
         """The pool options of the URL's query win over the keywords (after the same
         checks): the one path by which a standalone and a cluster store settle them."""
-        _check_url_options(url_options)
-        self._options.update({k: url_options[k] for k in _POOL_OPTIONS if k in url_options})
+        check_url_options(url_options)
+        self._options.update({k: url_options[k] for k in POOL_OPTIONS if k in url_options})
 
     @property
     def pool_timeout(self) -> float:
@@ -417,9 +366,9 @@ class RedisClusterStore(RedisStore):
     resends = True  # redis-py's cluster client and its pipeline re-send (see _state.once)
 
     def _check_url(self, url: str) -> None:
-        if urlsplit(url).scheme not in _CLUSTER_SCHEMES:
+        if urlsplit(url).scheme not in CLUSTER_SCHEMES:
             raise ConfigurationError(
-                f"a cluster store needs a redis+cluster:// URL, got {_redacted(url)!r}"
+                f"a cluster store needs a redis+cluster:// URL, got {redacted_url(url)!r}"
             )
 
     def _setup(self) -> None:
@@ -430,21 +379,21 @@ class RedisClusterStore(RedisStore):
             host, _, port = item.strip().rpartition(":")
             if not host or not (port.isascii() and port.isdigit() and int(port) <= 65535):
                 raise ConfigurationError(
-                    f"bad Redis Cluster URL {_redacted(self.url)!r}: nodes are host:port"
+                    f"bad Redis Cluster URL {redacted_url(self.url)!r}: nodes are host:port"
                 )
             nodes.append((host.strip("[]"), int(port)))
         if parts.path.strip("/") not in ("", "0"):
             raise ConfigurationError("Redis Cluster has only database 0")
         from redis.connection import parse_url
 
-        tls = _TLS_QUERY_OPTIONS if parts.scheme == "rediss+cluster" else {}
+        tls = TLS_QUERY_OPTIONS if parts.scheme == "rediss+cluster" else {}
         try:  # the query's pool options, as a standalone store takes them
-            _check_query(parts.query, {**_CLUSTER_QUERY_OPTIONS, **tls})
+            check_query(parts.query, {**CLUSTER_QUERY_OPTIONS, **tls})
             query = parse_url(f"redis://localhost/?{parts.query}")  # type: ignore[no-untyped-call]
             self._take_url_options(query)
         except ValueError as exc:
             raise ConfigurationError(
-                f"bad Redis Cluster URL {_redacted(self.url)!r}: {exc}"
+                f"bad Redis Cluster URL {redacted_url(self.url)!r}: {exc}"
             ) from None
         self._nodes = nodes
         options = self._options
@@ -456,10 +405,10 @@ class RedisClusterStore(RedisStore):
         if parts.scheme == "rediss+cluster":
             options["ssl"] = True
             for name, values in parse_qs(parts.query).items():
-                if name in _TLS_OPTIONS:
+                if name in TLS_OPTIONS:
                     options[name] = values[-1]
                 elif name == "ssl_check_hostname":
-                    options[name] = _FLAGS[values[-1].strip().lower()]
+                    options[name] = FLAGS[values[-1].strip().lower()]
 
     def _cluster_options(self) -> dict[str, Any]:
         # One retry (a refreshed slot map after a failover), no backoff: the store's own
@@ -515,57 +464,6 @@ class RedisClusterStore(RedisStore):
         pass  # the cluster client owns its node pools; close() released them
 
 
-def lua(module: str, name: str) -> str:
-    """The text of the Lua script ``lua/<name>.lua`` beside ``module`` (its ``__name__``)."""
-    package = module.rpartition(".")[0]
-    return resources.files(package).joinpath(f"lua/{name}.lua").read_text(encoding="utf-8")
-
-
-class RedisScripts:
-    """Lua scripts of one backend, registered on the store's sync client on first use, and
-    once per event loop's async client (creating no connection before a script runs).
-
-    The scripts numbered in ``once`` change state: on a store whose client may send a
-    command again (:attr:`RedisStore.resends`), each of their commands runs once and a
-    re-send gets the first reply (:mod:`._state.once`); they are sent as commands only."""
-
-    def __init__(self, store: RedisStore, *sources: str, once: Collection[int] = ()) -> None:
-        self._store = store
-        self._once = frozenset(once) if store.resend_seconds > 0 else frozenset()
-        sources = tuple(wrapped(s) if i in self._once else s for i, s in enumerate(sources))
-        self._sources = sources
-        self._shas = [hashlib.sha1(s.encode("utf-8")).hexdigest() for s in sources]
-        self._sync: tuple[redis.Redis, list[Script]] | None = None
-        self._async: weakref.WeakKeyDictionary[redis.asyncio.Redis, list[AsyncScript]] = (
-            weakref.WeakKeyDictionary()
-        )
-
-    def sync(self, index: int) -> Script:
-        """Script number ``index`` for the sync client."""
-        client = self._store.client
-        registered = self._sync
-        if registered is None or registered[0] is not client:
-            registered = self._sync = (client, [client.register_script(s) for s in self._sources])
-        return registered[1][index]
-
-    def aio(self, index: int) -> AsyncScript:
-        """Script number ``index`` for the running event loop's async client."""
-        client = self._store.aclient
-        scripts = self._async.get(client)
-        if scripts is None:
-            scripts = self._async[client] = [client.register_script(s) for s in self._sources]
-        return scripts[index]
-
-    def command(self, index: int, keys: Sequence[str], args: Sequence[Any] = ()) -> Command:
-        """Script number ``index`` with ``keys`` and ``args``, as a :class:`Command` for a
-        :class:`Batch` (nothing is sent yet)."""
-        if index in self._once:
-            keys, args = marked(self._store, keys, args)
-        return Command(
-            self._store, self._sources[index], self._shas[index], tuple(keys), tuple(args)
-        )
-
-
 def open_store(spec: str | Store, *, key_prefix: str = "llmguard", **options: Any) -> Store:
     """A store from ``"memory"``, a Redis URL (``redis+cluster://`` for Redis Cluster), or an
     existing :class:`Store`; ``options`` go to :class:`RedisStore`."""
@@ -578,16 +476,6 @@ def open_store(spec: str | Store, *, key_prefix: str = "llmguard", **options: An
     if spec.strip().lower() == "memory":
         return MemoryStore(key_prefix)
     url = spec.strip()
-    if urlsplit(url).scheme in _CLUSTER_SCHEMES:
+    if urlsplit(url).scheme in CLUSTER_SCHEMES:
         return RedisClusterStore(url, key_prefix=key_prefix, **options)
     return RedisStore(url, key_prefix=key_prefix, **options)
-
-
-def _redacted(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.password:
-        url = url.replace(f":{parts.password}@", ":***@")
-    return _QUERY_PASSWORD.sub(r"\1***", url)  # redis-py takes ?password=... too
-
-
-_QUERY_PASSWORD = re.compile(r"([?&]password=)[^&#]*", re.IGNORECASE)

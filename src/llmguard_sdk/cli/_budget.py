@@ -15,7 +15,7 @@ import datetime as dt
 import json
 import sys
 
-from .._state.stores import _redacted
+from .._state.urls import redacted_url
 from ..budget.control import status_row
 from ..budget.redis import RedisBudgetBackend
 from ..errors import BudgetUnavailableError
@@ -50,7 +50,7 @@ def _run_status(args: argparse.Namespace) -> int:
         ]
     except (redis.RedisError, BudgetUnavailableError) as exc:
         print(
-            f"llmguard budget: Redis at {_redacted(args.store)} did not answer: {exc}",
+            f"llmguard budget: Redis at {redacted_url(args.store)} did not answer: {exc}",
             file=sys.stderr,
         )
         return 1

@@ -88,13 +88,13 @@ def redis_store(args: argparse.Namespace) -> RedisStore:
     ``open_store``'s said ``memory`` was one."""
     from urllib.parse import urlsplit
 
-    from .._state.stores import _CLUSTER_SCHEMES, _REDIS_SCHEMES, _redacted
+    from .._state.urls import CLUSTER_SCHEMES, REDIS_SCHEMES, redacted_url
     from ..store import RedisStore, open_store
 
-    if urlsplit(args.store.strip()).scheme not in (*_REDIS_SCHEMES, *_CLUSTER_SCHEMES):
+    if urlsplit(args.store.strip()).scheme not in (*REDIS_SCHEMES, *CLUSTER_SCHEMES):
         raise ConfigurationError(
             "--store: the URL of the Redis the Guards share (redis://, rediss://, unix://, "
-            f"redis+cluster:// or rediss+cluster://), got {_redacted(args.store)!r}"
+            f"redis+cluster:// or rediss+cluster://), got {redacted_url(args.store)!r}"
         )
     store = open_store(args.store, key_prefix=args.prefix)  # (a bad Redis URL: its error)
     assert isinstance(store, RedisStore)  # (a Redis scheme: a RedisStore or a cluster's)

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from .._state.stores import _redacted
+from .._state.urls import redacted_url
 from ..errors import CanaryNotFoundError, ConfigurationError, ReleaseConflictError
 from ._command import Command, Group, redis_store
 
@@ -69,7 +69,7 @@ def _run(args: argparse.Namespace, action: str) -> int:
         return 1
     except redis.RedisError as exc:
         print(
-            f"llmguard release: Redis at {_redacted(args.store)} did not answer: {exc}",
+            f"llmguard release: Redis at {redacted_url(args.store)} did not answer: {exc}",
             file=sys.stderr,
         )
         return 1

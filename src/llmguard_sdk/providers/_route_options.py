@@ -15,9 +15,9 @@ __all__ = ["async_library", "check_count", "header_safe", "shown"]
 
 def shown(url: str) -> str:
     """``url`` without its password (``user:***@``), as a repr shows it."""
-    from .._state.stores import _redacted
+    from .._state.urls import redacted_url
 
-    return _redacted(url)
+    return redacted_url(url)
 
 
 def check_count(option: str, value: object, *, optional: bool = True) -> None:
