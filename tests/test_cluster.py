@@ -174,6 +174,45 @@ def test_a_script_follows_a_moved_slot(redis_cluster_url: str, cluster_prefix: s
     store.close()
 
 
+def test_scripts_the_cluster_lost_run_again_on_their_nodes(
+    redis_cluster_url: str, cluster_prefix: str
+) -> None:
+    """After SCRIPT FLUSH on every node, the commands of a round go again with their script
+    (EVAL), each to the node of its slot, sync and async alike, and run once."""
+    import anyio
+    import redis
+
+    from llmguard_sdk._state.steps import Batch, answer
+    from llmguard_sdk.store import RedisScripts
+
+    store = RedisClusterStore(redis_cluster_url, key_prefix=cluster_prefix)
+    scripts = RedisScripts(store, "return redis.call('INCR', KEYS[1])")
+    keys = [store.key("t", f"tag{n}", "n") for n in range(6)]
+    client: Any = store.client
+    assert len({client.get_node_from_key(key).name for key in keys}) > 1
+
+    def flush() -> None:
+        for node in client.get_primaries():
+            raw: RawRedis = redis.Redis(host=node.host, port=node.port)
+            raw.script_flush()
+            raw.close()
+
+    def steps() -> list[Any]:
+        return [answer(scripts.command(0, [key])) for key in keys]
+
+    async def in_a_loop() -> list[Any]:
+        found = [outcome.result() for outcome in await Batch(steps()).arun()]
+        await store.aclose()
+        return found
+
+    flush()
+    assert [outcome.result() for outcome in Batch(steps()).run()] == [1] * 6
+    flush()
+    assert anyio.run(in_a_loop) == [2] * 6
+    assert [outcome.result() for outcome in Batch(steps()).run()] == [3] * 6
+    store.close()
+
+
 def test_cluster_keys_hold_no_tenant_ids(
     fake: FakeProvider,
     make_guard: Callable[..., Guard],

@@ -16,21 +16,45 @@ from ..errors import ConfigurationError
 if TYPE_CHECKING:
     from .stores import RedisStore
 
-__all__ = ["Outage", "RedisHealth", "caused_by", "exhausted", "lagging", "refused"]
+__all__ = [
+    "Outage",
+    "RedisHealth",
+    "caused_by",
+    "exhausted",
+    "failure",
+    "forbidden",
+    "lagging",
+    "refusal",
+    "refused",
+    "said",
+    "tag",
+    "unauthenticated",
+]
 
 logger = logging.getLogger("llmguard_sdk")
 _LOAD_WARNING_SECONDS = 60.0  # a store warns of its full pool (busy loop) at most this often
 _ERROR_CODE = re.compile(r"^[A-Z]+ ")  # an error reply's code, as redis-py keeps it
+# a refusal for the store's user's ACL permissions: NOPERM (a command, or its keys), or a
+# script's own command refused (an ERR: "ACL failure in script" from Redis 7.2 on, "The user
+# executing the script can't access at least one of the keys" before)
+_ACL_REFUSAL = re.compile(r"ACL failure|can't access at least one of the keys")
+_KEYS = "_llmguard_keys"  # the attribute of a refused command's error naming its keys (tag)
 
 
 def refused(exc: BaseException) -> bool:
     """Whether ``exc`` is Redis answering that this command failed (a script's error, a key
-    of another type, keys across slots) rather than Redis unable to serve it (down, loading,
-    read-only, out of memory, busy, a cluster failing over ...): an answer that the next
-    command gets again, so no outage, and no reason to leave Redis alone."""
-    from redis.exceptions import ClusterCrossSlotError, ResponseError
+    of another type, keys across slots, a command or key the store's user may not use, a
+    script it lacks) rather than Redis unable to serve it (down, loading, read-only, out of
+    memory, busy, a cluster failing over, the store's credentials refused ...): an answer
+    that the next command gets again, so no outage, and no reason to leave Redis alone."""
+    from redis.exceptions import (
+        ClusterCrossSlotError,
+        NoPermissionError,
+        NoScriptError,
+        ResponseError,
+    )
 
-    if isinstance(exc, ClusterCrossSlotError):
+    if isinstance(exc, (ClusterCrossSlotError, NoPermissionError, NoScriptError)):
         return True
     if type(exc) is not ResponseError:  # its subclasses: redirections, states of the server
         return False
@@ -38,6 +62,70 @@ def refused(exc: BaseException) -> bool:
     if code == "ERR" or text.startswith("WRONGTYPE "):
         return True
     return code is None and not _ERROR_CODE.match(text)  # (redis-py < 7 drops "ERR ")
+
+
+def forbidden(exc: BaseException) -> bool:
+    """Whether ``exc`` is Redis refusing a command for the store's user's ACL permissions
+    (the command itself, or one of its keys, also inside a script): a :func:`refused`
+    command that every command like it gets again until the user is granted it."""
+    from redis.exceptions import NoPermissionError
+
+    if isinstance(exc, NoPermissionError):
+        return True
+    return refused(exc) and _ACL_REFUSAL.search(str(exc)) is not None
+
+
+def unauthenticated(exc: BaseException) -> bool:
+    """Whether ``exc`` is Redis refusing the store's credentials (WRONGPASS: a wrong
+    username or password, or a disabled user; NOAUTH: none given where one is needed). No
+    command of the store's can run: an outage, but one its URL causes (see :func:`failure`)."""
+    from redis.exceptions import AuthenticationError
+
+    return caused_by(exc, AuthenticationError)
+
+
+def tag(exc: BaseException, keys: tuple[str, ...]) -> None:
+    """Note the ``keys`` of the command that Redis refused with ``exc`` (see :func:`said`)."""
+    setattr(exc, _KEYS, keys)
+
+
+def said(exc: BaseException) -> str:
+    """What Redis said in ``exc`` (with its error code, which redis-py keeps apart), and the
+    first key of the refused command where noted."""
+    text, code = str(exc), getattr(exc, "status_code", None)
+    if isinstance(code, str) and code and not text.startswith(code):
+        text = f"{code} {text}"
+    keys: tuple[str, ...] = getattr(exc, _KEYS, ())
+    if not keys:
+        return text
+    more = f" (and {len(keys) - 1} more)" if len(keys) > 1 else ""
+    return f"{text}; the command's key: {keys[0]}{more}"
+
+
+def refusal(exc: BaseException, key_prefix: str | None) -> str:
+    """What a :func:`refused` command (``exc``) likely means, and what to do about it, for a
+    store whose keys start with ``key_prefix``."""
+    if forbidden(exc):
+        keys = f" ('~{key_prefix}:*')" if key_prefix else ""
+        return (
+            "the store's Redis user lacks an ACL permission: grant it the keys under the "
+            f"store's key_prefix{keys} and the commands EVALSHA, EVAL and those its scripts run"
+        )
+    return "a key of another kind under the store's key_prefix, or a script this Redis cannot run"
+
+
+def failure(exc: BaseException, key_prefix: str | None) -> str:
+    """Why Redis did not serve a command that failed with ``exc``, in the words of an error
+    raised to the caller: it refused it (:func:`refusal`), refused the store's credentials,
+    or could not be reached."""
+    if refused(exc):
+        return f"Redis refused it ({said(exc)}): {refusal(exc, key_prefix)}"
+    if unauthenticated(exc):
+        return f"Redis refused the store's credentials ({exc}): {_CREDENTIALS}"
+    return f"Redis could not be reached ({exc})"
+
+
+_CREDENTIALS = "check the username and password of the store's URL (and that the user is on)"
 
 
 def exhausted(exc: BaseException) -> bool:
@@ -233,9 +321,15 @@ class Outage:
         self.instead = instead
         self.waits = waits
         self.health = store.health if store is not None else RedisHealth(seconds, seconds)
+        self._key_prefix = store.key_prefix if store is not None else None
         self._logged = 0  # the outage last logged
         self._refusal = ""  # the refusal last logged
         self._lock = threading.Lock()  # (threads failing at once: one of them logs)
+
+    def why(self, exc: BaseException) -> str:
+        """Why Redis did not serve a command of this stage that failed with ``exc``, in the
+        words of an error raised to the caller (:func:`failure`)."""
+        return failure(exc, self._key_prefix)
 
     def up(self) -> bool:
         """Whether this stage may try Redis now (:meth:`RedisHealth.may_try`)."""
@@ -243,21 +337,23 @@ class Outage:
 
     def failed(self, exc: BaseException) -> None:
         """Redis just failed: pause it (for every stage of the store) and log once. An answer
-        that refuses the command itself (:func:`refused`) pauses nothing: it is logged (as an
-        error, once while it stays the same) and only this decision is made without Redis; so
-        does a full connection pool (:func:`exhausted`: this process's load), or a timeout
-        that the event loop's lag caused (:func:`lagging`), each warned of at most once a
-        minute."""
+        that refuses the command itself (:func:`refused`: a key of another kind, a command or
+        key the store's user may not use) pauses nothing: it is logged (as an error, once
+        while it stays the same, with what to do about it) and only this decision is made
+        without Redis; so does a full connection pool (:func:`exhausted`: this process's
+        load), or a timeout that the event loop's lag caused (:func:`lagging`), each warned
+        of at most once a minute. Refused credentials (:func:`unauthenticated`) are an
+        outage, logged as an error that names them."""
         if refused(exc):
             with self._lock:
                 news, self._refusal = self._refusal != str(exc), str(exc)
             if news:
                 logger.error(
-                    "%s: Redis refused a command (%s): a key of another kind under the "
-                    "store's key_prefix, or a script this Redis cannot run; %s for the "
-                    "decisions it refuses (Redis is not paused)",
+                    "%s: Redis refused a command (%s): %s; %s for the decisions it refuses "
+                    "(Redis is not paused)",
                     self.what,
-                    exc,
+                    said(exc),
+                    refusal(exc, self._key_prefix),
                     self.instead,
                 )
             return
@@ -289,7 +385,17 @@ class Outage:
         with self._lock:
             news = outage > self._logged
             self._logged = max(outage, self._logged)
-        if news:
+        if news and unauthenticated(exc):
+            logger.error(
+                "%s: Redis refused the store's credentials (%s): %s; %s, trying Redis again "
+                "in %.1f s",
+                self.what,
+                exc,
+                _CREDENTIALS,
+                self.instead,
+                pause,
+            )
+        elif news:
             logger.warning(
                 "%s: Redis unavailable (%s); %s, trying Redis again in %.1f s",
                 self.what,

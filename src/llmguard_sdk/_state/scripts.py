@@ -1,13 +1,12 @@
 """The Lua scripts of a backend: their text (:func:`lua`) and the commands that run them
 (:class:`RedisScripts`).
 
-Private. redis is imported when a script runs, never before.
+Private. Nothing here imports redis.
 """
 
 from __future__ import annotations
 
 import hashlib
-import weakref
 from collections.abc import Collection, Sequence
 from importlib import resources
 from typing import TYPE_CHECKING, Any
@@ -16,10 +15,6 @@ from .once import marked, wrapped
 from .steps import Command
 
 if TYPE_CHECKING:
-    import redis
-    import redis.asyncio
-    from redis.commands.core import AsyncScript, Script
-
     from .stores import RedisStore
 
 __all__ = ["RedisScripts", "lua"]
@@ -32,12 +27,12 @@ def lua(module: str, name: str) -> str:
 
 
 class RedisScripts:
-    """Lua scripts of one backend, registered on the store's sync client on first use, and
-    once per event loop's async client (creating no connection before a script runs).
+    """Lua scripts of one backend, as the commands that run them (EVALSHA, in a
+    :class:`~._state.steps.Batch`: nothing is sent before a step of a batch asks).
 
     The scripts numbered in ``once`` change state: on a store whose client may send a
     command again (:attr:`RedisStore.resends`), each of their commands runs once and a
-    re-send gets the first reply (:mod:`._state.once`); they are sent as commands only."""
+    re-send gets the first reply (:mod:`._state.once`)."""
 
     def __init__(self, store: RedisStore, *sources: str, once: Collection[int] = ()) -> None:
         self._store = store
@@ -45,26 +40,6 @@ class RedisScripts:
         sources = tuple(wrapped(s) if i in self._once else s for i, s in enumerate(sources))
         self._sources = sources
         self._shas = [hashlib.sha1(s.encode("utf-8")).hexdigest() for s in sources]
-        self._sync: tuple[redis.Redis, list[Script]] | None = None
-        self._async: weakref.WeakKeyDictionary[redis.asyncio.Redis, list[AsyncScript]] = (
-            weakref.WeakKeyDictionary()
-        )
-
-    def sync(self, index: int) -> Script:
-        """Script number ``index`` for the sync client."""
-        client = self._store.client
-        registered = self._sync
-        if registered is None or registered[0] is not client:
-            registered = self._sync = (client, [client.register_script(s) for s in self._sources])
-        return registered[1][index]
-
-    def aio(self, index: int) -> AsyncScript:
-        """Script number ``index`` for the running event loop's async client."""
-        client = self._store.aclient
-        scripts = self._async.get(client)
-        if scripts is None:
-            scripts = self._async[client] = [client.register_script(s) for s in self._sources]
-        return scripts[index]
 
     def command(self, index: int, keys: Sequence[str], args: Sequence[Any] = ()) -> Command:
         """Script number ``index`` with ``keys`` and ``args``, as a :class:`Command` for a

@@ -22,6 +22,7 @@ import anyio.to_thread
 from typing_extensions import ParamSpec
 
 from .connections import resends_bounded
+from .health import tag
 from .lag import judged, lags
 
 if TYPE_CHECKING:
@@ -36,6 +37,7 @@ __all__ = [
     "Outcome",
     "Pause",
     "Step",
+    "answer",
     "arun",
     "awaiting",
     "blocking",
@@ -92,6 +94,11 @@ def work(fn: Callable[[], T]) -> Call:
         return await anyio.to_thread.run_sync(fn)
 
     return Call(fn, in_thread)
+
+
+def answer(command: Command) -> Step[Any]:
+    """A step that sends ``command`` alone and returns its answer (a Redis error is raised)."""
+    return (yield command)
 
 
 def done(value: T) -> Step[T]:
@@ -225,8 +232,8 @@ class Outcome:
 
 class Batch:
     """Runs decision steps together, round by round: in each round every step's Redis
-    commands go out in **one pipeline per store** (EVALSHA; a script Redis lacks is loaded
-    and its commands sent again) and the longest :class:`Pause` is waited; a :class:`Call`
+    commands go out in **one pipeline per store** (EVALSHA; the commands of a script Redis
+    lacks are sent again with it, EVAL) and the longest :class:`Pause` is waited; a :class:`Call`
     is made as soon as a step asks for it. On Redis Cluster the pipeline writes each node's
     commands before reading any answer, so one round costs one round trip of latency however
     many nodes it touches.
@@ -420,14 +427,14 @@ async def arun(step: Step[T]) -> T:
     return value
 
 
-def _pack(pipe: Any, commands: Sequence[Command], client: Any, cluster: bool) -> None:
+def _pack(pipe: Any, commands: Sequence[Command], client: Any, cluster: bool, whole: bool) -> None:
+    """Each command into ``pipe``: EVALSHA, or EVAL of its script (``whole``)."""
     for command in commands:
         options: dict[str, Any] = {}
         if cluster and command.keys:  # its node, from the client's slot map (no lookup sent)
             options["target_nodes"] = client.get_node_from_key(command.keys[0])
-        pipe.execute_command(
-            "EVALSHA", command.sha, len(command.keys), *command.keys, *command.args, **options
-        )
+        script = ("EVAL", command.source) if whole else ("EVALSHA", command.sha)
+        pipe.execute_command(*script, len(command.keys), *command.keys, *command.args, **options)
 
 
 def _missing(replies: Sequence[Any]) -> list[int]:
@@ -436,28 +443,54 @@ def _missing(replies: Sequence[Any]) -> list[int]:
     return [index for index, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
 
 
+def _merged(replies: list[Any], missing: Sequence[int], again: Sequence[Any]) -> None:
+    for index, reply in zip(missing, again, strict=True):
+        replies[index] = reply
+
+
+def _tagged(replies: list[Any], commands: Sequence[Command]) -> list[Any]:
+    """``replies``, each error noted with its command's keys (for what is logged of it)."""
+    for reply, command in zip(replies, commands, strict=True):
+        if isinstance(reply, Exception):
+            tag(reply, command.keys)
+    return replies
+
+
+def _sent(store: RedisStore, client: Any, commands: Sequence[Command], whole: bool) -> list[Any]:
+    pipe = client.pipeline(transaction=False)
+    _pack(pipe, commands, client, store.cluster, whole)
+    with resends_bounded(store):  # (a cluster client's re-sends end in time)
+        return list(pipe.execute(raise_on_error=False))
+
+
+async def _asent(
+    store: RedisStore, client: Any, commands: Sequence[Command], whole: bool
+) -> list[Any]:
+    pipe = client.pipeline(transaction=False)
+    _pack(pipe, commands, client, store.cluster, whole)
+    with resends_bounded(store):
+        return list(await pipe.execute(raise_on_error=False))
+
+
 def _execute(store: RedisStore, commands: Sequence[Command]) -> list[Any]:
-    """Send ``commands`` in one pipeline; each answer, or the exception in its place."""
+    """Send ``commands`` in one pipeline; each answer, or the exception in its place. Those
+    whose script Redis lacks (restarted, or its scripts flushed) go again in a round of their
+    own, each with its script (EVAL: no SCRIPT LOAD that another flush could undo before
+    they run, nor one the store's user may not send); the others keep their answers."""
     try:
         client = store.client
-        pipe = client.pipeline(transaction=False)
-        _pack(pipe, commands, client, store.cluster)
-        with resends_bounded(store):  # (a cluster client's re-sends end in time)
-            replies = list(pipe.execute(raise_on_error=False))
-        missing = _missing(replies)
-        if missing:  # Redis restarted or flushed its scripts: load them, send those again
-            for source in {commands[index].source for index in missing}:
-                client.script_load(source)
-            pipe = client.pipeline(transaction=False)
-            _pack(pipe, [commands[index] for index in missing], client, store.cluster)
-            with resends_bounded(store):  # (those never ran: a round of their own)
-                again = pipe.execute(raise_on_error=False)
-            for index, reply in zip(missing, again, strict=True):
-                replies[index] = reply
-        store.health.succeeded()  # (a probe after a pause answered: the outage is over)
-        return replies
+        replies = _sent(store, client, commands, whole=False)
     except Exception as exc:  # Redis failed as a whole: every command gets the error
         return [exc] * len(commands)
+    store.health.succeeded()  # (a probe after a pause answered: the outage is over)
+    missing = _missing(replies)
+    if missing:
+        try:
+            again = _sent(store, client, [commands[index] for index in missing], whole=True)
+        except Exception as exc:  # (the others ran: their answers stand)
+            again = [exc] * len(missing)
+        _merged(replies, missing, again)
+    return _tagged(replies, commands)
 
 
 async def _aexecute(store: RedisStore, commands: Sequence[Command]) -> list[Any]:
@@ -470,21 +503,17 @@ async def _aexecute(store: RedisStore, commands: Sequence[Command]) -> list[Any]
                 client = store.aclient
                 if store.cluster:  # the slot map (fetched once, on first use)
                     await cast("redis.asyncio.RedisCluster", client).initialize()
-                pipe = client.pipeline(transaction=False)
-                _pack(pipe, commands, client, store.cluster)
-                with resends_bounded(store):
-                    replies = list(await pipe.execute(raise_on_error=False))
+                replies = await _asent(store, client, commands, whole=False)
+                store.health.succeeded()
                 missing = _missing(replies)
                 if missing:
-                    for source in {commands[index].source for index in missing}:
-                        await client.script_load(source)
-                    pipe = client.pipeline(transaction=False)
-                    _pack(pipe, [commands[index] for index in missing], client, store.cluster)
-                    with resends_bounded(store):
-                        again = await pipe.execute(raise_on_error=False)
-                    for index, reply in zip(missing, again, strict=True):
-                        replies[index] = reply
-                store.health.succeeded()
-                return replies
+                    try:
+                        again = await _asent(
+                            store, client, [commands[index] for index in missing], whole=True
+                        )
+                    except Exception as exc:
+                        again = [judged(exc, time.monotonic() - began, late())] * len(missing)
+                    _merged(replies, missing, again)
         except Exception as exc:
             return [judged(exc, time.monotonic() - began, late())] * len(commands)
+    return _tagged(replies, commands)

@@ -8,9 +8,12 @@ Private. redis is imported when a failure is judged, never before.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from .._state.health import exhausted, lagging, refused
+from .._state.health import exhausted, failure, lagging, refusal, refused, said, unauthenticated
+
+if TYPE_CHECKING:
+    from .._state.stores import RedisStore
 
 __all__ = ["Cause", "cause", "reason"]
 
@@ -31,9 +34,10 @@ def cause(exc: BaseException | None) -> Cause:
     return "away"
 
 
-def reason(why: Cause, exc: BaseException | None, pool_timeout: float) -> str:
-    """What to tell of ``why`` (the error ``exc``; the store's ``pool_timeout``), but for
-    Redis away: "" (each says that in its own words)."""
+def reason(why: Cause, exc: BaseException | None, store: RedisStore) -> str:
+    """What to tell of ``why`` (the error ``exc`` of ``store``), but for Redis away: ""
+    (each says that in its own words), unless it refused the store's credentials."""
+    pool_timeout = store.pool_timeout
     if why == "loop":
         return (
             "this process's event loop was too busy to read the Redis store's answer in time "
@@ -45,9 +49,9 @@ def reason(why: Cause, exc: BaseException | None, pool_timeout: float) -> str:
             "s), this process's own load (Redis is not paused); raise the store's "
             "max_connections or pool_timeout"
         )
-    if why == "refused":
-        return (
-            f"Redis refused the budget script ({exc}): a key of another kind under the store's "
-            "key_prefix, or a script this Redis cannot run (Redis is not paused)"
-        )
+    if why == "refused" and exc is not None:
+        why_so = refusal(exc, store.key_prefix)
+        return f"Redis refused the budget script ({said(exc)}): {why_so} (Redis is not paused)"
+    if exc is not None and unauthenticated(exc):
+        return failure(exc, store.key_prefix)
     return ""

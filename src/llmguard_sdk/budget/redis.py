@@ -199,7 +199,7 @@ class RedisBudgetBackend:
         :meth:`_news`)."""
         why = cause(exc)
         if not self.fail_open:
-            told = reason(why, exc, self._store.pool_timeout)
+            told = reason(why, exc, self._store)
             return ReserveResult(
                 False,
                 refused_index=-1,
@@ -406,7 +406,7 @@ class RedisBudgetBackend:
         """The error of a status read that Redis did not answer, saying why (noted as the
         store's health takes it: an outage, load, a refusal)."""
         self._failed(exc)
-        told = reason(cause(exc), exc, self._store.pool_timeout)
+        told = reason(cause(exc), exc, self._store)
         return BudgetUnavailableError(
             f"spend budgets cannot be read: {told or f'Redis did not answer ({exc})'}",
             scope="*",

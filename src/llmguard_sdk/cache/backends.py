@@ -25,7 +25,7 @@ from .._lazy import np
 if TYPE_CHECKING:
     import numpy.typing as npt
 
-from .._state.steps import Step, run
+from .._state.steps import Step, answer, run
 from .._state.stores import Outage, RedisScripts, RedisStore, Store, hash_id, redis_errors
 from ..errors import ConfigurationError, StoreUnavailableError
 from ._memory import MemoryCacheBackend
@@ -476,8 +476,7 @@ class RedisCacheBackend:
         except redis_errors() as exc:
             self._outage.failed(exc)
             raise StoreUnavailableError(
-                f"the response cache was not cleared (or only partly): Redis could not be "
-                f"reached ({exc})"
+                f"the response cache was not cleared (or only partly): {self._outage.why(exc)}"
             ) from exc
 
     def _clear_steps(self) -> Iterator[int]:
@@ -487,17 +486,16 @@ class RedisCacheBackend:
         steps = 4 * (self._max // _CLEAR_PAGE) + 6
         cursor = "0"
         for step in range(steps + 1):
-            deleted, done, cursor = self._scripts.sync(2)(
-                keys=[self._lru, self._log, self._uses, self._vector_index, self._vectors_kept],
-                args=[
-                    self._entry_prefix,
-                    self._stream_length,
-                    self._vector_sets,
-                    _CLEAR_PAGE if step < steps else 0,
-                    _text(cursor),
-                    _CLEAR_VECTORS,
-                ],
-            )
+            keys = [self._lru, self._log, self._uses, self._vector_index, self._vectors_kept]
+            args = [
+                self._entry_prefix,
+                self._stream_length,
+                self._vector_sets,
+                _CLEAR_PAGE if step < steps else 0,
+                _text(cursor),
+                _CLEAR_VECTORS,
+            ]
+            deleted, done, cursor = run(answer(self._scripts.command(2, keys, args)))
             yield int(deleted)
             if done:
                 return

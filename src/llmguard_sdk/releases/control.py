@@ -404,9 +404,7 @@ class ReleaseControl:
         """The error of a move or read by hand that Redis did not answer (its pause noted)."""
         self._outage.failed(exc)
         key = self.plan.store_key
-        return StoreUnavailableError(
-            f"the canary under {key!r}: {what}, Redis could not be reached ({exc})"
-        )
+        return StoreUnavailableError(f"the canary under {key!r}: {what}, {self._outage.why(exc)}")
 
     def _canary(self) -> tuple[ReleaseBackend, str, CanaryPolicy]:
         if self.backend is None or self.policy is None:
