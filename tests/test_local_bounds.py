@@ -1,6 +1,7 @@
 """LocalProvider refuses at construction the numbers llama.cpp failed on, crashed on or wrapped
-at the first call (no model is loaded here: the refusal comes before), and a request's seed
-before the model runs; an ``n_ctx`` above the model's trained context is that context."""
+at the first call (no model is loaded here: the refusal comes before); a request's seed
+beyond llama.cpp's is read into its range; an ``n_ctx`` above the model's trained context is
+that context."""
 
 from __future__ import annotations
 
@@ -15,10 +16,11 @@ from llmguard_sdk import (
     Guard,
     LocalContextWarning,
     LocalProvider,
-    RequestValidationError,
 )
 
 pytest.importorskip("llama_cpp")
+
+from llmguard_sdk.providers._llama import local_seed
 
 COUNT = "must be a whole number of tokens from 1 to 2147483647, got "
 
@@ -68,23 +70,29 @@ def test_the_bounds_themselves_are_taken() -> None:
         provider.close()
 
 
-@pytest.mark.parametrize("seed", [-1, 2**32 - 1, 2**32, 2**40, -(2**63)])
-def test_a_request_seed_llama_cpp_cannot_take_is_refused_before_the_model_runs(
-    seed: int,
-) -> None:
+def test_a_request_seed_beyond_llama_cpp_s_is_taken_and_repeats() -> None:
     """A request's ``seed`` went to llama.cpp's ``uint32`` as it was: -1 (and 2**32 - 1) asked
-    for a random seed, 2**32 wrapped to 0, so "repeat this answer" did not, or repeated
-    another seed's. Refused as the provider's own seed is, before anything loads."""
-    provider = LocalProvider(n_ctx=64)
+    for a random seed, 2**32 wrapped to 0, so "repeat this answer" did not. A seed another
+    route takes (OpenAI's: any int64) is the local route's remainder modulo 2**32 - 1: the
+    local fallback answers it, and the same seed gives the same answer."""
+    provider = LocalProvider(n_ctx=256, temperature=1.0)
     guard = Guard(provider, environ={}, retry=None)
+    messages = [{"role": "user", "content": "Tell me a word."}]
     try:
-        with pytest.raises(RequestValidationError) as info:
-            guard.chat([{"role": "user", "content": "hi"}], seed=seed)
-        assert str(info.value) == (
-            f"seed must be from 0 to 4294967294 on the local route 'local' (llama.cpp's seeds"
-            f" are 32 bits), got {seed}"
-        )
-        assert provider._worker.thread is None  # no worker started: no model loaded
+
+        def answer(seed: int) -> str | None:
+            return guard.chat(messages, seed=seed, max_tokens=12).text
+
+        answer(1)  # (a first call after the load evaluates the whole prompt: its logits
+        # differ a little from those of later calls, which reuse the cached prefix)
+        assert local_seed(-1) == 2**32 - 2  # (not llama.cpp's "random")
+        assert local_seed(2**32 - 1) == 0
+        assert local_seed(2**40) == 2**40 % (2**32 - 1)
+        assert local_seed(7) == 7
+        for seed in (-1, 2**40, -(2**63)):
+            assert answer(seed) == answer(seed)  # repeats
+        assert answer(-1) == answer(2**32 - 2)  # (the seed it is read as)
+        assert len({answer(seed) for seed in range(6)}) > 1  # (the seed is used at all)
     finally:
         guard.close()
 

