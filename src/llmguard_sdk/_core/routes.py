@@ -199,6 +199,8 @@ def route_refused(ctx: CallContext, stages: Stages, route: Provider, permit: Per
     """
     if permit.state == "open" and stages.prober is not None:
         stages.prober.maybe_probe(route, route_model(route, ctx.request))
+    if stages.routing is not None:
+        stages.routing.refused(route.name, permit.retry_after)
     ctx.route_errors.setdefault(route.name, refusal(route.name, permit))
 
 
@@ -224,6 +226,8 @@ def route_rate_limited(
                 f"{output:g} output tokens: set max_tokens, or a smaller "
                 "RateLimit.reserve_output_tokens)"
             )
+    if stages.routing is not None and _says_of_route(ctx, stages, route, grant):
+        stages.routing.refused(route.name, grant.retry_after)
     ctx.route_errors.setdefault(
         route.name,
         RateLimitExceededError(
@@ -232,6 +236,14 @@ def route_rate_limited(
             retry_after=retry_after,
         ),
     )
+
+
+def _says_of_route(ctx: CallContext, stages: Stages, route: Provider, grant: Grant) -> bool:
+    """Whether a rate-limit refusal says the route has no room for other calls either: not
+    one for this call's size, its ``batch`` priority or a tenant's own limit."""
+    if grant.reason == "never" or ctx.priority != "interactive" or stages.limiter is None:
+        return False
+    return not any(rule.per_tenant for rule in stages.limiter.rules(route.name))
 
 
 def call_routes(ctx: CallContext, stages: Stages) -> Sequence[Provider]:

@@ -138,6 +138,14 @@ class Routing:
             return False
         return any(d.name != route and d.name not in failed for d in group.deployments)
 
+    def refused(self, route: str, retry_after: float) -> None:
+        """``route``'s breaker or its own rate limit refused a call for ``retry_after``
+        seconds: its group ranks it after its other deployments for a moment (a route
+        outside groups: nothing)."""
+        group = self._groups.get(route)
+        if group is not None:
+            group.refused(route, retry_after)
+
     def observe(
         self,
         route: str,

@@ -58,6 +58,7 @@ _STRATEGIES = (
 )
 _TOKENS_SMOOTHING = 0.1  # the weight of a new answer's length in the group's typical length
 _DEFAULT_ANSWER_TOKENS = 256  # the answer length assumed before any answer came
+_REFUSED_S = 1.0  # the longest a refusal sends a deployment after the others
 
 
 def _finite(value: object) -> bool:
@@ -186,6 +187,7 @@ class DeploymentGroup:
         self._tokens = 0.0  # the group's typical answer length (output tokens)
         self._loads = [0] * len(deployments)  # calls in flight at the last shared decision
         self._headroom: dict[str, Headroom] = {}
+        self._refused: dict[str, float] = {}  # until when each refused deployment goes last
         self._turn = 0
 
     def __repr__(self) -> str:
@@ -194,31 +196,47 @@ class DeploymentGroup:
         )
 
     def ranked(self, facts: CallFacts | None = None) -> list[Provider]:
-        """The deployments in the order the next call (``facts``) tries them."""
+        """The deployments in the order the next call (``facts``) tries them: those not
+        refused a moment ago (see :meth:`refused`) ranked by the strategy, then the refused
+        ones as failover."""
         facts = facts or CallFacts()
         in_flight = self.local_leases.counts(self.name, self.names)
         with self._lock:
             self._turn += 1
             now = self._clock()
-            if self.strategy == "round_robin":
-                order = rotate(len(self.deployments), self._turn - 1)
-            elif self.strategy == "weighted":
-                order = rank_by_weight(self.weights, self._rng)
-            elif self.strategy == "latency":
-                order = self._by_latency(in_flight, now, self._answer_tokens(facts.request))
-            elif self.strategy == "least_outstanding":  # a guess: the lease decides
-                order = rank_by_load(self._loads, self._turn)
-            elif self.strategy == "headroom":
-                shares = [share_at(self._headroom.get(n), now) for n in self.names]
-                order = rank_by_headroom(shares, self._turn)
-            elif self.strategy == "cheapest":
-                order = self._by_cost(facts)
+            refused = self._refused_at(now)
+            ready = [i for i, name in enumerate(self.names) if name not in refused]
+            if refused and ready:
+                order = self._order(ready, facts, now, in_flight)
+                order += [i for i, name in enumerate(self.names) if name in refused]
             else:
-                order = list(range(len(self.deployments)))
+                order = self._order(list(range(len(self.names))), facts, now, in_flight)
             order = prefer_region(order, self.regions, facts.region or self.region)
             if self.strategy == "latency":
                 self._led[self.names[order[0]]] = now
         return [self.deployments[i] for i in order]
+
+    def _order(
+        self, among: list[int], facts: CallFacts, now: float, in_flight: list[int]
+    ) -> list[int]:
+        """The deployments ``among`` (indexes) in the strategy's order for the call."""
+        if self.strategy == "round_robin":
+            local = rotate(len(among), self._turn - 1)
+        elif self.strategy == "weighted":
+            local = rank_by_weight([self.weights[i] for i in among], self._rng)
+        elif self.strategy == "latency":
+            tokens = self._answer_tokens(facts.request)
+            local = self._by_latency(among, [in_flight[i] for i in among], now, tokens)
+        elif self.strategy == "least_outstanding":  # a guess: the lease decides
+            local = rank_by_load([self._loads[i] for i in among], self._turn)
+        elif self.strategy == "headroom":
+            shares = [share_at(self._headroom.get(self.names[i]), now) for i in among]
+            local = rank_by_headroom(shares, self._turn)
+        elif self.strategy == "cheapest":
+            local = self._by_cost(among, facts)
+        else:
+            local = list(range(len(among)))
+        return [among[j] for j in local]
 
     def lease_steps(
         self,
@@ -238,6 +256,10 @@ class DeploymentGroup:
             yield from leases.take_steps(ask)
             return list(order)
         mine = {route.name for route in order}  # a task's tier may hold some deployments only
+        with self._lock:
+            refused = self._refused_at(self._clock())
+        if self.names[first] not in refused:  # (else all were: the strategy ranked them all)
+            mine -= refused
         among = [
             i
             for i, name in enumerate(self.names)
@@ -278,10 +300,28 @@ class DeploymentGroup:
                 first_s=first_s,
                 tokens=tokens,
             )
+            if not failed:
+                self._refused.pop(deployment, None)  # it answers: back in the ranking
             if tokens > 0 and not failed:  # the first answer's length, then an average
                 self._tokens += (_TOKENS_SMOOTHING if self._tokens else 1.0) * (
                     tokens - self._tokens
                 )
+
+    def refused(self, deployment: str, retry_after: float) -> None:
+        """``deployment``'s breaker or its own rate limit refused a call, for ``retry_after``
+        seconds: until then, a second at most, it goes after the group's other deployments
+        (their strategy shares its calls among them), then it is asked again (its breaker
+        may half-open sooner: a probe ends its open wait in every process). An answer from
+        it brings it back at once."""
+        if deployment not in self.names:
+            return
+        wait = retry_after if 0 < retry_after < _REFUSED_S else _REFUSED_S  # NaN: a second
+        with self._lock:
+            self._refused[deployment] = self._clock() + wait
+
+    def _refused_at(self, now: float) -> set[str]:
+        """The deployments refused until after ``now`` (the lock held)."""
+        return {name for name, until in self._refused.items() if until > now}
 
     def learn_headroom(
         self,
@@ -311,30 +351,37 @@ class DeploymentGroup:
                 for i, name in enumerate(self.names)
             }
 
-    def _by_latency(self, in_flight: list[int], now: float, tokens: float) -> list[int]:
+    def _by_latency(
+        self, among: list[int], in_flight: list[int], now: float, tokens: float
+    ) -> list[int]:
+        """Positions in ``among`` (indexes), best first; ``in_flight``: their calls."""
         estimates = self._estimates(tokens)
-        measured = [self._latency[name].first_s is not None for name in self.names]
-        best = min((e for e, known in zip(estimates, measured, strict=True) if known), default=0.0)
+        states = [self._latency[self.names[i]] for i in among]
+        measured = [state.first_s is not None for state in states]
+        known = [estimates[i] for i, seen in zip(among, measured, strict=True) if seen]
+        best = min(known, default=0.0)
         # one never measured costs nothing while idle (so it is measured early), and as the
         # best does once it has calls in flight (not a whole burst while none came back)
         costs = [
-            (e if known else best if n else 0.0) * (1 + n)
-            for e, known, n in zip(estimates, measured, in_flight, strict=True)
+            (estimates[i] if seen else best if n else 0.0) * (1 + n)
+            for i, seen, n in zip(among, measured, in_flight, strict=True)
         ]
         old = [
-            stale(self._latency[name], self._led.get(name, 0.0), now, self.half_life_s)
-            for name in self.names
+            stale(state, self._led.get(self.names[i], 0.0), now, self.half_life_s)
+            for i, state in zip(among, states, strict=True)
         ]
         return rank_by_latency(costs, self._rng, slack=self.slack, stale=old)
 
-    def _by_cost(self, facts: CallFacts) -> list[int]:
-        """Those that fit the call first, each by the call's price on it."""
+    def _by_cost(self, among: list[int], facts: CallFacts) -> list[int]:
+        """Positions in ``among`` (indexes): those that fit the call first, each by the
+        call's price on it."""
         request = facts.request
         limit = request.output_limit if request is not None else None
         output = self._answer_tokens(request) or limit or _DEFAULT_ANSWER_TOKENS
         wanted = needs(request) if request is not None else frozenset()
-        fit = [fits(d, facts.tokens_on(d) + (limit or 0), wanted) for d in self.deployments]
-        costs = [self._price(d, facts, output) for d in self.deployments]
+        routes = [self.deployments[i] for i in among]
+        fit = [fits(d, facts.tokens_on(d) + (limit or 0), wanted) for d in routes]
+        costs = [self._price(d, facts, output) for d in routes]
         return rank_by_cost(costs, fit, self._turn)
 
     @staticmethod

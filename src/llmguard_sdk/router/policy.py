@@ -176,10 +176,11 @@ def rank_by_load(counts: Sequence[int], turn: int) -> list[int]:
 
 
 def rank_by_weight(weights: Sequence[float], rng: random.Random) -> list[int]:
-    """Indexes: the first drawn in proportion to ``weights``, then the rest by weight."""
+    """Indexes: the first drawn in proportion to ``weights`` (all 0: evenly), then the rest
+    by weight."""
     order = sorted(range(len(weights)), key=lambda i: -weights[i])
     top = weights[order[0]]  # drawn as shares of the largest: finite weights, a finite sum
-    shares = [w / top for w in weights] if top > 0 else weights
+    shares = [w / top for w in weights] if top > 0 else [1.0] * len(weights)
     chosen = rng.choices(range(len(weights)), weights=shares)[0]
     return [chosen] + [i for i in order if i != chosen]
 
