@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import math
 import random
+import time
 
 import pytest
 
@@ -358,3 +359,36 @@ def test_a_failure_moves_to_a_sibling_at_once_and_the_last_one_is_retried(
     assert answer.route == "dep-2"
     assert [s.stats.requests for s in servers] == [1, 1, 2]  # no wait on 0 and 1
     assert answer.attempts == 4
+
+
+def test_an_answer_after_a_failure_replaces_the_penalty() -> None:
+    """A penalty stands in for a measure until the next answer: it was decayed as if it
+    were one (halfway per half-life), so a recovered deployment took log2(penalty / its
+    latency) half-lives (about 100 s at the defaults) to be back within the slack."""
+    failed = observe(Latency(0.02, None, 0.0, 5), 0.01, 1.0, failed=True, penalty_s=10.0)
+    assert failed.first_s == 10.0
+    back = observe(failed, 0.03, 11.0, failed=False, penalty_s=10.0, half_life_s=10.0)
+    assert back.first_s == pytest.approx(0.03)  # (the penalty decayed: 5.015)
+    slower = observe(back, 0.01, 11.0, failed=False, penalty_s=10.0, half_life_s=10.0)
+    assert slower.first_s == pytest.approx(0.03)  # then a peak-sensitive average again
+
+
+def test_a_deployment_back_from_an_outage_leads_again_after_one_exploration(
+    servers: list[FakeProvider],
+) -> None:
+    for server in servers[1:]:
+        server.always(Fault(latency=0.05))
+    group = _group(servers, half_life_s=0.3)
+    with Guard(group, environ={}, retry=None, breaker=None) as guard:
+        for _ in range(6):  # every deployment measured
+            guard.chat(USER)
+        servers[0].fail_for(0.5, Fault(status=500))
+        ended = time.monotonic() + 0.5
+        while time.monotonic() < ended:
+            guard.chat(USER)
+        routes = []
+        ended = time.monotonic() + 1.5  # five half-lives after its return
+        while time.monotonic() < ended:
+            routes.append(guard.chat(USER).route)
+    back = routes[-10:]
+    assert back.count("dep-0") >= 8, routes  # the fastest again

@@ -8,7 +8,9 @@ what its tokens took at the per-token rate learnt from streams). A sample above 
 replaces it at once (fast rise: one slow answer is enough to stop sending traffic there); a
 sample below pulls it down by how long the average went unfed (slow fall, halfway per
 ``half_life_s``), as Finagle's and Linkerd's peak EWMA do. A failed attempt counts as
-``penalty_s`` (or its own time, when longer). The cost of a deployment is its predicted
+``penalty_s`` (or its own time, when longer) until the deployment's next answer, which
+replaces it: a penalty is no measure, and decayed as one a recovered deployment would be
+kept out for log2(penalty / its latency) half-lives. The cost of a deployment is its predicted
 latency for the group's typical answer length (at most the call's ``max_tokens``), times
 one plus the calls it has in flight (load x latency).
 
@@ -66,12 +68,14 @@ class Latency:
     """A deployment's peak-EWMA latency: ``first_s``, seconds to the first token (a plain
     answer's whole time, less its tokens' share); ``per_token_s``, seconds per further output
     token (learnt from streams); ``None`` until measured; ``updated``: when it was last fed
-    (a :func:`time.monotonic` instant); ``answers``: how many answers fed it."""
+    (a :func:`time.monotonic` instant); ``answers``: how many answers fed it; ``failed``:
+    the last attempt failed (``first_s`` holds its penalty until the next answer)."""
 
     first_s: float | None = None
     per_token_s: float | None = None
     updated: float = 0.0
     answers: int = 0
+    failed: bool = False
 
 
 def _peak(old: float | None, sample: float, elapsed: float, half_life_s: float) -> float:
@@ -111,7 +115,9 @@ def observe(
     else:
         first = max(0.0, seconds - (per_token or 0.0) * max(0, tokens - 1))
     answers = state.answers + (not failed)
-    return Latency(_peak(state.first_s, first, elapsed, half_life_s), per_token, now, answers)
+    # a penalty stands in for a measure until the next answer, which replaces it
+    old = None if state.failed and not failed else state.first_s
+    return Latency(_peak(old, first, elapsed, half_life_s), per_token, now, answers, failed)
 
 
 def predicted(state: Latency, tokens: float) -> float | None:
