@@ -392,3 +392,25 @@ def test_a_deployment_back_from_an_outage_leads_again_after_one_exploration(
             routes.append(guard.chat(USER).route)
     back = routes[-10:]
     assert back.count("dep-0") >= 8, routes  # the fastest again
+
+
+def test_a_deployment_without_a_sibling_left_for_the_call_is_retried(
+    servers: list[FakeProvider],
+) -> None:
+    """A failure moved the call on without a retry whenever the group had another deployment
+    not failed yet, even one the call would never try (a tier naming one deployment of a
+    group): a transient 503 went to the chain's next route, or failed the call."""
+    from llmguard_sdk import TaskRouter
+
+    a, b, c = (
+        OpenAICompatibleProvider(s.base_url, model="fake-model", name=s.name) for s in servers
+    )
+    group = DeploymentGroup("g", [a, b], strategy="ordered")
+    tasks = TaskRouter(tiers={"one": ["dep-0", "dep-2"]}, default="one")
+    with Guard([group, c], environ={}, tasks=tasks) as guard:
+        servers[0].script(Fault(status=503))
+        assert guard.chat(USER).route == "dep-0"  # retried, as any route
+    assert [s.stats.requests for s in servers] == [2, 0, 0]
+    with Guard([group, c], environ={}, tasks=tasks, retry=None) as guard:
+        servers[0].script(Fault(status=503))
+        assert guard.chat(USER).route == "dep-2"  # no retries: the tier's next route

@@ -131,7 +131,8 @@ def _retry(
     wait (None: no retry). A retry the budget's own round trip left no time for gives its
     spend back."""
     ctx, stages = run.ctx, run.stages
-    if stages.routing is not None and stages.routing.can_fail_over(route.name, ctx.route_errors):
+    routing = stages.routing
+    if routing is not None and routing.can_fail_over(route.name, order, ctx.route_errors):
         return None  # a sibling deployment of its group takes the call now, without a wait
     decision = routes.retry_after_failure(
         ctx, stages, error, attempt=attempt, previous_wait=previous_wait, delivered=run.delivered

@@ -130,13 +130,17 @@ class Routing:
                 lease.group.name, lease.deployment, lease.call_id
             )
 
-    def can_fail_over(self, route: str, failed: Collection[str]) -> bool:
-        """Whether ``route``'s group has another deployment not among the ``failed`` routes
-        (a failure there moves on to it rather than retrying ``route``)."""
+    def can_fail_over(self, route: str, left: Sequence[Provider], failed: Collection[str]) -> bool:
+        """Whether another deployment of ``route``'s group is among the routes ``left`` for
+        the call, not among the ``failed`` ones (a failure on ``route`` moves on to it rather
+        than retrying ``route``; a sibling outside the call's tier is none)."""
         group = self._groups.get(route)
         if group is None:
             return False
-        return any(d.name != route and d.name not in failed for d in group.deployments)
+        return any(
+            other.name != route and other.name in group.names and other.name not in failed
+            for other in left
+        )
 
     def refused(self, route: str, retry_after: float) -> None:
         """``route``'s breaker or its own rate limit refused a call for ``retry_after``
