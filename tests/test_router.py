@@ -251,10 +251,13 @@ def test_deployments_and_weights_may_be_any_iterable() -> None:
     assert group.ranked()[0].name == "a"
 
 
-@pytest.mark.parametrize("weights", [[math.inf, 1.0], [math.nan, 1.0], ["2", "1"], [None, 1.0]])
+@pytest.mark.parametrize(
+    "weights", [[math.inf, 1.0], [math.nan, 1.0], ["2", "1"], [None, 1.0], [True, False]]
+)
 def test_weights_must_be_finite_numbers(weights: list[object]) -> None:
     """An infinite weight was accepted and every call then raised ValueError ("Total of
-    weights must be finite"); a string weight raised TypeError."""
+    weights must be finite"); a string weight raised TypeError; a bool was read as 1 or 0
+    (a configuration file refused it)."""
     routes = [
         OpenAICompatibleProvider("http://127.0.0.1:9/v1", model="m", name=name)
         for name in ("a", "b")
@@ -414,3 +417,16 @@ def test_a_deployment_without_a_sibling_left_for_the_call_is_retried(
     with Guard([group, c], environ={}, tasks=tasks, retry=None) as guard:
         servers[0].script(Fault(status=503))
         assert guard.chat(USER).route == "dep-2"  # no retries: the tier's next route
+
+
+@pytest.mark.parametrize("strategy", ["latency", "round_robin", "least_outstanding", "ordered"])
+def test_weights_for_another_strategy_are_refused_in_code_as_in_a_file(strategy: str) -> None:
+    """A configuration file refused them; in code they were taken and never used (LiteLLM's
+    ``weight`` shapes its default strategy: here only ``weighted`` reads them)."""
+    with pytest.raises(ConfigurationError, match="weights are for strategy='weighted'"):
+        DeploymentGroup("g", _named("a", "b"), strategy=strategy, weights=[3.0, 1.0])  # type: ignore[arg-type]
+    deployment = {"model": "vllm/m", "base_url": "http://127.0.0.1:9/v1"}
+    group = {"group": "g", "strategy": strategy, "weights": [3, 1]}
+    routes = [{**group, "deployments": [{**deployment, "name": n} for n in "ab"]}]
+    with pytest.raises(ConfigurationError, match=r"routes\.0: weights are for strategy="):
+        Guard.from_config({"routes": routes}, environ={})

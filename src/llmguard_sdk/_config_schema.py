@@ -54,6 +54,7 @@ from ._whole_counts import read_count
 from .config import _bad_store, _literal, _not_a_bool
 from .errors import ConfigurationError
 from .router import Strategy
+from .router.groups import _weights
 
 __all__ = ["ConfigFile", "GroupConfig", "RouteConfig"]
 
@@ -147,10 +148,8 @@ class GroupConfig(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> GroupConfig:
-        if self.weights is not None and self.strategy != "weighted":  # accepted, never used
-            raise ValueError(
-                f"weights are for strategy = 'weighted'; this group's is {self.strategy!r}"
-            )
+        if self.weights is not None:  # as the group checks them: for ``weighted`` only
+            _weights(self.weights, len(self.deployments), self.strategy)
         return self
 
 

@@ -75,12 +75,17 @@ def _deployments(name: object, deployments: object) -> tuple[Provider, ...]:
     return listed
 
 
-def _weights(weights: object, count: int) -> tuple[float, ...]:
-    """The deployments' weights, checked (all 1 for ``None``)."""
+def _weights(weights: object, count: int, strategy: str) -> tuple[float, ...]:
+    """The deployments' weights, checked (all 1 for ``None``): only ``weighted`` reads them."""
     if weights is None:
         return (1.0,) * count
+    if strategy != "weighted":  # (taken, they would never be used)
+        raise ConfigurationError(
+            f"weights are for strategy='weighted'; this group's is {strategy!r}"
+        )
     listed = tuple(weights) if isinstance(weights, Iterable) else ()
-    if len(listed) != count or not all(_finite(w) and w >= 0 for w in listed) or not any(listed):
+    numbers = all(_finite(w) and not isinstance(w, bool) and w >= 0 for w in listed)
+    if len(listed) != count or not numbers or not any(listed):
         raise ConfigurationError("weights: one finite number >= 0 per deployment, not all 0")
     return listed
 
@@ -119,16 +124,18 @@ class DeploymentGroup:
     :data:`~llmguard_sdk.router.policy.Strategy`): the first one gets the call, the others
     are its failover order, before the chain's next route. Every deployment is a route of its
     own: its breaker, retries, rate limits, budgets and telemetry work as for any route, and
-    its name must be unique in the Guard. ``weights`` (one per deployment) are for
-    ``weighted``; ``half_life_s``, ``penalty_s`` and ``slack`` tune ``latency`` (see
-    :mod:`llmguard_sdk.router.policy`); ``seed`` makes the random draws repeatable; ``clock``
-    is injectable for tests. A deployment that has neither answered nor led a call for
-    ``half_life_s`` leads the next one (a trickle of exploration). ``regions`` tags
-    deployments (by name; else a deployment's own ``region`` attribute): the call's
-    ``region=`` (else the group's ``region``) goes first, then the other regions as failover.
-    Latencies, headroom and the typical answer length are kept in this process; the calls in
-    flight that ``least_outstanding`` counts are shared through the Guard's store (Redis:
-    every process).
+    its name must be unique in the Guard. A deployment its breaker or its rate limit refused
+    goes after the others for a moment (:meth:`refused`). ``weights`` (one per deployment,
+    numbers >= 0) are for ``weighted`` only (another strategy refuses them); ``half_life_s``,
+    ``penalty_s`` and ``slack`` tune ``latency`` (see :mod:`llmguard_sdk.router.policy`);
+    ``seed`` makes the random draws repeatable; ``clock`` is injectable for tests. A
+    deployment that has neither answered nor led a call for ``half_life_s`` leads the next
+    one (a trickle of exploration). ``regions`` tags deployments (by name; else a
+    deployment's own ``region`` attribute): the call's ``region=`` (else the group's
+    ``region``) goes first, then the other regions as failover. Latencies, headroom and the
+    typical answer length are kept in this process; the calls in flight that
+    ``least_outstanding`` counts are shared through the Guard's store (Redis: every
+    process).
     """
 
     def __init__(
@@ -149,7 +156,7 @@ class DeploymentGroup:
         if strategy not in _STRATEGIES:
             raise ConfigurationError(f"strategy must be one of {_STRATEGIES}, got {strategy!r}")
         deployments = _deployments(name, deployments)
-        self.weights = _weights(weights, len(deployments))
+        self.weights = _weights(weights, len(deployments), strategy)
         if not all(isinstance(v, int | float) for v in (half_life_s, penalty_s, slack)) or not (
             half_life_s > 0 and 0 <= penalty_s < math.inf and slack >= 1
         ):

@@ -180,8 +180,9 @@ def _with_outage(
     for entry in entries:
         if isinstance(entry, DeploymentGroup) and any(d is found[0] for d in entry.deployments):
             deployments = [outage if d is found[0] else d for d in entry.deployments]
+            weights = entry.weights if entry.strategy == "weighted" else None  # (else refused)
             entry = DeploymentGroup(  # the file's group as it is, but for the injector
-                entry.name, deployments, strategy=entry.strategy, weights=entry.weights,
+                entry.name, deployments, strategy=entry.strategy, weights=weights,
                 half_life_s=entry.half_life_s, penalty_s=entry.penalty_s, slack=entry.slack,
                 regions={n: r for n, r in zip(entry.names, entry.regions, strict=True) if r},
                 region=entry.region,
