@@ -3,7 +3,6 @@ share its calls evenly, against FakeProviders (and a real Redis for a shared fle
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 
 import pytest
@@ -146,16 +145,14 @@ def test_least_outstanding_leases_a_deployment_the_call_goes_to_across_processes
     assert sorted(keys.values())[0] <= 2
 
 
-def test_refusals_of_a_batch_call_or_a_per_tenant_limit_leave_the_ranking_alone(
+def test_a_tenant_at_its_own_limit_leaves_the_ranking_alone(
     servers: list[FakeProvider],
 ) -> None:
     """One tenant at its own limit on a deployment says nothing of the deployment's room for
     the others."""
-    limits = {"dep-0": RateLimit(rpm=1, per_tenant=True)}
+    limits = {"dep-0": RateLimit(rpm=2, per_tenant=True)}
     with Guard(_group(servers, "round_robin"), environ={}, rate_limits=limits) as guard:
-        for _ in range(6):
-            guard.chat(USER, tenant="noisy")
-        started = time.monotonic()
+        noisy = Counter(guard.chat(USER, tenant="noisy").route for _ in range(12))
+        assert noisy["dep-0"] == 2  # it led 4 of them: 2 refused
         served = Counter(guard.chat(USER, tenant=f"t{i}").route for i in range(30))
-    assert time.monotonic() - started < 1.0  # (within a refusal's second)
     assert served == Counter({"dep-0": 10, "dep-1": 10, "dep-2": 10})
