@@ -11,6 +11,7 @@ import pytest
 
 from llmguard_sdk import (
     AllRoutesFailedError,
+    CallEvent,
     CircuitOpenError,
     ContextLengthExceededError,
     Guard,
@@ -178,16 +179,17 @@ def test_degraded_answer_when_every_route_is_down(
     fake: FakeProvider, fake2: FakeProvider, make_guard: MakeGuard
 ) -> None:
     degraded = "Answers are limited right now; please try again shortly."
-    guard = make_guard(fake, fake2, retry=None, degraded=degraded)
+    events: list[CallEvent] = []
+    guard = make_guard(fake, fake2, retry=None, degraded=degraded, hooks=[events.append])
     fake.always(Fault(status=503))
     fake2.always(Fault(reset=True))
     answer = guard.chat(USER)
     assert answer.text == degraded
     assert answer.route == "degraded"
-    assert answer.metadata["route_errors"] == {
-        "primary": "ProviderUnavailableError",
-        "backup": "ProviderUnavailableError",
-    }
+    # (each error named fully, as the call's event and its span's error.type name it)
+    unavailable = "llmguard_sdk.errors.ProviderUnavailableError"
+    assert answer.metadata["route_errors"] == {"primary": unavailable, "backup": unavailable}
+    assert dict(events[-1].route_errors) == answer.metadata["route_errors"]
     with guard.chat(USER, stream=True) as stream:
         assert "".join(chunk.text for chunk in stream) == degraded
     assert stream.response.route == "degraded"

@@ -20,6 +20,7 @@ from tests.embeddings import Embeddings, serve_embeddings
 MakeGuard = Callable[..., Guard]
 QUESTION = [{"role": "user", "content": "How do I reset my password on the mobile app?"}]
 PARAPHRASE = [{"role": "user", "content": "How can I reset my password in the mobile app?"}]
+UNAVAILABLE = "llmguard_sdk.errors.ProviderUnavailableError"  # (named as error.type names it)
 
 
 def test_a_repeated_question_is_answered_from_the_cache(
@@ -101,7 +102,7 @@ def test_a_stale_answer_comes_before_the_degraded_one(
         with guard.chat(PARAPHRASE, stream=True) as stream:
             streamed = "".join(chunk.text for chunk in stream)
     assert (stale.route, stale.metadata["cache"], stale.text) == ("cache", "stale", fresh.text)
-    assert stale.metadata["route_errors"] == {"primary": "ProviderUnavailableError"}
+    assert stale.metadata["route_errors"] == {"primary": UNAVAILABLE}
     assert streamed == fresh.text
     assert stream.response.metadata["cache"] == "stale"
     assert other.route == "degraded"
@@ -379,7 +380,7 @@ def test_a_stale_answer_comes_before_a_route_standing_in_for_the_primary(
     if served_by == "cache":
         assert stream.response.route == "cache"
         assert (during.metadata["cache"], during.text) == ("stale", fresh.text)
-        assert during.metadata["route_errors"] == {"primary": "ProviderUnavailableError"}
+        assert during.metadata["route_errors"] == {"primary": UNAVAILABLE}
         assert streamed == fresh.text
         assert fallback.stats.requests == 1  # only the question the cache did not know
     assert unknown.route == "fallback"

@@ -37,6 +37,7 @@ from .stages import (
     cache_request,
     from_cache,
     new_idempotency_key,
+    route_error_types,
 )
 
 __all__ = [
@@ -344,7 +345,7 @@ def stale_response(ctx: CallContext, stages: Stages) -> ChatResponse | None:
     if hit is None:
         return None
     response = from_cache(ctx, hit)
-    errors = {name: type(e).__name__ for name, e in ctx.route_errors.items()}
+    errors = route_error_types(ctx)
     return response.model_copy(update={"metadata": {**response.metadata, "route_errors": errors}})
 
 
@@ -366,6 +367,6 @@ def degraded_response(
         route=DEGRADED,
         metadata={
             "degraded": True,
-            "route_errors": {name: type(e).__name__ for name, e in ctx.route_errors.items()},
+            "route_errors": route_error_types(ctx),
         },
     )

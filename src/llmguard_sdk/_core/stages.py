@@ -61,6 +61,7 @@ __all__ = [
     "report",
     "reporting",
     "resolve_scope",
+    "route_error_types",
 ]
 
 
@@ -318,15 +319,20 @@ def _event(
             "first_token_s": first_token,
             "usage": response.usage if response else None,
             "error": error,
-            "route_errors": tuple(
-                (name, exception_type(e)) for name, e in ctx.route_errors.items()
-            ),
+            "route_errors": tuple(route_error_types(ctx).items()),
             "retries": tuple(ctx.retries),
             "cost_usd": response.cost_usd if response else charged,
             "cost_source": response.cost_source if response else _estimated(charged),
             "provider": None,  # (a protected function's SDK; a Guard's routes have names)
         },
     )
+
+
+def route_error_types(ctx: CallContext) -> dict[str, str]:
+    """Each failed route's error, named by its fully qualified class name as its span's
+    ``error.type`` names it: a :class:`CallEvent`'s ``route_errors`` and a degraded or
+    stale answer's ``metadata["route_errors"]``."""
+    return {name: exception_type(e) for name, e in ctx.route_errors.items()}
 
 
 def _estimated(usd: float | None) -> Literal["estimated"] | None:
