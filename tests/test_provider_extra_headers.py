@@ -10,7 +10,7 @@ import pytest
 
 from llmguard_sdk import ChatRequest, OpenAICompatibleProvider
 from llmguard_sdk.providers._anthropic_only import CLAUDE_HEADERS
-from llmguard_sdk.providers.wire import ANTHROPIC_ONLY_KEY
+from llmguard_sdk.providers.wire import ANTHROPIC_ONLY_KEY, RESPONSES_ONLY_KEY, named_keys
 from llmguard_sdk.testing import FakeProvider
 
 from .providercalls import LIBRARIES, send_calls
@@ -45,14 +45,20 @@ def test_a_call_without_extra_headers_sends_the_same_headers_as_ever(
     )
     some = {"x-trace": "t1", "Idempotency-Key": "llmguard-1"}
     requests = [_request(None), _request({}), _request(dict(some))]
+    # metadata that names nothing Anthropic's (named_keys returns at once): the same headers
+    requests += [
+        _request(dict(some), {"tags": "a"}),
+        _request(dict(some), {ANTHROPIC_ONLY_KEY: ""}),
+    ]
     send_calls(provider, library, requests, stream)
     provider.close()
-    none, empty, given = (list(r.headers.items()) for r in fake.requests[-3:])
+    none, empty, given, tagged, unnamed = (list(r.headers.items()) for r in fake.requests[-5:])
     assert none == empty
+    assert tagged == unnamed == given
     assert {name for name, _ in none} >= {"host", "accept", "authorization", "x-team"}
     assert not {"x-trace", "idempotency-key"} & {name for name, _ in none}
     assert given == [*none, ("x-trace", "t1"), ("idempotency-key", "llmguard-1")]
-    assert requests[2].extra_headers == some
+    assert requests[2].extra_headers == requests[3].extra_headers == some
 
 
 @pytest.mark.parametrize("library", LIBRARIES)
@@ -88,3 +94,15 @@ def test_headers_with_nothing_to_leave_out_are_the_caller_s_own_not_a_copy() -> 
     assert named.extra_headers == {**_CLAUDE_S, "x-trace": "t1"}
     only = _request(dict(_CLAUDE_S), {ANTHROPIC_ONLY_KEY: CLAUDE_HEADERS})
     assert provider._extra_headers(only) is None
+
+
+def test_named_keys_are_a_new_list_each_time_empty_where_the_metadata_names_none() -> None:
+    """Its callers extend the list they get (``dropped += ...``): never a shared one."""
+    for metadata in (None, {}, {"tags": "a"}, {ANTHROPIC_ONLY_KEY: ""}, {ANTHROPIC_ONLY_KEY: ","}):
+        request = _request(None, metadata)
+        first = named_keys(request, ANTHROPIC_ONLY_KEY)
+        assert first == []
+        assert first is not named_keys(request, ANTHROPIC_ONLY_KEY)
+    both = _request(None, {ANTHROPIC_ONLY_KEY: "top_k,,thinking", RESPONSES_ONLY_KEY: "store"})
+    assert named_keys(both, ANTHROPIC_ONLY_KEY) == ["top_k", "thinking"]
+    assert named_keys(both, RESPONSES_ONLY_KEY) == ["store"]

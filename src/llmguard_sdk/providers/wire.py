@@ -136,8 +136,9 @@ def function_tool(tool: Mapping[str, Any]) -> dict[str, Any]:
 
 def named_keys(request: ChatRequest, key: str) -> list[str]:
     """The ``extra_body`` keys ``request.metadata[key]`` names (:data:`ANTHROPIC_ONLY_KEY`,
-    :data:`RESPONSES_ONLY_KEY`)."""
-    return [name for name in (request.metadata or {}).get(key, "").split(",") if name]
+    :data:`RESPONSES_ONLY_KEY`); a new list, at once where none are (as for most calls)."""
+    named = request.metadata.get(key) if request.metadata else None
+    return [name for name in named.split(",") if name] if named else []
 
 
 def sent_extra_body(request: ChatRequest, *, responses: bool = False) -> dict[str, Any]:
