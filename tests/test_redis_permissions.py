@@ -15,6 +15,7 @@ server; a redis-server of the test's own where a test flushes its scripts or set
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -181,6 +182,34 @@ def test_refused_credentials_are_an_outage_that_says_so(
         assert "check the username and password of the store's URL" in text
     finally:
         store.close()
+
+
+def test_every_refusal_of_a_credentials_outage_names_them(
+    acl_user: MakeUser, redis_url: str, redis_prefix: str, tmp_path: Path
+) -> None:
+    """A fail-closed budget whose Redis refuses the store's credentials names them in every
+    refusal while Redis is paused, not only in the first (the others read as Redis away);
+    once Redis takes them, nothing of that outage is told."""
+    admin: RawRedis = redis.Redis.from_url(redis_url)
+    url = acl_user(f"~{redis_prefix}:*", "+@all", login="later")
+    name = urlsplit(url).username
+    store = RedisStore(url, key_prefix=redis_prefix, journal_dir=str(tmp_path), retry_pause=0.2)
+    backend = RedisBudgetBackend(store, name="credentials")
+    try:
+        results = [backend.reserve(f"r{i}", [SPEC], **HOLD) for i in range(3)]
+        assert (store.health.failures, store.health.outages) == (1, 1)  # paused, once
+        for result in results:
+            assert (result.allowed, result.unavailable) == (False, True)
+            assert "Redis refused the store's credentials (" in result.detail
+            assert "check the username and password of the store's URL" in result.detail
+        assert store.health.why.startswith("Redis refused the store's credentials")
+        admin.execute_command("ACL", "SETUSER", name, ">later")  # (the URL's password now)
+        time.sleep(0.3)  # (the pause ends: the next reservation reaches Redis)
+        assert backend.reserve("ok", [SPEC], **HOLD).allowed
+        assert (store.health.failures, store.health.why) == (0, "")
+    finally:
+        store.close()
+        admin.close()
 
 
 def test_no_password_where_one_is_needed_says_so(

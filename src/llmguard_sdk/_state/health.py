@@ -166,7 +166,10 @@ class RedisHealth:
     the last pause starts again from ``base``. While it is down, stages decide locally, so a
     dead Redis costs one connection attempt (or one socket timeout) per pause, not per call.
     ``attempt_seconds`` is the longest one attempt may take before it fails (a hung Redis
-    fails it only then), so its failure still counts as the same outage.
+    fails it only then), so its failure still counts as the same outage. ``why`` keeps what
+    the last failure of the outage under way tells its callers where the store's own URL
+    causes it (refused credentials, in :func:`failure`'s words; ``""`` for Redis away, and
+    once Redis answers), so a caller refused during the pause is told it too.
 
     When a pause ends, one caller tries Redis (the probe) while the others go on deciding
     locally until Redis answers (:meth:`succeeded`, which ends the outage), the probe fails
@@ -209,6 +212,7 @@ class RedisHealth:
         self.failures = 0  # failures of the outage under way (0: Redis answered since)
         self.outages = 0  # outages so far (a failure long after the last pause starts one)
         self.down_until = 0.0
+        self.why = ""  # the last failure's cause, where the store's URL causes it (see above)
         self._pause = 0.0
         self._probe_until = 0.0  # while a probe after a pause is under way
         self.exhausted = 0  # decisions made without Redis for a full pool (not outages)
@@ -279,11 +283,14 @@ class RedisHealth:
             with self._lock:
                 self._probe_until = 0.0
                 self.failures = 0
+                self.why = ""
 
-    def failed(self) -> float:
-        """Redis just failed: pause it; returns the pause in seconds."""
+    def failed(self, why: str = "") -> float:
+        """Redis just failed (``why``: the cause to tell, see the class docs): pause it;
+        returns the pause in seconds."""
         jitter = 0.8 + 0.4 * random.random()
         with self._lock:  # (callers failing at once: one failure, one pause)
+            self.why = why  # (the last failure's, also where another caller paused it)
             now = time.monotonic()
             if now < self.down_until:  # another caller already paused it
                 return self.down_until - now
@@ -380,7 +387,7 @@ class Outage:
                     self.instead,
                 )
             return
-        pause = self.health.failed()
+        pause = self.health.failed(self.why(exc) if unauthenticated(exc) else "")
         outage = self.health.outages
         with self._lock:
             news = outage > self._logged

@@ -35,8 +35,9 @@ def cause(exc: BaseException | None) -> Cause:
 
 
 def reason(why: Cause, exc: BaseException | None, store: RedisStore) -> str:
-    """What to tell of ``why`` (the error ``exc`` of ``store``), but for Redis away: ""
-    (each says that in its own words), unless it refused the store's credentials."""
+    """What to tell of ``why`` (the error ``exc`` of ``store``; ``None``: Redis paused), but
+    for Redis away: "" (each says that in its own words), unless it refused the store's
+    credentials (also in the pause after, as the store's health keeps it)."""
     pool_timeout = store.pool_timeout
     if why == "loop":
         return (
@@ -52,6 +53,6 @@ def reason(why: Cause, exc: BaseException | None, store: RedisStore) -> str:
     if why == "refused" and exc is not None:
         why_so = refusal(exc, store.key_prefix)
         return f"Redis refused the budget script ({said(exc)}): {why_so} (Redis is not paused)"
-    if exc is not None and unauthenticated(exc):
-        return failure(exc, store.key_prefix)
-    return ""
+    if exc is None:
+        return store.health.why
+    return failure(exc, store.key_prefix) if unauthenticated(exc) else ""
