@@ -73,13 +73,13 @@ def test_the_look_alike_client_s_refusals_are_reported(
     guard, events = watched(make_guard, fake, otel)
 
     def create() -> None:
+        chat = dict(model="gpt-x", messages=USER, user="u-1", **arguments)
         if mode == "sync":
-            GuardedClient(guard).chat.completions.create(model="gpt-x", messages=USER, **arguments)
+            GuardedClient(guard).chat.completions.create(**chat)
             return
 
         async def acreate() -> None:
-            client = AsyncGuardedClient(guard)
-            await client.chat.completions.create(model="gpt-x", messages=USER, **arguments)
+            await AsyncGuardedClient(guard).chat.completions.create(**chat)
 
         anyio.run(acreate)
 
@@ -87,9 +87,24 @@ def test_the_look_alike_client_s_refusals_are_reported(
         create()
     event = reported(otel, events, raised.value, kind)
     assert event.error is raised.value  # the very error the caller got
-    assert (event.model, event.scope.feature) == ("gpt-x", "faq")
+    assert (event.model, event.scope.feature, event.scope.user) == ("gpt-x", "faq", "u-1")
     assert call_span(otel).attributes["gen_ai.request.model"] == "gpt-x"  # type: ignore[index]
     assert fake.stats.requests == 0
+
+
+@pytest.mark.parametrize(
+    ("given", "user"),
+    [({"extra_body": {"user": "u-2"}}, "u-2"), ({"user": 7}, None), ({}, "outer")],
+)
+def test_a_refusal_s_user_is_the_one_the_guard_would_have_read(
+    fake: FakeProvider, make_guard: MakeGuard, otel: Exported, given: dict[str, Any], user: str
+) -> None:
+    """openai's ``user=`` (or ``extra_body``'s) is the call's user, as the Guard reads it: no
+    string, none (the enclosing block's)."""
+    guard, events = watched(make_guard, fake, otel)
+    with scoped(user="outer"), pytest.raises(RequestValidationError) as raised:
+        GuardedClient(guard).chat.completions.create(messages=USER, n=2, **given)
+    assert reported(otel, events, raised.value, "chat").scope.user == (user or "outer")
 
 
 def test_the_look_alike_reports_a_refusal_of_the_guard_s_own_once(
@@ -114,11 +129,15 @@ def test_openai_s_client_over_the_seam_reports_a_refusal_with_the_error_it_raise
     client = guard.client()
     with pytest.raises(openai.BadRequestError) as raised:
         client.chat.completions.create(
-            model="gpt-x", messages=USER, n=2, extra_headers={"x-llmguard-feature": "faq"}
+            model="gpt-x",
+            messages=USER,
+            n=2,
+            user="u-1",
+            extra_headers={"x-llmguard-feature": "faq"},
         )
     assert isinstance(raised.value, RequestValidationError)
     event = reported(otel, events, raised.value, "chat")
-    assert (event.model, event.scope.feature) == ("gpt-x", "faq")
+    assert (event.model, event.scope.feature, event.scope.user) == ("gpt-x", "faq", "u-1")
     assert fake.stats.requests == 0
 
 
@@ -129,17 +148,19 @@ def test_anthropic_s_client_over_the_seam_reports_a_refusal(
     guard, events = watched(make_guard, fake, otel)
     bad: Any = [{"role": "tool", "content": "hello"}]
     with pytest.raises(anthropic.BadRequestError) as raised:
-        anthropic_client(guard).messages.create(model="claude-x", max_tokens=10, messages=bad)
+        anthropic_client(guard).messages.create(
+            model="claude-x", max_tokens=10, messages=bad, metadata={"user_id": "u-1"}
+        )
     event = reported(otel, events, raised.value, "chat")
-    assert event.model == "claude-x"
+    assert (event.model, event.scope.user) == ("claude-x", "u-1")
     assert fake.stats.requests == 0
 
 
 SEAM: dict[str, tuple[bytes, str]] = {
     # the body an SDK sent, how the refused call is reported
     "not-json": (b"{not json", "chat"),
-    "stream": (b'{"model": "gpt-x", "messages": [], "stream": "yes"}', "chat"),
-    "messages": (b'{"model": "gpt-x", "messages": "hello", "stream": true}', "stream"),
+    "stream": (b'{"model": "gpt-x", "messages": [], "stream": "yes", "user": "u-1"}', "chat"),
+    "messages": (b'{"model": "gpt-x", "messages": "hi", "stream": true, "user": "u-1"}', "stream"),
 }
 
 
@@ -158,8 +179,43 @@ def test_the_seam_reports_a_request_it_refuses(
     event = reported(otel, events, error, kind)
     assert event.error is error
     assert (event.scope.tenant, event.scope.feature) == ("acme", "faq")
+    assert event.scope.user == (None if case == "not-json" else "u-1")  # (the body's)
     assert event.model == (None if case == "not-json" else "gpt-x")
     assert fake.stats.requests == 0
+
+
+USERS: dict[str, tuple[str, dict[str, Any]]] = {
+    # the path, a body that names its user as its API does
+    "chat": (CHAT, {"messages": USER, "user": "alice-1234"}),
+    "chat-extra": (CHAT, {"messages": USER, "extra_body": {"user": "alice-1234"}}),
+    "responses": ("/v1/responses", {"input": "hi", "user": "alice-1234"}),
+    "messages": (
+        "/v1/messages",
+        {"messages": USER, "max_tokens": 8, "metadata": {"user_id": "alice-1234"}},
+    ),
+}
+
+
+@pytest.mark.parametrize("case", USERS)
+def test_the_seam_reports_a_refusal_with_the_user_its_body_names(
+    fake: FakeProvider, make_guard: MakeGuard, otel: Exported, case: str
+) -> None:
+    """The body's user (``user``, Claude's ``metadata.user_id``) is the refused call's (a
+    ``stream`` refused), as it is the Guard's when the call is made: on its event, and
+    masked in its span's status."""
+    path, body = USERS[case]
+    guard, events = watched(make_guard, fake, otel)
+    headers = {"x-llmguard-feature": "faq"}
+    with scoped(user="outer"), http_client(guard) as client:
+        refused = client.post(path, json={**body, "stream": "alice-1234"}, headers=headers)
+        assert refused.status_code == 400
+        event = reported(otel, events, refused.extensions["llmguard_error"], "chat")
+        assert (event.scope.feature, event.scope.user) == ("faq", "alice-1234")
+        status = call_span(otel).status.description or ""
+        assert "stream must be true or false" in status
+        assert "alice-1234" not in status  # (the user's id, masked as the Guard masks it)
+        assert client.post(path, json=body, headers=headers).status_code == 200
+    assert (events[-1].outcome, events[-1].scope) == ("ok", event.scope)  # (the Guard's)
 
 
 def test_the_seam_reports_a_refusal_of_the_guard_s_own_once(

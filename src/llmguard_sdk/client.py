@@ -34,6 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ._core.calls import stream_flag
 from ._core.refusals import refusals
+from ._core.stages import resolve_scope
 from .errors import RequestValidationError
 from .models import ChatRequest, ChatResponse, StreamChunk, Usage, openai_finish_reason
 from .providers.wire import chat_chunk_carries, chat_chunk_skipped, chat_prompt_tokens_details
@@ -204,6 +205,7 @@ def _call_arguments(
     params: dict[str, Any],
 ) -> dict[str, Any]:
     """Split openai keyword arguments into Guard.chat arguments."""
+    user = _call_user(params)
     n = params.pop("n", None)
     if n not in (None, 1):
         raise RequestValidationError("n must be 1: the Guard returns one choice per call")
@@ -223,17 +225,26 @@ def _call_arguments(
             if (k not in _REQUEST_FIELDS or k in _FORWARDED) and v is not None
         }
     )
-    user = extra.get("user")
     arguments: dict[str, Any] = {
         "messages": list(messages),
         "model": model,
         "timeout": timeout,
-        "user": user if isinstance(user, str) else None,
+        "user": user,
         **known,
     }
     if extra:
         arguments["extra_body"] = extra
     return arguments
+
+
+def _call_user(params: Mapping[str, Any]) -> str | None:
+    """The call's user in openai ``create()`` keywords ``params``: ``user=``, else
+    ``extra_body``'s (sent to the provider as well); ``None`` where it is no string."""
+    user = params.get("user")
+    if user is None:
+        extra_body = params.get("extra_body")
+        user = extra_body.get("user") if isinstance(extra_body, Mapping) else None
+    return user if isinstance(user, str) else None
 
 
 def _stream_silence(guard: Guard, arguments: dict[str, Any], read: float | None) -> None:
@@ -263,7 +274,8 @@ def _create_arguments(
     would be true: a stream, not a completion). Arguments refused here never reach the Guard:
     their call is reported as the Guard reports one it refuses (its span, its duration point,
     a failed :class:`~llmguard_sdk.CallEvent`), with the error the caller gets."""
-    with refusals(guard._stages, asked=model, stream=stream):
+    with refusals(guard._stages, asked=model, stream=stream) as refusal:
+        refusal.scope = resolve_scope(None, None, _call_user(params))  # (the Guard's)
         arguments = _call_arguments(messages, model, params)
         streaming = stream_flag(stream)
         if streaming:

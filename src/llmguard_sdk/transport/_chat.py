@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .._core.assembly import call_index
+from ..client import _call_arguments, _call_user
 from ..errors import LLMGuardError, RequestValidationError
 from ..models import ChatResponse, StreamChunk, openai_finish_reason
 from ..providers._anthropic_only import CLAUDE_HEADERS, HEADERS
@@ -24,8 +25,6 @@ def guard_arguments(params: dict[str, Any], incoming: Incoming) -> dict[str, Any
     A ``timeout`` in the body (an SDK's ``extra_body={"timeout": ...}``) is dropped: the call's
     deadline is the Guard's ``timeout``, which the SDK's own bounds as :func:`.plan` says, and
     no provider takes a ``timeout`` body field."""
-    from ..client import _call_arguments
-
     params = dict(params)
     params.pop("stream", None)
     params.pop("timeout", None)
@@ -47,6 +46,10 @@ class ChatWire:
     def arguments(self, body: dict[str, Any], incoming: Incoming) -> dict[str, Any]:
         """``body`` (a chat-completions request) as Guard arguments."""
         return guard_arguments(body, incoming)
+
+    def user(self, body: Mapping[str, Any]) -> str | None:
+        """The call's user, as its arguments will have it (``user``, else ``extra_body``'s)."""
+        return _call_user(body)
 
     def answer(self, response: ChatResponse, request: Mapping[str, Any]) -> dict[str, Any]:
         """The ``chat.completion`` object of ``response`` (the request's body says nothing in

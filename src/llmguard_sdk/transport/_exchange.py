@@ -74,6 +74,9 @@ def plan(guard: Guard, incoming: Incoming) -> Call | Answer:
         refusal.scope = resolve_scope(named.get("tenant"), named.get("feature"), None)
         body = _wire.load_object(incoming.body)
         refusal.asked = body
+        user = wire.user(body)  # (the Guard's call would have it from its arguments)
+        if user is not None:
+            refusal.scope = refusal.scope.merged(None, None, user)
         refusal.stream = stream = body.get("stream")
         if stream is not None and not isinstance(stream, bool):  # "true" was read as false
             raise RequestValidationError(f"stream must be true or false, got {stream!r:.40}")

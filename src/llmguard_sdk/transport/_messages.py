@@ -37,6 +37,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .._core.assembly import call_function, call_index
+from ..client import _call_user
 from ..errors import LLMGuardError, RequestValidationError
 from ..models import ChatResponse, StreamChunk, Usage
 from ..providers._anthropic_only import CLAUDE_TOOL_FIELDS, MAX_STOP
@@ -231,14 +232,21 @@ def chat_params(body: Mapping[str, Any]) -> dict[str, Any]:
     given = body.get("tool_choice")
     if isinstance(given, dict) and given.get("disable_parallel_tool_use") is True:
         params["parallel_tool_calls"] = False  # Anthropic routes: back to the tool choice
-    metadata = body.get("metadata")
-    if isinstance(metadata, dict) and isinstance(metadata.get("user_id"), str):
-        params["user"] = metadata["user_id"]
+    user = _user_id(body)
+    if user is not None:
+        params["user"] = user
     output = _output_format(body.get("output_config"))
     if output is not None:
         params["response_format"] = output
     params.update({k: v for k, v in body.items() if k not in _KNOWN})
     return params
+
+
+def _user_id(body: Mapping[str, Any]) -> str | None:
+    """Claude's ``metadata.user_id``: the call's user (``None`` where it is no string)."""
+    metadata = body.get("metadata")
+    user = metadata.get("user_id") if isinstance(metadata, dict) else None
+    return user if isinstance(user, str) else None
 
 
 def _is_server_tool(tool: object) -> bool:
@@ -345,6 +353,12 @@ class MessagesWire:
             only.append("stop_sequences")  # more than chat's stop takes
         _wire.name_only(arguments, ANTHROPIC_ONLY_KEY, only)  # (Claude's headers: named)
         return arguments
+
+    def user(self, body: Mapping[str, Any]) -> str | None:
+        """The call's user, as its arguments will have it: ``metadata.user_id``, unless the
+        body has a ``user`` (or ``extra_body``) of its own, not Anthropic's API's: those go on
+        to the arguments as they are."""
+        return _call_user({"user": _user_id(body), **body})
 
     def answer(self, response: ChatResponse, request: Mapping[str, Any]) -> dict[str, Any]:
         """The ``message`` object of ``response`` (the request's body says nothing in it)."""

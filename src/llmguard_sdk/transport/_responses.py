@@ -16,7 +16,7 @@ from ..providers._responses_input import RESPONSES_ONLY, chat_arguments
 from ..providers._responses_wire import Answer, EventWriter
 from ..providers.wire import RESPONSES_ONLY_KEY
 from . import _wire
-from ._chat import guard_arguments
+from ._chat import ChatWire, guard_arguments
 from ._wire import Incoming
 
 
@@ -35,6 +35,8 @@ class ResponsesWire:
         arguments = guard_arguments(params, incoming)
         _wire.name_only(arguments, RESPONSES_ONLY_KEY, only)
         return arguments
+
+    user = ChatWire.user  # (its user and extra_body go on to its arguments as they are)
 
     def answer(self, response: ChatResponse, request: Mapping[str, Any]) -> dict[str, Any]:
         """The ``response`` object of ``response``, echoing the parameters of ``request`` (the
