@@ -82,7 +82,8 @@ class Budget:
             (calls whose ``metadata={"tags": "a,b"}`` names the tag).
         id: the one tenant / feature / user / tag this budget is for; ``None`` gives *each*
             value its own counter with this limit (every tenant $50 a day). A call without
-            a value for the scope (no tenant given) is not counted by that budget.
+            a value for the scope (no tenant given) is not counted by that budget; a user's
+            counter is kept per tenant.
             ``tag`` budgets need an ``id``.
         window: calendar ``"minute"``, ``"hour"``, ``"day"`` or ``"month"`` in UTC (the
             counter starts again at 0 at each boundary), or ``"rolling"`` over

@@ -86,7 +86,9 @@ class ScopeCounters:
         """The counters a call with this scope and these tags is counted by (``tags``: a
         sequence of tags, or one string of comma-separated tags, as a call's metadata gives
         them); a scope value that is no string is a
-        :class:`~llmguard_sdk.errors.RequestValidationError`, as it is for a call."""
+        :class:`~llmguard_sdk.errors.RequestValidationError`, as it is for a call.
+
+        A user's counter is kept per tenant (tenants name their users themselves)."""
         found: list[CounterSpec] = []
         values = {"tenant": tenant, "feature": feature, "user": user}
         tags = _checked(values, tags)
@@ -102,6 +104,8 @@ class ScopeCounters:
             if value is None:
                 continue
             key = budget.key_name if not value else f"{budget.key_name}.{hash_id(value)}"
+            if budget.scope == "user" and tenant is not None:
+                key = f"{key}.{hash_id(tenant)}"
             found.append(
                 CounterSpec(
                     key=key,
