@@ -1,4 +1,5 @@
-"""Whose counters a call is counted by, as a SaaS sets its budgets up: per-user caps inside
+"""Whose counters a call is counted by, as a SaaS sets its budgets up: per-tenant plans (one
+limit for every tenant, a larger one for a tenant that pays for it) and per-user caps inside
 each tenant, in memory and shared through a real Redis."""
 
 from __future__ import annotations
@@ -56,3 +57,27 @@ def test_a_user_budget_counts_each_tenants_user_of_its_own(
     # a call without a tenant has a counter of its own too
     assert _served(guard, 1, user="42") == 1
     assert guard.budget_status(user="42")[0]["spent_usd"] == pytest.approx(CALL_USD)
+
+
+def test_a_tenants_own_budget_takes_the_place_of_every_tenants(
+    fake: FakeProvider, make_guard: MakeGuard, store: str | RedisStore
+) -> None:
+    """Plans: $0.006 a month for every tenant, $0.05 for bigco. bigco was counted by both and
+    refused at the $0.006 every tenant gets: a tenant's own limit could only be lower."""
+    budgets = Budgets(
+        [
+            Budget(limit_usd=0.006, scope="tenant", window="month"),
+            Budget(limit_usd=0.05, scope="tenant", id="bigco", window="month"),
+            Budget(limit_usd=0.005, scope="tenant", id="trial", window="month"),
+            Budget(limit_usd=1.0, scope="tenant", window="day"),  # another window: counts
+        ],
+        prices=PRICES,
+    )
+    guard = make_guard(fake, budgets=budgets, store=store)
+    assert _served(guard, 10, tenant="bigco") == 10  # was 3
+    assert _served(guard, 10, tenant="small") == 3
+    assert _served(guard, 10, tenant="trial") == 2  # a lower limit of its own holds too
+    rows = guard.budget_status(tenant="bigco")
+    assert [(r["window"], r["limit_usd"]) for r in rows] == [("month", 0.05), ("day", 1.0)]
+    assert [r["spent_usd"] for r in rows] == pytest.approx([10 * CALL_USD] * 2)
+    assert [r["limit_usd"] for r in guard.budget_status(tenant="small")] == [0.006, 1.0]

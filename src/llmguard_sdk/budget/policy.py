@@ -81,9 +81,10 @@ class Budget:
         scope: ``"global"`` (every call), ``"tenant"``, ``"feature"``, ``"user"`` or ``"tag"``
             (calls whose ``metadata={"tags": "a,b"}`` names the tag).
         id: the one tenant / feature / user / tag this budget is for; ``None`` gives *each*
-            value its own counter with this limit (every tenant $50 a day). A call without
-            a value for the scope (no tenant given) is not counted by that budget; a user's
-            counter is kept per tenant.
+            value its own counter with this limit (every tenant $50 a day). A budget with an
+            ``id`` takes the place of those without one of its scope and window for that
+            value (a tenant's own plan). A call without a value for the scope (no tenant
+            given) is not counted by that budget; a user's counter is kept per tenant.
             ``tag`` budgets need an ``id``.
         window: calendar ``"minute"``, ``"hour"``, ``"day"`` or ``"month"`` in UTC (the
             counter starts again at 0 at each boundary), or ``"rolling"`` over

@@ -88,10 +88,15 @@ class ScopeCounters:
         them); a scope value that is no string is a
         :class:`~llmguard_sdk.errors.RequestValidationError`, as it is for a call.
 
-        A user's counter is kept per tenant (tenants name their users themselves)."""
+        A budget with an ``id`` takes the place of the budgets without one of its scope and
+        window for that value (a tenant's plan over every tenant's), and a user's counter is
+        kept per tenant (tenants name their users themselves)."""
         found: list[CounterSpec] = []
         values = {"tenant": tenant, "feature": feature, "user": user}
         tags = _checked(values, tags)
+        own = {
+            _window(b) for b in self._budgets if b.id is not None and values.get(b.scope) == b.id
+        }
         for index, budget in enumerate(self._budgets):
             if budget.scope == "global":
                 value: str | None = ""
@@ -99,7 +104,7 @@ class ScopeCounters:
                 value = budget.id if budget.id in tags else None
             else:
                 value = values[budget.scope]
-                if budget.id is not None and value != budget.id:
+                if value != budget.id and (budget.id is not None or _window(budget) in own):
                     value = None
             if value is None:
                 continue
@@ -130,6 +135,13 @@ class ScopeCounters:
     ) -> tuple[CounterSpec, ...]:
         tenant, feature, user, tags = asked
         return self.of(tenant, feature, user, [t.strip() for t in tags.split(",") if t.strip()])
+
+
+def _window(budget: Budget) -> tuple[str, str, float]:
+    """A budget's scope and window (a rolling one with its length): a budget with an ``id``
+    replaces those without one that share it."""
+    seconds = budget.rolling_seconds if budget.window == "rolling" else 0.0
+    return budget.scope, budget.window, float(seconds)
 
 
 def _checked(values: dict[str, str | None], tags: Sequence[str] | str | None) -> Sequence[str]:
