@@ -113,6 +113,36 @@ def test_refuse_never_sends_the_call_and_says_why(
     assert guard.chat(USER, max_tokens=10, tenant="other").text  # each tenant its own
 
 
+def test_a_call_larger_than_the_whole_limit_is_told_so_not_to_wait(
+    fake: FakeProvider, make_guard: MakeGuard
+) -> None:
+    """A user's $0.01 a day on a model whose default 1,024 output tokens cost $0.20: every
+    call was refused with "$0.000000 spent of $0.010000" and a retry_after of the hours to
+    midnight, after which it was refused again. The refusal says the call never fits and how
+    to make it fit, with no retry_after."""
+    guard = make_guard(fake, budgets=Budgets([Budget(limit_usd=0.01, scope="user")], prices=PRICES))
+    for asked in (None, 100):  # no max_tokens: default_output_tokens=1024
+        with pytest.raises(BudgetExceededError) as refused:
+            guard.chat(USER, user="u1", max_tokens=asked)
+        error = refused.value
+        assert (error.retry_after, error.spent_usd) == (None, 0)
+        assert "over the whole limit of $0.010000" in str(error)
+        assert "lower max_tokens" in str(error)
+        assert "Budgets(default_output_tokens=1024)" in str(error)
+    assert fake.stats.requests == 0
+    errors: list[BudgetExceededError] = []
+    for _ in range(20):  # calls that fit an empty window wait for its reset
+        try:
+            guard.chat(USER, user="u1", max_tokens=10)
+        except BudgetExceededError as exc:
+            errors.append(exc)
+            break
+    assert 0 < fake.stats.requests < 20
+    (error,) = errors
+    assert error.retry_after is not None
+    assert "whole limit" not in str(error)
+
+
 def test_a_failed_call_releases_its_hold(fake: FakeProvider, make_guard: MakeGuard) -> None:
     guard = make_guard(fake, budgets=Budgets([Budget(limit_usd=1.0)], prices=PRICES))
     fake.script(Fault(status=400))

@@ -115,7 +115,8 @@ def reserve_steps(
             unavailable(config, specs, result, notes)
         spec = specs[result.refused_index]
         open_routes = moved_to(spend, spec, level, stages.routes)
-        level = refused(config, spec, result, level if open_routes else "local", notes)
+        least = base + minimum * per  # (more than the whole limit never fits)
+        level = refused(config, spec, result, level if open_routes else "local", notes, least)
 
 
 def counted_locally(config: Budgets, result: ReserveResult, notes: list[BudgetEvent]) -> None:
@@ -150,10 +151,13 @@ def refused(
     result: ReserveResult,
     level: Level,
     notes: list[BudgetEvent],
+    least: float = 0.0,
 ) -> Level:
     """A budget had no room: note it, and the level to try next (a downgrade, local
     routes only); raises :class:`BudgetExceededError` when the budget refuses (at
-    ``level="local"`` it always does)."""
+    ``level="local"`` it always does): a call that needs ``least`` (nano-dollars, at the
+    least) over the whole limit is told so, with no ``retry_after`` (the window's reset
+    makes no room for it)."""
     budget = config.budgets[spec.budget_index]
     following = next_level(level, budget.on_exhausted)
     note = BudgetEvent(
@@ -170,17 +174,33 @@ def refused(
     notes.append(note)
     if following is None:
         held = (result.reserved / NANO) if result.reserved else 0.0
-        raise BudgetExceededError(
+        message = (
             f"budget {budget.key_name!r} of {spec.scope} has no room for this call: "
             f"${result.spent / NANO:.6f} spent of ${spec.limit / NANO:.6f}"
-            + (f" (and ${held:.6f} held by calls in flight)" if held else ""),
+            + (f" (and ${held:.6f} held by calls in flight)" if held else "")
+        )
+        never = least > spec.limit
+        if never:
+            message = _never_fits(config, budget.key_name, spec, least)
+        raise BudgetExceededError(
+            message,
             scope=spec.scope,
             limit_usd=spec.limit / NANO,
             spent_usd=result.spent / NANO,
             resets_at=result.resets_at,
-            retry_after=max(0.0, result.resets_at - time.time()),
+            retry_after=None if never else max(0.0, result.resets_at - time.time()),
         )
     return following
+
+
+def _never_fits(config: Budgets, name: str, spec: CounterSpec, least: float) -> str:
+    """Why a call that needs ``least`` never fits the budget of ``spec``, and what to do."""
+    return (
+        f"budget {name!r} of {spec.scope} has no room for this call, nor ever will: its "
+        f"worst case ${least / NANO:.6f} is over the whole limit of ${spec.limit / NANO:.6f} "
+        f"(lower max_tokens, which a call without one gets as Budgets(default_output_tokens="
+        f"{config.default_output_tokens}), or the prompt; or Budgets(clamp_max_tokens=True))"
+    )
 
 
 def with_output_limit(request: ChatRequest, tokens: int) -> ChatRequest:
