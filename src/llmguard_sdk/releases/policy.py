@@ -14,8 +14,8 @@ calls, or scores for feedback), and ``q1`` when the canary's rate is ``ratio`` t
 control's. The likelihood ratio of ``q1`` to ``q0`` over the bad events seen is a
 nonnegative martingale when the canary is no worse, so (Ville's inequality) it ever reaches
 ``1 / alpha`` with probability at most ``alpha``: a breach is declared at that bound, however
-often the counters are looked at. A stage whose canary has served ``min_calls`` calls without
-a breach is promoted to the next share.
+often the counters are looked at. A stage whose arms have each served ``min_calls`` calls
+without a breach is promoted to the next share.
 
 .. versionadded:: 0.2.0
 """
@@ -71,7 +71,9 @@ class CanaryPolicy:
         sticky_by: ``"user"`` or ``"tenant"``: the scope id hashed to pick the arm, so one
             user (tenant) stays on one arm as the share grows; calls without one are drawn
             at random.
-        min_calls: canary calls a stage serves without a breach before it is promoted.
+        min_calls: calls each arm (the canary and the control) serves in a stage without a
+            breach before it is promoted: a canary whose control served too few calls (one
+            tenant, sticky, inside it) has nothing to be compared with and waits.
         alpha: the chance, per metric and stage, of rolling back a candidate that is no
             worse than the control (the sequential test's false-alarm bound).
         ratio: the bad-event rate ratio (canary over control) the test is tuned to detect;
@@ -307,7 +309,7 @@ def log_likelihood_ratio(
 def decide(
     stage: Stage, control: Counters, canary: Counters, policy: CanaryPolicy
 ) -> Decision | None:
-    """Roll back at the first metric past the bound; promote a stage whose canary served
+    """Roll back at the first metric past the bound; promote a stage whose arms each served
     ``min_calls`` calls, or whose share is already 1.0; else nothing yet (and nothing outside
     a running canary)."""
     if stage.status != "canary" or not policy.auto:
@@ -321,7 +323,9 @@ def decide(
             worst = Decision("rollback", metric, llr)
     if worst is not None:
         return worst
-    if canary.get("calls", 0) >= policy.min_calls:
+    # both arms: where bad events fell says little when nearly every call was the canary's
+    # (one tenant, sticky, inside it: a candidate failing every call passed)
+    if min(canary.get("calls", 0), control.get("calls", 0)) >= policy.min_calls:
         return Decision("promote")
     return None
 
