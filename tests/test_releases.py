@@ -391,6 +391,9 @@ def test_two_guards_sharing_redis_agree_on_the_stage_and_the_cli_moves_it(
         report = json.loads(capsys.readouterr().out)
         assert report["canary"]["status"] == "rolled_back"
         assert report["candidate"]["error_rate"] == 1.0
+        assert main(["release", "promote", *args]) == 0  # started again, at its stage
+        assert "canary at share 0.5 (stage 0): started again by hand" in capsys.readouterr().out
+        assert first.flush().status == "canary"  # type: ignore[union-attr]
         assert main(["release", "promote", *args]) == 0
         assert "promoted" in capsys.readouterr().out
         assert first.flush().status == "promoted"  # type: ignore[union-attr]

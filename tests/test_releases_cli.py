@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from llmguard_sdk import Guard, RedisStore
+from llmguard_sdk import Guard, OpenAICompatibleProvider, RedisStore
 from llmguard_sdk.cli import main
-from llmguard_sdk.releases import RedisReleaseBackend
+from llmguard_sdk.releases import CanaryPolicy, RedisReleaseBackend, Release, ReleasePlan
 from llmguard_sdk.testing import FakeProvider
 
 from .conftest import RawRedis
@@ -22,6 +22,19 @@ from .test_releases import _canary_guard, _traffic
 def pair() -> Iterator[tuple[FakeProvider, FakeProvider]]:
     with FakeProvider(name="a") as a, FakeProvider(name="b") as b:
         yield a, b
+
+
+def _redis_guard(
+    pair: tuple[FakeProvider, FakeProvider], policy: CanaryPolicy, url: str, prefix: str
+) -> Guard:
+    """A Guard canarying ``bot@v2`` (on ``pair``'s second) under ``policy``, in Redis."""
+    a, b = pair
+    plan = ReleasePlan(
+        Release("bot", "v1", OpenAICompatibleProvider(a.base_url, model="m-2025-01-01")),
+        candidate=Release("bot", "v2", OpenAICompatibleProvider(b.base_url, model="m-2025-02-01")),
+        canary=policy,
+    )
+    return Guard(release=plan, store=url, key_prefix=prefix, environ={})
 
 
 def _status(guard: Guard) -> dict[str, Any]:
@@ -79,17 +92,8 @@ def test_the_cli_moves_a_canary_by_the_stages_its_guards_run(
     """The CLI knew the stages only from ``--stages`` (default 1 % -> 5 % -> 25 % -> 100 %):
     without it, promoting by hand a canary of six stages marked it promoted at the fourth,
     every call then served by the candidate, and ``status`` printed other shares."""
-    from llmguard_sdk import OpenAICompatibleProvider
-    from llmguard_sdk.releases import CanaryPolicy, Release, ReleasePlan
-
-    a, b = pair
     policy = CanaryPolicy(stages=(0.01, 0.02, 0.05, 0.1, 0.25, 1.0), min_calls=10**6)
-    plan = ReleasePlan(
-        Release("bot", "v1", OpenAICompatibleProvider(a.base_url, model="m-2025-01-01")),
-        candidate=Release("bot", "v2", OpenAICompatibleProvider(b.base_url, model="m-2025-02-01")),
-        canary=policy,
-    )
-    guard = Guard(release=plan, store=redis_url, key_prefix=redis_prefix, environ={})
+    guard = _redis_guard(pair, policy, redis_url, redis_prefix)
     where = ["bot", "--store", redis_url, "--prefix", redis_prefix]
     try:
         controls = guard.releases
@@ -155,3 +159,33 @@ def test_reading_a_canary_leaves_its_keys_to_expire(
     finally:
         guard.close()
         client.close()
+
+
+def test_promoting_a_rolled_back_canary_starts_it_again_at_its_stage(
+    pair: Any, redis_url: str, redis_prefix: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A canary rolled back at 25 % (its stage before the last) and started again by hand
+    (``llmguard release promote``, as the README says: "start it again by hand") went to the
+    stage after the one it failed at: promoted, the candidate the canary had just found bad
+    serving every call. It takes up the stage it was rolled back from; a second promote moves
+    it on."""
+    policy = CanaryPolicy(stages=(0.05, 0.25, 1.0), min_calls=10**6)
+    guard = _redis_guard(pair, policy, redis_url, redis_prefix)
+    where = ["bot", "--store", redis_url, "--prefix", redis_prefix]
+    try:
+        controls = guard.releases
+        assert controls is not None
+        controls.start_now()
+        assert main(["release", "promote", *where]) == 0  # 5 % -> 25 %
+        assert main(["release", "rollback", *where]) == 0
+        capsys.readouterr()
+        assert main(["release", "promote", *where]) == 0  # started again
+        assert "canary at share 0.25 (stage 1)" in capsys.readouterr().out
+        stage = controls.flush()
+        assert stage is not None
+        assert (stage.status, stage.index, stage.share(policy)) == ("canary", 1, 0.25)
+        assert controls.promote().status == "promoted"  # the next stage, as ever
+        assert controls.rollback().status == "rolled_back"
+        assert controls.promote().status == "promoted"  # back where it was
+    finally:
+        guard.close()

@@ -120,7 +120,7 @@ RELEASE = Group(
         Command(name, text, _arguments, _runner(name))
         for name, text in (
             ("status", "the stage, each arm's figures, each metric's evidence"),
-            ("promote", "move the canary to its next stage now"),
+            ("promote", "move the canary to its next stage now (rolled back: to its stage)"),
             ("rollback", "send every call back to the current release now"),
         )
     ),

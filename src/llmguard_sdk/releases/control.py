@@ -367,7 +367,8 @@ class ReleaseControl:
             raise self._unreachable("its status was not read", exc) from exc
 
     def promote(self) -> Stage:
-        """Move the canary to its next stage now, in every process.
+        """Move the canary to its next stage now, in every process (a rolled-back one: back
+        to the stage it was rolled back from).
 
         Raises:
             StoreUnavailableError: Redis could not be reached (nothing was moved).
@@ -464,11 +465,12 @@ def move_by_hand(backend: ReleaseBackend, key: str, policy: CanaryPolicy, action
             raise CanaryNotFoundError(key, action)
         policy = as_stored(policy, found.stages)
         now = time.time()
-        new = (
-            rolled_back(found.stage, "rolled back by hand", now)
-            if action == "rollback"
-            else promoted(found.stage, policy, "promoted by hand", now)
-        )
+        if action == "rollback":
+            new = rolled_back(found.stage, "rolled back by hand", now)
+        else:
+            again = found.stage.status == "rolled_back"
+            why = "started again by hand" if again else "promoted by hand"
+            new = promoted(found.stage, policy, why, now)
         moved, stage = backend.transition(
             key, found.stage.version, new.index, new.status, new.reason
         )

@@ -331,8 +331,11 @@ def decide(
 
 
 def promoted(stage: Stage, policy: CanaryPolicy, reason: str, now: float) -> Stage:
-    """The next stage (the last one is ``promoted``: the candidate serves everything)."""
-    index = min(stage.index + 1, len(policy.stages) - 1)
+    """The next stage (the last one is ``promoted``: the candidate serves everything); a
+    rolled-back canary's next is the stage it was rolled back from (started again, it skipped
+    the stage it failed at: from the one before the last, to every user)."""
+    step = 0 if stage.status == "rolled_back" else 1
+    index = min(stage.index + step, len(policy.stages) - 1)
     status: StageStatus = "promoted" if index == len(policy.stages) - 1 else "canary"
     return replace(
         stage, version=stage.version + 1, index=index, status=status, reason=reason,
