@@ -795,8 +795,9 @@ class _RivalBackend(MemoryReleaseBackend):
         control: Counters,
         canary: Counters,
         stages: Sequence[float] = (),
+        hold: float = 0.0,
     ) -> Exchange:
-        found = super().exchange(key, candidate, version, control, canary, stages)
+        found = super().exchange(key, candidate, version, control, canary, stages, hold)
         if found.stage is not None and not candidate:
             self.transition(key, found.stage.version, found.stage.index, "canary", "rival")
         return found

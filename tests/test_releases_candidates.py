@@ -4,6 +4,7 @@ candidate's stage is kept when another takes the key, and taken up again when it
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -99,6 +100,15 @@ def _route(fake: FakeProvider, name: str) -> OpenAICompatibleProvider:
     return OpenAICompatibleProvider(fake.base_url, model=f"fake-{name}-2025-01-01", name=name)
 
 
+def _guard(plan: ReleasePlan, url: str, prefix: str) -> Guard:
+    """A Guard serving ``plan`` (its canary in the Redis at ``url``) without retries,
+    breakers or telemetry: each call is one request, counted on its arm."""
+    return Guard(
+        release=plan, store=url, key_prefix=prefix, environ={}, prices=PRICES, retry=None,
+        breaker=None, telemetry=False,
+    )  # fmt: skip
+
+
 def test_a_rollback_holds_while_a_fix_rolls_out_beside_the_old_processes(
     redis_url: str, redis_prefix: str
 ) -> None:
@@ -109,15 +119,9 @@ def test_a_rollback_holds_while_a_fix_rolls_out_beside_the_old_processes(
         current = Release("bot", "v1", _route(a, "a"))
         policy = CanaryPolicy(stages=(0.5, 1.0), min_calls=40, flush_interval=60.0)
 
-        def guard(candidate: Release) -> Guard:
-            plan = ReleasePlan(current, candidate=candidate, canary=policy)
-            return Guard(
-                release=plan, store=redis_url, key_prefix=redis_prefix, environ={},
-                prices=PRICES, retry=None, breaker=None, telemetry=False,
-            )  # fmt: skip
-
-        old = guard(Release("bot", "v2", _route(b, "b")))
-        new = guard(Release("bot", "v3", _route(c, "c")))
+        where = (redis_url, redis_prefix)
+        old = _guard(ReleasePlan(current, Release("bot", "v2", _route(b, "b")), policy), *where)
+        new = _guard(ReleasePlan(current, Release("bot", "v3", _route(c, "c")), policy), *where)
         try:
             controls: Any = old.releases
             controls.start_now()
@@ -142,3 +146,61 @@ def test_a_canary_keeps_the_stage_shares_of_its_guards(backend: ReleaseBackend) 
     found = backend.exchange("bot", "bot@v2", 0, {}, {}, (0.1, 0.5, 1.0))
     assert found.stages == (0.1, 0.5, 1.0)
     assert backend.exchange("bot", "", 0, {}, {}).stages == (0.1, 0.5, 1.0)
+
+
+def test_a_canary_under_way_holds_its_key_while_another_candidate_rolls_out(
+    redis_url: str, redis_prefix: str
+) -> None:
+    """A rolling deploy: Guards of the candidate under way (failing every call) and Guards of
+    the next one served side by side. Each exchange took the key for its own candidate,
+    clearing the counters, so the other's were dropped: the stored stage changed at every
+    exchange, neither canary gathered any evidence, and the failing one was never rolled back
+    while both ran. The one under way keeps the key while its Guards exchange; the other's
+    serve the release, count nothing, and wait."""
+    with FakeProvider(name="a") as a, FakeProvider(name="b") as b, FakeProvider(name="c") as c:
+        b.always(Fault(status=500))
+        current = Release("bot", "v1", _route(a, "a"))
+        policy = CanaryPolicy(stages=(0.5, 1.0), min_calls=10**6, flush_interval=60.0)
+
+        where = (redis_url, redis_prefix)
+        old = _guard(ReleasePlan(current, Release("bot", "v2", _route(b, "b")), policy), *where)
+        new = _guard(ReleasePlan(current, Release("bot", "v3", _route(c, "c")), policy), *where)
+        try:
+            first: Any = old.releases
+            second: Any = new.releases
+            first.start_now()
+            second.start_now()
+            versions = set()
+            for i in range(120):
+                with contextlib.suppress(Exception):
+                    (old, new)[i % 2].chat(USER, user=f"u{i}")
+                if i % 10 == 9:
+                    versions.add(first.flush().version)
+                    assert second.flush() is None  # not its canary: it waits
+            stage = first.flush()
+            assert stage.candidate == "bot@v2"
+            assert stage.status == "rolled_back"
+            assert "errors breached" in stage.reason
+        finally:
+            old.close()
+            new.close()
+    assert len(versions) <= 2  # the stage, then rolled back: no other exchange moved it
+    assert len(c.requests) == 0  # the waiting candidate served nobody
+
+
+def test_another_candidate_takes_the_key_once_the_holders_guards_are_gone(
+    backend: ReleaseBackend,
+) -> None:
+    """The candidate under way holds the key for ``hold`` seconds after its Guards' last
+    exchange; another candidate's exchange meanwhile reads its stage and adds nothing (nor
+    stores its stage shares); once the hold lapses the other takes the key."""
+    first = backend.exchange("bot", "bot@v2", 0, {}, {}, (0.5, 1.0), hold=0.4).stage
+    assert first is not None
+    waiting = backend.exchange("bot", "bot@v3", first.version, {"calls": 2.0}, {}, (0.1, 1.0))
+    assert waiting.stage == first  # v2's, untouched
+    assert waiting.control == {}  # the waiting Guard's counters are not v2's
+    assert waiting.stages == (0.5, 1.0)
+    time.sleep(0.5)
+    taken = backend.exchange("bot", "bot@v3", 0, {}, {}, (0.1, 1.0)).stage
+    assert taken is not None
+    assert (taken.candidate, taken.reason) == ("bot@v3", "new candidate")

@@ -13,10 +13,15 @@ backend's clock); a read (no candidate: ``status``) leaves that as it is, so a c
 Guard serves any more is forgotten however often it is read.
 
 A key holds one canary at a time, yet several candidates may ask for it (a rolling deploy,
-the processes of the previous one still running): a candidate other than the stored one
-starts its canary, and the stage it replaces is kept (those of the last 16 candidates). A
-candidate that comes back takes up its stage again (counters empty): a rolled-back one stays
-rolled back (start it again by hand, or under a new version), a promoted one stays promoted.
+the processes of the previous one still running). The stored candidate holds the key for
+``hold`` seconds after each exchange of its Guards: meanwhile another candidate's exchange
+only reads the stage (its Guards wait, serving the release); once the hold lapsed (the
+holder's Guards are gone), it starts its canary, and the stage it replaces is kept (those of
+the last 16 candidates). (Each exchange took the key for its own candidate: two deploys
+serving side by side swapped it at every exchange, their counters dropped each time, and
+neither canary ever decided.) A candidate that comes back takes up its stage again (counters
+empty): a rolled-back one stays rolled back (start it again by hand, or under a new
+version), a promoted one stays promoted.
 
 .. versionadded:: 0.2.0
 """
@@ -64,10 +69,11 @@ class ReleaseBackend(Protocol):
 
     def exchange(
         self, key: str, candidate: str, version: int, control: Counters, canary: Counters,
-        stages: Sequence[float] = (),
+        stages: Sequence[float] = (), hold: float = 0.0,
     ) -> Exchange:  # fmt: skip
         """Add counters taken under stage ``version``; the stage and counters afterwards.
-        ``stages``: the caller's stage shares, stored with ``candidate``'s canary."""
+        ``stages``: the caller's stage shares, stored with ``candidate``'s canary; ``hold``:
+        seconds ``candidate`` keeps the key from other candidates after this exchange."""
 
     def transition(
         self, key: str, version: int, index: int, status: StageStatus, reason: str,
@@ -91,6 +97,7 @@ class MemoryReleaseBackend:
         self._counters: dict[str, tuple[dict[str, float], dict[str, float]]] = {}
         self._past: dict[str, dict[str, Stage]] = {}  # per key, oldest first
         self._shares: dict[str, tuple[float, ...]] = {}
+        self._held: dict[str, float] = {}  # until when the stored candidate holds the key
         self._deadlines = Deadlines()  # when each key's canary is forgotten
 
     def _now(self) -> float:
@@ -98,20 +105,24 @@ class MemoryReleaseBackend:
         O(log n) a key: no scan over those kept). Called under the lock."""
         now = self._clock()
         for key in self._deadlines.expired(now):
-            for table in (self._stages, self._counters, self._past, self._shares):
+            for table in (self._stages, self._counters, self._past, self._shares, self._held):
                 table.pop(key, None)
         return now
 
     def exchange(
         self, key: str, candidate: str, version: int, control: Counters, canary: Counters,
-        stages: Sequence[float] = (),
+        stages: Sequence[float] = (), hold: float = 0.0,
     ) -> Exchange:  # fmt: skip
         """Add counters taken under stage ``version``; the stage and counters afterwards.
-        ``stages``: the caller's stage shares, stored with ``candidate``'s canary."""
+        ``stages``: the caller's stage shares, stored with ``candidate``'s canary; ``hold``:
+        seconds ``candidate`` keeps the key from other candidates after this exchange."""
         with self._lock:
             now = self._now()
             stage = self._stages.get(key)
-            if candidate and (stage is None or stage.candidate != candidate):
+            held = self._held.get(key, 0.0)
+            if candidate and stage is not None and stage.candidate != candidate and now < held:
+                candidate = ""  # another candidate's canary under way: read only
+            elif candidate and (stage is None or stage.candidate != candidate):
                 stage = self._switch(key, stage, candidate, now)
                 self._stages[key] = stage
                 self._counters[key] = ({}, {})
@@ -123,6 +134,7 @@ class MemoryReleaseBackend:
                 return Exchange(None)
             if candidate:  # a serving Guard's exchange keeps the canary; a read does not
                 self._deadlines.touch(key, now + _TTL)
+                self._held[key] = max(held, now + hold)
                 if stages:
                     self._shares[key] = tuple(float(share) for share in stages)
             ctl, can = self._counters[key]
@@ -176,12 +188,13 @@ class RedisReleaseBackend:
 
     def exchange_steps(
         self, key: str, candidate: str, version: int, control: Counters, canary: Counters,
-        stages: Sequence[float] = (),
+        stages: Sequence[float] = (), hold: float = 0.0,
     ) -> Step[Exchange]:  # fmt: skip
         """Add counters taken under stage ``version``; the stage and counters afterwards.
-        ``stages``: the caller's stage shares, stored with ``candidate``'s canary."""
+        ``stages``: the caller's stage shares, stored with ``candidate``'s canary; ``hold``:
+        seconds ``candidate`` keeps the key from other candidates after this exchange."""
         shares = ",".join(repr(float(share)) for share in stages) if candidate else ""
-        args: list[Any] = [candidate, version, _TTL, len(control), shares]
+        args: list[Any] = [candidate, version, _TTL, len(control), shares, repr(float(hold))]
         for counters in (control, canary):
             for name, value in counters.items():
                 args += [name, repr(float(value))]

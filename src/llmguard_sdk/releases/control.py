@@ -62,6 +62,7 @@ __all__ = ["ReleaseControl", "as_stored", "entries", "move_by_hand", "status_of"
 logger = logging.getLogger("llmguard_sdk")
 _FEEDBACK_MEMORY = 10_000  # calls whose arm feedback can still find
 _CHECK_EVERY_S = 3600.0  # retirement checks
+_HOLD_FLUSHES = 10  # flush intervals a candidate holds its canary's key after an exchange
 
 
 def entries(plan: ReleasePlan) -> tuple[Provider | DeploymentGroup, ...]:
@@ -102,6 +103,7 @@ class ReleaseControl:
         self._flushing = threading.Lock()
         self._pending: tuple[dict[str, float], dict[str, float]] = ({}, {})
         self._stage: Stage | None = None
+        self._waits_for: str | None = None  # another candidate holding the canary's key
         self._arms: OrderedDict[str, Arm] = OrderedDict()
         self._rng = random.Random()
         self._warned: set[tuple[str, dt.date, dt.date]] = set()
@@ -271,9 +273,10 @@ class ReleaseControl:
             version = self._stage.version if self._stage is not None else 0
         try:
             found = backend.exchange(
-                self.plan.store_key, candidate.id, version, control, canary, policy.stages
-            )
-            stage = found.stage
+                self.plan.store_key, candidate.id, version, control, canary, policy.stages,
+                hold=_HOLD_FLUSHES * policy.flush_interval,
+            )  # fmt: skip
+            stage = self._own(found.stage)
             decision = decide(stage, found.control, found.canary, policy) if stage else None
             if stage is not None and decision is not None:
                 now = read_clock(self.plan.clock)
@@ -291,6 +294,22 @@ class ReleaseControl:
             return self._stage
         self._moved(stage)
         return stage
+
+    def _own(self, stage: Stage | None) -> Stage | None:
+        """``stage`` if it is the plan's candidate's canary; None (serve the release, count
+        nothing) while another candidate's holds the key, said once a wait."""
+        candidate = self.plan.candidate.id if self.plan.candidate is not None else ""
+        if stage is None or stage.candidate == candidate:
+            self._waits_for = None
+            return stage
+        if self._waits_for != stage.candidate:
+            self._waits_for = stage.candidate
+            logger.info(
+                "llmguard release: the canary under %r is %s's, whose Guards still serve it: "
+                "%s waits for them to stop (its calls are served by %s)",
+                self.plan.store_key, stage.candidate, candidate, self.plan.release.id,
+            )  # fmt: skip
+        return None
 
     def _moved(self, stage: Stage | None) -> None:
         """Take ``stage`` as this process's; tell the hooks when it changed."""
@@ -398,7 +417,7 @@ class ReleaseControl:
             except redis_errors() as exc:
                 done = "rolled back" if action == "rollback" else "promoted"
                 raise self._unreachable(f"it was not {done}", exc) from exc
-            self._moved(stage)
+            self._moved(self._own(stage))  # (another candidate's, moved by hand: not ours)
         return stage
 
     def _unreachable(self, what: str, exc: Exception) -> StoreUnavailableError:

@@ -84,7 +84,9 @@ class CanaryPolicy:
         feedback_threshold: feedback scores below it are bad.
         min_control: control calls needed before latency and cost are compared.
         flush_interval: seconds between a process's exchanges with the store (its counters
-            added, the stage read back): how stale a stage may be in one process.
+            added, the stage read back): how stale a stage may be in one process. A
+            candidate's canary keeps the store's key from other candidates (a rolling deploy)
+            until 10 intervals after its Guards' last exchange.
         auto: decide by itself; ``False``: only count (stages change by hand).
 
     .. versionadded:: 0.2.0

@@ -2,18 +2,24 @@
 -- KEYS[1] the stage hash, KEYS[2] the control's counters, KEYS[3] the canary's (one hash tag)
 -- ARGV: 1 candidate id ('' : read only: the keys' TTL is left as it is), 2 the stage version the counters were taken under,
 --       3 TTL seconds, 4 how many control fields follow, 5 the caller's stage shares ('0.01,1.0',
---       stored with the candidate's canary; '' : none), then field, value pairs (control's,
---       then the canary's)
+--       stored with the candidate's canary; '' : none), 6 seconds the candidate holds the key
+--       after this exchange, then field, value pairs (control's, then the canary's)
 -- Returns {} (no canary), or {stage, control's counters, canary's counters, stage shares}.
--- A candidate other than the stored one starts a new canary at stage 0 (counters cleared), or
--- takes up the stage it had when another candidate replaced it;
+-- A candidate other than the stored one waits while the stored one's hold lasts (its Guards
+-- still exchange: a rolling deploy): it reads the stage and adds nothing. Once the hold lapsed
+-- it starts a new canary at stage 0 (counters cleared), or takes up the stage it had when
+-- another candidate replaced it;
 -- counters taken under another version (a stage since changed) are dropped.
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) + tonumber(clock[2]) / 1000000
-local s = redis.call('HMGET', KEYS[1], 'v', 'i', 'st', 'cand', 'why', 'at')
+local s = redis.call('HMGET', KEYS[1], 'v', 'i', 'st', 'cand', 'why', 'at', 'held')
 local cand = ARGV[1]
 local ttl = tonumber(ARGV[3])
-if cand ~= '' and s[4] ~= cand then
+local held = tonumber(s[7]) or 0
+local waits = cand ~= '' and s[4] and s[4] ~= cand and now < held
+if waits then
+  cand = ''  -- read only
+elseif cand ~= '' and s[4] ~= cand then
   -- the stage replaced is kept ('p:<candidate>' = status|index|reason, 'past' the candidates
   -- kept, oldest first, 16 at most); cand's own, when kept, is taken up again
   local v = (tonumber(s[1]) or 0) + 1
@@ -47,10 +53,10 @@ if cand ~= '' and s[4] ~= cand then
   s = {tostring(v), i, st, cand, why, at}
 elseif s[1] and tonumber(ARGV[2]) == tonumber(s[1]) then
   local n = tonumber(ARGV[4])
-  local i = 6
+  local i = 7
   while i < #ARGV do
     local key = KEYS[2]
-    if (i - 6) / 2 >= n then key = KEYS[3] end
+    if (i - 7) / 2 >= n then key = KEYS[3] end
     redis.call('HINCRBYFLOAT', key, ARGV[i], ARGV[i + 1])
     i = i + 2
   end
@@ -63,6 +69,7 @@ if cand ~= '' then
   if ARGV[5] ~= '' then
     redis.call('HSET', KEYS[1], 'sh', ARGV[5])
   end
+  redis.call('HSET', KEYS[1], 'held', string.format('%.6f', math.max(held, now + tonumber(ARGV[6]))))
   for k = 1, 3 do
     redis.call('EXPIRE', KEYS[k], ttl)
   end
