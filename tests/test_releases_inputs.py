@@ -354,3 +354,21 @@ def test_a_memory_release_backend_refuses_a_clock_that_is_no_callable() -> None:
 
     with pytest.raises(ConfigurationError, match="clock"):
         MemoryReleaseBackend(clock=5)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("build", "given"),
+    [
+        (lambda: CanaryPolicy(stages=(5, 25, 100)), "(5.0, 25.0, 100.0)"),
+        (lambda: CanaryPolicy(stages=(0.05, 1.5)), "(0.05, 1.5)"),
+        (lambda: ShadowPolicy(share=5), "share 5"),
+    ],
+)
+def test_shares_given_as_percents_are_refused_naming_them(build: Any, given: str) -> None:
+    """``stages=(5, 25, 100)`` ("5 % -> 25 % -> 100 %") and ``ShadowPolicy(share=5)`` were
+    refused without the value given (the shadow's message listed three settings at once); the
+    message names it and says a share is a fraction."""
+    with pytest.raises(ConfigurationError) as raised:
+        build()
+    assert given in str(raised.value)
+    assert "5 % is 0.05" in str(raised.value)

@@ -109,9 +109,11 @@ class CanaryPolicy:
         _check_kinds(self)
         stages = tuple(float(s) for s in self.stages)
         if not stages or stages[-1] != 1.0 or any(not 0 < s <= 1 for s in stages):
-            raise ConfigurationError("stages: shares in (0, 1], rising, the last 1.0")
+            raise ConfigurationError(
+                f"stages: shares in (0, 1], rising, the last 1.0 (5 % is 0.05), got {stages!r:.80}"
+            )
         if any(b <= a for a, b in itertools.pairwise(stages)):
-            raise ConfigurationError("stages must rise")
+            raise ConfigurationError(f"stages must rise, got {stages!r:.80}")
         object.__setattr__(self, "stages", stages)
         if self.sticky_by not in ("user", "tenant"):
             raise ConfigurationError("sticky_by must be 'user' or 'tenant'")

@@ -200,8 +200,11 @@ class ShadowPolicy:
 
     def __post_init__(self) -> None:
         _check_kinds(self)
-        if not 0 <= self.share <= 1 or self.max_queue < 1 or not self.rate_per_s > 0:
-            raise ConfigurationError("shadow: share in [0, 1], max_queue >= 1, rate_per_s > 0")
+        share, size, rate = self.share, self.max_queue, self.rate_per_s
+        if not 0 <= share <= 1:
+            raise ConfigurationError(f"shadow: share in [0, 1] (5 % is 0.05), got share {share}")
+        if size < 1 or not rate > 0:
+            raise ConfigurationError(f"shadow: max_queue >= 1, rate_per_s > 0, got {size}, {rate}")
         if self.max_cost_usd is not None and self.max_cost_usd < 0:
             raise ConfigurationError("shadow: max_cost_usd must be >= 0 or None")
         timeout = self.timeout  # what each shadow call's Guard.chat(timeout=...) accepts
