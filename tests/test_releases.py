@@ -7,6 +7,7 @@ import contextlib
 import datetime as dt
 import json
 import random
+import statistics
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -243,9 +244,11 @@ def test_policy_refuses_bad_settings() -> None:
 # -- the canary in a Guard ------------------------------------------------------------------------
 
 
-def _canary_guard(a: FakeProvider, b: FakeProvider, hooks: Any = (), **options: Any) -> Guard:
+def _canary_guard(
+    a: FakeProvider, b: FakeProvider, hooks: Any = (), *, min_calls: int = 40, **options: Any
+) -> Guard:
     current, candidate = releases(a, b)
-    policy = CanaryPolicy(stages=(0.5, 1.0), min_calls=40, flush_interval=60.0)
+    policy = CanaryPolicy(stages=(0.5, 1.0), min_calls=min_calls, flush_interval=60.0)
     plan = ReleasePlan(current, candidate=candidate, canary=policy, hooks=hooks)
     # no breaker: its background probes of the failing candidate would add requests to it
     options = {
@@ -593,39 +596,59 @@ def test_a_candidate_whose_calls_callers_cut_short_is_rolled_back(pair: Any) -> 
     """A caller's own timeout (``anyio.fail_after``, ``asyncio.wait_for``, a web server
     cancelling a request) cancels a call that hangs on the candidate: a cancelled call was
     not counted at all, so a candidate that never answered in time was never rolled back.
-    Such a call counts as one that took at least as long as it ran."""
+    Such a call counts as one that took at least as long as it ran.
+
+    The callers' timeout is three times the control's median answer, not a fixed 0.3 s: on
+    a loaded machine the control's answers (20 at once) took as long as that (a median of
+    0.35 s, a third of them cut too), the canary's were no slower, and it was promoted. Each
+    arm has 100 calls: at most half the control's can be slow (above 1.5 times its median),
+    and 100 slow canary calls breach whatever the control's spread (81 would; with 60 a
+    side, 26 slow control answers on a loaded machine kept the test under its bound). And
+    nothing is promoted here (``min_calls`` above the canary's calls): only a breach ends it."""
     import anyio
 
     a, b = pair
-    b.always(Fault(latency=2.0))
+    b.always(Fault(hang=True))  # the candidate never answers (until its server stops)
     events: list[ReleaseEvent] = []
-    guard = _canary_guard(a, b, hooks=[events.append])
+    guard = _canary_guard(a, b, hooks=[events.append], min_calls=1000)
     controls = guard.releases
     assert controls is not None
+    users = [f"u{i}" for i in range(200)]
+    canary = [user for user in users if in_canary(f"bot:{user}", 0.5)]
+    cut_short: list[anyio.CancelScope] = []
 
-    async def traffic() -> int:
-        cut = 0
+    async def hangs(user: str) -> None:
+        with anyio.CancelScope() as scope:
+            cut_short.append(scope)
+            await guard.achat(USER, user=user)
 
-        async def one(i: int) -> None:
-            nonlocal cut
-            with anyio.move_on_after(0.3) as scope:
-                await guard.achat(USER, user=f"u{i}")
-            cut += scope.cancelled_caught
-
-        await guard.achat(USER, user="warm")  # (the first answer pays for the connection)
-        for start in range(0, 120, 20):
-            async with anyio.create_task_group() as group:
-                for i in range(start, start + 20):
-                    group.start_soon(one, i)
-        return cut
+    async def traffic() -> None:
+        took: list[float] = []  # the control's answers, one at a time (none waits behind another)
+        for user in (user for user in users if user not in canary):
+            started = time.monotonic()
+            with anyio.fail_after(5):
+                await guard.achat(USER, user=user)
+            took.append(time.monotonic() - started)
+        async with anyio.create_task_group() as group:
+            for user in canary:
+                group.start_soon(hangs, user)
+            with anyio.fail_after(10):  # every canary call under way (at the candidate)
+                while b.stats.requests < len(canary):  # noqa: ASYNC110
+                    await anyio.sleep(0.01)
+            # the callers' timeout: slow past doubt (``latency_tolerance`` times the
+            # control's median, its buckets 10 % wide: 1.82 times would do)
+            await anyio.sleep(max(0.3, 3 * statistics.median(took)))
+            for scope in cut_short:
+                scope.cancel()
 
     try:
         controls.start_now()
-        cut = anyio.run(traffic)
+        anyio.run(traffic)
         stage = controls.flush()
     finally:
         guard.close()
-    assert cut >= 30  # the canary's calls, every one cut short
+    assert len(cut_short) == len(canary) == 100
+    assert all(scope.cancelled_caught for scope in cut_short)  # none answered
     assert stage is not None
     assert stage.status == "rolled_back"
     assert "slow breached" in stage.reason
