@@ -140,3 +140,37 @@ def test_providers_that_are_no_provider_nor_a_list_are_a_configuration_error(
     with pytest.raises(ConfigurationError, match="providers must be a Provider") as caught:
         Guard(given, environ={})  # type: ignore[arg-type]
     assert repr(given)[:20] in str(caught.value)
+
+
+_PRICES = """
+import json
+from llmguard_sdk import Guard, OpenAICompatibleProvider
+from llmguard_sdk.budget import _genai_table
+before = _genai_table.windows()
+guard = Guard(
+    OpenAICompatibleProvider("http://127.0.0.1:9/v1", model="gpt-4o-mini", name="a"),
+    environ={},
+    telemetry=False,
+)
+for thread in __import__("threading").enumerate():  # (no call made: the Guard's own read)
+    if thread.name == "llmguard-prices":
+        thread.join(60)
+print(json.dumps({"before": before, "read": _genai_table.windows() is not None}))
+guard.close()
+"""
+
+
+def test_a_guard_reads_its_price_data_when_it_is_built() -> None:
+    """The first call priced (every answer gets an estimated cost) read genai-prices' whole
+    data, a third of a second or more, inside its deadline after its answer had come (under
+    load, 9 s of a 10 s seam call); a Guard now starts reading it as it is built, in a
+    background thread (a fresh interpreter, so that nothing read it before)."""
+    pytest.importorskip("genai_prices")
+    env = {**os.environ, "PYTHONPATH": SOURCE}
+    found = subprocess.run(
+        [sys.executable, "-c", _PRICES], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert found.returncode == 0, found.stderr
+    report = json.loads(found.stdout.strip().splitlines()[-1])
+    assert report["before"] is None  # nothing read by the import
+    assert report["read"] is True

@@ -197,9 +197,9 @@ class Guard(Adoption, Lifecycle):
     Arguments given here win over the environment. A bad value raises
     :class:`~llmguard_sdk.errors.ConfigurationError` at once, before any call.
     Building a Guard starts loading the tokenizer encodings its calls count with
-    (``cl100k_base`` and its routes' models' own where available offline) in a background
-    thread, so that no call spends its deadline loading one and the construction does not
-    wait for them.
+    (``cl100k_base`` and its routes' models' own where available offline) and the
+    ``genai-prices`` data its price table reads in background threads, so that no call spends
+    its deadline loading them and the construction does not wait for them.
 
     Example::
 
@@ -288,6 +288,7 @@ class Guard(Adoption, Lifecycle):
             releases=wiring.releases(release, self.store, prices, observer),
         )
         tokens.warm(route.model for route in routes)  # meanwhile, not in a call's deadline
+        self._stages.spend.prices._warm()  # (the price data, likewise)
 
     def __repr__(self) -> str:
         names = ", ".join(route.name for route in self.routes)

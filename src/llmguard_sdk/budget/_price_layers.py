@@ -15,6 +15,7 @@ import dataclasses
 import datetime as dt
 import logging
 import re
+import threading
 
 from . import _genai_table
 from ._price import _RATES, Price
@@ -51,6 +52,23 @@ class PriceLayers:
         if not self._unread:
             self._windows = windows
         return windows
+
+    def _warm(self) -> threading.Thread | None:
+        """Start reading the ``genai-prices`` data in a daemon thread where a layer prices from
+        it and it is not read yet (a third of a second or more); returns the thread (None:
+        nothing to read). A Guard calls it as it is built, as it loads its tokenizer: the
+        first call priced no longer reads the data inside its deadline (a lookup meanwhile
+        waits for the read under way, never reads twice)."""
+        if _genai_table.windows() is not None:  # read already
+            return None
+        if not any(layer._source is not None for layer in self._layers()):
+            return None
+        thread = threading.Thread(target=_genai_table.load, name="llmguard-prices", daemon=True)
+        try:
+            thread.start()
+        except RuntimeError:  # "can't start new thread": the first lookup reads it instead
+            return None
+        return thread
 
     def _layers(self) -> list[PriceLayers]:
         layers: list[PriceLayers] = []
