@@ -44,6 +44,7 @@ from .router import DeploymentGroup, TaskRouter
 from .store import Store, open_store
 
 if TYPE_CHECKING:
+    from .budget.control import SpendControl
     from .telemetry import Telemetry  # (imported with the first one: OpenTelemetry too)
 
 __all__ = ["ChatOptions", "Guard"]
@@ -287,8 +288,7 @@ class Guard(Adoption, Lifecycle):
             tasks=wiring.tasks(tasks, providers, routes),
             releases=wiring.releases(release, self.store, prices, observer),
         )
-        tokens.warm(route.model for route in routes)  # meanwhile, not in a call's deadline
-        self._stages.spend.prices._warm()  # (the price data, likewise)
+        _start_loading(routes, self._stages.spend)  # meanwhile, not in a call's deadline
 
     def __repr__(self) -> str:
         names = ", ".join(route.name for route in self.routes)
@@ -481,3 +481,11 @@ class Guard(Adoption, Lifecycle):
             return achat_stream(ctx, self._stages)
         with reporting(ctx, self._stages, "chat") as outcome:  # cancelled: reported as such
             return outcome.served(await acomplete_call(ctx, self._stages))
+
+
+def _start_loading(routes: Sequence[Provider], spend: SpendControl | None) -> None:
+    """Start loading, in background threads, what a Guard's calls read on first use: the
+    tokenizer encodings its routes count with, the price data of its price table."""
+    tokens.warm(route.model for route in routes)
+    if spend is not None:
+        spend.prices._warm()
