@@ -206,7 +206,9 @@ def test_a_hedged_call_timed_out_at_its_deadline_gives_back_its_output_tokens(
     """Both legs still waiting at the call's deadline: each kept its prompt (as a plain
     call that timed out does) but held its whole max_tokens of output too, so the next
     call found no room on the primary's output limit and went to the backup."""
-    limit = RateLimit(output_tpm=15, concurrency=5, period=3600)  # one call of 10 tokens
+    limit = RateLimit(
+        output_tpm=15, concurrency=5, period=3600, reserve_output_tokens=10
+    )  # one call of 10 tokens
     guard = make_guard(
         fake,
         fake2,

@@ -104,7 +104,7 @@ def test_a_route_without_room_is_skipped_at_once(
 def test_a_single_limited_route_refuses_with_retry_after(
     fake: FakeProvider, make_guard: MakeGuard
 ) -> None:
-    guard = make_guard(fake, rate_limits={"primary": RateLimit(rpm=1)})
+    guard = make_guard(fake, rate_limits={"primary": RateLimit(rpm=1, batch_headroom=0)})
     guard.chat(USER)
     with pytest.raises(RateLimitExceededError) as info:
         guard.chat(USER)
@@ -115,7 +115,7 @@ def test_a_single_limited_route_refuses_with_retry_after(
 def test_settling_returns_unused_tokens(fake: FakeProvider, make_guard: MakeGuard) -> None:
     # Each call reserves its input plus max_tokens=100 (over 100 tokens) but uses about 15:
     # without settling, the third call would find no room in 250 tokens.
-    guard = make_guard(fake, rate_limits={"primary": RateLimit(tpm=250)})
+    guard = make_guard(fake, rate_limits={"primary": RateLimit(tpm=250, reserve_output_tokens=100)})
     for _ in range(5):
         assert guard.chat(USER, max_tokens=100).route == "primary"
 
@@ -226,12 +226,14 @@ def test_the_guard_shares_limits_through_a_redis_store(
 def test_streams_reserve_and_settle_too(
     fake: FakeProvider, fake2: FakeProvider, make_guard: MakeGuard
 ) -> None:
-    guard = make_guard(fake, fake2, rate_limits={"primary": RateLimit(rpm=60, tpm=250)})
+    guard = make_guard(
+        fake, fake2, rate_limits={"primary": RateLimit(rpm=60, tpm=250, reserve_output_tokens=100)}
+    )
     for _ in range(4):  # settled to ~15 tokens each: all fit in 250
         with guard.chat(USER, stream=True, max_tokens=100) as stream:
             list(stream)
         assert stream.response.route == "primary"
-    limited = make_guard(fake, fake2, rate_limits={"primary": RateLimit(rpm=1)})
+    limited = make_guard(fake, fake2, rate_limits={"primary": RateLimit(rpm=1, batch_headroom=0)})
     routes = []
     for _ in range(2):
         with limited.chat(USER, stream=True) as stream:

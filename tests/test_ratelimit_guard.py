@@ -105,7 +105,7 @@ def test_a_limit_on_a_route_the_guard_does_not_have_is_a_configuration_error(
     """A misspelt route name (or a deployment group's) was accepted and never applied: the
     route went unlimited."""
     with pytest.raises(ConfigurationError, match=r"\['primray'\].*\['primary'\]"):
-        make_guard(fake, rate_limits={"primray": RateLimit(rpm=1)})
+        make_guard(fake, rate_limits={"primray": RateLimit(rpm=1, batch_headroom=0)})
 
 
 def test_a_concurrency_cap_refuses_calls_beyond_it(
@@ -261,7 +261,9 @@ def test_a_call_larger_than_its_burst_is_refused_at_once_saying_why(
     says: str,
 ) -> None:
     guard = make_guard(
-        fake, rate_limits={"primary": RateLimit(tpm=1000, max_wait=30)}, breaker=None
+        fake,
+        rate_limits={"primary": RateLimit(tpm=1000, max_wait=30, reserve_output_tokens=500)},
+        breaker=None,
     )
     with pytest.raises(RateLimitExceededError, match=says) as info:
         guard.chat(USER, max_tokens=max_tokens, priority=priority)
@@ -320,7 +322,7 @@ def test_both_legs_of_a_hedged_call_are_limited(
         fake,
         fake2,
         hedge_after=0.05,
-        rate_limits={"primary": RateLimit(rpm=10), "backup": RateLimit(rpm=1)},
+        rate_limits={"primary": RateLimit(rpm=10), "backup": RateLimit(rpm=1, batch_headroom=0)},
         breaker=None,
     )
 
@@ -348,7 +350,11 @@ def test_a_hedge_whose_first_route_has_no_room_starts_with_the_next(
     fake: FakeProvider, fake2: FakeProvider, make_guard: MakeGuard
 ) -> None:
     guard = make_guard(
-        fake, fake2, hedge_after=0.05, rate_limits={"primary": RateLimit(rpm=1)}, breaker=None
+        fake,
+        fake2,
+        hedge_after=0.05,
+        rate_limits={"primary": RateLimit(rpm=1, batch_headroom=0)},
+        breaker=None,
     )
     assert guard.chat(USER).route == "primary"
     assert guard.chat(USER).route == "backup"

@@ -234,8 +234,8 @@ def test_an_unknown_key_warns_once(redis_url: str, redis_prefix: str) -> None:
     """A misspelt key passed every call, silently: its limits never applied."""
     store = redis_store(redis_url, redis_prefix)
     limiters: list[MemoryRateLimiter | RedisRateLimiter] = [
-        MemoryRateLimiter({"openai": RateLimit(rpm=1)}),
-        RedisRateLimiter(store, {"openai": RateLimit(rpm=1)}),
+        MemoryRateLimiter({"openai": RateLimit(rpm=1, batch_headroom=0)}),
+        RedisRateLimiter(store, {"openai": RateLimit(rpm=1, batch_headroom=0)}),
     ]
     try:
         for limiter in limiters:
@@ -259,7 +259,7 @@ def test_an_unknown_key_warns_once(redis_url: str, redis_prefix: str) -> None:
 def test_an_unknown_key_warns_in_async_code_too() -> None:
     import anyio
 
-    limiter = MemoryRateLimiter({"openai": RateLimit(rpm=1)})
+    limiter = MemoryRateLimiter({"openai": RateLimit(rpm=1, batch_headroom=0)})
 
     async def reserve() -> bool:
         return (await limiter.areserve("opnai")).allowed
@@ -270,7 +270,7 @@ def test_an_unknown_key_warns_in_async_code_too() -> None:
 
 def test_the_unknown_keys_remembered_are_bounded() -> None:
     """Keys made per call (a user id as a key) warn for the first few, not for ever."""
-    limiter = MemoryRateLimiter({"openai": RateLimit(rpm=1)})
+    limiter = MemoryRateLimiter({"openai": RateLimit(rpm=1, batch_headroom=0)})
     with warnings.catch_warnings(record=True) as found:
         warnings.simplefilter("always")
         for n in range(1000):
@@ -288,7 +288,7 @@ def test_the_guards_routes_without_limits_do_not_warn(
 ) -> None:
     """The Guard asks its limiter only about routes with limits (and never through the
     public entry points): a route left unlimited is no misspelt key."""
-    guard = make_guard(fake, fake2, rate_limits={"primary": RateLimit(rpm=1)})
+    guard = make_guard(fake, fake2, rate_limits={"primary": RateLimit(rpm=1, batch_headroom=0)})
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert guard.chat(USER, max_tokens=5).route == "primary"

@@ -82,7 +82,9 @@ def test_input_output_and_request_limits_keep_one_call_of_the_whole_limit(
 ) -> None:
     limits = [
         RateLimit(input_tpm=2000, output_tpm=1000, max_wait=600.0),
-        RateLimit(rpm=2, burst=0.5, max_wait=600.0),  # one request a burst; a quarter: 1/2
+        RateLimit(
+            rpm=2, burst=0.5, max_wait=600.0, batch_headroom=0
+        ),  # one request a burst; a quarter: 1/2
     ]
     limiter = RedisRateLimiter(store, {"r": limits})
     grant = limiter.reserve("r", input_tokens=1500, output_tokens=800)

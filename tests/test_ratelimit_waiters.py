@@ -296,7 +296,9 @@ def test_the_wait_for_a_slot_counts_against_the_wait_allowed(
     limiter = make(
         {
             "r": [
-                RateLimit(rpm=60, burst=1 / 60, max_wait=2),  # one a second, a second ahead
+                RateLimit(
+                    rpm=60, burst=1 / 60, max_wait=2, batch_headroom=0
+                ),  # one a second, a second ahead
                 RateLimit(concurrency=1, per_tenant=True, max_wait=2),
             ]
         }

@@ -40,7 +40,7 @@ def test_a_key_of_another_kind_fails_that_decision_and_pauses_nothing(
     assert "WRONGTYPE" in logged[0]
     assert "unavailable" not in logged[0]
     # the other stages of the store go on in Redis: a limit shared with another process
-    limits = {"route": [RateLimit(rpm=1)]}
+    limits = {"route": [RateLimit(rpm=1, batch_headroom=0)]}
     assert RedisRateLimiter(store, limits).reserve("route").allowed
     other = RedisStore(redis_url, key_prefix=redis_prefix)
     assert not RedisRateLimiter(other, limits).reserve("route").allowed  # (the one is taken)

@@ -999,7 +999,7 @@ def test_the_guards_own_rate_limit_refusals_do_not_count_against_an_arm(pair: An
     from llmguard_sdk.ratelimit import RateLimit
 
     a, b = pair
-    limits = {"b": RateLimit(rpm=1, per_tenant=True, period=3600, max_wait=0)}
+    limits = {"b": RateLimit(rpm=1, per_tenant=True, period=3600, max_wait=0, batch_headroom=0)}
     guard = _tenant_canary(a, b, rate_limits=limits)
     try:
         controls = guard.releases

@@ -168,7 +168,7 @@ def test_a_count_when_every_breaker_is_open_is_the_first_route_s(
 def test_a_count_spends_no_rate_limit_and_no_budget(anthropic: Any, fake: FakeProvider) -> None:
     """Counting is free at Anthropic, and asks no provider here: it takes no request from a
     rate limit and holds no spend, however often a caller counts."""
-    limits: Any = {"gpt": RateLimit(rpm=1)}
+    limits: Any = {"gpt": RateLimit(rpm=1, batch_headroom=0)}
     guard = Guard(_gpt(fake), environ={}, rate_limits=limits, budgets=[Budget(limit_usd=1.0)])
     client = anthropic_client(guard)
     for _ in range(5):

@@ -50,7 +50,7 @@ def test_scope_counters_of_many_tenants_are_right_and_bounded() -> None:
 def test_a_limiter_of_many_tenants_keeps_each_tenant_apart_and_its_memo_bounded() -> None:
     clock = [1_000.0]
     limiter = MemoryRateLimiter(
-        {"route": [RateLimit(rpm=1_000_000), RateLimit(rpm=1, per_tenant=True)]},
+        {"route": [RateLimit(rpm=1_000_000), RateLimit(rpm=1, per_tenant=True, batch_headroom=0)]},
         clock=lambda: clock[0],
     )
     for i in range(6_000):

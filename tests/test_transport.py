@@ -305,7 +305,9 @@ def test_a_local_rate_limit_is_the_sdk_s_rate_limit_error(
 ) -> None:
     # "429 for rate limits": the Guard's own limiter refusing (RateLimitExceededError) came
     # back as a 503 (openai.InternalServerError), which rate-limit handlers do not catch
-    guard = make_guard(fake, retry=None, rate_limits={"primary": RateLimit(rpm=1)})
+    guard = make_guard(
+        fake, retry=None, rate_limits={"primary": RateLimit(rpm=1, batch_headroom=0)}
+    )
     seam = _sdk(http_client(guard))
     seam.chat.completions.create(model="m", messages=USER)
     with pytest.raises(openai.RateLimitError) as caught:
