@@ -282,6 +282,26 @@ def test_an_infinite_penalty_is_refused() -> None:
         DeploymentGroup("g", _named("a", "b"), penalty_s=math.inf)
 
 
+@pytest.mark.parametrize(
+    ("setting", "value"),
+    [
+        ("half_life_s", math.inf),
+        ("half_life_s", math.nan),
+        ("half_life_s", True),
+        ("slack", math.inf),
+        ("slack", math.nan),
+        ("penalty_s", math.nan),
+        ("penalty_s", -math.inf),
+    ],
+)
+def test_tuning_that_is_no_finite_number_is_refused_naming_it(setting: str, value: float) -> None:
+    """``half_life_s=inf`` made a group that never explored, ``slack=inf`` a band that let
+    any deployment lead: both were taken."""
+    route = OpenAICompatibleProvider("http://127.0.0.1:9/v1", model="m", name="a")
+    with pytest.raises(ConfigurationError, match=rf"{setting} must be a finite .*{value!r}"):
+        DeploymentGroup("g", [route], **{setting: value})  # type: ignore[arg-type]
+
+
 # -- groups in a Guard ---------------------------------------------------------------------
 
 

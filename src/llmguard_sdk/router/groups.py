@@ -65,6 +65,17 @@ def _finite(value: object) -> bool:
     return isinstance(value, int | float) and math.isfinite(value)
 
 
+def _tuning(name: str, value: object, what: str, within: Callable[[float], bool]) -> None:
+    """Refuse a tuning setting that is no finite number in its range (inf or NaN: a group
+    that never explores, a band that admits any deployment, a ranking of NaNs)."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not (math.isfinite(value) and within(value))
+    ):
+        raise ConfigurationError(f"{name} must be a finite {what}, got {value!r}")
+
+
 def _deployments(name: object, deployments: object) -> tuple[Provider, ...]:
     """The group's deployments (any iterable of them), once its name and they are checked."""
     if not isinstance(name, str) or not name:
@@ -126,8 +137,9 @@ class DeploymentGroup:
     own: its breaker, retries, rate limits, budgets and telemetry work as for any route, and
     its name must be unique in the Guard. A deployment its breaker or its rate limit refused
     goes after the others for a moment (:meth:`refused`). ``weights`` (one per deployment,
-    numbers >= 0) are for ``weighted`` only (another strategy refuses them); ``half_life_s``,
-    ``penalty_s`` and ``slack`` tune ``latency`` (see :mod:`llmguard_sdk.router.policy`);
+    numbers >= 0) are for ``weighted`` only (another strategy refuses them); ``half_life_s``
+    (> 0), ``penalty_s`` (>= 0) and ``slack`` (>= 1), finite numbers, tune ``latency`` (see
+    :mod:`llmguard_sdk.router.policy`);
     ``seed`` makes the random draws repeatable; ``clock`` is injectable for tests. A
     deployment that has neither answered nor led a call for ``half_life_s`` leads the next
     one (a trickle of exploration). ``regions`` tags deployments (by name; else a
@@ -157,12 +169,9 @@ class DeploymentGroup:
             raise ConfigurationError(f"strategy must be one of {_STRATEGIES}, got {strategy!r}")
         deployments = _deployments(name, deployments)
         self.weights = _weights(weights, len(deployments), strategy)
-        if not all(isinstance(v, int | float) for v in (half_life_s, penalty_s, slack)) or not (
-            half_life_s > 0 and 0 <= penalty_s < math.inf and slack >= 1
-        ):
-            raise ConfigurationError(
-                "half_life_s must be > 0, penalty_s finite and >= 0, and slack >= 1"
-            )
+        _tuning("half_life_s", half_life_s, "number of seconds > 0", lambda v: v > 0)
+        _tuning("penalty_s", penalty_s, "number of seconds >= 0", lambda v: v >= 0)
+        _tuning("slack", slack, "number >= 1", lambda v: v >= 1)
         if regions is not None and not (
             isinstance(regions, Mapping) and all(isinstance(r, str) for r in regions.values())
         ):
