@@ -4,11 +4,13 @@ Three deployments of one model answer on loopback FakeProviders. With ``strategy
 the slow one is measured and then left alone (a trickle of exploration, not bulk traffic);
 with region tags a call's ``region=`` goes to its region first and fails over to the others;
 with ``strategy="cheapest"`` each call goes to the cheapest deployment whose context window
-holds it.
+holds it; with two groups, a call's ``model=`` names the group it goes to (as a LiteLLM
+Router's ``model_name``), and a name of no group is refused.
 """
 
 from llmguard_sdk import DeploymentGroup, Guard, OpenAICompatibleProvider
 from llmguard_sdk.budget import Price, PriceTable
+from llmguard_sdk.errors import UnknownModelError
 from llmguard_sdk.testing import FakeProvider, Fault
 
 QUESTION = [{"role": "user", "content": "Where is my parcel?"}]
@@ -69,3 +71,18 @@ with (
         print("cheapest, short question:", guard.chat(QUESTION, max_tokens=10).route)
         long = [{"role": "user", "content": "Summarise this: " + "lorem ipsum " * 40}]
         print("cheapest, long question:", guard.chat(long, max_tokens=10).route)
+
+    # two groups: a call's model= names the group it goes to; no model=: the chain's first
+    def group(name: str, model: str, *fakes: FakeProvider) -> DeploymentGroup:
+        routes = [OpenAICompatibleProvider(f.base_url, model=model, name=f.name) for f in fakes]
+        return DeploymentGroup(name, routes, strategy="round_robin")
+
+    small = group("small", "gpt-4o-mini", east, west)
+    big = group("big", "gpt-4o", frankfurt)
+    with Guard([small, big], environ={}) as guard:
+        print("model=big:", guard.chat(QUESTION, model="big").route)
+        print("no model=:", guard.chat(QUESTION).route in {"east", "west"})
+        try:
+            guard.chat(QUESTION, model="bigg")
+        except UnknownModelError as refused:
+            print("model=bigg: refused, the groups are", refused.groups)

@@ -28,6 +28,7 @@ from llmguard_sdk.errors import (
     RequestValidationError,
     StoreUnavailableError,
     StreamInterruptedError,
+    UnknownModelError,
     UnknownModelPriceError,
 )
 from llmguard_sdk.prompts import LintWarning
@@ -38,6 +39,7 @@ ERRORS: list[LLMGuardError] = [
     MovingModelAliasError("gpt-4o", "primary"),
     RequestValidationError("bad request", [{"loc": ("messages",)}]),
     InputTooLargeError(5000, 4000, estimated=True),
+    UnknownModelError("bigg", ["small", "big"], ["gpt-4o-mini"]),
     GuardrailRejectedError("no secrets", stage="input"),
     PromptLintError("t", [LintWarning("timestamp", "a date", "system", 1, 5, "2026-01-01")]),
     RateLimitedError("slow down", route="primary", status_code=429, retry_after=2.0),

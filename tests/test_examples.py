@@ -31,6 +31,9 @@ EXPECTED = {
         "region eu, frankfurt down: True",
         "cheapest, short question: frankfurt",
         "cheapest, long question: west",
+        "model=big: frankfurt",
+        "no model=: True",
+        "model=bigg: refused, the groups are ['small', 'big']",
     ],
     "streaming.py": ["first token after", "stream broke after: 'Echo: count to'", "async: Echo"],
     "drop_in_client.py": [

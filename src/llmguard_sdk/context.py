@@ -200,6 +200,7 @@ class CallContext:
     span: Span | None = None  # the call's span, where started as its first traced attempt began
     route_order: tuple[Provider, ...] = ()  # this call's routes, ranked (deployment groups)
     region: str | None = None  # the region whose deployments the call prefers
+    group: str | None = None  # the deployment group its model= selected (it starts there)
     task: TaskChoice | None = None  # the call's tier (task routing) and cascade record
     release: str | None = None  # the release serving the call (name@version), if any
     prompt_version: str | None = None  # that release's prompt_version, if it has one

@@ -10,6 +10,7 @@ Catch :class:`LLMGuardError` to catch everything the SDK raises itself::
     ├── RequestValidationError      the request itself is invalid (raised before any network call)
     │   ├── InputTooLargeError      more input tokens than the Guard's max_input_tokens
     │   ├── GuardrailRejectedError  an input or output filter refused the call
+    │   ├── UnknownModelError       model= names no deployment group and no model the routes serve
     │   └── PromptLintError         a strict PromptBuilder found cache-breaking static text
     ├── ProviderError               a provider answered badly or not at all
     │   ├── RateLimitedError            429 (carries retry_after from Retry-After / retry-after-ms)
@@ -94,6 +95,7 @@ __all__ = [
     "SettingsValidationError",
     "StoreUnavailableError",
     "StreamInterruptedError",
+    "UnknownModelError",
     "UnknownModelPriceError",
     "UnknownSettingWarning",
 ]
@@ -244,6 +246,29 @@ class GuardrailRejectedError(RequestValidationError):
         super().__init__(f"guardrail rejected the call: {reason}")
         self.reason = reason
         self.stage = stage
+
+
+class UnknownModelError(RequestValidationError):
+    """A call's ``model=`` names no deployment group of the Guard and no model its routes
+    serve, and every route has a model of its own, so the name would have been ignored (the
+    call served by whatever the chain's first route is). ``model`` is the name asked for;
+    ``groups`` the Guard's deployment-group names (what ``model=`` selects); ``models`` the
+    models its routes serve. The transport seam and the drop-in clients answer it 404
+    ``model_not_found``, as OpenAI answers an unknown model.
+
+    .. versionadded:: 0.2.0
+    """
+
+    def __init__(self, model: str, groups: Sequence[str], models: Sequence[str]) -> None:
+        super().__init__(
+            f"model {model!r} names no deployment group of this Guard ({list(groups)}) and no "
+            f"model its routes serve ({list(models)}): every route has a model of its own, so "
+            "it would be ignored. Pass a group's name to route within that group, a served "
+            "model, or leave model= out"
+        )
+        self.model = model
+        self.groups = list(groups)
+        self.models = list(models)
 
 
 class PromptLintError(RequestValidationError):

@@ -67,6 +67,12 @@ class ChatOptions(TypedDict, total=False):
     request: ChatRequest | None
     """A ready request, instead of messages and parameters."""
     model: str | None
+    """The model asked for: routes without a model of their own are sent it (a route's own
+    model wins). With deployment groups, a group's name selects the group, as a LiteLLM
+    Router's ``model_name`` does: the call starts at it (its deployments as its strategy
+    ranks them, then the chain's routes after it), unless task routing chooses the call's
+    tier. A name of no group that every route would ignore (each has a model of its own,
+    another) raises :class:`~llmguard_sdk.errors.UnknownModelError` (not under a release)."""
     tenant: str | None
     feature: str | None
     user: str | None
@@ -108,7 +114,8 @@ class Guard(Adoption, Lifecycle):
     Args:
         providers: the routes of the fallback chain, tried in order (one provider or a list);
             a :class:`~llmguard_sdk.DeploymentGroup` takes one place in the chain and ranks
-            its deployments for each call.
+            its deployments for each call; ``chat(..., model=NAME)`` with a group's name
+            starts the call at that group.
             Without one, ``LLMGUARD_BASE_URL`` / ``LLMGUARD_API_KEY`` / ``LLMGUARD_MODEL``
             configure an :class:`~llmguard_sdk.OpenAICompatibleProvider`.
         store: ``"memory"`` (default) or a Redis URL: where shared state lives.

@@ -249,16 +249,18 @@ def _says_of_route(ctx: CallContext, stages: Stages, route: Provider, grant: Gra
 
 def call_routes(ctx: CallContext, stages: Stages) -> Sequence[Provider]:
     """The routes of this call in the order it tries them: its deployment groups ranked
-    for it, or its tier's routes (``ctx.route_order``), among the routes ``stages`` allow."""
+    for it, its tier's routes, or the chain from the group its model= selected
+    (``ctx.route_order``), among the routes ``stages`` allow."""
     ranked = ctx.route_order
     if not ranked:
         return stages.routes
-    if ctx.task is None and len(ranked) == len(stages.routes):
+    part = ctx.task is not None or ctx.group is not None  # a part of the chain
+    if not part and len(ranked) == len(stages.routes):
         return ranked  # the whole chain, ranked (a tier may hold fewer routes, or others)
     allowed = {route.name for route in stages.routes}  # a budget's cheaper routes only
     kept = [route for route in ranked if route.name in allowed]
-    if not kept and ctx.task is not None:
-        return stages.routes  # a budget downgrade left the tier nothing: its routes serve
+    if not kept and part:
+        return stages.routes  # a budget downgrade left the part nothing: its routes serve
     return kept
 
 

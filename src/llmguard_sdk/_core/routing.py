@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from .._state.steps import Step
 from ..context import CallContext
-from ..errors import ProviderError, RateLimitedError
+from ..errors import ProviderError, RateLimitedError, UnknownModelError
 from ..providers.base import Provider
 from ..router import DeploymentGroup
 from ..router.groups import CallFacts
@@ -49,19 +49,14 @@ class Routing:
         self, entries: Sequence[Provider | DeploymentGroup], store: Store | None = None
     ) -> None:
         self.entries = tuple(entries)
+        # the groups by their own names: what a call's model= selects
+        self.groups = {e.name: e for e in self.entries if isinstance(e, DeploymentGroup)}
         self._groups = {
             deployment.name: entry
             for entry in entries
             if isinstance(entry, DeploymentGroup)
             for deployment in entry.deployments
         }
-        # the deployments a call counts its input for, each as its own model counts it
-        self._cheapest = tuple(
-            route
-            for entry in entries
-            if isinstance(entry, DeploymentGroup) and entry.strategy == "cheapest"
-            for route in entry.deployments
-        )
         shared = RedisLeases(store) if isinstance(store, RedisStore) else None
         self._leases: dict[str, Leases] = {
             entry.name: shared
@@ -74,17 +69,44 @@ class Routing:
     def ranked(self, ctx: CallContext, prices: PriceTable | None = None) -> tuple[Provider, ...]:
         """Every route, each group's deployments in the order its strategy gives now for the
         call ``ctx`` (``cheapest`` prices it with ``prices``, each deployment with the input
-        tokens its own model counts)."""
-        cheapest = self._cheapest
+        tokens its own model counts). A call that selected one of these groups (``ctx.group``,
+        its ``model=``) starts at it: the entries before it are neither ranked nor tried."""
+        entries = self._from(ctx.group)
+        # the deployments the call counts its input for, each as its own model counts it
+        cheapest = [
+            route
+            for entry in entries
+            if isinstance(entry, DeploymentGroup) and entry.strategy == "cheapest"
+            for route in entry.deployments
+        ]
         if cheapest:  # the call's count first: a deployment whose encoding took it reuses it
             ctx.input_tokens()
         counts = {route.name: float(route_input_tokens(ctx, route).tokens) for route in cheapest}
         facts = CallFacts(ctx.request, region=ctx.region, prices=prices, counts=counts)
         return tuple(
             route
-            for entry in self.entries
+            for entry in entries
             for route in (entry.ranked(facts) if isinstance(entry, DeploymentGroup) else (entry,))
         )
+
+    def _from(self, group: str | None) -> tuple[Provider | DeploymentGroup, ...]:
+        """The entries from the group named ``group`` on (all of them: no such group here)."""
+        selected = self.groups.get(group) if group is not None else None
+        if selected is None:
+            return self.entries
+        return self.entries[next(i for i, e in enumerate(self.entries) if e is selected) :]
+
+    def check_model(self, model: str | None, routes: Sequence[Provider]) -> None:
+        """Refuse a call's ``model=`` that names none of the groups and that every route of
+        ``routes`` would ignore: each has a model of its own, none of them that one
+        (:class:`~llmguard_sdk.errors.UnknownModelError`, naming the groups). A name a route
+        serves, or any name when a route has no model of its own (it is sent the call's),
+        keeps its meaning: the model those routes are asked for."""
+        if model is None or model in self.groups or any(not route.model for route in routes):
+            return
+        served = list(dict.fromkeys(route.model for route in routes if route.model))
+        if model not in served:
+            raise UnknownModelError(model, list(self.groups), served)
 
     def lease_steps(self, ctx: CallContext, held: list[Lease]) -> Step[list[Lease]]:
         """Lease the call on the deployment each group sends it to, in ``ctx.route_order``

@@ -162,6 +162,7 @@ def prepare(
         attempt_timeout=attempt_timeout,
         priority=priority,
         region=region,
+        group=_selected_group(stages, checked),
     )
     if stages.telemetry is not None:
         ctx.trace_parent = stages.telemetry.parent()
@@ -175,7 +176,23 @@ def prepare(
         stages.tasks.assign(ctx, ctx.route_order or stages.routes)
     if stages.tasks is not None or stages.max_input_tokens is not None:
         check_input_size(ctx, stages)
+    elif ctx.group is not None:  # counted as its first deployment's model counts, when asked
+        ctx.count_input_for(_first_model(ctx, stages))
     return ctx
+
+
+def _selected_group(stages: Stages, request: ChatRequest) -> str | None:
+    """The deployment group the call's ``model=`` names, where it selects one: the call
+    starts at that group (see :meth:`Routing.ranked`); ``None`` when it names none, or the
+    Guard routes by tasks (the call's tier decides). A name of no group that every route
+    would ignore is refused (UnknownModelError), but under a release: its arms may name
+    their groups otherwise, and a name one of them has is never refused by the other."""
+    routing = stages.routing
+    if routing is None or stages.tasks is not None:
+        return None
+    if stages.releases is None:
+        routing.check_model(request.model, stages.routes)
+    return request.model if request.model in routing.groups else None
 
 
 def check_input_size(ctx: CallContext, stages: Stages) -> None:
@@ -193,8 +210,13 @@ def check_input_size(ctx: CallContext, stages: Stages) -> None:
 
 
 def _first_model(ctx: CallContext, stages: Stages) -> str | None:
-    """The request's model, else the model of the call's first route (as ranked for it)."""
-    return ctx.request.model or (ctx.route_order or stages.routes)[0].model
+    """The request's model, else the model of the call's first route (as ranked for it); a
+    call whose model= names its group: its first deployment's own model (the name is no
+    model's)."""
+    first = (ctx.route_order or stages.routes)[0].model
+    if ctx.group is not None and first:
+        return first
+    return ctx.request.model or first
 
 
 def _seconds(value: object) -> bool:

@@ -148,6 +148,11 @@ class DeploymentGroup:
     typical answer length are kept in this process; the calls in flight that
     ``least_outstanding`` counts are shared through the Guard's store (Redis: every
     process).
+
+    A call whose ``model=`` is the group's name (``guard.chat(..., model="gpt-4o-mini")``, as
+    a LiteLLM Router's ``model_name``) starts at the group: its deployments as ranked, then
+    the chain's routes after it (the entries before it are not tried); see
+    :class:`~llmguard_sdk.ChatOptions`.
     """
 
     def __init__(

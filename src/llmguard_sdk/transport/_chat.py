@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .._core.assembly import call_index
@@ -163,15 +163,17 @@ class ChunkWriter:
 
 
 class ModelsWire:
-    """``GET /v1/models``: the models of the Guard's routes, in OpenAI's shape, or in
+    """``GET /v1/models``: the Guard's deployment groups (the names a call's ``model=``
+    selects, each owned by itself), then the models of its routes, in OpenAI's shape, or in
     Anthropic's when ``anthropic`` (its SDK asked)."""
 
-    def __init__(self, routes: Any, *, anthropic: bool = False) -> None:
+    def __init__(self, routes: Any, *, groups: Sequence[str] = (), anthropic: bool = False) -> None:
         self._routes = routes
+        self._groups = groups
         self._anthropic = anthropic
 
     def _models(self) -> list[dict[str, Any]]:
-        found: dict[str, dict[str, Any]] = {}
+        found = {name: self._model(name, name) for name in self._groups}
         for route in self._routes:
             if route.model and route.model not in found:
                 found[route.model] = self._model(route.model, route.name)

@@ -53,7 +53,11 @@ def plan(guard: Guard, incoming: Incoming) -> Call | Answer:
     serve, a model lookup or a token count is no chat call: not reported."""
     path = incoming.path.rstrip("/")
     if incoming.method == "GET" and (path.endswith("/models") or "/models/" in path):
-        models = ModelsWire(guard.routes, anthropic=_from_anthropic(incoming.headers))
+        routing = guard._stages.routing  # (with task routing, the tier decides: no group)
+        groups = tuple(routing.groups) if routing and guard._stages.tasks is None else ()
+        models = ModelsWire(
+            guard.routes, groups=groups, anthropic=_from_anthropic(incoming.headers)
+        )
         _, slash, model = path.rpartition("/models/")
         body = models.model(model) if slash else models.listing()
         return Answer(200, [("content-type", "application/json")], _wire.dumps(body))

@@ -29,6 +29,7 @@ from ..errors import (
     RateLimitExceededError,
     RefusedError,
     RequestValidationError,
+    UnknownModelError,
 )
 from ..models import ChatResponse, StreamChunk, Usage
 from ..providers._anthropic_only import HEADERS as CLAUDE_OWN_HEADERS
@@ -291,6 +292,7 @@ def status_of(exc: LLMGuardError) -> int:
         return status_of(last) if isinstance(last, LLMGuardError) else 503
     table: Sequence[tuple[type[LLMGuardError], int]] = (
         (NotServedError, 404),
+        (UnknownModelError, 404),  # as OpenAI answers a model it does not serve
         (RequestValidationError, 400),
         (BadRequestError, 400),
         (AuthenticationError, 401),
@@ -346,6 +348,8 @@ def openai_error(exc: LLMGuardError) -> dict[str, Any]:
         if overflows(exc)
         else exc.code
         if isinstance(exc, NotServedError)
+        else "model_not_found"
+        if isinstance(exc, UnknownModelError)
         else None
     )
     message = str(exc) + (_OVERFLOW if code == "context_length_exceeded" else "")
