@@ -2,9 +2,11 @@
 and a shadow run.
 
 Per candidate (``errors``: 10 % of its calls answer 500; ``slow``: answers after twice the
-control's latency; ``costly``: its model's price is three times the control's; ``healthy``: as
-the control), two worker processes each send steady traffic (``--threads`` threads, users drawn
-at random, so each user is sticky to one arm) through a Guard with
+control's latency, 60 ms beside 30 ms: the drill's latencies are scaled down to keep it short,
+so its policy's ``latency_slack_s`` is 0.01 s, not the default 0.05 s; ``costly``: its
+model's price is three times the control's; ``healthy``: as the control), two worker processes
+each send steady traffic (``--threads`` threads, users drawn at random, so each user is sticky
+to one arm) through a Guard with
 ``ReleasePlan(current, candidate=..., canary=CanaryPolicy(stages=..., min_calls=...))`` and one
 Redis store (its own key prefix, deleted afterwards). Each worker counts the calls the candidate
 served before the worker saw the canary's decision, and the bad ones among them (errors for
@@ -345,7 +347,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     stages, min_calls = ((0.2, 0.5, 1.0), 250) if args.quick else ((0.1, 0.25, 0.5, 1.0), 300)
     if args.quick:
         args.runs, args.shadow_calls, args.limit_s = min(args.runs, 5), 1000, 60.0
-    policy = {"stages": stages, "min_calls": min_calls, "flush_interval": 0.25}
+    policy = {
+        "stages": stages, "min_calls": min_calls, "flush_interval": 0.25,
+        "latency_slack_s": 0.01,  # the slow candidate is 30 ms slower (the default slack: 50 ms)
+    }  # fmt: skip
     with given_redis(args.redis_url) as redis_url:
         candidates = {s: run_candidate(s, redis_url, policy, args) for s in SCENARIOS}
     outcomes = [simulate(seed, CanaryPolicy(**policy)) for seed in range(args.runs)]

@@ -6,7 +6,8 @@ the store) go in, a :class:`Decision` comes out.
 
 **The test.** Each guardrail metric turns a call into a *bad event* or not: an error, an
 output filter's rejection, a slow call (latency above ``latency_tolerance`` times the
-control's ``latency_quantile``, its median by default), a costly call (cost above
+control's ``latency_quantile``, its median by default, and above it by ``latency_slack_s``
+too), a costly call (cost above
 ``cost_tolerance`` times the control's median cost), a low feedback score. Given that a bad
 event happened, it came from the canary with probability
 ``q0 = n_canary / (n_canary + n_control)`` when both arms are equally good (``n``: the arm's
@@ -78,8 +79,12 @@ class CanaryPolicy:
             worse than the control (the sequential test's false-alarm bound).
         ratio: the bad-event rate ratio (canary over control) the test is tuned to detect;
             larger effects are detected sooner.
-        latency_quantile / latency_tolerance: a call is slow above ``latency_tolerance``
-            times the control's ``latency_quantile`` latency.
+        latency_quantile / latency_tolerance / latency_slack_s: a call is slow above
+            ``latency_tolerance`` times the control's ``latency_quantile`` latency and
+            ``latency_slack_s`` seconds (default 0.05) above it: both. At millisecond
+            latencies a ratio alone calls a candidate 2 ms slower (3 ms beside 1.1 ms) slow
+            on every call; a difference under the slack is no slowness a user notices.
+            ``0`` judges by the ratio alone.
         cost_tolerance: a call is costly above this many times the control's median cost.
         feedback_threshold: feedback scores below it are bad.
         min_control: control calls needed before latency and cost are compared.
@@ -99,6 +104,7 @@ class CanaryPolicy:
     ratio: float = 2.0
     latency_quantile: float = 0.5
     latency_tolerance: float = 1.5
+    latency_slack_s: float = 0.05
     cost_tolerance: float = 1.5
     feedback_threshold: float = 0.5
     min_control: int = 20
@@ -130,6 +136,10 @@ class CanaryPolicy:
             raise ConfigurationError("latency_quantile must be in (0, 1)")
         if not (self.latency_tolerance >= 1 and self.cost_tolerance >= 1):
             raise ConfigurationError("latency_tolerance and cost_tolerance must be >= 1")
+        if not 0 <= self.latency_slack_s < math.inf:
+            raise ConfigurationError(
+                f"latency_slack_s must be finite seconds >= 0, got {self.latency_slack_s!r}"
+            )
         if not (0 < self.flush_interval <= 60 and self.min_control >= 1):
             raise ConfigurationError("flush_interval in (0, 60] s and min_control >= 1")
 
@@ -140,8 +150,8 @@ class CanaryPolicy:
 
 
 _NUMBERS = (
-    "alpha", "ratio", "latency_quantile", "latency_tolerance", "cost_tolerance",
-    "feedback_threshold", "flush_interval",
+    "alpha", "ratio", "latency_quantile", "latency_tolerance", "latency_slack_s",
+    "cost_tolerance", "feedback_threshold", "flush_interval",
 )  # fmt: skip
 
 
@@ -281,16 +291,17 @@ def metric_counts(
             canary.get(metric, 0), canary.get("calls", 0),
             control.get(metric, 0), control.get("calls", 0),
         )  # fmt: skip
-    for metric, kind, q, tolerance in (
-        ("slow", "lat", policy.latency_quantile, policy.latency_tolerance),
-        ("costly", "cost", 0.5, policy.cost_tolerance),
+    for metric, kind, q, tolerance, slack in (
+        ("slow", "lat", policy.latency_quantile, policy.latency_tolerance, policy.latency_slack_s),
+        ("costly", "cost", 0.5, policy.cost_tolerance, 0.0),
     ):
         n0 = sum(_histogram(control, kind).values())
         base = percentile(control, kind, q)  # type: ignore[arg-type]
         if base is None or n0 < policy.min_control:
             continue
-        n_c, bad_c = _above(canary, kind, base * tolerance)
-        n_0, bad_0 = _above(control, kind, base * tolerance)
+        threshold = max(base * tolerance, base + slack)  # past the ratio and the slack both
+        n_c, bad_c = _above(canary, kind, threshold)
+        n_0, bad_0 = _above(control, kind, threshold)
         out[metric] = (bad_c, n_c, bad_0, n_0)
     out["low_feedback"] = (
         canary.get("fb_low", 0), canary.get("fb", 0), control.get("fb_low", 0), control.get("fb", 0)
