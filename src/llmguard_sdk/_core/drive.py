@@ -17,7 +17,6 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-import time
 from collections import deque
 from collections.abc import AsyncGenerator, Generator
 from dataclasses import dataclass, field
@@ -30,7 +29,7 @@ import anyio.to_thread
 from ..budget._usage import usable_cost, usable_usage
 from ..errors import ProviderError
 from ..models import ChatResponse, StreamChunk
-from ..providers._abort import Abort, abortable
+from ..providers._abort import Abort, abortable, sleep
 from ..store import Batch, Step
 from . import ops
 from .assembly import has_content
@@ -162,7 +161,7 @@ def _perform(op: Any, run: Run, streams: _Streams) -> Any:
     if isinstance(op, ops.Sleep):
         run.tail.flush()
         if op.seconds > 0:
-            time.sleep(op.seconds)
+            sleep(op.seconds)  # (cut short when the call is aborted)
         return None
     if isinstance(op, ops.Race):
         run.tail.flush()

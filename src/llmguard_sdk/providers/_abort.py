@@ -3,9 +3,11 @@
 A sync hedge race runs each leg in a thread of its own, under an :class:`Abort`
 (:func:`abortable`). What such a call waits on registers how to stop waiting
 (:func:`when_aborted`): the deadline watchdog shuts down the socket it reads, the local model
-abandons its generation. When the race ends, the loser's :meth:`Abort.abort` runs those at
-once (and any registered later), so the loser ends now instead of reading an answer nobody
-will use until its deadline, and gives back its rate-limit slot and reservation.
+abandons its generation, a retry's backoff (:func:`sleep`) ends. When the race ends, the
+loser's :meth:`Abort.abort` runs those at once (and any registered later), so the loser ends
+now instead of reading an answer nobody will use until its deadline, and gives back its
+rate-limit slot and reservation. A shadow's call runs under one too: a Guard's close
+abandons it.
 """
 
 from __future__ import annotations
@@ -15,10 +17,11 @@ import contextvars
 import functools
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-__all__ = ["Abort", "abortable", "when_aborted"]
+__all__ = ["Abort", "abortable", "sleep", "when_aborted"]
 
 logger = logging.getLogger("llmguard_sdk")
 
@@ -78,3 +81,15 @@ def when_aborted(callback: Callable[[Any], object], argument: Any) -> None:
     abort = _CURRENT.get()
     if abort is not None:
         abort.on_abort(functools.partial(callback, argument))
+
+
+def sleep(seconds: float) -> None:
+    """``time.sleep(seconds)``, cut short when the call it is part of is aborted (a retry's
+    backoff: an abandoned call starts no further attempt after a wait)."""
+    abort = _CURRENT.get()
+    if abort is None:
+        time.sleep(seconds)
+        return
+    woken = threading.Event()
+    abort.on_abort(woken.set)
+    woken.wait(seconds)

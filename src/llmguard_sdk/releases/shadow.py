@@ -6,7 +6,8 @@ offered to a bounded queue (a full queue drops it: counted, never waited for); o
 thread sends it to the candidate through a Guard of its own (its own breakers, the shadow's own
 rate and spend caps, calls labelled ``arm="shadow"``) and compares the two answers with each
 comparator. :meth:`Shadow.report` says how often they agreed, overall and per segment (the
-call's feature, or ``ShadowPolicy.segment``).
+call's feature, or ``ShadowPolicy.segment``). Closing the Guard abandons the shadow's call in
+flight and drops those queued: nobody waits for their answers.
 
 .. versionadded:: 0.2.0
 """
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from ..context import CallContext, CallEvent, Scope
 from ..errors import ConfigurationError, LLMGuardError, UnknownModelPriceError
 from ..models import ChatRequest, ChatResponse
+from ..providers._abort import Abort, abortable
 from ..tokens import count_request_tokens
 
 if TYPE_CHECKING:
@@ -44,6 +46,7 @@ Comparator = Callable[[ChatResponse, ChatResponse], "bool | None"]
 
 _MAX_SEGMENTS = 100
 _INPUT_MARGIN = 0.1  # a reservation's input counts this much more (as Budgets' input_margin)
+_CLOSE_GRACE_S = 1.0  # how long a close waits for an abandoned call to end (its timeout if less)
 
 
 def _is_json(text: str | bytes) -> bool:
@@ -274,7 +277,7 @@ class Shadow:
         )
         self._lock = threading.Lock()
         self._counts = {"offered": 0, "dropped_queue": 0, "skipped_rate": 0}
-        self._counts.update(skipped_budget=0, candidate_errors=0)
+        self._counts.update(skipped_budget=0, candidate_errors=0, abandoned_at_close=0)
         self._spent = 0.0
         self._dearest = 0.0  # the dearest shadow call so far
         self._tokens, self._refilled = max(self.policy.rate_per_s, 1.0), time.monotonic()
@@ -283,6 +286,7 @@ class Shadow:
         self._guard: Guard | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._abort: Abort | None = None  # how to abandon the call in flight
 
     def offer(self, ctx: CallContext, response: ChatResponse) -> None:
         """Maybe copy a served call to the queue (never waits)."""
@@ -343,15 +347,23 @@ class Shadow:
         return worst
 
     def _work(self) -> None:
-        while not self._stop.is_set():
+        try:
+            while not self._stop.is_set():
+                try:
+                    item = self._queue.get(timeout=0.2)
+                except queue.Empty:
+                    continue
+                try:
+                    self._handle(*item)
+                finally:
+                    self._queue.task_done()
+        finally:  # closed: what is queued is dropped, the shadow's Guard closed
+            self._drop_queued()
             try:
-                item = self._queue.get(timeout=0.2)
-            except queue.Empty:
-                continue
-            try:
-                self._handle(*item)
-            finally:
-                self._queue.task_done()
+                if self._guard is not None:
+                    self._guard.close()
+            except Exception:
+                logger.exception("llmguard shadow: closing its Guard failed")
 
     def _handle(
         self, request: ChatRequest, scope: Scope, served: ChatResponse, segment: str
@@ -364,8 +376,10 @@ class Shadow:
         try:
             shadow = self._call(request, scope)
         except (LLMGuardError, OSError):
-            with self._lock:
-                self._counts["candidate_errors"] += 1
+            with self._lock:  # a call the close abandoned is no fault of the candidate's
+                self._counts[
+                    "abandoned_at_close" if self._stop.is_set() else "candidate_errors"
+                ] += 1
             return
         except Exception:
             logger.exception("llmguard shadow call failed")
@@ -373,15 +387,27 @@ class Shadow:
         self._compare(served, shadow, segment)
 
     def _call(self, request: ChatRequest, scope: Scope) -> ChatResponse:
+        """The candidate's answer to ``request``, the call run under an :class:`Abort` that
+        :meth:`close` fires (its socket shut down, its retries' waits cut short)."""
         guard = self._guard or self._build()
         headers = {
             k: v for k, v in (request.extra_headers or {}).items() if not v.startswith("llmguard-")
         }  # the served call's idempotency key stays with it
         request = request.model_copy(update={"extra_headers": headers or None})
-        return guard.chat(
-            request=request, tenant=scope.tenant, feature=scope.feature, user=scope.user,
-            timeout=self.policy.timeout, cacheable=False,
-        )  # fmt: skip
+        abort = Abort()
+        with self._lock:  # (a close that set _stop before this lock: aborted here)
+            self._abort = abort
+            if self._stop.is_set():
+                abort.abort()
+        try:
+            with abortable(abort):
+                return guard.chat(
+                    request=request, tenant=scope.tenant, feature=scope.feature,
+                    user=scope.user, timeout=self.policy.timeout, cacheable=False,
+                )  # fmt: skip
+        finally:
+            with self._lock:
+                self._abort = None
 
     def _build(self) -> Guard:
         from ..guard import Guard
@@ -441,16 +467,41 @@ class Shadow:
     def drain(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds for the queue to empty (for tests and benches)."""
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self._queue.unfinished_tasks == 0:
-                return True
+        while self._queue.unfinished_tasks:  # (looked at once at least: ``drain(0)`` too)
+            if time.monotonic() >= deadline:
+                return False
             time.sleep(0.02)
-        return False
+        return True
 
     def close(self) -> None:
-        """Stop the worker (the call in flight ends by its timeout) and close its Guard."""
+        """Stop the worker and close its Guard. Nobody waits for a shadow's answers: the
+        call in flight is abandoned (its socket shut down, its retries' waits cut short;
+        waited for at most 1 s, or the shadow's timeout if less) and those queued dropped,
+        each counted in ``abandoned_at_close``."""
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=self.policy.timeout + 1.0)
-        if self._guard is not None:
-            self._guard.close()
+        with self._lock:
+            abort = self._abort
+        if abort is not None:
+            abort.abort()
+        thread = self._thread  # (as it ends, it drops what is queued and closes its Guard)
+        if thread is None:
+            return
+        grace = min(_CLOSE_GRACE_S, self.policy.timeout)
+        thread.join(timeout=grace)
+        if thread.is_alive():  # a call through a provider that registered no way to stop it
+            logger.warning(
+                "llmguard shadow: its call in flight did not stop within %g s of the close; "
+                "it ends by the shadow's timeout (%g s), in the background", grace,
+                self.policy.timeout,
+            )  # fmt: skip
+
+    def _drop_queued(self) -> None:
+        """Drop the calls still queued (the worker is ending): none of them is sent."""
+        while True:
+            try:
+                self._queue.get_nowait()
+            except queue.Empty:
+                return
+            self._queue.task_done()
+            with self._lock:
+                self._counts["abandoned_at_close"] += 1
