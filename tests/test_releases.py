@@ -819,8 +819,9 @@ class _RivalBackend(MemoryReleaseBackend):
         canary: Counters,
         stages: Sequence[float] = (),
         hold: float = 0.0,
+        min_calls: int = 0,
     ) -> Exchange:
-        found = super().exchange(key, candidate, version, control, canary, stages, hold)
+        found = super().exchange(key, candidate, version, control, canary, stages, hold, min_calls)
         if found.stage is not None and not candidate:
             self.transition(key, found.stage.version, found.stage.index, "canary", "rival")
         return found

@@ -98,15 +98,23 @@ def _render(report: dict[str, Any]) -> str:
     lines = [
         f"{report['key']}: candidate {canary['candidate']} {canary['status']}"
         f" at share {canary['share']:g} (stage {canary['stage']}): {canary['reason']}",
-        f"{'arm':<10} {'calls':>8} {'errors':>8} {'p99 s':>9} {'cost/call':>11} {'low fb':>7}",
+        f"{'arm':<10} {'calls':>8} {'needed':>8} {'errors':>8} {'p99 s':>9} {'cost/call':>11}"
+        f" {'low fb':>7}",
     ]
     for arm in ("control", "candidate"):
         f = report[arm]
+        needed = "-" if f["calls_needed"] is None else f["calls_needed"]
         rate = "-" if f["error_rate"] is None else f"{f['error_rate']:.2%}"
         p99 = "-" if f["p99_latency_s"] is None else f"{f['p99_latency_s']:.3f}"
         cost = "-" if f["median_cost_usd"] is None else f"${f['median_cost_usd']:.6f}"
         lines.append(
-            f"{arm:<10} {f['calls']:>8} {rate:>8} {p99:>9} {cost:>11} {f['low_feedback']:>7}"
+            f"{arm:<10} {f['calls']:>8} {needed:>8} {rate:>8} {p99:>9} {cost:>11}"
+            f" {f['low_feedback']:>7}"
+        )
+    if canary["status"] == "canary":
+        lines.append(
+            f"calls needed: each arm serves {canary['min_calls']} calls in a stage before it is"
+            " promoted (a breach rolls it back at any time)"
         )
     evidence = ", ".join(f"{k} {v}" for k, v in report["log_likelihood_ratios"].items())
     lines.append(f"log likelihood ratios (breach at {report['bound']}): {evidence}")

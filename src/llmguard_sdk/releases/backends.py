@@ -3,14 +3,14 @@ where every process of a fleet adds its counters and reads the same stage.
 
 Two decisions, each one Lua script in Redis (keys of one canary share a hash tag, Redis
 ``TIME`` is the clock): :meth:`exchange` adds a process's counters and reads the stage and
-both arms' counters back (a Guard's exchange stores its policy's stage shares with the
-canary, so that a reader of the store alone, ``llmguard release``, moves and reports it by
-them); :meth:`transition` moves the stage if nobody moved it since it was read (compare and
-set on its version), clearing the counters for the new stage (a rollback keeps them, for
-``status``). A canary lives 30 days after the last exchange of a serving Guard (a candidate
-given) or the last move (in Redis its keys' TTL; in memory a deadline per key, by the
-backend's clock); a read (no candidate: ``status``) leaves that as it is, so a canary no
-Guard serves any more is forgotten however often it is read.
+both arms' counters back (a Guard's exchange stores its policy's stage shares and
+``min_calls`` with the canary, so that a reader of the store alone, ``llmguard release``,
+moves and reports it by them); :meth:`transition` moves the stage if nobody moved it since
+it was read (compare and set on its version), clearing the counters for the new stage (a
+rollback keeps them, for ``status``). A canary lives 30 days after the last exchange of a
+serving Guard (a candidate given) or the last move (in Redis its keys' TTL; in memory a
+deadline per key, by the backend's clock); a read (no candidate: ``status``) leaves that as
+it is, so a canary no Guard serves any more is forgotten however often it is read.
 
 A key holds one canary at a time, yet several candidates may ask for it (a rolling deploy,
 the processes of the previous one still running). The stored candidate holds the key for
@@ -56,12 +56,14 @@ _REMEMBERED = 16  # candidates whose last stage a key keeps, besides the current
 @dataclass(frozen=True)
 class Exchange:
     """The stage and both arms' counters, summed over every process (``None`` stage: no
-    canary stored under the key), and the stage shares its Guards run (``()``: none stored)."""
+    canary stored under the key), and the stage shares and ``min_calls`` its Guards run
+    (``()``, ``0``: none stored)."""
 
     stage: Stage | None
     control: Counters = field(default_factory=dict)
     canary: Counters = field(default_factory=dict)
     stages: tuple[float, ...] = ()
+    min_calls: int = 0
 
 
 class ReleaseBackend(Protocol):
@@ -69,11 +71,13 @@ class ReleaseBackend(Protocol):
 
     def exchange(
         self, key: str, candidate: str, version: int, control: Counters, canary: Counters,
-        stages: Sequence[float] = (), hold: float = 0.0,
+        stages: Sequence[float] = (), hold: float = 0.0, min_calls: int = 0,
     ) -> Exchange:  # fmt: skip
         """Add counters taken under stage ``version``; the stage and counters afterwards.
-        ``stages``: the caller's stage shares, stored with ``candidate``'s canary; ``hold``:
-        seconds ``candidate`` keeps the key from other candidates after this exchange."""
+        ``stages`` and ``min_calls``: the caller's stage shares and calls an arm serves before
+        a stage is promoted, stored with ``candidate``'s canary (``()``, ``0``: none);
+        ``hold``: seconds ``candidate`` keeps the key from other candidates after this
+        exchange."""
 
     def transition(
         self, key: str, version: int, index: int, status: StageStatus, reason: str,
@@ -97,6 +101,7 @@ class MemoryReleaseBackend:
         self._counters: dict[str, tuple[dict[str, float], dict[str, float]]] = {}
         self._past: dict[str, dict[str, Stage]] = {}  # per key, oldest first
         self._shares: dict[str, tuple[float, ...]] = {}
+        self._min_calls: dict[str, int] = {}
         self._held: dict[str, float] = {}  # until when the stored candidate holds the key
         self._deadlines = Deadlines()  # when each key's canary is forgotten
 
@@ -105,17 +110,22 @@ class MemoryReleaseBackend:
         O(log n) a key: no scan over those kept). Called under the lock."""
         now = self._clock()
         for key in self._deadlines.expired(now):
-            for table in (self._stages, self._counters, self._past, self._shares, self._held):
+            for table in (
+                self._stages, self._counters, self._past, self._shares, self._min_calls,
+                self._held,
+            ):  # fmt: skip
                 table.pop(key, None)
         return now
 
     def exchange(
         self, key: str, candidate: str, version: int, control: Counters, canary: Counters,
-        stages: Sequence[float] = (), hold: float = 0.0,
+        stages: Sequence[float] = (), hold: float = 0.0, min_calls: int = 0,
     ) -> Exchange:  # fmt: skip
         """Add counters taken under stage ``version``; the stage and counters afterwards.
-        ``stages``: the caller's stage shares, stored with ``candidate``'s canary; ``hold``:
-        seconds ``candidate`` keeps the key from other candidates after this exchange."""
+        ``stages`` and ``min_calls``: the caller's stage shares and calls an arm serves before
+        a stage is promoted, stored with ``candidate``'s canary (``()``, ``0``: none);
+        ``hold``: seconds ``candidate`` keeps the key from other candidates after this
+        exchange."""
         with self._lock:
             now = self._now()
             stage = self._stages.get(key)
@@ -137,8 +147,13 @@ class MemoryReleaseBackend:
                 self._held[key] = max(held, now + hold)
                 if stages:
                     self._shares[key] = tuple(float(share) for share in stages)
+                if min_calls > 0:
+                    self._min_calls[key] = int(min_calls)
             ctl, can = self._counters[key]
-            return Exchange(stage, dict(ctl), dict(can), self._shares.get(key, ()))
+            return Exchange(
+                stage, dict(ctl), dict(can), self._shares.get(key, ()),
+                self._min_calls.get(key, 0),
+            )  # fmt: skip
 
     def _switch(self, key: str, stage: Stage | None, candidate: str, now: float) -> Stage:
         """``candidate``'s stage, as it left it or a new canary; ``stage`` is remembered."""
@@ -188,27 +203,34 @@ class RedisReleaseBackend:
 
     def exchange_steps(
         self, key: str, candidate: str, version: int, control: Counters, canary: Counters,
-        stages: Sequence[float] = (), hold: float = 0.0,
+        stages: Sequence[float] = (), hold: float = 0.0, min_calls: int = 0,
     ) -> Step[Exchange]:  # fmt: skip
         """Add counters taken under stage ``version``; the stage and counters afterwards.
-        ``stages``: the caller's stage shares, stored with ``candidate``'s canary; ``hold``:
-        seconds ``candidate`` keeps the key from other candidates after this exchange."""
+        ``stages`` and ``min_calls``: the caller's stage shares and calls an arm serves before
+        a stage is promoted, stored with ``candidate``'s canary (``()``, ``0``: none);
+        ``hold``: seconds ``candidate`` keeps the key from other candidates after this
+        exchange."""
         shares = ",".join(repr(float(share)) for share in stages) if candidate else ""
         args: list[Any] = [candidate, version, _TTL, len(control), shares, repr(float(hold))]
+        args.append(int(min_calls) if candidate else 0)
         for counters in (control, canary):
             for name, value in counters.items():
                 args += [name, repr(float(value))]
         reply = yield self._scripts.command(0, self._keys(key), args)
         if not reply:
             return Exchange(None)
-        raw, ctl, can, stored = reply
+        raw, ctl, can, stored, needs = reply
         values = [_text(v) if v is not None else "" for v in raw]
         stage = Stage(
             int(float(values[0])), int(float(values[1] or 0)),
             cast(StageStatus, values[2] or "canary"), values[3], values[4],
             float(values[5] or 0),
         )  # fmt: skip
-        return Exchange(stage, _pairs(ctl), _pairs(can), _shares(_text(stored)))
+        calls = _text(needs) if needs is not None else ""
+        return Exchange(
+            stage, _pairs(ctl), _pairs(can), _shares(_text(stored)),
+            int(calls) if calls.isdigit() else 0,
+        )  # fmt: skip
 
     def transition_steps(
         self, key: str, version: int, index: int, status: StageStatus, reason: str,

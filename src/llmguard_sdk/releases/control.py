@@ -274,7 +274,7 @@ class ReleaseControl:
         try:
             found = backend.exchange(
                 self.plan.store_key, candidate.id, version, control, canary, policy.stages,
-                hold=_HOLD_FLUSHES * policy.flush_interval,
+                hold=_HOLD_FLUSHES * policy.flush_interval, min_calls=policy.min_calls,
             )  # fmt: skip
             stage = self._own(found.stage)
             decision = decide(stage, found.control, found.canary, policy) if stage else None
@@ -371,8 +371,10 @@ class ReleaseControl:
         """The canary's stage and each arm's guardrail figures, one shape whatever the plan:
         ``key`` (the name the stage is stored under), ``release`` (the current release's id)
         and ``canary``: ``None`` when the plan has no canary or none is stored yet, else the
-        stage, with ``control``, ``candidate``, ``log_likelihood_ratios`` and ``bound`` beside
-        it (see :func:`status_of`).
+        stage (its ``min_calls`` too), with ``control``, ``candidate`` (each arm's figures;
+        ``calls_needed``: the calls it still serves before the stage can be promoted, ``None``
+        once the canary ended), ``log_likelihood_ratios`` and ``bound`` beside it (see
+        :func:`status_of`).
 
         Raises:
             StoreUnavailableError: the canary lives in Redis, which could not be reached.
@@ -498,7 +500,9 @@ def move_by_hand(backend: ReleaseBackend, key: str, policy: CanaryPolicy, action
     raise ReleaseConflictError(key, action, attempts=10)
 
 
-def _arm_figures(counters: Counters) -> dict[str, Any]:
+def _arm_figures(counters: Counters, min_calls: int | None) -> dict[str, Any]:
+    """An arm's figures; ``calls_needed``: the calls it still serves before the stage can be
+    promoted (``min_calls`` less its calls; ``None`` outside a canary under way)."""
     calls = counters.get("calls", 0.0)
     p99 = percentile(counters, "lat", 0.99)
     cost_n = sum(v for k, v in counters.items() if k.startswith("cost:"))
@@ -511,11 +515,15 @@ def _arm_figures(counters: Counters) -> dict[str, Any]:
         "median_cost_usd": median_cost if cost_n else None,
         "feedback_scores": int(counters.get("fb", 0.0)),
         "low_feedback": int(counters.get("fb_low", 0.0)),
+        "calls_needed": None if min_calls is None else max(0, min_calls - int(calls)),
     }
 
 
-def as_stored(policy: CanaryPolicy, stages: tuple[float, ...]) -> CanaryPolicy:
-    """``policy`` with the stage shares stored with the canary (its Guards'), if any."""
+def as_stored(policy: CanaryPolicy, stages: tuple[float, ...], min_calls: int = 0) -> CanaryPolicy:
+    """``policy`` with the stage shares and ``min_calls`` stored with the canary (its
+    Guards'), where stored."""
+    if min_calls > 0 and min_calls != policy.min_calls:
+        policy = replace(policy, min_calls=min_calls)
     if not stages or stages == policy.stages:
         return policy
     try:
@@ -527,17 +535,20 @@ def as_stored(policy: CanaryPolicy, stages: tuple[float, ...]) -> CanaryPolicy:
 def status_of(
     backend: ReleaseBackend, key: str, policy: CanaryPolicy, *, release: str | None = None
 ) -> dict[str, Any]:
-    """The stage stored under ``key`` and, for its current stage, each arm's figures and
-    each metric's log likelihood ratio against the breach bound (the share by the stage
-    shares its Guards stored, else ``policy``'s). ``release`` is the current release's id,
+    """The stage stored under ``key`` and, for its current stage, each arm's figures (with
+    the calls it still needs before the stage can be promoted) and each metric's log
+    likelihood ratio against the breach bound (the share and ``min_calls`` by those its
+    Guards stored, else ``policy``'s). ``release`` is the current release's id,
     given back as is: the store keeps the candidate's only, so a reader of the store alone
     (``llmguard release status``) has ``None`` there, in the same shape."""
     found = backend.exchange(key, "", 0, {}, {})
     stage = found.stage
     if stage is None:
         return {"key": key, "release": release, "canary": None}
-    policy = as_stored(policy, found.stages)
+    policy = as_stored(policy, found.stages, found.min_calls)
     counts = metric_counts(found.control, found.canary, policy)
+    deciding = stage.status == "canary" and stage.share(policy) < 1.0
+    needs = policy.min_calls if deciding else None
     return {
         "key": key,
         "release": release,
@@ -549,9 +560,10 @@ def status_of(
             "version": stage.version,
             "reason": stage.reason,
             "changed_at": stage.changed_at,
+            "min_calls": policy.min_calls,
         },
-        "control": _arm_figures(found.control),
-        "candidate": _arm_figures(found.canary),
+        "control": _arm_figures(found.control, needs),
+        "candidate": _arm_figures(found.canary, needs),
         "log_likelihood_ratios": {
             metric: round(log_likelihood_ratio(*c, policy.ratio), 3) for metric, c in counts.items()
         },

@@ -3,8 +3,10 @@
 -- ARGV: 1 candidate id ('' : read only: the keys' TTL is left as it is), 2 the stage version the counters were taken under,
 --       3 TTL seconds, 4 how many control fields follow, 5 the caller's stage shares ('0.01,1.0',
 --       stored with the candidate's canary; '' : none), 6 seconds the candidate holds the key
---       after this exchange, then field, value pairs (control's, then the canary's)
--- Returns {} (no canary), or {stage, control's counters, canary's counters, stage shares}.
+--       after this exchange, 7 the caller's min_calls (stored with the candidate's canary;
+--       '0' : none), then field, value pairs (control's, then the canary's)
+-- Returns {} (no canary), or {stage, control's counters, canary's counters, stage shares,
+-- min_calls}.
 -- A candidate other than the stored one waits while the stored one's hold lasts (its Guards
 -- still exchange: a rolling deploy): it reads the stage and adds nothing. Once the hold lapsed
 -- it starts a new canary at stage 0 (counters cleared), or takes up the stage it had when
@@ -53,10 +55,10 @@ elseif cand ~= '' and s[4] ~= cand then
   s = {tostring(v), i, st, cand, why, at}
 elseif s[1] and tonumber(ARGV[2]) == tonumber(s[1]) then
   local n = tonumber(ARGV[4])
-  local i = 7
+  local i = 8
   while i < #ARGV do
     local key = KEYS[2]
-    if (i - 7) / 2 >= n then key = KEYS[3] end
+    if (i - 8) / 2 >= n then key = KEYS[3] end
     redis.call('HINCRBYFLOAT', key, ARGV[i], ARGV[i + 1])
     i = i + 2
   end
@@ -69,10 +71,13 @@ if cand ~= '' then
   if ARGV[5] ~= '' then
     redis.call('HSET', KEYS[1], 'sh', ARGV[5])
   end
+  if tonumber(ARGV[7]) > 0 then
+    redis.call('HSET', KEYS[1], 'mc', ARGV[7])
+  end
   redis.call('HSET', KEYS[1], 'held', string.format('%.6f', math.max(held, now + tonumber(ARGV[6]))))
   for k = 1, 3 do
     redis.call('EXPIRE', KEYS[k], ttl)
   end
 end
 return {s, redis.call('HGETALL', KEYS[2]), redis.call('HGETALL', KEYS[3]),
-  redis.call('HGET', KEYS[1], 'sh') or ''}
+  redis.call('HGET', KEYS[1], 'sh') or '', redis.call('HGET', KEYS[1], 'mc') or ''}
