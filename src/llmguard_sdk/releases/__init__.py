@@ -11,7 +11,8 @@ routes with exact model ids, its prompt, its parameters). Give a Guard one
         shadow=ShadowPolicy(share=0.05),
     ), store="redis://...")
 
-The canary's stage lives in the store, so every process agrees; ``guard.releases`` (and
+The canary's stage lives in the store, so every process agrees (in Redis: the default memory
+store keeps it in the process alone, forgotten at a restart); ``guard.releases`` (and
 ``llmguard release status|promote|rollback``) reads and moves it. Every call carries its
 release and arm (``control``, ``canary``, ``shadow``) in telemetry. A Guard warns (a
 :class:`ReleaseEvent`, a metric, a log record) before a pinned model retires.

@@ -87,10 +87,11 @@ class ReleaseBackend(Protocol):
 
 
 class MemoryReleaseBackend:
-    """A canary's state in this process (one Guard, or Guards sharing this backend), each
-    key's forgotten 30 days after its last serving exchange or move, as in Redis (see the
-    module docs): a process that runs canaries for release after release holds those still
-    served, not every one it ever saw. ``clock``: wall-clock seconds (``time.time``)."""
+    """A canary's state in this process (one Guard, or Guards sharing this backend; gone
+    when the process ends: a restart starts the canary again at its first stage), each key's
+    forgotten 30 days after its last serving exchange or move, as in Redis (see the module
+    docs): a process that runs canaries for release after release holds those still served,
+    not every one it ever saw. ``clock``: wall-clock seconds (``time.time``)."""
 
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
         if not callable(clock):

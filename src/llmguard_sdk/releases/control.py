@@ -112,11 +112,16 @@ class ReleaseControl:
         self._thread: threading.Thread | None = None
         self.backend: ReleaseBackend | None = backend
         if self.policy is not None and backend is None:
-            self.backend = (
-                RedisReleaseBackend(store)
-                if isinstance(store, RedisStore)
-                else MemoryReleaseBackend(plan.clock)
-            )
+            if isinstance(store, RedisStore):
+                self.backend = RedisReleaseBackend(store)
+            else:
+                self.backend = MemoryReleaseBackend(plan.clock)
+                logger.warning(
+                    "llmguard release: the canary of %r is kept in this process's memory: a "
+                    "restart starts it again at its first stage (a promoted candidate too), and "
+                    "each process runs its own; give the Guard a Redis store to keep and share it",
+                    plan.store_key,
+                )  # fmt: skip
         self._outage = Outage(
             "releases", "keeping the last canary stage",
             store if isinstance(store, RedisStore) else None,
