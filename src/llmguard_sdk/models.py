@@ -394,10 +394,14 @@ class Usage(BaseModel):
     TTL), ``cache_write_12h_input_tokens`` those kept for 12 hours (OpenAI's 12-hour
     retention), each billed at its own rate. ``service_tier`` is the tier that served the call
     as the provider reported it (``"flex"``, ``"priority"``, ``"batch"``...; ``None``: standard
-    or not reported).
+    or not reported). ``audio_input_tokens`` are the input tokens (among ``input_tokens``)
+    that carried audio, ``audio_output_tokens`` the output tokens (among ``output_tokens``)
+    that did (OpenAI's ``prompt_tokens_details.audio_tokens`` and
+    ``completion_tokens_details.audio_tokens``), billed at a model's audio rates.
 
     .. versionchanged:: 0.2.0 ``reasoning_tokens``, ``cache_write_1h_input_tokens``,
-       ``cache_write_12h_input_tokens`` and ``service_tier``.
+       ``cache_write_12h_input_tokens``, ``service_tier``, ``audio_input_tokens`` and
+       ``audio_output_tokens``.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -411,6 +415,8 @@ class Usage(BaseModel):
     cache_write_1h_input_tokens: int = Field(default=0, ge=0)
     service_tier: str | None = None
     cache_write_12h_input_tokens: int = Field(default=0, ge=0)
+    audio_input_tokens: int = Field(default=0, ge=0)
+    audio_output_tokens: int = Field(default=0, ge=0)
 
     @property
     def total_tokens(self) -> int:

@@ -61,6 +61,8 @@ FIELDS = (
     "cache_write_mtok",
     "cache_write_1h_mtok",
     "output_reasoning_mtok",
+    "input_audio_mtok",
+    "output_audio_mtok",
 )
 """The token prices read, in the order of each price's rates."""
 

@@ -28,6 +28,10 @@ _NO_12H = (
     "llmguard prices: %d tokens written to the prompt cache for 12 hours were priced at the "
     "model's cache-write rate: its price has no cache_write_12h (PriceTable.with_prices sets it)"
 )
+_NO_AUDIO = (
+    "llmguard prices: %d %s audio tokens were priced at the text rate: the model's price has "
+    "no %s rate (PriceTable.with_prices sets it)"
+)
 _RATES = (
     "input",
     "output",
@@ -36,6 +40,8 @@ _RATES = (
     "cache_write_1h",
     "reasoning",
     "cache_write_12h",
+    "input_audio",
+    "output_audio",
 )
 
 
@@ -51,10 +57,13 @@ class Price:
     rate of reasoning output tokens (default: ``output``). ``tier`` names the service tier
     the price is for (``"flex"``, ``"priority"``, ``"batch"``, ``"fast"``; ``None``:
     standard). ``long_context`` holds ``(threshold, price)`` pairs: a call of more
-    than ``threshold`` input tokens pays that price for all of its tokens.
+    than ``threshold`` input tokens pays that price for all of its tokens. ``input_audio``
+    and ``output_audio`` are the rates of the input and output tokens that carry audio
+    (OpenAI's ``gpt-audio``: $32 and $64 per million; default: ``input`` and ``output``,
+    with a warning when a call's audio tokens are priced so).
 
     .. versionchanged:: 0.2.0 ``cache_write_1h``, ``cache_write_12h``, ``reasoning``,
-       ``tier`` and ``long_context``.
+       ``tier``, ``long_context``, ``input_audio`` and ``output_audio``.
     """
 
     input: float
@@ -69,6 +78,8 @@ class Price:
     deprecated_on: dt.date | None = None
     retires_on: dt.date | None = None
     cache_write_12h: float | None = None
+    input_audio: float | None = None
+    output_audio: float | None = None
 
     def __post_init__(self) -> None:
         for name in _RATES:
@@ -106,13 +117,15 @@ class Price:
             write if self.cache_write_1h is None else self.cache_write_1h,
             self.output if self.reasoning is None else self.reasoning,
             write if self.cache_write_12h is None else self.cache_write_12h,
+            self.input if self.input_audio is None else self.input_audio,
+            self.output if self.output_audio is None else self.output_audio,
         )
         object.__setattr__(self, "_rates", rates)
         object.__setattr__(self, "_input_max", max(self.input, rates[1], rates[2], rates[4]))
         object.__setattr__(self, "_output_max", max(self.output, rates[3]))
 
-    # cached, write, write_1h, reasoning, write_12h
-    _rates: ClassVar[tuple[float, float, float, float, float]]
+    # cached, write, write_1h, reasoning, write_12h, input audio, output audio
+    _rates: ClassVar[tuple[float, float, float, float, float, float, float]]
     _input_max: ClassVar[float]
     _output_max: ClassVar[float]
 
@@ -141,6 +154,11 @@ class Price:
         """Price of a reasoning output token (per million)."""
         return self._rates[3]
 
+    @property
+    def audio_rates(self) -> tuple[float, float]:
+        """Prices of an input and of an output token that carry audio (per million)."""
+        return self._rates[5], self._rates[6]
+
     def for_input(self, input_tokens: float) -> Price:
         """The price a call of ``input_tokens`` input tokens pays (its long-context tier)."""
         found = self
@@ -160,8 +178,10 @@ class Price:
 
     def cost(self, usage: Usage) -> float:
         """The USD cost of ``usage`` at this price: cached reads, cache writes by retention
-        (5 or 30 minutes, 1 hour, 12 hours) and reasoning output at their own rates, the
-        long-context tier of its input."""
+        (5 or 30 minutes, 1 hour, 12 hours), reasoning output and audio input and output at
+        their own rates, the long-context tier of its input. Audio input is counted among
+        the input read neither from nor into the cache (where a provider cached audio, its
+        cached tokens pay the cached rate and the rest of the audio its audio rate)."""
         price = self.for_input(usage.input_tokens)
         cached = min(usage.cached_input_tokens, usage.input_tokens)
         written = min(usage.cache_write_input_tokens, usage.input_tokens - cached)
@@ -169,18 +189,36 @@ class Price:
         half_day = min(usage.cache_write_12h_input_tokens, written - hour)
         plain = usage.input_tokens - cached - written
         reasoning = min(usage.reasoning_tokens, usage.output_tokens)
-        cached_rate, write_rate, write_1h_rate, reasoning_rate, write_12h_rate = price._rates
+        heard = min(usage.audio_input_tokens, plain)
+        spoken = min(usage.audio_output_tokens, usage.output_tokens - reasoning)
+        cached_rate, write_rate, write_1h_rate, reasoning_rate, write_12h_rate = price._rates[:5]
         if half_day and price.cache_write_12h is None:  # (genai-prices lists none for OpenAI)
             log_repeated(logger, logging.WARNING, "prices:12h", _NO_12H, half_day)
+        if heard or spoken:
+            price._audio_unpriced(heard, spoken)
         return (
-            plain * price.input
+            (plain - heard) * price.input
+            + heard * price._rates[5]
             + cached * cached_rate
             + (written - hour - half_day) * write_rate
             + hour * write_1h_rate
             + half_day * write_12h_rate
-            + (usage.output_tokens - reasoning) * price.output
+            + (usage.output_tokens - reasoning - spoken) * price.output
+            + spoken * price._rates[6]
             + reasoning * reasoning_rate
         ) / _MILLION
+
+    def _audio_unpriced(self, heard: int, spoken: int) -> None:
+        """Warn (once, then counted) of audio tokens priced at the text rate: this price has
+        no audio rate of their direction (genai-prices lists none for some audio models)."""
+        for count, rate, name in (
+            (heard, self.input_audio, "input_audio"),
+            (spoken, self.output_audio, "output_audio"),
+        ):
+            if count and rate is None:
+                key = f"prices:{name}"
+                direction = "input" if name == "input_audio" else "output"
+                log_repeated(logger, logging.WARNING, key, _NO_AUDIO, count, direction, name)
 
     def worst_case(self, input_tokens: float, output_tokens: float) -> float:
         """The most a call of this many tokens can cost: no input counted as cached, every

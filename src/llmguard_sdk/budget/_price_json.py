@@ -71,4 +71,6 @@ def _row_price(row: Mapping[str, Any]) -> Price:
         cache_write_1h=row.get("cache_write_1h"),
         cache_write_12h=row.get("cache_write_12h"),
         reasoning=row.get("reasoning"),
+        input_audio=row.get("input_audio"),
+        output_audio=row.get("output_audio"),
     )

@@ -33,13 +33,18 @@ __all__ = ["TIERS", "GenaiSource", "instant", "moment", "normal_tier"]
 TIERS = tuple(CONTEXT)
 """The service tiers priced apart from the standard one: batch, flex, priority, fast."""
 
-_NAMES = dict(
-    zip(
-        FIELDS,
-        ("input", "output", "cached_input", "cache_write", "cache_write_1h", "reasoning"),
-        strict=True,
-    )
-)
+_NAMES = {
+    "input_mtok": "input",
+    "output_mtok": "output",
+    "cache_read_mtok": "cached_input",
+    "cache_write_mtok": "cache_write",
+    "cache_write_1h_mtok": "cache_write_1h",
+    "output_reasoning_mtok": "reasoning",
+    "input_audio_mtok": "input_audio",
+    "output_audio_mtok": "output_audio",
+}
+"""The :class:`~llmguard_sdk.budget.Price` field of each of genai-prices' rates read."""
+assert tuple(_NAMES) == FIELDS
 
 
 def normal_tier(tier: str | None) -> str | None:

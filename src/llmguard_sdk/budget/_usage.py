@@ -8,13 +8,17 @@ them) and ``output_tokens`` = every output token (reasoning among them):
   and ``.cache_write_tokens`` (every write), split by retention in
   ``.cache_write_tokens_details.ttl_30m_tokens`` / ``.ttl_12h_tokens``, ``completion_tokens``
   (reasoning included), ``completion_tokens_details.reasoning_tokens``; the tier is the
-  response's top-level ``service_tier``. A usage that reports writes without that split may
-  give the 12-hour ones flat, as ``.cache_write_12h_tokens`` (the name of OpenAI's usage API,
+  response's top-level ``service_tier``; the audio among them,
+  ``prompt_tokens_details.audio_tokens`` and ``completion_tokens_details.audio_tokens``
+  (OpenAI's audio models, Gemini's OpenAI-compatible endpoint), billed at audio rates. A
+  usage that reports writes without that split may give the 12-hour ones flat, as
+  ``.cache_write_12h_tokens`` (the name of OpenAI's usage API,
   ``input_cache_write_12h_tokens``; a proxy's flattening of the split): read as the same count.
 * OpenAI Responses API: ``input_tokens`` (cache reads and writes included),
   ``input_tokens_details.cached_tokens``, ``.cache_write_tokens`` and its
   ``.cache_write_tokens_details``, as above, ``output_tokens`` (reasoning included),
-  ``output_tokens_details.reasoning_tokens``. OpenAI's newer models bill a cache write above
+  ``output_tokens_details.reasoning_tokens`` (and any ``audio_tokens`` in both details, as
+  chat's). OpenAI's newer models bill a cache write above
   an input token (30-minute retention: 1.25x, the price table's ``cache_write``; 12-hour
   retention: 2x, its ``cache_write_12h``); the others report none, or price it as input. How
   long the writes are kept is their ``prompt_cache_options.ttl``; ``prompt_cache_retention``
@@ -28,7 +32,7 @@ them) and ``output_tokens`` = every output token (reasoning among them):
 
 A count the parser reads above :data:`MOST_TOKENS` is no count (a provider's bad answer): the
 usage is unusable, as a missing one is (the Guard estimates it), and a warning says so. Only
-the counts read are checked, a few lookups per call whatever else a usage holds (audio, image,
+the counts read are checked, a few lookups per call whatever else a usage holds (image,
 per-modality details); a count not read cannot make a usage unusable. A
 :class:`~llmguard_sdk.models.Usage` that a provider object reports with such a count is
 unusable too (:func:`usable_usage`). A reported cost counts only in [0, 1e12) USD
@@ -98,6 +102,11 @@ _RESPONSES = _fields(
 _FLAT_12H = (
     _fields("prompt_tokens_details.cache_write_12h_tokens"),
     _fields("input_tokens_details.cache_write_12h_tokens"),
+)
+# the audio tokens among the input and among the output (chat, responses): two lookups more
+_AUDIO = (
+    _fields("prompt_tokens_details.audio_tokens", "completion_tokens_details.audio_tokens"),
+    _fields("input_tokens_details.audio_tokens", "output_tokens_details.audio_tokens"),
 )
 _MESSAGES = _fields(
     "input_tokens",
@@ -176,6 +185,8 @@ def usable_usage(usage: Usage | None) -> Usage | None:
         "cache_write_1h_input_tokens": usage.cache_write_1h_input_tokens,
         "cache_write_12h_input_tokens": usage.cache_write_12h_input_tokens,
         "reasoning_tokens": usage.reasoning_tokens,
+        "audio_input_tokens": usage.audio_input_tokens,
+        "audio_output_tokens": usage.audio_output_tokens,
     }
     if max(counts.values()) <= MOST_TOKENS:  # (every call's: named only when one is not)
         return usage
@@ -241,6 +252,10 @@ def usage_from_payload(
         flat = _FLAT_12H[fields is _RESPONSES]
         values[6] = _read(raw, flat)[0]
         absurd = absurd or _absurd(flat, values[6:7])
+    audio: list[object] = [0, 0]
+    if fields is not _MESSAGES:  # (Anthropic's messages carry no audio)
+        audio = _read(raw, _AUDIO[fields is _RESPONSES])
+        absurd = absurd or _absurd(_AUDIO[fields is _RESPONSES], audio)
     counted = None if absurd is not None else _tokens(fields, values)
     if counted is not None and max(counted[:2]) > MOST_TOKENS:  # (input: Anthropic's sum)
         absurd = "input_tokens"
@@ -262,5 +277,7 @@ def usage_from_payload(
         cache_write_12h_input_tokens=min(half_day, written),
         reasoning_tokens=min(reasoning, output_tokens),
         service_tier=tier if isinstance(tier, str) and tier else None,
+        audio_input_tokens=min(_count(audio[0]) or 0, input_tokens),
+        audio_output_tokens=min(_count(audio[1]) or 0, output_tokens),
     )
     return usage, reported

@@ -3,19 +3,23 @@
 A :class:`PriceTable` holds, per provider and model, the USD price per million tokens of
 input, output, cached input (read from the provider's prompt cache), cache writes (Anthropic's
 5-minute and OpenAI's 30-minute ones; Anthropic's 1-hour and OpenAI's 12-hour ones at their
-own rates) and reasoning output, each from an effective date, per service tier, with long-context
-tiers. The default table is the user's prices over the maintained ``genai-prices`` data over
-the table the package ships (``prices.json``). An unknown model is an
-:class:`UnknownModelPriceError`, or the table's configured ``default`` price: never a silent $0.
+own rates), reasoning output and audio input and output, each from an effective date, per
+service tier, with long-context tiers. The default table is the user's prices over the
+maintained ``genai-prices`` data over the table the package ships (``prices.json``). An
+unknown model is an :class:`UnknownModelPriceError`, or the table's configured ``default``
+price: never a silent $0.
 
 Costs from usage follow :class:`~llmguard_sdk.models.Usage`: ``input_tokens`` counts every
-input token (cache reads and writes among them), ``output_tokens`` every output token
-(reasoning among them), so, at the rates of the call's long-context tier::
+input token (cache reads and writes among them, audio among those neither), ``output_tokens``
+every output token (reasoning and audio among them), so, at the rates of the call's
+long-context tier::
 
-    cost = (input - cached - written) * input + cached * cached_input
+    cost = (input - cached - written - audio_in) * input + audio_in * input_audio
+           + cached * cached_input
            + (written - written_1h - written_12h) * cache_write
            + written_1h * cache_write_1h + written_12h * cache_write_12h
-           + (output - reasoning) * output + reasoning * reasoning
+           + (output - reasoning - audio_out) * output + audio_out * output_audio
+           + reasoning * reasoning
 
 A cost the provider reported (``ChatResponse.cost_usd`` with ``cost_source="reported"``) wins
 over the table; a cost from the table is always ``"estimated"``.

@@ -82,12 +82,13 @@ class _ChatHandler(_BaseHandler):
             self._send(429, _dumps(err), "application/json", headers)
             return
         cached = provider._openai_cached(_openai_tokens(req.body)) if provider.prefix_cache else 0
-        usage: dict[str, Any] | None = {
+        counted = {
             "prompt_tokens": req.input_tokens,
             "completion_tokens": len(pieces),
             "total_tokens": req.input_tokens + len(pieces),
             "prompt_tokens_details": {"cached_tokens": cached},
         }
+        usage: dict[str, Any] | None = provider._make_usage(req.body, counted)
         if fault is not None and fault.omit_usage:
             usage = None
         if req.stream:

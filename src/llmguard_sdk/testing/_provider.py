@@ -51,6 +51,15 @@ class FakeProvider(Closes):
         prefix_cache: emulate a provider prefix cache and report cached tokens in usage
             (see the module docs).
         prefix_cache_min_tokens: shortest prefix the emulated cache keeps.
+        usage: ``usage(body, counted) -> dict`` gives the ``usage`` object a chat-completions
+            answer reports (and its stream's usage chunk), from the request JSON and the
+            usage the fake counted (``prompt_tokens``, ``completion_tokens``,
+            ``total_tokens``, ``prompt_tokens_details``); default: the counted one. A test
+            makes the fake bill as a provider does what it does not count itself: image
+            or audio tokens (``prompt_tokens_details.audio_tokens``,
+            ``completion_tokens_details.audio_tokens``).
+
+    .. versionchanged:: 0.2.0 ``usage``.
     """
 
     def __init__(
@@ -67,6 +76,7 @@ class FakeProvider(Closes):
         name: str = "fake",
         prefix_cache: bool = False,
         prefix_cache_min_tokens: int = 0,
+        usage: Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]] | None = None,
     ) -> None:
         if rpm is not None and rpm < 1:
             raise ValueError("rpm must be >= 1 or None")
@@ -85,6 +95,7 @@ class FakeProvider(Closes):
         """A label for this provider (used in thread names)."""
         self._model = model
         self._reply = reply
+        self._usage = usage
         if not 0 < limit_window < math.inf:
             raise ValueError("limit_window must be a positive number of seconds")
         self._rpm = rpm
@@ -348,6 +359,10 @@ class FakeProvider(Closes):
         if self._reply is None:
             return _echo_reply(body)
         return str(self._reply(body))
+
+    def _make_usage(self, body: dict[str, Any], counted: dict[str, Any]) -> dict[str, Any]:
+        """The usage a chat-completions answer reports (see ``usage`` in the class docs)."""
+        return counted if self._usage is None else self._usage(body, counted)
 
     def _prune_locked(self, now: float) -> None:
         window = self._rate_window
