@@ -220,12 +220,17 @@ class Price:
                 direction = "input" if name == "input_audio" else "output"
                 log_repeated(logger, logging.WARNING, key, _NO_AUDIO, count, direction, name)
 
-    def worst_case(self, input_tokens: float, output_tokens: float) -> float:
+    def worst_case(
+        self, input_tokens: float, output_tokens: float, audio_tokens: float = 0.0
+    ) -> float:
         """The most a call of this many tokens can cost: no input counted as cached, every
-        input token written to the cache at the dearest rate, every output token at the
+        input token written to the cache at the dearest rate, ``audio_tokens`` of them (input
+        audio) at the dearer of that and the input audio rate, every output token at the
         dearer of the output and reasoning rates, in the call's long-context tier."""
         price = self.for_input(input_tokens)
-        return (input_tokens * price._input_max + output_tokens * price._output_max) / _MILLION
+        text = input_tokens - audio_tokens
+        heard = audio_tokens * max(price._input_max, price._rates[5])
+        return (text * price._input_max + heard + output_tokens * price._output_max) / _MILLION
 
     @property
     def output_max(self) -> float:

@@ -2,7 +2,8 @@
 
 Before a call, :class:`SpendControl` works out every budget counter the call touches (from
 its scope and tags), prices the call's worst case on the routes it may take (input tokens
-counted, plus its ``max_tokens`` at the output price) and holds it on all those counters in
+counted, its images and input audio as each route's model may bill them, plus its
+``max_tokens`` at the output price) and holds it on all those counters in
 one atomic step. A call that does not fit gets what the refusing budget says: refused,
 downgraded to the cheaper routes, or sent to the local model only. After the call the hold is
 settled to the served response's cost (the provider's reported cost, else the price table's
@@ -33,6 +34,7 @@ from ..telemetry._repeats import log_repeated
 from ..tokens import count_text_tokens
 from . import _reserve
 from ._budgets import Budgets, EventHook
+from ._media import request_media
 from ._reserve import Held
 from ._retention import attributed
 from ._routes import asked_tier, route_tier, started_at, takes_completion_limit
@@ -158,13 +160,16 @@ class SpendControl:
         self, ctx: CallContext, routes: Sequence[Provider], *, input_tokens: int | None = None
     ) -> tuple[int, float]:
         """(base, per output token), nano-dollars: the worst case over ``routes`` of a
-        request of ``input_tokens`` (default: the call's). A hedged call may also be billed
+        request of ``input_tokens`` (default: the call's) and of its images and input audio
+        as each route's model counts them at most (:mod:`._media`; an answer asked in audio:
+        every output token at the dearer of its rates). A hedged call may also be billed
         its race's losing prompt: its base is the two dearest prompts. Prices are those in
         force when the call started (time-of-day prices: DeepSeek's peak hours), the moment
         :meth:`cost` prices the call at too, so a call that runs past a window's edge is held
         and charged at one price."""
         counted = ctx.input_tokens().tokens if input_tokens is None else input_tokens
         priced = counted * (1.0 + self.config.input_margin)
+        media = request_media(ctx.request)  # its images and audio: per model, below
         prompts, per = [0], 0.0
         asked = asked_tier(ctx)
         table, local, at = self.prices, self.local, started_at(ctx)
@@ -179,9 +184,13 @@ class SpendControl:
             prices = [table.price(model, provider=name, tier=tier, at=at)]
             if tier is not None and tier != "batch":  # may be served at the standard tier
                 prices.append(table.price(model, provider=name, at=at))
-            prompts.append(max(nano(price.worst_case(priced, 0)) for price in prices))
+            images, heard = media.tokens(model)
+            inputs = priced + images + heard
+            prompts.append(max(nano(price.worst_case(inputs, 0, heard)) for price in prices))
             for price in prices:
-                per = max(per, price.for_input(priced).output_max * NANO / 1_000_000)
+                paid = price.for_input(inputs)  # (its long-context tier)
+                rate = max(paid.output_max, paid.audio_rates[1] if media.speaks else 0.0)
+                per = max(per, rate * NANO / 1_000_000)
         prompts.sort()
         raced = ctx.hedge_after is not None and len(prompts) > 2
         return prompts[-1] + (prompts[-2] if raced else 0), per
