@@ -15,9 +15,10 @@ fixed width, says where the records not yet replayed start; each replayed chunk 
 most of the file is replayed, what is left is copied to a new file (written under another
 name, locked, then renamed over it: a crash at any instant leaves every record in one file
 or the other), so the copies cost about one pass over the journal in all. Every record
-carries its reservation id, and the settle script marks each id once, so replaying a record
-twice (a crash between its replay and the header's move) counts it once: no spend record is
-lost and none is counted twice.
+carries its reservation id, and the settle script marks each id once (for an hour past the
+hold), so replaying a record twice (a crash between its replay and the header's move) counts
+it once: no spend record is lost and none is counted twice, unless Redis ran a settle whose
+answer was lost and the record is replayed more than an hour later (then it counts twice).
 
 Files: ``<directory>/<name>.<pid>.<random>.jsonl``; ``name`` identifies the budget set (key
 prefix and set hash), so only backends of the same set replay them.

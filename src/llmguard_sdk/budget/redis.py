@@ -23,8 +23,9 @@ never reached Redis counts itself alone. Spend that could not
 reach Redis (settles of calls reserved in Redis, and every call counted locally) goes into
 the :class:`~llmguard_sdk.budget.journal.SpendJournal`, a file, before the call returns; the
 journal is replayed into Redis by the next script that reaches it, and the settled marker of
-each reservation id makes a replay count once. Spend replayed after its window ended counts
-in the window that is current when Redis answers again.
+each reservation id makes a replay count once (the marker is kept an hour past the hold:
+a settle whose answer was lost, replayed later than that, counts twice). Spend replayed
+after its window ended counts in the window that is current when Redis answers again.
 
 .. versionadded:: 0.2.0
 """
