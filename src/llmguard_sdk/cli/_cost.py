@@ -4,7 +4,10 @@
 split such as 70 % small / 30 % large) with :func:`llmguard_sdk.budget.estimate.estimate`.
 
 ``llmguard cost report FILE`` reads a :class:`~llmguard_sdk.budget.UsageRecorder` file and
-prints calls, cost and cost per successful call per tenant and feature.
+prints calls, cost and cost per successful call per tenant and feature; ``--since`` and
+``--until`` keep the calls of a stretch of time (ISO dates or datetimes, UTC unless they give
+an offset; ``--since`` from its instant on, ``--until`` before its instant, a date alone
+through the end of that day).
 
 .. versionadded:: 0.2.0
 """
@@ -12,10 +15,13 @@ prints calls, cost and cost per successful call per tenant and feature.
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import math
 import sys
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict
+from typing import Any
 
 from ..budget._source import TIERS
 from ..budget._usage_file import no_usage_records
@@ -100,9 +106,52 @@ def _models_arguments(mod: argparse.ArgumentParser) -> None:
     mod.add_argument("--json", action="store_true", help="print JSON")
 
 
+_ISO = "2026-11-01, 2026-11-01T12:00 or 2026-11-01T12:00:00+02:00"
+
+
+def _moment(text: str, *, end_of_day: bool) -> dt.datetime:
+    """An ISO date or datetime as a UTC datetime (naive: UTC); a date alone is its start, or
+    with ``end_of_day`` the start of the next day."""
+    value = text.strip()
+    try:
+        if len(value) == 10:  # a date alone
+            start = dt.datetime.combine(dt.date.fromisoformat(value), dt.time(), dt.timezone.utc)
+            return start + dt.timedelta(days=1) if end_of_day else start
+        if value[-1:] in ("Z", "z"):  # (Python 3.10's fromisoformat does not take it)
+            value = value[:-1] + "+00:00"
+        moment = dt.datetime.fromisoformat(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"not an ISO date or datetime (UTC unless it gives an offset), such as {_ISO}: {text!r}"
+        ) from None
+    if moment.tzinfo is None:
+        return moment.replace(tzinfo=dt.timezone.utc)
+    return moment.astimezone(dt.timezone.utc)
+
+
+def _since(text: str) -> dt.datetime:
+    return _moment(text, end_of_day=False)
+
+
+def _until(text: str) -> dt.datetime:
+    return _moment(text, end_of_day=True)
+
+
 def _report_arguments(rep: argparse.ArgumentParser) -> None:
     rep.add_argument("file", help="a JSON Lines file written by UsageRecorder")
     rep.add_argument("--json", action="store_true", help="print JSON")
+    rep.add_argument(
+        "--since",
+        type=_since,
+        metavar="WHEN",
+        help=f"only calls made at or after WHEN: an ISO date or datetime, UTC ({_ISO})",
+    )
+    rep.add_argument(
+        "--until",
+        type=_until,
+        metavar="WHEN",
+        help="only calls made before WHEN (a date alone: through the end of that day)",
+    )
 
 
 def _table(path: str | None) -> PriceTable:
@@ -172,11 +221,52 @@ def _run_estimate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _within(
+    records: Iterable[dict[str, Any]],
+    since: dt.datetime | None,
+    until: dt.datetime | None,
+    outside: list[int],
+) -> Iterator[dict[str, Any]]:
+    """The records made from ``since`` (included) to ``until`` (excluded); those left out,
+    a record without a time among them, are counted in ``outside[0]``."""
+    first = since.timestamp() if since is not None else -math.inf
+    end = until.timestamp() if until is not None else math.inf
+    for record in records:
+        ts = record.get("ts")
+        if not isinstance(ts, bool) and isinstance(ts, (int, float)) and first <= ts < end:
+            yield record
+        else:
+            outside[0] += 1
+
+
+def _stretch(args: argparse.Namespace) -> str:
+    """``from ... until ...`` of the dates asked ('' for none)."""
+    parts = [f"from {args.since.isoformat()}"] if args.since is not None else []
+    parts += [f"until {args.until.isoformat()}"] if args.until is not None else []
+    return " ".join(parts)
+
+
 def _run_report(args: argparse.Namespace) -> int:
-    report = usage_report(read_usage(args.file))
+    since, until = args.since, args.until
+    if since is not None and until is not None and since >= until:
+        raise ConfigurationError(
+            f"--since is after --until (or the same instant): {since.isoformat()} is not"
+            f" before {until.isoformat()}"
+        )
+    records: Iterable[dict[str, Any]] = read_usage(args.file)
+    outside = [0]
+    if since is not None or until is not None:
+        records = _within(records, since, until, outside)
+    report = usage_report(records)
     if not report["total"]["calls"]:  # nothing read: not a usage file (as llmguard report)
-        print(f"llmguard cost report: {no_usage_records(args.file)}", file=sys.stderr)
+        said = no_usage_records(args.file)
+        if outside[0]:  # records, none of them made in the stretch asked
+            said = f"no usage records in {args.file} {_stretch(args)} ({outside[0]} outside)"
+        print(f"llmguard cost report: {said}", file=sys.stderr)
         return 1
+    if since is not None or until is not None:
+        report["since"] = since.isoformat() if since is not None else None
+        report["until"] = until.isoformat() if until is not None else None
     if args.json:
         print(json.dumps(report))
         return 0
@@ -193,6 +283,8 @@ def _run_report(args: argparse.Namespace) -> int:
         f"total: {total['calls']} calls, {total['ok']} ok, ${total['cost_usd']:.6f}"
         + (f", {total['unpriced_calls']} without a price" if total["unpriced_calls"] else "")
     )
+    if "since" in report:
+        print(f"calls {_stretch(args)} (UTC)")
     return 0
 
 
