@@ -4,7 +4,8 @@ Catch :class:`LLMGuardError` to catch everything the SDK raises itself::
 
     LLMGuardError
     ├── ConfigurationError          bad Guard / provider configuration (raised before any call)
-    │   ├── UnknownModelPriceError  a budgeted route's model has no price and no default
+    │   ├── UnknownModelPriceError  a budgeted route's model (at build) or call's model (at the
+    │   │                           call, on a route without one) has no price and no default
     │   ├── MovingModelAliasError   a release pins a moving model alias (``gpt-4o``), not an id
     │   └── SettingsValidationError GuardSettings refused a value (pydantic's ValidationError too)
     ├── RequestValidationError      the request itself is invalid (raised before any network call)
@@ -127,7 +128,9 @@ class ConfigurationError(LLMGuardError, ValueError):
 class UnknownModelPriceError(ConfigurationError):
     """The price table has no price for this model and no default price.
 
-    ``provider`` and ``model`` name what was looked up.
+    ``provider`` and ``model`` name what was looked up. A budgeted Guard raises it as it is
+    built for a route's own model; for the model a call names on a route without one, at that
+    call, before anything is held or sent.
 
     .. versionadded:: 0.2.0
     """

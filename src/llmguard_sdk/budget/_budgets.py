@@ -27,7 +27,9 @@ class Budgets:
         budgets: the :class:`Budget` limits; a call is counted by every one that applies.
         prices: the :class:`PriceTable` (default: the shipped one). A budgeted route whose
             model has no price is a :class:`~llmguard_sdk.budget.UnknownModelPriceError`
-            before any call.
+            before any call; a route without a model is priced at the model each call names,
+            so a budgeted call naming a model with no price raises it, before anything is
+            held or sent.
         downgrade_to: the cheaper routes (names) a call moves to when a budget with
             ``on_exhausted="downgrade"`` has no room for the full chain.
         local_routes: routes counted as free local models for ``"local_only"`` (every
