@@ -5,6 +5,7 @@ its model alone) says so in the file's words, not by pydantic's class names."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -95,3 +96,35 @@ def test_a_value_that_is_no_table_says_so_without_class_names(
     assert said in err
     assert "instance of" not in err
     assert "Config" not in err
+
+
+ENDPOINT, VERSION = "base_url (or AZURE_OPENAI_ENDPOINT)", "api_version (or OPENAI_API_VERSION)"
+
+
+@pytest.mark.parametrize(
+    ("route", "environ", "missing"),
+    [
+        ({"api_version": "2024-10-21"}, {}, ENDPOINT),
+        ({}, {"AZURE_OPENAI_ENDPOINT": "https://r.openai.azure.com"}, VERSION),
+        ({"base_url": "https://r.openai.azure.com"}, {}, VERSION),
+        ({}, {}, f"{ENDPOINT} and {VERSION}"),
+    ],
+)
+def test_an_azure_route_names_only_what_it_lacks(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    route: dict[str, str],
+    environ: dict[str, str],
+    missing: str,
+) -> None:
+    """The example file's azure route, its ``api_version`` given, was refused for needing
+    ``base_url ... and api_version``: the user looked for a mistake in the version."""
+    for name in ("AZURE_OPENAI_ENDPOINT", "OPENAI_API_VERSION", "AZURE_OPENAI_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    path = tmp_path / "guard.json"
+    path.write_text(json.dumps({"routes": [{"model": "azure/prod", **route}]}), encoding="utf-8")
+    assert main(["check", str(path)]) == 2
+    assert capsys.readouterr().err == f"llmguard check: {path}: routes.0: azure/ needs {missing}\n"

@@ -66,11 +66,13 @@ def api_root(
     if shortcut == "azure":
         endpoint = given or environ.get("AZURE_OPENAI_ENDPOINT")
         version = route.api_version or environ.get("OPENAI_API_VERSION")
-        if not endpoint or not version:
-            raise ConfigurationError(
-                f"{where}: azure/ needs base_url (or AZURE_OPENAI_ENDPOINT) and api_version "
-                "(or OPENAI_API_VERSION)"
+        if not endpoint or not version:  # what it lacks only (its api_version given, it
+            lacks = (  # was said to be missing too)
+                ("base_url (or AZURE_OPENAI_ENDPOINT)", endpoint),
+                ("api_version (or OPENAI_API_VERSION)", version),
             )
+            needs = " and ".join(text for text, found in lacks if not found)
+            raise ConfigurationError(f"{where}: azure/ needs {needs}")
         return f"{endpoint.rstrip('/')}/openai/deployments/{model}?api-version={version}"
     default, _key, url_variable = _OPENAI_LIKE[shortcut]
     given = environ.get(url_variable) if url_variable else None
