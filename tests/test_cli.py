@@ -12,6 +12,8 @@ import pytest
 from llmguard_sdk import __version__
 from llmguard_sdk.cli import main, run_demo
 
+USAGE_LINE = '{"ts": 1.0, "outcome": "ok", "route": "r", "cost_usd": 0.01}\n'
+
 
 def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
@@ -248,7 +250,7 @@ def test_report_into_a_folder_that_does_not_exist_is_one_line_and_status_2(
     tmp_path: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
     usage = tmp_path / "usage.jsonl"
-    usage.write_text("")
+    usage.write_text(USAGE_LINE)  # (an empty file: no usage records, nothing written)
     out = tmp_path / "missing" / "report.html"
     assert main(["report", str(usage), "--html", str(out)]) == 2  # a FileNotFoundError before
     assert "report.html" in capsys.readouterr().err
@@ -280,7 +282,7 @@ def test_a_usage_or_samples_file_that_is_not_utf_8_is_one_line_and_status_2(
     bad = tmp_path / "usage.png"
     bad.write_bytes(b"\x89PNG\r\n\x1a\n\xff\xfe\x00")  # a picture given for the usage file
     good = tmp_path / "good.jsonl"
-    good.write_text("")
+    good.write_text(USAGE_LINE)
     names = {"bad": str(bad), "good": str(good), "out": str(tmp_path / "out.html")}
     argv = [part.format(**names) for part in command]
     assert main(argv) == 2  # a UnicodeDecodeError traceback, status 1

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
+from typing import Any
 
-from ..budget._usage_file import not_json_lines
+from ..budget._usage_file import no_usage_records
 from ..errors import ConfigurationError
 from ._command import Command
 
@@ -26,22 +28,38 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    """Run ``llmguard report``; returns the exit status (1 when the file had no call; a file
-    that is not JSON Lines is said so, and no page is written)."""
+    """Run ``llmguard report``; returns the exit status (1 when the file holds no usage
+    record: not JSON Lines, naming its line, or JSON Lines of other records; no page is
+    written, the last one is kept)."""
     from ..budget.recorder import read_usage
-    from ..telemetry.report import _write_page
+    from ..telemetry.report import render_report
 
     records = list(read_usage(args.usage))
-    said = None if records else not_json_lines(args.usage)
-    if said is not None:  # (a CSV export: a page of 0 calls was written)
-        print(f"llmguard report: {said}", file=sys.stderr)
+    if not records:  # (an EvalSink file: a page of 0 calls was written over the last one)
+        print(f"llmguard report: {no_usage_records(args.usage)}", file=sys.stderr)
         return 1
+    samples = _samples(args.samples) if args.samples else []
     try:
-        calls = _write_page(records, args.html, args.samples)
+        Path(args.html).write_text(render_report(records, samples), encoding="utf-8")
     except OSError as exc:  # the files are read first (a ConfigurationError): the page's write
         raise ConfigurationError(f"cannot write {args.html}: {exc}") from None
-    print(f"wrote {args.html}: {calls} calls")
-    return 0 if calls else 1
+    print(f"wrote {args.html}: {len(records)} calls")
+    return 0
+
+
+def _samples(path: str) -> list[dict[str, Any]]:
+    """The sampled calls of the ``--samples`` file; one with text but no sample in it (the
+    usage file, a CSV) is a :class:`ConfigurationError` (the page came out without feedback
+    scores, as if none had been given). An empty one is a sink that sampled no call yet."""
+    from ..telemetry.sampling import read_samples
+
+    found = read_samples(path)
+    if not found and Path(path).stat().st_size:
+        raise ConfigurationError(
+            f"--samples {path}: no EvalSink samples in it (a JSON object per sampled call, "
+            '"type": "call"): give the file Telemetry(eval_sink=EvalSink(...)) writes'
+        )
+    return found
 
 
 REPORT = Command(
