@@ -5,6 +5,10 @@ to fix, with the exit status a script can trust."""
 from __future__ import annotations
 
 import json
+import signal
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +22,37 @@ SAMPLE = {
     "answer": "hello",
 }
 USAGE = {"ts": 1.0, "outcome": "ok", "tenant": "acme", "route": "r", "cost_usd": 0.01}
+ESTIMATE = ["cost", "estimate", "--requests-per-day", "100"]
+
+
+def test_a_ctrl_c_ends_a_running_command_with_one_line_and_status_130(tmp_path: Path) -> None:
+    """A Ctrl-C during ``llmguard eval`` (or a drill, a calibration) printed a traceback of
+    the event loop's insides, KeyboardInterrupt last, and ended by the signal."""
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text(json.dumps(SAMPLE) + "\n")
+    with socket.create_server(("127.0.0.1", 0)) as server:  # accepts, never answers
+        server.settimeout(60)
+        url = f"http://127.0.0.1:{server.getsockname()[1]}/v1"
+        argv = ["eval", str(samples), "--base-url", url, "--model", "m"]
+        code = (  # Ctrl-C's handler, whatever the test runner left SIGINT at
+            "import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+            f"from llmguard_sdk.cli import main; sys.exit(main({argv!r}))"
+        )
+        process = subprocess.Popen(
+            [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        try:
+            connection, _ = server.accept()  # the command is replaying: interrupt it
+            with connection:
+                process.send_signal(signal.SIGINT)
+                out, err = process.communicate(timeout=30)
+        finally:
+            process.kill()
+            process.wait()
+    assert process.returncode == 130
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1] == "llmguard eval: interrupted"
+    assert out == ""
 
 
 def test_a_report_of_a_file_without_usage_records_writes_no_page(

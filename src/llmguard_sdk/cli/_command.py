@@ -4,7 +4,8 @@ A :class:`Command` names its parser's arguments (a function that adds them) and 
 a :class:`Group` is a command with actions (``llmguard cost estimate``). :func:`register` adds
 either to argparse's subparsers and binds the runner with ``set_defaults(run=...)``, so
 ``main`` dispatches without a chain of ``if`` s, and a :class:`~llmguard_sdk.errors.
-ConfigurationError` from any runner becomes one line and exit status 2.
+ConfigurationError` from any runner becomes one line and exit status 2 (a Ctrl-C: one line,
+status 130).
 """
 
 from __future__ import annotations
@@ -69,6 +70,9 @@ def _reporting(where: str, run: Runner) -> Runner:
         except ConfigurationError as exc:
             print(f"{where}: {exc}", file=sys.stderr)  # stdout: the --json output
             return 2
+        except KeyboardInterrupt:  # Ctrl-C in a drill, an eval, a calibration: no traceback
+            print(f"{where}: interrupted", file=sys.stderr)
+            return 130  # (128 + SIGINT: what a shell reports of a command Ctrl-C ended)
 
     return run_reporting
 
