@@ -55,6 +55,42 @@ def test_a_ctrl_c_ends_a_running_command_with_one_line_and_status_130(tmp_path: 
     assert out == ""
 
 
+@pytest.mark.parametrize(
+    ("given", "named", "meant"),
+    [
+        (["--model", "gpt-4o-mni"], "--model", "openai/gpt-4o-mini"),
+        (["--split", "gpt-4o-mini=70,gpt-4o-mni=30"], "--split", "openai/gpt-4o-mini"),
+    ],
+)
+def test_a_model_without_a_price_is_said_in_the_commands_words(
+    capsys: pytest.CaptureFixture[str], given: list[str], named: str, meant: str
+) -> None:
+    """It said to call ``PriceTable.with_prices(...)``: Python, to a shell user, and nothing
+    of the model meant."""
+    argv = [*ESTIMATE, "--input-tokens", "900", "--output-tokens", "250", *given]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"llmguard cost estimate: {named}: no price for model 'gpt-4o-mni'")
+    assert f"did you mean {meant}?" in err
+    assert "llmguard cost models" in err
+    assert "--prices" in err
+    assert "PriceTable" not in err
+    assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize("kind", ["input", "output"])
+def test_a_p95_below_its_p50_is_refused(capsys: pytest.CaptureFixture[str], kind: str) -> None:
+    """``--input-tokens 900 --input-tokens-p95 100`` priced the month's p95 under its p50
+    ($4.95 against $8.55), status 0."""
+    tokens = {"input": "900", "output": "250"}
+    argv = [*ESTIMATE, "--model", "gpt-4o-mini"]
+    argv += [arg for k, n in tokens.items() for arg in (f"--{k}-tokens", n)]
+    assert main([*argv, f"--{kind}-tokens-p95", "100"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert f"--{kind}-tokens-p95 100 is below --{kind}-tokens {tokens[kind]}" in captured.err
+
+
 def test_a_report_of_a_file_without_usage_records_writes_no_page(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import difflib
 import json
 import math
 import sys
@@ -28,7 +29,7 @@ from ..budget._usage_file import no_usage_records
 from ..budget.estimate import estimate
 from ..budget.prices import PriceTable
 from ..budget.recorder import read_usage, usage_report
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, UnknownModelPriceError
 from ._command import Command, Group
 
 __all__ = ["COST"]
@@ -179,23 +180,51 @@ def _run_models(args: argparse.Namespace) -> int:
     return 0
 
 
+def _tokens(args: argparse.Namespace, kind: str) -> tuple[float, float]:
+    """``--{kind}-tokens`` and its p95 (the p50 when not given); a p95 below the p50 (a
+    month's p95 priced under its p50) is refused."""
+    p50, p95 = getattr(args, f"{kind}_tokens"), getattr(args, f"{kind}_tokens_p95")
+    if p95 is not None and p95 < p50:
+        raise ConfigurationError(
+            f"--{kind}-tokens-p95 {p95:g} is below --{kind}-tokens {p50:g} (the p50): a p95 "
+            "is at least the p50"
+        )
+    return p50, p95 or p50
+
+
+def _unpriced(args: argparse.Namespace, table: PriceTable, model: str) -> ConfigurationError:
+    """What is said of a model the table has no price for, in the command's words: the
+    option that named it, the name meant, how to list the models or give a price."""
+    option = "--model" if model in args.model else "--split"
+    near = difflib.get_close_matches(model, table.models(), n=1)
+    meant = f" (did you mean {near[0]}?)" if near else ""
+    return ConfigurationError(
+        f"{option}: no price for model {model!r}{meant}: `llmguard cost models NAME` lists "
+        "the models priced; --prices FILE gives a price for another"
+    )
+
+
 def _run_estimate(args: argparse.Namespace) -> int:
     table = _table(args.prices)
     options = [(model, {model: 1.0}) for model in args.model] + list(args.split)
     if not options:
         raise ConfigurationError("name at least one --model or --split")
-    found = estimate(
-        table,
-        requests_per_day=args.requests_per_day,
-        input_tokens=(args.input_tokens, args.input_tokens_p95 or args.input_tokens),
-        output_tokens=(args.output_tokens, args.output_tokens_p95 or args.output_tokens),
-        options=options,
-        cache_hit_rate=args.cache_hit_rate,
-        cached_input_share=args.cached_input_share,
-        retry_rate=args.retry_rate,
-        days=args.days,
-        tier=args.service_tier,
-    )
+    try:
+        found = estimate(
+            table,
+            requests_per_day=args.requests_per_day,
+            input_tokens=_tokens(args, "input"),
+            output_tokens=_tokens(args, "output"),
+            options=options,
+            cache_hit_rate=args.cache_hit_rate,
+            cached_input_share=args.cached_input_share,
+            retry_rate=args.retry_rate,
+            days=args.days,
+            tier=args.service_tier,
+        )
+    except UnknownModelPriceError as exc:  # (it said to call PriceTable.with_prices)
+        named = f"{exc.provider}/{exc.model}" if exc.provider else exc.model
+        raise _unpriced(args, table, named) from None
     if args.json:
         print(
             json.dumps(
