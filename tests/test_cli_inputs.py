@@ -121,3 +121,26 @@ def test_a_samples_file_without_samples_is_refused(
     assert not page.exists()
     samples.write_text("")  # a sink that sampled no call yet: no feedback to draw, no mistake
     assert main(["report", str(usage), "--html", str(page), "--samples", str(samples)]) == 0
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        ([*ESTIMATE[:2], "--requests-per-day", "lots"], "--requests-per-day: not a number: 'lots'"),
+        ([*ESTIMATE, "--cache-hit-rate", "high"], "--cache-hit-rate: not a number: 'high'"),
+        (["demo", "--requests", "many"], "--requests: not a whole number: 'many'"),
+        (["eval", "f", "--base-url", "http://h/v1", "--threshold", "x"], "not a number: 'x'"),
+        (["eval", "f", "--base-url", "http://h/v1", "--timeout", "0"], "--timeout: must be a pos"),
+    ],
+)
+def test_a_bad_number_is_said_without_the_parsers_function_names(
+    capsys: pytest.CaptureFixture[str], argv: list[str], said: str
+) -> None:
+    """argparse named the type function: ``invalid _positive value: 'lots'``, ``invalid
+    positive_int value``; ``eval --timeout 0`` said ``argument timeout=`` (the Guard's)."""
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert said in err
+    assert "invalid" not in err.splitlines()[-1]

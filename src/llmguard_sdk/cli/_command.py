@@ -11,6 +11,7 @@ status 130).
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,7 +22,7 @@ from ..errors import ConfigurationError
 if TYPE_CHECKING:
     from ..store import RedisStore
 
-__all__ = ["Command", "Group", "register", "positive_int"]
+__all__ = ["Command", "Group", "number", "positive_int", "positive_number", "register"]
 
 Runner = Callable[[argparse.Namespace], int]
 
@@ -79,9 +80,29 @@ def _reporting(where: str, run: Runner) -> Runner:
 
 def positive_int(text: str) -> int:
     """An argparse type: a whole number of at least 1."""
-    value = int(text)
+    try:
+        value = int(text)
+    except ValueError:  # (argparse said "invalid positive_int value": the function's name)
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def number(text: str) -> float:
+    """An argparse type: a number (``nan`` and ``inf`` too: the caller's type says which
+    it takes), said as one when it is not, never by this function's name."""
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+
+
+def positive_number(text: str) -> float:
+    """An argparse type: a finite number above 0."""
+    value = number(text)
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError("must be a positive number")
     return value
 
 

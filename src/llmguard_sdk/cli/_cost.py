@@ -30,7 +30,7 @@ from ..budget.estimate import estimate
 from ..budget.prices import PriceTable
 from ..budget.recorder import read_usage, usage_report
 from ..errors import ConfigurationError, UnknownModelPriceError
-from ._command import Command, Group
+from ._command import Command, Group, number, positive_number
 
 __all__ = ["COST"]
 
@@ -53,25 +53,20 @@ def _split(text: str) -> tuple[str, dict[str, float]]:
 
 
 def _fraction(text: str) -> float:
-    value = float(text.rstrip("%")) / (100.0 if text.endswith("%") else 1.0)
+    value = number(text.rstrip("%")) / (100.0 if text.endswith("%") else 1.0)
     if not 0.0 <= value < 1.0:
         raise argparse.ArgumentTypeError("must be a fraction in [0, 1), or a percentage")
     return value
 
 
-def _positive(text: str) -> float:
-    value = float(text)
-    if not 0 < value < math.inf:
-        raise argparse.ArgumentTypeError("must be a positive number")
-    return value
-
-
 def _estimate_arguments(est: argparse.ArgumentParser) -> None:
-    est.add_argument("--requests-per-day", type=_positive, required=True)
-    est.add_argument("--input-tokens", type=_positive, required=True, help="input tokens, p50")
-    est.add_argument("--input-tokens-p95", type=_positive, help="input tokens, p95 (= p50)")
-    est.add_argument("--output-tokens", type=_positive, required=True, help="output, p50")
-    est.add_argument("--output-tokens-p95", type=_positive, help="output tokens, p95 (= p50)")
+    est.add_argument("--requests-per-day", type=positive_number, required=True)
+    est.add_argument(
+        "--input-tokens", type=positive_number, required=True, help="input tokens, p50"
+    )
+    est.add_argument("--input-tokens-p95", type=positive_number, help="input tokens, p95 (= p50)")
+    est.add_argument("--output-tokens", type=positive_number, required=True, help="output, p50")
+    est.add_argument("--output-tokens-p95", type=positive_number, help="output tokens, p95 (= p50)")
     est.add_argument(
         "--model", action="append", default=[], help="a model to price alone (repeatable)"
     )
@@ -89,7 +84,7 @@ def _estimate_arguments(est: argparse.ArgumentParser) -> None:
     ):
         est.add_argument(option, type=_fraction, default=0.0, help=f"{text} (default: %(default)g)")
     est.add_argument(
-        "--days", type=_positive, default=30.0, help="days in a month (default: %(default)g)"
+        "--days", type=positive_number, default=30.0, help="days in a month (default: %(default)g)"
     )
     est.add_argument(
         "--service-tier",

@@ -20,7 +20,7 @@ import sys
 from typing import Any
 
 from ..errors import ConfigurationError
-from ._command import Command, positive_int
+from ._command import Command, number, positive_int, positive_number
 
 __all__ = ["EVAL"]
 
@@ -39,7 +39,7 @@ def _price(text: str) -> tuple[str, float, float]:
 
 
 def _finite(text: str) -> float:
-    value = float(text)
+    value = number(text)
     if not math.isfinite(value):
         raise argparse.ArgumentTypeError("must be a number")
     return value
@@ -76,7 +76,10 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
         help="a price in USD per million tokens, for models the price table lacks",
     )
     parser.add_argument(
-        "--timeout", type=float, default=30.0, help="per call, seconds (default: %(default)g)"
+        "--timeout",
+        type=positive_number,
+        default=30.0,
+        help="per call, seconds (default: %(default)g)",
     )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
 
