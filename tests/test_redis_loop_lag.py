@@ -11,15 +11,17 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import anyio
 import pytest
+import redis
 
 from llmguard_sdk.budget import RedisBudgetBackend
 from llmguard_sdk.budget.memory import HoldArgs
 from llmguard_sdk.budget.policy import CounterSpec, ReserveResult
 from llmguard_sdk.ratelimit import RateLimit, RedisRateLimiter
-from llmguard_sdk.store import RedisStore
+from llmguard_sdk.store import RedisClusterStore, RedisStore
 from tests.slowanswer import SlowAnswers
 
 OUTAGE = "Redis unavailable"
@@ -161,4 +163,45 @@ def test_a_fail_closed_budget_refusing_for_a_busy_event_loop_says_so(
     assert refused.retry_after == 0.0
     assert granted.allowed
     assert (store.health.outages, store.health.failures, store.health.lagged) == (0, 0, 1)
+    store.close()
+
+
+def _masters(url: str) -> list[redis.Redis]:
+    """A plain client of each node of the cluster at ``url`` (for admin commands)."""
+    nodes = [node.rpartition(":") for node in urlsplit(url).netloc.split(",")]
+    return [redis.Redis(host=host, port=int(port)) for host, _, port in nodes]
+
+
+def test_a_cluster_too_slow_on_an_idle_event_loop_is_an_outage(
+    redis_cluster_url: str, cluster_prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The cluster's twin: its nodes hold every command back (``CLIENT PAUSE``) while the
+    loop runs on time. A cluster store's waits for Redis are on the on-time clock, redis-py's
+    own socket timeouts raised to ten times theirs meanwhile: the round trip is cut short
+    after ``socket_timeout`` all the same (not ten times it), an outage (the store paused,
+    logged) as before."""
+    store = RedisClusterStore(redis_cluster_url, key_prefix=cluster_prefix, socket_timeout=0.1)
+    limiter = _limiter(store)
+    masters = _masters(redis_cluster_url)
+    took: list[float] = []
+
+    async def calls() -> None:
+        assert (await limiter.areserve("r")).allowed  # (the slot map, the connections)
+        for master in masters:
+            master.client_pause(1500, all=True)
+        began = time.monotonic()
+        assert (await limiter.areserve("r")).allowed  # (this process's share)
+        took.append(time.monotonic() - began)
+        await store.aclose()
+
+    try:
+        with caplog.at_level(logging.WARNING, logger="llmguard_sdk"):
+            anyio.run(calls)
+    finally:
+        for master in masters:
+            master.client_unpause()
+            master.close()
+    assert took[0] < 0.6  # (a socket_timeout, and a wait for its tick; ten times it: 1 s)
+    assert (store.health.outages, store.health.failures, store.health.lagged) == (1, 1, 0)
+    assert len(_logged(caplog, OUTAGE)) == 1
     store.close()

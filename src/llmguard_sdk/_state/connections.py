@@ -22,6 +22,9 @@ marker key expired ran its script a second time (a budget held twice ...). Every
 round (a pipeline's, a re-send of one of its commands, an ``ASKING``, a slot map query) is
 refused once ``resend_seconds`` minus one attempt (a connection, then an answer) has passed
 since the round began: the last re-send reaches Redis while the first run's marker lives.
+Inside a turn (:mod:`._state.turns`) their waits for Redis are on the loop's on-time clock, as
+a standalone store's are: a busy loop's lag timed them out on the wall clock, and each
+timeout cost the cluster client a new slot map and the node's connections.
 
 A store's pools are redis-py's blocking pools (:func:`waiting_pool`): a caller beyond
 ``max_connections`` waits for a free connection, at most the store's ``pool_timeout``. A wait
@@ -122,7 +125,32 @@ class _CheckedAgain:
             parent.check_health()  # a PING, where the handshake asked nothing
 
 
-class _AsyncCheckedAgain:
+class _OnTime:
+    """Mixed into an async redis-py connection class whose waits for Redis a turn's round
+    trip bounds on the loop's on-time clock (:mod:`._state.turns`): redis-py's own socket
+    timeouts (its public ``socket_timeout`` and ``socket_connect_timeout``) are raised to
+    the bound's cap meanwhile, so that the bound runs out first; outside a turn (``aclient``
+    used directly) they are as set."""
+
+    _bounded = False  # whether a turn's round trip bounds it (its timeouts raised)
+    _timeouts: tuple[float | None, float | None]  # (socket, connect) timeouts as set
+    socket_timeout: float | None
+    socket_connect_timeout: float | None
+
+    def _bound(self, bounded: bool) -> None:
+        """redis-py's timeouts: raised to the cap of a turn's bound, or as set."""
+        if bounded is self._bounded:
+            return
+        if not self._bounded:
+            self._timeouts = (self.socket_timeout, self.socket_connect_timeout)
+        self._bounded = bounded
+        factor = turns.CAP if bounded else 1.0
+        answer, connect = self._timeouts
+        self.socket_timeout = None if answer is None else factor * answer
+        self.socket_connect_timeout = None if connect is None else factor * connect
+
+
+class _AsyncCheckedAgain(_OnTime):
     """Mixed into an async redis-py connection class: :class:`_CheckedAgain`'s twin. It also
     bounds the round trip of a turn (:mod:`._state.turns`) from the moment the connection is
     asked for: the pool asks it to connect (a fresh connection, or nothing to do) before
@@ -131,31 +159,15 @@ class _AsyncCheckedAgain:
     silent idle connection is replaced), unbounded by the round trip's."""
 
     _fresh = False
-    _bounded = False  # whether a turn's round trip bounds it (its timeouts raised)
-    _timeouts: tuple[float | None, float | None]  # (socket, connect) timeouts as set
-    socket_timeout: float | None
-    socket_connect_timeout: float | None
 
     async def connect(self) -> None:
         parent: Any = super()
-        bounded = turns.arm(fresh=not parent.is_connected)
-        if bounded is not self._bounded:
-            self._bound(bounded)
+        self._bound(turns.arm(fresh=not parent.is_connected))
         fresh, self._fresh = self._fresh, True
         try:
             await parent.connect()
         finally:
             self._fresh = fresh
-
-    def _bound(self, bounded: bool) -> None:
-        """redis-py's timeouts: raised to the cap of a turn's bound, or as set."""
-        if not self._bounded:
-            self._timeouts = (self.socket_timeout, self.socket_connect_timeout)
-        self._bounded = bounded
-        factor = turns.CAP if bounded else 1.0
-        answer, connect = self._timeouts
-        self.socket_timeout = None if answer is None else factor * answer
-        self.socket_connect_timeout = None if connect is None else factor * connect
 
     async def check_health(self) -> None:
         parent: Any = super()
@@ -234,13 +246,32 @@ class _BoundedSends:
         parent.send_packed_command(command, check_health)
 
 
-class _AsyncBoundedSends:
-    """Mixed into an async redis-py connection class: :class:`_BoundedSends`'s twin."""
+class _AsyncBoundedSends(_OnTime):
+    """Mixed into an async redis-py connection class: :class:`_BoundedSends`'s twin (an
+    async cluster node's). Inside a turn's round trip, each of its waits for Redis is bounded
+    on the loop's on-time clock (:class:`.turns.Waiting`): a send (connecting first, when not
+    connected: a connection, then an answer) and each answer (``socket_timeout``), through
+    redis-py's public ``send_packed_command`` and ``read_response``, which the cluster's nodes
+    call for every command, pipeline and slot-map query. A bound that runs out is redis-py's
+    ``TimeoutError`` to the cluster client, met as its own socket timeout was (the connection
+    closed, the next startup node asked for the slot map ...). A read given a timeout of its
+    own, or told to keep its connection on an error, is left alone."""
 
     async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
         _check_write()
         parent: Any = super()
-        await parent.send_packed_command(command, check_health)
+        with turns.Waiting(fresh=not parent.is_connected) as bounded:
+            self._bound(bounded)
+            await parent.send_packed_command(command, check_health)
+
+    async def read_response(self, *args: Any, **kwargs: Any) -> Any:
+        parent: Any = super()
+        timeout = kwargs.get("timeout", args[1] if len(args) > 1 else None)
+        if timeout is not None or not kwargs.get("disconnect_on_error", True):
+            return await parent.read_response(*args, **kwargs)
+        with turns.Waiting(fresh=False) as bounded:
+            self._bound(bounded)
+            return await parent.read_response(*args, **kwargs)
 
 
 @functools.cache

@@ -12,9 +12,10 @@ load, decided without Redis like a full pool, not an outage. A timeout on a loop
 on time is judged as before (a hung or unreachable Redis is an outage).
 
 The loop's *on-time clock* (:meth:`LoopLag.ontime`) is its clock less that lag: it stands
-still while the loop runs late. A standalone store's async round trips wait for Redis on it
-(:mod:`._state.turns`), so a burst's own lag no longer runs them out at all; a timeout that
-does come on a loop that ran late (past ten times the bound) is :func:`loop_busy`'s error.
+still while the loop runs late. A store's async round trips (a single Redis's or a
+cluster's) wait for Redis on it (:mod:`._state.turns`), so a burst's own lag no longer runs
+them out at all; a timeout that does come on a loop that ran late (past ten times the
+bound) is :func:`loop_busy`'s error.
 
 Private. redis is imported at the first judgement, never before.
 """

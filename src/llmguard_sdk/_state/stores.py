@@ -131,9 +131,9 @@ class RedisStore(Store):
             :class:`ConfigurationError`.
         key_prefix: prefix of every key the SDK writes.
         socket_timeout: seconds any single Redis operation may take (short by design: a slow
-            Redis must not stall LLM calls; at most 3600). An async one on a single Redis
-            takes it on the event loop's on-time clock (its clock less how late it ran: a
-            busy loop's lag is waited out), at most ten times it in all.
+            Redis must not stall LLM calls; at most 3600). An async one (on a single Redis
+            or a cluster) takes it on the event loop's on-time clock (its clock less how
+            late it ran: a busy loop's lag is waited out), at most ten times it in all.
         max_connections: the most connections a pool opens (1 to 10,000; on a cluster, per
             node); more callers wait for one, at most ``pool_timeout``.
         pool_timeout: seconds a round trip waits at most for a free connection when all
@@ -338,8 +338,9 @@ class RedisStore(Store):
         """Held around each async round trip: one of ``max_connections`` turns of the running
         event loop, waited for (FIFO) while turns keep coming free (see
         :mod:`._state.turns`), so no round trip waits in redis-py's pool (a cluster's async
-        nodes would refuse more than ``max_connections`` rather than wait); a standalone
-        store's waits for Redis inside are bounded on the loop's on-time clock."""
+        nodes would refuse more than ``max_connections`` rather than wait); its waits for
+        Redis inside are bounded on the loop's on-time clock (a cluster node's: each send
+        and each answer)."""
         return self._turns.get()()
 
     async def aclose(self) -> None:

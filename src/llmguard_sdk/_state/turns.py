@@ -14,15 +14,20 @@ Redis (a fail-closed budget refused every one). Here:
   ``pool_timeout`` in all: a queue that moves is waited out. A turn that comes while the
   store is paused (an outage began meanwhile) is given on at once: its round trip fails as
   Redis down, unsent.
-* A standalone store's connections (:mod:`._state.connections`) bound each wait for Redis
-  from the moment they are asked for: an answer ``socket_timeout``, a fresh connection
-  ``socket_connect_timeout`` more; on the on-time clock, and at most ten times that in all.
+* A store's connections (:mod:`._state.connections`) bound each wait for Redis on the
+  on-time clock, and at most ten times that in all: a standalone store's from the moment
+  they are asked for (:func:`arm`), a cluster node's each send and each answer on its own
+  (:class:`Waiting`, around redis-py's public ``send_packed_command`` and ``read_response``);
+  an answer ``socket_timeout``, a fresh connection ``socket_connect_timeout`` more.
   redis-py's own socket timeouts are raised to that cap meanwhile (a connection used
   outside a turn, through ``aclient``, keeps them), so a bound here runs out first: while
   the loop ran on time, as :func:`.lag.unanswered`'s error (Redis did not answer: an
   outage, after the same seconds as before); past the cap, as :func:`.lag.loop_busy`'s
-  error (the load's). The round trip is cut short by cancelling its task (the cancellation
-  is taken back when it arrives, as ``asyncio.timeout`` does).
+  error (the load's). The wait is cut short by cancelling its task (the cancellation is
+  taken back when it arrives, as ``asyncio.timeout`` does): a standalone store's round
+  trip as a whole; a cluster node's send or answer, whose error redis-py then meets as it
+  meets its own timeout (the node's connection released, the next startup node asked for
+  the slot map ...).
 
 A tick of :class:`.lag.LoopLag` (every 10 ms while round trips are under way) checks the
 bounds; nothing is scheduled per round trip.
@@ -44,7 +49,7 @@ from .lag import LoopLag, lags, loop_busy, unanswered
 if TYPE_CHECKING:
     from .health import RedisHealth
 
-__all__ = ["CAP", "RoundTrip", "Turns", "arm", "pause"]
+__all__ = ["CAP", "RoundTrip", "Turns", "Waiting", "arm", "pause"]
 
 CAP = 10.0  # a bound on the on-time clock runs out after this many times it in all
 _SILENT, _LATE = 1, 2  # why a round trip was cut short (Redis silent, the loop late)
@@ -58,7 +63,8 @@ _Armed = deque[tuple[float, float, int, "_Trip"]]
 
 
 class _Trip:
-    """One round trip holding a turn; bounded once :func:`arm` is called in it."""
+    """One round trip holding a turn, bounded once :func:`arm` is called in it; or one wait
+    of a cluster node's connection in such a round trip (:class:`Waiting`)."""
 
     __slots__ = ("arms", "cancelling", "cut", "done", "seconds", "task", "turns")
 
@@ -75,8 +81,8 @@ class _Trip:
 
 def arm(fresh: bool) -> bool:
     """The round trip under way now waits for Redis: an answer, or a ``fresh`` connection
-    and then an answer (called by the store's connections); whether one of a turn is under
-    way (else nothing is bounded here: ``aclient`` used directly)."""
+    and then an answer (called by a standalone store's connections); whether one of a turn
+    is under way (else nothing is bounded here: ``aclient`` used directly)."""
     trip = _TRIP.get()
     if trip is None or trip.done:
         return False
@@ -162,9 +168,7 @@ class Turns:
             )
 
     def give(self, trip: _Trip) -> None:
-        trip.done = True
-        if trip.arms:
-            self._in_redis -= 1
+        self.disarm(trip)
         self._give()
         self._left()
 
@@ -198,6 +202,12 @@ class Turns:
         self._armed[fresh].append(
             (self._lag.ontime() + seconds, self._loop.time() + CAP * seconds, trip.arms, trip)
         )
+
+    def disarm(self, trip: _Trip) -> None:
+        """``trip`` (a round trip, or a wait of one) waits for Redis no more."""
+        trip.done = True
+        if trip.arms:
+            self._in_redis -= 1
 
     def check(self, now: float, ontime: float) -> None:
         """Cut short the round trips and turn waits past their bounds (see the module)."""
@@ -259,21 +269,66 @@ class RoundTrip:
         trip = self._trip
         _TRIP.reset(self._token)
         self._turns.give(trip)
-        if not trip.cut:
+        error = _cut_short(trip, exc)
+        if error is not None:
+            raise error from exc
+
+
+class Waiting:
+    """``with Waiting(fresh) as bounded:`` around one wait of a cluster node's connection
+    for Redis: a send (connecting first when ``fresh``), or an answer. Inside a round trip
+    that holds a turn, the wait is bounded on the on-time clock (``bounded`` true; see the
+    module's docs) and, cut short, raises :func:`.lag.unanswered`'s or
+    :func:`.lag.loop_busy`'s error (a redis-py ``TimeoutError``) in place of the
+    cancellation; outside one, nothing is bounded here."""
+
+    __slots__ = ("_fresh", "_wait")
+
+    def __init__(self, fresh: bool) -> None:
+        self._fresh = fresh
+        self._wait: _Trip | None = None
+
+    def __enter__(self) -> bool:
+        trip = _TRIP.get()
+        if trip is None or trip.done:
+            return False
+        self._wait = wait = _Trip(trip.turns, asyncio.current_task())
+        trip.turns.arm(wait, self._fresh)
+        return True
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        wait = self._wait
+        if wait is None:
             return
-        uncancel = getattr(trip.task, "uncancel", None)  # (Python 3.11 on)
-        if uncancel is not None and uncancel() > trip.cancelling:
-            return  # cancelled from outside too: that cancellation goes on
-        if exc is None or not isinstance(exc, asyncio.CancelledError):
-            return  # (done before the cancellation arrived)
-        seconds = trip.seconds
-        if trip.cut == _SILENT:
-            raise unanswered()(
-                f"Redis did not answer in {seconds:g} s (the store's socket timeouts) while "
-                "this process's event loop ran on time"
-            ) from exc
-        raise loop_busy()(
-            f"Redis did not answer in {CAP * seconds:g} s, during which this process's event "
-            f"loop ran on time for less than {seconds:g} s (its own load: Redis may have "
-            "answered in time)"
-        ) from exc
+        wait.turns.disarm(wait)
+        error = _cut_short(wait, exc)
+        if error is not None:
+            raise error from exc
+
+
+def _cut_short(trip: _Trip, exc: BaseException | None) -> Exception | None:
+    """The error in place of ``exc``, the cancellation that cut ``trip`` short (taken back);
+    None when it was not cut short, or ``exc`` is no such cancellation."""
+    if not trip.cut:
+        return None
+    uncancel = getattr(trip.task, "uncancel", None)  # (Python 3.11 on)
+    if uncancel is not None and uncancel() > trip.cancelling:
+        return None  # cancelled from outside too: that cancellation goes on
+    if exc is None or not isinstance(exc, asyncio.CancelledError):
+        return None  # (done before the cancellation arrived)
+    seconds = trip.seconds
+    if trip.cut == _SILENT:
+        return unanswered()(
+            f"Redis did not answer in {seconds:g} s (the store's socket timeouts) while "
+            "this process's event loop ran on time"
+        )
+    return loop_busy()(
+        f"Redis did not answer in {CAP * seconds:g} s, during which this process's event "
+        f"loop ran on time for less than {seconds:g} s (its own load: Redis may have "
+        "answered in time)"
+    )
