@@ -193,6 +193,7 @@ class CallContext:
     retries: list[RetryDetails] = field(default_factory=list)
     cacheable: bool = True
     cache_tags: tuple[str, ...] = ()
+    cache_skipped: bool = False  # the response cache skipped the call (opted out, sampled ...)
     started_ns: int = field(default_factory=time.time_ns)
     attempt_log: list[AttemptRecord] = field(default_factory=list)
     rate_wait_s: float = 0.0

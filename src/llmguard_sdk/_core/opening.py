@@ -340,6 +340,7 @@ def _lookup_steps(
         keys = cache.call_keys(request, scope, tags=tags, cacheable=cacheable)
         if keys is not None:
             opened.cache_keys = CallKeys(source, request, scope, tags, keys)
+        ctx.cache_skipped = keys is None  # (telemetry: "skipped", not a miss)
         hit: CacheHit | None = yield from cache.lookup_steps(
             request, scope, tags=tags, cacheable=cacheable, keys=keys, deadline=ctx.deadline
         )

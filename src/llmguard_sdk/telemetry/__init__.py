@@ -25,7 +25,8 @@ penalties and ``choice.count`` (from ``extra_body``), ``gen_ai.output.type`` (wh
 ``response_format`` asks), ``gen_ai.request.stream``, ``gen_ai.response.time_to_first_chunk``
 (streams), ``gen_ai.response.finish_reasons``, ``error.type``) and ours under
 ``llmguard.*``: ``feature``, ``tenant`` (hashed),
-``served_by``, ``attempts``, ``cache`` (``exact`` / ``semantic`` / ``stale`` / ``miss``) and
+``served_by``, ``attempts``, ``cache`` (``exact`` / ``semantic`` / ``stale`` / ``miss``, or
+``skipped``: a call the cache does not serve, opted out, sampled or for an end user) and
 ``cache.similarity``, ``cost_usd`` and ``cost_source``, ``retry_wait_s``,
 ``rate_limit_wait_s``, ``time_to_first_token_s`` (streams), ``degraded``. The operation, the
 provider, the model and the server are given as the span starts, for samplers. A child
@@ -64,7 +65,8 @@ non-empty content delta) and ``gen_ai.client.operation.time_per_output_chunk`` (
 between content chunks) for streams; ``llmguard.time_to_first_token`` (end to end, from the
 caller's call: queueing, rate-limit waits and retries included); ``llmguard.output_tokens_per_
 second``; ``llmguard.cost`` (USD; a call without an answer counts what its requests that
-went out cost, as its budgets were charged); ``llmguard.cache.lookups`` (by result);
+went out cost, as its budgets were charged); ``llmguard.cache.lookups`` (by result, the
+skipped calls apart: the hit rate is hits over hits and misses);
 ``llmguard.breaker.transitions``; ``llmguard.retries``; ``llmguard.budget.events`` and
 ``llmguard.budget.remaining`` (at each alert or refusal, by budget and scope: a tenant or user
 scope by its kind alone, no ids on metrics). Duration and token points carry the

@@ -21,6 +21,8 @@ __all__ = ["Instruments"]
 
 _TOKEN_BUCKETS = [4**i for i in range(14)]  # the conventions' advice: 1, 4 ... 67108864
 _DURATION_BUCKETS = [0.01 * 2**i for i in range(14)]  # theirs too: 0.01, 0.02 ... 81.92 s
+# a call's llmguard.cache when a provider answered it: the cache missed, or skipped the call
+_PROVIDER_SERVED = frozenset({"miss", "skipped"})
 _METRIC_KEYS = (  # of the call's attributes, those its duration and token points carry too
     "gen_ai.response.model", "error.type", "llmguard.served_by", "llmguard.release",
     "llmguard.release.arm",
@@ -144,7 +146,7 @@ class Instruments:
         cache = call.get("llmguard.cache")
         if cache is not None:
             self.cache.add(1, {"llmguard.cache": cache})
-            if cache != "miss":
+            if cache not in _PROVIDER_SERVED:
                 labels["llmguard.cache"] = cache  # never mixed into provider latency
         if ctx.scope.feature is not None:
             labels["llmguard.feature"] = ctx.scope.feature
@@ -153,7 +155,7 @@ class Instruments:
             self.retries.add(len(ctx.retries), {"llmguard.kind": kind})
         if ctx.task is not None and ctx.task.cascade_name is not None:
             self.cascades.add(1, ctx.task.metric_labels())
-        served_by_provider = response is not None and cache in (None, "miss")
+        served_by_provider = response is not None and (cache is None or cache in _PROVIDER_SERVED)
         if served_by_provider and response is not None and response.usage is not None:
             for token_type, count in (
                 ("input", response.usage.input_tokens),

@@ -458,7 +458,7 @@ class Telemetry:
             attributes["llmguard.cost_source"] = "estimated"
         if cache_on:
             hit = response.metadata.get("cache") if response is not None else None
-            attributes["llmguard.cache"] = hit or "miss"
+            attributes["llmguard.cache"] = hit or ("skipped" if ctx.cache_skipped else "miss")
             if hit and response is not None and "similarity" in response.metadata:
                 attributes["llmguard.cache.similarity"] = response.metadata["similarity"]
         return attributes
