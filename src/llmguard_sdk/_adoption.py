@@ -167,3 +167,23 @@ class Adoption:
         """
         cache = self._stages.cache
         return cache.report_false_hit(response) if cache is not None else False
+
+    def invalidate_cached(self, response: ChatResponse) -> bool:
+        """Delete the cached answer ``response`` was served from, in every process sharing
+        the cache (see :meth:`ResponseCache.invalidate
+        <llmguard_sdk.cache.ResponseCache.invalidate>`): the next call asks a route again.
+        Whether an entry was deleted (False for an answer not from the cache, or without a
+        cache).
+
+        .. versionadded:: 0.2.0
+        """
+        cache = self._stages.cache
+        return cache.invalidate(response) if cache is not None else False
+
+    async def ainvalidate_cached(self, response: ChatResponse) -> bool:
+        """Async twin of :meth:`invalidate_cached` (Redis is not waited on in the loop).
+
+        .. versionadded:: 0.2.0
+        """
+        cache = self._stages.cache
+        return await cache.ainvalidate(response) if cache is not None else False

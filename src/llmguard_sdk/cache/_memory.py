@@ -93,6 +93,13 @@ class MemoryCacheBackend:
             self._bytes -= self._sizes.pop(entry_id)
         return entry_id
 
+    def delete(self, entry_id: str) -> bool:
+        """See :class:`CacheBackend`."""
+        with self._lock:
+            held = entry_id in self._entries
+            self._drop(entry_id)
+        return held
+
     def clear(self) -> None:
         """See :class:`CacheBackend`."""
         with self._lock:

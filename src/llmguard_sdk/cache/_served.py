@@ -13,7 +13,7 @@ from ..errors import RequestValidationError
 from ..models import ChatResponse
 from .entry import CacheEntry, CacheHit
 
-__all__ = ["hit_metadata", "matched_by", "served_hit"]
+__all__ = ["hit_metadata", "matched_by", "served_entry", "served_hit"]
 
 logger = logging.getLogger("llmguard_sdk")
 
@@ -55,3 +55,13 @@ def matched_by(served: object) -> Literal["exact", "semantic"] | None:
         )
     matched = served.metadata.get("cache_matched") if served.metadata.get("cache") else None
     return matched if matched in ("exact", "semantic") else None
+
+
+def served_entry(served: CacheHit | ChatResponse) -> str | None:
+    """The id of the entry a served answer came from (``None``: not an answer from the
+    cache); ``served`` as for :func:`matched_by`."""
+    if isinstance(served, CacheHit):
+        return served.entry_id
+    matched_by(served)  # (anything else: a RequestValidationError)
+    entry = served.metadata.get("cache_entry") if served.metadata.get("cache") else None
+    return entry if isinstance(entry, str) and entry else None

@@ -42,6 +42,7 @@ _READ = _LUA.joinpath("read.lua").read_text(encoding="utf-8")
 _SEARCH = _LUA.joinpath("search.lua").read_text(encoding="utf-8")
 _LIVE = _LUA.joinpath("live.lua").read_text(encoding="utf-8")
 _VECTORS = _LUA.joinpath("vectors.lua").read_text(encoding="utf-8")
+_DELETE = _LUA.joinpath("delete.lua").read_text(encoding="utf-8")
 _PROBE = "return redis.call('VCARD', KEYS[1])"  # (an error without vector sets)
 _BATCH = 1000  # change-stream messages read at once
 _CLEAR_PAGE = 1000  # entries (or fields of the vector-set hash) a clear deletes per script
@@ -108,6 +109,11 @@ class CacheBackend(Protocol):
     def clear(self) -> None:
         """Delete every entry; :class:`~llmguard_sdk.errors.StoreUnavailableError` when a
         shared store could not be reached (nothing was deleted there)."""
+        ...
+
+    def delete(self, entry_id: str) -> bool:
+        """Delete one entry (fresh or stale), for every process; whether it was held.
+        :class:`~llmguard_sdk.errors.StoreUnavailableError` as for :meth:`clear`."""
         ...
 
     def changes(self) -> list[Change]:
@@ -202,7 +208,7 @@ class RedisCacheBackend:
         self._max = max_entries
         self._stream_length = max(1000, 2 * max_entries)
         self._scripts = RedisScripts(
-            store, _PUT, _GET, _CLEAR, _READ, _SEARCH, _LIVE, _VECTORS, _PROBE
+            store, _PUT, _GET, _CLEAR, _READ, _SEARCH, _LIVE, _VECTORS, _PROBE, _DELETE
         )
         self._cursor = "0-0"
         self._loading: str | None = None  # the last score a load of the live entries read
@@ -477,6 +483,18 @@ class RedisCacheBackend:
             self._outage.failed(exc)
             raise StoreUnavailableError(
                 f"the response cache was not cleared (or only partly): {self._outage.why(exc)}"
+            ) from exc
+
+    def delete(self, entry_id: str) -> bool:
+        """See :class:`CacheBackend` (tried even while other operations wait out a pause)."""
+        keys = [self._entry_prefix + entry_id, self._lru, self._log, self._vector_index]
+        args = [entry_id, self._stream_length, self._vector_sets]
+        try:
+            return bool(run(answer(self._scripts.command(8, keys, args))))
+        except redis_errors() as exc:
+            self._outage.failed(exc)
+            raise StoreUnavailableError(
+                f"the cached answer was not deleted: {self._outage.why(exc)}"
             ) from exc
 
     def _clear_steps(self) -> Iterator[int]:

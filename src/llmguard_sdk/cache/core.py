@@ -24,7 +24,7 @@ from ._config import check_call, check_matching, check_parts, check_policy, chec
 from ._local import _LocalIndexes
 from ._matching import _id_hash, _SemanticMatching
 from ._recent import RecentEmbeddings, embedding_time
-from ._served import matched_by, served_hit
+from ._served import matched_by, served_entry, served_hit
 from ._storable import cached_form, storable
 from .backends import Change, MemoryCacheBackend, open_backend
 from .calibrate import Pair, Scorer, target_threshold
@@ -451,6 +451,42 @@ class ResponseCache(_SemanticMatching, Closes, AsyncCloses):
         what Redis holds); try again once Redis is back."""
         self._backend.clear()
         self._local.clear()
+
+    def invalidate(
+        self,
+        target: ChatRequest | CacheHit | ChatResponse,
+        scope: Scope | None = None,
+        **options: Unpack[CacheOptions],
+    ) -> bool:
+        """Delete one cached answer, in every process sharing the cache: it is served
+        neither fresh nor stale again, by its key or by similarity (a later answer to the
+        same request is stored as usual). ``target`` is an answer served from the cache (the
+        :class:`CacheHit` of a lookup, or a Guard's answer, whose ``metadata["cache_entry"]``
+        names its entry), or a request: its own entry, the one its exact key names in
+        ``scope`` with ``tags`` (a Guard keys a call that names no ``model`` with its first
+        route's model). Whether an entry was deleted: False for an answer not from the
+        cache. Raises :class:`~llmguard_sdk.errors.StoreUnavailableError` when Redis could
+        not be reached (nothing was deleted)."""
+        if isinstance(target, ChatRequest):
+            check_call(target, None, options)
+            entry_id: str | None = self.keys(target, scope, options.get("tags", ())).exact
+        else:
+            entry_id = served_entry(target)  # (anything else: a RequestValidationError)
+        if entry_id is None:
+            return False
+        deleted = self._backend.delete(entry_id)
+        self._local.forget(entry_id)
+        return deleted
+
+    async def ainvalidate(
+        self,
+        target: ChatRequest | CacheHit | ChatResponse,
+        scope: Scope | None = None,
+        **options: Unpack[CacheOptions],
+    ) -> bool:
+        """:meth:`invalidate` in a worker thread."""
+        scope = scope or current_scope()
+        return await anyio.to_thread.run_sync(lambda: self.invalidate(target, scope, **options))
 
     def report_false_hit(self, hit: CacheHit | ChatResponse) -> bool:
         """Record that a served answer answered the wrong question (feeds
