@@ -1,4 +1,5 @@
-"""``llmguard cache calibrate PAIRS.jsonl --target-precision 0.95``: choose a threshold.
+"""``llmguard cache calibrate PAIRS.jsonl --target-precision 0.95``: choose a threshold;
+``llmguard cache clear --store URL --namespace NS``: delete a shared cache's namespace.
 
 Scores every labelled pair (see :mod:`llmguard_sdk.cache.calibrate` for the file format;
 ``bundled:hard_questions`` or ``bundled:question_framings`` reads a development set shipped
@@ -19,8 +20,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any
 
+from .._state.urls import redacted_url
 from ..cache import Pair, Scorer, bundled_pairs, calibrate, pick_threshold, read_pairs
 from ..cache.embedders import (
     BertEmbedder,
@@ -29,8 +32,8 @@ from ..cache.embedders import (
     HybridEmbedder,
     suggested_threshold,
 )
-from ..errors import ConfigurationError
-from ._command import Command, Group
+from ..errors import ConfigurationError, StoreUnavailableError
+from ._command import Command, Group, redis_store
 
 EMBEDDERS = ("hashing", "minilm", "hybrid")
 
@@ -159,6 +162,38 @@ def _print_curve(
         print(f"use ResponseCache({how}threshold={chosen.threshold})")
 
 
+def _clear_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--store", required=True, help="the Redis URL the caches use")
+    parser.add_argument(
+        "--prefix", default="llmguard", help="the caches' key_prefix (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--namespace", default="default", help="the namespace to clear (default: %(default)s)"
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON")
+
+
+def _run_clear(args: argparse.Namespace) -> int:
+    """Run ``llmguard cache clear``: every entry of the namespace, whatever its version,
+    tenant or kind of vectors, for every process (their indexes drop them at their next
+    sync); returns the exit status."""
+    from ..cache import ResponseCache
+
+    store = redis_store(args)
+    try:
+        ResponseCache(store, namespace=args.namespace, semantic=False).clear()
+    except StoreUnavailableError as exc:
+        print(f"llmguard cache: Redis at {redacted_url(args.store)}: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        store.close()
+    if args.json:
+        print(json.dumps({"namespace": args.namespace, "cleared": True}))
+    else:
+        print(f"cleared namespace {args.namespace!r} of {redacted_url(args.store)}")
+    return 0
+
+
 CACHE = Group(
     "cache",
     "response cache tools",
@@ -168,6 +203,12 @@ CACHE = Group(
             "pick the semantic threshold that meets a precision target",
             _calibrate_arguments,
             _run_calibrate,
+        ),
+        Command(
+            "clear",
+            "delete every entry of a namespace of a cache shared through Redis",
+            _clear_arguments,
+            _run_clear,
         ),
     ),
 )
