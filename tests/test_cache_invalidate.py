@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from llmguard_sdk import Guard
@@ -147,3 +148,32 @@ def test_a_guard_invalidates_the_answer_it_served_from_the_cache(
         assert (await guard.achat([{"role": "user", "content": FAQ}])).route == "primary"
 
     anyio.run(main)
+
+
+def test_async_code_clears_a_namespace_without_holding_its_loop(make_cache: MakeCache) -> None:
+    """``aclear``: ``clear``'s scripts (a bounded step each, many for a large namespace) run
+    in a worker thread; the event loop serves its other tasks meanwhile."""
+    cache, other = make_cache(semantic=False), make_cache(semantic=False)
+    for number in range(300):
+        assert cache.store(ask(f"{OTHER} ({number})"), answer("100 C."))
+    ticks: list[int] = []
+
+    async def main() -> None:
+        done = anyio.Event()
+
+        async def tick() -> None:
+            while not done.is_set():
+                ticks.append(1)
+                await anyio.lowlevel.checkpoint()
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(tick)
+            await anyio.lowlevel.checkpoint()
+            before = len(ticks)
+            await cache.aclear()
+            ticks[:before] = []
+            done.set()
+
+    anyio.run(main)
+    assert ticks  # the loop went on while the namespace was cleared
+    assert other.lookup(ask(f"{OTHER} (7)")) is None

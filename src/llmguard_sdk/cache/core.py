@@ -452,6 +452,10 @@ class ResponseCache(_SemanticMatching, Closes, AsyncCloses):
         self._backend.clear()
         self._local.clear()
 
+    async def aclear(self) -> None:
+        """:meth:`clear` in a worker thread (a large namespace takes many scripts)."""
+        await anyio.to_thread.run_sync(self.clear)
+
     def invalidate(
         self,
         target: ChatRequest | CacheHit | ChatResponse,
