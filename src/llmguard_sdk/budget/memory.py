@@ -160,7 +160,7 @@ class MemoryBudgetBackend:
             return state
         state = CounterState()
         if spec.window != "rolling":
-            window_id, end = window_bounds(spec.window, now)
+            window_id, end = window_bounds(spec.window, now, spec.tz)
             table = self._quiet.get(end)
             found = None
             if table is not None:
@@ -190,7 +190,7 @@ class MemoryBudgetBackend:
         self._idle.forget(spec.key)
         if spec.window == "rolling" or not (state.spent or state.fired):
             return
-        _, end = window_bounds(spec.window, now)
+        _, end = window_bounds(spec.window, now, spec.tz)
         table = self._quiet.get(end)
         if table is None:
             table = self._quiet[end] = SpendTable()

@@ -22,6 +22,7 @@ from typing import Literal
 
 from ..errors import ConfigurationError
 from ..telemetry.anomaly import RollingBaseline
+from ._zones import UTC, ZONED_WINDOWS, key_part, local_window, zone
 
 __all__ = [
     "ROLLING_BUCKETS",
@@ -55,7 +56,8 @@ _MAX_NANO = 2**53 - 1
 _SAFE = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 WindowKind = Literal["minute", "hour", "day", "month", "rolling"]
-"""A budget's window: a calendar minute, hour, day or month in UTC, or ``rolling``."""
+"""A budget's window: a calendar minute, hour, day or month (in UTC, or a day or month in a
+budget's ``tz``), or ``rolling``."""
 ScopeKind = Literal["global", "tenant", "feature", "user", "tag"]
 """What a budget counts: every call, or each tenant, feature, user or tag of its own."""
 ExhaustionPolicy = Literal["refuse", "downgrade", "local_only"]
@@ -87,8 +89,8 @@ class Budget:
             given) is not counted by that budget; a user's counter is kept per tenant.
             ``tag`` budgets need an ``id``.
         window: calendar ``"minute"``, ``"hour"``, ``"day"`` or ``"month"`` in UTC (the
-            counter starts again at 0 at each boundary), or ``"rolling"`` over
-            ``rolling_seconds``.
+            counter starts again at 0 at each boundary; a day or a month in ``tz``), or
+            ``"rolling"`` over ``rolling_seconds``.
         rolling_seconds: the length of a rolling window.
         on_exhausted: what a call that does not fit gets: ``"refuse"``
             (:class:`~llmguard_sdk.errors.BudgetExceededError`), ``"downgrade"`` (the
@@ -99,7 +101,14 @@ class Budget:
             threshold per window, when the *settled* spend reaches them. Holds keep the
             settled spend from touching the limit, so 1.0 also fires at the window's first
             refused (or downgraded) call.
-        name: the counter's name in keys and events (default: from scope, id and window).
+        name: the counter's name in keys and events (default: from scope, id and window,
+            and ``tz`` where it is not UTC).
+        tz: the time zone of a ``"day"`` or ``"month"`` window's boundaries, an IANA name
+            (``"America/New_York"``: the day starts again at local midnight, the month on
+            the 1st at local midnight; a local day is 23 or 25 hours long across a
+            daylight-saving change); default ``"UTC"``. A name that is no time zone, or a
+            ``tz`` on another window, is a :class:`~llmguard_sdk.errors.ConfigurationError`;
+            where the system has no time zone database (Windows), ``pip install tzdata``.
     """
 
     limit_usd: float
@@ -110,6 +119,7 @@ class Budget:
     on_exhausted: ExhaustionPolicy = "refuse"
     alerts: tuple[float, ...] = (0.5, 0.8, 1.0)
     name: str | None = None
+    tz: str = UTC
 
     def __post_init__(self) -> None:
         limit = self.limit_usd
@@ -150,6 +160,19 @@ class Budget:
         object.__setattr__(self, "alerts", tuple(sorted(set(float(a) for a in self.alerts))))
         if self.name is not None and not (isinstance(self.name, str) and _SAFE.match(self.name)):
             raise ConfigurationError(f"budget name {self.name!r} must be letters, digits, _.-")
+        self._check_tz()
+
+    def _check_tz(self) -> None:
+        if not isinstance(self.tz, str):
+            raise ConfigurationError(f"tz must be an IANA time zone name, got {self.tz!r}")
+        if self.tz == UTC:
+            return
+        if self.window not in ZONED_WINDOWS:
+            raise ConfigurationError(
+                f"tz={self.tz!r} moves the boundaries of day and month windows; a "
+                f"{self.window!r} window keeps UTC's (leave tz out)"
+            )
+        zone(self.tz)  # (a ConfigurationError naming it when it is not one)
 
     @property
     def key_name(self) -> str:
@@ -162,14 +185,16 @@ class Budget:
         window: str = self.window
         if window == "rolling":
             window = f"rolling{int(self.rolling_seconds)}"
+        elif self.tz != UTC:
+            window = f"{window}.{key_part(self.tz)}"
         return f"{self.scope}.{who}.{window}"
 
 
 @dataclass(frozen=True)
 class CounterSpec:
     """One counter a call touches: ``key`` (budget name and hashed scope value), its limit
-    in nano-dollars, its window and alert thresholds; ``scope`` describes it for people
-    (``"tenant:acme"``)."""
+    in nano-dollars, its window (in time zone ``tz``) and alert thresholds; ``scope``
+    describes it for people (``"tenant:acme"``)."""
 
     key: str
     limit: int
@@ -178,6 +203,7 @@ class CounterSpec:
     alerts: tuple[float, ...]
     scope: str
     budget_index: int
+    tz: str = UTC
 
 
 _NO_ALERTS: frozenset[float] = frozenset()  # shared: an empty frozenset is a new object
@@ -312,9 +338,13 @@ checks that its clock is in it instead of working the bounds out again (a month'
 datetime and a ``timegm``: every reserve and settle asks twice)."""
 
 
-def window_bounds(window: WindowKind, now: float) -> tuple[int, float]:
+def window_bounds(window: WindowKind, now: float, tz: str = UTC) -> tuple[int, float]:
     """(window id, when the window ends) for a calendar window at ``now`` (epoch seconds,
-    UTC); rolling windows have id 0 and no end of their own."""
+    UTC); rolling windows have id 0 and no end of their own. A day or month in time zone
+    ``tz`` other than UTC has its start for id (:mod:`._zones`)."""
+    if tz != UTC and window in ZONED_WINDOWS:
+        start, end = local_window(window, tz, now)
+        return start, float(end)
     last = _BOUNDS.get(window)
     if last is not None and last[0] <= now < last[1]:
         return last[2]
@@ -359,7 +389,7 @@ def bring_to_now(state: CounterState, spec: CounterSpec, now: float) -> tuple[in
         if state.fired:
             state.fired = frozenset(a for a in state.fired if state.spent >= a * spec.limit)
         return state.spent, resets
-    window_id, resets = window_bounds(spec.window, now)
+    window_id, resets = window_bounds(spec.window, now, spec.tz)
     if state.window_id != window_id:
         state.window_id = window_id
         state.spent = 0

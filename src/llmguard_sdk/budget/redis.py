@@ -50,6 +50,7 @@ from .._state.steps import Call, Step, entry_points, run, work
 from .._state.stores import Outage, RedisScripts, RedisStore, hash_id, redis_errors
 from ..errors import BudgetUnavailableError, ConfigurationError
 from ._reasons import Cause, cause, reason
+from ._zones import UTC, ZONED_WINDOWS, edges
 from .journal import JournalRecord, SpendJournal, record, specs_of
 from .memory import HoldArgs, MemoryBudgetBackend, Status
 from .policy import NANO, CounterSpec, ReserveResult, SettleResult
@@ -137,14 +138,20 @@ class RedisBudgetBackend:
         return keys
 
     def _spec_args(self, specs: Sequence[CounterSpec]) -> list[Any]:
+        """Each counter's arguments (see ``lua/common.lua``); a day or month on a local
+        calendar with the edges of the windows around this process's clock."""
         args: list[Any] = []
         for spec in specs:
+            local = spec.tz != UTC and spec.window in ZONED_WINDOWS
+            around = edges(spec.window, spec.tz, time.time() + self.clock_offset) if local else ()
             args += [
                 spec.limit,
                 spec.window,
                 repr(float(spec.rolling_seconds)),
                 ",".join(repr(a) for a in spec.alerts) or ",",
                 _KEEP_SECONDS,
+                ",".join(str(edge) for edge in around) or ",",
+                spec.tz,
             ]
         return args
 
@@ -378,10 +385,10 @@ class RedisBudgetBackend:
             name = key.rpartition(":c:")[2]
             if wanted is not None and not name.endswith(wanted):
                 continue
-            limit, kind, seconds, alerts, scope = (
+            limit, kind, seconds, alerts, scope, tz = (
                 _text(v) if v is not None else None
                 for v in (
-                    client.hmget(key, ["L", "K", "S", "A", "P"])  # type: ignore[union-attr]
+                    client.hmget(key, ["L", "K", "S", "A", "P", "Z"])  # type: ignore[union-attr]
                 )
             )
             if limit is None or kind is None:
@@ -399,6 +406,7 @@ class RedisBudgetBackend:
                     alerts=tuple(float(a) for a in (alerts or "").split(",") if a),
                     scope=f"tenant:{tenant}" if tenant is not None else name,
                     budget_index=-1,
+                    tz=tz or UTC,
                 )
             )
         return sorted(found, key=lambda spec: spec.key)

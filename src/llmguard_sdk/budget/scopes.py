@@ -36,9 +36,10 @@ class BudgetScope(TypedDict, total=False):
 
 class CounterStatus(TypedDict):
     """One budget counter's state: ``scope`` (``"tenant:acme"``, ``"global"``), ``counter``
-    (its key), ``window``, and in USD its ``limit_usd``, settled ``spent_usd`` and ``held_usd``
-    (held by calls in flight), with ``resets_at`` (epoch seconds, UTC) when the window frees
-    room.
+    (its key), ``window`` and the time zone of its boundaries (``tz``: ``"UTC"``, or the
+    budget's), and in USD its ``limit_usd``, settled ``spent_usd`` and ``held_usd`` (held by
+    calls in flight), with ``resets_at`` (epoch seconds) when the window frees room (a
+    local day's or month's: at local midnight).
 
     .. versionadded:: 0.2.0
     """
@@ -46,6 +47,7 @@ class CounterStatus(TypedDict):
     scope: str
     counter: str
     window: str
+    tz: str
     limit_usd: float
     spent_usd: float
     held_usd: float
@@ -53,13 +55,15 @@ class CounterStatus(TypedDict):
 
 
 def status_row(spec: CounterSpec, found: Status) -> CounterStatus:
-    """One counter's status as the public API shows it: scope, counter, window, and in USD
-    its limit, settled spend and amount held, with its reset time (epoch seconds)."""
+    """One counter's status as the public API shows it: scope, counter, window and its time
+    zone, and in USD its limit, settled spend and amount held, with its reset time (epoch
+    seconds)."""
     spent, reserved, resets = found
     return {
         "scope": spec.scope,
         "counter": spec.key,
         "window": spec.window,
+        "tz": spec.tz,
         "limit_usd": spec.limit / NANO,
         "spent_usd": spent / NANO,
         "held_usd": reserved / NANO,
@@ -120,6 +124,7 @@ class ScopeCounters:
                     alerts=budget.alerts,
                     scope="global" if budget.scope == "global" else f"{budget.scope}:{value}",
                     budget_index=index,
+                    tz=budget.tz,
                 )
             )
         return tuple(found)

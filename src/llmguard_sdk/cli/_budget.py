@@ -1,7 +1,9 @@
 """``llmguard budget status``: each budget counter's limit, settled spend, holds and reset.
 
 Reads the counters a fleet shares through Redis, without the application's configuration:
-every granted reservation stores its counter's limit, window and alerts beside its state.
+every granted reservation stores its counter's limit, window (and its time zone) and alerts
+beside its state. Reset times are shown on each counter's calendar: UTC, or its budget's
+``tz``.
 ``--tenant T`` shows T's counters only (tenant ids are hashed into keys, so they are found
 by their hash).
 
@@ -16,9 +18,10 @@ import json
 import sys
 
 from .._state.urls import redacted_url
+from ..budget._zones import UTC, zone
 from ..budget.control import status_row
 from ..budget.redis import RedisBudgetBackend
-from ..errors import BudgetUnavailableError
+from ..errors import BudgetUnavailableError, ConfigurationError
 from ._command import Command, Group, redis_store
 
 __all__ = ["BUDGET"]
@@ -54,6 +57,9 @@ def _run_status(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
+    except ConfigurationError as exc:  # a counter's time zone this system cannot read
+        print(f"llmguard budget: {exc}", file=sys.stderr)
+        return 1
     finally:
         store.close()
     if args.json:
@@ -63,14 +69,19 @@ def _run_status(args: argparse.Namespace) -> int:
         print("no budget counters found" + (f" for tenant {args.tenant}" if args.tenant else ""))
         return 0
     width = max(len(row["scope"]) for row in rows)
-    print(f"{'counter':<{width}}  {'limit':>12}  {'settled':>12}  {'held':>12}  resets (UTC)")
+    print(f"{'counter':<{width}}  {'limit':>12}  {'settled':>12}  {'held':>12}  resets")
     for row in rows:
-        resets = dt.datetime.fromtimestamp(row["resets_at"], dt.timezone.utc)
         print(
             f"{row['scope']:<{width}}  ${row['limit_usd']:>11.6f}  ${row['spent_usd']:>11.6f}"
-            f"  ${row['held_usd']:>11.6f}  {resets:%Y-%m-%d %H:%M:%S}"
+            f"  ${row['held_usd']:>11.6f}  {_local(row['resets_at'], row['tz'])}"
         )
     return 0
+
+
+def _local(at: float, tz: str) -> str:
+    """A reset time on its counter's calendar: UTC's, or its budget's time zone's."""
+    when = dt.datetime.fromtimestamp(at, dt.timezone.utc if tz == UTC else zone(tz))
+    return f"{when:%Y-%m-%d %H:%M:%S} {tz}"
 
 
 BUDGET = Group(

@@ -1,13 +1,16 @@
 -- Shared by every budget script (prepended to each). Mirrors llmguard_sdk.budget.policy.
 -- Per counter the caller passes 3 keys: the counter hash (w = window id, s = spent,
 -- r = reserved, h:<id> = a reservation's amount, a:<threshold> = alert fired), the sorted set
--- of reservation expiries, and the hash of rolling-window buckets; and 5 arguments from
+-- of reservation expiries, and the hash of rolling-window buckets; and PER arguments from
 -- ARGV[first]: limit (nano-dollars), window kind, rolling seconds, alert thresholds
--- (comma-separated), seconds the keys must outlive the window.
+-- (comma-separated), seconds the keys must outlive the window, the edges of a window on a
+-- local calendar (comma-separated epoch seconds, "," for UTC's: see budget/_zones.py) and
+-- its time zone.
 -- ARGV[1] is the clock offset (0 outside tests): Redis TIME is the clock.
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) + tonumber(clock[2]) / 1000000 + tonumber(ARGV[1])
 local BUCKETS = 60
+local PER = 7  -- arguments per counter
 local SECONDS = {minute = 60, hour = 3600, day = 86400}
 
 local function days_from_civil(y, m)
@@ -44,11 +47,13 @@ end
 
 -- The counter i (1-based): its keys and spec.
 local function counter(i, first)
-  local a = first + (i - 1) * 5
+  local a = first + (i - 1) * PER
+  local edges = {}
+  for _, edge in ipairs(split(ARGV[a + 5])) do edges[#edges + 1] = tonumber(edge) end
   return {
     h = KEYS[(i - 1) * 3 + 1], e = KEYS[(i - 1) * 3 + 2], b = KEYS[(i - 1) * 3 + 3],
     limit = tonumber(ARGV[a]), kind = ARGV[a + 1], seconds = tonumber(ARGV[a + 2]),
-    alerts = split(ARGV[a + 3]), keep = tonumber(ARGV[a + 4])
+    alerts = split(ARGV[a + 3]), keep = tonumber(ARGV[a + 4]), edges = edges, tz = ARGV[a + 6]
   }
 end
 
@@ -90,7 +95,14 @@ local function bring(c)
     end
   else
     local id, resets
-    if c.kind == 'month' then
+    if #c.edges > 0 then
+      -- a day or month on a local calendar: of the windows around the process's clock, the
+      -- one that holds now (the nearest of them for a clock a whole window away), its
+      -- start for id
+      local e, at = c.edges, 1
+      while at < #e - 1 and now >= e[at + 1] do at = at + 1 end
+      id, resets = e[at], e[at + 1]
+    elseif c.kind == 'month' then
       id, resets = month_bounds(now)
     else
       local seconds = SECONDS[c.kind]

@@ -1,7 +1,7 @@
 -- Reserve a call's worst case on every counter, all or nothing (mirrors policy.decide).
 -- ARGV: 1 clock offset, 2 reservation id, 3 hold seconds (TTL), 4 base (nano-dollars),
 --       5 nano-dollars per output token, 6 wanted output tokens, 7 fewest output tokens,
---       8 number of counters, then 5 arguments per counter (see common.lua).
+--       8 number of counters, then PER arguments per counter (see common.lua).
 --       After the counters: the calling process's id and the seconds a process counts as
 --       alive since its last reservation, then each counter's scope kind (tenant, user ...).
 --       KEYS: 3 per counter, then the set's process set.
@@ -15,8 +15,8 @@ local hold = tonumber(ARGV[3])
 local base, per, want, minimum = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]),
   tonumber(ARGV[7])
 local n = tonumber(ARGV[8])
-local procs, alive = KEYS[n * 3 + 1], tonumber(ARGV[10 + n * 5])
-redis.call('ZADD', procs, string.format('%.6f', now), ARGV[9 + n * 5])
+local procs, alive = KEYS[n * 3 + 1], tonumber(ARGV[10 + n * PER])
+redis.call('ZADD', procs, string.format('%.6f', now), ARGV[9 + n * PER])
 redis.call('ZREMRANGEBYSCORE', procs, '-inf', string.format('%.6f', now - alive))
 redis.call('EXPIRE', procs, math.ceil(alive) + 60)
 local live = redis.call('ZCARD', procs)
@@ -63,12 +63,12 @@ local amount = math.ceil(base + tokens * per)
 for i = 1, n do
   local c = counters[i]
   -- the counter's spec beside its state (L limit, K window, S rolling seconds, A alerts, P
-  -- scope kind), so `llmguard budget status` can read a counter without the application's
-  -- configuration
+  -- scope kind, Z time zone), so `llmguard budget status` can read a counter without the
+  -- application's configuration
   redis.call('HSET', c.h, 'r', string.format('%d', c.reserved + amount),
     'h:' .. ARGV[2], string.format('%d', amount),
-    'L', string.format('%d', c.limit), 'K', c.kind, 'S', ARGV[9 + (i - 1) * 5 + 2],
-    'A', ARGV[9 + (i - 1) * 5 + 3], 'P', ARGV[10 + n * 5 + i])
+    'L', string.format('%d', c.limit), 'K', c.kind, 'S', ARGV[9 + (i - 1) * PER + 2],
+    'A', ARGV[9 + (i - 1) * PER + 3], 'P', ARGV[10 + n * PER + i], 'Z', c.tz)
   redis.call('ZADD', c.e, string.format('%.6f', now + hold), ARGV[2])
   keep(c, hold)
 end

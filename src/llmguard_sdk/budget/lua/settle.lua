@@ -1,7 +1,7 @@
 -- Settle a reservation to what the call cost, once (a repeated settle changes nothing).
 -- KEYS: 3 per counter (see common.lua), then the reservation's "settled" marker.
 -- ARGV: 1 clock offset, 2 reservation id, 3 actual cost (nano-dollars, 0 releases),
---       4 seconds to remember the settle, 5 number of counters, then 5 per counter.
+--       4 seconds to remember the settle, 5 number of counters, then PER per counter.
 -- Returns {0} when already settled, else {1, then per counter: spent, resets_at, fired}.
 local n = tonumber(ARGV[5])
 local marker = KEYS[n * 3 + 1]

@@ -1,5 +1,5 @@
 -- Each counter's settled spend, reserved amount and reset time (expired holds dropped).
--- ARGV: 1 clock offset, 2 number of counters, then 5 per counter (see common.lua).
+-- ARGV: 1 clock offset, 2 number of counters, then PER per counter (see common.lua).
 local out = {}
 for i = 1, tonumber(ARGV[2]) do
   local c = counter(i, 3)
