@@ -20,7 +20,9 @@ hold adds, for each route's model, the tokens its image and audio parts may be b
   else the first frame's bitrate over the whole), else its length at 1,000 bytes a second
   (8 kbit/s: MP3's lowest bitrate). They are held at the model's input audio rate.
 
-Other parts (files, documents, audio by reference) are not counted.
+Other parts (files, documents, audio by reference) are not counted. An attempt the provider
+reported no usage for (cut off, timed out after its request went out) is charged with the
+same counts beside the SDK's count of its text (:meth:`Media.counted_in`).
 
 .. versionadded:: 0.2.0
 """
@@ -34,7 +36,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..models import ChatRequest
+from ..models import ChatRequest, Usage
 
 __all__ = ["Media", "request_media"]
 
@@ -68,6 +70,22 @@ class Media:
         name = (model or "").lower().rpartition("/")[2]
         images = sum(_image_tokens(name, detail, size) for detail, size in self.images)
         return images, math.ceil(self.audio_seconds * _AUDIO_TOKENS_PER_SECOND)
+
+    def counted_in(self, usage: Usage, model: str | None) -> Usage:
+        """``usage`` as the SDK counted it (the text alone: an attempt the provider reported
+        no usage for) with these parts counted as the hold counts them for ``model``: the
+        image and audio tokens among the input tokens (the audio ones as such), and every
+        output token as audio when the answer was asked in audio."""
+        images, heard = self.tokens(model)
+        if not (images or heard or self.speaks):
+            return usage
+        update = {
+            "input_tokens": usage.input_tokens + images + heard,
+            "audio_input_tokens": usage.audio_input_tokens + heard,
+        }
+        if self.speaks:
+            update["audio_output_tokens"] = usage.output_tokens
+        return usage.model_copy(update=update)
 
 
 def request_media(request: ChatRequest) -> Media:

@@ -216,8 +216,10 @@ class SpendControl:
         ``usage`` (default: the response's) at the model of ``route`` (default: the route
         that served the call), at the prices in force when the call started (as genai-prices
         prices a request at its timestamp), its cache writes at the rate of the retention they
-        were made with (:mod:`._retention`). The configured degraded answer costs nothing
-        (the attempts that went out before it are the call's unserved ones)."""
+        were made with (:mod:`._retention`). A usage the SDK counted itself (``estimated``:
+        the provider reported none, an attempt cut off) counts the request's images and audio
+        as its hold did (:meth:`._media.Media.counted_in`). The configured degraded answer
+        costs nothing (the attempts that went out before it are the call's unserved ones)."""
         if response.cost_source == "reported" and response.cost_usd is not None:
             return Cost(response.cost_usd, "reported")
         usage = usage or response.usage
@@ -231,6 +233,8 @@ class SpendControl:
         model = self.route_model(ctx, stages, name) or response.model
         if not model:
             return None
+        if usage.estimated:  # the SDK's count, of the text: its media as the hold counts them
+            usage = request_media(ctx.request).counted_in(usage, model)
         return cost_of_response(
             response,
             self.prices,
