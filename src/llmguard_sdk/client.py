@@ -37,7 +37,8 @@ from ._core.refusals import refusals
 from ._core.stages import resolve_scope
 from .errors import RequestValidationError
 from .models import ChatRequest, ChatResponse, StreamChunk, Usage, openai_finish_reason
-from .providers.wire import chat_chunk_carries, chat_chunk_skipped, chat_prompt_tokens_details
+from .providers._chat_usage import chat_usage
+from .providers.wire import chat_chunk_carries, chat_chunk_skipped
 
 if TYPE_CHECKING:
     from ._core.streams import AsyncChatStream, ChatStream
@@ -71,6 +72,7 @@ class CompletionUsage(_Open):
     completion_tokens: int
     total_tokens: int
     prompt_tokens_details: dict[str, int] = Field(default_factory=dict)
+    completion_tokens_details: dict[str, int] | None = None
 
 
 class _Content(_Open):
@@ -130,14 +132,8 @@ class ChatCompletionChunk(_Answer):
 
 
 def _openai_usage(usage: Usage | None) -> CompletionUsage | None:
-    if usage is None:
-        return None
-    return CompletionUsage(
-        prompt_tokens=usage.input_tokens,
-        completion_tokens=usage.output_tokens,
-        total_tokens=usage.total_tokens,
-        prompt_tokens_details=chat_prompt_tokens_details(usage),
-    )
+    body = chat_usage(usage)
+    return None if body is None else CompletionUsage.model_validate(body)
 
 
 def _choice(response: ChatResponse) -> Choice:

@@ -24,7 +24,7 @@ from ..errors import (
     RequestValidationError,
     StreamInterruptedError,
 )
-from ..models import ChatRequest, ChatResponse, StreamChunk, Usage
+from ..models import ChatRequest, ChatResponse, StreamChunk
 from ._anthropic_only import CACHE_CONTROL, SERVER_TOOLS, leave_out_for_chat
 from ._chat_content import choice_metadata, content_text, tool_calls_of
 from ._error_kinds import (
@@ -50,7 +50,6 @@ __all__ = [
     "build_payload",
     "chat_chunk_carries",
     "chat_chunk_skipped",
-    "chat_prompt_tokens_details",
     "encode_payload",
     "checked_answer",
     "error_from_status",
@@ -547,17 +546,6 @@ def chat_chunk_carries(chunk: StreamChunk) -> bool:
         or "refusal" in chunk.metadata
         or "logprobs" in chunk.metadata
     )
-
-
-def chat_prompt_tokens_details(usage: Usage) -> dict[str, int]:
-    """An openai-shaped answer's ``usage.prompt_tokens_details``: the input tokens read from
-    the cache, and those written to it where any were (openai's optional
-    ``cache_write_tokens``, billed above input by OpenAI's newer models). (The seam's writer
-    and the stand-in client both give it.)"""
-    details = {"cached_tokens": usage.cached_input_tokens}
-    if usage.cache_write_input_tokens:
-        details["cache_write_tokens"] = usage.cache_write_input_tokens
-    return details
 
 
 def chat_chunk_skipped(chunk: StreamChunk, *, usage: bool) -> bool:

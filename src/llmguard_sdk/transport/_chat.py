@@ -11,6 +11,7 @@ from ..client import _call_arguments, _call_user
 from ..errors import LLMGuardError, RequestValidationError
 from ..models import ChatResponse, StreamChunk, openai_finish_reason
 from ..providers._anthropic_only import CLAUDE_HEADERS, HEADERS
+from ..providers._chat_usage import chat_usage
 from ..providers.wire import ANTHROPIC_ONLY_KEY, chat_chunk_carries, chat_chunk_skipped
 from . import _wire
 from ._wire import Incoming
@@ -71,7 +72,7 @@ class ChatWire:
         }
         if "logprobs" in response.metadata:  # the provider's, asked for with logprobs=True
             body["choices"][0]["logprobs"] = response.metadata["logprobs"]
-        usage = _wire.openai_usage(response.usage)
+        usage = chat_usage(response.usage)
         if usage is not None:
             body["usage"] = usage
         return body
@@ -117,7 +118,7 @@ class ChunkWriter:
             return b""
         if chunk.usage is None or chat_chunk_carries(chunk):
             data["choices"] = [self._choice(chunk)]
-        usage = _wire.openai_usage(chunk.usage) if self._usage else None
+        usage = chat_usage(chunk.usage) if self._usage else None
         if usage is None:
             return _wire.sse(data)
         if not data["choices"]:

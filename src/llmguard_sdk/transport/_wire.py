@@ -31,9 +31,8 @@ from ..errors import (
     RequestValidationError,
     UnknownModelError,
 )
-from ..models import ChatResponse, StreamChunk, Usage
+from ..models import ChatResponse, StreamChunk
 from ..providers._anthropic_only import HEADERS as CLAUDE_OWN_HEADERS
-from ..providers.wire import chat_prompt_tokens_details
 from ._overflow import anthropic_overflow
 
 # Headers an SDK sets for itself: never forwarded to the provider.
@@ -354,22 +353,6 @@ def openai_error(exc: LLMGuardError) -> dict[str, Any]:
     )
     message = str(exc) + (_OVERFLOW if code == "context_length_exceeded" else "")
     return {"error": {"message": message, "type": error_type(status), "param": None, "code": code}}
-
-
-def openai_usage(usage: Usage | None) -> dict[str, Any] | None:
-    """Chat-completions usage with its cached (read and, where any, written) and reasoning
-    token details."""
-    if usage is None:
-        return None
-    body: dict[str, Any] = {
-        "prompt_tokens": usage.input_tokens,
-        "completion_tokens": usage.output_tokens,
-        "total_tokens": usage.total_tokens,
-        "prompt_tokens_details": chat_prompt_tokens_details(usage),
-    }
-    if usage.reasoning_tokens:
-        body["completion_tokens_details"] = {"reasoning_tokens": usage.reasoning_tokens}
-    return body
 
 
 def new_id(prefix: str) -> str:
