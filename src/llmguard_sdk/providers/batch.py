@@ -48,71 +48,32 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import json
-import logging
 import threading
 import time
 import uuid
 import warnings
-from collections.abc import AsyncGenerator, Callable, Generator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import AsyncGenerator, Generator
 from typing import Any, Literal
 
 import httpx
 
 from .._callers import caller_level
 from .._keys import check_api_key
-from ..errors import (
-    BatchSplitWarning,
-    ConfigurationError,
-    MalformedResponseError,
-    ProviderError,
-    ProviderTimeoutError,
-    ProviderUnavailableError,
-)
+from ..errors import BatchSplitWarning, ConfigurationError, ProviderError
 from ..models import ChatRequest, ChatResponse, StreamChunk
 from ._anthropic_sampling import SAMPLING, RefusedSampling
-from ._batch_results import as_chunk, batch_tier, missing_note, openai_errors
+from ._batch_api import BatchCall, BatchExchanges
+from ._batch_results import Outcome, as_chunk, missing, timed_out
 from ._batch_sent import BatchOptions, batch_options, split_note
-from ._error_kinds import judged_error
 from ._http_errors import transport_error
-from .anthropic import (
-    ANTHROPIC_VERSION,
-    build_anthropic_payload,
-    claude_payload,
-    parse_anthropic_message,
-)
+from .anthropic import ANTHROPIC_VERSION, build_anthropic_payload, claude_payload
 from .base import StreamCall, _check_timing, _Streams
-from .wire import build_payload, error_from_status, parse_completion
+from .wire import build_payload
 
 __all__ = ["BatchProvider"]
 
-logger = logging.getLogger("llmguard_sdk")
 
-_JSON = {"content-type": "application/json"}
-_ENDED = {"completed", "failed", "expired", "cancelled", "ended"}
-_NOT_JSON = (ValueError, RecursionError)  # a bad line, bad UTF-8, 100k nested brackets
-_EXPIRED = {"expired", "batch_expired", "request_timeout"}  # not run in time: a timeout
-_CANCELLED = {"canceled", "batch_cancelled"}  # someone cancelled the batch at the provider
-
-Outcome = ChatResponse | BaseException
-
-
-@dataclass
-class _Call:
-    custom_id: str
-    body: dict[str, Any]
-    deadline: float
-    request: ChatRequest
-    model: str
-    options: BatchOptions = ((), ())  # its batch's headers and query: calls share a batch by them
-    future: concurrent.futures.Future[ChatResponse] = field(
-        default_factory=concurrent.futures.Future
-    )
-    resent: int = 0  # times sent again without a sampling parameter the model refused
-
-
-class BatchProvider(_Streams):
+class BatchProvider(BatchExchanges, _Streams):
     """A route whose calls go through ``api``'s batch endpoints (see the module docs).
 
     Args:
@@ -167,7 +128,7 @@ class BatchProvider(_Streams):
             base_url=base_url.rstrip("/") + "/", headers=headers, timeout=30.0, transport=transport
         )
         self._lock = threading.Lock()
-        self._waiting: dict[BatchOptions, list[_Call]] = {}  # by the batch's headers and query
+        self._waiting: dict[BatchOptions, list[BatchCall]] = {}  # by the batch's headers and query
         self._timer: threading.Timer | None = None
         self._split_told = False  # this window's calls were told they went into two batches
         self._closed = False
@@ -185,15 +146,15 @@ class BatchProvider(_Streams):
             return claude_payload(request, model=model, stream=False, refused=self._refused)
         return build_payload(request, model=model, stream=False)
 
-    def _enqueue(self, request: ChatRequest, model: str, deadline: float) -> _Call:
+    def _enqueue(self, request: ChatRequest, model: str, deadline: float) -> BatchCall:
         _check_timing(deadline)  # (NaN or no number: refused before it joins a batch)
         options = batch_options(request, anthropic=self.api == "anthropic")
         body = self._body(request, model)
-        call = _Call(uuid.uuid4().hex, body, deadline, request, model, options)
+        call = BatchCall(uuid.uuid4().hex, body, deadline, request, model, options)
         self._join(call)
         return call
 
-    def _join(self, call: _Call) -> None:
+    def _join(self, call: BatchCall) -> None:
         """Put ``call`` in the next batch sent with its headers and query (at once when it
         fills the batch); the first call of a window to start a batch beside another warns."""
         with self._lock:
@@ -214,7 +175,7 @@ class BatchProvider(_Streams):
         if split is not None:
             warnings.warn(split, BatchSplitWarning, stacklevel=caller_level())
 
-    def _resend(self, call: _Call, outcome: Outcome) -> bool:
+    def _resend(self, call: BatchCall, outcome: Outcome) -> bool:
         """Whether ``call``, answered ``outcome``, joins the next batch: its model refused a
         sampling parameter it asked for (remembered: left out of this and later calls, as a
         plain Claude route leaves it out; each parameter once)."""
@@ -232,11 +193,6 @@ class BatchProvider(_Streams):
             _settle(call.future, ProviderError(str(exc), route=self.name))
         return True
 
-    def _timed_out(self) -> ProviderTimeoutError:
-        return ProviderTimeoutError(
-            "the batch did not end within the call's deadline", route=self.name
-        )
-
     def complete(self, request: ChatRequest, *, model: str, deadline: float) -> ChatResponse:
         """Answer ``request`` through the next batch (waits until the batch ends)."""
         call = self._enqueue(request, model, deadline)
@@ -244,7 +200,7 @@ class BatchProvider(_Streams):
             return call.future.result(timeout=_seconds_until(deadline))
         except concurrent.futures.TimeoutError:
             call.future.cancel()  # not sent with a batch that has not left yet
-            raise self._timed_out() from None
+            raise timed_out(self.name) from None
 
     async def acomplete(self, request: ChatRequest, *, model: str, deadline: float) -> ChatResponse:
         """Async twin of :meth:`complete` (the loop is not blocked while the batch runs)."""
@@ -254,7 +210,7 @@ class BatchProvider(_Streams):
                 asyncio.wrap_future(call.future), _seconds_until(deadline)
             )
         except asyncio.TimeoutError:
-            raise self._timed_out() from None
+            raise timed_out(self.name) from None
 
     def _stream(self, call: StreamCall) -> Generator[StreamChunk, None, None]:
         yield as_chunk(self.complete(call.request, model=call.model, deadline=call.deadline))
@@ -264,7 +220,7 @@ class BatchProvider(_Streams):
 
     # -- batches ----------------------------------------------------------------------------
 
-    def _take(self) -> list[list[_Call]]:
+    def _take(self) -> list[list[BatchCall]]:
         """The waiting calls, a batch of them for each set of headers and query."""
         taken, self._waiting = list(self._waiting.values()), {}
         self._stop_timer()
@@ -284,10 +240,10 @@ class BatchProvider(_Streams):
         if batches:
             self._run(batches[0])
 
-    def _start(self, calls: list[_Call]) -> None:
+    def _start(self, calls: list[BatchCall]) -> None:
         threading.Thread(target=self._run, args=(calls,), daemon=True).start()
 
-    def _run(self, calls: list[_Call]) -> None:
+    def _run(self, calls: list[BatchCall]) -> None:
         """Submit, poll until the batch ends (or the last deadline), hand out the results.
         Calls whose callers gave up (timed out, cancelled) before the batch left are not
         sent: nobody would get their answer, and the provider would bill them."""
@@ -298,7 +254,7 @@ class BatchProvider(_Streams):
             results, note = self._openai(calls) if self.api == "openai" else self._anthropic(calls)
             for call in calls:
                 found = results.get(call.custom_id)
-                outcome = self._missing(note) if found is None else found
+                outcome = missing(self.name, note) if found is None else found
                 if not self._resend(call, outcome):
                     _settle(call.future, outcome)
         except BaseException as exc:  # every caller gets the batch's failure
@@ -306,7 +262,7 @@ class BatchProvider(_Streams):
             for call in calls:
                 _settle(call.future, failure)
 
-    def _failure(self, exc: BaseException, calls: list[_Call]) -> ProviderError:
+    def _failure(self, exc: BaseException, calls: list[BatchCall]) -> ProviderError:
         """The typed error of a batch that failed with ``exc``: an error answer's own, a
         transport failure's (connection refused: not sent, so another attempt is safe), a
         bare ProviderError for anything else."""
@@ -315,255 +271,6 @@ class BatchProvider(_Streams):
         if isinstance(exc, httpx.HTTPError):
             return transport_error(exc, self.name, max(call.deadline for call in calls))
         return ProviderError(f"the batch failed: {exc!r}", route=self.name)
-
-    def _missing(self, note: str) -> ProviderError:
-        """The error of a call the ended batch has no result row for (``note``: why there
-        may be none: rows that named no call, the batch's own failure)."""
-        said = f" ({note})" if note else ""
-        return ProviderError(f"the batch ended without this call's result{said}", route=self.name)
-
-    def _ok(self, response: httpx.Response) -> httpx.Response:
-        """``response`` when it is a 200; its typed error otherwise."""
-        if response.status_code != 200:
-            raise error_from_status(
-                response.status_code, response.headers, response.text[:2000], route=self.name
-            )
-        return response
-
-    def _checked(self, response: httpx.Response) -> dict[str, Any]:
-        """A JSON object answer; the typed error of an error answer, a
-        MalformedResponseError of one that is no JSON object."""
-        try:
-            data = self._ok(response).json()
-        except _NOT_JSON:
-            data = None
-        if not isinstance(data, dict):
-            raise MalformedResponseError(
-                "the batch API's answer is not a JSON object",
-                route=self.name,
-                status_code=response.status_code,
-                headers=response.headers,
-                body=response.text[:2000],
-            )
-        return data
-
-    def _id(self, answer: Mapping[str, Any]) -> str:
-        """The ``id`` of a created file or batch."""
-        found = answer.get("id")
-        if not isinstance(found, str) or not found:
-            raise MalformedResponseError("the batch API's answer has no id", route=self.name)
-        return found
-
-    def _again(self, exc: Exception, what: str) -> None:
-        """Raise ``exc`` unless it may pass (a transport failure, a retryable answer: 5xx,
-        429, a garbled one); a read of a batch that runs on at the provider is asked again."""
-        if isinstance(exc, ProviderError) and not exc.retryable:
-            raise exc
-        logger.warning("%s: could not read the batch's %s (%r); asking again", self.name, what, exc)
-
-    def _send(self, calls: list[_Call], method: str, url: str, **sent: Any) -> httpx.Response:
-        """One request of the batch of ``calls``, with the headers and query they ask for
-        (the same for each of them: :mod:`._batch_sent`)."""
-        headers, query = calls[0].options
-        return self._http.request(
-            method, url, headers=dict(headers) or None, params=dict(query) or None, **sent
-        )
-
-    def _fetch(self, url: str, calls: list[_Call]) -> httpx.Response:
-        """A result file's 200 answer, asked again every ``poll_interval`` after a failure
-        that may pass, until the last deadline of ``calls``."""
-        last = max(call.deadline for call in calls)
-        while True:
-            try:
-                return self._ok(self._send(calls, "GET", url))
-            except (httpx.HTTPError, ProviderError) as exc:
-                if time.monotonic() + self.poll_interval > last:
-                    raise
-                self._again(exc, "results")
-            time.sleep(self.poll_interval)
-
-    def _read(
-        self, url: str, result: Callable[[Mapping[str, Any]], Outcome], calls: list[_Call]
-    ) -> tuple[dict[str, Outcome], int]:
-        """The outcome of each call a result file (JSON Lines, whatever its content type)
-        has a row for, by ``custom_id``, and how many rows named no call (not JSON, no
-        ``custom_id``): those cost only their own calls, which are left without a result."""
-        response = self._fetch(url, calls)
-        found: dict[str, Outcome] = {}
-        unread = 0
-        for line in response.content.splitlines():  # bytes: U+2028 in a string is no end
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except _NOT_JSON:
-                row = None
-            custom_id = row.get("custom_id") if isinstance(row, dict) else None
-            if isinstance(custom_id, str):
-                found[custom_id] = result(row)
-            else:
-                unread += 1
-        if unread:
-            logger.warning("%s: %d batch result rows named no call", self.name, unread)
-        return found, unread
-
-    def _poll(self, path: str, calls: list[_Call], ended: str) -> dict[str, Any]:
-        """The batch's status once ``ended`` says it ended; ProviderTimeoutError past the
-        last deadline of its calls, or once every caller gave up (the batch is cancelled
-        at the provider then: nobody would get its answers)."""
-        last = max(call.deadline for call in calls)
-        while True:
-            try:
-                status = self._checked(self._send(calls, "GET", path))
-            except (httpx.HTTPError, ProviderError) as exc:
-                self._again(exc, "status")
-                status = {}  # not known to have ended: polled on until the last deadline
-            if status.get(ended) in _ENDED:
-                return status
-            if time.monotonic() + self.poll_interval > last or all(
-                call.future.done() for call in calls
-            ):
-                self._cancel(path, calls)
-                raise self._timed_out()
-            time.sleep(self.poll_interval)
-
-    def _cancel(self, path: str, calls: list[_Call]) -> None:
-        """Cancel the batch of ``calls`` at ``path`` (both APIs: ``POST {path}/cancel``); a
-        failure is logged, the callers' timeout stands."""
-        try:
-            self._checked(self._send(calls, "POST", f"{path}/cancel"))
-        except (httpx.HTTPError, ProviderError) as exc:
-            logger.warning("%s: could not cancel the batch %s: %r", self.name, path, exc)
-
-    def _openai(self, calls: list[_Call]) -> tuple[dict[str, Outcome], str]:
-        lines = "".join(
-            json.dumps(
-                {
-                    "custom_id": c.custom_id,
-                    "method": "POST",
-                    "url": "/v1/chat/completions",
-                    "body": c.body,
-                }
-            )
-            + "\n"
-            for c in calls
-        )
-        upload = self._checked(
-            self._send(
-                calls,
-                "POST",
-                "files",
-                files={"file": ("batch.jsonl", lines.encode(), "application/jsonl")},
-                data={"purpose": "batch"},
-            )
-        )
-        created = self._checked(
-            self._send(
-                calls,
-                "POST",
-                "batches",
-                json={
-                    "input_file_id": self._id(upload),
-                    "endpoint": "/v1/chat/completions",
-                    "completion_window": "24h",
-                },
-            )
-        )
-        status = self._poll(f"batches/{self._id(created)}", calls, "status")
-        found: dict[str, Outcome] = {}
-        unread = 0
-        for file_id in (status.get("output_file_id"), status.get("error_file_id")):
-            if file_id:
-                path = f"files/{file_id}/content"
-                rows, skipped = self._read(path, self._openai_result, calls)
-                found.update(rows)
-                unread += skipped
-        said = openai_errors(status)
-        return found, "; ".join(n for n in (said, missing_note(unread)) if n)
-
-    def _openai_result(self, row: Mapping[str, Any]) -> Outcome:
-        response = row.get("response") or {}
-        if not response and row.get("error"):  # an error file's row: never answered
-            return self._errored(row["error"])
-        code = response.get("status_code") if isinstance(response, dict) else None
-        if not isinstance(code, int) or isinstance(code, bool):
-            return self._malformed("its response has no status_code")
-        body = json.dumps(response.get("body") or row.get("error") or {}).encode()
-        try:
-            return batch_tier(parse_completion(code, _JSON, body, route=self.name))
-        except ProviderError as exc:
-            return exc
-
-    def _anthropic(self, calls: list[_Call]) -> tuple[dict[str, Outcome], str]:
-        created = self._checked(
-            self._send(
-                calls,
-                "POST",
-                "messages/batches",
-                json={"requests": [{"custom_id": c.custom_id, "params": c.body} for c in calls]},
-            )
-        )
-        path = f"messages/batches/{self._id(created)}"
-        status = self._poll(path, calls, "processing_status")
-        url = status.get("results_url")
-        if not url:
-            return {}, ""
-        found, unread = self._read(url, self._anthropic_result, calls)
-        return found, missing_note(unread)
-
-    def _anthropic_result(self, row: Mapping[str, Any]) -> Outcome:
-        result = row.get("result")
-        if not isinstance(result, dict):
-            return self._malformed("it has no result object")
-        kind = result.get("type")
-        if kind == "errored":
-            error = result.get("error")  # {"type": "error", "error": {"type": ..., "message"}}
-            return self._errored(error.get("error", error) if isinstance(error, dict) else error)
-        if kind in _EXPIRED or kind in _CANCELLED:
-            return self._not_run(str(kind), None)
-        if kind != "succeeded":
-            return ProviderError(f"the batch did not answer this call ({kind})", route=self.name)
-        body = json.dumps(result.get("message") or {}).encode()
-        try:
-            return batch_tier(parse_anthropic_message(200, _JSON, body, route=self.name))
-        except ProviderError as exc:
-            return exc
-
-    def _errored(self, error: object) -> ProviderError:
-        """The typed error a result's ``error`` names (a rate limit, an overload, a refused
-        request, a request the batch never ran ...), with its message: the error, status
-        and retry verdict of the same failure answered as an HTTP error, as a row with its
-        ``status_code`` has."""
-        said = error.get("message") if isinstance(error, Mapping) else None
-        text = said if isinstance(said, str) and said else "errored"
-        code = error.get("code") if isinstance(error, Mapping) else None
-        if code in _EXPIRED or code in _CANCELLED:
-            return self._not_run(str(code), text)
-
-        def build(kind: type[ProviderError], status: int) -> ProviderError:
-            message = f"the batch did not answer this call: {text}"
-            return kind(message, route=self.name, status_code=None if status == 200 else status)
-
-        return judged_error(error, build)  # a spent quota is not retried
-
-    def _not_run(self, kind: str, said: str | None) -> ProviderError:
-        """The error of a request the batch never ran (unbilled). Expired (the batch's
-        window ended first) or timed out: a :class:`ProviderTimeoutError`, which another
-        batch may serve. Cancelled: someone cancelled the batch at the provider (this
-        route cancels only batches nobody waits for), so it is not sent again, neither
-        retried nor moved on to the next route: a :class:`ProviderUnavailableError` (the
-        route served no answer) that is not retryable."""
-        text = f"the batch did not run this call ({kind})" + (f": {said}" if said else "")
-        if kind in _EXPIRED:
-            return ProviderTimeoutError(text, route=self.name)
-        error = ProviderUnavailableError(text, route=self.name)
-        error.retryable = False
-        return error
-
-    def _malformed(self, why: str) -> MalformedResponseError:
-        return MalformedResponseError(
-            f"the batch's result row for this call is malformed: {why}", route=self.name
-        )
 
     # -- closing ----------------------------------------------------------------------------
 
