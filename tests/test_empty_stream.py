@@ -1,6 +1,7 @@
 """A stream that ends without any answer (an empty 200, or its last event alone) is never an
-empty successful answer: it is a :class:`ProviderUnavailableError` that says so, and the call
-moves on. llama-cpp-python's server answers a stream request it failed before it began so
+empty successful answer: it is an :class:`EmptyStreamError` (a ProviderUnavailableError) that
+says so, and the call moves on at once: neither retried on the route nor a failure of its
+breaker. llama-cpp-python's server answers a stream request it failed before it began so
 (a prompt past its context window among them: a 200, no event; a plain call gets its 400),
 run here with the bundled model; any route of the user's own whose stream gives no chunk is
 held to the same."""
@@ -15,9 +16,11 @@ import pytest
 
 from llmguard_sdk import (
     AnthropicProvider,
+    BreakerPolicy,
     CallEvent,
     ChatRequest,
     ChatResponse,
+    EmptyStreamError,
     Guard,
     OpenAICompatibleProvider,
     ProviderUnavailableError,
@@ -51,10 +54,11 @@ EMPTY: dict[str, tuple[bytes, tuple[bytes, ...]]] = {
 
 
 def _says_empty(error: BaseException) -> None:
-    assert type(error) is ProviderUnavailableError
+    assert type(error) is EmptyStreamError
+    assert isinstance(error, ProviderUnavailableError)  # (what it was before it had a class)
     assert "empty stream: it ended without any answer" in str(error)
     assert error.status_code == 200
-    assert error.retryable  # (the cause may pass: the chain moves on after the retries)
+    assert not error.retryable  # the route failed this request: the chain moves on at once
 
 
 @pytest.mark.parametrize("kind", list(EMPTY))
@@ -98,7 +102,7 @@ def test_an_empty_stream_moves_the_call_on(
         text, response = _read(guard, asynchronous)
     assert text == response.text == "Echo: two and two?"
     assert response.route == "backup"
-    assert events[-1].route_errors == (("llama", "llmguard_sdk.errors.ProviderUnavailableError"),)
+    assert events[-1].route_errors == (("llama", "llmguard_sdk.errors.EmptyStreamError"),)
 
 
 def _read(guard: Guard, asynchronous: bool) -> tuple[str, ChatResponse]:
@@ -112,6 +116,77 @@ def _read(guard: Guard, asynchronous: bool) -> tuple[str, ChatResponse]:
         return anyio.run(read)
     with guard, guard.chat(ASK, stream=True) as chat:
         return "".join(c.text for c in chat), chat.response
+
+
+# a breaker that opens after 4 failures of 6 calls (the default retries: 3 attempts a call)
+_BREAKER = BreakerPolicy(window=6, minimum_calls=4, failure_rate=0.5)
+
+
+def _calls(
+    routes: list[Provider], asynchronous: bool, calls: int
+) -> tuple[str, list[CallEvent | BaseException]]:
+    """``calls`` streams of ``ASK``, one after another, read whole through a Guard of
+    ``routes`` (the default retries, :data:`_BREAKER`): its first route's breaker state after
+    them, and what each call gave (its event, or its error)."""
+    events: list[CallEvent] = []
+    guard = Guard(routes, environ={}, breaker=_BREAKER, hooks=[events.append])
+
+    async def read() -> None:
+        async with await guard.achat(ASK, stream=True) as chat:
+            assert "".join([c.text async for c in chat]) == chat.response.text
+
+    outcomes: list[CallEvent | BaseException] = []
+    with guard:
+        for _ in range(calls):
+            try:
+                if asynchronous:
+                    anyio.run(read)
+                else:
+                    with guard.chat(ASK, stream=True) as chat:
+                        assert "".join(c.text for c in chat) == chat.response.text
+                outcomes.append(events[-1])
+            except ProviderUnavailableError as exc:
+                outcomes.append(exc)
+        assert guard.breakers is not None
+        return guard.breakers.state(routes[0].name), outcomes
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+def test_an_empty_stream_is_neither_retried_nor_a_breaker_failure(
+    asynchronous: bool, fake: FakeProvider
+) -> None:
+    """A server that answers a stream it failed before it began with an empty 200 fails that
+    request, not every one (llama-cpp-python's server, a prompt past its context): each call
+    was sent to it 3 times (the default retries), each attempt a failure of its breaker, and
+    6 such calls opened a healthy server's breaker (the later calls then went to the backup
+    without trying it, its probes sent it pings). The call moves on at once, the breaker
+    counts none of them."""
+    head, parts = EMPTY["chunked"]
+    with RawServer(head, parts) as raw:
+        routes: list[Provider] = [
+            OpenAICompatibleProvider(raw.base_url, model="m", name="llama"),
+            OpenAICompatibleProvider(fake.base_url, model=fake.model, name="backup"),
+        ]
+        state, outcomes = _calls(routes, asynchronous, 6)
+        assert len(raw.received) == 6  # one attempt a call
+    assert state == "closed"
+    for event in outcomes:
+        assert isinstance(event, CallEvent)
+        assert (event.route, event.attempts, event.retries) == ("backup", 2, ())
+        assert event.route_errors == (("llama", "llmguard_sdk.errors.EmptyStreamError"),)
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+def test_an_empty_stream_of_the_only_route_is_its_error_at_once(asynchronous: bool) -> None:
+    head, parts = EMPTY["done alone"]
+    with RawServer(head, parts) as raw:
+        route = OpenAICompatibleProvider(raw.base_url, model="m", name="llama")
+        state, outcomes = _calls([route], asynchronous, 6)
+        assert len(raw.received) == 6
+    assert state == "closed"
+    for error in outcomes:
+        assert isinstance(error, EmptyStreamError)
+        _says_empty(error)
 
 
 class _Silent(_Reporting):
@@ -133,6 +208,8 @@ def test_a_route_of_the_user_s_own_that_streams_nothing_gives_no_answer(
     with pytest.raises(ProviderUnavailableError) as info:
         _read(Guard(_Silent(), environ={}, retry=None), asynchronous)
     assert "stream ended without any chunk" in str(info.value)
+    assert type(info.value) is EmptyStreamError
+    assert not info.value.retryable
     assert info.value.route == "silent"
     routes: list[Provider] = [
         _Silent(),
@@ -164,5 +241,5 @@ def test_llama_cpp_python_s_empty_stream_moves_the_call_on(fake: FakeProvider) -
             assert "".join(c.text for c in chat).startswith("Echo: word word")
     _says_empty(refused.value)
     assert chat.response.route == "backup"
-    assert events[-1].route_errors == (("llama", "llmguard_sdk.errors.ProviderUnavailableError"),)
+    assert events[-1].route_errors == (("llama", "llmguard_sdk.errors.EmptyStreamError"),)
     assert fake.requests[-1].body["stream"] is True

@@ -16,6 +16,7 @@ Catch :class:`LLMGuardError` to catch everything the SDK raises itself::
     ├── ProviderError               a provider answered badly or not at all
     │   ├── RateLimitedError            429 (carries retry_after from Retry-After / retry-after-ms)
     │   ├── ProviderUnavailableError    5xx, 529, 409, 425, connection refused / reset
+    │   │   └── EmptyStreamError        a 200 stream that ended without any answer
     │   ├── ProviderTimeoutError        no answer within the call's deadline, or 408
     │   ├── ProviderBusyError           a local model's queue is full: refused at once
     │   ├── BadRequestError             400, 404, 422: the provider refused the request
@@ -74,6 +75,7 @@ __all__ = [
     "CircuitOpenError",
     "ConfigurationError",
     "ContextLengthExceededError",
+    "EmptyStreamError",
     "GuardrailRejectedError",
     "InputTooLargeError",
     "LLMGuardError",
@@ -351,6 +353,25 @@ class ProviderUnavailableError(ProviderError):
     425 Too Early, connection refused or reset."""
 
     retryable = True
+
+
+class EmptyStreamError(ProviderUnavailableError):
+    """A stream that ended without any answer: a 200 with no event, its last event alone
+    (``[DONE]``, Claude's ``message_stop``), or a route of the user's own whose stream gave
+    no chunk.
+
+    A server answers so a stream request it failed before it began, and such a failure is
+    this request's on this route: llama-cpp-python's server answers a prompt past its context
+    window so (a plain call gets its 400). So, as a
+    :class:`ContextLengthExceededError` is, it is not retried on the route, it is no failure
+    of the route's circuit breaker (a healthy server refusing long prompts would open it),
+    and the chain moves on to the next route. A route that answers every stream so is tried,
+    and left, once a call.
+
+    .. versionadded:: 0.2.0
+    """
+
+    retryable = False
 
 
 class ProviderTimeoutError(ProviderError):

@@ -29,8 +29,8 @@ from ..budget._reserve import with_output_limit
 from ..context import AttemptRecord
 from ..errors import (
     BudgetExceededError,
+    EmptyStreamError,
     ProviderError,
-    ProviderUnavailableError,
     StreamInterruptedError,
 )
 from ..models import ChatResponse, StreamChunk
@@ -264,7 +264,7 @@ def _stream(
             chunk: StreamChunk | None = buffered.pop(0) if buffered else (yield Next(chunks))
             if chunk is None:
                 if not assembler.chunks:  # whatever the route: never an empty answer
-                    raise ProviderUnavailableError(_EMPTY, route=route.name)
+                    raise EmptyStreamError(_EMPTY, route=route.name)
                 break
             assembler.add(chunk)
             run.delivered, run.delivered_text, run.delivered_tool_call = (

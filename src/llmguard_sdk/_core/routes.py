@@ -17,6 +17,7 @@ from ..errors import (
     AllRoutesFailedError,
     AuthenticationError,
     ContextLengthExceededError,
+    EmptyStreamError,
     ProviderBusyError,
     ProviderError,
     ProviderTimeoutError,
@@ -317,7 +318,13 @@ def is_route_failure(error: ProviderError) -> bool:
         or isinstance(
             error,
             # a 429 not retried here (a spent quota, x-should-retry: false) is still the route's
-            (AuthenticationError, ContextLengthExceededError, ProviderBusyError, RateLimitedError),
+            (
+                AuthenticationError,
+                ContextLengthExceededError,
+                EmptyStreamError,  # this request fails on this route: another may serve it
+                ProviderBusyError,
+                RateLimitedError,
+            ),
         )
         or error.status_code in _ROUTE_STATUSES
     )

@@ -20,7 +20,8 @@
   (``probe=False``) neither closes nor reopens it, nor frees a probe permit.
 * **ISOLATED** (manual) refuses every call until reset.
 
-Client errors (4xx) say nothing about the provider's health and are not recorded.
+Client errors (4xx) say nothing about the provider's health and are not recorded, nor is an
+empty stream (the route failed that request: :class:`~llmguard_sdk.errors.EmptyStreamError`).
 
 .. versionadded:: 0.1.0
 """
@@ -337,7 +338,9 @@ def _trip(state: BreakerState, now: float, policy: BreakerPolicy) -> BreakerStat
 def outcome_of(
     error: BaseException | None, *, seconds: float, policy: BreakerPolicy
 ) -> Outcome | None:
-    """How a finished call counts for the breaker; ``None``: not recorded (client errors).
+    """How a finished call counts for the breaker; ``None``: not recorded (client errors,
+    and an empty stream: the route failed that request, see
+    :class:`~llmguard_sdk.errors.EmptyStreamError`).
 
     5xx, timeouts, connection failures and malformed answers are failures; a 429 is
     ``rate_limited``; a success slower than ``slow_call_seconds`` is ``slow``.
@@ -347,6 +350,8 @@ def outcome_of(
         return "slow" if slow else "ok"
     if isinstance(error, RateLimitedError):
         return "rate_limited"
+    if isinstance(error, errors.EmptyStreamError):
+        return None
     failures = (
         errors.ProviderUnavailableError,
         errors.ProviderTimeoutError,

@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from .._core.assembly import shows
 from ..budget._usage import usage_from_payload
 from ..errors import (
+    EmptyStreamError,
     MalformedResponseError,
     ProviderError,
     ProviderTimeoutError,
@@ -190,7 +191,7 @@ class StreamState:
             raise self.timed_out()
         if not ended and (self.chunks or cut):
             raise self.failure(ProviderUnavailableError, "stream ended before it was complete")
-        raise self.failure(ProviderUnavailableError, "empty stream: it ended without any answer")
+        raise self.failure(EmptyStreamError, "empty stream: it ended without any answer")
 
     def ends_stream(self, data: str) -> bool:
         """Whether an event's ``data`` is the stream's last event, one that carries nothing
