@@ -62,6 +62,13 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from ._warnings import (  # (defined beside: exported here, outside the tree)
+    BatchSplitWarning,
+    LocalContextWarning,
+    RateLimitConfigWarning,
+    RetryMultiplicationWarning,
+    UnknownSettingWarning,
+)
 from .telemetry.redaction import redact_secrets
 
 __all__ = [
@@ -547,52 +554,6 @@ class BudgetUnavailableError(BudgetExceededError):
     """The shared budget store (Redis) could not be reached and the budgets fail closed.
 
     ``spent_usd`` is NaN (unknown); ``retry_after`` is when Redis is tried again.
-
-    .. versionadded:: 0.2.0
-    """
-
-
-class RetryMultiplicationWarning(UserWarning):
-    """Two retry layers are stacked, so the attempts multiply; turn the inner one off."""
-
-
-class RateLimitConfigWarning(UserWarning):
-    """Rate limits set up so that they will not do what was likely meant: a route's token
-    limit too small for the output a call without ``max_tokens`` reserves (every such call
-    is refused), a request rate whose burst less ``batch_headroom`` holds less than one
-    request (every ``batch`` call is refused), or a standalone limiter asked for a key it
-    has no limits for (a misspelt key passes every call).
-
-    .. versionadded:: 0.2.0
-    """
-
-
-class UnknownSettingWarning(UserWarning):
-    """An ``LLMGUARD_*`` environment variable that no setting reads, spelled like one that
-    does (the timeout's name less a letter): it is ignored, and its value never shown.
-
-    .. versionadded:: 0.2.0
-    """
-
-
-class BatchSplitWarning(UserWarning):
-    """Calls that reached a :class:`~llmguard_sdk.providers.BatchProvider` in one window went
-    into more than one batch: a batch is sent with one set of ``extra_headers`` and
-    ``extra_query`` (neither batch API takes them per call), and theirs differ. Said once a
-    window, naming the headers and query parameters that differ (never their values). A header
-    unique to each call (a request id) sends every call in a batch of its own: leave it off
-    batch calls.
-
-    .. versionadded:: 0.2.0
-    """
-
-
-class LocalContextWarning(UserWarning):
-    """A :class:`~llmguard_sdk.providers.LocalProvider` was given an ``n_ctx`` above the
-    context its model was trained on (its GGUF's ``<architecture>.context_length``): the
-    context is that one instead, as llama-server caps its slots. A model reads nothing past
-    it well, and a context far above it failed at the model's load ("Failed to create
-    llama_context", on every call).
 
     .. versionadded:: 0.2.0
     """
