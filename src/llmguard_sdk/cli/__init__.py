@@ -13,7 +13,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import warnings
 from collections.abc import Sequence
+from typing import TextIO
 
 from .._version import __version__
 from ._budget import BUDGET
@@ -50,12 +52,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 0
     try:
-        status: int = run(args)
+        with warnings.catch_warnings():  # the printer is this run's: a caller keeps its own
+            warnings.showwarning = _one_line
+            status: int = run(args)
         sys.stdout.flush()  # here, where a reader gone early is met (not at exit)
     except BrokenPipeError:  # `llmguard cost models | head`: the reader had enough
         _silence_stdout()
         return 1
     return status
+
+
+def _one_line(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: TextIO | None = None,
+    line: str | None = None,
+) -> None:
+    """A warning as the command says it: ``llmguard: warning: ...``, one line (Python's
+    printer named the file and line that warned, then printed that line of source)."""
+    text = " ".join(str(message).split())
+    print(f"llmguard: warning: {text}", file=sys.stderr if file is None else file)
 
 
 def _silence_stdout() -> None:

@@ -1,0 +1,61 @@
+"""The ``llmguard`` command as a review found it: a library warning printed with Python's source
+line, the settings ``check`` validated but did not show, a Redis database path that is no
+number accepted, "nothing found" said without where it was looked for, lines skipped without a
+count, and a replay, a comparison or a calibration whose options could not work together, each
+found out late or never. Each is one line that says what to fix, with an exit status a script
+can trust."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+from llmguard_sdk.cli import main
+
+ROUTES = '[[routes]]\nmodel = "vllm/m"\nbase_url = "http://127.0.0.1:9/v1"\n'
+USAGE = '{"ts": 1.0, "outcome": "ok", "tenant": "acme", "route": "r", "cost_usd": 0.01}\n'
+SAMPLE = {
+    "type": "call",
+    "call_id": "a",
+    "request": {"messages": [{"role": "user", "content": "hi"}]},
+    "answer": "hello",
+}
+
+
+def _cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``python -m llmguard_sdk.cli ARGS``: the command as a shell runs it."""
+    return subprocess.run(
+        [sys.executable, "-m", "llmguard_sdk.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={**os.environ, **env},
+    )
+
+
+def test_a_library_warning_is_one_line_without_pythons_source_line(tmp_path: Path) -> None:
+    """It printed ``.../cli/__main__.py:7: UnknownSettingWarning: ...`` and then the source
+    line ``sys.exit(main())``: Python's, to a shell user."""
+    config = tmp_path / "ok.toml"
+    config.write_text(ROUTES, encoding="utf-8")
+    done = _cli("check", str(config), env={"LLMGUARD_TIMEOT": "5"})
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == (
+        "llmguard: warning: environment variable LLMGUARD_TIMEOT is not a setting and is "
+        "ignored: did you mean LLMGUARD_TIMEOUT?\n"
+    )
+
+
+def test_the_commands_warning_printer_is_its_runs_alone(capsys: pytest.CaptureFixture[str]) -> None:
+    """The one-line printer is the command's while it runs: a program that calls ``main``
+    keeps its own ``warnings.showwarning`` afterwards."""
+    before = warnings.showwarning
+    assert main(["cost", "models", "gpt-4o-mini"]) == 0
+    assert warnings.showwarning is before
+    capsys.readouterr()
