@@ -7,6 +7,7 @@ can trust."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -59,3 +60,42 @@ def test_the_commands_warning_printer_is_its_runs_alone(capsys: pytest.CaptureFi
     assert main(["cost", "models", "gpt-4o-mini"]) == 0
     assert warnings.showwarning is before
     capsys.readouterr()
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_check_shows_the_settings_the_guard_will_use_and_where_each_is_from(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    as_json: bool,
+) -> None:
+    """``LLMGUARD_TIMEOUT=5`` was validated, then ``"settings": {}``: the values the Guard
+    would use were not shown, nor which the file set and which the environment."""
+    for name in ("LLMGUARD_STORE", "LLMGUARD_KEY_PREFIX", "LLMGUARD_MAX_INPUT_TOKENS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("LLMGUARD_TIMEOUT", "5")
+    monkeypatch.setenv("LLMGUARD_RETRY_ATTEMPTS", "2")
+    monkeypatch.setenv("LLMGUARD_ATTEMPT_TIMEOUT", "9")  # the file's wins
+    monkeypatch.setenv("LLMGUARD_API_KEY", "sk-never-shown")  # a file's Guard reads no key
+    config = tmp_path / "ok.toml"
+    config.write_text("attempt_timeout = 2\n" + ROUTES, encoding="utf-8")
+    assert main(["check", str(config), *(["--json"] if as_json else [])]) == 0
+    out = capsys.readouterr().out
+    assert "sk-never-shown" not in out
+    if as_json:
+        found = json.loads(out)
+        assert found["settings"]["timeout"] == 5.0
+        assert found["settings"]["retry_attempts"] == 2
+        assert found["settings"]["attempt_timeout"] == 2.0
+        assert found["settings"]["store"] == "memory"
+        assert found["settings_from"]["timeout"] == "environment"
+        assert found["settings_from"]["retry_attempts"] == "environment"
+        assert found["settings_from"]["attempt_timeout"] == "file"
+        assert found["settings_from"]["store"] == "default"
+        assert "api_key" not in found["settings"]
+    else:
+        assert "timeout: 5.0 (environment LLMGUARD_TIMEOUT)" in out
+        assert "retry_attempts: 2 (environment LLMGUARD_RETRY_ATTEMPTS)" in out
+        assert "attempt_timeout: 2.0 (file)" in out
+        assert "store: memory (default)" in out
+        assert "api_key" not in out

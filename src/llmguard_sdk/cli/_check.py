@@ -5,11 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from .._config_file import config_source, load_config, naming, redacted, resolve, tasks_of
 from .._config_shortcuts import key_variable
-from ..config import GuardSettings
+from ..config import ENV_PREFIX, GuardSettings
 from ..store import open_store
 from ._command import Command
 
@@ -18,6 +19,10 @@ if TYPE_CHECKING:
     from ..router import TaskRouter
 
 __all__ = ["CHECK"]
+
+# the settings a Guard built from a file uses (its routes are the file's: no LLMGUARD_BASE_URL,
+# LLMGUARD_API_KEY or LLMGUARD_MODEL route), in the order they are shown
+_USED = ("store", "key_prefix", "timeout", "attempt_timeout", "max_input_tokens", "retry_attempts")
 
 
 def _arguments(check: argparse.ArgumentParser) -> None:
@@ -45,13 +50,15 @@ def _run(args: argparse.Namespace) -> int:
             close()
     # never a password (a Redis URL's, a URL's user:password@, ?password=, ?key=): nor keys
     rows = [{**route.__dict__, "base_url": _shown(route.base_url)} for route in routes]
-    settings = {key: _shown(value) for key, value in config.settings().items()}
+    settings, sources = _effective(config.settings(), guard, os.environ)
     if args.json:
         shown = _tasks_shown(config.tasks, tasks)
-        print(json.dumps({"settings": settings, "tasks": shown, "routes": rows}))
+        found = {"settings": settings, "settings_from": sources, "tasks": shown, "routes": rows}
+        print(json.dumps(found))
         return 0
     for key, value in settings.items():
-        print(f"{key}: {value}")
+        source = f"environment {ENV_PREFIX}{key.upper()}" if sources[key] == "environment" else ""
+        print(f"{key}: {value} ({source or sources[key]})")
     if tasks is not None:
         print(f"tasks: {tasks!r}")
     for row in rows:
@@ -62,6 +69,25 @@ def _run(args: argparse.Namespace) -> int:
         key = row["key_from"] or _no_key(row["kind"])
         print(f"{row['name']}{group}: {row['kind']} {row['model']} at {row['base_url']}; key {key}")
     return 0
+
+
+def _effective(
+    given: dict[str, Any], guard: GuardSettings, environ: Mapping[str, str]
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """The settings the Guard uses (those left unset aside) and where each comes from:
+    ``file`` (as written: a ``${NAME}`` store is shown as its reference), ``environment``
+    (its ``LLMGUARD_*`` variable) or ``default``. Only the file's were shown: a value from
+    the environment was checked, and not said."""
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for name in _USED:
+        if name in given:
+            values[name], sources[name] = given[name], "file"
+        elif environ.get(f"{ENV_PREFIX}{name.upper()}", "").strip():
+            values[name], sources[name] = getattr(guard, name), "environment"
+        elif getattr(guard, name) is not None:
+            values[name], sources[name] = getattr(guard, name), "default"
+    return {key: _shown(value) for key, value in values.items()}, sources
 
 
 def _no_key(shortcut: str) -> str:
