@@ -16,7 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from llmguard_sdk import ConfigurationError
 from llmguard_sdk.cli import main
+from llmguard_sdk.store import open_store
 
 ROUTES = '[[routes]]\nmodel = "vllm/m"\nbase_url = "http://127.0.0.1:9/v1"\n'
 USAGE = '{"ts": 1.0, "outcome": "ok", "tenant": "acme", "route": "r", "cost_usd": 0.01}\n'
@@ -99,3 +101,34 @@ def test_check_shows_the_settings_the_guard_will_use_and_where_each_is_from(
         assert "attempt_timeout: 2.0 (file)" in out
         assert "store: memory (default)" in out
         assert "api_key" not in out
+
+
+BAD_DATABASES = ["abc", "-1", "1/2", "0x1"]
+
+
+@pytest.mark.parametrize("database", BAD_DATABASES)
+def test_a_redis_database_that_is_no_whole_number_is_refused_naming_the_url(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], database: str
+) -> None:
+    """``redis://host:6379/abc`` passed ``check`` and ``budget status``: redis-py used
+    database 0 without a word (``/1/2``: database 12; ``/-1``: the server's error later)."""
+    url = f"redis://:sekrit-pass@127.0.0.1:6379/{database}"
+    shown = f"redis://:***@127.0.0.1:6379/{database}"
+    with pytest.raises(ConfigurationError) as caught:
+        open_store(url)
+    assert shown in str(caught.value)
+    assert "sekrit-pass" not in str(caught.value)
+    config = tmp_path / "guard.toml"
+    config.write_text(f'store = "{url}"\n' + ROUTES, encoding="utf-8")
+    for argv in (["check", str(config)], ["budget", "status", "--store", url]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert shown in err
+        assert "database" in err
+        assert "sekrit-pass" not in err
+        assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize("path", ["", "/", "/0", "/15"])
+def test_a_redis_url_with_a_database_number_or_none_is_taken(path: str) -> None:
+    open_store(f"redis://127.0.0.1:6379{path}").close()  # (no connection is made)

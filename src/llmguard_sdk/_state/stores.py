@@ -37,6 +37,7 @@ from .urls import (
     TLS_QUERY_OPTIONS,
     check_query,
     check_url_options,
+    database_of,
     is_number,
     is_whole,
     redacted_url,
@@ -231,6 +232,8 @@ class RedisStore(Store):
         parts = urlsplit(self.url)
         known = {**QUERY_OPTIONS, **(TLS_QUERY_OPTIONS if parts.scheme == "rediss" else {})}
         try:  # more callers than connections wait for one (bounded), not "Redis down"
+            if parts.scheme != "unix":  # (its path: the socket's)
+                database_of(parts)
             check_query(parts.query, known)
             self._take_url_options(parse_url(self.url))  # type: ignore[no-untyped-call]
             options = {**self._pool_options(), **sent_once(self.url, asynchronous=False)}
@@ -383,12 +386,12 @@ class RedisClusterStore(RedisStore):
                     f"bad Redis Cluster URL {redacted_url(self.url)!r}: nodes are host:port"
                 )
             nodes.append((host.strip("[]"), int(port)))
-        if parts.path.strip("/") not in ("", "0"):
-            raise ConfigurationError("Redis Cluster has only database 0")
         from redis.connection import parse_url
 
         tls = TLS_QUERY_OPTIONS if parts.scheme == "rediss+cluster" else {}
         try:  # the query's pool options, as a standalone store takes them
+            if database_of(parts) != 0:
+                raise ValueError("Redis Cluster has only database 0")
             check_query(parts.query, {**CLUSTER_QUERY_OPTIONS, **tls})
             query = parse_url(f"redis://localhost/?{parts.query}")  # type: ignore[no-untyped-call]
             self._take_url_options(query)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import SplitResult, parse_qsl, unquote, urlsplit
 
 __all__ = [
     "CLUSTER_QUERY_OPTIONS",
@@ -24,6 +24,7 @@ __all__ = [
     "TLS_OPTIONS",
     "TLS_QUERY_OPTIONS",
     "check_query",
+    "database_of",
     "check_url_options",
     "is_number",
     "is_whole",
@@ -87,6 +88,19 @@ def check_query(query: str, known: Mapping[str, Callable[[str], bool]]) -> None:
             raise ValueError(f"unknown option {name!r} in the URL's query (it takes {takes})")
         if not check(text.strip()):
             raise ValueError(f"option {name}={text!r} in the URL's query is out of range")
+
+
+def database_of(parts: SplitResult) -> int:
+    """The database a redis://, rediss:// or cluster URL's path names (0 without one), as
+    redis-py reads it; ValueError for a path that is not a whole number of 0 or more: redis-py
+    took database 0 for ``/abc`` without a word, 12 for ``/1/2``, and ``/-1`` was the
+    server's error at the first command. (A unix:// URL's path is its socket's.)"""
+    text = unquote(parts.path).removeprefix("/")
+    if text and not (text.isascii() and text.isdigit()):
+        raise ValueError(
+            f"the database (the URL's path) must be a whole number, 0 or more, got {text!r}"
+        )
+    return int(text or 0)
 
 
 def check_url_options(options: dict[str, Any]) -> None:
