@@ -18,6 +18,7 @@ import pytest
 
 from llmguard_sdk import ConfigurationError
 from llmguard_sdk.cli import main
+from llmguard_sdk.errors import CanaryNotFoundError, ReleaseConflictError
 from llmguard_sdk.store import open_store
 
 ROUTES = '[[routes]]\nmodel = "vllm/m"\nbase_url = "http://127.0.0.1:9/v1"\n'
@@ -132,3 +133,13 @@ def test_a_redis_database_that_is_no_whole_number_is_refused_naming_the_url(
 @pytest.mark.parametrize("path", ["", "/", "/0", "/15"])
 def test_a_redis_url_with_a_database_number_or_none_is_taken(path: str) -> None:
     open_store(f"redis://127.0.0.1:6379{path}").close()  # (no connection is made)
+
+
+def test_the_moves_of_a_canary_are_said_in_words() -> None:
+    """``could not rollback the canary``: the noun for the verb."""
+    assert "could not roll back the canary" in str(CanaryNotFoundError("k", "rollback"))
+    assert "could not roll back the canary" in str(
+        ReleaseConflictError("k", "rollback", attempts=2)
+    )
+    assert "could not promote the canary" in str(CanaryNotFoundError("k", "promote"))
+    assert CanaryNotFoundError("k", "rollback").action == "rollback"

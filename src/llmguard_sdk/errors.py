@@ -423,6 +423,11 @@ class StreamInterruptedError(ProviderError):
         self.partial_text = partial_text
 
 
+def _said(action: str) -> str:
+    """A canary's move in words: ``roll back`` (the verb) for ``rollback`` (the noun)."""
+    return "roll back" if action == "rollback" else action
+
+
 class ReleaseConflictError(LLMGuardError, RuntimeError):
     """A canary's promote or rollback by hand lost every race with other processes moving
     the same canary (each read was stale by the time of the move); nothing was changed.
@@ -434,7 +439,7 @@ class ReleaseConflictError(LLMGuardError, RuntimeError):
 
     def __init__(self, key: str, action: str, *, attempts: int) -> None:
         super().__init__(
-            f"could not {action} the canary under {key!r}: other processes moved it "
+            f"could not {_said(action)} the canary under {key!r}: other processes moved it "
             f"{attempts} times between each read and this move; try again"
         )
         self.key = key
@@ -455,7 +460,7 @@ class CanaryNotFoundError(LLMGuardError, LookupError):
 
     def __init__(self, key: str, action: str) -> None:
         super().__init__(
-            f"could not {action} the canary under {key!r}: no canary is under way there "
+            f"could not {_said(action)} the canary under {key!r}: no canary is under way there "
             "(none was stored, or it expired: 30 days after its Guards' last exchange or "
             "the last move); nothing was moved"
         )
