@@ -84,7 +84,9 @@ def _reads_counters(fake: FakeProvider, redis_url: str, redis_prefix: str) -> No
     text = _cli(*common, "--tenant", "acme").stdout
     assert "tenant:acme" in text
     assert "$   1.000000" in text
-    assert "no budget counters" in _cli(*common, "--tenant", "nobody").stdout
+    nobody = _cli(*common, "--tenant", "nobody")
+    assert nobody.returncode == 1  # (as cost report of no calls)
+    assert "no budget counters found for tenant nobody" in nobody.stderr
 
 
 def test_the_command_says_when_redis_does_not_answer() -> None:

@@ -135,6 +135,44 @@ def test_a_redis_url_with_a_database_number_or_none_is_taken(path: str) -> None:
     open_store(f"redis://127.0.0.1:6379{path}").close()  # (no connection is made)
 
 
+@pytest.mark.parametrize(
+    ("command", "said"),
+    [(["budget", "status"], "no budget counters found"),
+     (["release", "status", "bot"], "no canary stored under 'bot'")],
+)  # fmt: skip
+def test_a_status_that_finds_nothing_says_where_it_looked_and_exits_1(
+    redis_url: str,
+    redis_prefix: str,
+    capsys: pytest.CaptureFixture[str],
+    command: list[str],
+    said: str,
+) -> None:
+    """``--prefix`` misspelled: ``no budget counters found``, exit 0, and not a word of the
+    store or the prefix searched (``cost report`` of no calls exits 1)."""
+    argv = [*command, "--store", redis_url, "--prefix", redis_prefix]
+    assert main(argv) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert said in captured.err
+    assert f"in {redis_url} under key prefix {redis_prefix!r}" in captured.err
+    assert captured.err.count("\n") == 1
+    assert main([*argv, "--json"]) == 1
+    captured = capsys.readouterr()
+    shown = json.loads(captured.out)  # stdout stays JSON: no counter, no canary
+    assert shown == {"counters": []} if command[0] == "budget" else shown["canary"] is None
+    assert repr(redis_prefix) in captured.err
+
+
+def test_a_move_that_finds_no_canary_says_where_it_looked(
+    redis_url: str, redis_prefix: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["release", "rollback", "bot", "--store", redis_url, "--prefix", redis_prefix]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert "could not roll back the canary under 'bot'" in err
+    assert f"in {redis_url} under key prefix {redis_prefix!r}" in err
+
+
 def test_the_moves_of_a_canary_are_said_in_words() -> None:
     """``could not rollback the canary``: the noun for the verb."""
     assert "could not roll back the canary" in str(CanaryNotFoundError("k", "rollback"))

@@ -22,7 +22,7 @@ from ..budget._zones import UTC, zone
 from ..budget.control import status_row
 from ..budget.redis import RedisBudgetBackend
 from ..errors import BudgetUnavailableError, ConfigurationError
-from ._command import Command, Group, redis_store
+from ._command import Command, Group, redis_store, searched
 
 __all__ = ["BUDGET"]
 
@@ -40,7 +40,8 @@ def _status_arguments(status: argparse.ArgumentParser) -> None:
 
 
 def _run_status(args: argparse.Namespace) -> int:
-    """Carry out ``llmguard budget status``; returns the exit status."""
+    """Carry out ``llmguard budget status``; returns the exit status (1 when Redis does not
+    answer, or holds no counter there: said with the store and prefix searched)."""
     import redis
 
     store = redis_store(args)
@@ -64,9 +65,15 @@ def _run_status(args: argparse.Namespace) -> int:
         store.close()
     if args.json:
         print(json.dumps({"counters": rows}))
-        return 0
-    if not rows:
-        print("no budget counters found" + (f" for tenant {args.tenant}" if args.tenant else ""))
+    if not rows:  # (as cost report of no calls: 1) a misspelled --prefix, the wrong Redis
+        tenant = f" for tenant {args.tenant}" if args.tenant else ""
+        print(
+            f"llmguard budget status: no budget counters found{tenant} (budget set "
+            f"{args.name!r}) {searched(args)}",
+            file=sys.stderr,
+        )
+        return 1
+    if args.json:
         return 0
     width = max(len(row["scope"]) for row in rows)
     print(f"{'counter':<{width}}  {'limit':>12}  {'settled':>12}  {'held':>12}  resets")

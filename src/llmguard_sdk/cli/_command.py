@@ -22,7 +22,16 @@ from ..errors import ConfigurationError
 if TYPE_CHECKING:
     from ..store import RedisStore
 
-__all__ = ["Command", "Group", "number", "positive_int", "positive_number", "register"]
+__all__ = [
+    "Command",
+    "Group",
+    "number",
+    "positive_int",
+    "positive_number",
+    "redis_store",
+    "register",
+    "searched",
+]
 
 Runner = Callable[[argparse.Namespace], int]
 
@@ -124,3 +133,12 @@ def redis_store(args: argparse.Namespace) -> RedisStore:
     store = open_store(args.store, key_prefix=args.prefix)  # (a bad Redis URL: its error)
     assert isinstance(store, RedisStore)  # (a Redis scheme: a RedisStore or a cluster's)
     return store
+
+
+def searched(args: argparse.Namespace) -> str:
+    """Where ``--store`` and ``--prefix`` had a command look (``in URL under key prefix
+    'P'``, the URL's password hidden): said when it finds nothing, for a misspelled prefix or
+    the wrong Redis to show."""
+    from .._state.urls import redacted_url
+
+    return f"in {redacted_url(args.store)} under key prefix {args.prefix!r}"

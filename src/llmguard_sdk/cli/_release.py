@@ -14,7 +14,7 @@ from typing import Any
 
 from .._state.urls import redacted_url
 from ..errors import CanaryNotFoundError, ConfigurationError, ReleaseConflictError
-from ._command import Command, Group, redis_store
+from ._command import Command, Group, redis_store, searched
 
 __all__ = ["RELEASE"]
 
@@ -64,7 +64,10 @@ def _run(args: argparse.Namespace, action: str) -> int:
         if action != "status":
             move_by_hand(backend, args.key, policy, action)
         report = status_of(backend, args.key, policy)
-    except (CanaryNotFoundError, ReleaseConflictError) as exc:
+    except CanaryNotFoundError as exc:
+        print(f"llmguard release: {exc}; searched {searched(args)}", file=sys.stderr)
+        return 1
+    except ReleaseConflictError as exc:
         print(f"llmguard release: {exc}", file=sys.stderr)
         return 1
     except redis.RedisError as exc:
@@ -75,8 +78,17 @@ def _run(args: argparse.Namespace, action: str) -> int:
         return 1
     finally:
         store.close()
-    print(json.dumps(report) if args.json else _render(report))
-    return 0 if report["canary"] is not None else 1
+    if args.json:  # (with no canary too: the shape of ReleaseControl.status())
+        print(json.dumps(report))
+    if report["canary"] is None:  # a misspelled key or --prefix, the wrong Redis
+        print(
+            f"llmguard release {action}: no canary stored under {args.key!r} {searched(args)}",
+            file=sys.stderr,
+        )
+        return 1
+    if not args.json:
+        print(_render(report))
+    return 0
 
 
 def _stages(text: str) -> tuple[float, ...]:
@@ -93,8 +105,6 @@ def _shares(stages: tuple[float, ...]) -> str:
 
 def _render(report: dict[str, Any]) -> str:
     canary = report["canary"]
-    if canary is None:
-        return f"no canary stored under {report['key']!r}"
     lines = [
         f"{report['key']}: candidate {canary['candidate']} {canary['status']}"
         f" at share {canary['share']:g} (stage {canary['stage']}): {canary['reason']}",
