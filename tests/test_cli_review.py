@@ -181,3 +181,30 @@ def test_the_moves_of_a_canary_are_said_in_words() -> None:
     )
     assert "could not promote the canary" in str(CanaryNotFoundError("k", "promote"))
     assert CanaryNotFoundError("k", "rollback").action == "rollback"
+
+
+@pytest.mark.parametrize(
+    "command", [["cost", "report", "{file}"], ["report", "{file}", "--html", "{page}"]]
+)
+def test_lines_that_are_not_json_are_counted_with_the_first_one_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: list[str]
+) -> None:
+    """They were skipped without a word: a report of part of the file, as if whole."""
+    usage = tmp_path / "usage.jsonl"
+    usage.write_text(USAGE + "not json\n" + USAGE + '{"ts": 2.0, "outc\n' + "\n", encoding="utf-8")
+    names = {"file": str(usage), "page": str(tmp_path / "page.html")}
+    assert main([part.format(**names) for part in command]) == 0
+    err = capsys.readouterr().err
+    assert f"skipped 2 lines of {usage} that are not JSON (the first: line 2)" in err
+    assert err.count("\n") == 1
+
+
+def test_a_file_whose_lines_are_all_json_is_reported_without_a_word(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    usage = tmp_path / "usage.jsonl"
+    usage.write_text(USAGE + "\n" + USAGE, encoding="utf-8")
+    assert main(["cost", "report", str(usage), "--json"]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == ""
+    assert json.loads(captured.out)["total"]["calls"] == 2

@@ -25,7 +25,7 @@ from dataclasses import asdict
 from typing import Any
 
 from ..budget._source import TIERS
-from ..budget._usage_file import no_usage_records
+from ..budget._usage_file import no_usage_records, skipped_lines
 from ..budget.estimate import estimate
 from ..budget.prices import PriceTable
 from ..budget.recorder import read_usage, usage_report
@@ -288,6 +288,9 @@ def _run_report(args: argparse.Namespace) -> int:
             said = f"no usage records in {args.file} {_stretch(args)} ({outside[0]} outside)"
         print(f"llmguard cost report: {said}", file=sys.stderr)
         return 1
+    skipped = skipped_lines(args.file)
+    if skipped:  # records read: a report (exit 0) of part of the file, said so
+        print(f"llmguard cost report: {skipped}", file=sys.stderr)
     if since is not None or until is not None:
         report["since"] = since.isoformat() if since is not None else None
         report["until"] = until.isoformat() if until is not None else None

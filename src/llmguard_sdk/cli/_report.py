@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..budget._usage_file import no_usage_records
+from ..budget._usage_file import no_usage_records, skipped_lines
 from ..errors import ConfigurationError
 from ._command import Command
 
@@ -38,6 +38,9 @@ def _run(args: argparse.Namespace) -> int:
     if not records:  # (an EvalSink file: a page of 0 calls was written over the last one)
         print(f"llmguard report: {no_usage_records(args.usage)}", file=sys.stderr)
         return 1
+    skipped = skipped_lines(args.usage)
+    if skipped:  # a page of part of the file, said so
+        print(f"llmguard report: {skipped}", file=sys.stderr)
     samples = _samples(args.samples) if args.samples else []
     try:
         Path(args.html).write_text(render_report(records, samples), encoding="utf-8")
