@@ -20,6 +20,7 @@ from llmguard_sdk import ConfigurationError
 from llmguard_sdk.cli import main
 from llmguard_sdk.errors import CanaryNotFoundError, ReleaseConflictError
 from llmguard_sdk.store import open_store
+from llmguard_sdk.testing import FakeProvider
 
 ROUTES = '[[routes]]\nmodel = "vllm/m"\nbase_url = "http://127.0.0.1:9/v1"\n'
 USAGE = '{"ts": 1.0, "outcome": "ok", "tenant": "acme", "route": "r", "cost_usd": 0.01}\n'
@@ -208,3 +209,21 @@ def test_a_file_whose_lines_are_all_json_is_reported_without_a_word(
     captured = capsys.readouterr()
     assert captured.err == ""
     assert json.loads(captured.out)["total"]["calls"] == 2
+
+
+def test_eval_without_a_model_where_the_samples_name_none_is_refused_up_front(
+    tmp_path: Path, fake: FakeProvider, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every call failed with ``no model: pass model=...`` (Python's words), exit 1."""
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text(json.dumps(SAMPLE) + "\n", encoding="utf-8")
+    assert main(["eval", str(samples), "--base-url", fake.base_url]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("llmguard eval: --model: ")
+    assert "model=" not in err
+    assert err.count("\n") == 1
+    assert fake.requests == []  # refused before any call
+    recorded = {**SAMPLE, "model": fake.model}  # the samples name one: replayed as before
+    samples.write_text(json.dumps(recorded) + "\n", encoding="utf-8")
+    assert main(["eval", str(samples), "--base-url", fake.base_url, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["overall"]["compared"] == 1

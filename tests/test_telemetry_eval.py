@@ -274,7 +274,8 @@ def test_a_hand_edited_sample_is_skipped_or_counted_unknown_not_a_crash(tmp_path
     assert (report.overall.compared, report.skipped) == (1, 3)
     recorded = report.as_dict()["overall"]["recorded"]
     assert (recorded["cost_usd"], recorded["latency_p50_s"]) == (None, None)
-    assert main(["eval", str(path), "--base-url", "http://127.0.0.1:9/v1"]) == 1  # replay failed
+    argv = ["eval", str(path), "--base-url", "http://127.0.0.1:9/v1", "--model", "m"]
+    assert main(argv) == 1  # replay failed
 
 
 def test_feedback_lines_with_an_odd_call_id_are_skipped(tmp_path: Path) -> None:

@@ -48,7 +48,9 @@ def _finite(text: str) -> float:
 def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", help="the samples file (JSON Lines from EvalSink)")
     parser.add_argument("--base-url", required=True, help="the candidate's endpoint")
-    parser.add_argument("--model", help="the candidate's model (default: the endpoint's)")
+    parser.add_argument(
+        "--model", help="the candidate's model (default: the model each call recorded)"
+    )
     parser.add_argument(
         "--name", default="candidate", help="the candidate's name (default: %(default)s)"
     )
@@ -102,7 +104,11 @@ def _run(args: argparse.Namespace) -> int:
     from .. import Guard, OpenAICompatibleProvider
     from ..budget import Price, PriceTable
     from ..telemetry.evaluation import replay
+    from ..telemetry.sampling import read_samples
 
+    samples = read_samples(args.file)
+    if args.model is None:
+        _recorded_models(samples, args)
     key = os.environ.get(args.api_key_env) if args.api_key_env else None
     if args.api_key_env and not key:  # else every replayed call goes without a key (401)
         state = "is not set" if key is None else "is empty"
@@ -115,7 +121,7 @@ def _run(args: argparse.Namespace) -> int:
     )
     with Guard(provider, prices=prices, retry=None, timeout=args.timeout, environ={}) as guard:
         report = replay(
-            args.file,
+            samples,
             guard,
             compare=_comparator(args.compare),
             threshold=args.threshold,
@@ -130,6 +136,21 @@ def _run(args: argparse.Namespace) -> int:
         return 1
     print(json.dumps(report.as_dict(), indent=2) if args.json else report.render())
     return 1 if report.overall.replayed.errors else 0
+
+
+def _recorded_models(samples: list[dict[str, Any]], args: argparse.Namespace) -> None:
+    """Without ``--model``, each call is replayed with the model it recorded: calls to replay
+    that recorded none are a :class:`ConfigurationError` naming ``--model`` (each failed
+    with ``no model: pass model=...``, Python's words, and the command exited 1)."""
+    from ..telemetry.evaluation import _replayable
+
+    replayed = [s for s in samples if not s.get("error") and _replayable(s)][: args.limit]
+    unnamed = sum(1 for s in replayed if not s.get("model") and not s["request"].get("model"))
+    if unnamed:
+        raise ConfigurationError(
+            f"--model: {unnamed} of the {len(replayed)} calls to replay in {args.file} recorded "
+            "no model: name the candidate's model with --model"
+        )
 
 
 EVAL = Command(
