@@ -227,3 +227,34 @@ def test_eval_without_a_model_where_the_samples_name_none_is_refused_up_front(
     samples.write_text(json.dumps(recorded) + "\n", encoding="utf-8")
     assert main(["eval", str(samples), "--base-url", fake.base_url, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["overall"]["compared"] == 1
+
+
+@pytest.mark.parametrize("spec", ["json:dumps", "operator:not_", "os:sep", "builtins:len"])
+def test_a_comparison_that_cannot_take_two_answers_is_refused_saying_what_it_takes(
+    tmp_path: Path, fake: FakeProvider, capsys: pytest.CaptureFixture[str], spec: str
+) -> None:
+    """``--compare json:dumps`` ended in a TypeError traceback at the first comparison."""
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text(json.dumps({**SAMPLE, "model": "m"}) + "\n", encoding="utf-8")
+    argv = ["eval", str(samples), "--base-url", fake.base_url, "--compare", spec]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"llmguard eval: --compare {spec}: ")
+    assert "(recorded, replayed)" in err
+    assert err.count("\n") == 1
+    assert fake.requests == []  # refused before any call
+
+
+def test_a_comparison_returning_no_verdict_is_said_so(
+    tmp_path: Path, fake: FakeProvider, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A function of two answers that returns neither a bool nor a number (``os.path:join``
+    returns a path) raised a ValueError traceback."""
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text(json.dumps({**SAMPLE, "model": "m"}) + "\n", encoding="utf-8")
+    argv = ["eval", str(samples), "--base-url", fake.base_url, "--compare", "os.path:join"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("llmguard eval: --compare os.path:join: ")
+    assert "bool or a number" in err
+    assert err.count("\n") == 1

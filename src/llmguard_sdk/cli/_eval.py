@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import inspect
 import json
 import math
 import os
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from ..errors import ConfigurationError
@@ -86,6 +88,9 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
 
 
+_TAKES = "a function(recorded, replayed) of the two answers, returning a bool or a score"
+
+
 def _comparator(spec: str) -> Any:
     if spec in ("overlap", "exact"):
         return spec
@@ -93,9 +98,45 @@ def _comparator(spec: str) -> Any:
     if not sep:
         raise ConfigurationError(f"--compare must be overlap, exact or module:function: {spec!r}")
     try:
-        return getattr(importlib.import_module(module), name)
+        function = getattr(importlib.import_module(module), name)
     except (ImportError, AttributeError) as exc:
         raise ConfigurationError(f"--compare {spec!r}: {exc}") from None
+    return _of_two_answers(spec, function)
+
+
+def _of_two_answers(spec: str, function: Any) -> Callable[[str, str], bool | float]:
+    """``function``, checked to take the two answers before any call is replayed (``json:
+    dumps`` ended in a TypeError traceback at the first comparison), and each verdict to be
+    a bool or a number (a path, ``os.path:join``'s, was a ValueError traceback)."""
+    if not callable(function):
+        raise ConfigurationError(f"--compare {spec}: not a function; it takes {_TAKES}")
+    try:
+        inspect.signature(function).bind("recorded", "replayed")
+    except TypeError:
+        raise ConfigurationError(
+            f"--compare {spec}: {_name_of(function)}{inspect.signature(function)} cannot take "
+            f"the two answers; it takes {_TAKES}"
+        ) from None
+    except ValueError:  # no signature to read (a few builtins): its first verdict tells
+        pass
+
+    def compare(recorded: str, replayed: str) -> bool | float:
+        verdict = function(recorded, replayed)
+        if isinstance(verdict, bool):
+            return verdict
+        try:
+            return float(verdict)
+        except (TypeError, ValueError):
+            raise ConfigurationError(
+                f"--compare {spec}: returned {verdict!r:.60} ({type(verdict).__name__}); it "
+                "must return a bool or a number (a score, agreeing from --threshold)"
+            ) from None
+
+    return compare
+
+
+def _name_of(function: Any) -> str:
+    return str(getattr(function, "__qualname__", None) or getattr(function, "__name__", "it"))
 
 
 def _run(args: argparse.Namespace) -> int:
