@@ -258,3 +258,16 @@ def test_a_comparison_returning_no_verdict_is_said_so(
     assert err.startswith("llmguard eval: --compare os.path:join: ")
     assert "bool or a number" in err
     assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize("other", ["--no-guards", "--verifier"])
+def test_calibrate_refuses_no_strict_where_it_does_nothing(
+    capsys: pytest.CaptureFixture[str], other: str
+) -> None:
+    """``--no-strict`` beside ``--no-guards`` (no guards at all) or ``--verifier`` (the
+    standard guards already) changed nothing, without a word."""
+    argv = ["cache", "calibrate", "bundled:hard_questions", "--no-strict", other]
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    assert captured.err.startswith(f"llmguard cache calibrate: --no-strict: not with {other}")
+    assert captured.out == ""

@@ -60,7 +60,8 @@ def _calibrate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--no-strict",
         action="store_true",
-        help="the standard guards only (the strict ones are the default cache's)",
+        help="the standard guards only (the strict ones are the default cache's); not with "
+        "--no-guards or --verifier",
     )
     parser.add_argument(
         "--embedder",
@@ -92,6 +93,12 @@ def _run_calibrate(args: argparse.Namespace) -> int:
     """Run ``llmguard cache calibrate``; returns the exit status."""
     if not 0.0 < args.precision < 1.0:
         raise ConfigurationError("--target-precision must be in (0, 1)")
+    for other, given, why in (
+        ("--no-guards", args.no_guards, "no guards at all"),
+        ("--verifier", args.verifier, "the verifier runs with the standard guards only"),
+    ):
+        if args.no_strict and given:  # it changed nothing, without a word
+            raise ConfigurationError(f"--no-strict: not with {other} ({why})")
     pairs = _pairs(args.pairs)
     embedder = _embedder(args.embedder)
     verifier: Scorer | None = None
