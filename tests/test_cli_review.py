@@ -271,3 +271,25 @@ def test_calibrate_refuses_no_strict_where_it_does_nothing(
     captured = capsys.readouterr()
     assert captured.err.startswith(f"llmguard cache calibrate: --no-strict: not with {other}")
     assert captured.out == ""
+
+
+@pytest.mark.parametrize("option", ["--rate", "--before", "--outage", "--after"])
+def test_a_drill_of_no_rate_or_length_names_the_option(
+    option: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``rate and every phase duration must be positive`` left the reader to find which."""
+    argv = ["drill", "--no-local", "--before", "0.1", "--outage", "0.1", "--after", "0.1"]
+    assert main([*argv, option, "0"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.startswith(f"llmguard drill: {option} must be positive")
+    assert captured.out == ""
+
+
+def test_the_drills_name_the_argument_that_is_not_positive() -> None:
+    from llmguard_sdk.testing.config_drill import run_config_drill
+    from llmguard_sdk.testing.drill import run_drill
+
+    with pytest.raises(ConfigurationError, match=r"^outage must be positive"):
+        run_drill(outage=0.0)
+    with pytest.raises(ConfigurationError, match=r"^rate must be positive"):
+        run_config_drill({"routes": [{"model": "vllm/m", "base_url": "http://h/v1"}]}, rate=0)

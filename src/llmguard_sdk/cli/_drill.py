@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 
 from ..errors import ConfigurationError
@@ -37,6 +38,11 @@ def _arguments(drill: argparse.ArgumentParser) -> None:
 def _run(args: argparse.Namespace) -> int:
     """Run ``llmguard drill``: 0 when every call was answered (``--config``: when the
     fallback path held)."""
+    for name in ("rate", "before", "outage", "after"):  # (named as the option given)
+        if not 0 < getattr(args, name) < math.inf:
+            raise ConfigurationError(
+                f"--{name} must be positive and finite, got {getattr(args, name):g}"
+            )
     if args.config is not None:  # ("": --config alone, the file LLMGUARD_CONFIG names)
         given = (("--png", args.png is not None), ("--no-local", args.no_local))
         ignored = [name for name, used in given if used]

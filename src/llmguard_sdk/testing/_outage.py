@@ -8,6 +8,7 @@ timeout). Any other phase passes the call to the real route.
 
 from __future__ import annotations
 
+import math
 import time
 from collections import Counter
 from collections.abc import AsyncGenerator, Generator
@@ -15,13 +16,27 @@ from typing import Any
 
 import anyio
 
-from ..errors import ProviderError, ProviderTimeoutError, ProviderUnavailableError
+from ..errors import (
+    ConfigurationError,
+    ProviderError,
+    ProviderTimeoutError,
+    ProviderUnavailableError,
+)
 from ..models import ChatRequest, ChatResponse, StreamChunk
 from ..providers.base import Provider, StreamCall, _Streams
 
-__all__ = ["OUTAGE_PHASES", "Outage"]
+__all__ = ["OUTAGE_PHASES", "Outage", "check_drill_times"]
 
 OUTAGE_PHASES = ("refused", "503", "hang")
+
+
+def check_drill_times(**times: float) -> None:
+    """Raise :class:`ConfigurationError` naming the first of a drill's ``rate`` and phase
+    durations that is not a positive, finite number (``rate and every phase duration must be
+    positive`` left the reader to find which)."""
+    for name, value in times.items():
+        if not 0 < value < math.inf:  # (inf: an OverflowError, or a drill that never ends)
+            raise ConfigurationError(f"{name} must be positive and finite, got {value!r}")
 
 
 class Outage(_Streams):

@@ -19,7 +19,6 @@ command exits 1 when it does not hold.
 
 from __future__ import annotations
 
-import math
 import os
 import time
 from collections import Counter
@@ -38,7 +37,7 @@ from ..guard import Guard
 from ..providers.base import Provider
 from ..router import DeploymentGroup
 from ._drill_analysis import _percentile
-from ._outage import OUTAGE_PHASES, Outage
+from ._outage import OUTAGE_PHASES, Outage, check_drill_times
 
 __all__ = ["ConfigDrillReport", "run_config_drill"]
 
@@ -210,8 +209,7 @@ def run_config_drill(
     ``os.environ``). Calls take as long as the configuration lets them: set
     ``attempt_timeout`` there, or a hung primary holds each call until ``timeout``.
     """
-    if not all(0 < value < math.inf for value in (rate, before, outage, after)):
-        raise ConfigurationError("rate and every phase duration must be positive and finite")
+    check_drill_times(rate=rate, before=before, outage=outage, after=after)
     env = _text_environ(environ, "run_config_drill")
     with naming(config):
         loaded = load_config(config)

@@ -34,7 +34,6 @@ How it is measured:
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
 
@@ -58,6 +57,7 @@ from ._drill_run import (
     _Tap,
 )
 from ._faults import Fault
+from ._outage import check_drill_times
 from ._provider import FakeProvider
 
 __all__ = ["DrillReport", "run_drill"]
@@ -104,8 +104,7 @@ def run_drill(
     ``BreakerPolicy(window=20, minimum_calls=5, failure_rate=0.5, open_seconds=1,
     max_open_seconds=2, half_open_permits=1)``; the backup answers after 10 ms.
     """
-    if not all(0 < value < math.inf for value in (rate, before, outage, after)):
-        raise ConfigurationError("rate and every phase duration must be positive and finite")
+    check_drill_times(rate=rate, before=before, outage=outage, after=after)
     transitions: list[tuple[float, BreakerTransition]] = []
     policy = BREAKER if breaker is None else breaker
 
