@@ -128,3 +128,30 @@ def test_an_azure_route_names_only_what_it_lacks(
     path.write_text(json.dumps({"routes": [{"model": "azure/prod", **route}]}), encoding="utf-8")
     assert main(["check", str(path)]) == 2
     assert capsys.readouterr().err == f"llmguard check: {path}: routes.0: azure/ needs {missing}\n"
+
+
+@pytest.mark.parametrize(
+    ("model", "said"),
+    [
+        ("openia/gpt-4o-mini", "'openia' is no shortcut (did you mean openai/gpt-4o-mini?)"),
+        ("antropic/claude-3-5-haiku-latest", "(did you mean anthropic/claude-3-5-haiku-latest?)"),
+        ("gpt-4o-mini", "'gpt-4o-mini' names no shortcut"),
+        ("openai/", "'openai/' names no model"),
+    ],
+)
+def test_a_model_of_no_shortcut_names_the_shortcut_meant(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], model: str, said: str
+) -> None:
+    """The shortcuts were listed as a Python tuple (``('openai', 'openrouter', ...)``), and
+    nothing said which one was meant."""
+    path = tmp_path / "guard.toml"
+    path.write_text(f'[[routes]]\nmodel = "{model}"\n', encoding="utf-8")
+    assert main(["check", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(
+        f"llmguard check: {path}: routes.0.model: model must be <shortcut>/<model>"
+    )
+    assert said in err
+    assert "('openai'" not in err
+    assert "openai, openrouter, groq" in err  # the shortcuts, as words
+    assert err.count("\n") == 1

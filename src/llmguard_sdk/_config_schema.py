@@ -50,6 +50,7 @@ from pydantic import (
 from ._config_references import CREDENTIAL_HEADER, EMBEDDED, REFERENCE, read_references
 from ._config_shortcuts import SHORTCUTS
 from ._config_tasks import TasksConfig
+from ._problems import resembled
 from ._whole_counts import read_count
 from .config import _bad_store, _literal, _not_a_bool
 from .errors import ConfigurationError
@@ -86,10 +87,21 @@ class RouteConfig(BaseModel):
     @field_validator("model")
     @classmethod
     def _check_model(cls, model: str) -> str:
-        shortcut, _, name = model.partition("/")
-        if shortcut not in SHORTCUTS or not name.strip():  # "openai/": every call sent ""
-            raise ValueError(f"model must be <shortcut>/<model> with a shortcut of {SHORTCUTS}")
-        return model
+        shortcut, slash, name = model.partition("/")
+        if shortcut in SHORTCUTS and name.strip():
+            return model
+        if shortcut in SHORTCUTS:  # "openai/": every call sent ""
+            problem = f"{model!r} names no model"
+        elif not slash:  # "gpt-4o-mini"
+            problem = f"{model!r} names no shortcut"
+        else:
+            near = resembled(shortcut, SHORTCUTS)
+            meant = f" (did you mean {near}/{name}?)" if near else ""
+            problem = f"{shortcut!r} is no shortcut{meant}"
+        raise ValueError(
+            f"model must be <shortcut>/<model>, the shortcut one of {', '.join(SHORTCUTS)}: "
+            + problem
+        )
 
     @field_validator("api_key")
     @classmethod

@@ -9,7 +9,7 @@ from typing import Annotated, Any, Union, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 
-__all__ = ["problems"]
+__all__ = ["problems", "resembled"]
 
 
 def problems(
@@ -40,9 +40,16 @@ def _message(err: Any, model: type[BaseModel] | None) -> str:
         return f"Input should be a table of keys, got {_what(err['input'])}"
     if err["type"] == "extra_forbidden":
         *table, key = err["loc"]
-        near = difflib.get_close_matches(str(key), _keys(model, table), n=1)
-        return f"{message} (did you mean {near[0]}?)" if near else message
+        near = resembled(str(key), _keys(model, table))
+        return f"{message} (did you mean {near}?)" if near else message
     return message
+
+
+def resembled(word: str, choices: Collection[str]) -> str | None:
+    """The one of ``choices`` that ``word`` is likeliest a misspelling of, or None (the
+    ``did you mean ...?`` of a file's key, a route's shortcut)."""
+    near = difflib.get_close_matches(word, list(choices), n=1)
+    return near[0] if near else None
 
 
 def _what(value: object) -> str:
