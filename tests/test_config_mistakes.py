@@ -155,3 +155,40 @@ def test_a_model_of_no_shortcut_names_the_shortcut_meant(
     assert "('openai'" not in err
     assert "openai, openrouter, groq" in err  # the shortcuts, as words
     assert err.count("\n") == 1
+
+
+NAMED_A = {**ROUTE, "name": "a"}
+
+
+@pytest.mark.parametrize(
+    ("routes", "said"),
+    [
+        ([NAMED_A, {**NAMED_A, "model": "vllm/n"}], "two routes are named 'a'"),
+        ([NAMED_A, {"group": "a", "deployments": [{**ROUTE, "name": "b"}]}],
+         "a route and a group are named 'a'"),
+        ([NAMED_A, NAMED_A, NAMED_A], "three routes are named 'a'"),
+    ],
+)  # fmt: skip
+def test_routes_named_alike_are_said_so_without_asking_for_names(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], routes: list[dict[str, object]], said: str
+) -> None:
+    """Two routes both named ``a``: ``repeated: ['a'] (give each a name)``, though each had
+    one."""
+    path = tmp_path / "guard.json"
+    path.write_text(json.dumps({"routes": routes}), encoding="utf-8")
+    assert main(["check", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"llmguard check: {path}: routes: {said}: route and group names must be unique\n"
+
+
+def test_routes_named_after_their_shortcut_are_asked_for_names(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two ``vllm/`` routes without a name are both named ``vllm``: the file should name
+    them."""
+    path = tmp_path / "guard.json"
+    path.write_text(json.dumps({"routes": [ROUTE, {**ROUTE, "model": "vllm/n"}]}), encoding="utf-8")
+    assert main(["check", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "routes: two routes are named 'vllm'" in err
+    assert "a route without a name is named after its shortcut: give each a name" in err

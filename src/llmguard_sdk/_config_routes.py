@@ -61,14 +61,37 @@ def resolve(
             provider, info = _route(entry, environ, f"routes.{index}", config.folder)
             entries.append(provider)
             described.append(info)
-    groups = [entry.group for entry in config.routes if isinstance(entry, GroupConfig)]
-    names = [info.name for info in described] + groups  # tiers name either
-    repeated = sorted({name for name in names if names.count(name) > 1})
+    repeated = _repeated_names(config, described)
     if repeated:  # the Guard's rule: the file says which routes to name
-        raise ConfigurationError(
-            f"routes: route and group names must be unique; repeated: {repeated} (give each a name)"
-        )
+        raise ConfigurationError(f"routes: {repeated}: route and group names must be unique")
     return entries, described
+
+
+_COUNTS = {1: "a", 2: "two", 3: "three"}
+
+
+def _repeated_names(config: ConfigFile, described: list[ResolvedRoute]) -> str | None:
+    """``two routes are named 'a'`` (``a route and a group ...``) for each name given more
+    than once (tiers name routes and groups alike), and, where a route without a name took
+    its shortcut's, that it should be given one; None when each is unique."""
+    groups = [entry.group for entry in config.routes if isinstance(entry, GroupConfig)]
+    routes = [info.name for info in described]
+    names = routes + groups
+    given = [*groups]  # the names the file wrote (a route without one: its shortcut's)
+    for entry in config.routes:
+        deployments = entry.deployments if isinstance(entry, GroupConfig) else [entry]
+        given += [route.name for route in deployments if route.name is not None]
+    said = []
+    for name in sorted({name for name in names if names.count(name) > 1}):
+        counted = [
+            f"{_COUNTS.get(count, count)} {kind}{'s' if count > 1 else ''}"
+            for kind, count in (("route", routes.count(name)), ("group", groups.count(name)))
+            if count
+        ]
+        unnamed = given.count(name) < names.count(name)
+        why = " (a route without a name is named after its shortcut: give each a name)"
+        said.append(f"{' and '.join(counted)} are named {name!r}{why if unnamed else ''}")
+    return "; ".join(said) or None
 
 
 def _in_group(info: ResolvedRoute, group: str) -> ResolvedRoute:
