@@ -192,3 +192,25 @@ def test_routes_named_after_their_shortcut_are_asked_for_names(
     err = capsys.readouterr().err
     assert "routes: two routes are named 'vllm'" in err
     assert "a route without a name is named after its shortcut: give each a name" in err
+
+
+@pytest.mark.parametrize(
+    ("config", "where"),
+    [
+        ({"routes": [{**ROUTE, "timeout": 3}]}, "routes.0.timeout"),
+        ({"routes": [{**ROUTE, "store": "memory"}]}, "routes.0.store"),
+        ({"routes": [{"group": "g", "deployments": [{**ROUTE, "attempt_timeout": 1}]}]},
+         "routes.0.deployments.0.attempt_timeout"),
+    ],
+)  # fmt: skip
+def test_a_top_level_setting_in_a_table_is_said_to_be_one(
+    config: dict[str, object], where: str
+) -> None:
+    """``routes.0.timeout: Extra inputs are not permitted``: nothing said that ``timeout`` is
+    a setting of the whole file."""
+    key = where.rsplit(".", 1)[1]
+    with pytest.raises(ConfigurationError) as caught:
+        load_config(config)
+    assert f"{where}: {EXTRA} ({key} is a top-level key, not one of this table's)" in str(
+        caught.value
+    )

@@ -22,7 +22,8 @@ def problems(
     ``skip`` (a union's branch names) left out, ``default`` where none is left; a validator's
     own message without pydantic's ``Value error, `` before it. With the
     ``model`` validated (a file's), a key it does not take names the key of its table it
-    resembles, and a value that is no table says so without naming our classes."""
+    resembles (a key of the top level in a table: that it is one), and a value that is no
+    table says so without naming our classes."""
     return [
         f"{'.'.join(str(p) for p in err['loc'] if p not in skip) or default}: "
         f"{_message(err, model)}"
@@ -40,6 +41,8 @@ def _message(err: Any, model: type[BaseModel] | None) -> str:
         return f"Input should be a table of keys, got {_what(err['input'])}"
     if err["type"] == "extra_forbidden":
         *table, key = err["loc"]
+        if table and key in model.model_fields:  # routes.0.timeout: the file's own setting
+            return f"{message} ({key} is a top-level key, not one of this table's)"
         near = resembled(str(key), _keys(model, table))
         return f"{message} (did you mean {near}?)" if near else message
     return message
