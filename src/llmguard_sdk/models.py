@@ -212,7 +212,8 @@ def _checked_tool(tool: dict[str, JsonValue]) -> dict[str, JsonValue]:
 
 def _check_named(spec: dict[str, JsonValue], where: str, schema: str) -> None:
     """A function's or a JSON schema format's ``name`` (the chat API's rule), its ``schema``
-    (an object), ``description`` (a string) and ``strict`` (a bool), as the API takes them."""
+    (an object), ``description`` (a string) and ``strict`` (a bool, or null as openai's types
+    allow), as the API takes them."""
     name = spec.get("name")
     if not isinstance(name, str) or _TOOL_NAME.fullmatch(name) is None:
         raise ValueError(
@@ -222,8 +223,8 @@ def _check_named(spec: dict[str, JsonValue], where: str, schema: str) -> None:
         raise ValueError(f"{where}.{schema} must be a JSON Schema object")
     if not isinstance(spec.get("description", ""), str):
         raise ValueError(f"{where}.description must be a string")
-    if not isinstance(spec.get("strict", False), bool):
-        raise ValueError(f"{where}.strict must be true or false")
+    if spec.get("strict") is not None and not isinstance(spec["strict"], bool):
+        raise ValueError(f"{where}.strict must be true, false or null")
 
 
 def _checked_format(response_format: dict[str, JsonValue]) -> dict[str, JsonValue]:

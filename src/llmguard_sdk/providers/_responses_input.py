@@ -224,8 +224,16 @@ def _chat_tool(tool: object) -> dict[str, Any]:
     if not isinstance(tool, dict) or tool.get("type") != "function":
         kind = tool.get("type") if isinstance(tool, dict) else tool
         raise _bad(f"only function tools are supported, not {kind!r}")
-    function = {k: tool[k] for k in ("name", "description", "parameters", "strict") if k in tool}
-    return {"type": "function", "function": function}
+    # null is absent (openai's types let description, parameters and strict be None)
+    return {
+        "type": "function",
+        "function": _given(tool, "name", "description", "parameters", "strict"),
+    }
+
+
+def _given(source: Mapping[str, Any], *keys: str) -> dict[str, Any]:
+    """``source``'s ``keys`` that have a value (not null)."""
+    return {k: source[k] for k in keys if source.get(k) is not None}
 
 
 def _tool_choice(choice: object) -> object:
@@ -246,7 +254,7 @@ def _text(text: object) -> dict[str, Any]:
     if not isinstance(fmt, dict) or fmt.get("type") in (None, "text"):
         return params
     if fmt.get("type") == "json_schema":
-        schema = {k: fmt[k] for k in ("name", "schema", "strict", "description") if k in fmt}
+        schema = _given(fmt, "name", "schema", "strict", "description")
         return {**params, "response_format": {"type": "json_schema", "json_schema": schema}}
     return {**params, "response_format": {"type": str(fmt.get("type"))}}
 
