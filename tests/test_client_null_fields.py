@@ -69,3 +69,19 @@ def test_pydantic_ai_responses_model_with_a_tool(guard: Guard, fake: FakeProvide
 
     assert agent.run_sync("hello there").output == "Echo: hello there"
     assert fake.requests[-1].body["tools"][0]["function"]["name"] == "weather"
+
+
+def test_an_answer_dumped_back_into_the_conversation(guard: Guard, fake: FakeProvider) -> None:
+    # messages.append(completion.choices[0].message.model_dump()): openai's dump names every
+    # field of its message, null where the answer had none (refusal, audio, function_call,
+    # annotations), and OpenAI takes it back so
+    client = _openai_client(guard)
+    answer = client.chat.completions.create(model="m", messages=ASK)
+    dumped: Any = answer.choices[0].message.model_dump()
+    assert {"refusal", "audio", "function_call", "annotations"} <= set(dumped)
+    again = client.chat.completions.create(model="m", messages=[*ASK, dumped, *ASK])
+    assert again.choices[0].message.content == "Echo: hello there"
+    assert fake.requests[-1].body["messages"][1] == {
+        "role": "assistant",
+        "content": "Echo: hello there",
+    }

@@ -110,6 +110,10 @@ Role = Literal["system", "developer", "user", "assistant", "tool"]
 """The roles a chat message can have."""
 
 
+# openai's answer message's fields that no request sends (null or [] in its model_dump())
+_ANSWER_ONLY = ("refusal", "audio", "function_call", "annotations")
+
+
 class Message(BaseModel):
     """One chat message.
 
@@ -121,7 +125,9 @@ class Message(BaseModel):
     carry Claude's ``thinking`` blocks of that turn, as Claude sent them (Claude wants them back
     with a tool's result when thinking is on); only Anthropic routes send them. Its
     ``thinking`` may also hold OpenAI Responses' ``reasoning`` items that led to it, as the
-    route sent them; only Responses routes send those.
+    route sent them; only Responses routes send those. The fields of openai's answer message
+    that a request has no use for (``refusal``, ``audio``, ``function_call``, ``annotations``)
+    are left out where empty, as in ``message.model_dump()`` of an answer sent back.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -133,6 +139,13 @@ class Message(BaseModel):
     tool_call_id: str | None = None
     is_error: bool | None = Field(default=None, strict=True)
     thinking: list[dict[str, JsonValue]] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _without_empty_answer_fields(cls, data: Any) -> Any:
+        if isinstance(data, dict) and any(k in data and not data[k] for k in _ANSWER_ONLY):
+            return {k: v for k, v in data.items() if v or k not in _ANSWER_ONLY}
+        return data
 
     @model_validator(mode="after")
     def _check_shape(self) -> Message:
