@@ -85,3 +85,20 @@ def test_an_answer_dumped_back_into_the_conversation(guard: Guard, fake: FakePro
         "role": "assistant",
         "content": "Echo: hello there",
     }
+
+
+def test_a_refusal_sent_back_is_the_assistant_s_words(guard: Guard, fake: FakeProvider) -> None:
+    # an answer OpenAI refused to give comes as message.refusal with content None; the chat
+    # API takes it back in the history, and so does the Guard (it was a 400 before any route)
+    client = _openai_client(guard)
+    refused: Any = {"role": "assistant", "content": None, "refusal": "I can't help with that."}
+    answer = client.chat.completions.create(model="m", messages=[*ASK, refused, *ASK])
+    assert answer.choices[0].message.content == "Echo: hello there"
+    assert fake.requests[-1].body["messages"][1] == {
+        "role": "assistant",
+        "content": "I can't help with that.",
+    }
+    import openai
+
+    with pytest.raises(openai.BadRequestError, match="refusal"):  # no field of a user's
+        client.chat.completions.create(model="m", messages=[{**ASK[0], "refusal": "no"}])

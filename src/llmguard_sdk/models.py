@@ -127,7 +127,8 @@ class Message(BaseModel):
     ``thinking`` may also hold OpenAI Responses' ``reasoning`` items that led to it, as the
     route sent them; only Responses routes send those. The fields of openai's answer message
     that a request has no use for (``refusal``, ``audio``, ``function_call``, ``annotations``)
-    are left out where empty, as in ``message.model_dump()`` of an answer sent back.
+    are left out where empty, as in ``message.model_dump()`` of an answer sent back; an
+    assistant's ``refusal`` without content is its content (the model's words, sent back).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -143,8 +144,8 @@ class Message(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _without_empty_answer_fields(cls, data: Any) -> Any:
-        if isinstance(data, dict) and any(k in data and not data[k] for k in _ANSWER_ONLY):
-            return {k: v for k, v in data.items() if v or k not in _ANSWER_ONLY}
+        if isinstance(data, dict) and any(k in data for k in _ANSWER_ONLY):
+            return _request_fields(data)
         return data
 
     @model_validator(mode="after")
@@ -170,6 +171,18 @@ class Message(BaseModel):
         if not self.content:
             return ""
         return "".join(str(p.get("text", "")) for p in self.content if p.get("type") == "text")
+
+
+def _request_fields(data: dict[str, Any]) -> dict[str, Any]:
+    """A message as a request takes it: the answer-only fields left out where empty, and an
+    assistant's ``refusal`` without content taken as its content (what the model said: the
+    chat API takes a refusal back in the history; no route has a field for it)."""
+    kept = {k: v for k, v in data.items() if v or k not in _ANSWER_ONLY}
+    refusal = kept.get("refusal")
+    if isinstance(refusal, str) and kept.get("role") == "assistant" and not kept.get("content"):
+        del kept["refusal"]
+        kept["content"] = refusal
+    return kept
 
 
 # the detail values of chat's image_url part ("auto": the default); the Responses API's
