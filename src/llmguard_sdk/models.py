@@ -111,7 +111,7 @@ Role = Literal["system", "developer", "user", "assistant", "tool"]
 
 
 # openai's answer message's fields that no request sends (null or [] in its model_dump())
-_ANSWER_ONLY = ("refusal", "audio", "function_call", "annotations")
+_ANSWER_ONLY = frozenset(("refusal", "audio", "function_call", "annotations"))
 
 
 class Message(BaseModel):
@@ -144,7 +144,7 @@ class Message(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _without_empty_answer_fields(cls, data: Any) -> Any:
-        if isinstance(data, dict) and any(k in data for k in _ANSWER_ONLY):
+        if isinstance(data, dict) and not _ANSWER_ONLY.isdisjoint(data):
             return _request_fields(data)
         return data
 
