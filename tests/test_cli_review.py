@@ -293,3 +293,23 @@ def test_the_drills_name_the_argument_that_is_not_positive() -> None:
         run_drill(outage=0.0)
     with pytest.raises(ConfigurationError, match=r"^rate must be positive"):
         run_config_drill({"routes": [{"model": "vllm/m", "base_url": "http://h/v1"}]}, rate=0)
+
+
+@pytest.mark.parametrize("command", [["budget", "status"], ["release", "status", "bot"]])
+def test_a_redis_that_refuses_is_not_said_not_to_answer(
+    redis_url: str, capsys: pytest.CaptureFixture[str], command: list[str]
+) -> None:
+    """A database the server does not have was "Redis ... did not answer: DB index is out
+    of range": Redis answered, and the one to look into is the URL, not the network."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(redis_url)
+    missing = parts._replace(path="/100000").geturl()  # (Redis has 16 databases by default)
+    assert main([*command, "--store", missing]) == 1
+    err = capsys.readouterr().err
+    assert f"Redis at {missing} refused: " in err
+    assert "DB index is out of range" in err
+    assert "did not answer" not in err
+    unreachable = "redis://127.0.0.1:1/0"
+    assert main([*command, "--store", unreachable]) == 1
+    assert f"Redis at {unreachable} did not answer: " in capsys.readouterr().err

@@ -17,12 +17,11 @@ import datetime as dt
 import json
 import sys
 
-from .._state.urls import redacted_url
 from ..budget._zones import UTC, zone
 from ..budget.control import status_row
 from ..budget.redis import RedisBudgetBackend
 from ..errors import BudgetUnavailableError, ConfigurationError
-from ._command import Command, Group, redis_store, searched
+from ._command import Command, Group, redis_failed, redis_store, searched
 
 __all__ = ["BUDGET"]
 
@@ -53,10 +52,7 @@ def _run_status(args: argparse.Namespace) -> int:
             for spec, found in zip(specs, backend.status(specs), strict=True)
         ]
     except (redis.RedisError, BudgetUnavailableError) as exc:
-        print(
-            f"llmguard budget: Redis at {redacted_url(args.store)} did not answer: {exc}",
-            file=sys.stderr,
-        )
+        print(f"llmguard budget: {redis_failed(args, exc)}", file=sys.stderr)
         return 1
     except ConfigurationError as exc:  # a counter's time zone this system cannot read
         print(f"llmguard budget: {exc}", file=sys.stderr)

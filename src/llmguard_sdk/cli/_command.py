@@ -142,3 +142,18 @@ def searched(args: argparse.Namespace) -> str:
     from .._state.urls import redacted_url
 
     return f"in {redacted_url(args.store)} under key prefix {args.prefix!r}"
+
+
+def redis_failed(args: argparse.Namespace, exc: BaseException) -> str:
+    """What a command says when Redis failed it (its URL's password hidden): Redis
+    ``refused`` it where Redis answered with an error (refused credentials, a database it does
+    not have, a command refused), ``did not answer`` where it did not (down, unreachable,
+    timed out): the one to look into differs."""
+    import redis
+
+    from .._state.urls import redacted_url
+
+    failed = exc.__cause__ if isinstance(exc.__cause__, redis.RedisError) else exc
+    answered = isinstance(failed, redis.ResponseError | redis.AuthenticationError)
+    verb = "refused" if answered else "did not answer"
+    return f"Redis at {redacted_url(args.store)} {verb}: {exc}"

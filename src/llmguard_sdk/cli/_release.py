@@ -12,9 +12,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from .._state.urls import redacted_url
 from ..errors import CanaryNotFoundError, ConfigurationError, ReleaseConflictError
-from ._command import Command, Group, redis_store, searched
+from ._command import Command, Group, redis_failed, redis_store, searched
 
 __all__ = ["RELEASE"]
 
@@ -71,10 +70,7 @@ def _run(args: argparse.Namespace, action: str) -> int:
         print(f"llmguard release: {exc}", file=sys.stderr)
         return 1
     except redis.RedisError as exc:
-        print(
-            f"llmguard release: Redis at {redacted_url(args.store)} did not answer: {exc}",
-            file=sys.stderr,
-        )
+        print(f"llmguard release: {redis_failed(args, exc)}", file=sys.stderr)
         return 1
     finally:
         store.close()
