@@ -591,9 +591,9 @@ def test_loading_the_live_entries_takes_a_few_pages_a_sync(
     sync now loads a few pages and the next syncs go on from there."""
     import redis
 
-    from llmguard_sdk.cache import backends
+    from llmguard_sdk.cache import _redis
 
-    monkeypatch.setattr(backends, "_LIVE_PAGE", 10)  # 4 pages a sync: 40 entries
+    monkeypatch.setattr(_redis, "_LIVE_PAGE", 10)  # 4 pages a sync: 40 entries
     writer = ResponseCache(redis_url, key_prefix=redis_prefix, max_entries=500, guards=False)
     for i in range(100):
         writer.store(ask(f"Unrelated question number {i} about item {i * 7}?"), answer(f"{i}"))
@@ -691,14 +691,14 @@ def test_a_shared_entry_lives_its_ttl_whatever_the_reading_hosts_clock(
     host whose clock ran 2 minutes ahead found a 1-minute entry dead as soon as it was
     written (one running behind served it past its ttl). The entry's remaining life in
     Redis (its PTTL) now says how long it lives, on every host."""
-    from llmguard_sdk.cache import backends, core
+    from llmguard_sdk.cache import _redis, core
 
     writer, reader = (
         ResponseCache(redis_url, key_prefix=redis_prefix, ttl=60, stale_ttl=0, sync_interval=0)
         for _ in range(2)
     )
     writer.store(ask(FAQ), answer("a"))
-    for module in (core, backends):
+    for module in (core, _redis):
         monkeypatch.setattr(module, "time", _ClockAhead(120.0))
     hit = reader.lookup(ask(FAQ))
     assert hit is not None
@@ -718,11 +718,11 @@ def test_the_change_stream_judges_an_entry_alive_by_the_servers_clock(
     1-minute ttl (no semantic hit while it lived), from the stream as from the live entries
     loaded after the stream was trimmed. A put's life now counts from its message id, by
     Redis's clock; a loaded entry's from its PTTL."""
-    from llmguard_sdk.cache import _local, backends, core
+    from llmguard_sdk.cache import _local, _redis, core
 
     writer = ResponseCache(redis_url, key_prefix=redis_prefix, ttl=60, stale_ttl=0)
     writer.store(ask(FAQ), answer("a"))
-    for module in (core, backends, _local):
+    for module in (core, _redis, _local):
         monkeypatch.setattr(module, "time", _ClockAhead(120.0))
     reader = ResponseCache(redis_url, key_prefix=redis_prefix, sync_interval=0)
     hit = reader.lookup(ask(PARAPHRASE))

@@ -11,7 +11,7 @@ import redis
 from llmguard_sdk._state.steps import Batch
 from llmguard_sdk._state.stores import RedisStore, hash_id
 from llmguard_sdk.cache import RedisCacheBackend, ResponseCache
-from llmguard_sdk.cache.backends import _EVICT_AT_ONCE
+from llmguard_sdk.cache._redis import _EVICT_AT_ONCE
 from tests.test_cache import answer, ask
 
 pytestmark = pytest.mark.redis

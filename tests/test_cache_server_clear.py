@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import redis
 
-from llmguard_sdk.cache import HashingEmbedder, ResponseCache, backends
+from llmguard_sdk.cache import HashingEmbedder, ResponseCache, _redis
 from llmguard_sdk.context import scoped
 from tests.conftest import RawRedis
 from tests.test_cache_server_search import answer, ask
@@ -95,8 +95,8 @@ def encoding(request: pytest.FixtureRequest, server: RawRedis) -> Iterator[str]:
 def test_a_namespace_larger_than_a_page_is_cleared_in_bounded_scripts(
     redis8_url: str, server: RawRedis, monkeypatch: pytest.MonkeyPatch, encoding: str
 ) -> None:
-    monkeypatch.setattr(backends, "_CLEAR_PAGE", PAGE)
-    monkeypatch.setattr(backends, "_CLEAR_VECTORS", VECTORS)
+    monkeypatch.setattr(_redis, "_CLEAR_PAGE", PAGE)
+    monkeypatch.setattr(_redis, "_CLEAR_VECTORS", VECTORS)
     prefix = f"clear-{uuid.uuid4().hex[:8]}"
     cache = _filled(redis8_url, prefix)
     try:
@@ -147,8 +147,8 @@ def test_a_clear_with_writes_meanwhile_leaves_nothing_without_an_expiry(
 ) -> None:
     """A store between two of a clear's scripts: its entry and vector go too, or stay
     whole (entry, vector and hash field, each with its expiry)."""
-    monkeypatch.setattr(backends, "_CLEAR_PAGE", PAGE)
-    monkeypatch.setattr(backends, "_CLEAR_VECTORS", VECTORS)
+    monkeypatch.setattr(_redis, "_CLEAR_PAGE", PAGE)
+    monkeypatch.setattr(_redis, "_CLEAR_VECTORS", VECTORS)
     prefix = f"clear-{uuid.uuid4().hex[:8]}"
     cache = _filled(redis8_url, prefix)
     backend: Any = cache._backend
