@@ -74,3 +74,34 @@ def test_an_answer_this_version_cannot_read_is_a_miss(redis_url: str, redis_pref
     finally:
         cache.clear()
         cache.close()
+
+
+def test_lookups_and_stores_that_redis_did_not_serve_are_counted(
+    redis_server: RedisServer,
+) -> None:
+    """A Redis outage showed in ``stats`` only as misses (and a log line): a cache whose Redis
+    was gone for an hour looked like one whose questions were all new. Each lookup and store
+    that Redis did not serve is now counted in ``stats.errors`` too (a lookup while Redis is
+    paused after a failure as well: it was not served either)."""
+    store = RedisStore(redis_server.url, key_prefix="errors", socket_timeout=0.25, retry_pause=5)
+    cache = ResponseCache(store, sync_interval=0.0)
+    try:
+        assert cache.store(ask(FAQ), answer("a"))
+        assert cache.lookup(ask(FAQ)) is not None
+        assert cache.stats.errors == 0
+        redis_server.kill()
+        assert cache.lookup(ask(FAQ)) is None  # tried: refused
+        assert cache.lookup(ask(PARAPHRASE)) is None  # paused: not tried
+        assert not cache.store(ask("Another question?"), answer("b"))
+        assert cache.lookup_stale(ask(FAQ)) is None
+        assert (cache.stats.errors, cache.stats.misses) == (4, 2)
+    finally:
+        cache.close()
+
+
+def test_a_memory_cache_counts_no_errors() -> None:
+    cache = ResponseCache()
+    assert cache.store(ask(FAQ), answer("a"))
+    assert cache.lookup(ask(FAQ)) is not None
+    assert cache.lookup(ask("Something else entirely?")) is None
+    assert cache.stats.errors == 0

@@ -143,8 +143,14 @@ class RedisCacheBackend:
 
     def get_steps(self, entry_id: str) -> Step[CacheEntry | None]:
         """:meth:`get` as a step of a :class:`~llmguard_sdk._state.steps.Batch`."""
+        entry, _ = yield from self.read_steps(entry_id)
+        return entry
+
+    def read_steps(self, entry_id: str) -> Step[tuple[CacheEntry | None, bool]]:
+        """:meth:`get_steps`, and whether Redis served the read (False: Redis away, paused
+        after a failure, or refusing the command; the entry is then ``None``)."""
         if not self._outage.up():
-            return None
+            return None, False
         try:
             yield from self._checked_steps()
             raw = yield self._scripts.command(
@@ -160,14 +166,14 @@ class RedisCacheBackend:
             )
         except redis_errors() as exc:
             self._outage.failed(exc)
-            return None
+            return None, False
         if raw is None:
-            return None
+            return None, True
         entry = _readable(raw[0])
         if entry is None:
-            return None
+            return None, True
         entry = _on_this_clock(entry, int(raw[1]))
-        return entry if entry.stale_until > time.time() else None
+        return (entry if entry.stale_until > time.time() else None), True
 
     def put_steps(self, entry: CacheEntry) -> Step[list[str] | None]:
         """:meth:`put` as a step of a :class:`~llmguard_sdk._state.steps.Batch`: ``None``

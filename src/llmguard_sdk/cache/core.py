@@ -256,9 +256,11 @@ class ResponseCache(_SemanticMatching, Closes, AsyncCloses):
         if keys is None:
             self.stats._add("skipped")
             return None
-        entry: CacheEntry | None = yield from self._backend_step("get", keys.exact)
+        entry, served = yield from self._read_steps(keys.exact)
         if entry is not None and entry.fresh_until > time.time():
             hit = served_hit("exact", entry, 1.0)
+        elif not served:  # the store is away: its candidates could not be read either
+            hit = None
         elif self.semantic and keys.query.strip() and (self._local or self._server is not None):
             deadline = options.get("deadline")
             hit = yield work(lambda: self._semantic(keys, stale=False, deadline=deadline))
@@ -343,9 +345,11 @@ class ResponseCache(_SemanticMatching, Closes, AsyncCloses):
 
     def _find(self, keys: CacheKeys, *, stale: bool, deadline: float | None) -> CacheHit | None:
         now = time.time()
-        entry = self._backend.get(keys.exact)
+        entry, served = run(self._read_steps(keys.exact))
         if entry is not None and (stale or entry.fresh_until > now):
             return served_hit("exact", entry, 1.0)
+        if not served:  # the store is away: its candidates could not be read either
+            return None
         stopped = self.monitor is not None and not self.monitor.serving(self.namespace)
         if stopped or not self.semantic or not keys.query.strip():
             return None  # (semantic hits the monitor stopped are not served stale either)
@@ -393,6 +397,7 @@ class ResponseCache(_SemanticMatching, Closes, AsyncCloses):
         within ``max_bytes``, or a shared store unreachable, so nothing was written)."""
         evicted: list[str] | None = yield from self._backend_step("put", entry)
         if evicted is None:  # (Redis away: the write was dropped, logged once per outage)
+            self.stats._add("errors")
             return False
         kept = entry.entry_id not in evicted  # (one larger than a byte bound is not)
         if entry.vector is not None and self._server is None and kept:
@@ -511,6 +516,18 @@ class ResponseCache(_SemanticMatching, Closes, AsyncCloses):
 
     def _sync(self) -> None:
         run(self.sync_steps())
+
+    def _read_steps(self, entry_id: str) -> Step[tuple[CacheEntry | None, bool]]:
+        """The live entry ``entry_id`` names (marked as used), and whether the store served
+        the read (one it did not is counted in ``stats.errors``)."""
+        read = getattr(self._backend, "read_steps", None)
+        if read is not None:
+            found: tuple[CacheEntry | None, bool] = yield from read(entry_id)
+        else:
+            found = (yield work(lambda: self._backend.get(entry_id))), True
+        if not found[1]:
+            self.stats._add("errors")
+        return found
 
     def _backend_step(self, name: str, *args: Any) -> Step[Any]:
         """The backend's step for ``name`` (a Redis backend's own), else its method as

@@ -134,6 +134,12 @@ class CacheStats:
     monitor_refusals: int = 0
     """Semantic hits not served because the monitor stopped them (checked in the background
     instead)."""
+    errors: int = 0
+    """Lookups (stale ones too) and stores that a shared store did not serve: Redis away,
+    paused after a failure, or refusing the command. A lookup is a miss too (in ``misses``),
+    a store returns False; a Redis outage shows here, not only as misses and a log line.
+
+    .. versionadded:: 0.2.0"""
     guard_rejections: dict[str, int] = field(default_factory=dict)
 
     @property
