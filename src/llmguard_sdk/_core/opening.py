@@ -268,7 +268,7 @@ class OpeningOutcome:
             logger.exception("response cache: storing an answer failed")
             return
         if entry is not None:
-            self.tail.add(_logged(stages.cache.put_steps(entry)))
+            self.tail.add(_logged(stages.cache.put_steps(entry, ctx.deadline)))
 
     async def aremember_later(
         self, ctx: CallContext, stages: Stages, response: ChatResponse
@@ -308,7 +308,7 @@ def _opening(ctx: CallContext, stages: Stages) -> tuple[Batch, dict[str, int], O
     opened = OpeningOutcome(Tail())
     cache = stages.cache
     if cache is not None:
-        batch.add(cache.sync_steps())
+        batch.add(cache.sync_steps(ctx.deadline))
         where["cache"] = batch.add(_lookup_steps(ctx, stages, cache, opened))
     if spend is not None:
         where["spend"] = batch.add(spend.reserve_steps(ctx, stages, opened.notes, opened.asked))

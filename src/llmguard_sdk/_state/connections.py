@@ -48,7 +48,7 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, cast
 
-from . import turns
+from . import bounds, turns
 
 if TYPE_CHECKING:
     from .stores import RedisStore
@@ -98,17 +98,69 @@ def _again(base: Any, asynchronous: bool) -> type[Any]:
 
 
 class _CheckedAgain:
-    """Mixed into a sync redis-py connection class (see the module's docs)."""
+    """Mixed into a sync redis-py connection class (see the module's docs). Inside a round
+    trip bounded by its call's deadline (:mod:`._state.bounds`), each wait for Redis (the
+    connection, each send and each answer, the handshake's included) ends when the round
+    trip's time is up, as :func:`.bounds.out_of_time`'s error; otherwise it waits as the
+    store's timeouts let it."""
 
     _fresh = False  # connecting: a failed check of a fresh connection is final
+    socket_timeout: float | None
+    socket_connect_timeout: float | None
 
     def connect(self) -> None:
         parent: Any = super()
         fresh, self._fresh = self._fresh, True
+        connect_timeout = self.socket_connect_timeout
+        seconds = bounds.left()
         try:
+            if seconds is not None:
+                if seconds <= 0:
+                    raise bounds.ran_out(seconds)
+                if connect_timeout is None or seconds < connect_timeout:
+                    self.socket_connect_timeout = seconds  # (the TCP connection's wait only)
             parent.connect()
+        except _timeouts() as exc:
+            if seconds is None or _own_wait(exc, seconds, connect_timeout):
+                raise
+            raise bounds.ran_out(seconds) from exc
         finally:
             self._fresh = fresh
+            self.socket_connect_timeout = connect_timeout
+
+    def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        parent: Any = super()
+        with self._bounded():
+            parent.send_packed_command(command, check_health)
+
+    def read_response(self, *args: Any, **kwargs: Any) -> Any:
+        parent: Any = super()
+        with self._bounded():
+            return parent.read_response(*args, **kwargs)
+
+    @contextlib.contextmanager
+    def _bounded(self) -> Iterator[None]:
+        """Around one wait for Redis: its socket waits no longer than the round trip's bound
+        leaves (see the class docs)."""
+        seconds = bounds.left()
+        if seconds is None or (self.socket_timeout is not None and seconds >= self.socket_timeout):
+            yield
+            return
+        parent: Any = super()
+        if seconds <= 0:
+            parent.disconnect()  # (an answer may be owed on it)
+            raise bounds.ran_out(seconds)
+        sock = getattr(self, "_sock", None)
+        if sock is not None:
+            sock.settimeout(seconds)
+        try:
+            yield
+        except _timeouts() as exc:
+            raise bounds.ran_out(seconds) from exc
+        finally:
+            sock = getattr(self, "_sock", None)
+            if sock is not None:
+                sock.settimeout(self.socket_timeout)
 
     def check_health(self) -> None:
         from redis.exceptions import ConnectionError, TimeoutError
@@ -123,6 +175,18 @@ class _CheckedAgain:
             parent.disconnect()
             self.connect()  # a fresh one, whose handshake checks it (once)
             parent.check_health()  # a PING, where the handshake asked nothing
+
+
+def _timeouts() -> type[Exception]:
+    from redis.exceptions import TimeoutError
+
+    return TimeoutError
+
+
+def _own_wait(exc: Exception, seconds: float, own: float | None) -> bool:
+    """Whether a connection's timeout ``exc`` came from the store's own wait, not from the
+    round trip's bound of ``seconds`` (the longer of the two is never the one that ran out)."""
+    return isinstance(exc, bounds.out_of_time()) or (own is not None and own <= seconds)
 
 
 class _OnTime:

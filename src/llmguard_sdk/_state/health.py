@@ -24,6 +24,7 @@ __all__ = [
     "failure",
     "forbidden",
     "lagging",
+    "out_of_its_time",
     "refusal",
     "refused",
     "said",
@@ -136,6 +137,14 @@ def exhausted(exc: BaseException) -> bool:
     from .connections import pool_exhausted
 
     return caused_by(exc, pool_exhausted())
+
+
+def out_of_its_time(exc: BaseException) -> bool:
+    """Whether ``exc`` is a round trip cut short by its call's deadline (see
+    :mod:`._state.bounds`): Redis may well be up, the call had no more time for it."""
+    from .bounds import out_of_time
+
+    return caused_by(exc, out_of_time())
 
 
 def lagging(exc: BaseException) -> bool:
@@ -349,8 +358,9 @@ class Outage:
         while it stays the same, with what to do about it) and only this decision is made
         without Redis; so does a full connection pool (:func:`exhausted`: this process's
         load), or a timeout that the event loop's lag caused (:func:`lagging`), each warned
-        of at most once a minute. Refused credentials (:func:`unauthenticated`) are an
-        outage, logged as an error that names them."""
+        of at most once a minute, and a wait cut short by its call's deadline
+        (:func:`out_of_its_time`: not logged, the stage counts it). Refused credentials
+        (:func:`unauthenticated`) are an outage, logged as an error that names them."""
         if refused(exc):
             with self._lock:
                 news, self._refusal = self._refusal != str(exc), str(exc)
@@ -363,6 +373,8 @@ class Outage:
                     refusal(exc, self._key_prefix),
                     self.instead,
                 )
+            return
+        if out_of_its_time(exc):  # (the call's time was up: only this decision is local)
             return
         if exhausted(exc):
             if self.health.pool_ran_out():

@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterator
 from typing import Protocol
 
 from .._loops import PerLoop
+from .bounds import out_of_time
 from .health import caused_by
 
 __all__ = ["LoopLag", "Watched", "judged", "lags", "loop_busy", "unanswered"]
@@ -158,8 +159,8 @@ def judged(exc: Exception, took: float, late: float) -> Exception:
     ``took``, :func:`loop_busy`'s error from it (see the module's docs)."""
     if late < _MOSTLY * took or not _timed_out(exc):
         return exc
-    if caused_by(exc, unanswered()) or caused_by(exc, loop_busy()):
-        return exc  # (judged already, on the on-time clock)
+    if caused_by(exc, unanswered()) or caused_by(exc, loop_busy()) or caused_by(exc, out_of_time()):
+        return exc  # (judged already, on the on-time clock; or its call's time was up)
     busy = loop_busy()(
         f"{exc} after {took:.2f} s, of which this process's event loop ran {late:.2f} s late "
         "(its own load: Redis may have answered in time)"

@@ -11,6 +11,7 @@ Private: the machinery behind every backend. Nothing here imports redis until a
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterable, Sequence
@@ -21,6 +22,7 @@ import anyio
 import anyio.to_thread
 from typing_extensions import ParamSpec
 
+from .bounds import answered_by, left, ran_out
 from .connections import resends_bounded
 from .health import tag
 from .lag import judged, lags
@@ -41,6 +43,7 @@ __all__ = [
     "arun",
     "awaiting",
     "blocking",
+    "bounded",
     "done",
     "entry_points",
     "in_place",
@@ -62,13 +65,21 @@ Step: TypeAlias = Generator[Any, Any, T]
 @dataclass(frozen=True)
 class Command:
     """One Lua script call of a decision: EVALSHA of ``source`` on ``store``, with ``keys``
-    (one hash tag) and ``args``. Built by :meth:`RedisScripts.command`."""
+    (one hash tag) and ``args``. Built by :meth:`RedisScripts.command`. ``by``: a
+    :func:`time.monotonic` instant past which its answer is not worth waiting for (see
+    :mod:`._state.bounds`; ``None``: as long as the store's timeouts let it)."""
 
     store: RedisStore
     source: str
     sha: str
     keys: tuple[str, ...]
     args: tuple[Any, ...]
+    by: float | None = None
+
+
+def bounded(command: Command, by: float | None) -> Command:
+    """``command``, its answer waited for until ``by`` at most (``None``: ``command``)."""
+    return command if by is None else dataclasses.replace(command, by=by)
 
 
 @dataclass(frozen=True)
@@ -472,11 +483,52 @@ async def _asent(
         return list(await pipe.execute(raise_on_error=False))
 
 
+def _round_by(commands: Sequence[Command]) -> float | None:
+    """Until when a round of ``commands`` (on one store) waits for Redis: the latest of their
+    bounds, ``None`` (the store's timeouts) when one has none (see :mod:`.bounds`)."""
+    latest = None
+    for command in commands:
+        if command.by is None:
+            return None
+        latest = command.by if latest is None else max(latest, command.by)
+    return latest
+
+
 def _execute(store: RedisStore, commands: Sequence[Command]) -> list[Any]:
     """Send ``commands`` in one pipeline; each answer, or the exception in its place. Those
     whose script Redis lacks (restarted, or its scripts flushed) go again in a round of their
     own, each with its script (EVAL: no SCRIPT LOAD that another flush could undo before
-    they run, nor one the store's user may not send); the others keep their answers."""
+    they run, nor one the store's user may not send); the others keep their answers. Commands
+    that are each bounded (:attr:`Command.by`) wait until the latest bound at most."""
+    by = _round_by(commands)
+    with answered_by(by):
+        seconds = left()
+        if seconds is not None and seconds <= 0:
+            return [ran_out(seconds)] * len(commands)  # (not sent)
+        return _in_time(_executed(store, commands), by, seconds)
+
+
+def _in_time(replies: list[Any], by: float | None, seconds: float | None) -> list[Any]:
+    """``replies``; once a round's bound ran out (``by``, ``seconds`` after it began), its
+    commands that failed for their connection (not Redis's error reply) as
+    :func:`.bounds.out_of_time`'s error: however the client met the bound's cut (a cluster
+    client fails the commands after the one cut short as "connection closed", asks for the
+    slot map ...), the call's time was up, not Redis's."""
+    if by is None or seconds is None or time.monotonic() < by:
+        return replies
+    from redis.exceptions import ConnectionError, TimeoutError
+
+    found = []
+    for reply in replies:
+        if isinstance(reply, (ConnectionError, TimeoutError)):
+            late = ran_out(seconds)
+            late.__cause__ = reply
+            reply = late
+        found.append(reply)
+    return found
+
+
+def _executed(store: RedisStore, commands: Sequence[Command]) -> list[Any]:
     try:
         client = store.client
         replies = _sent(store, client, commands, whole=False)
@@ -496,6 +548,15 @@ def _execute(store: RedisStore, commands: Sequence[Command]) -> list[Any]:
 async def _aexecute(store: RedisStore, commands: Sequence[Command]) -> list[Any]:
     """Async twin of :func:`_execute`; a Redis timeout that this event loop's own lag
     caused is :func:`.lag.loop_busy`'s error (see :mod:`.lag`)."""
+    by = _round_by(commands)
+    with answered_by(by):
+        seconds = left()
+        if seconds is not None and seconds <= 0:
+            return [ran_out(seconds)] * len(commands)  # (not sent)
+        return _in_time(await _aexecuted(store, commands), by, seconds)
+
+
+async def _aexecuted(store: RedisStore, commands: Sequence[Command]) -> list[Any]:
     began = time.monotonic()
     with lags.get().watching() as late:
         try:

@@ -29,6 +29,10 @@ Redis (a fail-closed budget refused every one). Here:
   meets its own timeout (the node's connection released, the next startup node asked for
   the slot map ...).
 
+A round trip whose call's deadline leaves it less than such a bound (:mod:`._state.bounds`)
+is also cut short when that time is up, on the monotonic clock, as
+:func:`.bounds.out_of_time`'s error (the call's lack of time: not an outage).
+
 A tick of :class:`.lag.LoopLag` (every 10 ms while round trips are under way) checks the
 bounds; nothing is scheduled per round trip.
 
@@ -39,11 +43,13 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import heapq
 import time
 from collections import deque
 from types import TracebackType
 from typing import TYPE_CHECKING
 
+from . import bounds
 from .lag import LoopLag, lags, loop_busy, unanswered
 
 if TYPE_CHECKING:
@@ -52,7 +58,8 @@ if TYPE_CHECKING:
 __all__ = ["CAP", "RoundTrip", "Turns", "Waiting", "arm", "pause"]
 
 CAP = 10.0  # a bound on the on-time clock runs out after this many times it in all
-_SILENT, _LATE = 1, 2  # why a round trip was cut short (Redis silent, the loop late)
+# why a round trip was cut short: Redis silent, the loop late, the call's time up (bounds.py)
+_SILENT, _LATE, _OUT_OF_TIME = 1, 2, 3
 
 _TRIP: contextvars.ContextVar[_Trip | None] = contextvars.ContextVar(
     "llmguard_round_trip", default=None
@@ -66,7 +73,7 @@ class _Trip:
     """One round trip holding a turn, bounded once :func:`arm` is called in it; or one wait
     of a cluster node's connection in such a round trip (:class:`Waiting`)."""
 
-    __slots__ = ("arms", "cancelling", "cut", "done", "seconds", "task", "turns")
+    __slots__ = ("arms", "cancelling", "cut", "done", "left", "seconds", "task", "turns")
 
     def __init__(self, turns: Turns, task: asyncio.Task[object] | None) -> None:
         self.turns = turns
@@ -77,6 +84,7 @@ class _Trip:
         self.done = False
         self.seconds = 0.0  # the bound armed last
         self.arms = 0  # bounds armed so far (an entry of an earlier one is stale)
+        self.left = 0.0  # the seconds its call's deadline left it when armed (bounds.py)
 
 
 def arm(fresh: bool) -> bool:
@@ -117,6 +125,10 @@ class Turns:
         # the bounds armed, an answer's and a fresh connection's (each in deadline order):
         # (on-time deadline, wall-clock cap, the arm's number, trip)
         self._armed: tuple[_Armed, _Armed] = (deque(), deque())
+        # the bounds of round trips whose call's deadline leaves them less (bounds.py), on
+        # the monotonic clock, soonest first: (instant, the arm's number, its order, trip)
+        self._due: list[tuple[float, int, int, _Trip]] = []
+        self._armings = 0  # (the order of the bounds in _due: no two compare their trips)
         self._moved = 0.0  # on the on-time clock: a turn last came free to a waiter
         self._busy = 0  # turns taken, and waits for one
         self._in_redis = 0  # turns whose round trip waits for Redis (bounded: armed)
@@ -189,6 +201,7 @@ class Turns:
             self._lag.check_on_ticks(self, False)
             for armed in self._armed:
                 armed.clear()
+            self._due.clear()
             self._waiting.clear()
 
     # -- the bounds ----------------------------------------------------------------------
@@ -202,6 +215,11 @@ class Turns:
         self._armed[fresh].append(
             (self._lag.ontime() + seconds, self._loop.time() + CAP * seconds, trip.arms, trip)
         )
+        left = bounds.left()  # (the call's deadline leaves the round trip less time)
+        if left is not None and left < seconds:
+            trip.left = left
+            self._armings += 1
+            heapq.heappush(self._due, (time.monotonic() + left, trip.arms, self._armings, trip))
 
     def disarm(self, trip: _Trip) -> None:
         """``trip`` (a round trip, or a wait of one) waits for Redis no more."""
@@ -223,6 +241,13 @@ class Turns:
                         trip.task.cancel()
                 else:
                     break
+        due, instant = self._due, time.monotonic()
+        while due and due[0][0] <= instant:
+            _, arms, _, trip = heapq.heappop(due)
+            if not (trip.done or trip.cut or trip.arms != arms):
+                trip.cut = _OUT_OF_TIME
+                if trip.task is not None:
+                    trip.task.cancel()
         waiting = self._waiting
         if waiting and not self._in_redis and ontime - self._moved >= self.wait:
             self._run_out(len(waiting), stuck=True)
@@ -322,6 +347,8 @@ def _cut_short(trip: _Trip, exc: BaseException | None) -> Exception | None:
     if exc is None or not isinstance(exc, asyncio.CancelledError):
         return None  # (done before the cancellation arrived)
     seconds = trip.seconds
+    if trip.cut == _OUT_OF_TIME:
+        return bounds.ran_out(max(trip.left, 0.001))  # (it was sent)
     if trip.cut == _SILENT:
         return unanswered()(
             f"Redis did not answer in {seconds:g} s (the store's socket timeouts) while "

@@ -15,16 +15,26 @@ from .embedders.base import embed_within
 from .entry import decode_vector, encode_vector
 from .index import Probe
 
-__all__ = ["RecentEmbeddings", "embedding_time"]
+__all__ = ["RecentEmbeddings", "embedding_time", "lookup_by"]
 
 _KEPT_CHARS = 2048  # a longer query is remembered under its digest, not its text
-_EMBEDDING_SHARE = 0.5  # of what is left of a call's deadline, for an embedder that waits
+# of what is left of a call's deadline, for what a lookup waits on (an embedder, Redis)
+_LOOKUP_SHARE = 0.5
 
 
 def embedding_time(deadline: float | None) -> float | None:
     """The most seconds the embedding may wait: half of what is left before ``deadline`` (a
     :func:`time.monotonic` instant; the other half is the provider's, on a miss)."""
-    return None if deadline is None else (deadline - time.monotonic()) * _EMBEDDING_SHARE
+    return None if deadline is None else (deadline - time.monotonic()) * _LOOKUP_SHARE
+
+
+def lookup_by(deadline: float | None) -> float | None:
+    """Until when a lookup waits for a shared store (a :func:`time.monotonic` instant): half
+    of what is left before ``deadline``, as the embedding (``None``: no deadline)."""
+    if deadline is None:
+        return None
+    now = time.monotonic()
+    return now + (deadline - now) * _LOOKUP_SHARE
 
 
 class _Embedded:

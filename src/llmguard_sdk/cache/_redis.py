@@ -10,16 +10,16 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from importlib import resources
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .._lazy import np
 
 if TYPE_CHECKING:
     import numpy.typing as npt
 
-from .._state.steps import Step, answer, run
+from .._state.steps import Command, Step, answer, bounded, run
 from .._state.stores import Outage, RedisScripts, RedisStore, hash_id, redis_errors
 from ..errors import ConfigurationError, StoreUnavailableError
 from ._changes import Change, change_of, text
@@ -146,14 +146,19 @@ class RedisCacheBackend:
         entry, _ = yield from self.read_steps(entry_id)
         return entry
 
-    def read_steps(self, entry_id: str) -> Step[tuple[CacheEntry | None, bool]]:
+    def read_steps(
+        self, entry_id: str, by: float | None = None
+    ) -> Step[tuple[CacheEntry | None, bool]]:
         """:meth:`get_steps`, and whether Redis served the read (False: Redis away, paused
-        after a failure, or refusing the command; the entry is then ``None``)."""
+        after a failure, refusing the command, or no answer by ``by``, a
+        :func:`time.monotonic` instant (see :mod:`llmguard_sdk._state.bounds`); the entry is
+        then ``None``)."""
         if not self._outage.up():
             return None, False
         try:
-            yield from self._checked_steps()
-            raw = yield self._scripts.command(
+            yield from self._checked_steps(by)
+            raw = yield self._command(
+                by,
                 1,
                 [
                     self._entry_prefix + entry_id,
@@ -175,9 +180,10 @@ class RedisCacheBackend:
         entry = _on_this_clock(entry, int(raw[1]))
         return (entry if entry.stale_until > time.time() else None), True
 
-    def put_steps(self, entry: CacheEntry) -> Step[list[str] | None]:
+    def put_steps(self, entry: CacheEntry, by: float | None = None) -> Step[list[str] | None]:
         """:meth:`put` as a step of a :class:`~llmguard_sdk._state.steps.Batch`: ``None``
-        when Redis is away (paused, or the write failed) and nothing was written."""
+        when Redis is away (paused, or the write failed, or no answer came by ``by``, as for
+        :meth:`read_steps`) and nothing was written (or, past ``by``, perhaps it was)."""
         if not self._outage.up():
             return None
         ttl_ms = max(1, int((entry.stale_until - time.time()) * 1000))
@@ -192,8 +198,9 @@ class RedisCacheBackend:
                 left_out = {"vector"}
         stored = entry.model_dump_json(exclude=left_out)
         try:
-            yield from self._checked_steps()
-            evicted = yield self._scripts.command(
+            yield from self._checked_steps(by)
+            evicted = yield self._command(
+                by,
                 0,
                 [
                     self._entry_prefix + entry.entry_id,
@@ -268,34 +275,40 @@ class RedisCacheBackend:
         except redis_errors():
             return
 
-    def _checked_steps(self) -> Step[None]:
+    def _checked_steps(self, by: float | None = None) -> Step[None]:
         """The checks a first read or write makes (see the class docs); each is done once it
         passes. A Redis error is the caller's to handle (the check stays due)."""
         if "vector sets" in self._unchecked:
-            yield from self._vector_sets_steps()
+            yield from self._vector_sets_steps(by)
             self._unchecked.discard("vector sets")
         if "vectors kept" in self._unchecked:
-            yield from self._vectors_kept_steps()
+            yield from self._vectors_kept_steps(by)
             self._unchecked.discard("vectors kept")
 
-    def _vector_sets_steps(self) -> Step[None]:
+    def _vector_sets_steps(self, by: float | None = None) -> Step[None]:
         """:meth:`check_vector_search` as steps (a Redis error other than the server's
         refusal raised as it is)."""
         import redis
 
         try:
-            yield self._scripts.command(7, [self._vector_sets + "probe"])
+            yield self._command(by, 7, [self._vector_sets + "probe"])
         except redis.ResponseError as exc:
             raise ConfigurationError(_NO_VECTOR_SETS.format(exc)) from None
 
-    def _vectors_kept_steps(self) -> Step[None]:
+    def _vectors_kept_steps(self, by: float | None = None) -> Step[None]:
         """:meth:`check_vectors_kept` as steps (a Redis error raised as it is)."""
-        marked = yield self._scripts.command(
-            6, [self._vectors_kept, self._vector_index, self._lru], [self._entry_prefix]
+        marked = yield self._command(
+            by, 6, [self._vectors_kept, self._vector_index, self._lru], [self._entry_prefix]
         )
         marked = text(marked or "")
         if marked in _WHERE and marked != self._kind:
             raise ConfigurationError(self._other_kind(marked))
+
+    def _command(
+        self, by: float | None, index: int, keys: Sequence[str], args: Sequence[Any] = ()
+    ) -> Command:
+        """Script ``index``'s command, its answer waited for until ``by`` at most."""
+        return bounded(self._scripts.command(index, keys, args), by)
 
     @property
     def _kind(self) -> str:
@@ -332,7 +345,7 @@ class RedisCacheBackend:
             return
         self._outage.failed(exc)
 
-    def changes_steps(self) -> Step[list[Change]]:
+    def changes_steps(self, by: float | None = None) -> Step[list[Change]]:
         """:meth:`changes` as a step of a :class:`~llmguard_sdk._state.steps.Batch`: up to
         ``_BATCHES`` round trips of a thousand changes (a longer backlog is read on by the
         next syncs). When changes after the cursor were trimmed from the stream (a process
@@ -345,20 +358,20 @@ class RedisCacheBackend:
         found: list[Change] = []
         try:
             if self._loading is not None:  # a load under way: its next pages first
-                yield from self._live_steps(found)
+                yield from self._live_steps(found, by)
                 if self._loading is not None:
                     return found
             reloaded = False
             for _ in range(_BATCHES):
-                trimmed, last, messages, server_ms = yield self._scripts.command(
-                    3, [self._log], [self._cursor, _BATCH]
+                trimmed, last, messages, server_ms = yield self._command(
+                    by, 3, [self._log], [self._cursor, _BATCH]
                 )
                 if trimmed and reloaded:  # trimmed again meanwhile: the next sync reads on
                     return found
                 if trimmed:
                     found.append(Change("clear"))
                     self._cursor, self._loading, reloaded = text(last), "-inf", True
-                    yield from self._live_steps(found)
+                    yield from self._live_steps(found, by)
                     if self._loading is not None:
                         return found
                     continue
@@ -373,13 +386,13 @@ class RedisCacheBackend:
             self._outage.failed(exc)
         return found
 
-    def _live_steps(self, found: list[Change]) -> Step[None]:
+    def _live_steps(self, found: list[Change], by: float | None = None) -> Step[None]:
         """Up to ``_LIVE_PAGES`` pages of the live entries, from where the load stands
         (``_loading``, the last score read; ``None`` once every page was read), added to
         ``found`` as puts page by page (a Redis failure keeps what was read)."""
         for _ in range(_LIVE_PAGES):
-            score, entries, read, lives = yield self._scripts.command(
-                5, [self._lru], [self._loading, _LIVE_PAGE, self._entry_prefix]
+            score, entries, read, lives = yield self._command(
+                by, 5, [self._lru], [self._loading, _LIVE_PAGE, self._entry_prefix]
             )
             for raw, left_ms in zip(entries, lives, strict=True):
                 entry = _readable(raw)

@@ -15,6 +15,7 @@ import anyio.to_thread
 from typing_extensions import Unpack
 
 from .._closing import AsyncCloses, Closes
+from .._state.bounds import answered_by
 from .._state.steps import Batch, Step, arun, run, work
 from .._state.stores import Store, open_store
 from ..context import Scope, current_scope
@@ -23,7 +24,7 @@ from ..models import ChatRequest, ChatResponse
 from ._config import check_call, check_matching, check_parts, check_policy, check_scope
 from ._local import _LocalIndexes
 from ._matching import _id_hash, _SemanticMatching
-from ._recent import RecentEmbeddings, embedding_time
+from ._recent import RecentEmbeddings, embedding_time, lookup_by
 from ._served import matched_by, served_entry, served_hit
 from ._storable import cached_form, storable
 from .backends import Change, MemoryCacheBackend, open_backend
@@ -256,14 +257,15 @@ class ResponseCache(_SemanticMatching, Closes, AsyncCloses):
         if keys is None:
             self.stats._add("skipped")
             return None
-        entry, served = yield from self._read_steps(keys.exact)
+        deadline = options.get("deadline")
+        by = lookup_by(deadline)
+        entry, served = yield from self._read_steps(keys.exact, by)
         if entry is not None and entry.fresh_until > time.time():
             hit = served_hit("exact", entry, 1.0)
         elif not served:  # the store is away: its candidates could not be read either
             hit = None
         elif self.semantic and keys.query.strip() and (self._local or self._server is not None):
-            deadline = options.get("deadline")
-            hit = yield work(lambda: self._semantic(keys, stale=False, deadline=deadline))
+            hit = yield work(lambda: self._semantic_by(keys, deadline, by))
         else:
             hit = None
         if hit is not None and hit.kind == "semantic" and self.monitor is not None:
@@ -276,9 +278,10 @@ class ResponseCache(_SemanticMatching, Closes, AsyncCloses):
         self.stats._add(counter)
         return hit
 
-    def sync_steps(self) -> Step[None]:
+    def sync_steps(self, deadline: float | None = None) -> Step[None]:
         """Apply the changes other processes made (read at most every ``sync_interval``
-        seconds), as a step of a :class:`~llmguard_sdk._state.steps.Batch`."""
+        seconds), as a step of a :class:`~llmguard_sdk._state.steps.Batch`; ``deadline``:
+        the call's, which bounds the read as it bounds a lookup (see :class:`CacheOptions`)."""
         if not self.semantic or self._server is not None:
             return  # with server-side search there is no local index to keep in step
         if time.monotonic() - self._synced_at < self._sync_interval:
@@ -287,7 +290,7 @@ class ResponseCache(_SemanticMatching, Closes, AsyncCloses):
             return  # another call's sync is under way (its changes are applied in order)
         try:
             self._synced_at = time.monotonic()
-            changes: list[Change] = yield from self._backend_step("changes")
+            changes: list[Change] = yield from self._backend_step("changes", by=lookup_by(deadline))
             self._local.apply(changes)
         finally:
             self._local.syncing.release()
@@ -300,7 +303,8 @@ class ResponseCache(_SemanticMatching, Closes, AsyncCloses):
     ) -> CacheHit | None:
         """The cached answer for this call, or ``None`` (counted in :attr:`stats`)."""
         lookup = self.lookup_steps(request, scope, **options)
-        hit: CacheHit | None = Batch([self.sync_steps(), lookup]).run()[1].result()
+        syncing = self.sync_steps(options.get("deadline"))
+        hit: CacheHit | None = Batch([syncing, lookup]).run()[1].result()
         return hit
 
     def lookup_stale(
@@ -330,7 +334,8 @@ class ResponseCache(_SemanticMatching, Closes, AsyncCloses):
         """Async twin of :meth:`lookup` (the embedding and search run in a worker thread)."""
         scope = scope or current_scope()
         lookup = self.lookup_steps(request, scope, **options)
-        hit: CacheHit | None = (await Batch([self.sync_steps(), lookup]).arun())[1].result()
+        syncing = self.sync_steps(options.get("deadline"))
+        hit: CacheHit | None = (await Batch([syncing, lookup]).arun())[1].result()
         return hit
 
     async def alookup_stale(
@@ -391,11 +396,12 @@ class ResponseCache(_SemanticMatching, Closes, AsyncCloses):
             vector=vector,
         )
 
-    def put_steps(self, entry: CacheEntry) -> Step[bool]:
+    def put_steps(self, entry: CacheEntry, deadline: float | None = None) -> Step[bool]:
         """Write ``entry`` (from :meth:`entry_for`), as a step of a
         :class:`~llmguard_sdk._state.steps.Batch`; whether it was stored (False: not kept
-        within ``max_bytes``, or a shared store unreachable, so nothing was written)."""
-        evicted: list[str] | None = yield from self._backend_step("put", entry)
+        within ``max_bytes``, or a shared store unreachable, so nothing was written).
+        ``deadline``: the call's; a shared store's answer is waited for until then at most."""
+        evicted: list[str] | None = yield from self._backend_step("put", entry, by=deadline)
         if evicted is None:  # (Redis away: the write was dropped, logged once per outage)
             self.stats._add("errors")
             return False
@@ -432,7 +438,7 @@ class ResponseCache(_SemanticMatching, Closes, AsyncCloses):
         the JSON the request asked for are not stored.
         """
         entry = self.entry_for(request, response, scope, **options)
-        return entry is not None and run(self.put_steps(entry))
+        return entry is not None and run(self.put_steps(entry, options.get("deadline")))
 
     async def astore(
         self,
@@ -446,7 +452,7 @@ class ResponseCache(_SemanticMatching, Closes, AsyncCloses):
         entry = await anyio.to_thread.run_sync(
             lambda: self.entry_for(request, response, scope, **options)
         )
-        return entry is not None and await arun(self.put_steps(entry))
+        return entry is not None and await arun(self.put_steps(entry, options.get("deadline")))
 
     def clear(self) -> None:
         """Delete every entry of this cache's namespace (in every process sharing it).
@@ -517,24 +523,34 @@ class ResponseCache(_SemanticMatching, Closes, AsyncCloses):
     def _sync(self) -> None:
         run(self.sync_steps())
 
-    def _read_steps(self, entry_id: str) -> Step[tuple[CacheEntry | None, bool]]:
+    def _read_steps(
+        self, entry_id: str, by: float | None = None
+    ) -> Step[tuple[CacheEntry | None, bool]]:
         """The live entry ``entry_id`` names (marked as used), and whether the store served
-        the read (one it did not is counted in ``stats.errors``)."""
+        the read (one it did not, by ``by`` at the latest, is counted in ``stats.errors``)."""
         read = getattr(self._backend, "read_steps", None)
         if read is not None:
-            found: tuple[CacheEntry | None, bool] = yield from read(entry_id)
+            found: tuple[CacheEntry | None, bool] = yield from read(entry_id, by)
         else:
             found = (yield work(lambda: self._backend.get(entry_id))), True
         if not found[1]:
             self.stats._add("errors")
         return found
 
-    def _backend_step(self, name: str, *args: Any) -> Step[Any]:
-        """The backend's step for ``name`` (a Redis backend's own), else its method as
-        blocking work."""
+    def _semantic_by(
+        self, keys: CacheKeys, deadline: float | None, by: float | None
+    ) -> CacheHit | None:
+        """A lookup's semantic search: its reads of a shared store (candidates, a server
+        search) wait until ``by`` at most."""
+        with answered_by(by):
+            return self._semantic(keys, stale=False, deadline=deadline)
+
+    def _backend_step(self, name: str, *args: Any, by: float | None = None) -> Step[Any]:
+        """The backend's step for ``name`` (a Redis backend's own, its answer waited for
+        until ``by`` at most), else its method as blocking work."""
         steps = getattr(self._backend, f"{name}_steps", None)
         if steps is not None:
-            return (yield from steps(*args))
+            return (yield from steps(*args, by))
         method = getattr(self._backend, name)
         return (yield work(lambda: method(*args)))
 

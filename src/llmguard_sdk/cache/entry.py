@@ -47,8 +47,10 @@ class CacheOptions(TypedDict, total=False):
     deadline: float | None
     """The call's deadline, a :func:`time.monotonic` instant: an embedder that takes a
     ``timeout`` (:class:`~llmguard_sdk.cache.OpenAIEmbedder`) waits at most half of what is
-    left of it, and a lookup whose embedding times out is a miss (``None``: the embedder's
-    own timeout).
+    left of it, and a lookup whose embedding times out is a miss; a lookup waits for a Redis
+    store at most half of what is left of it too (a miss then, counted in
+    ``stats.errors``; Redis is not paused for it), and a store at most all of it (``None``:
+    the embedder's and the store's own timeouts).
 
     .. versionadded:: 0.2.0
     """
