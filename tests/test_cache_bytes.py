@@ -73,3 +73,62 @@ def test_a_redis_cache_takes_no_byte_bound(redis_url: str, redis_prefix: str) ->
     refused, not silently ignored."""
     with pytest.raises(ConfigurationError, match="max_bytes"):
         ResponseCache(redis_url, key_prefix=redis_prefix, max_bytes=1_000_000)
+
+
+MIB = 1024 * 1024
+
+
+def test_a_memory_cache_is_bounded_in_bytes_by_default() -> None:
+    """``ResponseCache()`` kept 10,000 entries whatever their size: 200 answers of 1 MB held
+    200 MB, and the default bound could reach 10 GB. It now keeps 256 MiB at most, the least
+    recently used going first."""
+    cache = ResponseCache(semantic=False)
+    big = "x" * (MIB - 4096)  # (just under the cap on one answer)
+    for i in range(300):
+        assert cache.store(ask(f"question {i}"), answer(big))
+    held = sum(_held(cache, [f"question {i}" for i in range(300)]))
+    assert 240 <= held <= 256  # 256 MiB of entries of about 1 MiB each
+    assert _held(cache, ["question 0", "question 299"]) == [False, True]
+
+
+def test_an_answer_larger_than_the_cap_on_one_entry_is_not_stored_and_is_counted() -> None:
+    """A 2 MB answer filled an eighth of the memory bound alone. Above ``max_entry_bytes``
+    (1 MiB by default, as LiteLLM's in-memory cache caps an item) it is not stored, and
+    ``stats.too_large`` counts it."""
+    cache = ResponseCache(semantic=False)
+    assert cache.store(ask("small"), answer("ok"))
+    assert not cache.store(ask("huge"), answer("x" * (2 * MIB)))
+    assert _held(cache, ["small", "huge"]) == [True, False]
+    assert (cache.stats.stores, cache.stats.too_large) == (1, 1)
+    capped = ResponseCache(semantic=False, max_entry_bytes=5_000)
+    assert not capped.store(ask("big"), answer(BIG))
+    assert capped.store(ask("small"), answer("ok"))
+    assert capped.stats.too_large == 1
+    unbounded = ResponseCache(semantic=False, max_entry_bytes=None, max_bytes=None)
+    assert unbounded.store(ask("huge"), answer("x" * (2 * MIB)))
+
+
+def test_an_answer_larger_than_the_whole_bound_is_counted_too() -> None:
+    cache = ResponseCache(semantic=False, max_bytes=5_000)
+    assert not cache.store(ask("huge"), answer(BIG))
+    assert cache.stats.too_large == 1
+
+
+def test_a_redis_cache_caps_one_entry_too(redis_url: str, redis_prefix: str) -> None:
+    """The default byte bound is the memory cache's (a Redis cache takes the default without
+    a ConfigurationError); the cap on one entry holds in Redis as well."""
+    cache = ResponseCache(redis_url, key_prefix=redis_prefix, semantic=False)
+    try:
+        assert not cache.store(ask("huge"), answer("x" * (2 * MIB)))
+        assert cache.store(ask("small"), answer("ok"))
+        assert _held(cache, ["small", "huge"]) == [True, False]
+        assert (cache.stats.too_large, cache.stats.errors) == (1, 0)
+    finally:
+        cache.clear()
+        cache.close()
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, "1000", True])
+def test_a_bad_cap_on_one_entry_is_refused(bad: Any) -> None:
+    with pytest.raises(ConfigurationError, match="max_entry_bytes"):
+        ResponseCache(max_entry_bytes=bad)

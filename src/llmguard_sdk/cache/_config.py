@@ -18,6 +18,8 @@ from .keys import CacheKeys
 from .monitor import FalseHitMonitor
 
 __all__ = [
+    "DEFAULT_MAX_BYTES",
+    "DEFAULT_MAX_ENTRY_BYTES",
     "MAX_LIFETIME_S",
     "check_call",
     "check_matching",
@@ -32,6 +34,19 @@ MAX_LIFETIME_S = 1e10
 whose expiry, in milliseconds, does not fit 64 bits (a "forever" of 1e300 failed every store)."""
 
 
+class _Default(int):
+    """A default number told apart from the same number given (``is``): a Redis cache takes
+    the memory cache's default byte bound without a word, and refuses one given."""
+
+
+DEFAULT_MAX_BYTES: int = _Default(256 * 1024 * 1024)
+"""The in-memory cache's default ``max_bytes``: 256 MiB of entries (10,000 answers of 1 MB
+each held 10 GB before)."""
+
+DEFAULT_MAX_ENTRY_BYTES = 1024 * 1024
+"""The default ``max_entry_bytes``: 1 MiB, as LiteLLM's in-memory cache caps an item."""
+
+
 def _real(value: object) -> bool:
     return isinstance(value, Real) and not isinstance(value, bool)
 
@@ -42,6 +57,7 @@ def check_policy(
     stale_ttl: object,
     max_entries: object,
     max_bytes: object,
+    max_entry_bytes: object,
     namespace: object,
     version: object,
     sync_interval: object,
@@ -60,10 +76,11 @@ def check_policy(
         raise ConfigurationError(f"sync_interval must be >= 0, got {sync_interval!r}")
     if not isinstance(max_entries, int) or isinstance(max_entries, bool) or max_entries < 1:
         raise ConfigurationError(f"max_entries must be a whole number >= 1, got {max_entries!r}")
-    if max_bytes is not None and (
-        not isinstance(max_bytes, int) or isinstance(max_bytes, bool) or max_bytes < 1
-    ):
-        raise ConfigurationError(f"max_bytes must be a whole number >= 1, got {max_bytes!r}")
+    for name, bound in (("max_bytes", max_bytes), ("max_entry_bytes", max_entry_bytes)):
+        if bound is not None and (
+            not isinstance(bound, int) or isinstance(bound, bool) or bound < 1
+        ):
+            raise ConfigurationError(f"{name} must be a whole number >= 1 or None, got {bound!r}")
     if (
         not isinstance(namespace, str)
         or not isinstance(version, str)

@@ -29,13 +29,17 @@ class MemoryCacheBackend:
 
     ``max_bytes`` (optional) bounds the entries' size too: an entry costs its JSON bytes plus
     its vector's (float16, as the index holds it), counted once when it is stored. The least
-    recently used go first, as beyond ``max_entries``; an entry larger than the whole bound
-    is not stored.
+    recently used go first, as beyond ``max_entries``; an entry larger than the whole bound,
+    or than ``max_entry_bytes``, is not stored.
     """
 
-    def __init__(self, max_entries: int, max_bytes: int | None = None) -> None:
+    def __init__(
+        self, max_entries: int, max_bytes: int | None = None, max_entry_bytes: int | None = None
+    ) -> None:
         self._max = max_entries
         self._max_bytes = max_bytes
+        caps = [cap for cap in (max_bytes, max_entry_bytes) if cap is not None]
+        self._largest = min(caps) if caps else None  # the largest entry stored
         self._entries: OrderedDict[str, bytes] = OrderedDict()
         # each entry's size while bounded in bytes (an int per entry, not paid otherwise)
         self._sizes: dict[str, int] | None = None if max_bytes is None else {}
@@ -72,7 +76,7 @@ class MemoryCacheBackend:
         ).encode("utf-8")
         size = len(packed) + _vector_bytes(entry.vector)
         with self._lock:
-            if self._max_bytes is not None and size > self._max_bytes:
+            if self._largest is not None and size > self._largest:
                 self._drop(entry.entry_id)  # (an older answer to the same request goes too)
                 return [entry.entry_id]
             self._drop(entry.entry_id)

@@ -115,8 +115,10 @@ class RedisCacheBackend:
         *,
         vector_search: bool = False,
         semantic: bool = False,
+        max_entry_bytes: int | None = None,
     ) -> None:
         self._store = store
+        self._largest = max_entry_bytes  # an entry larger (as written) is not stored
         self._unchecked = {"vector sets"} if vector_search else set()
         if semantic:
             self._unchecked.add("vectors kept")
@@ -183,9 +185,9 @@ class RedisCacheBackend:
     def put_steps(self, entry: CacheEntry, by: float | None = None) -> Step[list[str] | None]:
         """:meth:`put` as a step of a :class:`~llmguard_sdk._state.steps.Batch`: ``None``
         when Redis is away (paused, or the write failed, or no answer came by ``by``, as for
-        :meth:`read_steps`) and nothing was written (or, past ``by``, perhaps it was)."""
-        if not self._outage.up():
-            return None
+        :meth:`read_steps`) and nothing was written (or, past ``by``, perhaps it was);
+        ``[entry.entry_id]`` (not kept) for an entry larger than ``max_entry_bytes`` as it
+        would be written (its JSON, and its vector), nothing sent."""
         ttl_ms = max(1, int((entry.stale_until - time.time()) * 1000))
         # The vector goes to the server's vector set (alone: not into the entry's JSON too,
         # 2.7 KB an entry that nothing reads), or into the entry and the stream for local
@@ -196,7 +198,11 @@ class RedisCacheBackend:
             if entry.vector:
                 server_vector = decode_vector(entry.vector).astype(np.float32).tobytes()
                 left_out = {"vector"}
-        stored = entry.model_dump_json(exclude=left_out)
+        stored = entry.model_dump_json(exclude=left_out).encode("utf-8")
+        if self._largest is not None and len(stored) + len(server_vector) > self._largest:
+            return [entry.entry_id]
+        if not self._outage.up():
+            return None
         try:
             yield from self._checked_steps(by)
             evicted = yield self._command(

@@ -17,6 +17,7 @@ from typing import Protocol
 from .._state.stores import RedisStore, Store
 from ..errors import ConfigurationError
 from ._changes import Change
+from ._config import DEFAULT_MAX_BYTES
 from ._memory import MemoryCacheBackend
 from ._redis import RedisCacheBackend
 from .entry import CacheEntry
@@ -59,21 +60,23 @@ def open_backend(
     *,
     server: bool,
     semantic: bool = True,
+    max_entry_bytes: int | None = None,
 ) -> tuple[CacheBackend, RedisCacheBackend | None]:
     """A cache's backend for ``store``, and the same backend again where it searches the
-    vectors on the server (``server``: needs a Redis store; ``max_bytes``: a memory one).
-    Nothing is sent to Redis here: a Redis backend checks the server on its first read or
-    write (see :class:`RedisCacheBackend`)."""
+    vectors on the server (``server``: needs a Redis store; ``max_bytes``: a memory one,
+    :data:`DEFAULT_MAX_BYTES` taken by either). Nothing is sent to Redis here: a Redis
+    backend checks the server on its first read or write (see :class:`RedisCacheBackend`)."""
     if isinstance(store, RedisStore):
-        if max_bytes is not None:
+        if max_bytes is not None and max_bytes is not DEFAULT_MAX_BYTES:
             raise ConfigurationError(
                 "max_bytes bounds an in-memory cache; bound a Redis cache with max_entries "
                 "and the server's maxmemory"
             )
         backend = RedisCacheBackend(
-            store, namespace, max_entries, vector_search=server, semantic=semantic
-        )
+            store, namespace, max_entries, vector_search=server, semantic=semantic,
+            max_entry_bytes=max_entry_bytes,
+        )  # fmt: skip
         return backend, backend if server else None
     if server:
         raise ConfigurationError("vector_search='server' needs a Redis store")
-    return MemoryCacheBackend(max_entries, max_bytes), None
+    return MemoryCacheBackend(max_entries, max_bytes, max_entry_bytes), None

@@ -21,7 +21,15 @@ from .._state.stores import Store, open_store
 from ..context import Scope, current_scope
 from ..errors import ConfigurationError
 from ..models import ChatRequest, ChatResponse
-from ._config import check_call, check_matching, check_parts, check_policy, check_scope
+from ._config import (
+    DEFAULT_MAX_BYTES,
+    DEFAULT_MAX_ENTRY_BYTES,
+    check_call,
+    check_matching,
+    check_parts,
+    check_policy,
+    check_scope,
+)
 from ._local import _LocalIndexes
 from ._matching import _id_hash, _SemanticMatching
 from ._recent import RecentEmbeddings, embedding_time, lookup_by
@@ -67,8 +75,14 @@ class ResponseCache(_SemanticMatching, Closes, AsyncCloses):
         store: ``"memory"``, a Redis URL (keys under ``key_prefix``), or a ``Store``.
         max_entries: the most entries kept, least recently used evicted first.
         max_bytes: in memory, the most bytes of entries kept too (an entry's stored answer
-            and its vector; one larger than the bound is not stored); ``None``: no bound.
-            A Redis cache takes none (:class:`~llmguard_sdk.errors.ConfigurationError`).
+            and its vector; the least recently used go first); default 256 MiB,
+            ``None``: no bound. A Redis cache takes the default and no other
+            (:class:`~llmguard_sdk.errors.ConfigurationError`): bound it with
+            ``max_entries`` and the server's ``maxmemory``.
+        max_entry_bytes: the largest entry stored (its answer's JSON, with its query and
+            vector: about the answer's size plus 2 KB); a larger answer is not stored,
+            counted in ``stats.too_large``; default 1 MiB (as LiteLLM's in-memory cache
+            caps an item), in memory and in Redis; ``None``: no cap.
         embedder: any :class:`~llmguard_sdk.cache.Embedder`; default :class:`HashingEmbedder`.
         threshold: the similarity a semantic match needs; default: the embedder's
             ``default_threshold``, else :data:`DEFAULT_THRESHOLD` (0.675, the hashing
@@ -121,7 +135,8 @@ class ResponseCache(_SemanticMatching, Closes, AsyncCloses):
         ttl: float = 3600.0,
         stale_ttl: float = 86400.0,
         max_entries: int = 10_000,
-        max_bytes: int | None = None,
+        max_bytes: int | None = DEFAULT_MAX_BYTES,
+        max_entry_bytes: int | None = DEFAULT_MAX_ENTRY_BYTES,
         semantic: bool = True,
         embedder: Embedder | None = None,
         threshold: float | None = None,
@@ -141,7 +156,7 @@ class ResponseCache(_SemanticMatching, Closes, AsyncCloses):
     ) -> None:
         check_policy(
             ttl=ttl, stale_ttl=stale_ttl, max_entries=max_entries, max_bytes=max_bytes,
-            namespace=namespace,
+            max_entry_bytes=max_entry_bytes, namespace=namespace,
             version=version, sync_interval=sync_interval, vector_search=vector_search,
         )  # fmt: skip
         check_matching(threshold, margin, verify_band)
@@ -181,7 +196,7 @@ class ResponseCache(_SemanticMatching, Closes, AsyncCloses):
             monitor.use_embedder(self.embedder)
         self._backend, self._server = open_backend(
             self.state, namespace, max_entries, max_bytes,
-            server=vector_search == "server", semantic=semantic,
+            server=vector_search == "server", semantic=semantic, max_entry_bytes=max_entry_bytes,
         )  # fmt: skip
         self._local = _LocalIndexes(
             self.embedder.dimension, keep_queries=not isinstance(self._backend, MemoryCacheBackend)
@@ -406,6 +421,8 @@ class ResponseCache(_SemanticMatching, Closes, AsyncCloses):
             self.stats._add("errors")
             return False
         kept = entry.entry_id not in evicted  # (one larger than a byte bound is not)
+        if not kept:
+            self.stats._add("too_large")
         if entry.vector is not None and self._server is None and kept:
             stored = self._recent.stored_probe(entry.query, entry.vector)
             self._local.remember(entry.entry_id, entry.index_key, stored)
@@ -429,7 +446,8 @@ class ResponseCache(_SemanticMatching, Closes, AsyncCloses):
         **options: Unpack[CacheOptions],
     ) -> bool:
         """Cache ``response`` for this call; returns whether it was stored: False when it
-        may not be (see below), when it is larger than ``max_bytes``, and when a Redis
+        may not be (see below), when it is larger than ``max_entry_bytes`` or ``max_bytes``
+        (counted in ``stats.too_large``), and when a Redis
         store could not be reached (the answer is then in no store, this process's index
         included).
 

@@ -136,6 +136,11 @@ class CacheStats:
     monitor_refusals: int = 0
     """Semantic hits not served because the monitor stopped them (checked in the background
     instead)."""
+    too_large: int = 0
+    """Answers not stored for their size: larger than ``max_entry_bytes``, or than an
+    in-memory cache's whole ``max_bytes``.
+
+    .. versionadded:: 0.2.0"""
     errors: int = 0
     """Lookups (stale ones too) and stores that a shared store did not serve: Redis away,
     paused after a failure, or refusing the command. A lookup is a miss too (in ``misses``),
