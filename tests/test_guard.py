@@ -134,6 +134,7 @@ def test_chat_options_name_every_request_parameter_and_nothing_else(
     call_options = {"request", "tenant", "feature", "user", "timeout", "hedge_after"}
     call_options |= {"attempt_timeout"}
     call_options |= {"priority", "cacheable", "cache_tags", "region"}
+    call_options |= {"cache_refresh", "cache_ttl", "cache_max_age"}
     request_params = ChatOptions.__optional_keys__ - call_options
     assert request_params == ChatRequest.model_fields.keys() - {"messages"}
     guard = make_guard(fake)

@@ -193,6 +193,9 @@ class CallContext:
     retries: list[RetryDetails] = field(default_factory=list)
     cacheable: bool = True
     cache_tags: tuple[str, ...] = ()
+    cache_refresh: bool = False  # read nothing from the cache, store the answer
+    cache_ttl: float | None = None  # the stored answer's own ttl
+    cache_max_age: float | None = None  # serve only an entry stored less long ago
     cache_skipped: bool = False  # the response cache skipped the call (opted out, sampled ...)
     started_ns: int = field(default_factory=time.time_ns)
     attempt_log: list[AttemptRecord] = field(default_factory=list)

@@ -93,6 +93,21 @@ class ChatOptions(TypedDict, total=False):
     """``False`` skips the cache for this call."""
     cache_tags: Sequence[str]
     """Permission tags that further partition what this call may read and write."""
+    cache_refresh: bool
+    """``True``: read nothing from the cache (no stale answer either) and store the new answer
+    in place of the entry, as LiteLLM's ``no-cache`` (``cacheable=False`` skips both).
+
+    .. versionadded:: 0.2.0"""
+    cache_ttl: float | None
+    """Seconds this call's answer stays fresh in the cache, instead of the cache's ``ttl``
+    (as LiteLLM's ``ttl``).
+
+    .. versionadded:: 0.2.0"""
+    cache_max_age: float | None
+    """Seconds: serve only a cached answer stored less long ago (as LiteLLM's ``s-maxage``);
+    an older one is asked again and replaced.
+
+    .. versionadded:: 0.2.0"""
     max_tokens: int | None
     max_completion_tokens: int | None
     temperature: float | None
@@ -188,7 +203,8 @@ class Guard(Adoption, Lifecycle):
             spend); provider answers are stored after the call; when every route fails, a
             stale entry is served before the ``degraded`` answer. Per call:
             ``chat(..., cacheable=False)`` skips it, ``cache_tags=[...]`` adds permission
-            tags to the partition.
+            tags to the partition, ``cache_refresh=True`` replaces the entry with a new
+            answer, ``cache_ttl`` and ``cache_max_age`` bound its life and the age served.
         tasks: a :class:`~llmguard_sdk.TaskRouter`: rules and a classifier choose each
             call's tier (a part of the chain) or :class:`~llmguard_sdk.Cascade` (small tier
             first, escalating when a check rejects its answer). See :mod:`llmguard_sdk.router`.
@@ -433,7 +449,9 @@ class Guard(Adoption, Lifecycle):
         ``attempt_timeout`` how long one route may stay silent in it (a stream: before each
         chunk), in place of the Guard's.
         With a ``cache``, ``cacheable=False`` skips it for this call and ``cache_tags``
-        (permission tags) further partition what this call may read and write.
+        (permission tags) further partition what this call may read and write;
+        ``cache_refresh``, ``cache_ttl`` and ``cache_max_age`` are the call's own cache
+        controls (see :class:`~llmguard_sdk.ChatOptions`).
         :class:`~llmguard_sdk.ChatOptions` lists every keyword.
 
         With ``stream=True`` it returns a :class:`~llmguard_sdk.ChatStream` of chunks.

@@ -13,6 +13,7 @@ from typing import Any
 import anyio
 from pydantic import BaseModel
 
+from ..cache._config import check_controls
 from ..context import CallContext
 from ..errors import RequestValidationError
 from ..models import ChatRequest, ChatResponse, Message
@@ -56,6 +57,9 @@ def call_context(
         cacheable, cache_tags = params.pop("cacheable", True), _tags(params.pop("cache_tags", ()))
         if not isinstance(cacheable, bool):  # ("no" would be true: the answer cached)
             raise RequestValidationError(f"cacheable must be True or False, got {cacheable!r}")
+        refresh = params.pop("cache_refresh", False)
+        ttl, max_age = params.pop("cache_ttl", None), params.pop("cache_max_age", None)
+        check_controls(refresh, ttl, max_age, prefix="cache_")
         ctx = prepare(
             stages,
             _request_data(messages, request, model, params),
@@ -68,6 +72,7 @@ def call_context(
             started_at=refusal.started,
         )
     ctx.cacheable, ctx.cache_tags = cacheable, (*ctx.cache_tags, *cache_tags)
+    ctx.cache_refresh, ctx.cache_ttl, ctx.cache_max_age = refresh, ttl, max_age
     return ctx
 
 

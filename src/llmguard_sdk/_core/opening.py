@@ -257,8 +257,9 @@ class OpeningOutcome:
         else:
             request, keys = cache_request(ctx, stages), None
         options = CacheOptions(
-            tags=ctx.cache_tags, cacheable=ctx.cacheable, keys=keys, deadline=ctx.deadline
-        )
+            tags=ctx.cache_tags, cacheable=ctx.cacheable, keys=keys, deadline=ctx.deadline,
+            ttl=ctx.cache_ttl,
+        )  # fmt: skip
         try:
             entry = stages.cache.entry_for(request, response, ctx.scope, **options)
         except ProviderError as exc:  # the embedder's endpoint down, or out of time
@@ -340,10 +341,11 @@ def _lookup_steps(
         keys = cache.call_keys(request, scope, tags=tags, cacheable=cacheable)
         if keys is not None:
             opened.cache_keys = CallKeys(source, request, scope, tags, keys)
-        ctx.cache_skipped = keys is None  # (telemetry: "skipped", not a miss)
+        ctx.cache_skipped = keys is None or ctx.cache_refresh  # (telemetry: "skipped")
         hit: CacheHit | None = yield from cache.lookup_steps(
-            request, scope, tags=tags, cacheable=cacheable, keys=keys, deadline=ctx.deadline
-        )
+            request, scope, tags=tags, cacheable=cacheable, keys=keys, deadline=ctx.deadline,
+            refresh=ctx.cache_refresh, max_age=ctx.cache_max_age,
+        )  # fmt: skip
         return hit
 
     return lookup()

@@ -350,6 +350,7 @@ def stale_response(ctx: CallContext, stages: Stages) -> ChatResponse | None:
         tags=ctx.cache_tags,
         cacheable=ctx.cacheable,
         deadline=ctx.deadline,
+        refresh=ctx.cache_refresh,
     )
     if hit is None:
         return None

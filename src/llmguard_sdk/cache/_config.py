@@ -22,6 +22,7 @@ __all__ = [
     "DEFAULT_MAX_ENTRY_BYTES",
     "MAX_LIFETIME_S",
     "check_call",
+    "check_controls",
     "check_matching",
     "check_parts",
     "check_policy",
@@ -152,3 +153,20 @@ def check_call(
         )
     if keys is not None and not isinstance(keys, CacheKeys):
         raise RequestValidationError(f"keys must be a CacheKeys, got {keys!r:.80}")
+    check_controls(options.get("refresh", False), options.get("ttl"), options.get("max_age"))
+
+
+def check_controls(refresh: object, ttl: object, max_age: object, prefix: str = "") -> None:
+    """A call's own cache controls (named with ``prefix``, a Guard call's ``cache_``):
+    ``refresh`` True or False, ``ttl`` seconds in (0, :data:`MAX_LIFETIME_S`], ``max_age``
+    seconds >= 0 (each ``None``: the cache's own). :class:`RequestValidationError` otherwise."""
+    if not isinstance(refresh, bool):  # ("no" would be true)
+        raise RequestValidationError(f"{prefix}refresh must be True or False, got {refresh!r:.80}")
+    if ttl is not None and not (_real(ttl) and 0 < ttl <= MAX_LIFETIME_S):  # type: ignore[operator]
+        raise RequestValidationError(
+            f"{prefix}ttl must be a number of seconds in (0, {MAX_LIFETIME_S:g}], got {ttl!r:.80}"
+        )
+    if max_age is not None and not (_real(max_age) and max_age >= 0):  # type: ignore[operator]
+        raise RequestValidationError(
+            f"{prefix}max_age must be a number of seconds >= 0, got {max_age!r:.80}"
+        )

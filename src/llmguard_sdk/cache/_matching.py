@@ -25,7 +25,7 @@ from .index import Match, Probe
 from .keys import CacheKeys
 from .monitor import FalseHitMonitor
 
-__all__: list[str] = []
+__all__ = ["fresh"]
 
 logger = logging.getLogger("llmguard_sdk")
 
@@ -33,6 +33,12 @@ _NEAR_MISS_BAND = 0.1
 _CANDIDATES = 4  # nearest entries read per semantic search
 # hash_id of the tenants, users and (partition, context) pairs that come again
 _id_hash = lru_cache(maxsize=4096)(hash_id)
+
+
+def fresh(entry: CacheEntry, now: float, newer_than: float | None = None) -> bool:
+    """Whether ``entry`` is served fresh at ``now``: before its ``fresh_until``, and stored at
+    ``newer_than`` or later (a call's ``max_age``; ``None``: whenever)."""
+    return entry.fresh_until > now and (newer_than is None or entry.created_at >= newer_than)
 
 
 class _SemanticMatching:
@@ -55,13 +61,19 @@ class _SemanticMatching:
     _recent: RecentEmbeddings
 
     def _semantic(
-        self, keys: CacheKeys, *, stale: bool, deadline: float | None = None
+        self,
+        keys: CacheKeys,
+        *,
+        stale: bool,
+        deadline: float | None = None,
+        newer_than: float | None = None,
     ) -> CacheHit | None:
         """The closest earlier query's answer that passes every check, or None. A candidate
         whose query this process knows is checked by the guards before it is read. Below the
         threshold, only a request the strict guards read as the same one (within
         :data:`~llmguard_sdk.cache.guards.AGREED_ALLOWANCE`) is served. Callers check that the
-        cache is semantic and the query not blank; ``deadline``: see :class:`CacheOptions`."""
+        cache is semantic and the query not blank; ``deadline``: see :class:`CacheOptions`;
+        ``newer_than``: a fresh entry stored before this instant is not served."""
         now = time.time()
         try:
             probe = self._recent.embedded(keys.query, embedding_time(deadline)).probe
@@ -94,7 +106,7 @@ class _SemanticMatching:
             entry = self._candidate(match.entry_id)
             if entry is None:  # expired or evicted meanwhile: try the next one
                 continue
-            if not stale and entry.fresh_until <= now:
+            if not stale and not fresh(entry, now, newer_than):
                 continue
             if below and known is None and not strict_agreement(keys.query, entry.query):
                 continue  # (a known query was judged before the read)

@@ -31,7 +31,7 @@ from ._config import (
     check_scope,
 )
 from ._local import _LocalIndexes
-from ._matching import _id_hash, _SemanticMatching
+from ._matching import _id_hash, _SemanticMatching, fresh
 from ._recent import RecentEmbeddings, embedding_time, lookup_by
 from ._served import matched_by, served_entry, served_hit
 from ._storable import cached_form, storable
@@ -44,6 +44,12 @@ from .keys import CacheKeys, _joined_tags, request_keys
 from .monitor import FalseHitMonitor
 
 __all__ = ["DEFAULT_THRESHOLD", "ResponseCache"]
+
+
+def _newer_than(max_age: float | None) -> float | None:
+    """The earliest ``created_at`` a lookup with ``max_age`` serves (``None``: any)."""
+    return None if max_age is None else time.time() - max_age
+
 
 _RECENT_VECTORS = 256
 
@@ -269,18 +275,18 @@ class ResponseCache(_SemanticMatching, Closes, AsyncCloses):
         a worker thread for async code). Run :meth:`sync_steps` in the same batch first to
         see the other processes' recent entries."""
         keys = self.call_keys(request, scope, **options)
-        if keys is None:
+        if keys is None or options.get("refresh", False):
             self.stats._add("skipped")
             return None
-        deadline = options.get("deadline")
+        deadline, newer = options.get("deadline"), _newer_than(options.get("max_age"))
         by = lookup_by(deadline)
         entry, served = yield from self._read_steps(keys.exact, by)
-        if entry is not None and entry.fresh_until > time.time():
+        if entry is not None and fresh(entry, time.time(), newer):
             hit = served_hit("exact", entry, 1.0)
         elif not served:  # the store is away: its candidates could not be read either
             hit = None
         elif self.semantic and keys.query.strip() and (self._local or self._server is not None):
-            hit = yield work(lambda: self._semantic_by(keys, deadline, by))
+            hit = yield work(lambda: self._semantic_by(keys, deadline, by, newer))
         else:
             hit = None
         if hit is not None and hit.kind == "semantic" and self.monitor is not None:
@@ -328,11 +334,12 @@ class ResponseCache(_SemanticMatching, Closes, AsyncCloses):
         scope: Scope | None = None,
         **options: Unpack[CacheOptions],
     ) -> CacheHit | None:
-        """A fresh *or expired* answer (within ``stale_ttl``), for when every route failed."""
+        """A fresh *or expired* answer (within ``stale_ttl``), for when every route failed
+        (none for a call that ``refresh``-es its entry; ``max_age`` is not applied)."""
         keys = self.call_keys(request, scope, **options)
-        hit = (
-            None if keys is None else self._find(keys, stale=True, deadline=options.get("deadline"))
-        )
+        if keys is None or options.get("refresh", False):
+            return None
+        hit = self._find(keys, stale=True, deadline=options.get("deadline"))
         if hit is not None:
             self.stats._add("stale_hits")
             if hit.matched == "semantic":
@@ -399,14 +406,15 @@ class ResponseCache(_SemanticMatching, Closes, AsyncCloses):
             timeout = embedding_time(options.get("deadline"))
             vector = self._recent.embedded(keys.query, timeout).encoded()
         now = time.time()  # after the embedding (a first one can take a second or more)
+        ttl = options.get("ttl") or self.ttl
         return CacheEntry(
             entry_id=keys.exact,
             index_key=self._index_key(keys),
             query=keys.query,
             response=cached_form(response),
             created_at=now,
-            fresh_until=now + self.ttl,
-            stale_until=now + self.ttl + self.stale_ttl,
+            fresh_until=now + ttl,
+            stale_until=now + ttl + self.stale_ttl,
             embedder=self.embedder.name if vector is not None else None,
             vector=vector,
         )
@@ -556,12 +564,12 @@ class ResponseCache(_SemanticMatching, Closes, AsyncCloses):
         return found
 
     def _semantic_by(
-        self, keys: CacheKeys, deadline: float | None, by: float | None
+        self, keys: CacheKeys, deadline: float | None, by: float | None, newer: float | None
     ) -> CacheHit | None:
         """A lookup's semantic search: its reads of a shared store (candidates, a server
-        search) wait until ``by`` at most."""
+        search) wait until ``by`` at most; an entry stored before ``newer`` is not served."""
         with answered_by(by):
-            return self._semantic(keys, stale=False, deadline=deadline)
+            return self._semantic(keys, stale=False, deadline=deadline, newer_than=newer)
 
     def _backend_step(self, name: str, *args: Any, by: float | None = None) -> Step[Any]:
         """The backend's step for ``name`` (a Redis backend's own, its answer waited for

@@ -44,6 +44,22 @@ class CacheOptions(TypedDict, total=False):
     """The call's keys from :meth:`~llmguard_sdk.cache.ResponseCache.call_keys`, given to the
     lookup and the store of the same request, scope and tags so that they are computed once
     (``None``: computed from the request)."""
+    refresh: bool
+    """``True``: the lookup reads nothing (``None``, counted in ``skipped``; the stale lookup
+    too) and the store writes as usual: the call's new answer replaces the entry (``False``).
+
+    .. versionadded:: 0.2.0"""
+    ttl: float | None
+    """Seconds the stored answer is fresh (then ``stale_ttl`` more, as any), instead of the
+    cache's ``ttl`` (``None``).
+
+    .. versionadded:: 0.2.0"""
+    max_age: float | None
+    """Seconds: the lookup serves only an entry stored less long ago (exact or semantic;
+    ``None``: any fresh one). The stale lookup after every route failed, a last resort,
+    ignores it.
+
+    .. versionadded:: 0.2.0"""
     deadline: float | None
     """The call's deadline, a :func:`time.monotonic` instant: an embedder that takes a
     ``timeout`` (:class:`~llmguard_sdk.cache.OpenAIEmbedder`) waits at most half of what is
