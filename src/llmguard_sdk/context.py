@@ -295,7 +295,7 @@ class CallEvent:
     route_errors: tuple[tuple[str, str], ...] = ()
     retries: tuple[RetryDetails, ...] = ()
     cost_usd: float | None = None
-    cost_source: Literal["reported", "estimated"] | None = None
+    cost_source: Literal["reported", "estimated", "cached"] | None = None
     provider: str | None = None
 
 

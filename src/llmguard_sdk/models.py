@@ -468,7 +468,8 @@ class ChatResponse(BaseModel):
 
     ``route`` names the route (provider) that served it; ``attempts`` counts the provider calls
     made for it. ``cost_source`` says whether ``cost_usd`` was ``"reported"`` by the provider or
-    ``"estimated"`` from a price table; both are ``None`` when the cost is unknown.
+    ``"estimated"`` from a price table, or that the answer was served from the response
+    cache (``"cached"``, at ``cost_usd=0.0``); both are ``None`` when the cost is unknown.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -481,7 +482,7 @@ class ChatResponse(BaseModel):
     id: str | None = None
     tool_calls: list[dict[str, Any]] | None = None
     cost_usd: float | None = None
-    cost_source: Literal["reported", "estimated"] | None = None
+    cost_source: Literal["reported", "estimated", "cached"] | None = None
     timings: Timings = Field(default_factory=Timings)
     attempts: int = 1
     headers: dict[str, str] = Field(default_factory=dict)

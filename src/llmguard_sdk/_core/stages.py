@@ -513,10 +513,10 @@ def cache_request(ctx: CallContext, stages: Stages) -> ChatRequest:
 
 
 def from_cache(ctx: CallContext, hit: CacheHit) -> ChatResponse:
-    """A cached answer as this call's response: no tokens used, nothing spent."""
+    """A cached answer as this call's response: no tokens used, nothing spent (its
+    ``cost_source`` says so: ``"cached"``, not the stored answer's)."""
     ctx.route = CACHE
     cached = hit.response
     metadata = {**cached.metadata, **hit_metadata(hit), "cached_route": cached.route}
-    return cached.model_copy(
-        update={"route": CACHE, "usage": Usage(), "cost_usd": 0.0, "metadata": metadata}
-    )
+    update = {"route": CACHE, "usage": Usage(), "cost_usd": 0.0, "cost_source": "cached"}
+    return cached.model_copy(update={**update, "metadata": metadata})

@@ -16,6 +16,7 @@ decisions that need no answer wait in the call's tail, sent in one batch after t
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterator
 
 import anyio
@@ -120,7 +121,9 @@ class _StreamBase:
 
     def _as_chunk(self, response: ChatResponse) -> StreamChunk:
         """A whole answer not from a provider stream (degraded, cached) as one chunk; it
-        becomes the stream's response."""
+        becomes the stream's response, its first token delivered now."""
+        if self._ctx.first_token_at is None:
+            self._ctx.first_token_at = time.monotonic()
         self._response = stages.finish(self._ctx, self._stages, response)
         return StreamChunk(
             text=response.text,

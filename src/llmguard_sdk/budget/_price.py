@@ -240,7 +240,8 @@ class Price:
 
 @dataclass(frozen=True)
 class Cost:
-    """A call's cost in USD and where it came from (``"reported"`` or ``"estimated"``)."""
+    """A call's cost in USD and where it came from (``"reported"``, ``"estimated"``, or
+    ``"cached"``: an answer from the response cache, free)."""
 
     usd: float
-    source: Literal["reported", "estimated"]
+    source: Literal["reported", "estimated", "cached"]

@@ -222,6 +222,8 @@ class SpendControl:
         costs nothing (the attempts that went out before it are the call's unserved ones)."""
         if response.cost_source == "reported" and response.cost_usd is not None:
             return Cost(response.cost_usd, "reported")
+        if response.cost_source == "cached":  # (an answer from the response cache: free)
+            return Cost(0.0, "cached")
         usage = usage or response.usage
         name = route or ctx.route or response.route
         if name == _DEGRADED:
