@@ -54,6 +54,41 @@ def test_a_guard_loads_the_encodings_of_its_routes_when_it_is_built() -> None:
     assert {"o200k_base", "p50k_base"} <= set(report["others"])  # the routes' own, probed
 
 
+_NUMPY = """
+import json, sys, threading
+from llmguard_sdk import Guard, OpenAICompatibleProvider, ResponseCache
+before = "numpy" in sys.modules
+route = OpenAICompatibleProvider("http://127.0.0.1:9/v1", model="m", name="a")
+options = {"exact": {"cache": ResponseCache(semantic=False)}, "semantic": {"cache": True},
+           "none": {}}[sys.argv[1]]
+guard = Guard(route, environ={}, telemetry=False, **options)
+importers = [t for t in threading.enumerate() if t.name == "llmguard-import"]
+for thread in importers:
+    thread.join(60)
+print(json.dumps({"before": before, "importers": len(importers),
+                  "after": "numpy" in sys.modules}))
+guard.close()
+"""
+
+
+@pytest.mark.parametrize(
+    ("cache", "imported"), [("semantic", True), ("exact", False), ("none", False)]
+)
+def test_a_guard_with_a_semantic_cache_imports_numpy_when_it_is_built(
+    cache: str, imported: bool
+) -> None:
+    """A semantic cache's first vector imported numpy (a tenth of a second; a third under
+    load) inside the first call's deadline; a Guard with one now starts the import as it is
+    built, in a thread of its own; a Guard without one imports nothing it does not use."""
+    env = {**os.environ, "PYTHONPATH": SOURCE}
+    found = subprocess.run(
+        [sys.executable, "-c", _NUMPY, cache], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert found.returncode == 0, found.stderr
+    report = json.loads(found.stdout.strip().splitlines()[-1])
+    assert report == {"before": False, "importers": int(imported), "after": imported}
+
+
 class _ClosesBadly(OpenAICompatibleProvider):
     """A route whose close fails after releasing its pool (a socket already gone)."""
 

@@ -9,10 +9,12 @@ as fast as the module itself. Type checkers see numpy: the modules that use it i
 from __future__ import annotations
 
 import importlib
+import sys
+import threading
 import types
 from typing import TYPE_CHECKING, Any
 
-__all__ = ["LazyModule", "np"]
+__all__ = ["LazyModule", "np", "warm"]
 
 
 class LazyModule(types.ModuleType):
@@ -29,3 +31,21 @@ if TYPE_CHECKING:
     import numpy as np
 else:
     np = LazyModule("numpy")
+
+
+def warm(name: str) -> threading.Thread | None:
+    """Start importing the module ``name`` in a daemon thread unless it is imported already;
+    returns the thread (None: nothing to import, or no thread could start: the first use
+    imports it then). A Guard with a semantic cache calls it for numpy as it is built (a
+    tenth of a second, more on a busy machine): its first call no longer imports it inside
+    its deadline (a use meanwhile waits for the import under way: Python's import lock)."""
+    if name in sys.modules:
+        return None
+    thread = threading.Thread(
+        target=importlib.import_module, args=(name,), name="llmguard-import", daemon=True
+    )
+    try:
+        thread.start()
+    except RuntimeError:  # "can't start new thread": only a head start is lost
+        return None
+    return thread

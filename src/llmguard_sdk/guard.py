@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypedDict, overload
 
 from typing_extensions import Unpack
 
-from . import tokens
+from . import _lazy, tokens
 from ._adoption import Adoption
 from ._config_file import config_source, load_config, naming, options_for, resolve, tasks_of
 from ._core import wiring
@@ -44,7 +44,6 @@ from .router import DeploymentGroup, TaskRouter
 from .store import Store, open_store
 
 if TYPE_CHECKING:
-    from .budget.control import SpendControl
     from .telemetry import Telemetry  # (imported with the first one: OpenTelemetry too)
 
 __all__ = ["ChatOptions", "Guard"]
@@ -311,7 +310,7 @@ class Guard(Adoption, Lifecycle):
             tasks=wiring.tasks(tasks, providers, routes),
             releases=wiring.releases(release, self.store, prices, observer),
         )
-        _start_loading(routes, self._stages.spend)  # meanwhile, not in a call's deadline
+        _start_loading(routes, self._stages)  # meanwhile, not in a call's deadline
 
     def __repr__(self) -> str:
         names = ", ".join(route.name for route in self.routes)
@@ -508,9 +507,12 @@ class Guard(Adoption, Lifecycle):
             return outcome.served(await acomplete_call(ctx, self._stages))
 
 
-def _start_loading(routes: Sequence[Provider], spend: SpendControl | None) -> None:
+def _start_loading(routes: Sequence[Provider], stages: Stages) -> None:
     """Start loading, in background threads, what a Guard's calls read on first use: the
-    tokenizer encodings its routes count with, the price data of its price table."""
+    tokenizer encodings its routes count with, the price data of its price table, numpy for
+    a semantic cache's vectors."""
     tokens.warm(route.model for route in routes)
-    if spend is not None:
-        spend.prices._warm()
+    if stages.spend is not None:
+        stages.spend.prices._warm()
+    if stages.cache is not None and stages.cache.semantic:
+        _lazy.warm("numpy")
