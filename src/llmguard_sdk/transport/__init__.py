@@ -40,7 +40,11 @@ breaks there), and a stream that keeps sending runs to its end, up to the Guard'
 ``timeout`` in the request body (``extra_body={"timeout": ...}``) is ignored: it neither sets
 the call's deadline nor goes to the provider. The scope of a call comes from
 :func:`~llmguard_sdk.scoped`, or from ``x-llmguard-tenant`` / ``x-llmguard-feature`` headers;
-any other header or query parameter the caller adds is forwarded to the provider.
+its cache controls from ``x-llmguard-cache`` (``no-cache``: ``cache_refresh=True``,
+``no-store``: ``cacheable=False``), ``x-llmguard-cache-ttl``, ``x-llmguard-cache-max-age``
+(seconds) and ``x-llmguard-cache-tags`` (comma-separated), a bad value answered 400. No
+``x-llmguard-*`` header reaches the provider; any other header or query parameter the caller
+adds is forwarded to the provider.
 
 Successful answers carry ``x-llmguard-route`` (which route served, ``cache`` for a cache hit),
 plain ones ``x-llmguard-attempts`` too (a stream's headers leave before its attempts are known).

@@ -33,6 +33,7 @@ from ..errors import (
 )
 from ..models import ChatResponse, StreamChunk
 from ..providers._anthropic_only import HEADERS as CLAUDE_OWN_HEADERS
+from ._controls import cache_controls
 from ._overflow import anthropic_overflow
 
 # Headers an SDK sets for itself: never forwarded to the provider.
@@ -167,7 +168,8 @@ def sse(data: object, event: str | None = None) -> bytes:
 
 
 def passthrough(incoming: Incoming) -> dict[str, Any]:
-    """Headers, query parameters and scope the SDK's caller added, as Guard arguments."""
+    """Headers, query parameters, scope and cache controls (``x-llmguard-cache*``, see
+    :mod:`._controls`) the SDK's caller added, as Guard arguments."""
     extra: dict[str, Any] = {}
     headers = {
         name: value
@@ -180,6 +182,7 @@ def passthrough(incoming: Incoming) -> dict[str, Any]:
     if incoming.query:
         extra["extra_query"] = dict(incoming.query)
     extra.update(scope(incoming))
+    extra.update(cache_controls(incoming.headers))
     return extra
 
 
