@@ -197,10 +197,26 @@ def _typed_options(target: object, name: str) -> set[str] | None:
         hint = typing.get_type_hints(target, include_extras=True).get(name)
     except Exception:  # an annotation that does not resolve at run time
         return None
-    unpack = (typing_extensions.Unpack, getattr(typing, "Unpack", None))
+    # (no typing.Unpack before Python 3.11: a None here matched every hint without an origin)
+    unpack = (typing_extensions.Unpack, getattr(typing, "Unpack", typing_extensions.Unpack))
     if hint is None or typing.get_origin(hint) not in unpack:
         return None
     return set(typing.get_type_hints(typing.get_args(hint)[0]))
+
+
+class _Options(typing_extensions.TypedDict):
+    size: int
+
+
+def _untyped(**options: typing.Any) -> None: ...
+
+
+def _typed(**options: typing_extensions.Unpack[_Options]) -> None: ...
+
+
+def test_keywords_typed_any_are_any_keywords_and_a_typed_dict_names_them() -> None:
+    assert _typed_options(_untyped, "options") is None
+    assert _typed_options(_typed, "options") == {"size"}
 
 
 def test_calls_name_methods_and_keywords_that_exist() -> None:
