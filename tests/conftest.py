@@ -94,6 +94,20 @@ def require_module(name: str, reason: str) -> ModuleType:
         raise  # not reached: require() skipped or failed
 
 
+GENAI_PRICES_310 = (
+    "Python 3.10: the genai-prices releases the price table reads (0.2.3 on) need Python 3.11, "
+    "so it prices from the shipped prices.json alone (an older genai-prices is not read)"
+)
+
+
+def genai_prices_or_skip() -> ModuleType:
+    """genai-prices, whose data the default price table reads over the shipped table; a skip
+    saying why on Python 3.10 (also at a module's top), or where it is not installed."""
+    if sys.version_info < (3, 11):
+        pytest.skip(GENAI_PRICES_310, allow_module_level=True)
+    return pytest.importorskip("genai_prices")
+
+
 # -- no test writes into the user's cache directory ---------------------------------------------
 
 _CACHE_ENV: dict[str, str | None] = {}

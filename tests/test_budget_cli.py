@@ -13,7 +13,7 @@ from llmguard_sdk.budget.estimate import estimate
 from llmguard_sdk.cli import main
 from llmguard_sdk.testing import FakeProvider, Fault
 
-from .conftest import USER
+from .conftest import USER, genai_prices_or_skip
 from .test_budget_guard import CALL_USD, PRICES, MakeGuard
 
 
@@ -71,7 +71,7 @@ def test_cached_input_is_priced_at_the_cached_rate() -> None:
 def test_a_daily_forecast_uses_the_dearest_price_of_the_day() -> None:
     """Made off-peak (20:00 UTC), a DeepSeek forecast still prices its calls at the peak
     price (00:30-16:30 UTC): the forecast does not depend on the hour it is made at."""
-    pytest.importorskip("genai_prices")
+    genai_prices_or_skip()
     table = PriceTable.default_table()
     evening = dt.datetime(2026, 10, 1, 20, tzinfo=dt.timezone.utc)
     peak = table.price("deepseek-chat", provider="deepseek", at=evening.replace(hour=8))

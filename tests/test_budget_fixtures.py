@@ -25,9 +25,10 @@ from llmguard_sdk.providers import AnthropicProvider, OpenAICompatibleProvider
 from llmguard_sdk.providers.responses import OpenAIResponsesProvider
 from llmguard_sdk.providers.wire import usage_from_payload
 
+from .conftest import genai_prices_or_skip
 from .rawserver import RawServer, http_response, sse_head
 
-pytest.importorskip("genai_prices")
+genai_prices_or_skip()
 FIXTURES = sorted((Path(__file__).parent / "fixtures" / "usage").glob("*.json"))
 
 

@@ -40,7 +40,7 @@ from llmguard_sdk.store import RedisStore
 from llmguard_sdk.testing import FakeProvider, Fault
 from llmguard_sdk.tokens import count_request_tokens, count_text_tokens
 
-from .conftest import USER
+from .conftest import USER, genai_prices_or_skip
 
 MakeGuard = Callable[..., Guard]
 
@@ -508,7 +508,7 @@ def test_a_peak_hour_call_is_held_and_charged_at_deepseeks_peak_price(
     16:30 UTC) under a time-of-day window: a call that starts at peak hours holds and pays
     that, one that starts in the evening the off-peak half (the call's start, not the wall
     clock, decides)."""
-    pytest.importorskip("genai_prices")
+    genai_prices_or_skip()
     with FakeProvider(model="deepseek-chat", name="deepseek") as server:
         guard = make_guard(server, budgets=Budgets([Budget(limit_usd=10.0)]))
         spend, stages = guard._stages.spend, guard._stages

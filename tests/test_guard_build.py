@@ -14,6 +14,8 @@ import pytest
 
 from llmguard_sdk import ConfigurationError, Guard, OpenAICompatibleProvider
 
+from .conftest import genai_prices_or_skip
+
 SOURCE = str(Path(__file__).resolve().parent.parent / "src")
 
 _WARMED = """
@@ -200,7 +202,7 @@ def test_a_guard_reads_its_price_data_when_it_is_built() -> None:
     data, a third of a second or more, inside its deadline after its answer had come (under
     load, 9 s of a 10 s seam call); a Guard now starts reading it as it is built, in a
     background thread (a fresh interpreter, so that nothing read it before)."""
-    pytest.importorskip("genai_prices")
+    genai_prices_or_skip()
     env = {**os.environ, "PYTHONPATH": SOURCE}
     found = subprocess.run(
         [sys.executable, "-c", _PRICES], capture_output=True, text=True, env=env, timeout=120

@@ -16,7 +16,9 @@ from llmguard_sdk.budget import Price
 from llmguard_sdk.budget._source import TIERS, GenaiSource
 from llmguard_sdk.models import Usage
 
-genai_prices = pytest.importorskip("genai_prices")  # Python 3.11+
+from .conftest import genai_prices_or_skip
+
+genai_prices = genai_prices_or_skip()
 
 _CONTEXT = {
     "batch": {"processing": "batch"},

@@ -16,7 +16,9 @@ from llmguard_sdk.budget import Price, PriceTable, UnknownModelPriceError
 from llmguard_sdk.budget._source import GenaiSource
 from llmguard_sdk.models import Usage
 
-genai_prices = pytest.importorskip("genai_prices")  # Python 3.11+: the shipped table alone
+from .conftest import genai_prices_or_skip
+
+genai_prices = genai_prices_or_skip()
 
 
 def test_the_default_table_knows_the_models_people_use_and_says_its_snapshot() -> None:

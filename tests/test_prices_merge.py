@@ -10,6 +10,8 @@ from llmguard_sdk import ConfigurationError
 from llmguard_sdk.budget import Price, PriceTable
 from llmguard_sdk.models import Usage
 
+from .conftest import genai_prices_or_skip
+
 LISTED = Price(
     input=1.0,
     output=4.0,
@@ -61,7 +63,7 @@ def test_a_model_the_table_lacks_is_the_price_given() -> None:
 
 
 def test_the_default_table_keeps_its_cache_rates_under_a_partial_override() -> None:
-    pytest.importorskip("genai_prices")
+    genai_prices_or_skip()
     listed = PriceTable.default_table().price("gpt-4o-mini", provider="openai")
     assert listed.cached_input is not None
     mine = PriceTable.default_table().with_prices({"gpt-4o-mini": Price(input=0.1, output=0.4)})

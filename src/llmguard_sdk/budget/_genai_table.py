@@ -14,6 +14,10 @@ Models are found as genai-prices finds them: its match clauses (kept in prefix o
 flat tuple), a provider named by its id or its own match clause, the providers a provider falls
 back to, ``litellm`` names (``anthropic/claude-...``) and compact dates (``-20251211``).
 
+Only the releases in :data:`READS` are read (pyproject.toml's pin, which needs Python 3.11):
+an older one, as the 0.1 releases that pydantic-ai brings on Python 3.10, may shape its data
+otherwise, and the shipped table prices alone.
+
 A price's constraint is kept as genai-prices applies it: a start date as its day's ordinal, a
 time-of-day window (DeepSeek's peak hours) as ``[start, end]`` in microseconds into the UTC day
 (the window's times turned to UTC as genai-prices turns them; ``end < start`` wraps past
@@ -35,6 +39,7 @@ from typing import Any, NamedTuple
 __all__ = [
     "CONTEXT",
     "FIELDS",
+    "READS",
     "Table",
     "active",
     "find",
@@ -43,8 +48,13 @@ __all__ = [
     "models",
     "owns",
     "prices",
+    "readable",
+    "version",
     "windows",
 ]
+
+READS = ("0.2.3", "0.3")
+"""The genai-prices releases whose data is read: from the first, before the second."""
 
 CONTEXT: dict[str, dict[str, str]] = {
     "batch": {"processing": "batch"},
@@ -105,7 +115,8 @@ _json = json.JSONEncoder(separators=(",", ":")).encode  # made once, not per mod
 
 def load() -> Table | None:
     """genai-prices' data (a snapshot it was given, else the bundled one) as a table, read
-    once; ``None`` when the package is not installed (Python 3.10)."""
+    once; ``None`` when the package is not installed or is a release outside :data:`READS`
+    (Python 3.10)."""
     if not _loaded:
         with _lock:
             if not _loaded:
@@ -122,11 +133,31 @@ def windows() -> tuple[int, ...] | None:
     return () if table is None else table.windows
 
 
-def _read() -> Table | None:
+def version() -> str | None:
+    """The installed genai-prices' version (``None``: not installed)."""
     try:
-        from genai_prices import data_snapshot
+        from genai_prices import __version__
     except ImportError:
         return None
+    return str(__version__)
+
+
+def readable(release: str) -> bool:
+    """Whether the data of genai-prices ``release`` (a version) is read: one in :data:`READS`."""
+    low, high = (_numbers(bound) for bound in READS)
+    return low <= _numbers(release) < high
+
+
+def _numbers(release: str) -> tuple[int, ...]:
+    return tuple(int(number) for number in re.findall(r"\d+", release)[:3])
+
+
+def _read() -> Table | None:
+    installed = version()
+    if installed is None or not readable(installed):
+        return None
+    from genai_prices import data_snapshot
+
     loaded = "genai_prices.data" in sys.modules
     table = _build(data_snapshot.get_snapshot().providers)
     if not loaded:

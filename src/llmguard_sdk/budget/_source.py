@@ -101,13 +101,15 @@ class GenaiSource:
 
     @property
     def version(self) -> str:
-        """``genai-prices <version> (<snapshot date>)``."""
+        """``genai-prices <version> (<snapshot date>)``, or why its data is not read."""
         table = _genai_table.load()
-        if table is None:
+        installed = _genai_table.version()
+        if installed is None:
             return "genai-prices (not installed)"
-        from genai_prices import __version__
-
-        return f"genai-prices {__version__} ({table.snapshot_date})"
+        if table is None:
+            low, high = _genai_table.READS
+            return f"genai-prices {installed} (not read: this reads >={low},<{high})"
+        return f"genai-prices {installed} ({table.snapshot_date})"
 
 
 _DAY_NS = 86_400 * 10**9
