@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from llmguard_sdk import ConfigurationError, Guard, LocalProvider
+from llmguard_sdk._config_formats import read_data
 from llmguard_sdk.providers import _chunked
 from llmguard_sdk.providers._llama import _packaged_gguf
 
@@ -117,12 +118,15 @@ def test_a_cache_folder_that_cannot_be_written_is_a_configuration_error(
         _packaged_gguf("tiny-test-model", None)
 
 
-def test_each_known_model_has_an_extra_that_pins_exactly_its_chunk_packages() -> None:
-    tomllib = pytest.importorskip("tomllib", reason="tomllib is Python 3.11+")
+def test_toml_is_read_with_a_dependency_where_python_has_no_tomllib() -> None:
+    """Configuration files in TOML are read with tomllib (Python 3.11+), else with tomli: a
+    dependency on 3.10 (the tests had it from pytest, a user's install lacked it)."""
+    dependencies = read_data(PYPROJECT)["project"]["dependencies"]
+    assert "tomli>=1.1; python_version < '3.11'" in dependencies
 
-    extras = tomllib.loads(PYPROJECT.read_text(encoding="utf-8"))["project"][
-        "optional-dependencies"
-    ]
+
+def test_each_known_model_has_an_extra_that_pins_exactly_its_chunk_packages() -> None:
+    extras = read_data(PYPROJECT)["project"]["optional-dependencies"]  # tomllib, or tomli
     assert _chunked.PACKAGED_MODELS
     for model in _chunked.PACKAGED_MODELS.values():
         pinned = [r for r in extras[model.extra] if not r.startswith("llama-cpp-python")]
