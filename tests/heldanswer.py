@@ -22,6 +22,7 @@ class AnswerHeld:
         self.left = holds
         self.forwarded = 0
         self.pumps: set[asyncio.Task[None]] = set()
+        self.kept: list[Any] = []  # the writers of held answers' connections, left open
 
     async def __aenter__(self) -> str:
         self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
@@ -32,6 +33,8 @@ class AnswerHeld:
         self.server.close()
         for pump in self.pumps:
             pump.cancel()
+        for writer in self.kept:
+            writer.close()
 
     async def _serve(self, reader: Any, writer: Any) -> None:
         up_reader, up_writer = await asyncio.open_connection(
@@ -63,6 +66,7 @@ class AnswerHeld:
                 mine["held"] = False
             elif mine["held"]:  # the command ran; its answer never comes
                 self.holding.set()
+                self.kept.append(writer)  # (from Python 3.13 one let go of closes its socket)
                 return
             writer.write(data)
             await writer.drain()
