@@ -19,9 +19,9 @@ from llmguard_sdk.models import Usage
 from llmguard_sdk.providers.wire import usage_from_payload
 from llmguard_sdk.testing import FakeProvider
 
-from .conftest import USER
+from .conftest import USER, genai_prices_or_skip
 
-pytest.importorskip("genai_prices")
+genai_prices_or_skip()
 
 # 1,000 input tokens, 800 of them audio; 500 output tokens, 400 of them audio
 AUDIO_USAGE: dict[str, Any] = {

@@ -24,7 +24,9 @@ from llmguard_sdk.budget._media import Media, request_media
 from llmguard_sdk.models import ChatRequest
 from llmguard_sdk.testing import FakeProvider, Fault
 
-pytest.importorskip("genai_prices")
+from .conftest import genai_prices_or_skip
+
+genai_prices_or_skip()
 
 HELLO = [{"role": "user", "content": "say hello"}]
 GPT_4O_IMAGE = 1445  # OpenAI's tokens for a 2048 x 768 image at detail "high" (8 tiles)
