@@ -65,20 +65,37 @@ class Routing:
             for entry in entries
             if isinstance(entry, DeploymentGroup)
         }
+        # what a call ranks, by the group its model= selected (None: every entry): the
+        # entries from that group on, and the deployments among them ``cheapest`` prices
+        self._starts = {start: self._start(entries) for start, entries in self._suffixes().items()}
+
+    def _suffixes(self) -> dict[str | None, tuple[Provider | DeploymentGroup, ...]]:
+        """The entries a call ranks, by the group it starts at (None: all of them)."""
+        suffixes: dict[str | None, tuple[Provider | DeploymentGroup, ...]] = {None: self.entries}
+        for i, entry in enumerate(self.entries):
+            if isinstance(entry, DeploymentGroup):
+                suffixes.setdefault(entry.name, self.entries[i:])
+        return suffixes
+
+    @staticmethod
+    def _start(
+        entries: tuple[Provider | DeploymentGroup, ...],
+    ) -> tuple[tuple[Provider | DeploymentGroup, ...], tuple[Provider, ...]]:
+        cheapest = tuple(
+            route
+            for entry in entries
+            if isinstance(entry, DeploymentGroup) and entry.strategy == "cheapest"
+            for route in entry.deployments
+        )
+        return entries, cheapest
 
     def ranked(self, ctx: CallContext, prices: PriceTable | None = None) -> tuple[Provider, ...]:
         """Every route, each group's deployments in the order its strategy gives now for the
         call ``ctx`` (``cheapest`` prices it with ``prices``, each deployment with the input
         tokens its own model counts). A call that selected one of these groups (``ctx.group``,
         its ``model=``) starts at it: the entries before it are neither ranked nor tried."""
-        entries = self._from(ctx.group)
         # the deployments the call counts its input for, each as its own model counts it
-        cheapest = [
-            route
-            for entry in entries
-            if isinstance(entry, DeploymentGroup) and entry.strategy == "cheapest"
-            for route in entry.deployments
-        ]
+        entries, cheapest = self._starts.get(ctx.group, self._starts[None])
         if cheapest:  # the call's count first: a deployment whose encoding took it reuses it
             ctx.input_tokens()
         counts = {route.name: float(route_input_tokens(ctx, route).tokens) for route in cheapest}
@@ -88,13 +105,6 @@ class Routing:
             for entry in entries
             for route in (entry.ranked(facts) if isinstance(entry, DeploymentGroup) else (entry,))
         )
-
-    def _from(self, group: str | None) -> tuple[Provider | DeploymentGroup, ...]:
-        """The entries from the group named ``group`` on (all of them: no such group here)."""
-        selected = self.groups.get(group) if group is not None else None
-        if selected is None:
-            return self.entries
-        return self.entries[next(i for i, e in enumerate(self.entries) if e is selected) :]
 
     def check_model(self, model: str | None, routes: Sequence[Provider]) -> None:
         """Refuse a call's ``model=`` that names none of the groups and that every route of

@@ -21,16 +21,13 @@ from ..budget._zones import UTC, zone
 from ..budget.control import status_row
 from ..budget.redis import RedisBudgetBackend
 from ..errors import BudgetUnavailableError, ConfigurationError
-from ._command import Command, Group, redis_failed, redis_store, searched
+from ._command import Command, Group, redis_failed, redis_store, searched, store_arguments
 
 __all__ = ["BUDGET"]
 
 
 def _status_arguments(status: argparse.ArgumentParser) -> None:
-    status.add_argument("--store", required=True, help="the Redis URL the Guards use")
-    status.add_argument(
-        "--prefix", default="llmguard", help="the store's key prefix (default: %(default)s)"
-    )
+    store_arguments(status, users="the Guards")
     status.add_argument(
         "--name", default="default", help="the budget set's name (Budgets; default: %(default)s)"
     )

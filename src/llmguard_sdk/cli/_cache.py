@@ -33,7 +33,7 @@ from ..cache.embedders import (
     suggested_threshold,
 )
 from ..errors import ConfigurationError, StoreUnavailableError
-from ._command import Command, Group, redis_store
+from ._command import Command, Group, redis_store, store_arguments
 
 EMBEDDERS = ("hashing", "minilm", "hybrid")
 
@@ -170,10 +170,7 @@ def _print_curve(
 
 
 def _clear_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--store", required=True, help="the Redis URL the caches use")
-    parser.add_argument(
-        "--prefix", default="llmguard", help="the caches' key_prefix (default: %(default)s)"
-    )
+    store_arguments(parser, users="the caches")
     parser.add_argument(
         "--namespace", default="default", help="the namespace to clear (default: %(default)s)"
     )

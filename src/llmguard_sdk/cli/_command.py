@@ -115,6 +115,17 @@ def positive_number(text: str) -> float:
     return value
 
 
+def store_arguments(parser: argparse.ArgumentParser, *, users: str) -> None:
+    """Add ``--store`` (required) and ``--prefix`` to a command that reads the Redis its
+    Guards share: ``users`` names who use that store in the help ("the caches")."""
+    parser.add_argument(
+        "--store", required=True, help=f"the Redis (or redis+cluster://) URL {users} use"
+    )
+    parser.add_argument(
+        "--prefix", default="llmguard", help="the store's key prefix (default: %(default)s)"
+    )
+
+
 def redis_store(args: argparse.Namespace) -> RedisStore:
     """The store ``--store`` / ``--prefix`` name: a Redis or Redis Cluster URL the Guards use
     (``redis+cluster://`` too). Anything else, ``memory`` among them (a process's own: no

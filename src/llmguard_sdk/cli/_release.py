@@ -13,19 +13,14 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import CanaryNotFoundError, ConfigurationError, ReleaseConflictError
-from ._command import Command, Group, redis_failed, redis_store, searched
+from ._command import Command, Group, redis_failed, redis_store, searched, store_arguments
 
 __all__ = ["RELEASE"]
 
 
 def _arguments(action: argparse.ArgumentParser) -> None:
     action.add_argument("key", help="the release's name (ReleasePlan.key)")
-    action.add_argument(
-        "--store", required=True, help="the Redis (or redis+cluster://) URL the Guards use"
-    )
-    action.add_argument(
-        "--prefix", default="llmguard", help="the store's key prefix (default: %(default)s)"
-    )
+    store_arguments(action, users="the Guards")
     action.add_argument(
         "--stages",
         help="the canary's stage shares (default: those its Guards stored; else "
