@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from llmguard_sdk import Guard
-from llmguard_sdk.models import ChatResponse
+from llmguard_sdk.models import ChatResponse, Timings
 from llmguard_sdk.providers.responses import OpenAIResponsesProvider
 from llmguard_sdk.releases import Release, ReleasePlan, ShadowPolicy
 from llmguard_sdk.releases.shadow import COMPARATORS
@@ -163,3 +163,25 @@ def test_length_is_within_a_fifth_of_the_longer_answer() -> None:
     for served, shadow in ((100, 126), (126, 100), (0, 1), (1, 0)):
         assert not length(_answer("a" * served), _answer("a" * shadow))
     assert length(_answer(""), _answer(""))
+
+
+def _timed(total_s: float) -> ChatResponse:
+    return ChatResponse(text="same", timings=Timings(total_s=total_s))
+
+
+@pytest.mark.parametrize(
+    ("served_s", "shadow_s", "kept"),
+    [
+        (0.0011, 0.003, True),  # 2 ms slower at millisecond latencies: within the slack
+        (0.0011, 0.052, False),  # past the slack and the ratio
+        (1.0, 1.49, True),  # within 1.5x
+        (1.0, 1.6, False),  # past 1.5x and the slack
+        (0.2, 0.28, True),  # 1.4x
+    ],
+)
+def test_latency_is_slow_only_past_the_ratio_and_the_canary_slack(
+    served_s: float, shadow_s: float, kept: bool
+) -> None:
+    # as a canary's slow call (CanaryPolicy.latency_slack_s): a pure 1.5x ratio called a
+    # candidate 2 ms slower than a 1.1 ms answer a latency regression in the report
+    assert COMPARATORS["latency"](_timed(served_s), _timed(shadow_s)) is kept

@@ -57,6 +57,7 @@ Counters = Mapping[str, float]
 scores, low ones), and histograms ``lat:<i>`` (seconds) and ``cost:<i>`` (USD)."""
 
 StageStatus = Literal["canary", "promoted", "rolled_back"]
+LATENCY_SLACK_S = 0.05  # a call is slow only this far above the control's too (CanaryPolicy)
 _GROWTH = 1.1  # histogram buckets: each 10 % wider than the one before
 _BUCKETS = 300
 _FLOOR = {"lat": 1e-4, "cost": 1e-9}  # 0.1 ms, a nano-dollar: the first bucket's edge
@@ -107,7 +108,7 @@ class CanaryPolicy:
     ratio: float = 2.0
     latency_quantile: float = 0.5
     latency_tolerance: float = 1.5
-    latency_slack_s: float = 0.05
+    latency_slack_s: float = LATENCY_SLACK_S
     cost_tolerance: float = 1.5
     feedback_threshold: float = 0.5
     min_control: int = 20

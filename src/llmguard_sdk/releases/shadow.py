@@ -30,6 +30,7 @@ from ..errors import ConfigurationError, LLMGuardError, UnknownModelPriceError
 from ..models import ChatRequest, ChatResponse
 from ..providers._abort import Abort, abortable
 from ..tokens import count_request_tokens
+from .policy import LATENCY_SLACK_S
 
 if TYPE_CHECKING:
     from ..budget.prices import PriceTable
@@ -153,12 +154,21 @@ def _ratio_ok(served: float | None, shadow: float | None, limit: float) -> bool 
     return shadow <= served * limit + 1e-12
 
 
+def _latency_ok(served: float | None, shadow: float | None) -> bool | None:
+    """Within 1.5 times the served answer's time, or within :data:`LATENCY_SLACK_S` of it (a
+    canary's slow call is past both: at millisecond latencies a ratio alone calls 3 ms beside
+    1.1 ms slow)."""
+    if served is None or shadow is None:
+        return None
+    return shadow <= max(served * 1.5, served + LATENCY_SLACK_S) + 1e-12
+
+
 COMPARATORS: Mapping[str, Comparator] = {
     "exact": _same,
     "json_valid": _json_kept,
     "length": _similar_length,
-    "latency": lambda a, b: _ratio_ok(
-        a.timings.total_s if a.timings else None, b.timings.total_s if b.timings else None, 1.5
+    "latency": lambda a, b: _latency_ok(
+        a.timings.total_s if a.timings else None, b.timings.total_s if b.timings else None
     ),
     "cost": lambda a, b: _ratio_ok(a.cost_usd, b.cost_usd, 1.5),
 }
@@ -167,8 +177,8 @@ same text (stripped) and the same tool calls (``exact``: names and arguments, as
 where they parse, in any order, ids aside); ``json_valid``: the candidate's text is JSON
 where the served text is, its calls' arguments where the served calls' are (a served answer
 with no JSON, prose or empty, is not judged); ``length`` (text, tool names and arguments)
-within 20 % of the longer answer's (the same verdict either way round); ``latency`` and
-``cost`` at most 1.5 times the served answer's."""
+within 20 % of the longer answer's (the same verdict either way round); ``cost`` at most 1.5
+times the served answer's, ``latency`` too or at most 0.05 s more (as a canary's slow call)."""
 
 
 @dataclass(frozen=True)
