@@ -13,8 +13,10 @@ from redis_cluster import RedisServer
 
 from llmguard_sdk import Guard, OpenAICompatibleProvider
 from llmguard_sdk.cache import ResponseCache
+from llmguard_sdk.cache._recent import STALE_FLOOR_S
+from llmguard_sdk.errors import LLMGuardError
 from llmguard_sdk.store import RedisClusterStore, RedisStore
-from llmguard_sdk.testing import FakeProvider
+from llmguard_sdk.testing import FakeProvider, Fault
 from tests.test_cache import FAQ, answer, ask
 from tests.test_cache_construction import SilentServer
 
@@ -219,3 +221,62 @@ def test_an_async_lookup_on_a_paused_cluster_keeps_to_its_deadline(
     assert took[0] < 0.2 + SLACK
     assert (store.health.failures, cache.stats.errors) == (0, 1)
     cache.close()
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_the_stale_lookup_keeps_to_the_deadline_too(
+    fake: FakeProvider, redis_server: RedisServer, mode: str
+) -> None:
+    """A Redis that hangs (``DEBUG SLEEP``) and a route that fails at once: the fresh lookup
+    missed within its share of the deadline, but the stale lookup after the failure waited
+    the store's own timeouts: the error came after 1.95 s here (the 2 s hang), 3.5 s for a
+    5 s one (the store's 3 s socket timeout), sync and async, for a 1 s ``timeout``. It now
+    waits as the fresh one does: the error comes within the deadline (0.75 s)."""
+    provider = OpenAICompatibleProvider(fake.base_url, model=fake.model, name="primary")
+    store = RedisStore(redis_server.url, key_prefix="stale", socket_timeout=3.0)
+    cache = ResponseCache(store)
+    guard = Guard([provider], cache=cache, environ={}, timeout=TIMEOUT, retry=None)
+    fake.always(Fault(status=503))
+
+    async def acall() -> None:
+        try:
+            await guard.achat(QUESTION)
+        finally:
+            await guard.aclose()
+
+    try:
+        assert cache.lookup(ask("warm the connection and the embedder?")) is None
+        redis_server.sleep(2.0)
+        time.sleep(0.05)  # (the sleep under way)
+        started = time.monotonic()
+        with pytest.raises(LLMGuardError):
+            guard.chat(QUESTION) if mode == "sync" else anyio.run(acall)
+        took = time.monotonic() - started
+        assert took < TIMEOUT + SLACK
+        assert fake.stats.requests == 1
+        assert store.health.failures == 0  # (the call's time was up, not Redis's)
+        time.sleep(max(0.0, 2.1 - took))  # (the sleep's own client answered before the stop)
+    finally:
+        guard.close()
+
+
+def test_a_stale_answer_is_found_when_the_routes_spent_the_deadline(
+    fake: FakeProvider, redis_url: str, redis_prefix: str
+) -> None:
+    """The bound has a floor (``STALE_FLOOR_S``): a route that timed out at the deadline
+    leaves the stale lookup no time of the call's own, and it still reads Redis."""
+    provider = OpenAICompatibleProvider(fake.base_url, model=fake.model, name="primary")
+    cache = ResponseCache(redis_url, key_prefix=redis_prefix, ttl=0.2, stale_ttl=60)
+    guard = Guard([provider], cache=cache, environ={}, timeout=0.5, retry=None)
+    try:
+        assert guard.chat(QUESTION).route == "primary"
+        time.sleep(0.3)
+        fake.always(Fault(latency=5))
+        started = time.monotonic()
+        stale = guard.chat(QUESTION)
+        took = time.monotonic() - started
+        assert (stale.route, stale.metadata["cache"]) == ("cache", "stale")
+        assert took < 0.5 + STALE_FLOOR_S + SLACK
+    finally:
+        cache.clear()
+        guard.close()

@@ -15,11 +15,16 @@ from .embedders.base import embed_within
 from .entry import decode_vector, encode_vector
 from .index import Probe
 
-__all__ = ["RecentEmbeddings", "embedding_time", "lookup_by"]
+__all__ = ["STALE_FLOOR_S", "RecentEmbeddings", "embedding_time", "lookup_by", "stale_by"]
 
 _KEPT_CHARS = 2048  # a longer query is remembered under its digest, not its text
 # of what is left of a call's deadline, for what a lookup waits on (an embedder, Redis)
 _LOOKUP_SHARE = 0.5
+STALE_FLOOR_S = 0.25
+"""The least a stale lookup (stale-if-error, after the routes failed) may wait for its store
+however little of the call's deadline is left: a few round trips to Redis (a new
+connection, a script loaded again, the read) even across zones, where the call has most
+likely spent its deadline on the routes already, and short next to what it waited then."""
 
 
 def embedding_time(deadline: float | None) -> float | None:
@@ -35,6 +40,18 @@ def lookup_by(deadline: float | None) -> float | None:
         return None
     now = time.monotonic()
     return now + (deadline - now) * _LOOKUP_SHARE
+
+
+def stale_by(deadline: float | None) -> float | None:
+    """Until when a stale lookup waits for a shared store (a :func:`time.monotonic` instant):
+    as :func:`lookup_by`, half of what is left before ``deadline`` (the rest is a local
+    route's that stands in, or the degraded answer's), but :data:`STALE_FLOOR_S` at least,
+    past the deadline if need be: a stale answer is the call's last chance of one (``None``:
+    no deadline, the store's own timeouts)."""
+    if deadline is None:
+        return None
+    now = time.monotonic()
+    return now + max((deadline - now) * _LOOKUP_SHARE, STALE_FLOOR_S)
 
 
 class _Embedded:

@@ -32,7 +32,7 @@ from ._config import (
 )
 from ._local import _LocalIndexes
 from ._matching import _id_hash, _SemanticMatching, fresh
-from ._recent import RecentEmbeddings, embedding_time, lookup_by
+from ._recent import RecentEmbeddings, embedding_time, lookup_by, stale_by
 from ._served import matched_by, served_entry, served_hit
 from ._storable import cached_form, storable
 from .backends import Change, MemoryCacheBackend, open_backend
@@ -335,11 +335,11 @@ class ResponseCache(_SemanticMatching, Closes, AsyncCloses):
         **options: Unpack[CacheOptions],
     ) -> CacheHit | None:
         """A fresh *or expired* answer (within ``stale_ttl``), for when every route failed
-        (none for a call that ``refresh``-es its entry; ``max_age`` is not applied)."""
+        (none for a ``refresh``; ``max_age`` not applied; ``deadline``: :class:`CacheOptions`)."""
         keys = self.call_keys(request, scope, **options)
         if keys is None or options.get("refresh", False):
             return None
-        hit = self._find(keys, stale=True, deadline=options.get("deadline"))
+        hit = self._stale(keys, stale_by(options.get("deadline")))
         if hit is not None:
             self.stats._add("stale_hits")
             if hit.matched == "semantic":
@@ -370,18 +370,20 @@ class ResponseCache(_SemanticMatching, Closes, AsyncCloses):
         scope = scope or current_scope()
         return await anyio.to_thread.run_sync(lambda: self.lookup_stale(request, scope, **options))
 
-    def _find(self, keys: CacheKeys, *, stale: bool, deadline: float | None) -> CacheHit | None:
-        now = time.time()
-        entry, served = run(self._read_steps(keys.exact))
-        if entry is not None and (stale or entry.fresh_until > now):
-            return served_hit("exact", entry, 1.0)
-        if not served:  # the store is away: its candidates could not be read either
-            return None
-        stopped = self.monitor is not None and not self.monitor.serving(self.namespace)
-        if stopped or not self.semantic or not keys.query.strip():
-            return None  # (semantic hits the monitor stopped are not served stale either)
-        self._sync()
-        return self._semantic(keys, stale=stale, deadline=deadline)
+    def _stale(self, keys: CacheKeys, by: float | None) -> CacheHit | None:
+        """A stale lookup's hit, its reads of a shared store (the entry, the other processes'
+        changes, the candidates) waiting until ``by`` at most (:func:`stale_by`)."""
+        with answered_by(by):
+            entry, served = run(self._read_steps(keys.exact, by))
+            if entry is not None:
+                return served_hit("exact", entry, 1.0)
+            if not served:  # the store is away: its candidates could not be read either
+                return None
+            stopped = self.monitor is not None and not self.monitor.serving(self.namespace)
+            if stopped or not self.semantic or not keys.query.strip():
+                return None  # (semantic hits the monitor stopped are not served stale either)
+            self._sync(by)
+            return self._semantic(keys, stale=True, deadline=by)
 
     # -- stores -----------------------------------------------------------------------------
 
@@ -546,8 +548,8 @@ class ResponseCache(_SemanticMatching, Closes, AsyncCloses):
 
     # -- the in-memory index ------------------------------------------------------------------
 
-    def _sync(self) -> None:
-        run(self.sync_steps())
+    def _sync(self, deadline: float | None = None) -> None:
+        run(self.sync_steps(deadline))
 
     def _read_steps(
         self, entry_id: str, by: float | None = None

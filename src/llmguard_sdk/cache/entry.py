@@ -66,7 +66,10 @@ class CacheOptions(TypedDict, total=False):
     left of it, and a lookup whose embedding times out is a miss; a lookup waits for a Redis
     store at most half of what is left of it too (a miss then, counted in
     ``stats.errors``; Redis is not paused for it), and a store at most all of it (``None``:
-    the embedder's and the store's own timeouts).
+    the embedder's and the store's own timeouts). The stale lookup after every route failed
+    waits as the lookup does, but a quarter of a second at least, past the deadline if need
+    be (:data:`~llmguard_sdk.cache._recent.STALE_FLOOR_S`: a stale answer is the call's last
+    chance of one).
 
     .. versionadded:: 0.2.0
     """
