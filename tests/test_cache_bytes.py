@@ -132,3 +132,33 @@ def test_a_redis_cache_caps_one_entry_too(redis_url: str, redis_prefix: str) -> 
 def test_a_bad_cap_on_one_entry_is_refused(bad: Any) -> None:
     with pytest.raises(ConfigurationError, match="max_entry_bytes"):
         ResponseCache(max_entry_bytes=bad)
+
+
+@pytest.mark.parametrize("semantic", [False, True])
+def test_an_oversize_answer_drops_the_older_entry_in_redis_as_in_memory(
+    redis_url: str, redis_prefix: str, semantic: bool
+) -> None:
+    """A refresh whose new answer was over ``max_entry_bytes`` left the older entry in Redis
+    (the memory backend drops it): the old answer went on being served, by its key and by
+    similarity, in every process. Now it goes in Redis too, for the other processes as well."""
+    options: dict[str, Any] = {"semantic": semantic, "max_entry_bytes": 5_000}
+    cache = ResponseCache(redis_url, key_prefix=redis_prefix, **options)
+    other = ResponseCache(redis_url, key_prefix=redis_prefix, sync_interval=0.0, **options)
+    memory = ResponseCache(**options)
+    try:
+        for held in (cache, memory):
+            assert held.store(ask("What changed?"), answer("the old answer"))
+            assert held.lookup(ask("What changed?")) is not None
+        assert other.lookup(ask("What changed?")) is not None  # (indexed there too)
+        for held in (cache, memory):
+            assert not held.store(ask("What changed?"), answer(BIG), refresh=True)
+            assert held.stats.too_large == 1
+            assert held.lookup(ask("What changed?")) is None
+            assert held.lookup_stale(ask("What changed?")) is None
+        assert other.lookup(ask("What changed?")) is None
+        assert other.lookup_stale(ask("What changed?")) is None
+        assert cache.stats.errors == 0
+    finally:
+        cache.clear()
+        cache.close()
+        other.close()

@@ -187,7 +187,9 @@ class RedisCacheBackend:
         when Redis is away (paused, or the write failed, or no answer came by ``by``, as for
         :meth:`read_steps`) and nothing was written (or, past ``by``, perhaps it was);
         ``[entry.entry_id]`` (not kept) for an entry larger than ``max_entry_bytes`` as it
-        would be written (its JSON, and its vector), nothing sent."""
+        would be written (its JSON, and its vector): not written, and the older entry under
+        its key deleted, as the memory backend drops it (a refresh whose new answer is too
+        large would have left the old one served)."""
         ttl_ms = max(1, int((entry.stale_until - time.time()) * 1000))
         # The vector goes to the server's vector set (alone: not into the entry's JSON too,
         # 2.7 KB an entry that nothing reads), or into the entry and the stream for local
@@ -200,6 +202,7 @@ class RedisCacheBackend:
                 left_out = {"vector"}
         stored = entry.model_dump_json(exclude=left_out).encode("utf-8")
         if self._largest is not None and len(stored) + len(server_vector) > self._largest:
+            yield from self._dropped_steps(entry.entry_id, by)
             return [entry.entry_id]
         if not self._outage.up():
             return None
@@ -437,12 +440,26 @@ class RedisCacheBackend:
                 f"the response cache was not cleared (or only partly): {self._outage.why(exc)}"
             ) from exc
 
+    def _delete_command(self, entry_id: str, by: float | None = None) -> Command:
+        """The script that deletes ``entry_id`` (its vector and its LRU place too, logged
+        for the other processes), its answer waited for until ``by`` at most."""
+        keys = [self._entry_prefix + entry_id, self._lru, self._log, self._vector_index]
+        return self._command(by, 8, keys, [entry_id, self._stream_length, self._vector_sets])
+
+    def _dropped_steps(self, entry_id: str, by: float | None) -> Step[None]:
+        """Delete ``entry_id`` where an answer to its request could not be written (a
+        failure is the store's, as a write's: the older entry may then stay)."""
+        if not self._outage.up():
+            return
+        try:
+            yield self._delete_command(entry_id, by)
+        except redis_errors() as exc:
+            self._failed(exc)
+
     def delete(self, entry_id: str) -> bool:
         """See :class:`CacheBackend` (tried even while other operations wait out a pause)."""
-        keys = [self._entry_prefix + entry_id, self._lru, self._log, self._vector_index]
-        args = [entry_id, self._stream_length, self._vector_sets]
         try:
-            return bool(run(answer(self._scripts.command(8, keys, args))))
+            return bool(run(answer(self._delete_command(entry_id))))
         except redis_errors() as exc:
             self._outage.failed(exc)
             raise StoreUnavailableError(
