@@ -1,6 +1,7 @@
 """What an answer served from the cache says of itself: its cost came from the cache
 (``cost_source="cached"``, not the stored answer's ``"estimated"`` / ``"reported"`` next to
-``cost_usd=0.0``), and a replayed stream's first token came when its one chunk was delivered."""
+``cost_usd=0.0``), a replayed stream's first token came when its one chunk was delivered,
+and each serving has an id of its own."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -98,3 +100,37 @@ def test_a_replayed_stream_has_its_first_token_time(
     assert first is not None
     assert 0 <= first <= response.timings.total_s
     assert events[-1].first_token_s == first
+
+
+def test_each_hit_has_an_id_of_its_own(fake: FakeProvider, make_guard: MakeGuard) -> None:
+    """Every hit gave the stored answer's id (``chatcmpl-fake-1``) to every caller it served:
+    logs, traces and spend records keyed on ids merged the callers' answers into one. Each
+    serving (plain, streamed, stale, through either drop-in client) now has an id of its own,
+    begun as the stored one is; the stored one is in ``metadata["cached_id"]``."""
+    from llmguard_sdk import GuardedClient
+
+    guard = make_guard(fake, cache=ResponseCache(ttl=1.0, stale_ttl=60), breaker=None)
+    clients: list[Any] = [guard.client(), GuardedClient(guard)]  # (openai imported first)
+    first = guard.chat(USER)
+    stored = time.monotonic()
+    assert first.id == "chatcmpl-fake-1"
+    hits = [guard.chat(USER), guard.chat(USER)]
+    with guard.chat(USER, stream=True) as stream:
+        streamed = {chunk.id for chunk in stream}
+    served = [*hits, stream.response]
+    ids = [str(response.id) for response in served]
+    for client in clients:
+        completion = client.chat.completions.create(model=fake.model, messages=USER)
+        assert completion.llmguard.route == "cache"
+        ids.append(completion.id)
+    time.sleep(max(0.0, 1.1 - (time.monotonic() - stored)))
+    fake.always(Fault(status=503))
+    with waits_off():
+        stale = guard.chat(USER)
+    assert stale.metadata["cache"] == "stale"
+    ids.append(str(stale.id))
+    assert len(set(ids)) == len(ids)
+    assert first.id not in ids
+    assert all(i.startswith("chatcmpl-llmguard-cache-") for i in ids)
+    assert all(r.metadata["cached_id"] == first.id for r in [*served, stale])
+    assert streamed == {stream.response.id}  # (the replayed chunk carries it: the seam's does)

@@ -20,7 +20,7 @@ from ..breaker import Breakers
 from ..budget.control import SpendControl
 from ..cache import CacheHit, ResponseCache
 from ..cache._config import check_scope
-from ..cache._served import hit_metadata
+from ..cache._served import hit_id, hit_metadata
 from ..context import CallContext, CallEvent, Hook, Scope, current_scope, emit
 from ..errors import (
     ConfigurationError,
@@ -514,9 +514,12 @@ def cache_request(ctx: CallContext, stages: Stages) -> ChatRequest:
 
 def from_cache(ctx: CallContext, hit: CacheHit) -> ChatResponse:
     """A cached answer as this call's response: no tokens used, nothing spent (its
-    ``cost_source`` says so: ``"cached"``, not the stored answer's)."""
+    ``cost_source`` says so: ``"cached"``, not the stored answer's), and an id of its own
+    (:func:`~llmguard_sdk.cache._served.hit_id`; the stored answer's in
+    ``metadata["cached_id"]``)."""
     ctx.route = CACHE
     cached = hit.response
     metadata = {**cached.metadata, **hit_metadata(hit), "cached_route": cached.route}
     update = {"route": CACHE, "usage": Usage(), "cost_usd": 0.0, "cost_source": "cached"}
+    update["id"] = hit_id(cached.id)  # (each serving its own: the stored one in metadata)
     return cached.model_copy(update={**update, "metadata": metadata})

@@ -130,6 +130,7 @@ class _StreamBase:
             finish_reason=response.finish_reason,
             usage=response.usage,
             route=response.route,
+            id=response.id,  # (a hit's own: the seam's chunks carry it)
             metadata=response.metadata,
         )
 

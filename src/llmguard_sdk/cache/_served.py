@@ -7,15 +7,20 @@ alone, not the :class:`~llmguard_sdk.cache.CacheHit`, and reports a false hit wi
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any, Literal
 
+from .._ids import UniqueIds
 from ..errors import RequestValidationError
 from ..models import ChatResponse
 from .entry import CacheEntry, CacheHit
 
-__all__ = ["hit_metadata", "matched_by", "served_entry", "served_hit"]
+__all__ = ["hit_id", "hit_metadata", "matched_by", "served_entry", "served_hit"]
 
 logger = logging.getLogger("llmguard_sdk")
+
+_HIT_IDS = UniqueIds("llmguard-cache-")
+_ID_KIND = re.compile(r"[A-Za-z]+[-_]")  # how an API's ids begin: chatcmpl-, resp_, msg_
 
 
 def served_hit(
@@ -31,16 +36,31 @@ def served_hit(
     return CacheHit(kind, entry.entry_id, similarity, response, entry.query, kind)
 
 
+def hit_id(cached_id: str | None) -> str | None:
+    """A new id for one serving of a cached answer whose own id was ``cached_id``: begun as
+    that one is (``chatcmpl-``, ``resp_``, ``msg_``: what the drop-in clients and the seam
+    keep), then ``llmguard-cache-`` and 32 hex digits no other serving of any process has.
+    Two callers given the same hit are given two ids, as two answers of the provider
+    would be (logs, traces and spend records keyed on ids keep them apart); ``None`` for an
+    answer stored without an id (the seam then makes one, as for any)."""
+    if cached_id is None:
+        return None
+    kind = _ID_KIND.match(cached_id)
+    return (kind[0] if kind else "") + _HIT_IDS.next()
+
+
 def hit_metadata(hit: CacheHit) -> dict[str, Any]:
     """The metadata a served answer carries about its hit: ``cache`` (its kind), its
-    ``similarity``, ``cache_entry`` (the entry's id) and ``cache_matched`` (``"exact"`` or
-    ``"semantic"``: how the entry was found)."""
-    return {
+    ``similarity``, ``cache_entry`` (the entry's id), ``cache_matched`` (``"exact"`` or
+    ``"semantic"``: how the entry was found) and ``cached_id``, the stored answer's own id
+    (the served answer has one of its own, :func:`hit_id`), where it had one."""
+    found = {
         "cache": hit.kind,
         "similarity": round(hit.similarity, 4),
         "cache_entry": hit.entry_id,
         "cache_matched": hit.matched,
     }
+    return found if hit.response.id is None else {**found, "cached_id": hit.response.id}
 
 
 def matched_by(served: object) -> Literal["exact", "semantic"] | None:
