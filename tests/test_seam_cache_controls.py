@@ -15,7 +15,7 @@ import anyio
 import openai
 import pytest
 
-from llmguard_sdk import Guard
+from llmguard_sdk import AsyncGuardedClient, Guard, GuardedClient
 from llmguard_sdk.cache import ResponseCache
 from llmguard_sdk.client import anthropic_client
 from llmguard_sdk.errors import RequestValidationError
@@ -167,3 +167,94 @@ def test_the_anthropic_client(counting: FakeProvider, make_guard: MakeGuard) -> 
         "primary answer 3",
     ]
     assert counting.stats.requests == 3
+
+
+# plain, plain, no-cache, plain, no-store, plain: what each call is answered, by whom
+REFRESHED_THEN_NOT_STORED = [
+    "primary answer 1",
+    "cache answer 1",
+    "primary answer 2",
+    "cache answer 2",
+    "primary answer 3",
+    "cache answer 2",
+]
+
+
+def _sent_no_own_headers(fake: FakeProvider) -> None:
+    sent = {name.lower() for request in fake.requests for name in request.headers}
+    assert not any(name.startswith("x-llmguard-") for name in sent)
+
+
+def test_the_look_alike_client(
+    counting: FakeProvider, make_guard: MakeGuard, redis_url: str, redis_prefix: str
+) -> None:
+    """``GuardedClient``, what ``guard.client()`` is without openai, took the headers as the
+    provider's: ``x-llmguard-cache*`` went to the provider and the call was cached as any
+    (a refresh served the cached answer, ``no-store`` stored it). It reads them as the seam
+    does, and sends none of them."""
+    cache = ResponseCache(redis_url, key_prefix=redis_prefix)
+    guard = make_guard(counting, cache=cache)
+    client = GuardedClient(guard)
+
+    def ask(headers: dict[str, str] | None = None, **options: Any) -> str:
+        completion = client.chat.completions.create(
+            model="m", messages=ASK, extra_headers=headers, **options
+        )
+        return f"{completion.llmguard.route} {completion.choices[0].message.content}"
+
+    async def aask(headers: dict[str, str]) -> str:
+        aclient = AsyncGuardedClient(guard)
+        stream = await aclient.chat.completions.create(
+            model="m", messages=ASK, stream=True, extra_headers=headers
+        )
+        text = "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
+        await guard.aclose()
+        return text
+
+    tagged = {"x-llmguard-cache-tags": "team-a", "X-LLMGuard-Cache-TTL": "60"}
+    assert [ask(), ask(), ask(REFRESH), ask(), ask(NO_STORE), ask()] == REFRESHED_THEN_NOT_STORED
+    assert [ask(tagged), ask(tagged), ask({"x-llmguard-cache-max-age": "0"})] == [
+        "primary answer 4",
+        "cache answer 4",
+        "primary answer 5",
+    ]
+    assert anyio.run(aask, REFRESH) == "answer 6"
+    assert ask() == "cache answer 6"
+    with pytest.raises(RequestValidationError, match=r"^x-llmguard-cache-ttl "):
+        ask({"x-llmguard-cache-ttl": "soon"})
+    assert counting.stats.requests == 6
+    _sent_no_own_headers(counting)
+    cache.clear()
+
+
+def test_the_responses_api(
+    counting: FakeProvider, make_guard: MakeGuard, redis_url: str, redis_prefix: str
+) -> None:
+    """``client.responses.create`` takes the same headers (its requests go through the same
+    seam as chat's), plain and streamed."""
+    cache = ResponseCache(redis_url, key_prefix=redis_prefix)
+    guard = make_guard(counting, cache=cache)
+    client: Any = guard.client()
+    question = ASK[0]["content"]
+
+    def ask(headers: dict[str, str] | None = None) -> str:
+        response = client.responses.create(model="m", input=question, extra_headers=headers)
+        return f"{response.llmguard.route} {response.output_text}"
+
+    def streamed(headers: dict[str, str]) -> str:
+        events = client.responses.create(
+            model="m", input=question, stream=True, extra_headers=headers
+        )
+        return "".join(e.delta for e in events if e.type == "response.output_text.delta")
+
+    assert [ask(), ask(), ask(REFRESH), ask(), ask(NO_STORE), ask()] == REFRESHED_THEN_NOT_STORED
+    assert streamed({"x-llmguard-cache-tags": "team-a"}) == "answer 4"
+    assert ask({"x-llmguard-cache-tags": "team-a"}) == "cache answer 4"
+    assert ask({"x-llmguard-cache-max-age": "0"}) == "primary answer 5"
+    assert streamed(REFRESH) == "answer 6"
+    assert ask() == "cache answer 6"
+    with pytest.raises(openai.BadRequestError, match="x-llmguard-cache-tags"):
+        ask({"x-llmguard-cache-tags": "a,,b"})
+    assert counting.stats.requests == 6
+    _sent_no_own_headers(counting)
+    cache.clear()

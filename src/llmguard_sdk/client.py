@@ -200,7 +200,9 @@ def _call_arguments(
     model: str | None,
     params: dict[str, Any],
 ) -> dict[str, Any]:
-    """Split openai keyword arguments into Guard.chat arguments."""
+    """Split openai keyword arguments into Guard.chat arguments; ``extra_headers``'
+    ``x-llmguard-`` ones (cache controls, tenant, feature) are read as the seam reads
+    them, and not sent."""
     user = _call_user(params)
     n = params.pop("n", None)
     if n not in (None, 1):
@@ -213,6 +215,11 @@ def _call_arguments(
     if not isinstance(extra_body, Mapping):
         raise RequestValidationError("extra_body must be an object")
     extra = dict(extra_body)
+    own: dict[str, Any] = {}
+    if isinstance(params.get("extra_headers"), Mapping):  # (the seam's x-llmguard- headers)
+        from .transport._controls import header_arguments  # (transport imports httpx)
+
+        params["extra_headers"], own = header_arguments(params["extra_headers"])
     known = {k: v for k, v in params.items() if k in _REQUEST_FIELDS and v is not None}
     extra.update(
         {
@@ -227,6 +234,7 @@ def _call_arguments(
         "timeout": timeout,
         "user": user,
         **known,
+        **own,
     }
     if extra:
         arguments["extra_body"] = extra
@@ -273,6 +281,9 @@ def _create_arguments(
     with refusals(guard._stages, asked=model, stream=stream) as refusal:
         refusal.scope = resolve_scope(None, None, _call_user(params))  # (the Guard's)
         arguments = _call_arguments(messages, model, params)
+        if "tenant" in arguments or "feature" in arguments:  # (x-llmguard-tenant ...)
+            scope = (arguments.get("tenant"), arguments.get("feature"), arguments["user"])
+            refusal.scope = resolve_scope(*scope)
         streaming = stream_flag(stream)
         if streaming:
             _stream_silence(guard, arguments, arguments["timeout"])

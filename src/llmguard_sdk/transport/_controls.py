@@ -7,7 +7,9 @@ store the new answer: ``cache_refresh=True``), ``no-store`` (neither read nor st
 ``cacheable=False``), comma-separated; ``x-llmguard-cache-ttl`` and ``x-llmguard-cache-max-age``
 take seconds (``60``, ``0.5``); ``x-llmguard-cache-tags`` a comma-separated list of tags.
 Like every ``x-llmguard-`` header they never reach the provider; a bad value is a
-:class:`RequestValidationError` (a 400) naming the header.
+:class:`RequestValidationError` (a 400) naming the header. The look-alike client (what
+``guard.client()`` is without openai) reads them from a call's ``extra_headers`` alike
+(:func:`header_arguments`).
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ CACHE = "x-llmguard-cache"
 TTL = "x-llmguard-cache-ttl"
 MAX_AGE = "x-llmguard-cache-max-age"
 TAGS = "x-llmguard-cache-tags"
+OWN_PREFIX = "x-llmguard-"
+SCOPE_HEADERS = {"tenant": "x-llmguard-tenant", "feature": "x-llmguard-feature"}
 _DIRECTIVES = {"no-cache": ("cache_refresh", True), "no-store": ("cacheable", False)}
 _SECONDS = re.compile(r"\d+(\.\d+)?")  # (no sign, exponent, nan or inf)
 
@@ -53,6 +57,30 @@ def cache_controls(headers: Mapping[str, str]) -> dict[str, Any]:
             )
         controls["cache_tags"] = tags
     return controls
+
+
+def header_arguments(headers: Mapping[str, str]) -> tuple[dict[str, str] | None, dict[str, Any]]:
+    """A look-alike client's ``extra_headers``, read as the seam reads a request's headers:
+    those to send (``None``: none), without any ``x-llmguard-`` one (none reaches the
+    provider), and the Guard keywords these ask for: the cache controls above, and the
+    scope's ``tenant`` and ``feature`` (``x-llmguard-tenant``, ``x-llmguard-feature``)."""
+    own = {
+        name.lower(): value
+        for name, value in headers.items()
+        if isinstance(name, str) and name.lower().startswith(OWN_PREFIX)
+    }
+    if not own:
+        return dict(headers) or None, {}
+    sent = {
+        name: value
+        for name, value in headers.items()
+        if not (isinstance(name, str) and name.lower().startswith(OWN_PREFIX))
+    }
+    arguments: dict[str, Any] = {
+        key: own[name] for key, name in SCOPE_HEADERS.items() if name in own
+    }
+    arguments.update(cache_controls(own))
+    return sent or None, arguments
 
 
 def _seconds(name: str, value: str, *, zero: bool) -> float:

@@ -33,7 +33,7 @@ from ..errors import (
 )
 from ..models import ChatResponse, StreamChunk
 from ..providers._anthropic_only import HEADERS as CLAUDE_OWN_HEADERS
-from ._controls import cache_controls
+from ._controls import OWN_PREFIX, SCOPE_HEADERS, cache_controls
 from ._overflow import anthropic_overflow
 
 # Headers an SDK sets for itself: never forwarded to the provider.
@@ -53,7 +53,7 @@ _OWN_HEADERS = frozenset(
         "anthropic-version",
     }
 )
-_OWN_PREFIXES = ("x-stainless-", "openai-", "x-llmguard-", "anthropic-")
+_OWN_PREFIXES = ("x-stainless-", "openai-", OWN_PREFIX, "anthropic-")
 # ... but Claude's own (anthropic's `betas=[...]`, its messages.create's user_profile_id and
 # workspace_id), though an SDK sets them, say what the caller asked for: forwarded, to
 # Anthropic routes alone (_chat.guard_arguments names them under ANTHROPIC_ONLY_KEY)
@@ -61,7 +61,6 @@ _CALLER_HEADERS = CLAUDE_OWN_HEADERS
 # The provider's headers an answer passes on to the SDK (OpenAI's names, then Anthropic's).
 _REQUEST_ID_HEADERS = frozenset({"x-request-id", "request-id"})
 _RATE_LIMIT_PREFIXES = ("x-ratelimit-", "anthropic-ratelimit-")
-_SCOPE_HEADERS = {"tenant": "x-llmguard-tenant", "feature": "x-llmguard-feature"}
 _JSON = "application/json"
 _SSE = "text/event-stream"
 # OpenAI's wording for an overflow, with its code: what frameworks look for in the error's
@@ -190,7 +189,7 @@ def scope(incoming: Incoming) -> dict[str, str]:
     """The call's ``tenant`` and ``feature`` the SDK's caller set in its headers."""
     return {
         key: incoming.headers[header]
-        for key, header in _SCOPE_HEADERS.items()
+        for key, header in SCOPE_HEADERS.items()
         if header in incoming.headers
     }
 
