@@ -10,7 +10,7 @@ from typing import Any
 import anyio
 import pytest
 
-from llmguard_sdk import Guard
+from llmguard_sdk import Guard, OpenAICompatibleProvider
 from llmguard_sdk._core.opening import _clamped
 from llmguard_sdk.budget import Budget, Budgets, Price, PriceTable
 from llmguard_sdk.cache import ResponseCache, core
@@ -184,3 +184,42 @@ def test_a_request_changed_otherwise_after_the_lookup_is_keyed_again() -> None:
     assert not _clamped(source, source)  # not lowered: the same object decides that
     assert not _clamped(source.model_copy(update={"max_tokens": 2000}), source)
     assert not _clamped(source.model_copy(update={"max_tokens": 10, "seed": 7}), source)
+
+
+def _parts(*parts: dict[str, Any], role: str = "user") -> dict[str, Any]:
+    return {"role": role, "content": list(parts)}
+
+
+def test_a_text_and_one_text_part_of_it_are_one_request(
+    fake: FakeProvider, redis_url: str, redis_prefix: str
+) -> None:
+    """``"content": "hi"`` and ``"content": [{"type": "text", "text": "hi"}]`` are one
+    request to the APIs, but two entries: the second was asked of the provider again. The
+    system prompt's and the last turn's alike; a part with anything else, or more parts,
+    stay another request."""
+    text = {"type": "text", "text": QUESTION}
+    system = {"type": "text", "text": "Be brief."}
+    plain = [{"role": "system", "content": "Be brief."}, *chat(QUESTION)]
+    as_parts = [_parts(system, role="system"), _parts(text)]
+    keys = [
+        request_keys(ChatRequest(messages=messages), ("p",))  # type: ignore[arg-type]
+        for messages in (plain, as_parts)
+    ]
+    assert keys[0] == keys[1]
+    others = [
+        [_parts(system, role="system"), _parts(text, text)],
+        [_parts(system, role="system"), _parts({**text, "cache_control": {"type": "ephemeral"}})],
+    ]
+    for messages in others:
+        other = request_keys(ChatRequest(messages=messages), ("p",))  # type: ignore[arg-type]
+        assert other.exact != keys[0].exact
+    cache = ResponseCache(redis_url, key_prefix=redis_prefix)
+    provider = OpenAICompatibleProvider(fake.base_url, model=fake.model, name="primary")
+    guard = Guard([provider], cache=cache, environ={})
+    try:
+        assert guard.chat(plain).route == "primary"
+        assert guard.chat(as_parts).route == "cache"
+        assert fake.stats.requests == 1
+    finally:
+        cache.clear()
+        guard.close()

@@ -5,7 +5,9 @@ Three hashes decide what a cached answer may be served for:
 * the **partition** (tenant, user when the flow is personalised, permissions tag, namespace,
   template version): entries of different partitions never meet, not even as candidates;
 * the **exact key**: every field that shapes the answer (model, every message including the
-  system prompt, tool schemas as canonical JSON, sampling parameters, response format);
+  system prompt, tool schemas as canonical JSON, sampling parameters, response format); a
+  message's content of one text part alone is keyed as its text (``"hi"`` and
+  ``[{"type": "text", "text": "hi"}]`` are one request);
 * the **context hash**: the exact key without the last user turn's text. A semantic hit needs
   the same context, so a follow-up such as "how old is he?" only matches inside the same
   conversation.
@@ -86,9 +88,30 @@ def _without_text(message: dict[str, Any]) -> dict[str, Any]:
     return {**message, "content": "<query>"}
 
 
+def _lone_text(content: object) -> str | None:
+    """The text of a content that is one text part and nothing else, else ``None``."""
+    part = content[0] if isinstance(content, list) and len(content) == 1 else None
+    if not isinstance(part, dict) or part.keys() != {"type", "text"} or part["type"] != "text":
+        return None
+    text = part["text"]
+    return text if isinstance(text, str) else None
+
+
+def _one_text_part_as_text(messages: list[dict[str, Any]]) -> None:
+    """Each message whose content is one text part and nothing else (``[{"type": "text",
+    "text": "hi"}]``) given that text as its content (``"hi"``), in place: the APIs read
+    the two alike, and the same request written either way is one entry. A part with any
+    other key (``cache_control`` ...), several parts or any other kind are kept as they are."""
+    for message in messages:
+        text = _lone_text(message.get("content"))
+        if text is not None:
+            message["content"] = text
+
+
 def request_keys(request: ChatRequest, partition: tuple[str, ...]) -> CacheKeys:
     """The partition, exact and context hashes of ``request`` (see the module docs)."""
     shaped = request.model_dump(mode="json", exclude=set(_NOT_ANSWER_SHAPING), exclude_none=True)
+    _one_text_part_as_text(shaped["messages"])
     partition_hash = _partition_hash(tuple(partition))
     exact = _digest(partition_hash + canonical_json(shaped))
     last = _last_user_index(request)
