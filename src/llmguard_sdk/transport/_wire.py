@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import json
 import math
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from .._ids import UniqueIds
 from ..errors import (
     AllRoutesFailedError,
     AuthenticationError,
@@ -358,5 +358,10 @@ def openai_error(exc: LLMGuardError) -> dict[str, Any]:
 
 
 def new_id(prefix: str) -> str:
-    """An id for an answer whose route gave none (a cache hit, a local model)."""
-    return f"{prefix}-llmguard-{time.time_ns()}"
+    """An id for an answer whose route gave none (a local model ...): ``prefix``, then
+    ``-llmguard-`` and 32 hex digits no other answer of any process has (a clock's
+    nanoseconds were shared by two processes' answers of the same instant)."""
+    return f"{prefix}-{_ANSWER_IDS.next()}"
+
+
+_ANSWER_IDS = UniqueIds("llmguard-")
