@@ -93,6 +93,7 @@ def _route_loop(run: Run) -> Plan:
                     break  # no room for this route: a budget moved the call on
                 admitted, reservation = yield from admit(run, route)
                 if not admitted:
+                    _refused(run, route, previous)
                     break
                 ctx.attempts += 1
             else:
@@ -118,6 +119,14 @@ def _route_loop(run: Run) -> Plan:
     return (yield from run.no_route_left())
 
 
+def _refused(run: Run, route: Provider, previous: ProviderError | None) -> None:
+    """``route`` refused an attempt (its breaker, its rate limit): when that was a retry,
+    the failure before it stays the route's error, and the chain moves on from it."""
+    if previous is not None:
+        routes.refused_retry(run.ctx, route, previous)
+        run.leave_route(route, previous)
+
+
 def _retry(
     run: Run,
     route: Provider,
@@ -139,8 +148,6 @@ def _retry(
     )
     if not decision.retry or not routes.still_fits(ctx, decision):
         return None  # (asked before the budget: no retry is spent on one not made)
-    if (yield from _hold_enough(run, route, order)):
-        return None  # no room: a budget moved the call on (or it ended), no retry spent
     budget = stages.retry_budget
     if budget is not None:
         if not (yield from answer_of(budget.try_spend_steps(route.name))):

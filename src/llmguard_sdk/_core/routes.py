@@ -30,6 +30,7 @@ from ..providers.base import Provider, cache_answers, context_window, is_local
 from ..ratelimit import Grant
 from ..ratelimit._rules import never_fits
 from ..retry._testing import testing_attempts, testing_remaining, testing_wait
+from ..retry._verdicts import note
 from ..retry.policy import MIN_ATTEMPT_SECONDS, Decision, decide_for_error
 from .limits import Reservation, continued_input, route_input_tokens
 from .stages import (
@@ -53,6 +54,7 @@ __all__ = [
     "is_route_failure",
     "note_retry",
     "real_error",
+    "refused_retry",
     "retry_after_failure",
     "route_model",
     "route_rate_limited",
@@ -204,6 +206,15 @@ def route_refused(ctx: CallContext, stages: Stages, route: Provider, permit: Per
     if stages.routing is not None:
         stages.routing.refused(route.name, permit.retry_after)
     ctx.route_errors.setdefault(route.name, refusal(route.name, permit))
+
+
+def refused_retry(ctx: CallContext, route: Provider, error: ProviderError) -> None:
+    """A retry of ``route`` after ``error`` was refused (its breaker opened on this call's
+    own failures, or its rate limit had no room): ``error`` stays the route's, noting why
+    it was not retried (the refusal was recorded in its place)."""
+    refusal = ctx.route_errors.pop(route.name, None)
+    if refusal is not None and refusal is not error:
+        note(error, f"not retried: {type(refusal).__name__}: {refusal}")
 
 
 def route_rate_limited(
