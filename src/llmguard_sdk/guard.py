@@ -179,8 +179,9 @@ class Guard(Adoption, Lifecycle):
         attempt_timeout: seconds one route may stay silent before the chain moves on: the
             whole answer of a plain call, the first and every later chunk of a stream.
             Default: no limit of its own (only ``timeout``), so a hung first route can use
-            up the whole call; set it when the chain has more than one route. Per call:
-            ``chat(..., attempt_timeout=...)``.
+            up the whole call; set it when the chain has more than one route. A silent
+            route is retried only while a retry as silent would leave the next route its
+            own ``attempt_timeout``. Per call: ``chat(..., attempt_timeout=...)``.
         max_input_tokens: refuse requests with more input tokens than this.
         input_filters: guardrails run on each validated request, in order.
         output_filters: guardrails run on each response, in order.

@@ -148,6 +148,10 @@ def _retry(
     )
     if not decision.retry or not routes.still_fits(ctx, decision):
         return None  # (asked before the budget: no retry is spent on one not made)
+    if routes.silence_leaves_no_time(ctx, route, error, decision, order):
+        return None  # the next route keeps its attempt_timeout: it gets the call now
+    if (yield from _hold_enough(run, route, order)):
+        return None  # no room: a budget moved the call on (or it ended), no retry spent
     budget = stages.retry_budget
     if budget is not None:
         if not (yield from answer_of(budget.try_spend_steps(route.name))):

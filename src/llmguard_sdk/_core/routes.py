@@ -59,6 +59,7 @@ __all__ = [
     "route_model",
     "route_rate_limited",
     "route_refused",
+    "silence_leaves_no_time",
     "stale_response",
     "stands_in",
     "still_fits",
@@ -110,6 +111,37 @@ def retry_after_failure(
         previous_wait=previous_wait,
         delivered=delivered,
     )
+
+
+def silence_leaves_no_time(
+    ctx: CallContext,
+    route: Provider,
+    error: ProviderError,
+    decision: Decision,
+    left: Sequence[Provider],
+) -> bool:
+    """Whether a retry of ``route``, silent for the call's ``attempt_timeout`` (no answer,
+    or no first chunk, in time: not a 408 or 504 it answered), would leave the next of the
+    routes ``left`` less than its own ``attempt_timeout`` should the retry be silent too:
+    then the call moves on now (a note on the error says so), so a hung route never spends
+    the whole ``timeout`` on its retries and the next route always gets its turn. The last
+    route is retried while the time allows."""
+    status, silence = error.status_code, ctx.attempt_timeout
+    if (
+        not left
+        or silence is None
+        or not isinstance(error, ProviderTimeoutError)
+        or (status is not None and status >= 400)
+        or decision.wait + 2 * silence <= ctx.remaining()
+    ):
+        return False
+    note(
+        error,
+        f"not retried: route {route.name!r} was silent for attempt_timeout={silence:g} s, "
+        f"and a retry as silent would leave route {left[0].name!r} less than that of the "
+        "call's timeout: the call moved on to it",
+    )
+    return True
 
 
 def still_fits(ctx: CallContext, decision: Decision) -> bool:
