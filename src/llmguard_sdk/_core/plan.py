@@ -35,6 +35,7 @@ from ..errors import (
 )
 from ..models import ChatResponse, StreamChunk
 from ..providers.base import Provider
+from ..retry.policy import Decision
 from . import limits, routes
 from . import race as hedging
 from .assembly import Assembler
@@ -147,6 +148,7 @@ def _retry(
         ctx, stages, error, attempt=attempt, previous_wait=previous_wait, delivered=run.delivered
     )
     if not decision.retry or not routes.still_fits(ctx, decision):
+        routes.note_give_up(ctx, stages, error, decision, attempt)
         return None  # (asked before the budget: no retry is spent on one not made)
     if routes.silence_leaves_no_time(ctx, route, error, decision, order):
         return None  # the next route keeps its attempt_timeout: it gets the call now
@@ -155,8 +157,10 @@ def _retry(
     budget = stages.retry_budget
     if budget is not None:
         if not (yield from answer_of(budget.try_spend_steps(route.name))):
+            routes.note_give_up(ctx, stages, error, Decision(False, 0.0, "budget-exhausted"))
             return None
         if not routes.still_fits(ctx, decision):  # the budget's round trip took the time
+            routes.note_give_up(ctx, stages, error, decision)
             refund = getattr(budget, "refund_steps", None)
             if refund is not None:
                 run.queue([refund(route.name)])  # the retry not made goes back

@@ -31,7 +31,7 @@ from ..ratelimit import Grant
 from ..ratelimit._rules import never_fits
 from ..retry._testing import testing_attempts, testing_remaining, testing_wait
 from ..retry._verdicts import note
-from ..retry.policy import MIN_ATTEMPT_SECONDS, Decision, decide_for_error
+from ..retry.policy import MIN_ATTEMPT_SECONDS, Decision, decide_for_error, why_not
 from .limits import Reservation, continued_input, route_input_tokens
 from .stages import (
     DEGRADED,
@@ -52,6 +52,7 @@ __all__ = [
     "fall_through",
     "first_route",
     "is_route_failure",
+    "note_give_up",
     "note_retry",
     "real_error",
     "refused_retry",
@@ -142,6 +143,25 @@ def silence_leaves_no_time(
         "call's timeout: the call moved on to it",
     )
     return True
+
+
+def note_give_up(
+    ctx: CallContext, stages: Stages, error: ProviderError, decision: Decision, attempt: int = 0
+) -> None:
+    """Say on ``error`` why the route's retries stopped after it (a server's wait past the
+    cap or the time left, the attempts, the retry budget, no time for another attempt);
+    nothing when retries are off or the error is not one to retry."""
+    policy = stages.retry
+    if policy is None or (decision.reason == "attempts-exhausted" and attempt <= 1):
+        return
+    if decision.retry:  # a retry allowed, then no time left for it (the budget's round trip)
+        decision = Decision(False, decision.wait, "deadline", hinted=decision.hinted)
+    attempts = testing_attempts(policy.attempts)
+    if attempts != policy.attempts:
+        policy = dataclasses.replace(policy, attempts=attempts)
+    why = why_not(decision, policy, attempt=attempt, remaining=ctx.remaining())
+    if why:
+        note(error, why)
 
 
 def still_fits(ctx: CallContext, decision: Decision) -> bool:

@@ -56,7 +56,7 @@ from ._verdicts import (
     note,
 )
 from .budget import RetryBudget
-from .policy import Decision, RetryPolicy, decide
+from .policy import Decision, RetryPolicy, decide, why_not
 
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
@@ -318,7 +318,16 @@ class Retrying:
 
     def give_up(self, attempt: Attempt, error: BaseException, decision: Decision) -> BaseException:
         """Tell the give-up hooks (if any) that the loop stops on ``error`` after
-        ``attempt`` (for the ``decision``'s reason); returns ``error``."""
+        ``attempt`` (for the ``decision``'s reason); returns ``error``, a note on it saying
+        why it was not retried (a server's wait past the cap or the time left, the attempts,
+        the retry budget)."""
+        policy = self.policy
+        if testing_attempts(policy.attempts) != policy.attempts:
+            policy = dataclasses.replace(policy, attempts=testing_attempts(policy.attempts))
+        left = policy.timeout - (time.monotonic() - attempt._loop.started)
+        why = why_not(decision, policy, attempt=attempt.number, remaining=left)
+        if why and (decision.reason != "attempts-exhausted" or attempt.number > 1):
+            note(error, why)
         if self.give_up_hooks:
             details = RetryDetails(
                 name=self.name,

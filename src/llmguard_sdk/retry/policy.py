@@ -191,6 +191,28 @@ def decide(
     return Decision(True, wait, "retry")
 
 
+def why_not(decision: Decision, policy: RetryPolicy, *, attempt: int, remaining: float) -> str:
+    """Why a failure after attempt number ``attempt`` was not retried (``remaining``: the
+    seconds then left of the timeout), in words for a note on the error; empty when the
+    failure is not one to retry (nothing to explain)."""
+    wait, left = decision.wait, max(0.0, remaining)
+    asked = f"the server asked to wait {wait:g} s (Retry-After)"
+    if decision.reason == "hint-beyond-cap":
+        return f"not retried: {asked}, more than RetryPolicy.cap={policy.cap:g} s"
+    if decision.reason == "deadline" and decision.hinted:
+        return f"not retried: {asked}, more than the {left:.2f} s left of the timeout"
+    if decision.reason == "deadline":
+        return (
+            f"not retried: a backoff wait of {wait:.2f} s would leave no time for another "
+            f"attempt in the {left:.2f} s left of the timeout"
+        )
+    if decision.reason == "attempts-exhausted":
+        return f"gave up after {attempt} attempts (RetryPolicy.attempts={policy.attempts})"
+    if decision.reason == "budget-exhausted":
+        return "not retried: the retry budget is spent (RetryBudgetPolicy: too many retries lately)"
+    return ""
+
+
 def decide_for_error(
     policy: RetryPolicy,
     error: ProviderError,
