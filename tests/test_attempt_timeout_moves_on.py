@@ -33,7 +33,7 @@ def test_a_silent_route_hands_the_call_on_without_a_retry(
     response = read_stream(guard, mode, []) if stream else chat_in_mode(guard, mode)
     assert response.route == "backup"
     assert fake.stats.requests == 1  # asked once: the backup had the call after 1 s
-    assert time.monotonic() - started < 1.8
+    assert time.monotonic() - started < 2.5  # (1 s of silence, then the backup; a loaded CI)
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -68,3 +68,15 @@ def test_a_silent_route_moves_on_with_a_note_saying_why(
     assert isinstance(primary, ProviderTimeoutError)
     notes = getattr(primary, "__notes__", [])
     assert any("attempt_timeout" in note and "'backup'" in note for note in notes), notes
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_attempt_cut_by_attempt_timeout_says_so(
+    fake: FakeProvider, make_guard: MakeGuard, stream: bool
+) -> None:
+    guard = make_guard(fake, timeout=10, attempt_timeout=0.3, retry=None)
+    fake.always(Fault(hang=True))
+    with pytest.raises(ProviderTimeoutError) as raised:
+        read_stream(guard, "sync", []) if stream else guard.chat(USER)
+    notes = " | ".join(getattr(raised.value, "__notes__", []))
+    assert "attempt_timeout=0.3 s passed" in notes, (str(raised.value), notes)

@@ -242,6 +242,7 @@ def _complete(
         response: ChatResponse = yield complete_op(run, route, record)
     except ProviderError as failure:
         record.end(failure)
+        routes.note_attempt_timeout(ctx, route, failure)
         sent = limits.timed_out(ctx, route, reservation, failure)  # (sent: its prompt billed)
         run.settle(reservation, used=sent, error=failure)  # nothing generated: output back
         run.record(route, failure, elapsed_since(started))
@@ -292,6 +293,7 @@ def _stream(
     except ProviderError as failure:
         ctx.route = None
         record.end(failure)
+        routes.note_attempt_timeout(ctx, route, failure)
         used = assembler.used(
             _counting(run, route, assembler), _sent(run, route, reservation), failure
         )

@@ -52,6 +52,7 @@ __all__ = [
     "fall_through",
     "first_route",
     "is_route_failure",
+    "note_attempt_timeout",
     "note_give_up",
     "note_retry",
     "real_error",
@@ -112,6 +113,21 @@ def retry_after_failure(
         previous_wait=previous_wait,
         delivered=delivered,
     )
+
+
+def note_attempt_timeout(ctx: CallContext, route: Provider, error: ProviderError) -> None:
+    """Say on a timeout that the attempt's own ``attempt_timeout`` cut it, not the call's
+    deadline (its message says "the call's deadline passed": the provider is given the
+    sooner of the two)."""
+    silence, status, left = ctx.attempt_timeout, error.status_code, ctx.remaining()
+    if silence is None or not isinstance(error, ProviderTimeoutError) or left <= 0:
+        return
+    if status is None or status < 400:
+        note(
+            error,
+            f"attempt_timeout={silence:g} s passed before route {route.name!r} answered; "
+            f"the call's timeout had {left:.2f} s left",
+        )
 
 
 def silence_leaves_no_time(
