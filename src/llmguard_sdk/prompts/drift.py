@@ -30,8 +30,12 @@ class PrefixDrift:
 
     ``sections`` names the static sections whose text changed (``"instructions"``,
     ``"tools"``, ``"examples"``, ``"documents"``); ``offset`` is the first character where the
-    static texts differ, ``before`` and ``after`` show a few characters around it;
-    ``changes`` counts the drifts of this template so far.
+    static texts differ, ``before`` and ``after`` show a few characters around it (where only
+    the tools changed, the text is the same: then they are those of the tools' canonical
+    JSON); ``changes`` counts the drifts of this template so far.
+
+    .. versionchanged:: 0.2.0 a drift of the tools alone points into the tools' JSON (it
+       showed the same text twice).
     """
 
     template: str
@@ -117,7 +121,12 @@ class DriftMonitor:
             changes = last.changes + 1
             self._remember(template, _Last(prefix_hash, text, dict(sections), changes))
             hooks = list(self._hooks)
-        offset = _first_difference(last.text, text)
+        where = ""  # the static text, else (it is the same) the tools' JSON
+        before_text, after_text = last.text, text
+        if before_text == after_text:
+            where = " of their JSON"
+            before_text, after_text = last.sections.get("tools", ""), sections.get("tools", "")
+        offset = _first_difference(before_text, after_text)
         event = PrefixDrift(
             template=template,
             previous_hash=last.prefix_hash,
@@ -128,17 +137,18 @@ class DriftMonitor:
                 if last.sections.get(name) != sections.get(name)
             ),
             offset=offset,
-            before=last.text[max(0, offset - 20) : offset + 40],
-            after=text[max(0, offset - 20) : offset + 40],
+            before=before_text[max(0, offset - 20) : offset + 40],
+            after=after_text[max(0, offset - 20) : offset + 40],
             changes=changes,
         )
         if not hooks:
             logger.warning(
-                "prompt template %r: its static prefix changed (%s at character %d: %r -> %r); "
+                "prompt template %r: its static prefix changed (%s at character %d%s: %r -> %r); "
                 "the provider's prefix cache misses",
                 template,
                 ", ".join(event.sections) or "text",
                 offset,
+                where,
                 event.before,
                 event.after,
             )
