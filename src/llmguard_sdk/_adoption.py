@@ -80,7 +80,9 @@ class Adoption:
         result (openai objects and plain dicts), reports a :class:`~llmguard_sdk.CallEvent` to
         its hooks, and bounds async functions by ``timeout`` (raising
         :class:`~llmguard_sdk.errors.ProviderTimeoutError`; one that is not a positive, finite
-        number of seconds is a :class:`~llmguard_sdk.errors.ConfigurationError` at once). The
+        number of seconds is a :class:`~llmguard_sdk.errors.ConfigurationError` at once, as is
+        a ``func`` that is no function: ``@guard.protect("summaries")`` names no feature, its
+        options are keywords). The
         last exception propagates unchanged; the event records how the SDK classified it. A
         :class:`~llmguard_sdk.errors.RetryMultiplicationWarning` says when the function uses
         an openai client that retries on its own. A generator or async generator (a streaming

@@ -153,12 +153,19 @@ def protect_function(
     budget: RetryBudget | None = None,
 ) -> F:
     """Wrap ``fn`` (sync or async); see :meth:`llmguard_sdk.Guard.protect`. A ``timeout``
-    that is not a positive, finite number of seconds is a :class:`ConfigurationError`."""
+    that is not a positive, finite number of seconds, or an ``fn`` that is no function (a
+    feature's name given positionally), is a :class:`ConfigurationError`."""
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
         raise ConfigurationError(f"protect timeout must be a number of seconds, not {timeout!r}")
     if not 0 < timeout < math.inf:
         raise ConfigurationError(f"protect timeout must be positive and finite, not {timeout!r}")
     function, place = unwrap_method(fn)  # (a @staticmethod or @classmethod below the decorator)
+    if not callable(function):  # @guard.protect("summaries"): wrapped, then called at once
+        raise ConfigurationError(
+            f"guard.protect takes the function it decorates, then its options as keywords "
+            f"(@guard.protect(feature={function!r:.60}), @guard.protect(route=...)), "
+            f"got {function!r:.60}"
+        )
     policy = retry or _NO_RETRY
     if policy.attempts > 1:
         _warn_if_client_retries(function)
