@@ -330,3 +330,15 @@ def test_every_command_and_action_is_shown() -> None:
         ]
         missing += [path for path in paths if path not in shown]
     assert not missing, f"commands the README never shows: {missing}"
+
+
+def test_the_errors_tree_names_every_error() -> None:
+    """The README's Errors section draws the whole tree: every error class the SDK exports
+    (``UnknownModelError`` and ``RejectedResultError`` were missing from it)."""
+    from llmguard_sdk import errors
+
+    section = README.split("\n## Errors\n", 1)[1].split("\n## ", 1)[0]
+    exported = [getattr(errors, name) for name in errors.__all__]
+    classes = [c for c in exported if isinstance(c, type) and issubclass(c, errors.LLMGuardError)]
+    missing = [c.__name__ for c in classes if not re.search(rf"\b{c.__name__}\b", section)]
+    assert not missing, f"errors the README's tree leaves out: {missing}"

@@ -204,3 +204,21 @@ def test_a_budget_downgrade_serves_a_selected_groups_call_from_its_routes(
     with Guard(_chain(fakes), environ={}, budgets=budgets) as guard:
         assert guard.chat(USER, model="big", max_tokens=10).route == "small-0"
     assert _served(fakes) == {"small-0": 1}
+
+
+def test_without_groups_a_name_no_route_serves_is_served_by_the_routes_own_models(
+    fakes: Fakes,
+) -> None:
+    """A Guard without deployment groups refuses no ``model=``: its routes serve their own
+    models (a framework's default name through the drop-in client keeps working), and the
+    README says the refusal is a Guard-with-groups one (it read as if a typo was refused on
+    any Guard whose routes all have their own model)."""
+    from pathlib import Path
+
+    with Guard(_routes(fakes, "backup"), environ={}) as guard:
+        answer = guard.chat(USER, model="gpt4o-mini")
+    assert answer.route == "backup"
+    assert fakes["backup"].requests[-1].body["model"] == "backup-model"
+    readme = " ".join((Path(__file__).parents[1] / "README.md").read_text("utf-8").split())
+    assert "on a Guard with deployment groups whose routes all have their own" in readme
+    assert "A Guard without groups refuses no name" in readme

@@ -266,7 +266,8 @@ class UnknownModelError(RequestValidationError):
     call served by whatever the chain's first route is). ``model`` is the name asked for;
     ``groups`` the Guard's deployment-group names (what ``model=`` selects); ``models`` the
     models its routes serve. The transport seam and the drop-in clients answer it 404
-    ``model_not_found``, as OpenAI answers an unknown model.
+    ``model_not_found``, as OpenAI answers an unknown model. Only a Guard with deployment
+    groups raises it: one without serves any name with its routes' own models.
 
     .. versionadded:: 0.2.0
     """
