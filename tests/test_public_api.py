@@ -63,6 +63,7 @@ EXPECTED = [
     "MalformedResponseError",
     "MemoryStore",
     "Message",
+    "MovingModelAliasError",
     "OpenAICompatibleProvider",
     "OpenAIEmbedder",
     "OpenAIResponsesProvider",
@@ -94,6 +95,7 @@ EXPECTED = [
     "RetryPolicy",
     "Rule",
     "Scope",
+    "SettingsValidationError",
     "Store",
     "StoreUnavailableError",
     "StreamChunk",
@@ -102,6 +104,7 @@ EXPECTED = [
     "Telemetry",
     "Timings",
     "TokenCount",
+    "UnknownModelError",
     "UnknownModelPriceError",
     "UnknownSettingWarning",
     "Usage",
@@ -143,10 +146,17 @@ def test_every_exported_name_exists_and_is_documented() -> None:
 
 def test_every_error_is_an_llmguard_error() -> None:
     errors = [getattr(llmguard_sdk, n) for n in llmguard_sdk.__all__ if n.endswith("Error")]
-    assert len(errors) == 28
+    assert len(errors) == 31
     for error in errors:
         assert issubclass(error, llmguard_sdk.LLMGuardError)
         assert error.__name__ in llmguard_sdk.errors.__doc__  # the documented tree is complete
+
+
+def test_every_error_is_importable_from_the_package() -> None:
+    """The README: "every error" is importable from ``llmguard_sdk``; ``except
+    llmguard_sdk.UnknownModelError`` was an AttributeError (as were two others)."""
+    missing = [n for n in llmguard_sdk.errors.__all__ if n not in llmguard_sdk.__all__]
+    assert not missing, f"errors llmguard_sdk does not export: {missing}"
 
 
 def test_version_matches_package_metadata() -> None:
