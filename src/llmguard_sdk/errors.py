@@ -289,16 +289,19 @@ class PromptLintError(RequestValidationError):
     its prompt that would break a provider's prefix cache (a timestamp, a random id ...).
 
     ``warnings`` holds the :class:`~llmguard_sdk.prompts.LintWarning` findings, each with its
-    section and span; ``details`` has the same as dicts.
+    section and span; ``details`` has the same as dicts. The message ends with what to do
+    (per-call values into ``build(context=...)``, or ``lint_ignore``).
 
     .. versionadded:: 0.1.0
+    .. versionchanged:: 0.2.0 the message says what to do.
     """
 
     def __init__(self, template: str, warnings: Sequence[Any]) -> None:
         shown = "; ".join(str(w) for w in warnings[:5])
         more = f" (and {len(warnings) - 5} more)" if len(warnings) > 5 else ""
         super().__init__(
-            f"prompt template {template!r} has cache-breaking static text: {shown}{more}",
+            f"prompt template {template!r} has cache-breaking static text: {shown}{more}; "
+            f"{_lint_remedy(warnings)}",
             [
                 {"rule": w.rule, "section": w.section, "start": w.start, "end": w.end}
                 for w in warnings
@@ -306,6 +309,15 @@ class PromptLintError(RequestValidationError):
         )
         self.template = template
         self.warnings = list(warnings)
+
+
+def _lint_remedy(warnings: Sequence[Any]) -> str:
+    """What to do about prompt lint findings (``warnings``: their ``rule`` names them)."""
+    rules = sorted({str(w.rule) for w in warnings})
+    return (
+        "move what changes per call or per user into build(context=...), the prompt's tail, "
+        f"or pass lint_ignore={rules} for text that is the same on every call"
+    )
 
 
 class ProviderError(LLMGuardError):

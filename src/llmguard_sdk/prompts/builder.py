@@ -33,7 +33,7 @@ from pydantic import ValidationError
 from .._json import canonical_json
 from .._problems import problems
 from ..context import current_scope
-from ..errors import ConfigurationError, PromptLintError, RequestValidationError
+from ..errors import ConfigurationError, PromptLintError, RequestValidationError, _lint_remedy
 from ..models import ChatRequest, Message
 from ._tail import history_messages, user_message
 from .adapters import (
@@ -474,9 +474,10 @@ class PromptBuilder:
         new_leak = bool(leaks) and self._first_leak(static.prefix_hash, leaks)
         if first or new_leak:
             logger.warning(
-                "prompt template %r: cache-breaking text in the static part: %s",
+                "prompt template %r: cache-breaking text in the static part: %s; %s",
                 self.name,
                 "; ".join(str(w) for w in findings[:5]),
+                _lint_remedy(findings),
             )
 
 
