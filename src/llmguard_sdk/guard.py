@@ -196,7 +196,9 @@ class Guard(Adoption, Lifecycle):
             local model, as the budget says.
         prices: the :class:`~llmguard_sdk.budget.PriceTable` that prices responses whose
             provider reported no cost (``cost_usd``, ``cost_source="estimated"``); default:
-            the table shipped with the package (or the one in ``budgets``).
+            :meth:`PriceTable.default_table() <llmguard_sdk.budget.PriceTable.default_table>`,
+            ``genai-prices`` (on Python 3.11 or newer) over the table shipped with the package
+            (or the one in ``budgets``).
         cache: a :class:`~llmguard_sdk.cache.ResponseCache` (exact and semantic answers,
             partitioned by tenant), or ``True`` for one with default settings in the Guard's
             store. A hit answers without any provider call (``route="cache"``, no tokens, no
