@@ -172,8 +172,10 @@ def _request_data(
         if isinstance(request, Mapping):  # its fields, validated with the rest
             return dict(request) if model is None else {**request, "model": model}
         if not isinstance(request, ChatRequest):
+            hint = _what_to_pass(request)
+            shown = type(request).__name__ if hint else f"{request!r:.80}"
             raise RequestValidationError(
-                f"request must be a ChatRequest or a mapping of its fields, got {request!r:.80}"
+                f"request must be a ChatRequest or a mapping of its fields, got {shown}{hint}"
             )
         return request if model is None else request.model_copy(update={"model": model})
     data: dict[str, Any] = dict(params)
@@ -197,6 +199,16 @@ def _messages(messages: object) -> Iterable[Any]:
         hint = ": pass a ChatRequest as request=" if isinstance(messages, ChatRequest) else ""
         raise RequestValidationError(
             f"messages must be a list of messages (dicts or Message objects), got "
-            f"{type(messages).__name__}{hint}"
+            f"{type(messages).__name__}{hint or _what_to_pass(messages)}"
         )
     return messages
+
+
+def _what_to_pass(value: object) -> str:
+    """A hint for a :class:`~llmguard_sdk.prompts.Prompt` given as the messages or the
+    request: its :meth:`~llmguard_sdk.prompts.Prompt.request` is what ``chat`` takes."""
+    from ..prompts import Prompt  # (an error's path only)
+
+    if isinstance(value, Prompt):
+        return ": a Prompt's request is request=prompt.request(max_tokens=...)"
+    return ""
