@@ -88,7 +88,13 @@ class Adoption:
         an openai client that retries on its own. A generator or async generator (a streaming
         function) is guarded while it is iterated: retried only before its first item, reported
         when it ends with the usage of the last item carrying one (an async one bounded by
-        ``timeout`` from the call to its last item).
+        ``timeout`` from the call to its last item). A plain ``def`` that returns a coroutine
+        (``return async_client.chat.completions.create(...)``) is guarded as an async function
+        is: the wrapper returns a coroutine, and the awaited call is retried, bounded and
+        reported.
+
+        .. versionchanged:: 0.2.0 a plain function returning a coroutine is guarded as an
+           async one (it was reported ``"ok"`` before the call ran, and never retried).
         """
         from .protect import protect_function
 

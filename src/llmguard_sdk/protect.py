@@ -196,6 +196,8 @@ def protect_function(
             for attempt in call.attempts():
                 with attempt:
                     result = function(*args, **kwargs)
+        if inspect.isawaitable(result):  # a def returning a coroutine: the awaited call counts
+            return _call_async(function, protected, args, kwargs, result, call.started)
         return call.end(result)
 
     return cast(F, place(wrapper))
