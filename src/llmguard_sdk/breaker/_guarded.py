@@ -142,7 +142,10 @@ def check_callable(fn: Callable[..., Any], route: str, way: str, *, waits: bool 
 
 
 def _async_in_call(fn: object) -> ConfigurationError:
+    """The refusal of a sync call through a breaker (``breakers.call``, or ``@protect`` on a
+    plain ``def``) whose function returned an awaitable: its outcome comes later."""
     return ConfigurationError(
-        f"breakers.call cannot wait for {fn!r}: it is async; await breakers.acall(...) instead "
-        "(or decorate it with @breakers.protect)"
+        f"{fn!r} returned an awaitable, whose outcome a sync call through the breaker cannot "
+        "wait for: await breakers.acall(...), or make it an async def (which "
+        "@breakers.protect awaits)"
     )
