@@ -97,20 +97,18 @@ def _again(base: Any, asynchronous: bool) -> type[Any]:
     return type(base.__name__, (mixin, base), {})
 
 
-class _CheckedAgain:
-    """Mixed into a sync redis-py connection class (see the module's docs). Inside a round
-    trip bounded by its call's deadline (:mod:`._state.bounds`), each wait for Redis (the
-    connection, each send and each answer, the handshake's included) ends when the round
-    trip's time is up, as :func:`.bounds.out_of_time`'s error; otherwise it waits as the
-    store's timeouts let it."""
+class _WithinDeadline:
+    """Mixed into a sync redis-py connection class (a standalone store's, a cluster node's).
+    Inside a round trip bounded by its call's deadline (:mod:`._state.bounds`), each wait for
+    Redis (the connection, each send and each answer, the handshake's included) ends when the
+    round trip's time is up, as :func:`.bounds.out_of_time`'s error; otherwise it waits as
+    the store's timeouts let it."""
 
-    _fresh = False  # connecting: a failed check of a fresh connection is final
     socket_timeout: float | None
     socket_connect_timeout: float | None
 
     def connect(self) -> None:
         parent: Any = super()
-        fresh, self._fresh = self._fresh, True
         connect_timeout = self.socket_connect_timeout
         seconds = bounds.left()
         try:
@@ -125,7 +123,6 @@ class _CheckedAgain:
                 raise
             raise bounds.ran_out(seconds) from exc
         finally:
-            self._fresh = fresh
             self.socket_connect_timeout = connect_timeout
 
     def send_packed_command(self, command: Any, check_health: bool = True) -> None:
@@ -161,6 +158,20 @@ class _CheckedAgain:
             sock = getattr(self, "_sock", None)
             if sock is not None:
                 sock.settimeout(self.socket_timeout)
+
+
+class _CheckedAgain(_WithinDeadline):
+    """Mixed into a sync redis-py connection class (see the module's docs), its waits within
+    its round trip's deadline (:class:`_WithinDeadline`)."""
+
+    _fresh = False  # connecting: a failed check of a fresh connection is final
+
+    def connect(self) -> None:
+        fresh, self._fresh = self._fresh, True
+        try:
+            super().connect()
+        finally:
+            self._fresh = fresh
 
     def check_health(self) -> None:
         from redis.exceptions import ConnectionError, TimeoutError
@@ -301,13 +312,15 @@ def sends_bounded(base: Any, asynchronous: bool) -> type[Any]:
     return type(base.__name__, (mixin, base), {})
 
 
-class _BoundedSends:
-    """Mixed into a sync redis-py connection class (see :func:`resends_bounded`)."""
+class _BoundedSends(_WithinDeadline):
+    """Mixed into a sync redis-py connection class (a cluster node's: see
+    :func:`resends_bounded`), its waits within its round trip's deadline, as a standalone
+    store's are (:class:`_WithinDeadline`: a wait cut short is redis-py's ``TimeoutError``
+    to the cluster client, and each of its later waits in the round is cut at once)."""
 
     def send_packed_command(self, command: Any, check_health: bool = True) -> None:
         _check_write()
-        parent: Any = super()
-        parent.send_packed_command(command, check_health)
+        super().send_packed_command(command, check_health)
 
 
 class _AsyncBoundedSends(_OnTime):
