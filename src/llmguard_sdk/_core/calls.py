@@ -125,7 +125,7 @@ def _complete_once(ctx: CallContext, stages: Stages) -> ChatResponse:
         opening.remember_later(ctx, stages, response)
         return response
     finally:
-        opening.tail.flush()
+        opening.tail.flush(last=True)
 
 
 async def _acomplete_once(ctx: CallContext, stages: Stages) -> ChatResponse:
@@ -145,7 +145,7 @@ async def _acomplete_once(ctx: CallContext, stages: Stages) -> ChatResponse:
     finally:
         if opening.tail.steps:  # a memory backend's tail is done already: no cancel scope
             with anyio.CancelScope(shield=True):
-                await opening.tail.aflush()
+                await opening.tail.aflush(last=True)
 
 
 def _run(ctx: CallContext, stages: Stages, opening: OpeningOutcome) -> Run:

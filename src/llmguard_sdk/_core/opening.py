@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 import anyio
 import anyio.to_thread
 
+from .._state import bounds
 from .._state.steps import Batch, Outcome, Step, start
 from ..breaker import Breakers, MemoryBreakerBackend, Permit
 from ..budget.control import Held
@@ -59,11 +60,16 @@ class Tail:
 
     The chain adds to it as it goes; the next decision that needs an answer takes them
     along in its round trip (:meth:`flush` with it), and the Guard sends the rest after the
-    call, in one round trip.
+    call, in one round trip (``last``).
+
+    ``deadline``: the call's (a :func:`time.monotonic` instant); its round trips wait for
+    Redis no longer than it leaves them (:func:`~llmguard_sdk._state.bounds.ahead_of` while
+    the call goes on, :func:`~llmguard_sdk._state.bounds.after` for the last).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, deadline: float | None = None) -> None:
         self.steps: list[Step[Any]] = []
+        self.deadline = deadline
 
     def add(self, step: Step[Any]) -> None:
         """Send ``step`` with the next round trip (one that needs no round trip, such as a
@@ -72,8 +78,10 @@ class Tail:
         if not ended:
             self.steps.append(rest)
 
-    def _batch(self, more: tuple[Step[Any], ...]) -> Batch:
-        batch = Batch([*self.steps, *more])
+    def _batch(self, more: tuple[Step[Any], ...], last: bool) -> Batch:
+        deadline = self.deadline
+        bound = bounds.after if last else bounds.ahead_of
+        batch = Batch([*self.steps, *more], by=lambda: bound(deadline))
         self.steps = []
         return batch
 
@@ -101,19 +109,20 @@ class Tail:
         (outcome,) = await self.aflush(rest)
         return outcome.result()  # type: ignore[no-any-return]
 
-    def flush(self, *more: Step[Any]) -> list[Outcome]:
-        """Send what waits, and ``more``, in one batch; the outcomes of ``more``."""
+    def flush(self, *more: Step[Any], last: bool = False) -> list[Outcome]:
+        """Send what waits, and ``more``, in one batch; the outcomes of ``more``. ``last``:
+        the call has its answer (or its error), nothing waits for the batch but the caller."""
         if not self.steps and not more:
             return []
-        batch = self._batch(more)
+        batch = self._batch(more, last)
         return self._results(batch.run(), len(more))
 
-    async def aflush(self, *more: Step[Any]) -> list[Outcome]:
+    async def aflush(self, *more: Step[Any], last: bool = False) -> list[Outcome]:
         """Async twin of :meth:`flush` (its round trips are not cancelled half-way: see
         :meth:`~llmguard_sdk._state.steps.Batch.arun`)."""
         if not self.steps and not more:
             return []
-        batch = self._batch(more)
+        batch = self._batch(more, last)
         return self._results(await batch.arun(), len(more))
 
 
@@ -304,9 +313,10 @@ def _opening(ctx: CallContext, stages: Stages) -> tuple[Batch, dict[str, int], O
     spend = stages.spend if stages.spend is not None and stages.spend.active else None
     if spend is not None:
         spend.prepare(ctx)  # the cache and the rate limit see the request the provider gets
-    batch = Batch()
+    deadline = ctx.deadline  # (its round trips leave the provider its share of it)
+    batch = Batch(by=lambda: bounds.ahead_of(deadline))
     where: dict[str, int] = {}
-    opened = OpeningOutcome(Tail())
+    opened = OpeningOutcome(Tail(deadline))
     cache = stages.cache
     if cache is not None:
         batch.add(cache.sync_steps(ctx.deadline))
@@ -411,7 +421,7 @@ async def _give_back_ended(
     opened.undo(ctx, stages)
     try:
         with anyio.CancelScope(shield=True):  # (round trips bounded by the store's timeouts)
-            await opened.tail.aflush()
+            await opened.tail.aflush(last=True)
     except Exception:
         logger.exception("giving back what a cancelled call had taken failed")
 

@@ -45,7 +45,7 @@ class _StreamBase:
         self._close_requested = False
         self._reading = False  # a reader waits inside next(): a close waits for its chunk
         self._shutting = False  # closed (or being closed): a reader's next call ends its loop
-        self._tail = Tail()  # decisions that need no answer: sent after the last chunk
+        self._tail = Tail(ctx.deadline)  # decisions that need no answer: sent after the last chunk
         self._ahead: Ahead | None = None  # the first route's permit and reservation
         self._opening: OpeningOutcome | None = None
         self._dropped = False  # closed (or collected) before its end
@@ -189,7 +189,7 @@ class ChatStream(_StreamBase, Closes):
             if chunks is not None:
                 chunks.close()
             self._closing()
-            self._tail.flush()
+            self._tail.flush(last=True)
             if self._dropped:
                 self._end(cancelled=self._response is None)
 
@@ -268,7 +268,7 @@ class AsyncChatStream(_StreamBase, AsyncCloses):
                         await chunks.aclose()
                 finally:
                     self._closing()
-                    await self._tail.aflush()
+                    await self._tail.aflush(last=True)
             if self._dropped:
                 self._end(cancelled=self._response is None)
 

@@ -13,6 +13,13 @@ cut short so raises :func:`out_of_time`'s error: the call's own lack of time, no
 down, so it pauses nothing (:meth:`.health.Outage.failed`); a round with no time left at all
 is not sent.
 
+A guarded call bounds every round trip it makes (:class:`~._state.steps.Batch`'s ``by``):
+those its provider waits on (the opening batch, an answer the route loop needs, what waits in
+the tail before a retry's pause) by :func:`ahead_of` its deadline, the round trip after its
+answer (settles, records, the cache store) by :func:`after`. Each stage meets a round trip so
+cut short as it meets Redis away (a budget refuses or counts locally, a spend settle is
+journaled, a rate limit falls back to the process's share, a breaker decides locally).
+
 Private. redis is imported when a bound runs out, never before.
 """
 
@@ -24,7 +31,10 @@ import functools
 import time
 from collections.abc import Iterator
 
-__all__ = ["answered_by", "left", "out_of_time", "ran_out"]
+__all__ = ["after", "ahead_of", "answered_by", "left", "out_of_time", "ran_out"]
+
+SHARE = 0.5  # of what is left of a call's deadline, for a round trip its provider waits on
+GRACE = 0.1  # seconds a round trip after a call's answer may wait, its deadline past or near
 
 # the monotonic instant the round trip under way waits for Redis until, at most (None: the
 # store's own timeouts)
@@ -45,6 +55,25 @@ def answered_by(by: float | None) -> Iterator[None]:
         yield
     finally:
         _BY.reset(token)
+
+
+def ahead_of(deadline: float | None) -> float | None:
+    """Until when a round trip that a call's provider waits on waits for Redis (a
+    :func:`time.monotonic` instant): :data:`SHARE` of what is left before ``deadline``, the
+    rest the provider's (``None``: no deadline)."""
+    if deadline is None:
+        return None
+    now = time.monotonic()
+    return now + (deadline - now) * SHARE
+
+
+def after(deadline: float | None) -> float | None:
+    """Until when the round trip after a call's answer waits for Redis: ``deadline``, and
+    :data:`GRACE` seconds at least (a call that ran out of time, or answered just before
+    it, still tells a Redis that answers its settles and records; ``None``: no deadline)."""
+    if deadline is None:
+        return None
+    return max(deadline, time.monotonic() + GRACE)
 
 
 def left() -> float | None:

@@ -257,10 +257,17 @@ class Batch:
     that takes something records it, before its command goes out, in a record its caller owns
     (a rate-limit ``Reservation``, the leases of ``Routing.lease_steps``), and the caller
     gives back what the record holds however the run ended.
+
+    ``by``: asked at each round, the :func:`time.monotonic` instant until which that round's
+    commands that carry no bound of their own (:attr:`Command.by`) wait for Redis (a guarded
+    call's, see :mod:`.bounds`; ``None``: the store's timeouts).
     """
 
-    def __init__(self, steps: Iterable[Step[Any]] = ()) -> None:
+    def __init__(
+        self, steps: Iterable[Step[Any]] = (), by: Callable[[], float | None] | None = None
+    ) -> None:
         self.steps: list[Step[Any]] = list(steps)
+        self.by = by
         # how each step ended, as the steps end: after a run cut short (cancelled), those
         # that had ended are here, the others left as Outcome() (no value, no error)
         self.outcomes: list[Outcome] = []
@@ -365,17 +372,19 @@ class Batch:
 
     # -- one round ---------------------------------------------------------------------------
 
-    @staticmethod
     def _sort(
-        live: dict[int, Any],
+        self, live: dict[int, Any]
     ) -> tuple[dict[RedisStore, list[tuple[int, int, Command]]], float]:
         commands: dict[RedisStore, list[tuple[int, int, Command]]] = {}
         pause = 0.0
+        by = None if self.by is None else self.by()
         for index, request in live.items():
             if isinstance(request, Command):
-                commands.setdefault(request.store, []).append((index, -1, request))
+                command = request if request.by is not None else bounded(request, by)
+                commands.setdefault(request.store, []).append((index, -1, command))
             elif isinstance(request, tuple):
                 for position, command in enumerate(request):
+                    command = command if command.by is not None else bounded(command, by)
                     commands.setdefault(command.store, []).append((index, position, command))
             elif isinstance(request, Pause):
                 pause = max(pause, request.seconds)

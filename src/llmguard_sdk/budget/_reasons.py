@@ -1,7 +1,8 @@
 """Why Redis did not decide a budget's reservation or status read, in the words of its
 refusal, its status error and its ``on_event`` news: this process's load (a full connection
-pool, a busy event loop), Redis refusing the script (it answered, with an error), or Redis
-away (paused, or failing now).
+pool, a busy event loop), Redis refusing the script (it answered, with an error), no answer
+within what the call's deadline left the round trip (:mod:`.._state.bounds`), or Redis away
+(paused, or failing now).
 
 Private. redis is imported when a failure is judged, never before.
 """
@@ -10,14 +11,23 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal
 
-from .._state.health import exhausted, failure, lagging, refusal, refused, said, unauthenticated
+from .._state.health import (
+    exhausted,
+    failure,
+    lagging,
+    out_of_its_time,
+    refusal,
+    refused,
+    said,
+    unauthenticated,
+)
 
 if TYPE_CHECKING:
     from .._state.stores import RedisStore
 
 __all__ = ["Cause", "cause", "reason"]
 
-Cause = Literal["away", "pool", "loop", "refused"]
+Cause = Literal["away", "pool", "loop", "refused", "time"]
 
 
 def cause(exc: BaseException | None) -> Cause:
@@ -25,6 +35,8 @@ def cause(exc: BaseException | None) -> Cause:
     tried, Redis paused)."""
     if exc is None:
         return "away"
+    if out_of_its_time(exc):
+        return "time"
     if lagging(exc):
         return "loop"
     if exhausted(exc):
@@ -49,6 +61,11 @@ def reason(why: Cause, exc: BaseException | None, store: RedisStore) -> str:
             f"the Redis store's connection pool stayed full for pool_timeout ({pool_timeout:g} "
             "s), this process's own load (Redis is not paused); raise the store's "
             "max_connections or pool_timeout"
+        )
+    if why == "time":
+        return (
+            "Redis did not answer within what the call's deadline left the round trip "
+            "(Redis is not paused)"
         )
     if why == "refused" and exc is not None:
         why_so = refusal(exc, store.key_prefix)

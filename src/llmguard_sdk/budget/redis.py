@@ -224,13 +224,14 @@ class RedisBudgetBackend:
         """Whether a reservation counted locally is the first of its outage (as the store's
         health counts them: whichever stage met it first), of its episode of this process's
         load (a full pool, a busy loop: counted alike), or since Redis refused the script
-        with the error ``exc`` (it answers, so no outage): the one to tell."""
+        with the error ``exc`` (it answers, so no outage); one whose call's deadline cut its
+        round trip short is told once per outage count, as Redis away: the one to tell."""
         health = self._outage.health
         kind: str = why
         mark: object = health.outages
         if why == "refused":
             mark = str(exc)
-        elif why != "away":  # a full pool or a busy loop: one episode of load
+        elif why not in ("away", "time"):  # a full pool or a busy loop: one episode of load
             kind, mark = "load", health.overloads
         with self._telling:
             if self._told.get(kind) == mark:

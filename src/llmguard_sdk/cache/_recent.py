@@ -9,6 +9,7 @@ import time
 from collections import OrderedDict
 
 from .._lazy import np
+from .._state.bounds import SHARE, ahead_of
 from ..errors import ConfigurationError
 from .embedders import Embedder
 from .embedders.base import embed_within
@@ -19,7 +20,7 @@ __all__ = ["STALE_FLOOR_S", "RecentEmbeddings", "embedding_time", "lookup_by", "
 
 _KEPT_CHARS = 2048  # a longer query is remembered under its digest, not its text
 # of what is left of a call's deadline, for what a lookup waits on (an embedder, Redis)
-_LOOKUP_SHARE = 0.5
+_LOOKUP_SHARE = SHARE
 STALE_FLOOR_S = 0.25
 """The least a stale lookup (stale-if-error, after the routes failed) may wait for its store
 however little of the call's deadline is left: a few round trips to Redis (a new
@@ -36,10 +37,7 @@ def embedding_time(deadline: float | None) -> float | None:
 def lookup_by(deadline: float | None) -> float | None:
     """Until when a lookup waits for a shared store (a :func:`time.monotonic` instant): half
     of what is left before ``deadline``, as the embedding (``None``: no deadline)."""
-    if deadline is None:
-        return None
-    now = time.monotonic()
-    return now + (deadline - now) * _LOOKUP_SHARE
+    return ahead_of(deadline)
 
 
 def stale_by(deadline: float | None) -> float | None:
