@@ -1,7 +1,8 @@
 """A guarded call's round trips to Redis within its deadline, for every stage: spend budgets
 and rate limits wait for a Redis that does not answer no longer than the call's deadline leaves
 them (as the response cache does, tests/test_cache_deadline.py), each then deciding as it does
-with Redis away; a sync Redis Cluster client's waits for its nodes are bounded too."""
+with Redis away; a sync Redis Cluster client's waits for its nodes are bounded too; and a Redis
+that no call's round trip reaches in time is paused."""
 
 from __future__ import annotations
 
@@ -115,6 +116,28 @@ def test_a_fail_closed_budget_over_a_silent_redis_refuses_within_the_deadline(
         assert refused.value.retry_after == 0  # (Redis not paused: the next call tries it)
         assert fake.stats.requests == 0
         assert store.health.failures == 0
+    finally:
+        guard.close()
+
+
+def test_a_redis_that_no_call_reaches_in_time_is_paused(
+    fake: FakeProvider, silent: SilentServer, tmp_path: Path
+) -> None:
+    """Short calls over a hung Redis each paid half their deadline for it, without end: none
+    of their round trips failed for Redis (their time was up), so Redis was never paused.
+    A few round trips in a row cut short, none answered, now pause it as a failure does: the
+    next calls decide locally at once."""
+    store = _store(silent.port, tmp_path)
+    guard = _guard(fake, store, rate_limits={"primary": RateLimit(rpm=600)})
+    try:
+        for _ in range(3):
+            assert _timed(guard, "sync")[0] == "primary"
+        assert store.health.failures >= 1
+        accepted = silent.accepted
+        route, took = _timed(guard, "sync")
+        assert route == "primary"
+        assert took < TIMEOUT / 4  # (nothing waited for Redis)
+        assert silent.accepted == accepted
     finally:
         guard.close()
 

@@ -10,8 +10,9 @@ waits as the store's own timeouts let it, and so does the whole round then): a s
 connection's socket waits at most what is left (:mod:`._state.connections`), an async round
 trip's bound on its event loop is cut short at that instant (:mod:`._state.turns`). A wait
 cut short so raises :func:`out_of_time`'s error: the call's own lack of time, not Redis
-down, so it pauses nothing (:meth:`.health.Outage.failed`); a round with no time left at all
-is not sent.
+down, so it pauses nothing (:meth:`.health.Outage.failed`), unless Redis answers none of a
+few such round trips in a row (:meth:`.health.RedisHealth.ran_out_of_time`); a round with no
+time left at all is not sent.
 
 A guarded call bounds every round trip it makes (:class:`~._state.steps.Batch`'s ``by``):
 those its provider waits on (the opening batch, an answer the route loop needs, what waits in

@@ -34,6 +34,9 @@ __all__ = [
 
 logger = logging.getLogger("llmguard_sdk")
 _LOAD_WARNING_SECONDS = 60.0  # a store warns of its full pool (busy loop) at most this often
+# round trips in a row that their calls' deadlines cut short, Redis answering none, that pause
+# Redis as a failure does (see RedisHealth.ran_out_of_time)
+CUT_SHORT = 3
 _ERROR_CODE = re.compile(r"^[A-Z]+ ")  # an error reply's code, as redis-py keeps it
 # a refusal for the store's user's ACL permissions: NOPERM (a command, or its keys), or a
 # script's own command refused (an ERR: "ACL failure in script" from Redis 7.2 on, "The user
@@ -196,6 +199,12 @@ class RedisHealth:
     after the last (a wait for the pool, an attempt on Redis and a pause, with no decision
     made for load meanwhile) begins a new episode, counted by ``overloads``.
 
+    A round trip cut short by its call's deadline (:mod:`._state.bounds`) is no failure:
+    Redis may answer longer calls. But :data:`CUT_SHORT` of them in a row with no answer from
+    Redis in between (:meth:`ran_out_of_time`: a hung Redis that only short calls reach) pause
+    it as a failure does, so it stops costing every call its share of its deadline;
+    ``cut_short`` counts them.
+
     Every thread that calls through the store shares this object: a change of its state (a
     failure, a probe taken, an outage ended, a decision counted) is made under a lock held
     for that arithmetic only; while Redis answers, :meth:`up`, :meth:`may_try` and
@@ -227,6 +236,7 @@ class RedisHealth:
         self.exhausted = 0  # decisions made without Redis for a full pool (not outages)
         self.lagged = 0  # decisions made without Redis for a busy event loop (not outages)
         self.overloads = 0  # episodes of such decisions (see the class docs)
+        self.cut_short = 0  # round trips cut short by their deadlines since Redis last answered
         self._loaded_at = -math.inf  # when the last decision was made for load
         self._warned: dict[str, float] = {}  # when each kind of load was last warned of
         # held for a change of the state above (never for I/O); a change writes the pause
@@ -286,8 +296,28 @@ class RedisHealth:
             self._probe_until = now + (self.attempt_seconds or self.base)
             return True
 
+    def ran_out_of_time(self) -> bool:
+        """A round trip sent to Redis was cut short by its call's deadline, unanswered (see
+        the class docs): count it; the :data:`CUT_SHORT`-th in a row, and each after it,
+        pauses Redis as :meth:`failed` does. Returns whether this one paused it."""
+        with self._lock:
+            self.cut_short += 1
+            if self.cut_short < CUT_SHORT:
+                return False
+        pause = self.failed()
+        if self.failures == 1:
+            logger.warning(
+                "Redis did not answer %d round trips in a row within what their calls' "
+                "deadlines left them; stages decide locally, trying Redis again in %.1f s",
+                self.cut_short,
+                pause,
+            )
+        return True
+
     def succeeded(self) -> None:
         """Redis answered: the outage, if one was under way, is over."""
+        if self.cut_short:
+            self.cut_short = 0
         if self.failures:
             with self._lock:
                 self._probe_until = 0.0

@@ -22,7 +22,7 @@ import anyio
 import anyio.to_thread
 from typing_extensions import ParamSpec
 
-from .bounds import answered_by, left, ran_out
+from .bounds import answered_by, left, out_of_time, ran_out
 from .connections import resends_bounded
 from .health import tag
 from .lag import judged, lags
@@ -514,7 +514,15 @@ def _execute(store: RedisStore, commands: Sequence[Command]) -> list[Any]:
         seconds = left()
         if seconds is not None and seconds <= 0:
             return [ran_out(seconds)] * len(commands)  # (not sent)
-        return _in_time(_executed(store, commands), by, seconds)
+        return _noted(store, _in_time(_executed(store, commands), by, seconds))
+
+
+def _noted(store: RedisStore, replies: list[Any]) -> list[Any]:
+    """``replies``; a round that its bound cut short, unanswered, counted by the store's
+    health (:meth:`.health.RedisHealth.ran_out_of_time`: a few in a row pause Redis)."""
+    if replies and all(isinstance(reply, out_of_time()) for reply in replies):
+        store.health.ran_out_of_time()
+    return replies
 
 
 def _in_time(replies: list[Any], by: float | None, seconds: float | None) -> list[Any]:
@@ -562,7 +570,7 @@ async def _aexecute(store: RedisStore, commands: Sequence[Command]) -> list[Any]
         seconds = left()
         if seconds is not None and seconds <= 0:
             return [ran_out(seconds)] * len(commands)  # (not sent)
-        return _in_time(await _aexecuted(store, commands), by, seconds)
+        return _noted(store, _in_time(await _aexecuted(store, commands), by, seconds))
 
 
 async def _aexecuted(store: RedisStore, commands: Sequence[Command]) -> list[Any]:
