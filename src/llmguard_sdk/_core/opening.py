@@ -420,7 +420,7 @@ async def _give_back_ended(
         opened.held = opened.asked[-1]  # cut short before the answer: it may hold
     opened.undo(ctx, stages)
     try:
-        with anyio.CancelScope(shield=True):  # (round trips bounded by the store's timeouts)
+        with anyio.CancelScope(shield=True):  # (round trips bounded as after an answer)
             await opened.tail.aflush(last=True)
     except Exception:
         logger.exception("giving back what a cancelled call had taken failed")
