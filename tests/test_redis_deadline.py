@@ -21,6 +21,7 @@ from llmguard_sdk.errors import BudgetUnavailableError
 from llmguard_sdk.ratelimit import RateLimit
 from llmguard_sdk.store import RedisClusterStore, RedisStore
 from llmguard_sdk.testing import FakeProvider
+from llmguard_sdk.tokens import count_request_tokens
 from tests.test_budget_guard import PRICES
 from tests.test_cache import FAQ, answer, ask
 from tests.test_cache_construction import SilentServer
@@ -32,7 +33,11 @@ SOCKET_TIMEOUT = 3.0
 
 
 @pytest.fixture
-def silent() -> Iterator[SilentServer]:
+def silent(fake: FakeProvider) -> Iterator[SilentServer]:
+    """A Redis host that accepts connections and never answers; the token counter's first use
+    done (it reads its encoding then, most of a second of CPU inside the first budgeted or
+    rate-limited call's deadline)."""
+    count_request_tokens(USER, fake.model)
     with SilentServer() as server:
         yield server
 
