@@ -159,21 +159,31 @@ class Run:
         """Settle a rate-limit reservation once: to what was ``used`` when known, else all
         tokens back after a failure or a wait that ended early, or (``sent``: the request
         may have reached the provider) only the concurrency lease back. A 429 teaches its
-        pause, an answer's ``headers`` the provider's own counters."""
+        pause, an answer's ``headers`` the provider's own counters.
+
+        A 429's call was not served: its request and tokens come back *after* its pause is
+        learned, so the route has room for that call when the pause ends (its retry after
+        ``Retry-After`` goes out; given back before, the pause swallowed them and the retry
+        was refused by a hair)."""
         limiter = self.stages.limiter
         if reservation is None or limiter is None:
             return []
         if used is not None:
             reservation.used = used
         steps: list[Step[Any]] = []
+        if isinstance(error, RateLimitedError):
+            pause = min(error.retry_after or 0.0, limits.MAX_LEARNED_PAUSE_S)
+            steps.append(limiter._learn_steps(reservation.route, {"pause": pause}))
+            args = limits.settle_args(reservation)
+            if args is not None:
+                if reservation.used is None and "input_delta" in args:  # refunded: all back
+                    args["request_delta"] = -1.0
+                steps.append(limiter._settle_steps(reservation.route, args))
+            return steps
         args = limits.settle_args(reservation, refund=not sent)
         if args is not None:
             steps.append(limiter._settle_steps(reservation.route, args))
-        taught: LearnArgs | None = None
-        if isinstance(error, RateLimitedError):
-            taught = {"pause": min(error.retry_after or 0.0, limits.MAX_LEARNED_PAUSE_S)}
-        elif headers is not None:
-            taught = limits.learned(headers)
+        taught: LearnArgs | None = None if headers is None else limits.learned(headers)
         if taught is not None:
             steps.append(limiter._learn_steps(reservation.route, taught))
         return steps
