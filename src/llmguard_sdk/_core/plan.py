@@ -224,8 +224,8 @@ def admit(run: Run, route: Provider) -> Generator[Any, Any, tuple[bool, Reservat
         ctx.rate_wait_s += grant.wait
         try:
             yield Sleep(grant.wait)
-        except BaseException:  # cancelled while waiting: nothing was sent
-            run.settle(reservation)
+        except BaseException:  # cancelled while waiting: nothing was sent (its slot back)
+            run.settle(reservation, unsent=True)
             run.release(route)
             raise
     return True, reservation

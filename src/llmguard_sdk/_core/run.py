@@ -154,12 +154,15 @@ class Run:
         used: Usage | None = None,
         error: ProviderError | None = None,
         sent: bool = False,
+        unsent: bool = False,
         headers: dict[str, str] | None = None,
     ) -> list[Step[Any]]:
         """Settle a rate-limit reservation once: to what was ``used`` when known, else all
         tokens back after a failure or a wait that ended early, or (``sent``: the request
-        may have reached the provider) only the concurrency lease back. A 429 teaches its
-        pause, an answer's ``headers`` the provider's own counters.
+        may have reached the provider) only the concurrency lease back; ``unsent`` (a call
+        cut short while it waited for its slot) gives its request back too, so the next
+        call takes that slot. A 429 teaches its pause, an answer's ``headers`` the
+        provider's own counters.
 
         A 429's call was not served: its request and tokens come back *after* its pause is
         learned, so the route has room for that call when the pause ends (its retry after
@@ -182,6 +185,8 @@ class Run:
             return steps
         args = limits.settle_args(reservation, refund=not sent)
         if args is not None:
+            if unsent and reservation.granted:
+                args["request_delta"] = -1.0
             steps.append(limiter._settle_steps(reservation.route, args))
         taught: LearnArgs | None = None if headers is None else limits.learned(headers)
         if taught is not None:
