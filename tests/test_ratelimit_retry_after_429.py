@@ -41,3 +41,20 @@ def test_a_retry_after_a_429_goes_out_when_the_hint_has_passed(
     assert response.route == "primary"
     assert fake.stats.requests == 2  # the 429, then the retry
     assert time.monotonic() - started >= 0.3  # not before the hint
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["memory", "redis"])
+def test_a_stream_s_retry_after_a_429_goes_out_when_the_hint_has_passed(
+    fake: FakeProvider,
+    make_guard: Callable[..., Guard],
+    redis_url: str,
+    redis_prefix: str,
+    shared: bool,
+) -> None:
+    store = {"store": redis_url, "key_prefix": redis_prefix} if shared else {}
+    guard = make_guard(fake, rate_limits={"primary": LIMITS["both"]}, **store)
+    fake.script(Fault(status=429, retry_after=0.3))
+    with guard.chat(USER, stream=True) as chunks:
+        assert "".join(chunk.text for chunk in chunks)
+    assert chunks.response.route == "primary"
+    assert fake.stats.requests == 2
