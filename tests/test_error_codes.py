@@ -12,6 +12,7 @@ from openai.types.responses import ResponseError
 
 from llmguard_sdk import (
     BadRequestError,
+    ContentPolicyError,
     OpenAICompatibleProvider,
     OpenAIResponsesProvider,
     ProviderError,
@@ -19,7 +20,7 @@ from llmguard_sdk import (
     ProviderUnavailableError,
     RateLimitedError,
 )
-from llmguard_sdk.providers._error_kinds import body_error, error_kind
+from llmguard_sdk.providers._error_kinds import POLICY_CODES, body_error, error_kind
 
 from .rawserver import RawServer, http_response, raised_by, seen, sse_head
 
@@ -95,12 +96,16 @@ def _responses_failed(code: str, streaming: bool) -> ProviderError:
 def test_a_responses_request_fault_is_a_bad_request(code: str, streaming: bool) -> None:
     """A bad image or a policy refusal in a failed response matched no word: a retried
     ProviderUnavailableError with status 200, asked again and again and then of every
-    route. It is the request's fault: a BadRequestError (400), not retried."""
+    route. It is the request's fault: a BadRequestError (400), not retried; a usage policy's
+    refusal its ContentPolicyError (a BadRequestError too), with its code."""
+    kind = ContentPolicyError if code in POLICY_CODES else BadRequestError
     raised = _responses_failed(code, streaming)
-    assert seen(raised) == (BadRequestError, 400, False)
+    assert seen(raised) == (kind, 400, False)
     assert f"it is {code}" in str(raised)
     chat = _chat_error({"code": code, "message": "m", "type": "invalid_request_error"}, False)
-    assert seen(chat) == (BadRequestError, 400, False)
+    assert seen(chat) == (kind, 400, False)
+    if isinstance(chat, ContentPolicyError):
+        assert chat.code == code
 
 
 def _list_body(status: str, error: dict[str, object], listed: bool) -> RawServer:

@@ -20,7 +20,8 @@ Catch :class:`LLMGuardError` to catch everything the SDK raises itself::
     │   ├── ProviderTimeoutError        no answer within the call's deadline, or 408
     │   ├── ProviderBusyError           a local model's queue is full: refused at once
     │   ├── BadRequestError             400, 404, 422: the provider refused the request
-    │   │   └── ContextLengthExceededError
+    │   │   ├── ContextLengthExceededError
+    │   │   └── ContentPolicyError      a content filter refused it (carries the code)
     │   ├── AuthenticationError         401, 403
     │   ├── MalformedResponseError      bad JSON, wrong content type, missing fields
     │   └── StreamInterruptedError      a stream broke after it started (never replayed)
@@ -79,6 +80,7 @@ __all__ = [
     "CanaryNotFoundError",
     "CircuitOpenError",
     "ConfigurationError",
+    "ContentPolicyError",
     "ContextLengthExceededError",
     "EmptyStreamError",
     "GuardrailRejectedError",
@@ -356,6 +358,23 @@ class BadRequestError(ProviderError):
 
 class ContextLengthExceededError(BadRequestError):
     """The prompt is longer than the model's context window."""
+
+
+class ContentPolicyError(BadRequestError):
+    """The provider's content filter refused the request: OpenAI's 400
+    ``content_policy_violation``, Azure OpenAI's 400 ``content_filter`` (its ``innererror``
+    ``ResponsibleAIPolicyViolation``), the Responses API's ``image_content_policy_violation``,
+    ``bio_policy`` ... over HTTP or inside a stream. The message is the provider's; ``code``
+    the code that named the refusal. Not retried, and the chain stops on it by default, as on
+    any refused request (the prompt goes to no other provider); ``moves_on=`` can hand it on
+    (:func:`~llmguard_sdk.router.is_route_failure`). The seam answers it with its code.
+
+    .. versionadded:: 0.2.0
+    """
+
+    def __init__(self, message: str, *, code: str | None = None, **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        self.code = code
 
 
 class AuthenticationError(ProviderError):

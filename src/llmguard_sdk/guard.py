@@ -155,7 +155,9 @@ class Guard(Adoption, Lifecycle):
         moves_on: which provider errors hand the call to the next route, for plain calls and
             streams alike (default: errors that belong to the route: unavailable, timeouts,
             429, malformed answers, bad credentials, 402, 404, a context window too small;
-            not a request the provider refused as wrong, which would fail everywhere).
+            not a request the provider refused as wrong, which would fail everywhere, nor a
+            content filter's refusal: :func:`~llmguard_sdk.router.is_route_failure`, to
+            build on: ``lambda e: isinstance(e, ContentPolicyError) or is_route_failure(e)``).
         degraded: text answered (``route="degraded"``) when no route can serve a call,
             instead of raising; ``None`` raises.
         rate_limits: per route name, a :class:`~llmguard_sdk.ratelimit.RateLimit` (requests,

@@ -15,13 +15,9 @@ from ..breaker._guarded import refusal
 from ..context import CallContext, RetryDetails
 from ..errors import (
     AllRoutesFailedError,
-    AuthenticationError,
     ContextLengthExceededError,
-    EmptyStreamError,
-    ProviderBusyError,
     ProviderError,
     ProviderTimeoutError,
-    RateLimitedError,
     RateLimitExceededError,
     StreamInterruptedError,
 )
@@ -32,6 +28,7 @@ from ..ratelimit._rules import never_fits
 from ..retry._testing import testing_attempts, testing_remaining, testing_wait
 from ..retry._verdicts import note
 from ..retry.policy import MIN_ATTEMPT_SECONDS, Decision, decide_for_error, why_not
+from ..router.moves import is_route_failure
 from .limits import Reservation, continued_input, route_input_tokens
 from .stages import (
     DEGRADED,
@@ -67,9 +64,6 @@ __all__ = [
     "still_fits",
     "too_small_for",
 ]
-
-
-_ROUTE_STATUSES = frozenset({402, 404})  # no credit here; this route lacks the model or path
 
 
 def route_model(route: Provider, request: ChatRequest) -> str:
@@ -388,25 +382,6 @@ def too_small_for(ctx: CallContext, route: Provider, *, continued: bool = True) 
         request_sent=False,
     )
     return True
-
-
-def is_route_failure(error: ProviderError) -> bool:
-    """Whether ``error`` says something about the route rather than about the request."""
-    return (
-        error.retryable
-        or isinstance(
-            error,
-            # a 429 not retried here (a spent quota, x-should-retry: false) is still the route's
-            (
-                AuthenticationError,
-                ContextLengthExceededError,
-                EmptyStreamError,  # this request fails on this route: another may serve it
-                ProviderBusyError,
-                RateLimitedError,
-            ),
-        )
-        or error.status_code in _ROUTE_STATUSES
-    )
 
 
 def failure(ctx: CallContext, stages: Stages) -> Exception:

@@ -25,6 +25,7 @@ from types import MappingProxyType
 from ..errors import (
     AuthenticationError,
     BadRequestError,
+    ContentPolicyError,
     ContextLengthExceededError,
     ProviderError,
     ProviderTimeoutError,
@@ -37,6 +38,7 @@ __all__ = [
     "CONTEXT_LENGTH_MARKERS",
     "EXACT_STATUSES",
     "NAMED_STATUSES",
+    "POLICY_CODES",
     "UNAVAILABLE_4XX",
     "body_error",
     "body_object",
@@ -44,6 +46,7 @@ __all__ = [
     "error_kind",
     "judge_retry",
     "judged_error",
+    "policy_code",
     "quota_spent",
     "server_says_retry",
     "status_error_kind",
@@ -103,7 +106,6 @@ _REQUEST_FAULTS = (  # the Responses API's (openai-python's ResponseError.code):
     "image_too_large",
     "image_too_small",
     "image_parse_error",
-    "image_content_policy_violation",
     "invalid_image_mode",
     "image_file_too_large",
     "unsupported_image_media_type",
@@ -111,11 +113,24 @@ _REQUEST_FAULTS = (  # the Responses API's (openai-python's ResponseError.code):
     "failed_to_download_image",
     "image_file_not_found",
     "data_residency_mismatch",  # the project's data residency does not allow the request
-    "bio_policy",  # refused by a usage policy: so is every attempt
-    "misalignment_policy_violation",
 )
+POLICY_CODES = frozenset(
+    {
+        "content_policy_violation",  # OpenAI's 400 (images, moderated models)
+        "content_filter",  # Azure OpenAI's 400 (its innererror: ResponsibleAIPolicyViolation)
+        "responsibleaipolicyviolation",
+        # the Responses API's: refused by a usage policy
+        "image_content_policy_violation",
+        "bio_policy",
+        "misalignment_policy_violation",
+    }
+)
+"""Codes (an error object's ``code`` or ``type``, Azure's ``innererror.code``; compared in
+lower case) that name a content filter's refusal: a refused request
+(:data:`EXACT_STATUSES`: 400) is a :class:`~llmguard_sdk.errors.ContentPolicyError`."""
 EXACT_STATUSES: Mapping[str, int] = MappingProxyType(
     {
+        **dict.fromkeys(POLICY_CODES, 400),
         "timeout_error": 504,  # Anthropic's 504 (its GatewayTimeoutError)
         "vector_store_timeout": 504,  # the Responses API's: file_search's store was too slow
         "request_timeout": 408,  # OpenAI's (a batch row's, a session turn's): a timeout
@@ -134,8 +149,8 @@ would mislead (any name holding ``timeout`` was a 504 unavailable, OpenAI's
 a timeout too (:func:`error_kind`), retried. Another name ending in ``timeout`` that no word
 of :data:`NAMED_STATUSES` tells but a 5xx one (``gateway_timeout``, ``read_timeout``) stands
 for 504, a timeout on the way. The Responses API's request faults (a bad image,
-``invalid_image_url``, ``image_too_large`` ...; a policy refusal, ``bio_policy``; a
-``data_residency_mismatch``) are 400s: another attempt, or another route, is refused alike.
+``invalid_image_url``, ``image_too_large`` ...; a ``data_residency_mismatch``) and content
+filters' refusals (:data:`POLICY_CODES`: ``content_filter``, ``bio_policy`` ...) are 400s.
 Gemini's ``DEADLINE_EXCEEDED`` comes with its numeric ``code`` (504), which decides, as
 vLLM's does."""
 _QUOTA_SPENT = "insufficient_quota"  # OpenAI's: a billing state, not back within the call
@@ -228,9 +243,23 @@ def error_kind(error: object, answered: int, text: str = "") -> tuple[type[Provi
     if status is None:
         return (ContextLengthExceededError if too_long else ProviderUnavailableError), answered
     kind = status_error_kind(status)
-    if kind is BadRequestError and too_long:
+    if kind is BadRequestError and policy_code(error) is not None:
+        kind = ContentPolicyError
+    elif kind is BadRequestError and too_long:
         kind = ContextLengthExceededError
     return kind, status
+
+
+def policy_code(error: object) -> str | None:
+    """The code by which an error object names a content filter's refusal
+    (:data:`POLICY_CODES`: its ``code``, its ``type``, Azure's ``innererror.code``), as the
+    provider wrote it; ``None`` for another error."""
+    if not isinstance(error, Mapping):
+        return None
+    inner = error.get("innererror")
+    found = [error.get("code"), error.get("type")]
+    found.append(inner.get("code") if isinstance(inner, Mapping) else None)
+    return next((c for c in found if isinstance(c, str) and c.lower() in POLICY_CODES), None)
 
 
 def _named_status(error: object) -> int | None:
@@ -312,6 +341,8 @@ def judged_error(
     delivered) is never retried: no verdict is set on it."""
     kind, status = error_kind(error, answered, text)
     failure = build(kind, status)
+    if isinstance(failure, ContentPolicyError) and failure.code is None:
+        failure.code = policy_code(error)
     if not isinstance(failure, StreamInterruptedError):
         judge_retry(failure, headers or {}, error)
     return failure

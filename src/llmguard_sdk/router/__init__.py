@@ -13,13 +13,15 @@ A :class:`TaskRouter` (``Guard(..., tasks=...)``) chooses each call's *tier*, a 
 the chain, by :class:`Rule` s and a classifier (:mod:`llmguard_sdk.router.tasks`); a
 :class:`Cascade` tries a small tier first and escalates when a check rejects its answer
 (:mod:`llmguard_sdk.router.cascade`: :func:`finish_reason`, :func:`json_schema`,
-:func:`not_empty`, :func:`validator`).
+:func:`not_empty`, :func:`validator`). :func:`is_route_failure` is the chain's rule for which
+errors move a call on, to build a Guard's ``moves_on=`` on.
 
 .. versionadded:: 0.2.0
 """
 
 from .cascade import Cascade, Check, finish_reason, json_schema, not_empty, validator
 from .groups import DeploymentGroup
+from .moves import is_route_failure
 from .policy import Strategy
 from .tasks import Classifier, Predicate, Rule, TaskRouter
 
@@ -33,6 +35,7 @@ __all__ = [
     "Strategy",
     "TaskRouter",
     "finish_reason",
+    "is_route_failure",
     "json_schema",
     "not_empty",
     "validator",

@@ -19,6 +19,7 @@ from ..errors import (
     AuthenticationError,
     BadRequestError,
     BudgetExceededError,
+    ContentPolicyError,
     ContextLengthExceededError,
     InputTooLargeError,
     LLMGuardError,
@@ -340,10 +341,13 @@ def overflow_message(exc: LLMGuardError) -> str:
 
 
 def openai_error(exc: LLMGuardError) -> dict[str, Any]:
-    """OpenAI's error body for ``exc``."""
-    status = status_of(exc)
+    """OpenAI's error body for ``exc``; a content filter's refusal (every route failed: the
+    last route's) with the code the provider gave it."""
+    status, last = status_of(exc), _last(exc)
     code = (
-        "insufficient_quota"
+        last.code  # the provider's own (content_policy_violation, content_filter ...)
+        if isinstance(last, ContentPolicyError)
+        else "insufficient_quota"
         if isinstance(exc, BudgetExceededError)
         else "context_length_exceeded"  # what frameworks tell an overflow by
         if overflows(exc)
