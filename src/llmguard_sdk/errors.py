@@ -541,12 +541,21 @@ class BudgetUnavailableError(BudgetExceededError):
 
 
 class AllRoutesFailedError(LLMGuardError):
-    """Every route of the fallback chain failed; ``errors`` maps each route to its error."""
+    """Every route of the fallback chain failed; ``errors`` maps each route to its error.
+
+    The message names each route's error with the first line of its first note (PEP 678:
+    why it was not retried, why the call moved on ...), and the last route's error is its
+    ``__cause__``, so a traceback shows that error, its notes and its own traceback.
+
+    .. versionchanged:: 0.2.0 the notes' first lines in the message; the ``__cause__``.
+    """
 
     def __init__(self, errors: Mapping[str, BaseException]) -> None:
         self.errors: dict[str, BaseException] = dict(errors)
-        summary = "; ".join(f"{route}: {type(e).__name__}: {e}" for route, e in errors.items())
+        summary = "; ".join(f"{route}: {_told(e)}" for route, e in self.errors.items())
         super().__init__(f"all routes failed ({summary})")
+        if self.errors:  # (raise ... from ... would replace it: nothing raises it so)
+            self.__cause__ = list(self.errors.values())[-1]
 
     @property
     def retry_after(self) -> float | None:
@@ -557,6 +566,14 @@ class AllRoutesFailedError(LLMGuardError):
             if isinstance(e, (ProviderError, RefusedError)) and e.retry_after is not None
         ]
         return min(hints) if hints else None
+
+
+def _told(error: BaseException) -> str:
+    """``error`` in a line of its own: its class, its message, its first note's first line."""
+    notes = getattr(error, "__notes__", None)
+    first = str(notes[0]).strip().splitlines() if isinstance(notes, list) and notes else []
+    note = f" [{first[0]}]" if first else ""
+    return f"{type(error).__name__}: {error}{note}"
 
 
 # defined beside (it needs ConfigurationError above), exported here
