@@ -391,9 +391,14 @@ class Retrying:
                     _give_back(budget, self.budget_key)
                 raise
 
-    async def __aiter__(self) -> AsyncIterator[Attempt]:
+    def __aiter__(self) -> AsyncIterator[Attempt]:
+        return self.aiterate()
+
+    async def aiterate(self, *, recorded: bool = False) -> AsyncIterator[Attempt]:
+        """``async for attempt in retrying``; ``recorded``: the budget was told of this call
+        already (a sync loop whose function returned a coroutine goes on here)."""
         attempts, budget = self._attempts(), self.budget
-        if budget is not None:
+        if budget is not None and not recorded:
             await budget.arecord_request(self.budget_key)
         for attempt in attempts:
             yield attempt
@@ -406,6 +411,20 @@ class Retrying:
                 if granted and budget is not None:
                     await _agive_back(budget, self.budget_key)
                 raise
+
+
+async def _retried(
+    attempts: AsyncIterator[Attempt], call: Callable[[], Any], first: Any = NO_RESULT
+) -> Any:
+    """``call()``'s result, awaited, each failure judged by the loop of ``attempts``; the
+    first attempt awaits ``first`` where the call was made already (a plain function that
+    returned a coroutine)."""
+    async for attempt in attempts:
+        with attempt:
+            pending, first = (call() if first is NO_RESULT else first), NO_RESULT
+            result = await pending if inspect.isawaitable(pending) else pending
+            attempt.set_result(result)
+    return result  # (the loop ends on an attempt that returned one)
 
 
 def _hooks(hooks: object, option: str) -> tuple[RetryHook, ...]:
@@ -495,7 +514,10 @@ def retry(func: F | None = None, **given: Unpack[RetryOptions]) -> F | Callable[
 
     Use as ``@retry`` or ``@retry(attempts=5)`` (a bad option: :class:`ConfigurationError`
     at once). A plain function that wraps an async one (``AsyncOpenAI().chat.completions
-    .create``) is retried as async: the decorated function returns a coroutine. Stacked above
+    .create``) is retried as async: the decorated function returns a coroutine. So is a plain
+    ``def`` that returns a coroutine (``return async_client.chat.completions.create(...)``):
+    the wrapper returns a coroutine whose first attempt awaits the one returned, its retries
+    call the function again and await it, the retry budget counting the call once. Stacked above
     ``@staticmethod`` or ``@classmethod``, it wraps their function and stays one.
 
     A generator function (sync or async) is retried as ``@guard.protect`` retries one: before
@@ -505,7 +527,8 @@ def retry(func: F | None = None, **given: Unpack[RetryOptions]) -> F | Callable[
 
     .. versionchanged:: 0.2.0 above ``@staticmethod`` and ``@classmethod``; ``on_result``
        and ``give_up_hooks``; generator functions, sync and async (they were refused); the
-       options checked when ``retry(...)`` is called.
+       options checked when ``retry(...)`` is called; a plain function returning a
+       coroutine retried as an async one (the coroutine came back unretried).
     """
     check_keywords(given, RetryOptions, "retry")
     if func is not None and not isinstance(func, classmethod) and not callable(func):
@@ -533,28 +556,34 @@ def retry(func: F | None = None, **given: Unpack[RetryOptions]) -> F | Callable[
         if streaming is not None:
             return cast(F, takes_its_place(streaming))
 
-        if is_async_callable(fn) or may_return_awaitable(fn):
-
-            @functools.wraps(fn)
-            async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-                async for attempt in loop():
-                    with attempt:
-                        result = fn(*args, **kwargs)
-                        if inspect.isawaitable(result):
-                            result = await result
-                        attempt.set_result(result)
-                return result  # (the loop ends on an attempt that returned one)
-
-            return cast(F, takes_its_place(async_wrapper))
-
-        @functools.wraps(fn)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            for attempt in loop():
-                with attempt:
-                    result = fn(*args, **kwargs)
-                    attempt.set_result(result)
-            return result  # (the loop ends on an attempt that returned one)
-
-        return cast(F, takes_its_place(wrapper))
+        return cast(F, takes_its_place(_wrapped(fn, loop)))
 
     return decorate(func) if func is not None else decorate
+
+
+def _wrapped(fn: Callable[..., Any], loop: Callable[[], Retrying]) -> Callable[..., Any]:
+    """``fn`` retried by the loops ``loop()`` makes: an async function (or a plain one that
+    wraps one) by an async wrapper; a plain one by a sync wrapper, which goes on as an async
+    one, returning its coroutine, where ``fn`` returned an awaitable."""
+    if is_async_callable(fn) or may_return_awaitable(fn):
+
+        @functools.wraps(fn)
+        async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+            return await _retried(loop().aiterate(), functools.partial(fn, *args, **kwargs))
+
+        return async_wrapper
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        for attempt in loop():
+            with attempt:
+                result = fn(*args, **kwargs)
+                if inspect.isawaitable(result):  # a def returning a coroutine: go async
+                    break
+                attempt.set_result(result)
+        else:
+            return result  # (the loop ends on an attempt that returned one)
+        call = functools.partial(fn, *args, **kwargs)
+        return _retried(loop().aiterate(recorded=True), call, first=result)
+
+    return wrapper
