@@ -504,11 +504,29 @@ class CircuitOpenError(RefusedError):
 
 
 class RateLimitExceededError(RefusedError):
-    """No rate-limit capacity was available within the call's allowed wait."""
+    """No rate-limit capacity was available within the call's allowed wait.
 
-    def __init__(self, message: str, *, key: str = "", retry_after: float | None = None) -> None:
+    ``key``: the route whose limits refused the call; ``reason``: why, ``"rate"`` (no room
+    within the wait), ``"never"`` (the call is larger than the limit allows at once:
+    ``retry_after`` is None), ``"concurrency"`` (every slot taken), ``"queue"`` (the wait
+    queue is full), or ``""`` (not said); ``tenant``: the refused call's tenant (None: none).
+
+    .. versionchanged:: 0.2.0 ``reason`` and ``tenant``.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        key: str = "",
+        retry_after: float | None = None,
+        reason: str = "",
+        tenant: str | None = None,
+    ) -> None:
         super().__init__(message, retry_after=retry_after)
         self.key = key
+        self.reason = reason
+        self.tenant = tenant
 
 
 class BudgetExceededError(RefusedError):

@@ -309,6 +309,8 @@ def route_rate_limited(
             f"no rate-limit room on route {route.name!r}: {why}",
             key=route.name,
             retry_after=retry_after,
+            reason=grant.reason,
+            tenant=ctx.scope.tenant,
         ),
     )
 
