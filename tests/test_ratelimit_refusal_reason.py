@@ -17,9 +17,9 @@ from llmguard_sdk.testing import FakeProvider
 from .conftest import USER
 
 
-def _refusal(guard: Guard, **call: object) -> RateLimitExceededError:
+def _refusal(guard: Guard, max_tokens: int) -> RateLimitExceededError:
     with pytest.raises(RateLimitExceededError) as caught:
-        guard.chat(USER, tenant="acme", **call)  # type: ignore[arg-type]
+        guard.chat(USER, tenant="acme", max_tokens=max_tokens)
     return caught.value
 
 
