@@ -13,7 +13,7 @@ from ..context import CallContext
 from ..models import ChatResponse, StreamChunk
 from .calls import acomplete_call, complete_call
 from .stages import Stages
-from .streams import AsyncChatStream, ChatStream
+from .streams import AsyncChatStream, ChatStream, _AsyncStreamState, _ChatStreamState
 
 __all__ = ["achat_stream", "chat_stream"]
 
@@ -42,17 +42,29 @@ def _whole(ctx: CallContext, response: ChatResponse) -> StreamChunk:
     return StreamChunk(**{name: getattr(response, name) for name in _CHUNK_FIELDS})
 
 
-class _BufferedStream(ChatStream):
-    """A cascade's answer, checked, as a one-chunk :class:`ChatStream`."""
+class _BufferedState(_ChatStreamState):
+    """A cascade's answer, checked, as the one chunk of a :class:`ChatStream`."""
 
     def _guarded(self) -> Generator[StreamChunk, None, None]:
         self._response = complete_call(self._ctx, self._guard_stages)
         yield _whole(self._ctx, self._response)
 
 
-class _AsyncBufferedStream(AsyncChatStream):
-    """Async twin of :class:`_BufferedStream`."""
+class _AsyncBufferedState(_AsyncStreamState):
+    """Async twin of :class:`_BufferedState`."""
 
     async def _guarded(self) -> AsyncGenerator[StreamChunk, None]:
         self._response = await acomplete_call(self._ctx, self._guard_stages)
         yield _whole(self._ctx, self._response)
+
+
+class _BufferedStream(ChatStream):
+    """A cascade's answer, checked, as a one-chunk :class:`ChatStream`."""
+
+    _State = _BufferedState
+
+
+class _AsyncBufferedStream(AsyncChatStream):
+    """Async twin of :class:`_BufferedStream`."""
+
+    _State = _AsyncBufferedState

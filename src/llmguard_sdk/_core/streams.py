@@ -149,18 +149,9 @@ class _StreamBase:
             self._tail.add(spend.settle_steps(held, self._ctx, self._response))
 
 
-class ChatStream(_StreamBase, Closes):
-    """An iterator of :class:`~llmguard_sdk.models.StreamChunk` from :meth:`Guard.chat`.
-
-    Use it in a ``with`` block (or call :meth:`close`) so that a stream you stop reading
-    early releases its connection. :attr:`response` holds the assembled answer, with usage and
-    timings, after the last chunk.
-    """
-
-    def __init__(self, ctx: CallContext, stages: Stages) -> None:
-        super().__init__(ctx, stages)
-        self._chunks = self._guarded()
-        self._lock = threading.Lock()  # a reader and a closer in two threads
+class _ChatStreamState(_StreamBase):
+    """A :class:`ChatStream`'s state and its chunks' generator (which refers to the state,
+    never to the stream: see :class:`_Stream`)."""
 
     def _guarded(self) -> Generator[StreamChunk, None, None]:
         """The stream between its two round trips: the opening batch (a cache hit is
@@ -193,23 +184,55 @@ class ChatStream(_StreamBase, Closes):
             if self._dropped:
                 self._end(cancelled=self._response is None)
 
+
+class _Stream:
+    """What both public stream twins share: their state, apart from the generator of their
+    chunks. The generator refers to the state, and the stream to both; nothing refers back
+    to the stream, so a stream its reader drops unclosed is freed at once, and its
+    generator, closed then, gives back what the stream held (a concurrency slot, a spend
+    hold, the connection) at once too, not when a garbage collection finds the cycle."""
+
+    _state: _StreamBase
+
+    @property
+    def response(self) -> ChatResponse:
+        """The assembled response, once the stream has been read to its end."""
+        return self._state.response
+
+
+class ChatStream(_Stream, Closes):
+    """An iterator of :class:`~llmguard_sdk.models.StreamChunk` from :meth:`Guard.chat`.
+
+    Use it in a ``with`` block (or call :meth:`close`) so that a stream you stop reading
+    early releases its connection. :attr:`response` holds the assembled answer, with usage and
+    timings, after the last chunk.
+    """
+
+    _State: type[_ChatStreamState] = _ChatStreamState
+
+    def __init__(self, ctx: CallContext, stages: Stages) -> None:
+        self._state = state = self._State(ctx, stages)
+        self._chunks = state._guarded()
+        self._lock = threading.Lock()  # a reader and a closer in two threads
+
     def __iter__(self) -> Iterator[StreamChunk]:
         return self
 
     def __next__(self) -> StreamChunk:
+        state = self._state
         with self._lock:
-            if self._shutting:  # closed from another thread between two chunks
+            if state._shutting:  # closed from another thread between two chunks
                 raise StopIteration
-            self._reading = True
+            state._reading = True
         try:
             chunk = next(self._chunks)
         except BaseException as exc:
-            self._ended_by(exc)
+            state._ended_by(exc)
             raise
         finally:
             with self._lock:
-                self._reading = False
-        if self._close_requested:  # close() came from another thread while we waited
+                state._reading = False
+        if state._close_requested:  # close() came from another thread while we waited
             self.close()
             raise StopIteration
         return chunk
@@ -221,23 +244,16 @@ class ChatStream(_StreamBase, Closes):
         when that chunk arrives (or the deadline passes): the reader's loop then ends (as it
         does when the reader asks for its next chunk while the stream is being closed).
         """
+        state = self._state
         with self._lock:
-            if not self._claim_close():
+            if not state._claim_close():
                 return
         self._chunks.close()
-        self._end(cancelled=self._response is None)
+        state._end(cancelled=state._response is None)
 
 
-class AsyncChatStream(_StreamBase, AsyncCloses):
-    """The async twin of :class:`ChatStream`, from :meth:`Guard.achat`.
-
-    Iterate it with ``async for``; use ``async with`` (or ``await stream.aclose()``) to
-    release the connection of a stream you stop reading early.
-    """
-
-    def __init__(self, ctx: CallContext, stages: Stages) -> None:
-        super().__init__(ctx, stages)
-        self._chunks = self._guarded()
+class _AsyncStreamState(_StreamBase):
+    """Async twin of :class:`_ChatStreamState`."""
 
     async def _guarded(self) -> AsyncGenerator[StreamChunk, None]:
         """Async twin of :meth:`ChatStream._guarded` (its end is shielded from
@@ -272,21 +288,37 @@ class AsyncChatStream(_StreamBase, AsyncCloses):
             if self._dropped:
                 self._end(cancelled=self._response is None)
 
+
+class AsyncChatStream(_Stream, AsyncCloses):
+    """The async twin of :class:`ChatStream`, from :meth:`Guard.achat`.
+
+    Iterate it with ``async for``; use ``async with`` (or ``await stream.aclose()``) to
+    release the connection of a stream you stop reading early (one dropped unclosed is
+    closed when its last reference goes, in the background of its event loop).
+    """
+
+    _State: type[_AsyncStreamState] = _AsyncStreamState
+
+    def __init__(self, ctx: CallContext, stages: Stages) -> None:
+        self._state = state = self._State(ctx, stages)
+        self._chunks = state._guarded()
+
     def __aiter__(self) -> AsyncIterator[StreamChunk]:
         return self
 
     async def __anext__(self) -> StreamChunk:
-        if self._shutting:  # closed from another task between two chunks
+        state = self._state
+        if state._shutting:  # closed from another task between two chunks
             raise StopAsyncIteration
-        self._reading = True
+        state._reading = True
         try:
             chunk = await self._chunks.__anext__()
         except BaseException as exc:
-            self._ended_by(exc)
+            state._ended_by(exc)
             raise
         finally:
-            self._reading = False
-        if self._close_requested:  # aclose() came from another task while we waited
+            state._reading = False
+        if state._close_requested:  # aclose() came from another task while we waited
             await self.aclose()
             raise StopAsyncIteration
         return chunk
@@ -298,7 +330,8 @@ class AsyncChatStream(_StreamBase, AsyncCloses):
         when that chunk arrives (or the deadline passes): the reader's loop then ends. To stop
         at once, cancel the reading task instead.
         """
-        if not self._claim_close():
+        state = self._state
+        if not state._claim_close():
             return
         await self._chunks.aclose()
-        self._end(cancelled=self._response is None)
+        state._end(cancelled=state._response is None)

@@ -1,0 +1,138 @@
+"""A stream its reader drops unclosed (``break`` out of ``async for``, or the reading task
+cancelled while it waits for something else) gives back what it holds when the last reference
+goes, not at some later garbage collection: the concurrency slot, the spend hold and the
+connection (as one closed by ``async with`` does when its reading task is cancelled)."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import anyio
+import pytest
+
+from llmguard_sdk import Guard, OpenAICompatibleProvider
+from llmguard_sdk.budget import Budget, Budgets, Price, PriceTable
+from llmguard_sdk.ratelimit import RateLimit
+from llmguard_sdk.store import RedisStore
+from llmguard_sdk.testing import FakeProvider, Fault
+
+from .conftest import USER
+
+PRICES = PriceTable.default_table().with_prices({"fake-model": Price(input=100.0, output=200.0)})
+SLOW_STREAM = Fault(inter_token_delay=0.2)  # six chunks over about a second
+
+
+@pytest.fixture
+def no_collection() -> Iterator[None]:
+    """The cyclic garbage collector off (as between two of its rare full passes in a busy
+    service): what is given back here is given back by reference counting alone."""
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+@pytest.fixture
+def guard(request: pytest.FixtureRequest, fake: FakeProvider, store: str) -> Iterator[Guard]:
+    built_store = None
+    if store == "redis":
+        url, prefix = request.getfixturevalue("redis_url"), request.getfixturevalue("redis_prefix")
+        built_store = RedisStore(url, key_prefix=prefix)
+    route = OpenAICompatibleProvider(fake.base_url, model=fake.model, name="primary")
+    built = Guard(
+        route,
+        environ={},
+        store=built_store,
+        budgets=Budgets([Budget(limit_usd=100.0)], prices=PRICES),
+        rate_limits={"primary": RateLimit(concurrency=4)},
+    )
+    yield built
+    built.close()
+
+
+def _held(guard: Guard) -> tuple[int, float]:
+    """The route's calls in flight (concurrency slots) and the USD the budget holds."""
+    limiter: Any = guard.rate_limiter
+    held = sum(row["held_usd"] for row in guard.budget_status())
+    return int(limiter.in_flight("primary")), held
+
+
+async def _settles(guard: Guard) -> tuple[int, float]:
+    """What ``guard`` holds once nothing more is given back (about 3 s at most)."""
+    for _ in range(150):
+        if _held(guard) == (0, 0.0):
+            break
+        await anyio.sleep(0.02)
+    return _held(guard)
+
+
+async def _break_out(guard: Guard) -> None:
+    stream = await guard.achat(USER, max_tokens=10, stream=True)
+    async for _ in stream:
+        break  # no aclose(), no async with: the stream is dropped on return
+
+
+async def _cancelled_reader(guard: Guard) -> None:
+    """The reading task cancelled while it waits outside the stream (sending a chunk on), the
+    stream in ``async with`` as the docs ask: closed by the block's end."""
+    started = anyio.Event()
+
+    async def read() -> None:
+        async with await guard.achat(USER, max_tokens=10, stream=True) as stream:
+            async for _ in stream:
+                started.set()
+                await anyio.sleep(30)
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(read)
+        await started.wait()
+        tasks.cancel_scope.cancel()
+
+
+ASYNC_RUNS = [("memory", "asyncio"), ("memory", "trio"), ("redis", "asyncio")]
+
+
+@pytest.mark.usefixtures("no_collection")
+@pytest.mark.parametrize(("store", "backend"), ASYNC_RUNS)
+@pytest.mark.parametrize("drop", [_break_out, _cancelled_reader], ids=["break", "cancelled"])
+def test_a_dropped_stream_gives_back_its_holds_at_once_without_errors(
+    guard: Guard, fake: FakeProvider, backend: str, drop: Callable[[Guard], Any]
+) -> None:
+    if backend == "trio":
+        pytest.importorskip("trio")
+    loop_errors: list[dict[str, Any]] = []
+
+    async def scenario() -> tuple[int, float]:
+        if backend == "asyncio":
+            asyncio.get_running_loop().set_exception_handler(lambda _, c: loop_errors.append(c))
+        fake.always(SLOW_STREAM)
+        await drop(guard)
+        try:
+            return await _settles(guard)
+        finally:
+            await guard.aclose()
+
+    assert anyio.run(scenario, backend=backend) == (0, 0.0)
+    assert [context.get("exception") or context["message"] for context in loop_errors] == []
+    fake.always(None)
+    assert guard.chat(USER, max_tokens=10).route == "primary"  # the route works on
+
+
+@pytest.mark.usefixtures("no_collection")
+@pytest.mark.parametrize("store", ["memory", "redis"])
+def test_a_sync_stream_dropped_gives_back_its_holds_at_once(
+    guard: Guard, fake: FakeProvider
+) -> None:
+    fake.always(SLOW_STREAM)
+
+    def break_out() -> None:
+        for _ in guard.chat(USER, max_tokens=10, stream=True):
+            break  # no close(), no with: the stream is dropped on return
+
+    break_out()
+    assert _held(guard) == (0, 0.0)
