@@ -94,7 +94,7 @@ async def _cancelled_reader(guard: Guard) -> None:
         tasks.cancel_scope.cancel()
 
 
-ASYNC_RUNS = [("memory", "asyncio"), ("memory", "trio"), ("redis", "asyncio")]
+ASYNC_RUNS = [("memory", "asyncio"), ("memory", "trio"), ("redis", "asyncio"), ("redis", "trio")]
 
 
 @pytest.mark.usefixtures("no_collection")

@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
-__all__ = ["PerLoop"]
+__all__ = ["PerLoop", "on_asyncio"]
 
 T = TypeVar("T")
 _NO_ASYNCIO_LOOP = "no-asyncio-loop"  # another async library (trio): one object for it
@@ -24,6 +24,13 @@ def _loop_key() -> object:
         return asyncio.get_running_loop()
     except RuntimeError:
         return _NO_ASYNCIO_LOOP
+
+
+def on_asyncio() -> bool:
+    """Whether the running event loop is asyncio's (not trio's): redis-py's async client
+    runs on asyncio only, so under trio a Redis store's async round trips go to a worker
+    thread (the sync pool; the call's deadline goes with its context)."""
+    return isinstance(_loop_key(), asyncio.AbstractEventLoop)
 
 
 def _closed(key: object) -> bool:

@@ -22,6 +22,7 @@ import anyio
 import anyio.to_thread
 from typing_extensions import ParamSpec
 
+from .._loops import on_asyncio
 from .bounds import answered_by, left, out_of_time, ran_out
 from .connections import resends_bounded
 from .health import tag
@@ -565,6 +566,8 @@ def _executed(store: RedisStore, commands: Sequence[Command]) -> list[Any]:
 async def _aexecute(store: RedisStore, commands: Sequence[Command]) -> list[Any]:
     """Async twin of :func:`_execute`; a Redis timeout that this event loop's own lag
     caused is :func:`.lag.loop_busy`'s error (see :mod:`.lag`)."""
+    if not on_asyncio():  # redis-py's async client runs on asyncio only: trio's go to a thread
+        return list(await anyio.to_thread.run_sync(_execute, store, commands))
     by = _round_by(commands)
     with answered_by(by):
         seconds = left()
