@@ -112,6 +112,15 @@ def abody(response: Any, headers: Mapping[str, str]) -> AsyncIterator[bytes]:
     return pieces
 
 
+async def aclose_pieces(pieces: AsyncIterator[bytes] | None) -> None:
+    """Close an async body iterator left unfinished (a stream ended at its last event, a
+    read cut off or cancelled), so none is left to the garbage collector (trio warns of
+    each with a ResourceWarning)."""
+    close = getattr(pieces, "aclose", None)
+    if close is not None:
+        await close()
+
+
 def plain_headers(headers: Any) -> dict[str, str]:
     """An httpx ``Headers`` as a plain dict (names lower-cased, repeated ones joined), made
     in one pass: the parsers' lookups then cost a dict's, not a scan of the list each."""

@@ -23,7 +23,7 @@ from __future__ import annotations
 import threading
 import time
 import warnings
-from collections.abc import AsyncGenerator, Generator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Generator, Mapping, Sequence
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
@@ -38,7 +38,15 @@ from ..errors import ConfigurationError
 from ..models import ChatRequest, ChatResponse, StreamChunk
 from ..ratelimit._rules import LimitsConfig, normalize
 from ._anthropic_only import sent_headers
-from ._body_reading import Collector, Reading, abody, next_before, plain_headers, undecodable
+from ._body_reading import (
+    Collector,
+    Reading,
+    abody,
+    aclose_pieces,
+    next_before,
+    plain_headers,
+    undecodable,
+)
 from ._http11 import DEADLINE
 from ._http_errors import (
     LONGEST_WAIT,
@@ -302,14 +310,18 @@ class OpenAICompatibleProvider(_Streams):
         try:
             with anyio.fail_after(max(0.0, deadline - time.monotonic())):
                 response = await pool.asend(built)
+                pieces: AsyncIterator[bytes] | None = None
                 try:
                     collected = Collector.of(response, self.name, deadline)
+                    pieces = abody(response, collected.headers)
                     with undecodable(response, errors.decoding):
-                        async for piece in abody(response, collected.headers):
+                        async for piece in pieces:
                             if collected.add(piece):
                                 break
                 finally:
-                    await response.aclose()
+                    with anyio.CancelScope(shield=True):
+                        await aclose_pieces(pieces)
+                        await response.aclose()
         except TimeoutError:
             raise deadline_passed(self.name) from None
         except errors.any as exc:
@@ -363,8 +375,8 @@ class OpenAICompatibleProvider(_Streams):
             raise deadline_passed(self.name) from None
         except errors.any as exc:
             raise transport_error(exc, self.name, deadline, errors) from exc
+        pieces = response.aiter_bytes()
         try:
-            pieces = response.aiter_bytes()
             if not state.accept(response.status_code, plain_headers(response.headers)):
                 error = Collector.of(response, self.name, deadline)
                 ends = (errors.decoding,)  # an undecodable error body: its status decides
@@ -382,6 +394,7 @@ class OpenAICompatibleProvider(_Streams):
             state.check_ended()
         finally:
             with anyio.CancelScope(shield=True):
+                await aclose_pieces(pieces)  # (ended at its last event: not exhausted)
                 await response.aclose()
 
 
