@@ -311,6 +311,26 @@ class _Engine:
         held = llm.n_tokens == len(tokens) and getattr(llm, "_requires_eval", True) is False
         return shared if held else shared - 1
 
+    def _read_all_but_last(self, tokens: list[int]) -> None:
+        """Compute the prompt but its last token (after the prefix the KV cache holds), so
+        that ``Llama.generate`` computes the last one alone, on every call.
+
+        A call of a prompt the cache holds (the same call again) computes its last token
+        alone (see :meth:`reused`); a first call after the load computed it inside the
+        prompt's batch, and kernels that round a batch otherwise than a single token
+        (llamafile's sgemm for F16 and Q8_0 weights on CPUs, GPU kernels) gave it logits a
+        little different: at temperature > 0 the same seed gave another answer on the first
+        call only. Nothing more is computed: the prompt's tokens are read in two batches."""
+        llm = self.llm
+        head = tokens[:-1]
+        shared = 0
+        if llm.n_tokens > 0:
+            cached = llm.input_ids[: llm.n_tokens].tolist()
+            shared = int(llm.longest_token_prefix(cached, head))
+        if shared < len(head):
+            llm.n_tokens = shared  # (eval drops the cache past it)
+            llm.eval(head[shared:])
+
     def generate(self, owner: LocalProvider, job: _Job, stop: Callable[[], bool]) -> None:
         """Answer ``job`` on its queue; a job cancelled, or the provider closed (``stop``),
         aborts llama.cpp's computation (of a long prompt too) at once."""
@@ -364,6 +384,7 @@ class _Engine:
         generated: list[int] = []
         finish = "length"
         emitter.emit(StreamChunk(text="", model=emitter.model, route=owner.name))
+        self._read_all_but_last(tokens)
         for token in self.llm.generate(
             tokens,
             temp=temperature,

@@ -33,7 +33,11 @@ How it behaves under load and failure:
 * The context (and its KV cache) lives as long as the provider: a prompt that shares its prefix
   with the previous one only computes the new tokens, and its usage says how many it reused
   (``cached_input_tokens``). Prompts assembled by a
-  :class:`~llmguard_sdk.prompts.PromptBuilder` share their whole static part.
+  :class:`~llmguard_sdk.prompts.PromptBuilder` share their whole static part. Every call
+  computes its prompt's last token alone, after the rest, as a call of a prompt the cache
+  holds does: where llama.cpp rounds a batch otherwise than a single token (F16 and Q8_0
+  weights on CPUs, GPUs), the same seeded call at a temperature above 0 answered otherwise
+  when it was the first after the load.
 * A prompt longer than the context keeps the system messages and the latest turns, drops the
   oldest ones (and, if it must, the start of the last message), and says so in
   ``response.metadata["context_trimmed"]``; one whose turn markers alone do not fit is a
