@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from .conftest import require
+from .conftest import require, require_module
 
 pytestmark = pytest.mark.slow  # each runs a benchmark in a subprocess (10-60 s)
 
@@ -383,6 +383,7 @@ def test_budget_race_bench_never_overspends_and_shows_the_naive_race() -> None:
 
 @timeout_for(BENCH_TIMEOUT)
 def test_prefix_cache_bench_compares_builder_and_naive_assembly() -> None:
+    require_module("llama_cpp", "the bench measures the local model too: it needs llama-cpp-python")
     result = run("prefix_cache.py", "--quick")
     for key in (
         "ttft_builder_ms",

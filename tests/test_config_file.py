@@ -15,7 +15,9 @@ from llmguard_sdk.config import GuardSettings
 from llmguard_sdk.store import RedisStore
 from llmguard_sdk.testing import FakeProvider
 
-from .conftest import USER
+from .conftest import USER, require_module
+
+LOCAL = "the file's local route builds a LocalProvider: it needs llama-cpp-python"
 
 EVERY_SHORTCUT = """
 timeout = 20
@@ -71,6 +73,7 @@ def _write(tmp_path: Path, name: str, text: str) -> Path:
 
 
 def test_a_file_with_every_shortcut_resolves(tmp_path: Path) -> None:
+    require_module("llama_cpp", LOCAL)
     config = load_config(_write(tmp_path, "guard.toml", EVERY_SHORTCUT))
     entries, routes = resolve(config, ENVIRON)
     assert config.settings() == {"timeout": 20, "attempt_timeout": 5}
@@ -206,6 +209,7 @@ def test_azure_routes_send_the_deployment_path_version_and_key(tmp_path: Path) -
 def test_llmguard_check_prints_routes_without_keys(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    require_module("llama_cpp", LOCAL)
     for name, value in ENVIRON.items():
         monkeypatch.setenv(name, value)
     path = _write(tmp_path, "guard.toml", EVERY_SHORTCUT)
@@ -219,6 +223,7 @@ def test_llmguard_check_prints_routes_without_keys(
 
 
 def test_the_example_configuration_is_valid(capsys: pytest.CaptureFixture[str]) -> None:
+    require_module("llama_cpp", LOCAL)
     example = Path(__file__).resolve().parents[1] / "examples" / "guard.toml"
     config = load_config(example)
     entries, routes = resolve(config, ENVIRON)
@@ -670,6 +675,7 @@ def test_llmguard_check_says_where_a_local_route_runs(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """``local: local bundled at None; key no key``."""
+    require_module("llama_cpp", LOCAL)
     path = _write(tmp_path, "guard.toml", '[[routes]]\nmodel = "local/bundled"\n')
     assert main(["check", str(path)]) == 0
     out = capsys.readouterr().out

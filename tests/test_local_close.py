@@ -22,6 +22,8 @@ from tests.test_local_safety import Hold
 
 pytestmark = pytest.mark.local_model
 
+pytest.importorskip("llama_cpp", reason="the local provider needs llama-cpp-python")
+
 TOO_LONG = ChatRequest.model_validate(
     {
         "messages": [
