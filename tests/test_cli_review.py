@@ -12,14 +12,17 @@ import os
 import subprocess
 import sys
 import warnings
+from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from llmguard_sdk import ConfigurationError
+from llmguard_sdk import ConfigurationError, Guard, OpenAICompatibleProvider
 from llmguard_sdk.cli import main
 from llmguard_sdk.errors import CanaryNotFoundError, ReleaseConflictError
 from llmguard_sdk.store import open_store
+from llmguard_sdk.telemetry.evaluation import replay
 from llmguard_sdk.testing import FakeProvider
 
 ROUTES = '[[routes]]\nmodel = "vllm/m"\nbase_url = "http://127.0.0.1:9/v1"\n'
@@ -258,6 +261,54 @@ def test_a_comparison_returning_no_verdict_is_said_so(
     assert err.startswith("llmguard eval: --compare os.path:join: ")
     assert "bool or a number" in err
     assert err.count("\n") == 1
+
+
+VERDICT: list[Any] = [None]
+
+
+def graded(recorded: str, replayed: str) -> Any:
+    """A comparison whose verdict the test sets (``--compare tests.test_cli_review:graded``)."""
+    return VERDICT[0]
+
+
+@pytest.mark.parametrize(
+    ("verdict", "agreed"),
+    [
+        ("0.9", 1),  # a grader's answer, as text
+        (" 0.1\n", 0),
+        (Decimal("0.9"), 1),
+        (True, 1),
+        ("90%", None),
+        (None, None),
+        pytest.param(10**400, None, id="int-too-large"),  # (an OverflowError traceback from both)
+    ],
+)
+def test_eval_and_replay_read_a_comparison_s_verdict_alike(
+    tmp_path: Path,
+    fake: FakeProvider,
+    capsys: pytest.CaptureFixture[str],
+    verdict: object,
+    agreed: int | None,
+) -> None:
+    """``replay()`` ended in a ValueError, TypeError or OverflowError traceback where
+    ``llmguard eval`` said what a verdict must be; both read a verdict one way now (None:
+    refused, saying so)."""
+    VERDICT[0] = verdict
+    sample = {**SAMPLE, "model": fake.model}
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text(json.dumps(sample) + "\n", encoding="utf-8")
+    argv = ["eval", str(samples), "--base-url", fake.base_url, "--json"]
+    code = main([*argv, "--compare", f"{__name__}:graded"])
+    out, err = capsys.readouterr()
+    by_cli = json.loads(out)["overall"]["agreed"] if code == 0 else None
+    assert (code, by_cli) == ((0, agreed) if agreed is not None else (2, None))
+    assert agreed is not None or "must return a bool or a number" in err
+    with Guard(OpenAICompatibleProvider(fake.base_url, model=fake.model), environ={}) as guard:
+        if agreed is None:
+            with pytest.raises(ConfigurationError, match="must return a bool or a number"):
+                replay([sample], guard, compare=graded)
+        else:
+            assert replay([sample], guard, compare=graded).overall.agreed == agreed
 
 
 @pytest.mark.parametrize("other", ["--no-guards", "--verifier"])

@@ -120,17 +120,17 @@ def _of_two_answers(spec: str, function: Any) -> Callable[[str, str], bool | flo
     except ValueError:  # no signature to read (a few builtins): its first verdict tells
         pass
 
+    from ..telemetry.evaluation import _verdict_of
+
     def compare(recorded: str, replayed: str) -> bool | float:
         verdict = function(recorded, replayed)
-        if isinstance(verdict, bool):
-            return verdict
-        try:
-            return float(verdict)
-        except (TypeError, ValueError):
+        score = _verdict_of(verdict)  # (read as replay() reads it)
+        if score is None:
             raise ConfigurationError(
                 f"--compare {spec}: returned {verdict!r:.60} ({type(verdict).__name__}); it "
                 "must return a bool or a number (a score, agreeing from --threshold)"
-            ) from None
+            )
+        return score
 
     return compare
 

@@ -11,7 +11,8 @@ Each sampled call that was answered (:mod:`~llmguard_sdk.telemetry.sampling`) is
 one at a time, through the candidate; its answer is compared with the recorded one by
 ``compare`` (``"overlap"``: the word sets share at least ``threshold`` of their words;
 ``"exact"``: the same text up to case and spacing; or a function ``(recorded, replayed) ->
-bool | float``, a float counting as agreement from ``threshold`` up: a grader, a verifier).
+bool | float``, a float counting as agreement from ``threshold`` up: a grader, a verifier;
+the text of a number counts as the number, any other verdict is a ``ConfigurationError``).
 The report has the agreement, the cost and latency of both sides, errors, and the mean
 feedback score of the recorded answers, overall and per feature.
 
@@ -191,10 +192,31 @@ def _comparator(compare: str | Comparator, threshold: float) -> Callable[[str, s
 
         def agrees(recorded: str, replayed: str) -> bool:
             verdict = compare(recorded, replayed)
-            return verdict if isinstance(verdict, bool) else float(verdict) >= threshold
+            score = _verdict_of(verdict)
+            if score is None:
+                raise ConfigurationError(
+                    f"compare {compare!r} returned {verdict!r:.60} ({type(verdict).__name__}); "
+                    f"{_VERDICTS}"
+                )
+            return score if isinstance(score, bool) else score >= threshold
 
         return agrees
     raise ConfigurationError(f"compare must be 'overlap', 'exact' or a function, not {compare!r}")
+
+
+_VERDICTS = "it must return a bool or a number (a score, agreeing from the threshold)"
+
+
+def _verdict_of(verdict: Any) -> bool | float | None:
+    """A comparator's verdict as :func:`replay` and ``llmguard eval --compare`` read it: a
+    bool, or a score from a number or the text of one (``"0.8"``, a grader's answer); None
+    for anything else (a path, ``None``, an int too large for a float)."""
+    if isinstance(verdict, bool):
+        return verdict
+    try:
+        return float(verdict)
+    except (TypeError, ValueError, OverflowError):
+        return None
 
 
 def replay(
@@ -214,6 +236,10 @@ def replay(
         guard: the candidate: a Guard around the other route or release (its first route's
             model when it names one, else the recorded model).
         compare / threshold: how answers are compared.
+
+    Raises:
+        ConfigurationError: ``compare`` returned neither a bool nor a number (a
+            ``ValueError`` or ``TypeError`` from ``float()`` before).
         candidate: its name in the report (default: the guard's first route).
         limit: replay at most this many calls.
     """
