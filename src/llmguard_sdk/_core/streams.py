@@ -49,6 +49,7 @@ class _StreamBase:
         self._ahead: Ahead | None = None  # the first route's permit and reservation
         self._opening: OpeningOutcome | None = None
         self._dropped = False  # closed (or collected) before its end
+        self._started = False  # read from: its generator's end reports the call from then on
 
     @property
     def response(self) -> ChatResponse:
@@ -199,6 +200,13 @@ class _Stream:
         """The assembled response, once the stream has been read to its end."""
         return self._state.response
 
+    def __del__(self) -> None:
+        """A stream dropped before it was read at all (its generator never ran, so its end
+        reports nothing) is a cancelled call, as one closed unread is: its span and hooks."""
+        state = getattr(self, "_state", None)
+        if state is not None and not state._started:
+            state._end(cancelled=True)
+
 
 class ChatStream(_Stream, Closes):
     """An iterator of :class:`~llmguard_sdk.models.StreamChunk` from :meth:`Guard.chat`.
@@ -223,7 +231,7 @@ class ChatStream(_Stream, Closes):
         with self._lock:
             if state._shutting:  # closed from another thread between two chunks
                 raise StopIteration
-            state._reading = True
+            state._reading = state._started = True
         try:
             chunk = next(self._chunks)
         except BaseException as exc:
@@ -310,7 +318,7 @@ class AsyncChatStream(_Stream, AsyncCloses):
         state = self._state
         if state._shutting:  # closed from another task between two chunks
             raise StopAsyncIteration
-        state._reading = True
+        state._reading = state._started = True
         try:
             chunk = await self._chunks.__anext__()
         except BaseException as exc:
