@@ -259,8 +259,16 @@ class CallEvent:
     """What happened in one guarded call; every hook of the Guard receives one.
 
     ``kind`` is ``"chat"``, ``"stream"`` or ``"protect"``; ``outcome`` is ``"ok"``, ``"error"``
-    or ``"cancelled"`` (a stream closed before its end, a call cancelled or interrupted: no
-    ``error``). ``route`` is the route that served the
+    or ``"cancelled"`` (a stream closed or dropped before its end, a call cancelled or
+    interrupted: no ``error``). ``scope`` is the call's tenant, feature and user as given
+    (not hashed: hooks run in your process; spans hash the tenant, metrics carry neither id).
+    ``model`` is the model that answered, else the one the call asked for (None when it
+    named none). ``attempts`` counts the provider requests the Guard made (0: a cache hit, or
+    refused before its first). ``latency_s`` is the seconds from the call to its end (a
+    stream's: to its last chunk, its failure or its close); ``first_token_s`` the seconds from
+    the call to the first content the caller received (streams; None for a plain call);
+    ``usage`` the served response's token counts (None without an answer).
+    ``route`` is the route that served the
     call (``None`` when none did); ``route_errors`` names the error type of each route that
     failed first, as ``error.type`` on the spans names it: the class's fully qualified name
     (``llmguard_sdk.errors.ProviderUnavailableError``; a builtin's bare, ``TimeoutError``);
