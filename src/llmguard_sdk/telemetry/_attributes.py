@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from .._state.stores import hash_id
 from ..errors import ConfigurationError
 from ._semconv import Names
-from .redaction import redact_secrets
+from .redaction import redact, redact_secrets
 
 if TYPE_CHECKING:
     from ..context import CallContext, RetryDetails, Scope
@@ -67,10 +67,11 @@ def check_options(max_content_chars: int, log_level: int | None) -> tuple[int, i
 
 
 def error_status(error: BaseException, scope: Scope) -> str:
-    """A span's status text for ``error``: its message with credentials masked, the call's
+    """A span's status text for ``error``: its message with credentials, e-mail addresses,
+    phone and card numbers masked (a provider's error may quote the prompt), the call's
     tenant id hashed as the ``llmguard.tenant`` attribute has it and its user id masked
     (a budget's refusal names its scope, ``tenant:acme``), cut to 500 characters."""
-    text = redact_secrets(str(error))
+    text = redact(str(error))
     for kind, value, shown in (
         ("tenant", scope.tenant, hash_id(scope.tenant) if scope.tenant else ""),
         ("user", scope.user, "[user]"),

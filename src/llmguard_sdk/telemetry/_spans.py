@@ -172,8 +172,8 @@ def with_trace(request: ChatRequest, headers: dict[str, str]) -> ChatRequest:
 def failed(span: trace.Span, error: BaseException, scope: Scope, at_ns: int) -> None:
     """Mark ``span`` failed by ``error``: an ERROR status and an ``exception`` event (the
     exception conventions' type and message; the message masked as the status is: no
-    credentials, the tenant hashed, no user id; no stack trace, whose source lines may hold
-    a prompt)."""
+    credentials, e-mail addresses, phone or card numbers, the tenant hashed, no user id; no
+    stack trace, whose source lines may hold a prompt)."""
     status = error_status(error, scope)
     span.set_status(Status(StatusCode.ERROR, status))
     span.add_event(
