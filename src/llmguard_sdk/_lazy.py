@@ -8,13 +8,21 @@ as fast as the module itself. Type checkers see numpy: the modules that use it i
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import sys
 import threading
 import types
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-__all__ = ["LazyModule", "np", "warm"]
+from anyio import to_thread
+
+__all__ = ["LazyModule", "aloaded", "import_event_loop_backends", "loading", "np", "track", "warm"]
+
+loading: list[threading.Thread] = []
+"""The background loads a Guard started as it was built (tokenizer encodings, genai-prices
+data, numpy) that no async call has yet seen end: an async call's one check on its way in."""
 
 
 class LazyModule(types.ModuleType):
@@ -49,3 +57,38 @@ def warm(name: str) -> threading.Thread | None:
     except RuntimeError:  # "can't start new thread": only a head start is lost
         return None
     return thread
+
+
+def track(threads: Iterable[threading.Thread | None]) -> None:
+    """Add the loads ``threads`` (None: none started) to :data:`loading`."""
+    loading.extend(thread for thread in threads if thread is not None)
+
+
+async def aloaded() -> None:
+    """Wait for the loads under way in :data:`loading` in a worker thread, not on the event
+    loop: a first async call would otherwise block the loop on a load's lock (the tokenizer's,
+    the price data's, the import lock) for as long as the load takes, and every other task of
+    the process with it. A cancel ends the wait at once (the loads go on)."""
+    under_way = [thread for thread in loading if thread.is_alive()]
+    if under_way:
+        await to_thread.run_sync(_join, under_way, abandon_on_cancel=True)
+    for thread in [thread for thread in loading if not thread.is_alive()]:
+        if thread in loading:  # (another call may have removed it meanwhile)
+            loading.remove(thread)
+
+
+def _join(threads: list[threading.Thread]) -> None:
+    for thread in threads:
+        thread.join()
+
+
+def import_event_loop_backends() -> None:
+    """Import anyio's backend for asyncio (and trio's where trio is imported) now, unless
+    imported already. anyio imports it at its first use, which is a Guard's first async call:
+    on the event loop's thread, and while the Guard's loads hold the import lock, a quarter
+    of a second instead of some twenty milliseconds. A Guard imports it as it is built."""
+    names = ["asyncio", "trio"] if "trio" in sys.modules else ["asyncio"]
+    for name in names:
+        if f"anyio._backends._{name}" not in sys.modules:
+            with contextlib.suppress(ImportError):  # (another layout: imported at first use)
+                importlib.import_module(f"anyio._backends._{name}")

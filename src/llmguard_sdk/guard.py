@@ -227,7 +227,8 @@ class Guard(Adoption, Lifecycle):
     Building a Guard starts loading the tokenizer encodings its calls count with
     (``cl100k_base`` and its routes' models' own where available offline) and the
     ``genai-prices`` data its price table reads in background threads, so that no call spends
-    its deadline loading them and the construction does not wait for them.
+    its deadline loading them and the construction does not wait for them; a first async call
+    made while they load waits for them in a worker thread, never on the event loop.
 
     Example::
 
@@ -515,9 +516,13 @@ class Guard(Adoption, Lifecycle):
 def _start_loading(routes: Sequence[Provider], stages: Stages) -> None:
     """Start loading, in background threads, what a Guard's calls read on first use: the
     tokenizer encodings its routes count with, the price data of its price table, numpy for
-    a semantic cache's vectors."""
-    tokens.warm(route.model for route in routes)
+    a semantic cache's vectors (an async call waits for them off the event loop:
+    :func:`~llmguard_sdk._lazy.aloaded`). anyio's event-loop backend is imported first, here:
+    the first async call would import it on the loop's thread, behind those loads."""
+    _lazy.import_event_loop_backends()
+    started = [tokens.warm(route.model for route in routes)]
     if stages.spend is not None:
-        stages.spend.prices._warm()
+        started.append(stages.spend.prices._warm())
     if stages.cache is not None and stages.cache.semantic:
-        _lazy.warm("numpy")
+        started.append(_lazy.warm("numpy"))
+    _lazy.track(started)
