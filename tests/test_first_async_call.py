@@ -12,12 +12,15 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 _GATED_LOAD = """
-import asyncio, threading
+import asyncio, sys, threading
 from llmguard_sdk import Guard, OpenAICompatibleProvider, tokens
 from llmguard_sdk.budget import Budget
 from llmguard_sdk.testing import FakeProvider
 
+OPTIONS = eval(sys.argv[1])
 tokens._lock.acquire()  # the tokenizer's load stays under way until this test ends it
 enough = threading.Event()
 held_ticks = []
@@ -41,8 +44,8 @@ async def main(guard):
 with FakeProvider(model="gpt-4o-mini") as fake:
     guard = Guard(
         OpenAICompatibleProvider(fake.base_url, model=fake.model),
-        budgets=[Budget(limit_usd=5.0)],
         environ={},
+        **OPTIONS,
     )
     threading.Thread(target=end_the_load, daemon=True).start()
     text = asyncio.run(main(guard))
@@ -51,12 +54,24 @@ print(held_ticks[0], bool(text))
 """
 
 
-def test_the_first_async_call_waits_for_a_load_under_way_without_stopping_the_loop() -> None:
+@pytest.mark.parametrize(
+    "options",
+    [
+        "{'budgets': [Budget(limit_usd=5.0)]}",  # counted as the spend is reserved
+        "{'max_input_tokens': 8}",  # counted as the call is checked, before any round trip
+    ],
+)
+def test_the_first_async_call_waits_for_a_load_under_way_without_stopping_the_loop(
+    options: str,
+) -> None:
     """While the tokenizer's load is under way (held here until the loop has turned 50
     times), the first call waits for it off the loop: other tasks keep running. It blocked
     the loop thread on the tokenizer's lock, so the loop turned a few times at most."""
     run = subprocess.run(
-        [sys.executable, "-c", _GATED_LOAD], capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", _GATED_LOAD, options],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert run.returncode == 0, run.stderr[-3000:]
     ticks, answered = run.stdout.split()

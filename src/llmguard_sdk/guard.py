@@ -506,6 +506,8 @@ class Guard(Adoption, Lifecycle):
         **options: Unpack[ChatOptions],
     ) -> ChatResponse | AsyncChatStream:
         """Async twin of :meth:`chat`; ``stream=True`` gives an :class:`AsyncChatStream`."""
+        if _lazy.loading:  # the Guards' loads under way: waited for off the event loop
+            await _lazy.aloaded()
         ctx = call_context(self._stages, messages, options, stream=stream, reported=True)
         if stream:  # (checked: True or False)
             return achat_stream(ctx, self._stages)
@@ -516,7 +518,7 @@ class Guard(Adoption, Lifecycle):
 def _start_loading(routes: Sequence[Provider], stages: Stages) -> None:
     """Start loading, in background threads, what a Guard's calls read on first use: the
     tokenizer encodings its routes count with, the price data of its price table, numpy for
-    a semantic cache's vectors (an async call waits for them off the event loop:
+    a semantic cache's vectors (:meth:`Guard.achat` waits for them off the event loop:
     :func:`~llmguard_sdk._lazy.aloaded`). anyio's event-loop backend is imported first, here:
     the first async call would import it on the loop's thread, behind those loads."""
     _lazy.import_event_loop_backends()

@@ -22,7 +22,6 @@ from typing import Any, TypeVar
 import anyio
 import anyio.to_thread
 
-from .. import _lazy
 from .._state import bounds
 from .._state.steps import Batch, Outcome, Step, start
 from ..breaker import Breakers, MemoryBreakerBackend, Permit
@@ -396,8 +395,6 @@ def open_call(ctx: CallContext, stages: Stages) -> OpeningOutcome:
 async def aopen_call(ctx: CallContext, stages: Stages) -> OpeningOutcome:
     """Async twin of :func:`open_call` (its round trips are not cancelled half-way: what a
     round trip took is then known, so a cancelled call gives it back)."""
-    if _lazy.loading:  # a Guard's loads (tokenizer, prices, numpy): waited for off the loop
-        await _lazy.aloaded()
     batch, where, opened = _opening(ctx, stages)
     if not len(batch):
         return opened
