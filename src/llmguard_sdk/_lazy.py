@@ -12,6 +12,7 @@ import contextlib
 import importlib
 import sys
 import threading
+import time
 import types
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
@@ -60,26 +61,30 @@ def warm(name: str) -> threading.Thread | None:
 
 
 def track(threads: Iterable[threading.Thread | None]) -> None:
-    """Add the loads ``threads`` (None: none started) to :data:`loading`."""
+    """Add the loads ``threads`` (None: none started) to :data:`loading`, dropping those that
+    have ended (a process that builds Guards and never calls async keeps no list of them)."""
+    loading[:] = [thread for thread in loading if thread.is_alive()]
     loading.extend(thread for thread in threads if thread is not None)
 
 
-async def aloaded() -> None:
+async def aloaded(within: float) -> None:
     """Wait for the loads under way in :data:`loading` in a worker thread, not on the event
     loop: a first async call would otherwise block the loop on a load's lock (the tokenizer's,
     the price data's, the import lock) for as long as the load takes, and every other task of
-    the process with it. A cancel ends the wait at once (the loads go on)."""
+    the process with it. ``within`` seconds at most (then the call goes on, waiting as a sync
+    call would where it needs a load); a cancel ends the wait at once (the loads go on)."""
     under_way = [thread for thread in loading if thread.is_alive()]
     if under_way:
-        await to_thread.run_sync(_join, under_way, abandon_on_cancel=True)
+        await to_thread.run_sync(_join, under_way, within, abandon_on_cancel=True)
     for thread in [thread for thread in loading if not thread.is_alive()]:
         if thread in loading:  # (another call may have removed it meanwhile)
             loading.remove(thread)
 
 
-def _join(threads: list[threading.Thread]) -> None:
+def _join(threads: list[threading.Thread], within: float) -> None:
+    deadline = time.monotonic() + within
     for thread in threads:
-        thread.join()
+        thread.join(max(0.0, deadline - time.monotonic()))
 
 
 def import_event_loop_backends() -> None:

@@ -507,12 +507,20 @@ class Guard(Adoption, Lifecycle):
     ) -> ChatResponse | AsyncChatStream:
         """Async twin of :meth:`chat`; ``stream=True`` gives an :class:`AsyncChatStream`."""
         if _lazy.loading:  # the Guards' loads under way: waited for off the event loop
-            await _lazy.aloaded()
+            await _lazy.aloaded(_seconds_or(options.get("timeout"), self._stages.timeout))
         ctx = call_context(self._stages, messages, options, stream=stream, reported=True)
         if stream:  # (checked: True or False)
             return achat_stream(ctx, self._stages)
         with reporting(ctx, self._stages, "chat") as outcome:  # cancelled: reported as such
             return outcome.served(await acomplete_call(ctx, self._stages))
+
+
+def _seconds_or(value: object, default: float) -> float:
+    """``value`` where it is a sound timeout (seconds > 0), else ``default`` (the call's
+    checks refuse a bad one after)."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+        return float(value)
+    return default
 
 
 def _start_loading(routes: Sequence[Provider], stages: Stages) -> None:
