@@ -108,6 +108,7 @@ EXPECTED = [
     "UnknownModelError",
     "UnknownModelPriceError",
     "UnknownSettingWarning",
+    "UnsupportedRequestError",
     "Usage",
     "UsageRecorder",
     "__version__",
@@ -147,7 +148,7 @@ def test_every_exported_name_exists_and_is_documented() -> None:
 
 def test_every_error_is_an_llmguard_error() -> None:
     errors = [getattr(llmguard_sdk, n) for n in llmguard_sdk.__all__ if n.endswith("Error")]
-    assert len(errors) == 32
+    assert len(errors) == 33
     for error in errors:
         assert issubclass(error, llmguard_sdk.LLMGuardError)
         assert error.__name__ in llmguard_sdk.errors.__doc__  # the documented tree is complete

@@ -78,6 +78,7 @@ from .errors import (
     UnknownModelError,
     UnknownModelPriceError,
     UnknownSettingWarning,
+    UnsupportedRequestError,
 )
 from .guard import ChatOptions, Guard
 from .models import ChatRequest, ChatResponse, Message, StreamChunk, Timings, Usage
@@ -193,6 +194,7 @@ __all__ = [
     "UnknownModelError",
     "UnknownModelPriceError",
     "UnknownSettingWarning",
+    "UnsupportedRequestError",
     "Usage",
     "UsageRecorder",
     "__version__",

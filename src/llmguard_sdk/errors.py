@@ -21,7 +21,8 @@ Catch :class:`LLMGuardError` to catch everything the SDK raises itself::
     │   ├── ProviderBusyError           a local model's queue is full: refused at once
     │   ├── BadRequestError             400, 404, 422: the provider refused the request
     │   │   ├── ContextLengthExceededError
-    │   │   └── ContentPolicyError      a content filter refused it (carries the code)
+    │   │   ├── ContentPolicyError      a content filter refused it (carries the code)
+    │   │   └── UnsupportedRequestError not for this route (a tool call, an image: a local model)
     │   ├── AuthenticationError         401, 403
     │   ├── MalformedResponseError      bad JSON, wrong content type, missing fields
     │   └── StreamInterruptedError      a stream broke after it started (never replayed)
@@ -37,10 +38,9 @@ Catch :class:`LLMGuardError` to catch everything the SDK raises itself::
     │       └── BudgetUnavailableError  the budgets' Redis is unreachable (fail closed)
     └── AllRoutesFailedError        every route of the fallback chain failed (carries each error)
 
-Warnings stand outside the tree: :class:`RetryMultiplicationWarning`, issued when retries
-would stack on retries (an openai client retrying inside ``guard.protect``),
-:class:`UnknownSettingWarning`, :class:`RateLimitConfigWarning`, :class:`BatchSplitWarning`
-and :class:`LocalContextWarning`.
+Warnings stand outside the tree: :class:`RetryMultiplicationWarning`, issued when retries stack on
+retries (an openai client retrying inside ``guard.protect``), :class:`UnknownSettingWarning`,
+:class:`RateLimitConfigWarning`, :class:`BatchSplitWarning` and :class:`LocalContextWarning`.
 
 Every :class:`ProviderError` knows the ``route`` that raised it, the HTTP ``status_code`` (if
 any), the response ``headers`` (Retry-After, ``x-ratelimit-*`` ...), and whether it is
@@ -49,8 +49,8 @@ overrides the status's rule, as openai-python reads it). An error event inside a
 is the error its ``type`` or ``code`` names, with the HTTP status that kind comes with
 (``rate_limit_error``: RateLimitedError, 429; ``invalid_request_error``: BadRequestError,
 400; ``timeout_error``: ProviderUnavailableError, 504 ...), as the same error answered over
-HTTP is. Nothing here is ever raised for a caller's
-own bug: an exception raised inside a user callback propagates unchanged.
+HTTP is. Nothing here is ever raised for a caller's own bug: an exception raised inside a
+user callback propagates unchanged.
 
 .. versionadded:: 0.1.0
 """
@@ -108,6 +108,7 @@ __all__ = [
     "UnknownModelError",
     "UnknownModelPriceError",
     "UnknownSettingWarning",
+    "UnsupportedRequestError",
 ]
 
 
@@ -594,5 +595,6 @@ def _told(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}{note}"
 
 
-# defined beside (it needs ConfigurationError above), exported here
+# defined beside (they need the classes above), exported here
 from ._settings_error import SettingsValidationError  # noqa: E402
+from ._unsupported_error import UnsupportedRequestError  # noqa: E402

@@ -42,6 +42,9 @@ How it behaves under load and failure:
   oldest ones (and, if it must, the start of the last message), and says so in
   ``response.metadata["context_trimmed"]``; one whose turn markers alone do not fit is a
   :class:`~llmguard_sdk.errors.ContextLengthExceededError`, not retried.
+* It answers text from text: a call that must call a tool, or that carries an image (audio,
+  a file), is refused at once with :class:`~llmguard_sdk.errors.UnsupportedRequestError`, on
+  which the chain moves on (never an answer that ignores the tool or the image).
 * Usage is exact (the model's own tokenizer); the cost is 0.
 * A ``developer`` message (OpenAI's newer name for the system message) is a system message
   for a model whose chat template has no developer role.
@@ -78,6 +81,7 @@ from ..errors import (
     ConfigurationError,
     ProviderTimeoutError,
     ProviderUnavailableError,
+    UnsupportedRequestError,
 )
 from ..models import ChatRequest, ChatResponse, StreamChunk
 from ._abort import when_aborted
@@ -305,6 +309,7 @@ class LocalProvider(_Streams):
     def _stream(self, call: StreamCall) -> Generator[StreamChunk, None, None]:
         """Stream an answer; the last chunk carries the exact usage."""
         _check_timing(call.deadline, call.idle_timeout)  # (NaN: no wait at all, a timeout)
+        _check_servable(call.request, self.name)
         job = self._submit(call.request, call.deadline)
         when_aborted(_abandon, job)  # a sync hedge race's loser: stopped now
         try:
@@ -319,6 +324,7 @@ class LocalProvider(_Streams):
     async def _astream(self, call: StreamCall) -> AsyncGenerator[StreamChunk, None]:
         """Async twin of :meth:`_stream`: waits happen in a worker thread, not on the loop."""
         _check_timing(call.deadline, call.idle_timeout)
+        _check_servable(call.request, self.name)
         job = self._submit(call.request, call.deadline)
         try:
             while True:
@@ -339,6 +345,41 @@ class LocalProvider(_Streams):
         """Async twin of :meth:`complete`."""
         chunks = [c async for c in self.astream(request, model=model, deadline=deadline)]
         return _assemble(iter(chunks), self.name)
+
+
+def _check_servable(request: ChatRequest, route: str) -> None:
+    """Refuse what the local model cannot do (it answers text from text), rather than answer
+    as if the tool or the image were not there: a :class:`UnsupportedRequestError`, on which
+    the chain moves on. Tools it may leave unused (``tool_choice`` unset, ``"auto"`` or
+    ``"none"``) are served: the answer is text, as a remote model's may be."""
+    choice = request.tool_choice
+    if request.tools and _must_call(choice):
+        raise UnsupportedRequestError(
+            f"the local model cannot call a tool (tool_choice={choice!r:.60}); "
+            "a remote route must serve this call",
+            route=route,
+        )
+    for message in request.messages:
+        if not isinstance(message.content, list):
+            continue
+        for part in message.content:
+            if part.get("type") != "text":
+                raise UnsupportedRequestError(
+                    f"the local model reads text only, not a {part.get('type')!r:.40} "
+                    "content part; a remote route must serve this call",
+                    route=route,
+                )
+
+
+def _must_call(choice: str | dict[str, Any] | None) -> bool:
+    """Whether ``tool_choice`` makes the model call a tool: OpenAI's ``"required"``, a named
+    function, ``allowed_tools`` in ``"required"`` mode; Anthropic's ``any``, a named tool."""
+    if isinstance(choice, dict):
+        allowed = choice.get("allowed_tools")
+        if choice.get("type") == "allowed_tools" and isinstance(allowed, dict):
+            return allowed.get("mode") == "required"
+        return choice.get("type") not in ("auto", "none")
+    return choice not in (None, "auto", "none")
 
 
 def _default_threads() -> int:

@@ -14,6 +14,7 @@ from ..errors import (
     ProviderBusyError,
     ProviderError,
     RateLimitedError,
+    UnsupportedRequestError,
 )
 
 __all__ = ["is_route_failure"]
@@ -25,7 +26,8 @@ def is_route_failure(error: ProviderError) -> bool:
     """Whether ``error`` says something about the route rather than about the request, so
     the next route may serve the call: a retryable error (unavailable, a timeout, a 429, a
     malformed answer ...), bad credentials, a spent quota, a context window too small, a
-    full local queue, a 402 or 404. Not a request the provider refused as wrong (a 400,
+    full local queue, a request the route cannot serve (a local model asked for a tool call
+    or an image), a 402 or 404. Not a request the provider refused as wrong (a 400,
     422; a :class:`~llmguard_sdk.errors.ContentPolicyError`), which would fail everywhere."""
     return (
         error.retryable
@@ -38,6 +40,7 @@ def is_route_failure(error: ProviderError) -> bool:
                 EmptyStreamError,  # this request fails on this route: another may serve it
                 ProviderBusyError,
                 RateLimitedError,
+                UnsupportedRequestError,  # (a local model asked for a tool call, an image)
             ),
         )
         or error.status_code in _ROUTE_STATUSES
