@@ -245,13 +245,19 @@ class _Engine:
             dropped = len(turns) - latest
             turns = turns[dropped:]
         truncated = False
-        for target in ([turns[-1]] if turns else []) + lead[::-1]:
+        # the last message loses its start, down to half the room while the system messages
+        # (their ends) give way; then the rest if it must: a long system message (documents)
+        # no longer cuts a short question to nothing
+        last = [(turns[-1], budget // 2)] if turns else []
+        for target, floor in last + [(m, 0) for m in lead[::-1]] + [(t, 0) for t, _ in last]:
             if len(tokens) <= budget:
                 break
-            truncated = True
             content = self.llm.tokenize(target["content"].encode("utf-8"), add_bos=False)
-            overflow = len(tokens) - budget
-            kept = content[overflow + 1 :] if target is turns[-1] else content[: -overflow - 1]
+            cut = min(len(tokens) - budget + 1, len(content) - floor)
+            if cut <= 0:
+                continue
+            truncated = True
+            kept = content[cut:] if turns and target is turns[-1] else content[:-cut]
             target["content"] = self.llm.detokenize(kept).decode("utf-8", "ignore")
             tokens = self.tokens(lead + turns)
         if len(tokens) > budget:

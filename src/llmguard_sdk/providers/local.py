@@ -39,7 +39,8 @@ How it behaves under load and failure:
   weights on CPUs, GPUs), the same seeded call at a temperature above 0 answered otherwise
   when it was the first after the load.
 * A prompt longer than the context keeps the system messages and the latest turns, drops the
-  oldest ones (and, if it must, the start of the last message), and says so in
+  oldest ones (and, if it must, cuts the start of the last message, down to half the room,
+  then the end of the system messages, then the rest of the last message), and says so in
   ``response.metadata["context_trimmed"]``; one whose turn markers alone do not fit is a
   :class:`~llmguard_sdk.errors.ContextLengthExceededError`, not retried.
 * It answers text from text: a call that must call a tool, or that carries an image (audio,
