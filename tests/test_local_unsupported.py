@@ -4,18 +4,19 @@ that silently ignores the tool or the image."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from llmguard_sdk import (
     AllRoutesFailedError,
+    ConfigurationError,
     Guard,
     LocalProvider,
     OpenAICompatibleProvider,
     UnsupportedRequestError,
 )
-from llmguard_sdk.models import ChatRequest, Message
 from llmguard_sdk.testing import FakeProvider, Fault
 
 pytestmark = pytest.mark.local_model
@@ -93,39 +94,18 @@ def test_tools_the_model_may_leave_unused_are_still_served(
     assert answer.text
 
 
-def test_a_long_system_prompt_is_cut_before_the_question(local: LocalProvider) -> None:
-    # A system message of documents (RAG) longer than the context, and a short question: the
-    # question was cut first, to nothing (its content[overflow + 1:] was empty), and the model
-    # answered no question. The system message gives way first now. (What the call would
-    # read, without reading it: a 1,000-token prompt takes tens of seconds on a busy CPU.)
-    question = "What is the capital of France?"
-    documents = "Background document, line of filler text. " * 300
-    engine = local._worker.engine
-    assert engine is not None
-    request = ChatRequest(
-        messages=[
-            Message(role="system", content=documents),
-            Message(role="user", content=question),
-        ],
-        max_tokens=4,
-    )
-    tokens, trimmed = engine.fit(local, request)
-    assert trimmed is not None
-    assert trimmed["truncated"]
-    prompt = engine.llm.detokenize(tokens).decode("utf-8", "replace")
-    assert question in prompt
-    assert prompt.count("Background document") > 10  # the start of the documents is kept
+@pytest.mark.parametrize("content", [b"not a gguf file", b""])
+def test_a_file_that_is_not_gguf_is_refused_when_the_provider_is_made(
+    tmp_path: Path, content: bytes
+) -> None:
+    # It was accepted, then every call failed with a retryable ProviderUnavailableError
+    # ("failed to load"): retried, a breaker failure, and the mistake found only in an outage.
+    path = tmp_path / "model.safetensors"
+    path.write_bytes(content)
+    with pytest.raises(ConfigurationError, match="not a GGUF file"):
+        LocalProvider(path)
 
 
-def test_a_long_prompt_of_system_messages_alone_is_cut(local: LocalProvider) -> None:
-    # Without a turn, the trimming read turns[-1] of an empty list: an IndexError, which the
-    # worker turned into a retryable ProviderUnavailableError ("local model failed").
-    engine = local._worker.engine
-    assert engine is not None
-    request = ChatRequest(
-        messages=[Message(role="system", content="Summarise this text. " * 400)], max_tokens=4
-    )
-    tokens, trimmed = engine.fit(local, request)
-    assert trimmed is not None
-    assert trimmed["truncated"]
-    assert len(tokens) <= local.n_ctx - 16
+def test_a_missing_model_file_says_what_to_pass(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError, match="bundled model"):
+        LocalProvider(tmp_path / "missing.gguf")

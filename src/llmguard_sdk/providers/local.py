@@ -190,7 +190,15 @@ class LocalProvider(_Streams):
             raise ConfigurationError(_INSTALL_HINT) from None
         path = Path(model_path) if model_path is not None else bundled_model_path()
         if not path.is_file():
-            raise ConfigurationError(f"no GGUF model at {path}")
+            raise ConfigurationError(
+                f"no GGUF model at {path}: pass the path of a .gguf file, or no model_path"
+                " for the bundled model"
+            )
+        if not _is_gguf(path):  # (llama.cpp loads nothing else: found now, not in an outage)
+            raise ConfigurationError(
+                f"{path} is not a GGUF file (llama.cpp loads only GGUF: convert the model,"
+                " or pick its .gguf file)"
+            )
         _check_engine_numbers(n_ctx, n_threads, n_gpu_layers, prompt_lookup_tokens, max_queue, seed)
         _check_sampling(temperature, top_p, repeat_penalty, max_tokens)
         n_ctx = _within_training(path, n_ctx)
@@ -381,6 +389,16 @@ def _must_call(choice: str | dict[str, Any] | None) -> bool:
             return allowed.get("mode") == "required"
         return choice.get("type") not in ("auto", "none")
     return choice not in (None, "auto", "none")
+
+
+def _is_gguf(path: Path) -> bool:
+    """Whether the file starts as every GGUF file does (b"GGUF"); True where it cannot be
+    read here (the load says why)."""
+    try:
+        with path.open("rb") as file:
+            return file.read(4) == b"GGUF"
+    except OSError:
+        return True
 
 
 def _default_threads() -> int:
