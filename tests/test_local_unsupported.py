@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from llmguard_sdk import (
@@ -109,3 +110,13 @@ def test_a_file_that_is_not_gguf_is_refused_when_the_provider_is_made(
 def test_a_missing_model_file_says_what_to_pass(tmp_path: Path) -> None:
     with pytest.raises(ConfigurationError, match="bundled model"):
         LocalProvider(tmp_path / "missing.gguf")
+
+
+def test_async_calls_are_refused_alike(local: LocalProvider) -> None:
+    guard = Guard(local, retry=None, timeout=60, environ={})
+
+    async def call() -> None:
+        await guard.achat(IMAGE, max_tokens=4)
+
+    with pytest.raises(UnsupportedRequestError, match="image_url"):
+        anyio.run(call)
