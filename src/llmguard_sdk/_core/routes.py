@@ -26,8 +26,8 @@ from ..providers.base import Provider, cache_answers, context_window, is_local
 from ..ratelimit import Grant
 from ..ratelimit._rules import never_fits
 from ..retry._testing import testing_attempts, testing_remaining, testing_wait
-from ..retry._verdicts import note
-from ..retry.policy import MIN_ATTEMPT_SECONDS, Decision, decide_for_error, why_not
+from ..retry._verdicts import note, note_why_not
+from ..retry.policy import MIN_ATTEMPT_SECONDS, Decision, decide_for_error
 from ..router.moves import is_route_failure
 from .limits import Reservation, continued_input, route_input_tokens
 from .stages import (
@@ -161,17 +161,11 @@ def note_give_up(
     """Say on ``error`` why the route's retries stopped after it (a server's wait past the
     cap or the time left, the attempts, the retry budget, no time for another attempt);
     nothing when retries are off or the error is not one to retry."""
-    policy = stages.retry
-    if policy is None or (decision.reason == "attempts-exhausted" and attempt <= 1):
+    if stages.retry is None:
         return
     if decision.retry:  # a retry allowed, then no time left for it (the budget's round trip)
         decision = Decision(False, decision.wait, "deadline", hinted=decision.hinted)
-    attempts = testing_attempts(policy.attempts)
-    if attempts != policy.attempts:
-        policy = dataclasses.replace(policy, attempts=attempts)
-    why = why_not(decision, policy, attempt=attempt, remaining=ctx.remaining())
-    if why:
-        note(error, why)
+    note_why_not(error, decision, stages.retry, attempt=attempt, remaining=ctx.remaining())
 
 
 def still_fits(ctx: CallContext, decision: Decision) -> bool:

@@ -54,9 +54,10 @@ from ._verdicts import (
     judge,
     judge_result,
     note,
+    note_why_not,
 )
 from .budget import RetryBudget
-from .policy import Decision, RetryPolicy, decide, why_not
+from .policy import Decision, RetryPolicy, decide
 
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
@@ -321,13 +322,8 @@ class Retrying:
         ``attempt`` (for the ``decision``'s reason); returns ``error``, a note on it saying
         why it was not retried (a server's wait past the cap or the time left, the attempts,
         the retry budget)."""
-        policy = self.policy
-        if testing_attempts(policy.attempts) != policy.attempts:
-            policy = dataclasses.replace(policy, attempts=testing_attempts(policy.attempts))
-        left = policy.timeout - (time.monotonic() - attempt._loop.started)
-        why = why_not(decision, policy, attempt=attempt.number, remaining=left)
-        if why and (decision.reason != "attempts-exhausted" or attempt.number > 1):
-            note(error, why)
+        left = self.policy.timeout - (time.monotonic() - attempt._loop.started)
+        note_why_not(error, decision, self.policy, attempt=attempt.number, remaining=left)
         if self.give_up_hooks:
             details = RetryDetails(
                 name=self.name,

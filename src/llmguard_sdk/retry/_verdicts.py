@@ -7,6 +7,7 @@ alike (a predicate's ``float`` is a wait, anything else counts by its truthiness
 
 from __future__ import annotations
 
+import dataclasses
 import reprlib
 import sys
 from collections.abc import Callable
@@ -15,6 +16,8 @@ from typing import Any
 from .._decorating import is_async_callable
 from ..classify import classify_exception
 from ..errors import ConfigurationError, LLMGuardError, ProviderError
+from ._testing import testing_attempts
+from .policy import Decision, RetryPolicy, why_not
 
 __all__ = [
     "NO_RESULT",
@@ -127,3 +130,25 @@ def note(exc: BaseException, text: str) -> None:
     else:  # (mypy reads one branch a version: the ignore is used on 3.10, unread on 3.11 on)
         notes = getattr(exc, "__notes__", None)
         exc.__notes__ = [*(notes or ()), text]  # type: ignore[attr-defined]
+
+
+def note_why_not(
+    error: BaseException,
+    decision: Decision,
+    policy: RetryPolicy,
+    *,
+    attempt: int,
+    remaining: float,
+) -> None:
+    """Note on ``error`` why the retries stopped after attempt number ``attempt`` (see
+    :func:`~llmguard_sdk.retry.policy.why_not`; ``remaining``: the seconds left of the
+    timeout), the policy's attempts as the tests' switch sets them; nothing where the one
+    attempt allowed was the first, or the error is not one to retry."""
+    if decision.reason == "attempts-exhausted" and attempt <= 1:
+        return
+    attempts = testing_attempts(policy.attempts)
+    if attempts != policy.attempts:
+        policy = dataclasses.replace(policy, attempts=attempts)
+    why = why_not(decision, policy, attempt=attempt, remaining=remaining)
+    if why:
+        note(error, why)
