@@ -11,14 +11,13 @@ import anyio
 import pytest
 
 from llmguard_sdk import Guard, OpenAICompatibleProvider
-from llmguard_sdk.budget import Budget, Budgets, Price, PriceTable
+from llmguard_sdk.budget import Budget, Budgets
 from llmguard_sdk.ratelimit import RateLimit
 from llmguard_sdk.store import RedisStore
 from llmguard_sdk.testing import FakeProvider, Fault
 
 from .conftest import USER
-
-PRICES = PriceTable.default_table().with_prices({"fake-model": Price(input=100.0, output=200.0)})
+from .test_stream_dropped import PRICES, held  # (the same prices and holds)
 
 
 @pytest.fixture
@@ -35,12 +34,6 @@ def guard(fake: FakeProvider, redis_url: str, redis_prefix: str) -> Iterator[Gua
     built.close()
 
 
-def _held(guard: Guard) -> tuple[int, float]:
-    limiter: Any = guard.rate_limiter
-    held = sum(row["held_usd"] for row in guard.budget_status())
-    return int(limiter.in_flight("primary")), held
-
-
 def test_calls_streams_and_cancelled_calls_under_trio(guard: Guard, fake: FakeProvider) -> None:
     async def scenario() -> list[Any]:
         seen: list[Any] = [(await guard.achat(USER, max_tokens=10)).route]
@@ -55,6 +48,6 @@ def test_calls_streams_and_cancelled_calls_under_trio(guard: Guard, fake: FakePr
         return seen
 
     assert anyio.run(scenario, backend="trio") == ["primary", True, "primary", True]
-    assert _held(guard) == (0, 0.0)
+    assert held(guard) == (0, 0.0)
     spent = sum(row["spent_usd"] for row in guard.budget_status())
     assert spent > 0  # the two served calls settled through Redis

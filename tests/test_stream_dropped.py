@@ -55,7 +55,7 @@ def guard(request: pytest.FixtureRequest, fake: FakeProvider, store: str) -> Ite
     built.close()
 
 
-def _held(guard: Guard) -> tuple[int, float]:
+def held(guard: Guard) -> tuple[int, float]:
     """The route's calls in flight (concurrency slots) and the USD the budget holds."""
     limiter: Any = guard.rate_limiter
     held = sum(row["held_usd"] for row in guard.budget_status())
@@ -65,10 +65,10 @@ def _held(guard: Guard) -> tuple[int, float]:
 async def _settles(guard: Guard) -> tuple[int, float]:
     """What ``guard`` holds once nothing more is given back (about 3 s at most)."""
     for _ in range(150):
-        if _held(guard) == (0, 0.0):
+        if held(guard) == (0, 0.0):
             break
         await anyio.sleep(0.02)
-    return _held(guard)
+    return held(guard)
 
 
 async def _break_out(guard: Guard) -> None:
@@ -135,4 +135,4 @@ def test_a_sync_stream_dropped_gives_back_its_holds_at_once(
             break  # no close(), no with: the stream is dropped on return
 
     break_out()
-    assert _held(guard) == (0, 0.0)
+    assert held(guard) == (0, 0.0)
