@@ -94,12 +94,28 @@ async def _cancelled_reader(guard: Guard) -> None:
         tasks.cancel_scope.cancel()
 
 
+async def _dropped_in_a_cycle(guard: Guard) -> None:
+    """A stream read once, then dropped in a reference cycle (as a traceback or a callback
+    can hold one): only the cyclic collector finds it, along with the generators it iterates
+    (the driver's, the provider's, the HTTP body's)."""
+    stream = await guard.achat(USER, max_tokens=10, stream=True)
+    await stream.__anext__()
+    cycle: list[Any] = [stream]
+    cycle.append(cycle)
+    del stream, cycle
+    gc.collect()
+
+
 ASYNC_RUNS = [("memory", "asyncio"), ("memory", "trio"), ("redis", "asyncio"), ("redis", "trio")]
 
 
 @pytest.mark.usefixtures("no_collection")
 @pytest.mark.parametrize(("store", "backend"), ASYNC_RUNS)
-@pytest.mark.parametrize("drop", [_break_out, _cancelled_reader], ids=["break", "cancelled"])
+@pytest.mark.parametrize(
+    "drop",
+    [_break_out, _cancelled_reader, _dropped_in_a_cycle],
+    ids=["break", "cancelled", "cycle"],
+)
 def test_a_dropped_stream_gives_back_its_holds_at_once_without_errors(
     guard: Guard, fake: FakeProvider, backend: str, drop: Callable[[Guard], Any]
 ) -> None:

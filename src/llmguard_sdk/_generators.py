@@ -10,6 +10,8 @@ import functools
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator
 from typing import Any, Protocol
 
+from ._nested_generators import owned_by_caller
+
 __all__ = ["AsyncWatch", "Step", "Watch", "watched_async_generator", "watched_generator"]
 
 Step = tuple[bool, Any]
@@ -129,7 +131,8 @@ def watched_async_generator(
         async def first() -> Step:
             nonlocal items
             items = fn(*args, **kwargs)
-            return await _aresume(items, None, None)
+            # (closed by this wrapper alone: the loop finalizes the wrapper, not the items)
+            return await owned_by_caller(_aresume(items, None, None))
 
         try:
             done, value = await watcher.start(first)

@@ -22,6 +22,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterator
 import anyio
 
 from .._closing import AsyncCloses, Closes
+from .._nested_generators import owned_by_caller
 from ..context import CallContext
 from ..models import ChatResponse, StreamChunk
 from . import opening, stages
@@ -320,7 +321,7 @@ class AsyncChatStream(_Stream, AsyncCloses):
             raise StopAsyncIteration
         state._reading = state._started = True
         try:
-            chunk = await self._chunks.__anext__()
+            chunk = await owned_by_caller(self._chunks.__anext__())
         except BaseException as exc:
             state._ended_by(exc)
             raise
