@@ -99,6 +99,26 @@ def test_a_tenant_id_with_a_lone_surrogate_gets_a_cache_key(fake: FakeProvider) 
     assert fake.requests[-1].body["prompt_cache_key"] == prompt.cache_key
 
 
+@pytest.mark.parametrize(
+    "static",
+    [
+        {"instructions": "Answer \udc80 briefly."},
+        {"documents": ["A handbook \ud800 page."]},
+        {"tools": [{"name": "search\ud800", "input_schema": {"type": "object"}}]},
+    ],
+)
+def test_a_static_part_with_a_lone_surrogate_gets_a_prefix_hash(static: dict[str, Any]) -> None:
+    # UnicodeEncodeError ('surrogates not allowed') from PromptBuilder(...) and from a
+    # Release's apply(): the prefix hash is hashed as the cache key is
+    from llmguard_sdk.prompts import static_prefix_hash
+
+    options = {"instructions": "Answer briefly.", **static}
+    first = PromptBuilder("inputs", drift=None, **options)
+    assert first.prefix_hash == PromptBuilder("inputs", drift=None, **options).prefix_hash
+    assert first.prefix_hash != builder().prefix_hash
+    assert static_prefix_hash("a \ud800") != static_prefix_hash("a \ud801")
+
+
 def test_a_request_cannot_replace_the_prompt_s_messages() -> None:
     # messages= silently replaced the assembled prompt (its static prefix and the user's
     # content gone, while the metadata still described the prompt's static part)

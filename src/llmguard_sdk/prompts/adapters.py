@@ -62,10 +62,11 @@ def static_prefix_hash(system: str, tools: Sequence[Mapping[str, Any]] | None = 
     JSON, in their order). :attr:`PromptBuilder.prefix_hash
     <llmguard_sdk.prompts.PromptBuilder.prefix_hash>` is this hash of its static part; a
     :class:`~llmguard_sdk.releases.Release` whose system prompt replaces that part stamps the
-    request with this hash of what it sends."""
+    request with this hash of what it sends. A lone surrogate is hashed as
+    :func:`prompt_cache_key` hashes one."""
     listed = canonical_json([dict(t) for t in tools]) if tools else ""
     document = canonical_json({"system": system, "tools": listed})
-    return hashlib.sha256(document.encode()).hexdigest()[:16]
+    return hashlib.sha256(document.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
 def prompt_cache_key(template: str, tenant: str | None = None) -> str:
