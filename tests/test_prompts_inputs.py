@@ -41,6 +41,14 @@ def test_a_request_cannot_replace_the_builders_tools() -> None:
     assert builder().build("hi").request(tools=TOOLS).tools == TOOLS  # none of its own
 
 
+def test_tools_none_keeps_the_builders_tools() -> None:
+    # request(tools=None) (kwargs passed on as they came) sent the prompt without its tools,
+    # its metadata still naming the prefix hash of the static part with them
+    prompt = builder(tools=TOOLS).build("hi")
+    assert prompt.request(tools=None).tools == TOOLS
+    assert prompt.request(tools=None).tools == prompt.request().tools
+
+
 def test_unknown_lint_rules_are_a_configuration_error() -> None:
     # a plain ValueError, outside the SDK's error tree
     with pytest.raises(ConfigurationError, match="unknown lint rules"):

@@ -171,7 +171,8 @@ class Prompt:
             raise RequestValidationError(
                 "invalid prompt request: messages come from the prompt (its builder's build)"
             )
-        if self.tools and params.get("tools") is not None:
+        tools = params.pop("tools", None)  # (tools=None leaves the builder's)
+        if self.tools and tools is not None:
             raise RequestValidationError(
                 "invalid prompt request: tools come from the prompt's builder (set_tools)"
             )
@@ -188,7 +189,7 @@ class Prompt:
             extra_body.setdefault("prompt_cache_key", self.cache_key)
         data: dict[str, Any] = {
             "messages": list(self.messages),
-            "tools": [dict(t) for t in self.tools] if self.tools else params.pop("tools", None),
+            "tools": [dict(t) for t in self.tools] if self.tools else tools,
             "metadata": metadata,
             "extra_body": extra_body or None,
             **params,
