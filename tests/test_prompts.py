@@ -297,6 +297,8 @@ CLEAN = (
         ("timestamp", "As of March 3, 2025 the shop is open.", "March 3, 2025"),
         ("timestamp", "Valid until 03/01/2025.", "03/01/2025"),
         ("timestamp", "epoch 1741000000 seconds", "1741000000"),
+        ("timestamp", "Now: 1741000000.5241392 (time.time())", "1741000000.5241392"),
+        ("timestamp", "The clock read 1741000000.", "1741000000"),
         (
             "random-id",
             "Request 3f2b8c1e-9a4d-4e2f-8b1a-0c9d8e7f6a5b.",

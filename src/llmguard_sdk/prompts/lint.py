@@ -6,7 +6,7 @@ therefore hold nothing that changes from call to call, or from deploy to deploy.
 
 ``timestamp``
     Dates and times (``2025-03-01``, ``14:05``, ``March 3, 2025``, ``03/01/2025``, Unix
-    epochs): they change every day, or every second.
+    epochs, ``time.time()``'s among them): they change every day, or every second.
 ``random-id``
     UUIDs, long hex strings, and long tokens mixing letters and digits (request ids, nonces).
 ``unsorted-json``
@@ -82,7 +82,8 @@ _TIMESTAMPS = [
     (re.compile(r"\b\d{1,2}/\d{1,2}/\d{2,4}\b"), "a date"),
     (re.compile(rf"\b{_MONTHS}\.?\s+\d{{1,2}}(?:st|nd|rd|th)?,?\s+\d{{4}}\b"), "a date"),
     (re.compile(rf"\b\d{{1,2}}(?:st|nd|rd|th)?\s+{_MONTHS}\.?,?\s+\d{{4}}\b"), "a date"),
-    (re.compile(r"(?<![\w.])1\d{9}(?:\d{3})?(?![\w.])"), "a Unix timestamp"),
+    # seconds or milliseconds, with time.time()'s fraction (a version's dots are no epoch)
+    (re.compile(r"(?<![\w.])1\d{9}(?:\d{3})?(?:\.\d+)?(?!\w|\.\d)"), "a Unix timestamp"),
 ]
 _UUID = re.compile(
     r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b"
