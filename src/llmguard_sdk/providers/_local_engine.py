@@ -175,8 +175,12 @@ class _Engine:
 
         # what a template raises for messages it refuses (its raise_exception()), or when broken
         self.template_errors: tuple[type[Exception], ...] = (ValueError, jinja2.TemplateError)
-        # OpenAI's developer message is the system message of a template without that role
-        self.developer_role = "developer" in template
+        # OpenAI's developer message is the system message of a template without that role,
+        # a tool's result (its text names the tool) a user's message
+        self.renamed_roles = {
+            role: kept for role, kept in (("developer", "system"), ("tool", "user"))
+            if role not in template
+        }  # fmt: skip
         eos = self.llm.token_eos()
         # every token that ends a turn (<|im_end|>, <|eot_id|>, ...), not only EOS
         vocab = llama_cpp.llama_model_get_vocab(self.llm.model)
@@ -194,10 +198,9 @@ class _Engine:
         """The prompt's tokens: the chat template's markup read as markup (its control tokens),
         each message's content read as text, so that a caller's ``<|im_end|>`` cannot end a
         turn nor start one of another role."""
-        if not self.developer_role:
-            messages = [
-                {**m, "role": "system"} if m["role"] == "developer" else m for m in messages
-            ]
+        renamed = self.renamed_roles
+        if renamed:
+            messages = [{**m, "role": renamed.get(m["role"], m["role"])} for m in messages]
         prompt = self._render(messages)
         # the same render with each content a marker: what lies between markers is markup
         pieces = _MARKER.split(

@@ -48,7 +48,10 @@ How it behaves under load and failure:
   which the chain moves on (never an answer that ignores the tool or the image).
 * Usage is exact (the model's own tokenizer); the cost is 0.
 * A ``developer`` message (OpenAI's newer name for the system message) is a system message
-  for a model whose chat template has no developer role.
+  for a model whose chat template has no developer role. Tool calls the conversation holds
+  are written into the assistant's text (``get_weather({"city": "Paris"})``), and a tool's
+  result is a message that names the tool (a user's message where the template has no tool
+  role): the model reads what ran and what it returned.
 * Unless given, ``n_gpu_layers`` and ``n_ctx`` are chosen from the GGUF's shape and the GPU's
   free memory (``placement`` says what and why): every layer on the GPU when the model and
   its KV cache fit, else as many as fit, none without a GPU.
@@ -102,6 +105,7 @@ from ._llama import (
     load_llama,
 )
 from ._local_engine import _Job
+from ._local_messages import local_messages
 from ._local_worker import _Worker
 from .base import StreamCall, _check_timing, _Streams
 
@@ -259,7 +263,7 @@ class LocalProvider(_Streams):
 
     def _messages(self, request: ChatRequest) -> list[dict[str, str]]:
         """The request's messages with this route's own prompt and examples."""
-        messages = [{"role": m.role, "content": m.text} for m in request.messages]
+        messages = local_messages(request)  # (tool calls and results as text)
         return _route_messages(messages, self.system_prompt, self.keep_system, self.examples)
 
     # -- lifecycle ---------------------------------------------------------------------------
