@@ -19,6 +19,7 @@ from llmguard_sdk import (
 )
 from llmguard_sdk.budget import Price, PriceTable
 from llmguard_sdk.models import ChatRequest
+from llmguard_sdk.router import Strategy
 from llmguard_sdk.router.fit import (
     Headroom,
     exhausted,
@@ -255,6 +256,35 @@ def test_regions_prefer_the_callers_and_fail_over_to_others(servers: list[FakePr
             guard.chat(USER, region="")
     with pytest.raises(ConfigurationError, match="regions"):
         DeploymentGroup("m", _routes(servers), regions={"nope": "eu"})
+
+
+_US_EU_US = {"dep-0": "us", "dep-1": "eu", "dep-2": "us"}
+
+
+@pytest.mark.parametrize("strategy", ["round_robin", "headroom"])
+def test_the_strategy_shares_calls_within_the_callers_region(
+    servers: list[FakeProvider], strategy: Strategy
+) -> None:
+    """The strategy ranked every deployment, then the caller's region was moved first: a call
+    whose turn fell on another region's deployment went to the caller's region's first one,
+    which took two calls in three (round robin over us, eu, us: 20 and 40 of 60). The
+    caller's region is ranked by the strategy on its own, then the others."""
+    group = DeploymentGroup("m", _routes(servers), strategy=strategy, regions=_US_EU_US)
+    with Guard(group, environ={}) as guard:
+        routes = [guard.chat(USER, region="us").route for _ in range(60)]
+    assert (routes.count("dep-0"), routes.count("dep-2")) == (30, 30)
+
+
+def test_weights_are_honoured_within_the_callers_region() -> None:
+    """A draw that fell on another region's deployment went to the heaviest of the caller's:
+    equal weights gave the caller's two deployments two thirds and one third."""
+    group = DeploymentGroup(
+        "m", _named("a", "b", "c"), strategy="weighted", weights=[1, 1, 1], seed=5,
+        regions={"a": "us", "b": "eu", "c": "us"},
+    )  # fmt: skip
+    firsts = [group.ranked(CallFacts(region="us"))[0].name for _ in range(3000)]
+    assert firsts.count("b") == 0
+    assert min(firsts.count("a"), firsts.count("c")) > 1350  # 1,500 each (drawn)
 
 
 def test_least_outstanding_counts_within_the_callers_region(servers: list[FakeProvider]) -> None:

@@ -23,7 +23,6 @@ from .fit import (
     fits,
     headroom_from,
     needs,
-    prefer_region,
     rank_by_cost,
     rank_by_headroom,
     share_at,
@@ -217,25 +216,37 @@ class DeploymentGroup:
         )
 
     def ranked(self, facts: CallFacts | None = None) -> list[Provider]:
-        """The deployments in the order the next call (``facts``) tries them: those not
-        refused a moment ago (see :meth:`refused`) ranked by the strategy, then the refused
-        ones as failover."""
+        """The deployments in the order the next call (``facts``) tries them: the call's
+        region first, then the others; in each, those not refused a moment ago (see
+        :meth:`refused`) ranked by the strategy, then the refused ones as failover."""
         facts = facts or CallFacts()
         in_flight = self.local_leases.counts(self.name, self.names)
         with self._lock:
             self._turn += 1
             now = self._clock()
             refused = self._refused_at(now)
-            ready = [i for i, name in enumerate(self.names) if name not in refused]
-            if refused and ready:
-                order = self._order(ready, facts, now, in_flight)
-                order += [i for i, name in enumerate(self.names) if name in refused]
-            else:
-                order = self._order(list(range(len(self.names))), facts, now, in_flight)
-            order = prefer_region(order, self.regions, facts.region or self.region)
+            if all(name in refused for name in self.names):
+                refused = set()  # (all were: the strategy ranks them all)
+            order: list[int] = []
+            for part in self._by_region(facts.region or self.region):
+                ready = [i for i in part if self.names[i] not in refused]
+                order += self._order(ready, facts, now, in_flight) if ready else []
+                order += [i for i in part if self.names[i] in refused]
             if self.strategy == "latency":
                 self._led[self.names[order[0]]] = now
         return [self.deployments[i] for i in order]
+
+    def _by_region(self, region: str | None) -> list[list[int]]:
+        """The deployments (indexes) of ``region``, then the others, each ranked on its own
+        (the whole group ranked, then its region moved first: a turn or draw that fell on
+        another region went to the region's first deployment, two calls in three)."""
+        everyone = range(len(self.names))
+        if region is None:
+            return [list(everyone)]
+        return [
+            [i for i in everyone if self.regions[i] == region],
+            [i for i in everyone if self.regions[i] != region],
+        ]
 
     def _order(
         self, among: list[int], facts: CallFacts, now: float, in_flight: list[int]
