@@ -23,6 +23,7 @@ from llmguard_sdk.router.policy import (
     Latency,
     estimate,
     observe,
+    outlasted,
     predicted,
     rank_by_latency,
     rank_by_load,
@@ -396,6 +397,13 @@ def test_an_answer_after_a_failure_replaces_the_penalty() -> None:
     assert slower.first_s == pytest.approx(0.03)  # then a peak-sensitive average again
 
 
+def test_an_attempt_stopped_unanswered_raises_the_mean_and_never_lowers_it() -> None:
+    state = observe(WARM, 0.2, 10.0, failed=False, penalty_s=5.0)
+    assert outlasted(state, 0.5, 11.0) == Latency(0.5, None, 11.0, 2)
+    assert outlasted(state, 0.1, 11.0).first_s == pytest.approx(0.2)
+    assert outlasted(Latency(), 0.3, 1.0).first_s == pytest.approx(0.3)  # never measured
+
+
 def test_a_deployment_back_from_an_outage_leads_again_after_one_exploration(
     servers: list[FakeProvider],
 ) -> None:
@@ -415,6 +423,24 @@ def test_a_deployment_back_from_an_outage_leads_again_after_one_exploration(
             routes.append(guard.chat(USER).route)
     back = routes[-10:]
     assert back.count("dep-0") >= 8, routes  # the fastest again
+
+
+def test_a_deployment_that_loses_hedge_races_is_measured_slow(
+    servers: list[FakeProvider],
+) -> None:
+    """A hedge race's loser is stopped unanswered and was not measured: a deployment that
+    turned slow kept the average of its fast days and led every call, each waiting out
+    ``hedge_after`` for the other. It took at least as long as it ran: its average rises."""
+    clock = Clock()  # (no drift, no exploration: the averages say what was measured)
+    group = _group(servers[:2], clock=clock)
+    for name, seconds in (("dep-0", 0.01), ("dep-1", 0.05)) * 2:  # (the first: unmeasured)
+        group.observe(name, seconds, failed=False)
+    servers[0].always(Fault(latency=1.0))
+    with Guard(group, environ={}, hedge_after=0.1) as guard:
+        routes = [guard.chat(USER).route for _ in range(6)]
+    assert routes == ["dep-1"] * 6
+    assert servers[0].stats.requests == 1  # lost one race, then ranked after dep-1
+    assert (group.latencies()["dep-0"] or 0.0) >= 0.1
 
 
 def test_a_deployment_without_a_sibling_left_for_the_call_is_retried(

@@ -198,6 +198,8 @@ def _stop(state: _Race) -> StopLegs:
             after[leg.route.name] = run.settle_steps(leg.reservation, used=sent, sent=True)
         else:  # a loser: its request was sent, the provider bills its prompt
             limits.cut_off(run.ctx, leg.route, leg.reservation)
+            if run.stages.routing is not None:  # (no outcome for its breaker: no failure)
+                run.stages.routing.outlasted(leg.route.name, elapsed_since(leg.started))
             after[leg.route.name] = run.give_back_steps(leg.route, leg.reservation)
     winner = state.winner
     return StopLegs(winner[0].route.name if winner and run.streaming else None, after)

@@ -182,6 +182,14 @@ class Routing:
         if group is not None:
             group.refused(route, retry_after)
 
+    def outlasted(self, route: str, seconds: float) -> None:
+        """An attempt on ``route`` stopped unanswered after ``seconds`` (a hedge race's
+        loser): its group learns it takes at least that long (a route outside groups:
+        nothing)."""
+        group = self._groups.get(route)
+        if group is not None:
+            group.outlasted(route, seconds)
+
     def observe(
         self,
         route: str,

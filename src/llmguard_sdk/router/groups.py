@@ -33,6 +33,7 @@ from .policy import (
     Strategy,
     estimate,
     observe,
+    outlasted,
     predicted,
     rank_by_latency,
     rank_by_load,
@@ -338,6 +339,15 @@ class DeploymentGroup:
                 self._tokens += (_TOKENS_SMOOTHING if self._tokens else 1.0) * (
                     tokens - self._tokens
                 )
+
+    def outlasted(self, deployment: str, seconds: float) -> None:
+        """An attempt on ``deployment`` was stopped unanswered after ``seconds``: another
+        won a hedge race. It took at least that long (unmeasured, a deployment that turned
+        slow kept its fast average and led every call, each waiting out ``hedge_after``)."""
+        with self._lock:
+            state = self._latency.get(deployment)
+            if state is not None:
+                self._latency[deployment] = outlasted(state, seconds, self._clock())
 
     def refused(self, deployment: str, retry_after: float) -> None:
         """``deployment``'s breaker or its own rate limit refused a call, for ``retry_after``

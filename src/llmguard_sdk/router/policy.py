@@ -10,9 +10,11 @@ sample below pulls it down by how long the average went unfed (slow fall, halfwa
 ``half_life_s``), as Finagle's and Linkerd's peak EWMA do. A failed attempt counts as
 ``penalty_s`` (or its own time, when longer) until the deployment's next answer, which
 replaces it: a penalty is no measure, and decayed as one a recovered deployment would be
-kept out for log2(penalty / its latency) half-lives. The cost of a deployment is its predicted
-latency for the group's typical answer length (at most the call's ``max_tokens``), times
-one plus the calls it has in flight (load x latency).
+kept out for log2(penalty / its latency) half-lives. An attempt stopped unanswered (a hedge
+race's loser) took at least as long as it ran: it raises the average to that, never lowers
+it. The cost of a deployment is its predicted latency for the group's typical answer length
+(at most the call's ``max_tokens``), times one plus the calls it has in flight (load x
+latency).
 
 Read back, an average drifts toward the group's best one, halfway per ``half_life_s`` since
 it was last fed, so a deployment that was slow, or failed, a while ago is tried again and
@@ -36,7 +38,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 __all__ = [
@@ -44,6 +46,7 @@ __all__ = [
     "Strategy",
     "estimate",
     "observe",
+    "outlasted",
     "predicted",
     "rank_by_latency",
     "rank_by_load",
@@ -118,6 +121,14 @@ def observe(
     # a penalty stands in for a measure until the next answer, which replaces it
     old = None if state.failed and not failed else state.first_s
     return Latency(_peak(old, first, elapsed, half_life_s), per_token, now, answers, failed)
+
+
+def outlasted(state: Latency, seconds: float, now: float) -> Latency:
+    """The state after an attempt stopped unanswered after ``seconds`` (another attempt won a
+    hedge race): it takes at least that long, so its average rises to it, and never falls
+    (how long it would have taken is unknown)."""
+    first = seconds if state.first_s is None else max(state.first_s, seconds)
+    return replace(state, first_s=first, updated=now)
 
 
 def predicted(state: Latency, tokens: float) -> float | None:
