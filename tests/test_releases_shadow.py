@@ -4,13 +4,15 @@ FakeProvider's Responses endpoint answers a call of the tool its request require
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llmguard_sdk import Guard
+from llmguard_sdk import Guard, OpenAICompatibleProvider
+from llmguard_sdk.budget import Price, PriceTable
 from llmguard_sdk.models import ChatResponse, Timings
 from llmguard_sdk.providers.responses import OpenAIResponsesProvider
 from llmguard_sdk.releases import Release, ReleasePlan, ShadowPolicy
@@ -79,6 +81,33 @@ SAME_ARGS = '{ "limit": 3,\n  "q": "order 7" }'  # other key order, other whites
 
 
 JSON = '{"order": 7, "status": "shipped"}'
+
+
+def test_a_spend_cap_that_cannot_price_the_candidate_says_so_as_the_guard_is_built(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A candidate's model without a price reserved nothing and spent nothing, as the cap
+    counted it: a shadow with ``max_cost_usd`` sent every copy, past the cap, and said
+    nothing. The Guard says so as it is built, naming the route and model."""
+    priced = OpenAICompatibleProvider("http://127.0.0.1:9", model="a-2025-01-01", name="a")
+    unpriced = OpenAICompatibleProvider("http://127.0.0.1:9", model="b-2025-01-01", name="b")
+    table = PriceTable({"a-2025-01-01": Price(input=1.0, output=1.0)})
+
+    def build(candidate: OpenAICompatibleProvider, cap: float | None) -> list[str]:
+        caplog.clear()
+        plan = ReleasePlan(
+            Release("bot", "v1", priced),
+            candidate=Release("bot", "v2", candidate),
+            shadow=ShadowPolicy(max_cost_usd=cap),
+        )
+        with caplog.at_level(logging.WARNING, logger="llmguard_sdk"):
+            Guard(release=plan, environ={}, prices=table, telemetry=False).close()
+        return [r.getMessage() for r in caplog.records if "max_cost_usd" in r.getMessage()]
+
+    (said,) = build(unpriced, 1.0)
+    assert "b/b-2025-01-01" in said
+    assert build(unpriced, None) == []  # no cap: nothing to bound
+    assert build(priced, 1.0) == []
 
 
 @pytest.mark.parametrize(

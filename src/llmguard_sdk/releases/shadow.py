@@ -29,6 +29,7 @@ from ..context import CallContext, CallEvent, Scope
 from ..errors import ConfigurationError, LLMGuardError, UnknownModelPriceError
 from ..models import ChatRequest, ChatResponse
 from ..providers._abort import Abort, abortable
+from ..providers.base import is_local
 from ..tokens import count_request_tokens
 from .policy import LATENCY_SLACK_S
 
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
     from ..budget.prices import PriceTable
     from ..guard import Guard
     from ..telemetry import Telemetry
-    from .release import ReleasePlan
+    from .release import Release, ReleasePlan
 
 __all__ = ["COMPARATORS", "Comparator", "Shadow", "ShadowPolicy"]
 
@@ -194,6 +195,8 @@ class ShadowPolicy:
             Each call is reserved before it goes: its worst case (its input and output
             limit at the candidate's dearest route) must fit in what is left; a call whose
             output has no limit (no ``max_tokens``) reserves the dearest shadow call so far.
+            A candidate route whose model has no price is not counted (the Guard logs a
+            warning as it is built).
         timeout: seconds a shadow call may take (finite, > 0).
         comparators: your own comparisons, by name, beside :data:`COMPARATORS`.
         segment: ``ctx -> label`` for the report's segments (default: the call's feature).
@@ -249,6 +252,22 @@ def _check_kinds(policy: ShadowPolicy) -> None:
         raise ConfigurationError(f"shadow: segment must be callable, got {policy.segment!r:.80}")
 
 
+def _unpriced(candidate: Release, prices: PriceTable | None) -> list[str]:
+    """The candidate's routes (``name/model``) ``prices`` has no price for, local ones aside:
+    a shadow's spend cap reserves and counts nothing of their calls."""
+    if prices is None:
+        return []
+    missing = []
+    for route in candidate.providers:
+        if route.model is None or is_local(route):
+            continue
+        try:
+            prices.price(route.model, provider=route.name)
+        except UnknownModelPriceError:
+            missing.append(f"{route.name}/{route.model}")
+    return missing
+
+
 @dataclass
 class _Tally:
     pairs: int = 0
@@ -297,6 +316,13 @@ class Shadow:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._abort: Abort | None = None  # how to abandon the call in flight
+        unpriced = _unpriced(plan.candidate, prices) if self.policy.max_cost_usd is not None else []
+        if unpriced:
+            logger.warning(
+                "llmguard shadow: no price for %s: what the shadow's calls there cost is not "
+                "counted, so max_cost_usd does not bound them; add the price "
+                "(PriceTable.with_prices) or set max_cost_usd=None", ", ".join(unpriced),
+            )  # fmt: skip
 
     def offer(self, ctx: CallContext, response: ChatResponse) -> None:
         """Maybe copy a served call to the queue (never waits)."""
