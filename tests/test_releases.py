@@ -76,6 +76,7 @@ def releases(a: FakeProvider, b: FakeProvider) -> tuple[Release, Release]:
         ("claude-sonnet-4-5-20250929", False),
         ("gemini-2.0-flash-001", False),
         ("anthropic.claude-3-haiku-20240307-v1:0", False),
+        ("mistralai/Mistral-7B-Instruct-v0.3", False),  # a dotted version suffix
         ("qwen2.5-0.5b-instruct-q4_k_m.gguf", False),
         ("gpt-4-0613", False),  # OpenAI's MMDD snapshots were taken for aliases
         ("gpt-3.5-turbo-0125", False),

@@ -51,8 +51,8 @@ Arm = Literal["control", "canary", "shadow"]
 logger = logging.getLogger("llmguard_sdk")
 
 _PINNED = re.compile(
-    r"(-\d{4}-\d{2}-\d{2}|-\d{8}|[-@]\d{3}|@\d{8}|-v\d+(:\d+)?|-\d{2}-\d{4}|-preview-\d{2}-\d{2}"
-    r"|-\d{4}(-preview)?|\.gguf)$"
+    r"(-\d{4}-\d{2}-\d{2}|-\d{8}|[-@]\d{3}|@\d{8}|-v\d+(\.\d+)*(:\d+)?|-\d{2}-\d{4}"
+    r"|-preview-\d{2}-\d{2}|-\d{4}(-preview)?|\.gguf)$"
 )
 _PARAMETERS = frozenset(ChatRequest.model_fields) - {"messages", "model", "extra_headers"}
 
@@ -60,8 +60,8 @@ _PARAMETERS = frozenset(ChatRequest.model_fields) - {"messages", "model", "extra
 def is_moving_alias(model: str) -> bool:
     """Whether ``model`` is a moving alias: ``...-latest``, or no date or version suffix
     (``gpt-4o`` moves, ``gpt-4o-2024-08-06``, ``gpt-4-0613``, ``claude-sonnet-4-5-20250929``,
-    ``gemini-2.0-flash-001``, ``mistral-large-2407``, ``...-v1:0`` and ``.gguf`` files do
-    not)."""
+    ``gemini-2.0-flash-001``, ``mistral-large-2407``, ``...-v1:0``, ``...-v0.3`` and ``.gguf``
+    files do not)."""
     name = model.strip().lower()
     return name.endswith("-latest") or not _PINNED.search(name)
 
