@@ -22,11 +22,11 @@ from llmguard_sdk.models import ChatRequest
 from llmguard_sdk.router import Strategy
 from llmguard_sdk.router.fit import (
     Headroom,
+    by_region,
     exhausted,
     fits,
     headroom_from,
     needs,
-    prefer_region,
     rank_by_cost,
     rank_by_headroom,
     share_at,
@@ -185,10 +185,10 @@ def test_cheapest_ranks_those_that_fit_by_price_then_the_others() -> None:
 
 def test_the_callers_region_goes_first_then_the_others_as_failover() -> None:
     regions = ["us", "eu", "us", None]
-    assert prefer_region([0, 1, 2, 3], regions, "eu") == [1, 0, 2, 3]
-    assert prefer_region([2, 0, 1, 3], regions, "us") == [2, 0, 1, 3]
-    assert prefer_region([3, 2, 1, 0], regions, None) == [3, 2, 1, 0]
-    assert prefer_region([0, 1], ["us", "us"], "ap") == [0, 1]  # none there: all failover
+    assert by_region(regions, "eu") == [[1], [0, 2, 3]]
+    assert by_region(regions, "us") == [[0, 2], [1, 3]]
+    assert by_region(regions, None) == [[0, 1, 2, 3]]
+    assert by_region(["us", "us"], "ap") == [[], [0, 1]]  # none there: all failover
 
 
 def _routes(servers: list[FakeProvider]) -> list[OpenAICompatibleProvider]:

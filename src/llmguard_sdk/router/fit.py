@@ -34,11 +34,11 @@ from ..providers.headers import limit_count, limit_reset_seconds
 
 __all__ = [
     "Headroom",
+    "by_region",
     "exhausted",
     "fits",
     "headroom_from",
     "needs",
-    "prefer_region",
     "rank_by_cost",
     "rank_by_headroom",
     "share_at",
@@ -139,10 +139,14 @@ def rank_by_cost(costs: Sequence[float], fit: Sequence[bool], turn: int) -> list
     return sorted(range(count), key=lambda i: (not fit[i], costs[i], (i - turn) % count))
 
 
-def prefer_region(
-    order: Sequence[int], regions: Sequence[str | None], region: str | None
-) -> list[int]:
-    """``order`` with the deployments tagged ``region`` first (None: unchanged)."""
+def by_region(regions: Sequence[str | None], region: str | None) -> list[list[int]]:
+    """The deployments (indexes) tagged ``region``, then the others: each part is ranked on
+    its own (the whole group ranked, then its region moved first, a turn or a draw that fell
+    on another region went to the region's first deployment). ``None``: one part, all."""
+    everyone = range(len(regions))
     if region is None:
-        return list(order)
-    return [i for i in order if regions[i] == region] + [i for i in order if regions[i] != region]
+        return [list(everyone)]
+    return [
+        [i for i in everyone if regions[i] == region],
+        [i for i in everyone if regions[i] != region],
+    ]

@@ -19,6 +19,7 @@ from ..models import ChatRequest
 from ..providers.base import Provider
 from .fit import (
     Headroom,
+    by_region,
     exhausted,
     fits,
     headroom_from,
@@ -229,25 +230,13 @@ class DeploymentGroup:
             if all(name in refused for name in self.names):
                 refused = set()  # (all were: the strategy ranks them all)
             order: list[int] = []
-            for part in self._by_region(facts.region or self.region):
+            for part in by_region(self.regions, facts.region or self.region):
                 ready = [i for i in part if self.names[i] not in refused]
                 order += self._order(ready, facts, now, in_flight) if ready else []
                 order += [i for i in part if self.names[i] in refused]
             if self.strategy == "latency":
                 self._led[self.names[order[0]]] = now
         return [self.deployments[i] for i in order]
-
-    def _by_region(self, region: str | None) -> list[list[int]]:
-        """The deployments (indexes) of ``region``, then the others, each ranked on its own
-        (the whole group ranked, then its region moved first: a turn or draw that fell on
-        another region went to the region's first deployment, two calls in three)."""
-        everyone = range(len(self.names))
-        if region is None:
-            return [list(everyone)]
-        return [
-            [i for i in everyone if self.regions[i] == region],
-            [i for i in everyone if self.regions[i] != region],
-        ]
 
     def _order(
         self, among: list[int], facts: CallFacts, now: float, in_flight: list[int]
