@@ -326,6 +326,14 @@ def parse_response(
         raise problem(f"response does not fit the model: {exc.errors()[0]['msg']}") from None
 
 
+def _event_error(event: dict[str, Any]) -> dict[str, Any]:
+    """An ``error`` event's error object: the ``error`` object the live API nests its
+    ``code``, ``type`` and ``message`` in, or the event itself, whose fields the API reference
+    gives them as."""
+    nested = event.get("error")
+    return nested if isinstance(nested, dict) else event
+
+
 class ResponsesStreamState(AnthropicStreamState):
     """Decodes Responses stream events into chunks: one event at most one chunk, as
     Anthropic's stream (whose loop and chunk making it shares); the error rules are
@@ -343,7 +351,7 @@ class ResponsesStreamState(AnthropicStreamState):
         if kind in ("error", "response.failed"):
             response = event.get("response")
             failed = response.get("error") if isinstance(response, dict) else None
-            error = event if kind == "error" else failed
+            error = _event_error(event) if kind == "error" else failed
             message = error.get("message") if isinstance(error, dict) else None
             text = message if isinstance(message, str) else None
             raise self.error_event(error, text, default="the response failed")

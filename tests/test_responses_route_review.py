@@ -1,0 +1,70 @@
+"""OpenAIResponsesProvider against what OpenAI's Responses API takes and sends: a chat request's
+parts and tools as the API reads them, and a stream's error events in the shape the live API
+sends them."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import pytest
+
+from llmguard_sdk import (
+    ChatRequest,
+    ContextLengthExceededError,
+    ProviderError,
+    RateLimitedError,
+)
+from llmguard_sdk.providers.responses import OpenAIResponsesProvider
+
+from .rawserver import RawServer, sse_head
+
+REQUEST = ChatRequest.model_validate({"messages": [{"role": "user", "content": "hi"}]})
+
+
+def _event(kind: str, **data: Any) -> bytes:
+    return f"event: {kind}\ndata: {json.dumps({'type': kind, **data})}\n\n".encode()
+
+
+def _streamed_error(event: bytes) -> ProviderError:
+    """What a stream that opened and then sent ``event`` raised."""
+    opened = {"id": "resp_1", "object": "response", "status": "in_progress", "model": "m"}
+    head = sse_head() + _event("response.created", sequence_number=0, response=opened)
+    with RawServer(head + event) as raw:
+        route = OpenAIResponsesProvider(raw.base_url, model="m")
+        try:
+            with pytest.raises(ProviderError) as info:
+                list(route.stream(REQUEST, model="m", deadline=time.monotonic() + 10))
+        finally:
+            route.close()
+    return info.value
+
+
+@pytest.mark.parametrize("nested", [False, True])
+@pytest.mark.parametrize(
+    ("error", "kind", "retryable"),
+    [
+        ({"type": "tokens", "code": "rate_limit_exceeded"}, RateLimitedError, True),
+        ({"type": "insufficient_quota", "code": "insufficient_quota"}, RateLimitedError, False),
+        (
+            {"type": "invalid_request_error", "code": "context_length_exceeded"},
+            ContextLengthExceededError,
+            False,
+        ),
+    ],
+)
+def test_a_streamed_error_event_is_read_flat_or_nested(
+    nested: bool, error: dict[str, Any], kind: type[ProviderError], retryable: bool
+) -> None:
+    """The API reference gives an ``error`` event's ``code`` and ``message`` on the event; the
+    live API nests them in an ``error`` object (openai-dotnet#881). Nested, the route read
+    neither: a spent quota was retried, an input too long for the model was no
+    ContextLengthExceededError, and the message was "the response failed"."""
+    error = {**error, "message": "said by the API", "param": None}
+    flat = {k: v for k, v in error.items() if k != "type"}  # (the event's type is "error")
+    fields = {"error": error} if nested else flat
+    raised = _streamed_error(_event("error", sequence_number=1, **fields))
+    assert type(raised) is kind
+    assert raised.retryable is retryable
+    assert "said by the API" in str(raised)
