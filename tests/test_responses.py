@@ -82,7 +82,7 @@ def test_provider_length_tools_and_errors(fake: FakeProvider) -> None:
     sent = fake.requests[-1].body
     assert sent is not None
     assert sent["tools"] == [
-        {"type": "function", "name": "lookup", "parameters": {"type": "object"}}
+        {"type": "function", "strict": False, "name": "lookup", "parameters": {"type": "object"}}
     ]
     assert sent["tool_choice"] == {"type": "function", "name": "lookup"}
     fake.always(Fault(status=503))

@@ -17,6 +17,7 @@ from llmguard_sdk import (
     RateLimitedError,
 )
 from llmguard_sdk.providers.responses import OpenAIResponsesProvider
+from llmguard_sdk.testing import FakeProvider
 
 from .rawserver import RawServer, sse_head
 
@@ -68,3 +69,32 @@ def test_a_streamed_error_event_is_read_flat_or_nested(
     assert type(raised) is kind
     assert raised.retryable is retryable
     assert "said by the API" in str(raised)
+
+
+def test_a_chat_function_tool_keeps_chat_s_non_strict_default(fake: FakeProvider) -> None:
+    """Chat completions calls a function tool that does not say ``strict`` non-strict; the
+    Responses API calls it strict (its schema normalized: every property required, no other
+    property allowed), so a chat caller's tool was sent as a different tool, its optional
+    arguments made mandatory, its free-form objects made empty. The route says
+    ``strict: false`` where the tool says nothing; a tool's own ``strict`` goes as it is."""
+    loose = {"name": "lookup", "parameters": {"type": "object", "properties": {}}}
+    tools: list[dict[str, Any]] = [
+        {"type": "function", "function": loose},
+        {"type": "function", "function": {**loose, "name": "exact", "strict": True}},
+        {"name": "claude_shaped", "input_schema": {"type": "object"}},
+    ]
+    route = OpenAIResponsesProvider(fake.base_url, model="m")
+    request = ChatRequest.model_validate({"messages": [{"role": "user", "content": "hi"}]})
+    try:
+        route.complete(
+            request.model_copy(update={"tools": tools}), model="m", deadline=time.monotonic() + 10
+        )
+    finally:
+        route.close()
+    body = fake.requests[-1].body
+    assert body is not None
+    assert [(t["name"], t["strict"]) for t in body["tools"]] == [
+        ("lookup", False),
+        ("exact", True),
+        ("claude_shaped", False),
+    ]

@@ -2,7 +2,8 @@
 
 The Guard's requests are chat-shaped; this provider sends them as Responses requests (system
 and developer messages as input items, assistant tool calls as ``function_call`` items, tool
-results as ``function_call_output`` items, ``max_output_tokens``, flat function tools,
+results as ``function_call_output`` items, ``max_output_tokens``, flat function tools
+(``strict: false`` where a tool does not say, chat's default),
 ``text.format`` for structured output, ``text.verbosity``, ``reasoning.effort`` (and a
 Responses caller's whole ``reasoning``), a content part's ``prompt_cache_breakpoint`` (on
 ``input_text`` and ``input_image``, as chat's), chat's ``logprobs: true`` as ``include``'s
@@ -154,11 +155,14 @@ def _items(message: Message) -> list[dict[str, Any]]:
 
 
 def _tool(tool: Mapping[str, Any]) -> dict[str, Any]:
+    """A chat function tool as the Responses API's, flat; ``strict: false`` where it does
+    not say (chat's default: the Responses API's is strict, which makes each property required
+    and no other allowed)."""
     tool = function_tool(tool)  # (Anthropic's shape: a function tool first)
     function = tool.get("function")
     if tool.get("type") != "function" or not isinstance(function, dict):
         return dict(tool)  # already flat, or a built-in tool: sent as given
-    return {"type": "function", **function}
+    return {"type": "function", "strict": False, **function}
 
 
 def build_responses_payload(
