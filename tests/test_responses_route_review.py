@@ -19,9 +19,18 @@ from llmguard_sdk import (
 from llmguard_sdk.providers.responses import OpenAIResponsesProvider
 from llmguard_sdk.testing import FakeProvider
 
-from .rawserver import RawServer, sse_head
+from .rawserver import RawServer, http_response, sse_head
 
 REQUEST = ChatRequest.model_validate({"messages": [{"role": "user", "content": "hi"}]})
+ANSWER = json.dumps(
+    {
+        "id": "resp_1",
+        "object": "response",
+        "status": "completed",
+        "model": "m",
+        "output": [{"type": "message", "content": [{"type": "output_text", "text": "ok"}]}],
+    }
+).encode()
 
 
 def _event(kind: str, **data: Any) -> bytes:
@@ -97,4 +106,28 @@ def test_a_chat_function_tool_keeps_chat_s_non_strict_default(fake: FakeProvider
         ("lookup", False),
         ("exact", True),
         ("claude_shaped", False),
+    ]
+
+
+def test_a_chat_file_part_is_sent_as_an_input_file() -> None:
+    """Chat's ``file`` part (a PDF by ``file_id``, or inline as ``file_data`` with its
+    ``filename``) was left out of a Responses request without a word: the model answered
+    about a document it never saw. It goes as the Responses API's ``input_file``."""
+    inline = {"file_data": "data:application/pdf;base64,JVBERi0=", "filename": "a.pdf"}
+    content = [
+        {"type": "text", "text": "summarize these"},
+        {"type": "file", "file": inline},
+        {"type": "file", "file": {"file_id": "file-abc"}},
+    ]
+    request = ChatRequest.model_validate({"messages": [{"role": "user", "content": content}]})
+    with RawServer(http_response(ANSWER)) as raw:
+        route = OpenAIResponsesProvider(raw.base_url, model="m")
+        try:
+            route.complete(request, model="m", deadline=time.monotonic() + 10)
+        finally:
+            route.close()
+    assert json.loads(raw.received[0])["input"][0]["content"] == [
+        {"type": "input_text", "text": "summarize these"},
+        {"type": "input_file", **inline},
+        {"type": "input_file", "file_id": "file-abc"},
     ]

@@ -102,7 +102,8 @@ def _content(message: Message) -> str | list[dict[str, Any]]:
     (the end of a reusable prefix) goes on, as Responses' ``input_text`` and ``input_image``
     take it, and an image's ``detail``: chat's ``image_url.detail``, ``"auto"`` (the default of
     both APIs) when it has none; openai's own ``ResponseInputImageParam`` requires it, as
-    servers that check input against it do (vLLM: a 400 "Field required")."""
+    servers that check input against it do (vLLM: a 400 "Field required"). Chat's ``file``
+    part (a PDF ...) is an ``input_file``."""
     if isinstance(message.content, str) or message.content is None:
         return message.content or ""
     text_type = "output_text" if message.role == "assistant" else "input_text"
@@ -115,12 +116,20 @@ def _content(message: Message) -> str | list[dict[str, Any]]:
             url = image.get("url") if isinstance(image, dict) else image
             detail = image.get("detail") if isinstance(image, dict) else None
             made = {"type": "input_image", "image_url": url, "detail": detail or "auto"}
+        elif part.get("type") == "file" and isinstance(file := part.get("file"), dict):
+            made = {"type": "input_file", **_file(file)}
         else:
             continue
-        if part.get(_BREAKPOINT) is not None and made["type"] != "output_text":
+        if part.get(_BREAKPOINT) is not None and made["type"] in ("input_text", "input_image"):
             made[_BREAKPOINT] = part[_BREAKPOINT]
         parts.append(made)
     return parts
+
+
+def _file(file: Mapping[str, Any]) -> dict[str, Any]:
+    """Chat's ``file`` part's file (an uploaded one's ``file_id``, or ``file_data`` inline
+    with its ``filename``) as an ``input_file`` takes it: the same fields, those given."""
+    return {k: file[k] for k in ("file_id", "file_data", "filename") if file.get(k) is not None}
 
 
 def _items(message: Message) -> list[dict[str, Any]]:
