@@ -75,9 +75,10 @@ def batch_tier(response: ChatResponse) -> ChatResponse:
 
 
 def as_chunk(response: ChatResponse) -> StreamChunk:
-    """``response`` as the one chunk of a stream."""
+    """``response`` as the one chunk of a stream (its metadata too: a refusal, logprobs)."""
     return StreamChunk(
         text=response.text,
+        metadata=response.metadata,
         finish_reason=response.finish_reason or "stop",
         usage=response.usage,
         tool_calls=response.tool_calls,

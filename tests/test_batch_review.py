@@ -1,0 +1,36 @@
+"""BatchProvider's calls as a user of OpenAI's Batch API sees them: a streamed call's one chunk
+says what the plain call's answer says, and a call that cannot be sent fails alone."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from llmguard_sdk import ChatRequest
+from llmguard_sdk.providers.batch import BatchProvider
+from llmguard_sdk.testing import FakeProvider
+
+REQUEST = ChatRequest.model_validate({"messages": [{"role": "user", "content": "hi"}]})
+
+
+def _refused(row: dict[str, Any]) -> dict[str, Any]:
+    """An OpenAI batch row whose answer is a refusal with its tokens' logprobs."""
+    choice = row["response"]["body"]["choices"][0]
+    choice["message"] = {"role": "assistant", "content": None, "refusal": "I cannot."}
+    choice["logprobs"] = {"content": None, "refusal": [{"token": "I", "logprob": -0.1}]}
+    return row
+
+
+def test_a_streamed_batch_call_says_what_the_plain_call_says(fake: FakeProvider) -> None:
+    """A streamed call through a batch route is its answer as one chunk; the chunk left out
+    the answer's metadata, so a streamed caller lost the model's refusal (and logprobs,
+    reasoning) that a plain caller of the same route got."""
+    fake.batch_rows = _refused  # type: ignore[attr-defined]
+    route = BatchProvider(fake.base_url, model="m", window=0.01, poll_interval=0.02)
+    try:
+        plain = route.complete(REQUEST, model="m", deadline=time.monotonic() + 10)
+        chunks = list(route.stream(REQUEST, model="m", deadline=time.monotonic() + 10))
+    finally:
+        route.close()
+    assert plain.metadata["refusal"] == "I cannot."
+    assert [chunk.metadata for chunk in chunks] == [plain.metadata]
