@@ -3,10 +3,14 @@ says what the plain call's answer says, and a call that cannot be sent fails alo
 
 from __future__ import annotations
 
+import concurrent.futures
+import math
 import time
-from typing import Any
+from typing import Any, Literal
 
-from llmguard_sdk import ChatRequest
+import pytest
+
+from llmguard_sdk import ChatRequest, RequestValidationError
 from llmguard_sdk.providers.batch import BatchProvider
 from llmguard_sdk.testing import FakeProvider
 
@@ -34,3 +38,25 @@ def test_a_streamed_batch_call_says_what_the_plain_call_says(fake: FakeProvider)
         route.close()
     assert plain.metadata["refusal"] == "I cannot."
     assert [chunk.metadata for chunk in chunks] == [plain.metadata]
+
+
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+def test_a_call_that_cannot_be_sent_as_json_fails_alone(
+    fake: FakeProvider, api: Literal["openai", "anthropic"]
+) -> None:
+    """A call whose body is no JSON (a NaN in its ``extra_body``) is refused as a plain route
+    refuses it (RequestValidationError, nothing sent). In a batch it was written into the
+    batch's input as it was: the Claude batch could not be sent and every call of it failed
+    ("the batch failed: ValueError"); OpenAI's file got a line that is no JSON, which fails
+    the whole batch's validation at OpenAI."""
+    route = BatchProvider(fake.base_url, api=api, model="m", window=0.2, poll_interval=0.02)
+    bad = REQUEST.model_copy(update={"extra_body": {"top_k": math.nan}})
+    try:
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            good = pool.submit(route.complete, REQUEST, model="m", deadline=time.monotonic() + 10)
+            refused = pool.submit(route.complete, bad, model="m", deadline=time.monotonic() + 10)
+            with pytest.raises(RequestValidationError):
+                refused.result()
+            assert good.result().text
+    finally:
+        route.close()

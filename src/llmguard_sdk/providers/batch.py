@@ -68,7 +68,7 @@ from ._batch_sent import BatchOptions, batch_options, split_note
 from ._http_errors import transport_error
 from .anthropic import ANTHROPIC_VERSION, build_anthropic_payload, claude_payload
 from .base import StreamCall, _check_timing, _Streams
-from .wire import build_payload
+from .wire import build_payload, encode_payload
 
 __all__ = ["BatchProvider"]
 
@@ -150,6 +150,7 @@ class BatchProvider(BatchExchanges, _Streams):
         _check_timing(deadline)  # (NaN or no number: refused before it joins a batch)
         options = batch_options(request, anthropic=self.api == "anthropic")
         body = self._body(request, model)
+        encode_payload(body)  # (no JSON, a NaN: refused alone, as a plain route refuses it)
         call = BatchCall(uuid.uuid4().hex, body, deadline, request, model, options)
         self._join(call)
         return call
