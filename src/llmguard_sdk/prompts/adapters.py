@@ -53,6 +53,7 @@ CACHE_HISTORY_KEY = "llmguard.prompt.cache_history"
 
 _EPHEMERAL: dict[str, Any] = {"type": "ephemeral"}
 _OVERFLOW = "other"  # the feature later new features count under, past max_features
+_NOT_SENT = ("cache", "degraded")  # the routes of answers no provider gave (the Guard's names)
 logger = logging.getLogger("llmguard_sdk")
 _KEY_CHARS = re.compile(r"[^A-Za-z0-9_.:-]+")
 
@@ -149,11 +150,12 @@ class FeatureCacheStats:
 class PrefixCacheStats:
     """A Guard hook that sums cached input tokens per feature: ``Guard(hooks=[stats])``.
 
-    Every call with usage counts (estimated usage too, which never has cached tokens);
-    ``stats.hit_ratio("support")`` is the share of that feature's input tokens that the
-    providers read from their prefix caches. At most ``max_features`` features are kept
-    apart; calls of later new ones count under ``"other"`` (logged once), as telemetry's
-    labels do. Thread-safe.
+    Every call a provider answered counts (with estimated usage too, which never has cached
+    tokens); an answer from the SDK's response cache (``cost_source="cached"``) or a degraded
+    answer reached no provider and does not. ``stats.hit_ratio("support")`` is the share of
+    that feature's input tokens that the providers read from their prefix caches. At most
+    ``max_features`` features are kept apart; calls of later new ones count under ``"other"``
+    (logged once), as telemetry's labels do. Thread-safe.
     """
 
     def __init__(self, *, max_features: int = 1000) -> None:
@@ -168,7 +170,7 @@ class PrefixCacheStats:
     def __call__(self, event: CallEvent) -> None:
         """Record one call (the Guard calls this after every call)."""
         usage = event.usage
-        if usage is None:
+        if usage is None or event.cost_source == "cached" or event.route in _NOT_SENT:
             return
         feature = event.scope.feature
         with self._lock:
