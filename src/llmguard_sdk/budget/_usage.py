@@ -14,6 +14,9 @@ them) and ``output_tokens`` = every output token (reasoning among them):
   usage that reports writes without that split may give the 12-hour ones flat, as
   ``.cache_write_12h_tokens`` (the name of OpenAI's usage API,
   ``input_cache_write_12h_tokens``; a proxy's flattening of the split): read as the same count.
+  DeepSeek's OpenAI-compatible usage gives its cache reads as ``prompt_cache_hit_tokens`` (and
+  the rest of the input as ``prompt_cache_miss_tokens``; the two sum to ``prompt_tokens``):
+  read as the cached tokens, once where ``prompt_tokens_details.cached_tokens`` counts them too.
 * OpenAI Responses API: ``input_tokens`` (cache reads and writes included),
   ``input_tokens_details.cached_tokens``, ``.cache_write_tokens`` and its
   ``.cache_write_tokens_details``, as above, ``output_tokens`` (reasoning included),
@@ -108,6 +111,8 @@ _AUDIO = (
     _fields("prompt_tokens_details.audio_tokens", "completion_tokens_details.audio_tokens"),
     _fields("input_tokens_details.audio_tokens", "output_tokens_details.audio_tokens"),
 )
+# DeepSeek's cache reads and the rest of its input, beside prompt_tokens (chat): two lookups
+_HIT_MISS = _fields("prompt_cache_hit_tokens", "prompt_cache_miss_tokens")
 _MESSAGES = _fields(
     "input_tokens",
     "output_tokens",
@@ -232,6 +237,22 @@ def _tokens(fields: tuple[Path, ...], values: list[object]) -> tuple[int, ...] |
     return counted[0] + read + created, counted[1], read, created, hour, 0, reasoning
 
 
+def _hits_and_misses(raw: Mapping[str, Any], values: list[object]) -> str | None:
+    """Fold DeepSeek's ``prompt_cache_hit_tokens`` / ``prompt_cache_miss_tokens`` into the
+    chat ``values`` read (in place): the hits are the cached tokens (the same tokens as any
+    ``prompt_tokens_details.cached_tokens``: the larger count, not their sum), and the input
+    is at least the hits and misses; the name of one above :data:`MOST_TOKENS`, if any."""
+    found = _read(raw, _HIT_MISS)
+    absurd = _absurd(_HIT_MISS, found)
+    hit, miss = _count(found[0]) or 0, _count(found[1]) or 0
+    if absurd is None and (hit or miss):
+        values[2] = max(_count(values[2]) or 0, hit)
+        prompt = _count(values[0])
+        if prompt is not None:  # (a prompt_tokens that is no count leaves the usage unusable)
+            values[0] = max(prompt, hit + miss)
+    return absurd
+
+
 def usage_from_payload(
     raw: object, *, service_tier: object = None
 ) -> tuple[Usage | None, float | None]:
@@ -252,6 +273,8 @@ def usage_from_payload(
         flat = _FLAT_12H[fields is _RESPONSES]
         values[6] = _read(raw, flat)[0]
         absurd = absurd or _absurd(flat, values[6:7])
+    if fields is _CHAT:
+        absurd = absurd or _hits_and_misses(raw, values)
     audio: list[object] = [0, 0]
     if fields is not _MESSAGES:  # (Anthropic's messages carry no audio)
         audio = _read(raw, _AUDIO[fields is _RESPONSES])
