@@ -52,6 +52,7 @@ CACHE_HISTORY_KEY = "llmguard.prompt.cache_history"
 """``ChatRequest.metadata`` key: ``"1"`` to also put a breakpoint after the history."""
 
 _EPHEMERAL: dict[str, Any] = {"type": "ephemeral"}
+MOST_BREAKPOINTS = 4  # blocks with cache_control Claude takes in one request (400 to more)
 _OVERFLOW = "other"  # the feature later new features count under, past max_features
 _NOT_SENT = ("cache", "degraded")  # the routes of answers no provider gave (the Guard's names)
 logger = logging.getLogger("llmguard_sdk")
@@ -101,32 +102,106 @@ def add_cache_breakpoints(
     """Put Anthropic ``cache_control`` breakpoints (in place) at the end of the static part.
 
     ``system`` and ``messages`` are Anthropic-shaped (``system`` a list of text blocks);
-    breakpoints go on the last tool, on system block ``static_system_blocks - 1`` and, when
-    ``history_end`` is given, on the last content block of ``messages[history_end - 1]``.
-    Nothing is added when the request already has breakpoints of its own; Anthropic allows
-    four at most, so none is added beyond that.
+    breakpoints go on system block ``static_system_blocks - 1``, on the last content block of
+    ``messages[history_end - 1]`` when ``history_end`` is given, and on the last tool, each
+    ``{"type": "ephemeral"}`` (Claude's 5-minute lifetime, renewed by each read).
+
+    Breakpoints the request has of its own (a caller's mark on a per-call document) are kept
+    as they are, and these go beside them while the request holds four at most (Anthropic's
+    limit, :data:`~llmguard_sdk.providers.anthropic.MAX_CACHE_BREAKPOINTS`); where there is
+    not room for all, the last tool's is left out first (the static part's covers the tools),
+    then the history's.
+    None goes on a block the request marked itself, nor before a breakpoint of the request's
+    that lives longer (``"ttl": "1h"``): Anthropic refuses a shorter-lived one before it
+    (tools come first, then the system blocks, then the messages).
+
+    .. versionchanged:: 0.2.0 the request's own breakpoints no longer switch these off (its
+       static part was never read from the cache when a caller marked a later block).
     """
-    if _has_breakpoint([*system, *(tools or [])]) or any(
-        isinstance(m.get("content"), list) and _has_breakpoint(m["content"]) for m in messages
-    ):
-        return
-    if tools:
-        tools[-1] = {**tools[-1], "cache_control": dict(_EPHEMERAL)}
-    if 0 < static_system_blocks <= len(system):
-        index = static_system_blocks - 1
-        system[index] = {**system[index], "cache_control": dict(_EPHEMERAL)}
-    if history_end is not None and 0 < history_end <= len(messages):
-        message = messages[history_end - 1]
+    own = _breakpoints(system, messages, tools)
+    room = MOST_BREAKPOINTS - len(own)
+    marked = {place for place, _longer in own}
+    longest = max((place for place, longer in own if longer), default=None)
+    for place in _static_places(system, messages, tools, static_system_blocks, history_end):
+        if room <= 0:
+            break
+        if place in marked or (longest is not None and place < longest):
+            continue
+        _mark(system, messages, tools, place)
+        room -= 1
+
+
+Place = tuple[int, int, int]
+"""Where a breakpoint is, in the order Anthropic reads a request: ``(0, tool, 0)``,
+``(1, system block, 0)``, ``(2, message, content block)``."""
+
+
+def _breakpoints(
+    system: list[dict[str, Any]], messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
+) -> list[tuple[Place, bool]]:
+    """The request's own breakpoints, one per marked block: its place, and whether it lives
+    longer than Claude's default 5 minutes (a tool result's inner blocks at the result's)."""
+    blocks: list[tuple[Place, Any]] = [((0, i, 0), tool) for i, tool in enumerate(tools or ())]
+    blocks += [((1, i, 0), block) for i, block in enumerate(system)]
+    for i, message in enumerate(messages):
         content = message.get("content")
+        for j, block in enumerate(content if isinstance(content, list) else ()):
+            inner = block.get("content") if isinstance(block, dict) else None
+            blocks += [((2, i, j), part) for part in [block, *_listed(inner)]]
+    found: list[tuple[Place, bool]] = []
+    for place, block in blocks:
+        if isinstance(block, dict) and "cache_control" in block:
+            control = block["cache_control"]
+            ttl = control.get("ttl") if isinstance(control, Mapping) else None
+            found.append((place, ttl not in (None, "5m")))
+    return found
+
+
+def _listed(value: object) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _static_places(
+    system: list[dict[str, Any]],
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None,
+    static_system_blocks: int,
+    history_end: int | None,
+) -> list[Place]:
+    """Where the static part's breakpoints go, the most valuable first: after the static
+    system blocks, after the history, after the last tool."""
+    places: list[Place] = []
+    if 0 < static_system_blocks <= len(system):
+        places.append((1, static_system_blocks - 1, 0))
+    if history_end is not None and 0 < history_end <= len(messages):
+        content = messages[history_end - 1].get("content")
+        if isinstance(content, str) or (content and isinstance(content[-1], dict)):
+            last = len(content) - 1 if isinstance(content, list) else 0
+            places.append((2, history_end - 1, last))
+    if tools:
+        places.append((0, len(tools) - 1, 0))
+    return places
+
+
+def _mark(
+    system: list[dict[str, Any]],
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None,
+    place: Place,
+) -> None:
+    """Put a 5-minute breakpoint on the block at ``place`` (a copy of it, in place)."""
+    where, index, block = place
+    if where == 0 and tools is not None:
+        tools[index] = {**tools[index], "cache_control": dict(_EPHEMERAL)}
+    elif where == 1:
+        system[index] = {**system[index], "cache_control": dict(_EPHEMERAL)}
+    else:
+        message = messages[index]
+        content = message["content"]
         if isinstance(content, str):
             content = [{"type": "text", "text": content}]
-        if isinstance(content, list) and content and isinstance(content[-1], dict):
-            blocks = [*content[:-1], {**content[-1], "cache_control": dict(_EPHEMERAL)}]
-            messages[history_end - 1] = {**message, "content": blocks}
-
-
-def _has_breakpoint(blocks: Sequence[Any]) -> bool:
-    return any(isinstance(b, dict) and "cache_control" in b for b in blocks)
+        marked = {**content[block], "cache_control": dict(_EPHEMERAL)}
+        messages[index] = {**message, "content": [*content[:block], marked, *content[block + 1 :]]}
 
 
 @dataclass(frozen=True)

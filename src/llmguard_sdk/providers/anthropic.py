@@ -59,7 +59,12 @@ from .._http_library import Library
 from .._keys import check_api_key
 from ..errors import MalformedResponseError
 from ..models import ChatRequest, ChatResponse, Message, StreamChunk
-from ..prompts.adapters import CACHE_HISTORY_KEY, STATIC_MESSAGES_KEY, add_cache_breakpoints
+from ..prompts.adapters import (
+    CACHE_HISTORY_KEY,
+    MOST_BREAKPOINTS,
+    STATIC_MESSAGES_KEY,
+    add_cache_breakpoints,
+)
 from ._anthropic_params import add_extra_body, add_output_format
 from ._anthropic_sampling import RefusedSampling, SamplingRetries
 from ._anthropic_tools import claude_tool, claude_tool_choice
@@ -106,7 +111,7 @@ meaning). Any other reason is the finish reason as Claude sent it: ``pause_turn`
 paused a long server-tool turn; the answer is incomplete, send it back to continue) has no
 OpenAI counterpart and is no complete ``stop``. The raw reason is always in the response's
 ``metadata["stop_reason"]`` (a stream's, on the chunk that finishes it)."""
-MAX_CACHE_BREAKPOINTS = 4
+MAX_CACHE_BREAKPOINTS = MOST_BREAKPOINTS
 """The most blocks with ``cache_control`` Claude takes in one request (it answers 400 to more)."""
 _OPENAI_BREAKPOINT = "prompt_cache_breakpoint"  # openai's, on a content part
 _JSON_ERRORS = (ValueError, RecursionError)

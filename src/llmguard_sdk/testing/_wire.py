@@ -270,6 +270,33 @@ def _messages_problem(body: Any, version: str | None) -> str | None:
     system = body.get("system")
     if system is not None and not isinstance(system, (str, list)):
         return "system: must be a string or a list of text blocks"
+    return _breakpoints_problem(body)
+
+
+def _breakpoints_problem(body: dict[str, Any]) -> str | None:
+    """Why a Messages request's ``cache_control`` breakpoints are refused (Anthropic's 400):
+    more than 4, or a 1-hour one after a 5-minute one (tools, then system, then messages)."""
+    blocks: list[Any] = list(body.get("tools") or [])
+    system = body.get("system")
+    blocks += system if isinstance(system, list) else []
+    for message in body["messages"]:
+        for block in message["content"] if isinstance(message["content"], list) else []:
+            blocks.append(block)
+            inner = block.get("content") if isinstance(block, dict) else None
+            blocks += inner if isinstance(inner, list) else []  # (a tool result's blocks)
+    ttls = [
+        str(b["cache_control"].get("ttl") or "5m")
+        for b in blocks
+        if isinstance(b, dict) and isinstance(b.get("cache_control"), dict)
+    ]
+    if len(ttls) > 4:
+        return f"A maximum of 4 blocks with cache_control may be provided. Found {len(ttls)}."
+    if "1h" in ttls and "5m" in ttls[: len(ttls) - ttls[::-1].index("1h")]:
+        return (
+            "a ttl='1h' cache_control block must not come after a ttl='5m' cache_control "
+            "block. Note that blocks are processed in the following order: `tools`, `system`, "
+            "`messages`."
+        )
     return None
 
 
