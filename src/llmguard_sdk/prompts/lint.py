@@ -6,9 +6,13 @@ therefore hold nothing that changes from call to call, or from deploy to deploy.
 
 ``timestamp``
     Dates and times (``2025-03-01``, ``14:05``, ``March 3, 2025``, ``03/01/2025``, Unix
-    epochs, ``time.time()``'s among them): they change every day, or every second.
+    epochs, ``time.time()``'s among them): they change every day, or every second. An ISO
+    timestamp is one finding (not its time and offset again); a scripture reference's
+    chapter and verse (``John 3:16``, ``1 Cor. 13:4-7``) and a model id's snapshot date
+    (``gpt-4o-2024-08-06``) are none.
 ``random-id``
-    UUIDs, long hex strings, and long tokens mixing letters and digits (request ids, nonces).
+    UUIDs, long hex strings, and long tokens mixing letters and digits (request ids, nonces);
+    not model ids (``claude-3-5-sonnet-20241022``: words, versions and a snapshot date).
 ``unsorted-json``
     A JSON object whose keys are not sorted: its key order depends on whoever serialised it.
 ``whitespace``
@@ -85,6 +89,31 @@ _TIMESTAMPS = [
     # seconds or milliseconds, with time.time()'s fraction (a version's dots are no epoch)
     (re.compile(r"(?<![\w.])1\d{9}(?:\d{3})?(?:\.\d+)?(?!\w|\.\d)"), "a Unix timestamp"),
 ]
+# a scripture reference's chapter:verse is no time of day: "John 3:16", "1 Cor. 13:4-7"
+_BOOKS = (
+    r"(?:Genesis|Gen|Exodus|Exod|Leviticus|Lev|Numbers|Deuteronomy|Deut|Joshua|Josh|Judges|"
+    r"Judg|Ruth|Ezra|Nehemiah|Neh|Esther|Esth|Job|Psalms?|Pss?|Psa|Proverbs|Prov|Ecclesiastes|"
+    r"Eccl|Song of (?:Solomon|Songs)|Isaiah|Isa|Jeremiah|Jer|Lamentations|Ezekiel|Ezek|Daniel|"
+    r"Hosea|Hos|Joel|Amos|Obadiah|Obad|Jonah|Micah|Nahum|Habakkuk|Zephaniah|Zeph|Haggai|"
+    r"Zechariah|Zech|Malachi|Matthew|Matt|Mt|Mark|Mk|Luke|Lk|John|Jn|Acts|Romans|Rom|"
+    r"Galatians|Gal|Ephesians|Eph|Philippians|Phil|Colossians|Col|Titus|Philemon|Phlm|Hebrews|"
+    r"Heb|James|Jas|Jude|Revelation|Rev|Qur'?an|Koran|Surah|Sura|"
+    r"[1-3] ?(?:Samuel|Sam|Kings|Kgs|Chronicles|Chr|Corinthians|Cor|Thessalonians|Thess|"
+    r"Timothy|Tim|Peter|Pet|John|Jn))"
+)
+_VERSE = re.compile(
+    rf"(?<![\w.]){_BOOKS}\.? \d{{1,3}}:\d{{1,3}}(?:[-\u2013]\d{{1,3}})?"
+    r"(?!\w|:|\s?[AaPp]\.?[Mm]\b)"
+)
+# a model id's segments: words, versions ("4o", "3.5", "70b", "r1", "llama3", "8x7b"), short
+# numbers and a YYYYMMDD snapshot date: claude-3-5-sonnet-20241022 is no random id, and
+# gpt-4o-2024-08-06's date is no date that changes
+_ID_SEGMENT = re.compile(
+    r"(?:[A-Z]?[a-z]+|[A-Z]+)(?:\d{1,2}(?:\.\d+)?)?|\d{1,4}(?:\.\d+)*[A-Za-z]{0,2}"
+    r"|[A-Za-z]{1,2}\d{1,2}|\d{1,2}x\d{1,3}[A-Za-z]?"
+    r"|(?:19|20)\d\d(?:0[1-9]|1[0-2])(?:0[1-9]|[12]\d|3[01])"
+)
+_ID_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
 _UUID = re.compile(
     r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b"
 )
@@ -107,9 +136,40 @@ _WHITESPACE = [
 
 
 def _timestamps(text: str, section: str) -> Iterator[LintWarning]:
+    # found already: an ISO timestamp's time and offset are no second finding, a verse's
+    # chapter:verse none at all
+    taken = [m.span() for m in _VERSE.finditer(text)]
     for pattern, what in _TIMESTAMPS:
         for match in pattern.finditer(text):
+            if any(s <= match.start() and match.end() <= e for s, e in taken):
+                continue
+            if pattern is _TIMESTAMPS[0][0] and _model_date(text, match.start(), match.end()):
+                continue
+            taken.append(match.span())
             yield _found("timestamp", f"{what} changes between calls", section, match)
+
+
+def _model_id(word: str) -> bool:
+    """Whether ``word`` reads as a model id (``claude-3-5-sonnet-20241022``): segments that are
+    words, versions or a snapshot date, one of them a word of three letters or more."""
+    segments = re.split(r"[-_]", word)
+    return all(_ID_SEGMENT.fullmatch(s) for s in segments) and any(
+        len(s) >= 3 and s.isalpha() for s in segments
+    )
+
+
+def _model_date(text: str, start: int, end: int) -> bool:
+    """Whether the date ``text[start:end]`` ends a model id (``gpt-4o-2024-08-06``,
+    ``o1-2024-12-17``): a name with a version before it, nothing but prose after it."""
+    if start < 2 or text[start - 1] != "-" or re.match(r"\.?\w", text[end : end + 2]):
+        return False
+    first = start - 1
+    while first > 0 and text[first - 1] in _ID_CHARS:
+        first -= 1
+    segments = re.split(r"[-_]", text[first : start - 1])
+    return all(_ID_SEGMENT.fullmatch(s) for s in segments) and any(
+        any(c.isdigit() for c in s) and any(c.isalpha() for c in s) for s in segments
+    )
 
 
 def _random_ids(text: str, section: str) -> Iterator[LintWarning]:
@@ -124,7 +184,7 @@ def _random_ids(text: str, section: str) -> Iterator[LintWarning]:
                 continue
             digits = sum(c.isdigit() for c in word)
             letters = sum(c.isalpha() for c in word)
-            if pattern is _TOKEN and (digits < 3 or letters < 3):
+            if pattern is _TOKEN and (digits < 3 or letters < 3 or _model_id(word)):
                 continue
             if pattern is _HEX and (digits == 0 or letters == 0):
                 continue
