@@ -113,3 +113,17 @@ def test_each_marked_block_of_a_tool_result_counts() -> None:
     assert json.dumps([system, messages, tools]).count("cache_control") == 4
     assert "cache_control" in system[0]
     assert "cache_control" not in tools[0]
+
+
+@pytest.mark.parametrize(("control", "added"), [(FIVE, 2), (HOUR, 0)])
+def test_automatic_caching_takes_a_place_at_the_end(
+    api: FakeProvider, guard: Guard, control: dict[str, Any], added: int
+) -> None:
+    """A top-level ``cache_control`` (Claude's automatic caching) is a breakpoint on the last
+    block: with the caller's mark and the builder's three, Claude counted five."""
+    builder = PromptBuilder("handbook", instructions=STATIC, tools=[TOOL], drift=None)
+    prompt = builder.build(document("Order 1 was sent. " * 30, control))
+    guard.chat(request=prompt.request(max_tokens=20, extra_body={"cache_control": control}))
+    body = api.requests[-1].body
+    assert body["cache_control"] == control
+    assert json.dumps(body).count("cache_control") == 2 + added

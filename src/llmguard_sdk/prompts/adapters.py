@@ -98,6 +98,7 @@ def add_cache_breakpoints(
     *,
     static_system_blocks: int,
     history_end: int | None = None,
+    automatic: object = None,
 ) -> None:
     """Put Anthropic ``cache_control`` breakpoints (in place) at the end of the static part.
 
@@ -113,12 +114,16 @@ def add_cache_breakpoints(
     then the history's.
     None goes on a block the request marked itself, nor before a breakpoint of the request's
     that lives longer (``"ttl": "1h"``): Anthropic refuses a shorter-lived one before it
-    (tools come first, then the system blocks, then the messages).
+    (tools come first, then the system blocks, then the messages). ``automatic`` is the
+    request's top-level ``cache_control`` (Claude's automatic caching), if any: a breakpoint of
+    the request's own on its last block.
 
     .. versionchanged:: 0.2.0 the request's own breakpoints no longer switch these off (its
        static part was never read from the cache when a caller marked a later block).
     """
     own = _breakpoints(system, messages, tools)
+    if automatic is not None:  # (on the last block: after every other)
+        own.append(((3, 0, 0), _longer({"cache_control": automatic})))
     room = MOST_BREAKPOINTS - len(own)
     marked = {place for place, _longer in own}
     longest = max((place for place, longer in own if longer), default=None)
@@ -133,7 +138,8 @@ def add_cache_breakpoints(
 
 Place = tuple[int, int, int]
 """Where a breakpoint is, in the order Anthropic reads a request: ``(0, tool, 0)``,
-``(1, system block, 0)``, ``(2, message, content block)``."""
+``(1, system block, 0)``, ``(2, message, content block)``; ``(3, 0, 0)`` for automatic
+caching's, after them all."""
 
 
 def _breakpoints(
@@ -148,13 +154,14 @@ def _breakpoints(
         for j, block in enumerate(content if isinstance(content, list) else ()):
             inner = block.get("content") if isinstance(block, dict) else None
             blocks += [((2, i, j), part) for part in [block, *_listed(inner)]]
-    found: list[tuple[Place, bool]] = []
-    for place, block in blocks:
-        if isinstance(block, dict) and "cache_control" in block:
-            control = block["cache_control"]
-            ttl = control.get("ttl") if isinstance(control, Mapping) else None
-            found.append((place, ttl not in (None, "5m")))
-    return found
+    return [(p, _longer(b)) for p, b in blocks if isinstance(b, dict) and "cache_control" in b]
+
+
+def _longer(block: Mapping[str, Any]) -> bool:
+    """Whether the breakpoint on ``block`` lives longer than Claude's default 5 minutes."""
+    control = block["cache_control"]
+    ttl = control.get("ttl") if isinstance(control, Mapping) else None
+    return ttl not in (None, "5m")
 
 
 def _listed(value: object) -> list[Any]:

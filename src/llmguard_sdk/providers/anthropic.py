@@ -234,6 +234,7 @@ def anthropic_params(request: ChatRequest) -> dict[str, Any]:
             tools,
             static_system_blocks=static_blocks,
             history_end=position.get(history - 1) if history else None,
+            automatic=(request.extra_body or {}).get("cache_control"),
         )
     params: dict[str, Any] = {"messages": messages}
     if system:

@@ -284,6 +284,7 @@ def _breakpoints_problem(body: dict[str, Any]) -> str | None:
             blocks.append(block)
             inner = block.get("content") if isinstance(block, dict) else None
             blocks += inner if isinstance(inner, list) else []  # (a tool result's blocks)
+    blocks.append(body)  # (a top-level cache_control: automatic caching, on the last block)
     ttls = [
         str(b["cache_control"].get("ttl") or "5m")
         for b in blocks
