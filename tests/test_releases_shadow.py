@@ -110,6 +110,50 @@ def test_a_spend_cap_that_cannot_price_the_candidate_says_so_as_the_guard_is_bui
     assert build(priced, 1.0) == []
 
 
+LONG = " ".join(["word"] * 1500)  # a 1,500-token answer: $0.0015 at $1 per million
+
+
+def _long_answers(cap: float, calls: int) -> tuple[dict[str, Any], list[Any]]:
+    """The shadow's report and the requests its candidate got, the candidate answering
+    :data:`LONG` to calls without ``max_tokens``, both models at $1 per million tokens."""
+    with FakeProvider(name="a") as a, FakeProvider(name="b", reply=lambda body: LONG) as b:
+        current = OpenAICompatibleProvider(a.base_url, model="a-2025-01-01", name="a")
+        candidate = OpenAICompatibleProvider(b.base_url, model="b-2025-01-01", name="b")
+        plan = ReleasePlan(
+            Release("bot", "v1", current),
+            candidate=Release("bot", "v2", candidate),
+            shadow=ShadowPolicy(share=1.0, rate_per_s=1000, max_cost_usd=cap),
+        )
+        table = PriceTable({"a-2025-01-01": Price(1.0, 1.0), "b-2025-01-01": Price(1.0, 1.0)})
+        guard = Guard(release=plan, environ={}, prices=table, telemetry=False)
+        try:
+            for _ in range(calls):
+                guard.chat([{"role": "user", "content": "hello"}])
+            shadow = guard.releases.shadow  # type: ignore[union-attr]
+            assert shadow is not None
+            assert shadow.drain(30.0)
+            return shadow.report(), b.requests
+        finally:
+            guard.close()
+
+
+def test_a_copy_without_max_tokens_reserves_its_input_and_an_output_allowance() -> None:
+    """A copy of a call without ``max_tokens`` reserved the dearest copy so far: nothing
+    for the first, so a long first answer went past the cap ($0.0015 spent against a
+    $0.0005 cap). A copy reserves what a budgeted call without ``max_tokens`` does, its
+    input and ``Budgets.default_output_tokens`` (1024, the ``max_tokens`` it is sent with)
+    at the candidate's prices, and is not sent when that does not fit."""
+    report, sent = _long_answers(0.0005, 3)
+    assert report["spent_usd"] <= 0.0005
+    assert sent == []
+    assert report["skipped_budget"] == 3
+    report, sent = _long_answers(0.0025, 3)  # room for two copies' reservations (~$0.00103)
+    assert report["spent_usd"] <= 0.0025
+    assert report["pairs"] == 2
+    assert report["skipped_budget"] == 1
+    assert [request.body.get("max_tokens") for request in sent] == [1024, 1024]
+
+
 @pytest.mark.parametrize(
     ("served", "shadow", "exact", "json_valid"),
     [

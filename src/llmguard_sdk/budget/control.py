@@ -28,7 +28,7 @@ from .._state import steps as store_steps
 from .._state.stores import RedisStore, Store
 from ..context import CallContext
 from ..errors import BudgetUnavailableError, ConfigurationError, RequestValidationError
-from ..models import ChatResponse, Usage
+from ..models import ChatRequest, ChatResponse, Usage
 from ..providers.base import Provider, is_local
 from ..telemetry._repeats import log_repeated
 from ..tokens import count_text_tokens
@@ -262,9 +262,25 @@ class SpendControl:
         ...: a route's model or the request's) gets it as ``max_completion_tokens``, the
         only name those models take."""
         if self.active and ctx.request.output_limit is None and self.scopes.of_call(ctx):
-            newer = self._completion_limit or takes_completion_limit(ctx.request.model)
-            name = "max_completion_tokens" if newer else "max_tokens"
-            ctx.request = ctx.request.model_copy(update={name: self.config.default_output_tokens})
+            ctx.request = self.bounded(ctx.request)
+
+    def bounded(self, request: ChatRequest) -> ChatRequest:
+        """``request`` with the output limit a budgeted call without one is given
+        (``default_output_tokens``, as ``max_completion_tokens`` where an OpenAI reasoning
+        model may serve it); ``request`` itself when it has a limit."""
+        if request.output_limit is not None:
+            return request
+        newer = self._completion_limit or takes_completion_limit(request.model)
+        name = "max_completion_tokens" if newer else "max_tokens"
+        return request.model_copy(update={name: self.config.default_output_tokens})
+
+    def worst_case_usd(self, ctx: CallContext, routes: Sequence[Provider]) -> float:
+        """What a budget holds for the call of ``ctx`` on ``routes`` (USD): its input
+        (:meth:`route_price_args`) and its output limit, ``default_output_tokens`` where it
+        has none, at the dearest of the routes."""
+        base, per = self.route_price_args(ctx, routes)
+        want = ctx.request.output_limit or self.config.default_output_tokens
+        return (base + want * per) / NANO
 
     def reserve_steps(
         self,

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from .._problems import problems
 from ..budget.prices import PriceTable
-from ..errors import ConfigurationError, MovingModelAliasError
+from ..errors import ConfigurationError, MovingModelAliasError, UnknownModelPriceError
 from ..models import ChatRequest
 from ..prompts.adapters import (
     CACHE_HISTORY_KEY,
@@ -27,7 +27,7 @@ from ..prompts.adapters import (
     STATIC_MESSAGES_KEY,
     static_prefix_hash,
 )
-from ..providers.base import Provider
+from ..providers.base import Provider, is_local
 from ..router import DeploymentGroup
 from .policy import CanaryPolicy, is_number
 
@@ -381,3 +381,27 @@ def retirements(
             if day is not None and (day - today).days <= plan.warn_days:
                 found.append((release, route, day))
     return found
+
+
+def unpriced_routes(release: Release, prices: PriceTable) -> list[Provider]:
+    """``release``'s routes whose model ``prices`` has no price for, local ones aside:
+    what their calls cost is not known (their answers carry no cost)."""
+    missing = []
+    for route in release.providers:
+        if route.model is None or is_local(route):
+            continue
+        try:
+            prices.price(route.model, provider=route.name)
+        except UnknownModelPriceError:
+            missing.append(route)
+    return missing
+
+
+def warn_unpriced(release: Release, prices: PriceTable, who: str, consequence: str) -> None:
+    """Log one warning, as the Guard is built, naming each ``route/model`` of ``release``
+    that ``prices`` has no price for: ``who`` (``"shadow"``, ``"canary"``) says what does
+    not hold there and what to do (``consequence``)."""
+    missing = unpriced_routes(release, prices)
+    if missing:
+        named = ", ".join(f"{route.name}/{route.model}" for route in missing)
+        logger.warning("llmguard %s: no price for %s: %s", who, named, consequence)

@@ -26,18 +26,17 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..context import CallContext, CallEvent, Scope
-from ..errors import ConfigurationError, LLMGuardError, UnknownModelPriceError
+from ..errors import ConfigurationError, LLMGuardError
 from ..models import ChatRequest, ChatResponse
 from ..providers._abort import Abort, abortable
-from ..providers.base import is_local
-from ..tokens import count_request_tokens
 from .policy import LATENCY_SLACK_S
+from .release import unpriced_routes, warn_unpriced
 
 if TYPE_CHECKING:
     from ..budget.prices import PriceTable
     from ..guard import Guard
     from ..telemetry import Telemetry
-    from .release import Release, ReleasePlan
+    from .release import ReleasePlan
 
 __all__ = ["COMPARATORS", "Comparator", "Shadow", "ShadowPolicy"]
 
@@ -47,7 +46,6 @@ Comparator = Callable[[ChatResponse, ChatResponse], "bool | None"]
 """``(served, shadow) -> agree``; ``None``: this pair says nothing (not counted)."""
 
 _MAX_SEGMENTS = 100
-_INPUT_MARGIN = 0.1  # a reservation's input counts this much more (as Budgets' input_margin)
 _CLOSE_GRACE_S = 1.0  # how long a close waits for an abandoned call to end (its timeout if less)
 
 
@@ -192,9 +190,10 @@ class ShadowPolicy:
         rate_per_s: shadow calls per second at most (this process; beyond: skipped).
         max_cost_usd: what the shadow calls may spend in this process (``None``: no cap),
             calls that got no answer included (what their attempts that went out cost).
-            Each call is reserved before it goes: its worst case (its input and output
-            limit at the candidate's dearest route) must fit in what is left; a call whose
-            output has no limit (no ``max_tokens``) reserves the dearest shadow call so far.
+            Each call is reserved before it goes, as a spend budget holds a call: its worst
+            case (its input and output limit at the candidate's dearest route) must fit in
+            what is left; a call whose output has no limit (no ``max_tokens``) is sent with
+            the one a budgeted call gets, ``Budgets.default_output_tokens`` (1024).
             A candidate route whose model has no price is not counted (the Guard logs a
             warning as it is built).
         timeout: seconds a shadow call may take (finite, > 0).
@@ -252,22 +251,6 @@ def _check_kinds(policy: ShadowPolicy) -> None:
         raise ConfigurationError(f"shadow: segment must be callable, got {policy.segment!r:.80}")
 
 
-def _unpriced(candidate: Release, prices: PriceTable | None) -> list[str]:
-    """The candidate's routes (``name/model``) ``prices`` has no price for, local ones aside:
-    a shadow's spend cap reserves and counts nothing of their calls."""
-    if prices is None:
-        return []
-    missing = []
-    for route in candidate.providers:
-        if route.model is None or is_local(route):
-            continue
-        try:
-            prices.price(route.model, provider=route.name)
-        except UnknownModelPriceError:
-            missing.append(f"{route.name}/{route.model}")
-    return missing
-
-
 @dataclass
 class _Tally:
     pairs: int = 0
@@ -308,7 +291,6 @@ class Shadow:
         self._counts = {"offered": 0, "dropped_queue": 0, "skipped_rate": 0}
         self._counts.update(skipped_budget=0, candidate_errors=0, abandoned_at_close=0)
         self._spent = 0.0
-        self._dearest = 0.0  # the dearest shadow call so far
         self._tokens, self._refilled = max(self.policy.rate_per_s, 1.0), time.monotonic()
         self._overall = _Tally()
         self._segments: dict[str, _Tally] = {}
@@ -316,12 +298,11 @@ class Shadow:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._abort: Abort | None = None  # how to abandon the call in flight
-        unpriced = _unpriced(plan.candidate, prices) if self.policy.max_cost_usd is not None else []
-        if unpriced:
-            logger.warning(
-                "llmguard shadow: no price for %s: what the shadow's calls there cost is not "
+        if self.policy.max_cost_usd is not None and prices is not None:
+            warn_unpriced(
+                plan.candidate, prices, "shadow", "what the shadow's calls there cost is not "
                 "counted, so max_cost_usd does not bound them; add the price "
-                "(PriceTable.with_prices) or set max_cost_usd=None", ", ".join(unpriced),
+                "(PriceTable.with_prices) or set max_cost_usd=None",
             )  # fmt: skip
 
     def offer(self, ctx: CallContext, response: ChatResponse) -> None:
@@ -347,40 +328,46 @@ class Shadow:
                     )
                     self._thread.start()
 
-    def _admit(self, request: ChatRequest) -> str | None:
+    def _admit(self, request: ChatRequest, scope: Scope) -> str | None:
         """Why the call of ``request`` may not go (rate, budget), or None."""
         now = time.monotonic()
         rate = self.policy.rate_per_s
         self._tokens = min(max(rate, 1.0), self._tokens + (now - self._refilled) * rate)
         self._refilled = now
         cap = self.policy.max_cost_usd
-        if cap is not None and (self._spent >= cap or self._spent + self._worst_usd(request) > cap):
+        if cap is not None and (
+            self._spent >= cap or self._spent + self._worst_usd(request, scope) > cap
+        ):
             return "skipped_budget"
         if self._tokens < 1.0:
             return "skipped_rate"
         self._tokens -= 1.0
         return None
 
-    def _worst_usd(self, request: ChatRequest) -> float:
-        """The most the candidate's call of ``request`` may cost: its input and its output
-        limit at the dearest of its priced routes; without an output limit, at least the
-        dearest shadow call so far (an estimate: nothing bounds it)."""
+    def _bounded(self, request: ChatRequest) -> ChatRequest:
+        """``request`` as the candidate's call is sent: with the output limit a budgeted
+        call without one is given (``Budgets.default_output_tokens``) where neither it nor
+        the candidate's parameters set one, so that its reservation bounds what it costs."""
         candidate = self._plan.candidate
         assert candidate is not None
+        if self.policy.max_cost_usd is None or candidate.apply(request).output_limit is not None:
+            return request
+        spend = self._shadow_guard()._stages.spend
+        return request if spend is None else spend.bounded(request)
+
+    def _worst_usd(self, request: ChatRequest, scope: Scope) -> float:
+        """What the candidate's call of ``request`` is reserved, as a budget holds a call:
+        its input and its output limit at the dearest of its priced routes (those without a
+        price are not counted either)."""
+        candidate = self._plan.candidate
+        spend = self._shadow_guard()._stages.spend
+        if candidate is None or spend is None:
+            return 0.0
         request = candidate.apply(request)
-        output = request.output_limit
-        worst = 0.0 if output is not None else self._dearest
-        for route in candidate.providers:
-            model = route.model or request.model
-            if self._prices is None or not model:
-                continue
-            try:
-                price = self._prices.price(model, provider=route.name)
-            except UnknownModelPriceError:  # its calls are not counted either
-                continue
-            inputs = count_request_tokens(request, model).tokens * (1.0 + _INPUT_MARGIN)
-            worst = max(worst, price.worst_case(inputs, output or 0))
-        return worst
+        unpriced = unpriced_routes(candidate, spend.prices)
+        routes = [route for route in candidate.providers if route not in unpriced]
+        ctx = CallContext(request, scope, time.monotonic() + self.policy.timeout)
+        return spend.worst_case_usd(ctx, routes)
 
     def _work(self) -> None:
         try:
@@ -404,7 +391,8 @@ class Shadow:
     def _handle(
         self, request: ChatRequest, scope: Scope, served: ChatResponse, segment: str
     ) -> None:
-        refused = self._admit(request)
+        request = self._bounded(request)
+        refused = self._admit(request, scope)
         if refused is not None:
             with self._lock:
                 self._counts[refused] += 1
@@ -425,7 +413,7 @@ class Shadow:
     def _call(self, request: ChatRequest, scope: Scope) -> ChatResponse:
         """The candidate's answer to ``request``, the call run under an :class:`Abort` that
         :meth:`close` fires (its socket shut down, its retries' waits cut short)."""
-        guard = self._guard or self._build()
+        guard = self._shadow_guard()
         headers = {
             k: v for k, v in (request.extra_headers or {}).items() if not v.startswith("llmguard-")
         }  # the served call's idempotency key stays with it
@@ -444,6 +432,10 @@ class Shadow:
         finally:
             with self._lock:
                 self._abort = None
+
+    def _shadow_guard(self) -> Guard:
+        """The Guard the shadow's calls go through (built at the first)."""
+        return self._guard or self._build()
 
     def _build(self) -> Guard:
         from ..guard import Guard
@@ -479,7 +471,6 @@ class Shadow:
                 verdicts[name] = None
         with self._lock:
             self._spent += shadow.cost_usd or 0.0
-            self._dearest = max(self._dearest, shadow.cost_usd or 0.0)
             self._overall.add(verdicts)
             if segment not in self._segments and len(self._segments) >= _MAX_SEGMENTS:
                 segment = "other"
