@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import math
 from typing import Any
 
 import pytest
 
 from llmguard_sdk import Guard, OpenAICompatibleProvider
+from llmguard_sdk.budget import Price, PriceTable
 from llmguard_sdk.errors import ConfigurationError, RequestValidationError
 from llmguard_sdk.models import ChatRequest, Message
 from llmguard_sdk.releases import CanaryPolicy, Release, ReleasePlan, ShadowPolicy, Stage
@@ -372,3 +374,33 @@ def test_shares_given_as_percents_are_refused_naming_them(build: Any, given: str
         build()
     assert given in str(raised.value)
     assert "5 % is 0.05" in str(raised.value)
+
+
+def test_a_canary_that_cannot_price_its_candidate_says_its_cost_check_is_off(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A candidate's model without a price gave its calls no cost: the canary's ``costly``
+    check had nothing to compare and never tripped, however dear the candidate, and nothing
+    said so. The Guard says so as it is built, naming the route and model (the control's
+    too: without its median cost there is nothing to compare with)."""
+    priced = OpenAICompatibleProvider("http://127.0.0.1:9", model="a-2025-01-01", name="a")
+    also = OpenAICompatibleProvider("http://127.0.0.1:9", model="a-2025-01-01", name="c")
+    unpriced = OpenAICompatibleProvider("http://127.0.0.1:9", model="b-2025-01-01", name="b")
+    table = PriceTable({"a-2025-01-01": Price(input=1.0, output=1.0)})
+
+    def build(current: OpenAICompatibleProvider, candidate: OpenAICompatibleProvider) -> list[str]:
+        caplog.clear()
+        plan = ReleasePlan(
+            Release("bot", "v1", current),
+            candidate=Release("bot", "v2", candidate),
+            canary=CanaryPolicy(),
+        )
+        with caplog.at_level(logging.WARNING, logger="llmguard_sdk"):
+            Guard(release=plan, environ={}, prices=table, telemetry=False).close()
+        return [r.getMessage() for r in caplog.records if "cost_tolerance" in r.getMessage()]
+
+    (said,) = build(priced, unpriced)
+    assert "b/b-2025-01-01" in said
+    (said,) = build(unpriced, priced)
+    assert "b/b-2025-01-01" in said
+    assert build(priced, also) == []

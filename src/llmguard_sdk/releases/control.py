@@ -51,7 +51,15 @@ from .policy import (
     promoted,
     rolled_back,
 )
-from .release import Arm, Release, ReleaseEvent, ReleasePlan, read_clock, retirements
+from .release import (
+    Arm,
+    Release,
+    ReleaseEvent,
+    ReleasePlan,
+    read_clock,
+    retirements,
+    warn_unpriced,
+)
 
 if TYPE_CHECKING:
     from ..telemetry import Telemetry
@@ -126,6 +134,12 @@ class ReleaseControl:
             "releases", "keeping the last canary stage",
             store if isinstance(store, RedisStore) else None,
         )  # fmt: skip
+        if self.policy is not None and plan.candidate is not None:
+            warn_unpriced(
+                (plan.release, plan.candidate), self.prices, "canary", "their calls have no "
+                "cost, so the canary's costly check (cost_tolerance) never trips; add the price "
+                "(PriceTable.with_prices)",
+            )  # fmt: skip
         self.shadow: Shadow | None = None
         if plan.shadow is not None and arm is None:
             from .shadow import Shadow

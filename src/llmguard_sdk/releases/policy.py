@@ -90,6 +90,9 @@ class CanaryPolicy:
             on every call; a difference under the slack is no slowness a user notices.
             ``0`` judges by the ratio alone.
         cost_tolerance: a call is costly above this many times the control's median cost.
+            A call whose model has no price (in the Guard's ``prices``) has no cost: a
+            candidate (or control) route without one turns this check off, and the Guard
+            logs a warning naming it as it is built.
         feedback_threshold: feedback scores below it are bad.
         min_control: control calls needed before latency and cost are compared.
         flush_interval: seconds between a process's exchanges with the store (its counters

@@ -397,11 +397,16 @@ def unpriced_routes(release: Release, prices: PriceTable) -> list[Provider]:
     return missing
 
 
-def warn_unpriced(release: Release, prices: PriceTable, who: str, consequence: str) -> None:
-    """Log one warning, as the Guard is built, naming each ``route/model`` of ``release``
+def warn_unpriced(
+    releases: Sequence[Release], prices: PriceTable, who: str, consequence: str
+) -> None:
+    """Log one warning, as the Guard is built, naming each ``route/model`` of ``releases``
     that ``prices`` has no price for: ``who`` (``"shadow"``, ``"canary"``) says what does
     not hold there and what to do (``consequence``)."""
-    missing = unpriced_routes(release, prices)
-    if missing:
-        named = ", ".join(f"{route.name}/{route.model}" for route in missing)
-        logger.warning("llmguard %s: no price for %s: %s", who, named, consequence)
+    named = dict.fromkeys(
+        f"{route.name}/{route.model}"
+        for release in releases
+        for route in unpriced_routes(release, prices)
+    )
+    if named:
+        logger.warning("llmguard %s: no price for %s: %s", who, ", ".join(named), consequence)

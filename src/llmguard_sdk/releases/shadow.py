@@ -300,7 +300,7 @@ class Shadow:
         self._abort: Abort | None = None  # how to abandon the call in flight
         if self.policy.max_cost_usd is not None and prices is not None:
             warn_unpriced(
-                plan.candidate, prices, "shadow", "what the shadow's calls there cost is not "
+                (plan.candidate,), prices, "shadow", "what the shadow's calls there cost is not "
                 "counted, so max_cost_usd does not bound them; add the price "
                 "(PriceTable.with_prices) or set max_cost_usd=None",
             )  # fmt: skip
