@@ -241,7 +241,7 @@ def test_anthropic_shaped_tools_reach_openai_routes_as_function_tools(fake: Fake
         guard.chat(request=prompt.request())
     assert fake.requests[-1].body["tools"] == [FUNCTION_SEARCH]
     responses = build_responses_payload(prompt.request(), model="m", stream=False)
-    assert responses["tools"] == [{"type": "function", **SEARCH_FUNCTION}]
+    assert responses["tools"] == [{"type": "function", "strict": False, **SEARCH_FUNCTION}]
     assert prompt.anthropic_params()["tools"][0]["input_schema"] == SEARCH_SCHEMA  # unchanged
 
 
