@@ -71,3 +71,12 @@ def test_a_builder_with_a_model_id_and_a_verse_is_clean() -> None:
         "bible", instructions="Answer with claude-3-5-sonnet-20241022; cite John 3:16.", drift=None
     )
     assert b.lint() == []
+
+
+@pytest.mark.parametrize("run", ["a-" * 100_000, " " * 200_000], ids=["hyphens", "spaces"])
+def test_a_long_run_is_read_once(run: str) -> None:
+    """A long run the e-mail or trailing-space pattern could start at anywhere (a hyphenated
+    key, a space-padded block) was scanned again from each position: 4.5 s of CPU for 40,000
+    characters, about two minutes for these 200,000."""
+    found = lint_text(f"{run}x write to bob@example.com", section="system")
+    assert "per-user" in [warning.rule for warning in found]  # (the address after the run)

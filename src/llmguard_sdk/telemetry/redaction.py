@@ -32,7 +32,9 @@ _SECRET_PATTERNS = (
 )
 _SPACE = re.compile(r"\s")
 _BASE64 = re.compile(r"[A-Za-z0-9+/]+")
-_EMAIL = re.compile(r"\b[A-Za-z0-9._%+\-]+@[A-Za-z0-9.\-]+\.[A-Za-z]{2,}\b")
+# (from the start of a run of address characters only: started inside one too, a long run
+# without an "@" was scanned again from each position, 2.7 s for 40,000 characters)
+_EMAIL = re.compile(r"(?<![A-Za-z0-9._%+\-])[A-Za-z0-9._%+\-]+@[A-Za-z0-9.\-]+\.[A-Za-z]{2,}\b")
 _CARD = re.compile(r"\b(?:\d[ \-]?){12,18}\d\b")
 _PHONE = re.compile(r"(?<![\w.])\+?\d[\d \-().]{7,}\d(?![\w.])")
 
