@@ -86,7 +86,9 @@ class BatchProvider(BatchExchanges, _Streams):
         api_key: sent as ``Authorization: Bearer`` (OpenAI) or ``x-api-key`` (Anthropic).
         window: seconds a batch collects calls before it is sent.
         max_batch: a batch is sent at once when this many calls wait.
-        poll_interval: seconds between status checks of a submitted batch.
+        poll_interval: seconds before the first status check of a submitted batch; each
+            later check waits 1.5 times longer than the one before, up to a minute (a batch
+            takes minutes to hours). A caller that gives up is noticed within this time.
         transport: an httpx transport (tests).
     """
 
