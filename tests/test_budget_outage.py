@@ -13,7 +13,7 @@ import anyio
 import pytest
 from redis_cluster import RedisServer
 
-from llmguard_sdk import Guard, OpenAICompatibleProvider
+from llmguard_sdk import BudgetExceededError, Guard, OpenAICompatibleProvider
 from llmguard_sdk.budget import Budget, BudgetEvent, Budgets
 from llmguard_sdk.retry import RetryPolicy
 from llmguard_sdk.store import RedisStore
@@ -145,4 +145,41 @@ def test_a_reservation_script_redis_refuses_is_told_once(
         assert _outages(events) == [LOCALLY]
     finally:
         client.close()
+        guard.close()
+
+
+def test_a_process_share_counted_locally_fires_no_alerts(
+    redis_server: RedisServer, fake: FakeProvider, tmp_path: Path
+) -> None:
+    """While Redis is away, a fail-open process counts its part of what the budget had left
+    (a quarter of it here): reaching that part is no alert of the budget's, which fired 50,
+    80 and 100 % of a $0.048 limit at $0.013, $0.020 and $0.023 spent by this process."""
+    store = RedisStore(
+        redis_server.url, key_prefix="outage", socket_timeout=0.25, journal_dir=str(tmp_path)
+    )
+    events: list[BudgetEvent] = []
+    guard = Guard(
+        OpenAICompatibleProvider(fake.base_url, model="fake-model", name="primary"),
+        store=store,
+        budgets=Budgets(
+            [Budget(limit_usd=40 * CALL_USD, scope="tenant")],
+            prices=PRICES,
+            fail_open=True,
+            on_event=[events.append],
+        ),
+        environ={},
+    )
+    try:
+        guard.chat(USER, max_tokens=3, tenant="acme")
+        redis_server.kill()
+        served = 0
+        while served < 40:  # until this process's part is spent
+            try:
+                guard.chat(USER, max_tokens=3, tenant="acme")
+            except BudgetExceededError:
+                break
+            served += 1
+        assert 0 < served < 40
+        assert [event.kind for event in events if event.kind == "alert"] == []
+    finally:
         guard.close()

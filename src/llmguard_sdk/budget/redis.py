@@ -217,8 +217,8 @@ class RedisBudgetBackend:
             )
         self._note_local(rid)
         result = self._fallback.reserve(rid, self._local_specs(specs), **hold)
-        news = self._news(why, exc)
-        return dataclasses.replace(result, first_local=True) if news else result
+        # (no 100 % alert: this process's part of what was left is not the budget's limit)
+        return dataclasses.replace(result, first_local=self._news(why, exc), alerted=False)
 
     def _news(self, why: Cause, exc: BaseException | None) -> bool:
         """Whether a reservation counted locally is the first of its outage (as the store's
@@ -343,7 +343,8 @@ class RedisBudgetBackend:
                 yield self._journal(rid, specs, actual, ttl)
                 if self._outage.up():
                     yield from self.replay_steps(_REPLAY_PER_CALL)
-            return result
+            # no alerts: this process's part of what was left is not the budget's limit
+            return dataclasses.replace(result, fired=tuple(() for _ in result.fired))
         if self._outage.up():
             try:
                 yield from self._flush_steps()
