@@ -148,17 +148,10 @@ def test_a_reservation_script_redis_refuses_is_told_once(
         guard.close()
 
 
-def test_a_process_share_counted_locally_fires_no_alerts(
-    redis_server: RedisServer, fake: FakeProvider, tmp_path: Path
-) -> None:
-    """While Redis is away, a fail-open process counts its part of what the budget had left
-    (a quarter of it here): reaching that part is no alert of the budget's, which fired 50,
-    80 and 100 % of a $0.048 limit at $0.013, $0.020 and $0.023 spent by this process."""
-    store = RedisStore(
-        redis_server.url, key_prefix="outage", socket_timeout=0.25, journal_dir=str(tmp_path)
-    )
-    events: list[BudgetEvent] = []
-    guard = Guard(
+def _share_guard(fake: FakeProvider, store: RedisStore, events: list[BudgetEvent]) -> Guard:
+    """A fail-open Guard with a tenant budget of 40 calls (a process's part of what is
+    left, while Redis is away: a quarter of it, some 9 calls)."""
+    return Guard(
         OpenAICompatibleProvider(fake.base_url, model="fake-model", name="primary"),
         store=store,
         budgets=Budgets(
@@ -169,17 +162,56 @@ def test_a_process_share_counted_locally_fires_no_alerts(
         ),
         environ={},
     )
+
+
+def _spend_share(guard: Guard) -> tuple[int, BudgetExceededError | None]:
+    """Calls served until this process's part is spent, and the refusal that ended them."""
+    for served in range(40):
+        try:
+            guard.chat(USER, max_tokens=3, tenant="acme")
+        except BudgetExceededError as exc:
+            return served, exc
+    return 40, None
+
+
+def test_a_process_share_counted_locally_fires_no_alerts(
+    redis_server: RedisServer, fake: FakeProvider, tmp_path: Path
+) -> None:
+    """While Redis is away, a fail-open process counts its part of what the budget had left
+    (a quarter of it here): reaching that part is no alert of the budget's, which fired 50,
+    80 and 100 % of a $0.048 limit at $0.013, $0.020 and $0.023 spent by this process."""
+    store = RedisStore(
+        redis_server.url, key_prefix="outage", socket_timeout=0.25, journal_dir=str(tmp_path)
+    )
+    events: list[BudgetEvent] = []
+    guard = _share_guard(fake, store, events)
     try:
         guard.chat(USER, max_tokens=3, tenant="acme")
         redis_server.kill()
-        served = 0
-        while served < 40:  # until this process's part is spent
-            try:
-                guard.chat(USER, max_tokens=3, tenant="acme")
-            except BudgetExceededError:
-                break
-            served += 1
+        served, refusal = _spend_share(guard)
         assert 0 < served < 40
+        assert refusal is not None
         assert [event.kind for event in events if event.kind == "alert"] == []
+    finally:
+        guard.close()
+
+
+def test_a_refusal_counted_locally_says_redis_is_away(
+    redis_server: RedisServer, fake: FakeProvider, tmp_path: Path
+) -> None:
+    """A call refused on this process's part of what was left says so, and how much that
+    part is: it said only "$0.010800 spent of $0.048000", a limit far from spent."""
+    store = RedisStore(
+        redis_server.url, key_prefix="outage", socket_timeout=0.25, journal_dir=str(tmp_path)
+    )
+    guard = _share_guard(fake, store, [])
+    try:
+        guard.chat(USER, max_tokens=3, tenant="acme")
+        redis_server.kill()
+        _, refusal = _spend_share(guard)
+        assert refusal is not None
+        message = str(refusal)
+        assert "counted in this process's memory, Redis did not answer" in message
+        assert "its part of what the budget had left is $0.0116" in message
     finally:
         guard.close()

@@ -178,6 +178,7 @@ def refused(
             f"budget {budget.key_name!r} of {spec.scope} has no room for this call: "
             f"${result.spent / NANO:.6f} spent of ${spec.limit / NANO:.6f}"
             + (f" (and ${held:.6f} held by calls in flight)" if held else "")
+            + (f" ({result.detail})" if result.detail else "")
         )
         never = least > spec.limit
         if never:

@@ -251,7 +251,8 @@ class ReserveResult:
     ``unavailable`` when the shared store could not be reached (fail closed), and
     ``retry_after`` then: the seconds until the store tries it again (5 where a backend
     does not say), and ``detail``: why, where that was not the store being away (a full
-    connection pool: this process's load; empty otherwise); ``alerted`` when this
+    connection pool: this process's load), or what a refusal counted in a ``fail_open``
+    process's memory was refused on (empty otherwise); ``alerted`` when this
     refusal is the window's 100 % alert (see :func:`exhausted_alert`); ``first_local`` when
     the store could not be reached and this is the first reservation of the outage that a
     ``fail_open`` backend counted in its process's memory (once per outage: the caller

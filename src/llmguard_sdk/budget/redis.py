@@ -216,9 +216,18 @@ class RedisBudgetBackend:
                 detail=told and f"spend budgets are unavailable for this call: {told}",
             )
         self._note_local(rid)
-        result = self._fallback.reserve(rid, self._local_specs(specs), **hold)
+        local = self._local_specs(specs)
+        result = self._fallback.reserve(rid, local, **hold)
+        detail = ""
+        if not result.allowed:  # what the refusal's message says it was refused on
+            part = local[result.refused_index].limit / NANO
+            detail = (
+                "counted in this process's memory, Redis did not answer: its part of what "
+                f"the budget had left is ${part:.6f}"
+            )
         # (no 100 % alert: this process's part of what was left is not the budget's limit)
-        return dataclasses.replace(result, first_local=self._news(why, exc), alerted=False)
+        news = self._news(why, exc)
+        return dataclasses.replace(result, first_local=news, alerted=False, detail=detail)
 
     def _news(self, why: Cause, exc: BaseException | None) -> bool:
         """Whether a reservation counted locally is the first of its outage (as the store's
