@@ -15,6 +15,10 @@ from redis_cluster import RedisServer
 
 from llmguard_sdk import BudgetExceededError, Guard, OpenAICompatibleProvider
 from llmguard_sdk.budget import Budget, BudgetEvent, Budgets
+from llmguard_sdk.budget.journal import record
+from llmguard_sdk.budget.memory import HoldArgs
+from llmguard_sdk.budget.policy import CounterSpec
+from llmguard_sdk.budget.redis import RedisBudgetBackend
 from llmguard_sdk.retry import RetryPolicy
 from llmguard_sdk.store import RedisStore
 from llmguard_sdk.testing import FakeProvider, Fault
@@ -215,3 +219,24 @@ def test_a_refusal_counted_locally_says_redis_is_away(
         assert "its part of what the budget had left is $0.0116" in message
     finally:
         guard.close()
+
+
+def test_an_alert_crossed_by_replayed_spend_fires_at_the_next_settle(
+    redis_url: str, redis_prefix: str, tmp_path: Path
+) -> None:
+    """Spend journaled while Redis was away, replayed, took the counter past 50 % of its
+    limit: the next settle that reaches Redis tells that alert (the replay marked it fired
+    and told no one: it never reached ``on_event``)."""
+    spec = CounterSpec("global-alerts", 1000, "day", 3600.0, (0.5,), "global", 0)
+    store = RedisStore(redis_url, key_prefix=redis_prefix, journal_dir=str(tmp_path))
+    backend = RedisBudgetBackend(store, name="replayed-alerts")
+    try:
+        backend.journal.append(record("away-1", (spec,), 600, 60.0, time.time()))
+        assert backend.replay()
+        hold: HoldArgs = {"base": 10, "per_token": 0.0, "want": 0, "minimum": 0, "ttl": 60.0}
+        assert backend.reserve("next", [spec], **hold).allowed
+        settled = backend.settle("next", [spec], actual=10, ttl=60.0)
+        assert settled.spent == (610,)
+        assert settled.fired == ((0.5,),)
+    finally:
+        store.close()

@@ -174,11 +174,19 @@ class RedisBudgetBackend:
             self._seen.popitem(last=False)
 
     def _settle_call(
-        self, rid: str, specs: Sequence[CounterSpec], actual: int, ttl: float
+        self,
+        rid: str,
+        specs: Sequence[CounterSpec],
+        actual: int,
+        ttl: float,
+        *,
+        replay: bool = False,
     ) -> tuple[list[str], list[Any]]:
+        """The settle script's keys and arguments; a ``replay`` (from the journal: its answer
+        is not told) marks no alert fired, so the next settle tells them."""
         keys = [*self._keys(specs), self._store.key("budget", self._tag, "d", rid)]
         args = [self.clock_offset, rid, actual, repr(float(ttl)), len(specs)]
-        return keys, args + self._spec_args(specs)
+        return keys, args + self._spec_args(specs) + (["replay"] if replay else [])
 
     def _note_local(self, rid: str) -> None:
         self._local[rid] = None
@@ -267,7 +275,8 @@ class RedisBudgetBackend:
         """The settle script call of a journal record (a no-op call for a broken record)."""
         try:
             ttl = max(float(entry["ttl"]), float(_KEEP_SECONDS))
-            return self._settle_call(entry["rid"], specs_of(entry), int(entry["actual"]), ttl)
+            specs = specs_of(entry)
+            return self._settle_call(entry["rid"], specs, int(entry["actual"]), ttl, replay=True)
         except (KeyError, TypeError, ValueError) as exc:
             logger.error("budgets: a broken spend journal record was skipped (%s): %r", exc, entry)
             return self._settle_call(str(uuid.uuid4()), (), 0, 1.0)

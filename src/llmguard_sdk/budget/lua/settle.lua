@@ -1,9 +1,12 @@
 -- Settle a reservation to what the call cost, once (a repeated settle changes nothing).
 -- KEYS: 3 per counter (see common.lua), then the reservation's "settled" marker.
 -- ARGV: 1 clock offset, 2 reservation id, 3 actual cost (nano-dollars, 0 releases),
---       4 seconds to remember the settle, 5 number of counters, then PER per counter.
+--       4 seconds to remember the settle, 5 number of counters, then PER per counter, then
+--       "replay" for a settle replayed from the spend journal: it marks no alert fired (no
+--       one hears of its answer), so the next settle that reaches a threshold tells it.
 -- Returns {0} when already settled, else {1, then per counter: spent, resets_at, fired}.
 local n = tonumber(ARGV[5])
+local replay = ARGV[6 + n * PER] == 'replay'
 local marker = KEYS[n * 3 + 1]
 if redis.call('EXISTS', marker) == 1 then
   return {0}
@@ -33,7 +36,8 @@ for i = 1, n do
   end
   local fired = {}
   for _, a in ipairs(c.alerts) do
-    if c.spent > 0 and c.spent >= tonumber(a) * c.limit and redis.call('HSETNX', c.h, 'a:' .. a, 1) == 1 then
+    if not replay and c.spent > 0 and c.spent >= tonumber(a) * c.limit
+      and redis.call('HSETNX', c.h, 'a:' .. a, 1) == 1 then
       fired[#fired + 1] = a
     end
   end
