@@ -237,6 +237,12 @@ class OpeningOutcome:
             if self.error is not None:
                 self._emit(stages)
                 raise self.error
+            # served from the cache, so neither refused nor moved; but what is told once (an
+            # alert, an outage counted locally) was marked told by its reservation: told now
+            self.notes = [
+                n for n in self.notes if n.kind == "alert" or n.action == "counted_locally"
+            ]
+            self._emit(stages)
             return self.cached
         self._emit(stages)
         return None
