@@ -157,7 +157,9 @@ def refused(
     routes only); raises :class:`BudgetExceededError` when the budget refuses (at
     ``level="local"`` it always does): a call that needs ``least`` (nano-dollars, at the
     least) over the whole limit is told so, with no ``retry_after`` (the window's reset
-    makes no room for it)."""
+    makes no room for it); another waits for the reset, or, where holds of calls in flight
+    take the room (:attr:`ReserveResult.frees_at`), for the first of them to expire at the
+    latest."""
     budget = config.budgets[spec.budget_index]
     following = next_level(level, budget.on_exhausted)
     note = BudgetEvent(
@@ -183,13 +185,15 @@ def refused(
         never = least > spec.limit
         if never:
             message = _never_fits(config, budget.key_name, spec, least)
+        # room comes back at the reset, or (calls in flight hold it) as their holds go
+        frees = min(result.frees_at or result.resets_at, result.resets_at)
         raise BudgetExceededError(
             message,
             scope=spec.scope,
             limit_usd=spec.limit / NANO,
             spent_usd=result.spent / NANO,
             resets_at=result.resets_at,
-            retry_after=None if never else max(0.0, result.resets_at - time.time()),
+            retry_after=None if never else max(0.0, frees - time.time()),
         )
     return following
 

@@ -234,16 +234,17 @@ class MemoryBudgetBackend:
                 rooms.append(spec.limit - state.spent - state.reserved)
             tokens, refused = decide(rooms, base, per_token, hold["want"], minimum)
             if refused >= 0:
-                state = states[refused]
+                state, need = states[refused], base + max(minimum, 0) * per_token
+                held_back = bool(state.holds) and state.spent + need <= specs[refused].limit
                 result = ReserveResult(
                     False,
                     refused_index=refused,
                     spent=state.spent,
                     reserved=state.reserved,
                     resets_at=brought[refused][1],
-                    alerted=exhausted_alert(
-                        state, specs[refused], base + max(minimum, 0) * per_token
-                    ),
+                    alerted=exhausted_alert(state, specs[refused], need),
+                    # held back by calls in flight: room comes back as their holds go
+                    frees_at=min(until for _, until in state.holds.values()) if held_back else 0.0,
                 )
                 for state, spec in zip(states, specs, strict=True):
                     self._park(spec, state, now, now)

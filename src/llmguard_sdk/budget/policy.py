@@ -256,7 +256,9 @@ class ReserveResult:
     refusal is the window's 100 % alert (see :func:`exhausted_alert`); ``first_local`` when
     the store could not be reached and this is the first reservation of the outage that a
     ``fail_open`` backend counted in its process's memory (once per outage: the caller
-    tells ``on_event``)."""
+    tells ``on_event``); ``frees_at`` when holds of calls in flight explain a refusal (the
+    settled spend alone leaves the call room): the earliest of the counter's holds' expiries
+    (epoch seconds, the latest its room starts to come back; 0.0 otherwise)."""
 
     allowed: bool
     tokens: int = 0
@@ -270,6 +272,7 @@ class ReserveResult:
     retry_after: float = 5.0
     first_local: bool = False
     detail: str = ""
+    frees_at: float = 0.0
 
 
 @dataclass(frozen=True)

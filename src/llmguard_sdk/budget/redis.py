@@ -462,8 +462,9 @@ def _reserved(reply: Any) -> tuple[ReserveResult, int, list[int]]:
         reserved=int(parts[3]),
         resets_at=float(parts[4]),
         alerted=parts[5] == "1",
+        frees_at=float(parts[6]),
     )
-    return result, int(parts[6]), [int(p) for p in parts[7:]]
+    return result, int(parts[7]), [int(p) for p in parts[8:]]
 
 
 def _settled(reply: Any) -> SettleResult:

@@ -7,7 +7,9 @@
 --       KEYS: 3 per counter, then the set's process set.
 -- Returns {1, tokens, amount, ...} or {0, refused counter (0-based), spent, reserved,
 -- resets_at, 1 when this refusal is the window's 100 % alert: the settled spend alone leaves
--- no room for a call that would fit an empty window, ...}; "..." is the number of processes
+-- no room for a call that would fit an empty window, then the earliest expiry of its holds
+-- when they explain the refusal (the settled spend alone leaves room; else 0), ...}; "..." is
+-- the number of processes
 -- alive, then each counter's room left (after this reservation): what a process may spend
 -- on its own while Redis is away is worked out from them (a share of what is left, divided
 -- among the processes alive).
@@ -53,9 +55,14 @@ if tokens < minimum or tokens < 0 then
       alerted = 1
     end
   end
+  local frees = 0  -- held back by calls in flight: room comes back as their holds go
+  if c.reserved > 0 and c.spent + need <= c.limit then
+    local first = redis.call('ZRANGE', c.e, 0, 0, 'WITHSCORES')
+    if #first > 0 then frees = tonumber(first[2]) end
+  end
   for i = 1, n do keep(counters[i], 0) end  -- a window just brought in must expire too
   local out = {0, refused - 1, string.format('%d', c.spent), string.format('%d', c.reserved),
-    string.format('%.6f', c.resets), alerted, live}
+    string.format('%.6f', c.resets), alerted, string.format('%.6f', frees), live}
   for i = 1, n do out[#out + 1] = string.format('%d', counters[i].room) end
   return out
 end
