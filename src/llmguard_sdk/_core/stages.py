@@ -238,6 +238,11 @@ def _checked(request: ChatRequest | Mapping[str, Any], stages: Stages) -> ChatRe
         raise RequestValidationError(
             "extra_body may not set 'stream': pass stream=True to Guard.chat for a stream"
         )
+    if checked.extra_body and checked.extra_body.get("n", 1) != 1:  # (billed, held once)
+        raise RequestValidationError(
+            "extra_body may not set 'n' (but to 1): the Guard returns one choice per call, and "
+            "every choice asked for is billed"
+        )
     if checked.model is None and any(route.model is None for route in stages.routes):
         raise RequestValidationError("no model: pass model=... or give every provider a model")
     if not keyed or checked is not validated:  # (a filter's new request may lack the key)
