@@ -1,7 +1,8 @@
-"""A call may not ask for several choices through ``extra_body={"n": ...}``: the Guard returns
-one, the provider bills every one, and a budget holds one call's ``max_tokens`` of output. A
-$0.0025 hard cap, held for one call of 3 output tokens, settled a call of ``n=8`` at $0.0054
-(8 x 3 output tokens billed): past the cap that "is never overspent"."""
+"""A call may neither ask for several choices through ``extra_body={"n": ...}`` nor set its
+output limit there: the Guard returns one choice, the provider bills every one, and a budget
+holds one call's ``max_tokens`` of output. A $0.0025 hard cap, held for one call of 3 output
+tokens, settled a call of ``n=8`` at $0.0054 (8 x 3 output tokens billed): past the cap that
+"is never overspent"."""
 
 from __future__ import annotations
 
@@ -38,3 +39,19 @@ def test_extra_body_n_is_refused_before_anything_is_sent(
         answer = guard.chat(USER, max_tokens=3, extra_body={"n": 1})  # one choice: as it was
         assert answer.usage is not None
         assert answer.usage.output_tokens == 3
+
+
+@pytest.mark.parametrize("limit", ["max_tokens", "max_completion_tokens", "max_output_tokens"])
+def test_an_output_limit_in_extra_body_is_refused_before_anything_is_sent(
+    make_guard: MakeGuard, limit: str
+) -> None:
+    """``extra_body`` is sent over the request's own fields: ``max_tokens=3`` held, and
+    ``extra_body={"max_tokens": 400}`` sent, settled a $0.0025 hard cap at $0.0806."""
+    with FakeProvider(reply=lambda body: " ".join(["word"] * 400)) as fake:
+        budgets = Budgets([Budget(limit_usd=0.0025)], prices=PRICES)
+        guard = make_guard(fake, budgets=budgets)
+        with pytest.raises(RequestValidationError, match=repr(limit)):
+            guard.chat(USER, max_tokens=3, extra_body={limit: 400})
+        assert fake.stats.requests == 0
+        (row,) = guard.budget_status()
+        assert (row["spent_usd"], row["held_usd"]) == (0.0, 0.0)

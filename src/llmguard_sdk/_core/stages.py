@@ -224,6 +224,10 @@ def _seconds(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < math.inf
 
 
+_OUTPUT_LIMITS = frozenset({"max_tokens", "max_completion_tokens", "max_output_tokens"})
+"""The output limits a provider takes: in ``extra_body`` they would be sent over the request's."""
+
+
 def _checked(request: ChatRequest | Mapping[str, Any], stages: Stages) -> ChatRequest:
     """The request validated, through the input filters, with the call's idempotency key."""
     keyed = False
@@ -242,6 +246,12 @@ def _checked(request: ChatRequest | Mapping[str, Any], stages: Stages) -> ChatRe
         raise RequestValidationError(
             "extra_body may not set 'n' (but to 1): the Guard returns one choice per call, and "
             "every choice asked for is billed"
+        )
+    limits = sorted(_OUTPUT_LIMITS.intersection(checked.extra_body or ()))
+    if limits:  # (sent over the request's own, which budgets and rate limits hold)
+        raise RequestValidationError(
+            f"extra_body may not set {limits[0]!r}: pass max_tokens=... (or "
+            "max_completion_tokens=...) to Guard.chat, which budgets and rate limits count"
         )
     if checked.model is None and any(route.model is None for route in stages.routes):
         raise RequestValidationError("no model: pass model=... or give every provider a model")
