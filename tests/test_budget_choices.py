@@ -55,3 +55,14 @@ def test_an_output_limit_in_extra_body_is_refused_before_anything_is_sent(
         assert fake.stats.requests == 0
         (row,) = guard.budget_status()
         assert (row["spent_usd"], row["held_usd"]) == (0.0, 0.0)
+
+
+def test_a_model_in_extra_body_is_refused_before_anything_is_sent(make_guard: MakeGuard) -> None:
+    """``extra_body={"model": ...}`` was sent over the route's model, the one the call is
+    held and priced at: a route of $100 / $200 per million tokens sent ``o1-pro`` ($150 /
+    $600), charged as the route's model."""
+    with FakeProvider() as fake:
+        guard = make_guard(fake, budgets=Budgets([Budget(limit_usd=1.0)], prices=PRICES))
+        with pytest.raises(RequestValidationError, match="'model'"):
+            guard.chat(USER, max_tokens=3, extra_body={"model": "o1-pro"})
+        assert fake.stats.requests == 0

@@ -224,8 +224,32 @@ def _seconds(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < math.inf
 
 
-_OUTPUT_LIMITS = frozenset({"max_tokens", "max_completion_tokens", "max_output_tokens"})
-"""The output limits a provider takes: in ``extra_body`` they would be sent over the request's."""
+_OUTPUT_LIMITS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
+
+
+def _extra_body_problem(extra_body: Mapping[str, Any]) -> str | None:
+    """Why ``extra_body`` may not be sent (it is sent over the request's own fields), if so:
+    the keys that would change the answer's format, how many choices are billed, the output
+    limit or the model that budgets and rate limits hold and price the call at."""
+    if "stream" in extra_body:  # (the answer's format is ours)
+        return "extra_body may not set 'stream': pass stream=True to Guard.chat for a stream"
+    if extra_body.get("n", 1) != 1:
+        return (
+            "extra_body may not set 'n' (but to 1): the Guard returns one choice per call, and "
+            "every choice asked for is billed"
+        )
+    for key in _OUTPUT_LIMITS:
+        if key in extra_body:
+            return (
+                f"extra_body may not set {key!r}: pass max_tokens=... (or "
+                "max_completion_tokens=...) to Guard.chat, which budgets and rate limits count"
+            )
+    if "model" in extra_body:
+        return (
+            "extra_body may not set 'model': a route sends its own model, else the call's "
+            "model=..., and its calls are held and priced at that one"
+        )
+    return None
 
 
 def _checked(request: ChatRequest | Mapping[str, Any], stages: Stages) -> ChatRequest:
@@ -238,21 +262,9 @@ def _checked(request: ChatRequest | Mapping[str, Any], stages: Stages) -> ChatRe
     for input_filter in stages.input_filters:
         replaced = _apply_filter(input_filter, checked, ChatRequest, "input")
         checked = checked if replaced is checked else _filtered_request(input_filter, replaced)
-    if checked.extra_body and "stream" in checked.extra_body:  # (the answer's format is ours)
-        raise RequestValidationError(
-            "extra_body may not set 'stream': pass stream=True to Guard.chat for a stream"
-        )
-    if checked.extra_body and checked.extra_body.get("n", 1) != 1:  # (billed, held once)
-        raise RequestValidationError(
-            "extra_body may not set 'n' (but to 1): the Guard returns one choice per call, and "
-            "every choice asked for is billed"
-        )
-    limits = sorted(_OUTPUT_LIMITS.intersection(checked.extra_body or ()))
-    if limits:  # (sent over the request's own, which budgets and rate limits hold)
-        raise RequestValidationError(
-            f"extra_body may not set {limits[0]!r}: pass max_tokens=... (or "
-            "max_completion_tokens=...) to Guard.chat, which budgets and rate limits count"
-        )
+    problem = _extra_body_problem(checked.extra_body) if checked.extra_body else None
+    if problem is not None:
+        raise RequestValidationError(problem)
     if checked.model is None and any(route.model is None for route in stages.routes):
         raise RequestValidationError("no model: pass model=... or give every provider a model")
     if not keyed or checked is not validated:  # (a filter's new request may lack the key)
