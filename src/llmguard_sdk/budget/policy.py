@@ -222,6 +222,7 @@ class CounterState:
     fired: frozenset[float] = _NO_ALERTS
     buckets: dict[int, int] = field(default_factory=dict)  # rolling windows
     expiries: list[tuple[float, str]] = field(default_factory=list)  # heap of (expiry, id)
+    full_at: int = 0  # the spend a refusal fired 100 % at (a rolling window re-arms below it)
 
 
 def add_hold(state: CounterState, rid: str, amount: int, expiry: float) -> None:
@@ -373,7 +374,8 @@ def bring_to_now(state: CounterState, spec: CounterSpec, now: float) -> tuple[in
     A calendar window that ended starts again at 0 with its alerts re-armed; reservations
     made in it stay held (their calls are still running). A rolling window sums its live
     buckets; it "resets" (frees room) when its oldest bucket leaves the window, and its
-    alerts re-arm when the spend falls back under them.
+    alerts re-arm when the spend falls back under them (a refusal's 100 % alert: under the
+    spend it fired at, see :func:`exhausted_alert`).
     """
     expiries = state.expiries
     while expiries and expiries[0][0] <= now:  # only the holds that expired: O(log n) each
@@ -390,8 +392,13 @@ def bring_to_now(state: CounterState, spec: CounterSpec, now: float) -> tuple[in
         state.spent = sum(state.buckets.values())
         oldest = min(state.buckets) if state.buckets else None
         resets = (oldest + ROLLING_BUCKETS) * width if oldest is not None else now
-        if state.fired:
-            state.fired = frozenset(a for a in state.fired if state.spent >= a * spec.limit)
+        if state.fired:  # (a refusal's 100 %: until the spend falls under what it fired at)
+            state.fired = frozenset(
+                a
+                for a in state.fired
+                if state.spent >= a * spec.limit or (a == 1.0 and 0 < state.full_at <= state.spent)
+            )
+            state.full_at = state.full_at if 1.0 in state.fired else 0
         return state.spent, resets
     window_id, resets = window_bounds(spec.window, now, spec.tz)
     if state.window_id != window_id:
@@ -436,7 +443,8 @@ def exhausted_alert(state: CounterState, spec: CounterSpec, need: float) -> bool
     """A refusal is the window's 100 % alert, once: holds keep the settled spend from ever
     touching the limit, so "100 %" means "the settled spend alone leaves no room for a call
     (of ``need``) that would fit an empty window" (when 1.0 is a threshold, not yet fired).
-    Refusals caused by other calls' holds in flight do not count."""
+    Refusals caused by other calls' holds in flight do not count. A rolling window keeps it
+    fired until its spend falls back under the spend it fired at (:func:`bring_to_now`)."""
     if (
         1.0 in spec.alerts
         and 1.0 not in state.fired
@@ -444,6 +452,7 @@ def exhausted_alert(state: CounterState, spec: CounterSpec, need: float) -> bool
         and state.spent + need > spec.limit
     ):
         state.fired = state.fired.union((1.0,))
+        state.full_at = state.spent
         return True
     return False
 

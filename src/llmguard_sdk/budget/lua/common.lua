@@ -1,6 +1,7 @@
 -- Shared by every budget script (prepended to each). Mirrors llmguard_sdk.budget.policy.
 -- Per counter the caller passes 3 keys: the counter hash (w = window id, s = spent,
--- r = reserved, h:<id> = a reservation's amount, a:<threshold> = alert fired), the sorted set
+-- r = reserved, h:<id> = a reservation's amount, a:<threshold> = alert fired, x = the spend a
+-- refusal fired the 100 % alert at), the sorted set
 -- of reservation expiries, and the hash of rolling-window buckets; and PER arguments from
 -- ARGV[first]: limit (nano-dollars), window kind, rolling seconds, alert thresholds
 -- (comma-separated), seconds the keys must outlive the window, the edges of a window on a
@@ -90,8 +91,14 @@ local function bring(c)
       end
     end
     c.resets = oldest and (oldest + BUCKETS) * width or now
+    -- x: the spend a refusal fired 100 % at; that alert re-arms when the spend falls under it
+    local full_at = tonumber(redis.call('HGET', c.h, 'x'))
     for _, a in ipairs(c.alerts) do
-      if spent < tonumber(a) * c.limit then redis.call('HDEL', c.h, 'a:' .. a) end
+      local held = tonumber(a) == 1 and full_at and spent >= full_at
+      if spent < tonumber(a) * c.limit and not held then
+        redis.call('HDEL', c.h, 'a:' .. a)
+        if tonumber(a) == 1 then redis.call('HDEL', c.h, 'x') end
+      end
     end
   else
     local id, resets

@@ -53,6 +53,7 @@ if tokens < minimum or tokens < 0 then
     if tonumber(a) == 1 and need <= c.limit and c.spent + need > c.limit
       and redis.call('HSETNX', c.h, 'a:' .. a, 1) == 1 then
       alerted = 1
+      redis.call('HSET', c.h, 'x', string.format('%d', c.spent))  -- (see bring in common.lua)
     end
   end
   local frees = 0  -- held back by calls in flight: room comes back as their holds go
