@@ -20,6 +20,11 @@ Every disagreement is given the first rule that accounts for it: its preconditio
 both sources' data for that model, and with its correction applied the two costs agree
 (within 1e-6). A disagreement no rule accounts for counts in ``unexplained``. The rules:
 
+* ``request_fee_missing_in_litellm``: our price has a per-request fee (genai-prices'
+  ``requests_kcount``: Perplexity's Sonar models) that LiteLLM's token cost does not count
+  (its map has ``search_context_cost_per_query`` instead, billed only for a web search's
+  context size; genai-prices takes the highest): without the fee ours must give LiteLLM's
+  cost.
 * ``tier_missing_in_litellm``: LiteLLM has no rates for the shape's service tier (it bills
   the standard ones): our standard price must give LiteLLM's cost.
 * ``tier_missing_in_genai_prices``: genai-prices has no rates for the tier (we bill the
@@ -224,6 +229,20 @@ def _strip(entry: Mapping[str, Any], *prefixes: str) -> dict[str, Any]:
     return {k: v for k, v in entry.items() if not k.startswith(prefixes)}
 
 
+def _without_fee(price: Price) -> Price:
+    """``price`` without its per-request fee (in its long-context tiers too)."""
+    steps = tuple((at, dataclasses.replace(p, per_request=None)) for at, p in price.long_context)
+    return dataclasses.replace(price, per_request=None, long_context=steps)
+
+
+def _request_fee_missing(case: Case) -> Pair:
+    """Our price has a per-request fee LiteLLM's token cost does not count: without it,
+    ours must give LiteLLM's cost."""
+    if not case.ours.per_request:
+        return None
+    return _without_fee(case.ours).cost(case.shape.usage), case.other_usd
+
+
 def _tier_missing_in_litellm(case: Case) -> Pair:
     """LiteLLM has no rates for the tier: our standard price must give LiteLLM's cost."""
     tier = case.shape.tier
@@ -308,6 +327,12 @@ def _base_rate_differs(case: Case) -> Pair:
 
 
 RULES: list[tuple[str, str, Callable[[Case], Pair]]] = [
+    (
+        "request_fee_missing_in_litellm",
+        "our price has a per-request fee (genai-prices' requests_kcount) that LiteLLM's token "
+        "cost does not count (its search_context_cost_per_query is billed by search size)",
+        _request_fee_missing,
+    ),
     (
         "tier_missing_in_litellm",
         "LiteLLM lists no rates for this service tier: it bills the standard rates",

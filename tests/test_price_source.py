@@ -72,8 +72,7 @@ def _theirs(
     tier: str | None,
     at: dt.datetime | None = None,
 ) -> float:
-    """genai-prices' price of ``usage``'s tokens (a per-request fee, which we do not
-    charge, taken off: the price of no tokens)."""
+    """genai-prices' price of ``usage`` (its tokens and its per-request fee)."""
 
     def calc(input_tokens: int, cached: int, output_tokens: int) -> Decimal:
         found = genai_prices.calc_price(
@@ -90,8 +89,7 @@ def _theirs(
         total: Decimal = found.total_price
         return total
 
-    tokens = calc(usage.input_tokens, usage.cached_input_tokens, usage.output_tokens)
-    return float(tokens - calc(0, 0, 0))
+    return float(calc(usage.input_tokens, usage.cached_input_tokens, usage.output_tokens))
 
 
 def _usages(price: Price) -> list[Usage]:

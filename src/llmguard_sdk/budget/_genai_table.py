@@ -73,8 +73,10 @@ FIELDS = (
     "output_reasoning_mtok",
     "input_audio_mtok",
     "output_audio_mtok",
+    "requests_kcount",
 )
-"""The token prices read, in the order of each price's rates."""
+"""The prices read, in the order of each price's rates: per million tokens, and the fee per
+thousand requests."""
 
 _DATE = re.compile(r"(?:verified|as of|checked)[a-z ]* (20\d\d-\d\d-\d\d)")
 _COMPACT_DATE = re.compile(r"(-)(20\d{2})(0[1-9]|1[0-2])(0[1-9]|[12]\d|3[01])(?=-|:|$)")

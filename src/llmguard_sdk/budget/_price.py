@@ -60,10 +60,14 @@ class Price:
     than ``threshold`` input tokens pays that price for all of its tokens. ``input_audio``
     and ``output_audio`` are the rates of the input and output tokens that carry audio
     (OpenAI's ``gpt-audio``: $32 and $64 per million; default: ``input`` and ``output``,
-    with a warning when a call's audio tokens are priced so).
+    with a warning when a call's audio tokens are priced so). ``per_request`` is a fee in
+    USD charged once per request the provider bills, besides its tokens (Perplexity's
+    ``sonar``: $0.012, genai-prices' ``requests_kcount`` of $12 per thousand requests;
+    default ``None``: no fee, and ``PriceTable.with_prices`` keeps the fee of the model's
+    price below); a batch discount (:meth:`scaled`) leaves it whole.
 
     .. versionchanged:: 0.2.0 ``cache_write_1h``, ``cache_write_12h``, ``reasoning``,
-       ``tier``, ``long_context``, ``input_audio`` and ``output_audio``.
+       ``tier``, ``long_context``, ``input_audio``, ``output_audio`` and ``per_request``.
     """
 
     input: float
@@ -80,9 +84,10 @@ class Price:
     cache_write_12h: float | None = None
     input_audio: float | None = None
     output_audio: float | None = None
+    per_request: float | None = None
 
     def __post_init__(self) -> None:
-        for name in _RATES:
+        for name in (*_RATES, "per_request"):
             value = getattr(self, name)
             if value is None and name not in ("input", "output"):
                 continue
@@ -107,6 +112,12 @@ class Price:
             for step in steps
         ):
             raise ConfigurationError("long_context holds (threshold, Price) pairs")
+        fee = self.per_request
+        if fee is not None:  # a long-context tier without a fee of its own pays this one
+            steps = tuple(
+                (at, p if p.per_request is not None else dataclasses.replace(p, per_request=fee))
+                for at, p in steps
+            )
         object.__setattr__(self, "long_context", tuple(sorted(steps, key=lambda s: s[0])))
         # the rates that default to others, and the dearest input and output rates: read by
         # every call's worst case and cost (attributes, not fields; a Price never changes)
@@ -123,11 +134,13 @@ class Price:
         object.__setattr__(self, "_rates", rates)
         object.__setattr__(self, "_input_max", max(self.input, rates[1], rates[2], rates[4]))
         object.__setattr__(self, "_output_max", max(self.output, rates[3]))
+        object.__setattr__(self, "_fee", self.per_request or 0.0)
 
     # cached, write, write_1h, reasoning, write_12h, input audio, output audio
     _rates: ClassVar[tuple[float, float, float, float, float, float, float]]
     _input_max: ClassVar[float]
     _output_max: ClassVar[float]
+    _fee: ClassVar[float]  # per_request, 0.0 for none
 
     @property
     def cached_rate(self) -> float:
@@ -168,7 +181,8 @@ class Price:
         return found
 
     def scaled(self, factor: float, *, tier: str | None = None) -> Price:
-        """Every rate times ``factor`` (a batch discount), long-context tiers included."""
+        """Every rate times ``factor`` (a batch discount), long-context tiers included; the
+        per-request fee stays whole."""
         rates: dict[str, Any] = {
             name: None if getattr(self, name) is None else getattr(self, name) * factor
             for name in _RATES
@@ -177,9 +191,10 @@ class Price:
         return dataclasses.replace(self, **rates, tier=tier, long_context=steps)
 
     def cost(self, usage: Usage) -> float:
-        """The USD cost of ``usage`` at this price: cached reads, cache writes by retention
-        (5 or 30 minutes, 1 hour, 12 hours), reasoning output and audio input and output at
-        their own rates, the long-context tier of its input. Audio input is counted among
+        """The USD cost of ``usage`` (one request) at this price: cached reads, cache writes
+        by retention (5 or 30 minutes, 1 hour, 12 hours), reasoning output and audio input and
+        output at their own rates, the long-context tier of its input, and the per-request
+        fee. Audio input is counted among
         the input read neither from nor into the cache (where a provider cached audio, its
         cached tokens pay the cached rate and the rest of the audio its audio rate)."""
         price = self.for_input(usage.input_tokens)
@@ -197,16 +212,20 @@ class Price:
         if heard or spoken:
             price._audio_unpriced(heard, spoken)
         return (
-            (plain - heard) * price.input
-            + heard * price._rates[5]
-            + cached * cached_rate
-            + (written - hour - half_day) * write_rate
-            + hour * write_1h_rate
-            + half_day * write_12h_rate
-            + (usage.output_tokens - reasoning - spoken) * price.output
-            + spoken * price._rates[6]
-            + reasoning * reasoning_rate
-        ) / _MILLION
+            price._fee
+            + (
+                (plain - heard) * price.input
+                + heard * price._rates[5]
+                + cached * cached_rate
+                + (written - hour - half_day) * write_rate
+                + hour * write_1h_rate
+                + half_day * write_12h_rate
+                + (usage.output_tokens - reasoning - spoken) * price.output
+                + spoken * price._rates[6]
+                + reasoning * reasoning_rate
+            )
+            / _MILLION
+        )
 
     def _audio_unpriced(self, heard: int, spoken: int) -> None:
         """Warn (once, then counted) of audio tokens priced at the text rate: this price has
@@ -226,11 +245,15 @@ class Price:
         """The most a call of this many tokens can cost: no input counted as cached, every
         input token written to the cache at the dearest rate, ``audio_tokens`` of them (input
         audio) at the dearer of that and the input audio rate, every output token at the
-        dearer of the output and reasoning rates, in the call's long-context tier."""
+        dearer of the output and reasoning rates, in the call's long-context tier, and the
+        per-request fee."""
         price = self.for_input(input_tokens)
         text = input_tokens - audio_tokens
         heard = audio_tokens * max(price._input_max, price._rates[5])
-        return (text * price._input_max + heard + output_tokens * price._output_max) / _MILLION
+        return (
+            price._fee
+            + (text * price._input_max + heard + output_tokens * price._output_max) / _MILLION
+        )
 
     @property
     def output_max(self) -> float:

@@ -24,7 +24,8 @@ from ._source import GenaiSource
 __all__ = ["PriceLayers"]
 
 logger = logging.getLogger("llmguard_sdk")
-_DEFAULTED = _RATES[2:]  # the rates that default to others when unset: cached_input ...
+# the rates that default to others when unset (cached_input ...), and the per-request fee
+_DEFAULTED = (*_RATES[2:], "per_request")
 _DATED = re.compile(r"(-\d{4}-\d{2}-\d{2}|-\d{8}|-latest)$")
 
 

@@ -42,6 +42,7 @@ _NAMES = {
     "output_reasoning_mtok": "reasoning",
     "input_audio_mtok": "input_audio",
     "output_audio_mtok": "output_audio",
+    "requests_kcount": "per_request",
 }
 """The :class:`~llmguard_sdk.budget.Price` field of each of genai-prices' rates read."""
 assert tuple(_NAMES) == FIELDS
@@ -195,6 +196,8 @@ def _to_price(fields: Mapping[str, Any], tier: str | None) -> Price | None:
 
     def at(above: int | None) -> Price:
         rates: dict[str, Any] = {_NAMES[k]: _rate(value, above) for k, value in fields.items()}
+        if "per_request" in rates:  # (per thousand requests)
+            rates["per_request"] /= 1000.0
         return Price(**rates, tier=tier)
 
     flat = at(None)

@@ -4,7 +4,8 @@
 70 % small / 30 % large)::
 
     monthly = requests/day x days x (1 - cache hit rate) x (1 + retry rate)
-              x (input tokens x input price + output tokens x output price)
+              x (input tokens x input price + output tokens x output price
+                 + the fee per request, ``Price.per_request``)
 
 at the p50 and the p95 token counts; input read from a provider's prompt cache
 (``cached_input_share``) is priced at the cached rate, every call at the prices of its
@@ -42,7 +43,7 @@ class Option:
 def _request_cost(price: Price, input_tokens: float, output_tokens: float, cached: float) -> float:
     price = price.for_input(input_tokens)
     plain = input_tokens * (1.0 - cached)
-    return (
+    return (price.per_request or 0.0) + (
         plain * price.input
         + input_tokens * cached * price.cached_rate
         + output_tokens * price.output

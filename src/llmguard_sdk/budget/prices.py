@@ -20,6 +20,7 @@ long-context tier::
            + written_1h * cache_write_1h + written_12h * cache_write_12h
            + (output - reasoning - audio_out) * output + audio_out * output_audio
            + reasoning * reasoning
+           + per_request   (a fee per request, USD: Perplexity's Sonar models)
 
 A cost the provider reported (``ChatResponse.cost_usd`` with ``cost_source="reported"``) wins
 over the table; a cost from the table is always ``"estimated"``.
@@ -173,11 +174,12 @@ class PriceTable(PriceLayers):
 
         A price given for a model this table knows changes the rates it sets: each rate it
         leaves unset (``cached_input``, ``cache_write``, ``cache_write_1h``,
-        ``cache_write_12h``, ``reasoning``: ``None``) is the one this table gives the same
-        lookup (model, provider or route, day, tier), so ``Price(input=..., output=...)``
-        keeps the model's cache and reasoning rates; its dates and long-context tiers are
-        its own. ``replace=True``: each price given is the model's whole price, its unset
-        rates defaulting to its own ``input`` / ``cache_write`` / ``output``.
+        ``cache_write_12h``, ``reasoning``, ``per_request``: ``None``) is the one this table
+        gives the same lookup (model, provider or route, day, tier), so
+        ``Price(input=..., output=...)`` keeps the model's cache and reasoning rates and its
+        per-request fee; its dates and long-context tiers are its own. ``replace=True``: each
+        price given is the model's whole price, its unset rates defaulting to its own
+        ``input`` / ``cache_write`` / ``output`` (no per-request fee).
         """
         if not isinstance(replace, bool):
             raise ConfigurationError(f"replace must be True or False, got {replace!r}")
