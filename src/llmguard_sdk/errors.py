@@ -531,7 +531,18 @@ class RateLimitExceededError(RefusedError):
 
 
 class BudgetExceededError(RefusedError):
-    """A spend budget has no room for this call."""
+    """A spend budget has no room for this call.
+
+    ``budget``: the name of the budget that refused (read-only; ``Budget.key_name``, as its
+    ``BudgetEvent.budget`` says: ``name=``, else one made of scope, id and window, such as
+    ``"tenant.each.day"``), so that two budgets on one scope (a daily and a monthly cap) are
+    told apart; ``None`` where no one budget refused (:class:`BudgetUnavailableError`).
+    ``scope``: the counter refused (``"tenant:acme"``); ``limit_usd``, ``spent_usd``: its
+    limit and settled spend; ``resets_at``: its window's reset (epoch seconds);
+    ``retry_after``: when room may come back (``None``: the call never fits).
+
+    .. versionchanged:: 0.2.0 ``budget``.
+    """
 
     def __init__(
         self,
@@ -542,12 +553,19 @@ class BudgetExceededError(RefusedError):
         spent_usd: float,
         resets_at: float | None = None,
         retry_after: float | None = None,
+        budget: str | None = None,
     ) -> None:
         super().__init__(message, retry_after=retry_after)
         self.scope = scope
         self.limit_usd = limit_usd
         self.spent_usd = spent_usd
         self.resets_at = resets_at
+        self._budget = budget
+
+    @property
+    def budget(self) -> str | None:
+        """The name of the budget that refused (``None``: none did, the store was away)."""
+        return self._budget
 
 
 class BudgetUnavailableError(BudgetExceededError):

@@ -194,6 +194,7 @@ def refused(
             spent_usd=result.spent / NANO,
             resets_at=result.resets_at,
             retry_after=None if never else max(0.0, frees - time.time()),
+            budget=budget.key_name,
         )
     return following
 
