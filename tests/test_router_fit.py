@@ -156,6 +156,25 @@ def test_cheapest_prices_no_more_output_than_the_call_allows() -> None:
     assert [group.ranked(facts)[0].name for _ in range(3)] == ["b"] * 3
 
 
+def test_cheapest_counts_a_deployments_per_request_fee() -> None:
+    """Tokens half the price and a fee per request ($0.012, Perplexity's ``sonar``): it was
+    ranked the cheaper for a call of 200 tokens in and 100 out ($0.00015 against $0.0123)."""
+    routes = [
+        OpenAICompatibleProvider("http://127.0.0.1:9/v1", model="fake-model", name=n)
+        for n in ("a", "b")
+    ]
+    group = DeploymentGroup("g", routes, strategy="cheapest")
+    prices = PriceTable(
+        {
+            "a/fake-model": Price(input=1.0, output=1.0),
+            "b/fake-model": Price(input=0.5, output=0.5, per_request=0.012),
+        }
+    )
+    short = ChatRequest.model_validate({"messages": [USER[0]], "max_tokens": 100})
+    facts = CallFacts(request=short, input_tokens=200.0, prices=prices)
+    assert [group.ranked(facts)[0].name for _ in range(3)] == ["a"] * 3
+
+
 def test_headroom_ranks_most_left_first_and_ties_go_round() -> None:
     assert rank_by_headroom([0.2, 0.9, 0.5], 0) == [1, 2, 0]
     assert [rank_by_headroom([1.0, 1.0, 1.0], t)[0] for t in range(3)] == [0, 1, 2]

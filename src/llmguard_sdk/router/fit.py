@@ -13,8 +13,8 @@ headroom.
 ``cheapest`` ranks deployments that fit the request (context window, and the capabilities a
 route declares: ``capabilities = {"tools", "vision"}``; a route that declares none is taken
 to have them) by the price of the call on each (input tokens at the route's input rate,
-the group's typical answer length, at most the call's ``max_tokens``, at its output rate),
-then those that do not fit.
+the group's typical answer length, at most the call's ``max_tokens``, at its output rate,
+and its fee per request), then those that do not fit.
 
 A group's deployments may carry region tags; the call's region (or the group's) goes first,
 each region in the strategy's order, then the other regions: failover across regions.

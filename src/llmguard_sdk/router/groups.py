@@ -417,7 +417,8 @@ class DeploymentGroup:
 
     @staticmethod
     def _price(route: Provider, facts: CallFacts, output: float) -> float:
-        """The call's price on ``route`` (inf: no price known)."""
+        """The call's price on ``route``, per million calls (inf: no price known): its
+        tokens, and its fee per request."""
         if facts.prices is None or not route.model:
             return math.inf
         try:
@@ -426,7 +427,8 @@ class DeploymentGroup:
             return math.inf
         tokens = facts.tokens_on(route)
         price = price.for_input(tokens)
-        return tokens * price.input + output * price.output
+        fee = (price.per_request or 0.0) * 1_000_000
+        return tokens * price.input + output * price.output + fee
 
     def _answer_tokens(self, request: ChatRequest | None) -> float:
         """The output tokens a call is expected to produce: the group's typical answer
