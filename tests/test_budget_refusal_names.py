@@ -63,3 +63,35 @@ def test_a_refusal_names_the_budget_that_refused(
 def test_an_unavailable_store_names_no_budget() -> None:
     error = BudgetUnavailableError("away", scope="*", limit_usd=1.0, spent_usd=float("nan"))
     assert error.budget is None
+
+
+@pytest.mark.parametrize("store", ["memory", "redis"])
+def test_a_users_refusal_and_events_name_the_tenant(
+    fake: FakeProvider, make_guard: MakeGuard, request: pytest.FixtureRequest, store: str
+) -> None:
+    """A user's budget is counted per tenant (tenants name their users themselves), but its
+    events and refusals said ``user:u1`` alone: which tenant's u1 ran out was not told."""
+    from llmguard_sdk.budget.policy import BudgetEvent, for_log
+
+    events: list[BudgetEvent] = []
+    budgets = Budgets(
+        [Budget(limit_usd=NONE, scope="user", window="day")],
+        prices=PRICES,
+        on_event=[events.append],
+    )
+    options = {}
+    if store == "redis":
+        options = {
+            "store": request.getfixturevalue("redis_url"),
+            "key_prefix": request.getfixturevalue("redis_prefix"),
+        }
+    guard = make_guard(fake, budgets=budgets, **options)
+    with pytest.raises(BudgetExceededError) as info:
+        guard.chat(USER, max_tokens=3, tenant="acme", user="u1")
+    assert (info.value.scope, info.value.tenant) == ("user:u1", "acme")
+    assert pickle.loads(pickle.dumps(info.value)).tenant == "acme"
+    exhausted = [event for event in events if event.kind == "exhausted"]
+    assert [(event.scope, event.tenant) for event in exhausted] == [("user:u1", "acme")]
+    logged = for_log(exhausted[0])
+    assert logged.tenant not in (None, "acme")  # hashed, as the scope's id is
+    assert logged.scope != "user:u1"

@@ -170,6 +170,7 @@ def refused(
         spent_usd=result.spent / NANO,
         resets_at=result.resets_at,
         action={"downgrade": "downgraded", "local": "local_only", None: "refused"}[following],
+        tenant=spec.tenant,
     )
     if result.alerted:
         notes.append(dataclasses.replace(note, kind="alert", threshold=1.0, action=None))
@@ -195,6 +196,7 @@ def refused(
             resets_at=result.resets_at,
             retry_after=None if never else max(0.0, frees - time.time()),
             budget=budget.key_name,
+            tenant=spec.tenant,
         )
     return following
 

@@ -352,6 +352,7 @@ class SpendControl:
                             spent_usd=spent / NANO,
                             threshold=threshold,
                             resets_at=resets,
+                            tenant=spec.tenant,
                         )
                     )
         if self.runaway is not None and usage is not None:

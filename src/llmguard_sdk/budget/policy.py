@@ -204,6 +204,8 @@ class CounterSpec:
     scope: str
     budget_index: int
     tz: str = UTC
+    tenant: str | None = None
+    """The tenant of a user's counter (users are counted per tenant), else ``None``."""
 
 
 _NO_ALERTS: frozenset[float] = frozenset()  # shared: an empty frozenset is a new object
@@ -305,6 +307,11 @@ class BudgetEvent:
       process's own count in memory, within its part of ``fail_open_share``, so the limits
       are not enforced across the fleet until Redis answers; one event per outage, at the
       first call (or retry's top-up) counted so, and one again in the next outage).
+
+    ``tenant``: the tenant of a user's budget (``scope`` ``"user:u1"``: users are counted per
+    tenant), else ``None``.
+
+    .. versionchanged:: 0.2.0 ``tenant``.
     """
 
     kind: Literal["alert", "exhausted", "runaway", "unavailable"]
@@ -318,6 +325,7 @@ class BudgetEvent:
     tokens: int | None = None
     p95: float | None = None
     factor: float | None = None
+    tenant: str | None = None
 
 
 def for_log(event: BudgetEvent) -> BudgetEvent:
@@ -328,7 +336,8 @@ def for_log(event: BudgetEvent) -> BudgetEvent:
         return event
     from .._state.stores import hash_id
 
-    return replace(event, scope=f"{kind}:{hash_id(who)}")
+    tenant = hash_id(event.tenant) if event.tenant is not None else None
+    return replace(event, scope=f"{kind}:{hash_id(who)}", tenant=tenant)
 
 
 def _month_bounds(now: float) -> tuple[int, float]:

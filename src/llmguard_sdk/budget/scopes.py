@@ -125,6 +125,7 @@ class ScopeCounters:
                     scope="global" if budget.scope == "global" else f"{budget.scope}:{value}",
                     budget_index=index,
                     tz=budget.tz,
+                    tenant=tenant if budget.scope == "user" else None,
                 )
             )
         return tuple(found)

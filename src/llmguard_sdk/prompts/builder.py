@@ -33,7 +33,8 @@ from pydantic import ValidationError
 from .._json import canonical_json
 from .._problems import problems
 from ..context import current_scope
-from ..errors import ConfigurationError, PromptLintError, RequestValidationError, _lint_remedy
+from ..errors import ConfigurationError, PromptLintError, RequestValidationError
+from ..errors._base import lint_remedy
 from ..models import ChatRequest, Message
 from ._tail import history_messages, user_message
 from .adapters import (
@@ -478,7 +479,7 @@ class PromptBuilder:
                 "prompt template %r: cache-breaking text in the static part: %s; %s",
                 self.name,
                 "; ".join(str(w) for w in findings[:5]),
-                _lint_remedy(findings),
+                lint_remedy(findings),
             )
 
 

@@ -1,5 +1,4 @@
-"""Where :class:`~llmguard_sdk.errors.SettingsValidationError` is defined, beside the tree
-(:mod:`llmguard_sdk.errors` exports it, and names it as its own): both a
+"""The settings' error (see :mod:`llmguard_sdk.errors`, which exports it): both a
 :class:`~llmguard_sdk.errors.ConfigurationError` and pydantic's ``ValidationError``."""
 
 from __future__ import annotations
@@ -9,9 +8,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from .errors import ConfigurationError
+from ._base import ConfigurationError
 
-__all__ = ["SettingsValidationError"]
+__all__ = ["SettingsValidationError", "settings_error"]
 
 
 class SettingsValidationError(ConfigurationError, ValidationError):
@@ -29,8 +28,6 @@ class SettingsValidationError(ConfigurationError, ValidationError):
 
     .. versionadded:: 0.2.0
     """
-
-    __module__ = "llmguard_sdk.errors"  # where users import it from (and pickle finds it)
 
     @classmethod
     def from_validation_error(
@@ -59,10 +56,10 @@ class SettingsValidationError(ConfigurationError, ValidationError):
     def __reduce__(self) -> tuple[Any, ...]:
         # rebuilt from its details, as pydantic's own are; the message and attributes on top
         details = (type(self), self.title, self.errors(), self.args)
-        return (_settings_error, details, vars(self))
+        return (settings_error, details, vars(self))
 
 
-def _settings_error(
+def settings_error(
     cls: type[SettingsValidationError], title: str, details: list[Any], args: tuple[Any, ...]
 ) -> SettingsValidationError:
     error = cls.from_exception_data(title, details, hide_input=True)
