@@ -32,6 +32,7 @@ import json
 import os
 import tempfile
 import threading
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import asdict
@@ -101,8 +102,18 @@ class SpendJournal:
     def __init__(self, directory: str | os.PathLike[str] | None, name: str) -> None:
         self.directory = Path(directory) if directory is not None else default_journal_dir()
         self.name = name
-        self._path = self.directory / f"{name}.{os.getpid()}.{os.urandom(4).hex()}.jsonl"
         self._file: IO[str] | None = None
+        self._own_file()
+        _JOURNALS.add(self)
+
+    def _own_file(self) -> None:
+        """This process's file (not created yet) and the state of its records: at the start,
+        and in a forked child, which leaves its parent's file (and lock) to the parent."""
+        inherited, self._file = self._file, None
+        if inherited is not None:
+            with suppress(OSError):  # (the parent's lock stays: it has the file open too)
+                inherited.close()
+        self._path = self.directory / f"{self.name}.{os.getpid()}.{os.urandom(4).hex()}.jsonl"
         self._start = _HEADER_SIZE  # where this process's records not yet replayed start
         self._read_ends: list[int] = []  # where each record own_records gave ends
         self._lock = threading.Lock()
@@ -300,6 +311,18 @@ class SpendJournal:
             self._file = None
             if self.pending == 0:
                 self.finished(self._path)
+
+
+_JOURNALS: weakref.WeakSet[SpendJournal] = weakref.WeakSet()  # this process's journals
+
+
+def _forked() -> None:
+    for journal in list(_JOURNALS):
+        journal._own_file()
+
+
+if hasattr(os, "register_at_fork"):  # (not on Windows)
+    os.register_at_fork(after_in_child=_forked)
 
 
 def _entry(line: str) -> JournalRecord | None:

@@ -36,6 +36,7 @@ import collections
 import dataclasses
 import logging
 import math
+import os
 import threading
 import time
 import uuid
@@ -107,7 +108,7 @@ class RedisBudgetBackend:
         self._store = store
         self._tag = hash_id(name)
         self._share = float(share)
-        self._pid = uuid.uuid4().hex[:16]
+        self._pid, self._pid_of = "", 0  # this process's id in the fleet (see _process_id)
         # counter key: its room left at this process's last reservation on it
         self._seen: collections.OrderedDict[str, int] = collections.OrderedDict()
         self._live = 1  # processes alive at the last reservation (1: never reached Redis)
@@ -162,7 +163,14 @@ class RedisBudgetBackend:
         args += [repr(float(hold["per_token"])), hold["want"], hold["minimum"], len(specs)]
         keys = [*self._keys(specs), self._store.key("budget", self._tag, "p")]
         kinds = [spec.scope.partition(":")[0] for spec in specs]  # stored for the status tool
-        return keys, [*args, *self._spec_args(specs), self._pid, repr(_ALIVE), *kinds]
+        return keys, [*args, *self._spec_args(specs), self._process_id(), repr(_ALIVE), *kinds]
+
+    def _process_id(self) -> str:
+        """This process's id among those Redis sees alive: drawn again in a forked child (a
+        worker of a server that built its app before forking counts as a process of its own)."""
+        if self._pid_of != os.getpid():
+            self._pid, self._pid_of = uuid.uuid4().hex[:16], os.getpid()
+        return self._pid
 
     def _note_rooms(self, specs: Sequence[CounterSpec], live: int, rooms: list[int]) -> None:
         """Remember what the fleet may spend on each counter should Redis go away."""
