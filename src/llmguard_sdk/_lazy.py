@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import os
 import sys
 import threading
 import time
@@ -85,6 +86,21 @@ def _join(threads: list[threading.Thread], within: float) -> None:
     deadline = time.monotonic() + within
     for thread in threads:
         thread.join(max(0.0, deadline - time.monotonic()))
+
+
+_FORK_WAIT_S = 30.0  # the longest a fork waits for the loads under way
+
+
+def _loads_done_before_fork() -> None:
+    """Before this process forks, wait for the loads under way (30 s at most): a load holds
+    locks (the price data's, the tokenizer's, a module's import lock) that a forked child
+    would inherit held by a thread it does not have, and its first call would wait for
+    them for good (a server that builds its Guard, then forks its workers at once)."""
+    _join([thread for thread in loading if thread.is_alive()], _FORK_WAIT_S)
+
+
+if hasattr(os, "register_at_fork"):  # (not on Windows)
+    os.register_at_fork(before=_loads_done_before_fork)
 
 
 def import_event_loop_backends() -> None:
