@@ -46,13 +46,44 @@ print(codes)
 """
 
 
-def test_workers_forked_right_after_a_guard_is_built_answer(fake: FakeProvider) -> None:
+def _run(script: str, fake: FakeProvider) -> str:
+    """What ``script`` printed, run in a fresh interpreter with ``fake``'s URL."""
     done = subprocess.run(
-        [sys.executable, "-c", SCRIPT, fake.base_url],
+        [sys.executable, "-c", script, fake.base_url],
         capture_output=True,
         text=True,
         timeout=120,
-        env={**os.environ, "PYTHONWARNINGS": "ignore::DeprecationWarning"},
+        env={**os.environ, "PYTHONWARNINGS": "ignore::DeprecationWarning"},  # (fork, threads)
     )
-    assert done.stdout.strip() == "[0, 0, 0]", done.stderr[-2000:]
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout.strip()
+
+
+def test_workers_forked_right_after_a_guard_is_built_answer(fake: FakeProvider) -> None:
+    assert _run(SCRIPT, fake) == "[0, 0, 0]"
     assert fake.stats.requests == 3
+
+
+# A Guard that called once (its connection kept alive), then forked: the worker calls too.
+WARM_THEN_FORK = """
+import os, sys
+from llmguard_sdk import Guard, OpenAICompatibleProvider
+
+route = OpenAICompatibleProvider(sys.argv[1], api_key="k", model="gpt-4o-mini", name="p")
+guard = Guard([route], retry=None)
+guard.chat([{"role": "user", "content": "warm"}], max_tokens=5)
+pid = os.fork()
+if pid == 0:
+    guard.chat([{"role": "user", "content": "worker"}], max_tokens=5)
+    os._exit(0)
+print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+"""
+
+
+def test_a_forked_worker_opens_connections_of_its_own(fake: FakeProvider) -> None:
+    """The worker sent its request on the parent's kept-alive connection (one socket, two
+    processes): workers calling at once wrote into each other's requests (the provider
+    answered 400, "request body is not valid JSON") or read another's answer."""
+    assert _run(WARM_THEN_FORK, fake) == "0"
+    assert fake.stats.requests == 2
+    assert fake.stats.connections == 2  # the worker's own

@@ -44,6 +44,7 @@ import httpx
 from ._http1 import (
     MAX_HEADERS,
     MAX_LINE,
+    Pool,
     asks_to_close,
     body_length,
     chunk_size,
@@ -73,7 +74,7 @@ _DRAIN_WAIT = 0.001  # seconds each of those reads waits, at most
 _Origin = tuple[str, str, int]
 
 
-class StdlibTransport(httpx.BaseTransport):
+class StdlibTransport(httpx.BaseTransport, Pool):
     """An httpx transport over :class:`http.client.HTTPConnection` (see the module docs)."""
 
     def __init__(
@@ -88,13 +89,16 @@ class StdlibTransport(httpx.BaseTransport):
         self._max = limits.max_connections
         self._keep_alive = limits.max_keepalive_connections
         self._expiry = limits.keepalive_expiry  # seconds an idle connection is kept
+        self._ssl: ssl.SSLContext | None = None
+        self._closed = False
+        self.pool_per_process()
+
+    def fresh_pool(self) -> None:
         # idle connections of each origin, each with the time it went idle (latest last)
         self._idle: dict[_Origin, list[tuple[http.client.HTTPConnection, float]]] = {}
         self._sweep: collections.deque[_Origin] = collections.deque()  # _idle's, in turn
         self._open = 0  # connections in use or idle
         self._freed = threading.Condition()
-        self._ssl: ssl.SSLContext | None = None
-        self._closed = False
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         """Send ``request`` and answer its response, the body still to be read."""
