@@ -22,7 +22,7 @@ from .drive import acomplete, complete
 from .opening import OpeningOutcome, aopen_call, open_call
 from .refusals import refusals
 from .run import Run
-from .stages import Stages, finish, prepare, resolve_scope
+from .stages import Stages, finish, prepare, resolve_scope, screen, stamp
 
 __all__ = ["MessagesArg", "acomplete_call", "call_context", "complete_call", "stream_flag"]
 
@@ -118,11 +118,12 @@ def _complete_once(ctx: CallContext, stages: Stages) -> ChatResponse:
             return finish(ctx, stages, cached)
         response = None
         try:
-            response = finish(ctx, stages, complete(_run(ctx, stages, opening)))
+            stamped = stamp(ctx, stages, complete(_run(ctx, stages, opening)))
+            response = screen(ctx, stages, stamped)
         finally:  # settle to what was served; nothing served: to what went out
             if opening.held is not None and stages.spend is not None:
                 opening.tail.add(stages.spend.settle_steps(opening.held, ctx, response))
-        opening.remember_later(ctx, stages, response)
+        opening.remember_later(ctx, stages, stamped)  # (as it was before the filters)
         return response
     finally:
         opening.tail.flush(last=True)
@@ -136,11 +137,12 @@ async def _acomplete_once(ctx: CallContext, stages: Stages) -> ChatResponse:
             return finish(ctx, stages, cached)
         response = None
         try:
-            response = finish(ctx, stages, await acomplete(_run(ctx, stages, opening)))
+            stamped = stamp(ctx, stages, await acomplete(_run(ctx, stages, opening)))
+            response = screen(ctx, stages, stamped)
         finally:  # settle to what was served; nothing served (or cancelled): to what went out
             if opening.held is not None and stages.spend is not None:
                 opening.tail.add(stages.spend.settle_steps(opening.held, ctx, response))
-        await opening.aremember_later(ctx, stages, response)
+        await opening.aremember_later(ctx, stages, stamped)  # (as it was before the filters)
         return response
     finally:
         if opening.tail.steps:  # a memory backend's tail is done already: no cancel scope

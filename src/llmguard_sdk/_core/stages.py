@@ -62,6 +62,8 @@ __all__ = [
     "reporting",
     "resolve_scope",
     "route_error_types",
+    "screen",
+    "stamp",
 ]
 
 
@@ -80,7 +82,8 @@ Raise :class:`~llmguard_sdk.errors.GuardrailRejectedError` to refuse the call.""
 OutputFilter = Callable[[ChatResponse], "ChatResponse | None"]
 """Sees the response; returns a replacement, or ``None`` to keep it; may raise
 :class:`~llmguard_sdk.errors.GuardrailRejectedError`. For streams it sees the assembled
-response after the last chunk (the caller has already read the text by then)."""
+response after the last chunk (the caller has already read the text by then); a cached or
+degraded answer, replayed as one chunk, is filtered before that chunk."""
 
 
 @dataclass(frozen=True)
@@ -304,9 +307,15 @@ def resolve_scope(tenant: str | None, feature: str | None, user: str | None) -> 
 
 
 def finish(ctx: CallContext, stages: Stages, response: ChatResponse) -> ChatResponse:
-    """Stamp route, attempts, timings and (estimated when missing) usage; run output filters.
-    A route's answer carries a usage already, its provider's or the count its rate limit
-    settled to (:func:`~.limits.with_usage`): the call is priced from the same count."""
+    """The answer served: stamped (:func:`stamp`), then filtered (:func:`screen`)."""
+    return screen(ctx, stages, stamp(ctx, stages, response))
+
+
+def stamp(ctx: CallContext, stages: Stages, response: ChatResponse) -> ChatResponse:
+    """Stamp route, attempts, timings and (estimated when missing) usage and cost: the answer
+    as the cache keeps it. A route's answer carries a usage already, its provider's or the
+    count its rate limit settled to (:func:`~.limits.with_usage`): the call is priced from
+    the same count."""
     usage = response.usage
     if usage is None:  # (an answer no route gave: degraded, stale)
         usage = Usage(
@@ -329,15 +338,22 @@ def finish(ctx: CallContext, stages: Stages, response: ChatResponse) -> ChatResp
             if unserved is not None:
                 update["cost_usd"] += unserved
                 update["cost_source"] = "estimated"
-    response = updated(response, update)
+    return updated(response, update)
+
+
+def screen(ctx: CallContext, stages: Stages, stamped: ChatResponse) -> ChatResponse:
+    """A stamped answer (:func:`stamp`) through the output filters, once: the cache keeps
+    answers as they were before them (a hit is filtered as it is served, by the filters of
+    the Guard serving it; a filter run on its own output twice would sign it twice)."""
+    response = stamped
     try:
         for output_filter in stages.output_filters:
             replaced = _apply_filter(output_filter, response, ChatResponse, "output")
             if replaced is not response:
                 response = _filtered_response(output_filter, replaced)
     except BaseException:  # refused after the provider billed it: an unserved attempt
-        if update["route"] not in (None, CACHE, DEGRADED):
-            ctx.unserved.append((update["route"], usage))
+        if stamped.route not in (CACHE, DEGRADED) and stamped.usage is not None:
+            ctx.unserved.append((stamped.route, stamped.usage))
         raise
     return response
 

@@ -42,6 +42,7 @@ class _StreamBase:
         self._guard_stages = stages
         self._stages = stages  # the spend hold's stages, once a budget holds the call
         self._response: ChatResponse | None = None
+        self._stamped: ChatResponse | None = None  # the route's answer as the cache keeps it
         self._ended = False
         self._close_requested = False
         self._reading = False  # a reader waits inside next(): a close waits for its chunk
@@ -118,15 +119,16 @@ class _StreamBase:
         assert response is not None
         if response.route in (CACHE, DEGRADED):
             return self._as_chunk(response)
-        self._response = stages.finish(self._ctx, self._stages, response)
+        self._stamped = stages.stamp(self._ctx, self._stages, response)
+        self._response = stages.screen(self._ctx, self._stages, self._stamped)
         return None
 
     def _as_chunk(self, response: ChatResponse) -> StreamChunk:
-        """A whole answer not from a provider stream (degraded, cached) as one chunk; it
-        becomes the stream's response, its first token delivered now."""
+        """A whole answer not from a provider stream (degraded, cached) as one chunk: the
+        stream's response, as the output filters left it, its first token delivered now."""
         if self._ctx.first_token_at is None:
             self._ctx.first_token_at = time.monotonic()
-        self._response = stages.finish(self._ctx, self._stages, response)
+        self._response = response = stages.finish(self._ctx, self._stages, response)
         return StreamChunk(
             text=response.text,
             finish_reason=response.finish_reason,
@@ -174,7 +176,8 @@ class _ChatStreamState(_StreamBase):
             if last is not None:
                 yield last
             assert self._opening is not None  # the stream went to its routes
-            self._opening.remember_later(ctx, stages, self.response)
+            if self._stamped is not None:  # (a route's answer, not a stale or degraded one)
+                self._opening.remember_later(ctx, stages, self._stamped)
         except GeneratorExit:  # closed, or dropped and collected: reported as cancelled
             self._dropped = True
             raise
@@ -282,7 +285,8 @@ class _AsyncStreamState(_StreamBase):
             if last is not None:
                 yield last
             assert self._opening is not None  # the stream went to its routes
-            await self._opening.aremember_later(ctx, stages, self.response)
+            if self._stamped is not None:  # (a route's answer, not a stale or degraded one)
+                await self._opening.aremember_later(ctx, stages, self._stamped)
         except GeneratorExit:  # closed, or dropped and collected: reported as cancelled
             self._dropped = True
             raise

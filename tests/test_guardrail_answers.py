@@ -1,0 +1,88 @@
+"""Output guardrails on every answer served: a provider's, the cache's (fresh or stale) and
+the degraded one, each passed through the output filters exactly once, and a whole answer
+replayed on a stream as the one chunk the filters let through."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import pytest
+
+from llmguard_sdk import ChatResponse, Guard, GuardrailRejectedError
+from llmguard_sdk.cache import ResponseCache
+from llmguard_sdk.retry import waits_off
+from llmguard_sdk.testing import FakeProvider, Fault
+from tests.conftest import USER
+
+MakeGuard = Callable[..., Guard]
+
+
+def signed(response: ChatResponse) -> ChatResponse:
+    """A filter that is not idempotent: run twice on one answer, it signs it twice."""
+    return response.model_copy(update={"text": response.text + " [AI]"})
+
+
+def _answer(guard: Guard, stream: bool) -> tuple[str, ChatResponse]:
+    """What the caller read (a stream's chunks joined) and the call's response."""
+    if not stream:
+        response = guard.chat(USER)
+        return response.text, response
+    with guard.chat(USER, stream=True) as chunks:
+        text = "".join(chunk.text for chunk in chunks)
+    return text, chunks.response
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_cached_answer_passes_the_output_filters_once(
+    fake: FakeProvider, make_guard: MakeGuard, stream: bool
+) -> None:
+    guard = make_guard(fake, cache=True, output_filters=[signed])
+    first = _answer(guard, stream=False)[1]
+    read, hit = _answer(guard, stream)
+    assert first.text == "Echo: hello there [AI]"
+    assert (hit.route, hit.text) == ("cache", first.text)  # (was "... [AI] [AI]")
+    assert read == hit.text  # (a replayed stream's chunk was the stored text)
+    assert fake.stats.requests == 1
+
+
+def test_a_stale_answer_passes_the_output_filters_once(
+    fake: FakeProvider, make_guard: MakeGuard
+) -> None:
+    guard = make_guard(fake, cache=ResponseCache(ttl=0.1, stale_ttl=60), output_filters=[signed])
+    fresh = guard.chat(USER)
+    time.sleep(0.2)
+    fake.always(Fault(status=503))
+    with waits_off():
+        stale = guard.chat(USER)
+    assert (stale.metadata["cache"], stale.text) == ("stale", fresh.text)
+
+
+def test_a_filter_of_the_guard_reading_the_cache_refuses_what_another_stored(
+    fake: FakeProvider, make_guard: MakeGuard
+) -> None:
+    """The cache holds answers, not verdicts: a Guard whose filters refuse an answer that a
+    Guard without them stored (or a filter added since) refuses the hit too."""
+
+    def no_echo(response: ChatResponse) -> None:
+        if response.text.startswith("Echo"):
+            raise GuardrailRejectedError("echoes")
+
+    cache = ResponseCache()
+    make_guard(fake, cache=cache).chat(USER)
+    strict = make_guard(fake, cache=cache, output_filters=[no_echo])
+    with pytest.raises(GuardrailRejectedError) as info:
+        strict.chat(USER)
+    assert info.value.stage == "output"
+    assert fake.stats.requests == 1
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_degraded_answer_is_served_as_the_output_filters_left_it(
+    fake: FakeProvider, make_guard: MakeGuard, stream: bool
+) -> None:
+    fake.always(Fault(status=503))
+    guard = make_guard(fake, degraded="Try again later.", retry=None, output_filters=[signed])
+    read, response = _answer(guard, stream)
+    assert response.route == "degraded"
+    assert read == response.text == "Try again later. [AI]"  # (the chunk was unfiltered)
