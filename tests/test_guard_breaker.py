@@ -403,3 +403,28 @@ def test_a_probe_that_passes_does_not_cut_a_retry_after_short(
     assert fake.stats.requests == 2
     assert guard.chat(USER).route == "backup"  # the provider's 30 s still hold
     assert fake.stats.requests == 2
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_call_out_of_time_before_its_request_fails_no_route(
+    fake: FakeProvider, fake2: FakeProvider, make_guard: MakeGuard, mode: str
+) -> None:
+    """A call whose deadline passed before any request went out (here: an input filter
+    that took its whole timeout) says nothing about its routes: their breakers record no
+    failure (both routes' breakers opened after two such calls, neither asked)."""
+
+    def slow_filter(request: Any) -> None:
+        time.sleep(0.15)
+
+    breaker = BreakerPolicy(window=4, minimum_calls=2, open_seconds=10, probe_every=None)
+    guard = make_guard(fake, fake2, input_filters=[slow_filter], timeout=0.1, breaker=breaker)
+
+    def call() -> object:
+        return guard.chat(USER) if mode == "sync" else anyio.run(lambda: guard.achat(USER))
+
+    for _ in range(3):
+        with pytest.raises(AllRoutesFailedError):
+            call()
+    assert fake.stats.requests == fake2.stats.requests == 0
+    assert guard.breakers is not None
+    assert guard.breakers.state("primary") == guard.breakers.state("backup") == "closed"

@@ -19,7 +19,12 @@ from .._state.steps import Step
 from ..breaker import Permit
 from ..budget.control import Held
 from ..context import AttemptRecord, CallContext
-from ..errors import ProviderError, RateLimitedError, StreamInterruptedError
+from ..errors import (
+    ProviderError,
+    ProviderTimeoutError,
+    RateLimitedError,
+    StreamInterruptedError,
+)
 from ..models import ChatRequest, ChatResponse, StreamChunk, Usage
 from ..providers.base import Provider
 from ..ratelimit import Grant, LearnArgs
@@ -121,9 +126,13 @@ class Run:
         headers: Mapping[str, str] | None = None,
     ) -> None:
         """An attempt's outcome: the breaker's record; the route's latency and headroom for
-        its group (a request the provider refused as wrong says nothing about the route).
+        its group (a request the provider refused as wrong says nothing about the route, nor
+        does a call out of time before its request went out: its permit is given back).
         ``sample``: (whole time, time to the first token of a stream, output tokens) of an
         answer; ``headers``: its headers."""
+        if error is not None and _out_of_time_unsent(self.ctx, error):
+            self.release(route)
+            return
         if self.stages.breakers is not None:
             probe = self.probes.get(route.name)
             step = self.stages.breakers.record_steps(
@@ -321,3 +330,13 @@ class Run:
 def elapsed_since(started: float) -> float:
     """Seconds since ``started`` (a :func:`time.monotonic` reading)."""
     return time.monotonic() - started
+
+
+def _out_of_time_unsent(ctx: CallContext, error: ProviderError) -> bool:
+    """Whether ``error`` is the call's own lack of time, not the route's failure: a timeout
+    whose request never went out, with the call's deadline passed (an input filter, a cache
+    lookup or a rate-limit wait spent it; a connect that timed out while time was left is
+    the route's)."""
+    return (
+        isinstance(error, ProviderTimeoutError) and not error.request_sent and ctx.remaining() <= 0
+    )
