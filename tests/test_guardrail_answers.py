@@ -6,12 +6,22 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
-from llmguard_sdk import ChatResponse, Guard, GuardrailRejectedError
+from llmguard_sdk import (
+    Cascade,
+    ChatResponse,
+    ConfigurationError,
+    Guard,
+    GuardrailRejectedError,
+    OpenAICompatibleProvider,
+    TaskRouter,
+)
 from llmguard_sdk.cache import ResponseCache
 from llmguard_sdk.retry import waits_off
+from llmguard_sdk.router import not_empty
 from llmguard_sdk.testing import FakeProvider, Fault
 from tests.conftest import USER
 
@@ -86,3 +96,33 @@ def test_a_degraded_answer_is_served_as_the_output_filters_left_it(
     read, response = _answer(guard, stream)
     assert response.route == "degraded"
     assert read == response.text == "Try again later. [AI]"  # (the chunk was unfiltered)
+
+
+def _wrong_kind(response: ChatResponse) -> object:
+    return "oops"
+
+
+def _no_text(response: ChatResponse) -> ChatResponse:
+    return response.model_copy(update={"text": None})  # (model_copy does not validate)
+
+
+@pytest.mark.parametrize(
+    ("output_filter", "said"), [(_wrong_kind, "returned str"), (_no_text, "invalid response")]
+)
+def test_a_cascades_tier_checks_what_an_output_filter_returned(
+    fake: FakeProvider, fake2: FakeProvider, output_filter: Callable[..., Any], said: str
+) -> None:
+    """A filter's answer of the wrong kind is the ConfigurationError naming the filter that
+    a Guard without a cascade raises, not an AttributeError from the cascade's checks."""
+    router = TaskRouter(
+        {"small": ["primary"], "large": ["backup"]},
+        cascades={"auto": Cascade(["small", "large"], checks=[not_empty()])},
+        default="auto",
+    )
+    routes = [
+        OpenAICompatibleProvider(f.base_url, model=f.model, name=f.name) for f in (fake, fake2)
+    ]
+    guard = Guard(routes, tasks=router, output_filters=[output_filter], environ={})
+    named = f"output filter .*{output_filter.__name__}.* {said}"
+    with guard, pytest.raises(ConfigurationError, match=named):
+        guard.chat(USER)

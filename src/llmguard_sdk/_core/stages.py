@@ -64,6 +64,7 @@ __all__ = [
     "route_error_types",
     "screen",
     "stamp",
+    "through_filter",
 ]
 
 
@@ -286,6 +287,13 @@ def _filtered_request(input_filter: InputFilter, request: ChatRequest) -> ChatRe
         ) from None
 
 
+def through_filter(output_filter: OutputFilter, response: ChatResponse) -> ChatResponse:
+    """``response`` through one output filter: its replacement, validated, else ``response``
+    (a refusal raised with its ``stage``; a return of another kind: ConfigurationError)."""
+    replaced = _apply_filter(output_filter, response, ChatResponse, "output")
+    return response if replaced is response else _filtered_response(output_filter, replaced)
+
+
 def _filtered_response(output_filter: OutputFilter, response: ChatResponse) -> ChatResponse:
     """An output filter's new response, validated (``model_copy`` builds one without
     validation: a ``text`` of None reached the caller and failed the cache's store)."""
@@ -348,9 +356,7 @@ def screen(ctx: CallContext, stages: Stages, stamped: ChatResponse) -> ChatRespo
     response = stamped
     try:
         for output_filter in stages.output_filters:
-            replaced = _apply_filter(output_filter, response, ChatResponse, "output")
-            if replaced is not response:
-                response = _filtered_response(output_filter, replaced)
+            response = through_filter(output_filter, response)
     except BaseException:  # refused after the provider billed it: an unserved attempt
         if stamped.route not in (CACHE, DEGRADED) and stamped.usage is not None:
             ctx.unserved.append((stamped.route, stamped.usage))

@@ -36,6 +36,7 @@ from .stages import (
     Stages,
     check_input_size,
     new_idempotency_key,
+    through_filter,
 )
 
 __all__ = ["TaskChoice", "TaskRouting", "acomplete", "complete", "metric_reason"]
@@ -197,7 +198,7 @@ def _screen(
             raise _Rejected("error", response)  # no route served: a degraded or stale answer
         for output_filter in filters:
             try:
-                response = output_filter(response) or response
+                response = through_filter(output_filter, response)
             except GuardrailRejectedError:
                 if not cascade.on_output_filter:
                     raise
