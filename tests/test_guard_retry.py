@@ -338,6 +338,22 @@ def test_one_idempotency_key_per_call_sent_on_every_attempt(
     assert keys[0].startswith("llmguard-")
 
 
+@pytest.mark.parametrize("through", ["chat", "client"])
+def test_a_callers_own_idempotency_key_is_sent_on_every_attempt(
+    fake: FakeProvider, make_guard: MakeGuard, no_waits: None, through: str
+) -> None:
+    """The caller's key, in its ``extra_headers`` (through ``guard.chat`` or the drop-in
+    client's), in place of one of the Guard's: the client's was dropped as an SDK's own."""
+    guard = make_guard(fake, retry=FAST)
+    fake.script(Fault(status=503))
+    mine = {"Idempotency-Key": "order-42"}
+    if through == "chat":
+        guard.chat(USER, extra_headers=mine)
+    else:
+        guard.client().chat.completions.create(model="m", messages=USER, extra_headers=mine)
+    assert [r.headers["idempotency-key"] for r in fake.requests] == ["order-42", "order-42"]
+
+
 def test_an_input_filter_that_replaces_the_request_keeps_the_idempotency_key(
     fake: FakeProvider, make_guard: MakeGuard, no_waits: None
 ) -> None:

@@ -37,7 +37,9 @@ from ..providers._anthropic_only import HEADERS as CLAUDE_OWN_HEADERS
 from ._controls import OWN_PREFIX, SCOPE_HEADERS, cache_controls
 from ._overflow import anthropic_overflow
 
-# Headers an SDK sets for itself: never forwarded to the provider.
+# Headers an SDK sets for itself: never forwarded to the provider. (An ``Idempotency-Key``
+# is the caller's: openai's and anthropic's SDKs set none, and the Guard's call keeps a
+# caller's key in place of its own.)
 _OWN_HEADERS = frozenset(
     {
         "accept",
@@ -47,7 +49,6 @@ _OWN_HEADERS = frozenset(
         "content-length",
         "content-type",
         "host",
-        "idempotency-key",
         "transfer-encoding",
         "user-agent",
         "x-api-key",
