@@ -1,6 +1,6 @@
-"""Output guardrails on every answer served: a provider's, the cache's (fresh or stale) and
-the degraded one, each passed through the output filters exactly once, and a whole answer
-replayed on a stream as the one chunk the filters let through."""
+"""Output guardrails on every answer served: a provider's, the cache's (fresh or stale: kept
+as served, filtered again as a hit) and the degraded one, and a whole answer replayed on a
+stream as the one chunk the filters let through."""
 
 from __future__ import annotations
 
@@ -43,23 +43,38 @@ def _answer(guard: Guard, stream: bool) -> tuple[str, ChatResponse]:
     return text, chunks.response
 
 
+def signed_once(response: ChatResponse) -> ChatResponse | None:
+    """:func:`signed`, leaving a cached answer (signed as it was served) as it is."""
+    return None if response.route == "cache" else signed(response)
+
+
 @pytest.mark.parametrize("stream", [False, True])
-def test_a_cached_answer_passes_the_output_filters_once(
+def test_a_cached_answer_is_kept_as_served(
     fake: FakeProvider, make_guard: MakeGuard, stream: bool
 ) -> None:
-    guard = make_guard(fake, cache=True, output_filters=[signed])
+    """The cache keeps what the filters left (a redacting filter's words never reach it);
+    a hit passes the filters again, as ``route == "cache"``; a replayed stream's chunk is
+    the answer the filters left (it was the stored text)."""
+    seen: list[str] = []
+
+    def watch(response: ChatResponse) -> None:
+        seen.append(f"{response.route}: {response.text}")
+
+    guard = make_guard(fake, cache=True, output_filters=[signed_once, watch])
     first = _answer(guard, stream=False)[1]
     read, hit = _answer(guard, stream)
     assert first.text == "Echo: hello there [AI]"
-    assert (hit.route, hit.text) == ("cache", first.text)  # (was "... [AI] [AI]")
-    assert read == hit.text  # (a replayed stream's chunk was the stored text)
+    assert (hit.route, hit.text, read) == ("cache", first.text, first.text)
+    assert seen == [f"primary: {first.text}", f"cache: {first.text}"]
     assert fake.stats.requests == 1
 
 
-def test_a_stale_answer_passes_the_output_filters_once(
+def test_a_stale_answer_is_served_as_it_was_stored(
     fake: FakeProvider, make_guard: MakeGuard
 ) -> None:
-    guard = make_guard(fake, cache=ResponseCache(ttl=0.1, stale_ttl=60), output_filters=[signed])
+    guard = make_guard(
+        fake, cache=ResponseCache(ttl=0.1, stale_ttl=60), output_filters=[signed_once]
+    )
     fresh = guard.chat(USER)
     time.sleep(0.2)
     fake.always(Fault(status=503))

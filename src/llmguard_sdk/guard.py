@@ -186,9 +186,9 @@ class Guard(Adoption, Lifecycle):
             own ``attempt_timeout``. Per call: ``chat(..., attempt_timeout=...)``.
         max_input_tokens: refuse requests with more input tokens than this.
         input_filters: guardrails run on each validated request, in order.
-        output_filters: guardrails run on each response, in order, once: a provider's,
-            a cached one (the cache keeps answers as they were before the filters) and the
-            degraded one.
+        output_filters: guardrails run on each response, in order: a provider's, the
+            degraded one and a cached one (the cache keeps answers as served, so a hit
+            passes them again: ``response.route == "cache"`` tells it).
         hooks: callables that receive a :class:`~llmguard_sdk.CallEvent` after every call
             (one refused before its first attempt too: ``outcome="error"``, no attempt).
         budgets: spend budgets (:class:`~llmguard_sdk.budget.Budgets`, or a list of

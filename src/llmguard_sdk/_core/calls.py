@@ -123,7 +123,7 @@ def _complete_once(ctx: CallContext, stages: Stages) -> ChatResponse:
         finally:  # settle to what was served; nothing served: to what went out
             if opening.held is not None and stages.spend is not None:
                 opening.tail.add(stages.spend.settle_steps(opening.held, ctx, response))
-        opening.remember_later(ctx, stages, stamped)  # (as it was before the filters)
+        opening.remember_later(ctx, stages, response)  # (as served: what the filters left)
         return response
     finally:
         opening.tail.flush(last=True)
@@ -142,7 +142,7 @@ async def _acomplete_once(ctx: CallContext, stages: Stages) -> ChatResponse:
         finally:  # settle to what was served; nothing served (or cancelled): to what went out
             if opening.held is not None and stages.spend is not None:
                 opening.tail.add(stages.spend.settle_steps(opening.held, ctx, response))
-        await opening.aremember_later(ctx, stages, stamped)  # (as it was before the filters)
+        await opening.aremember_later(ctx, stages, response)  # (as served)
         return response
     finally:
         if opening.tail.steps:  # a memory backend's tail is done already: no cancel scope

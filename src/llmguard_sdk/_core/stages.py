@@ -320,8 +320,8 @@ def finish(ctx: CallContext, stages: Stages, response: ChatResponse) -> ChatResp
 
 
 def stamp(ctx: CallContext, stages: Stages, response: ChatResponse) -> ChatResponse:
-    """Stamp route, attempts, timings and (estimated when missing) usage and cost: the answer
-    as the cache keeps it. A route's answer carries a usage already, its provider's or the
+    """Stamp route, attempts, timings and (estimated when missing) usage and cost. A route's
+    answer carries a usage already, its provider's or the
     count its rate limit settled to (:func:`~.limits.with_usage`): the call is priced from
     the same count."""
     usage = response.usage
@@ -350,9 +350,10 @@ def stamp(ctx: CallContext, stages: Stages, response: ChatResponse) -> ChatRespo
 
 
 def screen(ctx: CallContext, stages: Stages, stamped: ChatResponse) -> ChatResponse:
-    """A stamped answer (:func:`stamp`) through the output filters, once: the cache keeps
-    answers as they were before them (a hit is filtered as it is served, by the filters of
-    the Guard serving it; a filter run on its own output twice would sign it twice)."""
+    """A stamped answer (:func:`stamp`) through the output filters. The cache keeps answers
+    as served (what the filters left: a redacting filter's words never reach the store), and
+    a hit passes the filters of the Guard serving it again (a Guard whose filters refuse what
+    another stored refuses the hit)."""
     response = stamped
     try:
         for output_filter in stages.output_filters:

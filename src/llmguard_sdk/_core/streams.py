@@ -42,7 +42,7 @@ class _StreamBase:
         self._guard_stages = stages
         self._stages = stages  # the spend hold's stages, once a budget holds the call
         self._response: ChatResponse | None = None
-        self._stamped: ChatResponse | None = None  # the route's answer as the cache keeps it
+        self._stamped: ChatResponse | None = None  # a route's answer, before the filters
         self._ended = False
         self._close_requested = False
         self._reading = False  # a reader waits inside next(): a close waits for its chunk
@@ -177,7 +177,7 @@ class _ChatStreamState(_StreamBase):
                 yield last
             assert self._opening is not None  # the stream went to its routes
             if self._stamped is not None:  # (a route's answer, not a stale or degraded one)
-                self._opening.remember_later(ctx, stages, self._stamped)
+                self._opening.remember_later(ctx, stages, self.response)  # (as served)
         except GeneratorExit:  # closed, or dropped and collected: reported as cancelled
             self._dropped = True
             raise
@@ -286,7 +286,7 @@ class _AsyncStreamState(_StreamBase):
                 yield last
             assert self._opening is not None  # the stream went to its routes
             if self._stamped is not None:  # (a route's answer, not a stale or degraded one)
-                await self._opening.aremember_later(ctx, stages, self._stamped)
+                await self._opening.aremember_later(ctx, stages, self.response)  # (as served)
         except GeneratorExit:  # closed, or dropped and collected: reported as cancelled
             self._dropped = True
             raise
