@@ -17,6 +17,7 @@ from opentelemetry import metrics, trace
 from llmguard_sdk import Guard, GuardrailRejectedError, OpenAICompatibleProvider
 from llmguard_sdk.errors import RequestValidationError
 from llmguard_sdk.models import ChatResponse
+from llmguard_sdk.telemetry import Telemetry
 from llmguard_sdk.telemetry._labels import CappedMeter
 from llmguard_sdk.telemetry._quality import Quality
 from llmguard_sdk.testing import FakeProvider
@@ -265,3 +266,23 @@ def test_a_call_without_a_span_is_remembered_with_its_labels() -> None:
     (value,) = _remembered(quality)
     gc.collect()
     assert not gc.is_tracked(value)
+
+
+def test_a_call_without_an_sdk_is_remembered_for_feedback(
+    fake: FakeProvider, make_guard: MakeGuard
+) -> None:
+    """With no SDK configured (the API's proxies) a call builds no span or labels dict, and
+    feedback still knows it: its feature and release, no route, no span."""
+    telemetry = Telemetry()
+    assert not telemetry._exporting()
+    guard = make_guard(fake, telemetry=telemetry)
+    answer = guard.chat(USER, feature="faq", metadata={"release": "v7"})
+    plain = guard.chat(USER)
+    note = telemetry._quality.feedback(answer.metadata["call_id"], 1.0, None)
+    assert note is not None
+    assert note.labels == {"llmguard.feature": "faq", "llmguard.release": "v7"}
+    assert note.span is None
+    bare = telemetry._quality.feedback(plain.metadata["call_id"], 1.0, None)
+    assert bare is not None
+    assert bare.labels == {}
+    assert bare.span is None

@@ -275,8 +275,9 @@ class Telemetry:
         exporting = ctx.span is not None or self._exporting()
         sink = self.eval_sink
         if not exporting and not self._logging() and sink is None:
-            if response is not None:
-                self._quality.remember(call_id, quality_labels(ctx, {}), None)
+            if response is not None:  # (what quality_labels(ctx, {}) holds, no dict built)
+                release = ctx.release or (ctx.request.metadata or {}).get("release")
+                self._quality.remember_unexported(call_id, ctx.scope.feature, release)
             return  # nothing would see the work: keep the no-SDK path cheap
         signals = signals_of(ctx.request, response, error)
         end = ctx.started + ctx.elapsed()

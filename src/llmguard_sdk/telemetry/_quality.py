@@ -145,7 +145,24 @@ class Quality:
     def remember(self, call_id: str, labels: Attributes, span: trace.SpanContext | None) -> None:
         """Keep what feedback on ``call_id`` will need (the oldest call goes past the cap):
         ``labels`` (those of :data:`LABEL_KEYS`) and ``span``, as a :data:`_Kept` tuple."""
-        kept = _kept(labels, span)
+        self._keep(call_id, _kept(labels, span))
+
+    def remember_unexported(self, call_id: str, feature: str | None, release: object) -> None:
+        """:meth:`remember` for a call whose span went nowhere (no SDK configured): its
+        feature and release (what ``quality_labels`` gives it), no route, no span."""
+        kept: _Kept = (
+            None if feature is None else str(feature),
+            None,
+            str(release) if release else None,
+            0,
+            0,
+            0,
+            False,
+            "",
+        )
+        self._keep(call_id, kept)
+
+    def _keep(self, call_id: str, kept: _Kept) -> None:
         with self._lock:
             self._calls[call_id] = kept
             if len(self._calls) > _MAX_CALLS:

@@ -269,8 +269,8 @@ class Anomalies:
         now = self._clock()
         found: list[AnomalyEvent] = []
         with self._lock:
-            if tokens:
-                broke = self._tokens.observe(key, float(tokens))
+            if tokens:  # (its baseline is this object's alone: under this lock, not its own)
+                broke = self._tokens._observe(key, float(tokens))
                 if broke is not None:
                     found.append(self._event("tokens_per_request", key, tokens, broke, now))
             if cost_usd:
