@@ -10,6 +10,7 @@ import pytest
 
 from llmguard_sdk import ConfigurationError, Guard
 from llmguard_sdk.telemetry import Telemetry
+from llmguard_sdk.telemetry._labels import LabelCap
 from llmguard_sdk.testing import FakeProvider
 
 from .conftest import USER
@@ -71,3 +72,20 @@ def test_values_seen_before_the_cap_keep_their_series(
 def test_max_label_values_is_checked(bad: object) -> None:
     with pytest.raises(ConfigurationError, match="max_label_values"):
         Telemetry(max_label_values=bad)  # type: ignore[arg-type]
+
+
+def test_attributes_of_known_series_are_passed_on_as_given() -> None:
+    """The cap copies a point's attributes only when it changes one: a point whose values
+    were all seen before is handed on as it came (no copy, no lock); a new value past the
+    cap comes back as ``"other"`` in a new dict, the caller's left as it was."""
+    cap = LabelCap(2)
+    first = {"llmguard.feature": "a", "llmguard.attempts": 1}
+    assert cap(first) == first
+    again = {"llmguard.feature": "a", "llmguard.attempts": 2}
+    assert cap(again) is again
+    assert cap({"llmguard.feature": "b"}) == {"llmguard.feature": "b"}
+    late = {"llmguard.feature": "c", "llmguard.route": "x"}
+    assert cap(late) == {"llmguard.feature": "other", "llmguard.route": "x"}
+    assert late == {"llmguard.feature": "c", "llmguard.route": "x"}
+    assert cap({}) == {}
+    assert cap(None) is None

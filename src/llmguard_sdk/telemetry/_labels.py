@@ -29,9 +29,19 @@ class LabelCap:
         self._seen: dict[str, set[str]] = {}
         self._lock = threading.Lock()
 
-    def __call__(self, attributes: Labels | None) -> dict[str, Any] | None:
+    def __call__(self, attributes: Labels | None) -> Labels | None:
+        """``attributes`` with each string value past the cap as ``"other"``: ``attributes``
+        itself when every value was seen before (no copy, no lock: every point of a known
+        series), else a new dict (the caller's is never changed)."""
         if not attributes:
-            return dict(attributes) if attributes is not None else None
+            return attributes
+        seen = self._seen
+        for key, value in attributes.items():
+            if type(value) is str and value not in seen.get(key, ()):
+                return self._bounded(attributes)
+        return attributes
+
+    def _bounded(self, attributes: Labels) -> dict[str, Any]:
         bounded = dict(attributes)
         with self._lock:
             for key, value in attributes.items():
