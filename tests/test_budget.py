@@ -6,6 +6,7 @@ from __future__ import annotations
 import calendar
 import datetime as dt
 import math
+import random
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -290,6 +291,21 @@ def test_nano_rounds_up_so_holds_are_never_short() -> None:
     assert nano(1.0) == NANO
     assert nano(1e-10) == 1
     assert nano(0.0) == 0
+
+
+def test_nano_counts_float_noise_as_the_decimal_rounding_did() -> None:
+    """``nano`` rounds without going through decimal digits where it can: it gives what
+    ``ceil(round(usd * NANO, 3))`` gave, float noise within a thousandth of a nano-dollar of
+    a whole one included (0.1 + 0.2 dollars is 300,000,000, not one more)."""
+    assert nano(0.1 + 0.2) == 300_000_000
+    generator = random.Random(7)
+    amounts = [
+        (whole + over) / NANO
+        for whole in (0, 1, 3, 999, 10**6, 10**12)
+        for over in (0, 1e-7, 0.0004, 0.0005, 0.0006, 0.001, 0.3, 0.5, 0.9999)
+    ] + [generator.random() * 10 ** generator.randint(-10, 6) for _ in range(5000)]
+    for usd in amounts:
+        assert nano(usd) == math.ceil(round(usd * NANO, 3)), usd
 
 
 @pytest.mark.parametrize(

@@ -31,6 +31,7 @@ Level = Literal["all", "downgrade", "local"]
 # budget gives a call for them goes as max_completion_tokens
 _COMPLETION_LIMIT_MODELS = re.compile(r"(?:o\d|gpt-5)(?![a-z])")
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+_last_start: tuple[int, dt.datetime] = (-1, _EPOCH)
 
 
 def takes_completion_limit(model: str | None) -> bool:
@@ -61,5 +62,13 @@ def tier_routes(ctx: CallContext, routes: tuple[Provider, ...], level: Level) ->
 
 def started_at(ctx: CallContext) -> dt.datetime:
     """When the call started (UTC): the moment its hold and its cost are priced at, so that
-    time-of-day prices (DeepSeek's peak hours) are those of the call's start."""
-    return _EPOCH + dt.timedelta(microseconds=ctx.started_ns // 1000)
+    time-of-day prices (DeepSeek's peak hours) are those of the call's start. The last one
+    made is remembered (the same object: the price lookup remembers what it read of it),
+    as a call's hold and its cost ask it in turn."""
+    global _last_start
+    last = _last_start
+    if last[0] == ctx.started_ns:
+        return last[1]
+    found = _EPOCH + dt.timedelta(microseconds=ctx.started_ns // 1000)
+    _last_start = (ctx.started_ns, found)
+    return found

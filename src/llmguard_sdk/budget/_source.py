@@ -115,17 +115,24 @@ class GenaiSource:
 
 _DAY_NS = 86_400 * 10**9
 _today: tuple[int, dt.date] = (-1, dt.date(1970, 1, 1))
+_last_moment: tuple[object, tuple[dt.date, int]] = (None, (dt.date(1970, 1, 1), 0))
 
 
 def moment(at: dt.date | None) -> tuple[dt.date, int]:
     """``(UTC day, microseconds into it)`` of ``at``, as genai-prices reads a request's
     timestamp (a naive datetime is UTC); a date is its 00:00; ``None`` is now (today's date
     made once a day: a price lookup is on every call's path)."""
-    global _today
+    global _today, _last_moment
     if isinstance(at, dt.datetime):
+        last = _last_moment  # the call's start, asked for its hold, then for its cost
+        if last[0] is at:
+            return last[1]
+        given = at
         if at.tzinfo is not None:
             at = at.astimezone(dt.timezone.utc)
-        return at.date(), _genai_table.micros(at)
+        found = at.date(), _genai_table.micros(at)
+        _last_moment = (given, found)
+        return found
     if at is not None:
         return at, 0
     number, rest = divmod(time.time_ns(), _DAY_NS)

@@ -335,7 +335,7 @@ class SpendControl:
         self, ctx: CallContext, held: Held, result: SettleResult, usage: Usage | None
     ) -> None:
         events: list[BudgetEvent] = []
-        if result.applied:
+        if result.applied and any(result.fired):  # (most settles reach no threshold)
             for spec, spent, resets, fired in zip(
                 held.specs, result.spent, result.resets_at, result.fired, strict=True
             ):

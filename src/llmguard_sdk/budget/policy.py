@@ -70,8 +70,14 @@ _SECONDS = {"minute": 60, "hour": 3600, "day": 86400}
 
 
 def nano(usd: float) -> int:
-    """USD as whole nano-dollars, rounded up (a reservation never comes out short)."""
-    return math.ceil(round(usd * NANO, 3))
+    """USD as whole nano-dollars, rounded up (a reservation never comes out short), a
+    thousandth of a nano-dollar of float noise over a whole one not counted."""
+    scaled = usd * NANO
+    whole = math.floor(scaled)
+    over = scaled - whole  # (exact: a float less its floor)
+    if over >= 0.001 or over == 0:  # what ceil(round(scaled, 3)) gives, without its decimal
+        return whole + (over != 0)  # rounding (a float to decimal digits and back: slow)
+    return math.ceil(round(scaled, 3))
 
 
 @dataclass(frozen=True)
