@@ -24,6 +24,14 @@ Deterministic token counting (documented so tests can assert exact numbers):
   ``max_tokens`` / ``max_completion_tokens`` truncates the pieces and gives
   ``finish_reason="length"``.
 
+A request whose ``tool_choice`` forces a tool (chat completions' ``"required"`` or a named
+function, Anthropic's ``{"type": "any"}`` or ``{"type": "tool", "name": ...}``) is answered
+with a call of that tool (the first one for ``"required"`` / ``any``) with the arguments
+``{}`` on every endpoint: chat ``tool_calls`` with ``finish_reason="tool_calls"`` (streamed: the
+call's id and name in one chunk, its arguments in the next), a Messages ``tool_use`` block
+with ``stop_reason="tool_use"`` (streamed: ``input_json_delta`` events), a Responses
+``function_call``.
+
 Only chat-completion requests are subject to faults, rate limits and :class:`ProviderStats`;
 ``GET /v1/models`` and ``GET /health`` always answer normally.
 

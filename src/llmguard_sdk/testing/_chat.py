@@ -17,6 +17,7 @@ from ._wire import (
     _error_body,
     _error_type,
     _fault_headers,
+    _forced_tool,
     _openai_tokens,
     _parse_chat,
     _split_pieces,
@@ -46,8 +47,9 @@ class _ChatHandler(_BaseHandler):
     def _answer_normal(self, req: _ChatRequest, fault: Fault | None, n: int) -> None:
         provider = self._srv.provider
         extra = _fault_headers(fault)
+        call = _forced_tool(req.body)
         try:
-            reply = provider._make_reply(req.body)
+            reply = "" if call is not None else provider._make_reply(req.body)
         except Exception as exc:
             if not self._pause(fault.latency if fault else 0.0):
                 return
@@ -57,7 +59,7 @@ class _ChatHandler(_BaseHandler):
             self._send(500, _dumps(err), "application/json", headers)
             return
         pieces = _split_pieces(reply)
-        finish_reason = "stop"
+        finish_reason = "stop" if call is None else "tool_calls"
         if req.max_tokens is not None and req.max_tokens < len(pieces):
             pieces = pieces[: req.max_tokens]
             finish_reason = "length"
@@ -67,19 +69,7 @@ class _ChatHandler(_BaseHandler):
         if not self._pause(fault.latency if fault else 0.0):
             return
         if retry_after is not None:
-            provider._note_rate_limited()
-            seconds = max(1, math.ceil(retry_after))
-            err = _error_body(
-                f"Rate limit reached for {req.model} on the fake provider; "
-                f"retry after {seconds} seconds",
-                "rate_limit_error",
-                "rate_limit_exceeded",
-            )
-            provider._note_status(429)
-            if not any(name.lower().startswith("retry-after") for name, _ in extra):
-                headers.append(("Retry-After", str(seconds)))
-                headers.append(("retry-after-ms", str(math.ceil(retry_after * 1000))))
-            self._send(429, _dumps(err), "application/json", headers)
+            self._rate_limited(req, retry_after, extra, headers)
             return
         cached = provider._openai_cached(_openai_tokens(req.body)) if provider.prefix_cache else 0
         counted = {
@@ -94,20 +84,17 @@ class _ChatHandler(_BaseHandler):
         if req.stream:
             first = fault.first_token_delay if fault else 0.0
             between = fault.inter_token_delay if fault else 0.0
-            self._stream(req, n, headers, pieces, finish_reason, usage, first, between)
+            self._stream(req, n, headers, pieces, (finish_reason, call), usage, first, between)
             return
+        message: dict[str, Any] = {"role": "assistant", "content": "".join(pieces)}
+        if call is not None:
+            message = {"role": "assistant", "content": None, "tool_calls": [_chat_call(call)]}
         payload = {
             "id": f"chatcmpl-fake-{n}",
             "object": "chat.completion",
             "created": int(time.time()),
             "model": req.model,
-            "choices": [
-                {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": "".join(pieces)},
-                    "finish_reason": finish_reason,
-                }
-            ],
+            "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
         }
         if usage is not None:
             payload["usage"] = usage
@@ -118,6 +105,29 @@ class _ChatHandler(_BaseHandler):
         except OSError:
             provider._note_success(req.input_tokens, len(pieces), undo=True)
             raise
+
+    def _rate_limited(
+        self,
+        req: _ChatRequest,
+        retry_after: float,
+        extra: list[tuple[str, str]],
+        headers: list[tuple[str, str]],
+    ) -> None:
+        """Answer the 429 of the ``rpm`` / ``tpm`` limits (the fault's own wait wins)."""
+        provider = self._srv.provider
+        provider._note_rate_limited()
+        seconds = max(1, math.ceil(retry_after))
+        err = _error_body(
+            f"Rate limit reached for {req.model} on the fake provider; "
+            f"retry after {seconds} seconds",
+            "rate_limit_error",
+            "rate_limit_exceeded",
+        )
+        provider._note_status(429)
+        if not any(name.lower().startswith("retry-after") for name, _ in extra):
+            headers.append(("Retry-After", str(seconds)))
+            headers.append(("retry-after-ms", str(math.ceil(retry_after * 1000))))
+        self._send(429, _dumps(err), "application/json", headers)
 
     def _answer_fault(self, req: _ChatRequest, fault: Fault, n: int) -> None:
         provider = self._srv.provider
@@ -216,20 +226,29 @@ class _ChatHandler(_BaseHandler):
         n: int,
         headers: Sequence[tuple[str, str]],
         pieces: list[str],
-        finish_reason: str,
+        end: tuple[str, str | None],
         usage: dict[str, Any] | None,
         first_delay: float,
         between: float,
     ) -> None:
+        """Stream an answer: its text ``pieces``, or with ``end``'s tool name, a call of it
+        (its id and name in one chunk, its arguments in the next, as OpenAI streams them)."""
+        finish_reason, call = end
         self._srv.provider._note_status(200)
         self._start_stream(headers)
         self._event(
             b"data: " + _dumps(self._chunk(req, n, {"role": "assistant", "content": ""})) + b"\n\n"
         )
-        for i, piece in enumerate(pieces):
+        deltas: list[dict[str, Any]] = [{"content": piece} for piece in pieces]
+        if call is not None:
+            named = {**_chat_call(call), "index": 0}
+            named["function"] = {"name": call, "arguments": ""}
+            arguments = {"index": 0, "function": {"arguments": "{}"}}
+            deltas = [{"tool_calls": [named]}, {"tool_calls": [arguments]}]
+        for i, delta in enumerate(deltas):
             if not self._pause(first_delay if i == 0 else between):
                 return
-            self._event(b"data: " + _dumps(self._chunk(req, n, {"content": piece})) + b"\n\n")
+            self._event(b"data: " + _dumps(self._chunk(req, n, delta)) + b"\n\n")
         self._event(b"data: " + _dumps(self._chunk(req, n, {}, finish_reason)) + b"\n\n")
         if req.include_usage and usage is not None:
             final = {
@@ -252,3 +271,8 @@ class _ChatHandler(_BaseHandler):
             raise
         if not self._chunked:
             self.close_connection = True
+
+
+def _chat_call(name: str) -> dict[str, Any]:
+    """A chat completion's call of the tool ``name`` with the arguments ``{}``."""
+    return {"id": "call_fake_0", "type": "function", "function": {"name": name, "arguments": "{}"}}

@@ -16,6 +16,7 @@ from ._wire import (
     _anthropic_tokens,
     _dumps,
     _fault_headers,
+    _forced_tool,
     _messages_problem,
     _split_pieces,
     _sse,
@@ -49,8 +50,9 @@ class _MessagesHandler(_BaseHandler):
     ) -> None:
         provider = self._srv.provider
         extra = _fault_headers(fault)
+        call = _forced_tool(body)
         try:
-            reply = provider._make_reply(body)
+            reply = "" if call is not None else provider._make_reply(body)
         except Exception as exc:
             if not self._pause(fault.latency if fault else 0.0):
                 return
@@ -60,7 +62,7 @@ class _MessagesHandler(_BaseHandler):
             return
         pieces = _split_pieces(reply)
         max_tokens: int = body["max_tokens"]
-        finish = "stop"
+        finish = "stop" if call is None else "tool_calls"
         if max_tokens < len(pieces):
             pieces, finish = pieces[:max_tokens], "length"
         tokens, breakpoints = _anthropic_tokens(body)
@@ -96,9 +98,12 @@ class _MessagesHandler(_BaseHandler):
             "stop_sequence": None,
         }
         if stream:
-            self._messages_stream(message, usage, pieces, finish, headers, fault, len(tokens))
+            answer = (pieces, finish, call)
+            self._messages_stream(message, usage, answer, headers, fault, len(tokens))
             return
         message["content"] = [{"type": "text", "text": "".join(pieces)}]
+        if call is not None:
+            message["content"] = [{**_tool_use(call), "input": {}}]
         message["stop_reason"] = _STOP_REASONS[finish]
         if usage is not None:
             message["usage"] = usage
@@ -114,26 +119,30 @@ class _MessagesHandler(_BaseHandler):
         self,
         message: dict[str, Any],
         usage: dict[str, Any] | None,
-        pieces: list[str],
-        finish: str,
+        answer: tuple[list[str], str, str | None],
         headers: list[tuple[str, str]],
         fault: Fault | None,
         input_tokens: int,
     ) -> None:
-        """Send a normal answer as Anthropic's stream of events."""
+        """Send a normal answer (its text pieces, finish reason and the tool it calls, if
+        any) as Anthropic's stream of events; a tool call's input as ``input_json_delta``s."""
         provider = self._srv.provider
+        pieces, finish, call = answer
         if usage is not None:
             message["usage"] = {**usage, "output_tokens": 0}
         provider._note_status(200)
         self._start_stream(headers)
         self._event(_sse("message_start", {"message": message}))
-        self._event(_sse("content_block_start", {"index": 0, "content_block": _TEXT_BLOCK}))
+        block = _TEXT_BLOCK if call is None else {**_tool_use(call), "input": {}}
+        self._event(_sse("content_block_start", {"index": 0, "content_block": block}))
         self._event(_sse("ping", {}))
-        for i, piece in enumerate(pieces):
+        deltas = [{"type": "text_delta", "text": piece} for piece in pieces]
+        if call is not None:
+            deltas = [{"type": "input_json_delta", "partial_json": p} for p in ("", "{}")]
+        for i, delta in enumerate(deltas):
             delay = (fault.first_token_delay if i == 0 else fault.inter_token_delay) if fault else 0
             if not self._pause(delay):
                 return
-            delta = {"type": "text_delta", "text": piece}
             self._event(_sse("content_block_delta", {"index": 0, "delta": delta}))
         self._event(_sse("content_block_stop", {"index": 0}))
         end: dict[str, Any] = {
@@ -206,3 +215,8 @@ class _MessagesHandler(_BaseHandler):
                 200, whole[: len(whole) // 2], "application/json", headers, length=len(whole)
             )
         self.close_connection = True
+
+
+def _tool_use(name: str) -> dict[str, Any]:
+    """The start of a ``tool_use`` content block calling ``name`` (its ``input`` to add)."""
+    return {"type": "tool_use", "id": "toolu_fake_0", "name": name}

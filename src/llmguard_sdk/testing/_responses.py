@@ -25,18 +25,24 @@ from ..providers._responses_input import chat_messages
 from ..providers._responses_wire import Answer, EventWriter
 from ._faults import Fault
 from ._http import _BaseHandler
-from ._wire import _dumps, _error_body, _error_type, _fault_headers, _openai_tokens, _split_pieces
+from ._wire import (
+    _dumps,
+    _error_body,
+    _error_type,
+    _fault_headers,
+    _forced_tool,
+    _openai_tokens,
+    _split_pieces,
+)
 
 RESPONSES_PATHS = frozenset({"/v1/responses", "/responses"})
 _REASONING = {"minimal": 1, "low": 2, "medium": 4, "high": 8}
 
 
 def _tool_call(body: dict[str, Any]) -> dict[str, Any] | None:
-    tools = [t for t in body.get("tools") or () if isinstance(t, dict)]
-    choice = body.get("tool_choice")
-    if not tools or not (choice == "required" or isinstance(choice, dict)):
+    name = _forced_tool(body)
+    if name is None:
         return None
-    name = choice.get("name") if isinstance(choice, dict) else tools[0].get("name")
     return {
         "index": 0,
         "id": "call_fake_0",

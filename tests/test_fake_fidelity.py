@@ -1,0 +1,112 @@
+"""FakeProvider answers as the real APIs do, read by the official ``openai`` and
+``anthropic`` clients (which parse strictly): tool calls on every route, and the gaps a user
+who knows the real APIs would find."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import anthropic
+import openai
+import pytest
+
+from llmguard_sdk.testing import FakeProvider
+
+USER: Any = [{"role": "user", "content": "find my order"}]
+CHAT_TOOLS: Any = [
+    {"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}},
+    {"type": "function", "function": {"name": "cancel", "parameters": {"type": "object"}}},
+]
+CLAUDE_TOOLS: Any = [
+    {"name": "lookup", "input_schema": {"type": "object"}},
+    {"name": "cancel", "input_schema": {"type": "object"}},
+]
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeProvider]:
+    with FakeProvider() as provider:
+        yield provider
+
+
+@pytest.fixture
+def oai(fake: FakeProvider) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(base_url=fake.base_url, api_key="x", max_retries=0) as client:
+        yield client
+
+
+@pytest.fixture
+def claude(fake: FakeProvider) -> Iterator[anthropic.Anthropic]:
+    with anthropic.Anthropic(base_url=fake.url, api_key="x", max_retries=0) as client:
+        yield client
+
+
+@pytest.mark.parametrize(
+    ("choice", "name"),
+    [("required", "lookup"), ({"type": "function", "function": {"name": "cancel"}}, "cancel")],
+)
+def test_chat_answers_a_required_tool_with_a_tool_call(
+    oai: openai.OpenAI, choice: Any, name: str
+) -> None:
+    """The chat endpoint answered text whatever the ``tool_choice``, while ``/v1/responses``
+    answered a function call: a drill with tools differed by route."""
+    answer = oai.chat.completions.create(
+        model="m", messages=USER, tools=CHAT_TOOLS, tool_choice=choice
+    )
+    choice_0 = answer.choices[0]
+    assert choice_0.finish_reason == "tool_calls"
+    assert choice_0.message.content is None
+    calls = choice_0.message.tool_calls or []
+    assert [(c.type, c.function.name, c.function.arguments) for c in calls] == [  # type: ignore[union-attr]
+        ("function", name, "{}")
+    ]
+    auto = oai.chat.completions.create(model="m", messages=USER, tools=CHAT_TOOLS)
+    assert auto.choices[0].message.content == "Echo: find my order"
+
+
+def test_a_streamed_chat_tool_call_arrives_in_deltas(oai: openai.OpenAI) -> None:
+    stream = oai.chat.completions.create(
+        model="m", messages=USER, tools=CHAT_TOOLS, tool_choice="required", stream=True
+    )
+    chunks = list(stream)
+    calls = [c for chunk in chunks for c in chunk.choices[0].delta.tool_calls or ()]
+    assert [c.index for c in calls] == [0, 0]
+    assert calls[0].id == "call_fake_0"
+    assert calls[0].function is not None
+    assert calls[0].function.name == "lookup"
+    arguments = "".join((c.function.arguments or "") for c in calls if c.function)
+    assert arguments == "{}"
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
+
+
+@pytest.mark.parametrize(
+    ("choice", "name"),
+    [({"type": "any"}, "lookup"), ({"type": "tool", "name": "cancel"}, "cancel")],
+)
+def test_messages_answers_a_forced_tool_with_tool_use(
+    claude: anthropic.Anthropic, choice: Any, name: str
+) -> None:
+    message = claude.messages.create(
+        model="m", max_tokens=50, messages=USER, tools=CLAUDE_TOOLS, tool_choice=choice
+    )
+    assert message.stop_reason == "tool_use"
+    block = message.content[0]
+    assert isinstance(block, anthropic.types.ToolUseBlock)
+    assert (block.name, block.input) == (name, {})
+
+
+def test_a_streamed_tool_use_sends_its_input_as_json_deltas(claude: anthropic.Anthropic) -> None:
+    with claude.messages.stream(
+        model="m", max_tokens=50, messages=USER, tools=CLAUDE_TOOLS, tool_choice={"type": "any"}
+    ) as stream:
+        kinds = [event.type for event in stream]
+        final = stream.get_final_message()
+    assert kinds[0] == "message_start"
+    assert kinds[-1] == "message_stop"
+    assert "input_json" in kinds
+    assert kinds[-2] == "message_delta"
+    assert kinds[-3] == "content_block_stop"
+    block = final.content[0]
+    assert isinstance(block, anthropic.types.ToolUseBlock)
+    assert (block.name, block.input, final.stop_reason) == ("lookup", {}, "tool_use")
