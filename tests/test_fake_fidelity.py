@@ -110,3 +110,22 @@ def test_a_streamed_tool_use_sends_its_input_as_json_deltas(claude: anthropic.An
     block = final.content[0]
     assert isinstance(block, anthropic.types.ToolUseBlock)
     assert (block.name, block.input, final.stop_reason) == ("lookup", {}, "tool_use")
+
+
+def test_responses_reads_input_file_parts(oai: openai.OpenAI) -> None:
+    """``/v1/responses`` refused an ``input_file`` part (a PDF by file id, data or URL) with
+    a 400 that OpenAI never gives: code sending documents could not be tested."""
+    sources: list[dict[str, str]] = [
+        {"file_id": "file-abc"},
+        {"file_url": "https://example.invalid/a.pdf"},
+    ]
+    for source in sources:
+        parts: Any = [{"type": "input_text", "text": "summarise this"}]
+        parts.append({"type": "input_file", **source})
+        answer = oai.responses.create(model="m", input=[{"role": "user", "content": parts}])
+        assert answer.output_text == "Echo: summarise this"
+    with pytest.raises(openai.BadRequestError, match="input_file"):
+        oai.responses.create(
+            model="m",
+            input=[{"role": "user", "content": [{"type": "input_file"}]}],
+        )

@@ -8,9 +8,10 @@ callback's answer, given the request as chat messages), input tokens count the s
 with ``reasoning.effort`` also spends reasoning tokens (2 for ``low``, 4 for ``medium``, 8 for
 ``high``) reported in ``output_tokens_details``. With tools and
 a ``tool_choice`` of ``"required"`` or one named function, the answer is a ``function_call`` of
-that tool (the first one for ``"required"``) with the arguments ``{}``. Faults: delays apply as
-usual; a failing fault answers its status (500 for faults without one) with OpenAI's error
-body, after its latency; hangs and resets as for chat.
+that tool (the first one for ``"required"``) with the arguments ``{}``. ``input_file`` parts
+are read (they count no tokens). Faults: delays apply as usual; a failing fault answers its
+status (500 for faults without one) with OpenAI's error body, after its latency; hangs and
+resets as for chat.
 """
 
 from __future__ import annotations
@@ -51,6 +52,34 @@ def _tool_call(body: dict[str, Any]) -> dict[str, Any] | None:
     }
 
 
+def _files_as_text(body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` with each ``input_file`` part (a PDF, say, as OpenAI reads it) an empty text
+    part, which counts no tokens; one that names no file (by ``file_id``, ``file_data`` or
+    ``file_url``) is refused, as OpenAI refuses it."""
+    items = body.get("input")
+    if not isinstance(items, list):
+        return body
+    out: list[Any] = []
+    for item in items:
+        content = item.get("content") if isinstance(item, dict) else None
+        if isinstance(content, list):
+            parts = [_file_as_text(part) for part in content]
+            item = {**item, "content": parts}
+        out.append(item)
+    return {**body, "input": out}
+
+
+def _file_as_text(part: Any) -> Any:
+    if not isinstance(part, dict) or part.get("type") != "input_file":
+        return part
+    named = [key for key in ("file_id", "file_data", "file_url") if part.get(key)]
+    if len(named) != 1:
+        raise RequestValidationError(
+            "an input_file part needs exactly one of 'file_id', 'file_data' or 'file_url'"
+        )
+    return {"type": "input_text", "text": ""}
+
+
 class _ResponsesHandler(_BaseHandler):
     def _responses(self, raw: bytes, n: int) -> None:
         provider = self._srv.provider
@@ -58,7 +87,7 @@ class _ResponsesHandler(_BaseHandler):
             body = json.loads(raw)
             if not isinstance(body, dict):
                 raise RequestValidationError("request body must be a JSON object")
-            messages = chat_messages(body)
+            messages = chat_messages(_files_as_text(body))
         except (ValueError, UnicodeDecodeError) as exc:  # RequestValidationError included
             provider._note_chat(stream=False)
             provider._note_status(400)
