@@ -206,7 +206,7 @@ def test_other_endpoints_and_bad_requests(fake: FakeProvider, client: httpx.Clie
     assert models["data"][0]["object"] == "model"
     r = client.get("/nope")
     assert r.status_code == 404
-    assert set(r.json()["error"]) == {"message", "type", "code"}
+    assert set(r.json()["error"]) == {"message", "type", "param", "code"}
     r = client.post(
         "/chat/completions", content=b"{not json", headers={"content-type": "application/json"}
     )
@@ -231,7 +231,7 @@ def test_script_runs_in_order_then_normal(fake: FakeProvider, client: httpx.Clie
     r = chat(client)
     assert r.status_code == 503
     assert r.json() == {
-        "error": {"message": "fake error 503", "type": "server_error", "code": None}
+        "error": {"message": "fake error 503", "type": "server_error", "param": None, "code": None}
     }
     assert chat(client).status_code == 200
     r = chat(client)
@@ -239,6 +239,7 @@ def test_script_runs_in_order_then_normal(fake: FakeProvider, client: httpx.Clie
     assert r.json()["error"] == {
         "message": "fake error 400",
         "type": "invalid_request_error",
+        "param": None,
         "code": "context_length_exceeded",
     }
     assert chat(client).status_code == 200

@@ -95,8 +95,11 @@ def _error_type(status: int) -> str:
     return "server_error"
 
 
-def _error_body(message: str, err_type: str, code: str | None) -> dict[str, Any]:
-    return {"error": {"message": message, "type": err_type, "code": code}}
+def _error_body(
+    message: str, err_type: str, code: str | None, param: str | None = None
+) -> dict[str, Any]:
+    """OpenAI's error body: ``message``, ``type``, ``param`` and ``code``, always all four."""
+    return {"error": {"message": message, "type": err_type, "param": param, "code": code}}
 
 
 def _dumps(obj: Any) -> bytes:
