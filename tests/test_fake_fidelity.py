@@ -4,14 +4,15 @@ who knows the real APIs would find."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import anthropic
 import openai
 import pytest
+from openai.types.responses import ResponseErrorEvent
 
-from llmguard_sdk.testing import FakeProvider
+from llmguard_sdk.testing import FakeProvider, Fault
 
 USER: Any = [{"role": "user", "content": "find my order"}]
 CHAT_TOOLS: Any = [
@@ -22,6 +23,12 @@ CLAUDE_TOOLS: Any = [
     {"name": "lookup", "input_schema": {"type": "object"}},
     {"name": "cancel", "input_schema": {"type": "object"}},
 ]
+
+
+def _drain(texts: Iterable[str], into: list[str]) -> None:
+    """Append each of ``texts`` to ``into`` until they end or raise."""
+    for text in texts:
+        into.append(text)
 
 
 @pytest.fixture
@@ -129,3 +136,59 @@ def test_responses_reads_input_file_parts(oai: openai.OpenAI) -> None:
             model="m",
             input=[{"role": "user", "content": [{"type": "input_file"}]}],
         )
+
+
+def test_a_chat_stream_fails_with_openais_error_chunk(
+    fake: FakeProvider, oai: openai.OpenAI
+) -> None:
+    """No fault failed a stream the way providers do once it started: an error in the
+    stream, HTTP 200, which the official client raises."""
+    fake.script(Fault(stream_error_after=2, error_message="overloaded", error_code="busy"))
+    texts: list[str] = []
+    stream = oai.chat.completions.create(model="m", messages=USER, stream=True)
+    with pytest.raises(openai.APIError, match="overloaded") as raised:
+        _drain((chunk.choices[0].delta.content or "" for chunk in stream), texts)
+    assert "".join(texts) == "Echo: find"
+    assert raised.value.body == {
+        "message": "overloaded",
+        "type": "server_error",
+        "param": None,
+        "code": "busy",
+    }
+    fake.script(Fault(stream_error_after=2))  # not streamed: an HTTP error
+    with pytest.raises(openai.InternalServerError):
+        oai.chat.completions.create(model="m", messages=USER)
+
+
+def test_a_messages_stream_fails_with_an_error_event(
+    fake: FakeProvider, claude: anthropic.Anthropic
+) -> None:
+    fake.script(Fault(stream_error_after=1, error_message="Overloaded"))
+    texts: list[str] = []
+    with (
+        pytest.raises(anthropic.APIStatusError, match="overloaded_error") as raised,
+        claude.messages.stream(model="m", max_tokens=50, messages=USER) as stream,
+    ):
+        _drain(stream.text_stream, texts)
+    assert texts == ["Echo:"]
+    assert raised.value.body == {
+        "type": "error",
+        "error": {"type": "overloaded_error", "message": "Overloaded"},
+    }
+
+
+def test_a_responses_stream_fails_with_an_error_event(
+    fake: FakeProvider, oai: openai.OpenAI
+) -> None:
+    """``/v1/responses`` never sent the ``error`` event OpenAI fails a started stream with."""
+    fake.script(Fault(stream_error_after=1, error_message="try again", error_code="busy"))
+    events = list(oai.responses.create(model="m", input="find my order", stream=True))
+    kinds = [event.type for event in events]
+    assert kinds[0] == "response.created"
+    assert "response.completed" not in kinds
+    assert kinds.count("response.output_text.delta") == 1
+    last = events[-1]
+    assert isinstance(last, ResponseErrorEvent)
+    assert (last.code, last.message) == ("busy", "try again")
+    assert fake.stats.faults == 1
+    assert fake.stats.succeeded == 0

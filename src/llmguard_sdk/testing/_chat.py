@@ -134,10 +134,14 @@ class _ChatHandler(_BaseHandler):
         if self._silent_fault(fault):
             return
         headers = provider._common_headers(n) + _fault_headers(fault)
-        if fault.status is not None:
-            err = _error_body(fault.message, _error_type(fault.status), fault.error_code)
-            provider._note_status(fault.status)
-            self._send(fault.status, _dumps(err), "application/json", headers)
+        if fault.stream_error_after is not None and req.stream:
+            self._stream_error(req, fault, n, headers)
+            return
+        if fault.status is not None or fault.stream_error_after is not None:
+            status = fault.status or 500
+            err = _error_body(fault.message, _error_type(status), fault.error_code)
+            provider._note_status(status)
+            self._send(status, _dumps(err), "application/json", headers)
             return
         provider._note_status(200)
         if fault.wrong_content_type:
@@ -205,6 +209,28 @@ class _ChatHandler(_BaseHandler):
                 200, payload[: len(payload) // 2], "application/json", headers, length=len(payload)
             )
         self.close_connection = True
+
+    def _stream_error(
+        self, req: _ChatRequest, fault: Fault, n: int, headers: list[tuple[str, str]]
+    ) -> None:
+        """``Fault.stream_error_after``: some pieces, then OpenAI's in-stream error chunk."""
+        provider = self._srv.provider
+        try:
+            reply = provider._make_reply(req.body)
+        except Exception:
+            reply = "Echo:"
+        provider._note_status(200)
+        self._start_stream(headers)
+        role = self._chunk(req, n, {"role": "assistant", "content": ""})
+        self._event(b"data: " + _dumps(role) + b"\n\n")
+        for i, piece in enumerate(_split_pieces(reply)[: fault.stream_error_after]):
+            if not self._pause(fault.first_token_delay if i == 0 else fault.inter_token_delay):
+                return
+            self._event(b"data: " + _dumps(self._chunk(req, n, {"content": piece})) + b"\n\n")
+        err = _error_body(fault.message, _error_type(fault.status or 500), fault.error_code)
+        self._event(b"data: " + _dumps(err) + b"\n\n", last=True)
+        if not self._chunked:
+            self.close_connection = True
 
     def _chunk(
         self, req: _ChatRequest, n: int, delta: dict[str, Any], finish: str | None = None

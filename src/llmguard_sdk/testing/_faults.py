@@ -19,8 +19,9 @@ class Fault:
     ``first_token_delay``, ``inter_token_delay``) combine with a normal answer, so
     ``Fault(latency=0.2)`` is a slow success.  When several failure flags are set, the first
     of ``hang``, ``reset``, ``status``, ``wrong_content_type``, ``malformed_json``,
-    ``missing_fields``, ``cut_stream_after`` wins.  ``headers``, ``retry_after`` and
-    ``retry_after_ms`` are added to whatever response is sent.
+    ``missing_fields``, ``cut_stream_after`` wins (``stream_error_after`` comes before
+    ``status`` for a streamed request, after it for one that does not stream).  ``headers``,
+    ``retry_after`` and ``retry_after_ms`` are added to whatever response is sent.
     """
 
     status: int | None = None
@@ -57,6 +58,17 @@ class Fault:
     For a non-streamed request the response headers and half of the body are sent before
     the connection is closed.
     """
+    stream_error_after: int | None = None
+    """Streams: send this many content pieces, then the API's own in-stream error, and end the
+    stream cleanly (HTTP 200), as providers fail a stream they started: chat completions a
+    ``data: {"error": {...}}`` chunk, the Responses API an ``error`` event, Anthropic an
+    ``event: error`` (its ``error.type`` the one of ``status``, default 529:
+    ``overloaded_error``), with ``error_message`` and ``error_code``. The official clients
+    raise an ``APIError`` / ``APIStatusError`` on it. A request that does not stream is
+    answered ``status`` (default 500) with the error body.
+
+    .. versionadded:: 0.2.0
+    """
     malformed_json: bool = False
     """200 with a body that is not valid JSON (streams: a ``data:`` line with broken JSON)."""
     wrong_content_type: bool = False
@@ -80,6 +92,8 @@ class Fault:
                 raise ValueError(f"Fault.{name} must be a finite number >= 0, got {value!r}")
         if self.cut_stream_after is not None and self.cut_stream_after < 0:
             raise ValueError("Fault.cut_stream_after must be >= 0")
+        if self.stream_error_after is not None and self.stream_error_after < 0:
+            raise ValueError("Fault.stream_error_after must be >= 0")
         if self.retry_after_ms is not None and self.retry_after_ms < 0:
             raise ValueError("Fault.retry_after_ms must be >= 0")
 
@@ -91,6 +105,7 @@ class Fault:
             or self.hang
             or self.reset
             or self.cut_stream_after is not None
+            or self.stream_error_after is not None
             or self.malformed_json
             or self.wrong_content_type
             or self.missing_fields

@@ -160,15 +160,45 @@ class _MessagesHandler(_BaseHandler):
         if not self._chunked:
             self.close_connection = True
 
+    def _messages_stream_error(
+        self, body: dict[str, Any], fault: Fault, n: int, headers: list[tuple[str, str]]
+    ) -> None:
+        """``Fault.stream_error_after``: some pieces, then Anthropic's ``event: error``."""
+        provider = self._srv.provider
+        try:
+            reply = provider._make_reply(body)
+        except Exception:
+            reply = "Echo:"
+        provider._note_status(200)
+        self._start_stream(headers)
+        start: dict[str, Any] = {"id": f"msg_fake_{n}", "type": "message", "role": "assistant"}
+        start |= {"content": []}
+        start |= {"model": body["model"], "stop_reason": None, "stop_sequence": None}
+        self._event(_sse("message_start", {"message": start}))
+        self._event(_sse("content_block_start", {"index": 0, "content_block": _TEXT_BLOCK}))
+        for i, piece in enumerate(_split_pieces(reply)[: fault.stream_error_after]):
+            if not self._pause(fault.first_token_delay if i == 0 else fault.inter_token_delay):
+                return
+            delta = {"type": "text_delta", "text": piece}
+            self._event(_sse("content_block_delta", {"index": 0, "delta": delta}))
+        error = _anthropic_error(fault.status or 529, fault.message, fault.error_code)
+        self._event(b"event: error\ndata: " + error + b"\n\n", last=True)
+        if not self._chunked:
+            self.close_connection = True
+
     def _messages_fault(self, body: dict[str, Any], stream: bool, fault: Fault, n: int) -> None:
         provider = self._srv.provider
         if self._silent_fault(fault):
             return
         headers = provider._common_headers(n) + _fault_headers(fault)
-        if fault.status is not None:
-            provider._note_status(fault.status)
-            error = _anthropic_error(fault.status, fault.message, fault.error_code)
-            self._send(fault.status, error, "application/json", headers)
+        if fault.stream_error_after is not None and stream:
+            self._messages_stream_error(body, fault, n, headers)
+            return
+        if fault.status is not None or fault.stream_error_after is not None:
+            status = fault.status or 500
+            provider._note_status(status)
+            error = _anthropic_error(status, fault.message, fault.error_code)
+            self._send(status, error, "application/json", headers)
             return
         provider._note_status(200)
         if fault.wrong_content_type:

@@ -11,7 +11,8 @@ a ``tool_choice`` of ``"required"`` or one named function, the answer is a ``fun
 that tool (the first one for ``"required"``) with the arguments ``{}``. ``input_file`` parts
 are read (they count no tokens). Faults: delays apply as usual; a failing fault answers its
 status (500 for faults without one) with OpenAI's error body, after its latency; hangs and
-resets as for chat.
+resets as for chat; ``stream_error_after`` fails a stream with an ``error`` event (its ``code``
+the fault's ``error_code``, default ``"server_error"``) after that many text deltas.
 """
 
 from __future__ import annotations
@@ -80,6 +81,11 @@ def _file_as_text(part: Any) -> Any:
     return {"type": "input_text", "text": ""}
 
 
+def _errs_in_stream(fault: Fault, stream: bool) -> bool:
+    """Whether ``fault`` fails a stream with an ``error`` event (``stream_error_after``)."""
+    return stream and fault.stream_error_after is not None and not (fault.hang or fault.reset)
+
+
 class _ResponsesHandler(_BaseHandler):
     def _responses(self, raw: bytes, n: int) -> None:
         provider = self._srv.provider
@@ -97,6 +103,11 @@ class _ResponsesHandler(_BaseHandler):
         stream = body.get("stream") is True
         provider._note_chat(stream=stream)
         fault = provider._choose_fault()
+        chat = {"messages": messages, "tools": body.get("tools")}
+        if fault is not None and _errs_in_stream(fault, stream):
+            provider._note_fault()
+            self._answer_responses(body, chat, fault, n)
+            return
         if fault is not None and not fault.is_delay_only:
             provider._note_fault()
             if self._silent_fault(fault):
@@ -107,7 +118,7 @@ class _ResponsesHandler(_BaseHandler):
             headers = provider._common_headers(n) + _fault_headers(fault)
             self._send(status, _dumps(err), "application/json", headers)
             return
-        self._answer_responses(body, {"messages": messages, "tools": body.get("tools")}, fault, n)
+        self._answer_responses(body, chat, fault, n)
 
     def _answer_responses(
         self, body: dict[str, Any], chat: dict[str, Any], fault: Fault | None, n: int
@@ -147,7 +158,9 @@ class _ResponsesHandler(_BaseHandler):
         stored = body.get("store") is not False  # (OpenAI stores unless told not to)
         writer = EventWriter(Answer(f"resp_fake_{n}", str(model), request=body, store=stored))
         provider._note_status(200)
-        provider._note_success(len(tokens), usage.output_tokens)
+        cut = fault.stream_error_after if fault is not None else None
+        if cut is None:
+            provider._note_success(len(tokens), usage.output_tokens)
         if body.get("stream") is not True:
             for chunk in chunks:
                 writer.chunk(chunk)
@@ -158,6 +171,10 @@ class _ResponsesHandler(_BaseHandler):
         self._start_stream(headers)
         self._event(writer.start())
         for i, chunk in enumerate(chunks):
+            if fault is not None and cut is not None and i >= min(cut, len(chunks) - 1):
+                failure = writer.failure(fault.message, fault.error_code or "server_error")
+                self._event(failure, last=True)
+                return
             delay = (fault.first_token_delay if i == 0 else fault.inter_token_delay) if fault else 0
             if not self._pause(delay):
                 return
