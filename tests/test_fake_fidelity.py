@@ -4,12 +4,14 @@ who knows the real APIs would find."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 import anthropic
 import openai
 import pytest
+from openai.types import Batch
 from openai.types.responses import ResponseErrorEvent
 
 from llmguard_sdk.testing import FakeProvider, Fault
@@ -192,3 +194,81 @@ def test_a_responses_stream_fails_with_an_error_event(
     assert (last.code, last.message) == ("busy", "try again")
     assert fake.stats.faults == 1
     assert fake.stats.succeeded == 0
+
+
+def _openai_batch(fake: FakeProvider, oai: openai.OpenAI, texts: list[str]) -> Batch:
+    """Run a chat batch of one call per text (done at once); its final status."""
+    fake.batch_seconds = 0.0  # type: ignore[attr-defined]
+    lines = [
+        json.dumps(
+            {
+                "custom_id": text,
+                "method": "POST",
+                "url": "/v1/chat/completions",
+                "body": {"model": "m", "messages": [{"role": "user", "content": text}]},
+            }
+        )
+        for text in texts
+    ]
+    uploaded = oai.files.create(file=("b.jsonl", "\n".join(lines).encode()), purpose="batch")
+    created = oai.batches.create(
+        input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h"
+    )
+    return oai.batches.retrieve(created.id)
+
+
+def _rows(oai: openai.OpenAI, file_id: str | None) -> dict[str, Any]:
+    assert file_id is not None
+    text = oai.files.content(file_id).text
+    return {row["custom_id"]: row for row in map(json.loads, text.splitlines())}
+
+
+def test_an_openai_batch_puts_failed_requests_in_its_error_file(
+    fake: FakeProvider, oai: openai.OpenAI
+) -> None:
+    """A batch had no error file: a request that failed stayed in the output file, and the
+    counts said every request completed."""
+    refused = {"error": {"message": "no", "type": "invalid_request_error", "code": None}}
+    fake.batch_rows = lambda row: (  # type: ignore[attr-defined]
+        {**row, "response": {"status_code": 400, "body": refused}}
+        if row["custom_id"] == "two"
+        else row
+    )
+    batch = _openai_batch(fake, oai, ["one", "two"])
+    assert batch.status == "completed"
+    counts = batch.request_counts
+    assert counts is not None
+    assert (counts.total, counts.completed, counts.failed) == (2, 1, 1)
+    assert list(_rows(oai, batch.output_file_id)) == ["one"]
+    assert _rows(oai, batch.error_file_id)["two"]["response"]["status_code"] == 400
+
+
+def test_an_openai_batch_can_expire_or_fail(fake: FakeProvider, oai: openai.OpenAI) -> None:
+    """A batch never expired nor failed, so the code handling it could not be tested."""
+    fake.batch_outcome = "expired"  # type: ignore[attr-defined]
+    batch = _openai_batch(fake, oai, ["one"])
+    assert (batch.status, batch.output_file_id) == ("expired", None)
+    assert _rows(oai, batch.error_file_id)["one"]["error"]["code"] == "batch_expired"
+    fake.batch_outcome = "failed"  # type: ignore[attr-defined]
+    batch = _openai_batch(fake, oai, ["one"])
+    assert (batch.status, batch.output_file_id, batch.error_file_id) == ("failed", None, None)
+    assert batch.errors is not None
+    assert [e.code for e in batch.errors.data or ()] == ["batch_failed"]
+
+
+@pytest.mark.parametrize(("outcome", "kind"), [("expired", "expired"), ("failed", "errored")])
+def test_a_message_batch_can_expire_or_error(
+    fake: FakeProvider, claude: anthropic.Anthropic, outcome: str, kind: str
+) -> None:
+    fake.batch_seconds = 0.0  # type: ignore[attr-defined]
+    fake.batch_outcome = outcome  # type: ignore[attr-defined]
+    params: Any = {"model": "m", "max_tokens": 10, "messages": USER}
+    created = claude.messages.batches.create(requests=[{"custom_id": "a", "params": params}])
+    batch = claude.messages.batches.retrieve(created.id)
+    assert batch.processing_status == "ended"
+    assert getattr(batch.request_counts, kind) == 1
+    assert batch.request_counts.succeeded == 0
+    assert batch.ended_at is not None
+    assert batch.created_at < batch.expires_at
+    (row,) = claude.messages.batches.results(created.id)
+    assert (row.custom_id, row.result.type) == ("a", kind)

@@ -19,7 +19,16 @@ answer it, counted in the provider's stats) and reported done ``batch_seconds`` 
 attribute of the :class:`~llmguard_sdk.testing.FakeProvider`, default 0.2 s). Its
 ``batch_rows`` attribute, when set, rewrites each result row as it is stored:
 ``batch_rows(row)`` returns the row to write (a dict), a raw line (a str: a row the provider
-broke) or ``None`` (the row left out).
+broke) or ``None`` (the row left out). An OpenAI row with an ``error`` or a response whose
+``status_code`` is not 200 goes to the batch's error file (``error_file_id``), as OpenAI files
+failed requests, and counts in ``request_counts.failed``; an Anthropic batch's
+``request_counts`` count its rows by result type.
+
+Its ``batch_outcome`` attribute (default ``None``: every request succeeds) makes the next
+batches end otherwise: ``"expired"`` (OpenAI: ``status`` ``expired``, each request in the error
+file with the code ``batch_expired``; Anthropic: each result ``expired``) or ``"failed"``
+(OpenAI: ``status`` ``failed`` with ``errors``, no files; Anthropic, whose batches never fail
+whole: each result ``errored`` with an ``api_error``). ``batch_rows`` still rewrites the rows.
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ import json
 import threading
 import time
 import uuid
+from datetime import datetime, timezone
 from email.parser import BytesParser
 from email.policy import HTTP
 from typing import TYPE_CHECKING, Any
@@ -144,15 +154,69 @@ def _multipart_file(headers: dict[str, str], raw: bytes) -> tuple[bytes, str] | 
     return None if content is None else (content, purpose)
 
 
-def _lines(provider: FakeProvider, rows: list[dict[str, Any]]) -> bytes:
-    """The JSON Lines of a batch's result rows, each as ``provider.batch_rows`` rewrites it."""
+def _edited(provider: FakeProvider, rows: list[dict[str, Any]]) -> list[str | dict[str, Any]]:
+    """A batch's result rows, each as ``provider.batch_rows`` rewrites it (None: left out)."""
     edit = getattr(provider, "batch_rows", None)
-    out = []
+    out: list[str | dict[str, Any]] = []
     for row in rows:
         written = edit(row) if edit is not None else row
         if written is not None:
-            out.append(written if isinstance(written, str) else json.dumps(written))
-    return "".join(line + "\n" for line in out).encode()
+            out.append(written)
+    return out
+
+
+def _jsonl(rows: list[str | dict[str, Any]]) -> bytes:
+    return "".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows).encode()
+
+
+def _failed_row(row: str | dict[str, Any]) -> bool:
+    """Whether an OpenAI result row belongs in the error file: an ``error``, or a response
+    whose status is not 200 (a raw line the provider broke stays in the output file)."""
+    if not isinstance(row, dict):
+        return False
+    response = row.get("response")
+    status = response.get("status_code") if isinstance(response, dict) else None
+    return bool(row.get("error")) or (isinstance(status, int) and status != 200)
+
+
+def _outcome(provider: FakeProvider) -> str | None:
+    outcome = getattr(provider, "batch_outcome", None)
+    if outcome not in (None, "expired", "failed"):
+        raise ValueError(f"batch_outcome must be None, 'expired' or 'failed', not {outcome!r}")
+    return outcome
+
+
+def _openai_expired(row: dict[str, Any]) -> dict[str, Any]:
+    return {
+        **row,
+        "response": None,
+        "error": {
+            "code": "batch_expired",
+            "message": "This request could not be executed before the completion window expired.",
+        },
+    }
+
+
+def _anthropic_unrun(custom_id: str, outcome: str) -> dict[str, Any]:
+    """An Anthropic result row of a batch that expired or failed (each request errored)."""
+    if outcome == "expired":
+        return {"custom_id": custom_id, "result": {"type": "expired"}}
+    error = {"type": "api_error", "message": "Internal server error"}
+    return {
+        "custom_id": custom_id,
+        "result": {"type": "errored", "error": {"type": "error", "error": error}},
+    }
+
+
+def _anthropic_counts(rows: list[str | dict[str, Any]]) -> dict[str, int]:
+    """``request_counts`` of an ended Anthropic batch, from the result rows it holds."""
+    counts = dict.fromkeys(("succeeded", "errored", "canceled", "expired"), 0)
+    for row in rows:
+        result = row.get("result") if isinstance(row, dict) else None
+        kind = result.get("type") if isinstance(result, dict) else None
+        if kind in counts:
+            counts[str(kind)] += 1
+    return counts
 
 
 class _BatchHandler(_BaseHandler):
@@ -210,16 +274,24 @@ class _BatchHandler(_BaseHandler):
                     "error": None,
                 }
             )
-        output_id = f"file-{uuid.uuid4().hex[:16]}"
-        store.files[output_id] = _lines(provider, out)
+        outcome = _outcome(provider)
+        if outcome == "expired":
+            out = [_openai_expired(row) for row in out]
+        rows = _edited(provider, out) if outcome != "failed" else []
+        failed = [row for row in rows if _failed_row(row)]
+        done = [row for row in rows if not _failed_row(row)]
+        batch: dict[str, Any] = {"kind": "openai", "count": len(out), "outcome": outcome}
+        batch |= {"completed": len(done), "failed": len(failed), "body": body}
+        batch["created"] = time.time()
+        batch["done_at"] = time.monotonic() + getattr(provider, "batch_seconds", 0.2)
+        for key, kept in (("output_file_id", done), ("error_file_id", failed)):
+            batch[key] = None
+            if kept:
+                batch[key] = f"file-{uuid.uuid4().hex[:16]}"
+                store.files[batch[key]] = _jsonl(kept)
         batch_id = f"batch_{uuid.uuid4().hex[:16]}"
-        store.batches[batch_id] = {
-            "kind": "openai",
-            "done_at": time.monotonic() + getattr(provider, "batch_seconds", 0.2),
-            "output_file_id": output_id,
-            "count": len(out),
-        }
-        return 200, self._openai_status(batch_id, store.batches[batch_id])
+        store.batches[batch_id] = batch
+        return 200, self._openai_status(batch_id, batch)
 
     def _anthropic_batch(
         self, provider: FakeProvider, store: _Store, raw: bytes, n: int
@@ -238,13 +310,19 @@ class _BatchHandler(_BaseHandler):
             ]
         except (ValueError, KeyError, TypeError):
             return 400, _error_body("requests: [{custom_id, params}]", "invalid_request", None)
+        outcome = _outcome(provider)
+        if outcome is not None:
+            rows = [_anthropic_unrun(row["custom_id"], outcome) for row in rows]
+        edited = _edited(provider, rows)
         batch_id = f"msgbatch_{uuid.uuid4().hex[:16]}"
         store.batches[batch_id] = {
             "kind": "anthropic",
             "done_at": time.monotonic() + getattr(provider, "batch_seconds", 0.2),
-            "results": _lines(provider, rows),
+            "results": _jsonl(edited),
+            "counts": _anthropic_counts(edited),
             "ids": [row["custom_id"] for row in rows],
             "count": len(rows),
+            "created": time.time(),
         }
         return 200, self._anthropic_status(batch_id, store.batches[batch_id])
 
@@ -287,36 +365,59 @@ class _BatchHandler(_BaseHandler):
     def _openai_status(self, batch_id: str, batch: dict[str, Any]) -> dict[str, Any]:
         done = time.monotonic() >= batch["done_at"]
         cancelled = batch.get("cancelled", False)
+        shown = done and not cancelled
+        status = "completed" if batch["outcome"] is None else batch["outcome"]
+        if cancelled or not done:
+            status = "cancelled" if cancelled else "in_progress"
+        errors = None
+        if shown and status == "failed":
+            error = {"code": "batch_failed", "message": "The batch failed.", "param": None}
+            errors = {"object": "list", "data": [{**error, "line": None}]}
+        body = batch["body"]
         return {
             "id": batch_id,
             "object": "batch",
-            "endpoint": "/v1/chat/completions",
-            "status": "cancelled" if cancelled else "completed" if done else "in_progress",
-            "output_file_id": batch["output_file_id"] if done and not cancelled else None,
-            "error_file_id": None,
+            "endpoint": body.get("endpoint") or "/v1/chat/completions",
+            "input_file_id": body.get("input_file_id"),
+            "completion_window": body.get("completion_window") or "24h",
+            "created_at": int(batch["created"]),
+            "status": status,
+            "errors": errors,
+            "output_file_id": batch["output_file_id"] if shown else None,
+            "error_file_id": batch["error_file_id"] if shown else None,
             "request_counts": {
                 "total": batch["count"],
-                "completed": batch["count"] if done and not cancelled else 0,
-                "failed": 0,
+                "completed": batch["completed"] if shown else 0,
+                "failed": batch["failed"] if shown else 0,
             },
         }
 
     def _anthropic_status(self, batch_id: str, batch: dict[str, Any]) -> dict[str, Any]:
         done = time.monotonic() >= batch["done_at"]
-        cancelled = batch["count"] if batch.get("cancelled") else 0
+        counts = dict.fromkeys(("succeeded", "errored", "canceled", "expired"), 0)
+        if batch.get("cancelled"):
+            counts["canceled"] = batch["count"]
+        elif done:
+            counts = batch["counts"]
+        created = batch["created"]
+        ended = time.time() - (time.monotonic() - batch["done_at"])
         return {
             "id": batch_id,
             "type": "message_batch",
             "processing_status": "ended" if done else "in_progress",
-            "request_counts": {
-                "processing": 0 if done else batch["count"],
-                "succeeded": batch["count"] - cancelled if done else 0,
-                "errored": 0,
-                "canceled": cancelled,
-                "expired": 0,
-            },
+            "request_counts": {"processing": 0 if done else batch["count"], **counts},
+            "created_at": _rfc3339(created),
+            "expires_at": _rfc3339(created + 86_400),
+            "ended_at": _rfc3339(ended) if done else None,
+            "cancel_initiated_at": _rfc3339(ended) if batch.get("cancelled") else None,
+            "archived_at": None,
             "results_url": f"http://{self.headers.get('host', '127.0.0.1')}/v1/messages/batches/"
             f"{batch_id}/results"
             if done
             else None,
         }
+
+
+def _rfc3339(stamp: float) -> str:
+    """A Unix time as Anthropic writes times: RFC 3339 in UTC."""
+    return datetime.fromtimestamp(stamp, tz=timezone.utc).isoformat().replace("+00:00", "Z")
