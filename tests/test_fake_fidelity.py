@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator
+from datetime import datetime, timezone
 from typing import Any
 
 import anthropic
@@ -272,3 +273,32 @@ def test_a_message_batch_can_expire_or_error(
     assert batch.created_at < batch.expires_at
     (row,) = claude.messages.batches.results(created.id)
     assert (row.custom_id, row.result.type) == ("a", kind)
+
+
+def test_limits_answer_with_each_api_s_own_headers() -> None:
+    """The Messages endpoint sent OpenAI's ``x-ratelimit-*`` and ``x-request-id`` where
+    Anthropic sends ``anthropic-ratelimit-*`` (resets as RFC 3339 instants) and
+    ``request-id``; ``/v1/responses``' 429 had no ``retry-after-ms``."""
+    with (
+        FakeProvider(rpm=1, limit_window=30) as fake,
+        anthropic.Anthropic(base_url=fake.url, api_key="x", max_retries=0) as claude,
+        openai.OpenAI(base_url=fake.base_url, api_key="x", max_retries=0) as oai,
+    ):
+        params: Any = {"model": "m", "max_tokens": 10, "messages": USER}
+        ok = claude.messages.with_raw_response.create(**params)
+        assert ok.headers["request-id"] == "req-1"
+        assert ok.headers["anthropic-ratelimit-requests-limit"] == "1"
+        assert ok.headers["anthropic-ratelimit-requests-remaining"] == "0"
+        reset = datetime.fromisoformat(ok.headers["anthropic-ratelimit-requests-reset"])
+        assert 25 < (reset - datetime.now(timezone.utc)).total_seconds() <= 31
+        assert not [name for name in ok.headers if name.startswith("x-ratelimit")]
+        with pytest.raises(anthropic.RateLimitError) as limited:
+            claude.messages.create(**params)
+        assert limited.value.response.headers["retry-after"] in {str(s) for s in range(25, 31)}
+        assert "anthropic-ratelimit-requests-reset" in limited.value.response.headers
+        with pytest.raises(openai.RateLimitError) as refused:
+            oai.responses.create(model="m", input="hi")
+        headers = refused.value.response.headers
+        assert 25_000 < int(headers["retry-after-ms"]) <= 30_000
+        assert headers["x-ratelimit-remaining-requests"] == "0"
+        assert refused.value.code == "rate_limit_exceeded"

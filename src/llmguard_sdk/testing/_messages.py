@@ -36,7 +36,7 @@ class _MessagesHandler(_BaseHandler):
         if problem is not None or not isinstance(body, dict):
             provider._note_status(400)
             error = _anthropic_error(400, problem or "bad request")
-            self._send(400, error, "application/json", provider._common_headers(n))
+            self._send(400, error, "application/json", provider._common_headers(n, anthropic=True))
             return
         fault = provider._choose_fault()
         if fault is not None and not fault.is_delay_only:
@@ -58,7 +58,9 @@ class _MessagesHandler(_BaseHandler):
                 return
             provider._note_status(500)
             error = _anthropic_error(500, f"reply callback failed: {exc!r}")
-            self._send(500, error, "application/json", provider._common_headers(n) + extra)
+            self._send(
+                500, error, "application/json", provider._common_headers(n, anthropic=True) + extra
+            )
             return
         pieces = _split_pieces(reply)
         max_tokens: int = body["max_tokens"]
@@ -66,7 +68,7 @@ class _MessagesHandler(_BaseHandler):
         if max_tokens < len(pieces):
             pieces, finish = pieces[:max_tokens], "length"
         tokens, breakpoints = _anthropic_tokens(body)
-        retry_after, rate_headers = provider._admit(len(tokens) + max_tokens)
+        retry_after, rate_headers = provider._admit(len(tokens) + max_tokens, anthropic=True)
         headers = [("request-id", f"req-{n}"), *rate_headers, *extra]
         if not self._pause(fault.latency if fault else 0.0):
             return
@@ -190,7 +192,7 @@ class _MessagesHandler(_BaseHandler):
         provider = self._srv.provider
         if self._silent_fault(fault):
             return
-        headers = provider._common_headers(n) + _fault_headers(fault)
+        headers = provider._common_headers(n, anthropic=True) + _fault_headers(fault)
         if fault.stream_error_after is not None and stream:
             self._messages_stream_error(body, fault, n, headers)
             return

@@ -7,6 +7,7 @@ import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
+from datetime import datetime, timezone
 from typing import Any
 
 from .._closing import Closes
@@ -43,7 +44,9 @@ class FakeProvider(Closes):
         limit_window: the sliding window of ``rpm`` / ``tpm`` in seconds (60 by default;
             shorter windows make quick drills: ``rpm=10, limit_window=1`` is 10 per second).
             A 429 from these limits carries ``Retry-After`` (whole seconds, at least 1) and
-            the exact wait in ``retry-after-ms``.
+            the exact wait in ``retry-after-ms``. Answers carry the limits' state as OpenAI's
+            ``x-ratelimit-*`` headers, on the Messages endpoint as Anthropic's
+            ``anthropic-ratelimit-*`` (resets as RFC 3339 instants).
         host: interface to bind, loopback by default.
         port: port to bind; 0 picks a free one (kept across :meth:`stop` / :meth:`start`).
         hang_limit: seconds a ``Fault(hang=True)`` request hangs at most.
@@ -369,10 +372,27 @@ class FakeProvider(Closes):
         while window and window[0][0] <= now - self._limit_window:
             self._rate_tokens -= window.popleft()[1]
 
-    def _rate_headers_locked(self, now: float) -> list[tuple[str, str]]:
+    def _rate_headers_locked(self, now: float, anthropic: bool = False) -> list[tuple[str, str]]:
+        """The limits' headers: OpenAI's ``x-ratelimit-*`` (resets as durations), or with
+        ``anthropic`` Anthropic's ``anthropic-ratelimit-*`` (resets as RFC 3339 instants)."""
         out: list[tuple[str, str]] = []
         window = self._rate_window
-        reset = _format_duration(window[0][0] + self._limit_window - now) if window else "0s"
+        wait = window[0][0] + self._limit_window - now if window else 0.0
+        if anthropic:
+            instant = datetime.fromtimestamp(time.time() + wait, tz=timezone.utc)
+            at = instant.isoformat(timespec="seconds").replace("+00:00", "Z")
+            for kind, limit, used in (
+                ("requests", self._rpm, len(window)),
+                ("tokens", self._tpm, self._rate_tokens),
+            ):
+                if limit is not None:
+                    out += [
+                        (f"anthropic-ratelimit-{kind}-limit", str(limit)),
+                        (f"anthropic-ratelimit-{kind}-remaining", str(max(0, limit - used))),
+                        (f"anthropic-ratelimit-{kind}-reset", at),
+                    ]
+            return out
+        reset = _format_duration(wait) if window else "0s"
         if self._rpm is not None:
             out += [
                 ("x-ratelimit-limit-requests", str(self._rpm)),
@@ -387,16 +407,19 @@ class FakeProvider(Closes):
             ]
         return out
 
-    def _common_headers(self, n: int) -> list[tuple[str, str]]:
-        headers = [("x-request-id", f"req-{n}")]
+    def _common_headers(self, n: int, anthropic: bool = False) -> list[tuple[str, str]]:
+        """The request id and limit headers (with ``anthropic``, as Anthropic names them)."""
+        headers = [("request-id" if anthropic else "x-request-id", f"req-{n}")]
         if self._rpm is None and self._tpm is None:
             return headers
         with self._lock:
             now = time.monotonic()
             self._prune_locked(now)
-            return headers + self._rate_headers_locked(now)
+            return headers + self._rate_headers_locked(now, anthropic)
 
-    def _admit(self, cost: int) -> tuple[float | None, list[tuple[str, str]]]:
+    def _admit(
+        self, cost: int, anthropic: bool = False
+    ) -> tuple[float | None, list[tuple[str, str]]]:
         """Apply rpm/tpm: ``(None, headers)`` when admitted, else ``(wait_s, headers)``."""
         if self._rpm is None and self._tpm is None:
             return None, []
@@ -420,10 +443,10 @@ class FakeProvider(Closes):
                             wait = max(wait, stamp + self._limit_window - now)
                             break
             if wait > 0.0:
-                return wait, self._rate_headers_locked(now)
+                return wait, self._rate_headers_locked(now, anthropic)
             window.append((now, cost))
             self._rate_tokens += cost
-            return None, self._rate_headers_locked(now)
+            return None, self._rate_headers_locked(now, anthropic)
 
     def __repr__(self) -> str:
         where = self.url if self._bound_port or self._port else "unbound"

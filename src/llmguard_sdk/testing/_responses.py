@@ -132,6 +132,7 @@ class _ResponsesHandler(_BaseHandler):
         tokens = _openai_tokens(chat)
         effort = (body.get("reasoning") or {}).get("effort")
         reasoning = _REASONING.get(effort, 4) if effort else 0
+        model = body.get("model") or provider._model
         retry_after, rate_headers = provider._admit(len(tokens) + (limit or len(pieces)))
         headers = [("x-request-id", f"req-{n}"), *rate_headers, *_fault_headers(fault)]
         if not self._pause(fault.latency if fault else 0.0):
@@ -139,8 +140,11 @@ class _ResponsesHandler(_BaseHandler):
         if retry_after is not None:
             provider._note_rate_limited()
             provider._note_status(429)
-            headers.append(("Retry-After", str(max(1, math.ceil(retry_after)))))
-            err = _error_body("rate limit reached", "rate_limit_error", "rate_limit_exceeded")
+            seconds = max(1, math.ceil(retry_after))
+            headers.append(("Retry-After", str(seconds)))
+            headers.append(("retry-after-ms", str(math.ceil(retry_after * 1000))))
+            said = f"Rate limit reached for {model} on the fake provider; retry after {seconds} s"
+            err = _error_body(said, "rate_limit_error", "rate_limit_exceeded")
             self._send(429, _dumps(err), "application/json", headers)
             return
         cached = provider._openai_cached(tokens) if provider.prefix_cache else 0
@@ -150,7 +154,6 @@ class _ResponsesHandler(_BaseHandler):
             cached_input_tokens=cached,
             reasoning_tokens=reasoning,
         )
-        model = body.get("model") or provider._model
         chunks = [StreamChunk(text=p) for p in pieces]
         chunks.append(
             StreamChunk(finish_reason=finish, usage=usage, tool_calls=[call] if call else None)
