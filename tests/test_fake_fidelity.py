@@ -10,6 +10,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 import anthropic
+import httpx
 import openai
 import pytest
 from openai.types import Batch
@@ -302,3 +303,41 @@ def test_limits_answer_with_each_api_s_own_headers() -> None:
         assert 25_000 < int(headers["retry-after-ms"]) <= 30_000
         assert headers["x-ratelimit-remaining-requests"] == "0"
         assert refused.value.code == "rate_limit_exceeded"
+
+
+@pytest.mark.parametrize(
+    ("messages", "param", "code"),
+    [
+        ([{"role": "bot", "content": "hi"}], "messages[0].role", "invalid_value"),
+        ([*USER, {"content": "hi"}], "messages[1].role", "missing_required_parameter"),
+        ([], "messages", "empty_array"),
+    ],
+)
+def test_chat_refuses_messages_as_openai_does(
+    oai: openai.OpenAI, messages: Any, param: str, code: str
+) -> None:
+    """A message with a role chat has not was answered (its text left out of the echo), and
+    refusals had neither ``param`` nor ``code``."""
+    with pytest.raises(openai.BadRequestError) as refused:
+        oai.chat.completions.create(model="m", messages=messages)
+    assert (refused.value.param, refused.value.code) == (param, code)
+    assert refused.value.type == "invalid_request_error"
+
+
+def test_a_strict_fake_refuses_a_request_without_a_model() -> None:
+    """The fake answered a request naming no model (as its own): code that forgot the model
+    passed its tests and got a 400 from OpenAI."""
+    body = {"messages": USER}
+    with FakeProvider() as lenient:
+        assert httpx.post(f"{lenient.base_url}/chat/completions", json=body).status_code == 200
+    with FakeProvider(strict=True) as fake:
+        chat = httpx.post(f"{fake.base_url}/chat/completions", json=body)
+        assert chat.status_code == 400
+        assert chat.json()["error"]["message"] == "you must provide a model parameter"
+        responses = httpx.post(f"{fake.base_url}/responses", json={"input": "hi"})
+        assert responses.status_code == 400
+        assert responses.json()["error"]["param"] == "model"
+        assert responses.json()["error"]["code"] == "missing_required_parameter"
+        assert httpx.post(
+            f"{fake.base_url}/responses", json={"model": "m", "input": "hi"}
+        ).is_success

@@ -28,10 +28,10 @@ class _ChatHandler(_BaseHandler):
     def _chat(self, raw: bytes, n: int) -> None:
         provider = self._srv.provider
         try:
-            req = _parse_chat(raw, provider._model)
+            req = _parse_chat(raw, provider._model, strict=provider.strict)
         except _BadRequest as exc:
             provider._note_chat(stream=False)
-            err = _error_body(str(exc), "invalid_request_error", None)
+            err = _error_body(str(exc), "invalid_request_error", exc.code, exc.param)
             headers = provider._common_headers(n)
             provider._note_status(400)
             self._send(400, _dumps(err), "application/json", headers)

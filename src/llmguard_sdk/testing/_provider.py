@@ -61,8 +61,13 @@ class FakeProvider(Closes):
             makes the fake bill as a provider does what it does not count itself: image
             or audio tokens (``prompt_tokens_details.audio_tokens``,
             ``completion_tokens_details.audio_tokens``).
+        strict: refuse with a 400, as OpenAI does, a chat-completions or Responses request
+            that names no ``model`` (by default the fake answers it as ``model``). Whatever
+            ``strict`` says, a chat request with no ``messages``, an empty list or a message
+            whose role chat has not is refused as OpenAI refuses it (its ``param`` and
+            ``code`` in the error body).
 
-    .. versionchanged:: 0.2.0 ``usage``.
+    .. versionchanged:: 0.2.0 ``usage``, ``strict``.
     """
 
     def __init__(
@@ -80,6 +85,7 @@ class FakeProvider(Closes):
         prefix_cache: bool = False,
         prefix_cache_min_tokens: int = 0,
         usage: Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]] | None = None,
+        strict: bool = False,
     ) -> None:
         if rpm is not None and rpm < 1:
             raise ValueError("rpm must be >= 1 or None")
@@ -89,6 +95,9 @@ class FakeProvider(Closes):
             raise ValueError("hang_limit must be a finite number >= 0")
         if prefix_cache_min_tokens < 0:
             raise ValueError("prefix_cache_min_tokens must be >= 0")
+        self.strict = strict
+        """Whether requests are refused where the real APIs refuse them and the fake is
+        lenient by default (see ``strict`` in the class docs)."""
         self.prefix_cache = prefix_cache
         """Whether the emulated prefix cache is on."""
         self._prefix_min = prefix_cache_min_tokens

@@ -28,6 +28,7 @@ from ..providers._responses_wire import Answer, EventWriter
 from ._faults import Fault
 from ._http import _BaseHandler
 from ._wire import (
+    _BadRequest,
     _dumps,
     _error_body,
     _error_type,
@@ -93,11 +94,16 @@ class _ResponsesHandler(_BaseHandler):
             body = json.loads(raw)
             if not isinstance(body, dict):
                 raise RequestValidationError("request body must be a JSON object")
+            if provider.strict and not body.get("model"):
+                raise _BadRequest(
+                    "Missing required parameter: 'model'.", "model", "missing_required_parameter"
+                )
             messages = chat_messages(_files_as_text(body))
-        except (ValueError, UnicodeDecodeError) as exc:  # RequestValidationError included
+        except (ValueError, UnicodeDecodeError, _BadRequest) as exc:  # RequestValidationError too
             provider._note_chat(stream=False)
             provider._note_status(400)
-            err = _error_body(str(exc), "invalid_request_error", None)
+            param, code = (exc.param, exc.code) if isinstance(exc, _BadRequest) else (None, None)
+            err = _error_body(str(exc), "invalid_request_error", code, param)
             self._send(400, _dumps(err), "application/json", provider._common_headers(n))
             return
         stream = body.get("stream") is True

@@ -120,7 +120,15 @@ def _fault_headers(fault: Fault | None) -> list[tuple[str, str]]:
 
 
 class _BadRequest(Exception):
-    pass
+    """A request OpenAI refuses with a 400: its message, and the ``param`` and ``code``."""
+
+    def __init__(self, message: str, param: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
+        self.code = code
+
+
+_CHAT_ROLES = ("system", "assistant", "user", "function", "tool", "developer")
 
 
 @dataclass
@@ -133,28 +141,65 @@ class _ChatRequest:
     input_tokens: int
 
 
-def _parse_chat(raw: bytes, default_model: str) -> _ChatRequest:
+def _messages_tokens(messages: Any) -> int:
+    """The input tokens of chat ``messages``, refused (a :class:`_BadRequest` with OpenAI's
+    message, ``param`` and ``code``) where OpenAI refuses them: none, not a list, a message
+    that is no object or has a role chat has not."""
+    if messages is None:
+        raise _BadRequest(
+            "Missing required parameter: 'messages'.", "messages", "missing_required_parameter"
+        )
+    if not isinstance(messages, list):
+        raise _BadRequest("Invalid type for 'messages': expected an array.", "messages")
+    if not messages:
+        raise _BadRequest(
+            "Invalid 'messages': empty array. Expected an array with minimum length 1, but got "
+            "an empty array instead.",
+            "messages",
+            "empty_array",
+        )
+    input_tokens = 0
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict):
+            raise _BadRequest(
+                f"Invalid type for 'messages[{i}]': expected an object.", f"messages[{i}]"
+            )
+        role = message.get("role")
+        if role is None:
+            raise _BadRequest(
+                f"Missing required parameter: 'messages[{i}].role'.",
+                f"messages[{i}].role",
+                "missing_required_parameter",
+            )
+        if role not in _CHAT_ROLES:
+            supported = ", ".join(repr(r) for r in _CHAT_ROLES[:-1])
+            raise _BadRequest(
+                f"Invalid value: {str(role)[:40]!r}. Supported values are: {supported}, and "
+                f"{_CHAT_ROLES[-1]!r}.",
+                f"messages[{i}].role",
+                "invalid_value",
+            )
+        input_tokens += len(_content_text(message.get("content")).split()) + 4
+    return input_tokens
+
+
+def _parse_chat(raw: bytes, default_model: str, *, strict: bool = False) -> _ChatRequest:
     try:
         body = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
         raise _BadRequest(f"request body is not valid JSON: {exc}") from None
     if not isinstance(body, dict):
         raise _BadRequest("request body must be a JSON object")
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise _BadRequest("'messages' must be a non-empty list")
-    input_tokens = 0
-    for message in messages:
-        if not isinstance(message, dict):
-            raise _BadRequest("each message must be a JSON object")
-        input_tokens += len(_content_text(message.get("content")).split()) + 4
+    if strict and not body.get("model"):
+        raise _BadRequest("you must provide a model parameter")
+    input_tokens = _messages_tokens(body.get("messages"))
     max_tokens: int | None = None
     for key in ("max_tokens", "max_completion_tokens"):
         value = body.get(key)
         if value is None:
             continue
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise _BadRequest(f"'{key}' must be a non-negative integer")
+            raise _BadRequest(f"'{key}' must be a non-negative integer", key, "invalid_value")
         max_tokens = value if max_tokens is None else min(max_tokens, value)
     model = body.get("model")
     options = body.get("stream_options")
