@@ -198,8 +198,9 @@ def test_a_responses_stream_fails_with_an_error_event(
     assert fake.stats.succeeded == 0
 
 
-def _openai_batch(fake: FakeProvider, oai: openai.OpenAI, texts: list[str]) -> Batch:
-    """Run a chat batch of one call per text (done at once); its final status."""
+def _openai_batch(fake: FakeProvider, oai: openai.OpenAI, texts: list[str], **extra: Any) -> Batch:
+    """Run a chat batch of one call per text (``extra`` in each body; done at once); its
+    final status."""
     fake.batch_seconds = 0.0  # type: ignore[attr-defined]
     lines = [
         json.dumps(
@@ -207,7 +208,7 @@ def _openai_batch(fake: FakeProvider, oai: openai.OpenAI, texts: list[str]) -> B
                 "custom_id": text,
                 "method": "POST",
                 "url": "/v1/chat/completions",
-                "body": {"model": "m", "messages": [{"role": "user", "content": text}]},
+                "body": {"model": "m", "messages": [{"role": "user", "content": text}], **extra},
             }
         )
         for text in texts
@@ -341,3 +342,21 @@ def test_a_strict_fake_refuses_a_request_without_a_model() -> None:
         assert httpx.post(
             f"{fake.base_url}/responses", json={"model": "m", "input": "hi"}
         ).is_success
+
+
+def test_batches_answer_a_forced_tool_with_a_tool_call(
+    fake: FakeProvider, oai: openai.OpenAI, claude: anthropic.Anthropic
+) -> None:
+    """A batch answered text whatever the ``tool_choice``, unlike the endpoints."""
+    batch = _openai_batch(fake, oai, ["one"], tools=CHAT_TOOLS, tool_choice="required")
+    body = _rows(oai, batch.output_file_id)["one"]["response"]["body"]
+    assert body["choices"][0]["finish_reason"] == "tool_calls"
+    assert body["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "lookup"
+    params: Any = {"model": "m", "max_tokens": 10, "messages": USER, "tools": CLAUDE_TOOLS}
+    params["tool_choice"] = {"type": "tool", "name": "cancel"}
+    created = claude.messages.batches.create(requests=[{"custom_id": "a", "params": params}])
+    (row,) = claude.messages.batches.results(created.id)
+    assert row.result.type == "succeeded"
+    block = row.result.message.content[0]
+    assert isinstance(block, anthropic.types.ToolUseBlock)
+    assert (block.name, row.result.message.stop_reason) == ("cancel", "tool_use")

@@ -30,7 +30,7 @@ with a call of that tool (the first one for ``"required"`` / ``any``) with the a
 ``{}`` on every endpoint: chat ``tool_calls`` with ``finish_reason="tool_calls"`` (streamed: the
 call's id and name in one chunk, its arguments in the next), a Messages ``tool_use`` block
 with ``stop_reason="tool_use"`` (streamed: ``input_json_delta`` events), a Responses
-``function_call``.
+``function_call``; the batch APIs answer such requests alike.
 
 Only chat-completion requests are subject to faults, rate limits and :class:`ProviderStats`;
 ``GET /v1/models`` and ``GET /health`` always answer normally.

@@ -42,12 +42,15 @@ from email.parser import BytesParser
 from email.policy import HTTP
 from typing import TYPE_CHECKING, Any
 
+from ._chat import _chat_call
 from ._http import _BaseHandler
+from ._messages import _tool_use
 from ._wire import (
     _STOP_REASONS,
     _anthropic_tokens,
     _dumps,
     _error_body,
+    _forced_tool,
     _openai_tokens,
     _split_pieces,
 )
@@ -78,7 +81,11 @@ def _store(provider: FakeProvider) -> _Store:
 
 
 def _answer(provider: FakeProvider, body: dict[str, Any], inputs: int) -> tuple[list[str], str]:
-    """The reply's pieces (cut at the output limit) and finish reason, counted in stats."""
+    """The reply's pieces (cut at the output limit) and finish reason, counted in stats (no
+    pieces and ``tool_calls`` when the request forces a tool, as the endpoints answer it)."""
+    if _forced_tool(body) is not None:
+        provider._note_success(inputs, 0)
+        return [], "tool_calls"
     pieces = _split_pieces(provider._make_reply(body))
     limit = body.get("max_completion_tokens") or body.get("max_tokens")
     finish = "stop"
@@ -92,19 +99,17 @@ def _chat_answer(provider: FakeProvider, body: dict[str, Any], n: int) -> dict[s
     """A chat completion as the chat endpoint answers it (no faults in batches)."""
     tokens = _openai_tokens(body)
     pieces, finish = _answer(provider, body, len(tokens))
+    message: dict[str, Any] = {"role": "assistant", "content": "".join(pieces)}
+    called = _forced_tool(body)
+    if called is not None:
+        message = {"role": "assistant", "content": None, "tool_calls": [_chat_call(called)]}
     return {
         "id": f"chatcmpl-batch-{n}",
         "object": "chat.completion",
         "created": int(time.time()),
         "model": body.get("model") or provider.model,
         "service_tier": "batch",
-        "choices": [
-            {
-                "index": 0,
-                "message": {"role": "assistant", "content": "".join(pieces)},
-                "finish_reason": finish,
-            }
-        ],
+        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
         "usage": {
             "prompt_tokens": len(tokens),
             "completion_tokens": len(pieces),
@@ -122,7 +127,9 @@ def _message_answer(provider: FakeProvider, params: dict[str, Any], n: int) -> d
         "type": "message",
         "role": "assistant",
         "model": params.get("model") or provider.model,
-        "content": [{"type": "text", "text": "".join(pieces)}],
+        "content": [{"type": "text", "text": "".join(pieces)}]
+        if finish != "tool_calls"
+        else [{**_tool_use(str(_forced_tool(params))), "input": {}}],
         "stop_reason": _STOP_REASONS[finish],
         "stop_sequence": None,
         "usage": {
