@@ -360,3 +360,36 @@ def test_batches_answer_a_forced_tool_with_a_tool_call(
     block = row.result.message.content[0]
     assert isinstance(block, anthropic.types.ToolUseBlock)
     assert (block.name, row.result.message.stop_reason) == ("cancel", "tool_use")
+
+
+def test_streams_end_as_the_real_apis_end_them(fake: FakeProvider, oai: openai.OpenAI) -> None:
+    """Pins what a review checked: chat's usage chunk (``include_usage``) has no choices and
+    comes last, every other chunk's ``usage`` null; Anthropic's events come in its order."""
+    chunks = list(
+        oai.chat.completions.create(
+            model="m", messages=USER, stream=True, stream_options={"include_usage": True}
+        )
+    )
+    *content, last = chunks
+    assert last.choices == []
+    assert last.usage is not None
+    assert last.usage.completion_tokens == 4  # "Echo: find my order"
+    assert all(c.usage is None and len(c.choices) == 1 for c in content)
+    assert content[-1].choices[0].finish_reason == "stop"
+    body = {"model": "m", "max_tokens": 2, "stream": True, "messages": USER}
+    headers = {"anthropic-version": "2023-06-01"}
+    raw = httpx.post(f"{fake.url}/v1/messages", headers=headers, json=body).text
+    events = [line[len("event: ") :] for line in raw.splitlines() if line.startswith("event: ")]
+    assert events == [
+        "message_start",
+        "content_block_start",
+        "ping",
+        "content_block_delta",
+        "content_block_delta",
+        "content_block_stop",
+        "message_delta",
+        "message_stop",
+    ]
+    delta = json.loads(raw.split("event: message_delta\ndata: ", 1)[1].split("\n", 1)[0])
+    assert delta["delta"]["stop_reason"] == "max_tokens"
+    assert delta["usage"] == {"output_tokens": 2}

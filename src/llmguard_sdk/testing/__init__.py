@@ -4,8 +4,11 @@
 background thread.  It answers ``POST /v1/chat/completions`` (plain and streamed) with
 deterministic replies and can be told to misbehave in the ways real providers do: HTTP
 errors with ``Retry-After`` headers, slow answers, slow streams, hung requests, connection
-resets, streams cut mid-event, broken JSON, wrong content types and provider-side rate
-limits (``rpm`` / ``tpm``).
+resets, streams cut mid-event, streams failed with the API's own in-stream error
+(``Fault(stream_error_after=N)``), broken JSON, wrong content types and provider-side rate
+limits (``rpm`` / ``tpm``). It refuses what the real APIs refuse (a chat message with a role
+chat has not, missing or empty ``messages``) with their 400 bodies (``message``, ``type``,
+``param``, ``code``); ``FakeProvider(strict=True)`` also refuses a request naming no model.
 
 Typical use::
 
