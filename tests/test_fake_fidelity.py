@@ -393,3 +393,39 @@ def test_streams_end_as_the_real_apis_end_them(fake: FakeProvider, oai: openai.O
     delta = json.loads(raw.split("event: message_delta\ndata: ", 1)[1].split("\n", 1)[0])
     assert delta["delta"]["stop_reason"] == "max_tokens"
     assert delta["usage"] == {"output_tokens": 2}
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [Fault(cut_stream_after=1), Fault(malformed_json=True), Fault(missing_fields=True)],
+    ids=["cut", "malformed", "missing"],
+)
+@pytest.mark.parametrize("stream", [False, True])
+def test_responses_breaks_its_answers_as_chat_does(
+    fake: FakeProvider, oai: openai.OpenAI, fault: Fault, stream: bool
+) -> None:
+    """``/v1/responses`` answered every fault without a status as a 500, where chat sends a
+    broken 200 (cut, malformed, missing its fields): a drill of broken answers tested the
+    retry of a 500 on one route."""
+    fake.script(fault)
+    seen: list[str] = []
+    if stream and fault.missing_fields:  # a stream that ends after its first event
+        _drain(_event_types(oai, stream), seen)
+        assert seen == ["response.created"]
+    else:
+        with pytest.raises(Exception) as raised:  # noqa: PT011 (each breaks the client its way)
+            _drain(_event_types(oai, stream), seen)
+        assert not isinstance(raised.value, openai.APIStatusError)
+    assert fake.stats.by_status == {200: 1}
+    if stream and fault.cut_stream_after == 1:
+        assert seen.count("response.output_text.delta") == 1
+        assert isinstance(raised.value, openai.APIConnectionError)
+
+
+def _event_types(oai: openai.OpenAI, stream: bool) -> Iterator[str]:
+    """The types of the events of a Responses answer (a plain one: its output items)."""
+    if not stream:
+        answer = oai.responses.create(model="m", input="find my order")
+        yield from (item.type for item in answer.output)
+        return
+    yield from (event.type for event in oai.responses.create(model="m", input="x y", stream=True))

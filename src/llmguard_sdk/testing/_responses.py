@@ -10,9 +10,12 @@ with ``reasoning.effort`` also spends reasoning tokens (2 for ``low``, 4 for ``m
 a ``tool_choice`` of ``"required"`` or one named function, the answer is a ``function_call`` of
 that tool (the first one for ``"required"``) with the arguments ``{}``. ``input_file`` parts
 are read (they count no tokens). Faults: delays apply as usual; a failing fault answers its
-status (500 for faults without one) with OpenAI's error body, after its latency; hangs and
-resets as for chat; ``stream_error_after`` fails a stream with an ``error`` event (its ``code``
-the fault's ``error_code``, default ``"server_error"``) after that many text deltas.
+status with OpenAI's error body, after its latency; hangs, resets, wrong content types,
+malformed JSON (streamed: in the ``response.created`` event), missing fields (a response with
+no ``output``) and cuts (``cut_stream_after``: that many text deltas, then half an event, or
+half a plain answer) as for chat; ``stream_error_after`` fails a stream with an ``error`` event
+(its ``code`` the fault's ``error_code``, default ``"server_error"``) after that many text
+deltas (a plain request: the fault's ``status``, 500 by default).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from ..providers._responses_wire import Answer, EventWriter
 from ._faults import Fault
 from ._http import _BaseHandler
 from ._wire import (
+    _HTML_BODY,
     _BadRequest,
     _dumps,
     _error_body,
@@ -82,9 +86,16 @@ def _file_as_text(part: Any) -> Any:
     return {"type": "input_text", "text": ""}
 
 
-def _errs_in_stream(fault: Fault, stream: bool) -> bool:
-    """Whether ``fault`` fails a stream with an ``error`` event (``stream_error_after``)."""
-    return stream and fault.stream_error_after is not None and not (fault.hang or fault.reset)
+def _cuts_the_answer(fault: Fault, stream: bool) -> bool:
+    """Whether ``fault`` breaks off an answer it lets begin: a stream's ``stream_error_after``
+    (an ``error`` event) or a ``cut_stream_after`` that no earlier failure of the fault wins
+    over (see :class:`Fault`'s precedence)."""
+    if fault.hang or fault.reset:
+        return False
+    if stream and fault.stream_error_after is not None:
+        return True
+    earlier = fault.status, fault.wrong_content_type, fault.malformed_json, fault.missing_fields
+    return fault.cut_stream_after is not None and not any(earlier)
 
 
 class _ResponsesHandler(_BaseHandler):
@@ -110,21 +121,48 @@ class _ResponsesHandler(_BaseHandler):
         provider._note_chat(stream=stream)
         fault = provider._choose_fault()
         chat = {"messages": messages, "tools": body.get("tools")}
-        if fault is not None and _errs_in_stream(fault, stream):
+        if fault is not None and _cuts_the_answer(fault, stream):
             provider._note_fault()
             self._answer_responses(body, chat, fault, n)
             return
         if fault is not None and not fault.is_delay_only:
             provider._note_fault()
-            if self._silent_fault(fault):
-                return
+            self._responses_fault(fault, stream, n)
+            return
+        self._answer_responses(body, chat, fault, n)
+
+    def _responses_fault(self, fault: Fault, stream: bool, n: int) -> None:
+        """A fault that answers no reply: a hang, a reset, an HTTP error (``status``; 500 for
+        ``stream_error_after`` on a plain request) or a broken 200."""
+        provider = self._srv.provider
+        if self._silent_fault(fault):
+            return
+        headers = provider._common_headers(n) + _fault_headers(fault)
+        if fault.status is not None or not (
+            fault.wrong_content_type or fault.malformed_json or fault.missing_fields
+        ):
             status = fault.status or 500
             provider._note_status(status)
             err = _error_body(fault.message, _error_type(status), fault.error_code)
-            headers = provider._common_headers(n) + _fault_headers(fault)
             self._send(status, _dumps(err), "application/json", headers)
             return
-        self._answer_responses(body, chat, fault, n)
+        provider._note_status(200)
+        if fault.wrong_content_type:
+            self._send(200, _HTML_BODY, "text/html; charset=utf-8", headers)
+            return
+        head: dict[str, Any] = {"id": f"resp_fake_{n}", "object": "response"}
+        data = b'{"id":"resp_fake_%d","object":"response","output":[' % n
+        if fault.missing_fields:
+            data = _dumps(head)
+        if not stream:
+            self._send(200, data, "application/json", headers)
+            return
+        if fault.missing_fields:
+            data = _dumps({"type": "response.created", "sequence_number": 0, "response": head})
+        self._start_stream(headers)
+        self._event(b"event: response.created\ndata: " + data + b"\n\n", last=True)
+        if not self._chunked:
+            self.close_connection = True
 
     def _answer_responses(
         self, body: dict[str, Any], chat: dict[str, Any], fault: Fault | None, n: int
@@ -167,20 +205,44 @@ class _ResponsesHandler(_BaseHandler):
         stored = body.get("store") is not False  # (OpenAI stores unless told not to)
         writer = EventWriter(Answer(f"resp_fake_{n}", str(model), request=body, store=stored))
         provider._note_status(200)
-        cut = fault.stream_error_after if fault is not None else None
-        if cut is None:
+        broken = fault is not None and not fault.is_delay_only  # (a cut, an error in the stream)
+        if not broken:
             provider._note_success(len(tokens), usage.output_tokens)
-        if body.get("stream") is not True:
+        self._write_answer(body.get("stream") is True, writer, chunks, headers, fault)
+
+    def _write_answer(
+        self,
+        stream: bool,
+        writer: EventWriter,
+        chunks: list[StreamChunk],
+        headers: list[tuple[str, str]],
+        fault: Fault | None,
+    ) -> None:
+        """Send the answer ``chunks`` make, plain or as events; a fault's ``stream_error_after``
+        ends the stream with an ``error`` event, its ``cut_stream_after`` cuts it (or a plain
+        answer's body) mid-way and closes the connection."""
+        if not stream:
             for chunk in chunks:
                 writer.chunk(chunk)
             writer.end()
-            answer = writer.answer.body()
-            self._send(200, _dumps(answer), "application/json", headers)
+            answer = _dumps(writer.answer.body())
+            if fault is not None and fault.cut_stream_after is not None:
+                half = answer[: len(answer) // 2]
+                self._send(200, half, "application/json", headers, length=len(answer))
+                self.close_connection = True
+                return
+            self._send(200, answer, "application/json", headers)
             return
+        cuts = (fault.stream_error_after, fault.cut_stream_after) if fault else (None, None)
+        cut = next((c for c in cuts if c is not None), None)
         self._start_stream(headers)
         self._event(writer.start())
         for i, chunk in enumerate(chunks):
             if fault is not None and cut is not None and i >= min(cut, len(chunks) - 1):
+                if fault.stream_error_after is None:
+                    self._event(b'event: response.output_text.delta\ndata: {"type":"response.ou')
+                    self.close_connection = True
+                    return
                 failure = writer.failure(fault.message, fault.error_code or "server_error")
                 self._event(failure, last=True)
                 return
