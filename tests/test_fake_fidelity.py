@@ -429,3 +429,54 @@ def _event_types(oai: openai.OpenAI, stream: bool) -> Iterator[str]:
         yield from (item.type for item in answer.output)
         return
     yield from (event.type for event in oai.responses.create(model="m", input="x y", stream=True))
+
+
+_CALLED: Any = {
+    "role": "assistant",
+    "content": None,
+    "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "lookup", "arguments": "{}"}}
+    ],
+}
+
+
+@pytest.mark.parametrize(
+    ("messages", "param", "said"),
+    [
+        ([*USER, {"role": "tool", "tool_call_id": "call_9", "content": "x"}], "messages.[1].role",
+         "must be a response to a preceeding message with 'tool_calls'"),
+        ([*USER, _CALLED, *USER], "messages.[1].role", "did not have response messages: call_1"),
+    ],
+)  # fmt: skip
+def test_a_strict_fake_refuses_tool_messages_that_answer_no_call(
+    messages: Any, param: str, said: str
+) -> None:
+    """Tool messages that answer no call (the commonest 400 of code that runs tools) were
+    answered: the code passed its tests and failed at OpenAI."""
+    with (
+        FakeProvider(strict=True) as fake,
+        openai.OpenAI(base_url=fake.base_url, api_key="x", max_retries=0) as oai,
+    ):
+        with pytest.raises(openai.BadRequestError, match=said) as refused:
+            oai.chat.completions.create(model="m", messages=messages)
+        assert refused.value.param == param
+        answered = [*USER, _CALLED, {"role": "tool", "tool_call_id": "call_1", "content": "x"}]
+        assert oai.chat.completions.create(model="m", messages=answered).choices
+
+
+def test_a_strict_fake_refuses_tool_results_that_answer_no_tool_use() -> None:
+    use: Any = {"role": "assistant", "content": [{"type": "tool_use", "id": "tu_1", "name": "f"}]}
+    use["content"][0]["input"] = {}
+    result: Any = {"type": "tool_result", "tool_use_id": "tu_1", "content": "x"}
+    with (
+        FakeProvider(strict=True) as fake,
+        anthropic.Anthropic(base_url=fake.url, api_key="x", max_retries=0) as claude,
+    ):
+        stray: Any = [{"role": "user", "content": [result]}]
+        with pytest.raises(anthropic.BadRequestError, match="unexpected `tool_use_id`"):
+            claude.messages.create(model="m", max_tokens=9, messages=stray)
+        left: Any = [*USER, use, *USER]
+        with pytest.raises(anthropic.BadRequestError, match=r"messages\.1: `tool_use` ids"):
+            claude.messages.create(model="m", max_tokens=9, messages=left)
+        answered: Any = [*USER, use, {"role": "user", "content": [result]}]
+        assert claude.messages.create(model="m", max_tokens=9, messages=answered).content

@@ -8,7 +8,8 @@ resets, streams cut mid-event, streams failed with the API's own in-stream error
 (``Fault(stream_error_after=N)``), broken JSON, wrong content types and provider-side rate
 limits (``rpm`` / ``tpm``). It refuses what the real APIs refuse (a chat message with a role
 chat has not, missing or empty ``messages``) with their 400 bodies (``message``, ``type``,
-``param``, ``code``); ``FakeProvider(strict=True)`` also refuses a request naming no model.
+``param``, ``code``); ``FakeProvider(strict=True)`` also refuses a request naming no model and tool
+messages (Messages: ``tool_result`` blocks) that answer no call, or calls left unanswered.
 
 Typical use::
 

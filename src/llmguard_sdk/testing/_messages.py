@@ -32,7 +32,7 @@ class _MessagesHandler(_BaseHandler):
             body = None
         stream = isinstance(body, dict) and body.get("stream") is True
         provider._note_chat(stream=stream)
-        problem = _messages_problem(body, self.headers.get("anthropic-version"))
+        problem = _messages_problem(body, self.headers.get("anthropic-version"), provider.strict)
         if problem is not None or not isinstance(body, dict):
             provider._note_status(400)
             error = _anthropic_error(400, problem or "bad request")

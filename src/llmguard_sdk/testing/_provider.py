@@ -61,8 +61,13 @@ class FakeProvider(Closes):
             makes the fake bill as a provider does what it does not count itself: image
             or audio tokens (``prompt_tokens_details.audio_tokens``,
             ``completion_tokens_details.audio_tokens``).
-        strict: refuse with a 400, as OpenAI does, a chat-completions or Responses request
-            that names no ``model`` (by default the fake answers it as ``model``). Whatever
+        strict: refuse with a 400, as the real APIs do, a chat-completions or Responses
+            request that names no ``model`` (by default the fake answers it as ``model``),
+            and tool messages that do not answer the calls before them: a chat ``tool``
+            message whose ``tool_call_id`` no assistant message just before called, an
+            assistant's ``tool_calls`` not each answered, a Messages ``tool_result`` block
+            with no ``tool_use`` in the message before it, or ``tool_use`` blocks left
+            without results in the next message. Whatever
             ``strict`` says, a chat request with no ``messages``, an empty list or a message
             whose role chat has not is refused as OpenAI refuses it (its ``param`` and
             ``code`` in the error body).

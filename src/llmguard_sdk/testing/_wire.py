@@ -12,6 +12,7 @@ from typing import Any
 from .._json import canonical_json
 from ..providers._anthropic_only import without_breakpoint
 from ._faults import Fault
+from ._strict import chat_tools_problem, messages_tools_problem
 
 _POLL_S = 0.05  # how often the accept loop checks for stop()
 _IDLE_TIMEOUT_S = 120.0  # an idle keep-alive connection (or a stalled client) is dropped after this
@@ -193,6 +194,9 @@ def _parse_chat(raw: bytes, default_model: str, *, strict: bool = False) -> _Cha
     if strict and not body.get("model"):
         raise _BadRequest("you must provide a model parameter")
     input_tokens = _messages_tokens(body.get("messages"))
+    problem = chat_tools_problem(body["messages"]) if strict else None
+    if problem is not None:
+        raise _BadRequest(*problem)
     max_tokens: int | None = None
     for key in ("max_tokens", "max_completion_tokens"):
         value = body.get(key)
@@ -319,8 +323,9 @@ def _prefix_key(tokens: list[str], length: int) -> str:
 _TEXT_BLOCK: dict[str, Any] = {"type": "text", "text": ""}
 
 
-def _messages_problem(body: Any, version: str | None) -> str | None:
-    """Why a Messages request is invalid (Anthropic answers 400), or None."""
+def _messages_problem(body: Any, version: str | None, strict: bool = False) -> str | None:
+    """Why a Messages request is invalid (Anthropic answers 400), or None; with ``strict``,
+    also tool results that do not answer the tool uses before them."""
     if not version:
         return "anthropic-version: header is required"
     if not isinstance(body, dict):
@@ -341,7 +346,7 @@ def _messages_problem(body: Any, version: str | None) -> str | None:
     system = body.get("system")
     if system is not None and not isinstance(system, (str, list)):
         return "system: must be a string or a list of text blocks"
-    return _breakpoints_problem(body)
+    return (messages_tools_problem(messages) if strict else None) or _breakpoints_problem(body)
 
 
 def _breakpoints_problem(body: dict[str, Any]) -> str | None:
