@@ -14,7 +14,7 @@ import httpx
 import openai
 import pytest
 from openai.types import Batch
-from openai.types.responses import ResponseErrorEvent
+from openai.types.responses import ResponseCompletedEvent, ResponseErrorEvent
 
 from llmguard_sdk.testing import FakeProvider, Fault
 
@@ -480,3 +480,21 @@ def test_a_strict_fake_refuses_tool_results_that_answer_no_tool_use() -> None:
             claude.messages.create(model="m", max_tokens=9, messages=left)
         answered: Any = [*USER, use, {"role": "user", "content": [result]}]
         assert claude.messages.create(model="m", max_tokens=9, messages=answered).content
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_responses_can_leave_usage_out(
+    fake: FakeProvider, oai: openai.OpenAI, stream: bool
+) -> None:
+    """``Fault(omit_usage=True)`` left usage out of chat and Messages answers only."""
+    fake.script(Fault(omit_usage=True), None)
+    for expected in (None, 7):  # "find my order": 3 words + 4
+        if stream:
+            events = list(oai.responses.create(model="m", input="find my order", stream=True))
+            completed = events[-1]
+            assert isinstance(completed, ResponseCompletedEvent)
+            answer = completed.response
+        else:
+            answer = oai.responses.create(model="m", input="find my order")
+        assert answer.output_text == "Echo: find my order"
+        assert (answer.usage and answer.usage.input_tokens) == expected

@@ -13,9 +13,10 @@ are read (they count no tokens). Faults: delays apply as usual; a failing fault 
 status with OpenAI's error body, after its latency; hangs, resets, wrong content types,
 malformed JSON (streamed: in the ``response.created`` event), missing fields (a response with
 no ``output``) and cuts (``cut_stream_after``: that many text deltas, then half an event, or
-half a plain answer) as for chat; ``stream_error_after`` fails a stream with an ``error`` event
-(its ``code`` the fault's ``error_code``, default ``"server_error"``) after that many text
-deltas (a plain request: the fault's ``status``, 500 by default).
+half a plain answer) as for chat; ``omit_usage`` answers ``usage: null``;
+``stream_error_after`` fails a stream with an ``error`` event (its ``code`` the fault's
+``error_code``, default ``"server_error"``) after that many text deltas (a plain request: the
+fault's ``status``, 500 by default).
 """
 
 from __future__ import annotations
@@ -199,8 +200,9 @@ class _ResponsesHandler(_BaseHandler):
             reasoning_tokens=reasoning,
         )
         chunks = [StreamChunk(text=p) for p in pieces]
+        reported = None if fault is not None and fault.omit_usage else usage
         chunks.append(
-            StreamChunk(finish_reason=finish, usage=usage, tool_calls=[call] if call else None)
+            StreamChunk(finish_reason=finish, usage=reported, tool_calls=[call] if call else None)
         )
         stored = body.get("store") is not False  # (OpenAI stores unless told not to)
         writer = EventWriter(Answer(f"resp_fake_{n}", str(model), request=body, store=stored))
