@@ -22,7 +22,7 @@ from .drive import acomplete, complete
 from .opening import OpeningOutcome, aopen_call, open_call
 from .refusals import refusals
 from .run import Run
-from .stages import Stages, finish, prepare, resolve_scope, screen, stamp
+from .stages import Stages, finish, prepare, resolve_scope
 
 __all__ = ["MessagesArg", "acomplete_call", "call_context", "complete_call", "stream_flag"]
 
@@ -118,8 +118,7 @@ def _complete_once(ctx: CallContext, stages: Stages) -> ChatResponse:
             return finish(ctx, stages, cached)
         response = None
         try:
-            stamped = stamp(ctx, stages, complete(_run(ctx, stages, opening)))
-            response = screen(ctx, stages, stamped)
+            response = finish(ctx, stages, complete(_run(ctx, stages, opening)))
         finally:  # settle to what was served; nothing served: to what went out
             if opening.held is not None and stages.spend is not None:
                 opening.tail.add(stages.spend.settle_steps(opening.held, ctx, response))
@@ -137,8 +136,7 @@ async def _acomplete_once(ctx: CallContext, stages: Stages) -> ChatResponse:
             return finish(ctx, stages, cached)
         response = None
         try:
-            stamped = stamp(ctx, stages, await acomplete(_run(ctx, stages, opening)))
-            response = screen(ctx, stages, stamped)
+            response = finish(ctx, stages, await acomplete(_run(ctx, stages, opening)))
         finally:  # settle to what was served; nothing served (or cancelled): to what went out
             if opening.held is not None and stages.spend is not None:
                 opening.tail.add(stages.spend.settle_steps(opening.held, ctx, response))

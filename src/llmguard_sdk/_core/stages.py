@@ -62,8 +62,6 @@ __all__ = [
     "reporting",
     "resolve_scope",
     "route_error_types",
-    "screen",
-    "stamp",
     "through_filter",
 ]
 
@@ -315,11 +313,12 @@ def resolve_scope(tenant: str | None, feature: str | None, user: str | None) -> 
 
 
 def finish(ctx: CallContext, stages: Stages, response: ChatResponse) -> ChatResponse:
-    """The answer served: stamped (:func:`stamp`), then filtered (:func:`screen`)."""
-    return screen(ctx, stages, stamp(ctx, stages, response))
+    """The answer served: stamped (route, attempts, timings, usage and cost), then through
+    the output filters."""
+    return _screen(ctx, stages, _stamp(ctx, stages, response))
 
 
-def stamp(ctx: CallContext, stages: Stages, response: ChatResponse) -> ChatResponse:
+def _stamp(ctx: CallContext, stages: Stages, response: ChatResponse) -> ChatResponse:
     """Stamp route, attempts, timings and (estimated when missing) usage and cost. A route's
     answer carries a usage already, its provider's or the
     count its rate limit settled to (:func:`~.limits.with_usage`): the call is priced from
@@ -349,8 +348,8 @@ def stamp(ctx: CallContext, stages: Stages, response: ChatResponse) -> ChatRespo
     return updated(response, update)
 
 
-def screen(ctx: CallContext, stages: Stages, stamped: ChatResponse) -> ChatResponse:
-    """A stamped answer (:func:`stamp`) through the output filters. The cache keeps answers
+def _screen(ctx: CallContext, stages: Stages, stamped: ChatResponse) -> ChatResponse:
+    """A stamped answer (:func:`_stamp`) through the output filters. The cache keeps answers
     as served (what the filters left: a redacting filter's words never reach the store), and
     a hit passes the filters of the Guard serving it again (a Guard whose filters refuse what
     another stored refuses the hit)."""
@@ -359,7 +358,7 @@ def screen(ctx: CallContext, stages: Stages, stamped: ChatResponse) -> ChatRespo
         for output_filter in stages.output_filters:
             response = through_filter(output_filter, response)
     except BaseException:  # refused after the provider billed it: an unserved attempt
-        if stamped.route not in (CACHE, DEGRADED) and stamped.usage is not None:
+        if stamped.route not in (None, CACHE, DEGRADED) and stamped.usage is not None:
             ctx.unserved.append((stamped.route, stamped.usage))
         raise
     return response

@@ -42,7 +42,6 @@ class _StreamBase:
         self._guard_stages = stages
         self._stages = stages  # the spend hold's stages, once a budget holds the call
         self._response: ChatResponse | None = None
-        self._stamped: ChatResponse | None = None  # a route's answer, before the filters
         self._ended = False
         self._close_requested = False
         self._reading = False  # a reader waits inside next(): a close waits for its chunk
@@ -119,8 +118,7 @@ class _StreamBase:
         assert response is not None
         if response.route in (CACHE, DEGRADED):
             return self._as_chunk(response)
-        self._stamped = stages.stamp(self._ctx, self._stages, response)
-        self._response = stages.screen(self._ctx, self._stages, self._stamped)
+        self._response = stages.finish(self._ctx, self._stages, response)
         return None
 
     def _as_chunk(self, response: ChatResponse) -> StreamChunk:
@@ -176,8 +174,7 @@ class _ChatStreamState(_StreamBase):
             if last is not None:
                 yield last
             assert self._opening is not None  # the stream went to its routes
-            if self._stamped is not None:  # (a route's answer, not a stale or degraded one)
-                self._opening.remember_later(ctx, stages, self.response)  # (as served)
+            self._opening.remember_later(ctx, stages, self.response)  # (as served)
         except GeneratorExit:  # closed, or dropped and collected: reported as cancelled
             self._dropped = True
             raise
@@ -285,8 +282,7 @@ class _AsyncStreamState(_StreamBase):
             if last is not None:
                 yield last
             assert self._opening is not None  # the stream went to its routes
-            if self._stamped is not None:  # (a route's answer, not a stale or degraded one)
-                await self._opening.aremember_later(ctx, stages, self.response)  # (as served)
+            await self._opening.aremember_later(ctx, stages, self.response)  # (as served)
         except GeneratorExit:  # closed, or dropped and collected: reported as cancelled
             self._dropped = True
             raise
