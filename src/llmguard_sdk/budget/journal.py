@@ -32,13 +32,13 @@ import json
 import os
 import tempfile
 import threading
-import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import asdict
 from pathlib import Path
 from typing import IO, Any
 
+from .._forks import per_process
 from .._json import canonical_json
 from .policy import CounterSpec
 
@@ -103,8 +103,7 @@ class SpendJournal:
         self.directory = Path(directory) if directory is not None else default_journal_dir()
         self.name = name
         self._file: IO[str] | None = None
-        self._own_file()
-        _JOURNALS.add(self)
+        per_process(self, SpendJournal._own_file)
 
     def _own_file(self) -> None:
         """This process's file (not created yet) and the state of its records: at the start,
@@ -311,18 +310,6 @@ class SpendJournal:
             self._file = None
             if self.pending == 0:
                 self.finished(self._path)
-
-
-_JOURNALS: weakref.WeakSet[SpendJournal] = weakref.WeakSet()  # this process's journals
-
-
-def _forked() -> None:
-    for journal in list(_JOURNALS):
-        journal._own_file()
-
-
-if hasattr(os, "register_at_fork"):  # (not on Windows)
-    os.register_at_fork(after_in_child=_forked)
 
 
 def _entry(line: str) -> JournalRecord | None:

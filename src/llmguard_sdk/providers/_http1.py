@@ -5,10 +5,8 @@ still open."""
 
 from __future__ import annotations
 
-import os
 import re
 import select
-import weakref
 from collections import deque
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -92,33 +90,6 @@ def chunk_size(line: bytes) -> int | None:
     underscores, and any number of digits)."""
     size = line.split(b";", 1)[0].strip(b" \t\r\n")
     return int(size, 16) if _CHUNK_SIZE.fullmatch(size) is not None else None
-
-
-class Pool:
-    """A pool of connections that a forked child leaves to its parent: the child starts
-    empty (:meth:`fresh_pool`), so two processes never share one connection (one's request
-    written into the other's, one reading the other's answer)."""
-
-    def fresh_pool(self) -> None:
-        """Start with no connection (as made, and in a forked child)."""
-        raise NotImplementedError
-
-    def pool_per_process(self) -> None:
-        """Start with no connection, and so in every child this process forks from now on."""
-        self.fresh_pool()
-        _POOLS.add(self)
-
-
-_POOLS: weakref.WeakSet[Pool] = weakref.WeakSet()
-
-
-def _forked() -> None:
-    for pool in list(_POOLS):
-        pool.fresh_pool()
-
-
-if hasattr(os, "register_at_fork"):  # (not on Windows)
-    os.register_at_fork(after_in_child=_forked)
 
 
 def put_idle(

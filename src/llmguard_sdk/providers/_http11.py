@@ -41,10 +41,10 @@ from typing import Any
 
 import httpx
 
+from .._forks import per_process
 from ._http1 import (
     MAX_HEADERS,
     MAX_LINE,
-    Pool,
     asks_to_close,
     body_length,
     chunk_size,
@@ -74,7 +74,7 @@ _DRAIN_WAIT = 0.001  # seconds each of those reads waits, at most
 _Origin = tuple[str, str, int]
 
 
-class StdlibTransport(httpx.BaseTransport, Pool):
+class StdlibTransport(httpx.BaseTransport):
     """An httpx transport over :class:`http.client.HTTPConnection` (see the module docs)."""
 
     def __init__(
@@ -91,7 +91,7 @@ class StdlibTransport(httpx.BaseTransport, Pool):
         self._expiry = limits.keepalive_expiry  # seconds an idle connection is kept
         self._ssl: ssl.SSLContext | None = None
         self._closed = False
-        self.pool_per_process()
+        per_process(self, StdlibTransport.fresh_pool)  # (a child never shares a connection)
 
     def fresh_pool(self) -> None:
         # idle connections of each origin, each with the time it went idle (latest last)
