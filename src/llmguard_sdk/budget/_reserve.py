@@ -80,7 +80,7 @@ def reserve_steps(
         return Held(rid, (), 0, stages)
     config = spend.config
     spend.prepare(ctx)
-    want = ctx.request.output_limit or config.default_output_tokens
+    want = spend.held_output(ctx.request)
     level: Level = "all"
     ttl = max(0.0, ctx.remaining()) + config.hold_seconds
     if asked is not None:  # its amount unknown until the answer: settled to nothing

@@ -49,7 +49,7 @@ def _hold_args(
     hold's room beyond the charges and the prompt counts as tokens already held), else for
     the whole difference at once."""
     base, per = spend.route_price_args(ctx, (route,), input_tokens=ctx.sent_input_tokens())
-    output = ctx.request.output_limit or spend.config.default_output_tokens
+    output = spend.held_output(ctx.request)
     attempt = base + math.ceil(output * per)
     if attempt == 0 or charged + attempt <= held.amount:
         return None  # a free route (nothing more at risk), or the hold covers it

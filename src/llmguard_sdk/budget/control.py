@@ -279,8 +279,12 @@ class SpendControl:
         (:meth:`route_price_args`) and its output limit, ``default_output_tokens`` where it
         has none, at the dearest of the routes."""
         base, per = self.route_price_args(ctx, routes)
-        want = ctx.request.output_limit or self.config.default_output_tokens
-        return (base + want * per) / NANO
+        return (base + self.held_output(ctx.request) * per) / NANO
+
+    def held_output(self, request: ChatRequest) -> int:
+        """The output tokens a budget holds for ``request``: its output limit, else
+        ``default_output_tokens``."""
+        return request.output_limit or self.config.default_output_tokens
 
     def reserve_steps(
         self,
