@@ -199,10 +199,12 @@ class Guard(Adoption, Lifecycle):
             (:class:`~llmguard_sdk.errors.BudgetExceededError`), downgraded or sent to the
             local model, as the budget says.
         prices: the :class:`~llmguard_sdk.budget.PriceTable` that prices responses whose
-            provider reported no cost (``cost_usd``, ``cost_source="estimated"``); default:
+            provider reported no cost (``cost_usd``, ``cost_source="estimated"``), the
+            budgets and the releases: one table for the whole Guard, given here, in
+            ``Budgets(prices=)`` or in ``ReleasePlan(prices=)`` (two of them naming tables
+            that differ: a :class:`~llmguard_sdk.errors.ConfigurationError`); default:
             :meth:`PriceTable.default_table() <llmguard_sdk.budget.PriceTable.default_table>`,
-            ``genai-prices`` (on Python 3.11 or newer) over the table shipped with the package
-            (or the one in ``budgets``).
+            ``genai-prices`` (on Python 3.11 or newer) over the table shipped with the package.
         cache: a :class:`~llmguard_sdk.cache.ResponseCache` (exact and semantic answers,
             partitioned by tenant), or ``True`` for one with default settings in the Guard's
             store. A hit answers without any provider call (``route="cache"``, no tokens, no
@@ -292,6 +294,7 @@ class Guard(Adoption, Lifecycle):
             key_prefix=self.settings.key_prefix,
         )
         observer = wiring.telemetry(telemetry)
+        prices = wiring.price_table(prices, budgets, release)  # one table for the whole Guard
         if observer is not None:
             breaker_hooks = [*breaker_hooks, observer.on_breaker_transition]
         self._stages = Stages(

@@ -128,6 +128,36 @@ def chain(release: Release | ReleasePlan | None, providers: Entries) -> Entries:
     return release_entries(ReleasePlan(release) if isinstance(release, Release) else release)
 
 
+def price_table(
+    prices: PriceTable | None,
+    budgets: object,
+    release: Release | ReleasePlan | None,
+) -> PriceTable | None:
+    """The Guard's one price table (None: the default one): the table ``Guard(prices=)``,
+    ``Budgets(prices=)`` or ``ReleasePlan(prices=)`` names. It prices the budgets, the answers
+    and the releases alike; where two of them name tables that are not the same (one object,
+    or one built alike), which one a call would be priced at is no guess the Guard makes: a
+    :class:`~llmguard_sdk.errors.ConfigurationError`."""
+    if prices is not None and not isinstance(prices, PriceTable):
+        raise ConfigurationError(f"prices must be a PriceTable, got {prices!r:.80}")
+    named = {
+        "Guard(prices=)": prices,
+        "Budgets(prices=)": budgets.prices if isinstance(budgets, Budgets) else None,
+        "ReleasePlan(prices=)": release.prices if isinstance(release, ReleasePlan) else None,
+    }
+    given = {where: table for where, table in named.items() if table is not None}
+    if not given:
+        return None
+    (first, table), *others = given.items()
+    differ = [where for where, other in others if not table._same_as(other)]
+    if differ:
+        raise ConfigurationError(
+            f"{first} and {', '.join(differ)} name different price tables: give the table "
+            "once (the Guard's prices= prices its budgets and releases too), or the same one"
+        )
+    return table
+
+
 def releases(
     release: Release | ReleasePlan | None,
     store: Store,

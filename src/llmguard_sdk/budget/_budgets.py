@@ -25,7 +25,9 @@ class Budgets:
 
     Args:
         budgets: the :class:`Budget` limits; a call is counted by every one that applies.
-        prices: the :class:`PriceTable` (default: the shipped one). A budgeted route whose
+        prices: the :class:`PriceTable` (default: the Guard's ``prices=``, else the default
+            one); it is the Guard's one table, pricing its answers and releases too, so a
+            Guard given another ``prices=`` refuses the two. A budgeted route whose
             model has no price is a :class:`~llmguard_sdk.budget.UnknownModelPriceError`
             before any call; a route without a model is priced at the model each call names,
             so a budgeted call naming a model with no price raises it, before anything is

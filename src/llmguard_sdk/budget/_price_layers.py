@@ -79,6 +79,24 @@ class PriceLayers:
             table = table._base
         return layers
 
+    def _same_as(self, other: PriceLayers) -> bool:
+        """Whether ``other`` prices every lookup as this table does: the same object, or
+        one built alike (the same entries, default, batch discount and layers below, the
+        same kind of source). A Guard given two tables that are not the same refuses them."""
+        mine: list[PriceLayers] = self._layers()
+        theirs: list[PriceLayers] = other._layers()
+        return len(mine) == len(theirs) and all(
+            a is b
+            or (
+                a._entries == b._entries
+                and a.default == b.default
+                and a.batch_discount == b.batch_discount
+                and a._merges == b._merges
+                and type(a._source) is type(b._source)
+            )
+            for a, b in zip(mine, theirs, strict=True)
+        )
+
     def _own(
         self, name: str, provider: str | None, when: dt.datetime, tier: str | None
     ) -> Price | None:

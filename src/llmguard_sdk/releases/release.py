@@ -273,7 +273,8 @@ class ReleasePlan:
         warn_days: warn this many days before a pinned model retires.
         retirements: ``{model: retirement day}`` beside the price table's ``retires_on``.
         prices: the table whose ``deprecated_on`` / ``retires_on`` are read (default: the
-            Guard's).
+            Guard's one table, its ``prices=`` or its ``Budgets(prices=)``; a different
+            table there is a :class:`~llmguard_sdk.errors.ConfigurationError`).
         clock: wall-clock seconds (``time.time``), injectable for tests; what it returns
             must be Unix seconds (a finite number), else building the Guard raises
             :class:`~llmguard_sdk.errors.ConfigurationError`.
