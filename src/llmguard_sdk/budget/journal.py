@@ -7,7 +7,12 @@ that write while it runs wait for it and share the next one, so threads (and asy
 which journal in worker threads) that settle together while Redis is down pay about one
 fsync per batch instead of one each, in turn; none returns before its record is on disk. When Redis
 answers again, the process first adopts the files of processes that died (nobody holds their
-lock): their records are appended to its own file, durably, before the dead file is removed.
+lock: the kernel drops a process's lock as it dies, so the lock is its lease): their records
+are appended to its own file, durably, before the dead file is removed. A process that stays
+healthy adopts them too: a daemon thread (one a process) sweeps the journal directory of
+every Redis budget set in use every ``_SWEEP_EVERY_S`` (30 s; at most ``_SWEEP_FILES`` dead
+files a sweep), so a crashed worker's spend reaches Redis within about that time and the
+next call of a live process; a call itself never lists the directory.
 Then it replays its file a few records per call (see
 :class:`~llmguard_sdk.budget.redis.RedisBudgetBackend`). The file's first line, a header of
 fixed width, says where the records not yet replayed start; each replayed chunk moves it
@@ -29,9 +34,12 @@ prefix and set hash), so only backends of the same set replay them.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import tempfile
 import threading
+import time
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import asdict
@@ -56,6 +64,9 @@ _HEADER_PREFIX = b'{"replayed":"'
 _HEADER_DIGITS = 16
 _HEADER_SIZE = len(_HEADER_PREFIX) + _HEADER_DIGITS + len(b'"}\n')
 _COMPACT_FROM = 64 * 1024  # replayed bytes kept in the file before a copy may pay off
+_SWEEP_EVERY_S = 30.0  # how often a live process adopts dead processes' files (see above)
+_SWEEP_FILES = 16  # dead files one sweep adopts at most (the next sweep takes the rest)
+logger = logging.getLogger("llmguard_sdk")
 
 
 def _header(start: int) -> bytes:
@@ -103,6 +114,8 @@ class SpendJournal:
         self.directory = Path(directory) if directory is not None else default_journal_dir()
         self.name = name
         self._file: IO[str] | None = None
+        self._swept = False  # the background sweep adopts dead files into this journal
+        self._closed = False
         per_process(self, SpendJournal._own_file)
 
     def _own_file(self) -> None:
@@ -123,6 +136,8 @@ class SpendJournal:
         self.pending = 0  # records of this process not yet replayed
         self.appended = 0  # records this process wrote
         self.orphans_checked = False
+        if self._swept:  # (a forked child: its own sweep, its parent's thread is not here)
+            _SWEEPER.watch(self)
 
     @property
     def path(self) -> Path:
@@ -136,6 +151,7 @@ class SpendJournal:
 
     def _append_lines(self, lines: list[str]) -> None:
         with self._lock:
+            self._closed = False
             if self._file is None:
                 self.directory.mkdir(parents=True, exist_ok=True)
                 self._file = self._open_locked()
@@ -253,11 +269,28 @@ class SpendJournal:
             old, self._file = self._file, self._renamed_into_place(left)
             old.close()
 
-    def adopt_orphans(self) -> int:
-        """Append the records of dead processes' files to this process's file (synced) and
-        remove those files: how many records came. Local file work, no Redis."""
+    def sweep_in_background(self) -> None:
+        """Have this process's sweep thread adopt dead processes' files into this journal
+        every ``_SWEEP_EVERY_S`` (see the module docs), until it is closed or collected."""
+        self._swept = True
+        _SWEEPER.watch(self)
+
+    def sweep(self) -> int:
+        """One background sweep: adopt up to ``_SWEEP_FILES`` dead files (0 once closed)."""
+        if self._closed:
+            return 0
+        try:
+            return self.adopt_orphans(_SWEEP_FILES)
+        except OSError as exc:  # (a full disk: the next sweep, or the next replay, retries)
+            logger.warning("budgets: adopting a dead process's spend journal failed: %s", exc)
+            return 0
+
+    def adopt_orphans(self, limit: int | None = None) -> int:
+        """Append the records of dead processes' files (the first ``limit`` files found) to
+        this process's file (synced) and remove those files: how many records came. Local
+        file work, no Redis."""
         adopted = 0
-        with self.orphans() as found:
+        with self.orphans(limit) as found:
             for path, entries in found:
                 if entries:
                     self._append_lines([canonical_json(entry) + "\n" for entry in entries])
@@ -267,9 +300,11 @@ class SpendJournal:
         return adopted
 
     @contextmanager
-    def orphans(self) -> Iterator[list[tuple[Path, list[JournalRecord]]]]:
-        """The files of dead processes of this set, locked while the caller replays them;
-        the caller deletes each file it finished (:meth:`finished`)."""
+    def orphans(self, limit: int | None = None) -> Iterator[list[tuple[Path, list[JournalRecord]]]]:
+        """The files of dead processes of this set (the first ``limit`` found), locked while
+        the caller replays them; the caller deletes each file it finished (:meth:`finished`).
+        A file removed by the time its lock is taken (adopted by another sweep, or replaced
+        by its live writer's copy) is no orphan."""
         found: list[tuple[Path, list[JournalRecord]]] = []
         handles: list[IO[str]] = []
         try:
@@ -277,6 +312,8 @@ class SpendJournal:
                 for path in sorted(self.directory.glob(f"{self.name}.*.jsonl")):
                     if path == self._path:
                         continue
+                    if limit is not None and len(found) >= limit:
+                        break
                     try:
                         handle: IO[str] = open(path, encoding="utf-8")  # noqa: SIM115
                     except OSError:
@@ -284,6 +321,9 @@ class SpendJournal:
                     try:
                         fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
                     except OSError:  # its writer is alive: it replays its own file
+                        handle.close()
+                        continue
+                    if os.fstat(handle.fileno()).st_nlink == 0:  # gone meanwhile
                         handle.close()
                         continue
                     handles.append(handle)
@@ -302,6 +342,7 @@ class SpendJournal:
     def close(self) -> None:
         """Close this process's file; remove it when nothing is left in it."""
         with self._lock:
+            self._closed = True
             if self._file is None:
                 return
             if self.pending:  # appended records a group commit may not have synced yet
@@ -310,6 +351,50 @@ class SpendJournal:
             self._file = None
             if self.pending == 0:
                 self.finished(self._path)
+
+
+class _Sweeper:
+    """The process's one thread that adopts dead processes' journal files into the live
+    journals it watches, every ``_SWEEP_EVERY_S`` (read at each turn)."""
+
+    def __init__(self) -> None:
+        self._journals: weakref.WeakSet[SpendJournal] = weakref.WeakSet()
+        per_process(self, _Sweeper._fresh)
+
+    def _fresh(self) -> None:
+        """No thread yet (at the start, and in a forked child: its parent's is not there)."""
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._pid = 0  # the process whose thread runs (0: none)
+
+    def watch(self, journal: SpendJournal) -> None:
+        with self._lock:
+            self._journals.add(journal)
+            if self._pid == os.getpid():
+                self._wake.set()  # (it reads the interval again)
+                return
+            self._pid = os.getpid()
+        thread = threading.Thread(target=self._run, name="llmguard-journal-sweep", daemon=True)
+        try:
+            thread.start()
+        except RuntimeError:  # "can't start new thread": the next journal watched tries again
+            with self._lock:
+                self._pid = 0
+
+    def _run(self) -> None:
+        pid, swept = os.getpid(), time.monotonic()
+        while self._pid == pid:
+            wait = swept + _SWEEP_EVERY_S - time.monotonic()
+            if wait > 0:
+                self._wake.wait(wait)
+                self._wake.clear()
+                continue
+            for journal in list(self._journals):
+                journal.sweep()
+            swept = time.monotonic()
+
+
+_SWEEPER = _Sweeper()
 
 
 def _entry(line: str) -> JournalRecord | None:

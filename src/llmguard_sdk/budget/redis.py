@@ -119,6 +119,7 @@ class RedisBudgetBackend:
         self.journal = SpendJournal(
             journal_dir or store.journal_dir, f"{prefix}-{hash_id(store.url)}-{self._tag}"
         )
+        self.journal.sweep_in_background()  # a crashed process's spend, adopted in time
         self._replaying = threading.Lock()
         self._told: dict[str, object] = {}  # the outage, refusal, episode of load last told
         self._telling = threading.Lock()

@@ -1,0 +1,99 @@
+"""A live, healthy process adopts the spend journal a crashed process left (its owner dead:
+its lock gone with it) in bounded time, by a background sweep: it used to adopt dead files
+only as it started or after a Redis failure of its own, so a fleet that stayed healthy kept
+a crashed worker's spend off Redis for good."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from llmguard_sdk.budget import RedisBudgetBackend
+from llmguard_sdk.budget import journal as journal_module
+from llmguard_sdk.budget.policy import CounterSpec
+from llmguard_sdk.store import RedisStore
+
+pytestmark = pytest.mark.redis
+
+SPEC = CounterSpec("global-sweep", 10**12, "day", 3600.0, (), "global", 0)
+HOLD = {"base": 1, "per_token": 0.0, "want": 0, "minimum": 0, "ttl": 60.0}
+
+_CRASHING = """
+import os, sys, time
+from llmguard_sdk.budget.journal import SpendJournal, record
+from llmguard_sdk.budget.policy import CounterSpec
+spec = CounterSpec("global-sweep", 10**12, "day", 3600.0, (), "global", 0)
+journal = SpendJournal(sys.argv[1], sys.argv[2])
+journal.append(record("dead-1", (spec,), 3000, 60.0, time.time()))
+journal.append(record("dead-2", (spec,), 4000, 60.0, time.time()))
+print(journal.path, flush=True)
+os._exit(1)  # a crash: no close, the file stays; the kernel drops its lock
+"""
+
+
+def _crash_with_records(directory: Path, name: str) -> Path:
+    """A real process that journals two settles (7000 nano-dollars) and dies."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    done = subprocess.run(
+        [sys.executable, "-c", _CRASHING, str(directory), name],
+        capture_output=True, text=True, timeout=60, env=env, check=False,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    path = Path(done.stdout.strip())
+    assert path.exists()
+    return path
+
+
+def test_a_healthy_process_adopts_a_crashed_processes_journal_in_bounded_time(
+    redis_url: str, redis_prefix: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(journal_module, "_SWEEP_EVERY_S", 0.05, raising=False)
+    store = RedisStore(redis_url, key_prefix=redis_prefix, journal_dir=str(tmp_path))
+    try:
+        backend = RedisBudgetBackend(store, name="sweep")
+        assert backend.reserve("own-1", [SPEC], **HOLD).allowed  # type: ignore[arg-type]
+        backend.settle("own-1", [SPEC], actual=500, ttl=600)  # healthy: straight to Redis
+        dead = _crash_with_records(tmp_path, backend.journal.name)
+        deadline = time.monotonic() + 10  # (the sweep runs every 0.05 s here)
+        while dead.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not dead.exists()  # adopted by the live process, which never failed
+        assert backend.journal.pending == 2
+        assert backend.reserve("own-2", [SPEC], **HOLD).allowed  # type: ignore[arg-type]
+        assert backend.journal.pending == 0  # the next call carried them to Redis
+        backend.settle("own-2", [SPEC], actual=500, ttl=600)
+        assert backend.status([SPEC])[0][0] == 500 + 7000 + 500  # each record once
+    finally:
+        store.close()
+
+
+def test_no_sweep_runs_on_a_calls_path(
+    redis_url: str, redis_prefix: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A call does not look for dead files (the directory is not listed per call): only
+    the first replay after a start or a failure, and the background sweep, do."""
+    listed: list[Path] = []
+    calling = threading.current_thread()
+    real_glob = Path.glob
+
+    def glob(self: Path, pattern: str) -> object:
+        if threading.current_thread() is calling:  # (the background sweep may list it)
+            listed.append(self)
+        return real_glob(self, pattern)
+
+    store = RedisStore(redis_url, key_prefix=redis_prefix, journal_dir=str(tmp_path))
+    try:
+        backend = RedisBudgetBackend(store, name="sweep-calls")
+        assert backend.reserve("warm", [SPEC], **HOLD).allowed  # type: ignore[arg-type]
+        monkeypatch.setattr(Path, "glob", glob)
+        for n in range(20):
+            assert backend.reserve(f"call-{n}", [SPEC], **HOLD).allowed  # type: ignore[arg-type]
+        assert tmp_path not in listed
+    finally:
+        store.close()
