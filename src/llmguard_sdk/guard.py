@@ -294,7 +294,6 @@ class Guard(Adoption, Lifecycle):
             key_prefix=self.settings.key_prefix,
         )
         observer = wiring.telemetry(telemetry)
-        prices = wiring.price_table(prices, budgets, release)  # one table for the whole Guard
         if observer is not None:
             breaker_hooks = [*breaker_hooks, observer.on_breaker_transition]
         self._stages = Stages(
@@ -315,11 +314,11 @@ class Guard(Adoption, Lifecycle):
             degraded_text=degraded,
             hedge_after=hedge_after,
             limiter=wiring.limiter(_cap_pools(routes, rate_limits), self.store, routes),
-            spend=wiring.spend(budgets, prices, routes, self.store, observer),
+            spend=wiring.spend(budgets, prices, routes, self.store, observer, release),
             cache=wiring.cache(cache, self.store),
             telemetry=observer,
             tasks=wiring.tasks(tasks, providers, routes),
-            releases=wiring.releases(release, self.store, prices, observer),
+            releases=wiring.releases(release, self.store, prices, observer, budgets),
         )
         _start_loading(routes, self._stages)  # meanwhile, not in a call's deadline
 

@@ -163,12 +163,14 @@ def releases(
     store: Store,
     prices: PriceTable | None,
     observer: Telemetry | None,
+    budgets: object = None,
 ) -> ReleaseControl | None:
-    """The Guard's releases at work (None: no ``release=``)."""
+    """The Guard's releases at work (None: no ``release=``), priced at the Guard's one
+    table (:func:`price_table`)."""
     if release is None:
         return None
     plan = ReleasePlan(release) if isinstance(release, Release) else release
-    return ReleaseControl(plan, store, prices, observer)
+    return ReleaseControl(plan, store, price_table(prices, budgets, release), observer)
 
 
 def spend(
@@ -177,7 +179,10 @@ def spend(
     routes: Sequence[Provider],
     store: Store,
     observer: Telemetry | None = None,
+    release: Release | ReleasePlan | None = None,
 ) -> SpendControl:
+    """The Guard's spend control, priced at its one table (:func:`price_table`)."""
+    prices = price_table(prices, budgets, release)
     if budgets is None:
         config = Budgets(prices=prices)
     elif isinstance(budgets, Budgets):
