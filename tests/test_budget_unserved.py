@@ -121,20 +121,43 @@ def test_an_async_call_cancelled_after_its_request_went_out_pays_for_its_prompt(
     _billed_one_prompt(guard, fake)
 
 
-def test_a_hedge_races_loser_pays_for_its_prompt(
+def test_a_hedge_races_loser_pays_for_its_prompt_and_the_output_it_made(
     fake: FakeProvider, fake2: FakeProvider, make_guard: MakeGuard
 ) -> None:
-    """The slow primary loses to the backup; its request went out and is billed."""
+    """The slow primary loses to the backup; its request went out and is billed, and so is
+    the answer its provider generated (a plain request's, finished though nobody reads it):
+    it was charged its prompt alone. Its output is estimated as the winner's (the same
+    request), up to ``max_tokens``."""
     guard = _hedged(make_guard, fake, fake2, BUDGETS)
     answer = guard.chat(USER, max_tokens=10)
     assert answer.route == "backup"
     assert fake.stats.requests == 1
     usage = answer.usage
     assert usage is not None
+    assert 0 < usage.output_tokens <= 10
     backup_usd = (usage.input_tokens * 10 + usage.output_tokens * 20) / 1e6
-    assert answer.cost_usd == pytest.approx(backup_usd + PROMPT_USD)
+    loser_usd = PROMPT_USD + usage.output_tokens * 200 / 1e6
+    assert answer.cost_usd == pytest.approx(backup_usd + loser_usd)
     assert answer.cost_source == "estimated"
     assert _spent(guard) == pytest.approx(answer.cost_usd)
+
+
+def test_a_streamed_hedge_races_loser_pays_for_its_prompt(
+    fake: FakeProvider, fake2: FakeProvider, make_guard: MakeGuard
+) -> None:
+    """A stream's loser had streamed no content when the winner's first came (it would
+    have won): the tokens it streamed so far, none, beside its prompt."""
+    guard = make_guard(fake, fake2, budgets=BUDGETS, hedge_after=0.05, timeout=10, retry=None)
+    fake.always(Fault(first_token_delay=1.0))
+    with guard.chat(USER, stream=True, max_tokens=10) as stream:
+        list(stream)
+    response = stream.response
+    assert response.route == "backup"
+    usage = response.usage
+    assert usage is not None
+    backup_usd = (usage.input_tokens * 10 + usage.output_tokens * 20) / 1e6
+    assert response.cost_usd == pytest.approx(backup_usd + PROMPT_USD)
+    assert _spent(guard) == pytest.approx(response.cost_usd)
 
 
 def test_a_stream_cut_off_after_content_pays_for_it_once(fake: FakeProvider, guard: Guard) -> None:
@@ -186,24 +209,40 @@ def test_an_async_stream_cancelled_before_its_first_content_pays_for_its_prompt(
     _billed_one_prompt(guard, fake)
 
 
-def test_a_hedged_calls_hold_covers_both_prompts(
-    fake: FakeProvider, fake2: FakeProvider, make_guard: MakeGuard
+@pytest.mark.parametrize(
+    ("rates", "max_tokens"),
+    [
+        pytest.param((100.0, 1.0), 10, id="prompts"),
+        pytest.param((1.0, 100.0), 2, id="outputs"),
+    ],
+)
+def test_a_hedged_calls_hold_covers_both_prompts_and_outputs(
+    fake: FakeProvider,
+    fake2: FakeProvider,
+    make_guard: MakeGuard,
+    rates: tuple[float, float],
+    max_tokens: int,
 ) -> None:
     """The hold was one route's worst case; a hedged call is billed the loser's prompt as
-    well, so it could settle past its hold (and past the budget's limit)."""
-    dear_input = PriceTable.default_table().with_prices(
+    well, and a plain call's loser its estimated output (up to ``max_tokens``), so it could
+    settle past its hold (and past the budget's limit): dear prompts, then dear outputs (an
+    answer of ``max_tokens``: 2 tokens billed twice, held once)."""
+    (input_rate, output_rate) = rates
+    dear = PriceTable.default_table().with_prices(
         {
-            "fake-model": Price(input=100.0, output=1.0),
-            "backup-model": Price(input=100.0, output=1.0),
+            "fake-model": Price(input=input_rate, output=output_rate),
+            "backup-model": Price(input=input_rate, output=output_rate),
         }
     )
-    budgets = Budgets([Budget(limit_usd=1.0)], prices=dear_input)
+    budgets = Budgets([Budget(limit_usd=1.0)], prices=dear)
     guard = _hedged(make_guard, fake, fake2, budgets)
     spend = guard._stages.spend
     assert spend is not None
     spend.backend = backend = _Recording()
-    answer = guard.chat(USER, max_tokens=10)
+    answer = guard.chat(USER, max_tokens=max_tokens)
     assert answer.route == "backup"
+    assert answer.usage is not None
+    assert answer.usage.output_tokens <= max_tokens
     assert answer.cost_usd is not None
     (held,) = backend.held
     assert held >= nano(answer.cost_usd)  # the hold covered the bill

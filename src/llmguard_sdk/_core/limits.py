@@ -172,12 +172,15 @@ def answer_model(ctx: CallContext, route: Provider, answered: str | None) -> str
     return answered or route.model or ctx.request.model
 
 
-def cut_off(ctx: CallContext, route: Provider, reservation: Reservation | None) -> Usage:
+def cut_off(
+    ctx: CallContext, route: Provider, reservation: Reservation | None, output: int = 0
+) -> Usage:
     """Note an attempt cut off after its request was sent, before any content (a hedge
-    race's loser, a call cancelled): the provider bills its prompt, so the call's spend
-    counts it (``ctx.unserved``); returns what it used, for its rate-limit settle."""
+    race's loser, a call cancelled): the provider bills its prompt and the ``output`` it is
+    known or estimated to have generated, so the call's spend counts them
+    (``ctx.unserved``); returns what it used, for its rate-limit settle."""
     sent = sent_input(ctx, route, reservation)
-    used = Usage(input_tokens=sent, output_tokens=0, estimated=True)
+    used = Usage(input_tokens=sent, output_tokens=output, estimated=True)
     ctx.unserved.append((route.name, used))
     return used
 

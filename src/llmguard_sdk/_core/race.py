@@ -196,13 +196,31 @@ def _stop(state: _Race) -> StopLegs:
             sent = limits.cut_off(run.ctx, leg.route, leg.reservation)  # (billed)
             # its prompt kept, its output back (as a plain call that timed out)
             after[leg.route.name] = run.settle_steps(leg.reservation, used=sent, sent=True)
-        else:  # a loser: its request was sent, the provider bills its prompt
-            limits.cut_off(run.ctx, leg.route, leg.reservation)
+        else:  # a loser: its request was sent, the provider bills its prompt (and output)
+            limits.cut_off(run.ctx, leg.route, leg.reservation, _loser_output(state, leg))
             if run.stages.routing is not None:  # (no outcome for its breaker: no failure)
                 run.stages.routing.outlasted(leg.route.name, elapsed_since(leg.started))
             after[leg.route.name] = run.give_back_steps(leg.route, leg.reservation)
     winner = state.winner
     return StopLegs(winner[0].route.name if winner and run.streaming else None, after)
+
+
+def _loser_output(state: _Race, leg: _Leg) -> int:
+    """The output tokens a loser is charged beside its prompt. A stream's loser had streamed
+    no content when the winner's first came (it would have won): the tokens it streamed so
+    far, none. A plain call's loser is an estimate: as many as the winner's answer used (the
+    same request; a provider that has not noticed the hang-up finishes the answer and bills
+    it), up to the output the call allows it."""
+    run, winner = state.run, state.winner
+    if winner is None or run.streaming:
+        return 0
+    won, event = winner
+    if not isinstance(event.value, ChatResponse):
+        return 0
+    answer = limits.response_usage(run.ctx, won.route, won.reservation, event.value)
+    allowed = leg.reservation.output if leg.reservation else run.ctx.request.output_limit
+    output = answer.output_tokens
+    return min(output, int(allowed)) if allowed else output
 
 
 def _outcome(state: _Race) -> Outcome:

@@ -1,7 +1,7 @@
 """Topping up a call's spend hold before a retry or a fallback attempt.
 
 A call holds its worst case once, before its first attempt (one prompt and its
-``max_tokens`` of output; two prompts when hedged). An attempt that went out and served
+``max_tokens`` of output; two of each when hedged). An attempt that went out and served
 nothing is billed all the same (a timeout after sending: its prompt; a stream cut off:
 what it delivered), so a call that retries after such attempts could settle past its hold,
 and past a hard cap. Before each attempt after one that was charged, the hold must cover

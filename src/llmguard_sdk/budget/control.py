@@ -171,7 +171,9 @@ class SpendControl:
         request of ``input_tokens`` (default: the call's) and of its images and input audio
         as each route's model counts them at most (:mod:`._media`; an answer asked in audio:
         every output token at the dearer of its rates). A hedged call may also be billed
-        its race's losing prompt: its base is the two dearest prompts. Prices are those in
+        its race's loser, its prompt and (a plain call's) an output up to the call's
+        ``max_tokens``: its base is the two dearest prompts, its rate per output token
+        twice the dearest. Prices are those in
         force when the call started (time-of-day prices: DeepSeek's peak hours), the moment
         :meth:`cost` prices the call at too, so a call that runs past a window's edge is held
         and charged at one price."""
@@ -201,7 +203,7 @@ class SpendControl:
                 per = max(per, rate * NANO / 1_000_000)
         prompts.sort()
         raced = ctx.hedge_after is not None and len(prompts) > 2
-        return prompts[-1] + (prompts[-2] if raced else 0), per
+        return prompts[-1] + (prompts[-2] if raced else 0), per * (2 if raced else 1)
 
     def cost(
         self,
