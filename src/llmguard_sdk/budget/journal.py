@@ -389,8 +389,13 @@ class _Sweeper:
                 self._wake.wait(wait)
                 self._wake.clear()
                 continue
-            for journal in list(self._journals):
-                journal.sweep()
+            with self._lock:  # (a journal watched meanwhile would change the set)
+                journals = list(self._journals)
+            for journal in journals:
+                try:
+                    journal.sweep()
+                except Exception:  # the thread serves every journal: it goes on
+                    logger.exception("budgets: a spend journal sweep failed")
             swept = time.monotonic()
 
 
