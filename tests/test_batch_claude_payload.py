@@ -42,7 +42,7 @@ def _refuse_temperature(fake: FakeProvider, message: str = _REFUSAL) -> None:
         result = {"type": "errored", "error": {"type": "error", "error": error}}
         return {"custom_id": found["custom_id"], "result": result}
 
-    fake.batch_rows = row  # type: ignore[attr-defined]
+    fake.batch_rows = row
 
 
 def _request(**options: Any) -> ChatRequest:

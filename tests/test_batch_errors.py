@@ -212,7 +212,7 @@ def _outcomes(
         route.close()
 
 
-BROKEN_ROWS: list[Callable[[dict[str, Any]], object]] = [
+BROKEN_ROWS: list[Callable[[dict[str, Any]], dict[str, Any] | str | None]] = [
     lambda row: {k: v for k, v in row.items() if k != "custom_id"},  # no custom_id
     lambda row: json.dumps(row)[:40],  # cut: not JSON
     lambda row: "[1, 2]",  # JSON, not an object
@@ -223,11 +223,13 @@ BROKEN_ROWS: list[Callable[[dict[str, Any]], object]] = [
 @pytest.mark.parametrize("broken", BROKEN_ROWS)
 @pytest.mark.parametrize("api", ["openai", "anthropic"])
 def test_a_row_that_names_no_call_costs_only_its_own_call(
-    fake: FakeProvider, api: Literal["openai", "anthropic"], broken: Callable[..., object]
+    fake: FakeProvider,
+    api: Literal["openai", "anthropic"],
+    broken: Callable[[dict[str, Any]], dict[str, Any] | str | None],
 ) -> None:
     """A malformed row failed the whole batch (every caller got ``the batch failed:
     KeyError``); the rows read answer their calls, the call left without one is told so."""
-    fake.batch_rows = lambda row: broken(row) if "two" in _text_of(row) else row  # type: ignore[attr-defined]
+    fake.batch_rows = lambda row: broken(row) if "two" in _text_of(row) else row
     got = _outcomes(fake, api, ["one", "two", "three"])
     assert isinstance(got["one"], ChatResponse)
     assert got["one"].text == "Echo: one"
@@ -246,7 +248,7 @@ def test_a_row_whose_result_is_malformed_fails_its_call_alone(
     """A row naming its call whose result has the wrong shape (a string) fails that call as
     malformed; it failed the whole batch."""
     key = "result" if api == "anthropic" else "response"
-    fake.batch_rows = lambda row: {**row, key: "oops"} if "two" in _text_of(row) else row  # type: ignore[attr-defined]
+    fake.batch_rows = lambda row: {**row, key: "oops"} if "two" in _text_of(row) else row
     got = _outcomes(fake, api, ["one", "two"])
     assert isinstance(got["one"], ChatResponse)
     assert isinstance(got["two"], MalformedResponseError)
@@ -280,7 +282,7 @@ def test_a_result_the_batch_never_ran_says_why(
     """An expired request is a timeout (another batch may serve it); a cancelled one is
     not resubmitted (someone cancelled the batch at the provider). Both were a bare
     ProviderError."""
-    fake.batch_rows = lambda row: make(row["custom_id"])  # type: ignore[attr-defined]
+    fake.batch_rows = lambda row: make(row["custom_id"])
     (raised,) = _outcomes(fake, api, ["q"]).values()
     assert type(raised) is kind
     assert isinstance(raised, ProviderError)

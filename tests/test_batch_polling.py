@@ -32,7 +32,7 @@ def _status_checks(fake: FakeProvider, api: str) -> int:
 def test_status_checks_grow_apart(fake: FakeProvider, api: Literal["openai", "anthropic"]) -> None:
     # 2 s in progress, polled from 0.01 s: a check every 0.01 s made 60 or more (each check
     # a loopback round trip of at most ~20 ms on a busy machine); growing 1.5 times, about 13
-    fake.batch_seconds = 2.0  # type: ignore[attr-defined]
+    fake.batch_seconds = 2.0
     route = BatchProvider(fake.base_url, api=api, model="m", window=0.01, poll_interval=0.01)
     try:
         answer = route.complete(REQUEST, model="m", deadline=time.monotonic() + 30)
@@ -47,7 +47,7 @@ def test_a_caller_that_gives_up_is_noticed_between_two_status_checks(
 ) -> None:
     # checks grow apart to a minute; the caller's give-up cancels the batch within about
     # poll_interval, not at the next status check
-    fake.batch_seconds = 600.0  # type: ignore[attr-defined]
+    fake.batch_seconds = 600.0
     route = BatchProvider(fake.base_url, model="m", window=0.01, poll_interval=0.05)
     try:
         with concurrent.futures.ThreadPoolExecutor(1) as pool:

@@ -29,7 +29,7 @@ def test_a_streamed_batch_call_says_what_the_plain_call_says(fake: FakeProvider)
     """A streamed call through a batch route is its answer as one chunk; the chunk left out
     the answer's metadata, so a streamed caller lost the model's refusal (and logprobs,
     reasoning) that a plain caller of the same route got."""
-    fake.batch_rows = _refused  # type: ignore[attr-defined]
+    fake.batch_rows = _refused
     route = BatchProvider(fake.base_url, model="m", window=0.01, poll_interval=0.02)
     try:
         plain = route.complete(REQUEST, model="m", deadline=time.monotonic() + 10)

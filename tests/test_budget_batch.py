@@ -113,7 +113,7 @@ def test_async_batch_calls(fake: FakeProvider) -> None:
 
 
 def test_a_batch_that_does_not_end_in_time_fails_its_calls(fake: FakeProvider) -> None:
-    fake.batch_seconds = 30.0  # type: ignore[attr-defined]
+    fake.batch_seconds = 30.0
     route = BatchProvider(fake.base_url, model="fake-model", window=0.05, poll_interval=0.05)
     guard = Guard(route, environ={}, timeout=1.0, retry=None)
     with pytest.raises(ProviderTimeoutError):
@@ -124,7 +124,7 @@ def test_a_batch_that_does_not_end_in_time_fails_its_calls(fake: FakeProvider) -
 def test_a_batch_call_that_timed_out_is_not_charged(fake: FakeProvider) -> None:
     """Its batch was cancelled (or never left): batch APIs bill completed requests only, so
     it is no unserved attempt billed its prompt, as a timed-out interactive request is."""
-    fake.batch_seconds = 30.0  # type: ignore[attr-defined]
+    fake.batch_seconds = 30.0
     route = BatchProvider(fake.base_url, model="fake-model", window=0.05, poll_interval=0.05)
     budgets = Budgets([Budget(limit_usd=10.0)], prices=PRICES)
     guard = Guard(route, budgets=budgets, environ={}, timeout=1.0, retry=None)
@@ -244,7 +244,7 @@ def test_a_batch_nobody_waits_for_any_more_is_cancelled_at_the_provider(
     provider until it ended there; it is cancelled once no caller waits for it."""
     import httpx
 
-    fake.batch_seconds = 60.0  # type: ignore[attr-defined]
+    fake.batch_seconds = 60.0
     route = BatchProvider(fake.base_url, api=api, model="fake-model", window=0.05,
                           poll_interval=0.05)  # fmt: skip
     request = ChatRequest(messages=[Message(role="user", content="too slow")], max_tokens=5)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Iterator
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Literal
 
 import anthropic
 import httpx
@@ -201,7 +201,7 @@ def test_a_responses_stream_fails_with_an_error_event(
 def _openai_batch(fake: FakeProvider, oai: openai.OpenAI, texts: list[str], **extra: Any) -> Batch:
     """Run a chat batch of one call per text (``extra`` in each body; done at once); its
     final status."""
-    fake.batch_seconds = 0.0  # type: ignore[attr-defined]
+    fake.batch_seconds = 0.0
     lines = [
         json.dumps(
             {
@@ -232,7 +232,7 @@ def test_an_openai_batch_puts_failed_requests_in_its_error_file(
     """A batch had no error file: a request that failed stayed in the output file, and the
     counts said every request completed."""
     refused = {"error": {"message": "no", "type": "invalid_request_error", "code": None}}
-    fake.batch_rows = lambda row: (  # type: ignore[attr-defined]
+    fake.batch_rows = lambda row: (
         {**row, "response": {"status_code": 400, "body": refused}}
         if row["custom_id"] == "two"
         else row
@@ -248,11 +248,11 @@ def test_an_openai_batch_puts_failed_requests_in_its_error_file(
 
 def test_an_openai_batch_can_expire_or_fail(fake: FakeProvider, oai: openai.OpenAI) -> None:
     """A batch never expired nor failed, so the code handling it could not be tested."""
-    fake.batch_outcome = "expired"  # type: ignore[attr-defined]
+    fake.batch_outcome = "expired"
     batch = _openai_batch(fake, oai, ["one"])
     assert (batch.status, batch.output_file_id) == ("expired", None)
     assert _rows(oai, batch.error_file_id)["one"]["error"]["code"] == "batch_expired"
-    fake.batch_outcome = "failed"  # type: ignore[attr-defined]
+    fake.batch_outcome = "failed"
     batch = _openai_batch(fake, oai, ["one"])
     assert (batch.status, batch.output_file_id, batch.error_file_id) == ("failed", None, None)
     assert batch.errors is not None
@@ -261,10 +261,13 @@ def test_an_openai_batch_can_expire_or_fail(fake: FakeProvider, oai: openai.Open
 
 @pytest.mark.parametrize(("outcome", "kind"), [("expired", "expired"), ("failed", "errored")])
 def test_a_message_batch_can_expire_or_error(
-    fake: FakeProvider, claude: anthropic.Anthropic, outcome: str, kind: str
+    fake: FakeProvider,
+    claude: anthropic.Anthropic,
+    outcome: Literal["expired", "failed"],
+    kind: str,
 ) -> None:
-    fake.batch_seconds = 0.0  # type: ignore[attr-defined]
-    fake.batch_outcome = outcome  # type: ignore[attr-defined]
+    fake.batch_seconds = 0.0
+    fake.batch_outcome = outcome
     params: Any = {"model": "m", "max_tokens": 10, "messages": USER}
     created = claude.messages.batches.create(requests=[{"custom_id": "a", "params": params}])
     batch = claude.messages.batches.retrieve(created.id)

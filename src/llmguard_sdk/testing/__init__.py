@@ -63,8 +63,9 @@ prefix cache and faults; ``reasoning.effort`` adds reasoning tokens and a ``tool
 requires a tool answers a ``function_call`` (see ``_responses``'s notes).
 
 It also runs OpenAI's Batch API (``/v1/files``, ``/v1/batches``) and Anthropic's Message
-Batches (``/v1/messages/batches``), answered as the endpoints answer. Attributes set on a
-provider steer them: ``batch_seconds`` (how long a batch runs, 0.2 s by default),
+Batches (``/v1/messages/batches``), answered as the endpoints answer. Constructor arguments
+(attributes too, which a test may set later) steer them: ``batch_seconds`` (how long a batch
+runs, 0.2 s by default),
 ``batch_rows`` (``batch_rows(row)`` rewrites each result row: a dict, a raw line or ``None``;
 an OpenAI row with an ``error`` or a status other than 200 goes to the error file) and
 ``batch_outcome`` (``"expired"`` or ``"failed"``: the next batches expire or fail).

@@ -16,15 +16,15 @@ Both: ``POST .../{id}/cancel`` cancels a batch that is not done: it ends at once
 
 A batch is answered when it is created (each request as the chat or messages endpoint would
 answer it, counted in the provider's stats) and reported done ``batch_seconds`` later (an
-attribute of the :class:`~llmguard_sdk.testing.FakeProvider`, default 0.2 s). Its
-``batch_rows`` attribute, when set, rewrites each result row as it is stored:
+argument and attribute of the :class:`~llmguard_sdk.testing.FakeProvider`, default 0.2 s).
+Its ``batch_rows``, when set, rewrites each result row as it is stored:
 ``batch_rows(row)`` returns the row to write (a dict), a raw line (a str: a row the provider
 broke) or ``None`` (the row left out). An OpenAI row with an ``error`` or a response whose
 ``status_code`` is not 200 goes to the batch's error file (``error_file_id``), as OpenAI files
 failed requests, and counts in ``request_counts.failed``; an Anthropic batch's
 ``request_counts`` count its rows by result type.
 
-Its ``batch_outcome`` attribute (default ``None``: every request succeeds) makes the next
+Its ``batch_outcome`` (default ``None``: every request succeeds) makes the next
 batches end otherwise: ``"expired"`` (OpenAI: ``status`` ``expired``, each request in the error
 file with the code ``batch_expired``; Anthropic: each result ``expired``) or ``"failed"``
 (OpenAI: ``status`` ``failed`` with ``errors``, no files; Anthropic, whose batches never fail
@@ -163,7 +163,7 @@ def _multipart_file(headers: dict[str, str], raw: bytes) -> tuple[bytes, str] | 
 
 def _edited(provider: FakeProvider, rows: list[dict[str, Any]]) -> list[str | dict[str, Any]]:
     """A batch's result rows, each as ``provider.batch_rows`` rewrites it (None: left out)."""
-    edit = getattr(provider, "batch_rows", None)
+    edit = provider.batch_rows
     out: list[str | dict[str, Any]] = []
     for row in rows:
         written = edit(row) if edit is not None else row
@@ -187,7 +187,7 @@ def _failed_row(row: str | dict[str, Any]) -> bool:
 
 
 def _outcome(provider: FakeProvider) -> str | None:
-    outcome = getattr(provider, "batch_outcome", None)
+    outcome = provider.batch_outcome
     if outcome not in (None, "expired", "failed"):
         raise ValueError(f"batch_outcome must be None, 'expired' or 'failed', not {outcome!r}")
     return outcome
@@ -290,7 +290,7 @@ class _BatchHandler(_BaseHandler):
         batch: dict[str, Any] = {"kind": "openai", "count": len(out), "outcome": outcome}
         batch |= {"completed": len(done), "failed": len(failed), "body": body}
         batch["created"] = time.time()
-        batch["done_at"] = time.monotonic() + getattr(provider, "batch_seconds", 0.2)
+        batch["done_at"] = time.monotonic() + provider.batch_seconds
         for key, kept in (("output_file_id", done), ("error_file_id", failed)):
             batch[key] = None
             if kept:
@@ -324,7 +324,7 @@ class _BatchHandler(_BaseHandler):
         batch_id = f"msgbatch_{uuid.uuid4().hex[:16]}"
         store.batches[batch_id] = {
             "kind": "anthropic",
-            "done_at": time.monotonic() + getattr(provider, "batch_seconds", 0.2),
+            "done_at": time.monotonic() + provider.batch_seconds,
             "results": _jsonl(edited),
             "counts": _anthropic_counts(edited),
             "ids": [row["custom_id"] for row in rows],

@@ -8,7 +8,7 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Literal
 
 from .._closing import Closes
 from ._faults import Fault, ProviderStats, ReceivedRequest
@@ -23,6 +23,34 @@ from ._wire import (
 )
 
 __all__ = ["FakeProvider"]
+
+_BatchRows = Callable[[dict[str, Any]], "dict[str, Any] | str | None"]
+"""``batch_rows(row)``: a batch result row as it will be stored (a dict), a raw line, or None."""
+
+
+def _check_settings(
+    rpm: int | None,
+    tpm: int | None,
+    hang_limit: float,
+    prefix_cache_min_tokens: int,
+    batch_seconds: float,
+    batch_outcome: str | None,
+) -> None:
+    """Raise ValueError for a setting the :class:`FakeProvider` cannot take."""
+    if rpm is not None and rpm < 1:
+        raise ValueError("rpm must be >= 1 or None")
+    if tpm is not None and tpm < 1:
+        raise ValueError("tpm must be >= 1 or None")
+    if not hang_limit >= 0 or math.isinf(hang_limit):
+        raise ValueError("hang_limit must be a finite number >= 0")
+    if prefix_cache_min_tokens < 0:
+        raise ValueError("prefix_cache_min_tokens must be >= 0")
+    if not 0 <= batch_seconds < math.inf:
+        raise ValueError("batch_seconds must be a finite number of seconds >= 0")
+    if batch_outcome not in (None, "expired", "failed"):
+        raise ValueError(
+            f"batch_outcome must be None, 'expired' or 'failed', not {batch_outcome!r}"
+        )
 
 
 class FakeProvider(Closes):
@@ -71,8 +99,15 @@ class FakeProvider(Closes):
             ``strict`` says, a chat request with no ``messages``, an empty list or a message
             whose role chat has not is refused as OpenAI refuses it (its ``param`` and
             ``code`` in the error body).
+        batch_seconds: how long a batch (OpenAI's Batch API, Anthropic's Message Batches)
+            runs before it ends; see :attr:`batch_seconds`.
+        batch_rows: ``batch_rows(row)`` rewrites each result row of the next batches; see
+            :attr:`batch_rows`.
+        batch_outcome: how the next batches end (``None``, ``"expired"``, ``"failed"``);
+            see :attr:`batch_outcome`.
 
-    .. versionchanged:: 0.2.0 ``usage``, ``strict``.
+    .. versionchanged:: 0.2.0 ``usage``, ``strict``, ``batch_seconds``, ``batch_rows``,
+       ``batch_outcome`` (before, attributes set on the provider and declared nowhere).
     """
 
     def __init__(
@@ -91,15 +126,26 @@ class FakeProvider(Closes):
         prefix_cache_min_tokens: int = 0,
         usage: Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]] | None = None,
         strict: bool = False,
+        batch_seconds: float = 0.2,
+        batch_rows: _BatchRows | None = None,
+        batch_outcome: Literal["expired", "failed"] | None = None,
     ) -> None:
-        if rpm is not None and rpm < 1:
-            raise ValueError("rpm must be >= 1 or None")
-        if tpm is not None and tpm < 1:
-            raise ValueError("tpm must be >= 1 or None")
-        if not hang_limit >= 0 or math.isinf(hang_limit):
-            raise ValueError("hang_limit must be a finite number >= 0")
-        if prefix_cache_min_tokens < 0:
-            raise ValueError("prefix_cache_min_tokens must be >= 0")
+        limits = (rpm, tpm, hang_limit, prefix_cache_min_tokens)
+        _check_settings(*limits, batch_seconds, batch_outcome)
+        self.batch_seconds: float = batch_seconds
+        """Seconds a batch runs from its creation to its end (0.2 by default; 0: it has ended
+        at the first status read). OpenAI's batches are ``validating`` for the first tenth
+        of it and ``finalizing`` for the last tenth. Read when a batch is created."""
+        self.batch_rows: _BatchRows | None = batch_rows
+        """``batch_rows(row)`` rewrites each result row of a batch as it is stored: the row
+        to write (a dict), a raw line (a str: a row the provider broke) or ``None`` (left
+        out). An OpenAI row with an ``error`` or a status other than 200 goes to the error
+        file and counts as failed."""
+        self.batch_outcome: Literal["expired", "failed"] | None = batch_outcome
+        """How the next batches end: ``None`` (each request answered), ``"expired"`` (OpenAI:
+        ``status`` ``expired``, each request in the error file as ``batch_expired``; Anthropic:
+        each result ``expired``) or ``"failed"`` (OpenAI: ``status`` ``failed`` with
+        ``errors``, no files; Anthropic: each result ``errored``)."""
         self.strict = strict
         """Whether requests are refused where the real APIs refuse them and the fake is
         lenient by default (see ``strict`` in the class docs)."""
