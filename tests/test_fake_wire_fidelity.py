@@ -10,11 +10,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import anthropic
+import httpx
 import openai
 import pytest
 from typing_extensions import assert_type
 
-from llmguard_sdk.testing import FakeProvider
+from llmguard_sdk.testing import FakeProvider, Fault
 
 USER: Any = [{"role": "user", "content": "find my order"}]
 SCHEMA: Any = {
@@ -95,6 +96,43 @@ def apis(fake: FakeProvider) -> Iterator[Apis]:
         anthropic.Anthropic(base_url=fake.url, api_key="x", max_retries=0) as claude,
     ):
         yield Apis(fake, oai, claude)
+
+
+# ---- 1. Anthropic error bodies
+
+
+def test_anthropic_error_bodies_carry_the_request_id_of_their_header() -> None:
+    """Anthropic's error body says ``request_id`` (the ``request-id`` header's value); the
+    fake's did not, and its Message Batches answered OpenAI's error body."""
+    with (
+        FakeProvider(rpm=1) as fake,
+        anthropic.Anthropic(base_url=fake.url, api_key="x", max_retries=0) as claude,
+    ):
+        params: Any = {"model": "m", "max_tokens": 5, "messages": USER}
+        raised: list[anthropic.APIStatusError] = []
+        fake.script(None, Fault(status=529))
+        claude.messages.create(**params)  # (the one request rpm=1 lets through)
+        for attempt in (
+            lambda: claude.messages.create(**params),  # 529
+            lambda: claude.messages.create(**params),  # 429
+            lambda: claude.messages.create(**{**params, "max_tokens": 0}),  # 400
+            lambda: claude.messages.batches.retrieve("msgbatch_none"),  # 404
+        ):
+            with pytest.raises(anthropic.APIStatusError) as failed:
+                attempt()
+            raised.append(failed.value)
+        lone = b'{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"\\ud800"}]}'
+        headers = {"anthropic-version": "2023-06-01", "content-type": "application/json"}
+        refused = httpx.post(f"{fake.url}/v1/messages", content=lone, headers=headers)
+        assert refused.status_code == 400
+        assert refused.json()["request_id"] == refused.headers["request-id"]
+    assert [e.status_code for e in raised] == [529, 429, 400, 404]
+    for error in raised:
+        assert isinstance(error.body, dict)
+        assert error.body["type"] == "error"
+        assert error.body["request_id"] == error.request_id
+        assert error.request_id
+    assert raised[3].body["error"]["type"] == "not_found_error"  # type: ignore[index]
 
 
 # ---- 4. the batch settings are declared

@@ -42,8 +42,9 @@ Only chat-completion requests are subject to faults, rate limits and :class:`Pro
 It also speaks Anthropic's Messages API: ``POST /v1/messages`` (it requires the
 ``anthropic-version`` header and ``max_tokens``), plain and streamed (``message_start``,
 ``content_block_*``, ``message_delta``, ``message_stop`` events), with Anthropic's error bodies
-and the same faults and limits.  Its input tokens count the same way, the ``system`` prompt
-counting as one message and each tool as one message holding its JSON.
+(their ``request_id`` the ``request-id`` header's) and the same faults and limits.  Its
+input tokens count the same way, the ``system`` prompt counting as one message and each tool
+as one message holding its JSON.
 
 With ``prefix_cache=True`` it emulates a provider's prefix cache, on the same deterministic
 tokens (each message is its words framed by 4 tokens, so the counts above hold):

@@ -47,6 +47,7 @@ from ._http import _BaseHandler
 from ._messages import _tool_use
 from ._wire import (
     _STOP_REASONS,
+    _anthropic_error,
     _anthropic_tokens,
     _dumps,
     _error_body,
@@ -250,7 +251,10 @@ class _BatchHandler(_BaseHandler):
         status, payload = found
         content = "application/jsonl" if isinstance(payload, bytes) else "application/json"
         body = payload if isinstance(payload, bytes) else _dumps(payload)
-        self._send(status, body, content, provider._common_headers(n))
+        anthropic = parts[:2] == ["messages", "batches"]
+        if anthropic and status >= 400:  # Anthropic's error body, its request id in it
+            body = _anthropic_error(status, payload["error"]["message"], n=n)
+        self._send(status, body, content, provider._common_headers(n, anthropic=anthropic))
         return True
 
     def _upload(self, store: _Store, raw: bytes) -> tuple[int, Any]:

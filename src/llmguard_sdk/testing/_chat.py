@@ -20,6 +20,7 @@ from ._wire import (
     _forced_tool,
     _openai_tokens,
     _parse_chat,
+    _request_id,
     _split_pieces,
 )
 
@@ -65,7 +66,7 @@ class _ChatHandler(_BaseHandler):
             finish_reason = "length"
         cost = req.input_tokens + (req.max_tokens if req.max_tokens is not None else len(pieces))
         retry_after, rate_headers = provider._admit(cost)
-        headers = [("x-request-id", f"req-{n}"), *rate_headers, *extra]
+        headers = [("x-request-id", _request_id(n)), *rate_headers, *extra]
         if not self._pause(fault.latency if fault else 0.0):
             return
         if retry_after is not None:

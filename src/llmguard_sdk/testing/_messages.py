@@ -18,6 +18,7 @@ from ._wire import (
     _fault_headers,
     _forced_tool,
     _messages_problem,
+    _request_id,
     _split_pieces,
     _sse,
 )
@@ -35,7 +36,7 @@ class _MessagesHandler(_BaseHandler):
         problem = _messages_problem(body, self.headers.get("anthropic-version"), provider.strict)
         if problem is not None or not isinstance(body, dict):
             provider._note_status(400)
-            error = _anthropic_error(400, problem or "bad request")
+            error = _anthropic_error(400, problem or "bad request", n=n)
             self._send(400, error, "application/json", provider._common_headers(n, anthropic=True))
             return
         fault = provider._choose_fault()
@@ -57,7 +58,7 @@ class _MessagesHandler(_BaseHandler):
             if not self._pause(fault.latency if fault else 0.0):
                 return
             provider._note_status(500)
-            error = _anthropic_error(500, f"reply callback failed: {exc!r}")
+            error = _anthropic_error(500, f"reply callback failed: {exc!r}", n=n)
             self._send(
                 500, error, "application/json", provider._common_headers(n, anthropic=True) + extra
             )
@@ -69,7 +70,7 @@ class _MessagesHandler(_BaseHandler):
             pieces, finish = pieces[:max_tokens], "length"
         tokens, breakpoints = _anthropic_tokens(body)
         retry_after, rate_headers = provider._admit(len(tokens) + max_tokens, anthropic=True)
-        headers = [("request-id", f"req-{n}"), *rate_headers, *extra]
+        headers = [("request-id", _request_id(n)), *rate_headers, *extra]
         if not self._pause(fault.latency if fault else 0.0):
             return
         if retry_after is not None:
@@ -78,7 +79,8 @@ class _MessagesHandler(_BaseHandler):
             seconds = max(1, math.ceil(retry_after))
             if not any(name.lower().startswith("retry-after") for name, _ in extra):
                 headers.append(("Retry-After", str(seconds)))
-            error = _anthropic_error(429, f"rate limit reached; retry after {seconds} seconds")
+            said = f"rate limit reached; retry after {seconds} seconds"
+            error = _anthropic_error(429, said, n=n)
             self._send(429, error, "application/json", headers)
             return
         read, written = provider._anthropic_cached(tokens, breakpoints)
@@ -199,7 +201,7 @@ class _MessagesHandler(_BaseHandler):
         if fault.status is not None or fault.stream_error_after is not None:
             status = fault.status or 500
             provider._note_status(status)
-            error = _anthropic_error(status, fault.message, fault.error_code)
+            error = _anthropic_error(status, fault.message, fault.error_code, n=n)
             self._send(status, error, "application/json", headers)
             return
         provider._note_status(200)

@@ -20,6 +20,7 @@ from ._wire import (
     _echo_reply,
     _format_duration,
     _prefix_key,
+    _request_id,
 )
 
 __all__ = ["FakeProvider"]
@@ -469,7 +470,7 @@ class FakeProvider(Closes):
 
     def _common_headers(self, n: int, anthropic: bool = False) -> list[tuple[str, str]]:
         """The request id and limit headers (with ``anthropic``, as Anthropic names them)."""
-        headers = [("request-id" if anthropic else "x-request-id", f"req-{n}")]
+        headers = [("request-id" if anthropic else "x-request-id", _request_id(n))]
         if self._rpm is None and self._tpm is None:
             return headers
         with self._lock:

@@ -40,6 +40,7 @@ from ._wire import (
     _fault_headers,
     _forced_tool,
     _openai_tokens,
+    _request_id,
     _split_pieces,
 )
 
@@ -179,7 +180,7 @@ class _ResponsesHandler(_BaseHandler):
         reasoning = _REASONING.get(effort, 4) if effort else 0
         model = body.get("model") or provider._model
         retry_after, rate_headers = provider._admit(len(tokens) + (limit or len(pieces)))
-        headers = [("x-request-id", f"req-{n}"), *rate_headers, *_fault_headers(fault)]
+        headers = [("x-request-id", _request_id(n)), *rate_headers, *_fault_headers(fault)]
         if not self._pause(fault.latency if fault else 0.0):
             return
         if retry_after is not None:

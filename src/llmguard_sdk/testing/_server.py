@@ -16,7 +16,15 @@ from ._batch import _BatchHandler
 from ._chat import _ChatHandler
 from ._messages import _MessagesHandler
 from ._responses import RESPONSES_PATHS, _ResponsesHandler
-from ._wire import _CHAT_PATHS, _MESSAGES_PATHS, _MODELS_PATHS, _POLL_S, _dumps, _error_body
+from ._wire import (
+    _CHAT_PATHS,
+    _MESSAGES_PATHS,
+    _MODELS_PATHS,
+    _POLL_S,
+    _anthropic_error,
+    _dumps,
+    _error_body,
+)
 
 if TYPE_CHECKING:
     from ._provider import FakeProvider
@@ -56,12 +64,12 @@ class _Handler(_ChatHandler, _MessagesHandler, _ResponsesHandler, _BatchHandler)
                 body = None
         n = provider._record_request(self.command, self.path, self._header_dict(), body)
         if b"\\ud" in raw.lower() and not _is_text(body):  # a lone surrogate (\ud800)
-            err = _error_body(
-                "the request body is not valid JSON: a string holds a lone surrogate",
-                "invalid_request_error",
-                "invalid_json",
-            )
-            self._send(400, _dumps(err), "application/json", provider._common_headers(n))
+            said = "the request body is not valid JSON: a string holds a lone surrogate"
+            refusal = _dumps(_error_body(said, "invalid_request_error", "invalid_json"))
+            claude = path in _MESSAGES_PATHS
+            if claude:
+                refusal = _anthropic_error(400, said, n=n)
+            self._send(400, refusal, "application/json", provider._common_headers(n, claude))
             return
         if self.command == "POST" and path in _CHAT_PATHS:
             self._chat(raw, n)

@@ -377,13 +377,26 @@ def _breakpoints_problem(body: dict[str, Any]) -> str | None:
     return None
 
 
-def _anthropic_error(status: int, message: str, code: str | None = None) -> bytes:
-    """Anthropic's error body; ``code``, the cause, in ``error.details.error_code``."""
+def _request_id(n: int) -> str:
+    """The id of the ``n``-th request: its ``x-request-id`` / ``request-id`` header, and
+    the ``request_id`` of an Anthropic error body."""
+    return f"req-{n}"
+
+
+def _anthropic_error(
+    status: int, message: str, code: str | None = None, *, n: int | None = None
+) -> bytes:
+    """Anthropic's error body; ``code``, the cause, in ``error.details.error_code``; with
+    ``n``, the request's id in ``request_id`` as an HTTP error answers it (an error event in
+    a stream has none)."""
     kind = _ANTHROPIC_ERRORS.get(status, "api_error" if status >= 500 else "invalid_request_error")
     error: dict[str, Any] = {"type": kind, "message": message}
     if code is not None:
         error["details"] = {"error_code": code}
-    return _dumps({"type": "error", "error": error})
+    body: dict[str, Any] = {"type": "error", "error": error}
+    if n is not None:
+        body["request_id"] = _request_id(n)
+    return _dumps(body)
 
 
 def _sse(kind: str, data: dict[str, Any]) -> bytes:
