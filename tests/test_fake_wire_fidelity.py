@@ -5,7 +5,8 @@ are declared (typed) parts of the provider."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import json
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,6 +14,7 @@ import anthropic
 import httpx
 import openai
 import pytest
+from openai.types.responses import ResponseCompletedEvent, ResponseFunctionToolCall
 from typing_extensions import assert_type
 
 from llmguard_sdk.testing import FakeProvider, Fault
@@ -62,7 +64,7 @@ ARGUMENTS = {
     "express": False,
     "status": "open",
     "kind": "parcel",
-    "note": None,
+    "note": "x",
     "when": "1970-01-01T00:00:00Z",
     "address": {"city": "x", "zip": "xxxxx"},
     "items": [{"sku": "x"}, {"sku": "x"}],
@@ -133,6 +135,128 @@ def test_anthropic_error_bodies_carry_the_request_id_of_their_header() -> None:
         assert error.body["request_id"] == error.request_id
         assert error.request_id
     assert raised[3].body["error"]["type"] == "not_found_error"  # type: ignore[index]
+
+
+# ---- 2. forced tool calls carry arguments their schema accepts
+
+
+def _chat(apis: Apis) -> Any:
+    answer = apis.oai.chat.completions.create(
+        model="m", messages=USER, tools=CHAT_TOOLS, tool_choice=CHAT_CHOICE
+    )
+    call = (answer.choices[0].message.tool_calls or [])[0]
+    assert call.type == "function"
+    return json.loads(call.function.arguments)
+
+
+def _chat_stream(apis: Apis) -> Any:
+    chunks = apis.oai.chat.completions.create(
+        model="m", messages=USER, tools=CHAT_TOOLS, tool_choice=CHAT_CHOICE, stream=True
+    )
+    calls = [c for chunk in chunks for c in chunk.choices[0].delta.tool_calls or ()]
+    return json.loads("".join((c.function.arguments or "") for c in calls if c.function))
+
+
+def _responses(apis: Apis) -> Any:
+    answer = apis.oai.responses.create(
+        model="m", input="find my order", tools=RESPONSES_TOOLS, tool_choice="required"
+    )
+    (call,) = answer.output
+    assert isinstance(call, ResponseFunctionToolCall)
+    return json.loads(call.arguments)
+
+
+def _responses_stream(apis: Apis) -> Any:
+    events = list(
+        apis.oai.responses.create(
+            model="m", input="x", tools=RESPONSES_TOOLS, tool_choice="required", stream=True
+        )
+    )
+    completed = events[-1]
+    assert isinstance(completed, ResponseCompletedEvent)
+    (call,) = completed.response.output
+    assert isinstance(call, ResponseFunctionToolCall)
+    return json.loads(call.arguments)
+
+
+def _messages(apis: Apis) -> Any:
+    message = apis.claude.messages.create(
+        model="m", max_tokens=50, messages=USER, tools=CLAUDE_TOOLS, tool_choice=CLAUDE_CHOICE
+    )
+    block = message.content[0]
+    assert isinstance(block, anthropic.types.ToolUseBlock)
+    return block.input
+
+
+def _messages_stream(apis: Apis) -> Any:
+    with apis.claude.messages.stream(
+        model="m", max_tokens=50, messages=USER, tools=CLAUDE_TOOLS, tool_choice=CLAUDE_CHOICE
+    ) as stream:
+        final = stream.get_final_message()
+    block = final.content[0]
+    assert isinstance(block, anthropic.types.ToolUseBlock)
+    return block.input
+
+
+def _openai_batch(apis: Apis) -> Any:
+    body = {"model": "m", "messages": USER, "tools": CHAT_TOOLS, "tool_choice": CHAT_CHOICE}
+    line = {"custom_id": "a", "method": "POST", "url": "/v1/chat/completions", "body": body}
+    uploaded = apis.oai.files.create(file=("b.jsonl", json.dumps(line).encode()), purpose="batch")
+    created = apis.oai.batches.create(
+        input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h"
+    )
+    output = apis.oai.batches.retrieve(created.id).output_file_id
+    assert output is not None
+    (row,) = map(json.loads, apis.oai.files.content(output).text.splitlines())
+    call = row["response"]["body"]["choices"][0]["message"]["tool_calls"][0]
+    return json.loads(call["function"]["arguments"])
+
+
+def _message_batch(apis: Apis) -> Any:
+    params: Any = {"model": "m", "max_tokens": 10, "messages": USER, "tools": CLAUDE_TOOLS}
+    params["tool_choice"] = CLAUDE_CHOICE
+    created = apis.claude.messages.batches.create(requests=[{"custom_id": "a", "params": params}])
+    (row,) = apis.claude.messages.batches.results(created.id)
+    assert row.result.type == "succeeded"
+    block = row.result.message.content[0]
+    assert isinstance(block, anthropic.types.ToolUseBlock)
+    return block.input
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        _chat,
+        _chat_stream,
+        _responses,
+        _responses_stream,
+        _messages,
+        _messages_stream,
+        _openai_batch,
+        _message_batch,
+    ],
+)
+def test_a_forced_tool_call_has_arguments_its_schema_accepts(
+    apis: Apis, call: Callable[[Apis], Any]
+) -> None:
+    """A forced call came with the arguments ``{}`` on every route: code reading its
+    required arguments failed on the fake, never on the provider."""
+    assert call(apis) == ARGUMENTS
+
+
+def test_recursive_schemas_are_cut_at_a_bounded_depth(apis: Apis) -> None:
+    node: Any = {"type": "object", "properties": {"next": {"$ref": "#"}}, "required": ["next"]}
+    tools: Any = [{"type": "function", "function": {"name": "walk", "parameters": node}}]
+    answer = apis.oai.chat.completions.create(
+        model="m", messages=USER, tools=tools, tool_choice="required"
+    )
+    call = (answer.choices[0].message.tool_calls or [])[0]
+    assert call.type == "function"
+    arguments = json.loads(call.function.arguments)
+    depth = 0
+    while arguments:
+        arguments, depth = arguments["next"], depth + 1
+    assert 2 <= depth <= 10
 
 
 # ---- 4. the batch settings are declared

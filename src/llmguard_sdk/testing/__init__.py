@@ -61,7 +61,9 @@ Prefixes shorter than ``prefix_cache_min_tokens`` are never cached (real provide
 It also speaks OpenAI's Responses API: ``POST /v1/responses``, plain and streamed
 (``response.created`` ... ``response.completed`` events), with the same replies, token counts,
 prefix cache and faults; ``reasoning.effort`` adds reasoning tokens and a ``tool_choice`` that
-requires a tool answers a ``function_call`` (see ``_responses``'s notes).
+requires a tool answers a ``function_call`` (see ``_responses``'s notes). On every route a
+forced tool call carries placeholder arguments that the tool's JSON schema takes (see
+``_tool_args``'s notes).
 
 It also runs OpenAI's Batch API (``/v1/files``, ``/v1/batches``) and Anthropic's Message
 Batches (``/v1/messages/batches``), answered as the endpoints answer. Constructor arguments

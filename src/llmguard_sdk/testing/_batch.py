@@ -42,16 +42,14 @@ from email.parser import BytesParser
 from email.policy import HTTP
 from typing import TYPE_CHECKING, Any
 
-from ._chat import _chat_call
 from ._http import _BaseHandler
-from ._messages import _tool_use
+from ._tool_args import _forced_call
 from ._wire import (
     _STOP_REASONS,
     _anthropic_error,
     _anthropic_tokens,
     _dumps,
     _error_body,
-    _forced_tool,
     _openai_tokens,
     _split_pieces,
 )
@@ -84,7 +82,7 @@ def _store(provider: FakeProvider) -> _Store:
 def _answer(provider: FakeProvider, body: dict[str, Any], inputs: int) -> tuple[list[str], str]:
     """The reply's pieces (cut at the output limit) and finish reason, counted in stats (no
     pieces and ``tool_calls`` when the request forces a tool, as the endpoints answer it)."""
-    if _forced_tool(body) is not None:
+    if _forced_call(body) is not None:
         provider._note_success(inputs, 0)
         return [], "tool_calls"
     pieces = _split_pieces(provider._make_reply(body))
@@ -101,9 +99,9 @@ def _chat_answer(provider: FakeProvider, body: dict[str, Any], n: int) -> dict[s
     tokens = _openai_tokens(body)
     pieces, finish = _answer(provider, body, len(tokens))
     message: dict[str, Any] = {"role": "assistant", "content": "".join(pieces)}
-    called = _forced_tool(body)
+    called = _forced_call(body)
     if called is not None:
-        message = {"role": "assistant", "content": None, "tool_calls": [_chat_call(called)]}
+        message = {"role": "assistant", "content": None, "tool_calls": [called.chat_call()]}
     return {
         "id": f"chatcmpl-batch-{n}",
         "object": "chat.completion",
@@ -123,14 +121,15 @@ def _message_answer(provider: FakeProvider, params: dict[str, Any], n: int) -> d
     """A Messages answer as the messages endpoint gives it, batch tier in its usage."""
     tokens, _ = _anthropic_tokens(params)
     pieces, finish = _answer(provider, params, len(tokens))
+    called = _forced_call(params)
     return {
         "id": f"msg_batch_{n}",
         "type": "message",
         "role": "assistant",
         "model": params.get("model") or provider.model,
         "content": [{"type": "text", "text": "".join(pieces)}]
-        if finish != "tool_calls"
-        else [{**_tool_use(str(_forced_tool(params))), "input": {}}],
+        if called is None
+        else [called.tool_use()],
         "stop_reason": _STOP_REASONS[finish],
         "stop_sequence": None,
         "usage": {

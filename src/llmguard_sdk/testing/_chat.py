@@ -9,6 +9,7 @@ from typing import Any
 
 from ._faults import Fault
 from ._http import _BaseHandler
+from ._tool_args import _Call, _forced_call
 from ._wire import (
     _HTML_BODY,
     _BadRequest,
@@ -17,7 +18,6 @@ from ._wire import (
     _error_body,
     _error_type,
     _fault_headers,
-    _forced_tool,
     _openai_tokens,
     _parse_chat,
     _request_id,
@@ -48,7 +48,7 @@ class _ChatHandler(_BaseHandler):
     def _answer_normal(self, req: _ChatRequest, fault: Fault | None, n: int) -> None:
         provider = self._srv.provider
         extra = _fault_headers(fault)
-        call = _forced_tool(req.body)
+        call = _forced_call(req.body)
         try:
             reply = "" if call is not None else provider._make_reply(req.body)
         except Exception as exc:
@@ -89,7 +89,7 @@ class _ChatHandler(_BaseHandler):
             return
         message: dict[str, Any] = {"role": "assistant", "content": "".join(pieces)}
         if call is not None:
-            message = {"role": "assistant", "content": None, "tool_calls": [_chat_call(call)]}
+            message = {"role": "assistant", "content": None, "tool_calls": [call.chat_call()]}
         payload = {
             "id": f"chatcmpl-fake-{n}",
             "object": "chat.completion",
@@ -253,7 +253,7 @@ class _ChatHandler(_BaseHandler):
         n: int,
         headers: Sequence[tuple[str, str]],
         pieces: list[str],
-        end: tuple[str, str | None],
+        end: tuple[str, _Call | None],
         usage: dict[str, Any] | None,
         first_delay: float,
         between: float,
@@ -268,9 +268,9 @@ class _ChatHandler(_BaseHandler):
         )
         deltas: list[dict[str, Any]] = [{"content": piece} for piece in pieces]
         if call is not None:
-            named = {**_chat_call(call), "index": 0}
-            named["function"] = {"name": call, "arguments": ""}
-            arguments = {"index": 0, "function": {"arguments": "{}"}}
+            named = {**call.chat_call(), "index": 0}
+            named["function"] = {"name": call.name, "arguments": ""}
+            arguments = {"index": 0, "function": {"arguments": call.json}}
             deltas = [{"tool_calls": [named]}, {"tool_calls": [arguments]}]
         for i, delta in enumerate(deltas):
             if not self._pause(first_delay if i == 0 else between):
@@ -298,8 +298,3 @@ class _ChatHandler(_BaseHandler):
             raise
         if not self._chunked:
             self.close_connection = True
-
-
-def _chat_call(name: str) -> dict[str, Any]:
-    """A chat completion's call of the tool ``name`` with the arguments ``{}``."""
-    return {"id": "call_fake_0", "type": "function", "function": {"name": name, "arguments": "{}"}}

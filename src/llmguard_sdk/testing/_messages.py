@@ -8,6 +8,7 @@ from typing import Any
 
 from ._faults import Fault
 from ._http import _BaseHandler
+from ._tool_args import _Call, _forced_call
 from ._wire import (
     _HTML_BODY,
     _STOP_REASONS,
@@ -16,7 +17,6 @@ from ._wire import (
     _anthropic_tokens,
     _dumps,
     _fault_headers,
-    _forced_tool,
     _messages_problem,
     _request_id,
     _split_pieces,
@@ -51,7 +51,7 @@ class _MessagesHandler(_BaseHandler):
     ) -> None:
         provider = self._srv.provider
         extra = _fault_headers(fault)
-        call = _forced_tool(body)
+        call = _forced_call(body)
         try:
             reply = "" if call is not None else provider._make_reply(body)
         except Exception as exc:
@@ -107,7 +107,7 @@ class _MessagesHandler(_BaseHandler):
             return
         message["content"] = [{"type": "text", "text": "".join(pieces)}]
         if call is not None:
-            message["content"] = [{**_tool_use(call), "input": {}}]
+            message["content"] = [call.tool_use()]
         message["stop_reason"] = _STOP_REASONS[finish]
         if usage is not None:
             message["usage"] = usage
@@ -123,7 +123,7 @@ class _MessagesHandler(_BaseHandler):
         self,
         message: dict[str, Any],
         usage: dict[str, Any] | None,
-        answer: tuple[list[str], str, str | None],
+        answer: tuple[list[str], str, _Call | None],
         headers: list[tuple[str, str]],
         fault: Fault | None,
         input_tokens: int,
@@ -137,12 +137,12 @@ class _MessagesHandler(_BaseHandler):
         provider._note_status(200)
         self._start_stream(headers)
         self._event(_sse("message_start", {"message": message}))
-        block = _TEXT_BLOCK if call is None else {**_tool_use(call), "input": {}}
+        block = _TEXT_BLOCK if call is None else {**call.tool_use(), "input": {}}
         self._event(_sse("content_block_start", {"index": 0, "content_block": block}))
         self._event(_sse("ping", {}))
         deltas = [{"type": "text_delta", "text": piece} for piece in pieces]
         if call is not None:
-            deltas = [{"type": "input_json_delta", "partial_json": p} for p in ("", "{}")]
+            deltas = [{"type": "input_json_delta", "partial_json": p} for p in ("", call.json)]
         for i, delta in enumerate(deltas):
             delay = (fault.first_token_delay if i == 0 else fault.inter_token_delay) if fault else 0
             if not self._pause(delay):
@@ -249,8 +249,3 @@ class _MessagesHandler(_BaseHandler):
                 200, whole[: len(whole) // 2], "application/json", headers, length=len(whole)
             )
         self.close_connection = True
-
-
-def _tool_use(name: str) -> dict[str, Any]:
-    """The start of a ``tool_use`` content block calling ``name`` (its ``input`` to add)."""
-    return {"type": "tool_use", "id": "toolu_fake_0", "name": name}

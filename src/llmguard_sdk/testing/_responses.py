@@ -8,7 +8,8 @@ callback's answer, given the request as chat messages), input tokens count the s
 with ``reasoning.effort`` also spends reasoning tokens (2 for ``low``, 4 for ``medium``, 8 for
 ``high``) reported in ``output_tokens_details``. With tools and
 a ``tool_choice`` of ``"required"`` or one named function, the answer is a ``function_call`` of
-that tool (the first one for ``"required"``) with the arguments ``{}``. ``input_file`` parts
+that tool (the first one for ``"required"``) with arguments its schema takes (see
+``_tool_args``). ``input_file`` parts
 are read (they count no tokens). Faults: delays apply as usual; a failing fault answers its
 status with OpenAI's error body, after its latency; hangs, resets, wrong content types,
 malformed JSON (streamed: in the ``response.created`` event), missing fields (a response with
@@ -31,6 +32,7 @@ from ..providers._responses_input import chat_messages
 from ..providers._responses_wire import Answer, EventWriter
 from ._faults import Fault
 from ._http import _BaseHandler
+from ._tool_args import _forced_call
 from ._wire import (
     _HTML_BODY,
     _BadRequest,
@@ -38,7 +40,6 @@ from ._wire import (
     _error_body,
     _error_type,
     _fault_headers,
-    _forced_tool,
     _openai_tokens,
     _request_id,
     _split_pieces,
@@ -49,15 +50,8 @@ _REASONING = {"minimal": 1, "low": 2, "medium": 4, "high": 8}
 
 
 def _tool_call(body: dict[str, Any]) -> dict[str, Any] | None:
-    name = _forced_tool(body)
-    if name is None:
-        return None
-    return {
-        "index": 0,
-        "id": "call_fake_0",
-        "type": "function",
-        "function": {"name": name, "arguments": "{}"},
-    }
+    call = _forced_call(body)
+    return None if call is None else {**call.chat_call(), "index": 0}
 
 
 def _files_as_text(body: dict[str, Any]) -> dict[str, Any]:

@@ -217,29 +217,6 @@ def _parse_chat(raw: bytes, default_model: str, *, strict: bool = False) -> _Cha
     )
 
 
-def _forced_tool(body: dict[str, Any]) -> str | None:
-    """The name of the tool a request's ``tool_choice`` makes the model call, or None.
-
-    Chat completions' ``"required"`` and ``{"type": "function", "function": {"name"}}``, the
-    Responses API's ``"required"`` and ``{"type": "function", "name"}``, Anthropic's
-    ``{"type": "any"}`` and ``{"type": "tool", "name"}``; ``"required"`` and ``any`` call the
-    first tool. Without tools, or with any other choice (``auto``, ``none``), None."""
-    tools = [t for t in body.get("tools") or () if isinstance(t, dict)]
-    choice = body.get("tool_choice")
-    if not tools:
-        return None
-    kind = choice.get("type") if isinstance(choice, dict) else choice
-    if kind in ("required", "any"):
-        first = tools[0].get("function")
-        name = first.get("name") if isinstance(first, dict) else tools[0].get("name")
-    elif kind in ("function", "tool") and isinstance(choice, dict):
-        named = choice.get("function")
-        name = named.get("name") if isinstance(named, dict) else choice.get("name")
-    else:
-        return None
-    return name if isinstance(name, str) and name else None
-
-
 def _echo_reply(body: dict[str, Any]) -> str:
     text = ""
     for message in body.get("messages", []):

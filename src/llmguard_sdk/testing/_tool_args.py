@@ -1,0 +1,238 @@
+"""The tool call a request forces (its ``tool_choice``), with arguments its JSON schema takes.
+
+Every route answers a forced call with the same call (chat completions, Responses,
+Messages, both batch APIs): the tool's name and placeholder arguments made from its schema
+(``parameters``, Anthropic's ``input_schema``): each ``required`` property with a value of
+its type (``"x"`` as long as ``minLength`` asks, 0 or the bound nearest to it that
+``minimum`` / ``maximum`` and their exclusive forms allow, ``false``, a ``format``'s example), a
+``const`` or an ``enum``'s first value, objects and arrays filled the same way (an array with
+``minItems`` items, one at least), the first of ``anyOf`` / ``oneOf`` that is not ``null``,
+``allOf`` merged and local ``$ref`` s followed. Nesting deeper than :data:`_MAX_DEPTH` (a
+recursive schema) ends in an empty object or array.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+_MAX_DEPTH = 8
+_FORMATS = {
+    "date-time": "1970-01-01T00:00:00Z",
+    "date": "1970-01-01",
+    "time": "00:00:00Z",
+    "email": "x@localhost",
+    "hostname": "localhost",
+    "ipv4": "127.0.0.1",
+    "ipv6": "::1",
+    "uri": "http://localhost/",
+    "url": "http://localhost/",
+    "uuid": "00000000-0000-0000-0000-000000000000",
+}
+
+
+@dataclass(frozen=True)
+class _Call:
+    """A call of the tool ``name`` with ``arguments``, in each API's words."""
+
+    name: str
+    arguments: dict[str, Any]
+
+    @property
+    def json(self) -> str:
+        """The arguments as the APIs send them: a JSON string."""
+        return json.dumps(self.arguments, separators=(",", ":"), ensure_ascii=False)
+
+    def chat_call(self) -> dict[str, Any]:
+        """A chat completion's ``tool_calls`` item."""
+        function = {"name": self.name, "arguments": self.json}
+        return {"id": "call_fake_0", "type": "function", "function": function}
+
+    def tool_use(self) -> dict[str, Any]:
+        """A Messages ``tool_use`` content block."""
+        return {
+            "type": "tool_use",
+            "id": "toolu_fake_0",
+            "name": self.name,
+            "input": self.arguments,
+        }
+
+
+def _forced_call(body: dict[str, Any]) -> _Call | None:
+    """The call a request's ``tool_choice`` makes the model answer, or None.
+
+    Chat completions' ``"required"`` and ``{"type": "function", "function": {"name"}}``, the
+    Responses API's ``"required"`` and ``{"type": "function", "name"}``, Anthropic's
+    ``{"type": "any"}`` and ``{"type": "tool", "name"}``; ``"required"`` and ``any`` call the
+    first tool. Without tools, or with any other choice (``auto``, ``none``), None."""
+    tools = [t for t in body.get("tools") or () if isinstance(t, dict)]
+    choice = body.get("tool_choice")
+    if not tools:
+        return None
+    kind = choice.get("type") if isinstance(choice, dict) else choice
+    if kind in ("required", "any"):
+        name = _name_and_schema(tools[0])[0]
+    elif kind in ("function", "tool") and isinstance(choice, dict):
+        named = choice.get("function")
+        name = named.get("name") if isinstance(named, dict) else choice.get("name")
+    else:
+        return None
+    if not isinstance(name, str) or not name:
+        return None
+    schema = next((s for n, s in map(_name_and_schema, tools) if n == name), None)
+    arguments = _placeholder(schema, schema, 0) if isinstance(schema, dict) else {}
+    return _Call(name, arguments if isinstance(arguments, dict) else {})
+
+
+def _name_and_schema(tool: dict[str, Any]) -> tuple[Any, Any]:
+    """A tool's name and schema: chat's ``function.{name, parameters}``, or the Responses
+    API's ``name`` and ``parameters``, or Anthropic's ``name`` and ``input_schema``."""
+    function = tool.get("function")
+    if isinstance(function, dict):
+        return function.get("name"), function.get("parameters")
+    return tool.get("name"), tool.get("parameters", tool.get("input_schema"))
+
+
+def _placeholder(schema: Any, root: Any, depth: int) -> Any:
+    """A value ``schema`` takes (see the module docs); ``root`` resolves ``$ref`` s."""
+    if not isinstance(schema, dict):
+        return None
+    ref = schema.get("$ref")
+    if isinstance(ref, str):
+        rest = {k: v for k, v in schema.items() if k != "$ref"}
+        return _placeholder({**_resolve(root, ref), **rest}, root, depth + 1)
+    if "const" in schema:
+        return schema["const"]
+    enum = schema.get("enum")
+    if isinstance(enum, list) and enum:
+        return enum[0]
+    for key in ("anyOf", "oneOf"):
+        options = [o for o in schema.get(key) or () if isinstance(o, dict)]
+        if options:
+            chosen = next((o for o in options if o.get("type") != "null"), options[0])
+            return _placeholder(chosen, root, depth + 1)
+    if isinstance(schema.get("allOf"), list):
+        return _placeholder(_merged(schema, root), root, depth + 1)
+    kind = _kind(schema)
+    if kind == "object":
+        return _object(schema, root, depth)
+    if kind == "array":
+        return _array(schema, root, depth)
+    if kind == "string":
+        return _string(schema)
+    if kind in ("integer", "number"):
+        return _number(schema, kind == "integer")
+    return False if kind == "boolean" else None
+
+
+def _kind(schema: dict[str, Any]) -> str | None:
+    """The type a value of ``schema`` gets: its ``type`` (the first but ``null`` of a list),
+    else ``object`` for ``properties``, ``array`` for ``items``."""
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        kind = next((k for k in kind if k != "null"), "null")
+    if isinstance(kind, str):
+        return kind
+    if "properties" in schema or "required" in schema:
+        return "object"
+    return "array" if "items" in schema or "prefixItems" in schema else None
+
+
+def _resolve(root: Any, ref: str) -> dict[str, Any]:
+    """The schema a local ``$ref`` (``#``, ``#/$defs/Name``) points at; {} for another."""
+    if not ref.startswith("#"):
+        return {}
+    found = root
+    for part in ref[1:].lstrip("/").split("/") if ref != "#" else ():
+        key = part.replace("~1", "/").replace("~0", "~")
+        found = found.get(key) if isinstance(found, dict) else None
+    return found if isinstance(found, dict) else {}
+
+
+def _merged(schema: dict[str, Any], root: Any) -> dict[str, Any]:
+    """``schema`` with its ``allOf`` parts merged in: properties and ``required`` joined."""
+    merged = {k: v for k, v in schema.items() if k != "allOf"}
+    for part in schema["allOf"]:
+        if isinstance(part, dict) and isinstance(part.get("$ref"), str):
+            part = _resolve(root, part["$ref"])
+        if not isinstance(part, dict):
+            continue
+        merged["properties"] = {
+            **(merged.get("properties") or {}),
+            **(part.get("properties") or {}),
+        }
+        merged["required"] = [*(merged.get("required") or ()), *(part.get("required") or ())]
+        for key, value in part.items():
+            merged.setdefault(key, value)
+    return merged
+
+
+def _object(schema: dict[str, Any], root: Any, depth: int) -> dict[str, Any]:
+    if depth >= _MAX_DEPTH:
+        return {}
+    properties = schema.get("properties")
+    properties = properties if isinstance(properties, dict) else {}
+    required = [name for name in schema.get("required") or () if isinstance(name, str)]
+    return {name: _placeholder(properties.get(name, {}), root, depth + 1) for name in required}
+
+
+def _array(schema: dict[str, Any], root: Any, depth: int) -> list[Any]:
+    if depth >= _MAX_DEPTH:
+        return []
+    prefix = schema.get("prefixItems")
+    items = schema.get("items")
+    if isinstance(items, list):  # (draft 4's tuple form)
+        prefix, items = items, schema.get("additionalItems")
+    prefix = prefix if isinstance(prefix, list) else []
+    low, high = schema.get("minItems"), schema.get("maxItems")
+    count = max(1, low if isinstance(low, int) else 0, len(prefix))
+    if isinstance(high, int):
+        count = min(count, high)
+    shapes = [*prefix, *[items] * max(0, count - len(prefix))][:count]
+    return [_placeholder(shape, root, depth + 1) for shape in shapes]
+
+
+def _string(schema: dict[str, Any]) -> str:
+    known = _FORMATS.get(str(schema.get("format")))
+    if known is not None:
+        return known
+    low, high = schema.get("minLength"), schema.get("maxLength")
+    text = "x" * max(1, low if isinstance(low, int) else 0)
+    return text[:high] if isinstance(high, int) else text
+
+
+def _number(schema: dict[str, Any], integer: bool) -> int | float:
+    """0, or the bound nearest to 0 when the bounds leave 0 out, ``multipleOf`` kept; a
+    number between two close exclusive bounds: their middle."""
+
+    def bound(key: str) -> float | None:
+        value = schema.get(key)
+        return None if isinstance(value, bool) or not isinstance(value, (int, float)) else value
+
+    low, high = bound("minimum"), bound("maximum")
+    over, under = bound("exclusiveMinimum"), bound("exclusiveMaximum")
+    if schema.get("exclusiveMinimum") is True:  # (draft 4: a flag on minimum)
+        over, low = low, None
+    if schema.get("exclusiveMaximum") is True:
+        under, high = high, None
+    floor = max(
+        (b for b in (low, None if over is None else over + 1) if b is not None), default=None
+    )
+    ceiling = min(
+        (b for b in (high, None if under is None else under - 1) if b is not None), default=None
+    )
+    value: float = 0 if floor is None else max(0, floor)
+    if ceiling is not None and value > ceiling:
+        value = ceiling
+    multiple = bound("multipleOf")
+    if multiple:
+        value = math.ceil(value / multiple) * multiple
+    if integer:
+        return math.ceil(value)
+    if (over is not None and value <= over) or (under is not None and value >= under):
+        value = (
+            (over if over is not None else value - 1) + (under if under is not None else value + 1)
+        ) / 2
+    return int(value) if float(value).is_integer() else value
