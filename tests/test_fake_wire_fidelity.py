@@ -6,6 +6,7 @@ are declared (typed) parts of the provider."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -257,6 +258,93 @@ def test_recursive_schemas_are_cut_at_a_bounded_depth(apis: Apis) -> None:
     while arguments:
         arguments, depth = arguments["next"], depth + 1
     assert 2 <= depth <= 10
+
+
+# ---- 3. batches go through each API's phases
+
+
+def _upload(oai: openai.OpenAI) -> str:
+    body = {"model": "m", "messages": USER}
+    line = {"custom_id": "a", "method": "POST", "url": "/v1/chat/completions", "body": body}
+    return oai.files.create(file=("b.jsonl", json.dumps(line).encode()), purpose="batch").id
+
+
+def _create(oai: openai.OpenAI) -> Any:
+    return oai.batches.create(
+        input_file_id=_upload(oai), endpoint="/v1/chat/completions", completion_window="24h"
+    )
+
+
+def test_an_openai_batch_is_validated_then_finalized(apis: Apis) -> None:
+    """A batch was ``in_progress`` from its creation and then ``completed``: OpenAI's
+    ``validating`` and ``finalizing`` (and their timestamps) never came."""
+    fake, oai = apis.fake, apis.oai
+    created = _create(oai)
+    assert created.status == "validating"
+    assert created.in_progress_at is None
+    done = oai.batches.retrieve(created.id)
+    assert done.status == "completed"
+    stamps = [done.in_progress_at, done.finalizing_at, done.completed_at]
+    assert None not in stamps
+    assert created.created_at <= stamps[0] <= stamps[1] <= stamps[2]  # type: ignore[operator]
+    assert done.expires_at == done.created_at + 86_400
+    fake.batch_outcome = "failed"  # OpenAI fails a batch whose input it could not validate
+    failed = oai.batches.retrieve(_create(oai).id)
+    assert (failed.status, failed.in_progress_at) == ("failed", None)
+    assert failed.failed_at is not None
+    fake.batch_seconds = 600.0
+    assert oai.batches.retrieve(_create(oai).id).status == "validating"
+
+
+def test_an_openai_batch_s_statuses_come_in_order(apis: Apis) -> None:
+    fake, oai = apis.fake, apis.oai
+    fake.batch_seconds = 0.3
+    created = _create(oai)
+    seen = [created.status]
+    end = time.monotonic() + 10
+    while seen[-1] != "completed" and time.monotonic() < end:
+        status = oai.batches.retrieve(created.id).status
+        if status != seen[-1]:
+            seen.append(status)
+        time.sleep(0.005)
+    order = ["validating", "in_progress", "finalizing", "completed"]
+    assert seen[0] == "validating"
+    assert seen[-1] == "completed"
+    assert seen == sorted(seen, key=order.index)
+
+
+def test_a_message_batch_is_in_progress_when_created(apis: Apis) -> None:
+    """A message batch that runs no time at all was answered ``ended`` by its creation,
+    which Anthropic answers ``in_progress``."""
+    params: Any = {"model": "m", "max_tokens": 10, "messages": USER}
+    created = apis.claude.messages.batches.create(requests=[{"custom_id": "a", "params": params}])
+    assert (created.processing_status, created.results_url) == ("in_progress", None)
+    assert apis.claude.messages.batches.retrieve(created.id).processing_status == "ended"
+
+
+def test_a_cancelled_batch_is_cancelling_first(apis: Apis) -> None:
+    """A cancel ended a batch at once; both APIs answer it still cancelling (OpenAI's
+    ``cancelling``, Anthropic's ``canceling``) and end it later."""
+    fake, oai, claude = apis.fake, apis.oai, apis.claude
+    fake.batch_seconds = 600.0
+    created = _create(oai)
+    cancelling = oai.batches.cancel(created.id)
+    assert (cancelling.status, cancelling.cancelled_at) == ("cancelling", None)
+    assert cancelling.cancelling_at is not None
+    cancelled = oai.batches.retrieve(created.id)
+    assert cancelled.status == "cancelled"
+    assert cancelled.cancelled_at is not None
+    params: Any = {"model": "m", "max_tokens": 10, "messages": USER}
+    batch = claude.messages.batches.create(requests=[{"custom_id": "a", "params": params}])
+    assert batch.processing_status == "in_progress"
+    canceling = claude.messages.batches.cancel(batch.id)
+    assert (canceling.processing_status, canceling.ended_at) == ("canceling", None)
+    assert canceling.cancel_initiated_at is not None
+    ended = claude.messages.batches.retrieve(batch.id)
+    assert (ended.processing_status, ended.request_counts.canceled) == ("ended", 1)
+    assert ended.ended_at is not None
+    (row,) = claude.messages.batches.results(batch.id)
+    assert row.result.type == "canceled"
 
 
 # ---- 4. the batch settings are declared

@@ -68,9 +68,11 @@ forced tool call carries placeholder arguments that the tool's JSON schema takes
 It also runs OpenAI's Batch API (``/v1/files``, ``/v1/batches``) and Anthropic's Message
 Batches (``/v1/messages/batches``), answered as the endpoints answer. Constructor arguments
 (attributes too, which a test may set later) steer them: ``batch_seconds`` (how long a batch
-runs, 0.2 s by default),
-``batch_rows`` (``batch_rows(row)`` rewrites each result row: a dict, a raw line or ``None``;
-an OpenAI row with an ``error`` or a status other than 200 goes to the error file) and
+runs, 0.2 s by default; OpenAI's go ``validating``, ``in_progress``, ``finalizing``,
+``completed``, Anthropic's ``in_progress``, ``ended``, a cancel through ``cancelling`` /
+``canceling``), ``batch_rows`` (``batch_rows(row)`` rewrites each result row: a dict, a raw
+line or ``None``; an OpenAI row with an ``error`` or a status other than 200 goes to the
+error file) and
 ``batch_outcome`` (``"expired"`` or ``"failed"``: the next batches expire or fail).
 
 The module is also runnable for benchmarks in a separate process::

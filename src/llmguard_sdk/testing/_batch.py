@@ -2,17 +2,22 @@
 
 OpenAI: ``POST /v1/files`` (multipart, ``purpose=batch``, a JSON Lines file of
 ``{custom_id, method, url, body}``), ``POST /v1/batches`` (``input_file_id``, ``endpoint``,
-``completion_window``), ``GET /v1/batches/{id}`` (``status`` ``in_progress`` until the batch is
-done, then ``completed`` with ``output_file_id``), ``GET /v1/files/{id}/content`` (JSON Lines of
-``{id, custom_id, response: {status_code, body}, error}``).
+``completion_window``; answered ``validating``), ``GET /v1/batches/{id}`` (``status``
+``validating`` for the first tenth of ``batch_seconds``, ``in_progress``, ``finalizing`` for the
+last tenth, then ``completed`` with ``output_file_id``; each phase's ``*_at`` time once entered),
+``GET /v1/files/{id}/content`` (JSON Lines of ``{id, custom_id, response: {status_code, body},
+error}``).
 
 Anthropic: ``POST /v1/messages/batches`` (``requests: [{custom_id, params}]``),
 ``GET /v1/messages/batches/{id}`` (``processing_status`` ``in_progress``, then ``ended`` with
-``results_url``), ``GET /v1/messages/batches/{id}/results`` (JSON Lines of
-``{custom_id, result: {type: "succeeded", message}}``; usage says ``service_tier: "batch"``).
+``results_url``: Anthropic has no phase between them, only ``canceling`` after a cancel),
+``GET /v1/messages/batches/{id}/results`` (JSON Lines of ``{custom_id, result: {type:
+"succeeded", message}}``; usage says ``service_tier: "batch"``).
 
-Both: ``POST .../{id}/cancel`` cancels a batch that is not done: it ends at once (OpenAI:
-``status`` ``cancelled``, no output file; Anthropic: ``ended``, each request ``canceled``).
+Both: ``POST .../{id}/cancel`` cancels a batch that is not done: the answer says it is
+cancelling (OpenAI: ``cancelling``; Anthropic: ``canceling``, ``cancel_initiated_at``) and the
+next status read that it ended (OpenAI: ``status`` ``cancelled``, no output file; Anthropic:
+``ended``, each request ``canceled``).
 
 A batch is answered when it is created (each request as the chat or messages endpoint would
 answer it, counted in the provider's stats) and reported done ``batch_seconds`` later (an
@@ -27,7 +32,8 @@ failed requests, and counts in ``request_counts.failed``; an Anthropic batch's
 Its ``batch_outcome`` (default ``None``: every request succeeds) makes the next
 batches end otherwise: ``"expired"`` (OpenAI: ``status`` ``expired``, each request in the error
 file with the code ``batch_expired``; Anthropic: each result ``expired``) or ``"failed"``
-(OpenAI: ``status`` ``failed`` with ``errors``, no files; Anthropic, whose batches never fail
+(OpenAI: ``status`` ``failed`` with ``errors``, no files, straight from ``validating`` as
+OpenAI fails a batch whose input it refuses; Anthropic, whose batches never fail
 whole: each result ``errored`` with an ``api_error``). ``batch_rows`` still rewrites the rows.
 """
 
@@ -292,8 +298,7 @@ class _BatchHandler(_BaseHandler):
         done = [row for row in rows if not _failed_row(row)]
         batch: dict[str, Any] = {"kind": "openai", "count": len(out), "outcome": outcome}
         batch |= {"completed": len(done), "failed": len(failed), "body": body}
-        batch["created"] = time.time()
-        batch["done_at"] = time.monotonic() + provider.batch_seconds
+        batch |= _clock(provider.batch_seconds)
         for key, kept in (("output_file_id", done), ("error_file_id", failed)):
             batch[key] = None
             if kept:
@@ -301,7 +306,7 @@ class _BatchHandler(_BaseHandler):
                 store.files[batch[key]] = _jsonl(kept)
         batch_id = f"batch_{uuid.uuid4().hex[:16]}"
         store.batches[batch_id] = batch
-        return 200, self._openai_status(batch_id, batch)
+        return 200, self._openai_status(batch_id, batch, answer="validating")
 
     def _anthropic_batch(
         self, provider: FakeProvider, store: _Store, raw: bytes, n: int
@@ -327,14 +332,13 @@ class _BatchHandler(_BaseHandler):
         batch_id = f"msgbatch_{uuid.uuid4().hex[:16]}"
         store.batches[batch_id] = {
             "kind": "anthropic",
-            "done_at": time.monotonic() + provider.batch_seconds,
+            **_clock(provider.batch_seconds),
             "results": _jsonl(edited),
             "counts": _anthropic_counts(edited),
             "ids": [row["custom_id"] for row in rows],
             "count": len(rows),
-            "created": time.time(),
         }
-        return 200, self._anthropic_status(batch_id, store.batches[batch_id])
+        return 200, self._anthropic_status(batch_id, store.batches[batch_id], "in_progress")
 
     def _cancel(self, store: _Store, parts: list[str]) -> tuple[int, Any] | None:
         """Cancel the batch ``parts`` names (``batches/{id}``, ``messages/batches/{id}``)."""
@@ -346,14 +350,16 @@ class _BatchHandler(_BaseHandler):
             or batch["kind"] != kind
         ):
             return None
-        if time.monotonic() < batch["done_at"]:
-            batch["cancelled"], batch["done_at"] = True, time.monotonic()
+        answer = None
+        if not _ended(batch, time.monotonic()):  # (cancelling, then cancelled when next read)
+            batch["cancel_at"], answer = time.monotonic(), "cancelling"
             if kind == "anthropic":
                 canceled = ({"custom_id": i, "result": {"type": "canceled"}} for i in batch["ids"])
                 batch["results"] = "".join(json.dumps(r) + "\n" for r in canceled).encode()
         if kind == "anthropic":
-            return 200, self._anthropic_status(parts[-1], batch)
-        return 200, self._openai_status(parts[-1], batch)
+            said = None if answer is None else "canceling"  # (Anthropic's spelling)
+            return 200, self._anthropic_status(parts[-1], batch, said)
+        return 200, self._openai_status(parts[-1], batch, answer)
 
     def _lookup(self, store: _Store, parts: list[str]) -> tuple[int, Any] | None:
         if parts[0] == "files" and len(parts) == 3 and parts[2] == "content":
@@ -368,19 +374,22 @@ class _BatchHandler(_BaseHandler):
             return None
         if len(parts) == 3:
             return 200, self._anthropic_status(parts[2], batch)
-        if parts[3] == "results" and time.monotonic() >= batch["done_at"]:
+        if parts[3] == "results" and _ended(batch, time.monotonic()):
             return 200, batch["results"]
         return None
 
-    def _openai_status(self, batch_id: str, batch: dict[str, Any]) -> dict[str, Any]:
-        done = time.monotonic() >= batch["done_at"]
-        cancelled = batch.get("cancelled", False)
-        shown = done and not cancelled
-        status = "completed" if batch["outcome"] is None else batch["outcome"]
-        if cancelled or not done:
-            status = "cancelled" if cancelled else "in_progress"
+    def _openai_status(
+        self, batch_id: str, batch: dict[str, Any], answer: str | None = None
+    ) -> dict[str, Any]:
+        """A Batch object; ``answer``: the status the answer to its creation (``validating``)
+        or cancel (``cancelling``) says."""
+        status, stamps = _openai_phase(batch, time.monotonic())
+        if answer is not None:  # (a new batch has entered no phase yet; a cancel is under way)
+            status = answer
+            stamps = {} if answer == "validating" else {**stamps, "cancelled": None}
+        shown = status in ("completed", "expired", "failed")
         errors = None
-        if shown and status == "failed":
+        if status == "failed":
             error = {"code": "batch_failed", "message": "The batch failed.", "param": None}
             errors = {"object": "list", "data": [{**error, "line": None}]}
         body = batch["body"]
@@ -400,32 +409,89 @@ class _BatchHandler(_BaseHandler):
                 "completed": batch["completed"] if shown else 0,
                 "failed": batch["failed"] if shown else 0,
             },
+            "expires_at": int(batch["created"]) + 86_400,
+            **{f"{name}_at": None for name in _OPENAI_STAMPS},
+            **{
+                f"{name}_at": int(_wall(batch, at)) for name, at in stamps.items() if at is not None
+            },
         }
 
-    def _anthropic_status(self, batch_id: str, batch: dict[str, Any]) -> dict[str, Any]:
-        done = time.monotonic() >= batch["done_at"]
+    def _anthropic_status(
+        self, batch_id: str, batch: dict[str, Any], answer: str | None = None
+    ) -> dict[str, Any]:
+        """A Message Batch object; ``answer``: the ``processing_status`` the answer to its
+        creation (``in_progress``) or cancel (``canceling``) says."""
+        cancel_at = batch.get("cancel_at")
+        done = _ended(batch, time.monotonic()) and answer is None
         counts = dict.fromkeys(("succeeded", "errored", "canceled", "expired"), 0)
-        if batch.get("cancelled"):
-            counts["canceled"] = batch["count"]
-        elif done:
-            counts = batch["counts"]
-        created = batch["created"]
-        ended = time.time() - (time.monotonic() - batch["done_at"])
+        if done:
+            counts = {**counts, "canceled": batch["count"]} if cancel_at else batch["counts"]
+        ended = batch["done_at"] if cancel_at is None else cancel_at
         return {
             "id": batch_id,
             "type": "message_batch",
-            "processing_status": "ended" if done else "in_progress",
+            "processing_status": "ended" if done else answer or "in_progress",
             "request_counts": {"processing": 0 if done else batch["count"], **counts},
-            "created_at": _rfc3339(created),
-            "expires_at": _rfc3339(created + 86_400),
-            "ended_at": _rfc3339(ended) if done else None,
-            "cancel_initiated_at": _rfc3339(ended) if batch.get("cancelled") else None,
+            "created_at": _rfc3339(batch["created"]),
+            "expires_at": _rfc3339(batch["created"] + 86_400),
+            "ended_at": _rfc3339(_wall(batch, ended)) if done else None,
+            "cancel_initiated_at": _rfc3339(_wall(batch, cancel_at)) if cancel_at else None,
             "archived_at": None,
             "results_url": f"http://{self.headers.get('host', '127.0.0.1')}/v1/messages/batches/"
             f"{batch_id}/results"
             if done
             else None,
         }
+
+
+def _clock(seconds: float) -> dict[str, Any]:
+    """When a batch made now runs: ``created`` (Unix time), ``started`` and ``done_at``
+    (monotonic), and ``seconds``."""
+    now = time.monotonic()
+    return {"created": time.time(), "started": now, "done_at": now + seconds, "seconds": seconds}
+
+
+def _wall(batch: dict[str, Any], instant: float) -> float:
+    """The Unix time of a monotonic ``instant`` of ``batch``."""
+    return float(batch["created"] + (instant - batch["started"]))
+
+
+def _ended(batch: dict[str, Any], now: float) -> bool:
+    """Whether ``batch`` has ended by ``now``: run to its end, or cancelled."""
+    return now >= batch["done_at"] or batch.get("cancel_at") is not None
+
+
+_OPENAI_STAMPS = (
+    "in_progress",
+    "finalizing",
+    "completed",
+    "failed",
+    "expired",
+    "cancelling",
+    "cancelled",
+)
+
+
+def _openai_phase(batch: dict[str, Any], now: float) -> tuple[str, dict[str, float | None]]:
+    """An OpenAI batch's status at ``now`` and when it entered each phase so far:
+    ``validating`` the first tenth of its ``batch_seconds``, ``in_progress``, ``finalizing``
+    the last tenth, then ``completed`` (or, with ``batch_outcome``, ``expired`` from
+    ``in_progress``, ``failed`` from ``validating``); a cancelled one is ``cancelled``."""
+    start, done, tenth = batch["started"], batch["done_at"], batch["seconds"] / 10
+    outcome, cancel_at = batch["outcome"], batch.get("cancel_at")
+    phases = [("validating", start)]
+    if outcome != "failed":
+        phases.append(("in_progress", start + tenth))
+    if outcome is None:
+        phases.append(("finalizing", done - tenth))
+    phases.append((outcome or "completed", done))
+    until = now if cancel_at is None else min(now, cancel_at)
+    entered = [(name, at) for name, at in phases if at <= until and (at < done or until >= done)]
+    stamps: dict[str, float | None] = dict(entered[1:])
+    if cancel_at is not None:
+        stamps |= {"cancelling": cancel_at, "cancelled": cancel_at}
+        return "cancelled", stamps
+    return entered[-1][0], stamps
 
 
 def _rfc3339(stamp: float) -> str:
