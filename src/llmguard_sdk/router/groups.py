@@ -139,8 +139,10 @@ class DeploymentGroup:
     its name must be unique in the Guard. A deployment its breaker or its rate limit refused
     goes after the others for a moment (:meth:`refused`). ``weights`` (one per deployment,
     numbers >= 0) are for ``weighted`` only (another strategy refuses them); ``half_life_s``
-    (> 0), ``penalty_s`` (>= 0) and ``slack`` (>= 1), finite numbers, tune ``latency`` (see
-    :mod:`llmguard_sdk.router.policy`);
+    (> 0), ``penalty_s`` (>= 0), ``slack`` (>= 1) and ``buffer`` (>= 0), finite numbers,
+    tune ``latency`` (see :mod:`llmguard_sdk.router.policy`): the power of two choices
+    picks either of two deployments whose costs lie within ``buffer`` (0.2: 20 %) of each
+    other, so that equal deployments share the load (0: the cheaper, always);
     ``seed`` makes the random draws repeatable; ``clock`` is injectable for tests. A
     deployment that has neither answered nor led a call for ``half_life_s`` leads the next
     one (a trickle of exploration). ``regions`` tags deployments (by name; else a
@@ -166,6 +168,7 @@ class DeploymentGroup:
         half_life_s: float = 10.0,
         penalty_s: float = 10.0,
         slack: float = 2.0,
+        buffer: float = 0.2,
         regions: Mapping[str, str] | None = None,
         region: str | None = None,
         seed: int | None = None,
@@ -178,6 +181,7 @@ class DeploymentGroup:
         _tuning("half_life_s", half_life_s, "number of seconds > 0", lambda v: v > 0)
         _tuning("penalty_s", penalty_s, "number of seconds >= 0", lambda v: v >= 0)
         _tuning("slack", slack, "number >= 1", lambda v: v >= 1)
+        _tuning("buffer", buffer, "number >= 0", lambda v: v >= 0)
         if regions is not None and not (
             isinstance(regions, Mapping) and all(isinstance(r, str) for r in regions.values())
         ):
@@ -192,6 +196,7 @@ class DeploymentGroup:
         self.half_life_s = half_life_s
         self.penalty_s = penalty_s
         self.slack = slack
+        self.buffer = buffer
         self.names = tuple(d.name for d in deployments)
         unknown = sorted(set(regions or ()) - set(self.names))
         if unknown:
@@ -401,7 +406,7 @@ class DeploymentGroup:
             stale(state, self._led.get(self.names[i], 0.0), now, self.half_life_s)
             for i, state in zip(among, states, strict=True)
         ]
-        return rank_by_latency(costs, self._rng, slack=self.slack, stale=old)
+        return rank_by_latency(costs, self._rng, slack=self.slack, stale=old, buffer=self.buffer)
 
     def _by_cost(self, among: list[int], facts: CallFacts) -> list[int]:
         """Positions in ``among`` (indexes): those that fit the call first, each by the

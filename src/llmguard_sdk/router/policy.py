@@ -25,7 +25,10 @@ explored instead by one call once it has neither answered nor led a call for ``e
 to the peak again. Exploring also refreshes an average that one stray sample left high
 (the best's may have got worse since). A deployment's first answer pays for its connection
 (TLS, a cold pool) and is not measured. Within the band the ranking takes the power of two
-choices: two deployments drawn at random, the cheaper first (a deployment never measured
+choices: two deployments drawn at random, the cheaper first, unless their costs lie within
+``buffer`` of each other (a fraction: 0.2 by default, as LiteLLM's
+``lowest_latency_buffer``): then either, at random, so that equal deployments share the
+load rather than the marginally fastest taking it all (a deployment never measured
 costs 0 while it has no call in flight, so each is measured early, and as the best one once
 it has: a burst is shared, not all sent there); then the others, cheapest first, as the
 failover order within the group.
@@ -59,11 +62,12 @@ Strategy = Literal[
     "latency", "least_outstanding", "headroom", "cheapest", "round_robin", "weighted", "ordered"
 ]
 """``latency``: power of two choices on peak-EWMA latency times load, within ``slack`` of the
-best; ``least_outstanding``: the deployment with the fewest calls in flight (counted across
-processes when the Guard's store is Redis); ``headroom``: the most provider rate-limit
-headroom left; ``cheapest``: the cheapest of those that fit the call (context window,
-capabilities); ``round_robin``: each call starts one further along; ``weighted``: the first
-drawn in proportion to the weights, then by weight; ``ordered``: as listed (failover only)."""
+best (a pair within ``buffer`` of each other: either); ``least_outstanding``: the deployment
+with the fewest calls in flight (counted across processes when the Guard's store is Redis);
+``headroom``: the most provider rate-limit headroom left; ``cheapest``: the cheapest of those
+that fit the call (context window, capabilities); ``round_robin``: each call starts one
+further along; ``weighted``: the first drawn in proportion to the weights, then by weight;
+``ordered``: as listed (failover only)."""
 
 
 @dataclass(frozen=True)
@@ -163,10 +167,12 @@ def rank_by_latency(
     *,
     slack: float = math.inf,
     stale: Sequence[bool] = (),
+    buffer: float = 0.0,
 ) -> list[int]:
     """Indexes, best first: a ``stale`` deployment (the cheapest, when several are), else the
     cheaper of two drawn at random among those within ``slack`` times the lowest cost (the
-    only one, when one alone is); then the rest by cost."""
+    only one, when one alone is), either of the two when their costs lie within ``buffer``
+    (a fraction) of each other; then the rest by cost."""
     order = sorted(range(len(costs)), key=lambda i: costs[i])
     explored = next((i for i in order if i < len(stale) and stale[i]), None)
     if explored is not None:
@@ -180,8 +186,8 @@ def rank_by_latency(
         band = [i for i in order if costs[i] <= 0]
     if len(band) < 2:
         return order
-    first, second = rng.sample(band, 2)
-    chosen = first if costs[first] <= costs[second] else second
+    first, second = rng.sample(band, 2)  # (in random order: within the buffer, either)
+    chosen = first if costs[first] <= costs[second] * (1 + buffer) else second
     return [chosen] + [i for i in order if i != chosen]
 
 

@@ -183,6 +183,7 @@ def _with_outage(
             entry = DeploymentGroup(  # the file's group as it is, but for the injector
                 entry.name, deployments, strategy=entry.strategy, weights=weights,
                 half_life_s=entry.half_life_s, penalty_s=entry.penalty_s, slack=entry.slack,
+                buffer=entry.buffer,
                 regions={n: r for n, r in zip(entry.names, entry.regions, strict=True) if r},
                 region=entry.region,
             )  # fmt: skip
