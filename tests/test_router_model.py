@@ -76,6 +76,23 @@ def test_model_names_a_group_and_the_call_goes_to_that_groups_deployments_only(
         assert guard.chat(USER, model="small").route.startswith("small-")
 
 
+def test_a_model_a_later_groups_deployments_serve_goes_to_that_group(fakes: Fakes) -> None:
+    """``model="big-model"``, the model of the "big" group's deployments, went to the chain's
+    first group ("small", which serves "small-model"): only a group's name selected it. The
+    call starts at the first group whose deployment serves the model; a model the chain's
+    first route serves, or a route outside groups, keeps the chain from its start."""
+    with Guard(_chain(fakes, strategy="round_robin"), environ={}) as guard:
+        routes = [guard.chat(USER, model="big-model").route for _ in range(4)]
+        streamed = guard.chat(USER, model="big-model", stream=True)
+        with streamed:
+            assert "".join(chunk.text for chunk in streamed) == "Echo: hello there"
+        assert guard.chat(USER, model="small-model").route.startswith("small-")
+        assert guard.chat(USER, model="backup-model").route.startswith("small-")
+    assert sorted(routes) == ["big-0", "big-0", "big-1", "big-1"]
+    assert streamed.response.route.startswith("big-")
+    assert {r.body["model"] for n in ("big-0", "big-1") for r in fakes[n].requests} == {"big-model"}
+
+
 def test_async_and_streamed_calls_select_the_group_too(fakes: Fakes) -> None:
     async def calls() -> list[str]:
         async with Guard(_chain(fakes), environ={}) as guard:

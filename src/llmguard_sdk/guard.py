@@ -70,7 +70,8 @@ class ChatOptions(TypedDict, total=False):
     model wins). With deployment groups, a group's name selects the group, as a LiteLLM
     Router's ``model_name`` does: the call starts at it (its deployments as its strategy
     ranks them, then the chain's routes after it), unless task routing chooses the call's
-    tier. A name of no group that every route would ignore (each has a model of its own,
+    tier; a model a group's deployment serves selects the first such group as its name
+    does. A name of no group that every route would ignore (each has a model of its own,
     another) raises :class:`~llmguard_sdk.errors.UnknownModelError` (not under a release)."""
     tenant: str | None
     feature: str | None

@@ -51,6 +51,14 @@ class Routing:
         self.entries = tuple(entries)
         # the groups by their own names: what a call's model= selects
         self.groups = {e.name: e for e in self.entries if isinstance(e, DeploymentGroup)}
+        # each model a route serves: the group of the chain's first route serving it (None:
+        # a route outside groups serves it first, and the chain starts where it starts)
+        self._serving: dict[str, str | None] = {}
+        for entry in self.entries:
+            grouped = isinstance(entry, DeploymentGroup)
+            for route in entry.deployments if isinstance(entry, DeploymentGroup) else (entry,):
+                if route.model:
+                    self._serving.setdefault(route.model, entry.name if grouped else None)
         self._groups = {
             deployment.name: entry
             for entry in entries
@@ -105,6 +113,14 @@ class Routing:
             for entry in entries
             for route in (entry.ranked(facts) if isinstance(entry, DeploymentGroup) else (entry,))
         )
+
+    def selected(self, model: str | None) -> str | None:
+        """The group a call's ``model=`` starts it at: the group of that name, else the group
+        of the chain's first route whose own model it is (a route outside groups, or no
+        route: ``None``, the chain from its start)."""
+        if model is None or model in self.groups:
+            return model
+        return self._serving.get(model)
 
     def check_model(self, model: str | None, routes: Sequence[Provider]) -> None:
         """Refuse a call's ``model=`` that names none of the groups and that every route of

@@ -184,17 +184,19 @@ def prepare(
 
 
 def _selected_group(stages: Stages, request: ChatRequest) -> str | None:
-    """The deployment group the call's ``model=`` names, where it selects one: the call
-    starts at that group (see :meth:`Routing.ranked`); ``None`` when it names none, or the
-    Guard routes by tasks (the call's tier decides). A name of no group that every route
-    would ignore is refused (UnknownModelError), but under a release: its arms may name
-    their groups otherwise, and a name one of them has is never refused by the other."""
+    """The deployment group the call's ``model=`` selects, where it selects one: the group
+    of that name, else the group of the chain's first route whose own model it is (see
+    :meth:`Routing.selected`); the call starts at that group (see :meth:`Routing.ranked`);
+    ``None`` when it selects none, or the Guard routes by tasks (the call's tier decides).
+    A name of no group that every route would ignore is refused (UnknownModelError), but
+    under a release: its arms may name their groups otherwise, and a name one of them has
+    is never refused by the other."""
     routing = stages.routing
     if routing is None or stages.tasks is not None:
         return None
     if stages.releases is None:
         routing.check_model(request.model, stages.routes)
-    return request.model if request.model in routing.groups else None
+    return routing.selected(request.model)
 
 
 def check_input_size(ctx: CallContext, stages: Stages) -> None:
@@ -214,9 +216,9 @@ def check_input_size(ctx: CallContext, stages: Stages) -> None:
 def _first_model(ctx: CallContext, stages: Stages) -> str | None:
     """The request's model, else the model of the call's first route (as ranked for it); a
     call whose model= names its group: its first deployment's own model (the name is no
-    model's)."""
+    model's; one that named a deployment's model keeps it)."""
     first = (ctx.route_order or stages.routes)[0].model
-    if ctx.group is not None and first:
+    if ctx.group is not None and ctx.group == ctx.request.model and first:
         return first
     return ctx.request.model or first
 

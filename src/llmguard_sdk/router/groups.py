@@ -154,8 +154,9 @@ class DeploymentGroup:
 
     A call whose ``model=`` is the group's name (``guard.chat(..., model="gpt-4o-mini")``, as
     a LiteLLM Router's ``model_name``) starts at the group: its deployments as ranked, then
-    the chain's routes after it (the entries before it are not tried); see
-    :class:`~llmguard_sdk.ChatOptions`.
+    the chain's routes after it (the entries before it are not tried); so does one whose
+    ``model=`` is the own model of one of its deployments, when no route before it
+    serves that model; see :class:`~llmguard_sdk.ChatOptions`.
     """
 
     def __init__(
