@@ -140,18 +140,19 @@ def _long_answers(cap: float, calls: int) -> tuple[dict[str, Any], list[Any]]:
 def test_a_copy_without_max_tokens_reserves_its_input_and_an_output_allowance() -> None:
     """A copy of a call without ``max_tokens`` reserved the dearest copy so far: nothing
     for the first, so a long first answer went past the cap ($0.0015 spent against a
-    $0.0005 cap). A copy reserves what a budgeted call without ``max_tokens`` does, its
-    input and ``Budgets.default_output_tokens`` (1024, the ``max_tokens`` it is sent with)
-    at the candidate's prices, and is not sent when that does not fit."""
-    report, sent = _long_answers(0.0005, 3)
-    assert report["spent_usd"] <= 0.0005
+    $0.0005 cap). A copy reserves what a budgeted call does, its input and its output
+    limit at the candidate's prices, and is not sent
+    when that does not fit. Its output limit is the served answer's length and a margin
+    (the served "Echo: hello", 2 tokens: 66), so the candidate's long answer is cut there."""
+    report, sent = _long_answers(0.00005, 3)
+    assert report["spent_usd"] <= 0.00005
     assert sent == []
     assert report["skipped_budget"] == 3
-    report, sent = _long_answers(0.0025, 3)  # room for two copies' reservations (~$0.00103)
-    assert report["spent_usd"] <= 0.0025
+    report, sent = _long_answers(0.0002, 3)  # room for two copies' reservations (~$0.00009)
+    assert report["spent_usd"] <= 0.0002
     assert report["pairs"] == 2
     assert report["skipped_budget"] == 1
-    assert [request.body.get("max_tokens") for request in sent] == [1024, 1024]
+    assert [request.body.get("max_tokens") for request in sent] == [66, 66]
 
 
 @pytest.mark.parametrize(

@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..budget._reserve import with_output_limit
 from ..context import CallContext, CallEvent, Scope
 from ..errors import ConfigurationError, LLMGuardError
 from ..models import ChatRequest, ChatResponse
@@ -45,7 +46,12 @@ logger = logging.getLogger("llmguard_sdk")
 Comparator = Callable[[ChatResponse, ChatResponse], "bool | None"]
 """``(served, shadow) -> agree``; ``None``: this pair says nothing (not counted)."""
 
+_Copy = tuple[ChatRequest, Scope, ChatResponse, str, "int | None"]
+"""A served call queued for its copy: its request (as the caller sent it), scope, answer,
+segment and the output limit it was served with."""
 _MAX_SEGMENTS = 100
+_COPY_MARGIN = 0.5  # a copy's output limit: the served answer's length and half as much...
+_COPY_MARGIN_TOKENS = 64  # ... or this many tokens more, at least
 _CLOSE_GRACE_S = 1.0  # how long a close waits for an abandoned call to end (its timeout if less)
 
 
@@ -86,6 +92,19 @@ def _calls(answer: ChatResponse) -> list[str]:
             what["function"] = {**function, "arguments": _arguments(function.get("arguments"))}
         calls.append(json.dumps(what, sort_keys=True, separators=(",", ":"), default=repr))
     return sorted(calls)
+
+
+def _copy_limit(served: ChatResponse, limit: int | None) -> int | None:
+    """The output limit of a copy of a call served ``served`` under ``limit`` (``None``:
+    none): the served answer's output tokens and a margin (half as many, 64 at least: the
+    candidate's tokenizer may count the same text otherwise, and a copy longer than that
+    disagrees on length anyway), at most ``limit``; ``limit`` where its length is not known
+    (``None``: neither)."""
+    used = served.usage.output_tokens if served.usage is not None else 0
+    if not used:
+        return limit
+    grown = used + max(_COPY_MARGIN_TOKENS, math.ceil(used * _COPY_MARGIN))
+    return min(grown, limit) if limit else grown
 
 
 def _same(a: ChatResponse, b: ChatResponse) -> bool:
@@ -192,8 +211,12 @@ class ShadowPolicy:
             calls that got no answer included (what their attempts that went out cost).
             Each call is reserved before it goes, as a spend budget holds a call: its worst
             case (its input and output limit at the candidate's dearest route) must fit in
-            what is left; a call whose output has no limit (no ``max_tokens``) is sent with
-            the one a budgeted call gets, ``Budgets.default_output_tokens`` (1024).
+            what is left. A call
+            whose output has no limit (no ``max_tokens``) is sent with the served answer's
+            own length and half as much again (64 tokens at least), at most the limit the
+            served call had (its release's ``max_tokens``, a budget's default), so the pair
+            is compared as served; without a length, with that limit, else with
+            ``Budgets.default_output_tokens`` (1024).
             A candidate route whose model has no price is not counted (the Guard logs a
             warning as it is built).
         timeout: seconds a shadow call may take (finite, > 0).
@@ -284,9 +307,7 @@ class Shadow:
         self._prices = prices  # what prices the shadow's calls (its spend cap counts them)
         self._telemetry = telemetry
         self._rng = random.Random(self.policy.seed)
-        self._queue: queue.Queue[tuple[ChatRequest, Scope, ChatResponse, str]] = queue.Queue(
-            self.policy.max_queue
-        )
+        self._queue: queue.Queue[_Copy] = queue.Queue(self.policy.max_queue)
         self._lock = threading.Lock()
         self._counts = {"offered": 0, "dropped_queue": 0, "skipped_rate": 0}
         self._counts.update(skipped_budget=0, candidate_errors=0, abandoned_at_close=0)
@@ -315,7 +336,8 @@ class Shadow:
         with self._lock:
             self._counts["offered"] += 1
         try:
-            self._queue.put_nowait((ctx.base_request, ctx.scope, response, str(segment)))
+            limit = ctx.request.output_limit  # the served call's (its release's, a budget's)
+            self._queue.put_nowait((ctx.base_request, ctx.scope, response, str(segment), limit))
         except queue.Full:
             with self._lock:
                 self._counts["dropped_queue"] += 1
@@ -344,16 +366,25 @@ class Shadow:
         self._tokens -= 1.0
         return None
 
-    def _bounded(self, request: ChatRequest) -> ChatRequest:
-        """``request`` as the candidate's call is sent: with the output limit a budgeted
-        call without one is given (``Budgets.default_output_tokens``) where neither it nor
-        the candidate's parameters set one, so that its reservation bounds what it costs."""
+    def _bounded(
+        self, request: ChatRequest, served: ChatResponse, limit: int | None
+    ) -> ChatRequest:
+        """``request`` as the candidate's call is sent. Under a spend cap, where neither it
+        nor the candidate's parameters set an output limit, it gets one so that its
+        reservation bounds what it costs: as long as the served answer was and a margin
+        (:func:`_copy_limit`: a copy cut shorter than the served answer disagrees on length
+        and text for nothing), else the served call's ``limit``, else the one a budgeted
+        call is given (``Budgets.default_output_tokens``)."""
         candidate = self._plan.candidate
         assert candidate is not None
         if self.policy.max_cost_usd is None or candidate.apply(request).output_limit is not None:
             return request
         spend = self._shadow_guard()._stages.spend
-        return request if spend is None else spend.bounded(request)
+        if spend is None:
+            return request
+        bounded = spend.bounded(request)  # (under the name the candidate's models take)
+        tokens = _copy_limit(served, limit)
+        return bounded if tokens is None else with_output_limit(bounded, tokens)
 
     def _worst_usd(self, request: ChatRequest, scope: Scope) -> float:
         """What the candidate's call of ``request`` is reserved, as a budget holds a call:
@@ -389,9 +420,14 @@ class Shadow:
                 logger.exception("llmguard shadow: closing its Guard failed")
 
     def _handle(
-        self, request: ChatRequest, scope: Scope, served: ChatResponse, segment: str
+        self,
+        request: ChatRequest,
+        scope: Scope,
+        served: ChatResponse,
+        segment: str,
+        limit: int | None,
     ) -> None:
-        request = self._bounded(request)
+        request = self._bounded(request, served, limit)
         refused = self._admit(request, scope)
         if refused is not None:
             with self._lock:
