@@ -887,8 +887,8 @@ def test_two_threads_checking_retirements_warn_once() -> None:
 def test_a_shadow_never_spends_past_its_cap(pair: Any, max_tokens: int | None) -> None:
     """The cap was checked against what had been spent, so the call that crossed it went
     out: 2.5 calls' worth of cap paid for 3 calls. Each call is reserved before it goes (its
-    worst case; a call without ``max_tokens`` is sent with the served answer's length and
-    64 tokens more)."""
+    worst case: its prompt for each of its Guard's 3 attempts, its output limit once; a call
+    without ``max_tokens`` is sent with the served answer's length and 64 tokens more)."""
     a, b = pair
     parameters = {"temperature": 0.0} if max_tokens is None else {"max_tokens": max_tokens}
     current = Release("bot", "v1", provider(a, "a", "fake-a-2025-01-01"))
@@ -910,7 +910,7 @@ def test_a_shadow_never_spends_past_its_cap(pair: Any, max_tokens: int | None) -
 
     one = shadow(None, 1)["spent_usd"]  # what one shadow call of USER costs
     assert one > 0
-    reserved = one
+    reserved = 3 * one  # (at least: three prompts, and the output once)
     if max_tokens is None:  # reserved with the answer's length and 64 tokens at $1 per million
         reserved += 64 / 1e6
     report = shadow(2.5 * reserved, 10)
@@ -932,9 +932,9 @@ def test_a_shadows_failed_calls_count_against_its_cap(pair: Any) -> None:
     one = shadow(None, 1)
     assert one["candidate_errors"] == 1
     assert one["spent_usd"] > 0  # its input, as its budgets would have charged it
-    # room for 2.5 failed calls and a reservation: the prompt (with its 10 % margin) and its
-    # output limit (the served answer's length + 64 tokens)
-    cap = 2.5 * one["spent_usd"] + 1.1 * one["spent_usd"] + 70 / 1e6
+    # room for 2.5 failed calls and a reservation: the prompt (with its 10 % margin) of each
+    # of its Guard's 3 attempts, and its output limit (the served answer's length + 64 tokens)
+    cap = 2.5 * one["spent_usd"] + 3.3 * one["spent_usd"] + 70 / 1e6
     report = shadow(cap, 6)
     assert report["spent_usd"] <= cap
     assert 1 <= report["candidate_errors"] < 6

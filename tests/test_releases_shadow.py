@@ -140,8 +140,8 @@ def _long_answers(cap: float, calls: int) -> tuple[dict[str, Any], list[Any]]:
 def test_a_copy_without_max_tokens_reserves_its_input_and_an_output_allowance() -> None:
     """A copy of a call without ``max_tokens`` reserved the dearest copy so far: nothing
     for the first, so a long first answer went past the cap ($0.0015 spent against a
-    $0.0005 cap). A copy reserves what a budgeted call does, its input and its output
-    limit at the candidate's prices, and is not sent
+    $0.0005 cap). A copy reserves what a budgeted call does, its input (for each attempt
+    its Guard may make) and its output limit at the candidate's prices, and is not sent
     when that does not fit. Its output limit is the served answer's length and a margin
     (the served "Echo: hello", 2 tokens: 66), so the candidate's long answer is cut there."""
     report, sent = _long_answers(0.00005, 3)

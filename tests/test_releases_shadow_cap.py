@@ -12,7 +12,7 @@ import httpx
 from llmguard_sdk import Guard, OpenAICompatibleProvider
 from llmguard_sdk.budget import Price, PriceTable
 from llmguard_sdk.releases import Release, ReleasePlan, ShadowPolicy
-from llmguard_sdk.testing import FakeProvider
+from llmguard_sdk.testing import FakeProvider, Fault
 
 LONG = " ".join(["word"] * 1500)  # a 1,500-token answer
 TABLE = PriceTable({"a-2025-01-01": Price(1.0, 1.0), "b-2025-01-01": Price(1.0, 1.0)})
@@ -20,15 +20,15 @@ USER = [{"role": "user", "content": "hello"}]
 
 
 class ShortReads(httpx.BaseTransport):
-    """Real HTTP, each read given up after 0.3 s (a transport's own timeout): an answer
-    slower than that is an attempt that timed out after its request went out."""
+    """Real HTTP, each read given up after 1 s (a transport's own timeout): an answer
+    slower than that (3 s) is an attempt that timed out after its request went out."""
 
     def __init__(self) -> None:
         self._inner = httpx.HTTPTransport()
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         timeouts = dict(request.extensions.get("timeout") or {})
-        request.extensions["timeout"] = {**timeouts, "read": 0.3}
+        request.extensions["timeout"] = {**timeouts, "read": 1.0}
         return self._inner.handle_request(request)
 
     def close(self) -> None:
@@ -90,3 +90,24 @@ def test_a_copy_gets_the_limit_the_served_call_had_when_it_is_lower() -> None:
         limits = [request.body.get("max_tokens") for request in b.requests]
     assert limits == [100, 100]
     assert report["agreement"]["length"] == 1.0
+
+
+def test_retries_of_a_copy_count_against_the_cap() -> None:
+    """A copy reserved one attempt: its first attempt timed out after its request went out
+    (billed its prompt), the retry answered, and the copies spent past the cap. A copy now
+    reserves the prompt of every attempt its Guard may make; one that does not fit is not
+    sent, one that does is retried within the cap."""
+    prompt = " ".join(["word"] * 1000)  # about $0.001 a prompt
+    chat: dict[str, Any] = {"messages": [{"role": "user", "content": prompt}], "max_tokens": 10}
+    with FakeProvider(name="a") as a, FakeProvider(name="b") as b:
+        b.script(Fault(latency=3.0), None, Fault(latency=3.0), None)
+        tight = _shadowed(a, b, 0.0018, transport=ShortReads(), **chat)
+        sent_tight = b.stats.requests
+    assert tight["spent_usd"] <= 0.0018, tight
+    assert (tight["skipped_budget"], sent_tight) == (2, 0), tight
+    with FakeProvider(name="a") as a, FakeProvider(name="b") as b:
+        b.script(Fault(latency=3.0), None, Fault(latency=3.0), None)
+        roomy = _shadowed(a, b, 0.02, transport=ShortReads(), **chat)
+        sent_roomy = b.stats.requests
+    assert (roomy["pairs"], sent_roomy) == (2, 4), roomy  # each copy retried once
+    assert 0.004 <= roomy["spent_usd"] <= 0.02, roomy  # two prompts a copy counted

@@ -276,12 +276,16 @@ class SpendControl:
         name = "max_completion_tokens" if newer else "max_tokens"
         return request.model_copy(update={name: self.config.default_output_tokens})
 
-    def worst_case_usd(self, ctx: CallContext, routes: Sequence[Provider]) -> float:
+    def worst_case_usd(
+        self, ctx: CallContext, routes: Sequence[Provider], *, prompts: int = 1
+    ) -> float:
         """What a budget holds for the call of ``ctx`` on ``routes`` (USD): its input
         (:meth:`route_price_args`) and its output limit, ``default_output_tokens`` where it
-        has none, at the dearest of the routes."""
+        has none, at the dearest of the routes; ``prompts``: the attempts that may each be
+        billed the input (one that timed out after its request went out is), of which one
+        is billed the output too."""
         base, per = self.route_price_args(ctx, routes)
-        return (base + self.held_output(ctx.request) * per) / NANO
+        return (base * prompts + self.held_output(ctx.request) * per) / NANO
 
     def held_output(self, request: ChatRequest) -> int:
         """The output tokens a budget holds for ``request``: its output limit, else

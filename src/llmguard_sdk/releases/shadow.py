@@ -30,6 +30,7 @@ from ..context import CallContext, CallEvent, Scope
 from ..errors import ConfigurationError, LLMGuardError
 from ..models import ChatRequest, ChatResponse
 from ..providers._abort import Abort, abortable
+from ..retry._testing import testing_attempts
 from .policy import LATENCY_SLACK_S
 from .release import unpriced_routes, warn_unpriced
 
@@ -210,12 +211,12 @@ class ShadowPolicy:
         max_cost_usd: what the shadow calls may spend in this process (``None``: no cap),
             calls that got no answer included (what their attempts that went out cost).
             Each call is reserved before it goes, as a spend budget holds a call: its worst
-            case (its input and output limit at the candidate's dearest route) must fit in
-            what is left. A call
-            whose output has no limit (no ``max_tokens``) is sent with the served answer's
-            own length and half as much again (64 tokens at least), at most the limit the
-            served call had (its release's ``max_tokens``, a budget's default), so the pair
-            is compared as served; without a length, with that limit, else with
+            case (its input for each attempt its Guard may make, retries included, and its
+            output limit, at the candidate's dearest route) must fit in what is left. A
+            call whose output has no limit (no ``max_tokens``) is sent with the served
+            answer's own length and half as much again (64 tokens at least), at most the
+            limit the served call had (its release's ``max_tokens``, a budget's default),
+            so the pair is compared as served; without a length, with that limit, else with
             ``Budgets.default_output_tokens`` (1024).
             A candidate route whose model has no price is not counted (the Guard logs a
             warning as it is built).
@@ -389,16 +390,22 @@ class Shadow:
     def _worst_usd(self, request: ChatRequest, scope: Scope) -> float:
         """What the candidate's call of ``request`` is reserved, as a budget holds a call:
         its input and its output limit at the dearest of its priced routes (those without a
-        price are not counted either)."""
+        price are not counted either), the input once for each attempt its Guard may make
+        (each route's, retries included: one that timed out after its request went out is
+        billed its prompt; the copy's Guard neither streams, nor hedges, nor filters, so no
+        failed attempt is billed output)."""
         candidate = self._plan.candidate
-        spend = self._shadow_guard()._stages.spend
+        guard = self._shadow_guard()
+        spend = guard._stages.spend
         if candidate is None or spend is None:
             return 0.0
         request = candidate.apply(request)
         unpriced = unpriced_routes(candidate, spend.prices)
         routes = [route for route in candidate.providers if route not in unpriced]
         ctx = CallContext(request, scope, time.monotonic() + self.policy.timeout)
-        return spend.worst_case_usd(ctx, routes)
+        retry = guard._stages.retry
+        attempts = testing_attempts(retry.attempts) if retry is not None else 1
+        return spend.worst_case_usd(ctx, routes, prompts=attempts * max(1, len(routes)))
 
     def _work(self) -> None:
         try:
