@@ -831,7 +831,7 @@ class _RivalBackend(MemoryReleaseBackend):
 def test_a_move_by_hand_that_keeps_losing_races_raises_a_typed_error() -> None:
     """It raised a bare RuntimeError; now a ReleaseConflictError naming the key and action."""
     from llmguard_sdk.errors import LLMGuardError, ReleaseConflictError
-    from llmguard_sdk.releases.control import move_by_hand
+    from llmguard_sdk.releases.stored import move_by_hand
 
     backend = _RivalBackend()
     backend.exchange("bot", "bot@v2", 0, {}, {})

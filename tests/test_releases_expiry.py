@@ -11,7 +11,7 @@ import pytest
 from llmguard_sdk.cli import main
 from llmguard_sdk.errors import CanaryNotFoundError, LLMGuardError, ReleaseConflictError
 from llmguard_sdk.releases import CanaryPolicy, MemoryReleaseBackend, Stage
-from llmguard_sdk.releases.control import move_by_hand
+from llmguard_sdk.releases.stored import move_by_hand
 from llmguard_sdk.testing import FakeProvider
 
 from .conftest import RawRedis

@@ -14,7 +14,7 @@ import pytest
 from llmguard_sdk import Guard
 from llmguard_sdk.cli import main
 from llmguard_sdk.releases import CanaryPolicy, MemoryReleaseBackend, ReleaseControl
-from llmguard_sdk.releases.control import status_of
+from llmguard_sdk.releases.stored import status_of
 from llmguard_sdk.testing import FakeProvider
 
 from .test_releases import _canary_guard, _traffic

@@ -41,7 +41,7 @@ def _run(args: argparse.Namespace, action: str) -> int:
     import redis
 
     from ..releases import CanaryPolicy, RedisReleaseBackend
-    from ..releases.control import move_by_hand, status_of
+    from ..releases.stored import move_by_hand, status_of
 
     policy = CanaryPolicy() if args.stages is None else CanaryPolicy(stages=_stages(args.stages))
     store = redis_store(args)

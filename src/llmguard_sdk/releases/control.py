@@ -17,7 +17,6 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from .._state.stores import Outage, RedisStore, Store, redis_errors
@@ -26,11 +25,9 @@ from ..context import CallContext
 from ..errors import (
     AllRoutesFailedError,
     BudgetExceededError,
-    CanaryNotFoundError,
     ConfigurationError,
     GuardrailRejectedError,
     RateLimitExceededError,
-    ReleaseConflictError,
     RequestValidationError,
     StoreUnavailableError,
 )
@@ -40,14 +37,10 @@ from ..router import DeploymentGroup
 from .backends import MemoryReleaseBackend, RedisReleaseBackend, ReleaseBackend
 from .policy import (
     CanaryPolicy,
-    Counters,
     Stage,
     decide,
     in_canary,
-    log_likelihood_ratio,
-    metric_counts,
     observation,
-    percentile,
     promoted,
     rolled_back,
 )
@@ -60,12 +53,13 @@ from .release import (
     retirements,
     warn_unpriced,
 )
+from .stored import move_by_hand, status_of
 
 if TYPE_CHECKING:
     from ..telemetry import Telemetry
     from .shadow import Shadow
 
-__all__ = ["ReleaseControl", "as_stored", "entries", "move_by_hand", "status_of"]
+__all__ = ["ReleaseControl", "entries"]
 
 logger = logging.getLogger("llmguard_sdk")
 _FEEDBACK_MEMORY = 10_000  # calls whose arm feedback can still find
@@ -488,103 +482,3 @@ def _stood_in(ctx: CallContext, response: ChatResponse | None) -> bool:
     return bool(response.metadata.get("degraded")) or bool(
         response.metadata.get("cache") and ctx.route_errors
     )
-
-
-def move_by_hand(backend: ReleaseBackend, key: str, policy: CanaryPolicy, action: str) -> Stage:
-    """``promote`` or ``rollback`` the canary stored under ``key`` (every process follows
-    at its next exchange), by the stage shares its Guards stored (else ``policy``'s).
-
-    Raises:
-        CanaryNotFoundError: no canary is under way under ``key`` (none stored, or its
-            state expired; also when it expires between the read and the move).
-        ReleaseConflictError: other processes moved it between each read and move.
-    """
-    for _ in range(10):  # another process may move it between the read and the move
-        found = backend.exchange(key, "", 0, {}, {})
-        if found.stage is None:  # never stored, or forgotten (its TTL passed)
-            raise CanaryNotFoundError(key, action)
-        policy = as_stored(policy, found.stages)
-        now = time.time()
-        if action == "rollback":
-            new = rolled_back(found.stage, "rolled back by hand", now)
-        else:
-            again = found.stage.status == "rolled_back"
-            why = "started again by hand" if again else "promoted by hand"
-            new = promoted(found.stage, policy, why, now)
-        moved, stage = backend.transition(
-            key, found.stage.version, new.index, new.status, new.reason
-        )
-        if moved:
-            return stage
-    raise ReleaseConflictError(key, action, attempts=10)
-
-
-def _arm_figures(counters: Counters, min_calls: int | None) -> dict[str, Any]:
-    """An arm's figures; ``calls_needed``: the calls it still serves before the stage can be
-    promoted (``min_calls`` less its calls; ``None`` outside a canary under way)."""
-    calls = counters.get("calls", 0.0)
-    p99 = percentile(counters, "lat", 0.99)
-    cost_n = sum(v for k, v in counters.items() if k.startswith("cost:"))
-    median_cost = percentile(counters, "cost", 0.5)
-    return {
-        "calls": int(calls),
-        "error_rate": counters.get("errors", 0.0) / calls if calls else None,
-        "rejected_rate": counters.get("rejected", 0.0) / calls if calls else None,
-        "p99_latency_s": p99,
-        "median_cost_usd": median_cost if cost_n else None,
-        "feedback_scores": int(counters.get("fb", 0.0)),
-        "low_feedback": int(counters.get("fb_low", 0.0)),
-        "calls_needed": None if min_calls is None else max(0, min_calls - int(calls)),
-    }
-
-
-def as_stored(policy: CanaryPolicy, stages: tuple[float, ...], min_calls: int = 0) -> CanaryPolicy:
-    """``policy`` with the stage shares and ``min_calls`` stored with the canary (its
-    Guards'), where stored."""
-    if min_calls > 0 and min_calls != policy.min_calls:
-        policy = replace(policy, min_calls=min_calls)
-    if not stages or stages == policy.stages:
-        return policy
-    try:
-        return replace(policy, stages=stages)
-    except ConfigurationError:  # no shares a policy takes: the caller's own
-        return policy
-
-
-def status_of(
-    backend: ReleaseBackend, key: str, policy: CanaryPolicy, *, release: str | None = None
-) -> dict[str, Any]:
-    """The stage stored under ``key`` and, for its current stage, each arm's figures (with
-    the calls it still needs before the stage can be promoted) and each metric's log
-    likelihood ratio against the breach bound (the share and ``min_calls`` by those its
-    Guards stored, else ``policy``'s). ``release`` is the current release's id,
-    given back as is: the store keeps the candidate's only, so a reader of the store alone
-    (``llmguard release status``) has ``None`` there, in the same shape."""
-    found = backend.exchange(key, "", 0, {}, {})
-    stage = found.stage
-    if stage is None:
-        return {"key": key, "release": release, "canary": None}
-    policy = as_stored(policy, found.stages, found.min_calls)
-    counts = metric_counts(found.control, found.canary, policy)
-    deciding = stage.status == "canary" and stage.share(policy) < 1.0
-    needs = policy.min_calls if deciding else None
-    return {
-        "key": key,
-        "release": release,
-        "canary": {
-            "candidate": stage.candidate,
-            "status": stage.status,
-            "stage": stage.index,
-            "share": stage.share(policy),
-            "version": stage.version,
-            "reason": stage.reason,
-            "changed_at": stage.changed_at,
-            "min_calls": policy.min_calls,
-        },
-        "control": _arm_figures(found.control, needs),
-        "candidate": _arm_figures(found.canary, needs),
-        "log_likelihood_ratios": {
-            metric: round(log_likelihood_ratio(*c, policy.ratio), 3) for metric, c in counts.items()
-        },
-        "bound": round(policy.bound, 3),
-    }
