@@ -46,6 +46,7 @@ EXPECTED = [
     "ContentPolicyError",
     "ContextLengthExceededError",
     "DeploymentGroup",
+    "DroppedParameterWarning",
     "Embedder",
     "EmptyStreamError",
     "Guard",

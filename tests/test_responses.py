@@ -70,8 +70,9 @@ def test_provider_plain_usage_with_cached_and_reasoning_tokens() -> None:
 
 def test_provider_length_tools_and_errors(fake: FakeProvider) -> None:
     guard = _route(fake, retry=None)
-    cut = guard.chat(USER, max_tokens=2)
-    assert (cut.text, cut.finish_reason) == ("Echo: hello", "length")
+    words = [f"w{i}" for i in range(20)]  # (16 is the least max_output_tokens OpenAI takes)
+    cut = guard.chat([{"role": "user", "content": " ".join(words)}], max_tokens=16)
+    assert (cut.text, cut.finish_reason) == (" ".join(["Echo:", *words[:15]]), "length")
     call = guard.chat(
         USER, tools=TOOLS, tool_choice={"type": "function", "function": {"name": "lookup"}}
     )

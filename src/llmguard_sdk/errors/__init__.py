@@ -40,7 +40,8 @@ Catch :class:`LLMGuardError` to catch everything the SDK raises itself::
 
 Warnings stand outside the tree: :class:`RetryMultiplicationWarning`, issued when retries stack on
 retries (an openai client retrying inside ``guard.protect``), :class:`UnknownSettingWarning`,
-:class:`RateLimitConfigWarning`, :class:`BatchSplitWarning` and :class:`LocalContextWarning`.
+:class:`RateLimitConfigWarning`, :class:`BatchSplitWarning`, :class:`LocalContextWarning` and
+:class:`DroppedParameterWarning`.
 
 Every :class:`ProviderError` knows the ``route`` that raised it, the HTTP ``status_code`` (if
 any), the response ``headers`` (Retry-After, ``x-ratelimit-*`` ...), and whether it is
@@ -102,6 +103,7 @@ from ._provider import (
 from ._settings import SettingsValidationError, settings_error
 from ._warnings import (  # (outside the tree)
     BatchSplitWarning,
+    DroppedParameterWarning,
     LocalContextWarning,
     RateLimitConfigWarning,
     RetryMultiplicationWarning,
@@ -120,6 +122,7 @@ __all__ = [
     "ConfigurationError",
     "ContentPolicyError",
     "ContextLengthExceededError",
+    "DroppedParameterWarning",
     "EmptyStreamError",
     "GuardrailRejectedError",
     "InputTooLargeError",

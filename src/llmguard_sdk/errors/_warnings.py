@@ -5,6 +5,7 @@ from __future__ import annotations
 
 __all__ = [
     "BatchSplitWarning",
+    "DroppedParameterWarning",
     "LocalContextWarning",
     "RateLimitConfigWarning",
     "RetryMultiplicationWarning",
@@ -53,6 +54,16 @@ class LocalContextWarning(UserWarning):
     context is that one instead, as llama-server caps its slots. A model reads nothing past
     it well, and a context far above it failed at the model's load ("Failed to create
     llama_context", on every call).
+
+    .. versionadded:: 0.2.0
+    """
+
+
+class DroppedParameterWarning(UserWarning):
+    """A route left out a request parameter its API has no counterpart for, rather than
+    refuse the call: an :class:`~llmguard_sdk.providers.OpenAIResponsesProvider` sends no
+    ``seed`` and no ``stop`` (the Responses API has neither), so such an answer is neither
+    seeded nor cut at the stop sequences. Said once per route and parameter.
 
     .. versionadded:: 0.2.0
     """

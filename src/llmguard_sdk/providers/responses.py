@@ -15,18 +15,33 @@ items, as the route sent them, in ``metadata["reasoning_items"]``, whether the r
 the response (the response's ``store``) in ``metadata["store"]``, and usage with its cached
 input and reasoning output tokens.
 
+What the Responses API cannot take: a limit under :data:`MIN_OUTPUT_TOKENS` (16; OpenAI
+answers ``max_output_tokens`` 1 to 15 with a 400, where chat completions take any
+``max_tokens``) is an :class:`~llmguard_sdk.errors.UnsupportedRequestError` before anything is
+sent, on which a chain moves on to its next route (a chat route serves ``max_tokens=5``); a
+``seed`` or a ``stop`` (the API has neither) is not sent, and a
+:class:`~llmguard_sdk.errors.DroppedParameterWarning` says so once per route and parameter.
+
 .. versionadded:: 0.2.0
 """
 
 from __future__ import annotations
 
+import threading
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
 from pydantic import ValidationError
 
+from .._callers import caller_level
 from .._core.assembly import merge_metadata
-from ..errors import ConfigurationError, MalformedResponseError
+from ..errors import (
+    ConfigurationError,
+    DroppedParameterWarning,
+    MalformedResponseError,
+    UnsupportedRequestError,
+)
 from ..models import ChatRequest, ChatResponse, Message, StreamChunk
 from ._anthropic_only import leave_out_server_tools
 from ._error_kinds import error_answer
@@ -44,7 +59,13 @@ from .wire import (
     usage_from_payload,
 )
 
-__all__ = ["OpenAIResponsesProvider"]
+__all__ = ["MIN_OUTPUT_TOKENS", "OpenAIResponsesProvider"]
+
+MIN_OUTPUT_TOKENS = 16
+"""The least ``max_output_tokens`` OpenAI's Responses API takes (a 400 below it: "Invalid
+'max_output_tokens': integer below minimum value. Expected a value >= 16, but got 5
+instead.")."""
+_NOT_SENT = ("seed", "stop")  # chat's parameters the Responses API has no counterpart for
 
 _SAME = ("temperature", "top_p", "tool_choice")
 _TEXT_LOGPROBS = "message.output_text.logprobs"
@@ -75,7 +96,11 @@ class OpenAIResponsesProvider(OpenAICompatibleProvider):
             it by.
 
     Answers carry ``usage.cached_input_tokens`` and ``usage.reasoning_tokens``; an
-    ``incomplete`` answer cut by ``max_output_tokens`` has ``finish_reason="length"``.
+    ``incomplete`` answer cut by ``max_output_tokens`` has ``finish_reason="length"``. A
+    request whose ``max_tokens`` (or ``max_completion_tokens``) is under 16 is refused with an
+    :class:`~llmguard_sdk.errors.UnsupportedRequestError` before it is sent (the chain moves
+    on); its ``seed`` and ``stop`` are not sent (a
+    :class:`~llmguard_sdk.errors.DroppedParameterWarning`, once per parameter).
 
     .. versionadded:: 0.2.0
     """
@@ -86,12 +111,36 @@ class OpenAIResponsesProvider(OpenAICompatibleProvider):
         super().__init__(base_url, **options)
         self._url = self.base_url + "/responses"
         self.store = store
+        self._dropped: set[str] = set()  # the parameters a warning said are not sent
+        self._dropped_lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"OpenAIResponsesProvider(name={self.name!r}, base_url={self.base_url!r})"
 
     def _payload(self, request: ChatRequest, model: str, *, stream: bool) -> dict[str, Any]:
+        limit = request.output_limit
+        if limit is not None and limit < MIN_OUTPUT_TOKENS:
+            raise UnsupportedRequestError(
+                f"the Responses API takes max_output_tokens of {MIN_OUTPUT_TOKENS} or more, "
+                f"not {limit}: ask for {MIN_OUTPUT_TOKENS} or more, or let a chat route serve it",
+                route=self.name,
+            )
+        self._say_dropped(request)
         return build_responses_payload(request, model=model, stream=stream, store=self.store)
+
+    def _say_dropped(self, request: ChatRequest) -> None:
+        """Warn, once per parameter, that ``request``'s ``seed`` or ``stop`` is not sent."""
+        asked = [name for name in _NOT_SENT if getattr(request, name) is not None]
+        with self._dropped_lock:
+            new = [name for name in asked if name not in self._dropped]
+            self._dropped.update(new)
+        for name in new:
+            warnings.warn(
+                f"{self.name}: the Responses API has no {name!r}; it is not sent (the answer "
+                f"is {'not seeded' if name == 'seed' else 'not cut at the stop sequences'})",
+                DroppedParameterWarning,
+                stacklevel=caller_level(),
+            )
 
 
 # -- requests ------------------------------------------------------------------------------

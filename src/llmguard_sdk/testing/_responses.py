@@ -4,16 +4,16 @@ Deterministic like the chat endpoint: the reply echoes the last user text (or th
 callback's answer, given the request as chat messages), input tokens count the same way (the
 ``instructions`` as a system message), ``prefix_cache=True`` reports
 ``input_tokens_details.cached_tokens``, ``max_output_tokens`` cuts the reply (status
-``incomplete``); the response echoes the request's parameters, as OpenAI's does. A request
-with ``reasoning.effort`` also spends reasoning tokens (2 for ``low``, 4 for ``medium``, 8 for
-``high``) reported in ``output_tokens_details``. With tools and
-a ``tool_choice`` of ``"required"`` or one named function, the answer is a ``function_call`` of
-that tool (the first one for ``"required"``) with arguments its schema takes (see
-``_tool_args``). ``input_file`` parts
-are read (they count no tokens). Faults: delays apply as usual; a failing fault answers its
-status with OpenAI's error body, after its latency; hangs, resets, wrong content types,
-malformed JSON (streamed: in the ``response.created`` event), missing fields (a response with
-no ``output``) and cuts (``cut_stream_after``: that many text deltas, then half an event, or
+``incomplete``; under 16 it is refused with OpenAI's 400, ``integer_below_min_value``); the
+response echoes the request's parameters, as OpenAI's does. A request with ``reasoning.effort``
+also spends reasoning tokens (2 for ``low``, 4 for ``medium``, 8 for ``high``) reported in
+``output_tokens_details``. With tools and a ``tool_choice`` of ``"required"`` or one named
+function, the answer is a ``function_call`` of that tool (the first one for ``"required"``)
+with arguments its schema takes (see ``_tool_args``). ``input_file`` parts are read (they
+count no tokens). Faults: delays apply as usual; a failing fault answers its status with
+OpenAI's error body, after its latency; hangs, resets, wrong content types, malformed JSON
+(streamed: in the ``response.created`` event), missing fields (a response with no
+``output``) and cuts (``cut_stream_after``: that many text deltas, then half an event, or
 half a plain answer) as for chat; ``omit_usage`` answers ``usage: null``;
 ``stream_error_after`` fails a stream with an ``error`` event (its ``code`` the fault's
 ``error_code``, default ``"server_error"``) after that many text deltas (a plain request: the
@@ -30,6 +30,7 @@ from ..errors import RequestValidationError
 from ..models import StreamChunk, Usage
 from ..providers._responses_input import chat_messages
 from ..providers._responses_wire import Answer, EventWriter
+from ..providers.responses import MIN_OUTPUT_TOKENS
 from ._faults import Fault
 from ._http import _BaseHandler
 from ._tool_args import _forced_call
@@ -82,6 +83,19 @@ def _file_as_text(part: Any) -> Any:
     return {"type": "input_text", "text": ""}
 
 
+def _check_output_limit(body: dict[str, Any]) -> None:
+    """Refuse a ``max_output_tokens`` under 16, as OpenAI does (chat completions take any
+    ``max_tokens`` from 1)."""
+    limit = body.get("max_output_tokens")
+    if isinstance(limit, int) and not isinstance(limit, bool) and limit < MIN_OUTPUT_TOKENS:
+        raise _BadRequest(
+            "Invalid 'max_output_tokens': integer below minimum value. Expected a value >= "
+            f"{MIN_OUTPUT_TOKENS}, but got {limit} instead.",
+            "max_output_tokens",
+            "integer_below_min_value",
+        )
+
+
 def _cuts_the_answer(fault: Fault, stream: bool) -> bool:
     """Whether ``fault`` breaks off an answer it lets begin: a stream's ``stream_error_after``
     (an ``error`` event) or a ``cut_stream_after`` that no earlier failure of the fault wins
@@ -105,6 +119,7 @@ class _ResponsesHandler(_BaseHandler):
                 raise _BadRequest(
                     "Missing required parameter: 'model'.", "model", "missing_required_parameter"
                 )
+            _check_output_limit(body)
             messages = chat_messages(_files_as_text(body))
         except (ValueError, UnicodeDecodeError, _BadRequest) as exc:  # RequestValidationError too
             provider._note_chat(stream=False)
