@@ -18,6 +18,7 @@ import httpx
 
 from ..errors import MalformedResponseError, ProviderError
 from ..models import ChatRequest, ChatResponse
+from ._batch_inflight import InFlight
 from ._batch_results import (
     Outcome,
     anthropic_row,
@@ -29,7 +30,7 @@ from ._batch_results import (
 from ._batch_sent import BatchOptions
 from .wire import error_from_status
 
-__all__ = ["BatchCall", "BatchExchanges"]
+__all__ = ["BatchCall", "BatchExchanges", "settle", "settle_all"]
 
 logger = logging.getLogger("llmguard_sdk")
 
@@ -66,6 +67,7 @@ class BatchExchanges:
     name: str
     poll_interval: float
     _http: httpx.Client
+    _inflight: InFlight
 
     def _ok(self, response: httpx.Response) -> httpx.Response:
         """``response`` when it is a 200; its typed error otherwise."""
@@ -158,6 +160,9 @@ class BatchExchanges:
         at the provider then: nobody would get its answers). The first check waits
         ``poll_interval``, each later one 1.5 times longer, a minute at most, and the last
         one is made at the deadline."""
+        if not self._inflight.created(calls, path):  # the route closed as it was sent
+            self._cancel(path, calls)
+            raise ProviderError("the BatchProvider closed", route=self.name)
         last = max(call.deadline for call in calls)
         wait = self.poll_interval
         while True:
@@ -167,10 +172,12 @@ class BatchExchanges:
                 self._again(exc, "status")
                 status = {}  # not known to have ended: polled on until the last deadline
             if status.get(ended) in _ENDED:
+                self._inflight.end(calls)  # (no more to cancel)
                 return status
             now = time.monotonic()
             if now >= last or not self._rest(calls, min(wait, last - now)):
-                self._cancel(path, calls)
+                if self._inflight.end(calls):  # (else the route's close cancelled it)
+                    self._cancel(path, calls)
                 raise timed_out(self.name)
             wait = min(wait * _POLL_GROWTH, max(self.poll_interval, _LONGEST_POLL_S))
 
@@ -185,13 +192,30 @@ class BatchExchanges:
             time.sleep(min(left, self.poll_interval))
         return False
 
-    def _cancel(self, path: str, calls: list[BatchCall]) -> None:
-        """Cancel the batch of ``calls`` at ``path`` (both APIs: ``POST {path}/cancel``); a
-        failure is logged, the callers' timeout stands."""
+    def _cancel(self, path: str, calls: list[BatchCall], timeout: float | None = None) -> None:
+        """Cancel the batch of ``calls`` at ``path`` (both APIs: ``POST {path}/cancel``), in
+        ``timeout`` seconds at most (``None``: the client's); a failure is logged, the
+        callers' error stands."""
+        sent = {} if timeout is None else {"timeout": timeout}
         try:
-            self._checked(self._send(calls, "POST", f"{path}/cancel"))
-        except (httpx.HTTPError, ProviderError) as exc:
+            self._checked(self._send(calls, "POST", f"{path}/cancel", **sent))
+        except (httpx.HTTPError, ProviderError, RuntimeError) as exc:  # (Runtime: client closed)
             logger.warning("%s: could not cancel the batch %s: %r", self.name, path, exc)
+
+    def _cancel_in_flight(self, timeout: float, error: ProviderError) -> None:
+        """As the route closes: fail the calls of every batch sent that has not ended (those
+        being sent waited for) with ``error``, then cancel those batches, within ``timeout``
+        seconds in all. A cancel that fails or has no time left is logged."""
+        end = time.monotonic() + timeout
+        taken = self._inflight.close(timeout)
+        for _, calls in taken:  # told first: what the batch's own thread reads now is no answer
+            settle_all(calls, error)
+        for path, calls in taken:
+            left = end - time.monotonic()
+            if left > 0:
+                self._cancel(path, calls, timeout=left)
+            else:
+                logger.warning("%s: no time left to cancel the batch %s", self.name, path)
 
     def _openai(self, calls: list[BatchCall]) -> tuple[dict[str, Outcome], str]:
         lines = "".join(
@@ -255,3 +279,23 @@ class BatchExchanges:
             return {}, ""
         found, unread = self._read(url, partial(anthropic_row, self.name), calls)
         return found, missing_note(unread)
+
+
+def settle_all(calls: list[BatchCall], error: BaseException) -> None:
+    """Fail each of ``calls`` (those not done yet) with ``error``."""
+    for call in calls:
+        settle(call.future, error)
+
+
+def settle(
+    future: concurrent.futures.Future[ChatResponse], outcome: ChatResponse | BaseException
+) -> None:
+    """Give ``future`` its answer or error, unless it is done already (a caller that gave up
+    cancels its future, at any moment)."""
+    try:
+        if isinstance(outcome, BaseException):
+            future.set_exception(outcome)
+        else:
+            future.set_result(outcome)
+    except concurrent.futures.InvalidStateError:
+        pass

@@ -39,7 +39,8 @@ A call waits for its batch until its deadline (batch APIs answer within minutes 
 give batch calls a long ``timeout``); a batch that has not ended by the last of its calls'
 deadlines fails them with :class:`~llmguard_sdk.errors.ProviderTimeoutError`. A batch that
 no caller waits for any more (each gave up or its deadline passed) is cancelled at the
-provider, which bills only what it had answered by then.
+provider, which bills only what it had answered by then; so is every batch still running
+when the route is closed (:meth:`BatchProvider.close`).
 
 .. versionadded:: 0.2.0
 """
@@ -55,6 +56,7 @@ import warnings
 from collections.abc import AsyncGenerator, Generator
 from typing import Any, Literal
 
+import anyio
 import httpx
 
 from .._callers import caller_level
@@ -62,7 +64,8 @@ from .._keys import check_api_key
 from ..errors import BatchSplitWarning, ConfigurationError, ProviderError
 from ..models import ChatRequest, ChatResponse, StreamChunk
 from ._anthropic_sampling import SAMPLING, RefusedSampling
-from ._batch_api import BatchCall, BatchExchanges
+from ._batch_api import BatchCall, BatchExchanges, settle, settle_all
+from ._batch_inflight import InFlight
 from ._batch_results import Outcome, as_chunk, missing, timed_out
 from ._batch_sent import BatchOptions, batch_options, split_note
 from ._http_errors import transport_error
@@ -96,6 +99,8 @@ class BatchProvider(BatchExchanges, _Streams):
     context_window: int | None = None
     service_tier = "batch"
     """The tier every call of this route is billed at (budgets hold its rates)."""
+    close_timeout = 10.0
+    """The most seconds :meth:`close` spends cancelling the batches still running."""
 
     def __init__(
         self,
@@ -134,6 +139,7 @@ class BatchProvider(BatchExchanges, _Streams):
         self._timer: threading.Timer | None = None
         self._split_told = False  # this window's calls were told they went into two batches
         self._closed = False
+        self._inflight = InFlight()  # the batches sent that have not ended
         self._refused = RefusedSampling(self.name)  # (a Claude model's, as a plain route's)
 
     def __repr__(self) -> str:
@@ -193,7 +199,7 @@ class BatchProvider(BatchExchanges, _Streams):
         try:
             self._join(call)
         except ConfigurationError as exc:  # closed meanwhile
-            _settle(call.future, ProviderError(str(exc), route=self.name))
+            settle(call.future, ProviderError(str(exc), route=self.name))
         return True
 
     def complete(self, request: ChatRequest, *, model: str, deadline: float) -> ChatResponse:
@@ -253,17 +259,20 @@ class BatchProvider(BatchExchanges, _Streams):
         calls = [call for call in calls if not call.future.done()]
         if not calls:
             return
+        if not self._inflight.begin(calls):  # closed meanwhile: not sent
+            settle_all(calls, ProviderError("the BatchProvider closed", route=self.name))
+            return
         try:
             results, note = self._openai(calls) if self.api == "openai" else self._anthropic(calls)
             for call in calls:
                 found = results.get(call.custom_id)
                 outcome = missing(self.name, note) if found is None else found
                 if not self._resend(call, outcome):
-                    _settle(call.future, outcome)
+                    settle(call.future, outcome)
         except BaseException as exc:  # every caller gets the batch's failure
-            failure = self._failure(exc, calls)
-            for call in calls:
-                _settle(call.future, failure)
+            settle_all(calls, self._failure(exc, calls))
+        finally:
+            self._inflight.end(calls)
 
     def _failure(self, exc: BaseException, calls: list[BatchCall]) -> ProviderError:
         """The typed error of a batch that failed with ``exc``: an error answer's own, a
@@ -278,33 +287,23 @@ class BatchProvider(BatchExchanges, _Streams):
     # -- closing ----------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Fail the calls still waiting for a batch, release the connection pool."""
+        """Fail the calls still waiting for a batch, cancel the batches sent that have not
+        ended (the provider would run and bill them to their end) and fail their calls, then
+        release the connection pool. The cancels take :attr:`close_timeout` seconds at most;
+        one that fails is logged, not raised."""
         with self._lock:
             self._closed = True
             calls = [call for batch in self._take() for call in batch]
-        for call in calls:  # a cancelled one (its async caller gave up) is left as it is
-            _settle(call.future, ProviderError("the BatchProvider closed", route=self.name))
+        closed = ProviderError("the BatchProvider closed", route=self.name)
+        settle_all(calls, closed)  # a cancelled one (its async caller gave up) stays so
+        self._cancel_in_flight(self.close_timeout, closed)
         self._http.close()
 
     async def aclose(self) -> None:
-        """Async twin of :meth:`close`."""
-        self.close()
+        """Async twin of :meth:`close` (in a worker thread: its cancels are requests)."""
+        await anyio.to_thread.run_sync(self.close)
 
 
 def _seconds_until(deadline: float) -> float:
     """The wait left before ``deadline`` (``math.inf``: as long as a wait can be)."""
     return min(max(0.0, deadline - time.monotonic()), threading.TIMEOUT_MAX)
-
-
-def _settle(
-    future: concurrent.futures.Future[ChatResponse], outcome: ChatResponse | BaseException
-) -> None:
-    """Give ``future`` its answer or error, unless it is done already (a caller that gave up
-    cancels its future, at any moment)."""
-    try:
-        if isinstance(outcome, BaseException):
-            future.set_exception(outcome)
-        else:
-            future.set_result(outcome)
-    except concurrent.futures.InvalidStateError:
-        pass
