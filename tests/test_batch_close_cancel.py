@@ -38,7 +38,7 @@ def _in_flight(fake: FakeProvider, api: str) -> str:
 def test_close_cancels_a_batch_in_flight(
     fake: FakeProvider, api: Literal["openai", "anthropic"]
 ) -> None:
-    fake.batch_seconds = 600.0  # type: ignore[attr-defined]
+    fake.batch_seconds = 600.0
     route = BatchProvider(fake.base_url, api=api, model="m", window=0.01, poll_interval=0.02)
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         waiting = pool.submit(route.complete, REQUEST, model="m", deadline=time.monotonic() + 30)
@@ -56,7 +56,7 @@ def test_a_cancel_that_fails_is_logged_and_close_returns(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     fake = FakeProvider(model="m").start()
-    fake.batch_seconds = 600.0  # type: ignore[attr-defined]
+    fake.batch_seconds = 600.0
     route = BatchProvider(fake.base_url, model="m", window=0.01, poll_interval=0.02)
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         waiting = pool.submit(route.complete, REQUEST, model="m", deadline=time.monotonic() + 30)
@@ -131,7 +131,7 @@ def test_close_gives_a_cancel_no_more_than_close_timeout(
 
 @pytest.mark.anyio
 async def test_aclose_cancels_a_batch_in_flight(fake: FakeProvider) -> None:
-    fake.batch_seconds = 600.0  # type: ignore[attr-defined]
+    fake.batch_seconds = 600.0
     route = BatchProvider(fake.base_url, model="m", window=0.01, poll_interval=0.02)
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         waiting = pool.submit(route.complete, REQUEST, model="m", deadline=time.monotonic() + 30)
