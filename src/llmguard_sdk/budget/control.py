@@ -41,7 +41,7 @@ from ._routes import asked_tier, route_tier, started_at, takes_completion_limit
 from ._topup import top_up_steps
 from .memory import BudgetBackend, MemoryBudgetBackend
 from .policy import NANO, BudgetEvent, CounterSpec, RunawayDetector, SettleResult, for_log, nano
-from .prices import Cost, PriceTable, cost_of_response
+from .prices import Cost, Price, PriceTable, response_price
 from .redis import RedisBudgetBackend
 from .scopes import BudgetScope, CounterStatus, ScopeCounters, status_row
 
@@ -70,6 +70,9 @@ day: 8.6 million keys, some 1.2 GB, at 100 calls a second; an hour is 0.37 milli
 _DEGRADED = "degraded"
 _SCOPE_KEYWORDS = frozenset(BudgetScope.__annotations__)  # tenant, feature, user, tags
 _NOTHING = ChatResponse(text="")  # an attempt that served nothing, priced by its usage
+_PRICED = 256
+"""How many prices :meth:`SpendControl.cost` remembers (routes, models, tiers and stretches
+of the day: a handful in use at a time); past it, it starts again."""
 logger = logging.getLogger("llmguard_sdk")
 
 
@@ -123,6 +126,9 @@ class SpendControl:
             for route in routes:  # an unknown price fails here, before any call
                 if route.model is not None and route.name not in self.local:
                     self.prices.price(route.model, provider=route.name)
+        self._priced: dict[
+            tuple[str | None, str, str | None, str | None, tuple[int, int] | None], Price | None
+        ] = {}
         self.runaway = (
             RunawayDetector(config.runaway_factor) if config.runaway_factor is not None else None
         )
@@ -239,15 +245,37 @@ class SpendControl:
             return None
         if usage.estimated:  # the SDK's count, of the text: its media as the hold counts them
             usage = request_media(ctx.request).counted_in(usage, model)
-        return cost_of_response(
-            response,
-            self.prices,
-            model=model,
-            provider=name,
-            usage=attributed(usage, ctx.request),  # (by the retention asked)
-            tier=asked_tier(ctx),
-            at=started_at(ctx),
+        usage = attributed(usage, ctx.request)  # (by the retention asked)
+        price = self._price(ctx, name, model, response.model, usage.service_tier)
+        return None if price is None else Cost(price.cost(usage), "estimated")
+
+    def _price(
+        self,
+        ctx: CallContext,
+        route: str | None,
+        model: str,
+        answered: str | None,
+        tier: str | None,
+    ) -> Price | None:
+        """The price :func:`~.prices.cost_of_response` prices the call's usage at (``tier``:
+        the one its usage reports, else the one it asked), as it stood when the call started;
+        remembered per route, model, tier, UTC day and stretch of the day between the price
+        table's time-of-day windows' edges (where every lookup finds the same price), so a
+        call like the last one looks nothing up."""
+        tier = tier or asked_tier(ctx)
+        stretch = self.prices.stretch(ctx.started_ns)
+        key = (route, model, answered, tier, stretch)
+        if stretch is not None and key in self._priced:
+            return self._priced[key]
+        found = response_price(
+            self.prices, model, provider=route, answered=answered, tier=tier, at=started_at(ctx)
         )
+        stretch = self.prices.stretch(ctx.started_ns)  # (the lookup may have read the windows)
+        if stretch is not None:
+            if len(self._priced) >= _PRICED:
+                self._priced.clear()
+            self._priced[(route, model, answered, tier, stretch)] = found
+        return found
 
     def route_model(self, ctx: CallContext, stages: Stages, route: str | None) -> str | None:
         """The model ``route`` serves the call with: its own, else the request's."""

@@ -53,6 +53,8 @@ __all__ = [
     "cost_of_response",
 ]
 
+_DAY_MICROS = 86_400 * 1_000_000
+
 
 class PriceTable(PriceLayers):
     """Prices per ``(provider, model)`` with effective dates and service tiers, in layers.
@@ -234,6 +236,20 @@ class PriceTable(PriceLayers):
         self._cache[key] = found
         return found
 
+    def stretch(self, started_ns: int) -> tuple[int, int] | None:
+        """``(UTC day number, stretch of the day between the time-of-day windows' edges)``
+        of the moment ``started_ns`` (epoch nanoseconds): every lookup in it finds what
+        :meth:`find` finds at that moment (its own cache's key); ``None`` while a source's
+        windows are not read yet.
+
+        .. versionadded:: 0.2.0
+        """
+        windows = self._windows
+        if windows is None:
+            return None
+        day, micros = divmod(started_ns // 1000, _DAY_MICROS)
+        return day, bisect.bisect_right(windows, micros)
+
     def price(
         self,
         model: str,
@@ -292,15 +308,32 @@ def cost_of_response(
     usage = usage or response.usage
     if usage is None:
         return None
-    wanted = usage.service_tier or tier
-    price = table.find(model, provider=provider, tier=wanted, at=at)
-    if price is None and response.model and response.model != model:
-        price = table.find(response.model, provider=provider, tier=wanted, at=at)
-    if price is None:
-        price = table.default_price()
-        if price is None:
-            return None
-    return Cost(price.cost(usage), "estimated")
+    price = response_price(
+        table,
+        model,
+        provider=provider,
+        answered=response.model,
+        tier=usage.service_tier or tier,
+        at=at,
+    )
+    return None if price is None else Cost(price.cost(usage), "estimated")
+
+
+def response_price(
+    table: PriceTable,
+    model: str,
+    *,
+    provider: str | None,
+    answered: str | None,
+    tier: str | None,
+    at: dt.date | None,
+) -> Price | None:
+    """The price :func:`cost_of_response` prices a usage at: ``model``'s, else that of the
+    model the provider says ``answered``, else the table's default (``None``: none)."""
+    price = table.find(model, provider=provider, tier=tier, at=at)
+    if price is None and answered and answered != model:
+        price = table.find(answered, provider=provider, tier=tier, at=at)
+    return price if price is not None else table.default_price()
 
 
 @functools.lru_cache(maxsize=1)
