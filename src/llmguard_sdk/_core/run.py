@@ -28,6 +28,7 @@ from ..errors import (
 from ..models import ChatRequest, ChatResponse, StreamChunk, Usage
 from ..providers.base import Provider
 from ..ratelimit import Grant, LearnArgs
+from ..retry.budget import MemoryRetryBudget
 from . import limits, routes
 from .limits import Reservation
 from .opening import Ahead, Tail
@@ -113,8 +114,11 @@ class Run:
 
     def count_request(self, route: Provider) -> None:
         """The retry budget's request count for ``route``."""
-        if self.stages.retry_budget is not None:
-            self.tail.add(self.stages.retry_budget.record_request_steps(route.name))
+        budget = self.stages.retry_budget
+        if type(budget) is MemoryRetryBudget:  # in this process: counted now, no step
+            budget.record_request(route.name)
+        elif budget is not None:
+            self.tail.add(budget.record_request_steps(route.name))
 
     def record(
         self,
@@ -133,12 +137,12 @@ class Run:
         if error is not None and _out_of_time_unsent(self.ctx, error):
             self.release(route)
             return
-        if self.stages.breakers is not None:
+        breakers = self.stages.breakers
+        if breakers is not None:
             probe = self.probes.get(route.name)
-            step = self.stages.breakers.record_steps(
-                route.name, error, seconds=seconds, probe=probe
-            )
-            self.tail.add(step)
+            name = route.name
+            if not breakers.recorded_here(name, error, seconds=seconds, probe=probe):
+                self.tail.add(breakers.record_steps(name, error, seconds=seconds, probe=probe))
         routing = self.stages.routing
         if routing is not None and (error is None or routes.is_route_failure(error)):
             total, first, tokens = sample or (seconds, None, 0)

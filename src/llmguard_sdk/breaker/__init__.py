@@ -197,17 +197,40 @@ class Breakers:
         the caller's code) only gives the permit back.
 
         .. versionchanged:: 0.2.0 provider SDKs' errors are classified, not ignored."""
+        outcome, hint = self._judged(route, error, seconds)
+        if outcome is None:
+            yield from self.backend.release_steps(route, probe)
+        else:
+            state = yield from self.backend.record_steps(route, outcome, hint, probe)
+            self._saw(route, state)
+
+    def recorded_here(
+        self, route: str, error: BaseException | None, *, seconds: float, probe: bool | None
+    ) -> bool:
+        """:meth:`record` at once, with no steps, where the breakers' state is this
+        process's (a :class:`MemoryBreakerBackend`: a Guard's default): True; False, with
+        nothing done, where it needs :meth:`record_steps` (a round trip)."""
+        backend = self.backend
+        if type(backend) is not MemoryBreakerBackend:
+            return False
+        outcome, hint = self._judged(route, error, seconds)
+        if outcome is None:
+            backend.release(route, probe)
+        else:
+            self._saw(route, backend.record(route, outcome, hint, probe))
+        return True
+
+    def _judged(
+        self, route: str, error: BaseException | None, seconds: float
+    ) -> tuple[Outcome | None, float | None]:
+        """What a call to ``route`` that ended with ``error`` after ``seconds`` counts as
+        (``None``: nothing, its permit is given back), and its Retry-After hint."""
         _named(route)
         if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
             raise ConfigurationError(f"seconds must be a number, got {seconds!r}")
         if error is not None and not isinstance(error, ProviderError):
             error = classify_exception(error, route=route) or error
-        outcome = outcome_of(error, seconds=seconds, policy=self.policy)
-        if outcome is None:
-            yield from self.backend.release_steps(route, probe)
-        else:
-            state = yield from self.backend.record_steps(route, outcome, _hint(error), probe)
-            self._saw(route, state)
+        return outcome_of(error, seconds=seconds, policy=self.policy), _hint(error)
 
     def release_steps(self, route: str, probe: bool | None = None) -> Step[None]:
         """Give back a permit whose call ended with no outcome (cancelled, abandoned);

@@ -129,7 +129,9 @@ class MemoryBreakerBackend:
         return self._states.get(route, _CLOSED)
 
     def _put(self, route: str, state: BreakerState, now: float) -> None:
-        if state == _CLOSED:  # nothing to remember (a closed breaker with an empty window)
+        # nothing to remember: a closed breaker with an empty window (a window with counts
+        # is not, and is told apart at once: nearly every record leaves one)
+        if not state.window and state == _CLOSED:
             self._states.pop(route, None)
             self._stored.pop(route, None)
             return
