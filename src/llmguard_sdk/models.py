@@ -361,13 +361,19 @@ class ChatRequest(BaseModel):
             if problem is not None:
                 raise ValueError(problem)
         for name, value in (self.extra_headers or {}).items():
-            if _HEADER_NAME.fullmatch(name) is None or not _is_header_text(value):
+            known = name in _GOOD_HEADER_NAMES  # (the idempotency key's, every call)
+            if not (known or _HEADER_NAME.fullmatch(name)) or not _is_header_text(value):
                 raise ValueError(
                     f"extra_headers: {name!r} must be a token, its value ASCII without line "
                     "breaks or NUL"
                 )
+            if known:
+                continue
             if name.lower() in _FRAMING_HEADERS:  # a wrong one cuts the body or waits for more
                 raise ValueError(f"extra_headers: {name!r} is the SDK's (the body's framing)")
+            if len(_GOOD_HEADER_NAMES) >= 256:
+                _GOOD_HEADER_NAMES.clear()
+            _GOOD_HEADER_NAMES.add(name)
         return self
 
     @property
@@ -385,6 +391,9 @@ class ChatRequest(BaseModel):
 
 _HEADER_NAME = re.compile(r"[-!#$%&'*+.^_`|~0-9A-Za-z]+")  # a token (RFC 9110 5.6.2)
 _FRAMING_HEADERS = frozenset({"content-length", "transfer-encoding"})
+_GOOD_HEADER_NAMES: set[str] = set()
+"""Header names found to be tokens and not the framing's (a few hundred at most): a name
+sent again is not matched again."""
 
 
 def _is_header_text(text: str) -> bool:

@@ -28,6 +28,7 @@ __all__ = ["MessagesArg", "acomplete_call", "call_context", "complete_call", "st
 
 MessagesArg = Iterable[Message | Mapping[str, Any]]
 """Chat messages as :class:`~llmguard_sdk.Message` objects or dicts (a list, or any iterable)."""
+_NO_TAGS: tuple[str, ...] = ()
 
 
 def call_context(
@@ -54,12 +55,15 @@ def call_context(
         timeout, hedge_after = params.pop("timeout", None), params.pop("hedge_after", None)
         attempt_timeout = params.pop("attempt_timeout", None)
         priority, region = params.pop("priority", "interactive"), params.pop("region", None)
-        cacheable, cache_tags = params.pop("cacheable", True), _tags(params.pop("cache_tags", ()))
+        cacheable, cache_tags = params.pop("cacheable", True), params.pop("cache_tags", _NO_TAGS)
+        if cache_tags is not _NO_TAGS:  # (checked where given)
+            cache_tags = _tags(cache_tags)
         if not isinstance(cacheable, bool):  # ("no" would be true: the answer cached)
             raise RequestValidationError(f"cacheable must be True or False, got {cacheable!r}")
         refresh = params.pop("cache_refresh", False)
         ttl, max_age = params.pop("cache_ttl", None), params.pop("cache_max_age", None)
-        check_controls(refresh, ttl, max_age, prefix="cache_")
+        if refresh is not False or ttl is not None or max_age is not None:
+            check_controls(refresh, ttl, max_age, prefix="cache_")
         ctx = prepare(
             stages,
             _request_data(messages, request, model, params),

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from types import TracebackType
 from typing import Literal
 
 from ..context import CallEvent, Scope, current_scope, emit
@@ -22,40 +21,49 @@ __all__ = ["Refusal", "refusals"]
 logger = logging.getLogger("llmguard_sdk")
 
 
-def _now() -> tuple[float, int]:
-    return time.monotonic(), time.time_ns()
-
-
-@dataclass
 class Refusal:
     """What a refused call reports, filled in as the checks learn it: the model it asked for
     (``asked``: the model, or its request, a ChatRequest or a mapping, naming one), its
     ``scope`` (None: the enclosing :func:`~llmguard_sdk.scoped` block's), its ``stream=``
     (reported as a ``"stream"`` when True, else a ``"chat"``), its ``time.monotonic()`` and
-    ``time.time_ns()`` start."""
+    ``time.time_ns()`` start. It is the context manager of its checks (:func:`refusals`):
+    one small object a call, no generator."""
 
-    asked: object = None
-    scope: Scope | None = None
-    stream: object = False
-    started: tuple[float, int] = field(default_factory=_now)
+    __slots__ = ("asked", "reported", "scope", "stages", "started", "stream")
+
+    def __init__(
+        self, stages: Stages, asked: object = None, stream: object = False, reported: bool = True
+    ) -> None:
+        self.stages, self.asked, self.stream, self.reported = stages, asked, stream, reported
+        self.scope: Scope | None = None
+        self.started = time.monotonic(), time.time_ns()
+
+    def __enter__(self) -> Refusal:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if not isinstance(error, Exception) or not self.reported:
+            return  # (accepted, or not an Exception: it propagates unreported)
+        stages = self.stages
+        if stages.telemetry is not None or stages.hooks:
+            kind: Literal["chat", "stream"] = "stream" if self.stream is True else "chat"
+            _report(stages, kind, error, self)
 
 
-@contextmanager
 def refusals(
     stages: Stages, *, asked: object = None, stream: object = False, reported: bool = True
-) -> Iterator[Refusal]:
-    """Checks of a call before its first attempt: an exception raised inside is reported as
-    a refused call (when ``reported`` and the Guard has telemetry or hooks, which cannot
-    break the call: the caller gets the exception whatever happens here), then propagates.
-    Only the checks go inside, never the Guard's call itself, which reports its own end."""
-    refusal = Refusal(asked, None, stream)
-    try:
-        yield refusal
-    except Exception as error:
-        if reported and (stages.telemetry is not None or stages.hooks):
-            kind: Literal["chat", "stream"] = "stream" if refusal.stream is True else "chat"
-            _report(stages, kind, error, refusal)
-        raise
+) -> Refusal:
+    """Checks of a call before its first attempt (``with refusals(...) as refusal:``): an
+    exception raised inside is reported as a refused call (when ``reported`` and the Guard
+    has telemetry or hooks, which cannot break the call: the caller gets the exception
+    whatever happens here), then propagates. Only the checks go inside, never the Guard's
+    call itself, which reports its own end."""
+    return Refusal(stages, asked, stream, reported)
 
 
 def _report(

@@ -308,10 +308,23 @@ def _filtered_response(output_filter: OutputFilter, response: ChatResponse) -> C
 
 def resolve_scope(tenant: str | None, feature: str | None, user: str | None) -> Scope:
     """The call's scope: explicit keywords over the enclosing :func:`scoped` block (ids that
-    are not strings: :class:`~llmguard_sdk.errors.RequestValidationError`)."""
-    scope = current_scope().merged(tenant, feature, user)
+    are not strings: :class:`~llmguard_sdk.errors.RequestValidationError`). The last one
+    made is remembered (a frozen Scope): a call like the last makes none."""
+    global _last_scope
+    asked = (current_scope(), tenant, feature, user)
+    last = _last_scope
+    if last[0] == asked:  # (ids that equal the checked ones: strings or None)
+        return last[1]
+    scope = asked[0].merged(tenant, feature, user)
     check_scope(scope)
+    _last_scope = (asked, scope)
     return scope
+
+
+_last_scope: tuple[tuple[Scope, object, object, object], Scope] = (
+    (Scope(), None, None, None),
+    Scope(),
+)
 
 
 def finish(ctx: CallContext, stages: Stages, response: ChatResponse) -> ChatResponse:
