@@ -18,6 +18,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
+from .._copies import updated
 from ..models import _HEADER_NAME, ChatRequest, _is_header_text
 from ._attributes import (
     Attributes,
@@ -166,7 +167,7 @@ def with_trace(request: ChatRequest, headers: dict[str, str]) -> ChatRequest:
     incoming request) names a span before the attempt's, whose child the server's is."""
     taken = {name.lower() for name in headers}
     own = {k: v for k, v in (request.extra_headers or {}).items() if k.lower() not in taken}
-    return request.model_copy(update={"extra_headers": {**own, **headers}})
+    return updated(request, {"extra_headers": {**own, **headers}})  # (once per attempt)
 
 
 def failed(span: trace.Span, error: BaseException, scope: Scope, at_ns: int) -> None:
