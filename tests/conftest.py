@@ -187,6 +187,24 @@ def fake() -> Iterator[FakeProvider]:
 
 
 @pytest.fixture
+def oai(fake: FakeProvider) -> Iterator[Any]:
+    """The official ``openai`` client on ``fake`` (no retries; imported here, not at start)."""
+    import openai
+
+    with openai.OpenAI(base_url=fake.base_url, api_key="x", max_retries=0) as client:
+        yield client
+
+
+@pytest.fixture
+def claude(fake: FakeProvider) -> Iterator[Any]:
+    """The official ``anthropic`` client on ``fake`` (no retries)."""
+    import anthropic
+
+    with anthropic.Anthropic(base_url=fake.url, api_key="x", max_retries=0) as client:
+        yield client
+
+
+@pytest.fixture
 def fake2() -> Iterator[FakeProvider]:
     with FakeProvider(model="backup-model", name="backup") as server:
         yield server

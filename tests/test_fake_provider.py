@@ -69,7 +69,7 @@ def test_normal_answer_and_usage(fake: FakeProvider, client: httpx.Client) -> No
     assert r.status_code == 200
     assert r.headers["content-type"] == "application/json"
     assert int(r.headers["content-length"]) == len(r.content)
-    assert r.headers["x-request-id"].startswith("req-")
+    assert r.headers["x-request-id"].startswith("req_")
     data = r.json()
     assert data["id"].startswith("chatcmpl-fake-")
     assert data["object"] == "chat.completion"
@@ -485,7 +485,7 @@ def test_rpm_limit() -> None:
         assert r.headers["x-ratelimit-remaining-requests"] == "0"
         reset = r.headers["x-ratelimit-reset-requests"]
         assert reset.endswith("s")
-        assert r.headers["x-request-id"].startswith("req-")
+        assert r.headers["x-request-id"].startswith("req_")
         assert "x-ratelimit-limit-tokens" not in r.headers
         stats = limited.stats
         assert (stats.rate_limited, stats.succeeded, stats.by_status) == (1, 2, {200: 2, 429: 1})

@@ -115,7 +115,7 @@ def test_plain_answer_with_usage_and_headers(
     assert (response.usage.input_tokens, response.usage.output_tokens) == (8, 5)
     assert not response.usage.estimated
     assert response.route == "primary"
-    assert response.headers["x-request-id"].startswith("req-")
+    assert response.headers["x-request-id"].startswith("req_")
     sent = fake.requests[-1]
     assert sent.headers["authorization"] == "Bearer sk-test"
     assert sent.body is not None
@@ -171,7 +171,7 @@ def test_http_errors_map_to_typed_errors(
     assert type(raised) is error
     assert raised.status_code == fault.status
     assert raised.route == "primary"
-    assert raised.headers["x-request-id"].startswith("req-")
+    assert raised.headers["x-request-id"].startswith("req_")
     if fault.retry_after is not None:
         assert raised.retry_after == 2.0
 

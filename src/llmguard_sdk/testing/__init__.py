@@ -30,11 +30,17 @@ Deterministic token counting (documented so tests can assert exact numbers):
 
 A request whose ``tool_choice`` forces a tool (chat completions' ``"required"`` or a named
 function, Anthropic's ``{"type": "any"}`` or ``{"type": "tool", "name": ...}``) is answered
-with a call of that tool (the first one for ``"required"`` / ``any``) with the arguments
-``{}`` on every endpoint: chat ``tool_calls`` with ``finish_reason="tool_calls"`` (streamed: the
-call's id and name in one chunk, its arguments in the next), a Messages ``tool_use`` block
-with ``stop_reason="tool_use"`` (streamed: ``input_json_delta`` events), a Responses
-``function_call``; the batch APIs answer such requests alike.
+with a call of that tool (the first one for ``"required"`` / ``any``) on every endpoint: chat
+``tool_calls`` with ``finish_reason="tool_calls"`` (streamed: the call's id and name in one
+chunk, its arguments' fragments in the next ones), a Messages ``tool_use`` block with
+``stop_reason="tool_use"`` (streamed: ``input_json_delta`` events, one a fragment), a
+Responses ``function_call`` (streamed: ``response.function_call_arguments.delta`` events);
+the batch APIs answer such requests alike. Each fragment of the arguments (JSON punctuation,
+names and values apart) counts one output token.
+
+Request ids have each API's shape and are the same each run for a server's n-th request:
+OpenAI's ``x-request-id`` ``req_`` and 32 hex digits, Anthropic's ``request-id`` ``req_011C``
+and 20 base58 characters.
 
 Only chat-completion requests are subject to faults, rate limits and :class:`ProviderStats`;
 ``GET /v1/models`` and ``GET /health`` always answer normally.
@@ -42,7 +48,8 @@ Only chat-completion requests are subject to faults, rate limits and :class:`Pro
 It also speaks Anthropic's Messages API: ``POST /v1/messages`` (it requires the
 ``anthropic-version`` header and ``max_tokens``), plain and streamed (``message_start``,
 ``content_block_*``, ``message_delta``, ``message_stop`` events), with Anthropic's error bodies
-(their ``request_id`` the ``request-id`` header's) and the same faults and limits.  Its
+(their ``request_id`` the ``request-id`` header's; a path under ``/v1/messages/`` it does not
+serve answers Anthropic's 404) and the same faults and limits.  Its
 input tokens count the same way, the ``system`` prompt counting as one message and each tool
 as one message holding its JSON.
 

@@ -86,11 +86,13 @@ def _store(provider: FakeProvider) -> _Store:
 
 
 def _answer(provider: FakeProvider, body: dict[str, Any], inputs: int) -> tuple[list[str], str]:
-    """The reply's pieces (cut at the output limit) and finish reason, counted in stats (no
-    pieces and ``tool_calls`` when the request forces a tool, as the endpoints answer it)."""
-    if _forced_call(body) is not None:
-        provider._note_success(inputs, 0)
-        return [], "tool_calls"
+    """The reply's pieces (cut at the output limit) and finish reason, counted in stats (the
+    call's argument fragments and ``tool_calls`` when the request forces a tool, as the
+    endpoints answer it: one output token a fragment)."""
+    call = _forced_call(body)
+    if call is not None:
+        provider._note_success(inputs, len(call.fragments))
+        return call.fragments, "tool_calls"
     pieces = _split_pieces(provider._make_reply(body))
     limit = body.get("max_completion_tokens") or body.get("max_tokens")
     finish = "stop"
@@ -192,13 +194,6 @@ def _failed_row(row: str | dict[str, Any]) -> bool:
     return bool(row.get("error")) or (isinstance(status, int) and status != 200)
 
 
-def _outcome(provider: FakeProvider) -> str | None:
-    outcome = provider.batch_outcome
-    if outcome not in (None, "expired", "failed"):
-        raise ValueError(f"batch_outcome must be None, 'expired' or 'failed', not {outcome!r}")
-    return outcome
-
-
 def _openai_expired(row: dict[str, Any]) -> dict[str, Any]:
     return {
         **row,
@@ -290,7 +285,7 @@ class _BatchHandler(_BaseHandler):
                     "error": None,
                 }
             )
-        outcome = _outcome(provider)
+        outcome = provider.batch_outcome
         if outcome == "expired":
             out = [_openai_expired(row) for row in out]
         rows = _edited(provider, out) if outcome != "failed" else []
@@ -325,7 +320,7 @@ class _BatchHandler(_BaseHandler):
             ]
         except (ValueError, KeyError, TypeError):
             return 400, _error_body("requests: [{custom_id, params}]", "invalid_request", None)
-        outcome = _outcome(provider)
+        outcome = provider.batch_outcome
         if outcome is not None:
             rows = [_anthropic_unrun(row["custom_id"], outcome) for row in rows]
         edited = _edited(provider, rows)

@@ -64,7 +64,8 @@ class _ChatHandler(_BaseHandler):
         if req.max_tokens is not None and req.max_tokens < len(pieces):
             pieces = pieces[: req.max_tokens]
             finish_reason = "length"
-        cost = req.input_tokens + (req.max_tokens if req.max_tokens is not None else len(pieces))
+        outputs = len(pieces) if call is None else len(call.fragments)
+        cost = req.input_tokens + (req.max_tokens if req.max_tokens is not None else outputs)
         retry_after, rate_headers = provider._admit(cost)
         headers = [("x-request-id", _request_id(n)), *rate_headers, *extra]
         if not self._pause(fault.latency if fault else 0.0):
@@ -75,8 +76,8 @@ class _ChatHandler(_BaseHandler):
         cached = provider._openai_cached(_openai_tokens(req.body)) if provider.prefix_cache else 0
         counted = {
             "prompt_tokens": req.input_tokens,
-            "completion_tokens": len(pieces),
-            "total_tokens": req.input_tokens + len(pieces),
+            "completion_tokens": outputs,
+            "total_tokens": req.input_tokens + outputs,
             "prompt_tokens_details": {"cached_tokens": cached},
         }
         usage: dict[str, Any] | None = provider._make_usage(req.body, counted)
@@ -100,11 +101,11 @@ class _ChatHandler(_BaseHandler):
         if usage is not None:
             payload["usage"] = usage
         provider._note_status(200)
-        provider._note_success(req.input_tokens, len(pieces))  # before the client can see it
+        provider._note_success(req.input_tokens, outputs)  # before the client can see it
         try:
             self._send(200, _dumps(payload), "application/json", headers)
         except OSError:
-            provider._note_success(req.input_tokens, len(pieces), undo=True)
+            provider._note_success(req.input_tokens, outputs, undo=True)
             raise
 
     def _rate_limited(
@@ -259,7 +260,7 @@ class _ChatHandler(_BaseHandler):
         between: float,
     ) -> None:
         """Stream an answer: its text ``pieces``, or with ``end``'s tool name, a call of it
-        (its id and name in one chunk, its arguments in the next, as OpenAI streams them)."""
+        (its id and name in one chunk, then its arguments' fragments, as OpenAI streams them)."""
         finish_reason, call = end
         self._srv.provider._note_status(200)
         self._start_stream(headers)
@@ -267,11 +268,10 @@ class _ChatHandler(_BaseHandler):
             b"data: " + _dumps(self._chunk(req, n, {"role": "assistant", "content": ""})) + b"\n\n"
         )
         deltas: list[dict[str, Any]] = [{"content": piece} for piece in pieces]
+        outputs = len(pieces)
         if call is not None:
-            named = {**call.chat_call(), "index": 0}
-            named["function"] = {"name": call.name, "arguments": ""}
-            arguments = {"index": 0, "function": {"arguments": call.json}}
-            deltas = [{"tool_calls": [named]}, {"tool_calls": [arguments]}]
+            deltas = [{"tool_calls": [item]} for item in call.chat_deltas()]
+            outputs = len(call.fragments)
         for i, delta in enumerate(deltas):
             if not self._pause(first_delay if i == 0 else between):
                 return
@@ -290,11 +290,11 @@ class _ChatHandler(_BaseHandler):
         # Count the success before the last write so that a client which has seen [DONE]
         # also sees it in the stats; undo it if that write fails.
         provider = self._srv.provider
-        provider._note_success(req.input_tokens, len(pieces))
+        provider._note_success(req.input_tokens, outputs)
         try:
             self._event(b"data: [DONE]\n\n", last=True)
         except OSError:
-            provider._note_success(req.input_tokens, len(pieces), undo=True)
+            provider._note_success(req.input_tokens, outputs, undo=True)
             raise
         if not self._chunked:
             self.close_connection = True

@@ -70,7 +70,7 @@ class _MessagesHandler(_BaseHandler):
             pieces, finish = pieces[:max_tokens], "length"
         tokens, breakpoints = _anthropic_tokens(body)
         retry_after, rate_headers = provider._admit(len(tokens) + max_tokens, anthropic=True)
-        headers = [("request-id", _request_id(n)), *rate_headers, *extra]
+        headers = [("request-id", _request_id(n, anthropic=True)), *rate_headers, *extra]
         if not self._pause(fault.latency if fault else 0.0):
             return
         if retry_after is not None:
@@ -84,11 +84,12 @@ class _MessagesHandler(_BaseHandler):
             self._send(429, error, "application/json", headers)
             return
         read, written = provider._anthropic_cached(tokens, breakpoints)
+        outputs = len(pieces) if call is None else len(call.fragments)
         usage: dict[str, Any] | None = {
             "input_tokens": len(tokens) - read - written,
             "cache_creation_input_tokens": written,
             "cache_read_input_tokens": read,
-            "output_tokens": len(pieces),
+            "output_tokens": outputs,
         }
         if fault is not None and fault.omit_usage:
             usage = None
@@ -112,11 +113,11 @@ class _MessagesHandler(_BaseHandler):
         if usage is not None:
             message["usage"] = usage
         provider._note_status(200)
-        provider._note_success(len(tokens), len(pieces))
+        provider._note_success(len(tokens), outputs)
         try:
             self._send(200, _dumps(message), "application/json", headers)
         except OSError:
-            provider._note_success(len(tokens), len(pieces), undo=True)
+            provider._note_success(len(tokens), outputs, undo=True)
             raise
 
     def _messages_stream(
@@ -129,7 +130,8 @@ class _MessagesHandler(_BaseHandler):
         input_tokens: int,
     ) -> None:
         """Send a normal answer (its text pieces, finish reason and the tool it calls, if
-        any) as Anthropic's stream of events; a tool call's input as ``input_json_delta``s."""
+        any) as Anthropic's stream of events; a tool call's input as ``input_json_delta``s
+        (an empty one, then its fragments)."""
         provider = self._srv.provider
         pieces, finish, call = answer
         if usage is not None:
@@ -142,7 +144,9 @@ class _MessagesHandler(_BaseHandler):
         self._event(_sse("ping", {}))
         deltas = [{"type": "text_delta", "text": piece} for piece in pieces]
         if call is not None:
-            deltas = [{"type": "input_json_delta", "partial_json": p} for p in ("", call.json)]
+            parts = ["", *call.fragments]
+            deltas = [{"type": "input_json_delta", "partial_json": p} for p in parts]
+        outputs = len(pieces) if call is None else len(call.fragments)
         for i, delta in enumerate(deltas):
             delay = (fault.first_token_delay if i == 0 else fault.inter_token_delay) if fault else 0
             if not self._pause(delay):
@@ -153,13 +157,13 @@ class _MessagesHandler(_BaseHandler):
             "delta": {"stop_reason": _STOP_REASONS[finish], "stop_sequence": None}
         }
         if usage is not None:
-            end["usage"] = {"output_tokens": len(pieces)}
+            end["usage"] = {"output_tokens": outputs}
         self._event(_sse("message_delta", end))
-        provider._note_success(input_tokens, len(pieces))
+        provider._note_success(input_tokens, outputs)
         try:
             self._event(_sse("message_stop", {}), last=True)
         except OSError:
-            provider._note_success(input_tokens, len(pieces), undo=True)
+            provider._note_success(input_tokens, outputs, undo=True)
             raise
         if not self._chunked:
             self.close_connection = True

@@ -27,6 +27,7 @@ __all__ = ["FakeProvider"]
 
 _BatchRows = Callable[[dict[str, Any]], "dict[str, Any] | str | None"]
 """``batch_rows(row)``: a batch result row as it will be stored (a dict), a raw line, or None."""
+_Outcome = Literal["expired", "failed"] | None
 
 
 def _check_settings(
@@ -35,7 +36,6 @@ def _check_settings(
     hang_limit: float,
     prefix_cache_min_tokens: int,
     batch_seconds: float,
-    batch_outcome: str | None,
 ) -> None:
     """Raise ValueError for a setting the :class:`FakeProvider` cannot take."""
     if rpm is not None and rpm < 1:
@@ -48,10 +48,6 @@ def _check_settings(
         raise ValueError("prefix_cache_min_tokens must be >= 0")
     if not 0 <= batch_seconds < math.inf:
         raise ValueError("batch_seconds must be a finite number of seconds >= 0")
-    if batch_outcome not in (None, "expired", "failed"):
-        raise ValueError(
-            f"batch_outcome must be None, 'expired' or 'failed', not {batch_outcome!r}"
-        )
 
 
 class FakeProvider(Closes):
@@ -129,10 +125,10 @@ class FakeProvider(Closes):
         strict: bool = False,
         batch_seconds: float = 0.2,
         batch_rows: _BatchRows | None = None,
-        batch_outcome: Literal["expired", "failed"] | None = None,
+        batch_outcome: _Outcome = None,
     ) -> None:
         limits = (rpm, tpm, hang_limit, prefix_cache_min_tokens)
-        _check_settings(*limits, batch_seconds, batch_outcome)
+        _check_settings(*limits, batch_seconds)
         self.batch_seconds: float = batch_seconds
         """Seconds a batch runs from its creation to its end (0.2 by default; 0: it has ended
         at the first status read). OpenAI's batches are ``validating`` for the first tenth
@@ -142,11 +138,8 @@ class FakeProvider(Closes):
         to write (a dict), a raw line (a str: a row the provider broke) or ``None`` (left
         out). An OpenAI row with an ``error`` or a status other than 200 goes to the error
         file and counts as failed."""
-        self.batch_outcome: Literal["expired", "failed"] | None = batch_outcome
-        """How the next batches end: ``None`` (each request answered), ``"expired"`` (OpenAI:
-        ``status`` ``expired``, each request in the error file as ``batch_expired``; Anthropic:
-        each result ``expired``) or ``"failed"`` (OpenAI: ``status`` ``failed`` with
-        ``errors``, no files; Anthropic: each result ``errored``)."""
+        self._batch_outcome: _Outcome = None
+        self.batch_outcome = batch_outcome
         self.strict = strict
         """Whether requests are refused where the real APIs refuse them and the fake is
         lenient by default (see ``strict`` in the class docs)."""
@@ -185,6 +178,21 @@ class FakeProvider(Closes):
         self._recorded: deque[ReceivedRequest] = deque(maxlen=_MAX_RECORDED)
         self._stats: dict[str, int] = {}
         self._by_status: dict[int, int] = {}
+
+    @property
+    def batch_outcome(self) -> _Outcome:
+        """How the next batches end: ``None`` (each request answered), ``"expired"`` (OpenAI:
+        ``status`` ``expired``, each request in the error file as ``batch_expired``; Anthropic:
+        each result ``expired``) or ``"failed"`` (OpenAI: ``status`` ``failed`` with
+        ``errors``, no files; Anthropic: each result ``errored``). Another value is a
+        ``ValueError`` when set."""
+        return self._batch_outcome
+
+    @batch_outcome.setter
+    def batch_outcome(self, outcome: _Outcome) -> None:
+        if outcome not in (None, "expired", "failed"):
+            raise ValueError(f"batch_outcome must be None, 'expired' or 'failed', not {outcome!r}")
+        self._batch_outcome = outcome
 
     # ---- lifecycle
 
@@ -470,7 +478,7 @@ class FakeProvider(Closes):
 
     def _common_headers(self, n: int, anthropic: bool = False) -> list[tuple[str, str]]:
         """The request id and limit headers (with ``anthropic``, as Anthropic names them)."""
-        headers = [("request-id" if anthropic else "x-request-id", _request_id(n))]
+        headers = [("request-id" if anthropic else "x-request-id", _request_id(n, anthropic))]
         if self._rpm is None and self._tpm is None:
             return headers
         with self._lock:

@@ -50,11 +50,6 @@ RESPONSES_PATHS = frozenset({"/v1/responses", "/responses"})
 _REASONING = {"minimal": 1, "low": 2, "medium": 4, "high": 8}
 
 
-def _tool_call(body: dict[str, Any]) -> dict[str, Any] | None:
-    call = _forced_call(body)
-    return None if call is None else {**call.chat_call(), "index": 0}
-
-
 def _files_as_text(body: dict[str, Any]) -> dict[str, Any]:
     """``body`` with each ``input_file`` part (a PDF, say, as OpenAI reads it) an empty text
     part, which counts no tokens; one that names no file (by ``file_id``, ``file_data`` or
@@ -179,7 +174,7 @@ class _ResponsesHandler(_BaseHandler):
         self, body: dict[str, Any], chat: dict[str, Any], fault: Fault | None, n: int
     ) -> None:
         provider = self._srv.provider
-        call = _tool_call(body)
+        call = _forced_call(body)
         pieces = [] if call is not None else _split_pieces(provider._make_reply(chat))
         limit, finish = body.get("max_output_tokens"), "tool_calls" if call else "stop"
         if isinstance(limit, int) and limit < len(pieces):
@@ -188,7 +183,8 @@ class _ResponsesHandler(_BaseHandler):
         effort = (body.get("reasoning") or {}).get("effort")
         reasoning = _REASONING.get(effort, 4) if effort else 0
         model = body.get("model") or provider._model
-        retry_after, rate_headers = provider._admit(len(tokens) + (limit or len(pieces)))
+        outputs = len(pieces) if call is None else len(call.fragments)
+        retry_after, rate_headers = provider._admit(len(tokens) + (limit or outputs))
         headers = [("x-request-id", _request_id(n)), *rate_headers, *_fault_headers(fault)]
         if not self._pause(fault.latency if fault else 0.0):
             return
@@ -205,15 +201,15 @@ class _ResponsesHandler(_BaseHandler):
         cached = provider._openai_cached(tokens) if provider.prefix_cache else 0
         usage = Usage(
             input_tokens=len(tokens),
-            output_tokens=len(pieces) + reasoning,
+            output_tokens=outputs + reasoning,
             cached_input_tokens=cached,
             reasoning_tokens=reasoning,
         )
         chunks = [StreamChunk(text=p) for p in pieces]
+        if call is not None:  # (its id and name, then a function_call_arguments.delta a fragment)
+            chunks = [StreamChunk(tool_calls=[item]) for item in call.chat_deltas()]
         reported = None if fault is not None and fault.omit_usage else usage
-        chunks.append(
-            StreamChunk(finish_reason=finish, usage=reported, tool_calls=[call] if call else None)
-        )
+        chunks.append(StreamChunk(finish_reason=finish, usage=reported))
         stored = body.get("store") is not False  # (OpenAI stores unless told not to)
         writer = EventWriter(Answer(f"resp_fake_{n}", str(model), request=body, store=stored))
         provider._note_status(200)

@@ -82,6 +82,11 @@ class _Handler(_ChatHandler, _MessagesHandler, _ResponsesHandler, _BatchHandler)
             return
         if self._batch_api(path, raw, n):
             return
+        if path in _MESSAGES_PATHS or path.startswith(_MESSAGES_PREFIXES):  # (Anthropic's 404)
+            said = f"no route for {self.command} {path}"
+            error = _anthropic_error(404, said, n=n)
+            self._send(404, error, "application/json", provider._common_headers(n, True))
+            return
         common = provider._common_headers(n)
         if self.command == "GET" and path in _MODELS_PATHS:
             payload = {
@@ -105,6 +110,9 @@ class _Handler(_ChatHandler, _MessagesHandler, _ResponsesHandler, _BatchHandler)
             key = name.lower()
             out[key] = f"{out[key]}, {value}" if key in out else value
         return out
+
+
+_MESSAGES_PREFIXES = tuple(path + "/" for path in _MESSAGES_PATHS)
 
 
 def _is_text(body: Any) -> bool:

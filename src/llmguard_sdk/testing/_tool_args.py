@@ -8,17 +8,26 @@ its type (``"x"`` as long as ``minLength`` asks, 0 or the bound nearest to it th
 ``const`` or an ``enum``'s first value, objects and arrays filled the same way (an array with
 ``minItems`` items, one at least), the first of ``anyOf`` / ``oneOf`` that is not ``null``,
 ``allOf`` merged and local ``$ref`` s followed. Nesting deeper than :data:`_MAX_DEPTH` (a
-recursive schema) ends in an empty object or array.
+recursive schema) ends in an empty object or array. A string's simple ``pattern`` is
+followed (see ``_pattern``); one it cannot follow leaves the string as it would be without.
+
+A stream sends the arguments in fragments, as the real APIs do (:attr:`_Call.fragments`:
+JSON punctuation, names and values apart, so ``{"city":"x"}`` is ``{"``, ``city``, ``":"``,
+``x``, ``"}``), and each fragment counts one output token, as each piece of text does.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
+from ._pattern import pattern_example
+
 _MAX_DEPTH = 8
+_FRAGMENT_RE = re.compile(r"\w+|\s+|[^\w\s]+")
 _FORMATS = {
     "date-time": "1970-01-01T00:00:00Z",
     "date": "1970-01-01",
@@ -44,6 +53,19 @@ class _Call:
     def json(self) -> str:
         """The arguments as the APIs send them: a JSON string."""
         return json.dumps(self.arguments, separators=(",", ":"), ensure_ascii=False)
+
+    @property
+    def fragments(self) -> list[str]:
+        """:attr:`json` in the pieces a stream sends (their number: the output tokens)."""
+        found: list[str] = _FRAGMENT_RE.findall(self.json)
+        return found
+
+    def chat_deltas(self) -> list[dict[str, Any]]:
+        """The call as a stream's ``tool_calls`` items: its id and name (no arguments yet),
+        then one item a fragment of its arguments."""
+        named = {**self.chat_call(), "index": 0}
+        named["function"] = {"name": self.name, "arguments": ""}
+        return [named, *({"index": 0, "function": {"arguments": f}} for f in self.fragments)]
 
     def chat_call(self) -> dict[str, Any]:
         """A chat completion's ``tool_calls`` item."""
@@ -196,11 +218,16 @@ def _array(schema: dict[str, Any], root: Any, depth: int) -> list[Any]:
 
 def _string(schema: dict[str, Any]) -> str:
     known = _FORMATS.get(str(schema.get("format")))
-    if known is not None:
-        return known
     low, high = schema.get("minLength"), schema.get("maxLength")
     text = "x" * max(1, low if isinstance(low, int) else 0)
-    return text[:high] if isinstance(high, int) else text
+    text = text[:high] if isinstance(high, int) else text
+    pattern = schema.get("pattern")
+    if isinstance(pattern, str):
+        least = low if isinstance(low, int) else 0
+        most = high if isinstance(high, int) else None
+        tries = [known, text] if known is not None else [text]
+        return pattern_example(pattern, least, most, tries) or known or text
+    return known if known is not None else text
 
 
 def _number(schema: dict[str, Any], integer: bool) -> int | float:

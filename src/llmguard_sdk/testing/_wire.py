@@ -354,10 +354,22 @@ def _breakpoints_problem(body: dict[str, Any]) -> str | None:
     return None
 
 
-def _request_id(n: int) -> str:
-    """The id of the ``n``-th request: its ``x-request-id`` / ``request-id`` header, and
-    the ``request_id`` of an Anthropic error body."""
-    return f"req-{n}"
+_BASE58 = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
+
+
+def _request_id(n: int, anthropic: bool = False) -> str:
+    """The id of a server's ``n``-th request (the same each run), shaped as each API's:
+    OpenAI's ``x-request-id`` (``req_`` and 32 hex digits), or with ``anthropic`` its
+    ``request-id`` header and the ``request_id`` of its error body (``req_011C`` and 20
+    base58 characters, as ``req_011CSHoEeqs5C35K2UUqR7Fy``)."""
+    digest = hashlib.sha256(b"llmguard-fake-request %d" % n).digest()
+    if not anthropic:
+        return "req_" + digest.hex()[:32]
+    number, tail = int.from_bytes(digest[:16], "big"), ""
+    for _ in range(20):
+        number, digit = divmod(number, 58)
+        tail += _BASE58[digit]
+    return "req_011C" + tail
 
 
 def _anthropic_error(
@@ -372,7 +384,7 @@ def _anthropic_error(
         error["details"] = {"error_code": code}
     body: dict[str, Any] = {"type": "error", "error": error}
     if n is not None:
-        body["request_id"] = _request_id(n)
+        body["request_id"] = _request_id(n, anthropic=True)
     return _dumps(body)
 
 
