@@ -4,7 +4,10 @@ Deterministic like the chat endpoint: the reply echoes the last user text (or th
 callback's answer, given the request as chat messages), input tokens count the same way (the
 ``instructions`` as a system message), ``prefix_cache=True`` reports
 ``input_tokens_details.cached_tokens``, ``max_output_tokens`` cuts the reply (status
-``incomplete``; under 16 it is refused with OpenAI's 400, ``integer_below_min_value``); the
+``incomplete``; under 16 it is refused with OpenAI's 400, ``integer_below_min_value``); a
+parameter the API does not have (chat's ``frequency_penalty``, ``n``, ``response_format`` ...)
+is refused with OpenAI's 400 (``unknown_parameter``; ``unsupported_parameter`` where OpenAI says
+where it moved); the
 response echoes the request's parameters, as OpenAI's does. A request with ``reasoning.effort``
 also spends reasoning tokens (2 for ``low``, 4 for ``medium``, 8 for ``high``) reported in
 ``output_tokens_details``. With tools and a ``tool_choice`` of ``"required"`` or one named
@@ -47,6 +50,53 @@ from ._wire import (
 )
 
 RESPONSES_PATHS = frozenset({"/v1/responses", "/responses"})
+RESPONSES_PARAMETERS = frozenset(
+    {
+        "access_programs",
+        "background",
+        "background_options",
+        "context_management",
+        "conversation",
+        "image",
+        "include",
+        "input",
+        "instructions",
+        "max_output_tokens",
+        "max_tool_calls",
+        "metadata",
+        "model",
+        "moderation",
+        "parallel_tool_calls",
+        "previous_response_id",
+        "prompt",
+        "prompt_cache_key",
+        "prompt_cache_options",
+        "prompt_cache_retention",
+        "reasoning",
+        "safety_identifier",
+        "service_tier",
+        "store",
+        "stream",
+        "stream_options",
+        "temperature",
+        "text",
+        "tool_choice",
+        "tools",
+        "top_logprobs",
+        "top_p",
+        "truncation",
+        "user",
+    }
+)
+"""The parameters of a Responses request (openai's ``ResponseCreateParams``); the fake refuses
+any other as OpenAI does."""
+# chat completions' parameters OpenAI's Responses API names otherwise, and its word for them
+_MOVED = {
+    "messages": "input",
+    "response_format": "text.format",
+    "max_completion_tokens": "max_output_tokens",
+    "reasoning_effort": "reasoning.effort",
+}
 _REASONING = {"minimal": 1, "low": 2, "medium": 4, "high": 8}
 
 
@@ -76,6 +126,28 @@ def _file_as_text(part: Any) -> Any:
             "an input_file part needs exactly one of 'file_id', 'file_data' or 'file_url'"
         )
     return {"type": "input_text", "text": ""}
+
+
+def _check_parameters(body: dict[str, Any]) -> None:
+    """Refuse a parameter the Responses API does not have, with OpenAI's 400: ``Unknown
+    parameter`` (a chat parameter it names otherwise: ``Unsupported parameter``, saying where
+    it moved), as for a member of ``stream_options`` other than ``include_obfuscation``
+    (chat's ``include_usage``)."""
+    for key in body:
+        if key in _MOVED:
+            raise _BadRequest(
+                f"Unsupported parameter: {key!r}. In the Responses API, this parameter has "
+                f"moved to {_MOVED[key]!r}. Try again with the new parameter.",
+                None,
+                "unsupported_parameter",
+            )
+        if key not in RESPONSES_PARAMETERS:
+            raise _BadRequest(f"Unknown parameter: {key!r}.", key, "unknown_parameter")
+    options = body.get("stream_options")
+    for key in options if isinstance(options, dict) else ():
+        if key != "include_obfuscation":
+            name = f"stream_options.{key}"
+            raise _BadRequest(f"Unknown parameter: {name!r}.", name, "unknown_parameter")
 
 
 def _check_output_limit(body: dict[str, Any]) -> None:
@@ -114,6 +186,7 @@ class _ResponsesHandler(_BaseHandler):
                 raise _BadRequest(
                     "Missing required parameter: 'model'.", "model", "missing_required_parameter"
                 )
+            _check_parameters(body)
             _check_output_limit(body)
             messages = chat_messages(_files_as_text(body))
         except (ValueError, UnicodeDecodeError, _BadRequest) as exc:  # RequestValidationError too
