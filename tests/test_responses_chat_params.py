@@ -6,13 +6,25 @@ OpenAI's ``/v1/responses`` does, so a key that slipped through is a 400 here."""
 
 from __future__ import annotations
 
+import time
+import warnings
 from typing import Any
 
 import httpx
+import pytest
 from openai.types.responses.response_create_params import ResponseCreateParamsBase
 
+from llmguard_sdk import (
+    DroppedParameterWarning,
+    Guard,
+    OpenAICompatibleProvider,
+    UnsupportedRequestError,
+)
+from llmguard_sdk.models import ChatRequest, Message
 from llmguard_sdk.providers.responses import OpenAIResponsesProvider
 from llmguard_sdk.testing import FakeProvider
+
+from .conftest import USER
 
 _RESPONSES_FIELDS = frozenset(ResponseCreateParamsBase.__annotations__) | {"stream"}
 
@@ -67,3 +79,105 @@ def test_the_fake_knows_the_parameters_openai_s_types_list() -> None:
     from llmguard_sdk.testing._responses import RESPONSES_PARAMETERS
 
     assert frozenset(RESPONSES_PARAMETERS) == _RESPONSES_FIELDS
+
+
+def test_chat_parameters_with_a_responses_name_are_sent_under_it(fake: FakeProvider) -> None:
+    extra: dict[str, Any] = {
+        "reasoning_effort": "low",
+        "verbosity": "low",
+        "response_format": {"type": "json_object"},
+        "stream_options": {"include_usage": True},
+        "n": 1,
+        "logprobs": True,
+        "top_logprobs": 2,
+    }
+    with Guard(_responses(fake), environ={}) as guard, warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        assert guard.chat(USER, extra_body=extra).route == "primary"
+        with guard.chat(USER, stream=True, extra_body=extra) as stream:
+            assert "".join(chunk.text for chunk in stream) == "Echo: hello there"
+    assert not [w for w in said if issubclass(w.category, DroppedParameterWarning)]
+    plain, streamed = _bodies(fake)
+    for body in (plain, streamed):
+        assert set(body) <= _RESPONSES_FIELDS
+    assert plain["reasoning"]["effort"] == "low"
+    assert plain["text"] == {"format": {"type": "json_object"}, "verbosity": "low"}
+    assert plain["include"][0] == "message.output_text.logprobs"
+    assert "stream_options" not in plain
+    assert "stream_options" not in streamed
+    assert "n" not in plain
+
+
+def _complete(route: OpenAIResponsesProvider, **extra: Any) -> str:
+    request = ChatRequest(messages=[Message(role="user", content="hi")], extra_body=extra)
+    return route.complete(request, model="fake-model", deadline=time.monotonic() + 10).text
+
+
+def test_a_route_called_alone_translates_or_refuses_what_a_guard_refuses(
+    fake: FakeProvider,
+) -> None:
+    """The Guard refuses ``n`` but 1 and an output limit in ``extra_body``; a route called
+    on its own (a batch, a test) translates the limit and refuses ``n`` before sending."""
+    route = _responses(fake)
+    try:
+        assert _complete(route, max_completion_tokens=40, max_tokens=30, n=1) == "Echo: hi"
+        with pytest.raises(UnsupportedRequestError, match=r"max_output_tokens.*16"):
+            _complete(route, max_tokens=5)
+        with pytest.raises(UnsupportedRequestError, match=r"one answer.*n=2"):
+            _complete(route, n=2)
+    finally:
+        route.close()
+    (body,) = _bodies(fake)
+    assert (body["max_output_tokens"], "n" in body) == (40, False)
+
+
+def test_sampling_parameters_it_cannot_honour_are_left_out_and_said(fake: FakeProvider) -> None:
+    extra: dict[str, Any] = {
+        "frequency_penalty": 0.5,
+        "presence_penalty": 0.2,
+        "logit_bias": {"1234": -100},
+        "seed": 3,
+        "stop": ["\n"],
+        "prediction": {"type": "content", "content": "Echo"},
+    }
+    with Guard(_responses(fake), environ={}) as guard, warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        assert guard.chat(USER, extra_body=extra).text == "Echo: hello there"
+        guard.chat(USER, extra_body=extra)
+    dropped = [str(w.message) for w in said if issubclass(w.category, DroppedParameterWarning)]
+    assert sorted(m.split("'")[1] for m in dropped) == sorted(extra)  # once each
+    assert all(m.startswith("primary: ") for m in dropped)
+    for body in _bodies(fake):
+        assert set(body) <= _RESPONSES_FIELDS
+        assert not set(body) & set(extra)
+
+
+@pytest.mark.parametrize(
+    ("extra", "said"),
+    [
+        ({"functions": [{"name": "f", "parameters": {"type": "object"}}]}, r"functions"),
+        ({"function_call": "auto"}, r"function_call"),
+        ({"modalities": ["text", "audio"], "audio": {"voice": "alloy"}}, r"audio"),
+        ({"web_search_options": {}}, r"web_search"),
+    ],
+)
+def test_what_the_caller_depends_on_moves_the_chain_on(
+    fake: FakeProvider, fake2: FakeProvider, extra: dict[str, Any], said: str
+) -> None:
+    chat = OpenAICompatibleProvider(fake2.base_url, model=fake2.model, name=fake2.name)
+    with Guard([_responses(fake), chat], environ={}) as guard:
+        assert guard.chat(USER, extra_body=extra).route == "backup"
+    with (
+        Guard(_responses(fake), environ={}, retry=None) as guard,
+        pytest.raises(UnsupportedRequestError, match=said) as caught,
+    ):
+        guard.chat(USER, extra_body=extra)
+    assert caught.value.route == "primary"
+    assert fake.requests == []  # refused before sending: nothing billed, no 400
+    assert [set(extra) <= set(r.body or {}) for r in fake2.requests] == [True]
+
+
+def test_text_only_modalities_are_served(fake: FakeProvider) -> None:
+    with Guard(_responses(fake), environ={}) as guard:
+        assert guard.chat(USER, extra_body={"modalities": ["text"]}).route == "primary"
+    assert "modalities" not in _bodies(fake)[0]

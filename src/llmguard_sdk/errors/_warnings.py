@@ -61,9 +61,11 @@ class LocalContextWarning(UserWarning):
 
 class DroppedParameterWarning(UserWarning):
     """A route left out a request parameter its API has no counterpart for, rather than
-    refuse the call: an :class:`~llmguard_sdk.providers.OpenAIResponsesProvider` sends no
-    ``seed`` and no ``stop`` (the Responses API has neither), so such an answer is neither
-    seeded nor cut at the stop sequences. Said once per route and parameter.
+    refuse the call: an :class:`~llmguard_sdk.providers.OpenAIResponsesProvider` sends none
+    of chat completions' sampling parameters the Responses API lacks (``seed``, ``stop``,
+    ``frequency_penalty``, ``presence_penalty``, ``logit_bias``, ``prediction``), so such an
+    answer is not seeded, not cut at the stop sequences, not penalised or biased. Said once
+    per route and parameter.
 
     .. versionadded:: 0.2.0
     """

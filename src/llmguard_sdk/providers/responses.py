@@ -18,9 +18,18 @@ input and reasoning output tokens.
 What the Responses API cannot take: a limit under :data:`MIN_OUTPUT_TOKENS` (16; OpenAI
 answers ``max_output_tokens`` 1 to 15 with a 400, where chat completions take any
 ``max_tokens``) is an :class:`~llmguard_sdk.errors.UnsupportedRequestError` before anything is
-sent, on which a chain moves on to its next route (a chat route serves ``max_tokens=5``); a
-``seed`` or a ``stop`` (the API has neither) is not sent, and a
-:class:`~llmguard_sdk.errors.DroppedParameterWarning` says so once per route and parameter.
+sent, on which a chain moves on to its next route (a chat route serves ``max_tokens=5``).
+Chat completions' other parameters the API lacks (a request's own or in its ``extra_body``)
+follow one table (:data:`~llmguard_sdk.providers._responses_params.CHAT_ONLY`): those it has
+under another name are sent so (``max_completion_tokens`` as ``max_output_tokens``,
+``response_format`` as ``text.format``, ``reasoning_effort`` as ``reasoning.effort``,
+``stream_options`` less ``include_usage`` ...); those that only shape sampling (``seed``,
+``stop``, ``frequency_penalty``, ``presence_penalty``, ``logit_bias``, ``prediction``) are
+not sent, and a :class:`~llmguard_sdk.errors.DroppedParameterWarning` says so once per route
+and parameter; those the caller depends on (``n`` above 1, ``audio`` or audio
+``modalities``, legacy ``functions`` / ``function_call``, ``web_search_options``) are an
+:class:`~llmguard_sdk.errors.UnsupportedRequestError` before anything is sent. OpenAI
+answers any of them sent as they are with a 400 that no other route would get to try.
 
 .. versionadded:: 0.2.0
 """
@@ -45,7 +54,8 @@ from ..errors import (
 from ..models import ChatRequest, ChatResponse, Message, StreamChunk
 from ._anthropic_only import leave_out_server_tools
 from ._error_kinds import error_answer
-from ._responses_reasoning import StreamedItems, included, keep_reasoning
+from ._responses_params import CHAT_ONLY, chat_parameters, dropped, refusal, translate
+from ._responses_reasoning import StreamedItems, keep_reasoning
 from .anthropic import AnthropicStreamState
 from .openai_compat import OpenAICompatibleProvider
 from .wire import (
@@ -65,10 +75,8 @@ MIN_OUTPUT_TOKENS = 16
 """The least ``max_output_tokens`` OpenAI's Responses API takes (a 400 below it: "Invalid
 'max_output_tokens': integer below minimum value. Expected a value >= 16, but got 5
 instead.")."""
-_NOT_SENT = ("seed", "stop")  # chat's parameters the Responses API has no counterpart for
 
 _SAME = ("temperature", "top_p", "tool_choice")
-_TEXT_LOGPROBS = "message.output_text.logprobs"
 _BREAKPOINT = "prompt_cache_breakpoint"  # openai's, on a chat and a Responses input part
 
 
@@ -99,8 +107,15 @@ class OpenAIResponsesProvider(OpenAICompatibleProvider):
     ``incomplete`` answer cut by ``max_output_tokens`` has ``finish_reason="length"``. A
     request whose ``max_tokens`` (or ``max_completion_tokens``) is under 16 is refused with an
     :class:`~llmguard_sdk.errors.UnsupportedRequestError` before it is sent (the chain moves
-    on); its ``seed`` and ``stop`` are not sent (a
+    on), as is one asking what only chat completions gives (``n`` above 1, audio, legacy
+    ``functions``, ``web_search_options``); chat's parameters the API has under another name
+    are sent under it, and its sampling-only ones (``seed``, ``stop``, the penalties,
+    ``logit_bias``, ``prediction``) are not sent (a
     :class:`~llmguard_sdk.errors.DroppedParameterWarning`, once per parameter).
+
+    .. versionchanged:: 0.2.0 chat's parameters the Responses API lacks, in ``extra_body``
+       too, are translated, dropped or refused (they were sent, and OpenAI's 400 ended the
+       chain).
 
     .. versionadded:: 0.2.0
     """
@@ -118,26 +133,30 @@ class OpenAIResponsesProvider(OpenAICompatibleProvider):
         return f"OpenAIResponsesProvider(name={self.name!r}, base_url={self.base_url!r})"
 
     def _payload(self, request: ChatRequest, model: str, *, stream: bool) -> dict[str, Any]:
-        limit = request.output_limit
-        if limit is not None and limit < MIN_OUTPUT_TOKENS:
+        payload = build_responses_payload(request, model=model, stream=stream, store=self.store)
+        limit = payload.get("max_output_tokens")
+        if isinstance(limit, int) and not isinstance(limit, bool) and limit < MIN_OUTPUT_TOKENS:
             raise UnsupportedRequestError(
                 f"the Responses API takes max_output_tokens of {MIN_OUTPUT_TOKENS} or more, "
                 f"not {limit}: ask for {MIN_OUTPUT_TOKENS} or more, or let a chat route serve it",
                 route=self.name,
             )
-        self._say_dropped(request)
-        return build_responses_payload(request, model=model, stream=stream, store=self.store)
+        asked = chat_parameters(request)
+        problem = refusal(asked)
+        if problem is not None:
+            raise UnsupportedRequestError(problem, route=self.name)
+        self._say_dropped(dropped(asked))
+        return payload
 
-    def _say_dropped(self, request: ChatRequest) -> None:
-        """Warn, once per parameter, that ``request``'s ``seed`` or ``stop`` is not sent."""
-        asked = [name for name in _NOT_SENT if getattr(request, name) is not None]
+    def _say_dropped(self, lacking: Mapping[str, str]) -> None:
+        """Warn, once per parameter, that a parameter of ``lacking`` (its name, what the
+        answer lacks without it) is not sent."""
         with self._dropped_lock:
-            new = [name for name in asked if name not in self._dropped]
+            new = [name for name in lacking if name not in self._dropped]
             self._dropped.update(new)
         for name in new:
             warnings.warn(
-                f"{self.name}: the Responses API has no {name!r}; it is not sent (the answer "
-                f"is {'not seeded' if name == 'seed' else 'not cut at the stop sequences'})",
+                f"{self.name}: the Responses API has no {name!r}; it is not sent ({lacking[name]})",
                 DroppedParameterWarning,
                 stacklevel=caller_level(),
             )
@@ -236,26 +255,14 @@ def build_responses_payload(
     choice = payload.get("tool_choice")
     if isinstance(choice, dict) and isinstance(choice.get("function"), dict):
         payload["tool_choice"] = {"type": "function", "name": choice["function"].get("name")}
-    if request.output_limit is not None:
-        payload["max_output_tokens"] = request.output_limit
     if request.tools:
         payload["tools"] = [_tool(t) for t in request.tools]
-    fmt = request.response_format
-    if fmt is not None:
-        schema = fmt.get("json_schema")
-        flat = schema if isinstance(schema, dict) else {}
-        payload["text"] = {"format": {"type": fmt.get("type"), **flat}}
     extra = sent_extra_body(request, responses=True)
-    _logprobs_asked(extra)
-    effort = extra.pop("reasoning_effort", None)
     reasoning = extra.pop("reasoning", None)  # a Responses caller's, whole (its summary)
-    reasoning = dict(reasoning) if isinstance(reasoning, Mapping) else {}
-    if effort is not None or reasoning:
-        payload["reasoning"] = {**({"effort": effort} if effort is not None else {}), **reasoning}
-    verbosity = extra.pop("verbosity", None)  # chat's, a Responses request's text.verbosity
-    if verbosity is not None:
-        payload["text"] = {**payload.get("text", {}), "verbosity": verbosity}
-    payload.update(extra)
+    if isinstance(reasoning, Mapping) and reasoning:
+        payload["reasoning"] = dict(reasoning)
+    payload.update({k: v for k, v in extra.items() if k not in CHAT_ONLY})
+    translate(payload, chat_parameters(request), stream=stream)
     if store is not None:
         payload.setdefault("store", store)
     if payload.get("store") is False:
@@ -273,14 +280,6 @@ def _findable(item: Mapping[str, Any]) -> bool:
     sent back by its id alone (without its ``encrypted_content``), which OpenAI answers
     with a 404 ("Items are not persisted when `store` is set to false")."""
     return item.get("type") != "reasoning" or bool(item.get("encrypted_content"))
-
-
-def _logprobs_asked(extra: dict[str, Any]) -> None:
-    """Chat's ``logprobs: true`` (in ``extra``, a request's ``extra_body``) as the Responses
-    API asks for the text's logprobs: ``include``'s ``message.output_text.logprobs`` (beside
-    ``top_logprobs``, as chat's); the Responses API has no ``logprobs`` parameter."""
-    if extra.pop("logprobs", None) is True:
-        included(extra, _TEXT_LOGPROBS)
 
 
 # -- answers -------------------------------------------------------------------------------
