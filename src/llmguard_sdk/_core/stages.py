@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from .._copies import frozen, updated
 from .._ids import IDEMPOTENCY_PREFIX, UniqueIds
 from .._problems import problems
+from .._route_names import CACHE, DEGRADED
 from ..breaker import Breakers
 from ..budget.control import SpendControl
 from ..cache import CacheHit, ResponseCache
@@ -545,13 +546,6 @@ def _apply_filter(fn: Callable[[Any], Any], value: Any, kind: type[Any], stage: 
             f"expected {kind.__name__} or None"
         )
     return result
-
-
-DEGRADED = "degraded"
-"""``route`` and ``finish_reason`` of a degraded answer."""
-
-CACHE = "cache"
-"""``route`` of an answer served from the response cache."""
 
 
 def cache_model(ctx: CallContext, stages: Stages) -> str | None:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from typing_extensions import Unpack
 
+from .._route_names import DEGRADED
 from .._state import steps as store_steps
 from .._state.stores import RedisStore, Store
 from ..context import CallContext
@@ -67,7 +68,6 @@ answer was lost (Redis ran it) and that is replayed more than an hour later, Red
 the process that long, counts twice (its budgets over-count it: the caps still hold). It was a
 day: 8.6 million keys, some 1.2 GB, at 100 calls a second; an hour is 0.37 million, some 50 MB
 (about 130 bytes a key)."""
-_DEGRADED = "degraded"
 _SCOPE_KEYWORDS = frozenset(BudgetScope.__annotations__)  # tenant, feature, user, tags
 _NOTHING = ChatResponse(text="")  # an attempt that served nothing, priced by its usage
 _PRICED = 256
@@ -234,7 +234,7 @@ class SpendControl:
             return Cost(0.0, "cached")
         usage = usage or response.usage
         name = route or ctx.route or response.route
-        if name == _DEGRADED:
+        if name == DEGRADED:
             return Cost(0.0, "estimated")
         if usage is None:
             return None

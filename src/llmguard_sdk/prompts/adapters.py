@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._json import canonical_json
+from .._route_names import NOT_SENT
 from ..context import CallEvent
 from ..errors import ConfigurationError
 
@@ -54,7 +55,6 @@ CACHE_HISTORY_KEY = "llmguard.prompt.cache_history"
 _EPHEMERAL: dict[str, Any] = {"type": "ephemeral"}
 MOST_BREAKPOINTS = 4  # blocks with cache_control Claude takes in one request (400 to more)
 _OVERFLOW = "other"  # the feature later new features count under, past max_features
-_NOT_SENT = ("cache", "degraded")  # the routes of answers no provider gave (the Guard's names)
 logger = logging.getLogger("llmguard_sdk")
 _KEY_CHARS = re.compile(r"[^A-Za-z0-9_.:-]+")
 
@@ -252,7 +252,7 @@ class PrefixCacheStats:
     def __call__(self, event: CallEvent) -> None:
         """Record one call (the Guard calls this after every call)."""
         usage = event.usage
-        if usage is None or event.cost_source == "cached" or event.route in _NOT_SENT:
+        if usage is None or event.cost_source == "cached" or event.route in NOT_SENT:
             return
         feature = event.scope.feature
         with self._lock:

@@ -27,6 +27,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeGuard
 
+from .._route_names import CACHE
 from ..errors import ConfigurationError
 from ._svg import bar_chart, line_chart
 
@@ -216,7 +217,7 @@ def _share(value: float) -> str:
 def _summary(records: list[dict[str, Any]]) -> str:
     calls = len(records)
     ok = sum(1 for r in records if r.get("outcome") == "ok")
-    hits = sum(1 for r in records if r.get("route") == "cache")
+    hits = sum(1 for r in records if r.get("route") == CACHE)
     cost = sum(_cost(r) for r in records)
     rows = [
         ("calls", f"{calls:,}"),
@@ -240,8 +241,8 @@ def render_report(
     width = _bucket(records + scored)
     per = f"per {width // 60} min" if width < 3600 else f"per {width // 3600} h"
     feedback, labels = _feedback(scored, width)
-    hits = _rate_series(records, width, lambda r: r.get("route") == "cache")
-    routed = [r for r in records if r.get("route") != "cache"]
+    hits = _rate_series(records, width, lambda r: r.get("route") == CACHE)
+    routed = [r for r in records if r.get("route") != CACHE]
     failed = _failure_series(routed, width)
     given = ", ".join(f"{k}: {n}" for k, n in labels.most_common()) or "no feedback given"
     figures = [
