@@ -137,6 +137,7 @@ EXPECTED = {
     "releases.py": [
         "refused: gpt-4o is a moving alias",
         "event: rolled_back support@v8",
+        "during the canary, served by: ['current']",
         "canary: rolled_back (errors breached",
         "candidate error rate: 100%",
         "after the rollback, served by: ['current']",

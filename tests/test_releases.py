@@ -941,11 +941,15 @@ def test_a_shadows_failed_calls_count_against_its_cap(pair: Any) -> None:
     assert report["skipped_budget"] == 6 - report["candidate_errors"]
 
 
-def _tenant_canary(a: FakeProvider, b: FakeProvider, **options: Any) -> Guard:
+def _tenant_canary(
+    a: FakeProvider, b: FakeProvider, *, fallback_to_current: bool = True, **options: Any
+) -> Guard:
     """A Guard at its canary's first stage (half the tenants), its arms a and b, no retries."""
     current, candidate = releases(a, b)
     policy = CanaryPolicy(stages=(0.5, 1.0), sticky_by="tenant", flush_interval=60.0)
-    plan = ReleasePlan(current, candidate=candidate, canary=policy)
+    plan = ReleasePlan(
+        current, candidate=candidate, canary=policy, fallback_to_current=fallback_to_current
+    )
     guard = Guard(release=plan, environ={}, retry=None, telemetry=False, **options)
     assert guard.releases is not None
     guard.releases.start_now()
@@ -959,7 +963,7 @@ def test_a_stale_answer_standing_in_for_the_candidate_counts_as_its_failure(pair
 
     a, b = pair
     cache = ResponseCache(ttl=0.05, semantic=False)  # (a call with a user id is not cached)
-    guard = _tenant_canary(a, b, cache=cache)
+    guard = _tenant_canary(a, b, cache=cache, fallback_to_current=False)  # (else a serves)
     try:
         controls = guard.releases
         assert controls is not None
@@ -1003,34 +1007,40 @@ def test_task_tiers_keep_each_call_on_its_arms_routes(pair: Any) -> None:
 
 def test_the_guards_own_rate_limit_refusals_do_not_count_against_an_arm(pair: Any) -> None:
     """A per-tenant limit refusing one heavy tenant on the canary counted each refusal as a
-    candidate failure: one user could roll back a healthy candidate."""
+    candidate failure: one user could roll back a healthy candidate. (Each refused call is
+    served by the current release, its fallback; with none, each ends refused.)"""
     from llmguard_sdk.errors import AllRoutesFailedError, RateLimitExceededError
     from llmguard_sdk.ratelimit import RateLimit
 
     a, b = pair
     limits = {"b": RateLimit(rpm=1, per_tenant=True, period=3600, max_wait=0, batch_headroom=0)}
-    guard = _tenant_canary(a, b, rate_limits=limits)
-    try:
-        controls = guard.releases
-        assert controls is not None
-        tenant = next(f"t{i}" for i in range(100) if in_canary(f"bot:t{i}", 0.5))
-        guard.chat(USER, tenant=tenant)
-        refused = 0
-        for _ in range(5):
-            with pytest.raises((RateLimitExceededError, AllRoutesFailedError)) as caught:
-                guard.chat(USER, tenant=tenant)
-            errors = getattr(caught.value, "errors", {"b": caught.value})
-            refused += all(isinstance(e, RateLimitExceededError) for e in errors.values())
-        b.always(Fault(status=429))  # the provider's own 429: the candidate's route failing
-        other = next(f"u{i}" for i in range(100) if in_canary(f"bot:u{i}", 0.5))
-        with pytest.raises(Exception):  # noqa: B017, PT011 (whichever error wraps the 429)
-            guard.chat(USER, tenant=other)
-        controls.flush()
-        figures = controls.status()["candidate"]
-    finally:
-        guard.close()
-    assert refused == 5
-    assert (figures["calls"], figures["error_rate"]) == (2, 0.5)
+    for fallback in (True, False):
+        guard = _tenant_canary(a, b, rate_limits=limits, fallback_to_current=fallback)
+        try:
+            controls = guard.releases
+            assert controls is not None
+            tenant = next(f"t{i}" for i in range(100) if in_canary(f"bot:t{i}", 0.5))
+            guard.chat(USER, tenant=tenant)
+            refused = 0
+            for _ in range(5):
+                if fallback:
+                    refused += guard.chat(USER, tenant=tenant).route == "a"
+                    continue
+                with pytest.raises((RateLimitExceededError, AllRoutesFailedError)) as caught:
+                    guard.chat(USER, tenant=tenant)
+                errors = getattr(caught.value, "errors", {"b": caught.value})
+                refused += all(isinstance(e, RateLimitExceededError) for e in errors.values())
+            b.always(Fault(status=429))  # the provider's own 429: the candidate's route failing
+            other = next(f"u{i}" for i in range(100) if in_canary(f"bot:u{i}", 0.5))
+            with contextlib.suppress(Exception):  # (served by a, or whichever error wraps it)
+                guard.chat(USER, tenant=other)
+            controls.flush()
+            figures = controls.status()["candidate"]
+        finally:
+            guard.close()
+            b.always(None)
+        assert refused == 5
+        assert (figures["calls"], figures["error_rate"]) == (2, 0.5)
 
 
 def test_status_has_one_shape_with_or_without_a_canary(pair: Any) -> None:

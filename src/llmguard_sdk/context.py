@@ -203,6 +203,9 @@ class CallContext:
     trace_parent: object = None
     span: Span | None = None  # the call's span, where started as its first traced attempt began
     route_order: tuple[Provider, ...] = ()  # this call's routes, ranked (deployment groups)
+    # the routes at the end of ``route_order`` tried only once the others failed (a canary
+    # call's: the current release's); no hedge races them
+    fallback_routes: tuple[Provider, ...] = ()
     region: str | None = None  # the region whose deployments the call prefers
     group: str | None = None  # the deployment group its model= selected (it starts there)
     task: TaskChoice | None = None  # the call's tier (task routing) and cascade record

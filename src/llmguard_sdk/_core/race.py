@@ -35,7 +35,11 @@ def hedge(run: Run) -> Generator[Any, Any, Outcome]:
     """Race the first usable route its breaker and rate limit admit against the next one;
     None when there was no race or no winner (the routes it used up are in ``run.tried``)."""
     ctx = run.ctx
-    usable = [r for r in routes.call_routes(ctx, run.stages) if not routes.too_small_for(ctx, r)]
+    usable = [
+        r
+        for r in routes.call_routes(ctx, run.stages)
+        if r not in ctx.fallback_routes and not routes.too_small_for(ctx, r)
+    ]  # (a fallback route is tried once the others failed: never raced beside them)
     for index, first in enumerate(usable[:-1]):
         admitted, reservation = yield from plan.admit(run, first)
         if not admitted:

@@ -85,6 +85,7 @@ class TaskChoice:
     ranked: tuple[Provider, ...] = ()
     tried: list[Tried] = field(default_factory=list)
     bounded: bool = False  # the ranked routes bound every tier's (a release's arm's routes)
+    fallback: tuple[Provider, ...] = ()  # ranked routes after the arm's own (a canary's)
 
     def attributes(self) -> Attributes:
         """The call span's attributes (``llmguard.tier``, the cascade's)."""
@@ -160,7 +161,7 @@ class TaskRouting:
         tier = cascade.tiers[0] if cascade is not None else name
         choice = TaskChoice(
             tier, cascade, name if cascade is not None else None, routes,
-            bounded=ctx.release is not None,
+            bounded=ctx.release is not None, fallback=ctx.fallback_routes,
         )  # fmt: skip
         ctx.task = choice
         ctx.route_order = self.order(choice, tier)
@@ -169,14 +170,22 @@ class TaskRouting:
         """``tier``'s routes in the order this call tries them (each group's deployments as
         ranked for the call). Under a release only the call's arm's routes: a tier naming
         both releases' routes served the canary's calls from the release's; one naming none
-        of the arm's gives the arm's own."""
+        of the arm's gives the arm's own. A canary call's fallback (the current release's
+        routes) comes after, bounded alike."""
         position = {route.name: i for i, route in enumerate(choice.ranked)}
         ordered: list[Provider] = []
         for member in self._tiers[tier]:
             ordered += sorted(member, key=lambda r: position.get(r.name, len(position)))
-        if choice.bounded:
-            return tuple(r for r in ordered if r.name in position) or choice.ranked
-        return tuple(ordered)
+        if not choice.bounded:
+            return tuple(ordered)
+        own = tuple(r for r in choice.ranked if r not in choice.fallback)
+        return _within(ordered, own) + _within(ordered, choice.fallback)
+
+
+def _within(ordered: list[Provider], ranked: tuple[Provider, ...]) -> tuple[Provider, ...]:
+    """The routes of ``ordered`` (a tier's) among ``ranked``; ``ranked`` if none is."""
+    names = {route.name for route in ranked}
+    return tuple(r for r in ordered if r.name in names) or ranked
 
 
 class _Rejected(Exception):

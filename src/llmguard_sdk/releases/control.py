@@ -175,6 +175,11 @@ class ReleaseControl:
         ctx.prompt_version = release.prompt_version
         ctx.request = release.apply(ctx.request)  # before a ranking counts its tokens
         ctx.route_order = self._routing[release.id].ranked(ctx, prices)
+        if arm == "canary" and self.plan.fallback_to_current:  # after the candidate's routes
+            own = {route.name for route in ctx.route_order}
+            current = self._routing[self.plan.release.id].ranked(ctx, prices)
+            ctx.fallback_routes = tuple(r for r in current if r.name not in own)
+            ctx.route_order += ctx.fallback_routes
         ctx.cache_tags = (f"release:{release.id}",)
 
     def observe(
@@ -199,7 +204,8 @@ class ReleaseControl:
                     ctx.arm, observation(ctx.elapsed(), None, failed=False, rejected=False), None
                 )
             return
-        stood_in = _stood_in(ctx, response)  # every route of the arm failed
+        # every route of the arm failed: an answer stood in, or the current release's served
+        stood_in = _stood_in(ctx, response) or _fell_back(ctx, response)
         if response is not None and response.metadata.get("cache") and not stood_in:
             return  # a cache hit says nothing about the release
         call_id = response.metadata.get("call_id") if response is not None else None
@@ -470,8 +476,16 @@ def _refused_by_guard(ctx: CallContext, error: BaseException | None, stood_in: b
         return True
     if not isinstance(error, AllRoutesFailedError) and not stood_in:
         return False  # served (after any route the limiter skipped), or failed on its own
-    errors = list(ctx.route_errors.values())  # (a degraded or stale answer: its routes' errors)
+    fallback = {route.name for route in ctx.fallback_routes}  # (the arm's routes' errors)
+    errors = [e for name, e in ctx.route_errors.items() if name not in fallback]
     return bool(errors) and all(isinstance(e, _OWN_REFUSALS) for e in errors)
+
+
+def _fell_back(ctx: CallContext, response: ChatResponse | None) -> bool:
+    """Whether ``response`` came from a fallback route: the arm's own routes all failed
+    (a canary call served by the current release's)."""
+    served = ctx.route if response is not None else None
+    return served is not None and any(r.name == served for r in ctx.fallback_routes)
 
 
 def _stood_in(ctx: CallContext, response: ChatResponse | None) -> bool:

@@ -280,6 +280,11 @@ class ReleasePlan:
             :class:`~llmguard_sdk.errors.ConfigurationError`.
         key: the name the canary's stage is kept under in the store (default: the
             release's name).
+        fallback_to_current: a canary call whose candidate routes all failed goes on to
+            the current release's routes (those the candidate does not share, each tried
+            once), sent as the candidate shaped it (its prompt and parameters); the canary
+            still counts the candidate's failure. ``False``: the call ends with the
+            candidate's error (or a degraded or stale answer).
 
     .. versionadded:: 0.2.0
     """
@@ -294,6 +299,7 @@ class ReleasePlan:
     prices: PriceTable | None = None
     clock: Callable[[], float] = time.time
     key: str | None = None
+    fallback_to_current: bool = True
 
     def __post_init__(self) -> None:
         if not isinstance(self.release, Release):
@@ -348,6 +354,10 @@ def _check_policies(plan: ReleasePlan) -> None:
         raise ConfigurationError(f"key must be a non-empty string, got {plan.key!r:.80}")
     if not callable(plan.clock):
         raise ConfigurationError(f"clock must be callable, got {plan.clock!r:.80}")
+    if not isinstance(plan.fallback_to_current, bool):  # ("no" would be true)
+        raise ConfigurationError(
+            f"fallback_to_current must be True or False, got {plan.fallback_to_current!r:.80}"
+        )
 
 
 def read_clock(clock: Callable[[], float]) -> float:

@@ -1,0 +1,128 @@
+"""Releases: a canary call whose candidate routes all failed falls back to the current
+release's routes (each route tried once), and the canary still counts the candidate's
+failure; ``ReleasePlan(fallback_to_current=False)`` keeps the canary's errors."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from llmguard_sdk import Guard, OpenAICompatibleProvider
+from llmguard_sdk.budget import Price, PriceTable
+from llmguard_sdk.errors import AllRoutesFailedError, ConfigurationError, ProviderError
+from llmguard_sdk.releases import CanaryPolicy, Release, ReleasePlan
+from llmguard_sdk.releases.policy import in_canary
+from llmguard_sdk.testing import FakeProvider, Fault
+
+USER = [{"role": "user", "content": "hello"}]
+PRICES = PriceTable.default_table().with_prices(
+    {f"fake-{v}-2025-01-01": Price(input=1.0, output=1.0) for v in ("a", "b", "c")}
+)
+INSIDE = next(f"u{i}" for i in range(100) if in_canary(f"bot:u{i}", 0.5))
+
+
+@pytest.fixture
+def fakes() -> Iterator[tuple[FakeProvider, FakeProvider, FakeProvider]]:
+    with FakeProvider(name="a") as a, FakeProvider(name="b") as b, FakeProvider(name="c") as c:
+        yield a, b, c
+
+
+def route(fake: FakeProvider) -> OpenAICompatibleProvider:
+    return OpenAICompatibleProvider(
+        fake.base_url, model=f"fake-{fake.name}-2025-01-01", name=fake.name
+    )
+
+
+def _guard(current: Release, candidate: Release, **plan: Any) -> Guard:
+    policy = CanaryPolicy(stages=(0.5, 1.0), flush_interval=60.0, min_calls=10**6)
+    releases = ReleasePlan(current, candidate=candidate, canary=policy, **plan)
+    guard = Guard(
+        release=releases, environ={}, prices=PRICES, retry=None, breaker=None, telemetry=False
+    )
+    assert guard.releases is not None
+    guard.releases.start_now()
+    return guard
+
+
+def _candidate_figures(guard: Guard) -> tuple[int, float]:
+    assert guard.releases is not None
+    guard.releases.flush()
+    figures = guard.releases.status()["candidate"]
+    return figures["calls"], figures["error_rate"]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_canary_call_falls_back_to_the_current_release(fakes: Any, stream: bool) -> None:
+    """The candidate's routes failing left the canary's users with their errors until the
+    canary rolled back: the current release, healthy, was never tried for them."""
+    a, b, _ = fakes
+    b.always(Fault(status=500))
+    current = Release("bot", "v1", route(a), system_prompt="v1 prompt")
+    candidate = Release("bot", "v2", route(b), system_prompt="v2 prompt")
+    with _guard(current, candidate) as guard:
+        if stream:
+            chunks = list(guard.chat(USER, user=INSIDE, stream=True))
+            served = next(c.route for c in chunks if c.route)
+        else:
+            served = guard.chat(USER, user=INSIDE).route
+        figures = _candidate_figures(guard)
+    assert served == "a"
+    assert (len(b.requests), len(a.requests)) == (1, 1)
+    assert figures == (1, 1.0)  # the candidate's failure, counted on its arm
+
+
+def test_a_route_both_releases_share_is_tried_once(fakes: Any) -> None:
+    a, b, c = fakes
+    a.always(Fault(status=500))
+    b.always(Fault(status=500))
+    shared = route(a)
+    current = Release("bot", "v1", [shared, route(c)])
+    candidate = Release("bot", "v2", [route(b), shared])
+    with _guard(current, candidate) as guard:
+        assert guard.chat(USER, user=INSIDE).route == "c"
+        figures = _candidate_figures(guard)
+    assert (len(b.requests), len(a.requests), len(c.requests)) == (1, 1, 1)
+    assert figures == (1, 1.0)
+
+
+def test_the_fallback_can_be_turned_off(fakes: Any) -> None:
+    a, b, _ = fakes
+    b.always(Fault(status=500))
+    current, candidate = Release("bot", "v1", route(a)), Release("bot", "v2", route(b))
+    with _guard(current, candidate, fallback_to_current=False) as guard:
+        with pytest.raises((ProviderError, AllRoutesFailedError)):
+            guard.chat(USER, user=INSIDE)
+        figures = _candidate_figures(guard)
+    assert (len(b.requests), len(a.requests)) == (1, 0)
+    assert figures == (1, 1.0)
+    with pytest.raises(ConfigurationError, match="fallback_to_current"):
+        ReleasePlan(current, candidate=candidate, fallback_to_current="no")  # type: ignore[arg-type]
+
+
+def test_a_hedge_never_races_the_canary_against_the_current_release(fakes: Any) -> None:
+    """The fallback is for a candidate that failed: a hedge race stays among the arm's own
+    routes (a slow candidate is measured slow, not replaced by the release)."""
+    a, b, _ = fakes
+    b.always(Fault(latency=0.2))
+    current, candidate = Release("bot", "v1", route(a)), Release("bot", "v2", route(b))
+    policy = CanaryPolicy(stages=(0.5, 1.0), flush_interval=60.0, min_calls=10**6)
+    plan = ReleasePlan(current, candidate=candidate, canary=policy)
+    with Guard(
+        release=plan, environ={}, prices=PRICES, retry=None, telemetry=False, hedge_after=0.01
+    ) as guard:
+        assert guard.releases is not None
+        guard.releases.start_now()
+        assert guard.chat(USER, user=INSIDE).route == "b"
+    assert len(a.requests) == 0
+
+
+def test_the_control_arm_does_not_fall_back_to_the_candidate(fakes: Any) -> None:
+    a, b, _ = fakes
+    a.always(Fault(status=500))
+    current, candidate = Release("bot", "v1", route(a)), Release("bot", "v2", route(b))
+    outside = next(f"u{i}" for i in range(100) if not in_canary(f"bot:u{i}", 0.5))
+    with _guard(current, candidate) as guard, pytest.raises((ProviderError, AllRoutesFailedError)):
+        guard.chat(USER, user=outside)
+    assert len(b.requests) == 0
