@@ -23,10 +23,11 @@ release and arm (``control``, ``canary``, ``shadow``) in telemetry. A Guard warn
 from __future__ import annotations
 
 from .backends import MemoryReleaseBackend, RedisReleaseBackend
+from .comparators import COMPARATORS, Comparator
 from .control import ReleaseControl
 from .policy import CanaryPolicy, Decision, Stage
 from .release import Arm, Release, ReleaseEvent, ReleaseHook, ReleasePlan, is_moving_alias
-from .shadow import COMPARATORS, Comparator, ShadowPolicy
+from .shadow import ShadowPolicy
 
 __all__ = [
     "COMPARATORS",
