@@ -52,6 +52,7 @@ def resolve(
                     weights=entry.weights,
                     regions=entry.regions,
                     region=entry.region,
+                    **entry.tuning(),
                 )
             except ConfigurationError as exc:  # its own keys ("weights: ..."), in routes.N
                 raise ConfigurationError(f"routes.{index}: {exc}") from None

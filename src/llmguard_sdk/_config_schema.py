@@ -43,6 +43,7 @@ from pydantic import (
     Field,
     PrivateAttr,
     Tag,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -55,7 +56,7 @@ from ._whole_counts import read_count
 from .config import _bad_store, _literal, _not_a_bool
 from .errors import ConfigurationError
 from .router import Strategy
-from .router.groups import _weights
+from .router.groups import TUNING, _weights, check_tuning
 
 __all__ = ["ConfigFile", "GroupConfig", "RouteConfig"]
 
@@ -145,9 +146,28 @@ class GroupConfig(BaseModel):
     weights: list[float] | None = None
     regions: dict[str, str] | None = None
     region: str | None = None
+    # the ``latency`` strategy's tuning (None: the group's default), checked as it checks it
+    half_life_s: float | None = None
+    penalty_s: float | None = None
+    slack: float | None = None
+    buffer: float | None = None
     deployments: list[RouteConfig] = Field(min_length=1)
 
     _literals = field_validator("group", "regions", "region", mode="before")(_literal)
+
+    @field_validator("half_life_s", "penalty_s", "slack", "buffer", mode="before")
+    @classmethod
+    def _check_tuning(cls, value: object, info: ValidationInfo) -> object:
+        """The constructor's own check and words (``true`` was read as 1.0, ``nan`` kept)."""
+        if value is not None:
+            assert info.field_name is not None
+            check_tuning(info.field_name, value)
+        return value
+
+    def tuning(self) -> dict[str, Any]:
+        """The tuning settings the group sets, as keyword arguments of
+        :class:`~llmguard_sdk.DeploymentGroup` (those left out: its defaults)."""
+        return {name: getattr(self, name) for name in TUNING if getattr(self, name) is not None}
 
     @field_validator("weights", mode="before")
     @classmethod

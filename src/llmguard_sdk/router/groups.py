@@ -66,9 +66,21 @@ def _finite(value: object) -> bool:
     return isinstance(value, int | float) and math.isfinite(value)
 
 
-def _tuning(name: str, value: object, what: str, within: Callable[[float], bool]) -> None:
-    """Refuse a tuning setting that is no finite number in its range (inf or NaN: a group
-    that never explores, a band that admits any deployment, a ranking of NaNs)."""
+TUNING: Mapping[str, tuple[str, Callable[[float], bool]]] = {
+    "half_life_s": ("number of seconds > 0", lambda v: v > 0),
+    "penalty_s": ("number of seconds >= 0", lambda v: v >= 0),
+    "slack": ("number >= 1", lambda v: v >= 1),
+    "buffer": ("number >= 0", lambda v: v >= 0),
+}
+"""The ``latency`` strategy's tuning settings: what each must be, and its range (a config
+file's group takes them too, checked by :func:`check_tuning`)."""
+
+
+def check_tuning(name: str, value: object) -> None:
+    """Refuse a tuning setting (one of :data:`TUNING`) that is no finite number in its
+    range (inf or NaN: a group that never explores, a band that admits any deployment, a
+    ranking of NaNs)."""
+    what, within = TUNING[name]
     if (
         isinstance(value, bool)
         or not isinstance(value, int | float)
@@ -179,10 +191,10 @@ class DeploymentGroup:
             raise ConfigurationError(f"strategy must be one of {_STRATEGIES}, got {strategy!r}")
         deployments = _deployments(name, deployments)
         self.weights = _weights(weights, len(deployments), strategy)
-        _tuning("half_life_s", half_life_s, "number of seconds > 0", lambda v: v > 0)
-        _tuning("penalty_s", penalty_s, "number of seconds >= 0", lambda v: v >= 0)
-        _tuning("slack", slack, "number >= 1", lambda v: v >= 1)
-        _tuning("buffer", buffer, "number >= 0", lambda v: v >= 0)
+        check_tuning("half_life_s", half_life_s)
+        check_tuning("penalty_s", penalty_s)
+        check_tuning("slack", slack)
+        check_tuning("buffer", buffer)
         if regions is not None and not (
             isinstance(regions, Mapping) and all(isinstance(r, str) for r in regions.values())
         ):
