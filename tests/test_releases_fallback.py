@@ -53,23 +53,32 @@ def _candidate_figures(guard: Guard) -> tuple[int, float]:
     return figures["calls"], figures["error_rate"]
 
 
-@pytest.mark.parametrize("stream", [False, True])
-def test_a_canary_call_falls_back_to_the_current_release(fakes: Any, stream: bool) -> None:
+@pytest.mark.parametrize("how", ["plain", "stream", "async"])
+def test_a_canary_call_falls_back_to_the_current_release(fakes: Any, how: str) -> None:
     """The candidate's routes failing left the canary's users with their errors until the
     canary rolled back: the current release, healthy, was never tried for them."""
+    import anyio
+
     a, b, _ = fakes
     b.always(Fault(status=500))
     current = Release("bot", "v1", route(a), system_prompt="v1 prompt")
     candidate = Release("bot", "v2", route(b), system_prompt="v2 prompt")
+
+    async def ask(guard: Guard) -> str | None:
+        return (await guard.achat(USER, user=INSIDE)).route
+
     with _guard(current, candidate) as guard:
-        if stream:
+        if how == "stream":
             chunks = list(guard.chat(USER, user=INSIDE, stream=True))
             served = next(c.route for c in chunks if c.route)
+        elif how == "async":
+            served = anyio.run(ask, guard)
         else:
             served = guard.chat(USER, user=INSIDE).route
         figures = _candidate_figures(guard)
     assert served == "a"
     assert (len(b.requests), len(a.requests)) == (1, 1)
+    assert a.requests[0].body["messages"][0]["content"] == "v2 prompt"  # as the canary shaped it
     assert figures == (1, 1.0)  # the candidate's failure, counted on its arm
 
 
